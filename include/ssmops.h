@@ -1,0 +1,326 @@
+/*
+ * ssmops.h — the one public header of ssmops.
+ *
+ * ssmops is a C library of the operators behind Mamba-2 and Mamba-3 state-space-model
+ * layers (chunked prefill, backward, decode), with an optimised CPU backend and a float64
+ * reference backend that ships inside the library as the golden oracle.
+ *
+ * Conventions shared by every operator
+ * ------------------------------------
+ * - Tensors are non-owning views (ssm_tensor): data pointer, dtype, device, ndim, shape and
+ *   strides IN ELEMENTS (DLPack order: outermost first). Every operator honours arbitrary
+ *   strides, including 0 (broadcast) on inputs. An optional tensor is absent when its data
+ *   pointer is NULL: a zero-initialised argument struct means "every optional input absent".
+ * - Float tensors may be F32, F16, BF16 or F64, inputs and outputs alike. The "compute dtype"
+ *   of an operator is the dtype of its main activation input (x for Mamba-2); it chooses the
+ *   accuracy bar. Accumulation is always fp32 (fp64 in the reference backend), and states
+ *   carried between chunks stay fp32. Outputs are rounded to nearest-even into their dtype.
+ * - Every function returns ssm_status. On failure a one-sentence message naming the
+ *   operator, the argument, its value and the rule is available from
+ *   ssm_context_last_error(ctx) (a thread-local buffer when ctx is NULL). Every argument
+ *   check runs before the first write: a failed call leaves every output untouched.
+ *   The library never prints, aborts or exits.
+ * - ctx == NULL always works: one thread, automatic backend, malloc.
+ * - Results do not depend on the thread count: every reduction has a fixed order.
+ * - Argument order: context, params, args (inputs then outputs), workspace.
+ */
+#ifndef SSMOPS_H
+#define SSMOPS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(SSMOPS_BUILDING) && defined(__GNUC__)
+#define SSM_API __attribute__((visibility("default")))
+#else
+#define SSM_API
+#endif
+
+/* ---------------------------------------------------------------------------------------
+ * Version
+ * ------------------------------------------------------------------------------------- */
+#define SSM_VERSION_MAJOR 0
+#define SSM_VERSION_MINOR 1
+#define SSM_VERSION_PATCH 0
+#define SSM_VERSION_NUMBER (SSM_VERSION_MAJOR * 10000 + SSM_VERSION_MINOR * 100 + SSM_VERSION_PATCH)
+
+/* "0.1.0" — the version of the library actually loaded. */
+SSM_API const char * ssm_version(void);
+/* SSM_VERSION_NUMBER of the library actually loaded (compare with the header's). */
+SSM_API unsigned     ssm_version_number(void);
+
+/* ---------------------------------------------------------------------------------------
+ * Status codes (values are pinned; gaps leave room to grow)
+ * ------------------------------------------------------------------------------------- */
+typedef enum ssm_status {
+    SSM_STATUS_OK                   = 0,
+    SSM_STATUS_INVALID_ARGUMENT     = 10, /* a value or combination is not allowed          */
+    SSM_STATUS_INVALID_SHAPE        = 11, /* ndim or a dimension does not match              */
+    SSM_STATUS_INVALID_LAYOUT       = 12, /* dtype, device, strides, overlap                 */
+    SSM_STATUS_UNSUPPORTED          = 20, /* valid, but this backend does not do it          */
+    SSM_STATUS_UNSUPPORTED_HARDWARE = 21, /* the requested ISA / device is not present       */
+    SSM_STATUS_OUT_OF_MEMORY        = 30,
+    SSM_STATUS_WORKSPACE_TOO_SMALL  = 31,
+    SSM_STATUS_DEVICE_ERROR         = 40,
+    SSM_STATUS_INTERNAL             = 90
+} ssm_status;
+
+/* A static string naming the status ("SSM_STATUS_INVALID_SHAPE"); never NULL. */
+SSM_API const char * ssm_status_string(ssm_status status);
+
+/* ---------------------------------------------------------------------------------------
+ * Tensors
+ * ------------------------------------------------------------------------------------- */
+typedef enum ssm_dtype {
+    SSM_DTYPE_F32  = 0,
+    SSM_DTYPE_F16  = 1,
+    SSM_DTYPE_BF16 = 2,
+    SSM_DTYPE_F64  = 3,
+    SSM_DTYPE_I32  = 10,
+    SSM_DTYPE_I64  = 11
+} ssm_dtype;
+
+typedef enum ssm_device_type {
+    SSM_DEVICE_CPU  = 0,
+    SSM_DEVICE_CUDA = 1
+} ssm_device_type;
+
+typedef struct ssm_device {
+    int32_t type;  /* ssm_device_type */
+    int32_t index; /* device ordinal; 0 for the CPU */
+} ssm_device;
+
+#define SSM_MAX_DIMS 6
+
+typedef struct ssm_tensor {
+    void *     data;                  /* first element; NULL = absent (optional inputs)   */
+    int32_t    dtype;                 /* ssm_dtype                                        */
+    ssm_device device;
+    int32_t    ndim;                  /* 0..SSM_MAX_DIMS                                  */
+    int64_t    shape[SSM_MAX_DIMS];   /* outermost first                                  */
+    int64_t    strides[SSM_MAX_DIMS]; /* in ELEMENTS, may be 0 (broadcast) on inputs      */
+} ssm_tensor;
+
+/* sizeof(ssm_tensor), so bindings can assert their mirror of the struct. */
+SSM_API size_t       ssm_tensor_struct_size(void);
+/* A contiguous row-major CPU view of `data` with the given shape. ndim is clamped to
+ * [0, SSM_MAX_DIMS]. */
+SSM_API ssm_tensor   ssm_tensor_make(void * data, ssm_dtype dtype, int32_t ndim, const int64_t * shape);
+/* Bytes per element (0 for an unknown dtype). */
+SSM_API size_t       ssm_dtype_size(ssm_dtype dtype);
+/* "f32", "f16", "bf16", "f64", "i32", "i64", or "unknown". */
+SSM_API const char * ssm_dtype_name(ssm_dtype dtype);
+
+/* IEEE conversions with round-to-nearest-even; NaN stays NaN (quiet), Inf stays Inf,
+ * overflow rounds to Inf, subnormals are exact both ways. */
+SSM_API uint16_t ssm_f32_to_f16(float value);
+SSM_API float    ssm_f16_to_f32(uint16_t bits);
+SSM_API uint16_t ssm_f32_to_bf16(float value);
+SSM_API float    ssm_bf16_to_f32(uint16_t bits);
+
+/* ---------------------------------------------------------------------------------------
+ * Context
+ * ------------------------------------------------------------------------------------- */
+typedef enum ssm_backend {
+    SSM_BACKEND_AUTO = 0, /* the fastest backend that supports the call (CPU here)        */
+    SSM_BACKEND_REF  = 1, /* float64 reference: plain loops straight from the spec        */
+    SSM_BACKEND_CPU  = 2, /* optimised CPU: SIMD kernels + threads                        */
+    SSM_BACKEND_CUDA = 3
+} ssm_backend;
+
+typedef enum ssm_isa {
+    SSM_ISA_AUTO   = 0, /* best the host supports (honours the SSMOPS_ISA environment)    */
+    SSM_ISA_SCALAR = 1,
+    SSM_ISA_AVX2   = 2  /* AVX2 + FMA (+ F16C for half loads)                              */
+} ssm_isa;
+
+/* CPU feature bits reported by ssm_cpu_features(). */
+#define SSM_CPU_AVX2    (1u << 0)
+#define SSM_CPU_FMA     (1u << 1)
+#define SSM_CPU_F16C    (1u << 2)
+#define SSM_CPU_AVX512F (1u << 3)
+
+/* Features of this CPU that the OS also enables (XGETBV-checked). */
+SSM_API uint32_t     ssm_cpu_features(void);
+/* "auto", "scalar", "avx2". */
+SSM_API const char * ssm_isa_name(ssm_isa isa);
+/* "auto", "ref", "cpu", "cuda". */
+SSM_API const char * ssm_backend_name(ssm_backend backend);
+
+/* Memory for scratch space. alloc returns memory aligned to `alignment` (a power of two
+ * ≥ 64) or NULL; free accepts NULL. Both NULL = the library's aligned malloc. */
+typedef struct ssm_allocator {
+    void * (*alloc)(void * opaque, size_t size, size_t alignment);
+    void   (*free)(void * opaque, void * ptr);
+    void *  opaque;
+} ssm_allocator;
+
+/* Reference-backend rounding modes (only some operators have a second mode). */
+typedef enum ssm_ref_mode {
+    SSM_REF_EXACT          = 0, /* float64 from the inputs as given                       */
+    SSM_REF_UPSTREAM_BF16  = 1  /* round to bf16 where upstream's GPU kernel does         */
+} ssm_ref_mode;
+
+typedef struct ssm_context_params {
+    size_t        size;          /* sizeof(ssm_context_params), set by _init              */
+    int32_t       num_threads;   /* ≥ 1; 0 = number of online CPUs                         */
+    int32_t       backend;       /* ssm_backend                                            */
+    int32_t       isa;           /* ssm_isa; AUTO honours SSMOPS_ISA=scalar|avx2           */
+    int32_t       deterministic; /* 1 (default): fixed reduction order, always honoured    */
+    int32_t       ref_mode;      /* ssm_ref_mode for the reference backend                 */
+    ssm_allocator allocator;
+    void *        cuda_stream;   /* cudaStream_t for the CUDA backend; NULL = default      */
+} ssm_context_params;
+
+typedef struct ssm_context ssm_context;
+
+/* Defaults: 1 thread, AUTO backend, AUTO isa, deterministic, exact reference, malloc. */
+SSM_API void         ssm_context_params_init(ssm_context_params * params);
+/* Creates a context (starts num_threads − 1 worker threads). Fails with
+ * UNSUPPORTED_HARDWARE if params->isa (or SSMOPS_ISA) asks for an ISA the host lacks. */
+SSM_API ssm_status   ssm_context_create(const ssm_context_params * params, ssm_context ** out);
+/* Joins the workers and frees the context; NULL is a no-op. */
+SSM_API void         ssm_context_free(ssm_context * ctx);
+/* The message of the last failure on ctx ("" if none). With ctx == NULL: the calling
+ * thread's message for calls made with ctx == NULL. Valid until the next call. */
+SSM_API const char * ssm_context_last_error(const ssm_context * ctx);
+SSM_API int32_t      ssm_context_num_threads(const ssm_context * ctx);
+/* The ISA the CPU backend runs with under this context (never AUTO). */
+SSM_API ssm_isa      ssm_context_isa(const ssm_context * ctx);
+SSM_API ssm_backend  ssm_context_backend(const ssm_context * ctx);
+
+/* =======================================================================================
+ * Mamba-2 (SSD). Math: docs/ops/mamba2.md and spec mamba2_ssd.md.
+ * Dimensions: batch, S (seqlen), H (nheads), P (headdim), N (dstate), G (ngroups, H % G
+ * == 0, head h uses group h / (H/G)), Q (chunk_size), NC = ceil(S/Q).
+ * Recurrence per head h, token t (group g = h/(H/G)):
+ *   dt_t = clamp(softplus?(dt[t,h] + dt_bias[h]), lo, hi)        softplus only if v <= 20
+ *   h_t  = exp(dt_t·A[h])·h_{t−1} + dt_t·x_t ⊗ B_t[g]              state (P, N), fp32
+ *   y_t  = h_t·C_t[g] + D_h·x_t ;  out_t = y_t·silu(z_t) if z given
+ * No decay exponent is clamped (upstream clamps some at 0; see docs).
+ * ======================================================================================= */
+typedef struct ssm_mamba2_params {
+    size_t  size;         /* sizeof(ssm_mamba2_params), set by _init                       */
+    int64_t chunk_size;   /* Q, 1 ≤ Q ≤ 1024 (default 256)                                 */
+    int32_t dt_softplus;  /* apply softplus to dt + dt_bias (default 0)                    */
+    float   dt_limit_lo;  /* clamp of the processed dt, always applied (default 0)         */
+    float   dt_limit_hi;  /* (default +inf)                                                */
+} ssm_mamba2_params;
+
+SSM_API void ssm_mamba2_params_init(ssm_mamba2_params * params);
+
+/* dt processing and the inclusive in-chunk cumsum of dt·A (spec §2.1). */
+typedef struct ssm_mamba2_chunk_cumsum_args {
+    ssm_tensor dt;        /* in  (batch, S, H)          raw dt, any float                    */
+    ssm_tensor a;         /* in  (H)                                                         */
+    ssm_tensor dt_bias;   /* in  (H)                    optional                             */
+    ssm_tensor dt_out;    /* out (batch, H, NC, Q)      processed dt, 0 on padded positions  */
+    ssm_tensor da_cumsum; /* out (batch, H, NC, Q)      inclusive cumsum of dt_out·A         */
+} ssm_mamba2_chunk_cumsum_args;
+SSM_API ssm_status ssm_mamba2_chunk_cumsum(ssm_context * ctx, const ssm_mamba2_params * params,
+                                           const ssm_mamba2_chunk_cumsum_args * args);
+
+/* Chunk-local states (spec §2.2):
+ *   states[b,c,h,p,n] = Σ_j exp(da_cumsum[b,h,c,Q−1] − da_cumsum[b,h,c,j])·dt[b,h,c,j]
+ *                           · x[b,cQ+j,h,p]·b[b,cQ+j,g,n]        (j valid, same seq as last)
+ * The CANN layout (dt, da_cumsum [B,NC,L,H]; states [B,NC,H,N,P]) is a strided view of
+ * the same tensors; see docs/ops/mamba2.md. */
+typedef struct ssm_mamba2_chunk_state_args {
+    ssm_tensor b;         /* in  (batch, S, G, N)                                            */
+    ssm_tensor x;         /* in  (batch, S, H, P)                                            */
+    ssm_tensor dt;        /* in  (batch, H, NC, Q)      processed dt (dt_out)                */
+    ssm_tensor da_cumsum; /* in  (batch, H, NC, Q)                                           */
+    ssm_tensor seq_idx;   /* in  (batch, S) i32/i64     optional                             */
+    ssm_tensor states;    /* out (batch, NC, H, P, N)                                        */
+} ssm_mamba2_chunk_state_args;
+SSM_API ssm_status ssm_mamba2_chunk_state(ssm_context * ctx, const ssm_mamba2_params * params,
+                                          const ssm_mamba2_chunk_state_args * args);
+
+/* Inter-chunk recurrence (spec §2.3): states_in[c] is the state entering chunk c,
+ * states_in[0] = initial_states (or 0), S_{c+1} = exp(da_chunk_cumsum[c])·T_c·S_c + states[c],
+ * final_states = S_NC. With seq_idx, T_c = 0 where chunk c's last token starts a new id. */
+typedef struct ssm_mamba2_state_passing_args {
+    ssm_tensor states;          /* in  (batch, NC, H, P, N)  chunk-local states            */
+    ssm_tensor da_chunk_cumsum; /* in  (batch, H, NC)        = da_cumsum[..., Q−1]          */
+    ssm_tensor initial_states;  /* in  (batch, H, P, N)      optional                       */
+    ssm_tensor seq_idx;         /* in  (batch, S) i32/i64    optional; S ≤ NC·Q             */
+    ssm_tensor states_in;       /* out (batch, NC, H, P, N)                                 */
+    ssm_tensor final_states;    /* out (batch, H, P, N)      optional                       */
+} ssm_mamba2_state_passing_args;
+SSM_API ssm_status ssm_mamba2_state_passing(ssm_context * ctx, const ssm_mamba2_params * params,
+                                            const ssm_mamba2_state_passing_args * args);
+
+/* CB[b,c,g,i,j] = Σ_n c[b,cQ+i,g,n]·b[b,cQ+j,g,n] for valid i, j of the same sequence,
+ * else 0 (spec §2.4). The full Q×Q block is written. */
+typedef struct ssm_mamba2_bmm_args {
+    ssm_tensor c;       /* in  (batch, S, G, N)                                            */
+    ssm_tensor b;       /* in  (batch, S, G, N)                                            */
+    ssm_tensor seq_idx; /* in  (batch, S) i32/i64       optional                           */
+    ssm_tensor cb;      /* out (batch, NC, G, Q, Q)                                        */
+} ssm_mamba2_bmm_args;
+SSM_API ssm_status ssm_mamba2_bmm(ssm_context * ctx, const ssm_mamba2_params * params,
+                                  const ssm_mamba2_bmm_args * args);
+
+/* Outputs from CB, the passed states, D and z (spec §2.5):
+ *   y[t] = Σ_{j≤i} cb[i,j]·exp(cm_i − cm_j)·dt_j·x_j + [M_prev(i)]·exp(cm_i)·states_in[c]·c_t
+ *          + D·x_t;   out_x = y (if requested);   out = y·silu(z) if z else y.        */
+typedef struct ssm_mamba2_chunk_scan_args {
+    ssm_tensor cb;        /* in  (batch, NC, G, Q, Q)                                      */
+    ssm_tensor x;         /* in  (batch, S, H, P)                                          */
+    ssm_tensor dt;        /* in  (batch, H, NC, Q)      processed dt                       */
+    ssm_tensor da_cumsum; /* in  (batch, H, NC, Q)                                         */
+    ssm_tensor c;         /* in  (batch, S, G, N)                                          */
+    ssm_tensor states_in; /* in  (batch, NC, H, P, N)   state entering each chunk          */
+    ssm_tensor d;         /* in  (H) or (H, P)          optional                           */
+    ssm_tensor z;         /* in  (batch, S, H, P)       optional                           */
+    ssm_tensor seq_idx;   /* in  (batch, S) i32/i64     optional                           */
+    ssm_tensor out;       /* out (batch, S, H, P)                                          */
+    ssm_tensor out_x;     /* out (batch, S, H, P)       optional: pre-gate y (needs z)     */
+} ssm_mamba2_chunk_scan_args;
+SSM_API ssm_status ssm_mamba2_chunk_scan(ssm_context * ctx, const ssm_mamba2_params * params,
+                                         const ssm_mamba2_chunk_scan_args * args);
+
+/* The combined forward a model calls (spec §2.6, §2.8).
+ * Varlen: with cu_seqlens (nseq+1, i32/i64, cu[0] = 0, non-decreasing, cu[nseq] = S),
+ * batch must be 1, seq_idx must be absent, and initial_states / final_states are per
+ * sequence, (nseq, H, P, N); an empty sequence returns its initial state (or 0).
+ * Without cu_seqlens they are (batch, H, P, N). seq_idx (batch, S) must be ≥ 0 and
+ * non-decreasing along S; initial_states[b] feeds row b only if seq_idx[b,0] == 0, and
+ * final_states[b] is the state of the row's last sequence.
+ * The result does not depend on chunk_size beyond rounding: backends may pick their own
+ * internal tiling (the chunked decomposition is exact). */
+typedef struct ssm_mamba2_scan_args {
+    ssm_tensor x;              /* in  (batch, S, H, P)        f32/f16/bf16/f64            */
+    ssm_tensor dt;             /* in  (batch, S, H)           raw dt                      */
+    ssm_tensor a;              /* in  (H)                                                 */
+    ssm_tensor b;              /* in  (batch, S, G, N)                                    */
+    ssm_tensor c;              /* in  (batch, S, G, N)                                    */
+    ssm_tensor d;              /* in  (H) or (H, P)           optional                    */
+    ssm_tensor z;              /* in  (batch, S, H, P)        optional                    */
+    ssm_tensor dt_bias;        /* in  (H)                     optional                    */
+    ssm_tensor initial_states; /* in  (batch|nseq, H, P, N)   optional                    */
+    ssm_tensor seq_idx;        /* in  (batch, S) i32/i64      optional                    */
+    ssm_tensor cu_seqlens;     /* in  (nseq + 1) i32/i64      optional                    */
+    ssm_tensor out;            /* out (batch, S, H, P)                                    */
+    ssm_tensor final_states;   /* out (batch|nseq, H, P, N)   optional                    */
+} ssm_mamba2_scan_args;
+
+/* Exact bytes of workspace ssm_mamba2_scan needs for these arguments under ctx. */
+SSM_API ssm_status ssm_mamba2_scan_workspace_size(ssm_context * ctx, const ssm_mamba2_params * params,
+                                                  const ssm_mamba2_scan_args * args, size_t * bytes);
+/* workspace: NULL = allocate through the context allocator; otherwise at least
+ * ssm_mamba2_scan_workspace_size bytes, 64-byte aligned (else WORKSPACE_TOO_SMALL /
+ * INVALID_ARGUMENT). */
+SSM_API ssm_status ssm_mamba2_scan(ssm_context * ctx, const ssm_mamba2_params * params,
+                                   const ssm_mamba2_scan_args * args, void * workspace,
+                                   size_t workspace_size);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SSMOPS_H */

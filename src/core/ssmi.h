@@ -1,0 +1,161 @@
+/*
+ * ssmi.h — internal core of ssmops, shared by ops/ and the backends (ref/, cpu/).
+ * Depends on nothing but the public header and libc. Nothing here leaves the library:
+ * internal symbols are ssmi_* with hidden visibility.
+ */
+#ifndef SSMI_H
+#define SSMI_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ssmops.h"
+
+#if defined(__GNUC__)
+#define SSMI_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define SSMI_PRINTF(f, a)
+#endif
+
+#define SSMI_ALIGN 64 /* alignment of every scratch allocation (one cache line) */
+#define SSMI_ERROR_LEN 512
+
+typedef struct ssmi_threadpool ssmi_threadpool;
+
+struct ssm_context {
+    int32_t           num_threads;
+    ssm_backend       backend;
+    ssm_isa           isa; /* resolved, never AUTO */
+    int32_t           deterministic;
+    int32_t           ref_mode;
+    ssm_allocator     allocator;
+    void *            cuda_stream;
+    ssmi_threadpool * pool; /* NULL when num_threads == 1 */
+    char              last_error[SSMI_ERROR_LEN];
+};
+
+/* ---- errors ------------------------------------------------------------------------ */
+/* Formats the message into ctx->last_error (or the thread-local buffer for ctx == NULL)
+ * and returns status. The message is one sentence: "op: argument value breaks rule". */
+ssm_status ssmi_error(ssm_context * ctx, ssm_status status, const char * fmt, ...) SSMI_PRINTF(3, 4);
+/* Clears the last error (called at the start of every public operator). */
+void       ssmi_clear_error(ssm_context * ctx);
+
+#define SSM_RETURN_IF(cond, ctx, status, ...)                      \
+    do {                                                           \
+        if (cond) return ssmi_error((ctx), (status), __VA_ARGS__); \
+    } while (0)
+
+#define SSM_FORWARD_IF_ERROR(expr)                 \
+    do {                                           \
+        const ssm_status ssmi_s_ = (expr);         \
+        if (ssmi_s_ != SSM_STATUS_OK) return ssmi_s_; \
+    } while (0)
+
+/* ---- memory -------------------------------------------------------------------------- */
+/* SSMI_ALIGN-aligned scratch through the context allocator (malloc when ctx is NULL).
+ * Returns NULL on failure or bytes == 0... callers treat NULL with bytes > 0 as OOM. */
+void * ssmi_alloc(ssm_context * ctx, size_t bytes);
+void   ssmi_free(ssm_context * ctx, void * ptr);
+
+/* ---- threads ------------------------------------------------------------------------- */
+/* fn(arg, task, thread) is called exactly once for every task in [0, ntasks), on the
+ * calling thread and the pool's workers; thread is in [0, ssmi_num_threads(ctx)) and no
+ * two concurrent calls share it (use it to index per-thread scratch). Returns when all
+ * tasks are done. Results must not depend on which thread runs which task. */
+typedef void (*ssmi_task_fn)(void * arg, int64_t task, int32_t thread);
+void    ssmi_parallel_for(ssm_context * ctx, int64_t ntasks, ssmi_task_fn fn, void * arg);
+int32_t ssmi_num_threads(const ssm_context * ctx);
+
+ssmi_threadpool * ssmi_threadpool_create(int32_t num_threads);
+void              ssmi_threadpool_free(ssmi_threadpool * pool);
+
+/* ---- CPU features -------------------------------------------------------------------- */
+uint32_t ssmi_cpu_features(void); /* cached, thread-safe */
+ssm_isa  ssmi_best_isa(uint32_t features);
+ssm_isa  ssmi_context_isa(const ssm_context * ctx); /* ctx NULL: env override or best */
+
+/* ---- tensors ------------------------------------------------------------------------- */
+static inline int ssmi_present(const ssm_tensor * t) { return t != NULL && t->data != NULL; }
+static inline int ssmi_is_float(int32_t dtype) {
+    return dtype == SSM_DTYPE_F32 || dtype == SSM_DTYPE_F16 || dtype == SSM_DTYPE_BF16 || dtype == SSM_DTYPE_F64;
+}
+static inline int ssmi_is_int(int32_t dtype) { return dtype == SSM_DTYPE_I32 || dtype == SSM_DTYPE_I64; }
+
+#define SSMI_FLOAT_DTYPES ((1u << SSM_DTYPE_F32) | (1u << SSM_DTYPE_F16) | (1u << SSM_DTYPE_BF16) | (1u << SSM_DTYPE_F64))
+#define SSMI_INDEX_DTYPES ((1u << SSM_DTYPE_I32) | (1u << SSM_DTYPE_I64))
+
+/* Element offset of index idx[0..ndim). */
+static inline int64_t ssmi_offset(const ssm_tensor * t, const int64_t * idx) {
+    int64_t off = 0;
+    for (int32_t i = 0; i < t->ndim; ++i) off += idx[i] * t->strides[i];
+    return off;
+}
+/* Offsets for the common ranks, index by index. */
+static inline int64_t ssmi_off1(const ssm_tensor * t, int64_t i0) { return i0 * t->strides[0]; }
+static inline int64_t ssmi_off2(const ssm_tensor * t, int64_t i0, int64_t i1) {
+    return i0 * t->strides[0] + i1 * t->strides[1];
+}
+static inline int64_t ssmi_off3(const ssm_tensor * t, int64_t i0, int64_t i1, int64_t i2) {
+    return i0 * t->strides[0] + i1 * t->strides[1] + i2 * t->strides[2];
+}
+static inline int64_t ssmi_off4(const ssm_tensor * t, int64_t i0, int64_t i1, int64_t i2, int64_t i3) {
+    return i0 * t->strides[0] + i1 * t->strides[1] + i2 * t->strides[2] + i3 * t->strides[3];
+}
+static inline int64_t ssmi_off5(const ssm_tensor * t, int64_t i0, int64_t i1, int64_t i2, int64_t i3, int64_t i4) {
+    return i0 * t->strides[0] + i1 * t->strides[1] + i2 * t->strides[2] + i3 * t->strides[3] + i4 * t->strides[4];
+}
+
+/* Scalar conversions (bit exact, round to nearest even). */
+float    ssmi_f16_to_f32(uint16_t h);
+uint16_t ssmi_f32_to_f16(float f);
+float    ssmi_bf16_to_f32(uint16_t h);
+uint16_t ssmi_f32_to_bf16(float f);
+
+/* Element `off` (in elements from t->data) of any float or int dtype, as double. */
+double ssmi_get_f64(const ssm_tensor * t, int64_t off);
+/* Element `off` of any dtype as float (f64 is rounded to f32). */
+float  ssmi_get_f32(const ssm_tensor * t, int64_t off);
+/* Integer element (i32/i64 only). */
+int64_t ssmi_get_i64(const ssm_tensor * t, int64_t off);
+/* Stores v rounded to t's dtype (f64 → f32 → f16/bf16 is double rounding; use
+ * ssmi_set_f64 from the reference, which rounds f64 directly to f16/bf16). */
+void   ssmi_set_f32(const ssm_tensor * t, int64_t off, float v);
+void   ssmi_set_f64(const ssm_tensor * t, int64_t off, double v);
+
+/* n elements starting at element `off`, `stride` apart, converted to fp32 / from fp32. */
+void ssmi_load_f32(float * dst, const void * base, int32_t dtype, int64_t off, int64_t stride, int64_t n);
+void ssmi_store_f32(void * base, int32_t dtype, int64_t off, int64_t stride, const float * src, int64_t n);
+
+/* ---- argument checks (used by ops/, before any write) -------------------------------- */
+/* Checks that t is present (unless optional and absent), on the CPU, has `ndim` dims,
+ * dtype in dtype_mask (bit per ssm_dtype), each shape[i] equal to want[i] (want[i] < 0 =
+ * any non-negative value), and that its extent fits in int64 and size_t.
+ * `op` and `name` go into the message. Returns OK for an absent optional tensor. */
+ssm_status ssmi_check_tensor(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
+                             int optional, int32_t ndim, const int64_t * want, uint32_t dtype_mask);
+/* Outputs: like ssmi_check_tensor, and no stride may be 0 or let two indices alias
+ * (checked as: strides sorted by size each exceed the extent of the smaller ones). */
+ssm_status ssmi_check_output(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
+                             int optional, int32_t ndim, const int64_t * want, uint32_t dtype_mask);
+/* INVALID_LAYOUT if the byte ranges [min, max] of out and in intersect. */
+ssm_status ssmi_check_no_overlap(ssm_context * ctx, const char * op, const char * out_name, const ssm_tensor * out,
+                                 const char * in_name, const ssm_tensor * in);
+/* Number of elements (product of shape); 0 if any dim is 0. Assumes checked. */
+int64_t    ssmi_numel(const ssm_tensor * t);
+
+/* ---- Mamba-2 problem description (filled by ops/mamba2.c after validation) ---------- */
+typedef struct ssmi_mamba2_dims {
+    int64_t batch;   /* batch rows                                            */
+    int64_t seqlen;  /* S                                                     */
+    int64_t nheads;  /* H                                                     */
+    int64_t headdim; /* P                                                     */
+    int64_t dstate;  /* N                                                     */
+    int64_t ngroups; /* G                                                     */
+    int64_t chunk;   /* Q                                                     */
+    int64_t nchunks; /* NC = ceil(S / Q) (or the tensors' NC where given)     */
+    int64_t nseq;    /* number of sequences with cu_seqlens, else 0           */
+} ssmi_mamba2_dims;
+
+#endif /* SSMI_H */
