@@ -1,0 +1,35 @@
+/* Kernel tables of the Mamba-2 CPU backend, and the standalone ops' scratch. */
+#include "cpu_common.h"
+
+static const ssmi_cpu_kernels scalar_kernels = {
+    "scalar",
+    ssmi_f32_gemm_ukernel__scalar,
+    ssmi_f32_vexp__scalar,
+    ssmi_f32_decay_rows__scalar,
+    ssmi_f32_silu_gate__scalar,
+    ssmi_load_row__scalar,
+    ssmi_store_row__scalar,
+};
+
+static const ssmi_cpu_kernels avx2_kernels = {
+    "avx2",
+    ssmi_f32_gemm_ukernel__avx2_6x16,
+    ssmi_f32_vexp__avx2,
+    ssmi_f32_decay_rows__avx2,
+    ssmi_f32_silu_gate__avx2,
+    ssmi_load_row__avx2,
+    ssmi_store_row__avx2,
+};
+
+const ssmi_cpu_kernels * ssmi_cpu_kernels_for(const ssm_context * ctx) {
+    /* ssmi_context_isa never returns an ISA the host lacks (context creation refuses it). */
+    return ssmi_context_isa(ctx) == SSM_ISA_AVX2 ? &avx2_kernels : &scalar_kernels;
+}
+
+float * ssmi_cpu_thread_scratch(ssm_context * ctx, const char * op, int64_t floats_per_thread) {
+    const int64_t threads = ssmi_num_threads(ctx);
+    const size_t  bytes   = (size_t) threads * (size_t) ssmi_cpu_lines(floats_per_thread) * sizeof(float);
+    float *       p       = (float *) ssmi_alloc(ctx, bytes > 0 ? bytes : SSMI_ALIGN);
+    if (p == NULL) ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: could not allocate %zu bytes of scratch", op, bytes);
+    return p;
+}

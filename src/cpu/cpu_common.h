@@ -1,0 +1,49 @@
+/*
+ * cpu_common.h — what the Mamba-2 CPU drivers share: the kernel table chosen by the
+ * context ISA, dt processing, index reads and per-thread scratch carving.
+ */
+#ifndef SSMI_CPU_COMMON_H
+#define SSMI_CPU_COMMON_H
+
+#include <math.h>
+
+#include "../core/ssmi.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/vec/vec.h"
+
+/* One table per ISA: scalar entries first, overridden by the best the context allows. */
+typedef struct ssmi_cpu_kernels {
+    const char *           name;
+    ssmi_f32_gemm_fn       gemm;
+    ssmi_f32_vexp_fn       vexp;
+    ssmi_f32_decay_rows_fn decay_rows;
+    ssmi_f32_silu_gate_fn  silu_gate;
+    ssmi_load_row_fn       load_row;
+    ssmi_store_row_fn      store_row;
+} ssmi_cpu_kernels;
+
+const ssmi_cpu_kernels * ssmi_cpu_kernels_for(const ssm_context * ctx);
+
+/* Spec §2.1: softplus only for v ≤ 20 (log1p(exp(v))), then the clamp, always. Written
+ * with comparisons so a NaN stays NaN. */
+static inline float ssmi_cpu_process_dt(float v, int softplus, float lo, float hi) {
+    if (softplus && v <= 20.0f) v = log1pf(expf(v));
+    if (v < lo) v = lo;
+    if (v > hi) v = hi;
+    return v;
+}
+
+/* seq_idx[b, t] (I32 or I64). */
+static inline int64_t ssmi_cpu_seq_at(const ssm_tensor * seq_idx, int64_t b, int64_t t) {
+    return ssmi_get_i64(seq_idx, ssmi_off2(seq_idx, b, t));
+}
+
+/* Floats rounded up to a whole cache line, so every carved buffer stays 64-byte aligned. */
+static inline int64_t ssmi_cpu_lines(int64_t floats) { return (floats + 15) & ~(int64_t) 15; }
+
+/* Per-thread scratch for the standalone ops (which take no workspace): one block of
+ * `floats_per_thread` floats per context thread from the context allocator. NULL with an
+ * OUT_OF_MEMORY error set on failure. */
+float * ssmi_cpu_thread_scratch(ssm_context * ctx, const char * op, int64_t floats_per_thread);
+
+#endif

@@ -1,0 +1,515 @@
+/*
+ * mamba2.c — public entry points of the Mamba-2 (SSD) forward operators.
+ *
+ * Every entry point does the same three things, in this order:
+ *   1. validate params and every tensor (shapes follow spec mamba2_ssd.md §2 from the
+ *      tensors that define each dimension), index-tensor values and output aliasing;
+ *   2. fill ssmi_mamba2_dims;
+ *   3. dispatch to the backend chosen by the context (REF, CPU; CUDA is not built).
+ * Nothing is written before step 3, so a failed call leaves every output untouched.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <string.h>
+
+#include "../core/ssmi.h"
+#include "../cpu/ssmi_cpu.h"
+#include "../ref/ssmi_ref.h"
+
+#define M2_MAX_CHUNK 1024
+
+void ssm_mamba2_params_init(ssm_mamba2_params * params) {
+    if (params == NULL) return;
+    memset(params, 0, sizeof *params);
+    params->size = sizeof *params;
+    params->chunk_size = 256;
+    params->dt_softplus = 0;
+    params->dt_limit_lo = 0.0f;
+    params->dt_limit_hi = INFINITY;
+}
+
+/* ---- small helpers ------------------------------------------------------------------ */
+
+static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* A name and a tensor, for the pairwise overlap checks. */
+typedef struct m2_named {
+    const char *       name;
+    const ssm_tensor * t;
+} m2_named;
+
+/* Every present output must be disjoint from every present input and from every other
+ * output: the backends read inputs while writing outputs. */
+static ssm_status check_disjoint(ssm_context * ctx, const char * op, const m2_named * outs, int nout,
+                                 const m2_named * ins, int nin) {
+    for (int o = 0; o < nout; ++o) {
+        if (!ssmi_present(outs[o].t)) continue;
+        for (int i = 0; i < nin; ++i) {
+            if (!ssmi_present(ins[i].t)) continue;
+            SSM_FORWARD_IF_ERROR(ssmi_check_no_overlap(ctx, op, outs[o].name, outs[o].t, ins[i].name, ins[i].t));
+        }
+        for (int k = o + 1; k < nout; ++k) {
+            if (!ssmi_present(outs[k].t)) continue;
+            SSM_FORWARD_IF_ERROR(ssmi_check_no_overlap(ctx, op, outs[o].name, outs[o].t, outs[k].name, outs[k].t));
+        }
+    }
+    return SSM_STATUS_OK;
+}
+
+static ssm_status check_params(ssm_context * ctx, const char * op, const ssm_mamba2_params * p, const void * args) {
+    SSM_RETURN_IF(p == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: params is NULL", op);
+    SSM_RETURN_IF(p->size < sizeof(ssm_mamba2_params), ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: params->size=%zu is smaller than sizeof(ssm_mamba2_params)=%zu (call ssm_mamba2_params_init)",
+                  op, p->size, sizeof(ssm_mamba2_params));
+    SSM_RETURN_IF(p->chunk_size < 1 || p->chunk_size > M2_MAX_CHUNK, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: params->chunk_size=%lld is outside [1, %d]", op, (long long)p->chunk_size, M2_MAX_CHUNK);
+    SSM_RETURN_IF(isnan(p->dt_limit_lo) || isnan(p->dt_limit_hi), ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: params->dt_limit (%g, %g) contains NaN", op, (double)p->dt_limit_lo, (double)p->dt_limit_hi);
+    SSM_RETURN_IF(p->dt_limit_lo > p->dt_limit_hi, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: params->dt_limit_lo=%g is greater than dt_limit_hi=%g", op, (double)p->dt_limit_lo,
+                  (double)p->dt_limit_hi);
+    SSM_RETURN_IF(args == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: args is NULL", op);
+    return SSM_STATUS_OK;
+}
+
+static ssm_status check_in(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t, int optional,
+                           int32_t ndim, const int64_t * want, uint32_t mask) {
+    return ssmi_check_tensor(ctx, op, name, t, optional, ndim, want, mask);
+}
+
+static ssm_status check_out(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t, int optional,
+                            int32_t ndim, const int64_t * want) {
+    return ssmi_check_output(ctx, op, name, t, optional, ndim, want, SSMI_FLOAT_DTYPES);
+}
+
+/* x-like tensor (batch, S, H, P) that defines those four dims. */
+static ssm_status take_x_dims(ssm_context * ctx, const char * op, const ssm_tensor * x, ssmi_mamba2_dims * d) {
+    static const int64_t any4[4] = {-1, -1, -1, -1};
+    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "x", x, 0, 4, any4, SSMI_FLOAT_DTYPES));
+    d->batch = x->shape[0];
+    d->seqlen = x->shape[1];
+    d->nheads = x->shape[2];
+    d->headdim = x->shape[3];
+    return SSM_STATUS_OK;
+}
+
+/* A (batch, S, G, N) tensor named `name` that defines G and N; H % G must be 0. */
+static ssm_status take_group_dims(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
+                                  ssmi_mamba2_dims * d) {
+    const int64_t want[4] = {d->batch, d->seqlen, -1, -1};
+    SSM_FORWARD_IF_ERROR(check_in(ctx, op, name, t, 0, 4, want, SSMI_FLOAT_DTYPES));
+    d->ngroups = t->shape[2];
+    d->dstate = t->shape[3];
+    SSM_RETURN_IF(d->ngroups < 1, ctx, SSM_STATUS_INVALID_SHAPE, "%s: %s.shape[2]=%lld (ngroups) must be at least 1",
+                  op, name, (long long)d->ngroups);
+    SSM_RETURN_IF(d->nheads % d->ngroups != 0, ctx, SSM_STATUS_INVALID_SHAPE,
+                  "%s: x.shape[2]=%lld is not a multiple of %s.shape[2]=%lld", op, (long long)d->nheads, name,
+                  (long long)d->ngroups);
+    return SSM_STATUS_OK;
+}
+
+/* The Mamba-2 x/b/c/z family: x (batch,S,H,P) defines batch/S/H/P, b defines G/N, c and the
+ * optional z must match. Pass NULL for a tensor the op does not take. */
+static ssm_status check_xbcz(ssm_context * ctx, const char * op, const ssm_tensor * x, const ssm_tensor * b,
+                             const ssm_tensor * c, const ssm_tensor * z, ssmi_mamba2_dims * d) {
+    SSM_FORWARD_IF_ERROR(take_x_dims(ctx, op, x, d));
+    if (b != NULL) {
+        SSM_FORWARD_IF_ERROR(take_group_dims(ctx, op, "b", b, d));
+        if (c != NULL) {
+            const int64_t wc[4] = {d->batch, d->seqlen, d->ngroups, d->dstate};
+            SSM_FORWARD_IF_ERROR(check_in(ctx, op, "c", c, 0, 4, wc, SSMI_FLOAT_DTYPES));
+        }
+    } else if (c != NULL) {
+        SSM_FORWARD_IF_ERROR(take_group_dims(ctx, op, "c", c, d));
+    }
+    if (z != NULL) {
+        const int64_t wz[4] = {d->batch, d->seqlen, d->nheads, d->headdim};
+        SSM_FORWARD_IF_ERROR(check_in(ctx, op, "z", z, 1, 4, wz, SSMI_FLOAT_DTYPES));
+    }
+    return SSM_STATUS_OK;
+}
+
+/* D is (H) or (H, P). */
+static ssm_status check_d(ssm_context * ctx, const char * op, const ssm_tensor * dten, const ssmi_mamba2_dims * d) {
+    if (!ssmi_present(dten)) return SSM_STATUS_OK;
+    SSM_RETURN_IF(dten->ndim != 1 && dten->ndim != 2, ctx, SSM_STATUS_INVALID_SHAPE,
+                  "%s: d has %d dims; it must be (H) or (H, P)", op, (int)dten->ndim);
+    const int64_t want[2] = {d->nheads, d->headdim};
+    return check_in(ctx, op, "d", dten, 1, dten->ndim, want, SSMI_FLOAT_DTYPES);
+}
+
+/* Processed-dt-like tensor (batch, H, NC, Q): Q must be params->chunk_size and NC must be
+ * ceil(S/Q). Sets d->chunk and d->nchunks. */
+static ssm_status check_chunked_dt(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
+                                   const ssm_mamba2_params * p, ssmi_mamba2_dims * d) {
+    const int64_t want[4] = {d->batch, d->nheads, -1, -1};
+    SSM_FORWARD_IF_ERROR(check_in(ctx, op, name, t, 0, 4, want, SSMI_FLOAT_DTYPES));
+    SSM_RETURN_IF(t->shape[3] != p->chunk_size, ctx, SSM_STATUS_INVALID_SHAPE,
+                  "%s: %s.shape[3]=%lld differs from params->chunk_size=%lld", op, name, (long long)t->shape[3],
+                  (long long)p->chunk_size);
+    d->chunk = p->chunk_size;
+    d->nchunks = ceil_div(d->seqlen, d->chunk);
+    SSM_RETURN_IF(t->shape[2] != d->nchunks, ctx, SSM_STATUS_INVALID_SHAPE,
+                  "%s: %s.shape[2]=%lld must be ceil(S/Q)=%lld for S=%lld, Q=%lld", op, name, (long long)t->shape[2],
+                  (long long)d->nchunks, (long long)d->seqlen, (long long)d->chunk);
+    return SSM_STATUS_OK;
+}
+
+/* seq_idx (batch, S), integer, values >= 0 and non-decreasing along S. */
+static ssm_status check_seq_idx(ssm_context * ctx, const char * op, const ssm_tensor * s, const ssmi_mamba2_dims * d) {
+    const int64_t want[2] = {d->batch, d->seqlen};
+    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "seq_idx", s, 1, 2, want, SSMI_INDEX_DTYPES));
+    if (!ssmi_present(s)) return SSM_STATUS_OK;
+    for (int64_t b = 0; b < d->batch; ++b) {
+        int64_t prev = 0;
+        for (int64_t t = 0; t < d->seqlen; ++t) {
+            const int64_t v = ssmi_get_i64(s, ssmi_off2(s, b, t));
+            SSM_RETURN_IF(v < 0, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: seq_idx[%lld,%lld]=%lld is negative", op,
+                          (long long)b, (long long)t, (long long)v);
+            SSM_RETURN_IF(t > 0 && v < prev, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                          "%s: seq_idx[%lld,%lld]=%lld is smaller than seq_idx[%lld,%lld]=%lld; ids must be "
+                          "non-decreasing along S",
+                          op, (long long)b, (long long)t, (long long)v, (long long)b, (long long)(t - 1),
+                          (long long)prev);
+            prev = v;
+        }
+    }
+    return SSM_STATUS_OK;
+}
+
+/* cu_seqlens (nseq+1): cu[0] = 0, non-decreasing, cu[nseq] = S; batch 1; no seq_idx.
+ * Sets d->nseq (0 when absent). */
+static ssm_status check_cu_seqlens(ssm_context * ctx, const char * op, const ssm_tensor * cu,
+                                   const ssm_tensor * seq_idx, ssmi_mamba2_dims * d) {
+    static const int64_t any1[1] = {-1};
+    d->nseq = 0;
+    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "cu_seqlens", cu, 1, 1, any1, SSMI_INDEX_DTYPES));
+    if (!ssmi_present(cu)) return SSM_STATUS_OK;
+    const int64_t len = cu->shape[0];
+    SSM_RETURN_IF(len < 2, ctx, SSM_STATUS_INVALID_SHAPE,
+                  "%s: cu_seqlens.shape[0]=%lld must be at least 2 (nseq + 1 with nseq >= 1)", op, (long long)len);
+    SSM_RETURN_IF(ssmi_present(seq_idx), ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: cu_seqlens and seq_idx were both given; pass only one of them", op);
+    SSM_RETURN_IF(d->batch != 1, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: x.shape[0]=%lld must be 1 when cu_seqlens is given", op, (long long)d->batch);
+    const int64_t first = ssmi_get_i64(cu, 0);
+    SSM_RETURN_IF(first != 0, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: cu_seqlens[0]=%lld must be 0", op,
+                  (long long)first);
+    int64_t prev = first;
+    for (int64_t s = 1; s < len; ++s) {
+        const int64_t v = ssmi_get_i64(cu, ssmi_off1(cu, s));
+        SSM_RETURN_IF(v < prev, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                      "%s: cu_seqlens[%lld]=%lld is smaller than cu_seqlens[%lld]=%lld; it must be non-decreasing", op,
+                      (long long)s, (long long)v, (long long)(s - 1), (long long)prev);
+        prev = v;
+    }
+    SSM_RETURN_IF(prev != d->seqlen, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: cu_seqlens[%lld]=%lld must equal S=%lld",
+                  op, (long long)(len - 1), (long long)prev, (long long)d->seqlen);
+    d->nseq = len - 1;
+    return SSM_STATUS_OK;
+}
+
+/* REF or CPU for this context; CUDA is not built. */
+typedef enum m2_backend { M2_BACKEND_REF, M2_BACKEND_CPU } m2_backend;
+
+static ssm_status pick_backend(ssm_context * ctx, const char * op, m2_backend * out) {
+    const ssm_backend b = ctx == NULL ? SSM_BACKEND_AUTO : ctx->backend;
+    switch (b) {
+        case SSM_BACKEND_REF: *out = M2_BACKEND_REF; return SSM_STATUS_OK;
+        case SSM_BACKEND_AUTO:
+        case SSM_BACKEND_CPU: *out = M2_BACKEND_CPU; return SSM_STATUS_OK;
+        case SSM_BACKEND_CUDA: return ssmi_error(ctx, SSM_STATUS_UNSUPPORTED, "%s: the CUDA backend is not built", op);
+        default: return ssmi_error(ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: context backend %d is unknown", op, (int)b);
+    }
+}
+
+/* ---- chunk_cumsum -------------------------------------------------------------------- */
+
+static ssm_status validate_chunk_cumsum(ssm_context * ctx, const ssm_mamba2_params * p,
+                                        const ssm_mamba2_chunk_cumsum_args * a, ssmi_mamba2_dims * d) {
+    static const char    op[] = "mamba2_chunk_cumsum";
+    static const int64_t any3[3] = {-1, -1, -1};
+    SSM_FORWARD_IF_ERROR(check_params(ctx, op, p, a));
+    memset(d, 0, sizeof *d);
+    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "dt", &a->dt, 0, 3, any3, SSMI_FLOAT_DTYPES));
+    d->batch = a->dt.shape[0];
+    d->seqlen = a->dt.shape[1];
+    d->nheads = a->dt.shape[2];
+    d->ngroups = 1;
+    d->chunk = p->chunk_size;
+    d->nchunks = ceil_div(d->seqlen, d->chunk);
+    const int64_t wh[1] = {d->nheads};
+    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "a", &a->a, 0, 1, wh, SSMI_FLOAT_DTYPES));
+    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "dt_bias", &a->dt_bias, 1, 1, wh, SSMI_FLOAT_DTYPES));
+    const int64_t wo[4] = {d->batch, d->nheads, d->nchunks, d->chunk};
+    SSM_FORWARD_IF_ERROR(check_out(ctx, op, "dt_out", &a->dt_out, 0, 4, wo));
+    SSM_FORWARD_IF_ERROR(check_out(ctx, op, "da_cumsum", &a->da_cumsum, 0, 4, wo));
+    const m2_named ins[] = {{"dt", &a->dt}, {"a", &a->a}, {"dt_bias", &a->dt_bias}};
+    const m2_named outs[] = {{"dt_out", &a->dt_out}, {"da_cumsum", &a->da_cumsum}};
+    return check_disjoint(ctx, op, outs, 2, ins, 3);
+}
+
+ssm_status ssm_mamba2_chunk_cumsum(ssm_context * ctx, const ssm_mamba2_params * params,
+                                   const ssm_mamba2_chunk_cumsum_args * args) {
+    ssmi_clear_error(ctx);
+    ssmi_mamba2_dims d;
+    m2_backend       be = M2_BACKEND_CPU;
+    SSM_FORWARD_IF_ERROR(validate_chunk_cumsum(ctx, params, args, &d));
+    SSM_FORWARD_IF_ERROR(pick_backend(ctx, "mamba2_chunk_cumsum", &be));
+    return be == M2_BACKEND_REF ? ssmi_ref_mamba2_chunk_cumsum(ctx, params, &d, args)
+                                : ssmi_cpu_mamba2_chunk_cumsum(ctx, params, &d, args);
+}
+
+/* ---- chunk_state --------------------------------------------------------------------- */
+
+static ssm_status validate_chunk_state(ssm_context * ctx, const ssm_mamba2_params * p,
+                                       const ssm_mamba2_chunk_state_args * a, ssmi_mamba2_dims * d) {
+    static const char op[] = "mamba2_chunk_state";
+    SSM_FORWARD_IF_ERROR(check_params(ctx, op, p, a));
+    memset(d, 0, sizeof *d);
+    SSM_FORWARD_IF_ERROR(check_xbcz(ctx, op, &a->x, &a->b, NULL, NULL, d));
+    SSM_FORWARD_IF_ERROR(check_chunked_dt(ctx, op, "dt", &a->dt, p, d));
+    const int64_t wdt[4] = {d->batch, d->nheads, d->nchunks, d->chunk};
+    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "da_cumsum", &a->da_cumsum, 0, 4, wdt, SSMI_FLOAT_DTYPES));
+    SSM_FORWARD_IF_ERROR(check_seq_idx(ctx, op, &a->seq_idx, d));
+    const int64_t ws[5] = {d->batch, d->nchunks, d->nheads, d->headdim, d->dstate};
+    SSM_FORWARD_IF_ERROR(check_out(ctx, op, "states", &a->states, 0, 5, ws));
+    const m2_named ins[] = {
+        {"b", &a->b}, {"x", &a->x}, {"dt", &a->dt}, {"da_cumsum", &a->da_cumsum}, {"seq_idx", &a->seq_idx}};
+    const m2_named outs[] = {{"states", &a->states}};
+    return check_disjoint(ctx, op, outs, 1, ins, 5);
+}
+
+ssm_status ssm_mamba2_chunk_state(ssm_context * ctx, const ssm_mamba2_params * params,
+                                  const ssm_mamba2_chunk_state_args * args) {
+    ssmi_clear_error(ctx);
+    ssmi_mamba2_dims d;
+    m2_backend       be = M2_BACKEND_CPU;
+    SSM_FORWARD_IF_ERROR(validate_chunk_state(ctx, params, args, &d));
+    SSM_FORWARD_IF_ERROR(pick_backend(ctx, "mamba2_chunk_state", &be));
+    return be == M2_BACKEND_REF ? ssmi_ref_mamba2_chunk_state(ctx, params, &d, args)
+                                : ssmi_cpu_mamba2_chunk_state(ctx, params, &d, args);
+}
+
+/* ---- state_passing ------------------------------------------------------------------- */
+
+static ssm_status validate_state_passing(ssm_context * ctx, const ssm_mamba2_params * p,
+                                         const ssm_mamba2_state_passing_args * a, ssmi_mamba2_dims * d) {
+    static const char    op[] = "mamba2_state_passing";
+    static const int64_t any5[5] = {-1, -1, -1, -1, -1};
+    SSM_FORWARD_IF_ERROR(check_params(ctx, op, p, a));
+    memset(d, 0, sizeof *d);
+    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "states", &a->states, 0, 5, any5, SSMI_FLOAT_DTYPES));
+    d->batch = a->states.shape[0];
+    d->nchunks = a->states.shape[1];
+    d->nheads = a->states.shape[2];
+    d->headdim = a->states.shape[3];
+    d->dstate = a->states.shape[4];
+    d->ngroups = 1; /* no B/C here */
+    d->chunk = p->chunk_size;
+    const int64_t wda[3] = {d->batch, d->nheads, d->nchunks};
+    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "da_chunk_cumsum", &a->da_chunk_cumsum, 0, 3, wda, SSMI_FLOAT_DTYPES));
+    const int64_t wst[4] = {d->batch, d->nheads, d->headdim, d->dstate};
+    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "initial_states", &a->initial_states, 1, 4, wst, SSMI_FLOAT_DTYPES));
+    /* S comes from seq_idx when given (it must cover exactly NC chunks), else NC·Q. */
+    d->seqlen = d->nchunks * d->chunk;
+    if (ssmi_present(&a->seq_idx)) {
+        static const int64_t any2[2] = {-1, -1};
+        SSM_FORWARD_IF_ERROR(check_in(ctx, op, "seq_idx", &a->seq_idx, 0, 2, any2, SSMI_INDEX_DTYPES));
+        SSM_RETURN_IF(a->seq_idx.shape[0] != d->batch, ctx, SSM_STATUS_INVALID_SHAPE,
+                      "%s: seq_idx.shape[0]=%lld differs from states.shape[0]=%lld", op, (long long)a->seq_idx.shape[0],
+                      (long long)d->batch);
+        const int64_t s = a->seq_idx.shape[1];
+        SSM_RETURN_IF(ceil_div(s, d->chunk) != d->nchunks, ctx, SSM_STATUS_INVALID_SHAPE,
+                      "%s: seq_idx.shape[1]=%lld needs ceil(S/Q)=%lld chunks but states.shape[1]=%lld (Q=%lld)", op,
+                      (long long)s, (long long)ceil_div(s, d->chunk), (long long)d->nchunks, (long long)d->chunk);
+        d->seqlen = s;
+        SSM_FORWARD_IF_ERROR(check_seq_idx(ctx, op, &a->seq_idx, d));
+    }
+    SSM_FORWARD_IF_ERROR(check_out(ctx, op, "states_in", &a->states_in, 0, 5, a->states.shape));
+    SSM_FORWARD_IF_ERROR(check_out(ctx, op, "final_states", &a->final_states, 1, 4, wst));
+    const m2_named ins[] = {{"states", &a->states},
+                            {"da_chunk_cumsum", &a->da_chunk_cumsum},
+                            {"initial_states", &a->initial_states},
+                            {"seq_idx", &a->seq_idx}};
+    const m2_named outs[] = {{"states_in", &a->states_in}, {"final_states", &a->final_states}};
+    return check_disjoint(ctx, op, outs, 2, ins, 4);
+}
+
+ssm_status ssm_mamba2_state_passing(ssm_context * ctx, const ssm_mamba2_params * params,
+                                    const ssm_mamba2_state_passing_args * args) {
+    ssmi_clear_error(ctx);
+    ssmi_mamba2_dims d;
+    m2_backend       be = M2_BACKEND_CPU;
+    SSM_FORWARD_IF_ERROR(validate_state_passing(ctx, params, args, &d));
+    SSM_FORWARD_IF_ERROR(pick_backend(ctx, "mamba2_state_passing", &be));
+    return be == M2_BACKEND_REF ? ssmi_ref_mamba2_state_passing(ctx, params, &d, args)
+                                : ssmi_cpu_mamba2_state_passing(ctx, params, &d, args);
+}
+
+/* ---- bmm ----------------------------------------------------------------------------- */
+
+static ssm_status validate_bmm(ssm_context * ctx, const ssm_mamba2_params * p, const ssm_mamba2_bmm_args * a,
+                               ssmi_mamba2_dims * d) {
+    static const char    op[] = "mamba2_bmm";
+    static const int64_t any4[4] = {-1, -1, -1, -1};
+    SSM_FORWARD_IF_ERROR(check_params(ctx, op, p, a));
+    memset(d, 0, sizeof *d);
+    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "c", &a->c, 0, 4, any4, SSMI_FLOAT_DTYPES));
+    d->batch = a->c.shape[0];
+    d->seqlen = a->c.shape[1];
+    d->ngroups = a->c.shape[2];
+    d->dstate = a->c.shape[3];
+    d->nheads = d->ngroups; /* no heads here; one per group keeps H/G well defined */
+    d->chunk = p->chunk_size;
+    d->nchunks = ceil_div(d->seqlen, d->chunk);
+    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "b", &a->b, 0, 4, a->c.shape, SSMI_FLOAT_DTYPES));
+    SSM_FORWARD_IF_ERROR(check_seq_idx(ctx, op, &a->seq_idx, d));
+    const int64_t wcb[5] = {d->batch, d->nchunks, d->ngroups, d->chunk, d->chunk};
+    SSM_FORWARD_IF_ERROR(check_out(ctx, op, "cb", &a->cb, 0, 5, wcb));
+    const m2_named ins[] = {{"c", &a->c}, {"b", &a->b}, {"seq_idx", &a->seq_idx}};
+    const m2_named outs[] = {{"cb", &a->cb}};
+    return check_disjoint(ctx, op, outs, 1, ins, 3);
+}
+
+ssm_status ssm_mamba2_bmm(ssm_context * ctx, const ssm_mamba2_params * params, const ssm_mamba2_bmm_args * args) {
+    ssmi_clear_error(ctx);
+    ssmi_mamba2_dims d;
+    m2_backend       be = M2_BACKEND_CPU;
+    SSM_FORWARD_IF_ERROR(validate_bmm(ctx, params, args, &d));
+    SSM_FORWARD_IF_ERROR(pick_backend(ctx, "mamba2_bmm", &be));
+    return be == M2_BACKEND_REF ? ssmi_ref_mamba2_bmm(ctx, params, &d, args)
+                                : ssmi_cpu_mamba2_bmm(ctx, params, &d, args);
+}
+
+/* ---- chunk_scan ---------------------------------------------------------------------- */
+
+static ssm_status validate_chunk_scan(ssm_context * ctx, const ssm_mamba2_params * p,
+                                      const ssm_mamba2_chunk_scan_args * a, ssmi_mamba2_dims * d) {
+    static const char op[] = "mamba2_chunk_scan";
+    SSM_FORWARD_IF_ERROR(check_params(ctx, op, p, a));
+    memset(d, 0, sizeof *d);
+    SSM_FORWARD_IF_ERROR(check_xbcz(ctx, op, &a->x, NULL, &a->c, &a->z, d));
+    SSM_FORWARD_IF_ERROR(check_chunked_dt(ctx, op, "dt", &a->dt, p, d));
+    const int64_t wdt[4] = {d->batch, d->nheads, d->nchunks, d->chunk};
+    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "da_cumsum", &a->da_cumsum, 0, 4, wdt, SSMI_FLOAT_DTYPES));
+    const int64_t wcb[5] = {d->batch, d->nchunks, d->ngroups, d->chunk, d->chunk};
+    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "cb", &a->cb, 0, 5, wcb, SSMI_FLOAT_DTYPES));
+    const int64_t wst[5] = {d->batch, d->nchunks, d->nheads, d->headdim, d->dstate};
+    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "states_in", &a->states_in, 0, 5, wst, SSMI_FLOAT_DTYPES));
+    SSM_FORWARD_IF_ERROR(check_d(ctx, op, &a->d, d));
+    SSM_FORWARD_IF_ERROR(check_seq_idx(ctx, op, &a->seq_idx, d));
+    SSM_RETURN_IF(ssmi_present(&a->out_x) && !ssmi_present(&a->z), ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: out_x was requested without z; it is the pre-gate output and needs z", op);
+    const int64_t wx[4] = {d->batch, d->seqlen, d->nheads, d->headdim};
+    SSM_FORWARD_IF_ERROR(check_out(ctx, op, "out", &a->out, 0, 4, wx));
+    SSM_FORWARD_IF_ERROR(check_out(ctx, op, "out_x", &a->out_x, 1, 4, wx));
+    const m2_named ins[] = {{"cb", &a->cb},
+                            {"x", &a->x},
+                            {"dt", &a->dt},
+                            {"da_cumsum", &a->da_cumsum},
+                            {"c", &a->c},
+                            {"states_in", &a->states_in},
+                            {"d", &a->d},
+                            {"z", &a->z},
+                            {"seq_idx", &a->seq_idx}};
+    const m2_named outs[] = {{"out", &a->out}, {"out_x", &a->out_x}};
+    return check_disjoint(ctx, op, outs, 2, ins, 9);
+}
+
+ssm_status ssm_mamba2_chunk_scan(ssm_context * ctx, const ssm_mamba2_params * params,
+                                 const ssm_mamba2_chunk_scan_args * args) {
+    ssmi_clear_error(ctx);
+    ssmi_mamba2_dims d;
+    m2_backend       be = M2_BACKEND_CPU;
+    SSM_FORWARD_IF_ERROR(validate_chunk_scan(ctx, params, args, &d));
+    SSM_FORWARD_IF_ERROR(pick_backend(ctx, "mamba2_chunk_scan", &be));
+    return be == M2_BACKEND_REF ? ssmi_ref_mamba2_chunk_scan(ctx, params, &d, args)
+                                : ssmi_cpu_mamba2_chunk_scan(ctx, params, &d, args);
+}
+
+/* ---- scan (combined forward) --------------------------------------------------------- */
+
+static ssm_status validate_scan(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
+                                const ssm_mamba2_scan_args * a, ssmi_mamba2_dims * d) {
+    SSM_FORWARD_IF_ERROR(check_params(ctx, op, p, a));
+    memset(d, 0, sizeof *d);
+    SSM_FORWARD_IF_ERROR(check_xbcz(ctx, op, &a->x, &a->b, &a->c, &a->z, d));
+    d->chunk = p->chunk_size;
+    d->nchunks = ceil_div(d->seqlen, d->chunk);
+    const int64_t wdt[3] = {d->batch, d->seqlen, d->nheads};
+    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "dt", &a->dt, 0, 3, wdt, SSMI_FLOAT_DTYPES));
+    const int64_t wh[1] = {d->nheads};
+    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "a", &a->a, 0, 1, wh, SSMI_FLOAT_DTYPES));
+    SSM_FORWARD_IF_ERROR(check_d(ctx, op, &a->d, d));
+    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "dt_bias", &a->dt_bias, 1, 1, wh, SSMI_FLOAT_DTYPES));
+    SSM_FORWARD_IF_ERROR(check_seq_idx(ctx, op, &a->seq_idx, d));
+    SSM_FORWARD_IF_ERROR(check_cu_seqlens(ctx, op, &a->cu_seqlens, &a->seq_idx, d));
+    /* States are per sequence with cu_seqlens, per batch row otherwise. */
+    const int64_t lead = d->nseq > 0 ? d->nseq : d->batch;
+    const int64_t wst[4] = {lead, d->nheads, d->headdim, d->dstate};
+    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "initial_states", &a->initial_states, 1, 4, wst, SSMI_FLOAT_DTYPES));
+    const int64_t wx[4] = {d->batch, d->seqlen, d->nheads, d->headdim};
+    SSM_FORWARD_IF_ERROR(check_out(ctx, op, "out", &a->out, 0, 4, wx));
+    SSM_FORWARD_IF_ERROR(check_out(ctx, op, "final_states", &a->final_states, 1, 4, wst));
+    const m2_named ins[] = {{"x", &a->x},
+                            {"dt", &a->dt},
+                            {"a", &a->a},
+                            {"b", &a->b},
+                            {"c", &a->c},
+                            {"d", &a->d},
+                            {"z", &a->z},
+                            {"dt_bias", &a->dt_bias},
+                            {"initial_states", &a->initial_states},
+                            {"seq_idx", &a->seq_idx},
+                            {"cu_seqlens", &a->cu_seqlens}};
+    const m2_named outs[] = {{"out", &a->out}, {"final_states", &a->final_states}};
+    return check_disjoint(ctx, op, outs, 2, ins, 11);
+}
+
+/* Workspace bytes the chosen backend needs (the reference allocates its own scratch). */
+static size_t scan_workspace_bytes(const ssm_context * ctx, m2_backend be, const ssm_mamba2_params * p,
+                                   const ssmi_mamba2_dims * d, const ssm_mamba2_scan_args * a) {
+    return be == M2_BACKEND_REF ? 0 : ssmi_cpu_mamba2_scan_workspace_size(ctx, p, d, a);
+}
+
+ssm_status ssm_mamba2_scan_workspace_size(ssm_context * ctx, const ssm_mamba2_params * params,
+                                          const ssm_mamba2_scan_args * args, size_t * bytes) {
+    static const char op[] = "mamba2_scan_workspace_size";
+    ssmi_clear_error(ctx);
+    SSM_RETURN_IF(bytes == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: bytes is NULL", op);
+    ssmi_mamba2_dims d;
+    m2_backend       be = M2_BACKEND_CPU;
+    SSM_FORWARD_IF_ERROR(validate_scan(ctx, op, params, args, &d));
+    SSM_FORWARD_IF_ERROR(pick_backend(ctx, op, &be));
+    *bytes = scan_workspace_bytes(ctx, be, params, &d, args);
+    return SSM_STATUS_OK;
+}
+
+ssm_status ssm_mamba2_scan(ssm_context * ctx, const ssm_mamba2_params * params, const ssm_mamba2_scan_args * args,
+                           void * workspace, size_t workspace_size) {
+    static const char op[] = "mamba2_scan";
+    ssmi_clear_error(ctx);
+    ssmi_mamba2_dims d;
+    m2_backend       be = M2_BACKEND_CPU;
+    SSM_FORWARD_IF_ERROR(validate_scan(ctx, op, params, args, &d));
+    SSM_FORWARD_IF_ERROR(pick_backend(ctx, op, &be));
+    const size_t need = scan_workspace_bytes(ctx, be, params, &d, args);
+    if (workspace != NULL) {
+        SSM_RETURN_IF(((uintptr_t)workspace % SSMI_ALIGN) != 0, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                      "%s: workspace %p is not %d-byte aligned", op, workspace, SSMI_ALIGN);
+        SSM_RETURN_IF(workspace_size < need, ctx, SSM_STATUS_WORKSPACE_TOO_SMALL,
+                      "%s: workspace_size=%zu is smaller than the %zu bytes needed (see "
+                      "ssm_mamba2_scan_workspace_size)",
+                      op, workspace_size, need);
+    }
+    /* The reference allocates its own float64 scratch and ignores the workspace. */
+    if (be == M2_BACKEND_REF) return ssmi_ref_mamba2_scan(ctx, params, &d, args);
+    if (workspace != NULL) return ssmi_cpu_mamba2_scan(ctx, params, &d, args, workspace);
+    void * ws = ssmi_alloc(ctx, need);
+    SSM_RETURN_IF(ws == NULL && need > 0, ctx, SSM_STATUS_OUT_OF_MEMORY,
+                  "%s: could not allocate %zu bytes of workspace", op, need);
+    const ssm_status st = ssmi_cpu_mamba2_scan(ctx, params, &d, args, ws);
+    ssmi_free(ctx, ws);
+    return st;
+}

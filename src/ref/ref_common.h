@@ -1,0 +1,63 @@
+/* ref_common.h — little helpers shared by the float64 reference files (src/ref/).
+ * Everything here is static inline: each reference file stays a self-contained transcription
+ * of its spec section. */
+#ifndef SSMI_REF_COMMON_H
+#define SSMI_REF_COMMON_H
+
+#include <math.h>
+
+#include "../core/ssmi.h"
+
+/* softplus with upstream's threshold: identity above 20 (spec §2.1, trap T5). */
+static inline double ssmi_ref_softplus_thresh(double v) { return v <= 20.0 ? log1p(exp(v)) : v; }
+
+static inline double ssmi_ref_silu(double v) { return v / (1.0 + exp(-v)); }
+
+/* Processed dt of spec §2.1: raw + bias, optional softplus, then the clamp that is ALWAYS
+ * applied (trap T4). NaN passes through the clamp so that it shows in the output. */
+static inline double ssmi_ref_process_dt(const ssm_mamba2_params * p, double raw, double bias) {
+    double v = raw + bias;
+    if (p->dt_softplus) v = ssmi_ref_softplus_thresh(v);
+    if (v < (double)p->dt_limit_lo) v = (double)p->dt_limit_lo;
+    if (v > (double)p->dt_limit_hi) v = (double)p->dt_limit_hi;
+    return v;
+}
+
+/* dt_bias[h] or 0 when absent. */
+static inline double ssmi_ref_bias(const ssm_tensor * dt_bias, int64_t h) {
+    return ssmi_present(dt_bias) ? ssmi_get_f64(dt_bias, ssmi_off1(dt_bias, h)) : 0.0;
+}
+
+/* D_h(p): D[h] for 1-D D, D[h][p] for 2-D, 0 when absent. */
+static inline double ssmi_ref_d(const ssm_tensor * d, int64_t h, int64_t p) {
+    if (!ssmi_present(d)) return 0.0;
+    return d->ndim == 2 ? ssmi_get_f64(d, ssmi_off2(d, h, p)) : ssmi_get_f64(d, ssmi_off1(d, h));
+}
+
+/* seq_idx[b, t] (only called when seq_idx is present). */
+static inline int64_t ssmi_ref_seq(const ssm_tensor * s, int64_t b, int64_t t) {
+    return ssmi_get_i64(s, ssmi_off2(s, b, t));
+}
+
+/* Valid positions of chunk c: min(Q, S - cQ). */
+static inline int64_t ssmi_ref_chunk_len(const ssmi_mamba2_dims * d, int64_t c) {
+    const int64_t rest = d->seqlen - c * d->chunk;
+    return rest < d->chunk ? rest : d->chunk;
+}
+
+/* The view of t restricted to indices [start, start+len) of dimension dim (same strides).
+ * An absent tensor stays absent. */
+static inline ssm_tensor ssmi_ref_slice(const ssm_tensor * t, int32_t dim, int64_t start, int64_t len) {
+    ssm_tensor v = *t;
+    if (!ssmi_present(t)) return v;
+    v.data = (char *)t->data + start * t->strides[dim] * (int64_t)ssm_dtype_size((ssm_dtype)t->dtype);
+    v.shape[dim] = len;
+    return v;
+}
+
+/* A contiguous row-major F64 view of `data`. */
+static inline ssm_tensor ssmi_ref_f64_view(double * data, int32_t ndim, const int64_t * shape) {
+    return ssm_tensor_make(data, SSM_DTYPE_F64, ndim, shape);
+}
+
+#endif /* SSMI_REF_COMMON_H */

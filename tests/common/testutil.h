@@ -1,0 +1,209 @@
+/*
+ * testutil.h — shared support for the ssmops tests (tests/common/testutil.c).
+ *
+ * What is here, and how to use it:
+ *
+ *  Checks      TEST_CHECK(cond, fmt, ...) counts a failure and prints file:line and the
+ *              message when cond is false; TEST_CHECK_STATUS(expr, want) compares statuses;
+ *              TEST_EXIT() ends main with 0 if nothing failed, 1 otherwise.
+ *  RNG         ssmt_rng (xoshiro256** seeded through splitmix64): ssmt_rng_seed, ssmt_u64,
+ *              ssmt_uniform(lo, hi), ssmt_normal() (Box-Muller). Same seed, same numbers.
+ *  Tensors     ssmt_host owns a 64-byte aligned buffer and carries an ssm_tensor view `t`.
+ *              ssmt_alloc (contiguous) / ssmt_alloc_layout (permuted and/or padded strides)
+ *              poison the whole buffer with NaN (float dtypes) or 0x5A bytes (int dtypes)
+ *              so a read of an unwritten element shows up. Fill helpers round every value
+ *              to the tensor's dtype (ssmt_fill_normal / _uniform / _value / ssmt_fill_fn).
+ *              ssmt_get / ssmt_set read and write the element at a row-major linear index,
+ *              honouring strides. ssmt_to_f64 makes a contiguous F64 copy; ssmt_copy
+ *              converts element-wise between any two views of the same shape.
+ *              ssmt_snapshot / ssmt_unchanged compare the raw bytes of a buffer.
+ *  Compare     ssmt_compare(y, r): rel_rms = ||y−r||₂/||r||₂, max_rel = max|y−r|/rms(r),
+ *              and the count of positions where y is NaN/Inf but r is finite.
+ *              ssmt_check_bar(name, y, r, dtype) applies the DESIGN §5 bar of a compute dtype;
+ *              ssmt_check_close(name, y, r, tol) a rel_rms tolerance (max_rel must be ≤ 100·tol).
+ *              Both print one line "name rel_rms max_rel bar PASS|FAIL" and return 1 on pass.
+ *  Cases       ssmt_case_load reads tests/data/<op>/<case>/case.json (dtype, params.chunk,
+ *              params.dt_softplus, params.dt_limit "lo:hi", params.layout); ssmt_case_tensor
+ *              loads <name>.npy converted to a dtype; ssmt_case_list lists the cases of an op.
+ *  Mamba-2     ssmt_mamba2_random_args builds realistic mamba2_scan inputs (spec ranges) for a
+ *              configuration, with poisoned outputs and ready-to-use ssm_mamba2_scan_args.
+ */
+#ifndef SSMOPS_TESTUTIL_H
+#define SSMOPS_TESTUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "ssmops.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- checks -------------------------------------------------------------------------- */
+extern int ssmt_failures; /* number of failed checks so far */
+extern int ssmt_checks;   /* number of checks run */
+
+#define TEST_CHECK(cond, ...)                                                         \
+    do {                                                                              \
+        ++ssmt_checks;                                                                \
+        if (!(cond)) {                                                                \
+            ++ssmt_failures;                                                          \
+            fprintf(stderr, "%s:%d: CHECK FAILED (%s): ", __FILE__, __LINE__, #cond); \
+            fprintf(stderr, __VA_ARGS__);                                             \
+            fputc('\n', stderr);                                                      \
+        }                                                                             \
+    } while (0)
+
+#define TEST_CHECK_STATUS(expr, want)                                                                       \
+    do {                                                                                                    \
+        const ssm_status ssmt_got_ = (expr);                                                                \
+        TEST_CHECK(ssmt_got_ == (want), "%s returned %s, expected %s", #expr, ssm_status_string(ssmt_got_), \
+                   ssm_status_string(want));                                                                \
+    } while (0)
+
+/* Use as the last statement of main. */
+#define TEST_EXIT()                                                     \
+    do {                                                                \
+        printf("%d checks, %d failures\n", ssmt_checks, ssmt_failures); \
+        return ssmt_failures == 0 ? 0 : 1;                              \
+    } while (0)
+
+/* ---- random numbers ------------------------------------------------------------------ */
+typedef struct ssmt_rng {
+    uint64_t s[4];
+} ssmt_rng;
+
+void     ssmt_rng_seed(ssmt_rng * rng, uint64_t seed);
+uint64_t ssmt_u64(ssmt_rng * rng);
+double   ssmt_uniform(ssmt_rng * rng, double lo, double hi);   /* [lo, hi) */
+double   ssmt_normal(ssmt_rng * rng);                          /* N(0, 1) */
+int64_t  ssmt_randint(ssmt_rng * rng, int64_t lo, int64_t hi); /* [lo, hi] */
+
+/* ---- host tensors -------------------------------------------------------------------- */
+typedef struct ssmt_host {
+    ssm_tensor t;     /* the view; t.data == NULL for an absent tensor */
+    void *     buf;   /* owned allocation (t.data points inside it)  */
+    size_t     bytes; /* size of buf                                   */
+} ssmt_host;
+
+/* Contiguous row-major tensor, poisoned. Returns an absent tensor (t.data NULL) on failure. */
+ssmt_host ssmt_alloc(ssm_dtype dtype, int32_t ndim, const int64_t * shape);
+/* Tensor with a chosen memory layout, poisoned (padding included). order[k] is the logical
+ * dim stored k-th from outermost to innermost (NULL = 0..ndim-1); pad extra elements are
+ * added to every dim's extent in memory, so no stride equals the dense one when pad > 0. */
+ssmt_host ssmt_alloc_layout(ssm_dtype dtype, int32_t ndim, const int64_t * shape, const int32_t * order, int64_t pad);
+/* Same dtype/shape as src (any layout) with a contiguous layout, values copied. */
+ssmt_host ssmt_clone(const ssm_tensor * src, ssm_dtype dtype);
+void      ssmt_free(ssmt_host * h);
+
+int64_t ssmt_numel(const ssm_tensor * t);
+/* Element offset (in elements, from t->data) of the row-major linear index lin. */
+int64_t ssmt_offset(const ssm_tensor * t, int64_t lin);
+double  ssmt_get(const ssm_tensor * t, int64_t lin);
+void    ssmt_set(const ssm_tensor * t, int64_t lin, double v); /* rounded to t's dtype */
+/* Value rounded to a float dtype, as double (f64 unchanged). */
+double ssmt_round_to(ssm_dtype dtype, double v);
+
+void ssmt_fill_value(const ssm_tensor * t, double v);
+void ssmt_fill_normal(ssmt_rng * rng, const ssm_tensor * t, double mean, double std);
+void ssmt_fill_uniform(ssmt_rng * rng, const ssm_tensor * t, double lo, double hi);
+/* t[lin] = fn(arg, lin). */
+void ssmt_fill_fn(const ssm_tensor * t, double (*fn)(void * arg, int64_t lin), void * arg);
+/* NaN in every element of the view (floats) or 0x5A5A... (ints). */
+void ssmt_poison(const ssm_tensor * t);
+/* dst[i] = src[i] for every element (shapes must match), converted and rounded. */
+void ssmt_copy(const ssm_tensor * dst, const ssm_tensor * src);
+/* Contiguous F64 copy of any view. */
+ssmt_host ssmt_to_f64(const ssm_tensor * src);
+
+/* Byte snapshot of a whole buffer (padding included); free with free(). */
+void * ssmt_snapshot(const ssmt_host * h);
+int    ssmt_unchanged(const ssmt_host * h, const void * snapshot);
+
+/* ---- comparisons --------------------------------------------------------------------- */
+typedef struct ssmt_cmp {
+    double  rel_rms;   /* ||y - r||_2 / ||r||_2 (absolute when ||r|| == 0)       */
+    double  max_rel;   /* max |y - r| / rms(r) (absolute when rms(r) == 0)       */
+    int64_t nonfinite; /* positions where y is NaN/Inf but r is finite            */
+    int64_t n;
+} ssmt_cmp;
+
+typedef struct ssmt_bar {
+    double rel_rms;
+    double max_rel;
+} ssmt_bar;
+
+ssmt_cmp ssmt_compare(const ssm_tensor * y, const ssm_tensor * r);
+ssmt_bar ssmt_bar_for(ssm_dtype compute_dtype); /* DESIGN §5 (f64: the f32 bar) */
+int      ssmt_check_bar(const char * name, const ssm_tensor * y, const ssm_tensor * r, ssm_dtype compute_dtype);
+int      ssmt_check_close(const char * name, const ssm_tensor * y, const ssm_tensor * r, double tol_rel_rms);
+/* Explicit bar (both rel_rms and max_rel). */
+int ssmt_check_within(const char * name, const ssm_tensor * y, const ssm_tensor * r, ssmt_bar bar);
+/* Same shapes? Prints a FAIL line and counts a failure if not. */
+int ssmt_same_shape(const char * name, const ssm_tensor * a, const ssm_tensor * b);
+
+/* ---- test cases (tests/data/<op>/<case>/) ------------------------------------------- */
+typedef struct ssmt_case {
+    char      dir[1024];
+    char      op[64];
+    char      name[128];
+    ssm_dtype dtype;       /* case.json "dtype" */
+    int64_t   chunk;       /* params.chunk (0 if absent) */
+    int32_t   dt_softplus; /* params.dt_softplus (0 if absent) */
+    int32_t   has_dt_limit;
+    float     dt_lo, dt_hi; /* params.dt_limit "lo:hi" (defaults 0, +inf) */
+    char      layout[32];   /* params.layout ("" if absent) */
+} ssmt_case;
+
+/* Names of the case folders of op, sorted; returns the count (≤ max). */
+int ssmt_case_list(const char * op, char (*names)[128], int max);
+/* 0 on success; prints the reason and returns -1 otherwise. */
+int ssmt_case_load(ssmt_case * c, const char * op, const char * name);
+int ssmt_case_has(const ssmt_case * c, const char * tensor);
+/* Loads <tensor>.npy converted to dtype (float npy → float dtype, int npy → int dtype) into a
+ * contiguous host tensor. Returns an absent tensor (and prints why) on failure. */
+ssmt_host ssmt_case_tensor(const ssmt_case * c, const char * tensor, ssm_dtype dtype);
+/* ssm_mamba2_params from the case (chunk, dt_softplus, dt_limit). */
+void ssmt_case_mamba2_params(const ssmt_case * c, ssm_mamba2_params * p);
+
+/* ---- Mamba-2 random problems --------------------------------------------------------- */
+typedef struct ssmt_mamba2_config {
+    int64_t   batch, seqlen, nheads, headdim, dstate, ngroups;
+    ssm_dtype dtype;       /* x, b, c, z, dt (the compute dtype)                        */
+    ssm_dtype param_dtype; /* a, d, dt_bias, initial_states (use F32 for realism)      */
+    ssm_dtype out_dtype;   /* out, final_states                                       */
+    int32_t   d_mode;      /* 0 no D, 1 D (H), 2 D (H, P)                               */
+    int32_t   has_z, has_dt_bias, has_initial, has_final, dt_softplus;
+    int32_t   seq_segments; /* > 0: seq_idx with up to this many id changes per row;
+                               row b starts at id (b % 2) so odd rows skip initial_states */
+    int32_t nseq;           /* > 0: varlen with these sequence lengths (batch becomes 1,
+                               seqlen the sum)                                           */
+    const int64_t * seqlens;
+    int32_t         strided;   /* 1: x, b, c, z, dt, out use padded/permuted layouts        */
+    int32_t         index_i64; /* seq_idx / cu_seqlens as I64 instead of I32                */
+} ssmt_mamba2_config;
+
+/* Fills a config with small defaults: batch 2, S 40, H 4, P 8, N 8, G 2, F32 everything,
+ * no optional inputs. */
+void ssmt_mamba2_config_init(ssmt_mamba2_config * cfg);
+
+typedef struct ssmt_mamba2_problem {
+    ssmt_host            x, dt, a, b, c, d, z, dt_bias, initial_states, seq_idx, cu_seqlens, out, final_states;
+    ssm_mamba2_scan_args args; /* views of the tensors above; absent ones are zeroed      */
+    int64_t              nseq;
+} ssmt_mamba2_problem;
+
+/* Random inputs with the spec's ranges: A = −exp(U(ln 1, ln 16)); dt such that the processed
+ * dt lies in about [1e-3, 0.1]; x, b, c, z, D, initial states ~ N(0, 1); values rounded to
+ * their dtypes. out / final_states are poisoned with NaN. Returns 0 (−1 on allocation
+ * failure, with the problem freed). */
+int  ssmt_mamba2_random_args(ssmt_rng * rng, const ssmt_mamba2_config * cfg, ssmt_mamba2_problem * prob);
+void ssmt_mamba2_problem_free(ssmt_mamba2_problem * prob);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SSMOPS_TESTUTIL_H */

@@ -1,0 +1,266 @@
+/*
+ * cli.h — internals of the ssmops command-line tool (tools/ssmops-cli.c, tools/cli-*.c).
+ *
+ * The CLI uses only the public header (ssmops.h) and the .npy module (npy.h). Its pieces:
+ *   ssmops-cli.c     main: command dispatch, option parsing, help, `list`
+ *   cli-util.c       owned buffers and strided views, dtype conversion, RNG, comparisons,
+ *                    k=v parsing, messages
+ *   cli-ops.c        the operator table and what every command shares (problem setup)
+ *   cli-mamba2.c     the Mamba-2 entries of the table
+ *   cli-check.c      `check`: backend vs float64 reference on seeded inputs
+ *   cli-run.c        `run`: .npy in, operator, .npy out; the developer tool `compare`
+ *   cli-bench.c      `bench OP`: timing, GFLOP/s, GB/s against the ceilings
+ *   cli-ceilings.c   `bench --ceilings`: FMA peak and copy bandwidth with pthreads
+ *
+ * Adding an operator = one cli_op entry (shape keys, param keys, arguments) plus its
+ * generate / bind / alloc_outputs / call / flops / bytes functions; every command then
+ * works for it.
+ */
+#ifndef SSMOPS_CLI_H
+#define SSMOPS_CLI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ssmops.h"
+
+#if defined(__GNUC__)
+#define CLI_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define CLI_PRINTF(f, a)
+#endif
+
+#define CLI_MAX_KEYS 16 /* shape keys or param keys of one operator */
+#define CLI_MAX_ARGS 16 /* tensor arguments of one operator          */
+#define CLI_ERR_LEN  512
+
+/* Exit statuses of every command. */
+enum { CLI_EXIT_OK = 0, CLI_EXIT_FAIL = 1, CLI_EXIT_USAGE = 2 };
+
+/* ---- buffers ------------------------------------------------------------------------- */
+/* Memory the CLI owns (always contiguous, in the .npy order mem_shape) and the view of it
+ * that the operator sees. The view differs from the memory only for alternative layouts
+ * (the CANN layout of mamba2_chunk_state: a strided view of the same bytes). */
+typedef struct cli_buf {
+    void *     mem; /* NULL = absent */
+    int32_t    mem_ndim;
+    int64_t    mem_shape[SSM_MAX_DIMS];
+    ssm_tensor view;
+} cli_buf;
+
+int64_t cli_numel(int32_t ndim, const int64_t * shape);
+/* A contiguous buffer of the given dtype and shape, zero-filled; its view is the memory. */
+int     cli_buf_alloc(cli_buf * buf, ssm_dtype dtype, int32_t ndim, const int64_t * shape);
+/* Re-views the buffer: the operator sees shape/strides (elements) instead of mem_shape. */
+void    cli_buf_set_view(cli_buf * buf, int32_t ndim, const int64_t * shape, const int64_t * strides);
+void    cli_buf_free(cli_buf * buf);
+/* A contiguous copy of a view's logical content in another dtype. */
+int     cli_buf_clone(cli_buf * dst, const ssm_tensor * src, ssm_dtype dtype);
+
+/* Element access by element offset from t->data, any dtype, as double. */
+double cli_get(const ssm_tensor * t, int64_t offset);
+void   cli_set(const ssm_tensor * t, int64_t offset, double value);
+/* Logical element k (row-major over t->shape) → element offset through t->strides. */
+int64_t cli_offset(const ssm_tensor * t, int64_t k);
+/* Rounds a value to what the dtype can hold (identity for f64 and integers). */
+double cli_round(ssm_dtype dtype, double value);
+/* Copies src into dst element by element (same logical shape), converting dtypes. */
+void   cli_copy(const ssm_tensor * dst, const ssm_tensor * src);
+void   cli_fill(const ssm_tensor * t, double value);
+int    cli_is_float(ssm_dtype dtype);
+
+/* ---- comparison against a reference (DESIGN §5) --------------------------------------- */
+typedef struct cli_diff {
+    double  rel_rms;  /* ||y − r||2 / ||r||2                                     */
+    double  max_rel;  /* max |y − r| / rms(r)                                    */
+    int64_t worst;    /* logical index of the largest |y − r|                    */
+    int64_t nonfinite; /* elements where y is NaN/Inf and r is not (or differs)  */
+    int64_t count;
+} cli_diff;
+typedef struct cli_bar {
+    double rel_rms, max_rel;
+} cli_bar;
+
+void    cli_compare(const ssm_tensor * y, const ssm_tensor * r, cli_diff * diff);
+cli_bar cli_bar_for(ssm_dtype compute_dtype);
+int     cli_diff_passes(const cli_diff * diff, cli_bar bar);
+int     cli_same_shape(const ssm_tensor * a, const ssm_tensor * b);
+
+/* ---- random numbers (splitmix64: seeded, reproducible everywhere) ---------------------- */
+typedef struct cli_rng {
+    uint64_t state;
+} cli_rng;
+void     cli_rng_seed(cli_rng * rng, uint64_t seed);
+uint64_t cli_rng_next(cli_rng * rng);
+double   cli_rng_uniform(cli_rng * rng); /* [0, 1) */
+double   cli_rng_normal(cli_rng * rng);  /* N(0, 1) */
+
+/* ---- names ---------------------------------------------------------------------------- */
+int cli_parse_dtype(const char * text, ssm_dtype * out);   /* f32 fp32 f16 fp16 bf16 (f64) */
+int cli_parse_backend(const char * text, ssm_backend * out);
+int cli_parse_int64(const char * text, int64_t * out);
+int cli_parse_double(const char * text, double * out);
+
+/* ---- keys: shape and param names of an operator ----------------------------------------- */
+typedef enum cli_key_type {
+    CLI_KEY_INT,   /* 64-bit integer                                         */
+    CLI_KEY_FLOAT, /* double                                                 */
+    CLI_KEY_RANGE, /* lo:hi (either may be inf / -inf)                        */
+    CLI_KEY_WORD   /* one of the words in `choices` ("std|cann")             */
+} cli_key_type;
+
+typedef struct cli_key {
+    const char * name;
+    cli_key_type type;
+    const char * def;     /* default value as text                   */
+    const char * help;
+    const char * choices; /* CLI_KEY_WORD: "a|b|c"                    */
+} cli_key;
+
+typedef struct cli_value {
+    int     given; /* set on the command line (not the default)  */
+    char    text[64];
+    int64_t i;
+    double  f, lo, hi;
+} cli_value;
+
+int cli_key_count(const cli_key * keys);
+int cli_key_index(const cli_key * keys, const char * name);
+/* Parses one value of a key; 0 ok, -1 with a message. */
+int cli_parse_value(const cli_key * key, const char * text, cli_value * value, char * err, size_t errlen);
+/* Parses "k=v,k=v" into values (indexed like keys); what = "shape" or "param". A key that
+ * is not in keys but in alt_keys (may be NULL) goes to alt_values. */
+int cli_parse_kv(const char * list, const cli_key * keys, cli_value * values, const cli_key * alt_keys,
+                 cli_value * alt_values, const char * what, const char * op_name, char * err, size_t errlen);
+
+/* ---- operators -------------------------------------------------------------------------- */
+typedef enum cli_arg_kind {
+    CLI_ARG_ACT,  /* activation: held in the compute dtype (--dtype)              */
+    CLI_ARG_F32,  /* parameter, state or intermediate: fp32 (as upstream)          */
+    CLI_ARG_INDEX /* int32 / int64 index tensor                                    */
+} cli_arg_kind;
+
+typedef struct cli_arg {
+    const char * name;     /* the .npy file name and the C struct field     */
+    int          output;   /* 0 input, 1 output                              */
+    int          optional; /* may be absent                                  */
+    cli_arg_kind kind;
+} cli_arg;
+
+struct cli_op;
+
+/* One operator call being prepared: the operator, its shape and params, its tensors. */
+typedef struct cli_problem {
+    const struct cli_op * op;
+    ssm_dtype             dtype; /* compute dtype                       */
+    cli_value             shape[CLI_MAX_KEYS];
+    cli_value             param[CLI_MAX_KEYS];
+    cli_buf               arg[CLI_MAX_ARGS];
+} cli_problem;
+
+typedef struct cli_op {
+    const char *    name;
+    const char *    summary;
+    const cli_key * shape_keys; /* terminated by a {NULL} entry */
+    const cli_key * param_keys;
+    const cli_arg * args;
+    /* bench defaults where they differ from check's: "k=v,..." overrides, dtype name */
+    const char *         bench_shape;
+    const char *         bench_params;
+    const char *         bench_dtype;
+    const char * const * cases; /* --all-shapes: "shape k=v,...;param k=v,..." NULL-ended */
+    /* Cross-key checks after parsing (usage errors). May be NULL. */
+    int (*validate)(const cli_problem * pb, char * err, size_t errlen);
+    /* Seeded random inputs in pb->arg (realistic ranges, rounded to pb->dtype). */
+    int (*generate)(cli_problem * pb, uint64_t seed, char * err, size_t errlen);
+    /* `run`: inputs are loaded into pb->arg; derive the shape keys (and views). */
+    int (*bind)(cli_problem * pb, char * err, size_t errlen);
+    /* Allocates the outputs; activation outputs in pb->dtype, or everything in f64. */
+    int (*alloc_outputs)(cli_problem * pb, int f64, char * err, size_t errlen);
+    ssm_status (*call)(ssm_context * ctx, const cli_problem * pb, void * workspace, size_t workspace_size);
+    /* Exact workspace bytes (NULL: the operator takes none). */
+    ssm_status (*workspace_size)(ssm_context * ctx, const cli_problem * pb, size_t * bytes);
+    double (*flops)(const cli_problem * pb); /* spec §5 cost model */
+    double (*bytes)(const cli_problem * pb);
+} cli_op;
+
+extern const cli_op * const cli_ops[]; /* NULL-terminated */
+
+const cli_op * cli_find_op(const char * name);
+int            cli_arg_index(const cli_op * op, const char * name);
+/* Shape / param accessors by key name (the name must exist for the op). */
+int64_t cli_shape(const cli_problem * pb, const char * key);
+/* Sets a shape key / an integer param (bind derives them from the loaded inputs). */
+void    cli_set_shape(cli_problem * pb, const char * key, int64_t value);
+void    cli_set_param_int(cli_problem * pb, const char * key, int64_t value);
+int64_t cli_param_int(const cli_problem * pb, const char * key);
+double  cli_param_float(const cli_problem * pb, const char * key);
+void    cli_param_range(const cli_problem * pb, const char * key, double * lo, double * hi);
+const char * cli_param_word(const cli_problem * pb, const char * key);
+int     cli_has_param(const cli_problem * pb, const char * key);
+/* A present tensor argument's view, or NULL-data tensor if absent. */
+ssm_tensor cli_view(const cli_problem * pb, const char * name);
+cli_buf *  cli_arg_buf(cli_problem * pb, const char * name);
+
+/* Problem setup: defaults, then bench overrides (bench != 0), then the user's lists. */
+int  cli_problem_init(cli_problem * pb, const cli_op * op, ssm_dtype dtype, int bench, const char * shape_list,
+                      const char * param_list, char * err, size_t errlen);
+void cli_problem_free(cli_problem * pb);
+/* "B=2,S=300,..." and "has_d=1,..." of the problem. */
+void cli_format_shape(const cli_problem * pb, char * out, size_t len);
+void cli_format_params(const cli_problem * pb, char * out, size_t len);
+/* Allocates a contiguous buffer for an argument (dtype by kind, or f64). */
+int  cli_alloc_arg(cli_problem * pb, const char * name, int f64, int32_t ndim, const int64_t * shape);
+/* dtype a new argument gets: ACT → pb->dtype, F32 → f32, f64 → f64. */
+ssm_dtype cli_arg_dtype(const cli_problem * pb, const cli_arg * arg, int f64);
+
+/* ---- commands --------------------------------------------------------------------------- */
+typedef struct cli_options {
+    const char * op;
+    ssm_backend  backend;
+    ssm_dtype    dtype;
+    int          dtype_given;
+    const char * shape;
+    const char * params;
+    uint64_t     seed;
+    int          all_shapes;
+    int          threads; /* 0 = default */
+    const char * in_dir;
+    const char * out_dir;
+    const char * json;
+    int          reps;    /* 0 = until ≥ 1 s and ≥ 5 reps */
+    int          ceilings;
+    int          buffer_mib; /* ceilings copy buffer */
+    double       tol;        /* compare */
+    double       max_rel;    /* compare */
+    const char * files[2];   /* compare */
+} cli_options;
+
+int cli_cmd_check(const cli_options * opt);
+int cli_cmd_run(const cli_options * opt);
+int cli_cmd_bench(const cli_options * opt);
+int cli_cmd_ceilings(const cli_options * opt);
+int cli_cmd_compare(const cli_options * opt);
+
+/* Ceilings of this machine for a thread count (measured once per process and count). */
+typedef struct cli_ceilings {
+    double fma_gflops;
+    double copy_gbps;
+    int    threads;
+    int    avx2;
+} cli_ceilings;
+int cli_measure_ceilings(int threads, int quick, int buffer_mib, cli_ceilings * out);
+
+/* ---- messages and helpers --------------------------------------------------------------- */
+int    cli_usage_error(const char * fmt, ...) CLI_PRINTF(1, 2); /* prints, returns 2 */
+int    cli_fail(const char * fmt, ...) CLI_PRINTF(1, 2);        /* prints, returns 1 */
+/* Reports a library failure: status name and the context's last error; returns 1. */
+int    cli_lib_error(const ssm_context * ctx, ssm_status status, const char * what);
+void   cli_progress(const char * fmt, ...) CLI_PRINTF(1, 2); /* stderr, only on a terminal */
+double cli_now(void);                                       /* monotonic seconds */
+int    cli_default_threads(void);
+ssm_status cli_context_create(ssm_backend backend, int threads, ssm_context ** ctx);
+/* A 64-byte aligned zeroed allocation (free with free()). */
+void * cli_alloc(size_t bytes);
+
+#endif /* SSMOPS_CLI_H */
