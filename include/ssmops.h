@@ -207,8 +207,8 @@ typedef struct ssm_mamba2_params {
     size_t  size;         /* sizeof(ssm_mamba2_params), set by _init                       */
     int64_t chunk_size;   /* Q, 1 ≤ Q ≤ 1024 (default 256)                                 */
     int32_t dt_softplus;  /* apply softplus to dt + dt_bias (default 0)                    */
-    float   dt_limit_lo;  /* clamp of the processed dt, always applied (default 0)         */
-    float   dt_limit_hi;  /* (default +inf)                                                */
+    double  dt_limit_lo;  /* clamp of the processed dt, always applied (default 0)         */
+    double  dt_limit_hi;  /* (default +inf)                                                */
 } ssm_mamba2_params;
 
 SSM_API void ssm_mamba2_params_init(ssm_mamba2_params * params);

@@ -16,37 +16,10 @@
 
 #define DATA_TOL 1e-10
 #define EXACT_TOL 1e-12
-/* ssm_mamba2_params holds dt_limit as float, while the stored oracles clamp at the double
- * value of the case ("0.05"). Where a limit is not exact in float, the clamped dt differ by
- * ≤ 2^-24 relative, and so does everything downstream: compare with that bound instead of
- * DATA_TOL (and say so in the output). */
-#define FLOAT_LIMIT_TOL 0x1.0p-23
-
 static void check_data(const char * label, const ssm_tensor * y, const ssm_tensor * r, double tol) {
-    /* max_rel: 100x for DATA_TOL (rms vs max over a few thousand values), 2x for the float-limit gap */
-    const ssmt_bar bar = {tol, tol == DATA_TOL ? 100.0 * tol : 2.0 * tol};
+    /* max_rel: 100x (rms vs max over a few thousand values) */
+    const ssmt_bar bar = {tol, 100.0 * tol};
     ssmt_check_within(label, y, r, bar);
-}
-
-static double data_tol(const ssmt_case * c, const char * name, const char * label) {
-    if (!c->has_dt_limit) return DATA_TOL;
-    char spec[64] = "";
-    char path[1100];
-    snprintf(path, sizeof path, "%s/case.json", c->dir);
-    FILE * f = fopen(path, "r");
-    if (f != NULL) {
-        char   buf[8192];
-        size_t n = fread(buf, 1, sizeof buf - 1, f);
-        buf[n] = 0;
-        fclose(f);
-        const char * q = strstr(buf, "\"dt_limit\"");
-        if (q != NULL && (q = strchr(q + 10, '"')) != NULL) sscanf(q + 1, "%63[^\"]", spec);
-    }
-    double lo = 0.0, hi = INFINITY;
-    if (sscanf(spec, "%lf:%lf", &lo, &hi) == 2 && (double)(float)lo == lo && (double)(float)hi == hi) return DATA_TOL;
-    printf("note: %s %s: dt_limit \"%s\" is not exact in float (ssm_mamba2_params); bar %.1e\n", name, label, spec,
-           FLOAT_LIMIT_TOL);
-    return FLOAT_LIMIT_TOL;
 }
 
 static ssm_context * g_ref; /* REF backend context */
@@ -103,7 +76,7 @@ static void data_chunk_cumsum(const char * name) {
         .dt = dt.t, .a = a.t, .dt_bias = bias.t, .dt_out = dt_out.t, .da_cumsum = da.t};
     TEST_CHECK_STATUS(ssm_mamba2_chunk_cumsum(g_ref, &p, &args), SSM_STATUS_OK);
     char         label[200];
-    const double tol = data_tol(&c, name, "chunk_cumsum");
+    const double tol = DATA_TOL;
     snprintf(label, sizeof label, "data chunk_cumsum/%s dt_out", name);
     check_data(label, &dt_out.t, &want_dt.t, tol);
     snprintf(label, sizeof label, "data chunk_cumsum/%s da_cumsum", name);
@@ -194,7 +167,7 @@ static void data_scan(const char * name, int index_i64) {
                                  .out = out.t,
                                  .final_states = fin.t};
     TEST_CHECK_STATUS(ssm_mamba2_scan(g_ref, &p, &args, NULL, 0), SSM_STATUS_OK);
-    const double tol = data_tol(&c, name, "scan");
+    const double tol = DATA_TOL;
     char         label[200];
     snprintf(label, sizeof label, "data scan/%s%s out", name, index_i64 ? " (i64)" : "");
     check_data(label, &out.t, &want_out.t, tol);

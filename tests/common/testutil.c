@@ -374,7 +374,7 @@ int ssmt_case_load(ssmt_case * c, const char * op, const char * name) {
     snprintf(c->dir, sizeof c->dir, "%s/%s/%s", SSMOPS_TEST_DATA, op, name);
     snprintf(c->op, sizeof c->op, "%s", op);
     snprintf(c->name, sizeof c->name, "%s", name);
-    c->dt_lo = 0.0f;
+    c->dt_lo = 0.0;
     c->dt_hi = INFINITY;
     char path[1100];
     snprintf(path, sizeof path, "%s/case.json", c->dir);
@@ -403,8 +403,8 @@ int ssmt_case_load(ssmt_case * c, const char * op, const char * name) {
             char * colon = strchr(lim, ':');
             if (colon != NULL) {
                 c->has_dt_limit = 1;
-                c->dt_lo = strtof(lim, NULL);
-                c->dt_hi = strtof(colon + 1, NULL);
+                c->dt_lo = strtod(lim, NULL);
+                c->dt_hi = strtod(colon + 1, NULL);
             }
         }
         json_string(json_value(params, params_end, "layout"), c->layout, sizeof c->layout);

@@ -153,7 +153,7 @@ typedef struct ssmt_case {
     int64_t   chunk;       /* params.chunk (0 if absent) */
     int32_t   dt_softplus; /* params.dt_softplus (0 if absent) */
     int32_t   has_dt_limit;
-    float     dt_lo, dt_hi; /* params.dt_limit "lo:hi" (defaults 0, +inf) */
+    double    dt_lo, dt_hi; /* params.dt_limit "lo:hi" (defaults 0, +inf) */
     char      layout[32];   /* params.layout ("" if absent) */
 } ssmt_case;
 
