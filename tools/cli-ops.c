@@ -123,7 +123,8 @@ cli_buf * cli_arg_buf(cli_problem * pb, const char * name) {
 ssm_dtype cli_arg_dtype(const cli_problem * pb, const cli_arg * arg, int f64) {
     if (arg->kind == CLI_ARG_INDEX) return SSM_DTYPE_I32;
     if (f64) return SSM_DTYPE_F64;
-    return arg->kind == CLI_ARG_ACT ? pb->dtype : SSM_DTYPE_F32;
+    if (arg->kind != CLI_ARG_ACT) return SSM_DTYPE_F32;
+    return arg->output && pb->out_dtype >= 0 ? (ssm_dtype)pb->out_dtype : pb->dtype;
 }
 
 int cli_alloc_arg(cli_problem * pb, const char * name, int f64, int32_t ndim, const int64_t * shape) {
@@ -141,8 +142,9 @@ static int set_defaults(const cli_key * keys, cli_value * values, char * err, si
 int cli_problem_init(cli_problem * pb, const cli_op * op, ssm_dtype dtype, int bench, const char * shape_list,
                      const char * param_list, char * err, size_t errlen) {
     memset(pb, 0, sizeof *pb);
-    pb->op    = op;
-    pb->dtype = dtype;
+    pb->op        = op;
+    pb->dtype     = dtype;
+    pb->out_dtype = -1;
     if (set_defaults(op->shape_keys, pb->shape, err, errlen) != 0) return -1;
     if (set_defaults(op->param_keys, pb->param, err, errlen) != 0) return -1;
     if (bench) {

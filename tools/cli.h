@@ -152,7 +152,8 @@ struct cli_op;
 /* One operator call being prepared: the operator, its shape and params, its tensors. */
 typedef struct cli_problem {
     const struct cli_op * op;
-    ssm_dtype             dtype; /* compute dtype                       */
+    ssm_dtype             dtype;     /* compute dtype                                   */
+    int32_t               out_dtype; /* dtype of activation outputs; -1 = the compute dtype */
     cli_value             shape[CLI_MAX_KEYS];
     cli_value             param[CLI_MAX_KEYS];
     cli_buf               arg[CLI_MAX_ARGS];
@@ -211,7 +212,8 @@ void cli_format_shape(const cli_problem * pb, char * out, size_t len);
 void cli_format_params(const cli_problem * pb, char * out, size_t len);
 /* Allocates a contiguous buffer for an argument (dtype by kind, or f64). */
 int  cli_alloc_arg(cli_problem * pb, const char * name, int f64, int32_t ndim, const int64_t * shape);
-/* dtype a new argument gets: ACT → pb->dtype, F32 → f32, f64 → f64. */
+/* dtype a new argument gets: ACT → pb->dtype (outputs: pb->out_dtype if set), F32 → f32,
+ * f64 → f64. */
 ssm_dtype cli_arg_dtype(const cli_problem * pb, const cli_arg * arg, int f64);
 
 /* ---- commands --------------------------------------------------------------------------- */
@@ -220,6 +222,8 @@ typedef struct cli_options {
     ssm_backend  backend;
     ssm_dtype    dtype;
     int          dtype_given;
+    int32_t      out_dtype; /* check: -1 = compute dtype (default f32, see cli-check.c) */
+    int          out_dtype_given;
     const char * shape;
     const char * params;
     uint64_t     seed;

@@ -15,7 +15,7 @@ static const char usage_text[] =
     "usage:\n"
     "  ssmops list                 operators, backends, dtypes available here\n"
     "  ssmops check OP|all [--backend B] [--dtype T] [--shape k=v,...] [--param k=v,...]\n"
-    "                      [--seed N] [--all-shapes] [--threads N]\n"
+    "                      [--seed N] [--all-shapes] [--threads N] [--out-dtype T]\n"
     "  ssmops run OP --in DIR --out DIR [--backend B] [--dtype T] [--param k=v,...] [--threads N]\n"
     "  ssmops bench OP [--backend B] [--dtype T] [--shape k=v,...] [--param k=v,...]\n"
     "                  [--threads N] [--reps N] [--json FILE] [--seed N] [--buffer-mib N]\n"
@@ -29,6 +29,9 @@ static const char usage_text[] =
     "  --param k=v,..  options: has_d=0|1|2, has_z, has_dt_bias, dt_softplus, dt_limit=lo:hi,\n"
     "                  has_init, has_final, seq_idx=K, nseq=K, layout=cann, chunk=Q ...\n"
     "                  (`ssmops help OP` lists an operator's keys and defaults)\n"
+    "  --out-dtype T   check: dtype of activation outputs (out, states_in): f32 (default) keeps\n"
+    "                  the fp32 result so the bars measure the computation; same|f16|bf16 also\n"
+    "                  includes the final rounding (heavy-tailed outputs can exceed max_rel)\n"
     "  --seed N        seed of the random inputs (default 1)\n"
     "  --all-shapes    check: run the operator's built-in list of shapes and options\n"
     "  --threads N     threads (default: the number of online CPUs)\n"
@@ -142,7 +145,8 @@ enum {
     O_REPS    = 1 << 10,
     O_CEIL    = 1 << 11,
     O_TOL     = 1 << 12,
-    O_BUFFER  = 1 << 13
+    O_BUFFER  = 1 << 13,
+    O_OUTDT   = 1 << 14
 };
 
 /* 1 if arg is option `name` and the command takes it, −1 (after a message) if it does not
@@ -173,6 +177,17 @@ static int parse_options(const char * command, unsigned allowed, int argc, char 
             if (!v || cli_parse_dtype(v, &opt->dtype) != 0 || opt->dtype == SSM_DTYPE_F64)
                 return cli_usage_error("--dtype expects f32, f16 or bf16, got '%s'", v ? v : "");
             opt->dtype_given = 1;
+        } else if ((k = option_is(command, allowed, O_OUTDT, a, "--out-dtype"))) {
+            if (k < 0) return -1;
+            v = option_value(&c, "--out-dtype", a);
+            ssm_dtype t = SSM_DTYPE_F32;
+            if (v && strcmp(v, "same") == 0)
+                opt->out_dtype = -1;
+            else if (v && cli_parse_dtype(v, &t) == 0 && t != SSM_DTYPE_F64)
+                opt->out_dtype = (int32_t)t;
+            else
+                return cli_usage_error("--out-dtype expects same, f32, f16 or bf16, got '%s'", v ? v : "");
+            opt->out_dtype_given = 1;
         } else if ((k = option_is(command, allowed, O_SHAPE, a, "--shape"))) {
             if (k < 0) return -1;
             if (!(opt->shape = option_value(&c, "--shape", a))) return cli_usage_error("--shape needs k=v,...");
@@ -266,7 +281,8 @@ int main(int argc, char ** argv) {
         return cmd_list();
     }
     if (strcmp(cmd, "check") == 0) {
-        if (parse_options(cmd, O_BACKEND | O_DTYPE | O_SHAPE | O_PARAM | O_SEED | O_ALL | O_THREADS, argn, rest, &opt))
+        if (parse_options(cmd, O_BACKEND | O_DTYPE | O_OUTDT | O_SHAPE | O_PARAM | O_SEED | O_ALL | O_THREADS, argn,
+                          rest, &opt))
             return CLI_EXIT_USAGE;
         if (!opt.op) return cli_usage_error("check needs an operator (or all)");
         return cli_cmd_check(&opt);
