@@ -319,6 +319,168 @@ SSM_API ssm_status ssm_mamba2_scan(ssm_context * ctx, const ssm_mamba2_params * 
                                    const ssm_mamba2_scan_args * args, void * workspace,
                                    size_t workspace_size);
 
+/* =======================================================================================
+ * Mamba-3 SISO. Math: docs/ops/mamba3_siso.md and spec mamba3_siso.md.
+ * Dimensions: B (batch rows; 1 with cu_seqlens), S, H (V-heads), Hq (Q/K heads, H % Hq
+ * == 0, head h reads q/k head h / (H/Hq)), K (q/k dim = state columns, even), V (value dim
+ * = state rows), A (rotated pairs, A ≤ K/2), NS (sequences: B, or nseq with cu_seqlens).
+ * Per V-head h and token t of one sequence (positions local to the sequence):
+ *   λ_t = sigmoid(trap_t), γ_t = dt_t·λ_t, γ'_t = dt_{t+1}(1−λ_{t+1}) (0 at the last token),
+ *   σ_t = γ_t + γ'_t, α_t = exp(adt_t), β_t = α_t·dt_t·(1−λ_t)
+ *   θ_t = wrap(θ_in + Σ_{s≤t} π·tanh(angles_raw_s)·dt_s)  (wrap to [0, 2π), fp32)
+ *   q̂_t = R(θ_t)(q_t + q_bias), k̂_t = R(θ_t)(k_t + k_bias)  (interleaved pairs, first A)
+ *   h_t = α_t·h_{t−1} + β_t·v_{t−1}k̂_{t−1}ᵀ + γ_t·v_t k̂_tᵀ     state (V, K), fp32
+ *   y_t = h_t q̂_t + d·v_t;  out_t = y_t·silu(z_t) if z given
+ * States: angle_state (NS,H,A) = θ of the last token, ssm_state (NS,H,V,K) = h of the last
+ * token, k_state (NS,H,K) = k̂ of the last token (not σ-scaled), v_state (NS,H,V) = v of
+ * the last token. Feeding final states back as initial states continues the sequence
+ * exactly. Varlen: each sequence has its own states; an empty sequence leaves them as
+ * they are. No decay exponent is clamped; adt > 0 is computed as written.
+ * ======================================================================================= */
+typedef struct ssm_mamba3_params {
+    size_t  size;       /* sizeof(ssm_mamba3_params), set by _init                           */
+    int64_t chunk_size; /* C, 1 ≤ C ≤ 1024 (default 64); never changes the result beyond
+                           rounding, backends may tile differently                           */
+} ssm_mamba3_params;
+
+SSM_API void ssm_mamba3_params_init(ssm_mamba3_params * params);
+
+/* θ_t = wrap(angle_state + Σ_{s≤t} π·tanh(angles_s)·dt_s) per sequence (spec §2.1, §3.2).
+ * Computed in fp32 (fp64 in the reference); outputs rounded to their dtype. */
+typedef struct ssm_mamba3_angle_cumsum_args {
+    ssm_tensor angles;            /* in  (B, S, H, A)    raw rates (pre-tanh); H stride may be 0 */
+    ssm_tensor dt;                /* in  (B, H, S)                                                 */
+    ssm_tensor angle_state;       /* in  (NS, H, A)      optional (zeros)                          */
+    ssm_tensor cu_seqlens;        /* in  (NS + 1) i32/i64 optional                                 */
+    ssm_tensor angles_cumsum;     /* out (B, S, H, A)    θ in [0, 2π)                              */
+    ssm_tensor final_angle_state; /* out (NS, H, A)      optional                                  */
+} ssm_mamba3_angle_cumsum_args;
+SSM_API ssm_status ssm_mamba3_angle_cumsum(ssm_context * ctx, const ssm_mamba3_params * params,
+                                           const ssm_mamba3_angle_cumsum_args * args);
+
+/* Gradients of ssm_mamba3_angle_cumsum (spec §6.6), with G_t = Σ_{u≥t} dθ_u + dθ_final:
+ * dangles = π·dt·(1 − tanh²(angles))·G, ddt = π·Σ_i tanh(angles_i)·G_i, dangle_state = G_0. */
+typedef struct ssm_mamba3_angle_cumsum_bwd_args {
+    ssm_tensor dangles_cumsum;     /* in  (B, S, H, A)                                  */
+    ssm_tensor dfinal_angle_state; /* in  (NS, H, A)     optional                       */
+    ssm_tensor angles;             /* in  (B, S, H, A)   raw rates, as in the forward   */
+    ssm_tensor dt;                 /* in  (B, H, S)                                     */
+    ssm_tensor cu_seqlens;         /* in  (NS + 1)       optional                       */
+    ssm_tensor dangles;            /* out (B, S, H, A)                                  */
+    ssm_tensor ddt;                /* out (B, H, S)      the angle path's part of ddt   */
+    ssm_tensor dangle_state;       /* out (NS, H, A)     optional                       */
+} ssm_mamba3_angle_cumsum_bwd_args;
+SSM_API ssm_status ssm_mamba3_angle_cumsum_bwd(ssm_context * ctx, const ssm_mamba3_params * params,
+                                               const ssm_mamba3_angle_cumsum_bwd_args * args);
+
+/* The chunked core forward with cumulative angles in (spec §2.3, §3.6): the seed NPU
+ * operator's interface plus initial/final states and varlen. The three initial states
+ * are all present or all absent; each final state is optional. */
+typedef struct ssm_mamba3_siso_fwd_args {
+    ssm_tensor q;               /* in  (B, S, Hq, K)                                         */
+    ssm_tensor k;               /* in  (B, S, Hq, K)                                         */
+    ssm_tensor v;               /* in  (B, S, H, V)      compute dtype = v's dtype           */
+    ssm_tensor adt;             /* in  (B, H, S)         log decay (expected ≤ 0)            */
+    ssm_tensor dt;              /* in  (B, H, S)                                             */
+    ssm_tensor trap;            /* in  (B, H, S)         logit                               */
+    ssm_tensor q_bias;          /* in  (H, K)                                                */
+    ssm_tensor k_bias;          /* in  (H, K)                                                */
+    ssm_tensor angles;          /* in  (B, S, H, A)      cumulative angles θ                 */
+    ssm_tensor d;               /* in  (H)               optional                            */
+    ssm_tensor z;               /* in  (B, S, H, V)      optional                            */
+    ssm_tensor ssm_state;       /* in  (NS, H, V, K)     optional                            */
+    ssm_tensor k_state;         /* in  (NS, H, K)        optional                            */
+    ssm_tensor v_state;         /* in  (NS, H, V)        optional                            */
+    ssm_tensor cu_seqlens;      /* in  (NS + 1) i32/i64  optional                            */
+    ssm_tensor out;             /* out (B, S, H, V)                                          */
+    ssm_tensor final_ssm_state; /* out (NS, H, V, K)     optional                            */
+    ssm_tensor final_k_state;   /* out (NS, H, K)        optional                            */
+    ssm_tensor final_v_state;   /* out (NS, H, V)        optional                            */
+} ssm_mamba3_siso_fwd_args;
+SSM_API ssm_status ssm_mamba3_siso_fwd(ssm_context * ctx, const ssm_mamba3_params * params,
+                                       const ssm_mamba3_siso_fwd_args * args);
+
+/* The combined forward a model calls (spec §2.4): raw angles in, angle cumsum fused,
+ * four states in (all or none) and out (each optional), varlen. θ stays fp32 inside. */
+typedef struct ssm_mamba3_siso_args {
+    ssm_tensor q, k;              /* in  (B, S, Hq, K)                                       */
+    ssm_tensor v;                 /* in  (B, S, H, V)                                        */
+    ssm_tensor adt, dt, trap;     /* in  (B, H, S)                                           */
+    ssm_tensor q_bias, k_bias;    /* in  (H, K)                                              */
+    ssm_tensor angles;            /* in  (B, S, H, A)      raw rates; H stride may be 0      */
+    ssm_tensor d;                 /* in  (H)               optional                          */
+    ssm_tensor z;                 /* in  (B, S, H, V)      optional                          */
+    ssm_tensor angle_state;       /* in  (NS, H, A)        optional (with the three below)   */
+    ssm_tensor ssm_state;         /* in  (NS, H, V, K)     optional                          */
+    ssm_tensor k_state;           /* in  (NS, H, K)        optional                          */
+    ssm_tensor v_state;           /* in  (NS, H, V)        optional                          */
+    ssm_tensor cu_seqlens;        /* in  (NS + 1)          optional                          */
+    ssm_tensor out;               /* out (B, S, H, V)                                        */
+    ssm_tensor final_angle_state; /* out (NS, H, A)        optional                          */
+    ssm_tensor final_ssm_state;   /* out (NS, H, V, K)     optional                          */
+    ssm_tensor final_k_state;     /* out (NS, H, K)        optional                          */
+    ssm_tensor final_v_state;     /* out (NS, H, V)        optional                          */
+} ssm_mamba3_siso_args;
+SSM_API ssm_status ssm_mamba3_siso(ssm_context * ctx, const ssm_mamba3_params * params,
+                                   const ssm_mamba3_siso_args * args);
+
+/* Every gradient of ssm_mamba3_siso (spec §2.5, §6), recomputing the forward from its
+ * inputs (nothing is saved between the calls). Incoming gradients: dout (required) and
+ * each dfinal_* (optional = 0). Every gradient output is optional (absent = not
+ * written); dd needs d, dz needs z, the four state gradients need the input states.
+ * Reductions (dq_bias, dk_bias, dd, dq/dk over GQA groups) have a fixed order. */
+typedef struct ssm_mamba3_siso_bwd_args {
+    ssm_tensor q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z; /* forward inputs      */
+    ssm_tensor angle_state, ssm_state, k_state, v_state, cu_seqlens; /* forward inputs      */
+    ssm_tensor dout;               /* in  (B, S, H, V)                                       */
+    ssm_tensor dfinal_angle_state; /* in  (NS, H, A)       optional                          */
+    ssm_tensor dfinal_ssm_state;   /* in  (NS, H, V, K)    optional                          */
+    ssm_tensor dfinal_k_state;     /* in  (NS, H, K)       optional                          */
+    ssm_tensor dfinal_v_state;     /* in  (NS, H, V)       optional                          */
+    ssm_tensor dq, dk;             /* out (B, S, Hq, K)                                      */
+    ssm_tensor dv;                 /* out (B, S, H, V)                                       */
+    ssm_tensor dadt, ddt, dtrap;   /* out (B, H, S)        dtrap w.r.t. the logit            */
+    ssm_tensor dq_bias, dk_bias;   /* out (H, K)                                             */
+    ssm_tensor dangles;            /* out (B, S, H, A)     w.r.t. the raw angles             */
+    ssm_tensor dd;                 /* out (H)                                                */
+    ssm_tensor dz;                 /* out (B, S, H, V)                                       */
+    ssm_tensor dangle_state;       /* out (NS, H, A)                                         */
+    ssm_tensor dssm_state;         /* out (NS, H, V, K)                                      */
+    ssm_tensor dk_state;           /* out (NS, H, K)                                         */
+    ssm_tensor dv_state;           /* out (NS, H, V)                                         */
+} ssm_mamba3_siso_bwd_args;
+SSM_API ssm_status ssm_mamba3_siso_bwd(ssm_context * ctx, const ssm_mamba3_params * params,
+                                       const ssm_mamba3_siso_bwd_args * args);
+
+/* Decode: one token per batch row (spec §2.6), one iteration of the recurrence with
+ * θ = wrap(angle_state + π·tanh(angles)·dt). The four input states are required (zeros
+ * for a fresh sequence). With state_batch_indices (B) the states are pools of `slots`
+ * rows and row b uses slot idx[b]; idx[b] < 0 marks padding: out[b] = 0 and no state is
+ * touched. Without it, slots == B. Each final_* is optional and may be exactly the same
+ * view as its input state (in-place update of a caller's pool); any other overlap is an
+ * error. */
+typedef struct ssm_mamba3_siso_step_args {
+    ssm_tensor q, k;                /* in  (B, Hq, K)                                        */
+    ssm_tensor v;                   /* in  (B, H, V)                                         */
+    ssm_tensor adt, dt, trap;       /* in  (B, H)                                            */
+    ssm_tensor q_bias, k_bias;      /* in  (H, K)                                            */
+    ssm_tensor angles;              /* in  (B, H, A)        raw rates of this token          */
+    ssm_tensor d;                   /* in  (H)              optional                         */
+    ssm_tensor z;                   /* in  (B, H, V)        optional                         */
+    ssm_tensor angle_state;         /* in  (slots, H, A)                                     */
+    ssm_tensor ssm_state;           /* in  (slots, H, V, K)                                  */
+    ssm_tensor k_state;             /* in  (slots, H, K)                                     */
+    ssm_tensor v_state;             /* in  (slots, H, V)                                     */
+    ssm_tensor state_batch_indices; /* in  (B) i32/i64      optional                         */
+    ssm_tensor out;                 /* out (B, H, V)                                         */
+    ssm_tensor final_angle_state;   /* out (slots, H, A)    optional, may alias angle_state  */
+    ssm_tensor final_ssm_state;     /* out (slots, H, V, K) optional, may alias ssm_state    */
+    ssm_tensor final_k_state;       /* out (slots, H, K)    optional, may alias k_state      */
+    ssm_tensor final_v_state;       /* out (slots, H, V)    optional, may alias v_state      */
+} ssm_mamba3_siso_step_args;
+SSM_API ssm_status ssm_mamba3_siso_step(ssm_context * ctx, const ssm_mamba3_params * params,
+                                        const ssm_mamba3_siso_step_args * args);
+
 #ifdef __cplusplus
 }
 #endif

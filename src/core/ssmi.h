@@ -158,4 +158,19 @@ typedef struct ssmi_mamba2_dims {
     int64_t nseq;    /* number of sequences with cu_seqlens, else 0           */
 } ssmi_mamba2_dims;
 
+/* ---- Mamba-3 SISO problem description (filled by ops/mamba3_siso.c) ------------------ */
+typedef struct ssmi_mamba3_dims {
+    int64_t batch;   /* B                                                       */
+    int64_t seqlen;  /* S (0 for the step)                                      */
+    int64_t nheads;  /* H                                                       */
+    int64_t nheads_qk; /* Hq                                                    */
+    int64_t dk;      /* K                                                       */
+    int64_t dv;      /* V                                                       */
+    int64_t nangles; /* A                                                       */
+    int64_t chunk;   /* C                                                       */
+    int64_t nseq;    /* NS: B, or nseq with cu_seqlens; slots for the step      */
+    int32_t varlen;  /* cu_seqlens given                                        */
+    int32_t has_states; /* initial states given                                */
+} ssmi_mamba3_dims;
+
 #endif /* SSMI_H */

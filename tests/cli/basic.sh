@@ -1,0 +1,92 @@
+#!/bin/sh
+# The ssmops CLI's plumbing: list, help, version, and usage errors (exit 2 + a message on
+# stderr), run's input errors (exit 1), compare's verdicts.
+# usage: basic.sh SSMOPS TMP_DIR
+set -u
+ssmops=$1
+tmp=$2
+failed=0
+rm -rf "$tmp"
+mkdir -p "$tmp"
+
+fail() {
+    echo "FAIL: $*"
+    failed=$((failed + 1))
+}
+
+# expect STATUS PATTERN ARGS...: exit status STATUS and PATTERN (grep -E) in stdout+stderr
+expect() {
+    want=$1
+    pattern=$2
+    shift 2
+    "$ssmops" "$@" > "$tmp/out.txt" 2>&1
+    got=$?
+    if [ "$got" -ne "$want" ]; then
+        fail "ssmops $*: exit $got, expected $want"
+        sed 's/^/    /' "$tmp/out.txt"
+    elif ! grep -Eq -- "$pattern" "$tmp/out.txt"; then
+        fail "ssmops $*: output lacks /$pattern/"
+        sed 's/^/    /' "$tmp/out.txt"
+    fi
+}
+
+# list names every operator, the backends and the dtypes
+for op in mamba2_chunk_cumsum mamba2_chunk_state mamba2_state_passing mamba2_bmm mamba2_chunk_scan mamba2_scan; do
+    expect 0 "^  $op " list
+    expect 0 "^$op: " help "$op"
+done
+expect 0 "^  ref " list
+expect 0 "^  cuda +unavailable" list
+expect 0 "^dtypes: f32 f16 bf16" list
+expect 0 "^ssmops [0-9]+\.[0-9]+\.[0-9]+$" --version
+expect 0 "ssmops bench --ceilings" --help
+expect 0 "usage:" help
+expect 0 "has_dt_bias +default 1" help mamba2_scan
+
+# usage errors: exit 2 and a message naming the problem
+expect 2 "usage" 
+expect 2 "unknown command 'frobnicate'" frobnicate
+expect 2 "unknown option '--bogus'" check mamba2_scan --bogus
+expect 2 "unknown operator 'mamba2_nope'" check mamba2_nope
+expect 2 "--dtype expects f32, f16 or bf16" check mamba2_scan --dtype f8
+expect 2 "--backend expects" check mamba2_scan --backend gpu
+expect 2 "has no shape key 'Q'" check mamba2_scan --shape Q=64
+expect 2 "has no param key 'has_w'" check mamba2_scan --param has_w=1
+expect 2 "S=x: expected an integer" check mamba2_scan --shape S=x
+expect 2 "dt_limit=1: expected lo:hi" check mamba2_scan --param dt_limit=1
+expect 2 "layout=nchw: expected one of std\|cann" check mamba2_chunk_state --param layout=nchw
+expect 2 "has_d=3 must be 0, 1" check mamba2_scan --param has_d=3
+expect 2 "shape B=0 must be >= 1" check mamba2_scan --shape B=0
+expect 2 "needs B=1 and seq_idx=0" check mamba2_scan --param nseq=3
+expect 2 "--threads expects an integer" check mamba2_scan --threads 0
+expect 2 "check does not take --in" check mamba2_scan --in x
+expect 2 "run needs --in DIR and --out DIR" run mamba2_scan --in "$tmp"
+expect 2 "bench needs an operator or --ceilings" bench
+expect 2 "unexpected argument 'extra'" check mamba2_scan extra
+
+# library failures: exit 1 with the status and the library's message
+expect 1 "SSM_STATUS_[A-Z_]+: .*mamba2" check mamba2_scan --shape H=6,G=4
+expect 1 "SSM_STATUS_UNSUPPORTED" check mamba2_scan --backend cuda --shape S=8,H=2,P=4,N=4,G=1,chunk=8
+
+# run: a missing required input is an error naming the file
+mkdir -p "$tmp/empty"
+expect 1 "required input .*/x.npy is missing" run mamba2_scan --in "$tmp/empty" --out "$tmp/o"
+
+# compare: a file against itself passes; a bf16 result passes the bf16 bar but not 1e-9
+if [ -d "${SSMOPS_CLI_DATA:-}" ]; then
+    a="$SSMOPS_CLI_DATA/mamba2_scan/varlen/out.npy"
+    c="$SSMOPS_CLI_DATA/mamba2_scan/varlen/final_states.npy"
+    expect 0 "rel_rms 0.000e\+00 .* PASS" compare "$a" "$a" --tol 1e-12
+    expect 1 "shapes differ" compare "$a" "$c" --tol 1e-3
+    expect 2 "compare needs --tol" compare "$a" "$a"
+    # a bf16 run of the case: within the bf16 bars, far outside 1e-9
+    "$ssmops" run mamba2_scan --in "$SSMOPS_CLI_DATA/mamba2_scan/varlen" --out "$tmp/v" --backend cpu --dtype bf16 \
+        --param chunk=16,dt_softplus=1 > /dev/null 2>&1 || fail "run bf16 failed"
+    expect 1 "FAIL" compare "$tmp/v/out.npy" "$a" --tol 1e-9
+    expect 0 "PASS" compare "$tmp/v/out.npy" "$a" --dtype bf16
+else
+    fail "SSMOPS_CLI_DATA is not a directory"
+fi
+
+[ "$failed" -eq 0 ] && echo "cli basic: all passed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,52 @@
+#!/bin/sh
+# `ssmops bench` at a tiny shape writes one JSON measurement with the documented keys, and
+# `ssmops bench --ceilings` prints and writes both ceilings (small buffers to stay quick).
+# usage: bench.sh SSMOPS TMP_DIR
+set -u
+ssmops=$1
+tmp=$2
+failed=0
+rm -rf "$tmp"
+mkdir -p "$tmp"
+
+fail() {
+    echo "FAIL: $*"
+    failed=$((failed + 1))
+}
+
+"$ssmops" bench mamba2_scan --shape B=1,S=128,H=4,P=16,N=16,G=1,chunk=64 --reps 2 --threads 2 \
+    --buffer-mib 16 --json "$tmp/scan.json" > "$tmp/scan.txt" 2>&1 || fail "bench mamba2_scan"
+cat "$tmp/scan.txt"
+for key in op backend dtype shape params threads median_s min_s max_s tokens_per_s gflops gbps peak_fraction \
+    bw_fraction workspace_bytes max_rss_bytes; do
+    grep -q "\"$key\": " "$tmp/scan.json" || fail "bench JSON lacks \"$key\""
+done
+grep -q '"op": "mamba2_scan"' "$tmp/scan.json" || fail "bench JSON op"
+grep -q '"reps": 2,' "$tmp/scan.json" || fail "bench JSON reps != 2"
+grep -q '"shape": {"B": 1, "S": 128, "H": 4, "P": 16, "N": 16, "G": 1, "chunk": 64}' "$tmp/scan.json" ||
+    fail "bench JSON shape object"
+head -c 1 "$tmp/scan.json" | grep -q '\[' || fail "bench JSON is not an array"
+tail -n 1 "$tmp/scan.json" | grep -q '^\]$' || fail "bench JSON array not closed"
+grep -Eq '"median_s": [0-9]' "$tmp/scan.json" || fail "bench JSON median_s not a number"
+grep -Eq '"peak_fraction": [0-9]' "$tmp/scan.json" || fail "bench JSON peak_fraction not a number"
+for label in "time +median" "tokens/s" "GFLOP/s" "GB/s" "workspace" "peak RSS" "params +has_d=1,has_z=0"; do
+    grep -Eq "$label" "$tmp/scan.txt" || fail "bench output lacks /$label/"
+done
+
+# every operator benches at a small shape (the CANN layout of chunk_state too)
+"$ssmops" bench mamba2_chunk_state --shape B=1,S=256,H=8,P=16,N=16,G=2,chunk=64 --param layout=cann --reps 2 \
+    --buffer-mib 16 > "$tmp/cstate.txt" 2>&1 || fail "bench chunk_state layout=cann"
+grep -q "dtype=f16" "$tmp/cstate.txt" || fail "bench chunk_state default dtype is not f16"
+for op in mamba2_chunk_cumsum mamba2_state_passing mamba2_bmm mamba2_chunk_scan; do
+    "$ssmops" bench "$op" --shape B=1,S=128,chunk=64 --reps 2 --buffer-mib 16 > /dev/null 2>&1 || fail "bench $op"
+done
+
+"$ssmops" bench --ceilings --threads 1 --buffer-mib 32 --json "$tmp/ceil.json" > "$tmp/ceil.txt" 2>&1 ||
+    fail "bench --ceilings"
+cat "$tmp/ceil.txt"
+grep -Eq "fma_peak +[0-9.]+ GFLOP/s" "$tmp/ceil.txt" || fail "ceilings lack the FMA peak"
+grep -Eq "copy_bw +[0-9.]+ GB/s" "$tmp/ceil.txt" || fail "ceilings lack the copy bandwidth"
+grep -Eq '"fma_gflops": [0-9]' "$tmp/ceil.json" || fail "ceilings JSON lacks fma_gflops"
+grep -Eq '"copy_gbps": [0-9]' "$tmp/ceil.json" || fail "ceilings JSON lacks copy_gbps"
+[ "$failed" -eq 0 ] && echo "cli bench: all passed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,87 @@
+#!/bin/sh
+# Round trip of the upstream test vectors through `ssmops run`:
+#   for every tests/data/<op>/<case>/ whose operator `ssmops list` knows, run
+#   `ssmops run OP --in CASE --out TMP --backend B --dtype <case dtype> --param <case params>`
+#   and compare each stored float64 output with `ssmops compare`:
+#     --backend ref: rel_rms <= 1e-10 (the float64 reference against upstream's float64 oracle)
+#     --backend cpu: the DESIGN bars of the case dtype.
+# usage: run_vectors.sh SSMOPS DATA_DIR TMP_DIR ref|cpu
+set -u
+ssmops=$1
+data=$2
+tmp=$3
+backend=$4
+
+# The first "key": value of a JSON text (one line), as text without quotes.
+json_string() { # json key
+    printf '%s' "$1" | awk -v key="$2" '{
+        if (match($0, "\"" key "\"[ \t]*:[ \t]*\"[^\"]*\"")) {
+            s = substr($0, RSTART, RLENGTH); sub(/^[^:]*:[ \t]*"/, "", s); sub(/"$/, "", s); print s
+        } }'
+}
+# "params": {"chunk": 32, "dt_limit": "0.0:0.08"} -> chunk=32,dt_limit=0.0:0.08
+json_params() {
+    printf '%s' "$1" | awk '{
+        if (!match($0, /"params"[ \t]*:[ \t]*\{[^}]*\}/)) exit
+        s = substr($0, RSTART, RLENGTH); sub(/^[^{]*\{/, "", s); sub(/\}$/, "", s)
+        n = split(s, items, ","); out = ""
+        for (i = 1; i <= n; i++) {
+            item = items[i]; gsub(/[ \t"]/, "", item)
+            if (item == "") continue
+            sub(/:/, "=", item); sub(/=true$/, "=1", item); sub(/=false$/, "=0", item)
+            out = out (out == "" ? "" : ",") item
+        }
+        print out }'
+}
+# "outputs": ["out", "final_states"] -> out final_states
+json_outputs() {
+    printf '%s' "$1" | awk '{
+        if (!match($0, /"outputs"[ \t]*:[ \t]*\[[^]]*\]/)) exit
+        s = substr($0, RSTART, RLENGTH); sub(/^[^[]*\[/, "", s); sub(/\]$/, "", s)
+        gsub(/[ \t"]/, "", s); gsub(/,/, " ", s); print s }'
+}
+
+known_ops=$("$ssmops" list | awk '/^operators:/ { on = 1; next } on && /^  / { print $1 }')
+[ -n "$known_ops" ] || { echo "FAIL: ssmops list shows no operators"; exit 1; }
+
+cases=0
+failed=0
+for casedir in "$data"/*/*/; do
+    [ -f "$casedir/case.json" ] || continue
+    casedir=${casedir%/}
+    op=$(basename "$(dirname "$casedir")")
+    name=$(basename "$casedir")
+    echo "$known_ops" | grep -qx "$op" || continue
+    json=$(tr -d '\n\r' < "$casedir/case.json")
+    dtype=$(json_string "$json" dtype)
+    params=$(json_params "$json")
+    outputs=$(json_outputs "$json")
+    out="$tmp/$backend/$op/$name"
+    rm -rf "$out"
+    cases=$((cases + 1))
+    set -- run "$op" --in "$casedir" --out "$out" --backend "$backend" --dtype "${dtype:-f32}"
+    [ -n "$params" ] && set -- "$@" --param "$params"
+    echo "== $op/$name: ssmops $*"
+    if ! "$ssmops" "$@"; then
+        echo "FAIL: $op/$name: ssmops run failed"
+        failed=$((failed + 1))
+        continue
+    fi
+    if [ "$backend" = ref ]; then
+        set -- --tol 1e-10
+    else
+        set -- --dtype "${dtype:-f32}"
+    fi
+    for o in $outputs; do
+        if [ ! -f "$out/$o.npy" ]; then
+            echo "FAIL: $op/$name: output $o.npy was not written"
+            failed=$((failed + 1))
+        elif ! "$ssmops" compare "$out/$o.npy" "$casedir/$o.npy" "$@"; then
+            echo "FAIL: $op/$name: $o differs from the stored output"
+            failed=$((failed + 1))
+        fi
+    done
+done
+echo "$cases case(s), $failed failure(s)"
+[ "$cases" -gt 0 ] || { echo "FAIL: no test vectors found under $data"; exit 1; }
+[ "$failed" -eq 0 ]
