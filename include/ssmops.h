@@ -320,6 +320,146 @@ SSM_API ssm_status ssm_mamba2_scan(ssm_context * ctx, const ssm_mamba2_params * 
                                    size_t workspace_size);
 
 /* =======================================================================================
+ * Mamba-2 for training and serving: backward, decode, and the rest of the layer.
+ * ======================================================================================= */
+
+/* Every gradient of ssm_mamba2_scan (spec §2.7), recomputing the forward from its inputs
+ * (nothing is saved between the calls). dout is required, dfinal_states optional (= 0).
+ * Every gradient output is optional (absent = not written); dd needs d, dz needs z,
+ * ddt_bias needs dt_bias, dinitial_states needs initial_states. da, dd and ddt_bias are
+ * reductions over batch and time, db/dc over the heads of a group: all in a fixed order,
+ * so results are identical for any thread count. Shapes and dtypes as the forward. */
+typedef struct ssm_mamba2_scan_bwd_args {
+    ssm_tensor x, dt, a, b, c, d, z, dt_bias, initial_states, seq_idx, cu_seqlens; /* forward */
+    ssm_tensor dout;            /* in  (batch, S, H, P)                                     */
+    ssm_tensor dfinal_states;   /* in  (batch|nseq, H, P, N)  optional                      */
+    ssm_tensor dx;              /* out (batch, S, H, P)                                     */
+    ssm_tensor ddt;             /* out (batch, S, H)          w.r.t. the raw dt             */
+    ssm_tensor da;              /* out (H)                                                  */
+    ssm_tensor db, dc;          /* out (batch, S, G, N)                                     */
+    ssm_tensor dd;              /* out (H) or (H, P), as d                                  */
+    ssm_tensor dz;              /* out (batch, S, H, P)                                     */
+    ssm_tensor ddt_bias;        /* out (H)                                                  */
+    ssm_tensor dinitial_states; /* out (batch|nseq, H, P, N)                                */
+} ssm_mamba2_scan_bwd_args;
+SSM_API ssm_status ssm_mamba2_scan_bwd(ssm_context * ctx, const ssm_mamba2_params * params,
+                                       const ssm_mamba2_scan_bwd_args * args);
+
+/* Decode (spec §2.9): one token per batch row, per head h, channel p:
+ *   v = clamp(softplus?(dt[b,h,p] + dt_bias[h,p]), dt_limit_lo, dt_limit_hi)
+ *   s[n] = state[slot,h,p,n]·exp(a[h,p,n]·v) + v·b[b,g,n]·x[b,h,p];  final_state = s
+ *   y = Σ_n s[n]·c[b,g,n] (unrounded s) + d[h,p]·x[b,h,p];  out = y·silu(z) if z
+ * The same dt_limit as the forward is applied (upstream's step ignores it; a step that
+ * agrees with the forward needs it). The per-head form of a Mamba-2 layer (a (H), dt
+ * (B,H), dt_bias (H), d (H)) is passed as stride-0 views over p and n; backends detect it
+ * and compute one exp per head. With state_batch_indices (B) the state is a pool of
+ * `slots` rows and row b uses slot idx[b]; idx[b] < 0 marks padding: out[b] = 0 and no
+ * slot is touched. Without it, slots == B. final_state is optional and may be exactly the
+ * same view as state (in-place update of the pool); any other overlap is an error. */
+typedef struct ssm_mamba2_step_args {
+    ssm_tensor x;                   /* in  (B, H, P)                                         */
+    ssm_tensor dt;                  /* in  (B, H, P)        raw dt (stride 0 over P: per head) */
+    ssm_tensor a;                   /* in  (H, P, N)        (strides 0 over P, N: per head)  */
+    ssm_tensor b, c;                /* in  (B, G, N)                                         */
+    ssm_tensor d;                   /* in  (H, P)           optional                         */
+    ssm_tensor z;                   /* in  (B, H, P)        optional                         */
+    ssm_tensor dt_bias;             /* in  (H, P)           optional                         */
+    ssm_tensor state;               /* in  (slots, H, P, N) f32/f16/bf16/f64                 */
+    ssm_tensor state_batch_indices; /* in  (B) i32/i64      optional                         */
+    ssm_tensor out;                 /* out (B, H, P)                                         */
+    ssm_tensor final_state;         /* out (slots, H, P, N) optional, may alias state        */
+} ssm_mamba2_step_args;
+SSM_API ssm_status ssm_mamba2_step(ssm_context * ctx, const ssm_mamba2_params * params,
+                                   const ssm_mamba2_step_args * args);
+
+/* Depthwise causal conv1d (spec §6.2), W = weight.shape[1] in 2..4 (any W ≥ 1 accepted):
+ *   pre[b,d,t] = bias[d] + Σ_k weight[d,k]·xin[b,d,t−(W−1)+k],  out = silu(pre) or pre
+ * xin[τ] = x[τ] for τ ≥ 0, else initial_states[b,d,W−1+τ] (or 0). With seq_idx a term
+ * counts only if seq_idx[τ] == seq_idx[t] (and initial states are not allowed), and a
+ * token with seq_idx < 0 gets out = 0. Mamba-2 keeps x channel-last in memory: pass the
+ * (batch, D, S) view with strides (S·D, 1, D). final_states (batch, D, W−1) = the last
+ * W−1 inputs (left-padded with initial_states/zeros when S < W−1). */
+typedef struct ssm_conv1d_params {
+    size_t  size;       /* sizeof(ssm_conv1d_params), set by _init                          */
+    int32_t activation; /* 0 = none, 1 = silu (default 1)                                   */
+} ssm_conv1d_params;
+SSM_API void ssm_conv1d_params_init(ssm_conv1d_params * params);
+
+typedef struct ssm_causal_conv1d_args {
+    ssm_tensor x;              /* in  (batch, D, S)                                          */
+    ssm_tensor weight;         /* in  (D, W)                                                 */
+    ssm_tensor bias;           /* in  (D)              optional                              */
+    ssm_tensor seq_idx;        /* in  (batch, S) i32/i64 optional                            */
+    ssm_tensor initial_states; /* in  (batch, D, W−1)  optional                              */
+    ssm_tensor out;            /* out (batch, D, S)                                          */
+    ssm_tensor final_states;   /* out (batch, D, W−1)  optional (not with seq_idx)           */
+} ssm_causal_conv1d_args;
+SSM_API ssm_status ssm_causal_conv1d(ssm_context * ctx, const ssm_conv1d_params * params,
+                                     const ssm_causal_conv1d_args * args);
+
+/* Gradients of ssm_causal_conv1d given dout (and optionally dfinal_states); every output
+ * optional. dweight and dbias are reductions over batch and time in a fixed order. */
+typedef struct ssm_causal_conv1d_bwd_args {
+    ssm_tensor x, weight, bias, seq_idx, initial_states; /* forward inputs                   */
+    ssm_tensor dout;            /* in  (batch, D, S)                                          */
+    ssm_tensor dfinal_states;   /* in  (batch, D, W−1) optional                               */
+    ssm_tensor dx;              /* out (batch, D, S)                                          */
+    ssm_tensor dweight;         /* out (D, W)                                                 */
+    ssm_tensor dbias;           /* out (D)                                                    */
+    ssm_tensor dinitial_states; /* out (batch, D, W−1)                                        */
+} ssm_causal_conv1d_bwd_args;
+SSM_API ssm_status ssm_causal_conv1d_bwd(ssm_context * ctx, const ssm_conv1d_params * params,
+                                         const ssm_causal_conv1d_bwd_args * args);
+
+/* Decode: one token per batch row through a rolling conv state of L ≥ W−1 columns:
+ *   window = [conv_state[slot,d,L−W+1 .. L−1], x[b,d]];  out = act(bias + Σ_k weight[d,k]·window[k])
+ *   final_conv_state[slot,d,:] = [conv_state[slot,d,1..L−1], x[b,d]]
+ * state_batch_indices and the in-place rule as in ssm_mamba2_step. */
+typedef struct ssm_causal_conv1d_update_args {
+    ssm_tensor x;                   /* in  (B, D)                                            */
+    ssm_tensor weight;              /* in  (D, W)                                            */
+    ssm_tensor bias;                /* in  (D)              optional                         */
+    ssm_tensor conv_state;          /* in  (slots, D, L)    L ≥ W−1                          */
+    ssm_tensor state_batch_indices; /* in  (B) i32/i64      optional                         */
+    ssm_tensor out;                 /* out (B, D)                                            */
+    ssm_tensor final_conv_state;    /* out (slots, D, L)    optional, may alias conv_state   */
+} ssm_causal_conv1d_update_args;
+SSM_API ssm_status ssm_causal_conv1d_update(ssm_context * ctx, const ssm_conv1d_params * params,
+                                            const ssm_causal_conv1d_update_args * args);
+
+/* Gated RMSNorm (spec §6.3), per row and group of group_size columns (D % group_size == 0):
+ *   v = norm_before_gate ? x : x·silu(z);  rstd = 1/sqrt(mean(v²) + eps)
+ *   out = v·rstd·weight (·silu(z) if norm_before_gate). Without z there is no gate. */
+typedef struct ssm_rmsnorm_params {
+    size_t  size;             /* sizeof(ssm_rmsnorm_params), set by _init                   */
+    double  eps;              /* default 1e-5 (the Mamba2 module's value)                   */
+    int64_t group_size;       /* 0 = D (one group per row; default)                         */
+    int32_t norm_before_gate; /* default 0 (as Mamba2 calls it)                             */
+} ssm_rmsnorm_params;
+SSM_API void ssm_rmsnorm_params_init(ssm_rmsnorm_params * params);
+
+typedef struct ssm_rmsnorm_gated_args {
+    ssm_tensor x;      /* in  (M, D)                                                         */
+    ssm_tensor z;      /* in  (M, D)     optional                                            */
+    ssm_tensor weight; /* in  (D)                                                            */
+    ssm_tensor out;    /* out (M, D)                                                         */
+} ssm_rmsnorm_gated_args;
+SSM_API ssm_status ssm_rmsnorm_gated(ssm_context * ctx, const ssm_rmsnorm_params * params,
+                                     const ssm_rmsnorm_gated_args * args);
+
+/* Gradients of ssm_rmsnorm_gated given dout; every output optional; dweight is a
+ * reduction over rows in a fixed order. */
+typedef struct ssm_rmsnorm_gated_bwd_args {
+    ssm_tensor x, z, weight; /* forward inputs                                               */
+    ssm_tensor dout;         /* in  (M, D)                                                   */
+    ssm_tensor dx;           /* out (M, D)                                                   */
+    ssm_tensor dz;           /* out (M, D)    needs z                                        */
+    ssm_tensor dweight;      /* out (D)                                                      */
+} ssm_rmsnorm_gated_bwd_args;
+SSM_API ssm_status ssm_rmsnorm_gated_bwd(ssm_context * ctx, const ssm_rmsnorm_params * params,
+                                         const ssm_rmsnorm_gated_bwd_args * args);
+
+/* =======================================================================================
  * Mamba-3 SISO. Math: docs/ops/mamba3_siso.md and spec mamba3_siso.md.
  * Dimensions: B (batch rows; 1 with cu_seqlens), S, H (V-heads), Hq (Q/K heads, H % Hq
  * == 0, head h reads q/k head h / (H/Hq)), K (q/k dim = state columns, even), V (value dim

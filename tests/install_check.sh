@@ -55,6 +55,13 @@ if [ -x "$build/ssmops" ]; then
 fi
 echo "installed: $(cd "$prefix" && find . \( -type f -o -type l \) | sort | tr '\n' ' ')"
 
+# The shared library exports the public API (ssm_*) and nothing else.
+if command -v nm >/dev/null 2>&1; then
+    leaked=$(nm -D --defined-only "$so" | awk '{ print $NF }' | grep -v '^ssm_' || true)
+    [ -z "$leaked" ] || fail "$full exports symbols outside ssm_*: $(echo "$leaked" | tr '\n' ' ')"
+    echo "exported: $(nm -D --defined-only "$so" | grep -c ' ssm_') ssm_* functions, nothing else"
+fi
+
 run() {
     echo "== $*"
     "$@"

@@ -18,6 +18,8 @@
 #define BENCH_MIN_SECONDS 1.0
 #define BENCH_MIN_REPS    5
 #define BENCH_MAX_REPS    100000
+#define BENCH_WARMUP_CALLS   3
+#define BENCH_WARMUP_SECONDS 0.2
 
 static int cmp_double(const void * a, const void * b) {
     const double x = *(const double *)a, y = *(const double *)b;
@@ -44,8 +46,13 @@ static int time_op(const cli_problem * pb, ssm_context * ctx, int fixed_reps, be
             return cli_fail("%s: cannot allocate %zu bytes of workspace", op->name, wsz);
     }
     res->workspace_bytes = wsz;
-    /* Warm-up: first touch of the outputs and workspace, thread wake-up, caches. */
-    st = op->call(ctx, pb, ws, wsz);
+    /* Warm-up: first touch of the outputs and workspace, thread wake-up, caches, clocks:
+     * one call with --reps, else up to BENCH_WARMUP_CALLS calls or BENCH_WARMUP_SECONDS. */
+    const double warm_start = cli_now();
+    for (int i = 0; i < (fixed_reps > 0 ? 1 : BENCH_WARMUP_CALLS) && st == SSM_STATUS_OK; ++i) {
+        st = op->call(ctx, pb, ws, wsz);
+        if (cli_now() - warm_start >= BENCH_WARMUP_SECONDS) break;
+    }
     if (st != SSM_STATUS_OK) {
         free(ws);
         return cli_lib_error(ctx, st, op->name);

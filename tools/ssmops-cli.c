@@ -80,8 +80,14 @@ static int help_op(const char * name) {
 static int cmd_list(void) {
     printf("ssmops %s (header %d.%d.%d)\n", ssm_version(), SSM_VERSION_MAJOR, SSM_VERSION_MINOR, SSM_VERSION_PATCH);
     const uint32_t f = ssm_cpu_features();
-    printf("cpu features: %s%s%s%s%s\n", f & SSM_CPU_AVX2 ? "avx2 " : "", f & SSM_CPU_FMA ? "fma " : "",
-           f & SSM_CPU_F16C ? "f16c " : "", f & SSM_CPU_AVX512F ? "avx512f " : "", f ? "" : "(none detected)");
+    static const struct {
+        uint32_t     bit;
+        const char * name;
+    } features[] = {{SSM_CPU_AVX2, "avx2"}, {SSM_CPU_FMA, "fma"}, {SSM_CPU_F16C, "f16c"}, {SSM_CPU_AVX512F, "avx512f"}};
+    printf("cpu features:");
+    for (size_t i = 0; i < sizeof features / sizeof features[0]; ++i)
+        if (f & features[i].bit) printf(" %s", features[i].name);
+    printf("%s\n", f ? "" : " (none detected)");
     ssm_context * ctx = NULL;
     const ssm_status st = cli_context_create(SSM_BACKEND_CPU, 1, &ctx);
     if (st == SSM_STATUS_OK)

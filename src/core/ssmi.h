@@ -156,7 +156,24 @@ typedef struct ssmi_mamba2_dims {
     int64_t chunk;   /* Q                                                     */
     int64_t nchunks; /* NC = ceil(S / Q) (or the tensors' NC where given)     */
     int64_t nseq;    /* number of sequences with cu_seqlens, else 0           */
+    int64_t slots;   /* mamba2_step: rows of the state pool                   */
 } ssmi_mamba2_dims;
+
+/* ---- layer operators (filled by ops/layer.c) ----------------------------------------- */
+typedef struct ssmi_conv1d_dims {
+    int64_t batch;     /* batch rows (B for the update)                         */
+    int64_t dim;       /* D channels                                            */
+    int64_t seqlen;    /* S (0 for the update)                                  */
+    int64_t width;     /* W                                                     */
+    int64_t state_len; /* L of the update's conv state; W−1 for the forward     */
+    int64_t slots;     /* update: rows of the conv-state pool                   */
+} ssmi_conv1d_dims;
+
+typedef struct ssmi_rmsnorm_dims {
+    int64_t rows;       /* M                                                    */
+    int64_t dim;        /* D                                                    */
+    int64_t group_size; /* resolved (never 0)                                   */
+} ssmi_rmsnorm_dims;
 
 /* ---- Mamba-3 SISO problem description (filled by ops/mamba3_siso.c) ------------------ */
 typedef struct ssmi_mamba3_dims {

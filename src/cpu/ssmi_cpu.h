@@ -22,4 +22,11 @@ size_t     ssmi_cpu_mamba2_scan_workspace_size(const ssm_context * ctx, const ss
 ssm_status ssmi_cpu_mamba2_scan(ssm_context * ctx, const ssm_mamba2_params * p, const ssmi_mamba2_dims * d,
                                 const ssm_mamba2_scan_args * a, void * workspace);
 
+/* Every gradient of the combined scan (spec §2.7). */
+ssm_status ssmi_cpu_mamba2_scan_bwd(ssm_context * ctx, const ssm_mamba2_params * p, const ssmi_mamba2_dims * d,
+                                   const ssm_mamba2_scan_bwd_args * a);
+/* Decode step (spec §2.9); d->slots = rows of the pool. */
+ssm_status ssmi_cpu_mamba2_step(ssm_context * ctx, const ssm_mamba2_params * p, const ssmi_mamba2_dims * d,
+                               const ssm_mamba2_step_args * a);
+
 #endif

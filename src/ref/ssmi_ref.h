@@ -23,4 +23,11 @@ ssm_status ssmi_ref_mamba2_scan(ssm_context * ctx, const ssm_mamba2_params * p, 
 ssm_status ssmi_ref_mamba2_scan_recurrent(ssm_context * ctx, const ssm_mamba2_params * p, const ssmi_mamba2_dims * d,
                                           const ssm_mamba2_scan_args * a);
 
+/* Every gradient of the combined scan (spec §2.7). */
+ssm_status ssmi_ref_mamba2_scan_bwd(ssm_context * ctx, const ssm_mamba2_params * p, const ssmi_mamba2_dims * d,
+                                   const ssm_mamba2_scan_bwd_args * a);
+/* Decode step (spec §2.9); d->slots = rows of the pool. */
+ssm_status ssmi_ref_mamba2_step(ssm_context * ctx, const ssm_mamba2_params * p, const ssmi_mamba2_dims * d,
+                               const ssm_mamba2_step_args * a);
+
 #endif
