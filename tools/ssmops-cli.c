@@ -70,7 +70,7 @@ static int help_op(const char * name) {
     for (int i = 0; op->args[i].name; ++i) {
         const cli_arg * a    = &op->args[i];
         const char *    kind = a->kind == CLI_ARG_ACT ? "compute dtype" : a->kind == CLI_ARG_F32 ? "fp32" : "int32/int64";
-        printf("  %-4s %-16s %-14s%s\n", a->output ? "out" : "in", a->name, kind, a->optional ? "  optional" : "");
+        printf("  %-4s %-16s %s%s\n", a->output ? "out" : "in", a->name, kind, a->optional ? " (optional)" : "");
     }
     printf("bench defaults: shape %s; params %s; dtype %s\n", op->bench_shape ? op->bench_shape : "as check",
            op->bench_params ? op->bench_params : "as check", op->bench_dtype ? op->bench_dtype : "f32");

@@ -15,6 +15,7 @@
 #include "../core/ssmi.h"
 #include "../cpu/ssmi_cpu.h"
 #include "../ref/ssmi_ref.h"
+#include "ops_common.h"
 
 #define M2_MAX_CHUNK 1024
 
@@ -31,30 +32,6 @@ void ssm_mamba2_params_init(ssm_mamba2_params * params) {
 /* ---- small helpers ------------------------------------------------------------------ */
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-/* A name and a tensor, for the pairwise overlap checks. */
-typedef struct m2_named {
-    const char *       name;
-    const ssm_tensor * t;
-} m2_named;
-
-/* Every present output must be disjoint from every present input and from every other
- * output: the backends read inputs while writing outputs. */
-static ssm_status check_disjoint(ssm_context * ctx, const char * op, const m2_named * outs, int nout,
-                                 const m2_named * ins, int nin) {
-    for (int o = 0; o < nout; ++o) {
-        if (!ssmi_present(outs[o].t)) continue;
-        for (int i = 0; i < nin; ++i) {
-            if (!ssmi_present(ins[i].t)) continue;
-            SSM_FORWARD_IF_ERROR(ssmi_check_no_overlap(ctx, op, outs[o].name, outs[o].t, ins[i].name, ins[i].t));
-        }
-        for (int k = o + 1; k < nout; ++k) {
-            if (!ssmi_present(outs[k].t)) continue;
-            SSM_FORWARD_IF_ERROR(ssmi_check_no_overlap(ctx, op, outs[o].name, outs[o].t, outs[k].name, outs[k].t));
-        }
-    }
-    return SSM_STATUS_OK;
-}
 
 static ssm_status check_params(ssm_context * ctx, const char * op, const ssm_mamba2_params * p, const void * args) {
     SSM_RETURN_IF(p == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: params is NULL", op);
@@ -181,46 +158,9 @@ static ssm_status check_seq_idx(ssm_context * ctx, const char * op, const ssm_te
  * Sets d->nseq (0 when absent). */
 static ssm_status check_cu_seqlens(ssm_context * ctx, const char * op, const ssm_tensor * cu,
                                    const ssm_tensor * seq_idx, ssmi_mamba2_dims * d) {
-    static const int64_t any1[1] = {-1};
-    d->nseq = 0;
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "cu_seqlens", cu, 1, 1, any1, SSMI_INDEX_DTYPES));
-    if (!ssmi_present(cu)) return SSM_STATUS_OK;
-    const int64_t len = cu->shape[0];
-    SSM_RETURN_IF(len < 2, ctx, SSM_STATUS_INVALID_SHAPE,
-                  "%s: cu_seqlens.shape[0]=%lld must be at least 2 (nseq + 1 with nseq >= 1)", op, (long long)len);
-    SSM_RETURN_IF(ssmi_present(seq_idx), ctx, SSM_STATUS_INVALID_ARGUMENT,
+    SSM_RETURN_IF(ssmi_present(cu) && ssmi_present(seq_idx), ctx, SSM_STATUS_INVALID_ARGUMENT,
                   "%s: cu_seqlens and seq_idx were both given; pass only one of them", op);
-    SSM_RETURN_IF(d->batch != 1, ctx, SSM_STATUS_INVALID_ARGUMENT,
-                  "%s: x.shape[0]=%lld must be 1 when cu_seqlens is given", op, (long long)d->batch);
-    const int64_t first = ssmi_get_i64(cu, 0);
-    SSM_RETURN_IF(first != 0, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: cu_seqlens[0]=%lld must be 0", op,
-                  (long long)first);
-    int64_t prev = first;
-    for (int64_t s = 1; s < len; ++s) {
-        const int64_t v = ssmi_get_i64(cu, ssmi_off1(cu, s));
-        SSM_RETURN_IF(v < prev, ctx, SSM_STATUS_INVALID_ARGUMENT,
-                      "%s: cu_seqlens[%lld]=%lld is smaller than cu_seqlens[%lld]=%lld; it must be non-decreasing", op,
-                      (long long)s, (long long)v, (long long)(s - 1), (long long)prev);
-        prev = v;
-    }
-    SSM_RETURN_IF(prev != d->seqlen, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: cu_seqlens[%lld]=%lld must equal S=%lld",
-                  op, (long long)(len - 1), (long long)prev, (long long)d->seqlen);
-    d->nseq = len - 1;
-    return SSM_STATUS_OK;
-}
-
-/* REF or CPU for this context; CUDA is not built. */
-typedef enum m2_backend { M2_BACKEND_REF, M2_BACKEND_CPU } m2_backend;
-
-static ssm_status pick_backend(ssm_context * ctx, const char * op, m2_backend * out) {
-    const ssm_backend b = ctx == NULL ? SSM_BACKEND_AUTO : ctx->backend;
-    switch (b) {
-        case SSM_BACKEND_REF: *out = M2_BACKEND_REF; return SSM_STATUS_OK;
-        case SSM_BACKEND_AUTO:
-        case SSM_BACKEND_CPU: *out = M2_BACKEND_CPU; return SSM_STATUS_OK;
-        case SSM_BACKEND_CUDA: return ssmi_error(ctx, SSM_STATUS_UNSUPPORTED, "%s: the CUDA backend is not built", op);
-        default: return ssmi_error(ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: context backend %d is unknown", op, (int)b);
-    }
+    return ssmi_check_cu_seqlens(ctx, op, cu, "x", d->batch, d->seqlen, &d->nseq);
 }
 
 /* ---- chunk_cumsum -------------------------------------------------------------------- */
@@ -244,19 +184,19 @@ static ssm_status validate_chunk_cumsum(ssm_context * ctx, const ssm_mamba2_para
     const int64_t wo[4] = {d->batch, d->nheads, d->nchunks, d->chunk};
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "dt_out", &a->dt_out, 0, 4, wo));
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "da_cumsum", &a->da_cumsum, 0, 4, wo));
-    const m2_named ins[] = {{"dt", &a->dt}, {"a", &a->a}, {"dt_bias", &a->dt_bias}};
-    const m2_named outs[] = {{"dt_out", &a->dt_out}, {"da_cumsum", &a->da_cumsum}};
-    return check_disjoint(ctx, op, outs, 2, ins, 3);
+    const ssmi_named ins[] = {{"dt", &a->dt}, {"a", &a->a}, {"dt_bias", &a->dt_bias}};
+    const ssmi_named outs[] = {{"dt_out", &a->dt_out}, {"da_cumsum", &a->da_cumsum}};
+    return ssmi_check_disjoint(ctx, op, outs, 2, ins, 3);
 }
 
 ssm_status ssm_mamba2_chunk_cumsum(ssm_context * ctx, const ssm_mamba2_params * params,
                                    const ssm_mamba2_chunk_cumsum_args * args) {
     ssmi_clear_error(ctx);
     ssmi_mamba2_dims d;
-    m2_backend       be = M2_BACKEND_CPU;
+    ssmi_backend_kind be = SSMI_BACKEND_CPU;
     SSM_FORWARD_IF_ERROR(validate_chunk_cumsum(ctx, params, args, &d));
-    SSM_FORWARD_IF_ERROR(pick_backend(ctx, "mamba2_chunk_cumsum", &be));
-    return be == M2_BACKEND_REF ? ssmi_ref_mamba2_chunk_cumsum(ctx, params, &d, args)
+    SSM_FORWARD_IF_ERROR(ssmi_pick_backend(ctx, "mamba2_chunk_cumsum", &be));
+    return be == SSMI_BACKEND_REF ? ssmi_ref_mamba2_chunk_cumsum(ctx, params, &d, args)
                                 : ssmi_cpu_mamba2_chunk_cumsum(ctx, params, &d, args);
 }
 
@@ -274,20 +214,20 @@ static ssm_status validate_chunk_state(ssm_context * ctx, const ssm_mamba2_param
     SSM_FORWARD_IF_ERROR(check_seq_idx(ctx, op, &a->seq_idx, d));
     const int64_t ws[5] = {d->batch, d->nchunks, d->nheads, d->headdim, d->dstate};
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "states", &a->states, 0, 5, ws));
-    const m2_named ins[] = {
+    const ssmi_named ins[] = {
         {"b", &a->b}, {"x", &a->x}, {"dt", &a->dt}, {"da_cumsum", &a->da_cumsum}, {"seq_idx", &a->seq_idx}};
-    const m2_named outs[] = {{"states", &a->states}};
-    return check_disjoint(ctx, op, outs, 1, ins, 5);
+    const ssmi_named outs[] = {{"states", &a->states}};
+    return ssmi_check_disjoint(ctx, op, outs, 1, ins, 5);
 }
 
 ssm_status ssm_mamba2_chunk_state(ssm_context * ctx, const ssm_mamba2_params * params,
                                   const ssm_mamba2_chunk_state_args * args) {
     ssmi_clear_error(ctx);
     ssmi_mamba2_dims d;
-    m2_backend       be = M2_BACKEND_CPU;
+    ssmi_backend_kind be = SSMI_BACKEND_CPU;
     SSM_FORWARD_IF_ERROR(validate_chunk_state(ctx, params, args, &d));
-    SSM_FORWARD_IF_ERROR(pick_backend(ctx, "mamba2_chunk_state", &be));
-    return be == M2_BACKEND_REF ? ssmi_ref_mamba2_chunk_state(ctx, params, &d, args)
+    SSM_FORWARD_IF_ERROR(ssmi_pick_backend(ctx, "mamba2_chunk_state", &be));
+    return be == SSMI_BACKEND_REF ? ssmi_ref_mamba2_chunk_state(ctx, params, &d, args)
                                 : ssmi_cpu_mamba2_chunk_state(ctx, params, &d, args);
 }
 
@@ -328,22 +268,22 @@ static ssm_status validate_state_passing(ssm_context * ctx, const ssm_mamba2_par
     }
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "states_in", &a->states_in, 0, 5, a->states.shape));
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "final_states", &a->final_states, 1, 4, wst));
-    const m2_named ins[] = {{"states", &a->states},
+    const ssmi_named ins[] = {{"states", &a->states},
                             {"da_chunk_cumsum", &a->da_chunk_cumsum},
                             {"initial_states", &a->initial_states},
                             {"seq_idx", &a->seq_idx}};
-    const m2_named outs[] = {{"states_in", &a->states_in}, {"final_states", &a->final_states}};
-    return check_disjoint(ctx, op, outs, 2, ins, 4);
+    const ssmi_named outs[] = {{"states_in", &a->states_in}, {"final_states", &a->final_states}};
+    return ssmi_check_disjoint(ctx, op, outs, 2, ins, 4);
 }
 
 ssm_status ssm_mamba2_state_passing(ssm_context * ctx, const ssm_mamba2_params * params,
                                     const ssm_mamba2_state_passing_args * args) {
     ssmi_clear_error(ctx);
     ssmi_mamba2_dims d;
-    m2_backend       be = M2_BACKEND_CPU;
+    ssmi_backend_kind be = SSMI_BACKEND_CPU;
     SSM_FORWARD_IF_ERROR(validate_state_passing(ctx, params, args, &d));
-    SSM_FORWARD_IF_ERROR(pick_backend(ctx, "mamba2_state_passing", &be));
-    return be == M2_BACKEND_REF ? ssmi_ref_mamba2_state_passing(ctx, params, &d, args)
+    SSM_FORWARD_IF_ERROR(ssmi_pick_backend(ctx, "mamba2_state_passing", &be));
+    return be == SSMI_BACKEND_REF ? ssmi_ref_mamba2_state_passing(ctx, params, &d, args)
                                 : ssmi_cpu_mamba2_state_passing(ctx, params, &d, args);
 }
 
@@ -367,18 +307,18 @@ static ssm_status validate_bmm(ssm_context * ctx, const ssm_mamba2_params * p, c
     SSM_FORWARD_IF_ERROR(check_seq_idx(ctx, op, &a->seq_idx, d));
     const int64_t wcb[5] = {d->batch, d->nchunks, d->ngroups, d->chunk, d->chunk};
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "cb", &a->cb, 0, 5, wcb));
-    const m2_named ins[] = {{"c", &a->c}, {"b", &a->b}, {"seq_idx", &a->seq_idx}};
-    const m2_named outs[] = {{"cb", &a->cb}};
-    return check_disjoint(ctx, op, outs, 1, ins, 3);
+    const ssmi_named ins[] = {{"c", &a->c}, {"b", &a->b}, {"seq_idx", &a->seq_idx}};
+    const ssmi_named outs[] = {{"cb", &a->cb}};
+    return ssmi_check_disjoint(ctx, op, outs, 1, ins, 3);
 }
 
 ssm_status ssm_mamba2_bmm(ssm_context * ctx, const ssm_mamba2_params * params, const ssm_mamba2_bmm_args * args) {
     ssmi_clear_error(ctx);
     ssmi_mamba2_dims d;
-    m2_backend       be = M2_BACKEND_CPU;
+    ssmi_backend_kind be = SSMI_BACKEND_CPU;
     SSM_FORWARD_IF_ERROR(validate_bmm(ctx, params, args, &d));
-    SSM_FORWARD_IF_ERROR(pick_backend(ctx, "mamba2_bmm", &be));
-    return be == M2_BACKEND_REF ? ssmi_ref_mamba2_bmm(ctx, params, &d, args)
+    SSM_FORWARD_IF_ERROR(ssmi_pick_backend(ctx, "mamba2_bmm", &be));
+    return be == SSMI_BACKEND_REF ? ssmi_ref_mamba2_bmm(ctx, params, &d, args)
                                 : ssmi_cpu_mamba2_bmm(ctx, params, &d, args);
 }
 
@@ -404,7 +344,7 @@ static ssm_status validate_chunk_scan(ssm_context * ctx, const ssm_mamba2_params
     const int64_t wx[4] = {d->batch, d->seqlen, d->nheads, d->headdim};
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "out", &a->out, 0, 4, wx));
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "out_x", &a->out_x, 1, 4, wx));
-    const m2_named ins[] = {{"cb", &a->cb},
+    const ssmi_named ins[] = {{"cb", &a->cb},
                             {"x", &a->x},
                             {"dt", &a->dt},
                             {"da_cumsum", &a->da_cumsum},
@@ -413,18 +353,18 @@ static ssm_status validate_chunk_scan(ssm_context * ctx, const ssm_mamba2_params
                             {"d", &a->d},
                             {"z", &a->z},
                             {"seq_idx", &a->seq_idx}};
-    const m2_named outs[] = {{"out", &a->out}, {"out_x", &a->out_x}};
-    return check_disjoint(ctx, op, outs, 2, ins, 9);
+    const ssmi_named outs[] = {{"out", &a->out}, {"out_x", &a->out_x}};
+    return ssmi_check_disjoint(ctx, op, outs, 2, ins, 9);
 }
 
 ssm_status ssm_mamba2_chunk_scan(ssm_context * ctx, const ssm_mamba2_params * params,
                                  const ssm_mamba2_chunk_scan_args * args) {
     ssmi_clear_error(ctx);
     ssmi_mamba2_dims d;
-    m2_backend       be = M2_BACKEND_CPU;
+    ssmi_backend_kind be = SSMI_BACKEND_CPU;
     SSM_FORWARD_IF_ERROR(validate_chunk_scan(ctx, params, args, &d));
-    SSM_FORWARD_IF_ERROR(pick_backend(ctx, "mamba2_chunk_scan", &be));
-    return be == M2_BACKEND_REF ? ssmi_ref_mamba2_chunk_scan(ctx, params, &d, args)
+    SSM_FORWARD_IF_ERROR(ssmi_pick_backend(ctx, "mamba2_chunk_scan", &be));
+    return be == SSMI_BACKEND_REF ? ssmi_ref_mamba2_chunk_scan(ctx, params, &d, args)
                                 : ssmi_cpu_mamba2_chunk_scan(ctx, params, &d, args);
 }
 
@@ -452,7 +392,7 @@ static ssm_status validate_scan(ssm_context * ctx, const char * op, const ssm_ma
     const int64_t wx[4] = {d->batch, d->seqlen, d->nheads, d->headdim};
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "out", &a->out, 0, 4, wx));
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "final_states", &a->final_states, 1, 4, wst));
-    const m2_named ins[] = {{"x", &a->x},
+    const ssmi_named ins[] = {{"x", &a->x},
                             {"dt", &a->dt},
                             {"a", &a->a},
                             {"b", &a->b},
@@ -463,14 +403,14 @@ static ssm_status validate_scan(ssm_context * ctx, const char * op, const ssm_ma
                             {"initial_states", &a->initial_states},
                             {"seq_idx", &a->seq_idx},
                             {"cu_seqlens", &a->cu_seqlens}};
-    const m2_named outs[] = {{"out", &a->out}, {"final_states", &a->final_states}};
-    return check_disjoint(ctx, op, outs, 2, ins, 11);
+    const ssmi_named outs[] = {{"out", &a->out}, {"final_states", &a->final_states}};
+    return ssmi_check_disjoint(ctx, op, outs, 2, ins, 11);
 }
 
 /* Workspace bytes the chosen backend needs (the reference allocates its own scratch). */
-static size_t scan_workspace_bytes(const ssm_context * ctx, m2_backend be, const ssm_mamba2_params * p,
+static size_t scan_workspace_bytes(const ssm_context * ctx, ssmi_backend_kind be, const ssm_mamba2_params * p,
                                    const ssmi_mamba2_dims * d, const ssm_mamba2_scan_args * a) {
-    return be == M2_BACKEND_REF ? 0 : ssmi_cpu_mamba2_scan_workspace_size(ctx, p, d, a);
+    return be == SSMI_BACKEND_REF ? 0 : ssmi_cpu_mamba2_scan_workspace_size(ctx, p, d, a);
 }
 
 ssm_status ssm_mamba2_scan_workspace_size(ssm_context * ctx, const ssm_mamba2_params * params,
@@ -479,9 +419,9 @@ ssm_status ssm_mamba2_scan_workspace_size(ssm_context * ctx, const ssm_mamba2_pa
     ssmi_clear_error(ctx);
     SSM_RETURN_IF(bytes == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: bytes is NULL", op);
     ssmi_mamba2_dims d;
-    m2_backend       be = M2_BACKEND_CPU;
+    ssmi_backend_kind be = SSMI_BACKEND_CPU;
     SSM_FORWARD_IF_ERROR(validate_scan(ctx, op, params, args, &d));
-    SSM_FORWARD_IF_ERROR(pick_backend(ctx, op, &be));
+    SSM_FORWARD_IF_ERROR(ssmi_pick_backend(ctx, op, &be));
     *bytes = scan_workspace_bytes(ctx, be, params, &d, args);
     return SSM_STATUS_OK;
 }
@@ -491,9 +431,9 @@ ssm_status ssm_mamba2_scan(ssm_context * ctx, const ssm_mamba2_params * params, 
     static const char op[] = "mamba2_scan";
     ssmi_clear_error(ctx);
     ssmi_mamba2_dims d;
-    m2_backend       be = M2_BACKEND_CPU;
+    ssmi_backend_kind be = SSMI_BACKEND_CPU;
     SSM_FORWARD_IF_ERROR(validate_scan(ctx, op, params, args, &d));
-    SSM_FORWARD_IF_ERROR(pick_backend(ctx, op, &be));
+    SSM_FORWARD_IF_ERROR(ssmi_pick_backend(ctx, op, &be));
     const size_t need = scan_workspace_bytes(ctx, be, params, &d, args);
     if (workspace != NULL) {
         SSM_RETURN_IF(((uintptr_t)workspace % SSMI_ALIGN) != 0, ctx, SSM_STATUS_INVALID_ARGUMENT,
@@ -504,7 +444,7 @@ ssm_status ssm_mamba2_scan(ssm_context * ctx, const ssm_mamba2_params * params, 
                       op, workspace_size, need);
     }
     /* The reference allocates its own float64 scratch and ignores the workspace. */
-    if (be == M2_BACKEND_REF) return ssmi_ref_mamba2_scan(ctx, params, &d, args);
+    if (be == SSMI_BACKEND_REF) return ssmi_ref_mamba2_scan(ctx, params, &d, args);
     if (workspace != NULL) return ssmi_cpu_mamba2_scan(ctx, params, &d, args, workspace);
     void * ws = ssmi_alloc(ctx, need);
     SSM_RETURN_IF(ws == NULL && need > 0, ctx, SSM_STATUS_OUT_OF_MEMORY,

@@ -1,0 +1,29 @@
+/* ops_common.h — validation and dispatch helpers shared by the operator families in src/ops/
+ * (mamba2.c, mamba3_siso.c). Everything here runs before the first write of an operator. */
+#ifndef SSMI_OPS_COMMON_H
+#define SSMI_OPS_COMMON_H
+
+#include "../core/ssmi.h"
+
+/* A name and a tensor, for the pairwise overlap checks. */
+typedef struct ssmi_named {
+    const char *       name;
+    const ssm_tensor * t;
+} ssmi_named;
+
+/* Every present output must be disjoint from every present input and from every other
+ * output: the backends read inputs while writing outputs. INVALID_LAYOUT otherwise. */
+ssm_status ssmi_check_disjoint(ssm_context * ctx, const char * op, const ssmi_named * outs, int nout,
+                               const ssmi_named * ins, int nin);
+
+/* cu_seqlens (nseq+1), optional, I32/I64: length ≥ 2, batch == 1 (batch_name names the
+ * tensor the batch comes from, for the message), cu[0] = 0, non-decreasing, cu[nseq] =
+ * seqlen. Sets *nseq (0 when absent). */
+ssm_status ssmi_check_cu_seqlens(ssm_context * ctx, const char * op, const ssm_tensor * cu, const char * batch_name,
+                                 int64_t batch, int64_t seqlen, int64_t * nseq);
+
+/* The backend a context asks for; CUDA is not built (UNSUPPORTED). */
+typedef enum ssmi_backend_kind { SSMI_BACKEND_REF, SSMI_BACKEND_CPU } ssmi_backend_kind;
+ssm_status ssmi_pick_backend(ssm_context * ctx, const char * op, ssmi_backend_kind * out);
+
+#endif /* SSMI_OPS_COMMON_H */
