@@ -47,7 +47,7 @@ typedef float (*ssmi_f32_bias_rotate_qk_fn)(int64_t K, int64_t r, const float * 
                                             const float * sin2, float * qh, float * kh);
 
 /* y[i] = x[i]·cos2[i] + x[i^1]·sin2[i] for i < r, y[i] = x[i] for r ≤ i < K (r even): a
- * rotation by +θ; pass the tables with sin2 negated (see ssmi_f32_negate) for R(θ)ᵀ. In
+ * rotation by +θ; with every entry of sin2 negated it is R(θ)ᵀ (rotation by −θ). In
  * place is not allowed. */
 typedef void (*ssmi_f32_rotate_fn)(int64_t K, int64_t r, const float * x, const float * cos2, const float * sin2,
                                    float * y);

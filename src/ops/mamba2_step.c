@@ -1,0 +1,163 @@
+/*
+ * mamba2_step.c — public entry point of the Mamba-2 decode step (spec §2.9).
+ *
+ * Same three steps as every entry point: validate (shapes from x and b, the state pool,
+ * the slot indices, aliasing), fill ssmi_mamba2_dims, dispatch to REF or CPU. The pool
+ * may be updated in place: final_state may be exactly the same view as state. Any other
+ * overlap between an output and an input is an error, because the backends read inputs
+ * while writing outputs.
+ */
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../core/ssmi.h"
+#include "../cpu/ssmi_cpu.h"
+#include "../ref/ssmi_ref.h"
+
+static const char step_op[] = "mamba2_step";
+
+/* Two views of the same elements in the same way: the only overlap an in-place pool
+ * update may have. */
+static int same_view(const ssm_tensor * a, const ssm_tensor * b) {
+    if (a->data != b->data || a->dtype != b->dtype || a->ndim != b->ndim) return 0;
+    if (a->device.type != b->device.type || a->device.index != b->device.index) return 0;
+    for (int32_t i = 0; i < a->ndim; ++i)
+        if (a->shape[i] != b->shape[i] || a->strides[i] != b->strides[i]) return 0;
+    return 1;
+}
+
+static ssm_status check_step_params(ssm_context * ctx, const ssm_mamba2_params * p, const void * args) {
+    SSM_RETURN_IF(p == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: params is NULL", step_op);
+    SSM_RETURN_IF(p->size < sizeof(ssm_mamba2_params), ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: params->size=%zu is smaller than sizeof(ssm_mamba2_params)=%zu (call ssm_mamba2_params_init)",
+                  step_op, p->size, sizeof(ssm_mamba2_params));
+    SSM_RETURN_IF(isnan(p->dt_limit_lo) || isnan(p->dt_limit_hi), ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: params->dt_limit (%g, %g) contains NaN", step_op, p->dt_limit_lo, p->dt_limit_hi);
+    SSM_RETURN_IF(p->dt_limit_lo > p->dt_limit_hi, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: params->dt_limit_lo=%g is greater than dt_limit_hi=%g", step_op, p->dt_limit_lo,
+                  p->dt_limit_hi);
+    SSM_RETURN_IF(args == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: args is NULL", step_op);
+    return SSM_STATUS_OK;
+}
+
+static int cmp_i64(const void * a, const void * b) {
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* Every index < slots (negative = padding row), and no slot used by two rows: two rows
+ * updating one slot in place would race and the result would depend on the order. */
+static ssm_status check_slot_indices(ssm_context * ctx, const ssm_tensor * idx, int64_t batch, int64_t slots) {
+    if (!ssmi_present(idx) || batch == 0) return SSM_STATUS_OK;
+    int64_t * used = (int64_t *)ssmi_alloc(ctx, (size_t)batch * sizeof(int64_t));
+    SSM_RETURN_IF(used == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY,
+                  "%s: could not allocate %zu bytes to check state_batch_indices", step_op,
+                  (size_t)batch * sizeof(int64_t));
+    int64_t nused = 0;
+    for (int64_t b = 0; b < batch; ++b) {
+        const int64_t v = ssmi_get_i64(idx, ssmi_off1(idx, b));
+        if (v >= slots) {
+            ssmi_free(ctx, used);
+            return ssmi_error(ctx, SSM_STATUS_INVALID_ARGUMENT,
+                              "%s: state_batch_indices[%lld]=%lld is not below state.shape[0]=%lld (slots)", step_op,
+                              (long long)b, (long long)v, (long long)slots);
+        }
+        if (v >= 0) used[nused++] = v;
+    }
+    qsort(used, (size_t)nused, sizeof(int64_t), cmp_i64);
+    for (int64_t i = 1; i < nused; ++i) {
+        if (used[i] == used[i - 1]) {
+            const long long dup = (long long)used[i];
+            ssmi_free(ctx, used);
+            return ssmi_error(ctx, SSM_STATUS_INVALID_ARGUMENT,
+                              "%s: state_batch_indices uses slot %lld for two rows; each slot may be updated by one row "
+                              "only",
+                              step_op, dup);
+        }
+    }
+    ssmi_free(ctx, used);
+    return SSM_STATUS_OK;
+}
+
+/* Pairwise disjointness of an output with a list of inputs. */
+static ssm_status check_out_vs(ssm_context * ctx, const char * out_name, const ssm_tensor * out,
+                               const char * const * names, const ssm_tensor * const * ins, int nin) {
+    if (!ssmi_present(out)) return SSM_STATUS_OK;
+    for (int i = 0; i < nin; ++i)
+        SSM_FORWARD_IF_ERROR(ssmi_check_no_overlap(ctx, step_op, out_name, out, names[i], ins[i]));
+    return SSM_STATUS_OK;
+}
+
+static ssm_status validate_step(ssm_context * ctx, const ssm_mamba2_params * p, const ssm_mamba2_step_args * a,
+                                ssmi_mamba2_dims * d) {
+    static const int64_t any3[3] = {-1, -1, -1};
+    const uint32_t       F = SSMI_FLOAT_DTYPES;
+    SSM_FORWARD_IF_ERROR(check_step_params(ctx, p, a));
+    memset(d, 0, sizeof *d);
+    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, step_op, "x", &a->x, 0, 3, any3, F));
+    d->batch = a->x.shape[0];
+    d->nheads = a->x.shape[1];
+    d->headdim = a->x.shape[2];
+    d->seqlen = 1;
+    d->chunk = 1;
+    d->nchunks = 1;
+    const int64_t wb[3] = {d->batch, -1, -1};
+    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, step_op, "b", &a->b, 0, 3, wb, F));
+    d->ngroups = a->b.shape[1];
+    d->dstate = a->b.shape[2];
+    SSM_RETURN_IF(d->ngroups < 1, ctx, SSM_STATUS_INVALID_SHAPE, "%s: b.shape[1]=%lld (ngroups) must be at least 1",
+                  step_op, (long long)d->ngroups);
+    SSM_RETURN_IF(d->nheads % d->ngroups != 0, ctx, SSM_STATUS_INVALID_SHAPE,
+                  "%s: x.shape[1]=%lld is not a multiple of b.shape[1]=%lld", step_op, (long long)d->nheads,
+                  (long long)d->ngroups);
+    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, step_op, "c", &a->c, 0, 3, a->b.shape, F));
+    const int64_t whp[3] = {d->batch, d->nheads, d->headdim};
+    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, step_op, "dt", &a->dt, 0, 3, whp, F));
+    const int64_t wa[3] = {d->nheads, d->headdim, d->dstate};
+    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, step_op, "a", &a->a, 0, 3, wa, F));
+    const int64_t wp[2] = {d->nheads, d->headdim};
+    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, step_op, "d", &a->d, 1, 2, wp, F));
+    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, step_op, "z", &a->z, 1, 3, whp, F));
+    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, step_op, "dt_bias", &a->dt_bias, 1, 2, wp, F));
+    const int64_t wst[4] = {-1, d->nheads, d->headdim, d->dstate};
+    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, step_op, "state", &a->state, 0, 4, wst, F));
+    d->slots = a->state.shape[0];
+    const int64_t widx[1] = {d->batch};
+    SSM_FORWARD_IF_ERROR(
+        ssmi_check_tensor(ctx, step_op, "state_batch_indices", &a->state_batch_indices, 1, 1, widx, SSMI_INDEX_DTYPES));
+    SSM_RETURN_IF(!ssmi_present(&a->state_batch_indices) && d->slots != d->batch, ctx, SSM_STATUS_INVALID_SHAPE,
+                  "%s: state.shape[0]=%lld differs from x.shape[0]=%lld; without state_batch_indices row b uses "
+                  "slot b",
+                  step_op, (long long)d->slots, (long long)d->batch);
+    SSM_FORWARD_IF_ERROR(ssmi_check_output(ctx, step_op, "out", &a->out, 0, 3, whp, F));
+    const int64_t wfin[4] = {d->slots, d->nheads, d->headdim, d->dstate};
+    SSM_FORWARD_IF_ERROR(ssmi_check_output(ctx, step_op, "final_state", &a->final_state, 1, 4, wfin, F));
+
+    /* Aliasing: final_state may be the state view itself, nothing else may overlap. */
+    const char * const       names[] = {"x", "dt", "a", "b", "c", "d", "z", "dt_bias", "state_batch_indices", "state"};
+    const ssm_tensor * const ins[] = {&a->x, &a->dt,      &a->a, &a->b, &a->c, &a->d, &a->z, &a->dt_bias,
+                                      &a->state_batch_indices, &a->state};
+    const int                in_place = ssmi_present(&a->final_state) && same_view(&a->final_state, &a->state);
+    SSM_FORWARD_IF_ERROR(check_out_vs(ctx, "final_state", &a->final_state, names, ins, in_place ? 9 : 10));
+    SSM_FORWARD_IF_ERROR(check_out_vs(ctx, "out", &a->out, names, ins, 10));
+    SSM_FORWARD_IF_ERROR(ssmi_check_no_overlap(ctx, step_op, "out", &a->out, "final_state", &a->final_state));
+    return check_slot_indices(ctx, &a->state_batch_indices, d->batch, d->slots);
+}
+
+ssm_status ssm_mamba2_step(ssm_context * ctx, const ssm_mamba2_params * params, const ssm_mamba2_step_args * args) {
+    ssmi_clear_error(ctx);
+    ssmi_mamba2_dims d;
+    SSM_FORWARD_IF_ERROR(validate_step(ctx, params, args, &d));
+    const ssm_backend be = ctx == NULL ? SSM_BACKEND_AUTO : ctx->backend;
+    switch (be) {
+        case SSM_BACKEND_REF: return ssmi_ref_mamba2_step(ctx, params, &d, args);
+        case SSM_BACKEND_AUTO:
+        case SSM_BACKEND_CPU: return ssmi_cpu_mamba2_step(ctx, params, &d, args);
+        case SSM_BACKEND_CUDA:
+            return ssmi_error(ctx, SSM_STATUS_UNSUPPORTED, "%s: the CUDA backend is not built", step_op);
+        default:
+            return ssmi_error(ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: context backend %d is unknown", step_op, (int)be);
+    }
+}

@@ -1,0 +1,175 @@
+/* ref_mamba3_common.h — float64 helpers shared by the Mamba-3 SISO reference files
+ * (src/ref/mamba3_*.c): the per-token scalars (spec §3.1), the angle wrap (§3.2), the
+ * interleaved-pair rotation (§3.3), the sequence walk (batched rows or cu_seqlens) and one
+ * step of the recurrence (§3.4). Everything is static inline, in the reference's plain
+ * loop style; nothing here allocates. */
+#ifndef SSMI_REF_MAMBA3_COMMON_H
+#define SSMI_REF_MAMBA3_COMMON_H
+
+#include <math.h>
+#include <string.h>
+
+#include "../core/ssmi.h"
+
+#define SSMI_REF_PI 3.14159265358979323846
+#define SSMI_REF_TWO_PI 6.28318530717958647692
+
+/* wrap(x) = x − 2π·floor(x/2π) in [0, 2π). A result that rounds up to 2π (x a tiny
+ * negative number) is returned as 0, the same point of the circle. */
+static inline double ssmi_ref_m3_wrap(double x) {
+    double r = x - SSMI_REF_TWO_PI * floor(x / SSMI_REF_TWO_PI);
+    if (r >= SSMI_REF_TWO_PI) r = 0.0;
+    return r;
+}
+
+static inline double ssmi_ref_m3_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+/* silu(z) = z·sigmoid(z): the gate factor. */
+static inline double ssmi_ref_m3_silu(double z) { return z * ssmi_ref_m3_sigmoid(z); }
+
+/* ω = π·tanh(raw)·dt: the angle increment of one token (§3.2). */
+static inline double ssmi_ref_m3_omega(double raw, double dt) { return SSMI_REF_PI * tanh(raw) * dt; }
+
+/* y = R(θ) x on the first A interleaved pairs (2i, 2i+1), by +θ_i; the rest is copied.
+ * sign = −1 applies R(θ)ᵀ (rotation by −θ). y may equal x. */
+static inline void ssmi_ref_m3_rotate(double * y, const double * x, const double * theta, int64_t K, int64_t A,
+                                      double sign) {
+    for (int64_t i = 0; i < K / 2; ++i) {
+        const double x0 = x[2 * i], x1 = x[2 * i + 1];
+        if (i < A) {
+            const double c = cos(theta[i]), s = sign * sin(theta[i]);
+            y[2 * i] = x0 * c - x1 * s;
+            y[2 * i + 1] = x0 * s + x1 * c;
+        } else {
+            y[2 * i] = x0;
+            y[2 * i + 1] = x1;
+        }
+    }
+}
+
+static inline double ssmi_ref_m3_dot(const double * a, const double * b, int64_t n) {
+    double s = 0.0;
+    for (int64_t i = 0; i < n; ++i) s += a[i] * b[i];
+    return s;
+}
+
+/* One sequence of a call: tokens [t0, t0 + len) of row b; its states are row n of the
+ * (NS, ...) state tensors. */
+typedef struct ssmi_ref_m3_seq {
+    int64_t b, t0, len, n;
+} ssmi_ref_m3_seq;
+
+/* Sequence i of the call: row i over all S tokens, or (with cu_seqlens) row 0 over
+ * [cu[i], cu[i+1]). */
+static inline ssmi_ref_m3_seq ssmi_ref_m3_sequence(const ssmi_mamba3_dims * d, const ssm_tensor * cu, int64_t i) {
+    ssmi_ref_m3_seq s;
+    s.n = i;
+    if (d->varlen) {
+        s.b = 0;
+        s.t0 = ssmi_get_i64(cu, ssmi_off1(cu, i));
+        s.len = ssmi_get_i64(cu, ssmi_off1(cu, i + 1)) - s.t0;
+    } else {
+        s.b = i;
+        s.t0 = 0;
+        s.len = d->seqlen;
+    }
+    return s;
+}
+
+/* Per-token scalars of one head of one sequence (§3.1), arrays of `len`. The shifted term
+ * γ'_t uses the next token of the SAME sequence and is 0 at its last token. */
+typedef struct ssmi_ref_m3_scalars {
+    double *adt, *dt, *lam, *gam, *gsh, *sig; /* ADT, DT, λ, γ, γ', σ */
+} ssmi_ref_m3_scalars;
+
+/* Loads adt/dt/trap (B, H, S) of head h for the sequence and derives λ, γ, γ', σ. */
+static inline void ssmi_ref_m3_load_scalars(const ssmi_ref_m3_scalars * sc, const ssm_tensor * adt,
+                                            const ssm_tensor * dt, const ssm_tensor * trap, const ssmi_ref_m3_seq * s,
+                                            int64_t h) {
+    for (int64_t t = 0; t < s->len; ++t) {
+        const int64_t tt = s->t0 + t;
+        sc->adt[t] = ssmi_get_f64(adt, ssmi_off3(adt, s->b, h, tt));
+        sc->dt[t] = ssmi_get_f64(dt, ssmi_off3(dt, s->b, h, tt));
+        sc->lam[t] = ssmi_ref_m3_sigmoid(ssmi_get_f64(trap, ssmi_off3(trap, s->b, h, tt)));
+        sc->gam[t] = sc->dt[t] * sc->lam[t];
+    }
+    for (int64_t t = 0; t < s->len; ++t) {
+        sc->gsh[t] = t + 1 < s->len ? sc->dt[t + 1] * (1.0 - sc->lam[t + 1]) : 0.0;
+        sc->sig[t] = sc->gam[t] + sc->gsh[t];
+    }
+}
+
+/* Reads `n` elements of a tensor along its last dim, the other indices given by `off`. */
+static inline void ssmi_ref_m3_read(double * dst, const ssm_tensor * t, int64_t off, int64_t n) {
+    const int64_t st = t->strides[t->ndim - 1];
+    for (int64_t i = 0; i < n; ++i) dst[i] = ssmi_get_f64(t, off + i * st);
+}
+
+/* Writes `n` elements along the last dim (rounded to the tensor's dtype). */
+static inline void ssmi_ref_m3_write(const ssm_tensor * t, int64_t off, const double * src, int64_t n) {
+    const int64_t st = t->strides[t->ndim - 1];
+    for (int64_t i = 0; i < n; ++i) ssmi_set_f64(t, off + i * st, src[i]);
+}
+
+/* Writes `n` zeros along the last dim. */
+static inline void ssmi_ref_m3_write_zero(const ssm_tensor * t, int64_t off, int64_t n) {
+    const int64_t st = t->strides[t->ndim - 1];
+    for (int64_t i = 0; i < n; ++i) ssmi_set_f64(t, off + i * st, 0.0);
+}
+
+/* Copies row n of a (NS, H, ...) state (any rank 3 or 4) to row n of an output of the same
+ * shape; zeros when the input is absent. Used for empty sequences and absent tokens. */
+static inline void ssmi_ref_m3_copy_state(const ssm_tensor * out, const ssm_tensor * in, int64_t n) {
+    if (!ssmi_present(out)) return;
+    const int64_t H = out->shape[1];
+    const int64_t R = out->ndim == 4 ? out->shape[2] : 1, C = out->shape[out->ndim - 1];
+    for (int64_t h = 0; h < H; ++h)
+        for (int64_t r = 0; r < R; ++r)
+            for (int64_t c = 0; c < C; ++c) {
+                int64_t oo, oi = 0;
+                if (out->ndim == 4) {
+                    oo = ssmi_off4(out, n, h, r, c);
+                    if (ssmi_present(in)) oi = ssmi_off4(in, n, h, r, c);
+                } else {
+                    oo = ssmi_off3(out, n, h, c);
+                    if (ssmi_present(in)) oi = ssmi_off3(in, n, h, c);
+                }
+                ssmi_set_f64(out, oo, ssmi_present(in) ? ssmi_get_f64(in, oi) : 0.0);
+            }
+}
+
+/* One step of the recurrence (§3.4) for one head, in place on the carried state:
+ *   θ ← wrap(θ + π·tanh(raw)·dt)  (A values)
+ *   q̂ = R(θ)(q̃), k̂ = R(θ)(k̃)      with q̃, k̃ the biased q and k (K values)
+ *   h ← α·h + β·v_prev k_prevᵀ + γ·v k̂ᵀ   (V×K, row-major), α = e^{adt}, β = α·dt·(1−λ),
+ *                                          γ = dt·λ, λ = sigmoid(trap)
+ *   y = h q̂ + D·v, gated by silu(z) when z != NULL
+ *   k_prev ← k̂, v_prev ← v
+ * raw == NULL means θ is given directly (already cumulative) in `theta`. `qhat` is K
+ * doubles of scratch. */
+static inline void ssmi_ref_m3_step_head(double * theta, double * hs, double * kprev, double * vprev,
+                                         const double * raw, const double * qt, const double * kt, const double * v,
+                                         const double * z, double adt, double dt, double trap, double dskip,
+                                         int64_t K, int64_t V, int64_t A, double * qhat, double * y) {
+    if (raw != NULL)
+        for (int64_t i = 0; i < A; ++i) theta[i] = ssmi_ref_m3_wrap(theta[i] + ssmi_ref_m3_omega(raw[i], dt));
+    const double lam = ssmi_ref_m3_sigmoid(trap);
+    const double alpha = exp(adt), gam = dt * lam, beta = alpha * dt * (1.0 - lam);
+    ssmi_ref_m3_rotate(qhat, qt, theta, K, A, 1.0);
+    for (int64_t r = 0; r < V; ++r) {
+        double *     row = hs + r * K;
+        const double kpr = beta * vprev[r];
+        for (int64_t c = 0; c < K; ++c) row[c] = alpha * row[c] + kpr * kprev[c];
+    }
+    ssmi_ref_m3_rotate(kprev, kt, theta, K, A, 1.0);
+    for (int64_t r = 0; r < V; ++r) {
+        double * row = hs + r * K;
+        for (int64_t c = 0; c < K; ++c) row[c] += gam * v[r] * kprev[c];
+        double yr = ssmi_ref_m3_dot(row, qhat, K) + dskip * v[r];
+        if (z != NULL) yr *= ssmi_ref_m3_silu(z[r]);
+        y[r] = yr;
+        vprev[r] = v[r];
+    }
+}
+
+#endif /* SSMI_REF_MAMBA3_COMMON_H */
