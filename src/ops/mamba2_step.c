@@ -15,6 +15,7 @@
 #include "../core/ssmi.h"
 #include "../cpu/ssmi_cpu.h"
 #include "../ref/ssmi_ref.h"
+#include "ops_common.h"
 
 static const char step_op[] = "mamba2_step";
 
@@ -150,14 +151,8 @@ ssm_status ssm_mamba2_step(ssm_context * ctx, const ssm_mamba2_params * params, 
     ssmi_clear_error(ctx);
     ssmi_mamba2_dims d;
     SSM_FORWARD_IF_ERROR(validate_step(ctx, params, args, &d));
-    const ssm_backend be = ctx == NULL ? SSM_BACKEND_AUTO : ctx->backend;
-    switch (be) {
-        case SSM_BACKEND_REF: return ssmi_ref_mamba2_step(ctx, params, &d, args);
-        case SSM_BACKEND_AUTO:
-        case SSM_BACKEND_CPU: return ssmi_cpu_mamba2_step(ctx, params, &d, args);
-        case SSM_BACKEND_CUDA:
-            return ssmi_error(ctx, SSM_STATUS_UNSUPPORTED, "%s: the CUDA backend is not built", step_op);
-        default:
-            return ssmi_error(ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: context backend %d is unknown", step_op, (int)be);
-    }
+    ssmi_backend_kind be = SSMI_BACKEND_CPU;
+    SSM_FORWARD_IF_ERROR(ssmi_pick_backend(ctx, step_op, &be));
+    return be == SSMI_BACKEND_REF ? ssmi_ref_mamba2_step(ctx, params, &d, args)
+                                  : ssmi_cpu_mamba2_step(ctx, params, &d, args);
 }

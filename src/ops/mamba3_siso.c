@@ -160,8 +160,7 @@ static ssm_status check_state_outputs(ssm_context * ctx, const char * op, const 
     return SSM_STATUS_OK;
 }
 
-static const char * const final_names[4] = {"final_angle_state", "final_ssm_state", "final_k_state",
-                                             "final_v_state"};
+static const char * const final_names[4] = {"final_angle_state", "final_ssm_state", "final_k_state", "final_v_state"};
 
 /* ---- angle_cumsum -------------------------------------------------------------------- */
 
@@ -279,8 +278,8 @@ static ssm_status validate_siso_fwd(ssm_context * ctx, const ssm_mamba3_params *
     const m3_state_shapes sh = state_shapes(d, d->nseq);
     SSM_FORWARD_IF_ERROR(check_initial_states(ctx, op, NULL, &a->ssm_state, &a->k_state, &a->v_state, &sh, d));
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "out", &a->out, 0, 4, a->v.shape));
-    SSM_FORWARD_IF_ERROR(
-        check_state_outputs(ctx, op, final_names, NULL, &a->final_ssm_state, &a->final_k_state, &a->final_v_state, &sh));
+    SSM_FORWARD_IF_ERROR(check_state_outputs(ctx, op, final_names, NULL, &a->final_ssm_state, &a->final_k_state,
+                                             &a->final_v_state, &sh));
     const ssmi_named ins[] = {{"q", &a->q},
                               {"k", &a->k},
                               {"v", &a->v},

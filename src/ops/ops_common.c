@@ -1,6 +1,9 @@
 /* ops_common.c — shared validation and dispatch helpers of src/ops/ (see ops_common.h). */
 #include "ops_common.h"
 
+#include <math.h>
+#include <string.h>
+
 ssm_status ssmi_check_disjoint(ssm_context * ctx, const char * op, const ssmi_named * outs, int nout,
                                const ssmi_named * ins, int nin) {
     for (int o = 0; o < nout; ++o) {
@@ -54,4 +57,108 @@ ssm_status ssmi_pick_backend(ssm_context * ctx, const char * op, ssmi_backend_ki
         case SSM_BACKEND_CUDA: return ssmi_error(ctx, SSM_STATUS_UNSUPPORTED, "%s: the CUDA backend is not built", op);
         default: return ssmi_error(ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: context backend %d is unknown", op, (int)b);
     }
+}
+
+/* ---- Mamba-2 ---------------------------------------------------------------------------- */
+
+#define SSMI_M2_MAX_CHUNK 1024
+
+ssm_status ssmi_mamba2_check_params(ssm_context * ctx, const char * op, const ssm_mamba2_params * p, const void * args) {
+    SSM_RETURN_IF(p == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: params is NULL", op);
+    SSM_RETURN_IF(p->size < sizeof(ssm_mamba2_params), ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: params->size=%zu is smaller than sizeof(ssm_mamba2_params)=%zu (call ssm_mamba2_params_init)",
+                  op, p->size, sizeof(ssm_mamba2_params));
+    SSM_RETURN_IF(p->chunk_size < 1 || p->chunk_size > SSMI_M2_MAX_CHUNK, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: params->chunk_size=%lld is outside [1, %d]", op, (long long)p->chunk_size, SSMI_M2_MAX_CHUNK);
+    SSM_RETURN_IF(isnan(p->dt_limit_lo) || isnan(p->dt_limit_hi), ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: params->dt_limit (%g, %g) contains NaN", op, (double)p->dt_limit_lo, (double)p->dt_limit_hi);
+    SSM_RETURN_IF(p->dt_limit_lo > p->dt_limit_hi, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: params->dt_limit_lo=%g is greater than dt_limit_hi=%g", op, (double)p->dt_limit_lo,
+                  (double)p->dt_limit_hi);
+    SSM_RETURN_IF(args == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: args is NULL", op);
+    return SSM_STATUS_OK;
+}
+
+/* x (batch, S, H, P) defines those four dims; b (batch, S, G, N) defines G and N with
+ * H % G == 0; c matches b; the optional z matches x. */
+static ssm_status m2_check_xbcz(ssm_context * ctx, const char * op, const ssm_mamba2_scan_args * a,
+                                ssmi_mamba2_dims * d) {
+    static const int64_t any4[4] = {-1, -1, -1, -1};
+    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "x", &a->x, 0, 4, any4, SSMI_FLOAT_DTYPES));
+    d->batch = a->x.shape[0];
+    d->seqlen = a->x.shape[1];
+    d->nheads = a->x.shape[2];
+    d->headdim = a->x.shape[3];
+    const int64_t wb[4] = {d->batch, d->seqlen, -1, -1};
+    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "b", &a->b, 0, 4, wb, SSMI_FLOAT_DTYPES));
+    d->ngroups = a->b.shape[2];
+    d->dstate = a->b.shape[3];
+    SSM_RETURN_IF(d->ngroups < 1, ctx, SSM_STATUS_INVALID_SHAPE, "%s: b.shape[2]=%lld (ngroups) must be at least 1", op,
+                  (long long)d->ngroups);
+    SSM_RETURN_IF(d->nheads % d->ngroups != 0, ctx, SSM_STATUS_INVALID_SHAPE,
+                  "%s: x.shape[2]=%lld is not a multiple of b.shape[2]=%lld", op, (long long)d->nheads,
+                  (long long)d->ngroups);
+    const int64_t wc[4] = {d->batch, d->seqlen, d->ngroups, d->dstate};
+    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "c", &a->c, 0, 4, wc, SSMI_FLOAT_DTYPES));
+    const int64_t wz[4] = {d->batch, d->seqlen, d->nheads, d->headdim};
+    return ssmi_check_tensor(ctx, op, "z", &a->z, 1, 4, wz, SSMI_FLOAT_DTYPES);
+}
+
+/* D is (H) or (H, P). */
+static ssm_status m2_check_d(ssm_context * ctx, const char * op, const ssm_tensor * dten, const ssmi_mamba2_dims * d) {
+    if (!ssmi_present(dten)) return SSM_STATUS_OK;
+    SSM_RETURN_IF(dten->ndim != 1 && dten->ndim != 2, ctx, SSM_STATUS_INVALID_SHAPE,
+                  "%s: d has %d dims; it must be (H) or (H, P)", op, (int)dten->ndim);
+    const int64_t want[2] = {d->nheads, d->headdim};
+    return ssmi_check_tensor(ctx, op, "d", dten, 1, dten->ndim, want, SSMI_FLOAT_DTYPES);
+}
+
+/* seq_idx (batch, S), integer, values >= 0 and non-decreasing along S. */
+static ssm_status m2_check_seq_idx(ssm_context * ctx, const char * op, const ssm_tensor * s,
+                                   const ssmi_mamba2_dims * d) {
+    const int64_t want[2] = {d->batch, d->seqlen};
+    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "seq_idx", s, 1, 2, want, SSMI_INDEX_DTYPES));
+    if (!ssmi_present(s)) return SSM_STATUS_OK;
+    for (int64_t b = 0; b < d->batch; ++b) {
+        int64_t prev = 0;
+        for (int64_t t = 0; t < d->seqlen; ++t) {
+            const int64_t v = ssmi_get_i64(s, ssmi_off2(s, b, t));
+            SSM_RETURN_IF(v < 0, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: seq_idx[%lld,%lld]=%lld is negative", op,
+                          (long long)b, (long long)t, (long long)v);
+            SSM_RETURN_IF(t > 0 && v < prev, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                          "%s: seq_idx[%lld,%lld]=%lld is smaller than seq_idx[%lld,%lld]=%lld; ids must be "
+                          "non-decreasing along S",
+                          op, (long long)b, (long long)t, (long long)v, (long long)b, (long long)(t - 1),
+                          (long long)prev);
+            prev = v;
+        }
+    }
+    return SSM_STATUS_OK;
+}
+
+ssm_status ssmi_mamba2_check_scan_inputs(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
+                                         const ssm_mamba2_scan_args * a, ssmi_mamba2_dims * d) {
+    SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_params(ctx, op, p, a));
+    memset(d, 0, sizeof *d);
+    SSM_FORWARD_IF_ERROR(m2_check_xbcz(ctx, op, a, d));
+    d->chunk = p->chunk_size;
+    d->nchunks = (d->seqlen + d->chunk - 1) / d->chunk;
+    const int64_t wdt[3] = {d->batch, d->seqlen, d->nheads};
+    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "dt", &a->dt, 0, 3, wdt, SSMI_FLOAT_DTYPES));
+    const int64_t wh[1] = {d->nheads};
+    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "a", &a->a, 0, 1, wh, SSMI_FLOAT_DTYPES));
+    SSM_FORWARD_IF_ERROR(m2_check_d(ctx, op, &a->d, d));
+    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "dt_bias", &a->dt_bias, 1, 1, wh, SSMI_FLOAT_DTYPES));
+    SSM_FORWARD_IF_ERROR(m2_check_seq_idx(ctx, op, &a->seq_idx, d));
+    /* cu_seqlens: the shape rules first, then "not with seq_idx", then the values. */
+    static const int64_t any1[1] = {-1};
+    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "cu_seqlens", &a->cu_seqlens, 1, 1, any1, SSMI_INDEX_DTYPES));
+    if (ssmi_present(&a->cu_seqlens) && a->cu_seqlens.shape[0] >= 2)
+        SSM_RETURN_IF(ssmi_present(&a->seq_idx), ctx, SSM_STATUS_INVALID_ARGUMENT,
+                      "%s: cu_seqlens and seq_idx were both given; pass only one of them", op);
+    SSM_FORWARD_IF_ERROR(ssmi_check_cu_seqlens(ctx, op, &a->cu_seqlens, "x", d->batch, d->seqlen, &d->nseq));
+    /* States are per sequence with cu_seqlens, per batch row otherwise. */
+    const int64_t lead = d->nseq > 0 ? d->nseq : d->batch;
+    const int64_t wst[4] = {lead, d->nheads, d->headdim, d->dstate};
+    return ssmi_check_tensor(ctx, op, "initial_states", &a->initial_states, 1, 4, wst, SSMI_FLOAT_DTYPES);
 }

@@ -26,4 +26,15 @@ ssm_status ssmi_check_cu_seqlens(ssm_context * ctx, const char * op, const ssm_t
 typedef enum ssmi_backend_kind { SSMI_BACKEND_REF, SSMI_BACKEND_CPU } ssmi_backend_kind;
 ssm_status ssmi_pick_backend(ssm_context * ctx, const char * op, ssmi_backend_kind * out);
 
+/* ---- Mamba-2 ---------------------------------------------------------------------------- */
+/* params (non-NULL, size, chunk_size in [1, 1024], dt_limit without NaN and lo ≤ hi) and a
+ * non-NULL args pointer. */
+ssm_status ssmi_mamba2_check_params(ssm_context * ctx, const char * op, const ssm_mamba2_params * p, const void * args);
+/* The inputs of ssm_mamba2_scan (x, dt, a, b, c, d, z, dt_bias, seq_idx, cu_seqlens,
+ * initial_states), in the order and with the messages of ssm_mamba2_scan's own validation;
+ * out and final_states are not looked at. Fills every field of *d (nseq 0 without varlen).
+ * Shared by the forward and mamba2_scan_bwd, whose forward arguments are the same. */
+ssm_status ssmi_mamba2_check_scan_inputs(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
+                                         const ssm_mamba2_scan_args * a, ssmi_mamba2_dims * d);
+
 #endif /* SSMI_OPS_COMMON_H */

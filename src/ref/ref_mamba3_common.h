@@ -7,6 +7,7 @@
 #define SSMI_REF_MAMBA3_COMMON_H
 
 #include <math.h>
+#include <stdint.h>
 #include <string.h>
 
 #include "../core/ssmi.h"
@@ -149,8 +150,8 @@ static inline void ssmi_ref_m3_copy_state(const ssm_tensor * out, const ssm_tens
  * doubles of scratch. */
 static inline void ssmi_ref_m3_step_head(double * theta, double * hs, double * kprev, double * vprev,
                                          const double * raw, const double * qt, const double * kt, const double * v,
-                                         const double * z, double adt, double dt, double trap, double dskip,
-                                         int64_t K, int64_t V, int64_t A, double * qhat, double * y) {
+                                         const double * z, double adt, double dt, double trap, double dskip, int64_t K,
+                                         int64_t V, int64_t A, double * qhat, double * y) {
     if (raw != NULL)
         for (int64_t i = 0; i < A; ++i) theta[i] = ssmi_ref_m3_wrap(theta[i] + ssmi_ref_m3_omega(raw[i], dt));
     const double lam = ssmi_ref_m3_sigmoid(trap);
@@ -170,6 +171,71 @@ static inline void ssmi_ref_m3_step_head(double * theta, double * hs, double * k
         y[r] = yr;
         vprev[r] = v[r];
     }
+}
+
+/* q̃_t = q[b, t0+t, g] + q_bias[h] and k̃_t likewise (rows of K) for the `len` tokens of a
+ * sequence, V-head h reading Q/K head g. */
+static inline void ssmi_ref_m3_load_qk(double * qt, double * kt, const ssm_tensor * q, const ssm_tensor * k,
+                                       const ssm_tensor * q_bias, const ssm_tensor * k_bias, const ssmi_ref_m3_seq * s,
+                                       int64_t h, int64_t g, int64_t K) {
+    for (int64_t t = 0; t < s->len; ++t)
+        for (int64_t c = 0; c < K; ++c) {
+            const int64_t tt = s->t0 + t;
+            qt[t * K + c] =
+                ssmi_get_f64(q, ssmi_off4(q, s->b, tt, g, c)) + ssmi_get_f64(q_bias, ssmi_off2(q_bias, h, c));
+            kt[t * K + c] =
+                ssmi_get_f64(k, ssmi_off4(k, s->b, tt, g, c)) + ssmi_get_f64(k_bias, ssmi_off2(k_bias, h, c));
+        }
+}
+
+/* Rows of a (B, S, H, N) token tensor for head h of a sequence into dst (len × N). */
+static inline void ssmi_ref_m3_load_rows(double * dst, const ssm_tensor * x, const ssmi_ref_m3_seq * s, int64_t h,
+                                         int64_t N) {
+    for (int64_t t = 0; t < s->len; ++t) ssmi_ref_m3_read(dst + t * N, x, ssmi_off4(x, s->b, s->t0 + t, h, 0), N);
+}
+
+/* a·b·..., 0 and *ok = 0 on size_t overflow. */
+static inline size_t ssmi_ref_m3_mul(size_t a, size_t b, int * ok) {
+    if (a != 0 && b > SIZE_MAX / a) {
+        *ok = 0;
+        return 0;
+    }
+    return a * b;
+}
+
+/* The longest sequence of a call. */
+static inline int64_t ssmi_ref_m3_max_len(const ssmi_mamba3_dims * d, const ssm_tensor * cu) {
+    int64_t m = 0;
+    for (int64_t i = 0; i < d->nseq; ++i) {
+        const ssmi_ref_m3_seq s = ssmi_ref_m3_sequence(d, cu, i);
+        if (s.len > m) m = s.len;
+    }
+    return m;
+}
+
+/* One float64 scratch block carved into `n` arrays of sizes[i] doubles (each ≥ 1). Returns
+ * OUT_OF_MEMORY (with a message naming op) when the total overflows or malloc fails. */
+static inline ssm_status ssmi_ref_m3_scratch(ssm_context * ctx, const char * op, int n, const size_t * sizes,
+                                             double ** ptrs[], double ** block) {
+    size_t total = 0;
+    int    ok = 1;
+    for (int i = 0; i < n; ++i) {
+        const size_t sz = sizes[i] > 0 ? sizes[i] : 1;
+        if (sz > SIZE_MAX / sizeof(double) - total) ok = 0;
+        total += sz;
+    }
+    if (!ok || total > SIZE_MAX / sizeof(double)) ok = 0;
+    *block = NULL;
+    SSM_RETURN_IF(!ok, ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: reference scratch size overflows size_t", op);
+    *block = ssmi_alloc(ctx, total * sizeof(double));
+    SSM_RETURN_IF(*block == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY,
+                  "%s: could not allocate %zu bytes of reference scratch", op, total * sizeof(double));
+    double * q = *block;
+    for (int i = 0; i < n; ++i) {
+        *ptrs[i] = q;
+        q += sizes[i] > 0 ? sizes[i] : 1;
+    }
+    return SSM_STATUS_OK;
 }
 
 #endif /* SSMI_REF_MAMBA3_COMMON_H */

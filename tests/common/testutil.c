@@ -602,3 +602,453 @@ void ssmt_mamba2_problem_free(ssmt_mamba2_problem * pr) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) ssmt_free(all[i]);
     memset(&pr->args, 0, sizeof pr->args);
 }
+
+/* ---- Mamba-3 SISO random problems ---------------------------------------------------- */
+void ssmt_mamba3_config_init(ssmt_mamba3_config * cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->batch = 2;
+    cfg->seqlen = 40;
+    cfg->nheads = 4;
+    cfg->nheads_qk = 2;
+    cfg->dk = 16;
+    cfg->dv = 8;
+    cfg->nangles = 4;
+    cfg->chunk = 16;
+    cfg->dtype = SSM_DTYPE_F32;
+    cfg->param_dtype = SSM_DTYPE_F32;
+    cfg->out_dtype = SSM_DTYPE_F32;
+    cfg->has_d = 1;
+    cfg->has_z = 1;
+}
+
+void ssmt_mamba3_params(const ssmt_mamba3_config * cfg, ssm_mamba3_params * p) {
+    ssm_mamba3_params_init(p);
+    if (cfg->chunk > 0) p->chunk_size = cfg->chunk;
+}
+
+/* A tensor in the config's layout: contiguous, or (strided) variant 0 = padded row-major,
+ * variant 1 = dims 1 and 2 swapped in memory (heads outside time), padded. */
+static ssmt_host m3_alloc(const ssmt_mamba3_config * cfg, ssm_dtype dtype, int32_t ndim, const int64_t * shape,
+                          int variant) {
+    if (!cfg->strided) return ssmt_alloc(dtype, ndim, shape);
+    static const int32_t swap4[4] = {0, 2, 1, 3};
+    static const int32_t swap3[3] = {0, 2, 1};
+    const int32_t *      order = variant == 1 ? (ndim == 4 ? swap4 : ndim == 3 ? swap3 : NULL) : NULL;
+    return ssmt_alloc_layout(dtype, ndim, shape, order, variant == 1 ? 1 : 3);
+}
+
+/* (B, S, H, A) angles: one (B, S, 1, A) buffer seen with stride 0 over H when broadcast. */
+static ssmt_host m3_alloc_angles(const ssmt_mamba3_config * cfg, ssm_dtype dtype, const int64_t * shape) {
+    if (!cfg->angles_broadcast) return m3_alloc(cfg, dtype, 4, shape, 0);
+    const int64_t one[4] = {shape[0], shape[1], 1, shape[3]};
+    ssmt_host     h = ssmt_alloc(dtype, 4, one);
+    if (h.t.data != NULL) {
+        h.t.shape[2] = shape[2];
+        h.t.strides[2] = 0;
+    }
+    return h;
+}
+
+/* Rows of the last dim ~ randn scaled to unit rms (spec §4.3: rms-normalised q and k). */
+static void fill_rms_rows(ssmt_rng * rng, const ssm_tensor * t) {
+    const int64_t n = ssmt_numel(t), K = t->shape[t->ndim - 1];
+    double        row[4096];
+    for (int64_t r = 0; K > 0 && r < n / K; ++r) {
+        double ss = 0.0;
+        for (int64_t c = 0; c < K; ++c) {
+            row[c % 4096] = ssmt_normal(rng);
+            ss += row[c % 4096] * row[c % 4096];
+        }
+        const double rms = sqrt(ss / (double)K);
+        for (int64_t c = 0; c < K; ++c) ssmt_set(t, r * K + c, row[c % 4096] / (rms > 0.0 ? rms : 1.0));
+    }
+}
+
+/* dt, adt, trap (same shape, any layout) for the config's regime. */
+static void fill_m3_scalars(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const ssm_tensor * dt,
+                            const ssm_tensor * adt, const ssm_tensor * trap) {
+    const int64_t n = ssmt_numel(dt);
+    for (int64_t i = 0; i < n; ++i) {
+        double dtv, adtv, trv;
+        if (cfg->seed_regime) {
+            dtv = 0.05 * ssmt_normal(rng);
+            adtv = -ssmt_uniform(rng, 0.0, 0.08);
+            trv = ssmt_normal(rng);
+        } else {
+            dtv = exp(ssmt_uniform(rng, log(1e-3), log(0.1)));
+            adtv = -ssmt_uniform(rng, 1.0, 16.0) * ssmt_round_to(cfg->param_dtype, dtv);
+            trv = cfg->trap_randn ? ssmt_normal(rng) : ssmt_uniform(rng, 0.0, 1.0);
+        }
+        ssmt_set(dt, i, dtv);
+        ssmt_set(adt, i, adtv);
+        ssmt_set(trap, i, trv);
+    }
+}
+
+/* Biases and d for the config's regime. */
+static void fill_m3_params(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const ssm_tensor * q_bias,
+                           const ssm_tensor * k_bias, const ssm_tensor * d) {
+    const double bstd = cfg->seed_regime ? 0.05 : 1.0;
+    ssmt_fill_normal(rng, q_bias, 0.0, bstd);
+    ssmt_fill_normal(rng, k_bias, 0.0, bstd);
+    if (d != NULL && d->data != NULL) {
+        if (cfg->seed_regime)
+            ssmt_fill_uniform(rng, d, 0.0, 0.2);
+        else
+            ssmt_fill_normal(rng, d, 0.0, 1.0);
+    }
+}
+
+int ssmt_mamba3_random_args(ssmt_rng * rng, const ssmt_mamba3_config * cfg, ssmt_mamba3_problem * pr) {
+    memset(pr, 0, sizeof *pr);
+    int64_t batch = cfg->batch, S = cfg->seqlen;
+    if (cfg->nseq > 0) {
+        batch = 1;
+        S = 0;
+        for (int32_t s = 0; s < cfg->nseq; ++s) S += cfg->seqlens[s];
+    }
+    pr->nseq = cfg->nseq > 0 ? cfg->nseq : batch;
+    const int64_t H = cfg->nheads, Hq = cfg->nheads_qk, K = cfg->dk, V = cfg->dv, A = cfg->nangles, NS = pr->nseq;
+    const int64_t sh_q[4] = {batch, S, Hq, K}, sh_v[4] = {batch, S, H, V}, sh_s[3] = {batch, H, S};
+    const int64_t sh_a[4] = {batch, S, H, A}, sh_b[2] = {H, K}, sh_h[1] = {H};
+    const int64_t sh_sa[3] = {NS, H, A}, sh_ss[4] = {NS, H, V, K}, sh_sk[3] = {NS, H, K}, sh_sv[3] = {NS, H, V};
+    const ssm_dtype dt_ = cfg->dtype, pd = cfg->param_dtype, od = cfg->out_dtype;
+
+    pr->q = m3_alloc(cfg, dt_, 4, sh_q, 0);
+    pr->k = m3_alloc(cfg, dt_, 4, sh_q, 1);
+    pr->v = m3_alloc(cfg, dt_, 4, sh_v, 1);
+    pr->adt = m3_alloc(cfg, pd, 3, sh_s, 1);
+    pr->dt = m3_alloc(cfg, pd, 3, sh_s, 0);
+    pr->trap = m3_alloc(cfg, dt_, 3, sh_s, 1);
+    pr->q_bias = ssmt_alloc(pd, 2, sh_b);
+    pr->k_bias = ssmt_alloc(pd, 2, sh_b);
+    pr->angles = m3_alloc_angles(cfg, dt_, sh_a);
+    pr->theta = m3_alloc_angles(cfg, dt_, sh_a);
+    pr->out = m3_alloc(cfg, od, 4, sh_v, 0);
+    int ok = pr->q.t.data && pr->k.t.data && pr->v.t.data && pr->adt.t.data && pr->dt.t.data && pr->trap.t.data &&
+             pr->q_bias.t.data && pr->k_bias.t.data && pr->angles.t.data && pr->theta.t.data && pr->out.t.data;
+    if (cfg->has_d) ok = ok && (pr->d = ssmt_alloc(pd, 1, sh_h)).t.data;
+    if (cfg->has_z) ok = ok && (pr->z = m3_alloc(cfg, dt_, 4, sh_v, 0)).t.data;
+    if (cfg->has_states) {
+        ok = ok && (pr->angle_state = ssmt_alloc(pd, 3, sh_sa)).t.data;
+        ok = ok && (pr->ssm_state = ssmt_alloc(pd, 4, sh_ss)).t.data;
+        ok = ok && (pr->k_state = ssmt_alloc(pd, 3, sh_sk)).t.data;
+        ok = ok && (pr->v_state = ssmt_alloc(pd, 3, sh_sv)).t.data;
+    }
+    if (cfg->has_final) {
+        ok = ok && (pr->final_angle_state = ssmt_alloc(od, 3, sh_sa)).t.data;
+        ok = ok && (pr->final_ssm_state = ssmt_alloc(od, 4, sh_ss)).t.data;
+        ok = ok && (pr->final_k_state = ssmt_alloc(od, 3, sh_sk)).t.data;
+        ok = ok && (pr->final_v_state = ssmt_alloc(od, 3, sh_sv)).t.data;
+    }
+    if (cfg->nseq > 0) {
+        const int64_t sh_cu[1] = {cfg->nseq + 1};
+        ok = ok && (pr->cu_seqlens = ssmt_alloc(cfg->index_i64 ? SSM_DTYPE_I64 : SSM_DTYPE_I32, 1, sh_cu)).t.data;
+    }
+    if (!ok) {
+        ssmt_mamba3_problem_free(pr);
+        return -1;
+    }
+
+    fill_rms_rows(rng, &pr->q.t);
+    fill_rms_rows(rng, &pr->k.t);
+    ssmt_fill_normal(rng, &pr->v.t, 0.0, 1.0);
+    if (cfg->has_z) ssmt_fill_normal(rng, &pr->z.t, 0.0, 1.0);
+    fill_m3_scalars(rng, cfg, &pr->dt.t, &pr->adt.t, &pr->trap.t);
+    fill_m3_params(rng, cfg, &pr->q_bias.t, &pr->k_bias.t, cfg->has_d ? &pr->d.t : NULL);
+    if (cfg->seed_regime) {
+        ssmt_fill_normal(rng, &pr->angles.t, 0.0, 0.1);
+        ssmt_fill_uniform(rng, &pr->theta.t, 0.0, 0.25);
+    } else {
+        ssmt_fill_normal(rng, &pr->angles.t, 0.0, 1.0);
+        ssmt_fill_uniform(rng, &pr->theta.t, 0.0, 6.283185307179586);
+    }
+    if (cfg->has_states) {
+        ssmt_fill_normal(rng, &pr->angle_state.t, 0.0, 1.0);
+        ssmt_fill_normal(rng, &pr->ssm_state.t, 0.0, 1.0);
+        ssmt_fill_normal(rng, &pr->k_state.t, 0.0, 1.0);
+        ssmt_fill_normal(rng, &pr->v_state.t, 0.0, 1.0);
+    }
+    if (cfg->nseq > 0) {
+        int64_t acc = 0;
+        ssmt_set(&pr->cu_seqlens.t, 0, 0.0);
+        for (int32_t s = 0; s < cfg->nseq; ++s) {
+            acc += cfg->seqlens[s];
+            ssmt_set(&pr->cu_seqlens.t, s + 1, (double)acc);
+        }
+    }
+
+    ssm_mamba3_siso_args * a = &pr->args;
+    a->q = pr->q.t;
+    a->k = pr->k.t;
+    a->v = pr->v.t;
+    a->adt = pr->adt.t;
+    a->dt = pr->dt.t;
+    a->trap = pr->trap.t;
+    a->q_bias = pr->q_bias.t;
+    a->k_bias = pr->k_bias.t;
+    a->angles = pr->angles.t;
+    a->d = pr->d.t;
+    a->z = pr->z.t;
+    a->angle_state = pr->angle_state.t;
+    a->ssm_state = pr->ssm_state.t;
+    a->k_state = pr->k_state.t;
+    a->v_state = pr->v_state.t;
+    a->cu_seqlens = pr->cu_seqlens.t;
+    a->out = pr->out.t;
+    a->final_angle_state = pr->final_angle_state.t;
+    a->final_ssm_state = pr->final_ssm_state.t;
+    a->final_k_state = pr->final_k_state.t;
+    a->final_v_state = pr->final_v_state.t;
+
+    ssm_mamba3_siso_fwd_args * f = &pr->fwd_args;
+    f->q = a->q;
+    f->k = a->k;
+    f->v = a->v;
+    f->adt = a->adt;
+    f->dt = a->dt;
+    f->trap = a->trap;
+    f->q_bias = a->q_bias;
+    f->k_bias = a->k_bias;
+    f->angles = pr->theta.t;
+    f->d = a->d;
+    f->z = a->z;
+    f->ssm_state = a->ssm_state;
+    f->k_state = a->k_state;
+    f->v_state = a->v_state;
+    f->cu_seqlens = a->cu_seqlens;
+    f->out = a->out;
+    f->final_ssm_state = a->final_ssm_state;
+    f->final_k_state = a->final_k_state;
+    f->final_v_state = a->final_v_state;
+
+    ssm_mamba3_angle_cumsum_args * g = &pr->angle_args;
+    g->angles = a->angles;
+    g->dt = a->dt;
+    g->angle_state = a->angle_state;
+    g->cu_seqlens = a->cu_seqlens;
+    g->angles_cumsum = pr->theta.t;
+    g->final_angle_state = a->final_angle_state;
+    if (cfg->angles_broadcast) {
+        /* theta is a per-head output of the angle cumsum; a stride-0 output is invalid */
+        memset(&g->angles_cumsum, 0, sizeof g->angles_cumsum);
+    }
+    return 0;
+}
+
+void ssmt_mamba3_problem_free(ssmt_mamba3_problem * pr) {
+    ssmt_host * all[] = {&pr->q,           &pr->k,           &pr->v,
+                         &pr->adt,         &pr->dt,          &pr->trap,
+                         &pr->q_bias,      &pr->k_bias,      &pr->angles,
+                         &pr->theta,       &pr->d,           &pr->z,
+                         &pr->angle_state, &pr->ssm_state,   &pr->k_state,
+                         &pr->v_state,     &pr->cu_seqlens,  &pr->out,
+                         &pr->final_angle_state, &pr->final_ssm_state, &pr->final_k_state,
+                         &pr->final_v_state};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) ssmt_free(all[i]);
+    memset(&pr->args, 0, sizeof pr->args);
+    memset(&pr->fwd_args, 0, sizeof pr->fwd_args);
+    memset(&pr->angle_args, 0, sizeof pr->angle_args);
+}
+
+int ssmt_mamba3_bwd_alloc(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const ssmt_mamba3_problem * pr,
+                          int has_dfinal, ssmt_mamba3_bwd_problem * w) {
+    memset(w, 0, sizeof *w);
+    const ssm_mamba3_siso_args * a = &pr->args;
+    const int64_t                NS = pr->nseq, H = cfg->nheads, K = cfg->dk, V = cfg->dv, A = cfg->nangles;
+    const int64_t sh_sa[3] = {NS, H, A}, sh_ss[4] = {NS, H, V, K}, sh_sk[3] = {NS, H, K}, sh_sv[3] = {NS, H, V};
+    const int64_t sh_b[2] = {H, K}, sh_h[1] = {H};
+    const ssm_dtype od = cfg->out_dtype;
+    ssmt_mamba3_config full = *cfg; /* gradient outputs never broadcast */
+    full.angles_broadcast = 0;
+    w->dout = m3_alloc(cfg, cfg->dtype, 4, a->v.shape, 1);
+    w->dq = m3_alloc(cfg, od, 4, a->q.shape, 0);
+    w->dk = m3_alloc(cfg, od, 4, a->q.shape, 1);
+    w->dv = m3_alloc(cfg, od, 4, a->v.shape, 1);
+    w->dadt = m3_alloc(cfg, od, 3, a->adt.shape, 1);
+    w->ddt = m3_alloc(cfg, od, 3, a->adt.shape, 0);
+    w->dtrap = m3_alloc(cfg, od, 3, a->adt.shape, 1);
+    w->dq_bias = ssmt_alloc(od, 2, sh_b);
+    w->dk_bias = ssmt_alloc(od, 2, sh_b);
+    w->dangles = m3_alloc_angles(&full, od, a->angles.shape);
+    int ok = w->dout.t.data && w->dq.t.data && w->dk.t.data && w->dv.t.data && w->dadt.t.data && w->ddt.t.data &&
+             w->dtrap.t.data && w->dq_bias.t.data && w->dk_bias.t.data && w->dangles.t.data;
+    if (cfg->has_d) ok = ok && (w->dd = ssmt_alloc(od, 1, sh_h)).t.data;
+    if (cfg->has_z) ok = ok && (w->dz = m3_alloc(cfg, od, 4, a->v.shape, 0)).t.data;
+    if (cfg->has_states) {
+        ok = ok && (w->dangle_state = ssmt_alloc(od, 3, sh_sa)).t.data;
+        ok = ok && (w->dssm_state = ssmt_alloc(od, 4, sh_ss)).t.data;
+        ok = ok && (w->dk_state = ssmt_alloc(od, 3, sh_sk)).t.data;
+        ok = ok && (w->dv_state = ssmt_alloc(od, 3, sh_sv)).t.data;
+    }
+    if (has_dfinal) {
+        ok = ok && (w->dfinal_angle_state = ssmt_alloc(SSM_DTYPE_F32, 3, sh_sa)).t.data;
+        ok = ok && (w->dfinal_ssm_state = ssmt_alloc(SSM_DTYPE_F32, 4, sh_ss)).t.data;
+        ok = ok && (w->dfinal_k_state = ssmt_alloc(SSM_DTYPE_F32, 3, sh_sk)).t.data;
+        ok = ok && (w->dfinal_v_state = ssmt_alloc(SSM_DTYPE_F32, 3, sh_sv)).t.data;
+    }
+    if (!ok) {
+        ssmt_mamba3_bwd_free(w);
+        return -1;
+    }
+    ssmt_fill_normal(rng, &w->dout.t, 0.0, 1.0);
+    if (has_dfinal) {
+        ssmt_fill_normal(rng, &w->dfinal_angle_state.t, 0.0, 1.0);
+        ssmt_fill_normal(rng, &w->dfinal_ssm_state.t, 0.0, 1.0);
+        ssmt_fill_normal(rng, &w->dfinal_k_state.t, 0.0, 1.0);
+        ssmt_fill_normal(rng, &w->dfinal_v_state.t, 0.0, 1.0);
+    }
+    ssm_mamba3_siso_bwd_args * b = &w->args;
+    b->q = a->q;
+    b->k = a->k;
+    b->v = a->v;
+    b->adt = a->adt;
+    b->dt = a->dt;
+    b->trap = a->trap;
+    b->q_bias = a->q_bias;
+    b->k_bias = a->k_bias;
+    b->angles = a->angles;
+    b->d = a->d;
+    b->z = a->z;
+    b->angle_state = a->angle_state;
+    b->ssm_state = a->ssm_state;
+    b->k_state = a->k_state;
+    b->v_state = a->v_state;
+    b->cu_seqlens = a->cu_seqlens;
+    b->dout = w->dout.t;
+    b->dfinal_angle_state = w->dfinal_angle_state.t;
+    b->dfinal_ssm_state = w->dfinal_ssm_state.t;
+    b->dfinal_k_state = w->dfinal_k_state.t;
+    b->dfinal_v_state = w->dfinal_v_state.t;
+    b->dq = w->dq.t;
+    b->dk = w->dk.t;
+    b->dv = w->dv.t;
+    b->dadt = w->dadt.t;
+    b->ddt = w->ddt.t;
+    b->dtrap = w->dtrap.t;
+    b->dq_bias = w->dq_bias.t;
+    b->dk_bias = w->dk_bias.t;
+    b->dangles = w->dangles.t;
+    b->dd = w->dd.t;
+    b->dz = w->dz.t;
+    b->dangle_state = w->dangle_state.t;
+    b->dssm_state = w->dssm_state.t;
+    b->dk_state = w->dk_state.t;
+    b->dv_state = w->dv_state.t;
+    return 0;
+}
+
+void ssmt_mamba3_bwd_free(ssmt_mamba3_bwd_problem * w) {
+    ssmt_host * all[] = {&w->dout,         &w->dfinal_angle_state, &w->dfinal_ssm_state, &w->dfinal_k_state,
+                         &w->dfinal_v_state, &w->dq,              &w->dk,               &w->dv,
+                         &w->dadt,         &w->ddt,               &w->dtrap,            &w->dq_bias,
+                         &w->dk_bias,      &w->dangles,           &w->dd,               &w->dz,
+                         &w->dangle_state, &w->dssm_state,        &w->dk_state,         &w->dv_state};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) ssmt_free(all[i]);
+    memset(&w->args, 0, sizeof w->args);
+}
+
+int ssmt_mamba3_random_step(ssmt_rng * rng, const ssmt_mamba3_config * cfg, int64_t slots, int with_indices,
+                            ssmt_mamba3_step_problem * pr) {
+    memset(pr, 0, sizeof *pr);
+    const int64_t B = cfg->batch, H = cfg->nheads, Hq = cfg->nheads_qk, K = cfg->dk, V = cfg->dv, A = cfg->nangles;
+    if ((with_indices && slots < B) || (!with_indices && slots != B)) return -1;
+    pr->slots = slots;
+    const int64_t sh_q[3] = {B, Hq, K}, sh_v[3] = {B, H, V}, sh_s[2] = {B, H}, sh_a[3] = {B, H, A};
+    const int64_t sh_b[2] = {H, K}, sh_h[1] = {H}, sh_i[1] = {B};
+    const int64_t sh_sa[3] = {slots, H, A}, sh_ss[4] = {slots, H, V, K}, sh_sk[3] = {slots, H, K},
+                  sh_sv[3] = {slots, H, V};
+    const ssm_dtype dt_ = cfg->dtype, pd = cfg->param_dtype, od = cfg->out_dtype;
+    pr->q = ssmt_alloc(dt_, 3, sh_q);
+    pr->k = ssmt_alloc(dt_, 3, sh_q);
+    pr->v = ssmt_alloc(dt_, 3, sh_v);
+    pr->adt = ssmt_alloc(pd, 2, sh_s);
+    pr->dt = ssmt_alloc(pd, 2, sh_s);
+    pr->trap = ssmt_alloc(dt_, 2, sh_s);
+    pr->q_bias = ssmt_alloc(pd, 2, sh_b);
+    pr->k_bias = ssmt_alloc(pd, 2, sh_b);
+    pr->angles = ssmt_alloc(dt_, 3, sh_a);
+    pr->angle_state = ssmt_alloc(pd, 3, sh_sa);
+    pr->ssm_state = ssmt_alloc(pd, 4, sh_ss);
+    pr->k_state = ssmt_alloc(pd, 3, sh_sk);
+    pr->v_state = ssmt_alloc(pd, 3, sh_sv);
+    pr->out = ssmt_alloc(od, 3, sh_v);
+    pr->final_angle_state = ssmt_alloc(od, 3, sh_sa);
+    pr->final_ssm_state = ssmt_alloc(od, 4, sh_ss);
+    pr->final_k_state = ssmt_alloc(od, 3, sh_sk);
+    pr->final_v_state = ssmt_alloc(od, 3, sh_sv);
+    int ok = pr->q.t.data && pr->k.t.data && pr->v.t.data && pr->adt.t.data && pr->dt.t.data && pr->trap.t.data &&
+             pr->q_bias.t.data && pr->k_bias.t.data && pr->angles.t.data && pr->angle_state.t.data &&
+             pr->ssm_state.t.data && pr->k_state.t.data && pr->v_state.t.data && pr->out.t.data &&
+             pr->final_angle_state.t.data && pr->final_ssm_state.t.data && pr->final_k_state.t.data &&
+             pr->final_v_state.t.data;
+    if (cfg->has_d) ok = ok && (pr->d = ssmt_alloc(pd, 1, sh_h)).t.data;
+    if (cfg->has_z) ok = ok && (pr->z = ssmt_alloc(dt_, 3, sh_v)).t.data;
+    if (with_indices)
+        ok = ok && (pr->state_batch_indices = ssmt_alloc(cfg->index_i64 ? SSM_DTYPE_I64 : SSM_DTYPE_I32, 1, sh_i)).t.data;
+    if (!ok) {
+        ssmt_mamba3_step_free(pr);
+        return -1;
+    }
+    fill_rms_rows(rng, &pr->q.t);
+    fill_rms_rows(rng, &pr->k.t);
+    ssmt_fill_normal(rng, &pr->v.t, 0.0, 1.0);
+    if (cfg->has_z) ssmt_fill_normal(rng, &pr->z.t, 0.0, 1.0);
+    fill_m3_scalars(rng, cfg, &pr->dt.t, &pr->adt.t, &pr->trap.t);
+    fill_m3_params(rng, cfg, &pr->q_bias.t, &pr->k_bias.t, cfg->has_d ? &pr->d.t : NULL);
+    ssmt_fill_normal(rng, &pr->angles.t, 0.0, cfg->seed_regime ? 0.1 : 1.0);
+    ssmt_fill_uniform(rng, &pr->angle_state.t, 0.0, 6.283185307179586);
+    ssmt_fill_normal(rng, &pr->ssm_state.t, 0.0, 1.0);
+    ssmt_fill_normal(rng, &pr->k_state.t, 0.0, 1.0);
+    ssmt_fill_normal(rng, &pr->v_state.t, 0.0, 1.0);
+    if (with_indices) {
+        /* a random permutation of the slots; rows take its first B entries */
+        int64_t * perm = malloc((size_t)slots * sizeof *perm);
+        if (perm == NULL) {
+            ssmt_mamba3_step_free(pr);
+            return -1;
+        }
+        for (int64_t i = 0; i < slots; ++i) perm[i] = i;
+        for (int64_t i = slots - 1; i > 0; --i) {
+            const int64_t j = ssmt_randint(rng, 0, i), tmp = perm[i];
+            perm[i] = perm[j];
+            perm[j] = tmp;
+        }
+        for (int64_t b = 0; b < B; ++b) ssmt_set(&pr->state_batch_indices.t, b, b % 3 == 2 ? -1.0 : (double)perm[b]);
+        free(perm);
+    }
+    ssm_mamba3_siso_step_args * a = &pr->args;
+    a->q = pr->q.t;
+    a->k = pr->k.t;
+    a->v = pr->v.t;
+    a->adt = pr->adt.t;
+    a->dt = pr->dt.t;
+    a->trap = pr->trap.t;
+    a->q_bias = pr->q_bias.t;
+    a->k_bias = pr->k_bias.t;
+    a->angles = pr->angles.t;
+    a->d = pr->d.t;
+    a->z = pr->z.t;
+    a->angle_state = pr->angle_state.t;
+    a->ssm_state = pr->ssm_state.t;
+    a->k_state = pr->k_state.t;
+    a->v_state = pr->v_state.t;
+    a->state_batch_indices = pr->state_batch_indices.t;
+    a->out = pr->out.t;
+    a->final_angle_state = pr->final_angle_state.t;
+    a->final_ssm_state = pr->final_ssm_state.t;
+    a->final_k_state = pr->final_k_state.t;
+    a->final_v_state = pr->final_v_state.t;
+    return 0;
+}
+
+void ssmt_mamba3_step_free(ssmt_mamba3_step_problem * pr) {
+    ssmt_host * all[] = {&pr->q,           &pr->k,           &pr->v,          &pr->adt,
+                         &pr->dt,          &pr->trap,        &pr->q_bias,     &pr->k_bias,
+                         &pr->angles,      &pr->d,           &pr->z,          &pr->angle_state,
+                         &pr->ssm_state,   &pr->k_state,     &pr->v_state,    &pr->state_batch_indices,
+                         &pr->out,         &pr->final_angle_state, &pr->final_ssm_state, &pr->final_k_state,
+                         &pr->final_v_state};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) ssmt_free(all[i]);
+    memset(&pr->args, 0, sizeof pr->args);
+}

@@ -27,6 +27,11 @@
  *              loads <name>.npy converted to a dtype; ssmt_case_list lists the cases of an op.
  *  Mamba-2     ssmt_mamba2_random_args builds realistic mamba2_scan inputs (spec ranges) for a
  *              configuration, with poisoned outputs and ready-to-use ssm_mamba2_scan_args.
+ *  Mamba-3     ssmt_mamba3_random_args builds realistic Mamba-3 SISO inputs (spec §4.3, or the
+ *              seed regime of §4.4) for a configuration: ready-to-use args for ssm_mamba3_siso
+ *              (raw angles), ssm_mamba3_siso_fwd (cumulative angles `theta`) and the angle
+ *              cumsum; ssmt_mamba3_bwd_alloc adds dout / dfinal_* and every gradient output;
+ *              ssmt_mamba3_random_step builds a decode problem with a state pool.
  */
 #ifndef SSMOPS_TESTUTIL_H
 #define SSMOPS_TESTUTIL_H
@@ -201,6 +206,90 @@ typedef struct ssmt_mamba2_problem {
  * failure, with the problem freed). */
 int  ssmt_mamba2_random_args(ssmt_rng * rng, const ssmt_mamba2_config * cfg, ssmt_mamba2_problem * prob);
 void ssmt_mamba2_problem_free(ssmt_mamba2_problem * prob);
+
+/* ---- Mamba-3 SISO random problems ---------------------------------------------------- */
+typedef struct ssmt_mamba3_config {
+    int64_t   batch, seqlen, nheads, nheads_qk, dk, dv, nangles; /* B, S, H, Hq, K, V, A     */
+    int64_t   chunk;        /* params.chunk_size to use (ssmt_mamba3_params)               */
+    ssm_dtype dtype;        /* q, k, v, z, trap, angles, theta (v's dtype = compute dtype)  */
+    ssm_dtype param_dtype;  /* adt, dt, q_bias, k_bias, d, initial states (F32 = realistic) */
+    ssm_dtype out_dtype;    /* out and final states (and gradients in ssmt_mamba3_bwd_alloc) */
+    int32_t   has_d, has_z;
+    int32_t   has_states;   /* the four initial states (angle, ssm, k, v)                   */
+    int32_t   has_final;    /* the four final-state outputs                                */
+    int32_t   nseq;         /* > 0: varlen with these lengths (batch becomes 1, S the sum;
+                               zeros allowed = empty sequences)                              */
+    const int64_t * seqlens;
+    int32_t seed_regime;      /* spec §4.4 ranges instead of §4.3 (see below)               */
+    int32_t trap_randn;       /* trap ~ N(0, 1) instead of U(0, 1) (normal regime)           */
+    int32_t angles_broadcast; /* angles and theta: one (B,S,1,A) buffer, stride 0 over H    */
+    int32_t strided;          /* q, k, v, z, out, adt, dt, trap in padded/permuted layouts   */
+    int32_t index_i64;        /* cu_seqlens as I64 instead of I32                            */
+} ssmt_mamba3_config;
+
+/* Small defaults: B 2, S 40, H 4, Hq 2, K 16, V 8, A 4, chunk 16, F32 everywhere, d and z
+ * on, no states, no finals, normal regime. */
+void ssmt_mamba3_config_init(ssmt_mamba3_config * cfg);
+/* ssm_mamba3_params with the config's chunk size. */
+void ssmt_mamba3_params(const ssmt_mamba3_config * cfg, ssm_mamba3_params * p);
+
+typedef struct ssmt_mamba3_problem {
+    ssmt_host q, k, v, adt, dt, trap, q_bias, k_bias, angles, theta, d, z;
+    ssmt_host angle_state, ssm_state, k_state, v_state, cu_seqlens;
+    ssmt_host out, final_angle_state, final_ssm_state, final_k_state, final_v_state;
+    ssm_mamba3_siso_args         args;     /* combined forward, raw `angles`             */
+    ssm_mamba3_siso_fwd_args     fwd_args; /* core forward: `theta` as the cumulative angles,
+                                              ssm/k/v states, the same out / finals       */
+    ssm_mamba3_angle_cumsum_args angle_args; /* angles, dt, angle_state, cu_seqlens → theta
+                                                (overwrites theta) and final_angle_state;
+                                                angles_cumsum is absent with angles_broadcast
+                                                (a stride-0 output is invalid): set it      */
+    int64_t nseq; /* NS */
+} ssmt_mamba3_problem;
+
+/* Random inputs, values rounded to their dtypes; outputs poisoned with NaN.
+ * Normal regime (spec §4.3): q, k = randn rows scaled to unit rms; v, z = randn;
+ *   dt = exp(U(ln 1e-3, ln 0.1)); adt = −U(1, 16)·dt; trap = U(0, 1) logits (randn with
+ *   trap_randn); q_bias, k_bias = randn; raw angles = randn; theta = U(0, 2π); d = randn;
+ *   initial states = randn.
+ * Seed regime (§4.4): theta = U(0, 0.25), raw angles = 0.1·randn, adt = −U(0, 0.08),
+ *   dt = N(0, 0.05²) (negative dt occurs), trap = N(0, 1), biases = N(0, 0.05²),
+ *   d = U(0, 0.2); q, k, v, z and states as above.
+ * Returns 0, or −1 on allocation failure (the problem is freed). */
+int  ssmt_mamba3_random_args(ssmt_rng * rng, const ssmt_mamba3_config * cfg, ssmt_mamba3_problem * prob);
+void ssmt_mamba3_problem_free(ssmt_mamba3_problem * prob);
+
+typedef struct ssmt_mamba3_bwd_problem {
+    ssmt_host dout, dfinal_angle_state, dfinal_ssm_state, dfinal_k_state, dfinal_v_state;
+    ssmt_host dq, dk, dv, dadt, ddt, dtrap, dq_bias, dk_bias, dangles, dd, dz;
+    ssmt_host dangle_state, dssm_state, dk_state, dv_state;
+    ssm_mamba3_siso_bwd_args args; /* forward inputs from the problem + the tensors above */
+} ssmt_mamba3_bwd_problem;
+
+/* Backward tensors for a problem: dout = randn (cfg->dtype); with has_dfinal the four
+ * dfinal_* = randn (F32); every gradient output allowed by the presence rules (dd with d,
+ * dz with z, state gradients with initial states) in out_dtype, poisoned, with the
+ * forward's layout when the config is strided. Returns 0 or −1 (freed). */
+int  ssmt_mamba3_bwd_alloc(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const ssmt_mamba3_problem * prob,
+                           int has_dfinal, ssmt_mamba3_bwd_problem * bwd);
+void ssmt_mamba3_bwd_free(ssmt_mamba3_bwd_problem * bwd);
+
+typedef struct ssmt_mamba3_step_problem {
+    ssmt_host q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z;
+    ssmt_host angle_state, ssm_state, k_state, v_state, state_batch_indices;
+    ssmt_host out, final_angle_state, final_ssm_state, final_k_state, final_v_state;
+    ssm_mamba3_siso_step_args args; /* separate final_* buffers (not in place)              */
+    int64_t                   slots;
+} ssmt_mamba3_step_problem;
+
+/* One decode token per row (cfg->seqlen, nseq, strided, angles_broadcast are ignored): the
+ * cfg ranges for q…z (B = cfg->batch), a pool of `slots` states (angle_state U(0, 2π),
+ * others randn, param_dtype). with_indices: state_batch_indices (I32, I64 if index_i64) =
+ * a random injective map of rows to slots, with every third row (b % 3 == 2) padding
+ * (−1); needs slots ≥ batch. Without it slots must equal batch. Outputs poisoned. */
+int  ssmt_mamba3_random_step(ssmt_rng * rng, const ssmt_mamba3_config * cfg, int64_t slots, int with_indices,
+                             ssmt_mamba3_step_problem * prob);
+void ssmt_mamba3_step_free(ssmt_mamba3_step_problem * prob);
 
 #ifdef __cplusplus
 }

@@ -67,9 +67,33 @@ static inline __m256 wrap_ps(__m256 x) {
     return _mm256_add_ps(r, _mm256_and_ps(neg, _mm256_set1_ps(SSMI_TWO_PI_HI)));
 }
 
+void ssmi_f32_angle_rate__avx2(int64_t n, const float * raw, float * rate) {
+    const __m256 pi = _mm256_set1_ps(SSMI_PI_F);
+    int64_t      i  = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(rate + i, _mm256_mul_ps(pi, tanh_ps(_mm256_loadu_ps(raw + i))));
+    if (i < n) {
+        const __m256i m = tail_mask(n - i);
+        _mm256_maskstore_ps(rate + i, m, _mm256_mul_ps(pi, tanh_ps(_mm256_maskload_ps(raw + i, m))));
+    }
+}
+
+void ssmi_f32_angle_advance__avx2(int64_t n, float * theta, const float * rate, float dt) {
+    const __m256 vdt = _mm256_set1_ps(dt);
+    int64_t      i   = 0;
+    for (; i + 8 <= n; i += 8)
+        _mm256_storeu_ps(theta + i,
+                         wrap_ps(_mm256_add_ps(_mm256_loadu_ps(theta + i), _mm256_mul_ps(_mm256_loadu_ps(rate + i), vdt))));
+    if (i < n) {
+        const __m256i m = tail_mask(n - i);
+        _mm256_maskstore_ps(
+            theta + i, m,
+            wrap_ps(_mm256_add_ps(_mm256_maskload_ps(theta + i, m), _mm256_mul_ps(_mm256_maskload_ps(rate + i, m), vdt))));
+    }
+}
+
 static inline __m256 angle_step_ps(__m256 theta, __m256 raw, __m256 dt) {
-    const __m256 omega = _mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(SSMI_PI_F), tanh_ps(raw)), dt);
-    return wrap_ps(_mm256_add_ps(theta, omega));
+    const __m256 rate = _mm256_mul_ps(_mm256_set1_ps(SSMI_PI_F), tanh_ps(raw));
+    return wrap_ps(_mm256_add_ps(theta, _mm256_mul_ps(rate, dt)));
 }
 
 void ssmi_f32_angle_step__avx2(int64_t n, float * theta, const float * raw, float dt) {

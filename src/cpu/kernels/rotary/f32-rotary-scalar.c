@@ -3,6 +3,14 @@
 
 #include "rotary.h"
 
+void ssmi_f32_angle_rate__scalar(int64_t n, const float * raw, float * rate) {
+    for (int64_t i = 0; i < n; ++i) rate[i] = SSMI_PI_F * tanhf(raw[i]);
+}
+
+void ssmi_f32_angle_advance__scalar(int64_t n, float * theta, const float * rate, float dt) {
+    for (int64_t i = 0; i < n; ++i) theta[i] = ssmi_f32_wrap(theta[i] + rate[i] * dt);
+}
+
 void ssmi_f32_angle_step__scalar(int64_t n, float * theta, const float * raw, float dt) {
     for (int64_t i = 0; i < n; ++i) theta[i] = ssmi_f32_wrap(theta[i] + (SSMI_PI_F * tanhf(raw[i])) * dt);
 }

@@ -26,9 +26,16 @@
 #define SSMI_INV_TWO_PI 0.159154943091895335769f
 #define SSMI_PI_F 3.14159265358979323846f
 
-/* θ[i] = wrap(θ[i] + (π·tanh(raw[i]))·dt) for i < n, wrap(x) = x − 2π·floor(x/2π) (spec
- * §3.2): one token of the running angle sum, wrapped at every step so it stays in
- * [0, 2π] (2π itself only by rounding) and the fp32 sum keeps its absolute accuracy. */
+/* One token of the running angle sum (spec §3.2), in two steps so a rate shared by several
+ * heads (angles broadcast over H) is computed once:
+ *   angle_rate:    rate[i] = π·tanh(raw[i])
+ *   angle_advance: θ[i] = wrap(θ[i] + rate[i]·dt), wrap(x) = x − 2π·floor(x/2π)
+ * for i < n. θ is wrapped at every token so it stays in [0, 2π] (2π itself only by
+ * rounding) and the fp32 sum keeps its absolute accuracy. */
+typedef void (*ssmi_f32_angle_rate_fn)(int64_t n, const float * raw, float * rate);
+typedef void (*ssmi_f32_angle_advance_fn)(int64_t n, float * theta, const float * rate, float dt);
+/* Both at once, θ[i] = wrap(θ[i] + (π·tanh(raw[i]))·dt), with the same arithmetic (so the
+ * same bits) as angle_rate followed by angle_advance. */
 typedef void (*ssmi_f32_angle_step_fn)(int64_t n, float * theta, const float * raw, float dt);
 
 /* y[i] = tanh(x[i]) for i < n (in place allowed). */
@@ -52,6 +59,8 @@ typedef float (*ssmi_f32_bias_rotate_qk_fn)(int64_t K, int64_t r, const float * 
 typedef void (*ssmi_f32_rotate_fn)(int64_t K, int64_t r, const float * x, const float * cos2, const float * sin2,
                                    float * y);
 
+void  ssmi_f32_angle_rate__scalar(int64_t n, const float * raw, float * rate);
+void  ssmi_f32_angle_advance__scalar(int64_t n, float * theta, const float * rate, float dt);
 void  ssmi_f32_angle_step__scalar(int64_t n, float * theta, const float * raw, float dt);
 void  ssmi_f32_vtanh__scalar(int64_t n, const float * x, float * y);
 void  ssmi_f32_sincos_pairs__scalar(int64_t n, const float * theta, float * cos2, float * sin2);
@@ -61,6 +70,8 @@ float ssmi_f32_bias_rotate_qk__scalar(int64_t K, int64_t r, const float * q, con
 void  ssmi_f32_rotate__scalar(int64_t K, int64_t r, const float * x, const float * cos2, const float * sin2,
                               float * y);
 
+void  ssmi_f32_angle_rate__avx2(int64_t n, const float * raw, float * rate);
+void  ssmi_f32_angle_advance__avx2(int64_t n, float * theta, const float * rate, float dt);
 void  ssmi_f32_angle_step__avx2(int64_t n, float * theta, const float * raw, float dt);
 void  ssmi_f32_vtanh__avx2(int64_t n, const float * x, float * y);
 void  ssmi_f32_sincos_pairs__avx2(int64_t n, const float * theta, float * cos2, float * sin2);

@@ -1,0 +1,282 @@
+/* Mamba-2 decode step on the CPU (spec §2.9).
+ *
+ * The cost is the state traffic: every state element is read once and written once by a
+ * streaming kernel (kernels/step) that fuses the decay, the rank-1 update and the output
+ * dot product. Tasks are contiguous ranges of (batch row, head) pairs. A small step (state
+ * traffic up to STEP_SERIAL_BYTES) runs on the calling thread alone: on the project's
+ * 2-core VMs waking a pool worker costs 30-40 µs (measured), more than the whole step at
+ * B=1 (1.5 MiB of fp32 state in ~27 µs), and the caller always waits for the worker.
+ *
+ * Decay: a (H, P, N) with zero strides over p and n (the per-head form of a Mamba-2 layer)
+ * gives one exp per head (or per row if dt varies over p); a general a needs exp per
+ * element. fp32 state with unit column stride is updated where it lies; any other dtype
+ * or layout goes through a row buffer. Each (b, h, p) is independent and every sum has a
+ * fixed order, so the result does not depend on the thread count. */
+#include <string.h>
+
+#include "cpu_common.h"
+#include "kernels/step/step.h"
+#include "ssmi_cpu.h"
+
+#define STEP_SERIAL_BYTES (8ll << 20) /* state read + write bytes below which one thread is faster */
+
+typedef struct step_job {
+    const ssm_mamba2_params *    params;
+    const ssmi_mamba2_dims *     dims;
+    const ssm_mamba2_step_args * args;
+    const ssmi_cpu_kernels *     k;
+    ssmi_f32_step_block_fn       block;
+    ssmi_f32_step_row_fn         row;
+    int                          has_final;
+    int                          direct;     /* fp32 state (and final_state) with unit column stride */
+    int                          a_const_n;  /* a constant over n: one decay per row               */
+    int                          dt_const_p; /* dt and dt_bias constant over p                      */
+    int                          head_const; /* a constant over p and n, dt_const_p: one per head   */
+    int64_t                      ntasks;
+    float *                      scratch;
+    int64_t                      scratch_floats; /* per thread */
+} step_job;
+
+/* Per-thread scratch carved into rows. */
+typedef struct step_bufs {
+    float *b, *c, *decay, *srow; /* N each */
+    float *x, *v, *coef, *y, *tmp; /* P each */
+} step_bufs;
+
+static int64_t scratch_floats(const ssmi_mamba2_dims * d) {
+    return 4 * ssmi_cpu_lines(d->dstate) + 5 * ssmi_cpu_lines(d->headdim);
+}
+
+static step_bufs carve(const step_job * job, int32_t thread) {
+    const int64_t N = ssmi_cpu_lines(job->dims->dstate), P = ssmi_cpu_lines(job->dims->headdim);
+    float *       q = job->scratch + (int64_t) thread * job->scratch_floats;
+    step_bufs     s;
+    s.b = q, s.c = q + N, s.decay = q + 2 * N, s.srow = q + 3 * N;
+    q += 4 * N;
+    s.x = q, s.v = q + P, s.coef = q + 2 * P, s.y = q + 3 * P, s.tmp = q + 4 * P;
+    return s;
+}
+
+/* True when dimension i of t does not move through memory (stride 0 or a single index). */
+static int const_dim(const ssm_tensor * t, int i) { return t->strides[i] == 0 || t->shape[i] <= 1; }
+
+static int64_t slot_of(const ssm_mamba2_step_args * a, int64_t b) {
+    const ssm_tensor * idx = &a->state_batch_indices;
+    return ssmi_present(idx) ? ssmi_get_i64(idx, ssmi_off1(idx, b)) : b;
+}
+
+/* Processed dt of every p of (b, h) into s->v, and coef = v·x. A per-head dt (constant
+ * over p) is processed once: softplus costs more than the rest of a row's setup. */
+static void load_dt_x(const step_job * job, const step_bufs * s, int64_t b, int64_t h) {
+    const ssm_mamba2_step_args * a  = job->args;
+    const ssm_mamba2_params *    p  = job->params;
+    const int64_t                P  = job->dims->headdim;
+    const float                  lo = (float) p->dt_limit_lo, hi = (float) p->dt_limit_hi;
+    job->k->load_row(s->x, a->x.data, a->x.dtype, ssmi_off3(&a->x, b, h, 0), a->x.strides[2], P);
+    if (job->dt_const_p) {
+        float v = ssmi_get_f32(&a->dt, ssmi_off3(&a->dt, b, h, 0));
+        if (ssmi_present(&a->dt_bias)) v += ssmi_get_f32(&a->dt_bias, ssmi_off2(&a->dt_bias, h, 0));
+        v = ssmi_cpu_process_dt(v, p->dt_softplus, lo, hi);
+        for (int64_t i = 0; i < P; ++i) {
+            s->v[i]    = v;
+            s->coef[i] = v * s->x[i];
+        }
+        return;
+    }
+    job->k->load_row(s->v, a->dt.data, a->dt.dtype, ssmi_off3(&a->dt, b, h, 0), a->dt.strides[2], P);
+    if (ssmi_present(&a->dt_bias)) {
+        job->k->load_row(s->tmp, a->dt_bias.data, a->dt_bias.dtype, ssmi_off2(&a->dt_bias, h, 0),
+                         a->dt_bias.strides[1], P);
+        for (int64_t i = 0; i < P; ++i) s->v[i] += s->tmp[i];
+    }
+    for (int64_t i = 0; i < P; ++i) {
+        s->v[i]    = ssmi_cpu_process_dt(s->v[i], p->dt_softplus, lo, hi);
+        s->coef[i] = s->v[i] * s->x[i];
+    }
+}
+
+/* Row p of head (slot, h): y[p] from the state row, written back unless final is absent. */
+static void update_row(const step_job * job, const step_bufs * s, int64_t slot, int64_t h, int64_t p,
+                       const float * decay_vec, float decay) {
+    const ssm_mamba2_step_args * a   = job->args;
+    const ssm_tensor *           st  = &a->state;
+    const ssm_tensor *           fin = &a->final_state;
+    const int64_t                N   = job->dims->dstate;
+    const float *                in;
+    float *                      out;
+    if (job->direct) {
+        in  = (const float *) st->data + ssmi_off4(st, slot, h, p, 0);
+        out = job->has_final ? (float *) fin->data + ssmi_off4(fin, slot, h, p, 0) : NULL;
+    } else {
+        job->k->load_row(s->srow, st->data, st->dtype, ssmi_off4(st, slot, h, p, 0), st->strides[3], N);
+        in  = s->srow;
+        out = job->has_final ? s->srow : NULL;
+    }
+    if (decay_vec != NULL) s->y[p] = job->row(N, in, out, decay_vec, s->coef[p], s->b, s->c);
+    else job->block(1, N, in, 0, out, 0, decay, &s->coef[p], s->b, s->c, &s->y[p]);
+    if (!job->direct && job->has_final)
+        job->k->store_row(fin->data, fin->dtype, ssmi_off4(fin, slot, h, p, 0), fin->strides[3], s->srow, N);
+}
+
+/* The whole P×N block of (slot, h) and y[0..P). */
+static void update_head(const step_job * job, const step_bufs * s, int64_t slot, int64_t h) {
+    const ssm_mamba2_step_args * a = job->args;
+    const int64_t                P = job->dims->headdim, N = job->dims->dstate;
+    if (job->head_const) {
+        const float decay = expf(ssmi_get_f32(&a->a, ssmi_off3(&a->a, h, 0, 0)) * s->v[0]);
+        if (job->direct) { /* one kernel call streams the whole head */
+            const ssm_tensor * st  = &a->state;
+            const ssm_tensor * fin = &a->final_state;
+            const float *      in  = (const float *) st->data + ssmi_off4(st, slot, h, 0, 0);
+            float *            out = job->has_final ? (float *) fin->data + ssmi_off4(fin, slot, h, 0, 0) : NULL;
+            job->block(P, N, in, st->strides[2], out, job->has_final ? fin->strides[2] : 0, decay, s->coef, s->b, s->c,
+                       s->y);
+            return;
+        }
+        for (int64_t p = 0; p < P; ++p) update_row(job, s, slot, h, p, NULL, decay);
+        return;
+    }
+    for (int64_t p = 0; p < P; ++p) {
+        if (job->a_const_n) {
+            const float decay = expf(ssmi_get_f32(&a->a, ssmi_off3(&a->a, h, p, 0)) * s->v[p]);
+            update_row(job, s, slot, h, p, NULL, decay);
+        } else {
+            job->k->load_row(s->decay, a->a.data, a->a.dtype, ssmi_off3(&a->a, h, p, 0), a->a.strides[2], N);
+            for (int64_t n = 0; n < N; ++n) s->decay[n] *= s->v[p];
+            job->k->vexp(N, s->decay, s->decay);
+            update_row(job, s, slot, h, p, s->decay, 0.0f);
+        }
+    }
+}
+
+/* y += d·x, the gate, and the store of out[b, h, :]. */
+static void finish_output(const step_job * job, const step_bufs * s, int64_t b, int64_t h) {
+    const ssm_mamba2_step_args * a = job->args;
+    const int64_t                P = job->dims->headdim;
+    if (ssmi_present(&a->d)) {
+        job->k->load_row(s->tmp, a->d.data, a->d.dtype, ssmi_off2(&a->d, h, 0), a->d.strides[1], P);
+        for (int64_t p = 0; p < P; ++p) s->y[p] += s->tmp[p] * s->x[p];
+    }
+    if (ssmi_present(&a->z)) {
+        job->k->load_row(s->tmp, a->z.data, a->z.dtype, ssmi_off3(&a->z, b, h, 0), a->z.strides[2], P);
+        job->k->silu_gate(P, s->y, s->tmp, s->y);
+    }
+    job->k->store_row(a->out.data, a->out.dtype, ssmi_off3(&a->out, b, h, 0), a->out.strides[2], s->y, P);
+}
+
+static void step_task(void * arg, int64_t task, int32_t thread) {
+    const step_job *             job = (const step_job *) arg;
+    const ssmi_mamba2_dims *     d   = job->dims;
+    const ssm_mamba2_step_args * a   = job->args;
+    const step_bufs              s   = carve(job, thread);
+    const int64_t                pairs = d->batch * d->nheads, R = d->nheads / d->ngroups;
+    const int64_t                first = pairs * task / job->ntasks, last = pairs * (task + 1) / job->ntasks;
+    int64_t                      loaded_b = -1, loaded_g = -1;
+    for (int64_t i = first; i < last; ++i) {
+        const int64_t b = i / d->nheads, h = i % d->nheads, g = h / R;
+        const int64_t slot = slot_of(a, b);
+        if (slot < 0) { /* padding row: out = 0, no slot touched */
+            memset(s.y, 0, (size_t) d->headdim * sizeof(float));
+            job->k->store_row(a->out.data, a->out.dtype, ssmi_off3(&a->out, b, h, 0), a->out.strides[2], s.y,
+                              d->headdim);
+            continue;
+        }
+        if (b != loaded_b || g != loaded_g) {
+            job->k->load_row(s.b, a->b.data, a->b.dtype, ssmi_off3(&a->b, b, g, 0), a->b.strides[2], d->dstate);
+            job->k->load_row(s.c, a->c.data, a->c.dtype, ssmi_off3(&a->c, b, g, 0), a->c.strides[2], d->dstate);
+            loaded_b = b, loaded_g = g;
+        }
+        load_dt_x(job, &s, b, h);
+        update_head(job, &s, slot, h);
+        finish_output(job, &s, b, h);
+    }
+}
+
+/* ---- final_state separate from state: copy the slots no row updates ------------------- */
+typedef struct copy_job {
+    const ssmi_mamba2_dims *     dims;
+    const ssm_mamba2_step_args * args;
+    const int64_t *              slots; /* the unused slots */
+} copy_job;
+
+/* Row copy that keeps every value exactly: raw bytes for equal dtypes, else one rounding
+ * from float64 (an f64 pool must not pass through fp32). */
+static void copy_row_exact(const ssm_tensor * src, int64_t soff, const ssm_tensor * dst, int64_t doff, int64_t n) {
+    const size_t es = ssm_dtype_size((ssm_dtype) src->dtype);
+    if (src->dtype == dst->dtype && (src->strides[3] == 1 || n <= 1) && (dst->strides[3] == 1 || n <= 1)) {
+        memcpy((char *) dst->data + doff * (int64_t) es, (const char *) src->data + soff * (int64_t) es, (size_t) n * es);
+        return;
+    }
+    for (int64_t i = 0; i < n; ++i)
+        ssmi_set_f64(dst, doff + i * dst->strides[3], ssmi_get_f64(src, soff + i * src->strides[3]));
+}
+
+static void copy_task(void * arg, int64_t task, int32_t thread) {
+    (void) thread;
+    const copy_job *   job = (const copy_job *) arg;
+    const ssm_tensor * st  = &job->args->state;
+    const ssm_tensor * fin = &job->args->final_state;
+    const int64_t      H = job->dims->nheads, P = job->dims->headdim, N = job->dims->dstate;
+    const int64_t      slot = job->slots[task / H], h = task % H;
+    for (int64_t p = 0; p < P; ++p) copy_row_exact(st, ssmi_off4(st, slot, h, p, 0), fin, ssmi_off4(fin, slot, h, p, 0), N);
+}
+
+static ssm_status copy_unused_slots(ssm_context * ctx, const ssmi_mamba2_dims * d, const ssm_mamba2_step_args * a) {
+    if (d->slots == 0) return SSM_STATUS_OK;
+    int64_t * list = (int64_t *) ssmi_alloc(ctx, (size_t) d->slots * (sizeof(int64_t) + 1));
+    SSM_RETURN_IF(list == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY, "mamba2_step: could not allocate %zu bytes of scratch",
+                  (size_t) d->slots * (sizeof(int64_t) + 1));
+    unsigned char * used = (unsigned char *) (list + d->slots);
+    memset(used, 0, (size_t) d->slots);
+    for (int64_t b = 0; b < d->batch; ++b) {
+        const int64_t slot = slot_of(a, b);
+        if (slot >= 0) used[slot] = 1;
+    }
+    int64_t count = 0;
+    for (int64_t s = 0; s < d->slots; ++s)
+        if (!used[s]) list[count++] = s;
+    if (count > 0 && d->nheads > 0) {
+        copy_job job = { d, a, list };
+        ssmi_parallel_for(ctx, count * d->nheads, copy_task, &job);
+    }
+    ssmi_free(ctx, list);
+    return SSM_STATUS_OK;
+}
+
+ssm_status ssmi_cpu_mamba2_step(ssm_context * ctx, const ssm_mamba2_params * p, const ssmi_mamba2_dims * d,
+                                const ssm_mamba2_step_args * a) {
+    const ssmi_cpu_kernels * k         = ssmi_cpu_kernels_for(ctx);
+    const int                avx2      = ssmi_context_isa(ctx) == SSM_ISA_AVX2;
+    const int                has_final = ssmi_present(&a->final_state);
+    const int                in_place  = has_final && a->final_state.data == a->state.data;
+    if (has_final && !in_place) SSM_FORWARD_IF_ERROR(copy_unused_slots(ctx, d, a));
+    const int64_t pairs = d->batch * d->nheads;
+    if (pairs == 0 || d->headdim == 0) return SSM_STATUS_OK;
+
+    step_job job;
+    memset(&job, 0, sizeof job);
+    job.params    = p;
+    job.dims      = d;
+    job.args      = a;
+    job.k         = k;
+    job.block     = avx2 ? ssmi_f32_step_block__avx2 : ssmi_f32_step_block__scalar;
+    job.row       = avx2 ? ssmi_f32_step_row__avx2 : ssmi_f32_step_row__scalar;
+    job.has_final = has_final;
+    job.direct    = a->state.dtype == SSM_DTYPE_F32 && (a->state.strides[3] == 1 || d->dstate <= 1) &&
+                 (!has_final || (a->final_state.dtype == SSM_DTYPE_F32 &&
+                                 (a->final_state.strides[3] == 1 || d->dstate <= 1)));
+    job.a_const_n  = const_dim(&a->a, 2);
+    job.dt_const_p = const_dim(&a->dt, 2) && (!ssmi_present(&a->dt_bias) || const_dim(&a->dt_bias, 1));
+    job.head_const = job.a_const_n && const_dim(&a->a, 1) && job.dt_const_p;
+    const int32_t threads = ssmi_num_threads(ctx);
+    const int64_t pool_bytes =
+        pairs * d->headdim * d->dstate * (int64_t) ssm_dtype_size((ssm_dtype) a->state.dtype);
+    job.ntasks = 2 * pool_bytes <= STEP_SERIAL_BYTES ? 1 : 8 * (int64_t) threads;
+    if (job.ntasks > pairs) job.ntasks = pairs;
+    job.scratch_floats = scratch_floats(d);
+    job.scratch        = ssmi_cpu_thread_scratch(ctx, "mamba2_step", job.scratch_floats);
+    if (job.scratch == NULL) return SSM_STATUS_OUT_OF_MEMORY;
+    ssmi_parallel_for(ctx, job.ntasks, step_task, &job);
+    ssmi_free(ctx, job.scratch);
+    return SSM_STATUS_OK;
+}

@@ -1,0 +1,844 @@
+/*
+ * Mamba-3 SISO backward on the CPU (spec §6): every gradient of ssm_mamba3_siso, with the
+ * forward recomputed from the inputs.
+ *
+ * Pass 1, one task per (sequence, Q/K head, block of V-heads of the group), each head of
+ * the block in turn, all fp32:
+ *   1. per-token scalars of the whole sequence (λ, γ, σ, dt) and the angle cumsum θ
+ *      (cos θ, sin θ and tanh of the raw rates are kept: the backward needs them again);
+ *   2. forward over the chunks keeping only the state entering every chunk, S_c (V×K):
+ *      S ← e^{c_last}·S + Vcᵀ·diag(e^{c_last−c}·σ)·K̂ (spec §3.6), from H_in or 0;
+ *   3. reverse over the chunks (spec §6.3) with the carry dS (V×K, seeded by
+ *      dfinal_ssm_state): E = (dY·Vcᵀ)⊙M, Pm = (Q̂·K̂sᵀ)⊙M, dQ̂, dK̂s, dVc, dADT via
+ *      r/m/μ, dS ← e^{c_last}·dS + dYᵀ·diag(e^c)·Q̂; then, token by token in reverse, the
+ *      preprocessing chain of §6.2 (dσ, dk̂, dq̃/dk̃ through R(θ)ᵀ, dθ, dγ) and the angle
+ *      backward of §6.6 (the reverse cumsum G, seeded by dfinal_angle_state);
+ *   4. the trapezoid scalars (ddt, dtrap; the t = 0 fold with initial states) once dH_in
+ *      and every dσ are known, and the initial-state gradients.
+ *   Products that cost C·K·V or C²·K go through the GEMM microkernel. The two products
+ *   with a transposed strictly lower factor (Eᵀ·Q̂, Pmᵀ·dY) run on the row- and
+ *   column-reversed view, which is strictly lower again, so the causal cut-off applies;
+ *   Q̂·K̂sᵀ and dY·Vcᵀ are computed in row blocks up to the diagonal only.
+ *   Two shortcuts avoid whole products: e^{c_i}·dy_i·(S_c q̂_i) = q̂_i·(diag(e^c)·dY·S_c)_i
+ *   reuses dQ̂'s inter-chunk term, and m_j = v_j·(diag(e^{c_last−c})·K̂s·dSᵀ)_j reuses dV's.
+ *   The pre-gate output y (for dz) costs Q̂·S_cᵀ and Pm·Vc and is computed only when dz is
+ *   asked for.
+ *   dq̃, dk̃ of a block's heads are summed in head order into the block's fp32 workspace
+ *   slot (B, S, Hq, K); with G = 1 they go straight to dq, dk.
+ * Pass 2 (G > 1): dq, dk = Σ over the blocks of the group, in block order, one task per
+ *   (batch row, token block). The block size depends only on the shape (plan_bwd), so
+ *   the order of every sum is fixed. Blocks rather than one slot per head keep the
+ *   workspace small: at H = 32, Hq = 1 one slot per head was 2×32 MB per 2048 tokens, and
+ *   writing, faulting in and re-reading it cost more than a third of the backward.
+ * Pass 3: dq_bias, dk_bias, dd = Σ over sequences, in sequence order, of the per-(sequence,
+ *   head) partial sums (each itself summed over the tokens in a fixed order).
+ * Every output element is produced by exactly one task in a fixed order, so results are
+ * bitwise identical for any thread count.
+ *
+ * The chunk is BWD_CHUNK whatever params->chunk_size says (the header allows it: the chunk
+ * only changes rounding).
+ */
+#include <math.h>
+#include <string.h>
+
+#include "mamba3_common.h"
+#include "ssmi_cpu_mamba3.h"
+
+#define BWD_CHUNK        64 /* tokens per chunk                                             */
+#define BWD_TRI_BLOCK    16 /* row block of the lower-triangle-only C×C products            */
+#define BWD_REDUCE_BLOCK 64 /* tokens per task of the GQA reduction                         */
+#define BWD_MIN_TASKS    8  /* fewest pass-1 tasks the GQA head blocking aims for (plan_bwd) */
+
+/* ---- the plan ------------------------------------------------------------------------ */
+typedef struct bwd_layout {
+    int64_t max_len;       /* longest sequence                                      */
+    int64_t max_chunks;    /* chunks of the longest sequence                         */
+    int64_t thread_floats; /* one thread's scratch, whole lines                      */
+    int     gqa_ws;        /* dq̃/dk̃ go through the workspace (G > 1)              */
+    int64_t head_block;    /* V-heads per pass-1 task (divides G)                    */
+    int64_t nblocks;       /* head blocks per group: G / head_block                  */
+} bwd_layout;
+
+typedef struct bwd_job {
+    const ssm_mamba3_siso_bwd_args * a;
+    const ssmi_mamba3_dims *         d;
+    const ssmi_cpu_kernels *         k;  /* gemm, exp, row load/store        */
+    const ssmi_cpu_m3_kernels *      m3; /* rotary kernels                     */
+    bwd_layout                       l;
+    float *                          scratch;   /* threads × thread_floats            */
+    float *                          dq_ws;     /* (nblocks, B, S, Hq, K) or NULL     */
+    float *                          dk_ws;     /* (nblocks, B, S, Hq, K) or NULL     */
+    float *                          dqb_part;  /* (NS, H, K)                         */
+    float *                          dkb_part;  /* (NS, H, K)                         */
+    float *                          dd_part;   /* (NS, H)                            */
+    int                              want_y;    /* dz asked for (and z given)         */
+} bwd_job;
+
+/* ---- one thread's scratch -------------------------------------------------------------- */
+typedef struct bwd_scratch {
+    /* whole sequence */
+    float *cos2, *sin2;             /* [L][2A] pair tables of θ (rotary.h)       */
+    float *tanhv;                   /* [L][A]  tanh of the raw angle rates       */
+    float *dtv, *lam;               /* [L+1]   (entry L: 0, no next token)       */
+    float *gam, *sig;               /* [L]                                      */
+    float *dsig, *dgam, *dda;       /* [L]: dσ, dγ, ddt angle part               */
+    float *row;                     /* [2(L+1)] output row / scalar scratch      */
+    float *states;                  /* [NC][V][K] state entering every chunk     */
+    /* one chunk */
+    float *qt, *kt, *qh, *kh, *ks, *qhe, *dqh, *dks; /* [C][K]                     */
+    float *kst;                                      /* [K][C]  K̂sᵀ                */
+    float *vc, *dy, *dout, *zc, *zs, *yc, *dvc;      /* [C][V]                     */
+    float *vct;                                      /* [V][C]  Vcᵀ                */
+    float *cb, *ee, *mm;                             /* [C][C]                     */
+    float *st, *ds, *dst;                            /* [K][V], [V][K], [K][V]     */
+    float *cc, *ec, *wv, *dqk, *dcoef, *rr, *mv, *colw; /* [C]                   */
+    float *gacc, *dth, *raw;                         /* [A]                        */
+    float *nsin;                                     /* [2A] −sin2 (for R(θ)ᵀ)     */
+    float *qbias, *kbias, *qbacc, *kbacc, *krow;     /* [K]                        */
+    float *vrow, *hk;                                /* [V]                        */
+    float *buf;                                      /* [max(K, V)]                */
+} bwd_scratch;
+
+/* Carves (or, with base NULL, only counts) one thread's scratch; returns the floats used. */
+static int64_t carve(const ssmi_mamba3_dims * d, int64_t max_len, int64_t max_chunks, float * base,
+                     bwd_scratch * s) {
+    const int64_t C = BWD_CHUNK, K = d->dk, V = d->dv, A = d->nangles, L = max_len;
+    int64_t       used = 0;
+#define TAKE(field, n)                                     \
+    do {                                                   \
+        if (base) s->field = base + used;                  \
+        used += ssmi_cpu_lines(n);                         \
+    } while (0)
+    TAKE(cos2, L * 2 * A); TAKE(sin2, L * 2 * A); TAKE(tanhv, L * A);
+    TAKE(dtv, L + 1); TAKE(lam, L + 1); TAKE(gam, L); TAKE(sig, L);
+    TAKE(dsig, L); TAKE(dgam, L); TAKE(dda, L); TAKE(row, 2 * (L + 1));
+    TAKE(states, max_chunks * V * K);
+    TAKE(qt, C * K); TAKE(kt, C * K); TAKE(qh, C * K); TAKE(kh, C * K);
+    TAKE(ks, C * K); TAKE(qhe, C * K); TAKE(dqh, C * K); TAKE(dks, C * K);
+    TAKE(kst, K * C);
+    TAKE(vc, C * V); TAKE(dy, C * V); TAKE(dout, C * V); TAKE(zc, C * V); TAKE(zs, C * V); TAKE(yc, C * V); TAKE(dvc, C * V);
+    TAKE(vct, V * C);
+    TAKE(cb, C * C); TAKE(ee, C * C); TAKE(mm, C * C);
+    TAKE(st, K * V); TAKE(ds, V * K); TAKE(dst, K * V);
+    TAKE(cc, C); TAKE(ec, C); TAKE(wv, C); TAKE(dqk, C); TAKE(dcoef, C);
+    TAKE(rr, C); TAKE(mv, C); TAKE(colw, C);
+    TAKE(gacc, A); TAKE(dth, A); TAKE(raw, A); TAKE(nsin, 2 * A);
+    TAKE(qbias, K); TAKE(kbias, K); TAKE(qbacc, K); TAKE(kbacc, K); TAKE(krow, K);
+    TAKE(vrow, V); TAKE(hk, V);
+    TAKE(buf, K > V ? K : V);
+#undef TAKE
+    return used;
+}
+
+/* ---- small helpers ---------------------------------------------------------------------- */
+/* x·y with eight interleaved partial sums (lanes i mod 8, then lanes 0..7 in order): a fixed
+ * order, and no single dependency chain. */
+static float dot(const float * x, const float * y, int64_t n) {
+    float   acc[8] = { 0 };
+    int64_t i      = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; ++j) acc[j] += x[i + j] * y[i + j];
+    for (int j = 0; i < n; ++i, ++j) acc[j] += x[i] * y[i];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+static float sum(const float * x, int64_t n) {
+    float   acc[8] = { 0 };
+    int64_t i      = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int j = 0; j < 8; ++j) acc[j] += x[i + j];
+    for (int j = 0; i < n; ++i, ++j) acc[j] += x[i];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+/* dst[c][r] = src[r][c] for r < rows, c < cols (dst row stride ld_dst), in 8×8 tiles so
+ * both sides touch whole cache lines. */
+static void transpose(const float * src, int64_t rows, int64_t cols, int64_t ld_src, float * dst, int64_t ld_dst) {
+    for (int64_t r0 = 0; r0 < rows; r0 += 8) {
+        const int64_t r1 = r0 + 8 < rows ? r0 + 8 : rows;
+        for (int64_t c0 = 0; c0 < cols; c0 += 8) {
+            const int64_t c1 = c0 + 8 < cols ? c0 + 8 : cols;
+            if (r1 - r0 == 8 && c1 - c0 == 8) {
+                float t[8][8];
+                for (int i = 0; i < 8; ++i)
+                    for (int j = 0; j < 8; ++j) t[j][i] = src[(r0 + i) * ld_src + c0 + j];
+                for (int j = 0; j < 8; ++j)
+                    for (int i = 0; i < 8; ++i) dst[(c0 + j) * ld_dst + r0 + i] = t[j][i];
+            } else {
+                for (int64_t r = r0; r < r1; ++r)
+                    for (int64_t c = c0; c < c1; ++c) dst[c * ld_dst + r] = src[r * ld_src + c];
+            }
+        }
+    }
+}
+
+/* dθ_i += g·∂(R(θ)x)/∂θ_i with x̂ = R(θ)x: −g[2i]·x̂[2i+1] + g[2i+1]·x̂[2i]. */
+static void angle_grad(const float * g, const float * xh, int64_t A, float * dth) {
+    for (int64_t i = 0; i < A; ++i) dth[i] += g[2 * i + 1] * xh[2 * i] - g[2 * i] * xh[2 * i + 1];
+}
+
+/* C[j][:] += Σ_{i>j} E[i][j]·B[i][:] for a strictly lower E (zeros on and above the
+ * diagonal): on the reversed view (i' = L−1−i) Eᵀ is strictly lower, so the causal
+ * kernel skips the zero half. */
+static void gemm_lower_t(const ssmi_cpu_kernels * k, int64_t L, int64_t n, const float * e, int64_t lde,
+                         const float * b, int64_t ldb, float * c, int64_t ldc) {
+    if (L <= 1) return;
+    k->gemm(L, n, L, e + (L - 1) * lde + (L - 1), -1, -lde, b + (L - 1) * ldb, -ldb, c + (L - 1) * ldc, -ldc, NULL,
+            1.0f, 1);
+}
+
+/* C = A·B restricted to the lower triangle (C[i][j] for j ≤ i, computed in row blocks up
+ * to the diagonal; the entries above it inside a block are also written). A is L×k with
+ * row stride lda, B is k×L (row stride ldb). */
+static void gemm_tri(const ssmi_cpu_kernels * k, int64_t L, int64_t kd, const float * a, int64_t lda,
+                     const float * b, int64_t ldb, float * c, int64_t ldc) {
+    for (int64_t i0 = 0; i0 < L; i0 += BWD_TRI_BLOCK) {
+        const int64_t i1 = i0 + BWD_TRI_BLOCK < L ? i0 + BWD_TRI_BLOCK : L;
+        k->gemm(i1 - i0, i1, kd, a + i0 * lda, lda, 1, b, ldb, c + i0 * ldc, ldc, NULL, 0.0f, 0);
+    }
+}
+
+/* ---- per task ------------------------------------------------------------------------- */
+typedef struct bwd_task_ctx {
+    const bwd_job * job;
+    bwd_scratch     s;
+    int64_t         n, h, g, row, t0, len; /* sequence, V-head, Q/K head, tokens      */
+    int64_t         blk;                   /* head block of the group                 */
+    int             first_in_block;        /* h is the block's first head             */
+    float           dh;                    /* D of the head (0 without d)             */
+} bwd_task_ctx;
+
+/* λ, γ, σ, dt of every token and the angle cumsum: the pair tables of θ and tanh of the
+ * raw rates (θ by the same steps as the forward, ssmi_cpu_m3_angle_run). */
+static void sequence_scalars(bwd_task_ctx * x) {
+    const ssm_mamba3_siso_bwd_args * a  = x->job->a;
+    const ssmi_cpu_m3_kernels *      m3 = x->job->m3;
+    const int64_t                    L = x->len, A = x->job->d->nangles, h = x->h;
+    bwd_scratch *                    s = &x->s;
+    ssmi_cpu_m3_token_scalars(m3, &a->adt, &a->dt, &a->trap, x->row, h, x->t0, L, x->t0 + L, s->row, NULL, s->dtv,
+                              s->lam, s->gam, s->sig);
+    if (A == 0) return;
+    float * theta = s->gacc; /* borrowed: the running angle */
+    if (x->job->d->has_states)
+        ssmi_cpu_m3_load_row3(m3, &a->angle_state, x->n, h, A, theta);
+    else
+        memset(theta, 0, (size_t) A * sizeof(float));
+    for (int64_t t = 0; t < L; ++t) {
+        m3->base->load_row(s->raw, a->angles.data, a->angles.dtype, ssmi_off4(&a->angles, x->row, x->t0 + t, h, 0),
+                           a->angles.strides[3], A);
+        m3->vtanh(A, s->raw, s->tanhv + t * A);
+        m3->angle_step(A, theta, s->raw, s->dtv[t]);
+        m3->sincos_pairs(A, theta, s->cos2 + t * 2 * A, s->sin2 + t * 2 * A);
+    }
+}
+
+/* c (chunk-local inclusive cumsum of adt), e^c, e^{c_last − c}; returns e^{c_last}. */
+static float chunk_decays(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
+    const ssm_mamba3_siso_bwd_args * a = x->job->a;
+    const ssmi_cpu_kernels *         k = x->job->k;
+    bwd_scratch *                    s = &x->s;
+    k->load_row(s->cc, a->adt.data, a->adt.dtype, ssmi_off3(&a->adt, x->row, x->h, x->t0 + i0), a->adt.strides[2],
+                Lc);
+    for (int64_t i = 1; i < Lc; ++i) s->cc[i] += s->cc[i - 1];
+    const float cl = s->cc[Lc - 1];
+    for (int64_t i = 0; i < Lc; ++i) s->wv[i] = cl - s->cc[i];
+    k->vexp(Lc, s->wv, s->wv);
+    k->vexp(Lc, s->cc, s->ec);
+    float ecl = cl;
+    k->vexp(1, &ecl, &ecl);
+    return ecl;
+}
+
+/* k̃ = k + k_bias, k̂ = R(θ)k̃, K̂s = σ·k̂ of the chunk; with q also q̃, q̂ and d = q̃·k̃. */
+static void chunk_qk(bwd_task_ctx * x, int64_t i0, int64_t Lc, int with_q) {
+    const ssm_mamba3_siso_bwd_args * a  = x->job->a;
+    const ssmi_cpu_m3_kernels *      m3 = x->job->m3;
+    const ssmi_cpu_kernels *         k  = x->job->k;
+    const int64_t                    K = x->job->d->dk, A = x->job->d->nangles;
+    bwd_scratch *                    s = &x->s;
+    for (int64_t i = 0; i < Lc; ++i) {
+        const int64_t t  = i0 + i;
+        const float * cs = s->cos2 + t * 2 * A, *sn = s->sin2 + t * 2 * A;
+        float *       kt = s->kt + i * K, *kh = s->kh + i * K, *ks = s->ks + i * K;
+        k->load_row(kt, a->k.data, a->k.dtype, ssmi_off4(&a->k, x->row, x->t0 + t, x->g, 0), a->k.strides[3], K);
+        if (with_q) {
+            float * qt = s->qt + i * K, *qh = s->qh + i * K;
+            k->load_row(qt, a->q.data, a->q.dtype, ssmi_off4(&a->q, x->row, x->t0 + t, x->g, 0), a->q.strides[3], K);
+            s->dcoef[i] = m3->bias_rotate_qk(K, 2 * A, qt, kt, s->qbias, s->kbias, cs, sn, qh, kh);
+            for (int64_t j = 0; j < K; ++j) {
+                qt[j] += s->qbias[j];
+                kt[j] += s->kbias[j];
+            }
+        } else {
+            for (int64_t j = 0; j < K; ++j) kt[j] += s->kbias[j];
+            m3->rotate(K, 2 * A, kt, cs, sn, kh);
+        }
+        for (int64_t j = 0; j < K; ++j) ks[j] = s->sig[t] * kh[j];
+    }
+}
+
+/* Rows of a (B, S, H, V) tensor for the chunk into dst [Lc][V]. */
+static void load_tokens(bwd_task_ctx * x, const ssm_tensor * t, int64_t i0, int64_t Lc, float * dst) {
+    const int64_t V = x->job->d->dv;
+    for (int64_t i = 0; i < Lc; ++i)
+        x->job->k->load_row(dst + i * V, t->data, t->dtype, ssmi_off4(t, x->row, x->t0 + i0 + i, x->h, 0),
+                            t->strides[3], V);
+}
+
+static void store_tokens(bwd_task_ctx * x, const ssm_tensor * t, int64_t i0, int64_t Lc, const float * src) {
+    const int64_t V = x->job->d->dv;
+    for (int64_t i = 0; i < Lc; ++i)
+        x->job->k->store_row(t->data, t->dtype, ssmi_off4(t, x->row, x->t0 + i0 + i, x->h, 0), t->strides[3],
+                             src + i * V, V);
+}
+
+/* States entering every chunk: S_0 = H_in (or 0), S_{c+1} = e^{c_last}·S_c + Vcᵀ·diag(w·σ)·K̂. */
+static void forward_states(bwd_task_ctx * x) {
+    const ssm_mamba3_siso_bwd_args * a = x->job->a;
+    const ssmi_cpu_kernels *         k = x->job->k;
+    const int64_t K = x->job->d->dk, V = x->job->d->dv, C = BWD_CHUNK, VK = V * K;
+    bwd_scratch * s  = &x->s;
+    float *       s0 = s->states;
+    if (x->job->d->has_states) {
+        const ssm_tensor *st = &a->ssm_state, *ks = &a->k_state, *vs = &a->v_state;
+        const float       c0 = s->dtv[0] * (1.0f - s->lam[0]);
+        k->load_row(s->krow, ks->data, ks->dtype, ssmi_off3(ks, x->n, x->h, 0), ks->strides[2], K);
+        k->load_row(s->vrow, vs->data, vs->dtype, ssmi_off3(vs, x->n, x->h, 0), vs->strides[2], V);
+        for (int64_t v = 0; v < V; ++v) {
+            float * sr = s0 + v * K;
+            k->load_row(sr, st->data, st->dtype, ssmi_off4(st, x->n, x->h, v, 0), st->strides[3], K);
+            const float cv = c0 * s->vrow[v];
+            for (int64_t j = 0; j < K; ++j) sr[j] += cv * s->krow[j];
+        }
+    } else {
+        memset(s0, 0, (size_t) VK * sizeof(float));
+    }
+    for (int64_t i0 = 0, c = 0; i0 + C < x->len; i0 += C, ++c) {
+        const int64_t Lc  = C;
+        const float   ecl = chunk_decays(x, i0, Lc);
+        chunk_qk(x, i0, Lc, 0);
+        for (int64_t i = 0; i < Lc; ++i)
+            for (int64_t j = 0; j < K; ++j) s->ks[i * K + j] *= s->wv[i];
+        load_tokens(x, &a->v, i0, Lc, s->vc);
+        float * next = s->states + (c + 1) * VK;
+        memcpy(next, s->states + c * VK, (size_t) VK * sizeof(float));
+        k->gemm(V, K, Lc, s->vc, 1, V, s->ks, K, next, K, NULL, ecl, 0);
+    }
+}
+
+/* dy = dout·silu(z) (or dout), dqk = rowsum(dy ⊙ v); the chunk's v, dout, z are loaded. */
+static void chunk_dy(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
+    const ssm_mamba3_siso_bwd_args * a = x->job->a;
+    const int64_t                    V = x->job->d->dv;
+    bwd_scratch *                    s = &x->s;
+    load_tokens(x, &a->v, i0, Lc, s->vc);
+    load_tokens(x, &a->dout, i0, Lc, s->dout);
+    if (ssmi_present(&a->z)) {
+        /* zs = sigmoid(z) = 1/(1 + e^{−z}), kept for dz */
+        load_tokens(x, &a->z, i0, Lc, s->zc);
+        for (int64_t j = 0; j < Lc * V; ++j) s->zs[j] = -s->zc[j];
+        x->job->k->vexp(Lc * V, s->zs, s->zs);
+        for (int64_t j = 0; j < Lc * V; ++j) {
+            s->zs[j] = 1.0f / (1.0f + s->zs[j]);
+            s->dy[j] = s->dout[j] * (s->zc[j] * s->zs[j]);
+        }
+    } else {
+        memcpy(s->dy, s->dout, (size_t) (Lc * V) * sizeof(float));
+    }
+    for (int64_t i = 0; i < Lc; ++i) s->dqk[i] = dot(s->dy + i * V, s->vc + i * V, V);
+}
+
+/* Decay mask M (strictly lower), E = (dY·Vcᵀ)⊙M into ee, Pm = (Q̂·K̂sᵀ)⊙M into cb, and the
+ * row sums minus column sums of W = E⊙(Q̂·K̂sᵀ) into rr. */
+static void chunk_scores(bwd_task_ctx * x, int64_t Lc) {
+    const ssmi_cpu_kernels * k = x->job->k;
+    const int64_t            K = x->job->d->dk, V = x->job->d->dv, C = BWD_CHUNK;
+    bwd_scratch *            s = &x->s;
+    transpose(s->ks, Lc, K, K, s->kst, C);
+    transpose(s->vc, Lc, V, V, s->vct, C);
+    gemm_tri(k, Lc, K, s->qh, K, s->kst, C, s->cb, C);
+    gemm_tri(k, Lc, V, s->dy, V, s->vct, C, s->ee, C);
+    for (int64_t i = 0; i < Lc; ++i) {
+        float * m = s->mm + i * C;
+        for (int64_t j = 0; j < i; ++j) m[j] = s->cc[i] - s->cc[j];
+        k->vexp(i, m, m);
+        s->colw[i] = 0.0f;
+    }
+    for (int64_t i = 0; i < Lc; ++i) {
+        float *e = s->ee + i * C, *p = s->cb + i * C, *m = s->mm + i * C;
+        /* E = DV⊙M, W = E⊙(Q̂K̂sᵀ) (into m, no longer needed), Pm = (Q̂K̂sᵀ)⊙M */
+        for (int64_t j = 0; j < i; ++j) {
+            const float ev = e[j] * m[j], pv = p[j];
+            e[j]           = ev;
+            p[j]           = pv * m[j];
+            m[j]           = ev * pv;
+        }
+        for (int64_t j = i; j < Lc; ++j) e[j] = p[j] = 0.0f;
+        for (int64_t j = 0; j < i; ++j) s->colw[j] += m[j];
+        s->rr[i] = sum(m, i);
+    }
+    for (int64_t i = 0; i < Lc; ++i) s->rr[i] -= s->colw[i];
+}
+
+/* Pre-gate y of the chunk and dz = dout·y·σ(z)(1 + z(1 − σ(z))). */
+static void chunk_dz(bwd_task_ctx * x, int64_t i0, int64_t Lc, const float * sc) {
+    const ssm_mamba3_siso_bwd_args * a = x->job->a;
+    const ssmi_cpu_kernels *         k = x->job->k;
+    const int64_t                    K = x->job->d->dk, V = x->job->d->dv, C = BWD_CHUNK;
+    bwd_scratch *                    s = &x->s;
+    transpose(sc, V, K, K, s->st, V);
+    k->gemm(Lc, V, K, s->qh, K, 1, s->st, V, s->yc, V, s->ec, 0.0f, 0);
+    k->gemm(Lc, V, Lc, s->cb, C, 1, s->vc, V, s->yc, V, NULL, 1.0f, 1);
+    for (int64_t i = 0; i < Lc; ++i) {
+        const float   coef = x->dh + s->gam[i0 + i] * s->dcoef[i];
+        float *       y    = s->yc + i * V;
+        const float * v = s->vc + i * V, *z = s->zc + i * V, *go = s->dout + i * V, *zs = s->zs + i * V;
+        for (int64_t j = 0; j < V; ++j) y[j] = go[j] * (y[j] + coef * v[j]) * zs[j] * (1.0f + z[j] * (1.0f - zs[j]));
+    }
+    store_tokens(x, &a->dz, i0, Lc, s->yc);
+}
+
+/* dQ̂, dK̂s, dVc (stored), dADT (stored) of the chunk; then the carry dS moves back. */
+static void chunk_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc, const float * sc, float ecl, int last_chunk,
+                        int update_carry) {
+    const ssm_mamba3_siso_bwd_args * a = x->job->a;
+    const ssmi_cpu_kernels *         k = x->job->k;
+    const int64_t                    K = x->job->d->dk, V = x->job->d->dv, C = BWD_CHUNK;
+    bwd_scratch *                    s = &x->s;
+
+    /* dQ̂ = diag(e^c)·dY·S_c + E·K̂s; the first term dotted with q̂ is the readout part of r */
+    k->gemm(Lc, K, V, s->dy, V, 1, sc, K, s->dqh, K, s->ec, 0.0f, 0);
+    for (int64_t i = 0; i < Lc; ++i) s->rr[i] += dot(s->qh + i * K, s->dqh + i * K, K);
+    k->gemm(Lc, K, Lc, s->ee, C, 1, s->ks, K, s->dqh, K, NULL, 1.0f, 1);
+
+    /* dK̂s = diag(w)·Vc·dS + Eᵀ·Q̂ */
+    k->gemm(Lc, K, V, s->vc, V, 1, s->ds, K, s->dks, K, s->wv, 0.0f, 0);
+    gemm_lower_t(k, Lc, K, s->ee, C, s->qh, K, s->dks, K);
+
+    /* dVc = diag(w)·K̂s·dSᵀ + Pmᵀ·dY + diag(D + γd)·dY (+ dfinal_v at the last token);
+     * the first term dotted with v is m */
+    k->gemm(Lc, V, K, s->ks, K, 1, s->dst, V, s->dvc, V, s->wv, 0.0f, 0);
+    for (int64_t i = 0; i < Lc; ++i) s->mv[i] = dot(s->vc + i * V, s->dvc + i * V, V);
+    gemm_lower_t(k, Lc, V, s->cb, C, s->dy, V, s->dvc, V);
+    for (int64_t i = 0; i < Lc; ++i) {
+        const float   coef = x->dh + s->gam[i0 + i] * s->dcoef[i];
+        float *       dv   = s->dvc + i * V;
+        const float * dy   = s->dy + i * V;
+        for (int64_t j = 0; j < V; ++j) dv[j] += coef * dy[j];
+    }
+    if (last_chunk && ssmi_present(&a->dfinal_v_state)) {
+        const ssm_tensor * t = &a->dfinal_v_state;
+        k->load_row(s->vrow, t->data, t->dtype, ssmi_off3(t, x->n, x->h, 0), t->strides[2], V);
+        float * dv = s->dvc + (Lc - 1) * V;
+        for (int64_t j = 0; j < V; ++j) dv[j] += s->vrow[j];
+    }
+    if (ssmi_present(&a->dv)) store_tokens(x, &a->dv, i0, Lc, s->dvc);
+
+    /* dADT_i = Σ_{i'≥i} r_i' + Σ_{j<i} m_j + μ,  μ = e^{c_last}·⟨S_c, dS⟩ */
+    const float mu = ecl * dot(sc, s->ds, V * K);
+    float       rev = 0.0f, fwd = 0.0f;
+    for (int64_t i = Lc - 1; i >= 0; --i) {
+        rev += s->rr[i];
+        s->rr[i] = rev;
+    }
+    for (int64_t i = 0; i < Lc; ++i) {
+        s->rr[i] += fwd + mu;
+        fwd += s->mv[i];
+    }
+    if (ssmi_present(&a->dadt))
+        k->store_row(a->dadt.data, a->dadt.dtype, ssmi_off3(&a->dadt, x->row, x->h, x->t0 + i0), a->dadt.strides[2],
+                     s->rr, Lc);
+
+    /* dS ← e^{c_last}·dS + dYᵀ·diag(e^c)·Q̂ */
+    if (!update_carry) return;
+    for (int64_t i = 0; i < Lc; ++i)
+        for (int64_t j = 0; j < K; ++j) s->qhe[i * K + j] = s->ec[i] * s->qh[i * K + j];
+    k->gemm(V, K, Lc, s->dy, 1, V, s->qhe, K, s->ds, K, NULL, ecl, 0);
+    transpose(s->ds, V, K, K, s->dst, V);
+}
+
+/* Token by token in reverse: dσ, dk̂, dq̃/dk̃, dθ, dγ, the angle reverse cumsum and its
+ * outputs, the bias and d partial sums, and dq̃/dk̃ out. */
+static void chunk_preprocess_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
+    const bwd_job *                  job = x->job;
+    const ssm_mamba3_siso_bwd_args * a   = job->a;
+    const ssmi_cpu_kernels *         k   = job->k;
+    const ssmi_cpu_m3_kernels *      m3  = job->m3;
+    const int64_t K = job->d->dk, A = job->d->nangles;
+    bwd_scratch * s = &x->s;
+    for (int64_t i = Lc - 1; i >= 0; --i) {
+        const int64_t t  = i0 + i;
+        const float * cs = s->cos2 + t * 2 * A, *sn = s->sin2 + t * 2 * A, *th = s->tanhv + t * A;
+        float *       dq = s->dqh + i * K, *dk = s->dks + i * K;
+        const float * qh = s->qh + i * K, *kh = s->kh + i * K, *qt = s->qt + i * K, *kt = s->kt + i * K;
+        const float   dsig = dot(dk, kh, K);
+        for (int64_t j = 0; j < K; ++j) dk[j] *= s->sig[t];
+        if (t == x->len - 1 && ssmi_present(&a->dfinal_k_state)) {
+            const ssm_tensor * fk = &a->dfinal_k_state;
+            k->load_row(s->krow, fk->data, fk->dtype, ssmi_off3(fk, x->n, x->h, 0), fk->strides[2], K);
+            for (int64_t j = 0; j < K; ++j) dk[j] += s->krow[j];
+        }
+        memset(s->dth, 0, (size_t) A * sizeof(float));
+        angle_grad(dq, qh, A, s->dth);
+        angle_grad(dk, kh, A, s->dth);
+        /* dq̃ = R(θ)ᵀdq̂ + dQK·γ·k̃, dk̃ = R(θ)ᵀdk̂ + dQK·γ·q̃ */
+        const float cq = s->dqk[i] * s->gam[t];
+        for (int64_t j = 0; j < 2 * A; ++j) s->nsin[j] = -sn[j];
+        m3->rotate(K, 2 * A, dq, cs, s->nsin, s->buf);
+        for (int64_t j = 0; j < K; ++j) dq[j] = s->buf[j] + cq * kt[j];
+        m3->rotate(K, 2 * A, dk, cs, s->nsin, s->buf);
+        for (int64_t j = 0; j < K; ++j) dk[j] = s->buf[j] + cq * qt[j];
+        for (int64_t j = 0; j < K; ++j) {
+            s->qbacc[j] += dq[j];
+            s->kbacc[j] += dk[j];
+        }
+        s->dsig[t] = dsig;
+        s->dgam[t] = s->dqk[i] * s->dcoef[i] + dsig;
+
+        /* angle backward: G_t = Σ_{u≥t} dθ_u + dθ_final */
+        float dda = 0.0f;
+        for (int64_t j = 0; j < A; ++j) {
+            s->gacc[j] += s->dth[j];
+            dda += th[j] * s->gacc[j];
+            s->dth[j] = SSMI_PI_F * s->dtv[t] * (1.0f - th[j] * th[j]) * s->gacc[j];
+        }
+        s->dda[t] = SSMI_PI_F * dda;
+        if (ssmi_present(&a->dangles) && A > 0)
+            k->store_row(a->dangles.data, a->dangles.dtype, ssmi_off4(&a->dangles, x->row, x->t0 + t, x->h, 0),
+                         a->dangles.strides[3], s->dth, A);
+
+        const int64_t tok = x->t0 + t;
+        if (job->l.gqa_ws) {
+            /* the block's first head writes its slot row, the next ones add in head order */
+            const int64_t off = (((x->blk * job->d->batch + x->row) * job->d->seqlen + tok) * job->d->nheads_qk + x->g) * K;
+            if (x->first_in_block) {
+                if (job->dq_ws) memcpy(job->dq_ws + off, dq, (size_t) K * sizeof(float));
+                if (job->dk_ws) memcpy(job->dk_ws + off, dk, (size_t) K * sizeof(float));
+            } else {
+                if (job->dq_ws)
+                    for (int64_t j = 0; j < K; ++j) job->dq_ws[off + j] += dq[j];
+                if (job->dk_ws)
+                    for (int64_t j = 0; j < K; ++j) job->dk_ws[off + j] += dk[j];
+            }
+        } else {
+            if (ssmi_present(&a->dq))
+                k->store_row(a->dq.data, a->dq.dtype, ssmi_off4(&a->dq, x->row, tok, x->g, 0), a->dq.strides[3], dq, K);
+            if (ssmi_present(&a->dk))
+                k->store_row(a->dk.data, a->dk.dtype, ssmi_off4(&a->dk, x->row, tok, x->g, 0), a->dk.strides[3], dk, K);
+        }
+    }
+}
+
+/* ddt and dtrap of every token (spec §6.2), dc = ⟨dH_in, V_in K_inᵀ⟩ folded at t = 0. */
+static void sequence_trapezoid(bwd_task_ctx * x, float dc) {
+    const ssm_mamba3_siso_bwd_args * a = x->job->a;
+    const ssmi_cpu_kernels *         k = x->job->k;
+    const int64_t                    L = x->len;
+    bwd_scratch *                    s = &x->s;
+    if (ssmi_present(&a->ddt)) {
+        for (int64_t t = 0; t < L; ++t) {
+            const float prev = t >= 1 ? s->dsig[t - 1] : dc;
+            s->row[t]        = s->dgam[t] * s->lam[t] + prev * (1.0f - s->lam[t]) + s->dda[t];
+        }
+        k->store_row(a->ddt.data, a->ddt.dtype, ssmi_off3(&a->ddt, x->row, x->h, x->t0), a->ddt.strides[2], s->row, L);
+    }
+    if (ssmi_present(&a->dtrap)) {
+        for (int64_t t = 0; t < L; ++t) {
+            const float prev = t >= 1 ? s->dsig[t - 1] : dc;
+            const float dlam = (s->dgam[t] - prev) * s->dtv[t];
+            s->row[t]        = dlam * s->lam[t] * (1.0f - s->lam[t]);
+        }
+        k->store_row(a->dtrap.data, a->dtrap.dtype, ssmi_off3(&a->dtrap, x->row, x->h, x->t0), a->dtrap.strides[2],
+                     s->row, L);
+    }
+}
+
+/* Initial-state gradients from dH_in = dS (spec §6.2); returns dc. */
+static float initial_state_grads(bwd_task_ctx * x) {
+    const ssm_mamba3_siso_bwd_args * a = x->job->a;
+    const ssmi_cpu_kernels *         k = x->job->k;
+    const int64_t                    K = x->job->d->dk, V = x->job->d->dv, A = x->job->d->nangles;
+    bwd_scratch *                    s = &x->s;
+    const ssm_tensor *ks = &a->k_state, *vs = &a->v_state;
+    const float       c0 = s->dtv[0] * (1.0f - s->lam[0]);
+    k->load_row(s->krow, ks->data, ks->dtype, ssmi_off3(ks, x->n, x->h, 0), ks->strides[2], K);
+    k->load_row(s->vrow, vs->data, vs->dtype, ssmi_off3(vs, x->n, x->h, 0), vs->strides[2], V);
+    /* dc = V_inᵀ·dH_in·K_in, dV_in = c0·dH_in·K_in, dK_in = c0·dH_inᵀ·V_in */
+    float * hk = s->hk, *dkin = s->buf;
+    float   dc = 0.0f;
+    for (int64_t v = 0; v < V; ++v) {
+        hk[v] = dot(s->ds + v * K, s->krow, K);
+        dc += s->vrow[v] * hk[v];
+    }
+    for (int64_t j = 0; j < K; ++j) dkin[j] = c0 * dot(s->dst + j * V, s->vrow, V);
+    for (int64_t v = 0; v < V; ++v) hk[v] *= c0;
+    if (ssmi_present(&a->dssm_state)) {
+        const ssm_tensor * t = &a->dssm_state;
+        for (int64_t v = 0; v < V; ++v)
+            k->store_row(t->data, t->dtype, ssmi_off4(t, x->n, x->h, v, 0), t->strides[3], s->ds + v * K, K);
+    }
+    if (ssmi_present(&a->dk_state))
+        k->store_row(a->dk_state.data, a->dk_state.dtype, ssmi_off3(&a->dk_state, x->n, x->h, 0),
+                     a->dk_state.strides[2], dkin, K);
+    if (ssmi_present(&a->dv_state))
+        k->store_row(a->dv_state.data, a->dv_state.dtype, ssmi_off3(&a->dv_state, x->n, x->h, 0),
+                     a->dv_state.strides[2], hk, V);
+    if (ssmi_present(&a->dangle_state) && A > 0)
+        k->store_row(a->dangle_state.data, a->dangle_state.dtype, ssmi_off3(&a->dangle_state, x->n, x->h, 0),
+                     a->dangle_state.strides[2], s->gacc, A);
+    return dc;
+}
+
+/* An empty sequence is the identity on states: each initial-state gradient is the matching
+ * final-state gradient (0 without it). */
+static void empty_sequence(bwd_task_ctx * x) {
+    const ssm_mamba3_siso_bwd_args * a = x->job->a;
+    const ssmi_cpu_kernels *         k = x->job->k;
+    const int64_t                    K = x->job->d->dk, V = x->job->d->dv, A = x->job->d->nangles;
+    bwd_scratch *                    s = &x->s;
+    if (!x->job->d->has_states) return;
+    const ssm_tensor * pairs[4][2] = { { &a->dangle_state, &a->dfinal_angle_state },
+                                       { &a->dk_state, &a->dfinal_k_state },
+                                       { &a->dv_state, &a->dfinal_v_state },
+                                       { &a->dssm_state, &a->dfinal_ssm_state } };
+    const int64_t      lens[4]     = { A, K, V, K };
+    for (int p = 0; p < 4; ++p) {
+        const ssm_tensor *out = pairs[p][0], *in = pairs[p][1];
+        if (!ssmi_present(out) || lens[p] == 0) continue;
+        const int64_t rows = p == 3 ? V : 1;
+        for (int64_t r = 0; r < rows; ++r) {
+            const int64_t oo = p == 3 ? ssmi_off4(out, x->n, x->h, r, 0) : ssmi_off3(out, x->n, x->h, 0);
+            if (ssmi_present(in)) {
+                const int64_t io = p == 3 ? ssmi_off4(in, x->n, x->h, r, 0) : ssmi_off3(in, x->n, x->h, 0);
+                k->load_row(s->buf, in->data, in->dtype, io, in->strides[in->ndim - 1], lens[p]);
+            } else {
+                memset(s->buf, 0, (size_t) lens[p] * sizeof(float));
+            }
+            k->store_row(out->data, out->dtype, oo, out->strides[out->ndim - 1], s->buf, lens[p]);
+        }
+    }
+}
+
+/* Every gradient of one (sequence, V-head) (passes 1–4 of the file comment). */
+static void head_grads(bwd_task_ctx * xp) {
+    bwd_task_ctx                     x   = *xp;
+    const bwd_job *                  job = x.job;
+    const ssm_mamba3_siso_bwd_args * a   = job->a;
+    const ssmi_mamba3_dims *         d   = job->d;
+    const ssmi_cpu_kernels *         k   = job->k;
+    const int64_t H = d->nheads, K = d->dk, V = d->dv, A = d->nangles, C = BWD_CHUNK, VK = V * K;
+    bwd_scratch * s = &x.s;
+    x.dh            = ssmi_present(&a->d) ? ssmi_get_f32(&a->d, ssmi_off1(&a->d, x.h)) : 0.0f;
+
+    float * qb_part = job->dqb_part + (x.n * H + x.h) * K;
+    float * kb_part = job->dkb_part + (x.n * H + x.h) * K;
+    memset(qb_part, 0, (size_t) K * sizeof(float));
+    memset(kb_part, 0, (size_t) K * sizeof(float));
+    job->dd_part[x.n * H + x.h] = 0.0f;
+    if (x.len == 0) {
+        empty_sequence(&x);
+        return;
+    }
+
+    k->load_row(s->qbias, a->q_bias.data, a->q_bias.dtype, ssmi_off2(&a->q_bias, x.h, 0), a->q_bias.strides[1], K);
+    k->load_row(s->kbias, a->k_bias.data, a->k_bias.dtype, ssmi_off2(&a->k_bias, x.h, 0), a->k_bias.strides[1], K);
+    sequence_scalars(&x);
+    forward_states(&x);
+
+    /* carries of the reverse pass: dS (and its transpose), G, bias and d partials */
+    if (ssmi_present(&a->dfinal_ssm_state)) {
+        const ssm_tensor * t = &a->dfinal_ssm_state;
+        for (int64_t v = 0; v < V; ++v)
+            k->load_row(s->ds + v * K, t->data, t->dtype, ssmi_off4(t, x.n, x.h, v, 0), t->strides[3], K);
+    } else {
+        memset(s->ds, 0, (size_t) VK * sizeof(float));
+    }
+    transpose(s->ds, V, K, K, s->dst, V);
+    if (A > 0) {
+        if (ssmi_present(&a->dfinal_angle_state))
+            k->load_row(s->gacc, a->dfinal_angle_state.data, a->dfinal_angle_state.dtype,
+                        ssmi_off3(&a->dfinal_angle_state, x.n, x.h, 0), a->dfinal_angle_state.strides[2], A);
+        else
+            memset(s->gacc, 0, (size_t) A * sizeof(float));
+    }
+    memset(s->qbacc, 0, (size_t) K * sizeof(float));
+    memset(s->kbacc, 0, (size_t) K * sizeof(float));
+    float dd = 0.0f;
+
+    const int64_t nchunks = (x.len + C - 1) / C;
+    for (int64_t c = nchunks - 1; c >= 0; --c) {
+        const int64_t i0  = c * C;
+        const int64_t Lc  = x.len - i0 < C ? x.len - i0 : C;
+        const float * sc  = s->states + c * VK;
+        const float   ecl = chunk_decays(&x, i0, Lc);
+        chunk_qk(&x, i0, Lc, 1);
+        chunk_dy(&x, i0, Lc);
+        chunk_scores(&x, Lc);
+        if (job->want_y) chunk_dz(&x, i0, Lc, sc);
+        chunk_grads(&x, i0, Lc, sc, ecl, c == nchunks - 1, c > 0 || d->has_states);
+        chunk_preprocess_grads(&x, i0, Lc);
+        for (int64_t i = Lc - 1; i >= 0; --i) dd += s->dqk[i];
+    }
+
+    const float dc = d->has_states ? initial_state_grads(&x) : 0.0f;
+    sequence_trapezoid(&x, dc);
+    memcpy(qb_part, s->qbacc, (size_t) K * sizeof(float));
+    memcpy(kb_part, s->kbacc, (size_t) K * sizeof(float));
+    job->dd_part[x.n * H + x.h] = dd;
+}
+
+/* Task (sequence n, Q/K head g, head block blk): the block's heads one after the other,
+ * so their dq̃, dk̃ add up in head order in the block's workspace slot. */
+static void bwd_task(void * arg, int64_t task, int32_t thread) {
+    const bwd_job *          job = (const bwd_job *) arg;
+    const ssmi_mamba3_dims * d   = job->d;
+    const int64_t            Hq = d->nheads_qk, G = d->nheads / Hq, nb = job->l.nblocks, hb = job->l.head_block;
+    bwd_task_ctx             x;
+    x.job = job;
+    x.n   = task / (Hq * nb);
+    x.g   = (task / nb) % Hq;
+    x.blk = task % nb;
+    ssmi_cpu_m3_sequence(d, &job->a->cu_seqlens, x.n, &x.row, &x.t0, &x.len);
+    carve(d, job->l.max_len, job->l.max_chunks, job->scratch + (int64_t) thread * job->l.thread_floats, &x.s);
+    for (int64_t j = 0; j < hb; ++j) {
+        x.h              = x.g * G + x.blk * hb + j;
+        x.first_in_block = j == 0;
+        head_grads(&x);
+    }
+}
+
+/* ---- pass 2: dq, dk summed over the heads of each group, in head order ---------------- */
+static void reduce_task(void * arg, int64_t task, int32_t thread) {
+    (void) thread;
+    const bwd_job *          job = (const bwd_job *) arg;
+    const ssmi_mamba3_dims * d   = job->d;
+    const int64_t            S = d->seqlen, Hq = d->nheads_qk, K = d->dk, nb = job->l.nblocks;
+    const int64_t            slot = d->batch * S * Hq * K; /* floats per head-block slot */
+    const int64_t            blocks = (S + BWD_REDUCE_BLOCK - 1) / BWD_REDUCE_BLOCK;
+    const int64_t            b = task / blocks, tb = (task % blocks) * BWD_REDUCE_BLOCK;
+    const int64_t            te  = tb + BWD_REDUCE_BLOCK < S ? tb + BWD_REDUCE_BLOCK : S;
+    float *                  acc = job->scratch + (int64_t) thread * job->l.thread_floats;
+    for (int which = 0; which < 2; ++which) {
+        const float *      ws  = which == 0 ? job->dq_ws : job->dk_ws;
+        const ssm_tensor * out = which == 0 ? &job->a->dq : &job->a->dk;
+        if (ws == NULL) continue;
+        for (int64_t t = tb; t < te; ++t)
+            for (int64_t g = 0; g < Hq; ++g) {
+                const float * src = ws + ((b * S + t) * Hq + g) * K;
+                memcpy(acc, src, (size_t) K * sizeof(float));
+                for (int64_t blk = 1; blk < nb; ++blk)
+                    for (int64_t j = 0; j < K; ++j) acc[j] += src[blk * slot + j];
+                job->k->store_row(out->data, out->dtype, ssmi_off4(out, b, t, g, 0), out->strides[3], acc, K);
+            }
+    }
+}
+
+/* ---- pass 3: bias and d gradients summed over sequences, in sequence order -------------- */
+static void reduce_over_sequences(const bwd_job * job) {
+    const ssm_mamba3_siso_bwd_args * a = job->a;
+    const int64_t NS = job->d->nseq, H = job->d->nheads, K = job->d->dk;
+    float *       acc = job->scratch; /* thread 0's scratch, free again */
+    for (int which = 0; which < 2; ++which) {
+        const ssm_tensor * out  = which == 0 ? &a->dq_bias : &a->dk_bias;
+        const float *      part = which == 0 ? job->dqb_part : job->dkb_part;
+        if (!ssmi_present(out)) continue;
+        for (int64_t h = 0; h < H; ++h) {
+            memset(acc, 0, (size_t) K * sizeof(float));
+            for (int64_t n = 0; n < NS; ++n)
+                for (int64_t j = 0; j < K; ++j) acc[j] += part[(n * H + h) * K + j];
+            job->k->store_row(out->data, out->dtype, ssmi_off2(out, h, 0), out->strides[1], acc, K);
+        }
+    }
+    if (ssmi_present(&a->dd)) {
+        for (int64_t h = 0; h < H; ++h) {
+            float acc1 = 0.0f;
+            for (int64_t n = 0; n < NS; ++n) acc1 += job->dd_part[n * H + h];
+            ssmi_set_f32(&a->dd, ssmi_off1(&a->dd, h), acc1);
+        }
+    }
+}
+
+static bwd_layout plan_bwd(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_args * a) {
+    bwd_layout l;
+    l.max_len = 0;
+    if (d->varlen) {
+        const ssm_tensor * cu = &a->cu_seqlens;
+        for (int64_t n = 0; n < d->nseq; ++n) {
+            const int64_t len = ssmi_get_i64(cu, ssmi_off1(cu, n + 1)) - ssmi_get_i64(cu, ssmi_off1(cu, n));
+            if (len > l.max_len) l.max_len = len;
+        }
+    } else {
+        l.max_len = d->seqlen;
+    }
+    l.max_chunks = (l.max_len + BWD_CHUNK - 1) / BWD_CHUNK;
+    if (l.max_chunks < 1) l.max_chunks = 1;
+    l.gqa_ws = d->nheads_qk < d->nheads && (ssmi_present(&a->dq) || ssmi_present(&a->dk));
+    /* Heads per task: the smallest block count nb (a divisor of G) giving at least
+     * BWD_MIN_TASKS tasks. Fewer blocks = a smaller workspace (nb slots of (B, S, Hq, K)
+     * fp32 instead of G) and fewer partial sums; the choice depends on the shape only, so
+     * the summation order, and the result, is the same for every thread count. */
+    const int64_t G = d->nheads / d->nheads_qk;
+    l.nblocks       = G;
+    if (l.gqa_ws)
+        for (int64_t nb = 1; nb <= G; ++nb)
+            if (G % nb == 0 && (d->nseq * d->nheads_qk * nb >= BWD_MIN_TASKS || nb == G)) {
+                l.nblocks = nb;
+                break;
+            }
+    l.head_block = G / l.nblocks;
+    bwd_scratch unused;
+    l.thread_floats = carve(d, l.max_len, l.max_chunks, NULL, &unused);
+    if (l.thread_floats < ssmi_cpu_lines(d->dk)) l.thread_floats = ssmi_cpu_lines(d->dk);
+    return l;
+}
+
+ssm_status ssmi_cpu_mamba3_siso_bwd(ssm_context * ctx, const ssm_mamba3_params * p, const ssmi_mamba3_dims * d,
+                                    const ssm_mamba3_siso_bwd_args * a) {
+    (void) p;
+    if (d->nheads == 0) return SSM_STATUS_OK;
+    bwd_job job;
+    memset(&job, 0, sizeof job);
+    job.a      = a;
+    job.d      = d;
+    job.m3     = ssmi_cpu_m3_kernels_for(ctx);
+    job.k      = job.m3->base;
+    job.l      = plan_bwd(d, a);
+    job.want_y = ssmi_present(&a->z) && ssmi_present(&a->dz);
+
+    const int64_t threads = ssmi_num_threads(ctx);
+    const size_t  tok_ws  = job.l.gqa_ws ? (size_t) (job.l.nblocks * d->batch * d->seqlen * d->nheads_qk * d->dk) : 0;
+    const size_t  part    = (size_t) ssmi_cpu_lines(d->nseq * d->nheads * d->dk);
+    const size_t  floats  = (size_t) threads * (size_t) job.l.thread_floats +
+                          (ssmi_present(&a->dq) ? (size_t) ssmi_cpu_lines((int64_t) tok_ws) : 0) +
+                          (ssmi_present(&a->dk) ? (size_t) ssmi_cpu_lines((int64_t) tok_ws) : 0) + 2 * part +
+                          (size_t) ssmi_cpu_lines(d->nseq * d->nheads);
+    if (floats > SIZE_MAX / sizeof(float))
+        return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "mamba3_siso_bwd: scratch size overflows size_t");
+    float * base = (float *) ssmi_alloc(ctx, floats * sizeof(float));
+    if (base == NULL)
+        return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "mamba3_siso_bwd: could not allocate %zu bytes of scratch",
+                          floats * sizeof(float));
+    float * cur = base;
+    job.scratch = cur;
+    cur += (size_t) threads * (size_t) job.l.thread_floats;
+    if (job.l.gqa_ws && ssmi_present(&a->dq)) {
+        job.dq_ws = cur;
+        cur += ssmi_cpu_lines((int64_t) tok_ws);
+    }
+    if (job.l.gqa_ws && ssmi_present(&a->dk)) {
+        job.dk_ws = cur;
+        cur += ssmi_cpu_lines((int64_t) tok_ws);
+    }
+    job.dqb_part = cur;
+    cur += part;
+    job.dkb_part = cur;
+    cur += part;
+    job.dd_part = cur;
+
+    ssmi_parallel_for(ctx, d->nseq * d->nheads_qk * job.l.nblocks, bwd_task, &job);
+    if (job.l.gqa_ws && d->seqlen > 0)
+        ssmi_parallel_for(ctx, d->batch * ((d->seqlen + BWD_REDUCE_BLOCK - 1) / BWD_REDUCE_BLOCK), reduce_task, &job);
+    reduce_over_sequences(&job);
+    ssmi_free(ctx, base);
+    return SSM_STATUS_OK;
+}

@@ -1,0 +1,170 @@
+/*
+ * Mamba-3 SISO decode step on the CPU (spec §2.6, §3.4): one iteration of the recurrence
+ * per batch row, all math fp32.
+ *
+ * Tasks: one per (row b, block of heads). Per head: θ = wrap(θ_state + π·tanh(raw)·dt),
+ * q̂, k̂ by the shared rotary helpers, α = e^{adt}, β = α·dt·(1−λ), γ = dt·λ, then one pass
+ * over the V×K state (kernels/sisostep): h' = α·h + β·v_prev k_prevᵀ + γ·v k̂ᵀ and
+ * y = h' q̂, written straight back into the pool row when the state and the final state are
+ * fp32 with unit K stride (in place when the caller passes the same view), else through
+ * fp32 scratch. Then out = (y + D·v)·silu(z), and the final θ, k̂, v rows.
+ *
+ * The slot of row b is state_batch_indices[b] (b without it); a negative slot is a padding
+ * row: out[b] = 0 and no state is read or written. The small input rows (θ, k_prev, v_prev)
+ * are read into scratch before anything of the slot is written, so an in-place update sees
+ * only old values. Slots are distinct (checked by ops/), so tasks never share a state.
+ */
+#include <string.h>
+
+#include "mamba3_common.h"
+#include "ssmi_cpu_mamba3.h"
+
+typedef struct step_job {
+    const ssmi_mamba3_dims *          d;
+    const ssmi_cpu_m3_kernels *       k;
+    const ssm_mamba3_siso_step_args * a;
+    int64_t                           head_block, blocks;
+    float *                           scratch;
+    int64_t                           thread_floats;
+} step_job;
+
+typedef struct step_scratch {
+    float *qraw, *kraw, *bq, *bk, *qh, *kh, *kprev;
+    float *theta, *raw, *cos2, *sin2;
+    float *v, *vprev, *y, *z;
+    float *state; /* V×K, only for states that are not fp32 with unit K stride */
+} step_scratch;
+
+static int64_t step_carve(step_scratch * sc, float * base, int64_t K, int64_t V, int64_t A) {
+    float * p = base;
+#define TAKE(field, n)          \
+    do {                        \
+        if (sc) sc->field = p;  \
+        p += ssmi_cpu_lines(n); \
+    } while (0)
+    TAKE(qraw, K);
+    TAKE(kraw, K);
+    TAKE(bq, K);
+    TAKE(bk, K);
+    TAKE(qh, K);
+    TAKE(kh, K);
+    TAKE(kprev, K);
+    TAKE(theta, A + 8);
+    TAKE(raw, A + 8);
+    TAKE(cos2, 2 * A + 8);
+    TAKE(sin2, 2 * A + 8);
+    TAKE(v, V);
+    TAKE(vprev, V);
+    TAKE(y, V);
+    TAKE(z, V);
+    TAKE(state, V * K);
+#undef TAKE
+    return (int64_t) (p - base);
+}
+
+static int direct_state(const ssm_tensor * t) {
+    return !ssmi_present(t) || (t->dtype == SSM_DTYPE_F32 && t->strides[3] == 1);
+}
+
+static void step_head(const step_job * job, step_scratch * sc, int64_t b, int64_t slot, int64_t h) {
+    const ssm_mamba3_siso_step_args * a = job->a;
+    const ssmi_cpu_m3_kernels *       k = job->k;
+    const ssmi_cpu_kernels *          kb = k->base;
+    const int64_t K = job->d->dk, V = job->d->dv, A = job->d->nangles, G = job->d->nheads / job->d->nheads_qk;
+    const int64_t g = h / G;
+
+    /* inputs of this token */
+    ssmi_cpu_m3_load_row3(k, &a->q, b, g, K, sc->qraw);
+    ssmi_cpu_m3_load_row3(k, &a->k, b, g, K, sc->kraw);
+    kb->load_row(sc->bq, a->q_bias.data, a->q_bias.dtype, ssmi_off2(&a->q_bias, h, 0), a->q_bias.strides[1], K);
+    kb->load_row(sc->bk, a->k_bias.data, a->k_bias.dtype, ssmi_off2(&a->k_bias, h, 0), a->k_bias.strides[1], K);
+    ssmi_cpu_m3_load_row3(k, &a->v, b, h, V, sc->v);
+    const float adt  = ssmi_get_f32(&a->adt, ssmi_off2(&a->adt, b, h));
+    const float dt   = ssmi_get_f32(&a->dt, ssmi_off2(&a->dt, b, h));
+    const float lam  = ssmi_cpu_m3_sigmoid(ssmi_get_f32(&a->trap, ssmi_off2(&a->trap, b, h)));
+    const float dh   = ssmi_present(&a->d) ? ssmi_get_f32(&a->d, ssmi_off1(&a->d, h)) : 0.0f;
+    const float alpha = expf(adt);
+    const float beta  = alpha * dt * (1.0f - lam);
+    const float gamma = dt * lam;
+
+    /* old small states (read before any write: the finals may be the same views) */
+    ssmi_cpu_m3_load_row3(k, &a->k_state, slot, h, K, sc->kprev);
+    ssmi_cpu_m3_load_row3(k, &a->v_state, slot, h, V, sc->vprev);
+    if (A > 0) {
+        ssmi_cpu_m3_load_row3(k, &a->angle_state, slot, h, A, sc->theta);
+        ssmi_cpu_m3_load_row3(k, &a->angles, b, h, A, sc->raw);
+        k->angle_rate(A, sc->raw, sc->raw);
+        k->angle_advance(A, sc->theta, sc->raw, dt);
+    }
+    (void) ssmi_cpu_m3_prep_token(k, K, A, sc->qraw, sc->kraw, sc->bq, sc->bk, sc->theta, sc->cos2, sc->sin2, sc->qh,
+                                  sc->kh);
+
+    /* the state pass */
+    const ssm_tensor * st = &a->ssm_state, *fs = &a->final_ssm_state;
+    if (direct_state(st) && direct_state(fs)) {
+        const float * hp = (const float *) st->data + ssmi_off4(st, slot, h, 0, 0);
+        float *       op = ssmi_present(fs) ? (float *) fs->data + ssmi_off4(fs, slot, h, 0, 0) : NULL;
+        k->state_step(V, K, hp, st->strides[2], op, op ? fs->strides[2] : 0, alpha, beta, gamma, sc->vprev, sc->v,
+                      sc->kprev, sc->kh, sc->qh, sc->y);
+    } else {
+        for (int64_t p = 0; p < V; ++p)
+            kb->load_row(sc->state + p * K, st->data, st->dtype, ssmi_off4(st, slot, h, p, 0), st->strides[3], K);
+        k->state_step(V, K, sc->state, K, sc->state, K, alpha, beta, gamma, sc->vprev, sc->v, sc->kprev, sc->kh,
+                      sc->qh, sc->y);
+        if (ssmi_present(fs))
+            for (int64_t p = 0; p < V; ++p)
+                kb->store_row(fs->data, fs->dtype, ssmi_off4(fs, slot, h, p, 0), fs->strides[3], sc->state + p * K, K);
+    }
+
+    /* output and the small final states */
+    for (int64_t p = 0; p < V; ++p) sc->y[p] += dh * sc->v[p];
+    if (ssmi_present(&a->z)) {
+        ssmi_cpu_m3_load_row3(k, &a->z, b, h, V, sc->z);
+        kb->silu_gate(V, sc->y, sc->z, sc->y);
+    }
+    ssmi_cpu_m3_store_row3(k, &a->out, b, h, V, sc->y);
+    if (A > 0) ssmi_cpu_m3_store_row3(k, &a->final_angle_state, slot, h, A, sc->theta);
+    ssmi_cpu_m3_store_row3(k, &a->final_k_state, slot, h, K, sc->kh);
+    ssmi_cpu_m3_store_row3(k, &a->final_v_state, slot, h, V, sc->v);
+}
+
+static void step_task(void * arg, int64_t task, int32_t thread) {
+    const step_job *                  job = (const step_job *) arg;
+    const ssm_mamba3_siso_step_args * a   = job->a;
+    const int64_t                     H = job->d->nheads, V = job->d->dv;
+    const int64_t                     b  = task / job->blocks;
+    const int64_t                     h0 = (task % job->blocks) * job->head_block;
+    const int64_t                     h1 = h0 + job->head_block < H ? h0 + job->head_block : H;
+    step_scratch                      sc;
+    step_carve(&sc, job->scratch + (int64_t) thread * job->thread_floats, job->d->dk, V, job->d->nangles);
+    const ssm_tensor * idx  = &a->state_batch_indices;
+    const int64_t      slot = ssmi_present(idx) ? ssmi_get_i64(idx, ssmi_off1(idx, b)) : b;
+    if (slot < 0) { /* padding row */
+        memset(sc.y, 0, (size_t) V * sizeof(float));
+        for (int64_t h = h0; h < h1; ++h) ssmi_cpu_m3_store_row3(job->k, &a->out, b, h, V, sc.y);
+        return;
+    }
+    for (int64_t h = h0; h < h1; ++h) step_head(job, &sc, b, slot, h);
+}
+
+ssm_status ssmi_cpu_mamba3_siso_step(ssm_context * ctx, const ssm_mamba3_params * p, const ssmi_mamba3_dims * d,
+                                     const ssm_mamba3_siso_step_args * a) {
+    (void) p;
+    if (d->batch == 0 || d->nheads == 0 || d->dv == 0) return SSM_STATUS_OK;
+    const int64_t threads = ssmi_num_threads(ctx);
+    int64_t       hb      = d->nheads;
+    /* a few tasks per thread when the batch alone does not give them */
+    while (hb > 1 && d->batch * ((d->nheads + hb - 1) / hb) < 4 * threads) hb = (hb + 1) / 2;
+    step_job job;
+    job.d             = d;
+    job.k             = ssmi_cpu_m3_kernels_for(ctx);
+    job.a             = a;
+    job.head_block    = hb;
+    job.blocks        = (d->nheads + hb - 1) / hb;
+    job.thread_floats = step_carve(NULL, NULL, d->dk, d->dv, d->nangles);
+    job.scratch       = ssmi_cpu_thread_scratch(ctx, "mamba3_siso_step", job.thread_floats);
+    if (job.scratch == NULL) return SSM_STATUS_OUT_OF_MEMORY;
+    ssmi_parallel_for(ctx, d->batch * job.blocks, step_task, &job);
+    ssmi_free(ctx, job.scratch);
+    return SSM_STATUS_OK;
+}

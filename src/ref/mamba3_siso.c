@@ -1,0 +1,125 @@
+/* Reference of mamba3_siso (spec §2.4), two independent ways:
+ *  - ssmi_ref_mamba3_siso: the angle cumsum into a float64 θ (never rounded), then the
+ *    chunked core forward (mamba3_siso_fwd.c) on it;
+ *  - ssmi_ref_mamba3_siso_recurrent: the recurrence of §3.4 token by token (the same step
+ *    the decode operator runs), with its own θ.
+ * Varlen: every sequence runs from its own states; an empty one passes them through. */
+#include "ref_mamba3_common.h"
+#include "ssmi_ref_mamba3.h"
+
+ssm_status ssmi_ref_mamba3_siso(ssm_context * ctx, const ssm_mamba3_params * p, const ssmi_mamba3_dims * d,
+                                const ssm_mamba3_siso_args * a) {
+    int           ok = 1;
+    const int64_t sh[4] = {d->batch, d->seqlen, d->nheads, d->nangles};
+    size_t        n = ssmi_ref_m3_mul(ssmi_ref_m3_mul((size_t)d->batch, (size_t)d->seqlen, &ok),
+                                      ssmi_ref_m3_mul((size_t)d->nheads, (size_t)d->nangles, &ok), &ok);
+    double *      theta_buf = NULL;
+    double **     ptrs[1] = {&theta_buf};
+    double *      block = NULL;
+    SSM_RETURN_IF(!ok, ctx, SSM_STATUS_OUT_OF_MEMORY, "mamba3_siso: reference scratch size overflows size_t");
+    SSM_FORWARD_IF_ERROR(ssmi_ref_m3_scratch(ctx, "mamba3_siso", 1, &n, ptrs, &block));
+    const ssm_tensor                   theta = ssm_tensor_make(theta_buf, SSM_DTYPE_F64, 4, sh);
+    const ssm_mamba3_angle_cumsum_args ang = {.angles = a->angles,
+                                              .dt = a->dt,
+                                              .angle_state = a->angle_state,
+                                              .cu_seqlens = a->cu_seqlens,
+                                              .angles_cumsum = theta,
+                                              .final_angle_state = a->final_angle_state};
+    const ssm_mamba3_siso_fwd_args     core = {.q = a->q,
+                                               .k = a->k,
+                                               .v = a->v,
+                                               .adt = a->adt,
+                                               .dt = a->dt,
+                                               .trap = a->trap,
+                                               .q_bias = a->q_bias,
+                                               .k_bias = a->k_bias,
+                                               .angles = theta,
+                                               .d = a->d,
+                                               .z = a->z,
+                                               .ssm_state = a->ssm_state,
+                                               .k_state = a->k_state,
+                                               .v_state = a->v_state,
+                                               .cu_seqlens = a->cu_seqlens,
+                                               .out = a->out,
+                                               .final_ssm_state = a->final_ssm_state,
+                                               .final_k_state = a->final_k_state,
+                                               .final_v_state = a->final_v_state};
+    ssm_status                         st = ssmi_ref_mamba3_angle_cumsum(ctx, p, d, &ang);
+    if (st == SSM_STATUS_OK) st = ssmi_ref_mamba3_siso_fwd(ctx, p, d, &core);
+    ssmi_free(ctx, block);
+    return st;
+}
+
+/* Float64 state of one head: θ (A), h (V×K), k_prev (K), v_prev (V), plus per-token rows. */
+typedef struct rec_scratch {
+    double *theta, *hs, *kprev, *vprev, *qt, *kt, *v, *z, *raw, *qhat, *y;
+} rec_scratch;
+
+/* Reads row n of a state (rank 3 over its last dim, or the V×K matrix) or zeros. */
+static void read_state3(double * dst, const ssm_tensor * t, int64_t n, int64_t h, int64_t len) {
+    if (!ssmi_present(t)) {
+        for (int64_t i = 0; i < len; ++i) dst[i] = 0.0;
+        return;
+    }
+    ssmi_ref_m3_read(dst, t, ssmi_off3(t, n, h, 0), len);
+}
+
+static void recurrent_head(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_args * a, const ssmi_ref_m3_seq * s,
+                           int64_t h, const rec_scratch * w) {
+    const int64_t K = d->dk, V = d->dv, A = d->nangles, g = h / (d->nheads / d->nheads_qk);
+    const double  dskip = ssmi_present(&a->d) ? ssmi_get_f64(&a->d, ssmi_off1(&a->d, h)) : 0.0;
+    read_state3(w->theta, &a->angle_state, s->n, h, A);
+    read_state3(w->kprev, &a->k_state, s->n, h, K);
+    read_state3(w->vprev, &a->v_state, s->n, h, V);
+    for (int64_t r = 0; r < V; ++r) {
+        if (ssmi_present(&a->ssm_state))
+            ssmi_ref_m3_read(w->hs + r * K, &a->ssm_state, ssmi_off4(&a->ssm_state, s->n, h, r, 0), K);
+        else
+            memset(w->hs + r * K, 0, (size_t)K * sizeof(double));
+    }
+    for (int64_t t = s->t0; t < s->t0 + s->len; ++t) {
+        for (int64_t c = 0; c < K; ++c) {
+            w->qt[c] = ssmi_get_f64(&a->q, ssmi_off4(&a->q, s->b, t, g, c)) +
+                       ssmi_get_f64(&a->q_bias, ssmi_off2(&a->q_bias, h, c));
+            w->kt[c] = ssmi_get_f64(&a->k, ssmi_off4(&a->k, s->b, t, g, c)) +
+                       ssmi_get_f64(&a->k_bias, ssmi_off2(&a->k_bias, h, c));
+        }
+        ssmi_ref_m3_read(w->v, &a->v, ssmi_off4(&a->v, s->b, t, h, 0), V);
+        if (ssmi_present(&a->z)) ssmi_ref_m3_read(w->z, &a->z, ssmi_off4(&a->z, s->b, t, h, 0), V);
+        if (A > 0) ssmi_ref_m3_read(w->raw, &a->angles, ssmi_off4(&a->angles, s->b, t, h, 0), A);
+        const double adt = ssmi_get_f64(&a->adt, ssmi_off3(&a->adt, s->b, h, t));
+        const double dt = ssmi_get_f64(&a->dt, ssmi_off3(&a->dt, s->b, h, t));
+        const double trap = ssmi_get_f64(&a->trap, ssmi_off3(&a->trap, s->b, h, t));
+        ssmi_ref_m3_step_head(w->theta, w->hs, w->kprev, w->vprev, w->raw, w->qt, w->kt, w->v,
+                              ssmi_present(&a->z) ? w->z : NULL, adt, dt, trap, dskip, K, V, A, w->qhat, w->y);
+        ssmi_ref_m3_write(&a->out, ssmi_off4(&a->out, s->b, t, h, 0), w->y, V);
+    }
+    if (ssmi_present(&a->final_angle_state) && A > 0)
+        ssmi_ref_m3_write(&a->final_angle_state, ssmi_off3(&a->final_angle_state, s->n, h, 0), w->theta, A);
+    if (ssmi_present(&a->final_ssm_state))
+        for (int64_t r = 0; r < V; ++r)
+            ssmi_ref_m3_write(&a->final_ssm_state, ssmi_off4(&a->final_ssm_state, s->n, h, r, 0), w->hs + r * K, K);
+    if (ssmi_present(&a->final_k_state))
+        ssmi_ref_m3_write(&a->final_k_state, ssmi_off3(&a->final_k_state, s->n, h, 0), w->kprev, K);
+    if (ssmi_present(&a->final_v_state))
+        ssmi_ref_m3_write(&a->final_v_state, ssmi_off3(&a->final_v_state, s->n, h, 0), w->vprev, V);
+}
+
+ssm_status ssmi_ref_mamba3_siso_recurrent(ssm_context * ctx, const ssm_mamba3_params * p, const ssmi_mamba3_dims * d,
+                                          const ssm_mamba3_siso_args * a) {
+    (void)p;
+    int          ok = 1;
+    const size_t K = (size_t)d->dk, V = (size_t)d->dv, A = (size_t)d->nangles;
+    const size_t sizes[11] = {A, ssmi_ref_m3_mul(V, K, &ok), K, V, K, K, V, V, A, K, V};
+    rec_scratch  w;
+    double **    ptrs[11] = {&w.theta, &w.hs, &w.kprev, &w.vprev, &w.qt, &w.kt, &w.v, &w.z, &w.raw, &w.qhat, &w.y};
+    double *     block = NULL;
+    SSM_RETURN_IF(!ok, ctx, SSM_STATUS_OUT_OF_MEMORY, "mamba3_siso: reference scratch size overflows size_t");
+    SSM_FORWARD_IF_ERROR(ssmi_ref_m3_scratch(ctx, "mamba3_siso", 11, sizes, ptrs, &block));
+    for (int64_t q = 0; q < d->nseq; ++q) {
+        const ssmi_ref_m3_seq s = ssmi_ref_m3_sequence(d, &a->cu_seqlens, q);
+        for (int64_t h = 0; h < d->nheads; ++h) recurrent_head(d, a, &s, h, &w);
+    }
+    ssmi_free(ctx, block);
+    return SSM_STATUS_OK;
+}

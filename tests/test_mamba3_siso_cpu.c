@@ -1,0 +1,483 @@
+/*
+ * test_mamba3_siso_cpu.c — the optimised CPU backend of the Mamba-3 SISO forward family
+ * (combined forward, core forward, angle cumsum and its backward, decode step) against the
+ * float64 reference (run with F64 outputs), on seeded random shapes around the chunk and
+ * tile edges, every optional input on and off, f32/f16/bf16, strided views, stride-0 angles
+ * over heads, varlen with an empty sequence, NaN-poisoned outputs. Also: 1, 2 and 3 threads
+ * give identical bytes, the scalar ISA passes the same bars, and CPU self-consistency in
+ * fp32 (rel_rms ≤ 1e-5): fused combined == angle_cumsum then siso_fwd; forward over S
+ * tokens == S decode steps (in place on the pool); two calls chained through the final
+ * states == one call; varlen == one call per sequence; step with a permuted slot map,
+ * padding rows and an in-place pool.
+ * Seed: SSMOPS_TEST_SEED (default 20261201).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+static ssm_context * make_ctx(ssm_backend backend, int threads, ssm_isa isa) {
+    ssm_context_params cp;
+    ssm_context_params_init(&cp);
+    cp.backend     = backend;
+    cp.num_threads = threads;
+    cp.isa         = isa;
+    ssm_context * ctx = NULL;
+    if (ssm_context_create(&cp, &ctx) != SSM_STATUS_OK) return NULL;
+    return ctx;
+}
+
+static ssm_context *ctx_ref, *ctx_cpu[4], *ctx_scalar;
+static ssm_mamba3_params g_params;
+
+/* ---- the op-generic harness (as in test_mamba2_cpu.c) ---------------------------------- *
+ * For each output slot: REF into F64, CPU (threads 1/2/3 and scalar ISA) into out_dtype;
+ * bars for the compute dtype on 1 thread and scalar; memcmp of 2 and 3 threads against 1. */
+typedef ssm_status (*run_fn)(ssm_context * ctx, void * args);
+#define MAX_OUTS 5
+typedef struct op_case {
+    const char * name;
+    void *       args;
+    size_t       args_size;
+    ssm_tensor * outs[MAX_OUTS]; /* pointers into args */
+    int          nouts;
+    ssm_dtype    compute;
+    ssm_dtype    out_dtype;
+    run_fn       run;
+} op_case;
+
+static void add_out(op_case * oc, ssm_tensor * t) {
+    if (t->data != NULL && oc->nouts < MAX_OUTS) oc->outs[oc->nouts++] = t;
+}
+
+static void run_case(const op_case * oc) {
+    ssmt_host ref[MAX_OUTS], got[MAX_OUTS], first[MAX_OUTS];
+    void *    saved = malloc(oc->args_size);
+    memcpy(saved, oc->args, oc->args_size);
+    for (int o = 0; o < oc->nouts; ++o) {
+        ref[o]       = ssmt_alloc(SSM_DTYPE_F64, oc->outs[o]->ndim, oc->outs[o]->shape);
+        *oc->outs[o] = ref[o].t;
+        first[o].buf = NULL;
+    }
+    const ssm_status rs = oc->run(ctx_ref, oc->args);
+    TEST_CHECK(rs == SSM_STATUS_OK, "%s ref: %s (%s)", oc->name, ssm_status_string(rs), ssm_context_last_error(ctx_ref));
+    for (int variant = 0; variant < 4; ++variant) {
+        ssm_context * ctx = variant < 3 ? ctx_cpu[variant + 1] : ctx_scalar;
+        memcpy(oc->args, saved, oc->args_size);
+        for (int o = 0; o < oc->nouts; ++o) {
+            got[o]       = ssmt_alloc(oc->out_dtype, ref[o].t.ndim, ref[o].t.shape);
+            *oc->outs[o] = got[o].t;
+        }
+        const ssm_status s = oc->run(ctx, oc->args);
+        TEST_CHECK(s == SSM_STATUS_OK, "%s variant %d: %s (%s)", oc->name, variant, ssm_status_string(s),
+                   ssm_context_last_error(ctx));
+        for (int o = 0; o < oc->nouts; ++o) {
+            char label[300];
+            snprintf(label, sizeof label, "%s/out%d/%s", oc->name, o, variant < 3 ? "cpu" : "scalar");
+            if (variant == 0 || variant == 3) {
+                const ssmt_cmp cmp = ssmt_compare(&got[o].t, &ref[o].t);
+                const ssmt_bar bar = ssmt_bar_for(oc->compute);
+                const int ok = cmp.nonfinite == 0 && cmp.rel_rms <= bar.rel_rms && cmp.max_rel <= bar.max_rel;
+                TEST_CHECK(ok, "%s rel_rms %.3g max_rel %.3g nonfinite %lld (bar %.3g %.3g)", label, cmp.rel_rms,
+                           cmp.max_rel, (long long) cmp.nonfinite, bar.rel_rms, bar.max_rel);
+            }
+            if (variant == 0) {
+                first[o] = got[o];
+            } else {
+                if (variant < 3)
+                    TEST_CHECK(memcmp(first[o].buf, got[o].buf, got[o].bytes) == 0, "%s: %d threads differ from 1",
+                               label, variant + 1);
+                ssmt_free(&got[o]);
+            }
+        }
+    }
+    for (int o = 0; o < oc->nouts; ++o) {
+        ssmt_free(&ref[o]);
+        if (first[o].buf) ssmt_free(&first[o]);
+    }
+    memcpy(oc->args, saved, oc->args_size);
+    free(saved);
+}
+
+static ssm_status run_siso(ssm_context * c, void * a) { return ssm_mamba3_siso(c, &g_params, a); }
+static ssm_status run_fwd(ssm_context * c, void * a) { return ssm_mamba3_siso_fwd(c, &g_params, a); }
+static ssm_status run_angle(ssm_context * c, void * a) { return ssm_mamba3_angle_cumsum(c, &g_params, a); }
+static ssm_status run_angle_bwd(ssm_context * c, void * a) { return ssm_mamba3_angle_cumsum_bwd(c, &g_params, a); }
+static ssm_status run_step(ssm_context * c, void * a) { return ssm_mamba3_siso_step(c, &g_params, a); }
+
+/* ---- views ------------------------------------------------------------------------------ */
+/* Index `i` of dimension `dim` fixed (that dim removed). */
+static ssm_tensor view_at(const ssm_tensor * t, int dim, int64_t i) {
+    ssm_tensor v = *t;
+    if (t->data == NULL) return v;
+    v.data = (char *) t->data + (size_t) (i * t->strides[dim]) * ssm_dtype_size((ssm_dtype) t->dtype);
+    for (int d = dim; d + 1 < t->ndim; ++d) v.shape[d] = t->shape[d + 1], v.strides[d] = t->strides[d + 1];
+    v.ndim = t->ndim - 1;
+    return v;
+}
+/* Elements [start, start+len) of dimension `dim`. */
+static ssm_tensor view_range(const ssm_tensor * t, int dim, int64_t start, int64_t len) {
+    ssm_tensor v = *t;
+    if (t->data == NULL) return v;
+    v.data       = (char *) t->data + (size_t) (start * t->strides[dim]) * ssm_dtype_size((ssm_dtype) t->dtype);
+    v.shape[dim] = len;
+    return v;
+}
+
+static void expect_close(const char * name, const ssm_tensor * y, const ssm_tensor * r, double tol) {
+    if (!ssmt_check_close(name, y, r, tol)) TEST_CHECK(0, "%s not within %.3g", name, tol);
+}
+
+/* ---- the sweep: every op against the reference for one configuration -------------------- */
+static void test_config(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const char * tag) {
+    ssmt_mamba3_problem pr;
+    if (ssmt_mamba3_random_args(rng, cfg, &pr) != 0) {
+        TEST_CHECK(0, "%s: could not build the problem", tag);
+        return;
+    }
+    ssmt_mamba3_params(cfg, &g_params);
+    char name[300];
+    {
+        ssm_mamba3_siso_args a  = pr.args;
+        op_case              oc = { 0 };
+        snprintf(name, sizeof name, "siso[%s]", tag);
+        oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
+        oc.run = run_siso;
+        add_out(&oc, &a.out), add_out(&oc, &a.final_angle_state), add_out(&oc, &a.final_ssm_state);
+        add_out(&oc, &a.final_k_state), add_out(&oc, &a.final_v_state);
+        run_case(&oc);
+    }
+    {
+        ssm_mamba3_siso_fwd_args a  = pr.fwd_args;
+        op_case                  oc = { 0 };
+        snprintf(name, sizeof name, "siso_fwd[%s]", tag);
+        oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
+        oc.run = run_fwd;
+        add_out(&oc, &a.out), add_out(&oc, &a.final_ssm_state), add_out(&oc, &a.final_k_state);
+        add_out(&oc, &a.final_v_state);
+        run_case(&oc);
+    }
+    if (pr.angle_args.angles_cumsum.data) {
+        ssm_mamba3_angle_cumsum_args a  = pr.angle_args;
+        op_case                      oc = { 0 };
+        snprintf(name, sizeof name, "angle_cumsum[%s]", tag);
+        oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
+        oc.run = run_angle;
+        add_out(&oc, &a.angles_cumsum), add_out(&oc, &a.final_angle_state);
+        run_case(&oc);
+    }
+    {
+        const int64_t * sa = pr.args.angles.shape;
+        const int64_t   sd[3] = { sa[0], sa[2], sa[1] }, sst[3] = { pr.nseq, sa[2], sa[3] };
+        ssmt_host       dth = ssmt_alloc(cfg->dtype, 4, sa), dfin = ssmt_alloc(SSM_DTYPE_F32, 3, sst);
+        ssmt_host       dang = ssmt_alloc(cfg->out_dtype, 4, sa), ddt = ssmt_alloc(cfg->out_dtype, 3, sd);
+        ssmt_host       dst  = ssmt_alloc(cfg->out_dtype, 3, sst);
+        ssmt_fill_normal(rng, &dth.t, 0, 1), ssmt_fill_normal(rng, &dfin.t, 0, 1);
+        ssm_mamba3_angle_cumsum_bwd_args a = { 0 };
+        a.dangles_cumsum = dth.t, a.angles = pr.args.angles, a.dt = pr.args.dt, a.cu_seqlens = pr.args.cu_seqlens;
+        if (cfg->has_states) a.dfinal_angle_state = dfin.t;
+        a.dangles = dang.t, a.ddt = ddt.t;
+        if (cfg->has_final) a.dangle_state = dst.t;
+        op_case oc = { 0 };
+        snprintf(name, sizeof name, "angle_cumsum_bwd[%s]", tag);
+        oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
+        oc.run = run_angle_bwd;
+        add_out(&oc, &a.dangles), add_out(&oc, &a.ddt), add_out(&oc, &a.dangle_state);
+        run_case(&oc);
+        ssmt_free(&dth), ssmt_free(&dfin), ssmt_free(&dang), ssmt_free(&ddt), ssmt_free(&dst);
+    }
+    ssmt_mamba3_problem_free(&pr);
+}
+
+/* ---- CPU self-consistency (fp32) --------------------------------------------------------- */
+static ssmt_host f32_like(const ssm_tensor * t) { return ssmt_alloc(SSM_DTYPE_F32, t->ndim, t->shape); }
+
+/* fused combined == angle_cumsum then siso_fwd */
+static void test_fused_vs_chained(ssmt_rng * rng) {
+    ssmt_mamba3_config cfg;
+    ssmt_mamba3_config_init(&cfg);
+    cfg.batch = 2, cfg.seqlen = 150, cfg.nheads = 4, cfg.nheads_qk = 2, cfg.dk = 32, cfg.dv = 24, cfg.nangles = 16;
+    cfg.has_states = 1, cfg.has_final = 1;
+    ssmt_mamba3_problem pr;
+    if (ssmt_mamba3_random_args(rng, &cfg, &pr) != 0) return;
+    ssmt_mamba3_params(&cfg, &g_params);
+    TEST_CHECK_STATUS(ssm_mamba3_siso(ctx_cpu[2], &g_params, &pr.args), SSM_STATUS_OK);
+    ssmt_host out2 = f32_like(&pr.out.t), fs2 = f32_like(&pr.final_ssm_state.t), fk2 = f32_like(&pr.final_k_state.t);
+    ssmt_host fv2 = f32_like(&pr.final_v_state.t), fa2 = f32_like(&pr.final_angle_state.t);
+    ssm_mamba3_angle_cumsum_args g = pr.angle_args;
+    g.final_angle_state            = fa2.t;
+    TEST_CHECK_STATUS(ssm_mamba3_angle_cumsum(ctx_cpu[2], &g_params, &g), SSM_STATUS_OK);
+    ssm_mamba3_siso_fwd_args f = pr.fwd_args;
+    f.out = out2.t, f.final_ssm_state = fs2.t, f.final_k_state = fk2.t, f.final_v_state = fv2.t;
+    TEST_CHECK_STATUS(ssm_mamba3_siso_fwd(ctx_cpu[2], &g_params, &f), SSM_STATUS_OK);
+    expect_close("fused==chained out", &out2.t, &pr.out.t, 1e-5);
+    expect_close("fused==chained final_ssm", &fs2.t, &pr.final_ssm_state.t, 1e-5);
+    expect_close("fused==chained final_k", &fk2.t, &pr.final_k_state.t, 1e-5);
+    expect_close("fused==chained final_v", &fv2.t, &pr.final_v_state.t, 1e-5);
+    expect_close("fused==chained final_angle", &fa2.t, &pr.final_angle_state.t, 1e-5);
+    ssmt_free(&out2), ssmt_free(&fs2), ssmt_free(&fk2), ssmt_free(&fv2), ssmt_free(&fa2);
+    ssmt_mamba3_problem_free(&pr);
+}
+
+/* forward over S tokens == S decode steps on an fp32 pool updated in place */
+static void test_fwd_vs_steps(ssmt_rng * rng, int has_states) {
+    ssmt_mamba3_config cfg;
+    ssmt_mamba3_config_init(&cfg);
+    cfg.batch = 2, cfg.seqlen = 45, cfg.nheads = 6, cfg.nheads_qk = 3, cfg.dk = 32, cfg.dv = 8, cfg.nangles = 8;
+    cfg.has_states = has_states, cfg.has_final = 1, cfg.strided = 1;
+    ssmt_mamba3_problem pr;
+    if (ssmt_mamba3_random_args(rng, &cfg, &pr) != 0) return;
+    ssmt_mamba3_params(&cfg, &g_params);
+    TEST_CHECK_STATUS(ssm_mamba3_siso(ctx_cpu[2], &g_params, &pr.args), SSM_STATUS_OK);
+    /* the pool starts as the initial states (zeros without) */
+    ssmt_host pa = f32_like(&pr.final_angle_state.t), ps = f32_like(&pr.final_ssm_state.t);
+    ssmt_host pk = f32_like(&pr.final_k_state.t), pv = f32_like(&pr.final_v_state.t), out = f32_like(&pr.out.t);
+    if (has_states) {
+        ssmt_copy(&pa.t, &pr.angle_state.t), ssmt_copy(&ps.t, &pr.ssm_state.t);
+        ssmt_copy(&pk.t, &pr.k_state.t), ssmt_copy(&pv.t, &pr.v_state.t);
+    } else {
+        ssmt_fill_value(&pa.t, 0), ssmt_fill_value(&ps.t, 0), ssmt_fill_value(&pk.t, 0), ssmt_fill_value(&pv.t, 0);
+    }
+    const ssm_mamba3_siso_args * a = &pr.args;
+    for (int64_t t = 0; t < cfg.seqlen; ++t) {
+        ssm_mamba3_siso_step_args s = { 0 };
+        s.q = view_at(&a->q, 1, t), s.k = view_at(&a->k, 1, t), s.v = view_at(&a->v, 1, t);
+        s.adt = view_at(&a->adt, 2, t), s.dt = view_at(&a->dt, 2, t), s.trap = view_at(&a->trap, 2, t);
+        s.q_bias = a->q_bias, s.k_bias = a->k_bias, s.angles = view_at(&a->angles, 1, t), s.d = a->d;
+        s.z = view_at(&a->z, 1, t);
+        s.angle_state = s.final_angle_state = pa.t;
+        s.ssm_state = s.final_ssm_state = ps.t;
+        s.k_state = s.final_k_state = pk.t;
+        s.v_state = s.final_v_state = pv.t;
+        s.out = view_at(&out.t, 1, t);
+        const ssm_status st = ssm_mamba3_siso_step(ctx_cpu[t % 3 + 1], &g_params, &s);
+        TEST_CHECK(st == SSM_STATUS_OK, "step %lld: %s", (long long) t, ssm_context_last_error(ctx_cpu[t % 3 + 1]));
+    }
+    char n[128];
+    snprintf(n, sizeof n, "fwd==steps%s out", has_states ? "+states" : "");
+    expect_close(n, &out.t, &pr.out.t, 1e-5);
+    snprintf(n, sizeof n, "fwd==steps%s final_ssm", has_states ? "+states" : "");
+    expect_close(n, &ps.t, &pr.final_ssm_state.t, 1e-5);
+    snprintf(n, sizeof n, "fwd==steps%s final_k", has_states ? "+states" : "");
+    expect_close(n, &pk.t, &pr.final_k_state.t, 1e-5);
+    snprintf(n, sizeof n, "fwd==steps%s final_v", has_states ? "+states" : "");
+    expect_close(n, &pv.t, &pr.final_v_state.t, 1e-5);
+    snprintf(n, sizeof n, "fwd==steps%s final_angle", has_states ? "+states" : "");
+    expect_close(n, &pa.t, &pr.final_angle_state.t, 1e-5);
+    ssmt_free(&pa), ssmt_free(&ps), ssmt_free(&pk), ssmt_free(&pv), ssmt_free(&out);
+    ssmt_mamba3_problem_free(&pr);
+}
+
+/* Tokens [t0, t0+len) of the combined args (batched), with the given states in and out. */
+static ssm_mamba3_siso_args slice_args(const ssm_mamba3_siso_args * a, int64_t t0, int64_t len, const ssm_tensor * out) {
+    ssm_mamba3_siso_args s = *a;
+    s.q = view_range(&a->q, 1, t0, len), s.k = view_range(&a->k, 1, t0, len), s.v = view_range(&a->v, 1, t0, len);
+    s.adt = view_range(&a->adt, 2, t0, len), s.dt = view_range(&a->dt, 2, t0, len);
+    s.trap = view_range(&a->trap, 2, t0, len), s.angles = view_range(&a->angles, 1, t0, len);
+    s.z = view_range(&a->z, 1, t0, len), s.out = view_range(out, 1, t0, len);
+    return s;
+}
+
+/* two calls chained through the final states == one call */
+static void test_split(ssmt_rng * rng) {
+    ssmt_mamba3_config cfg;
+    ssmt_mamba3_config_init(&cfg);
+    cfg.batch = 2, cfg.seqlen = 200, cfg.nheads = 4, cfg.nheads_qk = 1, cfg.dk = 64, cfg.dv = 32, cfg.nangles = 16;
+    cfg.has_states = 1, cfg.has_final = 1;
+    ssmt_mamba3_problem pr;
+    if (ssmt_mamba3_random_args(rng, &cfg, &pr) != 0) return;
+    ssmt_mamba3_params(&cfg, &g_params);
+    TEST_CHECK_STATUS(ssm_mamba3_siso(ctx_cpu[2], &g_params, &pr.args), SSM_STATUS_OK);
+    const ssm_mamba3_siso_args * a = &pr.args;
+    ssmt_host out = f32_like(&pr.out.t);
+    ssmt_host m[4] = { f32_like(&a->final_angle_state), f32_like(&a->final_ssm_state), f32_like(&a->final_k_state),
+                       f32_like(&a->final_v_state) };
+    ssmt_host e[4] = { f32_like(&a->final_angle_state), f32_like(&a->final_ssm_state), f32_like(&a->final_k_state),
+                       f32_like(&a->final_v_state) };
+    const int64_t        s1 = 77;
+    ssm_mamba3_siso_args p1 = slice_args(a, 0, s1, &out.t);
+    p1.final_angle_state = m[0].t, p1.final_ssm_state = m[1].t, p1.final_k_state = m[2].t, p1.final_v_state = m[3].t;
+    TEST_CHECK_STATUS(ssm_mamba3_siso(ctx_cpu[1], &g_params, &p1), SSM_STATUS_OK);
+    ssm_mamba3_siso_args p2 = slice_args(a, s1, cfg.seqlen - s1, &out.t);
+    p2.angle_state = m[0].t, p2.ssm_state = m[1].t, p2.k_state = m[2].t, p2.v_state = m[3].t;
+    p2.final_angle_state = e[0].t, p2.final_ssm_state = e[1].t, p2.final_k_state = e[2].t, p2.final_v_state = e[3].t;
+    TEST_CHECK_STATUS(ssm_mamba3_siso(ctx_cpu[3], &g_params, &p2), SSM_STATUS_OK);
+    expect_close("split out", &out.t, &a->out, 1e-5);
+    expect_close("split final_angle", &e[0].t, &a->final_angle_state, 1e-5);
+    expect_close("split final_ssm", &e[1].t, &a->final_ssm_state, 1e-5);
+    expect_close("split final_k", &e[2].t, &a->final_k_state, 1e-5);
+    expect_close("split final_v", &e[3].t, &a->final_v_state, 1e-5);
+    ssmt_free(&out);
+    for (int i = 0; i < 4; ++i) ssmt_free(&m[i]), ssmt_free(&e[i]);
+    ssmt_mamba3_problem_free(&pr);
+}
+
+/* varlen (with an empty sequence) == one call per sequence */
+static void test_varlen_vs_separate(ssmt_rng * rng) {
+    static const int64_t lens[5] = { 70, 0, 5, 129, 33 };
+    ssmt_mamba3_config   cfg;
+    ssmt_mamba3_config_init(&cfg);
+    cfg.nheads = 4, cfg.nheads_qk = 2, cfg.dk = 32, cfg.dv = 16, cfg.nangles = 8;
+    cfg.has_states = 1, cfg.has_final = 1, cfg.nseq = 5, cfg.seqlens = lens;
+    ssmt_mamba3_problem pr;
+    if (ssmt_mamba3_random_args(rng, &cfg, &pr) != 0) return;
+    ssmt_mamba3_params(&cfg, &g_params);
+    TEST_CHECK_STATUS(ssm_mamba3_siso(ctx_cpu[2], &g_params, &pr.args), SSM_STATUS_OK);
+    const ssm_mamba3_siso_args * a = &pr.args;
+    ssmt_host out = f32_like(&pr.out.t);
+    ssmt_host e[4] = { f32_like(&a->final_angle_state), f32_like(&a->final_ssm_state), f32_like(&a->final_k_state),
+                       f32_like(&a->final_v_state) };
+    int64_t t0 = 0;
+    for (int s = 0; s < 5; ++s) {
+        if (lens[s] == 0) { /* the identity on states: finals equal the initial states */
+            const ssm_tensor * init[4] = { &a->angle_state, &a->ssm_state, &a->k_state, &a->v_state };
+            for (int i = 0; i < 4; ++i) {
+                const ssm_tensor dst = view_range(&e[i].t, 0, s, 1), src = view_range(init[i], 0, s, 1);
+                ssmt_copy(&dst, &src);
+            }
+            continue;
+        }
+        ssm_mamba3_siso_args p = slice_args(a, t0, lens[s], &out.t);
+        memset(&p.cu_seqlens, 0, sizeof p.cu_seqlens);
+        p.angle_state = view_range(&a->angle_state, 0, s, 1), p.ssm_state = view_range(&a->ssm_state, 0, s, 1);
+        p.k_state = view_range(&a->k_state, 0, s, 1), p.v_state = view_range(&a->v_state, 0, s, 1);
+        p.final_angle_state = view_range(&e[0].t, 0, s, 1), p.final_ssm_state = view_range(&e[1].t, 0, s, 1);
+        p.final_k_state = view_range(&e[2].t, 0, s, 1), p.final_v_state = view_range(&e[3].t, 0, s, 1);
+        TEST_CHECK_STATUS(ssm_mamba3_siso(ctx_cpu[1], &g_params, &p), SSM_STATUS_OK);
+        t0 += lens[s];
+    }
+    expect_close("varlen==separate out", &out.t, &a->out, 1e-5);
+    expect_close("varlen==separate final_angle", &e[0].t, &a->final_angle_state, 1e-5);
+    expect_close("varlen==separate final_ssm", &e[1].t, &a->final_ssm_state, 1e-5);
+    expect_close("varlen==separate final_k", &e[2].t, &a->final_k_state, 1e-5);
+    expect_close("varlen==separate final_v", &e[3].t, &a->final_v_state, 1e-5);
+    ssmt_free(&out);
+    for (int i = 0; i < 4; ++i) ssmt_free(&e[i]);
+    ssmt_mamba3_problem_free(&pr);
+}
+
+/* ---- decode step ------------------------------------------------------------------------ */
+static void test_step(ssmt_rng * rng, int64_t B, int64_t H, int64_t Hq, int64_t K, int64_t V, int64_t A, ssm_dtype dt,
+                      int64_t slots, int with_indices, int has_d, int has_z) {
+    ssmt_mamba3_config cfg;
+    ssmt_mamba3_config_init(&cfg);
+    cfg.batch = B, cfg.nheads = H, cfg.nheads_qk = Hq, cfg.dk = K, cfg.dv = V, cfg.nangles = A, cfg.dtype = dt;
+    cfg.has_d = has_d, cfg.has_z = has_z, cfg.out_dtype = (B % 2) ? dt : SSM_DTYPE_F32;
+    ssmt_mamba3_step_problem pr;
+    if (ssmt_mamba3_random_step(rng, &cfg, slots, with_indices, &pr) != 0) {
+        TEST_CHECK(0, "could not build a step problem");
+        return;
+    }
+    ssmt_mamba3_params(&cfg, &g_params);
+    char tag[200];
+    snprintf(tag, sizeof tag, "step[B%lld H%lld Hq%lld K%lld V%lld A%lld %s slots%lld idx%d]", (long long) B,
+             (long long) H, (long long) Hq, (long long) K, (long long) V, (long long) A, ssm_dtype_name(dt),
+             (long long) slots, with_indices);
+    ssm_mamba3_siso_step_args a  = pr.args;
+    op_case                   oc = { 0 };
+    oc.name = tag, oc.args = &a, oc.args_size = sizeof a, oc.compute = dt, oc.out_dtype = cfg.out_dtype;
+    oc.run = run_step;
+    add_out(&oc, &a.out), add_out(&oc, &a.final_angle_state), add_out(&oc, &a.final_ssm_state);
+    add_out(&oc, &a.final_k_state), add_out(&oc, &a.final_v_state);
+    run_case(&oc);
+
+    /* in place on an fp32 pool: the same results as separate final buffers, untouched
+     * slots (not named by any row) unchanged, padding rows' out == 0 */
+    const ssm_tensor * st[4] = { &pr.args.angle_state, &pr.args.ssm_state, &pr.args.k_state, &pr.args.v_state };
+    ssmt_host          pool[4], sep[4];
+    for (int i = 0; i < 4; ++i) {
+        pool[i] = f32_like(st[i]), sep[i] = f32_like(st[i]);
+        ssmt_copy(&pool[i].t, st[i]);
+        ssmt_copy(&sep[i].t, st[i]);
+    }
+    ssmt_host out_a = f32_like(&pr.out.t), out_b = f32_like(&pr.out.t);
+    ssm_mamba3_siso_step_args s = pr.args;
+    s.angle_state = pool[0].t, s.ssm_state = pool[1].t, s.k_state = pool[2].t, s.v_state = pool[3].t;
+    s.final_angle_state = sep[0].t, s.final_ssm_state = sep[1].t, s.final_k_state = sep[2].t, s.final_v_state = sep[3].t;
+    s.out = out_a.t;
+    TEST_CHECK_STATUS(ssm_mamba3_siso_step(ctx_cpu[2], &g_params, &s), SSM_STATUS_OK);
+    s.final_angle_state = pool[0].t, s.final_ssm_state = pool[1].t, s.final_k_state = pool[2].t,
+    s.final_v_state = pool[3].t, s.out = out_b.t;
+    TEST_CHECK_STATUS(ssm_mamba3_siso_step(ctx_cpu[3], &g_params, &s), SSM_STATUS_OK);
+    TEST_CHECK(memcmp(out_a.buf, out_b.buf, out_a.bytes) == 0, "%s: in-place out differs", tag);
+    for (int i = 0; i < 4; ++i)
+        TEST_CHECK(memcmp(pool[i].buf, sep[i].buf, pool[i].bytes) == 0, "%s: in-place state %d differs", tag, i);
+    if (with_indices)
+        for (int64_t b = 0; b < B; ++b) {
+            if (ssmt_get(&pr.state_batch_indices.t, b) >= 0) continue;
+            int zero = 1;
+            for (int64_t i = 0; i < H * V; ++i) zero = zero && ssmt_get(&out_b.t, b * H * V + i) == 0.0;
+            TEST_CHECK(zero, "%s: padding row %lld out is not 0", tag, (long long) b);
+        }
+    for (int i = 0; i < 4; ++i) ssmt_free(&pool[i]), ssmt_free(&sep[i]);
+    ssmt_free(&out_a), ssmt_free(&out_b);
+    ssmt_mamba3_step_free(&pr);
+}
+
+int main(void) {
+    const char * env  = getenv("SSMOPS_TEST_SEED");
+    uint64_t     seed = env ? strtoull(env, NULL, 10) : 20261201u;
+    printf("seed %llu\n", (unsigned long long) seed);
+    ssmt_rng rng;
+    ssmt_rng_seed(&rng, seed);
+    ctx_ref = make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
+    for (int t = 1; t <= 3; ++t) ctx_cpu[t] = make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
+    ctx_scalar = make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
+    TEST_CHECK(ctx_ref && ctx_cpu[1] && ctx_cpu[2] && ctx_cpu[3] && ctx_scalar, "context creation failed");
+    if (ssmt_failures) TEST_EXIT();
+    printf("cpu isa %s\n", ssm_isa_name(ssm_context_isa(ctx_cpu[1])));
+
+    /* shape sweep: S around the chunk (the internal one is 64) and odd; Hq = 1, H, between;
+     * K, V in {32, 64, 96, 128} and odd-ish V; A = K/2, < K/2, 0, odd */
+    static const int64_t   seqlens[] = { 1, 13, 63, 64, 65, 130 };
+    static const int64_t   shapes[][5] = { /* H, Hq, K, V, A */
+                                         { 4, 1, 32, 5, 16 },   { 4, 4, 64, 24, 5 },  { 6, 2, 96, 64, 0 },
+                                         { 2, 1, 128, 32, 64 }, { 3, 3, 32, 96, 8 }, { 4, 2, 64, 128, 31 } };
+    static const ssm_dtype dtypes[]    = { SSM_DTYPE_F32, SSM_DTYPE_F16, SSM_DTYPE_BF16 };
+    int                    k           = 0;
+    for (size_t si = 0; si < sizeof seqlens / sizeof seqlens[0]; ++si) {
+        for (int variant = 0; variant < 3; ++variant, ++k) {
+            ssmt_mamba3_config cfg;
+            ssmt_mamba3_config_init(&cfg);
+            const int sh = k % 6;
+            cfg.batch = 1 + (k % 2), cfg.seqlen = seqlens[si];
+            cfg.nheads = shapes[sh][0], cfg.nheads_qk = shapes[sh][1], cfg.dk = shapes[sh][2];
+            cfg.dv = shapes[sh][3], cfg.nangles = shapes[sh][4];
+            cfg.chunk            = (k % 3 == 0) ? 64 : (k % 3 == 1 ? 16 : 7);
+            cfg.dtype            = dtypes[k % 3];
+            cfg.out_dtype        = (k % 4 == 0) ? cfg.dtype : SSM_DTYPE_F32;
+            cfg.has_d            = (k % 3) != 2;
+            cfg.has_z            = (k % 2) == 1;
+            cfg.has_states       = (k % 3) != 1;
+            cfg.has_final        = (k % 4) != 3;
+            cfg.strided          = (k % 2) == 0;
+            cfg.angles_broadcast = (k % 5) == 1;
+            cfg.seed_regime      = (k % 7) == 3;
+            cfg.trap_randn       = (k % 4) == 2;
+            cfg.index_i64        = (k % 4) == 1;
+            int64_t lens[4]      = { cfg.seqlen / 3, 0, cfg.seqlen - cfg.seqlen / 3 - cfg.seqlen / 4, cfg.seqlen / 4 };
+            if (variant == 2) cfg.nseq = 4, cfg.seqlens = lens;
+            char tag[200];
+            snprintf(tag, sizeof tag, "B%lld S%lld H%lld Hq%lld K%lld V%lld A%lld %s d%d z%d st%d fin%d str%d bc%d sr%d v%d",
+                     (long long) cfg.batch, (long long) cfg.seqlen, (long long) cfg.nheads, (long long) cfg.nheads_qk,
+                     (long long) cfg.dk, (long long) cfg.dv, (long long) cfg.nangles, ssm_dtype_name(cfg.dtype),
+                     cfg.has_d, cfg.has_z, cfg.has_states, cfg.has_final, cfg.strided, cfg.angles_broadcast,
+                     cfg.seed_regime, variant);
+            test_config(&rng, &cfg, tag);
+        }
+    }
+    test_fused_vs_chained(&rng);
+    test_fwd_vs_steps(&rng, 1);
+    test_fwd_vs_steps(&rng, 0);
+    test_split(&rng);
+    test_varlen_vs_separate(&rng);
+    test_step(&rng, 1, 4, 1, 32, 16, 8, SSM_DTYPE_F32, 1, 0, 1, 1);
+    test_step(&rng, 5, 6, 3, 64, 24, 31, SSM_DTYPE_BF16, 9, 1, 1, 0);
+    test_step(&rng, 7, 4, 4, 128, 64, 64, SSM_DTYPE_F16, 7, 1, 0, 1);
+    test_step(&rng, 4, 2, 1, 96, 5, 0, SSM_DTYPE_F32, 4, 0, 0, 0);
+    for (int t = 1; t <= 3; ++t) ssm_context_free(ctx_cpu[t]);
+    ssm_context_free(ctx_ref);
+    ssm_context_free(ctx_scalar);
+    TEST_EXIT();
+}

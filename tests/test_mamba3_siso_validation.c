@@ -1,0 +1,706 @@
+/*
+ * test_mamba3_siso_validation.c — argument validation of the six Mamba-3 SISO entry points.
+ * For each rule: the expected status, a non-empty last error naming the operator (and,
+ * where given, the argument), and every buffer of the fixture (inputs and the NaN-poisoned
+ * outputs) byte-identical to its content before the call. Each case runs with ctx NULL
+ * (CPU backend) and with a REF-backend context: validation comes before dispatch. Each
+ * operator's unmodified fixture must succeed on REF, so the failures come from the
+ * mutation. In-place step updates (final_* exactly the input view) must succeed.
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+enum { OP_ANGLE, OP_ANGLE_BWD, OP_FWD, OP_SISO, OP_BWD, OP_STEP };
+static const char * const op_names[] = {"mamba3_angle_cumsum", "mamba3_angle_cumsum_bwd", "mamba3_siso_fwd",
+                                        "mamba3_siso",         "mamba3_siso_bwd",         "mamba3_siso_step"};
+
+static ssm_context * g_ref;
+static ssm_context * g_cuda; /* may be NULL */
+static ssmt_rng      g_rng;
+
+/* Every buffer a call could touch, for the byte snapshots. */
+#define MAXB 96
+typedef struct fixture {
+    ssmt_host * h[MAXB];
+    int         nh;
+} fixture;
+
+static void fx_add(fixture * f, ssmt_host * h) {
+    if (h->buf != NULL && f->nh < MAXB) f->h[f->nh++] = h;
+}
+
+static void fx_add_problem(fixture * f, ssmt_mamba3_problem * p) {
+    ssmt_host * all[] = {&p->q,
+                         &p->k,
+                         &p->v,
+                         &p->adt,
+                         &p->dt,
+                         &p->trap,
+                         &p->q_bias,
+                         &p->k_bias,
+                         &p->angles,
+                         &p->theta,
+                         &p->d,
+                         &p->z,
+                         &p->angle_state,
+                         &p->ssm_state,
+                         &p->k_state,
+                         &p->v_state,
+                         &p->cu_seqlens,
+                         &p->out,
+                         &p->final_angle_state,
+                         &p->final_ssm_state,
+                         &p->final_k_state,
+                         &p->final_v_state};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) fx_add(f, all[i]);
+}
+
+static void fx_add_bwd(fixture * f, ssmt_mamba3_bwd_problem * w) {
+    ssmt_host * all[] = {&w->dout,
+                         &w->dfinal_angle_state,
+                         &w->dfinal_ssm_state,
+                         &w->dfinal_k_state,
+                         &w->dfinal_v_state,
+                         &w->dq,
+                         &w->dk,
+                         &w->dv,
+                         &w->dadt,
+                         &w->ddt,
+                         &w->dtrap,
+                         &w->dq_bias,
+                         &w->dk_bias,
+                         &w->dangles,
+                         &w->dd,
+                         &w->dz,
+                         &w->dangle_state,
+                         &w->dssm_state,
+                         &w->dk_state,
+                         &w->dv_state};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) fx_add(f, all[i]);
+}
+
+static void fx_add_step(fixture * f, ssmt_mamba3_step_problem * p) {
+    ssmt_host * all[] = {&p->q,
+                         &p->k,
+                         &p->v,
+                         &p->adt,
+                         &p->dt,
+                         &p->trap,
+                         &p->q_bias,
+                         &p->k_bias,
+                         &p->angles,
+                         &p->d,
+                         &p->z,
+                         &p->angle_state,
+                         &p->ssm_state,
+                         &p->k_state,
+                         &p->v_state,
+                         &p->state_batch_indices,
+                         &p->out,
+                         &p->final_angle_state,
+                         &p->final_ssm_state,
+                         &p->final_k_state,
+                         &p->final_v_state};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) fx_add(f, all[i]);
+}
+
+static ssm_status call_op(int op, ssm_context * ctx, const ssm_mamba3_params * p, const void * args) {
+    switch (op) {
+        case OP_ANGLE: return ssm_mamba3_angle_cumsum(ctx, p, args);
+        case OP_ANGLE_BWD: return ssm_mamba3_angle_cumsum_bwd(ctx, p, args);
+        case OP_FWD: return ssm_mamba3_siso_fwd(ctx, p, args);
+        case OP_SISO: return ssm_mamba3_siso(ctx, p, args);
+        case OP_BWD: return ssm_mamba3_siso_bwd(ctx, p, args);
+        default: return ssm_mamba3_siso_step(ctx, p, args);
+    }
+}
+
+static ssm_mamba3_params g_params;
+
+/* One invalid call with ctx NULL and REF: status, message, untouched memory. */
+static void expect_p(fixture * f, int op, const ssm_mamba3_params * p, const void * args, ssm_status want,
+                     const char * what, const char * must_mention) {
+    for (int k = 0; k < 2; ++k) {
+        ssm_context * ctx = k == 0 ? NULL : g_ref;
+        void *        snaps[MAXB];
+        for (int i = 0; i < f->nh; ++i) snaps[i] = ssmt_snapshot(f->h[i]);
+        const ssm_status got = call_op(op, ctx, p, args);
+        const char *     msg = ssm_context_last_error(ctx);
+        TEST_CHECK(got == want, "%s / %s (ctx %s): got %s, want %s [%s]", op_names[op], what, k ? "REF" : "NULL",
+                   ssm_status_string(got), ssm_status_string(want), msg);
+        TEST_CHECK(msg != NULL && msg[0] != '\0', "%s / %s: empty last error", op_names[op], what);
+        if (msg != NULL) {
+            TEST_CHECK(strstr(msg, op_names[op]) != NULL, "%s / %s: message does not name the op: %s", op_names[op],
+                       what, msg);
+            if (must_mention != NULL)
+                TEST_CHECK(strstr(msg, must_mention) != NULL, "%s / %s: message lacks '%s': %s", op_names[op], what,
+                           must_mention, msg);
+        }
+        for (int i = 0; i < f->nh; ++i) {
+            TEST_CHECK(ssmt_unchanged(f->h[i], snaps[i]), "%s / %s: buffer %d was modified", op_names[op], what, i);
+            free(snaps[i]);
+        }
+        if (k == 0 && got == want) printf("ok  %-24s %-46s %s\n", op_names[op], what, msg);
+    }
+}
+
+static void expect(fixture * f, int op, const void * args, ssm_status want, const char * what, const char * mention) {
+    expect_p(f, op, &g_params, args, want, what, mention);
+}
+
+static void expect_ok(int op, const void * args, const char * what) {
+    const ssm_status st = call_op(op, g_ref, &g_params, args);
+    TEST_CHECK(st == SSM_STATUS_OK, "%s / %s: the valid call fails: %s", op_names[op], what,
+               ssm_context_last_error(g_ref));
+    if (st == SSM_STATUS_OK) printf("ok  %-24s %-46s (valid call succeeds)\n", op_names[op], what);
+}
+
+/* params NULL / size / chunk range, args NULL, CUDA backend. */
+static void params_rules(fixture * f, int op, const void * args) {
+    expect_p(f, op, NULL, args, SSM_STATUS_INVALID_ARGUMENT, "params NULL", "params");
+    expect_p(f, op, &g_params, NULL, SSM_STATUS_INVALID_ARGUMENT, "args NULL", "args");
+    ssm_mamba3_params q = g_params;
+    q.size = sizeof q - 1;
+    expect_p(f, op, &q, args, SSM_STATUS_INVALID_ARGUMENT, "params.size too small", "size");
+    q = g_params;
+    q.chunk_size = 0;
+    expect_p(f, op, &q, args, SSM_STATUS_INVALID_ARGUMENT, "chunk 0", "chunk_size");
+    q.chunk_size = 1025;
+    expect_p(f, op, &q, args, SSM_STATUS_INVALID_ARGUMENT, "chunk 1025", "chunk_size");
+    if (g_cuda != NULL) {
+        const ssm_status got = call_op(op, g_cuda, &g_params, args);
+        TEST_CHECK(got == SSM_STATUS_UNSUPPORTED, "%s: CUDA backend gave %s", op_names[op], ssm_status_string(got));
+        TEST_CHECK(strstr(ssm_context_last_error(g_cuda), "CUDA") != NULL, "%s: CUDA message: %s", op_names[op],
+                   ssm_context_last_error(g_cuda));
+    }
+}
+
+/* A view of the same buffer with one shape entry changed (never read: validation fails). */
+static ssm_tensor reshaped(const ssm_tensor * t, int32_t dim, int64_t n) {
+    ssm_tensor v = *t;
+    v.shape[dim] = n;
+    return v;
+}
+
+static ssm_tensor retyped(const ssm_tensor * t, int32_t dtype) {
+    ssm_tensor v = *t;
+    v.dtype = dtype;
+    return v;
+}
+
+static ssm_tensor absent(void) {
+    ssm_tensor t;
+    memset(&t, 0, sizeof t);
+    return t;
+}
+
+/* An I32 cu_seqlens tensor owned by the fixture. */
+static ssm_tensor make_cu(fixture * f, ssmt_host * h, const int64_t * vals, int64_t n) {
+    const int64_t sh[1] = {n};
+    *h = ssmt_alloc(SSM_DTYPE_I32, 1, sh);
+    for (int64_t i = 0; i < n; ++i) ssmt_set(&h->t, i, (double)vals[i]);
+    fx_add(f, h);
+    return h->t;
+}
+
+/* cu_seqlens rules on an op whose args hold cu_seqlens at *cu (batch 1, S = total). */
+static void cu_rules(fixture * f, int op, void * args, ssm_tensor * cu, int64_t S, ssmt_host * hs) {
+    const ssm_tensor saved = *cu;
+    const int64_t    c0[] = {1, 5, S}, c1[] = {0, 6, 5, S}, c2[] = {0, 5, S - 1}, c3[] = {0};
+    *cu = make_cu(f, &hs[0], c0, 3);
+    expect(f, op, args, SSM_STATUS_INVALID_ARGUMENT, "cu_seqlens[0] != 0", "cu_seqlens");
+    *cu = make_cu(f, &hs[1], c1, 4);
+    expect(f, op, args, SSM_STATUS_INVALID_ARGUMENT, "cu_seqlens decreasing", "non-decreasing");
+    *cu = make_cu(f, &hs[2], c2, 3);
+    expect(f, op, args, SSM_STATUS_INVALID_ARGUMENT, "cu_seqlens[last] != S", "must equal S");
+    *cu = make_cu(f, &hs[3], c3, 1);
+    expect(f, op, args, SSM_STATUS_INVALID_SHAPE, "cu_seqlens of length 1", "cu_seqlens");
+    *cu = retyped(&saved, SSM_DTYPE_F32);
+    expect(f, op, args, SSM_STATUS_INVALID_LAYOUT, "cu_seqlens f32", "cu_seqlens");
+    *cu = reshaped(&saved, 0, saved.shape[0] + 0);
+    cu->ndim = 2;
+    expect(f, op, args, SSM_STATUS_INVALID_SHAPE, "cu_seqlens 2-D", "cu_seqlens");
+    *cu = saved;
+}
+
+/* ---- fixtures ------------------------------------------------------------------------------ */
+
+typedef struct fixtures {
+    ssmt_mamba3_config      cfg, vcfg;
+    ssmt_mamba3_problem     pr, vpr; /* batched with states; varlen with states */
+    ssmt_mamba3_bwd_problem bw, vbw;
+    ssmt_host               cu_bad[8];
+    fixture                 f;
+} fixtures;
+
+static const int64_t k_lens[] = {5, 0, 7};
+
+static int fixtures_make(fixtures * x) {
+    memset(x, 0, sizeof *x);
+    ssmt_mamba3_config_init(&x->cfg);
+    x->cfg.seqlen = 20;
+    x->cfg.chunk = 8;
+    x->cfg.has_states = 1;
+    x->cfg.has_final = 1;
+    x->vcfg = x->cfg;
+    x->vcfg.nseq = 3;
+    x->vcfg.seqlens = k_lens;
+    if (ssmt_mamba3_random_args(&g_rng, &x->cfg, &x->pr) != 0) return -1;
+    if (ssmt_mamba3_random_args(&g_rng, &x->vcfg, &x->vpr) != 0) return -1;
+    if (ssmt_mamba3_bwd_alloc(&g_rng, &x->cfg, &x->pr, 1, &x->bw) != 0) return -1;
+    if (ssmt_mamba3_bwd_alloc(&g_rng, &x->vcfg, &x->vpr, 1, &x->vbw) != 0) return -1;
+    fx_add_problem(&x->f, &x->pr);
+    fx_add_problem(&x->f, &x->vpr);
+    fx_add_bwd(&x->f, &x->bw);
+    fx_add_bwd(&x->f, &x->vbw);
+    return 0;
+}
+
+static void fixtures_free(fixtures * x) {
+    ssmt_mamba3_problem_free(&x->pr);
+    ssmt_mamba3_problem_free(&x->vpr);
+    ssmt_mamba3_bwd_free(&x->bw);
+    ssmt_mamba3_bwd_free(&x->vbw);
+    for (int i = 0; i < 8; ++i) ssmt_free(&x->cu_bad[i]);
+}
+
+/* ---- angle cumsum ---------------------------------------------------------------------------- */
+
+static void test_angle(fixtures * x) {
+    fixture *                          f = &x->f;
+    const ssm_mamba3_angle_cumsum_args ok = x->pr.angle_args;
+    expect_ok(OP_ANGLE, &ok, "batched");
+    expect_ok(OP_ANGLE, &x->vpr.angle_args, "varlen");
+    params_rules(f, OP_ANGLE, &ok);
+    ssm_mamba3_angle_cumsum_args a = ok;
+    a.angles = absent();
+    expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_ARGUMENT, "angles absent", "angles");
+    a = ok;
+    a.angles = reshaped(&ok.angles, 1, 19);
+    expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_SHAPE, "dt S differs from angles S", "dt");
+    a = ok;
+    a.angles.ndim = 3;
+    expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_SHAPE, "angles 3-D", "angles");
+    a = ok;
+    a.dt = retyped(&ok.dt, SSM_DTYPE_I32);
+    expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_LAYOUT, "dt i32", "dt");
+    a = ok;
+    a.angle_state = reshaped(&ok.angle_state, 2, 3);
+    expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_SHAPE, "angle_state A wrong", "angle_state");
+    a = ok;
+    a.angles_cumsum = absent();
+    expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_ARGUMENT, "angles_cumsum absent", "angles_cumsum");
+    a = ok;
+    a.angles_cumsum.strides[2] = 0;
+    expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_LAYOUT, "angles_cumsum stride 0", "angles_cumsum");
+    a = ok;
+    a.angles_cumsum.data = ok.angles.data;
+    a.angles_cumsum.dtype = ok.angles.dtype;
+    expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_LAYOUT, "angles_cumsum overlaps angles", "overlaps");
+    a = ok;
+    a.final_angle_state.data = ok.angles_cumsum.data;
+    expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_LAYOUT, "final overlaps angles_cumsum", "overlaps");
+    a = ok;
+    a.final_angle_state.data = ok.angle_state.data;
+    expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_LAYOUT, "final overlaps angle_state", "overlaps");
+    a = ok;
+    a.cu_seqlens = x->vpr.cu_seqlens.t;
+    expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_ARGUMENT, "cu_seqlens with B=2", "must be 1");
+    ssm_mamba3_angle_cumsum_args v = x->vpr.angle_args;
+    cu_rules(f, OP_ANGLE, &v, &v.cu_seqlens, x->vpr.args.q.shape[1], x->cu_bad);
+    v = x->vpr.angle_args;
+    v.angle_state = x->pr.angle_state.t; /* (2, H, A) but nseq = 3 */
+    expect(f, OP_ANGLE, &v, SSM_STATUS_INVALID_SHAPE, "varlen angle_state rows != nseq", "angle_state");
+}
+
+static void test_angle_bwd(fixtures * x) {
+    fixture *                        f = &x->f;
+    ssm_mamba3_angle_cumsum_bwd_args ok = {.dangles_cumsum = x->pr.theta.t,
+                                           .dfinal_angle_state = x->bw.dfinal_angle_state.t,
+                                           .angles = x->pr.angles.t,
+                                           .dt = x->pr.dt.t,
+                                           .dangles = x->bw.dangles.t,
+                                           .ddt = x->bw.ddt.t,
+                                           .dangle_state = x->bw.dangle_state.t};
+    /* the valid call writes its outputs; run it first and re-poison */
+    expect_ok(OP_ANGLE_BWD, &ok, "batched");
+    ssmt_poison(&ok.dangles);
+    ssmt_poison(&ok.ddt);
+    ssmt_poison(&ok.dangle_state);
+    params_rules(f, OP_ANGLE_BWD, &ok);
+    ssm_mamba3_angle_cumsum_bwd_args a = ok;
+    a.dangles_cumsum = absent();
+    expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "dangles_cumsum absent", "dangles_cumsum");
+    a = ok;
+    a.dangles_cumsum = reshaped(&ok.dangles_cumsum, 3, 5);
+    expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_SHAPE, "dangles_cumsum A wrong", "dangles_cumsum");
+    a = ok;
+    a.dfinal_angle_state = reshaped(&ok.dfinal_angle_state, 0, 1);
+    expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_SHAPE, "dfinal_angle_state rows wrong", "dfinal_angle_state");
+    a = ok;
+    a.dangles = absent();
+    expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "dangles absent", "dangles");
+    a = ok;
+    a.ddt = absent();
+    expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "ddt absent", "ddt");
+    a = ok;
+    a.ddt = reshaped(&ok.ddt, 2, 19);
+    expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_SHAPE, "ddt S wrong", "ddt");
+    a = ok;
+    a.dangles.data = ok.angles.data;
+    a.dangles.dtype = ok.angles.dtype;
+    expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_LAYOUT, "dangles overlaps angles", "overlaps");
+    a = ok;
+    a.dangle_state.data = ok.ddt.data;
+    expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_LAYOUT, "dangle_state overlaps ddt", "overlaps");
+    a = ok;
+    a.cu_seqlens = retyped(&x->vpr.cu_seqlens.t, SSM_DTYPE_F16);
+    expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_LAYOUT, "cu_seqlens f16", "cu_seqlens");
+}
+
+/* ---- the sequence forwards ---------------------------------------------------------------- */
+
+/* Rules shared by siso_fwd and siso: the q/k/v/scalar/bias/angles/d/z shapes and outputs. */
+#define SEQ_RULES(OP, ok, a)                                                                                   \
+    do {                                                                                                       \
+        a = ok;                                                                                                \
+        a.q = absent();                                                                                        \
+        expect(f, OP, &a, SSM_STATUS_INVALID_ARGUMENT, "q absent", "q");                                       \
+        a = ok;                                                                                                \
+        a.k = reshaped(&ok.k, 3, 8);                                                                           \
+        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "k shape != q shape", "k");                                \
+        a = ok;                                                                                                \
+        a.q = reshaped(&ok.q, 2, 3);                                                                           \
+        a.k = reshaped(&ok.k, 2, 3);                                                                           \
+        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "H % Hq != 0", "multiple");                                \
+        a = ok;                                                                                                \
+        a.q = reshaped(&ok.q, 3, 15);                                                                          \
+        a.k = reshaped(&ok.k, 3, 15);                                                                          \
+        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "K odd", "even");                                          \
+        a = ok;                                                                                                \
+        a.v = reshaped(&ok.v, 3, 0);                                                                           \
+        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "V = 0", "V");                                             \
+        a = ok;                                                                                                \
+        a.v = reshaped(&ok.v, 1, 19);                                                                          \
+        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "v S != q S", "v");                                        \
+        a = ok;                                                                                                \
+        a.angles = reshaped(&ok.angles, 3, 9);                                                                 \
+        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "A > K/2", "K/2");                                         \
+        a = ok;                                                                                                \
+        a.adt = reshaped(&ok.adt, 2, 19);                                                                      \
+        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "adt S wrong", "adt");                                     \
+        a = ok;                                                                                                \
+        a.dt = absent();                                                                                       \
+        expect(f, OP, &a, SSM_STATUS_INVALID_ARGUMENT, "dt absent", "dt");                                     \
+        a = ok;                                                                                                \
+        a.trap = reshaped(&ok.trap, 1, 3);                                                                     \
+        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "trap H wrong", "trap");                                   \
+        a = ok;                                                                                                \
+        a.q_bias = reshaped(&ok.q_bias, 1, 8);                                                                 \
+        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "q_bias K wrong", "q_bias");                               \
+        a = ok;                                                                                                \
+        a.k_bias = absent();                                                                                   \
+        expect(f, OP, &a, SSM_STATUS_INVALID_ARGUMENT, "k_bias absent", "k_bias");                             \
+        a = ok;                                                                                                \
+        a.d = reshaped(&ok.d, 0, 3);                                                                           \
+        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "d shape wrong", "d");                                     \
+        a = ok;                                                                                                \
+        a.z = reshaped(&ok.z, 3, 4);                                                                           \
+        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "z shape wrong", "z");                                     \
+        a = ok;                                                                                                \
+        a.z = retyped(&ok.z, SSM_DTYPE_I64);                                                                   \
+        expect(f, OP, &a, SSM_STATUS_INVALID_LAYOUT, "z i64", "z");                                            \
+        a = ok;                                                                                                \
+        a.ssm_state = absent();                                                                                \
+        expect(f, OP, &a, SSM_STATUS_INVALID_ARGUMENT, "ssm_state missing from the states", "initial states"); \
+        a = ok;                                                                                                \
+        a.k_state = reshaped(&ok.k_state, 2, 8);                                                               \
+        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "k_state K wrong", "k_state");                             \
+        a = ok;                                                                                                \
+        a.out = absent();                                                                                      \
+        expect(f, OP, &a, SSM_STATUS_INVALID_ARGUMENT, "out absent", "out");                                   \
+        a = ok;                                                                                                \
+        a.out = reshaped(&ok.out, 3, 4);                                                                       \
+        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "out V wrong", "out");                                     \
+        a = ok;                                                                                                \
+        a.out.strides[0] = 0;                                                                                  \
+        expect(f, OP, &a, SSM_STATUS_INVALID_LAYOUT, "out stride 0", "out");                                   \
+        a = ok;                                                                                                \
+        a.out.data = ok.v.data;                                                                                \
+        expect(f, OP, &a, SSM_STATUS_INVALID_LAYOUT, "out overlaps v", "overlaps");                            \
+        a = ok;                                                                                                \
+        a.final_k_state.data = ok.final_ssm_state.data;                                                        \
+        expect(f, OP, &a, SSM_STATUS_INVALID_LAYOUT, "final_k_state overlaps final_ssm_state", "overlaps");    \
+        a = ok;                                                                                                \
+        a.final_v_state.data = ok.v_state.data;                                                                \
+        expect(f, OP, &a, SSM_STATUS_INVALID_LAYOUT, "final_v_state overlaps v_state", "overlaps");            \
+        a = ok;                                                                                                \
+        a.final_ssm_state = reshaped(&ok.final_ssm_state, 0, 3);                                               \
+        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "final_ssm_state rows wrong", "final_ssm_state");          \
+        a = ok;                                                                                                \
+        a.cu_seqlens = x->vpr.cu_seqlens.t;                                                                    \
+        expect(f, OP, &a, SSM_STATUS_INVALID_ARGUMENT, "cu_seqlens with B=2", "must be 1");                    \
+    } while (0)
+
+static void test_siso_fwd(fixtures * x) {
+    fixture *                      f = &x->f;
+    const ssm_mamba3_siso_fwd_args ok = x->pr.fwd_args;
+    expect_ok(OP_FWD, &ok, "batched");
+    expect_ok(OP_FWD, &x->vpr.fwd_args, "varlen");
+    params_rules(f, OP_FWD, &ok);
+    ssm_mamba3_siso_fwd_args a;
+    SEQ_RULES(OP_FWD, ok, a);
+    a = ok;
+    a.ssm_state = a.k_state = a.v_state = absent();
+    expect_ok(OP_FWD, &a, "no states");
+    ssm_mamba3_siso_fwd_args v = x->vpr.fwd_args;
+    cu_rules(f, OP_FWD, &v, &v.cu_seqlens, x->vpr.args.q.shape[1], x->cu_bad + 4);
+}
+
+static void test_siso(fixtures * x) {
+    fixture *                  f = &x->f;
+    const ssm_mamba3_siso_args ok = x->pr.args;
+    expect_ok(OP_SISO, &ok, "batched");
+    expect_ok(OP_SISO, &x->vpr.args, "varlen with an empty sequence");
+    params_rules(f, OP_SISO, &ok);
+    ssm_mamba3_siso_args a;
+    SEQ_RULES(OP_SISO, ok, a);
+    a = ok;
+    a.angle_state = absent();
+    expect(f, OP_SISO, &a, SSM_STATUS_INVALID_ARGUMENT, "angle_state missing from the states", "initial states");
+    a = ok;
+    a.angle_state = reshaped(&ok.angle_state, 2, 3);
+    expect(f, OP_SISO, &a, SSM_STATUS_INVALID_SHAPE, "angle_state A wrong", "angle_state");
+    a = ok;
+    a.final_angle_state.data = ok.out.data;
+    expect(f, OP_SISO, &a, SSM_STATUS_INVALID_LAYOUT, "final_angle_state overlaps out", "overlaps");
+    a = ok;
+    a.angles.strides[2] = 0; /* head broadcast of the raw angles is allowed */
+    expect_ok(OP_SISO, &a, "angles stride 0 over H");
+    a = ok;
+    a.angle_state = a.ssm_state = a.k_state = a.v_state = absent();
+    expect_ok(OP_SISO, &a, "no states");
+}
+
+/* ---- backward -------------------------------------------------------------------------------- */
+
+static void test_siso_bwd(fixtures * x) {
+    fixture *                      f = &x->f;
+    const ssm_mamba3_siso_bwd_args ok = x->bw.args;
+    expect_ok(OP_BWD, &ok, "batched");
+    expect_ok(OP_BWD, &x->vbw.args, "varlen");
+    /* the valid calls wrote the gradients: poison them again for the byte comparisons */
+    ssmt_host * outs[] = {&x->bw.dq,    &x->bw.dk,           &x->bw.dv,         &x->bw.dadt,     &x->bw.ddt,
+                          &x->bw.dtrap, &x->bw.dq_bias,      &x->bw.dk_bias,    &x->bw.dangles,  &x->bw.dd,
+                          &x->bw.dz,    &x->bw.dangle_state, &x->bw.dssm_state, &x->bw.dk_state, &x->bw.dv_state};
+    for (size_t i = 0; i < sizeof outs / sizeof outs[0]; ++i) ssmt_poison(&outs[i]->t);
+    params_rules(f, OP_BWD, &ok);
+    ssm_mamba3_siso_bwd_args a = ok;
+    a.dout = absent();
+    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "dout absent", "dout");
+    a = ok;
+    a.dout = reshaped(&ok.dout, 3, 4);
+    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_SHAPE, "dout V wrong", "dout");
+    a = ok;
+    a.dfinal_ssm_state = reshaped(&ok.dfinal_ssm_state, 3, 8);
+    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_SHAPE, "dfinal_ssm_state K wrong", "dfinal_ssm_state");
+    a = ok;
+    a.dfinal_angle_state = retyped(&ok.dfinal_angle_state, SSM_DTYPE_I32);
+    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_LAYOUT, "dfinal_angle_state i32", "dfinal_angle_state");
+    a = ok;
+    a.d = absent();
+    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "dd without d", "dd");
+    a = ok;
+    a.z = absent();
+    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "dz without z", "dz");
+    a = ok;
+    a.angle_state = a.ssm_state = a.k_state = a.v_state = absent();
+    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "state gradients without states", "dangle_state");
+    a.dangle_state = absent();
+    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "dssm_state without states", "dssm_state");
+    a = ok;
+    a.k_state = absent();
+    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "k_state missing from the states", "initial states");
+    a = ok;
+    a.dq = reshaped(&ok.dq, 2, 4);
+    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_SHAPE, "dq Hq wrong", "dq");
+    a = ok;
+    a.dangles = reshaped(&ok.dangles, 3, 2);
+    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_SHAPE, "dangles A wrong", "dangles");
+    a = ok;
+    a.dd = reshaped(&ok.dd, 0, 2);
+    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_SHAPE, "dd H wrong", "dd");
+    a = ok;
+    a.dq_bias.strides[1] = 0;
+    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_LAYOUT, "dq_bias stride 0", "dq_bias");
+    a = ok;
+    a.dv.data = ok.dout.data;
+    a.dv.dtype = ok.dout.dtype;
+    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_LAYOUT, "dv overlaps dout", "overlaps");
+    a = ok;
+    a.dk.data = ok.dq.data;
+    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_LAYOUT, "dk overlaps dq", "overlaps");
+    a = ok;
+    a.dssm_state.data = ok.dfinal_ssm_state.data;
+    a.dssm_state.dtype = ok.dfinal_ssm_state.dtype;
+    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_LAYOUT, "dssm_state overlaps dfinal_ssm_state", "overlaps");
+    a = ok;
+    a.cu_seqlens = x->vpr.cu_seqlens.t;
+    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "cu_seqlens with B=2", "must be 1");
+    /* every gradient output absent, no dfinal: valid */
+    a = ok;
+    a.dq = a.dk = a.dv = a.dadt = a.ddt = a.dtrap = a.dq_bias = a.dk_bias = a.dangles = a.dd = a.dz = absent();
+    a.dangle_state = a.dssm_state = a.dk_state = a.dv_state = absent();
+    a.dfinal_angle_state = a.dfinal_ssm_state = a.dfinal_k_state = a.dfinal_v_state = absent();
+    expect_ok(OP_BWD, &a, "no gradient outputs, no dfinal");
+}
+
+/* ---- step ------------------------------------------------------------------------------------ */
+
+static void test_step(void) {
+    ssmt_mamba3_config c;
+    ssmt_mamba3_config_init(&c);
+    c.batch = 4;
+    ssmt_mamba3_step_problem pr, pi;
+    if (ssmt_mamba3_random_step(&g_rng, &c, 4, 0, &pr) != 0 || ssmt_mamba3_random_step(&g_rng, &c, 6, 1, &pi) != 0) {
+        TEST_CHECK(0, "step fixtures");
+        return;
+    }
+    fixture f;
+    memset(&f, 0, sizeof f);
+    fx_add_step(&f, &pr);
+    fx_add_step(&f, &pi);
+    const ssm_mamba3_siso_step_args ok = pr.args, oki = pi.args;
+    expect_ok(OP_STEP, &ok, "unindexed");
+    expect_ok(OP_STEP, &oki, "indexed with padding");
+    params_rules(&f, OP_STEP, &ok);
+    ssm_mamba3_siso_step_args a = ok;
+    a.q = reshaped(&ok.q, 1, 3);
+    a.k = reshaped(&ok.k, 1, 3);
+    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "H % Hq != 0", "multiple");
+    a = ok;
+    a.q.ndim = 4;
+    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "q 4-D", "q");
+    a = ok;
+    a.angles = reshaped(&ok.angles, 2, 9);
+    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "A > K/2", "K/2");
+    a = ok;
+    a.adt = reshaped(&ok.adt, 1, 3);
+    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "adt H wrong", "adt");
+    a = ok;
+    a.z = reshaped(&ok.z, 2, 3);
+    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "z V wrong", "z");
+    a = ok;
+    a.angle_state = absent();
+    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_ARGUMENT, "angle_state absent", "angle_state");
+    a = ok;
+    a.v_state = absent();
+    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_ARGUMENT, "v_state absent", "v_state");
+    a = ok;
+    a.ssm_state = reshaped(&ok.ssm_state, 0, 3);
+    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "ssm_state slots differ", "ssm_state");
+    /* slots != B without indices */
+    a = oki;
+    a.state_batch_indices = absent();
+    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "slots != B without indices", "slots");
+    /* index values and dtype (own buffers) */
+    ssmt_host           ih[3];
+    const int64_t       sh[1] = {c.batch};
+    static const double bad[3][4] = {{0, 6, 1, -1}, {2, -1, 2, 3}, {0, 1, 2, 3}};
+    for (int i = 0; i < 3; ++i) {
+        ih[i] = ssmt_alloc(i == 2 ? SSM_DTYPE_F32 : SSM_DTYPE_I64, 1, sh);
+        for (int b = 0; b < 4; ++b) ssmt_set(&ih[i].t, b, bad[i][b]);
+        fx_add(&f, &ih[i]);
+    }
+    a = oki;
+    a.state_batch_indices = ih[0].t;
+    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_ARGUMENT, "index >= slots", "state_batch_indices");
+    a.state_batch_indices = ih[1].t;
+    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_ARGUMENT, "duplicate slot", "share");
+    a.state_batch_indices = ih[2].t;
+    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_LAYOUT, "indices f32", "state_batch_indices");
+    a.state_batch_indices = reshaped(&oki.state_batch_indices, 0, 3);
+    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "indices length != B", "state_batch_indices");
+    /* outputs */
+    a = ok;
+    a.out = absent();
+    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_ARGUMENT, "out absent", "out");
+    a = ok;
+    a.out.data = ok.v.data;
+    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_LAYOUT, "out overlaps v", "overlaps");
+    a = ok;
+    a.out.data = ok.v_state.data;
+    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_LAYOUT, "out overlaps v_state", "overlaps");
+    a = ok;
+    /* rows in reverse order: a valid output view over the same bytes, but not the same view */
+    a.final_ssm_state = ok.ssm_state;
+    a.final_ssm_state.data = (float *)ok.ssm_state.data + (ok.ssm_state.shape[2] - 1) * ok.ssm_state.strides[2];
+    a.final_ssm_state.strides[2] = -ok.ssm_state.strides[2];
+    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_LAYOUT, "final_ssm_state reversed view of ssm_state", "overlaps");
+    a = ok;
+    a.final_k_state = ok.k_state;
+    a.final_k_state.data = (float *)ok.k_state.data + 1;
+    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_LAYOUT, "final_k_state shifted view of k_state", "overlaps");
+    a = ok;
+    a.final_v_state = ok.k_state;
+    a.final_v_state.shape[2] = ok.v_state.shape[2];
+    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_LAYOUT, "final_v_state on k_state", "overlaps");
+    a = ok;
+    a.final_angle_state = ok.angle_state;
+    a.final_angle_state.dtype = SSM_DTYPE_F16;
+    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_LAYOUT, "final_angle_state same data, other dtype", "overlaps");
+    a = ok;
+    a.final_ssm_state.data = ok.final_k_state.data;
+    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_LAYOUT, "final_ssm_state overlaps final_k_state", "overlaps");
+    a = ok;
+    a.final_v_state = ok.v_state;
+    a.final_v_state.shape[0] = 5;
+    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "final_v_state slots wrong", "final_v_state");
+    /* exactly the same views: in place, valid (last: it changes the pools) */
+    a = oki;
+    a.final_angle_state = oki.angle_state;
+    a.final_ssm_state = oki.ssm_state;
+    a.final_k_state = oki.k_state;
+    a.final_v_state = oki.v_state;
+    expect_ok(OP_STEP, &a, "in place, indexed");
+    for (int i = 0; i < 3; ++i) ssmt_free(&ih[i]);
+    ssmt_mamba3_step_free(&pr);
+    ssmt_mamba3_step_free(&pi);
+}
+
+int main(void) {
+    ssm_context_params cp;
+    ssm_context_params_init(&cp);
+    cp.backend = SSM_BACKEND_REF;
+    if (ssm_context_create(&cp, &g_ref) != SSM_STATUS_OK) {
+        fprintf(stderr, "cannot create a REF context\n");
+        return 1;
+    }
+    cp.backend = SSM_BACKEND_CUDA;
+    if (ssm_context_create(&cp, &g_cuda) != SSM_STATUS_OK) {
+        printf("note: a CUDA-backend context cannot be created; the UNSUPPORTED dispatch case is skipped\n");
+        g_cuda = NULL;
+    }
+    ssmt_rng_seed(&g_rng, 11);
+    ssm_mamba3_params_init(&g_params);
+    g_params.chunk_size = 8;
+    fixtures x;
+    if (fixtures_make(&x) != 0) {
+        fprintf(stderr, "cannot build the fixtures\n");
+        return 1;
+    }
+    test_angle(&x);
+    test_angle_bwd(&x);
+    test_siso_fwd(&x);
+    test_siso(&x);
+    test_siso_bwd(&x);
+    test_step();
+    fixtures_free(&x);
+    ssm_context_free(g_cuda);
+    ssm_context_free(g_ref);
+    TEST_EXIT();
+}
