@@ -328,11 +328,12 @@ static void test_cpu(ssmt_rng * rng) {
             cfg.nheads = hpng[sh][0], cfg.headdim = hpng[sh][1], cfg.dstate = hpng[sh][2], cfg.ngroups = hpng[sh][3];
             cfg.dtype = dtypes[k % 3];
             cfg.out_dtype = (k % 5 == 0) ? cfg.dtype : SSM_DTYPE_F32;
-            cfg.d_mode = k % 3;
+            /* options rotate at periods coprime with the dtype's, so every dtype meets each */
+            cfg.d_mode = (k + k / 3) % 3;
             cfg.has_z = (k % 2) == 1;
             cfg.has_dt_bias = (k % 4) != 3;
-            cfg.has_initial = (k % 3) != 1;
-            cfg.dt_softplus = (k % 3) == 0;
+            cfg.has_initial = ((k / 3) * 2 + k % 3) % 3 != 1;
+            cfg.dt_softplus = (k / 2) % 2 == 0;
             cfg.strided = (k % 2) == 0;
             cfg.index_i64 = (k % 4) == 1;
             if (variant == 1 && cfg.seqlen > 1) cfg.seq_segments = 3;

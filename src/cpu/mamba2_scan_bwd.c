@@ -44,7 +44,7 @@
 #include "cpu_common.h"
 #include "ssmi_cpu.h"
 
-#define BWD_CHUNK      64 /* internal chunk: the exact decomposition lets us choose (see mamba2_scan.c) */
+#define BWD_CHUNK      32 /* internal chunk: the exact decomposition lets us choose (see mamba2_scan.c) */
 #define BWD_HEAD_BLOCK 8  /* heads per task; fixed so the dB/dC group sums never depend on threads  */
 
 static const char bwd_op[] = "mamba2_scan_bwd";

@@ -15,7 +15,7 @@
  *     CB = Q̂·K̂ᵀ (lower row blocks only), M_ij = CB_ij·e^{c_i − c_j}·σ_j (j < i),
  *     M_ii = D + γ_i·d_i (the diagonal uses γ and the unrotated dot, never σ: trap 3),
  *     Y += M·V,  out = Y·silu(z)
- *     S  = e^{c_last}·S + (diag(w)·K̂)ᵀ·V
+ *     S  = e^{c_last}·S + K̂ᵀ·(diag(w)·V)
  * The state S of each head is K×V fp32 (V contiguous) in per-thread scratch, so every GEMM
  * uses the microkernel with contiguous B rows; the state-update A operand is K̂ read
  * transposed through its strides. With initial states, S starts as
@@ -36,7 +36,7 @@
 #include "ssmi_cpu_mamba3.h"
 
 #ifndef SISO_CHUNK
-#define SISO_CHUNK 64
+#define SISO_CHUNK 32
 #endif
 #define SISO_STATE_BUDGET (512 * 1024) /* bytes of head-block states per thread: half an L2 */
 #define SISO_CB_ROWS      12           /* row block of the lower-triangular Q̂·K̂ᵀ            */
@@ -57,7 +57,8 @@ typedef struct fwd_layout {
 /* Offsets (in floats) of one thread's scratch pieces, each a whole number of lines. */
 typedef struct fwd_scratch {
     float *s, *theta, *bq, *bk;           /* per head of the block                          */
-    float *qraw, *kraw, *qh, *kh, *w;     /* [L][K]                                         */
+    float *qraw, *kraw, *qh, *kh;         /* [L][K]                                         */
+    float *w;                             /* [L][V] diag(w)·V of the state update           */
     float *kt;                            /* [K][Q]                                         */
     float *cb, *m;                        /* [Q][Q]                                         */
     float *vc, *y;                        /* per head of the block: [hh][Q][V]              */
@@ -84,7 +85,7 @@ static int64_t carve(fwd_scratch * sc, float * base, int64_t hb, int64_t K, int6
     TAKE(kraw, Q * K);
     TAKE(qh, Q * K);
     TAKE(kh, Q * K);
-    TAKE(w, Q * K);
+    TAKE(w, Q * (K > V ? K : V));
     TAKE(kt, K * Q);
     TAKE(cb, Q * Q);
     TAKE(m, Q * Q);
@@ -244,14 +245,14 @@ static void chunk_head(const fwd_job * job, fwd_scratch * sc, int64_t hh, int64_
         if (io->fused && A > 0) ssmi_cpu_m3_store_row3(k, &io->final_angle_state, s, h, A, theta);
         if (!ssmi_present(&io->final_ssm_state)) return; /* the last update only feeds the final state */
     }
-    /* state: S = e^{c_last}·S + (diag(w)·K̂)ᵀ·V */
+    /* state: S = e^{c_last}·S + K̂ᵀ·(diag(w)·V), K̂ read transposed through its strides */
     for (int64_t j = 0; j < L; ++j) {
         const float   wj = sc->wexp[j];
-        const float * kr = sc->kh + j * K;
-        float *       wr = sc->w + j * K;
-        for (int64_t n = 0; n < K; ++n) wr[n] = kr[n] * wj;
+        const float * vr = vc + j * V;
+        float *       wr = sc->w + j * V;
+        for (int64_t p = 0; p < V; ++p) wr[p] = vr[p] * wj;
     }
-    b->gemm(K, V, L, sc->w, 1, K, vc, V, st, V, NULL, ecl, 0);
+    b->gemm(K, V, L, sc->kh, 1, K, sc->w, V, st, V, NULL, ecl, 0);
 }
 
 /* v rows of the chunk for every head of the block, token-major: for one token the heads'
@@ -286,6 +287,29 @@ static void store_outputs(const fwd_job * job, fwd_scratch * sc, int64_t row, in
             b->store_row(io->out.data, io->out.dtype, ssmi_off4(&io->out, row, tc + i, h0 + hh, 0), io->out.strides[3],
                          y, V);
         }
+}
+
+/* Asks for part `part` of `parts` of the next chunk's v, z (read) and out (written) rows
+ * of the block's heads while this chunk computes: rows of consecutive tokens are H·V
+ * elements apart, a stride the hardware prefetchers follow poorly (the row copies were
+ * the largest cost after the GEMMs). */
+static void prefetch_chunk(const fwd_io * io, int64_t row, int64_t tc, int64_t L, int64_t h0, int64_t nh, int64_t V,
+                           int64_t part, int64_t parts) {
+    const ssm_tensor * ts[3] = { &io->v, &io->z, &io->out };
+    const int64_t      i0 = L * part / parts, i1 = L * (part + 1) / parts;
+    for (int w = 0; w < 3; ++w) {
+        const ssm_tensor * t = ts[w];
+        if (!ssmi_present(t) || t->strides[3] != 1 || t->strides[2] != V) continue;
+        const size_t es   = ssm_dtype_size((ssm_dtype) t->dtype);
+        const size_t span = (size_t) (nh * V) * es; /* the block's heads are one run per token */
+        for (int64_t i = i0; i < i1; ++i) {
+            const char * p = (const char *) t->data + (size_t) ssmi_off4(t, row, tc + i, h0, 0) * es;
+            for (size_t o = 0; o < span; o += 64) {
+                if (w == 2) __builtin_prefetch(p + o, 1);
+                else __builtin_prefetch(p + o);
+            }
+        }
+    }
 }
 
 static void fwd_task(void * arg, int64_t task, int32_t thread) {
@@ -334,7 +358,11 @@ static void fwd_task(void * arg, int64_t task, int32_t thread) {
                 k->angle_rate(d->nangles, r, r);
             }
         load_v_tiles(job, &sc, row, tc, L, h0, nh);
-        for (int64_t hh = 0; hh < nh; ++hh) chunk_head(job, &sc, hh, h0 + hh, row, tc, L, t0 + len, s);
+        const int64_t next = len - c0 - L < SISO_CHUNK ? len - c0 - L : SISO_CHUNK;
+        for (int64_t hh = 0; hh < nh; ++hh) {
+            if (next > 0) prefetch_chunk(io, row, tc + L, next, h0, nh, d->dv, hh, nh);
+            chunk_head(job, &sc, hh, h0 + hh, row, tc, L, t0 + len, s);
+        }
         store_outputs(job, &sc, row, tc, L, h0, nh);
     }
     if (ssmi_present(&io->final_ssm_state))
