@@ -18,15 +18,15 @@
 
 #define NGRADS 15
 
-static const char * const grad_names[NGRADS] = { "dq",      "dk",      "dv",      "dadt",     "ddt",
-                                                 "dtrap",   "dq_bias", "dk_bias", "dangles",  "dd",
-                                                 "dz",      "dangle_state", "dssm_state", "dk_state", "dv_state" };
+static const char * const grad_names[NGRADS] = {"dq",    "dk",           "dv",         "dadt",     "ddt",
+                                                "dtrap", "dq_bias",      "dk_bias",    "dangles",  "dd",
+                                                "dz",    "dangle_state", "dssm_state", "dk_state", "dv_state"};
 
 /* The gradient output slots of an args struct, in grad_names order. */
 static ssm_tensor * grad_slot(ssm_mamba3_siso_bwd_args * a, int i) {
-    ssm_tensor * slots[NGRADS] = { &a->dq,      &a->dk,      &a->dv,      &a->dadt,         &a->ddt,
-                                   &a->dtrap,   &a->dq_bias, &a->dk_bias, &a->dangles,      &a->dd,
-                                   &a->dz,      &a->dangle_state, &a->dssm_state, &a->dk_state, &a->dv_state };
+    ssm_tensor * slots[NGRADS] = {&a->dq,    &a->dk,           &a->dv,         &a->dadt,     &a->ddt,
+                                  &a->dtrap, &a->dq_bias,      &a->dk_bias,    &a->dangles,  &a->dd,
+                                  &a->dz,    &a->dangle_state, &a->dssm_state, &a->dk_state, &a->dv_state};
     return slots[i];
 }
 
@@ -35,9 +35,9 @@ static ssm_context *ctx_ref, *ctx_cpu[4], *ctx_scalar;
 static ssm_context * make_ctx(ssm_backend backend, int threads, ssm_isa isa) {
     ssm_context_params cp;
     ssm_context_params_init(&cp);
-    cp.backend     = backend;
+    cp.backend = backend;
     cp.num_threads = threads;
-    cp.isa         = isa;
+    cp.isa = isa;
     ssm_context * ctx = NULL;
     if (ssm_context_create(&cp, &ctx) != SSM_STATUS_OK) return NULL;
     return ctx;
@@ -51,13 +51,14 @@ typedef struct bwd_case {
     const char *       name;
     ssmt_mamba3_config cfg;
     int                has_dfinal;
-    int                only_some;  /* request dv, ddt, dq_bias and dangles only          */
-    int                out_16bit;  /* also run with gradients in the (16-bit) compute dtype */
+    int                only_some; /* request dv, ddt, dq_bias and dangles only          */
+    int                out_16bit; /* also run with gradients in the (16-bit) compute dtype */
 } bwd_case;
 
 /* A poisoned output like `like` in dtype (padded strides when strided). */
 static ssmt_host out_like(const ssm_tensor * like, ssm_dtype dtype, int strided) {
-    return strided ? ssmt_alloc_layout(dtype, like->ndim, like->shape, NULL, 3) : ssmt_alloc(dtype, like->ndim, like->shape);
+    return strided ? ssmt_alloc_layout(dtype, like->ndim, like->shape, NULL, 3)
+                   : ssmt_alloc(dtype, like->ndim, like->shape);
 }
 
 /* Gradients stored in a 16-bit dtype must be the F32 results rounded to it, element for
@@ -72,7 +73,7 @@ static void check_rounded_outputs(const bwd_case * bc, const ssm_mamba3_params *
         ssm_tensor * slot = grad_slot(&ca, g);
         if (slot->data == NULL) continue;
         got[g] = out_like(slot, dt, bc->cfg.strided);
-        *slot  = got[g].t;
+        *slot = got[g].t;
     }
     const ssm_status s = ssm_mamba3_siso_bwd(ctx_cpu[2], p, &ca);
     TEST_CHECK(s == SSM_STATUS_OK, "%s 16-bit outputs: %s (%s)", bc->name, ssm_status_string(s),
@@ -83,15 +84,15 @@ static void check_rounded_outputs(const bwd_case * bc, const ssm_mamba3_params *
         for (int64_t i = 0; i < n; ++i)
             if (ssmt_get(&got[g].t, i) != ssmt_round_to(dt, ssmt_get(&f32[g].t, i))) ++bad;
         TEST_CHECK(bad == 0, "%s/%s: %lld of %lld 16-bit outputs are not the rounded F32 result", bc->name,
-                   grad_names[g], (long long) bad, (long long) n);
+                   grad_names[g], (long long)bad, (long long)n);
         ssmt_free(&got[g]);
     }
 }
 
 static void run_case(ssmt_rng * rng, const bwd_case * bc) {
     ssmt_mamba3_config cfg = bc->cfg;
-    const ssm_dtype    cd  = cfg.dtype;
-    cfg.out_dtype          = SSM_DTYPE_F64;
+    const ssm_dtype    cd = cfg.dtype;
+    cfg.out_dtype = SSM_DTYPE_F64;
     ssmt_mamba3_problem     prob;
     ssmt_mamba3_bwd_problem bwd;
     if (ssmt_mamba3_random_args(rng, &cfg, &prob) != 0) {
@@ -127,7 +128,7 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
             ssm_tensor * slot = grad_slot(&ca, g);
             if (slot->data == NULL) continue;
             got[g] = out_like(grad_slot(&args, g), SSM_DTYPE_F32, cfg.strided);
-            *slot  = got[g].t;
+            *slot = got[g].t;
         }
         const ssm_status s = ssm_mamba3_siso_bwd(ctx, &p, &ca);
         TEST_CHECK(s == SSM_STATUS_OK, "%s variant %d: %s (%s)", bc->name, variant, ssm_status_string(s),
@@ -135,11 +136,11 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
         for (int g = 0; g < NGRADS; ++g) {
             if (got[g].t.data == NULL) continue;
             if (variant == 0 || variant == 3) {
-                const ssmt_cmp c  = ssmt_compare(&got[g].t, grad_slot(&args, g));
+                const ssmt_cmp c = ssmt_compare(&got[g].t, grad_slot(&args, g));
                 const int      ok = c.nonfinite == 0 && c.rel_rms <= bar.rel_rms && c.max_rel <= bar.max_rel;
                 TEST_CHECK(ok, "%s/%s/%s: rel_rms %.3g max_rel %.3g nonfinite %lld (bar %.3g %.3g)", bc->name,
-                           grad_names[g], variant == 0 ? "cpu" : "scalar", c.rel_rms, c.max_rel,
-                           (long long) c.nonfinite, bar.rel_rms, bar.max_rel);
+                           grad_names[g], variant == 0 ? "cpu" : "scalar", c.rel_rms, c.max_rel, (long long)c.nonfinite,
+                           bar.rel_rms, bar.max_rel);
                 double * w = &worst[dtype_slot(cd)][g];
                 if (c.rel_rms > *w || c.rel_rms != c.rel_rms) *w = c.rel_rms;
             }
@@ -182,60 +183,60 @@ int main(void) {
     TEST_CHECK(ctx_ref && ctx_cpu[1] && ctx_cpu[2] && ctx_cpu[3] && ctx_scalar, "context creation failed");
     if (!(ctx_ref && ctx_cpu[1] && ctx_cpu[2] && ctx_cpu[3])) TEST_EXIT();
 
-    static const int64_t lens_a[4] = { 37, 0, 70, 1 };
-    static const int64_t lens_b[3] = { 0, 65, 9 };
-    const ssm_dtype      dtypes[3] = { SSM_DTYPE_F32, SSM_DTYPE_F16, SSM_DTYPE_BF16 };
+    static const int64_t lens_a[4] = {37, 0, 70, 1};
+    static const int64_t lens_b[3] = {0, 65, 9};
+    const ssm_dtype      dtypes[3] = {SSM_DTYPE_F32, SSM_DTYPE_F16, SSM_DTYPE_BF16};
     for (int di = 0; di < 3; ++di) {
         const ssm_dtype dt = dtypes[di];
         bwd_case        cases[16];
         int             n = 0;
 
         /* S = 1, 1 < Hq < H, states and dfinal */
-        cases[n] = (bwd_case) { "s1_states", base_config(2, 1, 4, 2, 32, 32, 16, dt), 1, 0, 0 };
+        cases[n] = (bwd_case){"s1_states", base_config(2, 1, 4, 2, 32, 32, 16, dt), 1, 0, 0};
         cases[n].cfg.has_states = 1;
         ++n;
         /* below the chunk, Hq = 1, A = K/2, d and z, no states */
-        cases[n] = (bwd_case) { "s50_hq1", base_config(1, 50, 4, 1, 64, 64, 32, dt), 0, 0, 0 };
+        cases[n] = (bwd_case){"s50_hq1", base_config(1, 50, 4, 1, 64, 64, 32, dt), 0, 0, 0};
         cases[n - 1].out_16bit = 1;
         /* at the chunk, Hq = H, K = V = 96, A < K/2, no d, states without dfinal */
-        cases[n] = (bwd_case) { "s64_hqh", base_config(1, 64, 3, 3, 96, 96, 20, dt), 0, 0, 0 };
+        cases[n] = (bwd_case){"s64_hqh", base_config(1, 64, 3, 3, 96, 96, 20, dt), 0, 0, 0};
         cases[n].cfg.has_d = 0, cases[n].cfg.has_states = 1;
         ++n;
         /* above the chunk, odd S, small odd V, no z, states and dfinal, trap randn */
-        cases[n] = (bwd_case) { "s131_v7", base_config(2, 131, 6, 2, 32, 7, 5, dt), 1, 0, 0 };
+        cases[n] = (bwd_case){"s131_v7", base_config(2, 131, 6, 2, 32, 7, 5, dt), 1, 0, 0};
         cases[n].cfg.has_z = 0, cases[n].cfg.has_states = 1, cases[n].cfg.trap_randn = 1;
         ++n;
         /* neither d nor z, A = 1, several chunks */
-        cases[n] = (bwd_case) { "s200_plain", base_config(1, 200, 2, 1, 64, 32, 1, dt), 1, 0, 0 };
+        cases[n] = (bwd_case){"s200_plain", base_config(1, 200, 2, 1, 64, 32, 1, dt), 1, 0, 0};
         cases[n].cfg.has_d = 0, cases[n].cfg.has_z = 0;
         ++n;
         /* varlen with an empty sequence, states and dfinal */
-        cases[n] = (bwd_case) { "varlen_states", base_config(1, 0, 4, 1, 64, 32, 16, dt), 1, 0, 0 };
+        cases[n] = (bwd_case){"varlen_states", base_config(1, 0, 4, 1, 64, 32, 16, dt), 1, 0, 0};
         cases[n].cfg.nseq = 4, cases[n].cfg.seqlens = lens_a, cases[n].cfg.has_states = 1;
         ++n;
         /* varlen starting with an empty sequence, no states, I64 cu_seqlens */
-        cases[n] = (bwd_case) { "varlen_nostates", base_config(1, 0, 4, 2, 32, 64, 8, dt), 0, 0, 0 };
+        cases[n] = (bwd_case){"varlen_nostates", base_config(1, 0, 4, 2, 32, 64, 8, dt), 0, 0, 0};
         cases[n].cfg.nseq = 3, cases[n].cfg.seqlens = lens_b, cases[n].cfg.index_i64 = 1;
         ++n;
         /* strided views, angles broadcast over heads (stride 0), states, dfinal */
-        cases[n] = (bwd_case) { "strided_bcast", base_config(2, 70, 4, 2, 32, 32, 8, dt), 1, 0, 0 };
+        cases[n] = (bwd_case){"strided_bcast", base_config(2, 70, 4, 2, 32, 32, 8, dt), 1, 0, 0};
         cases[n].cfg.strided = 1, cases[n].cfg.angles_broadcast = 1, cases[n].cfg.has_states = 1;
         cases[n].out_16bit = 1;
         ++n;
         /* the seed regime (negative dt, small angles) */
-        cases[n] = (bwd_case) { "seed_regime", base_config(1, 100, 4, 2, 64, 96, 16, dt), 1, 0, 0 };
+        cases[n] = (bwd_case){"seed_regime", base_config(1, 100, 4, 2, 64, 96, 16, dt), 1, 0, 0};
         cases[n].cfg.seed_regime = 1, cases[n].cfg.has_states = 1;
         ++n;
         /* varlen with empty sequences, states but no dfinal: their state gradients are 0 */
-        cases[n] = (bwd_case) { "varlen_nodfinal", base_config(1, 0, 2, 1, 32, 32, 16, dt), 0, 0, 0 };
+        cases[n] = (bwd_case){"varlen_nodfinal", base_config(1, 0, 2, 1, 32, 32, 16, dt), 0, 0, 0};
         cases[n].cfg.nseq = 3, cases[n].cfg.seqlens = lens_b, cases[n].cfg.has_states = 1;
         ++n;
         /* many rows: each task takes all heads of a group (one workspace slot) */
-        cases[n] = (bwd_case) { "batch8", base_config(8, 20, 4, 2, 32, 16, 4, dt), 1, 0, 0 };
+        cases[n] = (bwd_case){"batch8", base_config(8, 20, 4, 2, 32, 16, 4, dt), 1, 0, 0};
         cases[n].cfg.has_states = 1;
         ++n;
         /* only some outputs requested */
-        cases[n] = (bwd_case) { "some_outputs", base_config(1, 90, 4, 2, 32, 32, 8, dt), 1, 1, 1 };
+        cases[n] = (bwd_case){"some_outputs", base_config(1, 90, 4, 2, 32, 32, 8, dt), 1, 1, 1};
         cases[n].cfg.has_states = 1;
         ++n;
         for (int c = 0; c < n; ++c) run_case(&rng, &cases[c]);

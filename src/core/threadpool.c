@@ -4,13 +4,18 @@
  * Design
  * ------
  * One job at a time. ssmi_parallel_for publishes the job (fn, arg, ntasks) under the pool
- * mutex, bumps a generation counter and broadcasts; workers sleep on a condition variable
- * between jobs (no spinning). Tasks are handed out through an atomic counter, so load
- * balances itself; the caller takes tasks too, as thread 0, and worker i is always thread
- * i + 1 (a fixed id, so per-thread scratch can be indexed by it). Each worker reports back
- * under the mutex when the counter runs dry; the caller waits until every worker has
- * reported, which also makes every task's writes visible to the caller (mutex
- * happens-before).
+ * mutex, bumps an atomic generation counter (release) and broadcasts. Tasks are handed out
+ * through an atomic counter, so load balances itself; the caller takes tasks too, as
+ * thread 0, and worker i is always thread i + 1 (a fixed id, so per-thread scratch can be
+ * indexed by it). Each worker decrements `pending` (release) when the counter runs dry;
+ * the caller waits for 0 (acquire), which makes every task's writes visible to it.
+ *
+ * Waking a sleeping thread costs 30-40 µs on the VMs we measured, more than a whole decode
+ * step. So a worker that finished a job polls the generation for SSMI_SPIN_NS before it
+ * sleeps on the condition variable, and the caller polls `pending` for as long before it
+ * sleeps: back-to-back calls (a decode loop) never pay a wake-up. The condition variables
+ * are only the slow path; both sides re-check the atomics under the mutex, so no wake-up
+ * is lost.
  *
  * Thread safety: a context (and so its pool) serves one user thread at a time. Concurrent
  * ssmi_parallel_for calls on the same context from different user threads are NOT
@@ -20,6 +25,13 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define SSMI_CPU_RELAX() _mm_pause()
+#else
+#define SSMI_CPU_RELAX() ((void)0)
+#endif
 
 #include "ssmi.h"
 
@@ -35,9 +47,9 @@ struct ssmi_threadpool {
     pthread_mutex_t mutex;
     pthread_cond_t  wake;        /* a new job or stop, for the workers */
     pthread_cond_t  done;        /* the last worker finished, for the caller */
-    uint64_t        generation;  /* bumped once per job */
-    int             stop;
-    int32_t         pending;     /* workers that have not finished the current job */
+    atomic_ullong   generation;  /* bumped once per job (release) */
+    atomic_int      stop;
+    atomic_int      pending;     /* workers that have not finished the current job */
     /* The current job, written under mutex before the generation bump. */
     ssmi_task_fn    fn;
     void *          arg;
@@ -49,6 +61,38 @@ struct ssmi_threadpool {
  * lets a nested call on the same pool run serially instead of deadlocking. */
 static _Thread_local const ssmi_threadpool * ssmi_tls_pool = NULL;
 static _Thread_local int32_t                 ssmi_tls_thread = 0;
+
+/* How long a thread polls before it sleeps: long enough to bridge the gap between two
+ * back-to-back operator calls, short enough not to matter when calls are rare. */
+#define SSMI_SPIN_NS 200000LL
+
+static long long ssmi_now_ns(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (long long)ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+/* Polls until *gen != seen or stop is set, or SSMI_SPIN_NS passed; returns 1 if it changed. */
+static int ssmi_spin_for_job(ssmi_threadpool * pool, unsigned long long seen) {
+    const long long t0 = ssmi_now_ns();
+    for (unsigned i = 1;; ++i) {
+        if (atomic_load_explicit(&pool->generation, memory_order_acquire) != seen ||
+            atomic_load_explicit(&pool->stop, memory_order_relaxed))
+            return 1;
+        SSMI_CPU_RELAX();
+        if ((i & 63) == 0 && ssmi_now_ns() - t0 > SSMI_SPIN_NS) return 0;
+    }
+}
+
+/* Polls until no worker is pending, or SSMI_SPIN_NS passed; returns 1 when all are done. */
+static int ssmi_spin_for_done(ssmi_threadpool * pool) {
+    const long long t0 = ssmi_now_ns();
+    for (unsigned i = 1;; ++i) {
+        if (atomic_load_explicit(&pool->pending, memory_order_acquire) == 0) return 1;
+        SSMI_CPU_RELAX();
+        if ((i & 63) == 0 && ssmi_now_ns() - t0 > SSMI_SPIN_NS) return 0;
+    }
+}
 
 static void ssmi_run_tasks(ssmi_threadpool * pool, ssmi_task_fn fn, void * arg, int64_t ntasks, int32_t thread) {
     const ssmi_threadpool * const outer_pool = ssmi_tls_pool;
@@ -65,32 +109,42 @@ static void ssmi_run_tasks(ssmi_threadpool * pool, ssmi_task_fn fn, void * arg, 
 }
 
 static void * ssmi_worker_main(void * p) {
-    ssmi_worker * const self = (ssmi_worker *)p;
+    ssmi_worker * const     self = (ssmi_worker *)p;
     ssmi_threadpool * const pool = self->pool;
-    uint64_t seen = 0;
-    pthread_mutex_lock(&pool->mutex);
+    unsigned long long      seen = 0;
     for (;;) {
-        while (!pool->stop && pool->generation == seen) pthread_cond_wait(&pool->wake, &pool->mutex);
-        if (pool->stop) break;
-        seen = pool->generation;
-        const ssmi_task_fn fn = pool->fn;
-        void * const arg = pool->arg;
-        const int64_t ntasks = pool->ntasks;
+        if (!ssmi_spin_for_job(pool, seen)) {
+            pthread_mutex_lock(&pool->mutex);
+            while (!atomic_load(&pool->stop) && atomic_load(&pool->generation) == seen)
+                pthread_cond_wait(&pool->wake, &pool->mutex);
+            pthread_mutex_unlock(&pool->mutex);
+        }
+        if (atomic_load(&pool->stop)) break;
+        /* The job fields were written before the generation bump (release); reading the
+         * new generation with acquire makes them visible. */
+        seen = atomic_load_explicit(&pool->generation, memory_order_acquire);
+        pthread_mutex_lock(&pool->mutex);
+        const ssmi_task_fn fn     = pool->fn;
+        void * const       arg    = pool->arg;
+        const int64_t      ntasks = pool->ntasks;
         pthread_mutex_unlock(&pool->mutex);
 
         ssmi_run_tasks(pool, fn, arg, ntasks, self->thread);
 
-        pthread_mutex_lock(&pool->mutex);
-        if (--pool->pending == 0) pthread_cond_signal(&pool->done);
+        if (atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_acq_rel) == 1) {
+            /* Under the mutex, so a caller between its check and its wait cannot miss it. */
+            pthread_mutex_lock(&pool->mutex);
+            pthread_cond_signal(&pool->done);
+            pthread_mutex_unlock(&pool->mutex);
+        }
     }
-    pthread_mutex_unlock(&pool->mutex);
     return NULL;
 }
 
 /* Stops and joins the first `started` workers, then frees the pool. */
 static void ssmi_threadpool_destroy(ssmi_threadpool * pool, int32_t started) {
     pthread_mutex_lock(&pool->mutex);
-    pool->stop = 1;
+    atomic_store(&pool->stop, 1);
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->mutex);
     for (int32_t i = 0; i < started; ++i) pthread_join(pool->workers[i].handle, NULL);
@@ -112,6 +166,9 @@ ssmi_threadpool * ssmi_threadpool_create(int32_t num_threads) {
         return NULL;
     }
     atomic_init(&pool->next_task, 0);
+    atomic_init(&pool->generation, 0);
+    atomic_init(&pool->stop, 0);
+    atomic_init(&pool->pending, 0);
     if (pthread_mutex_init(&pool->mutex, NULL) != 0) {
         free(pool->workers);
         free(pool);
@@ -158,18 +215,21 @@ void ssmi_parallel_for(ssm_context * ctx, int64_t ntasks, ssmi_task_fn fn, void 
     }
 
     pthread_mutex_lock(&pool->mutex);
-    pool->fn = fn;
-    pool->arg = arg;
+    pool->fn     = fn;
+    pool->arg    = arg;
     pool->ntasks = ntasks;
     atomic_store_explicit(&pool->next_task, 0, memory_order_relaxed);
-    pool->pending = pool->num_threads - 1;
-    ++pool->generation;
+    atomic_store_explicit(&pool->pending, pool->num_threads - 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&pool->generation, 1, memory_order_release);
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->mutex);
 
     ssmi_run_tasks(pool, fn, arg, ntasks, 0);
 
-    pthread_mutex_lock(&pool->mutex);
-    while (pool->pending > 0) pthread_cond_wait(&pool->done, &pool->mutex);
-    pthread_mutex_unlock(&pool->mutex);
+    if (!ssmi_spin_for_done(pool)) {
+        pthread_mutex_lock(&pool->mutex);
+        while (atomic_load_explicit(&pool->pending, memory_order_acquire) > 0)
+            pthread_cond_wait(&pool->done, &pool->mutex);
+        pthread_mutex_unlock(&pool->mutex);
+    }
 }

@@ -44,10 +44,10 @@
 #include "mamba3_common.h"
 #include "ssmi_cpu_mamba3.h"
 
-#define BWD_CHUNK        64 /* tokens per chunk                                             */
-#define BWD_TRI_BLOCK    16 /* row block of the lower-triangle-only C×C products            */
+#define BWD_CHUNK 64        /* tokens per chunk                                             */
+#define BWD_TRI_BLOCK 16    /* row block of the lower-triangle-only C×C products            */
 #define BWD_REDUCE_BLOCK 64 /* tokens per task of the GQA reduction                         */
-#define BWD_MIN_TASKS    8  /* fewest pass-1 tasks the GQA head blocking aims for (plan_bwd) */
+#define BWD_MIN_TASKS 8     /* fewest pass-1 tasks the GQA head blocking aims for (plan_bwd) */
 
 /* ---- the plan ------------------------------------------------------------------------ */
 typedef struct bwd_layout {
@@ -65,66 +65,103 @@ typedef struct bwd_job {
     const ssmi_cpu_kernels *         k;  /* gemm, exp, row load/store        */
     const ssmi_cpu_m3_kernels *      m3; /* rotary kernels                     */
     bwd_layout                       l;
-    float *                          scratch;   /* threads × thread_floats            */
-    float *                          dq_ws;     /* (nblocks, B, S, Hq, K) or NULL     */
-    float *                          dk_ws;     /* (nblocks, B, S, Hq, K) or NULL     */
-    float *                          dqb_part;  /* (NS, H, K)                         */
-    float *                          dkb_part;  /* (NS, H, K)                         */
-    float *                          dd_part;   /* (NS, H)                            */
-    int                              want_y;    /* dz asked for (and z given)         */
+    float *                          scratch;  /* threads × thread_floats            */
+    float *                          dq_ws;    /* (nblocks, B, S, Hq, K) or NULL     */
+    float *                          dk_ws;    /* (nblocks, B, S, Hq, K) or NULL     */
+    float *                          dqb_part; /* (NS, H, K)                         */
+    float *                          dkb_part; /* (NS, H, K)                         */
+    float *                          dd_part;  /* (NS, H)                            */
+    int                              want_y;   /* dz asked for (and z given)         */
 } bwd_job;
 
 /* ---- one thread's scratch -------------------------------------------------------------- */
 typedef struct bwd_scratch {
     /* whole sequence */
-    float *cos2, *sin2;             /* [L][2A] pair tables of θ (rotary.h)       */
-    float *tanhv;                   /* [L][A]  tanh of the raw angle rates       */
-    float *dtv, *lam;               /* [L+1]   (entry L: 0, no next token)       */
-    float *gam, *sig;               /* [L]                                      */
-    float *dsig, *dgam, *dda;       /* [L]: dσ, dγ, ddt angle part               */
-    float *row;                     /* [2(L+1)] output row / scalar scratch      */
-    float *states;                  /* [NC][V][K] state entering every chunk     */
+    float * cos2, *sin2;       /* [L][2A] pair tables of θ (rotary.h)       */
+    float * tanhv;             /* [L][A]  tanh of the raw angle rates       */
+    float * dtv, *lam;         /* [L+1]   (entry L: 0, no next token)       */
+    float * gam, *sig;         /* [L]                                      */
+    float * dsig, *dgam, *dda; /* [L]: dσ, dγ, ddt angle part               */
+    float * row;               /* [2(L+1)] output row / scalar scratch      */
+    float * states;            /* [NC][V][K] state entering every chunk     */
     /* one chunk */
-    float *qt, *kt, *qh, *kh, *ks, *qhe, *dqh, *dks; /* [C][K]                     */
-    float *kst;                                      /* [K][C]  K̂sᵀ                */
-    float *vc, *dy, *dout, *zc, *zs, *yc, *dvc;      /* [C][V]                     */
-    float *vct;                                      /* [V][C]  Vcᵀ                */
-    float *cb, *ee, *mm;                             /* [C][C]                     */
-    float *st, *ds, *dst;                            /* [K][V], [V][K], [K][V]     */
-    float *cc, *ec, *wv, *dqk, *dcoef, *rr, *mv, *colw; /* [C]                   */
-    float *gacc, *dth, *raw;                         /* [A]                        */
-    float *nsin;                                     /* [2A] −sin2 (for R(θ)ᵀ)     */
-    float *qbias, *kbias, *qbacc, *kbacc, *krow;     /* [K]                        */
-    float *vrow, *hk;                                /* [V]                        */
-    float *buf;                                      /* [max(K, V)]                */
+    float * qt, *kt, *qh, *kh, *ks, *qhe, *dqh, *dks;    /* [C][K]                     */
+    float * kst;                                         /* [K][C]  K̂sᵀ                */
+    float * vc, *dy, *dout, *zc, *zs, *yc, *dvc;         /* [C][V]                     */
+    float * vct;                                         /* [V][C]  Vcᵀ                */
+    float * cb, *ee, *mm;                                /* [C][C]                     */
+    float * st, *ds, *dst;                               /* [K][V], [V][K], [K][V]     */
+    float * cc, *ec, *wv, *dqk, *dcoef, *rr, *mv, *colw; /* [C]                   */
+    float * gacc, *dth, *raw;                            /* [A]                        */
+    float * nsin;                                        /* [2A] −sin2 (for R(θ)ᵀ)     */
+    float * qbias, *kbias, *qbacc, *kbacc, *krow;        /* [K]                        */
+    float * vrow, *hk;                                   /* [V]                        */
+    float * buf;                                         /* [max(K, V)]                */
 } bwd_scratch;
 
 /* Carves (or, with base NULL, only counts) one thread's scratch; returns the floats used. */
-static int64_t carve(const ssmi_mamba3_dims * d, int64_t max_len, int64_t max_chunks, float * base,
-                     bwd_scratch * s) {
+static int64_t carve(const ssmi_mamba3_dims * d, int64_t max_len, int64_t max_chunks, float * base, bwd_scratch * s) {
     const int64_t C = BWD_CHUNK, K = d->dk, V = d->dv, A = d->nangles, L = max_len;
     int64_t       used = 0;
-#define TAKE(field, n)                                     \
-    do {                                                   \
-        if (base) s->field = base + used;                  \
-        used += ssmi_cpu_lines(n);                         \
+#define TAKE(field, n)                    \
+    do {                                  \
+        if (base) s->field = base + used; \
+        used += ssmi_cpu_lines(n);        \
     } while (0)
-    TAKE(cos2, L * 2 * A); TAKE(sin2, L * 2 * A); TAKE(tanhv, L * A);
-    TAKE(dtv, L + 1); TAKE(lam, L + 1); TAKE(gam, L); TAKE(sig, L);
-    TAKE(dsig, L); TAKE(dgam, L); TAKE(dda, L); TAKE(row, 2 * (L + 1));
+    TAKE(cos2, L * 2 * A);
+    TAKE(sin2, L * 2 * A);
+    TAKE(tanhv, L * A);
+    TAKE(dtv, L + 1);
+    TAKE(lam, L + 1);
+    TAKE(gam, L);
+    TAKE(sig, L);
+    TAKE(dsig, L);
+    TAKE(dgam, L);
+    TAKE(dda, L);
+    TAKE(row, 2 * (L + 1));
     TAKE(states, max_chunks * V * K);
-    TAKE(qt, C * K); TAKE(kt, C * K); TAKE(qh, C * K); TAKE(kh, C * K);
-    TAKE(ks, C * K); TAKE(qhe, C * K); TAKE(dqh, C * K); TAKE(dks, C * K);
+    TAKE(qt, C * K);
+    TAKE(kt, C * K);
+    TAKE(qh, C * K);
+    TAKE(kh, C * K);
+    TAKE(ks, C * K);
+    TAKE(qhe, C * K);
+    TAKE(dqh, C * K);
+    TAKE(dks, C * K);
     TAKE(kst, K * C);
-    TAKE(vc, C * V); TAKE(dy, C * V); TAKE(dout, C * V); TAKE(zc, C * V); TAKE(zs, C * V); TAKE(yc, C * V); TAKE(dvc, C * V);
+    TAKE(vc, C * V);
+    TAKE(dy, C * V);
+    TAKE(dout, C * V);
+    TAKE(zc, C * V);
+    TAKE(zs, C * V);
+    TAKE(yc, C * V);
+    TAKE(dvc, C * V);
     TAKE(vct, V * C);
-    TAKE(cb, C * C); TAKE(ee, C * C); TAKE(mm, C * C);
-    TAKE(st, K * V); TAKE(ds, V * K); TAKE(dst, K * V);
-    TAKE(cc, C); TAKE(ec, C); TAKE(wv, C); TAKE(dqk, C); TAKE(dcoef, C);
-    TAKE(rr, C); TAKE(mv, C); TAKE(colw, C);
-    TAKE(gacc, A); TAKE(dth, A); TAKE(raw, A); TAKE(nsin, 2 * A);
-    TAKE(qbias, K); TAKE(kbias, K); TAKE(qbacc, K); TAKE(kbacc, K); TAKE(krow, K);
-    TAKE(vrow, V); TAKE(hk, V);
+    TAKE(cb, C * C);
+    TAKE(ee, C * C);
+    TAKE(mm, C * C);
+    TAKE(st, K * V);
+    TAKE(ds, V * K);
+    TAKE(dst, K * V);
+    TAKE(cc, C);
+    TAKE(ec, C);
+    TAKE(wv, C);
+    TAKE(dqk, C);
+    TAKE(dcoef, C);
+    TAKE(rr, C);
+    TAKE(mv, C);
+    TAKE(colw, C);
+    TAKE(gacc, A);
+    TAKE(dth, A);
+    TAKE(raw, A);
+    TAKE(nsin, 2 * A);
+    TAKE(qbias, K);
+    TAKE(kbias, K);
+    TAKE(qbacc, K);
+    TAKE(kbacc, K);
+    TAKE(krow, K);
+    TAKE(vrow, V);
+    TAKE(hk, V);
     TAKE(buf, K > V ? K : V);
 #undef TAKE
     return used;
@@ -134,8 +171,8 @@ static int64_t carve(const ssmi_mamba3_dims * d, int64_t max_len, int64_t max_ch
 /* x·y with eight interleaved partial sums (lanes i mod 8, then lanes 0..7 in order): a fixed
  * order, and no single dependency chain. */
 static float dot(const float * x, const float * y, int64_t n) {
-    float   acc[8] = { 0 };
-    int64_t i      = 0;
+    float   acc[8] = {0};
+    int64_t i = 0;
     for (; i + 8 <= n; i += 8)
         for (int j = 0; j < 8; ++j) acc[j] += x[i + j] * y[i + j];
     for (int j = 0; i < n; ++i, ++j) acc[j] += x[i] * y[i];
@@ -143,8 +180,8 @@ static float dot(const float * x, const float * y, int64_t n) {
 }
 
 static float sum(const float * x, int64_t n) {
-    float   acc[8] = { 0 };
-    int64_t i      = 0;
+    float   acc[8] = {0};
+    int64_t i = 0;
     for (; i + 8 <= n; i += 8)
         for (int j = 0; j < 8; ++j) acc[j] += x[i + j];
     for (int j = 0; i < n; ++i, ++j) acc[j] += x[i];
@@ -190,8 +227,8 @@ static void gemm_lower_t(const ssmi_cpu_kernels * k, int64_t L, int64_t n, const
 /* C = A·B restricted to the lower triangle (C[i][j] for j ≤ i, computed in row blocks up
  * to the diagonal; the entries above it inside a block are also written). A is L×k with
  * row stride lda, B is k×L (row stride ldb). */
-static void gemm_tri(const ssmi_cpu_kernels * k, int64_t L, int64_t kd, const float * a, int64_t lda,
-                     const float * b, int64_t ldb, float * c, int64_t ldc) {
+static void gemm_tri(const ssmi_cpu_kernels * k, int64_t L, int64_t kd, const float * a, int64_t lda, const float * b,
+                     int64_t ldb, float * c, int64_t ldc) {
     for (int64_t i0 = 0; i0 < L; i0 += BWD_TRI_BLOCK) {
         const int64_t i1 = i0 + BWD_TRI_BLOCK < L ? i0 + BWD_TRI_BLOCK : L;
         k->gemm(i1 - i0, i1, kd, a + i0 * lda, lda, 1, b, ldb, c + i0 * ldc, ldc, NULL, 0.0f, 0);
@@ -211,7 +248,7 @@ typedef struct bwd_task_ctx {
 /* λ, γ, σ, dt of every token and the angle cumsum: the pair tables of θ and tanh of the
  * raw rates (θ by the same steps as the forward, ssmi_cpu_m3_angle_run). */
 static void sequence_scalars(bwd_task_ctx * x) {
-    const ssm_mamba3_siso_bwd_args * a  = x->job->a;
+    const ssm_mamba3_siso_bwd_args * a = x->job->a;
     const ssmi_cpu_m3_kernels *      m3 = x->job->m3;
     const int64_t                    L = x->len, A = x->job->d->nangles, h = x->h;
     bwd_scratch *                    s = &x->s;
@@ -222,7 +259,7 @@ static void sequence_scalars(bwd_task_ctx * x) {
     if (x->job->d->has_states)
         ssmi_cpu_m3_load_row3(m3, &a->angle_state, x->n, h, A, theta);
     else
-        memset(theta, 0, (size_t) A * sizeof(float));
+        memset(theta, 0, (size_t)A * sizeof(float));
     for (int64_t t = 0; t < L; ++t) {
         m3->base->load_row(s->raw, a->angles.data, a->angles.dtype, ssmi_off4(&a->angles, x->row, x->t0 + t, h, 0),
                            a->angles.strides[3], A);
@@ -237,8 +274,7 @@ static float chunk_decays(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
     const ssm_mamba3_siso_bwd_args * a = x->job->a;
     const ssmi_cpu_kernels *         k = x->job->k;
     bwd_scratch *                    s = &x->s;
-    k->load_row(s->cc, a->adt.data, a->adt.dtype, ssmi_off3(&a->adt, x->row, x->h, x->t0 + i0), a->adt.strides[2],
-                Lc);
+    k->load_row(s->cc, a->adt.data, a->adt.dtype, ssmi_off3(&a->adt, x->row, x->h, x->t0 + i0), a->adt.strides[2], Lc);
     for (int64_t i = 1; i < Lc; ++i) s->cc[i] += s->cc[i - 1];
     const float cl = s->cc[Lc - 1];
     for (int64_t i = 0; i < Lc; ++i) s->wv[i] = cl - s->cc[i];
@@ -251,18 +287,18 @@ static float chunk_decays(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
 
 /* k̃ = k + k_bias, k̂ = R(θ)k̃, K̂s = σ·k̂ of the chunk; with q also q̃, q̂ and d = q̃·k̃. */
 static void chunk_qk(bwd_task_ctx * x, int64_t i0, int64_t Lc, int with_q) {
-    const ssm_mamba3_siso_bwd_args * a  = x->job->a;
+    const ssm_mamba3_siso_bwd_args * a = x->job->a;
     const ssmi_cpu_m3_kernels *      m3 = x->job->m3;
-    const ssmi_cpu_kernels *         k  = x->job->k;
+    const ssmi_cpu_kernels *         k = x->job->k;
     const int64_t                    K = x->job->d->dk, A = x->job->d->nangles;
     bwd_scratch *                    s = &x->s;
     for (int64_t i = 0; i < Lc; ++i) {
-        const int64_t t  = i0 + i;
+        const int64_t t = i0 + i;
         const float * cs = s->cos2 + t * 2 * A, *sn = s->sin2 + t * 2 * A;
         float *       kt = s->kt + i * K, *kh = s->kh + i * K, *ks = s->ks + i * K;
         k->load_row(kt, a->k.data, a->k.dtype, ssmi_off4(&a->k, x->row, x->t0 + t, x->g, 0), a->k.strides[3], K);
         if (with_q) {
-            float * qt = s->qt + i * K, *qh = s->qh + i * K;
+            float *qt = s->qt + i * K, *qh = s->qh + i * K;
             k->load_row(qt, a->q.data, a->q.dtype, ssmi_off4(&a->q, x->row, x->t0 + t, x->g, 0), a->q.strides[3], K);
             s->dcoef[i] = m3->bias_rotate_qk(K, 2 * A, qt, kt, s->qbias, s->kbias, cs, sn, qh, kh);
             for (int64_t j = 0; j < K; ++j) {
@@ -296,9 +332,9 @@ static void store_tokens(bwd_task_ctx * x, const ssm_tensor * t, int64_t i0, int
 static void forward_states(bwd_task_ctx * x) {
     const ssm_mamba3_siso_bwd_args * a = x->job->a;
     const ssmi_cpu_kernels *         k = x->job->k;
-    const int64_t K = x->job->d->dk, V = x->job->d->dv, C = BWD_CHUNK, VK = V * K;
-    bwd_scratch * s  = &x->s;
-    float *       s0 = s->states;
+    const int64_t                    K = x->job->d->dk, V = x->job->d->dv, C = BWD_CHUNK, VK = V * K;
+    bwd_scratch *                    s = &x->s;
+    float *                          s0 = s->states;
     if (x->job->d->has_states) {
         const ssm_tensor *st = &a->ssm_state, *ks = &a->k_state, *vs = &a->v_state;
         const float       c0 = s->dtv[0] * (1.0f - s->lam[0]);
@@ -311,17 +347,17 @@ static void forward_states(bwd_task_ctx * x) {
             for (int64_t j = 0; j < K; ++j) sr[j] += cv * s->krow[j];
         }
     } else {
-        memset(s0, 0, (size_t) VK * sizeof(float));
+        memset(s0, 0, (size_t)VK * sizeof(float));
     }
     for (int64_t i0 = 0, c = 0; i0 + C < x->len; i0 += C, ++c) {
-        const int64_t Lc  = C;
+        const int64_t Lc = C;
         const float   ecl = chunk_decays(x, i0, Lc);
         chunk_qk(x, i0, Lc, 0);
         for (int64_t i = 0; i < Lc; ++i)
             for (int64_t j = 0; j < K; ++j) s->ks[i * K + j] *= s->wv[i];
         load_tokens(x, &a->v, i0, Lc, s->vc);
         float * next = s->states + (c + 1) * VK;
-        memcpy(next, s->states + c * VK, (size_t) VK * sizeof(float));
+        memcpy(next, s->states + c * VK, (size_t)VK * sizeof(float));
         k->gemm(V, K, Lc, s->vc, 1, V, s->ks, K, next, K, NULL, ecl, 0);
     }
 }
@@ -343,7 +379,7 @@ static void chunk_dy(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
             s->dy[j] = s->dout[j] * (s->zc[j] * s->zs[j]);
         }
     } else {
-        memcpy(s->dy, s->dout, (size_t) (Lc * V) * sizeof(float));
+        memcpy(s->dy, s->dout, (size_t)(Lc * V) * sizeof(float));
     }
     for (int64_t i = 0; i < Lc; ++i) s->dqk[i] = dot(s->dy + i * V, s->vc + i * V, V);
 }
@@ -369,9 +405,9 @@ static void chunk_scores(bwd_task_ctx * x, int64_t Lc) {
         /* E = DV⊙M, W = E⊙(Q̂K̂sᵀ) (into m, no longer needed), Pm = (Q̂K̂sᵀ)⊙M */
         for (int64_t j = 0; j < i; ++j) {
             const float ev = e[j] * m[j], pv = p[j];
-            e[j]           = ev;
-            p[j]           = pv * m[j];
-            m[j]           = ev * pv;
+            e[j] = ev;
+            p[j] = pv * m[j];
+            m[j] = ev * pv;
         }
         for (int64_t j = i; j < Lc; ++j) e[j] = p[j] = 0.0f;
         for (int64_t j = 0; j < i; ++j) s->colw[j] += m[j];
@@ -390,9 +426,9 @@ static void chunk_dz(bwd_task_ctx * x, int64_t i0, int64_t Lc, const float * sc)
     k->gemm(Lc, V, K, s->qh, K, 1, s->st, V, s->yc, V, s->ec, 0.0f, 0);
     k->gemm(Lc, V, Lc, s->cb, C, 1, s->vc, V, s->yc, V, NULL, 1.0f, 1);
     for (int64_t i = 0; i < Lc; ++i) {
-        const float   coef = x->dh + s->gam[i0 + i] * s->dcoef[i];
-        float *       y    = s->yc + i * V;
-        const float * v = s->vc + i * V, *z = s->zc + i * V, *go = s->dout + i * V, *zs = s->zs + i * V;
+        const float  coef = x->dh + s->gam[i0 + i] * s->dcoef[i];
+        float *      y = s->yc + i * V;
+        const float *v = s->vc + i * V, *z = s->zc + i * V, *go = s->dout + i * V, *zs = s->zs + i * V;
         for (int64_t j = 0; j < V; ++j) y[j] = go[j] * (y[j] + coef * v[j]) * zs[j] * (1.0f + z[j] * (1.0f - zs[j]));
     }
     store_tokens(x, &a->dz, i0, Lc, s->yc);
@@ -422,8 +458,8 @@ static void chunk_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc, const float * 
     gemm_lower_t(k, Lc, V, s->cb, C, s->dy, V, s->dvc, V);
     for (int64_t i = 0; i < Lc; ++i) {
         const float   coef = x->dh + s->gam[i0 + i] * s->dcoef[i];
-        float *       dv   = s->dvc + i * V;
-        const float * dy   = s->dy + i * V;
+        float *       dv = s->dvc + i * V;
+        const float * dy = s->dy + i * V;
         for (int64_t j = 0; j < V; ++j) dv[j] += coef * dy[j];
     }
     if (last_chunk && ssmi_present(&a->dfinal_v_state)) {
@@ -461,13 +497,13 @@ static void chunk_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc, const float * 
  * outputs, the bias and d partial sums, and dq̃/dk̃ out. */
 static void chunk_preprocess_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
     const bwd_job *                  job = x->job;
-    const ssm_mamba3_siso_bwd_args * a   = job->a;
-    const ssmi_cpu_kernels *         k   = job->k;
-    const ssmi_cpu_m3_kernels *      m3  = job->m3;
-    const int64_t K = job->d->dk, A = job->d->nangles;
-    bwd_scratch * s = &x->s;
+    const ssm_mamba3_siso_bwd_args * a = job->a;
+    const ssmi_cpu_kernels *         k = job->k;
+    const ssmi_cpu_m3_kernels *      m3 = job->m3;
+    const int64_t                    K = job->d->dk, A = job->d->nangles;
+    bwd_scratch *                    s = &x->s;
     for (int64_t i = Lc - 1; i >= 0; --i) {
-        const int64_t t  = i0 + i;
+        const int64_t t = i0 + i;
         const float * cs = s->cos2 + t * 2 * A, *sn = s->sin2 + t * 2 * A, *th = s->tanhv + t * A;
         float *       dq = s->dqh + i * K, *dk = s->dks + i * K;
         const float * qh = s->qh + i * K, *kh = s->kh + i * K, *qt = s->qt + i * K, *kt = s->kt + i * K;
@@ -478,7 +514,7 @@ static void chunk_preprocess_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
             k->load_row(s->krow, fk->data, fk->dtype, ssmi_off3(fk, x->n, x->h, 0), fk->strides[2], K);
             for (int64_t j = 0; j < K; ++j) dk[j] += s->krow[j];
         }
-        memset(s->dth, 0, (size_t) A * sizeof(float));
+        memset(s->dth, 0, (size_t)A * sizeof(float));
         angle_grad(dq, qh, A, s->dth);
         angle_grad(dk, kh, A, s->dth);
         /* dq̃ = R(θ)ᵀdq̂ + dQK·γ·k̃, dk̃ = R(θ)ᵀdk̂ + dQK·γ·q̃ */
@@ -510,10 +546,11 @@ static void chunk_preprocess_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
         const int64_t tok = x->t0 + t;
         if (job->l.gqa_ws) {
             /* the block's first head writes its slot row, the next ones add in head order */
-            const int64_t off = (((x->blk * job->d->batch + x->row) * job->d->seqlen + tok) * job->d->nheads_qk + x->g) * K;
+            const int64_t off =
+                (((x->blk * job->d->batch + x->row) * job->d->seqlen + tok) * job->d->nheads_qk + x->g) * K;
             if (x->first_in_block) {
-                if (job->dq_ws) memcpy(job->dq_ws + off, dq, (size_t) K * sizeof(float));
-                if (job->dk_ws) memcpy(job->dk_ws + off, dk, (size_t) K * sizeof(float));
+                if (job->dq_ws) memcpy(job->dq_ws + off, dq, (size_t)K * sizeof(float));
+                if (job->dk_ws) memcpy(job->dk_ws + off, dk, (size_t)K * sizeof(float));
             } else {
                 if (job->dq_ws)
                     for (int64_t j = 0; j < K; ++j) job->dq_ws[off + j] += dq[j];
@@ -538,7 +575,7 @@ static void sequence_trapezoid(bwd_task_ctx * x, float dc) {
     if (ssmi_present(&a->ddt)) {
         for (int64_t t = 0; t < L; ++t) {
             const float prev = t >= 1 ? s->dsig[t - 1] : dc;
-            s->row[t]        = s->dgam[t] * s->lam[t] + prev * (1.0f - s->lam[t]) + s->dda[t];
+            s->row[t] = s->dgam[t] * s->lam[t] + prev * (1.0f - s->lam[t]) + s->dda[t];
         }
         k->store_row(a->ddt.data, a->ddt.dtype, ssmi_off3(&a->ddt, x->row, x->h, x->t0), a->ddt.strides[2], s->row, L);
     }
@@ -546,7 +583,7 @@ static void sequence_trapezoid(bwd_task_ctx * x, float dc) {
         for (int64_t t = 0; t < L; ++t) {
             const float prev = t >= 1 ? s->dsig[t - 1] : dc;
             const float dlam = (s->dgam[t] - prev) * s->dtv[t];
-            s->row[t]        = dlam * s->lam[t] * (1.0f - s->lam[t]);
+            s->row[t] = dlam * s->lam[t] * (1.0f - s->lam[t]);
         }
         k->store_row(a->dtrap.data, a->dtrap.dtype, ssmi_off3(&a->dtrap, x->row, x->h, x->t0), a->dtrap.strides[2],
                      s->row, L);
@@ -559,13 +596,13 @@ static float initial_state_grads(bwd_task_ctx * x) {
     const ssmi_cpu_kernels *         k = x->job->k;
     const int64_t                    K = x->job->d->dk, V = x->job->d->dv, A = x->job->d->nangles;
     bwd_scratch *                    s = &x->s;
-    const ssm_tensor *ks = &a->k_state, *vs = &a->v_state;
-    const float       c0 = s->dtv[0] * (1.0f - s->lam[0]);
+    const ssm_tensor *               ks = &a->k_state, *vs = &a->v_state;
+    const float                      c0 = s->dtv[0] * (1.0f - s->lam[0]);
     k->load_row(s->krow, ks->data, ks->dtype, ssmi_off3(ks, x->n, x->h, 0), ks->strides[2], K);
     k->load_row(s->vrow, vs->data, vs->dtype, ssmi_off3(vs, x->n, x->h, 0), vs->strides[2], V);
     /* dc = V_inᵀ·dH_in·K_in, dV_in = c0·dH_in·K_in, dK_in = c0·dH_inᵀ·V_in */
-    float * hk = s->hk, *dkin = s->buf;
-    float   dc = 0.0f;
+    float *hk = s->hk, *dkin = s->buf;
+    float  dc = 0.0f;
     for (int64_t v = 0; v < V; ++v) {
         hk[v] = dot(s->ds + v * K, s->krow, K);
         dc += s->vrow[v] * hk[v];
@@ -597,11 +634,11 @@ static void empty_sequence(bwd_task_ctx * x) {
     const int64_t                    K = x->job->d->dk, V = x->job->d->dv, A = x->job->d->nangles;
     bwd_scratch *                    s = &x->s;
     if (!x->job->d->has_states) return;
-    const ssm_tensor * pairs[4][2] = { { &a->dangle_state, &a->dfinal_angle_state },
-                                       { &a->dk_state, &a->dfinal_k_state },
-                                       { &a->dv_state, &a->dfinal_v_state },
-                                       { &a->dssm_state, &a->dfinal_ssm_state } };
-    const int64_t      lens[4]     = { A, K, V, K };
+    const ssm_tensor * pairs[4][2] = {{&a->dangle_state, &a->dfinal_angle_state},
+                                      {&a->dk_state, &a->dfinal_k_state},
+                                      {&a->dv_state, &a->dfinal_v_state},
+                                      {&a->dssm_state, &a->dfinal_ssm_state}};
+    const int64_t      lens[4] = {A, K, V, K};
     for (int p = 0; p < 4; ++p) {
         const ssm_tensor *out = pairs[p][0], *in = pairs[p][1];
         if (!ssmi_present(out) || lens[p] == 0) continue;
@@ -612,7 +649,7 @@ static void empty_sequence(bwd_task_ctx * x) {
                 const int64_t io = p == 3 ? ssmi_off4(in, x->n, x->h, r, 0) : ssmi_off3(in, x->n, x->h, 0);
                 k->load_row(s->buf, in->data, in->dtype, io, in->strides[in->ndim - 1], lens[p]);
             } else {
-                memset(s->buf, 0, (size_t) lens[p] * sizeof(float));
+                memset(s->buf, 0, (size_t)lens[p] * sizeof(float));
             }
             k->store_row(out->data, out->dtype, oo, out->strides[out->ndim - 1], s->buf, lens[p]);
         }
@@ -621,19 +658,19 @@ static void empty_sequence(bwd_task_ctx * x) {
 
 /* Every gradient of one (sequence, V-head) (passes 1–4 of the file comment). */
 static void head_grads(bwd_task_ctx * xp) {
-    bwd_task_ctx                     x   = *xp;
+    bwd_task_ctx                     x = *xp;
     const bwd_job *                  job = x.job;
-    const ssm_mamba3_siso_bwd_args * a   = job->a;
-    const ssmi_mamba3_dims *         d   = job->d;
-    const ssmi_cpu_kernels *         k   = job->k;
-    const int64_t H = d->nheads, K = d->dk, V = d->dv, A = d->nangles, C = BWD_CHUNK, VK = V * K;
-    bwd_scratch * s = &x.s;
-    x.dh            = ssmi_present(&a->d) ? ssmi_get_f32(&a->d, ssmi_off1(&a->d, x.h)) : 0.0f;
+    const ssm_mamba3_siso_bwd_args * a = job->a;
+    const ssmi_mamba3_dims *         d = job->d;
+    const ssmi_cpu_kernels *         k = job->k;
+    const int64_t                    H = d->nheads, K = d->dk, V = d->dv, A = d->nangles, C = BWD_CHUNK, VK = V * K;
+    bwd_scratch *                    s = &x.s;
+    x.dh = ssmi_present(&a->d) ? ssmi_get_f32(&a->d, ssmi_off1(&a->d, x.h)) : 0.0f;
 
     float * qb_part = job->dqb_part + (x.n * H + x.h) * K;
     float * kb_part = job->dkb_part + (x.n * H + x.h) * K;
-    memset(qb_part, 0, (size_t) K * sizeof(float));
-    memset(kb_part, 0, (size_t) K * sizeof(float));
+    memset(qb_part, 0, (size_t)K * sizeof(float));
+    memset(kb_part, 0, (size_t)K * sizeof(float));
     job->dd_part[x.n * H + x.h] = 0.0f;
     if (x.len == 0) {
         empty_sequence(&x);
@@ -651,7 +688,7 @@ static void head_grads(bwd_task_ctx * xp) {
         for (int64_t v = 0; v < V; ++v)
             k->load_row(s->ds + v * K, t->data, t->dtype, ssmi_off4(t, x.n, x.h, v, 0), t->strides[3], K);
     } else {
-        memset(s->ds, 0, (size_t) VK * sizeof(float));
+        memset(s->ds, 0, (size_t)VK * sizeof(float));
     }
     transpose(s->ds, V, K, K, s->dst, V);
     if (A > 0) {
@@ -659,17 +696,17 @@ static void head_grads(bwd_task_ctx * xp) {
             k->load_row(s->gacc, a->dfinal_angle_state.data, a->dfinal_angle_state.dtype,
                         ssmi_off3(&a->dfinal_angle_state, x.n, x.h, 0), a->dfinal_angle_state.strides[2], A);
         else
-            memset(s->gacc, 0, (size_t) A * sizeof(float));
+            memset(s->gacc, 0, (size_t)A * sizeof(float));
     }
-    memset(s->qbacc, 0, (size_t) K * sizeof(float));
-    memset(s->kbacc, 0, (size_t) K * sizeof(float));
+    memset(s->qbacc, 0, (size_t)K * sizeof(float));
+    memset(s->kbacc, 0, (size_t)K * sizeof(float));
     float dd = 0.0f;
 
     const int64_t nchunks = (x.len + C - 1) / C;
     for (int64_t c = nchunks - 1; c >= 0; --c) {
-        const int64_t i0  = c * C;
-        const int64_t Lc  = x.len - i0 < C ? x.len - i0 : C;
-        const float * sc  = s->states + c * VK;
+        const int64_t i0 = c * C;
+        const int64_t Lc = x.len - i0 < C ? x.len - i0 : C;
+        const float * sc = s->states + c * VK;
         const float   ecl = chunk_decays(&x, i0, Lc);
         chunk_qk(&x, i0, Lc, 1);
         chunk_dy(&x, i0, Lc);
@@ -682,26 +719,26 @@ static void head_grads(bwd_task_ctx * xp) {
 
     const float dc = d->has_states ? initial_state_grads(&x) : 0.0f;
     sequence_trapezoid(&x, dc);
-    memcpy(qb_part, s->qbacc, (size_t) K * sizeof(float));
-    memcpy(kb_part, s->kbacc, (size_t) K * sizeof(float));
+    memcpy(qb_part, s->qbacc, (size_t)K * sizeof(float));
+    memcpy(kb_part, s->kbacc, (size_t)K * sizeof(float));
     job->dd_part[x.n * H + x.h] = dd;
 }
 
 /* Task (sequence n, Q/K head g, head block blk): the block's heads one after the other,
  * so their dq̃, dk̃ add up in head order in the block's workspace slot. */
 static void bwd_task(void * arg, int64_t task, int32_t thread) {
-    const bwd_job *          job = (const bwd_job *) arg;
-    const ssmi_mamba3_dims * d   = job->d;
+    const bwd_job *          job = (const bwd_job *)arg;
+    const ssmi_mamba3_dims * d = job->d;
     const int64_t            Hq = d->nheads_qk, G = d->nheads / Hq, nb = job->l.nblocks, hb = job->l.head_block;
     bwd_task_ctx             x;
     x.job = job;
-    x.n   = task / (Hq * nb);
-    x.g   = (task / nb) % Hq;
+    x.n = task / (Hq * nb);
+    x.g = (task / nb) % Hq;
     x.blk = task % nb;
     ssmi_cpu_m3_sequence(d, &job->a->cu_seqlens, x.n, &x.row, &x.t0, &x.len);
-    carve(d, job->l.max_len, job->l.max_chunks, job->scratch + (int64_t) thread * job->l.thread_floats, &x.s);
+    carve(d, job->l.max_len, job->l.max_chunks, job->scratch + (int64_t)thread * job->l.thread_floats, &x.s);
     for (int64_t j = 0; j < hb; ++j) {
-        x.h              = x.g * G + x.blk * hb + j;
+        x.h = x.g * G + x.blk * hb + j;
         x.first_in_block = j == 0;
         head_grads(&x);
     }
@@ -709,23 +746,23 @@ static void bwd_task(void * arg, int64_t task, int32_t thread) {
 
 /* ---- pass 2: dq, dk summed over the heads of each group, in head order ---------------- */
 static void reduce_task(void * arg, int64_t task, int32_t thread) {
-    (void) thread;
-    const bwd_job *          job = (const bwd_job *) arg;
-    const ssmi_mamba3_dims * d   = job->d;
+    (void)thread;
+    const bwd_job *          job = (const bwd_job *)arg;
+    const ssmi_mamba3_dims * d = job->d;
     const int64_t            S = d->seqlen, Hq = d->nheads_qk, K = d->dk, nb = job->l.nblocks;
     const int64_t            slot = d->batch * S * Hq * K; /* floats per head-block slot */
     const int64_t            blocks = (S + BWD_REDUCE_BLOCK - 1) / BWD_REDUCE_BLOCK;
     const int64_t            b = task / blocks, tb = (task % blocks) * BWD_REDUCE_BLOCK;
-    const int64_t            te  = tb + BWD_REDUCE_BLOCK < S ? tb + BWD_REDUCE_BLOCK : S;
-    float *                  acc = job->scratch + (int64_t) thread * job->l.thread_floats;
+    const int64_t            te = tb + BWD_REDUCE_BLOCK < S ? tb + BWD_REDUCE_BLOCK : S;
+    float *                  acc = job->scratch + (int64_t)thread * job->l.thread_floats;
     for (int which = 0; which < 2; ++which) {
-        const float *      ws  = which == 0 ? job->dq_ws : job->dk_ws;
+        const float *      ws = which == 0 ? job->dq_ws : job->dk_ws;
         const ssm_tensor * out = which == 0 ? &job->a->dq : &job->a->dk;
         if (ws == NULL) continue;
         for (int64_t t = tb; t < te; ++t)
             for (int64_t g = 0; g < Hq; ++g) {
                 const float * src = ws + ((b * S + t) * Hq + g) * K;
-                memcpy(acc, src, (size_t) K * sizeof(float));
+                memcpy(acc, src, (size_t)K * sizeof(float));
                 for (int64_t blk = 1; blk < nb; ++blk)
                     for (int64_t j = 0; j < K; ++j) acc[j] += src[blk * slot + j];
                 job->k->store_row(out->data, out->dtype, ssmi_off4(out, b, t, g, 0), out->strides[3], acc, K);
@@ -736,14 +773,14 @@ static void reduce_task(void * arg, int64_t task, int32_t thread) {
 /* ---- pass 3: bias and d gradients summed over sequences, in sequence order -------------- */
 static void reduce_over_sequences(const bwd_job * job) {
     const ssm_mamba3_siso_bwd_args * a = job->a;
-    const int64_t NS = job->d->nseq, H = job->d->nheads, K = job->d->dk;
-    float *       acc = job->scratch; /* thread 0's scratch, free again */
+    const int64_t                    NS = job->d->nseq, H = job->d->nheads, K = job->d->dk;
+    float *                          acc = job->scratch; /* thread 0's scratch, free again */
     for (int which = 0; which < 2; ++which) {
-        const ssm_tensor * out  = which == 0 ? &a->dq_bias : &a->dk_bias;
+        const ssm_tensor * out = which == 0 ? &a->dq_bias : &a->dk_bias;
         const float *      part = which == 0 ? job->dqb_part : job->dkb_part;
         if (!ssmi_present(out)) continue;
         for (int64_t h = 0; h < H; ++h) {
-            memset(acc, 0, (size_t) K * sizeof(float));
+            memset(acc, 0, (size_t)K * sizeof(float));
             for (int64_t n = 0; n < NS; ++n)
                 for (int64_t j = 0; j < K; ++j) acc[j] += part[(n * H + h) * K + j];
             job->k->store_row(out->data, out->dtype, ssmi_off2(out, h, 0), out->strides[1], acc, K);
@@ -778,7 +815,7 @@ static bwd_layout plan_bwd(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd
      * fp32 instead of G) and fewer partial sums; the choice depends on the shape only, so
      * the summation order, and the result, is the same for every thread count. */
     const int64_t G = d->nheads / d->nheads_qk;
-    l.nblocks       = G;
+    l.nblocks = G;
     if (l.gqa_ws)
         for (int64_t nb = 1; nb <= G; ++nb)
             if (G % nb == 0 && (d->nseq * d->nheads_qk * nb >= BWD_MIN_TASKS || nb == G)) {
@@ -794,40 +831,40 @@ static bwd_layout plan_bwd(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd
 
 ssm_status ssmi_cpu_mamba3_siso_bwd(ssm_context * ctx, const ssm_mamba3_params * p, const ssmi_mamba3_dims * d,
                                     const ssm_mamba3_siso_bwd_args * a) {
-    (void) p;
+    (void)p;
     if (d->nheads == 0) return SSM_STATUS_OK;
     bwd_job job;
     memset(&job, 0, sizeof job);
-    job.a      = a;
-    job.d      = d;
-    job.m3     = ssmi_cpu_m3_kernels_for(ctx);
-    job.k      = job.m3->base;
-    job.l      = plan_bwd(d, a);
+    job.a = a;
+    job.d = d;
+    job.m3 = ssmi_cpu_m3_kernels_for(ctx);
+    job.k = job.m3->base;
+    job.l = plan_bwd(d, a);
     job.want_y = ssmi_present(&a->z) && ssmi_present(&a->dz);
 
     const int64_t threads = ssmi_num_threads(ctx);
-    const size_t  tok_ws  = job.l.gqa_ws ? (size_t) (job.l.nblocks * d->batch * d->seqlen * d->nheads_qk * d->dk) : 0;
-    const size_t  part    = (size_t) ssmi_cpu_lines(d->nseq * d->nheads * d->dk);
-    const size_t  floats  = (size_t) threads * (size_t) job.l.thread_floats +
-                          (ssmi_present(&a->dq) ? (size_t) ssmi_cpu_lines((int64_t) tok_ws) : 0) +
-                          (ssmi_present(&a->dk) ? (size_t) ssmi_cpu_lines((int64_t) tok_ws) : 0) + 2 * part +
-                          (size_t) ssmi_cpu_lines(d->nseq * d->nheads);
+    const size_t  tok_ws = job.l.gqa_ws ? (size_t)(job.l.nblocks * d->batch * d->seqlen * d->nheads_qk * d->dk) : 0;
+    const size_t  part = (size_t)ssmi_cpu_lines(d->nseq * d->nheads * d->dk);
+    const size_t  floats = (size_t)threads * (size_t)job.l.thread_floats +
+                          (ssmi_present(&a->dq) ? (size_t)ssmi_cpu_lines((int64_t)tok_ws) : 0) +
+                          (ssmi_present(&a->dk) ? (size_t)ssmi_cpu_lines((int64_t)tok_ws) : 0) + 2 * part +
+                          (size_t)ssmi_cpu_lines(d->nseq * d->nheads);
     if (floats > SIZE_MAX / sizeof(float))
         return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "mamba3_siso_bwd: scratch size overflows size_t");
-    float * base = (float *) ssmi_alloc(ctx, floats * sizeof(float));
+    float * base = (float *)ssmi_alloc(ctx, floats * sizeof(float));
     if (base == NULL)
         return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "mamba3_siso_bwd: could not allocate %zu bytes of scratch",
                           floats * sizeof(float));
     float * cur = base;
     job.scratch = cur;
-    cur += (size_t) threads * (size_t) job.l.thread_floats;
+    cur += (size_t)threads * (size_t)job.l.thread_floats;
     if (job.l.gqa_ws && ssmi_present(&a->dq)) {
         job.dq_ws = cur;
-        cur += ssmi_cpu_lines((int64_t) tok_ws);
+        cur += ssmi_cpu_lines((int64_t)tok_ws);
     }
     if (job.l.gqa_ws && ssmi_present(&a->dk)) {
         job.dk_ws = cur;
-        cur += ssmi_cpu_lines((int64_t) tok_ws);
+        cur += ssmi_cpu_lines((int64_t)tok_ws);
     }
     job.dqb_part = cur;
     cur += part;
