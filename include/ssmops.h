@@ -621,6 +621,152 @@ typedef struct ssm_mamba3_siso_step_args {
 SSM_API ssm_status ssm_mamba3_siso_step(ssm_context * ctx, const ssm_mamba3_params * params,
                                         const ssm_mamba3_siso_step_args * args);
 
+/* =======================================================================================
+ * Mamba-3 MIMO. Math: docs/ops/mamba3_mimo.md and spec mamba3_mimo.md.
+ * Dimensions: B, S, H (value heads), G (q/k heads, H % G == 0, g(h) = h / (H/G)), R (rank),
+ * N (state size = q/k width, even, N % div == 0), P (value width), C (chunk, C·R ≤ 1024),
+ * div ∈ {2, 4} (rotary_dim_divisor), A = N/div rotated pairs (a, a + N/2) ("split
+ * halves", not SISO's interleaved pairs), NS (sequences), nc = ceil(S/C).
+ * Per value head h, token t, rank r (λ = σ(trap), γ_t = dt_t·λ_t,
+ * σ̄_t = dt_{t+1}·σ(−trap_{t+1}) (0 at a sequence's last token), c_t = γ_t + σ̄_t):
+ *   q̄ = q[t,r,g] + q_bias[h,r], k̄ likewise; q̃ = Rot(θ_t) q̄, k̃ = Rot(θ_t) k̄
+ *   u[t,r] = v[t,h] ⊙ mimo_v[h,r]
+ *   h_t = e^{adt_t} h_{t−1} + (1−λ_t)·dt_t·e^{adt_t}·Σ_r k̃[t−1,r]⊗u[t−1,r] + γ_t·Σ_r k̃[t,r]⊗u[t,r]
+ *   y[t,r] = h_tᵀ q̃[t,r] + d_h·u[t,r]
+ *   gate: y' = y ⊙ silu(z ⊙ mimo_z[h,r]) (z given); fused norm: y' = y·rstd_P(y) ⊙ w[h] ⊙ silu(..)
+ *   out[t,h] = Σ_r y'[t,r] ⊙ mimo_o[h,r] (mimo_o given), else out[t,r,h] = y'[t,r]
+ * States (as decode carries them): angle_state (NS,H,A) = θ of the last token,
+ * ssm_state (NS,H,P,N) = h of the last token (P-major, as decode uses it), k_state
+ * (NS,R,H,N) = k̃ of the last token (not scaled by c), v_state (NS,H,P) = v of the last
+ * token. No exponent is clamped; inputs are computed as given.
+ * ======================================================================================= */
+typedef struct ssm_mamba3_mimo_params {
+    size_t  size;                   /* sizeof(ssm_mamba3_mimo_params), set by _init           */
+    int64_t chunk_size;             /* C (default 16 = 64/R for R = 4)                        */
+    int32_t rotary_dim_divisor;     /* 2 or 4 (default 4)                                     */
+    int32_t fuse_pregate_norm;      /* fused pre-gate headwise RMSNorm (needs z, mimo_z,
+                                       mimo_o); default 0                                     */
+    double  norm_eps;               /* default 1e-5                                           */
+} ssm_mamba3_mimo_params;
+
+SSM_API void ssm_mamba3_mimo_params_init(ssm_mamba3_mimo_params * params);
+
+/* Backward phase 1 with the seed NPU operator's interface (spec §3.4): re-runs the chunked
+ * forward from the given cumulative angles and the given da_cs / da_cs_rev / segsum
+ * (independent inputs: used as given, never recomputed), and returns the gradients that
+ * need only per-token forward values. No varlen, no initial states, no fused norm here.
+ * The reference backend follows ctx's ref_mode: SSM_REF_EXACT (float64) or
+ * SSM_REF_UPSTREAM_BF16 (rounds to bf16 exactly where upstream's kernel does, §5.1). */
+typedef struct ssm_mamba3_mimo_bwd_fwd_args {
+    ssm_tensor dout;      /* in  (B,S,H,P) with mimo_o, else (B,S,R,H,P)                      */
+    ssm_tensor q, k;      /* in  (B,S,R,G,N)                                                  */
+    ssm_tensor v;         /* in  (B,S,H,P)           compute dtype = v's dtype                */
+    ssm_tensor q_bias;    /* in  (H,R,N)                                                      */
+    ssm_tensor k_bias;    /* in  (H,R,N)                                                      */
+    ssm_tensor mimo_v;    /* in  (H,R,P)                                                      */
+    ssm_tensor mimo_o;    /* in  (H,R,P)             optional (selects the reduced dout)      */
+    ssm_tensor z;         /* in  (B,S,H,P)           optional, with mimo_z                    */
+    ssm_tensor mimo_z;    /* in  (H,R,P)             optional, with z                         */
+    ssm_tensor angles;    /* in  (B,S,H,A)           cumulative θ                             */
+    ssm_tensor da_cs;     /* in  (B,H,S)                                                      */
+    ssm_tensor da_cs_rev; /* in  (B,H,S)                                                      */
+    ssm_tensor dt;        /* in  (B,H,S)                                                      */
+    ssm_tensor trap;      /* in  (B,H,S)             pre-sigmoid                              */
+    ssm_tensor d;         /* in  (H)                 optional                                 */
+    ssm_tensor segsum;    /* in  (B,H,nc,C,C)                                                 */
+    ssm_tensor dmimo_o;   /* out (B,H,R,P)           optional; needs mimo_o                   */
+    ssm_tensor states;    /* out (B,H,nc,N,P)        optional; Ŝ entering each chunk          */
+    ssm_tensor dz;        /* out (B,S,H,P)           optional; needs z                        */
+    ssm_tensor dmimo_z;   /* out (B,H,R,P)           optional; needs z                        */
+    ssm_tensor qk_dot;    /* out (B,H,S,R,R)         optional; q̄[t,r]·k̄[t,r']                 */
+} ssm_mamba3_mimo_bwd_fwd_args;
+SSM_API ssm_status ssm_mamba3_mimo_bwd_fwd(ssm_context * ctx, const ssm_mamba3_mimo_params * params,
+                                           const ssm_mamba3_mimo_bwd_fwd_args * args);
+
+/* The MIMO forward a model calls (spec §3.3, §3.7): raw angles and adt in (the angle
+ * cumsum and the chunk decays are formed inside, fp32), optional initial states (all four
+ * or none), optional final states, varlen (each sequence's final_v_state is its own last
+ * v — upstream returns the packed tensor's last token for every sequence). */
+typedef struct ssm_mamba3_mimo_args {
+    ssm_tensor q, k;                /* in  (B,S,R,G,N)                                        */
+    ssm_tensor v;                   /* in  (B,S,H,P)                                          */
+    ssm_tensor adt, dt, trap;       /* in  (B,H,S)            trap pre-sigmoid                */
+    ssm_tensor q_bias, k_bias;      /* in  (H,R,N)                                            */
+    ssm_tensor mimo_v;              /* in  (H,R,P)                                            */
+    ssm_tensor mimo_z;              /* in  (H,R,P)            optional, with z                */
+    ssm_tensor mimo_o;              /* in  (H,R,P)            optional: reduced output        */
+    ssm_tensor angles;              /* in  (B,S,H,A)          raw rates                       */
+    ssm_tensor d;                   /* in  (H)                optional                        */
+    ssm_tensor z;                   /* in  (B,S,H,P)          optional, with mimo_z           */
+    ssm_tensor outproj_norm_weight; /* in  (H,P)              optional, fused norm (1s)       */
+    ssm_tensor angle_state;         /* in  (NS,H,A)           optional (all four or none)     */
+    ssm_tensor ssm_state;           /* in  (NS,H,P,N)                                         */
+    ssm_tensor k_state;             /* in  (NS,R,H,N)                                         */
+    ssm_tensor v_state;             /* in  (NS,H,P)                                           */
+    ssm_tensor cu_seqlens;          /* in  (NS+1) i32/i64     optional                        */
+    ssm_tensor out;                 /* out (B,S,H,P) with mimo_o, else (B,S,R,H,P)            */
+    ssm_tensor final_angle_state;   /* out (NS,H,A)           optional, in [0, 2π)            */
+    ssm_tensor final_ssm_state;     /* out (NS,H,P,N)         optional                        */
+    ssm_tensor final_k_state;       /* out (NS,R,H,N)         optional                        */
+    ssm_tensor final_v_state;       /* out (NS,H,P)           optional                        */
+} ssm_mamba3_mimo_args;
+SSM_API ssm_status ssm_mamba3_mimo(ssm_context * ctx, const ssm_mamba3_mimo_params * params,
+                                   const ssm_mamba3_mimo_args * args);
+
+/* Every gradient of ssm_mamba3_mimo (spec §3.5-§3.6, §4), recomputing the forward from its
+ * inputs. dout required, dfinal_* optional (= 0); every gradient output optional (absent =
+ * not written) and allowed only where its input exists. Parameter gradients are summed
+ * over batch (and sequences) in a fixed order. */
+typedef struct ssm_mamba3_mimo_bwd_args {
+    ssm_tensor q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_o, angles, d, z;
+    ssm_tensor outproj_norm_weight, angle_state, ssm_state, k_state, v_state, cu_seqlens;
+    ssm_tensor dout;                 /* in  as out                                            */
+    ssm_tensor dfinal_angle_state;   /* in  (NS,H,A)        optional                          */
+    ssm_tensor dfinal_ssm_state;     /* in  (NS,H,P,N)      optional                          */
+    ssm_tensor dfinal_k_state;       /* in  (NS,R,H,N)      optional                          */
+    ssm_tensor dfinal_v_state;       /* in  (NS,H,P)        optional                          */
+    ssm_tensor dq, dk;               /* out (B,S,R,G,N)                                       */
+    ssm_tensor dv, dz;               /* out (B,S,H,P)                                         */
+    ssm_tensor dq_bias, dk_bias;     /* out (H,R,N)                                           */
+    ssm_tensor dmimo_v, dmimo_z, dmimo_o; /* out (H,R,P)                                      */
+    ssm_tensor dd;                   /* out (H)                                               */
+    ssm_tensor dadt, ddt, dtrap;     /* out (B,H,S)          dtrap w.r.t. the pre-sigmoid     */
+    ssm_tensor dangles;              /* out (B,S,H,A)        w.r.t. the raw angles            */
+    ssm_tensor doutproj_norm_weight; /* out (H,P)            fused norm only                  */
+    ssm_tensor dangle_state, dssm_state, dk_state, dv_state; /* out, with the input states    */
+} ssm_mamba3_mimo_bwd_args;
+SSM_API ssm_status ssm_mamba3_mimo_bwd(ssm_context * ctx, const ssm_mamba3_mimo_params * params,
+                                       const ssm_mamba3_mimo_bwd_args * args);
+
+/* Decode: one token per batch row (spec §3.9) in the prefill conventions (pre-sigmoid
+ * trap, adt, raw angles, the same parameter layouts): θ_new = angle_state +
+ * π·tanh(angles)·dt (not wrapped, as upstream's decode), then one step of the recurrence.
+ * The z gate applies per rank in both output modes, as in the forward (upstream's decode
+ * ignores z without mimo_o). State pool, state_batch_indices, padding rows and the
+ * in-place rule exactly as ssm_mamba3_siso_step. */
+typedef struct ssm_mamba3_mimo_step_args {
+    ssm_tensor q, k;                /* in  (B,R,G,N)                                          */
+    ssm_tensor v, z;                /* in  (B,H,P)            z optional (with mimo_z)        */
+    ssm_tensor adt, dt, trap;       /* in  (B,H)                                              */
+    ssm_tensor angles;              /* in  (B,H,A)            raw rates of this token         */
+    ssm_tensor q_bias, k_bias;      /* in  (H,R,N)                                            */
+    ssm_tensor mimo_v, mimo_z, mimo_o; /* in (H,R,P)          mimo_z, mimo_o optional         */
+    ssm_tensor d;                   /* in  (H)                optional                        */
+    ssm_tensor outproj_norm_weight; /* in  (H,P)              optional, fused norm            */
+    ssm_tensor angle_state;         /* in  (slots,H,A)                                        */
+    ssm_tensor ssm_state;           /* in  (slots,H,P,N)                                      */
+    ssm_tensor k_state;             /* in  (slots,R,H,N)                                      */
+    ssm_tensor v_state;             /* in  (slots,H,P)                                        */
+    ssm_tensor state_batch_indices; /* in  (B) i32/i64        optional                        */
+    ssm_tensor out;                 /* out (B,H,P) with mimo_o, else (B,R,H,P)                */
+    ssm_tensor final_angle_state;   /* out (slots,H,A)        optional, may alias             */
+    ssm_tensor final_ssm_state;     /* out (slots,H,P,N)      optional, may alias             */
+    ssm_tensor final_k_state;       /* out (slots,R,H,N)      optional, may alias             */
+    ssm_tensor final_v_state;       /* out (slots,H,P)        optional, may alias             */
+} ssm_mamba3_mimo_step_args;
+SSM_API ssm_status ssm_mamba3_mimo_step(ssm_context * ctx, const ssm_mamba3_mimo_params * params,
+                                        const ssm_mamba3_mimo_step_args * args);
+
 #ifdef __cplusplus
 }
 #endif

@@ -190,4 +190,22 @@ typedef struct ssmi_mamba3_dims {
     int32_t has_states; /* initial states given                                */
 } ssmi_mamba3_dims;
 
+/* ---- Mamba-3 MIMO problem description (filled by ops/mamba3_mimo.c) ------------------ */
+typedef struct ssmi_mimo_dims {
+    int64_t batch;     /* B                                                     */
+    int64_t seqlen;    /* S (0 for the step)                                    */
+    int64_t nheads;    /* H                                                     */
+    int64_t ngroups;   /* G                                                     */
+    int64_t rank;      /* R                                                     */
+    int64_t dstate;    /* N                                                     */
+    int64_t headdim;   /* P                                                     */
+    int64_t nangles;   /* A = N / div                                           */
+    int64_t chunk;     /* C                                                     */
+    int64_t nchunks;   /* nc = ceil(S / C) (dense)                              */
+    int64_t nseq;      /* NS: B, or nseq with cu_seqlens; slots for the step    */
+    int32_t varlen;    /* cu_seqlens given                                      */
+    int32_t has_states; /* initial states given                                */
+    int32_t reduce_o;  /* mimo_o given                                          */
+} ssmi_mimo_dims;
+
 #endif /* SSMI_H */
