@@ -100,6 +100,18 @@ static int time_op(const cli_problem * pb, ssm_context * ctx, int fixed_reps, be
     return CLI_EXIT_OK;
 }
 
+static int has_shape(const cli_problem * pb, const char * key) {
+    return cli_key_index(pb->op->shape_keys, key) >= 0;
+}
+
+/* Tokens one call processes: B·S for sequence operators, M rows for row-wise ones
+ * (rmsnorm), B for decode steps (one token per batch row). */
+static double tokens_per_call(const cli_problem * pb) {
+    if (has_shape(pb, "S")) return (double)(cli_shape(pb, "B") * cli_shape(pb, "S"));
+    if (has_shape(pb, "M")) return (double)cli_shape(pb, "M");
+    return has_shape(pb, "B") ? (double)cli_shape(pb, "B") : 1.0;
+}
+
 static void json_object_of(FILE * f, const cli_key * keys, const cli_value * values, int numeric_ints) {
     fputc('{', f);
     for (int i = 0; keys[i].name; ++i) {
@@ -174,7 +186,8 @@ int cli_cmd_bench(const cli_options * opt) {
     if (cli_measure_ceilings(threads, 1, opt->buffer_mib > 0 ? opt->buffer_mib : 256, &ceil) != 0)
         fprintf(stderr, "ssmops: warning: could not measure the ceilings; fractions are 0\n");
 
-    const double tokens_s = (double)(cli_shape(&pb, "B") * cli_shape(&pb, "S")) / res.median_s;
+    const double tokens   = tokens_per_call(&pb);
+    const double tokens_s = tokens / res.median_s;
     const double gflops   = op->flops(&pb) / res.median_s * 1e-9;
     const double gbps     = op->bytes(&pb) / res.median_s * 1e-9;
     char         shape_text[256], param_text[512];
@@ -188,6 +201,10 @@ int cli_cmd_bench(const cli_options * opt) {
     printf("  time        median %.4f ms  min %.4f ms  max %.4f ms  (%d reps)\n", res.median_s * 1e3,
            res.min_s * 1e3, res.max_s * 1e3, res.reps);
     printf("  tokens/s    %.1f\n", tokens_s);
+    /* Decode steps: latency per token is what a serving stack budgets. */
+    if (!has_shape(&pb, "S") && !has_shape(&pb, "M"))
+        printf("  per token   %.3f us  (%.3f us per call of %.0f token(s))\n", res.median_s * 1e6 / tokens,
+               res.median_s * 1e6, tokens);
     printf("  GFLOP/s     %.2f  (%.1f%% of FMA peak %.1f GFLOP/s; %.4g GFLOP per call)\n", gflops,
            ceil.fma_gflops > 0 ? 100.0 * gflops / ceil.fma_gflops : 0.0, ceil.fma_gflops, op->flops(&pb) * 1e-9);
     printf("  GB/s        %.2f  (%.1f%% of copy bandwidth %.2f GB/s; %.4g MB per call)\n", gbps,

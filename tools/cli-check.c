@@ -14,9 +14,11 @@
 
 #include "cli.h"
 
+/* An output borrowed from an input (a state pool updated in place) keeps the input's
+ * values: the operator reads them. */
 static void poison_outputs(cli_problem * pb) {
     for (int i = 0; pb->op->args[i].name; ++i)
-        if (pb->op->args[i].output && pb->arg[i].mem) cli_fill(&pb->arg[i].view, NAN);
+        if (pb->op->args[i].output && pb->arg[i].mem && !pb->arg[i].borrowed) cli_fill(&pb->arg[i].view, NAN);
 }
 
 /* Runs the operator on pb with a fresh context; allocates the workspace it asks for. */
@@ -94,13 +96,15 @@ static int check_case(const cli_options * opt, const cli_op * op, const char * s
            (unsigned long long)opt->seed, shape_text, param_text[0] ? param_text : "-");
     fflush(stdout);
 
-    poison_outputs(&pb);
-    rc = run_op(&pb, opt->backend, threads, ssm_backend_name(opt->backend));
-    if (rc != CLI_EXIT_OK) goto done;
+    /* The twin copies the inputs before the backend runs: an operator that updates a state
+     * pool in place changes its input. */
     if (make_f64_twin(&pb, &ref, err, sizeof err) != 0) {
         rc = cli_fail("%s: %s", op->name, err);
         goto done;
     }
+    poison_outputs(&pb);
+    rc = run_op(&pb, opt->backend, threads, ssm_backend_name(opt->backend));
+    if (rc != CLI_EXIT_OK) goto done;
     poison_outputs(&ref);
     rc = run_op(&ref, SSM_BACKEND_REF, 1, "ref");
     if (rc != CLI_EXIT_OK) goto done;

@@ -1303,3 +1303,17 @@ const cli_op cli_op_mamba2_scan = {
     scan_flops,
     scan_bytes,
 };
+
+/* ---- shared with cli-mamba2-train.c ---------------------------------------------------------- */
+
+int cli_mamba2_validate(const cli_problem * pb, char * err, size_t errlen) {
+    return m2_validate(pb, err, errlen);
+}
+
+int cli_mamba2_scan_inputs(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
+    return scan_generate(pb, seed, err, errlen);
+}
+
+ssm_mamba2_params cli_mamba2_params(const cli_problem * pb) {
+    return params_of(pb);
+}

@@ -6,7 +6,8 @@
  * activations are converted to --dtype (what the operator computes in), parameters, states
  * and intermediates to fp32, index tensors stay int32/int64. Outputs are written as float32,
  * or float64 for the reference backend (which then computes straight into f64 tensors, so
- * `run --backend ref` reproduces float64 golden outputs).
+ * `run --backend ref` reproduces float64 golden outputs). A state pool the operator updates
+ * in place (decode steps) is written as final_<name>.npy.
  */
 #define _XOPEN_SOURCE 700
 
@@ -141,7 +142,7 @@ int cli_cmd_run(const cli_options * opt) {
         goto done;
     }
     for (int i = 0; op->args[i].name; ++i)
-        if (op->args[i].output && pb.arg[i].mem) cli_fill(&pb.arg[i].view, NAN);
+        if (op->args[i].output && pb.arg[i].mem && !pb.arg[i].borrowed) cli_fill(&pb.arg[i].view, NAN);
 
     ssm_status st = cli_context_create(opt->backend, opt->threads, &ctx);
     if (st != SSM_STATUS_OK) {

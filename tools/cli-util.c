@@ -55,13 +55,28 @@ void cli_buf_set_view(cli_buf * buf, int32_t ndim, const int64_t * shape, const 
 }
 
 void cli_buf_free(cli_buf * buf) {
-    free(buf->mem);
+    if (!buf->borrowed) free(buf->mem);
     memset(buf, 0, sizeof *buf);
 }
 
 int cli_buf_clone(cli_buf * dst, const ssm_tensor * src, ssm_dtype dtype) {
     if (cli_buf_alloc(dst, dtype, src->ndim, src->shape) != 0) return -1;
     cli_copy(&dst->view, src);
+    return 0;
+}
+
+int cli_buf_convert(cli_buf * buf, ssm_dtype dtype) {
+    if (!buf->mem || buf->borrowed || buf->view.data != buf->mem) return -1;
+    if (buf->view.dtype == (int32_t)dtype) return 0;
+    cli_buf out;
+    memset(&out, 0, sizeof out);
+    if (cli_buf_alloc(&out, dtype, buf->mem_ndim, buf->mem_shape) != 0) return -1;
+    const ssm_tensor mem = ssm_tensor_make(buf->mem, (ssm_dtype)buf->view.dtype, buf->mem_ndim, buf->mem_shape);
+    cli_copy(&out.view, &mem);
+    const ssm_tensor old = buf->view;
+    cli_buf_set_view(&out, old.ndim, old.shape, old.strides);
+    cli_buf_free(buf);
+    *buf = out;
     return 0;
 }
 

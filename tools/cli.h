@@ -31,7 +31,7 @@
 #endif
 
 #define CLI_MAX_KEYS 16 /* shape keys or param keys of one operator */
-#define CLI_MAX_ARGS 16 /* tensor arguments of one operator          */
+#define CLI_MAX_ARGS 40 /* tensor arguments of one operator          */
 #define CLI_ERR_LEN  512
 
 /* Exit statuses of every command. */
@@ -46,6 +46,7 @@ typedef struct cli_buf {
     int32_t    mem_ndim;
     int64_t    mem_shape[SSM_MAX_DIMS];
     ssm_tensor view;
+    int        borrowed; /* the memory belongs to another argument (an in-place output) */
 } cli_buf;
 
 int64_t cli_numel(int32_t ndim, const int64_t * shape);
@@ -56,6 +57,9 @@ void    cli_buf_set_view(cli_buf * buf, int32_t ndim, const int64_t * shape, con
 void    cli_buf_free(cli_buf * buf);
 /* A contiguous copy of a view's logical content in another dtype. */
 int     cli_buf_clone(cli_buf * dst, const ssm_tensor * src, ssm_dtype dtype);
+/* Converts the memory to another dtype in place of the old one, keeping the view's shape
+ * and strides (a strided layout stays that layout). */
+int     cli_buf_convert(cli_buf * buf, ssm_dtype dtype);
 
 /* Element access by element offset from t->data, any dtype, as double. */
 double cli_get(const ssm_tensor * t, int64_t offset);
@@ -254,6 +258,43 @@ typedef struct cli_ceilings {
     int    avx2;
 } cli_ceilings;
 int cli_measure_ceilings(int threads, int quick, int buffer_mib, cli_ceilings * out);
+
+/* ---- input generation and `run` binding shared by the operator families (cli-gen.c) ---- */
+void   cli_gen_normal(const ssm_tensor * t, cli_rng * rng);                     /* N(0,1)      */
+void   cli_gen_uniform(const ssm_tensor * t, cli_rng * rng, double lo, double hi); /* U(lo,hi) */
+double cli_log_uniform(cli_rng * rng, double lo, double hi);
+/* seq_idx (B,S) int32: `count` ids per row 0..count−1, boundaries at random tokens. */
+void   cli_gen_seq_idx(const ssm_tensor * t, int64_t count, cli_rng * rng);
+/* cu_seqlens (nseq+1) int32: random cuts of [0, S], empty sequences allowed. */
+void   cli_gen_cu_seqlens(const ssm_tensor * t, int64_t S, int64_t nseq, cli_rng * rng);
+/* state_batch_indices (B) int32 into a pool of `slots` ≥ B rows: distinct random slots,
+ * row 1 (when B > 1) is padding (−1). */
+void   cli_gen_slot_indices(const ssm_tensor * t, int64_t slots, cli_rng * rng);
+/* Allocates an input argument in its generation dtype (kind + compute dtype); −1 + message. */
+int    cli_gen_arg(cli_problem * pb, const char * name, int32_t ndim, const int64_t * shape, char * err,
+                   size_t errlen);
+/* Allocates an output argument (f64 or its dtype); −1 + message. */
+int    cli_out_arg(cli_problem * pb, const char * name, int f64, int32_t ndim, const int64_t * shape, char * err,
+                   size_t errlen);
+/* Output `out` updates input `in` in place: it becomes a borrowed view of in's memory
+ * (converted to f64 first when f64 is set, so the reference writes exact values). */
+int    cli_in_place(cli_problem * pb, const char * out, const char * in, int f64, char * err, size_t errlen);
+int    cli_present(const cli_problem * pb, const char * name);
+int64_t cli_dim(const cli_problem * pb, const char * name, int i);
+/* `run`: input `name` is present with `ndim` dims (else −1 + message). */
+int    cli_need_ndim(const cli_problem * pb, const char * name, int32_t ndim, char * err, size_t errlen);
+/* Shape key / param by name with a default when the operator lacks it. */
+int64_t cli_shape_or(const cli_problem * pb, const char * key, int64_t def);
+int64_t cli_param_or(const cli_problem * pb, const char * key, int64_t def);
+/* Every shape key >= 1 and every listed 0/1 param in range (usage errors). */
+int    cli_check_shape_positive(const cli_problem * pb, char * err, size_t errlen);
+int    cli_check_bools(const cli_problem * pb, const char * const * names, char * err, size_t errlen);
+
+/* Shared with cli-mamba2.c: the forward's validation, inputs and params (mamba2_scan_bwd
+ * has mamba2_scan's keys and inputs). */
+int               cli_mamba2_validate(const cli_problem * pb, char * err, size_t errlen);
+int               cli_mamba2_scan_inputs(cli_problem * pb, uint64_t seed, char * err, size_t errlen);
+ssm_mamba2_params cli_mamba2_params(const cli_problem * pb);
 
 /* ---- messages and helpers --------------------------------------------------------------- */
 int    cli_usage_error(const char * fmt, ...) CLI_PRINTF(1, 2); /* prints, returns 2 */
