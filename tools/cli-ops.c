@@ -4,7 +4,8 @@
  * A cli_op (cli.h) describes one operator: its shape keys and param keys (with defaults),
  * its tensor arguments (names = .npy files = C struct fields), and the functions that make
  * random inputs, bind loaded inputs, allocate outputs, call the library and count the work.
- * The families live in their own files (cli-mamba2.c); this file lists them.
+ * The families live in their own files (cli-mamba2.c, cli-mamba2-train.c, cli-layer.c,
+ * cli-mamba3-siso.c); this file lists them.
  */
 #define _XOPEN_SOURCE 700
 
@@ -20,11 +21,28 @@ extern const cli_op cli_op_mamba2_state_passing;
 extern const cli_op cli_op_mamba2_bmm;
 extern const cli_op cli_op_mamba2_chunk_scan;
 extern const cli_op cli_op_mamba2_scan;
+extern const cli_op cli_op_mamba2_scan_bwd;
+extern const cli_op cli_op_mamba2_step;
+extern const cli_op cli_op_causal_conv1d;
+extern const cli_op cli_op_causal_conv1d_bwd;
+extern const cli_op cli_op_causal_conv1d_update;
+extern const cli_op cli_op_rmsnorm_gated;
+extern const cli_op cli_op_rmsnorm_gated_bwd;
+extern const cli_op cli_op_mamba3_angle_cumsum;
+extern const cli_op cli_op_mamba3_angle_cumsum_bwd;
+extern const cli_op cli_op_mamba3_siso_fwd;
+extern const cli_op cli_op_mamba3_siso;
+extern const cli_op cli_op_mamba3_siso_bwd;
+extern const cli_op cli_op_mamba3_siso_step;
 
 const cli_op * const cli_ops[] = {
     &cli_op_mamba2_chunk_cumsum, &cli_op_mamba2_chunk_state, &cli_op_mamba2_state_passing,
     &cli_op_mamba2_bmm,          &cli_op_mamba2_chunk_scan,  &cli_op_mamba2_scan,
-    NULL,
+    &cli_op_mamba2_scan_bwd,     &cli_op_mamba2_step,        &cli_op_causal_conv1d,
+    &cli_op_causal_conv1d_bwd,   &cli_op_causal_conv1d_update, &cli_op_rmsnorm_gated,
+    &cli_op_rmsnorm_gated_bwd,   &cli_op_mamba3_angle_cumsum, &cli_op_mamba3_angle_cumsum_bwd,
+    &cli_op_mamba3_siso_fwd,     &cli_op_mamba3_siso,        &cli_op_mamba3_siso_bwd,
+    &cli_op_mamba3_siso_step,    NULL,
 };
 
 const cli_op * cli_find_op(const char * name) {

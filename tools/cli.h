@@ -7,6 +7,10 @@
  *                    k=v parsing, messages
  *   cli-ops.c        the operator table and what every command shares (problem setup)
  *   cli-mamba2.c     the Mamba-2 entries of the table
+ *   cli-mamba2-train.c  mamba2_scan_bwd and the decode step mamba2_step
+ *   cli-layer.c      causal_conv1d (+ _bwd, _update), rmsnorm_gated (+ _bwd)
+ *   cli-mamba3-siso.c   the Mamba-3 SISO entries
+ *   cli-gen.c        input generation, `run` binding and in-place helpers they share
  *   cli-check.c      `check`: backend vs float64 reference on seeded inputs
  *   cli-run.c        `run`: .npy in, operator, .npy out; the developer tool `compare`
  *   cli-bench.c      `bench OP`: timing, GFLOP/s, GB/s against the ceilings

@@ -123,7 +123,8 @@ static int parse_descr(const char * descr, char dtype[4], char * err, size_t err
     return 0;
 }
 
-static int parse_header(const char * text, size_t len, ssmnpy_array * out, char * err, size_t errlen) {
+static int parse_header(const char * text, size_t len, ssmnpy_array * out, int * fortran, char * err,
+                        size_t errlen) {
     npy_scan s = {text, text + len};
     int      have_descr = 0, have_order = 0, have_shape = 0;
     if (!scan_char(&s, '{')) return npy_fail(err, errlen, "npy: header is not a dictionary");
@@ -139,8 +140,13 @@ static int parse_header(const char * text, size_t len, ssmnpy_array * out, char 
             if (parse_descr(descr, out->dtype, err, errlen) != 0) return -1;
             have_descr = 1;
         } else if (strcmp(key, "fortran_order") == 0) {
-            if (scan_word(&s, "True")) return npy_fail(err, errlen, "npy: fortran_order True is not supported");
-            if (!scan_word(&s, "False")) return npy_fail(err, errlen, "npy: header 'fortran_order' is not a bool");
+            if (scan_word(&s, "True")) {
+                *fortran = 1;
+            } else if (scan_word(&s, "False")) {
+                *fortran = 0;
+            } else {
+                return npy_fail(err, errlen, "npy: header 'fortran_order' is not a bool");
+            }
             have_order = 1;
         } else if (strcmp(key, "shape") == 0) {
             if (scan_shape(&s, &out->ndim, out->shape, err, errlen) != 0) return -1;
@@ -174,6 +180,31 @@ static int array_bytes(int32_t ndim, const int64_t * shape, size_t itemsize, siz
     return 0;
 }
 
+/* numpy writes a Fortran-ordered array with its first index fastest: permute it into the C
+ * order every caller expects (element by element; test vectors are small). */
+static int fortran_to_c_order(ssmnpy_array * a, char * err, size_t errlen) {
+    const size_t isz = ssmnpy_itemsize(a->dtype);
+    unsigned char * c = malloc(a->nbytes);
+    if (c == NULL) return npy_fail(err, errlen, "npy: out of memory reordering a Fortran-order array");
+    int64_t idx[8] = {0};
+    const size_t n = a->nbytes / isz;
+    for (size_t e = 0; e < n; ++e) { /* e walks C order; idx is its multi-index */
+        size_t f_off = 0, stride = 1;
+        for (int32_t d = 0; d < a->ndim; ++d) {
+            f_off += (size_t)idx[d] * stride;
+            stride *= (size_t)a->shape[d];
+        }
+        memcpy(c + e * isz, (const unsigned char *)a->data + f_off * isz, isz);
+        for (int32_t d = a->ndim - 1; d >= 0; --d) {
+            if (++idx[d] < a->shape[d]) break;
+            idx[d] = 0;
+        }
+    }
+    free(a->data);
+    a->data = c;
+    return 0;
+}
+
 static int read_all(const char * path, FILE * f, ssmnpy_array * out, char * err, size_t errlen) {
     unsigned char pre[8];
     if (fread(pre, 1, 8, f) != 8 || memcmp(pre, npy_magic, 6) != 0)
@@ -200,7 +231,8 @@ static int read_all(const char * path, FILE * f, ssmnpy_array * out, char * err,
         return npy_fail(err, errlen, "npy: %s is truncated in the header", path);
     }
     text[hlen] = '\0';
-    const int rc = parse_header(text, hlen, out, err, errlen);
+    int       fortran = 0;
+    const int rc = parse_header(text, hlen, out, &fortran, err, errlen);
     free(text);
     if (rc != 0) return -1;
 
@@ -215,6 +247,7 @@ static int read_all(const char * path, FILE * f, ssmnpy_array * out, char * err,
         return npy_fail(err, errlen, "npy: %s is truncated: expected %zu data bytes", path, bytes);
     }
     out->nbytes = bytes;
+    if (fortran && out->ndim > 1 && bytes > 0) return fortran_to_c_order(out, err, errlen);
     return 0;
 }
 

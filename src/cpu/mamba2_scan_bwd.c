@@ -42,6 +42,7 @@
 #include <string.h>
 
 #include "cpu_common.h"
+#include "kernels/bwd/bwd-tables.h"
 #include "ssmi_cpu.h"
 
 #define BWD_CHUNK      32 /* internal chunk: the exact decomposition lets us choose (see mamba2_scan.c) */
@@ -127,6 +128,7 @@ typedef struct bwd_job {
     const ssmi_mamba2_dims *         dims;
     const ssm_mamba2_scan_bwd_args * args;
     const ssmi_cpu_kernels *         kernels;
+    const ssmi_cpu_bwd_kernels *     bwdk; /* transpose (kernels/bwd) */
     const bwd_segment *              segments;
     const int64_t *                  unit_start; /* segments of unit u: [unit_start[u], unit_start[u+1]) */
     int64_t                          head_block, blocks; /* blocks per group */
@@ -199,28 +201,20 @@ static void chunk_dt(const bwd_job * job, int64_t row, int64_t t0, int64_t len, 
     float       run = 0.0f;
     for (int64_t i = 0; i < len; ++i) {
         const float pre = ssmi_get_f32(&a->dt, ssmi_off3(&a->dt, row, t0 + i, h)) + bias;
-        const float v   = ssmi_cpu_process_dt(pre, prm->dt_softplus, lo, hi);
+        /* ssmi_cpu_process_dt, with the softplus value kept for the chain factor */
+        const int sp = prm->dt_softplus && pre <= 20.0f;
+        const float u  = sp ? log1pf(expf(pre)) : pre; /* before the clamp */
+        float       v  = u;
+        if (v < lo) v = lo;
+        if (v > hi) v = hi;
         if (dfac != NULL) {
-            const int sp  = prm->dt_softplus && pre <= 20.0f;
-            const float u = sp ? log1pf(expf(pre)) : pre; /* before the clamp */
-            float       f = sp ? 1.0f / (1.0f + expf(-pre)) : 1.0f;
+            float f = sp ? 1.0f / (1.0f + expf(-pre)) : 1.0f;
             if (u < lo || u > hi) f = 0.0f;
             dfac[i] = f;
         }
         run += v * ah;
         dtv[i] = v;
         cm[i]  = run;
-    }
-}
-
-/* rows × cols tile `src` (row stride ss) transposed into dst (row stride ds), each source
- * row i scaled by scale[i] (NULL = 1). */
-static void transpose_scaled(int64_t rows, int64_t cols, const float * src, int64_t ss, const float * scale,
-                             float * dst, int64_t ds) {
-    for (int64_t i = 0; i < rows; ++i) {
-        const float   s = scale != NULL ? scale[i] : 1.0f;
-        const float * x = src + i * ss;
-        for (int64_t j = 0; j < cols; ++j) dst[j * ds + i] = x[j] * s;
     }
 }
 
@@ -397,9 +391,9 @@ static void head_backward(const bwd_job * job, const head_ctx * hc, const bwd_ti
             w->r[j] = w->dtv[j] * s;
         }
         /* dB_stᵀ = G·(x·e^{cl−cm}·dt)ᵀ into this chunk's block tile */
-        transpose_scaled(L, P, w->xt, P, NULL, w->xtr, Q);
+        job->bwdk->transpose(L, P, w->xt, P, NULL, w->xtr, Q);
         if (want_db) {
-            transpose_scaled(L, P, w->xt, P, w->wexp, w->xts, Q);
+            job->bwdk->transpose(L, P, w->xt, P, w->wexp, w->xts, Q);
             k->gemm(N, L, P, gst, P, 1, w->xts, Q, w->dbt + c * tq, Q, NULL, 1.0f, 0);
         }
         /* e^{cl}·<G, S_c>: the chunk-total part of ddA */
@@ -442,7 +436,7 @@ static void head_backward(const bwd_job * job, const head_ctx * hc, const bwd_ti
         }
 
         /* dC_stᵀ = S_c·(δx·e^{cm})ᵀ, q, and the block tile of dC */
-        transpose_scaled(L, P, w->dy, P, w->ecm, w->dyte, Q);
+        job->bwdk->transpose(L, P, w->dy, P, w->ecm, w->dyte, Q);
         k->gemm(N, L, P, sc, P, 1, w->dyte, Q, w->tmpt, Q, NULL, 0.0f, 0);
         for (int64_t i = 0; i < L; ++i) w->q[i] = 0.0f;
         for (int64_t n = 0; n < N; ++n) {
@@ -500,8 +494,8 @@ static void segment_cb(const bwd_job * job, const bwd_segment * seg, int64_t g, 
         const int64_t L = seg->len - c * Q < Q ? seg->len - c * Q : Q, t0 = seg->t0 + c * Q;
         load_rows(k, &a->c, seg->row, t0, L, g, N, w->ct, N);
         load_rows(k, &a->b, seg->row, t0, L, g, N, w->br, N);
-        transpose_scaled(L, N, w->br, N, NULL, w->bts + c * tq, Q);
-        transpose_scaled(L, N, w->ct, N, NULL, w->cts + c * tq, Q);
+        job->bwdk->transpose(L, N, w->br, N, NULL, w->bts + c * tq, Q);
+        job->bwdk->transpose(L, N, w->ct, N, NULL, w->cts + c * tq, Q);
         k->gemm(L, L, N, w->ct, N, 1, w->bts + c * tq, Q, w->cbs + c * Q * Q, Q, NULL, 0.0f, 0);
         memset(w->dcbs + c * Q * Q, 0, (size_t) (Q * Q) * sizeof(float));
         memset(w->dbt + c * tq, 0, (size_t) tq * sizeof(float));
@@ -538,7 +532,7 @@ static void segment_dbdc(const bwd_job * job, const bwd_segment * seg, int64_t g
         }
         if (ssmi_present(&a->dc)) {
             /* dCᵀ[n][i] += Σ_j B[j][n]·dCB[i][j] */
-            transpose_scaled(L, L, dcb, Q, NULL, w->m0, Q);
+            job->bwdk->transpose(L, L, dcb, Q, NULL, w->m0, Q);
             k->gemm(N, L, L, w->bts + c * tq, Q, 1, w->m0, Q, w->dct + c * tq, Q, NULL, 1.0f, 0);
             store_tile(job, &a->dc, job->dcp, blk, seg->row, t0, L, g, w->dct + c * tq, w);
         }
@@ -677,6 +671,7 @@ ssm_status ssmi_cpu_mamba2_scan_bwd(ssm_context * ctx, const ssm_mamba2_params *
     job.dims          = d;
     job.args          = a;
     job.kernels       = ssmi_cpu_kernels_for(ctx);
+    job.bwdk          = ssmi_cpu_bwd_kernels_for(ctx);
     job.segments      = segs;
     job.unit_start    = unit_start;
     job.head_block    = hb;

@@ -41,6 +41,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/bwd/bwd-tables.h"
 #include "mamba3_common.h"
 #include "ssmi_cpu_mamba3.h"
 
@@ -64,6 +65,7 @@ typedef struct bwd_job {
     const ssmi_mamba3_dims *         d;
     const ssmi_cpu_kernels *         k;  /* gemm, exp, row load/store        */
     const ssmi_cpu_m3_kernels *      m3; /* rotary kernels                     */
+    const ssmi_cpu_bwd_kernels *     bk; /* transpose, per-token chains (bwd.h) */
     bwd_layout                       l;
     float *                          scratch;  /* threads × thread_floats            */
     float *                          dq_ws;    /* (nblocks, B, S, Hq, K) or NULL     */
@@ -93,7 +95,6 @@ typedef struct bwd_scratch {
     float * st, *ds, *dst;                               /* [K][V], [V][K], [K][V]     */
     float * cc, *ec, *wv, *dqk, *dcoef, *rr, *mv, *colw; /* [C]                   */
     float * gacc, *dth, *raw;                            /* [A]                        */
-    float * nsin;                                        /* [2A] −sin2 (for R(θ)ᵀ)     */
     float * qbias, *kbias, *qbacc, *kbacc, *krow;        /* [K]                        */
     float * vrow, *hk;                                   /* [V]                        */
     float * buf;                                         /* [max(K, V)]                */
@@ -154,7 +155,6 @@ static int64_t carve(const ssmi_mamba3_dims * d, int64_t max_len, int64_t max_ch
     TAKE(gacc, A);
     TAKE(dth, A);
     TAKE(raw, A);
-    TAKE(nsin, 2 * A);
     TAKE(qbias, K);
     TAKE(kbias, K);
     TAKE(qbacc, K);
@@ -186,32 +186,6 @@ static float sum(const float * x, int64_t n) {
         for (int j = 0; j < 8; ++j) acc[j] += x[i + j];
     for (int j = 0; i < n; ++i, ++j) acc[j] += x[i];
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
-/* dst[c][r] = src[r][c] for r < rows, c < cols (dst row stride ld_dst), in 8×8 tiles so
- * both sides touch whole cache lines. */
-static void transpose(const float * src, int64_t rows, int64_t cols, int64_t ld_src, float * dst, int64_t ld_dst) {
-    for (int64_t r0 = 0; r0 < rows; r0 += 8) {
-        const int64_t r1 = r0 + 8 < rows ? r0 + 8 : rows;
-        for (int64_t c0 = 0; c0 < cols; c0 += 8) {
-            const int64_t c1 = c0 + 8 < cols ? c0 + 8 : cols;
-            if (r1 - r0 == 8 && c1 - c0 == 8) {
-                float t[8][8];
-                for (int i = 0; i < 8; ++i)
-                    for (int j = 0; j < 8; ++j) t[j][i] = src[(r0 + i) * ld_src + c0 + j];
-                for (int j = 0; j < 8; ++j)
-                    for (int i = 0; i < 8; ++i) dst[(c0 + j) * ld_dst + r0 + i] = t[j][i];
-            } else {
-                for (int64_t r = r0; r < r1; ++r)
-                    for (int64_t c = c0; c < c1; ++c) dst[c * ld_dst + r] = src[r * ld_src + c];
-            }
-        }
-    }
-}
-
-/* dθ_i += g·∂(R(θ)x)/∂θ_i with x̂ = R(θ)x: −g[2i]·x̂[2i+1] + g[2i+1]·x̂[2i]. */
-static void angle_grad(const float * g, const float * xh, int64_t A, float * dth) {
-    for (int64_t i = 0; i < A; ++i) dth[i] += g[2 * i + 1] * xh[2 * i] - g[2 * i] * xh[2 * i + 1];
 }
 
 /* C[j][:] += Σ_{i>j} E[i][j]·B[i][:] for a strictly lower E (zeros on and above the
@@ -285,31 +259,29 @@ static float chunk_decays(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
     return ecl;
 }
 
-/* k̃ = k + k_bias, k̂ = R(θ)k̃, K̂s = σ·k̂ of the chunk; with q also q̃, q̂ and d = q̃·k̃. */
+/* k̃ = k + k_bias, k̂ = R(θ)k̃, K̂s = σ·k̂ of the chunk; with q also q̃, q̂ and d = q̃·k̃.
+ * Without q (the forward recompute) k̂ is not kept and K̂s is scaled by e^{c_last − c}. */
 static void chunk_qk(bwd_task_ctx * x, int64_t i0, int64_t Lc, int with_q) {
     const ssm_mamba3_siso_bwd_args * a = x->job->a;
-    const ssmi_cpu_m3_kernels *      m3 = x->job->m3;
     const ssmi_cpu_kernels *         k = x->job->k;
+    const ssmi_cpu_bwd_kernels *     bk = x->job->bk;
     const int64_t                    K = x->job->d->dk, A = x->job->d->nangles;
     bwd_scratch *                    s = &x->s;
     for (int64_t i = 0; i < Lc; ++i) {
         const int64_t t = i0 + i;
         const float * cs = s->cos2 + t * 2 * A, *sn = s->sin2 + t * 2 * A;
-        float *       kt = s->kt + i * K, *kh = s->kh + i * K, *ks = s->ks + i * K;
-        k->load_row(kt, a->k.data, a->k.dtype, ssmi_off4(&a->k, x->row, x->t0 + t, x->g, 0), a->k.strides[3], K);
+        float *       kt = s->kt + i * K, *ks = s->ks + i * K;
+        /* the raw rows go through qh / kh (overwritten by the kernel's outputs) */
+        float *qraw = s->qhe + i * K, *kraw = s->dqh + i * K;
+        k->load_row(kraw, a->k.data, a->k.dtype, ssmi_off4(&a->k, x->row, x->t0 + t, x->g, 0), a->k.strides[3], K);
         if (with_q) {
-            float *qt = s->qt + i * K, *qh = s->qh + i * K;
-            k->load_row(qt, a->q.data, a->q.dtype, ssmi_off4(&a->q, x->row, x->t0 + t, x->g, 0), a->q.strides[3], K);
-            s->dcoef[i] = m3->bias_rotate_qk(K, 2 * A, qt, kt, s->qbias, s->kbias, cs, sn, qh, kh);
-            for (int64_t j = 0; j < K; ++j) {
-                qt[j] += s->qbias[j];
-                kt[j] += s->kbias[j];
-            }
+            k->load_row(qraw, a->q.data, a->q.dtype, ssmi_off4(&a->q, x->row, x->t0 + t, x->g, 0), a->q.strides[3],
+                        K);
+            s->dcoef[i] = bk->siso_prep(K, 2 * A, qraw, kraw, s->qbias, s->kbias, cs, sn, s->sig[t], 1.0f,
+                                        s->qt + i * K, kt, s->qh + i * K, s->kh + i * K, ks);
         } else {
-            for (int64_t j = 0; j < K; ++j) kt[j] += s->kbias[j];
-            m3->rotate(K, 2 * A, kt, cs, sn, kh);
+            bk->siso_prep(K, 2 * A, NULL, kraw, NULL, s->kbias, cs, sn, s->sig[t], s->wv[i], NULL, kt, NULL, NULL, ks);
         }
-        for (int64_t j = 0; j < K; ++j) ks[j] = s->sig[t] * kh[j];
     }
 }
 
@@ -353,8 +325,6 @@ static void forward_states(bwd_task_ctx * x) {
         const int64_t Lc = C;
         const float   ecl = chunk_decays(x, i0, Lc);
         chunk_qk(x, i0, Lc, 0);
-        for (int64_t i = 0; i < Lc; ++i)
-            for (int64_t j = 0; j < K; ++j) s->ks[i * K + j] *= s->wv[i];
         load_tokens(x, &a->v, i0, Lc, s->vc);
         float * next = s->states + (c + 1) * VK;
         memcpy(next, s->states + c * VK, (size_t)VK * sizeof(float));
@@ -390,8 +360,8 @@ static void chunk_scores(bwd_task_ctx * x, int64_t Lc) {
     const ssmi_cpu_kernels * k = x->job->k;
     const int64_t            K = x->job->d->dk, V = x->job->d->dv, C = BWD_CHUNK;
     bwd_scratch *            s = &x->s;
-    transpose(s->ks, Lc, K, K, s->kst, C);
-    transpose(s->vc, Lc, V, V, s->vct, C);
+    x->job->bk->transpose(Lc, K, s->ks, K, NULL, s->kst, C);
+    x->job->bk->transpose(Lc, V, s->vc, V, NULL, s->vct, C);
     gemm_tri(k, Lc, K, s->qh, K, s->kst, C, s->cb, C);
     gemm_tri(k, Lc, V, s->dy, V, s->vct, C, s->ee, C);
     for (int64_t i = 0; i < Lc; ++i) {
@@ -422,7 +392,7 @@ static void chunk_dz(bwd_task_ctx * x, int64_t i0, int64_t Lc, const float * sc)
     const ssmi_cpu_kernels *         k = x->job->k;
     const int64_t                    K = x->job->d->dk, V = x->job->d->dv, C = BWD_CHUNK;
     bwd_scratch *                    s = &x->s;
-    transpose(sc, V, K, K, s->st, V);
+    x->job->bk->transpose(V, K, sc, K, NULL, s->st, V);
     k->gemm(Lc, V, K, s->qh, K, 1, s->st, V, s->yc, V, s->ec, 0.0f, 0);
     k->gemm(Lc, V, Lc, s->cb, C, 1, s->vc, V, s->yc, V, NULL, 1.0f, 1);
     for (int64_t i = 0; i < Lc; ++i) {
@@ -490,7 +460,7 @@ static void chunk_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc, const float * 
     for (int64_t i = 0; i < Lc; ++i)
         for (int64_t j = 0; j < K; ++j) s->qhe[i * K + j] = s->ec[i] * s->qh[i * K + j];
     k->gemm(V, K, Lc, s->dy, 1, V, s->qhe, K, s->ds, K, NULL, ecl, 0);
-    transpose(s->ds, V, K, K, s->dst, V);
+    x->job->bk->transpose(V, K, s->ds, K, NULL, s->dst, V);
 }
 
 /* Token by token in reverse: dσ, dk̂, dq̃/dk̃, dθ, dγ, the angle reverse cumsum and its
@@ -499,7 +469,6 @@ static void chunk_preprocess_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
     const bwd_job *                  job = x->job;
     const ssm_mamba3_siso_bwd_args * a = job->a;
     const ssmi_cpu_kernels *         k = job->k;
-    const ssmi_cpu_m3_kernels *      m3 = job->m3;
     const int64_t                    K = job->d->dk, A = job->d->nangles;
     bwd_scratch *                    s = &x->s;
     for (int64_t i = Lc - 1; i >= 0; --i) {
@@ -507,27 +476,16 @@ static void chunk_preprocess_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
         const float * cs = s->cos2 + t * 2 * A, *sn = s->sin2 + t * 2 * A, *th = s->tanhv + t * A;
         float *       dq = s->dqh + i * K, *dk = s->dks + i * K;
         const float * qh = s->qh + i * K, *kh = s->kh + i * K, *qt = s->qt + i * K, *kt = s->kt + i * K;
-        const float   dsig = dot(dk, kh, K);
-        for (int64_t j = 0; j < K; ++j) dk[j] *= s->sig[t];
+        const float * extra = NULL;
         if (t == x->len - 1 && ssmi_present(&a->dfinal_k_state)) {
             const ssm_tensor * fk = &a->dfinal_k_state;
             k->load_row(s->krow, fk->data, fk->dtype, ssmi_off3(fk, x->n, x->h, 0), fk->strides[2], K);
-            for (int64_t j = 0; j < K; ++j) dk[j] += s->krow[j];
+            extra = s->krow;
         }
-        memset(s->dth, 0, (size_t)A * sizeof(float));
-        angle_grad(dq, qh, A, s->dth);
-        angle_grad(dk, kh, A, s->dth);
-        /* dq̃ = R(θ)ᵀdq̂ + dQK·γ·k̃, dk̃ = R(θ)ᵀdk̂ + dQK·γ·q̃ */
-        const float cq = s->dqk[i] * s->gam[t];
-        for (int64_t j = 0; j < 2 * A; ++j) s->nsin[j] = -sn[j];
-        m3->rotate(K, 2 * A, dq, cs, s->nsin, s->buf);
-        for (int64_t j = 0; j < K; ++j) dq[j] = s->buf[j] + cq * kt[j];
-        m3->rotate(K, 2 * A, dk, cs, s->nsin, s->buf);
-        for (int64_t j = 0; j < K; ++j) dk[j] = s->buf[j] + cq * qt[j];
-        for (int64_t j = 0; j < K; ++j) {
-            s->qbacc[j] += dq[j];
-            s->kbacc[j] += dk[j];
-        }
+        /* dσ = dk̂s·k̂; dk̂ = σ·dk̂s (+ dfinal_k); dθ; dq̃ = R(θ)ᵀdq̂ + dQK·γ·k̃, dk̃ = R(θ)ᵀdk̂ + dQK·γ·q̃ */
+        const float cq   = s->dqk[i] * s->gam[t];
+        const float dsig = job->bk->siso_token(K, 2 * A, dq, dk, qh, kh, qt, kt, cs, sn, s->sig[t], extra, cq, s->dth,
+                                               s->qbacc, s->kbacc);
         s->dsig[t] = dsig;
         s->dgam[t] = s->dqk[i] * s->dcoef[i] + dsig;
 
@@ -690,7 +648,7 @@ static void head_grads(bwd_task_ctx * xp) {
     } else {
         memset(s->ds, 0, (size_t)VK * sizeof(float));
     }
-    transpose(s->ds, V, K, K, s->dst, V);
+    job->bk->transpose(V, K, s->ds, K, NULL, s->dst, V);
     if (A > 0) {
         if (ssmi_present(&a->dfinal_angle_state))
             k->load_row(s->gacc, a->dfinal_angle_state.data, a->dfinal_angle_state.dtype,
@@ -839,6 +797,7 @@ ssm_status ssmi_cpu_mamba3_siso_bwd(ssm_context * ctx, const ssm_mamba3_params *
     job.d = d;
     job.m3 = ssmi_cpu_m3_kernels_for(ctx);
     job.k = job.m3->base;
+    job.bk = ssmi_cpu_bwd_kernels_for(ctx);
     job.l = plan_bwd(d, a);
     job.want_y = ssmi_present(&a->z) && ssmi_present(&a->dz);
 

@@ -31,7 +31,10 @@ expect() {
 }
 
 # list names every operator, the backends and the dtypes
-for op in mamba2_chunk_cumsum mamba2_chunk_state mamba2_state_passing mamba2_bmm mamba2_chunk_scan mamba2_scan; do
+for op in mamba2_chunk_cumsum mamba2_chunk_state mamba2_state_passing mamba2_bmm mamba2_chunk_scan mamba2_scan \
+    mamba2_scan_bwd mamba2_step causal_conv1d causal_conv1d_bwd causal_conv1d_update rmsnorm_gated \
+    rmsnorm_gated_bwd mamba3_angle_cumsum mamba3_angle_cumsum_bwd mamba3_siso_fwd mamba3_siso mamba3_siso_bwd \
+    mamba3_siso_step; do
     expect 0 "^  $op " list
     expect 0 "^$op: " help "$op"
 done
@@ -63,14 +66,25 @@ expect 2 "check does not take --in" check mamba2_scan --in x
 expect 2 "run needs --in DIR and --out DIR" run mamba2_scan --in "$tmp"
 expect 2 "bench needs an operator or --ceilings" bench
 expect 2 "unexpected argument 'extra'" check mamba2_scan extra
+expect 2 "slots=2 must be 0 .* or in \[B=4" check mamba2_step --shape B=4 --param slots=2
+expect 2 "in_place=2 must be 0 or 1" check mamba3_siso_step --param in_place=2
+expect 2 "seq_idx=3 needs has_init=0" check causal_conv1d --param seq_idx=3
+expect 2 "group_size=7 must be 0 or divide D=256" check rmsnorm_gated --param group_size=7
+expect 2 "nseq=3 \(cu_seqlens\) needs B=1" check mamba3_siso --param nseq=3
+expect 2 "has no shape key 'S'" check mamba3_siso_step --shape S=4
+expect 2 "has_dfinal=5 must be 0 or 1" check mamba2_scan_bwd --param has_dfinal=5
 
 # library failures: exit 1 with the status and the library's message
 expect 1 "SSM_STATUS_[A-Z_]+: .*mamba2" check mamba2_scan --shape H=6,G=4
 expect 1 "SSM_STATUS_UNSUPPORTED" check mamba2_scan --backend cuda --shape S=8,H=2,P=4,N=4,G=1,chunk=8
+expect 1 "SSM_STATUS_[A-Z_]+: mamba3_siso: .*K" check mamba3_siso --shape K=7,A=2
+expect 1 "SSM_STATUS_[A-Z_]+: mamba2_step: .*multiple" check mamba2_step --shape H=6,G=4
+expect 1 "SSM_STATUS_[A-Z_]+: causal_conv1d_update: conv_state.* must be at least" check causal_conv1d_update --shape W=4,L=2
 
 # run: a missing required input is an error naming the file
 mkdir -p "$tmp/empty"
 expect 1 "required input .*/x.npy is missing" run mamba2_scan --in "$tmp/empty" --out "$tmp/o"
+expect 1 "required input .*/q.npy is missing" run mamba3_siso_step --in "$tmp/empty" --out "$tmp/o"
 
 # compare: a file against itself passes; a bf16 result passes the bf16 bar but not 1e-9
 if [ -d "${SSMOPS_CLI_DATA:-}" ]; then
@@ -84,6 +98,13 @@ if [ -d "${SSMOPS_CLI_DATA:-}" ]; then
         --param chunk=16,dt_softplus=1 > /dev/null 2>&1 || fail "run bf16 failed"
     expect 1 "FAIL" compare "$tmp/v/out.npy" "$a" --tol 1e-9
     expect 0 "PASS" compare "$tmp/v/out.npy" "$a" --dtype bf16
+    # a decode step run on the CPU updates the pool in place and writes it as final_state:
+    # slots no row uses (and the padding row's) keep their values
+    pool="$SSMOPS_CLI_DATA/mamba2_step/per_head_pool"
+    "$ssmops" run mamba2_step --in "$pool" --out "$tmp/step" --backend cpu --param dt_softplus=1 > /dev/null 2>&1 ||
+        fail "run mamba2_step failed"
+    expect 0 "PASS" compare "$tmp/step/final_state.npy" "$pool/final_state.npy" --dtype f32
+    expect 1 "FAIL" compare "$tmp/step/final_state.npy" "$pool/state.npy" --dtype f32
 else
     fail "SSMOPS_CLI_DATA is not a directory"
 fi

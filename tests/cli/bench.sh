@@ -40,6 +40,27 @@ grep -q "dtype=f16" "$tmp/cstate.txt" || fail "bench chunk_state default dtype i
 for op in mamba2_chunk_cumsum mamba2_state_passing mamba2_bmm mamba2_chunk_scan; do
     "$ssmops" bench "$op" --shape B=1,S=128,chunk=64 --reps 2 --buffer-mib 16 > /dev/null 2>&1 || fail "bench $op"
 done
+# the training, layer and Mamba-3 operators bench at small shapes too
+for spec in "mamba2_scan_bwd B=1,S=128,H=4,P=16,N=16,G=1,chunk=64" "causal_conv1d B=1,S=256,D=64" \
+    "causal_conv1d_bwd B=1,S=256,D=64" "rmsnorm_gated M=128,D=256" "rmsnorm_gated_bwd M=128,D=256" \
+    "mamba3_angle_cumsum B=1,S=128,H=4,A=8" "mamba3_angle_cumsum_bwd B=1,S=128,H=4,A=8" \
+    "mamba3_siso_fwd B=1,S=128,H=4,Hq=1,K=32,V=16,A=8" "mamba3_siso B=1,S=128,H=4,Hq=1,K=32,V=16,A=8" \
+    "mamba3_siso_bwd B=1,S=128,H=4,Hq=1,K=32,V=16,A=8"; do
+    set -- $spec
+    "$ssmops" bench "$1" --shape "$2" --reps 2 --buffer-mib 16 > "$tmp/$1.txt" 2>&1 || fail "bench $1"
+    grep -Eq "GFLOP/s +[0-9]" "$tmp/$1.txt" || fail "bench $1 lacks GFLOP/s"
+done
+# decode steps report the time per token and bench at their default shapes (in-place pools)
+"$ssmops" bench mamba3_siso_step --shape B=16 --reps 3 --buffer-mib 16 --json "$tmp/step.json" > "$tmp/step.txt" 2>&1 ||
+    fail "bench mamba3_siso_step B=16"
+cat "$tmp/step.txt"
+grep -Eq "per token +[0-9.]+ us +\([0-9.]+ us per call of 16 token" "$tmp/step.txt" || fail "siso_step bench lacks us per token"
+grep -q '"shape": {"B": 16, "H": 32, "Hq": 1, "K": 128, "V": 64, "A": 32}' "$tmp/step.json" ||
+    fail "siso_step bench JSON shape object"
+for op in mamba2_step mamba3_siso_step causal_conv1d_update; do
+    "$ssmops" bench "$op" --reps 3 --buffer-mib 16 > "$tmp/$op.txt" 2>&1 || fail "bench $op"
+    grep -Eq "per token +[0-9.]+ us" "$tmp/$op.txt" || fail "bench $op lacks the time per token"
+done
 
 "$ssmops" bench --ceilings --threads 1 --buffer-mib 32 --json "$tmp/ceil.json" > "$tmp/ceil.txt" 2>&1 ||
     fail "bench --ceilings"

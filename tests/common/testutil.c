@@ -1052,3 +1052,564 @@ void ssmt_mamba3_step_free(ssmt_mamba3_step_problem * pr) {
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) ssmt_free(all[i]);
     memset(&pr->args, 0, sizeof pr->args);
 }
+
+/* ---- Mamba-3 MIMO random problems --------------------------------------------------------- */
+void ssmt_mimo_config_init(ssmt_mimo_config * cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cfg->batch = 2;
+    cfg->seqlen = 20;
+    cfg->nheads = 4;
+    cfg->ngroups = 2;
+    cfg->rank = 2;
+    cfg->dstate = 16;
+    cfg->headdim = 8;
+    cfg->chunk = 8;
+    cfg->div = 4;
+    cfg->dtype = SSM_DTYPE_F32;
+    cfg->param_dtype = SSM_DTYPE_F32;
+    cfg->out_dtype = SSM_DTYPE_F32;
+    cfg->reduce_o = 1;
+    cfg->has_z = 1;
+    cfg->has_d = 1;
+}
+
+void ssmt_mimo_params(const ssmt_mimo_config * cfg, ssm_mamba3_mimo_params * p) {
+    ssm_mamba3_mimo_params_init(p);
+    if (cfg->chunk > 0) p->chunk_size = cfg->chunk;
+    if (cfg->div > 0) p->rotary_dim_divisor = cfg->div;
+    p->fuse_pregate_norm = cfg->fused ? 1 : 0;
+}
+
+/* A per-token tensor in the config's layout: contiguous, or (strided) variant 0 = padded
+ * row-major, variant 1 = dims 1 and 2 swapped in memory, padded. */
+static ssmt_host mimo_alloc(const ssmt_mimo_config * cfg, ssm_dtype dtype, int32_t ndim, const int64_t * shape,
+                            int variant) {
+    if (!cfg->strided) return ssmt_alloc(dtype, ndim, shape);
+    static const int32_t swap5[5] = {0, 2, 1, 3, 4};
+    static const int32_t swap4[4] = {0, 2, 1, 3};
+    static const int32_t swap3[3] = {0, 2, 1};
+    const int32_t * order = NULL;
+    if (variant == 1) order = ndim == 5 ? swap5 : ndim == 4 ? swap4 : ndim == 3 ? swap3 : NULL;
+    return ssmt_alloc_layout(dtype, ndim, shape, order, variant == 1 ? 1 : 3);
+}
+
+static double softplus_(double x) { return x > 20.0 ? x : log1p(exp(x)); }
+
+/* t = N(0,1)·scale in every element. */
+static void fill_scaled_normal(ssmt_rng * rng, const ssm_tensor * t, double scale) {
+    ssmt_fill_normal(rng, t, 0.0, scale);
+}
+
+/* dt = softplus(−3 + N(0,1)), adt = −dt·U(0,1), trap ~ U(0,1) (upstream's test inputs). */
+static void fill_mimo_scalars(ssmt_rng * rng, const ssmt_mimo_config * cfg, const ssm_tensor * dt,
+                              const ssm_tensor * adt, const ssm_tensor * trap) {
+    const int64_t n = ssmt_numel(dt);
+    for (int64_t i = 0; i < n; ++i) {
+        const double dtv = ssmt_round_to(cfg->param_dtype, softplus_(-3.0 + ssmt_normal(rng)));
+        ssmt_set(dt, i, dtv);
+        ssmt_set(adt, i, -dtv * ssmt_uniform(rng, 0.0, 1.0));
+        ssmt_set(trap, i, ssmt_uniform(rng, 0.0, 1.0));
+    }
+}
+
+/* The per-head parameters of a MIMO config (shared by forward and step). */
+static int alloc_mimo_params(const ssmt_mimo_config * cfg, ssmt_host * q_bias, ssmt_host * k_bias, ssmt_host * mimo_v,
+                             ssmt_host * mimo_z, ssmt_host * mimo_o, ssmt_host * d, ssmt_host * w) {
+    const int64_t H = cfg->nheads, R = cfg->rank, N = cfg->dstate, P = cfg->headdim;
+    const int64_t sh_n[3] = {H, R, N}, sh_p[3] = {H, R, P}, sh_h[1] = {H}, sh_w[2] = {H, P};
+    const ssm_dtype pd = cfg->param_dtype;
+    *q_bias = ssmt_alloc(pd, 3, sh_n);
+    *k_bias = ssmt_alloc(pd, 3, sh_n);
+    *mimo_v = ssmt_alloc(pd, 3, sh_p);
+    int ok = q_bias->t.data && k_bias->t.data && mimo_v->t.data;
+    if (cfg->has_z) ok = ok && (*mimo_z = ssmt_alloc(pd, 3, sh_p)).t.data;
+    if (cfg->reduce_o) ok = ok && (*mimo_o = ssmt_alloc(pd, 3, sh_p)).t.data;
+    if (cfg->has_d) ok = ok && (*d = ssmt_alloc(pd, 1, sh_h)).t.data;
+    if (cfg->fused && cfg->has_norm_weight) ok = ok && (*w = ssmt_alloc(pd, 2, sh_w)).t.data;
+    return ok;
+}
+
+/* Upstream's test distributions for the parameters (spec §5.5). */
+static void fill_mimo_params(ssmt_rng * rng, const ssmt_mimo_config * cfg, ssmt_host * q_bias, ssmt_host * k_bias,
+                             ssmt_host * mimo_v, ssmt_host * mimo_z, ssmt_host * mimo_o, ssmt_host * d,
+                             ssmt_host * w) {
+    const double inv_r = 1.0 / (double)cfg->rank;
+    fill_scaled_normal(rng, &q_bias->t, 1.0);
+    fill_scaled_normal(rng, &k_bias->t, 1.0);
+    fill_scaled_normal(rng, &mimo_v->t, inv_r);
+    if (mimo_z->t.data) fill_scaled_normal(rng, &mimo_z->t, 1.0);
+    if (mimo_o->t.data) fill_scaled_normal(rng, &mimo_o->t, inv_r);
+    if (d->t.data) fill_scaled_normal(rng, &d->t, 1.0);
+    if (w->t.data) ssmt_fill_normal(rng, &w->t, 1.0, 0.1);
+}
+
+int ssmt_mimo_random_args(ssmt_rng * rng, const ssmt_mimo_config * cfg, ssmt_mimo_problem * pr) {
+    memset(pr, 0, sizeof *pr);
+    ssmt_mimo_params(cfg, &pr->params);
+    int64_t batch = cfg->batch, S = cfg->seqlen;
+    if (cfg->nseq > 0) {
+        batch = 1;
+        S = 0;
+        for (int32_t s = 0; s < cfg->nseq; ++s) S += cfg->seqlens[s];
+    }
+    pr->nseq = cfg->nseq > 0 ? cfg->nseq : batch;
+    const int64_t H = cfg->nheads, G = cfg->ngroups, R = cfg->rank, N = cfg->dstate, P = cfg->headdim;
+    const int64_t A = N / (cfg->div > 0 ? cfg->div : 4), NS = pr->nseq;
+    const int64_t sh_q[5] = {batch, S, R, G, N}, sh_v[4] = {batch, S, H, P}, sh_s[3] = {batch, H, S};
+    const int64_t sh_a[4] = {batch, S, H, A}, sh_raw[5] = {batch, S, R, H, P};
+    const int64_t sh_sa[3] = {NS, H, A}, sh_ss[4] = {NS, H, P, N}, sh_sk[4] = {NS, R, H, N}, sh_sv[3] = {NS, H, P};
+    const ssm_dtype act = cfg->dtype, pd = cfg->param_dtype, od = cfg->out_dtype;
+
+    pr->q = mimo_alloc(cfg, act, 5, sh_q, 0);
+    pr->k = mimo_alloc(cfg, act, 5, sh_q, 1);
+    pr->v = mimo_alloc(cfg, act, 4, sh_v, 1);
+    pr->adt = mimo_alloc(cfg, pd, 3, sh_s, 1);
+    pr->dt = mimo_alloc(cfg, pd, 3, sh_s, 0);
+    pr->trap = mimo_alloc(cfg, act, 3, sh_s, 1);
+    pr->angles = mimo_alloc(cfg, pd, 4, sh_a, 0);
+    pr->out = cfg->reduce_o ? mimo_alloc(cfg, od, 4, sh_v, 0) : mimo_alloc(cfg, od, 5, sh_raw, 1);
+    int ok = pr->q.t.data && pr->k.t.data && pr->v.t.data && pr->adt.t.data && pr->dt.t.data && pr->trap.t.data &&
+             pr->angles.t.data && pr->out.t.data;
+    ok = ok && alloc_mimo_params(cfg, &pr->q_bias, &pr->k_bias, &pr->mimo_v, &pr->mimo_z, &pr->mimo_o, &pr->d,
+                                 &pr->norm_weight);
+    if (cfg->has_z) ok = ok && (pr->z = mimo_alloc(cfg, act, 4, sh_v, 0)).t.data;
+    if (cfg->has_states) {
+        ok = ok && (pr->angle_state = ssmt_alloc(pd, 3, sh_sa)).t.data;
+        ok = ok && (pr->ssm_state = ssmt_alloc(pd, 4, sh_ss)).t.data;
+        ok = ok && (pr->k_state = ssmt_alloc(pd, 4, sh_sk)).t.data;
+        ok = ok && (pr->v_state = ssmt_alloc(pd, 3, sh_sv)).t.data;
+    }
+    if (cfg->has_final) {
+        ok = ok && (pr->final_angle_state = ssmt_alloc(od, 3, sh_sa)).t.data;
+        ok = ok && (pr->final_ssm_state = ssmt_alloc(od, 4, sh_ss)).t.data;
+        ok = ok && (pr->final_k_state = ssmt_alloc(od, 4, sh_sk)).t.data;
+        ok = ok && (pr->final_v_state = ssmt_alloc(od, 3, sh_sv)).t.data;
+    }
+    if (cfg->nseq > 0) {
+        const int64_t sh_cu[1] = {cfg->nseq + 1};
+        ok = ok && (pr->cu_seqlens = ssmt_alloc(cfg->index_i64 ? SSM_DTYPE_I64 : SSM_DTYPE_I32, 1, sh_cu)).t.data;
+    }
+    if (!ok) {
+        ssmt_mimo_problem_free(pr);
+        return -1;
+    }
+
+    ssmt_fill_normal(rng, &pr->q.t, 0.0, 1.0);
+    ssmt_fill_normal(rng, &pr->k.t, 0.0, 1.0);
+    ssmt_fill_normal(rng, &pr->v.t, 0.0, 1.0);
+    if (cfg->has_z) ssmt_fill_normal(rng, &pr->z.t, 0.0, 1.0);
+    fill_mimo_scalars(rng, cfg, &pr->dt.t, &pr->adt.t, &pr->trap.t);
+    ssmt_fill_uniform(rng, &pr->angles.t, 0.0, 1.0);
+    fill_mimo_params(rng, cfg, &pr->q_bias, &pr->k_bias, &pr->mimo_v, &pr->mimo_z, &pr->mimo_o, &pr->d,
+                     &pr->norm_weight);
+    if (cfg->has_states) {
+        ssmt_fill_uniform(rng, &pr->angle_state.t, 0.0, 6.283185307179586);
+        ssmt_fill_normal(rng, &pr->ssm_state.t, 0.0, 1.0);
+        ssmt_fill_normal(rng, &pr->k_state.t, 0.0, 1.0);
+        ssmt_fill_normal(rng, &pr->v_state.t, 0.0, 1.0);
+    }
+    if (cfg->nseq > 0) {
+        int64_t acc = 0;
+        ssmt_set(&pr->cu_seqlens.t, 0, 0.0);
+        for (int32_t s = 0; s < cfg->nseq; ++s) {
+            acc += cfg->seqlens[s];
+            ssmt_set(&pr->cu_seqlens.t, s + 1, (double)acc);
+        }
+    }
+
+    ssm_mamba3_mimo_args * a = &pr->args;
+    a->q = pr->q.t;
+    a->k = pr->k.t;
+    a->v = pr->v.t;
+    a->adt = pr->adt.t;
+    a->dt = pr->dt.t;
+    a->trap = pr->trap.t;
+    a->q_bias = pr->q_bias.t;
+    a->k_bias = pr->k_bias.t;
+    a->mimo_v = pr->mimo_v.t;
+    a->mimo_z = pr->mimo_z.t;
+    a->mimo_o = pr->mimo_o.t;
+    a->angles = pr->angles.t;
+    a->d = pr->d.t;
+    a->z = pr->z.t;
+    a->outproj_norm_weight = pr->norm_weight.t;
+    a->angle_state = pr->angle_state.t;
+    a->ssm_state = pr->ssm_state.t;
+    a->k_state = pr->k_state.t;
+    a->v_state = pr->v_state.t;
+    a->cu_seqlens = pr->cu_seqlens.t;
+    a->out = pr->out.t;
+    a->final_angle_state = pr->final_angle_state.t;
+    a->final_ssm_state = pr->final_ssm_state.t;
+    a->final_k_state = pr->final_k_state.t;
+    a->final_v_state = pr->final_v_state.t;
+    return 0;
+}
+
+void ssmt_mimo_problem_free(ssmt_mimo_problem * pr) {
+    ssmt_host * all[] = {&pr->q,           &pr->k,          &pr->v,           &pr->z,
+                         &pr->adt,         &pr->dt,         &pr->trap,        &pr->q_bias,
+                         &pr->k_bias,      &pr->mimo_v,     &pr->mimo_z,      &pr->mimo_o,
+                         &pr->angles,      &pr->d,          &pr->norm_weight, &pr->angle_state,
+                         &pr->ssm_state,   &pr->k_state,    &pr->v_state,     &pr->cu_seqlens,
+                         &pr->out,         &pr->final_angle_state, &pr->final_ssm_state,
+                         &pr->final_k_state, &pr->final_v_state};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) ssmt_free(all[i]);
+    memset(&pr->args, 0, sizeof pr->args);
+}
+
+int ssmt_mimo_bwd_alloc(ssmt_rng * rng, const ssmt_mimo_config * cfg, const ssmt_mimo_problem * pr, int has_dfinal,
+                        ssmt_mimo_bwd_problem * w) {
+    memset(w, 0, sizeof *w);
+    const ssm_mamba3_mimo_args * a = &pr->args;
+    const int64_t NS = pr->nseq, H = cfg->nheads, R = cfg->rank, N = cfg->dstate, P = cfg->headdim;
+    const int64_t A = N / (cfg->div > 0 ? cfg->div : 4);
+    const int64_t sh_sa[3] = {NS, H, A}, sh_ss[4] = {NS, H, P, N}, sh_sk[4] = {NS, R, H, N}, sh_sv[3] = {NS, H, P};
+    const int64_t sh_n[3] = {H, R, N}, sh_p[3] = {H, R, P}, sh_h[1] = {H}, sh_w[2] = {H, P};
+    const ssm_dtype od = cfg->out_dtype, pd = cfg->param_dtype;
+    w->dout = mimo_alloc(cfg, cfg->dtype, a->out.ndim, a->out.shape, 1);
+    w->dq = mimo_alloc(cfg, od, 5, a->q.shape, 0);
+    w->dk = mimo_alloc(cfg, od, 5, a->q.shape, 1);
+    w->dv = mimo_alloc(cfg, od, 4, a->v.shape, 1);
+    w->dq_bias = ssmt_alloc(od, 3, sh_n);
+    w->dk_bias = ssmt_alloc(od, 3, sh_n);
+    w->dmimo_v = ssmt_alloc(od, 3, sh_p);
+    w->dadt = mimo_alloc(cfg, od, 3, a->adt.shape, 0);
+    w->ddt = mimo_alloc(cfg, od, 3, a->adt.shape, 1);
+    w->dtrap = mimo_alloc(cfg, od, 3, a->adt.shape, 0);
+    w->dangles = mimo_alloc(cfg, od, 4, a->angles.shape, 1);
+    int ok = w->dout.t.data && w->dq.t.data && w->dk.t.data && w->dv.t.data && w->dq_bias.t.data &&
+             w->dk_bias.t.data && w->dmimo_v.t.data && w->dadt.t.data && w->ddt.t.data && w->dtrap.t.data &&
+             w->dangles.t.data;
+    if (cfg->has_z) {
+        ok = ok && (w->dz = mimo_alloc(cfg, od, 4, a->v.shape, 0)).t.data;
+        ok = ok && (w->dmimo_z = ssmt_alloc(od, 3, sh_p)).t.data;
+    }
+    if (cfg->reduce_o) ok = ok && (w->dmimo_o = ssmt_alloc(od, 3, sh_p)).t.data;
+    if (cfg->has_d) ok = ok && (w->dd = ssmt_alloc(od, 1, sh_h)).t.data;
+    if (cfg->fused) ok = ok && (w->doutproj_norm_weight = ssmt_alloc(od, 2, sh_w)).t.data;
+    if (cfg->has_states) {
+        ok = ok && (w->dangle_state = ssmt_alloc(od, 3, sh_sa)).t.data;
+        ok = ok && (w->dssm_state = ssmt_alloc(od, 4, sh_ss)).t.data;
+        ok = ok && (w->dk_state = ssmt_alloc(od, 4, sh_sk)).t.data;
+        ok = ok && (w->dv_state = ssmt_alloc(od, 3, sh_sv)).t.data;
+    }
+    if (has_dfinal) {
+        ok = ok && (w->dfinal_angle_state = ssmt_alloc(pd, 3, sh_sa)).t.data;
+        ok = ok && (w->dfinal_ssm_state = ssmt_alloc(pd, 4, sh_ss)).t.data;
+        ok = ok && (w->dfinal_k_state = ssmt_alloc(pd, 4, sh_sk)).t.data;
+        ok = ok && (w->dfinal_v_state = ssmt_alloc(pd, 3, sh_sv)).t.data;
+    }
+    if (!ok) {
+        ssmt_mimo_bwd_free(w);
+        return -1;
+    }
+    ssmt_fill_normal(rng, &w->dout.t, 0.0, 1.0);
+    if (has_dfinal) {
+        ssmt_fill_normal(rng, &w->dfinal_angle_state.t, 0.0, 1.0);
+        ssmt_fill_normal(rng, &w->dfinal_ssm_state.t, 0.0, 1.0);
+        ssmt_fill_normal(rng, &w->dfinal_k_state.t, 0.0, 1.0);
+        ssmt_fill_normal(rng, &w->dfinal_v_state.t, 0.0, 1.0);
+    }
+    ssm_mamba3_mimo_bwd_args * b = &w->args;
+    b->q = a->q;
+    b->k = a->k;
+    b->v = a->v;
+    b->adt = a->adt;
+    b->dt = a->dt;
+    b->trap = a->trap;
+    b->q_bias = a->q_bias;
+    b->k_bias = a->k_bias;
+    b->mimo_v = a->mimo_v;
+    b->mimo_z = a->mimo_z;
+    b->mimo_o = a->mimo_o;
+    b->angles = a->angles;
+    b->d = a->d;
+    b->z = a->z;
+    b->outproj_norm_weight = a->outproj_norm_weight;
+    b->angle_state = a->angle_state;
+    b->ssm_state = a->ssm_state;
+    b->k_state = a->k_state;
+    b->v_state = a->v_state;
+    b->cu_seqlens = a->cu_seqlens;
+    b->dout = w->dout.t;
+    b->dfinal_angle_state = w->dfinal_angle_state.t;
+    b->dfinal_ssm_state = w->dfinal_ssm_state.t;
+    b->dfinal_k_state = w->dfinal_k_state.t;
+    b->dfinal_v_state = w->dfinal_v_state.t;
+    b->dq = w->dq.t;
+    b->dk = w->dk.t;
+    b->dv = w->dv.t;
+    b->dz = w->dz.t;
+    b->dq_bias = w->dq_bias.t;
+    b->dk_bias = w->dk_bias.t;
+    b->dmimo_v = w->dmimo_v.t;
+    b->dmimo_z = w->dmimo_z.t;
+    b->dmimo_o = w->dmimo_o.t;
+    b->dd = w->dd.t;
+    b->dadt = w->dadt.t;
+    b->ddt = w->ddt.t;
+    b->dtrap = w->dtrap.t;
+    b->dangles = w->dangles.t;
+    b->doutproj_norm_weight = w->doutproj_norm_weight.t;
+    b->dangle_state = w->dangle_state.t;
+    b->dssm_state = w->dssm_state.t;
+    b->dk_state = w->dk_state.t;
+    b->dv_state = w->dv_state.t;
+    return 0;
+}
+
+void ssmt_mimo_bwd_free(ssmt_mimo_bwd_problem * w) {
+    ssmt_host * all[] = {&w->dout,    &w->dfinal_angle_state, &w->dfinal_ssm_state, &w->dfinal_k_state,
+                         &w->dfinal_v_state, &w->dq,   &w->dk,       &w->dv,      &w->dz,
+                         &w->dq_bias, &w->dk_bias, &w->dmimo_v,  &w->dmimo_z, &w->dmimo_o, &w->dd,
+                         &w->dadt,    &w->ddt,     &w->dtrap,    &w->dangles, &w->doutproj_norm_weight,
+                         &w->dangle_state, &w->dssm_state, &w->dk_state, &w->dv_state};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) ssmt_free(all[i]);
+    memset(&w->args, 0, sizeof w->args);
+}
+
+/* da_cs (inclusive in-chunk prefix), da_cs_rev (exclusive in-chunk suffix) and segsum
+ * [i > j: Σ_{m=j+1..i} a] of a dense row (spec §2.4), in float64 from adt; a = 0 past S. */
+static void mimo_decays_from_adt(const ssmt_mimo_bwd_fwd_problem * pr, int64_t B, int64_t H, int64_t S, int64_t C,
+                                 int64_t nc) {
+    double * a = malloc((size_t)(nc * C) * sizeof(double));
+    if (a == NULL) return;
+    for (int64_t b = 0; b < B; ++b)
+        for (int64_t h = 0; h < H; ++h) {
+            for (int64_t t = 0; t < nc * C; ++t) a[t] = t < S ? ssmt_get(&pr->adt.t, (b * H + h) * S + t) : 0.0;
+            for (int64_t c = 0; c < nc; ++c) {
+                double acc = 0.0;
+                for (int64_t i = 0; i < C; ++i) {
+                    acc += a[c * C + i];
+                    if (c * C + i < S) ssmt_set(&pr->da_cs.t, (b * H + h) * S + c * C + i, acc);
+                }
+                acc = 0.0;
+                for (int64_t i = C - 1; i >= 0; --i) {
+                    if (c * C + i < S) ssmt_set(&pr->da_cs_rev.t, (b * H + h) * S + c * C + i, acc);
+                    acc += a[c * C + i];
+                }
+                for (int64_t i = 0; i < C; ++i) {
+                    double sum = 0.0;
+                    const int64_t base = (((b * H + h) * nc + c) * C + i) * C;
+                    for (int64_t j = C - 1; j >= 0; --j) ssmt_set(&pr->segsum.t, base + j, 0.0);
+                    for (int64_t j = i - 1; j >= 0; --j) {
+                        sum += a[c * C + j + 1];
+                        ssmt_set(&pr->segsum.t, base + j, sum);
+                    }
+                }
+            }
+        }
+    free(a);
+}
+
+int ssmt_mimo_random_bwd_fwd(ssmt_rng * rng, const ssmt_mimo_config * cfg, ssmt_mimo_bwd_fwd_problem * pr) {
+    memset(pr, 0, sizeof *pr);
+    ssmt_mimo_params(cfg, &pr->params);
+    pr->params.fuse_pregate_norm = 0;
+    const int64_t B = cfg->batch, S = cfg->seqlen, H = cfg->nheads, G = cfg->ngroups, R = cfg->rank;
+    const int64_t N = cfg->dstate, P = cfg->headdim, C = cfg->chunk, A = N / (cfg->div > 0 ? cfg->div : 4);
+    const int64_t nc = (S + C - 1) / C;
+    pr->nchunks = nc;
+    const int64_t sh_q[5] = {B, S, R, G, N}, sh_v[4] = {B, S, H, P}, sh_s[3] = {B, H, S}, sh_a[4] = {B, S, H, A};
+    const int64_t sh_raw[5] = {B, S, R, H, P}, sh_seg[5] = {B, H, nc, C, C}, sh_st[5] = {B, H, nc, N, P};
+    const int64_t sh_qk[5] = {B, H, S, R, R}, sh_brp[4] = {B, H, R, P};
+    const ssm_dtype act = cfg->dtype, pd = cfg->param_dtype, od = cfg->out_dtype;
+    ssmt_host       unused_w = {0};
+    pr->dout = cfg->reduce_o ? mimo_alloc(cfg, act, 4, sh_v, 1) : mimo_alloc(cfg, act, 5, sh_raw, 1);
+    pr->q = mimo_alloc(cfg, act, 5, sh_q, 0);
+    pr->k = mimo_alloc(cfg, act, 5, sh_q, 1);
+    pr->v = mimo_alloc(cfg, act, 4, sh_v, 1);
+    pr->angles = mimo_alloc(cfg, pd, 4, sh_a, 0);
+    pr->da_cs = mimo_alloc(cfg, pd, 3, sh_s, 1);
+    pr->da_cs_rev = mimo_alloc(cfg, pd, 3, sh_s, 0);
+    pr->dt = mimo_alloc(cfg, pd, 3, sh_s, 1);
+    pr->trap = mimo_alloc(cfg, act, 3, sh_s, 0);
+    pr->segsum = mimo_alloc(cfg, pd, 5, sh_seg, 0);
+    pr->states = ssmt_alloc(od, 5, sh_st);
+    pr->qk_dot = ssmt_alloc(od, 5, sh_qk);
+    ssmt_mimo_config pc = *cfg;
+    pc.fused = 0;
+    int ok = pr->dout.t.data && pr->q.t.data && pr->k.t.data && pr->v.t.data && pr->angles.t.data &&
+             pr->da_cs.t.data && pr->da_cs_rev.t.data && pr->dt.t.data && pr->trap.t.data && pr->segsum.t.data &&
+             pr->states.t.data && pr->qk_dot.t.data;
+    ok = ok && alloc_mimo_params(&pc, &pr->q_bias, &pr->k_bias, &pr->mimo_v, &pr->mimo_z, &pr->mimo_o, &pr->d,
+                                 &unused_w);
+    if (cfg->has_z) {
+        ok = ok && (pr->z = mimo_alloc(cfg, act, 4, sh_v, 0)).t.data;
+        ok = ok && (pr->dz = mimo_alloc(cfg, od, 4, sh_v, 1)).t.data;
+        ok = ok && (pr->dmimo_z = ssmt_alloc(od, 4, sh_brp)).t.data;
+    }
+    if (cfg->reduce_o) ok = ok && (pr->dmimo_o = ssmt_alloc(od, 4, sh_brp)).t.data;
+    if (cfg->consistent) ok = ok && (pr->adt = ssmt_alloc(pd, 3, sh_s)).t.data;
+    if (!ok) {
+        ssmt_free(&unused_w);
+        ssmt_mimo_bwd_fwd_free(pr);
+        return -1;
+    }
+    ssmt_fill_normal(rng, &pr->q.t, 0.0, 1.0);
+    ssmt_fill_normal(rng, &pr->k.t, 0.0, 1.0);
+    ssmt_fill_normal(rng, &pr->v.t, 0.0, 1.0);
+    ssmt_fill_normal(rng, &pr->dout.t, 0.0, 1.0);
+    if (cfg->has_z) ssmt_fill_normal(rng, &pr->z.t, 0.0, 1.0);
+    ssmt_fill_normal(rng, &pr->trap.t, 0.0, 1.0);
+    ssmt_fill_normal(rng, &pr->q_bias.t, 0.0, 0.125);
+    ssmt_fill_normal(rng, &pr->k_bias.t, 0.0, 0.125);
+    ssmt_fill_normal(rng, &pr->mimo_v.t, 0.0, 0.25);
+    if (pr->mimo_o.t.data) ssmt_fill_normal(rng, &pr->mimo_o.t, 0.0, 0.25);
+    if (pr->mimo_z.t.data) ssmt_fill_normal(rng, &pr->mimo_z.t, 0.0, 0.25);
+    if (pr->d.t.data) ssmt_fill_normal(rng, &pr->d.t, 0.0, 0.125);
+    ssmt_fill_uniform(rng, &pr->angles.t, 0.0, 1.0);
+    ssmt_fill_uniform(rng, &pr->dt.t, 0.05, 0.15);
+    if (cfg->consistent) {
+        for (int64_t i = 0; i < B * H * S; ++i) ssmt_set(&pr->adt.t, i, -ssmt_get(&pr->dt.t, i) * ssmt_uniform(rng, 0.0, 1.0));
+        mimo_decays_from_adt(pr, B, H, S, C, nc);
+    } else {
+        ssmt_fill_normal(rng, &pr->da_cs.t, 0.0, 0.125);
+        ssmt_fill_normal(rng, &pr->da_cs_rev.t, 0.0, 0.125);
+        ssmt_fill_normal(rng, &pr->segsum.t, 0.0, 0.125);
+    }
+    ssm_mamba3_mimo_bwd_fwd_args * a = &pr->args;
+    a->dout = pr->dout.t;
+    a->q = pr->q.t;
+    a->k = pr->k.t;
+    a->v = pr->v.t;
+    a->q_bias = pr->q_bias.t;
+    a->k_bias = pr->k_bias.t;
+    a->mimo_v = pr->mimo_v.t;
+    a->mimo_o = pr->mimo_o.t;
+    a->z = pr->z.t;
+    a->mimo_z = pr->mimo_z.t;
+    a->angles = pr->angles.t;
+    a->da_cs = pr->da_cs.t;
+    a->da_cs_rev = pr->da_cs_rev.t;
+    a->dt = pr->dt.t;
+    a->trap = pr->trap.t;
+    a->d = pr->d.t;
+    a->segsum = pr->segsum.t;
+    a->dmimo_o = pr->dmimo_o.t;
+    a->states = pr->states.t;
+    a->dz = pr->dz.t;
+    a->dmimo_z = pr->dmimo_z.t;
+    a->qk_dot = pr->qk_dot.t;
+    return 0;
+}
+
+void ssmt_mimo_bwd_fwd_free(ssmt_mimo_bwd_fwd_problem * pr) {
+    ssmt_host * all[] = {&pr->dout,   &pr->q,      &pr->k,       &pr->v,      &pr->q_bias, &pr->k_bias,
+                         &pr->mimo_v, &pr->mimo_o, &pr->z,       &pr->mimo_z, &pr->angles, &pr->da_cs,
+                         &pr->da_cs_rev, &pr->dt,  &pr->trap,    &pr->d,      &pr->segsum, &pr->adt,
+                         &pr->dmimo_o, &pr->states, &pr->dz,     &pr->dmimo_z, &pr->qk_dot};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) ssmt_free(all[i]);
+    memset(&pr->args, 0, sizeof pr->args);
+}
+
+int ssmt_mimo_random_step(ssmt_rng * rng, const ssmt_mimo_config * cfg, int64_t slots, int with_indices,
+                          ssmt_mimo_step_problem * pr) {
+    memset(pr, 0, sizeof *pr);
+    ssmt_mimo_params(cfg, &pr->params);
+    pr->slots = slots;
+    const int64_t B = cfg->batch, H = cfg->nheads, G = cfg->ngroups, R = cfg->rank, N = cfg->dstate;
+    const int64_t P = cfg->headdim, A = N / (cfg->div > 0 ? cfg->div : 4);
+    const int64_t sh_q[4] = {B, R, G, N}, sh_v[3] = {B, H, P}, sh_s[2] = {B, H}, sh_a[3] = {B, H, A};
+    const int64_t sh_raw[4] = {B, R, H, P}, sh_b[1] = {B};
+    const int64_t sh_sa[3] = {slots, H, A}, sh_ss[4] = {slots, H, P, N}, sh_sk[4] = {slots, R, H, N};
+    const int64_t sh_sv[3] = {slots, H, P};
+    const ssm_dtype act = cfg->dtype, pd = cfg->param_dtype, od = cfg->out_dtype;
+    pr->q = ssmt_alloc(act, 4, sh_q);
+    pr->k = ssmt_alloc(act, 4, sh_q);
+    pr->v = ssmt_alloc(act, 3, sh_v);
+    pr->adt = ssmt_alloc(pd, 2, sh_s);
+    pr->dt = ssmt_alloc(pd, 2, sh_s);
+    pr->trap = ssmt_alloc(act, 2, sh_s);
+    pr->angles = ssmt_alloc(pd, 3, sh_a);
+    pr->angle_state = ssmt_alloc(pd, 3, sh_sa);
+    pr->ssm_state = ssmt_alloc(pd, 4, sh_ss);
+    pr->k_state = ssmt_alloc(pd, 4, sh_sk);
+    pr->v_state = ssmt_alloc(pd, 3, sh_sv);
+    pr->out = cfg->reduce_o ? ssmt_alloc(od, 3, sh_v) : ssmt_alloc(od, 4, sh_raw);
+    pr->final_angle_state = ssmt_alloc(od, 3, sh_sa);
+    pr->final_ssm_state = ssmt_alloc(od, 4, sh_ss);
+    pr->final_k_state = ssmt_alloc(od, 4, sh_sk);
+    pr->final_v_state = ssmt_alloc(od, 3, sh_sv);
+    int ok = pr->q.t.data && pr->k.t.data && pr->v.t.data && pr->adt.t.data && pr->dt.t.data && pr->trap.t.data &&
+             pr->angles.t.data && pr->angle_state.t.data && pr->ssm_state.t.data && pr->k_state.t.data &&
+             pr->v_state.t.data && pr->out.t.data && pr->final_angle_state.t.data && pr->final_ssm_state.t.data &&
+             pr->final_k_state.t.data && pr->final_v_state.t.data;
+    ok = ok && alloc_mimo_params(cfg, &pr->q_bias, &pr->k_bias, &pr->mimo_v, &pr->mimo_z, &pr->mimo_o, &pr->d,
+                                 &pr->norm_weight);
+    if (cfg->has_z) ok = ok && (pr->z = ssmt_alloc(act, 3, sh_v)).t.data;
+    if (with_indices)
+        ok = ok && (pr->state_batch_indices = ssmt_alloc(cfg->index_i64 ? SSM_DTYPE_I64 : SSM_DTYPE_I32, 1, sh_b)).t.data;
+    if (!ok || (with_indices && slots < B) || (!with_indices && slots != B)) {
+        ssmt_mimo_step_free(pr);
+        return -1;
+    }
+    ssmt_fill_normal(rng, &pr->q.t, 0.0, 1.0);
+    ssmt_fill_normal(rng, &pr->k.t, 0.0, 1.0);
+    ssmt_fill_normal(rng, &pr->v.t, 0.0, 1.0);
+    if (cfg->has_z) ssmt_fill_normal(rng, &pr->z.t, 0.0, 1.0);
+    fill_mimo_scalars(rng, cfg, &pr->dt.t, &pr->adt.t, &pr->trap.t);
+    ssmt_fill_uniform(rng, &pr->angles.t, 0.0, 1.0);
+    fill_mimo_params(rng, cfg, &pr->q_bias, &pr->k_bias, &pr->mimo_v, &pr->mimo_z, &pr->mimo_o, &pr->d,
+                     &pr->norm_weight);
+    ssmt_fill_uniform(rng, &pr->angle_state.t, 0.0, 6.283185307179586);
+    ssmt_fill_normal(rng, &pr->ssm_state.t, 0.0, 1.0);
+    ssmt_fill_normal(rng, &pr->k_state.t, 0.0, 1.0);
+    ssmt_fill_normal(rng, &pr->v_state.t, 0.0, 1.0);
+    if (with_indices) {
+        /* a random permutation of the slots; rows take its first B entries */
+        int64_t * perm = malloc((size_t)slots * sizeof(int64_t));
+        if (perm == NULL) {
+            ssmt_mimo_step_free(pr);
+            return -1;
+        }
+        for (int64_t s = 0; s < slots; ++s) perm[s] = s;
+        for (int64_t s = slots - 1; s > 0; --s) {
+            const int64_t j = ssmt_randint(rng, 0, s), tmp = perm[s];
+            perm[s] = perm[j];
+            perm[j] = tmp;
+        }
+        for (int64_t b = 0; b < B; ++b) ssmt_set(&pr->state_batch_indices.t, b, b % 3 == 2 ? -1.0 : (double)perm[b]);
+        free(perm);
+    }
+    ssm_mamba3_mimo_step_args * a = &pr->args;
+    a->q = pr->q.t;
+    a->k = pr->k.t;
+    a->v = pr->v.t;
+    a->z = pr->z.t;
+    a->adt = pr->adt.t;
+    a->dt = pr->dt.t;
+    a->trap = pr->trap.t;
+    a->angles = pr->angles.t;
+    a->q_bias = pr->q_bias.t;
+    a->k_bias = pr->k_bias.t;
+    a->mimo_v = pr->mimo_v.t;
+    a->mimo_z = pr->mimo_z.t;
+    a->mimo_o = pr->mimo_o.t;
+    a->d = pr->d.t;
+    a->outproj_norm_weight = pr->norm_weight.t;
+    a->angle_state = pr->angle_state.t;
+    a->ssm_state = pr->ssm_state.t;
+    a->k_state = pr->k_state.t;
+    a->v_state = pr->v_state.t;
+    a->state_batch_indices = pr->state_batch_indices.t;
+    a->out = pr->out.t;
+    a->final_angle_state = pr->final_angle_state.t;
+    a->final_ssm_state = pr->final_ssm_state.t;
+    a->final_k_state = pr->final_k_state.t;
+    a->final_v_state = pr->final_v_state.t;
+    return 0;
+}
+
+void ssmt_mimo_step_free(ssmt_mimo_step_problem * pr) {
+    ssmt_host * all[] = {&pr->q,           &pr->k,          &pr->v,           &pr->z,
+                         &pr->adt,         &pr->dt,         &pr->trap,        &pr->angles,
+                         &pr->q_bias,      &pr->k_bias,     &pr->mimo_v,      &pr->mimo_z,
+                         &pr->mimo_o,      &pr->d,          &pr->norm_weight, &pr->angle_state,
+                         &pr->ssm_state,   &pr->k_state,    &pr->v_state,     &pr->state_batch_indices,
+                         &pr->out,         &pr->final_angle_state, &pr->final_ssm_state,
+                         &pr->final_k_state, &pr->final_v_state};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) ssmt_free(all[i]);
+    memset(&pr->args, 0, sizeof pr->args);
+}

@@ -32,6 +32,13 @@
  *              (raw angles), ssm_mamba3_siso_fwd (cumulative angles `theta`) and the angle
  *              cumsum; ssmt_mamba3_bwd_alloc adds dout / dfinal_* and every gradient output;
  *              ssmt_mamba3_random_step builds a decode problem with a state pool.
+ *  MIMO        ssmt_mimo_random_args builds Mamba-3 MIMO forward inputs (ssm_mamba3_mimo_args +
+ *              params) for a configuration (B,S,H,G,R,N,P,C,div, dtype, reduce_o, z, d, fused,
+ *              states, varlen, strided); ssmt_mimo_bwd_alloc adds dout / dfinal_* and every
+ *              allowed gradient output (ssm_mamba3_mimo_bwd_args); ssmt_mimo_random_bwd_fwd builds
+ *              the seed's bwd_fwd problem (§5.5 distributions, independent random da_cs /
+ *              da_cs_rev / segsum, or ones consistent with a random adt); ssmt_mimo_random_step
+ *              builds a decode problem with a state pool and state_batch_indices.
  */
 #ifndef SSMOPS_TESTUTIL_H
 #define SSMOPS_TESTUTIL_H
@@ -290,6 +297,110 @@ typedef struct ssmt_mamba3_step_problem {
 int  ssmt_mamba3_random_step(ssmt_rng * rng, const ssmt_mamba3_config * cfg, int64_t slots, int with_indices,
                              ssmt_mamba3_step_problem * prob);
 void ssmt_mamba3_step_free(ssmt_mamba3_step_problem * prob);
+
+/* ---- Mamba-3 MIMO random problems ----------------------------------------------------- */
+typedef struct ssmt_mimo_config {
+    int64_t   batch, seqlen, nheads, ngroups, rank, dstate, headdim; /* B, S, H, G, R, N, P  */
+    int64_t   chunk;       /* params.chunk_size                                             */
+    int32_t   div;         /* params.rotary_dim_divisor (2 or 4); A = N / div               */
+    ssm_dtype dtype;       /* act: q, k, v, z, trap, dout (v's dtype = the compute dtype)    */
+    ssm_dtype param_dtype; /* adt, dt, angles, q/k_bias, mimo_*, d, norm weight, states,
+                              da_cs, da_cs_rev, segsum, dfinal_* (F32 = realistic)           */
+    ssm_dtype out_dtype;   /* every output (out, finals, gradients, bwd_fwd outputs)          */
+    int32_t   reduce_o;    /* mimo_o given: reduced out / dout (B,S,H,P), else (B,S,R,H,P)   */
+    int32_t   has_z;       /* z and mimo_z                                                  */
+    int32_t   has_d;
+    int32_t   fused;       /* params.fuse_pregate_norm = 1 (needs reduce_o and has_z)        */
+    int32_t   has_norm_weight; /* outproj_norm_weight (H, P) (with fused)                   */
+    int32_t   has_states;  /* the four initial states (angle, ssm, k, v)                     */
+    int32_t   has_final;   /* the four final-state outputs                                   */
+    int32_t   nseq;        /* > 0: varlen with these lengths (batch becomes 1, S the sum;
+                              zeros allowed = empty sequences)                              */
+    const int64_t * seqlens;
+    int32_t   strided;     /* q, k, v, z, out, adt, dt, trap, angles, dout (and the bwd_fwd
+                              per-token tensors) in padded / permuted layouts                */
+    int32_t   index_i64;   /* cu_seqlens / state_batch_indices as I64 instead of I32         */
+    int32_t   consistent;  /* bwd_fwd only: da_cs, da_cs_rev, segsum built (float64, then
+                              rounded to param_dtype) from a random adt (kept in the problem)
+                              instead of independent N(0,1)/8 values                         */
+} ssmt_mimo_config;
+
+/* Small defaults: B 2, S 20, H 4, G 2, R 2, N 16, P 8, C 8, div 4, F32 everywhere, reduce_o,
+ * z and d on, no fused norm, no states, no finals. */
+void ssmt_mimo_config_init(ssmt_mimo_config * cfg);
+/* ssm_mamba3_mimo_params from the config (chunk, div, fused; eps 1e-5). */
+void ssmt_mimo_params(const ssmt_mimo_config * cfg, ssm_mamba3_mimo_params * p);
+
+typedef struct ssmt_mimo_problem {
+    ssmt_host q, k, v, z, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_o, angles, d, norm_weight;
+    ssmt_host angle_state, ssm_state, k_state, v_state, cu_seqlens;
+    ssmt_host out, final_angle_state, final_ssm_state, final_k_state, final_v_state;
+    ssm_mamba3_mimo_args   args;   /* views of the tensors above; absent ones are zeroed       */
+    ssm_mamba3_mimo_params params; /* from the config                                         */
+    int64_t                nseq;   /* NS (B without varlen)                                   */
+} ssmt_mimo_problem;
+
+/* Forward inputs with upstream's test distributions (spec §5.5): q, k, v, z ~ N(0,1);
+ * q_bias, k_bias ~ N(0,1); mimo_v, mimo_o ~ N(0,1)/R; mimo_z ~ N(0,1); raw angles ~ U(0,1);
+ * dt = softplus(−3 + N(0,1)); adt = −dt·U(0,1); trap ~ U(0,1) (pre-sigmoid); d ~ N(0,1);
+ * norm weight ~ 1 + 0.1·N(0,1); initial states: angle U(0, 2π), ssm/k/v ~ N(0,1).
+ * Values rounded to their dtypes; outputs poisoned with NaN. Returns 0, or −1 on
+ * allocation failure (the problem is freed). */
+int  ssmt_mimo_random_args(ssmt_rng * rng, const ssmt_mimo_config * cfg, ssmt_mimo_problem * prob);
+void ssmt_mimo_problem_free(ssmt_mimo_problem * prob);
+
+typedef struct ssmt_mimo_bwd_problem {
+    ssmt_host dout, dfinal_angle_state, dfinal_ssm_state, dfinal_k_state, dfinal_v_state;
+    ssmt_host dq, dk, dv, dz, dq_bias, dk_bias, dmimo_v, dmimo_z, dmimo_o, dd, dadt, ddt, dtrap, dangles;
+    ssmt_host doutproj_norm_weight, dangle_state, dssm_state, dk_state, dv_state;
+    ssm_mamba3_mimo_bwd_args args; /* forward inputs from the problem + the tensors above   */
+} ssmt_mimo_bwd_problem;
+
+/* Backward tensors for a forward problem: dout ~ N(0,1) (cfg->dtype, the out layout); with
+ * has_dfinal the four dfinal_* ~ N(0,1) (param_dtype; needs has_states or has_final shapes:
+ * (NS, …)); every gradient output allowed by the presence rules (dz/dmimo_z with z,
+ * dmimo_o with mimo_o, dd with d, doutproj_norm_weight with fused, state gradients with
+ * initial states) in out_dtype, poisoned. Returns 0 or −1 (freed). */
+int  ssmt_mimo_bwd_alloc(ssmt_rng * rng, const ssmt_mimo_config * cfg, const ssmt_mimo_problem * prob,
+                         int has_dfinal, ssmt_mimo_bwd_problem * bwd);
+void ssmt_mimo_bwd_free(ssmt_mimo_bwd_problem * bwd);
+
+typedef struct ssmt_mimo_bwd_fwd_problem {
+    ssmt_host dout, q, k, v, q_bias, k_bias, mimo_v, mimo_o, z, mimo_z, angles, da_cs, da_cs_rev, dt, trap, d;
+    ssmt_host segsum;
+    ssmt_host adt; /* with cfg->consistent: the adt (B,H,S) the decays were built from    */
+    ssmt_host dmimo_o, states, dz, dmimo_z, qk_dot;
+    ssm_mamba3_mimo_bwd_fwd_args args;
+    ssm_mamba3_mimo_params       params;
+    int64_t                      nchunks;
+} ssmt_mimo_bwd_fwd_problem;
+
+/* The seed's bwd_fwd problem (spec §5.5; cfg->nseq, has_states, fused are ignored): q, k,
+ * v, dout, z, trap ~ N(0,1) (act); q_bias, k_bias, d ~ N(0,1)/8; mimo_v, mimo_o, mimo_z ~
+ * N(0,1)/4; cumulative angles ~ U(0,1); dt ~ U(0,0.1) + 0.05; da_cs, da_cs_rev, segsum ~
+ * N(0,1)/8 independently (or consistent with adt = −dt·U(0,1) when cfg->consistent: tails
+ * computed with a = 0 past S). Every output allowed (dmimo_o with mimo_o, dz/dmimo_z with
+ * z, states, qk_dot) in out_dtype, poisoned. Returns 0 or −1 (freed). */
+int  ssmt_mimo_random_bwd_fwd(ssmt_rng * rng, const ssmt_mimo_config * cfg, ssmt_mimo_bwd_fwd_problem * prob);
+void ssmt_mimo_bwd_fwd_free(ssmt_mimo_bwd_fwd_problem * prob);
+
+typedef struct ssmt_mimo_step_problem {
+    ssmt_host q, k, v, z, adt, dt, trap, angles, q_bias, k_bias, mimo_v, mimo_z, mimo_o, d, norm_weight;
+    ssmt_host angle_state, ssm_state, k_state, v_state, state_batch_indices;
+    ssmt_host out, final_angle_state, final_ssm_state, final_k_state, final_v_state;
+    ssm_mamba3_mimo_step_args args;   /* separate final_* buffers (not in place)           */
+    ssm_mamba3_mimo_params    params;
+    int64_t                   slots;
+} ssmt_mimo_step_problem;
+
+/* One decode token per row (cfg->seqlen, nseq, strided are ignored) with the forward's
+ * distributions; a pool of `slots` states (angle U(0, 2π), others N(0,1), param_dtype).
+ * with_indices: state_batch_indices (I32, I64 if index_i64) = a random injective map of
+ * rows to slots with every third row (b % 3 == 2) padding (−1); needs slots ≥ batch.
+ * Without it slots must equal batch. Outputs poisoned. Returns 0 or −1 (freed). */
+int  ssmt_mimo_random_step(ssmt_rng * rng, const ssmt_mimo_config * cfg, int64_t slots, int with_indices,
+                           ssmt_mimo_step_problem * prob);
+void ssmt_mimo_step_free(ssmt_mimo_step_problem * prob);
 
 #ifdef __cplusplus
 }

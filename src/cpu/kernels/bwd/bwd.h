@@ -1,0 +1,69 @@
+/*
+ * bwd.h — fp32 kernels of the backward drivers (mamba2_scan_bwd.c, mamba3_siso_bwd.c):
+ * a tiled transpose with an optional per-row scale, and the per-token chains of the
+ * Mamba-3 SISO backward (the q/k preparation of a chunk and the preprocessing gradients
+ * of spec §6.2).
+ *
+ * Each kernel has a scalar version (plain C) and an AVX2+FMA version. Within one ISA every
+ * result depends only on the inputs (fixed summation orders), never on threads; the two
+ * ISAs may differ in the last bits of the dots (FMA, lane order), nowhere else. The pair
+ * tables cos2/sin2 are those of kernels/rotary (rotary.h): rotating by +θ is
+ * y = x·cos2 + swap_pairs(x)·sin2 on the first r dims, R(θ)ᵀ uses −sin2.
+ */
+#ifndef SSMI_CPU_BWD_H
+#define SSMI_CPU_BWD_H
+
+#include <stdint.h>
+
+/* dst[c·ld_dst + r] = src[r·ld_src + c]·scale[r] for r < rows, c < cols (scale NULL = 1,
+ * an exact copy). src and dst must not overlap. */
+typedef void (*ssmi_f32_transpose_fn)(int64_t rows, int64_t cols, const float * src, int64_t ld_src,
+                                      const float * scale, float * dst, int64_t ld_dst);
+
+/* One token of the SISO backward q/k preparation (K dims, the first r = 2A rotated):
+ *   kt = k + bk,  kh = R(θ)·kt,  ks = (sig·kh)·w;
+ *   with q != NULL also qt = q + bq, qh = R(θ)·qt, and the return value is d = qt·kt
+ *   (8 lane partial sums, combined in a fixed order); 0 without q.
+ * kh may be NULL (not stored). No output may alias an input. */
+typedef float (*ssmi_f32_siso_bwd_prep_fn)(int64_t K, int64_t r, const float * q, const float * k,
+                                           const float * bq, const float * bk, const float * cos2,
+                                           const float * sin2, float sig, float w, float * qt, float * kt,
+                                           float * qh, float * kh, float * ks);
+
+/* One token of the SISO backward preprocessing chain (spec §6.2), in place on dq, dk:
+ *   dsig = dk·kh (returned; the incoming dk),      dk ← sig·dk (+ extra_dk if not NULL),
+ *   dth[i] = (dq[2i+1]·qh[2i] − dq[2i]·qh[2i+1]) + (dk[2i+1]·kh[2i] − dk[2i]·kh[2i+1]), i < r/2,
+ *   dq ← R(θ)ᵀ·dq + cq·kt,   dk ← R(θ)ᵀ·dk + cq·qt,   qbacc += dq,   kbacc += dk. */
+typedef float (*ssmi_f32_siso_bwd_token_fn)(int64_t K, int64_t r, float * dq, float * dk, const float * qh,
+                                            const float * kh, const float * qt, const float * kt,
+                                            const float * cos2, const float * sin2, float sig,
+                                            const float * extra_dk, float cq, float * dth, float * qbacc,
+                                            float * kbacc);
+
+typedef struct ssmi_cpu_bwd_kernels {
+    ssmi_f32_transpose_fn      transpose;
+    ssmi_f32_siso_bwd_prep_fn  siso_prep;
+    ssmi_f32_siso_bwd_token_fn siso_token;
+} ssmi_cpu_bwd_kernels;
+
+void  ssmi_f32_transpose__scalar(int64_t rows, int64_t cols, const float * src, int64_t ld_src, const float * scale,
+                                 float * dst, int64_t ld_dst);
+float ssmi_f32_siso_bwd_prep__scalar(int64_t K, int64_t r, const float * q, const float * k, const float * bq,
+                                     const float * bk, const float * cos2, const float * sin2, float sig, float w,
+                                     float * qt, float * kt, float * qh, float * kh, float * ks);
+float ssmi_f32_siso_bwd_token__scalar(int64_t K, int64_t r, float * dq, float * dk, const float * qh,
+                                      const float * kh, const float * qt, const float * kt, const float * cos2,
+                                      const float * sin2, float sig, const float * extra_dk, float cq, float * dth,
+                                      float * qbacc, float * kbacc);
+
+void  ssmi_f32_transpose__avx2(int64_t rows, int64_t cols, const float * src, int64_t ld_src, const float * scale,
+                               float * dst, int64_t ld_dst);
+float ssmi_f32_siso_bwd_prep__avx2(int64_t K, int64_t r, const float * q, const float * k, const float * bq,
+                                   const float * bk, const float * cos2, const float * sin2, float sig, float w,
+                                   float * qt, float * kt, float * qh, float * kh, float * ks);
+float ssmi_f32_siso_bwd_token__avx2(int64_t K, int64_t r, float * dq, float * dk, const float * qh,
+                                    const float * kh, const float * qt, const float * kt, const float * cos2,
+                                    const float * sin2, float sig, const float * extra_dk, float cq, float * dth,
+                                    float * qbacc, float * kbacc);
+
+#endif

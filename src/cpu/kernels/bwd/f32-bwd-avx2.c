@@ -1,0 +1,140 @@
+/* AVX2+FMA backward kernels (see bwd.h). */
+#include <immintrin.h>
+
+#include "bwd.h"
+
+/* 8×8 block: d[c][r] = s[r][c]·scale[r] via unpack / shuffle / lane permute. */
+static inline void block8x8(const float * s, int64_t ls, const float * scale, float * d, int64_t ld) {
+    __m256 r[8];
+    for (int i = 0; i < 8; ++i) {
+        r[i] = _mm256_loadu_ps(s + i * ls);
+        if (scale) r[i] = _mm256_mul_ps(r[i], _mm256_set1_ps(scale[i]));
+    }
+    const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+    const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+    const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+    const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+    const __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
+    const __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
+    const __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
+    const __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
+    _mm256_storeu_ps(d + 0 * ld, _mm256_permute2f128_ps(u0, u4, 0x20));
+    _mm256_storeu_ps(d + 1 * ld, _mm256_permute2f128_ps(u1, u5, 0x20));
+    _mm256_storeu_ps(d + 2 * ld, _mm256_permute2f128_ps(u2, u6, 0x20));
+    _mm256_storeu_ps(d + 3 * ld, _mm256_permute2f128_ps(u3, u7, 0x20));
+    _mm256_storeu_ps(d + 4 * ld, _mm256_permute2f128_ps(u0, u4, 0x31));
+    _mm256_storeu_ps(d + 5 * ld, _mm256_permute2f128_ps(u1, u5, 0x31));
+    _mm256_storeu_ps(d + 6 * ld, _mm256_permute2f128_ps(u2, u6, 0x31));
+    _mm256_storeu_ps(d + 7 * ld, _mm256_permute2f128_ps(u3, u7, 0x31));
+}
+
+void ssmi_f32_transpose__avx2(int64_t rows, int64_t cols, const float * src, int64_t ld_src, const float * scale,
+                              float * dst, int64_t ld_dst) {
+    const int64_t r8 = rows & ~(int64_t) 7, c8 = cols & ~(int64_t) 7;
+    for (int64_t r0 = 0; r0 < r8; r0 += 8)
+        for (int64_t c0 = 0; c0 < c8; c0 += 8)
+            block8x8(src + r0 * ld_src + c0, ld_src, scale ? scale + r0 : 0, dst + c0 * ld_dst + r0, ld_dst);
+    /* the ragged edges: columns c8.. of the full row blocks, then the last rows */
+    for (int64_t r = 0; r < rows; ++r) {
+        const float   s  = scale ? scale[r] : 1.0f;
+        const int64_t cs = r < r8 ? c8 : 0;
+        for (int64_t c = cs; c < cols; ++c) dst[c * ld_dst + r] = src[r * ld_src + c] * s;
+    }
+}
+
+static inline __m256i tail_mask(int64_t count) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int) count), lane);
+}
+
+/* The 8 lanes of v summed in a fixed order: ((0+1)+(2+3)) + ((4+5)+(6+7)). */
+static inline float hsum8(__m256 v) {
+    float l[8];
+    _mm256_storeu_ps(l, v);
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
+static inline __m256 load_n(const float * p, int full, __m256i m) {
+    return full ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, m);
+}
+static inline void store_n(float * p, int full, __m256i m, __m256 v) {
+    if (full) _mm256_storeu_ps(p, v);
+    else _mm256_maskstore_ps(p, m, v);
+}
+
+/* x·cos2 + swap_pairs(x)·sin2 over the 8 lanes at i where i < r (the lanes at or past r are
+ * passed through). r is even and i is a multiple of 8, so pairs never straddle blocks. */
+static inline __m256 rot8(__m256 x, int64_t i, int64_t r, const float * cos2, const float * sin2, int neg) {
+    if (i >= r) return x;
+    const int     full = i + 8 <= r;
+    const __m256i m    = tail_mask(r - i);
+    const __m256  c    = load_n(cos2 + i, full, m);
+    __m256        s    = load_n(sin2 + i, full, m);
+    if (neg) s = _mm256_sub_ps(_mm256_setzero_ps(), s);
+    const __m256 y = _mm256_fmadd_ps(_mm256_permute_ps(x, 0xB1), s, _mm256_mul_ps(x, c));
+    return full ? y : _mm256_blendv_ps(x, y, _mm256_castsi256_ps(m));
+}
+
+float ssmi_f32_siso_bwd_prep__avx2(int64_t K, int64_t r, const float * q, const float * k, const float * bq,
+                                   const float * bk, const float * cos2, const float * sin2, float sig, float w,
+                                   float * qt, float * kt, float * qh, float * kh, float * ks) {
+    const __m256 vs = _mm256_set1_ps(sig), vw = _mm256_set1_ps(w);
+    __m256       acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < K; i += 8) {
+        const int     full = i + 8 <= K;
+        const __m256i m    = tail_mask(K - i);
+        const __m256  kv   = _mm256_add_ps(load_n(k + i, full, m), load_n(bk + i, full, m));
+        const __m256  khv  = rot8(kv, i, r, cos2, sin2, 0);
+        store_n(kt + i, full, m, kv);
+        if (kh) store_n(kh + i, full, m, khv);
+        store_n(ks + i, full, m, _mm256_mul_ps(_mm256_mul_ps(vs, khv), vw));
+        if (q) {
+            const __m256 qv = _mm256_add_ps(load_n(q + i, full, m), load_n(bq + i, full, m));
+            store_n(qt + i, full, m, qv);
+            store_n(qh + i, full, m, rot8(qv, i, r, cos2, sin2, 0));
+            acc = _mm256_fmadd_ps(qv, kv, acc); /* masked lanes are 0·0 */
+        }
+    }
+    return q ? hsum8(acc) : 0.0f;
+}
+
+float ssmi_f32_siso_bwd_token__avx2(int64_t K, int64_t r, float * dq, float * dk, const float * qh,
+                                    const float * kh, const float * qt, const float * kt, const float * cos2,
+                                    const float * sin2, float sig, const float * extra_dk, float cq, float * dth,
+                                    float * qbacc, float * kbacc) {
+    const __m256 vs = _mm256_set1_ps(sig), vc = _mm256_set1_ps(cq);
+    __m256       acc = _mm256_setzero_ps();
+    for (int64_t i = 0; i < K; i += 8) {
+        const int     full = i + 8 <= K;
+        const __m256i m    = tail_mask(K - i);
+        __m256        dkv  = load_n(dk + i, full, m);
+        const __m256  khv  = load_n(kh + i, full, m);
+        acc                = _mm256_fmadd_ps(dkv, khv, acc);
+        dkv                = _mm256_mul_ps(vs, dkv);
+        if (extra_dk) dkv = _mm256_add_ps(dkv, load_n(extra_dk + i, full, m));
+        __m256 dqv = load_n(dq + i, full, m);
+        if (i < r) {
+            /* dθ of the pairs: lane 2j of g·swap(x̂)·(−1, +1) summed with lane 2j+1 */
+            const __m256 qhv = load_n(qh + i, full, m);
+            const __m256 alt = _mm256_setr_ps(-1.0f, 1.0f, -1.0f, 1.0f, -1.0f, 1.0f, -1.0f, 1.0f);
+            const __m256 pq  = _mm256_mul_ps(_mm256_mul_ps(dqv, _mm256_permute_ps(qhv, 0xB1)), alt);
+            const __m256 pk  = _mm256_mul_ps(_mm256_mul_ps(dkv, _mm256_permute_ps(khv, 0xB1)), alt);
+            /* per pair: (pq[2j] + pq[2j+1]) + (pk[2j] + pk[2j+1]) */
+            const __m256 sq = _mm256_add_ps(pq, _mm256_permute_ps(pq, 0xB1));
+            const __m256 sk = _mm256_add_ps(pk, _mm256_permute_ps(pk, 0xB1));
+            float        t[8];
+            _mm256_storeu_ps(t, _mm256_add_ps(sq, sk));
+            const int64_t np = (r - i < 8 ? r - i : 8) / 2;
+            for (int64_t j = 0; j < np; ++j) dth[i / 2 + j] = t[2 * j];
+            dqv = rot8(dqv, i, r, cos2, sin2, 1);
+            dkv = rot8(dkv, i, r, cos2, sin2, 1);
+        }
+        dqv = _mm256_fmadd_ps(vc, load_n(kt + i, full, m), dqv);
+        dkv = _mm256_fmadd_ps(vc, load_n(qt + i, full, m), dkv);
+        store_n(dq + i, full, m, dqv);
+        store_n(dk + i, full, m, dkv);
+        store_n(qbacc + i, full, m, _mm256_add_ps(load_n(qbacc + i, full, m), dqv));
+        store_n(kbacc + i, full, m, _mm256_add_ps(load_n(kbacc + i, full, m), dkv));
+    }
+    return hsum8(acc);
+}

@@ -1,0 +1,77 @@
+/* Plain C backward kernels (see bwd.h). */
+#include "bwd.h"
+
+void ssmi_f32_transpose__scalar(int64_t rows, int64_t cols, const float * src, int64_t ld_src, const float * scale,
+                                float * dst, int64_t ld_dst) {
+    /* 8×8 tiles so both sides touch whole cache lines */
+    for (int64_t r0 = 0; r0 < rows; r0 += 8) {
+        const int64_t r1 = r0 + 8 < rows ? r0 + 8 : rows;
+        for (int64_t c0 = 0; c0 < cols; c0 += 8) {
+            const int64_t c1 = c0 + 8 < cols ? c0 + 8 : cols;
+            for (int64_t r = r0; r < r1; ++r) {
+                const float s = scale != 0 ? scale[r] : 1.0f;
+                for (int64_t c = c0; c < c1; ++c) dst[c * ld_dst + r] = src[r * ld_src + c] * s;
+            }
+        }
+    }
+}
+
+/* y = R(θ)x (sign +1) or R(θ)ᵀx (sign −1) on the first r dims, a copy beyond. */
+static void rotate(int64_t K, int64_t r, const float * x, const float * cos2, const float * sin2, float sign,
+                   float * y) {
+    for (int64_t i = 0; i < r; ++i) y[i] = x[i] * cos2[i] + x[i ^ 1] * (sign * sin2[i]);
+    for (int64_t i = r; i < K; ++i) y[i] = x[i];
+}
+
+float ssmi_f32_siso_bwd_prep__scalar(int64_t K, int64_t r, const float * q, const float * k, const float * bq,
+                                     const float * bk, const float * cos2, const float * sin2, float sig, float w,
+                                     float * qt, float * kt, float * qh, float * kh, float * ks) {
+    for (int64_t j = 0; j < K; ++j) kt[j] = k[j] + bk[j];
+    for (int64_t i = 0; i < K; ++i) {
+        const float v = i < r ? kt[i] * cos2[i] + kt[i ^ 1] * sin2[i] : kt[i];
+        if (kh) kh[i] = v;
+        ks[i] = (sig * v) * w;
+    }
+    if (q == 0) return 0.0f;
+    for (int64_t j = 0; j < K; ++j) qt[j] = q[j] + bq[j];
+    rotate(K, r, qt, cos2, sin2, 1.0f, qh);
+    float   acc[8] = {0};
+    int64_t j      = 0;
+    for (; j + 8 <= K; j += 8)
+        for (int l = 0; l < 8; ++l) acc[l] += qt[j + l] * kt[j + l];
+    for (int l = 0; j < K; ++j, ++l) acc[l] += qt[j] * kt[j];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+float ssmi_f32_siso_bwd_token__scalar(int64_t K, int64_t r, float * dq, float * dk, const float * qh,
+                                      const float * kh, const float * qt, const float * kt, const float * cos2,
+                                      const float * sin2, float sig, const float * extra_dk, float cq, float * dth,
+                                      float * qbacc, float * kbacc) {
+    float   acc[8] = {0};
+    int64_t j      = 0;
+    for (; j + 8 <= K; j += 8)
+        for (int l = 0; l < 8; ++l) acc[l] += dk[j + l] * kh[j + l];
+    for (int l = 0; j < K; ++j, ++l) acc[l] += dk[j] * kh[j];
+    const float dsig = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (j = 0; j < K; ++j) dk[j] = sig * dk[j] + (extra_dk ? extra_dk[j] : 0.0f);
+    for (int64_t i = 0; i < r / 2; ++i)
+        dth[i] = (dq[2 * i + 1] * qh[2 * i] - dq[2 * i] * qh[2 * i + 1]) +
+                 (dk[2 * i + 1] * kh[2 * i] - dk[2 * i] * kh[2 * i + 1]);
+    /* pairwise in place: each pair (2i, 2i+1) depends only on itself */
+    for (int64_t i = 0; i < K; i += 2) {
+        if (i + 1 < r) {
+            const float q0 = dq[i], q1 = dq[i + 1], k0 = dk[i], k1 = dk[i + 1];
+            dq[i]     = q0 * cos2[i] - q1 * sin2[i];
+            dq[i + 1] = q1 * cos2[i + 1] - q0 * sin2[i + 1];
+            dk[i]     = k0 * cos2[i] - k1 * sin2[i];
+            dk[i + 1] = k1 * cos2[i + 1] - k0 * sin2[i + 1];
+        }
+    }
+    for (j = 0; j < K; ++j) {
+        dq[j] += cq * kt[j];
+        dk[j] += cq * qt[j];
+        qbacc[j] += dq[j];
+        kbacc[j] += dk[j];
+    }
+    return dsig;
+}

@@ -1,0 +1,259 @@
+/*
+ * Mamba-3 MIMO backward phase 1 on the CPU (spec §3.4): ssmi_cpu_mamba3_mimo_bwd_fwd.
+ *
+ * Re-runs the chunked forward of spec §2.4 from the given cumulative angles and the given
+ * da_cs, da_cs_rev and segsum (independent inputs: read at valid positions only, never
+ * recomputed or clamped), and returns states (Ŝ entering each chunk), qk_dot, and the
+ * gradients that need only per-token forward values: dmimo_o, dz, dmimo_z (per batch row).
+ *
+ * Tasks: one per (batch row b, value head h), sequential over the chunks; Ŝ (N×P fp32, P
+ * contiguous) lives in per-thread scratch. Per chunk of n ≤ C valid tokens (a tail chunk
+ * just has fewer rows: padded rows would read zeros and are never needed, spec §0):
+ *   scalars γ, c (σ̄ reads the next token, also across the chunk end; 0 at t = S−1);
+ *   per token: q̄ = q + q_bias, k̄ = k + k_bias, qk_dot = q̄·k̄ᵀ (R×R), q̃ = Rot(θ) q̄,
+ *     k̂ = c·Rot(θ) k̄, u = v ⊙ mimo_v (fused rows x = i·R + r);
+ *   states[c] = Ŝ;  Y (L×P) by ssmi_mimo_chunk_y (inter GEMM, strict-in-time intra
+ *     scores, γ-weighted diagonal block and D on the block diagonal, one GEMM with U);
+ *   gradients per token and rank (y = Y row, zz = z ⊙ mimo_z[r], gate = silu(zz)):
+ *     reduced:     dmimo_o[r] += gate ⊙ y ⊙ dout[t];  dg = dout[t] ⊙ mimo_o[r] ⊙ y
+ *     non-reduced: dg = dout[t, r] ⊙ y
+ *     with z:      dzz = dg ⊙ σ(zz)(1 + zz·σ(−zz));  dz[t] = Σ_r dzz ⊙ mimo_z[r];
+ *                  dmimo_z[r] += dzz ⊙ z[t]
+ *   Ŝ ← e^{da_cs[last]}·Ŝ + (diag(e^{da_cs_rev})K̂)ᵀ·U (skipped after the last chunk).
+ * Everything is fp32 (no bf16 rounding of intermediates; the bf16-faithful mode is the
+ * reference backend's). Sums over t run in token order inside one task, so the outputs
+ * are bitwise identical for any thread count.
+ */
+#include <string.h>
+
+#include "mimo_common.h"
+#include "ssmi_cpu_mimo.h"
+
+typedef struct bf_scratch {
+    ssmi_mimo_head hd;
+    ssmi_mimo_tile tl;
+    float *        s;                  /* [N][P] Ŝ                                    */
+    float *        qr, *kr;            /* [R][N] raw rows of one token                */
+    float *        theta, *cosv, *sinv, *pairs;
+    float *        dtv, *lam, *cf, *tmp;
+    float *        dout;               /* [C][R][P] (reduced: [C][P])                 */
+    float *        z, *v;              /* [C][P], [P]                                 */
+    float *        zz, *ex;            /* [C][R][P]                                   */
+    float *        dmo, *dmz;          /* [R][P] per-task sums                        */
+    float *        dzrow, *row;        /* [P], [max(C, R)]                            */
+} bf_scratch;
+
+static int64_t bf_carve(bf_scratch * sc, float * base, const ssmi_mimo_dims * d) {
+    const int64_t R = d->rank, N = d->dstate, P = d->headdim, C = d->chunk, A = d->nangles;
+    float *       p = base;
+#define TAKE(field, cnt)            \
+    do {                            \
+        if (sc) sc->field = p;      \
+        p += ssmi_cpu_lines(cnt);   \
+    } while (0)
+    if (sc) ssmi_mimo_head_carve(&sc->hd, p, R, N, P);
+    p += ssmi_mimo_head_floats(R, N, P);
+    if (sc) ssmi_mimo_tile_carve(&sc->tl, p, R, N, P, C);
+    p += ssmi_mimo_tile_floats(R, N, P, C);
+    TAKE(s, N * P);
+    TAKE(qr, R * N);
+    TAKE(kr, R * N);
+    TAKE(theta, A + 8);
+    TAKE(cosv, A + 8);
+    TAKE(sinv, A + 8);
+    TAKE(pairs, 4 * A + 16);
+    TAKE(dtv, C + 1);
+    TAKE(lam, C + 1);
+    TAKE(cf, C + 1);
+    TAKE(tmp, 2 * C + 2);
+    TAKE(dout, C * R * P);
+    TAKE(z, C * P);
+    TAKE(v, P);
+    TAKE(zz, C * R * P);
+    TAKE(ex, C * R * P);
+    TAKE(dmo, R * P);
+    TAKE(dmz, R * P);
+    TAKE(dzrow, P);
+    TAKE(row, (C > R ? C : R) + 8);
+#undef TAKE
+    return (int64_t) (p - base);
+}
+
+typedef struct bf_job {
+    const ssmi_mimo_dims *               d;
+    const ssmi_mimo_kernels *            k;
+    const ssm_mamba3_mimo_bwd_fwd_args * a;
+    float *                              scratch;
+    int64_t                              thread_floats;
+} bf_job;
+
+/* Per-token inputs of chunk [tc, tc+n): tile rows, qk_dot output, e^{da_cs}, e^{da_cs_rev},
+ * e^{segsum} (lower part), dout and z rows. */
+static void load_chunk(const bf_job * job, bf_scratch * sc, int64_t b, int64_t h, int64_t c, int64_t tc, int64_t n) {
+    const ssm_mamba3_mimo_bwd_fwd_args * a  = job->a;
+    const ssmi_mimo_kernels *            k  = job->k;
+    const ssmi_cpu_kernels *             kb = k->base;
+    const ssmi_mimo_dims *               d  = job->d;
+    const int64_t R = d->rank, N = d->dstate, P = d->headdim, C = d->chunk, A = d->nangles;
+    const int64_t g = h / (d->nheads / d->ngroups);
+    ssmi_mimo_tile * tl = &sc->tl;
+
+    ssmi_mimo_token_scalars(k, &a->dt, &a->trap, b, h, tc, n, d->seqlen, sc->tmp, sc->dtv, sc->lam, tl->gamma, sc->cf);
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t t = tc + i;
+        for (int64_t r = 0; r < R; ++r) {
+            kb->load_row(sc->qr + r * N, a->q.data, a->q.dtype, ssmi_off5(&a->q, b, t, r, g, 0), a->q.strides[4], N);
+            kb->load_row(sc->kr + r * N, a->k.data, a->k.dtype, ssmi_off5(&a->k, b, t, r, g, 0), a->k.strides[4], N);
+        }
+        if (A > 0) {
+            kb->load_row(sc->theta, a->angles.data, a->angles.dtype, ssmi_off4(&a->angles, b, t, h, 0),
+                         a->angles.strides[3], A);
+            ssmi_mimo_sincos(k, A, sc->theta, sc->cosv, sc->sinv, sc->pairs);
+        }
+        float * qkd = tl->qkd + i * R * R;
+        ssmi_mimo_prep_token(R, N, A, sc->qr, sc->kr, &sc->hd, sc->cosv, sc->sinv, sc->cf[i], tl->qt + i * R * N,
+                             tl->kh + i * R * N, NULL, N, qkd);
+        if (ssmi_present(&a->qk_dot))
+            for (int64_t r = 0; r < R; ++r)
+                kb->store_row(a->qk_dot.data, a->qk_dot.dtype, ssmi_off5(&a->qk_dot, b, h, t, r, 0),
+                              a->qk_dot.strides[4], qkd + r * R, R);
+        kb->load_row(sc->v, a->v.data, a->v.dtype, ssmi_off4(&a->v, b, t, h, 0), a->v.strides[3], P);
+        ssmi_mimo_make_u(R, P, sc->v, sc->hd.mv, tl->u + i * R * P, P);
+        if (ssmi_present(&a->z))
+            kb->load_row(sc->z + i * P, a->z.data, a->z.dtype, ssmi_off4(&a->z, b, t, h, 0), a->z.strides[3], P);
+        if (job->d->reduce_o)
+            kb->load_row(sc->dout + i * P, a->dout.data, a->dout.dtype, ssmi_off4(&a->dout, b, t, h, 0),
+                         a->dout.strides[3], P);
+        else
+            for (int64_t r = 0; r < R; ++r)
+                kb->load_row(sc->dout + (i * R + r) * P, a->dout.data, a->dout.dtype,
+                             ssmi_off5(&a->dout, b, t, r, h, 0), a->dout.strides[4], P);
+    }
+    /* decays: e^{da_cs} per row, e^{da_cs_rev} per token, e^{segsum[i][j]} for j < i */
+    kb->load_row(sc->row, a->da_cs.data, a->da_cs.dtype, ssmi_off3(&a->da_cs, b, h, tc), a->da_cs.strides[2], n);
+    kb->vexp(n, sc->row, sc->row);
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t r = 0; r < R; ++r) tl->ecs[i * R + r] = sc->row[i];
+    kb->load_row(tl->wrev, a->da_cs_rev.data, a->da_cs_rev.dtype, ssmi_off3(&a->da_cs_rev, b, h, tc),
+                 a->da_cs_rev.strides[2], n);
+    kb->vexp(n, tl->wrev, tl->wrev);
+    for (int64_t i = 1; i < n; ++i) {
+        float * e = tl->e + i * C;
+        kb->load_row(e, a->segsum.data, a->segsum.dtype, ssmi_off5(&a->segsum, b, h, c, i, 0), a->segsum.strides[4], i);
+        kb->vexp(i, e, e);
+    }
+}
+
+/* dmimo_o, dz, dmimo_z contributions of the chunk's n tokens (tl->y holds Y). */
+static void chunk_grads(const bf_job * job, bf_scratch * sc, int64_t b, int64_t h, int64_t tc, int64_t n) {
+    const ssm_mamba3_mimo_bwd_fwd_args * a  = job->a;
+    const ssmi_cpu_kernels *             kb = job->k->base;
+    const int64_t R = job->d->rank, P = job->d->headdim, RP = R * P;
+    const int     has_z = ssmi_present(&a->z), reduce = job->d->reduce_o;
+    const float * mz = sc->hd.mz, *mo = sc->hd.mo;
+    if (!has_z && !reduce) return;
+    if (has_z) {
+        /* zz, e^{−zz} for the whole chunk at once */
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t r = 0; r < R; ++r) {
+                const float * z  = sc->z + i * P, *mzr = mz + r * P;
+                float *       zz = sc->zz + (i * R + r) * P, *ex = sc->ex + (i * R + r) * P;
+                for (int64_t p = 0; p < P; ++p) zz[p] = z[p] * mzr[p], ex[p] = -zz[p];
+            }
+        kb->vexp(n * RP, sc->ex, sc->ex);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+        const float * z = sc->z + i * P;
+        for (int64_t r = 0; r < R; ++r) {
+            const int64_t x  = i * R + r;
+            const float * y  = sc->tl.y + x * P;
+            const float * zz = sc->zz + x * P;
+            float *       ex = sc->ex + x * P; /* becomes dzz */
+            float *       dmo = sc->dmo + r * P, *dmz = sc->dmz + r * P;
+            if (reduce) {
+                const float * dout = sc->dout + i * P, *mor = mo + r * P;
+                if (has_z) {
+                    for (int64_t p = 0; p < P; ++p) {
+                        const float sg = 1.0f / (1.0f + ex[p]);
+                        const float yd = y[p] * dout[p];
+                        dmo[p] += zz[p] * sg * yd;
+                        const float dg = yd * mor[p];
+                        ex[p]          = dg * sg * (1.0f + zz[p] * (1.0f - sg));
+                    }
+                } else {
+                    for (int64_t p = 0; p < P; ++p) dmo[p] += y[p] * dout[p];
+                }
+            } else {
+                const float * dout = sc->dout + x * P;
+                for (int64_t p = 0; p < P; ++p) {
+                    const float sg = 1.0f / (1.0f + ex[p]);
+                    ex[p]          = dout[p] * y[p] * sg * (1.0f + zz[p] * (1.0f - sg));
+                }
+            }
+            if (has_z)
+                for (int64_t p = 0; p < P; ++p) dmz[p] += ex[p] * z[p];
+        }
+        if (has_z && ssmi_present(&a->dz)) {
+            const float * dzz = sc->ex + i * RP;
+            for (int64_t p = 0; p < P; ++p) sc->dzrow[p] = dzz[p] * mz[p];
+            for (int64_t r = 1; r < R; ++r)
+                for (int64_t p = 0; p < P; ++p) sc->dzrow[p] += dzz[r * P + p] * mz[r * P + p];
+            kb->store_row(a->dz.data, a->dz.dtype, ssmi_off4(&a->dz, b, tc + i, h, 0), a->dz.strides[3], sc->dzrow, P);
+        }
+    }
+}
+
+static void bf_task(void * arg, int64_t task, int32_t thread) {
+    const bf_job *                       job = (const bf_job *) arg;
+    const ssmi_mimo_dims *               d   = job->d;
+    const ssmi_mimo_kernels *            k   = job->k;
+    const ssm_mamba3_mimo_bwd_fwd_args * a   = job->a;
+    const int64_t R = d->rank, N = d->dstate, P = d->headdim, C = d->chunk, S = d->seqlen;
+    const int64_t b = task / d->nheads, h = task % d->nheads;
+    bf_scratch    sc;
+    bf_carve(&sc, job->scratch + (int64_t) thread * job->thread_floats, d);
+    ssmi_mimo_head_load(k, &sc.hd, h, R, N, P, &a->q_bias, &a->k_bias, &a->mimo_v, &a->mimo_z, &a->mimo_o, NULL, &a->d);
+    memset(sc.s, 0, (size_t) (N * P) * sizeof(float));
+    memset(sc.dmo, 0, (size_t) (R * P) * sizeof(float));
+    memset(sc.dmz, 0, (size_t) (R * P) * sizeof(float));
+    const int64_t nc = (S + C - 1) / C;
+    for (int64_t c = 0; c < nc; ++c) {
+        const int64_t tc = c * C, n = S - tc < C ? S - tc : C;
+        load_chunk(job, &sc, b, h, c, tc, n);
+        if (ssmi_present(&a->states))
+            for (int64_t j = 0; j < N; ++j)
+                k->base->store_row(a->states.data, a->states.dtype, ssmi_off5(&a->states, b, h, c, j, 0),
+                                   a->states.strides[4], sc.s + j * P, P);
+        ssmi_mimo_chunk_y(k, &sc.tl, n, sc.s, sc.hd.d);
+        chunk_grads(job, &sc, b, h, tc, n);
+        if (c + 1 < nc) {
+            float ecl = ssmi_get_f32(&a->da_cs, ssmi_off3(&a->da_cs, b, h, tc + n - 1));
+            k->base->vexp(1, &ecl, &ecl);
+            ssmi_mimo_state_update(k, &sc.tl, n, ecl, sc.s);
+        }
+    }
+    for (int64_t r = 0; r < R; ++r) {
+        if (ssmi_present(&a->dmimo_o))
+            k->base->store_row(a->dmimo_o.data, a->dmimo_o.dtype, ssmi_off4(&a->dmimo_o, b, h, r, 0),
+                               a->dmimo_o.strides[3], sc.dmo + r * P, P);
+        if (ssmi_present(&a->dmimo_z))
+            k->base->store_row(a->dmimo_z.data, a->dmimo_z.dtype, ssmi_off4(&a->dmimo_z, b, h, r, 0),
+                               a->dmimo_z.strides[3], sc.dmz + r * P, P);
+    }
+}
+
+ssm_status ssmi_cpu_mamba3_mimo_bwd_fwd(ssm_context * ctx, const ssm_mamba3_mimo_params * p, const ssmi_mimo_dims * d,
+                                       const ssm_mamba3_mimo_bwd_fwd_args * a) {
+    (void) p;
+    if (d->batch == 0 || d->nheads == 0) return SSM_STATUS_OK;
+    bf_job job;
+    job.d             = d;
+    job.k             = ssmi_mimo_kernels_for(ctx);
+    job.a             = a;
+    job.thread_floats = bf_carve(NULL, NULL, d);
+    job.scratch       = ssmi_cpu_thread_scratch(ctx, "mamba3_mimo_bwd_fwd", job.thread_floats);
+    if (job.scratch == NULL) return SSM_STATUS_OUT_OF_MEMORY;
+    ssmi_parallel_for(ctx, d->batch * d->nheads, bf_task, &job);
+    ssmi_free(ctx, job.scratch);
+    return SSM_STATUS_OK;
+}

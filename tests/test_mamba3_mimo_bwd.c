@@ -1,0 +1,402 @@
+/*
+ * test_mamba3_mimo_bwd.c — every gradient of ssm_mamba3_mimo (spec §3.5-§3.8, §4):
+ *  1. the float64 reference backward against the stored vectors tests/data/mamba3_mimo_bwd
+ *     (torch.autograd in float64 through upstream's chunk reference) at rel_rms ≤ 1e-10;
+ *  2. the reference backward against central finite differences of the reference forward
+ *     (ssm_mamba3_mimo, REF backend, float64) for every gradient, on small shapes: reduced
+ *     and non-reduced dout, z and d on/off, fused norm (with and without its weight), GQA,
+ *     tails, div 2 and 4, initial states with dfinal_*, varlen with an empty sequence;
+ *  3. the CPU backward against the reference within the DESIGN §5 bars of the compute
+ *     dtype (f32, f16, bf16; the parameter-gradient reductions as whole vectors) over the
+ *     issue's shapes (the seed's (N,P,R,C) list, tails S = 13/20/35, GQA, B = 2, several
+ *     chunks, states, varlen), NaN-poisoned outputs, identical bytes for 1, 2 and 3 threads,
+ *     and the scalar ISA. Prints the worst rel_rms per gradient and dtype.
+ * Seed: SSMOPS_TEST_SEED (default 20261207).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+#define NGRADS 19
+
+static const char * const grad_names[NGRADS] = {
+    "dq",     "dk",   "dv",    "dz",      "dq_bias", "dk_bias",              "dmimo_v",      "dmimo_z",    "dmimo_o", "dd",
+    "dadt",   "ddt",  "dtrap", "dangles", "doutproj_norm_weight", "dangle_state", "dssm_state", "dk_state", "dv_state"};
+
+static ssm_tensor * grad_slot(ssm_mamba3_mimo_bwd_args * a, int i) {
+    ssm_tensor * s[NGRADS] = {&a->dq,      &a->dk,        &a->dv,         &a->dz,       &a->dq_bias,
+                              &a->dk_bias, &a->dmimo_v,   &a->dmimo_z,    &a->dmimo_o,  &a->dd,
+                              &a->dadt,    &a->ddt,       &a->dtrap,      &a->dangles,  &a->doutproj_norm_weight,
+                              &a->dangle_state, &a->dssm_state, &a->dk_state, &a->dv_state};
+    return s[i];
+}
+
+/* The forward input each gradient belongs to (a slot of the forward args). */
+static ssm_tensor * input_slot(ssm_mamba3_mimo_args * a, int i) {
+    ssm_tensor * s[NGRADS] = {&a->q,      &a->k,      &a->v,     &a->z,      &a->q_bias,
+                              &a->k_bias, &a->mimo_v, &a->mimo_z, &a->mimo_o, &a->d,
+                              &a->adt,    &a->dt,     &a->trap,  &a->angles, &a->outproj_norm_weight,
+                              &a->angle_state, &a->ssm_state, &a->k_state, &a->v_state};
+    return s[i];
+}
+
+static ssm_context *ctx_ref, *ctx_cpu[4], *ctx_scalar;
+
+static ssm_context * make_ctx(ssm_backend backend, int threads, ssm_isa isa) {
+    ssm_context_params cp;
+    ssm_context_params_init(&cp);
+    cp.backend = backend;
+    cp.num_threads = threads;
+    cp.isa = isa;
+    ssm_context * ctx = NULL;
+    if (ssm_context_create(&cp, &ctx) != SSM_STATUS_OK) return NULL;
+    return ctx;
+}
+
+static ssmt_mimo_config config(int64_t B, int64_t S, int64_t H, int64_t G, int64_t R, int64_t N, int64_t P, int64_t C,
+                               ssm_dtype dt) {
+    ssmt_mimo_config c;
+    ssmt_mimo_config_init(&c);
+    c.batch = B, c.seqlen = S, c.nheads = H, c.ngroups = G, c.rank = R, c.dstate = N, c.headdim = P, c.chunk = C;
+    c.dtype = dt;
+    c.param_dtype = SSM_DTYPE_F32;
+    c.out_dtype = SSM_DTYPE_F64;
+    return c;
+}
+
+/* ---- 1. stored vectors ------------------------------------------------------------------ */
+#define NIN 21
+static const char * const in_names[NIN] = {"q",      "k",      "v",       "adt",       "dt",        "trap",
+                                           "q_bias", "k_bias", "mimo_v",  "mimo_z",    "mimo_o",    "angles",
+                                           "d",      "z",      "outproj_norm_weight", "angle_state", "ssm_state",
+                                           "k_state", "v_state", "cu_seqlens", "dout"};
+
+static ssm_tensor * case_input(ssm_mamba3_mimo_bwd_args * a, int i) {
+    ssm_tensor * s[NIN] = {&a->q,      &a->k,      &a->v,      &a->adt,     &a->dt,     &a->trap,   &a->q_bias,
+                           &a->k_bias, &a->mimo_v, &a->mimo_z, &a->mimo_o,  &a->angles, &a->d,      &a->z,
+                           &a->outproj_norm_weight, &a->angle_state, &a->ssm_state, &a->k_state, &a->v_state,
+                           &a->cu_seqlens, &a->dout};
+    return s[i];
+}
+
+static void stored_vectors(void) {
+    char names[32][128];
+    const int ncase = ssmt_case_list("mamba3_mimo_bwd", names, 32);
+    TEST_CHECK(ncase >= 8, "expected the 8 stored mamba3_mimo_bwd cases, found %d", ncase);
+    for (int c = 0; c < ncase; ++c) {
+        ssmt_case cs;
+        if (ssmt_case_load(&cs, "mamba3_mimo_bwd", names[c]) != 0) {
+            TEST_CHECK(0, "%s: cannot load", names[c]);
+            continue;
+        }
+        ssm_mamba3_mimo_bwd_args a;
+        ssmt_host                hin[NIN], ref[NGRADS], got[NGRADS];
+        memset(&a, 0, sizeof a);
+        memset(hin, 0, sizeof hin);
+        memset(ref, 0, sizeof ref);
+        memset(got, 0, sizeof got);
+        for (int i = 0; i < NIN; ++i)
+            if (ssmt_case_has(&cs, in_names[i])) {
+                hin[i] = ssmt_case_tensor(&cs, in_names[i], i == 19 ? SSM_DTYPE_I32 : SSM_DTYPE_F64);
+                *case_input(&a, i) = hin[i].t;
+            }
+        for (int g = 0; g < NGRADS; ++g)
+            if (ssmt_case_has(&cs, grad_names[g])) {
+                ref[g] = ssmt_case_tensor(&cs, grad_names[g], SSM_DTYPE_F64);
+                got[g] = ssmt_alloc(SSM_DTYPE_F64, ref[g].t.ndim, ref[g].t.shape);
+                *grad_slot(&a, g) = got[g].t;
+            }
+        ssm_mamba3_mimo_params p;
+        ssm_mamba3_mimo_params_init(&p);
+        p.chunk_size = cs.chunk;
+        p.rotary_dim_divisor = (int32_t)(a.q.shape[4] / a.angles.shape[3]);
+        p.fuse_pregate_norm = ssmt_case_has(&cs, "outproj_norm_weight");
+        const ssm_status s = ssm_mamba3_mimo_bwd(ctx_ref, &p, &a);
+        TEST_CHECK(s == SSM_STATUS_OK, "%s: %s (%s)", names[c], ssm_status_string(s), ssm_context_last_error(ctx_ref));
+        for (int g = 0; g < NGRADS; ++g) {
+            if (got[g].t.data == NULL) continue;
+            char label[200];
+            snprintf(label, sizeof label, "stored %s/%s", names[c], grad_names[g]);
+            const ssmt_cmp cmp = ssmt_compare(&got[g].t, &ref[g].t);
+            TEST_CHECK(cmp.nonfinite == 0 && cmp.rel_rms <= 1e-10, "%s: rel_rms %.3g", label, cmp.rel_rms);
+            ssmt_free(&got[g]);
+            ssmt_free(&ref[g]);
+        }
+        for (int i = 0; i < NIN; ++i) ssmt_free(&hin[i]);
+    }
+}
+
+/* ---- 2. finite differences ------------------------------------------------------------- */
+/* L = <dout, out> + Σ <dfinal_x, final_x> of one reference forward. */
+static double loss(ssm_mamba3_mimo_args * fa, const ssm_mamba3_mimo_params * p, const ssmt_mimo_bwd_problem * bwd) {
+    const ssm_status s = ssm_mamba3_mimo(ctx_ref, p, fa);
+    if (s != SSM_STATUS_OK) return NAN;
+    const ssm_tensor *outs[5] = {&fa->out, &fa->final_angle_state, &fa->final_ssm_state, &fa->final_k_state,
+                                 &fa->final_v_state};
+    const ssm_tensor *ws[5] = {&bwd->dout.t, &bwd->dfinal_angle_state.t, &bwd->dfinal_ssm_state.t,
+                               &bwd->dfinal_k_state.t, &bwd->dfinal_v_state.t};
+    double L = 0.0;
+    for (int i = 0; i < 5; ++i) {
+        if (outs[i]->data == NULL || ws[i]->data == NULL) continue;
+        const int64_t n = ssmt_numel(outs[i]);
+        for (int64_t j = 0; j < n; ++j) L += ssmt_get(outs[i], j) * ssmt_get(ws[i], j);
+    }
+    return L;
+}
+
+typedef struct fd_case {
+    const char *     name;
+    ssmt_mimo_config cfg;
+    int              has_dfinal;
+} fd_case;
+
+static double worst_fd[NGRADS];
+
+static void run_fd(ssmt_rng * rng, const fd_case * fc) {
+    ssmt_mimo_config cfg = fc->cfg;
+    cfg.dtype = cfg.param_dtype = cfg.out_dtype = SSM_DTYPE_F64;
+    cfg.has_final = fc->has_dfinal;
+    ssmt_mimo_problem     prob;
+    ssmt_mimo_bwd_problem bwd;
+    if (ssmt_mimo_random_args(rng, &cfg, &prob) != 0) {
+        TEST_CHECK(0, "%s: allocation failed", fc->name);
+        return;
+    }
+    if (ssmt_mimo_bwd_alloc(rng, &cfg, &prob, fc->has_dfinal, &bwd) != 0) {
+        TEST_CHECK(0, "%s: allocation failed", fc->name);
+        ssmt_mimo_problem_free(&prob);
+        return;
+    }
+    const ssm_status s = ssm_mamba3_mimo_bwd(ctx_ref, &prob.params, &bwd.args);
+    TEST_CHECK(s == SSM_STATUS_OK, "%s: %s (%s)", fc->name, ssm_status_string(s), ssm_context_last_error(ctx_ref));
+    ssm_mamba3_mimo_args fa = prob.args;
+    for (int g = 0; g < NGRADS; ++g) {
+        const ssm_tensor * gr = grad_slot(&bwd.args, g);
+        const ssm_tensor * in = input_slot(&fa, g);
+        /* a gradient without its input: only the fused norm's implicit all-ones weight */
+        if (gr->data == NULL || in->data == NULL) continue;
+        const int64_t n = ssmt_numel(gr);
+        double        gmax = 0.0;
+        for (int64_t j = 0; j < n; ++j) gmax = fmax(gmax, fabs(ssmt_get(gr, j)));
+        TEST_CHECK(isfinite(gmax), "%s/%s: non-finite gradient", fc->name, grad_names[g]);
+        const int samples = n < 6 ? (int)n : 6;
+        double    err = 0.0;
+        for (int k = 0; k < samples; ++k) {
+            const int64_t j = ssmt_randint(rng, 0, n - 1);
+            const double  x0 = ssmt_get(in, j), h = 1e-5 * fmax(1.0, fabs(x0));
+            ssmt_set(in, j, x0 + h);
+            const double lp = loss(&fa, &prob.params, &bwd);
+            ssmt_set(in, j, x0 - h);
+            const double lm = loss(&fa, &prob.params, &bwd);
+            ssmt_set(in, j, x0);
+            const double fd = (lp - lm) / (2.0 * h);
+            err = fmax(err, fabs(fd - ssmt_get(gr, j)) / fmax(gmax, 1e-6));
+        }
+        TEST_CHECK(err <= 1e-6, "%s/%s: finite differences differ by %.3g (relative to max|grad| %.3g)", fc->name,
+                   grad_names[g], err, gmax);
+        if (err > worst_fd[g] || err != err) worst_fd[g] = err;
+    }
+    ssmt_mimo_bwd_free(&bwd);
+    ssmt_mimo_problem_free(&prob);
+}
+
+static void finite_differences(ssmt_rng * rng) {
+    static const int64_t lens[3] = {5, 0, 7};
+    fd_case              c[10];
+    int                  n = 0;
+    c[n] = (fd_case){"fd_reduced_z_d", config(1, 10, 2, 1, 2, 8, 4, 4, SSM_DTYPE_F64), 0};
+    ++n;
+    c[n] = (fd_case){"fd_nonreduced_noz_nod_div2", config(1, 9, 2, 2, 3, 8, 4, 3, SSM_DTYPE_F64), 0};
+    c[n].cfg.reduce_o = 0, c[n].cfg.has_z = 0, c[n].cfg.has_d = 0, c[n].cfg.div = 2;
+    ++n;
+    c[n] = (fd_case){"fd_nonreduced_z", config(1, 7, 2, 1, 2, 8, 4, 4, SSM_DTYPE_F64), 0};
+    c[n].cfg.reduce_o = 0;
+    ++n;
+    c[n] = (fd_case){"fd_reduced_noz", config(2, 6, 4, 2, 2, 8, 4, 4, SSM_DTYPE_F64), 0};
+    c[n].cfg.has_z = 0;
+    ++n;
+    c[n] = (fd_case){"fd_fused_weight", config(1, 9, 2, 1, 2, 8, 6, 4, SSM_DTYPE_F64), 0};
+    c[n].cfg.fused = 1, c[n].cfg.has_norm_weight = 1;
+    ++n;
+    c[n] = (fd_case){"fd_fused_noweight_gqa", config(1, 6, 4, 2, 1, 8, 4, 4, SSM_DTYPE_F64), 0};
+    c[n].cfg.fused = 1;
+    ++n;
+    c[n] = (fd_case){"fd_states_dfinal", config(2, 8, 2, 1, 2, 8, 4, 3, SSM_DTYPE_F64), 1};
+    c[n].cfg.has_states = 1;
+    ++n;
+    c[n] = (fd_case){"fd_varlen_empty", config(1, 0, 2, 1, 2, 8, 4, 4, SSM_DTYPE_F64), 1};
+    c[n].cfg.nseq = 3, c[n].cfg.seqlens = lens, c[n].cfg.has_states = 1;
+    ++n;
+    c[n] = (fd_case){"fd_varlen_nostates", config(1, 0, 2, 1, 2, 8, 4, 4, SSM_DTYPE_F64), 0};
+    c[n].cfg.nseq = 3, c[n].cfg.seqlens = lens;
+    ++n;
+    for (int i = 0; i < n; ++i) run_fd(rng, &c[i]);
+}
+
+/* ---- 3. CPU against the reference ------------------------------------------------------ */
+static double worst[3][NGRADS]; /* f32, f16, bf16 */
+static int    dtype_slot(ssm_dtype t) { return t == SSM_DTYPE_F16 ? 1 : t == SSM_DTYPE_BF16 ? 2 : 0; }
+
+typedef struct cpu_case {
+    const char *     name;
+    ssmt_mimo_config cfg;
+    int              has_dfinal;
+    int              only_some; /* dv, ddt, dq_bias, dangles only */
+} cpu_case;
+
+static void run_cpu(ssmt_rng * rng, const cpu_case * cc) {
+    ssmt_mimo_config cfg = cc->cfg;
+    const ssm_dtype  cd = cfg.dtype;
+    cfg.out_dtype = SSM_DTYPE_F64;
+    ssmt_mimo_problem     prob;
+    ssmt_mimo_bwd_problem bwd;
+    if (ssmt_mimo_random_args(rng, &cfg, &prob) != 0) {
+        TEST_CHECK(0, "%s: allocation failed", cc->name);
+        return;
+    }
+    if (ssmt_mimo_bwd_alloc(rng, &cfg, &prob, cc->has_dfinal, &bwd) != 0) {
+        TEST_CHECK(0, "%s: allocation failed", cc->name);
+        ssmt_mimo_problem_free(&prob);
+        return;
+    }
+    ssm_mamba3_mimo_bwd_args args = bwd.args;
+    if (cc->only_some)
+        for (int g = 0; g < NGRADS; ++g)
+            if (g != 2 && g != 4 && g != 11 && g != 13) memset(grad_slot(&args, g), 0, sizeof(ssm_tensor));
+    const ssm_status rs = ssm_mamba3_mimo_bwd(ctx_ref, &prob.params, &args);
+    TEST_CHECK(rs == SSM_STATUS_OK, "%s: reference: %s (%s)", cc->name, ssm_status_string(rs),
+               ssm_context_last_error(ctx_ref));
+    const ssmt_bar bar = ssmt_bar_for(cd);
+    ssmt_host      first[NGRADS];
+    memset(first, 0, sizeof first);
+    for (int variant = 0; variant < 4; ++variant) {
+        ssm_context * ctx = variant < 3 ? ctx_cpu[variant + 1] : ctx_scalar;
+        if (ctx == NULL) continue;
+        ssm_mamba3_mimo_bwd_args ca = args;
+        ssmt_host                got[NGRADS];
+        memset(got, 0, sizeof got);
+        for (int g = 0; g < NGRADS; ++g) {
+            ssm_tensor * slot = grad_slot(&ca, g);
+            if (slot->data == NULL) continue;
+            got[g] = cfg.strided ? ssmt_alloc_layout(SSM_DTYPE_F32, slot->ndim, slot->shape, NULL, 3)
+                                 : ssmt_alloc(SSM_DTYPE_F32, slot->ndim, slot->shape);
+            *slot = got[g].t;
+        }
+        const ssm_status s = ssm_mamba3_mimo_bwd(ctx, &prob.params, &ca);
+        TEST_CHECK(s == SSM_STATUS_OK, "%s variant %d: %s (%s)", cc->name, variant, ssm_status_string(s),
+                   ssm_context_last_error(ctx));
+        for (int g = 0; g < NGRADS; ++g) {
+            if (got[g].t.data == NULL) continue;
+            if (variant == 0 || variant == 3) {
+                const ssmt_cmp c = ssmt_compare(&got[g].t, grad_slot(&args, g));
+                const int      ok = c.nonfinite == 0 && c.rel_rms <= bar.rel_rms && c.max_rel <= bar.max_rel;
+                TEST_CHECK(ok, "%s/%s/%s: rel_rms %.3g max_rel %.3g nonfinite %lld (bar %.3g %.3g)", cc->name,
+                           grad_names[g], variant == 0 ? "cpu" : "scalar", c.rel_rms, c.max_rel, (long long)c.nonfinite,
+                           bar.rel_rms, bar.max_rel);
+                double * w = &worst[dtype_slot(cd)][g];
+                if (c.rel_rms > *w || c.rel_rms != c.rel_rms) *w = c.rel_rms;
+            }
+            if (variant == 0) {
+                first[g] = got[g];
+            } else {
+                if (variant < 3)
+                    TEST_CHECK(memcmp(first[g].buf, got[g].buf, got[g].bytes) == 0, "%s/%s: %d threads differ from 1",
+                               cc->name, grad_names[g], variant + 1);
+                ssmt_free(&got[g]);
+            }
+        }
+    }
+    for (int g = 0; g < NGRADS; ++g)
+        if (first[g].buf) ssmt_free(&first[g]);
+    ssmt_mimo_bwd_free(&bwd);
+    ssmt_mimo_problem_free(&prob);
+}
+
+static void cpu_against_reference(ssmt_rng * rng) {
+    static const int64_t seed_shapes[6][4] = {{32, 64, 4, 16}, {128, 32, 4, 16}, {64, 128, 4, 16},
+                                              {128, 64, 8, 8}, {64, 64, 3, 6},   {64, 64, 1, 64}};
+    static const int64_t lens[4] = {23, 0, 41, 1};
+    const ssm_dtype      dtypes[3] = {SSM_DTYPE_F32, SSM_DTYPE_F16, SSM_DTYPE_BF16};
+    for (int di = 0; di < 3; ++di) {
+        const ssm_dtype dt = dtypes[di];
+        cpu_case        c[24];
+        int             n = 0;
+        for (int i = 0; i < 6; ++i) {
+            const int64_t *sh = seed_shapes[i];
+            c[n] = (cpu_case){"seed_shape", config(1, 2 * sh[3], 2, 1, sh[2], sh[0], sh[1], sh[3], dt), 0, 0};
+            ++n;
+        }
+        /* the seed's tail shapes: S = 35 (H = 2), S = 13 (R = 3, C = 6), S = 20 (B = 2, H = 4, G = 2) */
+        c[n] = (cpu_case){"tail_s35", config(1, 35, 2, 1, 4, 64, 64, 16, dt), 0, 0};
+        ++n;
+        c[n] = (cpu_case){"tail_s13_r3", config(1, 13, 2, 1, 3, 64, 64, 6, dt), 0, 0};
+        ++n;
+        c[n] = (cpu_case){"tail_s20_b2_gqa", config(2, 20, 4, 2, 4, 32, 32, 8, dt), 0, 0};
+        ++n;
+        /* non-reduced with z, non-reduced without z or d, reduced without z */
+        c[n] = (cpu_case){"nonreduced_z_div2", config(1, 40, 2, 1, 2, 32, 16, 8, dt), 0, 0};
+        c[n].cfg.reduce_o = 0, c[n].cfg.div = 2;
+        ++n;
+        c[n] = (cpu_case){"nonreduced_plain", config(1, 45, 2, 2, 4, 32, 32, 16, dt), 0, 0};
+        c[n].cfg.reduce_o = 0, c[n].cfg.has_z = 0, c[n].cfg.has_d = 0;
+        ++n;
+        c[n] = (cpu_case){"reduced_noz_gqa", config(1, 33, 4, 1, 4, 32, 32, 16, dt), 0, 0};
+        c[n].cfg.has_z = 0;
+        ++n;
+        /* fused norm, with and without its weight */
+        c[n] = (cpu_case){"fused_weight", config(1, 50, 2, 1, 4, 32, 32, 16, dt), 0, 0};
+        c[n].cfg.fused = 1, c[n].cfg.has_norm_weight = 1;
+        ++n;
+        c[n] = (cpu_case){"fused_noweight", config(2, 21, 2, 2, 2, 16, 32, 8, dt), 0, 0};
+        c[n].cfg.fused = 1;
+        ++n;
+        /* several CPU chunks (64 rows each), initial states with dfinal */
+        c[n] = (cpu_case){"states_multichunk", config(2, 150, 4, 2, 2, 32, 32, 16, dt), 1, 0};
+        c[n].cfg.has_states = 1;
+        ++n;
+        /* varlen with an empty sequence, states, dfinal; and without states */
+        c[n] = (cpu_case){"varlen_states", config(1, 0, 4, 1, 4, 32, 16, 16, dt), 1, 0};
+        c[n].cfg.nseq = 4, c[n].cfg.seqlens = lens, c[n].cfg.has_states = 1;
+        ++n;
+        c[n] = (cpu_case){"varlen_nostates_i64", config(1, 0, 2, 1, 2, 16, 32, 8, dt), 0, 0};
+        c[n].cfg.nseq = 4, c[n].cfg.seqlens = lens, c[n].cfg.index_i64 = 1;
+        ++n;
+        /* strided views, states without dfinal */
+        c[n] = (cpu_case){"strided_states", config(2, 30, 4, 2, 2, 32, 16, 8, dt), 0, 0};
+        c[n].cfg.strided = 1, c[n].cfg.has_states = 1;
+        ++n;
+        /* only some outputs */
+        c[n] = (cpu_case){"some_outputs", config(1, 70, 4, 2, 4, 32, 32, 16, dt), 1, 1};
+        c[n].cfg.has_states = 1;
+        ++n;
+        for (int i = 0; i < n; ++i) run_cpu(rng, &c[i]);
+    }
+}
+
+int main(void) {
+    const char * seed_env = getenv("SSMOPS_TEST_SEED");
+    ssmt_rng     rng;
+    ssmt_rng_seed(&rng, seed_env ? strtoull(seed_env, NULL, 10) : 20261207ull);
+    ctx_ref = make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
+    for (int t = 1; t <= 3; ++t) ctx_cpu[t] = make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
+    ctx_scalar = make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
+    TEST_CHECK(ctx_ref && ctx_cpu[1] && ctx_cpu[2] && ctx_cpu[3] && ctx_scalar, "context creation failed");
+    if (!(ctx_ref && ctx_cpu[1] && ctx_cpu[2] && ctx_cpu[3])) TEST_EXIT();
+
+    stored_vectors();
+    finite_differences(&rng);
+    printf("worst finite-difference error (relative to max|grad|):\n");
+    for (int g = 0; g < NGRADS; ++g) printf("  %-22s %.3g\n", grad_names[g], worst_fd[g]);
+    cpu_against_reference(&rng);
+    printf("worst rel_rms per gradient (CPU and scalar vs reference):\n%-22s %10s %10s %10s\n", "gradient", "f32", "f16",
+           "bf16");
+    for (int g = 0; g < NGRADS; ++g)
+        printf("%-22s %10.3g %10.3g %10.3g\n", grad_names[g], worst[0][g], worst[1][g], worst[2][g]);
+
+    ssm_context_free(ctx_ref);
+    for (int t = 1; t <= 3; ++t) ssm_context_free(ctx_cpu[t]);
+    ssm_context_free(ctx_scalar);
+    TEST_EXIT();
+}

@@ -1,0 +1,539 @@
+/*
+ * test_mamba3_mimo_cpu.c — the optimised CPU backend of the Mamba-3 MIMO family
+ * (mamba3_mimo_bwd_fwd, mamba3_mimo forward, mamba3_mimo_step) against the float64
+ * reference (run with F64 outputs): reduced and non-reduced, z/mimo_z on and off, d on and
+ * off, fused norm, GQA (H=2,G=1; H=4,G=2; B=2), tails (S=13, 20, 35), the seed shapes
+ * (N,P,R,C) ∈ {(32,64,4,16), (128,32,4,16), (64,128,4,16), (128,64,8,8), (64,64,3,6),
+ * (64,64,1,64)}, div 2 and 4, f32/f16/bf16, strided views, NaN-poisoned outputs, initial
+ * and final states, varlen with an empty sequence. 1, 2 and 3 threads give identical
+ * bytes; the scalar ISA passes the same bars. bwd_fwd bf16 cases are also measured against
+ * the upstream-bf16 reference mode (printed; asserted at rel_rms < 1e-3 only with
+ * SSMOPS_MIMO_BF16_BAR=1: the CPU path is fp32 and sits ~3e-3..8e-3 from the bf16-rounding
+ * reference, which is the intrinsic bf16-vs-exact gap, see the report). CPU self-
+ * consistency in fp32 (rel_rms ≤ 1e-5): forward over S tokens == S decode steps; two calls
+ * chained through the final states == one call; varlen == one call per sequence; step with
+ * a slot map, padding rows and an in-place pool.
+ * Seed: SSMOPS_TEST_SEED (default 20261202). SHOWCMP=1 prints every comparison.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+static ssm_context * make_ctx(ssm_backend backend, int threads, ssm_isa isa) {
+    ssm_context_params cp;
+    ssm_context_params_init(&cp);
+    cp.backend     = backend;
+    cp.num_threads = threads;
+    cp.isa         = isa;
+    ssm_context * ctx = NULL;
+    if (ssm_context_create(&cp, &ctx) != SSM_STATUS_OK) return NULL;
+    return ctx;
+}
+
+static ssm_context *ctx_ref, *ctx_cpu[4], *ctx_scalar;
+static ssm_mamba3_mimo_params g_params;
+static ssm_context * ctx_ref_bf16;
+
+/* ---- the op-generic harness (as in test_mamba2_cpu.c) ---------------------------------- *
+ * For each output slot: REF into F64, CPU (threads 1/2/3 and scalar ISA) into out_dtype;
+ * bars for the compute dtype on 1 thread and scalar; memcmp of 2 and 3 threads against 1. */
+typedef ssm_status (*run_fn)(ssm_context * ctx, void * args);
+#define MAX_OUTS 5
+typedef struct op_case {
+    const char * name;
+    void *       args;
+    size_t       args_size;
+    ssm_tensor * outs[MAX_OUTS]; /* pointers into args */
+    int          nouts;
+    unsigned     angle_outs; /* bit o: output o is an angle, compared modulo 2π           */
+    ssm_dtype    compute;
+    ssm_dtype    out_dtype;
+    run_fn       run;
+} op_case;
+
+static void add_out(op_case * oc, ssm_tensor * t) {
+    if (t->data != NULL && oc->nouts < MAX_OUTS) oc->outs[oc->nouts++] = t;
+}
+
+/* An F64 copy of an angle output with each element moved by ±2π to the side of the
+ * reference: θ is only defined modulo 2π, and a value a rounding away from a multiple of
+ * 2π may wrap to either end of [0, 2π] (spec §4.3 compares angle states circularly). */
+static ssmt_host unwrap_to(const ssm_tensor * got, const ssm_tensor * ref) {
+    ssmt_host     c      = ssmt_to_f64(got);
+    const double  two_pi = 6.283185307179586;
+    const int64_t n      = ssmt_numel(ref);
+    for (int64_t i = 0; i < n; ++i) {
+        const double g = ssmt_get(&c.t, i), r = ssmt_get(ref, i);
+        if (g - r > 0.5 * two_pi) ssmt_set(&c.t, i, g - two_pi);
+        if (r - g > 0.5 * two_pi) ssmt_set(&c.t, i, g + two_pi);
+    }
+    return c;
+}
+
+static void run_case(const op_case * oc) {
+    ssmt_host ref[MAX_OUTS], got[MAX_OUTS], first[MAX_OUTS];
+    void *    saved = malloc(oc->args_size);
+    memcpy(saved, oc->args, oc->args_size);
+    for (int o = 0; o < oc->nouts; ++o) {
+        ref[o]       = ssmt_alloc(SSM_DTYPE_F64, oc->outs[o]->ndim, oc->outs[o]->shape);
+        *oc->outs[o] = ref[o].t;
+        first[o].buf = NULL;
+    }
+    const ssm_status rs = oc->run(ctx_ref, oc->args);
+    TEST_CHECK(rs == SSM_STATUS_OK, "%s ref: %s (%s)", oc->name, ssm_status_string(rs), ssm_context_last_error(ctx_ref));
+    for (int variant = 0; variant < 4; ++variant) {
+        ssm_context * ctx = variant < 3 ? ctx_cpu[variant + 1] : ctx_scalar;
+        memcpy(oc->args, saved, oc->args_size);
+        for (int o = 0; o < oc->nouts; ++o) {
+            got[o]       = ssmt_alloc(oc->out_dtype, ref[o].t.ndim, ref[o].t.shape);
+            *oc->outs[o] = got[o].t;
+        }
+        const ssm_status s = oc->run(ctx, oc->args);
+        TEST_CHECK(s == SSM_STATUS_OK, "%s variant %d: %s (%s)", oc->name, variant, ssm_status_string(s),
+                   ssm_context_last_error(ctx));
+        for (int o = 0; o < oc->nouts; ++o) {
+            char label[300];
+            snprintf(label, sizeof label, "%s/out%d/%s", oc->name, o, variant < 3 ? "cpu" : "scalar");
+            if (variant == 0 || variant == 3) {
+                ssmt_host      unw = { 0 };
+                if (oc->angle_outs & (1u << o)) unw = unwrap_to(&got[o].t, &ref[o].t);
+                const ssmt_cmp cmp = ssmt_compare(unw.buf ? &unw.t : &got[o].t, &ref[o].t);
+                if (unw.buf) ssmt_free(&unw);
+                const ssmt_bar bar = ssmt_bar_for(oc->compute);
+                const int ok = cmp.nonfinite == 0 && cmp.rel_rms <= bar.rel_rms && cmp.max_rel <= bar.max_rel;
+                if (getenv("SHOWCMP")) printf("%s rel_rms %.3g max_rel %.3g\n", label, cmp.rel_rms, cmp.max_rel);
+                TEST_CHECK(ok, "%s rel_rms %.3g max_rel %.3g nonfinite %lld (bar %.3g %.3g)", label, cmp.rel_rms,
+                           cmp.max_rel, (long long) cmp.nonfinite, bar.rel_rms, bar.max_rel);
+            }
+            if (variant == 0) {
+                first[o] = got[o];
+            } else {
+                if (variant < 3)
+                    TEST_CHECK(memcmp(first[o].buf, got[o].buf, got[o].bytes) == 0, "%s: %d threads differ from 1",
+                               label, variant + 1);
+                ssmt_free(&got[o]);
+            }
+        }
+    }
+    for (int o = 0; o < oc->nouts; ++o) {
+        ssmt_free(&ref[o]);
+        if (first[o].buf) ssmt_free(&first[o]);
+    }
+    memcpy(oc->args, saved, oc->args_size);
+    free(saved);
+}
+
+
+/* ---- views ------------------------------------------------------------------------------ */
+/* Index `i` of dimension `dim` fixed (that dim removed). */
+static ssm_tensor view_at(const ssm_tensor * t, int dim, int64_t i) {
+    ssm_tensor v = *t;
+    if (t->data == NULL) return v;
+    v.data = (char *) t->data + (size_t) (i * t->strides[dim]) * ssm_dtype_size((ssm_dtype) t->dtype);
+    for (int d = dim; d + 1 < t->ndim; ++d) v.shape[d] = t->shape[d + 1], v.strides[d] = t->strides[d + 1];
+    v.ndim = t->ndim - 1;
+    return v;
+}
+/* Elements [start, start+len) of dimension `dim`. */
+static ssm_tensor view_range(const ssm_tensor * t, int dim, int64_t start, int64_t len) {
+    ssm_tensor v = *t;
+    if (t->data == NULL) return v;
+    v.data       = (char *) t->data + (size_t) (start * t->strides[dim]) * ssm_dtype_size((ssm_dtype) t->dtype);
+    v.shape[dim] = len;
+    return v;
+}
+
+static void expect_close(const char * name, const ssm_tensor * y, const ssm_tensor * r, double tol) {
+    if (!ssmt_check_close(name, y, r, tol)) TEST_CHECK(0, "%s not within %.3g", name, tol);
+}
+
+
+static ssm_status run_bwd_fwd(ssm_context * c, void * a) { return ssm_mamba3_mimo_bwd_fwd(c, &g_params, a); }
+static ssm_status run_fwd(ssm_context * c, void * a) { return ssm_mamba3_mimo(c, &g_params, a); }
+static ssm_status run_step(ssm_context * c, void * a) { return ssm_mamba3_mimo_step(c, &g_params, a); }
+
+static ssmt_host f32_like(const ssm_tensor * t) { return ssmt_alloc(SSM_DTYPE_F32, t->ndim, t->shape); }
+
+static void cfg_tag(const ssmt_mimo_config * c, const char * what, char * tag, size_t n) {
+    snprintf(tag, n, "%s B%lld S%lld H%lld G%lld R%lld N%lld P%lld C%lld div%d %s red%d z%d d%d fu%d st%d fin%d ns%d str%d",
+             what, (long long) c->batch, (long long) c->seqlen, (long long) c->nheads, (long long) c->ngroups,
+             (long long) c->rank, (long long) c->dstate, (long long) c->headdim, (long long) c->chunk, c->div,
+             ssm_dtype_name(c->dtype), c->reduce_o, c->has_z, c->has_d, c->fused, c->has_states, c->has_final, c->nseq,
+             c->strided);
+}
+
+/* ---- bwd_fwd: CPU vs float64 (bars), threads, scalar; bf16 cases vs the bf16 reference --- */
+static double g_worst_bf16[5];
+static void test_bwd_fwd(ssmt_rng * rng, const ssmt_mimo_config * cfg) {
+    ssmt_mimo_bwd_fwd_problem pr;
+    char                      tag[300];
+    cfg_tag(cfg, "bwd_fwd", tag, sizeof tag);
+    if (ssmt_mimo_random_bwd_fwd(rng, cfg, &pr) != 0) {
+        TEST_CHECK(0, "%s: could not build the problem", tag);
+        return;
+    }
+    g_params                         = pr.params;
+    ssm_mamba3_mimo_bwd_fwd_args a   = pr.args;
+    op_case                      oc  = { 0 };
+    oc.name = tag, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
+    oc.run = run_bwd_fwd;
+    add_out(&oc, &a.dmimo_o), add_out(&oc, &a.states), add_out(&oc, &a.dz), add_out(&oc, &a.dmimo_z);
+    add_out(&oc, &a.qk_dot);
+    run_case(&oc);
+    if (cfg->dtype == SSM_DTYPE_BF16) {
+        /* the upstream-bf16 reference vs the CPU (both into F32 outputs) */
+        static const char * names[5] = { "dmimo_o", "states", "dz", "dmimo_z", "qk_dot" };
+        ssm_tensor *        slot[5]  = { &a.dmimo_o, &a.states, &a.dz, &a.dmimo_z, &a.qk_dot };
+        ssmt_host           rb[5], cb[5];
+        ssm_mamba3_mimo_bwd_fwd_args ra = pr.args, ca = pr.args;
+        ssm_tensor * rslot[5] = { &ra.dmimo_o, &ra.states, &ra.dz, &ra.dmimo_z, &ra.qk_dot };
+        ssm_tensor * cslot[5] = { &ca.dmimo_o, &ca.states, &ca.dz, &ca.dmimo_z, &ca.qk_dot };
+        for (int o = 0; o < 5; ++o) {
+            rb[o].buf = cb[o].buf = NULL;
+            if (!slot[o]->data) continue;
+            rb[o] = ssmt_alloc(SSM_DTYPE_F32, slot[o]->ndim, slot[o]->shape);
+            cb[o] = ssmt_alloc(SSM_DTYPE_F32, slot[o]->ndim, slot[o]->shape);
+            *rslot[o] = rb[o].t, *cslot[o] = cb[o].t;
+        }
+        TEST_CHECK_STATUS(ssm_mamba3_mimo_bwd_fwd(ctx_ref_bf16, &g_params, &ra), SSM_STATUS_OK);
+        TEST_CHECK_STATUS(ssm_mamba3_mimo_bwd_fwd(ctx_cpu[2], &g_params, &ca), SSM_STATUS_OK);
+        const int strict = getenv("SSMOPS_MIMO_BF16_BAR") != NULL;
+        for (int o = 0; o < 5; ++o) {
+            if (!rb[o].buf) continue;
+            const ssmt_cmp c = ssmt_compare(&cb[o].t, &rb[o].t);
+            if (c.rel_rms > g_worst_bf16[o]) g_worst_bf16[o] = c.rel_rms;
+            if (getenv("SHOWCMP")) printf("%s/%s vs bf16 reference: rel_rms %.3g\n", tag, names[o], c.rel_rms);
+            TEST_CHECK(c.nonfinite == 0, "%s/%s: non-finite values", tag, names[o]);
+            if (strict) TEST_CHECK(c.rel_rms < 1e-3, "%s/%s vs bf16 reference rel_rms %.3g", tag, names[o], c.rel_rms);
+            ssmt_free(&rb[o]), ssmt_free(&cb[o]);
+        }
+    }
+    ssmt_mimo_bwd_fwd_free(&pr);
+}
+
+/* ---- forward ------------------------------------------------------------------------------ */
+static void test_fwd(ssmt_rng * rng, const ssmt_mimo_config * cfg) {
+    ssmt_mimo_problem pr;
+    char              tag[300];
+    cfg_tag(cfg, "fwd", tag, sizeof tag);
+    if (ssmt_mimo_random_args(rng, cfg, &pr) != 0) {
+        TEST_CHECK(0, "%s: could not build the problem", tag);
+        return;
+    }
+    g_params                 = pr.params;
+    ssm_mamba3_mimo_args a   = pr.args;
+    op_case              oc  = { 0 };
+    oc.name = tag, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
+    oc.run = run_fwd;
+    add_out(&oc, &a.out), add_out(&oc, &a.final_angle_state), add_out(&oc, &a.final_ssm_state);
+    add_out(&oc, &a.final_k_state), add_out(&oc, &a.final_v_state);
+    if (a.final_angle_state.data) oc.angle_outs = 1u << 1;
+    run_case(&oc);
+    ssmt_mimo_problem_free(&pr);
+}
+
+/* ---- CPU self-consistency (fp32) ----------------------------------------------------------- */
+/* θ is defined modulo 2π and the step's θ is not wrapped (it may be several turns ahead of
+ * the forward's wrapped one): each element of y is moved by whole turns to the side of r. */
+static void expect_close_angle(const char * name, const ssm_tensor * y, const ssm_tensor * r) {
+    ssmt_host     u      = ssmt_to_f64(y);
+    const double  two_pi = 6.283185307179586;
+    const int64_t n      = ssmt_numel(r);
+    for (int64_t i = 0; i < n; ++i) {
+        const double g = ssmt_get(&u.t, i), ri = ssmt_get(r, i);
+        ssmt_set(&u.t, i, g - two_pi * nearbyint((g - ri) / two_pi));
+    }
+    expect_close(name, &u.t, r, 1e-5);
+    ssmt_free(&u);
+}
+
+static ssmt_mimo_config base_cfg(void) {
+    ssmt_mimo_config c;
+    ssmt_mimo_config_init(&c);
+    c.batch = 2, c.seqlen = 45, c.nheads = 4, c.ngroups = 2, c.rank = 3, c.dstate = 32, c.headdim = 16, c.chunk = 8;
+    c.has_states = 1, c.has_final = 1;
+    return c;
+}
+
+/* forward over S tokens == S decode steps on an fp32 pool updated in place */
+static void test_fwd_vs_steps(ssmt_rng * rng, int reduce, int has_states) {
+    ssmt_mimo_config cfg = base_cfg();
+    cfg.reduce_o = reduce, cfg.has_z = 1, cfg.has_states = has_states, cfg.strided = 1;
+    ssmt_mimo_problem pr;
+    if (ssmt_mimo_random_args(rng, &cfg, &pr) != 0) return;
+    g_params = pr.params;
+    TEST_CHECK_STATUS(ssm_mamba3_mimo(ctx_cpu[2], &g_params, &pr.args), SSM_STATUS_OK);
+    const ssm_mamba3_mimo_args * a = &pr.args;
+    ssmt_host pa = f32_like(&a->final_angle_state), ps = f32_like(&a->final_ssm_state);
+    ssmt_host pk = f32_like(&a->final_k_state), pv = f32_like(&a->final_v_state), out = f32_like(&a->out);
+    if (has_states) {
+        ssmt_copy(&pa.t, &a->angle_state), ssmt_copy(&ps.t, &a->ssm_state);
+        ssmt_copy(&pk.t, &a->k_state), ssmt_copy(&pv.t, &a->v_state);
+    } else {
+        ssmt_fill_value(&pa.t, 0), ssmt_fill_value(&ps.t, 0), ssmt_fill_value(&pk.t, 0), ssmt_fill_value(&pv.t, 0);
+    }
+    for (int64_t t = 0; t < cfg.seqlen; ++t) {
+        ssm_mamba3_mimo_step_args s = { 0 };
+        s.q = view_at(&a->q, 1, t), s.k = view_at(&a->k, 1, t), s.v = view_at(&a->v, 1, t), s.z = view_at(&a->z, 1, t);
+        s.adt = view_at(&a->adt, 2, t), s.dt = view_at(&a->dt, 2, t), s.trap = view_at(&a->trap, 2, t);
+        s.angles = view_at(&a->angles, 1, t), s.q_bias = a->q_bias, s.k_bias = a->k_bias;
+        s.mimo_v = a->mimo_v, s.mimo_z = a->mimo_z, s.mimo_o = a->mimo_o, s.d = a->d;
+        s.angle_state = s.final_angle_state = pa.t;
+        s.ssm_state = s.final_ssm_state = ps.t;
+        s.k_state = s.final_k_state = pk.t;
+        s.v_state = s.final_v_state = pv.t;
+        s.out = view_at(&out.t, 1, t);
+        const ssm_status st = ssm_mamba3_mimo_step(ctx_cpu[t % 3 + 1], &g_params, &s);
+        TEST_CHECK(st == SSM_STATUS_OK, "step %lld: %s", (long long) t, ssm_context_last_error(ctx_cpu[t % 3 + 1]));
+    }
+    char n[128];
+    snprintf(n, sizeof n, "fwd==steps red%d st%d out", reduce, has_states);
+    expect_close(n, &out.t, &a->out, 1e-5);
+    snprintf(n, sizeof n, "fwd==steps red%d st%d final_ssm", reduce, has_states);
+    expect_close(n, &ps.t, &a->final_ssm_state, 1e-5);
+    snprintf(n, sizeof n, "fwd==steps red%d st%d final_k", reduce, has_states);
+    expect_close(n, &pk.t, &a->final_k_state, 1e-5);
+    snprintf(n, sizeof n, "fwd==steps red%d st%d final_v", reduce, has_states);
+    expect_close(n, &pv.t, &a->final_v_state, 1e-5);
+    snprintf(n, sizeof n, "fwd==steps red%d st%d final_angle", reduce, has_states);
+    expect_close_angle(n, &pa.t, &a->final_angle_state);
+    ssmt_free(&pa), ssmt_free(&ps), ssmt_free(&pk), ssmt_free(&pv), ssmt_free(&out);
+    ssmt_mimo_problem_free(&pr);
+}
+
+/* Tokens [t0, t0+len) of the forward args, writing out's slice. */
+static ssm_mamba3_mimo_args slice_args(const ssm_mamba3_mimo_args * a, int64_t t0, int64_t len, const ssm_tensor * out) {
+    ssm_mamba3_mimo_args s = *a;
+    s.q = view_range(&a->q, 1, t0, len), s.k = view_range(&a->k, 1, t0, len), s.v = view_range(&a->v, 1, t0, len);
+    s.z = view_range(&a->z, 1, t0, len), s.angles = view_range(&a->angles, 1, t0, len);
+    s.adt = view_range(&a->adt, 2, t0, len), s.dt = view_range(&a->dt, 2, t0, len);
+    s.trap = view_range(&a->trap, 2, t0, len), s.out = view_range(out, 1, t0, len);
+    return s;
+}
+
+/* two calls chained through the final states == one call */
+static void test_split(ssmt_rng * rng) {
+    ssmt_mimo_config cfg = base_cfg();
+    cfg.seqlen = 70, cfg.rank = 4, cfg.dstate = 64, cfg.headdim = 32, cfg.chunk = 16;
+    ssmt_mimo_problem pr;
+    if (ssmt_mimo_random_args(rng, &cfg, &pr) != 0) return;
+    g_params = pr.params;
+    TEST_CHECK_STATUS(ssm_mamba3_mimo(ctx_cpu[2], &g_params, &pr.args), SSM_STATUS_OK);
+    const ssm_mamba3_mimo_args * a = &pr.args;
+    ssmt_host out = f32_like(&a->out);
+    ssmt_host m[4] = { f32_like(&a->final_angle_state), f32_like(&a->final_ssm_state), f32_like(&a->final_k_state),
+                       f32_like(&a->final_v_state) };
+    ssmt_host e[4] = { f32_like(&a->final_angle_state), f32_like(&a->final_ssm_state), f32_like(&a->final_k_state),
+                       f32_like(&a->final_v_state) };
+    const int64_t        s1 = 27;
+    ssm_mamba3_mimo_args p1 = slice_args(a, 0, s1, &out.t);
+    p1.final_angle_state = m[0].t, p1.final_ssm_state = m[1].t, p1.final_k_state = m[2].t, p1.final_v_state = m[3].t;
+    TEST_CHECK_STATUS(ssm_mamba3_mimo(ctx_cpu[1], &g_params, &p1), SSM_STATUS_OK);
+    ssm_mamba3_mimo_args p2 = slice_args(a, s1, cfg.seqlen - s1, &out.t);
+    p2.angle_state = m[0].t, p2.ssm_state = m[1].t, p2.k_state = m[2].t, p2.v_state = m[3].t;
+    p2.final_angle_state = e[0].t, p2.final_ssm_state = e[1].t, p2.final_k_state = e[2].t, p2.final_v_state = e[3].t;
+    TEST_CHECK_STATUS(ssm_mamba3_mimo(ctx_cpu[3], &g_params, &p2), SSM_STATUS_OK);
+    expect_close("split out", &out.t, &a->out, 1e-5);
+    expect_close_angle("split final_angle", &e[0].t, &a->final_angle_state);
+    expect_close("split final_ssm", &e[1].t, &a->final_ssm_state, 1e-5);
+    expect_close("split final_k", &e[2].t, &a->final_k_state, 1e-5);
+    expect_close("split final_v", &e[3].t, &a->final_v_state, 1e-5);
+    ssmt_free(&out);
+    for (int i = 0; i < 4; ++i) ssmt_free(&m[i]), ssmt_free(&e[i]);
+    ssmt_mimo_problem_free(&pr);
+}
+
+/* varlen (with an empty sequence) == one call per sequence */
+static void test_varlen_vs_separate(ssmt_rng * rng) {
+    static const int64_t lens[5] = { 30, 0, 5, 41, 17 };
+    ssmt_mimo_config     cfg     = base_cfg();
+    cfg.nseq = 5, cfg.seqlens = lens;
+    ssmt_mimo_problem pr;
+    if (ssmt_mimo_random_args(rng, &cfg, &pr) != 0) return;
+    g_params = pr.params;
+    TEST_CHECK_STATUS(ssm_mamba3_mimo(ctx_cpu[2], &g_params, &pr.args), SSM_STATUS_OK);
+    const ssm_mamba3_mimo_args * a = &pr.args;
+    ssmt_host out = f32_like(&a->out);
+    ssmt_host e[4] = { f32_like(&a->final_angle_state), f32_like(&a->final_ssm_state), f32_like(&a->final_k_state),
+                       f32_like(&a->final_v_state) };
+    const ssm_tensor * init[4] = { &a->angle_state, &a->ssm_state, &a->k_state, &a->v_state };
+    int64_t t0 = 0;
+    for (int s = 0; s < 5; ++s) {
+        if (lens[s] == 0) { /* the identity on states */
+            for (int i = 0; i < 4; ++i) {
+                const ssm_tensor dst = view_range(&e[i].t, 0, s, 1), src = view_range(init[i], 0, s, 1);
+                ssmt_copy(&dst, &src);
+            }
+            continue;
+        }
+        ssm_mamba3_mimo_args p = slice_args(a, t0, lens[s], &out.t);
+        memset(&p.cu_seqlens, 0, sizeof p.cu_seqlens);
+        p.angle_state = view_range(init[0], 0, s, 1), p.ssm_state = view_range(init[1], 0, s, 1);
+        p.k_state = view_range(init[2], 0, s, 1), p.v_state = view_range(init[3], 0, s, 1);
+        p.final_angle_state = view_range(&e[0].t, 0, s, 1), p.final_ssm_state = view_range(&e[1].t, 0, s, 1);
+        p.final_k_state = view_range(&e[2].t, 0, s, 1), p.final_v_state = view_range(&e[3].t, 0, s, 1);
+        TEST_CHECK_STATUS(ssm_mamba3_mimo(ctx_cpu[1], &g_params, &p), SSM_STATUS_OK);
+        t0 += lens[s];
+    }
+    expect_close("varlen==separate out", &out.t, &a->out, 1e-5);
+    expect_close_angle("varlen==separate final_angle", &e[0].t, &a->final_angle_state);
+    expect_close("varlen==separate final_ssm", &e[1].t, &a->final_ssm_state, 1e-5);
+    expect_close("varlen==separate final_k", &e[2].t, &a->final_k_state, 1e-5);
+    expect_close("varlen==separate final_v", &e[3].t, &a->final_v_state, 1e-5);
+    ssmt_free(&out);
+    for (int i = 0; i < 4; ++i) ssmt_free(&e[i]);
+    ssmt_mimo_problem_free(&pr);
+}
+
+/* ---- decode step ---------------------------------------------------------------------------- */
+static void test_step(ssmt_rng * rng, ssmt_mimo_config cfg, int64_t slots, int with_indices) {
+    ssmt_mimo_step_problem pr;
+    char                   tag[300];
+    cfg_tag(&cfg, "step", tag, sizeof tag);
+    if (ssmt_mimo_random_step(rng, &cfg, slots, with_indices, &pr) != 0) {
+        TEST_CHECK(0, "%s: could not build a step problem", tag);
+        return;
+    }
+    g_params                      = pr.params;
+    ssm_mamba3_mimo_step_args a   = pr.args;
+    op_case                   oc  = { 0 };
+    oc.name = tag, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg.dtype, oc.out_dtype = cfg.out_dtype;
+    oc.run = run_step;
+    add_out(&oc, &a.out), add_out(&oc, &a.final_angle_state), add_out(&oc, &a.final_ssm_state);
+    add_out(&oc, &a.final_k_state), add_out(&oc, &a.final_v_state);
+    run_case(&oc);
+    /* in place on an fp32 pool == separate final buffers; padding rows' out == 0 */
+    const ssm_tensor * st[4] = { &pr.args.angle_state, &pr.args.ssm_state, &pr.args.k_state, &pr.args.v_state };
+    ssmt_host          pool[4], sep[4];
+    for (int i = 0; i < 4; ++i) {
+        pool[i] = f32_like(st[i]), sep[i] = f32_like(st[i]);
+        ssmt_copy(&pool[i].t, st[i]);
+        ssmt_copy(&sep[i].t, st[i]);
+    }
+    ssmt_host out_a = f32_like(&pr.out.t), out_b = f32_like(&pr.out.t);
+    ssm_mamba3_mimo_step_args s = pr.args;
+    s.angle_state = pool[0].t, s.ssm_state = pool[1].t, s.k_state = pool[2].t, s.v_state = pool[3].t;
+    s.final_angle_state = sep[0].t, s.final_ssm_state = sep[1].t, s.final_k_state = sep[2].t, s.final_v_state = sep[3].t;
+    s.out = out_a.t;
+    TEST_CHECK_STATUS(ssm_mamba3_mimo_step(ctx_cpu[2], &g_params, &s), SSM_STATUS_OK);
+    s.final_angle_state = pool[0].t, s.final_ssm_state = pool[1].t, s.final_k_state = pool[2].t;
+    s.final_v_state = pool[3].t, s.out = out_b.t;
+    TEST_CHECK_STATUS(ssm_mamba3_mimo_step(ctx_cpu[3], &g_params, &s), SSM_STATUS_OK);
+    TEST_CHECK(memcmp(out_a.buf, out_b.buf, out_a.bytes) == 0, "%s: in-place out differs", tag);
+    for (int i = 0; i < 4; ++i)
+        TEST_CHECK(memcmp(pool[i].buf, sep[i].buf, pool[i].bytes) == 0, "%s: in-place state %d differs", tag, i);
+    if (with_indices) {
+        const int64_t per_row = ssmt_numel(&out_b.t) / cfg.batch;
+        for (int64_t b = 0; b < cfg.batch; ++b) {
+            if (ssmt_get(&pr.state_batch_indices.t, b) >= 0) continue;
+            int zero = 1;
+            for (int64_t i = 0; i < per_row; ++i) zero = zero && ssmt_get(&out_b.t, b * per_row + i) == 0.0;
+            TEST_CHECK(zero, "%s: padding row %lld out is not 0", tag, (long long) b);
+        }
+    }
+    for (int i = 0; i < 4; ++i) ssmt_free(&pool[i]), ssmt_free(&sep[i]);
+    ssmt_free(&out_a), ssmt_free(&out_b);
+    ssmt_mimo_step_free(&pr);
+}
+
+int main(void) {
+    const char * env  = getenv("SSMOPS_TEST_SEED");
+    uint64_t     seed = env ? strtoull(env, NULL, 10) : 20261202u;
+    printf("seed %llu\n", (unsigned long long) seed);
+    ssmt_rng rng;
+    ssmt_rng_seed(&rng, seed);
+    ctx_ref = make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
+    {
+        ssm_context_params cp;
+        ssm_context_params_init(&cp);
+        cp.backend  = SSM_BACKEND_REF;
+        cp.ref_mode = SSM_REF_UPSTREAM_BF16;
+        if (ssm_context_create(&cp, &ctx_ref_bf16) != SSM_STATUS_OK) ctx_ref_bf16 = NULL;
+    }
+    for (int t = 1; t <= 3; ++t) ctx_cpu[t] = make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
+    ctx_scalar = make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
+    TEST_CHECK(ctx_ref && ctx_ref_bf16 && ctx_cpu[1] && ctx_cpu[2] && ctx_cpu[3] && ctx_scalar, "context creation failed");
+    if (ssmt_failures) TEST_EXIT();
+    static const ssm_dtype dtypes[] = { SSM_DTYPE_BF16, SSM_DTYPE_F32, SSM_DTYPE_F16 };
+
+    /* bwd_fwd: the seed's branches, GQA, tails and shapes */
+    static const int64_t seed_shapes[][4] = { { 32, 64, 4, 16 }, { 128, 32, 4, 16 }, { 64, 128, 4, 16 },
+                                              { 128, 64, 8, 8 }, { 64, 64, 3, 6 },   { 64, 64, 1, 64 } };
+    static const int32_t branches[][3]    = { { 1, 0, 0 }, { 1, 1, 1 }, { 0, 0, 1 }, { 0, 1, 0 } }; /* red, z, d */
+    int k = 0;
+    for (int br = 0; br < 4; ++br, ++k) {
+        ssmt_mimo_config c;
+        ssmt_mimo_config_init(&c);
+        c.batch = 1, c.seqlen = 32, c.nheads = 1, c.ngroups = 1, c.rank = 4, c.dstate = 64, c.headdim = 64, c.chunk = 16;
+        c.reduce_o = branches[br][0], c.has_z = branches[br][1], c.has_d = branches[br][2];
+        c.dtype = dtypes[k % 3], c.out_dtype = k % 2 ? SSM_DTYPE_F32 : c.dtype, c.strided = br % 2;
+        test_bwd_fwd(&rng, &c);
+    }
+    static const int64_t gqa[][5] = { /* B, S, H, G, R (C) */
+                                      { 1, 32, 2, 1, 4 }, { 2, 20, 4, 2, 4 }, { 1, 35, 2, 1, 4 }, { 1, 13, 2, 1, 3 } };
+    for (int i = 0; i < 4; ++i, ++k) {
+        ssmt_mimo_config c;
+        ssmt_mimo_config_init(&c);
+        c.batch = gqa[i][0], c.seqlen = gqa[i][1], c.nheads = gqa[i][2], c.ngroups = gqa[i][3], c.rank = gqa[i][4];
+        c.dstate = 64, c.headdim = 64, c.chunk = i == 3 ? 6 : 16, c.div = i == 1 ? 2 : 4;
+        c.reduce_o = i != 2, c.has_z = 1, c.has_d = 1, c.dtype = dtypes[i % 2], c.out_dtype = SSM_DTYPE_F32;
+        c.strided = i % 2, c.consistent = i == 3;
+        test_bwd_fwd(&rng, &c);
+    }
+    for (int i = 0; i < 6; ++i)
+        for (int tail = 0; tail < 2; ++tail, ++k) {
+            ssmt_mimo_config c;
+            ssmt_mimo_config_init(&c);
+            c.batch = 1, c.nheads = 2, c.ngroups = 1, c.dstate = seed_shapes[i][0], c.headdim = seed_shapes[i][1];
+            c.rank = seed_shapes[i][2], c.chunk = seed_shapes[i][3];
+            c.seqlen = 2 * c.chunk + (tail ? c.chunk / 2 + 1 : 0);
+            c.reduce_o = (k % 3) != 0, c.has_z = k % 2, c.has_d = (k % 4) != 1, c.div = tail ? 2 : 4;
+            c.dtype = dtypes[k % 3], c.out_dtype = SSM_DTYPE_F32, c.strided = tail;
+            test_bwd_fwd(&rng, &c);
+        }
+
+    /* forward: branches, fused norm, GQA, tails, states, varlen, dtypes, strided */
+    static const int64_t lens[4] = { 11, 0, 20, 9 };
+    for (int i = 0; i < 12; ++i) {
+        ssmt_mimo_config c;
+        ssmt_mimo_config_init(&c);
+        const int sh = i % 6;
+        c.batch = 1 + (i % 2), c.nheads = (i % 3 == 0) ? 4 : 2, c.ngroups = (i % 3 == 0) ? 2 : 1;
+        c.dstate = seed_shapes[sh][0] / 2, c.headdim = seed_shapes[sh][1] / 2, c.rank = seed_shapes[sh][2];
+        c.chunk = seed_shapes[sh][3];
+        c.seqlen = i < 6 ? 2 * c.chunk + 3 : (i % 3 == 0 ? 13 : (i % 3 == 1 ? 20 : 35));
+        c.reduce_o = (i % 4) != 3, c.has_z = (i % 3) != 2, c.has_d = (i % 5) != 4, c.div = (i % 2) ? 2 : 4;
+        c.fused = c.reduce_o && c.has_z && (i % 4 == 1), c.has_norm_weight = c.fused && (i % 8 == 1);
+        c.has_states = (i % 3) != 1, c.has_final = (i % 4) != 2;
+        c.dtype = dtypes[i % 3], c.out_dtype = (i % 4 == 0) ? c.dtype : SSM_DTYPE_F32, c.strided = (i % 2) == 0;
+        c.index_i64 = i % 2;
+        if (i >= 10) c.batch = 1, c.nseq = 4, c.seqlens = lens, c.seqlen = 40;
+        test_fwd(&rng, &c);
+    }
+
+    test_fwd_vs_steps(&rng, 1, 1);
+    test_fwd_vs_steps(&rng, 0, 0);
+    test_split(&rng);
+    test_varlen_vs_separate(&rng);
+    {
+        ssmt_mimo_config c;
+        ssmt_mimo_config_init(&c);
+        c.batch = 5, c.nheads = 4, c.ngroups = 2, c.rank = 4, c.dstate = 32, c.headdim = 64, c.dtype = SSM_DTYPE_BF16;
+        test_step(&rng, c, 9, 1);
+        c.batch = 3, c.nheads = 2, c.ngroups = 1, c.rank = 3, c.reduce_o = 0, c.has_z = 0, c.dtype = SSM_DTYPE_F32;
+        c.div = 2;
+        test_step(&rng, c, 3, 0);
+        c.batch = 4, c.reduce_o = 1, c.has_z = 1, c.fused = 1, c.has_norm_weight = 1, c.rank = 2, c.dtype = SSM_DTYPE_F16;
+        c.out_dtype = SSM_DTYPE_F16;
+        test_step(&rng, c, 6, 1);
+    }
+    printf("bwd_fwd CPU vs bf16 reference, worst rel_rms: dmimo_o %.3g states %.3g dz %.3g dmimo_z %.3g qk_dot %.3g\n",
+           g_worst_bf16[0], g_worst_bf16[1], g_worst_bf16[2], g_worst_bf16[3], g_worst_bf16[4]);
+    for (int t = 1; t <= 3; ++t) ssm_context_free(ctx_cpu[t]);
+    ssm_context_free(ctx_ref);
+    ssm_context_free(ctx_ref_bf16);
+    ssm_context_free(ctx_scalar);
+    TEST_EXIT();
+}

@@ -1,0 +1,470 @@
+/*
+ * cli-mamba2-train.c — CLI operator-table entries of Mamba-2 training and serving:
+ * mamba2_scan_bwd (spec mamba2_ssd.md §2.7) and the decode step mamba2_step (§2.9).
+ *
+ * mamba2_scan_bwd takes mamba2_scan's shape keys, params and inputs (drawn by
+ * cli-mamba2.c's generator: trained-layer ranges) plus dout and dfinal_states ~ N(0,1).
+ * mamba2_step draws its inputs the same way, one token per row; the state pool is
+ * N(0,1) in fp32 and is updated in place by default (final_state borrows the pool, and
+ * `run` writes the updated pool as final_state.npy). per_head=1 passes the per-head form
+ * a Mamba-2 layer uses: a (H), dt (B,H), dt_bias (H), d (H) seen through stride-0 views as
+ * (H,P,N), (B,H,P), (H,P), (H,P).
+ */
+#define _XOPEN_SOURCE 700
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define KEY_INT(name, def, help) {name, CLI_KEY_INT, def, help, NULL}
+#define K_END {NULL, CLI_KEY_INT, NULL, NULL, NULL}
+
+#define P_HAS_D       KEY_INT("has_d", "1", "D skip term: 0 none, 1 D of shape (H), 2 D of shape (H,P)")
+#define P_HAS_Z       KEY_INT("has_z", "1", "gate z: out = y*silu(z)")
+#define P_HAS_DT_BIAS KEY_INT("has_dt_bias", "1", "dt_bias input")
+#define P_SOFTPLUS    KEY_INT("dt_softplus", "1", "softplus(dt + dt_bias)")
+#define P_DT_LIMIT    {"dt_limit", CLI_KEY_RANGE, "0:inf", "clamp of the processed dt, lo:hi", NULL}
+
+static double e_of(const ssm_tensor * t) {
+    return (double)ssm_dtype_size((ssm_dtype)t->dtype);
+}
+
+/* ======================================================================================
+ * mamba2_scan_bwd (spec §2.7)
+ * ====================================================================================== */
+
+static const cli_key bwd_shape[] = {
+    KEY_INT("B", "2", "batch"),
+    KEY_INT("S", "200", "sequence length (tokens per batch row)"),
+    KEY_INT("H", "4", "heads"),
+    KEY_INT("P", "32", "head dimension"),
+    KEY_INT("N", "32", "state size"),
+    KEY_INT("G", "2", "groups sharing B and C (H % G == 0)"),
+    KEY_INT("chunk", "64", "chunk size Q"),
+    K_END,
+};
+static const cli_key bwd_param[] = {
+    P_HAS_D,
+    P_HAS_Z,
+    P_HAS_DT_BIAS,
+    P_SOFTPLUS,
+    P_DT_LIMIT,
+    KEY_INT("has_init", "1", "initial states input (and the dinitial_states gradient)"),
+    KEY_INT("has_dfinal", "1", "dfinal_states incoming gradient"),
+    KEY_INT("seq_idx", "0", "seq_idx with this many sequences per row (0 = off)"),
+    KEY_INT("nseq", "0", "varlen: cu_seqlens with this many sequences, batch 1 (0 = off)"),
+    K_END,
+};
+static const cli_arg bwd_args[] = {
+    {"x", 0, 0, CLI_ARG_ACT},
+    {"dt", 0, 0, CLI_ARG_ACT},
+    {"a", 0, 0, CLI_ARG_F32},
+    {"b", 0, 0, CLI_ARG_ACT},
+    {"c", 0, 0, CLI_ARG_ACT},
+    {"d", 0, 1, CLI_ARG_F32},
+    {"z", 0, 1, CLI_ARG_ACT},
+    {"dt_bias", 0, 1, CLI_ARG_F32},
+    {"initial_states", 0, 1, CLI_ARG_F32},
+    {"seq_idx", 0, 1, CLI_ARG_INDEX},
+    {"cu_seqlens", 0, 1, CLI_ARG_INDEX},
+    {"dout", 0, 0, CLI_ARG_ACT},
+    {"dfinal_states", 0, 1, CLI_ARG_F32},
+    {"dx", 1, 0, CLI_ARG_ACT},
+    {"ddt", 1, 0, CLI_ARG_ACT},
+    {"da", 1, 0, CLI_ARG_F32},
+    {"db", 1, 0, CLI_ARG_ACT},
+    {"dc", 1, 0, CLI_ARG_ACT},
+    {"dd", 1, 1, CLI_ARG_F32},
+    {"dz", 1, 1, CLI_ARG_ACT},
+    {"ddt_bias", 1, 1, CLI_ARG_F32},
+    {"dinitial_states", 1, 1, CLI_ARG_F32},
+    {NULL, 0, 0, CLI_ARG_F32},
+};
+static const char * const bwd_cases[] = {
+    "B=2,S=77,H=4,P=16,N=32,G=2,chunk=32;has_d=2,dt_limit=0:0.08",
+    "B=1,S=64,H=4,P=8,N=16,G=4,chunk=16;has_z=0,has_init=0,has_dfinal=0",
+    "B=1,S=33,H=2,P=8,N=8,G=1,chunk=16;has_d=0,has_z=0,has_dt_bias=0,dt_softplus=0,has_init=0",
+    "B=2,S=70,H=4,P=8,N=16,G=2,chunk=16;seq_idx=3,dt_limit=0.01:0.05",
+    "B=1,S=60,H=4,P=8,N=16,G=2,chunk=16;nseq=4",
+    "B=1,S=1,H=1,P=1,N=1,G=1,chunk=1;",
+    NULL,
+};
+
+static int64_t bwd_nstates(const cli_problem * pb) {
+    const int64_t nseq = cli_param_int(pb, "nseq");
+    return nseq > 0 ? nseq : cli_shape(pb, "B");
+}
+
+static int bwd_validate(const cli_problem * pb, char * err, size_t errlen) {
+    static const char * const bools[] = {"has_dfinal", NULL};
+    if (cli_mamba2_validate(pb, err, errlen) != 0 || cli_check_bools(pb, bools, err, errlen) != 0) return -1;
+    return 0;
+}
+
+static int bwd_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
+    if (cli_mamba2_scan_inputs(pb, seed, err, errlen) != 0) return -1;
+    const int64_t B = cli_shape(pb, "B"), S = cli_shape(pb, "S"), H = cli_shape(pb, "H"), P = cli_shape(pb, "P"),
+                  N = cli_shape(pb, "N");
+    cli_rng rng;
+    cli_rng_seed(&rng, seed ^ 0x5bd1e995u); /* the incoming gradients: a stream of their own */
+    const int64_t oshp[4] = {B, S, H, P};
+    if (cli_gen_arg(pb, "dout", 4, oshp, err, errlen) != 0) return -1;
+    cli_gen_normal(&cli_arg_buf(pb, "dout")->view, &rng);
+    if (cli_param_int(pb, "has_dfinal")) {
+        const int64_t fshp[4] = {bwd_nstates(pb), H, P, N};
+        if (cli_gen_arg(pb, "dfinal_states", 4, fshp, err, errlen) != 0) return -1;
+        cli_gen_normal(&cli_arg_buf(pb, "dfinal_states")->view, &rng);
+    }
+    return 0;
+}
+
+static int bwd_bind(cli_problem * pb, char * err, size_t errlen) {
+    if (cli_need_ndim(pb, "x", 4, err, errlen) || cli_need_ndim(pb, "b", 4, err, errlen)) return -1;
+    cli_set_shape(pb, "B", cli_dim(pb, "x", 0));
+    cli_set_shape(pb, "S", cli_dim(pb, "x", 1));
+    cli_set_shape(pb, "H", cli_dim(pb, "x", 2));
+    cli_set_shape(pb, "P", cli_dim(pb, "x", 3));
+    cli_set_shape(pb, "G", cli_dim(pb, "b", 2));
+    cli_set_shape(pb, "N", cli_dim(pb, "b", 3));
+    if (!pb->shape[cli_key_index(pb->op->shape_keys, "chunk")].given) cli_set_shape(pb, "chunk", 256);
+    const ssm_tensor cu = cli_view(pb, "cu_seqlens");
+    cli_set_param_int(pb, "has_d", cli_present(pb, "d") ? cli_view(pb, "d").ndim : 0);
+    cli_set_param_int(pb, "has_z", cli_present(pb, "z"));
+    cli_set_param_int(pb, "has_dt_bias", cli_present(pb, "dt_bias"));
+    cli_set_param_int(pb, "has_init", cli_present(pb, "initial_states"));
+    cli_set_param_int(pb, "has_dfinal", cli_present(pb, "dfinal_states"));
+    cli_set_param_int(pb, "seq_idx", cli_present(pb, "seq_idx"));
+    cli_set_param_int(pb, "nseq", cu.data ? cli_numel(cu.ndim, cu.shape) - 1 : 0);
+    return 0;
+}
+
+/* Every gradient the inputs allow. */
+static int bwd_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
+    const int64_t B = cli_shape(pb, "B"), S = cli_shape(pb, "S"), H = cli_shape(pb, "H"), P = cli_shape(pb, "P"),
+                  N = cli_shape(pb, "N"), G = cli_shape(pb, "G");
+    const int64_t xshp[4] = {B, S, H, P}, dtshp[3] = {B, S, H}, hshp[1] = {H}, gshp[4] = {B, S, G, N};
+    const int64_t ishp[4] = {bwd_nstates(pb), H, P, N};
+    if (cli_out_arg(pb, "dx", f64, 4, xshp, err, errlen) || cli_out_arg(pb, "ddt", f64, 3, dtshp, err, errlen) ||
+        cli_out_arg(pb, "da", f64, 1, hshp, err, errlen) || cli_out_arg(pb, "db", f64, 4, gshp, err, errlen) ||
+        cli_out_arg(pb, "dc", f64, 4, gshp, err, errlen))
+        return -1;
+    if (cli_present(pb, "d")) {
+        const ssm_tensor d = cli_view(pb, "d");
+        if (cli_out_arg(pb, "dd", f64, d.ndim, d.shape, err, errlen)) return -1;
+    }
+    if (cli_present(pb, "z") && cli_out_arg(pb, "dz", f64, 4, xshp, err, errlen)) return -1;
+    if (cli_present(pb, "dt_bias") && cli_out_arg(pb, "ddt_bias", f64, 1, hshp, err, errlen)) return -1;
+    if (cli_present(pb, "initial_states") && cli_out_arg(pb, "dinitial_states", f64, 4, ishp, err, errlen)) return -1;
+    return 0;
+}
+
+static ssm_status bwd_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
+    (void)ws;
+    (void)wsz;
+    const ssm_mamba2_params  p = cli_mamba2_params(pb);
+    ssm_mamba2_scan_bwd_args a;
+    memset(&a, 0, sizeof a);
+    a.x               = cli_view(pb, "x");
+    a.dt              = cli_view(pb, "dt");
+    a.a               = cli_view(pb, "a");
+    a.b               = cli_view(pb, "b");
+    a.c               = cli_view(pb, "c");
+    a.d               = cli_view(pb, "d");
+    a.z               = cli_view(pb, "z");
+    a.dt_bias         = cli_view(pb, "dt_bias");
+    a.initial_states  = cli_view(pb, "initial_states");
+    a.seq_idx         = cli_view(pb, "seq_idx");
+    a.cu_seqlens      = cli_view(pb, "cu_seqlens");
+    a.dout            = cli_view(pb, "dout");
+    a.dfinal_states   = cli_view(pb, "dfinal_states");
+    a.dx              = cli_view(pb, "dx");
+    a.ddt             = cli_view(pb, "ddt");
+    a.da              = cli_view(pb, "da");
+    a.db              = cli_view(pb, "db");
+    a.dc              = cli_view(pb, "dc");
+    a.dd              = cli_view(pb, "dd");
+    a.dz              = cli_view(pb, "dz");
+    a.ddt_bias        = cli_view(pb, "ddt_bias");
+    a.dinitial_states = cli_view(pb, "dinitial_states");
+    return ssm_mamba2_scan_bwd(ctx, &p, &a);
+}
+
+/* Like mamba2_scan's count (cli-mamba2.c), the chunk is not semantic and backends tile it
+ * their own way, so only the chunk-independent terms of the spec's §5.2 backward total
+ * (10·B·S·H·P·N + 6·B·S·Q·H·P + 6·B·S·Q·G·N + 6·X) are counted: 10·B·S·H·P·N + 6·X, X =
+ * B·NC·H·P·N. The §5.2 total, like this count, leaves out the forward recompute: GFLOP/s
+ * is a lower bound on the arithmetic sustained. */
+static double bwd_flops(const cli_problem * pb) {
+    const double B = (double)cli_shape(pb, "B"), S = (double)cli_shape(pb, "S"), Q = (double)cli_shape(pb, "chunk");
+    const double HPN = (double)(cli_shape(pb, "H") * cli_shape(pb, "P") * cli_shape(pb, "N"));
+    const double NC  = ceil(S / Q);
+    return 10.0 * B * S * HPN + 6.0 * B * NC * HPN;
+}
+
+/* Spec §5.2 backward bytes: (11e [+6e with z])·B·S·H·P + (11e+16)·B·S·G·N + 24·B·S·G·Q +
+ * (24 + 5e_s)·X + (3e_dt + 100 + Q/8)·B·S·H, with e_s = 4 (ssmops keeps states fp32). */
+static double bwd_bytes(const cli_problem * pb) {
+    const double B = (double)cli_shape(pb, "B"), S = (double)cli_shape(pb, "S"), H = (double)cli_shape(pb, "H");
+    const double P = (double)cli_shape(pb, "P"), N = (double)cli_shape(pb, "N"), G = (double)cli_shape(pb, "G");
+    const double Q = (double)cli_shape(pb, "chunk"), X = B * ceil(S / Q) * H * P * N;
+    const double e = (double)ssm_dtype_size(pb->dtype), e_s = 4.0;
+    double       n = 11.0 * e * B * S * H * P + (11.0 * e + 16.0) * B * S * G * N + 24.0 * B * S * G * Q +
+               (24.0 + 5.0 * e_s) * X + (3.0 * e + 100.0 + Q / 8.0) * B * S * H;
+    if (cli_param_int(pb, "has_z")) n += 6.0 * e * B * S * H * P;
+    return n;
+}
+
+const cli_op cli_op_mamba2_scan_bwd = {
+    "mamba2_scan_bwd",
+    "every gradient of mamba2_scan, recomputing the forward (spec 2.7)",
+    bwd_shape,
+    bwd_param,
+    bwd_args,
+    "B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256",
+    "has_d=1,has_z=0,has_dt_bias=1,dt_softplus=1,has_init=0,has_dfinal=0",
+    NULL,
+    bwd_cases,
+    bwd_validate,
+    bwd_generate,
+    bwd_bind,
+    bwd_alloc,
+    bwd_call,
+    NULL,
+    bwd_flops,
+    bwd_bytes,
+};
+
+/* ======================================================================================
+ * mamba2_step (spec §2.9)
+ * ====================================================================================== */
+
+static const cli_key step_shape[] = {
+    KEY_INT("B", "4", "batch rows (one token each)"),
+    KEY_INT("H", "8", "heads"),
+    KEY_INT("P", "32", "head dimension"),
+    KEY_INT("N", "32", "state size"),
+    KEY_INT("G", "2", "groups sharing B and C (H % G == 0)"),
+    K_END,
+};
+static const cli_key step_param[] = {
+    KEY_INT("per_head", "1", "1: a (H), dt (B,H), dt_bias (H), d (H) as stride-0 views (a Mamba-2 layer); 0: full"),
+    KEY_INT("has_d", "1", "D skip term"),
+    P_HAS_Z,
+    P_HAS_DT_BIAS,
+    P_SOFTPLUS,
+    P_DT_LIMIT,
+    KEY_INT("slots", "0", "state pool rows with state_batch_indices (>= B; row 1 is padding); 0 = no indices"),
+    KEY_INT("in_place", "1", "final_state is the state pool itself (updated in place)"),
+    K_END,
+};
+static const cli_arg step_args[] = {
+    {"x", 0, 0, CLI_ARG_ACT},
+    {"dt", 0, 0, CLI_ARG_ACT},
+    {"a", 0, 0, CLI_ARG_F32},
+    {"b", 0, 0, CLI_ARG_ACT},
+    {"c", 0, 0, CLI_ARG_ACT},
+    {"d", 0, 1, CLI_ARG_F32},
+    {"z", 0, 1, CLI_ARG_ACT},
+    {"dt_bias", 0, 1, CLI_ARG_F32},
+    {"state", 0, 0, CLI_ARG_F32},
+    {"state_batch_indices", 0, 1, CLI_ARG_INDEX},
+    {"out", 1, 0, CLI_ARG_ACT},
+    {"final_state", 1, 0, CLI_ARG_F32},
+    {NULL, 0, 0, CLI_ARG_F32},
+};
+static const char * const step_cases[] = {
+    "B=3,H=4,P=8,N=32,G=4;per_head=0,has_z=0,slots=5",
+    "B=4,H=4,P=16,N=16,G=2;slots=6",
+    "B=2,H=6,P=16,N=64,G=3;in_place=0,slots=4",
+    "B=2,H=4,P=8,N=16,G=1;per_head=0,has_d=0,has_dt_bias=0,dt_softplus=0,dt_limit=0.01:0.05,in_place=0",
+    "B=1,H=2,P=64,N=128,G=1;dt_limit=0:0.08",
+    "B=1,H=1,P=1,N=1,G=1;",
+    NULL,
+};
+
+static int step_validate(const cli_problem * pb, char * err, size_t errlen) {
+    static const char * const bools[] = {"per_head", "has_d", "has_z", "has_dt_bias", "dt_softplus", "in_place", NULL};
+    if (cli_check_shape_positive(pb, err, errlen) != 0 || cli_check_bools(pb, bools, err, errlen) != 0) return -1;
+    const int64_t slots = cli_param_int(pb, "slots"), B = cli_shape(pb, "B");
+    if (slots != 0 && (slots < B || slots > 1000000)) {
+        snprintf(err, errlen, "%s: slots=%lld must be 0 (no state_batch_indices) or in [B=%lld, 1000000]",
+                 pb->op->name, (long long)slots, (long long)B);
+        return -1;
+    }
+    return 0;
+}
+
+static int64_t step_slots(const cli_problem * pb) {
+    const int64_t slots = cli_param_int(pb, "slots");
+    return slots > 0 ? slots : cli_shape(pb, "B");
+}
+
+/* The per-head form: 1-D (H) a/dt_bias/d and 2-D (B,H) dt seen with stride 0 over P and N. */
+static void step_per_head_views(cli_problem * pb) {
+    const int64_t H = cli_shape(pb, "H"), P = cli_shape(pb, "P"), N = cli_shape(pb, "N");
+    cli_buf *     a = cli_arg_buf(pb, "a");
+    if (a->mem && a->mem_ndim == 1) {
+        const int64_t shape[3] = {H, P, N}, strides[3] = {1, 0, 0};
+        cli_buf_set_view(a, 3, shape, strides);
+    }
+    cli_buf * dt = cli_arg_buf(pb, "dt");
+    if (dt->mem && dt->mem_ndim == 2) {
+        const int64_t shape[3] = {dt->mem_shape[0], H, P}, strides[3] = {H, 1, 0};
+        cli_buf_set_view(dt, 3, shape, strides);
+    }
+    const char * per_p[] = {"dt_bias", "d"};
+    for (int i = 0; i < 2; ++i) {
+        cli_buf * buf = cli_arg_buf(pb, per_p[i]);
+        if (buf->mem && buf->mem_ndim == 1) {
+            const int64_t shape[2] = {H, P}, strides[2] = {1, 0};
+            cli_buf_set_view(buf, 2, shape, strides);
+        }
+    }
+}
+
+static double inv_softplus(double y) {
+    return log(expm1(y));
+}
+
+/* Raw dt such that the processed dt softplus(dt + dt_bias) is log-uniform in [1e-3, 1e-1],
+ * as in cli-mamba2.c; per head or per (head, channel). */
+static void step_fill_dt(cli_problem * pb, cli_rng * rng) {
+    const int     softplus = (int)cli_param_int(pb, "dt_softplus");
+    const int64_t H = cli_shape(pb, "H"), P = cli_shape(pb, "P"), B = cli_shape(pb, "B");
+    const int64_t per      = cli_param_int(pb, "per_head") ? H : H * P; /* dt_bias elements */
+    cli_buf *     bias_buf = cli_arg_buf(pb, "dt_bias");
+    const ssm_tensor dt    = ssm_tensor_make(cli_arg_buf(pb, "dt")->mem, (ssm_dtype)cli_arg_buf(pb, "dt")->view.dtype, 2,
+                                             (const int64_t[2]){B, per});
+    for (int64_t i = 0; i < per; ++i) {
+        const double target = cli_log_uniform(rng, 1e-3, 1e-1);
+        const double bias   = bias_buf->mem ? (softplus ? inv_softplus(target) : 0.5 * target) : 0.0;
+        if (bias_buf->mem) cli_set(&bias_buf->view, i, bias); /* contiguous memory, index = offset */
+        for (int64_t b = 0; b < B; ++b) {
+            const double t   = cli_log_uniform(rng, 1e-3, 1e-1);
+            const double pre = softplus ? inv_softplus(t) : t;
+            cli_set(&dt, b * per + i, pre - cli_round(SSM_DTYPE_F32, bias));
+        }
+    }
+}
+
+static int step_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
+    const int64_t B = cli_shape(pb, "B"), H = cli_shape(pb, "H"), P = cli_shape(pb, "P"), N = cli_shape(pb, "N"),
+                  G = cli_shape(pb, "G");
+    const int     per_head = (int)cli_param_int(pb, "per_head");
+    cli_rng       rng;
+    cli_rng_seed(&rng, seed);
+    const int64_t xshp[3] = {B, H, P}, gshp[3] = {B, G, N}, sshp[4] = {step_slots(pb), H, P, N};
+    const int64_t ashp[3] = {H, P, N}, hpshp[2] = {H, P}, dtshp[3] = {B, H, P};
+    if (cli_gen_arg(pb, "x", 3, xshp, err, errlen) || cli_gen_arg(pb, "b", 3, gshp, err, errlen) ||
+        cli_gen_arg(pb, "c", 3, gshp, err, errlen) || cli_gen_arg(pb, "state", 4, sshp, err, errlen) ||
+        cli_gen_arg(pb, "a", per_head ? 1 : 3, ashp, err, errlen) ||
+        cli_gen_arg(pb, "dt", per_head ? 2 : 3, dtshp, err, errlen))
+        return -1;
+    cli_gen_normal(&cli_arg_buf(pb, "x")->view, &rng);
+    cli_gen_normal(&cli_arg_buf(pb, "b")->view, &rng);
+    cli_gen_normal(&cli_arg_buf(pb, "c")->view, &rng);
+    cli_gen_normal(&cli_arg_buf(pb, "state")->view, &rng);
+    const ssm_tensor * a  = &cli_arg_buf(pb, "a")->view;
+    const int64_t      na = cli_numel(a->ndim, a->shape);
+    for (int64_t i = 0; i < na; ++i) cli_set(a, i, -cli_log_uniform(&rng, 1.0, 16.0));
+    if (cli_param_int(pb, "has_d")) {
+        if (cli_gen_arg(pb, "d", per_head ? 1 : 2, hpshp, err, errlen)) return -1;
+        cli_gen_normal(&cli_arg_buf(pb, "d")->view, &rng);
+    }
+    if (cli_param_int(pb, "has_z")) {
+        if (cli_gen_arg(pb, "z", 3, xshp, err, errlen)) return -1;
+        cli_gen_normal(&cli_arg_buf(pb, "z")->view, &rng);
+    }
+    if (cli_param_int(pb, "has_dt_bias") && cli_gen_arg(pb, "dt_bias", per_head ? 1 : 2, hpshp, err, errlen)) return -1;
+    step_fill_dt(pb, &rng);
+    if (cli_param_int(pb, "slots") > 0) {
+        const int64_t ishp[1] = {B};
+        if (cli_gen_arg(pb, "state_batch_indices", 1, ishp, err, errlen)) return -1;
+        cli_gen_slot_indices(&cli_arg_buf(pb, "state_batch_indices")->view, step_slots(pb), &rng);
+    }
+    step_per_head_views(pb);
+    return 0;
+}
+
+static int step_bind(cli_problem * pb, char * err, size_t errlen) {
+    if (cli_need_ndim(pb, "x", 3, err, errlen) || cli_need_ndim(pb, "b", 3, err, errlen) ||
+        cli_need_ndim(pb, "state", 4, err, errlen) || cli_need_ndim(pb, "a", cli_view(pb, "a").ndim == 1 ? 1 : 3, err, errlen))
+        return -1;
+    cli_set_shape(pb, "B", cli_dim(pb, "x", 0));
+    cli_set_shape(pb, "H", cli_dim(pb, "x", 1));
+    cli_set_shape(pb, "P", cli_dim(pb, "x", 2));
+    cli_set_shape(pb, "G", cli_dim(pb, "b", 1));
+    cli_set_shape(pb, "N", cli_dim(pb, "b", 2));
+    cli_set_param_int(pb, "per_head", cli_view(pb, "a").ndim == 1);
+    cli_set_param_int(pb, "has_d", cli_present(pb, "d"));
+    cli_set_param_int(pb, "has_z", cli_present(pb, "z"));
+    cli_set_param_int(pb, "has_dt_bias", cli_present(pb, "dt_bias"));
+    cli_set_param_int(pb, "slots", cli_present(pb, "state_batch_indices") ? cli_dim(pb, "state", 0) : 0);
+    step_per_head_views(pb);
+    return 0;
+}
+
+static int step_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
+    const int64_t oshp[3] = {cli_shape(pb, "B"), cli_shape(pb, "H"), cli_shape(pb, "P")};
+    if (cli_out_arg(pb, "out", f64, 3, oshp, err, errlen)) return -1;
+    if (cli_param_int(pb, "in_place")) return cli_in_place(pb, "final_state", "state", f64, err, errlen);
+    const ssm_tensor st = cli_view(pb, "state");
+    return cli_out_arg(pb, "final_state", f64, 4, st.shape, err, errlen);
+}
+
+static ssm_status step_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
+    (void)ws;
+    (void)wsz;
+    const ssm_mamba2_params p = cli_mamba2_params(pb);
+    ssm_mamba2_step_args    a;
+    memset(&a, 0, sizeof a);
+    a.x                   = cli_view(pb, "x");
+    a.dt                  = cli_view(pb, "dt");
+    a.a                   = cli_view(pb, "a");
+    a.b                   = cli_view(pb, "b");
+    a.c                   = cli_view(pb, "c");
+    a.d                   = cli_view(pb, "d");
+    a.z                   = cli_view(pb, "z");
+    a.dt_bias             = cli_view(pb, "dt_bias");
+    a.state               = cli_view(pb, "state");
+    a.state_batch_indices = cli_view(pb, "state_batch_indices");
+    a.out                 = cli_view(pb, "out");
+    a.final_state         = cli_view(pb, "final_state");
+    return ssm_mamba2_step(ctx, &p, &a);
+}
+
+/* Spec §5.4 decode: 5·B·H·P·N FLOPs (decay, outer product, add, output dot). */
+static double step_flops(const cli_problem * pb) {
+    return 5.0 * (double)(cli_shape(pb, "B") * cli_shape(pb, "H")) * (double)(cli_shape(pb, "P") * cli_shape(pb, "N"));
+}
+
+/* The state traffic that dominates decode: 2·e_state·B·H·P·N (read + write of the rows the
+ * batch uses); GB/s is measured on this alone. */
+static double step_bytes(const cli_problem * pb) {
+    const ssm_tensor st = cli_view(pb, "state");
+    const double     e  = st.data ? e_of(&st) : 4.0;
+    return 2.0 * e * (double)(cli_shape(pb, "B") * cli_shape(pb, "H")) * (double)(cli_shape(pb, "P") * cli_shape(pb, "N"));
+}
+
+const cli_op cli_op_mamba2_step = {
+    "mamba2_step",
+    "decode: one token per row, state pool updated in place, state_batch_indices (spec 2.9)",
+    step_shape,
+    step_param,
+    step_args,
+    "B=1,H=48,P=64,N=128,G=1",
+    NULL,
+    NULL,
+    step_cases,
+    step_validate,
+    step_generate,
+    step_bind,
+    step_alloc,
+    step_call,
+    NULL,
+    step_flops,
+    step_bytes,
+};

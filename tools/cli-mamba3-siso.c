@@ -1,0 +1,1008 @@
+/*
+ * cli-mamba3-siso.c — CLI operator-table entries of Mamba-3 SISO (spec mamba3_siso.md):
+ * mamba3_angle_cumsum (+ _bwd), mamba3_siso_fwd, mamba3_siso, mamba3_siso_bwd,
+ * mamba3_siso_step. Shape keys B,S,H,Hq,K,V,A,chunk (DESIGN §7); params has_d, has_z,
+ * has_states, has_final, has_dfinal, nseq (varlen), and for the step slots, in_place.
+ *
+ * Inputs follow the upstream test generators (spec §4.3): q, k = rms-normalised N(0,1)
+ * rows; v, z N(0,1); dt = exp(U(ln 1e-3, ln 0.1)); adt = −U(1,16)·dt; trap U(0,1) logits;
+ * biases, raw angles, d and the four states N(0,1). mamba3_siso_fwd takes cumulative
+ * angles: the angle_cumsum of raw ones (reference backend, fp32), as the combined forward
+ * feeds it. Activations (q, k, v, z, trap, raw angles, dout) are in the compute dtype;
+ * adt, dt, biases, d, cumulative angles and states fp32. Incoming gradients N(0,1).
+ *
+ * The reference backward is O(L²) per sequence: the check shapes keep S small.
+ */
+#define _XOPEN_SOURCE 700
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+
+#define KEY_INT(name, def, help) {name, CLI_KEY_INT, def, help, NULL}
+#define K_END {NULL, CLI_KEY_INT, NULL, NULL, NULL}
+
+#define K_B     KEY_INT("B", "2", "batch (1 with nseq)")
+#define K_S     KEY_INT("S", "100", "sequence length (tokens per batch row)")
+#define K_H     KEY_INT("H", "4", "V-heads")
+#define K_HQ    KEY_INT("Hq", "2", "Q/K heads (H % Hq == 0)")
+#define K_K     KEY_INT("K", "32", "q/k head dim = state columns (even)")
+#define K_V     KEY_INT("V", "16", "value head dim = state rows")
+#define K_A     KEY_INT("A", "8", "rotated pairs (A <= K/2)")
+#define K_CHUNK KEY_INT("chunk", "32", "chunk size C (not semantic; backends may tile their own)")
+
+#define P_HAS_D      KEY_INT("has_d", "1", "D skip term d (H)")
+#define P_HAS_Z      KEY_INT("has_z", "1", "gate z: out = y*silu(z)")
+#define P_HAS_STATES KEY_INT("has_states", "1", "initial states in (all of them)")
+#define P_HAS_FINAL  KEY_INT("has_final", "1", "final states out")
+#define P_HAS_DFINAL KEY_INT("has_dfinal", "1", "incoming gradients of the final states")
+#define P_NSEQ       KEY_INT("nseq", "0", "varlen: cu_seqlens with this many sequences, batch 1 (0 = off)")
+
+/* ---- dimensions and tensor shapes by argument name ---------------------------------- */
+
+typedef struct m3dims {
+    int64_t B, S, H, Hq, K, V, A, NS;
+    int     step; /* one token per row: no S axis */
+} m3dims;
+
+static int is_step(const cli_problem * pb) {
+    return cli_key_index(pb->op->shape_keys, "S") < 0;
+}
+
+static m3dims dims_of(const cli_problem * pb) {
+    m3dims d;
+    d.B    = cli_shape_or(pb, "B", 1);
+    d.S    = cli_shape_or(pb, "S", 1);
+    d.H    = cli_shape_or(pb, "H", 1);
+    d.Hq   = cli_shape_or(pb, "Hq", 1);
+    d.K    = cli_shape_or(pb, "K", 2);
+    d.V    = cli_shape_or(pb, "V", 1);
+    d.A    = cli_shape_or(pb, "A", 1);
+    d.step = is_step(pb);
+    if (d.step) {
+        const int64_t slots = cli_param_or(pb, "slots", 0);
+        d.NS                = slots > 0 ? slots : d.B;
+    } else {
+        const int64_t nseq = cli_param_or(pb, "nseq", 0);
+        d.NS               = nseq > 0 ? nseq : d.B;
+    }
+    return d;
+}
+
+enum shape_class { SC_NONE, SC_QK, SC_V, SC_TOK, SC_HK, SC_ANG, SC_H, SC_SA, SC_SS, SC_SK, SC_SV, SC_CU, SC_IDX };
+
+static const struct {
+    const char * name;
+    int          cls;
+} shape_classes[] = {
+    {"q", SC_QK},
+    {"k", SC_QK},
+    {"dq", SC_QK},
+    {"dk", SC_QK},
+    {"v", SC_V},
+    {"z", SC_V},
+    {"out", SC_V},
+    {"dout", SC_V},
+    {"dv", SC_V},
+    {"dz", SC_V},
+    {"adt", SC_TOK},
+    {"dt", SC_TOK},
+    {"trap", SC_TOK},
+    {"dadt", SC_TOK},
+    {"ddt", SC_TOK},
+    {"dtrap", SC_TOK},
+    {"q_bias", SC_HK},
+    {"k_bias", SC_HK},
+    {"dq_bias", SC_HK},
+    {"dk_bias", SC_HK},
+    {"angles", SC_ANG},
+    {"angles_cumsum", SC_ANG},
+    {"dangles", SC_ANG},
+    {"dangles_cumsum", SC_ANG},
+    {"d", SC_H},
+    {"dd", SC_H},
+    {"angle_state", SC_SA},
+    {"final_angle_state", SC_SA},
+    {"dangle_state", SC_SA},
+    {"dfinal_angle_state", SC_SA},
+    {"ssm_state", SC_SS},
+    {"final_ssm_state", SC_SS},
+    {"dssm_state", SC_SS},
+    {"dfinal_ssm_state", SC_SS},
+    {"k_state", SC_SK},
+    {"final_k_state", SC_SK},
+    {"dk_state", SC_SK},
+    {"dfinal_k_state", SC_SK},
+    {"v_state", SC_SV},
+    {"final_v_state", SC_SV},
+    {"dv_state", SC_SV},
+    {"dfinal_v_state", SC_SV},
+    {"cu_seqlens", SC_CU},
+    {"state_batch_indices", SC_IDX},
+};
+
+static int class_of(const char * name) {
+    for (size_t i = 0; i < sizeof shape_classes / sizeof shape_classes[0]; ++i)
+        if (strcmp(shape_classes[i].name, name) == 0) return shape_classes[i].cls;
+    return SC_NONE;
+}
+
+static int32_t set_dims(int64_t shp[4], int32_t n, int64_t a, int64_t b, int64_t c, int64_t d) {
+    const int64_t v[4] = {a, b, c, d};
+    for (int32_t i = 0; i < n; ++i) shp[i] = v[i];
+    return n;
+}
+
+/* The argument's shape (spec §2): token tensors (B,S,·,·), per-token scalars (B,H,S),
+ * states (NS,H,·); the step drops S. Returns ndim (0 for a name it does not know). */
+static int32_t shape_of(const m3dims * d, const char * name, int64_t shp[4]) {
+    const int s = d->step;
+    switch (class_of(name)) {
+        case SC_QK: return s ? set_dims(shp, 3, d->B, d->Hq, d->K, 0) : set_dims(shp, 4, d->B, d->S, d->Hq, d->K);
+        case SC_V: return s ? set_dims(shp, 3, d->B, d->H, d->V, 0) : set_dims(shp, 4, d->B, d->S, d->H, d->V);
+        case SC_TOK: return s ? set_dims(shp, 2, d->B, d->H, 0, 0) : set_dims(shp, 3, d->B, d->H, d->S, 0);
+        case SC_HK: return set_dims(shp, 2, d->H, d->K, 0, 0);
+        case SC_ANG: return s ? set_dims(shp, 3, d->B, d->H, d->A, 0) : set_dims(shp, 4, d->B, d->S, d->H, d->A);
+        case SC_H: return set_dims(shp, 1, d->H, 0, 0, 0);
+        case SC_SA: return set_dims(shp, 3, d->NS, d->H, d->A, 0);
+        case SC_SS: return set_dims(shp, 4, d->NS, d->H, d->V, d->K);
+        case SC_SK: return set_dims(shp, 3, d->NS, d->H, d->K, 0);
+        case SC_SV: return set_dims(shp, 3, d->NS, d->H, d->V, 0);
+        case SC_CU: return set_dims(shp, 1, d->NS + 1, 0, 0, 0);
+        case SC_IDX: return set_dims(shp, 1, d->B, 0, 0, 0);
+        default: return 0;
+    }
+}
+
+static int has_arg(const cli_problem * pb, const char * name) {
+    return cli_arg_index(pb->op, name) >= 0;
+}
+
+static ssm_mamba3_params params_of(const cli_problem * pb) {
+    ssm_mamba3_params p;
+    ssm_mamba3_params_init(&p);
+    if (cli_key_index(pb->op->shape_keys, "chunk") >= 0) p.chunk_size = cli_shape(pb, "chunk");
+    return p;
+}
+
+static double e_act(const cli_problem * pb) {
+    return (double)ssm_dtype_size(pb->dtype);
+}
+
+/* ---- validation (usage errors; the library checks the rest) --------------------------- */
+
+static int m3_validate(const cli_problem * pb, char * err, size_t errlen) {
+    static const char * const bools[] = {"has_d", "has_z", "has_states", "has_final", "has_dfinal", "in_place", NULL};
+    if (cli_check_shape_positive(pb, err, errlen) || cli_check_bools(pb, bools, err, errlen)) return -1;
+    const m3dims  d    = dims_of(pb);
+    const int64_t nseq = cli_param_or(pb, "nseq", 0);
+    if (nseq < 0 || nseq > 1000000) {
+        snprintf(err, errlen, "%s: nseq=%lld must be in [0, 1000000]", pb->op->name, (long long)nseq);
+        return -1;
+    }
+    if (nseq > 0 && d.B != 1) {
+        snprintf(err, errlen, "%s: nseq=%lld (cu_seqlens) needs B=1", pb->op->name, (long long)nseq);
+        return -1;
+    }
+    const int64_t slots = cli_param_or(pb, "slots", 0);
+    if (slots != 0 && (slots < d.B || slots > 1000000)) {
+        snprintf(err, errlen, "%s: slots=%lld must be 0 (no state_batch_indices) or in [B=%lld, 1000000]",
+                 pb->op->name, (long long)slots, (long long)d.B);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- input generation ------------------------------------------------------------------- */
+
+/* Whether an input the op has is drawn, by the params that switch it on. */
+static int wanted(const cli_problem * pb, const cli_arg * arg) {
+    if (!arg->optional) return 1;
+    const char * n = arg->name;
+    if (strcmp(n, "d") == 0) return (int)cli_param_or(pb, "has_d", 0);
+    if (strcmp(n, "z") == 0) return (int)cli_param_or(pb, "has_z", 0);
+    if (strcmp(n, "cu_seqlens") == 0) return cli_param_or(pb, "nseq", 0) > 0;
+    if (strcmp(n, "state_batch_indices") == 0) return cli_param_or(pb, "slots", 0) > 0;
+    if (strncmp(n, "dfinal_", 7) == 0) return (int)cli_param_or(pb, "has_dfinal", 0);
+    if (strstr(n, "_state")) return (int)cli_param_or(pb, "has_states", 0);
+    return 0;
+}
+
+/* Each (token, head) row of q/k scaled to unit rms, as the layer's RMSNorm leaves it. */
+static void rms_normalise_rows(const ssm_tensor * t, int64_t row_len, cli_rng * rng) {
+    const int64_t n  = cli_numel(t->ndim, t->shape);
+    double *      row = malloc((size_t)row_len * sizeof *row);
+    if (!row) {
+        cli_gen_normal(t, rng);
+        return;
+    }
+    for (int64_t r = 0; r < n / row_len; ++r) {
+        double ss = 0.0;
+        for (int64_t i = 0; i < row_len; ++i) {
+            row[i] = cli_rng_normal(rng);
+            ss += row[i] * row[i];
+        }
+        const double scale = 1.0 / sqrt(ss / (double)row_len + 1e-12);
+        for (int64_t i = 0; i < row_len; ++i) cli_set(t, r * row_len + i, row[i] * scale);
+    }
+    free(row);
+}
+
+static void fill_input(cli_problem * pb, const m3dims * d, const char * name, cli_rng * rng) {
+    const ssm_tensor * t = &cli_arg_buf(pb, name)->view;
+    const int64_t      n = cli_numel(t->ndim, t->shape);
+    if (strcmp(name, "q") == 0 || strcmp(name, "k") == 0) {
+        rms_normalise_rows(t, d->K, rng);
+    } else if (strcmp(name, "dt") == 0) {
+        for (int64_t i = 0; i < n; ++i) cli_set(t, i, cli_log_uniform(rng, 1e-3, 0.1));
+    } else if (strcmp(name, "adt") == 0) {
+        cli_gen_uniform(t, rng, 1.0, 16.0); /* scaled by −dt once dt exists (adt_from_dt) */
+    } else if (strcmp(name, "trap") == 0) {
+        cli_gen_uniform(t, rng, 0.0, 1.0);
+    } else if (strcmp(name, "cu_seqlens") == 0) {
+        cli_gen_cu_seqlens(t, d->S, d->NS, rng);
+    } else if (strcmp(name, "state_batch_indices") == 0) {
+        cli_gen_slot_indices(t, d->NS, rng);
+    } else {
+        cli_gen_normal(t, rng);
+    }
+}
+
+/* adt = −U(1,16)·dt (element by element; both (B,H,S) or (B,H), contiguous). */
+static void adt_from_dt(cli_problem * pb) {
+    const ssm_tensor * adt = &cli_arg_buf(pb, "adt")->view;
+    const ssm_tensor * dt  = &cli_arg_buf(pb, "dt")->view;
+    const int64_t      n   = cli_numel(adt->ndim, adt->shape);
+    for (int64_t i = 0; i < n; ++i) cli_set(adt, i, -cli_get(adt, i) * cli_get(dt, i));
+}
+
+/* Cumulative angles θ for mamba3_siso_fwd from the raw ones just drawn: the reference
+ * angle_cumsum (fp32 out), varlen-aware, with no initial angle state. */
+static int cumulate_angles(cli_problem * pb, char * err, size_t errlen) {
+    cli_buf *     raw = cli_arg_buf(pb, "angles");
+    cli_buf       cum;
+    ssm_context * ctx = NULL;
+    memset(&cum, 0, sizeof cum);
+    if (cli_buf_alloc(&cum, SSM_DTYPE_F32, raw->mem_ndim, raw->mem_shape) != 0) {
+        snprintf(err, errlen, "%s: out of memory", pb->op->name);
+        return -1;
+    }
+    ssm_status st = cli_context_create(SSM_BACKEND_REF, 1, &ctx);
+    if (st == SSM_STATUS_OK) {
+        const ssm_mamba3_params      p = params_of(pb);
+        ssm_mamba3_angle_cumsum_args a;
+        memset(&a, 0, sizeof a);
+        a.angles        = raw->view;
+        a.dt            = cli_view(pb, "dt");
+        a.cu_seqlens    = cli_view(pb, "cu_seqlens");
+        a.angles_cumsum = cum.view;
+        st              = ssm_mamba3_angle_cumsum(ctx, &p, &a);
+    }
+    if (st != SSM_STATUS_OK) {
+        snprintf(err, errlen, "making inputs: reference mamba3_angle_cumsum failed: %s: %s", ssm_status_string(st),
+                 ssm_context_last_error(ctx));
+        ssm_context_free(ctx);
+        cli_buf_free(&cum);
+        return -1;
+    }
+    ssm_context_free(ctx);
+    cli_buf_free(raw);
+    *raw = cum;
+    return 0;
+}
+
+static int m3_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
+    const m3dims d = dims_of(pb);
+    cli_rng      rng;
+    cli_rng_seed(&rng, seed);
+    for (int i = 0; pb->op->args[i].name; ++i) {
+        const cli_arg * arg = &pb->op->args[i];
+        if (arg->output || !wanted(pb, arg)) continue;
+        int64_t       shp[4];
+        const int32_t ndim = shape_of(&d, arg->name, shp);
+        if (cli_gen_arg(pb, arg->name, ndim, shp, err, errlen)) return -1;
+        fill_input(pb, &d, arg->name, &rng);
+    }
+    if (has_arg(pb, "adt")) adt_from_dt(pb);
+    /* siso_fwd takes θ (fp32 "angles" argument), the other ops raw rates. */
+    if (strcmp(pb->op->name, "mamba3_siso_fwd") == 0) return cumulate_angles(pb, err, errlen);
+    return 0;
+}
+
+/* ---- `run` binding ------------------------------------------------------------------------ */
+
+static int any_present(const cli_problem * pb, const char * const * names) {
+    for (int i = 0; names[i]; ++i)
+        if (has_arg(pb, names[i]) && cli_present(pb, names[i])) return 1;
+    return 0;
+}
+
+static int m3_bind(cli_problem * pb, char * err, size_t errlen) {
+    static const char * const states[]  = {"angle_state", "ssm_state", "k_state", "v_state", NULL};
+    static const char * const dfinals[] = {"dfinal_angle_state", "dfinal_ssm_state", "dfinal_k_state",
+                                           "dfinal_v_state", NULL};
+    const int                 step      = is_step(pb);
+    const char *              ang       = has_arg(pb, "dangles_cumsum") ? "dangles_cumsum" : "angles";
+    if (cli_need_ndim(pb, ang, step ? 3 : 4, err, errlen)) return -1;
+    cli_set_shape(pb, "B", cli_dim(pb, ang, 0));
+    if (!step) cli_set_shape(pb, "S", cli_dim(pb, ang, 1));
+    cli_set_shape(pb, "H", cli_dim(pb, ang, step ? 1 : 2));
+    cli_set_shape(pb, "A", cli_dim(pb, ang, step ? 2 : 3));
+    if (has_arg(pb, "q")) {
+        if (cli_need_ndim(pb, "q", step ? 3 : 4, err, errlen) || cli_need_ndim(pb, "v", step ? 3 : 4, err, errlen))
+            return -1;
+        cli_set_shape(pb, "Hq", cli_dim(pb, "q", step ? 1 : 2));
+        cli_set_shape(pb, "K", cli_dim(pb, "q", step ? 2 : 3));
+        cli_set_shape(pb, "V", cli_dim(pb, "v", step ? 2 : 3));
+    }
+    const int ci = cli_key_index(pb->op->shape_keys, "chunk");
+    if (ci >= 0 && !pb->shape[ci].given) cli_set_shape(pb, "chunk", 64);
+    if (cli_has_param(pb, "has_d")) cli_set_param_int(pb, "has_d", cli_present(pb, "d"));
+    if (cli_has_param(pb, "has_z")) cli_set_param_int(pb, "has_z", cli_present(pb, "z"));
+    /* angle_cumsum_bwd has no state input: its has_states (dangle_state) stays as given */
+    if (cli_has_param(pb, "has_states") && has_arg(pb, "angle_state"))
+        cli_set_param_int(pb, "has_states", any_present(pb, states));
+    if (cli_has_param(pb, "has_final")) cli_set_param_int(pb, "has_final", 1);
+    if (cli_has_param(pb, "has_dfinal")) cli_set_param_int(pb, "has_dfinal", any_present(pb, dfinals));
+    if (cli_has_param(pb, "slots"))
+        cli_set_param_int(pb, "slots", cli_present(pb, "state_batch_indices") ? cli_dim(pb, "ssm_state", 0) : 0);
+    if (cli_has_param(pb, "nseq")) {
+        const ssm_tensor cu = cli_view(pb, "cu_seqlens");
+        cli_set_param_int(pb, "nseq", cu.data ? cli_numel(cu.ndim, cu.shape) - 1 : 0);
+    }
+    return 0;
+}
+
+/* ---- outputs ------------------------------------------------------------------------------- */
+
+/* The input a gradient or final state belongs to ("dd" → "d", "dssm_state" → "ssm_state",
+ * "final_k_state" → "k_state"); NULL when the output is always written. */
+static const char * source_of(const cli_problem * pb, const char * out) {
+    static const char * const grads_of_optional[][2] = {
+        {"dd", "d"},
+        {"dz", "z"},
+        {"dangle_state", "angle_state"},
+        {"dssm_state", "ssm_state"},
+        {"dk_state", "k_state"},
+        {"dv_state", "v_state"},
+    };
+    for (size_t i = 0; i < sizeof grads_of_optional / sizeof grads_of_optional[0]; ++i)
+        if (strcmp(out, grads_of_optional[i][0]) == 0 && has_arg(pb, grads_of_optional[i][1]))
+            return grads_of_optional[i][1];
+    return NULL;
+}
+
+static int m3_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
+    const m3dims d = dims_of(pb);
+    for (int i = 0; pb->op->args[i].name; ++i) {
+        const cli_arg * arg = &pb->op->args[i];
+        if (!arg->output) continue;
+        const char * src = source_of(pb, arg->name);
+        if (src && !cli_present(pb, src)) continue; /* the gradient of an absent input */
+        if (strncmp(arg->name, "final_", 6) == 0) {
+            if (d.step && cli_param_int(pb, "in_place")) {
+                if (cli_in_place(pb, arg->name, arg->name + 6, f64, err, errlen)) return -1;
+                continue;
+            }
+            if (!d.step && !cli_param_int(pb, "has_final")) continue;
+        }
+        /* angle_cumsum_bwd has no angle_state input: its dangle_state follows has_states */
+        if (strcmp(arg->name, "dangle_state") == 0 && !src && !cli_param_int(pb, "has_states")) continue;
+        int64_t       shp[4];
+        const int32_t ndim = shape_of(&d, arg->name, shp);
+        if (cli_out_arg(pb, arg->name, f64, ndim, shp, err, errlen)) return -1;
+    }
+    return 0;
+}
+
+/* ======================================================================================
+ * mamba3_angle_cumsum and its backward (spec §2.1, §2.2, §6.6)
+ * ====================================================================================== */
+
+static const cli_key angle_shape[] = {K_B, K_S, K_H, K_A, K_CHUNK, K_END};
+static const cli_key angle_param[] = {
+    KEY_INT("has_states", "1", "initial angle state in (angle_state)"),
+    P_HAS_FINAL,
+    P_NSEQ,
+    K_END,
+};
+static const cli_arg angle_args[] = {
+    {"angles", 0, 0, CLI_ARG_ACT},
+    {"dt", 0, 0, CLI_ARG_F32},
+    {"angle_state", 0, 1, CLI_ARG_F32},
+    {"cu_seqlens", 0, 1, CLI_ARG_INDEX},
+    {"angles_cumsum", 1, 0, CLI_ARG_ACT},
+    {"final_angle_state", 1, 1, CLI_ARG_F32},
+    {NULL, 0, 0, CLI_ARG_F32},
+};
+static const char * const angle_cases[] = {
+    "B=2,S=70,H=4,A=8,chunk=32;",
+    "B=1,S=96,H=4,A=16,chunk=64;has_states=0",
+    "B=1,S=50,H=2,A=4,chunk=16;nseq=4",
+    "B=1,S=1,H=1,A=1,chunk=1;has_final=0",
+    NULL,
+};
+
+static ssm_status angle_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
+    (void)ws;
+    (void)wsz;
+    const ssm_mamba3_params      p = params_of(pb);
+    ssm_mamba3_angle_cumsum_args a;
+    memset(&a, 0, sizeof a);
+    a.angles            = cli_view(pb, "angles");
+    a.dt                = cli_view(pb, "dt");
+    a.angle_state       = cli_view(pb, "angle_state");
+    a.cu_seqlens        = cli_view(pb, "cu_seqlens");
+    a.angles_cumsum     = cli_view(pb, "angles_cumsum");
+    a.final_angle_state = cli_view(pb, "final_angle_state");
+    return ssm_mamba3_angle_cumsum(ctx, &p, &a);
+}
+
+static double tokens_of(const m3dims * d) {
+    return (double)(d->B * d->S);
+}
+
+/* Spec §7: O1 ≈ H·T·A·(1 tanh + ~6 FLOP); bytes T·H·(A·e_raw + 4 + A·e_θ) + a state in/out. */
+static double angle_flops(const cli_problem * pb) {
+    const m3dims d = dims_of(pb);
+    return 6.0 * tokens_of(&d) * (double)(d.H * d.A);
+}
+
+static double angle_bytes(const cli_problem * pb) {
+    const m3dims d = dims_of(pb);
+    const double e = e_act(pb);
+    double       n = tokens_of(&d) * (double)d.H * ((double)d.A * 2.0 * e + 4.0);
+    n += 4.0 * (double)(d.NS * d.H * d.A) * (double)(cli_param_int(pb, "has_states") + cli_param_int(pb, "has_final"));
+    return n;
+}
+
+const cli_op cli_op_mamba3_angle_cumsum = {
+    "mamba3_angle_cumsum",
+    "theta = wrap(angle_state + cumsum(pi*tanh(angles)*dt)) per sequence (siso 2.1)",
+    angle_shape,
+    angle_param,
+    angle_args,
+    "B=1,S=2048,H=32,A=32,chunk=64",
+    NULL,
+    NULL,
+    angle_cases,
+    m3_validate,
+    m3_generate,
+    m3_bind,
+    m3_alloc,
+    angle_call,
+    NULL,
+    angle_flops,
+    angle_bytes,
+};
+
+static const cli_key angleb_param[] = {
+    KEY_INT("has_states", "1", "dangle_state output (the forward had an angle_state)"),
+    P_HAS_DFINAL,
+    P_NSEQ,
+    K_END,
+};
+static const cli_arg angleb_args[] = {
+    {"dangles_cumsum", 0, 0, CLI_ARG_ACT},
+    {"dfinal_angle_state", 0, 1, CLI_ARG_F32},
+    {"angles", 0, 0, CLI_ARG_ACT},
+    {"dt", 0, 0, CLI_ARG_F32},
+    {"cu_seqlens", 0, 1, CLI_ARG_INDEX},
+    {"dangles", 1, 0, CLI_ARG_ACT},
+    {"ddt", 1, 0, CLI_ARG_F32},
+    {"dangle_state", 1, 1, CLI_ARG_F32},
+    {NULL, 0, 0, CLI_ARG_F32},
+};
+static const char * const angleb_cases[] = {
+    "B=2,S=70,H=4,A=8,chunk=32;",
+    "B=1,S=96,H=4,A=16,chunk=64;has_states=0,has_dfinal=0",
+    "B=1,S=50,H=2,A=4,chunk=16;nseq=4",
+    "B=1,S=1,H=1,A=1,chunk=1;",
+    NULL,
+};
+
+static ssm_status angleb_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
+    (void)ws;
+    (void)wsz;
+    const ssm_mamba3_params          p = params_of(pb);
+    ssm_mamba3_angle_cumsum_bwd_args a;
+    memset(&a, 0, sizeof a);
+    a.dangles_cumsum     = cli_view(pb, "dangles_cumsum");
+    a.dfinal_angle_state = cli_view(pb, "dfinal_angle_state");
+    a.angles             = cli_view(pb, "angles");
+    a.dt                 = cli_view(pb, "dt");
+    a.cu_seqlens         = cli_view(pb, "cu_seqlens");
+    a.dangles            = cli_view(pb, "dangles");
+    a.ddt                = cli_view(pb, "ddt");
+    a.dangle_state       = cli_view(pb, "dangle_state");
+    return ssm_mamba3_angle_cumsum_bwd(ctx, &p, &a);
+}
+
+/* Spec §7: O2 ≈ H·T·A·(1 tanh + ~8 FLOP); bytes T·H·(A·e_θ + 2A·e_raw + 8). */
+static double angleb_flops(const cli_problem * pb) {
+    const m3dims d = dims_of(pb);
+    return 8.0 * tokens_of(&d) * (double)(d.H * d.A);
+}
+
+static double angleb_bytes(const cli_problem * pb) {
+    const m3dims d = dims_of(pb);
+    return tokens_of(&d) * (double)d.H * ((double)d.A * 3.0 * e_act(pb) + 8.0);
+}
+
+const cli_op cli_op_mamba3_angle_cumsum_bwd = {
+    "mamba3_angle_cumsum_bwd",
+    "gradients of mamba3_angle_cumsum: dangles, ddt, dangle_state (siso 2.2, 6.6)",
+    angle_shape,
+    angleb_param,
+    angleb_args,
+    "B=1,S=2048,H=32,A=32,chunk=64",
+    NULL,
+    NULL,
+    angleb_cases,
+    m3_validate,
+    m3_generate,
+    m3_bind,
+    m3_alloc,
+    angleb_call,
+    NULL,
+    angleb_flops,
+    angleb_bytes,
+};
+
+/* ======================================================================================
+ * mamba3_siso_fwd, mamba3_siso (spec §2.3, §2.4)
+ * ====================================================================================== */
+
+static const cli_key siso_shape[] = {K_B, K_S, K_H, K_HQ, K_K, K_V, K_A, K_CHUNK, K_END};
+static const cli_key siso_param[] = {P_HAS_D, P_HAS_Z, P_HAS_STATES, P_HAS_FINAL, P_NSEQ, K_END};
+static const char * const siso_cases[] = {
+    "B=2,S=77,H=4,Hq=2,K=32,V=16,A=8,chunk=32;",
+    "B=1,S=64,H=4,Hq=4,K=16,V=8,A=8,chunk=16;has_d=0,has_z=0,has_states=0",
+    "B=2,S=50,H=4,Hq=1,K=32,V=16,A=8,chunk=16;has_final=0",
+    "B=1,S=60,H=4,Hq=2,K=16,V=16,A=4,chunk=16;nseq=4",
+    "B=1,S=40,H=2,Hq=1,K=64,V=32,A=16,chunk=64;has_z=0",
+    "B=1,S=1,H=1,Hq=1,K=2,V=1,A=1,chunk=1;",
+    NULL,
+};
+
+static const cli_arg fwd_args[] = {
+    {"q", 0, 0, CLI_ARG_ACT},
+    {"k", 0, 0, CLI_ARG_ACT},
+    {"v", 0, 0, CLI_ARG_ACT},
+    {"adt", 0, 0, CLI_ARG_F32},
+    {"dt", 0, 0, CLI_ARG_F32},
+    {"trap", 0, 0, CLI_ARG_ACT},
+    {"q_bias", 0, 0, CLI_ARG_F32},
+    {"k_bias", 0, 0, CLI_ARG_F32},
+    {"angles", 0, 0, CLI_ARG_F32},
+    {"d", 0, 1, CLI_ARG_F32},
+    {"z", 0, 1, CLI_ARG_ACT},
+    {"ssm_state", 0, 1, CLI_ARG_F32},
+    {"k_state", 0, 1, CLI_ARG_F32},
+    {"v_state", 0, 1, CLI_ARG_F32},
+    {"cu_seqlens", 0, 1, CLI_ARG_INDEX},
+    {"out", 1, 0, CLI_ARG_ACT},
+    {"final_ssm_state", 1, 1, CLI_ARG_F32},
+    {"final_k_state", 1, 1, CLI_ARG_F32},
+    {"final_v_state", 1, 1, CLI_ARG_F32},
+    {NULL, 0, 0, CLI_ARG_F32},
+};
+
+static ssm_status fwd_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
+    (void)ws;
+    (void)wsz;
+    const ssm_mamba3_params  p = params_of(pb);
+    ssm_mamba3_siso_fwd_args a;
+    memset(&a, 0, sizeof a);
+    a.q               = cli_view(pb, "q");
+    a.k               = cli_view(pb, "k");
+    a.v               = cli_view(pb, "v");
+    a.adt             = cli_view(pb, "adt");
+    a.dt              = cli_view(pb, "dt");
+    a.trap            = cli_view(pb, "trap");
+    a.q_bias          = cli_view(pb, "q_bias");
+    a.k_bias          = cli_view(pb, "k_bias");
+    a.angles          = cli_view(pb, "angles");
+    a.d               = cli_view(pb, "d");
+    a.z               = cli_view(pb, "z");
+    a.ssm_state       = cli_view(pb, "ssm_state");
+    a.k_state         = cli_view(pb, "k_state");
+    a.v_state         = cli_view(pb, "v_state");
+    a.cu_seqlens      = cli_view(pb, "cu_seqlens");
+    a.out             = cli_view(pb, "out");
+    a.final_ssm_state = cli_view(pb, "final_ssm_state");
+    a.final_k_state   = cli_view(pb, "final_k_state");
+    a.final_v_state   = cli_view(pb, "final_v_state");
+    return ssm_mamba3_siso_fwd(ctx, &p, &a);
+}
+
+/* Spec §7 counts F_fwd ≈ H·T·(4KV + 2C(K+V)) at the chunk C. The chunk is not semantic and
+ * the CPU backend tiles at its own (32 tokens) whatever chunk= says, so, as mamba2_scan
+ * does, only the chunk-independent part H·T·4KV (Q̂·Sᵀ and the state update) is counted:
+ * GFLOP/s is a lower bound on the arithmetic sustained. */
+static double fwd_flops(const cli_problem * pb) {
+    const m3dims d = dims_of(pb);
+    return 4.0 * tokens_of(&d) * (double)d.H * (double)(d.K * d.V);
+}
+
+/* Spec §7 minimal fused traffic: T·[2·Hq·K·e + H·V·(e·(1+[z]) + e_out) + H·(2·4 + e_trap)
+ * + H·A·e_ang] + H·(2K+1)·4 + NS·H·(4KV + 4K + 4V + 4A·[angle state])·([init] + [final]). */
+static double fwd_bytes_of(const cli_problem * pb, double e_ang, int angle_state) {
+    const m3dims d = dims_of(pb);
+    const double e = e_act(pb), T = tokens_of(&d), H = (double)d.H, K = (double)d.K, V = (double)d.V;
+    const double z = (double)cli_param_int(pb, "has_z");
+    double       n = T * (2.0 * (double)d.Hq * K * e + H * V * (e * (1.0 + z) + e) + H * (8.0 + e) + H * (double)d.A * e_ang);
+    n += H * (2.0 * K + 1.0) * 4.0;
+    const double states = (double)(cli_param_int(pb, "has_states") + cli_param_int(pb, "has_final"));
+    n += (double)d.NS * H * (4.0 * K * V + 4.0 * K + 4.0 * V + (angle_state ? 4.0 * (double)d.A : 0.0)) * states;
+    return n;
+}
+
+static double fwd_bytes(const cli_problem * pb) {
+    return fwd_bytes_of(pb, 4.0, 0); /* cumulative angles are fp32 */
+}
+
+const cli_op cli_op_mamba3_siso_fwd = {
+    "mamba3_siso_fwd",
+    "SISO chunked core forward, cumulative angles in; states, varlen (siso 2.3)",
+    siso_shape,
+    siso_param,
+    fwd_args,
+    "B=1,S=2048,H=32,Hq=1,K=128,V=64,A=32,chunk=64",
+    "has_d=1,has_z=1,has_states=0,has_final=0",
+    NULL,
+    siso_cases,
+    m3_validate,
+    m3_generate,
+    m3_bind,
+    m3_alloc,
+    fwd_call,
+    NULL,
+    fwd_flops,
+    fwd_bytes,
+};
+
+static const cli_arg siso_args[] = {
+    {"q", 0, 0, CLI_ARG_ACT},
+    {"k", 0, 0, CLI_ARG_ACT},
+    {"v", 0, 0, CLI_ARG_ACT},
+    {"adt", 0, 0, CLI_ARG_F32},
+    {"dt", 0, 0, CLI_ARG_F32},
+    {"trap", 0, 0, CLI_ARG_ACT},
+    {"q_bias", 0, 0, CLI_ARG_F32},
+    {"k_bias", 0, 0, CLI_ARG_F32},
+    {"angles", 0, 0, CLI_ARG_ACT},
+    {"d", 0, 1, CLI_ARG_F32},
+    {"z", 0, 1, CLI_ARG_ACT},
+    {"angle_state", 0, 1, CLI_ARG_F32},
+    {"ssm_state", 0, 1, CLI_ARG_F32},
+    {"k_state", 0, 1, CLI_ARG_F32},
+    {"v_state", 0, 1, CLI_ARG_F32},
+    {"cu_seqlens", 0, 1, CLI_ARG_INDEX},
+    {"out", 1, 0, CLI_ARG_ACT},
+    {"final_angle_state", 1, 1, CLI_ARG_F32},
+    {"final_ssm_state", 1, 1, CLI_ARG_F32},
+    {"final_k_state", 1, 1, CLI_ARG_F32},
+    {"final_v_state", 1, 1, CLI_ARG_F32},
+    {NULL, 0, 0, CLI_ARG_F32},
+};
+
+static ssm_status siso_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
+    (void)ws;
+    (void)wsz;
+    const ssm_mamba3_params p = params_of(pb);
+    ssm_mamba3_siso_args    a;
+    memset(&a, 0, sizeof a);
+    a.q                 = cli_view(pb, "q");
+    a.k                 = cli_view(pb, "k");
+    a.v                 = cli_view(pb, "v");
+    a.adt               = cli_view(pb, "adt");
+    a.dt                = cli_view(pb, "dt");
+    a.trap              = cli_view(pb, "trap");
+    a.q_bias            = cli_view(pb, "q_bias");
+    a.k_bias            = cli_view(pb, "k_bias");
+    a.angles            = cli_view(pb, "angles");
+    a.d                 = cli_view(pb, "d");
+    a.z                 = cli_view(pb, "z");
+    a.angle_state       = cli_view(pb, "angle_state");
+    a.ssm_state         = cli_view(pb, "ssm_state");
+    a.k_state           = cli_view(pb, "k_state");
+    a.v_state           = cli_view(pb, "v_state");
+    a.cu_seqlens        = cli_view(pb, "cu_seqlens");
+    a.out               = cli_view(pb, "out");
+    a.final_angle_state = cli_view(pb, "final_angle_state");
+    a.final_ssm_state   = cli_view(pb, "final_ssm_state");
+    a.final_k_state     = cli_view(pb, "final_k_state");
+    a.final_v_state     = cli_view(pb, "final_v_state");
+    return ssm_mamba3_siso(ctx, &p, &a);
+}
+
+/* The angle cumsum it fuses (6·H·T·A) on top of the core's chunk-independent count. */
+static double siso_flops(const cli_problem * pb) {
+    const m3dims d = dims_of(pb);
+    return fwd_flops(pb) + 6.0 * tokens_of(&d) * (double)(d.H * d.A);
+}
+
+static double siso_bytes(const cli_problem * pb) {
+    return fwd_bytes_of(pb, e_act(pb), 1); /* raw angles in the compute dtype */
+}
+
+const cli_op cli_op_mamba3_siso = {
+    "mamba3_siso",
+    "SISO combined forward: raw angles, four states in/out, varlen (siso 2.4, 2.7)",
+    siso_shape,
+    siso_param,
+    siso_args,
+    "B=1,S=2048,H=32,Hq=1,K=128,V=64,A=32,chunk=64",
+    "has_d=1,has_z=1,has_states=0,has_final=0",
+    NULL,
+    siso_cases,
+    m3_validate,
+    m3_generate,
+    m3_bind,
+    m3_alloc,
+    siso_call,
+    NULL,
+    siso_flops,
+    siso_bytes,
+};
+
+/* ======================================================================================
+ * mamba3_siso_bwd (spec §2.5, §6)
+ * ====================================================================================== */
+
+static const cli_key bwd_shape[] = {
+    K_B, KEY_INT("S", "64", "sequence length (the reference backward is O(S^2))"), K_H, K_HQ, K_K, K_V, K_A, K_CHUNK,
+    K_END,
+};
+static const cli_key bwd_param[] = {P_HAS_D, P_HAS_Z, P_HAS_STATES, P_HAS_DFINAL, P_NSEQ, K_END};
+static const cli_arg bwd_args[]  = {
+    {"q", 0, 0, CLI_ARG_ACT},
+    {"k", 0, 0, CLI_ARG_ACT},
+    {"v", 0, 0, CLI_ARG_ACT},
+    {"adt", 0, 0, CLI_ARG_F32},
+    {"dt", 0, 0, CLI_ARG_F32},
+    {"trap", 0, 0, CLI_ARG_ACT},
+    {"q_bias", 0, 0, CLI_ARG_F32},
+    {"k_bias", 0, 0, CLI_ARG_F32},
+    {"angles", 0, 0, CLI_ARG_ACT},
+    {"d", 0, 1, CLI_ARG_F32},
+    {"z", 0, 1, CLI_ARG_ACT},
+    {"angle_state", 0, 1, CLI_ARG_F32},
+    {"ssm_state", 0, 1, CLI_ARG_F32},
+    {"k_state", 0, 1, CLI_ARG_F32},
+    {"v_state", 0, 1, CLI_ARG_F32},
+    {"cu_seqlens", 0, 1, CLI_ARG_INDEX},
+    {"dout", 0, 0, CLI_ARG_ACT},
+    {"dfinal_angle_state", 0, 1, CLI_ARG_F32},
+    {"dfinal_ssm_state", 0, 1, CLI_ARG_F32},
+    {"dfinal_k_state", 0, 1, CLI_ARG_F32},
+    {"dfinal_v_state", 0, 1, CLI_ARG_F32},
+    {"dq", 1, 0, CLI_ARG_ACT},
+    {"dk", 1, 0, CLI_ARG_ACT},
+    {"dv", 1, 0, CLI_ARG_ACT},
+    {"dadt", 1, 0, CLI_ARG_F32},
+    {"ddt", 1, 0, CLI_ARG_F32},
+    {"dtrap", 1, 0, CLI_ARG_F32},
+    {"dq_bias", 1, 0, CLI_ARG_F32},
+    {"dk_bias", 1, 0, CLI_ARG_F32},
+    {"dangles", 1, 0, CLI_ARG_ACT},
+    {"dd", 1, 1, CLI_ARG_F32},
+    {"dz", 1, 1, CLI_ARG_ACT},
+    {"dangle_state", 1, 1, CLI_ARG_F32},
+    {"dssm_state", 1, 1, CLI_ARG_F32},
+    {"dk_state", 1, 1, CLI_ARG_F32},
+    {"dv_state", 1, 1, CLI_ARG_F32},
+    {NULL, 0, 0, CLI_ARG_F32},
+};
+static const char * const bwd_cases[] = {
+    "B=2,S=37,H=4,Hq=2,K=16,V=8,A=4,chunk=16;",
+    "B=1,S=48,H=2,Hq=1,K=32,V=16,A=8,chunk=16;has_states=0,has_dfinal=0",
+    "B=1,S=40,H=4,Hq=2,K=16,V=16,A=8,chunk=16;has_z=0,has_d=0",
+    "B=1,S=30,H=2,Hq=2,K=8,V=8,A=2,chunk=8;nseq=4",
+    "B=1,S=1,H=1,Hq=1,K=2,V=1,A=1,chunk=1;",
+    NULL,
+};
+
+static ssm_status bwd_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
+    (void)ws;
+    (void)wsz;
+    const ssm_mamba3_params  p = params_of(pb);
+    ssm_mamba3_siso_bwd_args a;
+    memset(&a, 0, sizeof a);
+    a.q                  = cli_view(pb, "q");
+    a.k                  = cli_view(pb, "k");
+    a.v                  = cli_view(pb, "v");
+    a.adt                = cli_view(pb, "adt");
+    a.dt                 = cli_view(pb, "dt");
+    a.trap               = cli_view(pb, "trap");
+    a.q_bias             = cli_view(pb, "q_bias");
+    a.k_bias             = cli_view(pb, "k_bias");
+    a.angles             = cli_view(pb, "angles");
+    a.d                  = cli_view(pb, "d");
+    a.z                  = cli_view(pb, "z");
+    a.angle_state        = cli_view(pb, "angle_state");
+    a.ssm_state          = cli_view(pb, "ssm_state");
+    a.k_state            = cli_view(pb, "k_state");
+    a.v_state            = cli_view(pb, "v_state");
+    a.cu_seqlens         = cli_view(pb, "cu_seqlens");
+    a.dout               = cli_view(pb, "dout");
+    a.dfinal_angle_state = cli_view(pb, "dfinal_angle_state");
+    a.dfinal_ssm_state   = cli_view(pb, "dfinal_ssm_state");
+    a.dfinal_k_state     = cli_view(pb, "dfinal_k_state");
+    a.dfinal_v_state     = cli_view(pb, "dfinal_v_state");
+    a.dq                 = cli_view(pb, "dq");
+    a.dk                 = cli_view(pb, "dk");
+    a.dv                 = cli_view(pb, "dv");
+    a.dadt               = cli_view(pb, "dadt");
+    a.ddt                = cli_view(pb, "ddt");
+    a.dtrap              = cli_view(pb, "dtrap");
+    a.dq_bias            = cli_view(pb, "dq_bias");
+    a.dk_bias            = cli_view(pb, "dk_bias");
+    a.dangles            = cli_view(pb, "dangles");
+    a.dd                 = cli_view(pb, "dd");
+    a.dz                 = cli_view(pb, "dz");
+    a.dangle_state       = cli_view(pb, "dangle_state");
+    a.dssm_state         = cli_view(pb, "dssm_state");
+    a.dk_state           = cli_view(pb, "dk_state");
+    a.dv_state           = cli_view(pb, "dv_state");
+    return ssm_mamba3_siso_bwd(ctx, &p, &a);
+}
+
+/* Spec §7: F_bwd ≈ H·T·(10KV + C(6K + 4V)) at the chunk C. The CPU backward tiles at its
+ * own chunk (64 tokens) whatever chunk= says, so only the chunk-independent H·T·10KV (the
+ * five C×K×V products per chunk) is counted, a lower bound like fwd_flops. The forward
+ * recompute is not counted either. */
+static double bwd_flops(const cli_problem * pb) {
+    const m3dims d = dims_of(pb);
+    return 10.0 * tokens_of(&d) * (double)d.H * (double)(d.K * d.V);
+}
+
+/* Every input read once and every gradient written once: per token 4·Hq·K·e (q, k, dq,
+ * dk) + H·V·e·(3 + 2[z]) (v, dout, dv, z, dz) + 24·H (adt, dt, trap and their gradients)
+ * + 2·H·A·e (angles, dangles); the states and their gradients (2 + [dfinal]) × NS·H·4·(KV
+ * + K + V + A) when given; the biases and their gradients 16·H·K. */
+static double bwd_bytes(const cli_problem * pb) {
+    const m3dims d = dims_of(pb);
+    const double e = e_act(pb), H = (double)d.H, K = (double)d.K, V = (double)d.V, A = (double)d.A;
+    const double z = (double)cli_param_int(pb, "has_z");
+    double n = tokens_of(&d) * (4.0 * (double)d.Hq * K * e + H * V * e * (3.0 + 2.0 * z) + 24.0 * H + 2.0 * H * A * e);
+    const double copies = 2.0 * (double)cli_param_int(pb, "has_states") + (double)cli_param_int(pb, "has_dfinal");
+    n += copies * (double)d.NS * H * 4.0 * (K * V + K + V + A) + 16.0 * H * K;
+    return n;
+}
+
+const cli_op cli_op_mamba3_siso_bwd = {
+    "mamba3_siso_bwd",
+    "every gradient of mamba3_siso, recomputing the forward (siso 2.5, 6)",
+    bwd_shape,
+    bwd_param,
+    bwd_args,
+    "B=1,S=2048,H=32,Hq=1,K=128,V=64,A=32,chunk=64",
+    "has_d=1,has_z=1,has_states=0,has_dfinal=0",
+    NULL,
+    bwd_cases,
+    m3_validate,
+    m3_generate,
+    m3_bind,
+    m3_alloc,
+    bwd_call,
+    NULL,
+    bwd_flops,
+    bwd_bytes,
+};
+
+/* ======================================================================================
+ * mamba3_siso_step (spec §2.6)
+ * ====================================================================================== */
+
+static const cli_key step_shape[] = {
+    KEY_INT("B", "3", "batch rows (one token each)"), K_H, K_HQ, K_K, K_V, K_A, K_END,
+};
+static const cli_key step_param[] = {
+    P_HAS_D,
+    P_HAS_Z,
+    KEY_INT("slots", "0", "state pool rows with state_batch_indices (>= B; row 1 is padding); 0 = no indices"),
+    KEY_INT("in_place", "1", "final_* states are the input state pools (updated in place)"),
+    K_END,
+};
+static const cli_arg step_args[] = {
+    {"q", 0, 0, CLI_ARG_ACT},
+    {"k", 0, 0, CLI_ARG_ACT},
+    {"v", 0, 0, CLI_ARG_ACT},
+    {"adt", 0, 0, CLI_ARG_F32},
+    {"dt", 0, 0, CLI_ARG_F32},
+    {"trap", 0, 0, CLI_ARG_ACT},
+    {"q_bias", 0, 0, CLI_ARG_F32},
+    {"k_bias", 0, 0, CLI_ARG_F32},
+    {"angles", 0, 0, CLI_ARG_ACT},
+    {"d", 0, 1, CLI_ARG_F32},
+    {"z", 0, 1, CLI_ARG_ACT},
+    {"angle_state", 0, 0, CLI_ARG_F32},
+    {"ssm_state", 0, 0, CLI_ARG_F32},
+    {"k_state", 0, 0, CLI_ARG_F32},
+    {"v_state", 0, 0, CLI_ARG_F32},
+    {"state_batch_indices", 0, 1, CLI_ARG_INDEX},
+    {"out", 1, 0, CLI_ARG_ACT},
+    {"final_angle_state", 1, 0, CLI_ARG_F32},
+    {"final_ssm_state", 1, 0, CLI_ARG_F32},
+    {"final_k_state", 1, 0, CLI_ARG_F32},
+    {"final_v_state", 1, 0, CLI_ARG_F32},
+    {NULL, 0, 0, CLI_ARG_F32},
+};
+static const char * const step_cases[] = {
+    "B=3,H=4,Hq=2,K=32,V=16,A=8;",
+    "B=2,H=4,Hq=4,K=16,V=32,A=8;has_d=0,slots=5",
+    "B=4,H=4,Hq=1,K=16,V=8,A=4;has_z=0,in_place=0,slots=6",
+    "B=16,H=4,Hq=1,K=64,V=32,A=16;",
+    "B=1,H=1,Hq=1,K=2,V=1,A=1;in_place=0",
+    NULL,
+};
+
+static ssm_status step_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
+    (void)ws;
+    (void)wsz;
+    const ssm_mamba3_params   p = params_of(pb);
+    ssm_mamba3_siso_step_args a;
+    memset(&a, 0, sizeof a);
+    a.q                   = cli_view(pb, "q");
+    a.k                   = cli_view(pb, "k");
+    a.v                   = cli_view(pb, "v");
+    a.adt                 = cli_view(pb, "adt");
+    a.dt                  = cli_view(pb, "dt");
+    a.trap                = cli_view(pb, "trap");
+    a.q_bias              = cli_view(pb, "q_bias");
+    a.k_bias              = cli_view(pb, "k_bias");
+    a.angles              = cli_view(pb, "angles");
+    a.d                   = cli_view(pb, "d");
+    a.z                   = cli_view(pb, "z");
+    a.angle_state         = cli_view(pb, "angle_state");
+    a.ssm_state           = cli_view(pb, "ssm_state");
+    a.k_state             = cli_view(pb, "k_state");
+    a.v_state             = cli_view(pb, "v_state");
+    a.state_batch_indices = cli_view(pb, "state_batch_indices");
+    a.out                 = cli_view(pb, "out");
+    a.final_angle_state   = cli_view(pb, "final_angle_state");
+    a.final_ssm_state     = cli_view(pb, "final_ssm_state");
+    a.final_k_state       = cli_view(pb, "final_k_state");
+    a.final_v_state       = cli_view(pb, "final_v_state");
+    return ssm_mamba3_siso_step(ctx, &p, &a);
+}
+
+/* Spec §7 step per (b,h): ≈ 7KV + 2K + 16A + 6V FLOP. */
+static double step_flops(const cli_problem * pb) {
+    const m3dims d = dims_of(pb);
+    return (double)(d.B * d.H) * (7.0 * (double)(d.K * d.V) + 2.0 * (double)d.K + 16.0 * (double)d.A + 6.0 * (double)d.V);
+}
+
+/* The state traffic that bounds decode: the four states read and written,
+ * 2·e_state·B·H·(KV + K + V + A); GB/s is measured on this alone. */
+static double step_bytes(const cli_problem * pb) {
+    const m3dims     d  = dims_of(pb);
+    const ssm_tensor st = cli_view(pb, "ssm_state");
+    const double     e  = st.data ? (double)ssm_dtype_size((ssm_dtype)st.dtype) : 4.0;
+    return 2.0 * e * (double)(d.B * d.H) * (double)(d.K * d.V + d.K + d.V + d.A);
+}
+
+const cli_op cli_op_mamba3_siso_step = {
+    "mamba3_siso_step",
+    "SISO decode: one token per row, four state pools updated in place (siso 2.6)",
+    step_shape,
+    step_param,
+    step_args,
+    "B=1,H=32,Hq=1,K=128,V=64,A=32",
+    NULL,
+    NULL,
+    step_cases,
+    m3_validate,
+    m3_generate,
+    m3_bind,
+    m3_alloc,
+    step_call,
+    NULL,
+    step_flops,
+    step_bytes,
+};
