@@ -1,11 +1,15 @@
 # Tests of the ssmops command-line tool (included by tests/CMakeLists.txt); POSIX sh scripts
 # in tests/cli/ drive the binary:
 #   cli_basic      list / help / version, usage errors (exit 2), library errors (exit 1), compare
-#   cli_check      `check` passes for every operator in f32, f16, bf16 (+ --all-shapes)
+#   cli_check      `check` passes for every operator `ssmops list` shows (forward, backward
+#                  with every gradient, decode steps with in-place pools, layer ops) in f32,
+#                  f16, bf16 (+ --all-shapes)
 #   cli_run_ref    `run --backend ref` on every test vector in tests/data reproduces the
-#                  stored float64 outputs (rel_rms <= 1e-10)
+#                  stored float64 outputs (rel_rms <= 1e-10); Mamba-2 / SISO vectors without
+#                  a CLI operator fail
 #   cli_run_cpu    `run --backend cpu` on the same vectors meets the dtype's DESIGN bars
-#   cli_bench      `bench` writes valid JSON; `bench --ceilings` prints both ceilings
+#   cli_bench      `bench` writes valid JSON for every family (decode steps report us per
+#                  token); `bench --ceilings` prints both ceilings
 if(TARGET ssmops_cli)
   set(SSMOPS_CLI_SCRIPTS ${CMAKE_CURRENT_LIST_DIR}/cli)
   set(SSMOPS_CLI_TMP ${CMAKE_CURRENT_BINARY_DIR}/cli_tmp)

@@ -31,7 +31,8 @@
 #define P_HAS_BIAS     KEY_INT("has_bias", "1", "conv bias input")
 #define P_ACTIVATION   KEY_INT("activation", "1", "0 none, 1 silu")
 #define P_SEQ_IDX      KEY_INT("seq_idx", "0", "seq_idx with this many sequences per row (0 = off; no states then)")
-#define P_CHANNEL_LAST KEY_INT("channel_last", "1", "x/out (B,S,D) in memory seen as (B,D,S), as Mamba-2 stores them")
+#define P_CHANNEL_LAST \
+    KEY_INT("channel_last", "1", "x/out/dout/dx (B,S,D) in memory (and run files) seen as (B,D,S), as Mamba-2")
 
 static double e_act(const cli_problem * pb) {
     return (double)ssm_dtype_size(pb->dtype);
@@ -316,7 +317,8 @@ static int convb_bind(cli_problem * pb, char * err, size_t errlen) {
 static int convb_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     const int64_t B = cli_shape(pb, "B"), S = cli_shape(pb, "S"), D = cli_shape(pb, "D"), W = cli_shape(pb, "W");
     const int64_t wshp[2] = {D, W}, dshp[1] = {D}, ishp[3] = {B, D, W - 1};
-    if (out_act(pb, "dx", f64, B, D, S, err, errlen) || cli_out_arg(pb, "dweight", f64, 2, wshp, err, errlen)) return -1;
+    if (out_act(pb, "dx", f64, B, D, S, err, errlen) || cli_out_arg(pb, "dweight", f64, 2, wshp, err, errlen))
+        return -1;
     if (cli_present(pb, "bias") && cli_out_arg(pb, "dbias", f64, 1, dshp, err, errlen)) return -1;
     if (cli_present(pb, "initial_states") && cli_out_arg(pb, "dinitial_states", f64, 3, ishp, err, errlen)) return -1;
     return 0;

@@ -336,8 +336,9 @@ static void step_fill_dt(cli_problem * pb, cli_rng * rng) {
     const int64_t H = cli_shape(pb, "H"), P = cli_shape(pb, "P"), B = cli_shape(pb, "B");
     const int64_t per      = cli_param_int(pb, "per_head") ? H : H * P; /* dt_bias elements */
     cli_buf *     bias_buf = cli_arg_buf(pb, "dt_bias");
-    const ssm_tensor dt    = ssm_tensor_make(cli_arg_buf(pb, "dt")->mem, (ssm_dtype)cli_arg_buf(pb, "dt")->view.dtype, 2,
-                                             (const int64_t[2]){B, per});
+    const cli_buf *  dtb   = cli_arg_buf(pb, "dt");
+    const int64_t    dshp[2] = {B, per}; /* dt's memory: (B, H) or (B, H·P) */
+    const ssm_tensor dt    = ssm_tensor_make(dtb->mem, (ssm_dtype)dtb->view.dtype, 2, dshp);
     for (int64_t i = 0; i < per; ++i) {
         const double target = cli_log_uniform(rng, 1e-3, 1e-1);
         const double bias   = bias_buf->mem ? (softplus ? inv_softplus(target) : 0.5 * target) : 0.0;
@@ -390,8 +391,9 @@ static int step_generate(cli_problem * pb, uint64_t seed, char * err, size_t err
 }
 
 static int step_bind(cli_problem * pb, char * err, size_t errlen) {
+    const int32_t a_ndim = cli_view(pb, "a").ndim == 1 ? 1 : 3; /* per-head (H) or full (H,P,N) */
     if (cli_need_ndim(pb, "x", 3, err, errlen) || cli_need_ndim(pb, "b", 3, err, errlen) ||
-        cli_need_ndim(pb, "state", 4, err, errlen) || cli_need_ndim(pb, "a", cli_view(pb, "a").ndim == 1 ? 1 : 3, err, errlen))
+        cli_need_ndim(pb, "state", 4, err, errlen) || cli_need_ndim(pb, "a", a_ndim, err, errlen))
         return -1;
     cli_set_shape(pb, "B", cli_dim(pb, "x", 0));
     cli_set_shape(pb, "H", cli_dim(pb, "x", 1));
@@ -446,7 +448,8 @@ static double step_flops(const cli_problem * pb) {
 static double step_bytes(const cli_problem * pb) {
     const ssm_tensor st = cli_view(pb, "state");
     const double     e  = st.data ? e_of(&st) : 4.0;
-    return 2.0 * e * (double)(cli_shape(pb, "B") * cli_shape(pb, "H")) * (double)(cli_shape(pb, "P") * cli_shape(pb, "N"));
+    const double     BH = (double)(cli_shape(pb, "B") * cli_shape(pb, "H"));
+    return 2.0 * e * BH * (double)(cli_shape(pb, "P") * cli_shape(pb, "N"));
 }
 
 const cli_op cli_op_mamba2_step = {

@@ -634,7 +634,8 @@ static double fwd_bytes_of(const cli_problem * pb, double e_ang, int angle_state
     const m3dims d = dims_of(pb);
     const double e = e_act(pb), T = tokens_of(&d), H = (double)d.H, K = (double)d.K, V = (double)d.V;
     const double z = (double)cli_param_int(pb, "has_z");
-    double       n = T * (2.0 * (double)d.Hq * K * e + H * V * (e * (1.0 + z) + e) + H * (8.0 + e) + H * (double)d.A * e_ang);
+    double       n = T * (2.0 * (double)d.Hq * K * e + H * V * (e * (1.0 + z) + e) + H * (8.0 + e) +
+                    H * (double)d.A * e_ang);
     n += H * (2.0 * K + 1.0) * 4.0;
     const double states = (double)(cli_param_int(pb, "has_states") + cli_param_int(pb, "has_final"));
     n += (double)d.NS * H * (4.0 * K * V + 4.0 * K + 4.0 * V + (angle_state ? 4.0 * (double)d.A : 0.0)) * states;
@@ -975,7 +976,8 @@ static ssm_status step_call(ssm_context * ctx, const cli_problem * pb, void * ws
 /* Spec §7 step per (b,h): ≈ 7KV + 2K + 16A + 6V FLOP. */
 static double step_flops(const cli_problem * pb) {
     const m3dims d = dims_of(pb);
-    return (double)(d.B * d.H) * (7.0 * (double)(d.K * d.V) + 2.0 * (double)d.K + 16.0 * (double)d.A + 6.0 * (double)d.V);
+    const double K = (double)d.K, V = (double)d.V, A = (double)d.A;
+    return (double)(d.B * d.H) * (7.0 * K * V + 2.0 * K + 16.0 * A + 6.0 * V);
 }
 
 /* The state traffic that bounds decode: the four states read and written,

@@ -41,7 +41,7 @@
 
 #define BWD_ROWS 64         /* fused rows (tokens × rank) per chunk                        */
 #define BWD_REDUCE_BLOCK 64 /* tokens per task of the group reduction                      */
-#define BWD_MIN_TASKS 4     /* fewest pass-1 tasks the head blocking aims for (plan)       */
+#define BWD_MIN_TASKS 2     /* fewest pass-1 tasks the head blocking aims for (plan)       */
 #define BWD_PI 3.14159265358979323846f
 
 static const char k_op[] = "mamba3_mimo_bwd";
@@ -85,10 +85,12 @@ typedef struct bwd_scratch {
     float *uT;                       /* [P][C·R]  Uᵀ                                      */
     float *d2;                       /* [C·R][C·R] D2                                      */
     float *wrow;                     /* [C·R] e^{rev} per row                             */
-    float *cs, *dcs, *dqk;           /* [C], [C], [R·R]                                   */
+    float *mT;                       /* [C·R][C·R] Mᵀ                                      */
+    float *cs, *dcs, *dqkc;          /* [C], [C], [C][R][R] γ·dY_r·u_r' per token          */
     float *st, *ds, *dst;            /* [P][N] Ŝᵀ, [N][P] dŜ, [P][N] dŜᵀ                   */
     float *qraw, *kraw;              /* [R][N]                                            */
     float *vrow, *zrow, *dout, *zz, *sg, *dzrow; /* [P], [P], [R][P], [R][P], [R][P], [P]   */
+    float *tp1, *tp2;                /* [P] each                                          */
     float *gth, *raw, *pairs, *buf;  /* [A], [A], [4A+16], [max(N,P)]                     */
     float *kst, *ust;                /* [R][N], [R][P] initial k̃_{−1}, u_{−1}               */
     /* per-head partial sums */
@@ -132,7 +134,8 @@ static int64_t carve(const ssmi_mimo_dims * d, const bwd_plan * l, float * base,
     TAKE(wrow, CR);
     TAKE(cs, C);
     TAKE(dcs, C);
-    TAKE(dqk, R * R);
+    TAKE(dqkc, C * R * R);
+    TAKE(mT, CR * CR);
     TAKE(st, P * N);
     TAKE(ds, N * P);
     TAKE(dst, P * N);
@@ -144,6 +147,8 @@ static int64_t carve(const ssmi_mimo_dims * d, const bwd_plan * l, float * base,
     TAKE(zz, R * P);
     TAKE(sg, R * P);
     TAKE(dzrow, P);
+    TAKE(tp1, P);
+    TAKE(tp2, P);
     TAKE(gth, A);
     TAKE(raw, A);
     TAKE(pairs, 4 * A + 16);
@@ -188,13 +193,12 @@ static void gemm_lower_t(const ssmi_cpu_kernels * k, int64_t L, int64_t n, const
             1.0f, 1);
 }
 
-static float silu_grad(float x, float sg) { return sg * (1.0f + x * (1.0f - sg)); }
-
 /* ---- per task ------------------------------------------------------------------------- */
 typedef struct bwd_task_ctx {
     const bwd_job * job;
     bwd_scratch     s;
     int64_t         n, row, t0, len; /* sequence                                    */
+    int64_t         i0;              /* first token of the current chunk             */
     int64_t         g, blk, h;       /* group, head block, head                     */
     int             first_in_block;
     float *         slot_q, *slot_k; /* workspace slots of this block (or NULL)     */
@@ -232,8 +236,8 @@ static float chunk_decays(bwd_task_ctx * x, int64_t i0, int64_t n) {
     return expf(last);
 }
 
-/* q̃, k̂, k̃, qkdot and u of tokens [i0, i0+n) into the tile. */
-static void chunk_tokens(bwd_task_ctx * x, int64_t i0, int64_t n, int with_kt) {
+/* q̃, k̂ and u of tokens [i0, i0+n) into the tile, and k̃ and qkdot for the reverse pass. */
+static void chunk_tokens(bwd_task_ctx * x, int64_t i0, int64_t n, int reverse) {
     const ssm_mamba3_mimo_bwd_args * a = x->job->a;
     const ssmi_mimo_dims *           d = x->job->d;
     const ssmi_cpu_kernels *         k = x->job->k->base;
@@ -249,8 +253,8 @@ static void chunk_tokens(bwd_task_ctx * x, int64_t i0, int64_t n, int with_kt) {
                         N);
         }
         ssmi_mimo_prep_token(R, N, A, s->qraw, s->kraw, &s->hd, s->cosv + (i0 + i) * A, s->sinv + (i0 + i) * A,
-                             s->cf[i0 + i], tl->qt + i * R * N, tl->kh + i * R * N, with_kt ? s->kt + i * R * N : NULL,
-                             N, tl->qkd + i * R * R);
+                             s->cf[i0 + i], tl->qt + i * R * N, tl->kh + i * R * N, reverse ? s->kt + i * R * N : NULL,
+                             N, reverse ? tl->qkd + i * R * R : NULL);
         k->load_row(s->vrow, a->v.data, a->v.dtype, ssmi_off4(&a->v, x->row, t, x->h, 0), a->v.strides[3], P);
         ssmi_mimo_make_u(R, P, s->vrow, s->hd.mv, tl->u + i * R * P, P);
     }
@@ -289,7 +293,8 @@ static void forward_states(bwd_task_ctx * x) {
 }
 
 /* dY of the chunk's rows from dout through the mimo_o reduction, the gate and the fused
- * norm; stores dz and adds to the dmimo_o, dmimo_z, norm weight partials. */
+ * norm; stores dz and adds to the dmimo_o, dmimo_z, norm weight partials. Straight loops
+ * over P per (token, rank), one per term, so that they vectorise. */
 static void chunk_dy(bwd_task_ctx * x, int64_t i0, int64_t n) {
     const ssm_mamba3_mimo_bwd_args * a = x->job->a;
     const ssmi_mimo_dims *           d = x->job->d;
@@ -297,12 +302,12 @@ static void chunk_dy(bwd_task_ctx * x, int64_t i0, int64_t n) {
     bwd_scratch *                    s = &x->s;
     const int64_t                    R = d->rank, P = d->headdim, RP = R * P;
     const int                        has_z = ssmi_present(&a->z), fused = x->job->p->fuse_pregate_norm != 0;
+    const int                        reduce = d->reduce_o != 0;
     const float                      eps = (float)x->job->p->norm_eps;
+    float *                          gate = s->zz, *gsd = s->sg, *pre = s->tp1, *dyp = s->tp2;
     for (int64_t i = 0; i < n; ++i) {
         const int64_t t = x->t0 + i0 + i;
-        const float * y = s->tl.y + i * RP;
-        float *       dY = s->dy + i * RP;
-        if (d->reduce_o)
+        if (reduce)
             k->load_row(s->dout, a->dout.data, a->dout.dtype, ssmi_off4(&a->dout, x->row, t, x->h, 0),
                         a->dout.strides[3], P);
         else
@@ -310,46 +315,63 @@ static void chunk_dy(bwd_task_ctx * x, int64_t i0, int64_t n) {
                 k->load_row(s->dout + r * P, a->dout.data, a->dout.dtype, ssmi_off5(&a->dout, x->row, t, r, x->h, 0),
                             a->dout.strides[4], P);
         if (has_z) {
+            /* gate = silu(zz), gsd = silu'(zz) = σ(zz)·(1 + zz·(1 − σ(zz))) */
             k->load_row(s->zrow, a->z.data, a->z.dtype, ssmi_off4(&a->z, x->row, t, x->h, 0), a->z.strides[3], P);
             for (int64_t r = 0; r < R; ++r)
+                for (int64_t p = 0; p < P; ++p) gsd[r * P + p] = -s->zrow[p] * s->hd.mz[r * P + p];
+            k->vexp(RP, gsd, gsd);
+            for (int64_t r = 0; r < R; ++r)
                 for (int64_t p = 0; p < P; ++p) {
-                    s->zz[r * P + p] = s->zrow[p] * s->hd.mz[r * P + p];
-                    s->sg[r * P + p] = -s->zz[r * P + p];
+                    const float zz = s->zrow[p] * s->hd.mz[r * P + p], sg = 1.0f / (1.0f + gsd[r * P + p]);
+                    gate[r * P + p] = zz * sg;
+                    gsd[r * P + p] = sg * (1.0f + zz * (1.0f - sg));
                 }
-            k->vexp(RP, s->sg, s->sg);
-            for (int64_t j = 0; j < RP; ++j) s->sg[j] = 1.0f / (1.0f + s->sg[j]);
             memset(s->dzrow, 0, (size_t)P * sizeof(float));
         }
         for (int64_t r = 0; r < R; ++r) {
-            const float * yr = y + r * P;
-            const float * dor = d->reduce_o ? s->dout : s->dout + r * P;
-            float *       dYr = dY + r * P;
-            float         rstd = 1.0f, dm = 0.0f;
-            if (fused) rstd = 1.0f / sqrtf(ssmi_mimo_dot(P, yr, yr) / (float)P + eps);
-            for (int64_t p = 0; p < P; ++p) {
-                const float pre = fused ? yr[p] * rstd * s->hd.nw[p] : yr[p];
-                const float zz = has_z ? s->zz[r * P + p] : 0.0f, sg = has_z ? s->sg[r * P + p] : 0.0f;
-                const float gate = has_z ? zz * sg : 1.0f;
-                const float dyp = d->reduce_o ? dor[p] * s->hd.mo[r * P + p] : dor[p];
-                if (d->reduce_o) s->moacc[r * P + p] += dor[p] * pre * gate;
-                if (has_z) {
-                    const float dzz = dyp * pre * silu_grad(zz, sg);
-                    s->dzrow[p] += dzz * s->hd.mz[r * P + p];
-                    s->mzacc[r * P + p] += dzz * s->zrow[p];
+            const float * yr = s->tl.y + (i * R + r) * P;
+            const float * dor = reduce ? s->dout : s->dout + r * P;
+            const float * gr = gate + r * P;
+            float *       dYr = s->dy + (i * R + r) * P;
+            float         rstd = 1.0f;
+            if (fused) {
+                rstd = 1.0f / sqrtf(ssmi_mimo_dot(P, yr, yr) / (float)P + eps);
+                for (int64_t p = 0; p < P; ++p) pre[p] = yr[p] * rstd * s->hd.nw[p];
+            } else {
+                memcpy(pre, yr, (size_t)P * sizeof(float));
+            }
+            if (reduce) {
+                const float * mo = s->hd.mo + r * P;
+                float *       acc = s->moacc + r * P;
+                for (int64_t p = 0; p < P; ++p) dyp[p] = dor[p] * mo[p];
+                if (has_z)
+                    for (int64_t p = 0; p < P; ++p) acc[p] += dor[p] * pre[p] * gr[p];
+                else
+                    for (int64_t p = 0; p < P; ++p) acc[p] += dor[p] * pre[p];
+            } else {
+                memcpy(dyp, dor, (size_t)P * sizeof(float));
+            }
+            if (has_z) {
+                const float * mz = s->hd.mz + r * P;
+                const float * gd = gsd + r * P;
+                float *       acc = s->mzacc + r * P;
+                for (int64_t p = 0; p < P; ++p) {
+                    const float dzz = dyp[p] * pre[p] * gd[p];
+                    s->dzrow[p] += dzz * mz[p];
+                    acc[p] += dzz * s->zrow[p];
                 }
-                const float dpre = dyp * gate;
-                if (fused) {
-                    const float xh = yr[p] * rstd;
-                    s->wacc[p] += dpre * xh;
-                    dYr[p] = dpre * s->hd.nw[p];
-                    dm += dYr[p] * xh;
-                } else {
-                    dYr[p] = dpre;
-                }
+                for (int64_t p = 0; p < P; ++p) dyp[p] *= gr[p];
             }
             if (fused) {
-                dm /= (float)P;
-                for (int64_t p = 0; p < P; ++p) dYr[p] = rstd * (dYr[p] - yr[p] * rstd * dm);
+                /* dx̂ = dpre ⊙ w; dY = rstd·(dx̂ − x̂·mean(dx̂ ⊙ x̂)), x̂ = y·rstd */
+                for (int64_t p = 0; p < P; ++p) {
+                    s->wacc[p] += dyp[p] * yr[p] * rstd;
+                    dyp[p] *= s->hd.nw[p];
+                }
+                const float dm = ssmi_mimo_dot(P, dyp, yr) * rstd / (float)P;
+                for (int64_t p = 0; p < P; ++p) dYr[p] = rstd * (dyp[p] - yr[p] * rstd * dm);
+            } else {
+                memcpy(dYr, dyp, (size_t)P * sizeof(float));
             }
         }
         if (has_z && ssmi_present(&a->dz))
@@ -357,23 +379,23 @@ static void chunk_dy(bwd_task_ctx * x, int64_t i0, int64_t n) {
     }
 }
 
-/* The L×L products of the chunk: M (the strict scores, diagonal blocks removed from the
- * matrix ssmi_mimo_chunk_y left), D2 = E ⊙ mask ⊙ dY·Uᵀ, and the pair terms of dcs. */
+/* The L×L products of the chunk: D2 = E ⊙ mask ⊙ dY·Uᵀ (its diagonal blocks, dY_r·u_r', go
+ * to dqkc[i] scaled by γ_i), Mᵀ (the matrix ssmi_mimo_chunk_y left: strict decayed scores
+ * plus the diagonal blocks γ·qkdot + D), and the pair terms of dcs. */
 static void chunk_pairs(bwd_task_ctx * x, int64_t n) {
     const ssmi_cpu_kernels * k = x->job->k->base;
     bwd_scratch *            s = &x->s;
     ssmi_mimo_tile *         tl = &s->tl;
-    const int64_t            R = tl->R, P = tl->P, C = tl->C, ld = tl->ld;
-    for (int64_t i = 0; i < n; ++i)
-        for (int64_t r = 0; r < R; ++r) memset(tl->m + (i * R + r) * ld + i * R, 0, (size_t)R * sizeof(float));
-    if (n <= 1) return;
-    transpose(tl->u, (n - 1) * R, P, P, s->uT, ld);
+    const int64_t            R = tl->R, P = tl->P, C = tl->C, ld = tl->ld, L = n * R;
+    transpose(tl->u, L, P, P, s->uT, ld);
+    transpose(tl->m, L, L, ld, s->mT, ld);
     const int64_t tb = R >= 12 ? 1 : 12 / R;
-    for (int64_t i0 = 1; i0 < n; i0 += tb) {
+    for (int64_t i0 = 0; i0 < n; i0 += tb) {
         const int64_t i1 = i0 + tb < n ? i0 + tb : n, x0 = i0 * R;
-        k->gemm((i1 - i0) * R, (i1 - 1) * R, P, s->dy + x0 * P, P, 1, s->uT, ld, s->d2 + x0 * ld, ld, NULL, 0.0f, 0);
+        k->gemm((i1 - i0) * R, i1 * R, P, s->dy + x0 * P, P, 1, s->uT, ld, s->d2 + x0 * ld, ld, NULL, 0.0f, 0);
         for (int64_t i = i0; i < i1; ++i) {
             const float * e = tl->e + i * C;
+            const float   g = tl->gamma[i];
             float         wrow = 0.0f;
             for (int64_t r = 0; r < R; ++r) {
                 float *       dr = s->d2 + (i * R + r) * ld;
@@ -387,9 +409,16 @@ static void chunk_pairs(bwd_task_ctx * x, int64_t n) {
                     wrow += wij;
                     s->dcs[j] -= wij;
                 }
-                for (int64_t c = i * R; c < (i1 - 1) * R; ++c) dr[c] = 0.0f;
+                for (int64_t r2 = 0; r2 < R; ++r2) s->dqkc[(i * R + r) * R + r2] = dr[i * R + r2];
+                for (int64_t c = i * R; c < i1 * R; ++c) dr[c] = 0.0f;
             }
             s->dcs[i] += wrow;
+            float dgd = 0.0f;
+            for (int64_t j = 0; j < R * R; ++j) {
+                dgd += tl->qkd[i * R * R + j] * s->dqkc[i * R * R + j];
+                s->dqkc[i * R * R + j] *= g;
+            }
+            s->dgd[x->i0 + i] = dgd;
         }
     }
 }
@@ -400,7 +429,6 @@ static void chunk_grads(bwd_task_ctx * x, int64_t i0, int64_t n, const float * s
     bwd_scratch *            s = &x->s;
     ssmi_mimo_tile *         tl = &s->tl;
     const int64_t            R = tl->R, N = tl->N, P = tl->P, ld = tl->ld, L = n * R, NP = N * P;
-    const float              dskip = s->hd.d;
     /* dq̃ = diag(e^{cs})·dY·Ŝᵀ (its dot with q̃ is the inter term of dcs) + D2·K̂ */
     transpose(sc, N, P, P, s->st, N);
     k->gemm(L, N, P, s->dy, P, 1, s->st, N, s->dqt, N, tl->ecs, 0.0f, 0);
@@ -421,53 +449,28 @@ static void chunk_grads(bwd_task_ctx * x, int64_t i0, int64_t n, const float * s
     /* ddA: e^{cs_last}·<Ŝ_c, dŜ> */
     s->dcs[n - 1] += xs + ecl * ssmi_mimo_dot(NP, sc, s->ds);
     gemm_lower_t(k, L, N, s->d2, ld, tl->qt, N, s->dkh, N);
-    /* dU = diag(e^{rev})·K̂·dŜ + Mᵀ·dY + the diagonal blocks (γ·qkdot + D)ᵀ·dY */
+
+    /* dU = diag(e^{rev})·K̂·dŜ + Mᵀ·dY (Mᵀ block-upper: each token block from its own
+     * diagonal block on) */
     k->gemm(L, P, N, tl->kh, N, 1, s->ds, P, s->du, P, s->wrow, 0.0f, 0);
-    gemm_lower_t(k, L, P, tl->m, ld, s->dy, P, s->du, P);
+    const int64_t tb = R >= 12 ? 1 : 12 / R;
+    for (int64_t j0 = 0; j0 < n; j0 += tb) {
+        const int64_t j1 = j0 + tb < n ? j0 + tb : n, x0 = j0 * R;
+        k->gemm((j1 - j0) * R, P, L - x0, s->mT + x0 * ld + x0, ld, 1, s->dy + x0 * P, P, s->du + x0 * P, P, NULL,
+                1.0f, 0);
+    }
     for (int64_t i = 0; i < n; ++i) {
-        const float   g = tl->gamma[i];
-        const float * qkd = tl->qkd + i * R * R;
-        const float * dYi = s->dy + i * R * P;
-        const float * ui = tl->u + i * R * P;
-        float         dgd = 0.0f;
-        for (int64_t r = 0; r < R; ++r)
-            for (int64_t r2 = 0; r2 < R; ++r2) {
-                const float dqk = ssmi_mimo_dot(P, dYi + r * P, ui + r2 * P);
-                s->dqk[r * R + r2] = dqk;
-                dgd += qkd[r * R + r2] * dqk;
-            }
-        s->dgd[i0 + i] = dgd;
-        for (int64_t r2 = 0; r2 < R; ++r2) {
-            float * dur = s->du + (i * R + r2) * P;
-            for (int64_t r = 0; r < R; ++r) {
-                const float   cfac = g * qkd[r * R + r2] + (r == r2 ? dskip : 0.0f);
-                const float * dyr = dYi + r * P;
-                for (int64_t p = 0; p < P; ++p) dur[p] += cfac * dyr[p];
-            }
-        }
-        /* the diagonal's q̃/k̃ gradients in the rotated frame (q̃·k̃ = q̄·k̄) */
-        for (int64_t r = 0; r < R; ++r) {
-            float * dq = s->dqt + (i * R + r) * N;
-            for (int64_t r2 = 0; r2 < R; ++r2) {
-                const float   c = g * s->dqk[r * R + r2];
-                const float * kr = s->kt + (i * R + r2) * N;
-                for (int64_t nn = 0; nn < N; ++nn) dq[nn] += c * kr[nn];
-            }
-        }
-        /* dfactor = Σ k̃·dk̂; dk̃ = c·dk̂ + diagonal */
+        const int64_t xi = i * R;
+        const float * dqk = s->dqkc + i * R * R; /* γ·dqk[r][r'] */
+        /* the diagonal's q̃ gradient in the rotated frame (q̃·k̃ = q̄·k̄): γ·dqk·K̃ */
+        k->gemm(R, N, R, dqk, R, 1, s->kt + xi * N, N, s->dqt + xi * N, N, NULL, 1.0f, 0);
+        /* dfactor = Σ k̃·dk̂; dk̃ = c·dk̂ + γ·dqkᵀ·Q̃ */
         float dfac = 0.0f;
-        for (int64_t r = 0; r < R; ++r) dfac += ssmi_mimo_dot(N, s->kt + (i * R + r) * N, s->dkh + (i * R + r) * N);
+        for (int64_t r = 0; r < R; ++r) dfac += ssmi_mimo_dot(N, s->kt + (xi + r) * N, s->dkh + (xi + r) * N);
         s->dfac[i0 + i] = dfac;
         const float cfi = s->cf[i0 + i];
-        for (int64_t r2 = 0; r2 < R; ++r2) {
-            float * dk = s->dkh + (i * R + r2) * N;
-            for (int64_t nn = 0; nn < N; ++nn) dk[nn] *= cfi;
-            for (int64_t r = 0; r < R; ++r) {
-                const float   c = g * s->dqk[r * R + r2];
-                const float * qr = tl->qt + (i * R + r) * N;
-                for (int64_t nn = 0; nn < N; ++nn) dk[nn] += c * qr[nn];
-            }
-        }
+        for (int64_t j = 0; j < R * N; ++j) s->dkh[xi * N + j] *= cfi;
+        k->gemm(R, N, R, dqk, 1, R, tl->qt + xi * N, N, s->dkh + xi * N, N, NULL, 1.0f, 0);
     }
     /* dŜ ← e^{cs_last}·dŜ + Q̃ᵀ·diag(e^{cs})·dY */
     for (int64_t xr = 0; xr < L; ++xr) {
@@ -752,6 +755,7 @@ static void head_grads(bwd_task_ctx * x) {
         ssmi_mimo_chunk_y(mk, &s->tl, n, sc, s->hd.d);
         chunk_dy(x, i0, n);
         for (int64_t xr = n * R - 1; xr >= 0; --xr) dd += ssmi_mimo_dot(P, s->dy + xr * P, s->tl.u + xr * P);
+        x->i0 = i0;
         chunk_pairs(x, n);
         chunk_grads(x, i0, n, sc, ecl);
         chunk_token_grads(x, i0, n);

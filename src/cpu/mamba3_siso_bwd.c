@@ -48,7 +48,7 @@
 #define BWD_CHUNK 64        /* tokens per chunk                                             */
 #define BWD_TRI_BLOCK 16    /* row block of the lower-triangle-only C×C products            */
 #define BWD_REDUCE_BLOCK 64 /* tokens per task of the GQA reduction                         */
-#define BWD_MIN_TASKS 8     /* fewest pass-1 tasks the GQA head blocking aims for (plan_bwd) */
+#define BWD_MIN_TASKS 4     /* fewest pass-1 tasks the GQA head blocking aims for (plan_bwd) */
 
 /* ---- the plan ------------------------------------------------------------------------ */
 typedef struct bwd_layout {
@@ -293,6 +293,36 @@ static void load_tokens(bwd_task_ctx * x, const ssm_tensor * t, int64_t i0, int6
                             t->strides[3], V);
 }
 
+/* Asks for the rows of a (B, S, H, V) tensor for tokens [i0, i0 + Lc) ahead of their use
+ * (they are H·V floats apart, a stride the hardware prefetchers follow poorly). */
+static void prefetch_tokens(bwd_task_ctx * x, const ssm_tensor * t, int64_t i0, int64_t Lc) {
+    if (t->data == NULL || i0 < 0) return;
+    const int64_t V = x->job->d->dv, es = (int64_t)ssm_dtype_size((ssm_dtype)t->dtype);
+    for (int64_t i = 0; i < Lc; ++i) {
+        const char * row = (const char *)t->data + ssmi_off4(t, x->row, x->t0 + i0 + i, x->h, 0) * es;
+        const int64_t bytes = (V - 1) * t->strides[3] * es + es;
+        if (t->strides[3] != 1) return; /* only plain rows are worth it */
+        for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 3);
+    }
+}
+
+/* Asks for the block's workspace rows of tokens [i0, i0 + Lc) before the token loop adds
+ * into them (they were last touched one head earlier, long out of L1/L2). */
+static void prefetch_ws(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
+    const bwd_job * job = x->job;
+    const int64_t   K = job->d->dk;
+    if (!job->l.gqa_ws) return;
+    for (int which = 0; which < 2; ++which) {
+        const float * ws = which == 0 ? job->dq_ws : job->dk_ws;
+        if (ws == NULL) continue;
+        for (int64_t i = 0; i < Lc; ++i) {
+            const int64_t off =
+                (((x->blk * job->d->batch + x->row) * job->d->seqlen + x->t0 + i0 + i) * job->d->nheads_qk + x->g) * K;
+            for (int64_t j = 0; j < K; j += 16) __builtin_prefetch(ws + off + j, 1, 3);
+        }
+    }
+}
+
 static void store_tokens(bwd_task_ctx * x, const ssm_tensor * t, int64_t i0, int64_t Lc, const float * src) {
     const int64_t V = x->job->d->dv;
     for (int64_t i = 0; i < Lc; ++i)
@@ -326,6 +356,7 @@ static void forward_states(bwd_task_ctx * x) {
         const float   ecl = chunk_decays(x, i0, Lc);
         chunk_qk(x, i0, Lc, 0);
         load_tokens(x, &a->v, i0, Lc, s->vc);
+        prefetch_tokens(x, &a->v, i0 + C, x->len - (i0 + C) < C ? x->len - (i0 + C) : C);
         float * next = s->states + (c + 1) * VK;
         memcpy(next, s->states + c * VK, (size_t)VK * sizeof(float));
         k->gemm(V, K, Lc, s->vc, 1, V, s->ks, K, next, K, NULL, ecl, 0);
@@ -666,6 +697,7 @@ static void head_grads(bwd_task_ctx * xp) {
         const int64_t Lc = x.len - i0 < C ? x.len - i0 : C;
         const float * sc = s->states + c * VK;
         const float   ecl = chunk_decays(&x, i0, Lc);
+        prefetch_ws(&x, i0, Lc);
         chunk_qk(&x, i0, Lc, 1);
         chunk_dy(&x, i0, Lc);
         chunk_scores(&x, Lc);
@@ -673,6 +705,11 @@ static void head_grads(bwd_task_ctx * xp) {
         chunk_grads(&x, i0, Lc, sc, ecl, c == nchunks - 1, c > 0 || d->has_states);
         chunk_preprocess_grads(&x, i0, Lc);
         for (int64_t i = Lc - 1; i >= 0; --i) dd += s->dqk[i];
+        if (c > 0) { /* the next chunk's rows, while nothing else waits on memory */
+            prefetch_tokens(&x, &a->v, i0 - C, C);
+            prefetch_tokens(&x, &a->dout, i0 - C, C);
+            prefetch_tokens(&x, &a->z, i0 - C, C);
+        }
     }
 
     const float dc = d->has_states ? initial_state_grads(&x) : 0.0f;

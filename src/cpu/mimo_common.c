@@ -211,3 +211,11 @@ void ssmi_mimo_store_state_np(const ssmi_mimo_kernels * k, const ssm_tensor * st
                               int64_t P, const float * s_np) {
     ssmi_cpu_m3_store_state_kv(k, st, s, h, N, P, s_np);
 }
+
+void ssmi_mimo_round_act(int32_t act, float * x, int64_t n) {
+    if (act == SSM_DTYPE_BF16) {
+        for (int64_t i = 0; i < n; ++i) x[i] = ssmi_mimo_round_bf16(x[i]);
+    } else if (act == SSM_DTYPE_F16) {
+        for (int64_t i = 0; i < n; ++i) x[i] = ssmi_f16_to_f32(ssmi_f32_to_f16(x[i]));
+    }
+}

@@ -24,11 +24,15 @@
  *   ssmi_mimo_chunk_y         Y (L×P) of one chunk: inter + strict intra + diagonal + skip
  *   ssmi_mimo_state_update    Ŝ ← e^{da_cs[last]}·Ŝ + (diag(e^{da_cs_rev})·K̂)ᵀ·U
  *   ssmi_mimo_output_token    gate / fused RMS norm / mimo_o reduction of one token
+ *   ssmi_mimo_rho,            ρ of spec §5.1: round to the activation dtype (bf16 / f16,
+ *   ssmi_mimo_round_act       nearest even) and back, one value or a row in place — the
+ *                             rounding points of bwd_fwd's upstream-bf16 mode
  */
 #ifndef SSMI_CPU_MIMO_COMMON_H
 #define SSMI_CPU_MIMO_COMMON_H
 
 #include <math.h>
+#include <string.h>
 
 #include "../core/ssmi.h"
 #include "mamba3_common.h"
@@ -163,5 +167,29 @@ void ssmi_mimo_load_state_np(const ssmi_mimo_kernels * k, const ssm_tensor * st,
                              int64_t P, float * s_np);
 void ssmi_mimo_store_state_np(const ssmi_mimo_kernels * k, const ssm_tensor * st, int64_t s, int64_t h, int64_t N,
                               int64_t P, const float * s_np);
+
+/* ---- ρ (spec §0, §5.1): round to the activation dtype and back ------------------------- */
+
+/* bf16 round-to-nearest-even on fp32 bits (a NaN stays a quiet NaN, as ssmi_f32_to_bf16),
+ * branch-free so that row loops vectorise. */
+static inline float ssmi_mimo_round_bf16(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    const uint32_t rne = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    const uint32_t nan = (u | 0x00400000u) & 0xffff0000u;
+    u                  = (u & 0x7fffffffu) > 0x7f800000u ? nan : rne;
+    memcpy(&x, &u, sizeof x);
+    return x;
+}
+
+/* ρ(x) for act ∈ {BF16, F16}; the identity for F32 and F64 (nothing to round to). */
+static inline float ssmi_mimo_rho(int32_t act, float x) {
+    if (act == SSM_DTYPE_BF16) return ssmi_mimo_round_bf16(x);
+    if (act == SSM_DTYPE_F16) return ssmi_f16_to_f32(ssmi_f32_to_f16(x));
+    return x;
+}
+
+/* x[i] ← ρ(x[i]) for i < n. */
+void ssmi_mimo_round_act(int32_t act, float * x, int64_t n);
 
 #endif

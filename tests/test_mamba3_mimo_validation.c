@@ -1,0 +1,628 @@
+/*
+ * test_mamba3_mimo_validation.c — argument validation of the four Mamba-3 MIMO entry points
+ * (mamba3_mimo_bwd_fwd, mamba3_mimo, mamba3_mimo_bwd, mamba3_mimo_step).
+ * For each rule: the expected status, a last error that starts with "<op>:" (and mentions
+ * the argument or rule where given), and every buffer of the fixture (inputs and the
+ * NaN-poisoned outputs) byte-identical to its content before the call. Each case runs with
+ * ctx NULL (CPU backend) and with a REF-backend context: validation comes before dispatch.
+ * Each operator's unmodified fixture must succeed on REF, so the failures come from the
+ * mutation. The in-place step (final_* exactly the input views) must succeed.
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+enum { OP_BWD_FWD, OP_FWD, OP_BWD, OP_STEP };
+static const char * const op_names[] = {"mamba3_mimo_bwd_fwd", "mamba3_mimo", "mamba3_mimo_bwd", "mamba3_mimo_step"};
+
+static ssm_context *          g_ref;
+static ssm_context *          g_cuda; /* may be NULL */
+static ssmt_rng               g_rng;
+static ssm_mamba3_mimo_params g_params;
+
+#define MAXB 160
+typedef struct fixture {
+    ssmt_host * h[MAXB];
+    int         nh;
+} fixture;
+
+static void fx_add(fixture * f, ssmt_host * h) {
+    if (h->buf != NULL && f->nh < MAXB) f->h[f->nh++] = h;
+}
+
+static void fx_add_many(fixture * f, ssmt_host * first, size_t count) {
+    for (size_t i = 0; i < count; ++i) fx_add(f, first + i);
+}
+
+static ssm_status call_op(int op, ssm_context * ctx, const ssm_mamba3_mimo_params * p, const void * args) {
+    switch (op) {
+        case OP_BWD_FWD: return ssm_mamba3_mimo_bwd_fwd(ctx, p, args);
+        case OP_FWD: return ssm_mamba3_mimo(ctx, p, args);
+        case OP_BWD: return ssm_mamba3_mimo_bwd(ctx, p, args);
+        default: return ssm_mamba3_mimo_step(ctx, p, args);
+    }
+}
+
+/* One invalid call with ctx NULL and REF: status, message, untouched memory. */
+static void expect_p(fixture * f, int op, const ssm_mamba3_mimo_params * p, const void * args, ssm_status want,
+                     const char * what, const char * must_mention) {
+    char prefix[64];
+    snprintf(prefix, sizeof prefix, "%s:", op_names[op]);
+    for (int k = 0; k < 2; ++k) {
+        ssm_context * ctx = k == 0 ? NULL : g_ref;
+        void *        snaps[MAXB];
+        for (int i = 0; i < f->nh; ++i) snaps[i] = ssmt_snapshot(f->h[i]);
+        const ssm_status got = call_op(op, ctx, p, args);
+        const char *     msg = ssm_context_last_error(ctx);
+        TEST_CHECK(got == want, "%s / %s (ctx %s): got %s, want %s [%s]", op_names[op], what, k ? "REF" : "NULL",
+                   ssm_status_string(got), ssm_status_string(want), msg);
+        TEST_CHECK(msg != NULL && strncmp(msg, prefix, strlen(prefix)) == 0, "%s / %s: message does not name the op: %s",
+                   op_names[op], what, msg);
+        if (msg != NULL && must_mention != NULL)
+            TEST_CHECK(strstr(msg, must_mention) != NULL, "%s / %s: message lacks '%s': %s", op_names[op], what,
+                       must_mention, msg);
+        for (int i = 0; i < f->nh; ++i) {
+            TEST_CHECK(ssmt_unchanged(f->h[i], snaps[i]), "%s / %s: buffer %d was modified", op_names[op], what, i);
+            free(snaps[i]);
+        }
+        if (k == 0 && got == want) printf("ok  %-20s %-44s %s\n", op_names[op], what, msg);
+    }
+}
+
+static void expect(fixture * f, int op, const ssm_mamba3_mimo_params * p, const void * args, ssm_status want,
+                   const char * what, const char * mention) {
+    expect_p(f, op, p, args, want, what, mention);
+}
+
+static void expect_ok(int op, const ssm_mamba3_mimo_params * p, const void * args, const char * what) {
+    const ssm_status st = call_op(op, g_ref, p, args);
+    TEST_CHECK(st == SSM_STATUS_OK, "%s / %s: the valid call fails: %s", op_names[op], what,
+               ssm_context_last_error(g_ref));
+    if (st == SSM_STATUS_OK) printf("ok  %-20s %-44s (valid call succeeds)\n", op_names[op], what);
+}
+
+static ssm_tensor reshaped(const ssm_tensor * t, int32_t dim, int64_t n) {
+    ssm_tensor v = *t;
+    v.shape[dim] = n;
+    return v;
+}
+
+static ssm_tensor retyped(const ssm_tensor * t, int32_t dtype) {
+    ssm_tensor v = *t;
+    v.dtype = dtype;
+    return v;
+}
+
+static ssm_tensor absent(void) {
+    ssm_tensor t;
+    memset(&t, 0, sizeof t);
+    return t;
+}
+
+/* params NULL / size / chunk / divisor / fused flag / eps, args NULL, CUDA backend. */
+static void params_rules(fixture * f, int op, const ssm_mamba3_mimo_params * base, const void * args) {
+    expect(f, op, NULL, args, SSM_STATUS_INVALID_ARGUMENT, "params NULL", "params");
+    expect(f, op, base, NULL, SSM_STATUS_INVALID_ARGUMENT, "args NULL", "args");
+    ssm_mamba3_mimo_params q = *base;
+    q.size = sizeof q - 1;
+    expect(f, op, &q, args, SSM_STATUS_INVALID_ARGUMENT, "params.size too small", "size");
+    q = *base;
+    q.chunk_size = 0;
+    expect(f, op, &q, args, SSM_STATUS_INVALID_ARGUMENT, "chunk 0", "chunk_size");
+    q.chunk_size = 129;
+    expect(f, op, &q, args, SSM_STATUS_INVALID_ARGUMENT, "chunk 129", "chunk_size");
+    q = *base;
+    q.rotary_dim_divisor = 3;
+    expect(f, op, &q, args, SSM_STATUS_INVALID_ARGUMENT, "divisor 3", "rotary_dim_divisor");
+    q.rotary_dim_divisor = 8;
+    expect(f, op, &q, args, SSM_STATUS_INVALID_ARGUMENT, "divisor 8", "rotary_dim_divisor");
+    q = *base;
+    q.fuse_pregate_norm = 2;
+    expect(f, op, &q, args, SSM_STATUS_INVALID_ARGUMENT, "fuse_pregate_norm 2", "fuse_pregate_norm");
+    q = *base;
+    q.norm_eps = -1.0;
+    expect(f, op, &q, args, SSM_STATUS_INVALID_ARGUMENT, "norm_eps negative", "norm_eps");
+    q.norm_eps = NAN;
+    expect(f, op, &q, args, SSM_STATUS_INVALID_ARGUMENT, "norm_eps NaN", "norm_eps");
+    if (op != OP_STEP) {
+        q = *base;
+        q.chunk_size = 65; /* R = 2 in every fixture: C·R = 130 */
+        expect(f, op, &q, args, SSM_STATUS_INVALID_ARGUMENT, "C·R = 130 > 128", "C·R");
+    }
+    if (g_cuda != NULL) {
+        const ssm_status got = call_op(op, g_cuda, base, args);
+        TEST_CHECK(got == SSM_STATUS_UNSUPPORTED, "%s: CUDA backend gave %s", op_names[op], ssm_status_string(got));
+        TEST_CHECK(strstr(ssm_context_last_error(g_cuda), "CUDA") != NULL, "%s: CUDA message: %s", op_names[op],
+                   ssm_context_last_error(g_cuda));
+    }
+}
+
+/* The rules on q, k, v, z, mimo_z every op shares (fields of the op's args; restored).
+ * seq: the q/k rank has an S axis (5-D) — the step's is 4-D. */
+static void qkv_rules(fixture * f, int op, const ssm_mamba3_mimo_params * p, const void * args, ssm_tensor * q,
+                      ssm_tensor * k, ssm_tensor * v, ssm_tensor * z, ssm_tensor * mimo_z, int seq) {
+    const ssm_tensor sq = *q, sk = *k, sv = *v, sz = *z, smz = *mimo_z;
+    const int32_t    nd = seq ? 5 : 4, ndim_n = nd - 1, ndim_h = nd - 3, ndim_p = nd - 2;
+    *q = absent();
+    expect(f, op, p, args, SSM_STATUS_INVALID_ARGUMENT, "q missing", "q");
+    *q = sq;
+    q->ndim = nd - 1;
+    expect(f, op, p, args, SSM_STATUS_INVALID_SHAPE, "q wrong rank", "q");
+    *q = retyped(&sq, SSM_DTYPE_I32);
+    expect(f, op, p, args, SSM_STATUS_INVALID_LAYOUT, "q int32", "q");
+    *q = sq;
+    q->device.type = SSM_DEVICE_CUDA;
+    expect(f, op, p, args, SSM_STATUS_INVALID_LAYOUT, "q on CUDA", "q");
+    *q = sq;
+    *k = reshaped(&sk, ndim_n, sk.shape[ndim_n] + 2);
+    expect(f, op, p, args, SSM_STATUS_INVALID_SHAPE, "k N differs from q", "k");
+    *k = sk;
+    /* N odd / not a multiple of div / over 128 (q and k reshaped together) */
+    *q = reshaped(&sq, ndim_n, 7);
+    *k = reshaped(&sk, ndim_n, 7);
+    expect(f, op, p, args, SSM_STATUS_INVALID_ARGUMENT, "N odd (7)", "even");
+    *q = reshaped(&sq, ndim_n, 6);
+    *k = reshaped(&sk, ndim_n, 6);
+    expect(f, op, p, args, SSM_STATUS_INVALID_ARGUMENT, "N=6 with divisor 4", "rotary_dim_divisor");
+    *q = reshaped(&sq, ndim_n, 132);
+    *k = reshaped(&sk, ndim_n, 132);
+    expect(f, op, p, args, SSM_STATUS_INVALID_ARGUMENT, "N=132 > 128", "exceeds");
+    *q = sq;
+    *k = sk;
+    /* H not a multiple of G; P over 128 */
+    *v = reshaped(&sv, ndim_h, 3);
+    expect(f, op, p, args, SSM_STATUS_INVALID_SHAPE, "H=3 with G=2", "multiple");
+    *v = reshaped(&sv, ndim_p, 129);
+    expect(f, op, p, args, SSM_STATUS_INVALID_ARGUMENT, "P=129 > 128", "P");
+    *v = reshaped(&sv, 0, sv.shape[0] + 1);
+    expect(f, op, p, args, SSM_STATUS_INVALID_SHAPE, "v batch differs from q", "v");
+    *v = sv;
+    /* z and mimo_z: both or neither */
+    *mimo_z = absent();
+    expect(f, op, p, args, SSM_STATUS_INVALID_ARGUMENT, "z without mimo_z", "mimo_z");
+    *mimo_z = smz;
+    *z = absent();
+    expect(f, op, p, args, SSM_STATUS_INVALID_ARGUMENT, "mimo_z without z", "z");
+    *z = sz;
+}
+
+/* ---- fixtures ------------------------------------------------------------------------------ */
+
+typedef struct fixtures {
+    ssmt_mimo_config          cfg, vcfg, ncfg;
+    ssmt_mimo_problem         pr, vpr, npr; /* dense+states (reduced, z, d); varlen; per-rank */
+    ssmt_mimo_bwd_problem     bw, vbw, nbw;
+    ssmt_mimo_bwd_fwd_problem bf, nbf;      /* reduced with z; per-rank with z                 */
+    ssmt_mimo_step_problem    st, nst;      /* indexed pool; per-rank                          */
+    ssmt_host                 extra[8];
+    fixture                   f;
+} fixtures;
+
+static const int64_t k_lens[] = {5, 0, 7};
+
+static void add_problem(fixture * f, ssmt_mimo_problem * p) {
+    fx_add_many(f, &p->q, (size_t)(&p->final_v_state - &p->q) + 1);
+}
+
+static int fixtures_make(fixtures * x) {
+    memset(x, 0, sizeof *x);
+    ssmt_mimo_config_init(&x->cfg); /* B 2, S 20, H 4, G 2, R 2, N 16, P 8, C 8, div 4 */
+    x->cfg.has_states = 1;
+    x->cfg.has_final = 1;
+    x->vcfg = x->cfg;
+    x->vcfg.nseq = 3;
+    x->vcfg.seqlens = k_lens;
+    x->ncfg = x->cfg;
+    x->ncfg.reduce_o = 0;
+    if (ssmt_mimo_random_args(&g_rng, &x->cfg, &x->pr) != 0) return -1;
+    if (ssmt_mimo_random_args(&g_rng, &x->vcfg, &x->vpr) != 0) return -1;
+    if (ssmt_mimo_random_args(&g_rng, &x->ncfg, &x->npr) != 0) return -1;
+    if (ssmt_mimo_bwd_alloc(&g_rng, &x->cfg, &x->pr, 1, &x->bw) != 0) return -1;
+    if (ssmt_mimo_bwd_alloc(&g_rng, &x->vcfg, &x->vpr, 1, &x->vbw) != 0) return -1;
+    if (ssmt_mimo_bwd_alloc(&g_rng, &x->ncfg, &x->npr, 0, &x->nbw) != 0) return -1;
+    if (ssmt_mimo_random_bwd_fwd(&g_rng, &x->cfg, &x->bf) != 0) return -1;
+    if (ssmt_mimo_random_bwd_fwd(&g_rng, &x->ncfg, &x->nbf) != 0) return -1;
+    ssmt_mimo_config sc = x->cfg;
+    sc.batch = 3;
+    if (ssmt_mimo_random_step(&g_rng, &sc, 5, 1, &x->st) != 0) return -1;
+    if (ssmt_mimo_random_step(&g_rng, &x->ncfg, x->ncfg.batch, 0, &x->nst) != 0) return -1;
+    add_problem(&x->f, &x->pr);
+    add_problem(&x->f, &x->vpr);
+    add_problem(&x->f, &x->npr);
+    ssmt_mimo_bwd_problem * bws[3] = {&x->bw, &x->vbw, &x->nbw};
+    for (int i = 0; i < 3; ++i) fx_add_many(&x->f, &bws[i]->dout, (size_t)(&bws[i]->dv_state - &bws[i]->dout) + 1);
+    ssmt_mimo_bwd_fwd_problem * bfs[2] = {&x->bf, &x->nbf};
+    for (int i = 0; i < 2; ++i) fx_add_many(&x->f, &bfs[i]->dout, (size_t)(&bfs[i]->qk_dot - &bfs[i]->dout) + 1);
+    ssmt_mimo_step_problem * sts[2] = {&x->st, &x->nst};
+    for (int i = 0; i < 2; ++i) fx_add_many(&x->f, &sts[i]->q, (size_t)(&sts[i]->final_v_state - &sts[i]->q) + 1);
+    return 0;
+}
+
+static void fixtures_free(fixtures * x) {
+    ssmt_mimo_problem_free(&x->pr);
+    ssmt_mimo_problem_free(&x->vpr);
+    ssmt_mimo_problem_free(&x->npr);
+    ssmt_mimo_bwd_free(&x->bw);
+    ssmt_mimo_bwd_free(&x->vbw);
+    ssmt_mimo_bwd_free(&x->nbw);
+    ssmt_mimo_bwd_fwd_free(&x->bf);
+    ssmt_mimo_bwd_fwd_free(&x->nbf);
+    ssmt_mimo_step_free(&x->st);
+    ssmt_mimo_step_free(&x->nst);
+    for (int i = 0; i < 8; ++i) ssmt_free(&x->extra[i]);
+}
+
+/* ---- bwd_fwd ---------------------------------------------------------------------------------- */
+
+static void test_bwd_fwd(fixtures * x) {
+    fixture *                    f = &x->f;
+    const int                    op = OP_BWD_FWD;
+    ssm_mamba3_mimo_bwd_fwd_args a = x->bf.args;
+    const ssm_mamba3_mimo_params p = x->bf.params;
+    expect_ok(op, &p, &a, "fixture (reduced, z, d)");
+    expect_ok(op, &x->nbf.params, &x->nbf.args, "fixture (per-rank dout, z)");
+    params_rules(f, op, &p, &a);
+    qkv_rules(f, op, &p, &a, &a.q, &a.k, &a.v, &a.z, &a.mimo_z, 1);
+    ssm_mamba3_mimo_params q = p;
+    q.fuse_pregate_norm = 1;
+    expect(f, op, &q, &a, SSM_STATUS_INVALID_ARGUMENT, "fused norm not in this interface", "fuse_pregate_norm");
+    /* dout rank follows mimo_o */
+    a.dout = x->nbf.args.dout;
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "5-D dout with mimo_o (reduced)", "dout");
+    a = x->nbf.args;
+    a.dout = x->bf.args.dout;
+    expect(f, op, &x->nbf.params, &a, SSM_STATUS_INVALID_SHAPE, "4-D dout without mimo_o (per-rank)", "dout");
+    a = x->bf.args;
+    a.dout = absent();
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dout missing", "dout");
+    a = x->bf.args;
+    /* per-token and chunk tensors */
+    a.angles = reshaped(&x->bf.args.angles, 3, 3);
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "angles A != N/div", "angles");
+    a = x->bf.args;
+    a.da_cs = reshaped(&x->bf.args.da_cs, 2, 19);
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "da_cs S wrong", "da_cs");
+    a = x->bf.args;
+    a.da_cs_rev = absent();
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "da_cs_rev missing", "da_cs_rev");
+    a = x->bf.args;
+    a.segsum = reshaped(&x->bf.args.segsum, 2, 2);
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "segsum nc wrong", "segsum");
+    a = x->bf.args;
+    a.segsum = reshaped(&x->bf.args.segsum, 4, 4);
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "segsum C wrong", "segsum");
+    a = x->bf.args;
+    a.q_bias = reshaped(&x->bf.args.q_bias, 1, 3);
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "q_bias R wrong", "q_bias");
+    a = x->bf.args;
+    a.mimo_v = absent();
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "mimo_v missing", "mimo_v");
+    a = x->bf.args;
+    a.d = reshaped(&x->bf.args.d, 0, 5);
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "d wrong length", "d");
+    a = x->bf.args;
+    /* outputs without their inputs */
+    a = x->nbf.args;
+    a.dmimo_o = x->bf.args.dmimo_o;
+    expect(f, op, &x->nbf.params, &a, SSM_STATUS_INVALID_ARGUMENT, "dmimo_o without mimo_o", "mimo_o");
+    a = x->bf.args;
+    a.z = absent();
+    a.mimo_z = absent();
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dz / dmimo_z without z", "z");
+    a.dz = absent();
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dmimo_z without z", "dmimo_z");
+    a.dmimo_z = absent();
+    expect_ok(op, &p, &a, "no z, no dz / dmimo_z");
+    a = x->bf.args;
+    /* output shapes, strides, overlaps */
+    a.states = reshaped(&x->bf.args.states, 2, 4);
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "states nc wrong", "states");
+    a = x->bf.args;
+    a.qk_dot = reshaped(&x->bf.args.qk_dot, 3, 3);
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "qk_dot R wrong", "qk_dot");
+    a = x->bf.args;
+    a.dz.strides[3] = 0;
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "dz with a 0 stride", "dz");
+    a = x->bf.args;
+    a.dz.data = x->bf.args.v.data;
+    a.dz.dtype = x->bf.args.v.dtype;
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "dz overlaps v", "v");
+    a = x->bf.args;
+    a.dmimo_z.data = x->bf.args.dmimo_o.data;
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "dmimo_z overlaps dmimo_o", "dmimo_o");
+    a = x->bf.args;
+    a.qk_dot = retyped(&x->bf.args.qk_dot, SSM_DTYPE_I64);
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "qk_dot int64", "qk_dot");
+}
+
+/* ---- forward ----------------------------------------------------------------------------- */
+
+static void test_forward(fixtures * x) {
+    fixture *                    f = &x->f;
+    const int                    op = OP_FWD;
+    ssm_mamba3_mimo_args         a = x->pr.args;
+    const ssm_mamba3_mimo_params p = x->pr.params;
+    expect_ok(op, &p, &a, "fixture (reduced, z, d, states)");
+    expect_ok(op, &x->vpr.params, &x->vpr.args, "varlen fixture (empty sequence)");
+    expect_ok(op, &x->npr.params, &x->npr.args, "per-rank fixture");
+    params_rules(f, op, &p, &a);
+    qkv_rules(f, op, &p, &a, &a.q, &a.k, &a.v, &a.z, &a.mimo_z, 1);
+    /* fused norm: needs mimo_o and z; the weight only with it */
+    ssm_mamba3_mimo_params fp = p;
+    fp.fuse_pregate_norm = 1;
+    expect_ok(op, &fp, &a, "fused norm without a weight");
+    ssm_mamba3_mimo_args n = x->npr.args;
+    ssm_mamba3_mimo_params fnp = x->npr.params;
+    fnp.fuse_pregate_norm = 1;
+    expect(f, op, &fnp, &n, SSM_STATUS_INVALID_ARGUMENT, "fused without mimo_o", "mimo_o");
+    a.z = absent();
+    a.mimo_z = absent();
+    expect(f, op, &fp, &a, SSM_STATUS_INVALID_ARGUMENT, "fused without z", "z");
+    a = x->pr.args;
+    const int64_t whp[2] = {4, 8};
+    x->extra[0] = ssmt_alloc(SSM_DTYPE_F32, 2, whp);
+    ssmt_fill_value(&x->extra[0].t, 1.0);
+    fx_add(f, &x->extra[0]);
+    a.outproj_norm_weight = x->extra[0].t;
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "outproj_norm_weight without fused", "fuse_pregate_norm");
+    expect_ok(op, &fp, &a, "fused norm with an (H, P) weight");
+    a.outproj_norm_weight = reshaped(&x->extra[0].t, 1, 7);
+    expect(f, op, &fp, &a, SSM_STATUS_INVALID_SHAPE, "norm weight (H, 7)", "outproj_norm_weight");
+    a = x->pr.args;
+    /* out rank follows mimo_o */
+    a.out = x->npr.args.out;
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "5-D out with mimo_o", "out");
+    n = x->npr.args;
+    n.out = x->pr.args.out;
+    expect(f, op, &x->npr.params, &n, SSM_STATUS_INVALID_SHAPE, "4-D out without mimo_o", "out");
+    a = x->pr.args;
+    a.out = absent();
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "out missing", "out");
+    a = x->pr.args;
+    /* per-token tensors */
+    a.adt = reshaped(&x->pr.args.adt, 1, 3);
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "adt H wrong", "adt");
+    a = x->pr.args;
+    a.trap = absent();
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "trap missing", "trap");
+    a = x->pr.args;
+    a.angles = reshaped(&x->pr.args.angles, 3, 8);
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "angles A = N/2 with divisor 4", "angles");
+    a = x->pr.args;
+    /* initial states: all four or none, shapes */
+    a.v_state = absent();
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "3 of 4 initial states", "initial states");
+    a = x->pr.args;
+    a.k_state = reshaped(&x->pr.args.k_state, 1, 3);
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "k_state R wrong", "k_state");
+    a = x->pr.args;
+    a.final_ssm_state = reshaped(&x->pr.args.final_ssm_state, 2, 16);
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "final_ssm_state (N,P) order", "final_ssm_state");
+    a = x->pr.args;
+    /* varlen */
+    a.cu_seqlens = x->vpr.args.cu_seqlens;
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "varlen with B=2", "cu_seqlens");
+    ssm_mamba3_mimo_args v = x->vpr.args;
+    const int64_t        sh1[1] = {4};
+    x->extra[1] = ssmt_alloc(SSM_DTYPE_I32, 1, sh1);
+    const double bad[4] = {0, 5, 4, 12};
+    for (int i = 0; i < 4; ++i) ssmt_set(&x->extra[1].t, i, bad[i]);
+    fx_add(f, &x->extra[1]);
+    v.cu_seqlens = x->extra[1].t;
+    expect(f, op, &x->vpr.params, &v, SSM_STATUS_INVALID_ARGUMENT, "cu_seqlens decreasing", "non-decreasing");
+    v = x->vpr.args;
+    v.angle_state = x->pr.args.angle_state;
+    expect(f, op, &x->vpr.params, &v, SSM_STATUS_INVALID_SHAPE, "varlen states per batch row", "angle_state");
+    v = x->vpr.args;
+    v.cu_seqlens = retyped(&x->vpr.args.cu_seqlens, SSM_DTYPE_F32);
+    expect(f, op, &x->vpr.params, &v, SSM_STATUS_INVALID_LAYOUT, "cu_seqlens f32", "cu_seqlens");
+    /* overlaps */
+    a = x->pr.args;
+    a.out.data = x->pr.args.q.data;
+    a.out.dtype = x->pr.args.q.dtype;
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "out overlaps q", "q");
+    a = x->pr.args;
+    a.final_ssm_state = x->pr.args.ssm_state;
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "final_ssm_state = ssm_state (no in place)", "ssm_state");
+    a = x->pr.args;
+    a.final_k_state.data = x->pr.args.final_ssm_state.data;
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "final_k_state overlaps final_ssm_state", "final_ssm_state");
+}
+
+/* ---- backward ---------------------------------------------------------------------------- */
+
+static void test_bwd(fixtures * x) {
+    fixture *                    f = &x->f;
+    const int                    op = OP_BWD;
+    ssm_mamba3_mimo_bwd_args     a = x->bw.args;
+    const ssm_mamba3_mimo_params p = x->pr.params;
+    /* the valid calls: the backward itself is another helper's; only validation is tested
+       here, so only the invalid calls are required to behave */
+    params_rules(f, op, &p, &a);
+    qkv_rules(f, op, &p, &a, &a.q, &a.k, &a.v, &a.z, &a.mimo_z, 1);
+    a.dout = x->nbw.args.dout;
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "5-D dout with mimo_o", "dout");
+    ssm_mamba3_mimo_bwd_args n = x->nbw.args;
+    n.dout = x->bw.args.dout;
+    expect(f, op, &x->npr.params, &n, SSM_STATUS_INVALID_SHAPE, "4-D dout without mimo_o", "dout");
+    a = x->bw.args;
+    a.dout = absent();
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dout missing", "dout");
+    a = x->bw.args;
+    a.dfinal_k_state = reshaped(&x->bw.args.dfinal_k_state, 2, 3);
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "dfinal_k_state H wrong", "dfinal_k_state");
+    a = x->bw.args;
+    a.dq = reshaped(&x->bw.args.dq, 3, 4);
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "dq per value head (not G)", "dq");
+    a = x->bw.args;
+    /* gradients without their inputs */
+    a.d = absent();
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dd without d", "dd");
+    a = x->bw.args;
+    a.z = absent();
+    a.mimo_z = absent();
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dz without z", "dz");
+    a.dz = absent();
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dmimo_z without z", "dmimo_z");
+    n = x->nbw.args;
+    n.dmimo_o = x->bw.args.dmimo_v;
+    expect(f, op, &x->npr.params, &n, SSM_STATUS_INVALID_ARGUMENT, "dmimo_o without mimo_o", "dmimo_o");
+    a = x->bw.args;
+    const int64_t whp[2] = {4, 8};
+    x->extra[2] = ssmt_alloc(SSM_DTYPE_F32, 2, whp);
+    fx_add(f, &x->extra[2]);
+    a.doutproj_norm_weight = x->extra[2].t;
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "doutproj_norm_weight without fused", "fuse_pregate_norm");
+    a = x->bw.args;
+    a.angle_state = absent();
+    a.ssm_state = absent();
+    a.k_state = absent();
+    a.v_state = absent();
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dangle_state without initial states", "angle_state");
+    a.dangle_state = absent();
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dssm_state without initial states", "ssm_state");
+    a = x->bw.args;
+    /* fused norm rules hold for the backward too */
+    ssm_mamba3_mimo_params fnp = x->npr.params;
+    fnp.fuse_pregate_norm = 1;
+    n = x->nbw.args;
+    expect(f, op, &fnp, &n, SSM_STATUS_INVALID_ARGUMENT, "fused without mimo_o", "mimo_o");
+    /* varlen with B = 2, overlaps */
+    a.cu_seqlens = x->vpr.args.cu_seqlens;
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "varlen with B=2", "cu_seqlens");
+    a = x->bw.args;
+    a.dq.data = x->bw.args.q.data;
+    a.dq.dtype = x->bw.args.q.dtype;
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "dq overlaps q", "q");
+    a = x->bw.args;
+    a.dk = x->bw.args.dq;
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "dk overlaps dq", "dq");
+    a = x->bw.args;
+    a.dv.data = x->bw.args.dout.data;
+    a.dv.dtype = x->bw.args.dout.dtype;
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "dv overlaps dout", "dout");
+}
+
+/* ---- step ------------------------------------------------------------------------------- */
+
+static void test_step(fixtures * x) {
+    fixture *                    f = &x->f;
+    const int                    op = OP_STEP;
+    ssm_mamba3_mimo_step_args    a = x->st.args;
+    const ssm_mamba3_mimo_params p = x->st.params;
+    expect_ok(op, &p, &a, "indexed pool fixture");
+    expect_ok(op, &x->nst.params, &x->nst.args, "per-rank fixture");
+    params_rules(f, op, &p, &a);
+    qkv_rules(f, op, &p, &a, &a.q, &a.k, &a.v, &a.z, &a.mimo_z, 0);
+    /* out rank follows mimo_o */
+    a.out = x->nst.args.out;
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "4-D out with mimo_o", "out");
+    ssm_mamba3_mimo_step_args n = x->nst.args;
+    n.out = x->st.args.out;
+    expect(f, op, &x->nst.params, &n, SSM_STATUS_INVALID_SHAPE, "3-D out without mimo_o", "out");
+    a = x->st.args;
+    /* fused */
+    ssm_mamba3_mimo_params fnp = x->nst.params;
+    fnp.fuse_pregate_norm = 1;
+    expect(f, op, &fnp, &x->nst.args, SSM_STATUS_INVALID_ARGUMENT, "fused without mimo_o", "mimo_o");
+    /* states required, shapes */
+    a.k_state = absent();
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "k_state missing", "k_state");
+    a = x->st.args;
+    a.ssm_state = reshaped(&x->st.args.ssm_state, 0, 4);
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "ssm_state slots differ", "ssm_state");
+    a = x->st.args;
+    a.adt = reshaped(&x->st.args.adt, 1, 3);
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "adt H wrong", "adt");
+    a = x->st.args;
+    /* state_batch_indices */
+    a.state_batch_indices = absent();
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "5 slots for 3 rows without indices", "slots");
+    a = x->st.args;
+    const int64_t sh3[1] = {3};
+    x->extra[3] = ssmt_alloc(SSM_DTYPE_I32, 1, sh3);
+    x->extra[4] = ssmt_alloc(SSM_DTYPE_I32, 1, sh3);
+    const double dup[3] = {1, 4, 1}, big[3] = {0, 5, 2};
+    for (int i = 0; i < 3; ++i) {
+        ssmt_set(&x->extra[3].t, i, dup[i]);
+        ssmt_set(&x->extra[4].t, i, big[i]);
+    }
+    fx_add(f, &x->extra[3]);
+    fx_add(f, &x->extra[4]);
+    a.state_batch_indices = x->extra[3].t;
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "two rows share a slot", "share");
+    a.state_batch_indices = x->extra[4].t;
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "index 5 of 5 slots", "slots");
+    a.state_batch_indices = retyped(&x->extra[4].t, SSM_DTYPE_F32);
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "indices f32", "state_batch_indices");
+    a = x->st.args;
+    /* in-place rule: exactly the same view is allowed, any other overlap is not */
+    a.final_angle_state = a.angle_state;
+    a.final_ssm_state = a.ssm_state;
+    a.final_k_state = a.k_state;
+    a.final_v_state = a.v_state;
+    {
+        /* the valid in-place call changes the pool: run it on copies */
+        ssmt_host c[4] = {ssmt_clone(&a.angle_state, (ssm_dtype)a.angle_state.dtype),
+                          ssmt_clone(&a.ssm_state, (ssm_dtype)a.ssm_state.dtype),
+                          ssmt_clone(&a.k_state, (ssm_dtype)a.k_state.dtype),
+                          ssmt_clone(&a.v_state, (ssm_dtype)a.v_state.dtype)};
+        ssm_mamba3_mimo_step_args ip = a;
+        ip.angle_state = ip.final_angle_state = c[0].t;
+        ip.ssm_state = ip.final_ssm_state = c[1].t;
+        ip.k_state = ip.final_k_state = c[2].t;
+        ip.v_state = ip.final_v_state = c[3].t;
+        expect_ok(op, &p, &ip, "in place (final_* = the input views)");
+        for (int i = 0; i < 4; ++i) ssmt_free(&c[i]);
+    }
+    a.final_angle_state = x->st.args.final_angle_state;
+    a.final_k_state = x->st.args.final_k_state;
+    a.final_v_state = x->st.args.final_v_state;
+    a.final_ssm_state = reshaped(&x->st.args.ssm_state, 0, 4);
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "final_ssm_state slots differ", "final_ssm_state");
+    /* the same memory through a different view (another dtype): not the in-place case */
+    a.final_ssm_state = retyped(&x->st.args.ssm_state, SSM_DTYPE_BF16); /* inside the pool's bytes */
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "final_ssm_state another view of ssm_state", "overlaps ssm_state");
+    a = x->st.args;
+    a.final_k_state = x->st.args.k_state;
+    a.final_k_state.data = (char *)x->st.args.k_state.data + ssm_dtype_size((ssm_dtype)a.k_state.dtype);
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "final_k_state = k_state shifted by one element", "k_state");
+    a = x->st.args;
+    a.out.data = x->st.args.k_state.data;
+    a.out.dtype = x->st.args.k_state.dtype;
+    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "out overlaps k_state", "k_state");
+}
+
+int main(void) {
+    ssm_context_params cp;
+    ssm_context_params_init(&cp);
+    cp.backend = SSM_BACKEND_REF;
+    if (ssm_context_create(&cp, &g_ref) != SSM_STATUS_OK) {
+        fprintf(stderr, "cannot create a REF context\n");
+        return 1;
+    }
+    cp.backend = SSM_BACKEND_CUDA;
+    if (ssm_context_create(&cp, &g_cuda) != SSM_STATUS_OK) g_cuda = NULL;
+    ssmt_rng_seed(&g_rng, 11);
+    ssm_mamba3_mimo_params_init(&g_params);
+    TEST_CHECK(g_params.size == sizeof g_params && g_params.chunk_size == 16 && g_params.rotary_dim_divisor == 4 &&
+                   g_params.fuse_pregate_norm == 0 && g_params.norm_eps == 1e-5,
+               "ssm_mamba3_mimo_params_init defaults");
+    fixtures * x = calloc(1, sizeof *x);
+    if (x == NULL || fixtures_make(x) != 0) {
+        fprintf(stderr, "cannot build the fixtures\n");
+        return 1;
+    }
+    test_bwd_fwd(x);
+    test_forward(x);
+    test_bwd(x);
+    test_step(x);
+    fixtures_free(x);
+    free(x);
+    ssm_context_free(g_ref);
+    ssm_context_free(g_cuda);
+    TEST_EXIT();
+}
