@@ -624,7 +624,7 @@ SSM_API ssm_status ssm_mamba3_siso_step(ssm_context * ctx, const ssm_mamba3_para
 /* =======================================================================================
  * Mamba-3 MIMO. Math: docs/ops/mamba3_mimo.md and spec mamba3_mimo.md.
  * Dimensions: B, S, H (value heads), G (q/k heads, H % G == 0, g(h) = h / (H/G)), R (rank),
- * N (state size = q/k width, even, N % div == 0), P (value width), C (chunk, C·R ≤ 1024),
+ * N (state size = q/k width, even, N % div == 0, ≤ 128), P (value width, ≤ 128), C (chunk, C·R ≤ 128),
  * div ∈ {2, 4} (rotary_dim_divisor), A = N/div rotated pairs (a, a + N/2) ("split
  * halves", not SISO's interleaved pairs), NS (sequences), nc = ceil(S/C).
  * Per value head h, token t, rank r (λ = σ(trap), γ_t = dt_t·λ_t,

@@ -7,12 +7,19 @@
  * mutex, bumps an atomic generation counter (release) and broadcasts. Tasks are handed out
  * through an atomic counter, so load balances itself; the caller takes tasks too, as
  * thread 0, and worker i is always thread i + 1 (a fixed id, so per-thread scratch can be
- * indexed by it). Each worker decrements `pending` (release) when the counter runs dry;
- * the caller waits for 0 (acquire), which makes every task's writes visible to it.
+ * indexed by it).
+ *
+ * A worker joins a job by registering in `job_state` (generation | closed bit | count).
+ * When the caller has run out of tasks it closes the job (fetch_or of the closed bit) and
+ * waits only for the workers that registered before that; a worker that wakes later sees
+ * the closed bit (or a newer generation) and stays out. So a descheduled worker never
+ * holds the caller up — on a loaded machine the caller simply runs every task itself.
+ * Each registered worker bumps `finished` (release) after its last task; the caller
+ * waits for finished == registered (acquire), which makes every task's writes visible.
  *
  * Waking a sleeping thread costs 30-40 µs on the VMs we measured, more than a whole decode
  * step. So a worker that finished a job polls the generation for SSMI_SPIN_NS before it
- * sleeps on the condition variable, and the caller polls `pending` for as long before it
+ * sleeps on the condition variable, and the caller polls `finished` for as long before it
  * sleeps: back-to-back calls (a decode loop) never pay a wake-up. The condition variables
  * are only the slow path; both sides re-check the atomics under the mutex, so no wake-up
  * is lost.
@@ -49,7 +56,8 @@ struct ssmi_threadpool {
     pthread_cond_t  done;        /* the last worker finished, for the caller */
     atomic_ullong   generation;  /* bumped once per job (release) */
     atomic_int      stop;
-    atomic_int      pending;     /* workers that have not finished the current job */
+    atomic_ullong   job_state;   /* (generation & 0xffffffff) << 32 | closed << 31 | registered */
+    atomic_int      finished;    /* registered workers done with the current job */
     /* The current job, written under mutex before the generation bump. */
     ssmi_task_fn    fn;
     void *          arg;
@@ -84,11 +92,14 @@ static int ssmi_spin_for_job(ssmi_threadpool * pool, unsigned long long seen) {
     }
 }
 
-/* Polls until no worker is pending, or SSMI_SPIN_NS passed; returns 1 when all are done. */
-static int ssmi_spin_for_done(ssmi_threadpool * pool) {
+#define SSMI_JOB_CLOSED (1ull << 31)
+#define SSMI_JOB_COUNT  (SSMI_JOB_CLOSED - 1)
+
+/* Polls until `want` workers have finished, or SSMI_SPIN_NS passed; returns 1 when done. */
+static int ssmi_spin_for_done(ssmi_threadpool * pool, int want) {
     const long long t0 = ssmi_now_ns();
     for (unsigned i = 1;; ++i) {
-        if (atomic_load_explicit(&pool->pending, memory_order_acquire) == 0) return 1;
+        if (atomic_load_explicit(&pool->finished, memory_order_acquire) >= want) return 1;
         SSMI_CPU_RELAX();
         if ((i & 63) == 0 && ssmi_now_ns() - t0 > SSMI_SPIN_NS) return 0;
     }
@@ -108,6 +119,18 @@ static void ssmi_run_tasks(ssmi_threadpool * pool, ssmi_task_fn fn, void * arg, 
     ssmi_tls_thread = outer_thread;
 }
 
+/* Joins job `generation` unless the caller already closed it or moved on; 1 if joined. */
+static int ssmi_register(ssmi_threadpool * pool, unsigned long long generation) {
+    const unsigned long long tag = (generation & 0xffffffffull) << 32;
+    unsigned long long       s   = atomic_load_explicit(&pool->job_state, memory_order_acquire);
+    for (;;) {
+        if ((s & ~(SSMI_JOB_CLOSED | SSMI_JOB_COUNT)) != tag || (s & SSMI_JOB_CLOSED)) return 0;
+        if (atomic_compare_exchange_weak_explicit(&pool->job_state, &s, s + 1, memory_order_acq_rel,
+                                                  memory_order_acquire))
+            return 1;
+    }
+}
+
 static void * ssmi_worker_main(void * p) {
     ssmi_worker * const     self = (ssmi_worker *)p;
     ssmi_threadpool * const pool = self->pool;
@@ -123,20 +146,18 @@ static void * ssmi_worker_main(void * p) {
         /* The job fields were written before the generation bump (release); reading the
          * new generation with acquire makes them visible. */
         seen = atomic_load_explicit(&pool->generation, memory_order_acquire);
-        pthread_mutex_lock(&pool->mutex);
+        if (!ssmi_register(pool, seen)) continue; /* closed or replaced: stay out */
         const ssmi_task_fn fn     = pool->fn;
         void * const       arg    = pool->arg;
         const int64_t      ntasks = pool->ntasks;
-        pthread_mutex_unlock(&pool->mutex);
 
         ssmi_run_tasks(pool, fn, arg, ntasks, self->thread);
 
-        if (atomic_fetch_sub_explicit(&pool->pending, 1, memory_order_acq_rel) == 1) {
-            /* Under the mutex, so a caller between its check and its wait cannot miss it. */
-            pthread_mutex_lock(&pool->mutex);
-            pthread_cond_signal(&pool->done);
-            pthread_mutex_unlock(&pool->mutex);
-        }
+        atomic_fetch_add_explicit(&pool->finished, 1, memory_order_release);
+        /* Under the mutex, so a caller between its check and its wait cannot miss it. */
+        pthread_mutex_lock(&pool->mutex);
+        pthread_cond_signal(&pool->done);
+        pthread_mutex_unlock(&pool->mutex);
     }
     return NULL;
 }
@@ -168,7 +189,8 @@ ssmi_threadpool * ssmi_threadpool_create(int32_t num_threads) {
     atomic_init(&pool->next_task, 0);
     atomic_init(&pool->generation, 0);
     atomic_init(&pool->stop, 0);
-    atomic_init(&pool->pending, 0);
+    atomic_init(&pool->job_state, SSMI_JOB_CLOSED);
+    atomic_init(&pool->finished, 0);
     if (pthread_mutex_init(&pool->mutex, NULL) != 0) {
         free(pool->workers);
         free(pool);
@@ -219,16 +241,22 @@ void ssmi_parallel_for(ssm_context * ctx, int64_t ntasks, ssmi_task_fn fn, void 
     pool->arg    = arg;
     pool->ntasks = ntasks;
     atomic_store_explicit(&pool->next_task, 0, memory_order_relaxed);
-    atomic_store_explicit(&pool->pending, pool->num_threads - 1, memory_order_relaxed);
-    atomic_fetch_add_explicit(&pool->generation, 1, memory_order_release);
+    atomic_store_explicit(&pool->finished, 0, memory_order_relaxed);
+    const unsigned long long generation = atomic_load_explicit(&pool->generation, memory_order_relaxed) + 1;
+    atomic_store_explicit(&pool->job_state, (generation & 0xffffffffull) << 32, memory_order_relaxed);
+    atomic_store_explicit(&pool->generation, generation, memory_order_release);
     pthread_cond_broadcast(&pool->wake);
     pthread_mutex_unlock(&pool->mutex);
 
     ssmi_run_tasks(pool, fn, arg, ntasks, 0);
 
-    if (!ssmi_spin_for_done(pool)) {
+    /* No task is left: close the job and wait only for the workers that joined it. */
+    const unsigned long long state =
+        atomic_fetch_or_explicit(&pool->job_state, SSMI_JOB_CLOSED, memory_order_acq_rel);
+    const int joined = (int)(state & SSMI_JOB_COUNT);
+    if (joined > 0 && !ssmi_spin_for_done(pool, joined)) {
         pthread_mutex_lock(&pool->mutex);
-        while (atomic_load_explicit(&pool->pending, memory_order_acquire) > 0)
+        while (atomic_load_explicit(&pool->finished, memory_order_acquire) < joined)
             pthread_cond_wait(&pool->done, &pool->mutex);
         pthread_mutex_unlock(&pool->mutex);
     }

@@ -60,6 +60,11 @@ typedef struct bwd_segment {
     int64_t final; /* dfinal_states index reaching it, −1 = none     */
 } bwd_segment;
 
+/* Floats between consecutive chunk states: whole 4 KiB pages plus half a page. Copying a
+ * state into the next one at a distance that is a multiple of 4 KiB makes every load alias
+ * the store just before it (4K aliasing) and ran the copy at a fraction of its speed. */
+static int64_t state_stride(int64_t N, int64_t P) { return ((N * P + 1023) & ~(int64_t) 1023) + 512; }
+
 /* Per-thread tiles, carved from one block (sizes in floats, each rounded to lines). */
 typedef struct bwd_tiles {
     float *states, *cbs, *dcbs, *dbt, *dct, *bts, *cts;       /* per segment: [nc] × tile       */
@@ -82,7 +87,7 @@ static int64_t carve_tiles(float * base, int64_t N, int64_t P, int64_t ncm, bwd_
         t->field = base != NULL ? base + off : NULL;        \
         off += ssmi_cpu_lines(floats);                      \
     } while (0)
-    TAKE(states, ncm * ssmi_cpu_lines(N * P));
+    TAKE(states, ncm * state_stride(N, P));
     TAKE(cbs, ncm * Q * Q);
     TAKE(dcbs, ncm * Q * Q);
     TAKE(dbt, ncm * ssmi_cpu_lines(N * Q));
@@ -261,7 +266,7 @@ static void head_forward(const bwd_job * job, const head_ctx * hc, const bwd_til
     const ssm_mamba2_scan_bwd_args * a = job->args;
     const ssmi_mamba2_dims *         d = job->dims;
     const ssmi_cpu_kernels *         k = job->kernels;
-    const int64_t P = d->headdim, N = d->dstate, Q = BWD_CHUNK, sst = ssmi_cpu_lines(N * P);
+    const int64_t P = d->headdim, N = d->dstate, Q = BWD_CHUNK, sst = state_stride(N, P);
     const int64_t tq = ssmi_cpu_lines(N * Q);
     const bwd_segment *              seg = hc->seg;
     const int                        want_dz = ssmi_present(&a->dz);
@@ -343,7 +348,7 @@ static void head_backward(const bwd_job * job, const head_ctx * hc, const bwd_ti
     const ssm_mamba2_scan_bwd_args * a = job->args;
     const ssmi_mamba2_dims *         d = job->dims;
     const ssmi_cpu_kernels *         k = job->kernels;
-    const int64_t H = d->nheads, P = d->headdim, N = d->dstate, Q = BWD_CHUNK, sst = ssmi_cpu_lines(N * P);
+    const int64_t H = d->nheads, P = d->headdim, N = d->dstate, Q = BWD_CHUNK, sst = state_stride(N, P);
     const int64_t tq = ssmi_cpu_lines(N * Q);
     const bwd_segment * seg = hc->seg;
     const int64_t       row = seg->row, h = hc->h;

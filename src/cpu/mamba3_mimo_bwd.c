@@ -11,18 +11,20 @@
  *   3. reverse over the chunks carrying dŜ (seeded by dfinal_ssm_state), spec §4.2: the
  *      chunk's y (ssmi_mimo_chunk_y, which also leaves the decayed score matrix), the
  *      output stage backward to dY (gate, fused norm, mimo_o; dz and the dmimo_o/z and norm
- *      weight partials), then with M the strict scores and D2 = E ⊙ mask ⊙ dY·Uᵀ:
- *        dq̃ = diag(e^{cs})·dY·Ŝᵀ + D2·K̂ + γ-diagonal,  dk̂ = diag(e^{rev})·U·dŜᵀ + D2ᵀ·Q̃,
- *        dU = diag(e^{rev})·K̂·dŜ + Mᵀ·dY + (γ·qkdot + D)ᵀ dY,  dŜ ← e^{cs_last}·dŜ + Q̃ᵀ·diag(e^{cs})·dY;
+ *      weight partials), then with M the matrix chunk_y leaves (strict decayed scores plus
+ *      the diagonal blocks γ·qkdot + D) and D2 = E ⊙ mask ⊙ dY·Uᵀ (strict):
+ *        dq̃ = diag(e^{cs})·dY·Ŝᵀ + D2·K̂ + γ·dqk·K̃,  dk̂ = diag(e^{rev})·U·dŜᵀ + D2ᵀ·Q̃,
+ *        dU = diag(e^{rev})·K̂·dŜ + Mᵀ·dY,  dŜ ← e^{cs_last}·dŜ + Q̃ᵀ·diag(e^{cs})·dY
+ *      (dqk[r][r'] = dY_r·u_r', the diagonal blocks of dY·Uᵀ);
  *      the decay gradients go through dcs (the gradient w.r.t. the chunk-local inclusive
  *      cumsum of adt) and dADT = the reverse cumsum of dcs inside the chunk (equal to the
  *      four-term formula of §4.3); then, token by token in reverse, c-scaling (dfactor),
  *      Rotᵀ, dθ and the angle cumsum backward (§3.1), the bias and mimo_v chains;
  *   4. the trapezoid scalars (ddt, dtrap) once every dfactor is known, and the initial-state
  *      gradients (the fold's dt_0·(1−λ_0) included).
- *   Products that cost L·N·P or L²·N go through the GEMM microkernel; the ones with a
- *   transposed strictly lower factor (D2ᵀ·Q̃, Mᵀ·dY) run on the reversed view, which is
- *   strictly lower again, so the causal cut-off applies.
+ *   Products that cost L·N·P or L²·N go through the GEMM microkernel; D2ᵀ·Q̃ runs on the
+ *   reversed view, which is strictly lower again (causal cut-off), Mᵀ·dY on an explicit
+ *   transpose in block rows from each block's diagonal on.
  *   dq̄, dk̄ of a block's heads are summed in head order into the block's fp32 workspace slot
  *   (B, S, R, G, N); with one head per group they go straight to dq, dk.
  * Pass 2 (H > G): dq, dk = Σ over the blocks of the group in block order, one task per

@@ -20,9 +20,28 @@
  *     with z:      dzz = dg ⊙ σ(zz)(1 + zz·σ(−zz));  dz[t] = Σ_r dzz ⊙ mimo_z[r];
  *                  dmimo_z[r] += dzz ⊙ z[t]
  *   Ŝ ← e^{da_cs[last]}·Ŝ + (diag(e^{da_cs_rev})K̂)ᵀ·U (skipped after the last chunk).
- * Everything is fp32 (no bf16 rounding of intermediates; the bf16-faithful mode is the
- * reference backend's). Sums over t run in token order inside one task, so the outputs
- * are bitwise identical for any thread count.
+ *
+ * Two rounding models, chosen by the context's ref_mode (this is the only CPU operator
+ * that reads it; the others always run the fp32 model):
+ *   SSM_REF_EXACT (default): everything fp32, no rounding of intermediates — within the
+ *     DESIGN §5 bars of the float64 reference.
+ *   SSM_REF_UPSTREAM_BF16: the arithmetic of upstream's GPU kernel (spec §5.1): ρ (round
+ *     to the activation dtype = v's dtype and back; a no-op for f32 inputs) exactly where
+ *     §5.1 puts it, fp32 accumulation everywhere else — within rel_rms 1e-3 of the
+ *     reference's UPSTREAM_BF16 mode and of the seed's bf16 reference outputs, but about
+ *     6e-3 from float64 with bf16 inputs (the price of the roundings). Rounded: DT; the
+ *     head parameters q_bias, k_bias, mimo_v, mimo_o (mimo_z and D stay fp32); σ̄ and
+ *     c = γ + σ̄ (γ itself stays fp32); q̄, k̄; qk_dot = ρ(q̄·k̄); the rotated pairs; k̂ =
+ *     ρ(k̃·c); u = ρ(v·ρ(mimo_v)); ρ(Ŝ) as the inter operand and the states output; the
+ *     masked scores ρ((q̃·k̂)·e^{segsum}); the diagonal as a sequential per-rank sum
+ *     acc = ρ(acc + ρ(qkdot·u)), then ρ(acc·γ), with D·u added in fp32 (so the diagonal
+ *     block is not part of the score GEMM in this mode); y_b = ρ(y) for the gradients;
+ *     dg = ρ(ρ(dout·ρ(mimo_o))·y_b) (reduced) or ρ(dout·y_b); dz as a sequential per-rank
+ *     sum acc = ρ(acc + dzz·mimo_z); the state-update keys ks = ρ(k̂·e^{da_cs_rev}).
+ *     The GEMMs are the same fp32 kernels on rounded operands, so only summation order
+ *     (and libm-vs-kernel exp/sin/cos) separates this mode from the reference's.
+ * Sums over t run in token order inside one task, so the outputs are bitwise identical
+ * for any thread count, in both modes.
  */
 #include <string.h>
 
@@ -41,9 +60,15 @@ typedef struct bf_scratch {
     float *        zz, *ex;            /* [C][R][P]                                   */
     float *        dmo, *dmz;          /* [R][P] per-task sums                        */
     float *        dzrow, *row;        /* [P], [max(C, R)]                            */
+    /* upstream-bf16 mode only (NULL otherwise) */
+    float *        sb;                 /* [N][P] ρ(Ŝ)                                 */
+    float *        ks;                 /* [C·R][N] ρ(k̂·e^{da_cs_rev})                 */
+    float *        acc, *prod, *yb;    /* [P] each: sequential-sum rows               */
 } bf_scratch;
 
-static int64_t bf_carve(bf_scratch * sc, float * base, const ssmi_mimo_dims * d) {
+/* Points the scratch fields into base (sc == NULL: only counts); returns the floats used.
+ * `faithful` adds the buffers of the upstream-bf16 mode. */
+static int64_t bf_carve(bf_scratch * sc, float * base, const ssmi_mimo_dims * d, int faithful) {
     const int64_t R = d->rank, N = d->dstate, P = d->headdim, C = d->chunk, A = d->nangles;
     float *       p = base;
 #define TAKE(field, cnt)            \
@@ -75,6 +100,14 @@ static int64_t bf_carve(bf_scratch * sc, float * base, const ssmi_mimo_dims * d)
     TAKE(dmz, R * P);
     TAKE(dzrow, P);
     TAKE(row, (C > R ? C : R) + 8);
+    if (sc) sc->sb = sc->ks = sc->acc = sc->prod = sc->yb = NULL;
+    if (faithful) {
+        TAKE(sb, N * P);
+        TAKE(ks, C * R * N);
+        TAKE(acc, P);
+        TAKE(prod, P);
+        TAKE(yb, P);
+    }
 #undef TAKE
     return (int64_t) (p - base);
 }
@@ -85,7 +118,56 @@ typedef struct bf_job {
     const ssm_mamba3_mimo_bwd_fwd_args * a;
     float *                              scratch;
     int64_t                              thread_floats;
+    int                                  faithful; /* ref_mode UPSTREAM_BF16: the §5.1 roundings */
+    int32_t                              act;      /* the dtype ρ rounds to (v's dtype)          */
 } bf_job;
+
+/* ---- upstream-bf16 mode: the per-token roundings (spec §5.1 items 2-9) ------------------ */
+
+/* γ (fp32, from ρ(dt)), c = ρ(γ + σ̄) with σ̄ = ρ(ρ(dt_{t+1})·σ(−trap_{t+1})) (0 at t = S−1)
+ * for tokens [tc, tc+n). dtv, trp: n+1 floats of scratch each. */
+static void token_scalars_act(const bf_job * job, float * dtv, float * trp, int64_t b, int64_t h, int64_t tc,
+                              int64_t n, float * gamma, float * cf) {
+    const ssm_mamba3_mimo_bwd_fwd_args * a  = job->a;
+    const ssmi_cpu_kernels *             kb = job->k->base;
+    const int32_t                        act = job->act;
+    const int64_t nload = tc + n < job->d->seqlen ? n + 1 : n; /* the next token, if any */
+    kb->load_row(dtv, a->dt.data, a->dt.dtype, ssmi_off3(&a->dt, b, h, tc), a->dt.strides[2], nload);
+    kb->load_row(trp, a->trap.data, a->trap.dtype, ssmi_off3(&a->trap, b, h, tc), a->trap.strides[2], nload);
+    if (nload == n) dtv[n] = 0.0f, trp[n] = 0.0f; /* σ̄ = ρ(0·σ(0)) = 0 at the sequence end */
+    for (int64_t i = 0; i < n; ++i) {
+        gamma[i]         = ssmi_mimo_rho(act, dtv[i]) * ssmi_cpu_m3_sigmoid(trp[i]);
+        const float sbar = ssmi_mimo_rho(act, ssmi_mimo_rho(act, dtv[i + 1]) * ssmi_cpu_m3_sigmoid(-trp[i + 1]));
+        cf[i]            = ssmi_mimo_rho(act, gamma[i] + sbar);
+    }
+}
+
+/* ssmi_mimo_prep_token with the roundings: q̄ = ρ(q + ρ(q_bias)), k̄ likewise (the head's
+ * biases are already rounded), qkd = ρ(q̄·k̄), the rotated pairs ρ(rotated) (rounding the
+ * whole row is the same: the other columns already hold ρ values), k̂ = ρ(k̃·c). */
+static void prep_token_act(int32_t act, int64_t R, int64_t N, int64_t A, const float * qr, const float * kr,
+                           const ssmi_mimo_head * hd, const float * cosv, const float * sinv, float c, float * qt,
+                           float * kh, float * qkd) {
+    for (int64_t r = 0; r < R; ++r) {
+        float *       q = qt + r * N, *kk = kh + r * N;
+        const float * qb = hd->qb + r * N, *kb = hd->kb + r * N;
+        for (int64_t n = 0; n < N; ++n) q[n] = qr[r * N + n] + qb[n];
+        for (int64_t n = 0; n < N; ++n) kk[n] = kr[r * N + n] + kb[n];
+        ssmi_mimo_round_act(act, q, N);
+        ssmi_mimo_round_act(act, kk, N);
+    }
+    for (int64_t r = 0; r < R; ++r)
+        for (int64_t r2 = 0; r2 < R; ++r2) qkd[r * R + r2] = ssmi_mimo_rho(act, ssmi_mimo_dot(N, qt + r * N, kh + r2 * N));
+    for (int64_t r = 0; r < R; ++r) {
+        float * q = qt + r * N, *kk = kh + r * N;
+        ssmi_mimo_rotate(N, A, cosv, sinv, q);
+        ssmi_mimo_rotate(N, A, cosv, sinv, kk);
+        ssmi_mimo_round_act(act, q, N);
+        ssmi_mimo_round_act(act, kk, N);
+        for (int64_t n = 0; n < N; ++n) kk[n] *= c;
+        ssmi_mimo_round_act(act, kk, N);
+    }
+}
 
 /* Per-token inputs of chunk [tc, tc+n): tile rows, qk_dot output, e^{da_cs}, e^{da_cs_rev},
  * e^{segsum} (lower part), dout and z rows. */
@@ -98,7 +180,11 @@ static void load_chunk(const bf_job * job, bf_scratch * sc, int64_t b, int64_t h
     const int64_t g = h / (d->nheads / d->ngroups);
     ssmi_mimo_tile * tl = &sc->tl;
 
-    ssmi_mimo_token_scalars(k, &a->dt, &a->trap, b, h, tc, n, d->seqlen, sc->tmp, sc->dtv, sc->lam, tl->gamma, sc->cf);
+    if (job->faithful)
+        token_scalars_act(job, sc->dtv, sc->lam, b, h, tc, n, tl->gamma, sc->cf);
+    else
+        ssmi_mimo_token_scalars(k, &a->dt, &a->trap, b, h, tc, n, d->seqlen, sc->tmp, sc->dtv, sc->lam, tl->gamma,
+                                sc->cf);
     for (int64_t i = 0; i < n; ++i) {
         const int64_t t = tc + i;
         for (int64_t r = 0; r < R; ++r) {
@@ -111,14 +197,19 @@ static void load_chunk(const bf_job * job, bf_scratch * sc, int64_t b, int64_t h
             ssmi_mimo_sincos(k, A, sc->theta, sc->cosv, sc->sinv, sc->pairs);
         }
         float * qkd = tl->qkd + i * R * R;
-        ssmi_mimo_prep_token(R, N, A, sc->qr, sc->kr, &sc->hd, sc->cosv, sc->sinv, sc->cf[i], tl->qt + i * R * N,
-                             tl->kh + i * R * N, NULL, N, qkd);
+        if (job->faithful)
+            prep_token_act(job->act, R, N, A, sc->qr, sc->kr, &sc->hd, sc->cosv, sc->sinv, sc->cf[i],
+                           tl->qt + i * R * N, tl->kh + i * R * N, qkd);
+        else
+            ssmi_mimo_prep_token(R, N, A, sc->qr, sc->kr, &sc->hd, sc->cosv, sc->sinv, sc->cf[i], tl->qt + i * R * N,
+                                 tl->kh + i * R * N, NULL, N, qkd);
         if (ssmi_present(&a->qk_dot))
             for (int64_t r = 0; r < R; ++r)
                 kb->store_row(a->qk_dot.data, a->qk_dot.dtype, ssmi_off5(&a->qk_dot, b, h, t, r, 0),
                               a->qk_dot.strides[4], qkd + r * R, R);
         kb->load_row(sc->v, a->v.data, a->v.dtype, ssmi_off4(&a->v, b, t, h, 0), a->v.strides[3], P);
         ssmi_mimo_make_u(R, P, sc->v, sc->hd.mv, tl->u + i * R * P, P);
+        if (job->faithful) ssmi_mimo_round_act(job->act, tl->u + i * R * P, R * P);
         if (ssmi_present(&a->z))
             kb->load_row(sc->z + i * P, a->z.data, a->z.dtype, ssmi_off4(&a->z, b, t, h, 0), a->z.strides[3], P);
         if (job->d->reduce_o)
@@ -203,6 +294,150 @@ static void chunk_grads(const bf_job * job, bf_scratch * sc, int64_t b, int64_t 
     }
 }
 
+/* ---- upstream-bf16 mode: Y, the gate side and the state update (spec §5.1 items 10-18) -- */
+
+/* Token rows per block of the lower-triangular work (as ssmi_mimo_chunk_y). */
+static int64_t block_tokens(int64_t R) { return R >= 12 ? 1 : 12 / R; }
+
+/* Y of the chunk's n tokens with the roundings: Y = diag(e^{da_cs})·Q̃·ρ(Ŝ) (sb) + M·U
+ * with M = the strict-in-time scores ρ((q̃·k̂)·e^{segsum}) (no diagonal block), then per
+ * token and rank the diagonal ρ(Σ_r' in order ρ(qkd·u))·γ rounded, and D·u in fp32. */
+static void chunk_y_act(const bf_job * job, bf_scratch * sc, int64_t n) {
+    const ssmi_cpu_kernels * b  = job->k->base;
+    ssmi_mimo_tile *         tl = &sc->tl;
+    const int32_t            act = job->act;
+    const int64_t R = tl->R, N = tl->N, P = tl->P, C = tl->C, ld = tl->ld, L = n * R;
+    const float   dskip = sc->hd.d;
+    b->gemm(L, P, N, tl->qt, N, 1, sc->sb, P, tl->y, P, tl->ecs, 0.0f, 0);
+    const int64_t kc = (n - 1) * R; /* keys of tokens that have a later token */
+    for (int64_t x = 0; x < kc; ++x)
+        for (int64_t j = 0; j < N; ++j) tl->khT[j * ld + x] = tl->kh[x * N + j];
+    const int64_t tb = block_tokens(R);
+    for (int64_t i0 = 0; i0 < n; i0 += tb) {
+        const int64_t i1 = i0 + tb < n ? i0 + tb : n, x0 = i0 * R, rows = (i1 - i0) * R, cols = (i1 - 1) * R;
+        if (cols == 0) continue; /* token 0 alone: no earlier token */
+        float * m0 = tl->m + x0 * ld;
+        b->gemm(rows, cols, N, tl->qt + x0 * N, N, 1, tl->khT, ld, m0, ld, NULL, 0.0f, 0);
+        for (int64_t i = i0; i < i1; ++i) {
+            const float * e = tl->e + i * C;
+            for (int64_t r = 0; r < R; ++r) {
+                float * mr = tl->m + (i * R + r) * ld;
+                for (int64_t j = 0; j < i; ++j)
+                    for (int64_t r2 = 0; r2 < R; ++r2) mr[j * R + r2] *= e[j];
+                ssmi_mimo_round_act(act, mr, i * R);
+                for (int64_t x = i * R; x < cols; ++x) mr[x] = 0.0f;
+            }
+        }
+        b->gemm(rows, P, cols, m0, ld, 1, tl->u, P, tl->y + x0 * P, P, NULL, 1.0f, 0);
+    }
+    float * acc = sc->acc, *prod = sc->prod;
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t r = 0; r < R; ++r) {
+            const float * qkd = tl->qkd + (i * R + r) * R;
+            const float * ur  = tl->u + (i * R + r) * P;
+            float *       y   = tl->y + (i * R + r) * P;
+            memset(acc, 0, (size_t) P * sizeof(float));
+            for (int64_t r2 = 0; r2 < R; ++r2) {
+                const float * u2 = tl->u + (i * R + r2) * P;
+                for (int64_t p = 0; p < P; ++p) prod[p] = qkd[r2] * u2[p];
+                ssmi_mimo_round_act(act, prod, P);
+                for (int64_t p = 0; p < P; ++p) acc[p] += prod[p];
+                ssmi_mimo_round_act(act, acc, P);
+            }
+            for (int64_t p = 0; p < P; ++p) acc[p] *= tl->gamma[i];
+            ssmi_mimo_round_act(act, acc, P);
+            for (int64_t p = 0; p < P; ++p) y[p] += acc[p];
+            for (int64_t p = 0; p < P; ++p) y[p] += dskip * ur[p];
+        }
+}
+
+/* dmimo_o, dz, dmimo_z of the chunk's n tokens with the roundings: y_b = ρ(y); dmimo_o +=
+ * gate·y_b·dout; dg = ρ(ρ(dout·ρ(mimo_o))·y_b) (reduced) or ρ(dout[r]·y_b); dzz and
+ * dmimo_z fp32 (mimo_z unrounded); dz = the sequential per-rank sum ρ(acc + dzz·mimo_z). */
+static void chunk_grads_act(const bf_job * job, bf_scratch * sc, int64_t b, int64_t h, int64_t tc, int64_t n) {
+    const ssm_mamba3_mimo_bwd_fwd_args * a  = job->a;
+    const ssmi_cpu_kernels *             kb = job->k->base;
+    const int32_t                        act = job->act;
+    const int64_t R = job->d->rank, P = job->d->headdim, RP = R * P;
+    const int     has_z = ssmi_present(&a->z), reduce = job->d->reduce_o;
+    const float * mz = sc->hd.mz, *mo = sc->hd.mo;
+    float *       yb = sc->yb, *t1 = sc->prod, *acc = sc->acc;
+    if (!has_z && !reduce) return;
+    if (has_z) {
+        for (int64_t i = 0; i < n; ++i)
+            for (int64_t r = 0; r < R; ++r) {
+                const float * z  = sc->z + i * P, *mzr = mz + r * P;
+                float *       zz = sc->zz + (i * R + r) * P, *ex = sc->ex + (i * R + r) * P;
+                for (int64_t p = 0; p < P; ++p) zz[p] = z[p] * mzr[p], ex[p] = -zz[p];
+            }
+        kb->vexp(n * RP, sc->ex, sc->ex);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+        const float * z = sc->z + i * P;
+        for (int64_t r = 0; r < R; ++r) {
+            const int64_t x  = i * R + r;
+            const float * zz = sc->zz + x * P;
+            float *       ex = sc->ex + x * P; /* becomes dzz */
+            float *       dmo = sc->dmo + r * P, *dmz = sc->dmz + r * P;
+            memcpy(yb, sc->tl.y + x * P, (size_t) P * sizeof(float));
+            ssmi_mimo_round_act(act, yb, P);
+            const float * dout = reduce ? sc->dout + i * P : sc->dout + x * P;
+            if (reduce && !has_z) {
+                for (int64_t p = 0; p < P; ++p) dmo[p] += yb[p] * dout[p];
+                continue;
+            }
+            if (reduce) {
+                const float * mor = mo + r * P;
+                for (int64_t p = 0; p < P; ++p) dmo[p] += zz[p] / (1.0f + ex[p]) * yb[p] * dout[p];
+                for (int64_t p = 0; p < P; ++p) t1[p] = dout[p] * mor[p];
+                ssmi_mimo_round_act(act, t1, P);
+                for (int64_t p = 0; p < P; ++p) t1[p] *= yb[p];
+            } else {
+                for (int64_t p = 0; p < P; ++p) t1[p] = dout[p] * yb[p];
+            }
+            ssmi_mimo_round_act(act, t1, P); /* dg */
+            for (int64_t p = 0; p < P; ++p) {
+                const float sg = 1.0f / (1.0f + ex[p]);
+                ex[p]          = t1[p] * sg * (1.0f + zz[p] * (1.0f - sg));
+            }
+            for (int64_t p = 0; p < P; ++p) dmz[p] += ex[p] * z[p];
+        }
+        if (has_z && ssmi_present(&a->dz)) {
+            const float * dzz = sc->ex + i * RP;
+            memset(acc, 0, (size_t) P * sizeof(float));
+            for (int64_t r = 0; r < R; ++r) {
+                for (int64_t p = 0; p < P; ++p) acc[p] += dzz[r * P + p] * mz[r * P + p];
+                ssmi_mimo_round_act(act, acc, P);
+            }
+            kb->store_row(a->dz.data, a->dz.dtype, ssmi_off4(&a->dz, b, tc + i, h, 0), a->dz.strides[3], acc, P);
+        }
+    }
+}
+
+/* Ŝ ← ecl·Ŝ + ksᵀ·U with ks = ρ(k̂·e^{da_cs_rev}) (fp32 accumulation). */
+static void state_update_act(const bf_job * job, bf_scratch * sc, int64_t n, float ecl) {
+    ssmi_mimo_tile * tl = &sc->tl;
+    const int64_t    R = tl->R, N = tl->N, P = tl->P, L = n * R;
+    for (int64_t x = 0; x < L; ++x) {
+        const float   wi = tl->wrev[x / R];
+        const float * kr = tl->kh + x * N;
+        float *       kd = sc->ks + x * N;
+        for (int64_t j = 0; j < N; ++j) kd[j] = kr[j] * wi;
+    }
+    ssmi_mimo_round_act(job->act, sc->ks, L * N);
+    job->k->base->gemm(N, P, L, sc->ks, 1, N, tl->u, P, sc->s, P, NULL, ecl, 0);
+}
+
+/* The head's parameters as upstream loads them into act fragments (§5.1 item 1): q_bias,
+ * k_bias, mimo_v and mimo_o rounded; mimo_z and D stay fp32. */
+static void round_head_act(const bf_job * job, ssmi_mimo_head * hd) {
+    const int64_t R = job->d->rank, N = job->d->dstate, P = job->d->headdim;
+    ssmi_mimo_round_act(job->act, hd->qb, R * N);
+    ssmi_mimo_round_act(job->act, hd->kb, R * N);
+    ssmi_mimo_round_act(job->act, hd->mv, R * P);
+    if (job->d->reduce_o) ssmi_mimo_round_act(job->act, hd->mo, R * P);
+}
+
 static void bf_task(void * arg, int64_t task, int32_t thread) {
     const bf_job *                       job = (const bf_job *) arg;
     const ssmi_mimo_dims *               d   = job->d;
@@ -211,8 +446,9 @@ static void bf_task(void * arg, int64_t task, int32_t thread) {
     const int64_t R = d->rank, N = d->dstate, P = d->headdim, C = d->chunk, S = d->seqlen;
     const int64_t b = task / d->nheads, h = task % d->nheads;
     bf_scratch    sc;
-    bf_carve(&sc, job->scratch + (int64_t) thread * job->thread_floats, d);
+    bf_carve(&sc, job->scratch + (int64_t) thread * job->thread_floats, d, job->faithful);
     ssmi_mimo_head_load(k, &sc.hd, h, R, N, P, &a->q_bias, &a->k_bias, &a->mimo_v, &a->mimo_z, &a->mimo_o, NULL, &a->d);
+    if (job->faithful) round_head_act(job, &sc.hd);
     memset(sc.s, 0, (size_t) (N * P) * sizeof(float));
     memset(sc.dmo, 0, (size_t) (R * P) * sizeof(float));
     memset(sc.dmz, 0, (size_t) (R * P) * sizeof(float));
@@ -220,16 +456,30 @@ static void bf_task(void * arg, int64_t task, int32_t thread) {
     for (int64_t c = 0; c < nc; ++c) {
         const int64_t tc = c * C, n = S - tc < C ? S - tc : C;
         load_chunk(job, &sc, b, h, c, tc, n);
+        const float * s_out = sc.s; /* the states output: Ŝ, or ρ(Ŝ) in the bf16 mode */
+        if (job->faithful) {
+            memcpy(sc.sb, sc.s, (size_t) (N * P) * sizeof(float));
+            ssmi_mimo_round_act(job->act, sc.sb, N * P);
+            s_out = sc.sb;
+        }
         if (ssmi_present(&a->states))
             for (int64_t j = 0; j < N; ++j)
                 k->base->store_row(a->states.data, a->states.dtype, ssmi_off5(&a->states, b, h, c, j, 0),
-                                   a->states.strides[4], sc.s + j * P, P);
-        ssmi_mimo_chunk_y(k, &sc.tl, n, sc.s, sc.hd.d);
-        chunk_grads(job, &sc, b, h, tc, n);
+                                   a->states.strides[4], s_out + j * P, P);
+        if (job->faithful) {
+            chunk_y_act(job, &sc, n);
+            chunk_grads_act(job, &sc, b, h, tc, n);
+        } else {
+            ssmi_mimo_chunk_y(k, &sc.tl, n, sc.s, sc.hd.d);
+            chunk_grads(job, &sc, b, h, tc, n);
+        }
         if (c + 1 < nc) {
             float ecl = ssmi_get_f32(&a->da_cs, ssmi_off3(&a->da_cs, b, h, tc + n - 1));
             k->base->vexp(1, &ecl, &ecl);
-            ssmi_mimo_state_update(k, &sc.tl, n, ecl, sc.s);
+            if (job->faithful)
+                state_update_act(job, &sc, n, ecl);
+            else
+                ssmi_mimo_state_update(k, &sc.tl, n, ecl, sc.s);
         }
     }
     for (int64_t r = 0; r < R; ++r) {
@@ -250,7 +500,9 @@ ssm_status ssmi_cpu_mamba3_mimo_bwd_fwd(ssm_context * ctx, const ssm_mamba3_mimo
     job.d             = d;
     job.k             = ssmi_mimo_kernels_for(ctx);
     job.a             = a;
-    job.thread_floats = bf_carve(NULL, NULL, d);
+    job.faithful      = ctx != NULL && ctx->ref_mode == SSM_REF_UPSTREAM_BF16;
+    job.act           = a->v.dtype;
+    job.thread_floats = bf_carve(NULL, NULL, d, job.faithful);
     job.scratch       = ssmi_cpu_thread_scratch(ctx, "mamba3_mimo_bwd_fwd", job.thread_floats);
     if (job.scratch == NULL) return SSM_STATUS_OUT_OF_MEMORY;
     ssmi_parallel_for(ctx, d->batch * d->nheads, bf_task, &job);
