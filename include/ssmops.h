@@ -171,7 +171,9 @@ typedef struct ssm_context_params {
     int32_t       backend;       /* ssm_backend                                            */
     int32_t       isa;           /* ssm_isa; AUTO honours SSMOPS_ISA=scalar|avx2           */
     int32_t       deterministic; /* 1 (default): fixed reduction order, always honoured    */
-    int32_t       ref_mode;      /* ssm_ref_mode for the reference backend                 */
+    int32_t       ref_mode;      /* ssm_ref_mode: the reference backend's rounding model;
+                                    the CPU backend reads it only in
+                                    ssm_mamba3_mimo_bwd_fwd (see there)                    */
     ssm_allocator allocator;
     void *        cuda_stream;   /* cudaStream_t for the CUDA backend; NULL = default      */
 } ssm_context_params;
@@ -655,8 +657,15 @@ SSM_API void ssm_mamba3_mimo_params_init(ssm_mamba3_mimo_params * params);
  * forward from the given cumulative angles and the given da_cs / da_cs_rev / segsum
  * (independent inputs: used as given, never recomputed), and returns the gradients that
  * need only per-token forward values. No varlen, no initial states, no fused norm here.
- * The reference backend follows ctx's ref_mode: SSM_REF_EXACT (float64) or
- * SSM_REF_UPSTREAM_BF16 (rounds to bf16 exactly where upstream's kernel does, §5.1). */
+ * ctx's ref_mode picks the rounding model, on the reference AND the CPU backend (the only
+ * CPU operator that reads it; all others ignore it on the CPU):
+ *   SSM_REF_EXACT (default): reference float64; CPU fp32 throughout (DESIGN §5 bars).
+ *   SSM_REF_UPSTREAM_BF16: both round to the activation dtype (v's; bf16 in practice, a
+ *   no-op for f32) exactly where upstream's kernel does (§5.1: DT, the head parameters,
+ *   q̄/k̄, qk_dot, rotated pairs, k̂, u, Ŝ as an operand and as the states output, the
+ *   masked scores, the sequential per-rank sums of the diagonal and of dz, ...) and
+ *   accumulate in fp32; the CPU is then within rel_rms 1e-3 of the reference in that mode,
+ *   and a few 1e-3 from float64 with bf16 inputs (the cost of the roundings). */
 typedef struct ssm_mamba3_mimo_bwd_fwd_args {
     ssm_tensor dout;      /* in  (B,S,H,P) with mimo_o, else (B,S,R,H,P)                      */
     ssm_tensor q, k;      /* in  (B,S,R,G,N)                                                  */

@@ -6,11 +6,14 @@
  * (N,P,R,C) ∈ {(32,64,4,16), (128,32,4,16), (64,128,4,16), (128,64,8,8), (64,64,3,6),
  * (64,64,1,64)}, div 2 and 4, f32/f16/bf16, strided views, NaN-poisoned outputs, initial
  * and final states, varlen with an empty sequence. 1, 2 and 3 threads give identical
- * bytes; the scalar ISA passes the same bars. bwd_fwd bf16 cases are also measured against
- * the upstream-bf16 reference mode (printed; asserted at rel_rms < 1e-3 only with
- * SSMOPS_MIMO_BF16_BAR=1: the CPU path is fp32 and sits ~3e-3..8e-3 from the bf16-rounding
- * reference, which is the intrinsic bf16-vs-exact gap, see the report). CPU self-
- * consistency in fp32 (rel_rms ≤ 1e-5): forward over S tokens == S decode steps; two calls
+ * bytes; the scalar ISA passes the same bars. bwd_fwd in the context's upstream-bf16 mode
+ * (ref_mode SSM_REF_UPSTREAM_BF16, the §5.1 roundings): CPU vs the reference in the same
+ * mode, rel_rms < 1e-3 for every output, on every bwd_fwd case above in its own dtype and
+ * again with bf16 inputs (seed shapes, tails, GQA, reduced / non-reduced, z and d on/off),
+ * 1 thread and scalar ISA, 2 and 3 threads bitwise == 1; and the CPU in that mode vs the
+ * seed's stored bf16 reference outputs (tests/data/mamba3_mimo_bwd_fwd, <output>__bf16ref.npy),
+ * rel_rms < 1e-3, next to the default mode vs the stored float64 outputs (DESIGN bars).
+ * CPU self-consistency in fp32 (rel_rms ≤ 1e-5): forward over S tokens == S decode steps; two calls
  * chained through the final states == one call; varlen == one call per sequence; step with
  * a slot map, padding rows and an in-place pool.
  * Seed: SSMOPS_TEST_SEED (default 20261202). SHOWCMP=1 prints every comparison.
@@ -21,20 +24,27 @@
 
 #include "testutil.h"
 
-static ssm_context * make_ctx(ssm_backend backend, int threads, ssm_isa isa) {
+static ssm_context * make_ctx_mode(ssm_backend backend, int threads, ssm_isa isa, ssm_ref_mode mode) {
     ssm_context_params cp;
     ssm_context_params_init(&cp);
     cp.backend     = backend;
     cp.num_threads = threads;
     cp.isa         = isa;
+    cp.ref_mode    = mode;
     ssm_context * ctx = NULL;
     if (ssm_context_create(&cp, &ctx) != SSM_STATUS_OK) return NULL;
     return ctx;
 }
 
+static ssm_context * make_ctx(ssm_backend backend, int threads, ssm_isa isa) {
+    return make_ctx_mode(backend, threads, isa, SSM_REF_EXACT);
+}
+
 static ssm_context *ctx_ref, *ctx_cpu[4], *ctx_scalar;
 static ssm_mamba3_mimo_params g_params;
-static ssm_context * ctx_ref_bf16;
+/* ref_mode SSM_REF_UPSTREAM_BF16: the reference, the CPU at 1-3 threads, the scalar ISA */
+static ssm_context *ctx_ref_bf16, *ctx_cpu_bf16[4], *ctx_scalar_bf16;
+#define BF16_BAR 1e-3 /* seed / issue bar of the upstream-bf16 mode (rel_rms, every output) */
 
 /* ---- the op-generic harness (as in test_mamba2_cpu.c) ---------------------------------- *
  * For each output slot: REF into F64, CPU (threads 1/2/3 and scalar ISA) into out_dtype;
@@ -164,8 +174,86 @@ static void cfg_tag(const ssmt_mimo_config * c, const char * what, char * tag, s
              c->strided);
 }
 
-/* ---- bwd_fwd: CPU vs float64 (bars), threads, scalar; bf16 cases vs the bf16 reference --- */
-static double g_worst_bf16[5];
+/* ---- bwd_fwd: CPU vs float64 (bars), threads, scalar; the upstream-bf16 mode ------------ */
+static const char * const bf_names[5] = { "dmimo_o", "states", "dz", "dmimo_z", "qk_dot" };
+static double             g_worst_bf16[5]; /* worst CPU-vs-reference rel_rms in the bf16 mode */
+
+/* The five output slots of a bwd_fwd args struct. */
+static void bf_slots(ssm_mamba3_mimo_bwd_fwd_args * a, ssm_tensor * slot[5]) {
+    slot[0] = &a->dmimo_o, slot[1] = &a->states, slot[2] = &a->dz, slot[3] = &a->dmimo_z, slot[4] = &a->qk_dot;
+}
+
+/* Fresh NaN-poisoned F32 outputs for every present output slot of a (absent ones stay absent). */
+static void bf_alloc_outs(ssm_mamba3_mimo_bwd_fwd_args * a, ssmt_host h[5]) {
+    ssm_tensor * slot[5];
+    bf_slots(a, slot);
+    for (int o = 0; o < 5; ++o) {
+        h[o].buf = NULL;
+        if (!slot[o]->data) continue;
+        h[o] = ssmt_alloc(SSM_DTYPE_F32, slot[o]->ndim, slot[o]->shape);
+        ssmt_poison(&h[o].t);
+        *slot[o] = h[o].t;
+    }
+}
+
+static void bf_free_outs(ssmt_host h[5]) {
+    for (int o = 0; o < 5; ++o)
+        if (h[o].buf) ssmt_free(&h[o]);
+}
+
+/* y vs r at rel_rms < BF16_BAR (and no NaN/Inf that r lacks); returns rel_rms. */
+static double expect_bf16_bar(const char * label, const ssm_tensor * y, const ssm_tensor * r) {
+    const ssmt_cmp c = ssmt_compare(y, r);
+    if (getenv("SHOWCMP")) printf("%s rel_rms %.3g\n", label, c.rel_rms);
+    TEST_CHECK(c.nonfinite == 0 && c.rel_rms < BF16_BAR, "%s rel_rms %.3g nonfinite %lld (bar %.3g)", label,
+               c.rel_rms, (long long) c.nonfinite, BF16_BAR);
+    return c.rel_rms;
+}
+
+/* The CPU in the upstream-bf16 mode vs the reference in the same mode (F32 outputs of
+ * both): rel_rms < 1e-3 for every output at 1 thread and on the scalar ISA; 2 and 3
+ * threads give the same bytes as 1. */
+static void check_bf16_mode(const char * tag, const ssm_mamba3_mimo_bwd_fwd_args * args) {
+    ssm_mamba3_mimo_bwd_fwd_args ra = *args;
+    ssmt_host                    rb[5], first[5];
+    ssm_tensor *                 rslot[5];
+    bf_alloc_outs(&ra, rb);
+    bf_slots(&ra, rslot);
+    const ssm_status rs = ssm_mamba3_mimo_bwd_fwd(ctx_ref_bf16, &g_params, &ra);
+    TEST_CHECK(rs == SSM_STATUS_OK, "%s bf16 ref: %s (%s)", tag, ssm_status_string(rs),
+               ssm_context_last_error(ctx_ref_bf16));
+    for (int variant = 0; variant < 4; ++variant) {
+        ssm_context *                ctx = variant < 3 ? ctx_cpu_bf16[variant + 1] : ctx_scalar_bf16;
+        ssm_mamba3_mimo_bwd_fwd_args ca  = *args;
+        ssmt_host                    cb[5];
+        ssm_tensor *                 cslot[5];
+        bf_alloc_outs(&ca, cb);
+        bf_slots(&ca, cslot);
+        const ssm_status s = ssm_mamba3_mimo_bwd_fwd(ctx, &g_params, &ca);
+        TEST_CHECK(s == SSM_STATUS_OK, "%s bf16 mode variant %d: %s (%s)", tag, variant, ssm_status_string(s),
+                   ssm_context_last_error(ctx));
+        for (int o = 0; o < 5; ++o) {
+            if (!cb[o].buf) continue;
+            char label[360];
+            snprintf(label, sizeof label, "%s/%s/%s vs bf16 reference", tag, bf_names[o],
+                     variant < 3 ? "cpu-bf16" : "scalar-bf16");
+            if (variant == 0 || variant == 3) {
+                const double e = expect_bf16_bar(label, &cb[o].t, rslot[o]);
+                if (e > g_worst_bf16[o]) g_worst_bf16[o] = e;
+            } else {
+                TEST_CHECK(memcmp(first[o].buf, cb[o].buf, cb[o].bytes) == 0, "%s: %d threads differ from 1", label,
+                           variant + 1);
+            }
+        }
+        if (variant == 0)
+            memcpy(first, cb, sizeof first);
+        else
+            bf_free_outs(cb);
+    }
+    bf_free_outs(first);
+    bf_free_outs(rb);
+}
+
 static void test_bwd_fwd(ssmt_rng * rng, const ssmt_mimo_config * cfg) {
     ssmt_mimo_bwd_fwd_problem pr;
     char                      tag[300];
@@ -182,35 +270,114 @@ static void test_bwd_fwd(ssmt_rng * rng, const ssmt_mimo_config * cfg) {
     add_out(&oc, &a.dmimo_o), add_out(&oc, &a.states), add_out(&oc, &a.dz), add_out(&oc, &a.dmimo_z);
     add_out(&oc, &a.qk_dot);
     run_case(&oc);
-    if (cfg->dtype == SSM_DTYPE_BF16) {
-        /* the upstream-bf16 reference vs the CPU (both into F32 outputs) */
-        static const char * names[5] = { "dmimo_o", "states", "dz", "dmimo_z", "qk_dot" };
-        ssm_tensor *        slot[5]  = { &a.dmimo_o, &a.states, &a.dz, &a.dmimo_z, &a.qk_dot };
-        ssmt_host           rb[5], cb[5];
-        ssm_mamba3_mimo_bwd_fwd_args ra = pr.args, ca = pr.args;
-        ssm_tensor * rslot[5] = { &ra.dmimo_o, &ra.states, &ra.dz, &ra.dmimo_z, &ra.qk_dot };
-        ssm_tensor * cslot[5] = { &ca.dmimo_o, &ca.states, &ca.dz, &ca.dmimo_z, &ca.qk_dot };
-        for (int o = 0; o < 5; ++o) {
-            rb[o].buf = cb[o].buf = NULL;
-            if (!slot[o]->data) continue;
-            rb[o] = ssmt_alloc(SSM_DTYPE_F32, slot[o]->ndim, slot[o]->shape);
-            cb[o] = ssmt_alloc(SSM_DTYPE_F32, slot[o]->ndim, slot[o]->shape);
-            *rslot[o] = rb[o].t, *cslot[o] = cb[o].t;
-        }
-        TEST_CHECK_STATUS(ssm_mamba3_mimo_bwd_fwd(ctx_ref_bf16, &g_params, &ra), SSM_STATUS_OK);
-        TEST_CHECK_STATUS(ssm_mamba3_mimo_bwd_fwd(ctx_cpu[2], &g_params, &ca), SSM_STATUS_OK);
-        const int strict = getenv("SSMOPS_MIMO_BF16_BAR") != NULL;
-        for (int o = 0; o < 5; ++o) {
-            if (!rb[o].buf) continue;
-            const ssmt_cmp c = ssmt_compare(&cb[o].t, &rb[o].t);
-            if (c.rel_rms > g_worst_bf16[o]) g_worst_bf16[o] = c.rel_rms;
-            if (getenv("SHOWCMP")) printf("%s/%s vs bf16 reference: rel_rms %.3g\n", tag, names[o], c.rel_rms);
-            TEST_CHECK(c.nonfinite == 0, "%s/%s: non-finite values", tag, names[o]);
-            if (strict) TEST_CHECK(c.rel_rms < 1e-3, "%s/%s vs bf16 reference rel_rms %.3g", tag, names[o], c.rel_rms);
-            ssmt_free(&rb[o]), ssmt_free(&cb[o]);
-        }
-    }
+    check_bf16_mode(tag, &pr.args);
     ssmt_mimo_bwd_fwd_free(&pr);
+    if (cfg->dtype != SSM_DTYPE_BF16) { /* the same configuration with bf16 inputs */
+        ssmt_mimo_config c = *cfg;
+        c.dtype            = SSM_DTYPE_BF16;
+        cfg_tag(&c, "bwd_fwd", tag, sizeof tag);
+        if (ssmt_mimo_random_bwd_fwd(rng, &c, &pr) != 0) {
+            TEST_CHECK(0, "%s: could not build the problem", tag);
+            return;
+        }
+        g_params = pr.params;
+        check_bf16_mode(tag, &pr.args);
+        ssmt_mimo_bwd_fwd_free(&pr);
+    }
+}
+
+/* "div": <number> of a case's case.json (4 when absent). */
+static int32_t case_div(const ssmt_case * c) {
+    char path[1200];
+    snprintf(path, sizeof path, "%s/case.json", c->dir);
+    FILE * f = fopen(path, "rb");
+    if (f == NULL) return 4;
+    static char  text[65536];
+    const size_t n = fread(text, 1, sizeof text - 1, f);
+    fclose(f);
+    text[n]          = '\0';
+    const char * at = strstr(text, "\"div\":");
+    return at != NULL ? (int32_t) strtol(at + 6, NULL, 10) : 4;
+}
+
+/* The stored bwd_fwd vectors: the CPU (2 threads) in the default mode vs the float64
+ * outputs (DESIGN bars for the case dtype), and in the upstream-bf16 mode vs the seed's
+ * bf16 reference outputs *__bf16ref.npy (rel_rms < 1e-3), where the case has them. */
+static void test_bwd_fwd_vectors(void) {
+    static const char * const ins[17] = { "dout",  "q",      "k",  "v",         "q_bias", "k_bias",
+                                          "mimo_v", "mimo_o", "z",  "mimo_z",    "angles", "da_cs",
+                                          "da_cs_rev", "dt",  "trap", "d",       "segsum" };
+    static char names[64][128];
+    const int   ncases = ssmt_case_list("mamba3_mimo_bwd_fwd", names, 64);
+    int         nbf16  = 0;
+    TEST_CHECK(ncases > 0, "no stored mamba3_mimo_bwd_fwd vectors");
+    for (int ci = 0; ci < ncases; ++ci) {
+        ssmt_case c;
+        if (ssmt_case_load(&c, "mamba3_mimo_bwd_fwd", names[ci]) != 0) {
+            TEST_CHECK(0, "cannot load mamba3_mimo_bwd_fwd/%s", names[ci]);
+            continue;
+        }
+        ssmt_host in[17];
+        for (int i = 0; i < 17; ++i) {
+            const int act = !strcmp(ins[i], "dout") || !strcmp(ins[i], "q") || !strcmp(ins[i], "k") ||
+                            !strcmp(ins[i], "v") || !strcmp(ins[i], "z") || !strcmp(ins[i], "trap");
+            in[i].buf = NULL;
+            memset(&in[i].t, 0, sizeof in[i].t);
+            if (ssmt_case_has(&c, ins[i])) in[i] = ssmt_case_tensor(&c, ins[i], act ? c.dtype : SSM_DTYPE_F32);
+        }
+        ssm_mamba3_mimo_bwd_fwd_args a0 = { 0 };
+        ssm_tensor * inslot[17] = { &a0.dout,   &a0.q,      &a0.k,    &a0.v,         &a0.q_bias, &a0.k_bias,
+                                    &a0.mimo_v, &a0.mimo_o, &a0.z,    &a0.mimo_z,    &a0.angles, &a0.da_cs,
+                                    &a0.da_cs_rev, &a0.dt,  &a0.trap, &a0.d,         &a0.segsum };
+        for (int i = 0; i < 17; ++i) *inslot[i] = in[i].t;
+        ssm_mamba3_mimo_params_init(&g_params);
+        if (c.chunk > 0) g_params.chunk_size = c.chunk;
+        g_params.rotary_dim_divisor = case_div(&c);
+        for (int mode = 0; mode < 2; ++mode) {
+            ssmt_host    want[5], got[5];
+            ssm_tensor * slot[5];
+            bf_slots(&a0, slot);
+            int present = 0;
+            for (int o = 0; o < 5; ++o) {
+                char file[64];
+                snprintf(file, sizeof file, "%s%s", bf_names[o], mode ? "__bf16ref" : "");
+                want[o].buf = got[o].buf = NULL;
+                memset(slot[o], 0, sizeof *slot[o]);
+                if (!ssmt_case_has(&c, file)) continue;
+                want[o] = ssmt_case_tensor(&c, file, SSM_DTYPE_F64);
+                got[o]  = ssmt_alloc(SSM_DTYPE_F32, want[o].t.ndim, want[o].t.shape);
+                ssmt_poison(&got[o].t);
+                *slot[o] = got[o].t;
+                ++present;
+            }
+            if (present > 0) {
+                ssm_context *    ctx = mode ? ctx_cpu_bf16[2] : ctx_cpu[2];
+                const ssm_status st  = ssm_mamba3_mimo_bwd_fwd(ctx, &g_params, &a0);
+                TEST_CHECK(st == SSM_STATUS_OK, "vector %.100s mode %d: %s (%s)", names[ci], mode, ssm_status_string(st),
+                           ssm_context_last_error(ctx));
+                nbf16 += mode;
+                for (int o = 0; o < 5 && st == SSM_STATUS_OK; ++o) {
+                    if (!got[o].buf) continue;
+                    char label[300];
+                    snprintf(label, sizeof label, "vector %.100s/%s %s", names[ci], bf_names[o],
+                             mode ? "cpu-bf16 vs __bf16ref" : "cpu vs float64");
+                    if (mode) {
+                        const double e = expect_bf16_bar(label, &got[o].t, &want[o].t);
+                        printf("%-72s rel_rms=%.3e bar=%.0e %s\n", label, e, BF16_BAR, e < BF16_BAR ? "PASS" : "FAIL");
+                    } else {
+                        ssmt_check_bar(label, &got[o].t, &want[o].t, c.dtype);
+                    }
+                }
+            }
+            for (int o = 0; o < 5; ++o) {
+                if (want[o].buf) ssmt_free(&want[o]);
+                if (got[o].buf) ssmt_free(&got[o]);
+            }
+        }
+        for (int i = 0; i < 17; ++i)
+            if (in[i].buf) ssmt_free(&in[i]);
+    }
+    TEST_CHECK(nbf16 > 0, "no stored vector has *__bf16ref outputs");
 }
 
 /* ---- forward ------------------------------------------------------------------------------ */
@@ -445,16 +612,14 @@ int main(void) {
     ssmt_rng rng;
     ssmt_rng_seed(&rng, seed);
     ctx_ref = make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
-    {
-        ssm_context_params cp;
-        ssm_context_params_init(&cp);
-        cp.backend  = SSM_BACKEND_REF;
-        cp.ref_mode = SSM_REF_UPSTREAM_BF16;
-        if (ssm_context_create(&cp, &ctx_ref_bf16) != SSM_STATUS_OK) ctx_ref_bf16 = NULL;
-    }
+    ctx_ref_bf16 = make_ctx_mode(SSM_BACKEND_REF, 1, SSM_ISA_AUTO, SSM_REF_UPSTREAM_BF16);
     for (int t = 1; t <= 3; ++t) ctx_cpu[t] = make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
-    ctx_scalar = make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
-    TEST_CHECK(ctx_ref && ctx_ref_bf16 && ctx_cpu[1] && ctx_cpu[2] && ctx_cpu[3] && ctx_scalar, "context creation failed");
+    for (int t = 1; t <= 3; ++t) ctx_cpu_bf16[t] = make_ctx_mode(SSM_BACKEND_CPU, t, SSM_ISA_AUTO, SSM_REF_UPSTREAM_BF16);
+    ctx_scalar      = make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
+    ctx_scalar_bf16 = make_ctx_mode(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR, SSM_REF_UPSTREAM_BF16);
+    TEST_CHECK(ctx_ref && ctx_ref_bf16 && ctx_cpu[1] && ctx_cpu[2] && ctx_cpu[3] && ctx_scalar && ctx_cpu_bf16[1] &&
+                   ctx_cpu_bf16[2] && ctx_cpu_bf16[3] && ctx_scalar_bf16,
+               "context creation failed");
     if (ssmt_failures) TEST_EXIT();
     static const ssm_dtype dtypes[] = { SSM_DTYPE_BF16, SSM_DTYPE_F32, SSM_DTYPE_F16 };
 
@@ -529,11 +694,14 @@ int main(void) {
         c.out_dtype = SSM_DTYPE_F16;
         test_step(&rng, c, 6, 1);
     }
-    printf("bwd_fwd CPU vs bf16 reference, worst rel_rms: dmimo_o %.3g states %.3g dz %.3g dmimo_z %.3g qk_dot %.3g\n",
-           g_worst_bf16[0], g_worst_bf16[1], g_worst_bf16[2], g_worst_bf16[3], g_worst_bf16[4]);
-    for (int t = 1; t <= 3; ++t) ssm_context_free(ctx_cpu[t]);
+    test_bwd_fwd_vectors();
+    printf("bwd_fwd CPU vs reference in the upstream-bf16 mode, worst rel_rms (bar %.0e): dmimo_o %.3g states %.3g "
+           "dz %.3g dmimo_z %.3g qk_dot %.3g\n",
+           BF16_BAR, g_worst_bf16[0], g_worst_bf16[1], g_worst_bf16[2], g_worst_bf16[3], g_worst_bf16[4]);
+    for (int t = 1; t <= 3; ++t) ssm_context_free(ctx_cpu[t]), ssm_context_free(ctx_cpu_bf16[t]);
     ssm_context_free(ctx_ref);
     ssm_context_free(ctx_ref_bf16);
     ssm_context_free(ctx_scalar);
+    ssm_context_free(ctx_scalar_bf16);
     TEST_EXIT();
 }

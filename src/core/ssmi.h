@@ -145,6 +145,14 @@ ssm_status ssmi_check_no_overlap(ssm_context * ctx, const char * op, const char 
 /* Number of elements (product of shape); 0 if any dim is 0. Assumes checked. */
 int64_t    ssmi_numel(const ssm_tensor * t);
 
+/* ---- decode state pools (core/pool.c) ------------------------------------------------ */
+/* A separate output pool must hold the whole pool after a decode step: copies every slot
+ * of `in` that no batch row updates (slot of row b = indices[b]; negative = padding) into
+ * `out`, exactly. A no-op when out is absent, out is in (in place) or there are no indices
+ * (then slots == batch and every slot is updated). */
+ssm_status ssmi_copy_unused_slots(ssm_context * ctx, const char * op, const ssm_tensor * in, const ssm_tensor * out,
+                                  const ssm_tensor * indices, int64_t batch);
+
 /* ---- Mamba-2 problem description (filled by ops/mamba2.c after validation) ---------- */
 typedef struct ssmi_mamba2_dims {
     int64_t batch;   /* batch rows                                            */

@@ -240,6 +240,19 @@ static void load_rows(const ssmi_cpu_kernels * k, const ssm_tensor * t, int64_t 
         k->load_row(dst + i * dst_stride, t->data, t->dtype, ssmi_off4(t, row, t0 + i, kk, 0), t->strides[3], n);
 }
 
+/* Asks for rows [t0, t0 + L) of head kk of a (batch, S, H, n) tensor ahead of their use:
+ * they are H·n elements apart (a page or more), which the hardware prefetchers do not
+ * follow, and loading them cold was a fifth of the backward. Absent tensors, empty ranges
+ * and rows with a non-unit last stride are skipped. */
+static void prefetch_rows(const ssm_tensor * t, int64_t row, int64_t t0, int64_t L, int64_t kk, int64_t n) {
+    if (t->data == NULL || L <= 0 || t->strides[3] != 1) return;
+    const int64_t es = (int64_t) ssm_dtype_size((ssm_dtype) t->dtype);
+    for (int64_t i = 0; i < L; ++i) {
+        const char * p = (const char *) t->data + ssmi_off4(t, row, t0 + i, kk, 0) * es;
+        for (int64_t b = 0; b < n * es; b += 64) __builtin_prefetch(p + b, 0, 3);
+    }
+}
+
 /* The per-head values D_h(p) into dvec; returns whether D is present. */
 static int load_d(const ssmi_cpu_kernels * k, const ssm_tensor * dten, int64_t h, int64_t P, float * dvec) {
     if (!ssmi_present(dten)) return 0;
@@ -269,7 +282,6 @@ static void head_forward(const bwd_job * job, const head_ctx * hc, const bwd_til
     const int64_t P = d->headdim, N = d->dstate, Q = BWD_CHUNK, sst = state_stride(N, P);
     const int64_t tq = ssmi_cpu_lines(N * Q);
     const bwd_segment *              seg = hc->seg;
-    const int                        want_dz = ssmi_present(&a->dz);
     if (hc->nc == 0) return; /* an empty run has no chunk states (and no tiles for them) */
 
     float * s0 = w->states;
@@ -281,8 +293,7 @@ static void head_forward(const bwd_job * job, const head_ctx * hc, const bwd_til
     } else {
         memset(s0, 0, (size_t) (N * P) * sizeof(float));
     }
-    const int64_t last = want_dz ? hc->nc : hc->nc - 1; /* the last chunk only matters for dz */
-    for (int64_t c = 0; c < last; ++c) {
+    for (int64_t c = 0; c + 1 < hc->nc; ++c) { /* the last chunk's state is not needed */
         const int64_t L = seg->len - c * Q < Q ? seg->len - c * Q : Q, t0 = seg->t0 + c * Q;
         float *       sc = w->states + c * sst;
         chunk_dt(job, seg->row, t0, L, hc->h, hc->ah, hc->bias, w->dtv, w->cm, NULL);
@@ -291,33 +302,11 @@ static void head_forward(const bwd_job * job, const head_ctx * hc, const bwd_til
         k->vexp(L, w->eclm, w->eclm);
         for (int64_t j = 0; j < L; ++j) w->wexp[j] = w->eclm[j] * w->dtv[j];
         load_rows(k, &a->x, seg->row, t0, L, hc->h, P, w->xt, P);
-        if (want_dz) {
-            /* y = diag(e^{cm})·C·S_c + Mdiag·X + D·x, as the forward computes it */
-            k->vexp(L, w->cm, w->ecm);
-            k->gemm(L, P, N, w->cts + c * tq, 1, Q, sc, P, w->yt, P, w->ecm, 0.0f, 0);
-            k->decay_rows(L, L, w->cbs + c * Q * Q, Q, w->cm, w->dtv, w->m0, Q);
-            k->gemm(L, P, L, w->m0, Q, 1, w->xt, P, w->yt, P, NULL, 1.0f, 1);
-            for (int64_t i = 0; i < L; ++i) {
-                float *       y = w->yt + i * P;
-                const float * x = w->xt + i * P;
-                if (hc->has_d)
-                    for (int64_t p = 0; p < P; ++p) y[p] += w->dvec[p] * x[p];
-                k->load_row(w->zrow, a->z.data, a->z.dtype, ssmi_off4(&a->z, seg->row, t0 + i, hc->h, 0),
-                            a->z.strides[3], P);
-                k->load_row(w->orow, a->dout.data, a->dout.dtype,
-                            ssmi_off4(&a->dout, seg->row, t0 + i, hc->h, 0), a->dout.strides[3], P);
-                /* σ(z) through the vector exp: e = exp(−z), σ = 1/(1 + e) */
-                for (int64_t p = 0; p < P; ++p) w->ddrow[p] = -w->zrow[p];
-                k->vexp(P, w->ddrow, w->ddrow);
-                for (int64_t p = 0; p < P; ++p) {
-                    const float zv = w->zrow[p], sg = 1.0f / (1.0f + w->ddrow[p]);
-                    y[p]           = w->orow[p] * y[p] * sg * (1.0f + zv * (1.0f - sg));
-                }
-                k->store_row(a->dz.data, a->dz.dtype, ssmi_off4(&a->dz, seg->row, t0 + i, hc->h, 0),
-                             a->dz.strides[3], y, P);
-            }
+        if (c + 2 < hc->nc) { /* the next chunk's rows arrive while this one computes */
+            const int64_t ln = seg->len - (c + 1) * Q < Q ? seg->len - (c + 1) * Q : Q;
+            prefetch_rows(&a->x, seg->row, t0 + Q, ln, hc->h, P);
         }
-        if (c + 1 < hc->nc) {
+        {
             /* S_{c+1} = e^{cl}·S_c + Σ_j B_j (e^{cl−cm_j}·dt_j·x_j)ᵀ */
             float * sn = sc + sst;
             for (int64_t j = 0; j < L; ++j)
@@ -330,16 +319,43 @@ static void head_forward(const bwd_job * job, const head_ctx * hc, const bwd_til
     }
 }
 
-/* δx rows of a chunk: dout·silu(z) or dout. */
-static void load_dy(const bwd_job * job, const head_ctx * hc, int64_t t0, int64_t L, const bwd_tiles * w) {
+/* δx rows of chunk c: dout·silu(z) or dout; with dz asked for, also the pre-gate output
+ * y = diag(e^{cm})·C·S_c + Mdiag·X + D·x, computed as the forward computes it (x rows, dt,
+ * cm, e^{cm} of the chunk loaded), and dz = dout·y·σ(z)(1 + z(1 − σ(z))). Doing this here
+ * rather than in the forward recompute reads z and dout once per head, not twice. */
+static void load_dy(const bwd_job * job, const head_ctx * hc, int64_t c, int64_t t0, int64_t L, const float * sc,
+                    const bwd_tiles * w) {
     const ssm_mamba2_scan_bwd_args * a = job->args;
     const ssmi_cpu_kernels *         k = job->kernels;
-    const int64_t                    P = job->dims->headdim, row = hc->seg->row;
+    const int64_t P = job->dims->headdim, N = job->dims->dstate, Q = BWD_CHUNK, row = hc->seg->row;
+    const int64_t tq = ssmi_cpu_lines(N * Q);
+    const int     want_dz = ssmi_present(&a->dz);
     load_rows(k, &a->dout, row, t0, L, hc->h, P, w->dy, P);
     if (!ssmi_present(&a->z)) return;
+    if (want_dz) {
+        k->gemm(L, P, N, w->cts + c * tq, 1, Q, sc, P, w->yt, P, w->ecm, 0.0f, 0);
+        k->decay_rows(L, L, w->cbs + c * Q * Q, Q, w->cm, w->dtv, w->m0, Q);
+        k->gemm(L, P, L, w->m0, Q, 1, w->xt, P, w->yt, P, NULL, 1.0f, 1);
+    }
     for (int64_t i = 0; i < L; ++i) {
+        float * dy = w->dy + i * P;
         k->load_row(w->zrow, a->z.data, a->z.dtype, ssmi_off4(&a->z, row, t0 + i, hc->h, 0), a->z.strides[3], P);
-        k->silu_gate(P, w->dy + i * P, w->zrow, w->dy + i * P);
+        if (want_dz) {
+            float *       y = w->yt + i * P;
+            const float * x = w->xt + i * P;
+            if (hc->has_d)
+                for (int64_t p = 0; p < P; ++p) y[p] += w->dvec[p] * x[p];
+            /* σ(z) through the vector exp: e = exp(−z), σ = 1/(1 + e) */
+            for (int64_t p = 0; p < P; ++p) w->ddrow[p] = -w->zrow[p];
+            k->vexp(P, w->ddrow, w->ddrow);
+            for (int64_t p = 0; p < P; ++p) {
+                const float zv = w->zrow[p], sg = 1.0f / (1.0f + w->ddrow[p]);
+                y[p]           = dy[p] * y[p] * sg * (1.0f + zv * (1.0f - sg));
+            }
+            k->store_row(a->dz.data, a->dz.dtype, ssmi_off4(&a->dz, row, t0 + i, hc->h, 0), a->dz.strides[3], y,
+                         P);
+        }
+        k->silu_gate(P, dy, w->zrow, dy);
     }
 }
 
@@ -380,7 +396,12 @@ static void head_backward(const bwd_job * job, const head_ctx * hc, const bwd_ti
         const float * btc = w->bts + c * tq; /* Bᵀ, Cᵀ of the chunk: [N][Q] */
         const float * ctc = w->cts + c * tq;
         load_rows(k, &a->x, row, t0, L, h, P, w->xt, P);
-        load_dy(job, hc, t0, L, w);
+        load_dy(job, hc, c, t0, L, sc, w);
+        if (c > 0) { /* the previous chunk (next in this walk) is always whole */
+            prefetch_rows(&a->x, row, t0 - Q, Q, h, P);
+            prefetch_rows(&a->dout, row, t0 - Q, Q, h, P);
+            prefetch_rows(&a->z, row, t0 - Q, Q, h, P);
+        }
 
         /* dD: fp32 over the chunk, float64 across chunks */
         for (int64_t p = 0; p < P; ++p) w->ddrow[p] = 0.0f;

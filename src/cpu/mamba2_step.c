@@ -192,64 +192,11 @@ static void step_task(void * arg, int64_t task, int32_t thread) {
     }
 }
 
-/* ---- final_state separate from state: copy the slots no row updates ------------------- */
-typedef struct copy_job {
-    const ssmi_mamba2_dims *     dims;
-    const ssm_mamba2_step_args * args;
-    const int64_t *              slots; /* the unused slots */
-} copy_job;
-
-/* Row copy that keeps every value exactly: raw bytes for equal dtypes, else one rounding
- * from float64 (an f64 pool must not pass through fp32). */
-static void copy_row_exact(const ssm_tensor * src, int64_t soff, const ssm_tensor * dst, int64_t doff, int64_t n) {
-    const size_t es = ssm_dtype_size((ssm_dtype) src->dtype);
-    if (src->dtype == dst->dtype && (src->strides[3] == 1 || n <= 1) && (dst->strides[3] == 1 || n <= 1)) {
-        memcpy((char *) dst->data + doff * (int64_t) es, (const char *) src->data + soff * (int64_t) es, (size_t) n * es);
-        return;
-    }
-    for (int64_t i = 0; i < n; ++i)
-        ssmi_set_f64(dst, doff + i * dst->strides[3], ssmi_get_f64(src, soff + i * src->strides[3]));
-}
-
-static void copy_task(void * arg, int64_t task, int32_t thread) {
-    (void) thread;
-    const copy_job *   job = (const copy_job *) arg;
-    const ssm_tensor * st  = &job->args->state;
-    const ssm_tensor * fin = &job->args->final_state;
-    const int64_t      H = job->dims->nheads, P = job->dims->headdim, N = job->dims->dstate;
-    const int64_t      slot = job->slots[task / H], h = task % H;
-    for (int64_t p = 0; p < P; ++p) copy_row_exact(st, ssmi_off4(st, slot, h, p, 0), fin, ssmi_off4(fin, slot, h, p, 0), N);
-}
-
-static ssm_status copy_unused_slots(ssm_context * ctx, const ssmi_mamba2_dims * d, const ssm_mamba2_step_args * a) {
-    if (d->slots == 0) return SSM_STATUS_OK;
-    int64_t * list = (int64_t *) ssmi_alloc(ctx, (size_t) d->slots * (sizeof(int64_t) + 1));
-    SSM_RETURN_IF(list == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY, "mamba2_step: could not allocate %zu bytes of scratch",
-                  (size_t) d->slots * (sizeof(int64_t) + 1));
-    unsigned char * used = (unsigned char *) (list + d->slots);
-    memset(used, 0, (size_t) d->slots);
-    for (int64_t b = 0; b < d->batch; ++b) {
-        const int64_t slot = slot_of(a, b);
-        if (slot >= 0) used[slot] = 1;
-    }
-    int64_t count = 0;
-    for (int64_t s = 0; s < d->slots; ++s)
-        if (!used[s]) list[count++] = s;
-    if (count > 0 && d->nheads > 0) {
-        copy_job job = { d, a, list };
-        ssmi_parallel_for(ctx, count * d->nheads, copy_task, &job);
-    }
-    ssmi_free(ctx, list);
-    return SSM_STATUS_OK;
-}
-
 ssm_status ssmi_cpu_mamba2_step(ssm_context * ctx, const ssm_mamba2_params * p, const ssmi_mamba2_dims * d,
                                 const ssm_mamba2_step_args * a) {
     const ssmi_cpu_kernels * k         = ssmi_cpu_kernels_for(ctx);
     const int                avx2      = ssmi_context_isa(ctx) == SSM_ISA_AVX2;
     const int                has_final = ssmi_present(&a->final_state);
-    const int                in_place  = has_final && a->final_state.data == a->state.data;
-    if (has_final && !in_place) SSM_FORWARD_IF_ERROR(copy_unused_slots(ctx, d, a));
     const int64_t pairs = d->batch * d->nheads;
     if (pairs == 0 || d->headdim == 0) return SSM_STATUS_OK;
 

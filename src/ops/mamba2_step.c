@@ -153,6 +153,10 @@ ssm_status ssm_mamba2_step(ssm_context * ctx, const ssm_mamba2_params * params, 
     SSM_FORWARD_IF_ERROR(validate_step(ctx, params, args, &d));
     ssmi_backend_kind be = SSMI_BACKEND_CPU;
     SSM_FORWARD_IF_ERROR(ssmi_pick_backend(ctx, step_op, &be));
-    return be == SSMI_BACKEND_REF ? ssmi_ref_mamba2_step(ctx, params, &d, args)
-                                  : ssmi_cpu_mamba2_step(ctx, params, &d, args);
+    SSM_FORWARD_IF_ERROR(be == SSMI_BACKEND_REF ? ssmi_ref_mamba2_step(ctx, params, &d, args)
+                                                : ssmi_cpu_mamba2_step(ctx, params, &d, args));
+    /* A separate final_state is the whole pool after the step (after success only: a
+     * failed call writes nothing; the step never touches these slots, nor the input). */
+    return ssmi_copy_unused_slots(ctx, step_op, &args->state, &args->final_state, &args->state_batch_indices,
+                                  d.batch);
 }

@@ -654,6 +654,14 @@ ssm_status ssm_mamba3_mimo_step(ssm_context * ctx, const ssm_mamba3_mimo_params 
     ssmi_backend_kind be = SSMI_BACKEND_CPU;
     SSM_FORWARD_IF_ERROR(validate_step(ctx, params, args, &d));
     SSM_FORWARD_IF_ERROR(ssmi_pick_backend(ctx, op, &be));
-    return be == SSMI_BACKEND_REF ? ssmi_ref_mamba3_mimo_step(ctx, params, &d, args)
-                                  : ssmi_cpu_mamba3_mimo_step(ctx, params, &d, args);
+    SSM_FORWARD_IF_ERROR(be == SSMI_BACKEND_REF ? ssmi_ref_mamba3_mimo_step(ctx, params, &d, args)
+                                                : ssmi_cpu_mamba3_mimo_step(ctx, params, &d, args));
+    /* Separate final_* pools hold the whole pool after the step (see core/pool.c). */
+    const ssm_tensor * ins[4]  = {&args->angle_state, &args->ssm_state, &args->k_state, &args->v_state};
+    const ssm_tensor * outs[4] = {&args->final_angle_state, &args->final_ssm_state, &args->final_k_state,
+                                  &args->final_v_state};
+    for (int i = 0; i < 4; ++i)
+        SSM_FORWARD_IF_ERROR(
+            ssmi_copy_unused_slots(ctx, "mamba3_mimo_step", ins[i], outs[i], &args->state_batch_indices, d.batch));
+    return SSM_STATUS_OK;
 }

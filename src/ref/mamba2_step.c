@@ -39,33 +39,9 @@ static double step_channel(const ssm_mamba2_params * prm, const ssmi_mamba2_dims
     return y;
 }
 
-/* final_state[s] = state[s] for every slot no row updates (final_state separate). */
-static ssm_status copy_unused_slots(ssm_context * ctx, const ssmi_mamba2_dims * d, const ssm_mamba2_step_args * a) {
-    if (d->slots == 0) return SSM_STATUS_OK;
-    unsigned char * used = (unsigned char *)ssmi_alloc(ctx, (size_t)d->slots);
-    SSM_RETURN_IF(used == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY, "mamba2_step: could not allocate %zu bytes of scratch",
-                  (size_t)d->slots);
-    memset(used, 0, (size_t)d->slots);
-    for (int64_t b = 0; b < d->batch; ++b) {
-        const int64_t slot = slot_of(a, b);
-        if (slot >= 0) used[slot] = 1;
-    }
-    for (int64_t s = 0; s < d->slots; ++s) {
-        if (used[s]) continue;
-        for (int64_t h = 0; h < d->nheads; ++h)
-            for (int64_t p = 0; p < d->headdim; ++p)
-                for (int64_t n = 0; n < d->dstate; ++n)
-                    ssmi_set_f64(&a->final_state, ssmi_off4(&a->final_state, s, h, p, n),
-                                 ssmi_get_f64(&a->state, ssmi_off4(&a->state, s, h, p, n)));
-    }
-    ssmi_free(ctx, used);
-    return SSM_STATUS_OK;
-}
-
 ssm_status ssmi_ref_mamba2_step(ssm_context * ctx, const ssm_mamba2_params * p, const ssmi_mamba2_dims * d,
                                 const ssm_mamba2_step_args * a) {
-    const int in_place = ssmi_present(&a->final_state) && a->final_state.data == a->state.data;
-    if (ssmi_present(&a->final_state) && !in_place) SSM_FORWARD_IF_ERROR(copy_unused_slots(ctx, d, a));
+    (void)ctx;
     for (int64_t b = 0; b < d->batch; ++b) {
         const int64_t slot = slot_of(a, b);
         for (int64_t h = 0; h < d->nheads; ++h)

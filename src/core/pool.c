@@ -1,0 +1,63 @@
+/*
+ * pool.c — decode state pools.
+ *
+ * Every decode step (mamba2_step, causal_conv1d_update, mamba3_siso_step, mamba3_mimo_step)
+ * takes a pool of state rows indexed by slot and an optional output pool. When the output
+ * is a separate buffer it must hold the whole pool after the step — the slots some batch row
+ * updates, and a copy of every other slot — so "separate" and "in place" give the same pool.
+ * This file copies the slots no row updates, exactly (raw bytes for equal dtypes, else one
+ * rounding from double), serially: it is off the hot path (in-place pools never copy).
+ */
+#include <string.h>
+
+#include "ssmi.h"
+
+/* Copies the sub-tensor [slot, ...] of in into out, element by element in row-major order. */
+static void ssmi_copy_slot(const ssm_tensor * in, const ssm_tensor * out, int64_t slot) {
+    const int32_t nd = in->ndim - 1; /* dims below the slot axis */
+    int64_t       idx[SSM_MAX_DIMS] = {0};
+    int64_t       count = 1;
+    for (int32_t d = 1; d < in->ndim; ++d) count *= in->shape[d];
+    const size_t es       = ssm_dtype_size((ssm_dtype)in->dtype);
+    const int    raw_last = in->dtype == out->dtype && nd > 0 && in->strides[in->ndim - 1] == 1 &&
+                         out->strides[out->ndim - 1] == 1;
+    const int64_t inner = nd > 0 ? in->shape[in->ndim - 1] : 1;
+    for (int64_t e = 0; e < count; e += raw_last ? inner : 1) {
+        int64_t ioff = slot * in->strides[0], ooff = slot * out->strides[0];
+        for (int32_t d = 0; d < nd; ++d) {
+            ioff += idx[d] * in->strides[d + 1];
+            ooff += idx[d] * out->strides[d + 1];
+        }
+        if (raw_last) {
+            memcpy((char *)out->data + ooff * (int64_t)es, (const char *)in->data + ioff * (int64_t)es,
+                   (size_t)inner * es);
+            idx[nd - 1] = inner; /* carry into the next row below */
+        } else {
+            ssmi_set_f64(out, ooff, ssmi_get_f64(in, ioff));
+            if (nd > 0) ++idx[nd - 1];
+        }
+        for (int32_t d = nd - 1; d > 0 && idx[d] >= in->shape[d + 1]; --d) {
+            idx[d] = 0;
+            ++idx[d - 1];
+        }
+    }
+}
+
+ssm_status ssmi_copy_unused_slots(ssm_context * ctx, const char * op, const ssm_tensor * in, const ssm_tensor * out,
+                                  const ssm_tensor * indices, int64_t batch) {
+    if (!ssmi_present(out) || out->data == in->data || !ssmi_present(indices)) return SSM_STATUS_OK;
+    const int64_t slots = in->shape[0];
+    if (slots <= 0) return SSM_STATUS_OK;
+    unsigned char * used = (unsigned char *)ssmi_alloc(ctx, (size_t)slots);
+    SSM_RETURN_IF(used == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: could not allocate %lld bytes of scratch", op,
+                  (long long)slots);
+    memset(used, 0, (size_t)slots);
+    for (int64_t b = 0; b < batch; ++b) {
+        const int64_t s = ssmi_get_i64(indices, b * indices->strides[0]);
+        if (s >= 0 && s < slots) used[s] = 1;
+    }
+    for (int64_t s = 0; s < slots; ++s)
+        if (!used[s]) ssmi_copy_slot(in, out, s);
+    ssmi_free(ctx, used);
+    return SSM_STATUS_OK;
+}
