@@ -195,6 +195,29 @@ SSM_API int32_t      ssm_context_num_threads(const ssm_context * ctx);
 SSM_API ssm_isa      ssm_context_isa(const ssm_context * ctx);
 SSM_API ssm_backend  ssm_context_backend(const ssm_context * ctx);
 
+/* ---------------------------------------------------------------------------------------
+ * CUDA helpers (the CUDA backend: SSM_BACKEND_CUDA, or AUTO with tensors on a CUDA device).
+ * Operators with a CUDA path take float tensors with device.type = SSM_DEVICE_CUDA (device
+ * pointers of the current device) and run on ctx's cuda_stream (NULL = the default
+ * stream); index tensors (seq_idx, cu_seqlens) may be in host or device memory (device
+ * ones are copied to the host and the stream synchronised, since validation reads them).
+ * A CPU tensor under the CUDA backend, or mixed devices, is INVALID_LAYOUT; every CUDA
+ * error is SSM_STATUS_DEVICE_ERROR with the CUDA error string in the message.
+ * In a build without the CUDA backend: ssm_cuda_device_count() is 0 and the others return
+ * SSM_STATUS_UNSUPPORTED.
+ * ------------------------------------------------------------------------------------- */
+/* Number of CUDA devices usable by this build (0 without the CUDA backend or a GPU). */
+SSM_API int32_t    ssm_cuda_device_count(void);
+/* Device memory (cudaMalloc) and its release; bytes == 0 gives NULL. */
+SSM_API ssm_status ssm_cuda_malloc(ssm_context * ctx, void ** ptr, size_t bytes);
+SSM_API ssm_status ssm_cuda_free(ssm_context * ctx, void * ptr);
+/* Copies bytes between any host/device pointers on ctx's stream and waits for it. */
+SSM_API ssm_status ssm_cuda_memcpy(ssm_context * ctx, void * dst, const void * src, size_t bytes);
+/* Benchmark helper: calls fn(arg, rep) for rep = 0..reps−1 with a CUDA event recorded on
+ * ctx's stream before and after each call; ms[rep] = the device time of call rep. */
+SSM_API ssm_status ssm_cuda_time(ssm_context * ctx, ssm_status (*fn)(void * arg, int32_t rep), void * arg,
+                                 int32_t reps, float * ms);
+
 /* =======================================================================================
  * Mamba-2 (SSD). Math: docs/ops/mamba2.md and spec mamba2_ssd.md.
  * Dimensions: batch, S (seqlen), H (nheads), P (headdim), N (dstate), G (ngroups, H % G

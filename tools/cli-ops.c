@@ -5,7 +5,7 @@
  * its tensor arguments (names = .npy files = C struct fields), and the functions that make
  * random inputs, bind loaded inputs, allocate outputs, call the library and count the work.
  * The families live in their own files (cli-mamba2.c, cli-mamba2-train.c, cli-layer.c,
- * cli-mamba3-siso.c); this file lists them.
+ * cli-mamba3-siso.c, cli-mamba3-mimo.c); this file lists them.
  */
 #define _XOPEN_SOURCE 700
 
@@ -34,6 +34,10 @@ extern const cli_op cli_op_mamba3_siso_fwd;
 extern const cli_op cli_op_mamba3_siso;
 extern const cli_op cli_op_mamba3_siso_bwd;
 extern const cli_op cli_op_mamba3_siso_step;
+extern const cli_op cli_op_mamba3_mimo_bwd_fwd;
+extern const cli_op cli_op_mamba3_mimo;
+extern const cli_op cli_op_mamba3_mimo_bwd;
+extern const cli_op cli_op_mamba3_mimo_step;
 
 const cli_op * const cli_ops[] = {
     &cli_op_mamba2_chunk_cumsum, &cli_op_mamba2_chunk_state, &cli_op_mamba2_state_passing,
@@ -42,8 +46,15 @@ const cli_op * const cli_ops[] = {
     &cli_op_causal_conv1d_bwd,   &cli_op_causal_conv1d_update, &cli_op_rmsnorm_gated,
     &cli_op_rmsnorm_gated_bwd,   &cli_op_mamba3_angle_cumsum, &cli_op_mamba3_angle_cumsum_bwd,
     &cli_op_mamba3_siso_fwd,     &cli_op_mamba3_siso,        &cli_op_mamba3_siso_bwd,
-    &cli_op_mamba3_siso_step,    NULL,
+    &cli_op_mamba3_siso_step,    &cli_op_mamba3_mimo_bwd_fwd, &cli_op_mamba3_mimo,
+    &cli_op_mamba3_mimo_bwd,     &cli_op_mamba3_mimo_step,   NULL,
 };
+
+/* Operators whose reference (and CPU backend) have the second rounding model of ctx
+ * ref_mode, SSM_REF_UPSTREAM_BF16 (include/ssmops.h): only mamba3_mimo_bwd_fwd. */
+int cli_op_has_ref_modes(const cli_op * op) {
+    return op == &cli_op_mamba3_mimo_bwd_fwd;
+}
 
 const cli_op * cli_find_op(const char * name) {
     for (int i = 0; cli_ops[i]; ++i)

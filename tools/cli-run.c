@@ -7,7 +7,8 @@
  * and intermediates to fp32, index tensors stay int32/int64. Outputs are written as float32,
  * or float64 for the reference backend (which then computes straight into f64 tensors, so
  * `run --backend ref` reproduces float64 golden outputs). A state pool the operator updates
- * in place (decode steps) is written as final_<name>.npy.
+ * in place (decode steps) is written as final_<name>.npy. --ref-mode bf16 runs
+ * mamba3_mimo_bwd_fwd (either backend) in the upstream bf16 rounding model (ctx ref_mode).
  */
 #define _XOPEN_SOURCE 700
 
@@ -112,6 +113,8 @@ int cli_cmd_run(const cli_options * opt) {
     if (!op) return cli_usage_error("unknown operator '%s' (ssmops list shows them)", opt->op);
     if (!opt->in_dir || !opt->out_dir) return cli_usage_error("run needs --in DIR and --out DIR");
     if (opt->shape) return cli_usage_error("run takes its shapes from the input files; drop --shape");
+    if (opt->ref_mode >= 0 && !cli_op_has_ref_modes(op))
+        return cli_usage_error("--ref-mode: %s has one rounding model (only mamba3_mimo_bwd_fwd has two)", op->name);
 
     char        err[CLI_ERR_LEN + 4096], path[4096];
     cli_problem pb;
@@ -144,7 +147,8 @@ int cli_cmd_run(const cli_options * opt) {
     for (int i = 0; op->args[i].name; ++i)
         if (op->args[i].output && pb.arg[i].mem && !pb.arg[i].borrowed) cli_fill(&pb.arg[i].view, NAN);
 
-    ssm_status st = cli_context_create(opt->backend, opt->threads, &ctx);
+    ssm_status st =
+        cli_context_create_mode(opt->backend, opt->threads, opt->ref_mode >= 0 ? opt->ref_mode : SSM_REF_EXACT, &ctx);
     if (st != SSM_STATUS_OK) {
         rc = cli_lib_error(NULL, st, "creating the context");
         goto done;

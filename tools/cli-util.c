@@ -450,10 +450,15 @@ int cli_default_threads(void) {
     return n >= 1 ? (int)(n > 1024 ? 1024 : n) : 1;
 }
 
-ssm_status cli_context_create(ssm_backend backend, int threads, ssm_context ** ctx) {
+ssm_status cli_context_create_mode(ssm_backend backend, int threads, int32_t ref_mode, ssm_context ** ctx) {
     ssm_context_params params;
     ssm_context_params_init(&params);
     params.backend     = backend;
     params.num_threads = threads > 0 ? threads : cli_default_threads();
+    params.ref_mode    = ref_mode;
     return ssm_context_create(&params, ctx);
+}
+
+ssm_status cli_context_create(ssm_backend backend, int threads, ssm_context ** ctx) {
+    return cli_context_create_mode(backend, threads, SSM_REF_EXACT, ctx);
 }

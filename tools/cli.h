@@ -10,6 +10,7 @@
  *   cli-mamba2-train.c  mamba2_scan_bwd and the decode step mamba2_step
  *   cli-layer.c      causal_conv1d (+ _bwd, _update), rmsnorm_gated (+ _bwd)
  *   cli-mamba3-siso.c   the Mamba-3 SISO entries
+ *   cli-mamba3-mimo.c   the Mamba-3 MIMO entries
  *   cli-gen.c        input generation, `run` binding and in-place helpers they share
  *   cli-check.c      `check`: backend vs float64 reference on seeded inputs
  *   cli-run.c        `run`: .npy in, operator, .npy out; the developer tool `compare`
@@ -35,7 +36,7 @@
 #endif
 
 #define CLI_MAX_KEYS 16 /* shape keys or param keys of one operator */
-#define CLI_MAX_ARGS 40 /* tensor arguments of one operator          */
+#define CLI_MAX_ARGS 48 /* tensor arguments of one operator (mamba3_mimo_bwd: 44) */
 #define CLI_ERR_LEN  512
 
 /* Exit statuses of every command. */
@@ -196,6 +197,9 @@ typedef struct cli_op {
 extern const cli_op * const cli_ops[]; /* NULL-terminated */
 
 const cli_op * cli_find_op(const char * name);
+/* 1 if the operator has the reference's second rounding model (ctx ref_mode
+ * SSM_REF_UPSTREAM_BF16; check compares it, run --ref-mode bf16 selects it). */
+int            cli_op_has_ref_modes(const cli_op * op);
 int            cli_arg_index(const cli_op * op, const char * name);
 /* Shape / param accessors by key name (the name must exist for the op). */
 int64_t cli_shape(const cli_problem * pb, const char * key);
@@ -246,6 +250,9 @@ typedef struct cli_options {
     double       tol;        /* compare */
     double       max_rel;    /* compare */
     const char * files[2];   /* compare */
+    int32_t      ref_mode;   /* --ref-mode: −1 not given (check: both models where the op
+                                has two, the bf16 one for bf16 inputs; run: exact), else an
+                                ssm_ref_mode */
 } cli_options;
 
 int cli_cmd_check(const cli_options * opt);
@@ -309,6 +316,8 @@ void   cli_progress(const char * fmt, ...) CLI_PRINTF(1, 2); /* stderr, only on 
 double cli_now(void);                                       /* monotonic seconds */
 int    cli_default_threads(void);
 ssm_status cli_context_create(ssm_backend backend, int threads, ssm_context ** ctx);
+/* The same with a reference rounding model (ctx ref_mode, an ssm_ref_mode). */
+ssm_status cli_context_create_mode(ssm_backend backend, int threads, int32_t ref_mode, ssm_context ** ctx);
 /* A 64-byte aligned zeroed allocation (free with free()). */
 void * cli_alloc(size_t bytes);
 

@@ -15,8 +15,9 @@ static const char usage_text[] =
     "usage:\n"
     "  ssmops list                 operators, backends, dtypes available here\n"
     "  ssmops check OP|all [--backend B] [--dtype T] [--shape k=v,...] [--param k=v,...]\n"
-    "                      [--seed N] [--all-shapes] [--threads N] [--out-dtype T]\n"
+    "                      [--seed N] [--all-shapes] [--threads N] [--out-dtype T] [--ref-mode M]\n"
     "  ssmops run OP --in DIR --out DIR [--backend B] [--dtype T] [--param k=v,...] [--threads N]\n"
+    "                  [--ref-mode M]\n"
     "  ssmops bench OP [--backend B] [--dtype T] [--shape k=v,...] [--param k=v,...]\n"
     "                  [--threads N] [--reps N] [--json FILE] [--seed N] [--buffer-mib N]\n"
     "  ssmops bench --ceilings [--threads N] [--json FILE] [--buffer-mib N]\n"
@@ -26,14 +27,20 @@ static const char usage_text[] =
     "  --backend B     auto (default), ref (float64 reference), cpu, cuda\n"
     "  --dtype T       compute dtype: f32 (default), f16, bf16 (fp32, fp16 accepted)\n"
     "  --shape k=v,..  dimensions (case-sensitive): B,S,H,P,N,G,chunk for Mamba-2;\n"
-    "                  B,S,H,Hq,K,V,A,chunk for Mamba-3 SISO; B,S,D,W (L) conv1d; M,D rmsnorm\n"
+    "                  B,S,H,Hq,K,V,A,chunk for Mamba-3 SISO; B,S,H,G,R,N,P,chunk for Mamba-3\n"
+    "                  MIMO; B,S,D,W (L) conv1d; M,D rmsnorm\n"
     "  --param k=v,..  options: has_d=0|1|2, has_z, has_dt_bias, dt_softplus, dt_limit=lo:hi,\n"
     "                  has_init, has_final, has_states, has_dfinal, seq_idx=K, nseq=K,\n"
-    "                  layout=cann, slots=K, in_place, per_head, channel_last, chunk=Q ...\n"
+    "                  layout=cann, slots=K, in_place, per_head, channel_last, chunk=Q,\n"
+    "                  div=2|4, reduce_o, fused (fuse_pregate_headwise_rms_norm), ...\n"
     "                  (`ssmops help OP` lists an operator's keys and defaults)\n"
     "  --out-dtype T   check: dtype of activation outputs (out, states_in): f32 (default) keeps\n"
     "                  the fp32 result so the bars measure the computation; same|f16|bf16 also\n"
     "                  includes the final rounding (heavy-tailed outputs can exceed max_rel)\n"
+    "  --ref-mode M    mamba3_mimo_bwd_fwd's rounding model (ctx ref_mode): exact (float64\n"
+    "                  reference, fp32 CPU) or bf16 (both round where upstream's bf16 kernel\n"
+    "                  does). check: default both (bf16 for bf16 inputs), the bf16 one against\n"
+    "                  rel_rms < 1e-3; run: default exact (--ref-mode bf16 gives *__bf16ref)\n"
     "  --seed N        seed of the random inputs (default 1)\n"
     "  --all-shapes    check: run the operator's built-in list of shapes and options\n"
     "  --threads N     threads (default: the number of online CPUs)\n"
@@ -155,7 +162,8 @@ enum {
     O_CEIL    = 1 << 11,
     O_TOL     = 1 << 12,
     O_BUFFER  = 1 << 13,
-    O_OUTDT   = 1 << 14
+    O_OUTDT   = 1 << 14,
+    O_REFMODE = 1 << 15
 };
 
 /* 1 if arg is option `name` and the command takes it, −1 (after a message) if it does not
@@ -244,6 +252,15 @@ static int parse_options(const char * command, unsigned allowed, int argc, char 
             v = option_value(&c, "--max-rel", a);
             if (!v || cli_parse_double(v, &opt->max_rel) != 0 || !(opt->max_rel > 0))
                 return cli_usage_error("--max-rel expects a positive number, got '%s'", v ? v : "");
+        } else if ((k = option_is(command, allowed, O_REFMODE, a, "--ref-mode"))) {
+            if (k < 0) return -1;
+            v = option_value(&c, "--ref-mode", a);
+            if (v && strcmp(v, "exact") == 0)
+                opt->ref_mode = SSM_REF_EXACT;
+            else if (v && strcmp(v, "bf16") == 0)
+                opt->ref_mode = SSM_REF_UPSTREAM_BF16;
+            else
+                return cli_usage_error("--ref-mode expects exact or bf16, got '%s'", v ? v : "");
         } else if (a[0] == '-' && a[1] != '\0') {
             return cli_usage_error("%s: unknown option '%s'", command, a);
         } else if (strcmp(command, "compare") == 0 && positional < 2) {
@@ -282,6 +299,7 @@ int main(int argc, char ** argv) {
     opt.backend = SSM_BACKEND_AUTO;
     opt.dtype   = SSM_DTYPE_F32;
     opt.seed    = 1;
+    opt.ref_mode = -1;
     int argn    = argc - 2;
     char ** rest = argv + 2;
 
@@ -290,14 +308,16 @@ int main(int argc, char ** argv) {
         return cmd_list();
     }
     if (strcmp(cmd, "check") == 0) {
-        if (parse_options(cmd, O_BACKEND | O_DTYPE | O_OUTDT | O_SHAPE | O_PARAM | O_SEED | O_ALL | O_THREADS, argn,
-                          rest, &opt))
+        if (parse_options(cmd,
+                          O_BACKEND | O_DTYPE | O_OUTDT | O_SHAPE | O_PARAM | O_SEED | O_ALL | O_THREADS | O_REFMODE,
+                          argn, rest, &opt))
             return CLI_EXIT_USAGE;
         if (!opt.op) return cli_usage_error("check needs an operator (or all)");
         return cli_cmd_check(&opt);
     }
     if (strcmp(cmd, "run") == 0) {
-        if (parse_options(cmd, O_BACKEND | O_DTYPE | O_PARAM | O_THREADS | O_IN | O_OUT, argn, rest, &opt))
+        if (parse_options(cmd, O_BACKEND | O_DTYPE | O_PARAM | O_THREADS | O_IN | O_OUT | O_REFMODE, argn, rest,
+                          &opt))
             return CLI_EXIT_USAGE;
         if (!opt.op) return cli_usage_error("run needs an operator");
         return cli_cmd_run(&opt);

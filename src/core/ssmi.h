@@ -135,6 +135,13 @@ void ssmi_store_f32(void * base, int32_t dtype, int64_t off, int64_t stride, con
  * `op` and `name` go into the message. Returns OK for an absent optional tensor. */
 ssm_status ssmi_check_tensor(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
                              int optional, int32_t ndim, const int64_t * want, uint32_t dtype_mask);
+/* Device rule of backends that take tensors outside CPU memory (CUDA). ssmi_check_tensor
+ * and ssmi_check_output accept CPU tensors only; an operator dispatched to such a backend
+ * calls this on every present tensor first (INVALID_LAYOUT unless t->device.type ==
+ * device_type; OK for an absent tensor) and then validates a CPU-typed copy of the views:
+ * the shape, dtype, stride and overlap rules do not depend on the device. */
+ssm_status ssmi_check_device(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
+                             int32_t device_type);
 /* Outputs: like ssmi_check_tensor, and no stride may be 0 or let two indices alias
  * (checked as: strides sorted by size each exceed the extent of the smaller ones). */
 ssm_status ssmi_check_output(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,

@@ -155,6 +155,19 @@ ssm_status ssmi_check_tensor(ssm_context * ctx, const char * op, const char * na
     return SSM_STATUS_OK;
 }
 
+static const char * ssmi_device_name(int32_t type) {
+    return type == SSM_DEVICE_CPU ? "CPU" : type == SSM_DEVICE_CUDA ? "CUDA" : "unknown";
+}
+
+ssm_status ssmi_check_device(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
+                             int32_t device_type) {
+    if (!ssmi_present(t)) return SSM_STATUS_OK;
+    SSM_RETURN_IF(t->device.type != device_type, ctx, SSM_STATUS_INVALID_LAYOUT,
+                  "%s: %s.device.type=%d (%s) but the backend runs on the %s device (mixed devices are not allowed)",
+                  op, name, (int)t->device.type, ssmi_device_name(t->device.type), ssmi_device_name(device_type));
+    return SSM_STATUS_OK;
+}
+
 ssm_status ssmi_check_output(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
                              int optional, int32_t ndim, const int64_t * want, uint32_t dtype_mask) {
     SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, name, t, optional, ndim, want, dtype_mask));

@@ -1,59 +1,88 @@
-/* causal_conv1d on the CPU (spec §6.2), fp32 math, vectorised over channels (Mamba-2 keeps
- * x channel-last, so a block of channels at one time step is contiguous).
- *   forward:  tasks (batch row, channel block); a ring of the last W input columns.
- *   backward: tasks are channel blocks over every batch row, so dweight and dbias are
- *             summed in one fixed order (batch, time) whatever the thread count. Time is
- *             cut into tiles; each tile recomputes the W−1 gradients past its end.
- *   update:   tasks (batch row, channel block); each channel's state row is read whole
- *             before it is written, so the pool can be updated in place. */
+/* causal_conv1d on the CPU (spec §6.2), fp32 math in the row kernels of kernels/layer,
+ * vectorised over channels (Mamba-2 keeps x channel-last, so a block of channels at one
+ * time step is contiguous; other layouts go through load_row/store_row).
+ *   The (D, W) weight is transposed once per call to wT[k][c] (and the bias loaded).
+ *   forward:  tasks (batch row, time tile, channel block); rows of f32 channel-last inputs
+ *             and outputs are used in place, others are converted through scratch rows.
+ *   backward: the same tasks. Each writes its tile's dweight/dbias partial sums; a second
+ *             pass adds the partials per channel block in (batch, tile) order. The tiles
+ *             depend only on (B, S), so every thread count gives the same bits. Each tile
+ *             recomputes the W−1 pre-activation gradients past its end.
+ *   update:   tasks (batch row, channel block); each state block is read whole before it
+ *             is written, so the pool can be updated in place. It uses the forward's row
+ *             kernel, so S updates give the forward's bits. */
 #include <math.h>
 #include <string.h>
 
 #include "cpu_common.h"
 #include "ssmi_cpu_layer.h"
 
-#define CONV_CB 64   /* channels per block */
-#define CONV_TILE 64 /* time steps per backward tile */
+#define CONV_CB 256       /* channels per block */
+#define CONV_TILE 64      /* time steps per tile (at least) */
+#define CONV_MAX_TILES 128 /* tiles of the backward over all batch rows (bounds the partial sums) */
 
-static inline float sigm(float v) { return 1.0f / (1.0f + expf(-v)); }
-static inline float act_f(int silu, float v) { return silu ? v * sigm(v) : v; }
-static inline float act_grad_f(int silu, float v) {
-    if (!silu) return 1.0f;
-    const float s = sigm(v);
-    return s * (1.0f + v * (1.0f - s));
-}
 static inline int64_t imin(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t imax(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Rows of an f32 tensor whose channels (dim 1) are contiguous are used in place. */
+static inline int direct_rows(const ssm_tensor * t) {
+    return ssmi_present(t) && t->dtype == SSM_DTYPE_F32 && t->strides[1] == 1;
+}
 
 typedef struct conv_job {
     const ssm_conv1d_params * p;
     const ssmi_conv1d_dims *  d;
     const ssmi_cpu_kernels *  k;
-    const ssm_tensor *        x, *w, *bias, *seq, *init; /* forward-family inputs */
+    const ssmi_cpu_layer_kernels * lk;
+    const ssm_tensor *        x, *seq, *init; /* forward-family inputs */
     const void *              args;
-    int64_t                   nblocks;
+    int                       silu;
+    int64_t                   nblocks, tile, tiles; /* channel blocks; time tile length, tiles per batch row */
+    int64_t                   ld;                   /* row stride of wT and of the partial sums */
+    float *                   wT, *bias;            /* prepared weights: wT[k·ld + c], bias (NULL = none) */
+    float *                   partial;              /* backward: (B·tiles, W+1, ld) dweight/dbias partials */
     float *                   scratch;
     int64_t                   scratch_floats;
 } conv_job;
 
 static float * thread_buf(const conv_job * job, int32_t thread) { return job->scratch + thread * job->scratch_floats; }
 
-/* weight transposed to wT[k][c] and the bias of channels [c0, c0+cb). */
-static void load_weights(const conv_job * job, int64_t c0, int64_t cb, float * wT, float * bias) {
-    for (int64_t k = 0; k < job->d->width; ++k)
-        job->k->load_row(wT + k * CONV_CB, job->w->data, job->w->dtype, ssmi_off2(job->w, c0, k), job->w->strides[0], cb);
-    if (ssmi_present(job->bias)) job->k->load_row(bias, job->bias->data, job->bias->dtype, ssmi_off1(job->bias, c0),
-                                                  job->bias->strides[0], cb);
-    else memset(bias, 0, (size_t) cb * sizeof(float));
+/* wT and bias for all D channels (one block of (W+1)·ld floats). */
+static ssm_status prepare_weights(ssm_context * ctx, conv_job * job, const ssm_tensor * w, const ssm_tensor * bias,
+                                  const char * op) {
+    const int64_t W = job->d->width, D = job->d->dim;
+    job->ld         = ssmi_cpu_lines(D);
+    const size_t bytes = (size_t) ((W + 1) * job->ld) * sizeof(float);
+    job->wT            = (float *) ssmi_alloc(ctx, bytes);
+    SSM_RETURN_IF(job->wT == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: could not allocate %zu bytes of scratch", op,
+                  bytes);
+    if (w->dtype == SSM_DTYPE_F32)
+        job->lk->conv_weights(D, W, (const float *) w->data, w->strides[0], w->strides[1], job->wT, job->ld);
+    else
+        for (int64_t k = 0; k < W; ++k)
+            job->k->load_row(job->wT + k * job->ld, w->data, w->dtype, ssmi_off2(w, 0, k), w->strides[0], D);
+    job->bias = NULL;
+    if (ssmi_present(bias)) {
+        job->bias = job->wT + W * job->ld;
+        job->k->load_row(job->bias, bias->data, bias->dtype, ssmi_off1(bias, 0), bias->strides[0], D);
+    }
+    return SSM_STATUS_OK;
 }
 
-/* xin[b, c0.., tau] for tau ≥ −(W−1) (initial states or 0 below 0). */
-static void load_xin(const conv_job * job, int64_t b, int64_t c0, int64_t cb, int64_t tau, float * dst) {
-    if (tau >= 0) job->k->load_row(dst, job->x->data, job->x->dtype, ssmi_off3(job->x, b, c0, tau), job->x->strides[1], cb);
-    else if (ssmi_present(job->init) && tau >= -(job->d->width - 1))
-        job->k->load_row(dst, job->init->data, job->init->dtype, ssmi_off3(job->init, b, c0, job->d->width - 1 + tau),
+/* xin[b, c0.., tau] for tau ≥ −(W−1): x in place or converted into buf, the initial
+ * states below 0, zeros without them. */
+static const float * xin_row(const conv_job * job, int64_t b, int64_t c0, int64_t cb, int64_t tau, float * buf) {
+    const ssm_tensor * x = job->x;
+    if (tau >= 0) {
+        if (direct_rows(x)) return (const float *) x->data + ssmi_off3(x, b, c0, tau);
+        job->k->load_row(buf, x->data, x->dtype, ssmi_off3(x, b, c0, tau), x->strides[1], cb);
+    } else if (ssmi_present(job->init)) {
+        job->k->load_row(buf, job->init->data, job->init->dtype, ssmi_off3(job->init, b, c0, job->d->width - 1 + tau),
                          job->init->strides[1], cb);
-    else memset(dst, 0, (size_t) cb * sizeof(float));
+    } else {
+        memset(buf, 0, (size_t) cb * sizeof(float));
+    }
+    return buf;
 }
 
 static inline int64_t seq_at(const conv_job * job, int64_t b, int64_t t) { return ssmi_cpu_seq_at(job->seq, b, t); }
@@ -66,39 +95,69 @@ static inline int feeds(const conv_job * job, int64_t b, int64_t tau, int64_t t)
 static inline int padding(const conv_job * job, int64_t b, int64_t t) {
     return ssmi_present(job->seq) && seq_at(job, b, t) < 0;
 }
-static inline int64_t ring_at(int64_t tau, int64_t W) { return ((tau % W) + W) % W; }
+
+/* The taps of token t: rows[tau − base] for the inputs that feed it, NULL for the others. */
+static void token_taps(const conv_job * job, int64_t b, int64_t t, const float * const * rows, int64_t base,
+                       const float ** taps) {
+    const int64_t W = job->d->width;
+    for (int64_t k = 0; k < W; ++k) {
+        const int64_t tau = t - (W - 1) + k;
+        taps[k]           = feeds(job, b, tau, t) ? rows[tau - base] : NULL;
+    }
+}
+
+/* Task index → (batch row, tile, channel block). */
+static void task_coords(const conv_job * job, int64_t task, int64_t * b, int64_t * tile, int64_t * c0, int64_t * cb) {
+    const int64_t blk = task % job->nblocks, bt = task / job->nblocks;
+    *b    = bt / job->tiles;
+    *tile = bt % job->tiles;
+    *c0   = blk * CONV_CB;
+    *cb   = imin(CONV_CB, job->d->dim - *c0);
+}
+
+/* Tiles of at least CONV_TILE steps, at most about CONV_MAX_TILES over all batch rows
+ * (a function of B and S only); one empty tile when S = 0 (it writes the final states). */
+static void set_tiles(conv_job * job) {
+    const int64_t B = job->d->batch, S = job->d->seqlen;
+    const int64_t per = B > 0 ? (B * S + CONV_MAX_TILES - 1) / CONV_MAX_TILES : 0;
+    job->tile         = imax(CONV_TILE, per);
+    job->tiles        = imax(1, (S + job->tile - 1) / job->tile);
+}
+
+/* Scratch layout per thread: `rows` pointers + W tap pointers (in whole cache lines),
+ * then the float rows. Pointers live in the allocator's untyped memory. */
+static int64_t ptr_floats(int64_t nptr) { return ssmi_cpu_lines(nptr * (int64_t) (sizeof(void *) / sizeof(float))); }
 
 /* ---- forward ---------------------------------------------------------------------------- */
 static void fwd_task(void * arg, int64_t task, int32_t thread) {
     const conv_job *               job = (const conv_job *) arg;
     const ssm_causal_conv1d_args * a   = (const ssm_causal_conv1d_args *) job->args;
-    const int64_t                  W = job->d->width, S = job->d->seqlen;
-    const int64_t                  b = task / job->nblocks, c0 = (task % job->nblocks) * CONV_CB;
-    const int64_t                  cb = imin(CONV_CB, job->d->dim - c0);
-    float *                        s  = thread_buf(job, thread);
-    float *wT = s, *bias = wT + W * CONV_CB, *pre = bias + CONV_CB, *ring = pre + CONV_CB;
-    load_weights(job, c0, cb, wT, bias);
-    for (int64_t tau = -(W - 1); tau < 0; ++tau) load_xin(job, b, c0, cb, tau, ring + ring_at(tau, W) * CONV_CB);
-    for (int64_t t = 0; t < S; ++t) {
-        load_xin(job, b, c0, cb, t, ring + ring_at(t, W) * CONV_CB);
-        if (padding(job, b, t)) memset(pre, 0, (size_t) cb * sizeof(float));
+    const int64_t                  W = job->d->width, S = job->d->seqlen, T = job->tile;
+    int64_t                        b, tile, c0, cb;
+    task_coords(job, task, &b, &tile, &c0, &cb);
+    const int64_t t0 = tile * T, t1 = imin(t0 + T, S), base = t0 - (W - 1);
+    const int64_t nrows = t1 - base; /* inputs tau in [t0−(W−1), t1) */
+    float *       s     = thread_buf(job, thread);
+    const float ** rows = (const float **) (void *) s;
+    const float ** taps = rows + nrows;
+    float *        xb   = s + ptr_floats(T + 2 * W);
+    float *        ob   = xb + (T + W - 1) * CONV_CB;
+    for (int64_t tau = base; tau < t1; ++tau) rows[tau - base] = xin_row(job, b, c0, cb, tau, xb + (tau - base) * CONV_CB);
+    const int out_direct = direct_rows(&a->out);
+    for (int64_t t = t0; t < t1; ++t) {
+        float * o = out_direct ? (float *) a->out.data + ssmi_off3(&a->out, b, c0, t) : ob;
+        if (padding(job, b, t)) memset(o, 0, (size_t) cb * sizeof(float));
         else {
-            memcpy(pre, bias, (size_t) cb * sizeof(float));
-            for (int64_t k = 0; k < W; ++k) {
-                const int64_t tau = t - (W - 1) + k;
-                if (!feeds(job, b, tau, t)) continue;
-                const float * xr = ring + ring_at(tau, W) * CONV_CB;
-                const float * wk = wT + k * CONV_CB;
-                for (int64_t c = 0; c < cb; ++c) pre[c] += wk[c] * xr[c];
-            }
-            for (int64_t c = 0; c < cb; ++c) pre[c] = act_f(job->p->activation, pre[c]);
+            token_taps(job, b, t, rows, base, taps);
+            job->lk->conv_row(cb, W, taps, job->wT + c0, job->ld, job->bias ? job->bias + c0 : NULL, job->silu, o);
         }
-        job->k->store_row(a->out.data, a->out.dtype, ssmi_off3(&a->out, b, c0, t), a->out.strides[1], pre, cb);
+        if (!out_direct)
+            job->k->store_row(a->out.data, a->out.dtype, ssmi_off3(&a->out, b, c0, t), a->out.strides[1], o, cb);
     }
-    if (ssmi_present(&a->final_states))
+    if (ssmi_present(&a->final_states) && t1 == S)
         for (int64_t j = 0; j < W - 1; ++j)
             job->k->store_row(a->final_states.data, a->final_states.dtype, ssmi_off3(&a->final_states, b, c0, j),
-                              a->final_states.strides[1], ring + ring_at(S - (W - 1) + j, W) * CONV_CB, cb);
+                              a->final_states.strides[1], rows[S - (W - 1) + j - base], cb);
 }
 
 static void init_job(conv_job * job, ssm_context * ctx, const ssm_conv1d_params * p, const ssmi_conv1d_dims * d) {
@@ -106,7 +165,16 @@ static void init_job(conv_job * job, ssm_context * ctx, const ssm_conv1d_params 
     job->p       = p;
     job->d       = d;
     job->k       = ssmi_cpu_kernels_for(ctx);
+    job->lk      = ssmi_cpu_layer_kernels_for(ctx);
+    job->silu    = p->activation == 1;
     job->nblocks = (d->dim + CONV_CB - 1) / CONV_CB;
+    set_tiles(job);
+}
+
+static void free_job(ssm_context * ctx, conv_job * job) {
+    ssmi_free(ctx, job->scratch);
+    ssmi_free(ctx, job->partial);
+    ssmi_free(ctx, job->wT);
 }
 
 ssm_status ssmi_cpu_causal_conv1d(ssm_context * ctx, const ssm_conv1d_params * p, const ssmi_conv1d_dims * d,
@@ -114,23 +182,29 @@ ssm_status ssmi_cpu_causal_conv1d(ssm_context * ctx, const ssm_conv1d_params * p
     conv_job job;
     init_job(&job, ctx, p, d);
     if (d->batch == 0 || job.nblocks == 0) return SSM_STATUS_OK;
-    job.x = &a->x, job.w = &a->weight, job.bias = &a->bias, job.seq = &a->seq_idx, job.init = &a->initial_states;
-    job.args           = a;
-    job.scratch_floats = (2 * d->width + 2) * CONV_CB;
+    job.x = &a->x, job.seq = &a->seq_idx, job.init = &a->initial_states;
+    job.args = a;
+    SSM_FORWARD_IF_ERROR(prepare_weights(ctx, &job, &a->weight, &a->bias, "causal_conv1d"));
+    const int64_t W    = d->width;
+    job.scratch_floats = ptr_floats(job.tile + 2 * W) + (job.tile + W) * CONV_CB;
     job.scratch        = ssmi_cpu_thread_scratch(ctx, "causal_conv1d", job.scratch_floats);
-    if (job.scratch == NULL) return SSM_STATUS_OUT_OF_MEMORY;
-    ssmi_parallel_for(ctx, d->batch * job.nblocks, fwd_task, &job);
-    ssmi_free(ctx, job.scratch);
+    if (job.scratch == NULL) {
+        free_job(ctx, &job);
+        return SSM_STATUS_OUT_OF_MEMORY;
+    }
+    ssmi_parallel_for(ctx, d->batch * job.tiles * job.nblocks, fwd_task, &job);
+    free_job(ctx, &job);
     return SSM_STATUS_OK;
 }
 
 /* ---- backward --------------------------------------------------------------------------- */
 
-/* Row tau of the dxin tile: dx (tau ≥ 0) or dinitial_states (tau < 0). */
+/* Row tau of dxin: dx (tau ≥ 0) or dinitial_states (tau < 0); `row` is already in place
+ * when dx is written directly. */
 static void store_dxin(const conv_job * job, const ssm_causal_conv1d_bwd_args * a, int64_t b, int64_t c0, int64_t cb,
                        int64_t tau, const float * row) {
     if (tau >= 0) {
-        if (ssmi_present(&a->dx))
+        if (ssmi_present(&a->dx) && !direct_rows(&a->dx))
             job->k->store_row(a->dx.data, a->dx.dtype, ssmi_off3(&a->dx, b, c0, tau), a->dx.strides[1], row, cb);
     } else if (ssmi_present(&a->dinitial_states)) {
         job->k->store_row(a->dinitial_states.data, a->dinitial_states.dtype,
@@ -142,79 +216,81 @@ static void store_dxin(const conv_job * job, const ssm_causal_conv1d_bwd_args * 
 static void bwd_task(void * arg, int64_t task, int32_t thread) {
     const conv_job *                   job = (const conv_job *) arg;
     const ssm_causal_conv1d_bwd_args * a   = (const ssm_causal_conv1d_bwd_args *) job->args;
-    const int64_t                      W = job->d->width, S = job->d->seqlen, U = CONV_TILE;
-    const int64_t                      c0 = task * CONV_CB, cb = imin(CONV_CB, job->d->dim - c0);
-    float *                            s  = thread_buf(job, thread);
-    float *wT = s, *bias = wT + W * CONV_CB, *dw = bias + CONV_CB, *db = dw + W * CONV_CB, *row = db + CONV_CB;
-    float *xb = row + CONV_CB;                  /* xin[tau'] for tau' in [u0−(W−1), u1+W−1): U+2W−2 rows */
-    float *gb = xb + (U + 2 * W - 2) * CONV_CB; /* gpre[t] for t in [u0, u1+W−1): U+W−1 rows           */
-    load_weights(job, c0, cb, wT, bias);
-    memset(dw, 0, (size_t) (W * CONV_CB) * sizeof(float));
-    memset(db, 0, CONV_CB * sizeof(float));
-    for (int64_t b = 0; b < job->d->batch; ++b) {
-        /* dxin is defined on [−(W−1), S): tiles of U rows */
-        for (int64_t u0 = -(W - 1); u0 < S; u0 += U) {
-            const int64_t u1 = imin(u0 + U, S);
-            const int64_t x0 = u0 - (W - 1), x1 = u1 + W - 1;
-            for (int64_t tau = x0; tau < x1; ++tau) {
-                float * dst = xb + (tau - x0) * CONV_CB;
-                if (tau < S) load_xin(job, b, c0, cb, tau, dst);
-                else memset(dst, 0, (size_t) cb * sizeof(float));
-            }
-            /* gpre on [max(0,u0), min(S, u1+W−1)) */
-            const int64_t g0 = imax(0, u0), g1 = imin(S, x1);
-            for (int64_t t = g0; t < g1; ++t) {
-                float * g = gb + (t - u0) * CONV_CB;
-                if (padding(job, b, t)) {
-                    memset(g, 0, (size_t) cb * sizeof(float));
-                    continue;
-                }
-                memcpy(g, bias, (size_t) cb * sizeof(float));
-                for (int64_t k = 0; k < W; ++k) {
-                    const int64_t tau = t - (W - 1) + k;
-                    if (!feeds(job, b, tau, t)) continue;
-                    const float * xr = xb + (tau - x0) * CONV_CB;
-                    for (int64_t c = 0; c < cb; ++c) g[c] += wT[k * CONV_CB + c] * xr[c];
-                }
-                job->k->load_row(row, a->dout.data, a->dout.dtype, ssmi_off3(&a->dout, b, c0, t), a->dout.strides[1],
-                                 cb);
-                for (int64_t c = 0; c < cb; ++c) g[c] = row[c] * act_grad_f(job->p->activation, g[c]);
-            }
-            /* dweight, dbias from this tile's own tokens, in time order */
-            for (int64_t t = g0; t < u1; ++t) {
-                const float * g = gb + (t - u0) * CONV_CB;
-                for (int64_t c = 0; c < cb; ++c) db[c] += g[c];
-                for (int64_t k = 0; k < W; ++k) {
-                    const int64_t tau = t - (W - 1) + k;
-                    if (!feeds(job, b, tau, t)) continue;
-                    const float * xr = xb + (tau - x0) * CONV_CB;
-                    for (int64_t c = 0; c < cb; ++c) dw[k * CONV_CB + c] += g[c] * xr[c];
-                }
-            }
-            /* dxin[tau] = Σ_k w[k]·gpre[tau+W−1−k] (+ dfinal_states) */
-            for (int64_t tau = u0; tau < u1; ++tau) {
-                memset(row, 0, (size_t) cb * sizeof(float));
-                for (int64_t k = 0; k < W; ++k) {
-                    const int64_t t = tau + (W - 1) - k;
-                    if (t < 0 || t >= S || !feeds(job, b, tau, t)) continue;
-                    const float * g = gb + (t - u0) * CONV_CB;
-                    for (int64_t c = 0; c < cb; ++c) row[c] += wT[k * CONV_CB + c] * g[c];
-                }
-                const int64_t j = tau - (S - (W - 1));
-                if (ssmi_present(&a->dfinal_states) && j >= 0 && j < W - 1) {
-                    for (int64_t c = 0; c < cb; ++c)
-                        row[c] += ssmi_get_f32(&a->dfinal_states, ssmi_off3(&a->dfinal_states, b, c0 + c, j));
-                }
-                store_dxin(job, a, b, c0, cb, tau, row);
-            }
+    const int64_t                      W = job->d->width, S = job->d->seqlen, T = job->tile;
+    int64_t                            b, tile, c0, cb;
+    task_coords(job, task, &b, &tile, &c0, &cb);
+    const int64_t u0 = tile * T, u1 = imin(u0 + T, S);
+    const int64_t lo = tile == 0 ? -(W - 1) : u0;           /* dxin rows [lo, u1)          */
+    const int64_t g0 = u0, g1 = imin(S, u1 + W - 1);        /* gpre rows [g0, g1)          */
+    const int64_t base = g0 - (W - 1), nrows = g1 - base;    /* inputs [g0 − (W−1), g1)     */
+    float *        s    = thread_buf(job, thread);
+    const float ** rows = (const float **) (void *) s;
+    const float ** taps = rows + (T + 2 * W);
+    float *        xb   = s + ptr_floats(T + 3 * W);
+    float *        gb   = xb + (T + 2 * W - 2) * CONV_CB; /* gpre rows, T+W−1 */
+    float *        row  = gb + (T + W - 1) * CONV_CB;     /* dout / dxin conversion row */
+    float *        ext  = row + CONV_CB;                  /* dfinal_states row */
+    for (int64_t tau = base; tau < g1; ++tau) rows[tau - base] = xin_row(job, b, c0, cb, tau, xb + (tau - base) * CONV_CB);
+    const int dout_direct = direct_rows(&a->dout);
+    for (int64_t t = g0; t < g1; ++t) {
+        float * g = gb + (t - g0) * CONV_CB;
+        if (padding(job, b, t)) {
+            memset(g, 0, (size_t) cb * sizeof(float));
+            continue;
         }
+        const float * dy = (const float *) a->dout.data + ssmi_off3(&a->dout, b, c0, t);
+        if (!dout_direct) {
+            job->k->load_row(row, a->dout.data, a->dout.dtype, ssmi_off3(&a->dout, b, c0, t), a->dout.strides[1], cb);
+            dy = row;
+        }
+        token_taps(job, b, t, rows, base, taps);
+        job->lk->conv_grad_row(cb, W, taps, job->wT + c0, job->ld, job->bias ? job->bias + c0 : NULL, job->silu, dy, g);
     }
-    if (ssmi_present(&a->dweight))
-        for (int64_t k = 0; k < W; ++k)
-            job->k->store_row(a->dweight.data, a->dweight.dtype, ssmi_off2(&a->dweight, c0, k), a->dweight.strides[0],
-                              dw + k * CONV_CB, cb);
-    if (ssmi_present(&a->dbias))
-        job->k->store_row(a->dbias.data, a->dbias.dtype, ssmi_off1(&a->dbias, c0), a->dbias.strides[0], db, cb);
+    /* this tile's dweight/dbias partial, its own tokens in time order */
+    float * dw = job->partial + (b * job->tiles + tile) * (W + 1) * job->ld + c0;
+    for (int64_t k = 0; k <= W; ++k) memset(dw + k * job->ld, 0, (size_t) cb * sizeof(float));
+    for (int64_t t = g0; t < u1; ++t) {
+        token_taps(job, b, t, rows, base, taps);
+        job->lk->conv_wgrad_row(cb, W, taps, gb + (t - g0) * CONV_CB, dw, job->ld, dw + W * job->ld);
+    }
+    /* dxin[tau] = Σ_k w[k]·gpre[tau+W−1−k] (+ dfinal_states) */
+    const int need_dx = ssmi_present(&a->dx), need_dinit = ssmi_present(&a->dinitial_states);
+    for (int64_t tau = lo; tau < u1; ++tau) {
+        if (tau >= 0 ? !need_dx : !need_dinit) continue;
+        for (int64_t k = 0; k < W; ++k) {
+            const int64_t t = tau + (W - 1) - k;
+            taps[k]         = t >= 0 && t < S && feeds(job, b, tau, t) ? gb + (t - g0) * CONV_CB : NULL;
+        }
+        const int64_t j     = tau - (S - (W - 1));
+        const float * extra = NULL;
+        if (ssmi_present(&a->dfinal_states) && j >= 0 && j < W - 1) {
+            job->k->load_row(ext, a->dfinal_states.data, a->dfinal_states.dtype, ssmi_off3(&a->dfinal_states, b, c0, j),
+                             a->dfinal_states.strides[1], cb);
+            extra = ext;
+        }
+        float * out = tau >= 0 && direct_rows(&a->dx) ? (float *) a->dx.data + ssmi_off3(&a->dx, b, c0, tau) : row;
+        job->lk->conv_dx_row(cb, W, taps, job->wT + c0, job->ld, extra, out);
+        store_dxin(job, a, b, c0, cb, tau, out);
+    }
+    (void) nrows;
+}
+
+/* dweight, dbias of one channel block: the tiles' partials added in (batch, tile) order. */
+static void reduce_task(void * arg, int64_t blk, int32_t thread) {
+    const conv_job *                   job = (const conv_job *) arg;
+    const ssm_causal_conv1d_bwd_args * a   = (const ssm_causal_conv1d_bwd_args *) job->args;
+    const int64_t                      W = job->d->width, c0 = blk * CONV_CB, cb = imin(CONV_CB, job->d->dim - c0);
+    const int64_t                      ntot = job->d->batch * job->tiles, pstride = (W + 1) * job->ld;
+    float *                            sum  = thread_buf(job, thread);
+    for (int64_t k = 0; k <= W; ++k) {
+        const ssm_tensor * dst = k < W ? &a->dweight : &a->dbias;
+        if (!ssmi_present(dst)) continue;
+        const float * p = job->partial + k * job->ld + c0;
+        memcpy(sum, p, (size_t) cb * sizeof(float));
+        for (int64_t i = 1; i < ntot; ++i) job->lk->add_row(cb, p + i * pstride, sum);
+        if (k < W) job->k->store_row(dst->data, dst->dtype, ssmi_off2(dst, c0, k), dst->strides[0], sum, cb);
+        else job->k->store_row(dst->data, dst->dtype, ssmi_off1(dst, c0), dst->strides[0], sum, cb);
+    }
 }
 
 ssm_status ssmi_cpu_causal_conv1d_bwd(ssm_context * ctx, const ssm_conv1d_params * p, const ssmi_conv1d_dims * d,
@@ -222,14 +298,28 @@ ssm_status ssmi_cpu_causal_conv1d_bwd(ssm_context * ctx, const ssm_conv1d_params
     conv_job job;
     init_job(&job, ctx, p, d);
     if (job.nblocks == 0) return SSM_STATUS_OK;
-    job.x = &a->x, job.w = &a->weight, job.bias = &a->bias, job.seq = &a->seq_idx, job.init = &a->initial_states;
-    job.args           = a;
+    job.x = &a->x, job.seq = &a->seq_idx, job.init = &a->initial_states;
+    job.args = a;
+    SSM_FORWARD_IF_ERROR(prepare_weights(ctx, &job, &a->weight, &a->bias, "causal_conv1d_bwd"));
     const int64_t W    = d->width;
-    job.scratch_floats = (2 * W + 3 + (CONV_TILE + 2 * W - 2) + (CONV_TILE + W - 1)) * CONV_CB;
+    const int64_t ntot = d->batch * job.tiles;
+    job.scratch_floats = ptr_floats(job.tile + 3 * W) + (job.tile + 2 * W - 2 + job.tile + W - 1 + 2) * CONV_CB;
     job.scratch        = ssmi_cpu_thread_scratch(ctx, "causal_conv1d_bwd", job.scratch_floats);
-    if (job.scratch == NULL) return SSM_STATUS_OUT_OF_MEMORY;
-    ssmi_parallel_for(ctx, job.nblocks, bwd_task, &job);
-    ssmi_free(ctx, job.scratch);
+    const size_t pbytes = (size_t) (imax(1, ntot) * (W + 1) * job.ld) * sizeof(float);
+    if (job.scratch != NULL) {
+        job.partial = (float *) ssmi_alloc(ctx, pbytes);
+        if (job.partial == NULL)
+            ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "causal_conv1d_bwd: could not allocate %zu bytes of scratch",
+                       pbytes);
+    }
+    if (job.scratch == NULL || job.partial == NULL) {
+        free_job(ctx, &job);
+        return SSM_STATUS_OUT_OF_MEMORY;
+    }
+    if (ntot > 0) ssmi_parallel_for(ctx, ntot * job.nblocks, bwd_task, &job);
+    else memset(job.partial, 0, pbytes); /* B = 0: dweight = dbias = 0 */
+    ssmi_parallel_for(ctx, job.nblocks, reduce_task, &job);
+    free_job(ctx, &job);
     return SSM_STATUS_OK;
 }
 
@@ -237,9 +327,8 @@ ssm_status ssmi_cpu_causal_conv1d_bwd(ssm_context * ctx, const ssm_conv1d_params
 typedef struct update_ctx {
     const ssm_causal_conv1d_update_args * a;
     const ssmi_conv1d_dims *              d;
-    const ssmi_cpu_kernels *              k;
-    int                                   silu, has_fin;
-    int64_t                               nblocks;
+    const conv_job *                      job; /* prepared weights */
+    int                                   has_fin;
     float *                               scratch;
     int64_t                               scratch_floats;
 } update_ctx;
@@ -249,32 +338,34 @@ static int64_t slot_of(const ssm_tensor * idx, int64_t b) {
 }
 
 static void update_task(void * arg, int64_t task, int32_t thread) {
-    const update_ctx *                    u = (const update_ctx *) arg;
-    const ssm_causal_conv1d_update_args * a = u->a;
+    const update_ctx *                    u   = (const update_ctx *) arg;
+    const conv_job *                      job = u->job;
+    const ssm_causal_conv1d_update_args * a   = u->a;
     const int64_t                         W = u->d->width, L = u->d->state_len;
-    const int64_t                         b = task / u->nblocks, c0 = (task % u->nblocks) * CONV_CB;
+    const int64_t                         b = task / job->nblocks, c0 = (task % job->nblocks) * CONV_CB;
     const int64_t                         cb   = imin(CONV_CB, u->d->dim - c0);
     const int64_t                         slot = slot_of(&a->state_batch_indices, b);
     float *                               s    = u->scratch + thread * u->scratch_floats;
-    float *o = s, *xr = s + CONV_CB, *win = s + 2 * CONV_CB; /* win: L+1 values of one channel */
+    const float **                        taps = (const float **) (void *) s;
+    float *                               o    = s + ptr_floats(W);
+    float *                               win  = o + CONV_CB; /* rows 0..L−1: the state, row L: x */
     if (slot < 0) {
         memset(o, 0, (size_t) cb * sizeof(float));
-        u->k->store_row(a->out.data, a->out.dtype, ssmi_off2(&a->out, b, c0), a->out.strides[1], o, cb);
+        job->k->store_row(a->out.data, a->out.dtype, ssmi_off2(&a->out, b, c0), a->out.strides[1], o, cb);
         return;
     }
-    u->k->load_row(xr, a->x.data, a->x.dtype, ssmi_off2(&a->x, b, c0), a->x.strides[1], cb);
     const ssm_tensor * st  = &a->conv_state;
     const ssm_tensor * fin = &a->final_conv_state;
-    for (int64_t c = 0; c < cb; ++c) {
-        const int64_t d = c0 + c;
-        u->k->load_row(win, st->data, st->dtype, ssmi_off3(st, slot, d, 0), st->strides[2], L);
-        win[L]    = xr[c];
-        float pre = ssmi_present(&a->bias) ? ssmi_get_f32(&a->bias, ssmi_off1(&a->bias, d)) : 0.0f;
-        for (int64_t k = 0; k < W; ++k) pre += ssmi_get_f32(&a->weight, ssmi_off2(&a->weight, d, k)) * win[L + 1 - W + k];
-        o[c] = act_f(u->silu, pre);
-        if (u->has_fin) u->k->store_row(fin->data, fin->dtype, ssmi_off3(fin, slot, d, 0), fin->strides[2], win + 1, L);
-    }
-    u->k->store_row(a->out.data, a->out.dtype, ssmi_off2(&a->out, b, c0), a->out.strides[1], o, cb);
+    for (int64_t j = 0; j < L; ++j)
+        job->k->load_row(win + j * CONV_CB, st->data, st->dtype, ssmi_off3(st, slot, c0, j), st->strides[1], cb);
+    job->k->load_row(win + L * CONV_CB, a->x.data, a->x.dtype, ssmi_off2(&a->x, b, c0), a->x.strides[1], cb);
+    for (int64_t k = 0; k < W; ++k) taps[k] = win + (L + 1 - W + k) * CONV_CB;
+    job->lk->conv_row(cb, W, taps, job->wT + c0, job->ld, job->bias ? job->bias + c0 : NULL, job->silu, o);
+    job->k->store_row(a->out.data, a->out.dtype, ssmi_off2(&a->out, b, c0), a->out.strides[1], o, cb);
+    if (u->has_fin)
+        for (int64_t j = 0; j < L; ++j)
+            job->k->store_row(fin->data, fin->dtype, ssmi_off3(fin, slot, c0, j), fin->strides[1],
+                              win + (j + 1) * CONV_CB, cb);
 }
 
 typedef struct copy_ctx {
@@ -321,18 +412,23 @@ static ssm_status copy_unused(ssm_context * ctx, const ssmi_conv1d_dims * d, con
 
 ssm_status ssmi_cpu_causal_conv1d_update(ssm_context * ctx, const ssm_conv1d_params * p, const ssmi_conv1d_dims * d,
                                          const ssm_causal_conv1d_update_args * a) {
-    const ssmi_cpu_kernels * k       = ssmi_cpu_kernels_for(ctx);
-    const int                has_fin = ssmi_present(&a->final_conv_state);
+    const int has_fin = ssmi_present(&a->final_conv_state);
     if (has_fin && a->final_conv_state.data != a->conv_state.data) SSM_FORWARD_IF_ERROR(copy_unused(ctx, d, a));
+    conv_job job;
+    init_job(&job, ctx, p, d);
+    if (d->batch == 0 || job.nblocks == 0) return SSM_STATUS_OK;
+    SSM_FORWARD_IF_ERROR(prepare_weights(ctx, &job, &a->weight, &a->bias, "causal_conv1d_update"));
     update_ctx u;
     memset(&u, 0, sizeof u);
-    u.a = a, u.d = d, u.k = k, u.silu = p->activation == 1, u.has_fin = has_fin;
-    u.nblocks = (d->dim + CONV_CB - 1) / CONV_CB;
-    if (d->batch == 0 || u.nblocks == 0) return SSM_STATUS_OK;
-    u.scratch_floats = 2 * CONV_CB + ssmi_cpu_lines(d->state_len + 1);
+    u.a = a, u.d = d, u.job = &job, u.has_fin = has_fin;
+    u.scratch_floats = ptr_floats(d->width) + (d->state_len + 2) * CONV_CB;
     u.scratch        = ssmi_cpu_thread_scratch(ctx, "causal_conv1d_update", u.scratch_floats);
-    if (u.scratch == NULL) return SSM_STATUS_OUT_OF_MEMORY;
-    ssmi_parallel_for(ctx, d->batch * u.nblocks, update_task, &u);
+    if (u.scratch == NULL) {
+        free_job(ctx, &job);
+        return SSM_STATUS_OUT_OF_MEMORY;
+    }
+    ssmi_parallel_for(ctx, d->batch * job.nblocks, update_task, &u);
     ssmi_free(ctx, u.scratch);
+    free_job(ctx, &job);
     return SSM_STATUS_OK;
 }

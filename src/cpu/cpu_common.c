@@ -26,6 +26,32 @@ const ssmi_cpu_kernels * ssmi_cpu_kernels_for(const ssm_context * ctx) {
     return ssmi_context_isa(ctx) == SSM_ISA_AVX2 ? &avx2_kernels : &scalar_kernels;
 }
 
+static const ssmi_cpu_layer_kernels scalar_layer_kernels = {
+    ssmi_f32_conv_weights__scalar,
+    ssmi_f32_conv_row__scalar,
+    ssmi_f32_conv_grad_row__scalar,
+    ssmi_f32_conv_wgrad_row__scalar,
+    ssmi_f32_conv_dx_row__scalar,
+    ssmi_f32_add_row__scalar,
+    ssmi_f32_rmsnorm_row__scalar,
+    ssmi_f32_rmsnorm_bwd_row__scalar,
+};
+
+static const ssmi_cpu_layer_kernels avx2_layer_kernels = {
+    ssmi_f32_conv_weights__avx2,
+    ssmi_f32_conv_row__avx2,
+    ssmi_f32_conv_grad_row__avx2,
+    ssmi_f32_conv_wgrad_row__avx2,
+    ssmi_f32_conv_dx_row__avx2,
+    ssmi_f32_add_row__avx2,
+    ssmi_f32_rmsnorm_row__avx2,
+    ssmi_f32_rmsnorm_bwd_row__avx2,
+};
+
+const ssmi_cpu_layer_kernels * ssmi_cpu_layer_kernels_for(const ssm_context * ctx) {
+    return ssmi_context_isa(ctx) == SSM_ISA_AVX2 ? &avx2_layer_kernels : &scalar_layer_kernels;
+}
+
 float * ssmi_cpu_thread_scratch(ssm_context * ctx, const char * op, int64_t floats_per_thread) {
     const int64_t threads = ssmi_num_threads(ctx);
     const size_t  bytes   = (size_t) threads * (size_t) ssmi_cpu_lines(floats_per_thread) * sizeof(float);

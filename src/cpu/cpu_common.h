@@ -9,6 +9,7 @@
 
 #include "../core/ssmi.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/layer/layer.h"
 #include "kernels/vec/vec.h"
 
 /* One table per ISA: scalar entries first, overridden by the best the context allows. */
@@ -23,6 +24,21 @@ typedef struct ssmi_cpu_kernels {
 } ssmi_cpu_kernels;
 
 const ssmi_cpu_kernels * ssmi_cpu_kernels_for(const ssm_context * ctx);
+
+/* The layer ops' row kernels (kernels/layer), chosen the same way. A table of its own so
+ * the copies of ssmi_cpu_kernels elsewhere stay complete. */
+typedef struct ssmi_cpu_layer_kernels {
+    ssmi_f32_conv_weights_fn    conv_weights;
+    ssmi_f32_conv_row_fn        conv_row;
+    ssmi_f32_conv_grad_row_fn   conv_grad_row;
+    ssmi_f32_conv_wgrad_row_fn  conv_wgrad_row;
+    ssmi_f32_conv_dx_row_fn     conv_dx_row;
+    ssmi_f32_add_row_fn         add_row;
+    ssmi_f32_rmsnorm_row_fn     rmsnorm_row;
+    ssmi_f32_rmsnorm_bwd_row_fn rmsnorm_bwd_row;
+} ssmi_cpu_layer_kernels;
+
+const ssmi_cpu_layer_kernels * ssmi_cpu_layer_kernels_for(const ssm_context * ctx);
 
 /* Spec §2.1: softplus only for v ≤ 20 (log1p(exp(v))), then the clamp, always. Written
  * with comparisons so a NaN stays NaN. */

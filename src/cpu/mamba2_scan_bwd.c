@@ -74,6 +74,7 @@ typedef struct bwd_tiles {
     float *xtr, *xts, *dyte;                                  /* [P][Q] transposed              */
     float *m0, *dxx, *dcbh;                                   /* [Q][Q]                         */
     float *tmpt;                                              /* [N][Q]                         */
+    float *sdtv, *scm, *sdfac;                                /* per segment: [nc][Q] dt, cm, dt chain */
     float *dtv, *cm, *ecm, *eclm, *wexp, *ones, *dfac, *r, *q, *dda, *dtl, *intra; /* [Q] */
     float *dvec, *zrow, *ddrow, *orow;                        /* [P]                            */
 } bwd_tiles;
@@ -120,6 +121,9 @@ static int64_t carve_tiles(float * base, int64_t N, int64_t P, int64_t ncm, bwd_
     TAKE(dda, Q);
     TAKE(dtl, Q);
     TAKE(intra, Q);
+    TAKE(sdtv, ncm * Q);
+    TAKE(scm, ncm * Q);
+    TAKE(sdfac, ncm * Q);
     TAKE(dvec, P);
     TAKE(zrow, P);
     TAKE(ddrow, P);
@@ -223,16 +227,6 @@ static void chunk_dt(const bwd_job * job, int64_t row, int64_t t0, int64_t len, 
     }
 }
 
-/* Σ a[e]·b[e] in fp32 with 8 partial sums (vectorisable, and a fixed order). */
-static float dot8(int64_t n, const float * a, const float * b) {
-    float   part[8] = { 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f };
-    int64_t e       = 0;
-    for (; e + 8 <= n; e += 8)
-        for (int l = 0; l < 8; ++l) part[l] += a[e + l] * b[e + l];
-    for (; e < n; ++e) part[e & 7] += a[e] * b[e];
-    return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
-}
-
 /* Loads L rows [L][n] of a (batch, S, K, n) tensor at (row, t0.., k). */
 static void load_rows(const ssmi_cpu_kernels * k, const ssm_tensor * t, int64_t row, int64_t t0, int64_t L, int64_t kk,
                       int64_t n, float * dst, int64_t dst_stride) {
@@ -293,10 +287,17 @@ static void head_forward(const bwd_job * job, const head_ctx * hc, const bwd_til
     } else {
         memset(s0, 0, (size_t) (N * P) * sizeof(float));
     }
+    /* dt, cm and the dt chain of every chunk, once for both walks */
+    for (int64_t c = 0; c < hc->nc; ++c) {
+        const int64_t L = seg->len - c * Q < Q ? seg->len - c * Q : Q;
+        chunk_dt(job, seg->row, seg->t0 + c * Q, L, hc->h, hc->ah, hc->bias, w->sdtv + c * Q, w->scm + c * Q,
+                 w->sdfac + c * Q);
+    }
     for (int64_t c = 0; c + 1 < hc->nc; ++c) { /* the last chunk's state is not needed */
         const int64_t L = seg->len - c * Q < Q ? seg->len - c * Q : Q, t0 = seg->t0 + c * Q;
         float *       sc = w->states + c * sst;
-        chunk_dt(job, seg->row, t0, L, hc->h, hc->ah, hc->bias, w->dtv, w->cm, NULL);
+        memcpy(w->dtv, w->sdtv + c * Q, (size_t) L * sizeof(float));
+        memcpy(w->cm, w->scm + c * Q, (size_t) L * sizeof(float));
         const float cl = w->cm[L - 1];
         for (int64_t j = 0; j < L; ++j) w->eclm[j] = cl - w->cm[j];
         k->vexp(L, w->eclm, w->eclm);
@@ -333,9 +334,11 @@ static void load_dy(const bwd_job * job, const head_ctx * hc, int64_t c, int64_t
     load_rows(k, &a->dout, row, t0, L, hc->h, P, w->dy, P);
     if (!ssmi_present(&a->z)) return;
     if (want_dz) {
+        /* Mdiag = M0·diag(dt) (M0 is CB⊙decay times 1, so this is the forward's product) */
+        for (int64_t i = 0; i < L; ++i)
+            for (int64_t j = 0; j < L; ++j) w->dxx[i * Q + j] = j <= i ? w->m0[i * Q + j] * w->dtv[j] : 0.0f;
         k->gemm(L, P, N, w->cts + c * tq, 1, Q, sc, P, w->yt, P, w->ecm, 0.0f, 0);
-        k->decay_rows(L, L, w->cbs + c * Q * Q, Q, w->cm, w->dtv, w->m0, Q);
-        k->gemm(L, P, L, w->m0, Q, 1, w->xt, P, w->yt, P, NULL, 1.0f, 1);
+        k->gemm(L, P, L, w->dxx, Q, 1, w->xt, P, w->yt, P, NULL, 1.0f, 1);
     }
     for (int64_t i = 0; i < L; ++i) {
         float * dy = w->dy + i * P;
@@ -348,12 +351,15 @@ static void load_dy(const bwd_job * job, const head_ctx * hc, int64_t c, int64_t
             /* σ(z) through the vector exp: e = exp(−z), σ = 1/(1 + e) */
             for (int64_t p = 0; p < P; ++p) w->ddrow[p] = -w->zrow[p];
             k->vexp(P, w->ddrow, w->ddrow);
+            /* dz, then δx = dout·z·σ(z) from the same e (silu_gate's formula) */
             for (int64_t p = 0; p < P; ++p) {
-                const float zv = w->zrow[p], sg = 1.0f / (1.0f + w->ddrow[p]);
+                const float zv = w->zrow[p], e1 = 1.0f + w->ddrow[p], sg = 1.0f / e1;
                 y[p]           = dy[p] * y[p] * sg * (1.0f + zv * (1.0f - sg));
+                dy[p]          = dy[p] * (zv / e1);
             }
             k->store_row(a->dz.data, a->dz.dtype, ssmi_off4(&a->dz, row, t0 + i, hc->h, 0), a->dz.strides[3], y,
                          P);
+            continue;
         }
         k->silu_gate(P, dy, w->zrow, dy);
     }
@@ -366,6 +372,7 @@ static void head_backward(const bwd_job * job, const head_ctx * hc, const bwd_ti
     const ssmi_cpu_kernels *         k = job->kernels;
     const int64_t H = d->nheads, P = d->headdim, N = d->dstate, Q = BWD_CHUNK, sst = state_stride(N, P);
     const int64_t tq = ssmi_cpu_lines(N * Q);
+    const ssmi_cpu_bwd_kernels * bk = job->bwdk;
     const bwd_segment * seg = hc->seg;
     const int64_t       row = seg->row, h = hc->h;
     const int           want_db = ssmi_present(&a->db);
@@ -385,7 +392,9 @@ static void head_backward(const bwd_job * job, const head_ctx * hc, const bwd_ti
         const int64_t L = seg->len - c * Q < Q ? seg->len - c * Q : Q, t0 = seg->t0 + c * Q;
         const float * sc = w->states + c * sst;
         const float * cbc = w->cbs + c * Q * Q;
-        chunk_dt(job, row, t0, L, h, hc->ah, hc->bias, w->dtv, w->cm, w->dfac);
+        memcpy(w->dtv, w->sdtv + c * Q, (size_t) L * sizeof(float));
+        memcpy(w->cm, w->scm + c * Q, (size_t) L * sizeof(float));
+        memcpy(w->dfac, w->sdfac + c * Q, (size_t) L * sizeof(float));
         const float cl = w->cm[L - 1];
         float       ecl = cl;
         k->vexp(1, &ecl, &ecl);
@@ -396,6 +405,10 @@ static void head_backward(const bwd_job * job, const head_ctx * hc, const bwd_ti
         const float * btc = w->bts + c * tq; /* Bᵀ, Cᵀ of the chunk: [N][Q] */
         const float * ctc = w->cts + c * tq;
         load_rows(k, &a->x, row, t0, L, h, P, w->xt, P);
+        /* M0[k][i] = CB[k][i]·e^{cm_k − cm_i} (i ≤ k, zeros above): the intra part of acc,
+         * and times dt_i the forward's decay matrix for y */
+        for (int64_t j = 0; j < L; ++j) w->ones[j] = 1.0f;
+        k->decay_rows(L, L, cbc, Q, w->cm, w->ones, w->m0, Q);
         load_dy(job, hc, c, t0, L, sc, w);
         if (c > 0) { /* the previous chunk (next in this walk) is always whole */
             prefetch_rows(&a->x, row, t0 - Q, Q, h, P);
@@ -411,11 +424,7 @@ static void head_backward(const bwd_job * job, const head_ctx * hc, const bwd_ti
 
         /* state part of acc, and r */
         k->gemm(L, P, N, btc, 1, Q, gst, P, w->acc, P, w->eclm, 0.0f, 0);
-        for (int64_t j = 0; j < L; ++j) {
-            float s = 0.0f;
-            for (int64_t p = 0; p < P; ++p) s += w->xt[j * P + p] * w->acc[j * P + p];
-            w->r[j] = w->dtv[j] * s;
-        }
+        for (int64_t j = 0; j < L; ++j) w->r[j] = w->dtv[j] * bk->dot(P, w->xt + j * P, w->acc + j * P);
         /* dB_stᵀ = G·(x·e^{cl−cm}·dt)ᵀ into this chunk's block tile */
         job->bwdk->transpose(L, P, w->xt, P, NULL, w->xtr, Q);
         if (want_db) {
@@ -423,12 +432,10 @@ static void head_backward(const bwd_job * job, const head_ctx * hc, const bwd_ti
             k->gemm(N, L, P, gst, P, 1, w->xts, Q, w->dbt + c * tq, Q, NULL, 1.0f, 0);
         }
         /* e^{cl}·<G, S_c>: the chunk-total part of ddA */
-        const float chunk_total = ecl * dot8(N * P, gst, sc);
+        const float chunk_total = ecl * bk->dot(N * P, gst, sc);
 
         /* intra part of acc: acc[i] += Σ_{k≥i} M0[k][i]·δx[k], run as a causal GEMM on the
          * reversed index (i' = L−1−i), so the kernel skips the zero half */
-        for (int64_t j = 0; j < L; ++j) w->ones[j] = 1.0f;
-        k->decay_rows(L, L, cbc, Q, w->cm, w->ones, w->m0, Q);
         k->gemm(L, P, L, w->m0 + (L - 1) * Q + (L - 1), -1, -Q, w->dy + (L - 1) * P, -P, w->acc + (L - 1) * P, -P,
                 NULL, 1.0f, 1);
 
@@ -438,16 +445,17 @@ static void head_backward(const bwd_job * job, const head_ctx * hc, const bwd_ti
             float *       ac = w->acc + i * P;
             const float * x  = w->xt + i * P;
             const float * dy = w->dy + i * P;
-            float         s  = 0.0f;
-            for (int64_t p = 0; p < P; ++p) s += ac[p] * x[p];
-            w->dtl[i] = s;
+            w->dtl[i]        = bk->dot(P, ac, x);
             if (!want_dx) continue;
             for (int64_t p = 0; p < P; ++p) w->orow[p] = ac[p] * w->dtv[i] + (hc->has_d ? w->dvec[p] * dy[p] : 0.0f);
             k->store_row(a->dx.data, a->dx.dtype, ssmi_off4(&a->dx, row, t0 + i, h, 0), a->dx.strides[3], w->orow, P);
         }
 
         /* dCB of this head, its sum over the block, and the intra part of ddA */
-        k->gemm(L, L, P, w->dy, P, 1, w->xtr, Q, w->dxx, Q, NULL, 0.0f, 0);
+        for (int64_t i0 = 0; i0 < L; i0 += 8) { /* row blocks up to the diagonal: the rest is masked */
+            const int64_t i1 = i0 + 8 < L ? i0 + 8 : L;
+            k->gemm(i1 - i0, i1, P, w->dy + i0 * P, P, 1, w->xtr, Q, w->dxx + i0 * Q, Q, NULL, 0.0f, 0);
+        }
         k->decay_rows(L, L, w->dxx, Q, w->cm, w->dtv, w->dcbh, Q);
         float * dcb = w->dcbs + c * Q * Q;
         for (int64_t i = 0; i < L; ++i)
@@ -465,16 +473,7 @@ static void head_backward(const bwd_job * job, const head_ctx * hc, const bwd_ti
         job->bwdk->transpose(L, P, w->dy, P, w->ecm, w->dyte, Q);
         k->gemm(N, L, P, sc, P, 1, w->dyte, Q, w->tmpt, Q, NULL, 0.0f, 0);
         for (int64_t i = 0; i < L; ++i) w->q[i] = 0.0f;
-        for (int64_t n = 0; n < N; ++n) {
-            const float * tr = w->tmpt + n * Q;
-            const float * cr = ctc + n * Q;
-            for (int64_t i = 0; i < L; ++i) w->q[i] += tr[i] * cr[i];
-        }
-        if (ssmi_present(&a->dc)) {
-            float * dct = w->dct + c * tq;
-            for (int64_t n = 0; n < N; ++n)
-                for (int64_t i = 0; i < L; ++i) dct[n * Q + i] += w->tmpt[n * Q + i];
-        }
+        bk->colsum_dot(N, L, w->tmpt, Q, ctc, Q, w->q, ssmi_present(&a->dc) ? w->dct + c * tq : NULL, Q);
 
         /* ddA = suffix(q) + chunk total + exclusive prefix(r) + intra; then the dt chain */
         float suf = chunk_total;
@@ -530,17 +529,19 @@ static void segment_cb(const bwd_job * job, const bwd_segment * seg, int64_t g, 
 }
 
 /* Writes an [N][Q] transposed tile's L columns as rows of out (the output, or this block's
- * fp32 partial). */
+ * fp32 partial, whose rows are G·N floats apart and take the transpose directly). */
 static void store_tile(const bwd_job * job, const ssm_tensor * out, float * partial, int64_t blk, int64_t row,
                        int64_t t0, int64_t L, int64_t g, const float * tile, const bwd_tiles * w) {
     const ssmi_mamba2_dims * d = job->dims;
     const int64_t            N = d->dstate, Q = BWD_CHUNK, G = d->ngroups, S = d->seqlen;
-    for (int64_t j = 0; j < L; ++j) {
-        float * dst = partial != NULL ? partial + ((((blk * d->batch + row) * S + t0 + j) * G + g) * N) : w->orow;
-        for (int64_t n = 0; n < N; ++n) dst[n] = tile[n * Q + j];
-        if (partial == NULL)
-            job->kernels->store_row(out->data, out->dtype, ssmi_off4(out, row, t0 + j, g, 0), out->strides[3], dst, N);
+    if (partial != NULL) {
+        job->bwdk->transpose(N, L, tile, Q, NULL, partial + (((blk * d->batch + row) * S + t0) * G + g) * N, G * N);
+        return;
     }
+    job->bwdk->transpose(N, L, tile, Q, NULL, w->ct, N); /* [Q][N] staging, free after segment_cb */
+    for (int64_t j = 0; j < L; ++j)
+        job->kernels->store_row(out->data, out->dtype, ssmi_off4(out, row, t0 + j, g, 0), out->strides[3],
+                                w->ct + j * N, N);
 }
 
 static void segment_dbdc(const bwd_job * job, const bwd_segment * seg, int64_t g, int64_t blk, int64_t nc,

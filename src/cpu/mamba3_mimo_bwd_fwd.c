@@ -63,7 +63,7 @@ typedef struct bf_scratch {
     /* upstream-bf16 mode only (NULL otherwise) */
     float *        sb;                 /* [N][P] ρ(Ŝ)                                 */
     float *        ks;                 /* [C·R][N] ρ(k̂·e^{da_cs_rev})                 */
-    float *        acc, *prod, *yb;    /* [P] each: sequential-sum rows               */
+    float *        acc, *prod, *yb;    /* [P] each: row temporaries                   */
 } bf_scratch;
 
 /* Points the scratch fields into base (sc == NULL: only counts); returns the floats used.
@@ -122,6 +122,50 @@ typedef struct bf_job {
     int32_t                              act;      /* the dtype ρ rounds to (v's dtype)          */
 } bf_job;
 
+/* ---- upstream-bf16 mode: rounded row operations ----------------------------------------- *
+ * Each fuses an fp32 operation with its ρ; the bf16 case is a separate branch-free loop
+ * (it vectorises), other act dtypes go through the generic ρ. */
+
+/* dst = ρ(a + b) */
+static void rho_add_row(int32_t act, float * dst, const float * a, const float * b, int64_t n) {
+    if (act == SSM_DTYPE_BF16)
+        for (int64_t i = 0; i < n; ++i) dst[i] = ssmi_mimo_round_bf16(a[i] + b[i]);
+    else
+        for (int64_t i = 0; i < n; ++i) dst[i] = ssmi_mimo_rho(act, a[i] + b[i]);
+}
+
+/* dst = ρ(a ⊙ b) */
+static void rho_mul_row(int32_t act, float * dst, const float * a, const float * b, int64_t n) {
+    if (act == SSM_DTYPE_BF16)
+        for (int64_t i = 0; i < n; ++i) dst[i] = ssmi_mimo_round_bf16(a[i] * b[i]);
+    else
+        for (int64_t i = 0; i < n; ++i) dst[i] = ssmi_mimo_rho(act, a[i] * b[i]);
+}
+
+/* dst = ρ(s·a) */
+static void rho_scale_row(int32_t act, float * dst, const float * a, float s, int64_t n) {
+    if (act == SSM_DTYPE_BF16)
+        for (int64_t i = 0; i < n; ++i) dst[i] = ssmi_mimo_round_bf16(a[i] * s);
+    else
+        for (int64_t i = 0; i < n; ++i) dst[i] = ssmi_mimo_rho(act, a[i] * s);
+}
+
+/* acc = ρ(acc + ρ(s·u)): one step of the diagonal's sequential per-rank sum */
+static void rho_acc_scaled(int32_t act, float * acc, float s, const float * u, int64_t n) {
+    if (act == SSM_DTYPE_BF16)
+        for (int64_t i = 0; i < n; ++i) acc[i] = ssmi_mimo_round_bf16(acc[i] + ssmi_mimo_round_bf16(s * u[i]));
+    else
+        for (int64_t i = 0; i < n; ++i) acc[i] = ssmi_mimo_rho(act, acc[i] + ssmi_mimo_rho(act, s * u[i]));
+}
+
+/* acc = ρ(acc + a ⊙ b): one step of dz's sequential per-rank sum */
+static void rho_acc_mul(int32_t act, float * acc, const float * a, const float * b, int64_t n) {
+    if (act == SSM_DTYPE_BF16)
+        for (int64_t i = 0; i < n; ++i) acc[i] = ssmi_mimo_round_bf16(acc[i] + a[i] * b[i]);
+    else
+        for (int64_t i = 0; i < n; ++i) acc[i] = ssmi_mimo_rho(act, acc[i] + a[i] * b[i]);
+}
+
 /* ---- upstream-bf16 mode: the per-token roundings (spec §5.1 items 2-9) ------------------ */
 
 /* γ (fp32, from ρ(dt)), c = ρ(γ + σ̄) with σ̄ = ρ(ρ(dt_{t+1})·σ(−trap_{t+1})) (0 at t = S−1)
@@ -143,18 +187,14 @@ static void token_scalars_act(const bf_job * job, float * dtv, float * trp, int6
 }
 
 /* ssmi_mimo_prep_token with the roundings: q̄ = ρ(q + ρ(q_bias)), k̄ likewise (the head's
- * biases are already rounded), qkd = ρ(q̄·k̄), the rotated pairs ρ(rotated) (rounding the
- * whole row is the same: the other columns already hold ρ values), k̂ = ρ(k̃·c). */
+ * biases are already rounded), qkd = ρ(q̄·k̄), the rotated pairs ρ(rotated) (columns
+ * [0, A) and [N/2, N/2 + A); the others keep their ρ values), k̂ = ρ(k̃·c). */
 static void prep_token_act(int32_t act, int64_t R, int64_t N, int64_t A, const float * qr, const float * kr,
                            const ssmi_mimo_head * hd, const float * cosv, const float * sinv, float c, float * qt,
                            float * kh, float * qkd) {
     for (int64_t r = 0; r < R; ++r) {
-        float *       q = qt + r * N, *kk = kh + r * N;
-        const float * qb = hd->qb + r * N, *kb = hd->kb + r * N;
-        for (int64_t n = 0; n < N; ++n) q[n] = qr[r * N + n] + qb[n];
-        for (int64_t n = 0; n < N; ++n) kk[n] = kr[r * N + n] + kb[n];
-        ssmi_mimo_round_act(act, q, N);
-        ssmi_mimo_round_act(act, kk, N);
+        rho_add_row(act, qt + r * N, qr + r * N, hd->qb + r * N, N);
+        rho_add_row(act, kh + r * N, kr + r * N, hd->kb + r * N, N);
     }
     for (int64_t r = 0; r < R; ++r)
         for (int64_t r2 = 0; r2 < R; ++r2) qkd[r * R + r2] = ssmi_mimo_rho(act, ssmi_mimo_dot(N, qt + r * N, kh + r2 * N));
@@ -162,10 +202,11 @@ static void prep_token_act(int32_t act, int64_t R, int64_t N, int64_t A, const f
         float * q = qt + r * N, *kk = kh + r * N;
         ssmi_mimo_rotate(N, A, cosv, sinv, q);
         ssmi_mimo_rotate(N, A, cosv, sinv, kk);
-        ssmi_mimo_round_act(act, q, N);
-        ssmi_mimo_round_act(act, kk, N);
-        for (int64_t n = 0; n < N; ++n) kk[n] *= c;
-        ssmi_mimo_round_act(act, kk, N);
+        ssmi_mimo_round_act(act, q, A);
+        ssmi_mimo_round_act(act, q + N / 2, A);
+        ssmi_mimo_round_act(act, kk, A);
+        ssmi_mimo_round_act(act, kk + N / 2, A);
+        rho_scale_row(act, kk, kk, c, N);
     }
 }
 
@@ -208,8 +249,10 @@ static void load_chunk(const bf_job * job, bf_scratch * sc, int64_t b, int64_t h
                 kb->store_row(a->qk_dot.data, a->qk_dot.dtype, ssmi_off5(&a->qk_dot, b, h, t, r, 0),
                               a->qk_dot.strides[4], qkd + r * R, R);
         kb->load_row(sc->v, a->v.data, a->v.dtype, ssmi_off4(&a->v, b, t, h, 0), a->v.strides[3], P);
-        ssmi_mimo_make_u(R, P, sc->v, sc->hd.mv, tl->u + i * R * P, P);
-        if (job->faithful) ssmi_mimo_round_act(job->act, tl->u + i * R * P, R * P);
+        if (job->faithful)
+            for (int64_t r = 0; r < R; ++r) rho_mul_row(job->act, tl->u + (i * R + r) * P, sc->v, sc->hd.mv + r * P, P);
+        else
+            ssmi_mimo_make_u(R, P, sc->v, sc->hd.mv, tl->u + i * R * P, P);
         if (ssmi_present(&a->z))
             kb->load_row(sc->z + i * P, a->z.data, a->z.dtype, ssmi_off4(&a->z, b, t, h, 0), a->z.strides[3], P);
         if (job->d->reduce_o)
@@ -330,24 +373,16 @@ static void chunk_y_act(const bf_job * job, bf_scratch * sc, int64_t n) {
         }
         b->gemm(rows, P, cols, m0, ld, 1, tl->u, P, tl->y + x0 * P, P, NULL, 1.0f, 0);
     }
-    float * acc = sc->acc, *prod = sc->prod;
+    float * acc = sc->acc;
     for (int64_t i = 0; i < n; ++i)
         for (int64_t r = 0; r < R; ++r) {
             const float * qkd = tl->qkd + (i * R + r) * R;
             const float * ur  = tl->u + (i * R + r) * P;
             float *       y   = tl->y + (i * R + r) * P;
             memset(acc, 0, (size_t) P * sizeof(float));
-            for (int64_t r2 = 0; r2 < R; ++r2) {
-                const float * u2 = tl->u + (i * R + r2) * P;
-                for (int64_t p = 0; p < P; ++p) prod[p] = qkd[r2] * u2[p];
-                ssmi_mimo_round_act(act, prod, P);
-                for (int64_t p = 0; p < P; ++p) acc[p] += prod[p];
-                ssmi_mimo_round_act(act, acc, P);
-            }
-            for (int64_t p = 0; p < P; ++p) acc[p] *= tl->gamma[i];
-            ssmi_mimo_round_act(act, acc, P);
-            for (int64_t p = 0; p < P; ++p) y[p] += acc[p];
-            for (int64_t p = 0; p < P; ++p) y[p] += dskip * ur[p];
+            for (int64_t r2 = 0; r2 < R; ++r2) rho_acc_scaled(act, acc, qkd[r2], tl->u + (i * R + r2) * P, P);
+            rho_scale_row(act, acc, acc, tl->gamma[i], P);
+            for (int64_t p = 0; p < P; ++p) y[p] = (y[p] + acc[p]) + dskip * ur[p];
         }
 }
 
@@ -379,8 +414,7 @@ static void chunk_grads_act(const bf_job * job, bf_scratch * sc, int64_t b, int6
             const float * zz = sc->zz + x * P;
             float *       ex = sc->ex + x * P; /* becomes dzz */
             float *       dmo = sc->dmo + r * P, *dmz = sc->dmz + r * P;
-            memcpy(yb, sc->tl.y + x * P, (size_t) P * sizeof(float));
-            ssmi_mimo_round_act(act, yb, P);
+            rho_scale_row(act, yb, sc->tl.y + x * P, 1.0f, P);
             const float * dout = reduce ? sc->dout + i * P : sc->dout + x * P;
             if (reduce && !has_z) {
                 for (int64_t p = 0; p < P; ++p) dmo[p] += yb[p] * dout[p];
@@ -389,13 +423,11 @@ static void chunk_grads_act(const bf_job * job, bf_scratch * sc, int64_t b, int6
             if (reduce) {
                 const float * mor = mo + r * P;
                 for (int64_t p = 0; p < P; ++p) dmo[p] += zz[p] / (1.0f + ex[p]) * yb[p] * dout[p];
-                for (int64_t p = 0; p < P; ++p) t1[p] = dout[p] * mor[p];
-                ssmi_mimo_round_act(act, t1, P);
-                for (int64_t p = 0; p < P; ++p) t1[p] *= yb[p];
+                rho_mul_row(act, t1, dout, mor, P);
+                rho_mul_row(act, t1, t1, yb, P); /* dg */
             } else {
-                for (int64_t p = 0; p < P; ++p) t1[p] = dout[p] * yb[p];
+                rho_mul_row(act, t1, dout, yb, P); /* dg */
             }
-            ssmi_mimo_round_act(act, t1, P); /* dg */
             for (int64_t p = 0; p < P; ++p) {
                 const float sg = 1.0f / (1.0f + ex[p]);
                 ex[p]          = t1[p] * sg * (1.0f + zz[p] * (1.0f - sg));
@@ -405,10 +437,7 @@ static void chunk_grads_act(const bf_job * job, bf_scratch * sc, int64_t b, int6
         if (has_z && ssmi_present(&a->dz)) {
             const float * dzz = sc->ex + i * RP;
             memset(acc, 0, (size_t) P * sizeof(float));
-            for (int64_t r = 0; r < R; ++r) {
-                for (int64_t p = 0; p < P; ++p) acc[p] += dzz[r * P + p] * mz[r * P + p];
-                ssmi_mimo_round_act(act, acc, P);
-            }
+            for (int64_t r = 0; r < R; ++r) rho_acc_mul(act, acc, dzz + r * P, mz + r * P, P);
             kb->store_row(a->dz.data, a->dz.dtype, ssmi_off4(&a->dz, b, tc + i, h, 0), a->dz.strides[3], acc, P);
         }
     }
@@ -418,13 +447,7 @@ static void chunk_grads_act(const bf_job * job, bf_scratch * sc, int64_t b, int6
 static void state_update_act(const bf_job * job, bf_scratch * sc, int64_t n, float ecl) {
     ssmi_mimo_tile * tl = &sc->tl;
     const int64_t    R = tl->R, N = tl->N, P = tl->P, L = n * R;
-    for (int64_t x = 0; x < L; ++x) {
-        const float   wi = tl->wrev[x / R];
-        const float * kr = tl->kh + x * N;
-        float *       kd = sc->ks + x * N;
-        for (int64_t j = 0; j < N; ++j) kd[j] = kr[j] * wi;
-    }
-    ssmi_mimo_round_act(job->act, sc->ks, L * N);
+    for (int64_t x = 0; x < L; ++x) rho_scale_row(job->act, sc->ks + x * N, tl->kh + x * N, tl->wrev[x / R], N);
     job->k->base->gemm(N, P, L, sc->ks, 1, N, tl->u, P, sc->s, P, NULL, ecl, 0);
 }
 

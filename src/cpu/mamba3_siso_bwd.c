@@ -168,17 +168,6 @@ static int64_t carve(const ssmi_mamba3_dims * d, int64_t max_len, int64_t max_ch
 }
 
 /* ---- small helpers ---------------------------------------------------------------------- */
-/* x·y with eight interleaved partial sums (lanes i mod 8, then lanes 0..7 in order): a fixed
- * order, and no single dependency chain. */
-static float dot(const float * x, const float * y, int64_t n) {
-    float   acc[8] = {0};
-    int64_t i = 0;
-    for (; i + 8 <= n; i += 8)
-        for (int j = 0; j < 8; ++j) acc[j] += x[i + j] * y[i + j];
-    for (int j = 0; i < n; ++i, ++j) acc[j] += x[i] * y[i];
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
 static float sum(const float * x, int64_t n) {
     float   acc[8] = {0};
     int64_t i = 0;
@@ -234,7 +223,13 @@ static void sequence_scalars(bwd_task_ctx * x) {
         ssmi_cpu_m3_load_row3(m3, &a->angle_state, x->n, h, A, theta);
     else
         memset(theta, 0, (size_t)A * sizeof(float));
+    const int64_t es = (int64_t)ssm_dtype_size((ssm_dtype)a->angles.dtype);
     for (int64_t t = 0; t < L; ++t) {
+        if (t + 8 < L && a->angles.strides[3] == 1) { /* rows H·A apart: ask 8 tokens ahead */
+            const char * ahead =
+                (const char *)a->angles.data + ssmi_off4(&a->angles, x->row, x->t0 + t + 8, h, 0) * es;
+            for (int64_t b = 0; b < A * es; b += 64) __builtin_prefetch(ahead + b, 0, 3);
+        }
         m3->base->load_row(s->raw, a->angles.data, a->angles.dtype, ssmi_off4(&a->angles, x->row, x->t0 + t, h, 0),
                            a->angles.strides[3], A);
         m3->vtanh(A, s->raw, s->tanhv + t * A);
@@ -296,13 +291,11 @@ static void load_tokens(bwd_task_ctx * x, const ssm_tensor * t, int64_t i0, int6
 /* Asks for the rows of a (B, S, H, V) tensor for tokens [i0, i0 + Lc) ahead of their use
  * (they are H·V floats apart, a stride the hardware prefetchers follow poorly). */
 static void prefetch_tokens(bwd_task_ctx * x, const ssm_tensor * t, int64_t i0, int64_t Lc) {
-    if (t->data == NULL || i0 < 0) return;
+    if (t->data == NULL || i0 < 0 || t->strides[3] != 1) return; /* only plain rows are worth it */
     const int64_t V = x->job->d->dv, es = (int64_t)ssm_dtype_size((ssm_dtype)t->dtype);
     for (int64_t i = 0; i < Lc; ++i) {
         const char * row = (const char *)t->data + ssmi_off4(t, x->row, x->t0 + i0 + i, x->h, 0) * es;
-        const int64_t bytes = (V - 1) * t->strides[3] * es + es;
-        if (t->strides[3] != 1) return; /* only plain rows are worth it */
-        for (int64_t b = 0; b < bytes; b += 64) __builtin_prefetch(row + b, 0, 3);
+        for (int64_t b = 0; b < V * es; b += 64) __builtin_prefetch(row + b, 0, 3);
     }
 }
 
@@ -382,7 +375,7 @@ static void chunk_dy(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
     } else {
         memcpy(s->dy, s->dout, (size_t)(Lc * V) * sizeof(float));
     }
-    for (int64_t i = 0; i < Lc; ++i) s->dqk[i] = dot(s->dy + i * V, s->vc + i * V, V);
+    for (int64_t i = 0; i < Lc; ++i) s->dqk[i] = x->job->bk->dot(V, s->dy + i * V, s->vc + i * V);
 }
 
 /* Decay mask M (strictly lower), E = (dY·Vcᵀ)⊙M into ee, Pm = (Q̂·K̂sᵀ)⊙M into cb, and the
@@ -445,7 +438,7 @@ static void chunk_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc, const float * 
 
     /* dQ̂ = diag(e^c)·dY·S_c + E·K̂s; the first term dotted with q̂ is the readout part of r */
     k->gemm(Lc, K, V, s->dy, V, 1, sc, K, s->dqh, K, s->ec, 0.0f, 0);
-    for (int64_t i = 0; i < Lc; ++i) s->rr[i] += dot(s->qh + i * K, s->dqh + i * K, K);
+    for (int64_t i = 0; i < Lc; ++i) s->rr[i] += x->job->bk->dot(K, s->qh + i * K, s->dqh + i * K);
     k->gemm(Lc, K, Lc, s->ee, C, 1, s->ks, K, s->dqh, K, NULL, 1.0f, 1);
 
     /* dK̂s = diag(w)·Vc·dS + Eᵀ·Q̂ */
@@ -455,7 +448,7 @@ static void chunk_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc, const float * 
     /* dVc = diag(w)·K̂s·dSᵀ + Pmᵀ·dY + diag(D + γd)·dY (+ dfinal_v at the last token);
      * the first term dotted with v is m */
     k->gemm(Lc, V, K, s->ks, K, 1, s->dst, V, s->dvc, V, s->wv, 0.0f, 0);
-    for (int64_t i = 0; i < Lc; ++i) s->mv[i] = dot(s->vc + i * V, s->dvc + i * V, V);
+    for (int64_t i = 0; i < Lc; ++i) s->mv[i] = x->job->bk->dot(V, s->vc + i * V, s->dvc + i * V);
     gemm_lower_t(k, Lc, V, s->cb, C, s->dy, V, s->dvc, V);
     for (int64_t i = 0; i < Lc; ++i) {
         const float   coef = x->dh + s->gam[i0 + i] * s->dcoef[i];
@@ -472,7 +465,7 @@ static void chunk_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc, const float * 
     if (ssmi_present(&a->dv)) store_tokens(x, &a->dv, i0, Lc, s->dvc);
 
     /* dADT_i = Σ_{i'≥i} r_i' + Σ_{j<i} m_j + μ,  μ = e^{c_last}·⟨S_c, dS⟩ */
-    const float mu = ecl * dot(sc, s->ds, V * K);
+    const float mu = ecl * x->job->bk->dot(V * K, sc, s->ds);
     float       rev = 0.0f, fwd = 0.0f;
     for (int64_t i = Lc - 1; i >= 0; --i) {
         rev += s->rr[i];
@@ -514,9 +507,18 @@ static void chunk_preprocess_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
             extra = s->krow;
         }
         /* dσ = dk̂s·k̂; dk̂ = σ·dk̂s (+ dfinal_k); dθ; dq̃ = R(θ)ᵀdq̂ + dQK·γ·k̃, dk̃ = R(θ)ᵀdk̂ + dQK·γ·q̃ */
+        const int64_t tok = x->t0 + t;
+        float *       wq = NULL, *wk = NULL; /* the block's workspace rows (GQA) */
+        if (job->l.gqa_ws) {
+            const int64_t off =
+                (((x->blk * job->d->batch + x->row) * job->d->seqlen + tok) * job->d->nheads_qk + x->g) * K;
+            if (job->dq_ws) wq = job->dq_ws + off;
+            if (job->dk_ws) wk = job->dk_ws + off;
+        }
+        /* the block's first head writes its slot rows, the next ones add in head order */
         const float cq   = s->dqk[i] * s->gam[t];
         const float dsig = job->bk->siso_token(K, 2 * A, dq, dk, qh, kh, qt, kt, cs, sn, s->sig[t], extra, cq, s->dth,
-                                               s->qbacc, s->kbacc);
+                                               s->qbacc, s->kbacc, wq, wk, !x->first_in_block);
         s->dsig[t] = dsig;
         s->dgam[t] = s->dqk[i] * s->dcoef[i] + dsig;
 
@@ -532,21 +534,7 @@ static void chunk_preprocess_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
             k->store_row(a->dangles.data, a->dangles.dtype, ssmi_off4(&a->dangles, x->row, x->t0 + t, x->h, 0),
                          a->dangles.strides[3], s->dth, A);
 
-        const int64_t tok = x->t0 + t;
-        if (job->l.gqa_ws) {
-            /* the block's first head writes its slot row, the next ones add in head order */
-            const int64_t off =
-                (((x->blk * job->d->batch + x->row) * job->d->seqlen + tok) * job->d->nheads_qk + x->g) * K;
-            if (x->first_in_block) {
-                if (job->dq_ws) memcpy(job->dq_ws + off, dq, (size_t)K * sizeof(float));
-                if (job->dk_ws) memcpy(job->dk_ws + off, dk, (size_t)K * sizeof(float));
-            } else {
-                if (job->dq_ws)
-                    for (int64_t j = 0; j < K; ++j) job->dq_ws[off + j] += dq[j];
-                if (job->dk_ws)
-                    for (int64_t j = 0; j < K; ++j) job->dk_ws[off + j] += dk[j];
-            }
-        } else {
+        if (!job->l.gqa_ws) {
             if (ssmi_present(&a->dq))
                 k->store_row(a->dq.data, a->dq.dtype, ssmi_off4(&a->dq, x->row, tok, x->g, 0), a->dq.strides[3], dq, K);
             if (ssmi_present(&a->dk))
@@ -593,10 +581,10 @@ static float initial_state_grads(bwd_task_ctx * x) {
     float *hk = s->hk, *dkin = s->buf;
     float  dc = 0.0f;
     for (int64_t v = 0; v < V; ++v) {
-        hk[v] = dot(s->ds + v * K, s->krow, K);
+        hk[v] = x->job->bk->dot(K, s->ds + v * K, s->krow);
         dc += s->vrow[v] * hk[v];
     }
-    for (int64_t j = 0; j < K; ++j) dkin[j] = c0 * dot(s->dst + j * V, s->vrow, V);
+    for (int64_t j = 0; j < K; ++j) dkin[j] = c0 * x->job->bk->dot(V, s->dst + j * V, s->vrow);
     for (int64_t v = 0; v < V; ++v) hk[v] *= c0;
     if (ssmi_present(&a->dssm_state)) {
         const ssm_tensor * t = &a->dssm_state;

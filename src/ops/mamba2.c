@@ -5,8 +5,12 @@
  *   1. validate params and every tensor (shapes follow spec mamba2_ssd.md §2 from the
  *      tensors that define each dimension), index-tensor values and output aliasing;
  *   2. fill ssmi_mamba2_dims;
- *   3. dispatch to the backend chosen by the context (REF, CPU; CUDA is not built).
+ *   3. dispatch to the backend chosen by the context (REF, CPU, and CUDA for chunk_state
+ *      and scan: explicitly, or AUTO with x on a CUDA device).
  * Nothing is written before step 3, so a failed call leaves every output untouched.
+ * CUDA calls check the devices first (every float tensor on the CUDA device, index tensors
+ * on either side; device index tensors are copied to the host), then run the same
+ * validation on CPU-typed copies of the views (the rules do not depend on the device).
  */
 #include <math.h>
 #include <stdint.h>
@@ -16,6 +20,10 @@
 #include "../cpu/ssmi_cpu.h"
 #include "../ref/ssmi_ref.h"
 #include "ops_common.h"
+
+#ifdef SSMOPS_HAVE_CUDA
+#include "../cuda/ssmi_cuda.h"
+#endif
 
 #define M2_MAX_CHUNK 1024
 
@@ -220,13 +228,44 @@ static ssm_status validate_chunk_state(ssm_context * ctx, const ssm_mamba2_param
     return ssmi_check_disjoint(ctx, op, outs, 1, ins, 5);
 }
 
+#ifdef SSMOPS_HAVE_CUDA
+/* Each present tensor of `ts` must be on the CUDA device; then it is re-typed as CPU so that
+ * the device-independent validation accepts it (the data pointer stays the device one). */
+static ssm_status cuda_retype(ssm_context * ctx, const char * op, ssm_tensor * const * ts, const char * const * names,
+                              int n) {
+    for (int i = 0; i < n; ++i) SSM_FORWARD_IF_ERROR(ssmi_check_device(ctx, op, names[i], ts[i], SSM_DEVICE_CUDA));
+    for (int i = 0; i < n; ++i) ts[i]->device.type = SSM_DEVICE_CPU;
+    return SSM_STATUS_OK;
+}
+
+static ssm_status chunk_state_cuda(ssm_context * ctx, const ssm_mamba2_params * params,
+                                   const ssm_mamba2_chunk_state_args * args) {
+    static const char op[] = "mamba2_chunk_state";
+    ssmi_mamba2_dims  d;
+    if (params == NULL || args == NULL) return validate_chunk_state(ctx, params, args, &d);
+    ssm_mamba2_chunk_state_args h = *args;
+    ssm_tensor * const          fl[] = {&h.b, &h.x, &h.dt, &h.da_cumsum, &h.states};
+    const char * const          names[] = {"b", "x", "dt", "da_cumsum", "states"};
+    SSM_FORWARD_IF_ERROR(cuda_retype(ctx, op, fl, names, 5));
+    void * buf = NULL;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_host_index(ctx, op, &args->seq_idx, &h.seq_idx, &buf));
+    ssm_status st = validate_chunk_state(ctx, params, &h, &d);
+    if (st == SSM_STATUS_OK) st = ssmi_cuda_mamba2_chunk_state(ctx, params, &d, &h);
+    ssmi_free(ctx, buf);
+    return st;
+}
+#endif
+
 ssm_status ssm_mamba2_chunk_state(ssm_context * ctx, const ssm_mamba2_params * params,
                                   const ssm_mamba2_chunk_state_args * args) {
     ssmi_clear_error(ctx);
     ssmi_mamba2_dims d;
     ssmi_backend_kind be = SSMI_BACKEND_CPU;
+    SSM_FORWARD_IF_ERROR(ssmi_pick_backend_cuda(ctx, "mamba2_chunk_state", args != NULL ? &args->x : NULL, &be));
+#ifdef SSMOPS_HAVE_CUDA
+    if (be == SSMI_BACKEND_CUDA) return chunk_state_cuda(ctx, params, args);
+#endif
     SSM_FORWARD_IF_ERROR(validate_chunk_state(ctx, params, args, &d));
-    SSM_FORWARD_IF_ERROR(ssmi_pick_backend(ctx, "mamba2_chunk_state", &be));
     return be == SSMI_BACKEND_REF ? ssmi_ref_mamba2_chunk_state(ctx, params, &d, args)
                                 : ssmi_cpu_mamba2_chunk_state(ctx, params, &d, args);
 }
@@ -407,6 +446,51 @@ static ssm_status validate_scan(ssm_context * ctx, const char * op, const ssm_ma
     return ssmi_check_disjoint(ctx, op, outs, 2, ins, 11);
 }
 
+#ifdef SSMOPS_HAVE_CUDA
+/* The CUDA form of the scan's arguments: devices checked, float tensors re-typed, index
+ * tensors as host views (bufs[0..1] to ssmi_free), then the shared validation. */
+static ssm_status scan_cuda_prepare(ssm_context * ctx, const char * op, const ssm_mamba2_params * params,
+                                    const ssm_mamba2_scan_args * args, ssm_mamba2_scan_args * h, ssmi_mamba2_dims * d,
+                                    void * bufs[2]) {
+    bufs[0] = bufs[1] = NULL;
+    if (params == NULL || args == NULL) return validate_scan(ctx, op, params, args, d);
+    *h = *args;
+    ssm_tensor * const fl[] = {&h->x, &h->dt, &h->a, &h->b, &h->c, &h->d, &h->z, &h->dt_bias, &h->initial_states,
+                               &h->out, &h->final_states};
+    const char * const names[] = {"x", "dt", "a", "b", "c", "d", "z", "dt_bias", "initial_states", "out", "final_states"};
+    SSM_FORWARD_IF_ERROR(cuda_retype(ctx, op, fl, names, 11));
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_host_index(ctx, op, &args->seq_idx, &h->seq_idx, &bufs[0]));
+    const ssm_status st = ssmi_cuda_host_index(ctx, op, &args->cu_seqlens, &h->cu_seqlens, &bufs[1]);
+    return st != SSM_STATUS_OK ? st : validate_scan(ctx, op, params, h, d);
+}
+
+static ssm_status scan_cuda(ssm_context * ctx, const ssm_mamba2_params * params, const ssm_mamba2_scan_args * args,
+                            void * workspace, size_t workspace_size, size_t * bytes_only) {
+    const char *         op = bytes_only != NULL ? "mamba2_scan_workspace_size" : "mamba2_scan";
+    ssm_mamba2_scan_args h;
+    ssmi_mamba2_dims     d;
+    void *               bufs[2];
+    ssm_status           st = scan_cuda_prepare(ctx, op, params, args, &h, &d, bufs);
+    size_t               need = 0;
+    if (st == SSM_STATUS_OK) st = ssmi_cuda_mamba2_scan_workspace_size(ctx, params, &d, &h, &need);
+    if (st == SSM_STATUS_OK && bytes_only != NULL) *bytes_only = need;
+    if (st == SSM_STATUS_OK && bytes_only == NULL && workspace != NULL) {
+        if (((uintptr_t)workspace % SSMI_ALIGN) != 0)
+            st = ssmi_error(ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: workspace %p is not %d-byte aligned", op, workspace,
+                            SSMI_ALIGN);
+        else if (workspace_size < need)
+            st = ssmi_error(ctx, SSM_STATUS_WORKSPACE_TOO_SMALL,
+                            "%s: workspace_size=%zu is smaller than the %zu bytes needed (see "
+                            "ssm_mamba2_scan_workspace_size)",
+                            op, workspace_size, need);
+    }
+    if (st == SSM_STATUS_OK && bytes_only == NULL) st = ssmi_cuda_mamba2_scan(ctx, params, &d, &h, workspace);
+    ssmi_free(ctx, bufs[0]);
+    ssmi_free(ctx, bufs[1]);
+    return st;
+}
+#endif
+
 /* Workspace bytes the chosen backend needs (the reference allocates its own scratch). */
 static size_t scan_workspace_bytes(const ssm_context * ctx, ssmi_backend_kind be, const ssm_mamba2_params * p,
                                    const ssmi_mamba2_dims * d, const ssm_mamba2_scan_args * a) {
@@ -420,8 +504,11 @@ ssm_status ssm_mamba2_scan_workspace_size(ssm_context * ctx, const ssm_mamba2_pa
     SSM_RETURN_IF(bytes == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: bytes is NULL", op);
     ssmi_mamba2_dims d;
     ssmi_backend_kind be = SSMI_BACKEND_CPU;
+    SSM_FORWARD_IF_ERROR(ssmi_pick_backend_cuda(ctx, op, args != NULL ? &args->x : NULL, &be));
+#ifdef SSMOPS_HAVE_CUDA
+    if (be == SSMI_BACKEND_CUDA) return scan_cuda(ctx, params, args, NULL, 0, bytes);
+#endif
     SSM_FORWARD_IF_ERROR(validate_scan(ctx, op, params, args, &d));
-    SSM_FORWARD_IF_ERROR(ssmi_pick_backend(ctx, op, &be));
     *bytes = scan_workspace_bytes(ctx, be, params, &d, args);
     return SSM_STATUS_OK;
 }
@@ -432,8 +519,11 @@ ssm_status ssm_mamba2_scan(ssm_context * ctx, const ssm_mamba2_params * params, 
     ssmi_clear_error(ctx);
     ssmi_mamba2_dims d;
     ssmi_backend_kind be = SSMI_BACKEND_CPU;
+    SSM_FORWARD_IF_ERROR(ssmi_pick_backend_cuda(ctx, op, args != NULL ? &args->x : NULL, &be));
+#ifdef SSMOPS_HAVE_CUDA
+    if (be == SSMI_BACKEND_CUDA) return scan_cuda(ctx, params, args, workspace, workspace_size, NULL);
+#endif
     SSM_FORWARD_IF_ERROR(validate_scan(ctx, op, params, args, &d));
-    SSM_FORWARD_IF_ERROR(ssmi_pick_backend(ctx, op, &be));
     const size_t need = scan_workspace_bytes(ctx, be, params, &d, args);
     if (workspace != NULL) {
         SSM_RETURN_IF(((uintptr_t)workspace % SSMI_ALIGN) != 0, ctx, SSM_STATUS_INVALID_ARGUMENT,

@@ -1,6 +1,10 @@
 /* ops_common.c — shared validation and dispatch helpers of src/ops/ (see ops_common.h). */
 #include "ops_common.h"
 
+#ifdef SSMOPS_HAVE_CUDA
+#include "../cuda/ssmi_cuda.h"
+#endif
+
 #include <math.h>
 #include <string.h>
 
@@ -54,9 +58,66 @@ ssm_status ssmi_pick_backend(ssm_context * ctx, const char * op, ssmi_backend_ki
         case SSM_BACKEND_REF: *out = SSMI_BACKEND_REF; return SSM_STATUS_OK;
         case SSM_BACKEND_AUTO:
         case SSM_BACKEND_CPU: *out = SSMI_BACKEND_CPU; return SSM_STATUS_OK;
-        case SSM_BACKEND_CUDA: return ssmi_error(ctx, SSM_STATUS_UNSUPPORTED, "%s: the CUDA backend is not built", op);
+        case SSM_BACKEND_CUDA:
+#ifdef SSMOPS_HAVE_CUDA
+            return ssmi_error(ctx, SSM_STATUS_UNSUPPORTED, "%s: the CUDA backend has no path for this operator yet", op);
+#else
+            return ssmi_error(ctx, SSM_STATUS_UNSUPPORTED, "%s: the CUDA backend is not built", op);
+#endif
         default: return ssmi_error(ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: context backend %d is unknown", op, (int)b);
     }
+}
+
+ssm_status ssmi_pick_backend_cuda(ssm_context * ctx, const char * op, const ssm_tensor * lead, ssmi_backend_kind * out) {
+    const ssm_backend b = ctx == NULL ? SSM_BACKEND_AUTO : ctx->backend;
+    const int         on_cuda = ssmi_present(lead) && lead->device.type == SSM_DEVICE_CUDA;
+    if (b == SSM_BACKEND_CUDA || (b == SSM_BACKEND_AUTO && on_cuda)) {
+#ifdef SSMOPS_HAVE_CUDA
+        *out = SSMI_BACKEND_CUDA;
+        return SSM_STATUS_OK;
+#else
+        return ssmi_error(ctx, SSM_STATUS_UNSUPPORTED, "%s: the CUDA backend is not built%s", op,
+                          on_cuda ? " (the tensors are on a CUDA device)" : "");
+#endif
+    }
+    return ssmi_pick_backend(ctx, op, out);
+}
+
+ssm_status ssmi_cuda_host_index(ssm_context * ctx, const char * op, const ssm_tensor * in, ssm_tensor * out,
+                                void ** buf) {
+    *out = *in;
+    *buf = NULL;
+#ifdef SSMOPS_HAVE_CUDA
+    if (!ssmi_present(in) || in->device.type != SSM_DEVICE_CUDA) return SSM_STATUS_OK;
+    if (in->ndim < 1 || in->ndim > 2 || !ssmi_is_int(in->dtype)) return SSM_STATUS_OK;
+    int64_t lo = 0, hi = 0;
+    for (int32_t i = 0; i < in->ndim; ++i) {
+        if (in->shape[i] < 0 || in->shape[i] > (INT64_C(1) << 40) || in->strides[i] > (INT64_C(1) << 40) ||
+            in->strides[i] < -(INT64_C(1) << 40))
+            return SSM_STATUS_OK; /* malformed: validation rejects it */
+        if (in->shape[i] == 0) return SSM_STATUS_OK; /* empty: nothing to read */
+        const int64_t ext = (in->shape[i] - 1) * in->strides[i];
+        if (ext < 0) lo += ext; else hi += ext;
+    }
+    const size_t elem = ssm_dtype_size((ssm_dtype)in->dtype);
+    const size_t bytes = (size_t)(hi - lo + 1) * elem;
+    unsigned char * host = ssmi_alloc(ctx, bytes);
+    SSM_RETURN_IF(host == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: could not allocate %zu bytes for a host copy of "
+                  "an index tensor", op, bytes);
+    const unsigned char * src = (const unsigned char *)in->data - (size_t)(-lo) * elem;
+    const ssm_status      st = ssmi_cuda_copy_to_host(ctx, op, host, src, bytes);
+    if (st != SSM_STATUS_OK) {
+        ssmi_free(ctx, host);
+        return st;
+    }
+    out->data = host + (size_t)(-lo) * elem;
+    out->device.type = SSM_DEVICE_CPU;
+    *buf = host;
+#else
+    (void)ctx;
+    (void)op;
+#endif
+    return SSM_STATUS_OK;
 }
 
 /* ---- Mamba-2 ---------------------------------------------------------------------------- */

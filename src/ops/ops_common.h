@@ -22,9 +22,21 @@ ssm_status ssmi_check_disjoint(ssm_context * ctx, const char * op, const ssmi_na
 ssm_status ssmi_check_cu_seqlens(ssm_context * ctx, const char * op, const ssm_tensor * cu, const char * batch_name,
                                  int64_t batch, int64_t seqlen, int64_t * nseq);
 
-/* The backend a context asks for; CUDA is not built (UNSUPPORTED). */
-typedef enum ssmi_backend_kind { SSMI_BACKEND_REF, SSMI_BACKEND_CPU } ssmi_backend_kind;
+/* The backend a context asks for, for operators without a CUDA path: CUDA is UNSUPPORTED
+ * (never SSMI_BACKEND_CUDA). */
+typedef enum ssmi_backend_kind { SSMI_BACKEND_REF, SSMI_BACKEND_CPU, SSMI_BACKEND_CUDA } ssmi_backend_kind;
 ssm_status ssmi_pick_backend(ssm_context * ctx, const char * op, ssmi_backend_kind * out);
+/* For operators with a CUDA path: CUDA when the context asks for it, or when it asks for
+ * AUTO and `lead` (the operator's main input; may be NULL) is on a CUDA device. UNSUPPORTED
+ * when that backend is not built. */
+ssm_status ssmi_pick_backend_cuda(ssm_context * ctx, const char * op, const ssm_tensor * lead, ssmi_backend_kind * out);
+
+/* For the CUDA backend: an index tensor (seq_idx, cu_seqlens) as a host view. A well-formed
+ * (1-D/2-D, I32/I64) tensor on a CUDA device is copied to host memory (*buf, release with
+ * ssmi_free; the stream is synchronised: validation reads the values); anything else is
+ * passed on as it is (validation then reports it). */
+ssm_status ssmi_cuda_host_index(ssm_context * ctx, const char * op, const ssm_tensor * in, ssm_tensor * out,
+                                void ** buf);
 
 /* ---- Mamba-2 ---------------------------------------------------------------------------- */
 /* params (non-NULL, size, chunk_size in [1, 1024], dt_limit without NaN and lo ≤ hi) and a

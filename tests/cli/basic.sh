@@ -34,7 +34,7 @@ expect() {
 for op in mamba2_chunk_cumsum mamba2_chunk_state mamba2_state_passing mamba2_bmm mamba2_chunk_scan mamba2_scan \
     mamba2_scan_bwd mamba2_step causal_conv1d causal_conv1d_bwd causal_conv1d_update rmsnorm_gated \
     rmsnorm_gated_bwd mamba3_angle_cumsum mamba3_angle_cumsum_bwd mamba3_siso_fwd mamba3_siso mamba3_siso_bwd \
-    mamba3_siso_step; do
+    mamba3_siso_step mamba3_mimo_bwd_fwd mamba3_mimo mamba3_mimo_bwd mamba3_mimo_step; do
     expect 0 "^  $op " list
     expect 0 "^$op: " help "$op"
 done
@@ -73,6 +73,14 @@ expect 2 "group_size=7 must be 0 or divide D=256" check rmsnorm_gated --param gr
 expect 2 "nseq=3 \(cu_seqlens\) needs B=1" check mamba3_siso --param nseq=3
 expect 2 "has no shape key 'S'" check mamba3_siso_step --shape S=4
 expect 2 "has_dfinal=5 must be 0 or 1" check mamba2_scan_bwd --param has_dfinal=5
+expect 2 "--ref-mode expects exact or bf16, got 'fp8'" check mamba3_mimo_bwd_fwd --ref-mode fp8
+expect 2 "--ref-mode: mamba2_scan has one rounding model" check mamba2_scan --ref-mode bf16
+expect 2 "--ref-mode: mamba3_mimo has one rounding model" run mamba3_mimo --ref-mode exact --in "$tmp" --out "$tmp/o"
+expect 2 "bench does not take --ref-mode" bench mamba3_mimo_bwd_fwd --ref-mode bf16
+expect 2 "nseq=2 \(cu_seqlens\) needs B=1" check mamba3_mimo --param nseq=2
+expect 2 "has no shape key 'S'" check mamba3_mimo_step --shape S=4
+expect 2 "fused=2 must be 0 or 1" check mamba3_mimo --param fused=2
+expect 0 "rel_rms" check mamba3_mimo_bwd_fwd --ref-mode exact --shape S=8,N=16,P=8,R=2,chunk=4
 
 # library failures: exit 1 with the status and the library's message
 expect 1 "SSM_STATUS_[A-Z_]+: .*mamba2" check mamba2_scan --shape H=6,G=4
@@ -80,6 +88,13 @@ expect 1 "SSM_STATUS_UNSUPPORTED" check mamba2_scan --backend cuda --shape S=8,H
 expect 1 "SSM_STATUS_[A-Z_]+: mamba3_siso: .*K" check mamba3_siso --shape K=7,A=2
 expect 1 "SSM_STATUS_[A-Z_]+: mamba2_step: .*multiple" check mamba2_step --shape H=6,G=4
 expect 1 "SSM_STATUS_[A-Z_]+: causal_conv1d_update: conv_state.* must be at least" check causal_conv1d_update --shape W=4,L=2
+# Mamba-3 MIMO rules (spec §6): C·R > 128, divisor 3, odd N, H % G, z without mimo_z is
+# impossible here (has_z draws both)
+expect 1 "SSM_STATUS_INVALID_ARGUMENT: mamba3_mimo_bwd_fwd: .*C·R must be at most 128" check mamba3_mimo_bwd_fwd \
+    --shape R=8,chunk=32
+expect 1 "SSM_STATUS_INVALID_ARGUMENT: mamba3_mimo: .*rotary_dim_divisor=3" check mamba3_mimo --param div=3 --shape N=12
+expect 1 "SSM_STATUS_INVALID_ARGUMENT: mamba3_mimo_step: .*\(N\) must be even" check mamba3_mimo_step --shape N=7
+expect 1 "SSM_STATUS_INVALID_SHAPE: mamba3_mimo_bwd: .*not a multiple of" check mamba3_mimo_bwd --shape H=3,G=2
 
 # run: a missing required input is an error naming the file
 mkdir -p "$tmp/empty"

@@ -50,6 +50,26 @@ for spec in "mamba2_scan_bwd B=1,S=128,H=4,P=16,N=16,G=1,chunk=64" "causal_conv1
     "$ssmops" bench "$1" --shape "$2" --reps 2 --buffer-mib 16 > "$tmp/$1.txt" 2>&1 || fail "bench $1"
     grep -Eq "GFLOP/s +[0-9]" "$tmp/$1.txt" || fail "bench $1 lacks GFLOP/s"
 done
+# Mamba-3 MIMO at tiny shapes (bf16 by default, the seed's headline dtype): GFLOP/s from spec
+# §7, the decode step's time per token at B=16
+for spec in "mamba3_mimo_bwd_fwd B=1,S=64,H=2,G=1,R=4,N=32,P=32,chunk=16" \
+    "mamba3_mimo B=1,S=64,H=2,G=1,R=4,N=32,P=32,chunk=16" "mamba3_mimo_bwd B=1,S=64,H=2,G=1,R=4,N=32,P=32,chunk=16"; do
+    set -- $spec
+    "$ssmops" bench "$1" --shape "$2" --reps 2 --buffer-mib 16 --json "$tmp/$1.json" > "$tmp/$1.txt" 2>&1 ||
+        fail "bench $1"
+    grep -q "dtype=bf16" "$tmp/$1.txt" || fail "bench $1 default dtype is not bf16"
+    grep -Eq "GFLOP/s +[0-9]" "$tmp/$1.txt" || fail "bench $1 lacks GFLOP/s"
+    grep -q "\"op\": \"$1\"" "$tmp/$1.json" || fail "bench $1 JSON op"
+done
+cat "$tmp/mamba3_mimo_bwd_fwd.txt"
+grep -q '"shape": {"B": 1, "S": 64, "H": 2, "G": 1, "R": 4, "N": 32, "P": 32, "chunk": 16}' \
+    "$tmp/mamba3_mimo_bwd_fwd.json" || fail "mimo_bwd_fwd bench JSON shape object"
+# spec §7 FLOPs of bwd_fwd: B·H·nc·C·(4CR²N + 2CR²P + 4RNP + 2R²P) = 1·2·64·66560 = 8519680
+grep -q '"gflop": 0.00851968,' "$tmp/mamba3_mimo_bwd_fwd.json" || fail "mimo_bwd_fwd bench GFLOP per call"
+"$ssmops" bench mamba3_mimo_step --shape B=16,H=4,N=32,P=32 --reps 3 --buffer-mib 16 > "$tmp/mstep.txt" 2>&1 ||
+    fail "bench mamba3_mimo_step B=16"
+grep -Eq "per token +[0-9.]+ us +\([0-9.]+ us per call of 16 token" "$tmp/mstep.txt" ||
+    fail "mimo_step bench lacks us per token"
 # decode steps report the time per token and bench at their default shapes (in-place pools)
 "$ssmops" bench mamba3_siso_step --shape B=16 --reps 3 --buffer-mib 16 --json "$tmp/step.json" > "$tmp/step.txt" 2>&1 ||
     fail "bench mamba3_siso_step B=16"
@@ -57,7 +77,7 @@ cat "$tmp/step.txt"
 grep -Eq "per token +[0-9.]+ us +\([0-9.]+ us per call of 16 token" "$tmp/step.txt" || fail "siso_step bench lacks us per token"
 grep -q '"shape": {"B": 16, "H": 32, "Hq": 1, "K": 128, "V": 64, "A": 32}' "$tmp/step.json" ||
     fail "siso_step bench JSON shape object"
-for op in mamba2_step mamba3_siso_step causal_conv1d_update; do
+for op in mamba2_step mamba3_siso_step mamba3_mimo_step causal_conv1d_update; do
     "$ssmops" bench "$op" --reps 3 --buffer-mib 16 > "$tmp/$op.txt" 2>&1 || fail "bench $op"
     grep -Eq "per token +[0-9.]+ us" "$tmp/$op.txt" || fail "bench $op lacks the time per token"
 done

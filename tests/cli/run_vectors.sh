@@ -5,6 +5,9 @@
 #   and compare each stored float64 output with `ssmops compare`:
 #     --backend ref: rel_rms <= 1e-10 (the float64 reference against upstream's float64 oracle)
 #     --backend cpu: the DESIGN bars of the case dtype.
+#   Outputs named X__bf16ref (mamba3_mimo_bwd_fwd's bf16 cases: the seed's bf16-faithful
+#   reference) are not what `run` writes by default: a second run with --ref-mode bf16 (ctx
+#   ref_mode SSM_REF_UPSTREAM_BF16, both backends) must reproduce them, rel_rms < 1e-3.
 # usage: run_vectors.sh SSMOPS DATA_DIR TMP_DIR ref|cpu
 set -u
 ssmops=$1
@@ -46,7 +49,7 @@ known_ops=$("$ssmops" list | awk '/^operators:/ { on = 1; next } on && /^  / { p
 
 cases=0
 failed=0
-# every Mamba-2 and Mamba-3 SISO operator with test vectors has a CLI entry (a missing one
+# every Mamba-2 and Mamba-3 operator with test vectors has a CLI entry (a missing one
 # would be skipped silently); vectors of families without entries yet are reported
 for opdir in "$data"/*/; do
     set -- "$opdir"*/case.json
@@ -54,7 +57,7 @@ for opdir in "$data"/*/; do
     op=$(basename "$opdir")
     echo "$known_ops" | grep -qx "$op" && continue
     case "$op" in
-        mamba2_* | mamba3_angle_* | mamba3_siso*)
+        mamba2_* | mamba3_*)
             echo "FAIL: test vectors for $op but ssmops list has no such operator"
             failed=$((failed + 1))
             ;;
@@ -87,12 +90,38 @@ for casedir in "$data"/*/*/; do
     else
         set -- --dtype "${dtype:-f32}"
     fi
+    bf16refs=
     for o in $outputs; do
+        case "$o" in
+            *__bf16ref)
+                bf16refs="$bf16refs ${o%__bf16ref}"
+                continue
+                ;;
+        esac
         if [ ! -f "$out/$o.npy" ]; then
             echo "FAIL: $op/$name: output $o.npy was not written"
             failed=$((failed + 1))
         elif ! "$ssmops" compare "$out/$o.npy" "$casedir/$o.npy" "$@"; then
             echo "FAIL: $op/$name: $o differs from the stored output"
+            failed=$((failed + 1))
+        fi
+    done
+    [ -n "$bf16refs" ] || continue
+    set -- run "$op" --in "$casedir" --out "$out/bf16mode" --backend "$backend" --dtype "${dtype:-f32}" \
+        --ref-mode bf16
+    [ -n "$params" ] && set -- "$@" --param "$params"
+    echo "== $op/$name (upstream bf16 rounding model): ssmops $*"
+    if ! "$ssmops" "$@"; then
+        echo "FAIL: $op/$name: ssmops run --ref-mode bf16 failed"
+        failed=$((failed + 1))
+        continue
+    fi
+    for o in $bf16refs; do
+        if [ ! -f "$out/bf16mode/$o.npy" ]; then
+            echo "FAIL: $op/$name: output $o.npy was not written with --ref-mode bf16"
+            failed=$((failed + 1))
+        elif ! "$ssmops" compare "$out/bf16mode/$o.npy" "$casedir/${o}__bf16ref.npy" --tol 1e-3; then
+            echo "FAIL: $op/$name: $o (--ref-mode bf16) differs from ${o}__bf16ref"
             failed=$((failed + 1))
         fi
     done

@@ -33,19 +33,36 @@ typedef float (*ssmi_f32_siso_bwd_prep_fn)(int64_t K, int64_t r, const float * q
 /* One token of the SISO backward preprocessing chain (spec §6.2), in place on dq, dk:
  *   dsig = dk·kh (returned; the incoming dk),      dk ← sig·dk (+ extra_dk if not NULL),
  *   dth[i] = (dq[2i+1]·qh[2i] − dq[2i]·qh[2i+1]) + (dk[2i+1]·kh[2i] − dk[2i]·kh[2i+1]), i < r/2,
- *   dq ← R(θ)ᵀ·dq + cq·kt,   dk ← R(θ)ᵀ·dk + cq·qt,   qbacc += dq,   kbacc += dk. */
+ *   dq ← R(θ)ᵀ·dq + cq·kt,   dk ← R(θ)ᵀ·dk + cq·qt,   qbacc += dq,   kbacc += dk,
+ * and, for a GQA workspace row: wq = dq, wk = dk (add == 0) or wq += dq, wk += dk (add != 0);
+ * wq / wk NULL = not written. */
 typedef float (*ssmi_f32_siso_bwd_token_fn)(int64_t K, int64_t r, float * dq, float * dk, const float * qh,
                                             const float * kh, const float * qt, const float * kt,
                                             const float * cos2, const float * sin2, float sig,
                                             const float * extra_dk, float cq, float * dth, float * qbacc,
-                                            float * kbacc);
+                                            float * kbacc, float * wq, float * wk, int add);
+
+/* Σ_e a[e]·b[e] in fp32 with 8 lane partial sums (lane e mod 8), then the lanes in the
+ * order ((0+1)+(2+3)) + ((4+5)+(6+7)). */
+typedef float (*ssmi_f32_dot_fn)(int64_t n, const float * a, const float * b);
+
+/* For r < rows, in order of r: q[c] += a[r·lda + c]·b[r·ldb + c] and, if acc is not NULL,
+ * acc[r·ldacc + c] += a[r·lda + c], for c < cols (column sums of a product, elementwise
+ * order fixed by r, so the result does not depend on the vector width). */
+typedef void (*ssmi_f32_colsum_dot_fn)(int64_t rows, int64_t cols, const float * a, int64_t lda, const float * b,
+                                       int64_t ldb, float * q, float * acc, int64_t ldacc);
 
 typedef struct ssmi_cpu_bwd_kernels {
     ssmi_f32_transpose_fn      transpose;
+    ssmi_f32_dot_fn            dot;
+    ssmi_f32_colsum_dot_fn     colsum_dot;
     ssmi_f32_siso_bwd_prep_fn  siso_prep;
     ssmi_f32_siso_bwd_token_fn siso_token;
 } ssmi_cpu_bwd_kernels;
 
+float ssmi_f32_dot__scalar(int64_t n, const float * a, const float * b);
+void  ssmi_f32_colsum_dot__scalar(int64_t rows, int64_t cols, const float * a, int64_t lda, const float * b,
+                                  int64_t ldb, float * q, float * acc, int64_t ldacc);
 void  ssmi_f32_transpose__scalar(int64_t rows, int64_t cols, const float * src, int64_t ld_src, const float * scale,
                                  float * dst, int64_t ld_dst);
 float ssmi_f32_siso_bwd_prep__scalar(int64_t K, int64_t r, const float * q, const float * k, const float * bq,
@@ -54,8 +71,11 @@ float ssmi_f32_siso_bwd_prep__scalar(int64_t K, int64_t r, const float * q, cons
 float ssmi_f32_siso_bwd_token__scalar(int64_t K, int64_t r, float * dq, float * dk, const float * qh,
                                       const float * kh, const float * qt, const float * kt, const float * cos2,
                                       const float * sin2, float sig, const float * extra_dk, float cq, float * dth,
-                                      float * qbacc, float * kbacc);
+                                      float * qbacc, float * kbacc, float * wq, float * wk, int add);
 
+float ssmi_f32_dot__avx2(int64_t n, const float * a, const float * b);
+void  ssmi_f32_colsum_dot__avx2(int64_t rows, int64_t cols, const float * a, int64_t lda, const float * b,
+                                int64_t ldb, float * q, float * acc, int64_t ldacc);
 void  ssmi_f32_transpose__avx2(int64_t rows, int64_t cols, const float * src, int64_t ld_src, const float * scale,
                                float * dst, int64_t ld_dst);
 float ssmi_f32_siso_bwd_prep__avx2(int64_t K, int64_t r, const float * q, const float * k, const float * bq,
@@ -64,6 +84,6 @@ float ssmi_f32_siso_bwd_prep__avx2(int64_t K, int64_t r, const float * q, const 
 float ssmi_f32_siso_bwd_token__avx2(int64_t K, int64_t r, float * dq, float * dk, const float * qh,
                                     const float * kh, const float * qt, const float * kt, const float * cos2,
                                     const float * sin2, float sig, const float * extra_dk, float cq, float * dth,
-                                    float * qbacc, float * kbacc);
+                                    float * qbacc, float * kbacc, float * wq, float * wk, int add);
 
 #endif

@@ -3,6 +3,18 @@
 
 #include "bwd.h"
 
+static inline __m256i tail_mask(int64_t count) {
+    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int) count), lane);
+}
+
+/* The 8 lanes of v summed in a fixed order: ((0+1)+(2+3)) + ((4+5)+(6+7)). */
+static inline float hsum8(__m256 v) {
+    float l[8];
+    _mm256_storeu_ps(l, v);
+    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+}
+
 /* 8×8 block: d[c][r] = s[r][c]·scale[r] via unpack / shuffle / lane permute. */
 static inline void block8x8(const float * s, int64_t ls, const float * scale, float * d, int64_t ld) {
     __m256 r[8];
@@ -42,16 +54,34 @@ void ssmi_f32_transpose__avx2(int64_t rows, int64_t cols, const float * src, int
     }
 }
 
-static inline __m256i tail_mask(int64_t count) {
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int) count), lane);
+float ssmi_f32_dot__avx2(int64_t n, const float * a, const float * b) {
+    __m256  acc = _mm256_setzero_ps();
+    int64_t e   = 0;
+    for (; e + 8 <= n; e += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + e), _mm256_loadu_ps(b + e), acc);
+    if (e < n) {
+        const __m256i m = tail_mask(n - e);
+        acc             = _mm256_fmadd_ps(_mm256_maskload_ps(a + e, m), _mm256_maskload_ps(b + e, m), acc);
+    }
+    return hsum8(acc);
 }
 
-/* The 8 lanes of v summed in a fixed order: ((0+1)+(2+3)) + ((4+5)+(6+7)). */
-static inline float hsum8(__m256 v) {
-    float l[8];
-    _mm256_storeu_ps(l, v);
-    return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
+void ssmi_f32_colsum_dot__avx2(int64_t rows, int64_t cols, const float * a, int64_t lda, const float * b,
+                               int64_t ldb, float * q, float * acc, int64_t ldacc) {
+    /* mul then add (no FMA): each element's sum is the scalar version's, bit for bit */
+    for (int64_t r = 0; r < rows; ++r) {
+        const float *ar = a + r * lda, *br = b + r * ldb;
+        float *      cr = acc ? acc + r * ldacc : 0;
+        int64_t      c  = 0;
+        for (; c + 8 <= cols; c += 8) {
+            const __m256 av = _mm256_loadu_ps(ar + c);
+            _mm256_storeu_ps(q + c, _mm256_add_ps(_mm256_loadu_ps(q + c), _mm256_mul_ps(av, _mm256_loadu_ps(br + c))));
+            if (cr) _mm256_storeu_ps(cr + c, _mm256_add_ps(_mm256_loadu_ps(cr + c), av));
+        }
+        for (; c < cols; ++c) {
+            q[c] += ar[c] * br[c];
+            if (cr) cr[c] += ar[c];
+        }
+    }
 }
 
 static inline __m256 load_n(const float * p, int full, __m256i m) {
@@ -101,7 +131,7 @@ float ssmi_f32_siso_bwd_prep__avx2(int64_t K, int64_t r, const float * q, const 
 float ssmi_f32_siso_bwd_token__avx2(int64_t K, int64_t r, float * dq, float * dk, const float * qh,
                                     const float * kh, const float * qt, const float * kt, const float * cos2,
                                     const float * sin2, float sig, const float * extra_dk, float cq, float * dth,
-                                    float * qbacc, float * kbacc) {
+                                    float * qbacc, float * kbacc, float * wq, float * wk, int add) {
     const __m256 vs = _mm256_set1_ps(sig), vc = _mm256_set1_ps(cq);
     __m256       acc = _mm256_setzero_ps();
     for (int64_t i = 0; i < K; i += 8) {
@@ -135,6 +165,8 @@ float ssmi_f32_siso_bwd_token__avx2(int64_t K, int64_t r, float * dq, float * dk
         store_n(dk + i, full, m, dkv);
         store_n(qbacc + i, full, m, _mm256_add_ps(load_n(qbacc + i, full, m), dqv));
         store_n(kbacc + i, full, m, _mm256_add_ps(load_n(kbacc + i, full, m), dkv));
+        if (wq) store_n(wq + i, full, m, add ? _mm256_add_ps(load_n(wq + i, full, m), dqv) : dqv);
+        if (wk) store_n(wk + i, full, m, add ? _mm256_add_ps(load_n(wk + i, full, m), dkv) : dkv);
     }
     return hsum8(acc);
 }

@@ -1,6 +1,25 @@
 /* Plain C backward kernels (see bwd.h). */
 #include "bwd.h"
 
+float ssmi_f32_dot__scalar(int64_t n, const float * a, const float * b) {
+    float   acc[8] = {0};
+    int64_t e      = 0;
+    for (; e + 8 <= n; e += 8)
+        for (int l = 0; l < 8; ++l) acc[l] += a[e + l] * b[e + l];
+    for (int l = 0; e < n; ++e, ++l) acc[l] += a[e] * b[e];
+    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+void ssmi_f32_colsum_dot__scalar(int64_t rows, int64_t cols, const float * a, int64_t lda, const float * b,
+                                 int64_t ldb, float * q, float * acc, int64_t ldacc) {
+    for (int64_t r = 0; r < rows; ++r) {
+        const float *ar = a + r * lda, *br = b + r * ldb;
+        for (int64_t c = 0; c < cols; ++c) q[c] += ar[c] * br[c];
+        if (acc)
+            for (int64_t c = 0; c < cols; ++c) acc[r * ldacc + c] += ar[c];
+    }
+}
+
 void ssmi_f32_transpose__scalar(int64_t rows, int64_t cols, const float * src, int64_t ld_src, const float * scale,
                                 float * dst, int64_t ld_dst) {
     /* 8×8 tiles so both sides touch whole cache lines */
@@ -46,7 +65,7 @@ float ssmi_f32_siso_bwd_prep__scalar(int64_t K, int64_t r, const float * q, cons
 float ssmi_f32_siso_bwd_token__scalar(int64_t K, int64_t r, float * dq, float * dk, const float * qh,
                                       const float * kh, const float * qt, const float * kt, const float * cos2,
                                       const float * sin2, float sig, const float * extra_dk, float cq, float * dth,
-                                      float * qbacc, float * kbacc) {
+                                      float * qbacc, float * kbacc, float * wq, float * wk, int add) {
     float   acc[8] = {0};
     int64_t j      = 0;
     for (; j + 8 <= K; j += 8)
@@ -72,6 +91,8 @@ float ssmi_f32_siso_bwd_token__scalar(int64_t K, int64_t r, float * dq, float * 
         dk[j] += cq * qt[j];
         qbacc[j] += dq[j];
         kbacc[j] += dk[j];
+        if (wq) wq[j] = add ? wq[j] + dq[j] : dq[j];
+        if (wk) wk[j] = add ? wk[j] + dk[j] : dk[j];
     }
     return dsig;
 }

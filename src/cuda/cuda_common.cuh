@@ -1,0 +1,57 @@
+/* cuda_common.cuh — shared pieces of the CUDA backend's .cu files: error conversion, the
+ * context's stream, and element loads/stores of any float dtype through strides. */
+#ifndef SSMI_CUDA_COMMON_CUH
+#define SSMI_CUDA_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+/* DEVICE_ERROR with cudaGetErrorString when err != cudaSuccess ("op: what failed: ..."). */
+ssm_status   ssmi_cuda_status(ssm_context * ctx, const char * op, const char * what, cudaError_t err);
+cudaStream_t ssmi_cuda_stream(const ssm_context * ctx);
+
+/* A float tensor as the kernels see it: base pointer, dtype, strides in elements. */
+struct ssmi_cu_view {
+    const void * p;
+    int          dtype;
+    long long    s[SSM_MAX_DIMS];
+};
+
+static inline ssmi_cu_view ssmi_cu_view_of(const ssm_tensor * t) {
+    ssmi_cu_view v;
+    v.p = t->data;
+    v.dtype = t->dtype;
+    for (int i = 0; i < SSM_MAX_DIMS; ++i) v.s[i] = i < t->ndim ? (long long)t->strides[i] : 0;
+    return v;
+}
+
+/* Element `off` of a float tensor of any dtype, as float (f64 is rounded). */
+__device__ __forceinline__ float ssmi_cu_ld(const void * p, int dtype, long long off) {
+    switch (dtype) {
+        case SSM_DTYPE_F32: return __ldg((const float *)p + off);
+        case SSM_DTYPE_F16: return __half2float(((const __half *)p)[off]);
+        case SSM_DTYPE_BF16: return __bfloat162float(((const __nv_bfloat16 *)p)[off]);
+        case SSM_DTYPE_F64: return (float)__ldg((const double *)p + off);
+        default: return 0.0f;
+    }
+}
+
+/* Stores v rounded to nearest even into the tensor's dtype. */
+__device__ __forceinline__ void ssmi_cu_st(void * p, int dtype, long long off, float v) {
+    switch (dtype) {
+        case SSM_DTYPE_F32: ((float *)p)[off] = v; break;
+        case SSM_DTYPE_F16: ((__half *)p)[off] = __float2half_rn(v); break;
+        case SSM_DTYPE_BF16: ((__nv_bfloat16 *)p)[off] = __float2bfloat16_rn(v); break;
+        case SSM_DTYPE_F64: ((double *)p)[off] = (double)v; break;
+        default: break;
+    }
+}
+
+#define SSMI_CU_CHECK_LAUNCH(ctx, op, name)                                                   \
+    do {                                                                                    \
+        const cudaError_t ssmi_e_ = cudaGetLastError();                                     \
+        if (ssmi_e_ != cudaSuccess) return ssmi_cuda_status((ctx), (op), (name), ssmi_e_); \
+    } while (0)
+
+#endif /* SSMI_CUDA_COMMON_CUH */

@@ -1,0 +1,861 @@
+/*
+ * mamba2.cu — CUDA Mamba-2 (SSD) forward: chunk_state (spec §2.2, upstream and CANN layouts
+ * through strides) and the combined scan (spec §2.6, §2.8, DESIGN §3-§4).
+ *
+ * The scan runs as three kernels, parallel over chunks; only kernel 2 walks the chunks of a
+ * sequence in order:
+ *   1. chunk_state_kernel  per (chunk, head, P tile): processed dt and its in-chunk cumsum
+ *      (block scan, fp32), then s_c = xᵀ·(B∘w) with w_j = exp(cum_last − cum_j)·dt_j, fp32
+ *      accumulators, into an fp32 workspace; also cum_last per (chunk, head).
+ *   2. state_pass_kernel   per (sequence, state element): S_{c+1} = exp(cum_last_c)·S_c + s_c
+ *      in fp32, in place (the workspace then holds the state ENTERING each chunk), and the
+ *      final state.
+ *   3. output_kernel       per (chunk, head, row tile, P tile): y = exp(cum_i)·C_i·S_in
+ *      + Σ_{j≤i} (C_i·B_j)·exp(cum_i − cum_j)·dt_j·x_j + D·x_i, then the z gate.
+ * The work is cut into "work chunks" on the host: the chunks of every batch row, or of every
+ * varlen sequence (chunks restart at each sequence start), or of every run of equal seq_idx
+ * ids (a state reset is a new sequence; the chunked algorithm is exact for any cut, so only
+ * rounding differs from a cut at multiples of Q). No decay exponent is clamped.
+ *
+ * Arithmetic: fp16/bf16 inputs run the matrix products on the tensor cores (WMMA 16x16x16,
+ * HMMA in SASS) with fp32 accumulation; fp32 (and f64) inputs run plain fp32 FFMA (no TF32,
+ * which could not meet the fp32 bar). Operands that are products of fp32 values
+ * (B∘w, the masked decayed scores, the passed states) are rounded to the operand type as
+ * upstream does; in fp16 they are split into hi + lo (two products) so that the fp16 bar
+ * (rel_rms 2^-11) holds with margin. Any strides and any float dtype per tensor: every load
+ * goes through the strides and converts, so no layout is copied and none is refused.
+ * Limits: N ≤ 256 (UNSUPPORTED beyond), H ≤ 65535.
+ */
+#include <mma.h>
+#include <type_traits>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "../core/ssmi.h"
+}
+#include "cuda_common.cuh"
+#include "ssmi_cuda.h"
+
+namespace {
+
+using namespace nvcuda;
+
+enum { M_F32 = 0, M_F16 = 1, M_BF16 = 2 };
+const int kThreads = 256; /* every kernel: 8 warps (the block scan assumes it) */
+const int kMaxN = 256;
+
+template <int MODE> struct cfg;
+template <> struct cfg<M_F32> {
+    typedef float T;
+    static const int  TILE = 32;
+    static const bool SPLIT = false;
+};
+template <> struct cfg<M_F16> {
+    typedef __half T;
+    static const int  TILE = 64;
+    static const bool SPLIT = true;
+};
+template <> struct cfg<M_BF16> {
+    typedef __nv_bfloat16 T;
+    static const int  TILE = 64;
+    static const bool SPLIT = false;
+};
+
+__device__ __forceinline__ void to_t(float v, float * o) { *o = v; }
+__device__ __forceinline__ void to_t(float v, __half * o) { *o = __float2half_rn(v); }
+__device__ __forceinline__ void to_t(float v, __nv_bfloat16 * o) { *o = __float2bfloat16_rn(v); }
+__device__ __forceinline__ float from_t(float v) { return v; }
+__device__ __forceinline__ float from_t(__half v) { return __half2float(v); }
+__device__ __forceinline__ float from_t(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+/* v rounded to T (hi) and, when split, the rounded remainder (lo). */
+template <int MODE> __device__ __forceinline__ void store_split(float v, typename cfg<MODE>::T * hi,
+                                                                 typename cfg<MODE>::T * lo) {
+    to_t(v, hi);
+    if (cfg<MODE>::SPLIT) to_t(v - from_t(*hi), lo);
+}
+
+/* One work chunk: tokens [t0, t0 + len) of batch row b; chunk index c (the index into the
+ * caller's chunked tensors, or the work-chunk index for the scan's workspace); cum index of
+ * the chunk's "last" position; first position j0 that counts towards the chunk state. */
+struct m2_chunk {
+    long long t0;
+    int       b, c, len, ilast, j0, pad;
+};
+/* One sequence of work chunks [first, first + count) with its state rows (−1 = none). */
+struct m2_seg {
+    int first, count, init, fin;
+};
+
+__host__ __device__ inline size_t align128(size_t v) { return (v + 127) & ~(size_t)127; }
+__host__ __device__ inline int round16(int v) { return (v + 15) & ~15; }
+
+/* ---- block-wide helpers ------------------------------------------------------------------- */
+
+/* Inclusive prefix sum of arr[0, n), n ≤ 4·kThreads, in place. */
+__device__ void block_inclusive_scan(float * arr, int n, float * warp_tot) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    float     v[4];
+    float     s = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const int i = tid * 4 + k;
+        s += i < n ? arr[i] : 0.0f;
+        v[k] = s;
+    }
+    float x = s;
+#pragma unroll
+    for (int off = 1; off < 32; off *= 2) {
+        const float y = __shfl_up_sync(0xffffffffu, x, off);
+        if (lane >= off) x += y;
+    }
+    if (lane == 31) warp_tot[warp] = x;
+    __syncthreads();
+    float base = x - s;
+    for (int w = 0; w < warp; ++w) base += warp_tot[w];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const int i = tid * 4 + k;
+        if (i < n) arr[i] = v[k] + base;
+    }
+    __syncthreads();
+}
+
+/* C (M×N fp32, ldc) = [C +] A·B with A (M×K) and B (K×N) in shared memory of type T.
+ * AROW: A(i,k) = A[i·lda + k], else A[k·lda + i]; BROW: B(k,j) = B[k·ldb + j], else
+ * B[j·ldb + k]. M, N, K are multiples of 16. MMA modes: WMMA tiles of 16×16×16 (fp32
+ * accumulators); fp32 mode: FFMA. Ends with a barrier. */
+template <int MODE, bool AROW, bool BROW>
+__device__ void block_gemm(float * C, int ldc, const typename cfg<MODE>::T * A, int lda,
+                           const typename cfg<MODE>::T * B, int ldb, int M, int N, int K, bool accumulate) {
+    typedef typename cfg<MODE>::T T;
+    if constexpr (MODE == M_F32) {
+        for (int o = threadIdx.x; o < M * N; o += blockDim.x) {
+            const int i = o / N, j = o - (o / N) * N;
+            float     s = accumulate ? C[i * ldc + j] : 0.0f;
+            for (int k = 0; k < K; ++k) {
+                const float a = AROW ? A[i * lda + k] : A[k * lda + i];
+                const float b = BROW ? B[k * ldb + j] : B[j * ldb + k];
+                s = fmaf(a, b, s);
+            }
+            C[i * ldc + j] = s;
+        }
+    } else {
+        typedef typename std::conditional<AROW, wmma::row_major, wmma::col_major>::type LA;
+        typedef typename std::conditional<BROW, wmma::row_major, wmma::col_major>::type LB;
+        const int warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
+        const int tn = N / 16, tiles = (M / 16) * tn;
+        for (int t = warp; t < tiles; t += nwarps) {
+            const int ti = t / tn, tj = t - (t / tn) * tn;
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
+            float * cp = C + ti * 16 * ldc + tj * 16;
+            if (accumulate)
+                wmma::load_matrix_sync(acc, cp, ldc, wmma::mem_row_major);
+            else
+                wmma::fill_fragment(acc, 0.0f);
+            for (int k = 0; k < K; k += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, T, LA> fa;
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, T, LB> fb;
+                wmma::load_matrix_sync(fa, AROW ? A + ti * 16 * lda + k : A + k * lda + ti * 16, lda);
+                wmma::load_matrix_sync(fb, BROW ? B + k * ldb + tj * 16 : B + tj * 16 * ldb + k, ldb);
+                wmma::mma_sync(acc, fa, fb, acc);
+            }
+            wmma::store_matrix_sync(cp, acc, ldc, wmma::mem_row_major);
+        }
+    }
+    __syncthreads();
+}
+
+/* ---- processed dt and its in-chunk cumsum, into shared memory ------------------------------ */
+
+/* The scan's dt (spec §2.1) from the raw tensors. */
+struct m2_dt_raw {
+    ssmi_cu_view dt, a, bias; /* dt (b, t, h); a (h); bias (h) */
+    int          has_bias, softplus;
+    float        lo, hi;
+};
+
+/* dts[i] = processed dt, cums[i] = inclusive cumsum of dt·A over i < len (fp32). */
+__device__ void load_dt_raw(const m2_dt_raw & r, const m2_chunk & ch, int h, float * dts, float * cums,
+                            float * warp_tot) {
+    const float ah = ssmi_cu_ld(r.a.p, r.a.dtype, h * r.a.s[0]);
+    const float bias = r.has_bias ? ssmi_cu_ld(r.bias.p, r.bias.dtype, h * r.bias.s[0]) : 0.0f;
+    for (int i = threadIdx.x; i < ch.len; i += blockDim.x) {
+        float v = ssmi_cu_ld(r.dt.p, r.dt.dtype, ch.b * r.dt.s[0] + (ch.t0 + i) * r.dt.s[1] + h * r.dt.s[2]) + bias;
+        if (r.softplus && v <= 20.0f) v = log1pf(expf(v));
+        v = fminf(fmaxf(v, r.lo), r.hi);
+        dts[i] = v;
+        cums[i] = v * ah;
+    }
+    __syncthreads();
+    block_inclusive_scan(cums, ch.len, warp_tot);
+}
+
+/* ---- kernel 1: chunk states ----------------------------------------------------------------- */
+
+struct m2_state_args {
+    const m2_chunk * chunks;
+    int              H, G, P, N, Np, Q;
+    ssmi_cu_view     x, b;     /* x (b, t, h, p); b (b, t, g, n)                          */
+    int              raw;      /* 1: dt from m2_dt_raw; 0: dt / cum tensors (b, h, c, i)   */
+    m2_dt_raw        r;
+    ssmi_cu_view     dt, cum;
+    void *           states;   /* (b, c, h, p, n) through ss                               */
+    int              st_dtype;
+    long long        ss[5];
+    float *          lastcum;  /* raw mode: cum_last per (work chunk, head)                */
+};
+
+template <int MODE> struct state_smem {
+    size_t dts, cums, tot, wj, xs, bs, bs_lo, acc, total;
+    __host__ __device__ state_smem(int Np, int Q) {
+        typedef typename cfg<MODE>::T T;
+        const int TL = cfg<MODE>::TILE;
+        size_t    o = 0;
+        dts = o; o += align128(sizeof(float) * Q);
+        cums = o; o += align128(sizeof(float) * Q);
+        tot = o; o += align128(sizeof(float) * 32);
+        wj = o; o += align128(sizeof(float) * TL);
+        xs = o; o += align128(sizeof(T) * TL * TL);
+        bs = o; o += align128(sizeof(T) * TL * Np);
+        bs_lo = o; o += cfg<MODE>::SPLIT ? align128(sizeof(T) * TL * Np) : 0;
+        acc = o; o += align128(sizeof(float) * TL * Np);
+        total = o;
+    }
+};
+
+template <int MODE> __global__ void __launch_bounds__(kThreads) chunk_state_kernel(const m2_state_args A) {
+    typedef typename cfg<MODE>::T T;
+    const int        TL = cfg<MODE>::TILE;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const state_smem<MODE> L(A.Np, A.Q);
+    float * dts = (float *)(smem + L.dts);
+    float * cums = (float *)(smem + L.cums);
+    float * tot = (float *)(smem + L.tot);
+    float * wj = (float *)(smem + L.wj);
+    T *     xs = (T *)(smem + L.xs);
+    T *     bs = (T *)(smem + L.bs);
+    T *     bs_lo = (T *)(smem + L.bs_lo);
+    float * acc = (float *)(smem + L.acc);
+
+    const int      w = blockIdx.x, h = blockIdx.y, p0 = blockIdx.z * TL;
+    const m2_chunk ch = A.chunks[w];
+    const int      g = h / (A.H / A.G);
+    if (A.raw) {
+        load_dt_raw(A.r, ch, h, dts, cums, tot);
+    } else {
+        const int nload = max(ch.len, ch.ilast + 1);
+        for (int i = threadIdx.x; i < nload; i += blockDim.x) {
+            dts[i] = ssmi_cu_ld(A.dt.p, A.dt.dtype, ch.b * A.dt.s[0] + h * A.dt.s[1] + ch.c * A.dt.s[2] + i * A.dt.s[3]);
+            cums[i] =
+                ssmi_cu_ld(A.cum.p, A.cum.dtype, ch.b * A.cum.s[0] + h * A.cum.s[1] + ch.c * A.cum.s[2] + i * A.cum.s[3]);
+        }
+        __syncthreads();
+    }
+    const float cl = ch.ilast >= 0 ? cums[ch.ilast] : 0.0f;
+    if (A.raw && blockIdx.z == 0 && threadIdx.x == 0) A.lastcum[(long long)w * A.H + h] = cl;
+
+    bool first = true;
+    for (int j0 = 0; j0 < ch.len; j0 += TL) {
+        for (int jj = threadIdx.x; jj < TL; jj += blockDim.x) {
+            const int j = j0 + jj;
+            wj[jj] = (j < ch.len && j >= ch.j0) ? expf(cl - cums[j]) * dts[j] : 0.0f;
+        }
+        __syncthreads();
+        for (int o = threadIdx.x; o < TL * TL; o += blockDim.x) {
+            const int jj = o / TL, pp = o - jj * TL, j = j0 + jj, p = p0 + pp;
+            const float v = (j < ch.len && p < A.P)
+                                ? ssmi_cu_ld(A.x.p, A.x.dtype,
+                                             ch.b * A.x.s[0] + (ch.t0 + j) * A.x.s[1] + h * A.x.s[2] + p * A.x.s[3])
+                                : 0.0f;
+            to_t(v, &xs[o]);
+        }
+        for (int o = threadIdx.x; o < TL * A.Np; o += blockDim.x) {
+            const int jj = o / A.Np, n = o - jj * A.Np, j = j0 + jj;
+            const float v = (j < ch.len && n < A.N)
+                                ? ssmi_cu_ld(A.b.p, A.b.dtype,
+                                             ch.b * A.b.s[0] + (ch.t0 + j) * A.b.s[1] + g * A.b.s[2] + n * A.b.s[3]) *
+                                      wj[jj]
+                                : 0.0f;
+            store_split<MODE>(v, &bs[o], &bs_lo[o]);
+        }
+        __syncthreads();
+        /* acc (P tile × N) += xᵀ (P × j) · (B∘w) (j × N) */
+        block_gemm<MODE, false, true>(acc, A.Np, xs, TL, bs, A.Np, TL, A.Np, TL, !first);
+        if (cfg<MODE>::SPLIT) block_gemm<MODE, false, true>(acc, A.Np, xs, TL, bs_lo, A.Np, TL, A.Np, TL, true);
+        first = false;
+    }
+    if (first) {
+        for (int o = threadIdx.x; o < TL * A.Np; o += blockDim.x) acc[o] = 0.0f;
+        __syncthreads();
+    }
+    /* Store with the smaller-stride index fastest (the CANN layout has p innermost). */
+    const bool p_fast = llabs(A.ss[3]) < llabs(A.ss[4]);
+    const long long base = ch.b * A.ss[0] + ch.c * A.ss[1] + h * A.ss[2];
+    for (int o = threadIdx.x; o < TL * A.Np; o += blockDim.x) {
+        const int pp = p_fast ? o % TL : o / A.Np;
+        const int n = p_fast ? o / TL : o % A.Np;
+        const int p = p0 + pp;
+        if (p < A.P && n < A.N) ssmi_cu_st(A.states, A.st_dtype, base + p * A.ss[3] + n * A.ss[4], acc[pp * A.Np + n]);
+    }
+}
+
+/* ---- kernel 2: state passing ------------------------------------------------------------------ */
+
+struct m2_pass_args {
+    const m2_seg *   segs;
+    const float *    lastcum; /* (W, H) */
+    float *          states;  /* (W, H, P, N): chunk states in, entering states out */
+    int              H, P, N;
+    ssmi_cu_view     init;    /* (row, h, p, n) */
+    int              has_init;
+    void *           fin;
+    int              fin_dtype, has_fin;
+    long long        fs[4];
+};
+
+__global__ void __launch_bounds__(kThreads) state_pass_kernel(const m2_pass_args A) {
+    const long long hpn = (long long)A.H * A.P * A.N;
+    const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= hpn) return;
+    const m2_seg sg = A.segs[blockIdx.y];
+    const int    pn = A.P * A.N;
+    const int    h = (int)(e / pn), p = (int)((e % pn) / A.N), n = (int)(e % A.N);
+    float        s = 0.0f;
+    if (A.has_init && sg.init >= 0)
+        s = ssmi_cu_ld(A.init.p, A.init.dtype, sg.init * A.init.s[0] + h * A.init.s[1] + p * A.init.s[2] + n * A.init.s[3]);
+    for (int k = 0; k < sg.count; ++k) {
+        const long long w = sg.first + k;
+        const long long idx = w * hpn + e;
+        const float     local = A.states[idx];
+        A.states[idx] = s;
+        s = expf(A.lastcum[w * A.H + h]) * s + local;
+    }
+    if (A.has_fin && sg.fin >= 0)
+        ssmi_cu_st(A.fin, A.fin_dtype, sg.fin * A.fs[0] + h * A.fs[1] + p * A.fs[2] + n * A.fs[3], s);
+}
+
+/* ---- kernel 3: outputs ------------------------------------------------------------------------ */
+
+struct m2_out_args {
+    const m2_chunk * chunks;
+    int              H, G, P, N, Np, Q, n_ptiles;
+    m2_dt_raw        r;
+    ssmi_cu_view     x, b, c, d, z;
+    int              has_d, d_2d, has_z;
+    const float *    states; /* (W, H, P, N) entering states */
+    void *           out;
+    int              out_dtype;
+    long long        os[4];
+};
+
+template <int MODE> struct out_smem {
+    size_t dts, cums, tot, cs, ss, ss_lo, bs, xs, sc, st, st_lo, acc, total;
+    __host__ __device__ out_smem(int Np, int Q) {
+        typedef typename cfg<MODE>::T T;
+        const int  TL = cfg<MODE>::TILE;
+        const bool sp = cfg<MODE>::SPLIT;
+        size_t     o = 0;
+        dts = o; o += align128(sizeof(float) * Q);
+        cums = o; o += align128(sizeof(float) * Q);
+        tot = o; o += align128(sizeof(float) * 32);
+        cs = o; o += align128(sizeof(T) * TL * Np);
+        ss = o; o += align128(sizeof(T) * TL * Np);
+        ss_lo = o; o += sp ? align128(sizeof(T) * TL * Np) : 0;
+        bs = o; o += align128(sizeof(T) * TL * Np);
+        xs = o; o += align128(sizeof(T) * TL * TL);
+        sc = o; o += align128(sizeof(float) * TL * TL);
+        st = o; o += align128(sizeof(T) * TL * TL);
+        st_lo = o; o += sp ? align128(sizeof(T) * TL * TL) : 0;
+        acc = o; o += align128(sizeof(float) * TL * TL);
+        total = o;
+    }
+};
+
+template <int MODE> __global__ void __launch_bounds__(kThreads) output_kernel(const m2_out_args A) {
+    typedef typename cfg<MODE>::T T;
+    const int        TL = cfg<MODE>::TILE;
+    const bool       SP = cfg<MODE>::SPLIT;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const out_smem<MODE> L(A.Np, A.Q);
+    float * dts = (float *)(smem + L.dts);
+    float * cums = (float *)(smem + L.cums);
+    float * tot = (float *)(smem + L.tot);
+    T *     cs = (T *)(smem + L.cs);
+    T *     ss = (T *)(smem + L.ss);
+    T *     ss_lo = (T *)(smem + L.ss_lo);
+    T *     bs = (T *)(smem + L.bs);
+    T *     xs = (T *)(smem + L.xs);
+    float * sc = (float *)(smem + L.sc);
+    T *     st = (T *)(smem + L.st);
+    T *     st_lo = (T *)(smem + L.st_lo);
+    float * acc = (float *)(smem + L.acc);
+
+    const int      w = blockIdx.x, h = blockIdx.y;
+    const int      it = blockIdx.z / A.n_ptiles, pt = blockIdx.z - it * A.n_ptiles;
+    const int      i0 = it * TL, p0 = pt * TL;
+    const m2_chunk ch = A.chunks[w];
+    if (i0 >= ch.len) return; /* uniform over the block */
+    const int g = h / (A.H / A.G);
+    load_dt_raw(A.r, ch, h, dts, cums, tot);
+
+    /* C rows of this tile and the entering state (P tile × N). */
+    for (int o = threadIdx.x; o < TL * A.Np; o += blockDim.x) {
+        const int ii = o / A.Np, n = o - ii * A.Np, i = i0 + ii;
+        const float v = (i < ch.len && n < A.N)
+                            ? ssmi_cu_ld(A.c.p, A.c.dtype,
+                                         ch.b * A.c.s[0] + (ch.t0 + i) * A.c.s[1] + g * A.c.s[2] + n * A.c.s[3])
+                            : 0.0f;
+        to_t(v, &cs[o]);
+    }
+    const float * sin = A.states + ((long long)w * A.H + h) * A.P * A.N;
+    for (int o = threadIdx.x; o < TL * A.Np; o += blockDim.x) {
+        const int pp = o / A.Np, n = o - pp * A.Np, p = p0 + pp;
+        const float v = (p < A.P && n < A.N) ? sin[(long long)p * A.N + n] : 0.0f;
+        store_split<MODE>(v, &ss[o], &ss_lo[o]);
+    }
+    __syncthreads();
+    /* off-diagonal: acc (i × p) = C (i × n) · S_inᵀ (n × p), then row i times exp(cum_i) */
+    block_gemm<MODE, true, false>(acc, TL, cs, A.Np, ss, A.Np, TL, TL, A.Np, false);
+    if (SP) block_gemm<MODE, true, false>(acc, TL, cs, A.Np, ss_lo, A.Np, TL, TL, A.Np, true);
+    for (int o = threadIdx.x; o < TL * TL; o += blockDim.x) {
+        const int i = i0 + o / TL;
+        acc[o] *= i < ch.len ? expf(cums[i]) : 0.0f;
+    }
+    __syncthreads();
+
+    /* diagonal blocks: j tiles up to and including this row tile */
+    for (int j0 = 0; j0 <= i0; j0 += TL) {
+        for (int o = threadIdx.x; o < TL * A.Np; o += blockDim.x) {
+            const int jj = o / A.Np, n = o - jj * A.Np, j = j0 + jj;
+            const float v = (j < ch.len && n < A.N)
+                                ? ssmi_cu_ld(A.b.p, A.b.dtype,
+                                             ch.b * A.b.s[0] + (ch.t0 + j) * A.b.s[1] + g * A.b.s[2] + n * A.b.s[3])
+                                : 0.0f;
+            to_t(v, &bs[o]);
+        }
+        for (int o = threadIdx.x; o < TL * TL; o += blockDim.x) {
+            const int jj = o / TL, pp = o - jj * TL, j = j0 + jj, p = p0 + pp;
+            const float v = (j < ch.len && p < A.P)
+                                ? ssmi_cu_ld(A.x.p, A.x.dtype,
+                                             ch.b * A.x.s[0] + (ch.t0 + j) * A.x.s[1] + h * A.x.s[2] + p * A.x.s[3])
+                                : 0.0f;
+            to_t(v, &xs[o]);
+        }
+        __syncthreads();
+        /* scores (i × j) = C (i × n) · Bᵀ (n × j) */
+        block_gemm<MODE, true, false>(sc, TL, cs, A.Np, bs, A.Np, TL, TL, A.Np, false);
+        for (int o = threadIdx.x; o < TL * TL; o += blockDim.x) {
+            const int ii = o / TL, jj = o - ii * TL, i = i0 + ii, j = j0 + jj;
+            const float v = (i < ch.len && j <= i) ? sc[o] * expf(cums[i] - cums[j]) * dts[j] : 0.0f;
+            store_split<MODE>(v, &st[o], &st_lo[o]);
+        }
+        __syncthreads();
+        /* acc (i × p) += masked scores (i × j) · x (j × p) */
+        block_gemm<MODE, true, true>(acc, TL, st, TL, xs, TL, TL, TL, TL, true);
+        if (SP) block_gemm<MODE, true, true>(acc, TL, st_lo, TL, xs, TL, TL, TL, TL, true);
+    }
+
+    /* epilogue: D skip, z gate, store */
+    for (int o = threadIdx.x; o < TL * TL; o += blockDim.x) {
+        const int ii = o / TL, pp = o - ii * TL, i = i0 + ii, p = p0 + pp;
+        if (i >= ch.len || p >= A.P) continue;
+        const long long t = ch.t0 + i;
+        float           y = acc[o];
+        if (A.has_d) {
+            const float dv = ssmi_cu_ld(A.d.p, A.d.dtype, h * A.d.s[0] + (A.d_2d ? p * A.d.s[1] : 0));
+            y += dv * ssmi_cu_ld(A.x.p, A.x.dtype, ch.b * A.x.s[0] + t * A.x.s[1] + h * A.x.s[2] + p * A.x.s[3]);
+        }
+        if (A.has_z) {
+            const float zv = ssmi_cu_ld(A.z.p, A.z.dtype, ch.b * A.z.s[0] + t * A.z.s[1] + h * A.z.s[2] + p * A.z.s[3]);
+            y *= zv / (1.0f + expf(-zv));
+        }
+        ssmi_cu_st(A.out, A.out_dtype, ch.b * A.os[0] + t * A.os[1] + h * A.os[2] + p * A.os[3], y);
+    }
+}
+
+/* ---- host side ------------------------------------------------------------------------------ */
+
+int compute_mode(int32_t dtype) {
+    return dtype == SSM_DTYPE_F16 ? M_F16 : dtype == SSM_DTYPE_BF16 ? M_BF16 : M_F32;
+}
+int mode_tile(int mode) { return mode == M_F32 ? cfg<M_F32>::TILE : cfg<M_F16>::TILE; }
+
+/* The host plan: work chunks and sequences. */
+struct m2_plan {
+    m2_chunk * chunks;
+    m2_seg *   segs;
+    long long  nchunks, nseg;
+};
+
+void plan_free(m2_plan * pl) {
+    free(pl->chunks);
+    free(pl->segs);
+    memset(pl, 0, sizeof *pl);
+}
+
+int64_t idx_at(const ssm_tensor * t, int64_t i0, int64_t i1) {
+    const int64_t off = t->ndim == 1 ? i0 * t->strides[0] : i0 * t->strides[0] + i1 * t->strides[1];
+    return t->dtype == SSM_DTYPE_I64 ? ((const int64_t *)t->data)[off] : (int64_t)((const int32_t *)t->data)[off];
+}
+
+/* Appends a sequence of tokens [t0, t0 + len) of row b. */
+void plan_add(m2_plan * pl, int64_t Q, int64_t b, int64_t t0, int64_t len, int init, int fin) {
+    m2_seg * sg = &pl->segs[pl->nseg++];
+    sg->first = (int)pl->nchunks;
+    sg->count = (int)((len + Q - 1) / Q);
+    sg->init = init;
+    sg->fin = fin;
+    for (int64_t k = 0; k < sg->count; ++k) {
+        m2_chunk * c = &pl->chunks[pl->nchunks];
+        memset(c, 0, sizeof *c);
+        c->t0 = t0 + k * Q;
+        c->b = (int)b;
+        c->c = (int)pl->nchunks;
+        c->len = (int)(len - k * Q < Q ? len - k * Q : Q);
+        c->ilast = c->len - 1;
+        c->j0 = 0;
+        ++pl->nchunks;
+    }
+}
+
+ssm_status plan_scan(ssm_context * ctx, const ssmi_mamba2_dims * d, const ssm_mamba2_scan_args * a, m2_plan * pl) {
+    static const char op[] = "mamba2_scan";
+    const int64_t     Q = d->chunk, S = d->seqlen, B = d->batch;
+    const int         has_init = ssmi_present(&a->initial_states);
+    memset(pl, 0, sizeof *pl);
+    /* Upper bounds: every sequence adds at most one partial chunk. */
+    int64_t max_seg = d->nseq > 0 ? d->nseq : B;
+    if (ssmi_present(&a->seq_idx)) max_seg = B * (S > 0 ? S : 1);
+    const int64_t max_chunks = B * d->nchunks + max_seg;
+    SSM_RETURN_IF(max_chunks > INT32_MAX / 2 || max_seg > INT32_MAX / 2, ctx, SSM_STATUS_UNSUPPORTED,
+                  "%s: %lld work chunks exceed the CUDA backend's int32 chunk index", op, (long long)max_chunks);
+    pl->chunks = (m2_chunk *)malloc(sizeof(m2_chunk) * (size_t)(max_chunks > 0 ? max_chunks : 1));
+    pl->segs = (m2_seg *)malloc(sizeof(m2_seg) * (size_t)(max_seg > 0 ? max_seg : 1));
+    if (pl->chunks == NULL || pl->segs == NULL) {
+        plan_free(pl);
+        return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: no host memory for the chunk plan", op);
+    }
+    if (d->nseq > 0) {
+        for (int64_t s = 0; s < d->nseq; ++s) {
+            const int64_t st = idx_at(&a->cu_seqlens, s, 0), en = idx_at(&a->cu_seqlens, s + 1, 0);
+            plan_add(pl, Q, 0, st, en - st, has_init ? (int)s : -1, (int)s);
+        }
+    } else if (ssmi_present(&a->seq_idx)) {
+        for (int64_t b = 0; b < B; ++b) {
+            if (S == 0) {
+                plan_add(pl, Q, b, 0, 0, has_init ? (int)b : -1, (int)b);
+                continue;
+            }
+            int64_t t = 0;
+            while (t < S) {
+                const int64_t id = idx_at(&a->seq_idx, b, t);
+                int64_t       e = t + 1;
+                while (e < S && idx_at(&a->seq_idx, b, e) == id) ++e;
+                const int init = (t == 0 && id == 0 && has_init) ? (int)b : -1;
+                plan_add(pl, Q, b, t, e - t, init, e == S ? (int)b : -1);
+                t = e;
+            }
+        }
+    } else {
+        for (int64_t b = 0; b < B; ++b) plan_add(pl, Q, b, 0, S, has_init ? (int)b : -1, (int)b);
+    }
+    return SSM_STATUS_OK;
+}
+
+/* Workspace layout of the scan: chunks | segs | lastcum (W,H) | states (W,H,P,N). */
+struct scan_ws {
+    size_t chunks, segs, lastcum, states, total;
+};
+scan_ws scan_ws_layout(const ssmi_mamba2_dims * d, const m2_plan * pl) {
+    scan_ws l;
+    size_t  o = 0;
+    l.chunks = o; o += align128(sizeof(m2_chunk) * (size_t)pl->nchunks);
+    l.segs = o; o += align128(sizeof(m2_seg) * (size_t)pl->nseg);
+    l.lastcum = o; o += align128(sizeof(float) * (size_t)pl->nchunks * (size_t)d->nheads);
+    l.states = o;
+    o += align128(sizeof(float) * (size_t)pl->nchunks * (size_t)d->nheads * (size_t)d->headdim * (size_t)d->dstate);
+    l.total = o;
+    return l;
+}
+
+ssm_status check_limits(ssm_context * ctx, const char * op, const ssmi_mamba2_dims * d) {
+    SSM_RETURN_IF(d->dstate > kMaxN, ctx, SSM_STATUS_UNSUPPORTED,
+                  "%s: N=%lld is larger than the CUDA backend's limit of %d", op, (long long)d->dstate, kMaxN);
+    SSM_RETURN_IF(d->nheads > 65535, ctx, SSM_STATUS_UNSUPPORTED,
+                  "%s: H=%lld is larger than the CUDA backend's limit of 65535", op, (long long)d->nheads);
+    SSM_RETURN_IF(d->headdim > INT32_MAX / 2 || d->headdim * d->dstate > INT32_MAX / 2, ctx, SSM_STATUS_UNSUPPORTED,
+                  "%s: P·N=%lld is too large for the CUDA backend", op, (long long)(d->headdim * d->dstate));
+    return SSM_STATUS_OK;
+}
+
+ssm_status check_pointers(ssm_context * ctx, const char * op, const ssm_tensor * const * ts, const char * const * names,
+                          int n) {
+    for (int i = 0; i < n; ++i) SSM_FORWARD_IF_ERROR(ssmi_cuda_check_pointer(ctx, op, names[i], ts[i]));
+    return SSM_STATUS_OK;
+}
+
+template <int MODE> ssm_status launch_chunk_state(ssm_context * ctx, const char * op, const m2_state_args & A, long long W) {
+    const state_smem<MODE> L(A.Np, A.Q);
+    const int              TL = cfg<MODE>::TILE;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
+        ctx, op, "cudaFuncSetAttribute",
+        cudaFuncSetAttribute(chunk_state_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L.total)));
+    const dim3 grid((unsigned)W, (unsigned)A.H, (unsigned)((A.P + TL - 1) / TL));
+    chunk_state_kernel<MODE><<<grid, kThreads, L.total, ssmi_cuda_stream(ctx)>>>(A);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "chunk_state_kernel launch");
+    return SSM_STATUS_OK;
+}
+
+ssm_status run_chunk_state(ssm_context * ctx, const char * op, int mode, const m2_state_args & A, long long W) {
+    if (W == 0 || A.H == 0 || A.P == 0 || A.N == 0) return SSM_STATUS_OK;
+    SSM_RETURN_IF((A.P + mode_tile(mode) - 1) / mode_tile(mode) > 65535, ctx, SSM_STATUS_UNSUPPORTED,
+                  "%s: P=%d is too large for the CUDA backend", op, A.P);
+    switch (mode) {
+        case M_F16: return launch_chunk_state<M_F16>(ctx, op, A, W);
+        case M_BF16: return launch_chunk_state<M_BF16>(ctx, op, A, W);
+        default: return launch_chunk_state<M_F32>(ctx, op, A, W);
+    }
+}
+
+template <int MODE> ssm_status launch_output(ssm_context * ctx, const char * op, const m2_out_args & A, long long W) {
+    const out_smem<MODE> L(A.Np, A.Q);
+    const int            TL = cfg<MODE>::TILE;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
+        ctx, op, "cudaFuncSetAttribute",
+        cudaFuncSetAttribute(output_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L.total)));
+    const long long itiles = (A.Q + TL - 1) / TL;
+    SSM_RETURN_IF(itiles * A.n_ptiles > 65535, ctx, SSM_STATUS_UNSUPPORTED,
+                  "%s: Q=%d and P=%d need too many tiles for the CUDA backend", op, A.Q, A.P);
+    const dim3 grid((unsigned)W, (unsigned)A.H, (unsigned)(itiles * A.n_ptiles));
+    output_kernel<MODE><<<grid, kThreads, L.total, ssmi_cuda_stream(ctx)>>>(A);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "output_kernel launch");
+    return SSM_STATUS_OK;
+}
+
+ssm_status run_output(ssm_context * ctx, const char * op, int mode, const m2_out_args & A, long long W) {
+    if (W == 0 || A.H == 0 || A.P == 0) return SSM_STATUS_OK;
+    switch (mode) {
+        case M_F16: return launch_output<M_F16>(ctx, op, A, W);
+        case M_BF16: return launch_output<M_BF16>(ctx, op, A, W);
+        default: return launch_output<M_F32>(ctx, op, A, W);
+    }
+}
+
+m2_dt_raw dt_raw_of(const ssm_mamba2_params * p, const ssm_mamba2_scan_args * a) {
+    m2_dt_raw r;
+    memset(&r, 0, sizeof r);
+    r.dt = ssmi_cu_view_of(&a->dt);
+    r.a = ssmi_cu_view_of(&a->a);
+    r.has_bias = ssmi_present(&a->dt_bias);
+    if (r.has_bias) r.bias = ssmi_cu_view_of(&a->dt_bias);
+    r.softplus = p->dt_softplus != 0;
+    r.lo = (float)p->dt_limit_lo;
+    r.hi = (float)p->dt_limit_hi;
+    return r;
+}
+
+/* The three kernels on a prepared workspace. */
+ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssmi_mamba2_dims * d,
+                       const ssm_mamba2_scan_args * a, const m2_plan * pl, unsigned char * ws) {
+    static const char  op[] = "mamba2_scan";
+    const scan_ws      l = scan_ws_layout(d, pl);
+    const cudaStream_t s = ssmi_cuda_stream(ctx);
+    m2_chunk *         dchunks = (m2_chunk *)(ws + l.chunks);
+    m2_seg *           dsegs = (m2_seg *)(ws + l.segs);
+    float *            lastcum = (float *)(ws + l.lastcum);
+    float *            states = (float *)(ws + l.states);
+    /* Pageable sources: cudaMemcpyAsync returns once they are staged, so the plan may be freed. */
+    if (pl->nchunks > 0)
+        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaMemcpyAsync (chunk plan)",
+                                              cudaMemcpyAsync(dchunks, pl->chunks, sizeof(m2_chunk) * pl->nchunks,
+                                                              cudaMemcpyHostToDevice, s)));
+    if (pl->nseg > 0)
+        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
+            ctx, op, "cudaMemcpyAsync (sequence plan)",
+            cudaMemcpyAsync(dsegs, pl->segs, sizeof(m2_seg) * pl->nseg, cudaMemcpyHostToDevice, s)));
+    const int mode = compute_mode(a->x.dtype);
+    const int Np = round16((int)d->dstate);
+
+    m2_state_args sa;
+    memset(&sa, 0, sizeof sa);
+    sa.chunks = dchunks;
+    sa.H = (int)d->nheads, sa.G = (int)d->ngroups, sa.P = (int)d->headdim, sa.N = (int)d->dstate, sa.Np = Np;
+    sa.Q = (int)d->chunk;
+    sa.x = ssmi_cu_view_of(&a->x);
+    sa.b = ssmi_cu_view_of(&a->b);
+    sa.raw = 1;
+    sa.r = dt_raw_of(p, a);
+    sa.states = states;
+    sa.st_dtype = SSM_DTYPE_F32;
+    sa.ss[0] = 0;
+    sa.ss[1] = (long long)d->nheads * d->headdim * d->dstate;
+    sa.ss[2] = (long long)d->headdim * d->dstate;
+    sa.ss[3] = d->dstate;
+    sa.ss[4] = 1;
+    sa.lastcum = lastcum;
+    SSM_FORWARD_IF_ERROR(run_chunk_state(ctx, op, mode, sa, pl->nchunks));
+
+    m2_pass_args pa;
+    memset(&pa, 0, sizeof pa);
+    pa.segs = dsegs;
+    pa.lastcum = lastcum;
+    pa.states = states;
+    pa.H = (int)d->nheads, pa.P = (int)d->headdim, pa.N = (int)d->dstate;
+    pa.has_init = ssmi_present(&a->initial_states);
+    if (pa.has_init) pa.init = ssmi_cu_view_of(&a->initial_states);
+    pa.has_fin = ssmi_present(&a->final_states);
+    if (pa.has_fin) {
+        pa.fin = a->final_states.data;
+        pa.fin_dtype = a->final_states.dtype;
+        for (int i = 0; i < 4; ++i) pa.fs[i] = a->final_states.strides[i];
+    }
+    const long long hpn = (long long)d->nheads * d->headdim * d->dstate;
+    if (pl->nseg > 0 && hpn > 0) {
+        SSM_RETURN_IF(pl->nseg > 65535, ctx, SSM_STATUS_UNSUPPORTED,
+                      "%s: %lld sequences exceed the CUDA backend's limit of 65535", op, pl->nseg);
+        const dim3 grid((unsigned)((hpn + kThreads - 1) / kThreads), (unsigned)pl->nseg);
+        state_pass_kernel<<<grid, kThreads, 0, s>>>(pa);
+        SSMI_CU_CHECK_LAUNCH(ctx, op, "state_pass_kernel launch");
+    }
+
+    m2_out_args oa;
+    memset(&oa, 0, sizeof oa);
+    oa.chunks = dchunks;
+    oa.H = sa.H, oa.G = sa.G, oa.P = sa.P, oa.N = sa.N, oa.Np = Np, oa.Q = sa.Q;
+    oa.n_ptiles = (int)((d->headdim + mode_tile(mode) - 1) / mode_tile(mode));
+    oa.r = sa.r;
+    oa.x = sa.x;
+    oa.b = sa.b;
+    oa.c = ssmi_cu_view_of(&a->c);
+    oa.has_d = ssmi_present(&a->d);
+    if (oa.has_d) {
+        oa.d = ssmi_cu_view_of(&a->d);
+        oa.d_2d = a->d.ndim == 2;
+    }
+    oa.has_z = ssmi_present(&a->z);
+    if (oa.has_z) oa.z = ssmi_cu_view_of(&a->z);
+    oa.states = states;
+    oa.out = a->out.data;
+    oa.out_dtype = a->out.dtype;
+    for (int i = 0; i < 4; ++i) oa.os[i] = a->out.strides[i];
+    return run_output(ctx, op, mode, oa, pl->nchunks);
+}
+
+ssm_status scan_pointers(ssm_context * ctx, const char * op, const ssm_mamba2_scan_args * a) {
+    const ssm_tensor * ts[] = {&a->x, &a->dt, &a->a, &a->b, &a->c, &a->d, &a->z, &a->dt_bias,
+                               &a->initial_states, &a->out, &a->final_states};
+    const char *       names[] = {"x", "dt", "a", "b", "c", "d", "z", "dt_bias", "initial_states", "out", "final_states"};
+    return check_pointers(ctx, op, ts, names, 11);
+}
+
+} /* namespace */
+
+/* ---- entry points ----------------------------------------------------------------------------- */
+
+extern "C" ssm_status ssmi_cuda_mamba2_scan_workspace_size(ssm_context * ctx, const ssm_mamba2_params * p,
+                                                           const ssmi_mamba2_dims * d, const ssm_mamba2_scan_args * a,
+                                                           size_t * bytes) {
+    (void)p;
+    m2_plan pl;
+    SSM_FORWARD_IF_ERROR(check_limits(ctx, "mamba2_scan", d));
+    SSM_FORWARD_IF_ERROR(plan_scan(ctx, d, a, &pl));
+    *bytes = scan_ws_layout(d, &pl).total;
+    plan_free(&pl);
+    return SSM_STATUS_OK;
+}
+
+extern "C" ssm_status ssmi_cuda_mamba2_scan(ssm_context * ctx, const ssm_mamba2_params * p, const ssmi_mamba2_dims * d,
+                                            const ssm_mamba2_scan_args * a, void * workspace) {
+    static const char op[] = "mamba2_scan";
+    SSM_FORWARD_IF_ERROR(check_limits(ctx, op, d));
+    SSM_FORWARD_IF_ERROR(scan_pointers(ctx, op, a));
+    m2_plan pl;
+    SSM_FORWARD_IF_ERROR(plan_scan(ctx, d, a, &pl));
+    const scan_ws      l = scan_ws_layout(d, &pl);
+    const cudaStream_t s = ssmi_cuda_stream(ctx);
+    unsigned char *    ws = (unsigned char *)workspace;
+    int                owned = 0;
+    ssm_status         st = SSM_STATUS_OK;
+    if (ws == NULL && l.total > 0) {
+        void * mem = NULL;
+        st = ssmi_cuda_status(ctx, op, "cudaMallocAsync (workspace)", cudaMallocAsync(&mem, l.total, s));
+        ws = (unsigned char *)mem;
+        owned = st == SSM_STATUS_OK;
+    }
+    if (st == SSM_STATUS_OK) st = scan_launch(ctx, p, d, a, &pl, ws);
+    plan_free(&pl);
+    if (owned) {
+        const ssm_status fs = ssmi_cuda_status(ctx, op, "cudaFreeAsync (workspace)", cudaFreeAsync(ws, s));
+        if (st == SSM_STATUS_OK) st = fs;
+    }
+    return st;
+}
+
+extern "C" ssm_status ssmi_cuda_mamba2_chunk_state(ssm_context * ctx, const ssm_mamba2_params * p,
+                                                   const ssmi_mamba2_dims * d, const ssm_mamba2_chunk_state_args * a) {
+    static const char op[] = "mamba2_chunk_state";
+    (void)p;
+    SSM_FORWARD_IF_ERROR(check_limits(ctx, op, d));
+    {
+        const ssm_tensor * ts[] = {&a->b, &a->x, &a->dt, &a->da_cumsum, &a->states};
+        const char *       names[] = {"b", "x", "dt", "da_cumsum", "states"};
+        SSM_FORWARD_IF_ERROR(check_pointers(ctx, op, ts, names, 5));
+    }
+    const long long W = (long long)d->batch * d->nchunks;
+    SSM_RETURN_IF(W > INT32_MAX / 2, ctx, SSM_STATUS_UNSUPPORTED, "%s: batch·NC=%lld is too large for the CUDA backend",
+                  op, W);
+    if (W == 0 || d->nheads == 0 || d->headdim == 0 || d->dstate == 0) return SSM_STATUS_OK;
+    m2_chunk * chunks = (m2_chunk *)malloc(sizeof(m2_chunk) * (size_t)W);
+    SSM_RETURN_IF(chunks == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: no host memory for the chunk plan", op);
+    const int64_t Q = d->chunk;
+    for (long long w = 0; w < W; ++w) {
+        m2_chunk *    c = &chunks[w];
+        const int64_t b = w / d->nchunks, ci = w % d->nchunks;
+        memset(c, 0, sizeof *c);
+        c->b = (int)b;
+        c->c = (int)ci;
+        c->t0 = ci * Q;
+        c->len = (int)(d->seqlen - ci * Q < Q ? d->seqlen - ci * Q : Q);
+        c->ilast = (int)(Q - 1); /* spec §2.2: the chunk's total is dA_cumsum[..., Q−1] */
+        /* M_state: ids are non-decreasing, so the positions with the last token's id are a suffix. */
+        c->j0 = 0;
+        if (ssmi_present(&a->seq_idx) && c->len > 0) {
+            const int64_t last = idx_at(&a->seq_idx, b, c->t0 + c->len - 1);
+            int           j = c->len - 1;
+            while (j > 0 && idx_at(&a->seq_idx, b, c->t0 + j - 1) == last) --j;
+            c->j0 = j;
+        }
+    }
+    const cudaStream_t s = ssmi_cuda_stream(ctx);
+    void *             dchunks = NULL;
+    ssm_status         st = ssmi_cuda_status(ctx, op, "cudaMallocAsync (chunk plan)",
+                                             cudaMallocAsync(&dchunks, sizeof(m2_chunk) * (size_t)W, s));
+    if (st == SSM_STATUS_OK)
+        st = ssmi_cuda_status(ctx, op, "cudaMemcpyAsync (chunk plan)",
+                              cudaMemcpyAsync(dchunks, chunks, sizeof(m2_chunk) * (size_t)W, cudaMemcpyHostToDevice, s));
+    free(chunks);
+    if (st == SSM_STATUS_OK) {
+        m2_state_args sa;
+        memset(&sa, 0, sizeof sa);
+        sa.chunks = (const m2_chunk *)dchunks;
+        sa.H = (int)d->nheads, sa.G = (int)d->ngroups, sa.P = (int)d->headdim, sa.N = (int)d->dstate;
+        sa.Np = round16((int)d->dstate);
+        sa.Q = (int)d->chunk;
+        sa.x = ssmi_cu_view_of(&a->x);
+        sa.b = ssmi_cu_view_of(&a->b);
+        sa.raw = 0;
+        sa.dt = ssmi_cu_view_of(&a->dt);
+        sa.cum = ssmi_cu_view_of(&a->da_cumsum);
+        sa.states = a->states.data;
+        sa.st_dtype = a->states.dtype;
+        for (int i = 0; i < 5; ++i) sa.ss[i] = a->states.strides[i];
+        st = run_chunk_state(ctx, op, compute_mode(a->x.dtype), sa, W);
+    }
+    if (dchunks != NULL) {
+        const ssm_status fs = ssmi_cuda_status(ctx, op, "cudaFreeAsync (chunk plan)", cudaFreeAsync(dchunks, s));
+        if (st == SSM_STATUS_OK) st = fs;
+    }
+    return st;
+}

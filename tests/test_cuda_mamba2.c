@@ -1,0 +1,341 @@
+/*
+ * test_cuda_mamba2.c — the CUDA backend of ssm_mamba2_scan and ssm_mamba2_chunk_state
+ * against the float64 reference (REF backend on the host copies, F64 outputs), DESIGN §5
+ * bars per compute dtype: S below / at / above the chunk and odd, G = 1 / 1 < G < H / G = H,
+ * every option on and off, seq_idx, varlen with an empty sequence, f32 / f16 / bf16, padded
+ * and permuted layouts, NaN-poisoned outputs, identical bytes across two runs, a caller
+ * workspace, index tensors in host and device memory, AUTO dispatch from device tensors,
+ * device-rule errors, and chunk_state on the CANN layout at the CANN shape.
+ * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
+ * Seed: SSMOPS_TEST_SEED (default 20261202).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "testutil.h"
+
+static ssm_context *ctx_ref, *ctx_cuda, *ctx_auto;
+
+static ssm_context * make_ctx(ssm_backend backend) {
+    ssm_context_params cp;
+    ssm_context_params_init(&cp);
+    cp.backend = backend;
+    ssm_context * ctx = NULL;
+    return ssm_context_create(&cp, &ctx) == SSM_STATUS_OK ? ctx : NULL;
+}
+
+/* ---- device mirrors of host tensors ----------------------------------------------------- */
+typedef struct dev_buf {
+    void *     mem;  /* device allocation (NULL = absent)           */
+    ssm_tensor view; /* the host view re-pointed into mem, on CUDA  */
+} dev_buf;
+
+/* A device copy of the whole host allocation behind h (its padding too). */
+static dev_buf to_device(const ssmt_host * h) {
+    dev_buf d;
+    memset(&d, 0, sizeof d);
+    if (h->t.data == NULL) return d;
+    TEST_CHECK_STATUS(ssm_cuda_malloc(NULL, &d.mem, h->bytes), SSM_STATUS_OK);
+    if (d.mem == NULL) return d;
+    TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, d.mem, h->buf, h->bytes), SSM_STATUS_OK);
+    d.view = h->t;
+    d.view.data = (char *)d.mem + ((const char *)h->t.data - (const char *)h->buf);
+    d.view.device.type = SSM_DEVICE_CUDA;
+    d.view.device.index = 0;
+    return d;
+}
+
+static void to_host(const ssmt_host * h, const dev_buf * d) {
+    if (d->mem != NULL) TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, h->buf, d->mem, h->bytes), SSM_STATUS_OK);
+}
+
+static void dev_free(dev_buf * d) {
+    if (d->mem != NULL) TEST_CHECK_STATUS(ssm_cuda_free(NULL, d->mem), SSM_STATUS_OK);
+    memset(d, 0, sizeof *d);
+}
+
+static int check_bar(const char * label, const ssm_tensor * got, const ssm_tensor * ref, ssm_dtype compute) {
+    const ssmt_cmp cmp = ssmt_compare(got, ref);
+    const ssmt_bar bar = ssmt_bar_for(compute);
+    const int      ok = cmp.nonfinite == 0 && cmp.rel_rms <= bar.rel_rms && cmp.max_rel <= bar.max_rel;
+    TEST_CHECK(ok, "%s rel_rms %.3g max_rel %.3g nonfinite %lld (bar %.3g %.3g)", label, cmp.rel_rms, cmp.max_rel,
+               (long long)cmp.nonfinite, bar.rel_rms, bar.max_rel);
+    printf("  %-58s rel_rms %.2e max_rel %.2e %s\n", label, cmp.rel_rms, cmp.max_rel, ok ? "PASS" : "FAIL");
+    return ok;
+}
+
+/* ---- the combined scan ------------------------------------------------------------------- */
+typedef struct scan_opts {
+    int64_t chunk;
+    int     limit;        /* dt_limit (0.002, 0.05) instead of (0, inf)          */
+    int     index_device; /* seq_idx / cu_seqlens in device memory                */
+    int     workspace;    /* caller workspace instead of the stream allocator     */
+    int     use_auto;     /* AUTO backend: dispatch from the device tensors       */
+} scan_opts;
+
+static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan_opts * o, const char * tag) {
+    ssmt_mamba2_problem pr;
+    if (ssmt_mamba2_random_args(rng, cfg, &pr) != 0) {
+        TEST_CHECK(0, "%s: allocation failed", tag);
+        return;
+    }
+    ssm_mamba2_params p;
+    ssm_mamba2_params_init(&p);
+    p.chunk_size = o->chunk;
+    p.dt_softplus = cfg->dt_softplus;
+    if (o->limit) p.dt_limit_lo = 0.002, p.dt_limit_hi = 0.05;
+
+    /* reference: float64 outputs on the host */
+    ssm_mamba2_scan_args ra = pr.args;
+    ssmt_host            rout = ssmt_alloc(SSM_DTYPE_F64, pr.out.t.ndim, pr.out.t.shape);
+    ssmt_host            rfin = {0};
+    ra.out = rout.t;
+    if (pr.final_states.t.data) {
+        rfin = ssmt_alloc(SSM_DTYPE_F64, pr.final_states.t.ndim, pr.final_states.t.shape);
+        ra.final_states = rfin.t;
+    }
+    TEST_CHECK_STATUS(ssm_mamba2_scan(ctx_ref, &p, &ra, NULL, 0), SSM_STATUS_OK);
+
+    /* device copies (outputs arrive NaN-poisoned from the generator) */
+    ssmt_host * const hin[] = {&pr.x, &pr.dt, &pr.a, &pr.b, &pr.c, &pr.d, &pr.z, &pr.dt_bias, &pr.initial_states,
+                               &pr.out, &pr.final_states, &pr.seq_idx, &pr.cu_seqlens};
+    enum { NT = 13 };
+    dev_buf dv[NT];
+    for (int i = 0; i < NT; ++i) {
+        const int index = i >= 11;
+        if (index && !o->index_device) memset(&dv[i], 0, sizeof dv[i]);
+        else dv[i] = to_device(hin[i]);
+    }
+    ssm_mamba2_scan_args da = pr.args;
+    ssm_tensor * const   slot[] = {&da.x, &da.dt, &da.a, &da.b, &da.c, &da.d, &da.z, &da.dt_bias, &da.initial_states,
+                                   &da.out, &da.final_states, &da.seq_idx, &da.cu_seqlens};
+    for (int i = 0; i < NT; ++i)
+        if (dv[i].mem != NULL) *slot[i] = dv[i].view;
+
+    ssm_context * ctx = o->use_auto ? ctx_auto : ctx_cuda;
+    void *        ws = NULL;
+    size_t        ws_bytes = 0;
+    if (o->workspace) {
+        TEST_CHECK_STATUS(ssm_mamba2_scan_workspace_size(ctx, &p, &da, &ws_bytes), SSM_STATUS_OK);
+        TEST_CHECK_STATUS(ssm_cuda_malloc(NULL, &ws, ws_bytes), SSM_STATUS_OK);
+    }
+    ssm_status st = ssm_mamba2_scan(ctx, &p, &da, ws, ws_bytes);
+    TEST_CHECK(st == SSM_STATUS_OK, "%s: scan %s (%s)", tag, ssm_status_string(st), ssm_context_last_error(ctx));
+    to_host(&pr.out, &dv[9]);
+    to_host(&pr.final_states, &dv[10]);
+    char label[256];
+    snprintf(label, sizeof label, "scan[%s] out", tag);
+    check_bar(label, &pr.out.t, &rout.t, cfg->dtype);
+    if (pr.final_states.t.data) {
+        snprintf(label, sizeof label, "scan[%s] final_states", tag);
+        check_bar(label, &pr.final_states.t, &rfin.t, cfg->dtype);
+    }
+    /* a second run on re-poisoned outputs gives the same bytes */
+    void * first_out = ssmt_snapshot(&pr.out);
+    void * first_fin = pr.final_states.t.data ? ssmt_snapshot(&pr.final_states) : NULL;
+    ssmt_poison(&pr.out.t);
+    if (pr.final_states.t.data) ssmt_poison(&pr.final_states.t);
+    for (int i = 9; i <= 10; ++i)
+        if (dv[i].mem) TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dv[i].mem, hin[i]->buf, hin[i]->bytes), SSM_STATUS_OK);
+    st = ssm_mamba2_scan(ctx, &p, &da, ws, ws_bytes);
+    TEST_CHECK(st == SSM_STATUS_OK, "%s: second scan %s (%s)", tag, ssm_status_string(st), ssm_context_last_error(ctx));
+    to_host(&pr.out, &dv[9]);
+    to_host(&pr.final_states, &dv[10]);
+    TEST_CHECK(ssmt_unchanged(&pr.out, first_out), "%s: out differs between two runs", tag);
+    if (first_fin) TEST_CHECK(ssmt_unchanged(&pr.final_states, first_fin), "%s: final_states differ between runs", tag);
+    free(first_out);
+    free(first_fin);
+
+    if (ws) TEST_CHECK_STATUS(ssm_cuda_free(NULL, ws), SSM_STATUS_OK);
+    for (int i = 0; i < NT; ++i) dev_free(&dv[i]);
+    ssmt_free(&rout);
+    ssmt_free(&rfin);
+    ssmt_mamba2_problem_free(&pr);
+}
+
+/* ---- chunk_state (upstream layout) -------------------------------------------------------- */
+static void test_chunk_state(ssmt_rng * rng, const ssmt_mamba2_config * cfg, int64_t chunk, const char * tag) {
+    ssmt_mamba2_problem pr;
+    if (ssmt_mamba2_random_args(rng, cfg, &pr) != 0) {
+        TEST_CHECK(0, "%s: allocation failed", tag);
+        return;
+    }
+    ssm_mamba2_params p;
+    ssm_mamba2_params_init(&p);
+    p.chunk_size = chunk;
+    p.dt_softplus = cfg->dt_softplus;
+    const int64_t B = cfg->batch, S = cfg->seqlen, H = cfg->nheads, NC = (S + chunk - 1) / chunk;
+    const int64_t sdt[4] = {B, H, NC, chunk}, sst[5] = {B, NC, H, cfg->headdim, cfg->dstate};
+    ssmt_host     dt = ssmt_alloc(SSM_DTYPE_F32, 4, sdt), dacs = ssmt_alloc(SSM_DTYPE_F32, 4, sdt);
+    ssm_mamba2_chunk_cumsum_args ca = {0};
+    ca.dt = pr.args.dt, ca.a = pr.args.a, ca.dt_bias = pr.args.dt_bias, ca.dt_out = dt.t, ca.da_cumsum = dacs.t;
+    TEST_CHECK_STATUS(ssm_mamba2_chunk_cumsum(ctx_ref, &p, &ca), SSM_STATUS_OK);
+    ssmt_host ref = ssmt_alloc(SSM_DTYPE_F64, 5, sst), got = ssmt_alloc(SSM_DTYPE_F32, 5, sst);
+    ssm_mamba2_chunk_state_args a = {0};
+    a.b = pr.args.b, a.x = pr.args.x, a.dt = dt.t, a.da_cumsum = dacs.t, a.seq_idx = pr.args.seq_idx, a.states = ref.t;
+    TEST_CHECK_STATUS(ssm_mamba2_chunk_state(ctx_ref, &p, &a), SSM_STATUS_OK);
+    dev_buf db = to_device(&pr.b), dx = to_device(&pr.x), ddt = to_device(&dt), dda = to_device(&dacs);
+    dev_buf dst = to_device(&got);
+    a.b = db.view, a.x = dx.view, a.dt = ddt.view, a.da_cumsum = dda.view, a.states = dst.view;
+    const ssm_status st = ssm_mamba2_chunk_state(ctx_cuda, &p, &a);
+    TEST_CHECK(st == SSM_STATUS_OK, "%s: chunk_state %s (%s)", tag, ssm_status_string(st),
+               ssm_context_last_error(ctx_cuda));
+    to_host(&got, &dst);
+    char label[256];
+    snprintf(label, sizeof label, "chunk_state[%s]", tag);
+    check_bar(label, &got.t, &ref.t, cfg->dtype);
+    dev_free(&db), dev_free(&dx), dev_free(&ddt), dev_free(&dda), dev_free(&dst);
+    ssmt_free(&dt), ssmt_free(&dacs), ssmt_free(&ref), ssmt_free(&got);
+    ssmt_mamba2_problem_free(&pr);
+}
+
+/* ---- chunk_state on the CANN layout at the CANN shape -------------------------------------- */
+static void test_cann_chunk_state(ssmt_rng * rng) {
+    const int64_t B = 1, NC = 4, L = 256, H = 128, G = 8, N = 128, P = 64, S = NC * L;
+    const int64_t xs[4] = {B, S, H, P}, bs[4] = {B, S, G, N}, tm[4] = {B, NC, L, H}, st[5] = {B, NC, H, N, P};
+    ssmt_host     x = ssmt_alloc(SSM_DTYPE_F16, 4, xs), bb = ssmt_alloc(SSM_DTYPE_F16, 4, bs);
+    ssmt_host     dt = ssmt_alloc(SSM_DTYPE_F32, 4, tm), dacs = ssmt_alloc(SSM_DTYPE_F32, 4, tm);
+    ssmt_host     out = ssmt_alloc(SSM_DTYPE_F32, 5, st), ref = ssmt_alloc(SSM_DTYPE_F64, 5, st);
+    ssmt_fill_normal(rng, &x.t, 0, 0.2), ssmt_fill_normal(rng, &bb.t, 0, 0.2);
+    ssmt_fill_normal(rng, &dt.t, 0, 0.2), ssmt_fill_normal(rng, &dacs.t, 0, 0.2);
+    /* views: [B,NC,L,H] as (B,H,NC,Q); [B,NC,H,N,P] as (B,NC,H,P,N) */
+    ssm_tensor    dtv = dt.t, dav = dacs.t, sv = out.t, rv = ref.t;
+    const int64_t hv[4] = {B, H, NC, L}, hs[4] = {NC * L * H, 1, L * H, H};
+    for (int i = 0; i < 4; ++i) dtv.shape[i] = dav.shape[i] = hv[i], dtv.strides[i] = dav.strides[i] = hs[i];
+    const int64_t pv[5] = {B, NC, H, P, N}, ps[5] = {NC * H * N * P, H * N * P, N * P, 1, P};
+    for (int i = 0; i < 5; ++i) sv.shape[i] = rv.shape[i] = pv[i], sv.strides[i] = rv.strides[i] = ps[i];
+    ssm_mamba2_params p;
+    ssm_mamba2_params_init(&p);
+    p.chunk_size = L;
+    ssm_mamba2_chunk_state_args a = {0};
+    a.b = bb.t, a.x = x.t, a.dt = dtv, a.da_cumsum = dav, a.states = rv;
+    TEST_CHECK_STATUS(ssm_mamba2_chunk_state(ctx_ref, &p, &a), SSM_STATUS_OK);
+    dev_buf dx = to_device(&x), db = to_device(&bb), ddt = to_device(&dt), dda = to_device(&dacs), ds = to_device(&out);
+    ssm_tensor dtv_d = dtv, dav_d = dav, sv_d = sv;
+    dtv_d.data = ddt.view.data, dav_d.data = dda.view.data, sv_d.data = ds.view.data;
+    dtv_d.device = dav_d.device = sv_d.device = dx.view.device;
+    a.b = db.view, a.x = dx.view, a.dt = dtv_d, a.da_cumsum = dav_d, a.states = sv_d;
+    TEST_CHECK_STATUS(ssm_mamba2_chunk_state(ctx_cuda, &p, &a), SSM_STATUS_OK);
+    to_host(&out, &ds);
+    check_bar("chunk_state[cann B1 NC4 L256 H128 G8 N128 P64 f16]", &out.t, &ref.t, SSM_DTYPE_F16);
+    dev_free(&dx), dev_free(&db), dev_free(&ddt), dev_free(&dda), dev_free(&ds);
+    ssmt_free(&x), ssmt_free(&bb), ssmt_free(&dt), ssmt_free(&dacs), ssmt_free(&out), ssmt_free(&ref);
+}
+
+/* ---- device rules ---------------------------------------------------------------------------- */
+static void test_device_rules(ssmt_rng * rng) {
+    ssmt_mamba2_config cfg;
+    ssmt_mamba2_config_init(&cfg);
+    ssmt_mamba2_problem pr;
+    if (ssmt_mamba2_random_args(rng, &cfg, &pr) != 0) return;
+    ssm_mamba2_params p;
+    ssm_mamba2_params_init(&p);
+    p.chunk_size = 16;
+    /* CPU tensors under the CUDA backend */
+    TEST_CHECK_STATUS(ssm_mamba2_scan(ctx_cuda, &p, &pr.args, NULL, 0), SSM_STATUS_INVALID_LAYOUT);
+    TEST_CHECK(strstr(ssm_context_last_error(ctx_cuda), "CUDA") != NULL, "message: %s", ssm_context_last_error(ctx_cuda));
+    /* mixed devices under AUTO (x on the device, the rest on the host): nothing written */
+    dev_buf              dx = to_device(&pr.x);
+    ssm_mamba2_scan_args a = pr.args;
+    a.x = dx.view;
+    TEST_CHECK_STATUS(ssm_mamba2_scan(ctx_auto, &p, &a, NULL, 0), SSM_STATUS_INVALID_LAYOUT);
+    TEST_CHECK(strstr(ssm_context_last_error(ctx_auto), "mixed devices") != NULL, "message: %s",
+               ssm_context_last_error(ctx_auto));
+    /* a host pointer labelled as a CUDA tensor */
+    ssmt_host hx = pr.x;
+    dev_buf   all[4] = {to_device(&pr.dt), to_device(&pr.a), to_device(&pr.b), to_device(&pr.c)};
+    dev_buf   dout = to_device(&pr.out);
+    a.dt = all[0].view, a.a = all[1].view, a.b = all[2].view, a.c = all[3].view, a.out = dout.view;
+    a.x = hx.t;
+    a.x.device.type = SSM_DEVICE_CUDA;
+    TEST_CHECK_STATUS(ssm_mamba2_scan(ctx_cuda, &p, &a, NULL, 0), SSM_STATUS_INVALID_LAYOUT);
+    /* ops without a CUDA path say so */
+    const int64_t sdt[4] = {cfg.batch, cfg.nheads, (cfg.seqlen + 15) / 16, 16};
+    ssmt_host     o1 = ssmt_alloc(SSM_DTYPE_F32, 4, sdt), o2 = ssmt_alloc(SSM_DTYPE_F32, 4, sdt);
+    ssm_mamba2_chunk_cumsum_args ca = {0};
+    ca.dt = pr.args.dt, ca.a = pr.args.a, ca.dt_out = o1.t, ca.da_cumsum = o2.t;
+    TEST_CHECK_STATUS(ssm_mamba2_chunk_cumsum(ctx_cuda, &p, &ca), SSM_STATUS_UNSUPPORTED);
+    TEST_CHECK(strstr(ssm_context_last_error(ctx_cuda), "CUDA") != NULL, "message: %s", ssm_context_last_error(ctx_cuda));
+    ssmt_free(&o1), ssmt_free(&o2);
+    dev_free(&dx), dev_free(&dout);
+    for (int i = 0; i < 4; ++i) dev_free(&all[i]);
+    ssmt_mamba2_problem_free(&pr);
+}
+
+int main(void) {
+    if (ssm_cuda_device_count() == 0) {
+        printf("no CUDA device: skipped\n");
+        return 77;
+    }
+    const char * env = getenv("SSMOPS_TEST_SEED");
+    uint64_t     seed = env ? strtoull(env, NULL, 10) : 20261202u;
+    printf("seed %llu, %d CUDA device(s)\n", (unsigned long long)seed, (int)ssm_cuda_device_count());
+    ssmt_rng rng;
+    ssmt_rng_seed(&rng, seed);
+    ctx_ref = make_ctx(SSM_BACKEND_REF);
+    ctx_cuda = make_ctx(SSM_BACKEND_CUDA);
+    ctx_auto = make_ctx(SSM_BACKEND_AUTO);
+    TEST_CHECK(ctx_ref && ctx_cuda && ctx_auto, "context creation failed");
+    if (ssmt_failures) TEST_EXIT();
+
+    test_device_rules(&rng);
+
+    static const ssm_dtype dtypes[] = {SSM_DTYPE_F32, SSM_DTYPE_F16, SSM_DTYPE_BF16};
+    /* H, P, N, G: G = 1, 1 < G < H, G = H; P and N off the 16/64 tiles too */
+    static const int64_t hpng[][4] = {{4, 64, 128, 1}, {6, 24, 40, 3}, {4, 5, 3, 4}, {2, 80, 256, 2}};
+    static const int64_t seqlens[] = {1, 63, 64, 65, 200, 257};
+    static const int64_t chunks[] = {64, 64, 32, 16, 128, 7};
+    int                  k = 0;
+    for (size_t si = 0; si < sizeof seqlens / sizeof seqlens[0]; ++si) {
+        for (int variant = 0; variant < 3; ++variant) {
+            for (int di = 0; di < 3; ++di, ++k) {
+                ssmt_mamba2_config cfg;
+                ssmt_mamba2_config_init(&cfg);
+                const int sh = k % 4;
+                cfg.batch = 1 + (k % 2);
+                cfg.seqlen = seqlens[si];
+                cfg.nheads = hpng[sh][0], cfg.headdim = hpng[sh][1], cfg.dstate = hpng[sh][2], cfg.ngroups = hpng[sh][3];
+                cfg.dtype = dtypes[di];
+                cfg.out_dtype = (k % 4 == 0) ? cfg.dtype : SSM_DTYPE_F32;
+                cfg.d_mode = k % 3;
+                cfg.has_z = (k % 2) == 1;
+                cfg.has_dt_bias = (k % 4) != 3;
+                cfg.has_initial = (k % 3) != 1;
+                cfg.has_final = (k % 2) == 0 || cfg.has_initial;
+                cfg.dt_softplus = (k % 3) == 0;
+                cfg.strided = (k % 2) == 0;
+                cfg.index_i64 = (k % 4) == 1;
+                if (variant == 1 && cfg.seqlen > 1) cfg.seq_segments = 3;
+                int64_t lens[4] = {cfg.seqlen / 3, 0, cfg.seqlen - cfg.seqlen / 3 - cfg.seqlen / 4, cfg.seqlen / 4};
+                if (variant == 2) {
+                    cfg.nseq = 4;
+                    cfg.seqlens = lens;
+                }
+                scan_opts o = {chunks[si], (k % 5) == 2, (k % 2) == 0, (k % 3) == 0, (k % 4) == 2};
+                char      tag[200];
+                snprintf(tag, sizeof tag, "S%lld Q%lld H%lld P%lld N%lld G%lld %s %s", (long long)cfg.seqlen,
+                         (long long)o.chunk, (long long)cfg.nheads, (long long)cfg.headdim, (long long)cfg.dstate,
+                         (long long)cfg.ngroups, ssm_dtype_name(cfg.dtype),
+                         variant == 0 ? "dense" : variant == 1 ? "seq_idx" : "varlen");
+                test_scan(&rng, &cfg, &o, tag);
+                if (variant < 2 && si % 2 == 0) test_chunk_state(&rng, &cfg, chunks[si], tag);
+            }
+        }
+    }
+    /* no tokens at all: final = initial */
+    {
+        ssmt_mamba2_config cfg;
+        ssmt_mamba2_config_init(&cfg);
+        cfg.seqlen = 0;
+        cfg.has_initial = cfg.has_final = 1;
+        scan_opts o = {64, 0, 0, 0, 0};
+        test_scan(&rng, &cfg, &o, "S0 final=initial f32");
+    }
+    test_cann_chunk_state(&rng);
+
+    ssm_context_free(ctx_ref);
+    ssm_context_free(ctx_cuda);
+    ssm_context_free(ctx_auto);
+    TEST_EXIT();
+}
