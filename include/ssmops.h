@@ -688,7 +688,7 @@ SSM_API void ssm_mamba3_mimo_params_init(ssm_mamba3_mimo_params * params);
  *   q̄/k̄, qk_dot, rotated pairs, k̂, u, Ŝ as an operand and as the states output, the
  *   masked scores, the sequential per-rank sums of the diagonal and of dz, ...) and
  *   accumulate in fp32; the CPU is then within rel_rms 1e-3 of the reference in that mode,
- *   and a few 1e-3 from float64 with bf16 inputs (the cost of the roundings). */
+ *   and 3e-3..9e-3 from float64 with bf16 inputs (the cost of the roundings). */
 typedef struct ssm_mamba3_mimo_bwd_fwd_args {
     ssm_tensor dout;      /* in  (B,S,H,P) with mimo_o, else (B,S,R,H,P)                      */
     ssm_tensor q, k;      /* in  (B,S,R,G,N)                                                  */

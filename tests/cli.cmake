@@ -2,12 +2,16 @@
 # in tests/cli/ drive the binary:
 #   cli_basic      list / help / version, usage errors (exit 2), library errors (exit 1), compare
 #   cli_check      `check` passes for every operator `ssmops list` shows (forward, backward
-#                  with every gradient, decode steps with in-place pools, layer ops) in f32,
-#                  f16, bf16 (+ --all-shapes)
+#                  with every gradient, decode steps with in-place pools, layer ops, Mamba-3
+#                  SISO and MIMO) in f32, f16, bf16 (+ --all-shapes); mamba3_mimo_bwd_fwd in
+#                  bf16 in both rounding models (float64 bars, and rel_rms < 1e-3 against the
+#                  upstream-bf16 reference)
 #   cli_run_ref    `run --backend ref` on every test vector in tests/data reproduces the
-#                  stored float64 outputs (rel_rms <= 1e-10); Mamba-2 / SISO vectors without
-#                  a CLI operator fail
-#   cli_run_cpu    `run --backend cpu` on the same vectors meets the dtype's DESIGN bars
+#                  stored float64 outputs (rel_rms <= 1e-10); Mamba-2 / Mamba-3 vectors without
+#                  a CLI operator fail; mamba3_mimo_bwd_fwd's *__bf16ref outputs are matched
+#                  by `run --ref-mode bf16` (rel_rms < 1e-3)
+#   cli_run_cpu    `run --backend cpu` on the same vectors meets the dtype's DESIGN bars (and
+#                  the *__bf16ref outputs with --ref-mode bf16, rel_rms < 1e-3)
 #   cli_bench      `bench` writes valid JSON for every family (decode steps report us per
 #                  token); `bench --ceilings` prints both ceilings
 if(TARGET ssmops_cli)

@@ -99,8 +99,9 @@ pkg_config)
     run env LD_LIBRARY_PATH="$libdir" "$work/example_shared"
     # Static: the archive by path, then what Libs.private says it needs.
     # shellcheck disable=SC2086
+    private_libs=$(echo " $static_libs " | sed 's/ -lssmops / /; s/ -L[^ ]*//g')
     run "$cc" -std=c11 $flags $cflags "$src/examples/mamba2_example.c" -o "$work/example_static" \
-        "$libdir/libssmops.a" -lpthread -lm
+        "$libdir/libssmops.a" $private_libs
     run "$work/example_static"
     ;;
 *)

@@ -36,9 +36,10 @@ static dev_buf to_device(const ssmt_host * h) {
     dev_buf d;
     memset(&d, 0, sizeof d);
     if (h->t.data == NULL) return d;
-    TEST_CHECK_STATUS(ssm_cuda_malloc(NULL, &d.mem, h->bytes), SSM_STATUS_OK);
+    /* at least 64 bytes: an empty tensor still needs a device address */
+    TEST_CHECK_STATUS(ssm_cuda_malloc(NULL, &d.mem, h->bytes > 64 ? h->bytes : 64), SSM_STATUS_OK);
     if (d.mem == NULL) return d;
-    TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, d.mem, h->buf, h->bytes), SSM_STATUS_OK);
+    if (h->bytes > 0) TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, d.mem, h->buf, h->bytes), SSM_STATUS_OK);
     d.view = h->t;
     d.view.data = (char *)d.mem + ((const char *)h->t.data - (const char *)h->buf);
     d.view.device.type = SSM_DEVICE_CUDA;
@@ -47,7 +48,7 @@ static dev_buf to_device(const ssmt_host * h) {
 }
 
 static void to_host(const ssmt_host * h, const dev_buf * d) {
-    if (d->mem != NULL) TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, h->buf, d->mem, h->bytes), SSM_STATUS_OK);
+    if (d->mem != NULL && h->bytes > 0) TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, h->buf, d->mem, h->bytes), SSM_STATUS_OK);
 }
 
 static void dev_free(dev_buf * d) {

@@ -148,7 +148,7 @@ static int write_json(const char * path, const cli_problem * pb, const char * ba
 int cli_cmd_bench(const cli_options * opt) {
     if (opt->ceilings) {
         if (opt->op) return cli_usage_error("bench --ceilings takes no operator");
-        return cli_cmd_ceilings(opt);
+        return opt->backend == SSM_BACKEND_CUDA ? cli_cuda_ceilings(opt) : cli_cmd_ceilings(opt);
     }
     if (!opt->op) return cli_usage_error("bench needs an operator or --ceilings");
     const cli_op * op = cli_find_op(opt->op);
@@ -174,6 +174,10 @@ int cli_cmd_bench(const cli_options * opt) {
     const ssm_status st = cli_context_create(opt->backend, threads, &ctx);
     if (st != SSM_STATUS_OK) {
         rc = cli_lib_error(NULL, st, "creating the context");
+        goto done;
+    }
+    if (opt->backend == SSM_BACKEND_CUDA) { /* CUDA events on device copies (cli-cuda.c) */
+        rc = cli_cuda_bench(opt, &pb, ctx, tokens_per_call(&pb));
         goto done;
     }
     bench_result res;

@@ -34,6 +34,13 @@ static int run_op(const cli_problem * pb, ssm_backend backend, int threads, int3
     ssm_context * ctx = NULL;
     ssm_status    st  = cli_context_create_mode(backend, threads, ref_mode, &ctx);
     if (st != SSM_STATUS_OK) return cli_lib_error(NULL, st, "creating the context");
+    if (backend == SSM_BACKEND_CUDA) { /* device copies of the buffers (cli-cuda.c) */
+        char what[128];
+        snprintf(what, sizeof what, "%s (%s backend)", pb->op->name, label);
+        const int rc = cli_cuda_run(ctx, pb, what);
+        ssm_context_free(ctx);
+        return rc;
+    }
     void * ws  = NULL;
     size_t wsz = 0;
     if (pb->op->workspace_size) {
@@ -219,6 +226,8 @@ int cli_cmd_check(const cli_options * opt) {
     int cases = 0, failed = 0, worst = CLI_EXIT_OK;
     if (strcmp(opt->op, "all") == 0) {
         if (opt->shape || opt->params) return cli_usage_error("check all takes no --shape/--param");
+        if (opt->ref_mode >= 0)
+            return cli_usage_error("check all takes no --ref-mode (only mamba3_mimo_bwd_fwd has two rounding models)");
         for (int i = 0; cli_ops[i]; ++i) {
             const int rc = check_op(opt, cli_ops[i], &cases, &failed);
             if (rc > worst) worst = rc;

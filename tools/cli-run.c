@@ -154,7 +154,12 @@ int cli_cmd_run(const cli_options * opt) {
         goto done;
     }
     size_t wsz = 0;
-    if (op->workspace_size) {
+    if (opt->backend == SSM_BACKEND_CUDA) { /* device copies of the buffers (cli-cuda.c) */
+        cli_progress("running %s", op->name);
+        rc = cli_cuda_run(ctx, &pb, op->name);
+        cli_progress("%s", "");
+        if (rc != CLI_EXIT_OK) goto done;
+    } else if (op->workspace_size) {
         st = op->workspace_size(ctx, &pb, &wsz);
         if (st != SSM_STATUS_OK) {
             rc = cli_lib_error(ctx, st, op->name);
@@ -165,12 +170,14 @@ int cli_cmd_run(const cli_options * opt) {
             goto done;
         }
     }
-    cli_progress("running %s", op->name);
-    st = op->call(ctx, &pb, ws, wsz);
-    cli_progress("%s", "");
-    if (st != SSM_STATUS_OK) {
-        rc = cli_lib_error(ctx, st, op->name);
-        goto done;
+    if (opt->backend != SSM_BACKEND_CUDA) {
+        cli_progress("running %s", op->name);
+        st = op->call(ctx, &pb, ws, wsz);
+        cli_progress("%s", "");
+        if (st != SSM_STATUS_OK) {
+            rc = cli_lib_error(ctx, st, op->name);
+            goto done;
+        }
     }
     if (make_dirs(opt->out_dir) != 0) {
         rc = cli_fail("cannot create the output directory %s: %s", opt->out_dir, strerror(errno));

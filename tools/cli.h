@@ -270,6 +270,17 @@ typedef struct cli_ceilings {
 } cli_ceilings;
 int cli_measure_ceilings(int threads, int quick, int buffer_mib, cli_ceilings * out);
 
+/* ---- CUDA backend (cli-cuda.c) ----------------------------------------------------------- */
+/* 1 for the operators with a CUDA path (mamba2_scan, mamba2_chunk_state). */
+int cli_cuda_supported(const cli_op * op);
+/* op->call on device copies of pb's buffers (outputs copied back); an exit status, with a
+ * message (UNSUPPORTED for other operators, UNSUPPORTED_HARDWARE without a GPU). */
+int cli_cuda_run(ssm_context * ctx, const cli_problem * pb, const char * what);
+/* `bench --backend cuda`: CUDA events, warm-up, median, rotated inputs; prints and --json. */
+int cli_cuda_bench(const cli_options * opt, const cli_problem * pb, ssm_context * ctx, double tokens);
+/* `bench --ceilings --backend cuda`: device copy bandwidth. */
+int cli_cuda_ceilings(const cli_options * opt);
+
 /* ---- input generation and `run` binding shared by the operator families (cli-gen.c) ---- */
 void   cli_gen_normal(const ssm_tensor * t, cli_rng * rng);                     /* N(0,1)      */
 void   cli_gen_uniform(const ssm_tensor * t, cli_rng * rng, double lo, double hi); /* U(lo,hi) */

@@ -110,7 +110,11 @@ static int cmd_list(void) {
     printf("  auto   available (the optimised CPU backend here)\n");
     printf("  ref    available (float64 reference, the golden oracle)\n");
     printf("  cpu    available (SIMD kernels + threads)\n");
-    printf("  cuda   unavailable (this build has no CUDA backend)\n");
+    const int32_t ngpu = ssm_cuda_device_count();
+    if (ngpu > 0)
+        printf("  cuda   available (%d device(s); mamba2_scan, mamba2_chunk_state)\n", (int)ngpu);
+    else
+        printf("  cuda   unavailable (no CUDA device, or no CUDA backend in this build)\n");
     printf("dtypes: f32 f16 bf16 (f64 tensors through the C API)\n");
     printf("operators:\n");
     for (int i = 0; cli_ops[i]; ++i) printf("  %-22s %s\n", cli_ops[i]->name, cli_ops[i]->summary);

@@ -17,7 +17,7 @@
 #include "cpu_common.h"
 #include "ssmi_cpu_layer.h"
 
-#define CONV_CB 256       /* channels per block */
+#define CONV_CB_MAX 4096  /* channels per block at most: whole rows stream best */
 #define CONV_TILE 64      /* time steps per tile (at least) */
 #define CONV_MAX_TILES 128 /* tiles of the backward over all batch rows (bounds the partial sums) */
 
@@ -37,7 +37,8 @@ typedef struct conv_job {
     const ssm_tensor *        x, *seq, *init; /* forward-family inputs */
     const void *              args;
     int                       silu;
-    int64_t                   nblocks, tile, tiles; /* channel blocks; time tile length, tiles per batch row */
+    int64_t                   nblocks, cbs;         /* channel blocks, channels per block (whole lines) */
+    int64_t                   tile, tiles;          /* time tile length, tiles per batch row */
     int64_t                   ld;                   /* row stride of wT and of the partial sums */
     float *                   wT, *bias;            /* prepared weights: wT[k·ld + c], bias (NULL = none) */
     float *                   partial;              /* backward: (B·tiles, W+1, ld) dweight/dbias partials */
@@ -96,13 +97,14 @@ static inline int padding(const conv_job * job, int64_t b, int64_t t) {
     return ssmi_present(job->seq) && seq_at(job, b, t) < 0;
 }
 
-/* The taps of token t: rows[tau − base] for the inputs that feed it, NULL for the others. */
-static void token_taps(const conv_job * job, int64_t b, int64_t t, const float * const * rows, int64_t base,
+/* The taps of token t from a ring of W rows (input tau at ring[tau mod W]), NULL for the
+ * inputs that do not feed it. */
+static inline int64_t ring_slot(int64_t tau, int64_t W) { return ((tau % W) + W) % W; }
+static void token_taps(const conv_job * job, int64_t b, int64_t t, const float * const * ring, int64_t W,
                        const float ** taps) {
-    const int64_t W = job->d->width;
     for (int64_t k = 0; k < W; ++k) {
         const int64_t tau = t - (W - 1) + k;
-        taps[k]           = feeds(job, b, tau, t) ? rows[tau - base] : NULL;
+        taps[k]           = feeds(job, b, tau, t) ? ring[ring_slot(tau, W)] : NULL;
     }
 }
 
@@ -111,8 +113,8 @@ static void task_coords(const conv_job * job, int64_t task, int64_t * b, int64_t
     const int64_t blk = task % job->nblocks, bt = task / job->nblocks;
     *b    = bt / job->tiles;
     *tile = bt % job->tiles;
-    *c0   = blk * CONV_CB;
-    *cb   = imin(CONV_CB, job->d->dim - *c0);
+    *c0   = blk * job->cbs;
+    *cb   = imin(job->cbs, job->d->dim - *c0);
 }
 
 /* Tiles of at least CONV_TILE steps, at most about CONV_MAX_TILES over all batch rows
@@ -132,32 +134,33 @@ static int64_t ptr_floats(int64_t nptr) { return ssmi_cpu_lines(nptr * (int64_t)
 static void fwd_task(void * arg, int64_t task, int32_t thread) {
     const conv_job *               job = (const conv_job *) arg;
     const ssm_causal_conv1d_args * a   = (const ssm_causal_conv1d_args *) job->args;
-    const int64_t                  W = job->d->width, S = job->d->seqlen, T = job->tile;
+    const int64_t                  W = job->d->width, S = job->d->seqlen, CB = job->cbs;
     int64_t                        b, tile, c0, cb;
     task_coords(job, task, &b, &tile, &c0, &cb);
-    const int64_t t0 = tile * T, t1 = imin(t0 + T, S), base = t0 - (W - 1);
-    const int64_t nrows = t1 - base; /* inputs tau in [t0−(W−1), t1) */
-    float *       s     = thread_buf(job, thread);
-    const float ** rows = (const float **) (void *) s;
-    const float ** taps = rows + nrows;
-    float *        xb   = s + ptr_floats(T + 2 * W);
-    float *        ob   = xb + (T + W - 1) * CONV_CB;
-    for (int64_t tau = base; tau < t1; ++tau) rows[tau - base] = xin_row(job, b, c0, cb, tau, xb + (tau - base) * CONV_CB);
+    const int64_t  t0 = tile * job->tile, t1 = imin(t0 + job->tile, S);
+    float *        s    = thread_buf(job, thread);
+    const float ** ring = (const float **) (void *) s; /* input tau at ring[tau mod W] */
+    const float ** taps = ring + W;
+    float *        xb   = s + ptr_floats(2 * W);       /* W converted rows */
+    float *        ob   = xb + W * CB;
+    for (int64_t tau = t0 - (W - 1); tau < t0; ++tau)
+        ring[ring_slot(tau, W)] = xin_row(job, b, c0, cb, tau, xb + ring_slot(tau, W) * CB);
     const int out_direct = direct_rows(&a->out);
     for (int64_t t = t0; t < t1; ++t) {
+        ring[ring_slot(t, W)] = xin_row(job, b, c0, cb, t, xb + ring_slot(t, W) * CB);
         float * o = out_direct ? (float *) a->out.data + ssmi_off3(&a->out, b, c0, t) : ob;
         if (padding(job, b, t)) memset(o, 0, (size_t) cb * sizeof(float));
         else {
-            token_taps(job, b, t, rows, base, taps);
+            token_taps(job, b, t, ring, W, taps);
             job->lk->conv_row(cb, W, taps, job->wT + c0, job->ld, job->bias ? job->bias + c0 : NULL, job->silu, o);
         }
         if (!out_direct)
             job->k->store_row(a->out.data, a->out.dtype, ssmi_off3(&a->out, b, c0, t), a->out.strides[1], o, cb);
     }
-    if (ssmi_present(&a->final_states) && t1 == S)
+    if (ssmi_present(&a->final_states) && t1 == S) /* the ring holds inputs [S−(W−1), S) */
         for (int64_t j = 0; j < W - 1; ++j)
             job->k->store_row(a->final_states.data, a->final_states.dtype, ssmi_off3(&a->final_states, b, c0, j),
-                              a->final_states.strides[1], rows[S - (W - 1) + j - base], cb);
+                              a->final_states.strides[1], ring[ring_slot(S - (W - 1) + j, W)], cb);
 }
 
 static void init_job(conv_job * job, ssm_context * ctx, const ssm_conv1d_params * p, const ssmi_conv1d_dims * d) {
@@ -167,7 +170,8 @@ static void init_job(conv_job * job, ssm_context * ctx, const ssm_conv1d_params 
     job->k       = ssmi_cpu_kernels_for(ctx);
     job->lk      = ssmi_cpu_layer_kernels_for(ctx);
     job->silu    = p->activation == 1;
-    job->nblocks = (d->dim + CONV_CB - 1) / CONV_CB;
+    job->nblocks = (d->dim + CONV_CB_MAX - 1) / CONV_CB_MAX;
+    job->cbs     = job->nblocks > 0 ? ssmi_cpu_lines((d->dim + job->nblocks - 1) / job->nblocks) : 0;
     set_tiles(job);
 }
 
@@ -186,7 +190,7 @@ ssm_status ssmi_cpu_causal_conv1d(ssm_context * ctx, const ssm_conv1d_params * p
     job.args = a;
     SSM_FORWARD_IF_ERROR(prepare_weights(ctx, &job, &a->weight, &a->bias, "causal_conv1d"));
     const int64_t W    = d->width;
-    job.scratch_floats = ptr_floats(job.tile + 2 * W) + (job.tile + W) * CONV_CB;
+    job.scratch_floats = ptr_floats(2 * W) + (W + 1) * job.cbs;
     job.scratch        = ssmi_cpu_thread_scratch(ctx, "causal_conv1d", job.scratch_floats);
     if (job.scratch == NULL) {
         free_job(ctx, &job);
@@ -213,53 +217,62 @@ static void store_dxin(const conv_job * job, const ssm_causal_conv1d_bwd_args * 
     }
 }
 
+/* One tile [u0, u1) of one batch row and channel block, streaming over time with rings of
+ * W input rows and W gradient rows. At step t: gpre[t] (t < S), the dweight/dbias partial
+ * of token t (t < u1), then dxin[t − (W−1)], whose gradients gpre[t−(W−1) .. t] are known.
+ * Tile 0 also produces dxin[−(W−1) .. −1] (dinitial_states). */
 static void bwd_task(void * arg, int64_t task, int32_t thread) {
     const conv_job *                   job = (const conv_job *) arg;
     const ssm_causal_conv1d_bwd_args * a   = (const ssm_causal_conv1d_bwd_args *) job->args;
-    const int64_t                      W = job->d->width, S = job->d->seqlen, T = job->tile;
+    const int64_t                      W = job->d->width, S = job->d->seqlen, CB = job->cbs;
     int64_t                            b, tile, c0, cb;
     task_coords(job, task, &b, &tile, &c0, &cb);
-    const int64_t u0 = tile * T, u1 = imin(u0 + T, S);
-    const int64_t lo = tile == 0 ? -(W - 1) : u0;           /* dxin rows [lo, u1)          */
-    const int64_t g0 = u0, g1 = imin(S, u1 + W - 1);        /* gpre rows [g0, g1)          */
-    const int64_t base = g0 - (W - 1), nrows = g1 - base;    /* inputs [g0 − (W−1), g1)     */
-    float *        s    = thread_buf(job, thread);
-    const float ** rows = (const float **) (void *) s;
-    const float ** taps = rows + (T + 2 * W);
-    float *        xb   = s + ptr_floats(T + 3 * W);
-    float *        gb   = xb + (T + 2 * W - 2) * CONV_CB; /* gpre rows, T+W−1 */
-    float *        row  = gb + (T + W - 1) * CONV_CB;     /* dout / dxin conversion row */
-    float *        ext  = row + CONV_CB;                  /* dfinal_states row */
-    for (int64_t tau = base; tau < g1; ++tau) rows[tau - base] = xin_row(job, b, c0, cb, tau, xb + (tau - base) * CONV_CB);
-    const int dout_direct = direct_rows(&a->dout);
-    for (int64_t t = g0; t < g1; ++t) {
-        float * g = gb + (t - g0) * CONV_CB;
-        if (padding(job, b, t)) {
-            memset(g, 0, (size_t) cb * sizeof(float));
-            continue;
-        }
-        const float * dy = (const float *) a->dout.data + ssmi_off3(&a->dout, b, c0, t);
-        if (!dout_direct) {
-            job->k->load_row(row, a->dout.data, a->dout.dtype, ssmi_off3(&a->dout, b, c0, t), a->dout.strides[1], cb);
-            dy = row;
-        }
-        token_taps(job, b, t, rows, base, taps);
-        job->lk->conv_grad_row(cb, W, taps, job->wT + c0, job->ld, job->bias ? job->bias + c0 : NULL, job->silu, dy, g);
-    }
-    /* this tile's dweight/dbias partial, its own tokens in time order */
-    float * dw = job->partial + (b * job->tiles + tile) * (W + 1) * job->ld + c0;
+    const int64_t  u0 = tile * job->tile, u1 = imin(u0 + job->tile, S);
+    const int64_t  lo = tile == 0 ? -(W - 1) : u0; /* dxin rows [lo, u1) */
+    float *        s     = thread_buf(job, thread);
+    const float ** ring  = (const float **) (void *) s; /* input tau at ring[tau mod W]        */
+    const float ** grow  = ring + W;                    /* gpre[t] at grow[t mod W] (or NULL)  */
+    const float ** taps  = grow + W;
+    float *        xb    = s + ptr_floats(3 * W);       /* W converted input rows */
+    float *        gb    = xb + W * CB;                 /* W gradient rows        */
+    float *        row   = gb + W * CB;                 /* dout / dxin conversion */
+    float *        ext   = row + CB;                    /* dfinal_states row      */
+    float *        dw    = job->partial + (b * job->tiles + tile) * (W + 1) * job->ld + c0;
+    const int      dout_direct = direct_rows(&a->dout);
+    const int      need_dx = ssmi_present(&a->dx), need_dinit = ssmi_present(&a->dinitial_states);
     for (int64_t k = 0; k <= W; ++k) memset(dw + k * job->ld, 0, (size_t) cb * sizeof(float));
-    for (int64_t t = g0; t < u1; ++t) {
-        token_taps(job, b, t, rows, base, taps);
-        job->lk->conv_wgrad_row(cb, W, taps, gb + (t - g0) * CONV_CB, dw, job->ld, dw + W * job->ld);
-    }
-    /* dxin[tau] = Σ_k w[k]·gpre[tau+W−1−k] (+ dfinal_states) */
-    const int need_dx = ssmi_present(&a->dx), need_dinit = ssmi_present(&a->dinitial_states);
-    for (int64_t tau = lo; tau < u1; ++tau) {
-        if (tau >= 0 ? !need_dx : !need_dinit) continue;
+    for (int64_t tau = u0 - (W - 1); tau < u0; ++tau)
+        ring[ring_slot(tau, W)] = xin_row(job, b, c0, cb, tau, xb + ring_slot(tau, W) * CB);
+    for (int64_t t = u0; t < u1 + W - 1; ++t) {
+        const int64_t slot = ring_slot(t, W);
+        grow[slot]         = NULL;
+        if (t < S) {
+            ring[slot] = xin_row(job, b, c0, cb, t, xb + slot * CB);
+            float * g  = gb + slot * CB;
+            grow[slot] = g;
+            if (padding(job, b, t)) memset(g, 0, (size_t) cb * sizeof(float));
+            else {
+                const float * dy = (const float *) a->dout.data + ssmi_off3(&a->dout, b, c0, t);
+                if (!dout_direct) {
+                    job->k->load_row(row, a->dout.data, a->dout.dtype, ssmi_off3(&a->dout, b, c0, t),
+                                     a->dout.strides[1], cb);
+                    dy = row;
+                }
+                token_taps(job, b, t, ring, W, taps);
+                job->lk->conv_grad_row(cb, W, taps, job->wT + c0, job->ld, job->bias ? job->bias + c0 : NULL, job->silu,
+                                       dy, g);
+            }
+            if (t < u1) { /* this tile's own token, in time order */
+                token_taps(job, b, t, ring, W, taps);
+                job->lk->conv_wgrad_row(cb, W, taps, g, dw, job->ld, dw + W * job->ld);
+            }
+        }
+        /* dxin[tau] = Σ_k w[k]·gpre[tau+W−1−k] (+ dfinal_states) */
+        const int64_t tau = t - (W - 1);
+        if (tau < lo || (tau >= 0 ? !need_dx : !need_dinit)) continue;
         for (int64_t k = 0; k < W; ++k) {
-            const int64_t t = tau + (W - 1) - k;
-            taps[k]         = t >= 0 && t < S && feeds(job, b, tau, t) ? gb + (t - g0) * CONV_CB : NULL;
+            const int64_t tg = tau + (W - 1) - k;
+            taps[k]          = tg >= 0 && tg < S && feeds(job, b, tau, tg) ? grow[ring_slot(tg, W)] : NULL;
         }
         const int64_t j     = tau - (S - (W - 1));
         const float * extra = NULL;
@@ -272,14 +285,13 @@ static void bwd_task(void * arg, int64_t task, int32_t thread) {
         job->lk->conv_dx_row(cb, W, taps, job->wT + c0, job->ld, extra, out);
         store_dxin(job, a, b, c0, cb, tau, out);
     }
-    (void) nrows;
 }
 
 /* dweight, dbias of one channel block: the tiles' partials added in (batch, tile) order. */
 static void reduce_task(void * arg, int64_t blk, int32_t thread) {
     const conv_job *                   job = (const conv_job *) arg;
     const ssm_causal_conv1d_bwd_args * a   = (const ssm_causal_conv1d_bwd_args *) job->args;
-    const int64_t                      W = job->d->width, c0 = blk * CONV_CB, cb = imin(CONV_CB, job->d->dim - c0);
+    const int64_t                      W = job->d->width, c0 = blk * job->cbs, cb = imin(job->cbs, job->d->dim - c0);
     const int64_t                      ntot = job->d->batch * job->tiles, pstride = (W + 1) * job->ld;
     float *                            sum  = thread_buf(job, thread);
     for (int64_t k = 0; k <= W; ++k) {
@@ -303,7 +315,7 @@ ssm_status ssmi_cpu_causal_conv1d_bwd(ssm_context * ctx, const ssm_conv1d_params
     SSM_FORWARD_IF_ERROR(prepare_weights(ctx, &job, &a->weight, &a->bias, "causal_conv1d_bwd"));
     const int64_t W    = d->width;
     const int64_t ntot = d->batch * job.tiles;
-    job.scratch_floats = ptr_floats(job.tile + 3 * W) + (job.tile + 2 * W - 2 + job.tile + W - 1 + 2) * CONV_CB;
+    job.scratch_floats = ptr_floats(3 * W) + (2 * W + 2) * job.cbs;
     job.scratch        = ssmi_cpu_thread_scratch(ctx, "causal_conv1d_bwd", job.scratch_floats);
     const size_t pbytes = (size_t) (imax(1, ntot) * (W + 1) * job.ld) * sizeof(float);
     if (job.scratch != NULL) {
@@ -342,13 +354,13 @@ static void update_task(void * arg, int64_t task, int32_t thread) {
     const conv_job *                      job = u->job;
     const ssm_causal_conv1d_update_args * a   = u->a;
     const int64_t                         W = u->d->width, L = u->d->state_len;
-    const int64_t                         b = task / job->nblocks, c0 = (task % job->nblocks) * CONV_CB;
-    const int64_t                         cb   = imin(CONV_CB, u->d->dim - c0);
+    const int64_t                         CB = job->cbs, b = task / job->nblocks, c0 = (task % job->nblocks) * CB;
+    const int64_t                         cb   = imin(CB, u->d->dim - c0);
     const int64_t                         slot = slot_of(&a->state_batch_indices, b);
     float *                               s    = u->scratch + thread * u->scratch_floats;
     const float **                        taps = (const float **) (void *) s;
     float *                               o    = s + ptr_floats(W);
-    float *                               win  = o + CONV_CB; /* rows 0..L−1: the state, row L: x */
+    float *                               win  = o + CB; /* rows 0..L−1: the state, row L: x */
     if (slot < 0) {
         memset(o, 0, (size_t) cb * sizeof(float));
         job->k->store_row(a->out.data, a->out.dtype, ssmi_off2(&a->out, b, c0), a->out.strides[1], o, cb);
@@ -357,15 +369,15 @@ static void update_task(void * arg, int64_t task, int32_t thread) {
     const ssm_tensor * st  = &a->conv_state;
     const ssm_tensor * fin = &a->final_conv_state;
     for (int64_t j = 0; j < L; ++j)
-        job->k->load_row(win + j * CONV_CB, st->data, st->dtype, ssmi_off3(st, slot, c0, j), st->strides[1], cb);
-    job->k->load_row(win + L * CONV_CB, a->x.data, a->x.dtype, ssmi_off2(&a->x, b, c0), a->x.strides[1], cb);
-    for (int64_t k = 0; k < W; ++k) taps[k] = win + (L + 1 - W + k) * CONV_CB;
+        job->k->load_row(win + j * CB, st->data, st->dtype, ssmi_off3(st, slot, c0, j), st->strides[1], cb);
+    job->k->load_row(win + L * CB, a->x.data, a->x.dtype, ssmi_off2(&a->x, b, c0), a->x.strides[1], cb);
+    for (int64_t k = 0; k < W; ++k) taps[k] = win + (L + 1 - W + k) * CB;
     job->lk->conv_row(cb, W, taps, job->wT + c0, job->ld, job->bias ? job->bias + c0 : NULL, job->silu, o);
     job->k->store_row(a->out.data, a->out.dtype, ssmi_off2(&a->out, b, c0), a->out.strides[1], o, cb);
     if (u->has_fin)
         for (int64_t j = 0; j < L; ++j)
             job->k->store_row(fin->data, fin->dtype, ssmi_off3(fin, slot, c0, j), fin->strides[1],
-                              win + (j + 1) * CONV_CB, cb);
+                              win + (j + 1) * CB, cb);
 }
 
 typedef struct copy_ctx {
@@ -421,7 +433,7 @@ ssm_status ssmi_cpu_causal_conv1d_update(ssm_context * ctx, const ssm_conv1d_par
     update_ctx u;
     memset(&u, 0, sizeof u);
     u.a = a, u.d = d, u.job = &job, u.has_fin = has_fin;
-    u.scratch_floats = ptr_floats(d->width) + (d->state_len + 2) * CONV_CB;
+    u.scratch_floats = ptr_floats(d->width) + (d->state_len + 2) * job.cbs;
     u.scratch        = ssmi_cpu_thread_scratch(ctx, "causal_conv1d_update", u.scratch_floats);
     if (u.scratch == NULL) {
         free_job(ctx, &job);

@@ -10,10 +10,12 @@
  *
  * Tasks. One task per (unit, group, block of BWD_HEAD_BLOCK heads of the group). Per
  * segment it computes CB = C·Bᵀ of every chunk once, then for each head of the block:
- *   forward:  S_0 = initial state (or 0), S_{c+1} = e^{cl}·S_c + Σ_j e^{cl−cm_j}dt_j·B_j x_jᵀ;
- *             every S_c is kept (states are N×P fp32, P contiguous); with z the outputs y
- *             are recomputed as in the forward and dz = dout·y·σ(z)(1 + z(1 − σ(z))).
+ *   forward:  dt, cm and the dt chain of every chunk (kept for the walk back);
+ *             S_0 = initial state (or 0), S_{c+1} = e^{cl}·S_c + Σ_j e^{cl−cm_j}dt_j·B_j x_jᵀ;
+ *             every S_c is kept (states are N×P fp32, P contiguous).
  *   backward, chunks in reverse with G = ∂L/∂S_{c+1} (dfinal_states or 0 at the end):
+ *     (dz)   y recomputed as in the forward, dz = dout·y·σ(z)(1 + z(1 − σ(z))), in the same
+ *            pass over z and dout as δx (each is read once per head)
  *     δx   = dout·silu(z) (or dout)                         dD += Σ δx·x
  *     acc  = diag(e^{cl−cm})·B·G + M0ᵀ·δx,  M0[k][i] = CB[k][i]·e^{cm_k−cm_i} (i ≤ k)
  *     dx   = acc·dt + D·δx,   ddt_loc[i] = Σ_p acc[i][p]·x[i][p]
@@ -34,6 +36,10 @@
  * then blocks in order (per-block fp32 partials, reduced by a second pass). dA, dD and
  * ddt_bias are per-(unit, head) float64 partials summed over units in order at the end.
  * So the results are bitwise identical for any thread count.
+ *
+ * Costs. GEMMs are about 60% of the time; the rest is mostly memory: the chunk states (one
+ * head's, written forward, read back), and the x/dout/z rows, H·P elements apart, which the
+ * walks prefetch a chunk ahead. Transposes, dots and column sums go through kernels/bwd.
  *
  * Memory. Per thread: the chunk-entry states of one head and the CB/dCB/dBᵀ/dCᵀ tiles of
  * one segment (O(segment length·(N·P/Q + Q + 2N)) floats) plus small tiles; globally the
@@ -60,11 +66,6 @@ typedef struct bwd_segment {
     int64_t final; /* dfinal_states index reaching it, −1 = none     */
 } bwd_segment;
 
-/* Floats between consecutive chunk states: whole 4 KiB pages plus half a page. Copying a
- * state into the next one at a distance that is a multiple of 4 KiB makes every load alias
- * the store just before it (4K aliasing) and ran the copy at a fraction of its speed. */
-static int64_t state_stride(int64_t N, int64_t P) { return ((N * P + 1023) & ~(int64_t) 1023) + 512; }
-
 /* Per-thread tiles, carved from one block (sizes in floats, each rounded to lines). */
 typedef struct bwd_tiles {
     float *states, *cbs, *dcbs, *dbt, *dct, *bts, *cts;       /* per segment: [nc] × tile       */
@@ -88,7 +89,7 @@ static int64_t carve_tiles(float * base, int64_t N, int64_t P, int64_t ncm, bwd_
         t->field = base != NULL ? base + off : NULL;        \
         off += ssmi_cpu_lines(floats);                      \
     } while (0)
-    TAKE(states, ncm * state_stride(N, P));
+    TAKE(states, ncm * ssmi_cpu_lines(N * P));
     TAKE(cbs, ncm * Q * Q);
     TAKE(dcbs, ncm * Q * Q);
     TAKE(dbt, ncm * ssmi_cpu_lines(N * Q));
@@ -273,7 +274,7 @@ static void head_forward(const bwd_job * job, const head_ctx * hc, const bwd_til
     const ssm_mamba2_scan_bwd_args * a = job->args;
     const ssmi_mamba2_dims *         d = job->dims;
     const ssmi_cpu_kernels *         k = job->kernels;
-    const int64_t P = d->headdim, N = d->dstate, Q = BWD_CHUNK, sst = state_stride(N, P);
+    const int64_t P = d->headdim, N = d->dstate, Q = BWD_CHUNK, sst = ssmi_cpu_lines(N * P);
     const int64_t tq = ssmi_cpu_lines(N * Q);
     const bwd_segment *              seg = hc->seg;
     if (hc->nc == 0) return; /* an empty run has no chunk states (and no tiles for them) */
@@ -370,7 +371,7 @@ static void head_backward(const bwd_job * job, const head_ctx * hc, const bwd_ti
     const ssm_mamba2_scan_bwd_args * a = job->args;
     const ssmi_mamba2_dims *         d = job->dims;
     const ssmi_cpu_kernels *         k = job->kernels;
-    const int64_t H = d->nheads, P = d->headdim, N = d->dstate, Q = BWD_CHUNK, sst = state_stride(N, P);
+    const int64_t H = d->nheads, P = d->headdim, N = d->dstate, Q = BWD_CHUNK, sst = ssmi_cpu_lines(N * P);
     const int64_t tq = ssmi_cpu_lines(N * Q);
     const ssmi_cpu_bwd_kernels * bk = job->bwdk;
     const bwd_segment * seg = hc->seg;

@@ -262,6 +262,40 @@ static void chunk_tokens(bwd_task_ctx * x, int64_t i0, int64_t n, int reverse) {
     }
 }
 
+/* Cache hints for n elements from element `off` of a tensor with a unit inner stride (the
+ * per-token rows are small and stall on their first touch otherwise). */
+static void prefetch_elems(const ssm_tensor * t, int64_t off, int64_t n) {
+    if (!ssmi_present(t) || t->strides[t->ndim - 1] != 1) return;
+    const size_t esz   = ssm_dtype_size((ssm_dtype)t->dtype);
+    const char * p     = (const char *)t->data + (size_t)off * esz;
+    const size_t bytes = (size_t)n * esz;
+    for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(p + b, 0, 3);
+    if (bytes > 0) __builtin_prefetch(p + bytes - 1, 0, 3);
+}
+
+/* Hints for the per-token inputs (q, k, v, dout, z) of tokens [i0, i0+n) of the sequence,
+ * issued one chunk ahead of their use. */
+static void prefetch_chunk(const bwd_task_ctx * x, int64_t i0, int64_t n, int with_dout) {
+    const ssm_mamba3_mimo_bwd_args * a = x->job->a;
+    const ssmi_mimo_dims *           d = x->job->d;
+    const int64_t                    R = d->rank, N = d->dstate, P = d->headdim;
+    if (i0 < 0 || n <= 0) return;
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t t = x->t0 + i0 + i;
+        for (int64_t r = 0; r < R; ++r) {
+            prefetch_elems(&a->q, ssmi_off5(&a->q, x->row, t, r, x->g, 0), N);
+            prefetch_elems(&a->k, ssmi_off5(&a->k, x->row, t, r, x->g, 0), N);
+        }
+        prefetch_elems(&a->v, ssmi_off4(&a->v, x->row, t, x->h, 0), P);
+        if (!with_dout) continue;
+        if (ssmi_present(&a->z)) prefetch_elems(&a->z, ssmi_off4(&a->z, x->row, t, x->h, 0), P);
+        if (d->reduce_o) prefetch_elems(&a->dout, ssmi_off4(&a->dout, x->row, t, x->h, 0), P);
+        else
+            for (int64_t r = 0; r < R; ++r)
+                prefetch_elems(&a->dout, ssmi_off5(&a->dout, x->row, t, r, x->h, 0), P);
+    }
+}
+
 /* Step 2: Ŝ_c entering every chunk into s->states. */
 static void forward_states(bwd_task_ctx * x) {
     const ssm_mamba3_mimo_bwd_args * a = x->job->a;
@@ -286,7 +320,8 @@ static void forward_states(bwd_task_ctx * x) {
     const int64_t nchunks = (x->len + C - 1) / C;
     for (int64_t c = 0; c + 1 < nchunks; ++c) {
         const int64_t i0 = c * C, n = C;
-        const float   ecl = chunk_decays(x, i0, n);
+        prefetch_chunk(x, i0 + C, c + 2 < nchunks ? C : 0, 0);
+        const float ecl = chunk_decays(x, i0, n);
         chunk_tokens(x, i0, n, 0);
         float * next = s->states + (c + 1) * NP;
         memcpy(next, s->states + c * NP, (size_t)NP * sizeof(float));
@@ -750,7 +785,8 @@ static void head_grads(bwd_task_ctx * x) {
     for (int64_t c = nchunks - 1; c >= 0; --c) {
         const int64_t i0 = c * C, n = L - i0 < C ? L - i0 : C;
         const float * sc = s->states + c * NP;
-        const float   ecl = chunk_decays(x, i0, n);
+        prefetch_chunk(x, i0 - C, c > 0 ? C : 0, 1);
+        const float ecl = chunk_decays(x, i0, n);
         chunk_tokens(x, i0, n, 1);
         memset(s->tl.m, 0, (size_t)(n * R * s->tl.ld) * sizeof(float));
         memset(s->d2, 0, (size_t)(n * R * s->tl.ld) * sizeof(float));

@@ -29,7 +29,13 @@
  *   (batch row, token block). The block size depends only on the shape (plan_bwd), so
  *   the order of every sum is fixed. Blocks rather than one slot per head keep the
  *   workspace small: at H = 32, Hq = 1 one slot per head was 2×32 MB per 2048 tokens, and
- *   writing, faulting in and re-reading it cost more than a third of the backward.
+ *   writing, faulting in and re-reading it cost more than a third of the backward. The
+ *   same holds, less strongly, for blocks: BWD_MIN_TASKS = 4 (not 8) halves the slots and
+ *   cut ~3% at the shape above. The per-token preprocessing chain writes (first head) or
+ *   adds (next heads) its dq̃, dk̃ straight into the slot rows (kernels/bwd siso_token).
+ * Elementwise work (the q/k preparation of a chunk, the per-token chain, transposes, dots)
+ * runs in the kernels/bwd kernels; v/dout/z and angle rows, H·V (H·A) elements apart,
+ * are prefetched ahead of their use.
  * Pass 3: dq_bias, dk_bias, dd = Σ over sequences, in sequence order, of the per-(sequence,
  *   head) partial sums (each itself summed over the tokens in a fixed order).
  * Every output element is produced by exactly one task in a fixed order, so results are

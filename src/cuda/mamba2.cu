@@ -409,10 +409,10 @@ template <int MODE> __global__ void __launch_bounds__(kThreads) output_kernel(co
                             : 0.0f;
         to_t(v, &cs[o]);
     }
-    const float * sin = A.states + ((long long)w * A.H + h) * A.P * A.N;
+    const float * s_in = A.states + ((long long)w * A.H + h) * A.P * A.N;
     for (int o = threadIdx.x; o < TL * A.Np; o += blockDim.x) {
         const int pp = o / A.Np, n = o - pp * A.Np, p = p0 + pp;
-        const float v = (p < A.P && n < A.N) ? sin[(long long)p * A.N + n] : 0.0f;
+        const float v = (p < A.P && n < A.N) ? s_in[(long long)p * A.N + n] : 0.0f;
         store_split<MODE>(v, &ss[o], &ss_lo[o]);
     }
     __syncthreads();

@@ -33,5 +33,16 @@ done
 # stored f16/bf16 outputs of an op without a heavy-tailed gate meet the bars too
 "$ssmops" check mamba2_scan --dtype bf16 --out-dtype same --param has_z=0,has_d=0 ||
     { echo "FAIL: scan --out-dtype same"; failed=$((failed + 1)); }
+# mamba3_mimo_bwd_fwd with bf16 inputs is checked in both rounding models (DESIGN §5): the
+# float64 bars, then the backend with ctx ref_mode = SSM_REF_UPSTREAM_BF16 against the
+# reference in that mode, rel_rms < 1e-3 on every output (5 with z and mimo_o; GQA, tail)
+out=$("$ssmops" check mamba3_mimo_bwd_fwd --dtype bf16 --threads 2 --shape B=2,S=20,H=4,G=2 2>&1)
+rc=$?
+echo "$out"
+bf16_lines=$(echo "$out" | sed -n '/^# ref_mode=bf16/,$p' | grep -Ec '^[a-z_]+ +[0-9.e+-]+ +[0-9.e+-]+ +1e-03/inf +PASS$')
+if [ "$rc" -ne 0 ] || [ "$bf16_lines" -ne 5 ] || ! echo "$out" | grep -q '^# ref_mode=exact'; then
+    echo "FAIL: mamba3_mimo_bwd_fwd bf16: both rounding models (exit $rc, $bf16_lines bf16-model PASS lines)"
+    failed=$((failed + 1))
+fi
 [ "$failed" -eq 0 ] && echo "cli check: all passed"
 [ "$failed" -eq 0 ]
