@@ -7,7 +7,7 @@
 # device ceilings. Writes at most 8 files to OUTDIR (build.log, sass.txt, tests.log,
 # sanitizer.log, bench.json, bench.log, summary.txt) and prints a short table last.
 # Environment: SSMOPS_GPU_BUILD (build directory, default build-gpu), SSMOPS_GPU_QUICK=1
-# (skip the sanitizer and the extra bench shapes).
+# (sanitizer on bf16 only, no out-dtype checks, only the two anchor benchmarks).
 set -u
 out=${1:?usage: tools/gpu_check.sh OUTDIR}
 mkdir -p "$out"
@@ -54,22 +54,27 @@ fails=0
         for dt in f32 f16 bf16; do
             echo "== check $op --backend cuda --dtype $dt --all-shapes"
             "$cli" check "$op" --backend cuda --dtype "$dt" --all-shapes || echo "CHECK FAILED: $op $dt"
-            echo "== check $op --backend cuda --dtype $dt --out-dtype $dt"
-            "$cli" check "$op" --backend cuda --dtype "$dt" --out-dtype "$dt" || echo "CHECK FAILED: $op $dt out $dt"
+            # Outputs in the input dtype: informative only. Rounding |y| >> rms(y) to f16/bf16
+            # alone can exceed max_rel (half an ulp of the largest |y|, over rms), on any backend.
+            [ "${SSMOPS_GPU_QUICK:-0}" = 1 ] && continue
+            echo "== info: check $op --backend cuda --dtype $dt --out-dtype $dt"
+            "$cli" check "$op" --backend cuda --dtype "$dt" --out-dtype "$dt" || echo "info: $op $dt out $dt off the bar"
         done
     done
     echo "== check mamba2_scan at the anchor shape (bf16)"
     "$cli" check mamba2_scan --backend cuda --dtype bf16 --shape B=1,S=2048,H=16,P=64,N=128,G=1,chunk=256 ||
         echo "CHECK FAILED: anchor-like bf16"
 } >"$out/tests.log" 2>&1
-grep -E "tests passed|Skipped|FAILED|FAIL " "$out/tests.log" | sed 's/^/tests: /' | tee -a "$summary"
+grep -E "tests passed|Skipped|FAILED|info:" "$out/tests.log" | sed 's/^/tests: /' | tee -a "$summary"
 grep -q "FAILED" "$out/tests.log" && fails=1
 
 # ---- compute-sanitizer ---------------------------------------------------------------------
-if [ "${SSMOPS_GPU_QUICK:-0}" != 1 ] && command -v compute-sanitizer >/dev/null 2>&1; then
+san_dtypes="f32 bf16 f16"
+[ "${SSMOPS_GPU_QUICK:-0}" = 1 ] && san_dtypes=bf16
+if command -v compute-sanitizer >/dev/null 2>&1; then
     {
         for tool in memcheck racecheck; do
-            for dt in f32 bf16 f16; do
+            for dt in $san_dtypes; do
                 echo "== $tool mamba2_scan $dt (seq_idx)"
                 compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba2_scan --backend cuda --dtype "$dt" \
                     --shape B=2,S=100,H=4,P=24,N=40,G=2,chunk=32 --param seq_idx=3

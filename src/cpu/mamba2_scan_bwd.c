@@ -300,8 +300,7 @@ static void head_forward(const bwd_job * job, const head_ctx * hc, const bwd_til
         memcpy(w->dtv, w->sdtv + c * Q, (size_t) L * sizeof(float));
         memcpy(w->cm, w->scm + c * Q, (size_t) L * sizeof(float));
         const float cl = w->cm[L - 1];
-        for (int64_t j = 0; j < L; ++j) w->eclm[j] = cl - w->cm[j];
-        k->vexp(L, w->eclm, w->eclm);
+        job->bwdk->exp_sub(L, cl, w->cm, w->eclm);
         for (int64_t j = 0; j < L; ++j) w->wexp[j] = w->eclm[j] * w->dtv[j];
         load_rows(k, &a->x, seg->row, t0, L, hc->h, P, w->xt, P);
         if (c + 2 < hc->nc) { /* the next chunk's rows arrive while this one computes */
@@ -349,15 +348,8 @@ static void load_dy(const bwd_job * job, const head_ctx * hc, int64_t c, int64_t
             const float * x = w->xt + i * P;
             if (hc->has_d)
                 for (int64_t p = 0; p < P; ++p) y[p] += w->dvec[p] * x[p];
-            /* σ(z) through the vector exp: e = exp(−z), σ = 1/(1 + e) */
-            for (int64_t p = 0; p < P; ++p) w->ddrow[p] = -w->zrow[p];
-            k->vexp(P, w->ddrow, w->ddrow);
-            /* dz, then δx = dout·z·σ(z) from the same e (silu_gate's formula) */
-            for (int64_t p = 0; p < P; ++p) {
-                const float zv = w->zrow[p], e1 = 1.0f + w->ddrow[p], sg = 1.0f / e1;
-                y[p]           = dy[p] * y[p] * sg * (1.0f + zv * (1.0f - sg));
-                dy[p]          = dy[p] * (zv / e1);
-            }
+            /* dz and δx = dout·z·σ(z) from one σ(z) */
+            job->bwdk->gate_grads(P, w->zrow, dy, dy, y, NULL);
             k->store_row(a->dz.data, a->dz.dtype, ssmi_off4(&a->dz, row, t0 + i, hc->h, 0), a->dz.strides[3], y,
                          P);
             continue;
@@ -400,8 +392,7 @@ static void head_backward(const bwd_job * job, const head_ctx * hc, const bwd_ti
         float       ecl = cl;
         k->vexp(1, &ecl, &ecl);
         k->vexp(L, w->cm, w->ecm);
-        for (int64_t j = 0; j < L; ++j) w->eclm[j] = cl - w->cm[j];
-        k->vexp(L, w->eclm, w->eclm);
+        job->bwdk->exp_sub(L, cl, w->cm, w->eclm);
         for (int64_t j = 0; j < L; ++j) w->wexp[j] = w->eclm[j] * w->dtv[j];
         const float * btc = w->bts + c * tq; /* Bᵀ, Cᵀ of the chunk: [N][Q] */
         const float * ctc = w->cts + c * tq;

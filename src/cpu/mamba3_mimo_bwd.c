@@ -38,6 +38,7 @@
 #include <math.h>
 #include <string.h>
 
+#include "kernels/bwd/bwd-tables.h"
 #include "mimo_common.h"
 #include "ssmi_cpu_mimo.h"
 
@@ -63,6 +64,7 @@ typedef struct bwd_job {
     const ssm_mamba3_mimo_params *   p;
     const ssmi_mimo_dims *           d;
     const ssmi_mimo_kernels *        k;
+    const ssmi_cpu_bwd_kernels *     bk; /* transpose */
     bwd_plan                         l;
     float *                          scratch;        /* threads × thread_floats     */
     float *                          dq_ws, *dk_ws;  /* nblocks × (B,S,R,G,N) or NULL */
@@ -174,17 +176,6 @@ static int64_t carve(const ssmi_mimo_dims * d, const bwd_plan * l, float * base,
 }
 
 /* ---- small helpers ---------------------------------------------------------------------- */
-static void transpose(const float * src, int64_t rows, int64_t cols, int64_t ld_src, float * dst, int64_t ld_dst) {
-    for (int64_t r0 = 0; r0 < rows; r0 += 8) {
-        const int64_t r1 = r0 + 8 < rows ? r0 + 8 : rows;
-        for (int64_t c0 = 0; c0 < cols; c0 += 8) {
-            const int64_t c1 = c0 + 8 < cols ? c0 + 8 : cols;
-            for (int64_t r = r0; r < r1; ++r)
-                for (int64_t c = c0; c < c1; ++c) dst[c * ld_dst + r] = src[r * ld_src + c];
-        }
-    }
-}
-
 /* C[j][:] += Σ_{i>j} E[i][j]·B[i][:] for an L×L E that is zero on and above its diagonal:
  * on the reversed view (i' = L−1−i) Eᵀ is strictly lower, so the causal kernel skips the
  * zero half. */
@@ -208,18 +199,24 @@ typedef struct bwd_task_ctx {
 
 /* Chunk-local decay quantities of tokens [i0, i0+n): cs (inclusive cumsum of adt), the
  * tile's e[i][j] = e^{cs_i − cs_j} (j < i), ecs per row, wrev = e^{cs_last − cs_i} per token
- * and per row; returns e^{cs_last}. */
-static float chunk_decays(bwd_task_ctx * x, int64_t i0, int64_t n) {
+ * and per row; returns e^{cs_last}. The forward state pass (full = 0) needs only wrev and
+ * e^{cs_last}. */
+static float chunk_decays(bwd_task_ctx * x, int64_t i0, int64_t n, int full) {
     bwd_scratch *            s = &x->s;
     ssmi_mimo_tile *         tl = &s->tl;
     const ssmi_cpu_kernels * k = x->job->k->base;
     const int64_t            C = tl->C, R = tl->R;
     float                    run = 0.0f;
     for (int64_t i = 0; i < n; ++i) s->cs[i] = run += s->adt[i0 + i];
+    const float last = s->cs[n - 1];
+    if (!full) {
+        for (int64_t i = 0; i < n; ++i) tl->wrev[i] = last - s->cs[i];
+        k->vexp(n, tl->wrev, tl->wrev);
+        return expf(last);
+    }
     for (int64_t i = 0; i < n; ++i)
         for (int64_t j = 0; j < C; ++j) tl->e[i * C + j] = j < i ? s->cs[i] - s->cs[j] : 0.0f;
     k->vexp(n * C, tl->e, tl->e);
-    const float last = s->cs[n - 1];
     for (int64_t i = 0; i < n; ++i) {
         s->dcs[i] = s->cs[i];
         tl->wrev[i] = last - s->cs[i];
@@ -238,7 +235,7 @@ static float chunk_decays(bwd_task_ctx * x, int64_t i0, int64_t n) {
     return expf(last);
 }
 
-/* q̃, k̂ and u of tokens [i0, i0+n) into the tile, and k̃ and qkdot for the reverse pass. */
+/* k̂ and u of tokens [i0, i0+n) into the tile; in the reverse pass also q̃, k̃ and qkdot. */
 static void chunk_tokens(bwd_task_ctx * x, int64_t i0, int64_t n, int reverse) {
     const ssm_mamba3_mimo_bwd_args * a = x->job->a;
     const ssmi_mimo_dims *           d = x->job->d;
@@ -249,14 +246,25 @@ static void chunk_tokens(bwd_task_ctx * x, int64_t i0, int64_t n, int reverse) {
     for (int64_t i = 0; i < n; ++i) {
         const int64_t t = x->t0 + i0 + i;
         for (int64_t r = 0; r < R; ++r) {
-            k->load_row(s->qraw + r * N, a->q.data, a->q.dtype, ssmi_off5(&a->q, x->row, t, r, x->g, 0), a->q.strides[4],
-                        N);
+            if (reverse)
+                k->load_row(s->qraw + r * N, a->q.data, a->q.dtype, ssmi_off5(&a->q, x->row, t, r, x->g, 0),
+                            a->q.strides[4], N);
             k->load_row(s->kraw + r * N, a->k.data, a->k.dtype, ssmi_off5(&a->k, x->row, t, r, x->g, 0), a->k.strides[4],
                         N);
         }
-        ssmi_mimo_prep_token(R, N, A, s->qraw, s->kraw, &s->hd, s->cosv + (i0 + i) * A, s->sinv + (i0 + i) * A,
-                             s->cf[i0 + i], tl->qt + i * R * N, tl->kh + i * R * N, reverse ? s->kt + i * R * N : NULL,
-                             N, reverse ? tl->qkd + i * R * R : NULL);
+        if (!reverse) { /* the state pass needs k̂ only: the same steps as ssmi_mimo_prep_token */
+            for (int64_t r = 0; r < R; ++r) {
+                float *       kk = tl->kh + (i * R + r) * N;
+                const float * kb = s->hd.kb + r * N;
+                for (int64_t nn = 0; nn < N; ++nn) kk[nn] = s->kraw[r * N + nn] + kb[nn];
+                ssmi_mimo_rotate(N, A, s->cosv + (i0 + i) * A, s->sinv + (i0 + i) * A, kk);
+                for (int64_t nn = 0; nn < N; ++nn) kk[nn] *= s->cf[i0 + i];
+            }
+        } else {
+            ssmi_mimo_prep_token(R, N, A, s->qraw, s->kraw, &s->hd, s->cosv + (i0 + i) * A, s->sinv + (i0 + i) * A,
+                                 s->cf[i0 + i], tl->qt + i * R * N, tl->kh + i * R * N, s->kt + i * R * N, N,
+                                 tl->qkd + i * R * R);
+        }
         k->load_row(s->vrow, a->v.data, a->v.dtype, ssmi_off4(&a->v, x->row, t, x->h, 0), a->v.strides[3], P);
         ssmi_mimo_make_u(R, P, s->vrow, s->hd.mv, tl->u + i * R * P, P);
     }
@@ -273,8 +281,9 @@ static void prefetch_elems(const ssm_tensor * t, int64_t off, int64_t n) {
     if (bytes > 0) __builtin_prefetch(p + bytes - 1, 0, 3);
 }
 
-/* Hints for the per-token inputs (q, k, v, dout, z) of tokens [i0, i0+n) of the sequence,
- * issued one chunk ahead of their use. */
+/* Hints for the per-token inputs (q, k, v, dout, z) of tokens [i0, i0+n) of the sequence
+ * and, in the reverse pass, the workspace rows of their dq̄/dk̄ sums, issued one chunk
+ * ahead of their use. */
 static void prefetch_chunk(const bwd_task_ctx * x, int64_t i0, int64_t n, int with_dout) {
     const ssm_mamba3_mimo_bwd_args * a = x->job->a;
     const ssmi_mimo_dims *           d = x->job->d;
@@ -283,11 +292,19 @@ static void prefetch_chunk(const bwd_task_ctx * x, int64_t i0, int64_t n, int wi
     for (int64_t i = 0; i < n; ++i) {
         const int64_t t = x->t0 + i0 + i;
         for (int64_t r = 0; r < R; ++r) {
-            prefetch_elems(&a->q, ssmi_off5(&a->q, x->row, t, r, x->g, 0), N);
+            if (with_dout) prefetch_elems(&a->q, ssmi_off5(&a->q, x->row, t, r, x->g, 0), N);
             prefetch_elems(&a->k, ssmi_off5(&a->k, x->row, t, r, x->g, 0), N);
         }
         prefetch_elems(&a->v, ssmi_off4(&a->v, x->row, t, x->h, 0), P);
         if (!with_dout) continue;
+        if (x->slot_q && !x->first_in_block) /* the block's dq̄/dk̄ sums, read and written */
+            for (int64_t r = 0; r < R; ++r) {
+                const int64_t off = (((x->row * d->seqlen + t) * R + r) * d->ngroups + x->g) * N;
+                for (int64_t e = 0; e < N; e += 16) {
+                    __builtin_prefetch(x->slot_q + off + e, 1, 3);
+                    __builtin_prefetch(x->slot_k + off + e, 1, 3);
+                }
+            }
         if (ssmi_present(&a->z)) prefetch_elems(&a->z, ssmi_off4(&a->z, x->row, t, x->h, 0), P);
         if (d->reduce_o) prefetch_elems(&a->dout, ssmi_off4(&a->dout, x->row, t, x->h, 0), P);
         else
@@ -321,7 +338,7 @@ static void forward_states(bwd_task_ctx * x) {
     for (int64_t c = 0; c + 1 < nchunks; ++c) {
         const int64_t i0 = c * C, n = C;
         prefetch_chunk(x, i0 + C, c + 2 < nchunks ? C : 0, 0);
-        const float ecl = chunk_decays(x, i0, n);
+        const float ecl = chunk_decays(x, i0, n, 0);
         chunk_tokens(x, i0, n, 0);
         float * next = s->states + (c + 1) * NP;
         memcpy(next, s->states + c * NP, (size_t)NP * sizeof(float));
@@ -424,8 +441,8 @@ static void chunk_pairs(bwd_task_ctx * x, int64_t n) {
     bwd_scratch *            s = &x->s;
     ssmi_mimo_tile *         tl = &s->tl;
     const int64_t            R = tl->R, P = tl->P, C = tl->C, ld = tl->ld, L = n * R;
-    transpose(tl->u, L, P, P, s->uT, ld);
-    transpose(tl->m, L, L, ld, s->mT, ld);
+    x->job->bk->transpose(L, P, tl->u, P, NULL, s->uT, ld);
+    x->job->bk->transpose(L, L, tl->m, ld, NULL, s->mT, ld);
     const int64_t tb = R >= 12 ? 1 : 12 / R;
     for (int64_t i0 = 0; i0 < n; i0 += tb) {
         const int64_t i1 = i0 + tb < n ? i0 + tb : n, x0 = i0 * R;
@@ -467,14 +484,14 @@ static void chunk_grads(bwd_task_ctx * x, int64_t i0, int64_t n, const float * s
     ssmi_mimo_tile *         tl = &s->tl;
     const int64_t            R = tl->R, N = tl->N, P = tl->P, ld = tl->ld, L = n * R, NP = N * P;
     /* dq̃ = diag(e^{cs})·dY·Ŝᵀ (its dot with q̃ is the inter term of dcs) + D2·K̂ */
-    transpose(sc, N, P, P, s->st, N);
+    x->job->bk->transpose(N, P, sc, P, NULL, s->st, N);
     k->gemm(L, N, P, s->dy, P, 1, s->st, N, s->dqt, N, tl->ecs, 0.0f, 0);
     for (int64_t i = 0; i < n; ++i)
         for (int64_t r = 0; r < R; ++r)
             s->dcs[i] += ssmi_mimo_dot(N, tl->qt + (i * R + r) * N, s->dqt + (i * R + r) * N);
     k->gemm(L, N, L, s->d2, ld, 1, tl->kh, N, s->dqt, N, NULL, 1.0f, 1);
     /* dk̂ = diag(e^{rev})·U·dŜᵀ (its dot with k̂: the state-update term of dcs) + D2ᵀ·Q̃ */
-    transpose(s->ds, N, P, P, s->dst, N);
+    x->job->bk->transpose(N, P, s->ds, P, NULL, s->dst, N);
     k->gemm(L, N, P, tl->u, P, 1, s->dst, N, s->dkh, N, s->wrow, 0.0f, 0);
     float xs = 0.0f;
     for (int64_t i = 0; i < n; ++i) {
@@ -584,9 +601,10 @@ static void chunk_token_grads(bwd_task_ctx * x, int64_t i0, int64_t n) {
         k->load_row(s->buf, a->angles.data, a->angles.dtype, ssmi_off4(&a->angles, x->row, t, x->h, 0),
                     a->angles.strides[3], A);
         float dda = 0.0f;
+        mk->vtanh(A, s->buf, s->buf);
         for (int64_t j = 0; j < A; ++j) {
             s->gth[j] += s->raw[j];
-            const float th = tanhf(s->buf[j]);
+            const float th = s->buf[j];
             s->raw[j] = BWD_PI * s->dtv[ti] * (1.0f - th * th) * s->gth[j];
             dda += BWD_PI * th * s->gth[j];
         }
@@ -786,7 +804,7 @@ static void head_grads(bwd_task_ctx * x) {
         const int64_t i0 = c * C, n = L - i0 < C ? L - i0 : C;
         const float * sc = s->states + c * NP;
         prefetch_chunk(x, i0 - C, c > 0 ? C : 0, 1);
-        const float ecl = chunk_decays(x, i0, n);
+        const float ecl = chunk_decays(x, i0, n, 1);
         chunk_tokens(x, i0, n, 1);
         memset(s->tl.m, 0, (size_t)(n * R * s->tl.ld) * sizeof(float));
         memset(s->d2, 0, (size_t)(n * R * s->tl.ld) * sizeof(float));
@@ -933,6 +951,7 @@ ssm_status ssmi_cpu_mamba3_mimo_bwd(ssm_context * ctx, const ssm_mamba3_mimo_par
     job.p = p;
     job.d = d;
     job.k = ssmi_mimo_kernels_for(ctx);
+    job.bk = ssmi_cpu_bwd_kernels_for(ctx);
     job.l = plan_bwd(d, a);
     const int64_t H = d->nheads, R = d->rank, N = d->dstate, P = d->headdim, NS = d->nseq;
     const int64_t slot = d->batch * d->seqlen * R * d->ngroups * N;

@@ -252,8 +252,7 @@ static float chunk_decays(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
     k->load_row(s->cc, a->adt.data, a->adt.dtype, ssmi_off3(&a->adt, x->row, x->h, x->t0 + i0), a->adt.strides[2], Lc);
     for (int64_t i = 1; i < Lc; ++i) s->cc[i] += s->cc[i - 1];
     const float cl = s->cc[Lc - 1];
-    for (int64_t i = 0; i < Lc; ++i) s->wv[i] = cl - s->cc[i];
-    k->vexp(Lc, s->wv, s->wv);
+    x->job->bk->exp_sub(Lc, cl, s->cc, s->wv);
     k->vexp(Lc, s->cc, s->ec);
     float ecl = cl;
     k->vexp(1, &ecl, &ecl);
@@ -372,12 +371,7 @@ static void chunk_dy(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
     if (ssmi_present(&a->z)) {
         /* zs = sigmoid(z) = 1/(1 + e^{−z}), kept for dz */
         load_tokens(x, &a->z, i0, Lc, s->zc);
-        for (int64_t j = 0; j < Lc * V; ++j) s->zs[j] = -s->zc[j];
-        x->job->k->vexp(Lc * V, s->zs, s->zs);
-        for (int64_t j = 0; j < Lc * V; ++j) {
-            s->zs[j] = 1.0f / (1.0f + s->zs[j]);
-            s->dy[j] = s->dout[j] * (s->zc[j] * s->zs[j]);
-        }
+        x->job->bk->gate_grads(Lc * V, s->zc, s->dout, s->dy, NULL, s->zs);
     } else {
         memcpy(s->dy, s->dout, (size_t)(Lc * V) * sizeof(float));
     }
@@ -396,8 +390,7 @@ static void chunk_scores(bwd_task_ctx * x, int64_t Lc) {
     gemm_tri(k, Lc, V, s->dy, V, s->vct, C, s->ee, C);
     for (int64_t i = 0; i < Lc; ++i) {
         float * m = s->mm + i * C;
-        for (int64_t j = 0; j < i; ++j) m[j] = s->cc[i] - s->cc[j];
-        k->vexp(i, m, m);
+        x->job->bk->exp_sub(i, s->cc[i], s->cc, m);
         s->colw[i] = 0.0f;
     }
     for (int64_t i = 0; i < Lc; ++i) {

@@ -20,9 +20,9 @@
  * Arithmetic: fp16/bf16 inputs run the matrix products on the tensor cores (WMMA 16x16x16,
  * HMMA in SASS) with fp32 accumulation; fp32 (and f64) inputs run plain fp32 FFMA (no TF32,
  * which could not meet the fp32 bar). Operands that are products of fp32 values
- * (B∘w, the masked decayed scores, the passed states) are rounded to the operand type as
- * upstream does; in fp16 they are split into hi + lo (two products) so that the fp16 bar
- * (rel_rms 2^-11) holds with margin. Any strides and any float dtype per tensor: every load
+ * (B∘w, the masked decayed scores, the passed states) are split into a rounded part and a
+ * rounded remainder (two products each), so they cost no accuracy: the results are within
+ * a few 1e-6 of float64 for exact fp16/bf16 inputs (upstream rounds them once instead). Any strides and any float dtype per tensor: every load
  * goes through the strides and converts, so no layout is copied and none is refused.
  * Limits: N ≤ 256 (UNSUPPORTED beyond), H ≤ 65535.
  */
@@ -59,7 +59,7 @@ template <> struct cfg<M_F16> {
 template <> struct cfg<M_BF16> {
     typedef __nv_bfloat16 T;
     static const int  TILE = 64;
-    static const bool SPLIT = false;
+    static const bool SPLIT = true;
 };
 
 __device__ __forceinline__ void to_t(float v, float * o) { *o = v; }
@@ -192,6 +192,73 @@ __device__ void load_dt_raw(const m2_dt_raw & r, const m2_chunk & ch, int h, flo
     block_inclusive_scan(cums, ch.len, warp_tot);
 }
 
+/* ---- shared-memory layouts and tile loads -------------------------------------------------- */
+
+/* Leading dimensions padded by 16 bytes: rows of a tile then start in different banks, so
+ * the 16x16 fragment loads and stores are free of bank conflicts. Multiples of 8 elements
+ * (16-bit types) and 4 (fp32), and every 16-row step stays 32-byte aligned, as WMMA needs. */
+template <int MODE> struct lds {
+    static __host__ __device__ int t_n(int Np) { return Np + 8; }          /* T rows of Np   */
+    static __host__ __device__ int t_tile() { return cfg<MODE>::TILE + 8; } /* T rows of TILE */
+    static __host__ __device__ int f_n(int Np) { return Np + 4; }          /* fp32, Np cols  */
+    static __host__ __device__ int f_tile() { return cfg<MODE>::TILE + 4; } /* fp32, TILE    */
+};
+
+__device__ __forceinline__ float src_f(float v) { return v; }
+__device__ __forceinline__ float src_f(double v) { return (float)v; }
+__device__ __forceinline__ float src_f(__half v) { return __half2float(v); }
+__device__ __forceinline__ float src_f(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+/* dst[r·ld + c] (split into dst + dst_lo when dst_lo is given) = src[base + r·srow + c·scol] (· rowscale[r]) for
+ * r < rows, c < cols; 0 where r ≥ nr or c ≥ nc. Eight loads in flight per thread. */
+template <int MODE, typename S>
+__device__ void load_tile_src(typename cfg<MODE>::T * dst, typename cfg<MODE>::T * dst_lo, int ld, const S * src,
+                              long long base, long long srow, long long scol, int rows, int cols, int nr, int nc,
+                              const float * rowscale) {
+    const int total = rows * cols;
+    for (int o0 = threadIdx.x; o0 < total; o0 += 8 * blockDim.x) {
+        float v[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const int o = o0 + u * blockDim.x;
+            const int r = o / cols, c = o - (o / cols) * cols;
+            v[u] = (o < total && r < nr && c < nc) ? src_f(src[base + r * srow + c * scol]) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const int o = o0 + u * blockDim.x;
+            if (o >= total) break;
+            const int r = o / cols, c = o - (o / cols) * cols;
+            const float w = rowscale != nullptr ? v[u] * rowscale[r] : v[u];
+            if (dst_lo != nullptr)
+                store_split<MODE>(w, &dst[r * ld + c], &dst_lo[r * ld + c]);
+            else
+                to_t(w, &dst[r * ld + c]);
+        }
+    }
+}
+
+template <int MODE>
+__device__ void load_tile(typename cfg<MODE>::T * dst, typename cfg<MODE>::T * dst_lo, int ld, const void * p,
+                          int dtype, long long base, long long srow, long long scol, int rows, int cols, int nr,
+                          int nc, const float * rowscale) {
+    switch (dtype) {
+        case SSM_DTYPE_F32:
+            load_tile_src<MODE>(dst, dst_lo, ld, (const float *)p, base, srow, scol, rows, cols, nr, nc, rowscale);
+            break;
+        case SSM_DTYPE_F16:
+            load_tile_src<MODE>(dst, dst_lo, ld, (const __half *)p, base, srow, scol, rows, cols, nr, nc, rowscale);
+            break;
+        case SSM_DTYPE_BF16:
+            load_tile_src<MODE>(dst, dst_lo, ld, (const __nv_bfloat16 *)p, base, srow, scol, rows, cols, nr, nc,
+                                rowscale);
+            break;
+        default:
+            load_tile_src<MODE>(dst, dst_lo, ld, (const double *)p, base, srow, scol, rows, cols, nr, nc, rowscale);
+            break;
+    }
+}
+
 /* ---- kernel 1: chunk states ----------------------------------------------------------------- */
 
 struct m2_state_args {
@@ -217,10 +284,10 @@ template <int MODE> struct state_smem {
         cums = o; o += align128(sizeof(float) * Q);
         tot = o; o += align128(sizeof(float) * 32);
         wj = o; o += align128(sizeof(float) * TL);
-        xs = o; o += align128(sizeof(T) * TL * TL);
-        bs = o; o += align128(sizeof(T) * TL * Np);
-        bs_lo = o; o += cfg<MODE>::SPLIT ? align128(sizeof(T) * TL * Np) : 0;
-        acc = o; o += align128(sizeof(float) * TL * Np);
+        xs = o; o += align128(sizeof(T) * TL * lds<MODE>::t_tile());
+        bs = o; o += align128(sizeof(T) * TL * lds<MODE>::t_n(Np));
+        bs_lo = o; o += cfg<MODE>::SPLIT ? align128(sizeof(T) * TL * lds<MODE>::t_n(Np)) : 0;
+        acc = o; o += align128(sizeof(float) * TL * lds<MODE>::f_n(Np));
         total = o;
     }
 };
@@ -240,6 +307,7 @@ template <int MODE> __global__ void __launch_bounds__(kThreads) chunk_state_kern
     float * acc = (float *)(smem + L.acc);
 
     const int      w = blockIdx.x, h = blockIdx.y, p0 = blockIdx.z * TL;
+    const int      LX = lds<MODE>::t_tile(), LN = lds<MODE>::t_n(A.Np), LA = lds<MODE>::f_n(A.Np);
     const m2_chunk ch = A.chunks[w];
     const int      g = h / (A.H / A.G);
     if (A.raw) {
@@ -263,31 +331,20 @@ template <int MODE> __global__ void __launch_bounds__(kThreads) chunk_state_kern
             wj[jj] = (j < ch.len && j >= ch.j0) ? expf(cl - cums[j]) * dts[j] : 0.0f;
         }
         __syncthreads();
-        for (int o = threadIdx.x; o < TL * TL; o += blockDim.x) {
-            const int jj = o / TL, pp = o - jj * TL, j = j0 + jj, p = p0 + pp;
-            const float v = (j < ch.len && p < A.P)
-                                ? ssmi_cu_ld(A.x.p, A.x.dtype,
-                                             ch.b * A.x.s[0] + (ch.t0 + j) * A.x.s[1] + h * A.x.s[2] + p * A.x.s[3])
-                                : 0.0f;
-            to_t(v, &xs[o]);
-        }
-        for (int o = threadIdx.x; o < TL * A.Np; o += blockDim.x) {
-            const int jj = o / A.Np, n = o - jj * A.Np, j = j0 + jj;
-            const float v = (j < ch.len && n < A.N)
-                                ? ssmi_cu_ld(A.b.p, A.b.dtype,
-                                             ch.b * A.b.s[0] + (ch.t0 + j) * A.b.s[1] + g * A.b.s[2] + n * A.b.s[3]) *
-                                      wj[jj]
-                                : 0.0f;
-            store_split<MODE>(v, &bs[o], &bs_lo[o]);
-        }
+        /* x rows j, columns p of this P tile; B rows j weighted by w_j (rounded, split) */
+        load_tile<MODE>(xs, nullptr, LX, A.x.p, A.x.dtype, ch.b * A.x.s[0] + (ch.t0 + j0) * A.x.s[1] + h * A.x.s[2] +
+                                                          p0 * A.x.s[3],
+                        A.x.s[1], A.x.s[3], TL, TL, ch.len - j0, A.P - p0, nullptr);
+        load_tile<MODE>(bs, bs_lo, LN, A.b.p, A.b.dtype, ch.b * A.b.s[0] + (ch.t0 + j0) * A.b.s[1] + g * A.b.s[2],
+                        A.b.s[1], A.b.s[3], TL, A.Np, ch.len - j0, A.N, wj);
         __syncthreads();
         /* acc (P tile × N) += xᵀ (P × j) · (B∘w) (j × N) */
-        block_gemm<MODE, false, true>(acc, A.Np, xs, TL, bs, A.Np, TL, A.Np, TL, !first);
-        if (cfg<MODE>::SPLIT) block_gemm<MODE, false, true>(acc, A.Np, xs, TL, bs_lo, A.Np, TL, A.Np, TL, true);
+        block_gemm<MODE, false, true>(acc, LA, xs, LX, bs, LN, TL, A.Np, TL, !first);
+        if (cfg<MODE>::SPLIT) block_gemm<MODE, false, true>(acc, LA, xs, LX, bs_lo, LN, TL, A.Np, TL, true);
         first = false;
     }
     if (first) {
-        for (int o = threadIdx.x; o < TL * A.Np; o += blockDim.x) acc[o] = 0.0f;
+        for (int o = threadIdx.x; o < TL * LA; o += blockDim.x) acc[o] = 0.0f;
         __syncthreads();
     }
     /* Store with the smaller-stride index fastest (the CANN layout has p innermost). */
@@ -297,7 +354,7 @@ template <int MODE> __global__ void __launch_bounds__(kThreads) chunk_state_kern
         const int pp = p_fast ? o % TL : o / A.Np;
         const int n = p_fast ? o / TL : o % A.Np;
         const int p = p0 + pp;
-        if (p < A.P && n < A.N) ssmi_cu_st(A.states, A.st_dtype, base + p * A.ss[3] + n * A.ss[4], acc[pp * A.Np + n]);
+        if (p < A.P && n < A.N) ssmi_cu_st(A.states, A.st_dtype, base + p * A.ss[3] + n * A.ss[4], acc[pp * LA + n]);
     }
 }
 
@@ -360,15 +417,17 @@ template <int MODE> struct out_smem {
         dts = o; o += align128(sizeof(float) * Q);
         cums = o; o += align128(sizeof(float) * Q);
         tot = o; o += align128(sizeof(float) * 32);
-        cs = o; o += align128(sizeof(T) * TL * Np);
-        ss = o; o += align128(sizeof(T) * TL * Np);
-        ss_lo = o; o += sp ? align128(sizeof(T) * TL * Np) : 0;
-        bs = o; o += align128(sizeof(T) * TL * Np);
-        xs = o; o += align128(sizeof(T) * TL * TL);
-        sc = o; o += align128(sizeof(float) * TL * TL);
-        st = o; o += align128(sizeof(T) * TL * TL);
-        st_lo = o; o += sp ? align128(sizeof(T) * TL * TL) : 0;
-        acc = o; o += align128(sizeof(float) * TL * TL);
+        const size_t tn = sizeof(T) * TL * lds<MODE>::t_n(Np), tt = sizeof(T) * TL * lds<MODE>::t_tile();
+        const size_t ft = sizeof(float) * TL * lds<MODE>::f_tile();
+        cs = o; o += align128(tn);
+        ss = o; o += align128(tn);
+        ss_lo = o; o += sp ? align128(tn) : 0;
+        bs = o; o += align128(tn);
+        xs = o; o += align128(tt);
+        sc = o; o += align128(ft);
+        st = o; o += align128(tt);
+        st_lo = o; o += sp ? align128(tt) : 0;
+        acc = o; o += align128(ft);
         total = o;
     }
 };
@@ -398,63 +457,43 @@ template <int MODE> __global__ void __launch_bounds__(kThreads) output_kernel(co
     const m2_chunk ch = A.chunks[w];
     if (i0 >= ch.len) return; /* uniform over the block */
     const int g = h / (A.H / A.G);
+    const int LX = lds<MODE>::t_tile(), LN = lds<MODE>::t_n(A.Np), LF = lds<MODE>::f_tile();
     load_dt_raw(A.r, ch, h, dts, cums, tot);
 
-    /* C rows of this tile and the entering state (P tile × N). */
-    for (int o = threadIdx.x; o < TL * A.Np; o += blockDim.x) {
-        const int ii = o / A.Np, n = o - ii * A.Np, i = i0 + ii;
-        const float v = (i < ch.len && n < A.N)
-                            ? ssmi_cu_ld(A.c.p, A.c.dtype,
-                                         ch.b * A.c.s[0] + (ch.t0 + i) * A.c.s[1] + g * A.c.s[2] + n * A.c.s[3])
-                            : 0.0f;
-        to_t(v, &cs[o]);
-    }
-    const float * s_in = A.states + ((long long)w * A.H + h) * A.P * A.N;
-    for (int o = threadIdx.x; o < TL * A.Np; o += blockDim.x) {
-        const int pp = o / A.Np, n = o - pp * A.Np, p = p0 + pp;
-        const float v = (p < A.P && n < A.N) ? s_in[(long long)p * A.N + n] : 0.0f;
-        store_split<MODE>(v, &ss[o], &ss_lo[o]);
-    }
+    /* C rows of this tile and the entering state (P tile × N, fp32 → rounded, split). */
+    load_tile<MODE>(cs, nullptr, LN, A.c.p, A.c.dtype, ch.b * A.c.s[0] + (ch.t0 + i0) * A.c.s[1] + g * A.c.s[2], A.c.s[1],
+                    A.c.s[3], TL, A.Np, ch.len - i0, A.N, nullptr);
+    const long long sbase = ((long long)w * A.H + h) * A.P * A.N + (long long)p0 * A.N;
+    load_tile<MODE>(ss, ss_lo, LN, A.states, SSM_DTYPE_F32, sbase, A.N, 1, TL, A.Np, A.P - p0, A.N, nullptr);
     __syncthreads();
     /* off-diagonal: acc (i × p) = C (i × n) · S_inᵀ (n × p), then row i times exp(cum_i) */
-    block_gemm<MODE, true, false>(acc, TL, cs, A.Np, ss, A.Np, TL, TL, A.Np, false);
-    if (SP) block_gemm<MODE, true, false>(acc, TL, cs, A.Np, ss_lo, A.Np, TL, TL, A.Np, true);
+    block_gemm<MODE, true, false>(acc, LF, cs, LN, ss, LN, TL, TL, A.Np, false);
+    if (SP) block_gemm<MODE, true, false>(acc, LF, cs, LN, ss_lo, LN, TL, TL, A.Np, true);
     for (int o = threadIdx.x; o < TL * TL; o += blockDim.x) {
-        const int i = i0 + o / TL;
-        acc[o] *= i < ch.len ? expf(cums[i]) : 0.0f;
+        const int ii = o / TL, i = i0 + ii;
+        acc[ii * LF + (o - ii * TL)] *= i < ch.len ? expf(cums[i]) : 0.0f;
     }
     __syncthreads();
 
     /* diagonal blocks: j tiles up to and including this row tile */
     for (int j0 = 0; j0 <= i0; j0 += TL) {
-        for (int o = threadIdx.x; o < TL * A.Np; o += blockDim.x) {
-            const int jj = o / A.Np, n = o - jj * A.Np, j = j0 + jj;
-            const float v = (j < ch.len && n < A.N)
-                                ? ssmi_cu_ld(A.b.p, A.b.dtype,
-                                             ch.b * A.b.s[0] + (ch.t0 + j) * A.b.s[1] + g * A.b.s[2] + n * A.b.s[3])
-                                : 0.0f;
-            to_t(v, &bs[o]);
-        }
-        for (int o = threadIdx.x; o < TL * TL; o += blockDim.x) {
-            const int jj = o / TL, pp = o - jj * TL, j = j0 + jj, p = p0 + pp;
-            const float v = (j < ch.len && p < A.P)
-                                ? ssmi_cu_ld(A.x.p, A.x.dtype,
-                                             ch.b * A.x.s[0] + (ch.t0 + j) * A.x.s[1] + h * A.x.s[2] + p * A.x.s[3])
-                                : 0.0f;
-            to_t(v, &xs[o]);
-        }
+        load_tile<MODE>(bs, nullptr, LN, A.b.p, A.b.dtype, ch.b * A.b.s[0] + (ch.t0 + j0) * A.b.s[1] + g * A.b.s[2],
+                        A.b.s[1], A.b.s[3], TL, A.Np, ch.len - j0, A.N, nullptr);
+        load_tile<MODE>(xs, nullptr, LX, A.x.p, A.x.dtype,
+                        ch.b * A.x.s[0] + (ch.t0 + j0) * A.x.s[1] + h * A.x.s[2] + p0 * A.x.s[3], A.x.s[1], A.x.s[3],
+                        TL, TL, ch.len - j0, A.P - p0, nullptr);
         __syncthreads();
         /* scores (i × j) = C (i × n) · Bᵀ (n × j) */
-        block_gemm<MODE, true, false>(sc, TL, cs, A.Np, bs, A.Np, TL, TL, A.Np, false);
+        block_gemm<MODE, true, false>(sc, LF, cs, LN, bs, LN, TL, TL, A.Np, false);
         for (int o = threadIdx.x; o < TL * TL; o += blockDim.x) {
             const int ii = o / TL, jj = o - ii * TL, i = i0 + ii, j = j0 + jj;
-            const float v = (i < ch.len && j <= i) ? sc[o] * expf(cums[i] - cums[j]) * dts[j] : 0.0f;
-            store_split<MODE>(v, &st[o], &st_lo[o]);
+            const float v = (i < ch.len && j <= i) ? sc[ii * LF + jj] * expf(cums[i] - cums[j]) * dts[j] : 0.0f;
+            store_split<MODE>(v, &st[ii * LX + jj], &st_lo[ii * LX + jj]);
         }
         __syncthreads();
         /* acc (i × p) += masked scores (i × j) · x (j × p) */
-        block_gemm<MODE, true, true>(acc, TL, st, TL, xs, TL, TL, TL, TL, true);
-        if (SP) block_gemm<MODE, true, true>(acc, TL, st_lo, TL, xs, TL, TL, TL, TL, true);
+        block_gemm<MODE, true, true>(acc, LF, st, LX, xs, LX, TL, TL, TL, true);
+        if (SP) block_gemm<MODE, true, true>(acc, LF, st_lo, LX, xs, LX, TL, TL, TL, true);
     }
 
     /* epilogue: D skip, z gate, store */
@@ -462,7 +501,7 @@ template <int MODE> __global__ void __launch_bounds__(kThreads) output_kernel(co
         const int ii = o / TL, pp = o - ii * TL, i = i0 + ii, p = p0 + pp;
         if (i >= ch.len || p >= A.P) continue;
         const long long t = ch.t0 + i;
-        float           y = acc[o];
+        float           y = acc[ii * LF + pp];
         if (A.has_d) {
             const float dv = ssmi_cu_ld(A.d.p, A.d.dtype, h * A.d.s[0] + (A.d_2d ? p * A.d.s[1] : 0));
             y += dv * ssmi_cu_ld(A.x.p, A.x.dtype, ch.b * A.x.s[0] + t * A.x.s[1] + h * A.x.s[2] + p * A.x.s[3]);

@@ -7,6 +7,8 @@ static const ssmi_cpu_bwd_kernels scalar_bwd = {
     ssmi_f32_transpose__scalar,
     ssmi_f32_dot__scalar,
     ssmi_f32_colsum_dot__scalar,
+    ssmi_f32_exp_sub__scalar,
+    ssmi_f32_gate_grads__scalar,
     ssmi_f32_siso_bwd_prep__scalar,
     ssmi_f32_siso_bwd_token__scalar,
 };
@@ -15,6 +17,8 @@ static const ssmi_cpu_bwd_kernels avx2_bwd = {
     ssmi_f32_transpose__avx2,
     ssmi_f32_dot__avx2,
     ssmi_f32_colsum_dot__avx2,
+    ssmi_f32_exp_sub__avx2,
+    ssmi_f32_gate_grads__avx2,
     ssmi_f32_siso_bwd_prep__avx2,
     ssmi_f32_siso_bwd_token__avx2,
 };

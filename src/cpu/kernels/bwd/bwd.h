@@ -42,8 +42,9 @@ typedef float (*ssmi_f32_siso_bwd_token_fn)(int64_t K, int64_t r, float * dq, fl
                                             const float * extra_dk, float cq, float * dth, float * qbacc,
                                             float * kbacc, float * wq, float * wk, int add);
 
-/* Σ_e a[e]·b[e] in fp32 with 8 lane partial sums (lane e mod 8), then the lanes in the
- * order ((0+1)+(2+3)) + ((4+5)+(6+7)). */
+/* Σ_e a[e]·b[e] in fp32 with lane partial sums combined in a fixed order (scalar: 8 lanes,
+ * e mod 8, then ((0+1)+(2+3)) + ((4+5)+(6+7)); AVX2: 4×8 lanes, e mod 32, summed to 8
+ * lanes first). */
 typedef float (*ssmi_f32_dot_fn)(int64_t n, const float * a, const float * b);
 
 /* For r < rows, in order of r: q[c] += a[r·lda + c]·b[r·ldb + c] and, if acc is not NULL,
@@ -52,15 +53,32 @@ typedef float (*ssmi_f32_dot_fn)(int64_t n, const float * a, const float * b);
 typedef void (*ssmi_f32_colsum_dot_fn)(int64_t rows, int64_t cols, const float * a, int64_t lda, const float * b,
                                        int64_t ldb, float * q, float * acc, int64_t ldacc);
 
+/* y[i] = exp(c − x[i]) for i < n (in place allowed). One pass: a separate subtraction pass
+ * followed by a vector exp made every exp load wait on a failed store forwarding. */
+typedef void (*ssmi_f32_exp_sub_fn)(int64_t n, float c, const float * x, float * y);
+
+/* The gate z of one row (n elements): s = σ(z) = 1/(1 + e^{−z}),
+ *   dy[i] = dout[i]·(z[i]·s[i])                              (δ of the pre-gate output)
+ *   y[i]  = dout[i]·y[i]·s[i]·(1 + z[i]·(1 − s[i]))          (dz, in place on the pre-gate
+ *                                                             y; only if y is not NULL)
+ *   sig[i] = s[i]                                            (only if sig is not NULL)
+ * dy may alias dout. */
+typedef void (*ssmi_f32_gate_grads_fn)(int64_t n, const float * z, const float * dout, float * dy, float * y,
+                                       float * sig);
+
 typedef struct ssmi_cpu_bwd_kernels {
     ssmi_f32_transpose_fn      transpose;
     ssmi_f32_dot_fn            dot;
     ssmi_f32_colsum_dot_fn     colsum_dot;
+    ssmi_f32_exp_sub_fn        exp_sub;
+    ssmi_f32_gate_grads_fn     gate_grads;
     ssmi_f32_siso_bwd_prep_fn  siso_prep;
     ssmi_f32_siso_bwd_token_fn siso_token;
 } ssmi_cpu_bwd_kernels;
 
 float ssmi_f32_dot__scalar(int64_t n, const float * a, const float * b);
+void  ssmi_f32_exp_sub__scalar(int64_t n, float c, const float * x, float * y);
+void  ssmi_f32_gate_grads__scalar(int64_t n, const float * z, const float * dout, float * dy, float * y, float * sig);
 void  ssmi_f32_colsum_dot__scalar(int64_t rows, int64_t cols, const float * a, int64_t lda, const float * b,
                                   int64_t ldb, float * q, float * acc, int64_t ldacc);
 void  ssmi_f32_transpose__scalar(int64_t rows, int64_t cols, const float * src, int64_t ld_src, const float * scale,
@@ -74,6 +92,8 @@ float ssmi_f32_siso_bwd_token__scalar(int64_t K, int64_t r, float * dq, float * 
                                       float * qbacc, float * kbacc, float * wq, float * wk, int add);
 
 float ssmi_f32_dot__avx2(int64_t n, const float * a, const float * b);
+void  ssmi_f32_exp_sub__avx2(int64_t n, float c, const float * x, float * y);
+void  ssmi_f32_gate_grads__avx2(int64_t n, const float * z, const float * dout, float * dy, float * y, float * sig);
 void  ssmi_f32_colsum_dot__avx2(int64_t rows, int64_t cols, const float * a, int64_t lda, const float * b,
                                 int64_t ldb, float * q, float * acc, int64_t ldacc);
 void  ssmi_f32_transpose__avx2(int64_t rows, int64_t cols, const float * src, int64_t ld_src, const float * scale,

@@ -15,6 +15,32 @@ static inline float hsum8(__m256 v) {
     return ((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7]));
 }
 
+/* exp by Cody–Waite reduction and a degree-7 polynomial: the exp of kernels/vec (static
+ * there, so repeated here as kernels/rotary does), same bits as ssmi_f32_vexp__avx2. */
+static inline __m256 exp_ps(__m256 x) {
+    const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-110.0f)), _mm256_set1_ps(100.0f));
+    const __m256 n  = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
+                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
+    r        = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
+    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
+    p        = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
+    p        = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
+    p        = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
+    p        = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
+    p        = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+    p        = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    p        = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+    const __m256i ni  = _mm256_cvtps_epi32(n);
+    const __m256i n1  = _mm256_srai_epi32(ni, 1);
+    const __m256i n2  = _mm256_sub_epi32(ni, n1);
+    const __m256i bia = _mm256_set1_epi32(127);
+    const __m256  s1  = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bia), 23));
+    const __m256  s2  = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bia), 23));
+    const __m256  y   = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
+    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
+}
+
 /* 8×8 block: d[c][r] = s[r][c]·scale[r] via unpack / shuffle / lane permute. */
 static inline void block8x8(const float * s, int64_t ls, const float * scale, float * d, int64_t ld) {
     __m256 r[8];
@@ -55,14 +81,58 @@ void ssmi_f32_transpose__avx2(int64_t rows, int64_t cols, const float * src, int
 }
 
 float ssmi_f32_dot__avx2(int64_t n, const float * a, const float * b) {
-    __m256  acc = _mm256_setzero_ps();
+    /* four accumulators (elements e mod 32 by lane and block) hide the FMA latency, then
+     * (0 + 1) + (2 + 3) and the 8 lanes in the fixed order */
+    __m256  acc = _mm256_setzero_ps(), a1 = _mm256_setzero_ps(), a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
     int64_t e   = 0;
+    for (; e + 32 <= n; e += 32) {
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + e), _mm256_loadu_ps(b + e), acc);
+        a1  = _mm256_fmadd_ps(_mm256_loadu_ps(a + e + 8), _mm256_loadu_ps(b + e + 8), a1);
+        a2  = _mm256_fmadd_ps(_mm256_loadu_ps(a + e + 16), _mm256_loadu_ps(b + e + 16), a2);
+        a3  = _mm256_fmadd_ps(_mm256_loadu_ps(a + e + 24), _mm256_loadu_ps(b + e + 24), a3);
+    }
+    acc = _mm256_add_ps(_mm256_add_ps(acc, a1), _mm256_add_ps(a2, a3));
     for (; e + 8 <= n; e += 8) acc = _mm256_fmadd_ps(_mm256_loadu_ps(a + e), _mm256_loadu_ps(b + e), acc);
     if (e < n) {
         const __m256i m = tail_mask(n - e);
         acc             = _mm256_fmadd_ps(_mm256_maskload_ps(a + e, m), _mm256_maskload_ps(b + e, m), acc);
     }
     return hsum8(acc);
+}
+
+void ssmi_f32_exp_sub__avx2(int64_t n, float c, const float * x, float * y) {
+    const __m256 vc = _mm256_set1_ps(c);
+    int64_t      i  = 0;
+    for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, exp_ps(_mm256_sub_ps(vc, _mm256_loadu_ps(x + i))));
+    if (i < n) {
+        const __m256i m = tail_mask(n - i);
+        _mm256_maskstore_ps(y + i, m, exp_ps(_mm256_sub_ps(vc, _mm256_maskload_ps(x + i, m))));
+    }
+}
+
+void ssmi_f32_gate_grads__avx2(int64_t n, const float * z, const float * dout, float * dy, float * y, float * sig) {
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (int64_t i = 0; i < n; i += 8) {
+        const int     full = i + 8 <= n;
+        const __m256i m    = tail_mask(n - i);
+        const __m256  zv = full ? _mm256_loadu_ps(z + i) : _mm256_maskload_ps(z + i, m);
+        const __m256  g  = full ? _mm256_loadu_ps(dout + i) : _mm256_maskload_ps(dout + i, m);
+        const __m256  s  = _mm256_div_ps(one, _mm256_add_ps(one, exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), zv))));
+        const __m256  d  = _mm256_mul_ps(g, _mm256_mul_ps(zv, s));
+        if (y) {
+            const __m256 yv = full ? _mm256_loadu_ps(y + i) : _mm256_maskload_ps(y + i, m);
+            const __m256 w  = _mm256_add_ps(one, _mm256_mul_ps(zv, _mm256_sub_ps(one, s)));
+            const __m256 r  = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(g, yv), s), w);
+            if (full) _mm256_storeu_ps(y + i, r);
+            else _mm256_maskstore_ps(y + i, m, r);
+        }
+        if (sig) {
+            if (full) _mm256_storeu_ps(sig + i, s);
+            else _mm256_maskstore_ps(sig + i, m, s);
+        }
+        if (full) _mm256_storeu_ps(dy + i, d);
+        else _mm256_maskstore_ps(dy + i, m, d);
+    }
 }
 
 void ssmi_f32_colsum_dot__avx2(int64_t rows, int64_t cols, const float * a, int64_t lda, const float * b,

@@ -1,4 +1,6 @@
 /* Plain C backward kernels (see bwd.h). */
+#include <math.h>
+
 #include "bwd.h"
 
 float ssmi_f32_dot__scalar(int64_t n, const float * a, const float * b) {
@@ -8,6 +10,20 @@ float ssmi_f32_dot__scalar(int64_t n, const float * a, const float * b) {
         for (int l = 0; l < 8; ++l) acc[l] += a[e + l] * b[e + l];
     for (int l = 0; e < n; ++e, ++l) acc[l] += a[e] * b[e];
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+}
+
+void ssmi_f32_exp_sub__scalar(int64_t n, float c, const float * x, float * y) {
+    for (int64_t i = 0; i < n; ++i) y[i] = expf(c - x[i]);
+}
+
+void ssmi_f32_gate_grads__scalar(int64_t n, const float * z, const float * dout, float * dy, float * y,
+                                 float * sig) {
+    for (int64_t i = 0; i < n; ++i) {
+        const float zv = z[i], g = dout[i], s = 1.0f / (1.0f + expf(-zv));
+        if (y) y[i] = g * y[i] * s * (1.0f + zv * (1.0f - s));
+        if (sig) sig[i] = s;
+        dy[i] = g * (zv * s);
+    }
 }
 
 void ssmi_f32_colsum_dot__scalar(int64_t rows, int64_t cols, const float * a, int64_t lda, const float * b,
