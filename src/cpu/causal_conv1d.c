@@ -380,59 +380,15 @@ static void update_task(void * arg, int64_t task, int32_t thread) {
                               win + (j + 1) * CB, cb);
 }
 
-typedef struct copy_ctx {
-    const ssm_causal_conv1d_update_args * a;
-    const int64_t *                       slots;
-    int64_t                               dim, len;
-} copy_ctx;
-
-static void copy_task(void * arg, int64_t task, int32_t thread) {
-    (void) thread;
-    const copy_ctx *   c   = (const copy_ctx *) arg;
-    const ssm_tensor * st  = &c->a->conv_state;
-    const ssm_tensor * fin = &c->a->final_conv_state;
-    const int64_t      slot = c->slots[task];
-    /* values are copied exactly: one rounding from float64 at most */
-    for (int64_t d = 0; d < c->dim; ++d)
-        for (int64_t j = 0; j < c->len; ++j)
-            ssmi_set_f64(fin, ssmi_off3(fin, slot, d, j), ssmi_get_f64(st, ssmi_off3(st, slot, d, j)));
-}
-
-/* A separate final_conv_state is the whole pool after the update: copy the unused slots. */
-static ssm_status copy_unused(ssm_context * ctx, const ssmi_conv1d_dims * d, const ssm_causal_conv1d_update_args * a) {
-    if (d->slots == 0 || d->state_len == 0 || d->dim == 0) return SSM_STATUS_OK;
-    const size_t bytes = (size_t) d->slots * (sizeof(int64_t) + 1);
-    int64_t *    list  = (int64_t *) ssmi_alloc(ctx, bytes);
-    SSM_RETURN_IF(list == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY,
-                  "causal_conv1d_update: could not allocate %zu bytes of scratch", bytes);
-    unsigned char * used = (unsigned char *) (list + d->slots);
-    memset(used, 0, (size_t) d->slots);
-    for (int64_t b = 0; b < d->batch; ++b) {
-        const int64_t slot = slot_of(&a->state_batch_indices, b);
-        if (slot >= 0) used[slot] = 1;
-    }
-    int64_t n = 0;
-    for (int64_t s = 0; s < d->slots; ++s)
-        if (!used[s]) list[n++] = s;
-    if (n > 0) {
-        copy_ctx c = { a, list, d->dim, d->state_len };
-        ssmi_parallel_for(ctx, n, copy_task, &c);
-    }
-    ssmi_free(ctx, list);
-    return SSM_STATUS_OK;
-}
-
 ssm_status ssmi_cpu_causal_conv1d_update(ssm_context * ctx, const ssm_conv1d_params * p, const ssmi_conv1d_dims * d,
                                          const ssm_causal_conv1d_update_args * a) {
-    const int has_fin = ssmi_present(&a->final_conv_state);
-    if (has_fin && a->final_conv_state.data != a->conv_state.data) SSM_FORWARD_IF_ERROR(copy_unused(ctx, d, a));
     conv_job job;
     init_job(&job, ctx, p, d);
     if (d->batch == 0 || job.nblocks == 0) return SSM_STATUS_OK;
     SSM_FORWARD_IF_ERROR(prepare_weights(ctx, &job, &a->weight, &a->bias, "causal_conv1d_update"));
     update_ctx u;
     memset(&u, 0, sizeof u);
-    u.a = a, u.d = d, u.job = &job, u.has_fin = has_fin;
+    u.a = a, u.d = d, u.job = &job, u.has_fin = ssmi_present(&a->final_conv_state);
     u.scratch_floats = ptr_floats(d->width) + (d->state_len + 2) * job.cbs;
     u.scratch        = ssmi_cpu_thread_scratch(ctx, "causal_conv1d_update", u.scratch_floats);
     if (u.scratch == NULL) {

@@ -254,8 +254,11 @@ ssm_status ssm_causal_conv1d_update(ssm_context * ctx, const ssm_conv1d_params *
     ssmi_backend_kind be = SSMI_BACKEND_CPU;
     SSM_FORWARD_IF_ERROR(validate_update(ctx, op, params, args, &d));
     SSM_FORWARD_IF_ERROR(ssmi_pick_backend(ctx, op, &be));
-    return be == SSMI_BACKEND_REF ? ssmi_ref_causal_conv1d_update(ctx, params, &d, args)
-                                  : ssmi_cpu_causal_conv1d_update(ctx, params, &d, args);
+    SSM_FORWARD_IF_ERROR(be == SSMI_BACKEND_REF ? ssmi_ref_causal_conv1d_update(ctx, params, &d, args)
+                                                : ssmi_cpu_causal_conv1d_update(ctx, params, &d, args));
+    /* A separate final_conv_state is the whole pool after the update (core/pool.c). */
+    return ssmi_copy_unused_slots(ctx, "causal_conv1d_update", &args->conv_state, &args->final_conv_state,
+                                  &args->state_batch_indices, d.batch);
 }
 
 /* ---- rmsnorm_gated -------------------------------------------------------------------- */

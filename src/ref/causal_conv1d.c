@@ -138,24 +138,10 @@ ssm_status ssmi_ref_causal_conv1d_update(ssm_context * ctx, const ssm_conv1d_par
     const ssm_tensor * st = &a->conv_state;
     const ssm_tensor * fin = &a->final_conv_state;
     const int          has_fin = ssmi_present(fin);
-    const int          in_place = has_fin && fin->data == st->data;
-    const size_t       nbuf = (size_t)(L + 1) + (size_t)(dm->slots > 0 ? dm->slots : 1);
+    const size_t       nbuf = (size_t)(L + 1);
     double *           buf = (double *)ssmi_alloc(ctx, nbuf * sizeof(double));
     SSM_RETURN_IF(buf == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY,
                   "causal_conv1d_update: could not allocate %zu bytes of reference scratch", nbuf * sizeof(double));
-    unsigned char * used = (unsigned char *)(buf + L + 1);
-    memset(used, 0, (size_t)dm->slots);
-    for (int64_t b = 0; b < dm->batch; ++b) {
-        const int64_t slot = slot_of(&a->state_batch_indices, b);
-        if (slot >= 0) used[slot] = 1;
-    }
-    /* A separate final_conv_state is the whole pool after the update. */
-    if (has_fin && !in_place)
-        for (int64_t s = 0; s < dm->slots; ++s)
-            if (!used[s])
-                for (int64_t d = 0; d < dm->dim; ++d)
-                    for (int64_t j = 0; j < L; ++j)
-                        ssmi_set_f64(fin, ssmi_off3(fin, s, d, j), ssmi_get_f64(st, ssmi_off3(st, s, d, j)));
     for (int64_t b = 0; b < dm->batch; ++b) {
         const int64_t slot = slot_of(&a->state_batch_indices, b);
         for (int64_t d = 0; d < dm->dim; ++d) {
