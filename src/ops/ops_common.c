@@ -76,8 +76,10 @@ ssm_status ssmi_pick_backend_cuda(ssm_context * ctx, const char * op, const ssm_
         *out = SSMI_BACKEND_CUDA;
         return SSM_STATUS_OK;
 #else
-        return ssmi_error(ctx, SSM_STATUS_UNSUPPORTED, "%s: the CUDA backend is not built%s", op,
-                          on_cuda ? " (the tensors are on a CUDA device)" : "");
+        /* AUTO with device tensors falls through to the CPU path, whose validation rejects
+         * them (INVALID_LAYOUT: not in CPU memory), as for every operator without CUDA. */
+        if (b == SSM_BACKEND_CUDA)
+            return ssmi_error(ctx, SSM_STATUS_UNSUPPORTED, "%s: the CUDA backend is not built", op);
 #endif
     }
     return ssmi_pick_backend(ctx, op, out);

@@ -27,8 +27,9 @@ ssm_status ssmi_check_cu_seqlens(ssm_context * ctx, const char * op, const ssm_t
 typedef enum ssmi_backend_kind { SSMI_BACKEND_REF, SSMI_BACKEND_CPU, SSMI_BACKEND_CUDA } ssmi_backend_kind;
 ssm_status ssmi_pick_backend(ssm_context * ctx, const char * op, ssmi_backend_kind * out);
 /* For operators with a CUDA path: CUDA when the context asks for it, or when it asks for
- * AUTO and `lead` (the operator's main input; may be NULL) is on a CUDA device. UNSUPPORTED
- * when that backend is not built. */
+ * AUTO and `lead` (the operator's main input; may be NULL) is on a CUDA device. Without the
+ * CUDA backend in the build: UNSUPPORTED when the context asks for CUDA; AUTO picks the CPU
+ * (whose validation rejects device tensors with INVALID_LAYOUT). */
 ssm_status ssmi_pick_backend_cuda(ssm_context * ctx, const char * op, const ssm_tensor * lead, ssmi_backend_kind * out);
 
 /* For the CUDA backend: an index tensor (seq_idx, cu_seqlens) as a host view. A well-formed
