@@ -19,14 +19,6 @@
 
 static ssm_context *ctx_ref, *ctx_cpu[4];
 
-static ssm_context * make_ctx(ssm_backend backend, int threads) {
-    ssm_context_params cp;
-    ssm_context_params_init(&cp);
-    cp.backend = backend, cp.num_threads = threads;
-    ssm_context * ctx = NULL;
-    return ssm_context_create(&cp, &ctx) == SSM_STATUS_OK ? ctx : NULL;
-}
-
 /* (batch, D, S) stored channel-last: memory (batch, S, D), as Mamba-2 keeps it. */
 static ssmt_host alloc_bds(ssm_dtype dt, int64_t B, int64_t D, int64_t S) {
     static const int32_t order[3] = { 0, 2, 1 };
@@ -535,13 +527,10 @@ static void test_validation(ssmt_rng * rng) {
 }
 
 int main(void) {
-    const char * env  = getenv("SSMOPS_TEST_SEED");
-    uint64_t     seed = env ? strtoull(env, NULL, 10) : 20261203u;
-    printf("seed %llu\n", (unsigned long long) seed);
     ssmt_rng rng;
-    ssmt_rng_seed(&rng, seed);
-    ctx_ref = make_ctx(SSM_BACKEND_REF, 1);
-    for (int t = 1; t <= 3; ++t) ctx_cpu[t] = make_ctx(SSM_BACKEND_CPU, t);
+    ssmt_rng_from_env(&rng, 20261203u);
+    ctx_ref = ssmt_make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
+    for (int t = 1; t <= 3; ++t) ctx_cpu[t] = ssmt_make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
     TEST_CHECK(ctx_ref && ctx_cpu[1] && ctx_cpu[2] && ctx_cpu[3], "context creation failed");
     if (ssmt_failures) TEST_EXIT();
     for (int silu = 0; silu <= 1; ++silu) {

@@ -49,16 +49,6 @@ static void free_grads(ssmt_host h[NGRAD]) {
     for (int k = 0; k < NGRAD; ++k) ssmt_free(&h[k]);
 }
 
-static ssm_context * make_ctx(ssm_backend backend, int threads, ssm_isa isa) {
-    ssm_context_params cp;
-    ssm_context_params_init(&cp);
-    cp.backend = backend;
-    cp.num_threads = threads;
-    cp.isa = isa;
-    ssm_context * ctx = NULL;
-    return ssm_context_create(&cp, &ctx) == SSM_STATUS_OK ? ctx : NULL;
-}
-
 /* ---- (a) stored test vectors ------------------------------------------------------------ */
 
 static void data_case(const char * name) {
@@ -496,6 +486,11 @@ static void test_validation(ssmt_rng * rng) {
         expect_same_as_forward(&g, &a, "cu_seqlens with seq_idx");
         a.seq_idx.data = NULL;
         expect_same_as_forward(&g, &a, "cu_seqlens with batch 2");
+        /* "both given" comes before cu_seqlens' own rules, in both directions */
+        a = g.a, a.cu_seqlens = cu, a.cu_seqlens.shape[0] = 1;
+        expect_same_as_forward(&g, &a, "cu_seqlens of length 1 with seq_idx");
+        a = g.a, a.cu_seqlens = cu, a.cu_seqlens.dtype = SSM_DTYPE_F32;
+        expect_same_as_forward(&g, &a, "float cu_seqlens with seq_idx");
         vfix_free(&g);
     }
 
@@ -580,15 +575,12 @@ static void test_validation(ssmt_rng * rng) {
 }
 
 int main(void) {
-    const char * env = getenv("SSMOPS_TEST_SEED");
-    uint64_t     seed = env ? strtoull(env, NULL, 10) : 20261202u;
-    printf("seed %llu\n", (unsigned long long)seed);
     ssmt_rng rng;
-    ssmt_rng_seed(&rng, seed);
-    g_ref = make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
-    for (int t = 1; t <= 3; ++t) g_cpu[t] = make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
-    g_scalar = make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
-    g_cuda = make_ctx(SSM_BACKEND_CUDA, 1, SSM_ISA_AUTO);
+    ssmt_rng_from_env(&rng, 20261202u);
+    g_ref = ssmt_make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
+    for (int t = 1; t <= 3; ++t) g_cpu[t] = ssmt_make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
+    g_scalar = ssmt_make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
+    g_cuda = ssmt_make_ctx(SSM_BACKEND_CUDA, 1, SSM_ISA_AUTO);
     TEST_CHECK(g_ref && g_cpu[1] && g_cpu[2] && g_cpu[3] && g_scalar, "context creation failed");
     if (ssmt_failures) TEST_EXIT();
     printf("cpu isa %s\n", ssm_isa_name(ssm_context_isa(g_cpu[1])));

@@ -12,116 +12,33 @@
 
 #include "testutil.h"
 
-static ssm_context * make_ctx(ssm_backend backend, int threads, ssm_isa isa) {
-    ssm_context_params cp;
-    ssm_context_params_init(&cp);
-    cp.backend     = backend;
-    cp.num_threads = threads;
-    cp.isa         = isa;
-    ssm_context * ctx = NULL;
-    if (ssm_context_create(&cp, &ctx) != SSM_STATUS_OK) return NULL;
-    return ctx;
-}
-
 static ssm_context *ctx_ref, *ctx_cpu[4], *ctx_scalar;
 static int          have_avx2;
 
-/* An output of the same shape as `like`, contiguous, poisoned. */
-static ssmt_host out_like(const ssm_tensor * like, ssm_dtype dtype) { return ssmt_alloc(dtype, like->ndim, like->shape); }
-
-/* Runs fn on ctx over a copy of the argument struct whose outputs are replaced. */
-typedef ssm_status (*run_fn)(ssm_context * ctx, void * args, void * ws, size_t ws_size);
-
-/* ---- the op-generic harness --------------------------------------------------------- *
- * An op case: an args struct (inputs filled), a list of output slots inside it, a runner.
- * For each output slot: REF into F64, CPU (threads 1/2/3 and scalar) into out_dtype;
- * bars for the compute dtype; memcmp across thread counts. */
-#define MAX_OUTS 3
-typedef struct op_case {
-    const char * name;
-    void *       args;
-    size_t       args_size;
-    ssm_tensor * outs[MAX_OUTS]; /* pointers into args */
-    int          nouts;
-    ssm_dtype    compute;
-    ssm_dtype    out_dtype;
-    run_fn       run;
-} op_case;
-
-static void run_case(const op_case * oc) {
-    ssmt_host ref[MAX_OUTS], got[MAX_OUTS], first[MAX_OUTS];
-    void *    saved = malloc(oc->args_size);
-    memcpy(saved, oc->args, oc->args_size);
-    for (int o = 0; o < oc->nouts; ++o) {
-        ref[o]       = out_like(oc->outs[o], SSM_DTYPE_F64);
-        *oc->outs[o] = ref[o].t;
-    }
-    TEST_CHECK_STATUS(oc->run(ctx_ref, oc->args, NULL, 0), SSM_STATUS_OK);
-    for (int o = 0; o < oc->nouts; ++o) first[o].buf = NULL;
-    for (int variant = 0; variant < 4; ++variant) {
-        ssm_context * ctx = variant < 3 ? ctx_cpu[variant + 1] : ctx_scalar;
-        if (ctx == NULL) continue;
-        memcpy(oc->args, saved, oc->args_size);
-        for (int o = 0; o < oc->nouts; ++o) {
-            got[o]       = out_like(ref[o].t.data ? &ref[o].t : oc->outs[o], oc->out_dtype);
-            *oc->outs[o] = got[o].t;
-        }
-        const ssm_status s = oc->run(ctx, oc->args, NULL, 0);
-        TEST_CHECK(s == SSM_STATUS_OK, "%s variant %d: %s (%s)", oc->name, variant, ssm_status_string(s),
-                   ssm_context_last_error(ctx));
-        for (int o = 0; o < oc->nouts; ++o) {
-            char label[256];
-            snprintf(label, sizeof label, "%s/out%d/%s", oc->name, o, variant < 3 ? "cpu" : "scalar");
-            if (variant == 0 || variant == 3) {
-                ssmt_cmp cmp = ssmt_compare(&got[o].t, &ref[o].t);
-                ssmt_bar bar = ssmt_bar_for(oc->compute);
-                int ok = cmp.nonfinite == 0 && cmp.rel_rms <= bar.rel_rms && cmp.max_rel <= bar.max_rel;
-                TEST_CHECK(ok, "%s rel_rms %.3g max_rel %.3g nonfinite %lld (bar %.3g %.3g)", label, cmp.rel_rms,
-                           cmp.max_rel, (long long) cmp.nonfinite, bar.rel_rms, bar.max_rel);
-            }
-            if (variant == 0) {
-                first[o] = got[o];
-            } else {
-                if (variant < 3)
-                    TEST_CHECK(memcmp(first[o].buf, got[o].buf, got[o].bytes) == 0, "%s: %d threads differ from 1",
-                               label, variant + 1);
-                ssmt_free(&got[o]);
-            }
-        }
-    }
-    for (int o = 0; o < oc->nouts; ++o) {
-        ssmt_free(&ref[o]);
-        if (first[o].buf) ssmt_free(&first[o]);
-    }
-    memcpy(oc->args, saved, oc->args_size);
-    free(saved);
-}
+/* ---- the op-generic harness: ssmt_op_case / ssmt_op_run (testutil) ------------------- *
+ * For each output slot: REF into F64, CPU (threads 1/2/3 and scalar) into out_dtype; bars
+ * for the compute dtype; memcmp across thread counts. */
+static void run_case(const ssmt_op_case * oc) { ssmt_op_run(oc, ctx_ref, ctx_cpu, ctx_scalar); }
 
 /* ---- runners -------------------------------------------------------------------------- */
 static ssm_mamba2_params g_params;
-static ssm_status run_cumsum(ssm_context * c, void * a, void * w, size_t n) {
-    (void) w, (void) n;
+static ssm_status run_cumsum(ssm_context * c, void * a) {
     return ssm_mamba2_chunk_cumsum(c, &g_params, a);
 }
-static ssm_status run_state(ssm_context * c, void * a, void * w, size_t n) {
-    (void) w, (void) n;
+static ssm_status run_state(ssm_context * c, void * a) {
     return ssm_mamba2_chunk_state(c, &g_params, a);
 }
-static ssm_status run_passing(ssm_context * c, void * a, void * w, size_t n) {
-    (void) w, (void) n;
+static ssm_status run_passing(ssm_context * c, void * a) {
     return ssm_mamba2_state_passing(c, &g_params, a);
 }
-static ssm_status run_bmm(ssm_context * c, void * a, void * w, size_t n) {
-    (void) w, (void) n;
+static ssm_status run_bmm(ssm_context * c, void * a) {
     return ssm_mamba2_bmm(c, &g_params, a);
 }
-static ssm_status run_chunk_scan(ssm_context * c, void * a, void * w, size_t n) {
-    (void) w, (void) n;
+static ssm_status run_chunk_scan(ssm_context * c, void * a) {
     return ssm_mamba2_chunk_scan(c, &g_params, a);
 }
 /* The scan runs with a caller workspace of exactly the reported size. */
-static ssm_status run_scan(ssm_context * c, void * a, void * w, size_t n) {
-    (void) w, (void) n;
+static ssm_status run_scan(ssm_context * c, void * a) {
     size_t           bytes = 0;
     const ssm_status s     = ssm_mamba2_scan_workspace_size(c, &g_params, a, &bytes);
     if (s != SSM_STATUS_OK) return s;
@@ -157,7 +74,7 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba2_config * cfg, int64_t 
     /* combined scan */
     {
         ssm_mamba2_scan_args a = prob.args;
-        op_case              oc = { 0 };
+        ssmt_op_case              oc = { 0 };
         snprintf(name, sizeof name, "scan[%s]", tag);
         oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
         oc.run     = run_scan;
@@ -180,7 +97,7 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba2_config * cfg, int64_t 
     {
         ssm_mamba2_chunk_cumsum_args a = { 0 };
         a.dt = prob.dt.t, a.a = prob.a.t, a.dt_bias = prob.dt_bias.t, a.dt_out = dt_out.t, a.da_cumsum = dacs.t;
-        op_case oc = { 0 };
+        ssmt_op_case oc = { 0 };
         snprintf(name, sizeof name, "chunk_cumsum[%s]", tag);
         oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = SSM_DTYPE_F32, oc.out_dtype = SSM_DTYPE_F32;
         oc.run = run_cumsum, oc.outs[0] = &a.dt_out, oc.outs[1] = &a.da_cumsum, oc.nouts = 2;
@@ -194,7 +111,7 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba2_config * cfg, int64_t 
         ssm_mamba2_chunk_state_args a = { 0 };
         a.b = prob.b.t, a.x = prob.x.t, a.dt = dt_out.t, a.da_cumsum = dacs.t, a.states = states.t;
         if (seq) a.seq_idx = *seq;
-        op_case oc = { 0 };
+        ssmt_op_case oc = { 0 };
         snprintf(name, sizeof name, "chunk_state[%s]", tag);
         oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
         oc.run = run_state, oc.outs[0] = &a.states, oc.nouts = 1;
@@ -215,7 +132,7 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba2_config * cfg, int64_t 
         const int64_t fshape[4] = { B, H, P, N };
         ssmt_host     fin       = ssmt_alloc(SSM_DTYPE_F32, 4, fshape);
         if (cfg->has_final) a.final_states = fin.t;
-        op_case oc = { 0 };
+        ssmt_op_case oc = { 0 };
         snprintf(name, sizeof name, "state_passing[%s]", tag);
         oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
         oc.run = run_passing, oc.outs[0] = &a.states_in, oc.nouts = 1;
@@ -231,7 +148,7 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba2_config * cfg, int64_t 
         ssm_mamba2_bmm_args a = { 0 };
         a.c = prob.c.t, a.b = prob.b.t, a.cb = cb.t;
         if (seq) a.seq_idx = *seq;
-        op_case oc = { 0 };
+        ssmt_op_case oc = { 0 };
         snprintf(name, sizeof name, "bmm[%s]", tag);
         oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
         oc.run = run_bmm, oc.outs[0] = &a.cb, oc.nouts = 1;
@@ -248,7 +165,7 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba2_config * cfg, int64_t 
         ssmt_host out  = ssmt_alloc(cfg->out_dtype, 4, prob.x.t.shape);
         a.out          = out.t;
         if (cfg->has_z) a.out_x = outx.t;
-        op_case oc = { 0 };
+        ssmt_op_case oc = { 0 };
         snprintf(name, sizeof name, "chunk_scan[%s]", tag);
         oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
         oc.run = run_chunk_scan, oc.outs[0] = &a.out, oc.nouts = 1;
@@ -289,14 +206,11 @@ static void test_cann_chunk_state(ssmt_rng * rng) {
 }
 
 int main(void) {
-    const char * env  = getenv("SSMOPS_TEST_SEED");
-    uint64_t     seed = env ? strtoull(env, NULL, 10) : 20261201u;
-    printf("seed %llu\n", (unsigned long long) seed);
     ssmt_rng rng;
-    ssmt_rng_seed(&rng, seed);
-    ctx_ref = make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
-    for (int t = 1; t <= 3; ++t) ctx_cpu[t] = make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
-    ctx_scalar = make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
+    ssmt_rng_from_env(&rng, 20261201u);
+    ctx_ref = ssmt_make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
+    for (int t = 1; t <= 3; ++t) ctx_cpu[t] = ssmt_make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
+    ctx_scalar = ssmt_make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
     have_avx2  = ctx_cpu[1] && ssm_context_isa(ctx_cpu[1]) == SSM_ISA_AVX2;
     printf("cpu isa %s\n", ctx_cpu[1] ? ssm_isa_name(ssm_context_isa(ctx_cpu[1])) : "?");
     TEST_CHECK(ctx_ref && ctx_cpu[1] && ctx_cpu[2] && ctx_cpu[3] && ctx_scalar, "context creation failed");

@@ -26,20 +26,6 @@ static ssm_context * g_ref; /* REF backend context */
 
 /* ---- helpers --------------------------------------------------------------------------- */
 
-static ssm_tensor slice(const ssm_tensor * t, int32_t dim, int64_t start, int64_t len) {
-    ssm_tensor v = *t;
-    if (t->data == NULL) return v;
-    v.data = (char *)t->data + start * t->strides[dim] * (int64_t)ssm_dtype_size((ssm_dtype)t->dtype);
-    v.shape[dim] = len;
-    return v;
-}
-
-static ssm_tensor absent(void) {
-    ssm_tensor t;
-    memset(&t, 0, sizeof t);
-    return t;
-}
-
 /* Dims of a scan call, as ops/ would fill them (for the internal recurrent reference). */
 static ssmi_mamba2_dims scan_dims(const ssm_mamba2_scan_args * a, int64_t chunk) {
     ssmi_mamba2_dims d;
@@ -381,12 +367,12 @@ static void split_vs_one(ssmt_rng * rng, int64_t S, int64_t split, int64_t Q) {
     ssm_tensor *         seq_first[] = {&first.x, &first.dt, &first.b, &first.c, &first.z};
     ssm_tensor *         seq_second[] = {&second.x, &second.dt, &second.b, &second.c, &second.z};
     for (int i = 0; i < 5; ++i) {
-        *seq_first[i] = slice(seq_first[i], 1, 0, split);
-        *seq_second[i] = slice(seq_second[i], 1, split, S - split);
+        *seq_first[i] = ssmt_slice(seq_first[i], 1, 0, split);
+        *seq_second[i] = ssmt_slice(seq_second[i], 1, split, S - split);
     }
-    first.out = slice(&out2.t, 1, 0, split);
+    first.out = ssmt_slice(&out2.t, 1, 0, split);
     first.final_states = mid.t;
-    second.out = slice(&out2.t, 1, split, S - split);
+    second.out = ssmt_slice(&out2.t, 1, split, S - split);
     second.initial_states = mid.t;
     second.final_states = fin2.t;
     TEST_CHECK_STATUS(ssm_mamba2_scan(g_ref, &p, &first, NULL, 0), SSM_STATUS_OK);
@@ -431,16 +417,16 @@ static void varlen_vs_separate(ssmt_rng * rng, int with_initial) {
     int64_t   st = 0;
     for (int s = 0; s < nseq; ++s) {
         ssm_mamba2_scan_args one = pr.args;
-        one.cu_seqlens = absent();
+        one.cu_seqlens = ssmt_absent();
         ssm_tensor * per_token[] = {&one.x, &one.dt, &one.b, &one.c, &one.z};
-        for (int i = 0; i < 5; ++i) *per_token[i] = slice(per_token[i], 1, st, lens[s]);
-        one.out = slice(&out2.t, 1, st, lens[s]);
-        one.initial_states = slice(&pr.args.initial_states, 0, s, 1);
-        one.final_states = slice(&fin2.t, 0, s, 1);
+        for (int i = 0; i < 5; ++i) *per_token[i] = ssmt_slice(per_token[i], 1, st, lens[s]);
+        one.out = ssmt_slice(&out2.t, 1, st, lens[s]);
+        one.initial_states = ssmt_slice(&pr.args.initial_states, 0, s, 1);
+        one.final_states = ssmt_slice(&fin2.t, 0, s, 1);
         TEST_CHECK_STATUS(ssm_mamba2_scan(g_ref, &p, &one, NULL, 0), SSM_STATUS_OK);
         st += lens[s];
         if (lens[s] == 0) { /* empty: final == initial (or 0), exactly */
-            const ssm_tensor got = slice(&pr.final_states.t, 0, s, 1);
+            const ssm_tensor got = ssmt_slice(&pr.final_states.t, 0, s, 1);
             int64_t          bad = 0;
             for (int64_t i = 0; i < ssmt_numel(&got); ++i) {
                 const double want = with_initial ? ssmt_get(&pr.initial_states.t, s * ssmt_numel(&got) + i) : 0.0;

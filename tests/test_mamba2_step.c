@@ -17,14 +17,6 @@
 
 static ssm_context *ctx_ref, *ctx_cpu[4], *ctx_scalar;
 
-static ssm_context * make_ctx(ssm_backend backend, int threads, ssm_isa isa) {
-    ssm_context_params cp;
-    ssm_context_params_init(&cp);
-    cp.backend = backend, cp.num_threads = threads, cp.isa = isa;
-    ssm_context * ctx = NULL;
-    return ssm_context_create(&cp, &ctx) == SSM_STATUS_OK ? ctx : NULL;
-}
-
 /* A view of `h` (shape given by the data) broadcast to `ndim` dims: dims listed in
  * `keep` (in order) take h's dims, the others get stride 0. */
 static ssm_tensor broadcast(const ssm_tensor * h, int32_t ndim, const int64_t * shape, const int * keep) {
@@ -412,14 +404,11 @@ static void test_validation(ssmt_rng * rng) {
 }
 
 int main(void) {
-    const char * env  = getenv("SSMOPS_TEST_SEED");
-    uint64_t     seed = env ? strtoull(env, NULL, 10) : 20261202u;
-    printf("seed %llu\n", (unsigned long long) seed);
     ssmt_rng rng;
-    ssmt_rng_seed(&rng, seed);
-    ctx_ref = make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
-    for (int t = 1; t <= 3; ++t) ctx_cpu[t] = make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
-    ctx_scalar = make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
+    ssmt_rng_from_env(&rng, 20261202u);
+    ctx_ref = ssmt_make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
+    for (int t = 1; t <= 3; ++t) ctx_cpu[t] = ssmt_make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
+    ctx_scalar = ssmt_make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
     TEST_CHECK(ctx_ref && ctx_cpu[1] && ctx_cpu[2] && ctx_cpu[3] && ctx_scalar, "context creation failed");
     if (ssmt_failures) TEST_EXIT();
     run_vector("per_head_pool");

@@ -24,140 +24,14 @@
 
 #include "testutil.h"
 
-static ssm_context * make_ctx_mode(ssm_backend backend, int threads, ssm_isa isa, ssm_ref_mode mode) {
-    ssm_context_params cp;
-    ssm_context_params_init(&cp);
-    cp.backend     = backend;
-    cp.num_threads = threads;
-    cp.isa         = isa;
-    cp.ref_mode    = mode;
-    ssm_context * ctx = NULL;
-    if (ssm_context_create(&cp, &ctx) != SSM_STATUS_OK) return NULL;
-    return ctx;
-}
-
-static ssm_context * make_ctx(ssm_backend backend, int threads, ssm_isa isa) {
-    return make_ctx_mode(backend, threads, isa, SSM_REF_EXACT);
-}
-
 static ssm_context *ctx_ref, *ctx_cpu[4], *ctx_scalar;
 static ssm_mamba3_mimo_params g_params;
 /* ref_mode SSM_REF_UPSTREAM_BF16: the reference, the CPU at 1-3 threads, the scalar ISA */
 static ssm_context *ctx_ref_bf16, *ctx_cpu_bf16[4], *ctx_scalar_bf16;
 #define BF16_BAR 1e-3 /* seed / issue bar of the upstream-bf16 mode (rel_rms, every output) */
 
-/* ---- the op-generic harness (as in test_mamba2_cpu.c) ---------------------------------- *
- * For each output slot: REF into F64, CPU (threads 1/2/3 and scalar ISA) into out_dtype;
- * bars for the compute dtype on 1 thread and scalar; memcmp of 2 and 3 threads against 1. */
-typedef ssm_status (*run_fn)(ssm_context * ctx, void * args);
-#define MAX_OUTS 5
-typedef struct op_case {
-    const char * name;
-    void *       args;
-    size_t       args_size;
-    ssm_tensor * outs[MAX_OUTS]; /* pointers into args */
-    int          nouts;
-    unsigned     angle_outs; /* bit o: output o is an angle, compared modulo 2π           */
-    ssm_dtype    compute;
-    ssm_dtype    out_dtype;
-    run_fn       run;
-} op_case;
-
-static void add_out(op_case * oc, ssm_tensor * t) {
-    if (t->data != NULL && oc->nouts < MAX_OUTS) oc->outs[oc->nouts++] = t;
-}
-
-/* An F64 copy of an angle output with each element moved by ±2π to the side of the
- * reference: θ is only defined modulo 2π, and a value a rounding away from a multiple of
- * 2π may wrap to either end of [0, 2π] (spec §4.3 compares angle states circularly). */
-static ssmt_host unwrap_to(const ssm_tensor * got, const ssm_tensor * ref) {
-    ssmt_host     c      = ssmt_to_f64(got);
-    const double  two_pi = 6.283185307179586;
-    const int64_t n      = ssmt_numel(ref);
-    for (int64_t i = 0; i < n; ++i) {
-        const double g = ssmt_get(&c.t, i), r = ssmt_get(ref, i);
-        if (g - r > 0.5 * two_pi) ssmt_set(&c.t, i, g - two_pi);
-        if (r - g > 0.5 * two_pi) ssmt_set(&c.t, i, g + two_pi);
-    }
-    return c;
-}
-
-static void run_case(const op_case * oc) {
-    ssmt_host ref[MAX_OUTS], got[MAX_OUTS], first[MAX_OUTS];
-    void *    saved = malloc(oc->args_size);
-    memcpy(saved, oc->args, oc->args_size);
-    for (int o = 0; o < oc->nouts; ++o) {
-        ref[o]       = ssmt_alloc(SSM_DTYPE_F64, oc->outs[o]->ndim, oc->outs[o]->shape);
-        *oc->outs[o] = ref[o].t;
-        first[o].buf = NULL;
-    }
-    const ssm_status rs = oc->run(ctx_ref, oc->args);
-    TEST_CHECK(rs == SSM_STATUS_OK, "%s ref: %s (%s)", oc->name, ssm_status_string(rs), ssm_context_last_error(ctx_ref));
-    for (int variant = 0; variant < 4; ++variant) {
-        ssm_context * ctx = variant < 3 ? ctx_cpu[variant + 1] : ctx_scalar;
-        memcpy(oc->args, saved, oc->args_size);
-        for (int o = 0; o < oc->nouts; ++o) {
-            got[o]       = ssmt_alloc(oc->out_dtype, ref[o].t.ndim, ref[o].t.shape);
-            *oc->outs[o] = got[o].t;
-        }
-        const ssm_status s = oc->run(ctx, oc->args);
-        TEST_CHECK(s == SSM_STATUS_OK, "%s variant %d: %s (%s)", oc->name, variant, ssm_status_string(s),
-                   ssm_context_last_error(ctx));
-        for (int o = 0; o < oc->nouts; ++o) {
-            char label[300];
-            snprintf(label, sizeof label, "%s/out%d/%s", oc->name, o, variant < 3 ? "cpu" : "scalar");
-            if (variant == 0 || variant == 3) {
-                ssmt_host      unw = { 0 };
-                if (oc->angle_outs & (1u << o)) unw = unwrap_to(&got[o].t, &ref[o].t);
-                const ssmt_cmp cmp = ssmt_compare(unw.buf ? &unw.t : &got[o].t, &ref[o].t);
-                if (unw.buf) ssmt_free(&unw);
-                const ssmt_bar bar = ssmt_bar_for(oc->compute);
-                const int ok = cmp.nonfinite == 0 && cmp.rel_rms <= bar.rel_rms && cmp.max_rel <= bar.max_rel;
-                if (getenv("SHOWCMP")) printf("%s rel_rms %.3g max_rel %.3g\n", label, cmp.rel_rms, cmp.max_rel);
-                TEST_CHECK(ok, "%s rel_rms %.3g max_rel %.3g nonfinite %lld (bar %.3g %.3g)", label, cmp.rel_rms,
-                           cmp.max_rel, (long long) cmp.nonfinite, bar.rel_rms, bar.max_rel);
-            }
-            if (variant == 0) {
-                first[o] = got[o];
-            } else {
-                if (variant < 3)
-                    TEST_CHECK(memcmp(first[o].buf, got[o].buf, got[o].bytes) == 0, "%s: %d threads differ from 1",
-                               label, variant + 1);
-                ssmt_free(&got[o]);
-            }
-        }
-    }
-    for (int o = 0; o < oc->nouts; ++o) {
-        ssmt_free(&ref[o]);
-        if (first[o].buf) ssmt_free(&first[o]);
-    }
-    memcpy(oc->args, saved, oc->args_size);
-    free(saved);
-}
-
-
-/* ---- views ------------------------------------------------------------------------------ */
-/* Index `i` of dimension `dim` fixed (that dim removed). */
-static ssm_tensor view_at(const ssm_tensor * t, int dim, int64_t i) {
-    ssm_tensor v = *t;
-    if (t->data == NULL) return v;
-    v.data = (char *) t->data + (size_t) (i * t->strides[dim]) * ssm_dtype_size((ssm_dtype) t->dtype);
-    for (int d = dim; d + 1 < t->ndim; ++d) v.shape[d] = t->shape[d + 1], v.strides[d] = t->strides[d + 1];
-    v.ndim = t->ndim - 1;
-    return v;
-}
-/* Elements [start, start+len) of dimension `dim`. */
-static ssm_tensor view_range(const ssm_tensor * t, int dim, int64_t start, int64_t len) {
-    ssm_tensor v = *t;
-    if (t->data == NULL) return v;
-    v.data       = (char *) t->data + (size_t) (start * t->strides[dim]) * ssm_dtype_size((ssm_dtype) t->dtype);
-    v.shape[dim] = len;
-    return v;
-}
-
-static void expect_close(const char * name, const ssm_tensor * y, const ssm_tensor * r, double tol) {
-    if (!ssmt_check_close(name, y, r, tol)) TEST_CHECK(0, "%s not within %.3g", name, tol);
-}
+/* ---- the op-generic harness: ssmt_op_case / ssmt_op_run (testutil) ------------------- */
+static void run_case(const ssmt_op_case * oc) { ssmt_op_run(oc, ctx_ref, ctx_cpu, ctx_scalar); }
 
 
 static ssm_status run_bwd_fwd(ssm_context * c, void * a) { return ssm_mamba3_mimo_bwd_fwd(c, &g_params, a); }
@@ -264,11 +138,11 @@ static void test_bwd_fwd(ssmt_rng * rng, const ssmt_mimo_config * cfg) {
     }
     g_params                         = pr.params;
     ssm_mamba3_mimo_bwd_fwd_args a   = pr.args;
-    op_case                      oc  = { 0 };
+    ssmt_op_case                      oc  = { 0 };
     oc.name = tag, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
     oc.run = run_bwd_fwd;
-    add_out(&oc, &a.dmimo_o), add_out(&oc, &a.states), add_out(&oc, &a.dz), add_out(&oc, &a.dmimo_z);
-    add_out(&oc, &a.qk_dot);
+    ssmt_op_add_out(&oc, &a.dmimo_o), ssmt_op_add_out(&oc, &a.states), ssmt_op_add_out(&oc, &a.dz), ssmt_op_add_out(&oc, &a.dmimo_z);
+    ssmt_op_add_out(&oc, &a.qk_dot);
     run_case(&oc);
     check_bf16_mode(tag, &pr.args);
     ssmt_mimo_bwd_fwd_free(&pr);
@@ -391,11 +265,11 @@ static void test_fwd(ssmt_rng * rng, const ssmt_mimo_config * cfg) {
     }
     g_params                 = pr.params;
     ssm_mamba3_mimo_args a   = pr.args;
-    op_case              oc  = { 0 };
+    ssmt_op_case              oc  = { 0 };
     oc.name = tag, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
     oc.run = run_fwd;
-    add_out(&oc, &a.out), add_out(&oc, &a.final_angle_state), add_out(&oc, &a.final_ssm_state);
-    add_out(&oc, &a.final_k_state), add_out(&oc, &a.final_v_state);
+    ssmt_op_add_out(&oc, &a.out), ssmt_op_add_out(&oc, &a.final_angle_state), ssmt_op_add_out(&oc, &a.final_ssm_state);
+    ssmt_op_add_out(&oc, &a.final_k_state), ssmt_op_add_out(&oc, &a.final_v_state);
     if (a.final_angle_state.data) oc.angle_outs = 1u << 1;
     run_case(&oc);
     ssmt_mimo_problem_free(&pr);
@@ -412,7 +286,7 @@ static void expect_close_angle(const char * name, const ssm_tensor * y, const ss
         const double g = ssmt_get(&u.t, i), ri = ssmt_get(r, i);
         ssmt_set(&u.t, i, g - two_pi * nearbyint((g - ri) / two_pi));
     }
-    expect_close(name, &u.t, r, 1e-5);
+    ssmt_expect_close(name, &u.t, r, 1e-5);
     ssmt_free(&u);
 }
 
@@ -443,27 +317,27 @@ static void test_fwd_vs_steps(ssmt_rng * rng, int reduce, int has_states) {
     }
     for (int64_t t = 0; t < cfg.seqlen; ++t) {
         ssm_mamba3_mimo_step_args s = { 0 };
-        s.q = view_at(&a->q, 1, t), s.k = view_at(&a->k, 1, t), s.v = view_at(&a->v, 1, t), s.z = view_at(&a->z, 1, t);
-        s.adt = view_at(&a->adt, 2, t), s.dt = view_at(&a->dt, 2, t), s.trap = view_at(&a->trap, 2, t);
-        s.angles = view_at(&a->angles, 1, t), s.q_bias = a->q_bias, s.k_bias = a->k_bias;
+        s.q = ssmt_pick(&a->q, 1, t), s.k = ssmt_pick(&a->k, 1, t), s.v = ssmt_pick(&a->v, 1, t), s.z = ssmt_pick(&a->z, 1, t);
+        s.adt = ssmt_pick(&a->adt, 2, t), s.dt = ssmt_pick(&a->dt, 2, t), s.trap = ssmt_pick(&a->trap, 2, t);
+        s.angles = ssmt_pick(&a->angles, 1, t), s.q_bias = a->q_bias, s.k_bias = a->k_bias;
         s.mimo_v = a->mimo_v, s.mimo_z = a->mimo_z, s.mimo_o = a->mimo_o, s.d = a->d;
         s.angle_state = s.final_angle_state = pa.t;
         s.ssm_state = s.final_ssm_state = ps.t;
         s.k_state = s.final_k_state = pk.t;
         s.v_state = s.final_v_state = pv.t;
-        s.out = view_at(&out.t, 1, t);
+        s.out = ssmt_pick(&out.t, 1, t);
         const ssm_status st = ssm_mamba3_mimo_step(ctx_cpu[t % 3 + 1], &g_params, &s);
         TEST_CHECK(st == SSM_STATUS_OK, "step %lld: %s", (long long) t, ssm_context_last_error(ctx_cpu[t % 3 + 1]));
     }
     char n[128];
     snprintf(n, sizeof n, "fwd==steps red%d st%d out", reduce, has_states);
-    expect_close(n, &out.t, &a->out, 1e-5);
+    ssmt_expect_close(n, &out.t, &a->out, 1e-5);
     snprintf(n, sizeof n, "fwd==steps red%d st%d final_ssm", reduce, has_states);
-    expect_close(n, &ps.t, &a->final_ssm_state, 1e-5);
+    ssmt_expect_close(n, &ps.t, &a->final_ssm_state, 1e-5);
     snprintf(n, sizeof n, "fwd==steps red%d st%d final_k", reduce, has_states);
-    expect_close(n, &pk.t, &a->final_k_state, 1e-5);
+    ssmt_expect_close(n, &pk.t, &a->final_k_state, 1e-5);
     snprintf(n, sizeof n, "fwd==steps red%d st%d final_v", reduce, has_states);
-    expect_close(n, &pv.t, &a->final_v_state, 1e-5);
+    ssmt_expect_close(n, &pv.t, &a->final_v_state, 1e-5);
     snprintf(n, sizeof n, "fwd==steps red%d st%d final_angle", reduce, has_states);
     expect_close_angle(n, &pa.t, &a->final_angle_state);
     ssmt_free(&pa), ssmt_free(&ps), ssmt_free(&pk), ssmt_free(&pv), ssmt_free(&out);
@@ -473,10 +347,10 @@ static void test_fwd_vs_steps(ssmt_rng * rng, int reduce, int has_states) {
 /* Tokens [t0, t0+len) of the forward args, writing out's slice. */
 static ssm_mamba3_mimo_args slice_args(const ssm_mamba3_mimo_args * a, int64_t t0, int64_t len, const ssm_tensor * out) {
     ssm_mamba3_mimo_args s = *a;
-    s.q = view_range(&a->q, 1, t0, len), s.k = view_range(&a->k, 1, t0, len), s.v = view_range(&a->v, 1, t0, len);
-    s.z = view_range(&a->z, 1, t0, len), s.angles = view_range(&a->angles, 1, t0, len);
-    s.adt = view_range(&a->adt, 2, t0, len), s.dt = view_range(&a->dt, 2, t0, len);
-    s.trap = view_range(&a->trap, 2, t0, len), s.out = view_range(out, 1, t0, len);
+    s.q = ssmt_slice(&a->q, 1, t0, len), s.k = ssmt_slice(&a->k, 1, t0, len), s.v = ssmt_slice(&a->v, 1, t0, len);
+    s.z = ssmt_slice(&a->z, 1, t0, len), s.angles = ssmt_slice(&a->angles, 1, t0, len);
+    s.adt = ssmt_slice(&a->adt, 2, t0, len), s.dt = ssmt_slice(&a->dt, 2, t0, len);
+    s.trap = ssmt_slice(&a->trap, 2, t0, len), s.out = ssmt_slice(out, 1, t0, len);
     return s;
 }
 
@@ -502,11 +376,11 @@ static void test_split(ssmt_rng * rng) {
     p2.angle_state = m[0].t, p2.ssm_state = m[1].t, p2.k_state = m[2].t, p2.v_state = m[3].t;
     p2.final_angle_state = e[0].t, p2.final_ssm_state = e[1].t, p2.final_k_state = e[2].t, p2.final_v_state = e[3].t;
     TEST_CHECK_STATUS(ssm_mamba3_mimo(ctx_cpu[3], &g_params, &p2), SSM_STATUS_OK);
-    expect_close("split out", &out.t, &a->out, 1e-5);
+    ssmt_expect_close("split out", &out.t, &a->out, 1e-5);
     expect_close_angle("split final_angle", &e[0].t, &a->final_angle_state);
-    expect_close("split final_ssm", &e[1].t, &a->final_ssm_state, 1e-5);
-    expect_close("split final_k", &e[2].t, &a->final_k_state, 1e-5);
-    expect_close("split final_v", &e[3].t, &a->final_v_state, 1e-5);
+    ssmt_expect_close("split final_ssm", &e[1].t, &a->final_ssm_state, 1e-5);
+    ssmt_expect_close("split final_k", &e[2].t, &a->final_k_state, 1e-5);
+    ssmt_expect_close("split final_v", &e[3].t, &a->final_v_state, 1e-5);
     ssmt_free(&out);
     for (int i = 0; i < 4; ++i) ssmt_free(&m[i]), ssmt_free(&e[i]);
     ssmt_mimo_problem_free(&pr);
@@ -530,25 +404,25 @@ static void test_varlen_vs_separate(ssmt_rng * rng) {
     for (int s = 0; s < 5; ++s) {
         if (lens[s] == 0) { /* the identity on states */
             for (int i = 0; i < 4; ++i) {
-                const ssm_tensor dst = view_range(&e[i].t, 0, s, 1), src = view_range(init[i], 0, s, 1);
+                const ssm_tensor dst = ssmt_slice(&e[i].t, 0, s, 1), src = ssmt_slice(init[i], 0, s, 1);
                 ssmt_copy(&dst, &src);
             }
             continue;
         }
         ssm_mamba3_mimo_args p = slice_args(a, t0, lens[s], &out.t);
         memset(&p.cu_seqlens, 0, sizeof p.cu_seqlens);
-        p.angle_state = view_range(init[0], 0, s, 1), p.ssm_state = view_range(init[1], 0, s, 1);
-        p.k_state = view_range(init[2], 0, s, 1), p.v_state = view_range(init[3], 0, s, 1);
-        p.final_angle_state = view_range(&e[0].t, 0, s, 1), p.final_ssm_state = view_range(&e[1].t, 0, s, 1);
-        p.final_k_state = view_range(&e[2].t, 0, s, 1), p.final_v_state = view_range(&e[3].t, 0, s, 1);
+        p.angle_state = ssmt_slice(init[0], 0, s, 1), p.ssm_state = ssmt_slice(init[1], 0, s, 1);
+        p.k_state = ssmt_slice(init[2], 0, s, 1), p.v_state = ssmt_slice(init[3], 0, s, 1);
+        p.final_angle_state = ssmt_slice(&e[0].t, 0, s, 1), p.final_ssm_state = ssmt_slice(&e[1].t, 0, s, 1);
+        p.final_k_state = ssmt_slice(&e[2].t, 0, s, 1), p.final_v_state = ssmt_slice(&e[3].t, 0, s, 1);
         TEST_CHECK_STATUS(ssm_mamba3_mimo(ctx_cpu[1], &g_params, &p), SSM_STATUS_OK);
         t0 += lens[s];
     }
-    expect_close("varlen==separate out", &out.t, &a->out, 1e-5);
+    ssmt_expect_close("varlen==separate out", &out.t, &a->out, 1e-5);
     expect_close_angle("varlen==separate final_angle", &e[0].t, &a->final_angle_state);
-    expect_close("varlen==separate final_ssm", &e[1].t, &a->final_ssm_state, 1e-5);
-    expect_close("varlen==separate final_k", &e[2].t, &a->final_k_state, 1e-5);
-    expect_close("varlen==separate final_v", &e[3].t, &a->final_v_state, 1e-5);
+    ssmt_expect_close("varlen==separate final_ssm", &e[1].t, &a->final_ssm_state, 1e-5);
+    ssmt_expect_close("varlen==separate final_k", &e[2].t, &a->final_k_state, 1e-5);
+    ssmt_expect_close("varlen==separate final_v", &e[3].t, &a->final_v_state, 1e-5);
     ssmt_free(&out);
     for (int i = 0; i < 4; ++i) ssmt_free(&e[i]);
     ssmt_mimo_problem_free(&pr);
@@ -565,11 +439,11 @@ static void test_step(ssmt_rng * rng, ssmt_mimo_config cfg, int64_t slots, int w
     }
     g_params                      = pr.params;
     ssm_mamba3_mimo_step_args a   = pr.args;
-    op_case                   oc  = { 0 };
+    ssmt_op_case                   oc  = { 0 };
     oc.name = tag, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg.dtype, oc.out_dtype = cfg.out_dtype;
     oc.run = run_step;
-    add_out(&oc, &a.out), add_out(&oc, &a.final_angle_state), add_out(&oc, &a.final_ssm_state);
-    add_out(&oc, &a.final_k_state), add_out(&oc, &a.final_v_state);
+    ssmt_op_add_out(&oc, &a.out), ssmt_op_add_out(&oc, &a.final_angle_state), ssmt_op_add_out(&oc, &a.final_ssm_state);
+    ssmt_op_add_out(&oc, &a.final_k_state), ssmt_op_add_out(&oc, &a.final_v_state);
     run_case(&oc);
     /* in place on an fp32 pool == separate final buffers; padding rows' out == 0 */
     const ssm_tensor * st[4] = { &pr.args.angle_state, &pr.args.ssm_state, &pr.args.k_state, &pr.args.v_state };
@@ -606,17 +480,14 @@ static void test_step(ssmt_rng * rng, ssmt_mimo_config cfg, int64_t slots, int w
 }
 
 int main(void) {
-    const char * env  = getenv("SSMOPS_TEST_SEED");
-    uint64_t     seed = env ? strtoull(env, NULL, 10) : 20261202u;
-    printf("seed %llu\n", (unsigned long long) seed);
     ssmt_rng rng;
-    ssmt_rng_seed(&rng, seed);
-    ctx_ref = make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
-    ctx_ref_bf16 = make_ctx_mode(SSM_BACKEND_REF, 1, SSM_ISA_AUTO, SSM_REF_UPSTREAM_BF16);
-    for (int t = 1; t <= 3; ++t) ctx_cpu[t] = make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
-    for (int t = 1; t <= 3; ++t) ctx_cpu_bf16[t] = make_ctx_mode(SSM_BACKEND_CPU, t, SSM_ISA_AUTO, SSM_REF_UPSTREAM_BF16);
-    ctx_scalar      = make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
-    ctx_scalar_bf16 = make_ctx_mode(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR, SSM_REF_UPSTREAM_BF16);
+    ssmt_rng_from_env(&rng, 20261202u);
+    ctx_ref = ssmt_make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
+    ctx_ref_bf16 = ssmt_make_ctx_mode(SSM_BACKEND_REF, 1, SSM_ISA_AUTO, SSM_REF_UPSTREAM_BF16);
+    for (int t = 1; t <= 3; ++t) ctx_cpu[t] = ssmt_make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
+    for (int t = 1; t <= 3; ++t) ctx_cpu_bf16[t] = ssmt_make_ctx_mode(SSM_BACKEND_CPU, t, SSM_ISA_AUTO, SSM_REF_UPSTREAM_BF16);
+    ctx_scalar      = ssmt_make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
+    ctx_scalar_bf16 = ssmt_make_ctx_mode(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR, SSM_REF_UPSTREAM_BF16);
     TEST_CHECK(ctx_ref && ctx_ref_bf16 && ctx_cpu[1] && ctx_cpu[2] && ctx_cpu[3] && ctx_scalar && ctx_cpu_bf16[1] &&
                    ctx_cpu_bf16[2] && ctx_cpu_bf16[3] && ctx_scalar_bf16,
                "context creation failed");

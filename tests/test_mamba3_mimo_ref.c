@@ -36,37 +36,6 @@
 static ssm_context * g_ref;  /* REF backend, exact */
 static ssm_context * g_bf16; /* REF backend, ref_mode UPSTREAM_BF16 */
 
-static void check_tol(const char * label, const ssm_tensor * y, const ssm_tensor * r, double tol) {
-    const ssmt_bar bar = {tol, 100.0 * tol};
-    ssmt_check_within(label, y, r, bar);
-}
-
-static ssm_tensor absent(void) {
-    ssm_tensor t;
-    memset(&t, 0, sizeof t);
-    return t;
-}
-
-static ssm_tensor slice(const ssm_tensor * t, int32_t dim, int64_t start, int64_t len) {
-    ssm_tensor v = *t;
-    if (t->data == NULL) return v;
-    v.data = (char *)t->data + start * t->strides[dim] * (int64_t)ssm_dtype_size((ssm_dtype)t->dtype);
-    v.shape[dim] = len;
-    return v;
-}
-
-/* Index `at` of dimension dim removed (a view of one position). */
-static ssm_tensor pick(const ssm_tensor * t, int32_t dim, int64_t at) {
-    ssm_tensor v = slice(t, dim, at, 1);
-    if (t->data == NULL) return v;
-    for (int32_t i = dim; i + 1 < v.ndim; ++i) {
-        v.shape[i] = v.shape[i + 1];
-        v.strides[i] = v.strides[i + 1];
-    }
-    v.ndim -= 1;
-    return v;
-}
-
 /* max |remainder(y − r, 2π)| over all elements (angles equal modulo 2π). */
 static double angle_diff(const ssm_tensor * y, const ssm_tensor * r) {
     double m = 0.0;
@@ -165,7 +134,7 @@ static int bag_load(case_bag * g, const char * op, const char * name, const char
 static ssm_tensor bag(const case_bag * g, const char * name) {
     for (int i = 0; i < g->n; ++i)
         if (strcmp(g->names[i], name) == 0) return g->h[i].t;
-    return absent();
+    return ssmt_absent();
 }
 
 static void bag_free(case_bag * g) {
@@ -189,7 +158,7 @@ static void compare_out(const case_bag * g, const char * op, const char * name, 
     TEST_CHECK(got->t.data != NULL, "%s/%s: no output for %s", op, g->c.name, name);
     if (got->t.data == NULL) return;
     snprintf(label, sizeof label, "data %s/%s %s", op, g->c.name, name);
-    check_tol(label, &got->t, &w, tol);
+    ssmt_check_tol(label, &got->t, &w, tol);
 }
 
 static void params_of(const case_bag * g, ssm_mamba3_mimo_params * p) {
@@ -513,22 +482,22 @@ static void free_outs(fwd_outs * o) {
 static void compare_outs(const char * what, const fwd_outs * y, const fwd_outs * r, double tol) {
     char label[200];
     snprintf(label, sizeof label, "%s out", what);
-    check_tol(label, &y->out.t, &r->out.t, tol);
+    ssmt_check_tol(label, &y->out.t, &r->out.t, tol);
     if (r->fa.t.data) {
         snprintf(label, sizeof label, "%s final_angle", what);
-        check_tol(label, &y->fa.t, &r->fa.t, tol);
+        ssmt_check_tol(label, &y->fa.t, &r->fa.t, tol);
     }
     if (r->fs.t.data) {
         snprintf(label, sizeof label, "%s final_ssm", what);
-        check_tol(label, &y->fs.t, &r->fs.t, tol);
+        ssmt_check_tol(label, &y->fs.t, &r->fs.t, tol);
     }
     if (r->fk.t.data) {
         snprintf(label, sizeof label, "%s final_k", what);
-        check_tol(label, &y->fk.t, &r->fk.t, tol);
+        ssmt_check_tol(label, &y->fk.t, &r->fk.t, tol);
     }
     if (r->fv.t.data) {
         snprintf(label, sizeof label, "%s final_v", what);
-        check_tol(label, &y->fv.t, &r->fv.t, tol);
+        ssmt_check_tol(label, &y->fv.t, &r->fv.t, tol);
     }
 }
 
@@ -584,15 +553,15 @@ static void test_recurrent_and_chunks(void) {
 /* The forward arguments of tokens [t0, t0+len) of a dense problem (rows all batch rows). */
 static ssm_mamba3_mimo_args time_slice(const ssm_mamba3_mimo_args * a, int64_t t0, int64_t len) {
     ssm_mamba3_mimo_args s = *a;
-    s.q = slice(&a->q, 1, t0, len);
-    s.k = slice(&a->k, 1, t0, len);
-    s.v = slice(&a->v, 1, t0, len);
-    s.z = slice(&a->z, 1, t0, len);
-    s.angles = slice(&a->angles, 1, t0, len);
-    s.adt = slice(&a->adt, 2, t0, len);
-    s.dt = slice(&a->dt, 2, t0, len);
-    s.trap = slice(&a->trap, 2, t0, len);
-    s.out = slice(&a->out, 1, t0, len);
+    s.q = ssmt_slice(&a->q, 1, t0, len);
+    s.k = ssmt_slice(&a->k, 1, t0, len);
+    s.v = ssmt_slice(&a->v, 1, t0, len);
+    s.z = ssmt_slice(&a->z, 1, t0, len);
+    s.angles = ssmt_slice(&a->angles, 1, t0, len);
+    s.adt = ssmt_slice(&a->adt, 2, t0, len);
+    s.dt = ssmt_slice(&a->dt, 2, t0, len);
+    s.trap = ssmt_slice(&a->trap, 2, t0, len);
+    s.out = ssmt_slice(&a->out, 1, t0, len);
     return s;
 }
 
@@ -625,11 +594,11 @@ static void test_split_varlen(void) {
         const int64_t        s1 = 10;
         ssm_mamba3_mimo_args a1 = time_slice(&pr.args, 0, s1);
         set_outs(&a1, &first);
-        a1.out = slice(&two.out.t, 1, 0, s1);
+        a1.out = ssmt_slice(&two.out.t, 1, 0, s1);
         TEST_CHECK_STATUS(ssm_mamba3_mimo(g_ref, &pr.params, &a1), SSM_STATUS_OK);
         ssm_mamba3_mimo_args a2 = time_slice(&pr.args, s1, c.seqlen - s1);
         set_states_from(&a2, &first);
-        a2.out = slice(&two.out.t, 1, s1, c.seqlen - s1);
+        a2.out = ssmt_slice(&two.out.t, 1, s1, c.seqlen - s1);
         a2.final_angle_state = two.fa.t;
         a2.final_ssm_state = two.fs.t;
         a2.final_k_state = two.fk.t;
@@ -663,24 +632,24 @@ static void test_split_varlen(void) {
         if (len > 0) {
             ssm_mamba3_mimo_args b = time_slice(&pr.args, t0, len);
             memset(&b.cu_seqlens, 0, sizeof b.cu_seqlens);
-            b.out = slice(&per.out.t, 1, t0, len);
-            b.angle_state = slice(&pr.angle_state.t, 0, s, 1);
-            b.ssm_state = slice(&pr.ssm_state.t, 0, s, 1);
-            b.k_state = slice(&pr.k_state.t, 0, s, 1);
-            b.v_state = slice(&pr.v_state.t, 0, s, 1);
-            b.final_angle_state = slice(&per.fa.t, 0, s, 1);
-            b.final_ssm_state = slice(&per.fs.t, 0, s, 1);
-            b.final_k_state = slice(&per.fk.t, 0, s, 1);
-            b.final_v_state = slice(&per.fv.t, 0, s, 1);
+            b.out = ssmt_slice(&per.out.t, 1, t0, len);
+            b.angle_state = ssmt_slice(&pr.angle_state.t, 0, s, 1);
+            b.ssm_state = ssmt_slice(&pr.ssm_state.t, 0, s, 1);
+            b.k_state = ssmt_slice(&pr.k_state.t, 0, s, 1);
+            b.v_state = ssmt_slice(&pr.v_state.t, 0, s, 1);
+            b.final_angle_state = ssmt_slice(&per.fa.t, 0, s, 1);
+            b.final_ssm_state = ssmt_slice(&per.fs.t, 0, s, 1);
+            b.final_k_state = ssmt_slice(&per.fk.t, 0, s, 1);
+            b.final_v_state = ssmt_slice(&per.fv.t, 0, s, 1);
             TEST_CHECK_STATUS(ssm_mamba3_mimo(g_ref, &pr.params, &b), SSM_STATUS_OK);
         } else {
             /* the empty sequence: the packed call must pass its states through exactly */
-            const ssm_tensor fin[4] = {pick(&packed.fa.t, 0, s), pick(&packed.fs.t, 0, s), pick(&packed.fk.t, 0, s),
-                                       pick(&packed.fv.t, 0, s)};
-            const ssm_tensor ini[4] = {pick(&pr.angle_state.t, 0, s), pick(&pr.ssm_state.t, 0, s),
-                                       pick(&pr.k_state.t, 0, s), pick(&pr.v_state.t, 0, s)};
-            const ssm_tensor dst[4] = {pick(&per.fa.t, 0, s), pick(&per.fs.t, 0, s), pick(&per.fk.t, 0, s),
-                                       pick(&per.fv.t, 0, s)};
+            const ssm_tensor fin[4] = {ssmt_pick(&packed.fa.t, 0, s), ssmt_pick(&packed.fs.t, 0, s), ssmt_pick(&packed.fk.t, 0, s),
+                                       ssmt_pick(&packed.fv.t, 0, s)};
+            const ssm_tensor ini[4] = {ssmt_pick(&pr.angle_state.t, 0, s), ssmt_pick(&pr.ssm_state.t, 0, s),
+                                       ssmt_pick(&pr.k_state.t, 0, s), ssmt_pick(&pr.v_state.t, 0, s)};
+            const ssm_tensor dst[4] = {ssmt_pick(&per.fa.t, 0, s), ssmt_pick(&per.fs.t, 0, s), ssmt_pick(&per.fk.t, 0, s),
+                                       ssmt_pick(&per.fv.t, 0, s)};
             for (int k = 0; k < 4; ++k) {
                 int same = 1;
                 for (int64_t i = 0; i < ssmt_numel(&ini[k]); ++i)
@@ -731,14 +700,14 @@ static void test_steps(void) {
         for (int64_t t = 0; t < c.seqlen; ++t) {
             ssm_mamba3_mimo_step_args s;
             memset(&s, 0, sizeof s);
-            s.q = pick(&pr.q.t, 1, t);
-            s.k = pick(&pr.k.t, 1, t);
-            s.v = pick(&pr.v.t, 1, t);
-            s.z = pick(&pr.z.t, 1, t);
-            s.adt = pick(&pr.adt.t, 2, t);
-            s.dt = pick(&pr.dt.t, 2, t);
-            s.trap = pick(&pr.trap.t, 2, t);
-            s.angles = pick(&pr.angles.t, 1, t);
+            s.q = ssmt_pick(&pr.q.t, 1, t);
+            s.k = ssmt_pick(&pr.k.t, 1, t);
+            s.v = ssmt_pick(&pr.v.t, 1, t);
+            s.z = ssmt_pick(&pr.z.t, 1, t);
+            s.adt = ssmt_pick(&pr.adt.t, 2, t);
+            s.dt = ssmt_pick(&pr.dt.t, 2, t);
+            s.trap = ssmt_pick(&pr.trap.t, 2, t);
+            s.angles = ssmt_pick(&pr.angles.t, 1, t);
             s.q_bias = pr.q_bias.t;
             s.k_bias = pr.k_bias.t;
             s.mimo_v = pr.mimo_v.t;
@@ -750,7 +719,7 @@ static void test_steps(void) {
             s.ssm_state = s.final_ssm_state = stp.fs.t;
             s.k_state = s.final_k_state = stp.fk.t;
             s.v_state = s.final_v_state = stp.fv.t;
-            s.out = pick(&stp.out.t, 1, t);
+            s.out = ssmt_pick(&stp.out.t, 1, t);
             const ssm_status st = ssm_mamba3_mimo_step(g_ref, &pr.params, &s);
             TEST_CHECK(st == SSM_STATUS_OK, "step %lld: %s (%s)", (long long)t, ssm_status_string(st),
                        ssm_context_last_error(g_ref));
@@ -758,13 +727,13 @@ static void test_steps(void) {
         }
         char label[160];
         snprintf(label, sizeof label, "(e) %lld steps==forward [cfg %d] out", (long long)c.seqlen, ci);
-        check_tol(label, &stp.out.t, &fwd.out.t, EXACT_TOL);
+        ssmt_check_tol(label, &stp.out.t, &fwd.out.t, EXACT_TOL);
         snprintf(label, sizeof label, "(e) steps==forward [cfg %d] final_ssm", ci);
-        check_tol(label, &stp.fs.t, &fwd.fs.t, EXACT_TOL);
+        ssmt_check_tol(label, &stp.fs.t, &fwd.fs.t, EXACT_TOL);
         snprintf(label, sizeof label, "(e) steps==forward [cfg %d] final_k", ci);
-        check_tol(label, &stp.fk.t, &fwd.fk.t, EXACT_TOL);
+        ssmt_check_tol(label, &stp.fk.t, &fwd.fk.t, EXACT_TOL);
         snprintf(label, sizeof label, "(e) steps==forward [cfg %d] final_v", ci);
-        check_tol(label, &stp.fv.t, &fwd.fv.t, EXACT_TOL);
+        ssmt_check_tol(label, &stp.fv.t, &fwd.fv.t, EXACT_TOL);
         snprintf(label, sizeof label, "(e) steps==forward [cfg %d] final_angle (mod 2π)", ci);
         check_angle(label, &stp.fa.t, &fwd.fa.t, 1e-12 * TWO_PI * 10.0);
         free_outs(&fwd);
@@ -802,7 +771,7 @@ static void test_step_indices(void) {
     for (int64_t b = 0; b < c.batch; ++b) {
         const int64_t s = (int64_t)ssmt_get(&pr.state_batch_indices.t, b);
         for (int k = 0; k < 4; ++k) {
-            const ssm_tensor dst = pick(gath[k], 0, b), src = pick(pools[k], 0, s < 0 ? 0 : s);
+            const ssm_tensor dst = ssmt_pick(gath[k], 0, b), src = ssmt_pick(pools[k], 0, s < 0 ? 0 : s);
             ssmt_copy(&dst, &src);
         }
     }
@@ -823,7 +792,7 @@ static void test_step_indices(void) {
     int used[16] = {0};
     for (int64_t b = 0; b < c.batch; ++b) {
         const int64_t    s = (int64_t)ssmt_get(&pr.state_batch_indices.t, b);
-        const ssm_tensor oi = pick(&pr.out.t, 0, b), ou = pick(&un.out.t, 0, b);
+        const ssm_tensor oi = ssmt_pick(&pr.out.t, 0, b), ou = ssmt_pick(&un.out.t, 0, b);
         if (s < 0) {
             int zero = 1;
             for (int64_t i = 0; i < ssmt_numel(&oi); ++i)
@@ -834,18 +803,18 @@ static void test_step_indices(void) {
         used[s] = 1;
         char label[120];
         snprintf(label, sizeof label, "(e) indexed step row %lld out", (long long)b);
-        check_tol(label, &oi, &ou, 0.0);
+        ssmt_check_tol(label, &oi, &ou, 0.0);
         for (int k = 0; k < 4; ++k) {
-            const ssm_tensor fi = pick(fin_idx[k], 0, s), fu = pick(fin_un[k], 0, b);
+            const ssm_tensor fi = ssmt_pick(fin_idx[k], 0, s), fu = ssmt_pick(fin_un[k], 0, b);
             snprintf(label, sizeof label, "(e) indexed step row %lld final state %d", (long long)b, k);
-            check_tol(label, &fi, &fu, 0.0);
+            ssmt_check_tol(label, &fi, &fu, 0.0);
         }
     }
     /* a separate final pool is the whole pool after the step: slots no row uses are copies */
     for (int64_t s = 0; s < slots; ++s) {
         if (used[s]) continue;
         for (int k = 0; k < 4; ++k) {
-            const ssm_tensor fi = pick(fin_idx[k], 0, s), pool = pick(pools[k], 0, s);
+            const ssm_tensor fi = ssmt_pick(fin_idx[k], 0, s), pool = ssmt_pick(pools[k], 0, s);
             int              same = 1;
             for (int64_t i = 0; i < ssmt_numel(&fi); ++i)
                 if (ssmt_get(&fi, i) != ssmt_get(&pool, i)) same = 0;
@@ -861,16 +830,16 @@ static void test_step_indices(void) {
     ip.final_k_state = ip.k_state;
     ip.final_v_state = ip.v_state;
     TEST_CHECK_STATUS(ssm_mamba3_mimo_step(g_ref, &pr.params, &ip), SSM_STATUS_OK);
-    check_tol("(e) in-place step out", &outs2.t, &pr.out.t, 0.0);
+    ssmt_check_tol("(e) in-place step out", &outs2.t, &pr.out.t, 0.0);
     for (int64_t s = 0; s < slots; ++s) {
         if (!used[s]) continue;
         for (int k = 0; k < 4; ++k) {
-            const ssm_tensor fi = pick(fin_idx[k], 0, s), pool = pick(pools[k], 0, s);
+            const ssm_tensor fi = ssmt_pick(fin_idx[k], 0, s), pool = ssmt_pick(pools[k], 0, s);
             char             label[120];
             snprintf(label, sizeof label, "(e) in-place slot %lld state %d", (long long)s, k);
             /* pool (param dtype) vs F32-or-F64 finals: compare at the pool's precision */
             const ssmt_host fr = ssmt_clone(&fi, (ssm_dtype)pool.dtype);
-            check_tol(label, &pool, &fr.t, 0.0);
+            ssmt_check_tol(label, &pool, &fr.t, 0.0);
             ssmt_host tmp = fr;
             ssmt_free(&tmp);
         }
@@ -1042,7 +1011,7 @@ static void test_bwd_fwd_vs_forward(void) {
                                       ssmt_get(&pr.k_bias.t, (h * R + r2) * N + n));
                             ssmt_set(&qk.t, (((bb * H + h) * S + t) * R + r) * R + r2, s);
                         }
-        check_tol("(f) bwd_fwd qk_dot == q̄·k̄", &w.qk_dot.t, &qk.t, EXACT_TOL);
+        ssmt_check_tol("(f) bwd_fwd qk_dot == q̄·k̄", &w.qk_dot.t, &qk.t, EXACT_TOL);
         ssmt_free(&qk);
         /* states[c] = pre-loaded state entering chunk c, from the prefix forward's finals */
         ssmt_host want = ssmt_alloc(SSM_DTYPE_F64, 5, w.states.t.shape);
@@ -1053,7 +1022,7 @@ static void test_bwd_fwd_vs_forward(void) {
             fwd_outs             f = alloc_outs(&pr.args);
             ssmt_host            o = ssmt_alloc(SSM_DTYPE_F64, pr.out.t.ndim, pr.out.t.shape);
             set_outs(&a, &f);
-            a.out = slice(&o.t, 1, 0, L);
+            a.out = ssmt_slice(&o.t, 1, 0, L);
             TEST_CHECK_STATUS(ssm_mamba3_mimo(g_ref, &pr.params, &a), SSM_STATUS_OK);
             for (int64_t bb = 0; bb < B; ++bb)
                 for (int64_t h = 0; h < H; ++h) {
@@ -1073,7 +1042,7 @@ static void test_bwd_fwd_vs_forward(void) {
             ssmt_free(&o);
             free_outs(&f);
         }
-        check_tol("(f) bwd_fwd states == pre-loaded chunk-entering states", &w.states.t, &want.t, EXACT_TOL);
+        ssmt_check_tol("(f) bwd_fwd states == pre-loaded chunk-entering states", &w.states.t, &want.t, EXACT_TOL);
         ssmt_free(&want);
         /* dmimo_o[b,h,r] = Σ_t out_rank[b,t,r,h]·dout[b,t,h] (per-rank forward, same z) */
         {
@@ -1098,7 +1067,7 @@ static void test_bwd_fwd_vs_forward(void) {
                                      ssmt_get(&w.dout.t, ((bb * S + t) * H + h) * P + p);
                             ssmt_set(&dmo.t, ((bb * H + h) * R + r) * P + p, s);
                         }
-            check_tol("(f) bwd_fwd dmimo_o == Σ_t out_rank·dout", &w.dmimo_o.t, &dmo.t, EXACT_TOL);
+            ssmt_check_tol("(f) bwd_fwd dmimo_o == Σ_t out_rank·dout", &w.dmimo_o.t, &dmo.t, EXACT_TOL);
             ssmt_free(&dmo);
             ssmt_free(&raw);
         }
@@ -1106,7 +1075,7 @@ static void test_bwd_fwd_vs_forward(void) {
         {
             ssmt_host fz = ssmt_alloc(SSM_DTYPE_F64, 4, pr.z.t.shape);
             fd_grad(&pr, &pr.params, &w.dout.t, &pr.z.t, &fz.t);
-            check_tol("(f) bwd_fwd dz == finite differences", &w.dz.t, &fz.t, FD_TOL);
+            ssmt_check_tol("(f) bwd_fwd dz == finite differences", &w.dz.t, &fz.t, FD_TOL);
             ssmt_host fmz = ssmt_alloc(SSM_DTYPE_F64, 3, pr.mimo_z.t.shape);
             fd_grad(&pr, &pr.params, &w.dout.t, &pr.mimo_z.t, &fmz.t);
             ssmt_host sum = ssmt_alloc(SSM_DTYPE_F64, 3, pr.mimo_z.t.shape);
@@ -1116,7 +1085,7 @@ static void test_bwd_fwd_vs_forward(void) {
                 for (int64_t bb = 0; bb < B; ++bb) s += ssmt_get(&w.dmimo_z.t, bb * nrp + i);
                 ssmt_set(&sum.t, i, s);
             }
-            check_tol("(f) bwd_fwd Σ_b dmimo_z == finite differences", &sum.t, &fmz.t, FD_TOL);
+            ssmt_check_tol("(f) bwd_fwd Σ_b dmimo_z == finite differences", &sum.t, &fmz.t, FD_TOL);
             ssmt_free(&fz);
             ssmt_free(&fmz);
             ssmt_free(&sum);

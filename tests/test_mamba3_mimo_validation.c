@@ -85,24 +85,6 @@ static void expect_ok(int op, const ssm_mamba3_mimo_params * p, const void * arg
     if (st == SSM_STATUS_OK) printf("ok  %-20s %-44s (valid call succeeds)\n", op_names[op], what);
 }
 
-static ssm_tensor reshaped(const ssm_tensor * t, int32_t dim, int64_t n) {
-    ssm_tensor v = *t;
-    v.shape[dim] = n;
-    return v;
-}
-
-static ssm_tensor retyped(const ssm_tensor * t, int32_t dtype) {
-    ssm_tensor v = *t;
-    v.dtype = dtype;
-    return v;
-}
-
-static ssm_tensor absent(void) {
-    ssm_tensor t;
-    memset(&t, 0, sizeof t);
-    return t;
-}
-
 /* params NULL / size / chunk / divisor / fused flag / eps, args NULL, CUDA backend. */
 static void params_rules(fixture * f, int op, const ssm_mamba3_mimo_params * base, const void * args) {
     expect(f, op, NULL, args, SSM_STATUS_INVALID_ARGUMENT, "params NULL", "params");
@@ -147,45 +129,45 @@ static void qkv_rules(fixture * f, int op, const ssm_mamba3_mimo_params * p, con
                       ssm_tensor * k, ssm_tensor * v, ssm_tensor * z, ssm_tensor * mimo_z, int seq) {
     const ssm_tensor sq = *q, sk = *k, sv = *v, sz = *z, smz = *mimo_z;
     const int32_t    nd = seq ? 5 : 4, ndim_n = nd - 1, ndim_h = nd - 3, ndim_p = nd - 2;
-    *q = absent();
+    *q = ssmt_absent();
     expect(f, op, p, args, SSM_STATUS_INVALID_ARGUMENT, "q missing", "q");
     *q = sq;
     q->ndim = nd - 1;
     expect(f, op, p, args, SSM_STATUS_INVALID_SHAPE, "q wrong rank", "q");
-    *q = retyped(&sq, SSM_DTYPE_I32);
+    *q = ssmt_retyped(&sq, SSM_DTYPE_I32);
     expect(f, op, p, args, SSM_STATUS_INVALID_LAYOUT, "q int32", "q");
     *q = sq;
     q->device.type = SSM_DEVICE_CUDA;
     expect(f, op, p, args, SSM_STATUS_INVALID_LAYOUT, "q on CUDA", "q");
     *q = sq;
-    *k = reshaped(&sk, ndim_n, sk.shape[ndim_n] + 2);
+    *k = ssmt_reshaped(&sk, ndim_n, sk.shape[ndim_n] + 2);
     expect(f, op, p, args, SSM_STATUS_INVALID_SHAPE, "k N differs from q", "k");
     *k = sk;
     /* N odd / not a multiple of div / over 128 (q and k reshaped together) */
-    *q = reshaped(&sq, ndim_n, 7);
-    *k = reshaped(&sk, ndim_n, 7);
+    *q = ssmt_reshaped(&sq, ndim_n, 7);
+    *k = ssmt_reshaped(&sk, ndim_n, 7);
     expect(f, op, p, args, SSM_STATUS_INVALID_ARGUMENT, "N odd (7)", "even");
-    *q = reshaped(&sq, ndim_n, 6);
-    *k = reshaped(&sk, ndim_n, 6);
+    *q = ssmt_reshaped(&sq, ndim_n, 6);
+    *k = ssmt_reshaped(&sk, ndim_n, 6);
     expect(f, op, p, args, SSM_STATUS_INVALID_ARGUMENT, "N=6 with divisor 4", "rotary_dim_divisor");
-    *q = reshaped(&sq, ndim_n, 132);
-    *k = reshaped(&sk, ndim_n, 132);
+    *q = ssmt_reshaped(&sq, ndim_n, 132);
+    *k = ssmt_reshaped(&sk, ndim_n, 132);
     expect(f, op, p, args, SSM_STATUS_INVALID_ARGUMENT, "N=132 > 128", "exceeds");
     *q = sq;
     *k = sk;
     /* H not a multiple of G; P over 128 */
-    *v = reshaped(&sv, ndim_h, 3);
+    *v = ssmt_reshaped(&sv, ndim_h, 3);
     expect(f, op, p, args, SSM_STATUS_INVALID_SHAPE, "H=3 with G=2", "multiple");
-    *v = reshaped(&sv, ndim_p, 129);
+    *v = ssmt_reshaped(&sv, ndim_p, 129);
     expect(f, op, p, args, SSM_STATUS_INVALID_ARGUMENT, "P=129 > 128", "P");
-    *v = reshaped(&sv, 0, sv.shape[0] + 1);
+    *v = ssmt_reshaped(&sv, 0, sv.shape[0] + 1);
     expect(f, op, p, args, SSM_STATUS_INVALID_SHAPE, "v batch differs from q", "v");
     *v = sv;
     /* z and mimo_z: both or neither */
-    *mimo_z = absent();
+    *mimo_z = ssmt_absent();
     expect(f, op, p, args, SSM_STATUS_INVALID_ARGUMENT, "z without mimo_z", "mimo_z");
     *mimo_z = smz;
-    *z = absent();
+    *z = ssmt_absent();
     expect(f, op, p, args, SSM_STATUS_INVALID_ARGUMENT, "mimo_z without z", "z");
     *z = sz;
 }
@@ -277,32 +259,32 @@ static void test_bwd_fwd(fixtures * x) {
     a.dout = x->bf.args.dout;
     expect(f, op, &x->nbf.params, &a, SSM_STATUS_INVALID_SHAPE, "4-D dout without mimo_o (per-rank)", "dout");
     a = x->bf.args;
-    a.dout = absent();
+    a.dout = ssmt_absent();
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dout missing", "dout");
     a = x->bf.args;
     /* per-token and chunk tensors */
-    a.angles = reshaped(&x->bf.args.angles, 3, 3);
+    a.angles = ssmt_reshaped(&x->bf.args.angles, 3, 3);
     expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "angles A != N/div", "angles");
     a = x->bf.args;
-    a.da_cs = reshaped(&x->bf.args.da_cs, 2, 19);
+    a.da_cs = ssmt_reshaped(&x->bf.args.da_cs, 2, 19);
     expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "da_cs S wrong", "da_cs");
     a = x->bf.args;
-    a.da_cs_rev = absent();
+    a.da_cs_rev = ssmt_absent();
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "da_cs_rev missing", "da_cs_rev");
     a = x->bf.args;
-    a.segsum = reshaped(&x->bf.args.segsum, 2, 2);
+    a.segsum = ssmt_reshaped(&x->bf.args.segsum, 2, 2);
     expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "segsum nc wrong", "segsum");
     a = x->bf.args;
-    a.segsum = reshaped(&x->bf.args.segsum, 4, 4);
+    a.segsum = ssmt_reshaped(&x->bf.args.segsum, 4, 4);
     expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "segsum C wrong", "segsum");
     a = x->bf.args;
-    a.q_bias = reshaped(&x->bf.args.q_bias, 1, 3);
+    a.q_bias = ssmt_reshaped(&x->bf.args.q_bias, 1, 3);
     expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "q_bias R wrong", "q_bias");
     a = x->bf.args;
-    a.mimo_v = absent();
+    a.mimo_v = ssmt_absent();
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "mimo_v missing", "mimo_v");
     a = x->bf.args;
-    a.d = reshaped(&x->bf.args.d, 0, 5);
+    a.d = ssmt_reshaped(&x->bf.args.d, 0, 5);
     expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "d wrong length", "d");
     a = x->bf.args;
     /* outputs without their inputs */
@@ -310,19 +292,19 @@ static void test_bwd_fwd(fixtures * x) {
     a.dmimo_o = x->bf.args.dmimo_o;
     expect(f, op, &x->nbf.params, &a, SSM_STATUS_INVALID_ARGUMENT, "dmimo_o without mimo_o", "mimo_o");
     a = x->bf.args;
-    a.z = absent();
-    a.mimo_z = absent();
+    a.z = ssmt_absent();
+    a.mimo_z = ssmt_absent();
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dz / dmimo_z without z", "z");
-    a.dz = absent();
+    a.dz = ssmt_absent();
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dmimo_z without z", "dmimo_z");
-    a.dmimo_z = absent();
+    a.dmimo_z = ssmt_absent();
     expect_ok(op, &p, &a, "no z, no dz / dmimo_z");
     a = x->bf.args;
     /* output shapes, strides, overlaps */
-    a.states = reshaped(&x->bf.args.states, 2, 4);
+    a.states = ssmt_reshaped(&x->bf.args.states, 2, 4);
     expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "states nc wrong", "states");
     a = x->bf.args;
-    a.qk_dot = reshaped(&x->bf.args.qk_dot, 3, 3);
+    a.qk_dot = ssmt_reshaped(&x->bf.args.qk_dot, 3, 3);
     expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "qk_dot R wrong", "qk_dot");
     a = x->bf.args;
     a.dz.strides[3] = 0;
@@ -335,7 +317,7 @@ static void test_bwd_fwd(fixtures * x) {
     a.dmimo_z.data = x->bf.args.dmimo_o.data;
     expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "dmimo_z overlaps dmimo_o", "dmimo_o");
     a = x->bf.args;
-    a.qk_dot = retyped(&x->bf.args.qk_dot, SSM_DTYPE_I64);
+    a.qk_dot = ssmt_retyped(&x->bf.args.qk_dot, SSM_DTYPE_I64);
     expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "qk_dot int64", "qk_dot");
 }
 
@@ -359,8 +341,8 @@ static void test_forward(fixtures * x) {
     ssm_mamba3_mimo_params fnp = x->npr.params;
     fnp.fuse_pregate_norm = 1;
     expect(f, op, &fnp, &n, SSM_STATUS_INVALID_ARGUMENT, "fused without mimo_o", "mimo_o");
-    a.z = absent();
-    a.mimo_z = absent();
+    a.z = ssmt_absent();
+    a.mimo_z = ssmt_absent();
     expect(f, op, &fp, &a, SSM_STATUS_INVALID_ARGUMENT, "fused without z", "z");
     a = x->pr.args;
     const int64_t whp[2] = {4, 8};
@@ -370,7 +352,7 @@ static void test_forward(fixtures * x) {
     a.outproj_norm_weight = x->extra[0].t;
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "outproj_norm_weight without fused", "fuse_pregate_norm");
     expect_ok(op, &fp, &a, "fused norm with an (H, P) weight");
-    a.outproj_norm_weight = reshaped(&x->extra[0].t, 1, 7);
+    a.outproj_norm_weight = ssmt_reshaped(&x->extra[0].t, 1, 7);
     expect(f, op, &fp, &a, SSM_STATUS_INVALID_SHAPE, "norm weight (H, 7)", "outproj_norm_weight");
     a = x->pr.args;
     /* out rank follows mimo_o */
@@ -380,27 +362,27 @@ static void test_forward(fixtures * x) {
     n.out = x->pr.args.out;
     expect(f, op, &x->npr.params, &n, SSM_STATUS_INVALID_SHAPE, "4-D out without mimo_o", "out");
     a = x->pr.args;
-    a.out = absent();
+    a.out = ssmt_absent();
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "out missing", "out");
     a = x->pr.args;
     /* per-token tensors */
-    a.adt = reshaped(&x->pr.args.adt, 1, 3);
+    a.adt = ssmt_reshaped(&x->pr.args.adt, 1, 3);
     expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "adt H wrong", "adt");
     a = x->pr.args;
-    a.trap = absent();
+    a.trap = ssmt_absent();
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "trap missing", "trap");
     a = x->pr.args;
-    a.angles = reshaped(&x->pr.args.angles, 3, 8);
+    a.angles = ssmt_reshaped(&x->pr.args.angles, 3, 8);
     expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "angles A = N/2 with divisor 4", "angles");
     a = x->pr.args;
     /* initial states: all four or none, shapes */
-    a.v_state = absent();
+    a.v_state = ssmt_absent();
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "3 of 4 initial states", "initial states");
     a = x->pr.args;
-    a.k_state = reshaped(&x->pr.args.k_state, 1, 3);
+    a.k_state = ssmt_reshaped(&x->pr.args.k_state, 1, 3);
     expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "k_state R wrong", "k_state");
     a = x->pr.args;
-    a.final_ssm_state = reshaped(&x->pr.args.final_ssm_state, 2, 16);
+    a.final_ssm_state = ssmt_reshaped(&x->pr.args.final_ssm_state, 2, 16);
     expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "final_ssm_state (N,P) order", "final_ssm_state");
     a = x->pr.args;
     /* varlen */
@@ -418,7 +400,7 @@ static void test_forward(fixtures * x) {
     v.angle_state = x->pr.args.angle_state;
     expect(f, op, &x->vpr.params, &v, SSM_STATUS_INVALID_SHAPE, "varlen states per batch row", "angle_state");
     v = x->vpr.args;
-    v.cu_seqlens = retyped(&x->vpr.args.cu_seqlens, SSM_DTYPE_F32);
+    v.cu_seqlens = ssmt_retyped(&x->vpr.args.cu_seqlens, SSM_DTYPE_F32);
     expect(f, op, &x->vpr.params, &v, SSM_STATUS_INVALID_LAYOUT, "cu_seqlens f32", "cu_seqlens");
     /* overlaps */
     a = x->pr.args;
@@ -450,23 +432,23 @@ static void test_bwd(fixtures * x) {
     n.dout = x->bw.args.dout;
     expect(f, op, &x->npr.params, &n, SSM_STATUS_INVALID_SHAPE, "4-D dout without mimo_o", "dout");
     a = x->bw.args;
-    a.dout = absent();
+    a.dout = ssmt_absent();
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dout missing", "dout");
     a = x->bw.args;
-    a.dfinal_k_state = reshaped(&x->bw.args.dfinal_k_state, 2, 3);
+    a.dfinal_k_state = ssmt_reshaped(&x->bw.args.dfinal_k_state, 2, 3);
     expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "dfinal_k_state H wrong", "dfinal_k_state");
     a = x->bw.args;
-    a.dq = reshaped(&x->bw.args.dq, 3, 4);
+    a.dq = ssmt_reshaped(&x->bw.args.dq, 3, 4);
     expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "dq per value head (not G)", "dq");
     a = x->bw.args;
     /* gradients without their inputs */
-    a.d = absent();
+    a.d = ssmt_absent();
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dd without d", "dd");
     a = x->bw.args;
-    a.z = absent();
-    a.mimo_z = absent();
+    a.z = ssmt_absent();
+    a.mimo_z = ssmt_absent();
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dz without z", "dz");
-    a.dz = absent();
+    a.dz = ssmt_absent();
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dmimo_z without z", "dmimo_z");
     n = x->nbw.args;
     n.dmimo_o = x->bw.args.dmimo_v;
@@ -478,12 +460,12 @@ static void test_bwd(fixtures * x) {
     a.doutproj_norm_weight = x->extra[2].t;
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "doutproj_norm_weight without fused", "fuse_pregate_norm");
     a = x->bw.args;
-    a.angle_state = absent();
-    a.ssm_state = absent();
-    a.k_state = absent();
-    a.v_state = absent();
+    a.angle_state = ssmt_absent();
+    a.ssm_state = ssmt_absent();
+    a.k_state = ssmt_absent();
+    a.v_state = ssmt_absent();
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dangle_state without initial states", "angle_state");
-    a.dangle_state = absent();
+    a.dangle_state = ssmt_absent();
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dssm_state without initial states", "ssm_state");
     a = x->bw.args;
     /* fused norm rules hold for the backward too */
@@ -530,17 +512,17 @@ static void test_step(fixtures * x) {
     fnp.fuse_pregate_norm = 1;
     expect(f, op, &fnp, &x->nst.args, SSM_STATUS_INVALID_ARGUMENT, "fused without mimo_o", "mimo_o");
     /* states required, shapes */
-    a.k_state = absent();
+    a.k_state = ssmt_absent();
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "k_state missing", "k_state");
     a = x->st.args;
-    a.ssm_state = reshaped(&x->st.args.ssm_state, 0, 4);
+    a.ssm_state = ssmt_reshaped(&x->st.args.ssm_state, 0, 4);
     expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "ssm_state slots differ", "ssm_state");
     a = x->st.args;
-    a.adt = reshaped(&x->st.args.adt, 1, 3);
+    a.adt = ssmt_reshaped(&x->st.args.adt, 1, 3);
     expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "adt H wrong", "adt");
     a = x->st.args;
     /* state_batch_indices */
-    a.state_batch_indices = absent();
+    a.state_batch_indices = ssmt_absent();
     expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "5 slots for 3 rows without indices", "slots");
     a = x->st.args;
     const int64_t sh3[1] = {3};
@@ -557,7 +539,7 @@ static void test_step(fixtures * x) {
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "two rows share a slot", "share");
     a.state_batch_indices = x->extra[4].t;
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "index 5 of 5 slots", "slots");
-    a.state_batch_indices = retyped(&x->extra[4].t, SSM_DTYPE_F32);
+    a.state_batch_indices = ssmt_retyped(&x->extra[4].t, SSM_DTYPE_F32);
     expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "indices f32", "state_batch_indices");
     a = x->st.args;
     /* in-place rule: exactly the same view is allowed, any other overlap is not */
@@ -582,10 +564,10 @@ static void test_step(fixtures * x) {
     a.final_angle_state = x->st.args.final_angle_state;
     a.final_k_state = x->st.args.final_k_state;
     a.final_v_state = x->st.args.final_v_state;
-    a.final_ssm_state = reshaped(&x->st.args.ssm_state, 0, 4);
+    a.final_ssm_state = ssmt_reshaped(&x->st.args.ssm_state, 0, 4);
     expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "final_ssm_state slots differ", "final_ssm_state");
     /* the same memory through a different view (another dtype): not the in-place case */
-    a.final_ssm_state = retyped(&x->st.args.ssm_state, SSM_DTYPE_BF16); /* inside the pool's bytes */
+    a.final_ssm_state = ssmt_retyped(&x->st.args.ssm_state, SSM_DTYPE_BF16); /* inside the pool's bytes */
     expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "final_ssm_state another view of ssm_state", "overlaps ssm_state");
     a = x->st.args;
     a.final_k_state = x->st.args.k_state;

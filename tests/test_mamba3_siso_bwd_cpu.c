@@ -32,17 +32,6 @@ static ssm_tensor * grad_slot(ssm_mamba3_siso_bwd_args * a, int i) {
 
 static ssm_context *ctx_ref, *ctx_cpu[4], *ctx_scalar;
 
-static ssm_context * make_ctx(ssm_backend backend, int threads, ssm_isa isa) {
-    ssm_context_params cp;
-    ssm_context_params_init(&cp);
-    cp.backend = backend;
-    cp.num_threads = threads;
-    cp.isa = isa;
-    ssm_context * ctx = NULL;
-    if (ssm_context_create(&cp, &ctx) != SSM_STATUS_OK) return NULL;
-    return ctx;
-}
-
 /* worst rel_rms per gradient, per compute dtype (0 f32, 1 f16, 2 bf16) */
 static double worst[3][NGRADS];
 static int    dtype_slot(ssm_dtype t) { return t == SSM_DTYPE_F16 ? 1 : t == SSM_DTYPE_BF16 ? 2 : 0; }
@@ -136,13 +125,10 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
         for (int g = 0; g < NGRADS; ++g) {
             if (got[g].t.data == NULL) continue;
             if (variant == 0 || variant == 3) {
-                const ssmt_cmp c = ssmt_compare(&got[g].t, grad_slot(&args, g));
-                const int      ok = c.nonfinite == 0 && c.rel_rms <= bar.rel_rms && c.max_rel <= bar.max_rel;
-                TEST_CHECK(ok, "%s/%s/%s: rel_rms %.3g max_rel %.3g nonfinite %lld (bar %.3g %.3g)", bc->name,
-                           grad_names[g], variant == 0 ? "cpu" : "scalar", c.rel_rms, c.max_rel, (long long)c.nonfinite,
-                           bar.rel_rms, bar.max_rel);
-                double * w = &worst[dtype_slot(cd)][g];
-                if (c.rel_rms > *w || c.rel_rms != c.rel_rms) *w = c.rel_rms;
+                const double rr = ssmt_check_variant(bc->name, grad_names[g], variant == 0 ? "cpu" : "scalar",
+                                                     &got[g].t, grad_slot(&args, g), bar);
+                double *     w  = &worst[dtype_slot(cd)][g];
+                if (rr > *w || rr != rr) *w = rr;
             }
             if (variant == 0) {
                 first[g] = got[g];
@@ -173,13 +159,12 @@ static ssmt_mamba3_config base_config(int64_t B, int64_t S, int64_t H, int64_t H
 }
 
 int main(void) {
-    const char * seed_env = getenv("SSMOPS_TEST_SEED");
-    ssmt_rng     rng;
-    ssmt_rng_seed(&rng, seed_env ? strtoull(seed_env, NULL, 10) : 20261205ull);
+    ssmt_rng rng;
+    ssmt_rng_from_env(&rng, 20261205ull);
 
-    ctx_ref = make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
-    for (int t = 1; t <= 3; ++t) ctx_cpu[t] = make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
-    ctx_scalar = make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
+    ctx_ref = ssmt_make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
+    for (int t = 1; t <= 3; ++t) ctx_cpu[t] = ssmt_make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
+    ctx_scalar = ssmt_make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
     TEST_CHECK(ctx_ref && ctx_cpu[1] && ctx_cpu[2] && ctx_cpu[3] && ctx_scalar, "context creation failed");
     if (!(ctx_ref && ctx_cpu[1] && ctx_cpu[2] && ctx_cpu[3])) TEST_EXIT();
 

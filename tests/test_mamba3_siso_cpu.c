@@ -17,137 +17,17 @@
 
 #include "testutil.h"
 
-static ssm_context * make_ctx(ssm_backend backend, int threads, ssm_isa isa) {
-    ssm_context_params cp;
-    ssm_context_params_init(&cp);
-    cp.backend     = backend;
-    cp.num_threads = threads;
-    cp.isa         = isa;
-    ssm_context * ctx = NULL;
-    if (ssm_context_create(&cp, &ctx) != SSM_STATUS_OK) return NULL;
-    return ctx;
-}
-
 static ssm_context *ctx_ref, *ctx_cpu[4], *ctx_scalar;
 static ssm_mamba3_params g_params;
 
-/* ---- the op-generic harness (as in test_mamba2_cpu.c) ---------------------------------- *
- * For each output slot: REF into F64, CPU (threads 1/2/3 and scalar ISA) into out_dtype;
- * bars for the compute dtype on 1 thread and scalar; memcmp of 2 and 3 threads against 1. */
-typedef ssm_status (*run_fn)(ssm_context * ctx, void * args);
-#define MAX_OUTS 5
-typedef struct op_case {
-    const char * name;
-    void *       args;
-    size_t       args_size;
-    ssm_tensor * outs[MAX_OUTS]; /* pointers into args */
-    int          nouts;
-    unsigned     angle_outs; /* bit o: output o is an angle, compared modulo 2π           */
-    ssm_dtype    compute;
-    ssm_dtype    out_dtype;
-    run_fn       run;
-} op_case;
-
-static void add_out(op_case * oc, ssm_tensor * t) {
-    if (t->data != NULL && oc->nouts < MAX_OUTS) oc->outs[oc->nouts++] = t;
-}
-
-/* An F64 copy of an angle output with each element moved by ±2π to the side of the
- * reference: θ is only defined modulo 2π, and a value a rounding away from a multiple of
- * 2π may wrap to either end of [0, 2π] (spec §4.3 compares angle states circularly). */
-static ssmt_host unwrap_to(const ssm_tensor * got, const ssm_tensor * ref) {
-    ssmt_host     c      = ssmt_to_f64(got);
-    const double  two_pi = 6.283185307179586;
-    const int64_t n      = ssmt_numel(ref);
-    for (int64_t i = 0; i < n; ++i) {
-        const double g = ssmt_get(&c.t, i), r = ssmt_get(ref, i);
-        if (g - r > 0.5 * two_pi) ssmt_set(&c.t, i, g - two_pi);
-        if (r - g > 0.5 * two_pi) ssmt_set(&c.t, i, g + two_pi);
-    }
-    return c;
-}
-
-static void run_case(const op_case * oc) {
-    ssmt_host ref[MAX_OUTS], got[MAX_OUTS], first[MAX_OUTS];
-    void *    saved = malloc(oc->args_size);
-    memcpy(saved, oc->args, oc->args_size);
-    for (int o = 0; o < oc->nouts; ++o) {
-        ref[o]       = ssmt_alloc(SSM_DTYPE_F64, oc->outs[o]->ndim, oc->outs[o]->shape);
-        *oc->outs[o] = ref[o].t;
-        first[o].buf = NULL;
-    }
-    const ssm_status rs = oc->run(ctx_ref, oc->args);
-    TEST_CHECK(rs == SSM_STATUS_OK, "%s ref: %s (%s)", oc->name, ssm_status_string(rs), ssm_context_last_error(ctx_ref));
-    for (int variant = 0; variant < 4; ++variant) {
-        ssm_context * ctx = variant < 3 ? ctx_cpu[variant + 1] : ctx_scalar;
-        memcpy(oc->args, saved, oc->args_size);
-        for (int o = 0; o < oc->nouts; ++o) {
-            got[o]       = ssmt_alloc(oc->out_dtype, ref[o].t.ndim, ref[o].t.shape);
-            *oc->outs[o] = got[o].t;
-        }
-        const ssm_status s = oc->run(ctx, oc->args);
-        TEST_CHECK(s == SSM_STATUS_OK, "%s variant %d: %s (%s)", oc->name, variant, ssm_status_string(s),
-                   ssm_context_last_error(ctx));
-        for (int o = 0; o < oc->nouts; ++o) {
-            char label[300];
-            snprintf(label, sizeof label, "%s/out%d/%s", oc->name, o, variant < 3 ? "cpu" : "scalar");
-            if (variant == 0 || variant == 3) {
-                ssmt_host      unw = { 0 };
-                if (oc->angle_outs & (1u << o)) unw = unwrap_to(&got[o].t, &ref[o].t);
-                const ssmt_cmp cmp = ssmt_compare(unw.buf ? &unw.t : &got[o].t, &ref[o].t);
-                if (unw.buf) ssmt_free(&unw);
-                const ssmt_bar bar = ssmt_bar_for(oc->compute);
-                const int ok = cmp.nonfinite == 0 && cmp.rel_rms <= bar.rel_rms && cmp.max_rel <= bar.max_rel;
-                if (getenv("SHOWCMP")) printf("%s rel_rms %.3g max_rel %.3g\n", label, cmp.rel_rms, cmp.max_rel);
-                TEST_CHECK(ok, "%s rel_rms %.3g max_rel %.3g nonfinite %lld (bar %.3g %.3g)", label, cmp.rel_rms,
-                           cmp.max_rel, (long long) cmp.nonfinite, bar.rel_rms, bar.max_rel);
-            }
-            if (variant == 0) {
-                first[o] = got[o];
-            } else {
-                if (variant < 3)
-                    TEST_CHECK(memcmp(first[o].buf, got[o].buf, got[o].bytes) == 0, "%s: %d threads differ from 1",
-                               label, variant + 1);
-                ssmt_free(&got[o]);
-            }
-        }
-    }
-    for (int o = 0; o < oc->nouts; ++o) {
-        ssmt_free(&ref[o]);
-        if (first[o].buf) ssmt_free(&first[o]);
-    }
-    memcpy(oc->args, saved, oc->args_size);
-    free(saved);
-}
+/* ---- the op-generic harness: ssmt_op_case / ssmt_op_run (testutil) ------------------- */
+static void run_case(const ssmt_op_case * oc) { ssmt_op_run(oc, ctx_ref, ctx_cpu, ctx_scalar); }
 
 static ssm_status run_siso(ssm_context * c, void * a) { return ssm_mamba3_siso(c, &g_params, a); }
 static ssm_status run_fwd(ssm_context * c, void * a) { return ssm_mamba3_siso_fwd(c, &g_params, a); }
 static ssm_status run_angle(ssm_context * c, void * a) { return ssm_mamba3_angle_cumsum(c, &g_params, a); }
 static ssm_status run_angle_bwd(ssm_context * c, void * a) { return ssm_mamba3_angle_cumsum_bwd(c, &g_params, a); }
 static ssm_status run_step(ssm_context * c, void * a) { return ssm_mamba3_siso_step(c, &g_params, a); }
-
-/* ---- views ------------------------------------------------------------------------------ */
-/* Index `i` of dimension `dim` fixed (that dim removed). */
-static ssm_tensor view_at(const ssm_tensor * t, int dim, int64_t i) {
-    ssm_tensor v = *t;
-    if (t->data == NULL) return v;
-    v.data = (char *) t->data + (size_t) (i * t->strides[dim]) * ssm_dtype_size((ssm_dtype) t->dtype);
-    for (int d = dim; d + 1 < t->ndim; ++d) v.shape[d] = t->shape[d + 1], v.strides[d] = t->strides[d + 1];
-    v.ndim = t->ndim - 1;
-    return v;
-}
-/* Elements [start, start+len) of dimension `dim`. */
-static ssm_tensor view_range(const ssm_tensor * t, int dim, int64_t start, int64_t len) {
-    ssm_tensor v = *t;
-    if (t->data == NULL) return v;
-    v.data       = (char *) t->data + (size_t) (start * t->strides[dim]) * ssm_dtype_size((ssm_dtype) t->dtype);
-    v.shape[dim] = len;
-    return v;
-}
-
-static void expect_close(const char * name, const ssm_tensor * y, const ssm_tensor * r, double tol) {
-    if (!ssmt_check_close(name, y, r, tol)) TEST_CHECK(0, "%s not within %.3g", name, tol);
-}
 
 /* ---- the sweep: every op against the reference for one configuration -------------------- */
 static void test_config(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const char * tag) {
@@ -160,32 +40,32 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const ch
     char name[300];
     {
         ssm_mamba3_siso_args a  = pr.args;
-        op_case              oc = { 0 };
+        ssmt_op_case              oc = { 0 };
         snprintf(name, sizeof name, "siso[%s]", tag);
         oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
         oc.run = run_siso;
-        add_out(&oc, &a.out), add_out(&oc, &a.final_angle_state), add_out(&oc, &a.final_ssm_state);
-        add_out(&oc, &a.final_k_state), add_out(&oc, &a.final_v_state);
+        ssmt_op_add_out(&oc, &a.out), ssmt_op_add_out(&oc, &a.final_angle_state), ssmt_op_add_out(&oc, &a.final_ssm_state);
+        ssmt_op_add_out(&oc, &a.final_k_state), ssmt_op_add_out(&oc, &a.final_v_state);
         if (a.final_angle_state.data) oc.angle_outs = 1u << 1;
         run_case(&oc);
     }
     {
         ssm_mamba3_siso_fwd_args a  = pr.fwd_args;
-        op_case                  oc = { 0 };
+        ssmt_op_case                  oc = { 0 };
         snprintf(name, sizeof name, "siso_fwd[%s]", tag);
         oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
         oc.run = run_fwd;
-        add_out(&oc, &a.out), add_out(&oc, &a.final_ssm_state), add_out(&oc, &a.final_k_state);
-        add_out(&oc, &a.final_v_state);
+        ssmt_op_add_out(&oc, &a.out), ssmt_op_add_out(&oc, &a.final_ssm_state), ssmt_op_add_out(&oc, &a.final_k_state);
+        ssmt_op_add_out(&oc, &a.final_v_state);
         run_case(&oc);
     }
     if (pr.angle_args.angles_cumsum.data) {
         ssm_mamba3_angle_cumsum_args a  = pr.angle_args;
-        op_case                      oc = { 0 };
+        ssmt_op_case                      oc = { 0 };
         snprintf(name, sizeof name, "angle_cumsum[%s]", tag);
         oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
         oc.run = run_angle;
-        add_out(&oc, &a.angles_cumsum), add_out(&oc, &a.final_angle_state);
+        ssmt_op_add_out(&oc, &a.angles_cumsum), ssmt_op_add_out(&oc, &a.final_angle_state);
         oc.angle_outs = 3u;
         run_case(&oc);
     }
@@ -201,11 +81,11 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const ch
         if (cfg->has_states) a.dfinal_angle_state = dfin.t;
         a.dangles = dang.t, a.ddt = ddt.t;
         if (cfg->has_final) a.dangle_state = dst.t;
-        op_case oc = { 0 };
+        ssmt_op_case oc = { 0 };
         snprintf(name, sizeof name, "angle_cumsum_bwd[%s]", tag);
         oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
         oc.run = run_angle_bwd;
-        add_out(&oc, &a.dangles), add_out(&oc, &a.ddt), add_out(&oc, &a.dangle_state);
+        ssmt_op_add_out(&oc, &a.dangles), ssmt_op_add_out(&oc, &a.ddt), ssmt_op_add_out(&oc, &a.dangle_state);
         run_case(&oc);
         ssmt_free(&dth), ssmt_free(&dfin), ssmt_free(&dang), ssmt_free(&ddt), ssmt_free(&dst);
     }
@@ -233,11 +113,11 @@ static void test_fused_vs_chained(ssmt_rng * rng) {
     ssm_mamba3_siso_fwd_args f = pr.fwd_args;
     f.out = out2.t, f.final_ssm_state = fs2.t, f.final_k_state = fk2.t, f.final_v_state = fv2.t;
     TEST_CHECK_STATUS(ssm_mamba3_siso_fwd(ctx_cpu[2], &g_params, &f), SSM_STATUS_OK);
-    expect_close("fused==chained out", &out2.t, &pr.out.t, 1e-5);
-    expect_close("fused==chained final_ssm", &fs2.t, &pr.final_ssm_state.t, 1e-5);
-    expect_close("fused==chained final_k", &fk2.t, &pr.final_k_state.t, 1e-5);
-    expect_close("fused==chained final_v", &fv2.t, &pr.final_v_state.t, 1e-5);
-    expect_close("fused==chained final_angle", &fa2.t, &pr.final_angle_state.t, 1e-5);
+    ssmt_expect_close("fused==chained out", &out2.t, &pr.out.t, 1e-5);
+    ssmt_expect_close("fused==chained final_ssm", &fs2.t, &pr.final_ssm_state.t, 1e-5);
+    ssmt_expect_close("fused==chained final_k", &fk2.t, &pr.final_k_state.t, 1e-5);
+    ssmt_expect_close("fused==chained final_v", &fv2.t, &pr.final_v_state.t, 1e-5);
+    ssmt_expect_close("fused==chained final_angle", &fa2.t, &pr.final_angle_state.t, 1e-5);
     ssmt_free(&out2), ssmt_free(&fs2), ssmt_free(&fk2), ssmt_free(&fv2), ssmt_free(&fa2);
     ssmt_mamba3_problem_free(&pr);
 }
@@ -264,29 +144,29 @@ static void test_fwd_vs_steps(ssmt_rng * rng, int has_states) {
     const ssm_mamba3_siso_args * a = &pr.args;
     for (int64_t t = 0; t < cfg.seqlen; ++t) {
         ssm_mamba3_siso_step_args s = { 0 };
-        s.q = view_at(&a->q, 1, t), s.k = view_at(&a->k, 1, t), s.v = view_at(&a->v, 1, t);
-        s.adt = view_at(&a->adt, 2, t), s.dt = view_at(&a->dt, 2, t), s.trap = view_at(&a->trap, 2, t);
-        s.q_bias = a->q_bias, s.k_bias = a->k_bias, s.angles = view_at(&a->angles, 1, t), s.d = a->d;
-        s.z = view_at(&a->z, 1, t);
+        s.q = ssmt_pick(&a->q, 1, t), s.k = ssmt_pick(&a->k, 1, t), s.v = ssmt_pick(&a->v, 1, t);
+        s.adt = ssmt_pick(&a->adt, 2, t), s.dt = ssmt_pick(&a->dt, 2, t), s.trap = ssmt_pick(&a->trap, 2, t);
+        s.q_bias = a->q_bias, s.k_bias = a->k_bias, s.angles = ssmt_pick(&a->angles, 1, t), s.d = a->d;
+        s.z = ssmt_pick(&a->z, 1, t);
         s.angle_state = s.final_angle_state = pa.t;
         s.ssm_state = s.final_ssm_state = ps.t;
         s.k_state = s.final_k_state = pk.t;
         s.v_state = s.final_v_state = pv.t;
-        s.out = view_at(&out.t, 1, t);
+        s.out = ssmt_pick(&out.t, 1, t);
         const ssm_status st = ssm_mamba3_siso_step(ctx_cpu[t % 3 + 1], &g_params, &s);
         TEST_CHECK(st == SSM_STATUS_OK, "step %lld: %s", (long long) t, ssm_context_last_error(ctx_cpu[t % 3 + 1]));
     }
     char n[128];
     snprintf(n, sizeof n, "fwd==steps%s out", has_states ? "+states" : "");
-    expect_close(n, &out.t, &pr.out.t, 1e-5);
+    ssmt_expect_close(n, &out.t, &pr.out.t, 1e-5);
     snprintf(n, sizeof n, "fwd==steps%s final_ssm", has_states ? "+states" : "");
-    expect_close(n, &ps.t, &pr.final_ssm_state.t, 1e-5);
+    ssmt_expect_close(n, &ps.t, &pr.final_ssm_state.t, 1e-5);
     snprintf(n, sizeof n, "fwd==steps%s final_k", has_states ? "+states" : "");
-    expect_close(n, &pk.t, &pr.final_k_state.t, 1e-5);
+    ssmt_expect_close(n, &pk.t, &pr.final_k_state.t, 1e-5);
     snprintf(n, sizeof n, "fwd==steps%s final_v", has_states ? "+states" : "");
-    expect_close(n, &pv.t, &pr.final_v_state.t, 1e-5);
+    ssmt_expect_close(n, &pv.t, &pr.final_v_state.t, 1e-5);
     snprintf(n, sizeof n, "fwd==steps%s final_angle", has_states ? "+states" : "");
-    expect_close(n, &pa.t, &pr.final_angle_state.t, 1e-5);
+    ssmt_expect_close(n, &pa.t, &pr.final_angle_state.t, 1e-5);
     ssmt_free(&pa), ssmt_free(&ps), ssmt_free(&pk), ssmt_free(&pv), ssmt_free(&out);
     ssmt_mamba3_problem_free(&pr);
 }
@@ -294,10 +174,10 @@ static void test_fwd_vs_steps(ssmt_rng * rng, int has_states) {
 /* Tokens [t0, t0+len) of the combined args (batched), with the given states in and out. */
 static ssm_mamba3_siso_args slice_args(const ssm_mamba3_siso_args * a, int64_t t0, int64_t len, const ssm_tensor * out) {
     ssm_mamba3_siso_args s = *a;
-    s.q = view_range(&a->q, 1, t0, len), s.k = view_range(&a->k, 1, t0, len), s.v = view_range(&a->v, 1, t0, len);
-    s.adt = view_range(&a->adt, 2, t0, len), s.dt = view_range(&a->dt, 2, t0, len);
-    s.trap = view_range(&a->trap, 2, t0, len), s.angles = view_range(&a->angles, 1, t0, len);
-    s.z = view_range(&a->z, 1, t0, len), s.out = view_range(out, 1, t0, len);
+    s.q = ssmt_slice(&a->q, 1, t0, len), s.k = ssmt_slice(&a->k, 1, t0, len), s.v = ssmt_slice(&a->v, 1, t0, len);
+    s.adt = ssmt_slice(&a->adt, 2, t0, len), s.dt = ssmt_slice(&a->dt, 2, t0, len);
+    s.trap = ssmt_slice(&a->trap, 2, t0, len), s.angles = ssmt_slice(&a->angles, 1, t0, len);
+    s.z = ssmt_slice(&a->z, 1, t0, len), s.out = ssmt_slice(out, 1, t0, len);
     return s;
 }
 
@@ -325,11 +205,11 @@ static void test_split(ssmt_rng * rng) {
     p2.angle_state = m[0].t, p2.ssm_state = m[1].t, p2.k_state = m[2].t, p2.v_state = m[3].t;
     p2.final_angle_state = e[0].t, p2.final_ssm_state = e[1].t, p2.final_k_state = e[2].t, p2.final_v_state = e[3].t;
     TEST_CHECK_STATUS(ssm_mamba3_siso(ctx_cpu[3], &g_params, &p2), SSM_STATUS_OK);
-    expect_close("split out", &out.t, &a->out, 1e-5);
-    expect_close("split final_angle", &e[0].t, &a->final_angle_state, 1e-5);
-    expect_close("split final_ssm", &e[1].t, &a->final_ssm_state, 1e-5);
-    expect_close("split final_k", &e[2].t, &a->final_k_state, 1e-5);
-    expect_close("split final_v", &e[3].t, &a->final_v_state, 1e-5);
+    ssmt_expect_close("split out", &out.t, &a->out, 1e-5);
+    ssmt_expect_close("split final_angle", &e[0].t, &a->final_angle_state, 1e-5);
+    ssmt_expect_close("split final_ssm", &e[1].t, &a->final_ssm_state, 1e-5);
+    ssmt_expect_close("split final_k", &e[2].t, &a->final_k_state, 1e-5);
+    ssmt_expect_close("split final_v", &e[3].t, &a->final_v_state, 1e-5);
     ssmt_free(&out);
     for (int i = 0; i < 4; ++i) ssmt_free(&m[i]), ssmt_free(&e[i]);
     ssmt_mamba3_problem_free(&pr);
@@ -355,25 +235,25 @@ static void test_varlen_vs_separate(ssmt_rng * rng) {
         if (lens[s] == 0) { /* the identity on states: finals equal the initial states */
             const ssm_tensor * init[4] = { &a->angle_state, &a->ssm_state, &a->k_state, &a->v_state };
             for (int i = 0; i < 4; ++i) {
-                const ssm_tensor dst = view_range(&e[i].t, 0, s, 1), src = view_range(init[i], 0, s, 1);
+                const ssm_tensor dst = ssmt_slice(&e[i].t, 0, s, 1), src = ssmt_slice(init[i], 0, s, 1);
                 ssmt_copy(&dst, &src);
             }
             continue;
         }
         ssm_mamba3_siso_args p = slice_args(a, t0, lens[s], &out.t);
         memset(&p.cu_seqlens, 0, sizeof p.cu_seqlens);
-        p.angle_state = view_range(&a->angle_state, 0, s, 1), p.ssm_state = view_range(&a->ssm_state, 0, s, 1);
-        p.k_state = view_range(&a->k_state, 0, s, 1), p.v_state = view_range(&a->v_state, 0, s, 1);
-        p.final_angle_state = view_range(&e[0].t, 0, s, 1), p.final_ssm_state = view_range(&e[1].t, 0, s, 1);
-        p.final_k_state = view_range(&e[2].t, 0, s, 1), p.final_v_state = view_range(&e[3].t, 0, s, 1);
+        p.angle_state = ssmt_slice(&a->angle_state, 0, s, 1), p.ssm_state = ssmt_slice(&a->ssm_state, 0, s, 1);
+        p.k_state = ssmt_slice(&a->k_state, 0, s, 1), p.v_state = ssmt_slice(&a->v_state, 0, s, 1);
+        p.final_angle_state = ssmt_slice(&e[0].t, 0, s, 1), p.final_ssm_state = ssmt_slice(&e[1].t, 0, s, 1);
+        p.final_k_state = ssmt_slice(&e[2].t, 0, s, 1), p.final_v_state = ssmt_slice(&e[3].t, 0, s, 1);
         TEST_CHECK_STATUS(ssm_mamba3_siso(ctx_cpu[1], &g_params, &p), SSM_STATUS_OK);
         t0 += lens[s];
     }
-    expect_close("varlen==separate out", &out.t, &a->out, 1e-5);
-    expect_close("varlen==separate final_angle", &e[0].t, &a->final_angle_state, 1e-5);
-    expect_close("varlen==separate final_ssm", &e[1].t, &a->final_ssm_state, 1e-5);
-    expect_close("varlen==separate final_k", &e[2].t, &a->final_k_state, 1e-5);
-    expect_close("varlen==separate final_v", &e[3].t, &a->final_v_state, 1e-5);
+    ssmt_expect_close("varlen==separate out", &out.t, &a->out, 1e-5);
+    ssmt_expect_close("varlen==separate final_angle", &e[0].t, &a->final_angle_state, 1e-5);
+    ssmt_expect_close("varlen==separate final_ssm", &e[1].t, &a->final_ssm_state, 1e-5);
+    ssmt_expect_close("varlen==separate final_k", &e[2].t, &a->final_k_state, 1e-5);
+    ssmt_expect_close("varlen==separate final_v", &e[3].t, &a->final_v_state, 1e-5);
     ssmt_free(&out);
     for (int i = 0; i < 4; ++i) ssmt_free(&e[i]);
     ssmt_mamba3_problem_free(&pr);
@@ -397,11 +277,11 @@ static void test_step(ssmt_rng * rng, int64_t B, int64_t H, int64_t Hq, int64_t 
              (long long) H, (long long) Hq, (long long) K, (long long) V, (long long) A, ssm_dtype_name(dt),
              (long long) slots, with_indices);
     ssm_mamba3_siso_step_args a  = pr.args;
-    op_case                   oc = { 0 };
+    ssmt_op_case                   oc = { 0 };
     oc.name = tag, oc.args = &a, oc.args_size = sizeof a, oc.compute = dt, oc.out_dtype = cfg.out_dtype;
     oc.run = run_step;
-    add_out(&oc, &a.out), add_out(&oc, &a.final_angle_state), add_out(&oc, &a.final_ssm_state);
-    add_out(&oc, &a.final_k_state), add_out(&oc, &a.final_v_state);
+    ssmt_op_add_out(&oc, &a.out), ssmt_op_add_out(&oc, &a.final_angle_state), ssmt_op_add_out(&oc, &a.final_ssm_state);
+    ssmt_op_add_out(&oc, &a.final_k_state), ssmt_op_add_out(&oc, &a.final_v_state);
     oc.angle_outs = 1u << 1;
     run_case(&oc);
 
@@ -439,14 +319,11 @@ static void test_step(ssmt_rng * rng, int64_t B, int64_t H, int64_t Hq, int64_t 
 }
 
 int main(void) {
-    const char * env  = getenv("SSMOPS_TEST_SEED");
-    uint64_t     seed = env ? strtoull(env, NULL, 10) : 20261201u;
-    printf("seed %llu\n", (unsigned long long) seed);
     ssmt_rng rng;
-    ssmt_rng_seed(&rng, seed);
-    ctx_ref = make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
-    for (int t = 1; t <= 3; ++t) ctx_cpu[t] = make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
-    ctx_scalar = make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
+    ssmt_rng_from_env(&rng, 20261201u);
+    ctx_ref = ssmt_make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
+    for (int t = 1; t <= 3; ++t) ctx_cpu[t] = ssmt_make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
+    ctx_scalar = ssmt_make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
     TEST_CHECK(ctx_ref && ctx_cpu[1] && ctx_cpu[2] && ctx_cpu[3] && ctx_scalar, "context creation failed");
     if (ssmt_failures) TEST_EXIT();
     printf("cpu isa %s\n", ssm_isa_name(ssm_context_isa(ctx_cpu[1])));

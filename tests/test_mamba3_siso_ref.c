@@ -35,37 +35,6 @@
 
 static ssm_context * g_ref; /* REF backend context */
 
-static void check_tol(const char * label, const ssm_tensor * y, const ssm_tensor * r, double tol) {
-    const ssmt_bar bar = {tol, 100.0 * tol};
-    ssmt_check_within(label, y, r, bar);
-}
-
-static ssm_tensor absent(void) {
-    ssm_tensor t;
-    memset(&t, 0, sizeof t);
-    return t;
-}
-
-static ssm_tensor slice(const ssm_tensor * t, int32_t dim, int64_t start, int64_t len) {
-    ssm_tensor v = *t;
-    if (t->data == NULL) return v;
-    v.data = (char *)t->data + start * t->strides[dim] * (int64_t)ssm_dtype_size((ssm_dtype)t->dtype);
-    v.shape[dim] = len;
-    return v;
-}
-
-/* Index `at` of dimension dim removed (a view of one position). */
-static ssm_tensor pick(const ssm_tensor * t, int32_t dim, int64_t at) {
-    ssm_tensor v = slice(t, dim, at, 1);
-    if (t->data == NULL) return v;
-    for (int32_t i = dim; i + 1 < v.ndim; ++i) {
-        v.shape[i] = v.shape[i + 1];
-        v.strides[i] = v.strides[i + 1];
-    }
-    v.ndim -= 1;
-    return v;
-}
-
 /* Dims of a combined-forward call, as ops/ would fill them. */
 static ssmi_mamba3_dims siso_dims(const ssm_mamba3_siso_args * a, int64_t chunk) {
     ssmi_mamba3_dims d;
@@ -114,7 +83,7 @@ static int bag_load(case_bag * g, const char * op, const char * name, const char
 static ssm_tensor bag(const case_bag * g, const char * name) {
     for (int i = 0; i < g->n; ++i)
         if (strcmp(g->names[i], name) == 0) return g->h[i].t;
-    return absent();
+    return ssmt_absent();
 }
 
 static void bag_free(case_bag * g) {
@@ -136,7 +105,7 @@ static void compare_out(const case_bag * g, const char * op, const char * name, 
     const ssm_tensor w = bag(g, key);
     if (w.data == NULL) return;
     snprintf(label, sizeof label, "data %s/%s %s", op, g->c.name, name);
-    check_tol(label, &got->t, &w, DATA_TOL);
+    ssmt_check_tol(label, &got->t, &w, DATA_TOL);
 }
 
 static void case_params(const case_bag * g, ssm_mamba3_params * p) {
@@ -292,7 +261,7 @@ static void data_siso(const char * name, ssm_dtype idx) {
         const ssm_tensor w = bag(&g, key);
         if (w.data == NULL) continue;
         snprintf(lab, sizeof lab, "data siso/%s %s (recurrent)", g.c.name, outs[i]);
-        check_tol(lab, &o[i].t, &w, DATA_TOL);
+        ssmt_check_tol(lab, &o[i].t, &w, DATA_TOL);
     }
     for (int i = 0; i < 5; ++i) ssmt_free(&o[i]);
     bag_free(&g);
@@ -610,7 +579,7 @@ static void example_forward(int case_b) {
                                            "final_v_state"};
         for (int i = 0; i < 5; ++i) {
             snprintf(label, sizeof label, "example case %c%s recurrent %s", c, with_z ? " z" : "", nm[i]);
-            check_tol(label, outs[i], &ref[i].t, EXACT_TOL);
+            ssmt_check_tol(label, outs[i], &ref[i].t, EXACT_TOL);
             ssmt_free(&ref[i]);
         }
         example_free(&e);
@@ -774,7 +743,7 @@ static void chunked_vs_recurrent(const char * name, const ssmt_mamba3_config * c
     for (int i = 0; i < 5; ++i) {
         char label[160];
         snprintf(label, sizeof label, "recurrent %s %s", name, k_fwd_names[i]);
-        check_tol(label, o[i], &ref[i].t, EXACT_TOL);
+        ssmt_check_tol(label, o[i], &ref[i].t, EXACT_TOL);
         ssmt_free(&ref[i]);
     }
     ssmt_mamba3_problem_free(&pr);
@@ -870,7 +839,7 @@ static void test_chunk_sizes(void) {
         for (int i = 0; i < 5; ++i) {
             char label[120];
             snprintf(label, sizeof label, "chunk %lld vs 64 %s", (long long)chunks[k], k_fwd_names[i]);
-            check_tol(label, o[i], &ref[i].t, EXACT_TOL);
+            ssmt_check_tol(label, o[i], &ref[i].t, EXACT_TOL);
         }
     }
     for (int i = 0; i < 5; ++i) ssmt_free(&ref[i]);
@@ -882,15 +851,15 @@ static void test_chunk_sizes(void) {
 /* Tokens [t0, t0+len) of a combined-forward call (token tensors dim 1, scalars dim 2). */
 static ssm_mamba3_siso_args token_slice(const ssm_mamba3_siso_args * a, int64_t t0, int64_t len) {
     ssm_mamba3_siso_args s = *a;
-    s.q = slice(&a->q, 1, t0, len);
-    s.k = slice(&a->k, 1, t0, len);
-    s.v = slice(&a->v, 1, t0, len);
-    s.z = slice(&a->z, 1, t0, len);
-    s.angles = slice(&a->angles, 1, t0, len);
-    s.out = slice(&a->out, 1, t0, len);
-    s.adt = slice(&a->adt, 2, t0, len);
-    s.dt = slice(&a->dt, 2, t0, len);
-    s.trap = slice(&a->trap, 2, t0, len);
+    s.q = ssmt_slice(&a->q, 1, t0, len);
+    s.k = ssmt_slice(&a->k, 1, t0, len);
+    s.v = ssmt_slice(&a->v, 1, t0, len);
+    s.z = ssmt_slice(&a->z, 1, t0, len);
+    s.angles = ssmt_slice(&a->angles, 1, t0, len);
+    s.out = ssmt_slice(&a->out, 1, t0, len);
+    s.adt = ssmt_slice(&a->adt, 2, t0, len);
+    s.dt = ssmt_slice(&a->dt, 2, t0, len);
+    s.trap = ssmt_slice(&a->trap, 2, t0, len);
     return s;
 }
 
@@ -929,7 +898,7 @@ static void test_split(void) {
     for (int i = 0; i < 5; ++i) {
         char label[120];
         snprintf(label, sizeof label, "split 13+18 == one call %s", k_fwd_names[i]);
-        check_tol(label, o[i], &ref[i].t, EXACT_TOL);
+        ssmt_check_tol(label, o[i], &ref[i].t, EXACT_TOL);
         ssmt_free(&ref[i]);
     }
     for (int i = 0; i < 4; ++i) ssmt_free(&mid[i]);
@@ -962,30 +931,30 @@ static void test_varlen(void) {
     /* the empty sequence (index 1): all four final states equal the initial ones exactly */
     const ssm_tensor ins[4] = {pr.args.angle_state, pr.args.ssm_state, pr.args.k_state, pr.args.v_state};
     for (int i = 0; i < 4; ++i) {
-        const ssm_tensor fin = slice(&ref[i + 1].t, 0, 1, 1), init = slice(&ins[i], 0, 1, 1);
+        const ssm_tensor fin = ssmt_slice(&ref[i + 1].t, 0, 1, 1), init = ssmt_slice(&ins[i], 0, 1, 1);
         char             label[120];
         snprintf(label, sizeof label, "varlen empty sequence keeps %s", k_fwd_names[i + 1]);
-        check_tol(label, &fin, &init, 0.0);
+        ssmt_check_tol(label, &fin, &init, 0.0);
     }
     int64_t t0 = 0;
     for (int s = 0; s < 5; ++s) {
         ssm_mamba3_siso_args a = token_slice(&pr.args, t0, lens[s]);
         memset(&a.cu_seqlens, 0, sizeof a.cu_seqlens);
-        a.angle_state = slice(&pr.args.angle_state, 0, s, 1);
-        a.ssm_state = slice(&pr.args.ssm_state, 0, s, 1);
-        a.k_state = slice(&pr.args.k_state, 0, s, 1);
-        a.v_state = slice(&pr.args.v_state, 0, s, 1);
-        a.final_angle_state = slice(&pr.args.final_angle_state, 0, s, 1);
-        a.final_ssm_state = slice(&pr.args.final_ssm_state, 0, s, 1);
-        a.final_k_state = slice(&pr.args.final_k_state, 0, s, 1);
-        a.final_v_state = slice(&pr.args.final_v_state, 0, s, 1);
+        a.angle_state = ssmt_slice(&pr.args.angle_state, 0, s, 1);
+        a.ssm_state = ssmt_slice(&pr.args.ssm_state, 0, s, 1);
+        a.k_state = ssmt_slice(&pr.args.k_state, 0, s, 1);
+        a.v_state = ssmt_slice(&pr.args.v_state, 0, s, 1);
+        a.final_angle_state = ssmt_slice(&pr.args.final_angle_state, 0, s, 1);
+        a.final_ssm_state = ssmt_slice(&pr.args.final_ssm_state, 0, s, 1);
+        a.final_k_state = ssmt_slice(&pr.args.final_k_state, 0, s, 1);
+        a.final_v_state = ssmt_slice(&pr.args.final_v_state, 0, s, 1);
         TEST_CHECK_STATUS(ssm_mamba3_siso(g_ref, &p, &a), SSM_STATUS_OK);
         t0 += lens[s];
     }
     for (int i = 0; i < 5; ++i) {
         char label[120];
         snprintf(label, sizeof label, "varlen == separate calls %s", k_fwd_names[i]);
-        check_tol(label, o[i], &ref[i].t, EXACT_TOL);
+        ssmt_check_tol(label, o[i], &ref[i].t, EXACT_TOL);
         ssmt_free(&ref[i]);
     }
     ssmt_mamba3_problem_free(&pr);
@@ -1054,7 +1023,7 @@ static void fd_case(const char * name, ssmt_mamba3_config * c) {
         }
         char label[120];
         snprintf(label, sizeof label, "fd %s %s", name, k_bwd_outs[k]);
-        check_tol(label, gr[k], &fd.t, FD_TOL);
+        ssmt_check_tol(label, gr[k], &fd.t, FD_TOL);
         ssmt_free(&fd);
     }
     ssmt_mamba3_bwd_free(&w);
@@ -1109,22 +1078,22 @@ static void test_step_vs_forward(void) {
                          ssmt_clone(&pr.k_state.t, SSM_DTYPE_F64), ssmt_clone(&pr.v_state.t, SSM_DTYPE_F64)};
     ssmt_host outs = ssmt_alloc(SSM_DTYPE_F64, 4, pr.out.t.shape);
     for (int64_t t = 0; t < c.seqlen; ++t) {
-        ssm_mamba3_siso_step_args a = {.q = pick(&pr.args.q, 1, t),
-                                       .k = pick(&pr.args.k, 1, t),
-                                       .v = pick(&pr.args.v, 1, t),
-                                       .adt = pick(&pr.args.adt, 2, t),
-                                       .dt = pick(&pr.args.dt, 2, t),
-                                       .trap = pick(&pr.args.trap, 2, t),
+        ssm_mamba3_siso_step_args a = {.q = ssmt_pick(&pr.args.q, 1, t),
+                                       .k = ssmt_pick(&pr.args.k, 1, t),
+                                       .v = ssmt_pick(&pr.args.v, 1, t),
+                                       .adt = ssmt_pick(&pr.args.adt, 2, t),
+                                       .dt = ssmt_pick(&pr.args.dt, 2, t),
+                                       .trap = ssmt_pick(&pr.args.trap, 2, t),
                                        .q_bias = pr.args.q_bias,
                                        .k_bias = pr.args.k_bias,
-                                       .angles = pick(&pr.args.angles, 1, t),
+                                       .angles = ssmt_pick(&pr.args.angles, 1, t),
                                        .d = pr.args.d,
-                                       .z = pick(&pr.args.z, 1, t),
+                                       .z = ssmt_pick(&pr.args.z, 1, t),
                                        .angle_state = pool[0].t,
                                        .ssm_state = pool[1].t,
                                        .k_state = pool[2].t,
                                        .v_state = pool[3].t,
-                                       .out = pick(&outs.t, 1, t),
+                                       .out = ssmt_pick(&outs.t, 1, t),
                                        .final_angle_state = pool[0].t,
                                        .final_ssm_state = pool[1].t,
                                        .final_k_state = pool[2].t,
@@ -1133,11 +1102,11 @@ static void test_step_vs_forward(void) {
     }
     const ssm_tensor * o[5];
     prob_outs(&pr, o);
-    check_tol("steps == forward out", &outs.t, o[0], EXACT_TOL);
+    ssmt_check_tol("steps == forward out", &outs.t, o[0], EXACT_TOL);
     for (int i = 0; i < 4; ++i) {
         char label[96];
         snprintf(label, sizeof label, "steps == forward %s", k_fwd_names[i + 1]);
-        check_tol(label, &pool[i].t, o[i + 1], EXACT_TOL);
+        ssmt_check_tol(label, &pool[i].t, o[i + 1], EXACT_TOL);
         ssmt_free(&pool[i]);
     }
     ssmt_free(&outs);

@@ -179,25 +179,6 @@ static void params_rules(fixture * f, int op, const void * args) {
     }
 }
 
-/* A view of the same buffer with one shape entry changed (never read: validation fails). */
-static ssm_tensor reshaped(const ssm_tensor * t, int32_t dim, int64_t n) {
-    ssm_tensor v = *t;
-    v.shape[dim] = n;
-    return v;
-}
-
-static ssm_tensor retyped(const ssm_tensor * t, int32_t dtype) {
-    ssm_tensor v = *t;
-    v.dtype = dtype;
-    return v;
-}
-
-static ssm_tensor absent(void) {
-    ssm_tensor t;
-    memset(&t, 0, sizeof t);
-    return t;
-}
-
 /* An I32 cu_seqlens tensor owned by the fixture. */
 static ssm_tensor make_cu(fixture * f, ssmt_host * h, const int64_t * vals, int64_t n) {
     const int64_t sh[1] = {n};
@@ -219,9 +200,9 @@ static void cu_rules(fixture * f, int op, void * args, ssm_tensor * cu, int64_t 
     expect(f, op, args, SSM_STATUS_INVALID_ARGUMENT, "cu_seqlens[last] != S", "must equal S");
     *cu = make_cu(f, &hs[3], c3, 1);
     expect(f, op, args, SSM_STATUS_INVALID_SHAPE, "cu_seqlens of length 1", "cu_seqlens");
-    *cu = retyped(&saved, SSM_DTYPE_F32);
+    *cu = ssmt_retyped(&saved, SSM_DTYPE_F32);
     expect(f, op, args, SSM_STATUS_INVALID_LAYOUT, "cu_seqlens f32", "cu_seqlens");
-    *cu = reshaped(&saved, 0, saved.shape[0] + 0);
+    *cu = ssmt_reshaped(&saved, 0, saved.shape[0] + 0);
     cu->ndim = 2;
     expect(f, op, args, SSM_STATUS_INVALID_SHAPE, "cu_seqlens 2-D", "cu_seqlens");
     *cu = saved;
@@ -277,22 +258,22 @@ static void test_angle(fixtures * x) {
     expect_ok(OP_ANGLE, &x->vpr.angle_args, "varlen");
     params_rules(f, OP_ANGLE, &ok);
     ssm_mamba3_angle_cumsum_args a = ok;
-    a.angles = absent();
+    a.angles = ssmt_absent();
     expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_ARGUMENT, "angles absent", "angles");
     a = ok;
-    a.angles = reshaped(&ok.angles, 1, 19);
+    a.angles = ssmt_reshaped(&ok.angles, 1, 19);
     expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_SHAPE, "dt S differs from angles S", "dt");
     a = ok;
     a.angles.ndim = 3;
     expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_SHAPE, "angles 3-D", "angles");
     a = ok;
-    a.dt = retyped(&ok.dt, SSM_DTYPE_I32);
+    a.dt = ssmt_retyped(&ok.dt, SSM_DTYPE_I32);
     expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_LAYOUT, "dt i32", "dt");
     a = ok;
-    a.angle_state = reshaped(&ok.angle_state, 2, 3);
+    a.angle_state = ssmt_reshaped(&ok.angle_state, 2, 3);
     expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_SHAPE, "angle_state A wrong", "angle_state");
     a = ok;
-    a.angles_cumsum = absent();
+    a.angles_cumsum = ssmt_absent();
     expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_ARGUMENT, "angles_cumsum absent", "angles_cumsum");
     a = ok;
     a.angles_cumsum.strides[2] = 0;
@@ -333,22 +314,22 @@ static void test_angle_bwd(fixtures * x) {
     ssmt_poison(&ok.dangle_state);
     params_rules(f, OP_ANGLE_BWD, &ok);
     ssm_mamba3_angle_cumsum_bwd_args a = ok;
-    a.dangles_cumsum = absent();
+    a.dangles_cumsum = ssmt_absent();
     expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "dangles_cumsum absent", "dangles_cumsum");
     a = ok;
-    a.dangles_cumsum = reshaped(&ok.dangles_cumsum, 3, 5);
+    a.dangles_cumsum = ssmt_reshaped(&ok.dangles_cumsum, 3, 5);
     expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_SHAPE, "dangles_cumsum A wrong", "dangles_cumsum");
     a = ok;
-    a.dfinal_angle_state = reshaped(&ok.dfinal_angle_state, 0, 1);
+    a.dfinal_angle_state = ssmt_reshaped(&ok.dfinal_angle_state, 0, 1);
     expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_SHAPE, "dfinal_angle_state rows wrong", "dfinal_angle_state");
     a = ok;
-    a.dangles = absent();
+    a.dangles = ssmt_absent();
     expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "dangles absent", "dangles");
     a = ok;
-    a.ddt = absent();
+    a.ddt = ssmt_absent();
     expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "ddt absent", "ddt");
     a = ok;
-    a.ddt = reshaped(&ok.ddt, 2, 19);
+    a.ddt = ssmt_reshaped(&ok.ddt, 2, 19);
     expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_SHAPE, "ddt S wrong", "ddt");
     a = ok;
     a.dangles.data = ok.angles.data;
@@ -358,7 +339,7 @@ static void test_angle_bwd(fixtures * x) {
     a.dangle_state.data = ok.ddt.data;
     expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_LAYOUT, "dangle_state overlaps ddt", "overlaps");
     a = ok;
-    a.cu_seqlens = retyped(&x->vpr.cu_seqlens.t, SSM_DTYPE_F16);
+    a.cu_seqlens = ssmt_retyped(&x->vpr.cu_seqlens.t, SSM_DTYPE_F16);
     expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_LAYOUT, "cu_seqlens f16", "cu_seqlens");
 }
 
@@ -368,63 +349,63 @@ static void test_angle_bwd(fixtures * x) {
 #define SEQ_RULES(OP, ok, a)                                                                                   \
     do {                                                                                                       \
         a = ok;                                                                                                \
-        a.q = absent();                                                                                        \
+        a.q = ssmt_absent();                                                                                        \
         expect(f, OP, &a, SSM_STATUS_INVALID_ARGUMENT, "q absent", "q");                                       \
         a = ok;                                                                                                \
-        a.k = reshaped(&ok.k, 3, 8);                                                                           \
+        a.k = ssmt_reshaped(&ok.k, 3, 8);                                                                           \
         expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "k shape != q shape", "k");                                \
         a = ok;                                                                                                \
-        a.q = reshaped(&ok.q, 2, 3);                                                                           \
-        a.k = reshaped(&ok.k, 2, 3);                                                                           \
+        a.q = ssmt_reshaped(&ok.q, 2, 3);                                                                           \
+        a.k = ssmt_reshaped(&ok.k, 2, 3);                                                                           \
         expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "H % Hq != 0", "multiple");                                \
         a = ok;                                                                                                \
-        a.q = reshaped(&ok.q, 3, 15);                                                                          \
-        a.k = reshaped(&ok.k, 3, 15);                                                                          \
+        a.q = ssmt_reshaped(&ok.q, 3, 15);                                                                          \
+        a.k = ssmt_reshaped(&ok.k, 3, 15);                                                                          \
         expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "K odd", "even");                                          \
         a = ok;                                                                                                \
-        a.v = reshaped(&ok.v, 3, 0);                                                                           \
+        a.v = ssmt_reshaped(&ok.v, 3, 0);                                                                           \
         expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "V = 0", "V");                                             \
         a = ok;                                                                                                \
-        a.v = reshaped(&ok.v, 1, 19);                                                                          \
+        a.v = ssmt_reshaped(&ok.v, 1, 19);                                                                          \
         expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "v S != q S", "v");                                        \
         a = ok;                                                                                                \
-        a.angles = reshaped(&ok.angles, 3, 9);                                                                 \
+        a.angles = ssmt_reshaped(&ok.angles, 3, 9);                                                                 \
         expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "A > K/2", "K/2");                                         \
         a = ok;                                                                                                \
-        a.adt = reshaped(&ok.adt, 2, 19);                                                                      \
+        a.adt = ssmt_reshaped(&ok.adt, 2, 19);                                                                      \
         expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "adt S wrong", "adt");                                     \
         a = ok;                                                                                                \
-        a.dt = absent();                                                                                       \
+        a.dt = ssmt_absent();                                                                                       \
         expect(f, OP, &a, SSM_STATUS_INVALID_ARGUMENT, "dt absent", "dt");                                     \
         a = ok;                                                                                                \
-        a.trap = reshaped(&ok.trap, 1, 3);                                                                     \
+        a.trap = ssmt_reshaped(&ok.trap, 1, 3);                                                                     \
         expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "trap H wrong", "trap");                                   \
         a = ok;                                                                                                \
-        a.q_bias = reshaped(&ok.q_bias, 1, 8);                                                                 \
+        a.q_bias = ssmt_reshaped(&ok.q_bias, 1, 8);                                                                 \
         expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "q_bias K wrong", "q_bias");                               \
         a = ok;                                                                                                \
-        a.k_bias = absent();                                                                                   \
+        a.k_bias = ssmt_absent();                                                                                   \
         expect(f, OP, &a, SSM_STATUS_INVALID_ARGUMENT, "k_bias absent", "k_bias");                             \
         a = ok;                                                                                                \
-        a.d = reshaped(&ok.d, 0, 3);                                                                           \
+        a.d = ssmt_reshaped(&ok.d, 0, 3);                                                                           \
         expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "d shape wrong", "d");                                     \
         a = ok;                                                                                                \
-        a.z = reshaped(&ok.z, 3, 4);                                                                           \
+        a.z = ssmt_reshaped(&ok.z, 3, 4);                                                                           \
         expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "z shape wrong", "z");                                     \
         a = ok;                                                                                                \
-        a.z = retyped(&ok.z, SSM_DTYPE_I64);                                                                   \
+        a.z = ssmt_retyped(&ok.z, SSM_DTYPE_I64);                                                                   \
         expect(f, OP, &a, SSM_STATUS_INVALID_LAYOUT, "z i64", "z");                                            \
         a = ok;                                                                                                \
-        a.ssm_state = absent();                                                                                \
+        a.ssm_state = ssmt_absent();                                                                                \
         expect(f, OP, &a, SSM_STATUS_INVALID_ARGUMENT, "ssm_state missing from the states", "initial states"); \
         a = ok;                                                                                                \
-        a.k_state = reshaped(&ok.k_state, 2, 8);                                                               \
+        a.k_state = ssmt_reshaped(&ok.k_state, 2, 8);                                                               \
         expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "k_state K wrong", "k_state");                             \
         a = ok;                                                                                                \
-        a.out = absent();                                                                                      \
+        a.out = ssmt_absent();                                                                                      \
         expect(f, OP, &a, SSM_STATUS_INVALID_ARGUMENT, "out absent", "out");                                   \
         a = ok;                                                                                                \
-        a.out = reshaped(&ok.out, 3, 4);                                                                       \
+        a.out = ssmt_reshaped(&ok.out, 3, 4);                                                                       \
         expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "out V wrong", "out");                                     \
         a = ok;                                                                                                \
         a.out.strides[0] = 0;                                                                                  \
@@ -439,7 +420,7 @@ static void test_angle_bwd(fixtures * x) {
         a.final_v_state.data = ok.v_state.data;                                                                \
         expect(f, OP, &a, SSM_STATUS_INVALID_LAYOUT, "final_v_state overlaps v_state", "overlaps");            \
         a = ok;                                                                                                \
-        a.final_ssm_state = reshaped(&ok.final_ssm_state, 0, 3);                                               \
+        a.final_ssm_state = ssmt_reshaped(&ok.final_ssm_state, 0, 3);                                               \
         expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "final_ssm_state rows wrong", "final_ssm_state");          \
         a = ok;                                                                                                \
         a.cu_seqlens = x->vpr.cu_seqlens.t;                                                                    \
@@ -455,7 +436,7 @@ static void test_siso_fwd(fixtures * x) {
     ssm_mamba3_siso_fwd_args a;
     SEQ_RULES(OP_FWD, ok, a);
     a = ok;
-    a.ssm_state = a.k_state = a.v_state = absent();
+    a.ssm_state = a.k_state = a.v_state = ssmt_absent();
     expect_ok(OP_FWD, &a, "no states");
     ssm_mamba3_siso_fwd_args v = x->vpr.fwd_args;
     cu_rules(f, OP_FWD, &v, &v.cu_seqlens, x->vpr.args.q.shape[1], x->cu_bad + 4);
@@ -470,10 +451,10 @@ static void test_siso(fixtures * x) {
     ssm_mamba3_siso_args a;
     SEQ_RULES(OP_SISO, ok, a);
     a = ok;
-    a.angle_state = absent();
+    a.angle_state = ssmt_absent();
     expect(f, OP_SISO, &a, SSM_STATUS_INVALID_ARGUMENT, "angle_state missing from the states", "initial states");
     a = ok;
-    a.angle_state = reshaped(&ok.angle_state, 2, 3);
+    a.angle_state = ssmt_reshaped(&ok.angle_state, 2, 3);
     expect(f, OP_SISO, &a, SSM_STATUS_INVALID_SHAPE, "angle_state A wrong", "angle_state");
     a = ok;
     a.final_angle_state.data = ok.out.data;
@@ -482,7 +463,7 @@ static void test_siso(fixtures * x) {
     a.angles.strides[2] = 0; /* head broadcast of the raw angles is allowed */
     expect_ok(OP_SISO, &a, "angles stride 0 over H");
     a = ok;
-    a.angle_state = a.ssm_state = a.k_state = a.v_state = absent();
+    a.angle_state = a.ssm_state = a.k_state = a.v_state = ssmt_absent();
     expect_ok(OP_SISO, &a, "no states");
 }
 
@@ -500,39 +481,39 @@ static void test_siso_bwd(fixtures * x) {
     for (size_t i = 0; i < sizeof outs / sizeof outs[0]; ++i) ssmt_poison(&outs[i]->t);
     params_rules(f, OP_BWD, &ok);
     ssm_mamba3_siso_bwd_args a = ok;
-    a.dout = absent();
+    a.dout = ssmt_absent();
     expect(f, OP_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "dout absent", "dout");
     a = ok;
-    a.dout = reshaped(&ok.dout, 3, 4);
+    a.dout = ssmt_reshaped(&ok.dout, 3, 4);
     expect(f, OP_BWD, &a, SSM_STATUS_INVALID_SHAPE, "dout V wrong", "dout");
     a = ok;
-    a.dfinal_ssm_state = reshaped(&ok.dfinal_ssm_state, 3, 8);
+    a.dfinal_ssm_state = ssmt_reshaped(&ok.dfinal_ssm_state, 3, 8);
     expect(f, OP_BWD, &a, SSM_STATUS_INVALID_SHAPE, "dfinal_ssm_state K wrong", "dfinal_ssm_state");
     a = ok;
-    a.dfinal_angle_state = retyped(&ok.dfinal_angle_state, SSM_DTYPE_I32);
+    a.dfinal_angle_state = ssmt_retyped(&ok.dfinal_angle_state, SSM_DTYPE_I32);
     expect(f, OP_BWD, &a, SSM_STATUS_INVALID_LAYOUT, "dfinal_angle_state i32", "dfinal_angle_state");
     a = ok;
-    a.d = absent();
+    a.d = ssmt_absent();
     expect(f, OP_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "dd without d", "dd");
     a = ok;
-    a.z = absent();
+    a.z = ssmt_absent();
     expect(f, OP_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "dz without z", "dz");
     a = ok;
-    a.angle_state = a.ssm_state = a.k_state = a.v_state = absent();
+    a.angle_state = a.ssm_state = a.k_state = a.v_state = ssmt_absent();
     expect(f, OP_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "state gradients without states", "dangle_state");
-    a.dangle_state = absent();
+    a.dangle_state = ssmt_absent();
     expect(f, OP_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "dssm_state without states", "dssm_state");
     a = ok;
-    a.k_state = absent();
+    a.k_state = ssmt_absent();
     expect(f, OP_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "k_state missing from the states", "initial states");
     a = ok;
-    a.dq = reshaped(&ok.dq, 2, 4);
+    a.dq = ssmt_reshaped(&ok.dq, 2, 4);
     expect(f, OP_BWD, &a, SSM_STATUS_INVALID_SHAPE, "dq Hq wrong", "dq");
     a = ok;
-    a.dangles = reshaped(&ok.dangles, 3, 2);
+    a.dangles = ssmt_reshaped(&ok.dangles, 3, 2);
     expect(f, OP_BWD, &a, SSM_STATUS_INVALID_SHAPE, "dangles A wrong", "dangles");
     a = ok;
-    a.dd = reshaped(&ok.dd, 0, 2);
+    a.dd = ssmt_reshaped(&ok.dd, 0, 2);
     expect(f, OP_BWD, &a, SSM_STATUS_INVALID_SHAPE, "dd H wrong", "dd");
     a = ok;
     a.dq_bias.strides[1] = 0;
@@ -553,9 +534,9 @@ static void test_siso_bwd(fixtures * x) {
     expect(f, OP_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "cu_seqlens with B=2", "must be 1");
     /* every gradient output absent, no dfinal: valid */
     a = ok;
-    a.dq = a.dk = a.dv = a.dadt = a.ddt = a.dtrap = a.dq_bias = a.dk_bias = a.dangles = a.dd = a.dz = absent();
-    a.dangle_state = a.dssm_state = a.dk_state = a.dv_state = absent();
-    a.dfinal_angle_state = a.dfinal_ssm_state = a.dfinal_k_state = a.dfinal_v_state = absent();
+    a.dq = a.dk = a.dv = a.dadt = a.ddt = a.dtrap = a.dq_bias = a.dk_bias = a.dangles = a.dd = a.dz = ssmt_absent();
+    a.dangle_state = a.dssm_state = a.dk_state = a.dv_state = ssmt_absent();
+    a.dfinal_angle_state = a.dfinal_ssm_state = a.dfinal_k_state = a.dfinal_v_state = ssmt_absent();
     expect_ok(OP_BWD, &a, "no gradient outputs, no dfinal");
 }
 
@@ -579,33 +560,33 @@ static void test_step(void) {
     expect_ok(OP_STEP, &oki, "indexed with padding");
     params_rules(&f, OP_STEP, &ok);
     ssm_mamba3_siso_step_args a = ok;
-    a.q = reshaped(&ok.q, 1, 3);
-    a.k = reshaped(&ok.k, 1, 3);
+    a.q = ssmt_reshaped(&ok.q, 1, 3);
+    a.k = ssmt_reshaped(&ok.k, 1, 3);
     expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "H % Hq != 0", "multiple");
     a = ok;
     a.q.ndim = 4;
     expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "q 4-D", "q");
     a = ok;
-    a.angles = reshaped(&ok.angles, 2, 9);
+    a.angles = ssmt_reshaped(&ok.angles, 2, 9);
     expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "A > K/2", "K/2");
     a = ok;
-    a.adt = reshaped(&ok.adt, 1, 3);
+    a.adt = ssmt_reshaped(&ok.adt, 1, 3);
     expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "adt H wrong", "adt");
     a = ok;
-    a.z = reshaped(&ok.z, 2, 3);
+    a.z = ssmt_reshaped(&ok.z, 2, 3);
     expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "z V wrong", "z");
     a = ok;
-    a.angle_state = absent();
+    a.angle_state = ssmt_absent();
     expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_ARGUMENT, "angle_state absent", "angle_state");
     a = ok;
-    a.v_state = absent();
+    a.v_state = ssmt_absent();
     expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_ARGUMENT, "v_state absent", "v_state");
     a = ok;
-    a.ssm_state = reshaped(&ok.ssm_state, 0, 3);
+    a.ssm_state = ssmt_reshaped(&ok.ssm_state, 0, 3);
     expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "ssm_state slots differ", "ssm_state");
     /* slots != B without indices */
     a = oki;
-    a.state_batch_indices = absent();
+    a.state_batch_indices = ssmt_absent();
     expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "slots != B without indices", "slots");
     /* index values and dtype (own buffers) */
     ssmt_host           ih[3];
@@ -623,11 +604,11 @@ static void test_step(void) {
     expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_ARGUMENT, "duplicate slot", "share");
     a.state_batch_indices = ih[2].t;
     expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_LAYOUT, "indices f32", "state_batch_indices");
-    a.state_batch_indices = reshaped(&oki.state_batch_indices, 0, 3);
+    a.state_batch_indices = ssmt_reshaped(&oki.state_batch_indices, 0, 3);
     expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "indices length != B", "state_batch_indices");
     /* outputs */
     a = ok;
-    a.out = absent();
+    a.out = ssmt_absent();
     expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_ARGUMENT, "out absent", "out");
     a = ok;
     a.out.data = ok.v.data;

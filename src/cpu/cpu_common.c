@@ -1,7 +1,7 @@
 /* Kernel tables of the Mamba-2 CPU backend, and the standalone ops' scratch. */
 #include "cpu_common.h"
 
-static const ssmi_cpu_kernels scalar_kernels = {
+const ssmi_cpu_kernels ssmi_cpu_scalar_kernels = {
     "scalar",
     ssmi_f32_gemm_ukernel__scalar,
     ssmi_f32_vexp__scalar,
@@ -11,7 +11,7 @@ static const ssmi_cpu_kernels scalar_kernels = {
     ssmi_store_row__scalar,
 };
 
-static const ssmi_cpu_kernels avx2_kernels = {
+const ssmi_cpu_kernels ssmi_cpu_avx2_kernels = {
     "avx2",
     ssmi_f32_gemm_ukernel__avx2_6x16,
     ssmi_f32_vexp__avx2,
@@ -23,7 +23,7 @@ static const ssmi_cpu_kernels avx2_kernels = {
 
 const ssmi_cpu_kernels * ssmi_cpu_kernels_for(const ssm_context * ctx) {
     /* ssmi_context_isa never returns an ISA the host lacks (context creation refuses it). */
-    return ssmi_context_isa(ctx) == SSM_ISA_AVX2 ? &avx2_kernels : &scalar_kernels;
+    return ssmi_context_isa(ctx) == SSM_ISA_AVX2 ? &ssmi_cpu_avx2_kernels : &ssmi_cpu_scalar_kernels;
 }
 
 static const ssmi_cpu_layer_kernels scalar_layer_kernels = {
@@ -50,6 +50,17 @@ static const ssmi_cpu_layer_kernels avx2_layer_kernels = {
 
 const ssmi_cpu_layer_kernels * ssmi_cpu_layer_kernels_for(const ssm_context * ctx) {
     return ssmi_context_isa(ctx) == SSM_ISA_AVX2 ? &avx2_layer_kernels : &scalar_layer_kernels;
+}
+
+void ssmi_cpu_sequence(const ssm_tensor * cu_seqlens, int64_t seqlen, int64_t s, int64_t * row, int64_t * t0,
+                       int64_t * len) {
+    if (ssmi_present(cu_seqlens)) {
+        const int64_t a = ssmi_get_i64(cu_seqlens, ssmi_off1(cu_seqlens, s));
+        const int64_t b = ssmi_get_i64(cu_seqlens, ssmi_off1(cu_seqlens, s + 1));
+        *row = 0, *t0 = a, *len = b - a;
+    } else {
+        *row = s, *t0 = 0, *len = seqlen;
+    }
 }
 
 float * ssmi_cpu_thread_scratch(ssm_context * ctx, const char * op, int64_t floats_per_thread) {

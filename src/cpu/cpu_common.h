@@ -24,9 +24,17 @@ typedef struct ssmi_cpu_kernels {
 } ssmi_cpu_kernels;
 
 const ssmi_cpu_kernels * ssmi_cpu_kernels_for(const ssm_context * ctx);
+/* The two tables themselves, for tables that extend them (mamba3_common.c). */
+extern const ssmi_cpu_kernels ssmi_cpu_scalar_kernels;
+extern const ssmi_cpu_kernels ssmi_cpu_avx2_kernels;
+
+/* Sequence s of a varlen-capable call: batch row s from token 0 (len = seqlen), or with
+ * cu_seqlens row 0 from cu[s] (len = cu[s+1] − cu[s]). */
+void ssmi_cpu_sequence(const ssm_tensor * cu_seqlens, int64_t seqlen, int64_t s, int64_t * row, int64_t * t0,
+                       int64_t * len);
 
 /* The layer ops' row kernels (kernels/layer), chosen the same way. A table of its own so
- * the copies of ssmi_cpu_kernels elsewhere stay complete. */
+ * the tables that extend ssmi_cpu_kernels (mamba3_common.c) need none of these. */
 typedef struct ssmi_cpu_layer_kernels {
     ssmi_f32_conv_weights_fn    conv_weights;
     ssmi_f32_conv_row_fn        conv_row;
@@ -39,6 +47,12 @@ typedef struct ssmi_cpu_layer_kernels {
 } ssmi_cpu_layer_kernels;
 
 const ssmi_cpu_layer_kernels * ssmi_cpu_layer_kernels_for(const ssm_context * ctx);
+
+/* Valid tokens of chunk c (of Q = d->chunk tokens from c·Q): min(Q, S − c·Q), at least 0. */
+static inline int64_t ssmi_cpu_chunk_len(const ssmi_mamba2_dims * d, int64_t c) {
+    const int64_t len = d->seqlen - c * d->chunk;
+    return len < 0 ? 0 : (len > d->chunk ? d->chunk : len);
+}
 
 /* Spec §2.1: softplus only for v ≤ 20 (log1p(exp(v))), then the clamp, always. Written
  * with comparisons so a NaN stays NaN. */

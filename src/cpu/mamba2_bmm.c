@@ -23,8 +23,7 @@ static void bmm_task(void * arg, int64_t task, int32_t thread) {
     const int64_t G = d->ngroups, N = d->dstate, Q = d->chunk, NC = d->nchunks;
     const int64_t b = task / (NC * G), c = (task / G) % NC, g = task % G;
     const int64_t t0  = c * Q;
-    int64_t       len = d->seqlen - t0;
-    len               = len < 0 ? 0 : (len > Q ? Q : len);
+    const int64_t len = ssmi_cpu_chunk_len(d, c);
 
     float * ct   = job->scratch + (int64_t) thread * job->scratch_floats; /* c   [len][N] */
     float * bt   = ct + ssmi_cpu_lines(Q * N);                           /* bᵀ  [N][Q]   */

@@ -27,8 +27,7 @@ static void chunk_scan_task(void * arg, int64_t task, int32_t thread) {
     const int64_t b = task / (NC * H), c = (task / H) % NC, h = task % H;
     const int64_t g   = h / (H / d->ngroups);
     const int64_t t0  = c * Q;
-    int64_t       len = d->seqlen - t0;
-    len               = len < 0 ? 0 : (len > Q ? Q : len);
+    const int64_t len = ssmi_cpu_chunk_len(d, c);
     if (len == 0) return;
 
     float * ct    = job->scratch + (int64_t) thread * job->scratch_floats; /* c      [len][N] */

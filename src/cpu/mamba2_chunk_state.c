@@ -33,8 +33,7 @@ static void state_task(void * arg, int64_t task, int32_t thread) {
     const int64_t b = task / (NC * H), c = (task / H) % NC, h = task % H;
     const int64_t g   = h / (H / d->ngroups);
     const int64_t t0  = c * Q;
-    int64_t       len = d->seqlen - t0;
-    len               = len < 0 ? 0 : (len > Q ? Q : len);
+    const int64_t len = ssmi_cpu_chunk_len(d, c);
 
     float * xt   = job->scratch + (int64_t) thread * job->scratch_floats; /* x      [len][P] */
     float * bw   = xt + ssmi_cpu_lines(Q * P);                           /* bw     [len][N] */

@@ -36,7 +36,7 @@ static void angle_fwd_task(void * arg, int64_t task, int32_t thread) {
     float * theta = dtv + ssmi_cpu_lines(ANGLE_BLOCK);
     float * raw   = theta + ssmi_cpu_lines(A + 8);
     int64_t row, t0, len;
-    ssmi_cpu_m3_sequence(job->d, &a->cu_seqlens, s, &row, &t0, &len);
+    ssmi_cpu_sequence(&a->cu_seqlens, job->d->seqlen, s, &row, &t0, &len);
     ssmi_cpu_m3_load_row3(job->k, ssmi_present(&a->angle_state) ? &a->angle_state : NULL, s, h, A, theta);
     for (int64_t b0 = 0; b0 < len; b0 += ANGLE_BLOCK) {
         const int64_t n = len - b0 < ANGLE_BLOCK ? len - b0 : ANGLE_BLOCK;
@@ -57,7 +57,7 @@ static void angle_bwd_task(void * arg, int64_t task, int32_t thread) {
     float * dth = raw + ssmi_cpu_lines(A + 8);
     float * tnh = dth + ssmi_cpu_lines(A + 8);
     int64_t row, t0, len;
-    ssmi_cpu_m3_sequence(job->d, &a->cu_seqlens, s, &row, &t0, &len);
+    ssmi_cpu_sequence(&a->cu_seqlens, job->d->seqlen, s, &row, &t0, &len);
     ssmi_cpu_m3_load_row3(job->k, ssmi_present(&a->dfinal_angle_state) ? &a->dfinal_angle_state : NULL, s, h, A, g);
     for (int64_t e = len; e > 0; e -= ANGLE_BLOCK) {
         const int64_t n = e < ANGLE_BLOCK ? e : ANGLE_BLOCK, tb = t0 + e - n;

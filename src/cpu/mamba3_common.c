@@ -3,29 +3,8 @@
 
 #include "mamba3_common.h"
 
-/* The Mamba-2 tables of cpu_common.c are private to it; these are the same kernels. */
-static const ssmi_cpu_kernels scalar_base = {
-    "scalar",
-    ssmi_f32_gemm_ukernel__scalar,
-    ssmi_f32_vexp__scalar,
-    ssmi_f32_decay_rows__scalar,
-    ssmi_f32_silu_gate__scalar,
-    ssmi_load_row__scalar,
-    ssmi_store_row__scalar,
-};
-
-static const ssmi_cpu_kernels avx2_base = {
-    "avx2",
-    ssmi_f32_gemm_ukernel__avx2_6x16,
-    ssmi_f32_vexp__avx2,
-    ssmi_f32_decay_rows__avx2,
-    ssmi_f32_silu_gate__avx2,
-    ssmi_load_row__avx2,
-    ssmi_store_row__avx2,
-};
-
 static const ssmi_cpu_m3_kernels scalar_m3 = {
-    &scalar_base,
+    &ssmi_cpu_scalar_kernels,
     ssmi_f32_angle_rate__scalar,
     ssmi_f32_angle_advance__scalar,
     ssmi_f32_angle_step__scalar,
@@ -37,7 +16,7 @@ static const ssmi_cpu_m3_kernels scalar_m3 = {
 };
 
 static const ssmi_cpu_m3_kernels avx2_m3 = {
-    &avx2_base,
+    &ssmi_cpu_avx2_kernels,
     ssmi_f32_angle_rate__avx2,
     ssmi_f32_angle_advance__avx2,
     ssmi_f32_angle_step__avx2,
@@ -51,17 +30,6 @@ static const ssmi_cpu_m3_kernels avx2_m3 = {
 const ssmi_cpu_m3_kernels * ssmi_cpu_m3_kernels_for(const ssm_context * ctx) {
     /* ssmi_context_isa never returns an ISA the host lacks (context creation refuses it). */
     return ssmi_context_isa(ctx) == SSM_ISA_AVX2 ? &avx2_m3 : &scalar_m3;
-}
-
-void ssmi_cpu_m3_sequence(const ssmi_mamba3_dims * d, const ssm_tensor * cu_seqlens, int64_t s, int64_t * row,
-                          int64_t * t0, int64_t * len) {
-    if (ssmi_present(cu_seqlens)) {
-        const int64_t a = ssmi_get_i64(cu_seqlens, ssmi_off1(cu_seqlens, s));
-        const int64_t b = ssmi_get_i64(cu_seqlens, ssmi_off1(cu_seqlens, s + 1));
-        *row = 0, *t0 = a, *len = b - a;
-    } else {
-        *row = s, *t0 = 0, *len = d->seqlen;
-    }
 }
 
 void ssmi_cpu_m3_token_scalars(const ssmi_cpu_m3_kernels * k, const ssm_tensor * adt, const ssm_tensor * dt,

@@ -5,8 +5,6 @@
  *   ssmi_cpu_m3_kernels_for     kernel table for the context ISA: the Mamba-2 table (gemm,
  *                               exp, decay rows, silu gate, row load/store) + rotary kernels
  *                               (kernels/rotary) + the decode update (kernels/sisostep)
- *   ssmi_cpu_m3_sequence        row / first token / length of sequence s (batch row or
- *                               varlen sequence)
  *   ssmi_cpu_m3_token_scalars   λ, γ, σ (and adt, dt) of a run of tokens of one head
  *   ssmi_cpu_m3_prep_token      sin/cos of θ + bias + pre-rotation dot + rotation of q, k
  *   ssmi_cpu_m3_angle_run       the running wrapped angle of one (sequence, head)
@@ -42,11 +40,6 @@ typedef struct ssmi_cpu_m3_kernels {
 const ssmi_cpu_m3_kernels * ssmi_cpu_m3_kernels_for(const ssm_context * ctx);
 
 static inline float ssmi_cpu_m3_sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
-
-/* Sequence s of the problem: batch row s from token 0 (len = S), or with cu_seqlens row 0
- * from cu[s] (len = cu[s+1] − cu[s]). */
-void ssmi_cpu_m3_sequence(const ssmi_mamba3_dims * d, const ssm_tensor * cu_seqlens, int64_t s, int64_t * row,
-                          int64_t * t0, int64_t * len);
 
 /* Per-token scalars of tokens [t0, t0+n) of (row, head h) of a sequence whose last token is
  * t_end − 1, from adt, dt, trap (B, H, S). Buffers (caller's, any may be NULL):

@@ -832,7 +832,7 @@ static void bwd_task(void * arg, int64_t task, int32_t thread) {
     x.n = task / (G * nb);
     x.g = (task / nb) % G;
     x.blk = task % nb;
-    ssmi_mimo_sequence(d, &job->a->cu_seqlens, x.n, &x.row, &x.t0, &x.len);
+    ssmi_cpu_sequence(&job->a->cu_seqlens, d->seqlen, x.n, &x.row, &x.t0, &x.len);
     carve(d, &job->l, job->scratch + (int64_t)thread * job->l.thread_floats, &x.s);
     const int64_t slot = d->batch * d->seqlen * d->rank * G * d->dstate;
     x.slot_q = job->l.use_ws ? job->dq_ws + x.blk * slot : NULL;
@@ -920,7 +920,7 @@ static bwd_plan plan_bwd(const ssmi_mimo_dims * d, const ssm_mamba3_mimo_bwd_arg
     l.max_len = 0;
     for (int64_t s = 0; s < d->nseq; ++s) {
         int64_t row, t0, len;
-        ssmi_mimo_sequence(d, &a->cu_seqlens, s, &row, &t0, &len);
+        ssmi_cpu_sequence(&a->cu_seqlens, d->seqlen, s, &row, &t0, &len);
         if (len > l.max_len) l.max_len = len;
     }
     l.max_chunks = (l.max_len + l.C - 1) / l.C;

@@ -213,7 +213,7 @@ static void fw_task(void * arg, int64_t task, int32_t thread) {
     fw_scratch    sc;
     fw_carve(&sc, job->scratch + (int64_t) thread * job->thread_floats, d);
     int64_t row, t0, len;
-    ssmi_mimo_sequence(d, &a->cu_seqlens, s, &row, &t0, &len);
+    ssmi_cpu_sequence(&a->cu_seqlens, d->seqlen, s, &row, &t0, &len);
     if (len == 0) {
         copy_states(job, &sc, s, h);
         return;

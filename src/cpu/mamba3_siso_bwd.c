@@ -717,7 +717,7 @@ static void bwd_task(void * arg, int64_t task, int32_t thread) {
     x.n = task / (Hq * nb);
     x.g = (task / nb) % Hq;
     x.blk = task % nb;
-    ssmi_cpu_m3_sequence(d, &job->a->cu_seqlens, x.n, &x.row, &x.t0, &x.len);
+    ssmi_cpu_sequence(&job->a->cu_seqlens, d->seqlen, x.n, &x.row, &x.t0, &x.len);
     carve(d, job->l.max_len, job->l.max_chunks, job->scratch + (int64_t)thread * job->l.thread_floats, &x.s);
     for (int64_t j = 0; j < hb; ++j) {
         x.h = x.g * G + x.blk * hb + j;

@@ -327,7 +327,7 @@ static void fwd_task(void * arg, int64_t task, int32_t thread) {
     carve(&sc, job->scratch + (int64_t) thread * job->thread_floats, job->head_block, K, d->dv, d->nangles);
 
     int64_t row, t0, len;
-    ssmi_cpu_m3_sequence(d, &io->cu_seqlens, s, &row, &t0, &len);
+    ssmi_cpu_sequence(&io->cu_seqlens, d->seqlen, s, &row, &t0, &len);
     if (len == 0) {
         for (int64_t hh = 0; hh < nh; ++hh) copy_states(job, &sc, s, h0 + hh);
         return;

@@ -3,17 +3,6 @@
 
 #include "mimo_common.h"
 
-void ssmi_mimo_sequence(const ssmi_mimo_dims * d, const ssm_tensor * cu_seqlens, int64_t s, int64_t * row,
-                        int64_t * t0, int64_t * len) {
-    if (ssmi_present(cu_seqlens)) {
-        const int64_t a = ssmi_get_i64(cu_seqlens, ssmi_off1(cu_seqlens, s));
-        const int64_t b = ssmi_get_i64(cu_seqlens, ssmi_off1(cu_seqlens, s + 1));
-        *row = 0, *t0 = a, *len = b - a;
-    } else {
-        *row = s, *t0 = 0, *len = d->seqlen;
-    }
-}
-
 int64_t ssmi_mimo_head_floats(int64_t R, int64_t N, int64_t P) {
     return 2 * ssmi_cpu_lines(R * N) + 3 * ssmi_cpu_lines(R * P) + ssmi_cpu_lines(P);
 }

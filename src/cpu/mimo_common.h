@@ -9,7 +9,6 @@
  *
  *   ssmi_mimo_kernels_for     the SISO kernel table (gemm, exp, row load/store, angle rate,
  *                             sin/cos) — MIMO needs no other vector kernel
- *   ssmi_mimo_sequence        row / first token / length of sequence s (batch row or varlen)
  *   ssmi_mimo_token_scalars   γ_t, c_t = γ_t + σ̄_t (σ̄ from the NEXT token, 0 at the sequence
  *                             end), dt, λ of a run of tokens (spec §2.1)
  *   ssmi_mimo_head_load       the per-head parameters q_bias, k_bias, mimo_v/z/o, norm
@@ -42,11 +41,6 @@ typedef ssmi_cpu_m3_kernels ssmi_mimo_kernels;
 static inline const ssmi_mimo_kernels * ssmi_mimo_kernels_for(const ssm_context * ctx) {
     return ssmi_cpu_m3_kernels_for(ctx);
 }
-
-/* Sequence s: batch row s from token 0 (len = S), or with cu_seqlens row 0 from cu[s]
- * (len = cu[s+1] − cu[s]). */
-void ssmi_mimo_sequence(const ssmi_mimo_dims * d, const ssm_tensor * cu_seqlens, int64_t s, int64_t * row,
-                        int64_t * t0, int64_t * len);
 
 /* Tokens [t0, t0+n) of (row, head h) of a sequence whose last token is t_end − 1, from dt
  * and pre-sigmoid trap (B, H, S). Outputs (any may be NULL): gamma[n] = dt·λ,

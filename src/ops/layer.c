@@ -6,7 +6,6 @@
  * before the backend runs), fill the dims, dispatch to REF or CPU.
  */
 #include <math.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "../core/ssmi.h"
@@ -161,50 +160,6 @@ ssm_status ssm_causal_conv1d_bwd(ssm_context * ctx, const ssm_conv1d_params * pa
 
 /* ---- causal_conv1d_update ------------------------------------------------------------- */
 
-static int same_view(const ssm_tensor * a, const ssm_tensor * b) {
-    if (a->data != b->data || a->dtype != b->dtype || a->ndim != b->ndim) return 0;
-    if (a->device.type != b->device.type || a->device.index != b->device.index) return 0;
-    for (int32_t i = 0; i < a->ndim; ++i)
-        if (a->shape[i] != b->shape[i] || a->strides[i] != b->strides[i]) return 0;
-    return 1;
-}
-
-static int cmp_i64(const void * a, const void * b) {
-    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Indices < slots (negative = padding) and no slot shared by two rows. */
-static ssm_status check_slots(ssm_context * ctx, const char * op, const ssm_tensor * idx, int64_t batch,
-                              int64_t slots) {
-    if (!ssmi_present(idx) || batch == 0) return SSM_STATUS_OK;
-    int64_t * used = (int64_t *)ssmi_alloc(ctx, (size_t)batch * sizeof(int64_t));
-    SSM_RETURN_IF(used == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY,
-                  "%s: could not allocate %zu bytes to check state_batch_indices", op, (size_t)batch * sizeof(int64_t));
-    int64_t    nused = 0;
-    ssm_status st = SSM_STATUS_OK;
-    for (int64_t b = 0; b < batch && st == SSM_STATUS_OK; ++b) {
-        const int64_t v = ssmi_get_i64(idx, ssmi_off1(idx, b));
-        if (v >= slots)
-            st = ssmi_error(ctx, SSM_STATUS_INVALID_ARGUMENT,
-                            "%s: state_batch_indices[%lld]=%lld is not below conv_state.shape[0]=%lld (slots)", op,
-                            (long long)b, (long long)v, (long long)slots);
-        else if (v >= 0)
-            used[nused++] = v;
-    }
-    if (st == SSM_STATUS_OK) {
-        qsort(used, (size_t)nused, sizeof(int64_t), cmp_i64);
-        for (int64_t i = 1; i < nused && st == SSM_STATUS_OK; ++i)
-            if (used[i] == used[i - 1])
-                st = ssmi_error(ctx, SSM_STATUS_INVALID_ARGUMENT,
-                                "%s: state_batch_indices uses slot %lld for two rows; each slot may be updated by one "
-                                "row only",
-                                op, (long long)used[i]);
-    }
-    ssmi_free(ctx, used);
-    return st;
-}
-
 static ssm_status validate_update(ssm_context * ctx, const char * op, const ssm_conv1d_params * p,
                                   const ssm_causal_conv1d_update_args * a, ssmi_conv1d_dims * d) {
     static const int64_t any2[2] = {-1, -1};
@@ -232,7 +187,7 @@ static ssm_status validate_update(ssm_context * ctx, const char * op, const ssm_
     SSM_FORWARD_IF_ERROR(ssmi_check_output(ctx, op, "out", &a->out, 0, 2, wo, F));
     const int64_t wf[3] = {d->slots, d->dim, d->state_len};
     SSM_FORWARD_IF_ERROR(ssmi_check_output(ctx, op, "final_conv_state", &a->final_conv_state, 1, 3, wf, F));
-    const int in_place = ssmi_present(&a->final_conv_state) && same_view(&a->final_conv_state, &a->conv_state);
+    const int in_place = ssmi_present(&a->final_conv_state) && ssmi_same_view(&a->final_conv_state, &a->conv_state);
     const ssmi_named ins[] = {{"x", &a->x},
                               {"weight", &a->weight},
                               {"bias", &a->bias},
@@ -243,7 +198,7 @@ static ssm_status validate_update(ssm_context * ctx, const char * op, const ssm_
     SSM_FORWARD_IF_ERROR(ssmi_check_disjoint(ctx, op, outs, 2, ins, 4));
     if (!in_place) SSM_FORWARD_IF_ERROR(ssmi_check_disjoint(ctx, op, outs + 1, 1, ins + 4, 1));
     SSM_FORWARD_IF_ERROR(ssmi_check_disjoint(ctx, op, outs, 1, ins + 4, 1));
-    return check_slots(ctx, op, &a->state_batch_indices, d->batch, d->slots);
+    return ssmi_check_slot_indices(ctx, op, &a->state_batch_indices, d->batch, d->slots, "conv_state");
 }
 
 ssm_status ssm_causal_conv1d_update(ssm_context * ctx, const ssm_conv1d_params * params,

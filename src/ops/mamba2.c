@@ -25,8 +25,6 @@
 #include "../cuda/ssmi_cuda.h"
 #endif
 
-#define M2_MAX_CHUNK 1024
-
 void ssm_mamba2_params_init(ssm_mamba2_params * params) {
     if (params == NULL) return;
     memset(params, 0, sizeof *params);
@@ -41,22 +39,6 @@ void ssm_mamba2_params_init(ssm_mamba2_params * params) {
 
 static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-static ssm_status check_params(ssm_context * ctx, const char * op, const ssm_mamba2_params * p, const void * args) {
-    SSM_RETURN_IF(p == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: params is NULL", op);
-    SSM_RETURN_IF(p->size < sizeof(ssm_mamba2_params), ctx, SSM_STATUS_INVALID_ARGUMENT,
-                  "%s: params->size=%zu is smaller than sizeof(ssm_mamba2_params)=%zu (call ssm_mamba2_params_init)",
-                  op, p->size, sizeof(ssm_mamba2_params));
-    SSM_RETURN_IF(p->chunk_size < 1 || p->chunk_size > M2_MAX_CHUNK, ctx, SSM_STATUS_INVALID_ARGUMENT,
-                  "%s: params->chunk_size=%lld is outside [1, %d]", op, (long long)p->chunk_size, M2_MAX_CHUNK);
-    SSM_RETURN_IF(isnan(p->dt_limit_lo) || isnan(p->dt_limit_hi), ctx, SSM_STATUS_INVALID_ARGUMENT,
-                  "%s: params->dt_limit (%g, %g) contains NaN", op, (double)p->dt_limit_lo, (double)p->dt_limit_hi);
-    SSM_RETURN_IF(p->dt_limit_lo > p->dt_limit_hi, ctx, SSM_STATUS_INVALID_ARGUMENT,
-                  "%s: params->dt_limit_lo=%g is greater than dt_limit_hi=%g", op, (double)p->dt_limit_lo,
-                  (double)p->dt_limit_hi);
-    SSM_RETURN_IF(args == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: args is NULL", op);
-    return SSM_STATUS_OK;
-}
-
 static ssm_status check_in(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t, int optional,
                            int32_t ndim, const int64_t * want, uint32_t mask) {
     return ssmi_check_tensor(ctx, op, name, t, optional, ndim, want, mask);
@@ -65,62 +47,6 @@ static ssm_status check_in(ssm_context * ctx, const char * op, const char * name
 static ssm_status check_out(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t, int optional,
                             int32_t ndim, const int64_t * want) {
     return ssmi_check_output(ctx, op, name, t, optional, ndim, want, SSMI_FLOAT_DTYPES);
-}
-
-/* x-like tensor (batch, S, H, P) that defines those four dims. */
-static ssm_status take_x_dims(ssm_context * ctx, const char * op, const ssm_tensor * x, ssmi_mamba2_dims * d) {
-    static const int64_t any4[4] = {-1, -1, -1, -1};
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "x", x, 0, 4, any4, SSMI_FLOAT_DTYPES));
-    d->batch = x->shape[0];
-    d->seqlen = x->shape[1];
-    d->nheads = x->shape[2];
-    d->headdim = x->shape[3];
-    return SSM_STATUS_OK;
-}
-
-/* A (batch, S, G, N) tensor named `name` that defines G and N; H % G must be 0. */
-static ssm_status take_group_dims(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
-                                  ssmi_mamba2_dims * d) {
-    const int64_t want[4] = {d->batch, d->seqlen, -1, -1};
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, name, t, 0, 4, want, SSMI_FLOAT_DTYPES));
-    d->ngroups = t->shape[2];
-    d->dstate = t->shape[3];
-    SSM_RETURN_IF(d->ngroups < 1, ctx, SSM_STATUS_INVALID_SHAPE, "%s: %s.shape[2]=%lld (ngroups) must be at least 1",
-                  op, name, (long long)d->ngroups);
-    SSM_RETURN_IF(d->nheads % d->ngroups != 0, ctx, SSM_STATUS_INVALID_SHAPE,
-                  "%s: x.shape[2]=%lld is not a multiple of %s.shape[2]=%lld", op, (long long)d->nheads, name,
-                  (long long)d->ngroups);
-    return SSM_STATUS_OK;
-}
-
-/* The Mamba-2 x/b/c/z family: x (batch,S,H,P) defines batch/S/H/P, b defines G/N, c and the
- * optional z must match. Pass NULL for a tensor the op does not take. */
-static ssm_status check_xbcz(ssm_context * ctx, const char * op, const ssm_tensor * x, const ssm_tensor * b,
-                             const ssm_tensor * c, const ssm_tensor * z, ssmi_mamba2_dims * d) {
-    SSM_FORWARD_IF_ERROR(take_x_dims(ctx, op, x, d));
-    if (b != NULL) {
-        SSM_FORWARD_IF_ERROR(take_group_dims(ctx, op, "b", b, d));
-        if (c != NULL) {
-            const int64_t wc[4] = {d->batch, d->seqlen, d->ngroups, d->dstate};
-            SSM_FORWARD_IF_ERROR(check_in(ctx, op, "c", c, 0, 4, wc, SSMI_FLOAT_DTYPES));
-        }
-    } else if (c != NULL) {
-        SSM_FORWARD_IF_ERROR(take_group_dims(ctx, op, "c", c, d));
-    }
-    if (z != NULL) {
-        const int64_t wz[4] = {d->batch, d->seqlen, d->nheads, d->headdim};
-        SSM_FORWARD_IF_ERROR(check_in(ctx, op, "z", z, 1, 4, wz, SSMI_FLOAT_DTYPES));
-    }
-    return SSM_STATUS_OK;
-}
-
-/* D is (H) or (H, P). */
-static ssm_status check_d(ssm_context * ctx, const char * op, const ssm_tensor * dten, const ssmi_mamba2_dims * d) {
-    if (!ssmi_present(dten)) return SSM_STATUS_OK;
-    SSM_RETURN_IF(dten->ndim != 1 && dten->ndim != 2, ctx, SSM_STATUS_INVALID_SHAPE,
-                  "%s: d has %d dims; it must be (H) or (H, P)", op, (int)dten->ndim);
-    const int64_t want[2] = {d->nheads, d->headdim};
-    return check_in(ctx, op, "d", dten, 1, dten->ndim, want, SSMI_FLOAT_DTYPES);
 }
 
 /* Processed-dt-like tensor (batch, H, NC, Q): Q must be params->chunk_size and NC must be
@@ -140,44 +66,13 @@ static ssm_status check_chunked_dt(ssm_context * ctx, const char * op, const cha
     return SSM_STATUS_OK;
 }
 
-/* seq_idx (batch, S), integer, values >= 0 and non-decreasing along S. */
-static ssm_status check_seq_idx(ssm_context * ctx, const char * op, const ssm_tensor * s, const ssmi_mamba2_dims * d) {
-    const int64_t want[2] = {d->batch, d->seqlen};
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "seq_idx", s, 1, 2, want, SSMI_INDEX_DTYPES));
-    if (!ssmi_present(s)) return SSM_STATUS_OK;
-    for (int64_t b = 0; b < d->batch; ++b) {
-        int64_t prev = 0;
-        for (int64_t t = 0; t < d->seqlen; ++t) {
-            const int64_t v = ssmi_get_i64(s, ssmi_off2(s, b, t));
-            SSM_RETURN_IF(v < 0, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: seq_idx[%lld,%lld]=%lld is negative", op,
-                          (long long)b, (long long)t, (long long)v);
-            SSM_RETURN_IF(t > 0 && v < prev, ctx, SSM_STATUS_INVALID_ARGUMENT,
-                          "%s: seq_idx[%lld,%lld]=%lld is smaller than seq_idx[%lld,%lld]=%lld; ids must be "
-                          "non-decreasing along S",
-                          op, (long long)b, (long long)t, (long long)v, (long long)b, (long long)(t - 1),
-                          (long long)prev);
-            prev = v;
-        }
-    }
-    return SSM_STATUS_OK;
-}
-
-/* cu_seqlens (nseq+1): cu[0] = 0, non-decreasing, cu[nseq] = S; batch 1; no seq_idx.
- * Sets d->nseq (0 when absent). */
-static ssm_status check_cu_seqlens(ssm_context * ctx, const char * op, const ssm_tensor * cu,
-                                   const ssm_tensor * seq_idx, ssmi_mamba2_dims * d) {
-    SSM_RETURN_IF(ssmi_present(cu) && ssmi_present(seq_idx), ctx, SSM_STATUS_INVALID_ARGUMENT,
-                  "%s: cu_seqlens and seq_idx were both given; pass only one of them", op);
-    return ssmi_check_cu_seqlens(ctx, op, cu, "x", d->batch, d->seqlen, &d->nseq);
-}
-
 /* ---- chunk_cumsum -------------------------------------------------------------------- */
 
 static ssm_status validate_chunk_cumsum(ssm_context * ctx, const ssm_mamba2_params * p,
                                         const ssm_mamba2_chunk_cumsum_args * a, ssmi_mamba2_dims * d) {
     static const char    op[] = "mamba2_chunk_cumsum";
     static const int64_t any3[3] = {-1, -1, -1};
-    SSM_FORWARD_IF_ERROR(check_params(ctx, op, p, a));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_params(ctx, op, p, a));
     memset(d, 0, sizeof *d);
     SSM_FORWARD_IF_ERROR(check_in(ctx, op, "dt", &a->dt, 0, 3, any3, SSMI_FLOAT_DTYPES));
     d->batch = a->dt.shape[0];
@@ -213,13 +108,13 @@ ssm_status ssm_mamba2_chunk_cumsum(ssm_context * ctx, const ssm_mamba2_params * 
 static ssm_status validate_chunk_state(ssm_context * ctx, const ssm_mamba2_params * p,
                                        const ssm_mamba2_chunk_state_args * a, ssmi_mamba2_dims * d) {
     static const char op[] = "mamba2_chunk_state";
-    SSM_FORWARD_IF_ERROR(check_params(ctx, op, p, a));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_params(ctx, op, p, a));
     memset(d, 0, sizeof *d);
-    SSM_FORWARD_IF_ERROR(check_xbcz(ctx, op, &a->x, &a->b, NULL, NULL, d));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_xbcz(ctx, op, &a->x, &a->b, NULL, NULL, d));
     SSM_FORWARD_IF_ERROR(check_chunked_dt(ctx, op, "dt", &a->dt, p, d));
     const int64_t wdt[4] = {d->batch, d->nheads, d->nchunks, d->chunk};
     SSM_FORWARD_IF_ERROR(check_in(ctx, op, "da_cumsum", &a->da_cumsum, 0, 4, wdt, SSMI_FLOAT_DTYPES));
-    SSM_FORWARD_IF_ERROR(check_seq_idx(ctx, op, &a->seq_idx, d));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_seq_idx(ctx, op, &a->seq_idx, d));
     const int64_t ws[5] = {d->batch, d->nchunks, d->nheads, d->headdim, d->dstate};
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "states", &a->states, 0, 5, ws));
     const ssmi_named ins[] = {
@@ -276,7 +171,7 @@ static ssm_status validate_state_passing(ssm_context * ctx, const ssm_mamba2_par
                                          const ssm_mamba2_state_passing_args * a, ssmi_mamba2_dims * d) {
     static const char    op[] = "mamba2_state_passing";
     static const int64_t any5[5] = {-1, -1, -1, -1, -1};
-    SSM_FORWARD_IF_ERROR(check_params(ctx, op, p, a));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_params(ctx, op, p, a));
     memset(d, 0, sizeof *d);
     SSM_FORWARD_IF_ERROR(check_in(ctx, op, "states", &a->states, 0, 5, any5, SSMI_FLOAT_DTYPES));
     d->batch = a->states.shape[0];
@@ -303,7 +198,7 @@ static ssm_status validate_state_passing(ssm_context * ctx, const ssm_mamba2_par
                       "%s: seq_idx.shape[1]=%lld needs ceil(S/Q)=%lld chunks but states.shape[1]=%lld (Q=%lld)", op,
                       (long long)s, (long long)ceil_div(s, d->chunk), (long long)d->nchunks, (long long)d->chunk);
         d->seqlen = s;
-        SSM_FORWARD_IF_ERROR(check_seq_idx(ctx, op, &a->seq_idx, d));
+        SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_seq_idx(ctx, op, &a->seq_idx, d));
     }
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "states_in", &a->states_in, 0, 5, a->states.shape));
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "final_states", &a->final_states, 1, 4, wst));
@@ -332,7 +227,7 @@ static ssm_status validate_bmm(ssm_context * ctx, const ssm_mamba2_params * p, c
                                ssmi_mamba2_dims * d) {
     static const char    op[] = "mamba2_bmm";
     static const int64_t any4[4] = {-1, -1, -1, -1};
-    SSM_FORWARD_IF_ERROR(check_params(ctx, op, p, a));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_params(ctx, op, p, a));
     memset(d, 0, sizeof *d);
     SSM_FORWARD_IF_ERROR(check_in(ctx, op, "c", &a->c, 0, 4, any4, SSMI_FLOAT_DTYPES));
     d->batch = a->c.shape[0];
@@ -343,7 +238,7 @@ static ssm_status validate_bmm(ssm_context * ctx, const ssm_mamba2_params * p, c
     d->chunk = p->chunk_size;
     d->nchunks = ceil_div(d->seqlen, d->chunk);
     SSM_FORWARD_IF_ERROR(check_in(ctx, op, "b", &a->b, 0, 4, a->c.shape, SSMI_FLOAT_DTYPES));
-    SSM_FORWARD_IF_ERROR(check_seq_idx(ctx, op, &a->seq_idx, d));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_seq_idx(ctx, op, &a->seq_idx, d));
     const int64_t wcb[5] = {d->batch, d->nchunks, d->ngroups, d->chunk, d->chunk};
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "cb", &a->cb, 0, 5, wcb));
     const ssmi_named ins[] = {{"c", &a->c}, {"b", &a->b}, {"seq_idx", &a->seq_idx}};
@@ -366,9 +261,9 @@ ssm_status ssm_mamba2_bmm(ssm_context * ctx, const ssm_mamba2_params * params, c
 static ssm_status validate_chunk_scan(ssm_context * ctx, const ssm_mamba2_params * p,
                                       const ssm_mamba2_chunk_scan_args * a, ssmi_mamba2_dims * d) {
     static const char op[] = "mamba2_chunk_scan";
-    SSM_FORWARD_IF_ERROR(check_params(ctx, op, p, a));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_params(ctx, op, p, a));
     memset(d, 0, sizeof *d);
-    SSM_FORWARD_IF_ERROR(check_xbcz(ctx, op, &a->x, NULL, &a->c, &a->z, d));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_xbcz(ctx, op, &a->x, NULL, &a->c, &a->z, d));
     SSM_FORWARD_IF_ERROR(check_chunked_dt(ctx, op, "dt", &a->dt, p, d));
     const int64_t wdt[4] = {d->batch, d->nheads, d->nchunks, d->chunk};
     SSM_FORWARD_IF_ERROR(check_in(ctx, op, "da_cumsum", &a->da_cumsum, 0, 4, wdt, SSMI_FLOAT_DTYPES));
@@ -376,8 +271,8 @@ static ssm_status validate_chunk_scan(ssm_context * ctx, const ssm_mamba2_params
     SSM_FORWARD_IF_ERROR(check_in(ctx, op, "cb", &a->cb, 0, 5, wcb, SSMI_FLOAT_DTYPES));
     const int64_t wst[5] = {d->batch, d->nchunks, d->nheads, d->headdim, d->dstate};
     SSM_FORWARD_IF_ERROR(check_in(ctx, op, "states_in", &a->states_in, 0, 5, wst, SSMI_FLOAT_DTYPES));
-    SSM_FORWARD_IF_ERROR(check_d(ctx, op, &a->d, d));
-    SSM_FORWARD_IF_ERROR(check_seq_idx(ctx, op, &a->seq_idx, d));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_d(ctx, op, &a->d, d));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_seq_idx(ctx, op, &a->seq_idx, d));
     SSM_RETURN_IF(ssmi_present(&a->out_x) && !ssmi_present(&a->z), ctx, SSM_STATUS_INVALID_ARGUMENT,
                   "%s: out_x was requested without z; it is the pre-gate output and needs z", op);
     const int64_t wx[4] = {d->batch, d->seqlen, d->nheads, d->headdim};
@@ -411,23 +306,10 @@ ssm_status ssm_mamba2_chunk_scan(ssm_context * ctx, const ssm_mamba2_params * pa
 
 static ssm_status validate_scan(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
                                 const ssm_mamba2_scan_args * a, ssmi_mamba2_dims * d) {
-    SSM_FORWARD_IF_ERROR(check_params(ctx, op, p, a));
-    memset(d, 0, sizeof *d);
-    SSM_FORWARD_IF_ERROR(check_xbcz(ctx, op, &a->x, &a->b, &a->c, &a->z, d));
-    d->chunk = p->chunk_size;
-    d->nchunks = ceil_div(d->seqlen, d->chunk);
-    const int64_t wdt[3] = {d->batch, d->seqlen, d->nheads};
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "dt", &a->dt, 0, 3, wdt, SSMI_FLOAT_DTYPES));
-    const int64_t wh[1] = {d->nheads};
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "a", &a->a, 0, 1, wh, SSMI_FLOAT_DTYPES));
-    SSM_FORWARD_IF_ERROR(check_d(ctx, op, &a->d, d));
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "dt_bias", &a->dt_bias, 1, 1, wh, SSMI_FLOAT_DTYPES));
-    SSM_FORWARD_IF_ERROR(check_seq_idx(ctx, op, &a->seq_idx, d));
-    SSM_FORWARD_IF_ERROR(check_cu_seqlens(ctx, op, &a->cu_seqlens, &a->seq_idx, d));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_scan_inputs(ctx, op, p, a, d));
     /* States are per sequence with cu_seqlens, per batch row otherwise. */
     const int64_t lead = d->nseq > 0 ? d->nseq : d->batch;
     const int64_t wst[4] = {lead, d->nheads, d->headdim, d->dstate};
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "initial_states", &a->initial_states, 1, 4, wst, SSMI_FLOAT_DTYPES));
     const int64_t wx[4] = {d->batch, d->seqlen, d->nheads, d->headdim};
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "out", &a->out, 0, 4, wx));
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "final_states", &a->final_states, 1, 4, wst));

@@ -7,9 +7,7 @@
  * overlap between an output and an input is an error, because the backends read inputs
  * while writing outputs.
  */
-#include <math.h>
 #include <stdint.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "../core/ssmi.h"
@@ -18,69 +16,6 @@
 #include "ops_common.h"
 
 static const char step_op[] = "mamba2_step";
-
-/* Two views of the same elements in the same way: the only overlap an in-place pool
- * update may have. */
-static int same_view(const ssm_tensor * a, const ssm_tensor * b) {
-    if (a->data != b->data || a->dtype != b->dtype || a->ndim != b->ndim) return 0;
-    if (a->device.type != b->device.type || a->device.index != b->device.index) return 0;
-    for (int32_t i = 0; i < a->ndim; ++i)
-        if (a->shape[i] != b->shape[i] || a->strides[i] != b->strides[i]) return 0;
-    return 1;
-}
-
-static ssm_status check_step_params(ssm_context * ctx, const ssm_mamba2_params * p, const void * args) {
-    SSM_RETURN_IF(p == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: params is NULL", step_op);
-    SSM_RETURN_IF(p->size < sizeof(ssm_mamba2_params), ctx, SSM_STATUS_INVALID_ARGUMENT,
-                  "%s: params->size=%zu is smaller than sizeof(ssm_mamba2_params)=%zu (call ssm_mamba2_params_init)",
-                  step_op, p->size, sizeof(ssm_mamba2_params));
-    SSM_RETURN_IF(isnan(p->dt_limit_lo) || isnan(p->dt_limit_hi), ctx, SSM_STATUS_INVALID_ARGUMENT,
-                  "%s: params->dt_limit (%g, %g) contains NaN", step_op, p->dt_limit_lo, p->dt_limit_hi);
-    SSM_RETURN_IF(p->dt_limit_lo > p->dt_limit_hi, ctx, SSM_STATUS_INVALID_ARGUMENT,
-                  "%s: params->dt_limit_lo=%g is greater than dt_limit_hi=%g", step_op, p->dt_limit_lo,
-                  p->dt_limit_hi);
-    SSM_RETURN_IF(args == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: args is NULL", step_op);
-    return SSM_STATUS_OK;
-}
-
-static int cmp_i64(const void * a, const void * b) {
-    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
-}
-
-/* Every index < slots (negative = padding row), and no slot used by two rows: two rows
- * updating one slot in place would race and the result would depend on the order. */
-static ssm_status check_slot_indices(ssm_context * ctx, const ssm_tensor * idx, int64_t batch, int64_t slots) {
-    if (!ssmi_present(idx) || batch == 0) return SSM_STATUS_OK;
-    int64_t * used = (int64_t *)ssmi_alloc(ctx, (size_t)batch * sizeof(int64_t));
-    SSM_RETURN_IF(used == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY,
-                  "%s: could not allocate %zu bytes to check state_batch_indices", step_op,
-                  (size_t)batch * sizeof(int64_t));
-    int64_t nused = 0;
-    for (int64_t b = 0; b < batch; ++b) {
-        const int64_t v = ssmi_get_i64(idx, ssmi_off1(idx, b));
-        if (v >= slots) {
-            ssmi_free(ctx, used);
-            return ssmi_error(ctx, SSM_STATUS_INVALID_ARGUMENT,
-                              "%s: state_batch_indices[%lld]=%lld is not below state.shape[0]=%lld (slots)", step_op,
-                              (long long)b, (long long)v, (long long)slots);
-        }
-        if (v >= 0) used[nused++] = v;
-    }
-    qsort(used, (size_t)nused, sizeof(int64_t), cmp_i64);
-    for (int64_t i = 1; i < nused; ++i) {
-        if (used[i] == used[i - 1]) {
-            const long long dup = (long long)used[i];
-            ssmi_free(ctx, used);
-            return ssmi_error(ctx, SSM_STATUS_INVALID_ARGUMENT,
-                              "%s: state_batch_indices uses slot %lld for two rows; each slot may be updated by one row "
-                              "only",
-                              step_op, dup);
-        }
-    }
-    ssmi_free(ctx, used);
-    return SSM_STATUS_OK;
-}
 
 /* Pairwise disjointness of an output with a list of inputs. */
 static ssm_status check_out_vs(ssm_context * ctx, const char * out_name, const ssm_tensor * out,
@@ -95,7 +30,7 @@ static ssm_status validate_step(ssm_context * ctx, const ssm_mamba2_params * p, 
                                 ssmi_mamba2_dims * d) {
     static const int64_t any3[3] = {-1, -1, -1};
     const uint32_t       F = SSMI_FLOAT_DTYPES;
-    SSM_FORWARD_IF_ERROR(check_step_params(ctx, p, a));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_step_params(ctx, step_op, p, a));
     memset(d, 0, sizeof *d);
     SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, step_op, "x", &a->x, 0, 3, any3, F));
     d->batch = a->x.shape[0];
@@ -140,11 +75,11 @@ static ssm_status validate_step(ssm_context * ctx, const ssm_mamba2_params * p, 
     const char * const       names[] = {"x", "dt", "a", "b", "c", "d", "z", "dt_bias", "state_batch_indices", "state"};
     const ssm_tensor * const ins[] = {&a->x, &a->dt,      &a->a, &a->b, &a->c, &a->d, &a->z, &a->dt_bias,
                                       &a->state_batch_indices, &a->state};
-    const int                in_place = ssmi_present(&a->final_state) && same_view(&a->final_state, &a->state);
+    const int                in_place = ssmi_present(&a->final_state) && ssmi_same_view(&a->final_state, &a->state);
     SSM_FORWARD_IF_ERROR(check_out_vs(ctx, "final_state", &a->final_state, names, ins, in_place ? 9 : 10));
     SSM_FORWARD_IF_ERROR(check_out_vs(ctx, "out", &a->out, names, ins, 10));
     SSM_FORWARD_IF_ERROR(ssmi_check_no_overlap(ctx, step_op, "out", &a->out, "final_state", &a->final_state));
-    return check_slot_indices(ctx, &a->state_batch_indices, d->batch, d->slots);
+    return ssmi_check_slot_indices(ctx, step_op, &a->state_batch_indices, d->batch, d->slots, "state");
 }
 
 ssm_status ssm_mamba2_step(ssm_context * ctx, const ssm_mamba2_params * params, const ssm_mamba2_step_args * args) {

@@ -269,6 +269,16 @@ static ssm_status take_seq_dims(ssm_context * ctx, const char * op, const ssm_ma
     return SSM_STATUS_OK;
 }
 
+/* The inputs every SISO sequence operator (forward, combined, backward, step) reads, in the
+ * order their overlap checks name them: the per-token tensors and parameters, then the four
+ * states. A macro: the argument structs differ, the field names do not. */
+#define SISO_TOKEN_INS(a)                                                                                        \
+    {"q", &(a)->q}, {"k", &(a)->k}, {"v", &(a)->v}, {"adt", &(a)->adt}, {"dt", &(a)->dt}, {"trap", &(a)->trap},  \
+        {"q_bias", &(a)->q_bias}, {"k_bias", &(a)->k_bias}, {"angles", &(a)->angles}, {"d", &(a)->d}, {"z", &(a)->z}
+#define SISO_STATE_INS(a)                                                                             \
+    {"angle_state", &(a)->angle_state}, {"ssm_state", &(a)->ssm_state}, {"k_state", &(a)->k_state}, \
+        {"v_state", &(a)->v_state}
+
 static ssm_status validate_siso_fwd(ssm_context * ctx, const ssm_mamba3_params * p, const ssm_mamba3_siso_fwd_args * a,
                                     ssmi_mamba3_dims * d) {
     static const char op[] = "mamba3_siso_fwd";
@@ -280,17 +290,7 @@ static ssm_status validate_siso_fwd(ssm_context * ctx, const ssm_mamba3_params *
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "out", &a->out, 0, 4, a->v.shape));
     SSM_FORWARD_IF_ERROR(check_state_outputs(ctx, op, final_names, NULL, &a->final_ssm_state, &a->final_k_state,
                                              &a->final_v_state, &sh));
-    const ssmi_named ins[] = {{"q", &a->q},
-                              {"k", &a->k},
-                              {"v", &a->v},
-                              {"adt", &a->adt},
-                              {"dt", &a->dt},
-                              {"trap", &a->trap},
-                              {"q_bias", &a->q_bias},
-                              {"k_bias", &a->k_bias},
-                              {"angles", &a->angles},
-                              {"d", &a->d},
-                              {"z", &a->z},
+    const ssmi_named ins[] = {SISO_TOKEN_INS(a),
                               {"ssm_state", &a->ssm_state},
                               {"k_state", &a->k_state},
                               {"v_state", &a->v_state},
@@ -328,21 +328,8 @@ static ssm_status validate_siso(ssm_context * ctx, const ssm_mamba3_params * p, 
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "out", &a->out, 0, 4, a->v.shape));
     SSM_FORWARD_IF_ERROR(check_state_outputs(ctx, op, final_names, &a->final_angle_state, &a->final_ssm_state,
                                              &a->final_k_state, &a->final_v_state, &sh));
-    const ssmi_named ins[] = {{"q", &a->q},
-                              {"k", &a->k},
-                              {"v", &a->v},
-                              {"adt", &a->adt},
-                              {"dt", &a->dt},
-                              {"trap", &a->trap},
-                              {"q_bias", &a->q_bias},
-                              {"k_bias", &a->k_bias},
-                              {"angles", &a->angles},
-                              {"d", &a->d},
-                              {"z", &a->z},
-                              {"angle_state", &a->angle_state},
-                              {"ssm_state", &a->ssm_state},
-                              {"k_state", &a->k_state},
-                              {"v_state", &a->v_state},
+    const ssmi_named ins[] = {SISO_TOKEN_INS(a),
+                              SISO_STATE_INS(a),
                               {"cu_seqlens", &a->cu_seqlens}};
     const ssmi_named outs[] = {{"out", &a->out},
                                {"final_angle_state", &a->final_angle_state},
@@ -413,21 +400,8 @@ static ssm_status validate_siso_bwd(ssm_context * ctx, const ssm_mamba3_params *
     SSM_FORWARD_IF_ERROR(check_needs(ctx, op, "dssm_state", &a->dssm_state, "ssm_state", d->has_states));
     SSM_FORWARD_IF_ERROR(check_needs(ctx, op, "dk_state", &a->dk_state, "k_state", d->has_states));
     SSM_FORWARD_IF_ERROR(check_needs(ctx, op, "dv_state", &a->dv_state, "v_state", d->has_states));
-    const ssmi_named ins[] = {{"q", &a->q},
-                              {"k", &a->k},
-                              {"v", &a->v},
-                              {"adt", &a->adt},
-                              {"dt", &a->dt},
-                              {"trap", &a->trap},
-                              {"q_bias", &a->q_bias},
-                              {"k_bias", &a->k_bias},
-                              {"angles", &a->angles},
-                              {"d", &a->d},
-                              {"z", &a->z},
-                              {"angle_state", &a->angle_state},
-                              {"ssm_state", &a->ssm_state},
-                              {"k_state", &a->k_state},
-                              {"v_state", &a->v_state},
+    const ssmi_named ins[] = {SISO_TOKEN_INS(a),
+                              SISO_STATE_INS(a),
                               {"cu_seqlens", &a->cu_seqlens},
                               {"dout", &a->dout},
                               {"dfinal_angle_state", &a->dfinal_angle_state},
@@ -466,61 +440,11 @@ ssm_status ssm_mamba3_siso_bwd(ssm_context * ctx, const ssm_mamba3_params * para
 
 /* ---- siso_step ----------------------------------------------------------------------- */
 
-/* Same data, dtype and strides (shapes are checked equal separately): the in-place case. */
-static int same_view(const ssm_tensor * a, const ssm_tensor * b) {
-    if (a->data != b->data || a->dtype != b->dtype || a->ndim != b->ndim) return 0;
-    for (int32_t i = 0; i < a->ndim; ++i)
-        if (a->shape[i] != b->shape[i] || (a->shape[i] > 1 && a->strides[i] != b->strides[i])) return 0;
-    return 1;
-}
-
-/* state_batch_indices (B) I32/I64: every value < slots; no two rows with the same
- * non-negative slot (negative = padding row). Without it slots must equal B. */
-static ssm_status check_state_indices(ssm_context * ctx, const char * op, const ssm_tensor * idx,
-                                      const ssmi_mamba3_dims * d) {
-    const int64_t wb[1] = {d->batch};
-    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "state_batch_indices", idx, 1, 1, wb, SSMI_INDEX_DTYPES));
-    if (!ssmi_present(idx)) {
-        SSM_RETURN_IF(d->nseq != d->batch, ctx, SSM_STATUS_INVALID_SHAPE,
-                      "%s: angle_state.shape[0]=%lld (slots) must equal q.shape[0]=%lld (B) without "
-                      "state_batch_indices",
-                      op, (long long)d->nseq, (long long)d->batch);
-        return SSM_STATUS_OK;
-    }
-    for (int64_t b = 0; b < d->batch; ++b) {
-        const int64_t s = ssmi_get_i64(idx, ssmi_off1(idx, b));
-        SSM_RETURN_IF(s >= d->nseq, ctx, SSM_STATUS_INVALID_ARGUMENT,
-                      "%s: state_batch_indices[%lld]=%lld is not below the %lld state slots", op, (long long)b,
-                      (long long)s, (long long)d->nseq);
-        if (s < 0) continue;
-        for (int64_t c = 0; c < b; ++c) {
-            const int64_t o = ssmi_get_i64(idx, ssmi_off1(idx, c));
-            SSM_RETURN_IF(o == s, ctx, SSM_STATUS_INVALID_ARGUMENT,
-                          "%s: state_batch_indices[%lld] and [%lld] are both %lld; two rows may not share a state slot",
-                          op, (long long)c, (long long)b, (long long)s);
-        }
-    }
-    return SSM_STATUS_OK;
-}
-
 /* Outputs vs inputs and outputs vs outputs, except final_X exactly the same view as its
  * input state X (the in-place pool update). */
 static ssm_status check_step_overlaps(ssm_context * ctx, const char * op, const ssm_mamba3_siso_step_args * a) {
-    const ssmi_named ins[] = {{"q", &a->q},
-                              {"k", &a->k},
-                              {"v", &a->v},
-                              {"adt", &a->adt},
-                              {"dt", &a->dt},
-                              {"trap", &a->trap},
-                              {"q_bias", &a->q_bias},
-                              {"k_bias", &a->k_bias},
-                              {"angles", &a->angles},
-                              {"d", &a->d},
-                              {"z", &a->z},
-                              {"angle_state", &a->angle_state},
-                              {"ssm_state", &a->ssm_state},
-                              {"k_state", &a->k_state},
-                              {"v_state", &a->v_state},
+    const ssmi_named ins[] = {SISO_TOKEN_INS(a),
+                              SISO_STATE_INS(a),
                               {"state_batch_indices", &a->state_batch_indices}};
     const ssmi_named outs[] = {{"out", &a->out},
                                {"final_angle_state", &a->final_angle_state},
@@ -528,20 +452,9 @@ static ssm_status check_step_overlaps(ssm_context * ctx, const char * op, const 
                                {"final_k_state", &a->final_k_state},
                                {"final_v_state", &a->final_v_state}};
     enum { NIN = 16, NOUT = 5, FIRST_STATE_IN = 11 };
-    for (int o = 0; o < NOUT; ++o) {
-        if (!ssmi_present(outs[o].t)) continue;
-        for (int i = 0; i < NIN; ++i) {
-            if (!ssmi_present(ins[i].t)) continue;
-            /* final state o (1..4) may be exactly its own input state (FIRST_STATE_IN + o − 1) */
-            if (o >= 1 && i == FIRST_STATE_IN + o - 1 && same_view(outs[o].t, ins[i].t)) continue;
-            SSM_FORWARD_IF_ERROR(ssmi_check_no_overlap(ctx, op, outs[o].name, outs[o].t, ins[i].name, ins[i].t));
-        }
-        for (int k = o + 1; k < NOUT; ++k) {
-            if (!ssmi_present(outs[k].t)) continue;
-            SSM_FORWARD_IF_ERROR(ssmi_check_no_overlap(ctx, op, outs[o].name, outs[o].t, outs[k].name, outs[k].t));
-        }
-    }
-    return SSM_STATUS_OK;
+    /* final state o (1..4) may be exactly its own input state (FIRST_STATE_IN + o - 1) */
+    const int in_place[NOUT] = {-1, FIRST_STATE_IN, FIRST_STATE_IN + 1, FIRST_STATE_IN + 2, FIRST_STATE_IN + 3};
+    return ssmi_check_disjoint_in_place(ctx, op, outs, NOUT, ins, NIN, in_place);
 }
 
 static ssm_status validate_siso_step(ssm_context * ctx, const ssm_mamba3_params * p,
@@ -564,7 +477,7 @@ static ssm_status validate_siso_step(ssm_context * ctx, const ssm_mamba3_params 
     SSM_FORWARD_IF_ERROR(check_in(ctx, op, "k_state", &a->k_state, 0, 3, sh.k));
     SSM_FORWARD_IF_ERROR(check_in(ctx, op, "v_state", &a->v_state, 0, 3, sh.v));
     d->has_states = 1;
-    SSM_FORWARD_IF_ERROR(check_state_indices(ctx, op, &a->state_batch_indices, d));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_state_indices(ctx, op, &a->state_batch_indices, d->batch, d->nseq));
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "out", &a->out, 0, 3, a->v.shape));
     SSM_FORWARD_IF_ERROR(check_state_outputs(ctx, op, final_names, &a->final_angle_state, &a->final_ssm_state,
                                              &a->final_k_state, &a->final_v_state, &sh));

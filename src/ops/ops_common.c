@@ -6,19 +6,105 @@
 #endif
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 ssm_status ssmi_check_disjoint(ssm_context * ctx, const char * op, const ssmi_named * outs, int nout,
                                const ssmi_named * ins, int nin) {
+    return ssmi_check_disjoint_in_place(ctx, op, outs, nout, ins, nin, NULL);
+}
+
+ssm_status ssmi_check_disjoint_in_place(ssm_context * ctx, const char * op, const ssmi_named * outs, int nout,
+                                        const ssmi_named * ins, int nin, const int * in_place) {
     for (int o = 0; o < nout; ++o) {
         if (!ssmi_present(outs[o].t)) continue;
         for (int i = 0; i < nin; ++i) {
             if (!ssmi_present(ins[i].t)) continue;
+            if (in_place != NULL && in_place[o] == i && ssmi_same_addresses(outs[o].t, ins[i].t)) continue;
             SSM_FORWARD_IF_ERROR(ssmi_check_no_overlap(ctx, op, outs[o].name, outs[o].t, ins[i].name, ins[i].t));
         }
         for (int k = o + 1; k < nout; ++k) {
             if (!ssmi_present(outs[k].t)) continue;
             SSM_FORWARD_IF_ERROR(ssmi_check_no_overlap(ctx, op, outs[o].name, outs[o].t, outs[k].name, outs[k].t));
+        }
+    }
+    return SSM_STATUS_OK;
+}
+
+int ssmi_same_addresses(const ssm_tensor * a, const ssm_tensor * b) {
+    if (a->data != b->data || a->dtype != b->dtype || a->ndim != b->ndim) return 0;
+    for (int32_t i = 0; i < a->ndim; ++i)
+        if (a->shape[i] != b->shape[i] || (a->shape[i] > 1 && a->strides[i] != b->strides[i])) return 0;
+    return 1;
+}
+
+int ssmi_same_view(const ssm_tensor * a, const ssm_tensor * b) {
+    if (!ssmi_same_addresses(a, b)) return 0;
+    if (a->device.type != b->device.type || a->device.index != b->device.index) return 0;
+    for (int32_t i = 0; i < a->ndim; ++i)
+        if (a->strides[i] != b->strides[i]) return 0;
+    return 1;
+}
+
+static int cmp_i64(const void * a, const void * b) {
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+/* The non-negative values of idx (batch of them) into used[], sorted; the first value not
+ * below `slots` is an error naming `pool` (the tensor whose shape[0] is the slot count). */
+static ssm_status collect_slots(ssm_context * ctx, const char * op, const ssm_tensor * idx, int64_t batch,
+                                int64_t slots, const char * pool, int64_t * used, int64_t * nused) {
+    *nused = 0;
+    for (int64_t b = 0; b < batch; ++b) {
+        const int64_t v = ssmi_get_i64(idx, ssmi_off1(idx, b));
+        SSM_RETURN_IF(v >= slots, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                      "%s: state_batch_indices[%lld]=%lld is not below %s.shape[0]=%lld (slots)", op, (long long)b,
+                      (long long)v, pool, (long long)slots);
+        if (v >= 0) used[(*nused)++] = v;
+    }
+    qsort(used, (size_t)*nused, sizeof(int64_t), cmp_i64);
+    for (int64_t i = 1; i < *nused; ++i)
+        SSM_RETURN_IF(used[i] == used[i - 1], ctx, SSM_STATUS_INVALID_ARGUMENT,
+                      "%s: state_batch_indices uses slot %lld for two rows; each slot may be updated by one row only",
+                      op, (long long)used[i]);
+    return SSM_STATUS_OK;
+}
+
+ssm_status ssmi_check_slot_indices(ssm_context * ctx, const char * op, const ssm_tensor * idx, int64_t batch,
+                                   int64_t slots, const char * pool) {
+    if (!ssmi_present(idx) || batch == 0) return SSM_STATUS_OK;
+    int64_t * used = (int64_t *)ssmi_alloc(ctx, (size_t)batch * sizeof(int64_t));
+    SSM_RETURN_IF(used == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY,
+                  "%s: could not allocate %zu bytes to check state_batch_indices", op, (size_t)batch * sizeof(int64_t));
+    int64_t          nused = 0;
+    const ssm_status st = collect_slots(ctx, op, idx, batch, slots, pool, used, &nused);
+    ssmi_free(ctx, used);
+    return st;
+}
+
+ssm_status ssmi_mamba3_check_state_indices(ssm_context * ctx, const char * op, const ssm_tensor * idx, int64_t batch,
+                                           int64_t nslots) {
+    const int64_t wb[1] = {batch};
+    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "state_batch_indices", idx, 1, 1, wb, SSMI_INDEX_DTYPES));
+    if (!ssmi_present(idx)) {
+        SSM_RETURN_IF(nslots != batch, ctx, SSM_STATUS_INVALID_SHAPE,
+                      "%s: angle_state.shape[0]=%lld (slots) must equal q.shape[0]=%lld (B) without "
+                      "state_batch_indices",
+                      op, (long long)nslots, (long long)batch);
+        return SSM_STATUS_OK;
+    }
+    for (int64_t b = 0; b < batch; ++b) {
+        const int64_t s = ssmi_get_i64(idx, ssmi_off1(idx, b));
+        SSM_RETURN_IF(s >= nslots, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                      "%s: state_batch_indices[%lld]=%lld is not below the %lld state slots", op, (long long)b,
+                      (long long)s, (long long)nslots);
+        if (s < 0) continue;
+        for (int64_t c = 0; c < b; ++c) {
+            const int64_t o = ssmi_get_i64(idx, ssmi_off1(idx, c));
+            SSM_RETURN_IF(o == s, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                          "%s: state_batch_indices[%lld] and [%lld] are both %lld; two rows may not share a state slot",
+                          op, (long long)c, (long long)b, (long long)s);
         }
     }
     return SSM_STATUS_OK;
@@ -126,13 +212,16 @@ ssm_status ssmi_cuda_host_index(ssm_context * ctx, const char * op, const ssm_te
 
 #define SSMI_M2_MAX_CHUNK 1024
 
-ssm_status ssmi_mamba2_check_params(ssm_context * ctx, const char * op, const ssm_mamba2_params * p, const void * args) {
+/* The params rules of every Mamba-2 operator; chunk_size only where there are chunks. */
+static ssm_status m2_check_params(ssm_context * ctx, const char * op, const ssm_mamba2_params * p, const void * args,
+                                  int chunked) {
     SSM_RETURN_IF(p == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: params is NULL", op);
     SSM_RETURN_IF(p->size < sizeof(ssm_mamba2_params), ctx, SSM_STATUS_INVALID_ARGUMENT,
                   "%s: params->size=%zu is smaller than sizeof(ssm_mamba2_params)=%zu (call ssm_mamba2_params_init)",
                   op, p->size, sizeof(ssm_mamba2_params));
-    SSM_RETURN_IF(p->chunk_size < 1 || p->chunk_size > SSMI_M2_MAX_CHUNK, ctx, SSM_STATUS_INVALID_ARGUMENT,
-                  "%s: params->chunk_size=%lld is outside [1, %d]", op, (long long)p->chunk_size, SSMI_M2_MAX_CHUNK);
+    SSM_RETURN_IF(chunked && (p->chunk_size < 1 || p->chunk_size > SSMI_M2_MAX_CHUNK), ctx,
+                  SSM_STATUS_INVALID_ARGUMENT, "%s: params->chunk_size=%lld is outside [1, %d]", op,
+                  (long long)p->chunk_size, SSMI_M2_MAX_CHUNK);
     SSM_RETURN_IF(isnan(p->dt_limit_lo) || isnan(p->dt_limit_hi), ctx, SSM_STATUS_INVALID_ARGUMENT,
                   "%s: params->dt_limit (%g, %g) contains NaN", op, (double)p->dt_limit_lo, (double)p->dt_limit_hi);
     SSM_RETURN_IF(p->dt_limit_lo > p->dt_limit_hi, ctx, SSM_STATUS_INVALID_ARGUMENT,
@@ -142,33 +231,63 @@ ssm_status ssmi_mamba2_check_params(ssm_context * ctx, const char * op, const ss
     return SSM_STATUS_OK;
 }
 
-/* x (batch, S, H, P) defines those four dims; b (batch, S, G, N) defines G and N with
- * H % G == 0; c matches b; the optional z matches x. */
-static ssm_status m2_check_xbcz(ssm_context * ctx, const char * op, const ssm_mamba2_scan_args * a,
-                                ssmi_mamba2_dims * d) {
-    static const int64_t any4[4] = {-1, -1, -1, -1};
-    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "x", &a->x, 0, 4, any4, SSMI_FLOAT_DTYPES));
-    d->batch = a->x.shape[0];
-    d->seqlen = a->x.shape[1];
-    d->nheads = a->x.shape[2];
-    d->headdim = a->x.shape[3];
-    const int64_t wb[4] = {d->batch, d->seqlen, -1, -1};
-    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "b", &a->b, 0, 4, wb, SSMI_FLOAT_DTYPES));
-    d->ngroups = a->b.shape[2];
-    d->dstate = a->b.shape[3];
-    SSM_RETURN_IF(d->ngroups < 1, ctx, SSM_STATUS_INVALID_SHAPE, "%s: b.shape[2]=%lld (ngroups) must be at least 1", op,
-                  (long long)d->ngroups);
-    SSM_RETURN_IF(d->nheads % d->ngroups != 0, ctx, SSM_STATUS_INVALID_SHAPE,
-                  "%s: x.shape[2]=%lld is not a multiple of b.shape[2]=%lld", op, (long long)d->nheads,
-                  (long long)d->ngroups);
-    const int64_t wc[4] = {d->batch, d->seqlen, d->ngroups, d->dstate};
-    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "c", &a->c, 0, 4, wc, SSMI_FLOAT_DTYPES));
-    const int64_t wz[4] = {d->batch, d->seqlen, d->nheads, d->headdim};
-    return ssmi_check_tensor(ctx, op, "z", &a->z, 1, 4, wz, SSMI_FLOAT_DTYPES);
+ssm_status ssmi_mamba2_check_params(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
+                                    const void * args) {
+    return m2_check_params(ctx, op, p, args, 1);
 }
 
-/* D is (H) or (H, P). */
-static ssm_status m2_check_d(ssm_context * ctx, const char * op, const ssm_tensor * dten, const ssmi_mamba2_dims * d) {
+ssm_status ssmi_mamba2_check_step_params(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
+                                         const void * args) {
+    return m2_check_params(ctx, op, p, args, 0);
+}
+
+/* x (batch, S, H, P) defines those four dims. */
+static ssm_status m2_take_x_dims(ssm_context * ctx, const char * op, const ssm_tensor * x, ssmi_mamba2_dims * d) {
+    static const int64_t any4[4] = {-1, -1, -1, -1};
+    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "x", x, 0, 4, any4, SSMI_FLOAT_DTYPES));
+    d->batch = x->shape[0];
+    d->seqlen = x->shape[1];
+    d->nheads = x->shape[2];
+    d->headdim = x->shape[3];
+    return SSM_STATUS_OK;
+}
+
+/* A (batch, S, G, N) tensor named `name` that defines G and N; H % G must be 0. */
+static ssm_status m2_take_group_dims(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
+                                     ssmi_mamba2_dims * d) {
+    const int64_t want[4] = {d->batch, d->seqlen, -1, -1};
+    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, name, t, 0, 4, want, SSMI_FLOAT_DTYPES));
+    d->ngroups = t->shape[2];
+    d->dstate = t->shape[3];
+    SSM_RETURN_IF(d->ngroups < 1, ctx, SSM_STATUS_INVALID_SHAPE, "%s: %s.shape[2]=%lld (ngroups) must be at least 1",
+                  op, name, (long long)d->ngroups);
+    SSM_RETURN_IF(d->nheads % d->ngroups != 0, ctx, SSM_STATUS_INVALID_SHAPE,
+                  "%s: x.shape[2]=%lld is not a multiple of %s.shape[2]=%lld", op, (long long)d->nheads, name,
+                  (long long)d->ngroups);
+    return SSM_STATUS_OK;
+}
+
+ssm_status ssmi_mamba2_check_xbcz(ssm_context * ctx, const char * op, const ssm_tensor * x, const ssm_tensor * b,
+                                  const ssm_tensor * c, const ssm_tensor * z, ssmi_mamba2_dims * d) {
+    SSM_FORWARD_IF_ERROR(m2_take_x_dims(ctx, op, x, d));
+    if (b != NULL) {
+        SSM_FORWARD_IF_ERROR(m2_take_group_dims(ctx, op, "b", b, d));
+        if (c != NULL) {
+            const int64_t wc[4] = {d->batch, d->seqlen, d->ngroups, d->dstate};
+            SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "c", c, 0, 4, wc, SSMI_FLOAT_DTYPES));
+        }
+    } else if (c != NULL) {
+        SSM_FORWARD_IF_ERROR(m2_take_group_dims(ctx, op, "c", c, d));
+    }
+    if (z != NULL) {
+        const int64_t wz[4] = {d->batch, d->seqlen, d->nheads, d->headdim};
+        SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "z", z, 1, 4, wz, SSMI_FLOAT_DTYPES));
+    }
+    return SSM_STATUS_OK;
+}
+
+ssm_status ssmi_mamba2_check_d(ssm_context * ctx, const char * op, const ssm_tensor * dten,
+                               const ssmi_mamba2_dims * d) {
     if (!ssmi_present(dten)) return SSM_STATUS_OK;
     SSM_RETURN_IF(dten->ndim != 1 && dten->ndim != 2, ctx, SSM_STATUS_INVALID_SHAPE,
                   "%s: d has %d dims; it must be (H) or (H, P)", op, (int)dten->ndim);
@@ -176,9 +295,8 @@ static ssm_status m2_check_d(ssm_context * ctx, const char * op, const ssm_tenso
     return ssmi_check_tensor(ctx, op, "d", dten, 1, dten->ndim, want, SSMI_FLOAT_DTYPES);
 }
 
-/* seq_idx (batch, S), integer, values >= 0 and non-decreasing along S. */
-static ssm_status m2_check_seq_idx(ssm_context * ctx, const char * op, const ssm_tensor * s,
-                                   const ssmi_mamba2_dims * d) {
+ssm_status ssmi_mamba2_check_seq_idx(ssm_context * ctx, const char * op, const ssm_tensor * s,
+                                     const ssmi_mamba2_dims * d) {
     const int64_t want[2] = {d->batch, d->seqlen};
     SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "seq_idx", s, 1, 2, want, SSMI_INDEX_DTYPES));
     if (!ssmi_present(s)) return SSM_STATUS_OK;
@@ -203,22 +321,19 @@ ssm_status ssmi_mamba2_check_scan_inputs(ssm_context * ctx, const char * op, con
                                          const ssm_mamba2_scan_args * a, ssmi_mamba2_dims * d) {
     SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_params(ctx, op, p, a));
     memset(d, 0, sizeof *d);
-    SSM_FORWARD_IF_ERROR(m2_check_xbcz(ctx, op, a, d));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_xbcz(ctx, op, &a->x, &a->b, &a->c, &a->z, d));
     d->chunk = p->chunk_size;
     d->nchunks = (d->seqlen + d->chunk - 1) / d->chunk;
     const int64_t wdt[3] = {d->batch, d->seqlen, d->nheads};
     SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "dt", &a->dt, 0, 3, wdt, SSMI_FLOAT_DTYPES));
     const int64_t wh[1] = {d->nheads};
     SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "a", &a->a, 0, 1, wh, SSMI_FLOAT_DTYPES));
-    SSM_FORWARD_IF_ERROR(m2_check_d(ctx, op, &a->d, d));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_d(ctx, op, &a->d, d));
     SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "dt_bias", &a->dt_bias, 1, 1, wh, SSMI_FLOAT_DTYPES));
-    SSM_FORWARD_IF_ERROR(m2_check_seq_idx(ctx, op, &a->seq_idx, d));
-    /* cu_seqlens: the shape rules first, then "not with seq_idx", then the values. */
-    static const int64_t any1[1] = {-1};
-    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "cu_seqlens", &a->cu_seqlens, 1, 1, any1, SSMI_INDEX_DTYPES));
-    if (ssmi_present(&a->cu_seqlens) && a->cu_seqlens.shape[0] >= 2)
-        SSM_RETURN_IF(ssmi_present(&a->seq_idx), ctx, SSM_STATUS_INVALID_ARGUMENT,
-                      "%s: cu_seqlens and seq_idx were both given; pass only one of them", op);
+    SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_seq_idx(ctx, op, &a->seq_idx, d));
+    /* cu_seqlens: "not with seq_idx" first (whatever cu_seqlens looks like), then its own rules. */
+    SSM_RETURN_IF(ssmi_present(&a->cu_seqlens) && ssmi_present(&a->seq_idx), ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: cu_seqlens and seq_idx were both given; pass only one of them", op);
     SSM_FORWARD_IF_ERROR(ssmi_check_cu_seqlens(ctx, op, &a->cu_seqlens, "x", d->batch, d->seqlen, &d->nseq));
     /* States are per sequence with cu_seqlens, per batch row otherwise. */
     const int64_t lead = d->nseq > 0 ? d->nseq : d->batch;

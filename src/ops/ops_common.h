@@ -16,6 +16,31 @@ typedef struct ssmi_named {
 ssm_status ssmi_check_disjoint(ssm_context * ctx, const char * op, const ssmi_named * outs, int nout,
                                const ssmi_named * ins, int nin);
 
+/* ssmi_check_disjoint, except that output o may address exactly the same elements as input
+ * in_place[o] (ssmi_same_addresses; -1: none): the in-place pool update of a decode step.
+ * in_place may be NULL (no exception). */
+ssm_status ssmi_check_disjoint_in_place(ssm_context * ctx, const char * op, const ssmi_named * outs, int nout,
+                                        const ssmi_named * ins, int nin, const int * in_place);
+
+/* 1 when every index of a reaches the same element of b as of a: same data, dtype, ndim and
+ * shape, and the same stride on every dim of extent > 1 (a unit dim's stride never moves). */
+int ssmi_same_addresses(const ssm_tensor * a, const ssm_tensor * b);
+/* ssmi_same_addresses, and the same device and the same stride on every dim, unit ones too:
+ * exactly the same view. */
+int ssmi_same_view(const ssm_tensor * a, const ssm_tensor * b);
+
+/* state_batch_indices of a Mamba-2 / conv decode step (idx optional; batch of them): every
+ * index below `slots` (pool names the tensor whose shape[0] gives slots, for the message;
+ * negative = padding row), and no slot used by two rows: two rows updating one slot in
+ * place would race and the result would depend on the order. */
+ssm_status ssmi_check_slot_indices(ssm_context * ctx, const char * op, const ssm_tensor * idx, int64_t batch,
+                                   int64_t slots, const char * pool);
+/* state_batch_indices of a Mamba-3 decode step: optional (B) I32/I64, every value below
+ * nslots, no two rows with the same non-negative slot (negative = padding row); without it
+ * nslots must equal B. */
+ssm_status ssmi_mamba3_check_state_indices(ssm_context * ctx, const char * op, const ssm_tensor * idx, int64_t batch,
+                                           int64_t nslots);
+
 /* cu_seqlens (nseq+1), optional, I32/I64: length ≥ 2, batch == 1 (batch_name names the
  * tensor the batch comes from, for the message), cu[0] = 0, non-decreasing, cu[nseq] =
  * seqlen. Sets *nseq (0 when absent). */
@@ -43,6 +68,20 @@ ssm_status ssmi_cuda_host_index(ssm_context * ctx, const char * op, const ssm_te
 /* params (non-NULL, size, chunk_size in [1, 1024], dt_limit without NaN and lo ≤ hi) and a
  * non-NULL args pointer. */
 ssm_status ssmi_mamba2_check_params(ssm_context * ctx, const char * op, const ssm_mamba2_params * p, const void * args);
+/* The same for the decode step, which has no chunks: chunk_size is not looked at. */
+ssm_status ssmi_mamba2_check_step_params(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
+                                         const void * args);
+/* The x/b/c/z family: x (batch, S, H, P) defines batch/S/H/P; b (batch, S, G, N) defines G
+ * and N with H % G == 0 (c does when b is NULL); c matches b; the optional z matches x.
+ * Pass NULL for a tensor the op does not take. */
+ssm_status ssmi_mamba2_check_xbcz(ssm_context * ctx, const char * op, const ssm_tensor * x, const ssm_tensor * b,
+                                  const ssm_tensor * c, const ssm_tensor * z, ssmi_mamba2_dims * d);
+/* The optional D: (H) or (H, P). */
+ssm_status ssmi_mamba2_check_d(ssm_context * ctx, const char * op, const ssm_tensor * dten,
+                               const ssmi_mamba2_dims * d);
+/* The optional seq_idx (batch, S), integer, values >= 0 and non-decreasing along S. */
+ssm_status ssmi_mamba2_check_seq_idx(ssm_context * ctx, const char * op, const ssm_tensor * s,
+                                     const ssmi_mamba2_dims * d);
 /* The inputs of ssm_mamba2_scan (x, dt, a, b, c, d, z, dt_bias, seq_idx, cu_seqlens,
  * initial_states), in the order and with the messages of ssm_mamba2_scan's own validation;
  * out and final_states are not looked at. Fills every field of *d (nseq 0 without varlen).

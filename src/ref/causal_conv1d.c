@@ -12,9 +12,7 @@ static double act(int silu, double v) { return silu ? ssmi_ref_silu(v) : v; }
 
 /* d act / d pre. */
 static double act_grad(int silu, double v) {
-    if (!silu) return 1.0;
-    const double s = 1.0 / (1.0 + exp(-v));
-    return s * (1.0 + v * (1.0 - s));
+    return silu ? ssmi_ref_silu_grad(v) : 1.0;
 }
 
 static double weight_at(const ssm_tensor * w, int64_t d, int64_t k) { return ssmi_get_f64(w, ssmi_off2(w, d, k)); }

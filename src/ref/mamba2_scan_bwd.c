@@ -92,9 +92,6 @@ static ssm_status scratch_alloc(ssm_context * ctx, const ssmi_mamba2_dims * d, i
     return SSM_STATUS_OK;
 }
 
-/* σ(v) = 1 / (1 + e^−v). */
-static double sigmoid(double v) { return 1.0 / (1.0 + exp(-v)); }
-
 /* Loads n elements of a row of t (dims (…, n) with the last stride) as doubles. */
 static void load_row(double * dst, const ssm_tensor * t, int64_t off, int64_t n) {
     const int64_t st = t->strides[t->ndim - 1];
@@ -171,7 +168,7 @@ static void backprop_run(const ssm_mamba2_params * p, const ssmi_mamba2_dims * d
                 double       dy = dout;
                 if (has_z) {
                     const double zv = ssmi_get_f64(&a->z, ssmi_off4(&a->z, b, t, hh, pp));
-                    const double sg = sigmoid(zv);
+                    const double sg = ssmi_ref_sigmoid(zv);
                     dy = dout * zv * sg;
                     if (ssmi_present(&a->dz))
                         ssmi_set_f64(&a->dz, ssmi_off4(&a->dz, b, t, hh, pp), dout * y * sg * (1.0 + zv * (1.0 - sg)));
@@ -209,7 +206,7 @@ static void backprop_run(const ssm_mamba2_params * p, const ssmi_mamba2_dims * d
             /* dt processing backward (§2.1) */
             double gvec = dadt * ah + ddt_in;
             if (vsp < p->dt_limit_lo || vsp > p->dt_limit_hi) gvec = 0.0;
-            if (p->dt_softplus && pre <= 20.0) gvec *= sigmoid(pre);
+            if (p->dt_softplus && pre <= 20.0) gvec *= ssmi_ref_sigmoid(pre);
             if (ssmi_present(&a->ddt)) ssmi_set_f64(&a->ddt, ssmi_off3(&a->ddt, b, t, hh), gvec);
             s->da[hh] += dadt * dt;
             s->dbias[hh] += gvec;

@@ -219,7 +219,7 @@ static void recurrent_head(const ssm_mamba3_mimo_params * prm, const ssmi_mimo_d
         const int64_t tt = s->t0 + t;
         const double  dt = ssmi_get_f64(&a->dt, ssmi_off3(&a->dt, s->b, h, tt));
         const double  adt = ssmi_get_f64(&a->adt, ssmi_off3(&a->adt, s->b, h, tt));
-        const double  lam = ssmi_ref_m3_sigmoid(ssmi_get_f64(&a->trap, ssmi_off3(&a->trap, s->b, h, tt)));
+        const double  lam = ssmi_ref_sigmoid(ssmi_get_f64(&a->trap, ssmi_off3(&a->trap, s->b, h, tt)));
         if (A > 0) ssmi_ref_m3_read(w->raw, &a->angles, ssmi_off4(&a->angles, s->b, tt, h, 0), A);
         for (int64_t i = 0; i < A; ++i) w->theta_run[i] += ssmi_ref_m3_omega(w->raw[i], dt);
         ssmi_ref_mimo_load_qk_token(w->qbar, w->kbar, &a->q, &a->k, &hp, s->b, tt, g, R, N);

@@ -11,7 +11,7 @@
  * ssm = h_{L−1}, k = k̃_{L−1}, v = v_{L−1}, angle = θ_{L−1}. An empty sequence passes every
  * dfinal_* through to its d*_state. dq, dk sum the per-head gradients of a group; the
  * parameter gradients sum over sequences and heads' tokens (in float64). */
-#include "ref_mamba3_common.h"
+#include "ref_mimo_common.h"
 #include "ssmi_ref_mimo.h"
 
 static const char k_op[] = "mamba3_mimo_bwd";
@@ -37,26 +37,6 @@ typedef struct mimo_acc {
     double *dmv, *dmz, *dmo;           /* H·R·P                                      */
     double *dd, *dw;                   /* H, H·P                                     */
 } mimo_acc;
-
-/* One sequence: tokens [t0, t0+len) of row b; its states are row n. */
-typedef struct mimo_seq {
-    int64_t b, t0, len, n;
-} mimo_seq;
-
-static mimo_seq sequence_of(const ssmi_mimo_dims * d, const ssm_tensor * cu, int64_t i) {
-    mimo_seq s;
-    s.n = i;
-    if (d->varlen) {
-        s.b = 0;
-        s.t0 = ssmi_get_i64(cu, ssmi_off1(cu, i));
-        s.len = ssmi_get_i64(cu, ssmi_off1(cu, i + 1)) - s.t0;
-    } else {
-        s.b = i;
-        s.t0 = 0;
-        s.len = d->seqlen;
-    }
-    return s;
-}
 
 static ssm_status scratch_alloc(ssm_context * ctx, const ssmi_mimo_dims * d, int64_t L, mimo_scratch * w,
                                 mimo_acc * acc, double ** block) {
@@ -116,25 +96,9 @@ static void load_norm_weight(double * dst, const ssm_tensor * t, int64_t h, int6
     }
 }
 
-/* x' = Rot(θ) x on the split-half pairs (a, a + N/2), a < A; sign −1 applies Rotᵀ. */
-static void rotate(double * y, const double * x, const double * th, int64_t N, int64_t A, double sign) {
-    const int64_t half = N / 2;
-    memcpy(y, x, (size_t)N * sizeof(double));
-    for (int64_t a = 0; a < A; ++a) {
-        const double c = cos(th[a]), s = sign * sin(th[a]), x0 = x[a], x1 = x[a + half];
-        y[a] = c * x0 - s * x1;
-        y[a + half] = s * x0 + c * x1;
-    }
-}
-
-static double silu_grad(double x) {
-    const double s = ssmi_ref_m3_sigmoid(x);
-    return s * (1.0 + x * (1.0 - s));
-}
-
 /* The forward of one (sequence, head): scalars, θ, q̄ k̄ q̃ k̃, u, the state history, y. */
 static void forward(const ssm_mamba3_mimo_params * p, const ssmi_mimo_dims * d, const ssm_mamba3_mimo_bwd_args * a,
-                    const mimo_seq * s, int64_t h, mimo_scratch * w) {
+                    const ssmi_ref_mimo_seq * s, int64_t h, mimo_scratch * w) {
     const int64_t L = s->len, R = d->rank, N = d->dstate, P = d->headdim, A = d->nangles;
     const int64_t g = h / (d->nheads / d->ngroups), NP = N * P;
     const double  dskip = ssmi_present(&a->d) ? ssmi_get_f64(&a->d, ssmi_off1(&a->d, h)) : 0.0;
@@ -149,7 +113,7 @@ static void forward(const ssm_mamba3_mimo_params * p, const ssmi_mimo_dims * d, 
         const int64_t tt = s->t0 + t;
         w->adt[t] = ssmi_get_f64(&a->adt, ssmi_off3(&a->adt, s->b, h, tt));
         w->dt[t] = ssmi_get_f64(&a->dt, ssmi_off3(&a->dt, s->b, h, tt));
-        w->lam[t] = ssmi_ref_m3_sigmoid(ssmi_get_f64(&a->trap, ssmi_off3(&a->trap, s->b, h, tt)));
+        w->lam[t] = ssmi_ref_sigmoid(ssmi_get_f64(&a->trap, ssmi_off3(&a->trap, s->b, h, tt)));
         w->alpha[t] = exp(w->adt[t]);
         w->gam[t] = w->dt[t] * w->lam[t];
         w->beta[t] = (1.0 - w->lam[t]) * w->dt[t] * w->alpha[t];
@@ -176,8 +140,8 @@ static void forward(const ssm_mamba3_mimo_params * p, const ssmi_mimo_dims * d, 
                 qb[n] += w->qbias[r * N + n];
                 kb[n] += w->kbias[r * N + n];
             }
-            rotate(w->qt + (t * R + r) * N, qb, w->theta + t * A, N, A, 1.0);
-            rotate(w->kt + (t * R + r) * N, kb, w->theta + t * A, N, A, 1.0);
+            ssmi_ref_mimo_rotate(w->qt + (t * R + r) * N, qb, w->theta + t * A, N, A, 1.0);
+            ssmi_ref_mimo_rotate(w->kt + (t * R + r) * N, kb, w->theta + t * A, N, A, 1.0);
             for (int64_t q = 0; q < P; ++q) w->u[(t * R + r) * P + q] = w->v[t * P + q] * w->mv[r * P + q];
         }
     }
@@ -219,7 +183,7 @@ static void forward(const ssm_mamba3_mimo_params * p, const ssmi_mimo_dims * d, 
 /* dY (w.r.t. the pre-gate y) from dout through the reduction, the gate and the fused norm;
  * writes dz and adds to dmimo_o, dmimo_z and the norm weight gradient. */
 static void output_backward(const ssm_mamba3_mimo_params * p, const ssmi_mimo_dims * d,
-                            const ssm_mamba3_mimo_bwd_args * a, const mimo_seq * s, int64_t h, mimo_scratch * w,
+                            const ssm_mamba3_mimo_bwd_args * a, const ssmi_ref_mimo_seq * s, int64_t h, mimo_scratch * w,
                             mimo_acc * acc) {
     const int64_t L = s->len, R = d->rank, P = d->headdim;
     const int     has_z = ssmi_present(&a->z), fused = p->fuse_pregate_norm != 0;
@@ -247,7 +211,7 @@ static void output_backward(const ssm_mamba3_mimo_params * p, const ssmi_mimo_di
                 const double dyp = d->reduce_o ? w->dout[q] * w->mo[r * P + q] : w->dout[r * P + q];
                 if (d->reduce_o) acc->dmo[(h * R + r) * P + q] += w->dout[q] * pre * gate;
                 if (has_z) {
-                    const double dzz = dyp * pre * silu_grad(zz);
+                    const double dzz = dyp * pre * ssmi_ref_silu_grad(zz);
                     w->dzrow[q] += dzz * w->mz[r * P + q];
                     acc->dmz[(h * R + r) * P + q] += dzz * zr[q];
                 }
@@ -272,7 +236,7 @@ static void output_backward(const ssm_mamba3_mimo_params * p, const ssmi_mimo_di
 
 /* One reverse sweep through the recurrence: dq̃, dk̃, du, the scalar gradients dγ, dβ, dα,
  * dD and the initial-state gradients dh_{−1}, dk̃_{−1}, du_{−1}. */
-static void recurrence_backward(const ssmi_mimo_dims * d, const ssm_mamba3_mimo_bwd_args * a, const mimo_seq * s,
+static void recurrence_backward(const ssmi_mimo_dims * d, const ssm_mamba3_mimo_bwd_args * a, const ssmi_ref_mimo_seq * s,
                                 int64_t h, mimo_scratch * w, mimo_acc * acc) {
     const int64_t L = s->len, R = d->rank, N = d->dstate, P = d->headdim, NP = N * P;
     const double  dskip = ssmi_present(&a->d) ? ssmi_get_f64(&a->d, ssmi_off1(&a->d, h)) : 0.0;
@@ -341,7 +305,7 @@ static void recurrence_backward(const ssmi_mimo_dims * d, const ssm_mamba3_mimo_
 
 /* Rotation, bias, GQA and mimo_v chains; the trapezoid scalars and the angle cumsum
  * backward; writes dv, dadt, ddt, dtrap, dangles and the initial-state gradients. */
-static void token_backward(const ssmi_mimo_dims * d, const ssm_mamba3_mimo_bwd_args * a, const mimo_seq * s,
+static void token_backward(const ssmi_mimo_dims * d, const ssm_mamba3_mimo_bwd_args * a, const ssmi_ref_mimo_seq * s,
                            int64_t h, mimo_scratch * w, mimo_acc * acc) {
     const int64_t L = s->len, R = d->rank, N = d->dstate, P = d->headdim, A = d->nangles, G = d->ngroups;
     const int64_t g = h / (d->nheads / G), half = N / 2;
@@ -364,7 +328,7 @@ static void token_backward(const ssmi_mimo_dims * d, const ssm_mamba3_mimo_bwd_a
                     const double sn = sin(th[i]), cs = cos(th[i]);
                     w->dth[t * A + i] += dx[i] * (-x[i] * sn - x[i + half] * cs) + dx[i + half] * (x[i] * cs - x[i + half] * sn);
                 }
-                rotate(gq, dx, th, N, A, -1.0);
+                ssmi_ref_mimo_rotate(gq, dx, th, N, A, -1.0);
                 double *      dst = side ? acc->dk : acc->dq;
                 double *      bias = side ? acc->dkb : acc->dqb;
                 const int64_t tok = (((s->b * d->seqlen + tt) * R + r) * G + g) * N;
@@ -434,7 +398,7 @@ static void token_backward(const ssmi_mimo_dims * d, const ssm_mamba3_mimo_bwd_a
 
 /* dssm_state = dh_{−1}ᵀ (the carry after the reverse sweep; written before token_backward
  * reuses dh as scratch). */
-static void write_dssm_state(const ssmi_mimo_dims * d, const ssm_mamba3_mimo_bwd_args * a, const mimo_seq * s,
+static void write_dssm_state(const ssmi_mimo_dims * d, const ssm_mamba3_mimo_bwd_args * a, const ssmi_ref_mimo_seq * s,
                              int64_t h, const mimo_scratch * w) {
     if (!d->has_states || !ssmi_present(&a->dssm_state)) return;
     for (int64_t q = 0; q < d->headdim; ++q)
@@ -500,7 +464,7 @@ ssm_status ssmi_ref_mamba3_mimo_bwd(ssm_context * ctx, const ssm_mamba3_mimo_par
                                    const ssm_mamba3_mimo_bwd_args * a) {
     int64_t maxlen = 0;
     for (int64_t i = 0; i < d->nseq; ++i) {
-        const mimo_seq s = sequence_of(d, &a->cu_seqlens, i);
+        const ssmi_ref_mimo_seq s = ssmi_ref_mimo_sequence(d, &a->cu_seqlens, i);
         if (s.len > maxlen) maxlen = s.len;
     }
     mimo_scratch w;
@@ -510,7 +474,7 @@ ssm_status ssmi_ref_mamba3_mimo_bwd(ssm_context * ctx, const ssm_mamba3_mimo_par
     double *     block = NULL;
     SSM_FORWARD_IF_ERROR(scratch_alloc(ctx, d, maxlen, &w, &acc, &block));
     for (int64_t i = 0; i < d->nseq; ++i) {
-        const mimo_seq s = sequence_of(d, &a->cu_seqlens, i);
+        const ssmi_ref_mimo_seq s = ssmi_ref_mimo_sequence(d, &a->cu_seqlens, i);
         if (s.len == 0) {
             empty_sequence(d, a, i);
             continue;

@@ -30,11 +30,6 @@ static int64_t dout_off(const ssm_tensor * dout, int reduced, int64_t b, int64_t
     return reduced ? ssmi_off4(dout, b, t, h, 0) : ssmi_off5(dout, b, t, r, h, 0);
 }
 
-static double silu_grad(double x) {
-    const double s = ssmi_ref_m3_sigmoid(x);
-    return s * (1.0 + x * (1.0 - s));
-}
-
 static void exact_head(const ssmi_mimo_dims * d, const ssm_mamba3_mimo_bwd_fwd_args * a, int64_t b, int64_t h,
                        const bf_scratch * w) {
     const int64_t R = d->rank, N = d->dstate, P = d->headdim, A = d->nangles, C = d->chunk, S = d->seqlen;
@@ -50,11 +45,11 @@ static void exact_head(const ssmi_mimo_dims * d, const ssm_mamba3_mimo_bwd_fwd_a
         for (int64_t i = 0; i < Lc; ++i) {
             const int64_t t = cs + i;
             const double  dt = ssmi_get_f64(&a->dt, ssmi_off3(&a->dt, b, h, t));
-            const double  lam = ssmi_ref_m3_sigmoid(ssmi_get_f64(&a->trap, ssmi_off3(&a->trap, b, h, t)));
+            const double  lam = ssmi_ref_sigmoid(ssmi_get_f64(&a->trap, ssmi_off3(&a->trap, b, h, t)));
             double        sbar = 0.0;
             if (t + 1 < S) {
                 const double dt1 = ssmi_get_f64(&a->dt, ssmi_off3(&a->dt, b, h, t + 1));
-                sbar = dt1 * ssmi_ref_m3_sigmoid(-ssmi_get_f64(&a->trap, ssmi_off3(&a->trap, b, h, t + 1)));
+                sbar = dt1 * ssmi_ref_sigmoid(-ssmi_get_f64(&a->trap, ssmi_off3(&a->trap, b, h, t + 1)));
             }
             w->gam[i] = dt * lam;
             const double cf = w->gam[i] + sbar;
@@ -120,7 +115,7 @@ static void exact_head(const ssmi_mimo_dims * d, const ssm_mamba3_mimo_bwd_fwd_a
                         dg = w->dout[p] * y;
                     }
                     if (has_z) {
-                        const double dzz = dg * silu_grad(zz);
+                        const double dzz = dg * ssmi_ref_silu_grad(zz);
                         w->dzrow[p] += dzz * hp.mz[r * P + p];
                         w->dmz[r * P + p] += dzz * w->z[p];
                     }

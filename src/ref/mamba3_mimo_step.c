@@ -26,7 +26,7 @@ static void step_head(const ssm_mamba3_mimo_params * prm, const ssmi_mimo_dims *
     ssmi_ref_mimo_read_states(&st, &a->angle_state, &a->ssm_state, &a->k_state, &a->v_state, slot, h, R, N, P, A);
     const double dt = ssmi_get_f64(&a->dt, ssmi_off2(&a->dt, b, h));
     const double adt = ssmi_get_f64(&a->adt, ssmi_off2(&a->adt, b, h));
-    const double lam = ssmi_ref_m3_sigmoid(ssmi_get_f64(&a->trap, ssmi_off2(&a->trap, b, h)));
+    const double lam = ssmi_ref_sigmoid(ssmi_get_f64(&a->trap, ssmi_off2(&a->trap, b, h)));
     if (A > 0) ssmi_ref_m3_read(w->raw, &a->angles, ssmi_off3(&a->angles, b, h, 0), A);
     for (int64_t i = 0; i < A; ++i) w->theta[i] += ssmi_ref_m3_omega(w->raw[i], dt);
     for (int64_t r = 0; r < R; ++r)

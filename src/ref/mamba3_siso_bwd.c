@@ -148,7 +148,7 @@ static void core_backward(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_
                 w->dy[t * V + r] = dO;
                 continue;
             }
-            const double z = w->z[t * V + r], sg = ssmi_ref_m3_sigmoid(z);
+            const double z = w->z[t * V + r], sg = ssmi_ref_sigmoid(z);
             w->dy[t * V + r] = dO * z * sg;
             if (ssmi_present(&a->dz))
                 ssmi_set_f64(&a->dz, ssmi_off4(&a->dz, s->b, s->t0 + t, h, r),

@@ -13,6 +13,15 @@ static inline double ssmi_ref_softplus_thresh(double v) { return v <= 20.0 ? log
 
 static inline double ssmi_ref_silu(double v) { return v / (1.0 + exp(-v)); }
 
+/* σ(v) = 1 / (1 + e^−v). */
+static inline double ssmi_ref_sigmoid(double v) { return 1.0 / (1.0 + exp(-v)); }
+
+/* d silu(v) / dv = σ(v)·(1 + v·(1 − σ(v))). */
+static inline double ssmi_ref_silu_grad(double v) {
+    const double s = ssmi_ref_sigmoid(v);
+    return s * (1.0 + v * (1.0 - s));
+}
+
 /* Processed dt of spec §2.1: raw + bias, optional softplus, then the clamp that is ALWAYS
  * applied (trap T4). NaN passes through the clamp so that it shows in the output. */
 static inline double ssmi_ref_process_dt(const ssm_mamba2_params * p, double raw, double bias) {
@@ -37,6 +46,29 @@ static inline double ssmi_ref_d(const ssm_tensor * d, int64_t h, int64_t p) {
 /* seq_idx[b, t] (only called when seq_idx is present). */
 static inline int64_t ssmi_ref_seq(const ssm_tensor * s, int64_t b, int64_t t) {
     return ssmi_get_i64(s, ssmi_off2(s, b, t));
+}
+
+/* One sequence of a varlen-capable call: tokens [t0, t0 + len) of row b; its states are
+ * row n of the (nseq or batch, ...) state tensors. */
+typedef struct ssmi_ref_span {
+    int64_t b, t0, len, n;
+} ssmi_ref_span;
+
+/* Sequence i of the call: row i over all seqlen tokens, or (varlen, with cu_seqlens) row 0
+ * over [cu[i], cu[i+1]). */
+static inline ssmi_ref_span ssmi_ref_span_of(int varlen, int64_t seqlen, const ssm_tensor * cu, int64_t i) {
+    ssmi_ref_span s;
+    s.n = i;
+    if (varlen) {
+        s.b = 0;
+        s.t0 = ssmi_get_i64(cu, ssmi_off1(cu, i));
+        s.len = ssmi_get_i64(cu, ssmi_off1(cu, i + 1)) - s.t0;
+    } else {
+        s.b = i;
+        s.t0 = 0;
+        s.len = seqlen;
+    }
+    return s;
 }
 
 /* Valid positions of chunk c: min(Q, S - cQ). */

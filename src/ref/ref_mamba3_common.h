@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "../core/ssmi.h"
+#include "ref_common.h"
 
 #define SSMI_REF_PI 3.14159265358979323846
 #define SSMI_REF_TWO_PI 6.28318530717958647692
@@ -23,10 +24,8 @@ static inline double ssmi_ref_m3_wrap(double x) {
     return r;
 }
 
-static inline double ssmi_ref_m3_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
-
 /* silu(z) = z·sigmoid(z): the gate factor. */
-static inline double ssmi_ref_m3_silu(double z) { return z * ssmi_ref_m3_sigmoid(z); }
+static inline double ssmi_ref_m3_silu(double z) { return z * ssmi_ref_sigmoid(z); }
 
 /* ω = π·tanh(raw)·dt: the angle increment of one token (§3.2). */
 static inline double ssmi_ref_m3_omega(double raw, double dt) { return SSMI_REF_PI * tanh(raw) * dt; }
@@ -54,27 +53,11 @@ static inline double ssmi_ref_m3_dot(const double * a, const double * b, int64_t
     return s;
 }
 
-/* One sequence of a call: tokens [t0, t0 + len) of row b; its states are row n of the
- * (NS, ...) state tensors. */
-typedef struct ssmi_ref_m3_seq {
-    int64_t b, t0, len, n;
-} ssmi_ref_m3_seq;
+/* One sequence of a call (ref_common.h). */
+typedef ssmi_ref_span ssmi_ref_m3_seq;
 
-/* Sequence i of the call: row i over all S tokens, or (with cu_seqlens) row 0 over
- * [cu[i], cu[i+1]). */
 static inline ssmi_ref_m3_seq ssmi_ref_m3_sequence(const ssmi_mamba3_dims * d, const ssm_tensor * cu, int64_t i) {
-    ssmi_ref_m3_seq s;
-    s.n = i;
-    if (d->varlen) {
-        s.b = 0;
-        s.t0 = ssmi_get_i64(cu, ssmi_off1(cu, i));
-        s.len = ssmi_get_i64(cu, ssmi_off1(cu, i + 1)) - s.t0;
-    } else {
-        s.b = i;
-        s.t0 = 0;
-        s.len = d->seqlen;
-    }
-    return s;
+    return ssmi_ref_span_of(d->varlen, d->seqlen, cu, i);
 }
 
 /* Per-token scalars of one head of one sequence (§3.1), arrays of `len`. The shifted term
@@ -91,7 +74,7 @@ static inline void ssmi_ref_m3_load_scalars(const ssmi_ref_m3_scalars * sc, cons
         const int64_t tt = s->t0 + t;
         sc->adt[t] = ssmi_get_f64(adt, ssmi_off3(adt, s->b, h, tt));
         sc->dt[t] = ssmi_get_f64(dt, ssmi_off3(dt, s->b, h, tt));
-        sc->lam[t] = ssmi_ref_m3_sigmoid(ssmi_get_f64(trap, ssmi_off3(trap, s->b, h, tt)));
+        sc->lam[t] = ssmi_ref_sigmoid(ssmi_get_f64(trap, ssmi_off3(trap, s->b, h, tt)));
         sc->gam[t] = sc->dt[t] * sc->lam[t];
     }
     for (int64_t t = 0; t < s->len; ++t) {
@@ -154,7 +137,7 @@ static inline void ssmi_ref_m3_step_head(double * theta, double * hs, double * k
                                          int64_t V, int64_t A, double * qhat, double * y) {
     if (raw != NULL)
         for (int64_t i = 0; i < A; ++i) theta[i] = ssmi_ref_m3_wrap(theta[i] + ssmi_ref_m3_omega(raw[i], dt));
-    const double lam = ssmi_ref_m3_sigmoid(trap);
+    const double lam = ssmi_ref_sigmoid(trap);
     const double alpha = exp(adt), gam = dt * lam, beta = alpha * dt * (1.0 - lam);
     ssmi_ref_m3_rotate(qhat, qt, theta, K, A, 1.0);
     for (int64_t r = 0; r < V; ++r) {

@@ -13,25 +13,11 @@
 #include "../core/ssmi.h"
 #include "ref_mamba3_common.h"
 
-/* One sequence of a call: tokens [t0, t0 + len) of row b; its states are row n. */
-typedef struct ssmi_ref_mimo_seq {
-    int64_t b, t0, len, n;
-} ssmi_ref_mimo_seq;
+/* One sequence of a call (ref_common.h). */
+typedef ssmi_ref_span ssmi_ref_mimo_seq;
 
-/* Sequence i: row i over all S tokens, or (with cu_seqlens) row 0 over [cu[i], cu[i+1]). */
 static inline ssmi_ref_mimo_seq ssmi_ref_mimo_sequence(const ssmi_mimo_dims * d, const ssm_tensor * cu, int64_t i) {
-    ssmi_ref_mimo_seq s;
-    s.n = i;
-    if (d->varlen) {
-        s.b = 0;
-        s.t0 = ssmi_get_i64(cu, ssmi_off1(cu, i));
-        s.len = ssmi_get_i64(cu, ssmi_off1(cu, i + 1)) - s.t0;
-    } else {
-        s.b = i;
-        s.t0 = 0;
-        s.len = d->seqlen;
-    }
-    return s;
+    return ssmi_ref_span_of(d->varlen, d->seqlen, cu, i);
 }
 
 /* Q/K group of value head h: contiguous blocks of H/G heads (not h mod G). */
@@ -106,7 +92,7 @@ static inline void ssmi_ref_mimo_load_scalars(const ssmi_ref_mimo_scalars * sc, 
         const int64_t tt = t0 + t;
         if (adt != NULL && ssmi_present(adt)) sc->a[t] = ssmi_get_f64(adt, ssmi_off3(adt, b, h, tt));
         sc->dt[t] = ssmi_get_f64(dt, ssmi_off3(dt, b, h, tt));
-        sc->lam[t] = ssmi_ref_m3_sigmoid(ssmi_get_f64(trap, ssmi_off3(trap, b, h, tt)));
+        sc->lam[t] = ssmi_ref_sigmoid(ssmi_get_f64(trap, ssmi_off3(trap, b, h, tt)));
         sc->gam[t] = sc->dt[t] * sc->lam[t];
     }
     for (int64_t t = 0; t < len; ++t) {

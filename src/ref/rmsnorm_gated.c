@@ -10,12 +10,6 @@
 
 static double get2(const ssm_tensor * t, int64_t r, int64_t c) { return ssmi_get_f64(t, ssmi_off2(t, r, c)); }
 
-/* d silu(z) / dz. */
-static double silu_grad(double z) {
-    const double s = 1.0 / (1.0 + exp(-z));
-    return s * (1.0 + z * (1.0 - s));
-}
-
 /* The normalised input v of column c. */
 static double v_at(const ssm_rmsnorm_params * p, const ssm_tensor * x, const ssm_tensor * z, int64_t r, int64_t c) {
     const double xv = get2(x, r, c);
@@ -77,12 +71,12 @@ ssm_status ssmi_ref_rmsnorm_gated_bwd(ssm_context * ctx, const ssm_rmsnorm_param
                 const double zv = has_z ? get2(&a->z, r, c) : 0.0;
                 double       dy = dout, dz = 0.0, dx;
                 if (p->norm_before_gate && has_z) {
-                    dz = dout * xh * w * silu_grad(zv);
+                    dz = dout * xh * w * ssmi_ref_silu_grad(zv);
                     dy = dout * ssmi_ref_silu(zv);
                 }
                 const double dv = (w * dy - xh * c1) * rstd;
                 if (!p->norm_before_gate && has_z) {
-                    dz = dv * get2(&a->x, r, c) * silu_grad(zv);
+                    dz = dv * get2(&a->x, r, c) * ssmi_ref_silu_grad(zv);
                     dx = dv * ssmi_ref_silu(zv);
                 } else {
                     dx = dv;

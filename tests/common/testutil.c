@@ -27,6 +27,14 @@ void ssmt_rng_seed(ssmt_rng * rng, uint64_t seed) {
     for (int i = 0; i < 4; ++i) rng->s[i] = splitmix64(&x);
 }
 
+uint64_t ssmt_rng_from_env(ssmt_rng * rng, uint64_t default_seed) {
+    const char *   env  = getenv("SSMOPS_TEST_SEED");
+    const uint64_t seed = env ? strtoull(env, NULL, 10) : default_seed;
+    printf("seed %llu\n", (unsigned long long) seed);
+    ssmt_rng_seed(rng, seed);
+    return seed;
+}
+
 static uint64_t rotl(uint64_t x, int k) { return (x << k) | (x >> (64 - k)); }
 
 uint64_t ssmt_u64(ssmt_rng * rng) { /* xoshiro256** */
@@ -1612,4 +1620,150 @@ void ssmt_mimo_step_free(ssmt_mimo_step_problem * pr) {
                          &pr->final_k_state, &pr->final_v_state};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) ssmt_free(all[i]);
     memset(&pr->args, 0, sizeof pr->args);
+}
+
+/* ---- contexts ------------------------------------------------------------------------ */
+ssm_context * ssmt_make_ctx_mode(ssm_backend backend, int threads, ssm_isa isa, ssm_ref_mode mode) {
+    ssm_context_params cp;
+    ssm_context_params_init(&cp);
+    cp.backend     = backend;
+    cp.num_threads = threads;
+    cp.isa         = isa;
+    cp.ref_mode    = mode;
+    ssm_context * ctx = NULL;
+    return ssm_context_create(&cp, &ctx) == SSM_STATUS_OK ? ctx : NULL;
+}
+
+ssm_context * ssmt_make_ctx(ssm_backend backend, int threads, ssm_isa isa) {
+    return ssmt_make_ctx_mode(backend, threads, isa, SSM_REF_EXACT);
+}
+
+/* ---- the CPU-vs-reference harness of the operator tests ----------------------------- */
+void ssmt_op_add_out(ssmt_op_case * oc, ssm_tensor * t) {
+    if (t->data != NULL && oc->nouts < SSMT_MAX_OUTS) oc->outs[oc->nouts++] = t;
+}
+
+ssmt_host ssmt_unwrap_angles(const ssm_tensor * got, const ssm_tensor * ref) {
+    ssmt_host     c      = ssmt_to_f64(got);
+    const double  two_pi = 6.283185307179586;
+    const int64_t n      = ssmt_numel(ref);
+    for (int64_t i = 0; i < n; ++i) {
+        const double g = ssmt_get(&c.t, i), r = ssmt_get(ref, i);
+        if (g - r > 0.5 * two_pi) ssmt_set(&c.t, i, g - two_pi);
+        if (r - g > 0.5 * two_pi) ssmt_set(&c.t, i, g + two_pi);
+    }
+    return c;
+}
+
+/* Output o of variant `label` within the bars of the compute dtype. */
+static void op_check_bar(const ssmt_op_case * oc, int o, const ssm_tensor * got, const ssm_tensor * ref,
+                         const char * label) {
+    ssmt_host unw = { 0 };
+    if (oc->angle_outs & (1u << o)) unw = ssmt_unwrap_angles(got, ref);
+    const ssmt_cmp cmp = ssmt_compare(unw.buf ? &unw.t : got, ref);
+    if (unw.buf) ssmt_free(&unw);
+    const ssmt_bar bar = ssmt_bar_for(oc->compute);
+    const int      ok  = cmp.nonfinite == 0 && cmp.rel_rms <= bar.rel_rms && cmp.max_rel <= bar.max_rel;
+    if (getenv("SHOWCMP")) printf("%s rel_rms %.3g max_rel %.3g\n", label, cmp.rel_rms, cmp.max_rel);
+    TEST_CHECK(ok, "%s rel_rms %.3g max_rel %.3g nonfinite %lld (bar %.3g %.3g)", label, cmp.rel_rms, cmp.max_rel,
+               (long long) cmp.nonfinite, bar.rel_rms, bar.max_rel);
+}
+
+void ssmt_op_run(const ssmt_op_case * oc, ssm_context * ref_ctx, ssm_context * const cpu[4], ssm_context * scalar) {
+    ssmt_host ref[SSMT_MAX_OUTS], got[SSMT_MAX_OUTS], first[SSMT_MAX_OUTS];
+    void *    saved = malloc(oc->args_size);
+    memcpy(saved, oc->args, oc->args_size);
+    for (int o = 0; o < oc->nouts; ++o) {
+        ref[o]       = ssmt_alloc(SSM_DTYPE_F64, oc->outs[o]->ndim, oc->outs[o]->shape);
+        *oc->outs[o] = ref[o].t;
+        first[o].buf = NULL;
+    }
+    const ssm_status rs = oc->run(ref_ctx, oc->args);
+    TEST_CHECK(rs == SSM_STATUS_OK, "%s ref: %s (%s)", oc->name, ssm_status_string(rs), ssm_context_last_error(ref_ctx));
+    for (int variant = 0; variant < 4; ++variant) {
+        ssm_context * ctx = variant < 3 ? cpu[variant + 1] : scalar;
+        memcpy(oc->args, saved, oc->args_size);
+        for (int o = 0; o < oc->nouts; ++o) {
+            got[o]       = ssmt_alloc(oc->out_dtype, ref[o].t.ndim, ref[o].t.shape);
+            *oc->outs[o] = got[o].t;
+        }
+        const ssm_status s = oc->run(ctx, oc->args);
+        TEST_CHECK(s == SSM_STATUS_OK, "%s variant %d: %s (%s)", oc->name, variant, ssm_status_string(s),
+                   ssm_context_last_error(ctx));
+        for (int o = 0; o < oc->nouts; ++o) {
+            char label[300];
+            snprintf(label, sizeof label, "%s/out%d/%s", oc->name, o, variant < 3 ? "cpu" : "scalar");
+            if (variant == 0 || variant == 3) op_check_bar(oc, o, &got[o].t, &ref[o].t, label);
+            if (variant == 0) {
+                first[o] = got[o];
+            } else {
+                if (variant < 3)
+                    TEST_CHECK(memcmp(first[o].buf, got[o].buf, got[o].bytes) == 0, "%s: %d threads differ from 1",
+                               label, variant + 1);
+                ssmt_free(&got[o]);
+            }
+        }
+    }
+    for (int o = 0; o < oc->nouts; ++o) {
+        ssmt_free(&ref[o]);
+        if (first[o].buf) ssmt_free(&first[o]);
+    }
+    memcpy(oc->args, saved, oc->args_size);
+    free(saved);
+}
+
+/* ---- views ---------------------------------------------------------------------------- */
+ssm_tensor ssmt_absent(void) {
+    ssm_tensor t;
+    memset(&t, 0, sizeof t);
+    return t;
+}
+
+ssm_tensor ssmt_slice(const ssm_tensor * t, int32_t dim, int64_t start, int64_t len) {
+    ssm_tensor v = *t;
+    if (t->data == NULL) return v;
+    v.data       = (char *) t->data + start * t->strides[dim] * (int64_t) ssm_dtype_size((ssm_dtype) t->dtype);
+    v.shape[dim] = len;
+    return v;
+}
+
+ssm_tensor ssmt_pick(const ssm_tensor * t, int32_t dim, int64_t at) {
+    ssm_tensor v = ssmt_slice(t, dim, at, 1);
+    if (t->data == NULL) return v;
+    for (int32_t i = dim; i + 1 < v.ndim; ++i) {
+        v.shape[i]   = v.shape[i + 1];
+        v.strides[i] = v.strides[i + 1];
+    }
+    v.ndim -= 1;
+    return v;
+}
+
+ssm_tensor ssmt_reshaped(const ssm_tensor * t, int32_t dim, int64_t n) {
+    ssm_tensor v = *t;
+    v.shape[dim] = n;
+    return v;
+}
+
+ssm_tensor ssmt_retyped(const ssm_tensor * t, int32_t dtype) {
+    ssm_tensor v = *t;
+    v.dtype      = dtype;
+    return v;
+}
+
+void ssmt_check_tol(const char * label, const ssm_tensor * y, const ssm_tensor * r, double tol) {
+    const ssmt_bar bar = { tol, 100.0 * tol };
+    ssmt_check_within(label, y, r, bar);
+}
+
+void ssmt_expect_close(const char * name, const ssm_tensor * y, const ssm_tensor * r, double tol) {
+    if (!ssmt_check_close(name, y, r, tol)) TEST_CHECK(0, "%s not within %.3g", name, tol);
+}
+
+double ssmt_check_variant(const char * name, const char * slot, const char * variant, const ssm_tensor * y,
+                          const ssm_tensor * r, ssmt_bar bar) {
+    const ssmt_cmp c  = ssmt_compare(y, r);
+    const int      ok = c.nonfinite == 0 && c.rel_rms <= bar.rel_rms && c.max_rel <= bar.max_rel;
+    TEST_CHECK(ok, "%s/%s/%s: rel_rms %.3g max_rel %.3g nonfinite %lld (bar %.3g %.3g)", name, slot, variant,
+               c.rel_rms, c.max_rel, (long long) c.nonfinite, bar.rel_rms, bar.max_rel);
+    return c.rel_rms;
 }

@@ -92,6 +92,15 @@ uint64_t ssmt_u64(ssmt_rng * rng);
 double   ssmt_uniform(ssmt_rng * rng, double lo, double hi);   /* [lo, hi) */
 double   ssmt_normal(ssmt_rng * rng);                          /* N(0, 1) */
 int64_t  ssmt_randint(ssmt_rng * rng, int64_t lo, int64_t hi); /* [lo, hi] */
+/* Seeds rng from SSMOPS_TEST_SEED, or default_seed when it is not set, and prints the seed
+ * ("seed N") so that a failing run can be repeated. Returns the seed. */
+uint64_t ssmt_rng_from_env(ssmt_rng * rng, uint64_t default_seed);
+
+/* ---- contexts ------------------------------------------------------------------------ */
+/* A context with the given backend, thread count, ISA and reference mode; NULL on failure. */
+ssm_context * ssmt_make_ctx_mode(ssm_backend backend, int threads, ssm_isa isa, ssm_ref_mode mode);
+/* The same in the default reference mode (SSM_REF_EXACT). */
+ssm_context * ssmt_make_ctx(ssm_backend backend, int threads, ssm_isa isa);
 
 /* ---- host tensors -------------------------------------------------------------------- */
 typedef struct ssmt_host {
@@ -130,6 +139,18 @@ void ssmt_copy(const ssm_tensor * dst, const ssm_tensor * src);
 /* Contiguous F64 copy of any view. */
 ssmt_host ssmt_to_f64(const ssm_tensor * src);
 
+/* ---- views (no copy; an absent tensor stays absent) ---------------------------------- */
+/* An absent (all-zero) tensor. */
+ssm_tensor ssmt_absent(void);
+/* Indices [start, start+len) of dimension dim. */
+ssm_tensor ssmt_slice(const ssm_tensor * t, int32_t dim, int64_t start, int64_t len);
+/* Index `at` of dimension dim fixed (that dim removed). */
+ssm_tensor ssmt_pick(const ssm_tensor * t, int32_t dim, int64_t at);
+/* The same buffer with one shape entry changed, or another dtype (for validation tests:
+ * never read, validation fails first). */
+ssm_tensor ssmt_reshaped(const ssm_tensor * t, int32_t dim, int64_t n);
+ssm_tensor ssmt_retyped(const ssm_tensor * t, int32_t dtype);
+
 /* Byte snapshot of a whole buffer (padding included); free with free(). */
 void * ssmt_snapshot(const ssmt_host * h);
 int    ssmt_unchanged(const ssmt_host * h, const void * snapshot);
@@ -154,7 +175,43 @@ int      ssmt_check_close(const char * name, const ssm_tensor * y, const ssm_ten
 /* Explicit bar (both rel_rms and max_rel). */
 int ssmt_check_within(const char * name, const ssm_tensor * y, const ssm_tensor * r, ssmt_bar bar);
 /* Same shapes? Prints a FAIL line and counts a failure if not. */
+/* y within bar of r, NaN/Inf not in r failing; a counted failure "name/slot/variant: rel_rms
+ * ... (bar ...)" otherwise. Returns the rel_rms (for the worst-case tables of the tests). */
+double ssmt_check_variant(const char * name, const char * slot, const char * variant, const ssm_tensor * y,
+                          const ssm_tensor * r, ssmt_bar bar);
+/* ssmt_check_within with the bar {tol, 100·tol}. */
+void ssmt_check_tol(const char * label, const ssm_tensor * y, const ssm_tensor * r, double tol);
+/* ssmt_check_close, plus a counted failure naming tol when it fails. */
+void ssmt_expect_close(const char * name, const ssm_tensor * y, const ssm_tensor * r, double tol);
 int ssmt_same_shape(const char * name, const ssm_tensor * a, const ssm_tensor * b);
+
+/* ---- the CPU-vs-reference harness of the operator tests ----------------------------- *
+ * An op case: an args struct (inputs filled), the output slots inside it, a runner. For each
+ * output slot: REF into F64, CPU (threads 1/2/3 and scalar ISA) into out_dtype; the bars of
+ * the compute dtype on 1 thread and scalar (angle outputs compared modulo 2π); 2 and 3
+ * threads bitwise equal to 1. */
+typedef ssm_status (*ssmt_run_fn)(ssm_context * ctx, void * args);
+#define SSMT_MAX_OUTS 5
+typedef struct ssmt_op_case {
+    const char * name;
+    void *       args;
+    size_t       args_size;
+    ssm_tensor * outs[SSMT_MAX_OUTS]; /* pointers into args */
+    int          nouts;
+    unsigned     angle_outs; /* bit o: output o is an angle, compared modulo 2π           */
+    ssm_dtype    compute;
+    ssm_dtype    out_dtype;
+    ssmt_run_fn  run;
+} ssmt_op_case;
+
+/* Adds t to the output slots when it is present. */
+void ssmt_op_add_out(ssmt_op_case * oc, ssm_tensor * t);
+/* Runs the case on ref, cpu[1..3] and scalar (cpu[0] is not used). */
+void ssmt_op_run(const ssmt_op_case * oc, ssm_context * ref, ssm_context * const cpu[4], ssm_context * scalar);
+/* An F64 copy of an angle output with each element moved by ±2π to the side of the
+ * reference: θ is only defined modulo 2π, and a value a rounding away from a multiple of
+ * 2π may wrap to either end of [0, 2π] (spec §4.3 compares angle states circularly). */
+ssmt_host ssmt_unwrap_angles(const ssm_tensor * got, const ssm_tensor * ref);
 
 /* ---- test cases (tests/data/<op>/<case>/) ------------------------------------------- */
 typedef struct ssmt_case {
