@@ -167,3 +167,49 @@ int cli_check_bools(const cli_problem * pb, const char * const * names, char * e
     }
     return 0;
 }
+
+/* ---- helpers of the Mamba-3 commands --------------------------------------------------- */
+
+int cli_has_arg(const cli_problem * pb, const char * name) {
+    return cli_arg_index(pb->op, name) >= 0;
+}
+
+int cli_any_present(const cli_problem * pb, const char * const * names) {
+    for (int i = 0; names[i]; ++i)
+        if (cli_has_arg(pb, names[i]) && cli_present(pb, names[i])) return 1;
+    return 0;
+}
+
+int cli_check_nseq_slots(const cli_problem * pb, int64_t B, char * err, size_t errlen) {
+    const int64_t nseq = cli_param_or(pb, "nseq", 0);
+    if (nseq < 0 || nseq > 1000000) {
+        snprintf(err, errlen, "%s: nseq=%lld must be in [0, 1000000]", pb->op->name, (long long)nseq);
+        return -1;
+    }
+    if (nseq > 0 && B != 1) {
+        snprintf(err, errlen, "%s: nseq=%lld (cu_seqlens) needs B=1", pb->op->name, (long long)nseq);
+        return -1;
+    }
+    const int64_t slots = cli_param_or(pb, "slots", 0);
+    if (slots != 0 && (slots < B || slots > 1000000)) {
+        snprintf(err, errlen, "%s: slots=%lld must be 0 (no state_batch_indices) or in [B=%lld, 1000000]",
+                 pb->op->name, (long long)slots, (long long)B);
+        return -1;
+    }
+    return 0;
+}
+
+void cli_bind_pool_params(cli_problem * pb, const char * pool) {
+    if (cli_has_param(pb, "slots"))
+        cli_set_param_int(pb, "slots", cli_present(pb, "state_batch_indices") ? cli_dim(pb, pool, 0) : 0);
+    if (cli_has_param(pb, "nseq")) {
+        const ssm_tensor cu = cli_view(pb, "cu_seqlens");
+        cli_set_param_int(pb, "nseq", cu.data ? cli_numel(cu.ndim, cu.shape) - 1 : 0);
+    }
+}
+
+const char * cli_source_of(const cli_problem * pb, const char * out, const char * const (*table)[2], size_t n) {
+    for (size_t i = 0; i < n; ++i)
+        if (strcmp(out, table[i][0]) == 0 && cli_has_arg(pb, table[i][1])) return table[i][1];
+    return NULL;
+}

@@ -232,10 +232,6 @@ static int32_t shape_of(const mdims * d, const char * name, int64_t shp[5]) {
     }
 }
 
-static int has_arg(const cli_problem * pb, const char * name) {
-    return cli_arg_index(pb->op, name) >= 0;
-}
-
 /* fused and its long name (the test vectors') are the same switch. */
 static int fused_of(const cli_problem * pb) {
     return cli_param_or(pb, "fused", 0) != 0 || cli_param_or(pb, "fuse_pregate_headwise_rms_norm", 0) != 0;
@@ -265,22 +261,7 @@ static int mimo_validate(const cli_problem * pb, char * err, size_t errlen) {
                  (long long)div);
         return -1;
     }
-    const int64_t nseq = cli_param_or(pb, "nseq", 0);
-    if (nseq < 0 || nseq > 1000000) {
-        snprintf(err, errlen, "%s: nseq=%lld must be in [0, 1000000]", pb->op->name, (long long)nseq);
-        return -1;
-    }
-    if (nseq > 0 && d.B != 1) {
-        snprintf(err, errlen, "%s: nseq=%lld (cu_seqlens) needs B=1", pb->op->name, (long long)nseq);
-        return -1;
-    }
-    const int64_t slots = cli_param_or(pb, "slots", 0);
-    if (slots != 0 && (slots < d.B || slots > 1000000)) {
-        snprintf(err, errlen, "%s: slots=%lld must be 0 (no state_batch_indices) or in [B=%lld, 1000000]",
-                 pb->op->name, (long long)slots, (long long)d.B);
-        return -1;
-    }
-    return 0;
+    return cli_check_nseq_slots(pb, d.B, err, errlen);
 }
 
 /* ---- input generation ------------------------------------------------------------------- */
@@ -416,18 +397,12 @@ static int mimo_generate(cli_problem * pb, uint64_t seed, char * err, size_t err
         else
             fill_layer_input(&d, arg->name, t, &rng);
     }
-    if (has_arg(pb, "adt")) adt_from_dt(pb);
+    if (cli_has_arg(pb, "adt")) adt_from_dt(pb);
     if (d.kind == OP_BWD_FWD && cli_param_int(pb, "consistent")) return consistent_decays(pb, &d, &rng, err, errlen);
     return 0;
 }
 
 /* ---- `run` binding ------------------------------------------------------------------------ */
-
-static int any_present(const cli_problem * pb, const char * const * names) {
-    for (int i = 0; names[i]; ++i)
-        if (has_arg(pb, names[i]) && cli_present(pb, names[i])) return 1;
-    return 0;
-}
 
 static void set_param_if(cli_problem * pb, const char * key, int64_t value) {
     if (cli_has_param(pb, key)) cli_set_param_int(pb, key, value);
@@ -451,7 +426,7 @@ static int mimo_bind(cli_problem * pb, char * err, size_t errlen) {
     cli_set_shape(pb, "P", cli_dim(pb, "v", vnd - 1));
     /* bwd_fwd's chunk is semantic (the decays are chunk-local): segsum (B,H,nc,C,C) has it */
     const int ci = cli_key_index(pb->op->shape_keys, "chunk");
-    if (ci >= 0 && !pb->shape[ci].given && has_arg(pb, "segsum") && cli_present(pb, "segsum") &&
+    if (ci >= 0 && !pb->shape[ci].given && cli_has_arg(pb, "segsum") && cli_present(pb, "segsum") &&
         cli_view(pb, "segsum").ndim == 5)
         cli_set_shape(pb, "chunk", cli_dim(pb, "segsum", 3));
     /* div = N / A when not given */
@@ -462,16 +437,12 @@ static int mimo_bind(cli_problem * pb, char * err, size_t errlen) {
     set_param_if(pb, "has_d", cli_present(pb, "d"));
     set_param_if(pb, "has_z", cli_present(pb, "z"));
     set_param_if(pb, "reduce_o", cli_present(pb, "mimo_o"));
-    set_param_if(pb, "has_norm_weight", has_arg(pb, "outproj_norm_weight") && cli_present(pb, "outproj_norm_weight"));
-    if (!step) set_param_if(pb, "has_states", any_present(pb, states));
+    set_param_if(pb, "has_norm_weight",
+                 cli_has_arg(pb, "outproj_norm_weight") && cli_present(pb, "outproj_norm_weight"));
+    if (!step) set_param_if(pb, "has_states", cli_any_present(pb, states));
     set_param_if(pb, "has_final", 1);
-    set_param_if(pb, "has_dfinal", any_present(pb, dfinals));
-    if (cli_has_param(pb, "slots"))
-        cli_set_param_int(pb, "slots", cli_present(pb, "state_batch_indices") ? cli_dim(pb, "ssm_state", 0) : 0);
-    if (cli_has_param(pb, "nseq")) {
-        const ssm_tensor cu = cli_view(pb, "cu_seqlens");
-        cli_set_param_int(pb, "nseq", cu.data ? cli_numel(cu.ndim, cu.shape) - 1 : 0);
-    }
+    set_param_if(pb, "has_dfinal", cli_any_present(pb, dfinals));
+    cli_bind_pool_params(pb, "ssm_state");
     return 0;
 }
 
@@ -490,10 +461,7 @@ static const char * source_of(const cli_problem * pb, const char * out) {
         {"dk_state", "k_state"},
         {"dv_state", "v_state"},
     };
-    for (size_t i = 0; i < sizeof grads_of_optional / sizeof grads_of_optional[0]; ++i)
-        if (strcmp(out, grads_of_optional[i][0]) == 0 && has_arg(pb, grads_of_optional[i][1]))
-            return grads_of_optional[i][1];
-    return NULL;
+    return cli_source_of(pb, out, grads_of_optional, sizeof grads_of_optional / sizeof grads_of_optional[0]);
 }
 
 static int mimo_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
@@ -534,7 +502,7 @@ static double e_act(const cli_problem * pb) {
 /* Tokens the chunked algorithm processes, each sequence padded to a whole number of
  * chunks: B·nc·C, or Σ ceil(len_i/C)·C with cu_seqlens. */
 static double padded_tokens(const cli_problem * pb, const mdims * d) {
-    const ssm_tensor cu = has_arg(pb, "cu_seqlens") ? cli_view(pb, "cu_seqlens") : (ssm_tensor){0};
+    const ssm_tensor cu = cli_has_arg(pb, "cu_seqlens") ? cli_view(pb, "cu_seqlens") : (ssm_tensor){0};
     if (!cu.data) return (double)(d->B * d->nc * d->C);
     double        n  = 0.0;
     const int64_t ns = cli_numel(cu.ndim, cu.shape) - 1;

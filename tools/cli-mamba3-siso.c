@@ -157,10 +157,6 @@ static int32_t shape_of(const m3dims * d, const char * name, int64_t shp[4]) {
     }
 }
 
-static int has_arg(const cli_problem * pb, const char * name) {
-    return cli_arg_index(pb->op, name) >= 0;
-}
-
 static ssm_mamba3_params params_of(const cli_problem * pb) {
     ssm_mamba3_params p;
     ssm_mamba3_params_init(&p);
@@ -178,22 +174,7 @@ static int m3_validate(const cli_problem * pb, char * err, size_t errlen) {
     static const char * const bools[] = {"has_d", "has_z", "has_states", "has_final", "has_dfinal", "in_place", NULL};
     if (cli_check_shape_positive(pb, err, errlen) || cli_check_bools(pb, bools, err, errlen)) return -1;
     const m3dims  d    = dims_of(pb);
-    const int64_t nseq = cli_param_or(pb, "nseq", 0);
-    if (nseq < 0 || nseq > 1000000) {
-        snprintf(err, errlen, "%s: nseq=%lld must be in [0, 1000000]", pb->op->name, (long long)nseq);
-        return -1;
-    }
-    if (nseq > 0 && d.B != 1) {
-        snprintf(err, errlen, "%s: nseq=%lld (cu_seqlens) needs B=1", pb->op->name, (long long)nseq);
-        return -1;
-    }
-    const int64_t slots = cli_param_or(pb, "slots", 0);
-    if (slots != 0 && (slots < d.B || slots > 1000000)) {
-        snprintf(err, errlen, "%s: slots=%lld must be 0 (no state_batch_indices) or in [B=%lld, 1000000]",
-                 pb->op->name, (long long)slots, (long long)d.B);
-        return -1;
-    }
-    return 0;
+    return cli_check_nseq_slots(pb, d.B, err, errlen);
 }
 
 /* ---- input generation ------------------------------------------------------------------- */
@@ -306,7 +287,7 @@ static int m3_generate(cli_problem * pb, uint64_t seed, char * err, size_t errle
         if (cli_gen_arg(pb, arg->name, ndim, shp, err, errlen)) return -1;
         fill_input(pb, &d, arg->name, &rng);
     }
-    if (has_arg(pb, "adt")) adt_from_dt(pb);
+    if (cli_has_arg(pb, "adt")) adt_from_dt(pb);
     /* siso_fwd takes θ (fp32 "angles" argument), the other ops raw rates. */
     if (strcmp(pb->op->name, "mamba3_siso_fwd") == 0) return cumulate_angles(pb, err, errlen);
     return 0;
@@ -314,24 +295,18 @@ static int m3_generate(cli_problem * pb, uint64_t seed, char * err, size_t errle
 
 /* ---- `run` binding ------------------------------------------------------------------------ */
 
-static int any_present(const cli_problem * pb, const char * const * names) {
-    for (int i = 0; names[i]; ++i)
-        if (has_arg(pb, names[i]) && cli_present(pb, names[i])) return 1;
-    return 0;
-}
-
 static int m3_bind(cli_problem * pb, char * err, size_t errlen) {
     static const char * const states[]  = {"angle_state", "ssm_state", "k_state", "v_state", NULL};
     static const char * const dfinals[] = {"dfinal_angle_state", "dfinal_ssm_state", "dfinal_k_state",
                                            "dfinal_v_state", NULL};
     const int                 step      = is_step(pb);
-    const char *              ang       = has_arg(pb, "dangles_cumsum") ? "dangles_cumsum" : "angles";
+    const char *              ang       = cli_has_arg(pb, "dangles_cumsum") ? "dangles_cumsum" : "angles";
     if (cli_need_ndim(pb, ang, step ? 3 : 4, err, errlen)) return -1;
     cli_set_shape(pb, "B", cli_dim(pb, ang, 0));
     if (!step) cli_set_shape(pb, "S", cli_dim(pb, ang, 1));
     cli_set_shape(pb, "H", cli_dim(pb, ang, step ? 1 : 2));
     cli_set_shape(pb, "A", cli_dim(pb, ang, step ? 2 : 3));
-    if (has_arg(pb, "q")) {
+    if (cli_has_arg(pb, "q")) {
         if (cli_need_ndim(pb, "q", step ? 3 : 4, err, errlen) || cli_need_ndim(pb, "v", step ? 3 : 4, err, errlen))
             return -1;
         cli_set_shape(pb, "Hq", cli_dim(pb, "q", step ? 1 : 2));
@@ -343,16 +318,11 @@ static int m3_bind(cli_problem * pb, char * err, size_t errlen) {
     if (cli_has_param(pb, "has_d")) cli_set_param_int(pb, "has_d", cli_present(pb, "d"));
     if (cli_has_param(pb, "has_z")) cli_set_param_int(pb, "has_z", cli_present(pb, "z"));
     /* angle_cumsum_bwd has no state input: its has_states (dangle_state) stays as given */
-    if (cli_has_param(pb, "has_states") && has_arg(pb, "angle_state"))
-        cli_set_param_int(pb, "has_states", any_present(pb, states));
+    if (cli_has_param(pb, "has_states") && cli_has_arg(pb, "angle_state"))
+        cli_set_param_int(pb, "has_states", cli_any_present(pb, states));
     if (cli_has_param(pb, "has_final")) cli_set_param_int(pb, "has_final", 1);
-    if (cli_has_param(pb, "has_dfinal")) cli_set_param_int(pb, "has_dfinal", any_present(pb, dfinals));
-    if (cli_has_param(pb, "slots"))
-        cli_set_param_int(pb, "slots", cli_present(pb, "state_batch_indices") ? cli_dim(pb, "ssm_state", 0) : 0);
-    if (cli_has_param(pb, "nseq")) {
-        const ssm_tensor cu = cli_view(pb, "cu_seqlens");
-        cli_set_param_int(pb, "nseq", cu.data ? cli_numel(cu.ndim, cu.shape) - 1 : 0);
-    }
+    if (cli_has_param(pb, "has_dfinal")) cli_set_param_int(pb, "has_dfinal", cli_any_present(pb, dfinals));
+    cli_bind_pool_params(pb, "ssm_state");
     return 0;
 }
 
@@ -369,10 +339,7 @@ static const char * source_of(const cli_problem * pb, const char * out) {
         {"dk_state", "k_state"},
         {"dv_state", "v_state"},
     };
-    for (size_t i = 0; i < sizeof grads_of_optional / sizeof grads_of_optional[0]; ++i)
-        if (strcmp(out, grads_of_optional[i][0]) == 0 && has_arg(pb, grads_of_optional[i][1]))
-            return grads_of_optional[i][1];
-    return NULL;
+    return cli_source_of(pb, out, grads_of_optional, sizeof grads_of_optional / sizeof grads_of_optional[0]);
 }
 
 static int m3_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {

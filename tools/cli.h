@@ -312,6 +312,21 @@ int64_t cli_param_or(const cli_problem * pb, const char * key, int64_t def);
 int    cli_check_shape_positive(const cli_problem * pb, char * err, size_t errlen);
 int    cli_check_bools(const cli_problem * pb, const char * const * names, char * err, size_t errlen);
 
+/* ---- helpers of the Mamba-3 commands (cli-mamba3-siso.c, cli-mamba3-mimo.c; cli-gen.c) ---- */
+/* Whether the operator takes argument `name`. */
+int    cli_has_arg(const cli_problem * pb, const char * name);
+/* Whether any of the NULL-terminated `names` is an argument of the operator and present. */
+int    cli_any_present(const cli_problem * pb, const char * const * names);
+/* The optional params nseq (cu_seqlens; in [0, 1000000], > 0 needs B=1) and slots
+ * (state_batch_indices; 0 or in [B, 1000000]); −1 + usage message. */
+int    cli_check_nseq_slots(const cli_problem * pb, int64_t B, char * err, size_t errlen);
+/* `run`: slots from the pool `pool` (its dim 0, when state_batch_indices is present, else 0)
+ * and nseq from cu_seqlens, each where the operator has the param. */
+void   cli_bind_pool_params(cli_problem * pb, const char * pool);
+/* The input an optional output belongs to: the second of the first pair in table[n] whose
+ * first is `out` and whose second the operator takes; NULL when there is none. */
+const char * cli_source_of(const cli_problem * pb, const char * out, const char * const (*table)[2], size_t n);
+
 /* Shared with cli-mamba2.c: the forward's validation, inputs and params (mamba2_scan_bwd
  * has mamba2_scan's keys and inputs). */
 int               cli_mamba2_validate(const cli_problem * pb, char * err, size_t errlen);

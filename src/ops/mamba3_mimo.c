@@ -191,47 +191,14 @@ static ssm_status check_fused(ssm_context * ctx, const char * op, const ssm_mamb
 
 /* The state shapes with a leading dim `lead`: angle (lead,H,A), ssm (lead,H,P,N),
  * k (lead,R,H,N), v (lead,H,P). */
-typedef struct mimo_state_shapes {
-    int64_t angle[3], ssm[4], k[4], v[3];
-} mimo_state_shapes;
-
-static mimo_state_shapes state_shapes(const ssmi_mimo_dims * d, int64_t lead) {
-    const mimo_state_shapes s = {{lead, d->nheads, d->nangles},
-                                 {lead, d->nheads, d->headdim, d->dstate},
-                                 {lead, d->rank, d->nheads, d->dstate},
-                                 {lead, d->nheads, d->headdim}};
+static ssmi_mamba3_state_shapes state_shapes(const ssmi_mimo_dims * d, int64_t lead) {
+    const ssmi_mamba3_state_shapes s = {{lead, d->nheads, d->nangles},
+                                        {lead, d->nheads, d->headdim, d->dstate},
+                                        {lead, d->rank, d->nheads, d->dstate},
+                                        {lead, d->nheads, d->headdim},
+                                        4};
     return s;
 }
-
-/* Initial states: all four or none; each with its shape. Sets d->has_states. */
-static ssm_status check_initial_states(ssm_context * ctx, const char * op, const ssm_tensor * angle,
-                                       const ssm_tensor * ssm, const ssm_tensor * k, const ssm_tensor * v,
-                                       const mimo_state_shapes * sh, ssmi_mimo_dims * d) {
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "angle_state", angle, 1, 3, sh->angle));
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "ssm_state", ssm, 1, 4, sh->ssm));
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "k_state", k, 1, 4, sh->k));
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "v_state", v, 1, 3, sh->v));
-    const int n = ssmi_present(angle) + ssmi_present(ssm) + ssmi_present(k) + ssmi_present(v);
-    SSM_RETURN_IF(n != 0 && n != 4, ctx, SSM_STATUS_INVALID_ARGUMENT,
-                  "%s: %d of the 4 initial states were given (angle_state, ssm_state, k_state, v_state); pass all "
-                  "of them or none",
-                  op, n);
-    d->has_states = n == 4;
-    return SSM_STATUS_OK;
-}
-
-/* Final (or state-gradient) outputs, each optional. */
-static ssm_status check_state_outputs(ssm_context * ctx, const char * op, const char * const names[4],
-                                      const ssm_tensor * angle, const ssm_tensor * ssm, const ssm_tensor * k,
-                                      const ssm_tensor * v, const mimo_state_shapes * sh) {
-    SSM_FORWARD_IF_ERROR(check_out(ctx, op, names[0], angle, 1, 3, sh->angle));
-    SSM_FORWARD_IF_ERROR(check_out(ctx, op, names[1], ssm, 1, 4, sh->ssm));
-    SSM_FORWARD_IF_ERROR(check_out(ctx, op, names[2], k, 1, 4, sh->k));
-    SSM_FORWARD_IF_ERROR(check_out(ctx, op, names[3], v, 1, 3, sh->v));
-    return SSM_STATUS_OK;
-}
-
-static const char * const final_names[4] = {"final_angle_state", "final_ssm_state", "final_k_state", "final_v_state"};
 
 /* out / dout: (B, S, H, P) with mimo_o, else (B, S, R, H, P) [step: drop S]. */
 static ssm_status check_out_like(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
@@ -334,11 +301,11 @@ static ssm_status take_forward_inputs(ssm_context * ctx, const char * op, const 
     SSM_FORWARD_IF_ERROR(check_in(ctx, op, "z", &a->z, 1, 4, a->v.shape));
     SSM_FORWARD_IF_ERROR(check_z_pair(ctx, op, &a->z, &a->mimo_z));
     SSM_FORWARD_IF_ERROR(check_fused(ctx, op, p, &a->z, &a->mimo_o, &a->outproj_norm_weight, d));
-    SSM_FORWARD_IF_ERROR(ssmi_check_cu_seqlens(ctx, op, &a->cu_seqlens, "q", d->batch, d->seqlen, &d->nseq));
-    d->varlen = ssmi_present(&a->cu_seqlens);
-    if (!d->varlen) d->nseq = d->batch;
-    const mimo_state_shapes sh = state_shapes(d, d->nseq);
-    return check_initial_states(ctx, op, &a->angle_state, &a->ssm_state, &a->k_state, &a->v_state, &sh, d);
+    SSM_FORWARD_IF_ERROR(
+        ssmi_mamba3_take_nseq(ctx, op, &a->cu_seqlens, "q", d->batch, d->seqlen, &d->nseq, &d->varlen));
+    const ssmi_mamba3_state_shapes sh = state_shapes(d, d->nseq);
+    return ssmi_mamba3_check_initial_states(ctx, op, &a->angle_state, &a->ssm_state, &a->k_state, &a->v_state, &sh,
+                                            &d->has_states);
 }
 
 /* The inputs of the combined forward, which the backward reads too, in the order their overlap
@@ -357,9 +324,10 @@ static ssm_status validate_forward(ssm_context * ctx, const ssm_mamba3_mimo_para
     SSM_FORWARD_IF_ERROR(check_params(ctx, op, p, a));
     SSM_FORWARD_IF_ERROR(take_forward_inputs(ctx, op, p, a, d));
     SSM_FORWARD_IF_ERROR(check_out_like(ctx, op, "out", &a->out, 1, 1, d));
-    const mimo_state_shapes sh = state_shapes(d, d->nseq);
-    SSM_FORWARD_IF_ERROR(check_state_outputs(ctx, op, final_names, &a->final_angle_state, &a->final_ssm_state,
-                                             &a->final_k_state, &a->final_v_state, &sh));
+    const ssmi_mamba3_state_shapes sh = state_shapes(d, d->nseq);
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_final_names, &a->final_angle_state,
+                                                  &a->final_ssm_state, &a->final_k_state, &a->final_v_state, 1, 1,
+                                                  &sh));
     const ssmi_named ins[] = {MIMO_FORWARD_INS(a)};
     const ssmi_named outs[] = {{"out", &a->out},
                                {"final_angle_state", &a->final_angle_state},
@@ -416,11 +384,10 @@ static ssm_status validate_bwd(ssm_context * ctx, const ssm_mamba3_mimo_params *
     const ssm_mamba3_mimo_args f = forward_view(a);
     SSM_FORWARD_IF_ERROR(take_forward_inputs(ctx, op, p, &f, d));
     SSM_FORWARD_IF_ERROR(check_out_like(ctx, op, "dout", &a->dout, 0, 1, d));
-    const mimo_state_shapes sh = state_shapes(d, d->nseq);
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "dfinal_angle_state", &a->dfinal_angle_state, 1, 3, sh.angle));
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "dfinal_ssm_state", &a->dfinal_ssm_state, 1, 4, sh.ssm));
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "dfinal_k_state", &a->dfinal_k_state, 1, 4, sh.k));
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "dfinal_v_state", &a->dfinal_v_state, 1, 3, sh.v));
+    const ssmi_mamba3_state_shapes sh = state_shapes(d, d->nseq);
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_dfinal_names, &a->dfinal_angle_state,
+                                                  &a->dfinal_ssm_state, &a->dfinal_k_state, &a->dfinal_v_state, 1, 0,
+                                                  &sh));
     /* gradient outputs: optional, with the shapes of their forward inputs */
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "dq", &a->dq, 1, 5, a->q.shape));
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "dk", &a->dk, 1, 5, a->q.shape));
@@ -445,9 +412,8 @@ static ssm_status validate_bwd(ssm_context * ctx, const ssm_mamba3_mimo_params *
     const ssm_tensor * w = &a->outproj_norm_weight;
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "doutproj_norm_weight", &a->doutproj_norm_weight, 1,
                                    ssmi_present(w) ? w->ndim : 2, ssmi_present(w) ? w->shape : whp));
-    static const char * const dnames[4] = {"dangle_state", "dssm_state", "dk_state", "dv_state"};
-    SSM_FORWARD_IF_ERROR(
-        check_state_outputs(ctx, op, dnames, &a->dangle_state, &a->dssm_state, &a->dk_state, &a->dv_state, &sh));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_dstate_names, &a->dangle_state, &a->dssm_state,
+                                                  &a->dk_state, &a->dv_state, 1, 1, &sh));
     SSM_FORWARD_IF_ERROR(check_needs(ctx, op, "dz", &a->dz, "z", ssmi_present(&a->z)));
     SSM_FORWARD_IF_ERROR(check_needs(ctx, op, "dmimo_z", &a->dmimo_z, "z", ssmi_present(&a->z)));
     SSM_FORWARD_IF_ERROR(check_needs(ctx, op, "dmimo_o", &a->dmimo_o, "mimo_o", d->reduce_o));
@@ -557,16 +523,15 @@ static ssm_status validate_step(ssm_context * ctx, const ssm_mamba3_mimo_params 
     /* The four states are required; angle_state gives the number of slots. */
     SSM_FORWARD_IF_ERROR(check_in(ctx, op, "angle_state", &a->angle_state, 0, 3, any3));
     d->nseq = a->angle_state.shape[0];
-    const mimo_state_shapes sh = state_shapes(d, d->nseq);
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "angle_state", &a->angle_state, 0, 3, sh.angle));
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "ssm_state", &a->ssm_state, 0, 4, sh.ssm));
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "k_state", &a->k_state, 0, 4, sh.k));
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "v_state", &a->v_state, 0, 3, sh.v));
+    const ssmi_mamba3_state_shapes sh = state_shapes(d, d->nseq);
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_state_names, &a->angle_state, &a->ssm_state,
+                                                  &a->k_state, &a->v_state, 0, 0, &sh));
     d->has_states = 1;
     SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_state_indices(ctx, op, &a->state_batch_indices, d->batch, d->nseq));
     SSM_FORWARD_IF_ERROR(check_out_like(ctx, op, "out", &a->out, 1, 0, d));
-    SSM_FORWARD_IF_ERROR(check_state_outputs(ctx, op, final_names, &a->final_angle_state, &a->final_ssm_state,
-                                             &a->final_k_state, &a->final_v_state, &sh));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_final_names, &a->final_angle_state,
+                                                  &a->final_ssm_state, &a->final_k_state, &a->final_v_state, 1, 1,
+                                                  &sh));
     return check_step_overlaps(ctx, op, a);
 }
 
@@ -581,11 +546,8 @@ ssm_status ssm_mamba3_mimo_step(ssm_context * ctx, const ssm_mamba3_mimo_params 
     SSM_FORWARD_IF_ERROR(be == SSMI_BACKEND_REF ? ssmi_ref_mamba3_mimo_step(ctx, params, &d, args)
                                                 : ssmi_cpu_mamba3_mimo_step(ctx, params, &d, args));
     /* Separate final_* pools hold the whole pool after the step (see core/pool.c). */
-    const ssm_tensor * ins[4]  = {&args->angle_state, &args->ssm_state, &args->k_state, &args->v_state};
-    const ssm_tensor * outs[4] = {&args->final_angle_state, &args->final_ssm_state, &args->final_k_state,
-                                  &args->final_v_state};
-    for (int i = 0; i < 4; ++i)
-        SSM_FORWARD_IF_ERROR(
-            ssmi_copy_unused_slots(ctx, "mamba3_mimo_step", ins[i], outs[i], &args->state_batch_indices, d.batch));
-    return SSM_STATUS_OK;
+    const ssm_tensor * const ins[4] = {&args->angle_state, &args->ssm_state, &args->k_state, &args->v_state};
+    const ssm_tensor * const outs[4] = {&args->final_angle_state, &args->final_ssm_state, &args->final_k_state,
+                                        &args->final_v_state};
+    return ssmi_mamba3_copy_unused_pools(ctx, op, ins, outs, &args->state_batch_indices, d.batch);
 }

@@ -118,49 +118,14 @@ static ssm_status check_core_inputs(ssm_context * ctx, const char * op, const ss
 
 /* The state shapes with a leading dim `lead`: angle (lead,H,A), ssm (lead,H,V,K),
  * k (lead,H,K), v (lead,H,V). */
-typedef struct m3_state_shapes {
-    int64_t angle[3], ssm[4], k[3], v[3];
-} m3_state_shapes;
-
-static m3_state_shapes state_shapes(const ssmi_mamba3_dims * d, int64_t lead) {
-    const m3_state_shapes s = {{lead, d->nheads, d->nangles},
-                               {lead, d->nheads, d->dv, d->dk},
-                               {lead, d->nheads, d->dk},
-                               {lead, d->nheads, d->dv}};
+static ssmi_mamba3_state_shapes state_shapes(const ssmi_mamba3_dims * d, int64_t lead) {
+    const ssmi_mamba3_state_shapes s = {{lead, d->nheads, d->nangles},
+                                        {lead, d->nheads, d->dv, d->dk},
+                                        {lead, d->nheads, d->dk},
+                                        {lead, d->nheads, d->dv},
+                                        3};
     return s;
 }
-
-/* Initial states: each present one must have its shape; the group (angle_state when
- * `angle` is non-NULL, ssm_state, k_state, v_state) is all present or all absent. Sets
- * d->has_states. */
-static ssm_status check_initial_states(ssm_context * ctx, const char * op, const ssm_tensor * angle,
-                                       const ssm_tensor * ssm, const ssm_tensor * k, const ssm_tensor * v,
-                                       const m3_state_shapes * sh, ssmi_mamba3_dims * d) {
-    if (angle != NULL) SSM_FORWARD_IF_ERROR(check_in(ctx, op, "angle_state", angle, 1, 3, sh->angle));
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "ssm_state", ssm, 1, 4, sh->ssm));
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "k_state", k, 1, 3, sh->k));
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "v_state", v, 1, 3, sh->v));
-    const int n = (angle != NULL ? ssmi_present(angle) : 0) + ssmi_present(ssm) + ssmi_present(k) + ssmi_present(v);
-    const int total = angle != NULL ? 4 : 3;
-    SSM_RETURN_IF(n != 0 && n != total, ctx, SSM_STATUS_INVALID_ARGUMENT,
-                  "%s: %d of the %d initial states were given (%s); pass all of them or none", op, n, total,
-                  angle != NULL ? "angle_state, ssm_state, k_state, v_state" : "ssm_state, k_state, v_state");
-    d->has_states = n == total;
-    return SSM_STATUS_OK;
-}
-
-/* Final (or state-gradient) outputs: each optional; angle may be NULL (op has none). */
-static ssm_status check_state_outputs(ssm_context * ctx, const char * op, const char * const names[4],
-                                      const ssm_tensor * angle, const ssm_tensor * ssm, const ssm_tensor * k,
-                                      const ssm_tensor * v, const m3_state_shapes * sh) {
-    if (angle != NULL) SSM_FORWARD_IF_ERROR(check_out(ctx, op, names[0], angle, 1, 3, sh->angle));
-    SSM_FORWARD_IF_ERROR(check_out(ctx, op, names[1], ssm, 1, 4, sh->ssm));
-    SSM_FORWARD_IF_ERROR(check_out(ctx, op, names[2], k, 1, 3, sh->k));
-    SSM_FORWARD_IF_ERROR(check_out(ctx, op, names[3], v, 1, 3, sh->v));
-    return SSM_STATUS_OK;
-}
-
-static const char * const final_names[4] = {"final_angle_state", "final_ssm_state", "final_k_state", "final_v_state"};
 
 /* ---- angle_cumsum -------------------------------------------------------------------- */
 
@@ -180,9 +145,7 @@ static ssm_status take_angle_op_dims(ssm_context * ctx, const char * op, const s
     d->chunk = p->chunk_size;
     const int64_t wdt[3] = {d->batch, d->nheads, d->seqlen};
     SSM_FORWARD_IF_ERROR(check_in(ctx, op, "dt", dt, 0, 3, wdt));
-    SSM_FORWARD_IF_ERROR(ssmi_check_cu_seqlens(ctx, op, cu, "angles", d->batch, d->seqlen, &d->nseq));
-    d->varlen = ssmi_present(cu);
-    if (!d->varlen) d->nseq = d->batch;
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_take_nseq(ctx, op, cu, "angles", d->batch, d->seqlen, &d->nseq, &d->varlen));
     return SSM_STATUS_OK;
 }
 
@@ -262,9 +225,7 @@ static ssm_status take_seq_dims(ssm_context * ctx, const char * op, const ssm_ma
     SSM_FORWARD_IF_ERROR(take_qkv_dims(ctx, op, q, k, v, 1, d));
     SSM_FORWARD_IF_ERROR(take_angle_dims(ctx, op, angles, 1, d));
     SSM_FORWARD_IF_ERROR(check_core_inputs(ctx, op, adt, dt, trap, q_bias, k_bias, dd, z, v, 1, d));
-    SSM_FORWARD_IF_ERROR(ssmi_check_cu_seqlens(ctx, op, cu, "q", d->batch, d->seqlen, &d->nseq));
-    d->varlen = ssmi_present(cu);
-    if (!d->varlen) d->nseq = d->batch;
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_take_nseq(ctx, op, cu, "q", d->batch, d->seqlen, &d->nseq, &d->varlen));
     d->chunk = p->chunk_size;
     return SSM_STATUS_OK;
 }
@@ -285,11 +246,12 @@ static ssm_status validate_siso_fwd(ssm_context * ctx, const ssm_mamba3_params *
     SSM_FORWARD_IF_ERROR(check_params(ctx, op, p, a));
     SSM_FORWARD_IF_ERROR(take_seq_dims(ctx, op, p, &a->q, &a->k, &a->v, &a->adt, &a->dt, &a->trap, &a->q_bias,
                                        &a->k_bias, &a->angles, &a->d, &a->z, &a->cu_seqlens, d));
-    const m3_state_shapes sh = state_shapes(d, d->nseq);
-    SSM_FORWARD_IF_ERROR(check_initial_states(ctx, op, NULL, &a->ssm_state, &a->k_state, &a->v_state, &sh, d));
+    const ssmi_mamba3_state_shapes sh = state_shapes(d, d->nseq);
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_initial_states(ctx, op, NULL, &a->ssm_state, &a->k_state, &a->v_state, &sh,
+                                                          &d->has_states));
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "out", &a->out, 0, 4, a->v.shape));
-    SSM_FORWARD_IF_ERROR(check_state_outputs(ctx, op, final_names, NULL, &a->final_ssm_state, &a->final_k_state,
-                                             &a->final_v_state, &sh));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_final_names, NULL, &a->final_ssm_state,
+                                                  &a->final_k_state, &a->final_v_state, 1, 1, &sh));
     const ssmi_named ins[] = {SISO_TOKEN_INS(a),
                               {"ssm_state", &a->ssm_state},
                               {"k_state", &a->k_state},
@@ -322,12 +284,13 @@ static ssm_status validate_siso(ssm_context * ctx, const ssm_mamba3_params * p, 
     SSM_FORWARD_IF_ERROR(check_params(ctx, op, p, a));
     SSM_FORWARD_IF_ERROR(take_seq_dims(ctx, op, p, &a->q, &a->k, &a->v, &a->adt, &a->dt, &a->trap, &a->q_bias,
                                        &a->k_bias, &a->angles, &a->d, &a->z, &a->cu_seqlens, d));
-    const m3_state_shapes sh = state_shapes(d, d->nseq);
-    SSM_FORWARD_IF_ERROR(
-        check_initial_states(ctx, op, &a->angle_state, &a->ssm_state, &a->k_state, &a->v_state, &sh, d));
+    const ssmi_mamba3_state_shapes sh = state_shapes(d, d->nseq);
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_initial_states(ctx, op, &a->angle_state, &a->ssm_state, &a->k_state,
+                                                          &a->v_state, &sh, &d->has_states));
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "out", &a->out, 0, 4, a->v.shape));
-    SSM_FORWARD_IF_ERROR(check_state_outputs(ctx, op, final_names, &a->final_angle_state, &a->final_ssm_state,
-                                             &a->final_k_state, &a->final_v_state, &sh));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_final_names, &a->final_angle_state,
+                                                  &a->final_ssm_state, &a->final_k_state, &a->final_v_state, 1, 1,
+                                                  &sh));
     const ssmi_named ins[] = {SISO_TOKEN_INS(a),
                               SISO_STATE_INS(a),
                               {"cu_seqlens", &a->cu_seqlens}};
@@ -368,14 +331,13 @@ static ssm_status validate_siso_bwd(ssm_context * ctx, const ssm_mamba3_params *
     SSM_FORWARD_IF_ERROR(check_params(ctx, op, p, a));
     SSM_FORWARD_IF_ERROR(take_seq_dims(ctx, op, p, &a->q, &a->k, &a->v, &a->adt, &a->dt, &a->trap, &a->q_bias,
                                        &a->k_bias, &a->angles, &a->d, &a->z, &a->cu_seqlens, d));
-    const m3_state_shapes sh = state_shapes(d, d->nseq);
-    SSM_FORWARD_IF_ERROR(
-        check_initial_states(ctx, op, &a->angle_state, &a->ssm_state, &a->k_state, &a->v_state, &sh, d));
+    const ssmi_mamba3_state_shapes sh = state_shapes(d, d->nseq);
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_initial_states(ctx, op, &a->angle_state, &a->ssm_state, &a->k_state,
+                                                          &a->v_state, &sh, &d->has_states));
     SSM_FORWARD_IF_ERROR(check_in(ctx, op, "dout", &a->dout, 0, 4, a->v.shape));
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "dfinal_angle_state", &a->dfinal_angle_state, 1, 3, sh.angle));
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "dfinal_ssm_state", &a->dfinal_ssm_state, 1, 4, sh.ssm));
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "dfinal_k_state", &a->dfinal_k_state, 1, 3, sh.k));
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "dfinal_v_state", &a->dfinal_v_state, 1, 3, sh.v));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_dfinal_names, &a->dfinal_angle_state,
+                                                  &a->dfinal_ssm_state, &a->dfinal_k_state, &a->dfinal_v_state, 1, 0,
+                                                  &sh));
     /* Gradient outputs: all optional, with the shapes of their forward inputs. */
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "dq", &a->dq, 1, 4, a->q.shape));
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "dk", &a->dk, 1, 4, a->q.shape));
@@ -391,9 +353,8 @@ static ssm_status validate_siso_bwd(ssm_context * ctx, const ssm_mamba3_params *
     const int64_t wh[1] = {d->nheads};
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "dd", &a->dd, 1, 1, wh));
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "dz", &a->dz, 1, 4, a->v.shape));
-    static const char * const dnames[4] = {"dangle_state", "dssm_state", "dk_state", "dv_state"};
-    SSM_FORWARD_IF_ERROR(
-        check_state_outputs(ctx, op, dnames, &a->dangle_state, &a->dssm_state, &a->dk_state, &a->dv_state, &sh));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_dstate_names, &a->dangle_state, &a->dssm_state,
+                                                  &a->dk_state, &a->dv_state, 1, 1, &sh));
     SSM_FORWARD_IF_ERROR(check_needs(ctx, op, "dd", &a->dd, "d", ssmi_present(&a->d)));
     SSM_FORWARD_IF_ERROR(check_needs(ctx, op, "dz", &a->dz, "z", ssmi_present(&a->z)));
     SSM_FORWARD_IF_ERROR(check_needs(ctx, op, "dangle_state", &a->dangle_state, "angle_state", d->has_states));
@@ -471,16 +432,15 @@ static ssm_status validate_siso_step(ssm_context * ctx, const ssm_mamba3_params 
     /* The four states are required; angle_state gives the number of slots. */
     SSM_FORWARD_IF_ERROR(check_in(ctx, op, "angle_state", &a->angle_state, 0, 3, any3));
     d->nseq = a->angle_state.shape[0];
-    const m3_state_shapes sh = state_shapes(d, d->nseq);
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "angle_state", &a->angle_state, 0, 3, sh.angle));
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "ssm_state", &a->ssm_state, 0, 4, sh.ssm));
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "k_state", &a->k_state, 0, 3, sh.k));
-    SSM_FORWARD_IF_ERROR(check_in(ctx, op, "v_state", &a->v_state, 0, 3, sh.v));
+    const ssmi_mamba3_state_shapes sh = state_shapes(d, d->nseq);
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_state_names, &a->angle_state, &a->ssm_state,
+                                                  &a->k_state, &a->v_state, 0, 0, &sh));
     d->has_states = 1;
     SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_state_indices(ctx, op, &a->state_batch_indices, d->batch, d->nseq));
     SSM_FORWARD_IF_ERROR(check_out(ctx, op, "out", &a->out, 0, 3, a->v.shape));
-    SSM_FORWARD_IF_ERROR(check_state_outputs(ctx, op, final_names, &a->final_angle_state, &a->final_ssm_state,
-                                             &a->final_k_state, &a->final_v_state, &sh));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_final_names, &a->final_angle_state,
+                                                  &a->final_ssm_state, &a->final_k_state, &a->final_v_state, 1, 1,
+                                                  &sh));
     return check_step_overlaps(ctx, op, a);
 }
 
@@ -495,11 +455,8 @@ ssm_status ssm_mamba3_siso_step(ssm_context * ctx, const ssm_mamba3_params * par
     SSM_FORWARD_IF_ERROR(be == SSMI_BACKEND_REF ? ssmi_ref_mamba3_siso_step(ctx, params, &d, args)
                                                 : ssmi_cpu_mamba3_siso_step(ctx, params, &d, args));
     /* Separate final_* pools hold the whole pool after the step (see core/pool.c). */
-    const ssm_tensor * ins[4]  = {&args->angle_state, &args->ssm_state, &args->k_state, &args->v_state};
-    const ssm_tensor * outs[4] = {&args->final_angle_state, &args->final_ssm_state, &args->final_k_state,
-                                  &args->final_v_state};
-    for (int i = 0; i < 4; ++i)
-        SSM_FORWARD_IF_ERROR(
-            ssmi_copy_unused_slots(ctx, "mamba3_siso_step", ins[i], outs[i], &args->state_batch_indices, d.batch));
-    return SSM_STATUS_OK;
+    const ssm_tensor * const ins[4] = {&args->angle_state, &args->ssm_state, &args->k_state, &args->v_state};
+    const ssm_tensor * const outs[4] = {&args->final_angle_state, &args->final_ssm_state, &args->final_k_state,
+                                        &args->final_v_state};
+    return ssmi_mamba3_copy_unused_pools(ctx, op, ins, outs, &args->state_batch_indices, d.batch);
 }

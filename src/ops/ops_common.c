@@ -340,3 +340,57 @@ ssm_status ssmi_mamba2_check_scan_inputs(ssm_context * ctx, const char * op, con
     const int64_t wst[4] = {lead, d->nheads, d->headdim, d->dstate};
     return ssmi_check_tensor(ctx, op, "initial_states", &a->initial_states, 1, 4, wst, SSMI_FLOAT_DTYPES);
 }
+
+/* ---- Mamba-3 (SISO and MIMO) ------------------------------------------------------------ */
+
+const char * const ssmi_mamba3_state_names[4] = {"angle_state", "ssm_state", "k_state", "v_state"};
+const char * const ssmi_mamba3_final_names[4] = {"final_angle_state", "final_ssm_state", "final_k_state",
+                                                 "final_v_state"};
+const char * const ssmi_mamba3_dfinal_names[4] = {"dfinal_angle_state", "dfinal_ssm_state", "dfinal_k_state",
+                                                  "dfinal_v_state"};
+const char * const ssmi_mamba3_dstate_names[4] = {"dangle_state", "dssm_state", "dk_state", "dv_state"};
+
+static ssm_status m3_check_float(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
+                                 int optional, int is_output, int32_t ndim, const int64_t * want) {
+    return is_output ? ssmi_check_output(ctx, op, name, t, optional, ndim, want, SSMI_FLOAT_DTYPES)
+                     : ssmi_check_tensor(ctx, op, name, t, optional, ndim, want, SSMI_FLOAT_DTYPES);
+}
+
+ssm_status ssmi_mamba3_check_states(ssm_context * ctx, const char * op, const char * const names[4],
+                                    const ssm_tensor * angle, const ssm_tensor * ssm, const ssm_tensor * k,
+                                    const ssm_tensor * v, int optional, int is_output,
+                                    const ssmi_mamba3_state_shapes * sh) {
+    if (angle != NULL)
+        SSM_FORWARD_IF_ERROR(m3_check_float(ctx, op, names[0], angle, optional, is_output, 3, sh->angle));
+    SSM_FORWARD_IF_ERROR(m3_check_float(ctx, op, names[1], ssm, optional, is_output, 4, sh->ssm));
+    SSM_FORWARD_IF_ERROR(m3_check_float(ctx, op, names[2], k, optional, is_output, sh->k_ndim, sh->k));
+    SSM_FORWARD_IF_ERROR(m3_check_float(ctx, op, names[3], v, optional, is_output, 3, sh->v));
+    return SSM_STATUS_OK;
+}
+
+ssm_status ssmi_mamba3_check_initial_states(ssm_context * ctx, const char * op, const ssm_tensor * angle,
+                                            const ssm_tensor * ssm, const ssm_tensor * k, const ssm_tensor * v,
+                                            const ssmi_mamba3_state_shapes * sh, int32_t * has_states) {
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_state_names, angle, ssm, k, v, 1, 0, sh));
+    const int n = (angle != NULL ? ssmi_present(angle) : 0) + ssmi_present(ssm) + ssmi_present(k) + ssmi_present(v);
+    const int total = angle != NULL ? 4 : 3;
+    SSM_RETURN_IF(n != 0 && n != total, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: %d of the %d initial states were given (%s); pass all of them or none", op, n, total,
+                  angle != NULL ? "angle_state, ssm_state, k_state, v_state" : "ssm_state, k_state, v_state");
+    *has_states = n == total;
+    return SSM_STATUS_OK;
+}
+
+ssm_status ssmi_mamba3_take_nseq(ssm_context * ctx, const char * op, const ssm_tensor * cu, const char * batch_name,
+                                 int64_t batch, int64_t seqlen, int64_t * nseq, int32_t * varlen) {
+    SSM_FORWARD_IF_ERROR(ssmi_check_cu_seqlens(ctx, op, cu, batch_name, batch, seqlen, nseq));
+    *varlen = ssmi_present(cu);
+    if (!*varlen) *nseq = batch;
+    return SSM_STATUS_OK;
+}
+
+ssm_status ssmi_mamba3_copy_unused_pools(ssm_context * ctx, const char * op, const ssm_tensor * const pools[4],
+                                         const ssm_tensor * const finals[4], const ssm_tensor * idx, int64_t batch) {
+    for (int i = 0; i < 4; ++i) SSM_FORWARD_IF_ERROR(ssmi_copy_unused_slots(ctx, op, pools[i], finals[i], idx, batch));
+    return SSM_STATUS_OK;
+}

@@ -89,4 +89,35 @@ ssm_status ssmi_mamba2_check_seq_idx(ssm_context * ctx, const char * op, const s
 ssm_status ssmi_mamba2_check_scan_inputs(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
                                          const ssm_mamba2_scan_args * a, ssmi_mamba2_dims * d);
 
+/* ---- Mamba-3 (SISO and MIMO) ------------------------------------------------------------ */
+/* The shapes of the four recurrent states with a leading dim (NS or slots): angle (3 dims),
+ * ssm (4), k (k_ndim: 3 for SISO (lead,H,K), 4 for MIMO (lead,R,H,N)), v (3). */
+typedef struct ssmi_mamba3_state_shapes {
+    int64_t angle[3], ssm[4], k[4], v[3];
+    int32_t k_ndim;
+} ssmi_mamba3_state_shapes;
+/* The state group names the operators use, in the order angle, ssm, k, v. */
+extern const char * const ssmi_mamba3_state_names[4];
+extern const char * const ssmi_mamba3_final_names[4];
+extern const char * const ssmi_mamba3_dfinal_names[4];
+extern const char * const ssmi_mamba3_dstate_names[4];
+/* Four state tensors (angle may be NULL: the op has none) checked in the order angle, ssm,
+ * k, v against *sh, float dtypes; as outputs (ssmi_check_output) when is_output. */
+ssm_status ssmi_mamba3_check_states(ssm_context * ctx, const char * op, const char * const names[4],
+                                    const ssm_tensor * angle, const ssm_tensor * ssm, const ssm_tensor * k,
+                                    const ssm_tensor * v, int optional, int is_output,
+                                    const ssmi_mamba3_state_shapes * sh);
+/* Initial states: each present one with its shape; the group (angle_state when angle is
+ * non-NULL, ssm_state, k_state, v_state) all present or all absent. Sets *has_states. */
+ssm_status ssmi_mamba3_check_initial_states(ssm_context * ctx, const char * op, const ssm_tensor * angle,
+                                            const ssm_tensor * ssm, const ssm_tensor * k, const ssm_tensor * v,
+                                            const ssmi_mamba3_state_shapes * sh, int32_t * has_states);
+/* ssmi_check_cu_seqlens, then *varlen (cu given) and *nseq (nseq with cu, else batch). */
+ssm_status ssmi_mamba3_take_nseq(ssm_context * ctx, const char * op, const ssm_tensor * cu, const char * batch_name,
+                                 int64_t batch, int64_t seqlen, int64_t * nseq, int32_t * varlen);
+/* After a decode step: separate final_* pools (finals[i] vs pools[i], angle/ssm/k/v) get the
+ * slots no row used (ssmi_copy_unused_slots), so they hold the whole pool. */
+ssm_status ssmi_mamba3_copy_unused_pools(ssm_context * ctx, const char * op, const ssm_tensor * const pools[4],
+                                         const ssm_tensor * const finals[4], const ssm_tensor * idx, int64_t batch);
+
 #endif /* SSMI_OPS_COMMON_H */
