@@ -636,6 +636,23 @@ void ssmt_mamba3_params(const ssmt_mamba3_config * cfg, ssm_mamba3_params * p) {
 
 /* A tensor in the config's layout: contiguous, or (strided) variant 0 = padded row-major,
  * variant 1 = dims 1 and 2 swapped in memory (heads outside time), padded. */
+/* The four Mamba-3 state tensors (angle, ssm, k, v) of one problem, allocated together;
+ * filled with N(0,1) when rng is given. Returns 1 when all four exist. */
+static int alloc_state_set(ssmt_rng * rng, ssm_dtype dtype, ssmt_host * angle, ssmt_host * ssm, ssmt_host * k,
+                           ssmt_host * v, const int64_t * sh_a, const int64_t * sh_s, int32_t nd_k,
+                           const int64_t * sh_k, const int64_t * sh_v) {
+    *angle = ssmt_alloc(dtype, 3, sh_a);
+    *ssm   = ssmt_alloc(dtype, 4, sh_s);
+    *k     = ssmt_alloc(dtype, nd_k, sh_k);
+    *v     = ssmt_alloc(dtype, 3, sh_v);
+    ssmt_host * all[4] = {angle, ssm, k, v};
+    for (int i = 0; i < 4; ++i) {
+        if (all[i]->t.data == NULL) return 0;
+        if (rng != NULL) ssmt_fill_normal(rng, &all[i]->t, 0.0, 1.0);
+    }
+    return 1;
+}
+
 static ssmt_host m3_alloc(const ssmt_mamba3_config * cfg, ssm_dtype dtype, int32_t ndim, const int64_t * shape,
                           int variant) {
     if (!cfg->strided) return ssmt_alloc(dtype, ndim, shape);
@@ -883,28 +900,16 @@ int ssmt_mamba3_bwd_alloc(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const 
              w->dtrap.t.data && w->dq_bias.t.data && w->dk_bias.t.data && w->dangles.t.data;
     if (cfg->has_d) ok = ok && (w->dd = ssmt_alloc(od, 1, sh_h)).t.data;
     if (cfg->has_z) ok = ok && (w->dz = m3_alloc(cfg, od, 4, a->v.shape, 0)).t.data;
-    if (cfg->has_states) {
-        ok = ok && (w->dangle_state = ssmt_alloc(od, 3, sh_sa)).t.data;
-        ok = ok && (w->dssm_state = ssmt_alloc(od, 4, sh_ss)).t.data;
-        ok = ok && (w->dk_state = ssmt_alloc(od, 3, sh_sk)).t.data;
-        ok = ok && (w->dv_state = ssmt_alloc(od, 3, sh_sv)).t.data;
-    }
-    if (has_dfinal) {
-        ok = ok && (w->dfinal_angle_state = ssmt_alloc(SSM_DTYPE_F32, 3, sh_sa)).t.data;
-        ok = ok && (w->dfinal_ssm_state = ssmt_alloc(SSM_DTYPE_F32, 4, sh_ss)).t.data;
-        ok = ok && (w->dfinal_k_state = ssmt_alloc(SSM_DTYPE_F32, 3, sh_sk)).t.data;
-        ok = ok && (w->dfinal_v_state = ssmt_alloc(SSM_DTYPE_F32, 3, sh_sv)).t.data;
-    }
+    if (cfg->has_states)
+        ok = ok && alloc_state_set(NULL, od, &w->dangle_state, &w->dssm_state, &w->dk_state, &w->dv_state, sh_sa,
+                                   sh_ss, 3, sh_sk, sh_sv);
+    if (ok) ssmt_fill_normal(rng, &w->dout.t, 0.0, 1.0);
+    if (has_dfinal)
+        ok = ok && alloc_state_set(rng, SSM_DTYPE_F32, &w->dfinal_angle_state, &w->dfinal_ssm_state,
+                                   &w->dfinal_k_state, &w->dfinal_v_state, sh_sa, sh_ss, 3, sh_sk, sh_sv);
     if (!ok) {
         ssmt_mamba3_bwd_free(w);
         return -1;
-    }
-    ssmt_fill_normal(rng, &w->dout.t, 0.0, 1.0);
-    if (has_dfinal) {
-        ssmt_fill_normal(rng, &w->dfinal_angle_state.t, 0.0, 1.0);
-        ssmt_fill_normal(rng, &w->dfinal_ssm_state.t, 0.0, 1.0);
-        ssmt_fill_normal(rng, &w->dfinal_k_state.t, 0.0, 1.0);
-        ssmt_fill_normal(rng, &w->dfinal_v_state.t, 0.0, 1.0);
     }
     ssm_mamba3_siso_bwd_args * b = &w->args;
     b->q = a->q;
@@ -1296,28 +1301,16 @@ int ssmt_mimo_bwd_alloc(ssmt_rng * rng, const ssmt_mimo_config * cfg, const ssmt
     if (cfg->reduce_o) ok = ok && (w->dmimo_o = ssmt_alloc(od, 3, sh_p)).t.data;
     if (cfg->has_d) ok = ok && (w->dd = ssmt_alloc(od, 1, sh_h)).t.data;
     if (cfg->fused) ok = ok && (w->doutproj_norm_weight = ssmt_alloc(od, 2, sh_w)).t.data;
-    if (cfg->has_states) {
-        ok = ok && (w->dangle_state = ssmt_alloc(od, 3, sh_sa)).t.data;
-        ok = ok && (w->dssm_state = ssmt_alloc(od, 4, sh_ss)).t.data;
-        ok = ok && (w->dk_state = ssmt_alloc(od, 4, sh_sk)).t.data;
-        ok = ok && (w->dv_state = ssmt_alloc(od, 3, sh_sv)).t.data;
-    }
-    if (has_dfinal) {
-        ok = ok && (w->dfinal_angle_state = ssmt_alloc(pd, 3, sh_sa)).t.data;
-        ok = ok && (w->dfinal_ssm_state = ssmt_alloc(pd, 4, sh_ss)).t.data;
-        ok = ok && (w->dfinal_k_state = ssmt_alloc(pd, 4, sh_sk)).t.data;
-        ok = ok && (w->dfinal_v_state = ssmt_alloc(pd, 3, sh_sv)).t.data;
-    }
+    if (cfg->has_states)
+        ok = ok && alloc_state_set(NULL, od, &w->dangle_state, &w->dssm_state, &w->dk_state, &w->dv_state, sh_sa,
+                                   sh_ss, 4, sh_sk, sh_sv);
+    if (ok) ssmt_fill_normal(rng, &w->dout.t, 0.0, 1.0);
+    if (has_dfinal)
+        ok = ok && alloc_state_set(rng, pd, &w->dfinal_angle_state, &w->dfinal_ssm_state, &w->dfinal_k_state,
+                                   &w->dfinal_v_state, sh_sa, sh_ss, 4, sh_sk, sh_sv);
     if (!ok) {
         ssmt_mimo_bwd_free(w);
         return -1;
-    }
-    ssmt_fill_normal(rng, &w->dout.t, 0.0, 1.0);
-    if (has_dfinal) {
-        ssmt_fill_normal(rng, &w->dfinal_angle_state.t, 0.0, 1.0);
-        ssmt_fill_normal(rng, &w->dfinal_ssm_state.t, 0.0, 1.0);
-        ssmt_fill_normal(rng, &w->dfinal_k_state.t, 0.0, 1.0);
-        ssmt_fill_normal(rng, &w->dfinal_v_state.t, 0.0, 1.0);
     }
     ssm_mamba3_mimo_bwd_args * b = &w->args;
     b->q = a->q;
