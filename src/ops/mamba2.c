@@ -124,15 +124,6 @@ static ssm_status validate_chunk_state(ssm_context * ctx, const ssm_mamba2_param
 }
 
 #ifdef SSMOPS_HAVE_CUDA
-/* Each present tensor of `ts` must be on the CUDA device; then it is re-typed as CPU so that
- * the device-independent validation accepts it (the data pointer stays the device one). */
-static ssm_status cuda_retype(ssm_context * ctx, const char * op, ssm_tensor * const * ts, const char * const * names,
-                              int n) {
-    for (int i = 0; i < n; ++i) SSM_FORWARD_IF_ERROR(ssmi_check_device(ctx, op, names[i], ts[i], SSM_DEVICE_CUDA));
-    for (int i = 0; i < n; ++i) ts[i]->device.type = SSM_DEVICE_CPU;
-    return SSM_STATUS_OK;
-}
-
 static ssm_status chunk_state_cuda(ssm_context * ctx, const ssm_mamba2_params * params,
                                    const ssm_mamba2_chunk_state_args * args) {
     static const char op[] = "mamba2_chunk_state";
@@ -141,7 +132,7 @@ static ssm_status chunk_state_cuda(ssm_context * ctx, const ssm_mamba2_params * 
     ssm_mamba2_chunk_state_args h = *args;
     ssm_tensor * const          fl[] = {&h.b, &h.x, &h.dt, &h.da_cumsum, &h.states};
     const char * const          names[] = {"b", "x", "dt", "da_cumsum", "states"};
-    SSM_FORWARD_IF_ERROR(cuda_retype(ctx, op, fl, names, 5));
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_retype(ctx, op, fl, names, 5));
     void * buf = NULL;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_host_index(ctx, op, &args->seq_idx, &h.seq_idx, &buf));
     ssm_status st = validate_chunk_state(ctx, params, &h, &d);
@@ -340,7 +331,7 @@ static ssm_status scan_cuda_prepare(ssm_context * ctx, const char * op, const ss
     ssm_tensor * const fl[] = {&h->x, &h->dt, &h->a, &h->b, &h->c, &h->d, &h->z, &h->dt_bias, &h->initial_states,
                                &h->out, &h->final_states};
     const char * const names[] = {"x", "dt", "a", "b", "c", "d", "z", "dt_bias", "initial_states", "out", "final_states"};
-    SSM_FORWARD_IF_ERROR(cuda_retype(ctx, op, fl, names, 11));
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_retype(ctx, op, fl, names, 11));
     SSM_FORWARD_IF_ERROR(ssmi_cuda_host_index(ctx, op, &args->seq_idx, &h->seq_idx, &bufs[0]));
     const ssm_status st = ssmi_cuda_host_index(ctx, op, &args->cu_seqlens, &h->cu_seqlens, &bufs[1]);
     return st != SSM_STATUS_OK ? st : validate_scan(ctx, op, params, h, d);

@@ -208,6 +208,13 @@ ssm_status ssmi_cuda_host_index(ssm_context * ctx, const char * op, const ssm_te
     return SSM_STATUS_OK;
 }
 
+ssm_status ssmi_cuda_retype(ssm_context * ctx, const char * op, ssm_tensor * const * ts, const char * const * names,
+                            int n) {
+    for (int i = 0; i < n; ++i) SSM_FORWARD_IF_ERROR(ssmi_check_device(ctx, op, names[i], ts[i], SSM_DEVICE_CUDA));
+    for (int i = 0; i < n; ++i) ts[i]->device.type = SSM_DEVICE_CPU;
+    return SSM_STATUS_OK;
+}
+
 /* ---- Mamba-2 ---------------------------------------------------------------------------- */
 
 #define SSMI_M2_MAX_CHUNK 1024

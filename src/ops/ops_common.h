@@ -63,6 +63,11 @@ ssm_status ssmi_pick_backend_cuda(ssm_context * ctx, const char * op, const ssm_
  * passed on as it is (validation then reports it). */
 ssm_status ssmi_cuda_host_index(ssm_context * ctx, const char * op, const ssm_tensor * in, ssm_tensor * out,
                                 void ** buf);
+/* For the CUDA backend: each present tensor of `ts` must be on the CUDA device (INVALID_LAYOUT
+ * otherwise); then it is re-typed as CPU so that the device-independent validation accepts
+ * it (the data pointer stays the device one). Call on a copy of the caller's args. */
+ssm_status ssmi_cuda_retype(ssm_context * ctx, const char * op, ssm_tensor * const * ts, const char * const * names,
+                            int n);
 
 /* ---- Mamba-2 ---------------------------------------------------------------------------- */
 /* params (non-NULL, size, chunk_size in [1, 1024], dt_limit without NaN and lo ≤ hi) and a
