@@ -13,58 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "testutil.h"
+#include "cudautil.h"
 
 static ssm_context *ctx_ref, *ctx_cuda, *ctx_auto;
-
-static ssm_context * make_ctx(ssm_backend backend) {
-    ssm_context_params cp;
-    ssm_context_params_init(&cp);
-    cp.backend = backend;
-    ssm_context * ctx = NULL;
-    return ssm_context_create(&cp, &ctx) == SSM_STATUS_OK ? ctx : NULL;
-}
-
-/* ---- device mirrors of host tensors ----------------------------------------------------- */
-typedef struct dev_buf {
-    void *     mem;  /* device allocation (NULL = absent)           */
-    ssm_tensor view; /* the host view re-pointed into mem, on CUDA  */
-} dev_buf;
-
-/* A device copy of the whole host allocation behind h (its padding too). */
-static dev_buf to_device(const ssmt_host * h) {
-    dev_buf d;
-    memset(&d, 0, sizeof d);
-    if (h->t.data == NULL) return d;
-    /* at least 64 bytes: an empty tensor still needs a device address */
-    TEST_CHECK_STATUS(ssm_cuda_malloc(NULL, &d.mem, h->bytes > 64 ? h->bytes : 64), SSM_STATUS_OK);
-    if (d.mem == NULL) return d;
-    if (h->bytes > 0) TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, d.mem, h->buf, h->bytes), SSM_STATUS_OK);
-    d.view = h->t;
-    d.view.data = (char *)d.mem + ((const char *)h->t.data - (const char *)h->buf);
-    d.view.device.type = SSM_DEVICE_CUDA;
-    d.view.device.index = 0;
-    return d;
-}
-
-static void to_host(const ssmt_host * h, const dev_buf * d) {
-    if (d->mem != NULL && h->bytes > 0) TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, h->buf, d->mem, h->bytes), SSM_STATUS_OK);
-}
-
-static void dev_free(dev_buf * d) {
-    if (d->mem != NULL) TEST_CHECK_STATUS(ssm_cuda_free(NULL, d->mem), SSM_STATUS_OK);
-    memset(d, 0, sizeof *d);
-}
-
-static int check_bar(const char * label, const ssm_tensor * got, const ssm_tensor * ref, ssm_dtype compute) {
-    const ssmt_cmp cmp = ssmt_compare(got, ref);
-    const ssmt_bar bar = ssmt_bar_for(compute);
-    const int      ok = cmp.nonfinite == 0 && cmp.rel_rms <= bar.rel_rms && cmp.max_rel <= bar.max_rel;
-    TEST_CHECK(ok, "%s rel_rms %.3g max_rel %.3g nonfinite %lld (bar %.3g %.3g)", label, cmp.rel_rms, cmp.max_rel,
-               (long long)cmp.nonfinite, bar.rel_rms, bar.max_rel);
-    printf("  %-58s rel_rms %.2e max_rel %.2e %s\n", label, cmp.rel_rms, cmp.max_rel, ok ? "PASS" : "FAIL");
-    return ok;
-}
 
 /* ---- the combined scan ------------------------------------------------------------------- */
 typedef struct scan_opts {
@@ -102,11 +53,11 @@ static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan
     ssmt_host * const hin[] = {&pr.x, &pr.dt, &pr.a, &pr.b, &pr.c, &pr.d, &pr.z, &pr.dt_bias, &pr.initial_states,
                                &pr.out, &pr.final_states, &pr.seq_idx, &pr.cu_seqlens};
     enum { NT = 13 };
-    dev_buf dv[NT];
+    ssmt_dev dv[NT];
     for (int i = 0; i < NT; ++i) {
         const int index = i >= 11;
         if (index && !o->index_device) memset(&dv[i], 0, sizeof dv[i]);
-        else dv[i] = to_device(hin[i]);
+        else dv[i] = ssmt_to_device(hin[i]);
     }
     ssm_mamba2_scan_args da = pr.args;
     ssm_tensor * const   slot[] = {&da.x, &da.dt, &da.a, &da.b, &da.c, &da.d, &da.z, &da.dt_bias, &da.initial_states,
@@ -123,14 +74,14 @@ static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan
     }
     ssm_status st = ssm_mamba2_scan(ctx, &p, &da, ws, ws_bytes);
     TEST_CHECK(st == SSM_STATUS_OK, "%s: scan %s (%s)", tag, ssm_status_string(st), ssm_context_last_error(ctx));
-    to_host(&pr.out, &dv[9]);
-    to_host(&pr.final_states, &dv[10]);
+    ssmt_to_host(&pr.out, &dv[9]);
+    ssmt_to_host(&pr.final_states, &dv[10]);
     char label[256];
     snprintf(label, sizeof label, "scan[%s] out", tag);
-    check_bar(label, &pr.out.t, &rout.t, cfg->dtype);
+    ssmt_check_bar(label, &pr.out.t, &rout.t, cfg->dtype);
     if (pr.final_states.t.data) {
         snprintf(label, sizeof label, "scan[%s] final_states", tag);
-        check_bar(label, &pr.final_states.t, &rfin.t, cfg->dtype);
+        ssmt_check_bar(label, &pr.final_states.t, &rfin.t, cfg->dtype);
     }
     /* a second run on re-poisoned outputs gives the same bytes */
     void * first_out = ssmt_snapshot(&pr.out);
@@ -141,15 +92,15 @@ static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan
         if (dv[i].mem) TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dv[i].mem, hin[i]->buf, hin[i]->bytes), SSM_STATUS_OK);
     st = ssm_mamba2_scan(ctx, &p, &da, ws, ws_bytes);
     TEST_CHECK(st == SSM_STATUS_OK, "%s: second scan %s (%s)", tag, ssm_status_string(st), ssm_context_last_error(ctx));
-    to_host(&pr.out, &dv[9]);
-    to_host(&pr.final_states, &dv[10]);
+    ssmt_to_host(&pr.out, &dv[9]);
+    ssmt_to_host(&pr.final_states, &dv[10]);
     TEST_CHECK(ssmt_unchanged(&pr.out, first_out), "%s: out differs between two runs", tag);
     if (first_fin) TEST_CHECK(ssmt_unchanged(&pr.final_states, first_fin), "%s: final_states differ between runs", tag);
     free(first_out);
     free(first_fin);
 
     if (ws) TEST_CHECK_STATUS(ssm_cuda_free(NULL, ws), SSM_STATUS_OK);
-    for (int i = 0; i < NT; ++i) dev_free(&dv[i]);
+    for (int i = 0; i < NT; ++i) ssmt_dev_free(&dv[i]);
     ssmt_free(&rout);
     ssmt_free(&rfin);
     ssmt_mamba2_problem_free(&pr);
@@ -176,17 +127,17 @@ static void test_chunk_state(ssmt_rng * rng, const ssmt_mamba2_config * cfg, int
     ssm_mamba2_chunk_state_args a = {0};
     a.b = pr.args.b, a.x = pr.args.x, a.dt = dt.t, a.da_cumsum = dacs.t, a.seq_idx = pr.args.seq_idx, a.states = ref.t;
     TEST_CHECK_STATUS(ssm_mamba2_chunk_state(ctx_ref, &p, &a), SSM_STATUS_OK);
-    dev_buf db = to_device(&pr.b), dx = to_device(&pr.x), ddt = to_device(&dt), dda = to_device(&dacs);
-    dev_buf dst = to_device(&got);
+    ssmt_dev db = ssmt_to_device(&pr.b), dx = ssmt_to_device(&pr.x), ddt = ssmt_to_device(&dt), dda = ssmt_to_device(&dacs);
+    ssmt_dev dst = ssmt_to_device(&got);
     a.b = db.view, a.x = dx.view, a.dt = ddt.view, a.da_cumsum = dda.view, a.states = dst.view;
     const ssm_status st = ssm_mamba2_chunk_state(ctx_cuda, &p, &a);
     TEST_CHECK(st == SSM_STATUS_OK, "%s: chunk_state %s (%s)", tag, ssm_status_string(st),
                ssm_context_last_error(ctx_cuda));
-    to_host(&got, &dst);
+    ssmt_to_host(&got, &dst);
     char label[256];
     snprintf(label, sizeof label, "chunk_state[%s]", tag);
-    check_bar(label, &got.t, &ref.t, cfg->dtype);
-    dev_free(&db), dev_free(&dx), dev_free(&ddt), dev_free(&dda), dev_free(&dst);
+    ssmt_check_bar(label, &got.t, &ref.t, cfg->dtype);
+    ssmt_dev_free(&db), ssmt_dev_free(&dx), ssmt_dev_free(&ddt), ssmt_dev_free(&dda), ssmt_dev_free(&dst);
     ssmt_free(&dt), ssmt_free(&dacs), ssmt_free(&ref), ssmt_free(&got);
     ssmt_mamba2_problem_free(&pr);
 }
@@ -212,15 +163,15 @@ static void test_cann_chunk_state(ssmt_rng * rng) {
     ssm_mamba2_chunk_state_args a = {0};
     a.b = bb.t, a.x = x.t, a.dt = dtv, a.da_cumsum = dav, a.states = rv;
     TEST_CHECK_STATUS(ssm_mamba2_chunk_state(ctx_ref, &p, &a), SSM_STATUS_OK);
-    dev_buf dx = to_device(&x), db = to_device(&bb), ddt = to_device(&dt), dda = to_device(&dacs), ds = to_device(&out);
+    ssmt_dev dx = ssmt_to_device(&x), db = ssmt_to_device(&bb), ddt = ssmt_to_device(&dt), dda = ssmt_to_device(&dacs), ds = ssmt_to_device(&out);
     ssm_tensor dtv_d = dtv, dav_d = dav, sv_d = sv;
     dtv_d.data = ddt.view.data, dav_d.data = dda.view.data, sv_d.data = ds.view.data;
     dtv_d.device = dav_d.device = sv_d.device = dx.view.device;
     a.b = db.view, a.x = dx.view, a.dt = dtv_d, a.da_cumsum = dav_d, a.states = sv_d;
     TEST_CHECK_STATUS(ssm_mamba2_chunk_state(ctx_cuda, &p, &a), SSM_STATUS_OK);
-    to_host(&out, &ds);
-    check_bar("chunk_state[cann B1 NC4 L256 H128 G8 N128 P64 f16]", &out.t, &ref.t, SSM_DTYPE_F16);
-    dev_free(&dx), dev_free(&db), dev_free(&ddt), dev_free(&dda), dev_free(&ds);
+    ssmt_to_host(&out, &ds);
+    ssmt_check_bar("chunk_state[cann B1 NC4 L256 H128 G8 N128 P64 f16]", &out.t, &ref.t, SSM_DTYPE_F16);
+    ssmt_dev_free(&dx), ssmt_dev_free(&db), ssmt_dev_free(&ddt), ssmt_dev_free(&dda), ssmt_dev_free(&ds);
     ssmt_free(&x), ssmt_free(&bb), ssmt_free(&dt), ssmt_free(&dacs), ssmt_free(&out), ssmt_free(&ref);
 }
 
@@ -237,7 +188,7 @@ static void test_device_rules(ssmt_rng * rng) {
     TEST_CHECK_STATUS(ssm_mamba2_scan(ctx_cuda, &p, &pr.args, NULL, 0), SSM_STATUS_INVALID_LAYOUT);
     TEST_CHECK(strstr(ssm_context_last_error(ctx_cuda), "CUDA") != NULL, "message: %s", ssm_context_last_error(ctx_cuda));
     /* mixed devices under AUTO (x on the device, the rest on the host): nothing written */
-    dev_buf              dx = to_device(&pr.x);
+    ssmt_dev              dx = ssmt_to_device(&pr.x);
     ssm_mamba2_scan_args a = pr.args;
     a.x = dx.view;
     TEST_CHECK_STATUS(ssm_mamba2_scan(ctx_auto, &p, &a, NULL, 0), SSM_STATUS_INVALID_LAYOUT);
@@ -245,8 +196,8 @@ static void test_device_rules(ssmt_rng * rng) {
                ssm_context_last_error(ctx_auto));
     /* a host pointer labelled as a CUDA tensor */
     ssmt_host hx = pr.x;
-    dev_buf   all[4] = {to_device(&pr.dt), to_device(&pr.a), to_device(&pr.b), to_device(&pr.c)};
-    dev_buf   dout = to_device(&pr.out);
+    ssmt_dev   all[4] = {ssmt_to_device(&pr.dt), ssmt_to_device(&pr.a), ssmt_to_device(&pr.b), ssmt_to_device(&pr.c)};
+    ssmt_dev   dout = ssmt_to_device(&pr.out);
     a.dt = all[0].view, a.a = all[1].view, a.b = all[2].view, a.c = all[3].view, a.out = dout.view;
     a.x = hx.t;
     a.x.device.type = SSM_DEVICE_CUDA;
@@ -259,14 +210,13 @@ static void test_device_rules(ssmt_rng * rng) {
     TEST_CHECK_STATUS(ssm_mamba2_chunk_cumsum(ctx_cuda, &p, &ca), SSM_STATUS_UNSUPPORTED);
     TEST_CHECK(strstr(ssm_context_last_error(ctx_cuda), "CUDA") != NULL, "message: %s", ssm_context_last_error(ctx_cuda));
     ssmt_free(&o1), ssmt_free(&o2);
-    dev_free(&dx), dev_free(&dout);
-    for (int i = 0; i < 4; ++i) dev_free(&all[i]);
+    ssmt_dev_free(&dx), ssmt_dev_free(&dout);
+    for (int i = 0; i < 4; ++i) ssmt_dev_free(&all[i]);
     ssmt_mamba2_problem_free(&pr);
 }
 
 int main(void) {
-    if (ssm_cuda_device_count() == 0) {
-        printf("no CUDA device: skipped\n");
+    if (!ssmt_cuda_present("test_cuda_mamba2")) {
         return 77;
     }
     const char * env = getenv("SSMOPS_TEST_SEED");
@@ -274,9 +224,9 @@ int main(void) {
     printf("seed %llu, %d CUDA device(s)\n", (unsigned long long)seed, (int)ssm_cuda_device_count());
     ssmt_rng rng;
     ssmt_rng_seed(&rng, seed);
-    ctx_ref = make_ctx(SSM_BACKEND_REF);
-    ctx_cuda = make_ctx(SSM_BACKEND_CUDA);
-    ctx_auto = make_ctx(SSM_BACKEND_AUTO);
+    ctx_ref = ssmt_make_ctx(SSM_BACKEND_REF, 0, SSM_ISA_AUTO);
+    ctx_cuda = ssmt_make_ctx(SSM_BACKEND_CUDA, 0, SSM_ISA_AUTO);
+    ctx_auto = ssmt_make_ctx(SSM_BACKEND_AUTO, 0, SSM_ISA_AUTO);
     TEST_CHECK(ctx_ref && ctx_cuda && ctx_auto, "context creation failed");
     if (ssmt_failures) TEST_EXIT();
 

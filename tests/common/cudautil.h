@@ -1,0 +1,25 @@
+/* cudautil.h — device mirrors of host test tensors for the CUDA tests (test_cuda_*.c), and
+ * the device-presence check. Uses only the public CUDA helpers of ssmops.h; without
+ * a device every call fails its TEST_CHECK, so tests exit 77 before using them. */
+#ifndef SSMT_CUDAUTIL_H
+#define SSMT_CUDAUTIL_H
+
+#include "testutil.h"
+
+/* A device copy of a host tensor's whole allocation (its padding too). */
+typedef struct ssmt_dev {
+    void *     mem;  /* device allocation (NULL = absent)           */
+    ssm_tensor view; /* the host view re-pointed into mem, on CUDA  */
+} ssmt_dev;
+
+/* Copies h (all of h->buf) to a new device allocation; h absent (data NULL) gives an absent
+ * ssmt_dev. At least 64 bytes: an empty tensor still needs a device address. */
+ssmt_dev ssmt_to_device(const ssmt_host * h);
+/* Copies the device allocation back over h->buf (nothing when d is absent). */
+void ssmt_to_host(const ssmt_host * h, const ssmt_dev * d);
+void ssmt_dev_free(ssmt_dev * d);
+
+/* 1 when a CUDA device is present; otherwise prints "<test>: no CUDA device: skipped". */
+int ssmt_cuda_present(const char * test);
+
+#endif /* SSMT_CUDAUTIL_H */
