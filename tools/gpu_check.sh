@@ -2,23 +2,34 @@
 # tools/gpu_check.sh OUTDIR — everything the CUDA backend needs on a GPU machine, in one go
 # (shared GPU.md): configure (-DSSMOPS_CUDA=ON, sm_90), build with all cores, the SASS of
 # the kernels (HMMA count), the cuda-labelled tests, `ssmops check --backend cuda` for every
-# operator with a CUDA path in f32/f16/bf16 (all shapes), compute-sanitizer memcheck and
-# racecheck on small shapes, `ssmops bench --backend cuda` at the ANCHORS.md shapes, and the
-# device ceilings. Writes at most 8 files to OUTDIR (build.log, sass.txt, tests.log,
-# sanitizer.log, bench.json, bench.log, summary.txt) and prints a short table last.
-# Environment: SSMOPS_GPU_BUILD (build directory, default build-gpu), SSMOPS_GPU_QUICK=1
-# (sanitizer on bf16 only, no out-dtype checks, only the two anchor benchmarks).
+# operator with a CUDA path in f32/f16/bf16 (all built-in shapes), compute-sanitizer
+# memcheck and racecheck on small shapes of every kernel, `ssmops bench --backend cuda` at the
+# ANCHORS.md shapes, and the device ceilings. Writes at most 8 files to OUTDIR (build.log,
+# sass.txt, tests.log, sanitizer.log, bench.json, bench.log, summary.txt) and prints a short
+# table last.
+# Environment:
+#   SSMOPS_GPU_BUILD   build directory (default build-gpu; kept between calls on a warm machine)
+#   SSMOPS_GPU_PHASES  comma list of phases to run (default all): tests,checks,sanitizer,bench
+#   SSMOPS_GPU_OPS     space list of operators for checks/sanitizer/bench (default: all CUDA ops)
+#   SSMOPS_GPU_QUICK=1 sanitizer on bf16 only, no out-dtype checks, only the anchor benchmarks
 set -u
 out=${1:?usage: tools/gpu_check.sh OUTDIR}
 mkdir -p "$out"
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${SSMOPS_GPU_BUILD:-$src/build-gpu}
+phases=${SSMOPS_GPU_PHASES:-tests,checks,sanitizer,bench}
+all_ops="mamba2_chunk_state mamba2_scan mamba2_step mamba3_siso_fwd mamba3_siso mamba3_siso_step
+mamba3_mimo_bwd_fwd mamba3_mimo mamba3_mimo_step"
+ops=${SSMOPS_GPU_OPS:-$all_ops}
+quick=${SSMOPS_GPU_QUICK:-0}
 jobs=$(nproc 2>/dev/null || echo 4)
 summary=$out/summary.txt
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
+want() { case ",$phases," in *",$1,"*) return 0 ;; esac; return 1; }
+has_op() { case " $(echo $ops) " in *" $1 "*) return 0 ;; esac; return 1; }
 
-note "# ssmops gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+note "# ssmops gpu_check $(date -u +%Y-%m-%dT%H:%M:%SZ) phases=$phases"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,clocks.mem --format=csv,noheader 2>&1 |
     sed 's/^/gpu: /' | tee -a "$summary"
 command -v nvcc >/dev/null 2>&1 || PATH=/usr/local/cuda/bin:$PATH
@@ -26,81 +37,129 @@ nvcc --version 2>&1 | tail -1 | sed 's/^/nvcc: /' | tee -a "$summary"
 
 # ---- build --------------------------------------------------------------------------------
 t0=$(date +%s)
-if ! { cmake -S "$src" -B "$build" -DSSMOPS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release &&
-    cmake --build "$build" -j "$jobs"; } >"$out/build.log" 2>&1; then
-    tail -40 "$out/build.log"
+if ! { cmake -S "$src" -B "$build" -DSSMOPS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_CUDA_FLAGS=-Xptxas=-v && cmake --build "$build" -j "$jobs"; } >"$out/build.log" 2>&1; then
+    grep -E "error|Error" "$out/build.log" | head -40
     note "BUILD FAILED"
     exit 1
 fi
 note "build: $(($(date +%s) - t0)) s with $jobs jobs"
+grep -E "spill stores [1-9]|bytes stack frame, [1-9]" "$out/build.log" | sort | uniq -c | head -20 |
+    sed 's/^/ptxas: /' | tee -a "$summary"
 cli=$build/ssmops
 
 # ---- SASS: tensor-core instructions per kernel ---------------------------------------------
 if command -v cuobjdump >/dev/null 2>&1; then
     cuobjdump --dump-sass "$build/libssmops.a" >"$out/sass.txt" 2>&1
-    awk '/Function :/ {f=$3} /HMMA/ {h[f]++} /FFMA/ {m[f]++} /Function :/ {seen[$3]=1}
-         END {for (k in seen) printf "sass: %-70s HMMA %5d  FFMA %5d\n", k, h[k]+0, m[k]+0}' "$out/sass.txt" |
+    awk '/Function :/ {f=$3; seen[f]=1} /HMMA/ {h[f]++} /FFMA/ {m[f]++}
+         END {for (k in seen) printf "sass: %-60.60s HMMA %5d  FFMA %5d\n", k, h[k]+0, m[k]+0}' "$out/sass.txt" |
         sort | tee -a "$summary"
 else
     note "sass: cuobjdump not found"
 fi
 
-# ---- tests and checks ----------------------------------------------------------------------
 fails=0
-{
-    echo "== ctest -L cuda"
-    (cd "$build" && ctest -L cuda --output-on-failure) || echo "CTEST FAILED"
-    for op in mamba2_scan mamba2_chunk_state; do
-        for dt in f32 f16 bf16; do
-            echo "== check $op --backend cuda --dtype $dt --all-shapes"
-            "$cli" check "$op" --backend cuda --dtype "$dt" --all-shapes || echo "CHECK FAILED: $op $dt"
-            # Outputs in the input dtype: informative only. Rounding |y| >> rms(y) to f16/bf16
-            # alone can exceed max_rel (half an ulp of the largest |y|, over rms), on any backend.
-            [ "${SSMOPS_GPU_QUICK:-0}" = 1 ] && continue
-            echo "== info: check $op --backend cuda --dtype $dt --out-dtype $dt"
-            "$cli" check "$op" --backend cuda --dtype "$dt" --out-dtype "$dt" || echo "info: $op $dt out $dt off the bar"
+# ---- tests and checks ----------------------------------------------------------------------
+: >"$out/tests.log"
+if want tests; then
+    t0=$(date +%s)
+    {
+        echo "== ctest -L cuda"
+        (cd "$build" && ctest -L cuda --output-on-failure) || echo "CTEST FAILED"
+        echo "== ctest (everything else, CLI tests on a GPU machine included)"
+        (cd "$build" && ctest -LE cuda -j "$jobs" --output-on-failure) || echo "CTEST FAILED (non-cuda)"
+    } >>"$out/tests.log" 2>&1
+    note "tests: $(($(date +%s) - t0)) s"
+fi
+if want checks; then
+    t0=$(date +%s)
+    {
+        for op in $ops; do
+            for dt in f32 f16 bf16; do
+                echo "== check $op --backend cuda --dtype $dt --all-shapes"
+                "$cli" check "$op" --backend cuda --dtype "$dt" --all-shapes || echo "CHECK FAILED: $op $dt"
+                # Outputs in the input dtype: informative only. Rounding |y| >> rms(y) to f16/bf16
+                # alone can exceed max_rel (half an ulp of the largest |y|, over rms), on any backend.
+                [ "$quick" = 1 ] && continue
+                echo "== info: check $op --backend cuda --dtype $dt --out-dtype $dt"
+                "$cli" check "$op" --backend cuda --dtype "$dt" --out-dtype "$dt" || echo "info: $op $dt out $dt off the bar"
+            done
         done
-    done
-    echo "== check mamba2_scan at the anchor shape (bf16)"
-    "$cli" check mamba2_scan --backend cuda --dtype bf16 --shape B=1,S=2048,H=16,P=64,N=128,G=1,chunk=256 ||
-        echo "CHECK FAILED: anchor-like bf16"
-} >"$out/tests.log" 2>&1
-grep -E "tests passed|Skipped|FAILED|info:" "$out/tests.log" | sed 's/^/tests: /' | tee -a "$summary"
+        if has_op mamba2_scan; then
+            echo "== check mamba2_scan at the anchor shape (bf16)"
+            "$cli" check mamba2_scan --backend cuda --dtype bf16 --shape B=1,S=2048,H=16,P=64,N=128,G=1,chunk=256 ||
+                echo "CHECK FAILED: anchor-like bf16"
+        fi
+        if has_op mamba3_siso; then
+            echo "== check mamba3_siso at the anchor head shape (bf16)"
+            "$cli" check mamba3_siso --backend cuda --dtype bf16 --shape B=1,S=1024,H=8,Hq=1,K=128,V=64,A=32,chunk=64 ||
+                echo "CHECK FAILED: siso anchor-like bf16"
+        fi
+        if has_op mamba3_mimo_bwd_fwd; then
+            echo "== check mamba3_mimo_bwd_fwd at the seed head shape (bf16)"
+            "$cli" check mamba3_mimo_bwd_fwd --backend cuda --dtype bf16 --shape B=1,S=1024,H=4,G=1,R=4,N=64,P=64,chunk=16 ||
+                echo "CHECK FAILED: mimo seed-like bf16"
+        fi
+    } >>"$out/tests.log" 2>&1
+    note "checks: $(($(date +%s) - t0)) s"
+fi
+grep -E "tests passed|tests failed|Skipped|Failed|FAILED|info:" "$out/tests.log" | sed 's/^/tests: /' | tee -a "$summary"
 grep -q "FAILED" "$out/tests.log" && fails=1
 
 # ---- compute-sanitizer ---------------------------------------------------------------------
-san_dtypes="f32 bf16 f16"
-[ "${SSMOPS_GPU_QUICK:-0}" = 1 ] && san_dtypes=bf16
-if command -v compute-sanitizer >/dev/null 2>&1; then
-    {
-        for tool in memcheck racecheck; do
+# Small shapes of every kernel: each op's default check shape, plus the special paths.
+san_cases() { # op -> lines of extra check arguments (one run each)
+    case $1 in
+        mamba2_scan)
+            echo "--shape B=2,S=100,H=4,P=24,N=40,G=2,chunk=32 --param seq_idx=3"
+            echo "--shape B=1,S=90,H=2,P=16,N=16,G=1,chunk=32 --param nseq=4" ;;
+        mamba2_chunk_state) echo "--shape B=1,S=88,H=4,P=16,N=32,G=2,chunk=32 --param layout=cann" ;;
+        mamba2_step)
+            echo ""
+            echo "--param slots=7,in_place=0" ;;
+        mamba3_siso_fwd | mamba3_siso)
+            echo ""
+            echo "--shape B=1,S=60,H=4,Hq=2,K=16,V=16,A=4,chunk=16 --param nseq=4" ;;
+        mamba3_mimo)
+            echo ""
+            echo "--shape B=1,S=40,H=2,G=1,R=2,N=16,P=8,chunk=8 --param nseq=3" ;;
+        mamba3_siso_step | mamba3_mimo_step)
+            echo ""
+            echo "--param slots=7,in_place=0" ;;
+        *) echo "" ;;
+    esac
+}
+if want sanitizer && command -v compute-sanitizer >/dev/null 2>&1; then
+    t0=$(date +%s)
+    san_dtypes="bf16 f32"
+    [ "$quick" = 1 ] && san_dtypes=bf16
+    : >"$out/sanitizer.log"
+    for tool in memcheck racecheck; do
+        for op in $ops; do
             for dt in $san_dtypes; do
-                echo "== $tool mamba2_scan $dt (seq_idx)"
-                compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba2_scan --backend cuda --dtype "$dt" \
-                    --shape B=2,S=100,H=4,P=24,N=40,G=2,chunk=32 --param seq_idx=3
-                echo "rc=$?"
-                echo "== $tool mamba2_scan $dt (varlen)"
-                compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba2_scan --backend cuda --dtype "$dt" \
-                    --shape B=1,S=90,H=2,P=16,N=16,G=1,chunk=32 --param nseq=4
-                echo "rc=$?"
-                echo "== $tool mamba2_chunk_state $dt (cann)"
-                compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba2_chunk_state --backend cuda \
-                    --dtype "$dt" --shape B=1,S=88,H=4,P=16,N=32,G=2,chunk=32 --param layout=cann
-                echo "rc=$?"
+                san_cases "$op" | while IFS= read -r extra; do
+                    echo "== $tool $op $dt $extra"
+                    # shellcheck disable=SC2086
+                    compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check "$op" --backend cuda \
+                        --dtype "$dt" $extra
+                    echo "rc=$?"
+                done
             done
         done
-    } >"$out/sanitizer.log" 2>&1
-    note "sanitizer: $(grep -c '^rc=0' "$out/sanitizer.log") of $(grep -c '^rc=' "$out/sanitizer.log") runs clean"
-    grep -E "ERROR SUMMARY|rc=[1-9]" "$out/sanitizer.log" | sort | uniq -c | sed 's/^/sanitizer: /' | tee -a "$summary"
+    done >>"$out/sanitizer.log" 2>&1
+    note "sanitizer: $(grep -c '^rc=0' "$out/sanitizer.log") of $(grep -c '^rc=' "$out/sanitizer.log") runs clean ($(($(date +%s) - t0)) s)"
+    grep -E "ERROR SUMMARY: [1-9]|rc=[1-9]" -B1 "$out/sanitizer.log" | grep -E "^==|rc=" | sed 's/^/sanitizer: /' |
+        tee -a "$summary"
+    grep -q "rc=[1-9]" "$out/sanitizer.log" && fails=1
 fi
 
 # ---- benchmarks ------------------------------------------------------------------------------
 json=$out/bench.json
-echo "[" >"$json"
 first=1
 bench() { # name, then ssmops bench arguments
     name=$1
     shift
+    has_op "$1" || return 0
     tmp=$out/.bench_tmp.json
     echo "== $name: ssmops bench $*" >>"$out/bench.log"
     if "$cli" bench "$@" --backend cuda --json "$tmp" >>"$out/bench.log" 2>&1; then
@@ -109,30 +168,49 @@ bench() { # name, then ssmops bench arguments
         sed -e '1d' -e '$d' "$tmp" >>"$json"
         med=$(sed -n 's/.*"median_s": \([^,]*\),.*/\1/p' "$tmp")
         floor=$(sed -n 's/.*"byte_floor_s": \([^,]*\),.*/\1/p' "$tmp")
-        awk -v n="$name" -v m="$med" -v f="$floor" \
-            'BEGIN {printf "bench: %-46s %9.4f ms   byte floor %.4f ms\n", n, m * 1000, f * 1000}' | tee -a "$summary"
+        gbs=$(sed -n 's/.*"gbps": \([^,]*\),.*/\1/p' "$tmp")
+        awk -v n="$name" -v m="$med" -v f="$floor" -v g="${gbs:-0}" \
+            'BEGIN {printf "bench: %-50s %9.4f ms  floor %.4f ms  %7.1f GB/s\n", n, m * 1000, f * 1000, g}' |
+            tee -a "$summary"
     else
         note "bench: $name FAILED (see bench.log)"
         fails=1
     fi
     rm -f "$tmp"
 }
-: >"$out/bench.log"
-scan_params=has_d=1,has_z=1,has_dt_bias=1,dt_softplus=1,has_init=0,has_final=0
-bench "scan bf16 B1 S8192 H80 P64 N128 (0.462)" mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
-bench "chunk_state f16 CANN B1 S1024 H128 G8 (0.478)" mamba2_chunk_state --dtype f16 --shape B=1,S=1024,H=128,P=64,N=128,G=8,chunk=256 --param layout=cann
-if [ "${SSMOPS_GPU_QUICK:-0}" != 1 ]; then
-    bench "scan bf16 B4 S4096 H80 P64 N128 (0.793)" mamba2_scan --dtype bf16 --shape B=4,S=4096,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
-    bench "scan bf16 B8 S2048 H32 P64 N64 (0.998)" mamba2_scan --dtype bf16 --shape B=8,S=2048,H=32,P=64,N=64,G=1,chunk=256 --param $scan_params
-    bench "scan f16 B1 S8192 H80 P64 N128" mamba2_scan --dtype f16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
-    bench "scan f32 B1 S8192 H80 P64 N128" mamba2_scan --dtype f32 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
-    bench "chunk_state f16 upstream layout (CANN shape)" mamba2_chunk_state --dtype f16 --shape B=1,S=1024,H=128,P=64,N=128,G=8,chunk=256
+if want bench; then
+    echo "[" >"$json"
+    : >"$out/bench.log"
+    scan_params=has_d=1,has_z=1,has_dt_bias=1,dt_softplus=1,has_init=0,has_final=0
+    siso_params=has_d=1,has_z=1,has_states=0,has_final=0
+    mimo_params=div=4,has_d=1,has_z=1,reduce_o=1
+    bench "scan bf16 B1 S8192 H80 P64 N128 (0.462)" mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
+    bench "chunk_state f16 CANN B1 S1024 H128 G8 (0.478)" mamba2_chunk_state --dtype f16 --shape B=1,S=1024,H=128,P=64,N=128,G=8,chunk=256 --param layout=cann
+    bench "siso bf16 B1 S8192 H64 K128 V64 (1.648)" mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
+    bench "mimo_bwd_fwd bf16 B1 S8192 H16 R4 (8.20 H100)" mamba3_mimo_bwd_fwd --dtype bf16 --shape B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16 --param $mimo_params
+    bench "mamba2_step f32 pool B128 H80 P64 N128" mamba2_step --dtype f32 --shape B=128,H=80,P=64,N=128,G=1
+    bench "siso_step f32 pool B128 H64 K128 V64" mamba3_siso_step --dtype f32 --shape B=128,H=64,Hq=1,K=128,V=64,A=32
+    bench "mimo_step f32 pool B128 H16 R4 N64 P64" mamba3_mimo_step --dtype f32 --shape B=128,H=16,G=1,R=4,N=64,P=64
+    if [ "$quick" != 1 ]; then
+        bench "scan bf16 B4 S4096 H80 P64 N128 (0.793)" mamba2_scan --dtype bf16 --shape B=4,S=4096,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
+        bench "scan bf16 B8 S2048 H32 P64 N64 (0.998)" mamba2_scan --dtype bf16 --shape B=8,S=2048,H=32,P=64,N=64,G=1,chunk=256 --param $scan_params
+        bench "scan f16 B1 S8192 H80 P64 N128" mamba2_scan --dtype f16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
+        bench "scan f32 B1 S8192 H80 P64 N128" mamba2_scan --dtype f32 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
+        bench "chunk_state f16 upstream layout (CANN shape)" mamba2_chunk_state --dtype f16 --shape B=1,S=1024,H=128,P=64,N=128,G=8,chunk=256
+        bench "siso bf16 B4 S4096 H64 K128 V64 (1.784)" mamba3_siso --dtype bf16 --shape B=4,S=4096,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
+        bench "siso_fwd bf16 B1 S8192 H64 K128 V64" mamba3_siso_fwd --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param has_d=1,has_z=1,has_states=0,has_final=0
+        bench "siso f32 B1 S8192 H64 K128 V64" mamba3_siso --dtype f32 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
+        bench "mimo fwd bf16 B1 S8192 H16 R4" mamba3_mimo --dtype bf16 --shape B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16 --param $mimo_params
+        bench "mamba2_step f32 pool B1 H80 P64 N128" mamba2_step --dtype f32 --shape B=1,H=80,P=64,N=128,G=1
+        bench "siso_step f32 pool B1 H64" mamba3_siso_step --dtype f32 --shape B=1,H=64,Hq=1,K=128,V=64,A=32
+        bench "mimo_step f32 pool B1 H16" mamba3_mimo_step --dtype f32 --shape B=1,H=16,G=1,R=4,N=64,P=64
+    fi
+    echo "]" >>"$json"
+    "$cli" bench --ceilings --backend cuda >>"$out/bench.log" 2>&1
+    grep "copy bandwidth" "$out/bench.log" | tail -1 | sed 's/^ */ceiling: /' | tee -a "$summary"
 fi
-echo "]" >>"$json"
-"$cli" bench --ceilings --backend cuda >>"$out/bench.log" 2>&1
-grep "copy bandwidth" "$out/bench.log" | tail -1 | sed 's/^ */ceiling: /' | tee -a "$summary"
 
 echo
-echo "==== summary (anchors: scan 0.462 ms Triton, target 0.23 ms; CANN chunk_state 0.478 ms) ===="
+echo "==== summary (anchors: scan 0.462 ms Triton, target 0.23; siso 1.648, target 0.82; mimo_bwd_fwd target 4 ms) ===="
 cat "$summary"
 exit $fails
