@@ -1,9 +1,13 @@
 /*
  * cli-cuda.c — `--backend cuda` for check, run and bench, and `bench --ceilings --backend
  * cuda`. Uses only the public CUDA helpers of ssmops.h (ssm_cuda_*):
- *   - a call mirrors the problem's buffers on the device (inputs and the poisoned outputs
- *     copied up, the same views re-pointed, device.type = CUDA), calls the operator with a
- *     device workspace of the size it asks for, and copies the outputs back;
+ *   - a call mirrors the problem's float buffers on the device (inputs and the poisoned
+ *     outputs copied up, the same views re-pointed, device.type = CUDA; an output borrowed
+ *     from an input, as a decode step's in-place pool, shares its device copy), calls the
+ *     operator with a device workspace of the size it asks for, and copies the outputs back.
+ *     Index tensors (seq_idx, cu_seqlens, state_batch_indices) stay in host memory: the
+ *     operators read their values on the host, and a device copy would cost a
+ *     synchronisation per call (the fastest decode passes them from the host);
  *   - bench times with CUDA events on the context's stream (ssm_cuda_time): warm-up, then the
  *     median of many calls, rotating between copies of the inputs when one set is smaller
  *     than several L2 caches;
@@ -24,14 +28,22 @@
 #define CUDA_WARMUP_CALLS 3
 #define CUDA_DEFAULT_REPS 50
 
+/* The operators with a CUDA path (issue #5), in `ssmops list` order. */
+static const char * const cuda_ops[] = {"mamba2_chunk_state", "mamba2_scan",         "mamba2_step",
+                                        "mamba3_siso_fwd",    "mamba3_siso",         "mamba3_siso_step",
+                                        "mamba3_mimo_bwd_fwd", "mamba3_mimo",        "mamba3_mimo_step",
+                                        NULL};
+
 int cli_cuda_supported(const cli_op * op) {
-    return strcmp(op->name, "mamba2_scan") == 0 || strcmp(op->name, "mamba2_chunk_state") == 0;
+    for (int i = 0; cuda_ops[i]; ++i)
+        if (strcmp(op->name, cuda_ops[i]) == 0) return 1;
+    return 0;
 }
 
 static int cuda_preflight(const cli_op * op) {
     if (!cli_cuda_supported(op))
-        return cli_fail("%s: SSM_STATUS_UNSUPPORTED: the CUDA backend has no path for %s (it has mamba2_scan and "
-                        "mamba2_chunk_state)",
+        return cli_fail("%s: SSM_STATUS_UNSUPPORTED: the CUDA backend has no path for %s (`ssmops list` names the "
+                        "operators it has)",
                         op->name, op->name);
     if (ssm_cuda_device_count() == 0)
         return cli_fail("%s: SSM_STATUS_UNSUPPORTED_HARDWARE: no CUDA device (or no CUDA backend in this build)",
@@ -68,7 +80,7 @@ static int mirror_make(ssm_context * ctx, const cli_problem * pb, cuda_mirror * 
     m->pb = *pb;
     for (int i = 0; pb->op->args[i].name; ++i) {
         const cli_buf * b = &pb->arg[i];
-        if (!b->mem) continue;
+        if (!b->mem || !cli_is_float((ssm_dtype)b->view.dtype)) continue; /* index tensors stay on the host */
         for (int j = 0; j < i; ++j)
             if (pb->arg[j].mem == b->mem) m->mem[i] = m->mem[j], m->bytes[i] = m->bytes[j];
         if (!m->mem[i]) {
@@ -99,7 +111,7 @@ static int mirror_make(ssm_context * ctx, const cli_problem * pb, cuda_mirror * 
 
 static int mirror_outputs_to_host(const cuda_mirror * m, const cli_problem * pb) {
     for (int i = 0; pb->op->args[i].name; ++i) {
-        if (!pb->op->args[i].output || !pb->arg[i].mem) continue;
+        if (!pb->op->args[i].output || !pb->arg[i].mem || !m->mem[i]) continue;
         const ssm_status st = ssm_cuda_memcpy(NULL, pb->arg[i].mem, m->mem[i], m->bytes[i]);
         if (st != SSM_STATUS_OK) return cli_lib_error(NULL, st, "copying the outputs to the host");
     }

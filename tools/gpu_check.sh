@@ -116,7 +116,9 @@ san_cases() { # op -> lines of extra check arguments (one run each)
         mamba2_chunk_state) echo "--shape B=1,S=88,H=4,P=16,N=32,G=2,chunk=32 --param layout=cann" ;;
         mamba2_step)
             echo ""
-            echo "--param slots=7,in_place=0" ;;
+            echo "--param slots=7,in_place=0"
+            echo "--shape B=40,H=16,P=64,N=128,G=2 --param slots=45"
+            echo "--shape B=300,H=2,P=16,N=16,G=1 --param slots=301,per_head=0" ;;
         mamba3_siso_fwd | mamba3_siso)
             echo ""
             echo "--shape B=1,S=60,H=4,Hq=2,K=16,V=16,A=4,chunk=16 --param nseq=4" ;;
@@ -189,6 +191,7 @@ if want bench; then
     bench "siso bf16 B1 S8192 H64 K128 V64 (1.648)" mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
     bench "mimo_bwd_fwd bf16 B1 S8192 H16 R4 (8.20 H100)" mamba3_mimo_bwd_fwd --dtype bf16 --shape B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16 --param $mimo_params
     bench "mamba2_step f32 pool B128 H80 P64 N128" mamba2_step --dtype f32 --shape B=128,H=80,P=64,N=128,G=1
+    bench "mamba2_step f32 pool B128 H80 P64 N128 idx" mamba2_step --dtype f32 --shape B=128,H=80,P=64,N=128,G=1 --param slots=160
     bench "siso_step f32 pool B128 H64 K128 V64" mamba3_siso_step --dtype f32 --shape B=128,H=64,Hq=1,K=128,V=64,A=32
     bench "mimo_step f32 pool B128 H16 R4 N64 P64" mamba3_mimo_step --dtype f32 --shape B=128,H=16,G=1,R=4,N=64,P=64
     if [ "$quick" != 1 ]; then

@@ -111,9 +111,16 @@ static int cmd_list(void) {
     printf("  ref    available (float64 reference, the golden oracle)\n");
     printf("  cpu    available (SIMD kernels + threads)\n");
     const int32_t ngpu = ssm_cuda_device_count();
-    if (ngpu > 0)
-        printf("  cuda   available (%d device(s); mamba2_scan, mamba2_chunk_state)\n", (int)ngpu);
-    else
+    if (ngpu > 0) {
+        printf("  cuda   available (%d device(s);", (int)ngpu);
+        const char * sep = " ";
+        for (int i = 0; cli_ops[i]; ++i)
+            if (cli_cuda_supported(cli_ops[i])) {
+                printf("%s%s", sep, cli_ops[i]->name);
+                sep = ", ";
+            }
+        printf(")\n");
+    } else
         printf("  cuda   unavailable (no CUDA device, or no CUDA backend in this build)\n");
     printf("dtypes: f32 f16 bf16 (f64 tensors through the C API)\n");
     printf("operators:\n");

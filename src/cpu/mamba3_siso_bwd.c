@@ -55,12 +55,15 @@
 #define BWD_TRI_BLOCK 16    /* row block of the lower-triangle-only C×C products            */
 #define BWD_REDUCE_BLOCK 64 /* tokens per task of the GQA reduction                         */
 #define BWD_MIN_TASKS 4     /* fewest pass-1 tasks the GQA head blocking aims for (plan_bwd) */
+#define BWD_INTERLEAVE 4    /* heads whose reverse passes go chunk by chunk together (GQA)   */
 
 /* ---- the plan ------------------------------------------------------------------------ */
 typedef struct bwd_layout {
     int64_t max_len;       /* longest sequence                                      */
     int64_t max_chunks;    /* chunks of the longest sequence                         */
     int64_t thread_floats; /* one thread's scratch, whole lines                      */
+    int64_t head_floats;   /* the per-head part of it (one per interleaved head)     */
+    int64_t interleave;    /* heads of a block walked chunk by chunk together        */
     int     gqa_ws;        /* dq̃/dk̃ go through the workspace (G > 1)              */
     int64_t head_block;    /* V-heads per pass-1 task (divides G)                    */
     int64_t nblocks;       /* head blocks per group: G / head_block                  */
@@ -106,15 +109,19 @@ typedef struct bwd_scratch {
     float * buf;                                         /* [max(K, V)]                */
 } bwd_scratch;
 
-/* Carves (or, with base NULL, only counts) one thread's scratch; returns the floats used. */
-static int64_t carve(const ssmi_mamba3_dims * d, int64_t max_len, int64_t max_chunks, float * base, bwd_scratch * s) {
-    const int64_t C = BWD_CHUNK, K = d->dk, V = d->dv, A = d->nangles, L = max_len;
-    int64_t       used = 0;
 #define TAKE(field, n)                    \
     do {                                  \
         if (base) s->field = base + used; \
         used += ssmi_cpu_lines(n);        \
     } while (0)
+
+/* Carves (or, with base NULL, only counts) the part of a thread's scratch that belongs to
+ * one head: its whole-sequence tables and the carries of its reverse pass; returns the
+ * floats used. */
+static int64_t carve_head(const ssmi_mamba3_dims * d, int64_t max_len, int64_t max_chunks, float * base,
+                          bwd_scratch * s) {
+    const int64_t K = d->dk, V = d->dv, A = d->nangles, L = max_len;
+    int64_t       used = 0;
     TAKE(cos2, L * 2 * A);
     TAKE(sin2, L * 2 * A);
     TAKE(tanhv, L * A);
@@ -125,8 +132,23 @@ static int64_t carve(const ssmi_mamba3_dims * d, int64_t max_len, int64_t max_ch
     TAKE(dsig, L);
     TAKE(dgam, L);
     TAKE(dda, L);
-    TAKE(row, 2 * (L + 1));
     TAKE(states, max_chunks * V * K);
+    TAKE(ds, V * K);
+    TAKE(dst, K * V);
+    TAKE(gacc, A);
+    TAKE(qbias, K);
+    TAKE(kbias, K);
+    TAKE(qbacc, K);
+    TAKE(kbacc, K);
+    return used;
+}
+
+/* Carves (or counts) the part shared by the interleaved heads: one chunk's buffers and
+ * temporaries, used by one head at a time. */
+static int64_t carve_shared(const ssmi_mamba3_dims * d, int64_t max_len, float * base, bwd_scratch * s) {
+    const int64_t C = BWD_CHUNK, K = d->dk, V = d->dv, A = d->nangles, L = max_len;
+    int64_t       used = 0;
+    TAKE(row, 2 * (L + 1));
     TAKE(qt, C * K);
     TAKE(kt, C * K);
     TAKE(qh, C * K);
@@ -148,8 +170,6 @@ static int64_t carve(const ssmi_mamba3_dims * d, int64_t max_len, int64_t max_ch
     TAKE(ee, C * C);
     TAKE(mm, C * C);
     TAKE(st, K * V);
-    TAKE(ds, V * K);
-    TAKE(dst, K * V);
     TAKE(cc, C);
     TAKE(ec, C);
     TAKE(wv, C);
@@ -158,20 +178,15 @@ static int64_t carve(const ssmi_mamba3_dims * d, int64_t max_len, int64_t max_ch
     TAKE(rr, C);
     TAKE(mv, C);
     TAKE(colw, C);
-    TAKE(gacc, A);
     TAKE(dth, A);
     TAKE(raw, A);
-    TAKE(qbias, K);
-    TAKE(kbias, K);
-    TAKE(qbacc, K);
-    TAKE(kbacc, K);
     TAKE(krow, K);
     TAKE(vrow, V);
     TAKE(hk, V);
     TAKE(buf, K > V ? K : V);
-#undef TAKE
     return used;
 }
+#undef TAKE
 
 /* ---- small helpers ---------------------------------------------------------------------- */
 static float sum(const float * x, int64_t n) {
@@ -211,7 +226,9 @@ typedef struct bwd_task_ctx {
     int64_t         n, h, g, row, t0, len; /* sequence, V-head, Q/K head, tokens      */
     int64_t         blk;                   /* head block of the group                 */
     int             first_in_block;        /* h is the block's first head             */
+    int             prefetch_ws;           /* ask for the workspace rows of each chunk */
     float           dh;                    /* D of the head (0 without d)             */
+    float           dd;                    /* running dd partial of the head           */
 } bwd_task_ctx;
 
 /* λ, γ, σ, dt of every token and the angle cumsum: the pair tables of θ and tanh of the
@@ -238,8 +255,11 @@ static void sequence_scalars(bwd_task_ctx * x) {
         }
         m3->base->load_row(s->raw, a->angles.data, a->angles.dtype, ssmi_off4(&a->angles, x->row, x->t0 + t, h, 0),
                            a->angles.strides[3], A);
+        /* rate = π·tanh(raw) from the tanh kept for the backward: angle_rate's bits */
+        const float * th = s->tanhv + t * A;
         m3->vtanh(A, s->raw, s->tanhv + t * A);
-        m3->angle_step(A, theta, s->raw, s->dtv[t]);
+        for (int64_t j = 0; j < A; ++j) s->raw[j] = SSMI_PI_F * th[j];
+        m3->angle_advance(A, theta, s->raw, s->dtv[t]);
         m3->sincos_pairs(A, theta, s->cos2 + t * 2 * A, s->sin2 + t * 2 * A);
     }
 }
@@ -259,6 +279,16 @@ static float chunk_decays(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
     return ecl;
 }
 
+/* Row [b, t, g, :] (n floats) of a (B, S, Hq, K) tensor as fp32: the tensor's own memory
+ * for fp32 unit-stride rows, else converted into buf. */
+static const float * raw_row(const ssmi_cpu_kernels * k, const ssm_tensor * t, int64_t b, int64_t tok, int64_t g,
+                             int64_t n, float * buf) {
+    const int64_t off = ssmi_off4(t, b, tok, g, 0);
+    if (t->dtype == SSM_DTYPE_F32 && t->strides[3] == 1) return (const float *)t->data + off;
+    k->load_row(buf, t->data, t->dtype, off, t->strides[3], n);
+    return buf;
+}
+
 /* k̃ = k + k_bias, k̂ = R(θ)k̃, K̂s = σ·k̂ of the chunk; with q also q̃, q̂ and d = q̃·k̃.
  * Without q (the forward recompute) k̂ is not kept and K̂s is scaled by e^{c_last − c}. */
 static void chunk_qk(bwd_task_ctx * x, int64_t i0, int64_t Lc, int with_q) {
@@ -271,12 +301,11 @@ static void chunk_qk(bwd_task_ctx * x, int64_t i0, int64_t Lc, int with_q) {
         const int64_t t = i0 + i;
         const float * cs = s->cos2 + t * 2 * A, *sn = s->sin2 + t * 2 * A;
         float *       kt = s->kt + i * K, *ks = s->ks + i * K;
-        /* the raw rows go through qh / kh (overwritten by the kernel's outputs) */
-        float *qraw = s->qhe + i * K, *kraw = s->dqh + i * K;
-        k->load_row(kraw, a->k.data, a->k.dtype, ssmi_off4(&a->k, x->row, x->t0 + t, x->g, 0), a->k.strides[3], K);
+        /* the raw rows: fp32 unit-stride rows are read in place, others converted into
+         * free chunk buffers (qhe, dqh: not in use yet) */
+        const float * kraw = raw_row(k, &a->k, x->row, x->t0 + t, x->g, K, s->dqh + i * K);
         if (with_q) {
-            k->load_row(qraw, a->q.data, a->q.dtype, ssmi_off4(&a->q, x->row, x->t0 + t, x->g, 0), a->q.strides[3],
-                        K);
+            const float * qraw = raw_row(k, &a->q, x->row, x->t0 + t, x->g, K, s->qhe + i * K);
             s->dcoef[i] = bk->siso_prep(K, 2 * A, qraw, kraw, s->qbias, s->kbias, cs, sn, s->sig[t], 1.0f,
                                         s->qt + i * K, kt, s->qh + i * K, s->kh + i * K, ks);
         } else {
@@ -522,13 +551,7 @@ static void chunk_preprocess_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
         s->dgam[t] = s->dqk[i] * s->dcoef[i] + dsig;
 
         /* angle backward: G_t = Σ_{u≥t} dθ_u + dθ_final */
-        float dda = 0.0f;
-        for (int64_t j = 0; j < A; ++j) {
-            s->gacc[j] += s->dth[j];
-            dda += th[j] * s->gacc[j];
-            s->dth[j] = SSMI_PI_F * s->dtv[t] * (1.0f - th[j] * th[j]) * s->gacc[j];
-        }
-        s->dda[t] = SSMI_PI_F * dda;
+        s->dda[t] = A > 0 ? job->bk->siso_angle(A, th, s->dtv[t], s->gacc, s->dth) : 0.0f;
         if (ssmi_present(&a->dangles) && A > 0)
             k->store_row(a->dangles.data, a->dangles.dtype, ssmi_off4(&a->dangles, x->row, x->t0 + t, x->h, 0),
                          a->dangles.strides[3], s->dth, A);
@@ -632,97 +655,119 @@ static void empty_sequence(bwd_task_ctx * x) {
     }
 }
 
-/* Every gradient of one (sequence, V-head) (passes 1–4 of the file comment). */
-static void head_grads(bwd_task_ctx * xp) {
-    bwd_task_ctx                     x = *xp;
-    const bwd_job *                  job = x.job;
+/* Passes 1–2 of the file comment for one (sequence, V-head) and the carries of its reverse
+ * pass; the sequence is not empty. */
+static void head_begin(bwd_task_ctx * x) {
+    const bwd_job *                  job = x->job;
     const ssm_mamba3_siso_bwd_args * a = job->a;
-    const ssmi_mamba3_dims *         d = job->d;
     const ssmi_cpu_kernels *         k = job->k;
-    const int64_t                    H = d->nheads, K = d->dk, V = d->dv, A = d->nangles, C = BWD_CHUNK, VK = V * K;
-    bwd_scratch *                    s = &x.s;
-    x.dh = ssmi_present(&a->d) ? ssmi_get_f32(&a->d, ssmi_off1(&a->d, x.h)) : 0.0f;
-
-    float * qb_part = job->dqb_part + (x.n * H + x.h) * K;
-    float * kb_part = job->dkb_part + (x.n * H + x.h) * K;
-    memset(qb_part, 0, (size_t)K * sizeof(float));
-    memset(kb_part, 0, (size_t)K * sizeof(float));
-    job->dd_part[x.n * H + x.h] = 0.0f;
-    if (x.len == 0) {
-        empty_sequence(&x);
-        return;
-    }
-
-    k->load_row(s->qbias, a->q_bias.data, a->q_bias.dtype, ssmi_off2(&a->q_bias, x.h, 0), a->q_bias.strides[1], K);
-    k->load_row(s->kbias, a->k_bias.data, a->k_bias.dtype, ssmi_off2(&a->k_bias, x.h, 0), a->k_bias.strides[1], K);
-    sequence_scalars(&x);
-    forward_states(&x);
+    const int64_t                    K = job->d->dk, V = job->d->dv, A = job->d->nangles;
+    bwd_scratch *                    s = &x->s;
+    x->dh = ssmi_present(&a->d) ? ssmi_get_f32(&a->d, ssmi_off1(&a->d, x->h)) : 0.0f;
+    k->load_row(s->qbias, a->q_bias.data, a->q_bias.dtype, ssmi_off2(&a->q_bias, x->h, 0), a->q_bias.strides[1], K);
+    k->load_row(s->kbias, a->k_bias.data, a->k_bias.dtype, ssmi_off2(&a->k_bias, x->h, 0), a->k_bias.strides[1], K);
+    sequence_scalars(x);
+    forward_states(x);
 
     /* carries of the reverse pass: dS (and its transpose), G, bias and d partials */
     if (ssmi_present(&a->dfinal_ssm_state)) {
         const ssm_tensor * t = &a->dfinal_ssm_state;
         for (int64_t v = 0; v < V; ++v)
-            k->load_row(s->ds + v * K, t->data, t->dtype, ssmi_off4(t, x.n, x.h, v, 0), t->strides[3], K);
+            k->load_row(s->ds + v * K, t->data, t->dtype, ssmi_off4(t, x->n, x->h, v, 0), t->strides[3], K);
     } else {
-        memset(s->ds, 0, (size_t)VK * sizeof(float));
+        memset(s->ds, 0, (size_t)(V * K) * sizeof(float));
     }
     job->bk->transpose(V, K, s->ds, K, NULL, s->dst, V);
     if (A > 0) {
         if (ssmi_present(&a->dfinal_angle_state))
             k->load_row(s->gacc, a->dfinal_angle_state.data, a->dfinal_angle_state.dtype,
-                        ssmi_off3(&a->dfinal_angle_state, x.n, x.h, 0), a->dfinal_angle_state.strides[2], A);
+                        ssmi_off3(&a->dfinal_angle_state, x->n, x->h, 0), a->dfinal_angle_state.strides[2], A);
         else
             memset(s->gacc, 0, (size_t)A * sizeof(float));
     }
     memset(s->qbacc, 0, (size_t)K * sizeof(float));
     memset(s->kbacc, 0, (size_t)K * sizeof(float));
-    float dd = 0.0f;
-
-    const int64_t nchunks = (x.len + C - 1) / C;
-    for (int64_t c = nchunks - 1; c >= 0; --c) {
-        const int64_t i0 = c * C;
-        const int64_t Lc = x.len - i0 < C ? x.len - i0 : C;
-        const float * sc = s->states + c * VK;
-        const float   ecl = chunk_decays(&x, i0, Lc);
-        prefetch_ws(&x, i0, Lc);
-        chunk_qk(&x, i0, Lc, 1);
-        chunk_dy(&x, i0, Lc);
-        chunk_scores(&x, Lc);
-        if (job->want_y) chunk_dz(&x, i0, Lc, sc);
-        chunk_grads(&x, i0, Lc, sc, ecl, c == nchunks - 1, c > 0 || d->has_states);
-        chunk_preprocess_grads(&x, i0, Lc);
-        for (int64_t i = Lc - 1; i >= 0; --i) dd += s->dqk[i];
-        if (c > 0) { /* the next chunk's rows, while nothing else waits on memory */
-            prefetch_tokens(&x, &a->v, i0 - C, C);
-            prefetch_tokens(&x, &a->dout, i0 - C, C);
-            prefetch_tokens(&x, &a->z, i0 - C, C);
-        }
-    }
-
-    const float dc = d->has_states ? initial_state_grads(&x) : 0.0f;
-    sequence_trapezoid(&x, dc);
-    memcpy(qb_part, s->qbacc, (size_t)K * sizeof(float));
-    memcpy(kb_part, s->kbacc, (size_t)K * sizeof(float));
-    job->dd_part[x.n * H + x.h] = dd;
+    x->dd = 0.0f;
 }
 
-/* Task (sequence n, Q/K head g, head block blk): the block's heads one after the other,
- * so their dq̃, dk̃ add up in head order in the block's workspace slot. */
+/* Chunk c of the reverse pass (pass 3) of one head. */
+static void head_chunk(bwd_task_ctx * x, int64_t c) {
+    const bwd_job *                  job = x->job;
+    const ssm_mamba3_siso_bwd_args * a = job->a;
+    const int64_t                    C = BWD_CHUNK, nchunks = (x->len + C - 1) / C;
+    const int64_t                    i0 = c * C, Lc = x->len - i0 < C ? x->len - i0 : C;
+    bwd_scratch *                    s = &x->s;
+    const float *                    sc = s->states + c * job->d->dv * job->d->dk;
+    const float                      ecl = chunk_decays(x, i0, Lc);
+    if (x->prefetch_ws) prefetch_ws(x, i0, Lc);
+    chunk_qk(x, i0, Lc, 1);
+    chunk_dy(x, i0, Lc);
+    chunk_scores(x, Lc);
+    if (job->want_y) chunk_dz(x, i0, Lc, sc);
+    chunk_grads(x, i0, Lc, sc, ecl, c == nchunks - 1, c > 0 || job->d->has_states);
+    chunk_preprocess_grads(x, i0, Lc);
+    for (int64_t i = Lc - 1; i >= 0; --i) x->dd += s->dqk[i];
+    if (c > 0) { /* the next chunk's rows, while nothing else waits on memory */
+        prefetch_tokens(x, &a->v, i0 - C, C);
+        prefetch_tokens(x, &a->dout, i0 - C, C);
+        prefetch_tokens(x, &a->z, i0 - C, C);
+    }
+}
+
+/* Pass 4 of one head and its partial sums out. */
+static void head_end(bwd_task_ctx * x) {
+    const bwd_job * job = x->job;
+    const int64_t   H = job->d->nheads, K = job->d->dk;
+    const float     dc = job->d->has_states ? initial_state_grads(x) : 0.0f;
+    sequence_trapezoid(x, dc);
+    memcpy(job->dqb_part + (x->n * H + x->h) * K, x->s.qbacc, (size_t)K * sizeof(float));
+    memcpy(job->dkb_part + (x->n * H + x->h) * K, x->s.kbacc, (size_t)K * sizeof(float));
+    job->dd_part[x->n * H + x->h] = x->dd;
+}
+
+/* Task (sequence n, Q/K head g, head block blk): the block's heads in groups of
+ * l.interleave whose reverse passes go chunk by chunk together (head order inside a
+ * chunk), so the chunk's workspace rows are added to while still in cache; their dq̃,
+ * dk̃ add up in head order in the block's workspace slot whatever the grouping. */
 static void bwd_task(void * arg, int64_t task, int32_t thread) {
     const bwd_job *          job = (const bwd_job *)arg;
     const ssmi_mamba3_dims * d = job->d;
     const int64_t            Hq = d->nheads_qk, G = d->nheads / Hq, nb = job->l.nblocks, hb = job->l.head_block;
+    const int64_t            P = job->l.interleave, H = d->nheads, K = d->dk;
+    float * const            base = job->scratch + (int64_t)thread * job->l.thread_floats;
+    bwd_task_ctx             xs[BWD_INTERLEAVE];
     bwd_task_ctx             x;
+    memset(&x, 0, sizeof x);
     x.job = job;
     x.n = task / (Hq * nb);
     x.g = (task / nb) % Hq;
     x.blk = task % nb;
     ssmi_cpu_sequence(&job->a->cu_seqlens, d->seqlen, x.n, &x.row, &x.t0, &x.len);
-    carve(d, job->l.max_len, job->l.max_chunks, job->scratch + (int64_t)thread * job->l.thread_floats, &x.s);
-    for (int64_t j = 0; j < hb; ++j) {
-        x.h = x.g * G + x.blk * hb + j;
-        x.first_in_block = j == 0;
-        head_grads(&x);
+    const int64_t shared = carve_shared(d, job->l.max_len, base, &x.s);
+    if (x.len == 0) {
+        for (int64_t j = 0; j < hb; ++j) {
+            x.h = x.g * G + x.blk * hb + j;
+            memset(job->dqb_part + (x.n * H + x.h) * K, 0, (size_t)K * sizeof(float));
+            memset(job->dkb_part + (x.n * H + x.h) * K, 0, (size_t)K * sizeof(float));
+            job->dd_part[x.n * H + x.h] = 0.0f;
+            empty_sequence(&x);
+        }
+        return;
+    }
+    const int64_t nchunks = (x.len + BWD_CHUNK - 1) / BWD_CHUNK;
+    for (int64_t j0 = 0; j0 < hb; j0 += P) {
+        const int64_t np = hb - j0 < P ? hb - j0 : P;
+        for (int64_t p = 0; p < np; ++p) {
+            xs[p] = x;
+            carve_head(d, job->l.max_len, job->l.max_chunks, base + shared + p * job->l.head_floats, &xs[p].s);
+            xs[p].h = x.g * G + x.blk * hb + j0 + p;
+            xs[p].first_in_block = j0 + p == 0;
+            xs[p].prefetch_ws = p == 0;
+            head_begin(&xs[p]);
+        }
+        for (int64_t c = nchunks - 1; c >= 0; --c)
+            for (int64_t p = 0; p < np; ++p) head_chunk(&xs[p], c);
+        for (int64_t p = 0; p < np; ++p) head_end(&xs[p]);
     }
 }
 
@@ -805,8 +850,13 @@ static bwd_layout plan_bwd(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd
                 break;
             }
     l.head_block = G / l.nblocks;
+    /* Interleaving pays where heads share workspace rows (a block of several heads); each
+     * interleaved head needs its own whole-sequence tables. */
+    l.interleave = l.gqa_ws && l.head_block > 1 ? BWD_INTERLEAVE : 1;
+    if (l.interleave > l.head_block) l.interleave = l.head_block;
     bwd_scratch unused;
-    l.thread_floats = carve(d, l.max_len, l.max_chunks, NULL, &unused);
+    l.head_floats = carve_head(d, l.max_len, l.max_chunks, NULL, &unused);
+    l.thread_floats = carve_shared(d, l.max_len, NULL, &unused) + l.interleave * l.head_floats;
     if (l.thread_floats < ssmi_cpu_lines(d->dk)) l.thread_floats = ssmi_cpu_lines(d->dk);
     return l;
 }

@@ -44,6 +44,9 @@ using namespace nvcuda;
 enum { M_F32 = 0, M_F16 = 1, M_BF16 = 2 };
 const int kThreads = 256; /* every kernel: 8 warps (the block scan assumes it) */
 const int kMaxN = 256;
+/* Internal chunk of the scan (tokens): the combined op is exact for any cut, so the chunk_size
+ * parameter only shapes mamba2_chunk_state's output; 256 keeps the fp32 state traffic small. */
+const int kScanQ = 256;
 
 template <int MODE> struct cfg;
 template <> struct cfg<M_F32> {
@@ -176,12 +179,12 @@ struct m2_dt_raw {
     float        lo, hi;
 };
 
-/* dts[i] = processed dt, cums[i] = inclusive cumsum of dt·A over i < len (fp32). */
-__device__ void load_dt_raw(const m2_dt_raw & r, const m2_chunk & ch, int h, float * dts, float * cums,
-                            float * warp_tot) {
+/* dts[i] = processed dt, cums[i] = inclusive cumsum of dt·A over i < n ≤ len (fp32). */
+__device__ void load_dt_first(const m2_dt_raw & r, const m2_chunk & ch, int h, int n, float * dts, float * cums,
+                              float * warp_tot) {
     const float ah = ssmi_cu_ld(r.a.p, r.a.dtype, h * r.a.s[0]);
     const float bias = r.has_bias ? ssmi_cu_ld(r.bias.p, r.bias.dtype, h * r.bias.s[0]) : 0.0f;
-    for (int i = threadIdx.x; i < ch.len; i += blockDim.x) {
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
         float v = ssmi_cu_ld(r.dt.p, r.dt.dtype, ch.b * r.dt.s[0] + (ch.t0 + i) * r.dt.s[1] + h * r.dt.s[2]) + bias;
         if (r.softplus && v <= 20.0f) v = log1pf(expf(v));
         v = fminf(fmaxf(v, r.lo), r.hi);
@@ -189,7 +192,13 @@ __device__ void load_dt_raw(const m2_dt_raw & r, const m2_chunk & ch, int h, flo
         cums[i] = v * ah;
     }
     __syncthreads();
-    block_inclusive_scan(cums, ch.len, warp_tot);
+    block_inclusive_scan(cums, n, warp_tot);
+}
+
+/* The same over the whole chunk. */
+__device__ void load_dt_raw(const m2_dt_raw & r, const m2_chunk & ch, int h, float * dts, float * cums,
+                            float * warp_tot) {
+    load_dt_first(r, ch, h, ch.len, dts, cums, warp_tot);
 }
 
 /* ---- shared-memory layouts and tile loads -------------------------------------------------- */
@@ -382,12 +391,23 @@ __global__ void __launch_bounds__(kThreads) state_pass_kernel(const m2_pass_args
     float        s = 0.0f;
     if (A.has_init && sg.init >= 0)
         s = ssmi_cu_ld(A.init.p, A.init.dtype, sg.init * A.init.s[0] + h * A.init.s[1] + p * A.init.s[2] + n * A.init.s[3]);
+    /* the next chunk's local state and decay are loaded before this chunk's store (the
+     * compiler may not move a load above a store to the same array) */
+    float local = 0.0f, decay = 0.0f;
+    if (sg.count > 0) {
+        local = A.states[(long long)sg.first * hpn + e];
+        decay = expf(A.lastcum[(long long)sg.first * A.H + h]);
+    }
     for (int k = 0; k < sg.count; ++k) {
         const long long w = sg.first + k;
-        const long long idx = w * hpn + e;
-        const float     local = A.states[idx];
-        A.states[idx] = s;
-        s = expf(A.lastcum[w * A.H + h]) * s + local;
+        float           nlocal = 0.0f, ndecay = 0.0f;
+        if (k + 1 < sg.count) {
+            nlocal = A.states[(w + 1) * hpn + e];
+            ndecay = expf(A.lastcum[(w + 1) * A.H + h]);
+        }
+        A.states[w * hpn + e] = s;
+        s = decay * s + local;
+        local = nlocal, decay = ndecay;
     }
     if (A.has_fin && sg.fin >= 0)
         ssmi_cu_st(A.fin, A.fin_dtype, sg.fin * A.fs[0] + h * A.fs[1] + p * A.fs[2] + n * A.fs[3], s);
@@ -514,6 +534,456 @@ template <int MODE> __global__ void __launch_bounds__(kThreads) output_kernel(co
     }
 }
 
+/* ---- tensor-core path of the scan (fp16/bf16 inputs) ------------------------------------------
+ * Two kernels replace kernels 1 and 3 when x is fp16 or bf16. Every block has 4 warps; the
+ * matrix products run on mma.sync m16n8k16 (fp32 accumulators) with operands read from shared
+ * memory by ldmatrix, and the results stay in registers:
+ *   fast_state_kernel   per (work chunk, head, 64-wide P tile, 64-wide N tile): s_c = xᵀ·(B∘w),
+ *                       warp k owns rows p of 16k..16k+15, the chunk's tokens in steps of 64.
+ *   fast_output_kernel  per (work chunk, head, 64-row tile, 64-wide P tile): warp k owns rows
+ *                       16k..16k+15 of the tile; C·S_inᵀ, then for every 64-token column tile
+ *                       up to the diagonal the masked scores C·Bᵀ (registers) times x.
+ * Operands that are fp32 products (B∘w, the entering state, the masked scores) are split into a
+ * rounded part and a rounded remainder, two products each, as in the portable kernels.
+ * Contiguous tiles of the compute dtype (innermost stride 1, other strides multiples of 8
+ * elements, 16-byte aligned base) load with cp.async in 16-byte pieces; any other layout or
+ * dtype takes the element-wise path through the strides. */
+
+const int kFastThreads = 128;
+const int kFT = 64;         /* tile edge of the fast kernels (rows, tokens, P, N) */
+const int kFLd = kFT + 8;   /* padded leading dimension of a 64-wide T tile        */
+
+template <int MODE> struct t2;
+template <> struct t2<M_F16> {
+    typedef __half2 T2;
+    static __device__ __forceinline__ uint32_t pack(float a, float b) {
+        __half2 v = __floats2half2_rn(a, b);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+    static __device__ __forceinline__ float2 unpack(uint32_t u) {
+        __half2 v = *reinterpret_cast<__half2 *>(&u);
+        return __half22float2(v);
+    }
+};
+template <> struct t2<M_BF16> {
+    typedef __nv_bfloat162 T2;
+    static __device__ __forceinline__ uint32_t pack(float a, float b) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+    static __device__ __forceinline__ float2 unpack(uint32_t u) {
+        __nv_bfloat162 v = *reinterpret_cast<__nv_bfloat162 *>(&u);
+        return __bfloat1622float2(v);
+    }
+};
+
+/* (a, b) rounded to a T pair (hi) and the rounded remainders (lo). */
+template <int MODE> __device__ __forceinline__ void split2(float a, float b, uint32_t & hi, uint32_t & lo) {
+    hi = t2<MODE>::pack(a, b);
+    const float2 r = t2<MODE>::unpack(hi);
+    lo = t2<MODE>::pack(a - r.x, b - r.y);
+}
+
+template <int MODE> __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                                             uint32_t b1) {
+    if constexpr (MODE == M_BF16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                     "{%0,%1,%2,%3};\n"
+                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void * p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+/* Four 8x8 b16 matrices; lane l gives the row address of matrix l/8. */
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const void * p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm4_t(uint32_t (&r)[4], const void * p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void cp_async16(void * dst, const void * src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+/* Fragment addresses (lane l). A row-major (m, k) tile at (m0, k0): */
+__device__ __forceinline__ int a_row_off(int lane, int ld) { return (lane & 15) * ld + (lane >> 4) * 8; }
+/* A stored (k, m), transposed load: */
+__device__ __forceinline__ int a_trans_off(int lane, int ld) { return ((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8; }
+/* Two n8 tiles of B stored (n, k), plain load: r0,r1 = tile 0, r2,r3 = tile 1. */
+__device__ __forceinline__ int b_nk_off(int lane, int ld) { return ((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8; }
+/* Two n8 tiles of B stored (k, n), transposed load. */
+__device__ __forceinline__ int b_kn_off(int lane, int ld) { return ((lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 8; }
+
+/* dst[r·ld + c] (T) = element base + r·srow + c·scol for r < rows, c < cols (a multiple of 8);
+ * 0 where r ≥ nr or c ≥ nc. vec: the tensor is of type T with contiguous 16-byte aligned rows
+ * and nc a multiple of 8 (cp.async; the caller waits). */
+template <int MODE>
+__device__ void tile_to_smem(typename cfg<MODE>::T * dst, int ld, const ssmi_cu_view & v, int vec, long long base,
+                             long long srow, long long scol, int rows, int cols, int nr, int nc) {
+    typedef typename cfg<MODE>::T T;
+    if (vec) {
+        const int c8 = cols >> 3;
+        for (int o = threadIdx.x; o < rows * c8; o += blockDim.x) {
+            const int r = o / c8, c = (o - r * c8) * 8;
+            T *       d = dst + r * ld + c;
+            if (r < nr && c < nc)
+                cp_async16(d, (const T *)v.p + base + r * srow + c);
+            else
+                *reinterpret_cast<uint4 *>(d) = make_uint4(0u, 0u, 0u, 0u);
+        }
+    } else {
+        for (int o = threadIdx.x; o < rows * cols; o += blockDim.x) {
+            const int r = o / cols, c = o - r * cols;
+            to_t(r < nr && c < nc ? ssmi_cu_ld(v.p, v.dtype, base + r * srow + c * scol) : 0.0f, dst + r * ld + c);
+        }
+    }
+}
+
+struct m2_fast_args {
+    const m2_chunk * chunks;
+    int              H, G, P, N, Np, n_ptiles, n_ntiles, n_itiles;
+    m2_dt_raw        r;
+    ssmi_cu_view     x, b, c, d, z;
+    int              vx, vb, vc, vz, vout; /* 16-byte paths (vout: pairs of out's dtype) */
+    int              has_d, d_2d, has_z;
+    float *          states;  /* (W, H, P, N) fp32: chunk states (kernel 1), entering states (kernel 3) */
+    float *          lastcum; /* (W, H) */
+    float *          dtc;     /* (W, H, 2, kScanQ): processed dt and its cumsum, from kernel 1 */
+    void *           out;
+    int              out_dtype;
+    long long        os[4];
+};
+
+template <int MODE> __global__ void __launch_bounds__(kFastThreads) fast_state_kernel(const m2_fast_args A) {
+    typedef typename cfg<MODE>::T T;
+    __shared__ float dts[kScanQ], cums[kScanQ], tot[32], wj[kFT];
+    __shared__ __align__(16) T xs[kFT * kFLd];
+    __shared__ __align__(16) T bh[kFT * kFLd];
+    __shared__ __align__(16) T bl[kFT * kFLd];
+
+    const long long blk = blockIdx.x;
+    const int       nz = A.n_ptiles * A.n_ntiles;
+    const long long wh = blk / nz;
+    const int       z = (int)(blk - wh * nz);
+    const int       w = (int)(wh / A.H), h = (int)(wh - (long long)w * A.H);
+    const int       p0 = (z % A.n_ptiles) * kFT, n0 = (z / A.n_ptiles) * kFT;
+    const int       tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const m2_chunk  ch = A.chunks[w];
+    const int       g = h / (A.H / A.G);
+    load_dt_first(A.r, ch, h, ch.len, dts, cums, tot);
+    const float cl = cums[ch.len - 1];
+    if (z == 0) {
+        if (tid == 0) A.lastcum[wh] = cl;
+        float * dd = A.dtc + wh * 2 * kScanQ;
+        for (int i = tid; i < ch.len; i += blockDim.x) dd[i] = dts[i], dd[kScanQ + i] = cums[i];
+    }
+
+    float acc[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    const long long xb = ch.b * A.x.s[0] + h * A.x.s[2] + p0 * A.x.s[3];
+    const long long bb = ch.b * A.b.s[0] + g * A.b.s[2] + n0 * A.b.s[3];
+    for (int j0 = 0; j0 < ch.len; j0 += kFT) {
+        const int nr = ch.len - j0;
+        if (tid < kFT) wj[tid] = tid < nr ? expf(cl - cums[j0 + tid]) * dts[j0 + tid] : 0.0f;
+        tile_to_smem<MODE>(xs, kFLd, A.x, A.vx, xb + (ch.t0 + j0) * A.x.s[1], A.x.s[1], A.x.s[3], kFT, kFT, nr,
+                           A.P - p0);
+        __syncthreads(); /* wj */
+        /* B rows weighted by w_j, split: 8 columns per piece, all pieces of a thread loaded first */
+        const int PER = kFT * (kFT / 8) / kFastThreads;
+        float     v[PER][8];
+#pragma unroll
+        for (int u = 0; u < PER; ++u) {
+            const int o = tid + u * kFastThreads, r = o >> 3, c = (o & 7) * 8;
+            if (A.vb && r < nr && n0 + c < A.N) {
+                const uint4 q = __ldg(reinterpret_cast<const uint4 *>((const T *)A.b.p + bb + (ch.t0 + j0 + r) * A.b.s[1] + c));
+                const uint32_t qq[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float2 f = t2<MODE>::unpack(qq[e]);
+                    v[u][2 * e] = f.x, v[u][2 * e + 1] = f.y;
+                }
+            } else {
+#pragma unroll
+                for (int e = 0; e < 8; ++e)
+                    v[u][e] = (r < nr && n0 + c + e < A.N)
+                                  ? ssmi_cu_ld(A.b.p, A.b.dtype, bb + (ch.t0 + j0 + r) * A.b.s[1] + (c + e) * A.b.s[3])
+                                  : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < PER; ++u) {
+            const int   o = tid + u * kFastThreads, r = o >> 3, c = (o & 7) * 8;
+            const float wr = wj[r];
+            uint32_t    hi[4], lo[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) split2<MODE>(v[u][2 * e] * wr, v[u][2 * e + 1] * wr, hi[e], lo[e]);
+            *reinterpret_cast<uint4 *>(&bh[r * kFLd + c]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            *reinterpret_cast<uint4 *>(&bl[r * kFLd + c]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        }
+        cp_async_wait_all();
+        __syncthreads();
+        const int ksteps = min(kFT / 16, (nr + 15) / 16);
+        for (int ks = 0; ks < ksteps; ++ks) {
+            uint32_t a[4];
+            ldsm4_t(a, &xs[ks * 16 * kFLd + warp * 16 + a_trans_off(lane, kFLd)]);
+#pragma unroll
+            for (int np = 0; np < 4; ++np) {
+                uint32_t b[4];
+                ldsm4_t(b, &bh[ks * 16 * kFLd + np * 16 + b_kn_off(lane, kFLd)]);
+                mma16816<MODE>(acc[2 * np], a, b[0], b[1]);
+                mma16816<MODE>(acc[2 * np + 1], a, b[2], b[3]);
+                ldsm4_t(b, &bl[ks * 16 * kFLd + np * 16 + b_kn_off(lane, kFLd)]);
+                mma16816<MODE>(acc[2 * np], a, b[0], b[1]);
+                mma16816<MODE>(acc[2 * np + 1], a, b[2], b[3]);
+            }
+        }
+        __syncthreads(); /* before the next step overwrites the tiles */
+    }
+    /* rows p = p0 + 16·warp + lane/4 (+8), columns n = n0 + 8·t + 2·(lane%4) (+1) */
+    float * st = A.states + wh * A.P * A.N;
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int p = p0 + warp * 16 + (lane >> 2) + (e >> 1) * 8;
+            const int n = n0 + t * 8 + 2 * (lane & 3) + (e & 1);
+            if (p < A.P && n < A.N) st[(long long)p * A.N + n] = acc[t][e];
+        }
+    }
+}
+
+template <int MODE> struct fast_out_smem {
+    size_t cs, ss_hi, ss_lo, bs, xs, total;
+    __host__ __device__ fast_out_smem(int Np) {
+        typedef typename cfg<MODE>::T T;
+        const size_t tn = sizeof(T) * kFT * (Np + 8), tt = sizeof(T) * kFT * kFLd;
+        cs = 0;
+        /* phase 1 (entering state) and phase 2 (B and x tiles) share one region */
+        ss_hi = align128(tn);
+        ss_lo = ss_hi + align128(tn);
+        bs = ss_hi;
+        xs = bs + align128(tn);
+        const size_t p1 = ss_lo + align128(tn), p2 = xs + align128(tt);
+        total = p1 > p2 ? p1 : p2;
+    }
+};
+
+template <int MODE> __global__ void __launch_bounds__(kFastThreads) fast_output_kernel(const m2_fast_args A) {
+    typedef typename cfg<MODE>::T T;
+    __shared__ float dts[kScanQ], cums[kScanQ];
+    extern __shared__ __align__(128) unsigned char smem[];
+    const fast_out_smem<MODE> L(A.Np);
+    T *                       cs = (T *)(smem + L.cs);
+    T *                       ss_hi = (T *)(smem + L.ss_hi);
+    T *                       ss_lo = (T *)(smem + L.ss_lo);
+    T *                       bs = (T *)(smem + L.bs);
+    T *                       xs = (T *)(smem + L.xs);
+
+    const long long blk = blockIdx.x;
+    const int       nz = A.n_itiles * A.n_ptiles;
+    const long long wh = blk / nz;
+    const int       z = (int)(blk - wh * nz);
+    const int       w = (int)(wh / A.H), h = (int)(wh - (long long)w * A.H);
+    const int       i0 = (z / A.n_ptiles) * kFT, p0 = (z % A.n_ptiles) * kFT;
+    const m2_chunk  ch = A.chunks[w];
+    if (i0 >= ch.len) return; /* uniform over the block */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int g = h / (A.H / A.G);
+    const int LN = A.Np + 8, KS = A.Np / 16;
+    const int nlen = min(ch.len, i0 + kFT);
+    {
+        const float * dd = A.dtc + wh * 2 * kScanQ;
+        for (int i = tid; i < nlen; i += blockDim.x) dts[i] = dd[i], cums[i] = dd[kScanQ + i];
+    }
+
+    /* C rows of the tile; the entering state (P tile x N), fp32 -> split */
+    tile_to_smem<MODE>(cs, LN, A.c, A.vc, ch.b * A.c.s[0] + (ch.t0 + i0) * A.c.s[1] + g * A.c.s[2], A.c.s[1],
+                       A.c.s[3], kFT, A.Np, ch.len - i0, A.N);
+    {
+        const float * st = A.states + wh * A.P * A.N;
+        const int     c4 = A.Np / 4, total = kFT * c4;
+        const int     U = 4; /* loads in flight per thread */
+        for (int o0 = tid; o0 < total; o0 += U * kFastThreads) {
+            float v[U][4];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int o = o0 + u * kFastThreads, r = o / c4, c = (o - r * c4) * 4, p = p0 + r;
+                if (o < total && (A.N & 3) == 0 && p < A.P && c < A.N) {
+                    const float4 f = __ldg(reinterpret_cast<const float4 *>(st + (long long)p * A.N + c));
+                    v[u][0] = f.x, v[u][1] = f.y, v[u][2] = f.z, v[u][3] = f.w;
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        v[u][e] = (o < total && p < A.P && c + e < A.N) ? st[(long long)p * A.N + c + e] : 0.0f;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int o = o0 + u * kFastThreads, r = o / c4, c = (o - r * c4) * 4;
+                if (o >= total) break;
+                uint32_t hi[2], lo[2];
+                split2<MODE>(v[u][0], v[u][1], hi[0], lo[0]);
+                split2<MODE>(v[u][2], v[u][3], hi[1], lo[1]);
+                *reinterpret_cast<uint2 *>(&ss_hi[r * LN + c]) = make_uint2(hi[0], hi[1]);
+                *reinterpret_cast<uint2 *>(&ss_lo[r * LN + c]) = make_uint2(lo[0], lo[1]);
+            }
+        }
+    }
+    cp_async_wait_all();
+    __syncthreads();
+
+    /* y (16 rows x 64 p) = C · S_inᵀ, rows scaled by exp(cum_i) */
+    float y[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) y[i][0] = y[i][1] = y[i][2] = y[i][3] = 0.0f;
+    const T * crow = cs + warp * 16 * LN + a_row_off(lane, LN);
+    for (int ks = 0; ks < KS; ++ks) {
+        uint32_t a[4];
+        ldsm4(a, crow + ks * 16);
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+            uint32_t b[4];
+            ldsm4(b, &ss_hi[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
+            mma16816<MODE>(y[2 * np], a, b[0], b[1]);
+            mma16816<MODE>(y[2 * np + 1], a, b[2], b[3]);
+            ldsm4(b, &ss_lo[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
+            mma16816<MODE>(y[2 * np], a, b[0], b[1]);
+            mma16816<MODE>(y[2 * np + 1], a, b[2], b[3]);
+        }
+    }
+    const int   ri0 = i0 + warp * 16 + (lane >> 2), ri1 = ri0 + 8; /* this thread's rows (chunk index) */
+    const float ci0 = ri0 < nlen ? cums[ri0] : 0.0f, ci1 = ri1 < nlen ? cums[ri1] : 0.0f;
+    {
+        const float e0 = ri0 < nlen ? expf(ci0) : 0.0f, e1 = ri1 < nlen ? expf(ci1) : 0.0f;
+#pragma unroll
+        for (int t = 0; t < 8; ++t) y[t][0] *= e0, y[t][1] *= e0, y[t][2] *= e1, y[t][3] *= e1;
+    }
+    __syncthreads(); /* the state region becomes the B and x tiles */
+
+    const long long bb = ch.b * A.b.s[0] + g * A.b.s[2];
+    const long long xb = ch.b * A.x.s[0] + h * A.x.s[2] + p0 * A.x.s[3];
+    for (int j0 = 0; j0 <= i0; j0 += kFT) {
+        const int nr = ch.len - j0;
+        tile_to_smem<MODE>(bs, LN, A.b, A.vb, bb + (ch.t0 + j0) * A.b.s[1], A.b.s[1], A.b.s[3], kFT, A.Np, nr, A.N);
+        tile_to_smem<MODE>(xs, kFLd, A.x, A.vx, xb + (ch.t0 + j0) * A.x.s[1], A.x.s[1], A.x.s[3], kFT, kFT, nr,
+                           A.P - p0);
+        cp_async_wait_all();
+        __syncthreads();
+        const bool diag = j0 == i0;
+        /* scores (16 rows x 64 tokens) = C · Bᵀ; on the diagonal tile, token pairs above row 16·warp+15 are 0 */
+        float sc[8][4];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
+        for (int ks = 0; ks < KS; ++ks) {
+            uint32_t a[4];
+            ldsm4(a, crow + ks * 16);
+#pragma unroll
+            for (int np = 0; np < 4; ++np) {
+                if (diag && np > warp) continue;
+                uint32_t b[4];
+                ldsm4(b, &bs[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
+                mma16816<MODE>(sc[2 * np], a, b[0], b[1]);
+                mma16816<MODE>(sc[2 * np + 1], a, b[2], b[3]);
+            }
+        }
+        /* causal mask, decay and dt: sc(i, j) · exp(cum_i − cum_j) · dt_j for j ≤ i < len */
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int   i = (e >> 1) ? ri1 : ri0;
+                const float ci = (e >> 1) ? ci1 : ci0;
+                const int   j = j0 + t * 8 + 2 * (lane & 3) + (e & 1);
+                sc[t][e] = (i < nlen && j <= i) ? sc[t][e] * expf(ci - cums[j]) * dts[j] : 0.0f;
+            }
+        }
+        /* y += scores · x (tokens x p) */
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+            if (diag && ks > warp) continue;
+            uint32_t ah[4], al[4];
+            split2<MODE>(sc[2 * ks][0], sc[2 * ks][1], ah[0], al[0]);
+            split2<MODE>(sc[2 * ks][2], sc[2 * ks][3], ah[1], al[1]);
+            split2<MODE>(sc[2 * ks + 1][0], sc[2 * ks + 1][1], ah[2], al[2]);
+            split2<MODE>(sc[2 * ks + 1][2], sc[2 * ks + 1][3], ah[3], al[3]);
+#pragma unroll
+            for (int np = 0; np < 4; ++np) {
+                uint32_t b[4];
+                ldsm4_t(b, &xs[ks * 16 * kFLd + np * 16 + b_kn_off(lane, kFLd)]);
+                mma16816<MODE>(y[2 * np], ah, b[0], b[1]);
+                mma16816<MODE>(y[2 * np + 1], ah, b[2], b[3]);
+                mma16816<MODE>(y[2 * np], al, b[0], b[1]);
+                mma16816<MODE>(y[2 * np + 1], al, b[2], b[3]);
+            }
+        }
+        if (!diag) __syncthreads(); /* the next step overwrites the tiles; the last x tile stays for D */
+    }
+
+    /* epilogue: D·x (x rows of this tile are the last x tile), z gate, store pairs; z first,
+     * every load in flight together */
+    const long long tb = ch.t0 + i0;
+    float2          zv[8][2];
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int       p = p0 + t * 8 + 2 * (lane & 3), ii = warp * 16 + (lane >> 2) + half * 8;
+            const long long zo = ch.b * A.z.s[0] + (tb + ii) * A.z.s[1] + h * A.z.s[2] + p * A.z.s[3];
+            zv[t][half] = make_float2(0.0f, 0.0f);
+            if (!A.has_z || p >= A.P || i0 + ii >= ch.len) continue;
+            if (A.vz && p + 1 < A.P)
+                zv[t][half] = t2<MODE>::unpack(__ldg(reinterpret_cast<const unsigned int *>((const T *)A.z.p + zo)));
+            else
+                zv[t][half] = make_float2(ssmi_cu_ld(A.z.p, A.z.dtype, zo),
+                                          p + 1 < A.P ? ssmi_cu_ld(A.z.p, A.z.dtype, zo + A.z.s[3]) : 0.0f);
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+        const int pl = t * 8 + 2 * (lane & 3), p = p0 + pl;
+        if (p >= A.P) continue;
+        const bool  two = p + 1 < A.P;
+        const float d0 = A.has_d ? ssmi_cu_ld(A.d.p, A.d.dtype, h * A.d.s[0] + (A.d_2d ? p * A.d.s[1] : 0)) : 0.0f;
+        const float d1 = A.has_d && two ? ssmi_cu_ld(A.d.p, A.d.dtype, h * A.d.s[0] + (A.d_2d ? (p + 1) * A.d.s[1] : 0))
+                                        : 0.0f;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int ii = warp * 16 + (lane >> 2) + half * 8; /* row in the tile */
+            if (i0 + ii >= ch.len) continue;
+            const long long t_ = tb + ii;
+            const float2    xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&xs[ii * kFLd + pl]));
+            float           v0 = y[t][2 * half] + d0 * xv.x, v1 = y[t][2 * half + 1] + d1 * xv.y;
+            if (A.has_z) {
+                const float z0 = zv[t][half].x, z1 = zv[t][half].y;
+                v0 *= z0 / (1.0f + expf(-z0));
+                v1 *= z1 / (1.0f + expf(-z1));
+            }
+            const long long oo = ch.b * A.os[0] + t_ * A.os[1] + h * A.os[2] + p * A.os[3];
+            if (A.vout && two) {
+                if (A.out_dtype == SSM_DTYPE_F32)
+                    *reinterpret_cast<float2 *>((float *)A.out + oo) = make_float2(v0, v1);
+                else
+                    *reinterpret_cast<uint32_t *>((T *)A.out + oo) = t2<MODE>::pack(v0, v1);
+            } else {
+                ssmi_cu_st(A.out, A.out_dtype, oo, v0);
+                if (two) ssmi_cu_st(A.out, A.out_dtype, oo + A.os[3], v1);
+            }
+        }
+    }
+}
+
 /* ---- host side ------------------------------------------------------------------------------ */
 
 int compute_mode(int32_t dtype) {
@@ -561,13 +1031,13 @@ void plan_add(m2_plan * pl, int64_t Q, int64_t b, int64_t t0, int64_t len, int i
 
 ssm_status plan_scan(ssm_context * ctx, const ssmi_mamba2_dims * d, const ssm_mamba2_scan_args * a, m2_plan * pl) {
     static const char op[] = "mamba2_scan";
-    const int64_t     Q = d->chunk, S = d->seqlen, B = d->batch;
+    const int64_t     Q = kScanQ, S = d->seqlen, B = d->batch;
     const int         has_init = ssmi_present(&a->initial_states);
     memset(pl, 0, sizeof *pl);
     /* Upper bounds: every sequence adds at most one partial chunk. */
     int64_t max_seg = d->nseq > 0 ? d->nseq : B;
     if (ssmi_present(&a->seq_idx)) max_seg = B * (S > 0 ? S : 1);
-    const int64_t max_chunks = B * d->nchunks + max_seg;
+    const int64_t max_chunks = B * ((S + Q - 1) / Q) + max_seg;
     SSM_RETURN_IF(max_chunks > INT32_MAX / 2 || max_seg > INT32_MAX / 2, ctx, SSM_STATUS_UNSUPPORTED,
                   "%s: %lld work chunks exceed the CUDA backend's int32 chunk index", op, (long long)max_chunks);
     pl->chunks = (m2_chunk *)malloc(sizeof(m2_chunk) * (size_t)(max_chunks > 0 ? max_chunks : 1));
@@ -603,9 +1073,10 @@ ssm_status plan_scan(ssm_context * ctx, const ssmi_mamba2_dims * d, const ssm_ma
     return SSM_STATUS_OK;
 }
 
-/* Workspace layout of the scan: chunks | segs | lastcum (W,H) | states (W,H,P,N). */
+/* Workspace layout of the scan: chunks | segs | lastcum (W,H) | dt and cumsum (W,H,2,kScanQ; the
+ * fp16/bf16 path) | states (W,H,P,N). */
 struct scan_ws {
-    size_t chunks, segs, lastcum, states, total;
+    size_t chunks, segs, lastcum, dtc, states, total;
 };
 scan_ws scan_ws_layout(const ssmi_mamba2_dims * d, const m2_plan * pl) {
     scan_ws l;
@@ -613,6 +1084,7 @@ scan_ws scan_ws_layout(const ssmi_mamba2_dims * d, const m2_plan * pl) {
     l.chunks = o; o += align128(sizeof(m2_chunk) * (size_t)pl->nchunks);
     l.segs = o; o += align128(sizeof(m2_seg) * (size_t)pl->nseg);
     l.lastcum = o; o += align128(sizeof(float) * (size_t)pl->nchunks * (size_t)d->nheads);
+    l.dtc = o; o += align128(sizeof(float) * 2 * kScanQ * (size_t)pl->nchunks * (size_t)d->nheads);
     l.states = o;
     o += align128(sizeof(float) * (size_t)pl->nchunks * (size_t)d->nheads * (size_t)d->headdim * (size_t)d->dstate);
     l.total = o;
@@ -675,11 +1147,8 @@ template <int MODE> ssm_status launch_output(ssm_context * ctx, const char * op,
 
 ssm_status run_output(ssm_context * ctx, const char * op, int mode, const m2_out_args & A, long long W) {
     if (W == 0 || A.H == 0 || A.P == 0) return SSM_STATUS_OK;
-    switch (mode) {
-        case M_F16: return launch_output<M_F16>(ctx, op, A, W);
-        case M_BF16: return launch_output<M_BF16>(ctx, op, A, W);
-        default: return launch_output<M_F32>(ctx, op, A, W);
-    }
+    (void)mode; /* fp16/bf16 take fast_output_kernel */
+    return launch_output<M_F32>(ctx, op, A, W);
 }
 
 m2_dt_raw dt_raw_of(const ssm_mamba2_params * p, const ssm_mamba2_scan_args * a) {
@@ -693,6 +1162,87 @@ m2_dt_raw dt_raw_of(const ssm_mamba2_params * p, const ssm_mamba2_scan_args * a)
     r.lo = (float)p->dt_limit_lo;
     r.hi = (float)p->dt_limit_hi;
     return r;
+}
+
+/* 1: rows of t (innermost dimension `inner` long) can be read in 16-byte pieces of dtype `dt`. */
+int vec_rows(const ssm_tensor * t, int32_t dt, int64_t inner) {
+    if (t->data == NULL || t->dtype != dt || inner % 8 != 0 || ((uintptr_t)t->data & 15) != 0) return 0;
+    if (t->strides[t->ndim - 1] != 1) return 0;
+    for (int i = 0; i < t->ndim - 1; ++i)
+        if (t->strides[i] % 8 != 0) return 0;
+    return 1;
+}
+/* 1: t (innermost dimension even) can be read or written in aligned pairs of elements. */
+int vec_pairs(const ssm_tensor * t, int64_t inner) {
+    const size_t es = t->dtype == SSM_DTYPE_F32 ? 4 : t->dtype == SSM_DTYPE_F64 ? 8 : 2;
+    if (t->data == NULL || inner % 2 != 0 || ((uintptr_t)t->data % (2 * es)) != 0) return 0;
+    if (t->strides[t->ndim - 1] != 1) return 0;
+    for (int i = 0; i < t->ndim - 1; ++i)
+        if (t->strides[i] % 2 != 0) return 0;
+    return 1;
+}
+
+m2_fast_args fast_args_of(const ssm_mamba2_params * p, const ssmi_mamba2_dims * d, const ssm_mamba2_scan_args * a,
+                          const m2_chunk * dchunks, float * states, float * lastcum) {
+    m2_fast_args f;
+    memset(&f, 0, sizeof f);
+    const int32_t T = a->x.dtype;
+    f.chunks = dchunks;
+    f.H = (int)d->nheads, f.G = (int)d->ngroups, f.P = (int)d->headdim, f.N = (int)d->dstate;
+    f.Np = round16(f.N);
+    f.n_ptiles = (f.P + kFT - 1) / kFT;
+    f.n_ntiles = (f.N + kFT - 1) / kFT;
+    f.n_itiles = kScanQ / kFT;
+    f.r = dt_raw_of(p, a);
+    f.x = ssmi_cu_view_of(&a->x);
+    f.b = ssmi_cu_view_of(&a->b);
+    f.c = ssmi_cu_view_of(&a->c);
+    f.vx = vec_rows(&a->x, T, d->headdim);
+    f.vb = vec_rows(&a->b, T, d->dstate);
+    f.vc = vec_rows(&a->c, T, d->dstate);
+    f.has_d = ssmi_present(&a->d);
+    if (f.has_d) {
+        f.d = ssmi_cu_view_of(&a->d);
+        f.d_2d = a->d.ndim == 2;
+    }
+    f.has_z = ssmi_present(&a->z);
+    if (f.has_z) {
+        f.z = ssmi_cu_view_of(&a->z);
+        f.vz = a->z.dtype == T && vec_pairs(&a->z, d->headdim);
+    }
+    f.states = states;
+    f.lastcum = lastcum;
+    f.out = a->out.data;
+    f.out_dtype = a->out.dtype;
+    f.vout = (a->out.dtype == T || a->out.dtype == SSM_DTYPE_F32) && vec_pairs(&a->out, d->headdim);
+    for (int i = 0; i < 4; ++i) f.os[i] = a->out.strides[i];
+    return f;
+}
+
+template <int MODE> ssm_status launch_fast(ssm_context * ctx, const char * op, const m2_fast_args & A, long long W,
+                                           bool output) {
+    const cudaStream_t s = ssmi_cuda_stream(ctx);
+    const long long    nz = output ? (long long)A.n_itiles * A.n_ptiles : (long long)A.n_ptiles * A.n_ntiles;
+    const long long    blocks = W * A.H * nz;
+    SSM_RETURN_IF(blocks > INT32_MAX, ctx, SSM_STATUS_UNSUPPORTED, "%s: %lld blocks exceed the CUDA backend's grid limit",
+                  op, blocks);
+    if (!output) {
+        fast_state_kernel<MODE><<<(unsigned)blocks, kFastThreads, 0, s>>>(A);
+        SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_state_kernel launch");
+        return SSM_STATUS_OK;
+    }
+    const fast_out_smem<MODE> L(A.Np);
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
+        ctx, op, "cudaFuncSetAttribute",
+        cudaFuncSetAttribute(fast_output_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L.total)));
+    fast_output_kernel<MODE><<<(unsigned)blocks, kFastThreads, L.total, s>>>(A);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_output_kernel launch");
+    return SSM_STATUS_OK;
+}
+
+ssm_status run_fast(ssm_context * ctx, const char * op, int mode, const m2_fast_args & A, long long W, bool output) {
+    if (W == 0 || A.H == 0 || A.P == 0 || (!output && A.N == 0)) return SSM_STATUS_OK;
+    return mode == M_F16 ? launch_fast<M_F16>(ctx, op, A, W, output) : launch_fast<M_BF16>(ctx, op, A, W, output);
 }
 
 /* The three kernels on a prepared workspace. */
@@ -721,7 +1271,7 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
     memset(&sa, 0, sizeof sa);
     sa.chunks = dchunks;
     sa.H = (int)d->nheads, sa.G = (int)d->ngroups, sa.P = (int)d->headdim, sa.N = (int)d->dstate, sa.Np = Np;
-    sa.Q = (int)d->chunk;
+    sa.Q = kScanQ;
     sa.x = ssmi_cu_view_of(&a->x);
     sa.b = ssmi_cu_view_of(&a->b);
     sa.raw = 1;
@@ -734,7 +1284,15 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
     sa.ss[3] = d->dstate;
     sa.ss[4] = 1;
     sa.lastcum = lastcum;
-    SSM_FORWARD_IF_ERROR(run_chunk_state(ctx, op, mode, sa, pl->nchunks));
+    m2_fast_args fa;
+    memset(&fa, 0, sizeof fa);
+    if (mode != M_F32) {
+        fa = fast_args_of(p, d, a, dchunks, states, lastcum);
+        fa.dtc = (float *)(ws + l.dtc);
+        SSM_FORWARD_IF_ERROR(run_fast(ctx, op, mode, fa, pl->nchunks, false));
+    } else {
+        SSM_FORWARD_IF_ERROR(run_chunk_state(ctx, op, mode, sa, pl->nchunks));
+    }
 
     m2_pass_args pa;
     memset(&pa, 0, sizeof pa);
@@ -779,6 +1337,7 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
     oa.out = a->out.data;
     oa.out_dtype = a->out.dtype;
     for (int i = 0; i < 4; ++i) oa.os[i] = a->out.strides[i];
+    if (mode != M_F32) return run_fast(ctx, op, mode, fa, pl->nchunks, true);
     return run_output(ctx, op, mode, oa, pl->nchunks);
 }
 

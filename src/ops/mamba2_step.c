@@ -2,10 +2,15 @@
  * mamba2_step.c — public entry point of the Mamba-2 decode step (spec §2.9).
  *
  * Same three steps as every entry point: validate (shapes from x and b, the state pool,
- * the slot indices, aliasing), fill ssmi_mamba2_dims, dispatch to REF or CPU. The pool
+ * the slot indices, aliasing), fill ssmi_mamba2_dims, dispatch to REF, CPU or CUDA. The pool
  * may be updated in place: final_state may be exactly the same view as state. Any other
  * overlap between an output and an input is an error, because the backends read inputs
  * while writing outputs.
+ *
+ * CUDA (explicitly, or AUTO with x on a CUDA device): every float tensor must be on the
+ * device; state_batch_indices may be in host memory (used as it is: the fastest decode) or
+ * on the device (copied to the host for validation, which synchronises the stream). The
+ * same validation then runs on CPU-typed copies of the views.
  */
 #include <stdint.h>
 #include <string.h>
@@ -14,6 +19,11 @@
 #include "../cpu/ssmi_cpu.h"
 #include "../ref/ssmi_ref.h"
 #include "ops_common.h"
+
+#ifdef SSMOPS_HAVE_CUDA
+#include "../cuda/ssmi_cuda_pool.h"
+#include "../cuda/ssmi_cuda_step.h"
+#endif
 
 static const char step_op[] = "mamba2_step";
 
@@ -82,12 +92,37 @@ static ssm_status validate_step(ssm_context * ctx, const ssm_mamba2_params * p, 
     return ssmi_check_slot_indices(ctx, step_op, &a->state_batch_indices, d->batch, d->slots, "state");
 }
 
+#ifdef SSMOPS_HAVE_CUDA
+/* The CUDA path: devices checked, float tensors re-typed, the index tensor as a host view,
+ * the shared validation, the kernel, then the unused slots of a separate final pool. */
+static ssm_status step_cuda(ssm_context * ctx, const ssm_mamba2_params * params, const ssm_mamba2_step_args * args) {
+    ssmi_mamba2_dims d;
+    if (params == NULL || args == NULL) return validate_step(ctx, params, args, &d);
+    ssm_mamba2_step_args h = *args;
+    ssm_tensor * const   fl[] = {&h.x,       &h.dt,    &h.a,   &h.b,  &h.c,          &h.d,
+                                 &h.z,       &h.dt_bias, &h.state, &h.out, &h.final_state};
+    const char * const   names[] = {"x", "dt", "a", "b", "c", "d", "z", "dt_bias", "state", "out", "final_state"};
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_retype(ctx, step_op, fl, names, 11));
+    void *     buf = NULL;
+    ssm_status st = ssmi_cuda_host_index(ctx, step_op, &args->state_batch_indices, &h.state_batch_indices, &buf);
+    if (st == SSM_STATUS_OK) st = validate_step(ctx, params, &h, &d);
+    if (st == SSM_STATUS_OK) st = ssmi_cuda_mamba2_step(ctx, params, &d, &h);
+    if (st == SSM_STATUS_OK)
+        st = ssmi_cuda_copy_unused_slots(ctx, step_op, &h.state, &h.final_state, &h.state_batch_indices, d.batch);
+    ssmi_free(ctx, buf);
+    return st;
+}
+#endif
+
 ssm_status ssm_mamba2_step(ssm_context * ctx, const ssm_mamba2_params * params, const ssm_mamba2_step_args * args) {
     ssmi_clear_error(ctx);
+    ssmi_backend_kind be = SSMI_BACKEND_CPU;
+    SSM_FORWARD_IF_ERROR(ssmi_pick_backend_cuda(ctx, step_op, args != NULL ? &args->x : NULL, &be));
+#ifdef SSMOPS_HAVE_CUDA
+    if (be == SSMI_BACKEND_CUDA) return step_cuda(ctx, params, args);
+#endif
     ssmi_mamba2_dims d;
     SSM_FORWARD_IF_ERROR(validate_step(ctx, params, args, &d));
-    ssmi_backend_kind be = SSMI_BACKEND_CPU;
-    SSM_FORWARD_IF_ERROR(ssmi_pick_backend(ctx, step_op, &be));
     SSM_FORWARD_IF_ERROR(be == SSMI_BACKEND_REF ? ssmi_ref_mamba2_step(ctx, params, &d, args)
                                                 : ssmi_cpu_mamba2_step(ctx, params, &d, args));
     /* A separate final_state is the whole pool after the step (after success only: a

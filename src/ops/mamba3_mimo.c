@@ -6,8 +6,12 @@
  *      the tensors that define each dimension), combination rules, index-tensor values and
  *      output aliasing;
  *   2. fill ssmi_mimo_dims;
- *   3. dispatch to the backend chosen by the context (REF, CPU; CUDA is not built).
+ *   3. dispatch to the backend chosen by the context (REF, CPU, and CUDA for bwd_fwd, the
+ *      forward and the step: explicitly, or AUTO with v on a CUDA device).
  * Nothing is written before step 3, so a failed call leaves every output untouched.
+ * CUDA calls check the devices first (every float tensor on the CUDA device, index tensors
+ * on either side; device index tensors are copied to the host), then run the same
+ * validation on CPU-typed copies of the views (the rules do not depend on the device).
  *
  * Which tensor defines which dimension:
  *   q (B, S, R, G, N) → B, S, R, G, N  [step: q (B, R, G, N)];  v (B, S, H, P) → H, P
@@ -25,6 +29,11 @@
 #include "../cpu/ssmi_cpu_mimo.h"
 #include "../ref/ssmi_ref_mimo.h"
 #include "ops_common.h"
+
+#ifdef SSMOPS_HAVE_CUDA
+#include "../cuda/ssmi_cuda_mimo.h"
+#include "../cuda/ssmi_cuda_pool.h"
+#endif
 
 #define MIMO_MAX_CR 128 /* C·R: rows of a chunk tile (spec §6)          */
 #define MIMO_MAX_N 128  /* N: state size (seed and spec §6 limit)        */
@@ -269,14 +278,37 @@ static ssm_status validate_bwd_fwd(ssm_context * ctx, const ssm_mamba3_mimo_para
     return ssmi_check_disjoint(ctx, op, outs, 5, ins, 17);
 }
 
+#ifdef SSMOPS_HAVE_CUDA
+static ssm_status bwd_fwd_cuda(ssm_context * ctx, const ssm_mamba3_mimo_params * params,
+                               const ssm_mamba3_mimo_bwd_fwd_args * args) {
+    static const char op[] = "mamba3_mimo_bwd_fwd";
+    ssmi_mimo_dims    d;
+    if (params == NULL || args == NULL) return validate_bwd_fwd(ctx, params, args, &d);
+    ssm_mamba3_mimo_bwd_fwd_args h = *args;
+    ssm_tensor * const fl[] = {&h.dout,   &h.q,      &h.k,     &h.v,         &h.q_bias,  &h.k_bias, &h.mimo_v,
+                               &h.mimo_o, &h.z,      &h.mimo_z, &h.angles,   &h.da_cs,   &h.da_cs_rev, &h.dt,
+                               &h.trap,   &h.d,      &h.segsum, &h.dmimo_o,  &h.states,  &h.dz,     &h.dmimo_z,
+                               &h.qk_dot};
+    const char * const names[] = {"dout",   "q",      "k",      "v",       "q_bias", "k_bias", "mimo_v", "mimo_o",
+                                  "z",      "mimo_z", "angles", "da_cs",   "da_cs_rev", "dt",  "trap",   "d",
+                                  "segsum", "dmimo_o", "states", "dz",     "dmimo_z", "qk_dot"};
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_retype(ctx, op, fl, names, 22));
+    SSM_FORWARD_IF_ERROR(validate_bwd_fwd(ctx, params, &h, &d));
+    return ssmi_cuda_mamba3_mimo_bwd_fwd(ctx, params, &d, &h);
+}
+#endif
+
 ssm_status ssm_mamba3_mimo_bwd_fwd(ssm_context * ctx, const ssm_mamba3_mimo_params * params,
                                    const ssm_mamba3_mimo_bwd_fwd_args * args) {
     static const char op[] = "mamba3_mimo_bwd_fwd";
     ssmi_clear_error(ctx);
     ssmi_mimo_dims    d;
     ssmi_backend_kind be = SSMI_BACKEND_CPU;
+    SSM_FORWARD_IF_ERROR(ssmi_pick_backend_cuda(ctx, op, args != NULL ? &args->v : NULL, &be));
+#ifdef SSMOPS_HAVE_CUDA
+    if (be == SSMI_BACKEND_CUDA) return bwd_fwd_cuda(ctx, params, args);
+#endif
     SSM_FORWARD_IF_ERROR(validate_bwd_fwd(ctx, params, args, &d));
-    SSM_FORWARD_IF_ERROR(ssmi_pick_backend(ctx, op, &be));
     return be == SSMI_BACKEND_REF ? ssmi_ref_mamba3_mimo_bwd_fwd(ctx, params, &d, args)
                                   : ssmi_cpu_mamba3_mimo_bwd_fwd(ctx, params, &d, args);
 }
@@ -337,13 +369,46 @@ static ssm_status validate_forward(ssm_context * ctx, const ssm_mamba3_mimo_para
     return ssmi_check_disjoint(ctx, op, outs, 5, ins, 20);
 }
 
+#ifdef SSMOPS_HAVE_CUDA
+static ssm_status forward_cuda(ssm_context * ctx, const ssm_mamba3_mimo_params * params,
+                               const ssm_mamba3_mimo_args * args) {
+    static const char op[] = "mamba3_mimo";
+    ssmi_mimo_dims    d;
+    if (params == NULL || args == NULL) return validate_forward(ctx, params, args, &d);
+    ssm_mamba3_mimo_args h = *args;
+    ssm_tensor * const   fl[] = {&h.q,           &h.k,           &h.v,
+                                 &h.adt,         &h.dt,          &h.trap,
+                                 &h.q_bias,      &h.k_bias,      &h.mimo_v,
+                                 &h.mimo_z,      &h.mimo_o,      &h.angles,
+                                 &h.d,           &h.z,           &h.outproj_norm_weight,
+                                 &h.angle_state, &h.ssm_state,   &h.k_state,
+                                 &h.v_state,     &h.out,         &h.final_angle_state,
+                                 &h.final_ssm_state, &h.final_k_state, &h.final_v_state};
+    const char * const names[] = {"q",           "k",         "v",       "adt",    "dt",     "trap",
+                                  "q_bias",      "k_bias",    "mimo_v",  "mimo_z", "mimo_o", "angles",
+                                  "d",           "z",         "outproj_norm_weight", "angle_state", "ssm_state",
+                                  "k_state",     "v_state",   "out",     "final_angle_state", "final_ssm_state",
+                                  "final_k_state", "final_v_state"};
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_retype(ctx, op, fl, names, 24));
+    void * buf = NULL;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_host_index(ctx, op, &args->cu_seqlens, &h.cu_seqlens, &buf));
+    ssm_status st = validate_forward(ctx, params, &h, &d);
+    if (st == SSM_STATUS_OK) st = ssmi_cuda_mamba3_mimo(ctx, params, &d, &h);
+    ssmi_free(ctx, buf);
+    return st;
+}
+#endif
+
 ssm_status ssm_mamba3_mimo(ssm_context * ctx, const ssm_mamba3_mimo_params * params, const ssm_mamba3_mimo_args * args) {
     static const char op[] = "mamba3_mimo";
     ssmi_clear_error(ctx);
     ssmi_mimo_dims    d;
     ssmi_backend_kind be = SSMI_BACKEND_CPU;
+    SSM_FORWARD_IF_ERROR(ssmi_pick_backend_cuda(ctx, op, args != NULL ? &args->v : NULL, &be));
+#ifdef SSMOPS_HAVE_CUDA
+    if (be == SSMI_BACKEND_CUDA) return forward_cuda(ctx, params, args);
+#endif
     SSM_FORWARD_IF_ERROR(validate_forward(ctx, params, args, &d));
-    SSM_FORWARD_IF_ERROR(ssmi_pick_backend(ctx, op, &be));
     return be == SSMI_BACKEND_REF ? ssmi_ref_mamba3_mimo(ctx, params, &d, args)
                                   : ssmi_cpu_mamba3_mimo(ctx, params, &d, args);
 }
@@ -535,14 +600,53 @@ static ssm_status validate_step(ssm_context * ctx, const ssm_mamba3_mimo_params 
     return check_step_overlaps(ctx, op, a);
 }
 
+#ifdef SSMOPS_HAVE_CUDA
+/* The step on CUDA; state_batch_indices may live on either side (a device one is copied to
+ * the host for validation: a synchronisation, so pass it in host memory for the fastest
+ * decode). Separate final pools get their unused slots copied on the device afterwards. */
+static ssm_status step_cuda(ssm_context * ctx, const ssm_mamba3_mimo_params * params,
+                            const ssm_mamba3_mimo_step_args * args) {
+    static const char op[] = "mamba3_mimo_step";
+    ssmi_mimo_dims    d;
+    if (params == NULL || args == NULL) return validate_step(ctx, params, args, &d);
+    ssm_mamba3_mimo_step_args h = *args;
+    ssm_tensor * const fl[] = {&h.q,         &h.k,           &h.v,           &h.z,           &h.adt,
+                               &h.dt,        &h.trap,        &h.angles,      &h.q_bias,      &h.k_bias,
+                               &h.mimo_v,    &h.mimo_z,      &h.mimo_o,      &h.d,           &h.outproj_norm_weight,
+                               &h.angle_state, &h.ssm_state, &h.k_state,     &h.v_state,     &h.out,
+                               &h.final_angle_state, &h.final_ssm_state, &h.final_k_state, &h.final_v_state};
+    const char * const names[] = {"q",          "k",           "v",           "z",          "adt",
+                                  "dt",         "trap",        "angles",      "q_bias",     "k_bias",
+                                  "mimo_v",     "mimo_z",      "mimo_o",      "d",          "outproj_norm_weight",
+                                  "angle_state", "ssm_state",  "k_state",     "v_state",    "out",
+                                  "final_angle_state", "final_ssm_state", "final_k_state", "final_v_state"};
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_retype(ctx, op, fl, names, 24));
+    void * buf = NULL;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_host_index(ctx, op, &args->state_batch_indices, &h.state_batch_indices, &buf));
+    ssm_status st = validate_step(ctx, params, &h, &d);
+    if (st == SSM_STATUS_OK) st = ssmi_cuda_mamba3_mimo_step(ctx, params, &d, &h);
+    const ssm_tensor * const ins[4] = {&h.angle_state, &h.ssm_state, &h.k_state, &h.v_state};
+    const ssm_tensor * const outs[4] = {&h.final_angle_state, &h.final_ssm_state, &h.final_k_state,
+                                        &h.final_v_state};
+    for (int i = 0; i < 4 && st == SSM_STATUS_OK; ++i)
+        if (ssmi_present(outs[i]))
+            st = ssmi_cuda_copy_unused_slots(ctx, op, ins[i], outs[i], &h.state_batch_indices, d.batch);
+    ssmi_free(ctx, buf);
+    return st;
+}
+#endif
+
 ssm_status ssm_mamba3_mimo_step(ssm_context * ctx, const ssm_mamba3_mimo_params * params,
                                 const ssm_mamba3_mimo_step_args * args) {
     static const char op[] = "mamba3_mimo_step";
     ssmi_clear_error(ctx);
     ssmi_mimo_dims    d;
     ssmi_backend_kind be = SSMI_BACKEND_CPU;
+    SSM_FORWARD_IF_ERROR(ssmi_pick_backend_cuda(ctx, op, args != NULL ? &args->v : NULL, &be));
+#ifdef SSMOPS_HAVE_CUDA
+    if (be == SSMI_BACKEND_CUDA) return step_cuda(ctx, params, args);
+#endif
     SSM_FORWARD_IF_ERROR(validate_step(ctx, params, args, &d));
-    SSM_FORWARD_IF_ERROR(ssmi_pick_backend(ctx, op, &be));
     SSM_FORWARD_IF_ERROR(be == SSMI_BACKEND_REF ? ssmi_ref_mamba3_mimo_step(ctx, params, &d, args)
                                                 : ssmi_cpu_mamba3_mimo_step(ctx, params, &d, args));
     /* Separate final_* pools hold the whole pool after the step (see core/pool.c). */

@@ -5,8 +5,12 @@
  *   1. validate params and every tensor (shapes per include/ssmops.h and spec §5, from the
  *      tensors that define each dimension), index-tensor values and output aliasing;
  *   2. fill ssmi_mamba3_dims;
- *   3. dispatch to the backend chosen by the context (REF, CPU; CUDA is not built).
+ *   3. dispatch to the backend chosen by the context (REF, CPU, and CUDA for siso_fwd, siso
+ *      and siso_step: explicitly, or AUTO with q on a CUDA device).
  * Nothing is written before step 3, so a failed call leaves every output untouched.
+ * CUDA calls check the devices first (every float tensor on the CUDA device, index tensors
+ * on either side; device index tensors are copied to the host), then run the same
+ * validation on CPU-typed copies of the views (the rules do not depend on the device).
  *
  * Which tensor defines which dimension:
  *   q (B, S, Hq, K) → B, S, Hq, K;  v (B, S, H, V) → H, V;  angles (B, S, H, A) → A;
@@ -20,6 +24,11 @@
 #include "../cpu/ssmi_cpu_mamba3.h"
 #include "../ref/ssmi_ref_mamba3.h"
 #include "ops_common.h"
+
+#ifdef SSMOPS_HAVE_CUDA
+#include "../cuda/ssmi_cuda_pool.h"
+#include "../cuda/ssmi_cuda_siso.h"
+#endif
 
 #define M3_MAX_CHUNK 1024
 
@@ -264,14 +273,44 @@ static ssm_status validate_siso_fwd(ssm_context * ctx, const ssm_mamba3_params *
     return ssmi_check_disjoint(ctx, op, outs, 4, ins, 15);
 }
 
+#ifdef SSMOPS_HAVE_CUDA
+static ssm_status siso_fwd_cuda(ssm_context * ctx, const ssm_mamba3_params * params,
+                                const ssm_mamba3_siso_fwd_args * args) {
+    static const char op[] = "mamba3_siso_fwd";
+    ssmi_mamba3_dims  d;
+    if (params == NULL || args == NULL) return validate_siso_fwd(ctx, params, args, &d);
+    ssm_mamba3_siso_fwd_args h = *args;
+    ssm_tensor * const       fl[] = {&h.q,         &h.k,         &h.v,         &h.adt,
+                                     &h.dt,        &h.trap,      &h.q_bias,    &h.k_bias,
+                                     &h.angles,    &h.d,         &h.z,         &h.ssm_state,
+                                     &h.k_state,   &h.v_state,   &h.out,       &h.final_ssm_state,
+                                     &h.final_k_state, &h.final_v_state};
+    const char * const       names[] = {"q",         "k",         "v",         "adt",
+                                        "dt",        "trap",      "q_bias",    "k_bias",
+                                        "angles",    "d",         "z",         "ssm_state",
+                                        "k_state",   "v_state",   "out",       "final_ssm_state",
+                                        "final_k_state", "final_v_state"};
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_retype(ctx, op, fl, names, 18));
+    void * buf = NULL;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_host_index(ctx, op, &args->cu_seqlens, &h.cu_seqlens, &buf));
+    ssm_status st = validate_siso_fwd(ctx, params, &h, &d);
+    if (st == SSM_STATUS_OK) st = ssmi_cuda_mamba3_siso_fwd(ctx, params, &d, &h);
+    ssmi_free(ctx, buf);
+    return st;
+}
+#endif
+
 ssm_status ssm_mamba3_siso_fwd(ssm_context * ctx, const ssm_mamba3_params * params,
                                const ssm_mamba3_siso_fwd_args * args) {
     static const char op[] = "mamba3_siso_fwd";
     ssmi_clear_error(ctx);
     ssmi_mamba3_dims  d;
     ssmi_backend_kind be = SSMI_BACKEND_CPU;
+    SSM_FORWARD_IF_ERROR(ssmi_pick_backend_cuda(ctx, op, args != NULL ? &args->q : NULL, &be));
+#ifdef SSMOPS_HAVE_CUDA
+    if (be == SSMI_BACKEND_CUDA) return siso_fwd_cuda(ctx, params, args);
+#endif
     SSM_FORWARD_IF_ERROR(validate_siso_fwd(ctx, params, args, &d));
-    SSM_FORWARD_IF_ERROR(ssmi_pick_backend(ctx, op, &be));
     return be == SSMI_BACKEND_REF ? ssmi_ref_mamba3_siso_fwd(ctx, params, &d, args)
                                   : ssmi_cpu_mamba3_siso_fwd(ctx, params, &d, args);
 }
@@ -302,13 +341,46 @@ static ssm_status validate_siso(ssm_context * ctx, const ssm_mamba3_params * p, 
     return ssmi_check_disjoint(ctx, op, outs, 5, ins, 16);
 }
 
+#ifdef SSMOPS_HAVE_CUDA
+static ssm_status siso_cuda(ssm_context * ctx, const ssm_mamba3_params * params, const ssm_mamba3_siso_args * args) {
+    static const char op[] = "mamba3_siso";
+    ssmi_mamba3_dims  d;
+    if (params == NULL || args == NULL) return validate_siso(ctx, params, args, &d);
+    ssm_mamba3_siso_args h = *args;
+    ssm_tensor * const   fl[] = {&h.q,           &h.k,           &h.v,
+                                 &h.adt,         &h.dt,          &h.trap,
+                                 &h.q_bias,      &h.k_bias,      &h.angles,
+                                 &h.d,           &h.z,           &h.angle_state,
+                                 &h.ssm_state,   &h.k_state,     &h.v_state,
+                                 &h.out,         &h.final_angle_state, &h.final_ssm_state,
+                                 &h.final_k_state, &h.final_v_state};
+    const char * const   names[] = {"q",           "k",           "v",
+                                    "adt",         "dt",          "trap",
+                                    "q_bias",      "k_bias",      "angles",
+                                    "d",           "z",           "angle_state",
+                                    "ssm_state",   "k_state",     "v_state",
+                                    "out",         "final_angle_state", "final_ssm_state",
+                                    "final_k_state", "final_v_state"};
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_retype(ctx, op, fl, names, 20));
+    void * buf = NULL;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_host_index(ctx, op, &args->cu_seqlens, &h.cu_seqlens, &buf));
+    ssm_status st = validate_siso(ctx, params, &h, &d);
+    if (st == SSM_STATUS_OK) st = ssmi_cuda_mamba3_siso(ctx, params, &d, &h);
+    ssmi_free(ctx, buf);
+    return st;
+}
+#endif
+
 ssm_status ssm_mamba3_siso(ssm_context * ctx, const ssm_mamba3_params * params, const ssm_mamba3_siso_args * args) {
     static const char op[] = "mamba3_siso";
     ssmi_clear_error(ctx);
     ssmi_mamba3_dims  d;
     ssmi_backend_kind be = SSMI_BACKEND_CPU;
+    SSM_FORWARD_IF_ERROR(ssmi_pick_backend_cuda(ctx, op, args != NULL ? &args->q : NULL, &be));
+#ifdef SSMOPS_HAVE_CUDA
+    if (be == SSMI_BACKEND_CUDA) return siso_cuda(ctx, params, args);
+#endif
     SSM_FORWARD_IF_ERROR(validate_siso(ctx, params, args, &d));
-    SSM_FORWARD_IF_ERROR(ssmi_pick_backend(ctx, op, &be));
     return be == SSMI_BACKEND_REF ? ssmi_ref_mamba3_siso(ctx, params, &d, args)
                                   : ssmi_cpu_mamba3_siso(ctx, params, &d, args);
 }
@@ -444,14 +516,56 @@ static ssm_status validate_siso_step(ssm_context * ctx, const ssm_mamba3_params 
     return check_step_overlaps(ctx, op, a);
 }
 
+#ifdef SSMOPS_HAVE_CUDA
+/* state_batch_indices may be in host memory (no copy) or device memory (copied to the host
+ * for validation: a synchronisation; pass it in host memory for the fastest decode). */
+static ssm_status siso_step_cuda(ssm_context * ctx, const ssm_mamba3_params * params,
+                                 const ssm_mamba3_siso_step_args * args) {
+    static const char op[] = "mamba3_siso_step";
+    ssmi_mamba3_dims  d;
+    if (params == NULL || args == NULL) return validate_siso_step(ctx, params, args, &d);
+    ssm_mamba3_siso_step_args h = *args;
+    ssm_tensor * const        fl[] = {&h.q,           &h.k,           &h.v,
+                                      &h.adt,         &h.dt,          &h.trap,
+                                      &h.q_bias,      &h.k_bias,      &h.angles,
+                                      &h.d,           &h.z,           &h.angle_state,
+                                      &h.ssm_state,   &h.k_state,     &h.v_state,
+                                      &h.out,         &h.final_angle_state, &h.final_ssm_state,
+                                      &h.final_k_state, &h.final_v_state};
+    const char * const        names[] = {"q",           "k",           "v",
+                                         "adt",         "dt",          "trap",
+                                         "q_bias",      "k_bias",      "angles",
+                                         "d",           "z",           "angle_state",
+                                         "ssm_state",   "k_state",     "v_state",
+                                         "out",         "final_angle_state", "final_ssm_state",
+                                         "final_k_state", "final_v_state"};
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_retype(ctx, op, fl, names, 20));
+    void * buf = NULL;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_host_index(ctx, op, &args->state_batch_indices, &h.state_batch_indices, &buf));
+    ssm_status st = validate_siso_step(ctx, params, &h, &d);
+    if (st == SSM_STATUS_OK) st = ssmi_cuda_mamba3_siso_step(ctx, params, &d, &h);
+    /* Separate final_* pools hold the whole pool after the step (see core/pool.c). */
+    const ssm_tensor * const ins[4] = {&h.angle_state, &h.ssm_state, &h.k_state, &h.v_state};
+    const ssm_tensor * const outs[4] = {&h.final_angle_state, &h.final_ssm_state, &h.final_k_state,
+                                        &h.final_v_state};
+    for (int i = 0; i < 4 && st == SSM_STATUS_OK; ++i)
+        st = ssmi_cuda_copy_unused_slots(ctx, op, ins[i], outs[i], &h.state_batch_indices, d.batch);
+    ssmi_free(ctx, buf);
+    return st;
+}
+#endif
+
 ssm_status ssm_mamba3_siso_step(ssm_context * ctx, const ssm_mamba3_params * params,
                                 const ssm_mamba3_siso_step_args * args) {
     static const char op[] = "mamba3_siso_step";
     ssmi_clear_error(ctx);
     ssmi_mamba3_dims  d;
     ssmi_backend_kind be = SSMI_BACKEND_CPU;
+    SSM_FORWARD_IF_ERROR(ssmi_pick_backend_cuda(ctx, op, args != NULL ? &args->q : NULL, &be));
+#ifdef SSMOPS_HAVE_CUDA
+    if (be == SSMI_BACKEND_CUDA) return siso_step_cuda(ctx, params, args);
+#endif
     SSM_FORWARD_IF_ERROR(validate_siso_step(ctx, params, args, &d));
-    SSM_FORWARD_IF_ERROR(ssmi_pick_backend(ctx, op, &be));
     SSM_FORWARD_IF_ERROR(be == SSMI_BACKEND_REF ? ssmi_ref_mamba3_siso_step(ctx, params, &d, args)
                                                 : ssmi_cpu_mamba3_siso_step(ctx, params, &d, args));
     /* Separate final_* pools hold the whole pool after the step (see core/pool.c). */

@@ -39,7 +39,21 @@ for op in mamba2_chunk_cumsum mamba2_chunk_state mamba2_state_passing mamba2_bmm
     expect 0 "^$op: " help "$op"
 done
 expect 0 "^  ref " list
-expect 0 "^  cuda +unavailable" list
+# the cuda line agrees with the device: "available", naming the decode step among its operators,
+# exactly when a CUDA check runs; "unavailable" exactly when --backend cuda is refused
+"$ssmops" list > "$tmp/list.txt" 2>&1
+if grep -Eq "^  cuda +available \([1-9][0-9]* device\(s\);.* mamba2_step(,|\))" "$tmp/list.txt"; then
+    expect 0 "final_state +.* PASS" check mamba2_step --backend cuda --shape B=3,H=2,P=8,N=16,G=1 --param slots=5
+    expect 0 "out +.* PASS" check mamba2_scan --backend cuda --shape S=8,H=2,P=4,N=4,G=1,chunk=8
+elif grep -Eq "^  cuda +unavailable \(" "$tmp/list.txt"; then
+    expect 1 "SSM_STATUS_UNSUPPORTED" check mamba2_scan --backend cuda --shape S=8,H=2,P=4,N=4,G=1,chunk=8
+    expect 1 "SSM_STATUS_UNSUPPORTED" check mamba2_step --backend cuda --shape B=2,H=2,P=4,N=4,G=1
+else
+    fail "list: the cuda line says neither available (with mamba2_step) nor unavailable"
+    sed 's/^/    /' "$tmp/list.txt"
+fi
+# an operator without a CUDA path is refused either way
+expect 1 "SSM_STATUS_UNSUPPORTED" check mamba2_chunk_cumsum --backend cuda
 expect 0 "^dtypes: f32 f16 bf16" list
 expect 0 "^ssmops [0-9]+\.[0-9]+\.[0-9]+$" --version
 expect 0 "ssmops bench --ceilings" --help
@@ -86,7 +100,6 @@ expect 0 "ref_mode=bf16: .*bar rel_rms < 1e-3" check mamba3_mimo_bwd_fwd --ref-m
 
 # library failures: exit 1 with the status and the library's message
 expect 1 "SSM_STATUS_[A-Z_]+: .*mamba2" check mamba2_scan --shape H=6,G=4
-expect 1 "SSM_STATUS_UNSUPPORTED" check mamba2_scan --backend cuda --shape S=8,H=2,P=4,N=4,G=1,chunk=8
 expect 1 "SSM_STATUS_[A-Z_]+: mamba3_siso: .*K" check mamba3_siso --shape K=7,A=2
 expect 1 "SSM_STATUS_[A-Z_]+: mamba2_step: .*multiple" check mamba2_step --shape H=6,G=4
 expect 1 "SSM_STATUS_[A-Z_]+: causal_conv1d_update: conv_state.* must be at least" check causal_conv1d_update --shape W=4,L=2

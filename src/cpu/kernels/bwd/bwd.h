@@ -35,7 +35,8 @@ typedef float (*ssmi_f32_siso_bwd_prep_fn)(int64_t K, int64_t r, const float * q
  *   dth[i] = (dq[2i+1]·qh[2i] − dq[2i]·qh[2i+1]) + (dk[2i+1]·kh[2i] − dk[2i]·kh[2i+1]), i < r/2,
  *   dq ← R(θ)ᵀ·dq + cq·kt,   dk ← R(θ)ᵀ·dk + cq·qt,   qbacc += dq,   kbacc += dk,
  * and, for a GQA workspace row: wq = dq, wk = dk (add == 0) or wq += dq, wk += dk (add != 0);
- * wq / wk NULL = not written. */
+ * wq / wk NULL = not written. With wq (wk) given the result goes there and dq (dk) is left
+ * unspecified afterwards (the AVX2 version does not store a row nobody reads). */
 typedef float (*ssmi_f32_siso_bwd_token_fn)(int64_t K, int64_t r, float * dq, float * dk, const float * qh,
                                             const float * kh, const float * qt, const float * kt,
                                             const float * cos2, const float * sin2, float sig,
@@ -66,6 +67,11 @@ typedef void (*ssmi_f32_exp_sub_fn)(int64_t n, float c, const float * x, float *
 typedef void (*ssmi_f32_gate_grads_fn)(int64_t n, const float * z, const float * dout, float * dy, float * y,
                                        float * sig);
 
+/* One token of the SISO angle backward (spec §6.6), n = A angles, th = tanh of the raw rates:
+ *   g += dth (the reverse cumsum G),  returns π·Σ th·g (the angle part of ddt; lane partial
+ *   sums as in dot),  dth ← ((π·dt)·(1 − th²))·g (the raw-angle gradient). */
+typedef float (*ssmi_f32_siso_angle_token_fn)(int64_t n, const float * th, float dt, float * g, float * dth);
+
 typedef struct ssmi_cpu_bwd_kernels {
     ssmi_f32_transpose_fn      transpose;
     ssmi_f32_dot_fn            dot;
@@ -74,6 +80,7 @@ typedef struct ssmi_cpu_bwd_kernels {
     ssmi_f32_gate_grads_fn     gate_grads;
     ssmi_f32_siso_bwd_prep_fn  siso_prep;
     ssmi_f32_siso_bwd_token_fn siso_token;
+    ssmi_f32_siso_angle_token_fn siso_angle;
 } ssmi_cpu_bwd_kernels;
 
 float ssmi_f32_dot__scalar(int64_t n, const float * a, const float * b);
@@ -90,6 +97,7 @@ float ssmi_f32_siso_bwd_token__scalar(int64_t K, int64_t r, float * dq, float * 
                                       const float * kh, const float * qt, const float * kt, const float * cos2,
                                       const float * sin2, float sig, const float * extra_dk, float cq, float * dth,
                                       float * qbacc, float * kbacc, float * wq, float * wk, int add);
+float ssmi_f32_siso_angle_token__scalar(int64_t n, const float * th, float dt, float * g, float * dth);
 
 float ssmi_f32_dot__avx2(int64_t n, const float * a, const float * b);
 void  ssmi_f32_exp_sub__avx2(int64_t n, float c, const float * x, float * y);
@@ -105,5 +113,7 @@ float ssmi_f32_siso_bwd_token__avx2(int64_t K, int64_t r, float * dq, float * dk
                                     const float * kh, const float * qt, const float * kt, const float * cos2,
                                     const float * sin2, float sig, const float * extra_dk, float cq, float * dth,
                                     float * qbacc, float * kbacc, float * wq, float * wk, int add);
+
+float ssmi_f32_siso_angle_token__avx2(int64_t n, const float * th, float dt, float * g, float * dth);
 
 #endif

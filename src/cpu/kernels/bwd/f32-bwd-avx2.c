@@ -1,6 +1,7 @@
 /* AVX2+FMA backward kernels (see bwd.h). */
 #include <immintrin.h>
 
+#include "../rotary/rotary.h"
 #include "bwd.h"
 
 static inline __m256i tail_mask(int64_t count) {
@@ -231,12 +232,27 @@ float ssmi_f32_siso_bwd_token__avx2(int64_t K, int64_t r, float * dq, float * dk
         }
         dqv = _mm256_fmadd_ps(vc, load_n(kt + i, full, m), dqv);
         dkv = _mm256_fmadd_ps(vc, load_n(qt + i, full, m), dkv);
-        store_n(dq + i, full, m, dqv);
-        store_n(dk + i, full, m, dkv);
+        if (!wq) store_n(dq + i, full, m, dqv);
+        if (!wk) store_n(dk + i, full, m, dkv);
         store_n(qbacc + i, full, m, _mm256_add_ps(load_n(qbacc + i, full, m), dqv));
         store_n(kbacc + i, full, m, _mm256_add_ps(load_n(kbacc + i, full, m), dkv));
         if (wq) store_n(wq + i, full, m, add ? _mm256_add_ps(load_n(wq + i, full, m), dqv) : dqv);
         if (wk) store_n(wk + i, full, m, add ? _mm256_add_ps(load_n(wk + i, full, m), dkv) : dkv);
     }
     return hsum8(acc);
+}
+
+float ssmi_f32_siso_angle_token__avx2(int64_t n, const float * th, float dt, float * g, float * dth) {
+    const __m256 pdt = _mm256_set1_ps(SSMI_PI_F * dt), one = _mm256_set1_ps(1.0f);
+    __m256       acc = _mm256_setzero_ps();
+    for (int64_t j = 0; j < n; j += 8) {
+        const int     full = j + 8 <= n;
+        const __m256i m    = tail_mask(n - j);
+        const __m256  t    = load_n(th + j, full, m);
+        const __m256  gv   = _mm256_add_ps(load_n(g + j, full, m), load_n(dth + j, full, m));
+        store_n(g + j, full, m, gv);
+        acc = _mm256_fmadd_ps(t, gv, acc); /* masked lanes are 0·0 */
+        store_n(dth + j, full, m, _mm256_mul_ps(_mm256_mul_ps(pdt, _mm256_sub_ps(one, _mm256_mul_ps(t, t))), gv));
+    }
+    return SSMI_PI_F * hsum8(acc);
 }

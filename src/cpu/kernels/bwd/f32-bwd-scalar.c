@@ -1,6 +1,7 @@
 /* Plain C backward kernels (see bwd.h). */
 #include <math.h>
 
+#include "../rotary/rotary.h"
 #include "bwd.h"
 
 float ssmi_f32_dot__scalar(int64_t n, const float * a, const float * b) {
@@ -111,4 +112,15 @@ float ssmi_f32_siso_bwd_token__scalar(int64_t K, int64_t r, float * dq, float * 
         if (wk) wk[j] = add ? wk[j] + dk[j] : dk[j];
     }
     return dsig;
+}
+
+float ssmi_f32_siso_angle_token__scalar(int64_t n, const float * th, float dt, float * g, float * dth) {
+    const float pdt    = SSMI_PI_F * dt;
+    float       acc[8] = {0};
+    for (int64_t j = 0; j < n; ++j) {
+        g[j] += dth[j];
+        acc[j & 7] += th[j] * g[j];
+        dth[j] = pdt * (1.0f - th[j] * th[j]) * g[j];
+    }
+    return SSMI_PI_F * (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])));
 }

@@ -1,0 +1,425 @@
+/*
+ * mamba2_step.cu — CUDA Mamba-2 decode step (spec §2.9, include/ssmops.h ssm_mamba2_step_args).
+ *
+ * The step is a stream over the state pool: every state element is read once and (with
+ * final_state) written once, with 5 FLOPs in between, so the kernel is built for memory
+ * bandwidth. One thread block (128 threads) per (batch row, head, slice of P); inside it
+ * a row of N state elements belongs to L lanes (L a power of two ≤ 32, so one warp holds
+ * 32/L rows) and each thread keeps U rows in flight at once. The fast path loads and stores
+ * 16 bytes per lane (4 fp32 or 8 fp16/bf16 elements) for pools of those dtypes whose state
+ * rows are contiguous and 16-byte aligned; every other pool (strided, f64, mixed dtypes
+ * of state and final_state) takes the generic path: one element per lane through strides.
+ *
+ * Per (b, h, p): v = clamp(softplus?(dt + dt_bias), lo, hi); s = state·exp(a·v) + v·x·b;
+ * y = Σ_n s·c (the unrounded s), then + d·x and the z gate. A per-head a (stride 0 over n)
+ * costs one exp per row instead of one per element. b and c of the row's group are staged
+ * in shared memory as fp32. Everything is fp32 (FFMA); y is reduced over the L lanes of a
+ * row with a fixed butterfly, so results are bitwise identical run to run. A padding row
+ * (slot < 0) writes out = 0 and reads/writes no state.
+ *
+ * Slots: the indices are a host view; up to kInlineSlots rows travel as int32 in the kernel
+ * arguments (no copy, no synchronisation), more are copied to a stream-ordered device buffer.
+ * The state may be updated in place (final_state == state): each element is read and then
+ * written by the same thread, and only through plain (coherent) loads.
+ * Limits: N ≤ 4096 (b and c in shared memory), B·H·slices < 2^31 blocks.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "../core/ssmi.h"
+}
+#include "cuda_common.cuh"
+#include "ssmi_cuda.h"
+#include "ssmi_cuda_step.h"
+
+namespace {
+
+const int kStepThreads = 128;
+const int kInlineSlots = 256;  /* slot indices passed in the kernel arguments             */
+const int kMaxN = 4096;        /* b and c (fp32) of one group fit in 32 KiB of shared memory */
+const long long kMinBlocks = 1024; /* below this, one row per thread (more, smaller blocks) */
+const int kMinBlocksPerSM = 5;     /* ≤ 96 registers: 20 warps per SM, 40 KiB of loads in flight */
+
+struct step_args {
+    int          B, H, P, N, R;        /* R = H / G                                           */
+    int          L, NG, rows_per_block; /* lanes per state row, rows per pass, rows per block  */
+    int          nslices;              /* blocks per (row, head)                               */
+    ssmi_cu_view x, dt, a, bm, cm, d, z, bias;
+    int          has_d, has_z, has_bias, softplus, a_const_n, has_fin;
+    float        lo, hi;
+    void *       state;
+    int          st_dtype;
+    long long    ss[4];
+    void *       fin;
+    int          fin_dtype;
+    long long    fs[4];
+    void *       out;
+    int          out_dtype;
+    long long    os[3];
+    int          idx_mode; /* 0: slot = row; 1: idx_inline; 2: idx_dev                         */
+    const int *  idx_dev;
+    int          idx_inline[kInlineSlots];
+};
+
+/* Plain (coherent) element load of the state: it may be written by this kernel (in place). */
+__device__ __forceinline__ float state_ld(const void * p, int dtype, long long off) {
+    switch (dtype) {
+        case SSM_DTYPE_F32: return ((const float *)p)[off];
+        case SSM_DTYPE_F16: return __half2float(((const __half *)p)[off]);
+        case SSM_DTYPE_BF16: return __bfloat162float(((const __nv_bfloat16 *)p)[off]);
+        case SSM_DTYPE_F64: return (float)((const double *)p)[off];
+        default: return 0.0f;
+    }
+}
+
+/* ---- state accessors: element n0.. of the state row at row_off (final row at frow_off) ---- */
+
+__device__ __forceinline__ float bf16_lo(unsigned int w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float bf16_hi(unsigned int w) { return __uint_as_float(w & 0xffff0000u); }
+__device__ __forceinline__ float f16_lo(unsigned int w) { return __half2float(__ushort_as_half((unsigned short)(w & 0xffffu))); }
+__device__ __forceinline__ float f16_hi(unsigned int w) { return __half2float(__ushort_as_half((unsigned short)(w >> 16))); }
+__device__ __forceinline__ unsigned int pack_bf16(float lo, float hi) {
+    return (unsigned int)__bfloat16_as_ushort(__float2bfloat16_rn(lo)) |
+           ((unsigned int)__bfloat16_as_ushort(__float2bfloat16_rn(hi)) << 16);
+}
+__device__ __forceinline__ unsigned int pack_f16(float lo, float hi) {
+    return (unsigned int)__half_as_ushort(__float2half_rn(lo)) | ((unsigned int)__half_as_ushort(__float2half_rn(hi)) << 16);
+}
+
+/* 16-byte vectors of contiguous, 16-byte aligned rows (the host checked both). */
+struct io_f32 {
+    static const int VEC = 4;
+    __device__ static void load(const step_args & A, long long row_off, int n0, float * v) {
+        const float4 q = *reinterpret_cast<const float4 *>((const float *)A.state + row_off + n0);
+        v[0] = q.x, v[1] = q.y, v[2] = q.z, v[3] = q.w;
+    }
+    __device__ static void store(const step_args & A, long long frow_off, int n0, const float * v) {
+        *reinterpret_cast<float4 *>((float *)A.fin + frow_off + n0) = make_float4(v[0], v[1], v[2], v[3]);
+    }
+};
+
+struct io_bf16 {
+    static const int VEC = 8;
+    __device__ static void load(const step_args & A, long long row_off, int n0, float * v) {
+        const uint4 q = *reinterpret_cast<const uint4 *>((const unsigned short *)A.state + row_off + n0);
+        const unsigned int w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[2 * i] = bf16_lo(w[i]), v[2 * i + 1] = bf16_hi(w[i]);
+    }
+    __device__ static void store(const step_args & A, long long frow_off, int n0, const float * v) {
+        *reinterpret_cast<uint4 *>((unsigned short *)A.fin + frow_off + n0) =
+            make_uint4(pack_bf16(v[0], v[1]), pack_bf16(v[2], v[3]), pack_bf16(v[4], v[5]), pack_bf16(v[6], v[7]));
+    }
+};
+
+struct io_f16 {
+    static const int VEC = 8;
+    __device__ static void load(const step_args & A, long long row_off, int n0, float * v) {
+        const uint4 q = *reinterpret_cast<const uint4 *>((const unsigned short *)A.state + row_off + n0);
+        const unsigned int w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) v[2 * i] = f16_lo(w[i]), v[2 * i + 1] = f16_hi(w[i]);
+    }
+    __device__ static void store(const step_args & A, long long frow_off, int n0, const float * v) {
+        *reinterpret_cast<uint4 *>((unsigned short *)A.fin + frow_off + n0) =
+            make_uint4(pack_f16(v[0], v[1]), pack_f16(v[2], v[3]), pack_f16(v[4], v[5]), pack_f16(v[6], v[7]));
+    }
+};
+
+/* Any dtype, any strides (state and final_state each their own). */
+struct io_generic {
+    static const int VEC = 1;
+    __device__ static void load(const step_args & A, long long row_off, int n0, float * v) {
+        v[0] = state_ld(A.state, A.st_dtype, row_off + n0 * A.ss[3]);
+    }
+    __device__ static void store(const step_args & A, long long frow_off, int n0, const float * v) {
+        ssmi_cu_st(A.fin, A.fin_dtype, frow_off + n0 * A.fs[3], v[0]);
+    }
+};
+
+__device__ __forceinline__ int slot_of(const step_args & A, int b) {
+    if (A.idx_mode == 1) return A.idx_inline[b];
+    if (A.idx_mode == 2) return A.idx_dev[b];
+    return b;
+}
+
+/* Block (row b, head h, slice): rows p = p0 + grp + k·NG (k < U) of the head. ROW_DECAY: a is
+ * constant over n (one exp per row); else one exp per element. */
+template <class IO, int U, bool ROW_DECAY>
+__global__ void __launch_bounds__(kStepThreads, kMinBlocksPerSM) step_kernel(const step_args A) {
+    const int VEC = IO::VEC;
+    extern __shared__ float sbc[]; /* b (N) then c (N) of the row's group, fp32 */
+    const long long blk = blockIdx.x;
+    const int       slice = (int)(blk % A.nslices);
+    const long long bh = blk / A.nslices;
+    const int       h = (int)(bh % A.H), b = (int)(bh / A.H);
+    const int       lane = (int)threadIdx.x & (A.L - 1), grp = (int)threadIdx.x / A.L;
+    const int       p0 = slice * A.rows_per_block;
+    const int       slot = slot_of(A, b);
+    const long long obase = b * A.os[0] + h * A.os[1];
+    if (slot < 0) { /* padding row: out = 0, no slot touched */
+        for (int i = threadIdx.x; i < A.rows_per_block; i += blockDim.x)
+            if (p0 + i < A.P) ssmi_cu_st(A.out, A.out_dtype, obase + (p0 + i) * A.os[2], 0.0f);
+        return;
+    }
+    /* The rows' offsets, and the first chunk of every row loaded before anything else: the
+     * state is the DRAM traffic, the rest below is L2-resident setup that overlaps with it. */
+    int       pr[U];
+    bool      ok[U];
+    long long so[U], fo[U];
+    float     s[U][VEC];
+    int       n0 = lane * VEC;
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+        const int p = p0 + grp + k * A.NG;
+        pr[k] = p;
+        ok[k] = p < A.P;
+        so[k] = slot * A.ss[0] + h * A.ss[1] + p * A.ss[2];
+        fo[k] = slot * A.fs[0] + h * A.fs[1] + p * A.fs[2];
+        if (ok[k] && n0 < A.N)
+            IO::load(A, so[k], n0, s[k]);
+        else
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) s[k][j] = 0.0f;
+    }
+
+    const int g = h / A.R;
+    float *   bs = sbc;
+    float *   cs = sbc + A.N;
+    for (int n = threadIdx.x; n < A.N; n += blockDim.x) {
+        bs[n] = ssmi_cu_ld(A.bm.p, A.bm.dtype, b * A.bm.s[0] + g * A.bm.s[1] + n * A.bm.s[2]);
+        cs[n] = ssmi_cu_ld(A.cm.p, A.cm.dtype, b * A.cm.s[0] + g * A.cm.s[1] + n * A.cm.s[2]);
+    }
+
+    /* Per-row values: processed dt, v·x, the decay of a per-row a. */
+    float xv[U], vv[U], coef[U], dec[U], y[U];
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+        const int p = pr[k];
+        xv[k] = vv[k] = coef[k] = dec[k] = y[k] = 0.0f;
+        if (!ok[k]) continue;
+        xv[k] = ssmi_cu_ld(A.x.p, A.x.dtype, b * A.x.s[0] + h * A.x.s[1] + p * A.x.s[2]);
+        float v = ssmi_cu_ld(A.dt.p, A.dt.dtype, b * A.dt.s[0] + h * A.dt.s[1] + p * A.dt.s[2]);
+        if (A.has_bias) v += ssmi_cu_ld(A.bias.p, A.bias.dtype, h * A.bias.s[0] + p * A.bias.s[1]);
+        if (A.softplus && v <= 20.0f) v = log1pf(expf(v));
+        if (v < A.lo) v = A.lo; /* comparisons, not fminf/fmaxf: a NaN dt stays NaN, as on the CPU */
+        if (v > A.hi) v = A.hi;
+        vv[k] = v;
+        coef[k] = v * xv[k];
+        if (ROW_DECAY) dec[k] = expf(ssmi_cu_ld(A.a.p, A.a.dtype, h * A.a.s[0] + p * A.a.s[1]) * v);
+    }
+    __syncthreads(); /* b and c staged */
+
+    /* Stream the rows: update, store and y of the chunk in registers, then the next chunk's
+     * U loads (each lane's chunks are L·VEC elements apart). */
+    for (; n0 < A.N; n0 += A.L * VEC) {
+#pragma unroll
+        for (int k = 0; k < U; ++k) {
+            if (!ok[k]) continue;
+#pragma unroll
+            for (int j = 0; j < VEC; ++j) {
+                const int   n = n0 + j;
+                const float dk = ROW_DECAY
+                                     ? dec[k]
+                                     : expf(ssmi_cu_ld(A.a.p, A.a.dtype, h * A.a.s[0] + pr[k] * A.a.s[1] + n * A.a.s[2]) *
+                                            vv[k]);
+                const float t = fmaf(s[k][j], dk, coef[k] * bs[n]);
+                y[k] = fmaf(t, cs[n], y[k]);
+                s[k][j] = t;
+            }
+            if (A.has_fin) IO::store(A, fo[k], n0, s[k]);
+        }
+        const int next = n0 + A.L * VEC;
+        if (next < A.N) {
+#pragma unroll
+            for (int k = 0; k < U; ++k)
+                if (ok[k]) IO::load(A, so[k], next, s[k]);
+        }
+    }
+
+    /* y over the L lanes of each row (fixed butterfly: deterministic), then d·x, the gate. */
+#pragma unroll
+    for (int k = 0; k < U; ++k)
+        for (int off = A.L >> 1; off > 0; off >>= 1) y[k] += __shfl_xor_sync(0xffffffffu, y[k], off);
+    if (lane != 0) return;
+#pragma unroll
+    for (int k = 0; k < U; ++k) {
+        if (!ok[k]) continue;
+        const int p = pr[k];
+        float     yy = y[k];
+        if (A.has_d) yy = fmaf(ssmi_cu_ld(A.d.p, A.d.dtype, h * A.d.s[0] + p * A.d.s[1]), xv[k], yy);
+        if (A.has_z) {
+            const float zz = ssmi_cu_ld(A.z.p, A.z.dtype, b * A.z.s[0] + h * A.z.s[1] + p * A.z.s[2]);
+            yy *= zz / (1.0f + expf(-zz));
+        }
+        ssmi_cu_st(A.out, A.out_dtype, obase + p * A.os[2], yy);
+    }
+}
+
+/* ---- host side ------------------------------------------------------------------------------ */
+
+int pow2_at_least(int v) {
+    int l = 1;
+    while (l < v) l *= 2;
+    return l;
+}
+
+/* 16-byte vectors fit: unit stride over n, N a multiple of the vector, every row start
+ * (data + slot·s0 + h·s1 + p·s2 elements) 16-byte aligned. */
+int vec_ok(const ssm_tensor * t, int64_t N) {
+    const int64_t vec = 16 / (int64_t)ssm_dtype_size((ssm_dtype)t->dtype);
+    if (t->dtype != SSM_DTYPE_F32 && t->dtype != SSM_DTYPE_F16 && t->dtype != SSM_DTYPE_BF16) return 0;
+    if (N % vec != 0 || t->strides[3] != 1 || ((uintptr_t)t->data % 16) != 0) return 0;
+    for (int i = 0; i < 3; ++i)
+        if (t->strides[i] % vec != 0) return 0;
+    return 1;
+}
+
+int const_dim(const ssm_tensor * t, int i) { return t->strides[i] == 0 || t->shape[i] <= 1; }
+
+template <class IO> ssm_status launch_io(ssm_context * ctx, const char * op, step_args & A) {
+    const int nv = (A.N + IO::VEC - 1) / IO::VEC;
+    A.L = pow2_at_least(nv < 1 ? 1 : nv);
+    if (A.L > 32) A.L = 32;
+    A.NG = kStepThreads / A.L;
+    const long long pairs = (long long)A.B * A.H;
+    /* Four rows per thread when that still gives enough blocks and no mostly idle ones. */
+    const int       u = ((long long)A.NG * 4 <= A.P && pairs * ((A.P + A.NG * 4 - 1) / (A.NG * 4)) >= kMinBlocks) ? 4 : 1;
+    A.rows_per_block = A.NG * u;
+    A.nslices = (A.P + A.rows_per_block - 1) / A.rows_per_block;
+    const long long blocks = pairs * A.nslices;
+    SSM_RETURN_IF(blocks > INT32_MAX, ctx, SSM_STATUS_UNSUPPORTED,
+                  "%s: B·H·P=%lld needs more thread blocks than the CUDA backend launches", op,
+                  (long long)(pairs * A.P));
+    const size_t smem = sizeof(float) * 2 * (size_t)A.N;
+    const cudaStream_t s = ssmi_cuda_stream(ctx);
+    if (u == 4 && A.a_const_n)
+        step_kernel<IO, 4, true><<<(unsigned)blocks, kStepThreads, smem, s>>>(A);
+    else if (u == 4)
+        step_kernel<IO, 4, false><<<(unsigned)blocks, kStepThreads, smem, s>>>(A);
+    else if (A.a_const_n)
+        step_kernel<IO, 1, true><<<(unsigned)blocks, kStepThreads, smem, s>>>(A);
+    else
+        step_kernel<IO, 1, false><<<(unsigned)blocks, kStepThreads, smem, s>>>(A);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "step_kernel launch");
+    return SSM_STATUS_OK;
+}
+
+ssm_status launch(ssm_context * ctx, const char * op, const ssm_mamba2_step_args * a, step_args & A) {
+    const int has_fin = ssmi_present(&a->final_state);
+    const int fast = vec_ok(&a->state, A.N) &&
+                     (!has_fin || (a->final_state.dtype == a->state.dtype && vec_ok(&a->final_state, A.N)));
+    if (!fast) return launch_io<io_generic>(ctx, op, A);
+    switch (a->state.dtype) {
+        case SSM_DTYPE_F32: return launch_io<io_f32>(ctx, op, A);
+        case SSM_DTYPE_BF16: return launch_io<io_bf16>(ctx, op, A);
+        default: return launch_io<io_f16>(ctx, op, A);
+    }
+}
+
+ssm_status check_pointers(ssm_context * ctx, const char * op, const ssm_mamba2_step_args * a) {
+    const ssm_tensor * ts[] = {&a->x, &a->dt, &a->a, &a->b, &a->c, &a->d, &a->z, &a->dt_bias, &a->state, &a->out,
+                               &a->final_state};
+    const char *       names[] = {"x", "dt", "a", "b", "c", "d", "z", "dt_bias", "state", "out", "final_state"};
+    for (int i = 0; i < 11; ++i) SSM_FORWARD_IF_ERROR(ssmi_cuda_check_pointer(ctx, op, names[i], ts[i]));
+    return SSM_STATUS_OK;
+}
+
+void fill_args(const ssm_mamba2_params * p, const ssmi_mamba2_dims * d, const ssm_mamba2_step_args * a, step_args & A) {
+    A.B = (int)d->batch, A.H = (int)d->nheads, A.P = (int)d->headdim, A.N = (int)d->dstate;
+    A.R = (int)(d->nheads / d->ngroups);
+    A.x = ssmi_cu_view_of(&a->x);
+    A.dt = ssmi_cu_view_of(&a->dt);
+    A.a = ssmi_cu_view_of(&a->a);
+    A.bm = ssmi_cu_view_of(&a->b);
+    A.cm = ssmi_cu_view_of(&a->c);
+    A.has_d = ssmi_present(&a->d);
+    if (A.has_d) A.d = ssmi_cu_view_of(&a->d);
+    A.has_z = ssmi_present(&a->z);
+    if (A.has_z) A.z = ssmi_cu_view_of(&a->z);
+    A.has_bias = ssmi_present(&a->dt_bias);
+    if (A.has_bias) A.bias = ssmi_cu_view_of(&a->dt_bias);
+    A.softplus = p->dt_softplus != 0;
+    A.lo = (float)p->dt_limit_lo;
+    A.hi = (float)p->dt_limit_hi;
+    A.a_const_n = const_dim(&a->a, 2);
+    A.state = a->state.data;
+    A.st_dtype = a->state.dtype;
+    for (int i = 0; i < 4; ++i) A.ss[i] = a->state.strides[i];
+    A.has_fin = ssmi_present(&a->final_state);
+    if (A.has_fin) {
+        A.fin = a->final_state.data;
+        A.fin_dtype = a->final_state.dtype;
+        for (int i = 0; i < 4; ++i) A.fs[i] = a->final_state.strides[i];
+    }
+    A.out = a->out.data;
+    A.out_dtype = a->out.dtype;
+    for (int i = 0; i < 3; ++i) A.os[i] = a->out.strides[i];
+}
+
+int64_t index_at(const ssm_tensor * t, int64_t b) {
+    const int64_t off = b * t->strides[0];
+    return t->dtype == SSM_DTYPE_I64 ? ((const int64_t *)t->data)[off] : (int64_t)((const int32_t *)t->data)[off];
+}
+
+} /* namespace */
+
+extern "C" ssm_status ssmi_cuda_mamba2_step(ssm_context * ctx, const ssm_mamba2_params * p, const ssmi_mamba2_dims * d,
+                                            const ssm_mamba2_step_args * a) {
+    static const char op[] = "mamba2_step";
+    SSM_RETURN_IF(d->dstate > kMaxN, ctx, SSM_STATUS_UNSUPPORTED,
+                  "%s: N=%lld is larger than the CUDA backend's limit of %d", op, (long long)d->dstate, kMaxN);
+    SSM_RETURN_IF(d->batch > INT32_MAX || d->nheads > INT32_MAX || d->headdim > INT32_MAX || d->slots > INT32_MAX, ctx,
+                  SSM_STATUS_UNSUPPORTED, "%s: B=%lld, H=%lld, P=%lld or slots=%lld exceeds the CUDA backend's int32 "
+                  "indices", op, (long long)d->batch, (long long)d->nheads, (long long)d->headdim, (long long)d->slots);
+    SSM_FORWARD_IF_ERROR(check_pointers(ctx, op, a));
+    if (d->batch == 0 || d->nheads == 0 || d->headdim == 0) return SSM_STATUS_OK;
+
+    step_args * A = (step_args *)calloc(1, sizeof(step_args));
+    SSM_RETURN_IF(A == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: no host memory for the kernel arguments", op);
+    fill_args(p, d, a, *A);
+    const cudaStream_t s = ssmi_cuda_stream(ctx);
+    const ssm_tensor * idx = &a->state_batch_indices;
+    void *             dslots = NULL;
+    ssm_status         st = SSM_STATUS_OK;
+    if (ssmi_present(idx) && d->batch <= kInlineSlots) {
+        A->idx_mode = 1;
+        for (int64_t b = 0; b < d->batch; ++b) {
+            const int64_t v = index_at(idx, b);
+            A->idx_inline[b] = v < 0 ? -1 : (int)v; /* any negative int64 is a padding row */
+        }
+    } else if (ssmi_present(idx)) {
+        /* Values were validated (< slots ≤ INT32_MAX, or negative for padding): int32 holds them. */
+        const size_t bytes = sizeof(int) * (size_t)d->batch;
+        int *        host = (int *)malloc(bytes);
+        if (host == NULL) {
+            free(A);
+            return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: no host memory for %lld slot indices", op,
+                              (long long)d->batch);
+        }
+        for (int64_t b = 0; b < d->batch; ++b) {
+            const int64_t v = index_at(idx, b);
+            host[b] = v < 0 ? -1 : (int)v;
+        }
+        st = ssmi_cuda_status(ctx, op, "cudaMallocAsync (slot indices)", cudaMallocAsync(&dslots, bytes, s));
+        /* Pageable source: cudaMemcpyAsync returns once it is staged, so host may be freed. */
+        if (st == SSM_STATUS_OK)
+            st = ssmi_cuda_status(ctx, op, "cudaMemcpyAsync (slot indices)",
+                                  cudaMemcpyAsync(dslots, host, bytes, cudaMemcpyHostToDevice, s));
+        free(host);
+        A->idx_mode = 2;
+        A->idx_dev = (const int *)dslots;
+    }
+    if (st == SSM_STATUS_OK) st = launch(ctx, op, a, *A);
+    if (dslots != NULL) {
+        const ssm_status fs = ssmi_cuda_status(ctx, op, "cudaFreeAsync (slot indices)", cudaFreeAsync(dslots, s));
+        if (st == SSM_STATUS_OK) st = fs;
+    }
+    free(A);
+    return st;
+}

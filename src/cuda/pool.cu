@@ -1,0 +1,181 @@
+/*
+ * pool.cu — the slots of a decode state pool that no batch row updated, copied into a
+ * separate output pool on the device (the CUDA form of core/pool.c's ssmi_copy_unused_slots).
+ *
+ * The list of unused slots is built on the host (the indices are a host view) and copied
+ * to the device; one grid-stride kernel then copies every element of those slots through
+ * both tensors' strides. Equal dtypes copy the element's bytes exactly; different dtypes
+ * convert through double with one rounding (as core/pool.c does). Off the hot path: an
+ * in-place pool never copies, and a decode step without indices uses every slot.
+ */
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern "C" {
+#include "../core/ssmi.h"
+}
+#include "cuda_common.cuh"
+#include "ssmi_cuda.h"
+#include "ssmi_cuda_pool.h"
+
+namespace {
+
+const int kPoolThreads = 256;
+
+/* A pool as the copy kernel sees it: dims below the slot axis (outermost first). */
+struct pool_view {
+    void *    p;
+    int       dtype;
+    long long slot_stride;
+    long long s[SSM_MAX_DIMS];
+};
+
+struct pool_copy_args {
+    const long long * slots;  /* unused slot numbers, nslots of them */
+    long long         nslots;
+    long long         per_slot; /* elements of one slot */
+    int               nd;       /* dims below the slot axis */
+    long long         shape[SSM_MAX_DIMS];
+    pool_view         in, out;
+};
+
+__device__ __forceinline__ double load_f64(const void * p, int dtype, long long off) {
+    switch (dtype) {
+        case SSM_DTYPE_F32: return (double)((const float *)p)[off];
+        case SSM_DTYPE_F16: return (double)__half2float(((const __half *)p)[off]);
+        case SSM_DTYPE_BF16: return (double)__bfloat162float(((const __nv_bfloat16 *)p)[off]);
+        default: return ((const double *)p)[off];
+    }
+}
+
+/* v rounded once (to nearest even) into the dtype. */
+__device__ __forceinline__ void store_f64(void * p, int dtype, long long off, double v) {
+    switch (dtype) {
+        case SSM_DTYPE_F32: ((float *)p)[off] = (float)v; break;
+        case SSM_DTYPE_F16: ((__half *)p)[off] = __double2half(v); break;
+        case SSM_DTYPE_BF16: ((__nv_bfloat16 *)p)[off] = __double2bfloat16(v); break;
+        default: ((double *)p)[off] = v; break;
+    }
+}
+
+/* Bytes of one element copied as they are (equal dtypes: exact, NaN payloads included). */
+__device__ __forceinline__ void copy_raw(const void * src, long long so, void * dst, long long dof, int dtype) {
+    switch (dtype) {
+        case SSM_DTYPE_F64: ((unsigned long long *)dst)[dof] = ((const unsigned long long *)src)[so]; break;
+        case SSM_DTYPE_F32: ((unsigned int *)dst)[dof] = ((const unsigned int *)src)[so]; break;
+        default: ((unsigned short *)dst)[dof] = ((const unsigned short *)src)[so]; break;
+    }
+}
+
+__global__ void __launch_bounds__(kPoolThreads) copy_slots_kernel(const pool_copy_args A) {
+    const long long total = A.nslots * A.per_slot;
+    const long long step = (long long)gridDim.x * blockDim.x;
+    const bool      same = A.in.dtype == A.out.dtype;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
+        const long long k = e / A.per_slot;
+        long long       rem = e - k * A.per_slot;
+        const long long slot = A.slots[k];
+        long long       io = slot * A.in.slot_stride, oo = slot * A.out.slot_stride;
+        for (int d = A.nd - 1; d >= 0; --d) { /* innermost dim fastest */
+            const long long i = rem % A.shape[d];
+            rem /= A.shape[d];
+            io += i * A.in.s[d];
+            oo += i * A.out.s[d];
+        }
+        if (same)
+            copy_raw(A.in.p, io, A.out.p, oo, A.in.dtype);
+        else
+            store_f64(A.out.p, A.out.dtype, oo, load_f64(A.in.p, A.in.dtype, io));
+    }
+}
+
+int64_t index_at(const ssm_tensor * t, int64_t b) {
+    const int64_t off = b * t->strides[0];
+    return t->dtype == SSM_DTYPE_I64 ? ((const int64_t *)t->data)[off] : (int64_t)((const int32_t *)t->data)[off];
+}
+
+pool_view pool_view_of(const ssm_tensor * t) {
+    pool_view v;
+    v.p = t->data;
+    v.dtype = t->dtype;
+    v.slot_stride = t->ndim > 0 ? (long long)t->strides[0] : 0;
+    for (int i = 0; i < SSM_MAX_DIMS; ++i) v.s[i] = i + 1 < t->ndim ? (long long)t->strides[i + 1] : 0;
+    return v;
+}
+
+/* The unused slot numbers (host, malloc'd into *list; *count of them). */
+ssm_status unused_slots(ssm_context * ctx, const char * op, const ssm_tensor * indices, int64_t batch, int64_t slots,
+                        long long ** list, long long * count) {
+    *list = NULL;
+    *count = 0;
+    unsigned char * used = (unsigned char *)calloc((size_t)slots, 1);
+    long long *     out = (long long *)malloc(sizeof(long long) * (size_t)slots);
+    if (used == NULL || out == NULL) {
+        free(used);
+        free(out);
+        return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: no host memory for the list of %lld pool slots", op,
+                          (long long)slots);
+    }
+    for (int64_t b = 0; b < batch; ++b) {
+        const int64_t s = index_at(indices, b);
+        if (s >= 0 && s < slots) used[s] = 1;
+    }
+    long long n = 0;
+    for (int64_t s = 0; s < slots; ++s)
+        if (!used[s]) out[n++] = (long long)s;
+    free(used);
+    *list = out;
+    *count = n;
+    return SSM_STATUS_OK;
+}
+
+} /* namespace */
+
+extern "C" ssm_status ssmi_cuda_copy_unused_slots(ssm_context * ctx, const char * op, const ssm_tensor * in,
+                                                  const ssm_tensor * out, const ssm_tensor * indices, int64_t batch) {
+    if (!ssmi_present(out) || !ssmi_present(in) || out->data == in->data || !ssmi_present(indices)) return SSM_STATUS_OK;
+    if (in->ndim < 1 || in->shape[0] <= 0) return SSM_STATUS_OK;
+    pool_copy_args A;
+    memset(&A, 0, sizeof A);
+    A.per_slot = 1;
+    A.nd = in->ndim - 1;
+    for (int d = 1; d < in->ndim; ++d) {
+        A.shape[d - 1] = in->shape[d];
+        A.per_slot *= in->shape[d];
+    }
+    if (A.per_slot == 0) return SSM_STATUS_OK;
+    A.in = pool_view_of(in);
+    A.out = pool_view_of(out);
+
+    long long * list = NULL;
+    SSM_FORWARD_IF_ERROR(unused_slots(ctx, op, indices, batch, in->shape[0], &list, &A.nslots));
+    if (A.nslots == 0) {
+        free(list);
+        return SSM_STATUS_OK;
+    }
+    const cudaStream_t s = ssmi_cuda_stream(ctx);
+    const size_t       bytes = sizeof(long long) * (size_t)A.nslots;
+    void *             dlist = NULL;
+    ssm_status st = ssmi_cuda_status(ctx, op, "cudaMallocAsync (pool slot list)", cudaMallocAsync(&dlist, bytes, s));
+    /* Pageable source: cudaMemcpyAsync returns once it is staged, so the list may be freed. */
+    if (st == SSM_STATUS_OK)
+        st = ssmi_cuda_status(ctx, op, "cudaMemcpyAsync (pool slot list)",
+                              cudaMemcpyAsync(dlist, list, bytes, cudaMemcpyHostToDevice, s));
+    free(list);
+    if (st == SSM_STATUS_OK) {
+        A.slots = (const long long *)dlist;
+        const long long total = A.nslots * A.per_slot;
+        long long       blocks = (total + kPoolThreads - 1) / kPoolThreads;
+        if (blocks > 65536LL * 16) blocks = 65536LL * 16; /* grid-stride loop covers the rest */
+        copy_slots_kernel<<<(unsigned)blocks, kPoolThreads, 0, s>>>(A);
+        st = ssmi_cuda_status(ctx, op, "copy_slots_kernel launch", cudaGetLastError());
+    }
+    if (dlist != NULL) {
+        const ssm_status fs = ssmi_cuda_status(ctx, op, "cudaFreeAsync (pool slot list)", cudaFreeAsync(dlist, s));
+        if (st == SSM_STATUS_OK) st = fs;
+    }
+    return st;
+}

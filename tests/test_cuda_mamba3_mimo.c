@@ -1,0 +1,480 @@
+/*
+ * test_cuda_mamba3_mimo.c — the CUDA backend of ssm_mamba3_mimo_bwd_fwd, ssm_mamba3_mimo and
+ * ssm_mamba3_mimo_step against the float64 reference (REF backend on the host copies, F64
+ * outputs), DESIGN §5 bars per compute dtype (v's dtype): S below / at / above the chunk and
+ * odd, G = 1 and G = H, R ∈ {1, 2, 4}, every optional input on and off, reduced and
+ * non-reduced outputs, f32 / f16 / bf16, strided layouts, initial/final states and varlen
+ * (with an empty sequence) for the forward, the fused norm, the seed's stored bwd_fwd vectors
+ * (float64 golden outputs), the step with state_batch_indices (padding rows, host and device
+ * indices) on separate pools and in place. Outputs are NaN-poisoned; a second run on
+ * re-poisoned outputs must give the same bytes. ref_mode UPSTREAM_BF16 is UNSUPPORTED on CUDA.
+ * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
+ * Seed: SSMOPS_TEST_SEED (default 20261203).
+ */
+#include <math.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cudautil.h"
+
+static ssm_context *ctx_ref, *ctx_cuda;
+static ssm_mamba3_mimo_params g_params;
+
+static ssm_status run_bwd_fwd(ssm_context * c, void * a) { return ssm_mamba3_mimo_bwd_fwd(c, &g_params, a); }
+static ssm_status run_fwd(ssm_context * c, void * a) { return ssm_mamba3_mimo(c, &g_params, a); }
+static ssm_status run_step(ssm_context * c, void * a) { return ssm_mamba3_mimo_step(c, &g_params, a); }
+
+/* One tensor field of an argument struct: its offset, the host tensor behind it, its kind. */
+enum { K_IN = 0, K_OUT = 1, K_INDEX = 2, K_ANGLE_OUT = 3 };
+typedef struct tslot {
+    size_t      off;
+    ssmt_host * h;
+    int         kind;
+    const char * name;
+} tslot;
+#define SLOT(type, field, host, kind) {offsetof(type, field), (host), (kind), #field}
+
+static ssm_tensor * field(void * args, size_t off) { return (ssm_tensor *)((char *)args + off); }
+
+/* Reference (F64 outputs) vs device (the problem's output dtypes), then a second device run
+ * on re-poisoned outputs with identical bytes. index_dev: index tensors in device memory. */
+static void run_generic(const char * tag, ssm_status (*fn)(ssm_context *, void *), const void * args, size_t size,
+                        tslot * s, int n, ssm_dtype compute, int index_dev) {
+    char * ra = malloc(size), *da = malloc(size);
+    ssmt_host * ref = calloc((size_t)n, sizeof *ref);
+    ssmt_dev *  dv = calloc((size_t)n, sizeof *dv);
+    if (!ra || !da || !ref || !dv) {
+        TEST_CHECK(0, "%s: allocation failed", tag);
+        free(ra), free(da), free(ref), free(dv);
+        return;
+    }
+    memcpy(ra, args, size);
+    memcpy(da, args, size);
+    for (int i = 0; i < n; ++i) {
+        if (s[i].h->t.data == NULL) continue;
+        if (s[i].kind == K_OUT || s[i].kind == K_ANGLE_OUT) {
+            ref[i] = ssmt_alloc(SSM_DTYPE_F64, s[i].h->t.ndim, s[i].h->t.shape);
+            *field(ra, s[i].off) = ref[i].t;
+        }
+        if (s[i].kind != K_INDEX || index_dev) {
+            dv[i] = ssmt_to_device(s[i].h);
+            *field(da, s[i].off) = dv[i].view;
+        }
+    }
+    ssm_status st = fn(ctx_ref, ra);
+    TEST_CHECK(st == SSM_STATUS_OK, "%s: reference %s (%s)", tag, ssm_status_string(st), ssm_context_last_error(ctx_ref));
+    st = fn(ctx_cuda, da);
+    TEST_CHECK(st == SSM_STATUS_OK, "%s: cuda %s (%s)", tag, ssm_status_string(st), ssm_context_last_error(ctx_cuda));
+    void ** snap = calloc((size_t)n, sizeof *snap);
+    for (int i = 0; i < n && st == SSM_STATUS_OK; ++i) {
+        if (s[i].h->t.data == NULL || (s[i].kind != K_OUT && s[i].kind != K_ANGLE_OUT)) continue;
+        ssmt_to_host(s[i].h, &dv[i]);
+        char label[600];
+        snprintf(label, sizeof label, "%.400s %.100s", tag, s[i].name);
+        if (s[i].kind == K_ANGLE_OUT) {
+            ssmt_host u = ssmt_unwrap_angles(&s[i].h->t, &ref[i].t);
+            ssmt_check_bar(label, &u.t, &ref[i].t, compute);
+            ssmt_free(&u);
+        } else {
+            ssmt_check_bar(label, &s[i].h->t, &ref[i].t, compute);
+        }
+        if (snap) snap[i] = ssmt_snapshot(s[i].h);
+        ssmt_poison(&s[i].h->t);
+        TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dv[i].mem, s[i].h->buf, s[i].h->bytes), SSM_STATUS_OK);
+    }
+    if (st == SSM_STATUS_OK && snap) {
+        st = fn(ctx_cuda, da);
+        TEST_CHECK(st == SSM_STATUS_OK, "%s: second cuda run %s (%s)", tag, ssm_status_string(st),
+                   ssm_context_last_error(ctx_cuda));
+        for (int i = 0; i < n; ++i) {
+            if (!snap[i]) continue;
+            ssmt_to_host(s[i].h, &dv[i]);
+            TEST_CHECK(ssmt_unchanged(s[i].h, snap[i]), "%s: %s differs between two runs", tag, s[i].name);
+        }
+    }
+    for (int i = 0; i < n; ++i) {
+        if (snap) free(snap[i]);
+        if (ref[i].buf) ssmt_free(&ref[i]);
+        ssmt_dev_free(&dv[i]);
+    }
+    free(snap), free(ra), free(da), free(ref), free(dv);
+}
+
+static void cfg_tag(const ssmt_mimo_config * c, const char * what, char * tag, size_t n) {
+    snprintf(tag, n, "%s B%lld S%lld H%lld G%lld R%lld N%lld P%lld C%lld div%d %s%s%s%s%s%s%s%s%s", what,
+             (long long)c->batch, (long long)c->seqlen, (long long)c->nheads, (long long)c->ngroups,
+             (long long)c->rank, (long long)c->dstate, (long long)c->headdim, (long long)c->chunk, (int)c->div,
+             ssm_dtype_name(c->dtype), c->reduce_o ? " reduced" : " per-rank", c->has_z ? " z" : "",
+             c->has_d ? " d" : "", c->fused ? " fused" : "", c->has_states ? " states" : "",
+             c->has_final ? " finals" : "", c->nseq > 0 ? " varlen" : "", c->strided ? " strided" : "");
+}
+
+/* ---- bwd_fwd -------------------------------------------------------------------------------- */
+static void test_bwd_fwd(ssmt_rng * rng, const ssmt_mimo_config * cfg) {
+    ssmt_mimo_bwd_fwd_problem pr;
+    char                      tag[400];
+    cfg_tag(cfg, "bwd_fwd", tag, sizeof tag);
+    if (ssmt_mimo_random_bwd_fwd(rng, cfg, &pr) != 0) {
+        TEST_CHECK(0, "%s: could not build the problem", tag);
+        return;
+    }
+    g_params = pr.params;
+    typedef ssm_mamba3_mimo_bwd_fwd_args T;
+    tslot s[] = {SLOT(T, dout, &pr.dout, K_IN),       SLOT(T, q, &pr.q, K_IN),
+                 SLOT(T, k, &pr.k, K_IN),             SLOT(T, v, &pr.v, K_IN),
+                 SLOT(T, q_bias, &pr.q_bias, K_IN),   SLOT(T, k_bias, &pr.k_bias, K_IN),
+                 SLOT(T, mimo_v, &pr.mimo_v, K_IN),   SLOT(T, mimo_o, &pr.mimo_o, K_IN),
+                 SLOT(T, z, &pr.z, K_IN),             SLOT(T, mimo_z, &pr.mimo_z, K_IN),
+                 SLOT(T, angles, &pr.angles, K_IN),   SLOT(T, da_cs, &pr.da_cs, K_IN),
+                 SLOT(T, da_cs_rev, &pr.da_cs_rev, K_IN), SLOT(T, dt, &pr.dt, K_IN),
+                 SLOT(T, trap, &pr.trap, K_IN),       SLOT(T, d, &pr.d, K_IN),
+                 SLOT(T, segsum, &pr.segsum, K_IN),   SLOT(T, dmimo_o, &pr.dmimo_o, K_OUT),
+                 SLOT(T, states, &pr.states, K_OUT),  SLOT(T, dz, &pr.dz, K_OUT),
+                 SLOT(T, dmimo_z, &pr.dmimo_z, K_OUT), SLOT(T, qk_dot, &pr.qk_dot, K_OUT)};
+    run_generic(tag, run_bwd_fwd, &pr.args, sizeof pr.args, s, (int)(sizeof s / sizeof s[0]), cfg->dtype, 0);
+    ssmt_mimo_bwd_fwd_free(&pr);
+}
+
+/* The seed's stored vectors: inputs from .npy, outputs vs the float64 golden files. */
+static int32_t case_div(const ssmt_case * c) {
+    char   path[1200];
+    snprintf(path, sizeof path, "%s/case.json", c->dir);
+    FILE * f = fopen(path, "rb");
+    int    div = 4;
+    if (f != NULL) {
+        char   buf[8192];
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        buf[n] = 0;
+        fclose(f);
+        const char * p = strstr(buf, "\"div\":");
+        if (p != NULL) div = atoi(p + 6);
+    }
+    return div;
+}
+
+static void test_bwd_fwd_vectors(void) {
+    static const char * const ins[17] = {"dout",   "q",      "k",      "v",     "q_bias",    "k_bias",
+                                         "mimo_v", "mimo_o", "z",      "mimo_z", "angles",   "da_cs",
+                                         "da_cs_rev", "dt",  "trap",   "d",     "segsum"};
+    static const char * const outs[5] = {"dmimo_o", "states", "dz", "dmimo_z", "qk_dot"};
+    static char               names[64][128];
+    const int                 ncases = ssmt_case_list("mamba3_mimo_bwd_fwd", names, 64);
+    TEST_CHECK(ncases > 0, "no stored mamba3_mimo_bwd_fwd vectors");
+    for (int ci = 0; ci < ncases; ++ci) {
+        ssmt_case c;
+        if (ssmt_case_load(&c, "mamba3_mimo_bwd_fwd", names[ci]) != 0) {
+            TEST_CHECK(0, "cannot load mamba3_mimo_bwd_fwd/%s", names[ci]);
+            continue;
+        }
+        ssmt_host in[17], want[5], got[5];
+        ssmt_dev  din[17], dgot[5];
+        ssm_mamba3_mimo_bwd_fwd_args a = {0};
+        ssm_tensor * inslot[17] = {&a.dout,  &a.q,      &a.k,     &a.v,      &a.q_bias, &a.k_bias,
+                                   &a.mimo_v, &a.mimo_o, &a.z,    &a.mimo_z, &a.angles, &a.da_cs,
+                                   &a.da_cs_rev, &a.dt,  &a.trap, &a.d,      &a.segsum};
+        ssm_tensor * outslot[5] = {&a.dmimo_o, &a.states, &a.dz, &a.dmimo_z, &a.qk_dot};
+        for (int i = 0; i < 17; ++i) {
+            const int act = !strcmp(ins[i], "dout") || !strcmp(ins[i], "q") || !strcmp(ins[i], "k") ||
+                            !strcmp(ins[i], "v") || !strcmp(ins[i], "z") || !strcmp(ins[i], "trap");
+            memset(&in[i], 0, sizeof in[i]);
+            if (ssmt_case_has(&c, ins[i])) in[i] = ssmt_case_tensor(&c, ins[i], act ? c.dtype : SSM_DTYPE_F32);
+            din[i] = ssmt_to_device(&in[i]);
+            if (din[i].mem) *inslot[i] = din[i].view;
+        }
+        for (int o = 0; o < 5; ++o) {
+            memset(&want[o], 0, sizeof want[o]), memset(&got[o], 0, sizeof got[o]), memset(&dgot[o], 0, sizeof dgot[o]);
+            if (!ssmt_case_has(&c, outs[o])) continue;
+            want[o] = ssmt_case_tensor(&c, outs[o], SSM_DTYPE_F64);
+            got[o] = ssmt_alloc(SSM_DTYPE_F32, want[o].t.ndim, want[o].t.shape);
+            ssmt_poison(&got[o].t);
+            dgot[o] = ssmt_to_device(&got[o]);
+            *outslot[o] = dgot[o].view;
+        }
+        ssm_mamba3_mimo_params_init(&g_params);
+        if (c.chunk > 0) g_params.chunk_size = c.chunk;
+        g_params.rotary_dim_divisor = case_div(&c);
+        const ssm_status st = ssm_mamba3_mimo_bwd_fwd(ctx_cuda, &g_params, &a);
+        TEST_CHECK(st == SSM_STATUS_OK, "vector %.100s: %s (%s)", names[ci], ssm_status_string(st),
+                   ssm_context_last_error(ctx_cuda));
+        for (int o = 0; o < 5 && st == SSM_STATUS_OK; ++o) {
+            if (!got[o].buf) continue;
+            ssmt_to_host(&got[o], &dgot[o]);
+            char label[300];
+            snprintf(label, sizeof label, "vector %.100s/%s cuda vs float64", names[ci], outs[o]);
+            ssmt_check_bar(label, &got[o].t, &want[o].t, c.dtype);
+        }
+        for (int o = 0; o < 5; ++o) {
+            ssmt_dev_free(&dgot[o]);
+            if (want[o].buf) ssmt_free(&want[o]);
+            if (got[o].buf) ssmt_free(&got[o]);
+        }
+        for (int i = 0; i < 17; ++i) {
+            ssmt_dev_free(&din[i]);
+            if (in[i].buf) ssmt_free(&in[i]);
+        }
+    }
+}
+
+/* ---- forward -------------------------------------------------------------------------------- */
+static void test_fwd(ssmt_rng * rng, const ssmt_mimo_config * cfg, int index_dev) {
+    ssmt_mimo_problem pr;
+    char              tag[400];
+    cfg_tag(cfg, "fwd", tag, sizeof tag);
+    if (ssmt_mimo_random_args(rng, cfg, &pr) != 0) {
+        TEST_CHECK(0, "%s: could not build the problem", tag);
+        return;
+    }
+    g_params = pr.params;
+    typedef ssm_mamba3_mimo_args T;
+    tslot s[] = {SLOT(T, q, &pr.q, K_IN),
+                 SLOT(T, k, &pr.k, K_IN),
+                 SLOT(T, v, &pr.v, K_IN),
+                 SLOT(T, adt, &pr.adt, K_IN),
+                 SLOT(T, dt, &pr.dt, K_IN),
+                 SLOT(T, trap, &pr.trap, K_IN),
+                 SLOT(T, q_bias, &pr.q_bias, K_IN),
+                 SLOT(T, k_bias, &pr.k_bias, K_IN),
+                 SLOT(T, mimo_v, &pr.mimo_v, K_IN),
+                 SLOT(T, mimo_z, &pr.mimo_z, K_IN),
+                 SLOT(T, mimo_o, &pr.mimo_o, K_IN),
+                 SLOT(T, angles, &pr.angles, K_IN),
+                 SLOT(T, d, &pr.d, K_IN),
+                 SLOT(T, z, &pr.z, K_IN),
+                 SLOT(T, outproj_norm_weight, &pr.norm_weight, K_IN),
+                 SLOT(T, angle_state, &pr.angle_state, K_IN),
+                 SLOT(T, ssm_state, &pr.ssm_state, K_IN),
+                 SLOT(T, k_state, &pr.k_state, K_IN),
+                 SLOT(T, v_state, &pr.v_state, K_IN),
+                 SLOT(T, cu_seqlens, &pr.cu_seqlens, K_INDEX),
+                 SLOT(T, out, &pr.out, K_OUT),
+                 SLOT(T, final_angle_state, &pr.final_angle_state, K_ANGLE_OUT),
+                 SLOT(T, final_ssm_state, &pr.final_ssm_state, K_OUT),
+                 SLOT(T, final_k_state, &pr.final_k_state, K_OUT),
+                 SLOT(T, final_v_state, &pr.final_v_state, K_OUT)};
+    run_generic(tag, run_fwd, &pr.args, sizeof pr.args, s, (int)(sizeof s / sizeof s[0]), cfg->dtype, index_dev);
+    ssmt_mimo_problem_free(&pr);
+}
+
+/* ---- step ----------------------------------------------------------------------------------- */
+static void test_step(ssmt_rng * rng, const ssmt_mimo_config * cfg, int64_t slots, int with_indices, int index_dev) {
+    ssmt_mimo_step_problem pr;
+    char                   tag[400];
+    cfg_tag(cfg, "step", tag, sizeof tag);
+    if (ssmt_mimo_random_step(rng, cfg, slots, with_indices, &pr) != 0) {
+        TEST_CHECK(0, "%s: could not build a step problem", tag);
+        return;
+    }
+    g_params = pr.params;
+    typedef ssm_mamba3_mimo_step_args T;
+    tslot s[] = {SLOT(T, q, &pr.q, K_IN),
+                 SLOT(T, k, &pr.k, K_IN),
+                 SLOT(T, v, &pr.v, K_IN),
+                 SLOT(T, z, &pr.z, K_IN),
+                 SLOT(T, adt, &pr.adt, K_IN),
+                 SLOT(T, dt, &pr.dt, K_IN),
+                 SLOT(T, trap, &pr.trap, K_IN),
+                 SLOT(T, angles, &pr.angles, K_IN),
+                 SLOT(T, q_bias, &pr.q_bias, K_IN),
+                 SLOT(T, k_bias, &pr.k_bias, K_IN),
+                 SLOT(T, mimo_v, &pr.mimo_v, K_IN),
+                 SLOT(T, mimo_z, &pr.mimo_z, K_IN),
+                 SLOT(T, mimo_o, &pr.mimo_o, K_IN),
+                 SLOT(T, d, &pr.d, K_IN),
+                 SLOT(T, outproj_norm_weight, &pr.norm_weight, K_IN),
+                 SLOT(T, angle_state, &pr.angle_state, K_IN),
+                 SLOT(T, ssm_state, &pr.ssm_state, K_IN),
+                 SLOT(T, k_state, &pr.k_state, K_IN),
+                 SLOT(T, v_state, &pr.v_state, K_IN),
+                 SLOT(T, state_batch_indices, &pr.state_batch_indices, K_INDEX),
+                 SLOT(T, out, &pr.out, K_OUT),
+                 SLOT(T, final_angle_state, &pr.final_angle_state, K_OUT),
+                 SLOT(T, final_ssm_state, &pr.final_ssm_state, K_OUT),
+                 SLOT(T, final_k_state, &pr.final_k_state, K_OUT),
+                 SLOT(T, final_v_state, &pr.final_v_state, K_OUT)};
+    run_generic(tag, run_step, &pr.args, sizeof pr.args, s, (int)(sizeof s / sizeof s[0]), cfg->dtype, index_dev);
+
+    /* in place on the device: the input pools become the final pools; every slot is compared
+     * with the reference's separate final pools (unused slots keep their old values) */
+    ssmt_host  ref[4];
+    ssmt_host * fin[4] = {&pr.final_angle_state, &pr.final_ssm_state, &pr.final_k_state, &pr.final_v_state};
+    ssmt_host * pool[4] = {&pr.angle_state, &pr.ssm_state, &pr.k_state, &pr.v_state};
+    ssm_mamba3_mimo_step_args ra = pr.args;
+    ssm_tensor * rslot[4] = {&ra.final_angle_state, &ra.final_ssm_state, &ra.final_k_state, &ra.final_v_state};
+    ssmt_host    rout = ssmt_alloc(SSM_DTYPE_F64, pr.out.t.ndim, pr.out.t.shape);
+    ra.out = rout.t;
+    for (int i = 0; i < 4; ++i) {
+        ref[i] = ssmt_alloc(SSM_DTYPE_F64, fin[i]->t.ndim, fin[i]->t.shape);
+        *rslot[i] = ref[i].t;
+    }
+    TEST_CHECK_STATUS(ssm_mamba3_mimo_step(ctx_ref, &g_params, &ra), SSM_STATUS_OK);
+    ssm_mamba3_mimo_step_args da = pr.args;
+    ssm_tensor * in_slot[] = {&da.q,    &da.k,      &da.v,      &da.z,      &da.adt,    &da.dt,
+                              &da.trap, &da.angles, &da.q_bias, &da.k_bias, &da.mimo_v, &da.mimo_z,
+                              &da.mimo_o, &da.d,    &da.outproj_norm_weight, &da.out};
+    ssmt_host * in_host[] = {&pr.q,    &pr.k,      &pr.v,      &pr.z,      &pr.adt,    &pr.dt,
+                             &pr.trap, &pr.angles, &pr.q_bias, &pr.k_bias, &pr.mimo_v, &pr.mimo_z,
+                             &pr.mimo_o, &pr.d,    &pr.norm_weight, &pr.out};
+    enum { NI = 16 };
+    ssmt_dev din[NI], dpool[4];
+    ssmt_poison(&pr.out.t);
+    for (int i = 0; i < NI; ++i) {
+        din[i] = ssmt_to_device(in_host[i]);
+        if (din[i].mem) *in_slot[i] = din[i].view;
+    }
+    ssm_tensor * pslot[4] = {&da.angle_state, &da.ssm_state, &da.k_state, &da.v_state};
+    ssm_tensor * fslot[4] = {&da.final_angle_state, &da.final_ssm_state, &da.final_k_state, &da.final_v_state};
+    for (int i = 0; i < 4; ++i) {
+        dpool[i] = ssmt_to_device(pool[i]);
+        *pslot[i] = *fslot[i] = dpool[i].view;
+    }
+    const ssm_status st = ssm_mamba3_mimo_step(ctx_cuda, &g_params, &da);
+    TEST_CHECK(st == SSM_STATUS_OK, "%s in place: %s (%s)", tag, ssm_status_string(st), ssm_context_last_error(ctx_cuda));
+    if (st == SSM_STATUS_OK) {
+        static const char * const nm[4] = {"final_angle_state", "final_ssm_state", "final_k_state", "final_v_state"};
+        char label[600];
+        ssmt_to_host(&pr.out, &din[NI - 1]);
+        snprintf(label, sizeof label, "%.400s in-place out", tag);
+        ssmt_check_bar(label, &pr.out.t, &rout.t, cfg->dtype);
+        for (int i = 0; i < 4; ++i) {
+            ssmt_to_host(pool[i], &dpool[i]);
+            snprintf(label, sizeof label, "%.400s in-place %s", tag, nm[i]);
+            ssmt_check_bar(label, &pool[i]->t, &ref[i].t, cfg->dtype);
+        }
+        if (with_indices) { /* padding rows: out exactly 0 */
+            const int64_t per_row = ssmt_numel(&pr.out.t) / cfg->batch;
+            for (int64_t b = 0; b < cfg->batch; ++b) {
+                if (ssmt_get(&pr.state_batch_indices.t, b) >= 0) continue;
+                int zero = 1;
+                for (int64_t i = 0; i < per_row; ++i) zero = zero && ssmt_get(&pr.out.t, b * per_row + i) == 0.0;
+                TEST_CHECK(zero, "%s: padding row %lld out is not 0", tag, (long long)b);
+            }
+        }
+    }
+    for (int i = 0; i < NI; ++i) ssmt_dev_free(&din[i]);
+    for (int i = 0; i < 4; ++i) ssmt_dev_free(&dpool[i]), ssmt_free(&ref[i]);
+    ssmt_free(&rout);
+    ssmt_mimo_step_free(&pr);
+}
+
+/* ref_mode UPSTREAM_BF16 on CUDA: UNSUPPORTED, nothing written */
+static void test_bf16_mode_unsupported(ssmt_rng * rng) {
+    ssmt_mimo_config cfg;
+    ssmt_mimo_config_init(&cfg);
+    ssmt_mimo_bwd_fwd_problem pr;
+    if (ssmt_mimo_random_bwd_fwd(rng, &cfg, &pr) != 0) return;
+    ssm_context_params cp;
+    ssm_context_params_init(&cp);
+    cp.backend = SSM_BACKEND_CUDA;
+    cp.ref_mode = SSM_REF_UPSTREAM_BF16;
+    ssm_context * c = NULL;
+    TEST_CHECK_STATUS(ssm_context_create(&cp, &c), SSM_STATUS_OK);
+    if (c != NULL) {
+        g_params = pr.params;
+        ssmt_dev dq = ssmt_to_device(&pr.qk_dot), dv = ssmt_to_device(&pr.v);
+        ssm_mamba3_mimo_bwd_fwd_args a = pr.args;
+        ssmt_host * hs[] = {&pr.dout, &pr.q, &pr.k, &pr.q_bias, &pr.k_bias, &pr.mimo_v, &pr.mimo_o, &pr.z, &pr.mimo_z,
+                            &pr.angles, &pr.da_cs, &pr.da_cs_rev, &pr.dt, &pr.trap, &pr.d, &pr.segsum};
+        ssm_tensor * sl[] = {&a.dout, &a.q, &a.k, &a.q_bias, &a.k_bias, &a.mimo_v, &a.mimo_o, &a.z, &a.mimo_z,
+                             &a.angles, &a.da_cs, &a.da_cs_rev, &a.dt, &a.trap, &a.d, &a.segsum};
+        ssmt_dev d[16];
+        for (int i = 0; i < 16; ++i) {
+            d[i] = ssmt_to_device(hs[i]);
+            if (d[i].mem) *sl[i] = d[i].view;
+        }
+        memset(&a.dmimo_o, 0, sizeof a.dmimo_o), memset(&a.states, 0, sizeof a.states);
+        memset(&a.dz, 0, sizeof a.dz), memset(&a.dmimo_z, 0, sizeof a.dmimo_z);
+        a.v = dv.view, a.qk_dot = dq.view;
+        TEST_CHECK_STATUS(ssm_mamba3_mimo_bwd_fwd(c, &g_params, &a), SSM_STATUS_UNSUPPORTED);
+        TEST_CHECK(strstr(ssm_context_last_error(c), "UPSTREAM_BF16") != NULL, "message: %s", ssm_context_last_error(c));
+        for (int i = 0; i < 16; ++i) ssmt_dev_free(&d[i]);
+        ssmt_dev_free(&dq), ssmt_dev_free(&dv);
+        ssm_context_free(c);
+    }
+    ssmt_mimo_bwd_fwd_free(&pr);
+}
+
+int main(void) {
+    if (!ssmt_cuda_present("test_cuda_mamba3_mimo")) return 77;
+    const char * env = getenv("SSMOPS_TEST_SEED");
+    uint64_t     seed = env ? strtoull(env, NULL, 10) : 20261203u;
+    printf("seed %llu, %d CUDA device(s)\n", (unsigned long long)seed, (int)ssm_cuda_device_count());
+    ssmt_rng rng;
+    ssmt_rng_seed(&rng, seed);
+    ctx_ref = ssmt_make_ctx(SSM_BACKEND_REF, 0, SSM_ISA_AUTO);
+    ctx_cuda = ssmt_make_ctx(SSM_BACKEND_CUDA, 0, SSM_ISA_AUTO);
+    TEST_CHECK(ctx_ref && ctx_cuda, "context creation failed");
+    if (ssmt_failures) TEST_EXIT();
+
+    test_bf16_mode_unsupported(&rng);
+
+    static const ssm_dtype dtypes[] = {SSM_DTYPE_F32, SSM_DTYPE_F16, SSM_DTYPE_BF16};
+    /* S below / at / above the chunk and odd; (R, C): C·R ≤ 128; (H, G): G = 1, G = H, between */
+    static const int64_t seqlens[] = {5, 8, 13, 16, 37};
+    static const int64_t rc[][2] = {{1, 8}, {2, 8}, {4, 16}, {4, 8}, {2, 5}};
+    static const int64_t hg[][2] = {{2, 1}, {4, 4}, {4, 2}};
+    static const int64_t np[][2] = {{16, 8}, {32, 24}, {64, 64}, {8, 5}};
+    int k = 0;
+    for (size_t si = 0; si < sizeof seqlens / sizeof seqlens[0]; ++si)
+        for (int di = 0; di < 3; ++di, ++k) {
+            ssmt_mimo_config cfg;
+            ssmt_mimo_config_init(&cfg);
+            cfg.batch = 1 + (k % 2);
+            cfg.seqlen = seqlens[si];
+            cfg.rank = rc[k % 5][0], cfg.chunk = rc[k % 5][1];
+            cfg.nheads = hg[k % 3][0], cfg.ngroups = hg[k % 3][1];
+            cfg.dstate = np[k % 4][0], cfg.headdim = np[k % 4][1];
+            cfg.div = (k % 2) ? 2 : 4;
+            cfg.dtype = dtypes[di];
+            cfg.out_dtype = (k % 4 == 0) ? cfg.dtype : SSM_DTYPE_F32;
+            cfg.reduce_o = (k % 4) != 1;
+            cfg.has_z = (k % 3) != 2;
+            cfg.has_d = (k % 5) != 3;
+            cfg.strided = (k % 2) == 0;
+            test_bwd_fwd(&rng, &cfg);
+            /* the forward: states, finals, fused norm, varlen (with an empty sequence) */
+            cfg.has_states = (k % 3) != 0;
+            cfg.has_final = (k % 2) == 0 || cfg.has_states;
+            cfg.fused = cfg.reduce_o && cfg.has_z && (k % 4) == 0;
+            cfg.has_norm_weight = cfg.fused && (k % 8) == 0;
+            test_fwd(&rng, &cfg, 0);
+            if (seqlens[si] > 8) {
+                int64_t lens[4] = {seqlens[si] / 3, 0, seqlens[si] - seqlens[si] / 3 - seqlens[si] / 4,
+                                   seqlens[si] / 4};
+                cfg.nseq = 4;
+                cfg.seqlens = lens;
+                cfg.index_i64 = k % 2;
+                test_fwd(&rng, &cfg, (k % 2) == 0);
+                cfg.nseq = 0;
+                cfg.seqlens = NULL;
+            }
+            /* the step: pools with indices (padding rows), without, in place */
+            cfg.strided = 0;
+            test_step(&rng, &cfg, cfg.batch + 3, 1, (k % 2) == 1);
+            if (k % 3 == 0) test_step(&rng, &cfg, cfg.batch, 0, 0);
+        }
+    /* the headline layout at a small S: N = P = 64, R = 4, C = 16, bf16, reduced, z, d */
+    {
+        ssmt_mimo_config cfg;
+        ssmt_mimo_config_init(&cfg);
+        cfg.batch = 1, cfg.seqlen = 100, cfg.nheads = 4, cfg.ngroups = 1, cfg.rank = 4, cfg.dstate = 64;
+        cfg.headdim = 64, cfg.chunk = 16, cfg.div = 4, cfg.dtype = SSM_DTYPE_BF16;
+        test_bwd_fwd(&rng, &cfg);
+        cfg.has_states = cfg.has_final = 1;
+        test_fwd(&rng, &cfg, 0);
+        cfg.batch = 8;
+        test_step(&rng, &cfg, 12, 1, 0);
+        /* the largest tile: N = P = 128, C·R = 128 (P tiles in the output kernel) */
+        ssmt_mimo_config_init(&cfg);
+        cfg.batch = 1, cfg.seqlen = 70, cfg.nheads = 2, cfg.ngroups = 1, cfg.rank = 2, cfg.dstate = 128;
+        cfg.headdim = 128, cfg.chunk = 64, cfg.div = 2, cfg.dtype = SSM_DTYPE_BF16;
+        test_bwd_fwd(&rng, &cfg);
+        cfg.fused = 1, cfg.has_final = 1;
+        test_fwd(&rng, &cfg, 0);
+    }
+    test_bwd_fwd_vectors();
+
+    ssm_context_free(ctx_ref);
+    ssm_context_free(ctx_cuda);
+    TEST_EXIT();
+}

@@ -1,0 +1,322 @@
+/*
+ * test_cuda_mamba3_siso.c — the CUDA backend of ssm_mamba3_siso (combined forward, raw
+ * angles), ssm_mamba3_siso_fwd (core forward, cumulative angles) and ssm_mamba3_siso_step
+ * (decode) against the float64 reference (REF backend on the host copies, F64 outputs),
+ * DESIGN §5 bars per compute dtype (v's dtype): S below / at / above the internal chunk
+ * and odd, Hq = 1 / 1 < Hq < H / Hq = H, K and V in {32, 64, 96, 128} (and 256), A = K/2 and
+ * A < K/2, d and z on and off, f32 / f16 / bf16, initial and final states, varlen with an
+ * empty sequence, stride-0 angles over heads, padded/permuted layouts, the seed regime,
+ * NaN-poisoned outputs, identical bytes across two runs; the step with and without
+ * state_batch_indices (padding rows), with separate and in-place final pools, with the
+ * float4 and the generic state paths. Angle outputs are compared modulo 2π.
+ * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
+ * Seed: SSMOPS_TEST_SEED (default 20261203). SHOWCMP=1 prints every comparison.
+ */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cudautil.h"
+
+static ssm_context *     ctx_ref, *ctx_cuda;
+static ssm_mamba3_params g_params;
+
+static ssm_status run_siso(ssm_context * c, void * a) { return ssm_mamba3_siso(c, &g_params, a); }
+static ssm_status run_fwd(ssm_context * c, void * a) { return ssm_mamba3_siso_fwd(c, &g_params, a); }
+static ssm_status run_step(ssm_context * c, void * a) { return ssm_mamba3_siso_step(c, &g_params, a); }
+
+/* ---- the device harness: an args struct, its tensors by offset, REF vs CUDA ------------------ */
+
+/* One tensor field of an args struct: the host buffer its view points into, the field's
+ * offset, whether it is an output (compared), an angle output (compared modulo 2π), and
+ * `alias`: the index of an earlier binding whose device memory it shares (in place), or -1. */
+typedef struct bind {
+    ssmt_host * h;
+    size_t      off;
+    int         out, angle, alias;
+} bind;
+enum { MAX_BINDS = 24 };
+
+static ssm_tensor * field(void * args, size_t off) { return (ssm_tensor *)((char *)args + off); }
+
+/* Runs the op on REF (F64 outputs) and on the device (outputs in their own dtype, poisoned),
+ * compares every output, then runs again on re-uploaded inputs and poisoned outputs and
+ * checks the bytes are identical. */
+static void run_dev_case(const char * name, ssmt_run_fn run, const void * host_args, size_t size, const bind * b,
+                         int nb, ssm_dtype compute) {
+    /* reference */
+    unsigned char * ra = malloc(size), *da = malloc(size);
+    if (ra == NULL || da == NULL) {
+        TEST_CHECK(0, "%s: no memory for the args", name);
+        free(ra), free(da);
+        return;
+    }
+    ssmt_host ref[MAX_BINDS];
+    memcpy(ra, host_args, size);
+    for (int i = 0; i < nb; ++i) {
+        memset(&ref[i], 0, sizeof ref[i]);
+        const ssm_tensor * t = field((void *)host_args, b[i].off);
+        if (!b[i].out || t->data == NULL) continue;
+        ref[i] = ssmt_alloc(SSM_DTYPE_F64, t->ndim, t->shape);
+        *field(ra, b[i].off) = ref[i].t;
+    }
+    ssm_status st = run(ctx_ref, ra);
+    TEST_CHECK(st == SSM_STATUS_OK, "%s ref: %s (%s)", name, ssm_status_string(st), ssm_context_last_error(ctx_ref));
+
+    /* device mirrors; every host buffer saved to re-upload before the second run */
+    ssmt_dev dv[MAX_BINDS];
+    void *   saved[MAX_BINDS];
+    memcpy(da, host_args, size);
+    for (int i = 0; i < nb; ++i) {
+        memset(&dv[i], 0, sizeof dv[i]);
+        saved[i] = NULL;
+        const ssm_tensor * t = field((void *)host_args, b[i].off);
+        if (t->data == NULL) continue;
+        const ssmt_dev * src = &dv[i];
+        if (b[i].alias >= 0) {
+            src = &dv[b[i].alias];
+        } else {
+            dv[i] = ssmt_to_device(b[i].h);
+            saved[i] = ssmt_snapshot(b[i].h);
+        }
+        ssm_tensor * f = field(da, b[i].off);
+        f->data = (char *)src->mem + ((const char *)t->data - (const char *)b[i].h->buf);
+        f->device = src->view.device;
+    }
+    void * first[MAX_BINDS];
+    for (int pass = 0; pass < 2; ++pass) {
+        if (pass == 1)
+            for (int i = 0; i < nb; ++i)
+                if (saved[i] != NULL)
+                    TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dv[i].mem, saved[i], b[i].h->bytes), SSM_STATUS_OK);
+        st = run(ctx_cuda, da);
+        TEST_CHECK(st == SSM_STATUS_OK, "%s cuda%s: %s (%s)", name, pass ? " (second run)" : "", ssm_status_string(st),
+                   ssm_context_last_error(ctx_cuda));
+        for (int i = 0; i < nb; ++i) {
+            if (!b[i].out || ref[i].t.data == NULL) continue;
+            const int      j = b[i].alias >= 0 ? b[i].alias : i;
+            const ssm_tensor * got = field((void *)host_args, b[i].off);
+            ssmt_to_host(b[j].h, &dv[j]);
+            if (pass == 0) {
+                char label[400];
+                snprintf(label, sizeof label, "%.320s out#%d", name, i);
+                if (b[i].angle) {
+                    ssmt_host unw = ssmt_unwrap_angles(got, &ref[i].t);
+                    ssmt_check_bar(label, &unw.t, &ref[i].t, compute);
+                    ssmt_free(&unw);
+                } else {
+                    ssmt_check_bar(label, got, &ref[i].t, compute);
+                }
+                first[i] = ssmt_snapshot(b[j].h);
+            } else {
+                TEST_CHECK(ssmt_unchanged(b[j].h, first[i]), "%s: output #%d differs between two runs", name, i);
+                free(first[i]);
+            }
+        }
+    }
+    for (int i = 0; i < nb; ++i) {
+        ssmt_dev_free(&dv[i]);
+        free(saved[i]);
+        ssmt_free(&ref[i]);
+    }
+    free(ra);
+    free(da);
+}
+
+/* ---- the forward ops ----------------------------------------------------------------------------- */
+
+#define BIND(s, p, fld, o, ang) \
+    (bind) { &(p)->fld, offsetof(s, fld), o, ang, -1 }
+
+static void test_forward(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const char * tag) {
+    ssmt_mamba3_problem pr;
+    if (ssmt_mamba3_random_args(rng, cfg, &pr) != 0) {
+        TEST_CHECK(0, "%s: could not build the problem", tag);
+        return;
+    }
+    ssmt_mamba3_params(cfg, &g_params);
+    char name[320];
+    {
+        typedef ssm_mamba3_siso_args S;
+        const bind                   b[] = {
+            BIND(S, &pr, q, 0, 0),           BIND(S, &pr, k, 0, 0),           BIND(S, &pr, v, 0, 0),
+            BIND(S, &pr, adt, 0, 0),         BIND(S, &pr, dt, 0, 0),          BIND(S, &pr, trap, 0, 0),
+            BIND(S, &pr, q_bias, 0, 0),      BIND(S, &pr, k_bias, 0, 0),      BIND(S, &pr, angles, 0, 0),
+            BIND(S, &pr, d, 0, 0),           BIND(S, &pr, z, 0, 0),           BIND(S, &pr, angle_state, 0, 0),
+            BIND(S, &pr, ssm_state, 0, 0),   BIND(S, &pr, k_state, 0, 0),     BIND(S, &pr, v_state, 0, 0),
+            BIND(S, &pr, cu_seqlens, 0, 0),  BIND(S, &pr, out, 1, 0),         BIND(S, &pr, final_angle_state, 1, 1),
+            BIND(S, &pr, final_ssm_state, 1, 0), BIND(S, &pr, final_k_state, 1, 0), BIND(S, &pr, final_v_state, 1, 0)};
+        snprintf(name, sizeof name, "siso[%s]", tag);
+        run_dev_case(name, run_siso, &pr.args, sizeof pr.args, b, (int)(sizeof b / sizeof b[0]), cfg->dtype);
+    }
+    {
+        typedef ssm_mamba3_siso_fwd_args S;
+        /* the core forward's angles are the cumulative ones (pr.theta) */
+        const bind b[] = {
+            BIND(S, &pr, q, 0, 0),         BIND(S, &pr, k, 0, 0),          BIND(S, &pr, v, 0, 0),
+            BIND(S, &pr, adt, 0, 0),       BIND(S, &pr, dt, 0, 0),         BIND(S, &pr, trap, 0, 0),
+            BIND(S, &pr, q_bias, 0, 0),    BIND(S, &pr, k_bias, 0, 0),     {&pr.theta, offsetof(S, angles), 0, 0, -1},
+            BIND(S, &pr, d, 0, 0),         BIND(S, &pr, z, 0, 0),          BIND(S, &pr, ssm_state, 0, 0),
+            BIND(S, &pr, k_state, 0, 0),   BIND(S, &pr, v_state, 0, 0),    BIND(S, &pr, cu_seqlens, 0, 0),
+            BIND(S, &pr, out, 1, 0),       BIND(S, &pr, final_ssm_state, 1, 0), BIND(S, &pr, final_k_state, 1, 0),
+            BIND(S, &pr, final_v_state, 1, 0)};
+        /* the outputs were written by the first case: poison them again */
+        ssmt_host * outs[] = {&pr.out, &pr.final_ssm_state, &pr.final_k_state, &pr.final_v_state};
+        for (int i = 0; i < 4; ++i)
+            if (outs[i]->t.data) ssmt_poison(&outs[i]->t);
+        snprintf(name, sizeof name, "siso_fwd[%s]", tag);
+        run_dev_case(name, run_fwd, &pr.fwd_args, sizeof pr.fwd_args, b, (int)(sizeof b / sizeof b[0]), cfg->dtype);
+    }
+    ssmt_mamba3_problem_free(&pr);
+}
+
+/* ---- the decode step ------------------------------------------------------------------------------ */
+
+static void test_step(ssmt_rng * rng, int64_t B, int64_t H, int64_t Hq, int64_t K, int64_t V, int64_t A,
+                      ssm_dtype dtype, int64_t slots, int with_indices, int in_place, int has_dz) {
+    ssmt_mamba3_config cfg;
+    ssmt_mamba3_config_init(&cfg);
+    cfg.batch = B, cfg.nheads = H, cfg.nheads_qk = Hq, cfg.dk = K, cfg.dv = V, cfg.nangles = A;
+    cfg.dtype = dtype;
+    cfg.out_dtype = in_place ? SSM_DTYPE_F32 : dtype;
+    cfg.has_d = cfg.has_z = has_dz;
+    ssmt_mamba3_step_problem pr;
+    if (ssmt_mamba3_random_step(rng, &cfg, slots, with_indices, &pr) != 0) {
+        TEST_CHECK(0, "could not build a step problem");
+        return;
+    }
+    ssmt_mamba3_params(&cfg, &g_params);
+    char tag[320];
+    snprintf(tag, sizeof tag, "step[B%lld H%lld Hq%lld K%lld V%lld A%lld %s slots%lld idx%d %s dz%d]", (long long)B,
+             (long long)H, (long long)Hq, (long long)K, (long long)V, (long long)A, ssm_dtype_name(dtype),
+             (long long)slots, with_indices, in_place ? "in-place" : "separate", has_dz);
+    typedef ssm_mamba3_siso_step_args S;
+    ssm_mamba3_siso_step_args         a = pr.args;
+    bind                              b[] = {
+        BIND(S, &pr, q, 0, 0),           BIND(S, &pr, k, 0, 0),           BIND(S, &pr, v, 0, 0),
+        BIND(S, &pr, adt, 0, 0),         BIND(S, &pr, dt, 0, 0),          BIND(S, &pr, trap, 0, 0),
+        BIND(S, &pr, q_bias, 0, 0),      BIND(S, &pr, k_bias, 0, 0),      BIND(S, &pr, angles, 0, 0),
+        BIND(S, &pr, d, 0, 0),           BIND(S, &pr, z, 0, 0),           BIND(S, &pr, angle_state, 0, 0),
+        BIND(S, &pr, ssm_state, 0, 0),   BIND(S, &pr, k_state, 0, 0),     BIND(S, &pr, v_state, 0, 0),
+        BIND(S, &pr, out, 1, 0),         BIND(S, &pr, final_angle_state, 1, 1), BIND(S, &pr, final_ssm_state, 1, 0),
+        BIND(S, &pr, final_k_state, 1, 0), BIND(S, &pr, final_v_state, 1, 0)};
+    const int nb = (int)(sizeof b / sizeof b[0]);
+    if (in_place) {
+        /* final_X is the very view of X: the device harness shares X's device memory */
+        a.final_angle_state = a.angle_state, a.final_ssm_state = a.ssm_state;
+        a.final_k_state = a.k_state, a.final_v_state = a.v_state;
+        for (int o = 0; o < 4; ++o) {
+            b[16 + o].h = b[11 + o].h;
+            b[16 + o].alias = 11 + o;
+        }
+    }
+    /* state_batch_indices stays in host memory (the fast decode path); the varlen forward
+     * cases exercise device index tensors */
+    run_dev_case(tag, run_step, &a, sizeof a, b, nb, dtype);
+    ssmt_mamba3_step_free(&pr);
+}
+
+/* ---- device rules ----------------------------------------------------------------------------------- */
+
+static void test_device_rules(ssmt_rng * rng) {
+    ssmt_mamba3_config cfg;
+    ssmt_mamba3_config_init(&cfg);
+    ssmt_mamba3_problem pr;
+    if (ssmt_mamba3_random_args(rng, &cfg, &pr) != 0) return;
+    ssmt_mamba3_params(&cfg, &g_params);
+    /* host tensors under the CUDA backend: INVALID_LAYOUT naming CUDA, nothing written */
+    TEST_CHECK_STATUS(ssm_mamba3_siso(ctx_cuda, &g_params, &pr.args), SSM_STATUS_INVALID_LAYOUT);
+    TEST_CHECK(strstr(ssm_context_last_error(ctx_cuda), "CUDA") != NULL, "message: %s",
+               ssm_context_last_error(ctx_cuda));
+    TEST_CHECK_STATUS(ssm_mamba3_siso_fwd(ctx_cuda, &g_params, &pr.fwd_args), SSM_STATUS_INVALID_LAYOUT);
+    ssmt_mamba3_problem_free(&pr);
+}
+
+int main(void) {
+    if (!ssmt_cuda_present("test_cuda_mamba3_siso")) return 77;
+    ssmt_rng rng;
+    ssmt_rng_from_env(&rng, 20261203u);
+    ctx_ref = ssmt_make_ctx(SSM_BACKEND_REF, 0, SSM_ISA_AUTO);
+    ctx_cuda = ssmt_make_ctx(SSM_BACKEND_CUDA, 0, SSM_ISA_AUTO);
+    TEST_CHECK(ctx_ref && ctx_cuda, "context creation failed");
+    if (ssmt_failures) TEST_EXIT();
+
+    test_device_rules(&rng);
+
+    static const ssm_dtype dtypes[] = {SSM_DTYPE_F32, SSM_DTYPE_F16, SSM_DTYPE_BF16};
+    /* H, Hq, K, V, A: Hq = 1 / 1 < Hq < H / Hq = H; K, V off the power-of-two sizes; A = K/2 and A < K/2 */
+    static const int64_t shapes[][5] = {{4, 1, 32, 32, 16}, {6, 3, 64, 96, 20}, {4, 4, 96, 64, 48},
+                                        {2, 1, 128, 128, 32}, {3, 3, 64, 32, 7}};
+    static const int64_t seqlens[] = {1, 63, 64, 65, 131};
+    int                  k = 0;
+    for (size_t si = 0; si < sizeof seqlens / sizeof seqlens[0]; ++si) {
+        for (int variant = 0; variant < 2; ++variant) {
+            for (int di = 0; di < 3; ++di, ++k) {
+                ssmt_mamba3_config cfg;
+                ssmt_mamba3_config_init(&cfg);
+                const int64_t * sh = shapes[k % 5];
+                cfg.batch = 1 + (k % 2);
+                cfg.seqlen = seqlens[si];
+                cfg.nheads = sh[0], cfg.nheads_qk = sh[1], cfg.dk = sh[2], cfg.dv = sh[3], cfg.nangles = sh[4];
+                cfg.chunk = (k % 3 == 0) ? 64 : 16;
+                cfg.dtype = dtypes[di];
+                /* 16-bit outputs only on the small-K shapes: rounding y to bf16 alone costs
+                 * 2^-9·max|y|/rms(y) of max_rel, and the K = 128 problems have outputs ~40×
+                 * their rms (the bar's room is 32×); the CPU backend misses it there too */
+                cfg.out_dtype = (k % 4 == 0 && (k % 5 == 0 || k % 5 == 4)) ? cfg.dtype : SSM_DTYPE_F32;
+                cfg.has_d = (k % 3) != 1;
+                cfg.has_z = (k % 2) == 0;
+                cfg.has_states = (k % 3) != 2;
+                cfg.has_final = (k % 4) != 3;
+                cfg.angles_broadcast = (k % 5) == 1;
+                cfg.strided = (k % 2) == 1;
+                cfg.index_i64 = (k % 4) == 1;
+                cfg.trap_randn = (k % 7) == 3;
+                cfg.seed_regime = (k % 6) == 5;
+                int64_t lens[4] = {cfg.seqlen / 3, 0, cfg.seqlen - cfg.seqlen / 3 - cfg.seqlen / 4, cfg.seqlen / 4};
+                if (variant == 1) {
+                    cfg.nseq = 4;
+                    cfg.seqlens = lens;
+                }
+                char tag[256];
+                snprintf(tag, sizeof tag, "B%lld S%lld H%lld Hq%lld K%lld V%lld A%lld %s%s%s%s%s%s", (long long)cfg.batch,
+                         (long long)cfg.seqlen, (long long)cfg.nheads, (long long)cfg.nheads_qk, (long long)cfg.dk,
+                         (long long)cfg.dv, (long long)cfg.nangles, ssm_dtype_name(cfg.dtype),
+                         variant ? " varlen" : "", cfg.has_states ? " states" : "", cfg.has_z ? " z" : "",
+                         cfg.has_d ? " d" : "", cfg.angles_broadcast ? " bcast" : "");
+                test_forward(&rng, &cfg, tag);
+            }
+        }
+    }
+    /* K = V = 256 (the largest tiles), a long sequence over many chunks, bf16 and f32 */
+    for (int di = 0; di < 3; di += 2) {
+        ssmt_mamba3_config cfg;
+        ssmt_mamba3_config_init(&cfg);
+        cfg.batch = 1, cfg.seqlen = 300, cfg.nheads = 2, cfg.nheads_qk = 1, cfg.dk = 256, cfg.dv = 256,
+        cfg.nangles = 128;
+        cfg.dtype = dtypes[di];
+        cfg.has_states = cfg.has_final = 1;
+        test_forward(&rng, &cfg, di == 0 ? "K256 V256 A128 f32 states" : "K256 V256 A128 bf16 states");
+    }
+    /* no tokens: every final state is the initial one */
+    {
+        ssmt_mamba3_config cfg;
+        ssmt_mamba3_config_init(&cfg);
+        cfg.seqlen = 0;
+        cfg.has_states = cfg.has_final = 1;
+        test_forward(&rng, &cfg, "S0 final=initial f32");
+    }
+
+    /* decode: B, H, Hq, K, V, A, dtype, slots, with_indices, in_place, d/z */
+    test_step(&rng, 1, 4, 1, 32, 16, 8, SSM_DTYPE_F32, 1, 0, 0, 1);
+    test_step(&rng, 5, 6, 3, 64, 24, 31, SSM_DTYPE_BF16, 9, 1, 0, 1);
+    test_step(&rng, 5, 6, 3, 64, 24, 31, SSM_DTYPE_BF16, 9, 1, 1, 0);
+    test_step(&rng, 7, 4, 4, 128, 64, 32, SSM_DTYPE_F16, 12, 1, 1, 1);
+    test_step(&rng, 3, 2, 1, 96, 96, 48, SSM_DTYPE_F32, 3, 0, 1, 1);
+    test_step(&rng, 4, 3, 1, 30, 20, 15, SSM_DTYPE_BF16, 6, 1, 0, 1); /* K % 4 != 0: the generic state path */
+    test_step(&rng, 2, 2, 2, 256, 256, 128, SSM_DTYPE_F32, 2, 0, 0, 1);
+
+    ssm_context_free(ctx_ref);
+    ssm_context_free(ctx_cuda);
+    TEST_EXIT();
+}
