@@ -55,6 +55,7 @@
 #define BWD_TRI_BLOCK 16    /* row block of the lower-triangle-only C×C products            */
 #define BWD_REDUCE_BLOCK 64 /* tokens per task of the GQA reduction                         */
 #define BWD_MIN_TASKS 4     /* fewest pass-1 tasks the GQA head blocking aims for (plan_bwd) */
+#define BWD_STAGGER 80      /* floats between scratch buffers: their rows do not alias mod 4 KiB */
 #define BWD_INTERLEAVE 4    /* heads whose reverse passes go chunk by chunk together (GQA)   */
 
 /* ---- the plan ------------------------------------------------------------------------ */
@@ -112,7 +113,7 @@ typedef struct bwd_scratch {
 #define TAKE(field, n)                    \
     do {                                  \
         if (base) s->field = base + used; \
-        used += ssmi_cpu_lines(n);        \
+        used += ssmi_cpu_lines(n) + BWD_STAGGER; \
     } while (0)
 
 /* Carves (or, with base NULL, only counts) the part of a thread's scratch that belongs to
@@ -879,8 +880,8 @@ ssm_status ssmi_cpu_mamba3_siso_bwd(ssm_context * ctx, const ssm_mamba3_params *
     const size_t  tok_ws = job.l.gqa_ws ? (size_t)(job.l.nblocks * d->batch * d->seqlen * d->nheads_qk * d->dk) : 0;
     const size_t  part = (size_t)ssmi_cpu_lines(d->nseq * d->nheads * d->dk);
     const size_t  floats = (size_t)threads * (size_t)job.l.thread_floats +
-                          (ssmi_present(&a->dq) ? (size_t)ssmi_cpu_lines((int64_t)tok_ws) : 0) +
-                          (ssmi_present(&a->dk) ? (size_t)ssmi_cpu_lines((int64_t)tok_ws) : 0) + 2 * part +
+                          (ssmi_present(&a->dq) ? (size_t)ssmi_cpu_lines((int64_t)tok_ws) + BWD_STAGGER : 0) +
+                          (ssmi_present(&a->dk) ? (size_t)ssmi_cpu_lines((int64_t)tok_ws) + BWD_STAGGER : 0) + 2 * part +
                           (size_t)ssmi_cpu_lines(d->nseq * d->nheads);
     if (floats > SIZE_MAX / sizeof(float))
         return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "mamba3_siso_bwd: scratch size overflows size_t");
@@ -893,11 +894,11 @@ ssm_status ssmi_cpu_mamba3_siso_bwd(ssm_context * ctx, const ssm_mamba3_params *
     cur += (size_t)threads * (size_t)job.l.thread_floats;
     if (job.l.gqa_ws && ssmi_present(&a->dq)) {
         job.dq_ws = cur;
-        cur += ssmi_cpu_lines((int64_t)tok_ws);
+        cur += ssmi_cpu_lines((int64_t)tok_ws) + BWD_STAGGER;
     }
     if (job.l.gqa_ws && ssmi_present(&a->dk)) {
         job.dk_ws = cur;
-        cur += ssmi_cpu_lines((int64_t)tok_ws);
+        cur += ssmi_cpu_lines((int64_t)tok_ws) + BWD_STAGGER;
     }
     job.dqb_part = cur;
     cur += part;

@@ -549,7 +549,11 @@ template <int MODE> __global__ void __launch_bounds__(kThreads) output_kernel(co
  * elements, 16-byte aligned base) load with cp.async in 16-byte pieces; any other layout or
  * dtype takes the element-wise path through the strides. */
 
-const int kFastThreads = 128;
+#ifndef SSMI_M2_FAST_SPLIT
+#define SSMI_M2_FAST_SPLIT 1 /* 0: fp32 products rounded once (upstream's accuracy), fewer products */
+#endif
+const bool kFastSplit = SSMI_M2_FAST_SPLIT != 0;
+const int  kFastThreads = 128;
 const int kFT = 64;         /* tile edge of the fast kernels (rows, tokens, P, N) */
 const int kFLd = kFT + 8;   /* padded leading dimension of a 64-wide T tile        */
 
@@ -587,12 +591,12 @@ template <int MODE> __device__ __forceinline__ void split2(float a, float b, uin
 template <int MODE> __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
                                                              uint32_t b1) {
     if constexpr (MODE == M_BF16)
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                      "{%0,%1,%2,%3};\n"
                      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
     else
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
                      "{%0,%1,%2,%3};\n"
                      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
@@ -736,17 +740,24 @@ template <int MODE> __global__ void __launch_bounds__(kFastThreads) fast_state_k
         __syncthreads();
         const int ksteps = min(kFT / 16, (nr + 15) / 16);
         for (int ks = 0; ks < ksteps; ++ks) {
-            uint32_t a[4];
+            /* fragments first, then 8 independent accumulators per pass (no back-to-back dependence) */
+            uint32_t a[4], b[4][4];
             ldsm4_t(a, &xs[ks * 16 * kFLd + warp * 16 + a_trans_off(lane, kFLd)]);
 #pragma unroll
+            for (int np = 0; np < 4; ++np) ldsm4_t(b[np], &bh[ks * 16 * kFLd + np * 16 + b_kn_off(lane, kFLd)]);
+#pragma unroll
             for (int np = 0; np < 4; ++np) {
-                uint32_t b[4];
-                ldsm4_t(b, &bh[ks * 16 * kFLd + np * 16 + b_kn_off(lane, kFLd)]);
-                mma16816<MODE>(acc[2 * np], a, b[0], b[1]);
-                mma16816<MODE>(acc[2 * np + 1], a, b[2], b[3]);
-                ldsm4_t(b, &bl[ks * 16 * kFLd + np * 16 + b_kn_off(lane, kFLd)]);
-                mma16816<MODE>(acc[2 * np], a, b[0], b[1]);
-                mma16816<MODE>(acc[2 * np + 1], a, b[2], b[3]);
+                mma16816<MODE>(acc[2 * np], a, b[np][0], b[np][1]);
+                mma16816<MODE>(acc[2 * np + 1], a, b[np][2], b[np][3]);
+            }
+            if (kFastSplit) {
+#pragma unroll
+                for (int np = 0; np < 4; ++np) ldsm4_t(b[np], &bl[ks * 16 * kFLd + np * 16 + b_kn_off(lane, kFLd)]);
+#pragma unroll
+                for (int np = 0; np < 4; ++np) {
+                    mma16816<MODE>(acc[2 * np], a, b[np][0], b[np][1]);
+                    mma16816<MODE>(acc[2 * np + 1], a, b[np][2], b[np][3]);
+                }
             }
         }
         __syncthreads(); /* before the next step overwrites the tiles */
@@ -780,7 +791,7 @@ template <int MODE> struct fast_out_smem {
     }
 };
 
-template <int MODE> __global__ void __launch_bounds__(kFastThreads) fast_output_kernel(const m2_fast_args A) {
+template <int MODE> __global__ void __launch_bounds__(kFastThreads, 4) fast_output_kernel(const m2_fast_args A) {
     typedef typename cfg<MODE>::T T;
     __shared__ float dts[kScanQ], cums[kScanQ];
     extern __shared__ __align__(128) unsigned char smem[];
@@ -850,17 +861,23 @@ template <int MODE> __global__ void __launch_bounds__(kFastThreads) fast_output_
     for (int i = 0; i < 8; ++i) y[i][0] = y[i][1] = y[i][2] = y[i][3] = 0.0f;
     const T * crow = cs + warp * 16 * LN + a_row_off(lane, LN);
     for (int ks = 0; ks < KS; ++ks) {
-        uint32_t a[4];
+        uint32_t a[4], b[4][4];
         ldsm4(a, crow + ks * 16);
 #pragma unroll
+        for (int np = 0; np < 4; ++np) ldsm4(b[np], &ss_hi[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
+#pragma unroll
         for (int np = 0; np < 4; ++np) {
-            uint32_t b[4];
-            ldsm4(b, &ss_hi[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
-            mma16816<MODE>(y[2 * np], a, b[0], b[1]);
-            mma16816<MODE>(y[2 * np + 1], a, b[2], b[3]);
-            ldsm4(b, &ss_lo[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
-            mma16816<MODE>(y[2 * np], a, b[0], b[1]);
-            mma16816<MODE>(y[2 * np + 1], a, b[2], b[3]);
+            mma16816<MODE>(y[2 * np], a, b[np][0], b[np][1]);
+            mma16816<MODE>(y[2 * np + 1], a, b[np][2], b[np][3]);
+        }
+        if (kFastSplit) {
+#pragma unroll
+            for (int np = 0; np < 4; ++np) ldsm4(b[np], &ss_lo[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
+#pragma unroll
+            for (int np = 0; np < 4; ++np) {
+                mma16816<MODE>(y[2 * np], a, b[np][0], b[np][1]);
+                mma16816<MODE>(y[2 * np + 1], a, b[np][2], b[np][3]);
+            }
         }
     }
     const int   ri0 = i0 + warp * 16 + (lane >> 2), ri1 = ri0 + 8; /* this thread's rows (chunk index) */
@@ -887,15 +904,16 @@ template <int MODE> __global__ void __launch_bounds__(kFastThreads) fast_output_
 #pragma unroll
         for (int i = 0; i < 8; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
         for (int ks = 0; ks < KS; ++ks) {
-            uint32_t a[4];
+            uint32_t a[4], b[4][4];
             ldsm4(a, crow + ks * 16);
+#pragma unroll
+            for (int np = 0; np < 4; ++np)
+                if (!diag || np <= warp) ldsm4(b[np], &bs[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
 #pragma unroll
             for (int np = 0; np < 4; ++np) {
                 if (diag && np > warp) continue;
-                uint32_t b[4];
-                ldsm4(b, &bs[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
-                mma16816<MODE>(sc[2 * np], a, b[0], b[1]);
-                mma16816<MODE>(sc[2 * np + 1], a, b[2], b[3]);
+                mma16816<MODE>(sc[2 * np], a, b[np][0], b[np][1]);
+                mma16816<MODE>(sc[2 * np + 1], a, b[np][2], b[np][3]);
             }
         }
         /* causal mask, decay and dt: sc(i, j) · exp(cum_i − cum_j) · dt_j for j ≤ i < len */
@@ -918,14 +936,20 @@ template <int MODE> __global__ void __launch_bounds__(kFastThreads) fast_output_
             split2<MODE>(sc[2 * ks][2], sc[2 * ks][3], ah[1], al[1]);
             split2<MODE>(sc[2 * ks + 1][0], sc[2 * ks + 1][1], ah[2], al[2]);
             split2<MODE>(sc[2 * ks + 1][2], sc[2 * ks + 1][3], ah[3], al[3]);
+            uint32_t b[4][4];
+#pragma unroll
+            for (int np = 0; np < 4; ++np) ldsm4_t(b[np], &xs[ks * 16 * kFLd + np * 16 + b_kn_off(lane, kFLd)]);
 #pragma unroll
             for (int np = 0; np < 4; ++np) {
-                uint32_t b[4];
-                ldsm4_t(b, &xs[ks * 16 * kFLd + np * 16 + b_kn_off(lane, kFLd)]);
-                mma16816<MODE>(y[2 * np], ah, b[0], b[1]);
-                mma16816<MODE>(y[2 * np + 1], ah, b[2], b[3]);
-                mma16816<MODE>(y[2 * np], al, b[0], b[1]);
-                mma16816<MODE>(y[2 * np + 1], al, b[2], b[3]);
+                mma16816<MODE>(y[2 * np], ah, b[np][0], b[np][1]);
+                mma16816<MODE>(y[2 * np + 1], ah, b[np][2], b[np][3]);
+            }
+            if (kFastSplit) {
+#pragma unroll
+                for (int np = 0; np < 4; ++np) {
+                    mma16816<MODE>(y[2 * np], al, b[np][0], b[np][1]);
+                    mma16816<MODE>(y[2 * np + 1], al, b[np][2], b[np][3]);
+                }
             }
         }
         if (!diag) __syncthreads(); /* the next step overwrites the tiles; the last x tile stays for D */

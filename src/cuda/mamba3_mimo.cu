@@ -142,7 +142,6 @@ __device__ void bgemm(int M, int Nn, int K, const float * A, int ai, int ak, con
             for (int u = 0; u < 4; ++u)
 #pragma unroll
                 for (int v = 0; v < 4; ++v) c[u][v] = 0.0f;
-#pragma unroll 4
             for (int k = 0; k < K; ++k) {
                 float a[4], b[4];
 #pragma unroll
@@ -492,45 +491,23 @@ __global__ void prep_kernel(const mc_args A) {
     if (g >= A.nseq * A.H * per) return;
     const int    s = g / (A.H * per), rem = g - s * A.H * per, h = rem / per, a = rem - h * per;
     const mc_seq sq = A.seqs[s];
-    enum { U = 8 }; /* tokens whose inputs are loaded before the dependent sums use them */
     if (a == A.A) {
         float * cm = A.ws_cm + ((long long)sq.row * A.H + h) * A.S;
         float   acc = 0.0f;
-        for (long long i0 = 0; i0 < sq.len; i0 += U) {
-            float x[U];
-#pragma unroll
-            for (int u = 0; u < U; ++u) x[u] = i0 + u < sq.len ? ldv(A.adt, o3(A.adt, sq.row, h, sq.t0 + i0 + u)) : 0.0f;
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const long long i = i0 + u;
-                if (i < sq.len) {
-                    acc = (i % A.C == 0) ? x[u] : acc + x[u];
-                    cm[sq.t0 + i] = acc;
-                }
-            }
+        for (long long i = 0; i < sq.len; ++i) {
+            const long long t = sq.t0 + i;
+            const float     x = ldv(A.adt, o3(A.adt, sq.row, h, t));
+            acc = (i % A.C == 0) ? x : acc + x;
+            cm[t] = acc;
         }
         return;
     }
     float th = A.has_states ? ldv(A.angle_state, o3(A.angle_state, s, h, a)) : 0.0f;
-    for (long long i0 = 0; i0 < sq.len; i0 += U) {
-        float inc[U];
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            inc[u] = 0.0f;
-            if (i0 + u < sq.len) {
-                const long long t = sq.t0 + i0 + u;
-                const float     rate = kPi * tanhf(ldv(A.angles, o4(A.angles, sq.row, t, h, a)));
-                inc[u] = rate * ldv(A.dt, o3(A.dt, sq.row, h, t));
-            }
-        }
-#pragma unroll
-        for (int u = 0; u < U; ++u) {
-            const long long t = sq.t0 + i0 + u;
-            if (i0 + u < sq.len) {
-                th = wrap_angle(th + inc[u]);
-                A.ws_theta[(((long long)sq.row * A.S + t) * A.H + h) * A.A + a] = th;
-            }
-        }
+    for (long long i = 0; i < sq.len; ++i) {
+        const long long t = sq.t0 + i;
+        const float     rate = kPi * tanhf(ldv(A.angles, o4(A.angles, sq.row, t, h, a)));
+        th = wrap_angle(th + rate * ldv(A.dt, o3(A.dt, sq.row, h, t)));
+        A.ws_theta[(((long long)sq.row * A.S + t) * A.H + h) * A.A + a] = th;
     }
 }
 

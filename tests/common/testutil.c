@@ -1631,6 +1631,19 @@ ssm_context * ssmt_make_ctx(ssm_backend backend, int threads, ssm_isa isa) {
     return ssmt_make_ctx_mode(backend, threads, isa, SSM_REF_EXACT);
 }
 
+void ssmt_expect_cuda_refusal(const char * op, ssm_context * cuda_ctx, ssm_status got) {
+    static const char * const with_cuda[] = {"mamba2_chunk_state",  "mamba2_scan",         "mamba2_scan_workspace_size",
+                                             "mamba2_step",         "mamba3_siso_fwd",     "mamba3_siso",
+                                             "mamba3_siso_step",    "mamba3_mimo_bwd_fwd", "mamba3_mimo",
+                                             "mamba3_mimo_step",    NULL};
+    int cuda_path = 0;
+    for (int i = 0; with_cuda[i] != NULL; ++i) cuda_path |= strcmp(op, with_cuda[i]) == 0;
+    TEST_CHECK(got == SSM_STATUS_UNSUPPORTED || (cuda_path && got == SSM_STATUS_INVALID_LAYOUT),
+               "%s: CUDA backend with host tensors gives %s", op, ssm_status_string(got));
+    TEST_CHECK(strstr(ssm_context_last_error(cuda_ctx), "CUDA") != NULL, "%s: CUDA message: %s", op,
+               ssm_context_last_error(cuda_ctx));
+}
+
 /* ---- the CPU-vs-reference harness of the operator tests ----------------------------- */
 void ssmt_op_add_out(ssmt_op_case * oc, ssm_tensor * t) {
     if (t->data != NULL && oc->nouts < SSMT_MAX_OUTS) oc->outs[oc->nouts++] = t;

@@ -101,6 +101,11 @@ uint64_t ssmt_rng_from_env(ssmt_rng * rng, uint64_t default_seed);
 ssm_context * ssmt_make_ctx_mode(ssm_backend backend, int threads, ssm_isa isa, ssm_ref_mode mode);
 /* The same in the default reference mode (SSM_REF_EXACT). */
 ssm_context * ssmt_make_ctx(ssm_backend backend, int threads, ssm_isa isa);
+/* What a CUDA-backend context must answer for an operator called with host tensors: with the
+ * CUDA backend built, an operator with a CUDA path rejects them (INVALID_LAYOUT: mixed
+ * devices); every other operator, and every operator without the backend built, is
+ * UNSUPPORTED. Checks `got` and that the message names CUDA. */
+void ssmt_expect_cuda_refusal(const char * op, ssm_context * cuda_ctx, ssm_status got);
 
 /* ---- host tensors -------------------------------------------------------------------- */
 typedef struct ssmt_host {
