@@ -55,8 +55,8 @@
 #define BWD_TRI_BLOCK 16    /* row block of the lower-triangle-only C×C products            */
 #define BWD_REDUCE_BLOCK 64 /* tokens per task of the GQA reduction                         */
 #define BWD_MIN_TASKS 4     /* fewest pass-1 tasks the GQA head blocking aims for (plan_bwd) */
-#define BWD_STAGGER 80      /* floats between scratch buffers: their rows do not alias mod 4 KiB */
-#define BWD_INTERLEAVE 4    /* heads whose reverse passes go chunk by chunk together (GQA)   */
+#define BWD_PF_TOKENS 4     /* tokens ahead the token chain asks for its workspace rows       */
+#define BWD_INTERLEAVE 1    /* heads whose reverse passes go chunk by chunk together (GQA)   */
 
 /* ---- the plan ------------------------------------------------------------------------ */
 typedef struct bwd_layout {
@@ -113,7 +113,7 @@ typedef struct bwd_scratch {
 #define TAKE(field, n)                    \
     do {                                  \
         if (base) s->field = base + used; \
-        used += ssmi_cpu_lines(n) + BWD_STAGGER; \
+        used += ssmi_cpu_lines(n);        \
     } while (0)
 
 /* Carves (or, with base NULL, only counts) the part of a thread's scratch that belongs to
@@ -524,9 +524,11 @@ static void chunk_preprocess_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
     const ssmi_cpu_kernels *         k = job->k;
     const int64_t                    K = job->d->dk, A = job->d->nangles;
     bwd_scratch *                    s = &x->s;
+    if (x->prefetch_ws) prefetch_ws(x, i0 + (Lc > BWD_PF_TOKENS ? Lc - BWD_PF_TOKENS : 0), Lc < BWD_PF_TOKENS ? Lc : BWD_PF_TOKENS);
     for (int64_t i = Lc - 1; i >= 0; --i) {
         const int64_t t = i0 + i;
         const float * cs = s->cos2 + t * 2 * A, *sn = s->sin2 + t * 2 * A, *th = s->tanhv + t * A;
+        if (x->prefetch_ws && i >= BWD_PF_TOKENS) prefetch_ws(x, t - BWD_PF_TOKENS, 1);
         float *       dq = s->dqh + i * K, *dk = s->dks + i * K;
         const float * qh = s->qh + i * K, *kh = s->kh + i * K, *qt = s->qt + i * K, *kt = s->kt + i * K;
         const float * extra = NULL;
@@ -700,7 +702,6 @@ static void head_chunk(bwd_task_ctx * x, int64_t c) {
     bwd_scratch *                    s = &x->s;
     const float *                    sc = s->states + c * job->d->dv * job->d->dk;
     const float                      ecl = chunk_decays(x, i0, Lc);
-    if (x->prefetch_ws) prefetch_ws(x, i0, Lc);
     chunk_qk(x, i0, Lc, 1);
     chunk_dy(x, i0, Lc);
     chunk_scores(x, Lc);
@@ -763,7 +764,7 @@ static void bwd_task(void * arg, int64_t task, int32_t thread) {
             carve_head(d, job->l.max_len, job->l.max_chunks, base + shared + p * job->l.head_floats, &xs[p].s);
             xs[p].h = x.g * G + x.blk * hb + j0 + p;
             xs[p].first_in_block = j0 + p == 0;
-            xs[p].prefetch_ws = p == 0;
+            xs[p].prefetch_ws = 1;
             head_begin(&xs[p]);
         }
         for (int64_t c = nchunks - 1; c >= 0; --c)
@@ -880,8 +881,8 @@ ssm_status ssmi_cpu_mamba3_siso_bwd(ssm_context * ctx, const ssm_mamba3_params *
     const size_t  tok_ws = job.l.gqa_ws ? (size_t)(job.l.nblocks * d->batch * d->seqlen * d->nheads_qk * d->dk) : 0;
     const size_t  part = (size_t)ssmi_cpu_lines(d->nseq * d->nheads * d->dk);
     const size_t  floats = (size_t)threads * (size_t)job.l.thread_floats +
-                          (ssmi_present(&a->dq) ? (size_t)ssmi_cpu_lines((int64_t)tok_ws) + BWD_STAGGER : 0) +
-                          (ssmi_present(&a->dk) ? (size_t)ssmi_cpu_lines((int64_t)tok_ws) + BWD_STAGGER : 0) + 2 * part +
+                          (ssmi_present(&a->dq) ? (size_t)ssmi_cpu_lines((int64_t)tok_ws) : 0) +
+                          (ssmi_present(&a->dk) ? (size_t)ssmi_cpu_lines((int64_t)tok_ws) : 0) + 2 * part +
                           (size_t)ssmi_cpu_lines(d->nseq * d->nheads);
     if (floats > SIZE_MAX / sizeof(float))
         return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "mamba3_siso_bwd: scratch size overflows size_t");
@@ -894,11 +895,11 @@ ssm_status ssmi_cpu_mamba3_siso_bwd(ssm_context * ctx, const ssm_mamba3_params *
     cur += (size_t)threads * (size_t)job.l.thread_floats;
     if (job.l.gqa_ws && ssmi_present(&a->dq)) {
         job.dq_ws = cur;
-        cur += ssmi_cpu_lines((int64_t)tok_ws) + BWD_STAGGER;
+        cur += ssmi_cpu_lines((int64_t)tok_ws);
     }
     if (job.l.gqa_ws && ssmi_present(&a->dk)) {
         job.dk_ws = cur;
-        cur += ssmi_cpu_lines((int64_t)tok_ws) + BWD_STAGGER;
+        cur += ssmi_cpu_lines((int64_t)tok_ws);
     }
     job.dqb_part = cur;
     cur += part;
