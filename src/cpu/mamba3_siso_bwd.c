@@ -51,12 +51,12 @@
 #include "mamba3_common.h"
 #include "ssmi_cpu_mamba3.h"
 
-#define BWD_CHUNK 64        /* tokens per chunk                                             */
+#define BWD_CHUNK 32        /* tokens per chunk                                             */
 #define BWD_TRI_BLOCK 16    /* row block of the lower-triangle-only C×C products            */
 #define BWD_REDUCE_BLOCK 64 /* tokens per task of the GQA reduction                         */
 #define BWD_MIN_TASKS 4     /* fewest pass-1 tasks the GQA head blocking aims for (plan_bwd) */
 #define BWD_PF_TOKENS 4     /* tokens ahead the token chain asks for its workspace rows       */
-#define BWD_INTERLEAVE 1    /* heads whose reverse passes go chunk by chunk together (GQA)   */
+#define BWD_INTERLEAVE 2    /* heads whose reverse passes go chunk by chunk together (GQA)   */
 
 /* ---- the plan ------------------------------------------------------------------------ */
 typedef struct bwd_layout {

@@ -17,8 +17,11 @@
  * ids (a state reset is a new sequence; the chunked algorithm is exact for any cut, so only
  * rounding differs from a cut at multiples of Q). No decay exponent is clamped.
  *
- * Arithmetic: fp16/bf16 inputs run the matrix products on the tensor cores (WMMA 16x16x16,
- * HMMA in SASS) with fp32 accumulation; fp32 (and f64) inputs run plain fp32 FFMA (no TF32,
+ * fp16/bf16 scans replace kernels 1 and 3 by fast_state_kernel / fast_output_kernel (mma.sync
+ * m16n8k16 from ldmatrix, results in registers, cp.async tiles; see "tensor-core path" below)
+ * on 256-token work chunks (kScanQ) whatever chunk_size says.
+ * Arithmetic: fp16/bf16 inputs run the matrix products on the tensor cores (WMMA 16x16x16 in
+ * the portable kernels, HMMA in SASS) with fp32 accumulation; fp32 (and f64) inputs run plain fp32 FFMA (no TF32,
  * which could not meet the fp32 bar). Operands that are products of fp32 values
  * (B∘w, the masked decayed scores, the passed states) are split into a rounded part and a
  * rounded remainder (two products each), so they cost no accuracy: the results are within

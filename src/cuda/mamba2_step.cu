@@ -35,7 +35,6 @@ extern "C" {
 }
 #include "cuda_common.cuh"
 #include "ssmi_cuda.h"
-#include "ssmi_cuda_step.h"
 
 namespace {
 

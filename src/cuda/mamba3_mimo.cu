@@ -46,7 +46,6 @@ extern "C" {
 }
 #include "cuda_common.cuh"
 #include "ssmi_cuda.h"
-#include "ssmi_cuda_mimo.h"
 
 namespace {
 

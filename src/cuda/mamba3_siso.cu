@@ -57,7 +57,6 @@ extern "C" {
 }
 #include "cuda_common.cuh"
 #include "ssmi_cuda.h"
-#include "ssmi_cuda_siso.h"
 
 namespace {
 

@@ -19,7 +19,6 @@ extern "C" {
 }
 #include "cuda_common.cuh"
 #include "ssmi_cuda.h"
-#include "ssmi_cuda_pool.h"
 
 namespace {
 

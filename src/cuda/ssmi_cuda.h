@@ -46,6 +46,42 @@ ssm_status ssmi_cuda_mamba2_scan_workspace_size(ssm_context * ctx, const ssm_mam
 ssm_status ssmi_cuda_mamba2_scan(ssm_context * ctx, const ssm_mamba2_params * p, const struct ssmi_mamba2_dims * d,
                                  const ssm_mamba2_scan_args * a, void * workspace);
 
+/* Mamba-2 decode step (spec §2.9). Writes out and, when present, final_state's used slots
+ * only (ops/ copies the unused ones of a separate pool: ssmi_cuda_copy_unused_slots).
+ * state_batch_indices is a HOST view. Limits: N ≤ 4096 (UNSUPPORTED beyond). */
+ssm_status ssmi_cuda_mamba2_step(ssm_context * ctx, const ssm_mamba2_params * p, const struct ssmi_mamba2_dims * d,
+                                 const ssm_mamba2_step_args * a);
+
+/* After a decode step with a separate final pool: every slot of `out` that no row of
+ * `indices` used (host view, I32/I64; absent: slots == batch, every slot used) gets the same
+ * slot of `in`, converted to out's dtype, on ctx's stream. in/out: device tensors of the same
+ * shape (slots, ...), any strides, any float dtypes. Nothing to do when in and out are the
+ * same view (the CUDA form of ssmi_copy_unused_slots in core/pool.c). */
+ssm_status ssmi_cuda_copy_unused_slots(ssm_context * ctx, const char * op, const ssm_tensor * in,
+                                       const ssm_tensor * out, const ssm_tensor * indices, int64_t batch);
+
+/* Mamba-3 SISO: the chunked core forward, cumulative angles in (spec §2.3); the combined
+ * forward, raw angles in, the angle cumsum fused (spec §2.4); the decode step (spec §2.6;
+ * ops/ copies the unused slots of separate final pools afterwards). */
+struct ssmi_mamba3_dims;
+ssm_status ssmi_cuda_mamba3_siso_fwd(ssm_context * ctx, const ssm_mamba3_params * p, const struct ssmi_mamba3_dims * d,
+                                     const ssm_mamba3_siso_fwd_args * a);
+ssm_status ssmi_cuda_mamba3_siso(ssm_context * ctx, const ssm_mamba3_params * p, const struct ssmi_mamba3_dims * d,
+                                 const ssm_mamba3_siso_args * a);
+ssm_status ssmi_cuda_mamba3_siso_step(ssm_context * ctx, const ssm_mamba3_params * p, const struct ssmi_mamba3_dims * d,
+                                      const ssm_mamba3_siso_step_args * a);
+
+/* Mamba-3 MIMO: backward phase 1 (spec §3.4; ref_mode SSM_REF_EXACT only, UPSTREAM_BF16 is
+ * UNSUPPORTED on CUDA), the forward (spec §3.3, §3.7: states, varlen, fused norm), the decode
+ * step (spec §3.9; writes the rows' slots only). */
+struct ssmi_mimo_dims;
+ssm_status ssmi_cuda_mamba3_mimo_bwd_fwd(ssm_context * ctx, const ssm_mamba3_mimo_params * p,
+                                         const struct ssmi_mimo_dims * d, const ssm_mamba3_mimo_bwd_fwd_args * a);
+ssm_status ssmi_cuda_mamba3_mimo(ssm_context * ctx, const ssm_mamba3_mimo_params * p, const struct ssmi_mimo_dims * d,
+                                 const ssm_mamba3_mimo_args * a);
+ssm_status ssmi_cuda_mamba3_mimo_step(ssm_context * ctx, const ssm_mamba3_mimo_params * p,
+                                      const struct ssmi_mimo_dims * d, const ssm_mamba3_mimo_step_args * a);
+
 /* Public helpers (ssmops.h, "CUDA helpers"). */
 ssm_status ssmi_cuda_malloc(ssm_context * ctx, void ** ptr, size_t bytes);
 ssm_status ssmi_cuda_free(ssm_context * ctx, void * ptr);

@@ -21,8 +21,7 @@
 #include "ops_common.h"
 
 #ifdef SSMOPS_HAVE_CUDA
-#include "../cuda/ssmi_cuda_pool.h"
-#include "../cuda/ssmi_cuda_step.h"
+#include "../cuda/ssmi_cuda.h"
 #endif
 
 static const char step_op[] = "mamba2_step";

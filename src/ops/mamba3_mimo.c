@@ -31,8 +31,7 @@
 #include "ops_common.h"
 
 #ifdef SSMOPS_HAVE_CUDA
-#include "../cuda/ssmi_cuda_mimo.h"
-#include "../cuda/ssmi_cuda_pool.h"
+#include "../cuda/ssmi_cuda.h"
 #endif
 
 #define MIMO_MAX_CR 128 /* C·R: rows of a chunk tile (spec §6)          */

@@ -26,8 +26,7 @@
 #include "ops_common.h"
 
 #ifdef SSMOPS_HAVE_CUDA
-#include "../cuda/ssmi_cuda_pool.h"
-#include "../cuda/ssmi_cuda_siso.h"
+#include "../cuda/ssmi_cuda.h"
 #endif
 
 #define M3_MAX_CHUNK 1024
