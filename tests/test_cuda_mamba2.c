@@ -6,6 +6,10 @@
  * and permuted layouts, NaN-poisoned outputs, identical bytes across two runs, a caller
  * workspace, index tensors in host and device memory, AUTO dispatch from device tensors,
  * device-rule errors, and chunk_state on the CANN layout at the CANN shape.
+ * Every scan case runs the v4 kernels (the default) against the reference, then the v3 kernels
+ * (ssmi_cuda_mamba2_scan_set_kernel), which must give the same bytes: v4 reorders the loads,
+ * not the arithmetic. Extra v4 cases cover the 128-row tiles' edges (chunk lengths around 64,
+ * 128, 192, 256) and P/N off every tile (P=72 N=136, N=20).
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261202).
  */
@@ -14,6 +18,11 @@
 #include <string.h>
 
 #include "cudautil.h"
+#include "cuda/ssmi_cuda.h"
+
+/* Weak: the test also links in builds without the CUDA backend (it exits 77 there before any
+ * use); in a CUDA build src/cuda/mamba2.cu defines it (the scan pulls that object in). */
+#pragma weak ssmi_cuda_mamba2_scan_set_kernel
 
 static ssm_context *ctx_ref, *ctx_cuda, *ctx_auto;
 
@@ -66,6 +75,7 @@ static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan
         if (dv[i].mem != NULL) *slot[i] = dv[i].view;
 
     ssm_context * ctx = o->use_auto ? ctx_auto : ctx_cuda;
+    ssmi_cuda_mamba2_scan_set_kernel(4);
     void *        ws = NULL;
     size_t        ws_bytes = 0;
     if (o->workspace) {
@@ -96,6 +106,31 @@ static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan
     ssmt_to_host(&pr.final_states, &dv[10]);
     TEST_CHECK(ssmt_unchanged(&pr.out, first_out), "%s: out differs between two runs", tag);
     if (first_fin) TEST_CHECK(ssmt_unchanged(&pr.final_states, first_fin), "%s: final_states differ between runs", tag);
+    /* v3's kernels on re-poisoned outputs: the same bytes as v4's (restored in pr for the
+     * comparison message) */
+    ssmt_host v4_out = ssmt_clone(&pr.out.t, SSM_DTYPE_F64);
+    ssmt_host v4_fin = pr.final_states.t.data ? ssmt_clone(&pr.final_states.t, SSM_DTYPE_F64) : (ssmt_host){0};
+    ssmt_poison(&pr.out.t);
+    if (pr.final_states.t.data) ssmt_poison(&pr.final_states.t);
+    for (int i = 9; i <= 10; ++i)
+        if (dv[i].mem) TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dv[i].mem, hin[i]->buf, hin[i]->bytes), SSM_STATUS_OK);
+    ssmi_cuda_mamba2_scan_set_kernel(3);
+    st = ssm_mamba2_scan(ctx, &p, &da, ws, ws_bytes);
+    ssmi_cuda_mamba2_scan_set_kernel(4);
+    TEST_CHECK(st == SSM_STATUS_OK, "%s: v3 scan %s (%s)", tag, ssm_status_string(st), ssm_context_last_error(ctx));
+    ssmt_to_host(&pr.out, &dv[9]);
+    ssmt_to_host(&pr.final_states, &dv[10]);
+    if (!ssmt_unchanged(&pr.out, first_out)) {
+        const ssmt_cmp c = ssmt_compare(&pr.out.t, &v4_out.t);
+        TEST_CHECK(0, "%s: v3 and v4 out differ (v3 vs v4: rel_rms %.3g max_rel %.3g, %lld non-finite)", tag,
+                   c.rel_rms, c.max_rel, (long long)c.nonfinite);
+    }
+    if (first_fin && !ssmt_unchanged(&pr.final_states, first_fin)) {
+        const ssmt_cmp c = ssmt_compare(&pr.final_states.t, &v4_fin.t);
+        TEST_CHECK(0, "%s: v3 and v4 final_states differ (rel_rms %.3g max_rel %.3g)", tag, c.rel_rms, c.max_rel);
+    }
+    ssmt_free(&v4_out);
+    ssmt_free(&v4_fin);
     free(first_out);
     free(first_fin);
 
@@ -219,6 +254,10 @@ int main(void) {
     if (!ssmt_cuda_present("test_cuda_mamba2")) {
         return 77;
     }
+    if (ssmi_cuda_mamba2_scan_set_kernel == NULL) {
+        printf("test_cuda_mamba2: the library has no CUDA scan kernel switch\n");
+        return 1;
+    }
     const char * env = getenv("SSMOPS_TEST_SEED");
     uint64_t     seed = env ? strtoull(env, NULL, 10) : 20261202u;
     printf("seed %llu, %d CUDA device(s)\n", (unsigned long long)seed, (int)ssm_cuda_device_count());
@@ -272,6 +311,45 @@ int main(void) {
                 test_scan(&rng, &cfg, &o, tag);
                 if (variant < 2 && si % 2 == 0) test_chunk_state(&rng, &cfg, chunks[si], tag);
             }
+        }
+    }
+    /* v4's 128-row tiles: chunk lengths just below / at / above 64, 128, 192 and 256 tokens
+     * (upper warps idle, the last token tile alone, a full chunk plus one), several chunks;
+     * P and N off the tiles with the 16-byte paths on (P=72, N=136) and off (N=20) */
+    static const int64_t v4_hpng[][4] = {{3, 72, 136, 1}, {4, 16, 20, 2}, {2, 64, 128, 2}};
+    static const int64_t v4_seqlens[] = {96, 128, 129, 192, 193, 256, 520};
+    for (size_t si = 0; si < sizeof v4_seqlens / sizeof v4_seqlens[0]; ++si) {
+        for (int variant = 0; variant < 3; ++variant, ++k) {
+            ssmt_mamba2_config cfg;
+            ssmt_mamba2_config_init(&cfg);
+            const int sh = (int)((si + (size_t)variant) % 3);
+            cfg.batch = variant == 2 ? 1 : 1 + (k % 2);
+            cfg.seqlen = v4_seqlens[si];
+            cfg.nheads = v4_hpng[sh][0], cfg.headdim = v4_hpng[sh][1], cfg.dstate = v4_hpng[sh][2];
+            cfg.ngroups = v4_hpng[sh][3];
+            cfg.dtype = (k % 2) ? SSM_DTYPE_BF16 : SSM_DTYPE_F16;
+            cfg.out_dtype = (k % 3 == 0) ? cfg.dtype : SSM_DTYPE_F32;
+            cfg.d_mode = k % 3;
+            cfg.has_z = (k % 2) == 0;
+            cfg.has_dt_bias = (k % 4) != 1;
+            cfg.has_initial = (k % 3) != 2;
+            cfg.has_final = 1;
+            cfg.dt_softplus = (k % 2) == 1;
+            cfg.strided = (k % 4) == 3;
+            cfg.index_i64 = (k % 2) == 0;
+            if (variant == 1) cfg.seq_segments = 3;
+            int64_t lens[4] = {cfg.seqlen / 3, 0, cfg.seqlen - cfg.seqlen / 3 - cfg.seqlen / 4, cfg.seqlen / 4};
+            if (variant == 2) {
+                cfg.nseq = 4;
+                cfg.seqlens = lens;
+            }
+            scan_opts o = {64, (k % 5) == 1, (k % 2) == 1, (k % 3) == 1, 0};
+            char      tag[200];
+            snprintf(tag, sizeof tag, "v4 S%lld H%lld P%lld N%lld G%lld %s %s%s", (long long)cfg.seqlen,
+                     (long long)cfg.nheads, (long long)cfg.headdim, (long long)cfg.dstate, (long long)cfg.ngroups,
+                     ssm_dtype_name(cfg.dtype), variant == 0 ? "dense" : variant == 1 ? "seq_idx" : "varlen",
+                     cfg.strided ? " strided" : "");
+            test_scan(&rng, &cfg, &o, tag);
         }
     }
     /* no tokens at all: final = initial */

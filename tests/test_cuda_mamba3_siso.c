@@ -8,10 +8,13 @@
  * empty sequence, stride-0 angles over heads, padded/permuted layouts, the seed regime,
  * NaN-poisoned outputs, identical bytes across two runs; the step with and without
  * state_batch_indices (padding rows), with separate and in-place final pools, with the
- * float4 and the generic state paths. Angle outputs are compared modulo 2π.
+ * float4 and the generic state paths. Both forward paths: 16-bit shapes with K <= 128 take the
+ * tensor-core kernels, f32 and K = 256 the portable ones; edge shapes (K = 24, 40, V = 20, 72)
+ * run on both, the second time with SSMOPS_CUDA_SISO_FAST=0. Angle outputs are compared modulo 2π.
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261203). SHOWCMP=1 prints every comparison.
  */
+#define _POSIX_C_SOURCE 200809L /* setenv: the fast-path switch of the CUDA backend */
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -297,6 +300,43 @@ int main(void) {
         cfg.dtype = dtypes[di];
         cfg.has_states = cfg.has_final = 1;
         test_forward(&rng, &cfg, di == 0 ? "K256 V256 A128 f32 states" : "K256 V256 A128 bf16 states");
+    }
+    /* The tensor-core path (fp16/bf16 with K <= 128; every 16-bit case above with K <= 128
+     * takes it, f32 and K = 256 take the portable kernels) at its edges: K not a multiple of 16
+     * (K = 24: 16-byte q/k rows with padded columns; K = 40 odd A), V over one 64-wide tile
+     * (V = 72) and V not a multiple of 8 (V = 20: element-wise v), GQA, varlen with states;
+     * then the same problems with the internal switch SSMOPS_CUDA_SISO_FAST=0 (the portable
+     * kernels on 16-bit inputs). */
+    for (int off = 0; off < 2; ++off) {
+        if (off) setenv("SSMOPS_CUDA_SISO_FAST", "0", 1);
+        static const int64_t edge[][6] = {{4, 2, 24, 20, 12, 70}, {3, 1, 40, 72, 7, 129}, {2, 2, 128, 64, 64, 200}};
+        for (int e = 0; e < 3; ++e) {
+            for (int di = 1; di < 3; ++di) {
+                ssmt_mamba3_config cfg;
+                ssmt_mamba3_config_init(&cfg);
+                cfg.batch = 1 + (e % 2);
+                cfg.nheads = edge[e][0], cfg.nheads_qk = edge[e][1], cfg.dk = edge[e][2], cfg.dv = edge[e][3];
+                cfg.nangles = edge[e][4], cfg.seqlen = edge[e][5];
+                cfg.dtype = dtypes[di];
+                cfg.has_d = cfg.has_z = 1;
+                cfg.has_states = (e + di) % 2;
+                cfg.has_final = 1;
+                cfg.strided = e == 1;
+                int64_t lens[3] = {edge[e][5] / 2, 0, edge[e][5] - edge[e][5] / 2};
+                if (e == 2) {
+                    cfg.batch = 1;
+                    cfg.nseq = 3;
+                    cfg.seqlens = lens;
+                }
+                char tag[256];
+                snprintf(tag, sizeof tag, "edge B%lld S%lld H%lld Hq%lld K%lld V%lld A%lld %s%s%s%s",
+                         (long long)cfg.batch, (long long)cfg.seqlen, (long long)cfg.nheads, (long long)cfg.nheads_qk,
+                         (long long)cfg.dk, (long long)cfg.dv, (long long)cfg.nangles, ssm_dtype_name(cfg.dtype),
+                         e == 2 ? " varlen" : "", cfg.has_states ? " states" : "", off ? " portable" : " fast");
+                test_forward(&rng, &cfg, tag);
+            }
+        }
+        if (off) unsetenv("SSMOPS_CUDA_SISO_FAST");
     }
     /* no tokens: every final state is the initial one */
     {

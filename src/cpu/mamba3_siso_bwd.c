@@ -2,8 +2,11 @@
  * Mamba-3 SISO backward on the CPU (spec §6): every gradient of ssm_mamba3_siso, with the
  * forward recomputed from the inputs.
  *
- * Pass 1, one task per (sequence, Q/K head, block of V-heads of the group), each head of
- * the block in turn, all fp32:
+ * Pass 1, one task per (sequence, Q/K head, block of V-heads of the group), all fp32. The
+ * block's heads go in groups of l.interleave (BWD_INTERLEAVE with GQA, else 1): steps 1–2
+ * for each head of the group, then step 3 chunk by chunk, the group's heads in head order
+ * inside each chunk (so a chunk's workspace rows are added to while still in cache), then
+ * step 4 for each:
  *   1. per-token scalars of the whole sequence (λ, γ, σ, dt) and the angle cumsum θ
  *      (cos θ, sin θ and tanh of the raw rates are kept: the backward needs them again);
  *   2. forward over the chunks keeping only the state entering every chunk, S_c (V×K):
@@ -12,7 +15,8 @@
  *      dfinal_ssm_state): E = (dY·Vcᵀ)⊙M, Pm = (Q̂·K̂sᵀ)⊙M, dQ̂, dK̂s, dVc, dADT via
  *      r/m/μ, dS ← e^{c_last}·dS + dYᵀ·diag(e^c)·Q̂; then, token by token in reverse, the
  *      preprocessing chain of §6.2 (dσ, dk̂, dq̃/dk̃ through R(θ)ᵀ, dθ, dγ) and the angle
- *      backward of §6.6 (the reverse cumsum G, seeded by dfinal_angle_state);
+ *      backward of §6.6 (the reverse cumsum G, seeded by dfinal_angle_state), both in one
+ *      kernel call per token (kernels/bwd siso_token);
  *   4. the trapezoid scalars (ddt, dtrap; the t = 0 fold with initial states) once dH_in
  *      and every dσ are known, and the initial-state gradients.
  *   Products that cost C·K·V or C²·K go through the GEMM microkernel. The two products
@@ -21,6 +25,9 @@
  *   Q̂·K̂sᵀ and dY·Vcᵀ are computed in row blocks up to the diagonal only.
  *   Two shortcuts avoid whole products: e^{c_i}·dy_i·(S_c q̂_i) = q̂_i·(diag(e^c)·dY·S_c)_i
  *   reuses dQ̂'s inter-chunk term, and m_j = v_j·(diag(e^{c_last−c})·K̂s·dSᵀ)_j reuses dV's.
+ *   That inter-chunk term of dV is computed transposed, dS·K̂sᵀ (B = the K̂sᵀ already
+ *   built for Q̂·K̂sᵀ), and turned back (V×C), so dS needs no V×K transpose per chunk; the
+ *   dS update takes its e^c scale on dY (C×V) rather than Q̂ (C×K).
  *   The pre-gate output y (for dz) costs Q̂·S_cᵀ and Pm·Vc and is computed only when dz is
  *   asked for.
  *   dq̃, dk̃ of a block's heads are summed in head order into the block's fp32 workspace
@@ -42,7 +49,11 @@
  * bitwise identical for any thread count.
  *
  * The chunk is BWD_CHUNK whatever params->chunk_size says (the header allows it: the chunk
- * only changes rounding).
+ * only changes rounding). 32, not 64: the C²-shaped products (Q̂·K̂sᵀ, dY·Vcᵀ, E·K̂s, Eᵀ·Q̂,
+ * Pm·Vc, Pmᵀ·dY: ~30% of the matrix work at C = 64) halve, against twice as many per-chunk
+ * V×K steps (state copy, S_c transpose, μ) and a state table twice as long; measured at
+ * B=1 S=2048 H=32 Hq=1 K=128 V=64 A=32 (AMD EPYC, AVX2, interleaved A/B, minima):
+ * 1 thread 116 → 105–108 ms, 2 threads 61–63 → 53–56 ms.
  */
 #include <math.h>
 #include <string.h>
@@ -55,8 +66,8 @@
 #define BWD_TRI_BLOCK 16    /* row block of the lower-triangle-only C×C products            */
 #define BWD_REDUCE_BLOCK 64 /* tokens per task of the GQA reduction                         */
 #define BWD_MIN_TASKS 4     /* fewest pass-1 tasks the GQA head blocking aims for (plan_bwd) */
-#define BWD_PF_TOKENS 4     /* tokens ahead the token chain asks for its workspace rows       */
-#define BWD_INTERLEAVE 2    /* heads whose reverse passes go chunk by chunk together (GQA)   */
+#define BWD_PF_TOKENS 4     /* tokens ahead the token chain asks for its workspace rows      */
+#define BWD_INTERLEAVE 2    /* heads whose reverse passes go chunk by chunk together (GQA)  */
 
 /* ---- the plan ------------------------------------------------------------------------ */
 typedef struct bwd_layout {
@@ -88,24 +99,27 @@ typedef struct bwd_job {
 
 /* ---- one thread's scratch -------------------------------------------------------------- */
 typedef struct bwd_scratch {
-    /* whole sequence */
+    /* one head's (carve_head): whole-sequence tables and the reverse pass's carries */
     float * cos2, *sin2;       /* [L][2A] pair tables of θ (rotary.h)       */
     float * tanhv;             /* [L][A]  tanh of the raw angle rates       */
     float * dtv, *lam;         /* [L+1]   (entry L: 0, no next token)       */
     float * gam, *sig;         /* [L]                                      */
     float * dsig, *dgam, *dda; /* [L]: dσ, dγ, ddt angle part               */
-    float * row;               /* [2(L+1)] output row / scalar scratch      */
     float * states;            /* [NC][V][K] state entering every chunk     */
-    /* one chunk */
-    float * qt, *kt, *qh, *kh, *ks, *qhe, *dqh, *dks;    /* [C][K]                     */
+    float * ds;                /* [V][K] the carry dS                       */
+    float * gacc;              /* [A] the carry G                           */
+    float * qbias, *kbias, *qbacc, *kbacc; /* [K]                           */
+    /* shared by the interleaved heads (carve_shared): one chunk and temporaries */
+    float * row;               /* [2(L+1)] output row / scalar scratch      */
+    float * qt, *kt, *qh, *kh, *ks, *scr, *dqh, *dks;    /* [C][K] (scr: raw q, e^c·dY) */
     float * kst;                                         /* [K][C]  K̂sᵀ                */
     float * vc, *dy, *dout, *zc, *zs, *yc, *dvc;         /* [C][V]                     */
     float * vct;                                         /* [V][C]  Vcᵀ                */
     float * cb, *ee, *mm;                                /* [C][C]                     */
-    float * st, *ds, *dst;                               /* [K][V], [V][K], [K][V]     */
+    float * st, *dvt;                                    /* [K][V], [V][C]             */
     float * cc, *ec, *wv, *dqk, *dcoef, *rr, *mv, *colw; /* [C]                   */
-    float * gacc, *dth, *raw;                            /* [A]                        */
-    float * qbias, *kbias, *qbacc, *kbacc, *krow;        /* [K]                        */
+    float * dth, *raw;                                   /* [A]                        */
+    float * krow;                                        /* [K]                        */
     float * vrow, *hk;                                   /* [V]                        */
     float * buf;                                         /* [max(K, V)]                */
 } bwd_scratch;
@@ -135,7 +149,6 @@ static int64_t carve_head(const ssmi_mamba3_dims * d, int64_t max_len, int64_t m
     TAKE(dda, L);
     TAKE(states, max_chunks * V * K);
     TAKE(ds, V * K);
-    TAKE(dst, K * V);
     TAKE(gacc, A);
     TAKE(qbias, K);
     TAKE(kbias, K);
@@ -155,7 +168,7 @@ static int64_t carve_shared(const ssmi_mamba3_dims * d, int64_t max_len, float *
     TAKE(qh, C * K);
     TAKE(kh, C * K);
     TAKE(ks, C * K);
-    TAKE(qhe, C * K);
+    TAKE(scr, C * K);
     TAKE(dqh, C * K);
     TAKE(dks, C * K);
     TAKE(kst, K * C);
@@ -171,6 +184,7 @@ static int64_t carve_shared(const ssmi_mamba3_dims * d, int64_t max_len, float *
     TAKE(ee, C * C);
     TAKE(mm, C * C);
     TAKE(st, K * V);
+    TAKE(dvt, V * C);
     TAKE(cc, C);
     TAKE(ec, C);
     TAKE(wv, C);
@@ -227,7 +241,6 @@ typedef struct bwd_task_ctx {
     int64_t         n, h, g, row, t0, len; /* sequence, V-head, Q/K head, tokens      */
     int64_t         blk;                   /* head block of the group                 */
     int             first_in_block;        /* h is the block's first head             */
-    int             prefetch_ws;           /* ask for the workspace rows of each chunk */
     float           dh;                    /* D of the head (0 without d)             */
     float           dd;                    /* running dd partial of the head           */
 } bwd_task_ctx;
@@ -303,10 +316,10 @@ static void chunk_qk(bwd_task_ctx * x, int64_t i0, int64_t Lc, int with_q) {
         const float * cs = s->cos2 + t * 2 * A, *sn = s->sin2 + t * 2 * A;
         float *       kt = s->kt + i * K, *ks = s->ks + i * K;
         /* the raw rows: fp32 unit-stride rows are read in place, others converted into
-         * free chunk buffers (qhe, dqh: not in use yet) */
+         * free chunk buffers (scr, dqh: not in use yet) */
         const float * kraw = raw_row(k, &a->k, x->row, x->t0 + t, x->g, K, s->dqh + i * K);
         if (with_q) {
-            const float * qraw = raw_row(k, &a->q, x->row, x->t0 + t, x->g, K, s->qhe + i * K);
+            const float * qraw = raw_row(k, &a->q, x->row, x->t0 + t, x->g, K, s->scr + i * K);
             s->dcoef[i] = bk->siso_prep(K, 2 * A, qraw, kraw, s->qbias, s->kbias, cs, sn, s->sig[t], 1.0f,
                                         s->qt + i * K, kt, s->qh + i * K, s->kh + i * K, ks);
         } else {
@@ -334,8 +347,8 @@ static void prefetch_tokens(bwd_task_ctx * x, const ssm_tensor * t, int64_t i0, 
     }
 }
 
-/* Asks for the block's workspace rows of tokens [i0, i0 + Lc) before the token loop adds
- * into them (they were last touched one head earlier, long out of L1/L2). */
+/* Asks for the block's workspace rows of tokens [i0, i0 + Lc) a few tokens before the token
+ * loop adds into them (the group's first head finds them in L3 or memory). */
 static void prefetch_ws(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
     const bwd_job * job = x->job;
     const int64_t   K = job->d->dk;
@@ -475,9 +488,16 @@ static void chunk_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc, const float * 
     gemm_lower_t(k, Lc, K, s->ee, C, s->qh, K, s->dks, K);
 
     /* dVc = diag(w)·K̂s·dSᵀ + Pmᵀ·dY + diag(D + γd)·dY (+ dfinal_v at the last token);
-     * the first term dotted with v is m */
-    k->gemm(Lc, V, K, s->ks, K, 1, s->dst, V, s->dvc, V, s->wv, 0.0f, 0);
-    for (int64_t i = 0; i < Lc; ++i) s->mv[i] = x->job->bk->dot(V, s->vc + i * V, s->dvc + i * V);
+     * the first term dotted with v is m. It is computed transposed, dS·K̂sᵀ (V×C, B = the
+     * K̂sᵀ of chunk_scores), and turned back: a V×C transpose per chunk instead of a V×K
+     * one of dS. */
+    k->gemm(V, Lc, K, s->ds, K, 1, s->kst, C, s->dvt, C, NULL, 0.0f, 0);
+    x->job->bk->transpose(V, Lc, s->dvt, C, NULL, s->dvc, V);
+    for (int64_t i = 0; i < Lc; ++i) {
+        float * dv = s->dvc + i * V;
+        for (int64_t j = 0; j < V; ++j) dv[j] *= s->wv[i];
+        s->mv[i] = x->job->bk->dot(V, s->vc + i * V, dv);
+    }
     gemm_lower_t(k, Lc, V, s->cb, C, s->dy, V, s->dvc, V);
     for (int64_t i = 0; i < Lc; ++i) {
         const float   coef = x->dh + s->gam[i0 + i] * s->dcoef[i];
@@ -510,10 +530,10 @@ static void chunk_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc, const float * 
 
     /* dS ← e^{c_last}·dS + dYᵀ·diag(e^c)·Q̂ */
     if (!update_carry) return;
+    float * dye = s->scr; /* diag(e^c)·dY: the smaller factor takes the scale */
     for (int64_t i = 0; i < Lc; ++i)
-        for (int64_t j = 0; j < K; ++j) s->qhe[i * K + j] = s->ec[i] * s->qh[i * K + j];
-    k->gemm(V, K, Lc, s->dy, 1, V, s->qhe, K, s->ds, K, NULL, ecl, 0);
-    x->job->bk->transpose(V, K, s->ds, K, NULL, s->dst, V);
+        for (int64_t j = 0; j < V; ++j) dye[i * V + j] = s->ec[i] * s->dy[i * V + j];
+    k->gemm(V, K, Lc, dye, 1, V, s->qh, K, s->ds, K, NULL, ecl, 0);
 }
 
 /* Token by token in reverse: dσ, dk̂, dq̃/dk̃, dθ, dγ, the angle reverse cumsum and its
@@ -524,11 +544,12 @@ static void chunk_preprocess_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
     const ssmi_cpu_kernels *         k = job->k;
     const int64_t                    K = job->d->dk, A = job->d->nangles;
     bwd_scratch *                    s = &x->s;
-    if (x->prefetch_ws) prefetch_ws(x, i0 + (Lc > BWD_PF_TOKENS ? Lc - BWD_PF_TOKENS : 0), Lc < BWD_PF_TOKENS ? Lc : BWD_PF_TOKENS);
+    const int64_t                    pf = Lc < BWD_PF_TOKENS ? Lc : BWD_PF_TOKENS;
+    prefetch_ws(x, i0 + Lc - pf, pf); /* the first tokens' workspace rows, then one token ahead */
     for (int64_t i = Lc - 1; i >= 0; --i) {
         const int64_t t = i0 + i;
         const float * cs = s->cos2 + t * 2 * A, *sn = s->sin2 + t * 2 * A, *th = s->tanhv + t * A;
-        if (x->prefetch_ws && i >= BWD_PF_TOKENS) prefetch_ws(x, t - BWD_PF_TOKENS, 1);
+        if (i >= BWD_PF_TOKENS) prefetch_ws(x, t - BWD_PF_TOKENS, 1);
         float *       dq = s->dqh + i * K, *dk = s->dks + i * K;
         const float * qh = s->qh + i * K, *kh = s->kh + i * K, *qt = s->qt + i * K, *kt = s->kt + i * K;
         const float * extra = NULL;
@@ -546,15 +567,14 @@ static void chunk_preprocess_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
             if (job->dq_ws) wq = job->dq_ws + off;
             if (job->dk_ws) wk = job->dk_ws + off;
         }
-        /* the block's first head writes its slot rows, the next ones add in head order */
+        /* the block's first head writes its slot rows, the next ones add in head order; the
+         * angle backward (G_t = Σ_{u≥t} dθ_u + dθ_final) runs in the same call */
         const float cq   = s->dqk[i] * s->gam[t];
-        const float dsig = job->bk->siso_token(K, 2 * A, dq, dk, qh, kh, qt, kt, cs, sn, s->sig[t], extra, cq, s->dth,
-                                               s->qbacc, s->kbacc, wq, wk, !x->first_in_block);
+        const float dsig = job->bk->siso_token(K, 2 * A, dq, dk, qh, kh, qt, kt, cs, sn, s->sig[t], extra, cq, th,
+                                               s->dtv[t], s->gacc, s->dth, &s->dda[t], s->qbacc, s->kbacc, wq, wk,
+                                               !x->first_in_block);
         s->dsig[t] = dsig;
         s->dgam[t] = s->dqk[i] * s->dcoef[i] + dsig;
-
-        /* angle backward: G_t = Σ_{u≥t} dθ_u + dθ_final */
-        s->dda[t] = A > 0 ? job->bk->siso_angle(A, th, s->dtv[t], s->gacc, s->dth) : 0.0f;
         if (ssmi_present(&a->dangles) && A > 0)
             k->store_row(a->dangles.data, a->dangles.dtype, ssmi_off4(&a->dangles, x->row, x->t0 + t, x->h, 0),
                          a->dangles.strides[3], s->dth, A);
@@ -609,7 +629,8 @@ static float initial_state_grads(bwd_task_ctx * x) {
         hk[v] = x->job->bk->dot(K, s->ds + v * K, s->krow);
         dc += s->vrow[v] * hk[v];
     }
-    for (int64_t j = 0; j < K; ++j) dkin[j] = c0 * x->job->bk->dot(V, s->dst + j * V, s->vrow);
+    k->gemm(1, K, V, s->vrow, V, 1, s->ds, K, dkin, K, NULL, 0.0f, 0); /* V_inᵀ·dH_in */
+    for (int64_t j = 0; j < K; ++j) dkin[j] *= c0;
     for (int64_t v = 0; v < V; ++v) hk[v] *= c0;
     if (ssmi_present(&a->dssm_state)) {
         const ssm_tensor * t = &a->dssm_state;
@@ -672,7 +693,7 @@ static void head_begin(bwd_task_ctx * x) {
     sequence_scalars(x);
     forward_states(x);
 
-    /* carries of the reverse pass: dS (and its transpose), G, bias and d partials */
+    /* carries of the reverse pass: dS, G, bias and d partials */
     if (ssmi_present(&a->dfinal_ssm_state)) {
         const ssm_tensor * t = &a->dfinal_ssm_state;
         for (int64_t v = 0; v < V; ++v)
@@ -680,7 +701,6 @@ static void head_begin(bwd_task_ctx * x) {
     } else {
         memset(s->ds, 0, (size_t)(V * K) * sizeof(float));
     }
-    job->bk->transpose(V, K, s->ds, K, NULL, s->dst, V);
     if (A > 0) {
         if (ssmi_present(&a->dfinal_angle_state))
             k->load_row(s->gacc, a->dfinal_angle_state.data, a->dfinal_angle_state.dtype,
@@ -701,7 +721,9 @@ static void head_chunk(bwd_task_ctx * x, int64_t c) {
     const int64_t                    i0 = c * C, Lc = x->len - i0 < C ? x->len - i0 : C;
     bwd_scratch *                    s = &x->s;
     const float *                    sc = s->states + c * job->d->dv * job->d->dk;
-    const float                      ecl = chunk_decays(x, i0, Lc);
+    /* S_c (in L3 or memory by now) is first read by chunk_dz / chunk_grads: ask for it early */
+    for (int64_t o = 0; o < job->d->dv * job->d->dk; o += 16) __builtin_prefetch(sc + o, 0, 3);
+    const float ecl = chunk_decays(x, i0, Lc);
     chunk_qk(x, i0, Lc, 1);
     chunk_dy(x, i0, Lc);
     chunk_scores(x, Lc);
@@ -764,7 +786,6 @@ static void bwd_task(void * arg, int64_t task, int32_t thread) {
             carve_head(d, job->l.max_len, job->l.max_chunks, base + shared + p * job->l.head_floats, &xs[p].s);
             xs[p].h = x.g * G + x.blk * hb + j0 + p;
             xs[p].first_in_block = j0 + p == 0;
-            xs[p].prefetch_ws = 1;
             head_begin(&xs[p]);
         }
         for (int64_t c = nchunks - 1; c >= 0; --c)

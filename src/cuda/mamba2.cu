@@ -19,7 +19,10 @@
  *
  * fp16/bf16 scans replace kernels 1 and 3 by fast_state_kernel / fast_output_kernel (mma.sync
  * m16n8k16 from ldmatrix, results in registers, cp.async tiles; see "tensor-core path" below)
- * on 256-token work chunks (kScanQ) whatever chunk_size says.
+ * on 256-token work chunks (kScanQ) whatever chunk_size says. Two versions of those kernels and
+ * of the state pass exist, with the same arithmetic (the same bytes): v4 (default; loads
+ * double-buffered and overlapped with the products, 128-row output tiles) and v3 (kept as the
+ * baseline); SSMOPS_CUDA_SCAN_KERNEL=v3 selects v3 (see "v4 of the tensor-core path").
  * Arithmetic: fp16/bf16 inputs run the matrix products on the tensor cores (WMMA 16x16x16 in
  * the portable kernels, HMMA in SASS) with fp32 accumulation; fp32 (and f64) inputs run plain fp32 FFMA (no TF32,
  * which could not meet the fp32 bar). Operands that are products of fp32 values
@@ -30,6 +33,8 @@
  * Limits: N ≤ 256 (UNSUPPORTED beyond), H ≤ 65535.
  */
 #include <mma.h>
+#include <atomic>
+#include <mutex>
 #include <type_traits>
 #include <stdlib.h>
 #include <string.h>
@@ -1011,6 +1016,493 @@ template <int MODE> __global__ void __launch_bounds__(kFastThreads, 4) fast_outp
     }
 }
 
+/* ---- v4 of the tensor-core path -----------------------------------------------------------------
+ * The same arithmetic as fast_state_kernel / fast_output_kernel / state_pass_kernel: every
+ * accumulator receives the same products, rounded and split the same way, in the same order, so
+ * v4's results are bitwise those of v3. What changes is when the operands arrive:
+ *   fast_state_kernel_v4   x tiles double-buffered with cp.async; the raw B rows of token tile
+ *                          j+1 are loaded into registers while tile j's products run.
+ *   fast_output_kernel_v4  8 warps per block and 128-row tiles: the entering state is read and
+ *                          split once per 128 rows (v3: per 64); the first B/x tile is fetched
+ *                          during C·S_inᵀ; then B/x tiles are double-buffered with cp.async (tile
+ *                          j+1 loads while tile j computes). Warp k covers rows 16k..16k+15 of the
+ *                          128-row tile, i.e. v3's warp k%4 of the 64-row tile i0 + 64·(k/4).
+ *   state_pass_kernel_v4   the states and decays of 8 chunks are loaded before any of them is
+ *                          used (v3: one chunk ahead).
+ * Selected at run time (SSMOPS_CUDA_SCAN_KERNEL=v3|v4, default v4; scan_kernel_version). */
+
+const int kV4Rows = 128;                 /* rows of an output tile                    */
+const int kV4Threads = 256;              /* 8 warps of 16 rows                        */
+const int kV4ITiles = kScanQ / kV4Rows;  /* row tiles per work chunk                  */
+const int kPassBatch = 8;                /* chunks of loads in flight in the pass      */
+
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/* Waits until at most N of this thread's committed groups are pending (the newest ones). */
+template <int N> __device__ __forceinline__ void cp_async_wait_group() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+/* Piece u of a token tile's B rows for this thread: row r = (tid + u·threads)/8, columns
+ * n0 + c .. n0 + c + 7 with c = 8·((tid + u·threads) % 8), as fp32; 0 outside the chunk (r ≥ nr)
+ * or beyond N. The loads of fast_state_kernel. */
+template <int MODE>
+__device__ __forceinline__ void v4_b_piece(float (&v)[8], const m2_fast_args & A, long long rowbase, int u, int nr,
+                                           int n0) {
+    typedef typename cfg<MODE>::T T;
+    const int o = threadIdx.x + u * kFastThreads, r = o >> 3, c = (o & 7) * 8;
+    if (A.vb && r < nr && n0 + c < A.N) {
+        const uint4    q = __ldg(reinterpret_cast<const uint4 *>((const T *)A.b.p + rowbase + r * A.b.s[1] + c));
+        const uint32_t qq[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float2 f = t2<MODE>::unpack(qq[e]);
+            v[2 * e] = f.x, v[2 * e + 1] = f.y;
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e)
+            v[e] = (r < nr && n0 + c + e < A.N)
+                       ? ssmi_cu_ld(A.b.p, A.b.dtype, rowbase + r * A.b.s[1] + (c + e) * A.b.s[3])
+                       : 0.0f;
+    }
+}
+
+/* The same piece as 4 pairs of T: exact when B is of type T (then the values are T already);
+ * half the registers of fp32, so a whole tile can be held in flight. */
+template <int MODE>
+__device__ __forceinline__ void v4_b_piece_raw(uint32_t (&q)[4], const m2_fast_args & A, long long rowbase, int u,
+                                               int nr, int n0) {
+    typedef typename cfg<MODE>::T T;
+    const int o = threadIdx.x + u * kFastThreads, r = o >> 3, c = (o & 7) * 8;
+    if (A.vb && r < nr && n0 + c < A.N) {
+        const uint4 v = __ldg(reinterpret_cast<const uint4 *>((const T *)A.b.p + rowbase + r * A.b.s[1] + c));
+        q[0] = v.x, q[1] = v.y, q[2] = v.z, q[3] = v.w;
+    } else {
+        float f[8];
+        v4_b_piece<MODE>(f, A, rowbase, u, nr, n0);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) q[e] = t2<MODE>::pack(f[2 * e], f[2 * e + 1]);
+    }
+}
+
+template <int MODE> __global__ void __launch_bounds__(kFastThreads) fast_state_kernel_v4(const m2_fast_args A) {
+    typedef typename cfg<MODE>::T T;
+    __shared__ float dts[kScanQ], cums[kScanQ], tot[32];
+    __shared__ __align__(16) T xs[2][kFT * kFLd]; /* double-buffered x tiles */
+    __shared__ __align__(16) T bh[kFT * kFLd];
+    __shared__ __align__(16) T bl[kFT * kFLd];
+
+    const long long blk = blockIdx.x;
+    const int       nz = A.n_ptiles * A.n_ntiles;
+    const long long wh = blk / nz;
+    const int       z = (int)(blk - wh * nz);
+    const int       w = (int)(wh / A.H), h = (int)(wh - (long long)w * A.H);
+    const int       p0 = (z % A.n_ptiles) * kFT, n0 = (z / A.n_ptiles) * kFT;
+    const int       tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const m2_chunk  ch = A.chunks[w];
+    const int       g = h / (A.H / A.G);
+    load_dt_first(A.r, ch, h, ch.len, dts, cums, tot); /* ends with a barrier */
+    const float cl = cums[ch.len - 1];
+    if (z == 0) {
+        if (tid == 0) A.lastcum[wh] = cl;
+        float * dd = A.dtc + wh * 2 * kScanQ;
+        for (int i = tid; i < ch.len; i += blockDim.x) dd[i] = dts[i], dd[kScanQ + i] = cums[i];
+    }
+
+    float acc[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    const long long xb = ch.b * A.x.s[0] + h * A.x.s[2] + p0 * A.x.s[3];
+    const long long bb = ch.b * A.b.s[0] + g * A.b.s[2] + n0 * A.b.s[3];
+    const int       ntiles = (ch.len + kFT - 1) / kFT;
+    const int       PER = kFT * (kFT / 8) / kFastThreads;
+    /* B of type T (the usual case): the next tile's B rows wait in registers as T pairs; any
+     * other dtype is loaded when its weights are applied (as in v3) */
+    const bool b_is_t = A.b.dtype == (MODE == M_BF16 ? SSM_DTYPE_BF16 : SSM_DTYPE_F16);
+    uint32_t   q[PER][4];
+
+    /* prologue: token tile 0 (x by cp.async, B into registers) */
+    tile_to_smem<MODE>(xs[0], kFLd, A.x, A.vx, xb + ch.t0 * A.x.s[1], A.x.s[1], A.x.s[3], kFT, kFT, ch.len, A.P - p0);
+    cp_async_commit();
+    if (b_is_t) {
+#pragma unroll
+        for (int u = 0; u < PER; ++u) v4_b_piece_raw<MODE>(q[u], A, bb + ch.t0 * A.b.s[1], u, ch.len, n0);
+    }
+
+    for (int jt = 0; jt < ntiles; ++jt) {
+        const int  j0 = jt * kFT, nr = ch.len - j0;
+        const bool more = jt + 1 < ntiles;
+        /* x of tile jt+1 into the other buffer (its last reader, tile jt−1, ended with a barrier) */
+        if (more)
+            tile_to_smem<MODE>(xs[(jt + 1) & 1], kFLd, A.x, A.vx, xb + (ch.t0 + j0 + kFT) * A.x.s[1], A.x.s[1],
+                               A.x.s[3], kFT, kFT, nr - kFT, A.P - p0);
+        cp_async_commit(); /* possibly empty: keeps one group per step */
+        /* B rows of tile jt weighted by w_j = exp(cum_last − cum_j)·dt_j, split (as v3's wj) */
+#pragma unroll
+        for (int u = 0; u < PER; ++u) {
+            const int o = tid + u * kFastThreads, r = o >> 3, c = (o & 7) * 8;
+            float     v[8];
+            if (b_is_t) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float2 f = t2<MODE>::unpack(q[u][e]);
+                    v[2 * e] = f.x, v[2 * e + 1] = f.y;
+                }
+            } else {
+                v4_b_piece<MODE>(v, A, bb + (ch.t0 + j0) * A.b.s[1], u, nr, n0);
+            }
+            const float wr = r < nr ? expf(cl - cums[j0 + r]) * dts[j0 + r] : 0.0f;
+            uint32_t    hi[4], lo[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) split2<MODE>(v[2 * e] * wr, v[2 * e + 1] * wr, hi[e], lo[e]);
+            *reinterpret_cast<uint4 *>(&bh[r * kFLd + c]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            *reinterpret_cast<uint4 *>(&bl[r * kFLd + c]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        }
+        /* B rows of tile jt+1 into registers: in flight during this tile's products */
+        if (more && b_is_t) {
+#pragma unroll
+            for (int u = 0; u < PER; ++u)
+                v4_b_piece_raw<MODE>(q[u], A, bb + (ch.t0 + j0 + kFT) * A.b.s[1], u, nr - kFT, n0);
+        }
+        cp_async_wait_group<1>(); /* this thread's copies of tile jt are done (tile jt+1 may pend) */
+        __syncthreads();          /* ... and everybody's: x tile jt, bh, bl */
+        const T * xcur = xs[jt & 1];
+        const int ksteps = min(kFT / 16, (nr + 15) / 16);
+        for (int ks = 0; ks < ksteps; ++ks) {
+            uint32_t a[4], b[4][4];
+            ldsm4_t(a, &xcur[ks * 16 * kFLd + warp * 16 + a_trans_off(lane, kFLd)]);
+#pragma unroll
+            for (int np = 0; np < 4; ++np) ldsm4_t(b[np], &bh[ks * 16 * kFLd + np * 16 + b_kn_off(lane, kFLd)]);
+#pragma unroll
+            for (int np = 0; np < 4; ++np) {
+                mma16816<MODE>(acc[2 * np], a, b[np][0], b[np][1]);
+                mma16816<MODE>(acc[2 * np + 1], a, b[np][2], b[np][3]);
+            }
+            if (kFastSplit) {
+#pragma unroll
+                for (int np = 0; np < 4; ++np) ldsm4_t(b[np], &bl[ks * 16 * kFLd + np * 16 + b_kn_off(lane, kFLd)]);
+#pragma unroll
+                for (int np = 0; np < 4; ++np) {
+                    mma16816<MODE>(acc[2 * np], a, b[np][0], b[np][1]);
+                    mma16816<MODE>(acc[2 * np + 1], a, b[np][2], b[np][3]);
+                }
+            }
+        }
+        __syncthreads(); /* bh, bl and this x buffer are rewritten in the next step */
+    }
+    cp_async_wait_group<0>(); /* nothing is pending here (the last group is empty); for the record */
+    float * st = A.states + wh * A.P * A.N;
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int p = p0 + warp * 16 + (lane >> 2) + (e >> 1) * 8;
+            const int n = n0 + t * 8 + 2 * (lane & 3) + (e & 1);
+            if (p < A.P && n < A.N) st[(long long)p * A.N + n] = acc[t][e];
+        }
+    }
+}
+
+/* Shared memory of fast_output_kernel_v4: the C rows of the 128-row tile; B/x buffer 0; a region
+ * that first holds the entering state (hi, lo) and then B/x buffer 1. */
+template <int MODE> struct v4_out_smem {
+    size_t cs, b0, x0, ss_hi, ss_lo, b1, x1, total;
+    __host__ __device__ v4_out_smem(int Np) {
+        typedef typename cfg<MODE>::T T;
+        const size_t tn = align128(sizeof(T) * kFT * (Np + 8)), tc = align128(sizeof(T) * kV4Rows * (Np + 8));
+        const size_t tt = align128(sizeof(T) * kFT * kFLd);
+        cs = 0;
+        b0 = tc;
+        x0 = b0 + tn;
+        ss_hi = x0 + tt;
+        ss_lo = ss_hi + tn;
+        b1 = ss_hi;
+        x1 = b1 + tn;
+        const size_t e1 = ss_lo + tn, e2 = x1 + tt;
+        total = e1 > e2 ? e1 : e2;
+    }
+};
+
+template <typename T> __device__ __forceinline__ T * v4_buf(unsigned char * smem, int o0, int od, int k) {
+    return (T *)(smem + o0 + k * od);
+}
+
+template <int MODE> __global__ void __launch_bounds__(kV4Threads, 2) fast_output_kernel_v4(const m2_fast_args A) {
+    typedef typename cfg<MODE>::T T;
+    __shared__ float dts[kScanQ], cums[kScanQ];
+    extern __shared__ __align__(128) unsigned char smem[];
+    const v4_out_smem<MODE> L(A.Np);
+    T *                     cs = (T *)(smem + L.cs);
+    T *                     ss_hi = (T *)(smem + L.ss_hi);
+    T *                     ss_lo = (T *)(smem + L.ss_lo);
+    /* B/x buffer k at byte offset o0 + k·od (32-bit offsets; an indexed pointer array would
+     * live in local memory) */
+    const int ob0 = (int)L.b0, ox0 = (int)L.x0, obd = (int)(L.b1 - L.b0), oxd = (int)(L.x1 - L.x0);
+
+    const long long blk = blockIdx.x;
+    const int       nz = kV4ITiles * A.n_ptiles;
+    const long long wh = blk / nz;
+    const int       z = (int)(blk - wh * nz);
+    const int       w = (int)(wh / A.H), h = (int)(wh - (long long)w * A.H);
+    const int       i0 = (z / A.n_ptiles) * kV4Rows, p0 = (z % A.n_ptiles) * kFT;
+    const m2_chunk  ch = A.chunks[w];
+    if (i0 >= ch.len) return; /* uniform over the block */
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int wq = warp & 3;                    /* v3's warp index within the 64-row tile */
+    const int iw = i0 + (warp >> 2) * kFT;      /* start of this warp's 64-row tile (v3's i0) */
+    const bool active = iw < ch.len;            /* warp-uniform: rows of the warp inside the chunk */
+    const int g = h / (A.H / A.G);
+    const int LN = A.Np + 8, KS = A.Np / 16;
+    const int nlen = min(ch.len, i0 + kV4Rows);
+    /* token tiles: up to the diagonal of the last 64-row tile with rows in the chunk */
+    const int ntiles = (i0 + kFT < ch.len ? i0 + kFT : i0) / kFT + 1;
+    const long long bb = ch.b * A.b.s[0] + g * A.b.s[2];
+    const long long xb = ch.b * A.x.s[0] + h * A.x.s[2] + p0 * A.x.s[3];
+    {
+        const float * dd = A.dtc + wh * 2 * kScanQ;
+        for (int i = tid; i < nlen; i += blockDim.x) dts[i] = dd[i], cums[i] = dd[kScanQ + i];
+    }
+
+    /* group 0: the C rows of the tile; group 1: B/x of token tile 0 (buffer 0, outside the state) */
+    tile_to_smem<MODE>(cs, LN, A.c, A.vc, ch.b * A.c.s[0] + (ch.t0 + i0) * A.c.s[1] + g * A.c.s[2], A.c.s[1],
+                       A.c.s[3], kV4Rows, A.Np, ch.len - i0, A.N);
+    cp_async_commit();
+    tile_to_smem<MODE>(v4_buf<T>(smem, ob0, obd, 0), LN, A.b, A.vb, bb + ch.t0 * A.b.s[1], A.b.s[1], A.b.s[3], kFT,
+                       A.Np, ch.len, A.N);
+    tile_to_smem<MODE>(v4_buf<T>(smem, ox0, oxd, 0), kFLd, A.x, A.vx, xb + ch.t0 * A.x.s[1], A.x.s[1], A.x.s[3], kFT,
+                       kFT, ch.len, A.P - p0);
+    cp_async_commit();
+    /* the entering state (P tile x N), fp32 -> split, while the copies fly */
+    {
+        const float * st = A.states + wh * A.P * A.N;
+        const int     c4 = A.Np / 4, total = kFT * c4;
+        const int     U = 4; /* loads in flight per thread */
+        for (int o0 = tid; o0 < total; o0 += U * kV4Threads) {
+            float v[U][4];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int o = o0 + u * kV4Threads, r = o / c4, c = (o - r * c4) * 4, p = p0 + r;
+                if (o < total && (A.N & 3) == 0 && p < A.P && c < A.N) {
+                    const float4 f = __ldg(reinterpret_cast<const float4 *>(st + (long long)p * A.N + c));
+                    v[u][0] = f.x, v[u][1] = f.y, v[u][2] = f.z, v[u][3] = f.w;
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        v[u][e] = (o < total && p < A.P && c + e < A.N) ? st[(long long)p * A.N + c + e] : 0.0f;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int o = o0 + u * kV4Threads, r = o / c4, c = (o - r * c4) * 4;
+                if (o >= total) break;
+                uint32_t hi[2], lo[2];
+                split2<MODE>(v[u][0], v[u][1], hi[0], lo[0]);
+                split2<MODE>(v[u][2], v[u][3], hi[1], lo[1]);
+                *reinterpret_cast<uint2 *>(&ss_hi[r * LN + c]) = make_uint2(hi[0], hi[1]);
+                *reinterpret_cast<uint2 *>(&ss_lo[r * LN + c]) = make_uint2(lo[0], lo[1]);
+            }
+        }
+    }
+    cp_async_wait_group<1>(); /* group 0 (C) of this thread is done; tile 0 may still fly */
+    __syncthreads();          /* C, the state and dt/cumsum are visible to every warp */
+
+    /* y (16 rows x 64 p) = C · S_inᵀ, rows scaled by exp(cum_i) */
+    float y[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) y[i][0] = y[i][1] = y[i][2] = y[i][3] = 0.0f;
+    const T * crow = cs + warp * 16 * LN + a_row_off(lane, LN);
+    if (active) {
+        for (int ks = 0; ks < KS; ++ks) {
+            uint32_t a[4], b[4][4];
+            ldsm4(a, crow + ks * 16);
+#pragma unroll
+            for (int np = 0; np < 4; ++np) ldsm4(b[np], &ss_hi[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
+#pragma unroll
+            for (int np = 0; np < 4; ++np) {
+                mma16816<MODE>(y[2 * np], a, b[np][0], b[np][1]);
+                mma16816<MODE>(y[2 * np + 1], a, b[np][2], b[np][3]);
+            }
+            if (kFastSplit) {
+#pragma unroll
+                for (int np = 0; np < 4; ++np) ldsm4(b[np], &ss_lo[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
+#pragma unroll
+                for (int np = 0; np < 4; ++np) {
+                    mma16816<MODE>(y[2 * np], a, b[np][0], b[np][1]);
+                    mma16816<MODE>(y[2 * np + 1], a, b[np][2], b[np][3]);
+                }
+            }
+        }
+    }
+    const int   ri0 = iw + wq * 16 + (lane >> 2), ri1 = ri0 + 8; /* this thread's rows (chunk index) */
+    const float ci0 = ri0 < nlen ? cums[ri0] : 0.0f, ci1 = ri1 < nlen ? cums[ri1] : 0.0f;
+    {
+        const float e0 = ri0 < nlen ? expf(ci0) : 0.0f, e1 = ri1 < nlen ? expf(ci1) : 0.0f;
+#pragma unroll
+        for (int t = 0; t < 8; ++t) y[t][0] *= e0, y[t][1] *= e0, y[t][2] *= e1, y[t][3] *= e1;
+    }
+    __syncthreads(); /* the state region becomes B/x buffer 1 */
+
+    for (int jt = 0; jt < ntiles; ++jt) {
+        const int j0 = jt * kFT;
+        if (jt + 1 < ntiles) {
+            const int jn = j0 + kFT;
+            const int k = (jt + 1) & 1;
+            tile_to_smem<MODE>(v4_buf<T>(smem, ob0, obd, k), LN, A.b, A.vb, bb + (ch.t0 + jn) * A.b.s[1], A.b.s[1],
+                               A.b.s[3], kFT, A.Np, ch.len - jn, A.N);
+            tile_to_smem<MODE>(v4_buf<T>(smem, ox0, oxd, k), kFLd, A.x, A.vx, xb + (ch.t0 + jn) * A.x.s[1], A.x.s[1],
+                               A.x.s[3], kFT, kFT, ch.len - jn, A.P - p0);
+        }
+        cp_async_commit();        /* possibly empty: one group per step */
+        cp_async_wait_group<1>(); /* tile jt of this thread is done; tile jt+1 may fly */
+        __syncthreads();          /* tile jt of every thread is visible */
+        const T *  bs = v4_buf<T>(smem, ob0, obd, jt & 1);
+        const T *  xs = v4_buf<T>(smem, ox0, oxd, jt & 1);
+        const bool diag = j0 == iw;
+        if (active && j0 <= iw) {
+            /* scores (16 rows x 64 tokens) = C · Bᵀ; on the diagonal tile, token pairs above row 16·wq+15 are 0 */
+            float sc[8][4];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
+            for (int ks = 0; ks < KS; ++ks) {
+                uint32_t a[4], b[4][4];
+                ldsm4(a, crow + ks * 16);
+#pragma unroll
+                for (int np = 0; np < 4; ++np)
+                    if (!diag || np <= wq) ldsm4(b[np], &bs[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
+#pragma unroll
+                for (int np = 0; np < 4; ++np) {
+                    if (diag && np > wq) continue;
+                    mma16816<MODE>(sc[2 * np], a, b[np][0], b[np][1]);
+                    mma16816<MODE>(sc[2 * np + 1], a, b[np][2], b[np][3]);
+                }
+            }
+            /* causal mask, decay and dt: sc(i, j) · exp(cum_i − cum_j) · dt_j for j ≤ i < len */
+#pragma unroll
+            for (int t = 0; t < 8; ++t) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int   i = (e >> 1) ? ri1 : ri0;
+                    const float ci = (e >> 1) ? ci1 : ci0;
+                    const int   j = j0 + t * 8 + 2 * (lane & 3) + (e & 1);
+                    sc[t][e] = (i < nlen && j <= i) ? sc[t][e] * expf(ci - cums[j]) * dts[j] : 0.0f;
+                }
+            }
+            /* y += scores · x (tokens x p) */
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks) {
+                if (diag && ks > wq) continue;
+                uint32_t ah[4], al[4];
+                split2<MODE>(sc[2 * ks][0], sc[2 * ks][1], ah[0], al[0]);
+                split2<MODE>(sc[2 * ks][2], sc[2 * ks][3], ah[1], al[1]);
+                split2<MODE>(sc[2 * ks + 1][0], sc[2 * ks + 1][1], ah[2], al[2]);
+                split2<MODE>(sc[2 * ks + 1][2], sc[2 * ks + 1][3], ah[3], al[3]);
+                uint32_t b[4][4];
+#pragma unroll
+                for (int np = 0; np < 4; ++np) ldsm4_t(b[np], &xs[ks * 16 * kFLd + np * 16 + b_kn_off(lane, kFLd)]);
+#pragma unroll
+                for (int np = 0; np < 4; ++np) {
+                    mma16816<MODE>(y[2 * np], ah, b[np][0], b[np][1]);
+                    mma16816<MODE>(y[2 * np + 1], ah, b[np][2], b[np][3]);
+                }
+                if (kFastSplit) {
+#pragma unroll
+                    for (int np = 0; np < 4; ++np) {
+                        mma16816<MODE>(y[2 * np], al, b[np][0], b[np][1]);
+                        mma16816<MODE>(y[2 * np + 1], al, b[np][2], b[np][3]);
+                    }
+                }
+            }
+        }
+        /* the next step prefetches tile jt+2 into this buffer: everybody must be done with it.
+         * The last two tiles are never overwritten: they hold the diagonal x rows used for D. */
+        if (jt + 2 < ntiles) __syncthreads();
+    }
+    if (!active) return; /* no barrier follows */
+
+    /* epilogue: D·x (x rows of this warp's 64-row tile are its diagonal x tile), z gate, store
+     * pairs; z first, every load in flight together */
+    const T *       xd = v4_buf<T>(smem, ox0, oxd, (iw / kFT) & 1);
+    const long long tb = ch.t0 + iw;
+    float2          zv[8][2];
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int       p = p0 + t * 8 + 2 * (lane & 3), ii = wq * 16 + (lane >> 2) + half * 8;
+            const long long zo = ch.b * A.z.s[0] + (tb + ii) * A.z.s[1] + h * A.z.s[2] + p * A.z.s[3];
+            zv[t][half] = make_float2(0.0f, 0.0f);
+            if (!A.has_z || p >= A.P || iw + ii >= ch.len) continue;
+            if (A.vz && p + 1 < A.P)
+                zv[t][half] = t2<MODE>::unpack(__ldg(reinterpret_cast<const unsigned int *>((const T *)A.z.p + zo)));
+            else
+                zv[t][half] = make_float2(ssmi_cu_ld(A.z.p, A.z.dtype, zo),
+                                          p + 1 < A.P ? ssmi_cu_ld(A.z.p, A.z.dtype, zo + A.z.s[3]) : 0.0f);
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+        const int pl = t * 8 + 2 * (lane & 3), p = p0 + pl;
+        if (p >= A.P) continue;
+        const bool  two = p + 1 < A.P;
+        const float d0 = A.has_d ? ssmi_cu_ld(A.d.p, A.d.dtype, h * A.d.s[0] + (A.d_2d ? p * A.d.s[1] : 0)) : 0.0f;
+        const float d1 = A.has_d && two ? ssmi_cu_ld(A.d.p, A.d.dtype, h * A.d.s[0] + (A.d_2d ? (p + 1) * A.d.s[1] : 0))
+                                        : 0.0f;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int ii = wq * 16 + (lane >> 2) + half * 8; /* row in the warp's 64-row tile */
+            if (iw + ii >= ch.len) continue;
+            const long long t_ = tb + ii;
+            const float2    xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&xd[ii * kFLd + pl]));
+            float           v0 = y[t][2 * half] + d0 * xv.x, v1 = y[t][2 * half + 1] + d1 * xv.y;
+            if (A.has_z) {
+                const float z0 = zv[t][half].x, z1 = zv[t][half].y;
+                v0 *= z0 / (1.0f + expf(-z0));
+                v1 *= z1 / (1.0f + expf(-z1));
+            }
+            const long long oo = ch.b * A.os[0] + t_ * A.os[1] + h * A.os[2] + p * A.os[3];
+            if (A.vout && two) {
+                if (A.out_dtype == SSM_DTYPE_F32)
+                    *reinterpret_cast<float2 *>((float *)A.out + oo) = make_float2(v0, v1);
+                else
+                    *reinterpret_cast<uint32_t *>((T *)A.out + oo) = t2<MODE>::pack(v0, v1);
+            } else {
+                ssmi_cu_st(A.out, A.out_dtype, oo, v0);
+                if (two) ssmi_cu_st(A.out, A.out_dtype, oo + A.os[3], v1);
+            }
+        }
+    }
+}
+
+/* state_pass_kernel with the loads of kPassBatch chunks issued before their updates. */
+__global__ void __launch_bounds__(kThreads) state_pass_kernel_v4(const m2_pass_args A) {
+    const long long hpn = (long long)A.H * A.P * A.N;
+    const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= hpn) return;
+    const m2_seg sg = A.segs[blockIdx.y];
+    const int    pn = A.P * A.N;
+    const int    h = (int)(e / pn), p = (int)((e % pn) / A.N), n = (int)(e % A.N);
+    float        s = 0.0f;
+    if (A.has_init && sg.init >= 0)
+        s = ssmi_cu_ld(A.init.p, A.init.dtype, sg.init * A.init.s[0] + h * A.init.s[1] + p * A.init.s[2] + n * A.init.s[3]);
+    for (int k0 = 0; k0 < sg.count; k0 += kPassBatch) {
+        float local[kPassBatch], decay[kPassBatch];
+#pragma unroll
+        for (int u = 0; u < kPassBatch; ++u) {
+            const long long wk = (long long)sg.first + k0 + u;
+            local[u] = k0 + u < sg.count ? A.states[wk * hpn + e] : 0.0f;
+            decay[u] = k0 + u < sg.count ? expf(A.lastcum[wk * A.H + h]) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < kPassBatch; ++u) {
+            if (k0 + u >= sg.count) break;
+            A.states[((long long)sg.first + k0 + u) * hpn + e] = s;
+            s = decay[u] * s + local[u];
+        }
+    }
+    if (A.has_fin && sg.fin >= 0)
+        ssmi_cu_st(A.fin, A.fin_dtype, sg.fin * A.fs[0] + h * A.fs[1] + p * A.fs[2] + n * A.fs[3], s);
+}
+
 /* ---- host side ------------------------------------------------------------------------------ */
 
 int compute_mode(int32_t dtype) {
@@ -1267,9 +1759,67 @@ template <int MODE> ssm_status launch_fast(ssm_context * ctx, const char * op, c
     return SSM_STATUS_OK;
 }
 
-ssm_status run_fast(ssm_context * ctx, const char * op, int mode, const m2_fast_args & A, long long W, bool output) {
+template <int MODE> ssm_status launch_fast_v4(ssm_context * ctx, const char * op, const m2_fast_args & A, long long W,
+                                              bool output) {
+    const cudaStream_t s = ssmi_cuda_stream(ctx);
+    const long long    nz = output ? (long long)kV4ITiles * A.n_ptiles : (long long)A.n_ptiles * A.n_ntiles;
+    const long long    blocks = W * A.H * nz;
+    SSM_RETURN_IF(blocks > INT32_MAX, ctx, SSM_STATUS_UNSUPPORTED, "%s: %lld blocks exceed the CUDA backend's grid limit",
+                  op, blocks);
+    if (!output) {
+        fast_state_kernel_v4<MODE><<<(unsigned)blocks, kFastThreads, 0, s>>>(A);
+        SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_state_kernel_v4 launch");
+        return SSM_STATUS_OK;
+    }
+    const v4_out_smem<MODE> L(A.Np);
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
+        ctx, op, "cudaFuncSetAttribute",
+        cudaFuncSetAttribute(fast_output_kernel_v4<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L.total)));
+    fast_output_kernel_v4<MODE><<<(unsigned)blocks, kV4Threads, L.total, s>>>(A);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_output_kernel_v4 launch");
+    return SSM_STATUS_OK;
+}
+
+/* version: 3 or 4 (the tensor-core kernels of that version). */
+ssm_status run_fast(ssm_context * ctx, const char * op, int mode, const m2_fast_args & A, long long W, bool output,
+                    int version) {
     if (W == 0 || A.H == 0 || A.P == 0 || (!output && A.N == 0)) return SSM_STATUS_OK;
+    if (version == 4)
+        return mode == M_F16 ? launch_fast_v4<M_F16>(ctx, op, A, W, output)
+                             : launch_fast_v4<M_BF16>(ctx, op, A, W, output);
     return mode == M_F16 ? launch_fast<M_F16>(ctx, op, A, W, output) : launch_fast<M_BF16>(ctx, op, A, W, output);
+}
+
+/* ---- kernel version of the scan (v3 / v4) -------------------------------------------------------
+ * A diagnostic knob: SSMOPS_CUDA_SCAN_KERNEL=v3 selects the v3 kernels, anything else (or unset)
+ * v4; read once per process. Tests force a version with ssmi_cuda_mamba2_scan_set_kernel. */
+std::atomic<int> g_scan_kernel_forced{0}; /* 0: the environment decides; 3 or 4: forced */
+
+int scan_kernel_from_env() {
+    static std::once_flag once;
+    static int            version = 4;
+    std::call_once(once, [] {
+        const char * e = getenv("SSMOPS_CUDA_SCAN_KERNEL");
+        if (e != NULL && (strcmp(e, "v3") == 0 || strcmp(e, "3") == 0)) version = 3;
+    });
+    return version;
+}
+
+int scan_kernel_version() {
+    const int f = g_scan_kernel_forced.load(std::memory_order_relaxed);
+    return f == 3 || f == 4 ? f : scan_kernel_from_env();
+}
+
+/* *fits = 1 when fast_output_kernel_v4's shared memory (dynamic + static) fits the current
+ * device's per-block opt-in limit; otherwise the scan keeps the v3 output kernel. */
+ssm_status v4_output_fits(ssm_context * ctx, const char * op, int mode, int Np, int * fits) {
+    int dev = 0, optin = 0;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaGetDevice", cudaGetDevice(&dev)));
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
+                                          cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)));
+    const size_t dyn = mode == M_F16 ? v4_out_smem<M_F16>(Np).total : v4_out_smem<M_BF16>(Np).total;
+    *fits = dyn + 2 * sizeof(float) * kScanQ <= (size_t)optin;
+    return SSM_STATUS_OK;
 }
 
 /* The three kernels on a prepared workspace. */
@@ -1311,12 +1861,21 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
     sa.ss[3] = d->dstate;
     sa.ss[4] = 1;
     sa.lastcum = lastcum;
+    /* v4 (default) or v3 kernels; v4's output kernel only where its shared memory fits (else v3's,
+     * which gives the same bytes) */
+    const int version = scan_kernel_version();
+    int       out_version = version;
     m2_fast_args fa;
     memset(&fa, 0, sizeof fa);
     if (mode != M_F32) {
+        if (version == 4) {
+            int fits = 0;
+            SSM_FORWARD_IF_ERROR(v4_output_fits(ctx, op, mode, Np, &fits));
+            if (!fits) out_version = 3;
+        }
         fa = fast_args_of(p, d, a, dchunks, states, lastcum);
         fa.dtc = (float *)(ws + l.dtc);
-        SSM_FORWARD_IF_ERROR(run_fast(ctx, op, mode, fa, pl->nchunks, false));
+        SSM_FORWARD_IF_ERROR(run_fast(ctx, op, mode, fa, pl->nchunks, false, version));
     } else {
         SSM_FORWARD_IF_ERROR(run_chunk_state(ctx, op, mode, sa, pl->nchunks));
     }
@@ -1340,7 +1899,10 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
         SSM_RETURN_IF(pl->nseg > 65535, ctx, SSM_STATUS_UNSUPPORTED,
                       "%s: %lld sequences exceed the CUDA backend's limit of 65535", op, pl->nseg);
         const dim3 grid((unsigned)((hpn + kThreads - 1) / kThreads), (unsigned)pl->nseg);
-        state_pass_kernel<<<grid, kThreads, 0, s>>>(pa);
+        if (version == 4)
+            state_pass_kernel_v4<<<grid, kThreads, 0, s>>>(pa);
+        else
+            state_pass_kernel<<<grid, kThreads, 0, s>>>(pa);
         SSMI_CU_CHECK_LAUNCH(ctx, op, "state_pass_kernel launch");
     }
 
@@ -1364,7 +1926,7 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
     oa.out = a->out.data;
     oa.out_dtype = a->out.dtype;
     for (int i = 0; i < 4; ++i) oa.os[i] = a->out.strides[i];
-    if (mode != M_F32) return run_fast(ctx, op, mode, fa, pl->nchunks, true);
+    if (mode != M_F32) return run_fast(ctx, op, mode, fa, pl->nchunks, true, out_version);
     return run_output(ctx, op, mode, oa, pl->nchunks);
 }
 
@@ -1378,6 +1940,10 @@ ssm_status scan_pointers(ssm_context * ctx, const char * op, const ssm_mamba2_sc
 } /* namespace */
 
 /* ---- entry points ----------------------------------------------------------------------------- */
+
+extern "C" void ssmi_cuda_mamba2_scan_set_kernel(int version) {
+    g_scan_kernel_forced.store(version == 3 || version == 4 ? version : 0, std::memory_order_relaxed);
+}
 
 extern "C" ssm_status ssmi_cuda_mamba2_scan_workspace_size(ssm_context * ctx, const ssm_mamba2_params * p,
                                                            const ssmi_mamba2_dims * d, const ssm_mamba2_scan_args * a,

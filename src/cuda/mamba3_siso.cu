@@ -6,7 +6,7 @@
  * Forward. The work is cut on the host into chunks of kC = 64 tokens that restart at every
  * sequence start (a batch row, or a varlen sequence); the chunked form is exact for any
  * cut (spec §3.6), so params->chunk_size is not used. Kernels, in stream order:
- *   0. angle_sum_kernel    (combined op) per (chunk, head): Σ_i π·tanh(raw_i)·dt_i per angle,
+ *   0. angle_sum_kernel    (combined op) per (chunk, head, angle): Σ_i π·tanh(raw_i)·dt_i,
  *                          summed token by token in fp32 into a workspace.
  *   1. angle_pass_kernel   (combined op) per (sequence, head, angle): θ entering each chunk,
  *                          θ ← wrap(θ + chunk sum), in place over the sums; final angle state.
@@ -25,6 +25,10 @@
  *                          last token as the final k / v states.
  *   5. empty_kernel        final k / v states of empty sequences (= initial, or zeros).
  * No decay exponent is clamped: e^{c_i−c_j} is evaluated as written.
+ *
+ * fp16/bf16 with K ≤ 128 replace kernels 2 and 4 by fast_state_kernel / fast_output_kernel
+ * (mma.sync from ldmatrix, results in registers; see "the tensor-core path" below); the one
+ * predicate use_fast_path() chooses.
  *
  * Arithmetic: fp16/bf16 (v's dtype) run the three matrix products on the tensor cores (WMMA
  * 16x16x16, HMMA in SASS) with fp32 accumulation. Operands computed in fp32 (q̂, k̂, the
@@ -131,7 +135,7 @@ struct m3_chunk {
     int       row, len, seq;
     int       has_next; /* token t0 + len belongs to the same sequence (σ of the last token) */
     int       last;     /* last chunk of its sequence                                       */
-    int       pad;
+    int       first;    /* first chunk of its sequence                                      */
 };
 /* One sequence: its chunks [first, first + count), first token t0 of row `row`, len tokens. */
 struct m3_seg {
@@ -163,6 +167,7 @@ struct m3_fwd_args {
     const m3_seg *   segs;
     int              H, G, K, Kp, V, A, NS;
     int              fused, has_d, has_z, has_states;
+    int              vq, vk, vv, vz, vout; /* fast path: 16-byte q/k/v rows, z/out pairs       */
     ssmi_cu_view     q, k, v, adt, dt, trap, qb, kb, ang, d, z; /* inputs                        */
     ssmi_cu_view     ssm_in, k_in, v_in, ang_in;                /* initial states                */
     float *          states;  /* (W, H, V, K): chunk contributions, then entering states          */
@@ -367,17 +372,27 @@ __device__ void load_v(const m3_fwd_args & P, const m3_chunk & ch, int h, int p0
 
 /* ---- kernels 0, 1: the angle cumsum of the combined op ----------------------------------------- */
 
+/* One thread per (chunk, head, angle) — blockIdx.y covers 128 (head, angle) pairs, adjacent
+ * in memory; the loads of 8 tokens are issued before their (in-order) sum. */
 __global__ void __launch_bounds__(128) angle_sum_kernel(const m3_fwd_args P) {
-    const int      w = blockIdx.x, h = blockIdx.y;
+    const int      w = blockIdx.x, e = blockIdx.y * blockDim.x + threadIdx.x;
+    if (e >= P.H * P.A) return;
+    const int      h = e / P.A, m = e - (e / P.A) * P.A;
     const m3_chunk ch = P.chunks[w];
-    for (int m = threadIdx.x; m < P.A; m += blockDim.x) {
-        float run = 0.0f;
-        for (int i = 0; i < ch.len; ++i) {
-            const float dt = ld3(P.dt, ch.row, h, ch.t0 + i);
-            run += (kPi * tanhf(ld4(P.ang, ch.row, ch.t0 + i, h, m))) * dt;
+    float          run = 0.0f;
+    for (int i0 = 0; i0 < ch.len; i0 += 8) {
+        float x[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const int i = i0 + u;
+            x[u] = i < ch.len ? (kPi * tanhf(ld4(P.ang, ch.row, ch.t0 + i, h, m))) * ld3(P.dt, ch.row, h, ch.t0 + i)
+                              : 0.0f;
         }
-        P.theta0[((long long)w * P.H + h) * P.A + m] = run;
+#pragma unroll
+        for (int u = 0; u < 8; ++u)
+            if (i0 + u < ch.len) run += x[u];
     }
+    P.theta0[((long long)w * P.H + h) * P.A + m] = run;
 }
 
 __global__ void __launch_bounds__(128) angle_pass_kernel(const m3_fwd_args P) {
@@ -482,12 +497,15 @@ __global__ void __launch_bounds__(kThreads) pass_kernel(const m3_fwd_args P) {
             st += (c0 * ld3(P.k_in, s, h, n)) * ld3(P.v_in, s, h, p);
         }
     }
+    /* the next chunk's contribution is loaded before this chunk's entering state is stored */
+    float local = sg.count > 0 ? P.states[(long long)sg.first * hvk + e] : 0.0f;
     for (int c = 0; c < sg.count; ++c) {
         const long long w = sg.first + c;
-        float *         slot = &P.states[w * hvk + e];
-        const float     local = *slot;
-        *slot = st;
-        st = expf(P.lastcum[w * P.H + h]) * st + local;
+        const float     next = c + 1 < sg.count ? P.states[(w + 1) * hvk + e] : 0.0f;
+        const float     decay = expf(P.lastcum[w * P.H + h]);
+        P.states[w * hvk + e] = st;
+        st = decay * st + local;
+        local = next;
     }
     if (P.fin_ssm.present) st4(P.fin_ssm, s, h, p, n, st);
 }
@@ -634,6 +652,514 @@ __global__ void __launch_bounds__(kThreads) empty_kernel(const m3_fwd_args P) {
         }
 }
 
+/* ---- the tensor-core path (fp16/bf16 v, K ≤ 128) ------------------------------------------------
+ * fast_state_kernel and fast_output_kernel replace state_kernel and output_kernel when
+ * use_fast_path() holds (the host side). Blocks of 4 warps; the products run on mma.sync
+ * m16n8k16 with fp32 accumulators, operands read from shared memory by ldmatrix (or, for the
+ * masked scores, taken straight from the accumulators), results in registers:
+ *   fast_state_kernel   per (chunk, head, 64-wide V tile): warp k owns state rows p of
+ *                       16k..16k+15, s = Vᵀ·(w∘K̂) over the chunk's tokens, all K columns.
+ *   fast_output_kernel  per (chunk, head, 64-wide V tile): warp k owns tokens 16k..16k+15;
+ *                       scores Q̂·K̂ᵀ (only the 16-token column blocks up to the diagonal),
+ *                       masked and decayed in registers, Y = P·V, then the entering state
+ *                       Y += diag(e^c)·Q̂·S_enterᵀ (skipped where it is zero: the first chunk
+ *                       of a sequence without initial states).
+ * q̂, k̂, w∘k̂, the entering state and P are fp32 values: each is split into its rounded part and
+ * the rounded remainder; products of two split operands take three MMAs (hi·hi + lo·hi +
+ * hi·lo), of a split operand and v two — v is exact in its own dtype. q and k are read 8
+ * features at a time (16-byte loads when they are of v's dtype with unit inner stride), the
+ * v tile by cp.async in 16-byte pieces when its rows allow it; any other layout or dtype is
+ * read element by element through the strides, with the same arithmetic. */
+
+const int kFastThreads = 128;
+const int kFastMaxK = 128;
+const int kFLd = kTV + 8; /* padded leading dimension of the v tile */
+
+template <int MODE>
+struct t2;
+template <>
+struct t2<M_F16> {
+    static __device__ __forceinline__ uint32_t pack(float a, float b) {
+        __half2 v = __floats2half2_rn(a, b);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+    static __device__ __forceinline__ float2 unpack(uint32_t u) {
+        __half2 v = *reinterpret_cast<__half2 *>(&u);
+        return __half22float2(v);
+    }
+};
+template <>
+struct t2<M_BF16> {
+    static __device__ __forceinline__ uint32_t pack(float a, float b) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(a, b);
+        return *reinterpret_cast<uint32_t *>(&v);
+    }
+    static __device__ __forceinline__ float2 unpack(uint32_t u) {
+        __nv_bfloat162 v = *reinterpret_cast<__nv_bfloat162 *>(&u);
+        return __bfloat1622float2(v);
+    }
+};
+
+/* (a, b) rounded to a pair of T (hi) and the rounded remainders (lo). */
+template <int MODE>
+__device__ __forceinline__ void split2(float a, float b, uint32_t & hi, uint32_t & lo) {
+    hi = t2<MODE>::pack(a, b);
+    const float2 r = t2<MODE>::unpack(hi);
+    lo = t2<MODE>::pack(a - r.x, b - r.y);
+}
+
+template <int MODE>
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    if constexpr (MODE == M_BF16)
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    else
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+            "{%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ unsigned smem_addr(const void * p) { return (unsigned)__cvta_generic_to_shared(p); }
+
+/* Four 8x8 b16 matrices; lane l gives the row address of matrix l/8. */
+__device__ __forceinline__ void ldsm4(uint32_t (&r)[4], const void * p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldsm4_t(uint32_t (&r)[4], const void * p) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void cp_async16(void * dst, const void * src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+
+/* Fragment addresses of lane l. A row-major (m, k) at (m0, k0): */
+__device__ __forceinline__ int a_row_off(int lane, int ld) { return (lane & 15) * ld + (lane >> 4) * 8; }
+/* A stored (k, m), transposed load: */
+__device__ __forceinline__ int a_trans_off(int lane, int ld) {
+    return ((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8;
+}
+/* Two n8 tiles of B stored (n, k), plain load: r0,r1 = tile 0, r2,r3 = tile 1. */
+__device__ __forceinline__ int b_nk_off(int lane, int ld) {
+    return ((lane & 7) + (lane >> 4) * 8) * ld + ((lane >> 3) & 1) * 8;
+}
+/* Two n8 tiles of B stored (k, n), transposed load. */
+__device__ __forceinline__ int b_kn_off(int lane, int ld) {
+    return ((lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 8;
+}
+
+/* 8 consecutive features n0..n0+7 of row (b, t, hh) of a (B, S, H, K) tensor; 0 at n ≥ K.
+ * vec: of type T, unit inner stride, 16-byte aligned rows, K % 8 == 0. */
+template <int MODE>
+__device__ __forceinline__ void load8(float (&x)[8], const ssmi_cu_view & v, int vec, int b, long long t, int hh,
+                                      int n0, int K) {
+    const long long base = b * v.s[0] + t * v.s[1] + hh * v.s[2];
+    if (vec) {
+        const uint4    u = __ldg(reinterpret_cast<const uint4 *>((const typename cfg<MODE>::T *)v.p + base + n0));
+        const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float2 f = t2<MODE>::unpack(w[e]);
+            x[2 * e] = f.x, x[2 * e + 1] = f.y;
+        }
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; ++e) x[e] = n0 + e < K ? ssmi_cu_ld(v.p, v.dtype, base + (n0 + e) * v.s[3]) : 0.0f;
+    }
+}
+
+/* Rows of the chunk into [kC][ld] split tiles (rows ≥ L and columns ≥ K zero): Q̂ into qh/ql
+ * when qh is given, K̂ (times kscale[i] when given) into kh/kl. d_i = q̃_i·k̃_i (biased, not
+ * rotated) into dd when given; the last token's fp32 k̂ to the final k state when fin_k.
+ * A thread takes 8 features of one token; the ipt (a power of two ≥ Kp/8) threads of a token
+ * are adjacent lanes, so d_i is a fixed shuffle reduction. */
+template <int MODE>
+__device__ void fast_prep_qk(const m3_fwd_args & P, const m3_chunk & ch, int h, const float * th,
+                             typename cfg<MODE>::T * qh, typename cfg<MODE>::T * ql, typename cfg<MODE>::T * kh,
+                             typename cfg<MODE>::T * kl, int ld, const float * kscale, float * dd, bool fin_k) {
+    const int K8 = P.Kp / 8, g = h / P.G, L = ch.len;
+    int       ipt = 2;
+    while (ipt < K8) ipt *= 2;
+    const int per = kFastThreads / ipt; /* tokens per pass, divides kC */
+    const int c8 = threadIdx.x % ipt, n0 = c8 * 8;
+    for (int i = threadIdx.x / ipt; i < kC; i += per) {
+        const bool live = i < L && n0 < P.K;
+        float      q[8], k[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) q[e] = k[e] = 0.0f;
+        if (live) {
+            const long long t = ch.t0 + i;
+            if (qh != nullptr || dd != nullptr) load8<MODE>(q, P.q, P.vq, ch.row, t, g, n0, P.K);
+            load8<MODE>(k, P.k, P.vk, ch.row, t, g, n0, P.K);
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                if (n0 + e < P.K) {
+                    q[e] += ld2(P.qb, h, n0 + e);
+                    k[e] += ld2(P.kb, h, n0 + e);
+                }
+        }
+        float dot = 0.0f;
+        if (dd != nullptr) {
+#pragma unroll
+            for (int e = 0; e < 8; ++e) dot = fmaf(q[e], k[e], dot);
+        }
+        if (live) {
+#pragma unroll
+            for (int e2 = 0; e2 < 4; ++e2) {
+                const int m = n0 / 2 + e2;
+                if (m < P.A) {
+                    float sn, cs;
+                    sincosf(th[i * P.A + m], &sn, &cs);
+                    const float q0 = q[2 * e2], q1 = q[2 * e2 + 1], k0 = k[2 * e2], k1 = k[2 * e2 + 1];
+                    q[2 * e2] = q0 * cs - q1 * sn, q[2 * e2 + 1] = q0 * sn + q1 * cs;
+                    k[2 * e2] = k0 * cs - k1 * sn, k[2 * e2 + 1] = k0 * sn + k1 * cs;
+                }
+            }
+            if (fin_k && i == L - 1)
+                for (int e = 0; e < 8; ++e)
+                    if (n0 + e < P.K) st3(P.fin_k, ch.seq, h, n0 + e, k[e]);
+        }
+        if (c8 < K8) {
+            uint32_t hi[4], lo[4];
+            if (qh != nullptr) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) split2<MODE>(q[2 * e], q[2 * e + 1], hi[e], lo[e]);
+                *reinterpret_cast<uint4 *>(&qh[i * ld + n0]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+                *reinterpret_cast<uint4 *>(&ql[i * ld + n0]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+            }
+            const float sc = kscale != nullptr ? kscale[i] : 1.0f;
+#pragma unroll
+            for (int e = 0; e < 4; ++e) split2<MODE>(k[2 * e] * sc, k[2 * e + 1] * sc, hi[e], lo[e]);
+            *reinterpret_cast<uint4 *>(&kh[i * ld + n0]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            *reinterpret_cast<uint4 *>(&kl[i * ld + n0]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        }
+        if (dd != nullptr) {
+            for (int off = ipt / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+            if (c8 == 0) dd[i] = dot;
+        }
+    }
+}
+
+/* The v tile (kC tokens × kTV columns from p0) into vs[kC][kFLd]; zeros outside. cp.async
+ * when P.vv (the caller waits), element-wise through the strides otherwise. */
+template <int MODE>
+__device__ void fast_load_v(const m3_fwd_args & P, const m3_chunk & ch, int h, int p0, typename cfg<MODE>::T * vs) {
+    typedef typename cfg<MODE>::T T;
+    const long long               base = ch.row * P.v.s[0] + ch.t0 * P.v.s[1] + h * P.v.s[2] + p0 * P.v.s[3];
+    const int                     nc = P.V - p0;
+    if (P.vv) {
+        for (int o = threadIdx.x; o < kC * (kTV / 8); o += blockDim.x) {
+            const int r = o / (kTV / 8), c = (o - r * (kTV / 8)) * 8;
+            T *       d = vs + r * kFLd + c;
+            if (r < ch.len && c < nc)
+                cp_async16(d, (const T *)P.v.p + base + r * P.v.s[1] + c);
+            else
+                *reinterpret_cast<uint4 *>(d) = make_uint4(0u, 0u, 0u, 0u);
+        }
+    } else {
+        for (int o = threadIdx.x; o < kC * kTV; o += blockDim.x) {
+            const int r = o / kTV, c = o - r * kTV;
+            to_t(r < ch.len && c < nc ? ssmi_cu_ld(P.v.p, P.v.dtype, base + r * P.v.s[1] + c * P.v.s[3]) : 0.0f,
+                 vs + r * kFLd + c);
+        }
+    }
+}
+
+/* Shared memory of the fast kernels: scalars (8 rows of kC + 1), θ (kC × A), two split
+ * [kC][Kp + 8] tiles (state kernel: w∘K̂; output kernel: Q̂ and K̂, then the entering state
+ * over K̂), the v tile. */
+template <int MODE>
+struct fast_smem {
+    size_t              scal, th, t0h, t0l, t1h, t1l, vs, total;
+    __host__ __device__ fast_smem(int Kp, int A, bool output) {
+        typedef typename cfg<MODE>::T T;
+        const size_t                  tile = align128(sizeof(T) * kC * (Kp + 8));
+        size_t                        o = 0;
+        scal = o;
+        o += align128(sizeof(float) * 8 * (kC + 1));
+        th = o;
+        o += align128(sizeof(float) * kC * (A > 0 ? A : 1));
+        t0h = o;
+        o += tile;
+        t0l = o;
+        o += tile;
+        t1h = o;
+        o += output ? tile : 0;
+        t1l = o;
+        o += output ? tile : 0;
+        vs = o;
+        o += align128(sizeof(T) * kC * kFLd);
+        total = o;
+    }
+};
+
+template <int MODE>
+__global__ void __launch_bounds__(kFastThreads) fast_state_kernel(const m3_fwd_args P) {
+    typedef typename cfg<MODE>::T T;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const fast_smem<MODE>                          Ly(P.Kp, P.A, false);
+    const m3_scal                                  sc = carve_scal((float *)(smem + Ly.scal));
+    float *                                        wj = sc.sig + (kC + 1);
+    float *                                        th = (float *)(smem + Ly.th);
+    T *                                            kh = (T *)(smem + Ly.t0h);
+    T *                                            kl = (T *)(smem + Ly.t0l);
+    T *                                            vs = (T *)(smem + Ly.vs);
+    const int                                      LK = P.Kp + 8;
+    const int                                      lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+    const int      w = blockIdx.x, h = blockIdx.y, p0 = blockIdx.z * kTV;
+    const m3_chunk ch = P.chunks[w];
+    fast_load_v<MODE>(P, ch, h, p0, vs);
+    chunk_scalars(P, ch, h, sc);
+    const float cl = sc.cm[ch.len - 1];
+    for (int j = threadIdx.x; j < kC; j += blockDim.x) wj[j] = j < ch.len ? expf(cl - sc.cm[j]) * sc.sig[j] : 0.0f;
+    if (blockIdx.z == 0 && threadIdx.x == 0) P.lastcum[(long long)w * P.H + h] = cl;
+    chunk_theta(P, ch, w, h, sc.dtv, th);
+    __syncthreads(); /* wj, θ */
+    fast_prep_qk<MODE>(P, ch, h, th, nullptr, nullptr, kh, kl, LK, wj, nullptr, false);
+    cp_async_wait_all();
+    __syncthreads();
+
+    /* acc (16 state rows p × Kp columns n) = Vᵀ (p × j) · (w∘K̂) (j × n) */
+    const int NP = P.Kp / 16;
+    float     acc[16][4];
+#pragma unroll
+    for (int t = 0; t < 16; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+    const int ksteps = (ch.len + 15) / 16;
+    for (int ks = 0; ks < ksteps; ++ks) {
+        uint32_t a[4];
+        ldsm4_t(a, &vs[ks * 16 * kFLd + warp * 16 + a_trans_off(lane, kFLd)]);
+#pragma unroll
+        for (int np = 0; np < 8; ++np) {
+            if (np >= NP) break;
+            uint32_t bh[4], bl[4];
+            ldsm4_t(bh, &kh[ks * 16 * LK + np * 16 + b_kn_off(lane, LK)]);
+            ldsm4_t(bl, &kl[ks * 16 * LK + np * 16 + b_kn_off(lane, LK)]);
+            mma16816<MODE>(acc[2 * np], a, bh[0], bh[1]);
+            mma16816<MODE>(acc[2 * np + 1], a, bh[2], bh[3]);
+            mma16816<MODE>(acc[2 * np], a, bl[0], bl[1]);
+            mma16816<MODE>(acc[2 * np + 1], a, bl[2], bl[3]);
+        }
+    }
+    /* rows p = p0 + 16·warp + lane/4 (+8), columns n = 8·t + 2·(lane%4) (+1); K is even */
+    float * dst = P.states + ((long long)w * P.H + h) * P.V * P.K;
+#pragma unroll
+    for (int t = 0; t < 16; ++t) {
+        const int n = t * 8 + 2 * (lane & 3);
+        if (t >= 2 * NP || n >= P.K) continue;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int p = p0 + warp * 16 + (lane >> 2) + half * 8;
+            if (p < P.V)
+                *reinterpret_cast<float2 *>(&dst[(long long)p * P.K + n]) =
+                    make_float2(acc[t][2 * half], acc[t][2 * half + 1]);
+        }
+    }
+}
+
+template <int MODE>
+__global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_fwd_args P) {
+    typedef typename cfg<MODE>::T T;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const fast_smem<MODE>                          Ly(P.Kp, P.A, true);
+    const m3_scal                                  sc = carve_scal((float *)(smem + Ly.scal));
+    float *                                        ecm = sc.sig + (kC + 1);
+    float *                                        dd = ecm + (kC + 1);
+    float *                                        th = (float *)(smem + Ly.th);
+    T *                                            qh = (T *)(smem + Ly.t0h);
+    T *                                            ql = (T *)(smem + Ly.t0l);
+    T *                                            bh = (T *)(smem + Ly.t1h); /* K̂, then the entering state */
+    T *                                            bl = (T *)(smem + Ly.t1l);
+    T *                                            vs = (T *)(smem + Ly.vs);
+    const int                                      LK = P.Kp + 8, KS = P.Kp / 16;
+    const int                                      lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+    const int      w = blockIdx.x, h = blockIdx.y, p0 = blockIdx.z * kTV;
+    const m3_chunk ch = P.chunks[w];
+    const int      L = ch.len;
+    fast_load_v<MODE>(P, ch, h, p0, vs);
+    chunk_scalars(P, ch, h, sc);
+    for (int i = threadIdx.x; i < kC; i += blockDim.x) ecm[i] = i < L ? expf(sc.cm[i]) : 0.0f;
+    chunk_theta(P, ch, w, h, sc.dtv, th);
+    __syncthreads(); /* θ */
+    fast_prep_qk<MODE>(P, ch, h, th, qh, ql, bh, bl, LK, nullptr, dd,
+                       ch.last && blockIdx.z == 0 && P.fin_k.present);
+    cp_async_wait_all();
+    __syncthreads();
+
+    /* this thread's rows (chunk index) and their cumsums */
+    const int   ri0 = warp * 16 + (lane >> 2), ri1 = ri0 + 8;
+    const float ci0 = ri0 < L ? sc.cm[ri0] : 0.0f, ci1 = ri1 < L ? sc.cm[ri1] : 0.0f;
+    const T *   qrh = qh + warp * 16 * LK + a_row_off(lane, LK);
+    const T *   qrl = ql + warp * 16 * LK + a_row_off(lane, LK);
+
+    /* scores (16 rows × 64 tokens) = Q̂ · K̂ᵀ; column blocks past the warp's rows are not needed */
+    float s[8][4];
+#pragma unroll
+    for (int t = 0; t < 8; ++t) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
+    for (int ks = 0; ks < KS; ++ks) {
+        uint32_t ah[4], al[4];
+        ldsm4(ah, qrh + ks * 16);
+        ldsm4(al, qrl + ks * 16);
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+            if (np > warp) break;
+            uint32_t kb[4], kbl[4];
+            ldsm4(kb, &bh[np * 16 * LK + ks * 16 + b_nk_off(lane, LK)]);
+            ldsm4(kbl, &bl[np * 16 * LK + ks * 16 + b_nk_off(lane, LK)]);
+            mma16816<MODE>(s[2 * np], ah, kb[0], kb[1]);
+            mma16816<MODE>(s[2 * np + 1], ah, kb[2], kb[3]);
+            mma16816<MODE>(s[2 * np], al, kb[0], kb[1]);
+            mma16816<MODE>(s[2 * np + 1], al, kb[2], kb[3]);
+            mma16816<MODE>(s[2 * np], ah, kbl[0], kbl[1]);
+            mma16816<MODE>(s[2 * np + 1], ah, kbl[2], kbl[3]);
+        }
+    }
+    /* P_ij = score · e^{c_i − c_j} · σ_j for j < i < L (strictly lower: the diagonal is D + γ_i·d_i) */
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int   i = (e >> 1) ? ri1 : ri0;
+            const float ci = (e >> 1) ? ci1 : ci0;
+            const int   j = t * 8 + 2 * (lane & 3) + (e & 1);
+            s[t][e] = (i < L && j < i) ? s[t][e] * expf(ci - sc.cm[j]) * sc.sig[j] : 0.0f;
+        }
+    }
+    /* Y (16 rows × 64 v columns) = P · V */
+    float y[8][4];
+#pragma unroll
+    for (int t = 0; t < 8; ++t) y[t][0] = y[t][1] = y[t][2] = y[t][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+        if (ks > warp) break;
+        uint32_t ah[4], al[4];
+        split2<MODE>(s[2 * ks][0], s[2 * ks][1], ah[0], al[0]);
+        split2<MODE>(s[2 * ks][2], s[2 * ks][3], ah[1], al[1]);
+        split2<MODE>(s[2 * ks + 1][0], s[2 * ks + 1][1], ah[2], al[2]);
+        split2<MODE>(s[2 * ks + 1][2], s[2 * ks + 1][3], ah[3], al[3]);
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+            uint32_t b[4];
+            ldsm4_t(b, &vs[ks * 16 * kFLd + np * 16 + b_kn_off(lane, kFLd)]);
+            mma16816<MODE>(y[2 * np], ah, b[0], b[1]);
+            mma16816<MODE>(y[2 * np + 1], ah, b[2], b[3]);
+            mma16816<MODE>(y[2 * np], al, b[0], b[1]);
+            mma16816<MODE>(y[2 * np + 1], al, b[2], b[3]);
+        }
+    }
+
+    /* Y += diag(e^c)·Q̂·S_enterᵀ; S_enter = 0 in a sequence's first chunk without initial states */
+    if (!ch.first || P.has_states) {
+        __syncthreads(); /* every warp is done with K̂ */
+        const float * st = P.states + ((long long)w * P.H + h) * P.V * P.K;
+        const int     c4 = P.Kp / 4, total = kTV * c4;
+        for (int o = threadIdx.x; o < total; o += blockDim.x) {
+            const int r = o / c4, c = (o - r * c4) * 4, p = p0 + r;
+            float     v[4];
+            if ((P.K & 3) == 0 && p < P.V && c < P.K) {
+                const float4 f = __ldg(reinterpret_cast<const float4 *>(st + (long long)p * P.K + c));
+                v[0] = f.x, v[1] = f.y, v[2] = f.z, v[3] = f.w;
+            } else {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) v[e] = (p < P.V && c + e < P.K) ? st[(long long)p * P.K + c + e] : 0.0f;
+            }
+            uint32_t hi[2], lo[2];
+            split2<MODE>(v[0], v[1], hi[0], lo[0]);
+            split2<MODE>(v[2], v[3], hi[1], lo[1]);
+            *reinterpret_cast<uint2 *>(&bh[r * LK + c]) = make_uint2(hi[0], hi[1]);
+            *reinterpret_cast<uint2 *>(&bl[r * LK + c]) = make_uint2(lo[0], lo[1]);
+        }
+        __syncthreads();
+        float u[8][4];
+#pragma unroll
+        for (int t = 0; t < 8; ++t) u[t][0] = u[t][1] = u[t][2] = u[t][3] = 0.0f;
+        for (int ks = 0; ks < KS; ++ks) {
+            uint32_t ah[4], al[4];
+            ldsm4(ah, qrh + ks * 16);
+            ldsm4(al, qrl + ks * 16);
+#pragma unroll
+            for (int np = 0; np < 4; ++np) {
+                uint32_t sb[4], sbl[4];
+                ldsm4(sb, &bh[np * 16 * LK + ks * 16 + b_nk_off(lane, LK)]);
+                ldsm4(sbl, &bl[np * 16 * LK + ks * 16 + b_nk_off(lane, LK)]);
+                mma16816<MODE>(u[2 * np], ah, sb[0], sb[1]);
+                mma16816<MODE>(u[2 * np + 1], ah, sb[2], sb[3]);
+                mma16816<MODE>(u[2 * np], al, sb[0], sb[1]);
+                mma16816<MODE>(u[2 * np + 1], al, sb[2], sb[3]);
+                mma16816<MODE>(u[2 * np], ah, sbl[0], sbl[1]);
+                mma16816<MODE>(u[2 * np + 1], ah, sbl[2], sbl[3]);
+            }
+        }
+        const float e0 = ecm[ri0], e1 = ecm[ri1];
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+            y[t][0] = fmaf(e0, u[t][0], y[t][0]), y[t][1] = fmaf(e0, u[t][1], y[t][1]);
+            y[t][2] = fmaf(e1, u[t][2], y[t][2]), y[t][3] = fmaf(e1, u[t][3], y[t][3]);
+        }
+    }
+
+    /* epilogue: + (D + γ_i·d_i)·v_i, gate, store pairs; the final v state from the last token */
+    const float dh = P.has_d ? ssmi_cu_ld(P.d.p, P.d.dtype, h * P.d.s[0]) : 0.0f;
+    float2      zv[8][2];
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int p = p0 + t * 8 + 2 * (lane & 3), i = half ? ri1 : ri0;
+            zv[t][half] = make_float2(0.0f, 0.0f);
+            if (!P.has_z || p >= P.V || i >= L) continue;
+            const long long zo = ch.row * P.z.s[0] + (ch.t0 + i) * P.z.s[1] + h * P.z.s[2] + p * P.z.s[3];
+            if (P.vz && p + 1 < P.V)
+                zv[t][half] = t2<MODE>::unpack(__ldg(reinterpret_cast<const unsigned int *>((const T *)P.z.p + zo)));
+            else
+                zv[t][half] = make_float2(ssmi_cu_ld(P.z.p, P.z.dtype, zo),
+                                          p + 1 < P.V ? ssmi_cu_ld(P.z.p, P.z.dtype, zo + P.z.s[3]) : 0.0f);
+        }
+    }
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int i = half ? ri1 : ri0;
+        if (i >= L) continue;
+        const float     diag = dh + sc.gam[i] * dd[i];
+        const long long t_ = ch.t0 + i;
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+            const int pl = t * 8 + 2 * (lane & 3), p = p0 + pl;
+            if (p >= P.V) continue;
+            const bool   two = p + 1 < P.V;
+            const float2 xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&vs[i * kFLd + pl]));
+            float        v0 = fmaf(diag, xv.x, y[t][2 * half]), v1 = fmaf(diag, xv.y, y[t][2 * half + 1]);
+            if (P.has_z) {
+                const float z0 = zv[t][half].x, z1 = zv[t][half].y;
+                v0 *= z0 * sigmoidf(z0);
+                v1 *= z1 * sigmoidf(z1);
+            }
+            const long long oo = ch.row * P.out.s[0] + t_ * P.out.s[1] + h * P.out.s[2] + p * P.out.s[3];
+            if (P.vout && two) {
+                if (P.out.dtype == SSM_DTYPE_F32)
+                    *reinterpret_cast<float2 *>((float *)P.out.p + oo) = make_float2(v0, v1);
+                else
+                    *reinterpret_cast<uint32_t *>((T *)P.out.p + oo) = t2<MODE>::pack(v0, v1);
+            } else {
+                ssmi_cu_st(P.out.p, P.out.dtype, oo, v0);
+                if (two) ssmi_cu_st(P.out.p, P.out.dtype, oo + P.out.s[3], v1);
+            }
+            if (ch.last && i == L - 1 && P.fin_v.present) {
+                st3(P.fin_v, ch.seq, h, p, xv.x);
+                if (two) st3(P.fin_v, ch.seq, h, p + 1, xv.y);
+            }
+        }
+    }
+}
+
 /* ---- host side: the forward ---------------------------------------------------------------------- */
 
 int compute_mode(int32_t dtype) { return dtype == SSM_DTYPE_F16 ? M_F16 : dtype == SSM_DTYPE_BF16 ? M_BF16 : M_F32; }
@@ -693,6 +1219,7 @@ ssm_status plan_fwd(ssm_context * ctx, const char * op, const ssmi_mamba3_dims *
             ch->seq = (int)s;
             ch->has_next = c * kC + ch->len < len;
             ch->last = c == sg->count - 1;
+            ch->first = c == 0;
         }
     }
     return SSM_STATUS_OK;
@@ -742,6 +1269,57 @@ ssm_status launch_state_out(ssm_context * ctx, const char * op, const m3_fwd_arg
     output_kernel<MODE><<<grid, kThreads, Lo.total, s>>>(P);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "output_kernel launch");
     return SSM_STATUS_OK;
+}
+
+template <int MODE>
+ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W) {
+    const cudaStream_t    s = ssmi_cuda_stream(ctx);
+    const fast_smem<MODE> Ls(P.Kp, P.A, false), Lo(P.Kp, P.A, true);
+    const dim3            grid((unsigned)W, (unsigned)P.H, (unsigned)((P.V + kTV - 1) / kTV));
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
+        ctx, op, "cudaFuncSetAttribute",
+        cudaFuncSetAttribute(fast_state_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Ls.total)));
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
+        ctx, op, "cudaFuncSetAttribute",
+        cudaFuncSetAttribute(fast_output_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Lo.total)));
+    fast_state_kernel<MODE><<<grid, kFastThreads, Ls.total, s>>>(P);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_state_kernel launch");
+    if (P.NS > 0) {
+        const long long hvk = (long long)P.H * P.V * P.K;
+        pass_kernel<<<dim3((unsigned)((hvk + kThreads - 1) / kThreads), (unsigned)P.NS), kThreads, 0, s>>>(P);
+        SSMI_CU_CHECK_LAUNCH(ctx, op, "pass_kernel launch");
+    }
+    fast_output_kernel<MODE><<<grid, kFastThreads, Lo.total, s>>>(P);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_output_kernel launch");
+    return SSM_STATUS_OK;
+}
+
+/* THE switch of the tensor-core path: fp16/bf16 v (the compute dtype) and K ≤ 128 take
+ * fast_state_kernel / fast_output_kernel, everything else the portable kernels. Both paths
+ * serve every layout and feature. SSMOPS_CUDA_SISO_FAST=0 in the environment is an internal
+ * hook (tests, measurements) that forces the portable kernels. */
+bool use_fast_path(const ssmi_mamba3_dims * d, int mode) {
+    if (mode == M_F32 || d->dk > kFastMaxK) return false;
+    const char * env = getenv("SSMOPS_CUDA_SISO_FAST");
+    return env == NULL || strcmp(env, "0") != 0;
+}
+
+/* 1: rows of t (innermost dimension `inner` long) can be read in 16-byte pieces of dtype `dt`. */
+int vec_rows(const ssm_tensor * t, int32_t dt, int64_t inner) {
+    if (t->data == NULL || t->dtype != dt || inner % 8 != 0 || ((uintptr_t)t->data & 15) != 0) return 0;
+    if (t->strides[t->ndim - 1] != 1) return 0;
+    for (int i = 0; i < t->ndim - 1; ++i)
+        if (t->strides[i] % 8 != 0) return 0;
+    return 1;
+}
+/* 1: t (innermost dimension even) can be read or written in aligned pairs of elements. */
+int vec_pairs(const ssm_tensor * t, int64_t inner) {
+    const size_t es = t->dtype == SSM_DTYPE_F32 ? 4 : t->dtype == SSM_DTYPE_F64 ? 8 : 2;
+    if (t->data == NULL || inner % 2 != 0 || ((uintptr_t)t->data % (2 * es)) != 0) return 0;
+    if (t->strides[t->ndim - 1] != 1) return 0;
+    for (int i = 0; i < t->ndim - 1; ++i)
+        if (t->strides[i] % 2 != 0) return 0;
+    return 1;
 }
 
 /* Everything the two forward entry points share, from tensor views. */
@@ -812,14 +1390,26 @@ ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims
 
     if (io.fused && P.A > 0) {
         if (pl->W > 0) {
-            angle_sum_kernel<<<dim3((unsigned)pl->W, (unsigned)P.H), 128, 0, s>>>(P);
+            angle_sum_kernel<<<dim3((unsigned)pl->W, (unsigned)((P.H * P.A + 127) / 128)), 128, 0, s>>>(P);
             SSMI_CU_CHECK_LAUNCH(ctx, op, "angle_sum_kernel launch");
         }
         angle_pass_kernel<<<dim3((unsigned)((P.H * P.A + 127) / 128), (unsigned)P.NS), 128, 0, s>>>(P);
         SSMI_CU_CHECK_LAUNCH(ctx, op, "angle_pass_kernel launch");
     }
-    if (pl->W > 0) {
-        switch (compute_mode(io.v->dtype)) {
+    const int mode = compute_mode(io.v->dtype);
+    if (pl->W > 0 && use_fast_path(d, mode)) {
+        const int32_t T = io.v->dtype;
+        P.vq = vec_rows(io.q, T, d->dk);
+        P.vk = vec_rows(io.k, T, d->dk);
+        P.vv = vec_rows(io.v, T, d->dv);
+        P.vz = P.has_z && io.z->dtype == T && vec_pairs(io.z, d->dv);
+        P.vout = (io.out->dtype == T || io.out->dtype == SSM_DTYPE_F32) && vec_pairs(io.out, d->dv);
+        if (mode == M_F16)
+            SSM_FORWARD_IF_ERROR(launch_fast<M_F16>(ctx, op, P, pl->W));
+        else
+            SSM_FORWARD_IF_ERROR(launch_fast<M_BF16>(ctx, op, P, pl->W));
+    } else if (pl->W > 0) {
+        switch (mode) {
             case M_F16: SSM_FORWARD_IF_ERROR(launch_state_out<M_F16>(ctx, op, P, pl->W)); break;
             case M_BF16: SSM_FORWARD_IF_ERROR(launch_state_out<M_BF16>(ctx, op, P, pl->W)); break;
             default: SSM_FORWARD_IF_ERROR(launch_state_out<M_F32>(ctx, op, P, pl->W)); break;

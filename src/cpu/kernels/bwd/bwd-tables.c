@@ -11,7 +11,6 @@ static const ssmi_cpu_bwd_kernels scalar_bwd = {
     ssmi_f32_gate_grads__scalar,
     ssmi_f32_siso_bwd_prep__scalar,
     ssmi_f32_siso_bwd_token__scalar,
-    ssmi_f32_siso_angle_token__scalar,
 };
 
 static const ssmi_cpu_bwd_kernels avx2_bwd = {
@@ -22,7 +21,6 @@ static const ssmi_cpu_bwd_kernels avx2_bwd = {
     ssmi_f32_gate_grads__avx2,
     ssmi_f32_siso_bwd_prep__avx2,
     ssmi_f32_siso_bwd_token__avx2,
-    ssmi_f32_siso_angle_token__avx2,
 };
 
 const ssmi_cpu_bwd_kernels * ssmi_cpu_bwd_kernels_for(const ssm_context * ctx) {

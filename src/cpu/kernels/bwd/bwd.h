@@ -24,24 +24,30 @@ typedef void (*ssmi_f32_transpose_fn)(int64_t rows, int64_t cols, const float * 
  *   kt = k + bk,  kh = R(θ)·kt,  ks = (sig·kh)·w;
  *   with q != NULL also qt = q + bq, qh = R(θ)·qt, and the return value is d = qt·kt
  *   (8 lane partial sums, combined in a fixed order); 0 without q.
+ * qt and kt are written on the first r dims only (beyond them q̃ = q̂ and k̃ = k̂ exactly).
  * kh may be NULL (not stored). No output may alias an input. */
 typedef float (*ssmi_f32_siso_bwd_prep_fn)(int64_t K, int64_t r, const float * q, const float * k,
                                            const float * bq, const float * bk, const float * cos2,
                                            const float * sin2, float sig, float w, float * qt, float * kt,
                                            float * qh, float * kh, float * ks);
 
-/* One token of the SISO backward preprocessing chain (spec §6.2), in place on dq, dk:
+/* One token of the SISO backward preprocessing chain (spec §6.2) and of the angle backward
+ * (spec §6.6), in place on dq, dk:
  *   dsig = dk·kh (returned; the incoming dk),      dk ← sig·dk (+ extra_dk if not NULL),
- *   dth[i] = (dq[2i+1]·qh[2i] − dq[2i]·qh[2i+1]) + (dk[2i+1]·kh[2i] − dk[2i]·kh[2i+1]), i < r/2,
+ *   dθ_i = (dq[2i+1]·qh[2i] − dq[2i]·qh[2i+1]) + (dk[2i+1]·kh[2i] − dk[2i]·kh[2i+1]), i < r/2,
  *   dq ← R(θ)ᵀ·dq + cq·kt,   dk ← R(θ)ᵀ·dk + cq·qt,   qbacc += dq,   kbacc += dk,
+ *   (kt, qt read on the first r dims only: beyond them kh, qh stand for them)
+ *   g_i += dθ_i (the reverse cumsum G),  *dda = π·Σ th_i·g_i (lane partial sums as in dot),
+ *   dth_i = ((π·dt)·(1 − th_i²))·g_i (the raw-angle gradient), th = tanh of the raw rates,
  * and, for a GQA workspace row: wq = dq, wk = dk (add == 0) or wq += dq, wk += dk (add != 0);
  * wq / wk NULL = not written. With wq (wk) given the result goes there and dq (dk) is left
  * unspecified afterwards (the AVX2 version does not store a row nobody reads). */
 typedef float (*ssmi_f32_siso_bwd_token_fn)(int64_t K, int64_t r, float * dq, float * dk, const float * qh,
                                             const float * kh, const float * qt, const float * kt,
                                             const float * cos2, const float * sin2, float sig,
-                                            const float * extra_dk, float cq, float * dth, float * qbacc,
-                                            float * kbacc, float * wq, float * wk, int add);
+                                            const float * extra_dk, float cq, const float * th, float dt,
+                                            float * g, float * dth, float * dda, float * qbacc, float * kbacc,
+                                            float * wq, float * wk, int add);
 
 /* Σ_e a[e]·b[e] in fp32 with lane partial sums combined in a fixed order (scalar: 8 lanes,
  * e mod 8, then ((0+1)+(2+3)) + ((4+5)+(6+7)); AVX2: 4×8 lanes, e mod 32, summed to 8
@@ -67,11 +73,6 @@ typedef void (*ssmi_f32_exp_sub_fn)(int64_t n, float c, const float * x, float *
 typedef void (*ssmi_f32_gate_grads_fn)(int64_t n, const float * z, const float * dout, float * dy, float * y,
                                        float * sig);
 
-/* One token of the SISO angle backward (spec §6.6), n = A angles, th = tanh of the raw rates:
- *   g += dth (the reverse cumsum G),  returns π·Σ th·g (the angle part of ddt; lane partial
- *   sums as in dot),  dth ← ((π·dt)·(1 − th²))·g (the raw-angle gradient). */
-typedef float (*ssmi_f32_siso_angle_token_fn)(int64_t n, const float * th, float dt, float * g, float * dth);
-
 typedef struct ssmi_cpu_bwd_kernels {
     ssmi_f32_transpose_fn      transpose;
     ssmi_f32_dot_fn            dot;
@@ -80,7 +81,6 @@ typedef struct ssmi_cpu_bwd_kernels {
     ssmi_f32_gate_grads_fn     gate_grads;
     ssmi_f32_siso_bwd_prep_fn  siso_prep;
     ssmi_f32_siso_bwd_token_fn siso_token;
-    ssmi_f32_siso_angle_token_fn siso_angle;
 } ssmi_cpu_bwd_kernels;
 
 float ssmi_f32_dot__scalar(int64_t n, const float * a, const float * b);
@@ -95,9 +95,9 @@ float ssmi_f32_siso_bwd_prep__scalar(int64_t K, int64_t r, const float * q, cons
                                      float * qt, float * kt, float * qh, float * kh, float * ks);
 float ssmi_f32_siso_bwd_token__scalar(int64_t K, int64_t r, float * dq, float * dk, const float * qh,
                                       const float * kh, const float * qt, const float * kt, const float * cos2,
-                                      const float * sin2, float sig, const float * extra_dk, float cq, float * dth,
-                                      float * qbacc, float * kbacc, float * wq, float * wk, int add);
-float ssmi_f32_siso_angle_token__scalar(int64_t n, const float * th, float dt, float * g, float * dth);
+                                      const float * sin2, float sig, const float * extra_dk, float cq,
+                                      const float * th, float dt, float * g, float * dth, float * dda, float * qbacc,
+                                      float * kbacc, float * wq, float * wk, int add);
 
 float ssmi_f32_dot__avx2(int64_t n, const float * a, const float * b);
 void  ssmi_f32_exp_sub__avx2(int64_t n, float c, const float * x, float * y);
@@ -111,9 +111,8 @@ float ssmi_f32_siso_bwd_prep__avx2(int64_t K, int64_t r, const float * q, const 
                                    float * qt, float * kt, float * qh, float * kh, float * ks);
 float ssmi_f32_siso_bwd_token__avx2(int64_t K, int64_t r, float * dq, float * dk, const float * qh,
                                     const float * kh, const float * qt, const float * kt, const float * cos2,
-                                    const float * sin2, float sig, const float * extra_dk, float cq, float * dth,
-                                    float * qbacc, float * kbacc, float * wq, float * wk, int add);
-
-float ssmi_f32_siso_angle_token__avx2(int64_t n, const float * th, float dt, float * g, float * dth);
+                                    const float * sin2, float sig, const float * extra_dk, float cq,
+                                    const float * th, float dt, float * g, float * dth, float * dda, float * qbacc,
+                                    float * kbacc, float * wq, float * wk, int add);
 
 #endif

@@ -186,12 +186,12 @@ float ssmi_f32_siso_bwd_prep__avx2(int64_t K, int64_t r, const float * q, const 
         const __m256i m    = tail_mask(K - i);
         const __m256  kv   = _mm256_add_ps(load_n(k + i, full, m), load_n(bk + i, full, m));
         const __m256  khv  = rot8(kv, i, r, cos2, sin2, 0);
-        store_n(kt + i, full, m, kv);
+        if (i < r) store_n(kt + i, full, m, kv); /* beyond r, k̃ = k̂ */
         if (kh) store_n(kh + i, full, m, khv);
         store_n(ks + i, full, m, _mm256_mul_ps(_mm256_mul_ps(vs, khv), vw));
         if (q) {
             const __m256 qv = _mm256_add_ps(load_n(q + i, full, m), load_n(bq + i, full, m));
-            store_n(qt + i, full, m, qv);
+            if (i < r) store_n(qt + i, full, m, qv);
             store_n(qh + i, full, m, rot8(qv, i, r, cos2, sin2, 0));
             acc = _mm256_fmadd_ps(qv, kv, acc); /* masked lanes are 0·0 */
         }
@@ -199,60 +199,107 @@ float ssmi_f32_siso_bwd_prep__avx2(int64_t K, int64_t r, const float * q, const 
     return q ? hsum8(acc) : 0.0f;
 }
 
-float ssmi_f32_siso_bwd_token__avx2(int64_t K, int64_t r, float * dq, float * dk, const float * qh,
-                                    const float * kh, const float * qt, const float * kt, const float * cos2,
-                                    const float * sin2, float sig, const float * extra_dk, float cq, float * dth,
-                                    float * qbacc, float * kbacc, float * wq, float * wk, int add) {
-    const __m256 vs = _mm256_set1_ps(sig), vc = _mm256_set1_ps(cq);
-    __m256       acc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < K; i += 8) {
-        const int     full = i + 8 <= K;
-        const __m256i m    = tail_mask(K - i);
-        __m256        dkv  = load_n(dk + i, full, m);
-        const __m256  khv  = load_n(kh + i, full, m);
-        acc                = _mm256_fmadd_ps(dkv, khv, acc);
-        dkv                = _mm256_mul_ps(vs, dkv);
-        if (extra_dk) dkv = _mm256_add_ps(dkv, load_n(extra_dk + i, full, m));
-        __m256 dqv = load_n(dq + i, full, m);
-        if (i < r) {
-            /* dθ of the pairs: lane 2j of g·swap(x̂)·(−1, +1) summed with lane 2j+1 */
-            const __m256 qhv = load_n(qh + i, full, m);
-            const __m256 alt = _mm256_setr_ps(-1.0f, 1.0f, -1.0f, 1.0f, -1.0f, 1.0f, -1.0f, 1.0f);
-            const __m256 pq  = _mm256_mul_ps(_mm256_mul_ps(dqv, _mm256_permute_ps(qhv, 0xB1)), alt);
-            const __m256 pk  = _mm256_mul_ps(_mm256_mul_ps(dkv, _mm256_permute_ps(khv, 0xB1)), alt);
-            /* per pair: (pq[2j] + pq[2j+1]) + (pk[2j] + pk[2j+1]) */
-            const __m256 sq = _mm256_add_ps(pq, _mm256_permute_ps(pq, 0xB1));
-            const __m256 sk = _mm256_add_ps(pk, _mm256_permute_ps(pk, 0xB1));
-            float        t[8];
-            _mm256_storeu_ps(t, _mm256_add_ps(sq, sk));
-            const int64_t np = (r - i < 8 ? r - i : 8) / 2;
-            for (int64_t j = 0; j < np; ++j) dth[i / 2 + j] = t[2 * j];
-            dqv = rot8(dqv, i, r, cos2, sin2, 1);
-            dkv = rot8(dkv, i, r, cos2, sin2, 1);
-        }
-        dqv = _mm256_fmadd_ps(vc, load_n(kt + i, full, m), dqv);
-        dkv = _mm256_fmadd_ps(vc, load_n(qt + i, full, m), dkv);
-        if (!wq) store_n(dq + i, full, m, dqv);
-        if (!wk) store_n(dk + i, full, m, dkv);
-        store_n(qbacc + i, full, m, _mm256_add_ps(load_n(qbacc + i, full, m), dqv));
-        store_n(kbacc + i, full, m, _mm256_add_ps(load_n(kbacc + i, full, m), dkv));
-        if (wq) store_n(wq + i, full, m, add ? _mm256_add_ps(load_n(wq + i, full, m), dqv) : dqv);
-        if (wk) store_n(wk + i, full, m, add ? _mm256_add_ps(load_n(wk + i, full, m), dkv) : dkv);
-    }
-    return hsum8(acc);
+/* dθ of the pairs of one block: lane 2j holds (pq[2j] + pq[2j+1]) + (pk[2j] + pk[2j+1]) with
+ * pq = dq·swap(q̂)·(−1, +1), pk the same for k (odd lanes are not used). */
+static inline __m256 pair_dtheta(__m256 dqv, __m256 qhv, __m256 dkv, __m256 khv) {
+    const __m256 alt = _mm256_setr_ps(-1.0f, 1.0f, -1.0f, 1.0f, -1.0f, 1.0f, -1.0f, 1.0f);
+    const __m256 pq  = _mm256_mul_ps(_mm256_mul_ps(dqv, _mm256_permute_ps(qhv, 0xB1)), alt);
+    const __m256 pk  = _mm256_mul_ps(_mm256_mul_ps(dkv, _mm256_permute_ps(khv, 0xB1)), alt);
+    const __m256 sq  = _mm256_add_ps(pq, _mm256_permute_ps(pq, 0xB1));
+    const __m256 sk  = _mm256_add_ps(pk, _mm256_permute_ps(pk, 0xB1));
+    return _mm256_add_ps(sq, sk);
 }
 
-float ssmi_f32_siso_angle_token__avx2(int64_t n, const float * th, float dt, float * g, float * dth) {
-    const __m256 pdt = _mm256_set1_ps(SSMI_PI_F * dt), one = _mm256_set1_ps(1.0f);
-    __m256       acc = _mm256_setzero_ps();
-    for (int64_t j = 0; j < n; j += 8) {
-        const int     full = j + 8 <= n;
-        const __m256i m    = tail_mask(n - j);
-        const __m256  t    = load_n(th + j, full, m);
-        const __m256  gv   = _mm256_add_ps(load_n(g + j, full, m), load_n(dth + j, full, m));
-        store_n(g + j, full, m, gv);
-        acc = _mm256_fmadd_ps(t, gv, acc); /* masked lanes are 0·0 */
-        store_n(dth + j, full, m, _mm256_mul_ps(_mm256_mul_ps(pdt, _mm256_sub_ps(one, _mm256_mul_ps(t, t))), gv));
+/* The token chain's operands, shared by its blocks. */
+typedef struct token_args {
+    float *dq, *dk, *qbacc, *kbacc, *wq, *wk;
+    const float *qh, *kh, *qt, *kt, *cos2, *sin2, *extra_dk;
+    int64_t      K, r;
+    __m256       vs, vc;
+    int          add;
+} token_args;
+
+/* Dims [i, i+8) of the token chain (bwd.h); returns the block's pair dθ (pair_dtheta) for
+ * i < r, and adds the block's dk·k̂ to *acc. */
+static inline __m256 token_block(const token_args * t, int64_t i, __m256 * acc) {
+    const int     full = i + 8 <= t->K;
+    const __m256i m    = tail_mask(t->K - i);
+    __m256        dkv  = load_n(t->dk + i, full, m);
+    const __m256  khv  = load_n(t->kh + i, full, m);
+    *acc               = _mm256_fmadd_ps(dkv, khv, *acc);
+    dkv                = _mm256_mul_ps(t->vs, dkv);
+    if (t->extra_dk) dkv = _mm256_add_ps(dkv, load_n(t->extra_dk + i, full, m));
+    __m256       dqv = load_n(t->dq + i, full, m);
+    const __m256 qhv = load_n(t->qh + i, full, m);
+    __m256       dth = _mm256_setzero_ps(), ktv = khv, qtv = qhv; /* beyond r: k̃ = k̂, q̃ = q̂ */
+    if (i < t->r) {
+        dth = pair_dtheta(dqv, qhv, dkv, khv);
+        dqv = rot8(dqv, i, t->r, t->cos2, t->sin2, 1);
+        dkv = rot8(dkv, i, t->r, t->cos2, t->sin2, 1);
+        ktv = load_n(t->kt + i, full, m);
+        qtv = load_n(t->qt + i, full, m);
+        if (i + 8 > t->r) { /* a block across r: kt, qt hold nothing past it */
+            const __m256 in = _mm256_castsi256_ps(tail_mask(t->r - i));
+            ktv             = _mm256_blendv_ps(khv, ktv, in);
+            qtv             = _mm256_blendv_ps(qhv, qtv, in);
+        }
     }
-    return SSMI_PI_F * hsum8(acc);
+    dqv = _mm256_fmadd_ps(t->vc, ktv, dqv);
+    dkv = _mm256_fmadd_ps(t->vc, qtv, dkv);
+    if (!t->wq) store_n(t->dq + i, full, m, dqv);
+    if (!t->wk) store_n(t->dk + i, full, m, dkv);
+    store_n(t->qbacc + i, full, m, _mm256_add_ps(load_n(t->qbacc + i, full, m), dqv));
+    store_n(t->kbacc + i, full, m, _mm256_add_ps(load_n(t->kbacc + i, full, m), dkv));
+    if (t->wq) store_n(t->wq + i, full, m, t->add ? _mm256_add_ps(load_n(t->wq + i, full, m), dqv) : dqv);
+    if (t->wk) store_n(t->wk + i, full, m, t->add ? _mm256_add_ps(load_n(t->wk + i, full, m), dkv) : dkv);
+    return dth;
+}
+
+/* Angles [a, a+n) (n ≤ 8) of the angle backward from their dθ in the lanes of d. */
+static inline void angle_lanes(int64_t a, int64_t n, __m256 d, const float * th, __m256 pdt, float * g, float * dth,
+                               __m256 * dacc) {
+    const int     full = n == 8;
+    const __m256i m    = tail_mask(n);
+    if (!full) d = _mm256_and_ps(d, _mm256_castsi256_ps(m));
+    const __m256 t  = load_n(th + a, full, m);
+    const __m256 gv = _mm256_add_ps(load_n(g + a, full, m), d);
+    store_n(g + a, full, m, gv);
+    *dacc = _mm256_fmadd_ps(t, gv, *dacc); /* masked lanes are 0·0 */
+    store_n(dth + a, full, m,
+            _mm256_mul_ps(_mm256_mul_ps(pdt, _mm256_sub_ps(_mm256_set1_ps(1.0f), _mm256_mul_ps(t, t))), gv));
+}
+
+/* The even lanes of d0 then those of d1, in order: [d0₀ d0₂ d0₄ d0₆ d1₀ d1₂ d1₄ d1₆]. */
+static inline __m256 even_lanes(__m256 d0, __m256 d1) {
+    const __m256 v = _mm256_shuffle_ps(d0, d1, 0x88); /* d0₀ d0₂ d1₀ d1₂ | d0₄ d0₆ d1₄ d1₆ */
+    return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(v), 0xD8));
+}
+
+float ssmi_f32_siso_bwd_token__avx2(int64_t K, int64_t r, float * dq, float * dk, const float * qh,
+                                    const float * kh, const float * qt, const float * kt, const float * cos2,
+                                    const float * sin2, float sig, const float * extra_dk, float cq,
+                                    const float * th, float dt, float * g, float * dth, float * dda, float * qbacc,
+                                    float * kbacc, float * wq, float * wk, int add) {
+    token_args t;
+    t.dq = dq, t.dk = dk, t.qbacc = qbacc, t.kbacc = kbacc, t.wq = wq, t.wk = wk;
+    t.qh = qh, t.kh = kh, t.qt = qt, t.kt = kt, t.cos2 = cos2, t.sin2 = sin2, t.extra_dk = extra_dk;
+    t.K = K, t.r = r, t.vs = _mm256_set1_ps(sig), t.vc = _mm256_set1_ps(cq), t.add = add;
+    const __m256 pdt  = _mm256_set1_ps(SSMI_PI_F * dt);
+    __m256       acc  = _mm256_setzero_ps(), dacc = _mm256_setzero_ps();
+    int64_t      i    = 0;
+    /* two blocks at a time over the rotated dims: their 8 pair dθ make one vector of angles,
+     * so the angle backward runs on whole vectors with no store-to-load round trip */
+    for (; i + 16 <= r; i += 16) {
+        const __m256 d0 = token_block(&t, i, &acc);
+        const __m256 d1 = token_block(&t, i + 8, &acc);
+        angle_lanes(i / 2, 8, even_lanes(d0, d1), th, pdt, g, dth, &dacc);
+    }
+    for (; i < r; i += 8) {
+        const __m256  d0 = token_block(&t, i, &acc);
+        const int64_t np = (r - i < 8 ? r - i : 8) / 2;
+        angle_lanes(i / 2, np, even_lanes(d0, d0), th, pdt, g, dth, &dacc);
+    }
+    for (; i < K; i += 8) token_block(&t, i, &acc);
+    *dda = SSMI_PI_F * hsum8(dacc);
+    return hsum8(acc);
 }

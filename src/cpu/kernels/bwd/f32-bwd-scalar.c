@@ -52,37 +52,31 @@ void ssmi_f32_transpose__scalar(int64_t rows, int64_t cols, const float * src, i
     }
 }
 
-/* y = R(θ)x (sign +1) or R(θ)ᵀx (sign −1) on the first r dims, a copy beyond. */
-static void rotate(int64_t K, int64_t r, const float * x, const float * cos2, const float * sin2, float sign,
-                   float * y) {
-    for (int64_t i = 0; i < r; ++i) y[i] = x[i] * cos2[i] + x[i ^ 1] * (sign * sin2[i]);
-    for (int64_t i = r; i < K; ++i) y[i] = x[i];
-}
-
 float ssmi_f32_siso_bwd_prep__scalar(int64_t K, int64_t r, const float * q, const float * k, const float * bq,
                                      const float * bk, const float * cos2, const float * sin2, float sig, float w,
                                      float * qt, float * kt, float * qh, float * kh, float * ks) {
-    for (int64_t j = 0; j < K; ++j) kt[j] = k[j] + bk[j];
+    /* k̃ and q̃ go through the output rows: kt/qt on the rotated dims, kh/qh (or ks) beyond */
+    float * ktv = kh ? kh : ks;
+    for (int64_t j = 0; j < K; ++j) (j < r ? kt : ktv)[j] = k[j] + bk[j];
+    float acc[8] = {0};
+    if (q) {
+        for (int64_t j = 0; j < K; ++j) (j < r ? qt : qh)[j] = q[j] + bq[j];
+        for (int64_t j = 0; j < K; ++j) acc[j & 7] += (j < r ? qt : qh)[j] * (j < r ? kt : ktv)[j];
+        for (int64_t i = 0; i < r; ++i) qh[i] = qt[i] * cos2[i] + qt[i ^ 1] * sin2[i];
+    }
     for (int64_t i = 0; i < K; ++i) {
-        const float v = i < r ? kt[i] * cos2[i] + kt[i ^ 1] * sin2[i] : kt[i];
+        const float v = i < r ? kt[i] * cos2[i] + kt[i ^ 1] * sin2[i] : ktv[i];
         if (kh) kh[i] = v;
         ks[i] = (sig * v) * w;
     }
-    if (q == 0) return 0.0f;
-    for (int64_t j = 0; j < K; ++j) qt[j] = q[j] + bq[j];
-    rotate(K, r, qt, cos2, sin2, 1.0f, qh);
-    float   acc[8] = {0};
-    int64_t j      = 0;
-    for (; j + 8 <= K; j += 8)
-        for (int l = 0; l < 8; ++l) acc[l] += qt[j + l] * kt[j + l];
-    for (int l = 0; j < K; ++j, ++l) acc[l] += qt[j] * kt[j];
-    return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    return q ? ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])) : 0.0f;
 }
 
 float ssmi_f32_siso_bwd_token__scalar(int64_t K, int64_t r, float * dq, float * dk, const float * qh,
                                       const float * kh, const float * qt, const float * kt, const float * cos2,
-                                      const float * sin2, float sig, const float * extra_dk, float cq, float * dth,
-                                      float * qbacc, float * kbacc, float * wq, float * wk, int add) {
+                                      const float * sin2, float sig, const float * extra_dk, float cq,
+                                      const float * th, float dt, float * g, float * dth, float * dda, float * qbacc,
+                                      float * kbacc, float * wq, float * wk, int add) {
     float   acc[8] = {0};
     int64_t j      = 0;
     for (; j + 8 <= K; j += 8)
@@ -104,23 +98,21 @@ float ssmi_f32_siso_bwd_token__scalar(int64_t K, int64_t r, float * dq, float * 
         }
     }
     for (j = 0; j < K; ++j) {
-        dq[j] += cq * kt[j];
-        dk[j] += cq * qt[j];
+        dq[j] += cq * (j < r ? kt : kh)[j];
+        dk[j] += cq * (j < r ? qt : qh)[j];
         qbacc[j] += dq[j];
         kbacc[j] += dk[j];
         if (wq) wq[j] = add ? wq[j] + dq[j] : dq[j];
         if (wk) wk[j] = add ? wk[j] + dk[j] : dk[j];
     }
-    return dsig;
-}
-
-float ssmi_f32_siso_angle_token__scalar(int64_t n, const float * th, float dt, float * g, float * dth) {
-    const float pdt    = SSMI_PI_F * dt;
-    float       acc[8] = {0};
-    for (int64_t j = 0; j < n; ++j) {
-        g[j] += dth[j];
-        acc[j & 7] += th[j] * g[j];
-        dth[j] = pdt * (1.0f - th[j] * th[j]) * g[j];
+    /* the angle backward of the r/2 pairs */
+    const float pdt     = SSMI_PI_F * dt;
+    float       dacc[8] = {0};
+    for (int64_t i = 0; i < r / 2; ++i) {
+        g[i] += dth[i];
+        dacc[i & 7] += th[i] * g[i];
+        dth[i] = pdt * (1.0f - th[i] * th[i]) * g[i];
     }
-    return SSMI_PI_F * (((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7])));
+    *dda = SSMI_PI_F * (((dacc[0] + dacc[1]) + (dacc[2] + dacc[3])) + ((dacc[4] + dacc[5]) + (dacc[6] + dacc[7])));
+    return dsig;
 }
