@@ -111,7 +111,8 @@ typedef struct bwd_scratch {
     float * qbias, *kbias, *qbacc, *kbacc; /* [K]                           */
     /* shared by the interleaved heads (carve_shared): one chunk and temporaries */
     float * row;               /* [2(L+1)] output row / scalar scratch      */
-    float * qt, *kt, *qh, *kh, *ks, *scr, *dqh, *dks;    /* [C][K] (scr: raw q, e^c·dY) */
+    float * qt, *kt, *qh, *kh, *ks, *dqh, *dks;          /* [C][K]                     */
+    float * scr;                                         /* [C][max(K, V)]: raw q, e^c·dY */
     float * kst;                                         /* [K][C]  K̂sᵀ                */
     float * vc, *dy, *dout, *zc, *zs, *yc, *dvc;         /* [C][V]                     */
     float * vct;                                         /* [V][C]  Vcᵀ                */
@@ -168,7 +169,7 @@ static int64_t carve_shared(const ssmi_mamba3_dims * d, int64_t max_len, float *
     TAKE(qh, C * K);
     TAKE(kh, C * K);
     TAKE(ks, C * K);
-    TAKE(scr, C * K);
+    TAKE(scr, C * (K > V ? K : V));
     TAKE(dqh, C * K);
     TAKE(dks, C * K);
     TAKE(kst, K * C);
