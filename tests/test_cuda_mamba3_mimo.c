@@ -8,9 +8,14 @@
  * (float64 golden outputs), the step with state_batch_indices (padding rows, host and device
  * indices) on separate pools and in place. Outputs are NaN-poisoned; a second run on
  * re-poisoned outputs must give the same bytes. ref_mode UPSTREAM_BF16 is UNSUPPORTED on CUDA.
+ * Every case runs twice: SSMOPS_CUDA_MIMO_KERNEL=v1 (the first kernels) and v2 (segmented θ
+ * prep, fused output kernel, inline slot list), plus long forward cases whose θ prep spans many
+ * segments (varlen with empty sequences, segment-length boundaries, C not dividing 64) and a
+ * step with more rows than the inline slot list holds.
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261203).
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -19,6 +24,7 @@
 #include "cudautil.h"
 
 static ssm_context *ctx_ref, *ctx_cuda;
+static const char * g_mode = "v2"; /* SSMOPS_CUDA_MIMO_KERNEL of the running pass */
 static ssm_mamba3_mimo_params g_params;
 
 static ssm_status run_bwd_fwd(ssm_context * c, void * a) { return ssm_mamba3_mimo_bwd_fwd(c, &g_params, a); }
@@ -102,7 +108,7 @@ static void run_generic(const char * tag, ssm_status (*fn)(ssm_context *, void *
 }
 
 static void cfg_tag(const ssmt_mimo_config * c, const char * what, char * tag, size_t n) {
-    snprintf(tag, n, "%s B%lld S%lld H%lld G%lld R%lld N%lld P%lld C%lld div%d %s%s%s%s%s%s%s%s%s", what,
+    snprintf(tag, n, "[%s] %s B%lld S%lld H%lld G%lld R%lld N%lld P%lld C%lld div%d %s%s%s%s%s%s%s%s%s", g_mode, what,
              (long long)c->batch, (long long)c->seqlen, (long long)c->nheads, (long long)c->ngroups,
              (long long)c->rank, (long long)c->dstate, (long long)c->headdim, (long long)c->chunk, (int)c->div,
              ssm_dtype_name(c->dtype), c->reduce_o ? " reduced" : " per-rank", c->has_z ? " z" : "",
@@ -201,7 +207,7 @@ static void test_bwd_fwd_vectors(void) {
             if (!got[o].buf) continue;
             ssmt_to_host(&got[o], &dgot[o]);
             char label[300];
-            snprintf(label, sizeof label, "vector %.100s/%s cuda vs float64", names[ci], outs[o]);
+            snprintf(label, sizeof label, "[%s] vector %.100s/%s cuda vs float64", g_mode, names[ci], outs[o]);
             ssmt_check_bar(label, &got[o].t, &want[o].t, c.dtype);
         }
         for (int o = 0; o < 5; ++o) {
@@ -394,6 +400,9 @@ static void test_bf16_mode_unsupported(ssmt_rng * rng) {
     ssmt_mimo_bwd_fwd_free(&pr);
 }
 
+static void run_matrix(ssmt_rng * rng);
+static void test_long_forward(ssmt_rng * rng);
+
 int main(void) {
     if (!ssmt_cuda_present("test_cuda_mamba3_mimo")) return 77;
     const char * env = getenv("SSMOPS_TEST_SEED");
@@ -407,7 +416,24 @@ int main(void) {
     if (ssmt_failures) TEST_EXIT();
 
     test_bf16_mode_unsupported(&rng);
+    static const char * const modes[2] = {"v1", "v2"};
+    for (int mi = 0; mi < 2; ++mi) {
+        g_mode = modes[mi];
+        TEST_CHECK(setenv("SSMOPS_CUDA_MIMO_KERNEL", g_mode, 1) == 0, "setenv failed");
+        printf("kernels %s\n", g_mode);
+        run_matrix(&rng);
+        test_long_forward(&rng);
+        test_bwd_fwd_vectors();
+    }
+    unsetenv("SSMOPS_CUDA_MIMO_KERNEL");
 
+    ssm_context_free(ctx_ref);
+    ssm_context_free(ctx_cuda);
+    TEST_EXIT();
+}
+
+/* The shape matrix: every operator, dtype and option (see the file comment). */
+static void run_matrix(ssmt_rng * rng) {
     static const ssm_dtype dtypes[] = {SSM_DTYPE_F32, SSM_DTYPE_F16, SSM_DTYPE_BF16};
     /* S below / at / above the chunk and odd; (R, C): C·R ≤ 128; (H, G): G = 1, G = H, between */
     static const int64_t seqlens[] = {5, 8, 13, 16, 37};
@@ -431,27 +457,27 @@ int main(void) {
             cfg.has_z = (k % 3) != 2;
             cfg.has_d = (k % 5) != 3;
             cfg.strided = (k % 2) == 0;
-            test_bwd_fwd(&rng, &cfg);
+            test_bwd_fwd(rng, &cfg);
             /* the forward: states, finals, fused norm, varlen (with an empty sequence) */
             cfg.has_states = (k % 3) != 0;
             cfg.has_final = (k % 2) == 0 || cfg.has_states;
             cfg.fused = cfg.reduce_o && cfg.has_z && (k % 4) == 0;
             cfg.has_norm_weight = cfg.fused && (k % 8) == 0;
-            test_fwd(&rng, &cfg, 0);
+            test_fwd(rng, &cfg, 0);
             if (seqlens[si] > 8) {
                 int64_t lens[4] = {seqlens[si] / 3, 0, seqlens[si] - seqlens[si] / 3 - seqlens[si] / 4,
                                    seqlens[si] / 4};
                 cfg.nseq = 4;
                 cfg.seqlens = lens;
                 cfg.index_i64 = k % 2;
-                test_fwd(&rng, &cfg, (k % 2) == 0);
+                test_fwd(rng, &cfg, (k % 2) == 0);
                 cfg.nseq = 0;
                 cfg.seqlens = NULL;
             }
             /* the step: pools with indices (padding rows), without, in place */
             cfg.strided = 0;
-            test_step(&rng, &cfg, cfg.batch + 3, 1, (k % 2) == 1);
-            if (k % 3 == 0) test_step(&rng, &cfg, cfg.batch, 0, 0);
+            test_step(rng, &cfg, cfg.batch + 3, 1, (k % 2) == 1);
+            if (k % 3 == 0) test_step(rng, &cfg, cfg.batch, 0, 0);
         }
     /* the headline layout at a small S: N = P = 64, R = 4, C = 16, bf16, reduced, z, d */
     {
@@ -459,22 +485,46 @@ int main(void) {
         ssmt_mimo_config_init(&cfg);
         cfg.batch = 1, cfg.seqlen = 100, cfg.nheads = 4, cfg.ngroups = 1, cfg.rank = 4, cfg.dstate = 64;
         cfg.headdim = 64, cfg.chunk = 16, cfg.div = 4, cfg.dtype = SSM_DTYPE_BF16;
-        test_bwd_fwd(&rng, &cfg);
+        test_bwd_fwd(rng, &cfg);
         cfg.has_states = cfg.has_final = 1;
-        test_fwd(&rng, &cfg, 0);
+        test_fwd(rng, &cfg, 0);
         cfg.batch = 8;
-        test_step(&rng, &cfg, 12, 1, 0);
+        test_step(rng, &cfg, 12, 1, 0);
         /* the largest tile: N = P = 128, C·R = 128 (P tiles in the output kernel) */
         ssmt_mimo_config_init(&cfg);
         cfg.batch = 1, cfg.seqlen = 70, cfg.nheads = 2, cfg.ngroups = 1, cfg.rank = 2, cfg.dstate = 128;
         cfg.headdim = 128, cfg.chunk = 64, cfg.div = 2, cfg.dtype = SSM_DTYPE_BF16;
-        test_bwd_fwd(&rng, &cfg);
+        test_bwd_fwd(rng, &cfg);
         cfg.fused = 1, cfg.has_final = 1;
-        test_fwd(&rng, &cfg, 0);
+        test_fwd(rng, &cfg, 0);
     }
-    test_bwd_fwd_vectors();
+}
 
-    ssm_context_free(ctx_ref);
-    ssm_context_free(ctx_cuda);
-    TEST_EXIT();
+/* Forward cases long enough for the v2 θ prep to cross many segments (64 tokens of whole
+ * chunks: C = 4 -> 16 chunks, C = 5 -> 12 chunks = 60 tokens), with states, finals, GQA and
+ * varlen sequences that end on / just past a segment boundary, are empty (first, middle,
+ * last) or shorter than a chunk; a step whose batch exceeds the inline slot list. */
+static void test_long_forward(ssmt_rng * rng) {
+    static int64_t lens_a[6] = {150, 0, 64, 129, 1, 56};  /* S = 400 */
+    static int64_t lens_b[5] = {0, 120, 61, 120, 0};      /* S = 301 */
+    ssmt_mimo_config cfg;
+    ssmt_mimo_config_init(&cfg);
+    cfg.batch = 2, cfg.seqlen = 400, cfg.nheads = 4, cfg.ngroups = 2, cfg.rank = 2, cfg.dstate = 16;
+    cfg.headdim = 8, cfg.chunk = 4, cfg.div = 4, cfg.dtype = SSM_DTYPE_F32, cfg.out_dtype = SSM_DTYPE_F32;
+    cfg.has_states = 1, cfg.has_final = 1;
+    test_fwd(rng, &cfg, 0);
+    cfg.batch = 1, cfg.nseq = 6, cfg.seqlens = lens_a;
+    test_fwd(rng, &cfg, 0);
+    ssmt_mimo_config_init(&cfg);
+    cfg.batch = 1, cfg.seqlen = 301, cfg.nheads = 3, cfg.ngroups = 1, cfg.rank = 1, cfg.dstate = 32;
+    cfg.headdim = 16, cfg.chunk = 5, cfg.div = 2, cfg.dtype = SSM_DTYPE_BF16, cfg.has_z = 1, cfg.has_d = 1;
+    cfg.has_states = 1, cfg.has_final = 1;
+    test_fwd(rng, &cfg, 0);
+    cfg.nseq = 5, cfg.seqlens = lens_b, cfg.index_i64 = 1;
+    test_fwd(rng, &cfg, 1);
+    /* step: 70 rows > 64 inline slots (v2 uploads the list then) */
+    ssmt_mimo_config_init(&cfg);
+    cfg.batch = 70, cfg.nheads = 2, cfg.ngroups = 1, cfg.rank = 2, cfg.dstate = 8, cfg.headdim = 8;
+    cfg.div = 4, cfg.dtype = SSM_DTYPE_F32;
+    test_step(rng, &cfg, 75, 1, 0);
 }

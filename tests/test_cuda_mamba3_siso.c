@@ -235,17 +235,10 @@ static void test_device_rules(ssmt_rng * rng) {
     ssmt_mamba3_problem_free(&pr);
 }
 
-int main(void) {
-    if (!ssmt_cuda_present("test_cuda_mamba3_siso")) return 77;
-    ssmt_rng rng;
-    ssmt_rng_from_env(&rng, 20261203u);
-    ctx_ref = ssmt_make_ctx(SSM_BACKEND_REF, 0, SSM_ISA_AUTO);
-    ctx_cuda = ssmt_make_ctx(SSM_BACKEND_CUDA, 0, SSM_ISA_AUTO);
-    TEST_CHECK(ctx_ref && ctx_cuda, "context creation failed");
-    if (ssmt_failures) TEST_EXIT();
-
-    test_device_rules(&rng);
-
+/* Every forward case of the test once, under the kernel version that the caller selected
+ * (vname is appended to the tags). with_explicit_v3: the edge shapes also run once with
+ * SSMOPS_CUDA_SISO_FAST=2 (the explicit spelling of the default). */
+static void forward_suite(ssmt_rng * rng, const char * vname, int with_explicit_v3) {
     static const ssm_dtype dtypes[] = {SSM_DTYPE_F32, SSM_DTYPE_F16, SSM_DTYPE_BF16};
     /* H, Hq, K, V, A: Hq = 1 / 1 < Hq < H / Hq = H; K, V off the power-of-two sizes; A = K/2 and A < K/2 */
     static const int64_t shapes[][5] = {{4, 1, 32, 32, 16}, {6, 3, 64, 96, 20}, {4, 4, 96, 64, 48},
@@ -282,12 +275,12 @@ int main(void) {
                     cfg.seqlens = lens;
                 }
                 char tag[256];
-                snprintf(tag, sizeof tag, "B%lld S%lld H%lld Hq%lld K%lld V%lld A%lld %s%s%s%s%s%s", (long long)cfg.batch,
+                snprintf(tag, sizeof tag, "B%lld S%lld H%lld Hq%lld K%lld V%lld A%lld %s%s%s%s%s%s%s", (long long)cfg.batch,
                          (long long)cfg.seqlen, (long long)cfg.nheads, (long long)cfg.nheads_qk, (long long)cfg.dk,
                          (long long)cfg.dv, (long long)cfg.nangles, ssm_dtype_name(cfg.dtype),
                          variant ? " varlen" : "", cfg.has_states ? " states" : "", cfg.has_z ? " z" : "",
-                         cfg.has_d ? " d" : "", cfg.angles_broadcast ? " bcast" : "");
-                test_forward(&rng, &cfg, tag);
+                         cfg.has_d ? " d" : "", cfg.angles_broadcast ? " bcast" : "", vname);
+                test_forward(rng, &cfg, tag);
             }
         }
     }
@@ -299,16 +292,17 @@ int main(void) {
         cfg.nangles = 128;
         cfg.dtype = dtypes[di];
         cfg.has_states = cfg.has_final = 1;
-        test_forward(&rng, &cfg, di == 0 ? "K256 V256 A128 f32 states" : "K256 V256 A128 bf16 states");
+        char tag[256];
+        snprintf(tag, sizeof tag, "K256 V256 A128 %s states%s", di == 0 ? "f32" : "bf16", vname);
+        test_forward(rng, &cfg, tag);
     }
     /* The tensor-core path (fp16/bf16 with K <= 128; every 16-bit case above with K <= 128
      * takes it, f32 and K = 256 take the portable kernels) at its edges: K not a multiple of 16
      * (K = 24: 16-byte q/k rows with padded columns; K = 40 odd A), V over one 64-wide tile
      * (V = 72) and V not a multiple of 8 (V = 20: element-wise v), GQA, varlen with states;
-     * then the same problems with the internal switch SSMOPS_CUDA_SISO_FAST=0 (the portable
-     * kernels on 16-bit inputs). */
-    for (int off = 0; off < 2; ++off) {
-        if (off) setenv("SSMOPS_CUDA_SISO_FAST", "0", 1);
+     * under =0 the portable kernels run them on 16-bit inputs. */
+    for (int pass = 0; pass < (with_explicit_v3 ? 2 : 1); ++pass) {
+        if (pass) setenv("SSMOPS_CUDA_SISO_FAST", "2", 1);
         static const int64_t edge[][6] = {{4, 2, 24, 20, 12, 70}, {3, 1, 40, 72, 7, 129}, {2, 2, 128, 64, 64, 200}};
         for (int e = 0; e < 3; ++e) {
             for (int di = 1; di < 3; ++di) {
@@ -329,14 +323,14 @@ int main(void) {
                     cfg.seqlens = lens;
                 }
                 char tag[256];
-                snprintf(tag, sizeof tag, "edge B%lld S%lld H%lld Hq%lld K%lld V%lld A%lld %s%s%s%s",
+                snprintf(tag, sizeof tag, "edge B%lld S%lld H%lld Hq%lld K%lld V%lld A%lld %s%s%s%s%s",
                          (long long)cfg.batch, (long long)cfg.seqlen, (long long)cfg.nheads, (long long)cfg.nheads_qk,
                          (long long)cfg.dk, (long long)cfg.dv, (long long)cfg.nangles, ssm_dtype_name(cfg.dtype),
-                         e == 2 ? " varlen" : "", cfg.has_states ? " states" : "", off ? " portable" : " fast");
-                test_forward(&rng, &cfg, tag);
+                         e == 2 ? " varlen" : "", cfg.has_states ? " states" : "", vname, pass ? " (=2)" : "");
+                test_forward(rng, &cfg, tag);
             }
         }
-        if (off) unsetenv("SSMOPS_CUDA_SISO_FAST");
+        if (pass) unsetenv("SSMOPS_CUDA_SISO_FAST"); /* only the unset pass asks for the explicit one */
     }
     /* no tokens: every final state is the initial one */
     {
@@ -344,8 +338,57 @@ int main(void) {
         ssmt_mamba3_config_init(&cfg);
         cfg.seqlen = 0;
         cfg.has_states = cfg.has_final = 1;
-        test_forward(&rng, &cfg, "S0 final=initial f32");
+        char tag[64];
+        snprintf(tag, sizeof tag, "S0 final=initial f32%s", vname);
+        test_forward(rng, &cfg, tag);
     }
+    /* sequences of more than 32 chunks: v3's angle scan carries θ from one batch of 32 chunks
+     * to the next (2117 = 33 chunks + 5 tokens, 2376 = 38 chunks − 56); batch rows, then
+     * varlen with an empty sequence between them; f16 and bf16, with and without states */
+    for (int e = 0; e < 2; ++e) {
+        ssmt_mamba3_config cfg;
+        ssmt_mamba3_config_init(&cfg);
+        int64_t lens[3] = {2117, 0, 2376};
+        cfg.batch = e == 0 ? 2 : 1;
+        cfg.seqlen = e == 0 ? 2117 : 2117 + 2376;
+        cfg.nheads = 3, cfg.nheads_qk = 1, cfg.dk = 32, cfg.dv = 24, cfg.nangles = 13;
+        cfg.dtype = e == 0 ? SSM_DTYPE_F16 : SSM_DTYPE_BF16;
+        cfg.has_d = cfg.has_z = 1;
+        cfg.has_states = e;
+        cfg.has_final = 1;
+        if (e == 1) {
+            cfg.nseq = 3;
+            cfg.seqlens = lens;
+        }
+        char tag[128];
+        snprintf(tag, sizeof tag, "long B%lld S%lld %s%s", (long long)cfg.batch, (long long)cfg.seqlen,
+                 e ? "bf16 varlen states" : "f16", vname);
+        test_forward(rng, &cfg, tag);
+    }
+}
+
+int main(void) {
+    if (!ssmt_cuda_present("test_cuda_mamba3_siso")) return 77;
+    ssmt_rng rng;
+    ssmt_rng_from_env(&rng, 20261203u);
+    ctx_ref = ssmt_make_ctx(SSM_BACKEND_REF, 0, SSM_ISA_AUTO);
+    ctx_cuda = ssmt_make_ctx(SSM_BACKEND_CUDA, 0, SSM_ISA_AUTO);
+    TEST_CHECK(ctx_ref && ctx_cuda, "context creation failed");
+    if (ssmt_failures) TEST_EXIT();
+
+    test_device_rules(&rng);
+
+    /* the forward cases under every kernel version: NULL = the variable unset (the default, v3) */
+    static const char * const versions[] = {NULL, "1", "0"};
+    static const char * const vnames[] = {" v3", " v2", " portable"};
+    for (int vi = 0; vi < 3; ++vi) {
+        if (versions[vi] != NULL)
+            setenv("SSMOPS_CUDA_SISO_FAST", versions[vi], 1);
+        else
+            unsetenv("SSMOPS_CUDA_SISO_FAST");
+        forward_suite(&rng, vnames[vi], vi == 0);
+    }
+    unsetenv("SSMOPS_CUDA_SISO_FAST");
 
     /* decode: B, H, Hq, K, V, A, dtype, slots, with_indices, in_place, d/z */
     test_step(&rng, 1, 4, 1, 32, 16, 8, SSM_DTYPE_F32, 1, 0, 0, 1);

@@ -23,6 +23,10 @@
  *   4. bwd_fwd: partial_reduce_kernel sums the per-chunk partials in chunk order;
  *      forward: out_kernel (per token and head: z gate or fused RMS norm, mimo_o sum) and
  *      finals_kernel (final v and angle; every final of an empty sequence).
+ * SSMOPS_CUDA_MIMO_KERNEL=v1 keeps the first versions; v2 (default) replaces step 0 by a
+ * segmented θ prep (seg_*_kernel), step 3 by output_kernel<true> when the tile is one 64×64
+ * GEMM tile (Y in registers, stored over Q: 3 blocks per SM), and passes short slot lists of
+ * the decode step by value.
  * Every output element is written by exactly one thread with a fixed summation order, and
  * no atomics are used: the results are bitwise identical across runs.
  *
@@ -38,8 +42,12 @@
  * streamed once (read, update, write) with 16-byte accesses when the pool is contiguous fp32
  * and aligned, through strides otherwise; y_r = h·q̃_r by fixed-order warp reductions.
  */
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <atomic>
+#include <mutex>
 
 extern "C" {
 #include "../core/ssmi.h"
@@ -111,6 +119,7 @@ struct mc_args {
     float *          ws_y;      /* forward: [B·S][H][R][P] Y                        */
     float *          ws_theta;  /* forward: [B·S][H][A] θ                           */
     float *          ws_cm;     /* forward: [B][H][S] chunk-local cumsum of adt     */
+    float *          ws_seg;    /* forward v2: [W][H][A] segment sums, then starts  */
     float *          part_o;    /* bwd_fwd: [W][H][R][P]                             */
     float *          part_z;
     int              B, S, H, G, R, N, P, A, C, W, nseq;
@@ -168,6 +177,65 @@ __device__ void bgemm(int M, int Nn, int K, const float * A, int ai, int ak, con
         }
 }
 
+/* v2: Y = diag(rs)·Q·S + M·U for one 64×64 output tile (L ≤ 64 rows, pu ≤ 64 columns), both
+ * GEMMs in the same registers, with bgemm's operation order (Q·S from 0, scaled, then M·U from
+ * 0 and added: the same bits as the two bgemm calls of v1). Y may alias Q: it is stored after
+ * a barrier that follows the last read of Q. Every thread of the block must call it. */
+__device__ void fused_y(int L, int pu, int N, const float * Q, int ldq, const float * S, int lds, const float * rs,
+                        int rdiv, const float * M, int ldm, const float * U, int ldu, float * Y, int ldy) {
+    const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;
+    int       ri[4], cj[4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        ri[u] = min(ty + 16 * u, L - 1);
+        cj[u] = min(tx + 16 * u, pu - 1);
+    }
+    float c[4][4], y[4][4];
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) c[u][v] = 0.0f;
+    for (int k = 0; k < N; ++k) {
+        float a[4], b[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) a[u] = Q[ri[u] * ldq + k];
+#pragma unroll
+        for (int v = 0; v < 4; ++v) b[v] = S[k * lds + cj[v]];
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) c[u][v] = fmaf(a[u], b[v], c[u][v]);
+    }
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        const float sc = rs[ri[u] / rdiv];
+#pragma unroll
+        for (int v = 0; v < 4; ++v) y[u][v] = sc * c[u][v], c[u][v] = 0.0f;
+    }
+    for (int k = 0; k < L; ++k) {
+        float a[4], b[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) a[u] = M[ri[u] * ldm + k];
+#pragma unroll
+        for (int v = 0; v < 4; ++v) b[v] = U[k * ldu + cj[v]];
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) c[u][v] = fmaf(a[u], b[v], c[u][v]);
+    }
+    __syncthreads(); /* every read of Q (and of Y's other aliases) is done */
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        const int i = ty + 16 * u;
+        if (i >= L) continue;
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+            const int j = tx + 16 * v;
+            if (j < pu) Y[i * ldy + j] = y[u][v] + c[u][v];
+        }
+    }
+}
+
 /* ---- the chunk tile ----------------------------------------------------------------------- */
 
 /* Shared-memory layout of a chunk kernel (floats; row strides odd: conflict-free columns). */
@@ -177,19 +245,23 @@ struct mc_layout {
     int total;                                /* floats                                      */
 };
 
-__host__ __device__ inline mc_layout make_layout(int R, int N, int P, int C, int pt, bool output) {
+/* alias_y (v2 fused output kernel): Y is stored over Q once both Y GEMMs have read it, so
+ * the Q region holds max(N, pt) + 1 columns and there is no separate Y buffer. */
+__host__ __device__ inline mc_layout make_layout(int R, int N, int P, int C, int pt, bool output,
+                                                 bool alias_y = false) {
     mc_layout l;
     const int L = C * R;
     l.ldn = N + 1;
     l.ldp = (output ? pt : P) + 1;
     l.ldm = L + 1;
     int off = 0;
-    l.q = off, off += output ? L * l.ldn : 0;
+    l.q = off, off += output ? L * (alias_y && l.ldp > l.ldn ? l.ldp : l.ldn) : 0;
     const int kbuf = L * l.ldn, sbuf = output ? N * l.ldp : 0;
     l.k = off, off += kbuf > sbuf ? kbuf : sbuf;
     l.u = off, off += L * l.ldp;
     l.m = off, off += output ? L * l.ldm : 0;
-    l.y = off, off += output ? L * l.ldp : 0;
+    if (alias_y) l.y = l.q;
+    else l.y = off, off += output ? L * l.ldp : 0;
     l.gam = off, off += C;
     l.cf = off, off += C;
     l.ecs = off, off += C;
@@ -415,12 +487,15 @@ __device__ void bwd_fwd_epilogue(const mc_args & A, const mc_chunk & ck, int w, 
     }
 }
 
-__global__ void __launch_bounds__(kThreads) output_kernel(const mc_args A) {
+/* kFused (v2, only when C·R ≤ 64 and the P tile ≤ 64): fused_y with Y over Q, so the block
+ * needs 16.6 KB less shared memory (3 blocks per SM at N = P = 64, C·R = 64, instead of 2). */
+template <bool kFused>
+__global__ void __launch_bounds__(kThreads, kFused ? 3 : 1) output_kernel(const mc_args A) {
     extern __shared__ float sm[];
     const int       w = blockIdx.x, h = blockIdx.y / A.npt, ptile = blockIdx.y - h * A.npt;
     const mc_chunk  ck = A.chunks[w];
     const int       p0 = ptile * A.pt, pu = min(A.pt, A.P - p0);
-    const mc_layout l = make_layout(A.R, A.N, A.P, A.C, A.pt, true);
+    const mc_layout l = make_layout(A.R, A.N, A.P, A.C, A.pt, true, kFused);
     const int       R = A.R, N = A.N, n = ck.len, L = n * R;
     load_tile(A, ck, h, sm, l, true, p0, pu, !A.fwd && A.qk_dot.p != NULL && ptile == 0,
               A.fwd && A.final_k.p != NULL && ptile == 0);
@@ -451,9 +526,13 @@ __global__ void __launch_bounds__(kThreads) output_kernel(const mc_args A) {
     }
     __syncthreads();
     /* Y = diag(e^{da_cs})·Q̃·Ŝ + M·U */
-    bgemm(L, pu, N, Q, l.ldn, 1, K, l.ldp, 1, Y, l.ldp, sm + l.ecs, R, false);
-    __syncthreads();
-    bgemm(L, pu, L, M, l.ldm, 1, sm + l.u, l.ldp, 1, Y, l.ldp, NULL, 1, true);
+    if (kFused) {
+        fused_y(L, pu, N, Q, l.ldn, K, l.ldp, sm + l.ecs, R, M, l.ldm, sm + l.u, l.ldp, Y, l.ldp);
+    } else {
+        bgemm(L, pu, N, Q, l.ldn, 1, K, l.ldp, 1, Y, l.ldp, sm + l.ecs, R, false);
+        __syncthreads();
+        bgemm(L, pu, L, M, l.ldm, 1, sm + l.u, l.ldp, 1, Y, l.ldp, NULL, 1, true);
+    }
     __syncthreads();
     if (A.fwd) {
         for (int e = threadIdx.x; e < L * pu; e += blockDim.x) {
@@ -482,8 +561,8 @@ __global__ void partial_reduce_kernel(const mc_args A, int nc, ssmi_cu_view dmo,
     if (dmz.p != NULL) stv(dmz, o4(dmz, b, h, r, p), sz);
 }
 
-/* Forward: θ token by token and the chunk-local cumsum of adt, per (sequence, head); thread a
- * of A + 1 (a == A: the cumsum). */
+/* v1 forward prep: θ token by token and the chunk-local cumsum of adt, per (sequence, head);
+ * thread a of A + 1 (a == A: the cumsum). One dependent global round trip per token. */
 __global__ void prep_kernel(const mc_args A) {
     const int g = blockIdx.x * blockDim.x + threadIdx.x;
     const int per = A.A + 1;
@@ -507,6 +586,115 @@ __global__ void prep_kernel(const mc_args A) {
         const float     rate = kPi * tanhf(ldv(A.angles, o4(A.angles, sq.row, t, h, a)));
         th = wrap_angle(th + rate * ldv(A.dt, o3(A.dt, sq.row, h, t)));
         A.ws_theta[(((long long)sq.row * A.S + t) * A.H + h) * A.A + a] = th;
+    }
+}
+
+/* ---- v2 forward prep: θ by segments ------------------------------------------------------- *
+ * A segment is cps whole chunks of one sequence (T = cps·C tokens; it starts at a chunk with
+ * c % cps == 0, so the chunk-local cumsum never crosses one). Three passes:
+ *   seg_sum_kernel    per (segment, head, angle): L = the wrapped sum of the segment's
+ *                     increments from 0 (wrap after every token, as the token pass);
+ *   seg_scan_kernel   per (sequence, head, angle): the segments in order, start_0 = angle_state
+ *                     (or 0), start_{j+1} = wrap(start_j + L_j); start_j replaces L_j;
+ *   seg_theta_kernel  per (segment, head, angle): θ = wrap(θ + inc) from start_j, token by
+ *                     token; per (segment, head): the chunk-local cumsum of adt.
+ * Every θ stays in [0, 2π) after each add, as in the token pass, so the rounding is of the
+ * same size (the results differ from v1 in the last bits: the sums are associated per
+ * segment). Loads come in batches of kSegU tokens ahead of the dependent chain. */
+const int kSegTokens = 64; /* target segment length (tokens)   */
+const int kSegU = 8;       /* tokens loaded ahead of the chain  */
+
+__host__ __device__ inline int seg_chunks(int C) { return C >= kSegTokens ? 1 : kSegTokens / C; }
+
+__device__ __forceinline__ float theta_inc(const mc_args & A, int row, long long t, int h, int a) {
+    return kPi * tanhf(ldv(A.angles, o4(A.angles, row, t, h, a))) * ldv(A.dt, o3(A.dt, row, h, t));
+}
+
+/* inc[u] for tokens t0 + u < t1 (0 beyond) */
+__device__ __forceinline__ void theta_batch(const mc_args & A, int row, long long t0, long long t1, int h, int a,
+                                            float (&inc)[kSegU]) {
+#pragma unroll
+    for (int u = 0; u < kSegU; ++u) inc[u] = t0 + u < t1 ? theta_inc(A, row, t0 + u, h, a) : 0.0f;
+}
+
+__global__ void seg_sum_kernel(const mc_args A, int cps) {
+    const mc_chunk ck = A.chunks[blockIdx.x];
+    const int      e = blockIdx.y * blockDim.x + threadIdx.x;
+    if (ck.c % cps != 0 || e >= A.H * A.A) return;
+    const int       h = e / A.A, a = e - h * A.A;
+    const long long t1 = min(ck.t0 + (long long)cps * A.C, ck.t_end);
+    float           acc = 0.0f;
+    for (long long t0 = ck.t0; t0 < t1; t0 += kSegU) {
+        float inc[kSegU];
+        theta_batch(A, ck.b, t0, t1, h, a, inc);
+#pragma unroll
+        for (int u = 0; u < kSegU; ++u)
+            if (t0 + u < t1) acc = wrap_angle(acc + inc[u]);
+    }
+    A.ws_seg[((long long)blockIdx.x * A.H + h) * A.A + a] = acc;
+}
+
+__global__ void seg_scan_kernel(const mc_args A, int cps) {
+    const long long g = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (g >= (long long)A.nseq * A.H * A.A) return;
+    const int    s = (int)(g / ((long long)A.H * A.A)), rem = (int)(g - (long long)s * A.H * A.A);
+    const int    h = rem / A.A, a = rem - h * A.A;
+    const mc_seq sq = A.seqs[s];
+    const int    nseg = (sq.count + cps - 1) / cps;
+    float        th = A.has_states ? ldv(A.angle_state, o3(A.angle_state, s, h, a)) : 0.0f;
+    for (int j0 = 0; j0 < nseg; j0 += kSegU) {
+        float L[kSegU];
+#pragma unroll
+        for (int u = 0; u < kSegU; ++u) {
+            const long long w = sq.first + (long long)(j0 + u) * cps;
+            L[u] = j0 + u < nseg ? A.ws_seg[(w * A.H + h) * A.A + a] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < kSegU; ++u) {
+            if (j0 + u >= nseg) break;
+            const long long w = sq.first + (long long)(j0 + u) * cps;
+            A.ws_seg[(w * A.H + h) * A.A + a] = th;
+            th = wrap_angle(th + L[u]);
+        }
+    }
+}
+
+/* threads e < H·A: θ of (head, angle); H·A ≤ e < H·(A + 1): the cumsum of head e − H·A */
+__global__ void seg_theta_kernel(const mc_args A, int cps) {
+    const mc_chunk ck = A.chunks[blockIdx.x];
+    const int      e = blockIdx.y * blockDim.x + threadIdx.x;
+    if (ck.c % cps != 0 || e >= A.H * (A.A + 1)) return;
+    const long long t1 = min(ck.t0 + (long long)cps * A.C, ck.t_end);
+    if (e >= A.H * A.A) {
+        const int h = e - A.H * A.A;
+        float *   cm = A.ws_cm + ((long long)ck.b * A.H + h) * A.S;
+        float     acc = 0.0f;
+        for (long long t0 = ck.t0; t0 < t1; t0 += kSegU) {
+            float x[kSegU];
+#pragma unroll
+            for (int u = 0; u < kSegU; ++u) x[u] = t0 + u < t1 ? ldv(A.adt, o3(A.adt, ck.b, h, t0 + u)) : 0.0f;
+#pragma unroll
+            for (int u = 0; u < kSegU; ++u) {
+                const long long t = t0 + u;
+                if (t >= t1) break;
+                acc = ((t - ck.t0) % A.C == 0) ? x[u] : acc + x[u]; /* the segment starts a chunk */
+                cm[t] = acc;
+            }
+        }
+        return;
+    }
+    const int h = e / A.A, a = e - h * A.A;
+    float     th = A.ws_seg[((long long)blockIdx.x * A.H + h) * A.A + a];
+    for (long long t0 = ck.t0; t0 < t1; t0 += kSegU) {
+        float inc[kSegU];
+        theta_batch(A, ck.b, t0, t1, h, a, inc);
+#pragma unroll
+        for (int u = 0; u < kSegU; ++u) {
+            const long long t = t0 + u;
+            if (t >= t1) break;
+            th = wrap_angle(th + inc[u]);
+            A.ws_theta[(((long long)ck.b * A.S + t) * A.H + h) * A.A + a] = th;
+        }
     }
 }
 
@@ -708,19 +896,50 @@ void fill_dims(mc_args * A, const ssmi_mimo_dims * d) {
     A->C = (int)d->chunk, A->reduce = d->reduce_o != 0;
 }
 
-ssm_status set_smem(ssm_context * ctx, const char * op, const void * fn, size_t bytes) {
-    return ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute (shared memory)",
-                            cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+/* SSMOPS_CUDA_MIMO_KERNEL=v1 selects the first kernels (token-by-token θ prep, two-pass Y,
+ * slot list uploaded by the step); unset or any other value: v2. Read at every call (getenv
+ * only reads; a program that changes its environment while other threads call us has the usual
+ * setenv race, not ours). */
+bool kernels_v1() {
+    const char * e = getenv("SSMOPS_CUDA_MIMO_KERNEL");
+    return e != NULL && strcmp(e, "v1") == 0;
 }
 
-/* Kernels 1-3 of the chunked operators on a filled mc_args (chunks and seqs on the device). */
-ssm_status run_chunks(ssm_context * ctx, const char * op, mc_args & A, int need_final, cudaStream_t s) {
+/* The dynamic shared memory limit of a kernel, raised at most once per (kernel, device, size)
+ * and never lowered: the attribute only grows (under a mutex), so a launch that saw a large
+ * enough cached value is never undercut by a concurrent call. Sizes within the default 48 KB
+ * need no attribute at all (the step at every supported shape up to R·(N + P) ≈ 2.8 K). */
+enum { SM_CHUNK_STATE = 0, SM_OUTPUT_V1, SM_OUTPUT_V2, SM_STEP, SM_KERNELS };
+const int        kSmemDevices = 64;
+std::atomic<int> g_smem_set[SM_KERNELS][kSmemDevices];
+std::mutex       g_smem_mutex;
+
+ssm_status set_smem(ssm_context * ctx, const char * op, int id, const void * fn, size_t bytes) {
+    if (bytes <= 48u * 1024u) return SSM_STATUS_OK;
+    int dev = 0;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaGetDevice", cudaGetDevice(&dev)));
+    const bool cached = dev >= 0 && dev < kSmemDevices;
+    if (cached && (size_t)g_smem_set[id][dev].load(std::memory_order_acquire) >= bytes) return SSM_STATUS_OK;
+    std::lock_guard<std::mutex> lock(g_smem_mutex);
+    if (cached && (size_t)g_smem_set[id][dev].load(std::memory_order_relaxed) >= bytes) return SSM_STATUS_OK;
+    SSM_FORWARD_IF_ERROR(
+        ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute (shared memory)",
+                         cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes)));
+    if (cached) g_smem_set[id][dev].store((int)bytes, std::memory_order_release);
+    return SSM_STATUS_OK;
+}
+
+/* Kernels 1-3 of the chunked operators on a filled mc_args (chunks and seqs on the device).
+ * v2: the fused output kernel when the tile is one 64×64 GEMM tile (C·R ≤ 64, P tile ≤ 64). */
+ssm_status run_chunks(ssm_context * ctx, const char * op, mc_args & A, int need_final, cudaStream_t s, bool v2) {
     if (A.W == 0 && A.nseq == 0) return SSM_STATUS_OK;
+    const bool      fused = v2 && A.C * A.R <= 64 && A.pt <= 64;
     const mc_layout ls = make_layout(A.R, A.N, A.P, A.C, A.P, false);
-    const mc_layout lo = make_layout(A.R, A.N, A.P, A.C, A.pt, true);
+    const mc_layout lo = make_layout(A.R, A.N, A.P, A.C, A.pt, true, fused);
     const size_t    bs = (size_t)ls.total * sizeof(float), bo = (size_t)lo.total * sizeof(float);
-    SSM_FORWARD_IF_ERROR(set_smem(ctx, op, (const void *)chunk_state_kernel, bs));
-    SSM_FORWARD_IF_ERROR(set_smem(ctx, op, (const void *)output_kernel, bo));
+    SSM_FORWARD_IF_ERROR(set_smem(ctx, op, SM_CHUNK_STATE, (const void *)chunk_state_kernel, bs));
+    if (fused) SSM_FORWARD_IF_ERROR(set_smem(ctx, op, SM_OUTPUT_V2, (const void *)output_kernel<true>, bo));
+    else SSM_FORWARD_IF_ERROR(set_smem(ctx, op, SM_OUTPUT_V1, (const void *)output_kernel<false>, bo));
     if (A.W > 0) {
         chunk_state_kernel<<<dim3((unsigned)A.W, (unsigned)A.H), kThreads, bs, s>>>(A);
         SSMI_CU_CHECK_LAUNCH(ctx, op, "chunk_state_kernel");
@@ -731,9 +950,36 @@ ssm_status run_chunks(ssm_context * ctx, const char * op, mc_args & A, int need_
         SSMI_CU_CHECK_LAUNCH(ctx, op, "state_pass_kernel");
     }
     if (A.W > 0) {
-        output_kernel<<<dim3((unsigned)A.W, (unsigned)(A.H * A.npt)), kThreads, bo, s>>>(A);
+        const dim3 grid((unsigned)A.W, (unsigned)(A.H * A.npt));
+        if (fused) output_kernel<true><<<grid, kThreads, bo, s>>>(A);
+        else output_kernel<false><<<grid, kThreads, bo, s>>>(A);
         SSMI_CU_CHECK_LAUNCH(ctx, op, "output_kernel");
     }
+    return SSM_STATUS_OK;
+}
+
+/* v1 forward prep: one thread per (sequence, head, angle or cumsum). */
+ssm_status run_prep_v1(ssm_context * ctx, const char * op, const mc_args & A, cudaStream_t s) {
+    const long long threads = (long long)A.nseq * A.H * (A.A + 1);
+    if (threads == 0) return SSM_STATUS_OK;
+    prep_kernel<<<(unsigned)((threads + 127) / 128), 128, 0, s>>>(A);
+    const cudaError_t e = cudaGetLastError();
+    return e == cudaSuccess ? SSM_STATUS_OK : ssmi_cuda_status(ctx, op, "prep_kernel", e);
+}
+
+/* v2 forward prep: segment sums, the scan over segments, θ and the cumsum per segment. */
+ssm_status run_prep_v2(ssm_context * ctx, const char * op, const mc_args & A, cudaStream_t s) {
+    if (A.W == 0 || A.H == 0) return SSM_STATUS_OK; /* only empty sequences: no token to prepare */
+    const int cps = seg_chunks(A.C);
+    if (A.A > 0) {
+        seg_sum_kernel<<<dim3((unsigned)A.W, (unsigned)((A.H * A.A + 127) / 128)), 128, 0, s>>>(A, cps);
+        SSMI_CU_CHECK_LAUNCH(ctx, op, "seg_sum_kernel");
+        const long long threads = (long long)A.nseq * A.H * A.A;
+        seg_scan_kernel<<<(unsigned)((threads + 127) / 128), 128, 0, s>>>(A, cps);
+        SSMI_CU_CHECK_LAUNCH(ctx, op, "seg_scan_kernel");
+    }
+    seg_theta_kernel<<<dim3((unsigned)A.W, (unsigned)((A.H * (A.A + 1) + 127) / 128)), 128, 0, s>>>(A, cps);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "seg_theta_kernel");
     return SSM_STATUS_OK;
 }
 
@@ -745,13 +991,17 @@ ssm_status check_grid(ssm_context * ctx, const char * op, const ssmi_mimo_dims *
 
 /* ---- decode step ---------------------------------------------------------------------------- */
 
+const int kInlineSlots = 64; /* step: slot lists up to this batch go in the kernel parameters */
+
 struct st_args {
     ssmi_cu_view q, k, v, z, adt, dt, trap, angles, q_bias, k_bias, mimo_v, mimo_z, mimo_o, d, norm_w;
     ssmi_cu_view angle_state, ssm_state, k_state, v_state;
     ssmi_cu_view out, final_angle, final_ssm, final_k, final_v;
-    const long long * slots; /* device, B entries; NULL: slot = row */
+    const long long * slots; /* device, B entries; NULL: islot or slot = row */
     int               H, G, R, N, P, A, reduce, has_z, has_d, fused, nw_1d, vec;
     float             eps;
+    int               n_islot;                /* v2: B ≤ kInlineSlots slots passed by value */
+    int               islot[kInlineSlots];
 };
 
 const int kStepThreads = 128;
@@ -766,7 +1016,7 @@ __global__ void __launch_bounds__(kStepThreads) step_kernel(const st_args A) {
     extern __shared__ float sm[];
     const int b = blockIdx.x, h = blockIdx.y, R = A.R, N = A.N, P = A.P, NA = A.A;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
-    const long long slot = A.slots != NULL ? A.slots[b] : b;
+    const long long slot = A.slots != NULL ? A.slots[b] : A.n_islot > 0 ? (long long)A.islot[b] : (long long)b;
     if (slot < 0) { /* padding row: out = 0, no state touched */
         for (int e = tid; e < (A.reduce ? P : R * P); e += blockDim.x) {
             if (A.reduce) stv(A.out, o3(A.out, b, h, e), 0.0f);
@@ -949,7 +1199,7 @@ extern "C" ssm_status ssmi_cuda_mamba3_mimo_bwd_fwd(ssm_context * ctx, const ssm
     if (st == SSM_STATUS_OK) {
         A.chunks = (const mc_chunk *)dch, A.seqs = (const mc_seq *)dsq, A.ws_state = (float *)wst;
         A.part_o = (float *)po, A.part_z = (float *)pz;
-        st = run_chunks(ctx, op, A, 0, s);
+        st = run_chunks(ctx, op, A, 0, s, !kernels_v1());
     }
     if (st == SSM_STATUS_OK && (want_o || want_z)) {
         const int  nc = (int)d->nchunks;
@@ -992,8 +1242,9 @@ extern "C" ssm_status ssmi_cuda_mamba3_mimo(ssm_context * ctx, const ssm_mamba3_
     cudaStream_t s = ssmi_cuda_stream(ctx);
     mc_mem       m;
     m.n = 0;
-    void *       dch = NULL, *dsq = NULL, *wst = NULL, *wy = NULL, *wth = NULL, *wcm = NULL;
+    void *       dch = NULL, *dsq = NULL, *wst = NULL, *wy = NULL, *wth = NULL, *wcm = NULL, *wsg = NULL;
     const size_t W = (size_t)pl.W, H = (size_t)A.H, BS = (size_t)A.B * (size_t)A.S;
+    const bool   v2 = !kernels_v1();
     A.W = pl.W;
     if (st == SSM_STATUS_OK) st = mem_upload(ctx, op, &m, &dch, pl.chunks, sizeof(mc_chunk) * W, s);
     if (st == SSM_STATUS_OK) st = mem_upload(ctx, op, &m, &dsq, pl.seqs, sizeof(mc_seq) * (size_t)pl.nseq, s);
@@ -1001,16 +1252,14 @@ extern "C" ssm_status ssmi_cuda_mamba3_mimo(ssm_context * ctx, const ssm_mamba3_
     if (st == SSM_STATUS_OK) st = mem_alloc(ctx, op, &m, &wy, BS * H * A.R * A.P * sizeof(float), s);
     if (st == SSM_STATUS_OK) st = mem_alloc(ctx, op, &m, &wth, BS * H * A.A * sizeof(float), s);
     if (st == SSM_STATUS_OK) st = mem_alloc(ctx, op, &m, &wcm, BS * H * sizeof(float), s);
+    if (st == SSM_STATUS_OK && v2) st = mem_alloc(ctx, op, &m, &wsg, W * H * A.A * sizeof(float), s);
     free_plan(&pl);
     if (st == SSM_STATUS_OK) {
         A.chunks = (const mc_chunk *)dch, A.seqs = (const mc_seq *)dsq, A.ws_state = (float *)wst;
-        A.ws_y = (float *)wy, A.ws_theta = (float *)wth, A.ws_cm = (float *)wcm;
-        const long long threads = (long long)A.nseq * A.H * (A.A + 1);
-        prep_kernel<<<(unsigned)((threads + 127) / 128), 128, 0, s>>>(A);
-        const cudaError_t e = cudaGetLastError();
-        if (e != cudaSuccess) st = ssmi_cuda_status(ctx, op, "prep_kernel", e);
+        A.ws_y = (float *)wy, A.ws_theta = (float *)wth, A.ws_cm = (float *)wcm, A.ws_seg = (float *)wsg;
+        st = v2 ? run_prep_v2(ctx, op, A, s) : run_prep_v1(ctx, op, A, s);
     }
-    if (st == SSM_STATUS_OK) st = run_chunks(ctx, op, A, 1, s);
+    if (st == SSM_STATUS_OK) st = run_chunks(ctx, op, A, 1, s, v2);
     if (st == SSM_STATUS_OK && BS > 0) {
         const long long warps = (long long)BS * A.H;
         out_kernel<<<(unsigned)((warps + 7) / 8), 256, 0, s>>>(A);
@@ -1055,7 +1304,17 @@ extern "C" ssm_status ssmi_cuda_mamba3_mimo_step(ssm_context * ctx, const ssm_ma
     mc_mem       m;
     m.n = 0;
     ssm_status st = SSM_STATUS_OK;
-    if (ssmi_present(&a->state_batch_indices)) {
+    /* v2: a short slot list (values within int) travels in the kernel's parameters: no
+     * allocation, no pageable copy, no free */
+    bool inline_ok = !kernels_v1() && ssmi_present(&a->state_batch_indices) && d->batch <= kInlineSlots;
+    for (int64_t b = 0; inline_ok && b < d->batch; ++b) {
+        const long long v = ssmi_get_i64(&a->state_batch_indices, ssmi_off1(&a->state_batch_indices, b));
+        if (v < INT_MIN || v > INT_MAX) inline_ok = false;
+        else A.islot[b] = (int)v;
+    }
+    if (inline_ok) {
+        A.n_islot = (int)d->batch;
+    } else if (ssmi_present(&a->state_batch_indices)) {
         long long * host = (long long *)malloc(sizeof(long long) * (size_t)d->batch);
         if (host == NULL) return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: no memory for the slot list", op);
         const ssm_tensor * idx = &a->state_batch_indices;
@@ -1065,7 +1324,7 @@ extern "C" ssm_status ssmi_cuda_mamba3_mimo_step(ssm_context * ctx, const ssm_ma
         free(host);
         A.slots = (const long long *)dslots;
     }
-    if (st == SSM_STATUS_OK) st = set_smem(ctx, op, (const void *)step_kernel, smem);
+    if (st == SSM_STATUS_OK) st = set_smem(ctx, op, SM_STEP, (const void *)step_kernel, smem);
     if (st == SSM_STATUS_OK) {
         step_kernel<<<dim3((unsigned)d->batch, (unsigned)d->nheads), kStepThreads, smem, s>>>(A);
         const cudaError_t e = cudaGetLastError();

@@ -321,6 +321,58 @@ __device__ void chunk_theta(const m3_fwd_args & P, const m3_chunk & ch, int w, i
     }
 }
 
+/* v3 of chunk_theta for the fast kernels: the same θ, with the walk over the chunk's tokens
+ * cut into NG groups per angle (NG·A ≤ blockDim, NG ≤ 16): thread (g, m) sums its group's
+ * terms, then adds the sums of the groups before it (in group order) and walks its group
+ * again writing wrap(θ_enter + running sum). Same values as chunk_theta within fp32
+ * rounding (the running sum is associated by groups). part: NG·A ≤ kPartMax floats. */
+const int kPartMax = 128;
+__device__ void chunk_theta_v3(const m3_fwd_args & P, const m3_chunk & ch, int w, int h, const float * dtv, float * th,
+                               float * part) {
+    const int L = ch.len, A = P.A;
+    if (A == 0) return;
+    /* the terms, 8 independent loads in flight per thread per round */
+    const int LA = L * A, nt = blockDim.x;
+    for (int o0 = threadIdx.x; o0 < LA; o0 += 8 * nt) {
+        float raw[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const int o = o0 + u * nt, i = o / A, m = o - (o / A) * A;
+            raw[u] = o < LA ? ld4(P.ang, ch.row, ch.t0 + i, h, m) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const int o = o0 + u * nt, i = o / A;
+            if (o < LA) th[o] = P.fused ? (kPi * tanhf(raw[u])) * dtv[i] : raw[u];
+        }
+    }
+    __syncthreads();
+    if (!P.fused) return;
+    int NG = 1;
+    while (NG < 16 && 2 * NG * A <= (int)blockDim.x && 2 * NG * A <= kPartMax) NG *= 2;
+    const int span = kC / NG; /* kC = 64 and NG ≤ 16: span ≥ 4 */
+    if (NG > 1) {
+        for (int o = threadIdx.x; o < NG * A; o += blockDim.x) {
+            const int g = o / A, m = o - g * A, i1 = min(L, (g + 1) * span);
+            float     run = 0.0f;
+            for (int i = g * span; i < i1; ++i) run += th[i * A + m];
+            part[o] = run;
+        }
+        __syncthreads();
+    }
+    for (int o = threadIdx.x; o < NG * A; o += blockDim.x) {
+        const int   g = o / A, m = o - g * A, i1 = min(L, (g + 1) * span);
+        const float base = P.theta0[((long long)w * P.H + h) * A + m];
+        float       run = 0.0f;
+        for (int gg = 0; gg < g; ++gg) run += part[gg * A + m];
+        for (int i = g * span; i < i1; ++i) {
+            run += th[i * A + m];
+            th[i * A + m] = wrap2pi(base + run);
+        }
+    }
+    __syncthreads();
+}
+
 /* q̂ (when qh) and k̂ rows of the chunk into shared memory (rows ≥ L and columns ≥ K zero),
  * split hi/lo; k̂ row j times kscale[j] when kscale is given. One thread per (token, pair).
  * With fin_k (the sequence's last chunk), the fp32 k̂ of the last token is the final k state. */
@@ -408,6 +460,39 @@ __global__ void __launch_bounds__(128) angle_pass_kernel(const m3_fwd_args P) {
         th = wrap2pi(th + sum);
     }
     if (P.fin_ang.present) st3(P.fin_ang, s, h, m, th);
+}
+
+/* v3: the same θ entering each chunk, with the chunks of a sequence scanned in parallel. One
+ * warp per (sequence, head, angle); lane l takes chunk c0 + l of a batch of 32: its sum is
+ * wrapped, a Kogge-Stone scan combines them with wrap(a + b) (both in [0, 2π), so every
+ * partial stays within fp32 rounding of the sequential walk's), and the batch's total
+ * carries to the next batch. θ entering the first chunk is the initial angle state as given
+ * (as in angle_pass_kernel); the final angle state is the wrapped carry, or the initial state
+ * for an empty sequence. The warp index is uniform per warp, so whole warps exit together. */
+__global__ void __launch_bounds__(128) angle_scan_kernel(const m3_fwd_args P) {
+    const int lane = threadIdx.x & 31, e = blockIdx.x * 4 + (threadIdx.x >> 5);
+    if (e >= P.H * P.A) return;
+    const int    s = blockIdx.y, h = e / P.A, m = e - (e / P.A) * P.A;
+    const m3_seg sg = P.segs[s];
+    float        carry = P.has_states ? ld3(P.ang_in, s, h, m) : 0.0f;
+    float *      base = P.theta0 + ((long long)sg.first * P.H + h) * P.A + m; /* read only when count > 0 */
+    const long long cs = (long long)P.H * P.A; /* stride between chunks */
+    float        next = lane < sg.count ? base[lane * cs] : 0.0f;
+    for (int c0 = 0; c0 < sg.count; c0 += 32) {
+        const int   c = c0 + lane;
+        const float raw = next;
+        next = c + 32 < sg.count ? base[(c + 32) * cs] : 0.0f; /* the next batch's load in flight */
+        float x = c < sg.count ? wrap2pi(raw) : 0.0f;
+#pragma unroll
+        for (int off = 1; off < 32; off *= 2) {
+            const float y = __shfl_up_sync(0xffffffffu, x, off);
+            if (lane >= off) x = wrap2pi(y + x);
+        }
+        const float excl = __shfl_up_sync(0xffffffffu, x, 1);
+        if (c < sg.count) base[c * cs] = lane == 0 ? carry : wrap2pi(carry + excl);
+        carry = wrap2pi(carry + __shfl_sync(0xffffffffu, x, 31));
+    }
+    if (P.fin_ang.present && lane == 0) st3(P.fin_ang, s, h, m, carry);
 }
 
 /* ---- kernel 2: chunk state contributions -------------------------------------------------------- */
@@ -780,7 +865,7 @@ __device__ __forceinline__ void load8(float (&x)[8], const ssmi_cu_view & v, int
  * rotated) into dd when given; the last token's fp32 k̂ to the final k state when fin_k.
  * A thread takes 8 features of one token; the ipt (a power of two ≥ Kp/8) threads of a token
  * are adjacent lanes, so d_i is a fixed shuffle reduction. */
-template <int MODE>
+template <int MODE, int VER>
 __device__ void fast_prep_qk(const m3_fwd_args & P, const m3_chunk & ch, int h, const float * th,
                              typename cfg<MODE>::T * qh, typename cfg<MODE>::T * ql, typename cfg<MODE>::T * kh,
                              typename cfg<MODE>::T * kl, int ld, const float * kscale, float * dd, bool fin_k) {
@@ -789,6 +874,16 @@ __device__ void fast_prep_qk(const m3_fwd_args & P, const m3_chunk & ch, int h, 
     while (ipt < K8) ipt *= 2;
     const int per = kFastThreads / ipt; /* tokens per pass, divides kC */
     const int c8 = threadIdx.x % ipt, n0 = c8 * 8;
+    /* v3: this thread's 8 features are the same in every pass: their biases are loaded once */
+    float qbias[8], kbias[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+        qbias[e] = kbias[e] = 0.0f;
+        if (VER == 3 && n0 + e < P.K) {
+            qbias[e] = ld2(P.qb, h, n0 + e);
+            kbias[e] = ld2(P.kb, h, n0 + e);
+        }
+    }
     for (int i = threadIdx.x / ipt; i < kC; i += per) {
         const bool live = i < L && n0 < P.K;
         float      q[8], k[8];
@@ -801,8 +896,8 @@ __device__ void fast_prep_qk(const m3_fwd_args & P, const m3_chunk & ch, int h, 
 #pragma unroll
             for (int e = 0; e < 8; ++e)
                 if (n0 + e < P.K) {
-                    q[e] += ld2(P.qb, h, n0 + e);
-                    k[e] += ld2(P.kb, h, n0 + e);
+                    q[e] += VER == 3 ? qbias[e] : ld2(P.qb, h, n0 + e);
+                    k[e] += VER == 3 ? kbias[e] : ld2(P.kb, h, n0 + e);
                 }
         }
         float dot = 0.0f;
@@ -877,13 +972,15 @@ __device__ void fast_load_v(const m3_fwd_args & P, const m3_chunk & ch, int h, i
  * over K̂), the v tile. */
 template <int MODE>
 struct fast_smem {
-    size_t              scal, th, t0h, t0l, t1h, t1l, vs, total;
-    __host__ __device__ fast_smem(int Kp, int A, bool output) {
+    size_t              scal, part, th, t0h, t0l, t1h, t1l, vs, total;
+    __host__ __device__ fast_smem(int Kp, int A, bool output, bool v3) {
         typedef typename cfg<MODE>::T T;
         const size_t                  tile = align128(sizeof(T) * kC * (Kp + 8));
         size_t                        o = 0;
         scal = o;
         o += align128(sizeof(float) * 8 * (kC + 1));
+        part = o; /* v3 only: chunk_theta_v3's group sums */
+        o += v3 ? align128(sizeof(float) * kPartMax) : 0;
         th = o;
         o += align128(sizeof(float) * kC * (A > 0 ? A : 1));
         t0h = o;
@@ -900,11 +997,33 @@ struct fast_smem {
     }
 };
 
-template <int MODE>
+/* v3: this thread's share of the entering state tile of (chunk w, head h, V tile p0), kTV rows
+ * × Kp/4 float4 columns: piece o = threadIdx.x + u·kFastThreads (u < 16 covers kTV·Kp/4 ≤
+ * 2048 for Kp ≤ 128); zeros outside the V × K state. 16-byte loads when K % 4 == 0 (the state
+ * rows then start 16-byte aligned: the workspace is 128-byte aligned and V·K, p·K, c are
+ * multiples of 4), element loads otherwise. */
+__device__ __forceinline__ void load_state_regs(const m3_fwd_args & P, int w, int h, int p0, float4 (&f)[16]) {
+    const float * st = P.states + ((long long)w * P.H + h) * P.V * P.K;
+    const int     c4 = P.Kp / 4, total = kTV * c4;
+#pragma unroll
+    for (int u = 0; u < 16; ++u) {
+        const int o = threadIdx.x + u * kFastThreads, r = o / c4, c = (o - r * c4) * 4, p = p0 + r;
+        f[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (o < total && p < P.V && c < P.K) {
+            const float * src = st + (long long)p * P.K + c;
+            if ((P.K & 3) == 0)
+                f[u] = __ldg(reinterpret_cast<const float4 *>(src));
+            else /* K is even: c + 1 < K whenever c < K */
+                f[u] = make_float4(src[0], src[1], c + 2 < P.K ? src[2] : 0.0f, c + 3 < P.K ? src[3] : 0.0f);
+        }
+    }
+}
+
+template <int MODE, int VER>
 __global__ void __launch_bounds__(kFastThreads) fast_state_kernel(const m3_fwd_args P) {
     typedef typename cfg<MODE>::T T;
     extern __shared__ __align__(128) unsigned char smem[];
-    const fast_smem<MODE>                          Ly(P.Kp, P.A, false);
+    const fast_smem<MODE>                          Ly(P.Kp, P.A, false, VER == 3);
     const m3_scal                                  sc = carve_scal((float *)(smem + Ly.scal));
     float *                                        wj = sc.sig + (kC + 1);
     float *                                        th = (float *)(smem + Ly.th);
@@ -921,9 +1040,12 @@ __global__ void __launch_bounds__(kFastThreads) fast_state_kernel(const m3_fwd_a
     const float cl = sc.cm[ch.len - 1];
     for (int j = threadIdx.x; j < kC; j += blockDim.x) wj[j] = j < ch.len ? expf(cl - sc.cm[j]) * sc.sig[j] : 0.0f;
     if (blockIdx.z == 0 && threadIdx.x == 0) P.lastcum[(long long)w * P.H + h] = cl;
-    chunk_theta(P, ch, w, h, sc.dtv, th);
+    if constexpr (VER == 3)
+        chunk_theta_v3(P, ch, w, h, sc.dtv, th, (float *)(smem + Ly.part));
+    else
+        chunk_theta(P, ch, w, h, sc.dtv, th);
     __syncthreads(); /* wj, θ */
-    fast_prep_qk<MODE>(P, ch, h, th, nullptr, nullptr, kh, kl, LK, wj, nullptr, false);
+    fast_prep_qk<MODE, VER>(P, ch, h, th, nullptr, nullptr, kh, kl, LK, wj, nullptr, false);
     cp_async_wait_all();
     __syncthreads();
 
@@ -964,11 +1086,11 @@ __global__ void __launch_bounds__(kFastThreads) fast_state_kernel(const m3_fwd_a
     }
 }
 
-template <int MODE>
+template <int MODE, int VER>
 __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_fwd_args P) {
     typedef typename cfg<MODE>::T T;
     extern __shared__ __align__(128) unsigned char smem[];
-    const fast_smem<MODE>                          Ly(P.Kp, P.A, true);
+    const fast_smem<MODE>                          Ly(P.Kp, P.A, true, VER == 3);
     const m3_scal                                  sc = carve_scal((float *)(smem + Ly.scal));
     float *                                        ecm = sc.sig + (kC + 1);
     float *                                        dd = ecm + (kC + 1);
@@ -984,12 +1106,25 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
     const int      w = blockIdx.x, h = blockIdx.y, p0 = blockIdx.z * kTV;
     const m3_chunk ch = P.chunks[w];
     const int      L = ch.len;
+    /* S_enter = 0 in a sequence's first chunk without initial states (block-uniform) */
+    const bool with_state = !ch.first || P.has_states;
+    /* v3: the entering state tile goes to registers first; its loads are in flight during the
+     * scalars, θ, the q/k prep, the scores and P·V, and it is split into shared memory after */
+    float4 pre[VER == 3 ? 16 : 1];
+    if constexpr (VER == 3) {
+        if (with_state) load_state_regs(P, w, h, p0, pre);
+    } else {
+        pre[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
     fast_load_v<MODE>(P, ch, h, p0, vs);
     chunk_scalars(P, ch, h, sc);
     for (int i = threadIdx.x; i < kC; i += blockDim.x) ecm[i] = i < L ? expf(sc.cm[i]) : 0.0f;
-    chunk_theta(P, ch, w, h, sc.dtv, th);
+    if constexpr (VER == 3)
+        chunk_theta_v3(P, ch, w, h, sc.dtv, th, (float *)(smem + Ly.part));
+    else
+        chunk_theta(P, ch, w, h, sc.dtv, th);
     __syncthreads(); /* θ */
-    fast_prep_qk<MODE>(P, ch, h, th, qh, ql, bh, bl, LK, nullptr, dd,
+    fast_prep_qk<MODE, VER>(P, ch, h, th, qh, ql, bh, bl, LK, nullptr, dd,
                        ch.last && blockIdx.z == 0 && P.fin_k.present);
     cp_async_wait_all();
     __syncthreads();
@@ -1057,11 +1192,24 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
     }
 
     /* Y += diag(e^c)·Q̂·S_enterᵀ; S_enter = 0 in a sequence's first chunk without initial states */
-    if (!ch.first || P.has_states) {
+    if (with_state) {
         __syncthreads(); /* every warp is done with K̂ */
         const float * st = P.states + ((long long)w * P.H + h) * P.V * P.K;
         const int     c4 = P.Kp / 4, total = kTV * c4;
-        for (int o = threadIdx.x; o < total; o += blockDim.x) {
+        if constexpr (VER == 3) {
+            /* the prefetched tile (load_state_regs' pieces), split into the B tiles */
+#pragma unroll
+            for (int u = 0; u < 16; ++u) {
+                const int o = threadIdx.x + u * kFastThreads, r = o / c4, c = (o - r * c4) * 4;
+                if (o >= total) break;
+                uint32_t hi[2], lo[2];
+                split2<MODE>(pre[u].x, pre[u].y, hi[0], lo[0]);
+                split2<MODE>(pre[u].z, pre[u].w, hi[1], lo[1]);
+                *reinterpret_cast<uint2 *>(&bh[r * LK + c]) = make_uint2(hi[0], hi[1]);
+                *reinterpret_cast<uint2 *>(&bl[r * LK + c]) = make_uint2(lo[0], lo[1]);
+            }
+        } else /* v2: one load per thread per round */
+            for (int o = threadIdx.x; o < total; o += blockDim.x) {
             const int r = o / c4, c = (o - r * c4) * 4, p = p0 + r;
             float     v[4];
             if ((P.K & 3) == 0 && p < P.V && c < P.K) {
@@ -1271,37 +1419,46 @@ ssm_status launch_state_out(ssm_context * ctx, const char * op, const m3_fwd_arg
     return SSM_STATUS_OK;
 }
 
-template <int MODE>
+template <int MODE, int VER>
 ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W) {
     const cudaStream_t    s = ssmi_cuda_stream(ctx);
-    const fast_smem<MODE> Ls(P.Kp, P.A, false), Lo(P.Kp, P.A, true);
+    const fast_smem<MODE> Ls(P.Kp, P.A, false, VER == 3), Lo(P.Kp, P.A, true, VER == 3);
     const dim3            grid((unsigned)W, (unsigned)P.H, (unsigned)((P.V + kTV - 1) / kTV));
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
         ctx, op, "cudaFuncSetAttribute",
-        cudaFuncSetAttribute(fast_state_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Ls.total)));
+        cudaFuncSetAttribute(fast_state_kernel<MODE, VER>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Ls.total)));
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
         ctx, op, "cudaFuncSetAttribute",
-        cudaFuncSetAttribute(fast_output_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Lo.total)));
-    fast_state_kernel<MODE><<<grid, kFastThreads, Ls.total, s>>>(P);
+        cudaFuncSetAttribute(fast_output_kernel<MODE, VER>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Lo.total)));
+    fast_state_kernel<MODE, VER><<<grid, kFastThreads, Ls.total, s>>>(P);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_state_kernel launch");
     if (P.NS > 0) {
         const long long hvk = (long long)P.H * P.V * P.K;
         pass_kernel<<<dim3((unsigned)((hvk + kThreads - 1) / kThreads), (unsigned)P.NS), kThreads, 0, s>>>(P);
         SSMI_CU_CHECK_LAUNCH(ctx, op, "pass_kernel launch");
     }
-    fast_output_kernel<MODE><<<grid, kFastThreads, Lo.total, s>>>(P);
+    fast_output_kernel<MODE, VER><<<grid, kFastThreads, Lo.total, s>>>(P);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_output_kernel launch");
     return SSM_STATUS_OK;
 }
 
+/* The kernel version, read on every call (an internal hook for tests and measurements, so a
+ * failing version can be bypassed without a rebuild): SSMOPS_CUDA_SISO_FAST=0 → 0 (the
+ * portable kernels and the sequential angle pass), =1 → 2 (the v2 tensor-core kernels and
+ * the sequential angle pass), unset or anything else (=2) → 3 (v3: the parallel angle scan,
+ * and the v3 tensor-core kernels where the fast path applies). getenv only reads. */
+int siso_version() {
+    const char * env = getenv("SSMOPS_CUDA_SISO_FAST");
+    if (env != NULL && strcmp(env, "0") == 0) return 0;
+    if (env != NULL && strcmp(env, "1") == 0) return 2;
+    return 3;
+}
+
 /* THE switch of the tensor-core path: fp16/bf16 v (the compute dtype) and K ≤ 128 take
  * fast_state_kernel / fast_output_kernel, everything else the portable kernels. Both paths
- * serve every layout and feature. SSMOPS_CUDA_SISO_FAST=0 in the environment is an internal
- * hook (tests, measurements) that forces the portable kernels. */
-bool use_fast_path(const ssmi_mamba3_dims * d, int mode) {
-    if (mode == M_F32 || d->dk > kFastMaxK) return false;
-    const char * env = getenv("SSMOPS_CUDA_SISO_FAST");
-    return env == NULL || strcmp(env, "0") != 0;
+ * serve every layout and feature. */
+bool use_fast_path(const ssmi_mamba3_dims * d, int mode, int version) {
+    return version != 0 && mode != M_F32 && d->dk <= kFastMaxK;
 }
 
 /* 1: rows of t (innermost dimension `inner` long) can be read in 16-byte pieces of dtype `dt`. */
@@ -1388,26 +1545,35 @@ ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims
     P.fin_ssm = out_of(io.fin_ssm), P.fin_k = out_of(io.fin_k), P.fin_v = out_of(io.fin_v);
     if (io.fused) P.fin_ang = out_of(io.fin_ang);
 
+    const int mode = compute_mode(io.v->dtype), version = siso_version();
     if (io.fused && P.A > 0) {
         if (pl->W > 0) {
             angle_sum_kernel<<<dim3((unsigned)pl->W, (unsigned)((P.H * P.A + 127) / 128)), 128, 0, s>>>(P);
             SSMI_CU_CHECK_LAUNCH(ctx, op, "angle_sum_kernel launch");
         }
-        angle_pass_kernel<<<dim3((unsigned)((P.H * P.A + 127) / 128), (unsigned)P.NS), 128, 0, s>>>(P);
-        SSMI_CU_CHECK_LAUNCH(ctx, op, "angle_pass_kernel launch");
+        if (version == 3) {
+            angle_scan_kernel<<<dim3((unsigned)((P.H * P.A + 3) / 4), (unsigned)P.NS), 128, 0, s>>>(P);
+            SSMI_CU_CHECK_LAUNCH(ctx, op, "angle_scan_kernel launch");
+        } else {
+            angle_pass_kernel<<<dim3((unsigned)((P.H * P.A + 127) / 128), (unsigned)P.NS), 128, 0, s>>>(P);
+            SSMI_CU_CHECK_LAUNCH(ctx, op, "angle_pass_kernel launch");
+        }
     }
-    const int mode = compute_mode(io.v->dtype);
-    if (pl->W > 0 && use_fast_path(d, mode)) {
+    if (pl->W > 0 && use_fast_path(d, mode, version)) {
         const int32_t T = io.v->dtype;
         P.vq = vec_rows(io.q, T, d->dk);
         P.vk = vec_rows(io.k, T, d->dk);
         P.vv = vec_rows(io.v, T, d->dv);
         P.vz = P.has_z && io.z->dtype == T && vec_pairs(io.z, d->dv);
         P.vout = (io.out->dtype == T || io.out->dtype == SSM_DTYPE_F32) && vec_pairs(io.out, d->dv);
-        if (mode == M_F16)
-            SSM_FORWARD_IF_ERROR(launch_fast<M_F16>(ctx, op, P, pl->W));
+        if (mode == M_F16 && version == 3)
+            SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 3>(ctx, op, P, pl->W)));
+        else if (mode == M_F16)
+            SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 2>(ctx, op, P, pl->W)));
+        else if (version == 3)
+            SSM_FORWARD_IF_ERROR((launch_fast<M_BF16, 3>(ctx, op, P, pl->W)));
         else
-            SSM_FORWARD_IF_ERROR(launch_fast<M_BF16>(ctx, op, P, pl->W));
+            SSM_FORWARD_IF_ERROR((launch_fast<M_BF16, 2>(ctx, op, P, pl->W)));
     } else if (pl->W > 0) {
         switch (mode) {
             case M_F16: SSM_FORWARD_IF_ERROR(launch_state_out<M_F16>(ctx, op, P, pl->W)); break;
