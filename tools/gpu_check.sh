@@ -112,7 +112,9 @@ san_cases() { # op -> lines of extra check arguments (one run each)
     case $1 in
         mamba2_scan)
             echo "--shape B=2,S=100,H=4,P=24,N=40,G=2,chunk=32 --param seq_idx=3"
-            echo "--shape B=1,S=90,H=2,P=16,N=16,G=1,chunk=32 --param nseq=4" ;;
+            echo "--shape B=1,S=90,H=2,P=16,N=16,G=1,chunk=32 --param nseq=4"
+            echo "--shape B=2,S=300,H=4,P=72,N=136,G=2,chunk=32 --param seq_idx=3"
+            echo "--shape B=1,S=520,H=2,P=16,N=20,G=2,chunk=32 --param nseq=4" ;;
         mamba2_chunk_state) echo "--shape B=1,S=88,H=4,P=16,N=32,G=2,chunk=32 --param layout=cann" ;;
         mamba2_step)
             echo ""
@@ -158,13 +160,15 @@ fi
 # ---- benchmarks ------------------------------------------------------------------------------
 json=$out/bench.json
 first=1
-bench() { # name, then ssmops bench arguments
+bench() { # name, [VAR=value (an environment knob)], then ssmops bench arguments
     name=$1
     shift
+    knob=SSMOPS_GPU_NO_KNOB=1
+    case $1 in SSMOPS_*=*) knob=$1; shift ;; esac
     has_op "$1" || return 0
     tmp=$out/.bench_tmp.json
     echo "== $name: ssmops bench $*" >>"$out/bench.log"
-    if "$cli" bench "$@" --backend cuda --json "$tmp" >>"$out/bench.log" 2>&1; then
+    if env "$knob" "$cli" bench "$@" --backend cuda --json "$tmp" >>"$out/bench.log" 2>&1; then
         [ $first = 1 ] || echo "," >>"$json"
         first=0
         sed -e '1d' -e '$d' "$tmp" >>"$json"
@@ -194,6 +198,12 @@ if want bench; then
     bench "mamba2_step f32 pool B128 H80 P64 N128 idx" mamba2_step --dtype f32 --shape B=128,H=80,P=64,N=128,G=1 --param slots=160
     bench "siso_step f32 pool B128 H64 K128 V64" mamba3_siso_step --dtype f32 --shape B=128,H=64,Hq=1,K=128,V=64,A=32
     bench "mimo_step f32 pool B128 H16 R4 N64 P64" mamba3_mimo_step --dtype f32 --shape B=128,H=16,G=1,R=4,N=64,P=64
+    # the previous kernel versions, kept selectable (docs/ops/*.md): same shapes
+    bench "scan bf16 anchor, kernel v3" SSMOPS_CUDA_SCAN_KERNEL=v3 mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
+    bench "siso bf16 anchor, fast path v2" SSMOPS_CUDA_SISO_FAST=1 mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
+    bench "siso bf16 anchor, portable path" SSMOPS_CUDA_SISO_FAST=0 mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
+    bench "mimo_bwd_fwd bf16 target, kernel v1" SSMOPS_CUDA_MIMO_KERNEL=v1 mamba3_mimo_bwd_fwd --dtype bf16 --shape B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16 --param $mimo_params
+    bench "mimo fwd bf16 target, kernel v1" SSMOPS_CUDA_MIMO_KERNEL=v1 mamba3_mimo --dtype bf16 --shape B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16 --param $mimo_params
     if [ "$quick" != 1 ]; then
         bench "scan bf16 B4 S4096 H80 P64 N128 (0.793)" mamba2_scan --dtype bf16 --shape B=4,S=4096,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
         bench "scan bf16 B8 S2048 H32 P64 N64 (0.998)" mamba2_scan --dtype bf16 --shape B=8,S=2048,H=32,P=64,N=64,G=1,chunk=256 --param $scan_params
