@@ -30,6 +30,14 @@
  * (mma.sync from ldmatrix, results in registers; see "the tensor-core path" below); the one
  * predicate use_fast_path() chooses.
  *
+ * Versions (siso_version(), env SSMOPS_CUDA_SISO_FAST read on every call): 0 = the portable
+ * kernels; 2 (=1) = the v2 tensor-core kernels with angle_pass_kernel; 3 (unset, =2: the
+ * default) = angle_scan_kernel (kernel 1 with the chunks scanned in parallel) and, where the
+ * fast path applies, the VER = 3 instances of the fast kernels: θ by token groups
+ * (chunk_theta_v3), biases loaded once per thread, the entering state prefetched into
+ * registers (load_state_regs). v2 and v3 agree within fp32 rounding (θ's sums associate
+ * differently); each is bitwise deterministic.
+ *
  * Arithmetic: fp16/bf16 (v's dtype) run the three matrix products on the tensor cores (WMMA
  * 16x16x16, HMMA in SASS) with fp32 accumulation. Operands computed in fp32 (q̂, k̂, the
  * weighted k̂, P, the passed state) are split into a rounded part and the rounded remainder,
