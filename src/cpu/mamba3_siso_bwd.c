@@ -30,16 +30,17 @@
  *   dS update takes its e^c scale on dY (C×V) rather than Q̂ (C×K).
  *   The pre-gate output y (for dz) costs Q̂·S_cᵀ and Pm·Vc and is computed only when dz is
  *   asked for.
- *   dq̃, dk̃ of a block's heads are summed in head order into the block's fp32 workspace
- *   slot (B, S, Hq, K); with G = 1 they go straight to dq, dk.
+ *   dq̃, dk̃ of a block's heads are summed into the block's fp32 workspace slot
+ *   (B, S, Hq, K): per chunk, the interleaved group's heads in head order into a small
+ *   chunk buffer, then that into the slot rows, groups in order (flush_group); with G = 1
+ *   they go straight to dq, dk.
  * Pass 2 (G > 1): dq, dk = Σ over the blocks of the group, in block order, one task per
  *   (batch row, token block). The block size depends only on the shape (plan_bwd), so
  *   the order of every sum is fixed. Blocks rather than one slot per head keep the
  *   workspace small: at H = 32, Hq = 1 one slot per head was 2×32 MB per 2048 tokens, and
  *   writing, faulting in and re-reading it cost more than a third of the backward. The
  *   same holds, less strongly, for blocks: BWD_MIN_TASKS = 4 (not 8) halves the slots and
- *   cut ~3% at the shape above. The per-token preprocessing chain writes (first head) or
- *   adds (next heads) its dq̃, dk̃ straight into the slot rows (kernels/bwd siso_token).
+ *   cut ~3% at the shape above.
  * Elementwise work (the q/k preparation of a chunk, the per-token chain, transposes, dots)
  * runs in the kernels/bwd kernels; v/dout/z and angle rows, H·V (H·A) elements apart,
  * are prefetched ahead of their use.
@@ -66,7 +67,6 @@
 #define BWD_TRI_BLOCK 16    /* row block of the lower-triangle-only C×C products            */
 #define BWD_REDUCE_BLOCK 64 /* tokens per task of the GQA reduction                         */
 #define BWD_MIN_TASKS 4     /* fewest pass-1 tasks the GQA head blocking aims for (plan_bwd) */
-#define BWD_PF_TOKENS 4     /* tokens ahead the token chain asks for its workspace rows      */
 #define BWD_INTERLEAVE 2    /* heads whose reverse passes go chunk by chunk together (GQA)  */
 
 /* ---- the plan ------------------------------------------------------------------------ */
@@ -113,6 +113,7 @@ typedef struct bwd_scratch {
     float * row;               /* [2(L+1)] output row / scalar scratch      */
     float * qt, *kt, *qh, *kh, *ks, *dqh, *dks;          /* [C][K]                     */
     float * scr;                                         /* [C][max(K, V)]: raw q, e^c·dY */
+    float * wacq, *wack;                                 /* [C][K] a group's dq̃, dk̃ sums */
     float * kst;                                         /* [K][C]  K̂sᵀ                */
     float * vc, *dy, *dout, *zc, *zs, *yc, *dvc;         /* [C][V]                     */
     float * vct;                                         /* [V][C]  Vcᵀ                */
@@ -170,6 +171,8 @@ static int64_t carve_shared(const ssmi_mamba3_dims * d, int64_t max_len, float *
     TAKE(kh, C * K);
     TAKE(ks, C * K);
     TAKE(scr, C * (K > V ? K : V));
+    TAKE(wacq, C * K);
+    TAKE(wack, C * K);
     TAKE(dqh, C * K);
     TAKE(dks, C * K);
     TAKE(kst, K * C);
@@ -242,6 +245,7 @@ typedef struct bwd_task_ctx {
     int64_t         n, h, g, row, t0, len; /* sequence, V-head, Q/K head, tokens      */
     int64_t         blk;                   /* head block of the group                 */
     int             first_in_block;        /* h is the block's first head             */
+    int             first_in_group;        /* h is its interleaved group's first head */
     float           dh;                    /* D of the head (0 without d)             */
     float           dd;                    /* running dd partial of the head           */
 } bwd_task_ctx;
@@ -345,23 +349,6 @@ static void prefetch_tokens(bwd_task_ctx * x, const ssm_tensor * t, int64_t i0, 
     for (int64_t i = 0; i < Lc; ++i) {
         const char * row = (const char *)t->data + ssmi_off4(t, x->row, x->t0 + i0 + i, x->h, 0) * es;
         for (int64_t b = 0; b < V * es; b += 64) __builtin_prefetch(row + b, 0, 3);
-    }
-}
-
-/* Asks for the block's workspace rows of tokens [i0, i0 + Lc) a few tokens before the token
- * loop adds into them (the group's first head finds them in L3 or memory). */
-static void prefetch_ws(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
-    const bwd_job * job = x->job;
-    const int64_t   K = job->d->dk;
-    if (!job->l.gqa_ws) return;
-    for (int which = 0; which < 2; ++which) {
-        const float * ws = which == 0 ? job->dq_ws : job->dk_ws;
-        if (ws == NULL) continue;
-        for (int64_t i = 0; i < Lc; ++i) {
-            const int64_t off =
-                (((x->blk * job->d->batch + x->row) * job->d->seqlen + x->t0 + i0 + i) * job->d->nheads_qk + x->g) * K;
-            for (int64_t j = 0; j < K; j += 16) __builtin_prefetch(ws + off + j, 1, 3);
-        }
     }
 }
 
@@ -545,12 +532,9 @@ static void chunk_preprocess_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
     const ssmi_cpu_kernels *         k = job->k;
     const int64_t                    K = job->d->dk, A = job->d->nangles;
     bwd_scratch *                    s = &x->s;
-    const int64_t                    pf = Lc < BWD_PF_TOKENS ? Lc : BWD_PF_TOKENS;
-    prefetch_ws(x, i0 + Lc - pf, pf); /* the first tokens' workspace rows, then one token ahead */
     for (int64_t i = Lc - 1; i >= 0; --i) {
         const int64_t t = i0 + i;
         const float * cs = s->cos2 + t * 2 * A, *sn = s->sin2 + t * 2 * A, *th = s->tanhv + t * A;
-        if (i >= BWD_PF_TOKENS) prefetch_ws(x, t - BWD_PF_TOKENS, 1);
         float *       dq = s->dqh + i * K, *dk = s->dks + i * K;
         const float * qh = s->qh + i * K, *kh = s->kh + i * K, *qt = s->qt + i * K, *kt = s->kt + i * K;
         const float * extra = NULL;
@@ -561,19 +545,17 @@ static void chunk_preprocess_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
         }
         /* dσ = dk̂s·k̂; dk̂ = σ·dk̂s (+ dfinal_k); dθ; dq̃ = R(θ)ᵀdq̂ + dQK·γ·k̃, dk̃ = R(θ)ᵀdk̂ + dQK·γ·q̃ */
         const int64_t tok = x->t0 + t;
-        float *       wq = NULL, *wk = NULL; /* the block's workspace rows (GQA) */
+        float *       wq = NULL, *wk = NULL; /* the group's chunk sums (GQA), flush_group's input */
         if (job->l.gqa_ws) {
-            const int64_t off =
-                (((x->blk * job->d->batch + x->row) * job->d->seqlen + tok) * job->d->nheads_qk + x->g) * K;
-            if (job->dq_ws) wq = job->dq_ws + off;
-            if (job->dk_ws) wk = job->dk_ws + off;
+            if (job->dq_ws) wq = s->wacq + i * K;
+            if (job->dk_ws) wk = s->wack + i * K;
         }
-        /* the block's first head writes its slot rows, the next ones add in head order; the
+        /* the group's first head writes the chunk sums, the next ones add in head order; the
          * angle backward (G_t = Σ_{u≥t} dθ_u + dθ_final) runs in the same call */
         const float cq   = s->dqk[i] * s->gam[t];
         const float dsig = job->bk->siso_token(K, 2 * A, dq, dk, qh, kh, qt, kt, cs, sn, s->sig[t], extra, cq, th,
                                                s->dtv[t], s->gacc, s->dth, &s->dda[t], s->qbacc, s->kbacc, wq, wk,
-                                               !x->first_in_block);
+                                               !x->first_in_group);
         s->dsig[t] = dsig;
         s->dgam[t] = s->dqk[i] * s->dcoef[i] + dsig;
         if (ssmi_present(&a->dangles) && A > 0)
@@ -750,6 +732,30 @@ static void head_end(bwd_task_ctx * x) {
     job->dd_part[x->n * H + x->h] = x->dd;
 }
 
+/* The group's dq̃, dk̃ sums of chunk c (the shared wacq, wack) into the block's workspace
+ * slot rows: written by the block's first group, added by the next ones, in group order.
+ * One pass over whole rows per group and chunk, not one per head: the slot is out of
+ * cache by then, and this read-modify-write is memory bound (~5% of the run at the PERF.md
+ * shape, about what the token chain's per-head adds into the slot rows used to cost). */
+static void flush_group(const bwd_task_ctx * x, int64_t c) {
+    const bwd_job *          job = x->job;
+    const ssmi_mamba3_dims * d = job->d;
+    const int64_t            K = d->dk, C = BWD_CHUNK, i0 = c * C, Lc = x->len - i0 < C ? x->len - i0 : C;
+    for (int which = 0; which < 2; ++which) {
+        float *       ws = which == 0 ? job->dq_ws : job->dk_ws;
+        const float * acc = which == 0 ? x->s.wacq : x->s.wack;
+        if (ws == NULL) continue;
+        for (int64_t i = 0; i < Lc; ++i) {
+            float *       w = ws + (((x->blk * d->batch + x->row) * d->seqlen + x->t0 + i0 + i) * d->nheads_qk + x->g) * K;
+            const float * r = acc + i * K;
+            if (x->first_in_block)
+                memcpy(w, r, (size_t)K * sizeof(float));
+            else
+                for (int64_t j = 0; j < K; ++j) w[j] += r[j];
+        }
+    }
+}
+
 /* Task (sequence n, Q/K head g, head block blk): the block's heads in groups of
  * l.interleave whose reverse passes go chunk by chunk together (head order inside a
  * chunk), so the chunk's workspace rows are added to while still in cache; their dq̃,
@@ -787,10 +793,13 @@ static void bwd_task(void * arg, int64_t task, int32_t thread) {
             carve_head(d, job->l.max_len, job->l.max_chunks, base + shared + p * job->l.head_floats, &xs[p].s);
             xs[p].h = x.g * G + x.blk * hb + j0 + p;
             xs[p].first_in_block = j0 + p == 0;
+            xs[p].first_in_group = p == 0;
             head_begin(&xs[p]);
         }
-        for (int64_t c = nchunks - 1; c >= 0; --c)
+        for (int64_t c = nchunks - 1; c >= 0; --c) {
             for (int64_t p = 0; p < np; ++p) head_chunk(&xs[p], c);
+            if (job->l.gqa_ws) flush_group(&xs[0], c);
+        }
         for (int64_t p = 0; p < np; ++p) head_end(&xs[p]);
     }
 }
