@@ -10,6 +10,7 @@
  * (ssmi_cuda_mamba2_scan_set_kernel), which must give the same bytes: v4 reorders the loads,
  * not the arithmetic. Extra v4 cases cover the 128-row tiles' edges (chunk lengths around 64,
  * 128, 192, 256) and P/N off every tile (P=72 N=136, N=20).
+ * f16/bf16 outputs are measured against the reference rounded to their dtype (check_against_rounded).
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261202).
  */
@@ -34,6 +35,22 @@ typedef struct scan_opts {
     int     workspace;    /* caller workspace instead of the stream allocator     */
     int     use_auto;     /* AUTO backend: dispatch from the device tensors       */
 } scan_opts;
+
+/* y (an output in its own dtype) against the float64 reference r with the bar of the compute
+ * dtype. An f16/bf16 output is compared with r rounded to that dtype: the rounding of the output
+ * alone costs up to half an ulp, 2^-11·|r| in f16, so against unrounded r max_rel reaches
+ * 2^-11·max|r|/rms(r), past the f16 bar 2^-7 whenever an element is 16x the rms (the S520 dense
+ * case has 65x); that is the dtype's, not the kernel's, error. */
+static void check_against_rounded(const char * label, const ssm_tensor * y, const ssm_tensor * r, ssm_dtype compute) {
+    if (y->dtype != SSM_DTYPE_F16 && y->dtype != SSM_DTYPE_BF16) {
+        ssmt_check_bar(label, y, r, compute);
+        return;
+    }
+    ssmt_host rq = ssmt_clone(r, y->dtype);
+    TEST_CHECK(rq.t.data != NULL, "%s: allocation failed", label);
+    if (rq.t.data != NULL) ssmt_check_bar(label, y, &rq.t, compute);
+    ssmt_free(&rq);
+}
 
 static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan_opts * o, const char * tag) {
     ssmt_mamba2_problem pr;
@@ -88,10 +105,10 @@ static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan
     ssmt_to_host(&pr.final_states, &dv[10]);
     char label[256];
     snprintf(label, sizeof label, "scan[%s] out", tag);
-    ssmt_check_bar(label, &pr.out.t, &rout.t, cfg->dtype);
+    check_against_rounded(label, &pr.out.t, &rout.t, cfg->dtype);
     if (pr.final_states.t.data) {
         snprintf(label, sizeof label, "scan[%s] final_states", tag);
-        ssmt_check_bar(label, &pr.final_states.t, &rfin.t, cfg->dtype);
+        check_against_rounded(label, &pr.final_states.t, &rfin.t, cfg->dtype);
     }
     /* a second run on re-poisoned outputs gives the same bytes */
     void * first_out = ssmt_snapshot(&pr.out);
@@ -328,11 +345,14 @@ int main(void) {
             cfg.nheads = v4_hpng[sh][0], cfg.headdim = v4_hpng[sh][1], cfg.dstate = v4_hpng[sh][2];
             cfg.ngroups = v4_hpng[sh][3];
             cfg.dtype = (k % 2) ? SSM_DTYPE_BF16 : SSM_DTYPE_F16;
-            cfg.out_dtype = (k % 3 == 0) ? cfg.dtype : SSM_DTYPE_F32;
-            cfg.d_mode = k % 3;
+            /* k % 3 would equal the variant here (k = 54 + 3·si + variant): dense would always get
+             * narrow outputs and varlen never initial states; k3 varies them within each variant */
+            const int k3 = (k + (int)si) % 3;
+            cfg.out_dtype = (k3 == 0) ? cfg.dtype : SSM_DTYPE_F32;
+            cfg.d_mode = k3;
             cfg.has_z = (k % 2) == 0;
             cfg.has_dt_bias = (k % 4) != 1;
-            cfg.has_initial = (k % 3) != 2;
+            cfg.has_initial = k3 != 2;
             cfg.has_final = 1;
             cfg.dt_softplus = (k % 2) == 1;
             cfg.strided = (k % 4) == 3;
@@ -343,7 +363,7 @@ int main(void) {
                 cfg.nseq = 4;
                 cfg.seqlens = lens;
             }
-            scan_opts o = {64, (k % 5) == 1, (k % 2) == 1, (k % 3) == 1, 0};
+            scan_opts o = {64, (k % 5) == 1, (k % 2) == 1, k3 == 1, 0};
             char      tag[200];
             snprintf(tag, sizeof tag, "v4 S%lld H%lld P%lld N%lld G%lld %s %s%s", (long long)cfg.seqlen,
                      (long long)cfg.nheads, (long long)cfg.headdim, (long long)cfg.dstate, (long long)cfg.ngroups,
