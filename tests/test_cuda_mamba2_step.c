@@ -10,9 +10,13 @@
  * bit-identical) and a separate final pool (poisoned; unused slots copied, also into
  * another dtype); NaN-poisoned outputs; identical bytes on a second run; AUTO dispatch
  * from device tensors; device-rule errors.
+ * Every case runs under both kernels (SSMOPS_CUDA_STEP_KERNEL=v1, then v2: the streaming
+ * kernel of contiguous aligned pools, with N = 4·2^k f32 / 8·2^k 16-bit up to 256 vectors a
+ * row, one and several vectors per lane, small-batch plans; other pools fall back to v1).
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261202).
  */
+#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +24,7 @@
 #include "cudautil.h"
 
 static ssm_context *ctx_ref, *ctx_cuda, *ctx_auto;
+static const char * kernel_name = "v2"; /* SSMOPS_CUDA_STEP_KERNEL of the running pass */
 
 /* A view of `h` broadcast to `ndim` dims: dims listed in `keep` take h's dims, the others
  * get stride 0. */
@@ -320,9 +325,11 @@ static void test_random(ssmt_rng * rng) {
      * per thread (B·H large), more rows than the kernel-argument slot table (B = 300) */
     static const int64_t shp[][5] = {{3, 4, 8, 16, 2},   {5, 6, 5, 19, 3},   {2, 2, 64, 128, 1}, {7, 4, 3, 8, 4},
                                      {3, 2, 5, 1, 1},    {4, 3, 16, 256, 1}, {64, 16, 64, 128, 4},
-                                     {1, 80, 64, 128, 8}, {300, 2, 64, 64, 1}};
+                                     {1, 80, 64, 128, 8}, {300, 2, 64, 64, 1}, {2, 3, 5, 512, 3},
+                                     {2, 2, 3, 1024, 1},  {1, 2, 2, 2048, 2}, {3, 2, 7, 24, 1},
+                                     {2, 4, 33, 32, 2}};
     const int            nshapes = (int)(sizeof shp / sizeof shp[0]);
-    for (int k = 0; k < 48; ++k) {
+    for (int k = 0; k < 56; ++k) {
         const int64_t * s = shp[k % nshapes];
         step_opts       so;
         memset(&so, 0, sizeof so);
@@ -349,7 +356,7 @@ static void test_random(ssmt_rng * rng) {
         ro.use_auto = (k % 5) == 1;
         ro.fdt = (k % 8) == 3 ? SSM_DTYPE_F32 : (k % 8) == 7 ? SSM_DTYPE_BF16 : so.sdt;
         char tag[240];
-        snprintf(tag, sizeof tag, "case%d B%lld H%lld P%lld N%lld G%lld %s pool %s%s %s%s%s%s%s%s%s", k,
+        snprintf(tag, sizeof tag, "%s case%d B%lld H%lld P%lld N%lld G%lld %s pool %s%s %s%s%s%s%s%s%s", kernel_name, k,
                  (long long)s[0], (long long)s[1], (long long)s[2], (long long)s[3], (long long)s[4],
                  ssm_dtype_name(so.dtype), ssm_dtype_name(so.sdt),
                  so.pool_layout == 1 ? " strided" : so.pool_layout == 2 ? " misaligned" : "",
@@ -385,8 +392,48 @@ static void test_serving(ssmt_rng * rng) {
         run_opts ro;
         ro.in_place = k != 4, ro.index_device = k == 2, ro.use_auto = 0, ro.fdt = so.sdt;
         char tag[160];
-        snprintf(tag, sizeof tag, "serving B40 H16 P64 N128 G2 %s pool %s %s", ssm_dtype_name(so.dtype),
+        snprintf(tag, sizeof tag, "%s serving B40 H16 P64 N128 G2 %s pool %s %s", kernel_name, ssm_dtype_name(so.dtype),
                  ssm_dtype_name(so.sdt), ro.in_place ? "in-place" : "separate");
+        run_case(&q, &prm, &ro, tag);
+        problem_free(&q);
+    }
+}
+
+/* Every plan of the v2 kernel (vectors per lane 1 / 2 / 4 / 8, rows per lane group 8 / 4 / 2 /
+ * 1, the small-batch plan, one lane per row, P tails) on contiguous f32 and 16-bit pools, in
+ * place and separate, general and per-head, every option; under v1 the same problems. */
+static void test_v2_plans(ssmt_rng * rng) {
+    static const int64_t shp[][5] = {{40, 8, 16, 256, 2}, {2, 2, 16, 256, 1}, {3, 2, 9, 512, 1},
+                                     {2, 3, 5, 1024, 3},  {5, 2, 9, 4, 2},    {33, 8, 64, 128, 4},
+                                     {40, 8, 13, 64, 8}};
+    static const ssm_dtype sdts[3] = {SSM_DTYPE_F32, SSM_DTYPE_BF16, SSM_DTYPE_F16};
+    const int              nshapes = (int)(sizeof shp / sizeof shp[0]);
+    for (int k = 0; k < 2 * nshapes * 3; ++k) {
+        const int64_t * s = shp[(k / 6) % nshapes];
+        step_opts       so;
+        memset(&so, 0, sizeof so);
+        so.per_head = (k / 2) % 2;
+        so.with_idx = k % 3 != 2;
+        so.opt = 7 - (k % 4);
+        so.dtype = k % 4 == 3 ? SSM_DTYPE_BF16 : SSM_DTYPE_F32;
+        so.sdt = sdts[k % 3];
+        step_problem q;
+        if (problem_make(rng, &q, s, s[0] + 3, &so) != 0) {
+            TEST_CHECK(0, "v2 plan %d: allocation failed", k);
+            problem_free(&q);
+            continue;
+        }
+        ssm_mamba2_params prm;
+        ssm_mamba2_params_init(&prm);
+        prm.dt_softplus = k % 5 != 4;
+        if (k % 7 == 6) prm.dt_limit_lo = 0.05f, prm.dt_limit_hi = 0.3f;
+        run_opts ro;
+        ro.in_place = k % 2 == 0, ro.index_device = k % 6 == 1, ro.use_auto = 0, ro.fdt = so.sdt;
+        char tag[200];
+        snprintf(tag, sizeof tag, "%s plan%d B%lld H%lld P%lld N%lld G%lld %s pool %s %s %s", kernel_name, k,
+                 (long long)s[0], (long long)s[1], (long long)s[2], (long long)s[3], (long long)s[4],
+                 ssm_dtype_name(so.dtype), ssm_dtype_name(so.sdt), so.per_head ? "head" : "general",
+                 ro.in_place ? "in-place" : "separate");
         run_case(&q, &prm, &ro, tag);
         problem_free(&q);
     }
@@ -459,8 +506,19 @@ int main(void) {
     if (ssmt_failures) TEST_EXIT();
 
     test_device_rules(&rng);
-    test_random(&rng);
-    test_serving(&rng);
+    /* both kernels on the same problems (same seed) */
+    static const char * const kernels[2] = {"v1", "v2"};
+    for (int kv = 0; kv < 2; ++kv) {
+        TEST_CHECK(setenv("SSMOPS_CUDA_STEP_KERNEL", kernels[kv], 1) == 0, "setenv failed");
+        kernel_name = kernels[kv];
+        printf("kernel %s\n", kernels[kv]);
+        ssmt_rng krng;
+        ssmt_rng_seed(&krng, seed + 1);
+        test_random(&krng);
+        test_serving(&krng);
+        test_v2_plans(&krng);
+    }
+    unsetenv("SSMOPS_CUDA_STEP_KERNEL");
 
     ssm_context_free(ctx_ref);
     ssm_context_free(ctx_cuda);

@@ -175,6 +175,8 @@ static void test_forward(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const c
 
 /* ---- the decode step ------------------------------------------------------------------------------ */
 
+static const char * g_step_kernel = ""; /* " v1" / " v2": appended to the step tags */
+
 static void test_step(ssmt_rng * rng, int64_t B, int64_t H, int64_t Hq, int64_t K, int64_t V, int64_t A,
                       ssm_dtype dtype, int64_t slots, int with_indices, int in_place, int has_dz) {
     ssmt_mamba3_config cfg;
@@ -190,9 +192,9 @@ static void test_step(ssmt_rng * rng, int64_t B, int64_t H, int64_t Hq, int64_t 
     }
     ssmt_mamba3_params(&cfg, &g_params);
     char tag[320];
-    snprintf(tag, sizeof tag, "step[B%lld H%lld Hq%lld K%lld V%lld A%lld %s slots%lld idx%d %s dz%d]", (long long)B,
+    snprintf(tag, sizeof tag, "step[B%lld H%lld Hq%lld K%lld V%lld A%lld %s slots%lld idx%d %s dz%d]%s", (long long)B,
              (long long)H, (long long)Hq, (long long)K, (long long)V, (long long)A, ssm_dtype_name(dtype),
-             (long long)slots, with_indices, in_place ? "in-place" : "separate", has_dz);
+             (long long)slots, with_indices, in_place ? "in-place" : "separate", has_dz, g_step_kernel);
     typedef ssm_mamba3_siso_step_args S;
     ssm_mamba3_siso_step_args         a = pr.args;
     bind                              b[] = {
@@ -390,14 +392,31 @@ int main(void) {
     }
     unsetenv("SSMOPS_CUDA_SISO_FAST");
 
-    /* decode: B, H, Hq, K, V, A, dtype, slots, with_indices, in_place, d/z */
-    test_step(&rng, 1, 4, 1, 32, 16, 8, SSM_DTYPE_F32, 1, 0, 0, 1);
-    test_step(&rng, 5, 6, 3, 64, 24, 31, SSM_DTYPE_BF16, 9, 1, 0, 1);
-    test_step(&rng, 5, 6, 3, 64, 24, 31, SSM_DTYPE_BF16, 9, 1, 1, 0);
-    test_step(&rng, 7, 4, 4, 128, 64, 32, SSM_DTYPE_F16, 12, 1, 1, 1);
-    test_step(&rng, 3, 2, 1, 96, 96, 48, SSM_DTYPE_F32, 3, 0, 1, 1);
-    test_step(&rng, 4, 3, 1, 30, 20, 15, SSM_DTYPE_BF16, 6, 1, 0, 1); /* K % 4 != 0: the generic state path */
-    test_step(&rng, 2, 2, 2, 256, 256, 128, SSM_DTYPE_F32, 2, 0, 0, 1);
+    /* decode under both step kernels (SSMOPS_CUDA_STEP_KERNEL, read on every call); v2 applies
+     * to fp32 pools with K % 4 == 0 and V·K ≤ 16384, the other cases fall back to v1 */
+    static const char * const step_kernels[] = {"v1", "v2"};
+    for (int ki = 0; ki < 2; ++ki) {
+        setenv("SSMOPS_CUDA_STEP_KERNEL", step_kernels[ki], 1);
+        g_step_kernel = ki == 0 ? " v1" : " v2";
+        /* B, H, Hq, K, V, A, dtype, slots, with_indices, in_place, d/z */
+        test_step(&rng, 1, 4, 1, 32, 16, 8, SSM_DTYPE_F32, 1, 0, 0, 1);
+        test_step(&rng, 5, 6, 3, 64, 24, 31, SSM_DTYPE_BF16, 9, 1, 0, 1);
+        test_step(&rng, 5, 6, 3, 64, 24, 31, SSM_DTYPE_BF16, 9, 1, 1, 0);
+        test_step(&rng, 7, 4, 4, 128, 64, 32, SSM_DTYPE_F16, 12, 1, 1, 1);
+        test_step(&rng, 3, 2, 1, 96, 96, 48, SSM_DTYPE_F32, 3, 0, 1, 1);
+        test_step(&rng, 4, 3, 1, 30, 20, 15, SSM_DTYPE_BF16, 6, 1, 0, 1); /* K % 4 != 0: the generic state path */
+        test_step(&rng, 2, 2, 2, 256, 256, 128, SSM_DTYPE_F32, 2, 0, 0, 1); /* V·K > 16384: v1 under v2 too */
+        /* fp32 pools (v2's domain): padding rows, GQA, A < K/2, K/4 and V tails, every per-thread count */
+        test_step(&rng, 6, 4, 2, 64, 24, 13, SSM_DTYPE_F32, 9, 1, 0, 1);   /* separate pools, 2 per thread */
+        test_step(&rng, 5, 3, 1, 132, 17, 20, SSM_DTYPE_F32, 7, 1, 1, 1);  /* K/4 = 33: the reduction's tail */
+        test_step(&rng, 3, 8, 2, 128, 64, 32, SSM_DTYPE_F32, 3, 0, 1, 1);  /* the bench shape, 8 per thread */
+        test_step(&rng, 4, 2, 1, 128, 128, 64, SSM_DTYPE_F32, 5, 1, 1, 0); /* 16 per thread */
+        test_step(&rng, 5, 2, 1, 8, 3, 1, SSM_DTYPE_F32, 7, 1, 0, 1);      /* tiny: 1 per thread, most idle */
+        test_step(&rng, 7, 4, 4, 128, 64, 32, SSM_DTYPE_F16, 12, 1, 1, 1); /* 16-bit inputs, fp32 pools in place */
+        test_step(&rng, 300, 1, 1, 16, 5, 3, SSM_DTYPE_F32, 301, 1, 1, 1); /* B > 256: the uploaded slot list */
+    }
+    unsetenv("SSMOPS_CUDA_STEP_KERNEL");
+    g_step_kernel = "";
 
     ssm_context_free(ctx_ref);
     ssm_context_free(ctx_cuda);

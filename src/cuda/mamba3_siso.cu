@@ -51,7 +51,8 @@
  * pools are fp32 with unit K stride and 16-byte aligned rows, the generic strided path
  * otherwise): h' = α·h + β·v_prev k_prevᵀ + γ·v k̂ᵀ, y = h'·q̂ (a fixed warp reduction),
  * out = (y + D·v)·silu(z). Old k/v/θ states are read before any final is written, so the
- * final pools may be the input pools (in place).
+ * final pools may be the input pools (in place). That is step v1; step v2 (step2_kernel, the
+ * default for fp32 vectorised pools, SSMOPS_CUDA_STEP_KERNEL=v1 forces v1) is described there.
  *
  * Any strides (stride 0 too, e.g. angles broadcast over heads) and any float dtype per
  * tensor: every load goes through the strides and converts. Limits: K ≤ 256 (UNSUPPORTED
@@ -1758,6 +1759,176 @@ int vec_ok(const ssm_tensor * t) {
     return 1;
 }
 
+/* ---- the decode step, v2 (fp32 vectorised pools) ------------------------------------------------- *
+ * One block of 256 threads per (head, row). The V×K/4 float4s of the state are dealt out
+ * round-robin (float4 f = i·256 + thread, i < NPER); every thread issues ALL its state loads
+ * (__ldcs, evict-first: the state is touched once) before the scalars, θ, q̂ and k̂ are
+ * computed, so up to NPER 16-byte loads per thread (32 KB per block at NPER = 8) are in flight
+ * while the block does its small work. Each float4's 4-term dot with q̂ goes to shared memory;
+ * after a barrier a warp per state row sums the row's partials in a fixed order (lane-strided,
+ * then a shuffle tree), so results are bitwise identical across runs. New states are stored
+ * with __stcs. Slots come in the kernel parameters when B ≤ kStep2InlineSlots (no allocation,
+ * no copy); larger batches use the uploaded list of v1. */
+const int kStep2Threads = 256;
+const int kStep2MaxPer = 16; /* float4s per thread: V·K ≤ 4·256·16 = 16384 */
+const int kStep2InlineSlots = 256;
+
+struct m3_step2_args {
+    m3_step_args base;         /* vec is implied; base.slots used when inline_slots == 0 */
+    int          inline_slots; /* 1: row b uses islots[b]                               */
+    int          islots[kStep2InlineSlots];
+};
+static_assert(sizeof(m3_step2_args) <= 4000, "step v2 parameters must fit the 4 KB kernel parameter space");
+
+template <int NPER>
+__global__ void __launch_bounds__(kStep2Threads, 2) step2_kernel(const __grid_constant__ m3_step2_args A2) {
+    extern __shared__ __align__(16) float sm[];
+    const m3_step_args & P = A2.base;
+    const int            h = blockIdx.x, b = blockIdx.y, g = h / P.G;
+    const int            slot = A2.inline_slots ? A2.islots[b] : (P.slots != nullptr ? P.slots[b] : b);
+    if (slot < 0) { /* padding row: out = 0, no state touched */
+        for (int p = threadIdx.x; p < P.V; p += blockDim.x) st3(P.out, b, h, p, 0.0f);
+        return;
+    }
+    const int K = P.K, V = P.V, A = P.A, K4 = K >> 2, total = V * K4;
+
+    /* 1. every state load first (they depend on nothing but the slot) */
+    const float4 * src =
+        (const float4 *)((const float *)P.ssm_in.p + (long long)slot * P.ssm_in.s[0] + (long long)h * P.ssm_in.s[1]);
+    const long long srow = P.ssm_in.s[2] >> 2; /* row stride in float4s (a multiple of 4 floats: vec_ok) */
+    float4          hv[NPER];
+#pragma unroll
+    for (int i = 0; i < NPER; ++i) {
+        const int f = i * kStep2Threads + (int)threadIdx.x;
+        if (f < total) {
+            const int p = f / K4, n4 = f - p * K4;
+            hv[i] = __ldcs(src + p * srow + n4);
+        } else {
+            hv[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    }
+
+    /* 2. the small work while the loads fly (same math as v1) */
+    float *     qh = sm;     /* K: offsets 0, K, 2K are multiples of 4 floats (K % 4 == 0) */
+    float *     kh = qh + K; /* K */
+    float *     kp = kh + K; /* K: k state (old) */
+    float *     vv = kp + K; /* V */
+    float *     vp = vv + V; /* V: v state (old) */
+    float *     th = vp + V; /* A */
+    float *     part = th + A; /* total: per-float4 dot partials */
+    const float dt = ld2(P.dt, b, h);
+    const float lam = sigmoidf(ld2(P.trap, b, h));
+    const float alpha = expf(ld2(P.adt, b, h));
+    const float beta = alpha * dt * (1.0f - lam);
+    const float gamma = dt * lam;
+    /* reads of the old small states before the first barrier, writes of finals after the last */
+    for (int m = threadIdx.x; m < A; m += blockDim.x)
+        th[m] = wrap2pi(ld3(P.ang_in, slot, h, m) + (kPi * tanhf(ld3(P.ang, b, h, m))) * dt);
+    for (int n = threadIdx.x; n < K; n += blockDim.x) kp[n] = ld3(P.k_in, slot, h, n);
+    for (int p = threadIdx.x; p < V; p += blockDim.x) {
+        vp[p] = ld3(P.v_in, slot, h, p);
+        vv[p] = ld3(P.v, b, h, p);
+    }
+    __syncthreads();
+    for (int m = threadIdx.x; m < K / 2; m += blockDim.x) {
+        const int n = 2 * m;
+        float     q0 = ld3(P.q, b, g, n) + ld2(P.qb, h, n), q1 = ld3(P.q, b, g, n + 1) + ld2(P.qb, h, n + 1);
+        float     k0 = ld3(P.k, b, g, n) + ld2(P.kb, h, n), k1 = ld3(P.k, b, g, n + 1) + ld2(P.kb, h, n + 1);
+        if (m < A) {
+            float sn, cs;
+            sincosf(th[m], &sn, &cs);
+            const float a0 = q0 * cs - q1 * sn, a1 = q0 * sn + q1 * cs;
+            const float b0 = k0 * cs - k1 * sn, b1 = k0 * sn + k1 * cs;
+            q0 = a0, q1 = a1, k0 = b0, k1 = b1;
+        }
+        qh[n] = q0, qh[n + 1] = q1, kh[n] = k0, kh[n + 1] = k1;
+    }
+    __syncthreads();
+
+    /* 3. h' = α·h + β·v_prev k_prevᵀ + γ·v k̂ᵀ, stored; its dot with q̂ per float4 */
+    float4 *        dst = P.fin_ssm.present ? (float4 *)((float *)P.fin_ssm.p + (long long)slot * P.fin_ssm.s[0] +
+                                                         (long long)h * P.fin_ssm.s[1])
+                                            : nullptr;
+    const long long drow = P.fin_ssm.s[2] >> 2;
+    const float4 *  q4 = (const float4 *)qh;
+    const float4 *  kh4 = (const float4 *)kh;
+    const float4 *  kp4 = (const float4 *)kp;
+#pragma unroll
+    for (int i = 0; i < NPER; ++i) {
+        const int f = i * kStep2Threads + (int)threadIdx.x;
+        if (f < total) {
+            const int    p = f / K4, n4 = f - p * K4;
+            const float  a = beta * vp[p], c = gamma * vv[p];
+            const float4 ko = kp4[n4], kn = kh4[n4], qq = q4[n4];
+            float4       nv;
+            nv.x = alpha * hv[i].x + a * ko.x + c * kn.x;
+            nv.y = alpha * hv[i].y + a * ko.y + c * kn.y;
+            nv.z = alpha * hv[i].z + a * ko.z + c * kn.z;
+            nv.w = alpha * hv[i].w + a * ko.w + c * kn.w;
+            part[f] = nv.x * qq.x + nv.y * qq.y + nv.z * qq.z + nv.w * qq.w;
+            if (dst != nullptr) __stcs(dst + p * drow + n4, nv);
+        }
+    }
+    __syncthreads();
+
+    /* 4. y[p] = Σ partials of row p in a fixed order; out = (y + D·v)·silu(z) */
+    const float dh = P.has_d ? ssmi_cu_ld(P.d.p, P.d.dtype, h * P.d.s[0]) : 0.0f;
+    const int   warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    for (int p = warp; p < V; p += nw) {
+        float dot = 0.0f;
+        for (int j = lane; j < K4; j += 32) dot += part[p * K4 + j];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+        if (lane == 0) {
+            float y = dot + dh * vv[p];
+            if (P.has_z) {
+                const float zv = ld3(P.z, b, h, p);
+                y *= zv * sigmoidf(zv);
+            }
+            st3(P.out, b, h, p, y);
+        }
+    }
+    if (P.fin_ang.present)
+        for (int m = threadIdx.x; m < A; m += blockDim.x) st3(P.fin_ang, slot, h, m, th[m]);
+    if (P.fin_k.present)
+        for (int n = threadIdx.x; n < K; n += blockDim.x) st3(P.fin_k, slot, h, n, kh[n]);
+    if (P.fin_v.present)
+        for (int p = threadIdx.x; p < V; p += blockDim.x) st3(P.fin_v, slot, h, p, vv[p]);
+}
+
+/* float4s per thread of v2 for a V×K state: the smallest instantiated count that covers it, or 0
+ * when v2 does not apply (more than kStep2MaxPer per thread). */
+int step2_per_thread(long long K, long long V) {
+    const long long need = (V * (K / 4) + kStep2Threads - 1) / kStep2Threads;
+    for (int n = 1; n <= kStep2MaxPer; n *= 2)
+        if (need <= n) return n;
+    return 0;
+}
+
+/* SSMOPS_CUDA_STEP_KERNEL (read on every call): "v1" forces the v1 kernel; unset or anything
+ * else selects v2 where it applies. */
+int step_wants_v1(void) {
+    const char * e = getenv("SSMOPS_CUDA_STEP_KERNEL");
+    return e != NULL && strcmp(e, "v1") == 0;
+}
+
+template <int NPER>
+cudaError_t launch_step2_n(const m3_step2_args & A2, int B, size_t smem, cudaStream_t s) {
+    step2_kernel<NPER><<<dim3((unsigned)A2.base.H, (unsigned)B), kStep2Threads, smem, s>>>(A2);
+    return cudaGetLastError();
+}
+
+/* The v2 instance for `per` float4s per thread (a power of two ≤ kStep2MaxPer). */
+cudaError_t launch_step2(const m3_step2_args & A2, int per, int B, size_t smem, cudaStream_t s) {
+    switch (per) {
+        case 1: return launch_step2_n<1>(A2, B, smem, s);
+        case 2: return launch_step2_n<2>(A2, B, smem, s);
+        case 4: return launch_step2_n<4>(A2, B, smem, s);
+        case 8: return launch_step2_n<8>(A2, B, smem, s);
+        default: return launch_step2_n<16>(A2, B, smem, s);
+    }
+}
+
 } /* namespace */
 
 /* ---- entry points ------------------------------------------------------------------------------------ */
@@ -1864,9 +2035,27 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_step(ssm_context * ctx, const ssm_ma
     P.vec = d->dk % 4 == 0 && vec_ok(&a->ssm_state) && vec_ok(&a->final_ssm_state);
 
     const cudaStream_t s = ssmi_cuda_stream(ctx);
-    void *             dslots = NULL;
-    ssm_status         st = SSM_STATUS_OK;
-    if (ssmi_present(&a->state_batch_indices)) {
+    const int          has_idx = ssmi_present(&a->state_batch_indices);
+    /* v2 where it applies (fp32 vectorised pools, V·K small enough), unless v1 is asked for */
+    const int per = P.vec && !step_wants_v1() ? step2_per_thread(d->dk, d->dv) : 0;
+    /* v2's shared memory: q̂, k̂, old k, v, old v, θ and one dot partial per float4 (≤ 18 KB) */
+    const size_t smem2 = sizeof(float) * (size_t)(3 * d->dk + 2 * d->dv + d->nangles + d->dv * (d->dk / 4));
+    if (per > 0 && (!has_idx || d->batch <= kStep2InlineSlots)) {
+        /* the slots travel in the kernel parameters: no allocation, no copy */
+        m3_step2_args A2; /* ~2.4 KB; the launch copies it into the parameter space */
+        memset(&A2, 0, sizeof A2);
+        A2.base = P;
+        A2.inline_slots = has_idx;
+        for (int64_t b = 0; has_idx && b < d->batch; ++b) {
+            const int64_t v = idx_at(&a->state_batch_indices, b);
+            A2.islots[b] = v < 0 ? -1 : (int)v;
+        }
+        const cudaError_t e = launch_step2(A2, per, (int)d->batch, smem2, s);
+        return ssmi_cuda_status(ctx, op, "step2_kernel launch", e);
+    }
+    void *     dslots = NULL;
+    ssm_status st = SSM_STATUS_OK;
+    if (has_idx) {
         /* the host view's slots as int32 on the device (validation bounded them by the pool) */
         int * hs = (int *)malloc(sizeof(int) * (size_t)d->batch);
         SSM_RETURN_IF(hs == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: no host memory for the slot list", op);
@@ -1884,7 +2073,14 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_step(ssm_context * ctx, const ssm_ma
         free(hs);
         P.slots = (const int *)dslots;
     }
-    if (st == SSM_STATUS_OK) {
+    if (st == SSM_STATUS_OK && per > 0) { /* v2 with an uploaded slot list (large B) */
+        m3_step2_args A2;
+        memset(&A2, 0, sizeof A2);
+        A2.base = P;
+        A2.inline_slots = 0;
+        const cudaError_t e = launch_step2(A2, per, (int)d->batch, smem2, s);
+        st = ssmi_cuda_status(ctx, op, "step2_kernel launch", e);
+    } else if (st == SSM_STATUS_OK) {
         step_kernel<<<dim3((unsigned)P.H, (unsigned)d->batch), kStepThreads, smem, s>>>(P);
         st = ssmi_cuda_status(ctx, op, "step_kernel launch", cudaGetLastError());
     }
