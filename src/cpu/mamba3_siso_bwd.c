@@ -3,10 +3,9 @@
  * forward recomputed from the inputs.
  *
  * Pass 1, one task per (sequence, Q/K head, block of V-heads of the group), all fp32. The
- * block's heads go in groups of l.interleave (BWD_INTERLEAVE with GQA, else 1): steps 1–2
- * for each head of the group, then step 3 chunk by chunk, the group's heads in head order
- * inside each chunk (so a chunk's workspace rows are added to while still in cache), then
- * step 4 for each:
+ * block's heads go in groups of l.interleave (BWD_INTERLEAVE with GQA, else 1; now 1, see
+ * plan_bwd): steps 1–2 for each head of the group, then step 3 chunk by chunk, the
+ * group's heads in head order inside each chunk, then step 4 for each:
  *   1. per-token scalars of the whole sequence (λ, γ, σ, dt) and the angle cumsum θ
  *      (cos θ, sin θ and tanh of the raw rates are kept: the backward needs them again);
  *   2. forward over the chunks keeping only the state entering every chunk, S_c (V×K):
@@ -31,9 +30,10 @@
  *   The pre-gate output y (for dz) costs Q̂·S_cᵀ and Pm·Vc and is computed only when dz is
  *   asked for.
  *   dq̃, dk̃ of a block's heads are summed into the block's fp32 workspace slot
- *   (B, S, Hq, K): per chunk, the interleaved group's heads in head order into a small
- *   chunk buffer, then that into the slot rows, groups in order (flush_group); with G = 1
- *   they go straight to dq, dk.
+ *   (B, S, Hq, K) by the token chain itself: the block's first head writes a row, the
+ *   next ones add to it, in head order; with G = 1 they go straight to dq, dk. (A
+ *   separate pass that added a group's chunk sums into the slot rows cost ~5% at the
+ *   PERF.md shape; the chain's adds, with the rows asked for a chunk ahead, cost less.)
  * Pass 2 (G > 1): dq, dk = Σ over the blocks of the group, in block order, one task per
  *   (batch row, token block). The block size depends only on the shape (plan_bwd), so
  *   the order of every sum is fixed. Blocks rather than one slot per head keep the
@@ -42,8 +42,11 @@
  *   same holds, less strongly, for blocks: BWD_MIN_TASKS = 4 (not 8) halves the slots and
  *   cut ~3% at the shape above.
  * Elementwise work (the q/k preparation of a chunk, the per-token chain, transposes, dots)
- * runs in the kernels/bwd kernels; v/dout/z and angle rows, H·V (H·A) elements apart,
- * are prefetched ahead of their use.
+ * runs in the kernels/bwd kernels. Rows H·V (H·A) elements apart and the state table are
+ * prefetched a chunk ahead, a few lines per token (prefetch_previous_chunk, chunk_qk):
+ * v, dout, z, the dv, dz, dangles rows about to be written, the workspace slot rows, S_c
+ * (and in the forward pass the next v rows and table slot). Asking for a whole chunk at
+ * once stalled the core on full miss buffers; spread out, this cut ~5% (1 thread).
  * Pass 3: dq_bias, dk_bias, dd = Σ over sequences, in sequence order, of the per-(sequence,
  *   head) partial sums (each itself summed over the tokens in a fixed order).
  * Every output element is produced by exactly one task in a fixed order, so results are
@@ -55,6 +58,16 @@
  * V×K steps (state copy, S_c transpose, μ) and a state table twice as long; measured at
  * B=1 S=2048 H=32 Hq=1 K=128 V=64 A=32 (AMD EPYC, AVX2, interleaved A/B, minima):
  * 1 thread 116 → 105–108 ms, 2 threads 61–63 → 53–56 ms.
+ *
+ * Where the time goes there (f32, 1 thread, rdtsc around each step of a scratch copy,
+ * ~100 ms per call): the six C·V·K products run at ~93% of the FMA peak and are ~45% of
+ * the time (state recompute 8%, Q̂·S_cᵀ for dz 9%, dY·S_c, Vc·dS, dS·K̂sᵀ with the
+ * C²-shaped terms of chunk_grads 11–12% each, the dS update 9%); chunk_scores 7%; the
+ * token chain with its workspace adds and prefetches 11%; angle tables 4%, q/k
+ * preparation 4% and the rest of the forward recompute 4%; loading v/dout/z and the gate
+ * 3.5%. What is left is spread thin; tried without gain: the angle tables stored as one
+ * interleaved (cos, sin) table of half the size, blocked tanh/sin/cos over 32 tokens,
+ * 6+6+6+6+4+4 row tiles for the 32-row products, 4 interleaved heads.
  */
 #include <math.h>
 #include <string.h>
@@ -67,7 +80,7 @@
 #define BWD_TRI_BLOCK 16    /* row block of the lower-triangle-only C×C products            */
 #define BWD_REDUCE_BLOCK 64 /* tokens per task of the GQA reduction                         */
 #define BWD_MIN_TASKS 4     /* fewest pass-1 tasks the GQA head blocking aims for (plan_bwd) */
-#define BWD_INTERLEAVE 2    /* heads whose reverse passes go chunk by chunk together (GQA)  */
+#define BWD_INTERLEAVE 1    /* heads whose reverse passes go chunk by chunk together (GQA)  */
 
 /* ---- the plan ------------------------------------------------------------------------ */
 typedef struct bwd_layout {
@@ -113,7 +126,6 @@ typedef struct bwd_scratch {
     float * row;               /* [2(L+1)] output row / scalar scratch      */
     float * qt, *kt, *qh, *kh, *ks, *dqh, *dks;          /* [C][K]                     */
     float * scr;                                         /* [C][max(K, V)]: raw q, e^c·dY */
-    float * wacq, *wack;                                 /* [C][K] a group's dq̃, dk̃ sums */
     float * kst;                                         /* [K][C]  K̂sᵀ                */
     float * vc, *dy, *dout, *zc, *zs, *yc, *dvc;         /* [C][V]                     */
     float * vct;                                         /* [V][C]  Vcᵀ                */
@@ -171,8 +183,6 @@ static int64_t carve_shared(const ssmi_mamba3_dims * d, int64_t max_len, float *
     TAKE(kh, C * K);
     TAKE(ks, C * K);
     TAKE(scr, C * (K > V ? K : V));
-    TAKE(wacq, C * K);
-    TAKE(wack, C * K);
     TAKE(dqh, C * K);
     TAKE(dks, C * K);
     TAKE(kst, K * C);
@@ -245,7 +255,6 @@ typedef struct bwd_task_ctx {
     int64_t         n, h, g, row, t0, len; /* sequence, V-head, Q/K head, tokens      */
     int64_t         blk;                   /* head block of the group                 */
     int             first_in_block;        /* h is the block's first head             */
-    int             first_in_group;        /* h is its interleaved group's first head */
     float           dh;                    /* D of the head (0 without d)             */
     float           dd;                    /* running dd partial of the head           */
 } bwd_task_ctx;
@@ -308,9 +317,31 @@ static const float * raw_row(const ssmi_cpu_kernels * k, const ssm_tensor * t, i
     return buf;
 }
 
+/* Asks for the rows of a (B, S, H, V) tensor for tokens [i0, i0 + Lc) ahead of their use
+ * (they are H·V floats apart, a stride the hardware prefetchers follow poorly). */
+static void prefetch_tokens(bwd_task_ctx * x, const ssm_tensor * t, int64_t i0, int64_t Lc) {
+    if (t->data == NULL || i0 < 0 || t->strides[3] != 1) return; /* only plain rows are worth it */
+    const int64_t V = x->job->d->dv, es = (int64_t)ssm_dtype_size((ssm_dtype)t->dtype);
+    for (int64_t i = 0; i < Lc; ++i) {
+        const char * row = (const char *)t->data + ssmi_off4(t, x->row, x->t0 + i0 + i, x->h, 0) * es;
+        for (int64_t b = 0; b < V * es; b += 64) __builtin_prefetch(row + b, 0, 3);
+    }
+}
+
+/* The same for rows about to be written (an output): with intent to write, so the store
+ * does not wait for the line. n elements per row. */
+static void prefetch_out_row(bwd_task_ctx * x, const ssm_tensor * t, int64_t tok, int64_t n) {
+    if (t->data == NULL || tok < 0 || t->strides[3] != 1) return;
+    const int64_t es = (int64_t)ssm_dtype_size((ssm_dtype)t->dtype);
+    const char *  row = (const char *)t->data + ssmi_off4(t, x->row, x->t0 + tok, x->h, 0) * es;
+    for (int64_t b = 0; b < n * es; b += 64) __builtin_prefetch(row + b, 1, 3);
+}
+
 /* k̃ = k + k_bias, k̂ = R(θ)k̃, K̂s = σ·k̂ of the chunk; with q also q̃, q̂ and d = q̃·k̃.
- * Without q (the forward recompute) k̂ is not kept and K̂s is scaled by e^{c_last − c}. */
-static void chunk_qk(bwd_task_ctx * x, int64_t i0, int64_t Lc, int with_q) {
+ * Without q (the forward recompute) k̂ is not kept and K̂s is scaled by e^{c_last − c};
+ * then, spread over the tokens, the v rows of the next chunk and (pf_state not NULL, with
+ * intent to write) the V×K state-table slot after it are asked for. */
+static void chunk_qk(bwd_task_ctx * x, int64_t i0, int64_t Lc, int with_q, const float * pf_state) {
     const ssm_mamba3_siso_bwd_args * a = x->job->a;
     const ssmi_cpu_kernels *         k = x->job->k;
     const ssmi_cpu_bwd_kernels *     bk = x->job->bk;
@@ -329,6 +360,12 @@ static void chunk_qk(bwd_task_ctx * x, int64_t i0, int64_t Lc, int with_q) {
                                         s->qt + i * K, kt, s->qh + i * K, s->kh + i * K, ks);
         } else {
             bk->siso_prep(K, 2 * A, NULL, kraw, NULL, s->kbias, cs, sn, s->sig[t], s->wv[i], NULL, kt, NULL, NULL, ks);
+            if (t + BWD_CHUNK < x->len) prefetch_tokens(x, &a->v, t + BWD_CHUNK, 1);
+            if (pf_state) {
+                const int64_t VK = x->job->d->dv * K;
+                for (int64_t o = i * VK / Lc / 16 * 16; o < (i + 1) * VK / Lc; o += 16)
+                    __builtin_prefetch(pf_state + o, 1, 3);
+            }
         }
     }
 }
@@ -341,15 +378,35 @@ static void load_tokens(bwd_task_ctx * x, const ssm_tensor * t, int64_t i0, int6
                             t->strides[3], V);
 }
 
-/* Asks for the rows of a (B, S, H, V) tensor for tokens [i0, i0 + Lc) ahead of their use
- * (they are H·V floats apart, a stride the hardware prefetchers follow poorly). */
-static void prefetch_tokens(bwd_task_ctx * x, const ssm_tensor * t, int64_t i0, int64_t Lc) {
-    if (t->data == NULL || i0 < 0 || t->strides[3] != 1) return; /* only plain rows are worth it */
-    const int64_t V = x->job->d->dv, es = (int64_t)ssm_dtype_size((ssm_dtype)t->dtype);
-    for (int64_t i = 0; i < Lc; ++i) {
-        const char * row = (const char *)t->data + ssmi_off4(t, x->row, x->t0 + i0 + i, x->h, 0) * es;
-        for (int64_t b = 0; b < V * es; b += 64) __builtin_prefetch(row + b, 0, 3);
+/* Asks for what the previous chunk c − 1 needs, the share of token i of this chunk's Lc:
+ * its v, dout, z rows, the dv, dz, dangles rows it writes, 1/Lc of its state S_{c−1} and
+ * its workspace slot rows. Spread over the token chain rather than asked for at once: a
+ * burst of hundreds of prefetches fills the miss buffers and stalls the core until they
+ * drain. */
+static void prefetch_previous_chunk(bwd_task_ctx * x, int64_t c, int64_t i, int64_t Lc) {
+    const ssm_mamba3_siso_bwd_args * a = x->job->a;
+    const int64_t                    C = BWD_CHUNK, VK = x->job->d->dv * x->job->d->dk, i0 = (c - 1) * C;
+    for (int64_t r = i; r < C; r += Lc) { /* every row once, also when Lc < C */
+        prefetch_tokens(x, &a->v, i0 + r, 1);
+        prefetch_tokens(x, &a->dout, i0 + r, 1);
+        prefetch_tokens(x, &a->z, i0 + r, 1);
+        prefetch_out_row(x, &a->dv, i0 + r, x->job->d->dv);
+        if (x->job->want_y) prefetch_out_row(x, &a->dz, i0 + r, x->job->d->dv);
+        prefetch_out_row(x, &a->dangles, i0 + r, x->job->d->nangles);
     }
+    const float * sp = x->s.states + (c - 1) * VK;
+    for (int64_t o = i * VK / Lc / 16 * 16; o < (i + 1) * VK / Lc; o += 16) __builtin_prefetch(sp + o, 0, 3);
+    if (!x->job->l.gqa_ws) return;
+    /* the block's workspace slot rows the token chain adds to (with intent to write) */
+    const ssmi_mamba3_dims * d = x->job->d;
+    for (int64_t r = i; r < C; r += Lc)
+        for (int which = 0; which < 2; ++which) {
+            const float * ws = which == 0 ? x->job->dq_ws : x->job->dk_ws;
+            if (ws == NULL) continue;
+            const int64_t tok = x->t0 + i0 + r;
+            const float * w = ws + (((x->blk * d->batch + x->row) * d->seqlen + tok) * d->nheads_qk + x->g) * d->dk;
+            for (int64_t j = 0; j < d->dk; j += 16) __builtin_prefetch(w + j, 1, 3);
+        }
 }
 
 static void store_tokens(bwd_task_ctx * x, const ssm_tensor * t, int64_t i0, int64_t Lc, const float * src) {
@@ -383,9 +440,8 @@ static void forward_states(bwd_task_ctx * x) {
     for (int64_t i0 = 0, c = 0; i0 + C < x->len; i0 += C, ++c) {
         const int64_t Lc = C;
         const float   ecl = chunk_decays(x, i0, Lc);
-        chunk_qk(x, i0, Lc, 0);
+        chunk_qk(x, i0, Lc, 0, i0 + 2 * C < x->len ? s->states + (c + 2) * VK : NULL);
         load_tokens(x, &a->v, i0, Lc, s->vc);
-        prefetch_tokens(x, &a->v, i0 + C, x->len - (i0 + C) < C ? x->len - (i0 + C) : C);
         float * next = s->states + (c + 1) * VK;
         memcpy(next, s->states + c * VK, (size_t)VK * sizeof(float));
         k->gemm(V, K, Lc, s->vc, 1, V, s->ks, K, next, K, NULL, ecl, 0);
@@ -526,7 +582,7 @@ static void chunk_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc, const float * 
 
 /* Token by token in reverse: dσ, dk̂, dq̃/dk̃, dθ, dγ, the angle reverse cumsum and its
  * outputs, the bias and d partial sums, and dq̃/dk̃ out. */
-static void chunk_preprocess_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
+static void chunk_preprocess_grads(bwd_task_ctx * x, int64_t c, int64_t i0, int64_t Lc) {
     const bwd_job *                  job = x->job;
     const ssm_mamba3_siso_bwd_args * a = job->a;
     const ssmi_cpu_kernels *         k = job->k;
@@ -534,6 +590,7 @@ static void chunk_preprocess_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
     bwd_scratch *                    s = &x->s;
     for (int64_t i = Lc - 1; i >= 0; --i) {
         const int64_t t = i0 + i;
+        if (c > 0) prefetch_previous_chunk(x, c, i, Lc);
         const float * cs = s->cos2 + t * 2 * A, *sn = s->sin2 + t * 2 * A, *th = s->tanhv + t * A;
         float *       dq = s->dqh + i * K, *dk = s->dks + i * K;
         const float * qh = s->qh + i * K, *kh = s->kh + i * K, *qt = s->qt + i * K, *kt = s->kt + i * K;
@@ -545,17 +602,18 @@ static void chunk_preprocess_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc) {
         }
         /* dσ = dk̂s·k̂; dk̂ = σ·dk̂s (+ dfinal_k); dθ; dq̃ = R(θ)ᵀdq̂ + dQK·γ·k̃, dk̃ = R(θ)ᵀdk̂ + dQK·γ·q̃ */
         const int64_t tok = x->t0 + t;
-        float *       wq = NULL, *wk = NULL; /* the group's chunk sums (GQA), flush_group's input */
+        float *       wq = NULL, *wk = NULL; /* the block's workspace slot rows (GQA) */
         if (job->l.gqa_ws) {
-            if (job->dq_ws) wq = s->wacq + i * K;
-            if (job->dk_ws) wk = s->wack + i * K;
+            const int64_t row = ((x->blk * job->d->batch + x->row) * job->d->seqlen + tok) * job->d->nheads_qk + x->g;
+            if (job->dq_ws) wq = job->dq_ws + row * K;
+            if (job->dk_ws) wk = job->dk_ws + row * K;
         }
-        /* the group's first head writes the chunk sums, the next ones add in head order; the
+        /* the block's first head writes the slot rows, the next ones add in head order; the
          * angle backward (G_t = Σ_{u≥t} dθ_u + dθ_final) runs in the same call */
         const float cq   = s->dqk[i] * s->gam[t];
         const float dsig = job->bk->siso_token(K, 2 * A, dq, dk, qh, kh, qt, kt, cs, sn, s->sig[t], extra, cq, th,
                                                s->dtv[t], s->gacc, s->dth, &s->dda[t], s->qbacc, s->kbacc, wq, wk,
-                                               !x->first_in_group);
+                                               !x->first_in_block);
         s->dsig[t] = dsig;
         s->dgam[t] = s->dqk[i] * s->dcoef[i] + dsig;
         if (ssmi_present(&a->dangles) && A > 0)
@@ -698,27 +756,23 @@ static void head_begin(bwd_task_ctx * x) {
 
 /* Chunk c of the reverse pass (pass 3) of one head. */
 static void head_chunk(bwd_task_ctx * x, int64_t c) {
-    const bwd_job *                  job = x->job;
-    const ssm_mamba3_siso_bwd_args * a = job->a;
-    const int64_t                    C = BWD_CHUNK, nchunks = (x->len + C - 1) / C;
-    const int64_t                    i0 = c * C, Lc = x->len - i0 < C ? x->len - i0 : C;
-    bwd_scratch *                    s = &x->s;
-    const float *                    sc = s->states + c * job->d->dv * job->d->dk;
-    /* S_c (in L3 or memory by now) is first read by chunk_dz / chunk_grads: ask for it early */
-    for (int64_t o = 0; o < job->d->dv * job->d->dk; o += 16) __builtin_prefetch(sc + o, 0, 3);
+    const bwd_job * job = x->job;
+    const int64_t   C = BWD_CHUNK, nchunks = (x->len + C - 1) / C;
+    const int64_t   i0 = c * C, Lc = x->len - i0 < C ? x->len - i0 : C;
+    bwd_scratch *   s = &x->s;
+    const float *   sc = s->states + c * job->d->dv * job->d->dk;
+    /* S_c (in L3 or memory by now) is first read by chunk_dz / chunk_grads: the previous
+     * chunk's token chain asked for it (prefetch_previous_chunk), except for the first */
+    if (c == nchunks - 1)
+        for (int64_t o = 0; o < job->d->dv * job->d->dk; o += 16) __builtin_prefetch(sc + o, 0, 3);
     const float ecl = chunk_decays(x, i0, Lc);
-    chunk_qk(x, i0, Lc, 1);
+    chunk_qk(x, i0, Lc, 1, NULL);
     chunk_dy(x, i0, Lc);
     chunk_scores(x, Lc);
     if (job->want_y) chunk_dz(x, i0, Lc, sc);
     chunk_grads(x, i0, Lc, sc, ecl, c == nchunks - 1, c > 0 || job->d->has_states);
-    chunk_preprocess_grads(x, i0, Lc);
+    chunk_preprocess_grads(x, c, i0, Lc);
     for (int64_t i = Lc - 1; i >= 0; --i) x->dd += s->dqk[i];
-    if (c > 0) { /* the next chunk's rows, while nothing else waits on memory */
-        prefetch_tokens(x, &a->v, i0 - C, C);
-        prefetch_tokens(x, &a->dout, i0 - C, C);
-        prefetch_tokens(x, &a->z, i0 - C, C);
-    }
 }
 
 /* Pass 4 of one head and its partial sums out. */
@@ -730,30 +784,6 @@ static void head_end(bwd_task_ctx * x) {
     memcpy(job->dqb_part + (x->n * H + x->h) * K, x->s.qbacc, (size_t)K * sizeof(float));
     memcpy(job->dkb_part + (x->n * H + x->h) * K, x->s.kbacc, (size_t)K * sizeof(float));
     job->dd_part[x->n * H + x->h] = x->dd;
-}
-
-/* The group's dq̃, dk̃ sums of chunk c (the shared wacq, wack) into the block's workspace
- * slot rows: written by the block's first group, added by the next ones, in group order.
- * One pass over whole rows per group and chunk, not one per head: the slot is out of
- * cache by then, and this read-modify-write is memory bound (~5% of the run at the PERF.md
- * shape, about what the token chain's per-head adds into the slot rows used to cost). */
-static void flush_group(const bwd_task_ctx * x, int64_t c) {
-    const bwd_job *          job = x->job;
-    const ssmi_mamba3_dims * d = job->d;
-    const int64_t            K = d->dk, C = BWD_CHUNK, i0 = c * C, Lc = x->len - i0 < C ? x->len - i0 : C;
-    for (int which = 0; which < 2; ++which) {
-        float *       ws = which == 0 ? job->dq_ws : job->dk_ws;
-        const float * acc = which == 0 ? x->s.wacq : x->s.wack;
-        if (ws == NULL) continue;
-        for (int64_t i = 0; i < Lc; ++i) {
-            float *       w = ws + (((x->blk * d->batch + x->row) * d->seqlen + x->t0 + i0 + i) * d->nheads_qk + x->g) * K;
-            const float * r = acc + i * K;
-            if (x->first_in_block)
-                memcpy(w, r, (size_t)K * sizeof(float));
-            else
-                for (int64_t j = 0; j < K; ++j) w[j] += r[j];
-        }
-    }
 }
 
 /* Task (sequence n, Q/K head g, head block blk): the block's heads in groups of
@@ -793,12 +823,10 @@ static void bwd_task(void * arg, int64_t task, int32_t thread) {
             carve_head(d, job->l.max_len, job->l.max_chunks, base + shared + p * job->l.head_floats, &xs[p].s);
             xs[p].h = x.g * G + x.blk * hb + j0 + p;
             xs[p].first_in_block = j0 + p == 0;
-            xs[p].first_in_group = p == 0;
             head_begin(&xs[p]);
         }
         for (int64_t c = nchunks - 1; c >= 0; --c) {
             for (int64_t p = 0; p < np; ++p) head_chunk(&xs[p], c);
-            if (job->l.gqa_ws) flush_group(&xs[0], c);
         }
         for (int64_t p = 0; p < np; ++p) head_end(&xs[p]);
     }
@@ -883,8 +911,11 @@ static bwd_layout plan_bwd(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd
                 break;
             }
     l.head_block = G / l.nblocks;
-    /* Interleaving pays where heads share workspace rows (a block of several heads); each
-     * interleaved head needs its own whole-sequence tables. */
+    /* Interleaving lets the heads of a block that share workspace rows add to them while
+     * they are in cache, but each interleaved head needs its own whole-sequence tables
+     * (~3.3 MB per head at the PERF.md shape). It paid (2) while a separate pass added the
+     * chunk sums into the slot; with the adds in the token chain and the rows prefetched,
+     * 1 is ~2.5% faster there (1 thread) and 4 ~8% slower. */
     l.interleave = l.gqa_ws && l.head_block > 1 ? BWD_INTERLEAVE : 1;
     if (l.interleave > l.head_block) l.interleave = l.head_block;
     bwd_scratch unused;
