@@ -627,9 +627,8 @@ static ssm_status step_cuda(ssm_context * ctx, const ssm_mamba3_mimo_params * pa
     const ssm_tensor * const ins[4] = {&h.angle_state, &h.ssm_state, &h.k_state, &h.v_state};
     const ssm_tensor * const outs[4] = {&h.final_angle_state, &h.final_ssm_state, &h.final_k_state,
                                         &h.final_v_state};
-    for (int i = 0; i < 4 && st == SSM_STATUS_OK; ++i)
-        if (ssmi_present(outs[i]))
-            st = ssmi_cuda_copy_unused_slots(ctx, op, ins[i], outs[i], &h.state_batch_indices, d.batch);
+    if (st == SSM_STATUS_OK)
+        st = ssmi_mamba3_copy_unused_pools(ctx, op, SSMI_BACKEND_CUDA, ins, outs, &h.state_batch_indices, d.batch);
     ssmi_free(ctx, buf);
     return st;
 }
@@ -652,5 +651,5 @@ ssm_status ssm_mamba3_mimo_step(ssm_context * ctx, const ssm_mamba3_mimo_params 
     const ssm_tensor * const ins[4] = {&args->angle_state, &args->ssm_state, &args->k_state, &args->v_state};
     const ssm_tensor * const outs[4] = {&args->final_angle_state, &args->final_ssm_state, &args->final_k_state,
                                         &args->final_v_state};
-    return ssmi_mamba3_copy_unused_pools(ctx, op, ins, outs, &args->state_batch_indices, d.batch);
+    return ssmi_mamba3_copy_unused_pools(ctx, op, be, ins, outs, &args->state_batch_indices, d.batch);
 }

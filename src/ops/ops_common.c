@@ -396,8 +396,18 @@ ssm_status ssmi_mamba3_take_nseq(ssm_context * ctx, const char * op, const ssm_t
     return SSM_STATUS_OK;
 }
 
-ssm_status ssmi_mamba3_copy_unused_pools(ssm_context * ctx, const char * op, const ssm_tensor * const pools[4],
-                                         const ssm_tensor * const finals[4], const ssm_tensor * idx, int64_t batch) {
-    for (int i = 0; i < 4; ++i) SSM_FORWARD_IF_ERROR(ssmi_copy_unused_slots(ctx, op, pools[i], finals[i], idx, batch));
+ssm_status ssmi_mamba3_copy_unused_pools(ssm_context * ctx, const char * op, ssmi_backend_kind be,
+                                         const ssm_tensor * const pools[4], const ssm_tensor * const finals[4],
+                                         const ssm_tensor * idx, int64_t batch) {
+    for (int i = 0; i < 4; ++i) {
+#ifdef SSMOPS_HAVE_CUDA
+        if (be == SSMI_BACKEND_CUDA) {
+            SSM_FORWARD_IF_ERROR(ssmi_cuda_copy_unused_slots(ctx, op, pools[i], finals[i], idx, batch));
+            continue;
+        }
+#endif
+        SSM_FORWARD_IF_ERROR(ssmi_copy_unused_slots(ctx, op, pools[i], finals[i], idx, batch));
+    }
+    (void)be;
     return SSM_STATUS_OK;
 }

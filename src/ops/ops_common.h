@@ -121,8 +121,10 @@ ssm_status ssmi_mamba3_check_initial_states(ssm_context * ctx, const char * op, 
 ssm_status ssmi_mamba3_take_nseq(ssm_context * ctx, const char * op, const ssm_tensor * cu, const char * batch_name,
                                  int64_t batch, int64_t seqlen, int64_t * nseq, int32_t * varlen);
 /* After a decode step: separate final_* pools (finals[i] vs pools[i], angle/ssm/k/v) get the
- * slots no row used (ssmi_copy_unused_slots), so they hold the whole pool. */
-ssm_status ssmi_mamba3_copy_unused_pools(ssm_context * ctx, const char * op, const ssm_tensor * const pools[4],
-                                         const ssm_tensor * const finals[4], const ssm_tensor * idx, int64_t batch);
+ * slots no row used, so they hold the whole pool: on the host (ssmi_copy_unused_slots), or
+ * on the device for the CUDA backend (ssmi_cuda_copy_unused_slots; idx a host view). */
+ssm_status ssmi_mamba3_copy_unused_pools(ssm_context * ctx, const char * op, ssmi_backend_kind be,
+                                         const ssm_tensor * const pools[4], const ssm_tensor * const finals[4],
+                                         const ssm_tensor * idx, int64_t batch);
 
 #endif /* SSMI_OPS_COMMON_H */
