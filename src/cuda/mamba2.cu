@@ -33,8 +33,6 @@
  * Limits: N ≤ 256 (UNSUPPORTED beyond), H ≤ 65535.
  */
 #include <mma.h>
-#include <atomic>
-#include <mutex>
 #include <type_traits>
 #include <stdlib.h>
 #include <string.h>
@@ -959,7 +957,7 @@ template <int MODE> __global__ void __launch_bounds__(kFastThreads, 4) fast_outp
  *                          128-row tile, i.e. v3's warp k%4 of the 64-row tile i0 + 64·(k/4).
  *   state_pass_kernel_v4   the states and decays of 8 chunks are loaded before any of them is
  *                          used (v3: one chunk ahead).
- * Selected at run time (SSMOPS_CUDA_SCAN_KERNEL=v3|v4, default v4; scan_kernel_version). */
+ * Selected at run time (SSMOPS_CUDA_SCAN_KERNEL=v3|v4, default v4, read on every call; scan_kernel_version). */
 
 const int kV4Rows = 128;                 /* rows of an output tile                    */
 const int kV4Threads = 256;              /* 8 warps of 16 rows                        */
@@ -1721,23 +1719,11 @@ ssm_status run_fast(ssm_context * ctx, const char * op, int mode, const m2_fast_
 }
 
 /* ---- kernel version of the scan (v3 / v4) -------------------------------------------------------
- * A diagnostic knob: SSMOPS_CUDA_SCAN_KERNEL=v3 selects the v3 kernels, anything else (or unset)
- * v4; read once per process. Tests force a version with ssmi_cuda_mamba2_scan_set_kernel. */
-std::atomic<int> g_scan_kernel_forced{0}; /* 0: the environment decides; 3 or 4: forced */
-
-int scan_kernel_from_env() {
-    static std::once_flag once;
-    static int            version = 4;
-    std::call_once(once, [] {
-        const char * e = getenv("SSMOPS_CUDA_SCAN_KERNEL");
-        if (e != NULL && (strcmp(e, "v3") == 0 || strcmp(e, "3") == 0)) version = 3;
-    });
-    return version;
-}
-
+ * A diagnostic knob, like the other CUDA families': SSMOPS_CUDA_SCAN_KERNEL=v3 selects the v3
+ * kernels, anything else (or unset) v4; read on every call (getenv is cheap next to a scan). */
 int scan_kernel_version() {
-    const int f = g_scan_kernel_forced.load(std::memory_order_relaxed);
-    return f == 3 || f == 4 ? f : scan_kernel_from_env();
+    const char * e = getenv("SSMOPS_CUDA_SCAN_KERNEL");
+    return e != NULL && (strcmp(e, "v3") == 0 || strcmp(e, "3") == 0) ? 3 : 4;
 }
 
 /* *fits = 1 when fast_output_kernel_v4's shared memory (dynamic + static) fits the current
@@ -1870,10 +1856,6 @@ ssm_status scan_pointers(ssm_context * ctx, const char * op, const ssm_mamba2_sc
 } /* namespace */
 
 /* ---- entry points ----------------------------------------------------------------------------- */
-
-extern "C" void ssmi_cuda_mamba2_scan_set_kernel(int version) {
-    g_scan_kernel_forced.store(version == 3 || version == 4 ? version : 0, std::memory_order_relaxed);
-}
 
 extern "C" ssm_status ssmi_cuda_mamba2_scan_workspace_size(ssm_context * ctx, const ssm_mamba2_params * p,
                                                            const ssmi_mamba2_dims * d, const ssm_mamba2_scan_args * a,

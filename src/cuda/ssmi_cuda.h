@@ -45,10 +45,6 @@ ssm_status ssmi_cuda_mamba2_scan_workspace_size(ssm_context * ctx, const ssm_mam
  * cudaMallocAsync/cudaFreeAsync on ctx's stream). */
 ssm_status ssmi_cuda_mamba2_scan(ssm_context * ctx, const ssm_mamba2_params * p, const struct ssmi_mamba2_dims * d,
                                  const ssm_mamba2_scan_args * a, void * workspace);
-/* Tests only: the scan's tensor-core kernels of version 3 or 4 for every later call of this
- * process; any other value restores the default (SSMOPS_CUDA_SCAN_KERNEL=v3|v4, read once;
- * unset: v4). Both versions give the same bytes. */
-void ssmi_cuda_mamba2_scan_set_kernel(int version);
 
 /* Mamba-2 decode step (spec §2.9). Writes out and, when present, final_state's used slots
  * only (ops/ copies the unused ones of a separate pool: ssmi_cuda_copy_unused_slots).
