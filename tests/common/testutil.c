@@ -494,6 +494,16 @@ static ssmt_host alloc_act(const ssmt_mamba2_config * cfg, ssm_dtype dtype, int3
     const int32_t *      order = variant == 1 ? (ndim == 4 ? t_inner4 : t_inner3) : NULL;
     return ssmt_alloc_layout(dtype, ndim, shape, order, variant == 1 ? 1 : 3);
 }
+/* cu_seqlens = 0, then the running sums of the nseq sequence lengths. */
+static void fill_cu_seqlens(const ssm_tensor * cu, int32_t nseq, const int64_t * seqlens) {
+    int64_t acc = 0;
+    ssmt_set(cu, 0, 0.0);
+    for (int32_t s = 0; s < nseq; ++s) {
+        acc += seqlens[s];
+        ssmt_set(cu, s + 1, (double)acc);
+    }
+}
+
 
 int ssmt_mamba2_random_args(ssmt_rng * rng, const ssmt_mamba2_config * cfg, ssmt_mamba2_problem * pr) {
     memset(pr, 0, sizeof *pr);
@@ -575,14 +585,7 @@ int ssmt_mamba2_random_args(ssmt_rng * rng, const ssmt_mamba2_config * cfg, ssmt
             }
         }
     }
-    if (pr->cu_seqlens.t.data != NULL) {
-        int64_t acc = 0;
-        ssmt_set(&pr->cu_seqlens.t, 0, 0.0);
-        for (int32_t s = 0; s < cfg->nseq; ++s) {
-            acc += cfg->seqlens[s];
-            ssmt_set(&pr->cu_seqlens.t, s + 1, (double)acc);
-        }
-    }
+    if (pr->cu_seqlens.t.data != NULL) fill_cu_seqlens(&pr->cu_seqlens.t, cfg->nseq, cfg->seqlens);
 
     ssm_mamba2_scan_args * a = &pr->args;
     a->x = pr->x.t;
@@ -794,14 +797,7 @@ int ssmt_mamba3_random_args(ssmt_rng * rng, const ssmt_mamba3_config * cfg, ssmt
         ssmt_fill_normal(rng, &pr->k_state.t, 0.0, 1.0);
         ssmt_fill_normal(rng, &pr->v_state.t, 0.0, 1.0);
     }
-    if (cfg->nseq > 0) {
-        int64_t acc = 0;
-        ssmt_set(&pr->cu_seqlens.t, 0, 0.0);
-        for (int32_t s = 0; s < cfg->nseq; ++s) {
-            acc += cfg->seqlens[s];
-            ssmt_set(&pr->cu_seqlens.t, s + 1, (double)acc);
-        }
-    }
+    if (cfg->nseq > 0) fill_cu_seqlens(&pr->cu_seqlens.t, cfg->nseq, cfg->seqlens);
 
     ssm_mamba3_siso_args * a = &pr->args;
     a->q = pr->q.t;
@@ -1221,14 +1217,7 @@ int ssmt_mimo_random_args(ssmt_rng * rng, const ssmt_mimo_config * cfg, ssmt_mim
         ssmt_fill_normal(rng, &pr->k_state.t, 0.0, 1.0);
         ssmt_fill_normal(rng, &pr->v_state.t, 0.0, 1.0);
     }
-    if (cfg->nseq > 0) {
-        int64_t acc = 0;
-        ssmt_set(&pr->cu_seqlens.t, 0, 0.0);
-        for (int32_t s = 0; s < cfg->nseq; ++s) {
-            acc += cfg->seqlens[s];
-            ssmt_set(&pr->cu_seqlens.t, s + 1, (double)acc);
-        }
-    }
+    if (cfg->nseq > 0) fill_cu_seqlens(&pr->cu_seqlens.t, cfg->nseq, cfg->seqlens);
 
     ssm_mamba3_mimo_args * a = &pr->args;
     a->q = pr->q.t;
