@@ -6,6 +6,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
+#include <stdint.h>
 
 /* DEVICE_ERROR with cudaGetErrorString when err != cudaSuccess ("op: what failed: ..."). */
 ssm_status   ssmi_cuda_status(ssm_context * ctx, const char * op, const char * what, cudaError_t err);
@@ -46,6 +47,26 @@ __device__ __forceinline__ void ssmi_cu_st(void * p, int dtype, long long off, f
         case SSM_DTYPE_F64: ((double *)p)[off] = (double)v; break;
         default: break;
     }
+}
+
+/* Host-side layout tests of the fast paths. 1: rows of t (a 16-bit dtype `dt`, innermost
+ * dimension `inner` long) can be read in 16-byte pieces: 16-byte aligned base, unit inner
+ * stride, inner and every outer stride multiples of 8 elements. */
+static inline int ssmi_cu_vec_rows(const ssm_tensor * t, int32_t dt, int64_t inner) {
+    if (t->data == NULL || t->dtype != dt || inner % 8 != 0 || ((uintptr_t)t->data & 15) != 0) return 0;
+    if (t->strides[t->ndim - 1] != 1) return 0;
+    for (int i = 0; i < t->ndim - 1; ++i)
+        if (t->strides[i] % 8 != 0) return 0;
+    return 1;
+}
+/* 1: t (innermost dimension even) can be read or written in aligned pairs of elements. */
+static inline int ssmi_cu_vec_pairs(const ssm_tensor * t, int64_t inner) {
+    const size_t es = t->dtype == SSM_DTYPE_F32 ? 4 : t->dtype == SSM_DTYPE_F64 ? 8 : 2;
+    if (t->data == NULL || inner % 2 != 0 || ((uintptr_t)t->data % (2 * es)) != 0) return 0;
+    if (t->strides[t->ndim - 1] != 1) return 0;
+    for (int i = 0; i < t->ndim - 1; ++i)
+        if (t->strides[i] % 2 != 0) return 0;
+    return 1;
 }
 
 #define SSMI_CU_CHECK_LAUNCH(ctx, op, name)                                                   \

@@ -1611,23 +1611,6 @@ m2_dt_raw dt_raw_of(const ssm_mamba2_params * p, const ssm_mamba2_scan_args * a)
     return r;
 }
 
-/* 1: rows of t (innermost dimension `inner` long) can be read in 16-byte pieces of dtype `dt`. */
-int vec_rows(const ssm_tensor * t, int32_t dt, int64_t inner) {
-    if (t->data == NULL || t->dtype != dt || inner % 8 != 0 || ((uintptr_t)t->data & 15) != 0) return 0;
-    if (t->strides[t->ndim - 1] != 1) return 0;
-    for (int i = 0; i < t->ndim - 1; ++i)
-        if (t->strides[i] % 8 != 0) return 0;
-    return 1;
-}
-/* 1: t (innermost dimension even) can be read or written in aligned pairs of elements. */
-int vec_pairs(const ssm_tensor * t, int64_t inner) {
-    const size_t es = t->dtype == SSM_DTYPE_F32 ? 4 : t->dtype == SSM_DTYPE_F64 ? 8 : 2;
-    if (t->data == NULL || inner % 2 != 0 || ((uintptr_t)t->data % (2 * es)) != 0) return 0;
-    if (t->strides[t->ndim - 1] != 1) return 0;
-    for (int i = 0; i < t->ndim - 1; ++i)
-        if (t->strides[i] % 2 != 0) return 0;
-    return 1;
-}
 
 m2_fast_args fast_args_of(const ssm_mamba2_params * p, const ssmi_mamba2_dims * d, const ssm_mamba2_scan_args * a,
                           const m2_chunk * dchunks, float * states, float * lastcum) {
@@ -1644,9 +1627,9 @@ m2_fast_args fast_args_of(const ssm_mamba2_params * p, const ssmi_mamba2_dims * 
     f.x = ssmi_cu_view_of(&a->x);
     f.b = ssmi_cu_view_of(&a->b);
     f.c = ssmi_cu_view_of(&a->c);
-    f.vx = vec_rows(&a->x, T, d->headdim);
-    f.vb = vec_rows(&a->b, T, d->dstate);
-    f.vc = vec_rows(&a->c, T, d->dstate);
+    f.vx = ssmi_cu_vec_rows(&a->x, T, d->headdim);
+    f.vb = ssmi_cu_vec_rows(&a->b, T, d->dstate);
+    f.vc = ssmi_cu_vec_rows(&a->c, T, d->dstate);
     f.has_d = ssmi_present(&a->d);
     if (f.has_d) {
         f.d = ssmi_cu_view_of(&a->d);
@@ -1655,13 +1638,13 @@ m2_fast_args fast_args_of(const ssm_mamba2_params * p, const ssmi_mamba2_dims * 
     f.has_z = ssmi_present(&a->z);
     if (f.has_z) {
         f.z = ssmi_cu_view_of(&a->z);
-        f.vz = a->z.dtype == T && vec_pairs(&a->z, d->headdim);
+        f.vz = a->z.dtype == T && ssmi_cu_vec_pairs(&a->z, d->headdim);
     }
     f.states = states;
     f.lastcum = lastcum;
     f.out = a->out.data;
     f.out_dtype = a->out.dtype;
-    f.vout = (a->out.dtype == T || a->out.dtype == SSM_DTYPE_F32) && vec_pairs(&a->out, d->headdim);
+    f.vout = (a->out.dtype == T || a->out.dtype == SSM_DTYPE_F32) && ssmi_cu_vec_pairs(&a->out, d->headdim);
     for (int i = 0; i < 4; ++i) f.os[i] = a->out.strides[i];
     return f;
 }

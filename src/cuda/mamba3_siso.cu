@@ -1393,23 +1393,6 @@ bool use_fast_path(const ssmi_mamba3_dims * d, int mode, int version) {
     return version != 0 && mode != M_F32 && d->dk <= kFastMaxK;
 }
 
-/* 1: rows of t (innermost dimension `inner` long) can be read in 16-byte pieces of dtype `dt`. */
-int vec_rows(const ssm_tensor * t, int32_t dt, int64_t inner) {
-    if (t->data == NULL || t->dtype != dt || inner % 8 != 0 || ((uintptr_t)t->data & 15) != 0) return 0;
-    if (t->strides[t->ndim - 1] != 1) return 0;
-    for (int i = 0; i < t->ndim - 1; ++i)
-        if (t->strides[i] % 8 != 0) return 0;
-    return 1;
-}
-/* 1: t (innermost dimension even) can be read or written in aligned pairs of elements. */
-int vec_pairs(const ssm_tensor * t, int64_t inner) {
-    const size_t es = t->dtype == SSM_DTYPE_F32 ? 4 : t->dtype == SSM_DTYPE_F64 ? 8 : 2;
-    if (t->data == NULL || inner % 2 != 0 || ((uintptr_t)t->data % (2 * es)) != 0) return 0;
-    if (t->strides[t->ndim - 1] != 1) return 0;
-    for (int i = 0; i < t->ndim - 1; ++i)
-        if (t->strides[i] % 2 != 0) return 0;
-    return 1;
-}
 
 /* Everything the two forward entry points share, from tensor views. */
 struct fwd_io {
@@ -1493,11 +1476,11 @@ ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims
     }
     if (pl->W > 0 && use_fast_path(d, mode, version)) {
         const int32_t T = io.v->dtype;
-        P.vq = vec_rows(io.q, T, d->dk);
-        P.vk = vec_rows(io.k, T, d->dk);
-        P.vv = vec_rows(io.v, T, d->dv);
-        P.vz = P.has_z && io.z->dtype == T && vec_pairs(io.z, d->dv);
-        P.vout = (io.out->dtype == T || io.out->dtype == SSM_DTYPE_F32) && vec_pairs(io.out, d->dv);
+        P.vq = ssmi_cu_vec_rows(io.q, T, d->dk);
+        P.vk = ssmi_cu_vec_rows(io.k, T, d->dk);
+        P.vv = ssmi_cu_vec_rows(io.v, T, d->dv);
+        P.vz = P.has_z && io.z->dtype == T && ssmi_cu_vec_pairs(io.z, d->dv);
+        P.vout = (io.out->dtype == T || io.out->dtype == SSM_DTYPE_F32) && ssmi_cu_vec_pairs(io.out, d->dv);
         if (mode == M_F16 && version == 3)
             SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 3>(ctx, op, P, pl->W)));
         else if (mode == M_F16)
