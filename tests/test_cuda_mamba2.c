@@ -6,10 +6,11 @@
  * and permuted layouts, NaN-poisoned outputs, identical bytes across two runs, a caller
  * workspace, index tensors in host and device memory, AUTO dispatch from device tensors,
  * device-rule errors, and chunk_state on the CANN layout at the CANN shape.
- * Every scan case runs the v4 kernels (the default) against the reference, then the v3 kernels
- * (SSMOPS_CUDA_SCAN_KERNEL=v3, read by the library on every call), which must give the same
- * bytes: v4 reorders the loads, not the arithmetic. Extra v4 cases cover the 128-row tiles' edges (chunk lengths around 64,
- * 128, 192, 256) and P/N off every tile (P=72 N=136, N=20).
+ * Every scan case runs the v5 kernels (the default) against the reference, then the v4 kernels
+ * (SSMOPS_CUDA_SCAN_KERNEL=v4, read by the library on every call) against the reference, then
+ * the v3 kernels, which must give v4's bytes: v4 reorders v3's loads, not the arithmetic (v5
+ * rounds the decay factors differently). Extra cases cover the 128-row tiles' edges (chunk
+ * lengths around 64, 128, 192, 256) and P/N off every tile (P=72 N=136, N=20).
  * f16/bf16 outputs are measured against the reference rounded to their dtype (check_against_rounded).
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261202).
@@ -89,7 +90,7 @@ static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan
         if (dv[i].mem != NULL) *slot[i] = dv[i].view;
 
     ssm_context * ctx = o->use_auto ? ctx_auto : ctx_cuda;
-    setenv("SSMOPS_CUDA_SCAN_KERNEL", "v4", 1);
+    setenv("SSMOPS_CUDA_SCAN_KERNEL", "v5", 1);
     void *        ws = NULL;
     size_t        ws_bytes = 0;
     if (o->workspace) {
@@ -120,8 +121,27 @@ static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan
     ssmt_to_host(&pr.final_states, &dv[10]);
     TEST_CHECK(ssmt_unchanged(&pr.out, first_out), "%s: out differs between two runs", tag);
     if (first_fin) TEST_CHECK(ssmt_unchanged(&pr.final_states, first_fin), "%s: final_states differ between runs", tag);
-    /* v3's kernels on re-poisoned outputs: the same bytes as v4's (restored in pr for the
-     * comparison message) */
+    free(first_out);
+    free(first_fin);
+    /* v4's kernels (v5 differs only by the rounding of the decay factors): against the
+     * reference, then v3's on re-poisoned outputs must give v4's bytes */
+    ssmt_poison(&pr.out.t);
+    if (pr.final_states.t.data) ssmt_poison(&pr.final_states.t);
+    for (int i = 9; i <= 10; ++i)
+        if (dv[i].mem) TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dv[i].mem, hin[i]->buf, hin[i]->bytes), SSM_STATUS_OK);
+    setenv("SSMOPS_CUDA_SCAN_KERNEL", "v4", 1);
+    st = ssm_mamba2_scan(ctx, &p, &da, ws, ws_bytes);
+    TEST_CHECK(st == SSM_STATUS_OK, "%s: v4 scan %s (%s)", tag, ssm_status_string(st), ssm_context_last_error(ctx));
+    ssmt_to_host(&pr.out, &dv[9]);
+    ssmt_to_host(&pr.final_states, &dv[10]);
+    snprintf(label, sizeof label, "scan[%s v4] out", tag);
+    check_against_rounded(label, &pr.out.t, &rout.t, cfg->dtype);
+    if (pr.final_states.t.data) {
+        snprintf(label, sizeof label, "scan[%s v4] final_states", tag);
+        check_against_rounded(label, &pr.final_states.t, &rfin.t, cfg->dtype);
+    }
+    first_out = ssmt_snapshot(&pr.out);
+    first_fin = pr.final_states.t.data ? ssmt_snapshot(&pr.final_states) : NULL;
     ssmt_host v4_out = ssmt_clone(&pr.out.t, SSM_DTYPE_F64);
     ssmt_host v4_fin = pr.final_states.t.data ? ssmt_clone(&pr.final_states.t, SSM_DTYPE_F64) : (ssmt_host){0};
     ssmt_poison(&pr.out.t);
@@ -130,7 +150,7 @@ static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan
         if (dv[i].mem) TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dv[i].mem, hin[i]->buf, hin[i]->bytes), SSM_STATUS_OK);
     setenv("SSMOPS_CUDA_SCAN_KERNEL", "v3", 1);
     st = ssm_mamba2_scan(ctx, &p, &da, ws, ws_bytes);
-    setenv("SSMOPS_CUDA_SCAN_KERNEL", "v4", 1);
+    setenv("SSMOPS_CUDA_SCAN_KERNEL", "v5", 1);
     TEST_CHECK(st == SSM_STATUS_OK, "%s: v3 scan %s (%s)", tag, ssm_status_string(st), ssm_context_last_error(ctx));
     ssmt_to_host(&pr.out, &dv[9]);
     ssmt_to_host(&pr.final_states, &dv[10]);

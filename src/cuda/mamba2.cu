@@ -595,7 +595,8 @@ struct m2_fast_args {
     int              H, G, P, N, Np, n_ptiles, n_ntiles, n_itiles;
     m2_dt_raw        r;
     ssmi_cu_view     x, b, c, d, z;
-    int              vx, vb, vc, vz, vout; /* 16-byte paths (vout: pairs of out's dtype) */
+    int              vx, vb, vc, vz, vout; /* 16-byte paths (vz, vout: pairs of z's / out's dtype) */
+    int              vz16;                 /* z rows in 16-byte pieces of T (v5's staged z)          */
     int              has_d, d_2d, has_z;
     float *          states;  /* (W, H, P, N) fp32: chunk states (kernel 1), entering states (kernel 3) */
     float *          lastcum; /* (W, H) */
@@ -1431,6 +1432,370 @@ __global__ void __launch_bounds__(kThreads) state_pass_kernel_v4(const m2_pass_a
         ssmi_cu_st(A.fin, A.fin_dtype, sg.fin * A.fs[0] + h * A.fs[1] + p * A.fs[2] + n * A.fs[3], s);
 }
 
+/* ---- v5 of the output kernel --------------------------------------------------------------------
+ * The H200 profile of fast_output_kernel_v4 (ncu, 2026-11-30; docs/cuda-notes-mamba2.md) showed an
+ * instruction- and latency-bound kernel: HMMA 5% of the executed instructions, 7.8k SASS
+ * instructions (instruction-fetch stalls were the first stall reason), ~40% of the stall samples in
+ * the epilogue (z loaded per element from global memory right before use, D through the generic
+ * loader, store branches unrolled 16 times) and ~16% in the mask (an accurate expf per score).
+ * v5 keeps v4's tiles, buffers and products, and changes:
+ *  - z: each warp copies its own 16 z rows (cp.async, 16-byte pieces) into its own C rows, which it
+ *    no longer reads once its diagonal tile's scores are computed, so the copy flies during that
+ *    tile's mask and scores·x products; the epilogue reads z from shared memory;
+ *  - D: staged once per block in shared memory;
+ *  - mask: exp2f((cum_i − cum_j)·log2 e) (one MUFU op) instead of expf, cum/dt pairs read as float2,
+ *    no causal compare off the diagonal, the diagonal tile's scores computed whole (no divergent
+ *    skipping of column blocks, which made the compiler fence every mma) and then masked;
+ *  - tile copies: per-thread piece indices advanced by constants instead of divided per piece.
+ * Layouts the fast paths do not cover keep v4's code (generic loads, unrolled so y stays in
+ * registers). Results differ from v4 only by the rounding of the decay factors (exp2f). */
+
+const float kLog2e = 1.4426950408889634f;
+
+/* The 16-byte copies of a rows × 8·c8 tile of T: element (r, c) from src + r·srow + c into
+ * dst[r·ld + c]; rows ≥ nr or columns ≥ nc are zero-filled. The caller commits and waits. */
+template <typename T>
+__device__ __forceinline__ void v5_tile_vec(T * dst, int ld, const T * src, long long srow, int rows, int c8, int nr,
+                                            int nc) {
+    const int total = rows * c8, step_r = kV4Threads / c8, step_c = kV4Threads - step_r * c8;
+    int       r = (int)threadIdx.x / c8, c = (int)threadIdx.x - r * c8;
+    for (int o = threadIdx.x; o < total; o += kV4Threads) {
+        T * d = dst + r * ld + c * 8;
+        if (r < nr && c * 8 < nc)
+            cp_async16(d, src + r * srow + c * 8);
+        else
+            *reinterpret_cast<uint4 *>(d) = make_uint4(0u, 0u, 0u, 0u);
+        r += step_r, c += step_c;
+        if (c >= c8) c -= c8, ++r;
+    }
+}
+
+/* tile_to_smem with the vector path of v5_tile_vec. */
+template <int MODE>
+__device__ __forceinline__ void v5_tile(typename cfg<MODE>::T * dst, int ld, const ssmi_cu_view & v, int vec,
+                                        long long base, long long srow, long long scol, int rows, int cols, int nr,
+                                        int nc) {
+    typedef typename cfg<MODE>::T T;
+    if (vec)
+        v5_tile_vec<T>(dst, ld, (const T *)v.p + base, srow, rows, cols >> 3, nr, nc);
+    else
+        tile_to_smem<MODE>(dst, ld, v, 0, base, srow, scol, rows, cols, nr, nc);
+}
+
+/* The mask, decay and dt of a 16 × 64 score tile (fragment layout): sc(i, j) · exp(cum_i − cum_j) ·
+ * dt_j, 0 above the diagonal when DIAG. Rows at or beyond the chunk's length are never stored. */
+template <bool DIAG>
+__device__ __forceinline__ void v5_mask(float (&sc)[8][4], const float * cums, const float * dts, int jb, int ri0,
+                                        int ri1, float ci0, float ci1) {
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+        const int    j = jb + t * 8;
+        const float2 cj = *reinterpret_cast<const float2 *>(cums + j);
+        const float2 dj = *reinterpret_cast<const float2 *>(dts + j);
+        const float  w00 = exp2f((ci0 - cj.x) * kLog2e) * dj.x, w01 = exp2f((ci0 - cj.y) * kLog2e) * dj.y;
+        const float  w10 = exp2f((ci1 - cj.x) * kLog2e) * dj.x, w11 = exp2f((ci1 - cj.y) * kLog2e) * dj.y;
+        if (DIAG) {
+            sc[t][0] = j <= ri0 ? sc[t][0] * w00 : 0.0f;
+            sc[t][1] = j + 1 <= ri0 ? sc[t][1] * w01 : 0.0f;
+            sc[t][2] = j <= ri1 ? sc[t][2] * w10 : 0.0f;
+            sc[t][3] = j + 1 <= ri1 ? sc[t][3] * w11 : 0.0f;
+        } else {
+            sc[t][0] *= w00, sc[t][1] *= w01, sc[t][2] *= w10, sc[t][3] *= w11;
+        }
+    }
+}
+
+template <int MODE> __global__ void __launch_bounds__(kV4Threads, 2) fast_output_kernel_v5(const m2_fast_args A) {
+    typedef typename cfg<MODE>::T T;
+    __shared__ __align__(16) float dts[kScanQ];
+    __shared__ __align__(16) float cums[kScanQ];
+    __shared__ float               ds[kFT];
+    extern __shared__ __align__(128) unsigned char smem[];
+    const v4_out_smem<MODE> L(A.Np);
+    T *                     cs = (T *)(smem + L.cs);
+    T *                     ss_hi = (T *)(smem + L.ss_hi);
+    T *                     ss_lo = (T *)(smem + L.ss_lo);
+    const int ob0 = (int)L.b0, ox0 = (int)L.x0, obd = (int)(L.b1 - L.b0), oxd = (int)(L.x1 - L.x0);
+
+    const long long blk = blockIdx.x;
+    const int       nz = kV4ITiles * A.n_ptiles;
+    const long long wh = blk / nz;
+    const int       z = (int)(blk - wh * nz);
+    const int       w = (int)(wh / A.H), h = (int)(wh - (long long)w * A.H);
+    const int       i0 = (z / A.n_ptiles) * kV4Rows, p0 = (z % A.n_ptiles) * kFT;
+    const m2_chunk  ch = A.chunks[w];
+    if (i0 >= ch.len) return; /* uniform over the block */
+    const int  tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int  wq = warp & 3;               /* the warp's 16-row slice within its 64-row tile */
+    const int  iw = i0 + (warp >> 2) * kFT; /* start of this warp's 64-row tile               */
+    const bool active = iw < ch.len;        /* warp-uniform                                    */
+    const int  g = h / (A.H / A.G);
+    const int  LN = A.Np + 8, KS = A.Np / 16;
+    const int  nlen = min(ch.len, i0 + kV4Rows);
+    const int  ntiles = (i0 + kFT < ch.len ? i0 + kFT : i0) / kFT + 1;
+    /* z rows go through this warp's own C rows (row pitch LN ≥ 64 + 8 needs Np ≥ 64) */
+    const bool      zstage = A.has_z && A.vz16 && A.Np >= kFT;
+    const long long bb = ch.b * A.b.s[0] + g * A.b.s[2];
+    const long long xb = ch.b * A.x.s[0] + h * A.x.s[2] + p0 * A.x.s[3];
+    {
+        const float * dd = A.dtc + wh * 2 * kScanQ;
+        for (int i = tid; i < kScanQ; i += kV4Threads) {
+            dts[i] = i < nlen ? dd[i] : 0.0f;
+            cums[i] = i < nlen ? dd[kScanQ + i] : 0.0f;
+        }
+        for (int k = tid; k < kFT; k += kV4Threads) {
+            const int p = p0 + k;
+            ds[k] = A.has_d && p < A.P ? ssmi_cu_ld(A.d.p, A.d.dtype, h * A.d.s[0] + (A.d_2d ? p * A.d.s[1] : 0))
+                                       : 0.0f;
+        }
+    }
+
+    /* group 0: the C rows of the tile; group 1: B/x of token tile 0 */
+    v5_tile<MODE>(cs, LN, A.c, A.vc, ch.b * A.c.s[0] + (ch.t0 + i0) * A.c.s[1] + g * A.c.s[2], A.c.s[1], A.c.s[3],
+                  kV4Rows, A.Np, ch.len - i0, A.N);
+    cp_async_commit();
+    v5_tile<MODE>(v4_buf<T>(smem, ob0, obd, 0), LN, A.b, A.vb, bb + ch.t0 * A.b.s[1], A.b.s[1], A.b.s[3], kFT, A.Np,
+                  ch.len, A.N);
+    v5_tile<MODE>(v4_buf<T>(smem, ox0, oxd, 0), kFLd, A.x, A.vx, xb + ch.t0 * A.x.s[1], A.x.s[1], A.x.s[3], kFT, kFT,
+                  ch.len, A.P - p0);
+    cp_async_commit();
+    /* the entering state (P tile x N), fp32 -> split, while the copies fly */
+    {
+        const float * st = A.states + wh * A.P * A.N;
+        const int     c4 = A.Np / 4, total = kFT * c4;
+        const int     U = 4;
+        for (int o0 = tid; o0 < total; o0 += U * kV4Threads) {
+            float v[U][4];
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int o = o0 + u * kV4Threads, r = o / c4, c = (o - r * c4) * 4, p = p0 + r;
+                if (o < total && (A.N & 3) == 0 && p < A.P && c < A.N) {
+                    const float4 f = __ldg(reinterpret_cast<const float4 *>(st + (long long)p * A.N + c));
+                    v[u][0] = f.x, v[u][1] = f.y, v[u][2] = f.z, v[u][3] = f.w;
+                } else {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        v[u][e] = (o < total && p < A.P && c + e < A.N) ? st[(long long)p * A.N + c + e] : 0.0f;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < U; ++u) {
+                const int o = o0 + u * kV4Threads, r = o / c4, c = (o - r * c4) * 4;
+                if (o >= total) break;
+                uint32_t hi[2], lo[2];
+                split2<MODE>(v[u][0], v[u][1], hi[0], lo[0]);
+                split2<MODE>(v[u][2], v[u][3], hi[1], lo[1]);
+                *reinterpret_cast<uint2 *>(&ss_hi[r * LN + c]) = make_uint2(hi[0], hi[1]);
+                *reinterpret_cast<uint2 *>(&ss_lo[r * LN + c]) = make_uint2(lo[0], lo[1]);
+            }
+        }
+    }
+    cp_async_wait_group<1>();
+    __syncthreads();
+
+    /* y (16 rows x 64 p) = C · S_inᵀ, rows scaled by exp(cum_i) */
+    float y[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) y[i][0] = y[i][1] = y[i][2] = y[i][3] = 0.0f;
+    const T * crow = cs + warp * 16 * LN + a_row_off(lane, LN);
+    if (active) {
+        for (int ks = 0; ks < KS; ++ks) {
+            uint32_t a[4], b[4][4];
+            ldsm4(a, crow + ks * 16);
+#pragma unroll
+            for (int np = 0; np < 4; ++np) ldsm4(b[np], &ss_hi[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
+#pragma unroll
+            for (int np = 0; np < 4; ++np) {
+                mma16816<MODE>(y[2 * np], a, b[np][0], b[np][1]);
+                mma16816<MODE>(y[2 * np + 1], a, b[np][2], b[np][3]);
+            }
+            if (kFastSplit) {
+#pragma unroll
+                for (int np = 0; np < 4; ++np) ldsm4(b[np], &ss_lo[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
+#pragma unroll
+                for (int np = 0; np < 4; ++np) {
+                    mma16816<MODE>(y[2 * np], a, b[np][0], b[np][1]);
+                    mma16816<MODE>(y[2 * np + 1], a, b[np][2], b[np][3]);
+                }
+            }
+        }
+    }
+    const int   ri0 = iw + wq * 16 + (lane >> 2), ri1 = ri0 + 8; /* this thread's rows (chunk index) */
+    const float ci0 = ri0 < nlen ? cums[ri0] : 0.0f, ci1 = ri1 < nlen ? cums[ri1] : 0.0f;
+    {
+        const float e0 = ri0 < nlen ? expf(ci0) : 0.0f, e1 = ri1 < nlen ? expf(ci1) : 0.0f;
+#pragma unroll
+        for (int t = 0; t < 8; ++t) y[t][0] *= e0, y[t][1] *= e0, y[t][2] *= e1, y[t][3] *= e1;
+    }
+    __syncthreads(); /* the state region becomes B/x buffer 1 */
+
+    for (int jt = 0; jt < ntiles; ++jt) {
+        const int j0 = jt * kFT;
+        if (jt + 1 < ntiles) {
+            const int jn = j0 + kFT;
+            const int k = (jt + 1) & 1;
+            v5_tile<MODE>(v4_buf<T>(smem, ob0, obd, k), LN, A.b, A.vb, bb + (ch.t0 + jn) * A.b.s[1], A.b.s[1],
+                          A.b.s[3], kFT, A.Np, ch.len - jn, A.N);
+            v5_tile<MODE>(v4_buf<T>(smem, ox0, oxd, k), kFLd, A.x, A.vx, xb + (ch.t0 + jn) * A.x.s[1], A.x.s[1],
+                          A.x.s[3], kFT, kFT, ch.len - jn, A.P - p0);
+        }
+        cp_async_commit();        /* possibly empty: one group per step */
+        cp_async_wait_group<1>(); /* tile jt of this thread is done; tile jt+1 (and a z copy) may fly */
+        __syncthreads();
+        const T *  bs = v4_buf<T>(smem, ob0, obd, jt & 1);
+        const T *  xs = v4_buf<T>(smem, ox0, oxd, jt & 1);
+        const bool diag = j0 == iw;
+        if (active && j0 <= iw) {
+            /* scores (16 rows x 64 tokens) = C · Bᵀ, whole tiles (the diagonal one is masked below) */
+            float sc[8][4];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
+            for (int ks = 0; ks < KS; ++ks) {
+                uint32_t a[4], b[4][4];
+                ldsm4(a, crow + ks * 16);
+#pragma unroll
+                for (int np = 0; np < 4; ++np) ldsm4(b[np], &bs[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
+#pragma unroll
+                for (int np = 0; np < 4; ++np) {
+                    mma16816<MODE>(sc[2 * np], a, b[np][0], b[np][1]);
+                    mma16816<MODE>(sc[2 * np + 1], a, b[np][2], b[np][3]);
+                }
+            }
+            if (diag && zstage) {
+                /* this warp's C rows are no longer read: its 16 z rows (64 p) go there, in flight
+                 * during the products below (a group of its own; waited for in the epilogue or by
+                 * the next step's wait) */
+                __syncwarp();
+                const T * zsrc = (const T *)A.z.p + ch.b * A.z.s[0] + h * A.z.s[2] + p0;
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const int v = lane + 32 * u, r = v >> 3, c = (v & 7) * 8, row = iw + wq * 16 + r;
+                    T *       d = cs + (warp * 16 + r) * LN + c;
+                    if (row < ch.len && p0 + c < A.P)
+                        cp_async16(d, zsrc + (ch.t0 + row) * A.z.s[1] + c);
+                    else
+                        *reinterpret_cast<uint4 *>(d) = make_uint4(0u, 0u, 0u, 0u);
+                }
+                cp_async_commit();
+            }
+            const int jb = j0 + 2 * (lane & 3);
+            if (diag)
+                v5_mask<true>(sc, cums, dts, jb, ri0, ri1, ci0, ci1);
+            else
+                v5_mask<false>(sc, cums, dts, jb, ri0, ri1, ci0, ci1);
+            /* y += scores · x (tokens x p); on the diagonal, token blocks after the warp's rows are 0 */
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks) {
+                if (diag && ks > wq) continue;
+                uint32_t ah[4], al[4];
+                split2<MODE>(sc[2 * ks][0], sc[2 * ks][1], ah[0], al[0]);
+                split2<MODE>(sc[2 * ks][2], sc[2 * ks][3], ah[1], al[1]);
+                split2<MODE>(sc[2 * ks + 1][0], sc[2 * ks + 1][1], ah[2], al[2]);
+                split2<MODE>(sc[2 * ks + 1][2], sc[2 * ks + 1][3], ah[3], al[3]);
+                uint32_t b[4][4];
+#pragma unroll
+                for (int np = 0; np < 4; ++np) ldsm4_t(b[np], &xs[ks * 16 * kFLd + np * 16 + b_kn_off(lane, kFLd)]);
+#pragma unroll
+                for (int np = 0; np < 4; ++np) {
+                    mma16816<MODE>(y[2 * np], ah, b[np][0], b[np][1]);
+                    mma16816<MODE>(y[2 * np + 1], ah, b[np][2], b[np][3]);
+                }
+                if (kFastSplit) {
+#pragma unroll
+                    for (int np = 0; np < 4; ++np) {
+                        mma16816<MODE>(y[2 * np], al, b[np][0], b[np][1]);
+                        mma16816<MODE>(y[2 * np + 1], al, b[np][2], b[np][3]);
+                    }
+                }
+            }
+        }
+        /* the next step prefetches tile jt+2 into this buffer: everybody must be done with it.
+         * The last two tiles are never overwritten: they hold the diagonal x rows used for D. */
+        if (jt + 2 < ntiles) __syncthreads();
+    }
+    if (!active) return; /* no barrier follows */
+
+    /* epilogue: + D·x (the warp's diagonal x tile), the z gate, stores of pairs */
+    const T *       xd = v4_buf<T>(smem, ox0, oxd, (iw / kFT) & 1);
+    const long long tb = ch.t0 + iw;
+    if (A.vout && (!A.has_z || zstage)) {
+        cp_async_wait_group<0>();
+        __syncwarp(); /* the warp's z rows, copied by its lanes, are visible to all of them */
+        const T * zrow = cs + warp * 16 * LN;
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+            const int pl = t * 8 + 2 * (lane & 3), p = p0 + pl;
+            if (p >= A.P) continue; /* P is even here (vout): p + 1 < P too */
+            const float d0 = ds[pl], d1 = ds[pl + 1];
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int r16 = (lane >> 2) + half * 8, ii = wq * 16 + r16;
+                if (iw + ii >= ch.len) continue;
+                const float2 xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&xd[ii * kFLd + pl]));
+                float        v0 = y[t][2 * half] + d0 * xv.x, v1 = y[t][2 * half + 1] + d1 * xv.y;
+                if (A.has_z) {
+                    const float2 zz = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&zrow[r16 * LN + pl]));
+                    v0 *= zz.x / (1.0f + expf(-zz.x));
+                    v1 *= zz.y / (1.0f + expf(-zz.y));
+                }
+                const long long oo = ch.b * A.os[0] + (tb + ii) * A.os[1] + h * A.os[2] + p * A.os[3];
+                if (A.out_dtype == SSM_DTYPE_F32)
+                    *reinterpret_cast<float2 *>((float *)A.out + oo) = make_float2(v0, v1);
+                else
+                    *reinterpret_cast<uint32_t *>((T *)A.out + oo) = t2<MODE>::pack(v0, v1);
+            }
+        }
+        return;
+    }
+    /* any other layout: v4's epilogue (z from global memory, generic loads and stores) */
+    float2 zv[8][2];
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int       p = p0 + t * 8 + 2 * (lane & 3), ii = wq * 16 + (lane >> 2) + half * 8;
+            const long long zo = ch.b * A.z.s[0] + (tb + ii) * A.z.s[1] + h * A.z.s[2] + p * A.z.s[3];
+            zv[t][half] = make_float2(0.0f, 0.0f);
+            if (!A.has_z || p >= A.P || iw + ii >= ch.len) continue;
+            if (A.vz && p + 1 < A.P)
+                zv[t][half] = t2<MODE>::unpack(__ldg(reinterpret_cast<const unsigned int *>((const T *)A.z.p + zo)));
+            else
+                zv[t][half] = make_float2(ssmi_cu_ld(A.z.p, A.z.dtype, zo),
+                                          p + 1 < A.P ? ssmi_cu_ld(A.z.p, A.z.dtype, zo + A.z.s[3]) : 0.0f);
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+        const int pl = t * 8 + 2 * (lane & 3), p = p0 + pl;
+        if (p >= A.P) continue;
+        const bool  two = p + 1 < A.P;
+        const float d0 = ds[pl], d1 = two ? ds[pl + 1] : 0.0f;
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int ii = wq * 16 + (lane >> 2) + half * 8;
+            if (iw + ii >= ch.len) continue;
+            const long long t_ = tb + ii;
+            const float2    xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&xd[ii * kFLd + pl]));
+            float           v0 = y[t][2 * half] + d0 * xv.x, v1 = y[t][2 * half + 1] + d1 * xv.y;
+            if (A.has_z) {
+                const float z0 = zv[t][half].x, z1 = zv[t][half].y;
+                v0 *= z0 / (1.0f + expf(-z0));
+                v1 *= z1 / (1.0f + expf(-z1));
+            }
+            const long long oo = ch.b * A.os[0] + t_ * A.os[1] + h * A.os[2] + p * A.os[3];
+            if (A.vout && two) {
+                if (A.out_dtype == SSM_DTYPE_F32)
+                    *reinterpret_cast<float2 *>((float *)A.out + oo) = make_float2(v0, v1);
+                else
+                    *reinterpret_cast<uint32_t *>((T *)A.out + oo) = t2<MODE>::pack(v0, v1);
+            } else {
+                ssmi_cu_st(A.out, A.out_dtype, oo, v0);
+                if (two) ssmi_cu_st(A.out, A.out_dtype, oo + A.os[3], v1);
+            }
+        }
+    }
+}
+
 /* ---- host side ------------------------------------------------------------------------------ */
 
 int compute_mode(int32_t dtype) {
@@ -1639,6 +2004,7 @@ m2_fast_args fast_args_of(const ssm_mamba2_params * p, const ssmi_mamba2_dims * 
     if (f.has_z) {
         f.z = ssmi_cu_view_of(&a->z);
         f.vz = a->z.dtype == T && ssmi_cu_vec_pairs(&a->z, d->headdim);
+        f.vz16 = ssmi_cu_vec_rows(&a->z, T, d->headdim);
     }
     f.states = states;
     f.lastcum = lastcum;
@@ -1670,8 +2036,9 @@ template <int MODE> ssm_status launch_fast(ssm_context * ctx, const char * op, c
     return SSM_STATUS_OK;
 }
 
+/* v4's state kernel, or its output kernel (v5: fast_output_kernel_v5, same grid and buffers). */
 template <int MODE> ssm_status launch_fast_v4(ssm_context * ctx, const char * op, const m2_fast_args & A, long long W,
-                                              bool output) {
+                                              bool output, bool v5) {
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     const long long    nz = output ? (long long)kV4ITiles * A.n_ptiles : (long long)A.n_ptiles * A.n_ntiles;
     const long long    blocks = W * A.H * nz;
@@ -1683,30 +2050,34 @@ template <int MODE> ssm_status launch_fast_v4(ssm_context * ctx, const char * op
         return SSM_STATUS_OK;
     }
     const v4_out_smem<MODE> L(A.Np);
+    void (*kernel)(const m2_fast_args) = v5 ? fast_output_kernel_v5<MODE> : fast_output_kernel_v4<MODE>;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
         ctx, op, "cudaFuncSetAttribute",
-        cudaFuncSetAttribute(fast_output_kernel_v4<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L.total)));
-    fast_output_kernel_v4<MODE><<<(unsigned)blocks, kV4Threads, L.total, s>>>(A);
-    SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_output_kernel_v4 launch");
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L.total)));
+    kernel<<<(unsigned)blocks, kV4Threads, L.total, s>>>(A);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, v5 ? "fast_output_kernel_v5 launch" : "fast_output_kernel_v4 launch");
     return SSM_STATUS_OK;
 }
 
-/* version: 3 or 4 (the tensor-core kernels of that version). */
+/* version: 3, 4 or 5 (the tensor-core kernels of that version; v5 = v4's state kernel and pass
+ * with the v5 output kernel). */
 ssm_status run_fast(ssm_context * ctx, const char * op, int mode, const m2_fast_args & A, long long W, bool output,
                     int version) {
     if (W == 0 || A.H == 0 || A.P == 0 || (!output && A.N == 0)) return SSM_STATUS_OK;
-    if (version == 4)
-        return mode == M_F16 ? launch_fast_v4<M_F16>(ctx, op, A, W, output)
-                             : launch_fast_v4<M_BF16>(ctx, op, A, W, output);
+    if (version >= 4)
+        return mode == M_F16 ? launch_fast_v4<M_F16>(ctx, op, A, W, output, version == 5)
+                             : launch_fast_v4<M_BF16>(ctx, op, A, W, output, version == 5);
     return mode == M_F16 ? launch_fast<M_F16>(ctx, op, A, W, output) : launch_fast<M_BF16>(ctx, op, A, W, output);
 }
 
-/* ---- kernel version of the scan (v3 / v4) -------------------------------------------------------
- * A diagnostic knob, like the other CUDA families': SSMOPS_CUDA_SCAN_KERNEL=v3 selects the v3
- * kernels, anything else (or unset) v4; read on every call (getenv is cheap next to a scan). */
+/* ---- kernel version of the scan (v3 / v4 / v5) --------------------------------------------------
+ * A diagnostic knob, like the other CUDA families': SSMOPS_CUDA_SCAN_KERNEL=v3 or v4 selects
+ * those kernels, anything else (or unset) v5; read on every call (getenv is cheap next to a scan). */
 int scan_kernel_version() {
     const char * e = getenv("SSMOPS_CUDA_SCAN_KERNEL");
-    return e != NULL && (strcmp(e, "v3") == 0 || strcmp(e, "3") == 0) ? 3 : 4;
+    if (e != NULL && (strcmp(e, "v3") == 0 || strcmp(e, "3") == 0)) return 3;
+    if (e != NULL && (strcmp(e, "v4") == 0 || strcmp(e, "4") == 0)) return 4;
+    return 5;
 }
 
 /* *fits = 1 when fast_output_kernel_v4's shared memory (dynamic + static) fits the current
@@ -1717,7 +2088,7 @@ ssm_status v4_output_fits(ssm_context * ctx, const char * op, int mode, int Np, 
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
                                           cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)));
     const size_t dyn = mode == M_F16 ? v4_out_smem<M_F16>(Np).total : v4_out_smem<M_BF16>(Np).total;
-    *fits = dyn + 2 * sizeof(float) * kScanQ <= (size_t)optin;
+    *fits = dyn + sizeof(float) * (2 * kScanQ + kFT) <= (size_t)optin; /* + v5's D row */
     return SSM_STATUS_OK;
 }
 
@@ -1767,7 +2138,7 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
     m2_fast_args fa;
     memset(&fa, 0, sizeof fa);
     if (mode != M_F32) {
-        if (version == 4) {
+        if (version >= 4) {
             int fits = 0;
             SSM_FORWARD_IF_ERROR(v4_output_fits(ctx, op, mode, Np, &fits));
             if (!fits) out_version = 3;
@@ -1798,7 +2169,7 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
         SSM_RETURN_IF(pl->nseg > 65535, ctx, SSM_STATUS_UNSUPPORTED,
                       "%s: %lld sequences exceed the CUDA backend's limit of 65535", op, pl->nseg);
         const dim3 grid((unsigned)((hpn + kThreads - 1) / kThreads), (unsigned)pl->nseg);
-        if (version == 4)
+        if (version >= 4)
             state_pass_kernel_v4<<<grid, kThreads, 0, s>>>(pa);
         else
             state_pass_kernel<<<grid, kThreads, 0, s>>>(pa);
