@@ -386,6 +386,7 @@ struct m2_pass_args {
     void *           fin;
     int              fin_dtype, has_fin;
     long long        fs[4];
+    void *           split; /* (W, H, 2, P, N) of T, or NULL: v5's entering states (state_pass_kernel_v5) */
 };
 
 __global__ void __launch_bounds__(kThreads) state_pass_kernel(const m2_pass_args A) {
@@ -597,6 +598,7 @@ struct m2_fast_args {
     ssmi_cu_view     x, b, c, d, z;
     int              vx, vb, vc, vz, vout; /* 16-byte paths (vz, vout: pairs of z's / out's dtype) */
     int              vz16;                 /* z rows in 16-byte pieces of T (v5's staged z)          */
+    const void *     split;                /* v5: entering states split (W, H, 2, P, N) of T, or NULL */
     int              has_d, d_2d, has_z;
     float *          states;  /* (W, H, P, N) fp32: chunk states (kernel 1), entering states (kernel 3) */
     float *          lastcum; /* (W, H) */
@@ -1432,6 +1434,47 @@ __global__ void __launch_bounds__(kThreads) state_pass_kernel_v4(const m2_pass_a
         ssmi_cu_st(A.fin, A.fin_dtype, sg.fin * A.fs[0] + h * A.fs[1] + p * A.fs[2] + n * A.fs[3], s);
 }
 
+/* state_pass_kernel_v4 that writes each entering state already split for the v5 output kernel:
+ * hi = s rounded to T and lo = the rounded remainder, in planes (W, H, {hi, lo}, P, N) of T — the
+ * same split the output kernel did on its fp32 tile (so the same bytes), but done once per state
+ * element instead of once per output block, and loaded by the output kernel with cp.async. The
+ * fp32 chunk states are only read. N is a multiple of 8 (16-byte rows). */
+template <int MODE> __global__ void __launch_bounds__(kThreads) state_pass_kernel_v5(const m2_pass_args A) {
+    typedef typename cfg<MODE>::T T;
+    const long long hpn = (long long)A.H * A.P * A.N;
+    const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= hpn) return;
+    const m2_seg sg = A.segs[blockIdx.y];
+    const int    pn = A.P * A.N;
+    const int    h = (int)(e / pn), p = (int)((e % pn) / A.N), n = (int)(e % A.N);
+    const long long within = e - (long long)h * pn; /* p·N + n */
+    T *          split = (T *)A.split;
+    float        s = 0.0f;
+    if (A.has_init && sg.init >= 0)
+        s = ssmi_cu_ld(A.init.p, A.init.dtype, sg.init * A.init.s[0] + h * A.init.s[1] + p * A.init.s[2] + n * A.init.s[3]);
+    for (int k0 = 0; k0 < sg.count; k0 += kPassBatch) {
+        float local[kPassBatch], decay[kPassBatch];
+#pragma unroll
+        for (int u = 0; u < kPassBatch; ++u) {
+            const long long wk = (long long)sg.first + k0 + u;
+            local[u] = k0 + u < sg.count ? A.states[wk * hpn + e] : 0.0f;
+            decay[u] = k0 + u < sg.count ? expf(A.lastcum[wk * A.H + h]) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < kPassBatch; ++u) {
+            if (k0 + u >= sg.count) break;
+            const long long base = (((long long)sg.first + k0 + u) * A.H + h) * 2 * pn + within;
+            T               hi, lo;
+            store_split<MODE>(s, &hi, &lo);
+            split[base] = hi;
+            split[base + pn] = lo;
+            s = decay[u] * s + local[u];
+        }
+    }
+    if (A.has_fin && sg.fin >= 0)
+        ssmi_cu_st(A.fin, A.fin_dtype, sg.fin * A.fs[0] + h * A.fs[1] + p * A.fs[2] + n * A.fs[3], s);
+}
+
 /* ---- v5 of the output kernel --------------------------------------------------------------------
  * The H200 profile of fast_output_kernel_v4 (ncu, 2026-11-30; docs/cuda-notes-mamba2.md) showed an
  * instruction- and latency-bound kernel: HMMA 5% of the executed instructions, 7.8k SASS
@@ -1550,17 +1593,24 @@ template <int MODE> __global__ void __launch_bounds__(kV4Threads, 2) fast_output
         }
     }
 
-    /* group 0: the C rows of the tile; group 1: B/x of token tile 0 */
+    /* group 0: the C rows of the tile (and the entering state when state_pass_kernel_v5 split it:
+     * its hi and lo planes, 16-byte rows); group 1: B/x of token tile 0 */
     v5_tile<MODE>(cs, LN, A.c, A.vc, ch.b * A.c.s[0] + (ch.t0 + i0) * A.c.s[1] + g * A.c.s[2], A.c.s[1], A.c.s[3],
                   kV4Rows, A.Np, ch.len - i0, A.N);
+    if (A.split != NULL) {
+        const T * sp = (const T *)A.split + wh * 2 * A.P * A.N + (long long)p0 * A.N;
+        v5_tile_vec<T>(ss_hi, LN, sp, A.N, kFT, A.Np >> 3, A.P - p0, A.N);
+        v5_tile_vec<T>(ss_lo, LN, sp + (long long)A.P * A.N, A.N, kFT, A.Np >> 3, A.P - p0, A.N);
+    }
     cp_async_commit();
     v5_tile<MODE>(v4_buf<T>(smem, ob0, obd, 0), LN, A.b, A.vb, bb + ch.t0 * A.b.s[1], A.b.s[1], A.b.s[3], kFT, A.Np,
                   ch.len, A.N);
     v5_tile<MODE>(v4_buf<T>(smem, ox0, oxd, 0), kFLd, A.x, A.vx, xb + ch.t0 * A.x.s[1], A.x.s[1], A.x.s[3], kFT, kFT,
                   ch.len, A.P - p0);
     cp_async_commit();
-    /* the entering state (P tile x N), fp32 -> split, while the copies fly */
-    {
+    /* the entering state (P tile x N), fp32 -> split, while the copies fly (unless group 0 brought
+     * it already split) */
+    if (A.split == NULL) {
         const float * st = A.states + wh * A.P * A.N;
         const int     c4 = A.Np / 4, total = kFT * c4;
         const int     U = 4;
@@ -1888,17 +1938,25 @@ ssm_status plan_scan(ssm_context * ctx, const ssmi_mamba2_dims * d, const ssm_ma
 /* Workspace layout of the scan: chunks | segs | lastcum (W,H) | dt and cumsum (W,H,2,kScanQ; the
  * fp16/bf16 path) | states (W,H,P,N). */
 struct scan_ws {
-    size_t chunks, segs, lastcum, dtc, states, total;
+    size_t chunks, segs, lastcum, dtc, states, split, total;
 };
-scan_ws scan_ws_layout(const ssmi_mamba2_dims * d, const m2_plan * pl) {
+/* 1: the 16-bit scan keeps the v5 output kernel's split entering states (state_pass_kernel_v5),
+ * which needs 16-byte rows of N elements. */
+int scan_splits_states(const ssm_mamba2_scan_args * a, const ssmi_mamba2_dims * d) {
+    return compute_mode(a->x.dtype) != M_F32 && d->dstate % 8 == 0;
+}
+scan_ws scan_ws_layout(const ssmi_mamba2_dims * d, const m2_plan * pl, const ssm_mamba2_scan_args * a) {
     scan_ws l;
     size_t  o = 0;
     l.chunks = o; o += align128(sizeof(m2_chunk) * (size_t)pl->nchunks);
     l.segs = o; o += align128(sizeof(m2_seg) * (size_t)pl->nseg);
     l.lastcum = o; o += align128(sizeof(float) * (size_t)pl->nchunks * (size_t)d->nheads);
     l.dtc = o; o += align128(sizeof(float) * 2 * kScanQ * (size_t)pl->nchunks * (size_t)d->nheads);
+    const size_t hpn = (size_t)d->nheads * (size_t)d->headdim * (size_t)d->dstate;
     l.states = o;
-    o += align128(sizeof(float) * (size_t)pl->nchunks * (size_t)d->nheads * (size_t)d->headdim * (size_t)d->dstate);
+    o += align128(sizeof(float) * (size_t)pl->nchunks * hpn);
+    l.split = o; /* two 16-bit planes: the bytes of the fp32 states again */
+    if (scan_splits_states(a, d)) o += align128(sizeof(float) * (size_t)pl->nchunks * hpn);
     l.total = o;
     return l;
 }
@@ -2096,7 +2154,7 @@ ssm_status v4_output_fits(ssm_context * ctx, const char * op, int mode, int Np, 
 ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssmi_mamba2_dims * d,
                        const ssm_mamba2_scan_args * a, const m2_plan * pl, unsigned char * ws) {
     static const char  op[] = "mamba2_scan";
-    const scan_ws      l = scan_ws_layout(d, pl);
+    const scan_ws      l = scan_ws_layout(d, pl, a);
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     m2_chunk *         dchunks = (m2_chunk *)(ws + l.chunks);
     m2_seg *           dsegs = (m2_seg *)(ws + l.segs);
@@ -2145,6 +2203,8 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
         }
         fa = fast_args_of(p, d, a, dchunks, states, lastcum);
         fa.dtc = (float *)(ws + l.dtc);
+        /* v5's output kernel reads the entering states split by state_pass_kernel_v5 */
+        if (out_version == 5 && scan_splits_states(a, d)) fa.split = ws + l.split;
         SSM_FORWARD_IF_ERROR(run_fast(ctx, op, mode, fa, pl->nchunks, false, version));
     } else {
         SSM_FORWARD_IF_ERROR(run_chunk_state(ctx, op, mode, sa, pl->nchunks));
@@ -2169,7 +2229,12 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
         SSM_RETURN_IF(pl->nseg > 65535, ctx, SSM_STATUS_UNSUPPORTED,
                       "%s: %lld sequences exceed the CUDA backend's limit of 65535", op, pl->nseg);
         const dim3 grid((unsigned)((hpn + kThreads - 1) / kThreads), (unsigned)pl->nseg);
-        if (version >= 4)
+        pa.split = (void *)fa.split;
+        if (pa.split != NULL && mode == M_F16)
+            state_pass_kernel_v5<M_F16><<<grid, kThreads, 0, s>>>(pa);
+        else if (pa.split != NULL)
+            state_pass_kernel_v5<M_BF16><<<grid, kThreads, 0, s>>>(pa);
+        else if (version >= 4)
             state_pass_kernel_v4<<<grid, kThreads, 0, s>>>(pa);
         else
             state_pass_kernel<<<grid, kThreads, 0, s>>>(pa);
@@ -2218,7 +2283,7 @@ extern "C" ssm_status ssmi_cuda_mamba2_scan_workspace_size(ssm_context * ctx, co
     m2_plan pl;
     SSM_FORWARD_IF_ERROR(check_limits(ctx, "mamba2_scan", d));
     SSM_FORWARD_IF_ERROR(plan_scan(ctx, d, a, &pl));
-    *bytes = scan_ws_layout(d, &pl).total;
+    *bytes = scan_ws_layout(d, &pl, a).total;
     plan_free(&pl);
     return SSM_STATUS_OK;
 }
@@ -2230,7 +2295,7 @@ extern "C" ssm_status ssmi_cuda_mamba2_scan(ssm_context * ctx, const ssm_mamba2_
     SSM_FORWARD_IF_ERROR(scan_pointers(ctx, op, a));
     m2_plan pl;
     SSM_FORWARD_IF_ERROR(plan_scan(ctx, d, a, &pl));
-    const scan_ws      l = scan_ws_layout(d, &pl);
+    const scan_ws      l = scan_ws_layout(d, &pl, a);
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     unsigned char *    ws = (unsigned char *)workspace;
     int                owned = 0;
