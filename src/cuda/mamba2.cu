@@ -1123,13 +1123,22 @@ template <int MODE> __global__ void __launch_bounds__(kFastThreads) fast_state_k
     }
     cp_async_wait_group<0>(); /* nothing is pending here (the last group is empty); for the record */
     float * st = A.states + wh * A.P * A.N;
+    /* pairs (n, n+1) as one 8-byte store when N is even (then p·N + n is even and the state
+     * block 8-byte aligned) */
 #pragma unroll
-    for (int t = 0; t < 8; ++t) {
+    for (int half = 0; half < 2; ++half) {
+        const int p = p0 + warp * 16 + (lane >> 2) + half * 8;
+        if (p >= A.P) continue;
+        float * row = st + (long long)p * A.N;
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int p = p0 + warp * 16 + (lane >> 2) + (e >> 1) * 8;
-            const int n = n0 + t * 8 + 2 * (lane & 3) + (e & 1);
-            if (p < A.P && n < A.N) st[(long long)p * A.N + n] = acc[t][e];
+        for (int t = 0; t < 8; ++t) {
+            const int n = n0 + t * 8 + 2 * (lane & 3);
+            if ((A.N & 1) == 0 && n + 1 < A.N) {
+                *reinterpret_cast<float2 *>(row + n) = make_float2(acc[t][2 * half], acc[t][2 * half + 1]);
+            } else {
+                if (n < A.N) row[n] = acc[t][2 * half];
+                if (n + 1 < A.N) row[n + 1] = acc[t][2 * half + 1];
+            }
         }
     }
 }
@@ -1495,6 +1504,17 @@ template <int MODE> __global__ void __launch_bounds__(kThreads) state_pass_kerne
 
 const float kLog2e = 1.4426950408889634f;
 
+/* 2^x by the special-function unit alone (ex2.approx.ftz: ~2 ulp, results below 2^-126 flush to 0,
+ * which a decay factor can afford); exp2f adds a denormal range fix-up of 4 instructions. */
+__device__ __forceinline__ float v5_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+/* z·sigmoid(z) with the fast exp and division (a few ulp; the accurate pair costs ~25
+ * instructions per element). For z → −∞, 1 + e^{−z} overflows and the quotient is 0. */
+__device__ __forceinline__ float v5_silu(float z) { return __fdividef(z, 1.0f + __expf(-z)); }
+
 /* The 16-byte copies of a rows × 8·c8 tile of T: element (r, c) from src + r·srow + c into
  * dst[r·ld + c]; rows ≥ nr or columns ≥ nc are zero-filled. The caller commits and waits. */
 template <typename T>
@@ -1535,8 +1555,8 @@ __device__ __forceinline__ void v5_mask(float (&sc)[8][4], const float * cums, c
         const int    j = jb + t * 8;
         const float2 cj = *reinterpret_cast<const float2 *>(cums + j);
         const float2 dj = *reinterpret_cast<const float2 *>(dts + j);
-        const float  w00 = exp2f((ci0 - cj.x) * kLog2e) * dj.x, w01 = exp2f((ci0 - cj.y) * kLog2e) * dj.y;
-        const float  w10 = exp2f((ci1 - cj.x) * kLog2e) * dj.x, w11 = exp2f((ci1 - cj.y) * kLog2e) * dj.y;
+        const float  w00 = v5_exp2((ci0 - cj.x) * kLog2e) * dj.x, w01 = v5_exp2((ci0 - cj.y) * kLog2e) * dj.y;
+        const float  w10 = v5_exp2((ci1 - cj.x) * kLog2e) * dj.x, w11 = v5_exp2((ci1 - cj.y) * kLog2e) * dj.y;
         if (DIAG) {
             sc[t][0] = j <= ri0 ? sc[t][0] * w00 : 0.0f;
             sc[t][1] = j + 1 <= ri0 ? sc[t][1] * w01 : 0.0f;
@@ -1552,7 +1572,7 @@ template <int MODE> __global__ void __launch_bounds__(kV4Threads, 2) fast_output
     typedef typename cfg<MODE>::T T;
     __shared__ __align__(16) float dts[kScanQ];
     __shared__ __align__(16) float cums[kScanQ];
-    __shared__ float               ds[kFT];
+    __shared__ __align__(16) float ds[kFT];
     extern __shared__ __align__(128) unsigned char smem[];
     const v4_out_smem<MODE> L(A.Np);
     T *                     cs = (T *)(smem + L.cs);
@@ -1649,6 +1669,7 @@ template <int MODE> __global__ void __launch_bounds__(kV4Threads, 2) fast_output
     for (int i = 0; i < 8; ++i) y[i][0] = y[i][1] = y[i][2] = y[i][3] = 0.0f;
     const T * crow = cs + warp * 16 * LN + a_row_off(lane, LN);
     if (active) {
+#pragma unroll 2
         for (int ks = 0; ks < KS; ++ks) {
             uint32_t a[4], b[4][4];
             ldsm4(a, crow + ks * 16);
@@ -1700,6 +1721,7 @@ template <int MODE> __global__ void __launch_bounds__(kV4Threads, 2) fast_output
             float sc[8][4];
 #pragma unroll
             for (int i = 0; i < 8; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
+#pragma unroll 2
             for (int ks = 0; ks < KS; ++ks) {
                 uint32_t a[4], b[4][4];
                 ldsm4(a, crow + ks * 16);
@@ -1771,28 +1793,32 @@ template <int MODE> __global__ void __launch_bounds__(kV4Threads, 2) fast_output
     if (A.vout && (!A.has_z || zstage)) {
         cp_async_wait_group<0>();
         __syncwarp(); /* the warp's z rows, copied by its lanes, are visible to all of them */
-        const T * zrow = cs + warp * 16 * LN;
+        const int  osz = A.out_dtype == SSM_DTYPE_F32 ? 4 : 2;
+        const bool has_z = A.has_z;
+        /* one row at a time: its output row's address once, then 8 pairs (P is even here) */
 #pragma unroll
-        for (int t = 0; t < 8; ++t) {
-            const int pl = t * 8 + 2 * (lane & 3), p = p0 + pl;
-            if (p >= A.P) continue; /* P is even here (vout): p + 1 < P too */
-            const float d0 = ds[pl], d1 = ds[pl + 1];
+        for (int half = 0; half < 2; ++half) {
+            const int r16 = (lane >> 2) + half * 8, ii = wq * 16 + r16;
+            if (iw + ii >= ch.len) continue;
+            char *     orow = (char *)A.out + (ch.b * A.os[0] + (tb + ii) * A.os[1] + h * A.os[2] + p0) * osz;
+            const T *  xr = xd + ii * kFLd;
+            const T *  zr = cs + (warp * 16 + r16) * LN;
 #pragma unroll
-            for (int half = 0; half < 2; ++half) {
-                const int r16 = (lane >> 2) + half * 8, ii = wq * 16 + r16;
-                if (iw + ii >= ch.len) continue;
-                const float2 xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&xd[ii * kFLd + pl]));
-                float        v0 = y[t][2 * half] + d0 * xv.x, v1 = y[t][2 * half + 1] + d1 * xv.y;
-                if (A.has_z) {
-                    const float2 zz = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&zrow[r16 * LN + pl]));
-                    v0 *= zz.x / (1.0f + expf(-zz.x));
-                    v1 *= zz.y / (1.0f + expf(-zz.y));
+            for (int t = 0; t < 8; ++t) {
+                const int pl = t * 8 + 2 * (lane & 3);
+                if (p0 + pl >= A.P) break;
+                const float2 xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(xr + pl));
+                const float2 dv = *reinterpret_cast<const float2 *>(ds + pl);
+                float        v0 = y[t][2 * half] + dv.x * xv.x, v1 = y[t][2 * half + 1] + dv.y * xv.y;
+                if (has_z) {
+                    const float2 zz = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(zr + pl));
+                    v0 *= v5_silu(zz.x);
+                    v1 *= v5_silu(zz.y);
                 }
-                const long long oo = ch.b * A.os[0] + (tb + ii) * A.os[1] + h * A.os[2] + p * A.os[3];
-                if (A.out_dtype == SSM_DTYPE_F32)
-                    *reinterpret_cast<float2 *>((float *)A.out + oo) = make_float2(v0, v1);
+                if (osz == 4)
+                    *reinterpret_cast<float2 *>(orow + pl * 4) = make_float2(v0, v1);
                 else
-                    *reinterpret_cast<uint32_t *>((T *)A.out + oo) = t2<MODE>::pack(v0, v1);
+                    *reinterpret_cast<uint32_t *>(orow + pl * 2) = t2<MODE>::pack(v0, v1);
             }
         }
         return;
