@@ -124,6 +124,17 @@ __device__ __forceinline__ void store_split(float v, typename cfg<MODE>::T * hi,
     if (cfg<MODE>::SPLIT) to_t(v - from_t(hi[i]), &lo[i]);
 }
 
+/* 8 values of type T (16 bytes) as fp32, exactly. */
+template <int MODE>
+__device__ __forceinline__ void unpack8(float (&x)[8], const uint4 u) {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const float2 f = t2<MODE>::unpack(w[e]);
+        x[2 * e] = f.x, x[2 * e + 1] = f.y;
+    }
+}
+
 __host__ __device__ inline size_t align128(size_t v) { return (v + 127) & ~(size_t)127; }
 __host__ __device__ inline int    round16(int v) { return (v + 15) & ~15; }
 
@@ -463,6 +474,45 @@ __global__ void __launch_bounds__(128) angle_sum_kernel(const m3_fwd_args P) {
             if (i0 + u < ch.len) run += x[u];
     }
     P.theta0[((long long)w * P.H + h) * P.A + m] = run;
+}
+
+/* v4 of angle_sum_kernel, when P.vang (angles of v's dtype in 16-byte rows, A % 8 == 0): a
+ * thread per (chunk, head, 8 adjacent angles), one 16-byte angle load and one dt load per
+ * token, 8 tokens in flight; each angle's sum takes the same terms in the same token order, so
+ * the sums are those of angle_sum_kernel bit for bit. */
+template <int MODE>
+__global__ void __launch_bounds__(128) angle_sum_kernel_v4(const m3_fwd_args P) {
+    typedef typename cfg<MODE>::T T;
+    const int A8 = P.A / 8, w = blockIdx.x, e = blockIdx.y * blockDim.x + threadIdx.x;
+    if (e >= P.H * A8) return;
+    const int      h = e / A8, m0 = (e - h * A8) * 8;
+    const m3_chunk ch = P.chunks[w];
+    const T *      ap = (const T *)P.ang.p + ch.row * P.ang.s[0] + ch.t0 * P.ang.s[1] + h * P.ang.s[2] + m0;
+    float          run[8];
+#pragma unroll
+    for (int c = 0; c < 8; ++c) run[c] = 0.0f;
+    for (int i0 = 0; i0 < ch.len; i0 += 8) {
+        uint4 raw[8];
+        float dtv[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const int i = i0 + u;
+            raw[u] = i < ch.len ? __ldg(reinterpret_cast<const uint4 *>(ap + i * P.ang.s[1])) : make_uint4(0u, 0u, 0u, 0u);
+            dtv[u] = i < ch.len ? ld3(P.dt, ch.row, h, ch.t0 + i) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            if (i0 + u >= ch.len) break;
+            float x[8];
+            unpack8<MODE>(x, raw[u]);
+#pragma unroll
+            for (int c = 0; c < 8; ++c) run[c] += (kPi * tanhf(x[c])) * dtv[u];
+        }
+    }
+    /* (w·H + h)·A + m0 is a multiple of 8 and theta0 is 128-byte aligned */
+    float4 * dst = reinterpret_cast<float4 *>(P.theta0 + ((long long)w * P.H + h) * P.A + m0);
+    dst[0] = make_float4(run[0], run[1], run[2], run[3]);
+    dst[1] = make_float4(run[4], run[5], run[6], run[7]);
 }
 
 __global__ void __launch_bounds__(128) angle_pass_kernel(const m3_fwd_args P) {
@@ -839,17 +889,6 @@ const int kFastThreads = 128;
 const int kFastMaxK = 128;
 const int kFLd = kTV + 8; /* padded leading dimension of the v tile */
 
-
-/* 8 values of type T (16 bytes) as fp32, exactly. */
-template <int MODE>
-__device__ __forceinline__ void unpack8(float (&x)[8], const uint4 u) {
-    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-        const float2 f = t2<MODE>::unpack(w[e]);
-        x[2 * e] = f.x, x[2 * e + 1] = f.y;
-    }
-}
 
 /* 8 consecutive features n0..n0+7 of row (b, t, hh) of a (B, S, H, K) tensor; 0 at n ≥ K.
  * vec: of type T, unit inner stride, 16-byte aligned rows, K % 8 == 0. */
@@ -1681,8 +1720,18 @@ ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims
     if (io.fused) P.fin_ang = out_of(io.fin_ang);
 
     const int mode = compute_mode(io.v->dtype), version = siso_version();
+    /* v4's 16-byte angle rows (fused angle sums and the fast kernels' θ): 16-bit v, angles of
+     * its dtype; A ≤ 64 keeps a chunk's pieces within load_angles_v4's registers */
+    P.vang = mode != M_F32 && P.A > 0 && P.A <= 64 && ssmi_cu_vec_rows(io.ang, io.v->dtype, d->nangles);
     if (io.fused && P.A > 0) {
-        if (pl->W > 0) {
+        if (pl->W > 0 && version >= 4 && P.vang) {
+            const dim3 grid((unsigned)pl->W, (unsigned)((P.H * (P.A / 8) + 127) / 128));
+            if (mode == M_F16)
+                angle_sum_kernel_v4<M_F16><<<grid, 128, 0, s>>>(P);
+            else
+                angle_sum_kernel_v4<M_BF16><<<grid, 128, 0, s>>>(P);
+            SSMI_CU_CHECK_LAUNCH(ctx, op, "angle_sum_kernel_v4 launch");
+        } else if (pl->W > 0) {
             angle_sum_kernel<<<dim3((unsigned)pl->W, (unsigned)((P.H * P.A + 127) / 128)), 128, 0, s>>>(P);
             SSMI_CU_CHECK_LAUNCH(ctx, op, "angle_sum_kernel launch");
         }
@@ -1701,7 +1750,6 @@ ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims
         P.vv = ssmi_cu_vec_rows(io.v, T, d->dv);
         P.vz = P.has_z && io.z->dtype == T && ssmi_cu_vec_pairs(io.z, d->dv);
         P.vout = (io.out->dtype == T || io.out->dtype == SSM_DTYPE_F32) && ssmi_cu_vec_pairs(io.out, d->dv);
-        P.vang = P.A > 0 && ssmi_cu_vec_rows(io.ang, T, d->nangles);
         P.vz16 = P.has_z && ssmi_cu_vec_rows(io.z, T, d->dv);
         P.vo16 = ssmi_cu_vec_rows(io.out, T, d->dv);
         if (mode == M_F16 && version >= 4)
