@@ -191,6 +191,7 @@ struct m3_fwd_args {
     int              fused, has_d, has_z, has_states;
     int              vq, vk, vv, vz, vout; /* fast path: 16-byte q/k/v rows, z/out pairs       */
     int              vang, vz16, vo16;     /* v4: 16-byte rows of type T: angles, z, out          */
+    int              sct;                  /* v4 output kernel: sin/cos table (fast_smem::sn)     */
     ssmi_cu_view     q, k, v, adt, dt, trap, qb, kb, ang, d, z; /* inputs                        */
     ssmi_cu_view     ssm_in, k_in, v_in, ang_in;                /* initial states                */
     float *          states;  /* (W, H, V, K): chunk contributions, then entering states          */
@@ -919,7 +920,8 @@ template <int MODE, int VER>
 __device__ void fast_prep_qk(const m3_fwd_args & P, const m3_chunk & ch, int h, const float * th,
                              typename cfg<MODE>::T * qh, typename cfg<MODE>::T * ql, typename cfg<MODE>::T * kh,
                              typename cfg<MODE>::T * kl, int ld, const float * kscale, float * dd, bool fin_k,
-                             const typename cfg<MODE>::T * qraw = nullptr, const typename cfg<MODE>::T * kraw = nullptr) {
+                             const typename cfg<MODE>::T * qraw = nullptr, const typename cfg<MODE>::T * kraw = nullptr,
+                             const float * snt = nullptr) {
     const int K8 = P.Kp / 8, g = h / P.G, L = ch.len;
     int       ipt = 2;
     while (ipt < K8) ipt *= 2;
@@ -969,7 +971,10 @@ __device__ void fast_prep_qk(const m3_fwd_args & P, const m3_chunk & ch, int h, 
                 const int m = n0 / 2 + e2;
                 if (m < P.A) {
                     float sn, cs;
-                    sincosf(th[i * P.A + m], &sn, &cs);
+                    if (snt != nullptr) /* v4: the table of sincosf(θ) (th holds cos θ) */
+                        sn = snt[i * P.A + m], cs = th[i * P.A + m];
+                    else
+                        sincosf(th[i * P.A + m], &sn, &cs);
                     const float q0 = q[2 * e2], q1 = q[2 * e2 + 1], k0 = k[2 * e2], k1 = k[2 * e2 + 1];
                     q[2 * e2] = q0 * cs - q1 * sn, q[2 * e2 + 1] = q0 * sn + q1 * cs;
                     k[2 * e2] = k0 * cs - k1 * sn, k[2 * e2 + 1] = k0 * sn + k1 * cs;
@@ -1030,8 +1035,8 @@ __device__ void fast_load_v(const m3_fwd_args & P, const m3_chunk & ch, int h, i
  * over K̂), the v tile; from v4 on the output kernel adds a z tile (z, then the output). */
 template <int MODE>
 struct fast_smem {
-    size_t              scal, part, th, t0h, t0l, t1h, t1l, vs, zs, total;
-    __host__ __device__ fast_smem(int Kp, int A, bool output, int ver) {
+    size_t              scal, part, th, sn, t0h, t0l, t1h, t1l, vs, zs, total;
+    __host__ __device__ fast_smem(int Kp, int A, bool output, int ver, bool sct = false) {
         const bool v3 = ver >= 3;
         typedef typename cfg<MODE>::T T;
         const size_t                  tile = align128(sizeof(T) * kC * (Kp + 8));
@@ -1042,6 +1047,8 @@ struct fast_smem {
         o += v3 ? align128(sizeof(float) * kPartMax) : 0;
         th = o;
         o += align128(sizeof(float) * kC * (A > 0 ? A : 1));
+        sn = o; /* v4 with the sin/cos table: sin θ (th then holds cos θ) */
+        o += sct ? align128(sizeof(float) * kC * (A > 0 ? A : 1)) : 0;
         t0h = o;
         o += tile;
         t0l = o;
@@ -1229,7 +1236,7 @@ template <int MODE, int VER>
 __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_fwd_args P) {
     typedef typename cfg<MODE>::T T;
     extern __shared__ __align__(128) unsigned char smem[];
-    const fast_smem<MODE>                          Ly(P.Kp, P.A, true, VER);
+    const fast_smem<MODE>                          Ly(P.Kp, P.A, true, VER, VER >= 4 && P.sct);
     const m3_scal                                  sc = carve_scal((float *)(smem + Ly.scal));
     float *                                        ecm = sc.sig + (kC + 1);
     float *                                        dd = ecm + (kC + 1);
@@ -1277,9 +1284,21 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
         chunk_theta(P, ch, w, h, sc.dtv, th);
     if constexpr (VER >= 4) cp_async_wait_all(); /* q, k, z (and v) rows, before the barrier that publishes them */
     __syncthreads(); /* θ */
+    /* v4: sincosf of every (token, angle) once, all threads busy (fast_prep_qk would run them on
+     * the A·8 of Kp·8 feature lanes, once per token pass); the same calls, so the same values */
+    float * snt = nullptr;
+    if (VER >= 4 && P.sct) { /* block-uniform */
+        snt = (float *)(smem + Ly.sn);
+        for (int o = threadIdx.x; o < L * P.A; o += blockDim.x) {
+            float sn_, cs_;
+            sincosf(th[o], &sn_, &cs_);
+            th[o] = cs_, snt[o] = sn_;
+        }
+        __syncthreads();
+    }
     fast_prep_qk<MODE, VER>(P, ch, h, th, qh, ql, bh, bl, LK, nullptr, dd,
                             ch.last && blockIdx.z == 0 && P.fin_k.present, VER >= 4 && P.vq ? ql : nullptr,
-                            VER >= 4 && P.vk ? bl : nullptr);
+                            VER >= 4 && P.vk ? bl : nullptr, snt);
     cp_async_wait_all();
     __syncthreads();
 
@@ -1612,7 +1631,7 @@ ssm_status launch_state_out(ssm_context * ctx, const char * op, const m3_fwd_arg
 template <int MODE, int VER>
 ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W, int version) {
     const cudaStream_t    s = ssmi_cuda_stream(ctx);
-    const fast_smem<MODE> Ls(P.Kp, P.A, false, VER), Lo(P.Kp, P.A, true, VER);
+    const fast_smem<MODE> Ls(P.Kp, P.A, false, VER), Lo(P.Kp, P.A, true, VER, VER >= 4 && P.sct);
     const dim3            grid((unsigned)W, (unsigned)P.H, (unsigned)((P.V + kTV - 1) / kTV));
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
         ctx, op, "cudaFuncSetAttribute",
@@ -1752,6 +1771,10 @@ ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims
         P.vout = (io.out->dtype == T || io.out->dtype == SSM_DTYPE_F32) && ssmi_cu_vec_pairs(io.out, d->dv);
         P.vz16 = P.has_z && ssmi_cu_vec_rows(io.z, T, d->dv);
         P.vo16 = ssmi_cu_vec_rows(io.out, T, d->dv);
+        /* v4's sin/cos table only while two output blocks still fit on an SM (228 KB of shared
+         * memory on sm_90, 1 KB of it reserved per block): A ≤ 32 at K = 128 */
+        P.sct = version >= 4 && P.A > 0 &&
+                2 * (fast_smem<M_BF16>(P.Kp, P.A, true, 4, true).total + 1024) <= (size_t)228 * 1024;
         if (mode == M_F16 && version >= 4)
             SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 4>(ctx, op, P, pl->W, version)));
         else if (mode == M_F16 && version == 3)
