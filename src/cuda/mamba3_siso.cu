@@ -1089,6 +1089,40 @@ __device__ __forceinline__ void load_state_regs(const m3_fwd_args & P, int w, in
 
 /* ---- v4 helpers: every global load of a block issued at its start, 16 bytes at a time ---------- */
 
+/* Row r and float4 column c of this thread's state piece o = threadIdx.x + u·kFastThreads in a
+ * tile of c4 float4 columns (o = r·c4 + c), advanced from piece u to u + 1 by
+ * kFastThreads = dq·c4 + dr: the indices of load_state_regs without a division per piece. */
+struct state_piece {
+    int c4, r, c, dq, dr;
+    __device__ __forceinline__ explicit state_piece(int c4_) : c4(c4_) {
+        r = (int)threadIdx.x / c4, c = (int)threadIdx.x - r * c4;
+        dq = kFastThreads / c4, dr = kFastThreads - dq * c4;
+    }
+    __device__ __forceinline__ void next() {
+        r += dq, c += dr;
+        if (c >= c4) c -= c4, ++r;
+    }
+};
+
+/* load_state_regs with state_piece's indices: the same pieces, the same values. */
+__device__ __forceinline__ void load_state_regs_v4(const m3_fwd_args & P, int w, int h, int p0, float4 (&f)[16]) {
+    const float * st = P.states + ((long long)w * P.H + h) * P.V * P.K;
+    state_piece   sp(P.Kp / 4);
+#pragma unroll
+    for (int u = 0; u < 16; ++u) {
+        const int r = sp.r, c = 4 * sp.c, p = p0 + r;
+        sp.next();
+        f[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r < kTV && p < P.V && c < P.K) {
+            const float * src = st + (long long)p * P.K + c;
+            if ((P.K & 3) == 0)
+                f[u] = __ldg(reinterpret_cast<const float4 *>(src));
+            else /* K is even: c + 1 < K whenever c < K */
+                f[u] = make_float4(src[0], src[1], c + 2 < P.K ? src[2] : 0.0f, c + 3 < P.K ? src[3] : 0.0f);
+        }
+    }
+}
+
 /* This thread's pieces of the chunk's raw angles when P.vang (angles of v's dtype, unit inner
  * stride, 16-byte rows, A % 8 == 0): piece o = threadIdx.x + u·kFastThreads is token o/(A/8),
  * angles 8·(o % (A/8)) .. +7. A ≤ K/2 ≤ 64 on the fast path, so L·A/8 ≤ 512 = 4 pieces per
@@ -1258,7 +1292,9 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
     /* v3: the entering state tile goes to registers first; its loads are in flight during the
      * scalars, θ, the q/k prep, the scores and P·V, and it is split into shared memory after */
     float4 pre[VER >= 3 ? 16 : 1];
-    if constexpr (VER >= 3) {
+    if constexpr (VER >= 4) {
+        if (with_state) load_state_regs_v4(P, w, h, p0, pre);
+    } else if constexpr (VER == 3) {
         if (with_state) load_state_regs(P, w, h, p0, pre);
     } else {
         pre[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -1284,8 +1320,9 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
         chunk_theta(P, ch, w, h, sc.dtv, th);
     if constexpr (VER >= 4) cp_async_wait_all(); /* q, k, z (and v) rows, before the barrier that publishes them */
     __syncthreads(); /* θ */
-    /* v4: sincosf of every (token, angle) once, all threads busy (fast_prep_qk would run them on
-     * the A·8 of Kp·8 feature lanes, once per token pass); the same calls, so the same values */
+    /* v4: sincosf of every (token, angle) once, all threads busy (fast_prep_qk runs them only
+     * on the lanes whose features are rotated, once per token pass); the same calls, so the
+     * same values */
     float * snt = nullptr;
     if (VER >= 4 && P.sct) { /* block-uniform */
         snt = (float *)(smem + Ly.sn);
@@ -1371,10 +1408,13 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
         const int     c4 = P.Kp / 4, total = kTV * c4;
         if constexpr (VER >= 3) {
             /* the prefetched tile (load_state_regs' pieces), split into the B tiles */
+            state_piece sp(c4); /* v4: (row, column) of piece u without a division per piece */
 #pragma unroll
             for (int u = 0; u < 16; ++u) {
-                const int o = threadIdx.x + u * kFastThreads, r = o / c4, c = (o - r * c4) * 4;
-                if (o >= total) break;
+                const int o = threadIdx.x + u * kFastThreads;
+                const int r = VER >= 4 ? sp.r : o / c4, c = VER >= 4 ? 4 * sp.c : (o - r * c4) * 4;
+                if (VER >= 4 ? r >= kTV : o >= total) break;
+                if constexpr (VER >= 4) sp.next();
                 uint32_t hi[2], lo[2];
                 split2<MODE>(pre[u].x, pre[u].y, hi[0], lo[0]);
                 split2<MODE>(pre[u].z, pre[u].w, hi[1], lo[1]);
