@@ -31,12 +31,17 @@
  * predicate use_fast_path() chooses.
  *
  * Versions (siso_version(), env SSMOPS_CUDA_SISO_FAST read on every call): 0 = the portable
- * kernels; 2 (=1) = the v2 tensor-core kernels with angle_pass_kernel; 3 (unset, =2: the
- * default) = angle_scan_kernel (kernel 1 with the chunks scanned in parallel) and, where the
- * fast path applies, the VER = 3 instances of the fast kernels: θ by token groups
- * (chunk_theta_v3), biases loaded once per thread, the entering state prefetched into
- * registers (load_state_regs). v2 and v3 agree within fp32 rounding (θ's sums associate
- * differently); each is bitwise deterministic.
+ * kernels; 2 (=1) = the v2 tensor-core kernels with angle_pass_kernel; 3 (=2) =
+ * angle_scan_kernel (kernel 1 with the chunks scanned in parallel) and, where the fast path
+ * applies, the VER = 3 instances of the fast kernels: θ by token groups (chunk_theta_v3),
+ * biases loaded once per thread, the entering state prefetched into registers
+ * (load_state_regs); 4 (unset, =3: the default) = v3 plus pass_kernel_v4 (8 chunks of loads
+ * in flight, 16-byte pieces), angle_sum_kernel_v4 (16-byte angle rows) and the VER = 4
+ * instances: every global input of a block requested at its start (q/k/z rows by cp.async,
+ * raw angles in 16-byte loads), sin/cos once per (token, angle) in the output block, 16-bit
+ * outputs staged in shared memory and stored in 16-byte row pieces. v2 and v3 agree within
+ * fp32 rounding (θ's sums associate differently); v4 does v3's arithmetic operation for
+ * operation; each is bitwise deterministic.
  *
  * Arithmetic: fp16/bf16 (v's dtype) run the three matrix products on the tensor cores (WMMA
  * 16x16x16, HMMA in SASS) with fp32 accumulation. Operands computed in fp32 (q̂, k̂, the
