@@ -10,7 +10,8 @@
  * state_batch_indices (padding rows), with separate and in-place final pools, with the
  * float4 and the generic state paths. Both forward paths: 16-bit shapes with K <= 128 take the
  * tensor-core kernels, f32 and K = 256 the portable ones; edge shapes (K = 24, 40, V = 20, 72)
- * run on both, the second time with SSMOPS_CUDA_SISO_FAST=0. Angle outputs are compared modulo 2π.
+ * run on both. Every forward case runs under each kernel version (SSMOPS_CUDA_SISO_FAST unset =
+ * v4, =2 v3, =1 v2, =0 portable; the edge shapes also with =3). Angle outputs are compared modulo 2π.
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261203). SHOWCMP=1 prints every comparison.
  */
