@@ -10,7 +10,8 @@
  * state_batch_indices (padding rows), with separate and in-place final pools, with the
  * float4 and the generic state paths. Both forward paths: 16-bit shapes with K <= 128 take the
  * tensor-core kernels, f32 and K = 256 the portable ones; edge shapes (K = 24, 40, V = 20, 72)
- * run on both, the second time with SSMOPS_CUDA_SISO_FAST=0. Angle outputs are compared modulo 2π.
+ * run on both. Every forward case runs under each kernel version (SSMOPS_CUDA_SISO_FAST unset =
+ * v4, =2 v3, =1 v2, =0 portable; the edge shapes also with =3). Angle outputs are compared modulo 2π.
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261203). SHOWCMP=1 prints every comparison.
  */
@@ -238,9 +239,9 @@ static void test_device_rules(ssmt_rng * rng) {
 }
 
 /* Every forward case of the test once, under the kernel version that the caller selected
- * (vname is appended to the tags). with_explicit_v3: the edge shapes also run once with
- * SSMOPS_CUDA_SISO_FAST=2 (the explicit spelling of the default). */
-static void forward_suite(ssmt_rng * rng, const char * vname, int with_explicit_v3) {
+ * (vname is appended to the tags). with_explicit_default: the edge shapes also run once with
+ * SSMOPS_CUDA_SISO_FAST=3 (the explicit spelling of the default, v4). */
+static void forward_suite(ssmt_rng * rng, const char * vname, int with_explicit_default) {
     static const ssm_dtype dtypes[] = {SSM_DTYPE_F32, SSM_DTYPE_F16, SSM_DTYPE_BF16};
     /* H, Hq, K, V, A: Hq = 1 / 1 < Hq < H / Hq = H; K, V off the power-of-two sizes; A = K/2 and A < K/2 */
     static const int64_t shapes[][5] = {{4, 1, 32, 32, 16}, {6, 3, 64, 96, 20}, {4, 4, 96, 64, 48},
@@ -303,8 +304,8 @@ static void forward_suite(ssmt_rng * rng, const char * vname, int with_explicit_
      * (K = 24: 16-byte q/k rows with padded columns; K = 40 odd A), V over one 64-wide tile
      * (V = 72) and V not a multiple of 8 (V = 20: element-wise v), GQA, varlen with states;
      * under =0 the portable kernels run them on 16-bit inputs. */
-    for (int pass = 0; pass < (with_explicit_v3 ? 2 : 1); ++pass) {
-        if (pass) setenv("SSMOPS_CUDA_SISO_FAST", "2", 1);
+    for (int pass = 0; pass < (with_explicit_default ? 2 : 1); ++pass) {
+        if (pass) setenv("SSMOPS_CUDA_SISO_FAST", "3", 1);
         static const int64_t edge[][6] = {{4, 2, 24, 20, 12, 70}, {3, 1, 40, 72, 7, 129}, {2, 2, 128, 64, 64, 200}};
         for (int e = 0; e < 3; ++e) {
             for (int di = 1; di < 3; ++di) {
@@ -328,11 +329,28 @@ static void forward_suite(ssmt_rng * rng, const char * vname, int with_explicit_
                 snprintf(tag, sizeof tag, "edge B%lld S%lld H%lld Hq%lld K%lld V%lld A%lld %s%s%s%s%s",
                          (long long)cfg.batch, (long long)cfg.seqlen, (long long)cfg.nheads, (long long)cfg.nheads_qk,
                          (long long)cfg.dk, (long long)cfg.dv, (long long)cfg.nangles, ssm_dtype_name(cfg.dtype),
-                         e == 2 ? " varlen" : "", cfg.has_states ? " states" : "", vname, pass ? " (=2)" : "");
+                         e == 2 ? " varlen" : "", cfg.has_states ? " states" : "", vname, pass ? " (=3)" : "");
                 test_forward(rng, &cfg, tag);
             }
         }
         if (pass) unsetenv("SSMOPS_CUDA_SISO_FAST"); /* only the unset pass asks for the explicit one */
+    }
+    /* 16-bit outputs of the input dtype over two V tiles (V = 72: the second tile 8 wide) with
+     * contiguous z and angles (A % 8 == 0): v4's z tile, staged 16-byte output stores and
+     * vector angle loads, at chunk tails (S = 130: 2 tokens in the last chunk) */
+    for (int di = 1; di < 3; ++di) {
+        ssmt_mamba3_config cfg;
+        ssmt_mamba3_config_init(&cfg);
+        cfg.batch = 2, cfg.seqlen = 130, cfg.nheads = 2, cfg.nheads_qk = 1, cfg.dk = 32, cfg.dv = 72;
+        cfg.nangles = 16;
+        cfg.dtype = dtypes[di];
+        cfg.out_dtype = cfg.dtype;
+        cfg.has_d = cfg.has_z = 1;
+        cfg.has_states = di == 2;
+        cfg.has_final = 1;
+        char tag[128];
+        snprintf(tag, sizeof tag, "V72 out=%s%s%s", ssm_dtype_name(cfg.dtype), cfg.has_states ? " states" : "", vname);
+        test_forward(rng, &cfg, tag);
     }
     /* no tokens: every final state is the initial one */
     {
@@ -380,10 +398,10 @@ int main(void) {
 
     test_device_rules(&rng);
 
-    /* the forward cases under every kernel version: NULL = the variable unset (the default, v3) */
-    static const char * const versions[] = {NULL, "1", "0"};
-    static const char * const vnames[] = {" v3", " v2", " portable"};
-    for (int vi = 0; vi < 3; ++vi) {
+    /* the forward cases under every kernel version: NULL = the variable unset (the default, v4) */
+    static const char * const versions[] = {NULL, "2", "1", "0"};
+    static const char * const vnames[] = {" v4", " v3", " v2", " portable"};
+    for (int vi = 0; vi < 4; ++vi) {
         if (versions[vi] != NULL)
             setenv("SSMOPS_CUDA_SISO_FAST", versions[vi], 1);
         else

@@ -31,12 +31,17 @@
  * predicate use_fast_path() chooses.
  *
  * Versions (siso_version(), env SSMOPS_CUDA_SISO_FAST read on every call): 0 = the portable
- * kernels; 2 (=1) = the v2 tensor-core kernels with angle_pass_kernel; 3 (unset, =2: the
- * default) = angle_scan_kernel (kernel 1 with the chunks scanned in parallel) and, where the
- * fast path applies, the VER = 3 instances of the fast kernels: θ by token groups
- * (chunk_theta_v3), biases loaded once per thread, the entering state prefetched into
- * registers (load_state_regs). v2 and v3 agree within fp32 rounding (θ's sums associate
- * differently); each is bitwise deterministic.
+ * kernels; 2 (=1) = the v2 tensor-core kernels with angle_pass_kernel; 3 (=2) =
+ * angle_scan_kernel (kernel 1 with the chunks scanned in parallel) and, where the fast path
+ * applies, the VER = 3 instances of the fast kernels: θ by token groups (chunk_theta_v3),
+ * biases loaded once per thread, the entering state prefetched into registers
+ * (load_state_regs); 4 (unset, =3: the default) = v3 plus pass_kernel_v4 (8 chunks of loads
+ * in flight, 16-byte pieces), angle_sum_kernel_v4 (16-byte angle rows) and the VER = 4
+ * instances: every global input of a block requested at its start (q/k/z rows by cp.async,
+ * raw angles in 16-byte loads), sin/cos once per (token, angle) in the output block, 16-bit
+ * outputs staged in shared memory and stored in 16-byte row pieces. v2 and v3 agree within
+ * fp32 rounding (θ's sums associate differently); v4 does v3's arithmetic operation for
+ * operation; each is bitwise deterministic.
  *
  * Arithmetic: fp16/bf16 (v's dtype) run the three matrix products on the tensor cores (WMMA
  * 16x16x16, HMMA in SASS) with fp32 accumulation. Operands computed in fp32 (q̂, k̂, the
@@ -124,6 +129,17 @@ __device__ __forceinline__ void store_split(float v, typename cfg<MODE>::T * hi,
     if (cfg<MODE>::SPLIT) to_t(v - from_t(hi[i]), &lo[i]);
 }
 
+/* 8 values of type T (16 bytes) as fp32, exactly. */
+template <int MODE>
+__device__ __forceinline__ void unpack8(float (&x)[8], const uint4 u) {
+    const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        const float2 f = t2<MODE>::unpack(w[e]);
+        x[2 * e] = f.x, x[2 * e + 1] = f.y;
+    }
+}
+
 __host__ __device__ inline size_t align128(size_t v) { return (v + 127) & ~(size_t)127; }
 __host__ __device__ inline int    round16(int v) { return (v + 15) & ~15; }
 
@@ -179,6 +195,8 @@ struct m3_fwd_args {
     int              H, G, K, Kp, V, A, NS;
     int              fused, has_d, has_z, has_states;
     int              vq, vk, vv, vz, vout; /* fast path: 16-byte q/k/v rows, z/out pairs       */
+    int              vang, vz16, vo16;     /* v4: 16-byte rows of type T: angles, z, out          */
+    int              sct;                  /* v4 output kernel: sin/cos table (fast_smem::sn)     */
     ssmi_cu_view     q, k, v, adt, dt, trap, qb, kb, ang, d, z; /* inputs                        */
     ssmi_cu_view     ssm_in, k_in, v_in, ang_in;                /* initial states                */
     float *          states;  /* (W, H, V, K): chunk contributions, then entering states          */
@@ -338,6 +356,7 @@ __device__ void chunk_theta(const m3_fwd_args & P, const m3_chunk & ch, int w, i
  * again writing wrap(θ_enter + running sum). Same values as chunk_theta within fp32
  * rounding (the running sum is associated by groups). part: NG·A ≤ kPartMax floats. */
 const int kPartMax = 128;
+__device__ void theta_walk(const m3_fwd_args & P, const m3_chunk & ch, int w, int h, float * th, float * part);
 __device__ void chunk_theta_v3(const m3_fwd_args & P, const m3_chunk & ch, int w, int h, const float * dtv, float * th,
                                float * part) {
     const int L = ch.len, A = P.A;
@@ -358,7 +377,12 @@ __device__ void chunk_theta_v3(const m3_fwd_args & P, const m3_chunk & ch, int w
         }
     }
     __syncthreads();
-    if (!P.fused) return;
+    if (P.fused) theta_walk(P, ch, w, h, th, part);
+}
+
+/* The walk of chunk_theta_v3 (fused θ only): th holds the terms; NG token groups per angle. */
+__device__ void theta_walk(const m3_fwd_args & P, const m3_chunk & ch, int w, int h, float * th, float * part) {
+    const int L = ch.len, A = P.A;
     int NG = 1;
     while (NG < 16 && 2 * NG * A <= (int)blockDim.x && 2 * NG * A <= kPartMax) NG *= 2;
     const int span = kC / NG; /* kC = 64 and NG ≤ 16: span ≥ 4 */
@@ -456,6 +480,45 @@ __global__ void __launch_bounds__(128) angle_sum_kernel(const m3_fwd_args P) {
             if (i0 + u < ch.len) run += x[u];
     }
     P.theta0[((long long)w * P.H + h) * P.A + m] = run;
+}
+
+/* v4 of angle_sum_kernel, when P.vang (angles of v's dtype in 16-byte rows, A % 8 == 0): a
+ * thread per (chunk, head, 8 adjacent angles), one 16-byte angle load and one dt load per
+ * token, 8 tokens in flight; each angle's sum takes the same terms in the same token order, so
+ * the sums are those of angle_sum_kernel bit for bit. */
+template <int MODE>
+__global__ void __launch_bounds__(128) angle_sum_kernel_v4(const m3_fwd_args P) {
+    typedef typename cfg<MODE>::T T;
+    const int A8 = P.A / 8, w = blockIdx.x, e = blockIdx.y * blockDim.x + threadIdx.x;
+    if (e >= P.H * A8) return;
+    const int      h = e / A8, m0 = (e - h * A8) * 8;
+    const m3_chunk ch = P.chunks[w];
+    const T *      ap = (const T *)P.ang.p + ch.row * P.ang.s[0] + ch.t0 * P.ang.s[1] + h * P.ang.s[2] + m0;
+    float          run[8];
+#pragma unroll
+    for (int c = 0; c < 8; ++c) run[c] = 0.0f;
+    for (int i0 = 0; i0 < ch.len; i0 += 8) {
+        uint4 raw[8];
+        float dtv[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const int i = i0 + u;
+            raw[u] = i < ch.len ? __ldg(reinterpret_cast<const uint4 *>(ap + i * P.ang.s[1])) : make_uint4(0u, 0u, 0u, 0u);
+            dtv[u] = i < ch.len ? ld3(P.dt, ch.row, h, ch.t0 + i) : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            if (i0 + u >= ch.len) break;
+            float x[8];
+            unpack8<MODE>(x, raw[u]);
+#pragma unroll
+            for (int c = 0; c < 8; ++c) run[c] += (kPi * tanhf(x[c])) * dtv[u];
+        }
+    }
+    /* (w·H + h)·A + m0 is a multiple of 8 and theta0 is 128-byte aligned */
+    float4 * dst = reinterpret_cast<float4 *>(P.theta0 + ((long long)w * P.H + h) * P.A + m0);
+    dst[0] = make_float4(run[0], run[1], run[2], run[3]);
+    dst[1] = make_float4(run[4], run[5], run[6], run[7]);
 }
 
 __global__ void __launch_bounds__(128) angle_pass_kernel(const m3_fwd_args P) {
@@ -604,6 +667,67 @@ __global__ void __launch_bounds__(kThreads) pass_kernel(const m3_fwd_args P) {
         local = next;
     }
     if (P.fin_ssm.present) st4(P.fin_ssm, s, h, p, n, st);
+}
+
+/* v4 of pass_kernel: per element the same recurrence in the same expressions (S_enter stored,
+ * then S ← e^{c_last}·S + s), so the results are bitwise those of pass_kernel; what changes is
+ * when the operands arrive: the contributions and decays of kPassBatch chunks are loaded
+ * before any of them is used (pass_kernel: one chunk ahead, a DRAM round trip per chunk in a
+ * chain of up to 128), and NV = 4 adjacent elements of a state row per thread when K % 4 == 0
+ * (16-byte loads and stores: the workspace is 128-byte aligned and H·V·K, p·K and n are then
+ * multiples of 4), NV = 1 otherwise. */
+const int kPassBatch = 8;
+template <int NV>
+__global__ void __launch_bounds__(kThreads) pass_kernel_v4(const m3_fwd_args P) {
+    const long long vk = (long long)P.V * P.K, hvk = P.H * vk;
+    const long long e = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * NV;
+    if (e >= hvk) return;
+    const int    s = blockIdx.y;
+    const m3_seg sg = P.segs[s];
+    const int    h = (int)(e / vk), p = (int)((e % vk) / P.K), n = (int)(e % P.K);
+    float        st[NV];
+#pragma unroll
+    for (int v = 0; v < NV; ++v) st[v] = 0.0f;
+    if (P.has_states) {
+        const bool add = sg.len > 0; /* H_in = S_in + dt_0(1−λ_0)·v_in k_inᵀ (spec §3.5) */
+        const float c0 = add ? ld3(P.dt, sg.row, h, sg.t0) * (1.0f - sigmoidf(ld3(P.trap, sg.row, h, sg.t0))) : 0.0f;
+        const float vin = add ? ld3(P.v_in, s, h, p) : 0.0f;
+#pragma unroll
+        for (int v = 0; v < NV; ++v) {
+            st[v] = ld4(P.ssm_in, s, h, p, n + v);
+            if (add) st[v] += (c0 * ld3(P.k_in, s, h, n + v)) * vin;
+        }
+    }
+    for (int k0 = 0; k0 < sg.count; k0 += kPassBatch) {
+        float loc[kPassBatch][NV], dec[kPassBatch];
+#pragma unroll
+        for (int u = 0; u < kPassBatch; ++u) {
+            const long long w = (long long)sg.first + k0 + u;
+            const bool      ok = k0 + u < sg.count;
+            dec[u] = ok ? expf(P.lastcum[w * P.H + h]) : 0.0f;
+            if constexpr (NV == 4) {
+                const float4 f = ok ? *reinterpret_cast<const float4 *>(P.states + w * hvk + e)
+                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+                loc[u][0] = f.x, loc[u][1] = f.y, loc[u][2] = f.z, loc[u][3] = f.w;
+            } else {
+                loc[u][0] = ok ? P.states[w * hvk + e] : 0.0f;
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < kPassBatch; ++u) {
+            if (k0 + u >= sg.count) break;
+            float * dst = P.states + ((long long)sg.first + k0 + u) * hvk + e;
+            if constexpr (NV == 4)
+                *reinterpret_cast<float4 *>(dst) = make_float4(st[0], st[1], st[2], st[3]);
+            else
+                dst[0] = st[0];
+#pragma unroll
+            for (int v = 0; v < NV; ++v) st[v] = dec[u] * st[v] + loc[u][v];
+        }
+    }
+    if (P.fin_ssm.present)
+#pragma unroll
+        for (int v = 0; v < NV; ++v) st4(P.fin_ssm, s, h, p, n + v, st[v]);
 }
 
 /* ---- kernel 4: outputs ----------------------------------------------------------------------------- */
@@ -800,7 +924,9 @@ __device__ __forceinline__ void load8(float (&x)[8], const ssmi_cu_view & v, int
 template <int MODE, int VER>
 __device__ void fast_prep_qk(const m3_fwd_args & P, const m3_chunk & ch, int h, const float * th,
                              typename cfg<MODE>::T * qh, typename cfg<MODE>::T * ql, typename cfg<MODE>::T * kh,
-                             typename cfg<MODE>::T * kl, int ld, const float * kscale, float * dd, bool fin_k) {
+                             typename cfg<MODE>::T * kl, int ld, const float * kscale, float * dd, bool fin_k,
+                             const typename cfg<MODE>::T * qraw = nullptr, const typename cfg<MODE>::T * kraw = nullptr,
+                             const float * snt = nullptr) {
     const int K8 = P.Kp / 8, g = h / P.G, L = ch.len;
     int       ipt = 2;
     while (ipt < K8) ipt *= 2;
@@ -811,7 +937,7 @@ __device__ void fast_prep_qk(const m3_fwd_args & P, const m3_chunk & ch, int h, 
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
         qbias[e] = kbias[e] = 0.0f;
-        if (VER == 3 && n0 + e < P.K) {
+        if (VER >= 3 && n0 + e < P.K) {
             qbias[e] = ld2(P.qb, h, n0 + e);
             kbias[e] = ld2(P.kb, h, n0 + e);
         }
@@ -823,13 +949,20 @@ __device__ void fast_prep_qk(const m3_fwd_args & P, const m3_chunk & ch, int h, 
         for (int e = 0; e < 8; ++e) q[e] = k[e] = 0.0f;
         if (live) {
             const long long t = ch.t0 + i;
-            if (qh != nullptr || dd != nullptr) load8<MODE>(q, P.q, P.vq, ch.row, t, g, n0, P.K);
-            load8<MODE>(k, P.k, P.vk, ch.row, t, g, n0, P.K);
+            /* v4: raw rows already in shared memory (cp.async; the same values as load8's) */
+            if (qraw != nullptr && (qh != nullptr || dd != nullptr))
+                unpack8<MODE>(q, *reinterpret_cast<const uint4 *>(&qraw[i * ld + n0]));
+            else if (qh != nullptr || dd != nullptr)
+                load8<MODE>(q, P.q, P.vq, ch.row, t, g, n0, P.K);
+            if (kraw != nullptr)
+                unpack8<MODE>(k, *reinterpret_cast<const uint4 *>(&kraw[i * ld + n0]));
+            else
+                load8<MODE>(k, P.k, P.vk, ch.row, t, g, n0, P.K);
 #pragma unroll
             for (int e = 0; e < 8; ++e)
                 if (n0 + e < P.K) {
-                    q[e] += VER == 3 ? qbias[e] : ld2(P.qb, h, n0 + e);
-                    k[e] += VER == 3 ? kbias[e] : ld2(P.kb, h, n0 + e);
+                    q[e] += VER >= 3 ? qbias[e] : ld2(P.qb, h, n0 + e);
+                    k[e] += VER >= 3 ? kbias[e] : ld2(P.kb, h, n0 + e);
                 }
         }
         float dot = 0.0f;
@@ -843,7 +976,10 @@ __device__ void fast_prep_qk(const m3_fwd_args & P, const m3_chunk & ch, int h, 
                 const int m = n0 / 2 + e2;
                 if (m < P.A) {
                     float sn, cs;
-                    sincosf(th[i * P.A + m], &sn, &cs);
+                    if (snt != nullptr) /* v4: the table of sincosf(θ) (th holds cos θ) */
+                        sn = snt[i * P.A + m], cs = th[i * P.A + m];
+                    else
+                        sincosf(th[i * P.A + m], &sn, &cs);
                     const float q0 = q[2 * e2], q1 = q[2 * e2 + 1], k0 = k[2 * e2], k1 = k[2 * e2 + 1];
                     q[2 * e2] = q0 * cs - q1 * sn, q[2 * e2 + 1] = q0 * sn + q1 * cs;
                     k[2 * e2] = k0 * cs - k1 * sn, k[2 * e2 + 1] = k0 * sn + k1 * cs;
@@ -901,11 +1037,12 @@ __device__ void fast_load_v(const m3_fwd_args & P, const m3_chunk & ch, int h, i
 
 /* Shared memory of the fast kernels: scalars (8 rows of kC + 1), θ (kC × A), two split
  * [kC][Kp + 8] tiles (state kernel: w∘K̂; output kernel: Q̂ and K̂, then the entering state
- * over K̂), the v tile. */
+ * over K̂), the v tile; from v4 on the output kernel adds a z tile (z, then the output). */
 template <int MODE>
 struct fast_smem {
-    size_t              scal, part, th, t0h, t0l, t1h, t1l, vs, total;
-    __host__ __device__ fast_smem(int Kp, int A, bool output, bool v3) {
+    size_t              scal, part, th, sn, t0h, t0l, t1h, t1l, vs, zs, total;
+    __host__ __device__ fast_smem(int Kp, int A, bool output, int ver, bool sct = false) {
+        const bool v3 = ver >= 3;
         typedef typename cfg<MODE>::T T;
         const size_t                  tile = align128(sizeof(T) * kC * (Kp + 8));
         size_t                        o = 0;
@@ -915,6 +1052,8 @@ struct fast_smem {
         o += v3 ? align128(sizeof(float) * kPartMax) : 0;
         th = o;
         o += align128(sizeof(float) * kC * (A > 0 ? A : 1));
+        sn = o; /* v4 with the sin/cos table: sin θ (th then holds cos θ) */
+        o += sct ? align128(sizeof(float) * kC * (A > 0 ? A : 1)) : 0;
         t0h = o;
         o += tile;
         t0l = o;
@@ -925,6 +1064,8 @@ struct fast_smem {
         o += output ? tile : 0;
         vs = o;
         o += align128(sizeof(T) * kC * kFLd);
+        zs = o;
+        o += output && ver >= 4 ? align128(sizeof(T) * kC * kFLd) : 0;
         total = o;
     }
 };
@@ -951,11 +1092,112 @@ __device__ __forceinline__ void load_state_regs(const m3_fwd_args & P, int w, in
     }
 }
 
+/* ---- v4 helpers: every global load of a block issued at its start, 16 bytes at a time ---------- */
+
+/* Row r and float4 column c of this thread's state piece o = threadIdx.x + u·kFastThreads in a
+ * tile of c4 float4 columns (o = r·c4 + c), advanced from piece u to u + 1 by
+ * kFastThreads = dq·c4 + dr: the indices of load_state_regs without a division per piece. */
+struct state_piece {
+    int c4, r, c, dq, dr;
+    __device__ __forceinline__ explicit state_piece(int c4_) : c4(c4_) {
+        r = (int)threadIdx.x / c4, c = (int)threadIdx.x - r * c4;
+        dq = kFastThreads / c4, dr = kFastThreads - dq * c4;
+    }
+    __device__ __forceinline__ void next() {
+        r += dq, c += dr;
+        if (c >= c4) c -= c4, ++r;
+    }
+};
+
+/* load_state_regs with state_piece's indices: the same pieces, the same values. */
+__device__ __forceinline__ void load_state_regs_v4(const m3_fwd_args & P, int w, int h, int p0, float4 (&f)[16]) {
+    const float * st = P.states + ((long long)w * P.H + h) * P.V * P.K;
+    state_piece   sp(P.Kp / 4);
+#pragma unroll
+    for (int u = 0; u < 16; ++u) {
+        const int r = sp.r, c = 4 * sp.c, p = p0 + r;
+        sp.next();
+        f[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r < kTV && p < P.V && c < P.K) {
+            const float * src = st + (long long)p * P.K + c;
+            if ((P.K & 3) == 0)
+                f[u] = __ldg(reinterpret_cast<const float4 *>(src));
+            else /* K is even: c + 1 < K whenever c < K */
+                f[u] = make_float4(src[0], src[1], c + 2 < P.K ? src[2] : 0.0f, c + 3 < P.K ? src[3] : 0.0f);
+        }
+    }
+}
+
+/* This thread's pieces of the chunk's raw angles when P.vang (angles of v's dtype, unit inner
+ * stride, 16-byte rows, A % 8 == 0): piece o = threadIdx.x + u·kFastThreads is token o/(A/8),
+ * angles 8·(o % (A/8)) .. +7. A ≤ K/2 ≤ 64 on the fast path, so L·A/8 ≤ 512 = 4 pieces per
+ * thread. Zeros (unused) otherwise. */
+const int kAngPieces = 4;
+template <int MODE>
+__device__ __forceinline__ void load_angles_v4(const m3_fwd_args & P, const m3_chunk & ch, int h,
+                                               uint4 (&r)[kAngPieces]) {
+    typedef typename cfg<MODE>::T T;
+    const int                     A8 = P.A / 8, total = P.vang ? ch.len * A8 : 0;
+#pragma unroll
+    for (int u = 0; u < kAngPieces; ++u) {
+        const int o = threadIdx.x + u * kFastThreads;
+        r[u] = make_uint4(0u, 0u, 0u, 0u);
+        if (o < total) {
+            const int i = o / A8, m0 = (o - i * A8) * 8;
+            r[u] = __ldg(reinterpret_cast<const uint4 *>((const T *)P.ang.p + ch.row * P.ang.s[0] +
+                                                         (ch.t0 + i) * P.ang.s[1] + h * P.ang.s[2] + m0));
+        }
+    }
+}
+
+/* v4 of chunk_theta_v3: the same terms (from load_angles_v4's pieces when P.vang, else v3's
+ * element loads) and the same walk, so the same θ bit for bit. */
+template <int MODE>
+__device__ void chunk_theta_v4(const m3_fwd_args & P, const m3_chunk & ch, int w, int h, const float * dtv, float * th,
+                               float * part, const uint4 (&r)[kAngPieces]) {
+    if (P.A == 0) return;
+    if (!P.vang) {
+        chunk_theta_v3(P, ch, w, h, dtv, th, part);
+        return;
+    }
+    const int A = P.A, A8 = A / 8, total = ch.len * A8;
+#pragma unroll
+    for (int u = 0; u < kAngPieces; ++u) {
+        const int o = threadIdx.x + u * kFastThreads;
+        if (o < total) {
+            const int i = o / A8, m0 = (o - i * A8) * 8;
+            float     x[8];
+            unpack8<MODE>(x, r[u]);
+#pragma unroll
+            for (int e = 0; e < 8; ++e) th[i * A + m0 + e] = P.fused ? (kPi * tanhf(x[e])) * dtv[i] : x[e];
+        }
+    }
+    __syncthreads();
+    if (P.fused) theta_walk(P, ch, w, h, th, part);
+}
+
+/* cp.async of a (B, S, Hx, X) tensor's rows of the chunk (tokens < L, columns [c0, c0 + ncols)
+ * clipped to X) into dst[kC][ld] in 16-byte pieces; vec (ssmi_cu_vec_rows) must hold. Pieces
+ * outside are not written (their readers skip them). The caller waits (cp_async_wait_all)
+ * and synchronises. */
+template <int MODE>
+__device__ __forceinline__ void cp_rows_v4(typename cfg<MODE>::T * dst, int ld, const ssmi_cu_view & t,
+                                           const m3_chunk & ch, int hx, int c0, int ncols, int X) {
+    typedef typename cfg<MODE>::T T;
+    const int                     nc = min(ncols, X - c0), pr = ncols / 8;
+    const long long               base = ch.row * t.s[0] + ch.t0 * t.s[1] + hx * t.s[2] + c0;
+#pragma unroll 1
+    for (int o = threadIdx.x; o < ch.len * pr; o += blockDim.x) {
+        const int r = o / pr, c = (o - r * pr) * 8;
+        if (c < nc) cp_async16(dst + r * ld + c, (const T *)t.p + base + r * t.s[1] + c);
+    }
+}
+
 template <int MODE, int VER>
 __global__ void __launch_bounds__(kFastThreads) fast_state_kernel(const m3_fwd_args P) {
     typedef typename cfg<MODE>::T T;
     extern __shared__ __align__(128) unsigned char smem[];
-    const fast_smem<MODE>                          Ly(P.Kp, P.A, false, VER == 3);
+    const fast_smem<MODE>                          Ly(P.Kp, P.A, false, VER);
     const m3_scal                                  sc = carve_scal((float *)(smem + Ly.scal));
     float *                                        wj = sc.sig + (kC + 1);
     float *                                        th = (float *)(smem + Ly.th);
@@ -968,16 +1210,27 @@ __global__ void __launch_bounds__(kFastThreads) fast_state_kernel(const m3_fwd_a
     const int      w = blockIdx.x, h = blockIdx.y, p0 = blockIdx.z * kTV;
     const m3_chunk ch = P.chunks[w];
     fast_load_v<MODE>(P, ch, h, p0, vs);
+    /* v4: the raw k rows (cp.async into the lo tile, overwritten in place by fast_prep_qk) and
+     * the raw angles (registers) are requested before the scalars */
+    uint4 araw[kAngPieces];
+    if constexpr (VER >= 4) {
+        if (P.vk) cp_rows_v4<MODE>(kl, LK, P.k, ch, h / P.G, 0, P.Kp, P.K);
+        load_angles_v4<MODE>(P, ch, h, araw);
+    }
     chunk_scalars(P, ch, h, sc);
     const float cl = sc.cm[ch.len - 1];
     for (int j = threadIdx.x; j < kC; j += blockDim.x) wj[j] = j < ch.len ? expf(cl - sc.cm[j]) * sc.sig[j] : 0.0f;
     if (blockIdx.z == 0 && threadIdx.x == 0) P.lastcum[(long long)w * P.H + h] = cl;
-    if constexpr (VER == 3)
+    if constexpr (VER >= 4)
+        chunk_theta_v4<MODE>(P, ch, w, h, sc.dtv, th, (float *)(smem + Ly.part), araw);
+    else if constexpr (VER == 3)
         chunk_theta_v3(P, ch, w, h, sc.dtv, th, (float *)(smem + Ly.part));
     else
         chunk_theta(P, ch, w, h, sc.dtv, th);
+    if constexpr (VER >= 4) cp_async_wait_all(); /* the raw k rows, before the barrier that publishes them */
     __syncthreads(); /* wj, θ */
-    fast_prep_qk<MODE, VER>(P, ch, h, th, nullptr, nullptr, kh, kl, LK, wj, nullptr, false);
+    fast_prep_qk<MODE, VER>(P, ch, h, th, nullptr, nullptr, kh, kl, LK, wj, nullptr, false, nullptr,
+                            VER >= 4 && P.vk ? kl : nullptr);
     cp_async_wait_all();
     __syncthreads();
 
@@ -1022,7 +1275,7 @@ template <int MODE, int VER>
 __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_fwd_args P) {
     typedef typename cfg<MODE>::T T;
     extern __shared__ __align__(128) unsigned char smem[];
-    const fast_smem<MODE>                          Ly(P.Kp, P.A, true, VER == 3);
+    const fast_smem<MODE>                          Ly(P.Kp, P.A, true, VER, VER >= 4 && P.sct);
     const m3_scal                                  sc = carve_scal((float *)(smem + Ly.scal));
     float *                                        ecm = sc.sig + (kC + 1);
     float *                                        dd = ecm + (kC + 1);
@@ -1032,6 +1285,7 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
     T *                                            bh = (T *)(smem + Ly.t1h); /* K̂, then the entering state */
     T *                                            bl = (T *)(smem + Ly.t1l);
     T *                                            vs = (T *)(smem + Ly.vs);
+    T *                                            zs = (T *)(smem + Ly.zs); /* v4: z, then the output */
     const int                                      LK = P.Kp + 8, KS = P.Kp / 16;
     const int                                      lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
@@ -1042,22 +1296,51 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
     const bool with_state = !ch.first || P.has_states;
     /* v3: the entering state tile goes to registers first; its loads are in flight during the
      * scalars, θ, the q/k prep, the scores and P·V, and it is split into shared memory after */
-    float4 pre[VER == 3 ? 16 : 1];
-    if constexpr (VER == 3) {
+    float4 pre[VER >= 3 ? 16 : 1];
+    if constexpr (VER >= 4) {
+        if (with_state) load_state_regs_v4(P, w, h, p0, pre);
+    } else if constexpr (VER == 3) {
         if (with_state) load_state_regs(P, w, h, p0, pre);
     } else {
         pre[0] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     }
     fast_load_v<MODE>(P, ch, h, p0, vs);
+    /* v4: every other global input of the block is requested now: the raw q and k rows by
+     * cp.async into the lo tiles (fast_prep_qk overwrites them in place), the z tile, the raw
+     * angles into registers; all of it lands during the scalars and θ */
+    uint4 araw[kAngPieces];
+    if constexpr (VER >= 4) {
+        if (P.vq) cp_rows_v4<MODE>(ql, LK, P.q, ch, h / P.G, 0, P.Kp, P.K);
+        if (P.vk) cp_rows_v4<MODE>(bl, LK, P.k, ch, h / P.G, 0, P.Kp, P.K);
+        if (P.vz16) cp_rows_v4<MODE>(zs, kFLd, P.z, ch, h, p0, kTV, P.V);
+        load_angles_v4<MODE>(P, ch, h, araw);
+    }
     chunk_scalars(P, ch, h, sc);
     for (int i = threadIdx.x; i < kC; i += blockDim.x) ecm[i] = i < L ? expf(sc.cm[i]) : 0.0f;
-    if constexpr (VER == 3)
+    if constexpr (VER >= 4)
+        chunk_theta_v4<MODE>(P, ch, w, h, sc.dtv, th, (float *)(smem + Ly.part), araw);
+    else if constexpr (VER == 3)
         chunk_theta_v3(P, ch, w, h, sc.dtv, th, (float *)(smem + Ly.part));
     else
         chunk_theta(P, ch, w, h, sc.dtv, th);
+    if constexpr (VER >= 4) cp_async_wait_all(); /* q, k, z (and v) rows, before the barrier that publishes them */
     __syncthreads(); /* θ */
+    /* v4: sincosf of every (token, angle) once, all threads busy (fast_prep_qk runs them only
+     * on the lanes whose features are rotated, once per token pass); the same calls, so the
+     * same values */
+    float * snt = nullptr;
+    if (VER >= 4 && P.sct) { /* block-uniform */
+        snt = (float *)(smem + Ly.sn);
+        for (int o = threadIdx.x; o < L * P.A; o += blockDim.x) {
+            float sn_, cs_;
+            sincosf(th[o], &sn_, &cs_);
+            th[o] = cs_, snt[o] = sn_;
+        }
+        __syncthreads();
+    }
     fast_prep_qk<MODE, VER>(P, ch, h, th, qh, ql, bh, bl, LK, nullptr, dd,
-                       ch.last && blockIdx.z == 0 && P.fin_k.present);
+                            ch.last && blockIdx.z == 0 && P.fin_k.present, VER >= 4 && P.vq ? ql : nullptr,
+                            VER >= 4 && P.vk ? bl : nullptr, snt);
     cp_async_wait_all();
     __syncthreads();
 
@@ -1128,12 +1411,15 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
         __syncthreads(); /* every warp is done with K̂ */
         const float * st = P.states + ((long long)w * P.H + h) * P.V * P.K;
         const int     c4 = P.Kp / 4, total = kTV * c4;
-        if constexpr (VER == 3) {
+        if constexpr (VER >= 3) {
             /* the prefetched tile (load_state_regs' pieces), split into the B tiles */
+            state_piece sp(c4); /* v4: (row, column) of piece u without a division per piece */
 #pragma unroll
             for (int u = 0; u < 16; ++u) {
-                const int o = threadIdx.x + u * kFastThreads, r = o / c4, c = (o - r * c4) * 4;
-                if (o >= total) break;
+                const int o = threadIdx.x + u * kFastThreads;
+                const int r = VER >= 4 ? sp.r : o / c4, c = VER >= 4 ? 4 * sp.c : (o - r * c4) * 4;
+                if (VER >= 4 ? r >= kTV : o >= total) break;
+                if constexpr (VER >= 4) sp.next();
                 uint32_t hi[2], lo[2];
                 split2<MODE>(pre[u].x, pre[u].y, hi[0], lo[0]);
                 split2<MODE>(pre[u].z, pre[u].w, hi[1], lo[1]);
@@ -1188,14 +1474,17 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
 
     /* epilogue: + (D + γ_i·d_i)·v_i, gate, store pairs; the final v state from the last token */
     const float dh = P.has_d ? ssmi_cu_ld(P.d.p, P.d.dtype, h * P.d.s[0]) : 0.0f;
-    float2      zv[8][2];
+    /* v4: z from the z tile (P.vz16), the output staged in place over it (P.vo16: each thread
+     * reads and writes only its own pairs) and stored in 16-byte row pieces after a barrier */
+    const bool zsm = VER >= 4 && P.vz16, stage = VER >= 4 && P.vo16;
+    float2     zv[8][2];
 #pragma unroll
     for (int t = 0; t < 8; ++t) {
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
             const int p = p0 + t * 8 + 2 * (lane & 3), i = half ? ri1 : ri0;
             zv[t][half] = make_float2(0.0f, 0.0f);
-            if (!P.has_z || p >= P.V || i >= L) continue;
+            if (!P.has_z || zsm || p >= P.V || i >= L) continue;
             const long long zo = ch.row * P.z.s[0] + (ch.t0 + i) * P.z.s[1] + h * P.z.s[2] + p * P.z.s[3];
             if (P.vz && p + 1 < P.V)
                 zv[t][half] = t2<MODE>::unpack(__ldg(reinterpret_cast<const unsigned int *>((const T *)P.z.p + zo)));
@@ -1218,12 +1507,16 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
             const float2 xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&vs[i * kFLd + pl]));
             float        v0 = fmaf(diag, xv.x, y[t][2 * half]), v1 = fmaf(diag, xv.y, y[t][2 * half + 1]);
             if (P.has_z) {
-                const float z0 = zv[t][half].x, z1 = zv[t][half].y;
+                const float2 zz = zsm ? t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&zs[i * kFLd + pl]))
+                                      : zv[t][half];
+                const float  z0 = zz.x, z1 = zz.y;
                 v0 *= z0 * sigmoidf(z0);
                 v1 *= z1 * sigmoidf(z1);
             }
             const long long oo = ch.row * P.out.s[0] + t_ * P.out.s[1] + h * P.out.s[2] + p * P.out.s[3];
-            if (P.vout && two) {
+            if (stage) /* V % 8 == 0: both of the pair are inside */
+                *reinterpret_cast<uint32_t *>(&zs[i * kFLd + pl]) = t2<MODE>::pack(v0, v1);
+            else if (P.vout && two) {
                 if (P.out.dtype == SSM_DTYPE_F32)
                     *reinterpret_cast<float2 *>((float *)P.out.p + oo) = make_float2(v0, v1);
                 else
@@ -1236,6 +1529,18 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
                 st3(P.fin_v, ch.seq, h, p, xv.x);
                 if (two) st3(P.fin_v, ch.seq, h, p + 1, xv.y);
             }
+        }
+    }
+    if (stage) { /* block-uniform */
+        __syncthreads();
+        const int       nc = min(kTV, P.V - p0);
+        const long long ob = ch.row * P.out.s[0] + ch.t0 * P.out.s[1] + h * P.out.s[2] + p0;
+#pragma unroll 1
+        for (int o = threadIdx.x; o < L * (kTV / 8); o += blockDim.x) {
+            const int r = o / (kTV / 8), c = (o - r * (kTV / 8)) * 8;
+            if (c < nc)
+                *reinterpret_cast<uint4 *>((T *)P.out.p + ob + r * P.out.s[1] + c) =
+                    *reinterpret_cast<const uint4 *>(&zs[r * kFLd + c]);
         }
     }
 }
@@ -1327,8 +1632,27 @@ fwd_ws fwd_ws_layout(const ssmi_mamba3_dims * d, const m3_plan * pl, int fused) 
     return l;
 }
 
+/* The state pass over every sequence: pass_kernel_v4 from version 4 on (16-byte pieces when
+ * K % 4 == 0), pass_kernel before. */
+ssm_status launch_pass(ssm_context * ctx, const char * op, const m3_fwd_args & P, int version) {
+    const cudaStream_t s = ssmi_cuda_stream(ctx);
+    const long long    hvk = (long long)P.H * P.V * P.K;
+    if (version >= 4 && (P.K & 3) == 0) {
+        const long long n4 = hvk / 4;
+        pass_kernel_v4<4><<<dim3((unsigned)((n4 + kThreads - 1) / kThreads), (unsigned)P.NS), kThreads, 0, s>>>(P);
+        SSMI_CU_CHECK_LAUNCH(ctx, op, "pass_kernel_v4 launch");
+    } else if (version >= 4) {
+        pass_kernel_v4<1><<<dim3((unsigned)((hvk + kThreads - 1) / kThreads), (unsigned)P.NS), kThreads, 0, s>>>(P);
+        SSMI_CU_CHECK_LAUNCH(ctx, op, "pass_kernel_v4 launch");
+    } else {
+        pass_kernel<<<dim3((unsigned)((hvk + kThreads - 1) / kThreads), (unsigned)P.NS), kThreads, 0, s>>>(P);
+        SSMI_CU_CHECK_LAUNCH(ctx, op, "pass_kernel launch");
+    }
+    return SSM_STATUS_OK;
+}
+
 template <int MODE>
-ssm_status launch_state_out(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W) {
+ssm_status launch_state_out(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W, int version) {
     const cudaStream_t     s = ssmi_cuda_stream(ctx);
     const state_smem<MODE> Ls(P.Kp, P.A);
     const out_smem<MODE>   Lo(P.Kp, P.A);
@@ -1342,9 +1666,7 @@ ssm_status launch_state_out(ssm_context * ctx, const char * op, const m3_fwd_arg
     state_kernel<MODE><<<grid, kThreads, Ls.total, s>>>(P);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "state_kernel launch");
     if (P.NS > 0) {
-        const long long hvk = (long long)P.H * P.V * P.K;
-        pass_kernel<<<dim3((unsigned)((hvk + kThreads - 1) / kThreads), (unsigned)P.NS), kThreads, 0, s>>>(P);
-        SSMI_CU_CHECK_LAUNCH(ctx, op, "pass_kernel launch");
+        SSM_FORWARD_IF_ERROR(launch_pass(ctx, op, P, version));
     }
     output_kernel<MODE><<<grid, kThreads, Lo.total, s>>>(P);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "output_kernel launch");
@@ -1352,9 +1674,9 @@ ssm_status launch_state_out(ssm_context * ctx, const char * op, const m3_fwd_arg
 }
 
 template <int MODE, int VER>
-ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W) {
+ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W, int version) {
     const cudaStream_t    s = ssmi_cuda_stream(ctx);
-    const fast_smem<MODE> Ls(P.Kp, P.A, false, VER == 3), Lo(P.Kp, P.A, true, VER == 3);
+    const fast_smem<MODE> Ls(P.Kp, P.A, false, VER), Lo(P.Kp, P.A, true, VER, VER >= 4 && P.sct);
     const dim3            grid((unsigned)W, (unsigned)P.H, (unsigned)((P.V + kTV - 1) / kTV));
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
         ctx, op, "cudaFuncSetAttribute",
@@ -1365,9 +1687,7 @@ ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P
     fast_state_kernel<MODE, VER><<<grid, kFastThreads, Ls.total, s>>>(P);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_state_kernel launch");
     if (P.NS > 0) {
-        const long long hvk = (long long)P.H * P.V * P.K;
-        pass_kernel<<<dim3((unsigned)((hvk + kThreads - 1) / kThreads), (unsigned)P.NS), kThreads, 0, s>>>(P);
-        SSMI_CU_CHECK_LAUNCH(ctx, op, "pass_kernel launch");
+        SSM_FORWARD_IF_ERROR(launch_pass(ctx, op, P, version));
     }
     fast_output_kernel<MODE, VER><<<grid, kFastThreads, Lo.total, s>>>(P);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_output_kernel launch");
@@ -1377,13 +1697,16 @@ ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P
 /* The kernel version, read on every call (an internal hook for tests and measurements, so a
  * failing version can be bypassed without a rebuild): SSMOPS_CUDA_SISO_FAST=0 → 0 (the
  * portable kernels and the sequential angle pass), =1 → 2 (the v2 tensor-core kernels and
- * the sequential angle pass), unset or anything else (=2) → 3 (v3: the parallel angle scan,
- * and the v3 tensor-core kernels where the fast path applies). getenv only reads. */
+ * the sequential angle pass), =2 → 3 (v3: the parallel angle scan, and the v3 tensor-core
+ * kernels where the fast path applies), unset or anything else (=3) → 4 (v4: v3's angle scan,
+ * pass_kernel_v4, and the v4 tensor-core kernels where the fast path applies; the portable
+ * kernels otherwise). getenv only reads. */
 int siso_version() {
     const char * env = getenv("SSMOPS_CUDA_SISO_FAST");
     if (env != NULL && strcmp(env, "0") == 0) return 0;
     if (env != NULL && strcmp(env, "1") == 0) return 2;
-    return 3;
+    if (env != NULL && strcmp(env, "2") == 0) return 3;
+    return 4;
 }
 
 /* THE switch of the tensor-core path: fp16/bf16 v (the compute dtype) and K ≤ 128 take
@@ -1461,12 +1784,22 @@ ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims
     if (io.fused) P.fin_ang = out_of(io.fin_ang);
 
     const int mode = compute_mode(io.v->dtype), version = siso_version();
+    /* v4's 16-byte angle rows (fused angle sums and the fast kernels' θ): 16-bit v, angles of
+     * its dtype; A ≤ 64 keeps a chunk's pieces within load_angles_v4's registers */
+    P.vang = mode != M_F32 && P.A > 0 && P.A <= 64 && ssmi_cu_vec_rows(io.ang, io.v->dtype, d->nangles);
     if (io.fused && P.A > 0) {
-        if (pl->W > 0) {
+        if (pl->W > 0 && version >= 4 && P.vang) {
+            const dim3 grid((unsigned)pl->W, (unsigned)((P.H * (P.A / 8) + 127) / 128));
+            if (mode == M_F16)
+                angle_sum_kernel_v4<M_F16><<<grid, 128, 0, s>>>(P);
+            else
+                angle_sum_kernel_v4<M_BF16><<<grid, 128, 0, s>>>(P);
+            SSMI_CU_CHECK_LAUNCH(ctx, op, "angle_sum_kernel_v4 launch");
+        } else if (pl->W > 0) {
             angle_sum_kernel<<<dim3((unsigned)pl->W, (unsigned)((P.H * P.A + 127) / 128)), 128, 0, s>>>(P);
             SSMI_CU_CHECK_LAUNCH(ctx, op, "angle_sum_kernel launch");
         }
-        if (version == 3) {
+        if (version >= 3) {
             angle_scan_kernel<<<dim3((unsigned)((P.H * P.A + 3) / 4), (unsigned)P.NS), 128, 0, s>>>(P);
             SSMI_CU_CHECK_LAUNCH(ctx, op, "angle_scan_kernel launch");
         } else {
@@ -1481,24 +1814,32 @@ ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims
         P.vv = ssmi_cu_vec_rows(io.v, T, d->dv);
         P.vz = P.has_z && io.z->dtype == T && ssmi_cu_vec_pairs(io.z, d->dv);
         P.vout = (io.out->dtype == T || io.out->dtype == SSM_DTYPE_F32) && ssmi_cu_vec_pairs(io.out, d->dv);
-        if (mode == M_F16 && version == 3)
-            SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 3>(ctx, op, P, pl->W)));
+        P.vz16 = P.has_z && ssmi_cu_vec_rows(io.z, T, d->dv);
+        P.vo16 = ssmi_cu_vec_rows(io.out, T, d->dv);
+        /* v4's sin/cos table only while two output blocks still fit on an SM (228 KB of shared
+         * memory on sm_90, 1 KB of it reserved per block): A ≤ 32 at K = 128 */
+        P.sct = version >= 4 && P.A > 0 &&
+                2 * (fast_smem<M_BF16>(P.Kp, P.A, true, 4, true).total + 1024) <= (size_t)228 * 1024;
+        if (mode == M_F16 && version >= 4)
+            SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 4>(ctx, op, P, pl->W, version)));
+        else if (mode == M_F16 && version == 3)
+            SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 3>(ctx, op, P, pl->W, version)));
         else if (mode == M_F16)
-            SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 2>(ctx, op, P, pl->W)));
+            SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 2>(ctx, op, P, pl->W, version)));
+        else if (version >= 4)
+            SSM_FORWARD_IF_ERROR((launch_fast<M_BF16, 4>(ctx, op, P, pl->W, version)));
         else if (version == 3)
-            SSM_FORWARD_IF_ERROR((launch_fast<M_BF16, 3>(ctx, op, P, pl->W)));
+            SSM_FORWARD_IF_ERROR((launch_fast<M_BF16, 3>(ctx, op, P, pl->W, version)));
         else
-            SSM_FORWARD_IF_ERROR((launch_fast<M_BF16, 2>(ctx, op, P, pl->W)));
+            SSM_FORWARD_IF_ERROR((launch_fast<M_BF16, 2>(ctx, op, P, pl->W, version)));
     } else if (pl->W > 0) {
         switch (mode) {
-            case M_F16: SSM_FORWARD_IF_ERROR(launch_state_out<M_F16>(ctx, op, P, pl->W)); break;
-            case M_BF16: SSM_FORWARD_IF_ERROR(launch_state_out<M_BF16>(ctx, op, P, pl->W)); break;
-            default: SSM_FORWARD_IF_ERROR(launch_state_out<M_F32>(ctx, op, P, pl->W)); break;
+            case M_F16: SSM_FORWARD_IF_ERROR(launch_state_out<M_F16>(ctx, op, P, pl->W, version)); break;
+            case M_BF16: SSM_FORWARD_IF_ERROR(launch_state_out<M_BF16>(ctx, op, P, pl->W, version)); break;
+            default: SSM_FORWARD_IF_ERROR(launch_state_out<M_F32>(ctx, op, P, pl->W, version)); break;
         }
     } else {
-        const long long hvk = (long long)P.H * P.V * P.K;
-        pass_kernel<<<dim3((unsigned)((hvk + kThreads - 1) / kThreads), (unsigned)P.NS), kThreads, 0, s>>>(P);
-        SSMI_CU_CHECK_LAUNCH(ctx, op, "pass_kernel launch");
+        SSM_FORWARD_IF_ERROR(launch_pass(ctx, op, P, version));
     }
     if (P.fin_k.present || P.fin_v.present) {
         empty_kernel<<<(unsigned)P.NS, kThreads, 0, s>>>(P);
