@@ -2040,7 +2040,7 @@ __global__ void __launch_bounds__(kStep3MaxThreads, 3) step3_kernel(const __grid
  * (K / 4 not a power of two in [RU, 32], or V > RU·256 / (K / 4)). */
 int step3_plan(long long K, long long V, int * threads) {
     const long long L = K / 4, ru = kStep3Vectors;
-    if (K % 4 != 0 || L < ru || L > 32 || (L & (L - 1)) != 0) return 0;
+    if (K % 4 != 0 || L < ru || L > 32 || (L & (L - 1)) != 0 || V < 1) return 0;
     const long long t = ((V + ru - 1) / ru * L + 31) / 32 * 32;
     if (t > kStep3MaxThreads) return 0;
     *threads = (int)t;
