@@ -595,14 +595,14 @@ __global__ void __launch_bounds__(kV3Threads, CPL == 1 ? kV3MinBlocksPerSM : 6) 
         if (A.has_z) o_gate = zz / (1.0f + expf(-zz));
     }
 
-    /* 4. the rows: update, store, y; lane k keeps row k's sum */
+    /* 4. the rows: update, store, the lane's part of y */
     const long long frow = A.has_fin ? (long long)slot * A.fs[0] + (long long)h * A.fs[1] + (long long)p0 * A.fs[2] : 0;
-    float           y_own = 0.0f;
+    float           y[RU];
 #pragma unroll
     for (int k = 0; k < RU; ++k) {
         const float coef = __shfl_sync(full, o_coef, k, L);
         const float dec = __shfl_sync(full, o_dec, k, L);
-        float       y = 0.0f;
+        y[k] = 0.0f;
 #pragma unroll
         for (int c = 0; c < CPL; ++c) {
             float s[IO::VEC];
@@ -610,16 +610,23 @@ __global__ void __launch_bounds__(kV3Threads, CPL == 1 ? kV3MinBlocksPerSM : 6) 
 #pragma unroll
             for (int j = 0; j < IO::VEC; ++j) {
                 const float t = fmaf(s[j], dec, coef * bb[c][j]);
-                y = fmaf(t, cc[c][j], y);
+                y[k] = fmaf(t, cc[c][j], y[k]);
                 s[j] = t;
             }
             if (A.has_fin && k < nrows)
                 __stcs((uint4 *)((char *)A.fin + (frow + k * A.fs[2] + (long long)(lane + c * L) * VEC) * ES),
                        IO::pack(s));
         }
-        for (int off = L >> 1; off > 0; off >>= 1) y += __shfl_xor_sync(full, y, off);
-        if (lane == k) y_own = y;
     }
+    /* y over the L lanes of each row (fixed xor butterfly, the RU rows' shuffles side by side:
+     * one shuffle latency per step, not per row and step); lane k keeps row k's sum */
+    for (int off = L >> 1; off > 0; off >>= 1)
+#pragma unroll
+        for (int k = 0; k < RU; ++k) y[k] += __shfl_xor_sync(full, y[k], off);
+    float y_own = 0.0f;
+#pragma unroll
+    for (int k = 0; k < RU; ++k)
+        if (lane == k) y_own = y[k];
 
     /* 5. d·x, the gate, out (the owner of each row) */
     if (owner) {

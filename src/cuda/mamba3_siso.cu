@@ -1990,12 +1990,12 @@ __global__ void __launch_bounds__(kStep3MaxThreads, 3) step3_kernel(const __grid
     const long long drow = P.fin_ssm.present ? (long long)slot * P.fin_ssm.s[0] + (long long)h * P.fin_ssm.s[1] +
                                                   (long long)p0 * P.fin_ssm.s[2]
                                             : 0;
-    float           dot_own = 0.0f;
+    float           dot[RU];
 #pragma unroll
     for (int k = 0; k < RU; ++k) {
         const float a = __shfl_sync(full, o_a, k, L);
         const float cg = __shfl_sync(full, o_c, k, L);
-        float       dot = 0.0f;
+        dot[k] = 0.0f;
 #pragma unroll
         for (int c = 0; c < CPL; ++c) {
             float4 nv;
@@ -2003,13 +2003,19 @@ __global__ void __launch_bounds__(kStep3MaxThreads, 3) step3_kernel(const __grid
             nv.y = alpha * hv[k][c].y + a * kp[c][1] + cg * kh[c][1];
             nv.z = alpha * hv[k][c].z + a * kp[c][2] + cg * kh[c][2];
             nv.w = alpha * hv[k][c].w + a * kp[c][3] + cg * kh[c][3];
-            dot += nv.x * qh[c][0] + nv.y * qh[c][1] + nv.z * qh[c][2] + nv.w * qh[c][3];
+            dot[k] += nv.x * qh[c][0] + nv.y * qh[c][1] + nv.z * qh[c][2] + nv.w * qh[c][3];
             if (dst != nullptr && k < nrows)
                 __stcs((float4 *)((float *)dst + drow + k * P.fin_ssm.s[2] + (long long)(lane + c * L) * 4), nv);
         }
-        for (int off = L >> 1; off > 0; off >>= 1) dot += __shfl_xor_sync(full, dot, off);
-        if (lane == k) dot_own = dot;
     }
+    /* over the L lanes of each row: a fixed xor butterfly, the RU rows' shuffles side by side */
+    for (int off = L >> 1; off > 0; off >>= 1)
+#pragma unroll
+        for (int k = 0; k < RU; ++k) dot[k] += __shfl_xor_sync(full, dot[k], off);
+    float dot_own = 0.0f;
+#pragma unroll
+    for (int k = 0; k < RU; ++k)
+        if (lane == k) dot_own = dot[k];
 
     /* 7. out = (y + D·v)·silu(z) by the owners */
     if (owner) {
