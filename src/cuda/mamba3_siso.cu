@@ -1840,7 +1840,6 @@ cudaError_t launch_step2(const m3_step2_args & A2, int per, int B, size_t smem, 
     }
 }
 
-
 /* ---- the decode step, v3 (fp32 vectorised pools; the default where it applies) ------------------- *
  * The profile of v1 on the H200 (B=128 H=64 K=128 V=64 fp32): DRAM 49%, long-scoreboard stalls
  * on the state loads of a warp-per-row loop (one row's loads in flight per warp), barrier stalls
