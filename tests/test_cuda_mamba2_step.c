@@ -10,9 +10,12 @@
  * bit-identical) and a separate final pool (poisoned; unused slots copied, also into
  * another dtype); NaN-poisoned outputs; identical bytes on a second run; AUTO dispatch
  * from device tensors; device-rule errors.
- * Every case runs under both kernels (SSMOPS_CUDA_STEP_KERNEL=v1, then v2: the streaming
+ * Every case runs under the three kernels (SSMOPS_CUDA_STEP_KERNEL=v1, v2: the streaming
  * kernel of contiguous aligned pools, with N = 4·2^k f32 / 8·2^k 16-bit up to 256 vectors a
- * row, one and several vectors per lane, small-batch plans; other pools fall back to v1).
+ * row, one and several vectors per lane, small-batch plans; other pools fall back to v1; v3:
+ * the batched-load kernel of those pools with up to 64 vectors a row and a constant over n,
+ * typed fp32 / bf16 inputs and the generic loads, large- and small-batch plans, P tails;
+ * other cases fall back to v2 / v1).
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261202).
  */
@@ -24,7 +27,7 @@
 #include "cudautil.h"
 
 static ssm_context *ctx_ref, *ctx_cuda, *ctx_auto;
-static const char * kernel_name = "v2"; /* SSMOPS_CUDA_STEP_KERNEL of the running pass */
+static const char * kernel_name = "v3"; /* SSMOPS_CUDA_STEP_KERNEL of the running pass */
 
 /* A view of `h` broadcast to `ndim` dims: dims listed in `keep` take h's dims, the others
  * get stride 0. */
@@ -506,9 +509,9 @@ int main(void) {
     if (ssmt_failures) TEST_EXIT();
 
     test_device_rules(&rng);
-    /* both kernels on the same problems (same seed) */
-    static const char * const kernels[2] = {"v1", "v2"};
-    for (int kv = 0; kv < 2; ++kv) {
+    /* every kernel on the same problems (same seed) */
+    static const char * const kernels[3] = {"v1", "v2", "v3"};
+    for (int kv = 0; kv < 3; ++kv) {
         TEST_CHECK(setenv("SSMOPS_CUDA_STEP_KERNEL", kernels[kv], 1) == 0, "setenv failed");
         kernel_name = kernels[kv];
         printf("kernel %s\n", kernels[kv]);

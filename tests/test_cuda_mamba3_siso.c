@@ -176,7 +176,7 @@ static void test_forward(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const c
 
 /* ---- the decode step ------------------------------------------------------------------------------ */
 
-static const char * g_step_kernel = ""; /* " v1" / " v2": appended to the step tags */
+static const char * g_step_kernel = ""; /* " v1" / " v2" / " v3": appended to the step tags */
 
 static void test_step(ssmt_rng * rng, int64_t B, int64_t H, int64_t Hq, int64_t K, int64_t V, int64_t A,
                       ssm_dtype dtype, int64_t slots, int with_indices, int in_place, int has_dz) {
@@ -410,12 +410,15 @@ int main(void) {
     }
     unsetenv("SSMOPS_CUDA_SISO_FAST");
 
-    /* decode under both step kernels (SSMOPS_CUDA_STEP_KERNEL, read on every call); v2 applies
-     * to fp32 pools with K % 4 == 0 and V·K ≤ 16384, the other cases fall back to v1 */
-    static const char * const step_kernels[] = {"v1", "v2"};
-    for (int ki = 0; ki < 2; ++ki) {
+    /* decode under the three step kernels (SSMOPS_CUDA_STEP_KERNEL, read on every call); v2
+     * applies to fp32 pools with K % 4 == 0 and V·K ≤ 16384, v3 to fp32 pools with K / 4 a
+     * power of two in [8, 32] and V ≤ 2048 / (K / 4); the other cases fall back (v3 to the
+     * default choice of v2 / v1, v2 to v1) */
+    static const char * const step_kernels[] = {"v1", "v2", "v3"};
+    static const char * const step_tags[] = {" v1", " v2", " v3"};
+    for (int ki = 0; ki < 3; ++ki) {
         setenv("SSMOPS_CUDA_STEP_KERNEL", step_kernels[ki], 1);
-        g_step_kernel = ki == 0 ? " v1" : " v2";
+        g_step_kernel = step_tags[ki];
         /* B, H, Hq, K, V, A, dtype, slots, with_indices, in_place, d/z */
         test_step(&rng, 1, 4, 1, 32, 16, 8, SSM_DTYPE_F32, 1, 0, 0, 1);
         test_step(&rng, 5, 6, 3, 64, 24, 31, SSM_DTYPE_BF16, 9, 1, 0, 1);
@@ -432,6 +435,11 @@ int main(void) {
         test_step(&rng, 5, 2, 1, 8, 3, 1, SSM_DTYPE_F32, 7, 1, 0, 1);      /* tiny: 1 per thread, most idle */
         test_step(&rng, 7, 4, 4, 128, 64, 32, SSM_DTYPE_F16, 12, 1, 1, 1); /* 16-bit inputs, fp32 pools in place */
         test_step(&rng, 300, 1, 1, 16, 5, 3, SSM_DTYPE_F32, 301, 1, 1, 1); /* B > 256: the uploaded slot list */
+        /* v3's domain: B > 256 (uploaded list) with K = 32; V tails; bf16 activations on fp32
+         * pools; V = 128 at K = 64 (256 threads); A = K/2 */
+        test_step(&rng, 260, 2, 1, 32, 12, 16, SSM_DTYPE_F32, 263, 1, 1, 1);
+        test_step(&rng, 6, 4, 2, 128, 61, 64, SSM_DTYPE_BF16, 8, 1, 1, 1);
+        test_step(&rng, 3, 2, 1, 64, 128, 7, SSM_DTYPE_F32, 3, 0, 1, 0);
     }
     unsetenv("SSMOPS_CUDA_STEP_KERNEL");
     g_step_kernel = "";

@@ -2152,16 +2152,16 @@ int step2_per_thread(long long K, long long V) {
     return 0;
 }
 
-/* Which step kernel: SSMOPS_CUDA_STEP_KERNEL (read on every call) "v1" or "v2" forces one;
- * otherwise v2 (loads first, 256 threads per (row, head)) for few (row, head) blocks and v1
- * for many. Measured on the H200 (2026-11-30, fp32 pools, H=64 K=128 V=64): B=1 v1 20.4 µs,
- * v2 14.3 µs; B=128 v1 0.227 ms (58% of the copy bandwidth), v2 0.380 ms. */
+/* Which step kernel: SSMOPS_CUDA_STEP_KERNEL (read on every call) "v1" or "v2" forces one (v2
+ * where it applies, else v1); otherwise v3 where it applies, else v2 for few (row, head)
+ * blocks and v1 for many. Measured on the H200 (2026-11-30, fp32 pools, H=64 K=128 V=64): B=1
+ * v1 20.4 µs, v2 14.3 µs; B=128 v1 0.227 ms (58% of the copy bandwidth), v2 0.380 ms. */
 const long kStep2MaxBlocks = 256;
-int step_wants_v1(long blocks) {
+int step_version_requested(void) {
     const char * e = getenv("SSMOPS_CUDA_STEP_KERNEL");
     if (e != NULL && strcmp(e, "v1") == 0) return 1;
-    if (e != NULL && strcmp(e, "v2") == 0) return 0;
-    return blocks > kStep2MaxBlocks;
+    if (e != NULL && strcmp(e, "v2") == 0) return 2;
+    return 3;
 }
 
 template <int NPER>
@@ -2179,6 +2179,244 @@ cudaError_t launch_step2(const m3_step2_args & A2, int per, int B, size_t smem, 
         case 8: return launch_step2_n<8>(A2, B, smem, s);
         default: return launch_step2_n<16>(A2, B, smem, s);
     }
+}
+
+/* ---- the decode step, v3 (fp32 vectorised pools; the default where it applies) ------------------- *
+ * The profile of v1 on the H200 (B=128 H=64 K=128 V=64 fp32): DRAM 49%, long-scoreboard stalls
+ * on the state loads of a warp-per-row loop (one row's loads in flight per warp), barrier stalls
+ * after the staging of θ, q̂, k̂, and epilogue z loads waited on right before use. v3 issues
+ * every global load a warp needs at its start, in one batch, and has a single barrier (before
+ * the small finals are written, for in-place pools):
+ *
+ *   - one block per (head, row) covers the V×K state: a state row of K/4 float4s on L = K/4
+ *     lanes (one float4 per lane and row; K/4 a power of two, 8 ≤ K/4 ≤ 32), RU = 8
+ *     consecutive rows per lane group (8 float4 = 128 bytes of state per thread), ceil(V / 8)
+ *     groups (≤ 256 threads: V ≤ 64 at K = 128, V ≤ 128 at K = 64);
+ *   - each lane computes θ, q̂, k̂ and loads the old k state of ITS columns itself (the same
+ *     columns in all its rows; groups repeat this small work instead of sharing it through
+ *     shared memory behind barriers);
+ *   - lane k < RU of a group owns row p0 + k: it loads the old v state, v and z of that row and
+ *     hands β·v_prev and γ·v to the group by shuffles; it writes out and the new v state;
+ *   - per row: h' = α·h + (β·v_prev)·k_prev + (γ·v)·k̂ stored with st.global.cs, dot(h', q̂)
+ *     summed per lane (the 4-term sum of v1), then over the L lanes by a fixed xor butterfly
+ *     (bitwise reproducible);
+ *   - after one __syncthreads (every read of the old angle / k / v states is done), group 0
+ *     writes the new angle and k states, owners the new v state: the finals may be the very
+ *     views of the inputs (in place).
+ * Registers ≤ 85 (launch bounds 256 × 3; ptxas: 80, no spill; at ≤ 64 it spilled), so an SM
+ * holds 3 blocks of the bench shape (V=64, K=128: 256 threads, 32 KB of state each): 96 KB of
+ * state reads in flight per SM at the blocks' start (the measured in-place ceiling needs ~32
+ * KB). Typed loads (no dtype switch) when the activations (q, k, v, trap, angles, z) are all
+ * fp32 or all bf16 and the rest fp32; other mixes through ssmi_cu_ld. Other shapes (K < 32,
+ * K > 128, K / 4 not a power of two, V too large for 256 threads) take v2 / v1. */
+const int kStep3MaxThreads = 256;
+const int kStep3Vectors = 8; /* float4s of state per thread */
+
+/* Input loads by dtype class. act: q, k, v, trap, angles, z; par: the rest (and the old small
+ * states, read before any final is written). */
+struct s3_in_f32 {
+    __device__ static float act(const ssmi_cu_view & t, long long off) { return __ldg((const float *)t.p + off); }
+    __device__ static float par(const ssmi_cu_view & t, long long off) { return __ldg((const float *)t.p + off); }
+};
+struct s3_in_bf16 {
+    __device__ static float act(const ssmi_cu_view & t, long long off) {
+        return __uint_as_float((unsigned int)__ldg((const unsigned short *)t.p + off) << 16);
+    }
+    __device__ static float par(const ssmi_cu_view & t, long long off) { return __ldg((const float *)t.p + off); }
+};
+struct s3_in_any {
+    __device__ static float act(const ssmi_cu_view & t, long long off) { return ssmi_cu_ld(t.p, t.dtype, off); }
+    __device__ static float par(const ssmi_cu_view & t, long long off) { return ssmi_cu_ld(t.p, t.dtype, off); }
+};
+
+template <class IN, int CPL, int RU>
+__global__ void __launch_bounds__(kStep3MaxThreads, 3) step3_kernel(const __grid_constant__ m3_step2_args A2) {
+    const m3_step_args & P = A2.base;
+    const unsigned       full = 0xffffffffu;
+    const int            h = blockIdx.x, b = blockIdx.y, g = h / P.G;
+    const int            slot = A2.inline_slots ? A2.islots[b] : (P.slots != nullptr ? P.slots[b] : b);
+    if (slot < 0) { /* padding row: out = 0, no state touched (uniform over the block) */
+        for (int p = threadIdx.x; p < P.V; p += blockDim.x) st3(P.out, b, h, p, 0.0f);
+        return;
+    }
+    const int K = P.K, V = P.V, A = P.A, K4 = K >> 2;
+    const int L = K4 < 32 ? K4 : 32; /* a power of two (host-checked) */
+    const int lane = (int)threadIdx.x & (L - 1), grp = (int)threadIdx.x / L;
+    const int p0 = grp * RU;
+    const int nrows = V - p0; /* rows k < nrows (and k < RU) of this group exist */
+
+    /* 1. the state: RU × CPL float4s (evict-first, coherent: in place, this thread writes the
+     * same bytes afterwards) */
+    const long long srow =
+        (long long)slot * P.ssm_in.s[0] + (long long)h * P.ssm_in.s[1] + (long long)p0 * P.ssm_in.s[2];
+    float4 hv[RU][CPL];
+#pragma unroll
+    for (int k = 0; k < RU; ++k)
+#pragma unroll
+        for (int c = 0; c < CPL; ++c)
+            hv[k][c] = k < nrows ? __ldcs((const float4 *)((const float *)P.ssm_in.p + srow + k * P.ssm_in.s[2] +
+                                                           (long long)(lane + c * L) * 4))
+                                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+
+    /* 2. the head's scalars (every thread: one broadcast load each per warp) */
+    const float dt = IN::par(P.dt, (long long)b * P.dt.s[0] + (long long)h * P.dt.s[1]);
+    const float trap = IN::act(P.trap, (long long)b * P.trap.s[0] + (long long)h * P.trap.s[1]);
+    const float adt = IN::par(P.adt, (long long)b * P.adt.s[0] + (long long)h * P.adt.s[1]);
+    const float dh = P.has_d ? IN::par(P.d, (long long)h * P.d.s[0]) : 0.0f;
+
+    /* 3. the lane's columns n = 4·(lane + c·L) + j: q, k (+ biases), old k state, and the
+     * angles of their pairs m = n / 2 (rotated where m < A) */
+    float qh[CPL][4], kh[CPL][4], kp[CPL][4], ang[CPL][2], angin[CPL][2];
+    const long long qo = (long long)b * P.q.s[0] + (long long)g * P.q.s[1];
+    const long long ko = (long long)b * P.k.s[0] + (long long)g * P.k.s[1];
+    const long long kso = (long long)slot * P.k_in.s[0] + (long long)h * P.k_in.s[1];
+#pragma unroll
+    for (int c = 0; c < CPL; ++c) {
+        const int n0 = 4 * (lane + c * L);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const long long n = n0 + j;
+            qh[c][j] = IN::act(P.q, qo + n * P.q.s[2]) + IN::par(P.qb, (long long)h * P.qb.s[0] + n * P.qb.s[1]);
+            kh[c][j] = IN::act(P.k, ko + n * P.k.s[2]) + IN::par(P.kb, (long long)h * P.kb.s[0] + n * P.kb.s[1]);
+            kp[c][j] = IN::par(P.k_in, kso + n * P.k_in.s[2]);
+        }
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const long long m = n0 / 2 + i;
+            ang[c][i] = angin[c][i] = 0.0f;
+            if (m < A) {
+                ang[c][i] = IN::act(P.ang, (long long)b * P.ang.s[0] + (long long)h * P.ang.s[1] + m * P.ang.s[2]);
+                angin[c][i] =
+                    IN::par(P.ang_in, (long long)slot * P.ang_in.s[0] + (long long)h * P.ang_in.s[1] + m * P.ang_in.s[2]);
+            }
+        }
+    }
+
+    /* 4. lane k < RU owns row p0 + k: old v state, v, z */
+    const bool owner = lane < RU && lane < nrows;
+    float      o_vp = 0.0f, o_vv = 0.0f, o_z = 0.0f;
+    if (owner) {
+        const long long p = p0 + lane;
+        o_vp = IN::par(P.v_in, (long long)slot * P.v_in.s[0] + (long long)h * P.v_in.s[1] + p * P.v_in.s[2]);
+        o_vv = IN::act(P.v, (long long)b * P.v.s[0] + (long long)h * P.v.s[1] + p * P.v.s[2]);
+        if (P.has_z) o_z = IN::act(P.z, (long long)b * P.z.s[0] + (long long)h * P.z.s[1] + p * P.z.s[2]);
+    }
+
+    /* 5. the small math (same formulas as v1) while the state loads are in flight */
+    const float lam = sigmoidf(trap);
+    const float alpha = expf(adt);
+    const float beta = alpha * dt * (1.0f - lam);
+    const float gamma = dt * lam;
+#pragma unroll
+    for (int c = 0; c < CPL; ++c)
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int m = 2 * (lane + c * L) + i;
+            if (m < A) {
+                const float th = wrap2pi(angin[c][i] + (kPi * tanhf(ang[c][i])) * dt);
+                ang[c][i] = th; /* the new angle state */
+                float sn, cs;
+                sincosf(th, &sn, &cs);
+                const float q0 = qh[c][2 * i], q1 = qh[c][2 * i + 1];
+                const float k0 = kh[c][2 * i], k1 = kh[c][2 * i + 1];
+                qh[c][2 * i] = q0 * cs - q1 * sn, qh[c][2 * i + 1] = q0 * sn + q1 * cs;
+                kh[c][2 * i] = k0 * cs - k1 * sn, kh[c][2 * i + 1] = k0 * sn + k1 * cs;
+            }
+        }
+    const float o_a = beta * o_vp, o_c = gamma * o_vv;
+
+    /* 6. the rows: h', stored; dot(h', q̂); lane k keeps row k's sum */
+    float4 *        dst = P.fin_ssm.present ? (float4 *)P.fin_ssm.p : nullptr;
+    const long long drow = P.fin_ssm.present ? (long long)slot * P.fin_ssm.s[0] + (long long)h * P.fin_ssm.s[1] +
+                                                  (long long)p0 * P.fin_ssm.s[2]
+                                            : 0;
+    float           dot[RU];
+#pragma unroll
+    for (int k = 0; k < RU; ++k) {
+        const float a = __shfl_sync(full, o_a, k, L);
+        const float cg = __shfl_sync(full, o_c, k, L);
+        dot[k] = 0.0f;
+#pragma unroll
+        for (int c = 0; c < CPL; ++c) {
+            float4 nv;
+            nv.x = alpha * hv[k][c].x + a * kp[c][0] + cg * kh[c][0];
+            nv.y = alpha * hv[k][c].y + a * kp[c][1] + cg * kh[c][1];
+            nv.z = alpha * hv[k][c].z + a * kp[c][2] + cg * kh[c][2];
+            nv.w = alpha * hv[k][c].w + a * kp[c][3] + cg * kh[c][3];
+            dot[k] += nv.x * qh[c][0] + nv.y * qh[c][1] + nv.z * qh[c][2] + nv.w * qh[c][3];
+            if (dst != nullptr && k < nrows)
+                __stcs((float4 *)((float *)dst + drow + k * P.fin_ssm.s[2] + (long long)(lane + c * L) * 4), nv);
+        }
+    }
+    /* over the L lanes of each row: a fixed xor butterfly, the RU rows' shuffles side by side */
+    for (int off = L >> 1; off > 0; off >>= 1)
+#pragma unroll
+        for (int k = 0; k < RU; ++k) dot[k] += __shfl_xor_sync(full, dot[k], off);
+    float dot_own = 0.0f;
+#pragma unroll
+    for (int k = 0; k < RU; ++k)
+        if (lane == k) dot_own = dot[k];
+
+    /* 7. out = (y + D·v)·silu(z) by the owners */
+    if (owner) {
+        float y = dot_own + dh * o_vv;
+        if (P.has_z) y *= o_z * sigmoidf(o_z);
+        st3(P.out, b, h, p0 + lane, y);
+    }
+
+    /* 8. the small finals, after every read of the old ones in this block */
+    __syncthreads();
+    if (grp == 0) {
+#pragma unroll
+        for (int c = 0; c < CPL; ++c) {
+            const int n0 = 4 * (lane + c * L);
+            if (P.fin_k.present)
+#pragma unroll
+                for (int j = 0; j < 4; ++j) st3(P.fin_k, slot, h, n0 + j, kh[c][j]);
+            if (P.fin_ang.present)
+#pragma unroll
+                for (int i = 0; i < 2; ++i)
+                    if (n0 / 2 + i < A) st3(P.fin_ang, slot, h, n0 / 2 + i, ang[c][i]);
+        }
+    }
+    if (owner && P.fin_v.present) st3(P.fin_v, slot, h, p0 + lane, o_vv);
+}
+
+/* The v3 plan of a K×V state (vectorised pools): 1 and *threads, or 0 when v3 does not apply
+ * (K / 4 not a power of two in [RU, 32], or V > RU·256 / (K / 4)). */
+int step3_plan(long long K, long long V, int * threads) {
+    const long long L = K / 4, ru = kStep3Vectors;
+    if (K % 4 != 0 || L < ru || L > 32 || (L & (L - 1)) != 0 || V < 1) return 0;
+    const long long t = ((V + ru - 1) / ru * L + 31) / 32 * 32;
+    if (t > kStep3MaxThreads) return 0;
+    *threads = (int)t;
+    return 1;
+}
+
+/* The input class of v3's typed loads: 0 activations fp32, 1 activations bf16 (the rest fp32
+ * in both), 2 anything else. */
+int step3_input_class(const ssm_mamba3_siso_step_args * a) {
+    const ssm_tensor * act[] = {&a->q, &a->k, &a->v, &a->trap, &a->angles, &a->z};
+    const ssm_tensor * par[] = {&a->adt, &a->dt, &a->q_bias, &a->k_bias, &a->d, &a->angle_state, &a->k_state, &a->v_state};
+    const int32_t      adt = a->q.dtype;
+    if (adt != SSM_DTYPE_F32 && adt != SSM_DTYPE_BF16) return 2;
+    for (int i = 0; i < 6; ++i)
+        if (ssmi_present(act[i]) && act[i]->dtype != adt) return 2;
+    for (int i = 0; i < 8; ++i)
+        if (ssmi_present(par[i]) && par[i]->dtype != SSM_DTYPE_F32) return 2;
+    return adt == SSM_DTYPE_F32 ? 0 : 1;
+}
+
+template <class IN>
+cudaError_t launch_step3_in(const m3_step2_args & A2, int B, int threads, cudaStream_t s) {
+    step3_kernel<IN, 1, kStep3Vectors><<<dim3((unsigned)A2.base.H, (unsigned)B), threads, 0, s>>>(A2);
+    return cudaGetLastError();
+}
+
+cudaError_t launch_step3(const m3_step2_args & A2, int cls, int B, int threads, cudaStream_t s) {
+    if (cls == 0) return launch_step3_in<s3_in_f32>(A2, B, threads, s);
+    if (cls == 1) return launch_step3_in<s3_in_bf16>(A2, B, threads, s);
+    return launch_step3_in<s3_in_any>(A2, B, threads, s);
 }
 
 } /* namespace */
@@ -2288,11 +2526,17 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_step(ssm_context * ctx, const ssm_ma
 
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     const int          has_idx = ssmi_present(&a->state_batch_indices);
-    /* v2 where it applies (fp32 vectorised pools, V·K small enough), unless v1 is asked for */
-    const int per = P.vec && !step_wants_v1((long)(d->batch * d->nheads)) ? step2_per_thread(d->dk, d->dv) : 0;
+    /* v3 where it applies (fp32 vectorised pools, K / 4 a power of two, the head in one block);
+     * else v2 (fp32 vectorised pools, V·K small enough) when asked for or for few blocks; else v1 */
+    const int version = step_version_requested();
+    int       threads3 = 0;
+    const int use3 = version == 3 && P.vec && step3_plan(d->dk, d->dv, &threads3);
+    const int want2 = version == 2 || (version == 3 && (long)(d->batch * d->nheads) <= kStep2MaxBlocks);
+    const int per = !use3 && P.vec && want2 ? step2_per_thread(d->dk, d->dv) : 0;
+    const int cls3 = use3 ? step3_input_class(a) : 2;
     /* v2's shared memory: q̂, k̂, old k, v, old v, θ and one dot partial per float4 (≤ 18 KB) */
     const size_t smem2 = sizeof(float) * (size_t)(3 * d->dk + 2 * d->dv + d->nangles + d->dv * (d->dk / 4));
-    if (per > 0 && (!has_idx || d->batch <= kStep2InlineSlots)) {
+    if ((use3 || per > 0) && (!has_idx || d->batch <= kStep2InlineSlots)) {
         /* the slots travel in the kernel parameters: no allocation, no copy */
         m3_step2_args A2; /* ~2.4 KB; the launch copies it into the parameter space */
         memset(&A2, 0, sizeof A2);
@@ -2302,6 +2546,9 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_step(ssm_context * ctx, const ssm_ma
             const int64_t v = idx_at(&a->state_batch_indices, b);
             A2.islots[b] = v < 0 ? -1 : (int)v;
         }
+        if (use3)
+            return ssmi_cuda_status(ctx, op, "step3_kernel launch",
+                                    launch_step3(A2, cls3, (int)d->batch, threads3, s));
         const cudaError_t e = launch_step2(A2, per, (int)d->batch, smem2, s);
         return ssmi_cuda_status(ctx, op, "step2_kernel launch", e);
     }
@@ -2325,7 +2572,13 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_step(ssm_context * ctx, const ssm_ma
         free(hs);
         P.slots = (const int *)dslots;
     }
-    if (st == SSM_STATUS_OK && per > 0) { /* v2 with an uploaded slot list (large B) */
+    if (st == SSM_STATUS_OK && use3) { /* v3 with an uploaded slot list (large B) */
+        m3_step2_args A2;
+        memset(&A2, 0, sizeof A2);
+        A2.base = P;
+        A2.inline_slots = 0;
+        st = ssmi_cuda_status(ctx, op, "step3_kernel launch", launch_step3(A2, cls3, (int)d->batch, threads3, s));
+    } else if (st == SSM_STATUS_OK && per > 0) { /* v2 with an uploaded slot list (large B) */
         m3_step2_args A2;
         memset(&A2, 0, sizeof A2);
         A2.base = P;
