@@ -11,7 +11,7 @@
  * the v3 kernels, which must give v4's bytes: v4 reorders v3's loads, not the arithmetic (v5
  * rounds the decay factors differently). Extra cases cover the 128-row tiles' edges (chunk
  * lengths around 64, 128, 192, 256) and P/N off every tile (P=72 N=136, N=20).
- * f16/bf16 outputs are measured against the reference rounded to their dtype (check_against_rounded).
+ * f16/bf16 outputs are measured against the reference rounded to their dtype (ssmt_check_bar_rounded).
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261202).
  */
@@ -33,22 +33,6 @@ typedef struct scan_opts {
     int     workspace;    /* caller workspace instead of the stream allocator     */
     int     use_auto;     /* AUTO backend: dispatch from the device tensors       */
 } scan_opts;
-
-/* y (an output in its own dtype) against the float64 reference r with the bar of the compute
- * dtype. An f16/bf16 output is compared with r rounded to that dtype: the rounding of the output
- * alone costs up to half an ulp, 2^-11·|r| in f16, so against unrounded r max_rel reaches
- * 2^-11·max|r|/rms(r), past the f16 bar 2^-7 whenever an element is 16x the rms (the S520 dense
- * case has 65x); that is the dtype's, not the kernel's, error. */
-static void check_against_rounded(const char * label, const ssm_tensor * y, const ssm_tensor * r, ssm_dtype compute) {
-    if (y->dtype != SSM_DTYPE_F16 && y->dtype != SSM_DTYPE_BF16) {
-        ssmt_check_bar(label, y, r, compute);
-        return;
-    }
-    ssmt_host rq = ssmt_clone(r, y->dtype);
-    TEST_CHECK(rq.t.data != NULL, "%s: allocation failed", label);
-    if (rq.t.data != NULL) ssmt_check_bar(label, y, &rq.t, compute);
-    ssmt_free(&rq);
-}
 
 static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan_opts * o, const char * tag) {
     ssmt_mamba2_problem pr;
@@ -103,10 +87,10 @@ static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan
     ssmt_to_host(&pr.final_states, &dv[10]);
     char label[256];
     snprintf(label, sizeof label, "scan[%s] out", tag);
-    check_against_rounded(label, &pr.out.t, &rout.t, cfg->dtype);
+    ssmt_check_bar_rounded(label, &pr.out.t, &rout.t, cfg->dtype);
     if (pr.final_states.t.data) {
         snprintf(label, sizeof label, "scan[%s] final_states", tag);
-        check_against_rounded(label, &pr.final_states.t, &rfin.t, cfg->dtype);
+        ssmt_check_bar_rounded(label, &pr.final_states.t, &rfin.t, cfg->dtype);
     }
     /* a second run on re-poisoned outputs gives the same bytes */
     void * first_out = ssmt_snapshot(&pr.out);
@@ -135,10 +119,10 @@ static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan
     ssmt_to_host(&pr.out, &dv[9]);
     ssmt_to_host(&pr.final_states, &dv[10]);
     snprintf(label, sizeof label, "scan[%s v4] out", tag);
-    check_against_rounded(label, &pr.out.t, &rout.t, cfg->dtype);
+    ssmt_check_bar_rounded(label, &pr.out.t, &rout.t, cfg->dtype);
     if (pr.final_states.t.data) {
         snprintf(label, sizeof label, "scan[%s v4] final_states", tag);
-        check_against_rounded(label, &pr.final_states.t, &rfin.t, cfg->dtype);
+        ssmt_check_bar_rounded(label, &pr.final_states.t, &rfin.t, cfg->dtype);
     }
     first_out = ssmt_snapshot(&pr.out);
     first_fin = pr.final_states.t.data ? ssmt_snapshot(&pr.final_states) : NULL;

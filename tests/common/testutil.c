@@ -305,6 +305,15 @@ int ssmt_check_bar(const char * name, const ssm_tensor * y, const ssm_tensor * r
     return check_line(name, y, r, ssmt_bar_for(compute_dtype));
 }
 
+int ssmt_check_bar_rounded(const char * name, const ssm_tensor * y, const ssm_tensor * r, ssm_dtype compute_dtype) {
+    if (y->dtype != SSM_DTYPE_F16 && y->dtype != SSM_DTYPE_BF16) return ssmt_check_bar(name, y, r, compute_dtype);
+    ssmt_host rq = ssmt_clone(r, (ssm_dtype)y->dtype);
+    TEST_CHECK(rq.t.data != NULL, "%s: allocation failed", name);
+    const int pass = rq.t.data != NULL && ssmt_check_bar(name, y, &rq.t, compute_dtype);
+    ssmt_free(&rq);
+    return pass;
+}
+
 int ssmt_check_within(const char * name, const ssm_tensor * y, const ssm_tensor * r, ssmt_bar bar) {
     return check_line(name, y, r, bar);
 }
