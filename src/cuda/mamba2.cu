@@ -19,10 +19,12 @@
  *
  * fp16/bf16 scans replace kernels 1 and 3 by fast_state_kernel / fast_output_kernel (mma.sync
  * m16n8k16 from ldmatrix, results in registers, cp.async tiles; see "tensor-core path" below)
- * on 256-token work chunks (kScanQ) whatever chunk_size says. Two versions of those kernels and
- * of the state pass exist, with the same arithmetic (the same bytes): v4 (default; loads
- * double-buffered and overlapped with the products, 128-row output tiles) and v3 (kept as the
- * baseline); SSMOPS_CUDA_SCAN_KERNEL=v3 selects v3 (see "v4 of the tensor-core path").
+ * on 256-token work chunks (kScanQ) whatever chunk_size says. Three versions of those kernels
+ * exist: v5 (default: the state kernel weights x instead of B, the state pass hands the output
+ * kernel its entering states already split, and the output kernel stages z and D on chip; see
+ * "v5 of the state kernel" and "v5 of the output kernel"), v4 (loads double-buffered and
+ * overlapped with the products, 128-row output tiles) and v3 (the baseline; v4 and v3 give the
+ * same bytes); SSMOPS_CUDA_SCAN_KERNEL=v4 or v3 selects them.
  * Arithmetic: fp16/bf16 inputs run the matrix products on the tensor cores (WMMA 16x16x16 in
  * the portable kernels, HMMA in SASS) with fp32 accumulation; fp32 (and f64) inputs run plain fp32 FFMA (no TF32,
  * which could not meet the fp32 bar). Operands that are products of fp32 values
@@ -1568,6 +1570,151 @@ __device__ __forceinline__ void v5_mask(float (&sc)[8][4], const float * cums, c
     }
 }
 
+/* ---- v5 of the state kernel ----------------------------------------------------------------------
+ * fast_state_kernel_v4 weighted and split the B rows (w_j·B_j into hi/lo) in each (chunk, head,
+ * P tile, N tile) block: per token tile and thread ~280 instructions of unpacking, scaling and
+ * splitting against ~100 for the products (profile of 2026-11-30), and every N tile redid the dt
+ * processing and cumsum. v5 weights x instead, s = Σ_j (w_j·x_j)ᵀ·B_j: the same number of products
+ * (x∘w split into hi/lo, B exact in T), in one block per (chunk, head, P tile, 128 N columns) whose
+ * 8 warps each own 16 P rows × 64 N columns. At N = 128 that halves the scaling and splitting
+ * (64 × 64 x elements per token tile instead of 64 × 128 B elements), B goes from global to shared
+ * memory by cp.async and is never converted, and dt is processed once per (chunk, head). Used
+ * when B is of the compute type T (any other B dtype keeps v4, which converts it exactly). */
+const int kS5Cols = 128; /* N columns per block: two 64-column warp groups */
+const int kS5Ld = kS5Cols + 8;
+
+struct s5_smem {
+    size_t x0, xd, xl, b0, bd, total; /* raw-then-hi x tiles (2), lo x tile, B tiles (2) */
+    __host__ __device__ s5_smem(size_t tsize) {
+        xd = align128(tsize * kFT * kFLd);
+        x0 = 0;
+        xl = 2 * xd;
+        b0 = 3 * xd;
+        bd = align128(tsize * kFT * kS5Ld);
+        total = b0 + 2 * bd;
+    }
+};
+
+template <int MODE> __global__ void __launch_bounds__(kV4Threads, 2) fast_state_kernel_v5(const m2_fast_args A) {
+    typedef typename cfg<MODE>::T T;
+    __shared__ float dts[kScanQ], cums[kScanQ], tot[32];
+    __shared__ float wts[kScanQ];
+    extern __shared__ __align__(128) unsigned char smem[];
+    const s5_smem L(sizeof(T));
+    T *           xl = (T *)(smem + L.xl);
+
+    const long long blk = blockIdx.x;
+    const int       ngrp = (A.N + kS5Cols - 1) / kS5Cols;
+    const int       nz = A.n_ptiles * ngrp;
+    const long long wh = blk / nz;
+    const int       z = (int)(blk - wh * nz);
+    const int       w = (int)(wh / A.H), h = (int)(wh - (long long)w * A.H);
+    const int       p0 = (z % A.n_ptiles) * kFT, n0 = (z / A.n_ptiles) * kS5Cols;
+    const int       tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int       wp = (warp & 3) * 16;  /* this warp's P rows within the tile      */
+    const int       wn = (warp >> 2) * 64; /* its 64 N columns within the block's 128 */
+    const bool      wactive = n0 + wn < A.N;
+    const m2_chunk  ch = A.chunks[w];
+    const int       g = h / (A.H / A.G);
+    const int       nbc = min(kS5Cols, A.Np - n0); /* B columns copied (a multiple of 16) */
+    const long long xb = ch.b * A.x.s[0] + h * A.x.s[2] + p0 * A.x.s[3];
+    const long long bb = ch.b * A.b.s[0] + g * A.b.s[2] + n0 * A.b.s[3];
+    const int       ntiles = (ch.len + kFT - 1) / kFT;
+
+    /* token tile 0's copies fly during the dt processing */
+    v5_tile<MODE>((T *)(smem + L.x0), kFLd, A.x, A.vx, xb + ch.t0 * A.x.s[1], A.x.s[1], A.x.s[3], kFT, kFT, ch.len,
+                  A.P - p0);
+    v5_tile<MODE>((T *)(smem + L.b0), kS5Ld, A.b, A.vb, bb + ch.t0 * A.b.s[1], A.b.s[1], A.b.s[3], kFT, nbc, ch.len,
+                  A.N - n0);
+    cp_async_commit();
+    load_dt_first(A.r, ch, h, ch.len, dts, cums, tot); /* ends with a barrier */
+    const float cl = cums[ch.len - 1];
+    for (int i = tid; i < kScanQ; i += kV4Threads) wts[i] = i < ch.len ? expf(cl - cums[i]) * dts[i] : 0.0f;
+    if (z == 0) {
+        if (tid == 0) A.lastcum[wh] = cl;
+        float * dd = A.dtc + wh * 2 * kScanQ;
+        for (int i = tid; i < ch.len; i += kV4Threads) dd[i] = dts[i], dd[kScanQ + i] = cums[i];
+    }
+
+    float acc[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.0f;
+    for (int jt = 0; jt < ntiles; ++jt) {
+        const int j0 = jt * kFT, nr = ch.len - j0;
+        if (jt + 1 < ntiles) {
+            const int k = (jt + 1) & 1;
+            v5_tile<MODE>((T *)(smem + L.x0 + k * L.xd), kFLd, A.x, A.vx, xb + (ch.t0 + j0 + kFT) * A.x.s[1],
+                          A.x.s[1], A.x.s[3], kFT, kFT, nr - kFT, A.P - p0);
+            v5_tile<MODE>((T *)(smem + L.b0 + k * L.bd), kS5Ld, A.b, A.vb, bb + (ch.t0 + j0 + kFT) * A.b.s[1],
+                          A.b.s[1], A.b.s[3], kFT, nbc, nr - kFT, A.N - n0);
+        }
+        cp_async_commit();        /* possibly empty: one group per step */
+        cp_async_wait_group<1>(); /* tile jt of this thread is done */
+        __syncthreads();          /* ... and everybody's (and wts, on the first step) */
+        T *       xh = (T *)(smem + L.x0 + (jt & 1) * L.xd);
+        const T * bs = (const T *)(smem + L.b0 + (jt & 1) * L.bd);
+        /* x rows scaled by w_j and split: hi over the raw tile (each thread rewrites the 16 bytes it
+         * read), lo into xl; rows past the chunk are 0 (zero-filled, w = 0) */
+        for (int o = tid; o < kFT * (kFT / 8); o += kV4Threads) {
+            const int      r = o >> 3, c = (o & 7) * 8;
+            const uint4    q = *reinterpret_cast<const uint4 *>(&xh[r * kFLd + c]);
+            const uint32_t qq[4] = {q.x, q.y, q.z, q.w};
+            const float    wr = wts[j0 + r];
+            uint32_t       hi[4], lo[4];
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float2 f = t2<MODE>::unpack(qq[e]);
+                split2<MODE>(f.x * wr, f.y * wr, hi[e], lo[e]);
+            }
+            *reinterpret_cast<uint4 *>(&xh[r * kFLd + c]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            *reinterpret_cast<uint4 *>(&xl[r * kFLd + c]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        }
+        __syncthreads();
+        if (wactive) {
+            const int ksteps = min(kFT / 16, (nr + 15) / 16);
+            for (int ks = 0; ks < ksteps; ++ks) {
+                uint32_t ah[4], al[4], b[4][4];
+                ldsm4_t(ah, &xh[ks * 16 * kFLd + wp + a_trans_off(lane, kFLd)]);
+                if (kFastSplit) ldsm4_t(al, &xl[ks * 16 * kFLd + wp + a_trans_off(lane, kFLd)]);
+#pragma unroll
+                for (int np = 0; np < 4; ++np) ldsm4_t(b[np], &bs[ks * 16 * kS5Ld + wn + np * 16 + b_kn_off(lane, kS5Ld)]);
+#pragma unroll
+                for (int np = 0; np < 4; ++np) {
+                    mma16816<MODE>(acc[2 * np], ah, b[np][0], b[np][1]);
+                    mma16816<MODE>(acc[2 * np + 1], ah, b[np][2], b[np][3]);
+                }
+                if (kFastSplit) {
+#pragma unroll
+                    for (int np = 0; np < 4; ++np) {
+                        mma16816<MODE>(acc[2 * np], al, b[np][0], b[np][1]);
+                        mma16816<MODE>(acc[2 * np + 1], al, b[np][2], b[np][3]);
+                    }
+                }
+            }
+        }
+        __syncthreads(); /* the next step rewrites xl and, one step later, these buffers */
+    }
+    cp_async_wait_group<0>(); /* nothing is pending here (the last group is empty); for the record */
+    if (!wactive) return;
+    float * st = A.states + wh * A.P * A.N;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int p = p0 + wp + (lane >> 2) + half * 8;
+        if (p >= A.P) continue;
+        float * row = st + (long long)p * A.N;
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+            const int n = n0 + wn + t * 8 + 2 * (lane & 3);
+            if ((A.N & 1) == 0 && n + 1 < A.N) {
+                *reinterpret_cast<float2 *>(row + n) = make_float2(acc[t][2 * half], acc[t][2 * half + 1]);
+            } else {
+                if (n < A.N) row[n] = acc[t][2 * half];
+                if (n + 1 < A.N) row[n + 1] = acc[t][2 * half + 1];
+            }
+        }
+    }
+}
+
 template <int MODE> __global__ void __launch_bounds__(kV4Threads, 2) fast_output_kernel_v5(const m2_fast_args A) {
     typedef typename cfg<MODE>::T T;
     __shared__ __align__(16) float dts[kScanQ];
@@ -2120,7 +2267,8 @@ template <int MODE> ssm_status launch_fast(ssm_context * ctx, const char * op, c
     return SSM_STATUS_OK;
 }
 
-/* v4's state kernel, or its output kernel (v5: fast_output_kernel_v5, same grid and buffers). */
+/* v4's state and output kernels, or (v5) fast_state_kernel_v5 where B is of type T and
+ * fast_output_kernel_v5 (same grid and buffers as v4's). */
 template <int MODE> ssm_status launch_fast_v4(ssm_context * ctx, const char * op, const m2_fast_args & A, long long W,
                                               bool output, bool v5) {
     const cudaStream_t s = ssmi_cuda_stream(ctx);
@@ -2128,6 +2276,22 @@ template <int MODE> ssm_status launch_fast_v4(ssm_context * ctx, const char * op
     const long long    blocks = W * A.H * nz;
     SSM_RETURN_IF(blocks > INT32_MAX, ctx, SSM_STATUS_UNSUPPORTED, "%s: %lld blocks exceed the CUDA backend's grid limit",
                   op, blocks);
+    const bool b_is_t = A.b.dtype == (MODE == M_BF16 ? SSM_DTYPE_BF16 : SSM_DTYPE_F16);
+    if (!output && v5 && b_is_t) {
+        typedef typename cfg<MODE>::T T;
+        const long long ngrp = (A.N + kS5Cols - 1) / kS5Cols;
+        const long long blocks5 = W * A.H * A.n_ptiles * ngrp;
+        SSM_RETURN_IF(blocks5 > INT32_MAX, ctx, SSM_STATUS_UNSUPPORTED,
+                      "%s: %lld blocks exceed the CUDA backend's grid limit", op, blocks5);
+        const s5_smem L5(sizeof(T));
+        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute",
+                                              cudaFuncSetAttribute(fast_state_kernel_v5<MODE>,
+                                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                                   (int)L5.total)));
+        fast_state_kernel_v5<MODE><<<(unsigned)blocks5, kV4Threads, L5.total, s>>>(A);
+        SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_state_kernel_v5 launch");
+        return SSM_STATUS_OK;
+    }
     if (!output) {
         fast_state_kernel_v4<MODE><<<(unsigned)blocks, kFastThreads, 0, s>>>(A);
         SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_state_kernel_v4 launch");
