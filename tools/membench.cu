@@ -19,8 +19,9 @@
         }                                                                          \
     } while (0)
 
-// U vectors per thread, all loaded before any is stored; one shot (no grid stride).
-template <int U, bool STREAMING>
+// U vectors per thread, all loaded before any is stored; one shot (no grid stride). SYNC: a
+// __syncthreads between the loads and the stores, as the step kernels that stage B/C/dt there.
+template <int U, bool STREAMING, bool SYNC = false>
 __global__ void rmw_oneshot(float4 * p, long long nvec, float a, float b) {
     const long long base = (long long)blockIdx.x * blockDim.x * U + threadIdx.x;
     float4 v[U];
@@ -29,6 +30,7 @@ __global__ void rmw_oneshot(float4 * p, long long nvec, float a, float b) {
         const long long i = base + (long long)u * blockDim.x;
         if (i < nvec) v[u] = STREAMING ? __ldcs(p + i) : p[i];
     }
+    if (SYNC) __syncthreads();
 #pragma unroll
     for (int u = 0; u < U; ++u) {
         const long long i = base + (long long)u * blockDim.x;
@@ -36,28 +38,6 @@ __global__ void rmw_oneshot(float4 * p, long long nvec, float a, float b) {
         float4 r = v[u];
         r.x = fmaf(r.x, a, b), r.y = fmaf(r.y, a, b), r.z = fmaf(r.z, a, b), r.w = fmaf(r.w, a, b);
         if (STREAMING) __stcs(p + i, r); else p[i] = r;
-    }
-}
-
-// Same, but each block walks 32 KB "rows" like one (batch, head) state of P=64 x N=128 fp32,
-// with a __syncthreads between the loads and the stores (the step kernels stage B/C/dt there).
-template <int U>
-__global__ void rmw_sync(float4 * p, long long nvec, float a, float b) {
-    const long long base = (long long)blockIdx.x * blockDim.x * U + threadIdx.x;
-    float4 v[U];
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-        const long long i = base + (long long)u * blockDim.x;
-        if (i < nvec) v[u] = __ldcs(p + i);
-    }
-    __syncthreads();
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-        const long long i = base + (long long)u * blockDim.x;
-        if (i >= nvec) continue;
-        float4 r = v[u];
-        r.x = fmaf(r.x, a, b), r.y = fmaf(r.y, a, b), r.z = fmaf(r.z, a, b), r.w = fmaf(r.w, a, b);
-        __stcs(p + i, r);
     }
 }
 
@@ -115,8 +95,8 @@ int main(int argc, char ** argv) {
         {"oneshot U1 plain", rmw_oneshot<1, false>, 1}, {"oneshot U1 cs", rmw_oneshot<1, true>, 1},
         {"oneshot U2 cs", rmw_oneshot<2, true>, 2},     {"oneshot U4 cs", rmw_oneshot<4, true>, 4},
         {"oneshot U8 cs", rmw_oneshot<8, true>, 8},     {"oneshot U4 plain", rmw_oneshot<4, false>, 4},
-        {"oneshot U8 plain", rmw_oneshot<8, false>, 8}, {"sync U2", rmw_sync<2>, 2},
-        {"sync U4", rmw_sync<4>, 4},                    {"sync U8", rmw_sync<8>, 8},
+        {"oneshot U8 plain", rmw_oneshot<8, false>, 8}, {"sync U2", rmw_oneshot<2, true, true>, 2},
+        {"sync U4", rmw_oneshot<4, true, true>, 4},                    {"sync U8", rmw_oneshot<8, true, true>, 8},
     };
     const int tcounts[] = {128, 256, 512, 1024};
     for (auto & k : ks)

@@ -686,11 +686,11 @@ template <class IO> ssm_status launch_io(ssm_context * ctx, const char * op, ste
     return SSM_STATUS_OK;
 }
 
-/* The v2 plan for ru rows per lane group: NG groups of L lanes per block (no more than P needs),
- * a whole number of warps. */
-long long plan_v2(step_args & A, int ru, int * threads) {
+/* The v2/v3 plan for ru rows per lane group: NG groups of L lanes per block of at most
+ * max_threads (no more groups than P needs), a whole number of warps. Returns the block count. */
+long long plan_rows(step_args & A, int ru, int max_threads, int * threads) {
     const int need = (A.P + ru - 1) / ru;
-    A.NG = kV2Threads / A.L < need ? kV2Threads / A.L : need;
+    A.NG = max_threads / A.L < need ? max_threads / A.L : need;
     A.rows_per_block = A.NG * ru;
     A.nslices = (A.P + A.rows_per_block - 1) / A.rows_per_block;
     *threads = (A.NG * A.L + 31) / 32 * 32;
@@ -706,10 +706,10 @@ template <class IO> ssm_status launch_v2_io(ssm_context * ctx, const char * op, 
     A.L = nv < 32 ? nv : 32;
     const int cpl = nv / A.L; /* 1, 2, 4 or 8 */
     int       ru = kV2Vectors / cpl, threads = 0;
-    long long blocks = plan_v2(A, ru, &threads);
+    long long blocks = plan_rows(A, ru, kV2Threads, &threads);
     if (blocks < kV2MinBlocks && ru > 2) { /* a small batch: more, shorter blocks over more SMs */
         ru = 2;
-        blocks = plan_v2(A, ru, &threads);
+        blocks = plan_rows(A, ru, kV2Threads, &threads);
     }
     SSM_RETURN_IF(blocks > INT32_MAX, ctx, SSM_STATUS_UNSUPPORTED,
                   "%s: B·H·P=%lld needs more thread blocks than the CUDA backend launches", op,
@@ -734,16 +734,6 @@ template <class IO> ssm_status launch_v2_io(ssm_context * ctx, const char * op, 
     return SSM_STATUS_OK;
 }
 
-/* The v3 plan for ru rows per lane group: NG groups of L lanes per block (no more than P needs),
- * a whole number of warps. */
-long long plan_v3(step_args & A, int ru, int * threads) {
-    const int need = (A.P + ru - 1) / ru;
-    A.NG = kV3Threads / A.L < need ? kV3Threads / A.L : need;
-    A.rows_per_block = A.NG * ru;
-    A.nslices = (A.P + A.rows_per_block - 1) / A.rows_per_block;
-    *threads = (A.NG * A.L + 31) / 32 * 32;
-    return (long long)A.B * A.H * A.nslices;
-}
 
 template <class IO, class IN, int CPL, int RU>
 cudaError_t launch_v3_kernel(const step_args & A, unsigned blocks, int threads, cudaStream_t s) {
@@ -803,11 +793,11 @@ ssm_status launch_v3_io(ssm_context * ctx, const char * op, const ssm_mamba2_ste
     const int ru_big = kV3Elems / (cpl * IO::VEC), ru_small = ru_big / 4 > 1 ? ru_big / 4 : 1;
     int       small = 0, threads = 0;
     long long blocks = 0;
-    if (A.L >= ru_big) blocks = plan_v3(A, ru_big, &threads);
+    if (A.L >= ru_big) blocks = plan_rows(A, ru_big, kV3Threads, &threads);
     if (A.L < ru_big || blocks < kV3MinBlocks) { /* a small batch (or short rows): more, shorter blocks */
         if (A.L < ru_small) return SSM_STATUS_OK;
         small = 1;
-        blocks = plan_v3(A, ru_small, &threads);
+        blocks = plan_rows(A, ru_small, kV3Threads, &threads);
     }
     SSM_RETURN_IF(blocks > INT32_MAX, ctx, SSM_STATUS_UNSUPPORTED,
                   "%s: B·H·P=%lld needs more thread blocks than the CUDA backend launches", op,
