@@ -1457,8 +1457,14 @@ template <int MODE> __global__ void __launch_bounds__(kThreads) state_pass_kerne
     if (e >= hpn) return;
     const m2_seg sg = A.segs[blockIdx.y];
     const int    pn = A.P * A.N;
-    const int    h = (int)(e / pn), p = (int)((e % pn) / A.N), n = (int)(e % A.N);
-    const long long within = e - (long long)h * pn; /* p·N + n */
+    int          h, p, n;
+    if (hpn <= 0x7fffffffLL) { /* 32-bit divisions (the 64-bit ones are long subroutines) */
+        const unsigned eu = (unsigned)e, wi = eu % (unsigned)pn;
+        h = (int)(eu / (unsigned)pn), p = (int)(wi / (unsigned)A.N), n = (int)(wi % (unsigned)A.N);
+    } else {
+        h = (int)(e / pn), p = (int)((e % pn) / A.N), n = (int)(e % A.N);
+    }
+    const long long within = (long long)p * A.N + n; /* e − h·P·N */
     T *          split = (T *)A.split;
     float        s = 0.0f;
     if (A.has_init && sg.init >= 0)
@@ -1603,12 +1609,15 @@ template <int MODE> __global__ void __launch_bounds__(kV4Threads, 2) fast_state_
     const s5_smem L(sizeof(T));
     T *           xl = (T *)(smem + L.xl);
 
-    const long long blk = blockIdx.x;
+    /* 32-bit index arithmetic (the host keeps the grid below 2^31 blocks): a 64-bit division
+     * is a long subroutine, and these ran in every block */
+    const unsigned  blk = blockIdx.x;
     const int       ngrp = (A.N + kS5Cols - 1) / kS5Cols;
-    const int       nz = A.n_ptiles * ngrp;
-    const long long wh = blk / nz;
-    const int       z = (int)(blk - wh * nz);
-    const int       w = (int)(wh / A.H), h = (int)(wh - (long long)w * A.H);
+    const unsigned  nz = (unsigned)(A.n_ptiles * ngrp);
+    const unsigned  whu = blk / nz;
+    const int       z = (int)(blk - whu * nz);
+    const int       w = (int)(whu / (unsigned)A.H), h = (int)(whu - (unsigned)w * (unsigned)A.H);
+    const long long wh = whu;
     const int       p0 = (z % A.n_ptiles) * kFT, n0 = (z / A.n_ptiles) * kS5Cols;
     const int       tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int       wp = (warp & 3) * 16;  /* this warp's P rows within the tile      */
@@ -1727,11 +1736,12 @@ template <int MODE> __global__ void __launch_bounds__(kV4Threads, 2) fast_output
     T *                     ss_lo = (T *)(smem + L.ss_lo);
     const int ob0 = (int)L.b0, ox0 = (int)L.x0, obd = (int)(L.b1 - L.b0), oxd = (int)(L.x1 - L.x0);
 
-    const long long blk = blockIdx.x;
-    const int       nz = kV4ITiles * A.n_ptiles;
-    const long long wh = blk / nz;
-    const int       z = (int)(blk - wh * nz);
-    const int       w = (int)(wh / A.H), h = (int)(wh - (long long)w * A.H);
+    const unsigned  blk = blockIdx.x; /* 32-bit index arithmetic, as in fast_state_kernel_v5 */
+    const unsigned  nz = (unsigned)(kV4ITiles * A.n_ptiles);
+    const unsigned  whu = blk / nz;
+    const int       z = (int)(blk - whu * nz);
+    const int       w = (int)(whu / (unsigned)A.H), h = (int)(whu - (unsigned)w * (unsigned)A.H);
+    const long long wh = whu;
     const int       i0 = (z / A.n_ptiles) * kV4Rows, p0 = (z % A.n_ptiles) * kFT;
     const m2_chunk  ch = A.chunks[w];
     if (i0 >= ch.len) return; /* uniform over the block */
