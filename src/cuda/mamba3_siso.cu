@@ -965,6 +965,16 @@ __device__ __forceinline__ float ex2_approx(float x) {
 }
 const float kLog2e = 1.4426950408889634f;
 
+/* tanh(x) = 1 − 2/(1 + e^{2x}) with the fast exponential and division: absolute error ~1e-7,
+ * exact limits ±1 (v5's θ terms inside a chunk). */
+__device__ __forceinline__ float tanh_fast(float x) { return 1.0f - __fdividef(2.0f, 1.0f + __expf(2.0f * x)); }
+
+/* sin and cos of a wrapped angle x ∈ [0, 2π] (the combined op's θ) by the hardware
+ * approximations, after moving x to [−π, π] where their absolute error is ~1e-6 (v5). */
+__device__ __forceinline__ void sincos_wrapped_fast(float x, float * sn, float * cs) {
+    __sincosf(x >= kPi ? x - kTwoPiHi : x, sn, cs);
+}
+
 /* z·σ(z) with the fast exponential and division (v5's gate; z → −∞ gives −0, z → +∞ gives z). */
 __device__ __forceinline__ float silu_fast(float z) { return __fdividef(z, 1.0f + __expf(-z)); }
 
@@ -1071,6 +1081,8 @@ __device__ void fast_prep_qk(const m3_fwd_args & P, const m3_chunk & ch, int h, 
                     float sn, cs;
                     if (snt != nullptr) /* v4: the table of sincosf(θ) (th holds cos θ) */
                         sn = snt[i * P.A + m], cs = th[i * P.A + m];
+                    else if (VER >= 5 && P.fused) /* v5: θ is wrapped */
+                        sincos_wrapped_fast(th[i * P.A + m], &sn, &cs);
                     else
                         sincosf(th[i * P.A + m], &sn, &cs);
                     const float q0 = q[2 * e2], q1 = q[2 * e2 + 1], k0 = k[2 * e2], k1 = k[2 * e2 + 1];
@@ -1229,6 +1241,25 @@ __device__ __forceinline__ void load_state_regs_v4(const m3_fwd_args & P, int w,
     }
 }
 
+/* v5: load_state_regs_v4's pieces with the K % 4 test taken once (v4 compiles both paths into
+ * every piece) and a 32-bit offset from the tile's first row. */
+__device__ __forceinline__ void load_state_regs_v5(const m3_fwd_args & P, int w, int h, int p0, float4 (&f)[16]) {
+    if ((P.K & 3) != 0) { /* block-uniform */
+        load_state_regs_v4(P, w, h, p0, f);
+        return;
+    }
+    const float * st = P.states + ((long long)w * P.H + h) * P.V * P.K + (long long)p0 * P.K;
+    const int     nr = min(kTV, P.V - p0);
+    state_piece   sp(P.Kp / 4);
+#pragma unroll
+    for (int u = 0; u < 16; ++u) {
+        const int r = sp.r, c = 4 * sp.c;
+        sp.next();
+        f[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r < nr && c < P.K) f[u] = __ldg(reinterpret_cast<const float4 *>(st + (r * P.K + c)));
+    }
+}
+
 /* This thread's pieces of the chunk's raw angles when P.vang (angles of v's dtype, unit inner
  * stride, 16-byte rows, A % 8 == 0): piece o = threadIdx.x + u·kFastThreads is token o/(A/8),
  * angles 8·(o % (A/8)) .. +7. A ≤ K/2 ≤ 64 on the fast path, so L·A/8 ≤ 512 = 4 pieces per
@@ -1252,8 +1283,9 @@ __device__ __forceinline__ void load_angles_v4(const m3_fwd_args & P, const m3_c
 }
 
 /* v4 of chunk_theta_v3: the same terms (from load_angles_v4's pieces when P.vang, else v3's
- * element loads) and the same walk, so the same θ bit for bit. */
-template <int MODE>
+ * element loads) and the same walk, so the same θ bit for bit. FAST (v5 output kernel, vector
+ * angle rows only): tanh from the fast exponential and division (absolute error ~1e-7). */
+template <int MODE, bool FAST = false>
 __device__ void chunk_theta_v4(const m3_fwd_args & P, const m3_chunk & ch, int w, int h, const float * dtv, float * th,
                                float * part, const uint4 (&r)[kAngPieces]) {
     if (P.A == 0) return;
@@ -1270,7 +1302,8 @@ __device__ void chunk_theta_v4(const m3_fwd_args & P, const m3_chunk & ch, int w
             float     x[8];
             unpack8<MODE>(x, r[u]);
 #pragma unroll
-            for (int e = 0; e < 8; ++e) th[i * A + m0 + e] = P.fused ? (kPi * tanhf(x[e])) * dtv[i] : x[e];
+            for (int e = 0; e < 8; ++e)
+                th[i * A + m0 + e] = P.fused ? (kPi * (FAST ? tanh_fast(x[e]) : tanhf(x[e]))) * dtv[i] : x[e];
         }
     }
     __syncthreads();
@@ -1314,7 +1347,10 @@ __global__ void __launch_bounds__(kFastThreads) fast_state_kernel(const m3_fwd_a
     /* v4: the raw k rows (cp.async into the lo tile, overwritten in place by fast_prep_qk) and
      * the raw angles (registers) are requested before the scalars */
     uint4 araw[kAngPieces];
-    if constexpr (VER >= 4) {
+    if constexpr (VER >= 5) {
+        if (P.vk) cp_rows_v5<MODE>(kl, LK, P.k, ch, h / P.G, 0, P.Kp, P.K);
+        load_angles_v4<MODE>(P, ch, h, araw);
+    } else if constexpr (VER >= 4) {
         if (P.vk) cp_rows_v4<MODE>(kl, LK, P.k, ch, h / P.G, 0, P.Kp, P.K);
         load_angles_v4<MODE>(P, ch, h, araw);
     }
@@ -1323,7 +1359,7 @@ __global__ void __launch_bounds__(kFastThreads) fast_state_kernel(const m3_fwd_a
     for (int j = threadIdx.x; j < kC; j += blockDim.x) wj[j] = j < ch.len ? expf(cl - sc.cm[j]) * sc.sig[j] : 0.0f;
     if (blockIdx.z == 0 && threadIdx.x == 0) P.lastcum[(long long)w * P.H + h] = cl;
     if constexpr (VER >= 4)
-        chunk_theta_v4<MODE>(P, ch, w, h, sc.dtv, th, (float *)(smem + Ly.part), araw);
+        chunk_theta_v4<MODE, (VER >= 5)>(P, ch, w, h, sc.dtv, th, (float *)(smem + Ly.part), araw);
     else if constexpr (VER == 3)
         chunk_theta_v3(P, ch, w, h, sc.dtv, th, (float *)(smem + Ly.part));
     else
@@ -1398,7 +1434,9 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
     /* v3: the entering state tile goes to registers first; its loads are in flight during the
      * scalars, θ, the q/k prep, the scores and P·V, and it is split into shared memory after */
     float4 pre[VER >= 3 ? 16 : 1];
-    if constexpr (VER >= 4) {
+    if constexpr (VER >= 5) {
+        if (with_state) load_state_regs_v5(P, w, h, p0, pre);
+    } else if constexpr (VER >= 4) {
         if (with_state) load_state_regs_v4(P, w, h, p0, pre);
     } else if constexpr (VER == 3) {
         if (with_state) load_state_regs(P, w, h, p0, pre);
@@ -1426,7 +1464,7 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
     chunk_scalars(P, ch, h, sc);
     for (int i = threadIdx.x; i < kC; i += blockDim.x) ecm[i] = i < L ? expf(sc.cm[i]) : 0.0f;
     if constexpr (VER >= 4)
-        chunk_theta_v4<MODE>(P, ch, w, h, sc.dtv, th, (float *)(smem + Ly.part), araw);
+        chunk_theta_v4<MODE, (VER >= 5)>(P, ch, w, h, sc.dtv, th, (float *)(smem + Ly.part), araw);
     else if constexpr (VER == 3)
         chunk_theta_v3(P, ch, w, h, sc.dtv, th, (float *)(smem + Ly.part));
     else
@@ -1439,11 +1477,10 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
     float * snt = nullptr;
     if (VER >= 4 && P.sct) { /* block-uniform */
         snt = (float *)(smem + Ly.sn);
-        if (VER >= 5 && P.fused) { /* block-uniform; θ = wrap(...) ∈ [0, 2π): moved to [−π, π) */
+        if (VER >= 5 && P.fused) { /* block-uniform; θ = wrap(...) ∈ [0, 2π] */
             for (int o = threadIdx.x; o < L * P.A; o += blockDim.x) {
-                const float x = th[o], xr = x >= kPi ? x - kTwoPiHi : x;
-                float       sn_, cs_;
-                __sincosf(xr, &sn_, &cs_);
+                float sn_, cs_;
+                sincos_wrapped_fast(th[o], &sn_, &cs_);
                 th[o] = cs_, snt[o] = sn_;
             }
         } else {
@@ -1471,22 +1508,46 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
     float s[8][4];
 #pragma unroll
     for (int t = 0; t < 8; ++t) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
-    for (int ks = 0; ks < KS; ++ks) {
-        uint32_t ah[4], al[4];
-        ldsm4(ah, qrh + ks * 16);
-        ldsm4(al, qrl + ks * 16);
+    if constexpr (VER >= 5) {
+        /* v5: whole tiles (the mask zeroes j ≥ i) instead of a per-warp skip that the compiler
+         * guards with a warp synchronisation before every mma; two k-steps per iteration so
+         * that step k+1's fragment loads overlap step k's products */
+#pragma unroll 2
+        for (int ks = 0; ks < KS; ++ks) {
+            uint32_t ah[4], al[4];
+            ldsm4(ah, qrh + ks * 16);
+            ldsm4(al, qrl + ks * 16);
 #pragma unroll
-        for (int np = 0; np < 4; ++np) {
-            if (VER < 5 && np > warp) break; /* v5: whole tiles (the mask zeroes j ≥ i), no divergent skip */
-            uint32_t kb[4], kbl[4];
-            ldsm4(kb, &bh[np * 16 * LK + ks * 16 + b_nk_off(lane, LK)]);
-            ldsm4(kbl, &bl[np * 16 * LK + ks * 16 + b_nk_off(lane, LK)]);
-            mma16816<MODE>(s[2 * np], ah, kb[0], kb[1]);
-            mma16816<MODE>(s[2 * np + 1], ah, kb[2], kb[3]);
-            mma16816<MODE>(s[2 * np], al, kb[0], kb[1]);
-            mma16816<MODE>(s[2 * np + 1], al, kb[2], kb[3]);
-            mma16816<MODE>(s[2 * np], ah, kbl[0], kbl[1]);
-            mma16816<MODE>(s[2 * np + 1], ah, kbl[2], kbl[3]);
+            for (int np = 0; np < 4; ++np) {
+                uint32_t kb[4], kbl[4];
+                ldsm4(kb, &bh[np * 16 * LK + ks * 16 + b_nk_off(lane, LK)]);
+                ldsm4(kbl, &bl[np * 16 * LK + ks * 16 + b_nk_off(lane, LK)]);
+                mma16816<MODE>(s[2 * np], ah, kb[0], kb[1]);
+                mma16816<MODE>(s[2 * np + 1], ah, kb[2], kb[3]);
+                mma16816<MODE>(s[2 * np], al, kb[0], kb[1]);
+                mma16816<MODE>(s[2 * np + 1], al, kb[2], kb[3]);
+                mma16816<MODE>(s[2 * np], ah, kbl[0], kbl[1]);
+                mma16816<MODE>(s[2 * np + 1], ah, kbl[2], kbl[3]);
+            }
+        }
+    } else {
+        for (int ks = 0; ks < KS; ++ks) {
+            uint32_t ah[4], al[4];
+            ldsm4(ah, qrh + ks * 16);
+            ldsm4(al, qrl + ks * 16);
+#pragma unroll
+            for (int np = 0; np < 4; ++np) {
+                if (np > warp) break;
+                uint32_t kb[4], kbl[4];
+                ldsm4(kb, &bh[np * 16 * LK + ks * 16 + b_nk_off(lane, LK)]);
+                ldsm4(kbl, &bl[np * 16 * LK + ks * 16 + b_nk_off(lane, LK)]);
+                mma16816<MODE>(s[2 * np], ah, kb[0], kb[1]);
+                mma16816<MODE>(s[2 * np + 1], ah, kb[2], kb[3]);
+                mma16816<MODE>(s[2 * np], al, kb[0], kb[1]);
+                mma16816<MODE>(s[2 * np + 1], al, kb[2], kb[3]);
+                mma16816<MODE>(s[2 * np], ah, kbl[0], kbl[1]);
+                mma16816<MODE>(s[2 * np + 1], ah, kbl[2], kbl[3]);
+            }
         }
     }
     /* P_ij = score · e^{c_i − c_j} · σ_j for j < i < L (strictly lower: the diagonal is D + γ_i·d_i) */
@@ -1567,7 +1628,8 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
         float u[8][4];
 #pragma unroll
         for (int t = 0; t < 8; ++t) u[t][0] = u[t][1] = u[t][2] = u[t][3] = 0.0f;
-        for (int ks = 0; ks < KS; ++ks) {
+        /* one k-step of Q̂·S_enterᵀ (v5 unrolls two per iteration) */
+        auto qs_step = [&](int ks) {
             uint32_t ah[4], al[4];
             ldsm4(ah, qrh + ks * 16);
             ldsm4(al, qrl + ks * 16);
@@ -1583,6 +1645,12 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
                 mma16816<MODE>(u[2 * np], ah, sbl[0], sbl[1]);
                 mma16816<MODE>(u[2 * np + 1], ah, sbl[2], sbl[3]);
             }
+        };
+        if constexpr (VER >= 5) {
+#pragma unroll 2
+            for (int ks = 0; ks < KS; ++ks) qs_step(ks);
+        } else {
+            for (int ks = 0; ks < KS; ++ks) qs_step(ks);
         }
         const float e0 = ecm[ri0], e1 = ecm[ri1];
 #pragma unroll
@@ -1637,7 +1705,8 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
                 if (!P.has_z || zsm || p >= P.V || i >= L) continue;
                 const long long zo = ch.row * P.z.s[0] + (ch.t0 + i) * P.z.s[1] + h * P.z.s[2] + p * P.z.s[3];
                 if (P.vz && p + 1 < P.V)
-                    zv[t][half] = t2<MODE>::unpack(__ldg(reinterpret_cast<const unsigned int *>((const T *)P.z.p + zo)));
+                    zv[t][half] =
+                        t2<MODE>::unpack(__ldg(reinterpret_cast<const unsigned int *>((const T *)P.z.p + zo)));
                 else
                     zv[t][half] = make_float2(ssmi_cu_ld(P.z.p, P.z.dtype, zo),
                                               p + 1 < P.V ? ssmi_cu_ld(P.z.p, P.z.dtype, zo + P.z.s[3]) : 0.0f);
@@ -1827,16 +1896,15 @@ ssm_status launch_state_out(ssm_context * ctx, const char * op, const m3_fwd_arg
 template <int MODE, int VER>
 ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W, int version) {
     const cudaStream_t    s = ssmi_cuda_stream(ctx);
-    const int             SVER = VER > 4 ? 4 : VER; /* v5 changes the output kernel only */
-    const fast_smem<MODE> Ls(P.Kp, P.A, false, SVER), Lo(P.Kp, P.A, true, VER, VER >= 4 && P.sct);
+    const fast_smem<MODE> Ls(P.Kp, P.A, false, VER), Lo(P.Kp, P.A, true, VER, VER >= 4 && P.sct);
     const dim3            grid((unsigned)W, (unsigned)P.H, (unsigned)((P.V + kTV - 1) / kTV));
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
         ctx, op, "cudaFuncSetAttribute",
-        cudaFuncSetAttribute(fast_state_kernel<MODE, SVER>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Ls.total)));
+        cudaFuncSetAttribute(fast_state_kernel<MODE, VER>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Ls.total)));
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
         ctx, op, "cudaFuncSetAttribute",
         cudaFuncSetAttribute(fast_output_kernel<MODE, VER>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Lo.total)));
-    fast_state_kernel<MODE, SVER><<<grid, kFastThreads, Ls.total, s>>>(P);
+    fast_state_kernel<MODE, VER><<<grid, kFastThreads, Ls.total, s>>>(P);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_state_kernel launch");
     if (P.NS > 0) {
         SSM_FORWARD_IF_ERROR(launch_pass(ctx, op, P, version));
