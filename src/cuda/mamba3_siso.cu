@@ -35,13 +35,18 @@
  * angle_scan_kernel (kernel 1 with the chunks scanned in parallel) and, where the fast path
  * applies, the VER = 3 instances of the fast kernels: θ by token groups (chunk_theta_v3),
  * biases loaded once per thread, the entering state prefetched into registers
- * (load_state_regs); 4 (unset, =3: the default) = v3 plus pass_kernel_v4 (8 chunks of loads
+ * (load_state_regs); 4 (=3) = v3 plus pass_kernel_v4 (8 chunks of loads
  * in flight, 16-byte pieces), angle_sum_kernel_v4 (16-byte angle rows) and the VER = 4
  * instances: every global input of a block requested at its start (q/k/z rows by cp.async,
  * raw angles in 16-byte loads), sin/cos once per (token, angle) in the output block, 16-bit
- * outputs staged in shared memory and stored in 16-byte row pieces. v2 and v3 agree within
- * fp32 rounding (θ's sums associate differently); v4 does v3's arithmetic operation for
- * operation; each is bitwise deterministic.
+ * outputs staged in shared memory and stored in 16-byte row pieces; 5 (unset, =4: the default)
+ * = v4 with the VER = 5 instances of the fast kernels: the same work in fewer instructions per
+ * element (cp_rows_v5, load_state_regs_v5, load_row8, float4 reads of the sin/cos table, whole
+ * score tiles, the shared-memory epilogue) and fast hardware math where the fp16/bf16 bars
+ * leave room (ex2_approx decays in the mask, silu_fast, and in the combined op tanh_fast and
+ * sincos_wrapped_fast of the wrapped θ: absolute errors ~1e-6). v2 and v3 agree within fp32
+ * rounding (θ's sums associate differently); v4 does v3's arithmetic operation for operation;
+ * v5 agrees with v4 within those approximations; each is bitwise deterministic.
  *
  * Arithmetic: fp16/bf16 (v's dtype) run the three matrix products on the tensor cores (WMMA
  * 16x16x16, HMMA in SASS) with fp32 accumulation. Operands computed in fp32 (q̂, k̂, the
@@ -49,7 +54,7 @@
  * and each product of two such operands takes three MMAs (hi·hi + lo·hi + hi·lo), so the
  * results stay close to fp32 accuracy; v is exact in its own dtype. fp32 (and f64) inputs
  * run plain fp32 FFMA. θ, scalars, decays and states are fp32 throughout; sin/cos/tanh/exp
- * are the accurate CUDA functions (not the __ intrinsics).
+ * are the accurate CUDA functions (not the __ intrinsics), except v5's listed above.
  *
  * Decode step: one block per (head, row); θ, q̂, k̂ and the scalars in shared memory, then
  * one pass over the V×K fp32 state (a warp per state row; float4 loads/stores when both
