@@ -35,13 +35,18 @@
  * angle_scan_kernel (kernel 1 with the chunks scanned in parallel) and, where the fast path
  * applies, the VER = 3 instances of the fast kernels: θ by token groups (chunk_theta_v3),
  * biases loaded once per thread, the entering state prefetched into registers
- * (load_state_regs); 4 (unset, =3: the default) = v3 plus pass_kernel_v4 (8 chunks of loads
+ * (load_state_regs); 4 (=3) = v3 plus pass_kernel_v4 (8 chunks of loads
  * in flight, 16-byte pieces), angle_sum_kernel_v4 (16-byte angle rows) and the VER = 4
  * instances: every global input of a block requested at its start (q/k/z rows by cp.async,
  * raw angles in 16-byte loads), sin/cos once per (token, angle) in the output block, 16-bit
- * outputs staged in shared memory and stored in 16-byte row pieces. v2 and v3 agree within
- * fp32 rounding (θ's sums associate differently); v4 does v3's arithmetic operation for
- * operation; each is bitwise deterministic.
+ * outputs staged in shared memory and stored in 16-byte row pieces; 5 (unset, =4: the default)
+ * = v4 with the VER = 5 instances of the fast kernels: the same work in fewer instructions per
+ * element (cp_rows_v5, load_state_regs_v5, load_row8, float4 reads of the sin/cos table, whole
+ * score tiles, the shared-memory epilogue) and fast hardware math where the fp16/bf16 bars
+ * leave room (ex2_approx decays in the mask, silu_fast, and in the combined op tanh_fast and
+ * sincos_wrapped_fast of the wrapped θ: absolute errors ~1e-6). v2 and v3 agree within fp32
+ * rounding (θ's sums associate differently); v4 does v3's arithmetic operation for operation;
+ * v5 agrees with v4 within those approximations; each is bitwise deterministic.
  *
  * Arithmetic: fp16/bf16 (v's dtype) run the three matrix products on the tensor cores (WMMA
  * 16x16x16, HMMA in SASS) with fp32 accumulation. Operands computed in fp32 (q̂, k̂, the
@@ -49,7 +54,7 @@
  * and each product of two such operands takes three MMAs (hi·hi + lo·hi + hi·lo), so the
  * results stay close to fp32 accuracy; v is exact in its own dtype. fp32 (and f64) inputs
  * run plain fp32 FFMA. θ, scalars, decays and states are fp32 throughout; sin/cos/tanh/exp
- * are the accurate CUDA functions (not the __ intrinsics).
+ * are the accurate CUDA functions (not the __ intrinsics), except v5's listed above.
  *
  * Decode step: one block per (head, row); θ, q̂, k̂ and the scalars in shared memory, then
  * one pass over the V×K fp32 state (a warp per state row; float4 loads/stores when both
@@ -896,6 +901,88 @@ const int kFastMaxK = 128;
 const int kFLd = kTV + 8; /* padded leading dimension of the v tile */
 
 
+/* ---- v5 helpers (output kernel): fewer instructions per element ---------------------------------- */
+
+/* cp_rows_v4's pieces, with (row, piece) advanced by a constant per step instead of a division
+ * by the runtime row width per piece (state_piece's scheme; blockDim.x = kFastThreads). */
+template <int MODE>
+__device__ __forceinline__ void cp_rows_v5(typename cfg<MODE>::T * dst, int ld, const ssmi_cu_view & t,
+                                           const m3_chunk & ch, int hx, int c0, int ncols, int X) {
+    typedef typename cfg<MODE>::T T;
+    const int                     nc = min(ncols, X - c0), pr = ncols / 8, n = ch.len * pr;
+    const T *                     src = (const T *)t.p + ch.row * t.s[0] + ch.t0 * t.s[1] + hx * t.s[2] + c0;
+    const long long               rs = t.s[1];
+    const int                     dq = kFastThreads / pr, dr = kFastThreads - dq * pr;
+    int                           r = (int)threadIdx.x / pr, c = (int)threadIdx.x - r * pr;
+#pragma unroll 1
+    for (int o = threadIdx.x; o < n; o += kFastThreads) {
+        if (8 * c < nc) cp_async16(dst + r * ld + 8 * c, src + r * rs + 8 * c);
+        r += dq, c += dr;
+        if (c >= pr) c -= pr, ++r;
+    }
+}
+
+/* 8 entries n0..n0+7 of row h of a (H, K) tensor (0 at n ≥ K): the values of ssmi_cu_ld, with
+ * the dtype switch taken once for the 8 instead of once per entry. */
+__device__ __forceinline__ void load_row8(float (&x)[8], const ssmi_cu_view & v, int h, int n0, int K) {
+    const long long base = h * v.s[0] + n0 * v.s[1], st = v.s[1];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] = 0.0f;
+    switch (v.dtype) {
+        case SSM_DTYPE_F32: {
+            const float * p = (const float *)v.p + base;
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                if (n0 + e < K) x[e] = __ldg(p + e * st);
+            break;
+        }
+        case SSM_DTYPE_F16: {
+            const __half * p = (const __half *)v.p + base;
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                if (n0 + e < K) x[e] = __half2float(p[e * st]);
+            break;
+        }
+        case SSM_DTYPE_BF16: {
+            const __nv_bfloat16 * p = (const __nv_bfloat16 *)v.p + base;
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                if (n0 + e < K) x[e] = __bfloat162float(p[e * st]);
+            break;
+        }
+        case SSM_DTYPE_F64: {
+            const double * p = (const double *)v.p + base;
+#pragma unroll
+            for (int e = 0; e < 8; ++e)
+                if (n0 + e < K) x[e] = (float)__ldg(p + e * st);
+            break;
+        }
+        default: break;
+    }
+}
+
+/* 2^x, the hardware approximation (a few ulp; flushes subnormals): the decay factors of v5's
+ * mask, e^{c_i − c_j} = 2^{(c_i − c_j)·log2 e}. */
+__device__ __forceinline__ float ex2_approx(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+const float kLog2e = 1.4426950408889634f;
+
+/* tanh(x) = 1 − 2/(1 + e^{2x}) with the fast exponential and division: absolute error ~1e-7,
+ * exact limits ±1 (v5's θ terms inside a chunk). */
+__device__ __forceinline__ float tanh_fast(float x) { return 1.0f - __fdividef(2.0f, 1.0f + __expf(2.0f * x)); }
+
+/* sin and cos of a wrapped angle x ∈ [0, 2π] (the combined op's θ) by the hardware
+ * approximations, after moving x to [−π, π] where their absolute error is ~1e-6 (v5). */
+__device__ __forceinline__ void sincos_wrapped_fast(float x, float * sn, float * cs) {
+    __sincosf(x >= kPi ? x - kTwoPiHi : x, sn, cs);
+}
+
+/* z·σ(z) with the fast exponential and division (v5's gate; z → −∞ gives −0, z → +∞ gives z). */
+__device__ __forceinline__ float silu_fast(float z) { return __fdividef(z, 1.0f + __expf(-z)); }
+
 /* 8 consecutive features n0..n0+7 of row (b, t, hh) of a (B, S, H, K) tensor; 0 at n ≥ K.
  * vec: of type T, unit inner stride, 16-byte aligned rows, K % 8 == 0. */
 template <int MODE>
@@ -934,14 +1021,24 @@ __device__ void fast_prep_qk(const m3_fwd_args & P, const m3_chunk & ch, int h, 
     const int c8 = threadIdx.x % ipt, n0 = c8 * 8;
     /* v3: this thread's 8 features are the same in every pass: their biases are loaded once */
     float qbias[8], kbias[8];
+    if constexpr (VER >= 5) { /* v5: one dtype switch per 8 entries (the same values) */
+        load_row8(qbias, P.qb, h, n0, P.K);
+        load_row8(kbias, P.kb, h, n0, P.K);
+    } else {
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
-        qbias[e] = kbias[e] = 0.0f;
-        if (VER >= 3 && n0 + e < P.K) {
-            qbias[e] = ld2(P.qb, h, n0 + e);
-            kbias[e] = ld2(P.kb, h, n0 + e);
+        for (int e = 0; e < 8; ++e) {
+            qbias[e] = kbias[e] = 0.0f;
+            if (VER >= 3 && n0 + e < P.K) {
+                qbias[e] = ld2(P.qb, h, n0 + e);
+                kbias[e] = ld2(P.kb, h, n0 + e);
+            }
         }
     }
+    /* v5: this thread's 4 pairs m0..m0+3 are all rotated (their sin/cos as one float4 each from
+     * the table: A % 4 == 0 keeps i·A + m0 a multiple of 4 floats, the table 16-byte aligned),
+     * or none of them is */
+    const int  m0 = n0 / 2;
+    const bool rot4 = VER >= 5 && snt != nullptr && (P.A & 3) == 0 && m0 + 4 <= P.A, rot0 = VER >= 5 && m0 >= P.A;
     for (int i = threadIdx.x / ipt; i < kC; i += per) {
         const bool live = i < L && n0 < P.K;
         float      q[8], k[8];
@@ -970,7 +1067,18 @@ __device__ void fast_prep_qk(const m3_fwd_args & P, const m3_chunk & ch, int h, 
 #pragma unroll
             for (int e = 0; e < 8; ++e) dot = fmaf(q[e], k[e], dot);
         }
-        if (live) {
+        if (live && rot4) {
+            const float4 cs4 = *reinterpret_cast<const float4 *>(&th[i * P.A + m0]);
+            const float4 sn4 = *reinterpret_cast<const float4 *>(&snt[i * P.A + m0]);
+            const float  csv[4] = {cs4.x, cs4.y, cs4.z, cs4.w}, snv[4] = {sn4.x, sn4.y, sn4.z, sn4.w};
+#pragma unroll
+            for (int e2 = 0; e2 < 4; ++e2) {
+                const float cs = csv[e2], sn = snv[e2];
+                const float q0 = q[2 * e2], q1 = q[2 * e2 + 1], k0 = k[2 * e2], k1 = k[2 * e2 + 1];
+                q[2 * e2] = q0 * cs - q1 * sn, q[2 * e2 + 1] = q0 * sn + q1 * cs;
+                k[2 * e2] = k0 * cs - k1 * sn, k[2 * e2 + 1] = k0 * sn + k1 * cs;
+            }
+        } else if (live && !rot0) {
 #pragma unroll
             for (int e2 = 0; e2 < 4; ++e2) {
                 const int m = n0 / 2 + e2;
@@ -978,6 +1086,8 @@ __device__ void fast_prep_qk(const m3_fwd_args & P, const m3_chunk & ch, int h, 
                     float sn, cs;
                     if (snt != nullptr) /* v4: the table of sincosf(θ) (th holds cos θ) */
                         sn = snt[i * P.A + m], cs = th[i * P.A + m];
+                    else if (VER >= 5 && P.fused) /* v5: θ is wrapped */
+                        sincos_wrapped_fast(th[i * P.A + m], &sn, &cs);
                     else
                         sincosf(th[i * P.A + m], &sn, &cs);
                     const float q0 = q[2 * e2], q1 = q[2 * e2 + 1], k0 = k[2 * e2], k1 = k[2 * e2 + 1];
@@ -985,6 +1095,8 @@ __device__ void fast_prep_qk(const m3_fwd_args & P, const m3_chunk & ch, int h, 
                     k[2 * e2] = k0 * cs - k1 * sn, k[2 * e2 + 1] = k0 * sn + k1 * cs;
                 }
             }
+        }
+        if (live) {
             if (fin_k && i == L - 1)
                 for (int e = 0; e < 8; ++e)
                     if (n0 + e < P.K) st3(P.fin_k, ch.seq, h, n0 + e, k[e]);
@@ -1004,7 +1116,13 @@ __device__ void fast_prep_qk(const m3_fwd_args & P, const m3_chunk & ch, int h, 
             *reinterpret_cast<uint4 *>(&kl[i * ld + n0]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
         }
         if (dd != nullptr) {
-            for (int off = ipt / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+            if constexpr (VER >= 5) { /* ipt ≤ 16: the same offsets in the same order, unrolled */
+#pragma unroll
+                for (int off = 8; off > 0; off /= 2)
+                    if (off < ipt) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+            } else {
+                for (int off = ipt / 2; off > 0; off /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+            }
             if (c8 == 0) dd[i] = dot;
         }
     }
@@ -1128,6 +1246,25 @@ __device__ __forceinline__ void load_state_regs_v4(const m3_fwd_args & P, int w,
     }
 }
 
+/* v5: load_state_regs_v4's pieces with the K % 4 test taken once (v4 compiles both paths into
+ * every piece) and a 32-bit offset from the tile's first row. */
+__device__ __forceinline__ void load_state_regs_v5(const m3_fwd_args & P, int w, int h, int p0, float4 (&f)[16]) {
+    if ((P.K & 3) != 0) { /* block-uniform */
+        load_state_regs_v4(P, w, h, p0, f);
+        return;
+    }
+    const float * st = P.states + ((long long)w * P.H + h) * P.V * P.K + (long long)p0 * P.K;
+    const int     nr = min(kTV, P.V - p0);
+    state_piece   sp(P.Kp / 4);
+#pragma unroll
+    for (int u = 0; u < 16; ++u) {
+        const int r = sp.r, c = 4 * sp.c;
+        sp.next();
+        f[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (r < nr && c < P.K) f[u] = __ldg(reinterpret_cast<const float4 *>(st + (r * P.K + c)));
+    }
+}
+
 /* This thread's pieces of the chunk's raw angles when P.vang (angles of v's dtype, unit inner
  * stride, 16-byte rows, A % 8 == 0): piece o = threadIdx.x + u·kFastThreads is token o/(A/8),
  * angles 8·(o % (A/8)) .. +7. A ≤ K/2 ≤ 64 on the fast path, so L·A/8 ≤ 512 = 4 pieces per
@@ -1151,8 +1288,9 @@ __device__ __forceinline__ void load_angles_v4(const m3_fwd_args & P, const m3_c
 }
 
 /* v4 of chunk_theta_v3: the same terms (from load_angles_v4's pieces when P.vang, else v3's
- * element loads) and the same walk, so the same θ bit for bit. */
-template <int MODE>
+ * element loads) and the same walk, so the same θ bit for bit. FAST (v5 output kernel, vector
+ * angle rows only): tanh from the fast exponential and division (absolute error ~1e-7). */
+template <int MODE, bool FAST = false>
 __device__ void chunk_theta_v4(const m3_fwd_args & P, const m3_chunk & ch, int w, int h, const float * dtv, float * th,
                                float * part, const uint4 (&r)[kAngPieces]) {
     if (P.A == 0) return;
@@ -1169,7 +1307,8 @@ __device__ void chunk_theta_v4(const m3_fwd_args & P, const m3_chunk & ch, int w
             float     x[8];
             unpack8<MODE>(x, r[u]);
 #pragma unroll
-            for (int e = 0; e < 8; ++e) th[i * A + m0 + e] = P.fused ? (kPi * tanhf(x[e])) * dtv[i] : x[e];
+            for (int e = 0; e < 8; ++e)
+                th[i * A + m0 + e] = P.fused ? (kPi * (FAST ? tanh_fast(x[e]) : tanhf(x[e]))) * dtv[i] : x[e];
         }
     }
     __syncthreads();
@@ -1213,7 +1352,10 @@ __global__ void __launch_bounds__(kFastThreads) fast_state_kernel(const m3_fwd_a
     /* v4: the raw k rows (cp.async into the lo tile, overwritten in place by fast_prep_qk) and
      * the raw angles (registers) are requested before the scalars */
     uint4 araw[kAngPieces];
-    if constexpr (VER >= 4) {
+    if constexpr (VER >= 5) {
+        if (P.vk) cp_rows_v5<MODE>(kl, LK, P.k, ch, h / P.G, 0, P.Kp, P.K);
+        load_angles_v4<MODE>(P, ch, h, araw);
+    } else if constexpr (VER >= 4) {
         if (P.vk) cp_rows_v4<MODE>(kl, LK, P.k, ch, h / P.G, 0, P.Kp, P.K);
         load_angles_v4<MODE>(P, ch, h, araw);
     }
@@ -1222,7 +1364,7 @@ __global__ void __launch_bounds__(kFastThreads) fast_state_kernel(const m3_fwd_a
     for (int j = threadIdx.x; j < kC; j += blockDim.x) wj[j] = j < ch.len ? expf(cl - sc.cm[j]) * sc.sig[j] : 0.0f;
     if (blockIdx.z == 0 && threadIdx.x == 0) P.lastcum[(long long)w * P.H + h] = cl;
     if constexpr (VER >= 4)
-        chunk_theta_v4<MODE>(P, ch, w, h, sc.dtv, th, (float *)(smem + Ly.part), araw);
+        chunk_theta_v4<MODE, (VER >= 5)>(P, ch, w, h, sc.dtv, th, (float *)(smem + Ly.part), araw);
     else if constexpr (VER == 3)
         chunk_theta_v3(P, ch, w, h, sc.dtv, th, (float *)(smem + Ly.part));
     else
@@ -1297,7 +1439,9 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
     /* v3: the entering state tile goes to registers first; its loads are in flight during the
      * scalars, θ, the q/k prep, the scores and P·V, and it is split into shared memory after */
     float4 pre[VER >= 3 ? 16 : 1];
-    if constexpr (VER >= 4) {
+    if constexpr (VER >= 5) {
+        if (with_state) load_state_regs_v5(P, w, h, p0, pre);
+    } else if constexpr (VER >= 4) {
         if (with_state) load_state_regs_v4(P, w, h, p0, pre);
     } else if constexpr (VER == 3) {
         if (with_state) load_state_regs(P, w, h, p0, pre);
@@ -1309,16 +1453,23 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
      * cp.async into the lo tiles (fast_prep_qk overwrites them in place), the z tile, the raw
      * angles into registers; all of it lands during the scalars and θ */
     uint4 araw[kAngPieces];
-    if constexpr (VER >= 4) {
+    if constexpr (VER >= 5) {
+        if (P.vq) cp_rows_v5<MODE>(ql, LK, P.q, ch, h / P.G, 0, P.Kp, P.K);
+        if (P.vk) cp_rows_v5<MODE>(bl, LK, P.k, ch, h / P.G, 0, P.Kp, P.K);
+        if (P.vz16) cp_rows_v5<MODE>(zs, kFLd, P.z, ch, h, p0, kTV, P.V);
+        load_angles_v4<MODE>(P, ch, h, araw);
+    } else if constexpr (VER >= 4) {
         if (P.vq) cp_rows_v4<MODE>(ql, LK, P.q, ch, h / P.G, 0, P.Kp, P.K);
         if (P.vk) cp_rows_v4<MODE>(bl, LK, P.k, ch, h / P.G, 0, P.Kp, P.K);
         if (P.vz16) cp_rows_v4<MODE>(zs, kFLd, P.z, ch, h, p0, kTV, P.V);
         load_angles_v4<MODE>(P, ch, h, araw);
     }
+    /* v5: D requested at the start too (v4 loads it in the epilogue, where the block waits for it) */
+    const float dh5 = VER >= 5 && P.has_d ? ssmi_cu_ld(P.d.p, P.d.dtype, h * P.d.s[0]) : 0.0f;
     chunk_scalars(P, ch, h, sc);
     for (int i = threadIdx.x; i < kC; i += blockDim.x) ecm[i] = i < L ? expf(sc.cm[i]) : 0.0f;
     if constexpr (VER >= 4)
-        chunk_theta_v4<MODE>(P, ch, w, h, sc.dtv, th, (float *)(smem + Ly.part), araw);
+        chunk_theta_v4<MODE, (VER >= 5)>(P, ch, w, h, sc.dtv, th, (float *)(smem + Ly.part), araw);
     else if constexpr (VER == 3)
         chunk_theta_v3(P, ch, w, h, sc.dtv, th, (float *)(smem + Ly.part));
     else
@@ -1331,10 +1482,18 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
     float * snt = nullptr;
     if (VER >= 4 && P.sct) { /* block-uniform */
         snt = (float *)(smem + Ly.sn);
-        for (int o = threadIdx.x; o < L * P.A; o += blockDim.x) {
-            float sn_, cs_;
-            sincosf(th[o], &sn_, &cs_);
-            th[o] = cs_, snt[o] = sn_;
+        if (VER >= 5 && P.fused) { /* block-uniform; θ = wrap(...) ∈ [0, 2π] */
+            for (int o = threadIdx.x; o < L * P.A; o += blockDim.x) {
+                float sn_, cs_;
+                sincos_wrapped_fast(th[o], &sn_, &cs_);
+                th[o] = cs_, snt[o] = sn_;
+            }
+        } else {
+            for (int o = threadIdx.x; o < L * P.A; o += blockDim.x) {
+                float sn_, cs_;
+                sincosf(th[o], &sn_, &cs_);
+                th[o] = cs_, snt[o] = sn_;
+            }
         }
         __syncthreads();
     }
@@ -1354,22 +1513,46 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
     float s[8][4];
 #pragma unroll
     for (int t = 0; t < 8; ++t) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
-    for (int ks = 0; ks < KS; ++ks) {
-        uint32_t ah[4], al[4];
-        ldsm4(ah, qrh + ks * 16);
-        ldsm4(al, qrl + ks * 16);
+    if constexpr (VER >= 5) {
+        /* v5: whole tiles (the mask zeroes j ≥ i) instead of a per-warp skip that the compiler
+         * guards with a warp synchronisation before every mma; two k-steps per iteration so
+         * that step k+1's fragment loads overlap step k's products */
+#pragma unroll 2
+        for (int ks = 0; ks < KS; ++ks) {
+            uint32_t ah[4], al[4];
+            ldsm4(ah, qrh + ks * 16);
+            ldsm4(al, qrl + ks * 16);
 #pragma unroll
-        for (int np = 0; np < 4; ++np) {
-            if (np > warp) break;
-            uint32_t kb[4], kbl[4];
-            ldsm4(kb, &bh[np * 16 * LK + ks * 16 + b_nk_off(lane, LK)]);
-            ldsm4(kbl, &bl[np * 16 * LK + ks * 16 + b_nk_off(lane, LK)]);
-            mma16816<MODE>(s[2 * np], ah, kb[0], kb[1]);
-            mma16816<MODE>(s[2 * np + 1], ah, kb[2], kb[3]);
-            mma16816<MODE>(s[2 * np], al, kb[0], kb[1]);
-            mma16816<MODE>(s[2 * np + 1], al, kb[2], kb[3]);
-            mma16816<MODE>(s[2 * np], ah, kbl[0], kbl[1]);
-            mma16816<MODE>(s[2 * np + 1], ah, kbl[2], kbl[3]);
+            for (int np = 0; np < 4; ++np) {
+                uint32_t kb[4], kbl[4];
+                ldsm4(kb, &bh[np * 16 * LK + ks * 16 + b_nk_off(lane, LK)]);
+                ldsm4(kbl, &bl[np * 16 * LK + ks * 16 + b_nk_off(lane, LK)]);
+                mma16816<MODE>(s[2 * np], ah, kb[0], kb[1]);
+                mma16816<MODE>(s[2 * np + 1], ah, kb[2], kb[3]);
+                mma16816<MODE>(s[2 * np], al, kb[0], kb[1]);
+                mma16816<MODE>(s[2 * np + 1], al, kb[2], kb[3]);
+                mma16816<MODE>(s[2 * np], ah, kbl[0], kbl[1]);
+                mma16816<MODE>(s[2 * np + 1], ah, kbl[2], kbl[3]);
+            }
+        }
+    } else {
+        for (int ks = 0; ks < KS; ++ks) {
+            uint32_t ah[4], al[4];
+            ldsm4(ah, qrh + ks * 16);
+            ldsm4(al, qrl + ks * 16);
+#pragma unroll
+            for (int np = 0; np < 4; ++np) {
+                if (np > warp) break;
+                uint32_t kb[4], kbl[4];
+                ldsm4(kb, &bh[np * 16 * LK + ks * 16 + b_nk_off(lane, LK)]);
+                ldsm4(kbl, &bl[np * 16 * LK + ks * 16 + b_nk_off(lane, LK)]);
+                mma16816<MODE>(s[2 * np], ah, kb[0], kb[1]);
+                mma16816<MODE>(s[2 * np + 1], ah, kb[2], kb[3]);
+                mma16816<MODE>(s[2 * np], al, kb[0], kb[1]);
+                mma16816<MODE>(s[2 * np + 1], al, kb[2], kb[3]);
+                mma16816<MODE>(s[2 * np], ah, kbl[0], kbl[1]);
+                mma16816<MODE>(s[2 * np + 1], ah, kbl[2], kbl[3]);
+            }
         }
     }
     /* P_ij = score · e^{c_i − c_j} · σ_j for j < i < L (strictly lower: the diagonal is D + γ_i·d_i) */
@@ -1380,7 +1563,10 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
             const int   i = (e >> 1) ? ri1 : ri0;
             const float ci = (e >> 1) ? ci1 : ci0;
             const int   j = t * 8 + 2 * (lane & 3) + (e & 1);
-            s[t][e] = (i < L && j < i) ? s[t][e] * expf(ci - sc.cm[j]) * sc.sig[j] : 0.0f;
+            if constexpr (VER >= 5) /* v5: e^{c_i − c_j} as ex2.approx of the scaled difference */
+                s[t][e] = (i < L && j < i) ? s[t][e] * ex2_approx((ci - sc.cm[j]) * kLog2e) * sc.sig[j] : 0.0f;
+            else
+                s[t][e] = (i < L && j < i) ? s[t][e] * expf(ci - sc.cm[j]) * sc.sig[j] : 0.0f;
         }
     }
     /* Y (16 rows × 64 v columns) = P · V */
@@ -1389,7 +1575,7 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
     for (int t = 0; t < 8; ++t) y[t][0] = y[t][1] = y[t][2] = y[t][3] = 0.0f;
 #pragma unroll
     for (int ks = 0; ks < 4; ++ks) {
-        if (ks > warp) break;
+        if (VER < 5 && ks > warp) break; /* v5: whole tiles (P is 0 there) */
         uint32_t ah[4], al[4];
         split2<MODE>(s[2 * ks][0], s[2 * ks][1], ah[0], al[0]);
         split2<MODE>(s[2 * ks][2], s[2 * ks][3], ah[1], al[1]);
@@ -1447,7 +1633,8 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
         float u[8][4];
 #pragma unroll
         for (int t = 0; t < 8; ++t) u[t][0] = u[t][1] = u[t][2] = u[t][3] = 0.0f;
-        for (int ks = 0; ks < KS; ++ks) {
+        /* one k-step of Q̂·S_enterᵀ (v5 unrolls two per iteration) */
+        auto qs_step = [&](int ks) {
             uint32_t ah[4], al[4];
             ldsm4(ah, qrh + ks * 16);
             ldsm4(al, qrl + ks * 16);
@@ -1463,6 +1650,12 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
                 mma16816<MODE>(u[2 * np], ah, sbl[0], sbl[1]);
                 mma16816<MODE>(u[2 * np + 1], ah, sbl[2], sbl[3]);
             }
+        };
+        if constexpr (VER >= 5) {
+#pragma unroll 2
+            for (int ks = 0; ks < KS; ++ks) qs_step(ks);
+        } else {
+            for (int ks = 0; ks < KS; ++ks) qs_step(ks);
         }
         const float e0 = ecm[ri0], e1 = ecm[ri1];
 #pragma unroll
@@ -1473,61 +1666,93 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
     }
 
     /* epilogue: + (D + γ_i·d_i)·v_i, gate, store pairs; the final v state from the last token */
-    const float dh = P.has_d ? ssmi_cu_ld(P.d.p, P.d.dtype, h * P.d.s[0]) : 0.0f;
+    const float dh = VER >= 5 ? dh5 : P.has_d ? ssmi_cu_ld(P.d.p, P.d.dtype, h * P.d.s[0]) : 0.0f;
     /* v4: z from the z tile (P.vz16), the output staged in place over it (P.vo16: each thread
      * reads and writes only its own pairs) and stored in 16-byte row pieces after a barrier */
     const bool zsm = VER >= 4 && P.vz16, stage = VER >= 4 && P.vo16;
-    float2     zv[8][2];
-#pragma unroll
-    for (int t = 0; t < 8; ++t) {
+    if (VER >= 5 && stage && (zsm || !P.has_z)) { /* block-uniform */
+        /* v5: v and z from shared memory, the output staged over z, nothing generic per element;
+         * the final v state after (a loop of its own) */
 #pragma unroll
         for (int half = 0; half < 2; ++half) {
-            const int p = p0 + t * 8 + 2 * (lane & 3), i = half ? ri1 : ri0;
-            zv[t][half] = make_float2(0.0f, 0.0f);
-            if (!P.has_z || zsm || p >= P.V || i >= L) continue;
-            const long long zo = ch.row * P.z.s[0] + (ch.t0 + i) * P.z.s[1] + h * P.z.s[2] + p * P.z.s[3];
-            if (P.vz && p + 1 < P.V)
-                zv[t][half] = t2<MODE>::unpack(__ldg(reinterpret_cast<const unsigned int *>((const T *)P.z.p + zo)));
-            else
-                zv[t][half] = make_float2(ssmi_cu_ld(P.z.p, P.z.dtype, zo),
-                                          p + 1 < P.V ? ssmi_cu_ld(P.z.p, P.z.dtype, zo + P.z.s[3]) : 0.0f);
-        }
-    }
+            const int i = half ? ri1 : ri0;
+            if (i >= L) continue;
+            const float diag = dh + sc.gam[i] * dd[i];
+            const T *   vrow = vs + i * kFLd;
+            T *         zrow = zs + i * kFLd;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        const int i = half ? ri1 : ri0;
-        if (i >= L) continue;
-        const float     diag = dh + sc.gam[i] * dd[i];
-        const long long t_ = ch.t0 + i;
+            for (int t = 0; t < 8; ++t) {
+                const int pl = t * 8 + 2 * (lane & 3);
+                if (p0 + pl >= P.V) continue; /* V % 8 == 0: both of the pair are inside otherwise */
+                const float2 xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&vrow[pl]));
+                float        v0 = fmaf(diag, xv.x, y[t][2 * half]), v1 = fmaf(diag, xv.y, y[t][2 * half + 1]);
+                if (P.has_z) {
+                    const float2 zz = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&zrow[pl]));
+                    v0 *= silu_fast(zz.x);
+                    v1 *= silu_fast(zz.y);
+                }
+                *reinterpret_cast<uint32_t *>(&zrow[pl]) = t2<MODE>::pack(v0, v1);
+            }
+        }
+        if (ch.last && P.fin_v.present && L > 0) { /* block-uniform; v is exact in T */
+            const int nc = min(kTV, P.V - p0);
+            for (int pp = threadIdx.x; pp < nc; pp += blockDim.x)
+                st3(P.fin_v, ch.seq, h, p0 + pp, from_t(vs[(L - 1) * kFLd + pp]));
+        }
+    } else {
+        float2     zv[8][2];
 #pragma unroll
         for (int t = 0; t < 8; ++t) {
-            const int pl = t * 8 + 2 * (lane & 3), p = p0 + pl;
-            if (p >= P.V) continue;
-            const bool   two = p + 1 < P.V;
-            const float2 xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&vs[i * kFLd + pl]));
-            float        v0 = fmaf(diag, xv.x, y[t][2 * half]), v1 = fmaf(diag, xv.y, y[t][2 * half + 1]);
-            if (P.has_z) {
-                const float2 zz = zsm ? t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&zs[i * kFLd + pl]))
-                                      : zv[t][half];
-                const float  z0 = zz.x, z1 = zz.y;
-                v0 *= z0 * sigmoidf(z0);
-                v1 *= z1 * sigmoidf(z1);
-            }
-            const long long oo = ch.row * P.out.s[0] + t_ * P.out.s[1] + h * P.out.s[2] + p * P.out.s[3];
-            if (stage) /* V % 8 == 0: both of the pair are inside */
-                *reinterpret_cast<uint32_t *>(&zs[i * kFLd + pl]) = t2<MODE>::pack(v0, v1);
-            else if (P.vout && two) {
-                if (P.out.dtype == SSM_DTYPE_F32)
-                    *reinterpret_cast<float2 *>((float *)P.out.p + oo) = make_float2(v0, v1);
+#pragma unroll
+            for (int half = 0; half < 2; ++half) {
+                const int p = p0 + t * 8 + 2 * (lane & 3), i = half ? ri1 : ri0;
+                zv[t][half] = make_float2(0.0f, 0.0f);
+                if (!P.has_z || zsm || p >= P.V || i >= L) continue;
+                const long long zo = ch.row * P.z.s[0] + (ch.t0 + i) * P.z.s[1] + h * P.z.s[2] + p * P.z.s[3];
+                if (P.vz && p + 1 < P.V)
+                    zv[t][half] =
+                        t2<MODE>::unpack(__ldg(reinterpret_cast<const unsigned int *>((const T *)P.z.p + zo)));
                 else
-                    *reinterpret_cast<uint32_t *>((T *)P.out.p + oo) = t2<MODE>::pack(v0, v1);
-            } else {
-                ssmi_cu_st(P.out.p, P.out.dtype, oo, v0);
-                if (two) ssmi_cu_st(P.out.p, P.out.dtype, oo + P.out.s[3], v1);
+                    zv[t][half] = make_float2(ssmi_cu_ld(P.z.p, P.z.dtype, zo),
+                                              p + 1 < P.V ? ssmi_cu_ld(P.z.p, P.z.dtype, zo + P.z.s[3]) : 0.0f);
             }
-            if (ch.last && i == L - 1 && P.fin_v.present) {
-                st3(P.fin_v, ch.seq, h, p, xv.x);
-                if (two) st3(P.fin_v, ch.seq, h, p + 1, xv.y);
+        }
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int i = half ? ri1 : ri0;
+            if (i >= L) continue;
+            const float     diag = dh + sc.gam[i] * dd[i];
+            const long long t_ = ch.t0 + i;
+#pragma unroll
+            for (int t = 0; t < 8; ++t) {
+                const int pl = t * 8 + 2 * (lane & 3), p = p0 + pl;
+                if (p >= P.V) continue;
+                const bool   two = p + 1 < P.V;
+                const float2 xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&vs[i * kFLd + pl]));
+                float        v0 = fmaf(diag, xv.x, y[t][2 * half]), v1 = fmaf(diag, xv.y, y[t][2 * half + 1]);
+                if (P.has_z) {
+                    const float2 zz = zsm ? t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&zs[i * kFLd + pl]))
+                                          : zv[t][half];
+                    const float  z0 = zz.x, z1 = zz.y;
+                    v0 *= z0 * sigmoidf(z0);
+                    v1 *= z1 * sigmoidf(z1);
+                }
+                const long long oo = ch.row * P.out.s[0] + t_ * P.out.s[1] + h * P.out.s[2] + p * P.out.s[3];
+                if (stage) /* V % 8 == 0: both of the pair are inside */
+                    *reinterpret_cast<uint32_t *>(&zs[i * kFLd + pl]) = t2<MODE>::pack(v0, v1);
+                else if (P.vout && two) {
+                    if (P.out.dtype == SSM_DTYPE_F32)
+                        *reinterpret_cast<float2 *>((float *)P.out.p + oo) = make_float2(v0, v1);
+                    else
+                        *reinterpret_cast<uint32_t *>((T *)P.out.p + oo) = t2<MODE>::pack(v0, v1);
+                } else {
+                    ssmi_cu_st(P.out.p, P.out.dtype, oo, v0);
+                    if (two) ssmi_cu_st(P.out.p, P.out.dtype, oo + P.out.s[3], v1);
+                }
+                if (ch.last && i == L - 1 && P.fin_v.present) {
+                    st3(P.fin_v, ch.seq, h, p, xv.x);
+                    if (two) st3(P.fin_v, ch.seq, h, p + 1, xv.y);
+                }
             }
         }
     }
@@ -1698,15 +1923,16 @@ ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P
  * failing version can be bypassed without a rebuild): SSMOPS_CUDA_SISO_FAST=0 → 0 (the
  * portable kernels and the sequential angle pass), =1 → 2 (the v2 tensor-core kernels and
  * the sequential angle pass), =2 → 3 (v3: the parallel angle scan, and the v3 tensor-core
- * kernels where the fast path applies), unset or anything else (=3) → 4 (v4: v3's angle scan,
- * pass_kernel_v4, and the v4 tensor-core kernels where the fast path applies; the portable
- * kernels otherwise). getenv only reads. */
+ * kernels where the fast path applies), =3 → 4 (v4: v3's angle scan, pass_kernel_v4, and the
+ * v4 tensor-core kernels where the fast path applies; the portable kernels otherwise), unset or
+ * anything else (=4) → 5 (v5: v4 with the v5 output kernel). getenv only reads. */
 int siso_version() {
     const char * env = getenv("SSMOPS_CUDA_SISO_FAST");
     if (env != NULL && strcmp(env, "0") == 0) return 0;
     if (env != NULL && strcmp(env, "1") == 0) return 2;
     if (env != NULL && strcmp(env, "2") == 0) return 3;
-    return 4;
+    if (env != NULL && strcmp(env, "3") == 0) return 4;
+    return 5;
 }
 
 /* THE switch of the tensor-core path: fp16/bf16 v (the compute dtype) and K ≤ 128 take
@@ -1820,13 +2046,17 @@ ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims
          * memory on sm_90, 1 KB of it reserved per block): A ≤ 32 at K = 128 */
         P.sct = version >= 4 && P.A > 0 &&
                 2 * (fast_smem<M_BF16>(P.Kp, P.A, true, 4, true).total + 1024) <= (size_t)228 * 1024;
-        if (mode == M_F16 && version >= 4)
+        if (mode == M_F16 && version >= 5)
+            SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 5>(ctx, op, P, pl->W, version)));
+        else if (mode == M_F16 && version == 4)
             SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 4>(ctx, op, P, pl->W, version)));
         else if (mode == M_F16 && version == 3)
             SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 3>(ctx, op, P, pl->W, version)));
         else if (mode == M_F16)
             SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 2>(ctx, op, P, pl->W, version)));
-        else if (version >= 4)
+        else if (version >= 5)
+            SSM_FORWARD_IF_ERROR((launch_fast<M_BF16, 5>(ctx, op, P, pl->W, version)));
+        else if (version == 4)
             SSM_FORWARD_IF_ERROR((launch_fast<M_BF16, 4>(ctx, op, P, pl->W, version)));
         else if (version == 3)
             SSM_FORWARD_IF_ERROR((launch_fast<M_BF16, 3>(ctx, op, P, pl->W, version)));
