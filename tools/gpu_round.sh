@@ -2,8 +2,9 @@
 # tools/gpu_round.sh OUTDIR — the last GPU round of a session with little device time left:
 # build (tools/gpu_check.sh, no phase), the CUDA tests named by SSMOPS_ROUND_TESTS (ctest -R
 # regex), compute-sanitizer on SSMOPS_ROUND_SAN_OPS (bf16), `ssmops check --all-shapes` for
-# SSMOPS_ROUND_CHECK_OPS in f32/f16/bf16, then the benchmarks listed in SSMOPS_ROUND_BENCH
-# (';'-separated `ssmops bench` argument lists, an optional leading VAR=value knob each).
+# SSMOPS_ROUND_CHECK_OPS in f32/f16/bf16, and the benchmarks listed in SSMOPS_ROUND_BENCH (right
+# after the tests) and SSMOPS_ROUND_BENCH2 (last): ';'-separated `ssmops bench` argument lists,
+# an optional leading VAR=value knob each.
 # Everything most important first, each result written as it comes (a killed run still
 # returns what it did). Writes OUTDIR/round.log plus tests.log, san.log, checks.log, bench.log.
 set -u
@@ -18,6 +19,18 @@ say "built $(date -u +%H:%M:%S)"
 (cd "$build" && ctest -R "${SSMOPS_ROUND_TESTS:-cuda}" --output-on-failure >"$out/tests.log" 2>&1)
 grep -E "tests passed|tests failed|Test +#" "$out/tests.log" | tee -a "$log"
 cli=$build/ssmops
+benches() { # ';'-separated `ssmops bench` argument lists, each with an optional VAR=value first
+    echo "$1" | tr ';' '\n' | while read -r line; do
+        [ -n "$line" ] || continue
+        knob=SSMOPS_ROUND_NO_KNOB=1
+        case $line in SSMOPS_*=*) knob=${line%% *}; line=${line#* } ;; esac
+        # shellcheck disable=SC2086
+        r=$(env "$knob" "$cli" bench $line --backend cuda 2>&1 | grep -E "median|GB/s" | tr -s ' ' | tr '\n' ' ')
+        echo "bench [$knob] $line :: $r" | tee -a "$out/bench.log" >>"$log"
+    done
+}
+benches "${SSMOPS_ROUND_BENCH:-}"
+say "benches done $(date -u +%H:%M:%S)"
 SSMOPS_GPU_PHASES=sanitizer SSMOPS_GPU_OPS="${SSMOPS_ROUND_SAN_OPS:-}" SSMOPS_GPU_QUICK=1 \
     "$src/tools/gpu_check.sh" "$out/.san" >/dev/null 2>&1
 cp "$out/.san/sanitizer.log" "$out/san.log" 2>/dev/null
@@ -30,13 +43,5 @@ for op in ${SSMOPS_ROUND_CHECK_OPS:-}; do
     done
 done
 say "checks done $(date -u +%H:%M:%S)"
-echo "${SSMOPS_ROUND_BENCH:-}" | tr ';' '\n' | while read -r line; do
-    [ -n "$line" ] || continue
-    knob=SSMOPS_ROUND_NO_KNOB=1
-    case $line in SSMOPS_*=*) knob=${line%% *}; line=${line#* } ;; esac
-    # shellcheck disable=SC2086
-    r=$(env "$knob" "$cli" bench $line --backend cuda 2>&1 | grep -E "median|GB/s" | tr -s ' ' | tr '\n' ' ')
-    echo "bench [$knob] $line :: $r"
-done >>"$out/bench.log"
-cat "$out/bench.log" >>"$log"
+benches "${SSMOPS_ROUND_BENCH2:-}"
 rm -rf "$out/.check" "$out/.san"
