@@ -32,7 +32,7 @@ static void test_dtype(ssm_dtype dt, int mant) {
     const double flipped[4] = {1.0 + ulp1, 0.5, -0.25, 16.0 * (1.0 + ulp1)};
     c = measure(dt, flipped, r, 4);
     TEST_CHECK(c.nonfinite == 0 && c.max_rel < 1e-7, "%s one-ulp flip: max_rel %.3g", ssm_dtype_name(dt), c.max_rel);
-    /* three ulps off on the big element (r just below 16.5 ulps): charged what exceeds half an ulp, two ulps of 16 */
+    /* three ulps off on the big element (r just below the midpoint 16·(1 + ulp/2)): charged what exceeds half an ulp, two ulps of 16 */
     const double off[4] = {1.0, 0.5, -0.25, 16.0 * (1.0 + 3 * ulp1)};
     c = measure(dt, off, r, 4);
     const double rms = sqrt((r[0] * r[0] + r[1] * r[1] + r[2] * r[2] + r[3] * r[3]) / 4.0);
