@@ -43,24 +43,31 @@ __global__ void rmw_oneshot(float4 * p, long long nvec, float a, float b) {
 
 typedef void (*kern)(float4 *, long long, float, float);
 
-static float time_it(kern k, int U, int threads, float4 * p, long long nvec, int reps) {
-    const long long per_block = (long long)threads * U;
-    const unsigned blocks = (unsigned)((nvec + per_block - 1) / per_block);
+// Median of `reps` event-timed runs of f() after 3 warm-up runs, in ms.
+template <typename F> static float median_ms(F f, int reps) {
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     std::vector<float> t;
     for (int r = 0; r < reps + 3; ++r) {
         CK(cudaEventRecord(e0));
-        k<<<blocks, threads>>>(p, nvec, 1.0f, 0.0f);
+        f();
         CK(cudaEventRecord(e1));
         CK(cudaEventSynchronize(e1));
         float ms = 0;
         CK(cudaEventElapsedTime(&ms, e0, e1));
         if (r >= 3) t.push_back(ms);
     }
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];
+}
+
+static float time_it(kern k, int U, int threads, float4 * p, long long nvec, int reps) {
+    const long long per_block = (long long)threads * U;
+    const unsigned blocks = (unsigned)((nvec + per_block - 1) / per_block);
+    return median_ms([&] { k<<<blocks, threads>>>(p, nvec, 1.0f, 0.0f); }, reps);
 }
 
 int main(int argc, char ** argv) {
@@ -73,21 +80,7 @@ int main(int argc, char ** argv) {
     CK(cudaMemset(q, 0, bytes));
     const int reps = 20;
     {
-        cudaEvent_t e0, e1;
-        CK(cudaEventCreate(&e0));
-        CK(cudaEventCreate(&e1));
-        std::vector<float> t;
-        for (int r = 0; r < reps + 3; ++r) {
-            CK(cudaEventRecord(e0));
-            CK(cudaMemcpyAsync(q, p, bytes, cudaMemcpyDeviceToDevice));
-            CK(cudaEventRecord(e1));
-            CK(cudaEventSynchronize(e1));
-            float ms = 0;
-            CK(cudaEventElapsedTime(&ms, e0, e1));
-            if (r >= 3) t.push_back(ms);
-        }
-        std::sort(t.begin(), t.end());
-        const float ms = t[t.size() / 2];
+        const float ms = median_ms([&] { CK(cudaMemcpyAsync(q, p, bytes, cudaMemcpyDeviceToDevice)); }, reps);
         printf("membench %lld MiB: cudaMemcpy D2D %.4f ms = %.0f GB/s (read + written)\n", mib, ms,
                2.0 * bytes / ms / 1e6);
     }
