@@ -2134,21 +2134,18 @@ struct m3_step_args {
     m3_out       out, fin_ang, fin_ssm, fin_k, fin_v;
 };
 
-__global__ void __launch_bounds__(kStepThreads) step_kernel(const m3_step_args P) {
-    extern __shared__ __align__(16) float sm[];
-    const int                             h = blockIdx.x, b = blockIdx.y, g = h / P.G;
-    const int                             slot = P.slots != nullptr ? P.slots[b] : b;
-    if (slot < 0) { /* padding row */
-        for (int p = threadIdx.x; p < P.V; p += blockDim.x) st3(P.out, b, h, p, 0.0f);
-        return;
-    }
-    const int   K = P.K, V = P.V, A = P.A;
-    float *     qh = sm;     /* K */
-    float *     kh = qh + K; /* K */
-    float *     kp = kh + K; /* K: k state (old) */
-    float *     vv = kp + K; /* V: v of this token */
-    float *     vp = vv + V; /* V: v state (old) */
-    float *     th = vp + V; /* A */
+/* The token's decay and input coefficients of a decode step. */
+struct step_coefs {
+    float alpha, beta, gamma;
+};
+
+/* The part v1 and v2 of the step share: the token's coefficients, then in shared memory the new
+ * angles th (A), the old k state kp (K), v and the old v state (vv, vp: V each), and after a
+ * barrier the rotated q̂, k̂ (qh, kh: K each). Every read of the old small states happens before
+ * the first barrier, so the finals may be the same views (in place). Ends with a barrier. */
+__device__ __forceinline__ step_coefs step_stage(const m3_step_args & P, int b, int h, int g, int slot, float * qh,
+                                                 float * kh, float * kp, float * vv, float * vp, float * th) {
+    const int K = P.K, V = P.V, A = P.A;
     const float dt = ld2(P.dt, b, h);
     const float lam = sigmoidf(ld2(P.trap, b, h));
     const float alpha = expf(ld2(P.adt, b, h));
@@ -2178,6 +2175,26 @@ __global__ void __launch_bounds__(kStepThreads) step_kernel(const m3_step_args P
         qh[n] = q0, qh[n + 1] = q1, kh[n] = k0, kh[n + 1] = k1;
     }
     __syncthreads();
+    return step_coefs{alpha, beta, gamma};
+}
+
+__global__ void __launch_bounds__(kStepThreads) step_kernel(const m3_step_args P) {
+    extern __shared__ __align__(16) float sm[];
+    const int                             h = blockIdx.x, b = blockIdx.y, g = h / P.G;
+    const int                             slot = P.slots != nullptr ? P.slots[b] : b;
+    if (slot < 0) { /* padding row */
+        for (int p = threadIdx.x; p < P.V; p += blockDim.x) st3(P.out, b, h, p, 0.0f);
+        return;
+    }
+    const int   K = P.K, V = P.V, A = P.A;
+    float *     qh = sm;     /* K */
+    float *     kh = qh + K; /* K */
+    float *     kp = kh + K; /* K: k state (old) */
+    float *     vv = kp + K; /* V: v of this token */
+    float *     vp = vv + V; /* V: v state (old) */
+    float *     th = vp + V; /* A */
+    const step_coefs cf = step_stage(P, b, h, g, slot, qh, kh, kp, vv, vp, th);
+    const float      alpha = cf.alpha, beta = cf.beta, gamma = cf.gamma;
     const float dh = P.has_d ? ssmi_cu_ld(P.d.p, P.d.dtype, h * P.d.s[0]) : 0.0f;
     const int   warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     for (int p = warp; p < V; p += nw) {
@@ -2293,34 +2310,8 @@ __global__ void __launch_bounds__(kStep2Threads, 2) step2_kernel(const __grid_co
     float *     vp = vv + V; /* V: v state (old) */
     float *     th = vp + V; /* A */
     float *     part = th + A; /* total: per-float4 dot partials */
-    const float dt = ld2(P.dt, b, h);
-    const float lam = sigmoidf(ld2(P.trap, b, h));
-    const float alpha = expf(ld2(P.adt, b, h));
-    const float beta = alpha * dt * (1.0f - lam);
-    const float gamma = dt * lam;
-    /* reads of the old small states before the first barrier, writes of finals after the last */
-    for (int m = threadIdx.x; m < A; m += blockDim.x)
-        th[m] = wrap2pi(ld3(P.ang_in, slot, h, m) + (kPi * tanhf(ld3(P.ang, b, h, m))) * dt);
-    for (int n = threadIdx.x; n < K; n += blockDim.x) kp[n] = ld3(P.k_in, slot, h, n);
-    for (int p = threadIdx.x; p < V; p += blockDim.x) {
-        vp[p] = ld3(P.v_in, slot, h, p);
-        vv[p] = ld3(P.v, b, h, p);
-    }
-    __syncthreads();
-    for (int m = threadIdx.x; m < K / 2; m += blockDim.x) {
-        const int n = 2 * m;
-        float     q0 = ld3(P.q, b, g, n) + ld2(P.qb, h, n), q1 = ld3(P.q, b, g, n + 1) + ld2(P.qb, h, n + 1);
-        float     k0 = ld3(P.k, b, g, n) + ld2(P.kb, h, n), k1 = ld3(P.k, b, g, n + 1) + ld2(P.kb, h, n + 1);
-        if (m < A) {
-            float sn, cs;
-            sincosf(th[m], &sn, &cs);
-            const float a0 = q0 * cs - q1 * sn, a1 = q0 * sn + q1 * cs;
-            const float b0 = k0 * cs - k1 * sn, b1 = k0 * sn + k1 * cs;
-            q0 = a0, q1 = a1, k0 = b0, k1 = b1;
-        }
-        qh[n] = q0, qh[n + 1] = q1, kh[n] = k0, kh[n + 1] = k1;
-    }
-    __syncthreads();
+    const step_coefs cf = step_stage(P, b, h, g, slot, qh, kh, kp, vv, vp, th);
+    const float      alpha = cf.alpha, beta = cf.beta, gamma = cf.gamma;
 
     /* 3. h' = α·h + β·v_prev k_prevᵀ + γ·v k̂ᵀ, stored; its dot with q̂ per float4 */
     float4 *        dst = P.fin_ssm.present ? (float4 *)((float *)P.fin_ssm.p + (long long)slot * P.fin_ssm.s[0] +
