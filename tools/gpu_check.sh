@@ -37,7 +37,7 @@ nvcc --version 2>&1 | tail -1 | sed 's/^/nvcc: /' | tee -a "$summary"
 
 # ---- build --------------------------------------------------------------------------------
 t0=$(date +%s)
-if ! { cmake -S "$src" -B "$build" -DSSMOPS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release \
+if ! { cmake -S "$src" -B "$build" -DSSMOPS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release \
     -DCMAKE_CUDA_FLAGS=-Xptxas=-v && cmake --build "$build" -j "$jobs"; } >"$out/build.log" 2>&1; then
     grep -E "error|Error" "$out/build.log" | head -40
     note "BUILD FAILED"
@@ -153,6 +153,20 @@ if want sanitizer && command -v compute-sanitizer >/dev/null 2>&1; then
             done
         done
     done >>"$out/sanitizer.log" 2>&1
+    # the scan's v6 output kernel (wgmma, sm_90a; chosen only by the knob): bf16, N = 128 with a
+    # partial second p tile and varlen, N = 64 with z and D
+    case " $ops " in *" mamba2_scan "*)
+        for tool in memcheck racecheck; do
+            for extra in "--shape B=1,S=300,H=2,P=72,N=128,G=1,chunk=64 --param nseq=3" \
+                         "--shape B=2,S=129,H=2,P=64,N=64,G=1,chunk=64 --param has_d=1,has_z=1"; do
+                echo "== $tool mamba2_scan bf16 v6 $extra"
+                # shellcheck disable=SC2086
+                SSMOPS_CUDA_SCAN_KERNEL=v6 compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check \
+                    mamba2_scan --backend cuda --dtype bf16 $extra
+                echo "rc=$?"
+            done
+        done >>"$out/sanitizer.log" 2>&1 ;;
+    esac
     note "sanitizer: $(grep -c '^rc=0' "$out/sanitizer.log") of $(grep -c '^rc=' "$out/sanitizer.log") runs clean ($(($(date +%s) - t0)) s)"
     grep -E "ERROR SUMMARY: [1-9]|rc=[1-9]" -B1 "$out/sanitizer.log" | grep -E "^==|rc=" | sed 's/^/sanitizer: /' |
         tee -a "$summary"

@@ -24,7 +24,9 @@
  * kernel its entering states already split, and the output kernel stages z and D on chip; see
  * "v5 of the state kernel" and "v5 of the output kernel"), v4 (loads double-buffered and
  * overlapped with the products, 128-row output tiles) and v3 (the baseline; v4 and v3 give the
- * same bytes); SSMOPS_CUDA_SCAN_KERNEL=v4 or v3 selects them.
+ * same bytes); SSMOPS_CUDA_SCAN_KERNEL=v4 or v3 selects them. SSMOPS_CUDA_SCAN_KERNEL=v6 runs v5's
+ * state kernel and pass with fast_output_kernel_v6 (Hopper wgmma, sm_90a builds only; see "v6 of
+ * the output kernel"), where its layouts hold, else v5.
  * Arithmetic: fp16/bf16 inputs run the matrix products on the tensor cores (WMMA 16x16x16 in
  * the portable kernels, HMMA in SASS) with fp32 accumulation; fp32 (and f64) inputs run plain fp32 FFMA (no TF32,
  * which could not meet the fp32 bar). Operands that are products of fp32 values
@@ -45,6 +47,7 @@ extern "C" {
 #include "cuda_common.cuh"
 #include "mma.cuh"
 #include "ssmi_cuda.h"
+#include "wgmma.cuh"
 
 namespace {
 
@@ -2053,6 +2056,292 @@ template <int MODE> __global__ void __launch_bounds__(kV4Threads, 2) fast_output
     }
 }
 
+/* ---- v6 of the output kernel (Hopper wgmma, sm_90a) ---------------------------------------------
+ * ncu on fast_output_kernel_v5 (0.416 of 0.619 ms at the shape of record) found it issue-bound:
+ * mma.sync + ldmatrix + address arithmetic, the tensor pipe ~17% busy. v6 keeps v5's math, grid,
+ * block (256 threads = 2 warpgroups: warps 0-3 rows i0..i0+63, warps 4-7 rows i0+64..i0+127, v5's
+ * iw/wq split), buffers and their roles, mask, hi/lo split and epilogue, and does the three
+ * products with wgmma.mma_async m64n64k16 (f32 accumulators) reading shared memory through matrix
+ * descriptors (wgmma.cuh):
+ *   y  = C · S_inᵀ        A = the warpgroup's C rows (K-major, K = N), B = S_hi then S_lo (K-major)
+ *   sc = C · B_tileᵀ      A = C rows, B = the token tile's B rows (K-major)
+ *   y += split(sc) · x    A = the masked scores from registers (hi then lo: the mma.sync A fragment
+ *                         of the warp's rows, v5's split2), B = the x tile, MN-major (imm-trans-b 1)
+ * The accumulator fragment of warp wq of the warpgroup is v5's float [8][4] of its 16 rows
+ * (wgmma.cuh: "register fragments"), so the mask and the epilogue are v5's. Every operand tile is
+ * stored in the 128-byte swizzled layout (ssmi_wg::swz_off), 1024-byte aligned; the epilogue's
+ * reads of x (D·x) and of the staged z rows use the same addressing.
+ * Differences from v5 in the work done: the diagonal tile's scores · x product runs all four
+ * k-steps for every warp (a warpgroup instruction cannot skip per warp; the scores above the
+ * diagonal are 0), and the hi and lo products of C · S_inᵀ are two chains instead of interleaved
+ * (another fp32 summation order).
+ * Applies (scan_v6_applies) only to 16-bit scans with C, B, x of type T in contiguous 16-byte rows,
+ * N a multiple of 64 and at most 128, the split entering states present, out in pairs and z (if
+ * any) in 16-byte rows, on an sm_90 device of a build with sm_90a code (SSMI_CUDA_WGMMA); anything
+ * else asked for v6 runs v5. */
+#if SSMI_CUDA_WGMMA
+struct v6_out_smem {
+    int cs, b0, x0, ss_hi, ss_lo, b1, x1, total; /* byte offsets from the 1024-aligned base; total + pad */
+    __host__ __device__ v6_out_smem(int katoms) {
+        const int at = ssmi_wg::kAtomBytes, tn = katoms * at; /* a 64-row K-major tile */
+        cs = 0;
+        b0 = 2 * tn; /* 128 C rows: two 64-row blocks */
+        x0 = b0 + tn;
+        ss_hi = x0 + at;
+        ss_lo = ss_hi + tn;
+        b1 = ss_hi; /* the state planes become buffer 1 after C·S_inᵀ, as in v4/v5 */
+        x1 = ss_lo;
+        total = ss_lo + tn + 1024; /* + room to align the dynamic base to 1024 */
+    }
+};
+
+#if SSMI_WG_HAVE /* device helpers of v6, only in the passes that compile its body */
+/* v5_tile_vec into the swizzled layout: element (r, c) of a rows × 8·c8 tile from src + r·srow + c
+ * to byte dst + swz_off_rows(r, c, katoms); rows ≥ nr or columns ≥ nc are zero-filled. */
+template <typename T>
+__device__ __forceinline__ void v6_tile(unsigned char * dst, int katoms, const T * src, long long srow, int rows,
+                                        int c8, int nr, int nc) {
+    const int total = rows * c8, step_r = kV4Threads / c8, step_c = kV4Threads - step_r * c8;
+    int       r = (int)threadIdx.x / c8, c = (int)threadIdx.x - r * c8;
+    for (int o = threadIdx.x; o < total; o += kV4Threads) {
+        unsigned char * d = dst + ssmi_wg::swz_off_rows(r, c * 8, katoms);
+        if (r < nr && c * 8 < nc)
+            cp_async16(d, src + r * srow + c * 8);
+        else
+            *reinterpret_cast<uint4 *>(d) = make_uint4(0u, 0u, 0u, 0u);
+        r += step_r, c += step_c;
+        if (c >= c8) c -= c8, ++r;
+    }
+}
+
+/* bar.sync on a named barrier of the warpgroup's 128 threads (id 1 + warpgroup; immediate ids). */
+__device__ __forceinline__ void v6_wg_bar(int wg) {
+    if (wg == 0)
+        asm volatile("bar.sync 1, 128;\n" ::: "memory");
+    else
+        asm volatile("bar.sync 2, 128;\n" ::: "memory");
+}
+
+#endif
+/* KA: the K atoms of the C, B and state tiles (N = 64·KA), a template parameter so that the
+ * k-loops unroll (a loop-carried accumulator of a wgmma chain makes ptxas serialize it). */
+template <int MODE, int KA>
+__global__ void __launch_bounds__(kV4Threads, 2) fast_output_kernel_v6(const m2_fast_args A) {
+#if SSMI_WG_HAVE
+    typedef typename cfg<MODE>::T T;
+    constexpr bool BF = MODE == M_BF16;
+    __shared__ __align__(16) float dts[kScanQ];
+    __shared__ __align__(16) float cums[kScanQ];
+    __shared__ __align__(16) float ds[kFT];
+    extern __shared__ __align__(1024) unsigned char smem6[];
+    /* the swizzle pattern is a function of address bits 4-9: align the base at run time */
+    const unsigned   raw = smem_addr(smem6);
+    unsigned char *  sm = smem6 + (((raw + 1023u) & ~1023u) - raw);
+    const unsigned   sb = smem_addr(sm);
+    const v6_out_smem L(KA);
+
+    const unsigned  blk = blockIdx.x;
+    const unsigned  nz = (unsigned)(kV4ITiles * A.n_ptiles);
+    const unsigned  whu = blk / nz;
+    const int       z = (int)(blk - whu * nz);
+    const int       w = (int)(whu / (unsigned)A.H), h = (int)(whu - (unsigned)w * (unsigned)A.H);
+    const long long wh = whu;
+    const int       i0 = (z / A.n_ptiles) * kV4Rows, p0 = (z % A.n_ptiles) * kFT;
+    const m2_chunk  ch = A.chunks[w];
+    if (i0 >= ch.len) return; /* uniform over the block */
+    const int  tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int  wg = warp >> 2;         /* warpgroup: rows i0 + 64·wg ..                  */
+    const int  wq = warp & 3;          /* the warp's 16-row slice within its warpgroup   */
+    const int  iw = i0 + wg * kFT;     /* start of this warpgroup's 64-row tile          */
+    const bool active = iw < ch.len;   /* warpgroup-uniform (wgmma needs all 128 threads) */
+    const int  g = h / (A.H / A.G);
+    const int  nlen = min(ch.len, i0 + kV4Rows);
+    const int  ntiles = (i0 + kFT < ch.len ? i0 + kFT : i0) / kFT + 1;
+    constexpr int KS = KA * 4; /* k-steps of 16 along N */
+    const bool zstage = A.has_z != 0; /* the host asks for z in 16-byte rows (vz16) */
+    const long long bb = ch.b * A.b.s[0] + g * A.b.s[2];
+    const long long xb = ch.b * A.x.s[0] + h * A.x.s[2] + p0 * A.x.s[3];
+    const unsigned  c_wg = sb + (unsigned)(L.cs + wg * KA * ssmi_wg::kAtomBytes); /* this warpgroup's C rows */
+    {
+        const float * dd = A.dtc + wh * 2 * kScanQ;
+        for (int i = tid; i < kScanQ; i += kV4Threads) {
+            dts[i] = i < nlen ? dd[i] : 0.0f;
+            cums[i] = i < nlen ? dd[kScanQ + i] : 0.0f;
+        }
+        for (int k = tid; k < kFT; k += kV4Threads) {
+            const int p = p0 + k;
+            ds[k] = A.has_d && p < A.P ? ssmi_cu_ld(A.d.p, A.d.dtype, h * A.d.s[0] + (A.d_2d ? p * A.d.s[1] : 0))
+                                       : 0.0f;
+        }
+    }
+
+    /* group 0: the C rows of the tile and the split entering state (hi and lo planes);
+     * group 1: B/x of token tile 0 */
+    v6_tile<T>(sm + L.cs, KA, (const T *)A.c.p + ch.b * A.c.s[0] + (ch.t0 + i0) * A.c.s[1] + g * A.c.s[2], A.c.s[1],
+               kV4Rows, A.N >> 3, ch.len - i0, A.N);
+    {
+        const T * sp = (const T *)A.split + wh * 2 * A.P * A.N + (long long)p0 * A.N;
+        v6_tile<T>(sm + L.ss_hi, KA, sp, A.N, kFT, A.N >> 3, A.P - p0, A.N);
+        v6_tile<T>(sm + L.ss_lo, KA, sp + (long long)A.P * A.N, A.N, kFT, A.N >> 3, A.P - p0, A.N);
+    }
+    cp_async_commit();
+    v6_tile<T>(sm + L.b0, KA, (const T *)A.b.p + bb + ch.t0 * A.b.s[1], A.b.s[1], kFT, A.N >> 3, ch.len, A.N);
+    v6_tile<T>(sm + L.x0, 1, (const T *)A.x.p + xb + ch.t0 * A.x.s[1], A.x.s[1], kFT, kFT >> 3, ch.len, A.P - p0);
+    cp_async_commit();
+    cp_async_wait_group<1>();
+    ssmi_wg::fence_proxy_async(); /* this thread's copies and zero stores, seen by the async proxy */
+    __syncthreads();
+
+    /* y (64 rows x 64 p per warpgroup) = C · S_inᵀ (hi, then lo), rows scaled by exp(cum_i) */
+    float y[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) y[i][0] = y[i][1] = y[i][2] = y[i][3] = 0.0f;
+    if (active) {
+        ssmi_wg::fence();
+#pragma unroll
+        for (int ks = 0; ks < KS; ++ks) {
+            const unsigned ko = (unsigned)((ks >> 2) * ssmi_wg::kAtomBytes + (ks & 3) * 32);
+            ssmi_wg::mma_ss<BF, 0>(y, ssmi_wg::desc_k(c_wg + ko), ssmi_wg::desc_k(sb + L.ss_hi + ko));
+        }
+        if (kFastSplit)
+#pragma unroll
+            for (int ks = 0; ks < KS; ++ks) {
+                const unsigned ko = (unsigned)((ks >> 2) * ssmi_wg::kAtomBytes + (ks & 3) * 32);
+                ssmi_wg::mma_ss<BF, 0>(y, ssmi_wg::desc_k(c_wg + ko), ssmi_wg::desc_k(sb + L.ss_lo + ko));
+            }
+        ssmi_wg::commit();
+        ssmi_wg::wait<0>();
+        ssmi_wg::keep(y);
+    }
+    const int   ri0 = iw + wq * 16 + (lane >> 2), ri1 = ri0 + 8; /* this thread's rows (chunk index) */
+    const float ci0 = ri0 < nlen ? cums[ri0] : 0.0f, ci1 = ri1 < nlen ? cums[ri1] : 0.0f;
+    {
+        const float e0 = ri0 < nlen ? expf(ci0) : 0.0f, e1 = ri1 < nlen ? expf(ci1) : 0.0f;
+#pragma unroll
+        for (int t = 0; t < 8; ++t) y[t][0] *= e0, y[t][1] *= e0, y[t][2] *= e1, y[t][3] *= e1;
+    }
+    __syncthreads(); /* the state region becomes B/x buffer 1 */
+
+    for (int jt = 0; jt < ntiles; ++jt) {
+        const int j0 = jt * kFT;
+        if (jt + 1 < ntiles) {
+            const int jn = j0 + kFT;
+            const int k = (jt + 1) & 1;
+            v6_tile<T>(sm + (k ? L.b1 : L.b0), KA, (const T *)A.b.p + bb + (ch.t0 + jn) * A.b.s[1], A.b.s[1], kFT,
+                       A.N >> 3, ch.len - jn, A.N);
+            v6_tile<T>(sm + (k ? L.x1 : L.x0), 1, (const T *)A.x.p + xb + (ch.t0 + jn) * A.x.s[1], A.x.s[1], kFT,
+                       kFT >> 3, ch.len - jn, A.P - p0);
+        }
+        cp_async_commit();        /* possibly empty: one group per step */
+        cp_async_wait_group<1>(); /* tile jt of this thread is done; tile jt+1 (and a z copy) may fly */
+        ssmi_wg::fence_proxy_async();
+        __syncthreads();
+        const unsigned bs = sb + (unsigned)((jt & 1) ? L.b1 : L.b0);
+        const unsigned xs = sb + (unsigned)((jt & 1) ? L.x1 : L.x0);
+        const bool     diag = j0 == iw;
+        if (active && j0 <= iw) {
+            /* scores (64 rows x 64 tokens per warpgroup) = C · Bᵀ */
+            float sc[8][4];
+#pragma unroll
+            for (int i = 0; i < 8; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
+            unsigned ca = c_wg;
+            asm volatile("" : "+r"(ca)); /* the C descriptors are rebuilt per tile, not held (registers) */
+            ssmi_wg::fence();
+#pragma unroll
+            for (int ks = 0; ks < KS; ++ks) {
+                const unsigned ko = (unsigned)((ks >> 2) * ssmi_wg::kAtomBytes + (ks & 3) * 32);
+                ssmi_wg::mma_ss<BF, 0>(sc, ssmi_wg::desc_k(ca + ko), ssmi_wg::desc_k(bs + ko));
+            }
+            ssmi_wg::commit();
+            ssmi_wg::wait<0>();
+            ssmi_wg::keep(sc);
+            if (diag && zstage) {
+                /* the warpgroup's C rows are no longer read: each warp's 16 z rows (64 p) go into its
+                 * own C rows, in flight during the products below. The named barrier makes sure no
+                 * warp of the warpgroup is still inside the scores product. */
+                v6_wg_bar(wg);
+                const T * zsrc = (const T *)A.z.p + ch.b * A.z.s[0] + h * A.z.s[2] + p0;
+#pragma unroll
+                for (int u = 0; u < 4; ++u) {
+                    const int       v = lane + 32 * u, r = v >> 3, c = (v & 7) * 8, row = iw + wq * 16 + r;
+                    unsigned char * d = sm + L.cs + wg * KA * ssmi_wg::kAtomBytes + ssmi_wg::swz_off(wq * 16 + r, c);
+                    if (row < ch.len && p0 + c < A.P)
+                        cp_async16(d, zsrc + (ch.t0 + row) * A.z.s[1] + c);
+                    else
+                        *reinterpret_cast<uint4 *>(d) = make_uint4(0u, 0u, 0u, 0u);
+                }
+                cp_async_commit();
+            }
+            const int jb = j0 + 2 * (lane & 3);
+            if (diag)
+                v5_mask<true>(sc, cums, dts, jb, ri0, ri1, ci0, ci1);
+            else
+                v5_mask<false>(sc, cums, dts, jb, ri0, ri1, ci0, ci1);
+            /* y += scores · x (tokens x p): A from registers (hi, then lo), x tile MN-major */
+            uint32_t ah[4][4], al[4][4];
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks) {
+                split2<MODE>(sc[2 * ks][0], sc[2 * ks][1], ah[ks][0], al[ks][0]);
+                split2<MODE>(sc[2 * ks][2], sc[2 * ks][3], ah[ks][1], al[ks][1]);
+                split2<MODE>(sc[2 * ks + 1][0], sc[2 * ks + 1][1], ah[ks][2], al[ks][2]);
+                split2<MODE>(sc[2 * ks + 1][2], sc[2 * ks + 1][3], ah[ks][3], al[ks][3]);
+            }
+            ssmi_wg::fence();
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks) ssmi_wg::mma_rs<BF, 1>(y, ah[ks], ssmi_wg::desc_mn(xs + ks * 2048));
+            if (kFastSplit) {
+#pragma unroll
+                for (int ks = 0; ks < 4; ++ks) ssmi_wg::mma_rs<BF, 1>(y, al[ks], ssmi_wg::desc_mn(xs + ks * 2048));
+            }
+            ssmi_wg::commit();
+            ssmi_wg::wait<0>();
+            ssmi_wg::keep(y);
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks) ssmi_wg::keep(ah[ks]), ssmi_wg::keep(al[ks]);
+        }
+        /* the next step prefetches tile jt+2 into this buffer: everybody must be done with it.
+         * The last two tiles are never overwritten: they hold the diagonal x rows used for D. */
+        if (jt + 2 < ntiles) __syncthreads();
+    }
+    if (!active) return; /* no barrier follows */
+
+    /* epilogue (v5's fast path): + D·x (the warpgroup's diagonal x tile), the z gate, stores of pairs */
+    const unsigned char * xd = sm + (((iw / kFT) & 1) ? L.x1 : L.x0);
+    const unsigned char * zb = sm + L.cs + wg * KA * ssmi_wg::kAtomBytes;
+    const long long       tb = ch.t0 + iw;
+    cp_async_wait_group<0>();
+    __syncwarp(); /* the warp's z rows, copied by its lanes, are visible to all of them */
+    const int  osz = A.out_dtype == SSM_DTYPE_F32 ? 4 : 2;
+    const bool has_z = A.has_z;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int r16 = (lane >> 2) + half * 8, ii = wq * 16 + r16;
+        if (iw + ii >= ch.len) continue;
+        char * orow = (char *)A.out + (ch.b * A.os[0] + (tb + ii) * A.os[1] + h * A.os[2] + p0) * osz;
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+            const int pl = t * 8 + 2 * (lane & 3);
+            if (p0 + pl >= A.P) break;
+            const float2 xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(xd + ssmi_wg::swz_off(ii, pl)));
+            const float2 dv = *reinterpret_cast<const float2 *>(ds + pl);
+            float        v0 = y[t][2 * half] + dv.x * xv.x, v1 = y[t][2 * half + 1] + dv.y * xv.y;
+            if (has_z) {
+                const float2 zz = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(zb + ssmi_wg::swz_off(ii, pl)));
+                v0 *= v5_silu(zz.x);
+                v1 *= v5_silu(zz.y);
+            }
+            if (osz == 4)
+                *reinterpret_cast<float2 *>(orow + pl * 4) = make_float2(v0, v1);
+            else
+                *reinterpret_cast<uint32_t *>(orow + pl * 2) = t2<MODE>::pack(v0, v1);
+        }
+    }
+#else
+    (void)A; /* no sm_90a code in this pass: never launched (scan_v6_applies) */
+#endif
+}
+#endif /* SSMI_CUDA_WGMMA */
+
 /* ---- host side ------------------------------------------------------------------------------ */
 
 int compute_mode(int32_t dtype) {
@@ -2341,25 +2630,76 @@ template <int MODE> ssm_status launch_fast_v4(ssm_context * ctx, const char * op
     return SSM_STATUS_OK;
 }
 
-/* version: 3, 4 or 5 (the tensor-core kernels of that version; v5 = v4's state kernel and pass
- * with the v5 output kernel). */
+#if SSMI_CUDA_WGMMA
+/* fast_output_kernel_v6 on v5's grid (the caller checked scan_v6_applies). */
+template <int MODE> ssm_status launch_fast_v6(ssm_context * ctx, const char * op, const m2_fast_args & A, long long W) {
+    const cudaStream_t s = ssmi_cuda_stream(ctx);
+    const long long    blocks = W * A.H * (long long)kV4ITiles * A.n_ptiles;
+    SSM_RETURN_IF(blocks > INT32_MAX, ctx, SSM_STATUS_UNSUPPORTED, "%s: %lld blocks exceed the CUDA backend's grid limit",
+                  op, blocks);
+    const v6_out_smem L(A.N >> 6);
+    void (*kernel)(const m2_fast_args) = A.N == 128 ? fast_output_kernel_v6<MODE, 2> : fast_output_kernel_v6<MODE, 1>;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
+        ctx, op, "cudaFuncSetAttribute",
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total)));
+    kernel<<<(unsigned)blocks, kV4Threads, (size_t)L.total, s>>>(A);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_output_kernel_v6 launch");
+    return SSM_STATUS_OK;
+}
+#endif
+
+/* version: 3, 4, 5 or 6 (the tensor-core kernels of that version; v5 = v4's state kernel and pass
+ * with the v5 output kernel; v6 = v5's state kernel and pass with the v6 output kernel, only where
+ * scan_v6_applies said so). */
 ssm_status run_fast(ssm_context * ctx, const char * op, int mode, const m2_fast_args & A, long long W, bool output,
                     int version) {
     if (W == 0 || A.H == 0 || A.P == 0 || (!output && A.N == 0)) return SSM_STATUS_OK;
+#if SSMI_CUDA_WGMMA
+    if (version == 6 && output)
+        return mode == M_F16 ? launch_fast_v6<M_F16>(ctx, op, A, W) : launch_fast_v6<M_BF16>(ctx, op, A, W);
+#endif
     if (version >= 4)
-        return mode == M_F16 ? launch_fast_v4<M_F16>(ctx, op, A, W, output, version == 5)
-                             : launch_fast_v4<M_BF16>(ctx, op, A, W, output, version == 5);
+        return mode == M_F16 ? launch_fast_v4<M_F16>(ctx, op, A, W, output, version >= 5)
+                             : launch_fast_v4<M_BF16>(ctx, op, A, W, output, version >= 5);
     return mode == M_F16 ? launch_fast<M_F16>(ctx, op, A, W, output) : launch_fast<M_BF16>(ctx, op, A, W, output);
 }
 
-/* ---- kernel version of the scan (v3 / v4 / v5) --------------------------------------------------
- * A diagnostic knob, like the other CUDA families': SSMOPS_CUDA_SCAN_KERNEL=v3 or v4 selects
- * those kernels, anything else (or unset) v5; read on every call (getenv is cheap next to a scan). */
+/* ---- kernel version of the scan (v3 / v4 / v5 / v6) ---------------------------------------------
+ * A diagnostic knob, like the other CUDA families': SSMOPS_CUDA_SCAN_KERNEL=v3, v4 or v6 selects
+ * those kernels, anything else (or unset) v5; read on every call (getenv is cheap next to a scan).
+ * v6 (the wgmma output kernel) runs only where scan_v6_applies; elsewhere a v6 request runs v5. */
 int scan_kernel_version() {
     const char * e = getenv("SSMOPS_CUDA_SCAN_KERNEL");
     if (e != NULL && (strcmp(e, "v3") == 0 || strcmp(e, "3") == 0)) return 3;
     if (e != NULL && (strcmp(e, "v4") == 0 || strcmp(e, "4") == 0)) return 4;
+    if (e != NULL && (strcmp(e, "v6") == 0 || strcmp(e, "6") == 0)) return 6;
     return 5;
+}
+
+/* *ok = 1 when fast_output_kernel_v6 can run this scan: a build with sm_90a code, an sm_90 device,
+ * and the layouts it assumes (16-bit C, B, x of the scan's type in contiguous 16-byte rows; N = 64
+ * or 128, so Np = N and whole swizzle atoms; the split entering states; out in pairs; z, if any,
+ * in 16-byte rows) with its shared memory within the opt-in limit. */
+ssm_status scan_v6_applies(ssm_context * ctx, const char * op, const m2_fast_args & A, int * ok) {
+    *ok = 0;
+#if SSMI_CUDA_WGMMA
+    if (!(A.vc && A.vb && A.vx && A.N % 64 == 0 && A.N <= 128 && A.Np == A.N && A.split != NULL && A.vout &&
+          (!A.has_z || A.vz16)))
+        return SSM_STATUS_OK;
+    int dev = 0, major = 0, minor = 0, optin = 0;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaGetDevice", cudaGetDevice(&dev)));
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
+                                          cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)));
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
+                                          cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev)));
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
+                                          cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)));
+    const size_t need = (size_t)v6_out_smem(A.N >> 6).total + sizeof(float) * (2 * kScanQ + kFT);
+    *ok = major == 9 && minor == 0 && need <= (size_t)optin;
+#else
+    (void)ctx, (void)op, (void)A;
+#endif
+    return SSM_STATUS_OK;
 }
 
 /* *fits = 1 when fast_output_kernel_v4's shared memory (dynamic + static) fits the current
@@ -2427,8 +2767,13 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
         }
         fa = fast_args_of(p, d, a, dchunks, states, lastcum);
         fa.dtc = (float *)(ws + l.dtc);
-        /* v5's output kernel reads the entering states split by state_pass_kernel_v5 */
-        if (out_version == 5 && scan_splits_states(a, d)) fa.split = ws + l.split;
+        /* v5's and v6's output kernels read the entering states split by state_pass_kernel_v5 */
+        if (out_version >= 5 && scan_splits_states(a, d)) fa.split = ws + l.split;
+        if (out_version == 6) {
+            int ok6 = 0;
+            SSM_FORWARD_IF_ERROR(scan_v6_applies(ctx, op, fa, &ok6));
+            if (!ok6) out_version = 5;
+        }
         SSM_FORWARD_IF_ERROR(run_fast(ctx, op, mode, fa, pl->nchunks, false, version));
     } else {
         SSM_FORWARD_IF_ERROR(run_chunk_state(ctx, op, mode, sa, pl->nchunks));

@@ -1,0 +1,200 @@
+/* wgmma.cuh — Hopper (sm_90a) warpgroup matrix-multiply pieces: the 128-byte swizzled shared-memory
+ * layout of the operands, the shared-memory matrix descriptor, wgmma.mma_async m64n64k16 with f32
+ * accumulators (A from shared memory or from registers; B from shared memory, K-major or MN-major),
+ * and the fences around it. Used by fast_output_kernel_v6 (mamba2.cu) and tools/wgmma_probe.cu.
+ * Inline device code only; everything that emits wgmma is compiled only where the target has it
+ * (SSMI_WG_HAVE: an sm_90a device pass), elsewhere the functions are empty (never selected).
+ *
+ * Written from the PTX ISA (9.x), chapter "Asynchronous Warpgroup Level Matrix Multiply-Accumulate
+ * Instructions": its sections "Register Fragments" (the m64nNk16 A and D fragments), "Shared Memory
+ * Matrix Layout" (canonical layouts, swizzling modes), "Matrix Descriptor Format", the
+ * wgmma.mma_async syntax, wgmma.fence / commit_group / wait_group, and, in "membar/fence", the
+ * proxy fence fence.proxy.async (wgmma reads shared memory through the async proxy). The sections
+ * were read through the search tool's excerpts (not the full pages): the LBO/SBO reading below is
+ * our conclusion and exactly what tools/wgmma_probe.cu checks on the GPU.
+ *
+ * ---- the layout (128-byte swizzle) -------------------------------------------------------------
+ * An operand of 16-bit elements is stored in "atoms" of 64 rows x 64 elements (8 KB): row r of the
+ * atom is 128 bytes at r·128, and its 16-byte chunk c (elements 8c..8c+7) is stored at chunk
+ * c ^ (r & 7). The hardware applies the same XOR to address bits [4,7) from bits [7,10), so every
+ * atom must start on a 1024-byte boundary (the pattern repeats every 8 rows = 1024 bytes).
+ *   K-major operand (rows = M or N, elements along K contiguous): a K of 128 is two atoms, the
+ *     second 8 KB after the first (for a 64-row tile). The k-step of 16 elements inside an atom is
+ *     +32 bytes on the start address (the hardware XORs the row bits into the chunk bits of the
+ *     computed address, so a start that is not 128-byte aligned inside the atom row works; the
+ *     probe's K = 128 case checks k-steps 0-7 over both atoms).
+ *   MN-major operand (rows = K, elements along N contiguous): one atom holds 64 N x 64 K; the
+ *     k-step of 16 rows is +2048 bytes (two 8-row groups of 1024 bytes).
+ *
+ * ---- the descriptor (64 bits) -------------------------------------------------------------------
+ *   bits  0-13  start address >> 4 (shared-window address)
+ *   bits 16-29  leading dimension byte offset (LBO) >> 4
+ *   bits 32-45  stride dimension byte offset (SBO) >> 4
+ *   bits 49-51  base offset (0: atoms are 1024-byte aligned)
+ *   bits 62-63  swizzle mode (1 = 128-byte swizzle)
+ * What LBO and SBO mean for the swizzled layouts (the ISA's canonical-layout table, in units of
+ * 16-byte chunks "T"; our conclusion, to be confirmed by tools/wgmma_probe.cu):
+ *   K-major, 128B swizzle: ((8, m), (T, 2k)) : ((8T, SBO), (1, T)). The rows of one 8-row group
+ *     are 128 bytes apart (implicit), the 8-row groups SBO apart: SBO = 1024. LBO would be the
+ *     distance between two atoms along K, but one k16 step (32 bytes) never leaves an atom, so LBO
+ *     is not used for swizzled K-major layouts (the ISA table: "not used", encoded 1 by convention):
+ *     we pass 16 (encoded 1).
+ *   MN-major, 128B swizzle: ((T, 8, m), (8, k)) : ((1, T, LBO), (8T, SBO)). Along N: 64 elements
+ *     inside one atom row, then the next atom LBO apart (only for N > 64; m64n64 never uses it;
+ *     we pass the atom size 8192). Along K: rows 128 bytes apart (implicit), 8-row groups SBO apart:
+ *     SBO = 1024.
+ * The constants are macros (SSMI_WG_K_LBO, ...) that a build may override with -D if the probe
+ * finds another convention; the probe tries the alternatives and prints the one that passes.
+ *
+ * ---- register fragments (ISA 9.7.15.5.1, "Matrix fragments for wgmma.m64nNk16") ---------------
+ * Warp w (0..3) of the warpgroup owns rows 16w..16w+15 of A (register form) and of D.
+ *   A (.f16/.bf16, 4 x .b32 per thread): a0 = (row g, k 2c..2c+1), a1 = (row g+8, k 2c..2c+1),
+ *     a2 = (row g, k 2c+8..2c+9), a3 = (row g+8, k 2c+8..2c+9), g = lane/4, c = lane%4, row
+ *     relative to 16w: the mma.sync m16n8k16 A fragment of the warp's 16 rows.
+ *   D (f32, N/2 registers per thread): d[4t + e] holds (row g + 8·(e/2), column 8t + 2c + e%2):
+ *     the mma.sync m16n8 C fragment of the warp's rows repeated over the N/8 column blocks t, i.e.
+ *     float d[N/8][4] indexed [t][e] as the mma.sync kernels store it.
+ */
+#ifndef SSMI_CUDA_WGMMA_CUH
+#define SSMI_CUDA_WGMMA_CUH
+
+#include <stdint.h>
+
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define SSMI_WG_HAVE 1
+#else
+#define SSMI_WG_HAVE 0
+#endif
+
+/* Descriptor constants (bytes). K-major: C rows, B tiles, state planes. MN-major: x tiles. */
+#ifndef SSMI_WG_K_LBO
+#define SSMI_WG_K_LBO 16
+#endif
+#ifndef SSMI_WG_K_SBO
+#define SSMI_WG_K_SBO 1024
+#endif
+#ifndef SSMI_WG_MN_LBO
+#define SSMI_WG_MN_LBO 8192
+#endif
+#ifndef SSMI_WG_MN_SBO
+#define SSMI_WG_MN_SBO 1024
+#endif
+
+namespace ssmi_wg {
+
+const int kAtomBytes = 8192; /* 64 rows x 128 bytes */
+
+/* Byte offset of element (row, col) of a 64-row operand tile of 16-bit elements stored as atoms
+ * of 64 columns (col/64 = atom, each 8 KB), row < 64. */
+__host__ __device__ __forceinline__ int swz_off(int row, int col) {
+    return (col >> 6) * kAtomBytes + row * 128 + ((((col >> 3) & 7) ^ (row & 7)) << 4) + ((col & 7) << 1);
+}
+/* The same for a tile of any number of rows: 64-row blocks of `katoms` atoms each. */
+__host__ __device__ __forceinline__ int swz_off_rows(int row, int col, int katoms) {
+    return (row >> 6) * katoms * kAtomBytes + swz_off(row & 63, col);
+}
+
+/* The descriptor of an operand starting at shared-window byte address saddr. */
+__device__ __forceinline__ uint64_t desc(unsigned saddr, unsigned lbo, unsigned sbo) {
+    return (uint64_t)((saddr >> 4) & 0x3FFFu) | ((uint64_t)((lbo >> 4) & 0x3FFFu) << 16) |
+           ((uint64_t)((sbo >> 4) & 0x3FFFu) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ uint64_t desc_k(unsigned saddr) { return desc(saddr, SSMI_WG_K_LBO, SSMI_WG_K_SBO); }
+__device__ __forceinline__ uint64_t desc_mn(unsigned saddr) { return desc(saddr, SSMI_WG_MN_LBO, SSMI_WG_MN_SBO); }
+
+/* wgmma.fence: before the first wgmma of a batch whose accumulator or A registers were written by
+ * other instructions (and before the first wgmma at all). */
+__device__ __forceinline__ void fence() {
+#if SSMI_WG_HAVE
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void commit() {
+#if SSMI_WG_HAVE
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+/* Waits until at most N committed wgmma groups of the warpgroup are pending. */
+template <int N> __device__ __forceinline__ void wait() {
+#if SSMI_WG_HAVE
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+/* Generic-proxy writes of shared memory (st.shared, cp.async) made visible to the async proxy
+ * that wgmma reads through; each writing thread fences after its writes, then a barrier. */
+__device__ __forceinline__ void fence_proxy_async() {
+#if SSMI_WG_HAVE
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+/* Pins registers across the asynchronous window: the compiler may neither read the accumulators
+ * before the wait nor reuse the A registers while a wgmma may still read them. */
+__device__ __forceinline__ void keep(float (&d)[8][4]) {
+#pragma unroll
+    for (int t = 0; t < 8; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[t][e])::"memory");
+}
+__device__ __forceinline__ void keep(uint32_t (&a)[4]) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(a[e])::"memory");
+}
+
+#define SSMI_WG_D32                                                                                             \
+    "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, " \
+    "%23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define SSMI_WG_D32_OPS(d)                                                                                         \
+    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),   \
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), \
+        "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), \
+        "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
+        "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+
+/* d(64 x 64, f32) += A(64 x 16) · B(16 x 64), A and B from shared memory through descriptors; A
+ * K-major (imm-trans-a 0), B K-major (TB = 0) or MN-major (TB = 1). BF16: bf16 inputs, else f16.
+ * Operand order (ISA): d, a-desc, b-desc, scale-d (predicate; 1 = accumulate), imm-scale-a,
+ * imm-scale-b, imm-trans-a, imm-trans-b. */
+template <bool BF16, int TB> __device__ __forceinline__ void mma_ss(float (&d)[8][4], uint64_t da, uint64_t db) {
+#if SSMI_WG_HAVE
+    if constexpr (BF16)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SSMI_WG_D32
+                     ", %32, %33, p, 1, 1, 0, %35;\n}\n"
+                     : SSMI_WG_D32_OPS(d)
+                     : "l"(da), "l"(db), "r"(1), "n"(TB));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " SSMI_WG_D32
+                     ", %32, %33, p, 1, 1, 0, %35;\n}\n"
+                     : SSMI_WG_D32_OPS(d)
+                     : "l"(da), "l"(db), "r"(1), "n"(TB));
+#else
+    (void)d, (void)da, (void)db;
+#endif
+}
+
+/* The same with A from registers (a: this thread's A fragment of the warp's 16 rows, see above).
+ * Operand order (ISA): d, a, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-b. */
+template <bool BF16, int TB>
+__device__ __forceinline__ void mma_rs(float (&d)[8][4], const uint32_t (&a)[4], uint64_t db) {
+#if SSMI_WG_HAVE
+    if constexpr (BF16)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SSMI_WG_D32
+                     ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+                     : SSMI_WG_D32_OPS(d)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(TB));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " SSMI_WG_D32
+                     ", {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+                     : SSMI_WG_D32_OPS(d)
+                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(TB));
+#else
+    (void)d, (void)a, (void)db;
+#endif
+}
+
+} // namespace ssmi_wg
+
+#endif /* SSMI_CUDA_WGMMA_CUH */
