@@ -44,9 +44,11 @@
  * element (cp_rows_v5, load_state_regs_v5, load_row8, float4 reads of the sin/cos table, whole
  * score tiles, the shared-memory epilogue) and fast hardware math where the fp16/bf16 bars
  * leave room (ex2_approx decays in the mask, silu_fast, and in the combined op tanh_fast and
- * sincos_wrapped_fast of the wrapped θ: absolute errors ~1e-6). v2 and v3 agree within fp32
- * rounding (θ's sums associate differently); v4 does v3's arithmetic operation for operation;
- * v5 agrees with v4 within those approximations; each is bitwise deterministic.
+ * sincos_wrapped_fast of the wrapped θ: absolute errors ~1e-6); 6 (=5, on trial) = v5 with
+ * fast_output_kernel_v6 (8 warps per block; see there) where v5's shared-memory epilogue
+ * applies. v2 and v3 agree within fp32 rounding (θ's sums associate differently); v4 does v3's
+ * arithmetic operation for operation; v5 agrees with v4 within those approximations, v6 with
+ * v5 within fp32 rounding; each is bitwise deterministic.
  *
  * Arithmetic: fp16/bf16 (v's dtype) run the three matrix products on the tensor cores (WMMA
  * 16x16x16, HMMA in SASS) with fp32 accumulation. Operands computed in fp32 (q̂, k̂, the
