@@ -357,6 +357,42 @@ static void forward_suite(ssmt_rng * rng, const char * vname, int with_explicit_
                  with_z ? " z" : "", vname);
         test_forward(rng, &cfg, tag);
     }
+    /* v6's output kernel domain (16-bit outputs of the input dtype, z of it or none; other cases
+     * run v5's output kernel under =5): K = 128 (4 + 4 k-steps of Q̂·S_enterᵀ per warp pair)
+     * and K < 128 (K = 40: 3 k-steps, uneven halves; K = 16: one k-step, 2 threads per token in
+     * the q/k prep), V = 64 and V = 72 (two V tiles, the second 8 wide), chunk tails (L < 64,
+     * odd: only some row and column blocks live), D / z / states on and off, varlen with an
+     * empty sequence; run under every version */
+    {
+        /* B, S, H, Hq, K, V, A, dtype (1 f16, 2 bf16), D, z, states, varlen */
+        static const int64_t v6c[][12] = {
+            {2, 130, 2, 1, 128, 64, 32, 2, 1, 1, 1, 0}, {1, 37, 3, 1, 128, 72, 64, 1, 0, 1, 0, 0},
+            {1, 201, 2, 2, 128, 64, 32, 2, 1, 0, 1, 1}, {2, 131, 2, 1, 40, 72, 8, 1, 1, 1, 1, 0},
+            {1, 65, 4, 2, 64, 64, 7, 2, 0, 0, 0, 0},     {1, 63, 2, 1, 16, 16, 8, 2, 1, 1, 1, 1},
+        };
+        for (size_t c = 0; c < sizeof v6c / sizeof v6c[0]; ++c) {
+            const int64_t *    r = v6c[c];
+            ssmt_mamba3_config cfg;
+            ssmt_mamba3_config_init(&cfg);
+            cfg.batch = r[0], cfg.seqlen = r[1], cfg.nheads = r[2], cfg.nheads_qk = r[3];
+            cfg.dk = r[4], cfg.dv = r[5], cfg.nangles = r[6];
+            cfg.dtype = dtypes[r[7]];
+            cfg.out_dtype = cfg.dtype;
+            cfg.has_d = (int)r[8], cfg.has_z = (int)r[9], cfg.has_states = (int)r[10];
+            cfg.has_final = 1;
+            int64_t lens[3] = {r[1] / 2, 0, r[1] - r[1] / 2};
+            if (r[11]) {
+                cfg.nseq = 3;
+                cfg.seqlens = lens;
+            }
+            char tag[160];
+            snprintf(tag, sizeof tag, "16-bit out B%lld S%lld K%lld V%lld A%lld %s%s%s%s%s%s", (long long)cfg.batch,
+                     (long long)cfg.seqlen, (long long)cfg.dk, (long long)cfg.dv, (long long)cfg.nangles,
+                     ssm_dtype_name(cfg.dtype), cfg.has_d ? " D" : "", cfg.has_z ? " z" : "",
+                     cfg.has_states ? " states" : "", r[11] ? " varlen" : "", vname);
+            test_forward(rng, &cfg, tag);
+        }
+    }
     /* no tokens: every final state is the initial one */
     {
         ssmt_mamba3_config cfg;
@@ -404,9 +440,9 @@ int main(void) {
     test_device_rules(&rng);
 
     /* the forward cases under every kernel version: NULL = the variable unset (the default, v5) */
-    static const char * const versions[] = {NULL, "3", "2", "1", "0"};
-    static const char * const vnames[] = {" v5", " v4", " v3", " v2", " portable"};
-    for (int vi = 0; vi < 5; ++vi) {
+    static const char * const versions[] = {NULL, "5", "3", "2", "1", "0"};
+    static const char * const vnames[] = {" v5", " v6", " v4", " v3", " v2", " portable"};
+    for (int vi = 0; vi < 6; ++vi) {
         if (versions[vi] != NULL)
             setenv("SSMOPS_CUDA_SISO_FAST", versions[vi], 1);
         else

@@ -152,6 +152,20 @@ if want sanitizer && command -v compute-sanitizer >/dev/null 2>&1; then
                 done
             done
         done
+        # the v6 SISO output kernel (SSMOPS_CUDA_SISO_FAST=5; it runs only for 16-bit outputs,
+        # f32 outputs take v5's): a varlen tail case at K = 40, V = 72 and the K = 128 tiles.
+        # Only the sanitizer's exit (9) counts: 16-bit outputs may miss the check's bar (see checks)
+        if has_op mamba3_siso; then
+            for extra in "--shape B=1,S=200,H=2,Hq=1,K=40,V=72,A=8 --param has_d=1,has_z=1,has_states=1,has_final=1,nseq=3" \
+                "--shape B=1,S=2200,H=2,Hq=1,K=128,V=64,A=32 --param has_d=1,has_z=1,has_states=1,has_final=1,nseq=2"; do
+                echo "== $tool mamba3_siso bf16 v6 (out bf16) $extra"
+                # shellcheck disable=SC2086
+                SSMOPS_CUDA_SISO_FAST=5 compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba3_siso \
+                    --backend cuda --dtype bf16 --out-dtype bf16 $extra
+                rc=$?
+                [ "$rc" = 9 ] && echo "rc=9" || echo "rc=0 (check exit $rc)"
+            done
+        fi
     done >>"$out/sanitizer.log" 2>&1
     # the scan's v6 output kernel (wgmma, sm_90a; chosen only by the knob): bf16, N = 128 with a
     # partial second p tile and varlen, N = 64 with z and D
@@ -217,6 +231,7 @@ if want bench; then
     # the previous kernel versions, kept selectable (docs/ops/*.md): same shapes
     bench "scan bf16 anchor, kernel v4" SSMOPS_CUDA_SCAN_KERNEL=v4 mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
     bench "scan bf16 anchor, kernel v3" SSMOPS_CUDA_SCAN_KERNEL=v3 mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
+    bench "siso bf16 anchor, fast path v6 (on trial)" SSMOPS_CUDA_SISO_FAST=5 mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
     bench "siso bf16 anchor, fast path v3" SSMOPS_CUDA_SISO_FAST=2 mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
     bench "mamba2_step f32 pool B128 H80 P64 N128, kernel v2" SSMOPS_CUDA_STEP_KERNEL=v2 mamba2_step --dtype f32 --shape B=128,H=80,P=64,N=128,G=1
     bench "siso_step f32 pool B128 H64 K128 V64, kernel v1" SSMOPS_CUDA_STEP_KERNEL=v1 mamba3_siso_step --dtype f32 --shape B=128,H=64,Hq=1,K=128,V=64,A=32

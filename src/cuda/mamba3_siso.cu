@@ -44,9 +44,11 @@
  * element (cp_rows_v5, load_state_regs_v5, load_row8, float4 reads of the sin/cos table, whole
  * score tiles, the shared-memory epilogue) and fast hardware math where the fp16/bf16 bars
  * leave room (ex2_approx decays in the mask, silu_fast, and in the combined op tanh_fast and
- * sincos_wrapped_fast of the wrapped θ: absolute errors ~1e-6). v2 and v3 agree within fp32
- * rounding (θ's sums associate differently); v4 does v3's arithmetic operation for operation;
- * v5 agrees with v4 within those approximations; each is bitwise deterministic.
+ * sincos_wrapped_fast of the wrapped θ: absolute errors ~1e-6); 6 (=5, on trial) = v5 with
+ * fast_output_kernel_v6 (8 warps per block; see there) where v5's shared-memory epilogue
+ * applies. v2 and v3 agree within fp32 rounding (θ's sums associate differently); v4 does v3's
+ * arithmetic operation for operation; v5 agrees with v4 within those approximations, v6 with
+ * v5 within fp32 rounding; each is bitwise deterministic.
  *
  * Arithmetic: fp16/bf16 (v's dtype) run the three matrix products on the tensor cores (WMMA
  * 16x16x16, HMMA in SASS) with fp32 accumulation. Operands computed in fp32 (q̂, k̂, the
@@ -904,18 +906,18 @@ const int kFLd = kTV + 8; /* padded leading dimension of the v tile */
 /* ---- v5 helpers (output kernel): fewer instructions per element ---------------------------------- */
 
 /* cp_rows_v4's pieces, with (row, piece) advanced by a constant per step instead of a division
- * by the runtime row width per piece (state_piece's scheme; blockDim.x = kFastThreads). */
-template <int MODE>
+ * by the runtime row width per piece (state_piece's scheme; blockDim.x = NT). */
+template <int MODE, int NT = kFastThreads>
 __device__ __forceinline__ void cp_rows_v5(typename cfg<MODE>::T * dst, int ld, const ssmi_cu_view & t,
                                            const m3_chunk & ch, int hx, int c0, int ncols, int X) {
     typedef typename cfg<MODE>::T T;
     const int                     nc = min(ncols, X - c0), pr = ncols / 8, n = ch.len * pr;
     const T *                     src = (const T *)t.p + ch.row * t.s[0] + ch.t0 * t.s[1] + hx * t.s[2] + c0;
     const long long               rs = t.s[1];
-    const int                     dq = kFastThreads / pr, dr = kFastThreads - dq * pr;
+    const int                     dq = NT / pr, dr = NT - dq * pr;
     int                           r = (int)threadIdx.x / pr, c = (int)threadIdx.x - r * pr;
 #pragma unroll 1
-    for (int o = threadIdx.x; o < n; o += kFastThreads) {
+    for (int o = threadIdx.x; o < n; o += NT) {
         if (8 * c < nc) cp_async16(dst + r * ld + 8 * c, src + r * rs + 8 * c);
         r += dq, c += dr;
         if (c >= pr) c -= pr, ++r;
@@ -1008,7 +1010,7 @@ __device__ __forceinline__ void load8(float (&x)[8], const ssmi_cu_view & v, int
  * rotated) into dd when given; the last token's fp32 k̂ to the final k state when fin_k.
  * A thread takes 8 features of one token; the ipt (a power of two ≥ Kp/8) threads of a token
  * are adjacent lanes, so d_i is a fixed shuffle reduction. */
-template <int MODE, int VER>
+template <int MODE, int VER, int NT = kFastThreads>
 __device__ void fast_prep_qk(const m3_fwd_args & P, const m3_chunk & ch, int h, const float * th,
                              typename cfg<MODE>::T * qh, typename cfg<MODE>::T * ql, typename cfg<MODE>::T * kh,
                              typename cfg<MODE>::T * kl, int ld, const float * kscale, float * dd, bool fin_k,
@@ -1017,7 +1019,8 @@ __device__ void fast_prep_qk(const m3_fwd_args & P, const m3_chunk & ch, int h, 
     const int K8 = P.Kp / 8, g = h / P.G, L = ch.len;
     int       ipt = 2;
     while (ipt < K8) ipt *= 2;
-    const int per = kFastThreads / ipt; /* tokens per pass, divides kC */
+    const int per = NT / ipt; /* tokens per pass (blockDim.x = NT): divides kC, or (NT = 256, ipt = 2)
+                               * 128, when the second half of the block has no token */
     const int c8 = threadIdx.x % ipt, n0 = c8 * 8;
     /* v3: this thread's 8 features are the same in every pass: their biases are loaded once */
     float qbias[8], kbias[8];
@@ -1153,9 +1156,17 @@ __device__ void fast_load_v(const m3_fwd_args & P, const m3_chunk & ch, int h, i
     }
 }
 
+/* v6 output kernel: 8 warps, the pair (w, w + 4) shares the 16 rows of row block w; each warp
+ * hands its partner the 4 of its 8 column tiles of partial y (16 × 8 fp32 each) that the partner
+ * finishes: 8 warps × 4 tiles × 32 lanes × one float4. */
+const int kOutThreads6 = 256;
+const int kRed6Bytes = (kOutThreads6 / 32) * 4 * 32 * 16;
+
 /* Shared memory of the fast kernels: scalars (8 rows of kC + 1), θ (kC × A), two split
  * [kC][Kp + 8] tiles (state kernel: w∘K̂; output kernel: Q̂ and K̂, then the entering state
- * over K̂), the v tile; from v4 on the output kernel adds a z tile (z, then the output). */
+ * over K̂), the v tile; from v4 on the output kernel adds a z tile (z, then the output). The v6
+ * output kernel's partial-y exchange lies over θ and the sin/cos table (dead after the q/k
+ * prep): that region is at least kRed6Bytes there. */
 template <int MODE>
 struct fast_smem {
     size_t              scal, part, th, sn, t0h, t0l, t1h, t1l, vs, zs, total;
@@ -1172,6 +1183,7 @@ struct fast_smem {
         o += align128(sizeof(float) * kC * (A > 0 ? A : 1));
         sn = o; /* v4 with the sin/cos table: sin θ (th then holds cos θ) */
         o += sct ? align128(sizeof(float) * kC * (A > 0 ? A : 1)) : 0;
+        if (output && ver >= 6 && o - th < (size_t)kRed6Bytes) o = th + kRed6Bytes;
         t0h = o;
         o += tile;
         t0l = o;
@@ -1217,9 +1229,9 @@ __device__ __forceinline__ void load_state_regs(const m3_fwd_args & P, int w, in
  * kFastThreads = dq·c4 + dr: the indices of load_state_regs without a division per piece. */
 struct state_piece {
     int c4, r, c, dq, dr;
-    __device__ __forceinline__ explicit state_piece(int c4_) : c4(c4_) {
+    __device__ __forceinline__ explicit state_piece(int c4_, int nt = kFastThreads) : c4(c4_) {
         r = (int)threadIdx.x / c4, c = (int)threadIdx.x - r * c4;
-        dq = kFastThreads / c4, dr = kFastThreads - dq * c4;
+        dq = nt / c4, dr = nt - dq * c4;
     }
     __device__ __forceinline__ void next() {
         r += dq, c += dr;
@@ -1270,14 +1282,13 @@ __device__ __forceinline__ void load_state_regs_v5(const m3_fwd_args & P, int w,
  * angles 8·(o % (A/8)) .. +7. A ≤ K/2 ≤ 64 on the fast path, so L·A/8 ≤ 512 = 4 pieces per
  * thread. Zeros (unused) otherwise. */
 const int kAngPieces = 4;
-template <int MODE>
-__device__ __forceinline__ void load_angles_v4(const m3_fwd_args & P, const m3_chunk & ch, int h,
-                                               uint4 (&r)[kAngPieces]) {
+template <int MODE, int NP = kAngPieces, int NT = kFastThreads> /* NP·NT = 512 pieces */
+__device__ __forceinline__ void load_angles_v4(const m3_fwd_args & P, const m3_chunk & ch, int h, uint4 (&r)[NP]) {
     typedef typename cfg<MODE>::T T;
     const int                     A8 = P.A / 8, total = P.vang ? ch.len * A8 : 0;
 #pragma unroll
-    for (int u = 0; u < kAngPieces; ++u) {
-        const int o = threadIdx.x + u * kFastThreads;
+    for (int u = 0; u < NP; ++u) {
+        const int o = threadIdx.x + u * NT;
         r[u] = make_uint4(0u, 0u, 0u, 0u);
         if (o < total) {
             const int i = o / A8, m0 = (o - i * A8) * 8;
@@ -1290,9 +1301,9 @@ __device__ __forceinline__ void load_angles_v4(const m3_fwd_args & P, const m3_c
 /* v4 of chunk_theta_v3: the same terms (from load_angles_v4's pieces when P.vang, else v3's
  * element loads) and the same walk, so the same θ bit for bit. FAST (v5 output kernel, vector
  * angle rows only): tanh from the fast exponential and division (absolute error ~1e-7). */
-template <int MODE, bool FAST = false>
+template <int MODE, bool FAST = false, int NP = kAngPieces, int NT = kFastThreads>
 __device__ void chunk_theta_v4(const m3_fwd_args & P, const m3_chunk & ch, int w, int h, const float * dtv, float * th,
-                               float * part, const uint4 (&r)[kAngPieces]) {
+                               float * part, const uint4 (&r)[NP]) {
     if (P.A == 0) return;
     if (!P.vang) {
         chunk_theta_v3(P, ch, w, h, dtv, th, part);
@@ -1300,8 +1311,8 @@ __device__ void chunk_theta_v4(const m3_fwd_args & P, const m3_chunk & ch, int w
     }
     const int A = P.A, A8 = A / 8, total = ch.len * A8;
 #pragma unroll
-    for (int u = 0; u < kAngPieces; ++u) {
-        const int o = threadIdx.x + u * kFastThreads;
+    for (int u = 0; u < NP; ++u) {
+        const int o = threadIdx.x + u * NT;
         if (o < total) {
             const int i = o / A8, m0 = (o - i * A8) * 8;
             float     x[8];
@@ -1770,6 +1781,349 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
     }
 }
 
+/* ---- v6 output kernel: 8 warps per block ------------------------------------------------------
+ * fast_output_kernel<MODE, 5> runs 4 warps and 196 registers: 2 blocks, 8 warps per SM, and the
+ * profile shows it latency-bound (2 warps per scheduler). fast_output_kernel_v6 does the same
+ * math with 8 warps in ≤ 128 registers, so 2 blocks give 16 warps per SM. Warps w and w + 4
+ * (w < 4) share row block w (chunk rows 16w..16w+15) and split every product of those rows:
+ *   scores and P·V   the causally needed column blocks 0..w (16 tokens each; only those with
+ *                    tokens < L) are dealt out: the lower warp takes the first ⌈n/2⌉, the upper
+ *                    warp the rest (at most 2 each: per-warp work 0-2 blocks instead of v5's 4
+ *                    whole tiles, 10 block products per block instead of 16);
+ *   Q̂·S_enterᵀ       the lower warp takes k-steps [0, KS/2), the upper [KS/2, KS);
+ * each product keeps v5's split operands (three MMAs per pair of split fp32 operands, two with v)
+ * and v5's fast math. The two partial 16 × 64 y tiles are summed through shared memory: each
+ * warp hands its partner the 4 column tiles that the partner finishes (the lower warp finishes
+ * columns 0..31, the upper 32..63), and both run v5's shared-memory epilogue on their half.
+ * Every cooperative loop (the v tile, q/k/z rows, θ, sin/cos, q/k prep, the state split, the
+ * staged store) runs on all 256 threads; fast_state_kernel keeps 128.
+ * Assumes (out_v6_applies): 16-bit outputs of v's dtype in 16-byte rows (P.vo16) and z of that
+ * kind or none, i.e. v5's shared-memory epilogue; other layouts run fast_output_kernel<., 5>.
+ * Results differ from v5's within fp32 rounding (y's partial sums associate differently). */
+
+/* v6: this thread's pieces of the entering state tile, piece o = threadIdx.x + u·kOutThreads6
+ * (u < 8 covers kTV·Kp/4 ≤ 2048), zeros outside the V × K state; one K % 4 test per tile and
+ * 32-bit offsets from the tile's first row (load_state_regs_v5's scheme). */
+__device__ __forceinline__ void load_state_regs_v6(const m3_fwd_args & P, int w, int h, int p0, float4 (&f)[8]) {
+    const float * st = P.states + ((long long)w * P.H + h) * P.V * P.K + (long long)p0 * P.K;
+    const int     nr = min(kTV, P.V - p0);
+    state_piece   sp(P.Kp / 4, kOutThreads6);
+    if ((P.K & 3) == 0) { /* block-uniform: 16-byte rows */
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const int r = sp.r, c = 4 * sp.c;
+            sp.next();
+            f[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (r < nr && c < P.K) f[u] = __ldg(reinterpret_cast<const float4 *>(st + (r * P.K + c)));
+        }
+    } else {
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const int r = sp.r, c = 4 * sp.c;
+            sp.next();
+            f[u] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            if (r < nr && c < P.K) { /* K is even: c + 1 < K whenever c < K */
+                const float * src = st + (r * P.K + c);
+                f[u] = make_float4(src[0], src[1], c + 2 < P.K ? src[2] : 0.0f, c + 3 < P.K ? src[3] : 0.0f);
+            }
+        }
+    }
+}
+
+/* v6: s (16 rows × NB·16 tokens) = Q̂·K̂ᵀ over all KS k-steps; qrh/qrl: this lane's A fragment
+ * rows, kbh/kbl: the first column block's K̂ rows at this lane's ldmatrix offset. NB is a
+ * template argument so that the caller's warp-uniform choice is one branch outside the loop
+ * (no per-mma convergence guard). */
+template <int MODE, int NB>
+__device__ __forceinline__ void scores_v6(float (&s)[4][4], const typename cfg<MODE>::T * qrh,
+                                          const typename cfg<MODE>::T * qrl, const typename cfg<MODE>::T * kbh,
+                                          const typename cfg<MODE>::T * kbl, int KS, int LK) {
+#pragma unroll 2
+    for (int ks = 0; ks < KS; ++ks) {
+        uint32_t ah[4], al[4];
+        ldsm4(ah, qrh + ks * 16);
+        ldsm4(al, qrl + ks * 16);
+#pragma unroll
+        for (int np = 0; np < NB; ++np) {
+            uint32_t kb[4], kl[4];
+            ldsm4(kb, kbh + np * 16 * LK + ks * 16);
+            ldsm4(kl, kbl + np * 16 * LK + ks * 16);
+            mma16816<MODE>(s[2 * np], ah, kb[0], kb[1]);
+            mma16816<MODE>(s[2 * np + 1], ah, kb[2], kb[3]);
+            mma16816<MODE>(s[2 * np], al, kb[0], kb[1]);
+            mma16816<MODE>(s[2 * np + 1], al, kb[2], kb[3]);
+            mma16816<MODE>(s[2 * np], ah, kl[0], kl[1]);
+            mma16816<MODE>(s[2 * np + 1], ah, kl[2], kl[3]);
+        }
+    }
+}
+
+/* v6: y (16 rows × 64 v columns) += P·V over NB column blocks of 16 tokens: P split into
+ * ph/pl (A fragments, one per block), vb: the first block's v rows at this lane's offset. */
+template <int MODE, int NB>
+__device__ __forceinline__ void pv_v6(float (&y)[8][4], const uint32_t (&ph)[2][4], const uint32_t (&pl)[2][4],
+                                      const typename cfg<MODE>::T * vb) {
+#pragma unroll
+    for (int np = 0; np < NB; ++np) {
+#pragma unroll
+        for (int n = 0; n < 4; ++n) {
+            uint32_t b[4];
+            ldsm4_t(b, vb + np * 16 * kFLd + n * 16);
+            mma16816<MODE>(y[2 * n], ph[np], b[0], b[1]);
+            mma16816<MODE>(y[2 * n + 1], ph[np], b[2], b[3]);
+            mma16816<MODE>(y[2 * n], pl[np], b[0], b[1]);
+            mma16816<MODE>(y[2 * n + 1], pl[np], b[2], b[3]);
+        }
+    }
+}
+
+/* v6: u (16 rows × 64 state rows) += Q̂·S_enterᵀ over k-steps [ks0, ks1); sbh/sbl: the split
+ * state at this lane's ldmatrix offset. */
+template <int MODE>
+__device__ __forceinline__ void qs_v6(float (&u)[8][4], const typename cfg<MODE>::T * qrh,
+                                      const typename cfg<MODE>::T * qrl, const typename cfg<MODE>::T * sbh,
+                                      const typename cfg<MODE>::T * sbl, int ks0, int ks1, int LK) {
+#pragma unroll 2
+    for (int ks = ks0; ks < ks1; ++ks) {
+        uint32_t ah[4], al[4];
+        ldsm4(ah, qrh + ks * 16);
+        ldsm4(al, qrl + ks * 16);
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+            uint32_t sb[4], sl[4];
+            ldsm4(sb, sbh + np * 16 * LK + ks * 16);
+            ldsm4(sl, sbl + np * 16 * LK + ks * 16);
+            mma16816<MODE>(u[2 * np], ah, sb[0], sb[1]);
+            mma16816<MODE>(u[2 * np + 1], ah, sb[2], sb[3]);
+            mma16816<MODE>(u[2 * np], al, sb[0], sb[1]);
+            mma16816<MODE>(u[2 * np + 1], al, sb[2], sb[3]);
+            mma16816<MODE>(u[2 * np], ah, sl[0], sl[1]);
+            mma16816<MODE>(u[2 * np + 1], ah, sl[2], sl[3]);
+        }
+    }
+}
+
+template <int MODE>
+__global__ void __launch_bounds__(kOutThreads6, 2) fast_output_kernel_v6(const m3_fwd_args P) {
+    typedef typename cfg<MODE>::T T;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const fast_smem<MODE>                          Ly(P.Kp, P.A, true, 6, P.sct);
+    const m3_scal                                  sc = carve_scal((float *)(smem + Ly.scal));
+    float *                                        ecm = sc.sig + (kC + 1);
+    float *                                        dd = ecm + (kC + 1);
+    float *                                        th = (float *)(smem + Ly.th); /* θ, then the y exchange */
+    T *                                            qh = (T *)(smem + Ly.t0h);
+    T *                                            ql = (T *)(smem + Ly.t0l);
+    T *                                            bh = (T *)(smem + Ly.t1h); /* K̂, then the entering state */
+    T *                                            bl = (T *)(smem + Ly.t1l);
+    T *                                            vs = (T *)(smem + Ly.vs);
+    T *                                            zs = (T *)(smem + Ly.zs); /* z, then the output */
+    const int                                      LK = P.Kp + 8, KS = P.Kp / 16;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, rb = warp & 3, upper = warp >> 2;
+
+    const int      w = blockIdx.x, h = blockIdx.y, p0 = blockIdx.z * kTV;
+    const m3_chunk ch = P.chunks[w];
+    const int      L = ch.len;
+    /* S_enter = 0 in a sequence's first chunk without initial states (block-uniform) */
+    const bool with_state = !ch.first || P.has_states;
+    /* every global input requested at the start (v5's order): the state tile into registers
+     * (8 float4 per thread, v5 16), the v tile, q/k rows into the lo tiles, the z tile, angles */
+    float4 pre[8];
+    if (with_state) load_state_regs_v6(P, w, h, p0, pre);
+    fast_load_v<MODE>(P, ch, h, p0, vs);
+    uint4 araw[kAngPieces * kFastThreads / kOutThreads6];
+    if (P.vq) cp_rows_v5<MODE, kOutThreads6>(ql, LK, P.q, ch, h / P.G, 0, P.Kp, P.K);
+    if (P.vk) cp_rows_v5<MODE, kOutThreads6>(bl, LK, P.k, ch, h / P.G, 0, P.Kp, P.K);
+    if (P.vz16) cp_rows_v5<MODE, kOutThreads6>(zs, kFLd, P.z, ch, h, p0, kTV, P.V);
+    load_angles_v4<MODE, kAngPieces * kFastThreads / kOutThreads6, kOutThreads6>(P, ch, h, araw);
+    const float dh = P.has_d ? ssmi_cu_ld(P.d.p, P.d.dtype, h * P.d.s[0]) : 0.0f;
+    chunk_scalars(P, ch, h, sc);
+    for (int i = threadIdx.x; i < kC; i += blockDim.x) ecm[i] = i < L ? expf(sc.cm[i]) : 0.0f;
+    /* θ: theta_walk's group count is capped by kPartMax (not by the 256 threads), so θ is the
+     * state kernel's bit for bit, as in v5 */
+    chunk_theta_v4<MODE, true, kAngPieces * kFastThreads / kOutThreads6, kOutThreads6>(
+        P, ch, w, h, sc.dtv, th, (float *)(smem + Ly.part), araw);
+    cp_async_wait_all(); /* q, k, z (and v) rows, before the barrier that publishes them */
+    __syncthreads();     /* θ */
+    float * snt = nullptr;
+    if (P.sct) { /* block-uniform: sin/cos once per (token, angle), v5's calls */
+        snt = (float *)(smem + Ly.sn);
+        if (P.fused) { /* block-uniform; θ = wrap(...) ∈ [0, 2π] */
+            for (int o = threadIdx.x; o < L * P.A; o += blockDim.x) {
+                float sn_, cs_;
+                sincos_wrapped_fast(th[o], &sn_, &cs_);
+                th[o] = cs_, snt[o] = sn_;
+            }
+        } else {
+            for (int o = threadIdx.x; o < L * P.A; o += blockDim.x) {
+                float sn_, cs_;
+                sincosf(th[o], &sn_, &cs_);
+                th[o] = cs_, snt[o] = sn_;
+            }
+        }
+        __syncthreads();
+    }
+    fast_prep_qk<MODE, 5, kOutThreads6>(P, ch, h, th, qh, ql, bh, bl, LK, nullptr, dd,
+                                        ch.last && blockIdx.z == 0 && P.fin_k.present, P.vq ? ql : nullptr,
+                                        P.vk ? bl : nullptr, snt);
+    cp_async_wait_all();
+    __syncthreads(); /* Q̂, K̂, d; from here θ and the sin/cos table are dead (the y exchange) */
+
+    /* this warp's share (all warp-uniform): column blocks [cb0, cb0 + nb) of its row block */
+    const int  nL = (L + 15) >> 4;     /* column blocks holding tokens < L */
+    const bool live = rb * 16 < L;     /* the row block holds a token */
+    const int  ncb = min(rb + 1, nL);  /* causal: blocks 0..rb */
+    const int  nlo = (ncb + 1) >> 1;   /* the lower warp's count, ≤ 2 */
+    const int  cb0 = upper ? nlo : 0, nb = !live ? 0 : upper ? ncb - nlo : nlo;
+    const int  ri0 = rb * 16 + (lane >> 2), ri1 = ri0 + 8;
+    const float ci0 = ri0 < L ? sc.cm[ri0] : 0.0f, ci1 = ri1 < L ? sc.cm[ri1] : 0.0f;
+    const T *  qrh = qh + rb * 16 * LK + a_row_off(lane, LK);
+    const T *  qrl = ql + rb * 16 * LK + a_row_off(lane, LK);
+
+    /* scores (16 rows × the warp's ≤ 32 tokens) = Q̂·K̂ᵀ */
+    float s[4][4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
+    {
+        const T * kbh = bh + cb0 * 16 * LK + b_nk_off(lane, LK);
+        const T * kbl = bl + cb0 * 16 * LK + b_nk_off(lane, LK);
+        if (nb == 2)
+            scores_v6<MODE, 2>(s, qrh, qrl, kbh, kbl, KS, LK);
+        else if (nb == 1)
+            scores_v6<MODE, 1>(s, qrh, qrl, kbh, kbl, KS, LK);
+    }
+    /* P_ij = score · e^{c_i − c_j} · σ_j for j < i < L (v5's ex2.approx decay); j < 64 since cb0 ≤ 2 */
+    const int jb = cb0 * 16 + 2 * (lane & 3);
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int   i = (e >> 1) ? ri1 : ri0;
+            const float ci = (e >> 1) ? ci1 : ci0;
+            const int   j = jb + t * 8 + (e & 1);
+            s[t][e] = (i < L && j < i) ? s[t][e] * ex2_approx((ci - sc.cm[j]) * kLog2e) * sc.sig[j] : 0.0f;
+        }
+    }
+    uint32_t ph[2][4], pl[2][4]; /* P as split A fragments, one per column block */
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+        split2<MODE>(s[2 * c][0], s[2 * c][1], ph[c][0], pl[c][0]);
+        split2<MODE>(s[2 * c][2], s[2 * c][3], ph[c][1], pl[c][1]);
+        split2<MODE>(s[2 * c + 1][0], s[2 * c + 1][1], ph[c][2], pl[c][2]);
+        split2<MODE>(s[2 * c + 1][2], s[2 * c + 1][3], ph[c][3], pl[c][3]);
+    }
+
+    /* the entering state, split over K̂ before P·V (v5 splits it after), so that its 32 prefetch
+     * registers are free before y's 32 accumulators are live */
+    if (with_state) { /* block-uniform */
+        __syncthreads(); /* every warp is done with K̂ */
+        state_piece sp(P.Kp / 4, kOutThreads6);
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const int r = sp.r, c = 4 * sp.c;
+            if (r >= kTV) break;
+            sp.next();
+            uint32_t hi[2], lo[2];
+            split2<MODE>(pre[u].x, pre[u].y, hi[0], lo[0]);
+            split2<MODE>(pre[u].z, pre[u].w, hi[1], lo[1]);
+            *reinterpret_cast<uint2 *>(&bh[r * LK + c]) = make_uint2(hi[0], hi[1]);
+            *reinterpret_cast<uint2 *>(&bl[r * LK + c]) = make_uint2(lo[0], lo[1]);
+        }
+        __syncthreads(); /* the split state */
+    }
+
+    /* Y (16 rows × 64 v columns, this warp's part) = P·V */
+    float y[8][4];
+#pragma unroll
+    for (int t = 0; t < 8; ++t) y[t][0] = y[t][1] = y[t][2] = y[t][3] = 0.0f;
+    {
+        const T * vb = vs + cb0 * 16 * kFLd + b_kn_off(lane, kFLd);
+        if (nb == 2)
+            pv_v6<MODE, 2>(y, ph, pl, vb);
+        else if (nb == 1)
+            pv_v6<MODE, 1>(y, ph, pl, vb);
+    }
+    /* Y += diag(e^c)·Q̂·S_enterᵀ over this warp's half of the k-steps */
+    if (with_state && live) {
+        float u[8][4];
+#pragma unroll
+        for (int t = 0; t < 8; ++t) u[t][0] = u[t][1] = u[t][2] = u[t][3] = 0.0f;
+        const int half = KS / 2;
+        qs_v6<MODE>(u, qrh, qrl, bh + b_nk_off(lane, LK), bl + b_nk_off(lane, LK), upper ? half : 0,
+                    upper ? KS : half, LK);
+        const float e0 = ecm[ri0], e1 = ecm[ri1];
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+            y[t][0] = fmaf(e0, u[t][0], y[t][0]), y[t][1] = fmaf(e0, u[t][1], y[t][1]);
+            y[t][2] = fmaf(e1, u[t][2], y[t][2]), y[t][3] = fmaf(e1, u[t][3], y[t][3]);
+        }
+    }
+
+    /* the exchange: the lower warp finishes column tiles 0..3, the upper 4..7; each hands the
+     * other tiles to its partner (warp ^ 4) through the dead θ region, in fragment order (lane
+     * l's float4 at l: no bank conflicts, no index arithmetic), and keeps its own in y[0..3] */
+    float4 * red = reinterpret_cast<float4 *>(smem + Ly.th);
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        const float4 give = upper ? make_float4(y[t][0], y[t][1], y[t][2], y[t][3])
+                                  : make_float4(y[t + 4][0], y[t + 4][1], y[t + 4][2], y[t + 4][3]);
+        red[(warp * 4 + t) * 32 + lane] = give;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) y[t][e] = upper ? y[t + 4][e] : y[t][e];
+    }
+    __syncthreads(); /* the partners' tiles */
+    {
+        const float4 * got = red + (warp ^ 4) * 4 * 32 + lane;
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const float4 g = got[t * 32];
+            y[t][0] += g.x, y[t][1] += g.y, y[t][2] += g.z, y[t][3] += g.w;
+        }
+    }
+
+    /* epilogue on this warp's 32 columns (v5's shared-memory one): + (D + γ_i·d_i)·v_i, the
+     * gate, the output staged over z (each thread reads and writes only its own pairs) */
+    const int cbase = upper * 32;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const int i = hf ? ri1 : ri0;
+        if (i >= L) continue;
+        const float diag = dh + sc.gam[i] * dd[i];
+        const T *   vrow = vs + i * kFLd + cbase;
+        T *         zrow = zs + i * kFLd + cbase;
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const int pc = t * 8 + 2 * (lane & 3);
+            if (p0 + cbase + pc >= P.V) continue; /* V % 8 == 0: both of the pair are inside otherwise */
+            const float2 xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&vrow[pc]));
+            float        v0 = fmaf(diag, xv.x, y[t][2 * hf]), v1 = fmaf(diag, xv.y, y[t][2 * hf + 1]);
+            if (P.has_z) {
+                const float2 zz = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&zrow[pc]));
+                v0 *= silu_fast(zz.x);
+                v1 *= silu_fast(zz.y);
+            }
+            *reinterpret_cast<uint32_t *>(&zrow[pc]) = t2<MODE>::pack(v0, v1);
+        }
+    }
+    if (ch.last && P.fin_v.present && L > 0) { /* block-uniform; v is exact in T */
+        const int nc = min(kTV, P.V - p0);
+        for (int pp = threadIdx.x; pp < nc; pp += blockDim.x)
+            st3(P.fin_v, ch.seq, h, p0 + pp, from_t(vs[(L - 1) * kFLd + pp]));
+    }
+    __syncthreads(); /* the staged output */
+    {
+        const int       nc = min(kTV, P.V - p0);
+        const long long ob = ch.row * P.out.s[0] + ch.t0 * P.out.s[1] + h * P.out.s[2] + p0;
+#pragma unroll 1
+        for (int o = threadIdx.x; o < L * (kTV / 8); o += blockDim.x) {
+            const int r = o >> 3, c = (o & 7) * 8;
+            if (c < nc)
+                *reinterpret_cast<uint4 *>((T *)P.out.p + ob + r * P.out.s[1] + c) =
+                    *reinterpret_cast<const uint4 *>(&zs[r * kFLd + c]);
+        }
+    }
+}
+
 /* ---- host side: the forward ---------------------------------------------------------------------- */
 
 int compute_mode(int32_t dtype) { return dtype == SSM_DTYPE_F16 ? M_F16 : dtype == SSM_DTYPE_BF16 ? M_BF16 : M_F32; }
@@ -1898,23 +2252,43 @@ ssm_status launch_state_out(ssm_context * ctx, const char * op, const m3_fwd_arg
     return SSM_STATUS_OK;
 }
 
+/* The v6 output kernel's domain: v5's shared-memory epilogue (16-bit outputs of v's dtype in
+ * 16-byte rows; z of that kind, or none). */
+bool out_v6_applies(const m3_fwd_args & P) { return P.vo16 && (P.vz16 || !P.has_z); }
+
+/* VER = 6: the VER = 5 state kernel, then fast_output_kernel_v6 where out_v6_applies, the
+ * VER = 5 output kernel elsewhere. */
 template <int MODE, int VER>
 ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W, int version) {
+    constexpr int         SV = VER >= 6 ? 5 : VER;
     const cudaStream_t    s = ssmi_cuda_stream(ctx);
-    const fast_smem<MODE> Ls(P.Kp, P.A, false, VER), Lo(P.Kp, P.A, true, VER, VER >= 4 && P.sct);
+    const fast_smem<MODE> Ls(P.Kp, P.A, false, SV), Lo(P.Kp, P.A, true, SV, SV >= 4 && P.sct);
     const dim3            grid((unsigned)W, (unsigned)P.H, (unsigned)((P.V + kTV - 1) / kTV));
+    const bool            v6 = VER >= 6 && out_v6_applies(P);
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
         ctx, op, "cudaFuncSetAttribute",
-        cudaFuncSetAttribute(fast_state_kernel<MODE, VER>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Ls.total)));
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
-        ctx, op, "cudaFuncSetAttribute",
-        cudaFuncSetAttribute(fast_output_kernel<MODE, VER>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Lo.total)));
-    fast_state_kernel<MODE, VER><<<grid, kFastThreads, Ls.total, s>>>(P);
+        cudaFuncSetAttribute(fast_state_kernel<MODE, SV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Ls.total)));
+    if (!v6)
+        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute",
+                                              cudaFuncSetAttribute(fast_output_kernel<MODE, SV>,
+                                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                                   (int)Lo.total)));
+    fast_state_kernel<MODE, SV><<<grid, kFastThreads, Ls.total, s>>>(P);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_state_kernel launch");
     if (P.NS > 0) {
         SSM_FORWARD_IF_ERROR(launch_pass(ctx, op, P, version));
     }
-    fast_output_kernel<MODE, VER><<<grid, kFastThreads, Lo.total, s>>>(P);
+    if (v6) {
+        const fast_smem<MODE> L6(P.Kp, P.A, true, 6, P.sct);
+        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
+            ctx, op, "cudaFuncSetAttribute",
+            cudaFuncSetAttribute(fast_output_kernel_v6<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                 (int)L6.total)));
+        fast_output_kernel_v6<MODE><<<grid, kOutThreads6, L6.total, s>>>(P);
+        SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_output_kernel_v6 launch");
+        return SSM_STATUS_OK;
+    }
+    fast_output_kernel<MODE, SV><<<grid, kFastThreads, Lo.total, s>>>(P);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_output_kernel launch");
     return SSM_STATUS_OK;
 }
@@ -1924,10 +2298,12 @@ ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P
  * portable kernels and the sequential angle pass), =1 → 2 (the v2 tensor-core kernels and
  * the sequential angle pass), =2 → 3 (v3: the parallel angle scan, and the v3 tensor-core
  * kernels where the fast path applies), =3 → 4 (v4: v3's angle scan, pass_kernel_v4, and the
- * v4 tensor-core kernels where the fast path applies; the portable kernels otherwise), unset or
- * anything else (=4) → 5 (v5: v4 with the v5 output kernel). getenv only reads. */
+ * v4 tensor-core kernels where the fast path applies; the portable kernels otherwise), =5 → 6
+ * (v6: v5 with fast_output_kernel_v6 where it applies), unset or anything else (=4) → 5 (v5: v4
+ * with the v5 output kernel). getenv only reads. */
 int siso_version() {
     const char * env = getenv("SSMOPS_CUDA_SISO_FAST");
+    if (env != NULL && strcmp(env, "5") == 0) return 6;
     if (env != NULL && strcmp(env, "0") == 0) return 0;
     if (env != NULL && strcmp(env, "1") == 0) return 2;
     if (env != NULL && strcmp(env, "2") == 0) return 3;
@@ -2046,7 +2422,9 @@ ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims
          * memory on sm_90, 1 KB of it reserved per block): A ≤ 32 at K = 128 */
         P.sct = version >= 4 && P.A > 0 &&
                 2 * (fast_smem<M_BF16>(P.Kp, P.A, true, 4, true).total + 1024) <= (size_t)228 * 1024;
-        if (mode == M_F16 && version >= 5)
+        if (mode == M_F16 && version >= 6)
+            SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 6>(ctx, op, P, pl->W, version)));
+        else if (mode == M_F16 && version == 5)
             SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 5>(ctx, op, P, pl->W, version)));
         else if (mode == M_F16 && version == 4)
             SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 4>(ctx, op, P, pl->W, version)));
@@ -2054,7 +2432,9 @@ ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims
             SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 3>(ctx, op, P, pl->W, version)));
         else if (mode == M_F16)
             SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 2>(ctx, op, P, pl->W, version)));
-        else if (version >= 5)
+        else if (version >= 6)
+            SSM_FORWARD_IF_ERROR((launch_fast<M_BF16, 6>(ctx, op, P, pl->W, version)));
+        else if (version == 5)
             SSM_FORWARD_IF_ERROR((launch_fast<M_BF16, 5>(ctx, op, P, pl->W, version)));
         else if (version == 4)
             SSM_FORWARD_IF_ERROR((launch_fast<M_BF16, 4>(ctx, op, P, pl->W, version)));
