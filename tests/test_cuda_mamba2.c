@@ -6,10 +6,10 @@
  * and permuted layouts, NaN-poisoned outputs, identical bytes across two runs, a caller
  * workspace, index tensors in host and device memory, AUTO dispatch from device tensors,
  * device-rule errors, and chunk_state on the CANN layout at the CANN shape.
- * Every scan case runs the v5 kernels (the default) against the reference, then the v4 kernels
+ * Every scan case runs the v5 kernels against the reference, then the v4 kernels
  * (SSMOPS_CUDA_SCAN_KERNEL=v4, read by the library on every call) against the reference, then
  * the v3 kernels, which must give v4's bytes: v4 reorders v3's loads, not the arithmetic (v5
- * rounds the decay factors differently), then v6 (SSMOPS_CUDA_SCAN_KERNEL=v6: the wgmma output
+ * rounds the decay factors differently), then v6 (the default; SSMOPS_CUDA_SCAN_KERNEL=v6: the wgmma output
  * kernel where it applies, else v5) against the reference; extra cases hit v6's layouts. Extra cases cover the 128-row tiles' edges (chunk
  * lengths around 64, 128, 192, 256) and P/N off every tile (P=72 N=136, N=20).
  * f16/bf16 outputs are measured against the reference rounded to their dtype (ssmt_check_bar_rounded).

@@ -11,7 +11,7 @@
  * float4 and the generic state paths. Both forward paths: 16-bit shapes with K <= 128 take the
  * tensor-core kernels, f32 and K = 256 the portable ones; edge shapes (K = 24, 40, V = 20, 72)
  * run on both. Every forward case runs under each kernel version (SSMOPS_CUDA_SISO_FAST unset =
- * v5, =3 v4, =2 v3, =1 v2, =0 portable; the edge shapes also with =4). Angle outputs are compared
+ * v6, =4 v5, =3 v4, =2 v3, =1 v2, =0 portable; the edge shapes also with =5). Angle outputs are compared
  * modulo 2π.
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261203). SHOWCMP=1 prints every comparison.
@@ -241,7 +241,7 @@ static void test_device_rules(ssmt_rng * rng) {
 
 /* Every forward case of the test once, under the kernel version that the caller selected
  * (vname is appended to the tags). with_explicit_default: the edge shapes also run once with
- * SSMOPS_CUDA_SISO_FAST=4 (the explicit spelling of the default, v5). */
+ * SSMOPS_CUDA_SISO_FAST=5 (the explicit spelling of the default, v6). */
 static void forward_suite(ssmt_rng * rng, const char * vname, int with_explicit_default) {
     static const ssm_dtype dtypes[] = {SSM_DTYPE_F32, SSM_DTYPE_F16, SSM_DTYPE_BF16};
     /* H, Hq, K, V, A: Hq = 1 / 1 < Hq < H / Hq = H; K, V off the power-of-two sizes; A = K/2 and A < K/2 */
@@ -306,7 +306,7 @@ static void forward_suite(ssmt_rng * rng, const char * vname, int with_explicit_
      * (V = 72) and V not a multiple of 8 (V = 20: element-wise v), GQA, varlen with states;
      * under =0 the portable kernels run them on 16-bit inputs. */
     for (int pass = 0; pass < (with_explicit_default ? 2 : 1); ++pass) {
-        if (pass) setenv("SSMOPS_CUDA_SISO_FAST", "4", 1);
+        if (pass) setenv("SSMOPS_CUDA_SISO_FAST", "5", 1);
         static const int64_t edge[][6] = {{4, 2, 24, 20, 12, 70}, {3, 1, 40, 72, 7, 129}, {2, 2, 128, 64, 64, 200}};
         for (int e = 0; e < 3; ++e) {
             for (int di = 1; di < 3; ++di) {
@@ -330,7 +330,7 @@ static void forward_suite(ssmt_rng * rng, const char * vname, int with_explicit_
                 snprintf(tag, sizeof tag, "edge B%lld S%lld H%lld Hq%lld K%lld V%lld A%lld %s%s%s%s%s",
                          (long long)cfg.batch, (long long)cfg.seqlen, (long long)cfg.nheads, (long long)cfg.nheads_qk,
                          (long long)cfg.dk, (long long)cfg.dv, (long long)cfg.nangles, ssm_dtype_name(cfg.dtype),
-                         e == 2 ? " varlen" : "", cfg.has_states ? " states" : "", vname, pass ? " (=4)" : "");
+                         e == 2 ? " varlen" : "", cfg.has_states ? " states" : "", vname, pass ? " (=5)" : "");
                 test_forward(rng, &cfg, tag);
             }
         }
@@ -439,9 +439,9 @@ int main(void) {
 
     test_device_rules(&rng);
 
-    /* the forward cases under every kernel version: NULL = the variable unset (the default, v5) */
-    static const char * const versions[] = {NULL, "5", "3", "2", "1", "0"};
-    static const char * const vnames[] = {" v5", " v6", " v4", " v3", " v2", " portable"};
+    /* the forward cases under every kernel version: NULL = the variable unset (the default, v6) */
+    static const char * const versions[] = {NULL, "4", "3", "2", "1", "0"};
+    static const char * const vnames[] = {" v6", " v5", " v4", " v3", " v2", " portable"};
     for (int vi = 0; vi < 6; ++vi) {
         if (versions[vi] != NULL)
             setenv("SSMOPS_CUDA_SISO_FAST", versions[vi], 1);
