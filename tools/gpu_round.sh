@@ -4,7 +4,7 @@
 # regex), compute-sanitizer on SSMOPS_ROUND_SAN_OPS (bf16), `ssmops check --all-shapes` for
 # SSMOPS_ROUND_CHECK_OPS in f32/f16/bf16, and the benchmarks listed in SSMOPS_ROUND_BENCH (right
 # after the tests) and SSMOPS_ROUND_BENCH2 (last): ';'-separated `ssmops bench` argument lists,
-# an optional leading VAR=value knob each.
+# an optional leading VAR=value knob each. SSMOPS_ROUND_JOBS: tests run at a time (default 1).
 # Everything most important first, each result written as it comes (a killed run still
 # returns what it did). Writes OUTDIR/round.log plus tests.log, san.log, checks.log, bench.log.
 set -u
@@ -16,7 +16,7 @@ log=$out/round.log
 say() { echo "$*" | tee -a "$log"; }
 SSMOPS_GPU_PHASES=none "$src/tools/gpu_check.sh" "$out/.check" >/dev/null 2>&1 || { say "BUILD FAILED"; exit 1; }
 say "built $(date -u +%H:%M:%S)"
-(cd "$build" && ctest -R "${SSMOPS_ROUND_TESTS:-cuda}" --output-on-failure >"$out/tests.log" 2>&1)
+(cd "$build" && ctest -R "${SSMOPS_ROUND_TESTS:-cuda}" -j "${SSMOPS_ROUND_JOBS:-1}" --output-on-failure >"$out/tests.log" 2>&1)
 grep -E "tests passed|tests failed|Test +#" "$out/tests.log" | tee -a "$log"
 cli=$build/ssmops
 benches() { # ';'-separated `ssmops bench` argument lists, each with an optional VAR=value first
