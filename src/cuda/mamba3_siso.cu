@@ -2151,6 +2151,7 @@ template <int MODE, int NB>
 __device__ __forceinline__ void vk_v6(float (&acc)[8][4], const typename cfg<MODE>::T * ab,
                                       const typename cfg<MODE>::T * kbh, const typename cfg<MODE>::T * kbl, int ksteps,
                                       int LK) {
+#pragma unroll 1 /* 64 registers: no second k-step's fragments in flight */
     for (int ks = 0; ks < ksteps; ++ks) {
         uint32_t a[4];
         ldsm4_t(a, ab + ks * 16 * kFLd);
