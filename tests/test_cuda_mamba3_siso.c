@@ -11,7 +11,8 @@
  * float4 and the generic state paths. Both forward paths: 16-bit shapes with K <= 128 take the
  * tensor-core kernels, f32 and K = 256 the portable ones; edge shapes (K = 24, 40, V = 20, 72)
  * run on both. Every forward case runs under each kernel version (SSMOPS_CUDA_SISO_FAST unset =
- * v6, =4 v5, =3 v4, =2 v3, =1 v2, =0 portable; the edge shapes also with =5). Angle outputs are compared
+ * v6, =4 v5, =3 v4, =2 v3, =1 v2, =0 portable; the edge shapes also with =5), and once more under
+ * the default with SSMOPS_CUDA_SISO_STATE=v6 (the 8-warp state kernel). Angle outputs are compared
  * modulo 2π.
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261203). SHOWCMP=1 prints every comparison.
@@ -442,6 +443,7 @@ int main(void) {
     /* the forward cases under every kernel version: NULL = the variable unset (the default, v6) */
     static const char * const versions[] = {NULL, "4", "3", "2", "1", "0"};
     static const char * const vnames[] = {" v6", " v5", " v4", " v3", " v2", " portable"};
+    const ssmt_rng            rng_v6 = rng; /* the v6 state kernel's pass below draws the default pass's inputs */
     for (int vi = 0; vi < 6; ++vi) {
         if (versions[vi] != NULL)
             setenv("SSMOPS_CUDA_SISO_FAST", versions[vi], 1);
@@ -450,6 +452,17 @@ int main(void) {
         forward_suite(&rng, vnames[vi], vi == 0);
     }
     unsetenv("SSMOPS_CUDA_SISO_FAST");
+    /* the default version with the v6 state kernel (SSMOPS_CUDA_SISO_STATE=v6, 8 warps): every
+     * forward case, on the same inputs as the default pass (column blocks per warp pair: K = 128
+     * 4 + 4, K = 96 3 + 3, K = 40 2 + 1, K = 16 1 + 0 with the upper warps idle and half the
+     * threads idle in the k prep; V = 72 over two tiles, chunk tails, varlen, states); its states
+     * are meant to equal v5's bit for bit (same MMAs in the same order) */
+    {
+        ssmt_rng r6 = rng_v6;
+        setenv("SSMOPS_CUDA_SISO_STATE", "v6", 1);
+        forward_suite(&r6, " v6 state-v6", 0);
+        unsetenv("SSMOPS_CUDA_SISO_STATE");
+    }
 
     /* decode under the three step kernels (SSMOPS_CUDA_STEP_KERNEL, read on every call); v2
      * applies to fp32 pools with K % 4 == 0 and V·K ≤ 16384, v3 to fp32 pools with K / 4 a

@@ -165,6 +165,7 @@ if want sanitizer && command -v compute-sanitizer >/dev/null 2>&1; then
                 rc=$?
                 [ "$rc" = 9 ] && echo "rc=9" || echo "rc=0 (check exit $rc)"
             done
+            echo "== $tool mamba3_siso bf16 state v6"; SSMOPS_CUDA_SISO_STATE=v6 compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba3_siso --backend cuda --dtype bf16 --shape B=1,S=200,H=2,Hq=1,K=40,V=72,A=8 --param has_d=1,has_z=1,has_states=1,has_final=1,nseq=3; echo "rc=$?"
         fi
     done >>"$out/sanitizer.log" 2>&1
     # the scan's v6 output kernel (wgmma, sm_90a; chosen only by the knob): bf16, N = 128 with a

@@ -2124,6 +2124,120 @@ __global__ void __launch_bounds__(kOutThreads6, 2) fast_output_kernel_v6(const m
     }
 }
 
+/* ---- v6 state kernel: 8 warps per block -----------------------------------------------------------
+ * fast_state_kernel<MODE, 5> runs 4 warps of 91 registers at 4 blocks (55 KB each) per SM: 16
+ * warps per SM, issue slots 46% busy, the time in the per-chunk preparation (scalars, θ, the
+ * rotation and weighting of K̂, the copies) and its barriers, HMMA 3% of the instructions.
+ * fast_state_kernel_v6 does the same work with 8 warps in ≤ 64 registers, so the same 4 blocks
+ * give 32 warps per SM and every cooperative loop (v tile, k rows, angles, θ terms, the q/k
+ * prep) runs on 256 threads: half the iterations per thread, twice the loads in flight.
+ * The product s = Vᵀ·(w∘K̂) is split over the 8 warps: warp w owns state rows 16·(w % 4) ..
+ * +15 of the V tile and, of the Kp/16 column blocks, the lower warps (w < 4) the first
+ * ⌈Kp/32⌉, the upper ones the rest, so the accumulators are 8 × 4 instead of 16 × 4. Every state
+ * element is the sum of the same MMAs in the same order as in v5 (hi then lo, k-steps in
+ * order), θ is v5's bit for bit (theta_walk's group count is capped by kPartMax, not by the
+ * thread count) and the scalars and weights are v5's: the states equal v5's bit for bit.
+ * The tile is stored from the accumulators through one per-lane row pointer and constant
+ * offsets (v5 recomputes a 64-bit address per store).
+ * Selected by SSMOPS_CUDA_SISO_STATE=v6 under version 6 (state_v6_selected()); v5's state
+ * kernel otherwise. It applies wherever v5's does (the same helpers, the same layout). */
+const int kStateThreads6 = 256;
+
+/* v6: acc (16 state rows × NB·16 columns) += Vᵀ·(w∘K̂) over ksteps k-steps of 16 tokens; ab:
+ * this warp's transposed v fragment at k-step 0, kbh/kbl: its first column block's split w∘K̂
+ * at k-step 0, both at this lane's ldmatrix offset. NB is a template argument so that the
+ * warp-uniform count is one branch outside the loop. */
+template <int MODE, int NB>
+__device__ __forceinline__ void vk_v6(float (&acc)[8][4], const typename cfg<MODE>::T * ab,
+                                      const typename cfg<MODE>::T * kbh, const typename cfg<MODE>::T * kbl, int ksteps,
+                                      int LK) {
+#pragma unroll 1 /* 64 registers: no second k-step's fragments in flight */
+    for (int ks = 0; ks < ksteps; ++ks) {
+        uint32_t a[4];
+        ldsm4_t(a, ab + ks * 16 * kFLd);
+#pragma unroll
+        for (int np = 0; np < NB; ++np) {
+            uint32_t bh[4], bl[4];
+            ldsm4_t(bh, kbh + ks * 16 * LK + np * 16);
+            ldsm4_t(bl, kbl + ks * 16 * LK + np * 16);
+            mma16816<MODE>(acc[2 * np], a, bh[0], bh[1]);
+            mma16816<MODE>(acc[2 * np + 1], a, bh[2], bh[3]);
+            mma16816<MODE>(acc[2 * np], a, bl[0], bl[1]);
+            mma16816<MODE>(acc[2 * np + 1], a, bl[2], bl[3]);
+        }
+    }
+}
+
+template <int MODE>
+__global__ void __launch_bounds__(kStateThreads6, 4) fast_state_kernel_v6(const m3_fwd_args P) {
+    typedef typename cfg<MODE>::T T;
+    /* the angle pieces per thread at 256 threads (load_angles_v4 covers 512) */
+    constexpr int NA = kAngPieces * kFastThreads / kStateThreads6;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const fast_smem<MODE>                          Ly(P.Kp, P.A, false, 5);
+    const m3_scal                                  sc = carve_scal((float *)(smem + Ly.scal));
+    float *                                        wj = sc.sig + (kC + 1);
+    float *                                        th = (float *)(smem + Ly.th);
+    T *                                            kh = (T *)(smem + Ly.t0h);
+    T *                                            kl = (T *)(smem + Ly.t0l); /* raw k rows, then K̂ lo */
+    T *                                            vs = (T *)(smem + Ly.vs);
+    const int                                      LK = P.Kp + 8;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, rb = warp & 3, upper = warp >> 2;
+
+    const int      w = blockIdx.x, h = blockIdx.y, p0 = blockIdx.z * kTV;
+    const m3_chunk ch = P.chunks[w];
+    /* v5's order: every global input requested before the scalars */
+    fast_load_v<MODE>(P, ch, h, p0, vs);
+    uint4 araw[NA];
+    if (P.vk) cp_rows_v5<MODE, kStateThreads6>(kl, LK, P.k, ch, h / P.G, 0, P.Kp, P.K);
+    load_angles_v4<MODE, NA, kStateThreads6>(P, ch, h, araw);
+    chunk_scalars(P, ch, h, sc);
+    const float cl = sc.cm[ch.len - 1];
+    for (int j = threadIdx.x; j < kC; j += blockDim.x) wj[j] = j < ch.len ? expf(cl - sc.cm[j]) * sc.sig[j] : 0.0f;
+    if (blockIdx.z == 0 && threadIdx.x == 0) P.lastcum[(long long)w * P.H + h] = cl;
+    chunk_theta_v4<MODE, true, NA, kStateThreads6>(P, ch, w, h, sc.dtv, th, (float *)(smem + Ly.part), araw);
+    cp_async_wait_all(); /* the raw k rows, before the barrier that publishes them */
+    __syncthreads();     /* wj, θ */
+    fast_prep_qk<MODE, 5, kStateThreads6>(P, ch, h, th, nullptr, nullptr, kh, kl, LK, wj, nullptr, false, nullptr,
+                                          P.vk ? kl : nullptr);
+    cp_async_wait_all(); /* the v tile */
+    __syncthreads();     /* w∘K̂, v */
+
+    /* this warp's column blocks [np0, np0 + nb) of the Kp/16 (warp-uniform) */
+    const int NP = P.Kp / 16, nlo = (NP + 1) >> 1;
+    const int np0 = upper ? nlo : 0, nb = upper ? NP - nlo : nlo;
+    float     acc[8][4];
+#pragma unroll
+    for (int t = 0; t < 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+    {
+        const int ksteps = (ch.len + 15) / 16;
+        const T * ab = vs + rb * 16 + a_trans_off(lane, kFLd);
+        const T * kbh = kh + np0 * 16 + b_kn_off(lane, LK);
+        const T * kbl = kl + np0 * 16 + b_kn_off(lane, LK);
+        if (nb == 4)
+            vk_v6<MODE, 4>(acc, ab, kbh, kbl, ksteps, LK);
+        else if (nb == 3)
+            vk_v6<MODE, 3>(acc, ab, kbh, kbl, ksteps, LK);
+        else if (nb == 2)
+            vk_v6<MODE, 2>(acc, ab, kbh, kbl, ksteps, LK);
+        else if (nb == 1)
+            vk_v6<MODE, 1>(acc, ab, kbh, kbl, ksteps, LK);
+    }
+    /* rows r0 = 16·rb + lane/4 (+8) of the tile, columns n = c0 + 8·t (+1); K is even, so a
+     * pair is inside whenever its first column is (8-byte aligned: K, n even) */
+    const int nr = min(kTV, P.V - p0), r0 = rb * 16 + (lane >> 2), c0 = np0 * 16 + 2 * (lane & 3);
+    float *   d0 = P.states + ((long long)w * P.H + h) * P.V * P.K + (long long)p0 * P.K + (r0 * P.K + c0);
+    float *   d1 = d0 + 8 * P.K;
+    const bool in0 = r0 < nr, in1 = r0 + 8 < nr;
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+        if (t < 2 * nb && c0 + 8 * t < P.K) {
+            if (in0) *reinterpret_cast<float2 *>(d0 + 8 * t) = make_float2(acc[t][0], acc[t][1]);
+            if (in1) *reinterpret_cast<float2 *>(d1 + 8 * t) = make_float2(acc[t][2], acc[t][3]);
+        }
+    }
+}
+
 /* ---- host side: the forward ---------------------------------------------------------------------- */
 
 int compute_mode(int32_t dtype) { return dtype == SSM_DTYPE_F16 ? M_F16 : dtype == SSM_DTYPE_BF16 ? M_BF16 : M_F32; }
@@ -2256,25 +2370,43 @@ ssm_status launch_state_out(ssm_context * ctx, const char * op, const m3_fwd_arg
  * 16-byte rows; z of that kind, or none). */
 bool out_v6_applies(const m3_fwd_args & P) { return P.vo16 && (P.vz16 || !P.has_z); }
 
-/* VER = 6: the VER = 5 state kernel, then fast_output_kernel_v6 where out_v6_applies, the
- * VER = 5 output kernel elsewhere. */
+/* SSMOPS_CUDA_SISO_STATE=v6 (read on every call, like siso_version(); an internal hook, off
+ * by default until the kernel has run on the H200): version 6 runs fast_state_kernel_v6
+ * instead of the VER = 5 state kernel. */
+bool state_v6_selected() {
+    const char * env = getenv("SSMOPS_CUDA_SISO_STATE");
+    return env != NULL && strcmp(env, "v6") == 0;
+}
+
+/* VER = 6: the VER = 5 state kernel (fast_state_kernel_v6 when state_v6_selected()), then
+ * fast_output_kernel_v6 where out_v6_applies, the VER = 5 output kernel elsewhere. */
 template <int MODE, int VER>
 ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W, int version) {
     constexpr int         SV = VER >= 6 ? 5 : VER;
     const cudaStream_t    s = ssmi_cuda_stream(ctx);
     const fast_smem<MODE> Ls(P.Kp, P.A, false, SV), Lo(P.Kp, P.A, true, SV, SV >= 4 && P.sct);
     const dim3            grid((unsigned)W, (unsigned)P.H, (unsigned)((P.V + kTV - 1) / kTV));
-    const bool            v6 = VER >= 6 && out_v6_applies(P);
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
-        ctx, op, "cudaFuncSetAttribute",
-        cudaFuncSetAttribute(fast_state_kernel<MODE, SV>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Ls.total)));
+    const bool            v6 = VER >= 6 && out_v6_applies(P), st6 = VER >= 6 && state_v6_selected();
+    if (st6) {
+        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute",
+                                              cudaFuncSetAttribute(fast_state_kernel_v6<MODE>,
+                                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                                   (int)Ls.total)));
+        fast_state_kernel_v6<MODE><<<grid, kStateThreads6, Ls.total, s>>>(P);
+        SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_state_kernel_v6 launch");
+    } else {
+        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute",
+                                              cudaFuncSetAttribute(fast_state_kernel<MODE, SV>,
+                                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                                   (int)Ls.total)));
+        fast_state_kernel<MODE, SV><<<grid, kFastThreads, Ls.total, s>>>(P);
+        SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_state_kernel launch");
+    }
     if (!v6)
         SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute",
                                               cudaFuncSetAttribute(fast_output_kernel<MODE, SV>,
                                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                                    (int)Lo.total)));
-    fast_state_kernel<MODE, SV><<<grid, kFastThreads, Ls.total, s>>>(P);
-    SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_state_kernel launch");
     if (P.NS > 0) {
         SSM_FORWARD_IF_ERROR(launch_pass(ctx, op, P, version));
     }
