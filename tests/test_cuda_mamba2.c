@@ -10,7 +10,9 @@
  * (SSMOPS_CUDA_SCAN_KERNEL=v4, read by the library on every call) against the reference, then
  * the v3 kernels, which must give v4's bytes: v4 reorders v3's loads, not the arithmetic (v5
  * rounds the decay factors differently), then v6 (the default; SSMOPS_CUDA_SCAN_KERNEL=v6: the wgmma output
- * kernel where it applies, else v5) against the reference; extra cases hit v6's layouts. Extra cases cover the 128-row tiles' edges (chunk
+ * kernel where it applies, else v5) against the reference, then the v6 state kernel
+ * (SSMOPS_CUDA_SCAN_STATE=v6, default output kernel) against the reference; extra cases hit v6's
+ * layouts (N = 64 / 128, P = 64 / 72, partial token tiles: the domain of both v6 kernels). Extra cases cover the 128-row tiles' edges (chunk
  * lengths around 64, 128, 192, 256) and P/N off every tile (P=72 N=136, N=20).
  * f16/bf16 outputs are measured against the reference rounded to their dtype (ssmt_check_bar_rounded).
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
@@ -168,6 +170,27 @@ static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan
     ssmt_check_bar_rounded(label, &pr.out.t, &rout.t, cfg->dtype);
     if (pr.final_states.t.data) {
         snprintf(label, sizeof label, "scan[%s v6] final_states", tag);
+        ssmt_check_bar_rounded(label, &pr.final_states.t, &rfin.t, cfg->dtype);
+    }
+    /* the v6 state kernel (SSMOPS_CUDA_SCAN_STATE=v6: wgmma where the build, the device and the
+     * layouts allow it, else v5's) with the default output kernel, against the reference */
+    ssmt_poison(&pr.out.t);
+    if (pr.final_states.t.data) ssmt_poison(&pr.final_states.t);
+    for (int i = 9; i <= 10; ++i)
+        if (dv[i].mem) TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dv[i].mem, hin[i]->buf, hin[i]->bytes), SSM_STATUS_OK);
+    setenv("SSMOPS_CUDA_SCAN_KERNEL", "v6", 1);
+    setenv("SSMOPS_CUDA_SCAN_STATE", "v6", 1);
+    st = ssm_mamba2_scan(ctx, &p, &da, ws, ws_bytes);
+    unsetenv("SSMOPS_CUDA_SCAN_STATE");
+    setenv("SSMOPS_CUDA_SCAN_KERNEL", "v5", 1);
+    TEST_CHECK(st == SSM_STATUS_OK, "%s: state-v6 scan %s (%s)", tag, ssm_status_string(st),
+               ssm_context_last_error(ctx));
+    ssmt_to_host(&pr.out, &dv[9]);
+    ssmt_to_host(&pr.final_states, &dv[10]);
+    snprintf(label, sizeof label, "scan[%s state-v6] out", tag);
+    ssmt_check_bar_rounded(label, &pr.out.t, &rout.t, cfg->dtype);
+    if (pr.final_states.t.data) {
+        snprintf(label, sizeof label, "scan[%s state-v6] final_states", tag);
         ssmt_check_bar_rounded(label, &pr.final_states.t, &rfin.t, cfg->dtype);
     }
 

@@ -180,6 +180,7 @@ if want sanitizer && command -v compute-sanitizer >/dev/null 2>&1; then
                     mamba2_scan --backend cuda --dtype bf16 $extra
                 echo "rc=$?"
             done
+            echo "== $tool mamba2_scan bf16 state-v6"; SSMOPS_CUDA_SCAN_STATE=v6 compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba2_scan --backend cuda --dtype bf16 --shape B=1,S=300,H=2,P=72,N=128,G=1,chunk=64 --param nseq=3,has_d=1,has_z=1; echo "rc=$?"
         done >>"$out/sanitizer.log" 2>&1 ;;
     esac
     note "sanitizer: $(grep -c '^rc=0' "$out/sanitizer.log") of $(grep -c '^rc=' "$out/sanitizer.log") runs clean ($(($(date +%s) - t0)) s)"

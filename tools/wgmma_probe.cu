@@ -10,6 +10,10 @@
  *           k-steps 0-7), wgmma SS form, imm-trans-b 0                      (the kernel's C·Sᵀ, C·Bᵀ)
  *   rs_<t>  D(64x64) = R(64x64) · X(64x64), R from registers in the A fragment layout, X MN-major
  *           (token rows of 64 p), wgmma RS form, imm-trans-b 1               (the kernel's scores·x)
+ *   ss_mn_<t> D(64x64) = R(64x64) · X(64x64), R K-major in shared memory (one atom, k-steps 0-3, the
+ *           primary SSMI_WG_K constants), X MN-major as above, wgmma SS form, imm-trans-b 1
+ *           (fast_state_kernel_v6: (w∘x)ᵀ K-major times the B tile MN-major; its alternatives vary
+ *           the MN-major pair)
  * for t = bf16 and f16. One line per case: "probe <case> PASS|FAIL max_abs_err=... lbo=... sbo=...".
  * When a case fails with the primary constants, the alternatives of its operand kind are tried and
  * each prints a line "probe <case> alt lbo=.. sbo=.. PASS|FAIL ..."; then the lead rebuilds with
@@ -38,9 +42,10 @@
 
 enum { M = 64, NN = 64, KA = 128, KR = 64 };
 const int kSmemA = 0, kSmemB = 2 * ssmi_wg::kAtomBytes, kSmemX = 4 * ssmi_wg::kAtomBytes;
-const int kSmemBytes = 5 * ssmi_wg::kAtomBytes + 1024; /* + room to align the base to 1024 */
+const int kSmemR = 5 * ssmi_wg::kAtomBytes;            /* R K-major (ss_mn)                  */
+const int kSmemBytes = 6 * ssmi_wg::kAtomBytes + 1024; /* + room to align the base to 1024 */
 
-/* which: 0 = SS (A·Bᵀ), 1 = RS (R·X). a: A (M x KA) row-major, b: B (NN x KA) row-major,
+/* which: 0 = SS (A·Bᵀ), 1 = RS (R·X), 2 = SS (R·X, R K-major, X MN-major). a: A (M x KA) row-major, b: B (NN x KA) row-major,
  * r: R (M x KR) row-major, x: X (KR x NN) row-major (p contiguous), all 16-bit bit patterns. */
 template <bool BF16>
 __global__ void __launch_bounds__(128) probe_kernel(const uint16_t * a, const uint16_t * b, const uint16_t * r,
@@ -61,6 +66,10 @@ __global__ void __launch_bounds__(128) probe_kernel(const uint16_t * a, const ui
         const int row = i / NN, col = i % NN; /* row = k (token), col = n (p) */
         *(uint16_t *)(sm + kSmemX + ssmi_wg::swz_off(row, col)) = x[i];
     }
+    for (int i = tid; i < M * KR; i += 128) {
+        const int row = i / KR, col = i % KR; /* row = m (p), col = k (token) */
+        *(uint16_t *)(sm + kSmemR + ssmi_wg::swz_off(row, col)) = r[i];
+    }
     ssmi_wg::fence_proxy_async();
     __syncthreads();
 
@@ -76,6 +85,15 @@ __global__ void __launch_bounds__(128) probe_kernel(const uint16_t * a, const ui
             ssmi_wg::mma_ss<BF16, 0>(acc, ssmi_wg::desc(sbase + kSmemA + koff, lbo, sbo),
                                      ssmi_wg::desc(sbase + kSmemB + koff, lbo, sbo));
         }
+        ssmi_wg::commit();
+        ssmi_wg::wait<0>();
+        ssmi_wg::keep(acc);
+    } else if (which == 2) {
+        ssmi_wg::fence();
+#pragma unroll
+        for (int ks = 0; ks < KR / 16; ++ks)
+            ssmi_wg::mma_ss<BF16, 1>(acc, ssmi_wg::desc(sbase + kSmemR + ks * 32, SSMI_WG_K_LBO, SSMI_WG_K_SBO),
+                                     ssmi_wg::desc(sbase + kSmemX + ks * 2048, lbo, sbo));
         ssmi_wg::commit();
         ssmi_wg::wait<0>();
         ssmi_wg::keep(acc);
@@ -166,23 +184,27 @@ static int run_dtype(data_t & D, uint16_t * da, uint16_t * db, uint16_t * dr, ui
     CK(cudaMemcpy(dx, D.hx, sizeof D.hx, cudaMemcpyHostToDevice));
     static float got[M * NN];
     int          fails = 0;
-    for (int which = 0; which < 2; ++which) {
+    static const char * const names[] = {"ss", "rs", "ss_mn"};
+    for (int which = 0; which < 3; ++which) {
+        const char *   nm = names[which];
         const double * ref = which == 0 ? D.ref_ss : D.ref_rs;
         const pair_t   prim = which == 0 ? pair_t{SSMI_WG_K_LBO, SSMI_WG_K_SBO} : pair_t{SSMI_WG_MN_LBO, SSMI_WG_MN_SBO};
-        const char *   kind = which == 0 ? "K-major (SSMI_WG_K_LBO/SBO)" : "MN-major (SSMI_WG_MN_LBO/SBO)";
+        const char *   kind = which == 0 ? "K-major (SSMI_WG_K_LBO/SBO)"
+                              : which == 1 ? "MN-major (SSMI_WG_MN_LBO/SBO)"
+                                           : "K-major A, MN-major B (SSMI_WG_MN_LBO/SBO; SS form)";
         double         terr = 0.0;
         const double   err = run_case<BF16>(D, which, prim, got, da, db, dr, dx, dd, ref, &terr);
         const bool     ok = err <= 1e-3;
-        printf("probe %s_%s %s max_abs_err=%.3g lbo=%u sbo=%u (%s)\n", which == 0 ? "ss" : "rs", tn,
+        printf("probe %s_%s %s max_abs_err=%.3g lbo=%u sbo=%u (%s)\n", nm, tn,
                ok ? "PASS" : "FAIL", err, prim.lbo, prim.sbo, kind);
         if (ok) continue;
         ++fails;
-        printf("probe %s_%s   transposed-product max_abs_err=%.3g%s\n", which == 0 ? "ss" : "rs", tn, terr,
+        printf("probe %s_%s   transposed-product max_abs_err=%.3g%s\n", nm, tn, terr,
                terr <= 1e-3 ? " (D = the transpose: trans-b or the operand roles are swapped)" : "");
         int shown = 0;
         for (int i = 0; i < M * NN && shown < 6; ++i)
             if (!(fabs((double)got[i] - ref[i]) <= 1e-3)) {
-                printf("probe %s_%s   mismatch m=%d n=%d got=%g want=%g\n", which == 0 ? "ss" : "rs", tn, i / NN,
+                printf("probe %s_%s   mismatch m=%d n=%d got=%g want=%g\n", nm, tn, i / NN,
                        i % NN, got[i], ref[i]);
                 ++shown;
             }
@@ -192,11 +214,11 @@ static int run_dtype(data_t & D, uint16_t * da, uint16_t * db, uint16_t * dr, ui
         for (int k = 0; k < nalt; ++k) {
             if (alts[k].lbo == prim.lbo && alts[k].sbo == prim.sbo) continue;
             const double e = run_case<BF16>(D, which, alts[k], got, da, db, dr, dx, dd, ref, &terr);
-            printf("probe %s_%s alt lbo=%u sbo=%u %s max_abs_err=%.3g\n", which == 0 ? "ss" : "rs", tn, alts[k].lbo,
+            printf("probe %s_%s alt lbo=%u sbo=%u %s max_abs_err=%.3g\n", nm, tn, alts[k].lbo,
                    alts[k].sbo, e <= 1e-3 ? "PASS" : "FAIL", e);
             if (e <= 1e-3 && !found) {
                 found = 1;
-                printf("probe %s_%s => rebuild with -D%s_LBO=%u -D%s_SBO=%u\n", which == 0 ? "ss" : "rs", tn,
+                printf("probe %s_%s => rebuild with -D%s_LBO=%u -D%s_SBO=%u\n", nm, tn,
                        which == 0 ? "SSMI_WG_K" : "SSMI_WG_MN", alts[k].lbo, which == 0 ? "SSMI_WG_K" : "SSMI_WG_MN",
                        alts[k].sbo);
             }
@@ -204,7 +226,7 @@ static int run_dtype(data_t & D, uint16_t * da, uint16_t * db, uint16_t * dr, ui
         if (!found)
             printf("probe %s_%s => no descriptor pair passes: the swizzled layout, the k-step offsets or the "
                    "fragment layout is wrong (see the mismatches)\n",
-                   which == 0 ? "ss" : "rs", tn);
+                   nm, tn);
     }
     return fails;
 }
