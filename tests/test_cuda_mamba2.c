@@ -11,9 +11,10 @@
  * the v3 kernels, which must give v4's bytes: v4 reorders v3's loads, not the arithmetic (v5
  * rounds the decay factors differently), then v6 (the default; SSMOPS_CUDA_SCAN_KERNEL=v6: the wgmma output
  * kernel where it applies, else v5; with the default v6 state kernel) against the reference, then
- * v5's state kernel (SSMOPS_CUDA_SCAN_STATE=v5) with the v6 output kernel; the v5/v4/v3 passes run
- * v5's state kernel; extra cases hit v6's
- * layouts (N = 64 / 128, P = 64 / 72, partial token tiles: the domain of both v6 kernels). Extra cases cover the 128-row tiles' edges (chunk
+ * v5's state kernel (SSMOPS_CUDA_SCAN_STATE=v5) with the v6 output kernel, then v7
+ * (SSMOPS_CUDA_SCAN_KERNEL=v7: the pipelined wgmma output kernel, else v6's rule); the v5/v4/v3
+ * passes run v5's state kernel; extra cases hit v6's layouts (N = 64 / 128, P = 64 / 72, partial
+ * token tiles) and v7's pipeline (1 to 4 token tiles per row tile, an idle second warpgroup). Extra cases cover the 128-row tiles' edges (chunk
  * lengths around 64, 128, 192, 256) and P/N off every tile (P=72 N=136, N=20).
  * f16/bf16 outputs are measured against the reference rounded to their dtype (ssmt_check_bar_rounded).
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
@@ -195,6 +196,24 @@ static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan
     ssmt_check_bar_rounded(label, &pr.out.t, &rout.t, cfg->dtype);
     if (pr.final_states.t.data) {
         snprintf(label, sizeof label, "scan[%s state-v5] final_states", tag);
+        ssmt_check_bar_rounded(label, &pr.final_states.t, &rfin.t, cfg->dtype);
+    }
+    /* v7 (SSMOPS_CUDA_SCAN_KERNEL=v7: the pipelined wgmma output kernel where it applies, else
+     * v6's rule) against the reference, same bars */
+    ssmt_poison(&pr.out.t);
+    if (pr.final_states.t.data) ssmt_poison(&pr.final_states.t);
+    for (int i = 9; i <= 10; ++i)
+        if (dv[i].mem) TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dv[i].mem, hin[i]->buf, hin[i]->bytes), SSM_STATUS_OK);
+    setenv("SSMOPS_CUDA_SCAN_KERNEL", "v7", 1);
+    st = ssm_mamba2_scan(ctx, &p, &da, ws, ws_bytes);
+    setenv("SSMOPS_CUDA_SCAN_KERNEL", "v5", 1);
+    TEST_CHECK(st == SSM_STATUS_OK, "%s: v7 scan %s (%s)", tag, ssm_status_string(st), ssm_context_last_error(ctx));
+    ssmt_to_host(&pr.out, &dv[9]);
+    ssmt_to_host(&pr.final_states, &dv[10]);
+    snprintf(label, sizeof label, "scan[%s v7] out", tag);
+    ssmt_check_bar_rounded(label, &pr.out.t, &rout.t, cfg->dtype);
+    if (pr.final_states.t.data) {
+        snprintf(label, sizeof label, "scan[%s v7] final_states", tag);
         ssmt_check_bar_rounded(label, &pr.final_states.t, &rfin.t, cfg->dtype);
     }
 
@@ -449,6 +468,45 @@ int main(void) {
             scan_opts o = {64, 0, 0, 0, 0};
             char      tag[200];
             snprintf(tag, sizeof tag, "v6 S%lld H%lld P%lld N%lld G%lld %s %s d%d z%d", (long long)cfg.seqlen,
+                     (long long)cfg.nheads, (long long)cfg.headdim, (long long)cfg.dstate, (long long)cfg.ngroups,
+                     ssm_dtype_name(cfg.dtype), variant == 0 ? "dense" : variant == 1 ? "seq_idx" : "varlen",
+                     cfg.d_mode, cfg.has_z);
+            test_scan(&rng, &cfg, &o, tag);
+        }
+    }
+    /* v7's pipeline edges (v6's layouts): chunk lengths that give the 128-row tile at i0 = 128 three
+     * token tiles with an idle second warpgroup (192), four with one row in it (193), four with a
+     * partial last tile (255), and a partial p tile (P = 72); every case runs v7 in test_scan */
+    static const int64_t v7_seqlens[] = {192, 193, 255, 449};
+    for (size_t si = 0; si < sizeof v7_seqlens / sizeof v7_seqlens[0]; ++si) {
+        for (int variant = 0; variant < 3; ++variant, ++k) {
+            ssmt_mamba2_config cfg;
+            ssmt_mamba2_config_init(&cfg);
+            const int sh = (int)((si + (size_t)variant) % 4);
+            cfg.batch = variant == 2 ? 1 : 1 + (int)(si % 2);
+            cfg.seqlen = v7_seqlens[si];
+            cfg.nheads = v6_hpng[sh][0], cfg.headdim = v6_hpng[sh][1], cfg.dstate = v6_hpng[sh][2];
+            cfg.ngroups = v6_hpng[sh][3];
+            cfg.dtype = ((si + (size_t)variant) % 2) ? SSM_DTYPE_F16 : SSM_DTYPE_BF16;
+            const int k3 = (int)((si + 2 * (size_t)variant) % 3);
+            cfg.out_dtype = (k3 == 1) ? cfg.dtype : SSM_DTYPE_F32;
+            cfg.d_mode = k3;
+            cfg.has_z = (int)((si + (size_t)variant) % 2);
+            cfg.has_dt_bias = 1;
+            cfg.has_initial = k3 != 2;
+            cfg.has_final = 1;
+            cfg.dt_softplus = (int)((si + 1) % 2);
+            cfg.strided = 0;
+            cfg.index_i64 = variant == 1;
+            if (variant == 1) cfg.seq_segments = 2;
+            int64_t lens[3] = {cfg.seqlen - cfg.seqlen / 4, 0, cfg.seqlen / 4};
+            if (variant == 2) {
+                cfg.nseq = 3;
+                cfg.seqlens = lens;
+            }
+            scan_opts o = {64, 0, 0, 0, 0};
+            char      tag[200];
+            snprintf(tag, sizeof tag, "v7 S%lld H%lld P%lld N%lld G%lld %s %s d%d z%d", (long long)cfg.seqlen,
                      (long long)cfg.nheads, (long long)cfg.headdim, (long long)cfg.dstate, (long long)cfg.ngroups,
                      ssm_dtype_name(cfg.dtype), variant == 0 ? "dense" : variant == 1 ? "seq_idx" : "varlen",
                      cfg.d_mode, cfg.has_z);

@@ -183,6 +183,16 @@ if want sanitizer && command -v compute-sanitizer >/dev/null 2>&1; then
             echo "== $tool mamba2_scan bf16 state-v6"; SSMOPS_CUDA_SCAN_STATE=v6 compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba2_scan --backend cuda --dtype bf16 --shape B=1,S=300,H=2,P=72,N=128,G=1,chunk=64 --param nseq=3,has_d=1,has_z=1; echo "rc=$?"
         done >>"$out/sanitizer.log" 2>&1 ;;
     esac
+    # the scan's v7 output kernel (pipelined wgmma, on trial; chosen only by the knob): a row tile
+    # with four token tiles, a partial p tile, z and D
+    case " $ops " in *" mamba2_scan "*)
+        for tool in memcheck racecheck; do
+            echo "== $tool mamba2_scan bf16 v7 S=450 P=72 N=128 z d"
+            SSMOPS_CUDA_SCAN_KERNEL=v7 compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba2_scan \
+                --backend cuda --dtype bf16 --shape B=1,S=450,H=2,P=72,N=128,G=1,chunk=64 --param has_d=1,has_z=1
+            echo "rc=$?"
+        done >>"$out/sanitizer.log" 2>&1 ;;
+    esac
     note "sanitizer: $(grep -c '^rc=0' "$out/sanitizer.log") of $(grep -c '^rc=' "$out/sanitizer.log") runs clean ($(($(date +%s) - t0)) s)"
     grep -E "ERROR SUMMARY: [1-9]|rc=[1-9]" -B1 "$out/sanitizer.log" | grep -E "^==|rc=" | sed 's/^/sanitizer: /' |
         tee -a "$summary"

@@ -26,7 +26,8 @@
  * overlapped with the products, 128-row output tiles) and v3 (the baseline; v4 and v3 give the
  * same bytes); SSMOPS_CUDA_SCAN_KERNEL=v4 or v3 selects them. SSMOPS_CUDA_SCAN_KERNEL=v6 runs v5's
  * state kernel and pass with fast_output_kernel_v6 (Hopper wgmma, sm_90a builds only; see "v6 of
- * the output kernel"), where its layouts hold, else v5.
+ * the output kernel"), where its layouts hold, else v5; SSMOPS_CUDA_SCAN_KERNEL=v7 (on trial) the same
+ * with fast_output_kernel_v7 (v6 pipelined, see "v7 of the output kernel"), else v6's rule.
  * Arithmetic: fp16/bf16 inputs run the matrix products on the tensor cores (WMMA 16x16x16 in
  * the portable kernels, HMMA in SASS) with fp32 accumulation; fp32 (and f64) inputs run plain fp32 FFMA (no TF32,
  * which could not meet the fp32 bar). Operands that are products of fp32 values
@@ -2340,6 +2341,361 @@ __global__ void __launch_bounds__(kV4Threads, 2) fast_output_kernel_v6(const m2_
     (void)A; /* no sm_90a code in this pass: never launched (scan_v6_applies) */
 #endif
 }
+/* ---- v7 of the output kernel (Hopper wgmma, sm_90a) ---------------------------------------------
+ * ncu on fast_output_kernel_v6 (352 of 543 µs at the shape of record): 190 M warp instructions of
+ * which HGMMA 1.2% (IMAD 19%, FMUL 9%, ...), the top stalls the wgmma waits right after each chain
+ * and the barriers. v7 keeps v6's grid, block, math (the same split products, fp32 accumulators),
+ * operand layouts and epilogue, and changes three things:
+ *  - Overlap. The scores of token tile j+1 (C·B_{j+1}ᵀ) are issued at the end of step j and
+ *    waited for at the start of step j+1, so they run through the step's barrier and copy waits
+ *    (v6 issued them after the barrier and waited at once); C·S_in and the scores of tile 0 run
+ *    as one group. That needs B of tile j+1 on chip at the end of step j: B is double-buffered two
+ *    tiles ahead (B1 is a buffer of its own; the entering-state planes share their region with the
+ *    two x buffers, dead after C·S_in). (A second score accumulator, to run scores(j+1) under the
+ *    mask of tile j, does not fit in 128 registers: tried, ~100 bytes of spill.)
+ *  - The mask off the diagonal. For a warpgroup's rows i ≥ iw and a token j < iw,
+ *    exp(cum_i − cum_j) = exp(cum_i − cum_iw) · exp(cum_iw − cum_j), both exponents ≤ 0 (cum is
+ *    non-increasing), so no overflow and no new underflow: per row r_i and per column
+ *    w_j = exp(cum_iw − cum_j)·dt_j (shared tables, made once per block) replace the
+ *    per-element subtract, exp and two multiplies by two multiplies. The diagonal tile keeps v6's
+ *    mask. (Rounding differs slightly from v6: a few ulp in the weights.)
+ *  - Address arithmetic. Copies with compile-time trip counts and per-thread swizzled offsets
+ *    computed once per call (the rows a thread copies are 16 or 32 apart, so their swizzle phase
+ *    is the same); descriptors built once per chain and advanced by constants; accumulators
+ *    started by the first wgmma of a chain (scale-d 0) instead of zeroed by moves.
+ * Step j (all 256 threads take every step and its one __syncthreads; a warpgroup does the wgmma
+ * work of the steps j ≤ its diagonal tile):
+ *   (a) wait for scores(j) (executed by both warpgroups: an idle one has nothing pending);
+ *   (b) wait for this thread's copies (B of j+1, x of j), proxy fence, __syncthreads;
+ *   (c) mask and split scores(j); the x chain of j (hi, then lo) into y, waited for at once;
+ *   (d) copies, with only y live: B of j+2 into B buffer j&1 (it held B of j: scores(j) are done
+ *       in every warpgroup, (a) precedes the barrier), x of j+1 into x buffer (j+1)&1 (it held x
+ *       of j−1, whose chain every warpgroup waited for in step j−1), and at the diagonal step the
+ *       warp's z rows into its own C rows (no scores read them any more); commit;
+ *   (e) issue scores(j+1) (if j+1 ≤ the diagonal tile) into the score accumulator.
+ * ptxas notes: a wgmma issued under a condition nested inside the block of another wgmma chain
+ * made ptxas serialize every wgmma of the kernel (C7520); the issue in (e) is a block of its own.
+ * The diagonal x tiles stay for the epilogue's D·x: x of tile j is overwritten only by x of j+2,
+ * and the two diagonal tiles are the last two.
+ * Applies where v6 does (scan_v7_applies: the same layouts, v7's shared memory). */
+struct v7_out_smem {
+    int cs, b0, b1, r, ss_hi, ss_lo, x0, x1, total; /* byte offsets from the 1024-aligned base; total + pad */
+    __host__ __device__ v7_out_smem(int katoms) {
+        const int at = ssmi_wg::kAtomBytes, tn = katoms * at; /* a 64-row K-major tile; an x tile is one atom */
+        cs = 0;
+        b0 = 2 * tn; /* 128 C rows: two 64-row blocks */
+        b1 = b0 + tn;
+        r = b1 + tn; /* the state planes (prologue), then x buffers 0 and 1 (2·at ≤ 2·tn) */
+        ss_hi = r;
+        ss_lo = r + tn;
+        x0 = r;
+        x1 = r + at;
+        total = r + 2 * tn + 1024; /* + room to align the dynamic base */
+    }
+};
+
+#if SSMI_WG_HAVE /* device helpers of v7, only in the passes that compile its body */
+/* The 16-byte copies of a ROWS × 8·C8 tile of T into the swizzled layout (katoms = C8/8): element
+ * (r, c) from src + r·srow + c; rows ≥ nr (or, unless FULLC, columns ≥ nc) are zero-filled. Thread
+ * t copies chunk t % C8 of rows t / C8 + u·STEP: STEP is a multiple of 8 that divides 64, so the
+ * swizzle phase (r & 7) and the chunk are the same for all its pieces and the destination of piece
+ * u is the first one's plus a constant. The caller commits and waits. */
+template <typename T, int C8, int ROWS, bool FULLC>
+__device__ __forceinline__ void v7_tile(unsigned char * dst, const T * src, long long srow, int nr, int nc) {
+    constexpr int STEP = kV4Threads / C8, U = ROWS * C8 / kV4Threads, KAT = C8 / 8;
+    static_assert(STEP % 8 == 0 && 64 % STEP == 0 && U * kV4Threads == ROWS * C8, "v7_tile: piece layout");
+    const int c = (int)threadIdx.x % C8, r0 = (int)threadIdx.x / C8;
+    dst += ssmi_wg::swz_off(r0, c * 8);
+    src += r0 * srow + c * 8;
+    const bool colok = FULLC || c * 8 < nc;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        unsigned char * d = dst + ((u * STEP) >> 6) * KAT * ssmi_wg::kAtomBytes + ((u * STEP) & 63) * 128;
+        if (colok && r0 + u * STEP < nr)
+            cp_async16(d, src + (long long)(u * STEP) * srow);
+        else
+            *reinterpret_cast<uint4 *>(d) = make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
+/* wgmma m64n64k16 SS (A and B K-major) with scale-d from ACC: true adds to the accumulator; false
+ * starts it (scale-d 0), and its operands are outputs only ("=f"), so that the compiler does not
+ * keep the accumulator's old values alive up to the chain (they are the scores of the previous
+ * tile, dead after their split). */
+#define V7_D32_OUT(d)                                                                                              \
+    "=f"(d[0][0]), "=f"(d[0][1]), "=f"(d[0][2]), "=f"(d[0][3]), "=f"(d[1][0]), "=f"(d[1][1]), "=f"(d[1][2]),   \
+        "=f"(d[1][3]), "=f"(d[2][0]), "=f"(d[2][1]), "=f"(d[2][2]), "=f"(d[2][3]), "=f"(d[3][0]), "=f"(d[3][1]), \
+        "=f"(d[3][2]), "=f"(d[3][3]), "=f"(d[4][0]), "=f"(d[4][1]), "=f"(d[4][2]), "=f"(d[4][3]), "=f"(d[5][0]), \
+        "=f"(d[5][1]), "=f"(d[5][2]), "=f"(d[5][3]), "=f"(d[6][0]), "=f"(d[6][1]), "=f"(d[6][2]), "=f"(d[6][3]), \
+        "=f"(d[7][0]), "=f"(d[7][1]), "=f"(d[7][2]), "=f"(d[7][3])
+template <bool BF16, bool ACC> __device__ __forceinline__ void v7_mma_ss(float (&d)[8][4], uint64_t da, uint64_t db) {
+    if constexpr (ACC && BF16)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SSMI_WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                     : SSMI_WG_D32_OPS(d)
+                     : "l"(da), "l"(db), "r"(1));
+    else if constexpr (ACC)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " SSMI_WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                     : SSMI_WG_D32_OPS(d)
+                     : "l"(da), "l"(db), "r"(1));
+    else if constexpr (BF16)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SSMI_WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                     : V7_D32_OUT(d)
+                     : "l"(da), "l"(db), "r"(0));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " SSMI_WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                     : V7_D32_OUT(d)
+                     : "l"(da), "l"(db), "r"(0));
+}
+
+/* d (=, or += when ACC0) A · Bᵀ over K = 64·KA: A the 64 K-major rows at shared address a, B the 64
+ * K-major rows at b. A k-step of 16 is +32 bytes inside an atom, +8 KB to the next atom; the
+ * descriptor's address field is addr >> 4, so a step adds a constant to it (addresses < 256 KB:
+ * no carry out of the 14-bit field). */
+template <bool BF16, int KA, bool ACC0>
+__device__ __forceinline__ void v7_chain_kk(float (&d)[8][4], unsigned a, unsigned b) {
+    const uint64_t da = ssmi_wg::desc_k(a), db = ssmi_wg::desc_k(b);
+#pragma unroll
+    for (int ks = 0; ks < KA * 4; ++ks) {
+        const uint64_t o = (uint64_t)(((ks >> 2) * ssmi_wg::kAtomBytes + (ks & 3) * 32) >> 4);
+        if (ks == 0 && !ACC0)
+            v7_mma_ss<BF16, false>(d, da, db);
+        else
+            v7_mma_ss<BF16, true>(d, da + o, db + o);
+    }
+}
+
+/* The off-diagonal mask of a 16 × 64 score tile (fragment layout): sc(i, j) · r_i · w_j with
+ * r_i = exp(cum_i − cum_iw) (r0, r1: this thread's two rows) and w_j = exp(cum_iw − cum_j)·dt_j
+ * from the warpgroup's table (wc + 8t: this thread's column pair of column block t). */
+__device__ __forceinline__ void v7_mask_off(float (&sc)[8][4], const float * wc, float r0, float r1) {
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+        const float2 w = *reinterpret_cast<const float2 *>(wc + t * 8);
+        sc[t][0] *= r0 * w.x, sc[t][1] *= r0 * w.y, sc[t][2] *= r1 * w.x, sc[t][3] *= r1 * w.y;
+    }
+}
+#endif
+
+template <int MODE, int KA>
+__global__ void __launch_bounds__(kV4Threads, 2) fast_output_kernel_v7(const m2_fast_args A) {
+#if SSMI_WG_HAVE
+    typedef typename cfg<MODE>::T T;
+    constexpr bool BF = MODE == M_BF16;
+    constexpr int  C8 = KA * 8; /* 16-byte chunks of a C, B or state row */
+    constexpr int  AT = ssmi_wg::kAtomBytes;
+    __shared__ __align__(16) float dts[kScanQ];
+    __shared__ __align__(16) float cums[kScanQ];
+    __shared__ __align__(16) float ds[kFT];
+    __shared__ __align__(16) float wcol[2][kScanQ]; /* per warpgroup: exp(cum_iw − cum_j)·dt_j, j < iw */
+    __shared__ __align__(16) float rrow[kV4Rows];   /* per row i0 + r: exp(cum_i − cum_iw) (0 past the chunk) */
+    extern __shared__ __align__(1024) unsigned char smem7[];
+    /* the swizzle pattern is a function of address bits 4-9: align the base at run time */
+    const unsigned  raw = smem_addr(smem7);
+    unsigned char * sm = smem7 + (((raw + 1023u) & ~1023u) - raw);
+    const unsigned  sb = smem_addr(sm);
+    const v7_out_smem L(KA);
+
+    const unsigned  blk = blockIdx.x;
+    const unsigned  nz = (unsigned)(kV4ITiles * A.n_ptiles);
+    const unsigned  whu = blk / nz;
+    const int       z = (int)(blk - whu * nz);
+    const int       w = (int)(whu / (unsigned)A.H), h = (int)(whu - (unsigned)w * (unsigned)A.H);
+    const long long wh = whu;
+    const int       i0 = (z / A.n_ptiles) * kV4Rows, p0 = (z % A.n_ptiles) * kFT;
+    const m2_chunk  ch = A.chunks[w];
+    if (i0 >= ch.len) return; /* uniform over the block */
+    const int  tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const int  wg = warp >> 2;       /* warpgroup: rows i0 + 64·wg ..                  */
+    const int  wq = warp & 3;        /* the warp's 16-row slice within its warpgroup   */
+    const int  iw = i0 + wg * kFT;   /* start of this warpgroup's 64-row tile          */
+    const bool active = iw < ch.len; /* warpgroup-uniform (wgmma needs all 128 threads) */
+    const int  mydg = iw / kFT;      /* this warpgroup's diagonal token tile           */
+    const int  g = h / (A.H / A.G);
+    const int  nlen = min(ch.len, i0 + kV4Rows);
+    const int  ntiles = (i0 + kFT < ch.len ? i0 + kFT : i0) / kFT + 1;
+    const bool zstage = A.has_z != 0; /* the host asks for z in 16-byte rows (vz16) */
+    const T *  bsrc = (const T *)A.b.p + ch.b * A.b.s[0] + g * A.b.s[2] + ch.t0 * A.b.s[1];
+    const T *  xsrc = (const T *)A.x.p + ch.b * A.x.s[0] + h * A.x.s[2] + p0 * A.x.s[3] + ch.t0 * A.x.s[1];
+    const unsigned c_wg = sb + (unsigned)(L.cs + wg * KA * AT); /* this warpgroup's C rows */
+    {
+        const float * dd = A.dtc + wh * 2 * kScanQ;
+        for (int i = tid; i < kScanQ; i += kV4Threads) {
+            dts[i] = i < nlen ? dd[i] : 0.0f;
+            cums[i] = i < nlen ? dd[kScanQ + i] : 0.0f;
+        }
+        for (int k = tid; k < kFT; k += kV4Threads) {
+            const int p = p0 + k;
+            ds[k] = A.has_d && p < A.P ? ssmi_cu_ld(A.d.p, A.d.dtype, h * A.d.s[0] + (A.d_2d ? p * A.d.s[1] : 0))
+                                       : 0.0f;
+        }
+    }
+
+    /* group 0: the C rows, the split entering state (hi and lo planes) and B of token tile 0;
+     * group 1: B of token tile 1 */
+    v7_tile<T, C8, kV4Rows, true>(sm + L.cs,
+                                  (const T *)A.c.p + ch.b * A.c.s[0] + (ch.t0 + i0) * A.c.s[1] + g * A.c.s[2],
+                                  A.c.s[1], ch.len - i0, 0);
+    {
+        const T * sp = (const T *)A.split + wh * 2 * A.P * A.N + (long long)p0 * A.N;
+        v7_tile<T, C8, kFT, true>(sm + L.ss_hi, sp, A.N, A.P - p0, 0);
+        v7_tile<T, C8, kFT, true>(sm + L.ss_lo, sp + (long long)A.P * A.N, A.N, A.P - p0, 0);
+    }
+    v7_tile<T, C8, kFT, true>(sm + L.b0, bsrc, A.b.s[1], ch.len, 0);
+    cp_async_commit();
+    if (ntiles > 1) v7_tile<T, C8, kFT, true>(sm + L.b1, bsrc + kFT * A.b.s[1], A.b.s[1], ch.len - kFT, 0);
+    cp_async_commit();
+    cp_async_wait_group<1>();
+    ssmi_wg::fence_proxy_async(); /* this thread's copies and zero stores, seen by the async proxy */
+    __syncthreads();
+
+    /* y (64 rows x 64 p per warpgroup) = C · S_inᵀ (hi, then lo); scores(0) follow at once */
+    float    y[8][4], sc[8][4];
+    uint32_t ah[4][4], al[4][4];
+    if (active) {
+        /* the column and row factors of the off-diagonal tiles (read after the barrier below; not
+         * while the products fly: this loop diverges), both ≤ 1: exp(cum_iw − cum_j)·dt_j for
+         * j < iw and exp(cum_i − cum_iw) for the warpgroup's rows */
+        const float cw = cums[iw];
+        for (int j = tid & 127; j < iw; j += 128) wcol[wg][j] = v5_exp2((cw - cums[j]) * kLog2e) * dts[j];
+        if ((tid & 127) < kFT) {
+            const int i = iw + (tid & 127);
+            rrow[i - i0] = i < nlen ? v5_exp2((cums[i] - cw) * kLog2e) : 0.0f;
+        }
+        ssmi_wg::fence();
+        v7_chain_kk<BF, KA, false>(y, c_wg, sb + L.ss_hi);
+        if (kFastSplit) v7_chain_kk<BF, KA, true>(y, c_wg, sb + L.ss_lo);
+        v7_chain_kk<BF, KA, false>(sc, c_wg, sb + L.b0);
+        ssmi_wg::commit();
+    }
+    ssmi_wg::wait<0>(); /* C · S_inᵀ and scores(0) (nothing pending in an idle warpgroup) */
+    ssmi_wg::keep(y);
+    ssmi_wg::keep(sc);
+    /* this thread's first row, relative to i0 (the second is 8 further); cums is 0 past the
+     * chunk, as v6's mask expects of rows there */
+    const int rl0 = wg * kFT + wq * 16 + (lane >> 2);
+    {
+        const int   ri0 = i0 + rl0, ri1 = ri0 + 8;
+        const float e0 = ri0 < nlen ? expf(cums[ri0]) : 0.0f, e1 = ri1 < nlen ? expf(cums[ri1]) : 0.0f;
+#pragma unroll
+        for (int t = 0; t < 8; ++t) y[t][0] *= e0, y[t][1] *= e0, y[t][2] *= e1, y[t][3] *= e1;
+    }
+    __syncthreads(); /* every C · S_inᵀ is done: the state region becomes the x buffers */
+    v7_tile<T, 8, kFT, false>(sm + L.x0, xsrc, A.x.s[1], ch.len, A.P - p0);
+    cp_async_commit();
+
+#pragma unroll 1
+    for (int jt = 0; jt < ntiles; ++jt) {
+        /* (a) */
+        ssmi_wg::wait<0>();
+        ssmi_wg::keep(sc);
+        /* (b) */
+        cp_async_wait_group<0>(); /* B of jt+1 and x of jt, of this thread */
+        ssmi_wg::fence_proxy_async();
+        __syncthreads();
+        const bool mine = active && jt <= mydg;
+        /* (c) mask, split, y += split(scores) · x (tokens x p: A from registers, x MN-major) */
+        if (mine) {
+            const int jb = jt * kFT + 2 * (lane & 3);
+            if (jt == mydg)
+                v5_mask<true>(sc, cums, dts, jb, i0 + rl0, i0 + rl0 + 8, cums[i0 + rl0], cums[i0 + rl0 + 8]);
+            else
+                v7_mask_off(sc, &wcol[wg][jb], rrow[rl0], rrow[rl0 + 8]);
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks) {
+                split2<MODE>(sc[2 * ks][0], sc[2 * ks][1], ah[ks][0], al[ks][0]);
+                split2<MODE>(sc[2 * ks][2], sc[2 * ks][3], ah[ks][1], al[ks][1]);
+                split2<MODE>(sc[2 * ks + 1][0], sc[2 * ks + 1][1], ah[ks][2], al[ks][2]);
+                split2<MODE>(sc[2 * ks + 1][2], sc[2 * ks + 1][3], ah[ks][3], al[ks][3]);
+            }
+            ssmi_wg::fence(); /* ah/al and y (scaled) were written by ordinary instructions */
+            const uint64_t dx = ssmi_wg::desc_mn(sb + (unsigned)((jt & 1) ? L.x1 : L.x0));
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks) ssmi_wg::mma_rs<BF, 1>(y, ah[ks], dx + (uint64_t)(ks * 2048 >> 4));
+            if (kFastSplit) {
+#pragma unroll
+                for (int ks = 0; ks < 4; ++ks) ssmi_wg::mma_rs<BF, 1>(y, al[ks], dx + (uint64_t)(ks * 2048 >> 4));
+            }
+            ssmi_wg::commit();
+            ssmi_wg::wait<0>();
+            ssmi_wg::keep(y);
+#pragma unroll
+            for (int ks = 0; ks < 4; ++ks) ssmi_wg::keep(ah[ks]), ssmi_wg::keep(al[ks]);
+        }
+        /* (d) copies, with only y live (after the x chain, before the next scores) */
+        if (jt + 2 < ntiles)
+            v7_tile<T, C8, kFT, true>(sm + ((jt & 1) ? L.b1 : L.b0), bsrc + (long long)(jt + 2) * kFT * A.b.s[1],
+                                      A.b.s[1], ch.len - (jt + 2) * kFT, 0);
+        if (jt + 1 < ntiles)
+            v7_tile<T, 8, kFT, false>(sm + (((jt + 1) & 1) ? L.x1 : L.x0), xsrc + (long long)(jt + 1) * kFT * A.x.s[1],
+                                      A.x.s[1], ch.len - (jt + 1) * kFT, A.P - p0);
+        if (mine && jt == mydg && zstage) {
+            /* the warpgroup's C rows are no longer read (scores(mydg) are done in all its warps:
+             * (a) precedes the barrier, and no later scores are issued): each warp's 16 z rows
+             * (64 p) go into its own C rows */
+            const T * zsrc = (const T *)A.z.p + ch.b * A.z.s[0] + h * A.z.s[2] + p0;
+#pragma unroll
+            for (int u = 0; u < 4; ++u) {
+                const int       v = lane + 32 * u, r = v >> 3, c = (v & 7) * 8, row = iw + wq * 16 + r;
+                unsigned char * d = sm + L.cs + wg * KA * AT + ssmi_wg::swz_off(wq * 16 + r, c);
+                if (row < ch.len && p0 + c < A.P)
+                    cp_async16(d, zsrc + (ch.t0 + row) * A.z.s[1] + c);
+                else
+                    *reinterpret_cast<uint4 *>(d) = make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
+        cp_async_commit(); /* possibly empty: one group per step */
+        /* (e) scores(jt+1) = C · B_{jt+1}ᵀ, in flight through the next step's barrier */
+        if (active && jt < mydg) {
+            ssmi_wg::fence(); /* sc was read by the split */
+            v7_chain_kk<BF, KA, false>(sc, c_wg, sb + (((jt + 1) & 1) ? L.b1 : L.b0));
+            ssmi_wg::commit();
+        }
+    }
+    ssmi_wg::wait<0>(); /* the last x chain (nothing pending in an idle warpgroup) */
+    ssmi_wg::keep(y);
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) ssmi_wg::keep(ah[ks]), ssmi_wg::keep(al[ks]);
+    if (!active) return; /* no barrier follows */
+
+    /* epilogue (v6's): + D·x (the warpgroup's diagonal x tile), the z gate, stores of pairs */
+    const unsigned char * xd = sm + ((mydg & 1) ? L.x1 : L.x0);
+    const unsigned char * zb = sm + L.cs + wg * KA * AT;
+    const long long       tb = ch.t0 + iw;
+    cp_async_wait_group<0>();
+    __syncwarp(); /* the warp's z rows, copied by its lanes, are visible to all of them */
+    const int  osz = A.out_dtype == SSM_DTYPE_F32 ? 4 : 2;
+    const bool has_z = A.has_z;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int r16 = (lane >> 2) + half * 8, ii = wq * 16 + r16;
+        if (iw + ii >= ch.len) continue;
+        char * orow = (char *)A.out + (ch.b * A.os[0] + (tb + ii) * A.os[1] + h * A.os[2] + p0) * osz;
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+            const int pl = t * 8 + 2 * (lane & 3);
+            if (p0 + pl >= A.P) break;
+            const float2 xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(xd + ssmi_wg::swz_off(ii, pl)));
+            const float2 dv = *reinterpret_cast<const float2 *>(ds + pl);
+            float        v0 = y[t][2 * half] + dv.x * xv.x, v1 = y[t][2 * half + 1] + dv.y * xv.y;
+            if (has_z) {
+                const float2 zz = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(zb + ssmi_wg::swz_off(ii, pl)));
+                v0 *= v5_silu(zz.x);
+                v1 *= v5_silu(zz.y);
+            }
+            if (osz == 4)
+                *reinterpret_cast<float2 *>(orow + pl * 4) = make_float2(v0, v1);
+            else
+                *reinterpret_cast<uint32_t *>(orow + pl * 2) = t2<MODE>::pack(v0, v1);
+        }
+    }
+#else
+    (void)A; /* no sm_90a code in this pass: never launched (scan_v7_applies) */
+#endif
+}
 #endif /* SSMI_CUDA_WGMMA */
 
 /* ---- v6 of the state kernel (Hopper wgmma, sm_90a) -----------------------------------------------
@@ -2842,6 +3198,24 @@ template <int MODE> ssm_status launch_state_v6(ssm_context * ctx, const char * o
 }
 #endif
 
+#if SSMI_CUDA_WGMMA
+/* fast_output_kernel_v7 on v5's grid (the caller checked scan_v7_applies). */
+template <int MODE> ssm_status launch_fast_v7(ssm_context * ctx, const char * op, const m2_fast_args & A, long long W) {
+    const cudaStream_t s = ssmi_cuda_stream(ctx);
+    const long long    blocks = W * A.H * (long long)kV4ITiles * A.n_ptiles;
+    SSM_RETURN_IF(blocks > INT32_MAX, ctx, SSM_STATUS_UNSUPPORTED, "%s: %lld blocks exceed the CUDA backend's grid limit",
+                  op, blocks);
+    const v7_out_smem L(A.N >> 6);
+    void (*kernel)(const m2_fast_args) = A.N == 128 ? fast_output_kernel_v7<MODE, 2> : fast_output_kernel_v7<MODE, 1>;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
+        ctx, op, "cudaFuncSetAttribute",
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total)));
+    kernel<<<(unsigned)blocks, kV4Threads, (size_t)L.total, s>>>(A);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_output_kernel_v7 launch");
+    return SSM_STATUS_OK;
+}
+#endif
+
 /* ---- state kernel version of the scan (v5 / v6) -------------------------------------------------
  * fast_state_kernel_v6 (default since its first H200 run, 2026-11-30: every test case, sanitizers
  * clean, 130 -> 113 us at the shape of record) runs where v5's state kernel would run
@@ -2885,6 +3259,8 @@ ssm_status run_fast(ssm_context * ctx, const char * op, int mode, const m2_fast_
 #if SSMI_CUDA_WGMMA
     if (version == 6 && output)
         return mode == M_F16 ? launch_fast_v6<M_F16>(ctx, op, A, W) : launch_fast_v6<M_BF16>(ctx, op, A, W);
+    if (version == 7 && output) /* v7: v5's state kernel and pass with the v7 output kernel */
+        return mode == M_F16 ? launch_fast_v7<M_F16>(ctx, op, A, W) : launch_fast_v7<M_BF16>(ctx, op, A, W);
 #endif
     if (version >= 4)
         return mode == M_F16 ? launch_fast_v4<M_F16>(ctx, op, A, W, output, version >= 5)
@@ -2903,6 +3279,7 @@ int scan_kernel_version() {
     if (e != NULL && (strcmp(e, "v3") == 0 || strcmp(e, "3") == 0)) return 3;
     if (e != NULL && (strcmp(e, "v4") == 0 || strcmp(e, "4") == 0)) return 4;
     if (e != NULL && (strcmp(e, "v5") == 0 || strcmp(e, "5") == 0)) return 5;
+    if (e != NULL && (strcmp(e, "v7") == 0 || strcmp(e, "7") == 0)) return 7; /* on trial */
     return 6;
 }
 
@@ -2928,6 +3305,22 @@ ssm_status scan_v6_applies(ssm_context * ctx, const char * op, const m2_fast_arg
     *ok = major == 9 && minor == 0 && need <= (size_t)optin;
 #else
     (void)ctx, (void)op, (void)A;
+#endif
+    return SSM_STATUS_OK;
+}
+
+/* *ok = 1 when fast_output_kernel_v7 can run this scan: where v6 can (the same layouts) and its
+ * shared memory (three x buffers and the column-weight tables more than v6) fits. */
+ssm_status scan_v7_applies(ssm_context * ctx, const char * op, const m2_fast_args & A, int * ok) {
+    SSM_FORWARD_IF_ERROR(scan_v6_applies(ctx, op, A, ok));
+#if SSMI_CUDA_WGMMA
+    if (!*ok) return SSM_STATUS_OK;
+    int dev = 0, optin = 0;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaGetDevice", cudaGetDevice(&dev)));
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
+                                          cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)));
+    const size_t need = (size_t)v7_out_smem(A.N >> 6).total + sizeof(float) * (4 * kScanQ + kFT + kV4Rows);
+    *ok = need <= (size_t)optin;
 #endif
     return SSM_STATUS_OK;
 }
@@ -2999,6 +3392,11 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
         fa.dtc = (float *)(ws + l.dtc);
         /* v5's and v6's output kernels read the entering states split by state_pass_kernel_v5 */
         if (out_version >= 5 && scan_splits_states(a, d)) fa.split = ws + l.split;
+        if (out_version == 7) {
+            int ok7 = 0;
+            SSM_FORWARD_IF_ERROR(scan_v7_applies(ctx, op, fa, &ok7));
+            if (!ok7) out_version = 6; /* v6's rule, then v5 */
+        }
         if (out_version == 6) {
             int ok6 = 0;
             SSM_FORWARD_IF_ERROR(scan_v6_applies(ctx, op, fa, &ok6));
