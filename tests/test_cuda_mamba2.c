@@ -9,10 +9,10 @@
  * Every scan case runs the v5 kernels against the reference, then the v4 kernels
  * (SSMOPS_CUDA_SCAN_KERNEL=v4, read by the library on every call) against the reference, then
  * the v3 kernels, which must give v4's bytes: v4 reorders v3's loads, not the arithmetic (v5
- * rounds the decay factors differently), then v6 (the default; SSMOPS_CUDA_SCAN_KERNEL=v6: the wgmma output
+ * rounds the decay factors differently), then v6 (SSMOPS_CUDA_SCAN_KERNEL=v6: the wgmma output
  * kernel where it applies, else v5; with the default v6 state kernel) against the reference, then
  * v5's state kernel (SSMOPS_CUDA_SCAN_STATE=v5) with the v6 output kernel, then v7
- * (SSMOPS_CUDA_SCAN_KERNEL=v7: the pipelined wgmma output kernel, else v6's rule); the v5/v4/v3
+ * (the default; SSMOPS_CUDA_SCAN_KERNEL=v7: the pipelined wgmma output kernel, else v6's rule); the v5/v4/v3
  * passes run v5's state kernel; extra cases hit v6's layouts (N = 64 / 128, P = 64 / 72, partial
  * token tiles) and v7's pipeline (1 to 4 token tiles per row tile, an idle second warpgroup). Extra cases cover the 128-row tiles' edges (chunk
  * lengths around 64, 128, 192, 256) and P/N off every tile (P=72 N=136, N=20).
@@ -80,7 +80,7 @@ static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan
 
     ssm_context * ctx = o->use_auto ? ctx_auto : ctx_cuda;
     setenv("SSMOPS_CUDA_SCAN_KERNEL", "v5", 1);
-    setenv("SSMOPS_CUDA_SCAN_STATE", "v5", 1); /* v5's state kernel until the v6 (default) pass */
+    setenv("SSMOPS_CUDA_SCAN_STATE", "v5", 1); /* v5's state kernel until the v6 pass */
     void *        ws = NULL;
     size_t        ws_bytes = 0;
     if (o->workspace) {
@@ -164,7 +164,7 @@ static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan
     for (int i = 9; i <= 10; ++i)
         if (dv[i].mem) TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dv[i].mem, hin[i]->buf, hin[i]->bytes), SSM_STATUS_OK);
     setenv("SSMOPS_CUDA_SCAN_KERNEL", "v6", 1);
-    unsetenv("SSMOPS_CUDA_SCAN_STATE"); /* the default pipeline: v6 state kernel + v6 output kernel */
+    unsetenv("SSMOPS_CUDA_SCAN_STATE"); /* the v6 state kernel (the default) */
     st = ssm_mamba2_scan(ctx, &p, &da, ws, ws_bytes);
     setenv("SSMOPS_CUDA_SCAN_KERNEL", "v5", 1);
     setenv("SSMOPS_CUDA_SCAN_STATE", "v5", 1);
@@ -178,7 +178,7 @@ static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan
         ssmt_check_bar_rounded(label, &pr.final_states.t, &rfin.t, cfg->dtype);
     }
     /* v5's state kernel (SSMOPS_CUDA_SCAN_STATE=v5) with the v6 output kernel, against the
-     * reference (the default pairs the v6 output kernel with the v6 state kernel: the v6 pass) */
+     * reference (the v6 and v7 passes run the default v6 state kernel) */
     ssmt_poison(&pr.out.t);
     if (pr.final_states.t.data) ssmt_poison(&pr.final_states.t);
     for (int i = 9; i <= 10; ++i)

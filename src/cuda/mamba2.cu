@@ -3268,19 +3268,21 @@ ssm_status run_fast(ssm_context * ctx, const char * op, int mode, const m2_fast_
     return mode == M_F16 ? launch_fast<M_F16>(ctx, op, A, W, output) : launch_fast<M_BF16>(ctx, op, A, W, output);
 }
 
-/* ---- kernel version of the scan (v3 / v4 / v5 / v6) ---------------------------------------------
- * A diagnostic knob, like the other CUDA families': SSMOPS_CUDA_SCAN_KERNEL=v3, v4 or v5 selects
- * those kernels, anything else (or unset) v6; read on every call (getenv is cheap next to a scan).
- * v6 (the wgmma output kernel; default since its first H200 runs of 2026-11-30: every test case,
- * memcheck/racecheck clean, 0.609 -> 0.543 ms at the shape of record) runs only where
- * scan_v6_applies; elsewhere v6 means v5. */
+/* ---- kernel version of the scan (v3 / v4 / v5 / v6 / v7) ----------------------------------------
+ * A diagnostic knob, like the other CUDA families': SSMOPS_CUDA_SCAN_KERNEL=v3, v4, v5 or v6 selects
+ * those kernels, anything else (or unset) v7; read on every call (getenv is cheap next to a scan).
+ * v6 (the wgmma output kernel) and v7 (v6 with the next tile's scores in flight, the factored
+ * off-diagonal decay and constant-stride copies) run only where scan_v6_applies / scan_v7_applies;
+ * elsewhere v7 means v6's rule, and v6 means v5. Defaults after their H200 runs of 2026-11-30
+ * (every test case, memcheck/racecheck clean): v6 0.609 -> 0.543 ms, v7 0.524 -> 0.494 ms at the
+ * shape of record. */
 int scan_kernel_version() {
     const char * e = getenv("SSMOPS_CUDA_SCAN_KERNEL");
     if (e != NULL && (strcmp(e, "v3") == 0 || strcmp(e, "3") == 0)) return 3;
     if (e != NULL && (strcmp(e, "v4") == 0 || strcmp(e, "4") == 0)) return 4;
     if (e != NULL && (strcmp(e, "v5") == 0 || strcmp(e, "5") == 0)) return 5;
-    if (e != NULL && (strcmp(e, "v7") == 0 || strcmp(e, "7") == 0)) return 7; /* on trial */
-    return 6;
+    if (e != NULL && (strcmp(e, "v6") == 0 || strcmp(e, "6") == 0)) return 6;
+    return 7;
 }
 
 /* *ok = 1 when fast_output_kernel_v6 can run this scan: a build with sm_90a code, an sm_90 device,
