@@ -2339,6 +2339,7 @@ __global__ void __launch_bounds__(kV4Threads, 2) fast_output_kernel_v6(const m2_
     }
 #else
     (void)A; /* no sm_90a code in this pass: never launched (scan_v6_applies) */
+    __trap(); /* a wrong image choice fails loudly instead of leaving the outputs unwritten */
 #endif
 }
 /* ---- v7 of the output kernel (Hopper wgmma, sm_90a) ---------------------------------------------
@@ -2694,6 +2695,7 @@ __global__ void __launch_bounds__(kV4Threads, 2) fast_output_kernel_v7(const m2_
     }
 #else
     (void)A; /* no sm_90a code in this pass: never launched (scan_v7_applies) */
+    __trap(); /* a wrong image choice fails loudly instead of leaving the outputs unwritten */
 #endif
 }
 #endif /* SSMI_CUDA_WGMMA */
@@ -2869,6 +2871,7 @@ __global__ void __launch_bounds__(kV4Threads, SSMI_M2_STATE_MINB) fast_state_ker
     }
 #else
     (void)A; /* no sm_90a code in this pass: never launched (state_v6_applies) */
+    __trap(); /* a wrong image choice fails loudly instead of leaving the outputs unwritten */
 #endif
 }
 #endif /* SSMI_CUDA_WGMMA */
