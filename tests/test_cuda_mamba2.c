@@ -6,15 +6,13 @@
  * and permuted layouts, NaN-poisoned outputs, identical bytes across two runs, a caller
  * workspace, index tensors in host and device memory, AUTO dispatch from device tensors,
  * device-rule errors, and chunk_state on the CANN layout at the CANN shape.
- * Every scan case runs the v5 kernels against the reference, then the v4 kernels
- * (SSMOPS_CUDA_SCAN_KERNEL=v4, read by the library on every call) against the reference, then
- * the v3 kernels, which must give v4's bytes: v4 reorders v3's loads, not the arithmetic (v5
- * rounds the decay factors differently), then v6 (SSMOPS_CUDA_SCAN_KERNEL=v6: the wgmma output
- * kernel where it applies, else v5; with the default v6 state kernel) against the reference, then
- * v5's state kernel (SSMOPS_CUDA_SCAN_STATE=v5) with the v6 output kernel, then v7
- * (the default; SSMOPS_CUDA_SCAN_KERNEL=v7: the pipelined wgmma output kernel, else v6's rule); the v5/v4/v3
- * passes run v5's state kernel; extra cases hit v6's layouts (N = 64 / 128, P = 64 / 72, partial
- * token tiles) and v7's pipeline (1 to 4 token tiles per row tile, an idle second warpgroup). Extra cases cover the 128-row tiles' edges (chunk
+ * Every scan case runs, each on re-poisoned outputs against the reference (scan_pass; the kernel
+ * knobs SSMOPS_CUDA_SCAN_KERNEL / SSMOPS_CUDA_SCAN_STATE are read by the library on every call):
+ * v5 twice (the same bytes both times), v3 (the first tensor-core state, pass and output kernels), v6 (the
+ * wgmma output kernel where it applies, else v5) with the default v6 state kernel, v6 with v5's
+ * state kernel, and the defaults (v7: the pipelined wgmma output kernel, else v6's rule). Extra
+ * cases hit v6's layouts (N = 64 / 128, P = 64 / 72, partial token tiles) and v7's pipeline (1 to 4
+ * token tiles per row tile, an idle second warpgroup). Extra cases cover the 128-row tiles' edges (chunk
  * lengths around 64, 128, 192, 256) and P/N off every tile (P=72 N=136, N=20).
  * f16/bf16 outputs are measured against the reference rounded to their dtype (ssmt_check_bar_rounded).
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
@@ -38,6 +36,60 @@ typedef struct scan_opts {
     int     workspace;    /* caller workspace instead of the stream allocator     */
     int     use_auto;     /* AUTO backend: dispatch from the device tensors       */
 } scan_opts;
+
+/* One scan problem on the device, as every kernel-version pass of test_scan runs it. */
+typedef struct scan_run {
+    ssm_context *                ctx;
+    const ssm_mamba2_params *    p;
+    const ssm_mamba2_scan_args * da; /* device views */
+    void *                       ws;
+    size_t                       ws_bytes;
+    ssmt_mamba2_problem *        pr; /* host copies of out and final_states */
+    ssmt_dev *                   out_dev;
+    ssmt_dev *                   fin_dev;
+    const ssmt_host *            rout; /* float64 reference */
+    const ssmt_host *            rfin;
+    ssm_dtype                    dtype;
+    const char *                 tag;
+} scan_run;
+
+/* name = value, or unset (the library's default) when value is NULL */
+static void set_knob(const char * name, const char * value) {
+    if (value != NULL)
+        setenv(name, value, 1);
+    else
+        unsetenv(name);
+}
+
+/* Outputs NaN-poisoned on the host and the device, one scan under SSMOPS_CUDA_SCAN_KERNEL = kernel
+ * and SSMOPS_CUDA_SCAN_STATE = state (NULL: unset; both read by the library on every call), the
+ * outputs copied back and checked against the reference ("scan[tag name] out"). */
+static void scan_pass(const scan_run * r, const char * name, const char * kernel, const char * state) {
+    ssmt_mamba2_problem * pr = r->pr;
+    ssmt_poison(&pr->out.t);
+    if (pr->final_states.t.data) ssmt_poison(&pr->final_states.t);
+    if (r->out_dev->mem)
+        TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, r->out_dev->mem, pr->out.buf, pr->out.bytes), SSM_STATUS_OK);
+    if (r->fin_dev->mem)
+        TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, r->fin_dev->mem, pr->final_states.buf, pr->final_states.bytes),
+                          SSM_STATUS_OK);
+    set_knob("SSMOPS_CUDA_SCAN_KERNEL", kernel);
+    set_knob("SSMOPS_CUDA_SCAN_STATE", state);
+    const ssm_status st = ssm_mamba2_scan(r->ctx, r->p, r->da, r->ws, r->ws_bytes);
+    set_knob("SSMOPS_CUDA_SCAN_KERNEL", NULL);
+    set_knob("SSMOPS_CUDA_SCAN_STATE", NULL);
+    TEST_CHECK(st == SSM_STATUS_OK, "%s: %s scan %s (%s)", r->tag, name, ssm_status_string(st),
+               ssm_context_last_error(r->ctx));
+    ssmt_to_host(&pr->out, r->out_dev);
+    ssmt_to_host(&pr->final_states, r->fin_dev);
+    char label[256];
+    snprintf(label, sizeof label, "scan[%s %s] out", r->tag, name);
+    ssmt_check_bar_rounded(label, &pr->out.t, &r->rout->t, r->dtype);
+    if (pr->final_states.t.data) {
+        snprintf(label, sizeof label, "scan[%s %s] final_states", r->tag, name);
+        ssmt_check_bar_rounded(label, &pr->final_states.t, &r->rfin->t, r->dtype);
+    }
+}
 
 static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan_opts * o, const char * tag) {
     ssmt_mamba2_problem pr;
@@ -79,143 +131,28 @@ static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan
         if (dv[i].mem != NULL) *slot[i] = dv[i].view;
 
     ssm_context * ctx = o->use_auto ? ctx_auto : ctx_cuda;
-    setenv("SSMOPS_CUDA_SCAN_KERNEL", "v5", 1);
-    setenv("SSMOPS_CUDA_SCAN_STATE", "v5", 1); /* v5's state kernel until the v6 pass */
-    void *        ws = NULL;
-    size_t        ws_bytes = 0;
+    set_knob("SSMOPS_CUDA_SCAN_KERNEL", "v5");
+    set_knob("SSMOPS_CUDA_SCAN_STATE", "v5");
+    void * ws = NULL;
+    size_t ws_bytes = 0;
     if (o->workspace) {
         TEST_CHECK_STATUS(ssm_mamba2_scan_workspace_size(ctx, &p, &da, &ws_bytes), SSM_STATUS_OK);
         TEST_CHECK_STATUS(ssm_cuda_malloc(NULL, &ws, ws_bytes), SSM_STATUS_OK);
     }
-    ssm_status st = ssm_mamba2_scan(ctx, &p, &da, ws, ws_bytes);
-    TEST_CHECK(st == SSM_STATUS_OK, "%s: scan %s (%s)", tag, ssm_status_string(st), ssm_context_last_error(ctx));
-    ssmt_to_host(&pr.out, &dv[9]);
-    ssmt_to_host(&pr.final_states, &dv[10]);
-    char label[256];
-    snprintf(label, sizeof label, "scan[%s] out", tag);
-    ssmt_check_bar_rounded(label, &pr.out.t, &rout.t, cfg->dtype);
-    if (pr.final_states.t.data) {
-        snprintf(label, sizeof label, "scan[%s] final_states", tag);
-        ssmt_check_bar_rounded(label, &pr.final_states.t, &rfin.t, cfg->dtype);
-    }
+    const scan_run r = {ctx, &p, &da, ws, ws_bytes, &pr, &dv[9], &dv[10], &rout, &rfin, cfg->dtype, tag};
+    scan_pass(&r, "v5", "v5", "v5");
     /* a second run on re-poisoned outputs gives the same bytes */
     void * first_out = ssmt_snapshot(&pr.out);
     void * first_fin = pr.final_states.t.data ? ssmt_snapshot(&pr.final_states) : NULL;
-    ssmt_poison(&pr.out.t);
-    if (pr.final_states.t.data) ssmt_poison(&pr.final_states.t);
-    for (int i = 9; i <= 10; ++i)
-        if (dv[i].mem) TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dv[i].mem, hin[i]->buf, hin[i]->bytes), SSM_STATUS_OK);
-    st = ssm_mamba2_scan(ctx, &p, &da, ws, ws_bytes);
-    TEST_CHECK(st == SSM_STATUS_OK, "%s: second scan %s (%s)", tag, ssm_status_string(st), ssm_context_last_error(ctx));
-    ssmt_to_host(&pr.out, &dv[9]);
-    ssmt_to_host(&pr.final_states, &dv[10]);
+    scan_pass(&r, "v5 again", "v5", "v5");
     TEST_CHECK(ssmt_unchanged(&pr.out, first_out), "%s: out differs between two runs", tag);
     if (first_fin) TEST_CHECK(ssmt_unchanged(&pr.final_states, first_fin), "%s: final_states differ between runs", tag);
     free(first_out);
     free(first_fin);
-    /* v4's kernels (v5 differs only by the rounding of the decay factors): against the
-     * reference, then v3's on re-poisoned outputs must give v4's bytes */
-    ssmt_poison(&pr.out.t);
-    if (pr.final_states.t.data) ssmt_poison(&pr.final_states.t);
-    for (int i = 9; i <= 10; ++i)
-        if (dv[i].mem) TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dv[i].mem, hin[i]->buf, hin[i]->bytes), SSM_STATUS_OK);
-    setenv("SSMOPS_CUDA_SCAN_KERNEL", "v4", 1);
-    st = ssm_mamba2_scan(ctx, &p, &da, ws, ws_bytes);
-    TEST_CHECK(st == SSM_STATUS_OK, "%s: v4 scan %s (%s)", tag, ssm_status_string(st), ssm_context_last_error(ctx));
-    ssmt_to_host(&pr.out, &dv[9]);
-    ssmt_to_host(&pr.final_states, &dv[10]);
-    snprintf(label, sizeof label, "scan[%s v4] out", tag);
-    ssmt_check_bar_rounded(label, &pr.out.t, &rout.t, cfg->dtype);
-    if (pr.final_states.t.data) {
-        snprintf(label, sizeof label, "scan[%s v4] final_states", tag);
-        ssmt_check_bar_rounded(label, &pr.final_states.t, &rfin.t, cfg->dtype);
-    }
-    first_out = ssmt_snapshot(&pr.out);
-    first_fin = pr.final_states.t.data ? ssmt_snapshot(&pr.final_states) : NULL;
-    ssmt_host v4_out = ssmt_clone(&pr.out.t, SSM_DTYPE_F64);
-    ssmt_host v4_fin = pr.final_states.t.data ? ssmt_clone(&pr.final_states.t, SSM_DTYPE_F64) : (ssmt_host){0};
-    ssmt_poison(&pr.out.t);
-    if (pr.final_states.t.data) ssmt_poison(&pr.final_states.t);
-    for (int i = 9; i <= 10; ++i)
-        if (dv[i].mem) TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dv[i].mem, hin[i]->buf, hin[i]->bytes), SSM_STATUS_OK);
-    setenv("SSMOPS_CUDA_SCAN_KERNEL", "v3", 1);
-    st = ssm_mamba2_scan(ctx, &p, &da, ws, ws_bytes);
-    setenv("SSMOPS_CUDA_SCAN_KERNEL", "v5", 1);
-    TEST_CHECK(st == SSM_STATUS_OK, "%s: v3 scan %s (%s)", tag, ssm_status_string(st), ssm_context_last_error(ctx));
-    ssmt_to_host(&pr.out, &dv[9]);
-    ssmt_to_host(&pr.final_states, &dv[10]);
-    if (!ssmt_unchanged(&pr.out, first_out)) {
-        const ssmt_cmp c = ssmt_compare(&pr.out.t, &v4_out.t);
-        TEST_CHECK(0, "%s: v3 and v4 out differ (v3 vs v4: rel_rms %.3g max_rel %.3g, %lld non-finite)", tag,
-                   c.rel_rms, c.max_rel, (long long)c.nonfinite);
-    }
-    if (first_fin && !ssmt_unchanged(&pr.final_states, first_fin)) {
-        const ssmt_cmp c = ssmt_compare(&pr.final_states.t, &v4_fin.t);
-        TEST_CHECK(0, "%s: v3 and v4 final_states differ (rel_rms %.3g max_rel %.3g)", tag, c.rel_rms, c.max_rel);
-    }
-    ssmt_free(&v4_out);
-    ssmt_free(&v4_fin);
-    free(first_out);
-    free(first_fin);
-    /* v6 (the wgmma output kernel where the build, the device and the layouts allow it, else v5)
-     * against the reference, same bars as v5 */
-    ssmt_poison(&pr.out.t);
-    if (pr.final_states.t.data) ssmt_poison(&pr.final_states.t);
-    for (int i = 9; i <= 10; ++i)
-        if (dv[i].mem) TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dv[i].mem, hin[i]->buf, hin[i]->bytes), SSM_STATUS_OK);
-    setenv("SSMOPS_CUDA_SCAN_KERNEL", "v6", 1);
-    unsetenv("SSMOPS_CUDA_SCAN_STATE"); /* the v6 state kernel (the default) */
-    st = ssm_mamba2_scan(ctx, &p, &da, ws, ws_bytes);
-    setenv("SSMOPS_CUDA_SCAN_KERNEL", "v5", 1);
-    setenv("SSMOPS_CUDA_SCAN_STATE", "v5", 1);
-    TEST_CHECK(st == SSM_STATUS_OK, "%s: v6 scan %s (%s)", tag, ssm_status_string(st), ssm_context_last_error(ctx));
-    ssmt_to_host(&pr.out, &dv[9]);
-    ssmt_to_host(&pr.final_states, &dv[10]);
-    snprintf(label, sizeof label, "scan[%s v6] out", tag);
-    ssmt_check_bar_rounded(label, &pr.out.t, &rout.t, cfg->dtype);
-    if (pr.final_states.t.data) {
-        snprintf(label, sizeof label, "scan[%s v6] final_states", tag);
-        ssmt_check_bar_rounded(label, &pr.final_states.t, &rfin.t, cfg->dtype);
-    }
-    /* v5's state kernel (SSMOPS_CUDA_SCAN_STATE=v5) with the v6 output kernel, against the
-     * reference (the v6 and v7 passes run the default v6 state kernel) */
-    ssmt_poison(&pr.out.t);
-    if (pr.final_states.t.data) ssmt_poison(&pr.final_states.t);
-    for (int i = 9; i <= 10; ++i)
-        if (dv[i].mem) TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dv[i].mem, hin[i]->buf, hin[i]->bytes), SSM_STATUS_OK);
-    setenv("SSMOPS_CUDA_SCAN_KERNEL", "v6", 1);
-    setenv("SSMOPS_CUDA_SCAN_STATE", "v5", 1);
-    st = ssm_mamba2_scan(ctx, &p, &da, ws, ws_bytes);
-    unsetenv("SSMOPS_CUDA_SCAN_STATE");
-    setenv("SSMOPS_CUDA_SCAN_KERNEL", "v5", 1);
-    TEST_CHECK(st == SSM_STATUS_OK, "%s: state-v5 scan %s (%s)", tag, ssm_status_string(st),
-               ssm_context_last_error(ctx));
-    ssmt_to_host(&pr.out, &dv[9]);
-    ssmt_to_host(&pr.final_states, &dv[10]);
-    snprintf(label, sizeof label, "scan[%s state-v5] out", tag);
-    ssmt_check_bar_rounded(label, &pr.out.t, &rout.t, cfg->dtype);
-    if (pr.final_states.t.data) {
-        snprintf(label, sizeof label, "scan[%s state-v5] final_states", tag);
-        ssmt_check_bar_rounded(label, &pr.final_states.t, &rfin.t, cfg->dtype);
-    }
-    /* v7 (SSMOPS_CUDA_SCAN_KERNEL=v7: the pipelined wgmma output kernel where it applies, else
-     * v6's rule) against the reference, same bars */
-    ssmt_poison(&pr.out.t);
-    if (pr.final_states.t.data) ssmt_poison(&pr.final_states.t);
-    for (int i = 9; i <= 10; ++i)
-        if (dv[i].mem) TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dv[i].mem, hin[i]->buf, hin[i]->bytes), SSM_STATUS_OK);
-    setenv("SSMOPS_CUDA_SCAN_KERNEL", "v7", 1);
-    st = ssm_mamba2_scan(ctx, &p, &da, ws, ws_bytes);
-    setenv("SSMOPS_CUDA_SCAN_KERNEL", "v5", 1);
-    TEST_CHECK(st == SSM_STATUS_OK, "%s: v7 scan %s (%s)", tag, ssm_status_string(st), ssm_context_last_error(ctx));
-    ssmt_to_host(&pr.out, &dv[9]);
-    ssmt_to_host(&pr.final_states, &dv[10]);
-    snprintf(label, sizeof label, "scan[%s v7] out", tag);
-    ssmt_check_bar_rounded(label, &pr.out.t, &rout.t, cfg->dtype);
-    if (pr.final_states.t.data) {
-        snprintf(label, sizeof label, "scan[%s v7] final_states", tag);
-        ssmt_check_bar_rounded(label, &pr.final_states.t, &rfin.t, cfg->dtype);
-    }
+    scan_pass(&r, "v3", "v3", "v5");
+    scan_pass(&r, "v6", "v6", NULL);       /* with the default (v6) state kernel */
+    scan_pass(&r, "state-v5", "v6", "v5"); /* v5's state kernel under the v6 output kernel */
+    scan_pass(&r, "v7", NULL, NULL);       /* the defaults: v7 output, v6 state kernel */
 
     if (ws) TEST_CHECK_STATUS(ssm_cuda_free(NULL, ws), SSM_STATUS_OK);
     for (int i = 0; i < NT; ++i) ssmt_dev_free(&dv[i]);

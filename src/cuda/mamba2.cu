@@ -19,15 +19,15 @@
  *
  * fp16/bf16 scans replace kernels 1 and 3 by fast_state_kernel / fast_output_kernel (mma.sync
  * m16n8k16 from ldmatrix, results in registers, cp.async tiles; see "tensor-core path" below)
- * on 256-token work chunks (kScanQ) whatever chunk_size says. Three versions of those kernels
- * exist: v5 (default: the state kernel weights x instead of B, the state pass hands the output
- * kernel its entering states already split, and the output kernel stages z and D on chip; see
- * "v5 of the state kernel" and "v5 of the output kernel"), v4 (loads double-buffered and
- * overlapped with the products, 128-row output tiles) and v3 (the baseline; v4 and v3 give the
- * same bytes); SSMOPS_CUDA_SCAN_KERNEL=v4 or v3 selects them. SSMOPS_CUDA_SCAN_KERNEL=v6 runs v5's
- * state kernel and pass with fast_output_kernel_v6 (Hopper wgmma, sm_90a builds only; see "v6 of
- * the output kernel"), where its layouts hold, else v5; SSMOPS_CUDA_SCAN_KERNEL=v7 (on trial) the same
- * with fast_output_kernel_v7 (v6 pipelined, see "v7 of the output kernel"), else v6's rule.
+ * on 256-token work chunks (kScanQ) whatever chunk_size says. Versions (SSMOPS_CUDA_SCAN_KERNEL,
+ * scan_kernel_version): v7 (default) = fast_output_kernel_v7 (Hopper wgmma, sm_90a builds only;
+ * v6 pipelined, see "v7 of the output kernel") with the v6 state kernel (wgmma, see
+ * fast_state_kernel_v6; SSMOPS_CUDA_SCAN_STATE=v5 keeps v5's) and v5's pass, where its layouts
+ * hold, else v6's rule; v6 = the same with fast_output_kernel_v6, else v5; v5 (the state kernel
+ * weights x instead of B, the state pass hands the output kernel its entering states already
+ * split, and the output kernel stages z and D on chip; see "v5 of the state kernel" and "v5 of the
+ * output kernel"); v3 (the baseline, also the output kernel wherever v5's 128-row tile does not fit
+ * the device's shared memory).
  * Arithmetic: fp16/bf16 inputs run the matrix products on the tensor cores (WMMA 16x16x16 in
  * the portable kernels, HMMA in SASS) with fp32 accumulation; fp32 (and f64) inputs run plain fp32 FFMA (no TF32,
  * which could not meet the fp32 bar). Operands that are products of fp32 values
@@ -959,14 +959,12 @@ template <int MODE> __global__ void __launch_bounds__(kFastThreads, 4) fast_outp
  * v4's results are bitwise those of v3. What changes is when the operands arrive:
  *   fast_state_kernel_v4   x tiles double-buffered with cp.async; the raw B rows of token tile
  *                          j+1 are loaded into registers while tile j's products run.
- *   fast_output_kernel_v4  8 warps per block and 128-row tiles: the entering state is read and
- *                          split once per 128 rows (v3: per 64); the first B/x tile is fetched
- *                          during C·S_inᵀ; then B/x tiles are double-buffered with cp.async (tile
- *                          j+1 loads while tile j computes). Warp k covers rows 16k..16k+15 of the
- *                          128-row tile, i.e. v3's warp k%4 of the 64-row tile i0 + 64·(k/4).
+ *   (fast_output_kernel_v4, 8 warps and 128-row tiles with double-buffered B/x copies, gave v3's
+ *   bytes; it was removed once v5-v7 had been the defaults through several H200 runs. Its tile
+ *   geometry and buffers, v4_out_smem, are v5's.)
  *   state_pass_kernel_v4   the states and decays of 8 chunks are loaded before any of them is
  *                          used (v3: one chunk ahead).
- * Selected at run time (SSMOPS_CUDA_SCAN_KERNEL=v3|v4, default v4, read on every call; scan_kernel_version). */
+ * The v4 state kernel and pass remain as v5's fallbacks (a B of another dtype; N % 8 != 0). */
 
 const int kV4Rows = 128;                 /* rows of an output tile                    */
 const int kV4Threads = 256;              /* 8 warps of 16 rows                        */
@@ -1149,7 +1147,7 @@ template <int MODE> __global__ void __launch_bounds__(kFastThreads) fast_state_k
     }
 }
 
-/* Shared memory of fast_output_kernel_v4: the C rows of the 128-row tile; B/x buffer 0; a region
+/* Shared memory of the 128-row output kernel (v5): the C rows of the tile; B/x buffer 0; a region
  * that first holds the entering state (hi, lo) and then B/x buffer 1. */
 template <int MODE> struct v4_out_smem {
     size_t cs, b0, x0, ss_hi, ss_lo, b1, x1, total;
@@ -1171,252 +1169,6 @@ template <int MODE> struct v4_out_smem {
 
 template <typename T> __device__ __forceinline__ T * v4_buf(unsigned char * smem, int o0, int od, int k) {
     return (T *)(smem + o0 + k * od);
-}
-
-template <int MODE> __global__ void __launch_bounds__(kV4Threads, 2) fast_output_kernel_v4(const m2_fast_args A) {
-    typedef typename cfg<MODE>::T T;
-    __shared__ float dts[kScanQ], cums[kScanQ];
-    extern __shared__ __align__(128) unsigned char smem[];
-    const v4_out_smem<MODE> L(A.Np);
-    T *                     cs = (T *)(smem + L.cs);
-    T *                     ss_hi = (T *)(smem + L.ss_hi);
-    T *                     ss_lo = (T *)(smem + L.ss_lo);
-    /* B/x buffer k at byte offset o0 + k·od (32-bit offsets; an indexed pointer array would
-     * live in local memory) */
-    const int ob0 = (int)L.b0, ox0 = (int)L.x0, obd = (int)(L.b1 - L.b0), oxd = (int)(L.x1 - L.x0);
-
-    const long long blk = blockIdx.x;
-    const int       nz = kV4ITiles * A.n_ptiles;
-    const long long wh = blk / nz;
-    const int       z = (int)(blk - wh * nz);
-    const int       w = (int)(wh / A.H), h = (int)(wh - (long long)w * A.H);
-    const int       i0 = (z / A.n_ptiles) * kV4Rows, p0 = (z % A.n_ptiles) * kFT;
-    const m2_chunk  ch = A.chunks[w];
-    if (i0 >= ch.len) return; /* uniform over the block */
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int wq = warp & 3;                    /* v3's warp index within the 64-row tile */
-    const int iw = i0 + (warp >> 2) * kFT;      /* start of this warp's 64-row tile (v3's i0) */
-    const bool active = iw < ch.len;            /* warp-uniform: rows of the warp inside the chunk */
-    const int g = h / (A.H / A.G);
-    const int LN = A.Np + 8, KS = A.Np / 16;
-    const int nlen = min(ch.len, i0 + kV4Rows);
-    /* token tiles: up to the diagonal of the last 64-row tile with rows in the chunk */
-    const int ntiles = (i0 + kFT < ch.len ? i0 + kFT : i0) / kFT + 1;
-    const long long bb = ch.b * A.b.s[0] + g * A.b.s[2];
-    const long long xb = ch.b * A.x.s[0] + h * A.x.s[2] + p0 * A.x.s[3];
-    {
-        const float * dd = A.dtc + wh * 2 * kScanQ;
-        for (int i = tid; i < nlen; i += blockDim.x) dts[i] = dd[i], cums[i] = dd[kScanQ + i];
-    }
-
-    /* group 0: the C rows of the tile; group 1: B/x of token tile 0 (buffer 0, outside the state) */
-    tile_to_smem<MODE>(cs, LN, A.c, A.vc, ch.b * A.c.s[0] + (ch.t0 + i0) * A.c.s[1] + g * A.c.s[2], A.c.s[1],
-                       A.c.s[3], kV4Rows, A.Np, ch.len - i0, A.N);
-    cp_async_commit();
-    tile_to_smem<MODE>(v4_buf<T>(smem, ob0, obd, 0), LN, A.b, A.vb, bb + ch.t0 * A.b.s[1], A.b.s[1], A.b.s[3], kFT,
-                       A.Np, ch.len, A.N);
-    tile_to_smem<MODE>(v4_buf<T>(smem, ox0, oxd, 0), kFLd, A.x, A.vx, xb + ch.t0 * A.x.s[1], A.x.s[1], A.x.s[3], kFT,
-                       kFT, ch.len, A.P - p0);
-    cp_async_commit();
-    /* the entering state (P tile x N), fp32 -> split, while the copies fly */
-    {
-        const float * st = A.states + wh * A.P * A.N;
-        const int     c4 = A.Np / 4, total = kFT * c4;
-        const int     U = 4; /* loads in flight per thread */
-        for (int o0 = tid; o0 < total; o0 += U * kV4Threads) {
-            float v[U][4];
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int o = o0 + u * kV4Threads, r = o / c4, c = (o - r * c4) * 4, p = p0 + r;
-                if (o < total && (A.N & 3) == 0 && p < A.P && c < A.N) {
-                    const float4 f = __ldg(reinterpret_cast<const float4 *>(st + (long long)p * A.N + c));
-                    v[u][0] = f.x, v[u][1] = f.y, v[u][2] = f.z, v[u][3] = f.w;
-                } else {
-#pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        v[u][e] = (o < total && p < A.P && c + e < A.N) ? st[(long long)p * A.N + c + e] : 0.0f;
-                }
-            }
-#pragma unroll
-            for (int u = 0; u < U; ++u) {
-                const int o = o0 + u * kV4Threads, r = o / c4, c = (o - r * c4) * 4;
-                if (o >= total) break;
-                uint32_t hi[2], lo[2];
-                split2<MODE>(v[u][0], v[u][1], hi[0], lo[0]);
-                split2<MODE>(v[u][2], v[u][3], hi[1], lo[1]);
-                *reinterpret_cast<uint2 *>(&ss_hi[r * LN + c]) = make_uint2(hi[0], hi[1]);
-                *reinterpret_cast<uint2 *>(&ss_lo[r * LN + c]) = make_uint2(lo[0], lo[1]);
-            }
-        }
-    }
-    cp_async_wait_group<1>(); /* group 0 (C) of this thread is done; tile 0 may still fly */
-    __syncthreads();          /* C, the state and dt/cumsum are visible to every warp */
-
-    /* y (16 rows x 64 p) = C · S_inᵀ, rows scaled by exp(cum_i) */
-    float y[8][4];
-#pragma unroll
-    for (int i = 0; i < 8; ++i) y[i][0] = y[i][1] = y[i][2] = y[i][3] = 0.0f;
-    const T * crow = cs + warp * 16 * LN + a_row_off(lane, LN);
-    if (active) {
-        for (int ks = 0; ks < KS; ++ks) {
-            uint32_t a[4], b[4][4];
-            ldsm4(a, crow + ks * 16);
-#pragma unroll
-            for (int np = 0; np < 4; ++np) ldsm4(b[np], &ss_hi[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
-#pragma unroll
-            for (int np = 0; np < 4; ++np) {
-                mma16816<MODE>(y[2 * np], a, b[np][0], b[np][1]);
-                mma16816<MODE>(y[2 * np + 1], a, b[np][2], b[np][3]);
-            }
-            if (kFastSplit) {
-#pragma unroll
-                for (int np = 0; np < 4; ++np) ldsm4(b[np], &ss_lo[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
-#pragma unroll
-                for (int np = 0; np < 4; ++np) {
-                    mma16816<MODE>(y[2 * np], a, b[np][0], b[np][1]);
-                    mma16816<MODE>(y[2 * np + 1], a, b[np][2], b[np][3]);
-                }
-            }
-        }
-    }
-    const int   ri0 = iw + wq * 16 + (lane >> 2), ri1 = ri0 + 8; /* this thread's rows (chunk index) */
-    const float ci0 = ri0 < nlen ? cums[ri0] : 0.0f, ci1 = ri1 < nlen ? cums[ri1] : 0.0f;
-    {
-        const float e0 = ri0 < nlen ? expf(ci0) : 0.0f, e1 = ri1 < nlen ? expf(ci1) : 0.0f;
-#pragma unroll
-        for (int t = 0; t < 8; ++t) y[t][0] *= e0, y[t][1] *= e0, y[t][2] *= e1, y[t][3] *= e1;
-    }
-    __syncthreads(); /* the state region becomes B/x buffer 1 */
-
-    for (int jt = 0; jt < ntiles; ++jt) {
-        const int j0 = jt * kFT;
-        if (jt + 1 < ntiles) {
-            const int jn = j0 + kFT;
-            const int k = (jt + 1) & 1;
-            tile_to_smem<MODE>(v4_buf<T>(smem, ob0, obd, k), LN, A.b, A.vb, bb + (ch.t0 + jn) * A.b.s[1], A.b.s[1],
-                               A.b.s[3], kFT, A.Np, ch.len - jn, A.N);
-            tile_to_smem<MODE>(v4_buf<T>(smem, ox0, oxd, k), kFLd, A.x, A.vx, xb + (ch.t0 + jn) * A.x.s[1], A.x.s[1],
-                               A.x.s[3], kFT, kFT, ch.len - jn, A.P - p0);
-        }
-        cp_async_commit();        /* possibly empty: one group per step */
-        cp_async_wait_group<1>(); /* tile jt of this thread is done; tile jt+1 may fly */
-        __syncthreads();          /* tile jt of every thread is visible */
-        const T *  bs = v4_buf<T>(smem, ob0, obd, jt & 1);
-        const T *  xs = v4_buf<T>(smem, ox0, oxd, jt & 1);
-        const bool diag = j0 == iw;
-        if (active && j0 <= iw) {
-            /* scores (16 rows x 64 tokens) = C · Bᵀ; on the diagonal tile, token pairs above row 16·wq+15 are 0 */
-            float sc[8][4];
-#pragma unroll
-            for (int i = 0; i < 8; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
-            for (int ks = 0; ks < KS; ++ks) {
-                uint32_t a[4], b[4][4];
-                ldsm4(a, crow + ks * 16);
-#pragma unroll
-                for (int np = 0; np < 4; ++np)
-                    if (!diag || np <= wq) ldsm4(b[np], &bs[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
-#pragma unroll
-                for (int np = 0; np < 4; ++np) {
-                    if (diag && np > wq) continue;
-                    mma16816<MODE>(sc[2 * np], a, b[np][0], b[np][1]);
-                    mma16816<MODE>(sc[2 * np + 1], a, b[np][2], b[np][3]);
-                }
-            }
-            /* causal mask, decay and dt: sc(i, j) · exp(cum_i − cum_j) · dt_j for j ≤ i < len */
-#pragma unroll
-            for (int t = 0; t < 8; ++t) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    const int   i = (e >> 1) ? ri1 : ri0;
-                    const float ci = (e >> 1) ? ci1 : ci0;
-                    const int   j = j0 + t * 8 + 2 * (lane & 3) + (e & 1);
-                    sc[t][e] = (i < nlen && j <= i) ? sc[t][e] * expf(ci - cums[j]) * dts[j] : 0.0f;
-                }
-            }
-            /* y += scores · x (tokens x p) */
-#pragma unroll
-            for (int ks = 0; ks < 4; ++ks) {
-                if (diag && ks > wq) continue;
-                uint32_t ah[4], al[4];
-                split2<MODE>(sc[2 * ks][0], sc[2 * ks][1], ah[0], al[0]);
-                split2<MODE>(sc[2 * ks][2], sc[2 * ks][3], ah[1], al[1]);
-                split2<MODE>(sc[2 * ks + 1][0], sc[2 * ks + 1][1], ah[2], al[2]);
-                split2<MODE>(sc[2 * ks + 1][2], sc[2 * ks + 1][3], ah[3], al[3]);
-                uint32_t b[4][4];
-#pragma unroll
-                for (int np = 0; np < 4; ++np) ldsm4_t(b[np], &xs[ks * 16 * kFLd + np * 16 + b_kn_off(lane, kFLd)]);
-#pragma unroll
-                for (int np = 0; np < 4; ++np) {
-                    mma16816<MODE>(y[2 * np], ah, b[np][0], b[np][1]);
-                    mma16816<MODE>(y[2 * np + 1], ah, b[np][2], b[np][3]);
-                }
-                if (kFastSplit) {
-#pragma unroll
-                    for (int np = 0; np < 4; ++np) {
-                        mma16816<MODE>(y[2 * np], al, b[np][0], b[np][1]);
-                        mma16816<MODE>(y[2 * np + 1], al, b[np][2], b[np][3]);
-                    }
-                }
-            }
-        }
-        /* the next step prefetches tile jt+2 into this buffer: everybody must be done with it.
-         * The last two tiles are never overwritten: they hold the diagonal x rows used for D. */
-        if (jt + 2 < ntiles) __syncthreads();
-    }
-    if (!active) return; /* no barrier follows */
-
-    /* epilogue: D·x (x rows of this warp's 64-row tile are its diagonal x tile), z gate, store
-     * pairs; z first, every load in flight together */
-    const T *       xd = v4_buf<T>(smem, ox0, oxd, (iw / kFT) & 1);
-    const long long tb = ch.t0 + iw;
-    float2          zv[8][2];
-#pragma unroll
-    for (int t = 0; t < 8; ++t) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int       p = p0 + t * 8 + 2 * (lane & 3), ii = wq * 16 + (lane >> 2) + half * 8;
-            const long long zo = ch.b * A.z.s[0] + (tb + ii) * A.z.s[1] + h * A.z.s[2] + p * A.z.s[3];
-            zv[t][half] = make_float2(0.0f, 0.0f);
-            if (!A.has_z || p >= A.P || iw + ii >= ch.len) continue;
-            if (A.vz && p + 1 < A.P)
-                zv[t][half] = t2<MODE>::unpack(__ldg(reinterpret_cast<const unsigned int *>((const T *)A.z.p + zo)));
-            else
-                zv[t][half] = make_float2(ssmi_cu_ld(A.z.p, A.z.dtype, zo),
-                                          p + 1 < A.P ? ssmi_cu_ld(A.z.p, A.z.dtype, zo + A.z.s[3]) : 0.0f);
-        }
-    }
-#pragma unroll
-    for (int t = 0; t < 8; ++t) {
-        const int pl = t * 8 + 2 * (lane & 3), p = p0 + pl;
-        if (p >= A.P) continue;
-        const bool  two = p + 1 < A.P;
-        const float d0 = A.has_d ? ssmi_cu_ld(A.d.p, A.d.dtype, h * A.d.s[0] + (A.d_2d ? p * A.d.s[1] : 0)) : 0.0f;
-        const float d1 = A.has_d && two ? ssmi_cu_ld(A.d.p, A.d.dtype, h * A.d.s[0] + (A.d_2d ? (p + 1) * A.d.s[1] : 0))
-                                        : 0.0f;
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int ii = wq * 16 + (lane >> 2) + half * 8; /* row in the warp's 64-row tile */
-            if (iw + ii >= ch.len) continue;
-            const long long t_ = tb + ii;
-            const float2    xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&xd[ii * kFLd + pl]));
-            float           v0 = y[t][2 * half] + d0 * xv.x, v1 = y[t][2 * half + 1] + d1 * xv.y;
-            if (A.has_z) {
-                const float z0 = zv[t][half].x, z1 = zv[t][half].y;
-                v0 *= z0 / (1.0f + expf(-z0));
-                v1 *= z1 / (1.0f + expf(-z1));
-            }
-            const long long oo = ch.b * A.os[0] + t_ * A.os[1] + h * A.os[2] + p * A.os[3];
-            if (A.vout && two) {
-                if (A.out_dtype == SSM_DTYPE_F32)
-                    *reinterpret_cast<float2 *>((float *)A.out + oo) = make_float2(v0, v1);
-                else
-                    *reinterpret_cast<uint32_t *>((T *)A.out + oo) = t2<MODE>::pack(v0, v1);
-            } else {
-                ssmi_cu_st(A.out, A.out_dtype, oo, v0);
-                if (two) ssmi_cu_st(A.out, A.out_dtype, oo + A.os[3], v1);
-            }
-        }
-    }
 }
 
 /* state_pass_kernel with the loads of kPassBatch chunks issued before their updates. */
@@ -3124,17 +2876,17 @@ template <int MODE> ssm_status launch_fast(ssm_context * ctx, const char * op, c
     return SSM_STATUS_OK;
 }
 
-/* v4's state and output kernels, or (v5) fast_state_kernel_v5 where B is of type T and
- * fast_output_kernel_v5 (same grid and buffers as v4's). */
-template <int MODE> ssm_status launch_fast_v4(ssm_context * ctx, const char * op, const m2_fast_args & A, long long W,
-                                              bool output, bool v5) {
+/* v5: fast_state_kernel_v5 where B is of type T (else fast_state_kernel_v4), or
+ * fast_output_kernel_v5. */
+template <int MODE> ssm_status launch_fast_v5(ssm_context * ctx, const char * op, const m2_fast_args & A, long long W,
+                                              bool output) {
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     const long long    nz = output ? (long long)kV4ITiles * A.n_ptiles : (long long)A.n_ptiles * A.n_ntiles;
     const long long    blocks = W * A.H * nz;
     SSM_RETURN_IF(blocks > INT32_MAX, ctx, SSM_STATUS_UNSUPPORTED, "%s: %lld blocks exceed the CUDA backend's grid limit",
                   op, blocks);
     const bool b_is_t = A.b.dtype == (MODE == M_BF16 ? SSM_DTYPE_BF16 : SSM_DTYPE_F16);
-    if (!output && v5 && b_is_t) {
+    if (!output && b_is_t) {
         typedef typename cfg<MODE>::T T;
         const long long ngrp = (A.N + kS5Cols - 1) / kS5Cols;
         const long long blocks5 = W * A.H * A.n_ptiles * ngrp;
@@ -3155,12 +2907,12 @@ template <int MODE> ssm_status launch_fast_v4(ssm_context * ctx, const char * op
         return SSM_STATUS_OK;
     }
     const v4_out_smem<MODE> L(A.Np);
-    void (*kernel)(const m2_fast_args) = v5 ? fast_output_kernel_v5<MODE> : fast_output_kernel_v4<MODE>;
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
-        ctx, op, "cudaFuncSetAttribute",
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)L.total)));
-    kernel<<<(unsigned)blocks, kV4Threads, L.total, s>>>(A);
-    SSMI_CU_CHECK_LAUNCH(ctx, op, v5 ? "fast_output_kernel_v5 launch" : "fast_output_kernel_v4 launch");
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute",
+                                          cudaFuncSetAttribute(fast_output_kernel_v5<MODE>,
+                                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                               (int)L.total)));
+    fast_output_kernel_v5<MODE><<<(unsigned)blocks, kV4Threads, L.total, s>>>(A);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_output_kernel_v5 launch");
     return SSM_STATUS_OK;
 }
 
@@ -3253,9 +3005,8 @@ ssm_status state_v6_applies(ssm_context * ctx, const char * op, const m2_fast_ar
     return SSM_STATUS_OK;
 }
 
-/* version: 3, 4, 5 or 6 (the tensor-core kernels of that version; v5 = v4's state kernel and pass
- * with the v5 output kernel; v6 = v5's state kernel and pass with the v6 output kernel, only where
- * scan_v6_applies said so). */
+/* version: 3, 5, 6 or 7 (the tensor-core kernels of that version; v6 and v7 = v5's state kernel and
+ * pass with the v6 / v7 output kernel, only where scan_v6_applies / scan_v7_applies said so). */
 ssm_status run_fast(ssm_context * ctx, const char * op, int mode, const m2_fast_args & A, long long W, bool output,
                     int version) {
     if (W == 0 || A.H == 0 || A.P == 0 || (!output && A.N == 0)) return SSM_STATUS_OK;
@@ -3265,24 +3016,23 @@ ssm_status run_fast(ssm_context * ctx, const char * op, int mode, const m2_fast_
     if (version == 7 && output) /* v7: v5's state kernel and pass with the v7 output kernel */
         return mode == M_F16 ? launch_fast_v7<M_F16>(ctx, op, A, W) : launch_fast_v7<M_BF16>(ctx, op, A, W);
 #endif
-    if (version >= 4)
-        return mode == M_F16 ? launch_fast_v4<M_F16>(ctx, op, A, W, output, version >= 5)
-                             : launch_fast_v4<M_BF16>(ctx, op, A, W, output, version >= 5);
+    if (version >= 5)
+        return mode == M_F16 ? launch_fast_v5<M_F16>(ctx, op, A, W, output)
+                             : launch_fast_v5<M_BF16>(ctx, op, A, W, output);
     return mode == M_F16 ? launch_fast<M_F16>(ctx, op, A, W, output) : launch_fast<M_BF16>(ctx, op, A, W, output);
 }
 
-/* ---- kernel version of the scan (v3 / v4 / v5 / v6 / v7) ----------------------------------------
- * A diagnostic knob, like the other CUDA families': SSMOPS_CUDA_SCAN_KERNEL=v3, v4, v5 or v6 selects
+/* ---- kernel version of the scan (v3 / v5 / v6 / v7) -----------------------------------------------
+ * A diagnostic knob, like the other CUDA families': SSMOPS_CUDA_SCAN_KERNEL=v3, v5 or v6 selects
  * those kernels, anything else (or unset) v7; read on every call (getenv is cheap next to a scan).
  * v6 (the wgmma output kernel) and v7 (v6 with the next tile's scores in flight, the factored
  * off-diagonal decay and constant-stride copies) run only where scan_v6_applies / scan_v7_applies;
  * elsewhere v7 means v6's rule, and v6 means v5. Defaults after their H200 runs of 2026-11-30
  * (every test case, memcheck/racecheck clean): v6 0.609 -> 0.543 ms, v7 0.524 -> 0.494 ms at the
- * shape of record. */
+ * shape of record. (v4, v3's arithmetic with overlapped loads, was removed the same day.) */
 int scan_kernel_version() {
     const char * e = getenv("SSMOPS_CUDA_SCAN_KERNEL");
     if (e != NULL && (strcmp(e, "v3") == 0 || strcmp(e, "3") == 0)) return 3;
-    if (e != NULL && (strcmp(e, "v4") == 0 || strcmp(e, "4") == 0)) return 4;
     if (e != NULL && (strcmp(e, "v5") == 0 || strcmp(e, "5") == 0)) return 5;
     if (e != NULL && (strcmp(e, "v6") == 0 || strcmp(e, "6") == 0)) return 6;
     return 7;
@@ -3330,9 +3080,9 @@ ssm_status scan_v7_applies(ssm_context * ctx, const char * op, const m2_fast_arg
     return SSM_STATUS_OK;
 }
 
-/* *fits = 1 when fast_output_kernel_v4's shared memory (dynamic + static) fits the current
+/* *fits = 1 when fast_output_kernel_v5's shared memory (dynamic + static) fits the current
  * device's per-block opt-in limit; otherwise the scan keeps the v3 output kernel. */
-ssm_status v4_output_fits(ssm_context * ctx, const char * op, int mode, int Np, int * fits) {
+ssm_status v5_output_fits(ssm_context * ctx, const char * op, int mode, int Np, int * fits) {
     int dev = 0, optin = 0;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaGetDevice", cudaGetDevice(&dev)));
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
@@ -3388,9 +3138,9 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
     m2_fast_args fa;
     memset(&fa, 0, sizeof fa);
     if (mode != M_F32) {
-        if (version >= 4) {
+        if (version >= 5) {
             int fits = 0;
-            SSM_FORWARD_IF_ERROR(v4_output_fits(ctx, op, mode, Np, &fits));
+            SSM_FORWARD_IF_ERROR(v5_output_fits(ctx, op, mode, Np, &fits));
             if (!fits) out_version = 3;
         }
         fa = fast_args_of(p, d, a, dchunks, states, lastcum);
@@ -3445,7 +3195,7 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
             state_pass_kernel_v5<M_F16><<<grid5, kThreads, 0, s>>>(pa);
         else if (pa.split != NULL)
             state_pass_kernel_v5<M_BF16><<<grid5, kThreads, 0, s>>>(pa);
-        else if (version >= 4)
+        else if (version >= 5)
             state_pass_kernel_v4<<<grid, kThreads, 0, s>>>(pa);
         else
             state_pass_kernel<<<grid, kThreads, 0, s>>>(pa);
