@@ -1343,6 +1343,44 @@ __device__ __forceinline__ void cp_rows_v4(typename cfg<MODE>::T * dst, int ld, 
     }
 }
 
+/* The state kernels' prep of one (chunk, head, V tile): the v tile and (v4 on) the raw k rows
+ * (cp.async into the lo tile, overwritten in place by fast_prep_qk) and raw angles (registers)
+ * requested before the scalars; the weights w_j = e^{c_L − c_j}·σ_j and the chunk's last cum;
+ * θ; then K̂ rotated, weighted by w and split into kh/kl. Ends with a barrier: w∘K̂ and v are
+ * visible. NT threads per block (fast_state_kernel 128, fast_state_kernel_v6 256), NA angle
+ * pieces per thread (NA·NT = 512). */
+template <int MODE, int VER, int NT, int NA>
+__device__ __forceinline__ void state_prep(const m3_fwd_args & P, const m3_chunk & ch, int w, int h, int p0,
+                                           const m3_scal & sc, float * wj, float * th, float * part,
+                                           typename cfg<MODE>::T * kh, typename cfg<MODE>::T * kl,
+                                           typename cfg<MODE>::T * vs, int LK) {
+    fast_load_v<MODE>(P, ch, h, p0, vs);
+    uint4 araw[NA];
+    if constexpr (VER >= 5) {
+        if (P.vk) cp_rows_v5<MODE, NT>(kl, LK, P.k, ch, h / P.G, 0, P.Kp, P.K);
+        load_angles_v4<MODE, NA, NT>(P, ch, h, araw);
+    } else if constexpr (VER >= 4) {
+        if (P.vk) cp_rows_v4<MODE>(kl, LK, P.k, ch, h / P.G, 0, P.Kp, P.K);
+        load_angles_v4<MODE, NA, NT>(P, ch, h, araw);
+    }
+    chunk_scalars(P, ch, h, sc);
+    const float cl = sc.cm[ch.len - 1];
+    for (int j = threadIdx.x; j < kC; j += blockDim.x) wj[j] = j < ch.len ? expf(cl - sc.cm[j]) * sc.sig[j] : 0.0f;
+    if (blockIdx.z == 0 && threadIdx.x == 0) P.lastcum[(long long)w * P.H + h] = cl;
+    if constexpr (VER >= 4)
+        chunk_theta_v4<MODE, (VER >= 5), NA, NT>(P, ch, w, h, sc.dtv, th, part, araw);
+    else if constexpr (VER == 3)
+        chunk_theta_v3(P, ch, w, h, sc.dtv, th, part);
+    else
+        chunk_theta(P, ch, w, h, sc.dtv, th);
+    if constexpr (VER >= 4) cp_async_wait_all(); /* the raw k rows, before the barrier that publishes them */
+    __syncthreads();                             /* wj, θ */
+    fast_prep_qk<MODE, VER, NT>(P, ch, h, th, nullptr, nullptr, kh, kl, LK, wj, nullptr, false, nullptr,
+                                VER >= 4 && P.vk ? kl : nullptr);
+    cp_async_wait_all(); /* the v tile */
+    __syncthreads();     /* w∘K̂, v */
+}
+
 template <int MODE, int VER>
 __global__ void __launch_bounds__(kFastThreads) fast_state_kernel(const m3_fwd_args P) {
     typedef typename cfg<MODE>::T T;
@@ -1359,33 +1397,8 @@ __global__ void __launch_bounds__(kFastThreads) fast_state_kernel(const m3_fwd_a
 
     const int      w = blockIdx.x, h = blockIdx.y, p0 = blockIdx.z * kTV;
     const m3_chunk ch = P.chunks[w];
-    fast_load_v<MODE>(P, ch, h, p0, vs);
-    /* v4: the raw k rows (cp.async into the lo tile, overwritten in place by fast_prep_qk) and
-     * the raw angles (registers) are requested before the scalars */
-    uint4 araw[kAngPieces];
-    if constexpr (VER >= 5) {
-        if (P.vk) cp_rows_v5<MODE>(kl, LK, P.k, ch, h / P.G, 0, P.Kp, P.K);
-        load_angles_v4<MODE>(P, ch, h, araw);
-    } else if constexpr (VER >= 4) {
-        if (P.vk) cp_rows_v4<MODE>(kl, LK, P.k, ch, h / P.G, 0, P.Kp, P.K);
-        load_angles_v4<MODE>(P, ch, h, araw);
-    }
-    chunk_scalars(P, ch, h, sc);
-    const float cl = sc.cm[ch.len - 1];
-    for (int j = threadIdx.x; j < kC; j += blockDim.x) wj[j] = j < ch.len ? expf(cl - sc.cm[j]) * sc.sig[j] : 0.0f;
-    if (blockIdx.z == 0 && threadIdx.x == 0) P.lastcum[(long long)w * P.H + h] = cl;
-    if constexpr (VER >= 4)
-        chunk_theta_v4<MODE, (VER >= 5)>(P, ch, w, h, sc.dtv, th, (float *)(smem + Ly.part), araw);
-    else if constexpr (VER == 3)
-        chunk_theta_v3(P, ch, w, h, sc.dtv, th, (float *)(smem + Ly.part));
-    else
-        chunk_theta(P, ch, w, h, sc.dtv, th);
-    if constexpr (VER >= 4) cp_async_wait_all(); /* the raw k rows, before the barrier that publishes them */
-    __syncthreads(); /* wj, θ */
-    fast_prep_qk<MODE, VER>(P, ch, h, th, nullptr, nullptr, kh, kl, LK, wj, nullptr, false, nullptr,
-                            VER >= 4 && P.vk ? kl : nullptr);
-    cp_async_wait_all();
-    __syncthreads();
+    state_prep<MODE, VER, kFastThreads, kAngPieces>(P, ch, w, h, p0, sc, wj, th, (float *)(smem + Ly.part), kh, kl,
+                                                    vs, LK);
 
     /* acc (16 state rows p × Kp columns n) = Vᵀ (p × j) · (w∘K̂) (j × n) */
     const int NP = P.Kp / 16;
@@ -2186,22 +2199,7 @@ __global__ void __launch_bounds__(kStateThreads6, 4) fast_state_kernel_v6(const 
 
     const int      w = blockIdx.x, h = blockIdx.y, p0 = blockIdx.z * kTV;
     const m3_chunk ch = P.chunks[w];
-    /* v5's order: every global input requested before the scalars */
-    fast_load_v<MODE>(P, ch, h, p0, vs);
-    uint4 araw[NA];
-    if (P.vk) cp_rows_v5<MODE, kStateThreads6>(kl, LK, P.k, ch, h / P.G, 0, P.Kp, P.K);
-    load_angles_v4<MODE, NA, kStateThreads6>(P, ch, h, araw);
-    chunk_scalars(P, ch, h, sc);
-    const float cl = sc.cm[ch.len - 1];
-    for (int j = threadIdx.x; j < kC; j += blockDim.x) wj[j] = j < ch.len ? expf(cl - sc.cm[j]) * sc.sig[j] : 0.0f;
-    if (blockIdx.z == 0 && threadIdx.x == 0) P.lastcum[(long long)w * P.H + h] = cl;
-    chunk_theta_v4<MODE, true, NA, kStateThreads6>(P, ch, w, h, sc.dtv, th, (float *)(smem + Ly.part), araw);
-    cp_async_wait_all(); /* the raw k rows, before the barrier that publishes them */
-    __syncthreads();     /* wj, θ */
-    fast_prep_qk<MODE, 5, kStateThreads6>(P, ch, h, th, nullptr, nullptr, kh, kl, LK, wj, nullptr, false, nullptr,
-                                          P.vk ? kl : nullptr);
-    cp_async_wait_all(); /* the v tile */
-    __syncthreads();     /* w∘K̂, v */
+    state_prep<MODE, 5, kStateThreads6, NA>(P, ch, w, h, p0, sc, wj, th, (float *)(smem + Ly.part), kh, kl, vs, LK);
 
     /* this warp's column blocks [np0, np0 + nb) of the Kp/16 (warp-uniform) */
     const int NP = P.Kp / 16, nlo = (NP + 1) >> 1;
