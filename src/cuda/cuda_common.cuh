@@ -75,4 +75,19 @@ static inline int ssmi_cu_vec_pairs(const ssm_tensor * t, int64_t inner) {
         if (ssmi_e_ != cudaSuccess) return ssmi_cuda_status((ctx), (op), (name), ssmi_e_); \
     } while (0)
 
+/* The decode steps' row sums: v[k] (k < RU) is one lane's part of row k's sum, each row spread over
+ * the L lanes (a power of two) of the lane's group. A fixed xor butterfly with the RU rows'
+ * shuffles side by side (one shuffle latency per step, not per row and step); returns row
+ * `lane`'s sum to lane k = lane < RU, 0 to the others. v is left holding the full sums. */
+template <int RU> __device__ __forceinline__ float ssmi_rows_sum(float (&v)[RU], int L, int lane, unsigned mask) {
+    for (int off = L >> 1; off > 0; off >>= 1)
+#pragma unroll
+        for (int k = 0; k < RU; ++k) v[k] += __shfl_xor_sync(mask, v[k], off);
+    float own = 0.0f;
+#pragma unroll
+    for (int k = 0; k < RU; ++k)
+        if (lane == k) own = v[k];
+    return own;
+}
+
 #endif /* SSMI_CUDA_COMMON_CUH */

@@ -618,15 +618,8 @@ __global__ void __launch_bounds__(kV3Threads, CPL == 1 ? kV3MinBlocksPerSM : 6) 
                        IO::pack(s));
         }
     }
-    /* y over the L lanes of each row (fixed xor butterfly, the RU rows' shuffles side by side:
-     * one shuffle latency per step, not per row and step); lane k keeps row k's sum */
-    for (int off = L >> 1; off > 0; off >>= 1)
-#pragma unroll
-        for (int k = 0; k < RU; ++k) y[k] += __shfl_xor_sync(full, y[k], off);
-    float y_own = 0.0f;
-#pragma unroll
-    for (int k = 0; k < RU; ++k)
-        if (lane == k) y_own = y[k];
+    /* y over the L lanes of each row; lane k keeps row k's sum */
+    const float y_own = ssmi_rows_sum<RU>(y, L, lane, full);
 
     /* 5. d·x, the gate, out (the owner of each row) */
     if (owner) {

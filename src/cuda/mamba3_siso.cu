@@ -3081,14 +3081,8 @@ __global__ void __launch_bounds__(kStep3MaxThreads, 3) step3_kernel(const __grid
                 __stcs((float4 *)((float *)dst + drow + k * P.fin_ssm.s[2] + (long long)(lane + c * L) * 4), nv);
         }
     }
-    /* over the L lanes of each row: a fixed xor butterfly, the RU rows' shuffles side by side */
-    for (int off = L >> 1; off > 0; off >>= 1)
-#pragma unroll
-        for (int k = 0; k < RU; ++k) dot[k] += __shfl_xor_sync(full, dot[k], off);
-    float dot_own = 0.0f;
-#pragma unroll
-    for (int k = 0; k < RU; ++k)
-        if (lane == k) dot_own = dot[k];
+    /* over the L lanes of each row; lane k keeps row k's sum */
+    const float dot_own = ssmi_rows_sum<RU>(dot, L, lane, full);
 
     /* 7. out = (y + D·v)·silu(z) by the owners */
     if (owner) {
