@@ -1849,6 +1849,44 @@ struct v6_out_smem {
 };
 
 #if SSMI_WG_HAVE /* device helpers of v6, only in the passes that compile its body */
+/* The epilogue of the wgmma output kernels (v5's fast path on the swizzled tiles): y (the warp's
+ * 16 rows × 64 p, wgmma fragment layout) + D·x (xd: the warpgroup's diagonal x tile), times
+ * silu(z) (zb: the warp's z rows staged over its C rows), stored in pairs to out. */
+template <int MODE>
+__device__ __forceinline__ void v6_epilogue(const m2_fast_args & A, const m2_chunk & ch, const float (&y)[8][4],
+                                            const unsigned char * xd, const unsigned char * zb, const float * ds,
+                                            int iw, int wq, int h, int p0) {
+    const int       lane = threadIdx.x & 31;
+    const long long tb = ch.t0 + iw;
+    cp_async_wait_group<0>();
+    __syncwarp(); /* the warp's z rows, copied by its lanes, are visible to all of them */
+    const int  osz = A.out_dtype == SSM_DTYPE_F32 ? 4 : 2;
+    const bool has_z = A.has_z;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int r16 = (lane >> 2) + half * 8, ii = wq * 16 + r16;
+        if (iw + ii >= ch.len) continue;
+        char * orow = (char *)A.out + (ch.b * A.os[0] + (tb + ii) * A.os[1] + h * A.os[2] + p0) * osz;
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+            const int pl = t * 8 + 2 * (lane & 3);
+            if (p0 + pl >= A.P) break;
+            const float2 xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(xd + ssmi_wg::swz_off(ii, pl)));
+            const float2 dv = *reinterpret_cast<const float2 *>(ds + pl);
+            float        v0 = y[t][2 * half] + dv.x * xv.x, v1 = y[t][2 * half + 1] + dv.y * xv.y;
+            if (has_z) {
+                const float2 zz = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(zb + ssmi_wg::swz_off(ii, pl)));
+                v0 *= v5_silu(zz.x);
+                v1 *= v5_silu(zz.y);
+            }
+            if (osz == 4)
+                *reinterpret_cast<float2 *>(orow + pl * 4) = make_float2(v0, v1);
+            else
+                *reinterpret_cast<uint32_t *>(orow + pl * 2) = t2<MODE>::pack(v0, v1);
+        }
+    }
+}
+
 /* v5_tile_vec into the swizzled layout: element (r, c) of a rows × 8·c8 tile from src + r·srow + c
  * to byte dst + swz_off_rows(r, c, katoms); rows ≥ nr or columns ≥ nc are zero-filled. */
 template <typename T>
@@ -2061,34 +2099,7 @@ __global__ void __launch_bounds__(kV4Threads, 2) fast_output_kernel_v6(const m2_
     /* epilogue (v5's fast path): + D·x (the warpgroup's diagonal x tile), the z gate, stores of pairs */
     const unsigned char * xd = sm + (((iw / kFT) & 1) ? L.x1 : L.x0);
     const unsigned char * zb = sm + L.cs + wg * KA * ssmi_wg::kAtomBytes;
-    const long long       tb = ch.t0 + iw;
-    cp_async_wait_group<0>();
-    __syncwarp(); /* the warp's z rows, copied by its lanes, are visible to all of them */
-    const int  osz = A.out_dtype == SSM_DTYPE_F32 ? 4 : 2;
-    const bool has_z = A.has_z;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        const int r16 = (lane >> 2) + half * 8, ii = wq * 16 + r16;
-        if (iw + ii >= ch.len) continue;
-        char * orow = (char *)A.out + (ch.b * A.os[0] + (tb + ii) * A.os[1] + h * A.os[2] + p0) * osz;
-#pragma unroll
-        for (int t = 0; t < 8; ++t) {
-            const int pl = t * 8 + 2 * (lane & 3);
-            if (p0 + pl >= A.P) break;
-            const float2 xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(xd + ssmi_wg::swz_off(ii, pl)));
-            const float2 dv = *reinterpret_cast<const float2 *>(ds + pl);
-            float        v0 = y[t][2 * half] + dv.x * xv.x, v1 = y[t][2 * half + 1] + dv.y * xv.y;
-            if (has_z) {
-                const float2 zz = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(zb + ssmi_wg::swz_off(ii, pl)));
-                v0 *= v5_silu(zz.x);
-                v1 *= v5_silu(zz.y);
-            }
-            if (osz == 4)
-                *reinterpret_cast<float2 *>(orow + pl * 4) = make_float2(v0, v1);
-            else
-                *reinterpret_cast<uint32_t *>(orow + pl * 2) = t2<MODE>::pack(v0, v1);
-        }
-    }
+    v6_epilogue<MODE>(A, ch, y, xd, zb, ds, iw, wq, h, p0);
 #else
     (void)A; /* no sm_90a code in this pass: never launched (scan_v6_applies) */
     __trap(); /* a wrong image choice fails loudly instead of leaving the outputs unwritten */
@@ -2417,34 +2428,7 @@ __global__ void __launch_bounds__(kV4Threads, 2) fast_output_kernel_v7(const m2_
     /* epilogue (v6's): + D·x (the warpgroup's diagonal x tile), the z gate, stores of pairs */
     const unsigned char * xd = sm + ((mydg & 1) ? L.x1 : L.x0);
     const unsigned char * zb = sm + L.cs + wg * KA * AT;
-    const long long       tb = ch.t0 + iw;
-    cp_async_wait_group<0>();
-    __syncwarp(); /* the warp's z rows, copied by its lanes, are visible to all of them */
-    const int  osz = A.out_dtype == SSM_DTYPE_F32 ? 4 : 2;
-    const bool has_z = A.has_z;
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-        const int r16 = (lane >> 2) + half * 8, ii = wq * 16 + r16;
-        if (iw + ii >= ch.len) continue;
-        char * orow = (char *)A.out + (ch.b * A.os[0] + (tb + ii) * A.os[1] + h * A.os[2] + p0) * osz;
-#pragma unroll
-        for (int t = 0; t < 8; ++t) {
-            const int pl = t * 8 + 2 * (lane & 3);
-            if (p0 + pl >= A.P) break;
-            const float2 xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(xd + ssmi_wg::swz_off(ii, pl)));
-            const float2 dv = *reinterpret_cast<const float2 *>(ds + pl);
-            float        v0 = y[t][2 * half] + dv.x * xv.x, v1 = y[t][2 * half + 1] + dv.y * xv.y;
-            if (has_z) {
-                const float2 zz = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(zb + ssmi_wg::swz_off(ii, pl)));
-                v0 *= v5_silu(zz.x);
-                v1 *= v5_silu(zz.y);
-            }
-            if (osz == 4)
-                *reinterpret_cast<float2 *>(orow + pl * 4) = make_float2(v0, v1);
-            else
-                *reinterpret_cast<uint32_t *>(orow + pl * 2) = t2<MODE>::pack(v0, v1);
-        }
-    }
+    v6_epilogue<MODE>(A, ch, y, xd, zb, ds, iw, wq, h, p0);
 #else
     (void)A; /* no sm_90a code in this pass: never launched (scan_v7_applies) */
     __trap(); /* a wrong image choice fails loudly instead of leaving the outputs unwritten */
