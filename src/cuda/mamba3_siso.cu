@@ -84,6 +84,7 @@ extern "C" {
 #include "cuda_common.cuh"
 #include "mma.cuh"
 #include "ssmi_cuda.h"
+#include "wgmma.cuh"
 
 namespace {
 
@@ -2137,6 +2138,407 @@ __global__ void __launch_bounds__(kOutThreads6, 2) fast_output_kernel_v6(const m
     }
 }
 
+/* ---- v7 output kernel: the three products on Hopper wgmma (sm_90a) ----------------------------
+ * fast_output_kernel_v6 is issue-bound (IMAD/ISETP/LDSM/F2FP; HMMA ~5% of its instructions) and
+ * ~60% of its instructions are the per-chunk prep. v7 keeps v6's grid (chunk, head, 64-wide V
+ * tile), its 256 threads, its loads, scalars, θ, sin/cos table, split and fast math, its y
+ * exchange and its shared-memory epilogue, and replaces the ldmatrix + mma.sync products by
+ * wgmma.mma_async m64n64k16 (f32 accumulators; wgmma.cuh) reading 128-byte swizzled tiles:
+ *   scores = Q̂·K̂ᵀ        warpgroup 0: A = Q̂ hi / lo (64 tokens x Kp, K-major), B = K̂ hi / lo
+ *                        (K-major): hi·hi + lo·hi + hi·lo, three chains of Kp/16 k-steps
+ *   y      = split(P)·V  warpgroup 0: A = the masked scores from registers (hi, then lo: the
+ *                        mma.sync A fragment of the warp's 16 rows), B = the v tile, MN-major
+ *   u      = Q̂·S_enterᵀ  warpgroup 1: A = Q̂ hi / lo, B = S_enter hi / lo (64 V rows x Kp,
+ *                        K-major, split over K̂ once the scores are done): three chains
+ * The accumulator fragment of warp wq of a warpgroup is v6's float [8][4] of row block wq, so warp
+ * w of warpgroup 0 and warp w + 4 of warpgroup 1 are exactly v6's warp pair (w, w + 4): v6's mask
+ * (over all 64 tokens), exchange (warpgroup 0 finishes columns 0..31, 1 columns 32..63) and
+ * epilogue carry over; v and the q/k rows are read through swz_off instead of a padded stride.
+ * The q/k prep (prep_qk_v7) is fast_prep_qk's v5 arithmetic for K = 64 or 128 (no column tails),
+ * reading the raw rows that cp.async put at the swizzled places of the lo tiles and writing
+ * Q̂ / K̂ hi and lo to the same places (each thread rewrites only its own 16-byte pieces).
+ * Why one block = 2 warpgroups of one (chunk, head, V tile): the prep, not the tensor work, is
+ * the time (~60% of v6's instructions; 56 wgmma of 64x64x16 per block ≈ 1 µs of one SM's tensor
+ * pipe, ~60 µs over the grid at the shape of record): 256 threads halve each thread's share of
+ * the prep, and the products split into two balanced halves (3·Kp/16 + 8 and 3·Kp/16 wgmma).
+ * Two V tiles per block would share the prep only where V > 64 (not at the shape of record), two
+ * heads never (θ, biases and the rotation are per head).
+ * Budget, K = 128, A = 32 (the shape of record): shared memory Q̂ hi/lo + K̂ hi/lo 4 x 16 KB (the
+ * split state lies over K̂), v 8 KB (one atom), z/out 9 KB, scalars 2.3 KB, θ-walk sums 0.5 KB,
+ * θ + sin 16 KB (≥ the 16 KB y exchange), + 1 KB alignment: ~100 KB, 2 blocks per SM (228 KB);
+ * K = 64: ~68 KB. Registers ≤ 128 (launch bounds (256, 2); ptxas: 124-127, no spills): warpgroup
+ * 0 holds scores (32) and the 8 prefetched state float4 (32) during the scores, then y (32) + P
+ * hi/lo fragments (32); warpgroup 1 its y (32): the 2 x 8 warps per SM of v6. The state tile is
+ * requested after the prep, not at the start as in v6 (held through prep_qk_v7 it spilled).
+ * Applies (siso_v7_applies): where v6's output kernel applies (16-bit outputs of v's dtype in
+ * 16-byte rows, z of that kind or none), q, k, v of v's dtype in 16-byte rows (the cp.async
+ * loads), K = 64 or 128 (whole atoms), an sm_90 device of a build with sm_90a code and the shared
+ * memory within the opt-in limit; a partial last V tile is zero-filled (v columns, state rows)
+ * and clipped at the store. Elsewhere version 7 runs version 6's kernels. Results differ from
+ * v6's within fp32 rounding (the three split products are three chains, not interleaved per
+ * k-step; y's partial sums associate differently). */
+const int kOutThreads7 = 256;
+static_assert(kOutThreads7 == kOutThreads6, "v7 reuses v6's per-thread shares (state pieces, exchange)");
+
+/* Byte offsets of v7's shared memory from the 1024-aligned base: the wgmma tiles first (every
+ * one a whole number of 8 KB atoms, so 1024-aligned), then v6's non-wgmma regions. */
+struct v7_smem {
+    int qh, ql, kh, kl, vs, scal, part, th, sn, zs, total; /* total: + 1024 to align the base */
+    __host__ __device__ v7_smem(int katoms, int A, bool sct) {
+        const int tile = katoms * ssmi_wg::kAtomBytes, th_bytes = (int)align128(sizeof(float) * kC * (A > 0 ? A : 1));
+        int       o = 0;
+        qh = o, o += tile;
+        ql = o, o += tile;
+        kh = o, o += tile; /* K̂ hi, then the entering state hi */
+        kl = o, o += tile; /* K̂ lo, then the entering state lo */
+        vs = o, o += ssmi_wg::kAtomBytes;
+        scal = o, o += (int)align128(sizeof(float) * 8 * (kC + 1));
+        part = o, o += (int)align128(sizeof(float) * kPartMax);
+        th = o, o += th_bytes;
+        sn = o, o += sct ? th_bytes : 0;
+        if (o - th < kRed6Bytes) o = th + kRed6Bytes; /* the y exchange lies over θ and sin */
+        zs = o, o += (int)align128(2 * kC * kFLd);    /* z, then the output (16-bit) */
+        total = o + 1024;
+    }
+};
+
+#if SSMI_WG_HAVE /* device helpers of v7, only in the passes that compile its body */
+/* fast_prep_qk<MODE, 5, 256> for K = Kp = 64·KA (no column tails, q/k rows of v's dtype already
+ * in the lo tiles at their swizzled places): Q̂ and K̂ split into the swizzled hi/lo tiles, d_i into
+ * dd, the last token's fp32 k̂ to the final k state when fin_k. A thread takes 8 features of one
+ * token; the IPT = K/8 threads of a token are adjacent lanes (d_i: v5's shuffle order). */
+template <int MODE, int KA>
+__device__ __forceinline__ void prep_qk_v7(const m3_fwd_args & P, const m3_chunk & ch, int h, const float * th,
+                                           const float * snt, unsigned char * qh, unsigned char * ql,
+                                           unsigned char * kh, unsigned char * kl, float * dd, bool fin_k) {
+    constexpr int IPT = 8 * KA, PER = kOutThreads7 / IPT; /* PER divides kC: every lane runs 2·KA passes */
+    const int     L = ch.len, c8 = threadIdx.x % IPT, n0 = c8 * 8, m0 = n0 / 2;
+    float         qbias[8], kbias[8];
+    load_row8(qbias, P.qb, h, n0, P.K);
+    load_row8(kbias, P.kb, h, n0, P.K);
+    const bool rot4 = snt != nullptr && (P.A & 3) == 0 && m0 + 4 <= P.A, rot0 = m0 >= P.A;
+#pragma unroll 1
+    for (int i = threadIdx.x / IPT; i < kC; i += PER) {
+        const bool live = i < L;
+        const int  so = ssmi_wg::swz_off(i, n0);
+        float      q[8], k[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) q[e] = k[e] = 0.0f;
+        if (live) {
+            unpack8<MODE>(q, *reinterpret_cast<const uint4 *>(ql + so));
+            unpack8<MODE>(k, *reinterpret_cast<const uint4 *>(kl + so));
+#pragma unroll
+            for (int e = 0; e < 8; ++e) q[e] += qbias[e], k[e] += kbias[e];
+        }
+        float dot = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dot = fmaf(q[e], k[e], dot);
+        if (live && rot4) {
+            const float4 cs4 = *reinterpret_cast<const float4 *>(&th[i * P.A + m0]);
+            const float4 sn4 = *reinterpret_cast<const float4 *>(&snt[i * P.A + m0]);
+            const float  csv[4] = {cs4.x, cs4.y, cs4.z, cs4.w}, snv[4] = {sn4.x, sn4.y, sn4.z, sn4.w};
+#pragma unroll
+            for (int e2 = 0; e2 < 4; ++e2) {
+                const float cs = csv[e2], sn = snv[e2];
+                const float q0 = q[2 * e2], q1 = q[2 * e2 + 1], k0 = k[2 * e2], k1 = k[2 * e2 + 1];
+                q[2 * e2] = q0 * cs - q1 * sn, q[2 * e2 + 1] = q0 * sn + q1 * cs;
+                k[2 * e2] = k0 * cs - k1 * sn, k[2 * e2 + 1] = k0 * sn + k1 * cs;
+            }
+        } else if (live && !rot0) {
+#pragma unroll
+            for (int e2 = 0; e2 < 4; ++e2) {
+                const int m = m0 + e2;
+                if (m < P.A) {
+                    float sn, cs;
+                    if (snt != nullptr) /* the table of sincos θ (th holds cos θ) */
+                        sn = snt[i * P.A + m], cs = th[i * P.A + m];
+                    else if (P.fused) /* θ is wrapped */
+                        sincos_wrapped_fast(th[i * P.A + m], &sn, &cs);
+                    else
+                        sincosf(th[i * P.A + m], &sn, &cs);
+                    const float q0 = q[2 * e2], q1 = q[2 * e2 + 1], k0 = k[2 * e2], k1 = k[2 * e2 + 1];
+                    q[2 * e2] = q0 * cs - q1 * sn, q[2 * e2 + 1] = q0 * sn + q1 * cs;
+                    k[2 * e2] = k0 * cs - k1 * sn, k[2 * e2 + 1] = k0 * sn + k1 * cs;
+                }
+            }
+        }
+        if (fin_k && live && i == L - 1)
+#pragma unroll
+            for (int e = 0; e < 8; ++e) st3(P.fin_k, ch.seq, h, n0 + e, k[e]);
+        uint32_t hi[4], lo[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) split2<MODE>(q[2 * e], q[2 * e + 1], hi[e], lo[e]);
+        *reinterpret_cast<uint4 *>(qh + so) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        *reinterpret_cast<uint4 *>(ql + so) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) split2<MODE>(k[2 * e], k[2 * e + 1], hi[e], lo[e]);
+        *reinterpret_cast<uint4 *>(kh + so) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        *reinterpret_cast<uint4 *>(kl + so) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+#pragma unroll
+        for (int off = 8; off > 0; off /= 2) /* v5's offsets in v5's order (IPT ≤ 16) */
+            if (off < IPT) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+        if (c8 == 0) dd[i] = dot;
+    }
+}
+
+/* cp.async of the chunk's rows (tokens < L) of a (B, S, Hx, X) tensor, columns [c0, c0 + 8·c8),
+ * into a swizzled 64-row tile (row = token, 8·c8 columns over c8/8 atoms: swz_off). zero: rows ≥ L
+ * and columns ≥ X are zero-filled (the v tile, read by wgmma); otherwise they are not written
+ * (the q/k rows: prep_qk_v7 writes every place of its tiles). */
+template <int MODE>
+__device__ __forceinline__ void cp_tile_v7(unsigned char * dst, const ssmi_cu_view & t, const m3_chunk & ch, int hx,
+                                           int c0, int c8, int X, bool zero) {
+    typedef typename cfg<MODE>::T T;
+    const T *                     src = (const T *)t.p + ch.row * t.s[0] + ch.t0 * t.s[1] + hx * t.s[2] + c0;
+    const long long               rs = t.s[1];
+    const int                     dq = kOutThreads7 / c8, dr = kOutThreads7 - dq * c8, nc = X - c0;
+    int                           r = (int)threadIdx.x / c8, c = (int)threadIdx.x - r * c8;
+#pragma unroll 1
+    for (int o = threadIdx.x; o < kC * c8; o += kOutThreads7) {
+        unsigned char * d = dst + ssmi_wg::swz_off(r, 8 * c);
+        if (r < ch.len && 8 * c < nc)
+            cp_async16(d, src + r * rs + 8 * c);
+        else if (zero)
+            *reinterpret_cast<uint4 *>(d) = make_uint4(0u, 0u, 0u, 0u);
+        r += dq, c += dr;
+        if (c >= c8) c -= c8, ++r;
+    }
+}
+
+/* d += A·Bᵀ over K = 64·KA: A the 64 K-major rows at shared address a, B the 64 K-major rows at
+ * b. A k-step of 16 is +32 bytes inside an atom, +8 KB to the next atom; the descriptor's address
+ * field is addr >> 4, so a step adds a constant to it (addresses < 256 KB: no carry out of the
+ * 14-bit field). One chain, not committed (the caller fences before and commits after). */
+template <bool BF, int KA>
+__device__ __forceinline__ void chain_k(float (&d)[8][4], unsigned a, unsigned b) {
+    const uint64_t da = ssmi_wg::desc_k(a), db = ssmi_wg::desc_k(b);
+#pragma unroll
+    for (int ks = 0; ks < 4 * KA; ++ks) {
+        const uint64_t o = (uint64_t)(((ks >> 2) * ssmi_wg::kAtomBytes + (ks & 3) * 32) >> 4);
+        ssmi_wg::mma_ss<BF, 0>(d, da + o, db + o);
+    }
+}
+#endif
+
+/* KA: the K atoms (K = 64·KA), a template parameter so that the k-loops unroll. */
+template <int MODE, int KA>
+__global__ void __launch_bounds__(kOutThreads7, 2) fast_output_kernel_v7(const m3_fwd_args P) {
+#if SSMI_WG_HAVE
+    typedef typename cfg<MODE>::T T;
+    constexpr bool BF = MODE == M_BF16;
+    extern __shared__ __align__(1024) unsigned char smem7[];
+    /* the swizzle pattern is a function of address bits 4-9: align the base at run time */
+    const unsigned  raw = smem_addr(smem7);
+    unsigned char * sm = smem7 + (((raw + 1023u) & ~1023u) - raw);
+    const unsigned  sb = smem_addr(sm);
+    const v7_smem   Ly(KA, P.A, P.sct != 0);
+    const m3_scal   sc = carve_scal((float *)(sm + Ly.scal));
+    float *         ecm = sc.sig + (kC + 1);
+    float *         dd = ecm + (kC + 1);
+    float *         th = (float *)(sm + Ly.th); /* θ, then the y exchange */
+    T *             zs = (T *)(sm + Ly.zs);     /* z, then the output */
+    const int       lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wq = warp & 3, upper = warp >> 2;
+
+    const int      w = blockIdx.x, h = blockIdx.y, p0 = blockIdx.z * kTV;
+    const m3_chunk ch = P.chunks[w];
+    const int      L = ch.len;
+    /* S_enter = 0 in a sequence's first chunk without initial states (block-uniform) */
+    const bool with_state = !ch.first || P.has_states;
+    /* the global inputs requested at the start (v6's order): the v tile (swizzled, MN-major: token
+     * rows), q/k rows into the lo tiles, the z tile, angles; the state tile comes after the prep */
+    cp_tile_v7<MODE>(sm + Ly.vs, P.v, ch, h, p0, kTV / 8, P.V, true);
+    cp_tile_v7<MODE>(sm + Ly.ql, P.q, ch, h / P.G, 0, 8 * KA, P.K, false);
+    cp_tile_v7<MODE>(sm + Ly.kl, P.k, ch, h / P.G, 0, 8 * KA, P.K, false);
+    if (P.vz16) cp_rows_v5<MODE, kOutThreads7>(zs, kFLd, P.z, ch, h, p0, kTV, P.V);
+    uint4 araw[kAngPieces * kFastThreads / kOutThreads7];
+    load_angles_v4<MODE, kAngPieces * kFastThreads / kOutThreads7, kOutThreads7>(P, ch, h, araw);
+    const float dh = P.has_d ? ssmi_cu_ld(P.d.p, P.d.dtype, h * P.d.s[0]) : 0.0f;
+    chunk_scalars(P, ch, h, sc);
+    for (int i = threadIdx.x; i < kC; i += blockDim.x) ecm[i] = i < L ? expf(sc.cm[i]) : 0.0f;
+    chunk_theta_v4<MODE, true, kAngPieces * kFastThreads / kOutThreads7, kOutThreads7>(
+        P, ch, w, h, sc.dtv, th, (float *)(sm + Ly.part), araw);
+    cp_async_wait_all(); /* q, k, v, z rows, before the barrier that publishes them */
+    __syncthreads();     /* θ */
+    float * snt = nullptr;
+    if (P.sct) { /* block-uniform: sin/cos once per (token, angle), v6's calls */
+        snt = (float *)(sm + Ly.sn);
+        if (P.fused) {
+            for (int o = threadIdx.x; o < L * P.A; o += blockDim.x) {
+                float sn_, cs_;
+                sincos_wrapped_fast(th[o], &sn_, &cs_);
+                th[o] = cs_, snt[o] = sn_;
+            }
+        } else {
+            for (int o = threadIdx.x; o < L * P.A; o += blockDim.x) {
+                float sn_, cs_;
+                sincosf(th[o], &sn_, &cs_);
+                th[o] = cs_, snt[o] = sn_;
+            }
+        }
+        __syncthreads();
+    }
+    prep_qk_v7<MODE, KA>(P, ch, h, th, snt, sm + Ly.qh, sm + Ly.ql, sm + Ly.kh, sm + Ly.kl, dd,
+                         ch.last && blockIdx.z == 0 && P.fin_k.present);
+    /* the entering state tile into registers (v6 requests it at the start: held through this
+     * prep, its 32 registers made ptxas spill here); in flight during the scores */
+    float4 pre[8];
+    if (with_state) load_state_regs_v6(P, w, h, p0, pre);
+    ssmi_wg::fence_proxy_async(); /* this thread's tile writes (and its finished copies), seen by wgmma */
+    __syncthreads();              /* Q̂, K̂, d, v; from here θ and the sin/cos table are dead (the y exchange) */
+
+    const int   ri0 = wq * 16 + (lane >> 2), ri1 = ri0 + 8; /* this thread's rows (fragment layout) */
+    const float ci0 = ri0 < L ? sc.cm[ri0] : 0.0f, ci1 = ri1 < L ? sc.cm[ri1] : 0.0f;
+    /* warpgroup 0: scores (64 rows x 64 tokens) = Q̂·K̂ᵀ, split: hi·hi, lo·hi, hi·lo */
+    float s[8][4];
+#pragma unroll
+    for (int t = 0; t < 8; ++t) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
+    if (!upper) { /* warpgroup-uniform */
+        ssmi_wg::fence();
+        chain_k<BF, KA>(s, sb + Ly.qh, sb + Ly.kh);
+        chain_k<BF, KA>(s, sb + Ly.ql, sb + Ly.kh);
+        chain_k<BF, KA>(s, sb + Ly.qh, sb + Ly.kl);
+        ssmi_wg::commit();
+        ssmi_wg::wait<0>();
+        ssmi_wg::keep(s);
+    }
+    /* the entering state, split over K̂ once the scores are done (the prefetch registers are free
+     * before y's accumulators and P's fragments are live) */
+    if (with_state) { /* block-uniform */
+        __syncthreads(); /* warpgroup 0 is done with K̂ */
+        state_piece sp(P.Kp / 4, kOutThreads7);
+#pragma unroll
+        for (int u = 0; u < 8; ++u) {
+            const int r = sp.r, c = 4 * sp.c;
+            if (r >= kTV) break;
+            sp.next();
+            uint32_t hi[2], lo[2];
+            split2<MODE>(pre[u].x, pre[u].y, hi[0], lo[0]);
+            split2<MODE>(pre[u].z, pre[u].w, hi[1], lo[1]);
+            const int so = ssmi_wg::swz_off(r, c); /* c % 4 == 0: 8 bytes inside one 16-byte piece */
+            *reinterpret_cast<uint2 *>(sm + Ly.kh + so) = make_uint2(hi[0], hi[1]);
+            *reinterpret_cast<uint2 *>(sm + Ly.kl + so) = make_uint2(lo[0], lo[1]);
+        }
+        ssmi_wg::fence_proxy_async();
+        __syncthreads(); /* the split state */
+    }
+    float y[8][4];
+#pragma unroll
+    for (int t = 0; t < 8; ++t) y[t][0] = y[t][1] = y[t][2] = y[t][3] = 0.0f;
+    if (!upper) {
+        /* P_ij = score · e^{c_i − c_j} · σ_j for j < i < L (v6's ex2.approx decay), all 64 tokens */
+        const int jb = 2 * (lane & 3);
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int   i = (e >> 1) ? ri1 : ri0;
+                const float ci = (e >> 1) ? ci1 : ci0;
+                const int   j = jb + t * 8 + (e & 1);
+                s[t][e] = (i < L && j < i) ? s[t][e] * ex2_approx((ci - sc.cm[j]) * kLog2e) * sc.sig[j] : 0.0f;
+            }
+        }
+        /* y = P·V: P as split A fragments from registers (k-step ks = tokens 16ks..16ks+15), the v
+         * tile MN-major (a k-step of 16 token rows is +2048 bytes) */
+        uint32_t ah[4][4], al[4][4];
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) {
+            split2<MODE>(s[2 * ks][0], s[2 * ks][1], ah[ks][0], al[ks][0]);
+            split2<MODE>(s[2 * ks][2], s[2 * ks][3], ah[ks][1], al[ks][1]);
+            split2<MODE>(s[2 * ks + 1][0], s[2 * ks + 1][1], ah[ks][2], al[ks][2]);
+            split2<MODE>(s[2 * ks + 1][2], s[2 * ks + 1][3], ah[ks][3], al[ks][3]);
+        }
+        const unsigned vsa = sb + Ly.vs;
+        ssmi_wg::fence(); /* y (zeroed) and the A fragments were written by ordinary instructions */
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) ssmi_wg::mma_rs<BF, 1>(y, ah[ks], ssmi_wg::desc_mn(vsa + ks * 2048));
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) ssmi_wg::mma_rs<BF, 1>(y, al[ks], ssmi_wg::desc_mn(vsa + ks * 2048));
+        ssmi_wg::commit();
+        ssmi_wg::wait<0>();
+        ssmi_wg::keep(y);
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) ssmi_wg::keep(ah[ks]), ssmi_wg::keep(al[ks]);
+    } else if (with_state) {
+        /* warpgroup 1: y = diag(e^c)·Q̂·S_enterᵀ (64 rows x 64 state rows), split: hi·hi, lo·hi, hi·lo */
+        ssmi_wg::fence();
+        chain_k<BF, KA>(y, sb + Ly.qh, sb + Ly.kh);
+        chain_k<BF, KA>(y, sb + Ly.ql, sb + Ly.kh);
+        chain_k<BF, KA>(y, sb + Ly.qh, sb + Ly.kl);
+        ssmi_wg::commit();
+        ssmi_wg::wait<0>();
+        ssmi_wg::keep(y);
+        const float e0 = ecm[ri0], e1 = ecm[ri1];
+#pragma unroll
+        for (int t = 0; t < 8; ++t) y[t][0] *= e0, y[t][1] *= e0, y[t][2] *= e1, y[t][3] *= e1;
+    }
+
+    /* v6's exchange: warpgroup 0 finishes column tiles 0..3, warpgroup 1 4..7; each warp hands its
+     * partner (warp ^ 4, the same 16 rows) the other tiles through the dead θ region */
+    float4 * red = reinterpret_cast<float4 *>(sm + Ly.th);
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        const float4 give = upper ? make_float4(y[t][0], y[t][1], y[t][2], y[t][3])
+                                  : make_float4(y[t + 4][0], y[t + 4][1], y[t + 4][2], y[t + 4][3]);
+        red[(warp * 4 + t) * 32 + lane] = give;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) y[t][e] = upper ? y[t + 4][e] : y[t][e];
+    }
+    __syncthreads(); /* the partners' tiles */
+    {
+        const float4 * got = red + (warp ^ 4) * 4 * 32 + lane;
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const float4 g = got[t * 32];
+            y[t][0] += g.x, y[t][1] += g.y, y[t][2] += g.z, y[t][3] += g.w;
+        }
+    }
+
+    /* v6's epilogue on this warp's 32 columns: + (D + γ_i·d_i)·v_i, the gate, the output staged
+     * over z (each thread reads and writes only its own pairs); v from the swizzled tile */
+    const int            cbase = upper * 32;
+    const unsigned char * vt = sm + Ly.vs;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const int i = hf ? ri1 : ri0;
+        if (i >= L) continue;
+        const float diag = dh + sc.gam[i] * dd[i];
+        T *         zrow = zs + i * kFLd + cbase;
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const int pc = t * 8 + 2 * (lane & 3);
+            if (p0 + cbase + pc >= P.V) continue; /* V % 8 == 0: both of the pair are inside otherwise */
+            const float2 xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(vt + ssmi_wg::swz_off(i, cbase + pc)));
+            float        v0 = fmaf(diag, xv.x, y[t][2 * hf]), v1 = fmaf(diag, xv.y, y[t][2 * hf + 1]);
+            if (P.has_z) {
+                const float2 zz = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&zrow[pc]));
+                v0 *= silu_fast(zz.x);
+                v1 *= silu_fast(zz.y);
+            }
+            *reinterpret_cast<uint32_t *>(&zrow[pc]) = t2<MODE>::pack(v0, v1);
+        }
+    }
+    if (ch.last && P.fin_v.present && L > 0) { /* block-uniform; v is exact in T */
+        const int nc = min(kTV, P.V - p0);
+        for (int pp = threadIdx.x; pp < nc; pp += blockDim.x)
+            st3(P.fin_v, ch.seq, h, p0 + pp, from_t(*reinterpret_cast<const T *>(vt + ssmi_wg::swz_off(L - 1, pp))));
+    }
+    __syncthreads(); /* the staged output */
+    {
+        const int       nc = min(kTV, P.V - p0);
+        const long long ob = ch.row * P.out.s[0] + ch.t0 * P.out.s[1] + h * P.out.s[2] + p0;
+#pragma unroll 1
+        for (int o = threadIdx.x; o < L * (kTV / 8); o += blockDim.x) {
+            const int r = o >> 3, c = (o & 7) * 8;
+            if (c < nc)
+                *reinterpret_cast<uint4 *>((T *)P.out.p + ob + r * P.out.s[1] + c) =
+                    *reinterpret_cast<const uint4 *>(&zs[r * kFLd + c]);
+        }
+    }
+#else
+    (void)P; /* no sm_90a code in this pass: never launched (siso_v7_applies) */
+#endif
+}
+
 /* ---- v6 state kernel: 8 warps per block -----------------------------------------------------------
  * fast_state_kernel<MODE, 5> runs 4 warps of 91 registers at 4 blocks (55 KB each) per SM: 16
  * warps per SM, issue slots 46% busy, the time in the per-chunk preparation (scalars, θ, the
@@ -2376,8 +2778,50 @@ bool state_v6_selected() {
     return env == NULL || strcmp(env, "v5") != 0;
 }
 
+/* *ok = 1 when fast_output_kernel_v7 can run this forward: where v6's output kernel applies,
+ * with q, k, v of v's dtype in 16-byte rows (its cp.async tiles), K = 64 or 128 (whole swizzle
+ * atoms), a build with sm_90a code, an sm_90 device and v7's shared memory within the opt-in
+ * limit. */
+ssm_status siso_v7_applies(ssm_context * ctx, const char * op, const m3_fwd_args & P, int * ok) {
+    *ok = 0;
+#if SSMI_CUDA_WGMMA
+    if (!(out_v6_applies(P) && P.vq && P.vk && P.vv && (P.K == 64 || P.K == 128))) return SSM_STATUS_OK;
+    int dev = 0, major = 0, minor = 0, optin = 0;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaGetDevice", cudaGetDevice(&dev)));
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
+                                          cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)));
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
+                                          cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev)));
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
+                                          cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)));
+    *ok = major == 9 && minor == 0 && v7_smem(P.K / 64, P.A, P.sct != 0).total <= optin;
+#else
+    (void)ctx, (void)op, (void)P;
+#endif
+    return SSM_STATUS_OK;
+}
+
+/* fast_output_kernel_v7 on v6's grid (the caller checked siso_v7_applies). */
+template <int MODE>
+ssm_status launch_out_v7(ssm_context * ctx, const char * op, const m3_fwd_args & P, const dim3 grid) {
+#if SSMI_CUDA_WGMMA
+    const v7_smem L7(P.K / 64, P.A, P.sct != 0);
+    void (*kernel)(const m3_fwd_args) = P.K == 128 ? fast_output_kernel_v7<MODE, 2> : fast_output_kernel_v7<MODE, 1>;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
+        ctx, op, "cudaFuncSetAttribute",
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L7.total)));
+    kernel<<<grid, kOutThreads7, (size_t)L7.total, ssmi_cuda_stream(ctx)>>>(P);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_output_kernel_v7 launch");
+    return SSM_STATUS_OK;
+#else
+    (void)P, (void)grid;
+    return ssmi_error(ctx, SSM_STATUS_INTERNAL, "%s: fast_output_kernel_v7 without sm_90a code", op);
+#endif
+}
+
 /* VER = 6: the VER = 5 state kernel (fast_state_kernel_v6 when state_v6_selected()), then
- * fast_output_kernel_v6 where out_v6_applies, the VER = 5 output kernel elsewhere. */
+ * fast_output_kernel_v6 where out_v6_applies, the VER = 5 output kernel elsewhere. VER = 7: VER =
+ * 6 with fast_output_kernel_v7 where siso_v7_applies. */
 template <int MODE, int VER>
 ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W, int version) {
     constexpr int         SV = VER >= 6 ? 5 : VER;
@@ -2385,6 +2829,8 @@ ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P
     const fast_smem<MODE> Ls(P.Kp, P.A, false, SV), Lo(P.Kp, P.A, true, SV, SV >= 4 && P.sct);
     const dim3            grid((unsigned)W, (unsigned)P.H, (unsigned)((P.V + kTV - 1) / kTV));
     const bool            v6 = VER >= 6 && out_v6_applies(P), st6 = VER >= 6 && state_v6_selected();
+    int                   v7 = 0;
+    if (VER >= 7) SSM_FORWARD_IF_ERROR(siso_v7_applies(ctx, op, P, &v7));
     if (st6) {
         SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute",
                                               cudaFuncSetAttribute(fast_state_kernel_v6<MODE>,
@@ -2408,6 +2854,7 @@ ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P
     if (P.NS > 0) {
         SSM_FORWARD_IF_ERROR(launch_pass(ctx, op, P, version));
     }
+    if (v7) return launch_out_v7<MODE>(ctx, op, P, grid);
     if (v6) {
         const fast_smem<MODE> L6(P.Kp, P.A, true, 6, P.sct);
         SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
@@ -2440,6 +2887,7 @@ int siso_version() {
     if (env != NULL && strcmp(env, "2") == 0) return 3;
     if (env != NULL && strcmp(env, "3") == 0) return 4;
     if (env != NULL && strcmp(env, "4") == 0) return 5;
+    if (env != NULL && strcmp(env, "6") == 0) return 7;
     return 6;
 }
 
@@ -2554,7 +3002,9 @@ ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims
          * memory on sm_90, 1 KB of it reserved per block): A ≤ 32 at K = 128 */
         P.sct = version >= 4 && P.A > 0 &&
                 2 * (fast_smem<M_BF16>(P.Kp, P.A, true, 4, true).total + 1024) <= (size_t)228 * 1024;
-        if (mode == M_F16 && version >= 6)
+        if (mode == M_F16 && version >= 7)
+            SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 7>(ctx, op, P, pl->W, version)));
+        else if (mode == M_F16 && version == 6)
             SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 6>(ctx, op, P, pl->W, version)));
         else if (mode == M_F16 && version == 5)
             SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 5>(ctx, op, P, pl->W, version)));
@@ -2564,7 +3014,9 @@ ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims
             SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 3>(ctx, op, P, pl->W, version)));
         else if (mode == M_F16)
             SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 2>(ctx, op, P, pl->W, version)));
-        else if (version >= 6)
+        else if (version >= 7)
+            SSM_FORWARD_IF_ERROR((launch_fast<M_BF16, 7>(ctx, op, P, pl->W, version)));
+        else if (version == 6)
             SSM_FORWARD_IF_ERROR((launch_fast<M_BF16, 6>(ctx, op, P, pl->W, version)));
         else if (version == 5)
             SSM_FORWARD_IF_ERROR((launch_fast<M_BF16, 5>(ctx, op, P, pl->W, version)));
