@@ -11,7 +11,8 @@
  * float4 and the generic state paths. Both forward paths: 16-bit shapes with K <= 128 take the
  * tensor-core kernels, f32 and K = 256 the portable ones; edge shapes (K = 24, 40, V = 20, 72)
  * run on both. Every forward case runs under each kernel version (SSMOPS_CUDA_SISO_FAST unset =
- * v6, =4 v5, =3 v4, =2 v3, =1 v2, =0 portable; the edge shapes also with =5), and once more under
+ * v6, =6 v7 (the wgmma output kernel, on trial), =4 v5, =3 v4, =2 v3, =1 v2, =0 portable; the
+ * edge shapes also with =5), and once more under
  * the default with SSMOPS_CUDA_SISO_STATE=v5 (v5's state kernel; the default is the 8-warp v6
  * state kernel). Angle outputs are compared
  * modulo 2π.
@@ -395,6 +396,44 @@ static void forward_suite(ssmt_rng * rng, const char * vname, int with_explicit_
             test_forward(rng, &cfg, tag);
         }
     }
+    /* v7's output kernel (wgmma; SSMOPS_CUDA_SISO_FAST=6) at its edges: K = 64 and 128 (one and two
+     * swizzle atoms; K = 96 and f32 outputs fall back to v6's kernels), V = 64, 72 (a partial
+     * second V tile: zero-filled v columns and state rows, clipped stores) and 128, chunk tails
+     * (L = 2, 37, 1), exactly one chunk, varlen with an empty sequence, states on and off (the
+     * second warpgroup idle in a first chunk without them), z on and off, D on and off, A = K/2
+     * without the sin/cos table (K = 128, A = 64) and odd A; run under every version */
+    {
+        /* B, S, H, Hq, K, V, A, dtype (1 f16, 2 bf16), D, z, states, varlen, 16-bit out */
+        static const int64_t v7c[][13] = {
+            {2, 130, 2, 1, 128, 64, 32, 2, 1, 1, 1, 0, 1}, {1, 37, 3, 1, 64, 72, 32, 1, 0, 1, 0, 0, 1},
+            {1, 201, 2, 2, 128, 72, 64, 2, 1, 0, 1, 1, 1}, {2, 64, 4, 2, 64, 64, 7, 1, 1, 1, 1, 0, 1},
+            {1, 129, 2, 1, 64, 128, 16, 2, 0, 1, 1, 1, 1}, {1, 65, 2, 1, 128, 64, 32, 1, 1, 0, 0, 0, 1},
+            {2, 100, 2, 1, 128, 64, 32, 1, 1, 1, 1, 0, 0}, {1, 70, 2, 1, 96, 64, 16, 2, 1, 1, 1, 0, 1},
+        };
+        for (size_t c = 0; c < sizeof v7c / sizeof v7c[0]; ++c) {
+            const int64_t *    r = v7c[c];
+            ssmt_mamba3_config cfg;
+            ssmt_mamba3_config_init(&cfg);
+            cfg.batch = r[0], cfg.seqlen = r[1], cfg.nheads = r[2], cfg.nheads_qk = r[3];
+            cfg.dk = r[4], cfg.dv = r[5], cfg.nangles = r[6];
+            cfg.dtype = dtypes[r[7]];
+            cfg.out_dtype = r[12] ? cfg.dtype : SSM_DTYPE_F32;
+            cfg.has_d = (int)r[8], cfg.has_z = (int)r[9], cfg.has_states = (int)r[10];
+            cfg.has_final = 1;
+            int64_t lens[3] = {r[1] / 2, 0, r[1] - r[1] / 2};
+            if (r[11]) {
+                cfg.nseq = 3;
+                cfg.seqlens = lens;
+            }
+            char tag[160];
+            snprintf(tag, sizeof tag, "v7 edge B%lld S%lld H%lld Hq%lld K%lld V%lld A%lld %s out=%s%s%s%s%s%s",
+                     (long long)cfg.batch, (long long)cfg.seqlen, (long long)cfg.nheads, (long long)cfg.nheads_qk,
+                     (long long)cfg.dk, (long long)cfg.dv, (long long)cfg.nangles, ssm_dtype_name(cfg.dtype),
+                     ssm_dtype_name(cfg.out_dtype), cfg.has_d ? " D" : "", cfg.has_z ? " z" : "",
+                     cfg.has_states ? " states" : "", r[11] ? " varlen" : "", vname);
+            test_forward(rng, &cfg, tag);
+        }
+    }
     /* no tokens: every final state is the initial one */
     {
         ssmt_mamba3_config cfg;
@@ -442,10 +481,10 @@ int main(void) {
     test_device_rules(&rng);
 
     /* the forward cases under every kernel version: NULL = the variable unset (the default, v6) */
-    static const char * const versions[] = {NULL, "4", "3", "2", "1", "0"};
-    static const char * const vnames[] = {" v6", " v5", " v4", " v3", " v2", " portable"};
+    static const char * const versions[] = {NULL, "6", "4", "3", "2", "1", "0"};
+    static const char * const vnames[] = {" v6", " v7", " v5", " v4", " v3", " v2", " portable"};
     const ssmt_rng            rng_v6 = rng; /* the v6 state kernel's pass below draws the default pass's inputs */
-    for (int vi = 0; vi < 6; ++vi) {
+    for (int vi = 0; vi < 7; ++vi) {
         if (versions[vi] != NULL)
             setenv("SSMOPS_CUDA_SISO_FAST", versions[vi], 1);
         else
