@@ -166,6 +166,7 @@ if want sanitizer && command -v compute-sanitizer >/dev/null 2>&1; then
                 [ "$rc" = 9 ] && echo "rc=9" || echo "rc=0 (check exit $rc)"
             done
             echo "== $tool mamba3_siso bf16 state v6"; SSMOPS_CUDA_SISO_STATE=v6 compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba3_siso --backend cuda --dtype bf16 --shape B=1,S=200,H=2,Hq=1,K=40,V=72,A=8 --param has_d=1,has_z=1,has_states=1,has_final=1,nseq=3; echo "rc=$?"
+            for kv in K=128,V=72,A=32 K=64,V=64,A=7; do echo "== $tool mamba3_siso bf16 v7 (wgmma, out bf16) $kv"; SSMOPS_CUDA_SISO_FAST=6 compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba3_siso --backend cuda --dtype bf16 --out-dtype bf16 --shape B=1,S=2200,H=2,Hq=1,$kv --param has_d=1,has_z=1,has_states=1,has_final=1,nseq=3; rc=$?; [ "$rc" = 9 ] && echo "rc=9" || echo "rc=0 (check exit $rc)"; done
         fi
     done >>"$out/sanitizer.log" 2>&1
     # the scan's v6 output kernel (wgmma, sm_90a; chosen only by the knob): bf16, N = 128 with a
@@ -245,6 +246,7 @@ if want bench; then
     bench "scan bf16 anchor, kernel v5" SSMOPS_CUDA_SCAN_KERNEL=v5 mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
     bench "scan bf16 anchor, kernel v3" SSMOPS_CUDA_SCAN_KERNEL=v3 mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
     bench "siso bf16 anchor, fast path v5" SSMOPS_CUDA_SISO_FAST=4 mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
+    bench "siso bf16 anchor, fast path v7 (wgmma output kernel, on trial)" SSMOPS_CUDA_SISO_FAST=6 mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
     bench "siso bf16 anchor, fast path v3" SSMOPS_CUDA_SISO_FAST=2 mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
     bench "mamba2_step f32 pool B128 H80 P64 N128, kernel v2" SSMOPS_CUDA_STEP_KERNEL=v2 mamba2_step --dtype f32 --shape B=128,H=80,P=64,N=128,G=1
     bench "siso_step f32 pool B128 H64 K128 V64, kernel v1" SSMOPS_CUDA_STEP_KERNEL=v1 mamba3_siso_step --dtype f32 --shape B=128,H=64,Hq=1,K=128,V=64,A=32
