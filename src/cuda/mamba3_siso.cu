@@ -46,7 +46,9 @@
  * leave room (ex2_approx decays in the mask, silu_fast, and in the combined op tanh_fast and
  * sincos_wrapped_fast of the wrapped θ: absolute errors ~1e-6); 6 (=5, on trial) = v5 with
  * fast_output_kernel_v6 (8 warps per block; see there) where v5's shared-memory epilogue
- * applies. v2 and v3 agree within fp32 rounding (θ's sums associate differently); v4 does v3's
+ * applies; 7 (=6, on trial, not yet run on a GPU) = v6 with fast_output_kernel_v7 (the three
+ * products on Hopper wgmma; see there) where siso_v7_applies, v6's kernels elsewhere.
+ * v2 and v3 agree within fp32 rounding (θ's sums associate differently); v4 does v3's
  * arithmetic operation for operation; v5 agrees with v4 within those approximations, v6 with
  * v5 within fp32 rounding; each is bitwise deterministic.
  *
@@ -2878,7 +2880,8 @@ ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P
  * v4 tensor-core kernels where the fast path applies; the portable kernels otherwise), =4 → 5
  * (v5: v4 with the v5 output kernel), unset or anything else (=5) → 6 (v6: v5 with
  * fast_output_kernel_v6 where it applies; default since its first H200 runs of 2026-11-30: every
- * test case, memcheck/racecheck clean, 1.334 -> 1.188 ms at the shape of record). getenv only
+ * test case, memcheck/racecheck clean, 1.334 -> 1.188 ms at the shape of record), =6 → 7 (v6 with
+ * fast_output_kernel_v7, the wgmma output kernel, where siso_v7_applies; on trial). getenv only
  * reads. */
 int siso_version() {
     const char * env = getenv("SSMOPS_CUDA_SISO_FAST");
