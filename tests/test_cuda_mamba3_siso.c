@@ -401,7 +401,9 @@ static void forward_suite(ssmt_rng * rng, const char * vname, int with_explicit_
      * second V tile: zero-filled v columns and state rows, clipped stores) and 128, chunk tails
      * (L = 2, 37, 1), exactly one chunk, varlen with an empty sequence, states on and off (the
      * second warpgroup idle in a first chunk without them), z on and off, D on and off, A = K/2
-     * without the sin/cos table (K = 128, A = 64) and odd A; run under every version */
+     * without the sin/cos table (K = 128, A = 64) and odd A; each of the four instances (f16 / bf16,
+     * K = 64 / 128) with states (the last row: f16 K = 128, Q̂·S_enterᵀ over two atoms); run under
+     * every version */
     {
         /* B, S, H, Hq, K, V, A, dtype (1 f16, 2 bf16), D, z, states, varlen, 16-bit out */
         static const int64_t v7c[][13] = {
@@ -409,6 +411,7 @@ static void forward_suite(ssmt_rng * rng, const char * vname, int with_explicit_
             {1, 201, 2, 2, 128, 72, 64, 2, 1, 0, 1, 1, 1}, {2, 64, 4, 2, 64, 64, 7, 1, 1, 1, 1, 0, 1},
             {1, 129, 2, 1, 64, 128, 16, 2, 0, 1, 1, 1, 1}, {1, 65, 2, 1, 128, 64, 32, 1, 1, 0, 0, 0, 1},
             {2, 100, 2, 1, 128, 64, 32, 1, 1, 1, 1, 0, 0}, {1, 70, 2, 1, 96, 64, 16, 2, 1, 1, 1, 0, 1},
+            {1, 150, 2, 1, 128, 72, 32, 1, 1, 1, 1, 1, 1},
         };
         for (size_t c = 0; c < sizeof v7c / sizeof v7c[0]; ++c) {
             const int64_t *    r = v7c[c];
