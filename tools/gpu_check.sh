@@ -246,7 +246,7 @@ if want bench; then
     bench "scan bf16 anchor, kernel v5" SSMOPS_CUDA_SCAN_KERNEL=v5 mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
     bench "scan bf16 anchor, kernel v3" SSMOPS_CUDA_SCAN_KERNEL=v3 mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
     bench "siso bf16 anchor, fast path v5" SSMOPS_CUDA_SISO_FAST=4 mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
-    bench "siso bf16 anchor, fast path v7 (wgmma output kernel, on trial)" SSMOPS_CUDA_SISO_FAST=6 mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
+    bench "siso bf16 anchor, fast path v6" SSMOPS_CUDA_SISO_FAST=5 mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
     bench "siso bf16 anchor, fast path v3" SSMOPS_CUDA_SISO_FAST=2 mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
     bench "mamba2_step f32 pool B128 H80 P64 N128, kernel v2" SSMOPS_CUDA_STEP_KERNEL=v2 mamba2_step --dtype f32 --shape B=128,H=80,P=64,N=128,G=1
     bench "siso_step f32 pool B128 H64 K128 V64, kernel v1" SSMOPS_CUDA_STEP_KERNEL=v1 mamba3_siso_step --dtype f32 --shape B=128,H=64,Hq=1,K=128,V=64,A=32

@@ -39,15 +39,14 @@
  * in flight, 16-byte pieces), angle_sum_kernel_v4 (16-byte angle rows) and the VER = 4
  * instances: every global input of a block requested at its start (q/k/z rows by cp.async,
  * raw angles in 16-byte loads), sin/cos once per (token, angle) in the output block, 16-bit
- * outputs staged in shared memory and stored in 16-byte row pieces; 5 (unset, =4: the default)
- * = v4 with the VER = 5 instances of the fast kernels: the same work in fewer instructions per
+ * outputs staged in shared memory and stored in 16-byte row pieces; 5 (=4) = v4 with the VER = 5 instances of the fast kernels: the same work in fewer instructions per
  * element (cp_rows_v5, load_state_regs_v5, load_row8, float4 reads of the sin/cos table, whole
  * score tiles, the shared-memory epilogue) and fast hardware math where the fp16/bf16 bars
  * leave room (ex2_approx decays in the mask, silu_fast, and in the combined op tanh_fast and
- * sincos_wrapped_fast of the wrapped θ: absolute errors ~1e-6); 6 (=5, on trial) = v5 with
+ * sincos_wrapped_fast of the wrapped θ: absolute errors ~1e-6); 6 (=5) = v5 with
  * fast_output_kernel_v6 (8 warps per block; see there) where v5's shared-memory epilogue
- * applies; 7 (=6, on trial, not yet run on a GPU) = v6 with fast_output_kernel_v7 (the three
- * products on Hopper wgmma; see there) where siso_v7_applies, v6's kernels elsewhere.
+ * applies; 7 (unset, =6: the default) = v6 with fast_output_kernel_v7 (the three products on
+ * Hopper wgmma; see there) where siso_v7_applies, v6's kernels elsewhere.
  * v2 and v3 agree within fp32 rounding (θ's sums associate differently); v4 does v3's
  * arithmetic operation for operation; v5 agrees with v4 within those approximations, v6 with
  * v5 within fp32 rounding; each is bitwise deterministic.
@@ -531,6 +530,53 @@ __global__ void __launch_bounds__(128) angle_sum_kernel_v4(const m3_fwd_args P) 
     dst[1] = make_float4(run[4], run[5], run[6], run[7]);
 }
 
+/* v5 of the angle sums (version 7 on, same condition as v4): v4 had one thread per (chunk, head,
+ * 8 angles) walking the chunk's kC tokens, 4 warps per SM at the shape of record (latency-bound on
+ * its tanhf chain). Here 8 adjacent lanes share one (chunk, head, 8 angles): lane g sums tokens
+ * g·8 … g·8 + 7 in order, then a 3-step xor butterfly adds the 8 partial sums (each step adds two
+ * values whose order does not change a float sum, so all 8 lanes hold the same bits and the result
+ * is deterministic); lane 0 stores. The sums differ from v4's by fp32 rounding (another
+ * association), and are wrapped by the angle scan as before. */
+template <int MODE>
+__global__ void __launch_bounds__(128) angle_sum_kernel_v5(const m3_fwd_args P) {
+    static_assert(kC == 64, "8 lanes of 8 tokens cover one chunk");
+    typedef typename cfg<MODE>::T T;
+    const int  A8 = P.A / 8, w = blockIdx.x, g = threadIdx.x & 7;
+    const int  e = blockIdx.y * (blockDim.x / 8) + (threadIdx.x >> 3);
+    const bool live = e < P.H * A8; /* whole 8-lane groups: the butterfly below stays within live lanes */
+    const int  h = live ? e / A8 : 0, m0 = live ? (e - h * A8) * 8 : 0;
+    const m3_chunk ch = P.chunks[w];
+    const T *      ap = (const T *)P.ang.p + ch.row * P.ang.s[0] + ch.t0 * P.ang.s[1] + h * P.ang.s[2] + m0;
+    float          run[8];
+#pragma unroll
+    for (int c = 0; c < 8; ++c) run[c] = 0.0f;
+    uint4 raw[8];
+    float dtv[8];
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+        const int i = g * 8 + u;
+        const bool ok = live && i < ch.len;
+        raw[u] = ok ? __ldg(reinterpret_cast<const uint4 *>(ap + i * P.ang.s[1])) : make_uint4(0u, 0u, 0u, 0u);
+        dtv[u] = ok ? ld3(P.dt, ch.row, h, ch.t0 + i) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < 8; ++u) {
+        if (g * 8 + u >= ch.len) break;
+        float x[8];
+        unpack8<MODE>(x, raw[u]);
+#pragma unroll
+        for (int c = 0; c < 8; ++c) run[c] += (kPi * tanhf(x[c])) * dtv[u];
+    }
+#pragma unroll
+    for (int d = 1; d < 8; d <<= 1)
+#pragma unroll
+        for (int c = 0; c < 8; ++c) run[c] += __shfl_xor_sync(0xffffffffu, run[c], d);
+    if (!live || g != 0) return;
+    float4 * dst = reinterpret_cast<float4 *>(P.theta0 + ((long long)w * P.H + h) * P.A + m0);
+    dst[0] = make_float4(run[0], run[1], run[2], run[3]);
+    dst[1] = make_float4(run[4], run[5], run[6], run[7]);
+}
+
 __global__ void __launch_bounds__(128) angle_pass_kernel(const m3_fwd_args P) {
     const int e = blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= P.H * P.A) return;
@@ -738,6 +784,65 @@ __global__ void __launch_bounds__(kThreads) pass_kernel_v4(const m3_fwd_args P) 
     if (P.fin_ssm.present)
 #pragma unroll
         for (int v = 0; v < NV; ++v) st4(P.fin_ssm, s, h, p, n + v, st[v]);
+}
+
+/* v5 of the pass (version 7 on, K % 4 == 0): pass_kernel_v4<4>'s recurrence in the same
+ * expressions (bitwise the same results), with two changes measured on the H200 at the shape of
+ * record, where v4 took 2 waves of 16 serial batch round trips each: (1) a rolling prefetch of
+ * kPassAhead chunks (the load of chunk c + kPassAhead is issued as chunk c is consumed, so loads
+ * stay in flight across batch boundaries; the decay's expf is taken when it is used, not when
+ * its load is issued), (2) 64 registers (4 blocks of 256 threads per SM), so that H·V·K/4 threads
+ * of one sequence fit one wave on 132 SMs up to H·V·K = 540k. */
+const int kPassAhead = 4;
+__global__ void __launch_bounds__(kThreads, 4) pass_kernel_v5(const m3_fwd_args P) {
+    const long long vk = (long long)P.V * P.K, hvk = P.H * vk;
+    const long long e = ((long long)blockIdx.x * blockDim.x + threadIdx.x) * 4;
+    if (e >= hvk) return;
+    const int    s = blockIdx.y;
+    const m3_seg sg = P.segs[s];
+    const int    h = (int)(e / vk), p = (int)((e % vk) / P.K), n = (int)(e % P.K);
+    float        st[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (P.has_states) {
+        const bool add = sg.len > 0; /* H_in = S_in + dt_0(1−λ_0)·v_in k_inᵀ (spec §3.5) */
+        const float c0 = add ? ld3(P.dt, sg.row, h, sg.t0) * (1.0f - sigmoidf(ld3(P.trap, sg.row, h, sg.t0))) : 0.0f;
+        const float vin = add ? ld3(P.v_in, s, h, p) : 0.0f;
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+            st[v] = ld4(P.ssm_in, s, h, p, n + v);
+            if (add) st[v] += (c0 * ld3(P.k_in, s, h, n + v)) * vin;
+        }
+    }
+    float *       base = P.states + (long long)sg.first * hvk + e;
+    const float * lc = P.lastcum + (long long)sg.first * P.H + h;
+    float4        loc[kPassAhead];
+    float         cum[kPassAhead];
+#pragma unroll
+    for (int u = 0; u < kPassAhead; ++u) {
+        const bool ok = u < sg.count;
+        loc[u] = ok ? *reinterpret_cast<const float4 *>(base + u * hvk) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        cum[u] = ok ? lc[(long long)u * P.H] : 0.0f;
+    }
+    for (int c0 = 0; c0 < sg.count; c0 += kPassAhead) {
+#pragma unroll
+        for (int u = 0; u < kPassAhead; ++u) {
+            const int c = c0 + u;
+            if (c >= sg.count) break;
+            const float4 l = loc[u];
+            const float  decay = expf(cum[u]);
+            if (c + kPassAhead < sg.count) { /* refill this slot kPassAhead chunks ahead */
+                loc[u] = *reinterpret_cast<const float4 *>(base + (long long)(c + kPassAhead) * hvk);
+                cum[u] = lc[(long long)(c + kPassAhead) * P.H];
+            }
+            *reinterpret_cast<float4 *>(base + (long long)c * hvk) = make_float4(st[0], st[1], st[2], st[3]);
+            st[0] = decay * st[0] + l.x;
+            st[1] = decay * st[1] + l.y;
+            st[2] = decay * st[2] + l.z;
+            st[3] = decay * st[3] + l.w;
+        }
+    }
+    if (P.fin_ssm.present)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) st4(P.fin_ssm, s, h, p, n + v, st[v]);
 }
 
 /* ---- kernel 4: outputs ----------------------------------------------------------------------------- */
@@ -2727,12 +2832,17 @@ fwd_ws fwd_ws_layout(const ssmi_mamba3_dims * d, const m3_plan * pl, int fused) 
     return l;
 }
 
-/* The state pass over every sequence: pass_kernel_v4 from version 4 on (16-byte pieces when
- * K % 4 == 0), pass_kernel before. */
+/* The state pass over every sequence: pass_kernel_v5 from version 7 on and pass_kernel_v4 from
+ * version 4 on (16-byte pieces when K % 4 == 0; v4's scalar instance otherwise), pass_kernel
+ * before. */
 ssm_status launch_pass(ssm_context * ctx, const char * op, const m3_fwd_args & P, int version) {
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     const long long    hvk = (long long)P.H * P.V * P.K;
-    if (version >= 4 && (P.K & 3) == 0) {
+    if (version >= 7 && (P.K & 3) == 0) {
+        const long long n4 = hvk / 4;
+        pass_kernel_v5<<<dim3((unsigned)((n4 + kThreads - 1) / kThreads), (unsigned)P.NS), kThreads, 0, s>>>(P);
+        SSMI_CU_CHECK_LAUNCH(ctx, op, "pass_kernel_v5 launch");
+    } else if (version >= 4 && (P.K & 3) == 0) {
         const long long n4 = hvk / 4;
         pass_kernel_v4<4><<<dim3((unsigned)((n4 + kThreads - 1) / kThreads), (unsigned)P.NS), kThreads, 0, s>>>(P);
         SSMI_CU_CHECK_LAUNCH(ctx, op, "pass_kernel_v4 launch");
@@ -2878,11 +2988,11 @@ ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P
  * the sequential angle pass), =2 → 3 (v3: the parallel angle scan, and the v3 tensor-core
  * kernels where the fast path applies), =3 → 4 (v4: v3's angle scan, pass_kernel_v4, and the
  * v4 tensor-core kernels where the fast path applies; the portable kernels otherwise), =4 → 5
- * (v5: v4 with the v5 output kernel), unset or anything else (=5) → 6 (v6: v5 with
- * fast_output_kernel_v6 where it applies; default since its first H200 runs of 2026-11-30: every
- * test case, memcheck/racecheck clean, 1.334 -> 1.188 ms at the shape of record), =6 → 7 (v6 with
- * fast_output_kernel_v7, the wgmma output kernel, where siso_v7_applies; on trial). getenv only
- * reads. */
+ * (v5: v4 with the v5 output kernel), =5 → 6 (v6: v5 with fast_output_kernel_v6 where it
+ * applies; 1.334 -> 1.188 ms at the shape of record), unset or anything else (=6) → 7 (v6 with
+ * fast_output_kernel_v7, the wgmma output kernel, where siso_v7_applies; default since its first
+ * H200 run of 2026-11-30: every test case, memcheck/racecheck clean, 1.141 -> 1.061 ms at the
+ * shape of record). getenv only reads. */
 int siso_version() {
     const char * env = getenv("SSMOPS_CUDA_SISO_FAST");
     if (env != NULL && strcmp(env, "0") == 0) return 0;
@@ -2890,8 +3000,8 @@ int siso_version() {
     if (env != NULL && strcmp(env, "2") == 0) return 3;
     if (env != NULL && strcmp(env, "3") == 0) return 4;
     if (env != NULL && strcmp(env, "4") == 0) return 5;
-    if (env != NULL && strcmp(env, "6") == 0) return 7;
-    return 6;
+    if (env != NULL && strcmp(env, "5") == 0) return 6;
+    return 7;
 }
 
 /* THE switch of the tensor-core path: fp16/bf16 v (the compute dtype) and K ≤ 128 take
@@ -2973,7 +3083,14 @@ ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims
      * its dtype; A ≤ 64 keeps a chunk's pieces within load_angles_v4's registers */
     P.vang = mode != M_F32 && P.A > 0 && P.A <= 64 && ssmi_cu_vec_rows(io.ang, io.v->dtype, d->nangles);
     if (io.fused && P.A > 0) {
-        if (pl->W > 0 && version >= 4 && P.vang) {
+        if (pl->W > 0 && version >= 7 && P.vang) {
+            const dim3 grid((unsigned)pl->W, (unsigned)((P.H * (P.A / 8) + 15) / 16));
+            if (mode == M_F16)
+                angle_sum_kernel_v5<M_F16><<<grid, 128, 0, s>>>(P);
+            else
+                angle_sum_kernel_v5<M_BF16><<<grid, 128, 0, s>>>(P);
+            SSMI_CU_CHECK_LAUNCH(ctx, op, "angle_sum_kernel_v5 launch");
+        } else if (pl->W > 0 && version >= 4 && P.vang) {
             const dim3 grid((unsigned)pl->W, (unsigned)((P.H * (P.A / 8) + 127) / 128));
             if (mode == M_F16)
                 angle_sum_kernel_v4<M_F16><<<grid, 128, 0, s>>>(P);
