@@ -242,6 +242,25 @@ static void test_device_rules(ssmt_rng * rng) {
     ssmt_mamba3_problem_free(&pr);
 }
 
+/* A forward case from a table row {B, S, H, Hq, K, V, A, dtype (1 f16, 2 bf16), D, z, states,
+ * varlen}: final states on, outputs of the input dtype when out16 (else f32); varlen: 3 sequences
+ * of S/2, 0 and S − S/2 tokens in lens (kept by the caller while cfg is used). */
+static void config_from_row(ssmt_mamba3_config * cfg, const int64_t * r, int64_t lens[3], int out16) {
+    static const ssm_dtype dtypes[] = {SSM_DTYPE_F32, SSM_DTYPE_F16, SSM_DTYPE_BF16};
+    ssmt_mamba3_config_init(cfg);
+    cfg->batch = r[0], cfg->seqlen = r[1], cfg->nheads = r[2], cfg->nheads_qk = r[3];
+    cfg->dk = r[4], cfg->dv = r[5], cfg->nangles = r[6];
+    cfg->dtype = dtypes[r[7]];
+    cfg->out_dtype = out16 ? cfg->dtype : SSM_DTYPE_F32;
+    cfg->has_d = (int)r[8], cfg->has_z = (int)r[9], cfg->has_states = (int)r[10];
+    cfg->has_final = 1;
+    lens[0] = r[1] / 2, lens[1] = 0, lens[2] = r[1] - r[1] / 2;
+    if (r[11]) {
+        cfg->nseq = 3;
+        cfg->seqlens = lens;
+    }
+}
+
 /* Every forward case of the test once, under the kernel version that the caller selected
  * (vname is appended to the tags). with_explicit_default: the edge shapes also run once with
  * SSMOPS_CUDA_SISO_FAST=6 (the explicit spelling of the default, v7). */
@@ -376,18 +395,8 @@ static void forward_suite(ssmt_rng * rng, const char * vname, int with_explicit_
         for (size_t c = 0; c < sizeof v6c / sizeof v6c[0]; ++c) {
             const int64_t *    r = v6c[c];
             ssmt_mamba3_config cfg;
-            ssmt_mamba3_config_init(&cfg);
-            cfg.batch = r[0], cfg.seqlen = r[1], cfg.nheads = r[2], cfg.nheads_qk = r[3];
-            cfg.dk = r[4], cfg.dv = r[5], cfg.nangles = r[6];
-            cfg.dtype = dtypes[r[7]];
-            cfg.out_dtype = cfg.dtype;
-            cfg.has_d = (int)r[8], cfg.has_z = (int)r[9], cfg.has_states = (int)r[10];
-            cfg.has_final = 1;
-            int64_t lens[3] = {r[1] / 2, 0, r[1] - r[1] / 2};
-            if (r[11]) {
-                cfg.nseq = 3;
-                cfg.seqlens = lens;
-            }
+            int64_t            lens[3];
+            config_from_row(&cfg, r, lens, 1);
             char tag[160];
             snprintf(tag, sizeof tag, "16-bit out B%lld S%lld K%lld V%lld A%lld %s%s%s%s%s%s", (long long)cfg.batch,
                      (long long)cfg.seqlen, (long long)cfg.dk, (long long)cfg.dv, (long long)cfg.nangles,
@@ -416,18 +425,8 @@ static void forward_suite(ssmt_rng * rng, const char * vname, int with_explicit_
         for (size_t c = 0; c < sizeof v7c / sizeof v7c[0]; ++c) {
             const int64_t *    r = v7c[c];
             ssmt_mamba3_config cfg;
-            ssmt_mamba3_config_init(&cfg);
-            cfg.batch = r[0], cfg.seqlen = r[1], cfg.nheads = r[2], cfg.nheads_qk = r[3];
-            cfg.dk = r[4], cfg.dv = r[5], cfg.nangles = r[6];
-            cfg.dtype = dtypes[r[7]];
-            cfg.out_dtype = r[12] ? cfg.dtype : SSM_DTYPE_F32;
-            cfg.has_d = (int)r[8], cfg.has_z = (int)r[9], cfg.has_states = (int)r[10];
-            cfg.has_final = 1;
-            int64_t lens[3] = {r[1] / 2, 0, r[1] - r[1] / 2};
-            if (r[11]) {
-                cfg.nseq = 3;
-                cfg.seqlens = lens;
-            }
+            int64_t            lens[3];
+            config_from_row(&cfg, r, lens, (int)r[12]);
             char tag[160];
             snprintf(tag, sizeof tag, "v7 edge B%lld S%lld H%lld Hq%lld K%lld V%lld A%lld %s out=%s%s%s%s%s%s",
                      (long long)cfg.batch, (long long)cfg.seqlen, (long long)cfg.nheads, (long long)cfg.nheads_qk,

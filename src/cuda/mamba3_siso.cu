@@ -1090,6 +1090,25 @@ __device__ __forceinline__ void sincos_wrapped_fast(float x, float * sn, float *
     __sincosf(x >= kPi ? x - kTwoPiHi : x, sn, cs);
 }
 
+/* The sin/cos table of a block's θ (n = L·A values): th[o] becomes cos θ, snt[o] sin θ, all threads
+ * of the block busy; fast (the fused op, θ wrapped to [0, 2π]): sincos_wrapped_fast, else sincosf.
+ * fast is block-uniform. */
+__device__ __forceinline__ void sincos_table(bool fast, float * th, float * snt, int n) {
+    if (fast) {
+        for (int o = threadIdx.x; o < n; o += blockDim.x) {
+            float sn_, cs_;
+            sincos_wrapped_fast(th[o], &sn_, &cs_);
+            th[o] = cs_, snt[o] = sn_;
+        }
+    } else {
+        for (int o = threadIdx.x; o < n; o += blockDim.x) {
+            float sn_, cs_;
+            sincosf(th[o], &sn_, &cs_);
+            th[o] = cs_, snt[o] = sn_;
+        }
+    }
+}
+
 /* z·σ(z) with the fast exponential and division (v5's gate; z → −∞ gives −0, z → +∞ gives z). */
 __device__ __forceinline__ float silu_fast(float z) { return __fdividef(z, 1.0f + __expf(-z)); }
 
@@ -1110,6 +1129,45 @@ __device__ __forceinline__ void load8(float (&x)[8], const ssmi_cu_view & v, int
     } else {
 #pragma unroll
         for (int e = 0; e < 8; ++e) x[e] = n0 + e < K ? ssmi_cu_ld(v.p, v.dtype, base + (n0 + e) * v.s[3]) : 0.0f;
+    }
+}
+
+/* The rotation of a thread's 8 q and k features n0 .. n0 + 7 of token i by the angles m0 = n0/2 ..
+ * m0 + 3 (pairs (2m, 2m + 1)), shared by fast_prep_qk (v5 on) and prep_qk_v7: rot4, 4 angles at
+ * once from the sin/cos table (th holds cos θ, snt sin θ); rot0, no angle in this thread's range;
+ * else angle by angle from the table, from the wrapped θ with the fast sincos (FAST_WRAP and the
+ * fused op), or with sincosf. */
+template <bool FAST_WRAP>
+__device__ __forceinline__ void rotate_qk8(float (&q)[8], float (&k)[8], const m3_fwd_args & P, const float * th,
+                                           const float * snt, int i, int m0, bool live, bool rot4, bool rot0) {
+    if (live && rot4) {
+        const float4 cs4 = *reinterpret_cast<const float4 *>(&th[i * P.A + m0]);
+        const float4 sn4 = *reinterpret_cast<const float4 *>(&snt[i * P.A + m0]);
+        const float  csv[4] = {cs4.x, cs4.y, cs4.z, cs4.w}, snv[4] = {sn4.x, sn4.y, sn4.z, sn4.w};
+#pragma unroll
+        for (int e2 = 0; e2 < 4; ++e2) {
+            const float cs = csv[e2], sn = snv[e2];
+            const float q0 = q[2 * e2], q1 = q[2 * e2 + 1], k0 = k[2 * e2], k1 = k[2 * e2 + 1];
+            q[2 * e2] = q0 * cs - q1 * sn, q[2 * e2 + 1] = q0 * sn + q1 * cs;
+            k[2 * e2] = k0 * cs - k1 * sn, k[2 * e2 + 1] = k0 * sn + k1 * cs;
+        }
+    } else if (live && !rot0) {
+#pragma unroll
+        for (int e2 = 0; e2 < 4; ++e2) {
+            const int m = m0 + e2;
+            if (m < P.A) {
+                float sn, cs;
+                if (snt != nullptr) /* the table of sincosf(θ) (th holds cos θ) */
+                    sn = snt[i * P.A + m], cs = th[i * P.A + m];
+                else if (FAST_WRAP && P.fused) /* θ is wrapped */
+                    sincos_wrapped_fast(th[i * P.A + m], &sn, &cs);
+                else
+                    sincosf(th[i * P.A + m], &sn, &cs);
+                const float q0 = q[2 * e2], q1 = q[2 * e2 + 1], k0 = k[2 * e2], k1 = k[2 * e2 + 1];
+                q[2 * e2] = q0 * cs - q1 * sn, q[2 * e2 + 1] = q0 * sn + q1 * cs;
+                k[2 * e2] = k0 * cs - k1 * sn, k[2 * e2 + 1] = k0 * sn + k1 * cs;
+            }
+        }
     }
 }
 
@@ -1178,35 +1236,7 @@ __device__ void fast_prep_qk(const m3_fwd_args & P, const m3_chunk & ch, int h, 
 #pragma unroll
             for (int e = 0; e < 8; ++e) dot = fmaf(q[e], k[e], dot);
         }
-        if (live && rot4) {
-            const float4 cs4 = *reinterpret_cast<const float4 *>(&th[i * P.A + m0]);
-            const float4 sn4 = *reinterpret_cast<const float4 *>(&snt[i * P.A + m0]);
-            const float  csv[4] = {cs4.x, cs4.y, cs4.z, cs4.w}, snv[4] = {sn4.x, sn4.y, sn4.z, sn4.w};
-#pragma unroll
-            for (int e2 = 0; e2 < 4; ++e2) {
-                const float cs = csv[e2], sn = snv[e2];
-                const float q0 = q[2 * e2], q1 = q[2 * e2 + 1], k0 = k[2 * e2], k1 = k[2 * e2 + 1];
-                q[2 * e2] = q0 * cs - q1 * sn, q[2 * e2 + 1] = q0 * sn + q1 * cs;
-                k[2 * e2] = k0 * cs - k1 * sn, k[2 * e2 + 1] = k0 * sn + k1 * cs;
-            }
-        } else if (live && !rot0) {
-#pragma unroll
-            for (int e2 = 0; e2 < 4; ++e2) {
-                const int m = n0 / 2 + e2;
-                if (m < P.A) {
-                    float sn, cs;
-                    if (snt != nullptr) /* v4: the table of sincosf(θ) (th holds cos θ) */
-                        sn = snt[i * P.A + m], cs = th[i * P.A + m];
-                    else if (VER >= 5 && P.fused) /* v5: θ is wrapped */
-                        sincos_wrapped_fast(th[i * P.A + m], &sn, &cs);
-                    else
-                        sincosf(th[i * P.A + m], &sn, &cs);
-                    const float q0 = q[2 * e2], q1 = q[2 * e2 + 1], k0 = k[2 * e2], k1 = k[2 * e2 + 1];
-                    q[2 * e2] = q0 * cs - q1 * sn, q[2 * e2 + 1] = q0 * sn + q1 * cs;
-                    k[2 * e2] = k0 * cs - k1 * sn, k[2 * e2 + 1] = k0 * sn + k1 * cs;
-                }
-            }
-        }
+        rotate_qk8<VER >= 5>(q, k, P, th, snt, i, n0 / 2, live, rot4, rot0);
         if (live) {
             if (fin_k && i == L - 1)
                 for (int e = 0; e < 8; ++e)
@@ -1451,6 +1481,57 @@ __device__ __forceinline__ void cp_rows_v4(typename cfg<MODE>::T * dst, int ld, 
     }
 }
 
+/* v at (row i, column cbase + c) of a block's v tile: rows of kFLd elements, or (VSWZ) v7's 128-byte
+ * swizzled tile */
+template <int MODE, bool VSWZ>
+__device__ __forceinline__ const typename cfg<MODE>::T * v_tile_at(const unsigned char * vt, int i, int cbase, int c) {
+    typedef typename cfg<MODE>::T T;
+    if constexpr (VSWZ) {
+        return reinterpret_cast<const T *>(vt + ssmi_wg::swz_off(i, cbase + c));
+    } else {
+        const T * vrow = reinterpret_cast<const T *>(vt) + i * kFLd + cbase;
+        return &vrow[c];
+    }
+}
+
+/* The shared-memory epilogue of v5, v6 and v7's output blocks on NT column tiles of 8 from column
+ * cbase of this warp's rows ri0, ri1: + (D + γ_i·d_i)·v_i, the gate, the output staged over z in
+ * zs (each thread reads and writes only its own pairs); then the final v state (block-uniform; v
+ * is exact in T). v is read from vt as v_tile_at (VSWZ: v7's swizzled tile). */
+template <int MODE, bool VSWZ, int NT>
+__device__ __forceinline__ void staged_epilogue(const m3_fwd_args & P, const m3_chunk & ch, int h, int p0, int L,
+                                                const float (&y)[8][4], const unsigned char * vt,
+                                                typename cfg<MODE>::T * zs, float dh, const m3_scal & sc,
+                                                const float * dd, int ri0, int ri1, int cbase) {
+    typedef typename cfg<MODE>::T T;
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int hf = 0; hf < 2; ++hf) {
+        const int i = hf ? ri1 : ri0;
+        if (i >= L) continue;
+        const float diag = dh + sc.gam[i] * dd[i];
+        T *         zrow = zs + i * kFLd + cbase;
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            const int pc = t * 8 + 2 * (lane & 3);
+            if (p0 + cbase + pc >= P.V) continue; /* V % 8 == 0: both of the pair are inside otherwise */
+            const float2 xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(v_tile_at<MODE, VSWZ>(vt, i, cbase, pc)));
+            float        v0 = fmaf(diag, xv.x, y[t][2 * hf]), v1 = fmaf(diag, xv.y, y[t][2 * hf + 1]);
+            if (P.has_z) {
+                const float2 zz = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&zrow[pc]));
+                v0 *= silu_fast(zz.x);
+                v1 *= silu_fast(zz.y);
+            }
+            *reinterpret_cast<uint32_t *>(&zrow[pc]) = t2<MODE>::pack(v0, v1);
+        }
+    }
+    if (ch.last && P.fin_v.present && L > 0) {
+        const int nc = min(kTV, P.V - p0);
+        for (int pp = threadIdx.x; pp < nc; pp += blockDim.x)
+            st3(P.fin_v, ch.seq, h, p0 + pp, from_t(*v_tile_at<MODE, VSWZ>(vt, L - 1, 0, pp)));
+    }
+}
+
 /* The state kernels' prep of one (chunk, head, V tile): the v tile and (v4 on) the raw k rows
  * (cp.async into the lo tile, overwritten in place by fast_prep_qk) and raw angles (registers)
  * requested before the scalars; the weights w_j = e^{c_L − c_j}·σ_j and the chunk's last cum;
@@ -1614,19 +1695,7 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
     float * snt = nullptr;
     if (VER >= 4 && P.sct) { /* block-uniform */
         snt = (float *)(smem + Ly.sn);
-        if (VER >= 5 && P.fused) { /* block-uniform; θ = wrap(...) ∈ [0, 2π] */
-            for (int o = threadIdx.x; o < L * P.A; o += blockDim.x) {
-                float sn_, cs_;
-                sincos_wrapped_fast(th[o], &sn_, &cs_);
-                th[o] = cs_, snt[o] = sn_;
-            }
-        } else {
-            for (int o = threadIdx.x; o < L * P.A; o += blockDim.x) {
-                float sn_, cs_;
-                sincosf(th[o], &sn_, &cs_);
-                th[o] = cs_, snt[o] = sn_;
-            }
-        }
+        sincos_table(VER >= 5 && P.fused, th, snt, L * P.A);
         __syncthreads();
     }
     fast_prep_qk<MODE, VER>(P, ch, h, th, qh, ql, bh, bl, LK, nullptr, dd,
@@ -1805,32 +1874,8 @@ __global__ void __launch_bounds__(kFastThreads, 2) fast_output_kernel(const m3_f
     if (VER >= 5 && stage && (zsm || !P.has_z)) { /* block-uniform */
         /* v5: v and z from shared memory, the output staged over z, nothing generic per element;
          * the final v state after (a loop of its own) */
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int i = half ? ri1 : ri0;
-            if (i >= L) continue;
-            const float diag = dh + sc.gam[i] * dd[i];
-            const T *   vrow = vs + i * kFLd;
-            T *         zrow = zs + i * kFLd;
-#pragma unroll
-            for (int t = 0; t < 8; ++t) {
-                const int pl = t * 8 + 2 * (lane & 3);
-                if (p0 + pl >= P.V) continue; /* V % 8 == 0: both of the pair are inside otherwise */
-                const float2 xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&vrow[pl]));
-                float        v0 = fmaf(diag, xv.x, y[t][2 * half]), v1 = fmaf(diag, xv.y, y[t][2 * half + 1]);
-                if (P.has_z) {
-                    const float2 zz = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&zrow[pl]));
-                    v0 *= silu_fast(zz.x);
-                    v1 *= silu_fast(zz.y);
-                }
-                *reinterpret_cast<uint32_t *>(&zrow[pl]) = t2<MODE>::pack(v0, v1);
-            }
-        }
-        if (ch.last && P.fin_v.present && L > 0) { /* block-uniform; v is exact in T */
-            const int nc = min(kTV, P.V - p0);
-            for (int pp = threadIdx.x; pp < nc; pp += blockDim.x)
-                st3(P.fin_v, ch.seq, h, p0 + pp, from_t(vs[(L - 1) * kFLd + pp]));
-        }
+        staged_epilogue<MODE, false, 8>(P, ch, h, p0, L, y, reinterpret_cast<const unsigned char *>(vs), zs, dh, sc,
+                                        dd, ri0, ri1, 0);
     } else {
         float2     zv[8][2];
 #pragma unroll
@@ -1998,6 +2043,71 @@ __device__ __forceinline__ void pv_v6(float (&y)[8][4], const uint32_t (&ph)[2][
     }
 }
 
+/* The causal decay mask of v6's and v7's score fragments (NT column tiles of 8 from token jb of
+ * this lane's pairs; rows ri0, ri1 with cumulative decays ci0, ci1): P_ij = score · e^{c_i − c_j} ·
+ * σ_j for j < i < L (ex2.approx decay), 0 elsewhere. */
+template <int NT>
+__device__ __forceinline__ void mask_scores(float (&s)[NT][4], int jb, int ri0, int ri1, float ci0, float ci1, int L,
+                                            const m3_scal & sc) {
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int   i = (e >> 1) ? ri1 : ri0;
+            const float ci = (e >> 1) ? ci1 : ci0;
+            const int   j = jb + t * 8 + (e & 1);
+            s[t][e] = (i < L && j < i) ? s[t][e] * ex2_approx((ci - sc.cm[j]) * kLog2e) * sc.sig[j] : 0.0f;
+        }
+    }
+}
+
+/* The end of v6's and v7's output blocks. The exchange: the lower warp (warpgroup) finishes column
+ * tiles 0..3, the upper 4..7; each warp hands the other tiles to its partner (warp ^ 4, the same 16
+ * rows) through red (the dead θ region), in fragment order (lane l's float4 at l: no bank
+ * conflicts, no index arithmetic), and keeps its own in y[0..3]. Then the shared-memory epilogue on
+ * the warp's 32 columns (v5's): + (D + γ_i·d_i)·v_i, the gate, the output staged over z (each
+ * thread reads and writes only its own pairs), the final v state, and the staged output stored in
+ * 16-byte row pieces. v is read from vt: rows of kFLd elements (v6) or, VSWZ, the 128-byte
+ * swizzled tile of v7 (ssmi_wg::swz_off). */
+template <int MODE, bool VSWZ>
+__device__ __forceinline__ void out_exchange_epilogue(const m3_fwd_args & P, const m3_chunk & ch, int h, int p0,
+                                                      int L, float (&y)[8][4], float4 * red, const unsigned char * vt,
+                                                      typename cfg<MODE>::T * zs, float dh, const m3_scal & sc,
+                                                      const float * dd, int ri0, int ri1) {
+    typedef typename cfg<MODE>::T T;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, upper = warp >> 2;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+        const float4 give = upper ? make_float4(y[t][0], y[t][1], y[t][2], y[t][3])
+                                  : make_float4(y[t + 4][0], y[t + 4][1], y[t + 4][2], y[t + 4][3]);
+        red[(warp * 4 + t) * 32 + lane] = give;
+#pragma unroll
+        for (int e = 0; e < 4; ++e) y[t][e] = upper ? y[t + 4][e] : y[t][e];
+    }
+    __syncthreads(); /* the partners' tiles */
+    {
+        const float4 * got = red + (warp ^ 4) * 4 * 32 + lane;
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            const float4 g = got[t * 32];
+            y[t][0] += g.x, y[t][1] += g.y, y[t][2] += g.z, y[t][3] += g.w;
+        }
+    }
+    staged_epilogue<MODE, VSWZ, 4>(P, ch, h, p0, L, y, vt, zs, dh, sc, dd, ri0, ri1, upper * 32);
+    __syncthreads(); /* the staged output */
+    {
+        const int       nc = min(kTV, P.V - p0);
+        const long long ob = ch.row * P.out.s[0] + ch.t0 * P.out.s[1] + h * P.out.s[2] + p0;
+#pragma unroll 1
+        for (int o = threadIdx.x; o < L * (kTV / 8); o += blockDim.x) {
+            const int r = o >> 3, c = (o & 7) * 8;
+            if (c < nc)
+                *reinterpret_cast<uint4 *>((T *)P.out.p + ob + r * P.out.s[1] + c) =
+                    *reinterpret_cast<const uint4 *>(&zs[r * kFLd + c]);
+        }
+    }
+}
+
 /* v6: u (16 rows × 64 state rows) += Q̂·S_enterᵀ over k-steps [ks0, ks1); sbh/sbl: the split
  * state at this lane's ldmatrix offset. */
 template <int MODE>
@@ -2069,19 +2179,7 @@ __global__ void __launch_bounds__(kOutThreads6, 2) fast_output_kernel_v6(const m
     float * snt = nullptr;
     if (P.sct) { /* block-uniform: sin/cos once per (token, angle), v5's calls */
         snt = (float *)(smem + Ly.sn);
-        if (P.fused) { /* block-uniform; θ = wrap(...) ∈ [0, 2π] */
-            for (int o = threadIdx.x; o < L * P.A; o += blockDim.x) {
-                float sn_, cs_;
-                sincos_wrapped_fast(th[o], &sn_, &cs_);
-                th[o] = cs_, snt[o] = sn_;
-            }
-        } else {
-            for (int o = threadIdx.x; o < L * P.A; o += blockDim.x) {
-                float sn_, cs_;
-                sincosf(th[o], &sn_, &cs_);
-                th[o] = cs_, snt[o] = sn_;
-            }
-        }
+        sincos_table(P.fused, th, snt, L * P.A);
         __syncthreads();
     }
     fast_prep_qk<MODE, 5, kOutThreads6>(P, ch, h, th, qh, ql, bh, bl, LK, nullptr, dd,
@@ -2114,17 +2212,7 @@ __global__ void __launch_bounds__(kOutThreads6, 2) fast_output_kernel_v6(const m
             scores_v6<MODE, 1>(s, qrh, qrl, kbh, kbl, KS, LK);
     }
     /* P_ij = score · e^{c_i − c_j} · σ_j for j < i < L (v5's ex2.approx decay); j < 64 since cb0 ≤ 2 */
-    const int jb = cb0 * 16 + 2 * (lane & 3);
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            const int   i = (e >> 1) ? ri1 : ri0;
-            const float ci = (e >> 1) ? ci1 : ci0;
-            const int   j = jb + t * 8 + (e & 1);
-            s[t][e] = (i < L && j < i) ? s[t][e] * ex2_approx((ci - sc.cm[j]) * kLog2e) * sc.sig[j] : 0.0f;
-        }
-    }
+    mask_scores<4>(s, cb0 * 16 + 2 * (lane & 3), ri0, ri1, ci0, ci1, L, sc);
     uint32_t ph[2][4], pl[2][4]; /* P as split A fragments, one per column block */
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
@@ -2180,69 +2268,8 @@ __global__ void __launch_bounds__(kOutThreads6, 2) fast_output_kernel_v6(const m
         }
     }
 
-    /* the exchange: the lower warp finishes column tiles 0..3, the upper 4..7; each hands the
-     * other tiles to its partner (warp ^ 4) through the dead θ region, in fragment order (lane
-     * l's float4 at l: no bank conflicts, no index arithmetic), and keeps its own in y[0..3] */
-    float4 * red = reinterpret_cast<float4 *>(smem + Ly.th);
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-        const float4 give = upper ? make_float4(y[t][0], y[t][1], y[t][2], y[t][3])
-                                  : make_float4(y[t + 4][0], y[t + 4][1], y[t + 4][2], y[t + 4][3]);
-        red[(warp * 4 + t) * 32 + lane] = give;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) y[t][e] = upper ? y[t + 4][e] : y[t][e];
-    }
-    __syncthreads(); /* the partners' tiles */
-    {
-        const float4 * got = red + (warp ^ 4) * 4 * 32 + lane;
-#pragma unroll
-        for (int t = 0; t < 4; ++t) {
-            const float4 g = got[t * 32];
-            y[t][0] += g.x, y[t][1] += g.y, y[t][2] += g.z, y[t][3] += g.w;
-        }
-    }
-
-    /* epilogue on this warp's 32 columns (v5's shared-memory one): + (D + γ_i·d_i)·v_i, the
-     * gate, the output staged over z (each thread reads and writes only its own pairs) */
-    const int cbase = upper * 32;
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-        const int i = hf ? ri1 : ri0;
-        if (i >= L) continue;
-        const float diag = dh + sc.gam[i] * dd[i];
-        const T *   vrow = vs + i * kFLd + cbase;
-        T *         zrow = zs + i * kFLd + cbase;
-#pragma unroll
-        for (int t = 0; t < 4; ++t) {
-            const int pc = t * 8 + 2 * (lane & 3);
-            if (p0 + cbase + pc >= P.V) continue; /* V % 8 == 0: both of the pair are inside otherwise */
-            const float2 xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&vrow[pc]));
-            float        v0 = fmaf(diag, xv.x, y[t][2 * hf]), v1 = fmaf(diag, xv.y, y[t][2 * hf + 1]);
-            if (P.has_z) {
-                const float2 zz = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&zrow[pc]));
-                v0 *= silu_fast(zz.x);
-                v1 *= silu_fast(zz.y);
-            }
-            *reinterpret_cast<uint32_t *>(&zrow[pc]) = t2<MODE>::pack(v0, v1);
-        }
-    }
-    if (ch.last && P.fin_v.present && L > 0) { /* block-uniform; v is exact in T */
-        const int nc = min(kTV, P.V - p0);
-        for (int pp = threadIdx.x; pp < nc; pp += blockDim.x)
-            st3(P.fin_v, ch.seq, h, p0 + pp, from_t(vs[(L - 1) * kFLd + pp]));
-    }
-    __syncthreads(); /* the staged output */
-    {
-        const int       nc = min(kTV, P.V - p0);
-        const long long ob = ch.row * P.out.s[0] + ch.t0 * P.out.s[1] + h * P.out.s[2] + p0;
-#pragma unroll 1
-        for (int o = threadIdx.x; o < L * (kTV / 8); o += blockDim.x) {
-            const int r = o >> 3, c = (o & 7) * 8;
-            if (c < nc)
-                *reinterpret_cast<uint4 *>((T *)P.out.p + ob + r * P.out.s[1] + c) =
-                    *reinterpret_cast<const uint4 *>(&zs[r * kFLd + c]);
-        }
-    }
+    out_exchange_epilogue<MODE, false>(P, ch, h, p0, L, y, reinterpret_cast<float4 *>(smem + Ly.th),
+                                       reinterpret_cast<const unsigned char *>(vs), zs, dh, sc, dd, ri0, ri1);
 }
 
 /* ---- v7 output kernel: the three products on Hopper wgmma (sm_90a) ----------------------------
@@ -2340,35 +2367,7 @@ __device__ __forceinline__ void prep_qk_v7(const m3_fwd_args & P, const m3_chunk
         float dot = 0.0f;
 #pragma unroll
         for (int e = 0; e < 8; ++e) dot = fmaf(q[e], k[e], dot);
-        if (live && rot4) {
-            const float4 cs4 = *reinterpret_cast<const float4 *>(&th[i * P.A + m0]);
-            const float4 sn4 = *reinterpret_cast<const float4 *>(&snt[i * P.A + m0]);
-            const float  csv[4] = {cs4.x, cs4.y, cs4.z, cs4.w}, snv[4] = {sn4.x, sn4.y, sn4.z, sn4.w};
-#pragma unroll
-            for (int e2 = 0; e2 < 4; ++e2) {
-                const float cs = csv[e2], sn = snv[e2];
-                const float q0 = q[2 * e2], q1 = q[2 * e2 + 1], k0 = k[2 * e2], k1 = k[2 * e2 + 1];
-                q[2 * e2] = q0 * cs - q1 * sn, q[2 * e2 + 1] = q0 * sn + q1 * cs;
-                k[2 * e2] = k0 * cs - k1 * sn, k[2 * e2 + 1] = k0 * sn + k1 * cs;
-            }
-        } else if (live && !rot0) {
-#pragma unroll
-            for (int e2 = 0; e2 < 4; ++e2) {
-                const int m = m0 + e2;
-                if (m < P.A) {
-                    float sn, cs;
-                    if (snt != nullptr) /* the table of sincos θ (th holds cos θ) */
-                        sn = snt[i * P.A + m], cs = th[i * P.A + m];
-                    else if (P.fused) /* θ is wrapped */
-                        sincos_wrapped_fast(th[i * P.A + m], &sn, &cs);
-                    else
-                        sincosf(th[i * P.A + m], &sn, &cs);
-                    const float q0 = q[2 * e2], q1 = q[2 * e2 + 1], k0 = k[2 * e2], k1 = k[2 * e2 + 1];
-                    q[2 * e2] = q0 * cs - q1 * sn, q[2 * e2 + 1] = q0 * sn + q1 * cs;
-                    k[2 * e2] = k0 * cs - k1 * sn, k[2 * e2 + 1] = k0 * sn + k1 * cs;
-                }
-            }
-        }
+        rotate_qk8<true>(q, k, P, th, snt, i, m0, live, rot4, rot0);
         if (fin_k && live && i == L - 1)
 #pragma unroll
             for (int e = 0; e < 8; ++e) st3(P.fin_k, ch.seq, h, n0 + e, k[e]);
@@ -2425,6 +2424,19 @@ __device__ __forceinline__ void chain_k(float (&d)[8][4], unsigned a, unsigned b
         ssmi_wg::mma_ss<BF, 0>(d, da + o, db + o);
     }
 }
+/* d = A·Bᵀ of two split operands (hi·hi + lo·hi + hi·lo: three chains of 4·KA k-steps, both
+ * K-major tiles at shared addresses ahi/alo, bhi/blo), issued and waited for by the warpgroup. */
+template <bool BF, int KA>
+__device__ __forceinline__ void split_chains_k(float (&d)[8][4], unsigned ahi, unsigned alo, unsigned bhi,
+                                               unsigned blo) {
+    ssmi_wg::fence();
+    chain_k<BF, KA>(d, ahi, bhi);
+    chain_k<BF, KA>(d, alo, bhi);
+    chain_k<BF, KA>(d, ahi, blo);
+    ssmi_wg::commit();
+    ssmi_wg::wait<0>();
+    ssmi_wg::keep(d);
+}
 #endif
 
 /* KA: the K atoms (K = 64·KA), a template parameter so that the k-loops unroll. */
@@ -2469,19 +2481,7 @@ __global__ void __launch_bounds__(kOutThreads7, 2) fast_output_kernel_v7(const m
     float * snt = nullptr;
     if (P.sct) { /* block-uniform: sin/cos once per (token, angle), v6's calls */
         snt = (float *)(sm + Ly.sn);
-        if (P.fused) {
-            for (int o = threadIdx.x; o < L * P.A; o += blockDim.x) {
-                float sn_, cs_;
-                sincos_wrapped_fast(th[o], &sn_, &cs_);
-                th[o] = cs_, snt[o] = sn_;
-            }
-        } else {
-            for (int o = threadIdx.x; o < L * P.A; o += blockDim.x) {
-                float sn_, cs_;
-                sincosf(th[o], &sn_, &cs_);
-                th[o] = cs_, snt[o] = sn_;
-            }
-        }
+        sincos_table(P.fused, th, snt, L * P.A);
         __syncthreads();
     }
     prep_qk_v7<MODE, KA>(P, ch, h, th, snt, sm + Ly.qh, sm + Ly.ql, sm + Ly.kh, sm + Ly.kl, dd,
@@ -2500,13 +2500,7 @@ __global__ void __launch_bounds__(kOutThreads7, 2) fast_output_kernel_v7(const m
 #pragma unroll
     for (int t = 0; t < 8; ++t) s[t][0] = s[t][1] = s[t][2] = s[t][3] = 0.0f;
     if (!upper) { /* warpgroup-uniform */
-        ssmi_wg::fence();
-        chain_k<BF, KA>(s, sb + Ly.qh, sb + Ly.kh);
-        chain_k<BF, KA>(s, sb + Ly.ql, sb + Ly.kh);
-        chain_k<BF, KA>(s, sb + Ly.qh, sb + Ly.kl);
-        ssmi_wg::commit();
-        ssmi_wg::wait<0>();
-        ssmi_wg::keep(s);
+        split_chains_k<BF, KA>(s, sb + Ly.qh, sb + Ly.ql, sb + Ly.kh, sb + Ly.kl);
     }
     /* the entering state, split over K̂ once the scores are done (the prefetch registers are free
      * before y's accumulators and P's fragments are live) */
@@ -2533,17 +2527,7 @@ __global__ void __launch_bounds__(kOutThreads7, 2) fast_output_kernel_v7(const m
     for (int t = 0; t < 8; ++t) y[t][0] = y[t][1] = y[t][2] = y[t][3] = 0.0f;
     if (!upper) {
         /* P_ij = score · e^{c_i − c_j} · σ_j for j < i < L (v6's ex2.approx decay), all 64 tokens */
-        const int jb = 2 * (lane & 3);
-#pragma unroll
-        for (int t = 0; t < 8; ++t) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const int   i = (e >> 1) ? ri1 : ri0;
-                const float ci = (e >> 1) ? ci1 : ci0;
-                const int   j = jb + t * 8 + (e & 1);
-                s[t][e] = (i < L && j < i) ? s[t][e] * ex2_approx((ci - sc.cm[j]) * kLog2e) * sc.sig[j] : 0.0f;
-            }
-        }
+        mask_scores<8>(s, 2 * (lane & 3), ri0, ri1, ci0, ci1, L, sc);
         /* y = P·V: P as split A fragments from registers (k-step ks = tokens 16ks..16ks+15), the v
          * tile MN-major (a k-step of 16 token rows is +2048 bytes) */
         uint32_t ah[4][4], al[4][4];
@@ -2567,80 +2551,14 @@ __global__ void __launch_bounds__(kOutThreads7, 2) fast_output_kernel_v7(const m
         for (int ks = 0; ks < 4; ++ks) ssmi_wg::keep(ah[ks]), ssmi_wg::keep(al[ks]);
     } else if (with_state) {
         /* warpgroup 1: y = diag(e^c)·Q̂·S_enterᵀ (64 rows x 64 state rows), split: hi·hi, lo·hi, hi·lo */
-        ssmi_wg::fence();
-        chain_k<BF, KA>(y, sb + Ly.qh, sb + Ly.kh);
-        chain_k<BF, KA>(y, sb + Ly.ql, sb + Ly.kh);
-        chain_k<BF, KA>(y, sb + Ly.qh, sb + Ly.kl);
-        ssmi_wg::commit();
-        ssmi_wg::wait<0>();
-        ssmi_wg::keep(y);
+        split_chains_k<BF, KA>(y, sb + Ly.qh, sb + Ly.ql, sb + Ly.kh, sb + Ly.kl);
         const float e0 = ecm[ri0], e1 = ecm[ri1];
 #pragma unroll
         for (int t = 0; t < 8; ++t) y[t][0] *= e0, y[t][1] *= e0, y[t][2] *= e1, y[t][3] *= e1;
     }
 
-    /* v6's exchange: warpgroup 0 finishes column tiles 0..3, warpgroup 1 4..7; each warp hands its
-     * partner (warp ^ 4, the same 16 rows) the other tiles through the dead θ region */
-    float4 * red = reinterpret_cast<float4 *>(sm + Ly.th);
-#pragma unroll
-    for (int t = 0; t < 4; ++t) {
-        const float4 give = upper ? make_float4(y[t][0], y[t][1], y[t][2], y[t][3])
-                                  : make_float4(y[t + 4][0], y[t + 4][1], y[t + 4][2], y[t + 4][3]);
-        red[(warp * 4 + t) * 32 + lane] = give;
-#pragma unroll
-        for (int e = 0; e < 4; ++e) y[t][e] = upper ? y[t + 4][e] : y[t][e];
-    }
-    __syncthreads(); /* the partners' tiles */
-    {
-        const float4 * got = red + (warp ^ 4) * 4 * 32 + lane;
-#pragma unroll
-        for (int t = 0; t < 4; ++t) {
-            const float4 g = got[t * 32];
-            y[t][0] += g.x, y[t][1] += g.y, y[t][2] += g.z, y[t][3] += g.w;
-        }
-    }
-
-    /* v6's epilogue on this warp's 32 columns: + (D + γ_i·d_i)·v_i, the gate, the output staged
-     * over z (each thread reads and writes only its own pairs); v from the swizzled tile */
-    const int            cbase = upper * 32;
-    const unsigned char * vt = sm + Ly.vs;
-#pragma unroll
-    for (int hf = 0; hf < 2; ++hf) {
-        const int i = hf ? ri1 : ri0;
-        if (i >= L) continue;
-        const float diag = dh + sc.gam[i] * dd[i];
-        T *         zrow = zs + i * kFLd + cbase;
-#pragma unroll
-        for (int t = 0; t < 4; ++t) {
-            const int pc = t * 8 + 2 * (lane & 3);
-            if (p0 + cbase + pc >= P.V) continue; /* V % 8 == 0: both of the pair are inside otherwise */
-            const float2 xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(vt + ssmi_wg::swz_off(i, cbase + pc)));
-            float        v0 = fmaf(diag, xv.x, y[t][2 * hf]), v1 = fmaf(diag, xv.y, y[t][2 * hf + 1]);
-            if (P.has_z) {
-                const float2 zz = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&zrow[pc]));
-                v0 *= silu_fast(zz.x);
-                v1 *= silu_fast(zz.y);
-            }
-            *reinterpret_cast<uint32_t *>(&zrow[pc]) = t2<MODE>::pack(v0, v1);
-        }
-    }
-    if (ch.last && P.fin_v.present && L > 0) { /* block-uniform; v is exact in T */
-        const int nc = min(kTV, P.V - p0);
-        for (int pp = threadIdx.x; pp < nc; pp += blockDim.x)
-            st3(P.fin_v, ch.seq, h, p0 + pp, from_t(*reinterpret_cast<const T *>(vt + ssmi_wg::swz_off(L - 1, pp))));
-    }
-    __syncthreads(); /* the staged output */
-    {
-        const int       nc = min(kTV, P.V - p0);
-        const long long ob = ch.row * P.out.s[0] + ch.t0 * P.out.s[1] + h * P.out.s[2] + p0;
-#pragma unroll 1
-        for (int o = threadIdx.x; o < L * (kTV / 8); o += blockDim.x) {
-            const int r = o >> 3, c = (o & 7) * 8;
-            if (c < nc)
-                *reinterpret_cast<uint4 *>((T *)P.out.p + ob + r * P.out.s[1] + c) =
-                    *reinterpret_cast<const uint4 *>(&zs[r * kFLd + c]);
-        }
-    }
+    out_exchange_epilogue<MODE, true>(P, ch, h, p0, L, y, reinterpret_cast<float4 *>(sm + Ly.th), sm + Ly.vs, zs, dh,
+                                      sc, dd, ri0, ri1);
 #else
     (void)P; /* no sm_90a code in this pass: never launched (siso_v7_applies) */
 #endif
