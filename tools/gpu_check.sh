@@ -184,7 +184,7 @@ if want sanitizer && command -v compute-sanitizer >/dev/null 2>&1; then
             echo "== $tool mamba2_scan bf16 state-v6"; SSMOPS_CUDA_SCAN_STATE=v6 compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba2_scan --backend cuda --dtype bf16 --shape B=1,S=300,H=2,P=72,N=128,G=1,chunk=64 --param nseq=3,has_d=1,has_z=1; echo "rc=$?"
         done >>"$out/sanitizer.log" 2>&1 ;;
     esac
-    # the scan's v7 output kernel (pipelined wgmma, on trial; chosen only by the knob): a row tile
+    # the scan's v7 output kernel (pipelined wgmma, the default): a row tile
     # with four token tiles, a partial p tile, z and D
     case " $ops " in *" mamba2_scan "*)
         for tool in memcheck racecheck; do
