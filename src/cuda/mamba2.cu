@@ -2182,56 +2182,6 @@ __device__ __forceinline__ void v7_tile(unsigned char * dst, const T * src, long
     }
 }
 
-/* wgmma m64n64k16 SS (A and B K-major) with scale-d from ACC: true adds to the accumulator; false
- * starts it (scale-d 0), and its operands are outputs only ("=f"), so that the compiler does not
- * keep the accumulator's old values alive up to the chain (they are the scores of the previous
- * tile, dead after their split). */
-#define V7_D32_OUT(d)                                                                                              \
-    "=f"(d[0][0]), "=f"(d[0][1]), "=f"(d[0][2]), "=f"(d[0][3]), "=f"(d[1][0]), "=f"(d[1][1]), "=f"(d[1][2]),   \
-        "=f"(d[1][3]), "=f"(d[2][0]), "=f"(d[2][1]), "=f"(d[2][2]), "=f"(d[2][3]), "=f"(d[3][0]), "=f"(d[3][1]), \
-        "=f"(d[3][2]), "=f"(d[3][3]), "=f"(d[4][0]), "=f"(d[4][1]), "=f"(d[4][2]), "=f"(d[4][3]), "=f"(d[5][0]), \
-        "=f"(d[5][1]), "=f"(d[5][2]), "=f"(d[5][3]), "=f"(d[6][0]), "=f"(d[6][1]), "=f"(d[6][2]), "=f"(d[6][3]), \
-        "=f"(d[7][0]), "=f"(d[7][1]), "=f"(d[7][2]), "=f"(d[7][3])
-template <bool BF16, bool ACC> __device__ __forceinline__ void v7_mma_ss(float (&d)[8][4], uint64_t da, uint64_t db) {
-    if constexpr (ACC && BF16)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SSMI_WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-                     : SSMI_WG_D32_OPS(d)
-                     : "l"(da), "l"(db), "r"(1));
-    else if constexpr (ACC)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " SSMI_WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-                     : SSMI_WG_D32_OPS(d)
-                     : "l"(da), "l"(db), "r"(1));
-    else if constexpr (BF16)
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SSMI_WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-                     : V7_D32_OUT(d)
-                     : "l"(da), "l"(db), "r"(0));
-    else
-        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " SSMI_WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
-                     : V7_D32_OUT(d)
-                     : "l"(da), "l"(db), "r"(0));
-}
-
-/* d (=, or += when ACC0) A · Bᵀ over K = 64·KA: A the 64 K-major rows at shared address a, B the 64
- * K-major rows at b. A k-step of 16 is +32 bytes inside an atom, +8 KB to the next atom; the
- * descriptor's address field is addr >> 4, so a step adds a constant to it (addresses < 256 KB:
- * no carry out of the 14-bit field). */
-template <bool BF16, int KA, bool ACC0>
-__device__ __forceinline__ void v7_chain_kk(float (&d)[8][4], unsigned a, unsigned b) {
-    const uint64_t da = ssmi_wg::desc_k(a), db = ssmi_wg::desc_k(b);
-#pragma unroll
-    for (int ks = 0; ks < KA * 4; ++ks) {
-        const uint64_t o = (uint64_t)(((ks >> 2) * ssmi_wg::kAtomBytes + (ks & 3) * 32) >> 4);
-        if (ks == 0 && !ACC0)
-            v7_mma_ss<BF16, false>(d, da, db);
-        else
-            v7_mma_ss<BF16, true>(d, da + o, db + o);
-    }
-}
-
 /* The off-diagonal mask of a 16 × 64 score tile (fragment layout): sc(i, j) · r_i · w_j with
  * r_i = exp(cum_i − cum_iw) (r0, r1: this thread's two rows) and w_j = exp(cum_iw − cum_j)·dt_j
  * from the warpgroup's table (wc + 8t: this thread's column pair of column block t). */
@@ -2330,9 +2280,9 @@ __global__ void __launch_bounds__(kV4Threads, 2) fast_output_kernel_v7(const m2_
             rrow[i - i0] = i < nlen ? v5_exp2((cums[i] - cw) * kLog2e) : 0.0f;
         }
         ssmi_wg::fence();
-        v7_chain_kk<BF, KA, false>(y, c_wg, sb + L.ss_hi);
-        if (kFastSplit) v7_chain_kk<BF, KA, true>(y, c_wg, sb + L.ss_lo);
-        v7_chain_kk<BF, KA, false>(sc, c_wg, sb + L.b0);
+        ssmi_wg::chain_k<BF, KA, false>(y, c_wg, sb + L.ss_hi);
+        if (kFastSplit) ssmi_wg::chain_k<BF, KA, true>(y, c_wg, sb + L.ss_lo);
+        ssmi_wg::chain_k<BF, KA, false>(sc, c_wg, sb + L.b0);
         ssmi_wg::commit();
     }
     ssmi_wg::wait<0>(); /* C · S_inᵀ and scores(0) (nothing pending in an idle warpgroup) */
@@ -2415,7 +2365,7 @@ __global__ void __launch_bounds__(kV4Threads, 2) fast_output_kernel_v7(const m2_
         /* (e) scores(jt+1) = C · B_{jt+1}ᵀ, in flight through the next step's barrier */
         if (active && jt < mydg) {
             ssmi_wg::fence(); /* sc was read by the split */
-            v7_chain_kk<BF, KA, false>(sc, c_wg, sb + (((jt + 1) & 1) ? L.b1 : L.b0));
+            ssmi_wg::chain_k<BF, KA, false>(sc, c_wg, sb + (((jt + 1) & 1) ? L.b1 : L.b0));
             ssmi_wg::commit();
         }
     }

@@ -2411,28 +2411,15 @@ __device__ __forceinline__ void cp_tile_v7(unsigned char * dst, const ssmi_cu_vi
     }
 }
 
-/* d += A·Bᵀ over K = 64·KA: A the 64 K-major rows at shared address a, B the 64 K-major rows at
- * b. A k-step of 16 is +32 bytes inside an atom, +8 KB to the next atom; the descriptor's address
- * field is addr >> 4, so a step adds a constant to it (addresses < 256 KB: no carry out of the
- * 14-bit field). One chain, not committed (the caller fences before and commits after). */
-template <bool BF, int KA>
-__device__ __forceinline__ void chain_k(float (&d)[8][4], unsigned a, unsigned b) {
-    const uint64_t da = ssmi_wg::desc_k(a), db = ssmi_wg::desc_k(b);
-#pragma unroll
-    for (int ks = 0; ks < 4 * KA; ++ks) {
-        const uint64_t o = (uint64_t)(((ks >> 2) * ssmi_wg::kAtomBytes + (ks & 3) * 32) >> 4);
-        ssmi_wg::mma_ss<BF, 0>(d, da + o, db + o);
-    }
-}
 /* d = A·Bᵀ of two split operands (hi·hi + lo·hi + hi·lo: three chains of 4·KA k-steps, both
  * K-major tiles at shared addresses ahi/alo, bhi/blo), issued and waited for by the warpgroup. */
 template <bool BF, int KA>
 __device__ __forceinline__ void split_chains_k(float (&d)[8][4], unsigned ahi, unsigned alo, unsigned bhi,
                                                unsigned blo) {
     ssmi_wg::fence();
-    chain_k<BF, KA>(d, ahi, bhi);
-    chain_k<BF, KA>(d, alo, bhi);
-    chain_k<BF, KA>(d, ahi, blo);
+    ssmi_wg::chain_k<BF, KA>(d, ahi, bhi);
+    ssmi_wg::chain_k<BF, KA>(d, alo, bhi);
+    ssmi_wg::chain_k<BF, KA>(d, ahi, blo);
     ssmi_wg::commit();
     ssmi_wg::wait<0>();
     ssmi_wg::keep(d);

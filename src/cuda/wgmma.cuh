@@ -173,6 +173,52 @@ template <bool BF16, int TB> __device__ __forceinline__ void mma_ss(float (&d)[8
 #endif
 }
 
+/* The first product of a chain, d = A(64 x 16) · B(16 x 64) (scale-d 0), A and B K-major. Its
+ * accumulator operands are outputs only ("=f"), so that the compiler does not keep d's old values
+ * alive up to the chain (in the scan's v7 output kernel: the previous tile's scores, dead after
+ * their split). */
+#define SSMI_WG_D32_OUT(d)                                                                                         \
+    "=f"(d[0][0]), "=f"(d[0][1]), "=f"(d[0][2]), "=f"(d[0][3]), "=f"(d[1][0]), "=f"(d[1][1]), "=f"(d[1][2]),   \
+        "=f"(d[1][3]), "=f"(d[2][0]), "=f"(d[2][1]), "=f"(d[2][2]), "=f"(d[2][3]), "=f"(d[3][0]), "=f"(d[3][1]), \
+        "=f"(d[3][2]), "=f"(d[3][3]), "=f"(d[4][0]), "=f"(d[4][1]), "=f"(d[4][2]), "=f"(d[4][3]), "=f"(d[5][0]), \
+        "=f"(d[5][1]), "=f"(d[5][2]), "=f"(d[5][3]), "=f"(d[6][0]), "=f"(d[6][1]), "=f"(d[6][2]), "=f"(d[6][3]), \
+        "=f"(d[7][0]), "=f"(d[7][1]), "=f"(d[7][2]), "=f"(d[7][3])
+template <bool BF16> __device__ __forceinline__ void mma_ss_first(float (&d)[8][4], uint64_t da, uint64_t db) {
+#if SSMI_WG_HAVE
+    if constexpr (BF16)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " SSMI_WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                     : SSMI_WG_D32_OUT(d)
+                     : "l"(da), "l"(db), "r"(0));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 " SSMI_WG_D32 ", %32, %33, p, 1, 1, 0, 0;\n}\n"
+                     : SSMI_WG_D32_OUT(d)
+                     : "l"(da), "l"(db), "r"(0));
+#else
+    (void)d, (void)da, (void)db;
+#endif
+}
+
+/* d (+)= A · Bᵀ over K = 64·KA: A the 64 K-major rows at shared address a, B the 64 K-major rows at
+ * b (both in 64-column atoms). ACC0: the chain adds to d; else its first product starts d
+ * (mma_ss_first). A k-step of 16 is +32 bytes inside an atom, +8 KB to the next atom; the
+ * descriptor's address field is addr >> 4, so a step adds a constant to it (addresses < 256 KB:
+ * no carry out of the 14-bit field). One chain, not committed (the caller fences before and
+ * commits after). */
+template <bool BF16, int KA, bool ACC0 = true>
+__device__ __forceinline__ void chain_k(float (&d)[8][4], unsigned a, unsigned b) {
+    const uint64_t da = desc_k(a), db = desc_k(b);
+#pragma unroll
+    for (int ks = 0; ks < 4 * KA; ++ks) {
+        const uint64_t o = (uint64_t)(((ks >> 2) * kAtomBytes + (ks & 3) * 32) >> 4);
+        if (ks == 0 && !ACC0)
+            mma_ss_first<BF16>(d, da, db);
+        else
+            mma_ss<BF16, 0>(d, da + o, db + o);
+    }
+}
+
 /* The same with A from registers (a: this thread's A fragment of the warp's 16 rows, see above).
  * Operand order (ISA): d, a, b-desc, scale-d, imm-scale-a, imm-scale-b, imm-trans-b. */
 template <bool BF16, int TB>
