@@ -614,6 +614,71 @@ struct m2_fast_args {
     long long        os[4];
 };
 
+/* The generic epilogue of the v3 and v5 output kernels (layouts without v5's fast paths): z of this
+ * thread's pairs loaded first (every load in flight together), then + D·x (x rows of the tile at
+ * xs, kFLd apart), the z gate and the stores through the output's strides (pairs where vout).
+ * Rows: rb·16 + lane/4 (+8) of the tile, token tb + row, valid below ch.len − i_tile. D per pair:
+ * DS, from the block's table ds; else loaded from global memory. */
+template <int MODE, bool DS>
+__device__ __forceinline__ void generic_epilogue(const m2_fast_args & A, const m2_chunk & ch, int h, int p0,
+                                                 long long tb, int i_tile, int rb, const float (&y)[8][4],
+                                                 const typename cfg<MODE>::T * xs, const float * ds) {
+    typedef typename cfg<MODE>::T T;
+    const int lane = threadIdx.x & 31;
+    float2    zv[8][2];
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int       p = p0 + t * 8 + 2 * (lane & 3), ii = rb * 16 + (lane >> 2) + half * 8;
+            const long long zo = ch.b * A.z.s[0] + (tb + ii) * A.z.s[1] + h * A.z.s[2] + p * A.z.s[3];
+            zv[t][half] = make_float2(0.0f, 0.0f);
+            if (!A.has_z || p >= A.P || i_tile + ii >= ch.len) continue;
+            if (A.vz && p + 1 < A.P)
+                zv[t][half] = t2<MODE>::unpack(__ldg(reinterpret_cast<const unsigned int *>((const T *)A.z.p + zo)));
+            else
+                zv[t][half] = make_float2(ssmi_cu_ld(A.z.p, A.z.dtype, zo),
+                                          p + 1 < A.P ? ssmi_cu_ld(A.z.p, A.z.dtype, zo + A.z.s[3]) : 0.0f);
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < 8; ++t) {
+        const int pl = t * 8 + 2 * (lane & 3), p = p0 + pl;
+        if (p >= A.P) continue;
+        const bool two = p + 1 < A.P;
+        float      d0, d1;
+        if constexpr (DS) {
+            d0 = ds[pl], d1 = two ? ds[pl + 1] : 0.0f;
+        } else {
+            d0 = A.has_d ? ssmi_cu_ld(A.d.p, A.d.dtype, h * A.d.s[0] + (A.d_2d ? p * A.d.s[1] : 0)) : 0.0f;
+            d1 = A.has_d && two ? ssmi_cu_ld(A.d.p, A.d.dtype, h * A.d.s[0] + (A.d_2d ? (p + 1) * A.d.s[1] : 0)) : 0.0f;
+        }
+#pragma unroll
+        for (int half = 0; half < 2; ++half) {
+            const int ii = rb * 16 + (lane >> 2) + half * 8; /* row in the tile */
+            if (i_tile + ii >= ch.len) continue;
+            const long long t_ = tb + ii;
+            const float2    xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&xs[ii * kFLd + pl]));
+            float           v0 = y[t][2 * half] + d0 * xv.x, v1 = y[t][2 * half + 1] + d1 * xv.y;
+            if (A.has_z) {
+                const float z0 = zv[t][half].x, z1 = zv[t][half].y;
+                v0 *= z0 / (1.0f + expf(-z0));
+                v1 *= z1 / (1.0f + expf(-z1));
+            }
+            const long long oo = ch.b * A.os[0] + t_ * A.os[1] + h * A.os[2] + p * A.os[3];
+            if (A.vout && two) {
+                if (A.out_dtype == SSM_DTYPE_F32)
+                    *reinterpret_cast<float2 *>((float *)A.out + oo) = make_float2(v0, v1);
+                else
+                    *reinterpret_cast<uint32_t *>((T *)A.out + oo) = t2<MODE>::pack(v0, v1);
+            } else {
+                ssmi_cu_st(A.out, A.out_dtype, oo, v0);
+                if (two) ssmi_cu_st(A.out, A.out_dtype, oo + A.os[3], v1);
+            }
+        }
+    }
+}
+
 template <int MODE> __global__ void __launch_bounds__(kFastThreads) fast_state_kernel(const m2_fast_args A) {
     typedef typename cfg<MODE>::T T;
     __shared__ float dts[kScanQ], cums[kScanQ], tot[32], wj[kFT];
@@ -902,55 +967,7 @@ template <int MODE> __global__ void __launch_bounds__(kFastThreads, 4) fast_outp
 
     /* epilogue: D·x (x rows of this tile are the last x tile), z gate, store pairs; z first,
      * every load in flight together */
-    const long long tb = ch.t0 + i0;
-    float2          zv[8][2];
-#pragma unroll
-    for (int t = 0; t < 8; ++t) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int       p = p0 + t * 8 + 2 * (lane & 3), ii = warp * 16 + (lane >> 2) + half * 8;
-            const long long zo = ch.b * A.z.s[0] + (tb + ii) * A.z.s[1] + h * A.z.s[2] + p * A.z.s[3];
-            zv[t][half] = make_float2(0.0f, 0.0f);
-            if (!A.has_z || p >= A.P || i0 + ii >= ch.len) continue;
-            if (A.vz && p + 1 < A.P)
-                zv[t][half] = t2<MODE>::unpack(__ldg(reinterpret_cast<const unsigned int *>((const T *)A.z.p + zo)));
-            else
-                zv[t][half] = make_float2(ssmi_cu_ld(A.z.p, A.z.dtype, zo),
-                                          p + 1 < A.P ? ssmi_cu_ld(A.z.p, A.z.dtype, zo + A.z.s[3]) : 0.0f);
-        }
-    }
-#pragma unroll
-    for (int t = 0; t < 8; ++t) {
-        const int pl = t * 8 + 2 * (lane & 3), p = p0 + pl;
-        if (p >= A.P) continue;
-        const bool  two = p + 1 < A.P;
-        const float d0 = A.has_d ? ssmi_cu_ld(A.d.p, A.d.dtype, h * A.d.s[0] + (A.d_2d ? p * A.d.s[1] : 0)) : 0.0f;
-        const float d1 = A.has_d && two ? ssmi_cu_ld(A.d.p, A.d.dtype, h * A.d.s[0] + (A.d_2d ? (p + 1) * A.d.s[1] : 0))
-                                        : 0.0f;
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int ii = warp * 16 + (lane >> 2) + half * 8; /* row in the tile */
-            if (i0 + ii >= ch.len) continue;
-            const long long t_ = tb + ii;
-            const float2    xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&xs[ii * kFLd + pl]));
-            float           v0 = y[t][2 * half] + d0 * xv.x, v1 = y[t][2 * half + 1] + d1 * xv.y;
-            if (A.has_z) {
-                const float z0 = zv[t][half].x, z1 = zv[t][half].y;
-                v0 *= z0 / (1.0f + expf(-z0));
-                v1 *= z1 / (1.0f + expf(-z1));
-            }
-            const long long oo = ch.b * A.os[0] + t_ * A.os[1] + h * A.os[2] + p * A.os[3];
-            if (A.vout && two) {
-                if (A.out_dtype == SSM_DTYPE_F32)
-                    *reinterpret_cast<float2 *>((float *)A.out + oo) = make_float2(v0, v1);
-                else
-                    *reinterpret_cast<uint32_t *>((T *)A.out + oo) = t2<MODE>::pack(v0, v1);
-            } else {
-                ssmi_cu_st(A.out, A.out_dtype, oo, v0);
-                if (two) ssmi_cu_st(A.out, A.out_dtype, oo + A.os[3], v1);
-            }
-        }
-    }
+    generic_epilogue<MODE, false>(A, ch, h, p0, ch.t0 + i0, i0, warp, y, xs, nullptr);
 }
 
 /* ---- v4 of the tensor-core path -----------------------------------------------------------------
@@ -1761,52 +1778,7 @@ template <int MODE> __global__ void __launch_bounds__(kV4Threads, 2) fast_output
         return;
     }
     /* any other layout: v4's epilogue (z from global memory, generic loads and stores) */
-    float2 zv[8][2];
-#pragma unroll
-    for (int t = 0; t < 8; ++t) {
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int       p = p0 + t * 8 + 2 * (lane & 3), ii = wq * 16 + (lane >> 2) + half * 8;
-            const long long zo = ch.b * A.z.s[0] + (tb + ii) * A.z.s[1] + h * A.z.s[2] + p * A.z.s[3];
-            zv[t][half] = make_float2(0.0f, 0.0f);
-            if (!A.has_z || p >= A.P || iw + ii >= ch.len) continue;
-            if (A.vz && p + 1 < A.P)
-                zv[t][half] = t2<MODE>::unpack(__ldg(reinterpret_cast<const unsigned int *>((const T *)A.z.p + zo)));
-            else
-                zv[t][half] = make_float2(ssmi_cu_ld(A.z.p, A.z.dtype, zo),
-                                          p + 1 < A.P ? ssmi_cu_ld(A.z.p, A.z.dtype, zo + A.z.s[3]) : 0.0f);
-        }
-    }
-#pragma unroll
-    for (int t = 0; t < 8; ++t) {
-        const int pl = t * 8 + 2 * (lane & 3), p = p0 + pl;
-        if (p >= A.P) continue;
-        const bool  two = p + 1 < A.P;
-        const float d0 = ds[pl], d1 = two ? ds[pl + 1] : 0.0f;
-#pragma unroll
-        for (int half = 0; half < 2; ++half) {
-            const int ii = wq * 16 + (lane >> 2) + half * 8;
-            if (iw + ii >= ch.len) continue;
-            const long long t_ = tb + ii;
-            const float2    xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&xd[ii * kFLd + pl]));
-            float           v0 = y[t][2 * half] + d0 * xv.x, v1 = y[t][2 * half + 1] + d1 * xv.y;
-            if (A.has_z) {
-                const float z0 = zv[t][half].x, z1 = zv[t][half].y;
-                v0 *= z0 / (1.0f + expf(-z0));
-                v1 *= z1 / (1.0f + expf(-z1));
-            }
-            const long long oo = ch.b * A.os[0] + t_ * A.os[1] + h * A.os[2] + p * A.os[3];
-            if (A.vout && two) {
-                if (A.out_dtype == SSM_DTYPE_F32)
-                    *reinterpret_cast<float2 *>((float *)A.out + oo) = make_float2(v0, v1);
-                else
-                    *reinterpret_cast<uint32_t *>((T *)A.out + oo) = t2<MODE>::pack(v0, v1);
-            } else {
-                ssmi_cu_st(A.out, A.out_dtype, oo, v0);
-                if (two) ssmi_cu_st(A.out, A.out_dtype, oo + A.os[3], v1);
-            }
-        }
-    }
+    generic_epilogue<MODE, true>(A, ch, h, p0, tb, iw, wq, y, xd, ds);
 }
 
 /* ---- v6 of the output kernel (Hopper wgmma, sm_90a) ---------------------------------------------
