@@ -1393,6 +1393,40 @@ struct s5_smem {
     }
 };
 
+/* The block of the v5-v7 output kernels' grid (blockIdx.x = (chunk·H + head)·tiles + tile, tile =
+ * row tile·n_ptiles + p tile; 32-bit index arithmetic): chunk w, head h, rows i0.., p columns p0.. */
+struct v5_block {
+    int       w, h, i0, p0;
+    long long wh; /* w·H + h */
+};
+__device__ __forceinline__ v5_block v5_block_of(const m2_fast_args & A) {
+    const unsigned blk = blockIdx.x;
+    const unsigned nz = (unsigned)(kV4ITiles * A.n_ptiles);
+    const unsigned whu = blk / nz;
+    const int      z = (int)(blk - whu * nz);
+    v5_block       b;
+    b.w = (int)(whu / (unsigned)A.H), b.h = (int)(whu - (unsigned)b.w * (unsigned)A.H);
+    b.wh = whu;
+    b.i0 = (z / A.n_ptiles) * kV4Rows, b.p0 = (z % A.n_ptiles) * kFT;
+    return b;
+}
+
+/* The v5-v7 output blocks' tables: processed dt and its cumsum of the chunk (from the state kernel,
+ * 0 past the block's rows: nlen) and D of the block's p columns. */
+__device__ __forceinline__ void block_tables(const m2_fast_args & A, long long wh, int h, int p0, int nlen, float * dts,
+                                             float * cums, float * ds) {
+    const int     tid = threadIdx.x;
+    const float * dd = A.dtc + wh * 2 * kScanQ;
+    for (int i = tid; i < kScanQ; i += kV4Threads) {
+        dts[i] = i < nlen ? dd[i] : 0.0f;
+        cums[i] = i < nlen ? dd[kScanQ + i] : 0.0f;
+    }
+    for (int k = tid; k < kFT; k += kV4Threads) {
+        const int p = p0 + k;
+        ds[k] = A.has_d && p < A.P ? ssmi_cu_ld(A.d.p, A.d.dtype, h * A.d.s[0] + (A.d_2d ? p * A.d.s[1] : 0)) : 0.0f;
+    }
+}
+
 /* 3 blocks of 8 warps per SM (≤ 80 registers; 62 KB of shared memory each): the kernel waits on
  * copies and barriers, so more resident warps hide more of it. */
 #ifndef SSMI_M2_STATE_MINB
@@ -1533,14 +1567,10 @@ template <int MODE> __global__ void __launch_bounds__(kV4Threads, 2) fast_output
     T *                     ss_lo = (T *)(smem + L.ss_lo);
     const int ob0 = (int)L.b0, ox0 = (int)L.x0, obd = (int)(L.b1 - L.b0), oxd = (int)(L.x1 - L.x0);
 
-    const unsigned  blk = blockIdx.x; /* 32-bit index arithmetic, as in fast_state_kernel_v5 */
-    const unsigned  nz = (unsigned)(kV4ITiles * A.n_ptiles);
-    const unsigned  whu = blk / nz;
-    const int       z = (int)(blk - whu * nz);
-    const int       w = (int)(whu / (unsigned)A.H), h = (int)(whu - (unsigned)w * (unsigned)A.H);
-    const long long wh = whu;
-    const int       i0 = (z / A.n_ptiles) * kV4Rows, p0 = (z % A.n_ptiles) * kFT;
-    const m2_chunk  ch = A.chunks[w];
+    const v5_block  bk = v5_block_of(A);
+    const int       h = bk.h, i0 = bk.i0, p0 = bk.p0;
+    const long long wh = bk.wh;
+    const m2_chunk  ch = A.chunks[bk.w];
     if (i0 >= ch.len) return; /* uniform over the block */
     const int  tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int  wq = warp & 3;               /* the warp's 16-row slice within its 64-row tile */
@@ -1554,18 +1584,7 @@ template <int MODE> __global__ void __launch_bounds__(kV4Threads, 2) fast_output
     const bool      zstage = A.has_z && A.vz16 && A.Np >= kFT;
     const long long bb = ch.b * A.b.s[0] + g * A.b.s[2];
     const long long xb = ch.b * A.x.s[0] + h * A.x.s[2] + p0 * A.x.s[3];
-    {
-        const float * dd = A.dtc + wh * 2 * kScanQ;
-        for (int i = tid; i < kScanQ; i += kV4Threads) {
-            dts[i] = i < nlen ? dd[i] : 0.0f;
-            cums[i] = i < nlen ? dd[kScanQ + i] : 0.0f;
-        }
-        for (int k = tid; k < kFT; k += kV4Threads) {
-            const int p = p0 + k;
-            ds[k] = A.has_d && p < A.P ? ssmi_cu_ld(A.d.p, A.d.dtype, h * A.d.s[0] + (A.d_2d ? p * A.d.s[1] : 0))
-                                       : 0.0f;
-        }
-    }
+    block_tables(A, wh, h, p0, nlen, dts, cums, ds);
 
     /* group 0: the C rows of the tile (and the entering state when state_pass_kernel_v5 split it:
      * its hi and lo planes, 16-byte rows); group 1: B/x of token tile 0 */
@@ -1903,14 +1922,10 @@ __global__ void __launch_bounds__(kV4Threads, 2) fast_output_kernel_v6(const m2_
     const unsigned   sb = smem_addr(sm);
     const v6_out_smem L(KA);
 
-    const unsigned  blk = blockIdx.x;
-    const unsigned  nz = (unsigned)(kV4ITiles * A.n_ptiles);
-    const unsigned  whu = blk / nz;
-    const int       z = (int)(blk - whu * nz);
-    const int       w = (int)(whu / (unsigned)A.H), h = (int)(whu - (unsigned)w * (unsigned)A.H);
-    const long long wh = whu;
-    const int       i0 = (z / A.n_ptiles) * kV4Rows, p0 = (z % A.n_ptiles) * kFT;
-    const m2_chunk  ch = A.chunks[w];
+    const v5_block  bk = v5_block_of(A);
+    const int       h = bk.h, i0 = bk.i0, p0 = bk.p0;
+    const long long wh = bk.wh;
+    const m2_chunk  ch = A.chunks[bk.w];
     if (i0 >= ch.len) return; /* uniform over the block */
     const int  tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int  wg = warp >> 2;         /* warpgroup: rows i0 + 64·wg ..                  */
@@ -1925,18 +1940,7 @@ __global__ void __launch_bounds__(kV4Threads, 2) fast_output_kernel_v6(const m2_
     const long long bb = ch.b * A.b.s[0] + g * A.b.s[2];
     const long long xb = ch.b * A.x.s[0] + h * A.x.s[2] + p0 * A.x.s[3];
     const unsigned  c_wg = sb + (unsigned)(L.cs + wg * KA * ssmi_wg::kAtomBytes); /* this warpgroup's C rows */
-    {
-        const float * dd = A.dtc + wh * 2 * kScanQ;
-        for (int i = tid; i < kScanQ; i += kV4Threads) {
-            dts[i] = i < nlen ? dd[i] : 0.0f;
-            cums[i] = i < nlen ? dd[kScanQ + i] : 0.0f;
-        }
-        for (int k = tid; k < kFT; k += kV4Threads) {
-            const int p = p0 + k;
-            ds[k] = A.has_d && p < A.P ? ssmi_cu_ld(A.d.p, A.d.dtype, h * A.d.s[0] + (A.d_2d ? p * A.d.s[1] : 0))
-                                       : 0.0f;
-        }
-    }
+    block_tables(A, wh, h, p0, nlen, dts, cums, ds);
 
     /* group 0: the C rows of the tile and the split entering state (hi and lo planes);
      * group 1: B/x of token tile 0 */
@@ -2185,14 +2189,10 @@ __global__ void __launch_bounds__(kV4Threads, 2) fast_output_kernel_v7(const m2_
     const unsigned  sb = smem_addr(sm);
     const v7_out_smem L(KA);
 
-    const unsigned  blk = blockIdx.x;
-    const unsigned  nz = (unsigned)(kV4ITiles * A.n_ptiles);
-    const unsigned  whu = blk / nz;
-    const int       z = (int)(blk - whu * nz);
-    const int       w = (int)(whu / (unsigned)A.H), h = (int)(whu - (unsigned)w * (unsigned)A.H);
-    const long long wh = whu;
-    const int       i0 = (z / A.n_ptiles) * kV4Rows, p0 = (z % A.n_ptiles) * kFT;
-    const m2_chunk  ch = A.chunks[w];
+    const v5_block  bk = v5_block_of(A);
+    const int       h = bk.h, i0 = bk.i0, p0 = bk.p0;
+    const long long wh = bk.wh;
+    const m2_chunk  ch = A.chunks[bk.w];
     if (i0 >= ch.len) return; /* uniform over the block */
     const int  tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     const int  wg = warp >> 2;       /* warpgroup: rows i0 + 64·wg ..                  */
@@ -2207,18 +2207,7 @@ __global__ void __launch_bounds__(kV4Threads, 2) fast_output_kernel_v7(const m2_
     const T *  bsrc = (const T *)A.b.p + ch.b * A.b.s[0] + g * A.b.s[2] + ch.t0 * A.b.s[1];
     const T *  xsrc = (const T *)A.x.p + ch.b * A.x.s[0] + h * A.x.s[2] + p0 * A.x.s[3] + ch.t0 * A.x.s[1];
     const unsigned c_wg = sb + (unsigned)(L.cs + wg * KA * AT); /* this warpgroup's C rows */
-    {
-        const float * dd = A.dtc + wh * 2 * kScanQ;
-        for (int i = tid; i < kScanQ; i += kV4Threads) {
-            dts[i] = i < nlen ? dd[i] : 0.0f;
-            cums[i] = i < nlen ? dd[kScanQ + i] : 0.0f;
-        }
-        for (int k = tid; k < kFT; k += kV4Threads) {
-            const int p = p0 + k;
-            ds[k] = A.has_d && p < A.P ? ssmi_cu_ld(A.d.p, A.d.dtype, h * A.d.s[0] + (A.d_2d ? p * A.d.s[1] : 0))
-                                       : 0.0f;
-        }
-    }
+    block_tables(A, wh, h, p0, nlen, dts, cums, ds);
 
     /* group 0: the C rows, the split entering state (hi and lo planes) and B of token tile 0;
      * group 1: B of token tile 1 */
