@@ -2812,57 +2812,43 @@ template <int MODE> ssm_status launch_fast_v5(ssm_context * ctx, const char * op
 }
 
 #if SSMI_CUDA_WGMMA
-/* fast_output_kernel_v6 on v5's grid (the caller checked scan_v6_applies). */
-template <int MODE> ssm_status launch_fast_v6(ssm_context * ctx, const char * op, const m2_fast_args & A, long long W) {
-    const cudaStream_t s = ssmi_cuda_stream(ctx);
-    const long long    blocks = W * A.H * (long long)kV4ITiles * A.n_ptiles;
-    SSM_RETURN_IF(blocks > INT32_MAX, ctx, SSM_STATUS_UNSUPPORTED, "%s: %lld blocks exceed the CUDA backend's grid limit",
-                  op, blocks);
-    const v6_out_smem L(A.N >> 6);
-    void (*kernel)(const m2_fast_args) = A.N == 128 ? fast_output_kernel_v6<MODE, 2> : fast_output_kernel_v6<MODE, 1>;
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
-        ctx, op, "cudaFuncSetAttribute",
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total)));
-    kernel<<<(unsigned)blocks, kV4Threads, (size_t)L.total, s>>>(A);
-    SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_output_kernel_v6 launch");
+/* One launch of a wgmma kernel of the scan: `blocks` blocks of kV4Threads (checked against the grid
+ * limit) with smem bytes of dynamic shared memory (opted in), on the context's stream. */
+ssm_status launch_wg(ssm_context * ctx, const char * op, void (*kernel)(const m2_fast_args), const m2_fast_args & A,
+                     long long blocks, int smem, const char * what) {
+    SSM_RETURN_IF(blocks > INT32_MAX, ctx, SSM_STATUS_UNSUPPORTED,
+                  "%s: %lld blocks exceed the CUDA backend's grid limit", op, blocks);
+    SSM_FORWARD_IF_ERROR(
+        ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute",
+                         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)));
+    kernel<<<(unsigned)blocks, kV4Threads, (size_t)smem, ssmi_cuda_stream(ctx)>>>(A);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, what);
     return SSM_STATUS_OK;
 }
-#endif
 
-#if SSMI_CUDA_WGMMA
+/* fast_output_kernel_v6 on v5's grid (the caller checked scan_v6_applies). */
+template <int MODE>
+ssm_status launch_fast_v6(ssm_context * ctx, const char * op, const m2_fast_args & A, long long W) {
+    const v6_out_smem L(A.N >> 6);
+    return launch_wg(ctx, op, A.N == 128 ? fast_output_kernel_v6<MODE, 2> : fast_output_kernel_v6<MODE, 1>, A,
+                     W * A.H * (long long)kV4ITiles * A.n_ptiles, (int)L.total, "fast_output_kernel_v6 launch");
+}
+
 /* fast_state_kernel_v6: one block per (work chunk, head, P tile) (the caller checked
  * state_v6_applies). */
-template <int MODE> ssm_status launch_state_v6(ssm_context * ctx, const char * op, const m2_fast_args & A, long long W) {
-    const cudaStream_t s = ssmi_cuda_stream(ctx);
-    const long long    blocks = W * A.H * (long long)A.n_ptiles;
-    SSM_RETURN_IF(blocks > INT32_MAX, ctx, SSM_STATUS_UNSUPPORTED, "%s: %lld blocks exceed the CUDA backend's grid limit",
-                  op, blocks);
+template <int MODE>
+ssm_status launch_state_v6(ssm_context * ctx, const char * op, const m2_fast_args & A, long long W) {
     const s6_smem L(A.N >> 6);
-    void (*kernel)(const m2_fast_args) = A.N == 128 ? fast_state_kernel_v6<MODE, 2> : fast_state_kernel_v6<MODE, 1>;
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
-        ctx, op, "cudaFuncSetAttribute",
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total)));
-    kernel<<<(unsigned)blocks, kV4Threads, (size_t)L.total, s>>>(A);
-    SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_state_kernel_v6 launch");
-    return SSM_STATUS_OK;
+    return launch_wg(ctx, op, A.N == 128 ? fast_state_kernel_v6<MODE, 2> : fast_state_kernel_v6<MODE, 1>, A,
+                     W * A.H * (long long)A.n_ptiles, (int)L.total, "fast_state_kernel_v6 launch");
 }
-#endif
 
-#if SSMI_CUDA_WGMMA
 /* fast_output_kernel_v7 on v5's grid (the caller checked scan_v7_applies). */
-template <int MODE> ssm_status launch_fast_v7(ssm_context * ctx, const char * op, const m2_fast_args & A, long long W) {
-    const cudaStream_t s = ssmi_cuda_stream(ctx);
-    const long long    blocks = W * A.H * (long long)kV4ITiles * A.n_ptiles;
-    SSM_RETURN_IF(blocks > INT32_MAX, ctx, SSM_STATUS_UNSUPPORTED, "%s: %lld blocks exceed the CUDA backend's grid limit",
-                  op, blocks);
+template <int MODE>
+ssm_status launch_fast_v7(ssm_context * ctx, const char * op, const m2_fast_args & A, long long W) {
     const v7_out_smem L(A.N >> 6);
-    void (*kernel)(const m2_fast_args) = A.N == 128 ? fast_output_kernel_v7<MODE, 2> : fast_output_kernel_v7<MODE, 1>;
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
-        ctx, op, "cudaFuncSetAttribute",
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L.total)));
-    kernel<<<(unsigned)blocks, kV4Threads, (size_t)L.total, s>>>(A);
-    SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_output_kernel_v7 launch");
-    return SSM_STATUS_OK;
+    return launch_wg(ctx, op, A.N == 128 ? fast_output_kernel_v7<MODE, 2> : fast_output_kernel_v7<MODE, 1>, A,
+                     W * A.H * (long long)kV4ITiles * A.n_ptiles, (int)L.total, "fast_output_kernel_v7 launch");
 }
 #endif
 
