@@ -11,8 +11,9 @@
  * float4 and the generic state paths. Both forward paths: 16-bit shapes with K <= 128 take the
  * tensor-core kernels, f32 and K = 256 the portable ones; edge shapes (K = 24, 40, V = 20, 72)
  * run on both. Every forward case runs under each kernel version (SSMOPS_CUDA_SISO_FAST unset =
- * v7 (the wgmma output kernel), =5 v6, =4 v5, =3 v4, =2 v3, =1 v2, =0 portable; the edge shapes
- * also with =6), and once more under
+ * v7 (the wgmma output kernel), =7 v8 (v7 with the chunk scalars and θ from chunk_prep_kernel),
+ * =5 v6, =4 v5, =3 v4, =2 v3, =1 v2, =0 portable; the edge shapes also with =6), once more with
+ * the second of its two runs under =7 (v8 must give v7's bytes), and once more under
  * the default with SSMOPS_CUDA_SISO_STATE=v5 (v5's state kernel; the default is the 8-warp v6
  * state kernel). Angle outputs are compared
  * modulo 2π.
@@ -50,6 +51,10 @@ static ssm_tensor * field(void * args, size_t off) { return (ssm_tensor *)((char
 /* Runs the op on REF (F64 outputs) and on the device (outputs in their own dtype, poisoned),
  * compares every output, then runs again on re-uploaded inputs and poisoned outputs and
  * checks the bytes are identical. */
+/* When set, the second run of every device case runs with SSMOPS_CUDA_SISO_FAST = g_second_knob
+ * and must still give the first run's bytes (version 8 against version 7: the same values). */
+static const char * g_second_knob = NULL;
+
 static void run_dev_case(const char * name, ssmt_run_fn run, const void * host_args, size_t size, const bind * b,
                          int nb, ssm_dtype compute) {
     /* reference */
@@ -97,7 +102,10 @@ static void run_dev_case(const char * name, ssmt_run_fn run, const void * host_a
             for (int i = 0; i < nb; ++i)
                 if (saved[i] != NULL)
                     TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dv[i].mem, saved[i], b[i].h->bytes), SSM_STATUS_OK);
+        const char * knob = pass == 1 ? g_second_knob : NULL;
+        if (knob != NULL) setenv("SSMOPS_CUDA_SISO_FAST", knob, 1);
         st = run(ctx_cuda, da);
+        if (knob != NULL) unsetenv("SSMOPS_CUDA_SISO_FAST");
         TEST_CHECK(st == SSM_STATUS_OK, "%s cuda%s: %s (%s)", name, pass ? " (second run)" : "", ssm_status_string(st),
                    ssm_context_last_error(ctx_cuda));
         for (int i = 0; i < nb; ++i) {
@@ -117,7 +125,8 @@ static void run_dev_case(const char * name, ssmt_run_fn run, const void * host_a
                 }
                 first[i] = ssmt_snapshot(b[j].h);
             } else {
-                TEST_CHECK(ssmt_unchanged(b[j].h, first[i]), "%s: output #%d differs between two runs", name, i);
+                TEST_CHECK(ssmt_unchanged(b[j].h, first[i]), "%s: output #%d differs between two runs%s%s", name, i,
+                           knob ? ", the second under SSMOPS_CUDA_SISO_FAST=" : "", knob ? knob : "");
                 free(first[i]);
             }
         }
@@ -483,10 +492,10 @@ int main(void) {
     test_device_rules(&rng);
 
     /* the forward cases under every kernel version: NULL = the variable unset (the default, v7) */
-    static const char * const versions[] = {NULL, "5", "4", "3", "2", "1", "0"};
-    static const char * const vnames[] = {" v7", " v6", " v5", " v4", " v3", " v2", " portable"};
+    static const char * const versions[] = {NULL, "7", "5", "4", "3", "2", "1", "0"};
+    static const char * const vnames[] = {" v7", " v8", " v6", " v5", " v4", " v3", " v2", " portable"};
     const ssmt_rng            rng_default = rng; /* the state-v5 pass below draws the default pass's inputs */
-    for (int vi = 0; vi < 7; ++vi) {
+    for (int vi = 0; vi < 8; ++vi) {
         if (versions[vi] != NULL)
             setenv("SSMOPS_CUDA_SISO_FAST", versions[vi], 1);
         else
@@ -494,6 +503,12 @@ int main(void) {
         forward_suite(&rng, vnames[vi], vi == 0);
     }
     unsetenv("SSMOPS_CUDA_SISO_FAST");
+    /* version 8 (chunk_prep_kernel: the chunk scalars and θ computed once, then copied by the state
+     * and output kernels) must give version 7's bytes: every forward case with its second run
+     * under SSMOPS_CUDA_SISO_FAST=7 */
+    g_second_knob = "7";
+    forward_suite(&rng, " v7 then v8", 0);
+    g_second_knob = NULL;
     /* the default version with v5's state kernel (SSMOPS_CUDA_SISO_STATE=v5): every forward case,
      * on the same inputs as the default pass, which ran the 8-warp v6 state kernel (column blocks
      * per warp pair: K = 128 4 + 4, K = 96 3 + 3, K = 40 2 + 1, K = 16 1 + 0 with the upper warps

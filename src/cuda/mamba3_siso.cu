@@ -211,6 +211,7 @@ struct m3_fwd_args {
     float *          states;  /* (W, H, V, K): chunk contributions, then entering states          */
     float *          lastcum; /* (W, H) c_last of each chunk                                     */
     float *          theta0;  /* (W, H, A) combined op: chunk angle sums, then θ entering        */
+    float *          prep;    /* version 8: (W, H, prep_floats(A)) chunk scalars and θ, or NULL      */
     m3_out           out, fin_ssm, fin_k, fin_v, fin_ang;
 };
 
@@ -649,6 +650,27 @@ struct state_smem {
         total = o;
     }
 };
+
+/* Version 8: chunk_prep_kernel computes a chunk's scalars (chunk_scalars: dtv, lam, cm, gam, sig,
+ * kC + 1 each) and θ (chunk_theta_v4: kC × A) once per (chunk, head) into P.prep, and the state and
+ * output kernels copy them into their shared-memory regions instead of computing them twice. The
+ * slot of (w, h): kPrepScal floats of scalars (5·(kC + 1), padded to 16 bytes), then kC·A of θ
+ * (rows ≥ the chunk length zero). Every slot and every piece is 16-byte aligned. */
+const int kPrepScal = (5 * (kC + 1) + 3) / 4 * 4;
+__host__ __device__ __forceinline__ long long prep_floats(int A) { return kPrepScal + (long long)kC * A; }
+
+/* The cp.async copy of slot (w, h) into scal (the carve_scal base) and th, NT threads. */
+template <int NT>
+__device__ __forceinline__ void cp_prep(const m3_fwd_args & P, int w, int h, float * scal, float * th) {
+    const float * src = P.prep + ((long long)w * P.H + h) * prep_floats(P.A);
+    const int     ns = kPrepScal / 4, n = ns + kC * P.A / 4;
+    for (int o = threadIdx.x; o < n; o += NT) {
+        if (o < ns)
+            cp_async16(scal + 4 * o, src + 4 * o);
+        else
+            cp_async16(th + 4 * (o - ns), src + kPrepScal + 4 * (o - ns));
+    }
+}
 
 __device__ m3_scal carve_scal(float * base) {
     m3_scal s;
@@ -1538,12 +1560,27 @@ __device__ __forceinline__ void staged_epilogue(const m3_fwd_args & P, const m3_
  * θ; then K̂ rotated, weighted by w and split into kh/kl. Ends with a barrier: w∘K̂ and v are
  * visible. NT threads per block (fast_state_kernel 128, fast_state_kernel_v6 256), NA angle
  * pieces per thread (NA·NT = 512). */
-template <int MODE, int VER, int NT, int NA>
+template <int MODE, int VER, int NT, int NA, bool PRE = false>
 __device__ __forceinline__ void state_prep(const m3_fwd_args & P, const m3_chunk & ch, int w, int h, int p0,
                                            const m3_scal & sc, float * wj, float * th, float * part,
                                            typename cfg<MODE>::T * kh, typename cfg<MODE>::T * kl,
                                            typename cfg<MODE>::T * vs, int LK) {
     fast_load_v<MODE>(P, ch, h, p0, vs);
+    if constexpr (PRE) { /* version 8: the scalars and θ of chunk_prep_kernel */
+        if (P.vk) cp_rows_v5<MODE, NT>(kl, LK, P.k, ch, h / P.G, 0, P.Kp, P.K);
+        cp_prep<NT>(P, w, h, sc.dtv, th);
+        cp_async_wait_all();
+        __syncthreads(); /* the scalars, θ, the raw k rows */
+        const float cl = sc.cm[ch.len - 1];
+        for (int j = threadIdx.x; j < kC; j += blockDim.x) wj[j] = j < ch.len ? expf(cl - sc.cm[j]) * sc.sig[j] : 0.0f;
+        if (blockIdx.z == 0 && threadIdx.x == 0) P.lastcum[(long long)w * P.H + h] = cl;
+        __syncthreads(); /* wj */
+        fast_prep_qk<MODE, VER, NT>(P, ch, h, th, nullptr, nullptr, kh, kl, LK, wj, nullptr, false, nullptr,
+                                    P.vk ? kl : nullptr);
+        cp_async_wait_all(); /* the v tile */
+        __syncthreads();     /* w∘K̂, v */
+        return;
+    }
     uint4 araw[NA];
     if constexpr (VER >= 5) {
         if (P.vk) cp_rows_v5<MODE, NT>(kl, LK, P.k, ch, h / P.G, 0, P.Kp, P.K);
@@ -2272,6 +2309,37 @@ __global__ void __launch_bounds__(kOutThreads6, 2) fast_output_kernel_v6(const m
                                        reinterpret_cast<const unsigned char *>(vs), zs, dh, sc, dd, ri0, ri1);
 }
 
+/* ---- version 8: the chunk scalars and θ once per (chunk, head) -----------------------------------
+ * The state kernel (v6) and the output kernel (v7) each computed them (chunk_scalars, then
+ * chunk_theta_v4 with FAST tanh at 256 threads) from the same inputs: at the shape of record that
+ * prologue and its barriers were ~20% of the state kernel's and ~25% of the output kernel's stall
+ * samples (warp 0's scan and the θ walk, with the other warps waiting). chunk_prep_kernel runs
+ * the same device functions at the same thread count (theta_walk's grouping depends on
+ * blockDim.x), so the values, and the outputs of both kernels, are bit for bit those of version 7;
+ * both kernels then take them by cp.async with their other inputs (cp_prep). */
+const int kPrepThreads = 256;
+template <int MODE>
+__global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(const m3_fwd_args P) {
+    constexpr int NA = kAngPieces * kFastThreads / kPrepThreads;
+    __shared__ __align__(16) float scal[8 * (kC + 1)];
+    __shared__ __align__(16) float part[kPartMax];
+    extern __shared__ __align__(16) float th[]; /* kC × max(A, 1) */
+    const int      w = blockIdx.x, h = blockIdx.y;
+    const m3_chunk ch = P.chunks[w];
+    const m3_scal  sc = carve_scal(scal);
+    uint4          araw[NA];
+    load_angles_v4<MODE, NA, kPrepThreads>(P, ch, h, araw);
+    for (int o = threadIdx.x; o < 8 * (kC + 1); o += kPrepThreads) scal[o] = 0.0f; /* entries no one writes */
+    __syncthreads();
+    chunk_scalars(P, ch, h, sc);
+    chunk_theta_v4<MODE, true, NA, kPrepThreads>(P, ch, w, h, sc.dtv, th, part, araw);
+    __syncthreads();
+    float *   dst = P.prep + ((long long)w * P.H + h) * prep_floats(P.A);
+    const int L = ch.len, LA = L * P.A;
+    for (int o = threadIdx.x; o < kPrepScal; o += kPrepThreads) dst[o] = o < 5 * (kC + 1) ? scal[o] : 0.0f;
+    for (int o = threadIdx.x; o < kC * P.A; o += kPrepThreads) dst[kPrepScal + o] = o < LA ? th[o] : 0.0f;
+}
+
 /* ---- v7 output kernel: the three products on Hopper wgmma (sm_90a) ----------------------------
  * fast_output_kernel_v6 is issue-bound (IMAD/ISETP/LDSM/F2FP; HMMA ~5% of its instructions) and
  * ~60% of its instructions are the per-chunk prep. v7 keeps v6's grid (chunk, head, 64-wide V
@@ -2426,9 +2494,11 @@ __device__ __forceinline__ void split_chains_k(float (&d)[8][4], unsigned ahi, u
 }
 #endif
 
-/* KA: the K atoms (K = 64·KA), a template parameter so that the k-loops unroll. */
-template <int MODE, int KA>
+/* KA: the K atoms (K = 64·KA), a template parameter so that the k-loops unroll. PRE (version 8):
+ * the chunk scalars and θ come from chunk_prep_kernel (cp_prep) instead of being computed here. */
+template <int MODE, int KA, bool PRE = false>
 __global__ void __launch_bounds__(kOutThreads7, 2) fast_output_kernel_v7(const m3_fwd_args P) {
+    static_assert(kOutThreads7 == kPrepThreads, "chunk_prep_kernel's θ is this kernel's only at its thread count");
 #if SSMI_WG_HAVE
     typedef typename cfg<MODE>::T T;
     constexpr bool BF = MODE == M_BF16;
@@ -2456,15 +2526,23 @@ __global__ void __launch_bounds__(kOutThreads7, 2) fast_output_kernel_v7(const m
     cp_tile_v7<MODE>(sm + Ly.ql, P.q, ch, h / P.G, 0, 8 * KA, P.K, false);
     cp_tile_v7<MODE>(sm + Ly.kl, P.k, ch, h / P.G, 0, 8 * KA, P.K, false);
     if (P.vz16) cp_rows_v5<MODE, kOutThreads7>(zs, kFLd, P.z, ch, h, p0, kTV, P.V);
-    uint4 araw[kAngPieces * kFastThreads / kOutThreads7];
-    load_angles_v4<MODE, kAngPieces * kFastThreads / kOutThreads7, kOutThreads7>(P, ch, h, araw);
     const float dh = P.has_d ? ssmi_cu_ld(P.d.p, P.d.dtype, h * P.d.s[0]) : 0.0f;
-    chunk_scalars(P, ch, h, sc);
-    for (int i = threadIdx.x; i < kC; i += blockDim.x) ecm[i] = i < L ? expf(sc.cm[i]) : 0.0f;
-    chunk_theta_v4<MODE, true, kAngPieces * kFastThreads / kOutThreads7, kOutThreads7>(
-        P, ch, w, h, sc.dtv, th, (float *)(sm + Ly.part), araw);
-    cp_async_wait_all(); /* q, k, v, z rows, before the barrier that publishes them */
-    __syncthreads();     /* θ */
+    if constexpr (PRE) {
+        cp_prep<kOutThreads7>(P, w, h, sc.dtv, th);
+        cp_async_wait_all(); /* the scalars, θ, q, k, v, z rows, before the barrier that publishes them */
+        __syncthreads();
+        /* read after the barrier behind the q/k prep */
+        for (int i = threadIdx.x; i < kC; i += blockDim.x) ecm[i] = i < L ? expf(sc.cm[i]) : 0.0f;
+    } else {
+        uint4 araw[kAngPieces * kFastThreads / kOutThreads7];
+        load_angles_v4<MODE, kAngPieces * kFastThreads / kOutThreads7, kOutThreads7>(P, ch, h, araw);
+        chunk_scalars(P, ch, h, sc);
+        for (int i = threadIdx.x; i < kC; i += blockDim.x) ecm[i] = i < L ? expf(sc.cm[i]) : 0.0f;
+        chunk_theta_v4<MODE, true, kAngPieces * kFastThreads / kOutThreads7, kOutThreads7>(
+            P, ch, w, h, sc.dtv, th, (float *)(sm + Ly.part), araw);
+        cp_async_wait_all(); /* q, k, v, z rows, before the barrier that publishes them */
+        __syncthreads();     /* θ */
+    }
     float * snt = nullptr;
     if (P.sct) { /* block-uniform: sin/cos once per (token, angle), v6's calls */
         snt = (float *)(sm + Ly.sn);
@@ -2595,8 +2673,9 @@ __device__ __forceinline__ void vk_v6(float (&acc)[8][4], const typename cfg<MOD
     }
 }
 
-template <int MODE>
+template <int MODE, bool PRE = false>
 __global__ void __launch_bounds__(kStateThreads6, 4) fast_state_kernel_v6(const m3_fwd_args P) {
+    static_assert(kStateThreads6 == kPrepThreads, "chunk_prep_kernel's θ is this kernel's only at its thread count");
     typedef typename cfg<MODE>::T T;
     /* the angle pieces per thread at 256 threads (load_angles_v4 covers 512) */
     constexpr int NA = kAngPieces * kFastThreads / kStateThreads6;
@@ -2613,7 +2692,8 @@ __global__ void __launch_bounds__(kStateThreads6, 4) fast_state_kernel_v6(const 
 
     const int      w = blockIdx.x, h = blockIdx.y, p0 = blockIdx.z * kTV;
     const m3_chunk ch = P.chunks[w];
-    state_prep<MODE, 5, kStateThreads6, NA>(P, ch, w, h, p0, sc, wj, th, (float *)(smem + Ly.part), kh, kl, vs, LK);
+    state_prep<MODE, 5, kStateThreads6, NA, PRE>(P, ch, w, h, p0, sc, wj, th, (float *)(smem + Ly.part), kh, kl, vs,
+                                                 LK);
 
     /* this warp's column blocks [np0, np0 + nb) of the Kp/16 (warp-uniform) */
     const int NP = P.Kp / 16, nlo = (NP + 1) >> 1;
@@ -2715,11 +2795,12 @@ ssm_status plan_fwd(ssm_context * ctx, const char * op, const ssmi_mamba3_dims *
     return SSM_STATUS_OK;
 }
 
-/* Workspace: chunks | segs | lastcum (W,H) | theta0 (W,H,A) | states (W,H,V,K). */
+/* Workspace: chunks | segs | lastcum (W,H) | theta0 (W,H,A) | states (W,H,V,K) | prep (W,H,
+ * prep_floats(A), version 8 only). */
 struct fwd_ws {
-    size_t chunks, segs, lastcum, theta0, states, total;
+    size_t chunks, segs, lastcum, theta0, states, prep, prep_bytes, total;
 };
-fwd_ws fwd_ws_layout(const ssmi_mamba3_dims * d, const m3_plan * pl, int fused) {
+fwd_ws fwd_ws_layout(const ssmi_mamba3_dims * d, const m3_plan * pl, int fused, bool prep) {
     fwd_ws       l;
     size_t       o = 0;
     const size_t WH = (size_t)pl->W * (size_t)d->nheads;
@@ -2733,9 +2814,13 @@ fwd_ws fwd_ws_layout(const ssmi_mamba3_dims * d, const m3_plan * pl, int fused) 
     o += fused ? align128(sizeof(float) * WH * (size_t)d->nangles) : 0;
     l.states = o;
     o += align128(sizeof(float) * WH * (size_t)d->dv * (size_t)d->dk);
+    l.prep = o;
+    l.prep_bytes = prep ? align128(sizeof(float) * WH * (size_t)prep_floats((int)d->nangles)) : 0;
+    o += l.prep_bytes;
     l.total = o;
     return l;
 }
+
 
 /* The state pass over every sequence: pass_kernel_v5 from version 7 on and pass_kernel_v4 from
  * version 4 on (16-byte pieces when K % 4 == 0; v4's scalar instance otherwise), pass_kernel
@@ -2818,12 +2903,13 @@ ssm_status siso_v7_applies(ssm_context * ctx, const char * op, const m3_fwd_args
     return SSM_STATUS_OK;
 }
 
-/* fast_output_kernel_v7 on v6's grid (the caller checked siso_v7_applies). */
-template <int MODE>
+/* fast_output_kernel_v7 on v6's grid (the caller checked siso_v7_applies); PRE: version 8's. */
+template <int MODE, bool PRE = false>
 ssm_status launch_out_v7(ssm_context * ctx, const char * op, const m3_fwd_args & P, const dim3 grid) {
 #if SSMI_CUDA_WGMMA
     const v7_smem L7(P.K / 64, P.A, P.sct != 0);
-    void (*kernel)(const m3_fwd_args) = P.K == 128 ? fast_output_kernel_v7<MODE, 2> : fast_output_kernel_v7<MODE, 1>;
+    void (*kernel)(const m3_fwd_args) =
+        P.K == 128 ? fast_output_kernel_v7<MODE, 2, PRE> : fast_output_kernel_v7<MODE, 1, PRE>;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
         ctx, op, "cudaFuncSetAttribute",
         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, L7.total)));
@@ -2848,12 +2934,19 @@ ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P
     const bool            v6 = VER >= 6 && out_v6_applies(P), st6 = VER >= 6 && state_v6_selected();
     int                   v7 = 0;
     if (VER >= 7) SSM_FORWARD_IF_ERROR(siso_v7_applies(ctx, op, P, &v7));
+    /* version 8: the chunk scalars and θ once, where both consumers are the v6 state and v7 output kernels */
+    const bool pre = VER >= 8 && v7 && st6 && P.prep != nullptr;
+    if (pre) {
+        chunk_prep_kernel<MODE><<<dim3((unsigned)W, (unsigned)P.H), kPrepThreads,
+                                  sizeof(float) * kC * (P.A > 0 ? P.A : 1), s>>>(P);
+        SSMI_CU_CHECK_LAUNCH(ctx, op, "chunk_prep_kernel launch");
+    }
     if (st6) {
-        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute",
-                                              cudaFuncSetAttribute(fast_state_kernel_v6<MODE>,
-                                                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                                   (int)Ls.total)));
-        fast_state_kernel_v6<MODE><<<grid, kStateThreads6, Ls.total, s>>>(P);
+        void (*state6)(const m3_fwd_args) = pre ? fast_state_kernel_v6<MODE, true> : fast_state_kernel_v6<MODE, false>;
+        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
+            ctx, op, "cudaFuncSetAttribute",
+            cudaFuncSetAttribute(state6, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Ls.total)));
+        state6<<<grid, kStateThreads6, Ls.total, s>>>(P);
         SSMI_CU_CHECK_LAUNCH(ctx, op, "fast_state_kernel_v6 launch");
     } else {
         SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute",
@@ -2871,7 +2964,7 @@ ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P
     if (P.NS > 0) {
         SSM_FORWARD_IF_ERROR(launch_pass(ctx, op, P, version));
     }
-    if (v7) return launch_out_v7<MODE>(ctx, op, P, grid);
+    if (v7) return pre ? launch_out_v7<MODE, true>(ctx, op, P, grid) : launch_out_v7<MODE, false>(ctx, op, P, grid);
     if (v6) {
         const fast_smem<MODE> L6(P.Kp, P.A, true, 6, P.sct);
         SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
@@ -2906,6 +2999,7 @@ int siso_version() {
     if (env != NULL && strcmp(env, "3") == 0) return 4;
     if (env != NULL && strcmp(env, "4") == 0) return 5;
     if (env != NULL && strcmp(env, "5") == 0) return 6;
+    if (env != NULL && strcmp(env, "7") == 0) return 8;
     return 7;
 }
 
@@ -2944,9 +3038,15 @@ ssm_status check_limits(ssm_context * ctx, const char * op, const ssmi_mamba3_di
     return SSM_STATUS_OK;
 }
 
+/* Version 8's chunk_prep_kernel applies to the tensor-core path (16-bit v, K ≤ 128); the launch
+ * decides per call whether the v7 output and v6 state kernels run (else the region goes unused). */
+bool wants_prep(const ssmi_mamba3_dims * d, const fwd_io & io) {
+    return siso_version() >= 8 && compute_mode(io.v->dtype) != M_F32 && d->dk <= kFastMaxK;
+}
+
 ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims * d, const fwd_io & io,
                       const m3_plan * pl, unsigned char * ws) {
-    const fwd_ws       l = fwd_ws_layout(d, pl, io.fused);
+    const fwd_ws       l = fwd_ws_layout(d, pl, io.fused, wants_prep(d, io));
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     /* Pageable sources: cudaMemcpyAsync returns once they are staged, so the plan may be freed. */
     if (pl->W > 0)
@@ -2979,6 +3079,7 @@ ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims
     P.states = (float *)(ws + l.states);
     P.lastcum = (float *)(ws + l.lastcum);
     P.theta0 = io.fused ? (float *)(ws + l.theta0) : nullptr;
+    P.prep = l.prep_bytes > 0 ? (float *)(ws + l.prep) : nullptr;
     P.out = out_of(io.out);
     P.fin_ssm = out_of(io.fin_ssm), P.fin_k = out_of(io.fin_k), P.fin_v = out_of(io.fin_v);
     if (io.fused) P.fin_ang = out_of(io.fin_ang);
@@ -3027,7 +3128,9 @@ ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims
          * memory on sm_90, 1 KB of it reserved per block): A ≤ 32 at K = 128 */
         P.sct = version >= 4 && P.A > 0 &&
                 2 * (fast_smem<M_BF16>(P.Kp, P.A, true, 4, true).total + 1024) <= (size_t)228 * 1024;
-        if (mode == M_F16 && version >= 7)
+        if (mode == M_F16 && version >= 8)
+            SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 8>(ctx, op, P, pl->W, version)));
+        else if (mode == M_F16 && version == 7)
             SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 7>(ctx, op, P, pl->W, version)));
         else if (mode == M_F16 && version == 6)
             SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 6>(ctx, op, P, pl->W, version)));
@@ -3039,7 +3142,9 @@ ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims
             SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 3>(ctx, op, P, pl->W, version)));
         else if (mode == M_F16)
             SSM_FORWARD_IF_ERROR((launch_fast<M_F16, 2>(ctx, op, P, pl->W, version)));
-        else if (version >= 7)
+        else if (version >= 8)
+            SSM_FORWARD_IF_ERROR((launch_fast<M_BF16, 8>(ctx, op, P, pl->W, version)));
+        else if (version == 7)
             SSM_FORWARD_IF_ERROR((launch_fast<M_BF16, 7>(ctx, op, P, pl->W, version)));
         else if (version == 6)
             SSM_FORWARD_IF_ERROR((launch_fast<M_BF16, 6>(ctx, op, P, pl->W, version)));
@@ -3098,7 +3203,7 @@ ssm_status run_fwd(ssm_context * ctx, const char * op, const ssmi_mamba3_dims * 
     if (d->nseq == 0 || d->nheads == 0) return SSM_STATUS_OK;
     m3_plan pl;
     SSM_FORWARD_IF_ERROR(plan_fwd(ctx, op, d, io.cu, &pl));
-    const fwd_ws       l = fwd_ws_layout(d, &pl, io.fused);
+    const fwd_ws       l = fwd_ws_layout(d, &pl, io.fused, wants_prep(d, io));
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     void *             ws = NULL;
     ssm_status         st = ssmi_cuda_status(ctx, op, "cudaMallocAsync (workspace)", cudaMallocAsync(&ws, l.total, s));
