@@ -103,9 +103,18 @@ static void run_dev_case(const char * name, ssmt_run_fn run, const void * host_a
                 if (saved[i] != NULL)
                     TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dv[i].mem, saved[i], b[i].h->bytes), SSM_STATUS_OK);
         const char * knob = pass == 1 ? g_second_knob : NULL;
+        char         prev[32] = "";
+        const char * env = getenv("SSMOPS_CUDA_SISO_FAST");
+        const int    had = env != NULL;
+        if (had) snprintf(prev, sizeof prev, "%s", env);
         if (knob != NULL) setenv("SSMOPS_CUDA_SISO_FAST", knob, 1);
         st = run(ctx_cuda, da);
-        if (knob != NULL) unsetenv("SSMOPS_CUDA_SISO_FAST");
+        if (knob != NULL) { /* the caller's setting back */
+            if (had)
+                setenv("SSMOPS_CUDA_SISO_FAST", prev, 1);
+            else
+                unsetenv("SSMOPS_CUDA_SISO_FAST");
+        }
         TEST_CHECK(st == SSM_STATUS_OK, "%s cuda%s: %s (%s)", name, pass ? " (second run)" : "", ssm_status_string(st),
                    ssm_context_last_error(ctx_cuda));
         for (int i = 0; i < nb; ++i) {

@@ -654,9 +654,11 @@ struct state_smem {
 /* Version 8: chunk_prep_kernel computes a chunk's scalars (chunk_scalars: dtv, lam, cm, gam, sig,
  * kC + 1 each) and θ (chunk_theta_v4: kC × A) once per (chunk, head) into P.prep, and the state and
  * output kernels copy them into their shared-memory regions instead of computing them twice. The
- * slot of (w, h): kPrepScal floats of scalars (5·(kC + 1), padded to 16 bytes), then kC·A of θ
- * (rows ≥ the chunk length zero). Every slot and every piece is 16-byte aligned. */
-const int kPrepScal = (5 * (kC + 1) + 3) / 4 * 4;
+ * slot of (w, h): kPrepScal floats of scalars (the five arrays of kC + 1 floats but the last, unused
+ * sig[kC]: the copy ends exactly where the kernels' own arrays (wj, ecm) begin), then kC·A of θ (rows
+ * ≥ the chunk length zero). Every slot and every piece is 16-byte aligned. */
+const int kPrepScal = 5 * (kC + 1) - 1; /* sig[kC] is never written or read: 81 whole 16-byte pieces */
+static_assert(kPrepScal % 4 == 0, "the scalars are copied in 16-byte pieces");
 __host__ __device__ __forceinline__ long long prep_floats(int A) { return kPrepScal + (long long)kC * A; }
 
 /* The cp.async copy of slot (w, h) into scal (the carve_scal base) and th, NT threads. */
@@ -2336,7 +2338,7 @@ __global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(const m3_fwd_a
     __syncthreads();
     float *   dst = P.prep + ((long long)w * P.H + h) * prep_floats(P.A);
     const int L = ch.len, LA = L * P.A;
-    for (int o = threadIdx.x; o < kPrepScal; o += kPrepThreads) dst[o] = o < 5 * (kC + 1) ? scal[o] : 0.0f;
+    for (int o = threadIdx.x; o < kPrepScal; o += kPrepThreads) dst[o] = scal[o];
     for (int o = threadIdx.x; o < kC * P.A; o += kPrepThreads) dst[kPrepScal + o] = o < LA ? th[o] : 0.0f;
 }
 
@@ -2990,7 +2992,8 @@ ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P
  * applies; 1.334 -> 1.188 ms at the shape of record), unset or anything else (=6) → 7 (v6 with
  * fast_output_kernel_v7, the wgmma output kernel, where siso_v7_applies; default since its first
  * H200 run of 2026-11-30: every test case, memcheck/racecheck clean, 1.141 -> 1.061 ms at the
- * shape of record). getenv only reads. */
+ * shape of record), =7 → 8 (v7 with chunk_prep_kernel's scalars and θ where both the v6 state and
+ * the v7 output kernels run; on trial). getenv only reads. */
 int siso_version() {
     const char * env = getenv("SSMOPS_CUDA_SISO_FAST");
     if (env != NULL && strcmp(env, "0") == 0) return 0;
@@ -3038,15 +3041,23 @@ ssm_status check_limits(ssm_context * ctx, const char * op, const ssmi_mamba3_di
     return SSM_STATUS_OK;
 }
 
-/* Version 8's chunk_prep_kernel applies to the tensor-core path (16-bit v, K ≤ 128); the launch
- * decides per call whether the v7 output and v6 state kernels run (else the region goes unused). */
-bool wants_prep(const ssmi_mamba3_dims * d, const fwd_io & io) {
-    return siso_version() >= 8 && compute_mode(io.v->dtype) != M_F32 && d->dk <= kFastMaxK;
+/* Version 8's workspace region, where chunk_prep_kernel can run: where the v7 output kernel can
+ * (16-bit v, K = 64 or 128, outputs of v's dtype, a build with wgmma) and the v6 state kernel is
+ * selected; the launch (launch_fast: `pre`) decides finally with the device's limits, so the
+ * region can still go unused. version: the one value of siso_version() of this call. */
+bool wants_prep(const ssmi_mamba3_dims * d, const fwd_io & io, int version) {
+#if SSMI_CUDA_WGMMA
+    const bool wgmma = true;
+#else
+    const bool wgmma = false;
+#endif
+    return wgmma && version >= 8 && compute_mode(io.v->dtype) != M_F32 && (d->dk == 64 || d->dk == 128) &&
+           io.out->dtype == io.v->dtype && state_v6_selected();
 }
 
 ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims * d, const fwd_io & io,
-                      const m3_plan * pl, unsigned char * ws) {
-    const fwd_ws       l = fwd_ws_layout(d, pl, io.fused, wants_prep(d, io));
+                      const m3_plan * pl, unsigned char * ws, int version) {
+    const fwd_ws       l = fwd_ws_layout(d, pl, io.fused, wants_prep(d, io, version));
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     /* Pageable sources: cudaMemcpyAsync returns once they are staged, so the plan may be freed. */
     if (pl->W > 0)
@@ -3084,7 +3095,7 @@ ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims
     P.fin_ssm = out_of(io.fin_ssm), P.fin_k = out_of(io.fin_k), P.fin_v = out_of(io.fin_v);
     if (io.fused) P.fin_ang = out_of(io.fin_ang);
 
-    const int mode = compute_mode(io.v->dtype), version = siso_version();
+    const int mode = compute_mode(io.v->dtype);
     /* v4's 16-byte angle rows (fused angle sums and the fast kernels' θ): 16-bit v, angles of
      * its dtype; A ≤ 64 keeps a chunk's pieces within load_angles_v4's registers */
     P.vang = mode != M_F32 && P.A > 0 && P.A <= 64 && ssmi_cu_vec_rows(io.ang, io.v->dtype, d->nangles);
@@ -3203,12 +3214,13 @@ ssm_status run_fwd(ssm_context * ctx, const char * op, const ssmi_mamba3_dims * 
     if (d->nseq == 0 || d->nheads == 0) return SSM_STATUS_OK;
     m3_plan pl;
     SSM_FORWARD_IF_ERROR(plan_fwd(ctx, op, d, io.cu, &pl));
-    const fwd_ws       l = fwd_ws_layout(d, &pl, io.fused, wants_prep(d, io));
+    const int          version = siso_version(); /* read once: the workspace layout depends on it */
+    const fwd_ws       l = fwd_ws_layout(d, &pl, io.fused, wants_prep(d, io, version));
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     void *             ws = NULL;
     ssm_status         st = ssmi_cuda_status(ctx, op, "cudaMallocAsync (workspace)", cudaMallocAsync(&ws, l.total, s));
     if (st == SSM_STATUS_OK) {
-        st = fwd_launch(ctx, op, d, io, &pl, (unsigned char *)ws);
+        st = fwd_launch(ctx, op, d, io, &pl, (unsigned char *)ws, version);
         const ssm_status fs = ssmi_cuda_status(ctx, op, "cudaFreeAsync (workspace)", cudaFreeAsync(ws, s));
         if (st == SSM_STATUS_OK) st = fs;
     }
