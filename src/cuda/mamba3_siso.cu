@@ -3055,9 +3055,10 @@ bool wants_prep(const ssmi_mamba3_dims * d, const fwd_io & io, int version) {
            io.out->dtype == io.v->dtype && state_v6_selected();
 }
 
+/* version, prep: read once by the caller, who sized ws with fwd_ws_layout(…, prep). */
 ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims * d, const fwd_io & io,
-                      const m3_plan * pl, unsigned char * ws, int version) {
-    const fwd_ws       l = fwd_ws_layout(d, pl, io.fused, wants_prep(d, io, version));
+                      const m3_plan * pl, unsigned char * ws, int version, bool prep) {
+    const fwd_ws       l = fwd_ws_layout(d, pl, io.fused, prep);
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     /* Pageable sources: cudaMemcpyAsync returns once they are staged, so the plan may be freed. */
     if (pl->W > 0)
@@ -3214,13 +3215,15 @@ ssm_status run_fwd(ssm_context * ctx, const char * op, const ssmi_mamba3_dims * 
     if (d->nseq == 0 || d->nheads == 0) return SSM_STATUS_OK;
     m3_plan pl;
     SSM_FORWARD_IF_ERROR(plan_fwd(ctx, op, d, io.cu, &pl));
-    const int          version = siso_version(); /* read once: the workspace layout depends on it */
-    const fwd_ws       l = fwd_ws_layout(d, &pl, io.fused, wants_prep(d, io, version));
+    /* the knobs read once: the workspace layout depends on them */
+    const int          version = siso_version();
+    const bool         prep = wants_prep(d, io, version);
+    const fwd_ws       l = fwd_ws_layout(d, &pl, io.fused, prep);
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     void *             ws = NULL;
     ssm_status         st = ssmi_cuda_status(ctx, op, "cudaMallocAsync (workspace)", cudaMallocAsync(&ws, l.total, s));
     if (st == SSM_STATUS_OK) {
-        st = fwd_launch(ctx, op, d, io, &pl, (unsigned char *)ws, version);
+        st = fwd_launch(ctx, op, d, io, &pl, (unsigned char *)ws, version, prep);
         const ssm_status fs = ssmi_cuda_status(ctx, op, "cudaFreeAsync (workspace)", cudaFreeAsync(ws, s));
         if (st == SSM_STATUS_OK) st = fs;
     }
