@@ -45,8 +45,10 @@
  * leave room (ex2_approx decays in the mask, silu_fast, and in the combined op tanh_fast and
  * sincos_wrapped_fast of the wrapped θ: absolute errors ~1e-6); 6 (=5) = v5 with
  * fast_output_kernel_v6 (8 warps per block; see there) where v5's shared-memory epilogue
- * applies; 7 (unset, =6: the default) = v6 with fast_output_kernel_v7 (the three products on
- * Hopper wgmma; see there) where siso_v7_applies, v6's kernels elsewhere.
+ * applies; 7 (=6) = v6 with fast_output_kernel_v7 (the three products on Hopper wgmma; see
+ * there) where siso_v7_applies, v6's kernels elsewhere; 8 (unset, =7: the default) = v7 with the
+ * chunk scalars and θ computed once by chunk_prep_kernel where the v6 state and v7 output kernels
+ * both run (v7's bytes).
  * v2 and v3 agree within fp32 rounding (θ's sums associate differently); v4 does v3's
  * arithmetic operation for operation; v5 agrees with v4 within those approximations, v6 with
  * v5 within fp32 rounding; each is bitwise deterministic.
@@ -2989,11 +2991,12 @@ ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P
  * kernels where the fast path applies), =3 → 4 (v4: v3's angle scan, pass_kernel_v4, and the
  * v4 tensor-core kernels where the fast path applies; the portable kernels otherwise), =4 → 5
  * (v5: v4 with the v5 output kernel), =5 → 6 (v6: v5 with fast_output_kernel_v6 where it
- * applies; 1.334 -> 1.188 ms at the shape of record), unset or anything else (=6) → 7 (v6 with
- * fast_output_kernel_v7, the wgmma output kernel, where siso_v7_applies; default since its first
- * H200 run of 2026-11-30: every test case, memcheck/racecheck clean, 1.141 -> 1.061 ms at the
- * shape of record), =7 → 8 (v7 with chunk_prep_kernel's scalars and θ where both the v6 state and
- * the v7 output kernels run; on trial). getenv only reads. */
+ * applies; 1.334 -> 1.188 ms at the shape of record), =6 → 7 (v6 with fast_output_kernel_v7, the
+ * wgmma output kernel, where siso_v7_applies; 1.141 -> 1.061 ms at the shape of record), unset or
+ * anything else (=7) → 8 (v7 with chunk_prep_kernel's scalars and θ where both the v6 state and
+ * the v7 output kernels run; default since its first H200 run of 2026-11-30 (sixth session): every
+ * test case and v7's bytes, memcheck/racecheck clean, 1.034 -> 0.921 ms at the shape of record,
+ * 2.024 -> 1.795 ms at B=4 S=4096). getenv only reads. */
 int siso_version() {
     const char * env = getenv("SSMOPS_CUDA_SISO_FAST");
     if (env != NULL && strcmp(env, "0") == 0) return 0;
@@ -3002,8 +3005,8 @@ int siso_version() {
     if (env != NULL && strcmp(env, "3") == 0) return 4;
     if (env != NULL && strcmp(env, "4") == 0) return 5;
     if (env != NULL && strcmp(env, "5") == 0) return 6;
-    if (env != NULL && strcmp(env, "7") == 0) return 8;
-    return 7;
+    if (env != NULL && strcmp(env, "6") == 0) return 7;
+    return 8;
 }
 
 /* THE switch of the tensor-core path: fp16/bf16 v (the compute dtype) and K ≤ 128 take
