@@ -10,7 +10,8 @@
  * knobs SSMOPS_CUDA_SCAN_KERNEL / SSMOPS_CUDA_SCAN_STATE are read by the library on every call):
  * v5 twice (the same bytes both times), v3 (the first tensor-core state, pass and output kernels), v6 (the
  * wgmma output kernel where it applies, else v5) with the default v6 state kernel, v6 with v5's
- * state kernel, and the defaults (v7: the pipelined wgmma output kernel, else v6's rule). Extra
+ * state kernel, the defaults (v7: the pipelined wgmma output kernel, else v6's rule), and the
+ * chained state kernel wherever it can run (SSMOPS_CUDA_SCAN_STATE=chain), twice (the same bytes). Extra
  * cases hit v6's layouts (N = 64 / 128, P = 64 / 72, partial token tiles) and v7's pipeline (1 to 4
  * token tiles per row tile, an idle second warpgroup). Extra cases cover the 128-row tiles' edges (chunk
  * lengths around 64, 128, 192, 256) and P/N off every tile (P=72 N=136, N=20).
@@ -153,6 +154,16 @@ static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan
     scan_pass(&r, "v6", "v6", NULL);       /* with the default (v6) state kernel */
     scan_pass(&r, "state-v5", "v6", "v5"); /* v5's state kernel under the v6 output kernel */
     scan_pass(&r, "v7", NULL, NULL);       /* the defaults: v7 output, v6 state kernel */
+    /* the chained state kernel wherever it can run, twice: the same bytes */
+    scan_pass(&r, "state-chain", NULL, "chain");
+    void * chain_out = ssmt_snapshot(&pr.out);
+    void * chain_fin = pr.final_states.t.data ? ssmt_snapshot(&pr.final_states) : NULL;
+    scan_pass(&r, "state-chain again", NULL, "chain");
+    TEST_CHECK(ssmt_unchanged(&pr.out, chain_out), "%s: out differs between two chain runs", tag);
+    if (chain_fin)
+        TEST_CHECK(ssmt_unchanged(&pr.final_states, chain_fin), "%s: final_states differ between chain runs", tag);
+    free(chain_out);
+    free(chain_fin);
 
     if (ws) TEST_CHECK_STATUS(ssm_cuda_free(NULL, ws), SSM_STATUS_OK);
     for (int i = 0; i < NT; ++i) ssmt_dev_free(&dv[i]);
@@ -449,6 +460,44 @@ int main(void) {
                      cfg.d_mode, cfg.has_z);
             test_scan(&rng, &cfg, &o, tag);
         }
+    }
+    /* the chained state kernel over long chains (every case runs it in test_scan): 9 chunks with a
+     * partial last one, varlen with an empty sequence and P = 72, seq_idx with G = H, and a grid of
+     * more blocks than the H200 has SMs (B = 2, H = 40: 160 blocks) */
+    static const int64_t ch_cfg[][7] = {/* S, B, H, P, N, G, variant */
+                                        {2100, 1, 2, 64, 128, 1, 0},
+                                        {2100, 1, 3, 72, 64, 1, 2},
+                                        {1500, 2, 2, 64, 64, 2, 1},
+                                        {700, 2, 40, 64, 128, 1, 0}};
+    for (size_t ci = 0; ci < sizeof ch_cfg / sizeof ch_cfg[0]; ++ci, ++k) {
+        ssmt_mamba2_config cfg;
+        ssmt_mamba2_config_init(&cfg);
+        cfg.seqlen = ch_cfg[ci][0], cfg.batch = ch_cfg[ci][1];
+        cfg.nheads = ch_cfg[ci][2], cfg.headdim = ch_cfg[ci][3], cfg.dstate = ch_cfg[ci][4];
+        cfg.ngroups = ch_cfg[ci][5];
+        const int variant = (int)ch_cfg[ci][6];
+        cfg.dtype = (ci % 2) ? SSM_DTYPE_F16 : SSM_DTYPE_BF16;
+        cfg.out_dtype = SSM_DTYPE_F32;
+        cfg.d_mode = (int)(ci % 3);
+        cfg.has_z = (int)(ci % 2 == 0);
+        cfg.has_dt_bias = 1;
+        cfg.has_initial = ci != 2;
+        cfg.has_final = 1;
+        cfg.dt_softplus = 1;
+        cfg.index_i64 = variant == 1;
+        if (variant == 1) cfg.seq_segments = 3;
+        int64_t lens[3] = {1000, 0, cfg.seqlen - 1000};
+        if (variant == 2) {
+            cfg.nseq = 3;
+            cfg.seqlens = lens;
+        }
+        scan_opts o = {256, 0, 0, 0, 0};
+        char      tag[200];
+        snprintf(tag, sizeof tag, "chain S%lld B%lld H%lld P%lld N%lld G%lld %s %s", (long long)cfg.seqlen,
+                 (long long)cfg.batch, (long long)cfg.nheads, (long long)cfg.headdim, (long long)cfg.dstate,
+                 (long long)cfg.ngroups, ssm_dtype_name(cfg.dtype),
+                 variant == 0 ? "dense" : variant == 1 ? "seq_idx" : "varlen");
+        test_scan(&rng, &cfg, &o, tag);
     }
     /* no tokens at all: final = initial */
     {

@@ -2521,6 +2521,331 @@ __global__ void __launch_bounds__(kV4Threads, SSMI_M2_STATE_MINB) fast_state_ker
     __trap(); /* a wrong image choice fails loudly instead of leaving the outputs unwritten */
 #endif
 }
+/* ---- the chained state kernel (state "chain": the state kernel and the pass in one) -------------
+ * The scan's states in the default pipeline take two kernels and a round trip through memory:
+ * fast_state_kernel_v6 writes each chunk's local state (fp32, W·H·P·N), state_pass_kernel_v5 reads
+ * them back and writes the entering states as hi/lo planes: 113 + 57 µs at the shape of record, of
+ * which the pass alone is 168 MB of traffic. state_chain_kernel runs one block per (sequence, head,
+ * P tile, 64 N columns) that walks the sequence's chunks in order and keeps the running state in its
+ * wgmma accumulator: at each chunk it writes the entering state's planes (what the pass wrote),
+ * multiplies the accumulator by the chunk's decay exp(cum_last), and adds the chunk's products
+ * (w∘x)ᵀ·B token tile by token tile. The local states are never stored.
+ * Unlike the look-back of the fifth session (measured 266 µs against 113 + 58: one hop per chunk
+ * through L2 and flags), a chain never waits on another block; its speed is the block's own
+ * throughput, so it pays only where the grid fills the GPU (scan_state_chain_applies).
+ * Per token tile (64 tokens, one warpgroup of 128 threads):
+ *   - x (64 tokens x 64 p) and B (64 tokens x 64 n) land by cp.async in a ring of kChainStages
+ *     stages, kChainStages - 2 tiles ahead (a stage is refilled once the wgmma that read it is done);
+ *   - the A operand, (w∘x)ᵀ of the warp's 16 p rows, is built in registers: ldmatrix.trans of the x
+ *     tile (swizzled, conflict-free), times the token weights w_j = exp(cum_last − cum_j)·dt_j, split
+ *     into rounded part and rounded remainder (the same products as v6), then 8 wgmma (hi, lo) with
+ *     B from shared memory (MN-major). The fragments of two tiles alternate so that tile t+1's are
+ *     built while tile t's products run; one barrier per tile.
+ *   - dt of chunk k+1 is loaded during chunk k (two tokens per thread, into registers), scanned
+ *     per warp at chunk k's last tile and finished at chunk k+1's first (the warp totals), so no
+ *     chunk waits on a dt load.
+ * Results differ from v6 + pass only in rounding order (the decay is applied to the accumulator and
+ * the products are added to it, where the pass added the rounded local state; the cumsum of dt·A is
+ * summed per thread pair, then per warp). */
+const int kChainThreads = 128;
+const int kChainStages = 5; /* 5 x 16 KB: x and B of a tile; 2 blocks per SM */
+struct chain_smem {
+    int x0, b0, total; /* stage s: x at x0 + s·8 KB, B at b0 + s·8 KB; total + room to align */
+    __host__ __device__ chain_smem() {
+        x0 = 0;
+        b0 = kChainStages * ssmi_wg::kAtomBytes;
+        total = b0 + kChainStages * ssmi_wg::kAtomBytes + 1024;
+    }
+};
+
+#if SSMI_WG_HAVE /* device helpers of the chain, only in the passes that compile its body */
+/* A 64 x 64 tile of T into the swizzled layout by the block's 128 threads: element (r, c) from
+ * src + r·srow + c; rows ≥ nr or columns ≥ nc zero-filled. */
+template <typename T>
+__device__ __forceinline__ void chain_tile(unsigned char * dst, const T * src, long long srow, int nr, int nc) {
+#pragma unroll
+    for (int u = 0; u < 4; ++u) {
+        const int o = (int)threadIdx.x + u * kChainThreads, r = o >> 3, c = (o & 7) * 8;
+        unsigned char * d = dst + ssmi_wg::swz_off(r, c);
+        if (r < nr && c < nc)
+            cp_async16(d, src + r * srow + c);
+        else
+            *reinterpret_cast<uint4 *>(d) = make_uint4(0u, 0u, 0u, 0u);
+    }
+}
+
+/* The processed dt of token i of a chunk of `len` tokens (0 past the end), spec §2.1. */
+__device__ __forceinline__ float chain_dt(const m2_dt_raw & r, float raw, float bias, int i, int len) {
+    if (i >= len) return 0.0f;
+    float v = raw + bias;
+    if (r.softplus && v <= 20.0f) v = log1pf(expf(v));
+    return fminf(fmaxf(v, r.lo), r.hi);
+}
+
+/* First half of a chunk's dt tables: this thread's tokens 2·tid, 2·tid + 1 (processed dt v0, v1),
+ * their cumsum of dt·A inside the warp (ncum), and the warp's total (ntot[warp]). */
+__device__ __forceinline__ void chain_dt_scan(float v0, float v1, float ah, float * ndt, float * ncum, float * ntot) {
+    const int tid = threadIdx.x, lane = tid & 31;
+    const float a0 = v0 * ah, a1 = v1 * ah, own = a0 + a1;
+    float incl = own;
+#pragma unroll
+    for (int off = 1; off < 32; off *= 2) {
+        const float y = __shfl_up_sync(0xffffffffu, incl, off);
+        if (lane >= off) incl += y;
+    }
+    const float c0 = (incl - own) + a0, c1 = c0 + a1;
+    *reinterpret_cast<float2 *>(ndt + 2 * tid) = make_float2(v0, v1);
+    *reinterpret_cast<float2 *>(ncum + 2 * tid) = make_float2(c0, c1);
+    if (lane == 31) ntot[tid >> 5] = c1;
+}
+
+/* The 4 k-steps' A fragments (hi, lo) of a token tile: (w∘x)ᵀ of the warp's 16 p rows from the
+ * swizzled x tile at xs; w: the tile's 64 token weights. */
+template <int MODE>
+__device__ __forceinline__ void chain_frags(uint32_t (&hi)[4][4], uint32_t (&lo)[4][4], const unsigned char * xs,
+                                            const float * w) {
+    const int lane = threadIdx.x & 31, wq = (threadIdx.x >> 5) & 3, c = lane & 3;
+    const int trow = (lane & 7) + (lane >> 4) * 8, pcol = 16 * wq + ((lane >> 3) & 1) * 8;
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+        uint32_t r[4];
+        ldsm4_t(r, xs + ssmi_wg::swz_off(16 * ks + trow, pcol));
+        const float2 wa = *reinterpret_cast<const float2 *>(w + 16 * ks + 2 * c);
+        const float2 wb = *reinterpret_cast<const float2 *>(w + 16 * ks + 8 + 2 * c);
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const float2 f = t2<MODE>::unpack(r[e]);
+            const float2 ww = e < 2 ? wa : wb;
+            split2<MODE>(f.x * ww.x, f.y * ww.y, hi[ks][e], lo[ks][e]);
+        }
+    }
+}
+
+/* The 8 products of a token tile into d: hi k-steps, then lo (v6's order), B MN-major at bs. */
+template <bool BF>
+__device__ __forceinline__ void chain_mma(float (&d)[8][4], const uint32_t (&hi)[4][4], const uint32_t (&lo)[4][4],
+                                          unsigned bs) {
+    ssmi_wg::fence();
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) ssmi_wg::mma_rs<BF, 1>(d, hi[ks], ssmi_wg::desc_mn(bs + ks * 2048));
+    if (kFastSplit)
+#pragma unroll
+        for (int ks = 0; ks < 4; ++ks) ssmi_wg::mma_rs<BF, 1>(d, lo[ks], ssmi_wg::desc_mn(bs + ks * 2048));
+    ssmi_wg::commit();
+}
+__device__ __forceinline__ void chain_keep(uint32_t (&hi)[4][4], uint32_t (&lo)[4][4]) {
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) ssmi_wg::keep(hi[ks]), ssmi_wg::keep(lo[ks]);
+}
+
+/* The entering state of work chunk wk (this thread's part of the accumulator) as the hi/lo planes
+ * that state_pass_kernel_v5 writes (W, H, 2, P, N). */
+template <int MODE>
+__device__ __forceinline__ void chain_store_planes(const m2_fast_args & A, long long wk, int h, int p0, int n0,
+                                                   const float (&d)[8][4]) {
+    typedef typename cfg<MODE>::T T;
+    const int       lane = threadIdx.x & 31, wq = (threadIdx.x >> 5) & 3;
+    const long long pn = (long long)A.P * A.N;
+    T *             hi = (T *)A.split + (wk * A.H + h) * 2 * pn;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int p = p0 + 16 * wq + (lane >> 2) + half * 8;
+        if (p >= A.P) continue;
+        T * row = hi + (long long)p * A.N + n0 + 2 * (lane & 3);
+#pragma unroll
+        for (int t = 0; t < 8; ++t) {
+            uint32_t h2, l2;
+            split2<MODE>(d[t][2 * half], d[t][2 * half + 1], h2, l2);
+            *reinterpret_cast<uint32_t *>(row + t * 8) = h2;
+            *reinterpret_cast<uint32_t *>(row + pn + t * 8) = l2;
+        }
+    }
+}
+
+/* This thread's part of a (P, N) state through a view (init) or strides (fin); rows p ≥ P skipped. */
+__device__ __forceinline__ void chain_load_state(const m2_pass_args & S, int row, int h, int p0, int n0,
+                                                 float (&d)[8][4]) {
+    const int lane = threadIdx.x & 31, wq = (threadIdx.x >> 5) & 3;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int p = p0 + 16 * wq + (lane >> 2) + half * 8;
+#pragma unroll
+        for (int t = 0; t < 8; ++t)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int n = n0 + t * 8 + 2 * (lane & 3) + e;
+                d[t][2 * half + e] =
+                    p < S.P ? ssmi_cu_ld(S.init.p, S.init.dtype,
+                                         row * S.init.s[0] + h * S.init.s[1] + p * S.init.s[2] + n * S.init.s[3])
+                            : 0.0f;
+            }
+    }
+}
+__device__ __forceinline__ void chain_store_fin(const m2_pass_args & S, int row, int h, int p0, int n0,
+                                                const float (&d)[8][4]) {
+    const int lane = threadIdx.x & 31, wq = (threadIdx.x >> 5) & 3;
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+        const int p = p0 + 16 * wq + (lane >> 2) + half * 8;
+        if (p >= S.P) continue;
+#pragma unroll
+        for (int t = 0; t < 8; ++t)
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+                const int n = n0 + t * 8 + 2 * (lane & 3) + e;
+                ssmi_cu_st(S.fin, S.fin_dtype, row * S.fs[0] + h * S.fs[1] + p * S.fs[2] + n * S.fs[3],
+                           d[t][2 * half + e]);
+            }
+    }
+}
+#endif
+
+/* One block of 128 threads per (sequence, head, P tile, 64 N columns), blocks in that order with
+ * the N atom fastest (the two atoms of a (head, P tile) read the same x tiles). S carries the
+ * sequences, the initial and final states (the pass's arguments); A.split receives the planes. */
+template <int MODE>
+__global__ void __launch_bounds__(kChainThreads) state_chain_kernel(const m2_fast_args A, const m2_pass_args S) {
+#if SSMI_WG_HAVE
+    typedef typename cfg<MODE>::T T;
+    constexpr bool BF = MODE == M_BF16;
+    constexpr int  NS = kChainStages;
+    __shared__ __align__(16) float wts[2][kScanQ]; /* token weights of chunk k (parity k & 1)     */
+    __shared__ __align__(16) float ndt[kScanQ], ncum[kScanQ]; /* the next chunk's dt, warp cumsums */
+    __shared__ float ntot[4];
+    extern __shared__ __align__(1024) unsigned char smem_chain[];
+    const unsigned  raw = smem_addr(smem_chain);
+    unsigned char * sm = smem_chain + (((raw + 1023u) & ~1023u) - raw);
+    const unsigned  sb = smem_addr(sm);
+    const chain_smem L;
+
+    const unsigned ka = (unsigned)A.N >> 6, np = (unsigned)A.n_ptiles;
+    unsigned       blk = blockIdx.x;
+    const int      a = (int)(blk % ka);
+    blk /= ka;
+    const int z = (int)(blk % np);
+    blk /= np;
+    const int     h = (int)(blk % (unsigned)A.H), si = (int)(blk / (unsigned)A.H);
+    const m2_seg  sg = S.segs[si];
+    const int     p0 = z * kFT, n0 = a * 64, tid = threadIdx.x;
+    const bool    writes_dt = z == 0 && a == 0; /* one block per (sequence, head) writes dtc, lastcum */
+    float         acc[8][4];
+    if (S.has_init && sg.init >= 0)
+        chain_load_state(S, sg.init, h, p0, n0, acc);
+    else
+#pragma unroll
+        for (int t = 0; t < 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+    if (sg.count > 0) {
+        /* a sequence's chunks are whole (kScanQ tokens) but the last (plan_add) */
+        const m2_chunk  c0 = A.chunks[sg.first];
+        const int       last_len = A.chunks[sg.first + sg.count - 1].len;
+        const int       seglen = (sg.count - 1) * kScanQ + last_len;
+        const int       T_ = (sg.count - 1) * (kScanQ / kFT) + (last_len + kFT - 1) / kFT;
+        const int       g = h / (A.H / A.G);
+        const T *       xsrc = (const T *)A.x.p + c0.b * A.x.s[0] + h * A.x.s[2] + p0 * A.x.s[3] + c0.t0 * A.x.s[1];
+        const T *       bsrc = (const T *)A.b.p + c0.b * A.b.s[0] + g * A.b.s[2] + n0 + c0.t0 * A.b.s[1];
+        const m2_dt_raw & r = A.r;
+        const float     ah = ssmi_cu_ld(r.a.p, r.a.dtype, h * r.a.s[0]);
+        const float     bias = r.has_bias ? ssmi_cu_ld(r.bias.p, r.bias.dtype, h * r.bias.s[0]) : 0.0f;
+        const long long dtrow = c0.b * r.dt.s[0] + h * r.dt.s[2];
+        /* raw dt of tokens 2·tid, 2·tid + 1 of chunk k (0 past the sequence) */
+        auto dt_raw = [&](int k, int e) -> float {
+            const int i = k * kScanQ + 2 * tid + e;
+            return i < seglen ? ssmi_cu_ld(r.dt.p, r.dt.dtype, dtrow + (c0.t0 + i) * r.dt.s[1]) : 0.0f;
+        };
+        auto issue = [&](int u) { /* the copies of token tile u into stage u % NS (one group, maybe empty) */
+            if (u < T_) {
+                const int st = u % NS, rows = seglen - u * kFT;
+                chain_tile<T>(sm + L.x0 + st * ssmi_wg::kAtomBytes, xsrc + (long long)u * kFT * A.x.s[1], A.x.s[1],
+                              rows, A.P - p0);
+                chain_tile<T>(sm + L.b0 + st * ssmi_wg::kAtomBytes, bsrc + (long long)u * kFT * A.b.s[1], A.b.s[1],
+                              rows, A.N - n0);
+            }
+            cp_async_commit();
+        };
+        /* chunk k's tables from the scanned halves: weights into wts[k & 1], dtc / lastcum, the
+         * entering state's planes from the accumulator, then the accumulator times the decay. The
+         * caller has passed a barrier since chain_dt_scan and the last products of chunk k − 1. */
+        auto enter_chunk = [&](int k) {
+            const int   wq = tid >> 5, len = k + 1 < sg.count ? kScanQ : last_len;
+            float       base = 0.0f;
+            for (int w = 0; w < wq; ++w) base += ntot[w];
+            const float cl = ncum[kScanQ - 1] + ((ntot[0] + ntot[1]) + ntot[2]);
+            const float2 cu = *reinterpret_cast<const float2 *>(ncum + 2 * tid);
+            const float2 dv = *reinterpret_cast<const float2 *>(ndt + 2 * tid);
+            const float  cum0 = cu.x + base, cum1 = cu.y + base;
+            *reinterpret_cast<float2 *>(&wts[k & 1][2 * tid]) =
+                make_float2(expf(cl - cum0) * dv.x, expf(cl - cum1) * dv.y);
+            const long long wk = (long long)sg.first + k, wh = wk * A.H + h;
+            if (writes_dt) {
+                float * dd = A.dtc + wh * 2 * kScanQ;
+                if (2 * tid < len) dd[2 * tid] = dv.x, dd[kScanQ + 2 * tid] = cum0;
+                if (2 * tid + 1 < len) dd[2 * tid + 1] = dv.y, dd[kScanQ + 2 * tid + 1] = cum1;
+                if (tid == 0) A.lastcum[wh] = cl;
+            }
+            ssmi_wg::wait<0>();
+            ssmi_wg::keep(acc);
+            chain_store_planes<MODE>(A, wk, h, p0, n0, acc);
+            const float decay = expf(cl);
+#pragma unroll
+            for (int t = 0; t < 8; ++t)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[t][e] *= decay;
+        };
+
+        for (int u = 0; u < NS - 2; ++u) issue(u);
+        chain_dt_scan(chain_dt(r, dt_raw(0, 0), bias, 2 * tid, c0.len), chain_dt(r, dt_raw(0, 1), bias, 2 * tid + 1, c0.len),
+                      ah, ndt, ncum, ntot);
+        __syncthreads();
+        enter_chunk(0);
+        float nraw0 = 0.0f, nraw1 = 0.0f; /* chunk k + 1's raw dt, in flight during chunk k */
+        if (sg.count > 1) nraw0 = dt_raw(1, 0), nraw1 = dt_raw(1, 1);
+        __syncthreads(); /* wts[0]; ndt / ncum free again */
+
+        uint32_t fh0[4][4] = {}, fl0[4][4] = {}, fh1[4][4] = {}, fl1[4][4] = {};
+        for (int t = 0; t < T_; ++t) {
+            const int k = t >> 2, j = t & 3;
+            cp_async_wait_group<NS - 3>(); /* this thread's copies of tile t */
+            ssmi_wg::fence_proxy_async();
+            __syncthreads(); /* everybody's; and everybody's wgmma of tile t − 2 is done */
+            if (j == 0 && k > 0) {
+                enter_chunk(k);
+                if (k + 1 < sg.count) nraw0 = dt_raw(k + 1, 0), nraw1 = dt_raw(k + 1, 1);
+                __syncthreads(); /* wts[k & 1]; ndt / ncum free again */
+            }
+            issue(t + NS - 2);
+            const unsigned char * xs = sm + L.x0 + (t % NS) * ssmi_wg::kAtomBytes;
+            const unsigned        bs = sb + (unsigned)(L.b0 + (t % NS) * ssmi_wg::kAtomBytes);
+            const float *         w = &wts[k & 1][j * kFT];
+            if ((t & 1) == 0) {
+                chain_frags<MODE>(fh0, fl0, xs, w);
+                chain_mma<BF>(acc, fh0, fl0, bs);
+                ssmi_wg::wait<1>();
+                chain_keep(fh1, fl1);
+            } else {
+                chain_frags<MODE>(fh1, fl1, xs, w);
+                chain_mma<BF>(acc, fh1, fl1, bs);
+                ssmi_wg::wait<1>();
+                chain_keep(fh0, fl0);
+            }
+            const int jlast = k + 1 < sg.count ? kScanQ / kFT - 1 : (last_len + kFT - 1) / kFT - 1;
+            if (j == jlast && k + 1 < sg.count) {
+                const int len = k + 2 < sg.count ? kScanQ : last_len; /* chunk k + 1's */
+                chain_dt_scan(chain_dt(r, nraw0, bias, 2 * tid, len), chain_dt(r, nraw1, bias, 2 * tid + 1, len), ah,
+                              ndt, ncum, ntot);
+            }
+        }
+        cp_async_wait_group<0>(); /* nothing is pending (the last groups are empty); for the record */
+        ssmi_wg::wait<0>();
+        ssmi_wg::keep(acc);
+        chain_keep(fh0, fl0); /* the last tile's fragments were live up to here */
+        chain_keep(fh1, fl1);
+    }
+    if (S.has_fin && sg.fin >= 0) chain_store_fin(S, sg.fin, h, p0, n0, acc);
+#else
+    (void)A, (void)S; /* no sm_90a code in this pass: never launched (scan_state_chain_applies) */
+    __trap();
+#endif
+}
 #endif /* SSMI_CUDA_WGMMA */
 
 /* ---- host side ------------------------------------------------------------------------------ */
@@ -2860,8 +3185,11 @@ ssm_status launch_fast_v7(ssm_context * ctx, const char * op, const m2_fast_args
 int scan_state_version() {
     const char * e = getenv("SSMOPS_CUDA_SCAN_STATE");
     if (e != NULL && (strcmp(e, "v5") == 0 || strcmp(e, "5") == 0)) return 5;
+    if (e != NULL && (strcmp(e, "v6") == 0 || strcmp(e, "6") == 0)) return 6;
+    if (e != NULL && strcmp(e, "chain") == 0) return 8; /* state_chain_kernel where it applies */
     return 6;
 }
+
 
 /* *ok = 1 when fast_state_kernel_v6 can run this scan: a build with sm_90a code, an sm_90 device,
  * x and B of the scan's 16-bit type in contiguous 16-byte rows, N = 64 or 128 (whole swizzle atoms,
@@ -2885,6 +3213,43 @@ ssm_status state_v6_applies(ssm_context * ctx, const char * op, const m2_fast_ar
 #endif
     return SSM_STATUS_OK;
 }
+
+#if SSMI_CUDA_WGMMA
+/* *ok = 1 when state_chain_kernel can replace the state kernel and the pass: where v6's state
+ * kernel can run (state_v6_applies) and the output kernel reads the split entering states
+ * (A.split). Chosen only by SSMOPS_CUDA_SCAN_STATE=chain (measured slower than v6 + pass at the
+ * shapes of record: docs/cuda-notes-mamba2.md). */
+ssm_status scan_state_chain_applies(ssm_context * ctx, const char * op, const m2_fast_args & A, long long nseg,
+                                    int * ok) {
+    *ok = 0;
+    if (A.split == NULL || nseg <= 0) return SSM_STATUS_OK;
+    int v6 = 0;
+    SSM_FORWARD_IF_ERROR(state_v6_applies(ctx, op, A, &v6));
+    if (!v6) return SSM_STATUS_OK;
+    int dev = 0, optin = 0;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaGetDevice", cudaGetDevice(&dev)));
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
+                                          cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)));
+    const long long blocks = nseg * A.H * A.n_ptiles * (A.N >> 6);
+    const size_t    need = (size_t)chain_smem().total + sizeof(float) * (4 * kScanQ + 4);
+    *ok = need <= (size_t)optin && blocks <= INT32_MAX;
+    return SSM_STATUS_OK;
+}
+
+/* state_chain_kernel: one block per (sequence, head, P tile, N atom). */
+template <int MODE>
+ssm_status launch_state_chain(ssm_context * ctx, const char * op, const m2_fast_args & A, const m2_pass_args & S,
+                              long long nseg) {
+    const chain_smem L;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute",
+                                          cudaFuncSetAttribute(state_chain_kernel<MODE>,
+                                                               cudaFuncAttributeMaxDynamicSharedMemorySize, L.total)));
+    const long long blocks = nseg * A.H * A.n_ptiles * (A.N >> 6);
+    state_chain_kernel<MODE><<<(unsigned)blocks, kChainThreads, (size_t)L.total, ssmi_cuda_stream(ctx)>>>(A, S);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "state_chain_kernel launch");
+    return SSM_STATUS_OK;
+}
+#endif
 
 /* version: 3, 5, 6 or 7 (the tensor-core kernels of that version; v6 and v7 = v5's state kernel and
  * pass with the v6 / v7 output kernel, only where scan_v6_applies / scan_v7_applies said so). */
@@ -3018,6 +3383,7 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
     int       out_version = version;
     m2_fast_args fa;
     memset(&fa, 0, sizeof fa);
+    int chain = 0; /* state_chain_kernel instead of the state kernel and the pass */
     if (mode != M_F32) {
         if (version >= 5) {
             int fits = 0;
@@ -3038,14 +3404,19 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
             SSM_FORWARD_IF_ERROR(scan_v6_applies(ctx, op, fa, &ok6));
             if (!ok6) out_version = 5;
         }
-        int state6 = 0; /* v6's state kernel replaces v5's (SSMOPS_CUDA_SCAN_STATE=v6) */
-        if (version >= 5 && scan_state_version() == 6) SSM_FORWARD_IF_ERROR(state_v6_applies(ctx, op, fa, &state6));
+        const int state_version = scan_state_version();
+        int       state6 = 0; /* v6's state kernel replaces v5's (unless SSMOPS_CUDA_SCAN_STATE=v5) */
+        if (version >= 5 && state_version != 5) SSM_FORWARD_IF_ERROR(state_v6_applies(ctx, op, fa, &state6));
 #if SSMI_CUDA_WGMMA
-        if (state6 && pl->nchunks > 0 && fa.H > 0 && fa.P > 0)
+        /* the chain replaces the state kernel and the pass (launched in the pass's place) */
+        if (version >= 5 && state_version == 8 && fa.H > 0 && fa.P > 0)
+            SSM_FORWARD_IF_ERROR(scan_state_chain_applies(ctx, op, fa, pl->nseg, &chain));
+        if (state6 && !chain && pl->nchunks > 0 && fa.H > 0 && fa.P > 0)
             SSM_FORWARD_IF_ERROR(mode == M_F16 ? launch_state_v6<M_F16>(ctx, op, fa, pl->nchunks)
                                                : launch_state_v6<M_BF16>(ctx, op, fa, pl->nchunks));
         else
 #endif
+            if (!chain)
             SSM_FORWARD_IF_ERROR(run_fast(ctx, op, mode, fa, pl->nchunks, false, version));
     } else {
         SSM_FORWARD_IF_ERROR(run_chunk_state(ctx, op, mode, sa, pl->nchunks));
@@ -3072,6 +3443,12 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
         const dim3 grid((unsigned)((hpn + kThreads - 1) / kThreads), (unsigned)pl->nseg);
         const dim3 grid5((unsigned)((hpn / kPassVec + kThreads - 1) / kThreads), (unsigned)pl->nseg);
         pa.split = (void *)fa.split;
+#if SSMI_CUDA_WGMMA
+        if (chain)
+            SSM_FORWARD_IF_ERROR(mode == M_F16 ? launch_state_chain<M_F16>(ctx, op, fa, pa, pl->nseg)
+                                               : launch_state_chain<M_BF16>(ctx, op, fa, pa, pl->nseg));
+        else
+#endif
         if (pa.split != NULL && mode == M_F16)
             state_pass_kernel_v5<M_F16><<<grid5, kThreads, 0, s>>>(pa);
         else if (pa.split != NULL)
