@@ -60,6 +60,7 @@ const int kMaxN = 256;
 /* Internal chunk of the scan (tokens): the combined op is exact for any cut, so the chunk_size
  * parameter only shapes mamba2_chunk_state's output; 256 keeps the fp32 state traffic small. */
 const int kScanQ = 256;
+const int kChainW = kScanQ + 4; /* floats per (chunk, head) of the chain's weights table */
 
 template <int MODE> struct cfg;
 template <> struct cfg<M_F32> {
@@ -609,6 +610,7 @@ struct m2_fast_args {
     float *          states;  /* (W, H, P, N) fp32: chunk states (kernel 1), entering states (kernel 3) */
     float *          lastcum; /* (W, H) */
     float *          dtc;     /* (W, H, 2, kScanQ): processed dt and its cumsum, from kernel 1 */
+    float *          cw;      /* (W, H, kChainW): the chain's token weights and cum_last (chain_dt_kernel) */
     void *           out;
     int              out_dtype;
     long long        os[4];
@@ -2541,12 +2543,14 @@ __global__ void __launch_bounds__(kV4Threads, SSMI_M2_STATE_MINB) fast_state_ker
  *     into rounded part and rounded remainder (the same products as v6), then 8 wgmma (hi, lo) with
  *     B from shared memory (MN-major). The fragments of two tiles alternate so that tile t+1's are
  *     built while tile t's products run; one barrier per tile.
- *   - dt of chunk k+1 is loaded during chunk k (two tokens per thread, into registers), scanned
- *     per warp at chunk k's last tile and finished at chunk k+1's first (the warp totals), so no
- *     chunk waits on a dt load.
- * Results differ from v6 + pass only in rounding order (the decay is applied to the accumulator and
- * the products are added to it, where the pass added the rounded local state; the cumsum of dt·A is
- * summed per thread pair, then per warp). */
+ *   - the token weights and cum_last of every (chunk, head) come from chain_dt_kernel (v6's dt
+ *     arithmetic: load_dt_first, expf(cum_last − cum_j)·dt_j), which also writes the output kernel's
+ *     dt/cumsum tables; the block copies chunk k+1's weights (cp.async, with a tile's copies) during
+ *     chunk k, so nothing in the chain waits on a dt load (the first version loaded and scanned dt
+ *     inside the chain: 27% of its stall samples waited on those loads).
+ * The products are v6's (the same weights, split and k-steps); results differ from v6 + pass only in
+ * the order of the sums (the decay applied to the accumulator and the products added to it, where
+ * the pass added the rounded local state). */
 const int kChainThreads = 128;
 const int kChainStages = 5; /* 5 x 16 KB: x and B of a tile; 2 blocks per SM */
 struct chain_smem {
@@ -2560,43 +2564,21 @@ struct chain_smem {
 
 #if SSMI_WG_HAVE /* device helpers of the chain, only in the passes that compile its body */
 /* A 64 x 64 tile of T into the swizzled layout by the block's 128 threads: element (r, c) from
- * src + r·srow + c; rows ≥ nr or columns ≥ nc zero-filled. */
+ * src + r·srow + c; rows ≥ nr or columns ≥ nc zero-filled. Thread tid takes rows tid/8 + 16u
+ * (u < 4) at column 8·(tid % 8): the same swizzled column chunk in every row (row & 7 is the same),
+ * so the u-th piece is 2 KB after the first in shared memory and 16 rows after it in global memory. */
 template <typename T>
 __device__ __forceinline__ void chain_tile(unsigned char * dst, const T * src, long long srow, int nr, int nc) {
+    const int r0 = (int)threadIdx.x >> 3, c = ((int)threadIdx.x & 7) * 8;
+    unsigned char * d = dst + ssmi_wg::swz_off(r0, c);
+    const T *       g = src + r0 * srow + c;
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
-        const int o = (int)threadIdx.x + u * kChainThreads, r = o >> 3, c = (o & 7) * 8;
-        unsigned char * d = dst + ssmi_wg::swz_off(r, c);
-        if (r < nr && c < nc)
-            cp_async16(d, src + r * srow + c);
+        if (r0 + 16 * u < nr && c < nc)
+            cp_async16(d + 2048 * u, g + 16 * u * srow);
         else
-            *reinterpret_cast<uint4 *>(d) = make_uint4(0u, 0u, 0u, 0u);
+            *reinterpret_cast<uint4 *>(d + 2048 * u) = make_uint4(0u, 0u, 0u, 0u);
     }
-}
-
-/* The processed dt of token i of a chunk of `len` tokens (0 past the end), spec §2.1. */
-__device__ __forceinline__ float chain_dt(const m2_dt_raw & r, float raw, float bias, int i, int len) {
-    if (i >= len) return 0.0f;
-    float v = raw + bias;
-    if (r.softplus && v <= 20.0f) v = log1pf(expf(v));
-    return fminf(fmaxf(v, r.lo), r.hi);
-}
-
-/* First half of a chunk's dt tables: this thread's tokens 2·tid, 2·tid + 1 (processed dt v0, v1),
- * their cumsum of dt·A inside the warp (ncum), and the warp's total (ntot[warp]). */
-__device__ __forceinline__ void chain_dt_scan(float v0, float v1, float ah, float * ndt, float * ncum, float * ntot) {
-    const int tid = threadIdx.x, lane = tid & 31;
-    const float a0 = v0 * ah, a1 = v1 * ah, own = a0 + a1;
-    float incl = own;
-#pragma unroll
-    for (int off = 1; off < 32; off *= 2) {
-        const float y = __shfl_up_sync(0xffffffffu, incl, off);
-        if (lane >= off) incl += y;
-    }
-    const float c0 = (incl - own) + a0, c1 = c0 + a1;
-    *reinterpret_cast<float2 *>(ndt + 2 * tid) = make_float2(v0, v1);
-    *reinterpret_cast<float2 *>(ncum + 2 * tid) = make_float2(c0, c1);
-    if (lane == 31) ntot[tid >> 5] = c1;
 }
 
 /* The 4 k-steps' A fragments (hi, lo) of a token tile: (w∘x)ᵀ of the warp's 16 p rows from the
@@ -2700,18 +2682,37 @@ __device__ __forceinline__ void chain_store_fin(const m2_pass_args & S, int row,
 }
 #endif
 
+/* The dt tables of every (work chunk, head) for the chain, v6's arithmetic (load_dt_first, then the
+ * token weights as v6's state kernel computes them): dtc and lastcum for the output kernel, and
+ * A.cw: the kScanQ weights, cum_last and 3 zeros (kChainW floats, 16-byte pieces). */
+__global__ void __launch_bounds__(kThreads) chain_dt_kernel(const m2_fast_args A) {
+    __shared__ float dts[kScanQ], cums[kScanQ], tot[32];
+    const unsigned whu = blockIdx.x;
+    const int      w = (int)(whu / (unsigned)A.H), h = (int)(whu - (unsigned)w * (unsigned)A.H);
+    const m2_chunk ch = A.chunks[w];
+    load_dt_first(A.r, ch, h, ch.len, dts, cums, tot); /* ends with a barrier */
+    const float cl = cums[ch.len - 1];
+    float *     o = A.cw + (long long)whu * kChainW;
+    float *     dd = A.dtc + (long long)whu * 2 * kScanQ;
+    for (int i = threadIdx.x; i < kScanQ; i += kThreads) {
+        o[i] = i < ch.len ? expf(cl - cums[i]) * dts[i] : 0.0f;
+        if (i < ch.len) dd[i] = dts[i], dd[kScanQ + i] = cums[i];
+    }
+    if (threadIdx.x < 4) o[kScanQ + threadIdx.x] = threadIdx.x == 0 ? cl : 0.0f;
+    if (threadIdx.x == 0) A.lastcum[whu] = cl;
+}
+
 /* One block of 128 threads per (sequence, head, P tile, 64 N columns), blocks in that order with
  * the N atom fastest (the two atoms of a (head, P tile) read the same x tiles). S carries the
- * sequences, the initial and final states (the pass's arguments); A.split receives the planes. */
+ * sequences, the initial and final states (the pass's arguments); A.split receives the planes;
+ * A.cw holds chain_dt_kernel's weights. */
 template <int MODE>
 __global__ void __launch_bounds__(kChainThreads) state_chain_kernel(const m2_fast_args A, const m2_pass_args S) {
 #if SSMI_WG_HAVE
     typedef typename cfg<MODE>::T T;
     constexpr bool BF = MODE == M_BF16;
     constexpr int  NS = kChainStages;
-    __shared__ __align__(16) float wts[2][kScanQ]; /* token weights of chunk k (parity k & 1)     */
-    __shared__ __align__(16) float ndt[kScanQ], ncum[kScanQ]; /* the next chunk's dt, warp cumsums */
-    __shared__ float ntot[4];
+    __shared__ __align__(16) float wts[2][kChainW]; /* chunk k's weights and cum_last (parity k & 1) */
     extern __shared__ __align__(1024) unsigned char smem_chain[];
     const unsigned  raw = smem_addr(smem_chain);
     unsigned char * sm = smem_chain + (((raw + 1023u) & ~1023u) - raw);
@@ -2724,11 +2725,10 @@ __global__ void __launch_bounds__(kChainThreads) state_chain_kernel(const m2_fas
     blk /= ka;
     const int z = (int)(blk % np);
     blk /= np;
-    const int     h = (int)(blk % (unsigned)A.H), si = (int)(blk / (unsigned)A.H);
-    const m2_seg  sg = S.segs[si];
-    const int     p0 = z * kFT, n0 = a * 64, tid = threadIdx.x;
-    const bool    writes_dt = z == 0 && a == 0; /* one block per (sequence, head) writes dtc, lastcum */
-    float         acc[8][4];
+    const int    h = (int)(blk % (unsigned)A.H), si = (int)(blk / (unsigned)A.H);
+    const m2_seg sg = S.segs[si];
+    const int    p0 = z * kFT, n0 = a * 64, tid = threadIdx.x;
+    float        acc[8][4];
     if (S.has_init && sg.init >= 0)
         chain_load_state(S, sg.init, h, p0, n0, acc);
     else
@@ -2741,81 +2741,61 @@ __global__ void __launch_bounds__(kChainThreads) state_chain_kernel(const m2_fas
         const int       seglen = (sg.count - 1) * kScanQ + last_len;
         const int       T_ = (sg.count - 1) * (kScanQ / kFT) + (last_len + kFT - 1) / kFT;
         const int       g = h / (A.H / A.G);
-        const T *       xsrc = (const T *)A.x.p + c0.b * A.x.s[0] + h * A.x.s[2] + p0 * A.x.s[3] + c0.t0 * A.x.s[1];
-        const T *       bsrc = (const T *)A.b.p + c0.b * A.b.s[0] + g * A.b.s[2] + n0 + c0.t0 * A.b.s[1];
-        const m2_dt_raw & r = A.r;
-        const float     ah = ssmi_cu_ld(r.a.p, r.a.dtype, h * r.a.s[0]);
-        const float     bias = r.has_bias ? ssmi_cu_ld(r.bias.p, r.bias.dtype, h * r.bias.s[0]) : 0.0f;
-        const long long dtrow = c0.b * r.dt.s[0] + h * r.dt.s[2];
-        /* raw dt of tokens 2·tid, 2·tid + 1 of chunk k (0 past the sequence) */
-        auto dt_raw = [&](int k, int e) -> float {
-            const int i = k * kScanQ + 2 * tid + e;
-            return i < seglen ? ssmi_cu_ld(r.dt.p, r.dt.dtype, dtrow + (c0.t0 + i) * r.dt.s[1]) : 0.0f;
+        const long long xs1 = A.x.s[1], bs1 = A.b.s[1];
+        const T *       xsrc = (const T *)A.x.p + c0.b * A.x.s[0] + h * A.x.s[2] + p0 * A.x.s[3] + c0.t0 * xs1;
+        const T *       bsrc = (const T *)A.b.p + c0.b * A.b.s[0] + g * A.b.s[2] + n0 + c0.t0 * bs1;
+        const float *   cwh = A.cw + ((long long)sg.first * A.H + h) * kChainW; /* chunk k: + k·H·kChainW */
+        const long long cw_step = (long long)A.H * kChainW;
+        int             st_next = 0; /* the stage of the next tile to copy */
+        auto copy_w = [&](int k) { /* chunk k's weights into wts[k & 1], with the next copy group */
+            if (tid < kChainW / 4) cp_async16(&wts[k & 1][4 * tid], cwh + k * cw_step + 4 * tid);
         };
-        auto issue = [&](int u) { /* the copies of token tile u into stage u % NS (one group, maybe empty) */
+        auto issue = [&](int u) { /* the copies of token tile u (one group, maybe empty) */
             if (u < T_) {
-                const int st = u % NS, rows = seglen - u * kFT;
-                chain_tile<T>(sm + L.x0 + st * ssmi_wg::kAtomBytes, xsrc + (long long)u * kFT * A.x.s[1], A.x.s[1],
-                              rows, A.P - p0);
-                chain_tile<T>(sm + L.b0 + st * ssmi_wg::kAtomBytes, bsrc + (long long)u * kFT * A.b.s[1], A.b.s[1],
-                              rows, A.N - n0);
+                const int rows = seglen - u * kFT;
+                chain_tile<T>(sm + L.x0 + st_next * ssmi_wg::kAtomBytes, xsrc + (long long)u * kFT * xs1, xs1, rows,
+                              A.P - p0);
+                chain_tile<T>(sm + L.b0 + st_next * ssmi_wg::kAtomBytes, bsrc + (long long)u * kFT * bs1, bs1, rows,
+                              A.N - n0);
             }
+            st_next = st_next + 1 == NS ? 0 : st_next + 1;
             cp_async_commit();
         };
-        /* chunk k's tables from the scanned halves: weights into wts[k & 1], dtc / lastcum, the
-         * entering state's planes from the accumulator, then the accumulator times the decay. The
-         * caller has passed a barrier since chain_dt_scan and the last products of chunk k − 1. */
+
+        /* chunk k begins: the accumulator holds its entering state (once the last products are in):
+         * the planes, then the decay; chunk k + 1's weights are requested (their buffer's last
+         * reader was chunk k − 1) */
         auto enter_chunk = [&](int k) {
-            const int   wq = tid >> 5, len = k + 1 < sg.count ? kScanQ : last_len;
-            float       base = 0.0f;
-            for (int w = 0; w < wq; ++w) base += ntot[w];
-            const float cl = ncum[kScanQ - 1] + ((ntot[0] + ntot[1]) + ntot[2]);
-            const float2 cu = *reinterpret_cast<const float2 *>(ncum + 2 * tid);
-            const float2 dv = *reinterpret_cast<const float2 *>(ndt + 2 * tid);
-            const float  cum0 = cu.x + base, cum1 = cu.y + base;
-            *reinterpret_cast<float2 *>(&wts[k & 1][2 * tid]) =
-                make_float2(expf(cl - cum0) * dv.x, expf(cl - cum1) * dv.y);
-            const long long wk = (long long)sg.first + k, wh = wk * A.H + h;
-            if (writes_dt) {
-                float * dd = A.dtc + wh * 2 * kScanQ;
-                if (2 * tid < len) dd[2 * tid] = dv.x, dd[kScanQ + 2 * tid] = cum0;
-                if (2 * tid + 1 < len) dd[2 * tid + 1] = dv.y, dd[kScanQ + 2 * tid + 1] = cum1;
-                if (tid == 0) A.lastcum[wh] = cl;
-            }
+            const float cl = wts[k & 1][kScanQ];
             ssmi_wg::wait<0>();
             ssmi_wg::keep(acc);
-            chain_store_planes<MODE>(A, wk, h, p0, n0, acc);
-            const float decay = expf(cl);
+            chain_store_planes<MODE>(A, (long long)sg.first + k, h, p0, n0, acc);
+            const float decay = expf(cl); /* the pass's factor */
 #pragma unroll
-            for (int t = 0; t < 8; ++t)
+            for (int q = 0; q < 8; ++q)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) acc[t][e] *= decay;
+                for (int e = 0; e < 4; ++e) acc[q][e] *= decay;
+            if (k + 1 < sg.count) copy_w(k + 1);
         };
 
+        copy_w(0); /* with tile 0's copies */
         for (int u = 0; u < NS - 2; ++u) issue(u);
-        chain_dt_scan(chain_dt(r, dt_raw(0, 0), bias, 2 * tid, c0.len), chain_dt(r, dt_raw(0, 1), bias, 2 * tid + 1, c0.len),
-                      ah, ndt, ncum, ntot);
+        cp_async_wait_group<NS - 3>(); /* chunk 0's weights */
         __syncthreads();
         enter_chunk(0);
-        float nraw0 = 0.0f, nraw1 = 0.0f; /* chunk k + 1's raw dt, in flight during chunk k */
-        if (sg.count > 1) nraw0 = dt_raw(1, 0), nraw1 = dt_raw(1, 1);
-        __syncthreads(); /* wts[0]; ndt / ncum free again */
-
         uint32_t fh0[4][4] = {}, fl0[4][4] = {}, fh1[4][4] = {}, fl1[4][4] = {};
+        int      st = 0; /* the stage of tile t */
         for (int t = 0; t < T_; ++t) {
             const int k = t >> 2, j = t & 3;
-            cp_async_wait_group<NS - 3>(); /* this thread's copies of tile t */
+            cp_async_wait_group<NS - 3>(); /* this thread's copies of tile t (and all before) */
             ssmi_wg::fence_proxy_async();
             __syncthreads(); /* everybody's; and everybody's wgmma of tile t − 2 is done */
-            if (j == 0 && k > 0) {
-                enter_chunk(k);
-                if (k + 1 < sg.count) nraw0 = dt_raw(k + 1, 0), nraw1 = dt_raw(k + 1, 1);
-                __syncthreads(); /* wts[k & 1]; ndt / ncum free again */
-            }
-            issue(t + NS - 2);
-            const unsigned char * xs = sm + L.x0 + (t % NS) * ssmi_wg::kAtomBytes;
-            const unsigned        bs = sb + (unsigned)(L.b0 + (t % NS) * ssmi_wg::kAtomBytes);
+            if (j == 0 && k > 0) enter_chunk(k); /* its weights came with tile 4k − 1's copies */
+            issue(t + NS - 2); /* into the stage of tile t − 2, whose products are done */
+            const unsigned char * xs = sm + L.x0 + st * ssmi_wg::kAtomBytes;
+            const unsigned        bs = sb + (unsigned)(L.b0 + st * ssmi_wg::kAtomBytes);
             const float *         w = &wts[k & 1][j * kFT];
+            st = st + 1 == NS ? 0 : st + 1;
             if ((t & 1) == 0) {
                 chain_frags<MODE>(fh0, fl0, xs, w);
                 chain_mma<BF>(acc, fh0, fl0, bs);
@@ -2826,12 +2806,6 @@ __global__ void __launch_bounds__(kChainThreads) state_chain_kernel(const m2_fas
                 chain_mma<BF>(acc, fh1, fl1, bs);
                 ssmi_wg::wait<1>();
                 chain_keep(fh0, fl0);
-            }
-            const int jlast = k + 1 < sg.count ? kScanQ / kFT - 1 : (last_len + kFT - 1) / kFT - 1;
-            if (j == jlast && k + 1 < sg.count) {
-                const int len = k + 2 < sg.count ? kScanQ : last_len; /* chunk k + 1's */
-                chain_dt_scan(chain_dt(r, nraw0, bias, 2 * tid, len), chain_dt(r, nraw1, bias, 2 * tid + 1, len), ah,
-                              ndt, ncum, ntot);
             }
         }
         cp_async_wait_group<0>(); /* nothing is pending (the last groups are empty); for the record */
@@ -2938,9 +2912,10 @@ ssm_status plan_scan(ssm_context * ctx, const ssmi_mamba2_dims * d, const ssm_ma
 }
 
 /* Workspace layout of the scan: chunks | segs | lastcum (W,H) | dt and cumsum (W,H,2,kScanQ; the
- * fp16/bf16 path) | states (W,H,P,N). */
+ * fp16/bf16 path) | states (W,H,P,N) | split entering states (W,H,2,P,N of T; 16-bit) | the chain's
+ * weights (W,H,kChainW; 16-bit). */
 struct scan_ws {
-    size_t chunks, segs, lastcum, dtc, states, split, total;
+    size_t chunks, segs, lastcum, dtc, states, split, cw, total;
 };
 /* 1: the 16-bit scan keeps the v5 output kernel's split entering states (state_pass_kernel_v5),
  * which needs 16-byte rows of N elements. */
@@ -2959,6 +2934,8 @@ scan_ws scan_ws_layout(const ssmi_mamba2_dims * d, const m2_plan * pl, const ssm
     o += align128(sizeof(float) * (size_t)pl->nchunks * hpn);
     l.split = o; /* two 16-bit planes: the bytes of the fp32 states again */
     if (scan_splits_states(a, d)) o += align128(sizeof(float) * (size_t)pl->nchunks * hpn);
+    l.cw = o; /* the chain's weights (state_chain_kernel, which needs the split states) */
+    if (scan_splits_states(a, d)) o += align128(sizeof(float) * kChainW * (size_t)pl->nchunks * (size_t)d->nheads);
     l.total = o;
     return l;
 }
@@ -3222,7 +3199,7 @@ ssm_status state_v6_applies(ssm_context * ctx, const char * op, const m2_fast_ar
 ssm_status scan_state_chain_applies(ssm_context * ctx, const char * op, const m2_fast_args & A, long long nseg,
                                     int * ok) {
     *ok = 0;
-    if (A.split == NULL || nseg <= 0) return SSM_STATUS_OK;
+    if (A.split == NULL || A.cw == NULL || nseg <= 0) return SSM_STATUS_OK;
     int v6 = 0;
     SSM_FORWARD_IF_ERROR(state_v6_applies(ctx, op, A, &v6));
     if (!v6) return SSM_STATUS_OK;
@@ -3231,20 +3208,25 @@ ssm_status scan_state_chain_applies(ssm_context * ctx, const char * op, const m2
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
                                           cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)));
     const long long blocks = nseg * A.H * A.n_ptiles * (A.N >> 6);
-    const size_t    need = (size_t)chain_smem().total + sizeof(float) * (4 * kScanQ + 4);
+    const size_t    need = (size_t)chain_smem().total + sizeof(float) * 2 * kChainW;
     *ok = need <= (size_t)optin && blocks <= INT32_MAX;
     return SSM_STATUS_OK;
 }
 
-/* state_chain_kernel: one block per (sequence, head, P tile, N atom). */
+/* chain_dt_kernel (one block per (work chunk, head)), then state_chain_kernel: one block per
+ * (sequence, head, P tile, N atom). */
 template <int MODE>
 ssm_status launch_state_chain(ssm_context * ctx, const char * op, const m2_fast_args & A, const m2_pass_args & S,
-                              long long nseg) {
+                              long long W, long long nseg) {
     const chain_smem L;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute",
                                           cudaFuncSetAttribute(state_chain_kernel<MODE>,
                                                                cudaFuncAttributeMaxDynamicSharedMemorySize, L.total)));
-    const long long blocks = nseg * A.H * A.n_ptiles * (A.N >> 6);
+    const long long wh = W * A.H, blocks = nseg * A.H * A.n_ptiles * (A.N >> 6);
+    SSM_RETURN_IF(wh > INT32_MAX, ctx, SSM_STATUS_UNSUPPORTED, "%s: %lld blocks exceed the CUDA backend's grid limit",
+                  op, wh);
+    chain_dt_kernel<<<(unsigned)wh, kThreads, 0, ssmi_cuda_stream(ctx)>>>(A);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "chain_dt_kernel launch");
     state_chain_kernel<MODE><<<(unsigned)blocks, kChainThreads, (size_t)L.total, ssmi_cuda_stream(ctx)>>>(A, S);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "state_chain_kernel launch");
     return SSM_STATUS_OK;
@@ -3392,6 +3374,7 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
         }
         fa = fast_args_of(p, d, a, dchunks, states, lastcum);
         fa.dtc = (float *)(ws + l.dtc);
+        if (scan_splits_states(a, d)) fa.cw = (float *)(ws + l.cw);
         /* v5's and v6's output kernels read the entering states split by state_pass_kernel_v5 */
         if (out_version >= 5 && scan_splits_states(a, d)) fa.split = ws + l.split;
         if (out_version == 7) {
@@ -3445,8 +3428,8 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
         pa.split = (void *)fa.split;
 #if SSMI_CUDA_WGMMA
         if (chain)
-            SSM_FORWARD_IF_ERROR(mode == M_F16 ? launch_state_chain<M_F16>(ctx, op, fa, pa, pl->nseg)
-                                               : launch_state_chain<M_BF16>(ctx, op, fa, pa, pl->nseg));
+            SSM_FORWARD_IF_ERROR(mode == M_F16 ? launch_state_chain<M_F16>(ctx, op, fa, pa, pl->nchunks, pl->nseg)
+                                               : launch_state_chain<M_BF16>(ctx, op, fa, pa, pl->nchunks, pl->nseg));
         else
 #endif
         if (pa.split != NULL && mode == M_F16)
