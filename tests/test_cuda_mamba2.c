@@ -10,7 +10,8 @@
  * knobs SSMOPS_CUDA_SCAN_KERNEL / SSMOPS_CUDA_SCAN_STATE are read by the library on every call):
  * v5 twice (the same bytes both times), v3 (the first tensor-core state, pass and output kernels), v6 (the
  * wgmma output kernel where it applies, else v5) with the default v6 state kernel, v6 with v5's
- * state kernel, the defaults (v7: the pipelined wgmma output kernel, else v6's rule), and the
+ * state kernel, the defaults (v7: the pipelined wgmma output kernel, else v6's rule; the chained state
+ * kernel where scan_state_chain_applies chooses it), v7 with the v6 state kernel and the pass, and the
  * chained state kernel wherever it can run (SSMOPS_CUDA_SCAN_STATE=chain), twice (the same bytes). Extra
  * cases hit v6's layouts (N = 64 / 128, P = 64 / 72, partial token tiles) and v7's pipeline (1 to 4
  * token tiles per row tile, an idle second warpgroup). Extra cases cover the 128-row tiles' edges (chunk
@@ -153,7 +154,8 @@ static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan
     scan_pass(&r, "v3", "v3", "v5");
     scan_pass(&r, "v6", "v6", NULL);       /* with the default (v6) state kernel */
     scan_pass(&r, "state-v5", "v6", "v5"); /* v5's state kernel under the v6 output kernel */
-    scan_pass(&r, "v7", NULL, NULL);       /* the defaults: v7 output, v6 state kernel */
+    scan_pass(&r, "v7", NULL, NULL);       /* the defaults: v7 output, the chain where it is chosen, else v6 */
+    scan_pass(&r, "v7 state-v6", NULL, "v6"); /* v7 output, v6 state kernel and pass (never the chain) */
     /* the chained state kernel wherever it can run, twice: the same bytes */
     scan_pass(&r, "state-chain", NULL, "chain");
     void * chain_out = ssmt_snapshot(&pr.out);
@@ -463,7 +465,8 @@ int main(void) {
     }
     /* the chained state kernel over long chains (every case runs it in test_scan): 9 chunks with a
      * partial last one, varlen with an empty sequence and P = 72, seq_idx with G = H, and a grid of
-     * more blocks than the H200 has SMs (B = 2, H = 40: 160 blocks) */
+     * more blocks than the H200 has SMs with short chains (B = 2, H = 40: 160 blocks, 3 chunks), where
+     * the default chooses the chain */
     static const int64_t ch_cfg[][7] = {/* S, B, H, P, N, G, variant */
                                         {2100, 1, 2, 64, 128, 1, 0},
                                         {2100, 1, 3, 72, 64, 1, 2},

@@ -2534,7 +2534,7 @@ __global__ void __launch_bounds__(kV4Threads, SSMI_M2_STATE_MINB) fast_state_ker
  * (w∘x)ᵀ·B token tile by token tile. The local states are never stored.
  * Unlike the look-back of the fifth session (measured 266 µs against 113 + 58: one hop per chunk
  * through L2 and flags), a chain never waits on another block; its speed is the block's own
- * throughput, so it pays only where the grid fills the GPU (scan_state_chain_applies).
+ * throughput, so it pays only for short chains on a full grid (scan_state_chain_applies).
  * Per token tile (64 tokens, one warpgroup of 128 threads):
  *   - x (64 tokens x 64 p) and B (64 tokens x 64 n) land by cp.async in a ring of kChainStages
  *     stages, kChainStages - 2 tiles ahead (a stage is refilled once the wgmma that read it is done);
@@ -3154,17 +3154,20 @@ ssm_status launch_fast_v7(ssm_context * ctx, const char * op, const m2_fast_args
 }
 #endif
 
-/* ---- state kernel version of the scan (v5 / v6) -------------------------------------------------
+/* ---- state kernel version of the scan (v5 / v6 / chain) -------------------------------------------
  * fast_state_kernel_v6 (default since its first H200 run, 2026-11-30: every test case, sanitizers
  * clean, 130 -> 113 us at the shape of record) runs where v5's state kernel would run
  * (SSMOPS_CUDA_SCAN_KERNEL v5 or v6, the default) and state_v6_applies; SSMOPS_CUDA_SCAN_STATE=v5
- * (or 5) keeps v5's. Independent of the output kernel; read on every call. */
+ * (or 5) keeps v5's. The chain (state_chain_kernel in place of the state kernel and the pass) runs
+ * where scan_state_chain_applies: by default only for short sequences on a full grid, always under
+ * SSMOPS_CUDA_SCAN_STATE=chain, never under =v6. Independent of the output kernel; read on every
+ * call. Returns 5, 6 (v6, no chain), 8 (the chain forced) or 0 (the default). */
 int scan_state_version() {
     const char * e = getenv("SSMOPS_CUDA_SCAN_STATE");
     if (e != NULL && (strcmp(e, "v5") == 0 || strcmp(e, "5") == 0)) return 5;
     if (e != NULL && (strcmp(e, "v6") == 0 || strcmp(e, "6") == 0)) return 6;
     if (e != NULL && strcmp(e, "chain") == 0) return 8; /* state_chain_kernel where it applies */
-    return 6;
+    return 0;
 }
 
 
@@ -3192,24 +3195,35 @@ ssm_status state_v6_applies(ssm_context * ctx, const char * op, const m2_fast_ar
 }
 
 #if SSMI_CUDA_WGMMA
-/* *ok = 1 when state_chain_kernel can replace the state kernel and the pass: where v6's state
- * kernel can run (state_v6_applies) and the output kernel reads the split entering states
- * (A.split). Chosen only by SSMOPS_CUDA_SCAN_STATE=chain (measured slower than v6 + pass at the
- * shapes of record: docs/cuda-notes-mamba2.md). */
-ssm_status scan_state_chain_applies(ssm_context * ctx, const char * op, const m2_fast_args & A, long long nseg,
-                                    int * ok) {
+/* *ok = 1 when state_chain_kernel replaces the state kernel and the pass: where v6's state kernel
+ * can run (state_v6_applies) and the output kernel reads the split entering states (A.split), and,
+ * unless forced (SSMOPS_CUDA_SCAN_STATE=chain), where the chains are short (no sequence longer than
+ * kChainAutoChunks chunks) and the grid has a block per SM or more. A chain's time is its length
+ * times a chunk's latency, so it pays where the parallel kernels' fixed costs weigh most. H200,
+ * bf16 (sixth session): B=8 S=2048 H=32 N=64 (8 chunks, 256 blocks) 0.311 -> 0.280 ms; B=4 S=4096
+ * H=80 (16 chunks) 0.945 -> 0.932; B=1 S=8192 H=80 (32 chunks, 160 blocks) 0.491 -> 0.532 (slower:
+ * not chosen). */
+const int kChainAutoChunks = 8;
+ssm_status scan_state_chain_applies(ssm_context * ctx, const char * op, const m2_fast_args & A, const m2_plan * pl,
+                                    bool forced, int * ok) {
     *ok = 0;
+    const long long nseg = pl->nseg;
     if (A.split == NULL || A.cw == NULL || nseg <= 0) return SSM_STATUS_OK;
+    int longest = 0;
+    for (long long i = 0; i < nseg; ++i) longest = pl->segs[i].count > longest ? pl->segs[i].count : longest;
+    if (!forced && longest > kChainAutoChunks) return SSM_STATUS_OK;
     int v6 = 0;
     SSM_FORWARD_IF_ERROR(state_v6_applies(ctx, op, A, &v6));
     if (!v6) return SSM_STATUS_OK;
-    int dev = 0, optin = 0;
+    int dev = 0, optin = 0, sms = 0;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaGetDevice", cudaGetDevice(&dev)));
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
                                           cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)));
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
+                                          cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)));
     const long long blocks = nseg * A.H * A.n_ptiles * (A.N >> 6);
     const size_t    need = (size_t)chain_smem().total + sizeof(float) * 2 * kChainW;
-    *ok = need <= (size_t)optin && blocks <= INT32_MAX;
+    *ok = need <= (size_t)optin && blocks <= INT32_MAX && (forced || blocks >= sms);
     return SSM_STATUS_OK;
 }
 
@@ -3392,8 +3406,8 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
         if (version >= 5 && state_version != 5) SSM_FORWARD_IF_ERROR(state_v6_applies(ctx, op, fa, &state6));
 #if SSMI_CUDA_WGMMA
         /* the chain replaces the state kernel and the pass (launched in the pass's place) */
-        if (version >= 5 && state_version == 8 && fa.H > 0 && fa.P > 0)
-            SSM_FORWARD_IF_ERROR(scan_state_chain_applies(ctx, op, fa, pl->nseg, &chain));
+        if (version >= 5 && (state_version == 0 || state_version == 8) && fa.H > 0 && fa.P > 0)
+            SSM_FORWARD_IF_ERROR(scan_state_chain_applies(ctx, op, fa, pl, state_version == 8, &chain));
         if (state6 && !chain && pl->nchunks > 0 && fa.H > 0 && fa.P > 0)
             SSM_FORWARD_IF_ERROR(mode == M_F16 ? launch_state_v6<M_F16>(ctx, op, fa, pl->nchunks)
                                                : launch_state_v6<M_BF16>(ctx, op, fa, pl->nchunks));
