@@ -169,45 +169,34 @@ if want sanitizer && command -v compute-sanitizer >/dev/null 2>&1; then
             for kv in K=128,V=72,A=32 K=64,V=64,A=7; do echo "== $tool mamba3_siso bf16 v7 (wgmma, out bf16) $kv"; SSMOPS_CUDA_SISO_FAST=6 compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba3_siso --backend cuda --dtype bf16 --out-dtype bf16 --shape B=1,S=2200,H=2,Hq=1,$kv --param has_d=1,has_z=1,has_states=1,has_final=1,nseq=3; rc=$?; [ "$rc" = 9 ] && echo "rc=9" || echo "rc=0 (check exit $rc)"; done
         fi
     done >>"$out/sanitizer.log" 2>&1
-    # the scan's v6 output kernel (wgmma, sm_90a; chosen only by the knob): bf16, N = 128 with a
-    # partial second p tile and varlen, N = 64 with z and D
-    case " $ops " in *" mamba2_scan "*)
+    # the scan's kernel versions behind their knobs, bf16, memcheck and racecheck each:
+    # san_scan KNOB LABEL CHECK-ARGUMENTS
+    san_scan() {
         for tool in memcheck racecheck; do
-            for extra in "--shape B=1,S=300,H=2,P=72,N=128,G=1,chunk=64 --param nseq=3" \
-                         "--shape B=2,S=129,H=2,P=64,N=64,G=1,chunk=64 --param has_d=1,has_z=1"; do
-                echo "== $tool mamba2_scan bf16 v6 $extra"
-                # shellcheck disable=SC2086
-                SSMOPS_CUDA_SCAN_KERNEL=v6 compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check \
-                    mamba2_scan --backend cuda --dtype bf16 $extra
-                echo "rc=$?"
-            done
-            echo "== $tool mamba2_scan bf16 state-v6"; SSMOPS_CUDA_SCAN_STATE=v6 compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba2_scan --backend cuda --dtype bf16 --shape B=1,S=300,H=2,P=72,N=128,G=1,chunk=64 --param nseq=3,has_d=1,has_z=1; echo "rc=$?"
-        done >>"$out/sanitizer.log" 2>&1 ;;
-    esac
-    # the scan's chained state kernel (SSMOPS_CUDA_SCAN_STATE=chain): varlen with states and a
-    # partial p tile at N = 128, seq_idx with G = H at N = 64
-    case " $ops " in *" mamba2_scan "*)
-        for tool in memcheck racecheck; do
-            for extra in "--shape B=1,S=700,H=2,P=72,N=128,G=1,chunk=64 --param nseq=3,has_init=1,has_final=1" \
-                         "--shape B=2,S=600,H=3,P=64,N=64,G=3,chunk=64 --param seq_idx=3,has_d=1,has_z=1"; do
-                echo "== $tool mamba2_scan bf16 state-chain $extra"
-                # shellcheck disable=SC2086
-                SSMOPS_CUDA_SCAN_STATE=chain compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check \
-                    mamba2_scan --backend cuda --dtype bf16 $extra
-                echo "rc=$?"
-            done
-        done >>"$out/sanitizer.log" 2>&1 ;;
-    esac
-    # the scan's v7 output kernel (pipelined wgmma, the default): a row tile
-    # with four token tiles, a partial p tile, z and D
-    case " $ops " in *" mamba2_scan "*)
-        for tool in memcheck racecheck; do
-            echo "== $tool mamba2_scan bf16 v7 S=450 P=72 N=128 z d"
-            SSMOPS_CUDA_SCAN_KERNEL=v7 compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba2_scan \
-                --backend cuda --dtype bf16 --shape B=1,S=450,H=2,P=72,N=128,G=1,chunk=64 --param has_d=1,has_z=1
+            echo "== $tool mamba2_scan bf16 $2 $3"
+            # shellcheck disable=SC2086
+            env "$1" compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba2_scan --backend cuda \
+                --dtype bf16 $3
             echo "rc=$?"
-        done >>"$out/sanitizer.log" 2>&1 ;;
-    esac
+        done >>"$out/sanitizer.log" 2>&1
+    }
+    if has_op mamba2_scan; then
+        # v6 output kernel (wgmma, sm_90a): N = 128 with a partial second p tile and varlen, N = 64
+        # with z and D; the v6 state kernel with the pass
+        san_scan SSMOPS_CUDA_SCAN_KERNEL=v6 v6 "--shape B=1,S=300,H=2,P=72,N=128,G=1,chunk=64 --param nseq=3"
+        san_scan SSMOPS_CUDA_SCAN_KERNEL=v6 v6 "--shape B=2,S=129,H=2,P=64,N=64,G=1,chunk=64 --param has_d=1,has_z=1"
+        san_scan SSMOPS_CUDA_SCAN_STATE=v6 state-v6 \
+            "--shape B=1,S=300,H=2,P=72,N=128,G=1,chunk=64 --param nseq=3,has_d=1,has_z=1"
+        # the chained state kernel: varlen with states and a partial p tile at N = 128, seq_idx with
+        # G = H at N = 64
+        san_scan SSMOPS_CUDA_SCAN_STATE=chain state-chain \
+            "--shape B=1,S=700,H=2,P=72,N=128,G=1,chunk=64 --param nseq=3,has_init=1,has_final=1"
+        san_scan SSMOPS_CUDA_SCAN_STATE=chain state-chain \
+            "--shape B=2,S=600,H=3,P=64,N=64,G=3,chunk=64 --param seq_idx=3,has_d=1,has_z=1"
+        # the v7 output kernel (pipelined wgmma, the default): a row tile with four token tiles, a
+        # partial p tile, z and D
+        san_scan SSMOPS_CUDA_SCAN_KERNEL=v7 v7 "--shape B=1,S=450,H=2,P=72,N=128,G=1,chunk=64 --param has_d=1,has_z=1"
+    fi
     note "sanitizer: $(grep -c '^rc=0' "$out/sanitizer.log") of $(grep -c '^rc=' "$out/sanitizer.log") runs clean ($(($(date +%s) - t0)) s)"
     grep -E "ERROR SUMMARY: [1-9]|rc=[1-9]" -B1 "$out/sanitizer.log" | grep -E "^==|rc=" | sed 's/^/sanitizer: /' |
         tee -a "$summary"

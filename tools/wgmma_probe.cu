@@ -31,14 +31,7 @@
 
 #include "wgmma.cuh"
 
-#define CK(x)                                                                                       \
-    do {                                                                                            \
-        cudaError_t e_ = (x);                                                                       \
-        if (e_ != cudaSuccess) {                                                                    \
-            printf("probe cuda error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
-            exit(1);                                                                                \
-        }                                                                                           \
-    } while (0)
+#include "probe_check.cuh"
 
 enum { M = 64, NN = 64, KA = 128, KR = 64 };
 const int kSmemA = 0, kSmemB = 2 * ssmi_wg::kAtomBytes, kSmemX = 4 * ssmi_wg::kAtomBytes;

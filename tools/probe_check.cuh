@@ -1,0 +1,19 @@
+/* probe_check.cuh — the CUDA error check of the developer probes (tools/wgmma_probe.cu,
+ * tools/tma_probe.cu): print the failing call and exit 1. Not part of the library. */
+#ifndef SSMOPS_TOOLS_PROBE_CHECK_CUH
+#define SSMOPS_TOOLS_PROBE_CHECK_CUH
+
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#define CK(x)                                                                                       \
+    do {                                                                                            \
+        cudaError_t e_ = (x);                                                                       \
+        if (e_ != cudaSuccess) {                                                                    \
+            printf("probe cuda error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
+            exit(1);                                                                                \
+        }                                                                                           \
+    } while (0)
+
+#endif
