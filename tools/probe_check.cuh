@@ -1,4 +1,4 @@
-/* probe_check.cuh — the CUDA error check of the developer probes (tools/wgmma_probe.cu,
+/* probe_check.cuh — the CUDA error check and device query of the developer probes (tools/wgmma_probe.cu,
  * tools/tma_probe.cu): print the failing call and exit 1. Not part of the library. */
 #ifndef SSMOPS_TOOLS_PROBE_CHECK_CUH
 #define SSMOPS_TOOLS_PROBE_CHECK_CUH
@@ -15,5 +15,17 @@
             exit(1);                                                                                \
         }                                                                                           \
     } while (0)
+
+/* The current device's compute capability; 0, or 2 (printed) where there is no CUDA device. */
+static inline int probe_device(int * major, int * minor) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        printf("probe no CUDA device\n");
+        return 2;
+    }
+    CK(cudaDeviceGetAttribute(major, cudaDevAttrComputeCapabilityMajor, dev));
+    CK(cudaDeviceGetAttribute(minor, cudaDevAttrComputeCapabilityMinor, dev));
+    return 0;
+}
 
 #endif

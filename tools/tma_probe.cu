@@ -116,13 +116,8 @@ static uint16_t want4(int r, int c, const void * p) {
 }
 
 int main() {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) {
-        printf("probe no CUDA device\n");
-        return 2;
-    }
-    CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    CK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    int major = 0, minor = 0;
+    if (probe_device(&major, &minor) != 0) return 2;
     if (major != 9 || minor != 0) {
         printf("probe needs an sm_90 device\n");
         return 2;

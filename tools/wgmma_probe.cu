@@ -225,13 +225,8 @@ static int run_dtype(data_t & D, uint16_t * da, uint16_t * db, uint16_t * dr, ui
 }
 
 int main() {
-    int dev = 0, major = 0, minor = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess) {
-        printf("probe no CUDA device\n");
-        return 2;
-    }
-    CK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-    CK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev));
+    int major = 0, minor = 0;
+    if (probe_device(&major, &minor) != 0) return 2;
     printf("probe device sm_%d%d; constants K lbo=%d sbo=%d, MN lbo=%d sbo=%d\n", major, minor, SSMI_WG_K_LBO,
            SSMI_WG_K_SBO, SSMI_WG_MN_LBO, SSMI_WG_MN_SBO);
     if (major != 9 || minor != 0) {
