@@ -19,6 +19,21 @@ cudaStream_t ssmi_cuda_stream(const ssm_context * ctx) {
     return ctx == NULL ? (cudaStream_t)0 : (cudaStream_t)ctx->cuda_stream;
 }
 
+ssm_status ssmi_cuda_current_props(ssm_context * ctx, const char * op, ssmi_cuda_props * pr) {
+    int dev = 0;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaGetDevice", cudaGetDevice(&dev)));
+    const struct {
+        int *                 v;
+        enum cudaDeviceAttr a;
+    } q[] = {{&pr->major, cudaDevAttrComputeCapabilityMajor},
+             {&pr->minor, cudaDevAttrComputeCapabilityMinor},
+             {&pr->smem_optin, cudaDevAttrMaxSharedMemoryPerBlockOptin},
+             {&pr->sms, cudaDevAttrMultiProcessorCount}};
+    for (const auto & e : q)
+        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute", cudaDeviceGetAttribute(e.v, e.a, dev)));
+    return SSM_STATUS_OK;
+}
+
 extern "C" int32_t ssmi_cuda_device_count(void) {
     int n = 0;
     if (cudaGetDeviceCount(&n) != cudaSuccess) {

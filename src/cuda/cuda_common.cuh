@@ -12,6 +12,13 @@
 ssm_status   ssmi_cuda_status(ssm_context * ctx, const char * op, const char * what, cudaError_t err);
 cudaStream_t ssmi_cuda_stream(const ssm_context * ctx);
 
+/* What the kernel choices ask of the current device: compute capability, the per-block opt-in
+ * shared memory and the SM count. */
+struct ssmi_cuda_props {
+    int major, minor, smem_optin, sms;
+};
+ssm_status ssmi_cuda_current_props(ssm_context * ctx, const char * op, ssmi_cuda_props * pr);
+
 /* A float tensor as the kernels see it: base pointer, dtype, strides in elements. */
 struct ssmi_cu_view {
     const void * p;

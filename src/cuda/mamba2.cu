@@ -1919,8 +1919,8 @@ __global__ void __launch_bounds__(kV4Threads, 2) fast_output_kernel_v6(const m2_
     __shared__ __align__(16) float ds[kFT];
     extern __shared__ __align__(1024) unsigned char smem6[];
     /* the swizzle pattern is a function of address bits 4-9: align the base at run time */
-    const unsigned   raw = smem_addr(smem6);
-    unsigned char *  sm = smem6 + (((raw + 1023u) & ~1023u) - raw);
+    const unsigned  raw = smem_addr(smem6);
+    unsigned char * sm = smem6 + (((raw + 1023u) & ~1023u) - raw);
     const unsigned   sb = smem_addr(sm);
     const v6_out_smem L(KA);
 
@@ -2714,6 +2714,7 @@ __global__ void __launch_bounds__(kChainThreads) state_chain_kernel(const m2_fas
     constexpr int  NS = kChainStages;
     __shared__ __align__(16) float wts[2][kChainW]; /* chunk k's weights and cum_last (parity k & 1) */
     extern __shared__ __align__(1024) unsigned char smem_chain[];
+    /* the swizzle pattern is a function of address bits 4-9: align the base at run time */
     const unsigned  raw = smem_addr(smem_chain);
     unsigned char * sm = smem_chain + (((raw + 1023u) & ~1023u) - raw);
     const unsigned  sb = smem_addr(sm);
@@ -3178,16 +3179,10 @@ ssm_status state_v6_applies(ssm_context * ctx, const char * op, const m2_fast_ar
     *ok = 0;
 #if SSMI_CUDA_WGMMA
     if (!(A.vx && A.vb && (A.N == 64 || A.N == 128) && A.Np == A.N)) return SSM_STATUS_OK;
-    int dev = 0, major = 0, minor = 0, optin = 0;
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaGetDevice", cudaGetDevice(&dev)));
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
-                                          cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)));
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
-                                          cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev)));
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
-                                          cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)));
+    ssmi_cuda_props dp;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_current_props(ctx, op, &dp));
     const size_t need = (size_t)s6_smem(A.N >> 6).total + sizeof(float) * 4 * kScanQ; /* + static (rounded up) */
-    *ok = major == 9 && minor == 0 && need <= (size_t)optin;
+    *ok = dp.major == 9 && dp.minor == 0 && need <= (size_t)dp.smem_optin;
 #else
     (void)ctx, (void)op, (void)A;
 #endif
@@ -3215,15 +3210,11 @@ ssm_status scan_state_chain_applies(ssm_context * ctx, const char * op, const m2
     int v6 = 0;
     SSM_FORWARD_IF_ERROR(state_v6_applies(ctx, op, A, &v6));
     if (!v6) return SSM_STATUS_OK;
-    int dev = 0, optin = 0, sms = 0;
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaGetDevice", cudaGetDevice(&dev)));
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
-                                          cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)));
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
-                                          cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)));
+    ssmi_cuda_props dp;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_current_props(ctx, op, &dp));
     const long long blocks = nseg * A.H * A.n_ptiles * (A.N >> 6);
     const size_t    need = (size_t)chain_smem().total + sizeof(float) * 2 * kChainW;
-    *ok = need <= (size_t)optin && blocks <= INT32_MAX && (forced || blocks >= sms);
+    *ok = need <= (size_t)dp.smem_optin && blocks <= INT32_MAX && (forced || blocks >= dp.sms);
     return SSM_STATUS_OK;
 }
 
@@ -3290,16 +3281,10 @@ ssm_status scan_v6_applies(ssm_context * ctx, const char * op, const m2_fast_arg
     if (!(A.vc && A.vb && A.vx && A.N % 64 == 0 && A.N <= 128 && A.Np == A.N && A.split != NULL && A.vout &&
           (!A.has_z || A.vz16)))
         return SSM_STATUS_OK;
-    int dev = 0, major = 0, minor = 0, optin = 0;
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaGetDevice", cudaGetDevice(&dev)));
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
-                                          cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)));
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
-                                          cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev)));
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
-                                          cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)));
+    ssmi_cuda_props dp;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_current_props(ctx, op, &dp));
     const size_t need = (size_t)v6_out_smem(A.N >> 6).total + sizeof(float) * (2 * kScanQ + kFT);
-    *ok = major == 9 && minor == 0 && need <= (size_t)optin;
+    *ok = dp.major == 9 && dp.minor == 0 && need <= (size_t)dp.smem_optin;
 #else
     (void)ctx, (void)op, (void)A;
 #endif
@@ -3312,12 +3297,10 @@ ssm_status scan_v7_applies(ssm_context * ctx, const char * op, const m2_fast_arg
     SSM_FORWARD_IF_ERROR(scan_v6_applies(ctx, op, A, ok));
 #if SSMI_CUDA_WGMMA
     if (!*ok) return SSM_STATUS_OK;
-    int dev = 0, optin = 0;
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaGetDevice", cudaGetDevice(&dev)));
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
-                                          cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)));
+    ssmi_cuda_props dp;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_current_props(ctx, op, &dp));
     const size_t need = (size_t)v7_out_smem(A.N >> 6).total + sizeof(float) * (4 * kScanQ + kFT + kV4Rows);
-    *ok = need <= (size_t)optin;
+    *ok = need <= (size_t)dp.smem_optin;
 #endif
     return SSM_STATUS_OK;
 }
@@ -3325,12 +3308,10 @@ ssm_status scan_v7_applies(ssm_context * ctx, const char * op, const m2_fast_arg
 /* *fits = 1 when fast_output_kernel_v5's shared memory (dynamic + static) fits the current
  * device's per-block opt-in limit; otherwise the scan keeps the v3 output kernel. */
 ssm_status v5_output_fits(ssm_context * ctx, const char * op, int mode, int Np, int * fits) {
-    int dev = 0, optin = 0;
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaGetDevice", cudaGetDevice(&dev)));
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
-                                          cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)));
+    ssmi_cuda_props dp;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_current_props(ctx, op, &dp));
     const size_t dyn = mode == M_F16 ? v4_out_smem<M_F16>(Np).total : v4_out_smem<M_BF16>(Np).total;
-    *fits = dyn + sizeof(float) * (2 * kScanQ + kFT) <= (size_t)optin; /* + v5's D row */
+    *fits = dyn + sizeof(float) * (2 * kScanQ + kFT) <= (size_t)dp.smem_optin; /* + v5's D row */
     return SSM_STATUS_OK;
 }
 

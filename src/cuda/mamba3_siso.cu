@@ -2892,15 +2892,9 @@ ssm_status siso_v7_applies(ssm_context * ctx, const char * op, const m3_fwd_args
     *ok = 0;
 #if SSMI_CUDA_WGMMA
     if (!(out_v6_applies(P) && P.vq && P.vk && P.vv && (P.K == 64 || P.K == 128))) return SSM_STATUS_OK;
-    int dev = 0, major = 0, minor = 0, optin = 0;
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaGetDevice", cudaGetDevice(&dev)));
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
-                                          cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev)));
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
-                                          cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev)));
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute",
-                                          cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev)));
-    *ok = major == 9 && minor == 0 && v7_smem(P.K / 64, P.A, P.sct != 0).total <= optin;
+    ssmi_cuda_props dp;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_current_props(ctx, op, &dp));
+    *ok = dp.major == 9 && dp.minor == 0 && v7_smem(P.K / 64, P.A, P.sct != 0).total <= dp.smem_optin;
 #else
     (void)ctx, (void)op, (void)P;
 #endif
