@@ -131,6 +131,7 @@ __device__ __forceinline__ void  to_t(float v, __nv_bfloat16 * o) { *o = __float
 __device__ __forceinline__ float from_t(float v) { return v; }
 __device__ __forceinline__ float from_t(__half v) { return __half2float(v); }
 __device__ __forceinline__ float from_t(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ float from_t(double v) { return (float)v; }
 
 /* hi[i] = v rounded to T and, in the 16-bit modes, lo[i] = the rounded remainder (lo is
  * not touched, and may be NULL, in fp32 mode). */
@@ -2317,31 +2318,149 @@ __global__ void __launch_bounds__(kOutThreads6, 2) fast_output_kernel_v6(const m
  * The state kernel (v6) and the output kernel (v7) each computed them (chunk_scalars, then
  * chunk_theta_v4 with FAST tanh at 256 threads) from the same inputs: at the shape of record that
  * prologue and its barriers were ~20% of the state kernel's and ~25% of the output kernel's stall
- * samples (warp 0's scan and the θ walk, with the other warps waiting). chunk_prep_kernel runs
- * the same device functions at the same thread count (theta_walk's grouping depends on
- * blockDim.x), so the values, and the outputs of both kernels, are bit for bit those of version 7;
- * both kernels then take them by cp.async with their other inputs (cp_prep). */
+ * samples (warp 0's scan and the θ walk, with the other warps waiting). chunk_prep_kernel computes
+ * the same values bit for bit (below), so the outputs of both kernels are those of version 7; both
+ * kernels then take them by cp.async with their other inputs (cp_prep). theta_walk's grouping (its
+ * NG) depends on the thread count: kPrepThreads, the block size of version 7's state and output
+ * kernels, which chunk_prep_kernel reproduces. */
 const int kPrepThreads = 256;
+
+/* chunk_prep_kernel: one warp per (chunk, head), kPrep2Warps heads of one chunk per block, no block
+ * barrier. Its first form (sixth session: one 256-thread block per (chunk, head) running
+ * chunk_scalars and chunk_theta_v4 at kPrepThreads threads) took 80 µs at the shape of record in
+ * block-wide phases with barriers between them (the loads, warp 0's scan of adt with the other
+ * warps waiting, the θ terms, the walk's group sums, the walk); this form took 72 µs (H200, ncu,
+ * seventh session). A warp does all of it for its (chunk, head): the scalars with chunk_scalars'
+ * expressions and warp 0's scan verbatim; the θ of angle m in lane m (m + 32 for A > 32), the terms
+ * in registers, walked in theta_walk's grouping at kPrepThreads threads (NG groups of kC/NG tokens:
+ * group sums from 0, then the sums of the groups before, in order, then the group's terms), so
+ * every value is the first form's bit for bit (the test checks it: version 8 must reproduce
+ * version 7's bytes, where the state and output kernels compute these values themselves). θ goes
+ * straight to the slot (lane m: angle m of every token, 128-byte rows at A = 32), the scalars
+ * through 1.3 KB of the warp's shared memory. (A low-register form that computes the terms twice,
+ * 64 registers and 4 blocks per SM, was no faster, 82 µs, and lost the bit equality: the terms
+ * no longer pass through memory, so the compiler fused a product into the walk's sum.) */
+const int kPrep2Warps = 8;
+const int kPrep2Scal = 5 * (kC + 1) + 3; /* the five arrays, padded to 16 bytes per warp */
+
+/* The terms of angle column m (rows < L; FAST: tanh_fast, chunk_theta_v4's choice for P.vang). */
+template <typename TT, bool FAST>
+__device__ __forceinline__ void prep2_terms(const m3_fwd_args & P, const m3_chunk & ch, int h, int m, const float * dtv,
+                                            float (&t)[kC]) {
+    const TT * src = (const TT *)P.ang.p + ch.row * P.ang.s[0] + ch.t0 * P.ang.s[1] + h * P.ang.s[2] + m * P.ang.s[3];
+    const long long s1 = P.ang.s[1];
+#pragma unroll
+    for (int i = 0; i < kC; ++i) t[i] = i < ch.len ? from_t(src[i * s1]) : 0.0f;
+    if (P.fused)
+#pragma unroll
+        for (int i = 0; i < kC; ++i) t[i] = (kPi * (FAST ? tanh_fast(t[i]) : tanhf(t[i]))) * dtv[i];
+}
+
+/* theta_walk's walk of one angle column with NG groups (terms in t, θ back into t). */
+template <int NG>
+__device__ __forceinline__ void prep2_walk(float (&t)[kC], int L, float base) {
+    constexpr int span = kC / NG;
+    float         part[NG];
+#pragma unroll
+    for (int g = 0; g < NG; ++g) {
+        float run = 0.0f;
+#pragma unroll
+        for (int i = g * span; i < (g + 1) * span; ++i)
+            if (i < L) run += t[i];
+        part[g] = run;
+    }
+#pragma unroll
+    for (int g = 0; g < NG; ++g) {
+        float run = 0.0f;
+#pragma unroll
+        for (int gg = 0; gg < g; ++gg) run += part[gg];
+#pragma unroll
+        for (int i = g * span; i < (g + 1) * span; ++i)
+            if (i < L) {
+                run += t[i];
+                t[i] = wrap2pi(base + run);
+            }
+    }
+}
+
 template <int MODE>
-__global__ void __launch_bounds__(kPrepThreads) chunk_prep_kernel(const m3_fwd_args P) {
-    constexpr int NA = kAngPieces * kFastThreads / kPrepThreads;
-    __shared__ __align__(16) float scal[8 * (kC + 1)];
-    __shared__ __align__(16) float part[kPartMax];
-    extern __shared__ __align__(16) float th[]; /* kC × max(A, 1) */
-    const int      w = blockIdx.x, h = blockIdx.y;
+__global__ void __launch_bounds__(32 * kPrep2Warps, 2) chunk_prep_kernel(const m3_fwd_args P) {
+    typedef typename cfg<MODE>::T T;
+    __shared__ __align__(16) float scal_all[kPrep2Warps][kPrep2Scal];
+    const int lane = threadIdx.x & 31, wi = threadIdx.x >> 5;
+    const int w = blockIdx.x, h = blockIdx.y * kPrep2Warps + wi;
+    if (h >= P.H) return; /* warp-uniform; nothing below synchronises the block */
     const m3_chunk ch = P.chunks[w];
+    float *        scal = scal_all[wi];
     const m3_scal  sc = carve_scal(scal);
-    uint4          araw[NA];
-    load_angles_v4<MODE, NA, kPrepThreads>(P, ch, h, araw);
-    for (int o = threadIdx.x; o < 8 * (kC + 1); o += kPrepThreads) scal[o] = 0.0f; /* entries no one writes */
-    __syncthreads();
-    chunk_scalars(P, ch, h, sc);
-    chunk_theta_v4<MODE, true, NA, kPrepThreads>(P, ch, w, h, sc.dtv, th, part, araw);
-    __syncthreads();
-    float *   dst = P.prep + ((long long)w * P.H + h) * prep_floats(P.A);
-    const int L = ch.len, LA = L * P.A;
-    for (int o = threadIdx.x; o < kPrepScal; o += kPrepThreads) dst[o] = scal[o];
-    for (int o = threadIdx.x; o < kC * P.A; o += kPrepThreads) dst[kPrepScal + o] = o < LA ? th[o] : 0.0f;
+    const int      L = ch.len, nload = ch.has_next ? L + 1 : L;
+    for (int o = lane; o < kPrep2Scal; o += 32) scal[o] = 0.0f; /* entries no one writes */
+    __syncwarp();
+    /* chunk_scalars, one warp */
+    for (int i = lane; i <= L; i += 32) {
+        if (i < nload) {
+            sc.dtv[i] = ld3(P.dt, ch.row, h, ch.t0 + i);
+            sc.lam[i] = sigmoidf(ld3(P.trap, ch.row, h, ch.t0 + i));
+        } else {
+            sc.dtv[i] = 0.0f;
+            sc.lam[i] = 0.0f;
+        }
+    }
+    {
+        float a = lane < L ? ld3(P.adt, ch.row, h, ch.t0 + lane) : 0.0f;
+        float b = lane + 32 < L ? ld3(P.adt, ch.row, h, ch.t0 + lane + 32) : 0.0f;
+#pragma unroll
+        for (int off = 1; off < 32; off *= 2) {
+            const float ya = __shfl_up_sync(0xffffffffu, a, off);
+            const float yb = __shfl_up_sync(0xffffffffu, b, off);
+            if (lane >= off) a += ya, b += yb;
+        }
+        b += __shfl_sync(0xffffffffu, a, 31);
+        sc.cm[lane] = a;
+        sc.cm[lane + 32] = b;
+    }
+    __syncwarp();
+    for (int i = lane; i < L; i += 32) {
+        const float g = sc.dtv[i] * sc.lam[i];
+        sc.gam[i] = g;
+        sc.sig[i] = g + sc.dtv[i + 1] * (1.0f - sc.lam[i + 1]);
+    }
+    __syncwarp();
+    float * dst = P.prep + ((long long)w * P.H + h) * prep_floats(P.A);
+    for (int o = lane; o < kPrepScal / 4; o += 32)
+        reinterpret_cast<float4 *>(dst)[o] = reinterpret_cast<const float4 *>(scal)[o];
+
+    /* θ: lane m owns angle m (and m + 32) */
+    const int A = P.A;
+    int       NG = 1; /* theta_walk's group count at kPrepThreads threads */
+    while (NG < 16 && 2 * NG * A <= kPrepThreads && 2 * NG * A <= kPartMax) NG *= 2;
+    for (int m = lane; m < A; m += 32) {
+        float     t[kC];
+        const int dt_ = P.ang.dtype;
+        if (P.vang)
+            prep2_terms<T, true>(P, ch, h, m, sc.dtv, t);
+        else if (dt_ == SSM_DTYPE_BF16)
+            prep2_terms<__nv_bfloat16, false>(P, ch, h, m, sc.dtv, t);
+        else if (dt_ == SSM_DTYPE_F16)
+            prep2_terms<__half, false>(P, ch, h, m, sc.dtv, t);
+        else if (dt_ == SSM_DTYPE_F32)
+            prep2_terms<float, false>(P, ch, h, m, sc.dtv, t);
+        else
+            prep2_terms<double, false>(P, ch, h, m, sc.dtv, t);
+        if (P.fused) {
+            const float base = P.theta0[((long long)w * P.H + h) * A + m];
+            switch (NG) {
+                case 1: prep2_walk<1>(t, L, base); break;
+                case 2: prep2_walk<2>(t, L, base); break;
+                case 4: prep2_walk<4>(t, L, base); break;
+                case 8: prep2_walk<8>(t, L, base); break;
+                default: prep2_walk<16>(t, L, base); break;
+            }
+        }
+        float * th = dst + kPrepScal + m;
+#pragma unroll
+        for (int i = 0; i < kC; ++i) th[(long long)i * A] = i < L ? t[i] : 0.0f;
+    }
 }
 
 /* ---- v7 output kernel: the three products on Hopper wgmma (sm_90a) ----------------------------
@@ -2935,8 +3054,8 @@ ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P
     /* version 8: the chunk scalars and θ once, where both consumers are the v6 state and v7 output kernels */
     const bool pre = VER >= 8 && v7 && st6 && P.prep != nullptr;
     if (pre) {
-        chunk_prep_kernel<MODE><<<dim3((unsigned)W, (unsigned)P.H), kPrepThreads,
-                                  sizeof(float) * kC * (P.A > 0 ? P.A : 1), s>>>(P);
+        chunk_prep_kernel<MODE>
+            <<<dim3((unsigned)W, (unsigned)((P.H + kPrep2Warps - 1) / kPrep2Warps)), 32 * kPrep2Warps, 0, s>>>(P);
         SSMI_CU_CHECK_LAUNCH(ctx, op, "chunk_prep_kernel launch");
     }
     if (st6) {
