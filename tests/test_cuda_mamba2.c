@@ -12,7 +12,8 @@
  * wgmma output kernel where it applies, else v5) with the default v6 state kernel, v6 with v5's
  * state kernel, the defaults (v7: the pipelined wgmma output kernel, else v6's rule; the chained state
  * kernel where scan_state_chain_applies chooses it), v7 with the v6 state kernel and the pass, and the
- * chained state kernel wherever it can run (SSMOPS_CUDA_SCAN_STATE=chain), twice (the same bytes). Extra
+ * chained state kernel wherever it can run (SSMOPS_CUDA_SCAN_STATE=chain), twice (the same bytes), and
+ * its two-warpgroup form (=chain2, on trial), twice. Extra
  * cases hit v6's layouts (N = 64 / 128, P = 64 / 72, partial token tiles) and v7's pipeline (1 to 4
  * token tiles per row tile, an idle second warpgroup). Extra cases cover the 128-row tiles' edges (chunk
  * lengths around 64, 128, 192, 256) and P/N off every tile (P=72 N=136, N=20).
@@ -164,6 +165,16 @@ static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan
     TEST_CHECK(ssmt_unchanged(&pr.out, chain_out), "%s: out differs between two chain runs", tag);
     if (chain_fin)
         TEST_CHECK(ssmt_unchanged(&pr.final_states, chain_fin), "%s: final_states differ between chain runs", tag);
+    free(chain_out);
+    free(chain_fin);
+    /* the two-warpgroup chain (on trial), twice: the same bytes */
+    scan_pass(&r, "state-chain2", NULL, "chain2");
+    chain_out = ssmt_snapshot(&pr.out);
+    chain_fin = pr.final_states.t.data ? ssmt_snapshot(&pr.final_states) : NULL;
+    scan_pass(&r, "state-chain2 again", NULL, "chain2");
+    TEST_CHECK(ssmt_unchanged(&pr.out, chain_out), "%s: out differs between two chain2 runs", tag);
+    if (chain_fin)
+        TEST_CHECK(ssmt_unchanged(&pr.final_states, chain_fin), "%s: final_states differ between chain2 runs", tag);
     free(chain_out);
     free(chain_fin);
 

@@ -2563,13 +2563,14 @@ struct chain_smem {
 };
 
 #if SSMI_WG_HAVE /* device helpers of the chain, only in the passes that compile its body */
-/* A 64 x 64 tile of T into the swizzled layout by the block's 128 threads: element (r, c) from
+/* A 64 x 64 tile of T into the swizzled layout by 128 threads (a warpgroup): element (r, c) from
  * src + r·srow + c; rows ≥ nr or columns ≥ nc zero-filled. Thread tid takes rows tid/8 + 16u
  * (u < 4) at column 8·(tid % 8): the same swizzled column chunk in every row (row & 7 is the same),
  * so the u-th piece is 2 KB after the first in shared memory and 16 rows after it in global memory. */
 template <typename T>
 __device__ __forceinline__ void chain_tile(unsigned char * dst, const T * src, long long srow, int nr, int nc) {
-    const int r0 = (int)threadIdx.x >> 3, c = ((int)threadIdx.x & 7) * 8;
+    const int       tw = (int)(threadIdx.x & 127); /* the thread in its warpgroup (chain2: one tile each) */
+    const int       r0 = tw >> 3, c = (tw & 7) * 8;
     unsigned char * d = dst + ssmi_wg::swz_off(r0, c);
     const T *       g = src + r0 * srow + c;
 #pragma unroll
@@ -2816,6 +2817,159 @@ __global__ void __launch_bounds__(kChainThreads) state_chain_kernel(const m2_fas
         chain_keep(fh1, fl1);
     }
     if (S.has_fin && sg.fin >= 0) chain_store_fin(S, sg.fin, h, p0, n0, acc);
+#else
+    (void)A, (void)S; /* no sm_90a code in this pass: never launched (scan_state_chain_applies) */
+    __trap();
+#endif
+}
+
+/* ---- chain2: two warpgroups per chain ------------------------------------------------------------
+ * The chain (above) is latency-bound: one warpgroup per block, 1.2 blocks per SM at the shape of
+ * record, so each scheduler runs one warp of it and every dependent instruction of the fragment build
+ * waits (ncu: 7.8% occupancy, "selected" 24%, fixed-latency waits 22%). state_chain2_kernel gives each
+ * chain two warpgroups that take alternate token tiles of a pair (tile 2s to warpgroup 0, 2s + 1 to
+ * warpgroup 1) into two accumulators: the running state is their sum. The decay is linear, so each
+ * warpgroup scales its own accumulator at a chunk's start; only the planes (and the final state) need
+ * the sum: warpgroup 1 hands its accumulator over through shared memory (the x area of the pair slot
+ * being refilled, 16 KB, in the fragment layout: thread i of warpgroup 1 writes what thread i of
+ * warpgroup 0 reads) and warpgroup 0 stores the planes of acc0 + acc1.
+ * Pipeline per pair step s: wait for pair s's copies, one barrier, at a chunk's first pair the
+ * hand-over (two more barriers), the copies of pair s + 2 into the slot of pair s − 1 (each warpgroup
+ * one tile), then each warpgroup its fragments and 8 wgmma, waited for at the step's end (wait<0>:
+ * the slot of pair s − 1 is free at step s + 1, so the copies run two pairs ahead in 6 tile stages,
+ * 96 KB: 2 blocks per SM). The products are v6's; the sums differ from the one-warpgroup chain only in
+ * order (two partial accumulators). */
+const int kChain2Threads = 256;
+const int kChain2Stages = 6; /* 3 pair slots */
+struct chain2_smem {
+    int x0, b0, total; /* tile stage s: x at x0 + s·8 KB, B at b0 + s·8 KB */
+    __host__ __device__ chain2_smem() {
+        x0 = 0;
+        b0 = kChain2Stages * ssmi_wg::kAtomBytes;
+        total = b0 + kChain2Stages * ssmi_wg::kAtomBytes + 1024;
+    }
+};
+
+template <int MODE>
+__global__ void __launch_bounds__(kChain2Threads) state_chain2_kernel(const m2_fast_args A, const m2_pass_args S) {
+#if SSMI_WG_HAVE
+    typedef typename cfg<MODE>::T T;
+    constexpr bool BF = MODE == M_BF16;
+    __shared__ __align__(16) float wts[2][kChainW]; /* chunk k's weights and cum_last (parity k & 1) */
+    extern __shared__ __align__(1024) unsigned char smem_chain2[];
+    const unsigned  raw = smem_addr(smem_chain2);
+    unsigned char * sm = smem_chain2 + (((raw + 1023u) & ~1023u) - raw);
+    const unsigned  sb = smem_addr(sm);
+    const chain2_smem L;
+
+    const unsigned ka = (unsigned)A.N >> 6, np = (unsigned)A.n_ptiles;
+    unsigned       blk = blockIdx.x;
+    const int      a = (int)(blk % ka);
+    blk /= ka;
+    const int z = (int)(blk % np);
+    blk /= np;
+    const int    h = (int)(blk % (unsigned)A.H), si = (int)(blk / (unsigned)A.H);
+    const m2_seg sg = S.segs[si];
+    const int    p0 = z * kFT, n0 = a * 64, tid = threadIdx.x, wg = tid >> 7, tw = tid & 127;
+    float        acc[8][4]; /* warpgroup 0: the initial state's part; warpgroup 1: zero */
+    if (wg == 0 && S.has_init && sg.init >= 0)
+        chain_load_state(S, sg.init, h, p0, n0, acc);
+    else
+#pragma unroll
+        for (int t = 0; t < 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+    /* acc0 + acc1 through the 16 KB at xc (fragment layout, conflict-free: consecutive threads,
+     * consecutive words): warpgroup 1 writes, a barrier, warpgroup 0 adds (into sum) */
+    auto hand_over = [&](float * xc, float (&sum)[8][4]) {
+        if (wg == 1)
+#pragma unroll
+            for (int t = 0; t < 8; ++t)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) xc[(t * 4 + e) * 128 + tw] = acc[t][e];
+        __syncthreads();
+        if (wg == 0)
+#pragma unroll
+            for (int t = 0; t < 8; ++t)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) sum[t][e] = acc[t][e] + xc[(t * 4 + e) * 128 + tw];
+    };
+    float sum[8][4];
+    if (sg.count > 0) {
+        /* a sequence's chunks are whole (kScanQ tokens) but the last (plan_add) */
+        const m2_chunk  c0 = A.chunks[sg.first];
+        const int       last_len = A.chunks[sg.first + sg.count - 1].len;
+        const int       seglen = (sg.count - 1) * kScanQ + last_len;
+        const int       T_ = (sg.count - 1) * (kScanQ / kFT) + (last_len + kFT - 1) / kFT;
+        const int       npairs = (T_ + 1) / 2;
+        const int       g = h / (A.H / A.G);
+        const long long xs1 = A.x.s[1], bs1 = A.b.s[1];
+        const T *       xsrc = (const T *)A.x.p + c0.b * A.x.s[0] + h * A.x.s[2] + p0 * A.x.s[3] + c0.t0 * xs1;
+        const T *       bsrc = (const T *)A.b.p + c0.b * A.b.s[0] + g * A.b.s[2] + n0 + c0.t0 * bs1;
+        const float *   cwh = A.cw + ((long long)sg.first * A.H + h) * kChainW; /* chunk k: + k·H·kChainW */
+        const long long cw_step = (long long)A.H * kChainW;
+        auto copy_w = [&](int k) { /* chunk k's weights into wts[k & 1], with the next copy group */
+            if (tid < kChainW / 4) cp_async16(&wts[k & 1][4 * tid], cwh + k * cw_step + 4 * tid);
+        };
+        auto issue = [&](int q) { /* pair q's copies (tile 2q + wg by warpgroup wg; one group, maybe empty) */
+            const int u = 2 * q + wg;
+            if (u < T_) {
+                const int st = (q % 3) * 2 + wg, rows = seglen - u * kFT;
+                chain_tile<T>(sm + L.x0 + st * ssmi_wg::kAtomBytes, xsrc + (long long)u * kFT * xs1, xs1, rows,
+                              A.P - p0);
+                chain_tile<T>(sm + L.b0 + st * ssmi_wg::kAtomBytes, bsrc + (long long)u * kFT * bs1, bs1, rows,
+                              A.N - n0);
+            }
+            cp_async_commit();
+        };
+        /* chunk k begins (its weights landed): the planes of acc0 + acc1 (xc: a free 16 KB), both
+         * accumulators times the decay, chunk k + 1's weights requested (their buffer's last reader
+         * was chunk k − 1). Ends with a barrier: xc and the weights' buffer free again. */
+        auto enter_chunk = [&](int k, float * xc) {
+            hand_over(xc, sum);
+            if (wg == 0) chain_store_planes<MODE>(A, (long long)sg.first + k, h, p0, n0, sum);
+            const float decay = expf(wts[k & 1][kScanQ]); /* the pass's factor */
+#pragma unroll
+            for (int q = 0; q < 8; ++q)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[q][e] *= decay;
+            if (k + 1 < sg.count) copy_w(k + 1);
+            __syncthreads();
+        };
+
+        copy_w(0); /* with pair 0's copies */
+        issue(0);
+        issue(1);
+        cp_async_wait_group<1>(); /* pair 0 and chunk 0's weights */
+        __syncthreads();
+        enter_chunk(0, (float *)(sm + L.x0 + 4 * ssmi_wg::kAtomBytes)); /* slot 2: pair 2 not yet copied */
+        uint32_t fh[4][4] = {}, fl[4][4] = {};
+        for (int s2 = 0; s2 < npairs; ++s2) {
+            cp_async_wait_group<1>(); /* pair s2 (pair s2 + 1 may still fly) */
+            ssmi_wg::fence_proxy_async();
+            __syncthreads(); /* everybody's copies; every wgmma of pair s2 − 1 is done (wait<0>) */
+            const int k = s2 >> 1; /* two pairs per whole chunk */
+            /* pair s2 + 2 goes to the slot of pair s2 − 1, free now; a chunk's hand-over uses it first */
+            unsigned char * next = sm + L.x0 + ((s2 + 2) % 3) * 2 * ssmi_wg::kAtomBytes;
+            if ((s2 & 1) == 0 && k > 0) enter_chunk(k, (float *)next);
+            issue(s2 + 2);
+            const int u = 2 * s2 + wg; /* this warpgroup's tile */
+            if (u < T_) {
+                const int             st = (s2 % 3) * 2 + wg;
+                const unsigned char * xs = sm + L.x0 + st * ssmi_wg::kAtomBytes;
+                const unsigned        bs = sb + (unsigned)(L.b0 + st * ssmi_wg::kAtomBytes);
+                chain_frags<MODE>(fh, fl, xs, &wts[k & 1][(u & 3) * kFT]);
+                chain_mma<BF>(acc, fh, fl, bs);
+                ssmi_wg::wait<0>();
+                ssmi_wg::keep(acc);
+                chain_keep(fh, fl);
+            }
+        }
+        cp_async_wait_group<0>(); /* only empty groups are pending; the x area is rewritten below */
+    }
+    if (S.has_fin && sg.fin >= 0) { /* every thread reaches this (no early return above) */
+        __syncthreads();
+        hand_over((float *)(sm + L.x0), sum);
+        if (wg == 0) chain_store_fin(S, sg.fin, h, p0, n0, sum);
+    }
 #else
     (void)A, (void)S; /* no sm_90a code in this pass: never launched (scan_state_chain_applies) */
     __trap();
@@ -3168,6 +3322,7 @@ int scan_state_version() {
     if (e != NULL && (strcmp(e, "v5") == 0 || strcmp(e, "5") == 0)) return 5;
     if (e != NULL && (strcmp(e, "v6") == 0 || strcmp(e, "6") == 0)) return 6;
     if (e != NULL && strcmp(e, "chain") == 0) return 8; /* state_chain_kernel where it applies */
+    if (e != NULL && strcmp(e, "chain2") == 0) return 9; /* state_chain2_kernel where it applies (on trial) */
     return 0;
 }
 
@@ -3213,7 +3368,7 @@ ssm_status scan_state_chain_applies(ssm_context * ctx, const char * op, const m2
     ssmi_cuda_props dp;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_current_props(ctx, op, &dp));
     const long long blocks = nseg * A.H * A.n_ptiles * (A.N >> 6);
-    const size_t    need = (size_t)chain_smem().total + sizeof(float) * 2 * kChainW;
+    const size_t    need = (size_t)chain2_smem().total + sizeof(float) * 2 * kChainW; /* ≥ the chain's */
     *ok = need <= (size_t)dp.smem_optin && blocks <= INT32_MAX && (forced || blocks >= dp.sms);
     return SSM_STATUS_OK;
 }
@@ -3222,17 +3377,17 @@ ssm_status scan_state_chain_applies(ssm_context * ctx, const char * op, const m2
  * (sequence, head, P tile, N atom). */
 template <int MODE>
 ssm_status launch_state_chain(ssm_context * ctx, const char * op, const m2_fast_args & A, const m2_pass_args & S,
-                              long long W, long long nseg) {
-    const chain_smem L;
+                              long long W, long long nseg, bool two) {
+    void (*kernel)(const m2_fast_args, const m2_pass_args) = two ? state_chain2_kernel<MODE> : state_chain_kernel<MODE>;
+    const int smem = two ? chain2_smem().total : chain_smem().total;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute",
-                                          cudaFuncSetAttribute(state_chain_kernel<MODE>,
-                                                               cudaFuncAttributeMaxDynamicSharedMemorySize, L.total)));
+                                          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)));
     const long long wh = W * A.H, blocks = nseg * A.H * A.n_ptiles * (A.N >> 6);
     SSM_RETURN_IF(wh > INT32_MAX, ctx, SSM_STATUS_UNSUPPORTED, "%s: %lld blocks exceed the CUDA backend's grid limit",
                   op, wh);
     chain_dt_kernel<<<(unsigned)wh, kThreads, 0, ssmi_cuda_stream(ctx)>>>(A);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "chain_dt_kernel launch");
-    state_chain_kernel<MODE><<<(unsigned)blocks, kChainThreads, (size_t)L.total, ssmi_cuda_stream(ctx)>>>(A, S);
+    kernel<<<(unsigned)blocks, two ? kChain2Threads : kChainThreads, (size_t)smem, ssmi_cuda_stream(ctx)>>>(A, S);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "state_chain_kernel launch");
     return SSM_STATUS_OK;
 }
@@ -3387,8 +3542,9 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
         if (version >= 5 && state_version != 5) SSM_FORWARD_IF_ERROR(state_v6_applies(ctx, op, fa, &state6));
 #if SSMI_CUDA_WGMMA
         /* the chain replaces the state kernel and the pass (launched in the pass's place) */
-        if (version >= 5 && (state_version == 0 || state_version == 8) && fa.H > 0 && fa.P > 0)
-            SSM_FORWARD_IF_ERROR(scan_state_chain_applies(ctx, op, fa, pl, state_version == 8, &chain));
+        if (version >= 5 && (state_version == 0 || state_version >= 8) && fa.H > 0 && fa.P > 0)
+            SSM_FORWARD_IF_ERROR(scan_state_chain_applies(ctx, op, fa, pl, state_version >= 8, &chain));
+        if (chain && state_version == 9) chain = 2; /* the two-warpgroup chain */
         if (state6 && !chain && pl->nchunks > 0 && fa.H > 0 && fa.P > 0)
             SSM_FORWARD_IF_ERROR(mode == M_F16 ? launch_state_v6<M_F16>(ctx, op, fa, pl->nchunks)
                                                : launch_state_v6<M_BF16>(ctx, op, fa, pl->nchunks));
@@ -3423,8 +3579,8 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
         pa.split = (void *)fa.split;
 #if SSMI_CUDA_WGMMA
         if (chain)
-            SSM_FORWARD_IF_ERROR(mode == M_F16 ? launch_state_chain<M_F16>(ctx, op, fa, pa, pl->nchunks, pl->nseg)
-                                               : launch_state_chain<M_BF16>(ctx, op, fa, pa, pl->nchunks, pl->nseg));
+            SSM_FORWARD_IF_ERROR(mode == M_F16 ? launch_state_chain<M_F16>(ctx, op, fa, pa, pl->nchunks, pl->nseg, chain == 2)
+                                               : launch_state_chain<M_BF16>(ctx, op, fa, pa, pl->nchunks, pl->nseg, chain == 2));
         else
 #endif
         if (pa.split != NULL && mode == M_F16)
