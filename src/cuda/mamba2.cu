@@ -2851,7 +2851,7 @@ struct chain2_smem {
 };
 
 template <int MODE>
-__global__ void __launch_bounds__(kChain2Threads) state_chain2_kernel(const m2_fast_args A, const m2_pass_args S) {
+__global__ void __launch_bounds__(kChain2Threads, 2) state_chain2_kernel(const m2_fast_args A, const m2_pass_args S) {
 #if SSMI_WG_HAVE
     typedef typename cfg<MODE>::T T;
     constexpr bool BF = MODE == M_BF16;
@@ -3316,7 +3316,8 @@ ssm_status launch_fast_v7(ssm_context * ctx, const char * op, const m2_fast_args
  * (or 5) keeps v5's. The chain (state_chain_kernel in place of the state kernel and the pass) runs
  * where scan_state_chain_applies: by default only for short sequences on a full grid, always under
  * SSMOPS_CUDA_SCAN_STATE=chain, never under =v6. Independent of the output kernel; read on every
- * call. Returns 5, 6 (v6, no chain), 8 (the chain forced) or 0 (the default). */
+ * call. Returns 5, 6 (v6, no chain), 8 (the chain forced), 9 (the two-warpgroup chain forced, on
+ * trial) or 0 (the default). */
 int scan_state_version() {
     const char * e = getenv("SSMOPS_CUDA_SCAN_STATE");
     if (e != NULL && (strcmp(e, "v5") == 0 || strcmp(e, "5") == 0)) return 5;
@@ -3388,7 +3389,7 @@ ssm_status launch_state_chain(ssm_context * ctx, const char * op, const m2_fast_
     chain_dt_kernel<<<(unsigned)wh, kThreads, 0, ssmi_cuda_stream(ctx)>>>(A);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "chain_dt_kernel launch");
     kernel<<<(unsigned)blocks, two ? kChain2Threads : kChainThreads, (size_t)smem, ssmi_cuda_stream(ctx)>>>(A, S);
-    SSMI_CU_CHECK_LAUNCH(ctx, op, "state_chain_kernel launch");
+    SSMI_CU_CHECK_LAUNCH(ctx, op, two ? "state_chain2_kernel launch" : "state_chain_kernel launch");
     return SSM_STATUS_OK;
 }
 #endif
@@ -3515,7 +3516,7 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
     int       out_version = version;
     m2_fast_args fa;
     memset(&fa, 0, sizeof fa);
-    int chain = 0; /* state_chain_kernel instead of the state kernel and the pass */
+    int chain = 0; /* instead of the state kernel and the pass: 1 state_chain_kernel, 2 state_chain2_kernel */
     if (mode != M_F32) {
         if (version >= 5) {
             int fits = 0;
