@@ -2850,9 +2850,14 @@ struct chain2_smem {
     }
 };
 
-template <int MODE>
+/* OVERLAP (SSMOPS_CUDA_SCAN_STATE=chain2o): each warpgroup's products of pair s are waited for only
+ * after pair s + 1's are issued (wait<1>, fragments of two pairs alternating), so its fragment build
+ * overlaps its own wgmma; the slot of pair s − 1 is then still being read at step s, so the copies
+ * run one pair ahead instead of two. Which wins is for the GPU to say. */
+template <int MODE, bool OVERLAP>
 __global__ void __launch_bounds__(kChain2Threads, 2) state_chain2_kernel(const m2_fast_args A, const m2_pass_args S) {
 #if SSMI_WG_HAVE
+    constexpr int AHEAD = OVERLAP ? 1 : 2; /* pairs copied ahead */
     typedef typename cfg<MODE>::T T;
     constexpr bool BF = MODE == M_BF16;
     __shared__ __align__(16) float wts[2][kChainW]; /* chunk k's weights and cum_last (parity k & 1) */
@@ -2936,33 +2941,58 @@ __global__ void __launch_bounds__(kChain2Threads, 2) state_chain2_kernel(const m
         };
 
         copy_w(0); /* with pair 0's copies */
-        issue(0);
-        issue(1);
-        cp_async_wait_group<1>(); /* pair 0 and chunk 0's weights */
+        for (int q = 0; q < AHEAD; ++q) issue(q);
+        cp_async_wait_group<AHEAD - 1>(); /* pair 0 and chunk 0's weights */
         __syncthreads();
-        enter_chunk(0, (float *)(sm + L.x0 + 4 * ssmi_wg::kAtomBytes)); /* slot 2: pair 2 not yet copied */
-        uint32_t fh[4][4] = {}, fl[4][4] = {};
+        /* the slot of pair AHEAD: not yet copied */
+        enter_chunk(0, (float *)(sm + L.x0 + (AHEAD % 3) * 2 * ssmi_wg::kAtomBytes));
+        uint32_t fh0[4][4] = {}, fl0[4][4] = {}, fh1[4][4] = {}, fl1[4][4] = {};
         for (int s2 = 0; s2 < npairs; ++s2) {
-            cp_async_wait_group<1>(); /* pair s2 (pair s2 + 1 may still fly) */
+            cp_async_wait_group<AHEAD - 1>(); /* pair s2 (pair s2 + 1 may still fly) */
             ssmi_wg::fence_proxy_async();
-            __syncthreads(); /* everybody's copies; every wgmma of pair s2 − 1 is done (wait<0>) */
+            /* everybody's copies; every wgmma of pair s2 − 1 (OVERLAP: s2 − 2) is done */
+            __syncthreads();
             const int k = s2 >> 1; /* two pairs per whole chunk */
-            /* pair s2 + 2 goes to the slot of pair s2 − 1, free now; a chunk's hand-over uses it first */
-            unsigned char * next = sm + L.x0 + ((s2 + 2) % 3) * 2 * ssmi_wg::kAtomBytes;
-            if ((s2 & 1) == 0 && k > 0) enter_chunk(k, (float *)next);
-            issue(s2 + 2);
+            /* pair s2 + AHEAD goes to the slot of pair s2 + AHEAD − 3, free now (its products are
+             * done); a chunk's hand-over uses its x area first */
+            unsigned char * next = sm + L.x0 + ((s2 + AHEAD) % 3) * 2 * ssmi_wg::kAtomBytes;
+            if ((s2 & 1) == 0 && k > 0) {
+                if constexpr (OVERLAP) { /* pair s2 − 1's products into the accumulators first */
+                    ssmi_wg::wait<0>();
+                    ssmi_wg::keep(acc);
+                }
+                enter_chunk(k, (float *)next);
+            }
+            issue(s2 + AHEAD);
             const int u = 2 * s2 + wg; /* this warpgroup's tile */
             if (u < T_) {
                 const int             st = (s2 % 3) * 2 + wg;
                 const unsigned char * xs = sm + L.x0 + st * ssmi_wg::kAtomBytes;
                 const unsigned        bs = sb + (unsigned)(L.b0 + st * ssmi_wg::kAtomBytes);
-                chain_frags<MODE>(fh, fl, xs, &wts[k & 1][(u & 3) * kFT]);
-                chain_mma<BF>(acc, fh, fl, bs);
-                ssmi_wg::wait<0>();
-                ssmi_wg::keep(acc);
-                chain_keep(fh, fl);
+                const float *         w = &wts[k & 1][(u & 3) * kFT];
+                if (!OVERLAP || (s2 & 1) == 0) {
+                    chain_frags<MODE>(fh0, fl0, xs, w);
+                    chain_mma<BF>(acc, fh0, fl0, bs);
+                    if constexpr (OVERLAP) {
+                        ssmi_wg::wait<1>();
+                        chain_keep(fh1, fl1);
+                    } else {
+                        ssmi_wg::wait<0>();
+                        ssmi_wg::keep(acc);
+                        chain_keep(fh0, fl0);
+                    }
+                } else {
+                    chain_frags<MODE>(fh1, fl1, xs, w);
+                    chain_mma<BF>(acc, fh1, fl1, bs);
+                    ssmi_wg::wait<1>();
+                    chain_keep(fh0, fl0);
+                }
             }
         }
+        ssmi_wg::wait<0>();
+        ssmi_wg::keep(acc);
+        chain_keep(fh0, fl0); /* the last pair's fragments were live up to here */
+        chain_keep(fh1, fl1);
         cp_async_wait_group<0>(); /* only empty groups are pending; the x area is rewritten below */
     }
     if (S.has_fin && sg.fin >= 0) { /* every thread reaches this (no early return above) */
@@ -3316,14 +3346,15 @@ ssm_status launch_fast_v7(ssm_context * ctx, const char * op, const m2_fast_args
  * (or 5) keeps v5's. The chain (state_chain_kernel in place of the state kernel and the pass) runs
  * where scan_state_chain_applies: by default only for short sequences on a full grid, always under
  * SSMOPS_CUDA_SCAN_STATE=chain, never under =v6. Independent of the output kernel; read on every
- * call. Returns 5, 6 (v6, no chain), 8 (the chain forced), 9 (the two-warpgroup chain forced, on
- * trial) or 0 (the default). */
+ * call. Returns 5, 6 (v6, no chain), 8 (the chain forced), 9 / 10 (the two-warpgroup chain / its
+ * OVERLAP form forced, on trial) or 0 (the default). */
 int scan_state_version() {
     const char * e = getenv("SSMOPS_CUDA_SCAN_STATE");
     if (e != NULL && (strcmp(e, "v5") == 0 || strcmp(e, "5") == 0)) return 5;
     if (e != NULL && (strcmp(e, "v6") == 0 || strcmp(e, "6") == 0)) return 6;
     if (e != NULL && strcmp(e, "chain") == 0) return 8; /* state_chain_kernel where it applies */
     if (e != NULL && strcmp(e, "chain2") == 0) return 9; /* state_chain2_kernel where it applies (on trial) */
+    if (e != NULL && strcmp(e, "chain2o") == 0) return 10; /* its OVERLAP form (on trial) */
     return 0;
 }
 
@@ -3378,8 +3409,10 @@ ssm_status scan_state_chain_applies(ssm_context * ctx, const char * op, const m2
  * (sequence, head, P tile, N atom). */
 template <int MODE>
 ssm_status launch_state_chain(ssm_context * ctx, const char * op, const m2_fast_args & A, const m2_pass_args & S,
-                              long long W, long long nseg, bool two) {
-    void (*kernel)(const m2_fast_args, const m2_pass_args) = two ? state_chain2_kernel<MODE> : state_chain_kernel<MODE>;
+                              long long W, long long nseg, int form) {
+    const bool two = form >= 2;
+    void (*kernel)(const m2_fast_args, const m2_pass_args) =
+        form == 3 ? state_chain2_kernel<MODE, true> : form == 2 ? state_chain2_kernel<MODE, false> : state_chain_kernel<MODE>;
     const int smem = two ? chain2_smem().total : chain_smem().total;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute",
                                           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)));
@@ -3516,7 +3549,7 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
     int       out_version = version;
     m2_fast_args fa;
     memset(&fa, 0, sizeof fa);
-    int chain = 0; /* instead of the state kernel and the pass: 1 state_chain_kernel, 2 state_chain2_kernel */
+    int chain = 0; /* instead of the state kernel and the pass: 1 state_chain_kernel, 2 / 3 state_chain2_kernel */
     if (mode != M_F32) {
         if (version >= 5) {
             int fits = 0;
@@ -3545,7 +3578,7 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
         /* the chain replaces the state kernel and the pass (launched in the pass's place) */
         if (version >= 5 && (state_version == 0 || state_version >= 8) && fa.H > 0 && fa.P > 0)
             SSM_FORWARD_IF_ERROR(scan_state_chain_applies(ctx, op, fa, pl, state_version >= 8, &chain));
-        if (chain && state_version == 9) chain = 2; /* the two-warpgroup chain */
+        if (chain && state_version >= 9) chain = state_version - 7; /* 2, 3: the two-warpgroup chain (OVERLAP) */
         if (state6 && !chain && pl->nchunks > 0 && fa.H > 0 && fa.P > 0)
             SSM_FORWARD_IF_ERROR(mode == M_F16 ? launch_state_v6<M_F16>(ctx, op, fa, pl->nchunks)
                                                : launch_state_v6<M_BF16>(ctx, op, fa, pl->nchunks));
@@ -3580,8 +3613,8 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
         pa.split = (void *)fa.split;
 #if SSMI_CUDA_WGMMA
         if (chain)
-            SSM_FORWARD_IF_ERROR(mode == M_F16 ? launch_state_chain<M_F16>(ctx, op, fa, pa, pl->nchunks, pl->nseg, chain == 2)
-                                               : launch_state_chain<M_BF16>(ctx, op, fa, pa, pl->nchunks, pl->nseg, chain == 2));
+            SSM_FORWARD_IF_ERROR(mode == M_F16 ? launch_state_chain<M_F16>(ctx, op, fa, pa, pl->nchunks, pl->nseg, chain)
+                                               : launch_state_chain<M_BF16>(ctx, op, fa, pa, pl->nchunks, pl->nseg, chain));
         else
 #endif
         if (pa.split != NULL && mode == M_F16)
