@@ -2882,22 +2882,26 @@ __global__ void __launch_bounds__(kChain2Threads, 2) state_chain2_kernel(const m
     else
 #pragma unroll
         for (int t = 0; t < 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
-    /* acc0 + acc1 through the 16 KB at xc (fragment layout, conflict-free: consecutive threads,
-     * consecutive words): warpgroup 1 writes, a barrier, warpgroup 0 adds (into sum) */
-    auto hand_over = [&](float * xc, float (&sum)[8][4]) {
+    /* the state into warpgroup 0's accumulator: acc1 through the 16 KB at xc (fragment layout,
+     * conflict-free: consecutive threads, consecutive words), added to acc0; acc1 then starts over
+     * from zero (the decay is linear, so the sum may be formed at any chunk start) */
+    auto hand_over = [&](float * xc) {
         if (wg == 1)
 #pragma unroll
             for (int t = 0; t < 8; ++t)
 #pragma unroll
                 for (int e = 0; e < 4; ++e) xc[(t * 4 + e) * 128 + tw] = acc[t][e];
         __syncthreads();
-        if (wg == 0)
+        /* every thread redefines its accumulator (a select, not a branch: ptxas serializes the
+         * OVERLAP form's wgmma when only one warpgroup's accumulator is written here, C7515) */
 #pragma unroll
-            for (int t = 0; t < 8; ++t)
+        for (int t = 0; t < 8; ++t)
 #pragma unroll
-                for (int e = 0; e < 4; ++e) sum[t][e] = acc[t][e] + xc[(t * 4 + e) * 128 + tw];
+            for (int e = 0; e < 4; ++e) {
+                const float other = xc[(t * 4 + e) * 128 + tw];
+                acc[t][e] = wg == 0 ? acc[t][e] + other : 0.0f;
+            }
     };
-    float sum[8][4];
     if (sg.count > 0) {
         /* a sequence's chunks are whole (kScanQ tokens) but the last (plan_add) */
         const m2_chunk  c0 = A.chunks[sg.first];
@@ -2925,12 +2929,12 @@ __global__ void __launch_bounds__(kChain2Threads, 2) state_chain2_kernel(const m
             }
             cp_async_commit();
         };
-        /* chunk k begins (its weights landed): the planes of acc0 + acc1 (xc: a free 16 KB), both
-         * accumulators times the decay, chunk k + 1's weights requested (their buffer's last reader
-         * was chunk k − 1). Ends with a barrier: xc and the weights' buffer free again. */
+        /* chunk k begins (its weights landed): the state into acc0 (xc: a free 16 KB), its planes,
+         * acc0 times the decay (acc1 is zero), chunk k + 1's weights requested (their buffer's last
+         * reader was chunk k − 1). Ends with a barrier: xc and the weights' buffer free again. */
         auto enter_chunk = [&](int k, float * xc) {
-            hand_over(xc, sum);
-            if (wg == 0) chain_store_planes<MODE>(A, (long long)sg.first + k, h, p0, n0, sum);
+            hand_over(xc);
+            if (wg == 0) chain_store_planes<MODE>(A, (long long)sg.first + k, h, p0, n0, acc);
             const float decay = expf(wts[k & 1][kScanQ]); /* the pass's factor */
 #pragma unroll
             for (int q = 0; q < 8; ++q)
@@ -2944,8 +2948,7 @@ __global__ void __launch_bounds__(kChain2Threads, 2) state_chain2_kernel(const m
         for (int q = 0; q < AHEAD; ++q) issue(q);
         cp_async_wait_group<AHEAD - 1>(); /* pair 0 and chunk 0's weights */
         __syncthreads();
-        /* the slot of pair AHEAD: not yet copied */
-        enter_chunk(0, (float *)(sm + L.x0 + (AHEAD % 3) * 2 * ssmi_wg::kAtomBytes));
+        enter_chunk(0, (float *)(sm + L.x0 + 2 * 2 * ssmi_wg::kAtomBytes)); /* slot 2: nothing copied there yet */
         uint32_t fh0[4][4] = {}, fl0[4][4] = {}, fh1[4][4] = {}, fl1[4][4] = {};
         for (int s2 = 0; s2 < npairs; ++s2) {
             cp_async_wait_group<AHEAD - 1>(); /* pair s2 (pair s2 + 1 may still fly) */
@@ -2954,14 +2957,16 @@ __global__ void __launch_bounds__(kChain2Threads, 2) state_chain2_kernel(const m
             __syncthreads();
             const int k = s2 >> 1; /* two pairs per whole chunk */
             /* pair s2 + AHEAD goes to the slot of pair s2 + AHEAD − 3, free now (its products are
-             * done); a chunk's hand-over uses its x area first */
-            unsigned char * next = sm + L.x0 + ((s2 + AHEAD) % 3) * 2 * ssmi_wg::kAtomBytes;
+             * done). A chunk's hand-over first uses the x area of slot (s2 + 2) % 3 (without OVERLAP
+             * the slot refilled next; with OVERLAP pair s2 − 1's, whose x was read by ldmatrix at
+             * step s2 − 1 and whose B only wgmma may still read) */
+            float * xc = (float *)(sm + L.x0 + ((s2 + 2) % 3) * 2 * ssmi_wg::kAtomBytes);
             if ((s2 & 1) == 0 && k > 0) {
                 if constexpr (OVERLAP) { /* pair s2 − 1's products into the accumulators first */
                     ssmi_wg::wait<0>();
                     ssmi_wg::keep(acc);
                 }
-                enter_chunk(k, (float *)next);
+                enter_chunk(k, xc);
             }
             issue(s2 + AHEAD);
             const int u = 2 * s2 + wg; /* this warpgroup's tile */
@@ -2997,8 +3002,8 @@ __global__ void __launch_bounds__(kChain2Threads, 2) state_chain2_kernel(const m
     }
     if (S.has_fin && sg.fin >= 0) { /* every thread reaches this (no early return above) */
         __syncthreads();
-        hand_over((float *)(sm + L.x0), sum);
-        if (wg == 0) chain_store_fin(S, sg.fin, h, p0, n0, sum);
+        hand_over((float *)(sm + L.x0));
+        if (wg == 0) chain_store_fin(S, sg.fin, h, p0, n0, acc);
     }
 #else
     (void)A, (void)S; /* no sm_90a code in this pass: never launched (scan_state_chain_applies) */
