@@ -2703,6 +2703,47 @@ __global__ void __launch_bounds__(kThreads) chain_dt_kernel(const m2_fast_args A
     if (threadIdx.x == 0) A.lastcum[whu] = cl;
 }
 
+#if SSMI_WG_HAVE /* device helpers of the chains, only in the passes that compile their bodies */
+/* A chain block's place, from blockIdx.x: (sequence, head, P tile, N atom), the N atom fastest. */
+struct chain_block {
+    m2_seg sg;
+    int    h, p0, n0;
+};
+__device__ __forceinline__ chain_block chain_block_of(const m2_fast_args & A, const m2_pass_args & S) {
+    const unsigned ka = (unsigned)A.N >> 6, np = (unsigned)A.n_ptiles;
+    unsigned       blk = blockIdx.x;
+    chain_block    cb;
+    cb.n0 = (int)(blk % ka) * 64;
+    blk /= ka;
+    cb.p0 = (int)(blk % np) * kFT;
+    blk /= np;
+    cb.h = (int)(blk % (unsigned)A.H);
+    cb.sg = S.segs[blk / (unsigned)A.H];
+    return cb;
+}
+/* The token stream of a chain block's sequence (sg.count > 0): its chunks are whole (kScanQ tokens)
+ * but the last (plan_add), token tiles of kFT; x and B from the first token, and chunk 0's weights. */
+template <typename T> struct chain_seq {
+    int           last_len, seglen, tiles;
+    const T *     xsrc;
+    const T *     bsrc;
+    const float * cwh;
+};
+template <typename T>
+__device__ __forceinline__ chain_seq<T> chain_seq_of(const m2_fast_args & A, const chain_block & cb) {
+    const m2_chunk c0 = A.chunks[cb.sg.first];
+    const int      g = cb.h / (A.H / A.G);
+    chain_seq<T>   q;
+    q.last_len = A.chunks[cb.sg.first + cb.sg.count - 1].len;
+    q.seglen = (cb.sg.count - 1) * kScanQ + q.last_len;
+    q.tiles = (cb.sg.count - 1) * (kScanQ / kFT) + (q.last_len + kFT - 1) / kFT;
+    q.xsrc = (const T *)A.x.p + c0.b * A.x.s[0] + cb.h * A.x.s[2] + cb.p0 * A.x.s[3] + c0.t0 * A.x.s[1];
+    q.bsrc = (const T *)A.b.p + c0.b * A.b.s[0] + g * A.b.s[2] + cb.n0 + c0.t0 * A.b.s[1];
+    q.cwh = A.cw + ((long long)cb.sg.first * A.H + cb.h) * kChainW;
+    return q;
+}
+#endif
+
 /* One block of 128 threads per (sequence, head, P tile, 64 N columns), blocks in that order with
  * the N atom fastest (the two atoms of a (head, P tile) read the same x tiles). S carries the
  * sequences, the initial and final states (the pass's arguments); A.split receives the planes;
@@ -2721,15 +2762,9 @@ __global__ void __launch_bounds__(kChainThreads) state_chain_kernel(const m2_fas
     const unsigned  sb = smem_addr(sm);
     const chain_smem L;
 
-    const unsigned ka = (unsigned)A.N >> 6, np = (unsigned)A.n_ptiles;
-    unsigned       blk = blockIdx.x;
-    const int      a = (int)(blk % ka);
-    blk /= ka;
-    const int z = (int)(blk % np);
-    blk /= np;
-    const int    h = (int)(blk % (unsigned)A.H), si = (int)(blk / (unsigned)A.H);
-    const m2_seg sg = S.segs[si];
-    const int    p0 = z * kFT, n0 = a * 64, tid = threadIdx.x;
+    const chain_block cb = chain_block_of(A, S);
+    const m2_seg      sg = cb.sg;
+    const int         h = cb.h, p0 = cb.p0, n0 = cb.n0, tid = threadIdx.x;
     float        acc[8][4];
     if (S.has_init && sg.init >= 0)
         chain_load_state(S, sg.init, h, p0, n0, acc);
@@ -2737,17 +2772,12 @@ __global__ void __launch_bounds__(kChainThreads) state_chain_kernel(const m2_fas
 #pragma unroll
         for (int t = 0; t < 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
     if (sg.count > 0) {
-        /* a sequence's chunks are whole (kScanQ tokens) but the last (plan_add) */
-        const m2_chunk  c0 = A.chunks[sg.first];
-        const int       last_len = A.chunks[sg.first + sg.count - 1].len;
-        const int       seglen = (sg.count - 1) * kScanQ + last_len;
-        const int       T_ = (sg.count - 1) * (kScanQ / kFT) + (last_len + kFT - 1) / kFT;
-        const int       g = h / (A.H / A.G);
-        const long long xs1 = A.x.s[1], bs1 = A.b.s[1];
-        const T *       xsrc = (const T *)A.x.p + c0.b * A.x.s[0] + h * A.x.s[2] + p0 * A.x.s[3] + c0.t0 * xs1;
-        const T *       bsrc = (const T *)A.b.p + c0.b * A.b.s[0] + g * A.b.s[2] + n0 + c0.t0 * bs1;
-        const float *   cwh = A.cw + ((long long)sg.first * A.H + h) * kChainW; /* chunk k: + k·H·kChainW */
-        const long long cw_step = (long long)A.H * kChainW;
+        const chain_seq<T> q = chain_seq_of<T>(A, cb);
+        const int          last_len = q.last_len, seglen = q.seglen, T_ = q.tiles;
+        const long long    xs1 = A.x.s[1], bs1 = A.b.s[1], cw_step = (long long)A.H * kChainW;
+        const T *          xsrc = q.xsrc;
+        const T *          bsrc = q.bsrc;
+        const float *      cwh = q.cwh; /* chunk k's weights: + k·cw_step */
         int             st_next = 0; /* the stage of the next tile to copy */
         auto copy_w = [&](int k) { /* chunk k's weights into wts[k & 1], with the next copy group */
             if (tid < kChainW / 4) cp_async16(&wts[k & 1][4 * tid], cwh + k * cw_step + 4 * tid);
@@ -2867,15 +2897,9 @@ __global__ void __launch_bounds__(kChain2Threads, 2) state_chain2_kernel(const m
     const unsigned  sb = smem_addr(sm);
     const chain2_smem L;
 
-    const unsigned ka = (unsigned)A.N >> 6, np = (unsigned)A.n_ptiles;
-    unsigned       blk = blockIdx.x;
-    const int      a = (int)(blk % ka);
-    blk /= ka;
-    const int z = (int)(blk % np);
-    blk /= np;
-    const int    h = (int)(blk % (unsigned)A.H), si = (int)(blk / (unsigned)A.H);
-    const m2_seg sg = S.segs[si];
-    const int    p0 = z * kFT, n0 = a * 64, tid = threadIdx.x, wg = tid >> 7, tw = tid & 127;
+    const chain_block cb = chain_block_of(A, S);
+    const m2_seg      sg = cb.sg;
+    const int         h = cb.h, p0 = cb.p0, n0 = cb.n0, tid = threadIdx.x, wg = tid >> 7, tw = tid & 127;
     float        acc[8][4]; /* warpgroup 0: the initial state's part; warpgroup 1: zero */
     if (wg == 0 && S.has_init && sg.init >= 0)
         chain_load_state(S, sg.init, h, p0, n0, acc);
@@ -2903,18 +2927,12 @@ __global__ void __launch_bounds__(kChain2Threads, 2) state_chain2_kernel(const m
             }
     };
     if (sg.count > 0) {
-        /* a sequence's chunks are whole (kScanQ tokens) but the last (plan_add) */
-        const m2_chunk  c0 = A.chunks[sg.first];
-        const int       last_len = A.chunks[sg.first + sg.count - 1].len;
-        const int       seglen = (sg.count - 1) * kScanQ + last_len;
-        const int       T_ = (sg.count - 1) * (kScanQ / kFT) + (last_len + kFT - 1) / kFT;
-        const int       npairs = (T_ + 1) / 2;
-        const int       g = h / (A.H / A.G);
-        const long long xs1 = A.x.s[1], bs1 = A.b.s[1];
-        const T *       xsrc = (const T *)A.x.p + c0.b * A.x.s[0] + h * A.x.s[2] + p0 * A.x.s[3] + c0.t0 * xs1;
-        const T *       bsrc = (const T *)A.b.p + c0.b * A.b.s[0] + g * A.b.s[2] + n0 + c0.t0 * bs1;
-        const float *   cwh = A.cw + ((long long)sg.first * A.H + h) * kChainW; /* chunk k: + k·H·kChainW */
-        const long long cw_step = (long long)A.H * kChainW;
+        const chain_seq<T> q = chain_seq_of<T>(A, cb);
+        const int          last_len = q.last_len, seglen = q.seglen, T_ = q.tiles, npairs = (T_ + 1) / 2;
+        const long long    xs1 = A.x.s[1], bs1 = A.b.s[1], cw_step = (long long)A.H * kChainW;
+        const T *          xsrc = q.xsrc;
+        const T *          bsrc = q.bsrc;
+        const float *      cwh = q.cwh; /* chunk k's weights: + k·cw_step */
         auto copy_w = [&](int k) { /* chunk k's weights into wts[k & 1], with the next copy group */
             if (tid < kChainW / 4) cp_async16(&wts[k & 1][4 * tid], cwh + k * cw_step + 4 * tid);
         };
