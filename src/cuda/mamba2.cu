@@ -2563,13 +2563,14 @@ struct chain_smem {
 };
 
 #if SSMI_WG_HAVE /* device helpers of the chain, only in the passes that compile its body */
-/* A 64 x 64 tile of T into the swizzled layout by the block's 128 threads: element (r, c) from
+/* A 64 x 64 tile of T into the swizzled layout by 128 threads (a warpgroup): element (r, c) from
  * src + r·srow + c; rows ≥ nr or columns ≥ nc zero-filled. Thread tid takes rows tid/8 + 16u
  * (u < 4) at column 8·(tid % 8): the same swizzled column chunk in every row (row & 7 is the same),
  * so the u-th piece is 2 KB after the first in shared memory and 16 rows after it in global memory. */
 template <typename T>
 __device__ __forceinline__ void chain_tile(unsigned char * dst, const T * src, long long srow, int nr, int nc) {
-    const int r0 = (int)threadIdx.x >> 3, c = ((int)threadIdx.x & 7) * 8;
+    const int       tw = (int)(threadIdx.x & 127); /* the thread in its warpgroup (chain2: one tile each) */
+    const int       r0 = tw >> 3, c = (tw & 7) * 8;
     unsigned char * d = dst + ssmi_wg::swz_off(r0, c);
     const T *       g = src + r0 * srow + c;
 #pragma unroll
@@ -2702,6 +2703,47 @@ __global__ void __launch_bounds__(kThreads) chain_dt_kernel(const m2_fast_args A
     if (threadIdx.x == 0) A.lastcum[whu] = cl;
 }
 
+#if SSMI_WG_HAVE /* device helpers of the chains, only in the passes that compile their bodies */
+/* A chain block's place, from blockIdx.x: (sequence, head, P tile, N atom), the N atom fastest. */
+struct chain_block {
+    m2_seg sg;
+    int    h, p0, n0;
+};
+__device__ __forceinline__ chain_block chain_block_of(const m2_fast_args & A, const m2_pass_args & S) {
+    const unsigned ka = (unsigned)A.N >> 6, np = (unsigned)A.n_ptiles;
+    unsigned       blk = blockIdx.x;
+    chain_block    cb;
+    cb.n0 = (int)(blk % ka) * 64;
+    blk /= ka;
+    cb.p0 = (int)(blk % np) * kFT;
+    blk /= np;
+    cb.h = (int)(blk % (unsigned)A.H);
+    cb.sg = S.segs[blk / (unsigned)A.H];
+    return cb;
+}
+/* The token stream of a chain block's sequence (sg.count > 0): its chunks are whole (kScanQ tokens)
+ * but the last (plan_add), token tiles of kFT; x and B from the first token, and chunk 0's weights. */
+template <typename T> struct chain_seq {
+    int           last_len, seglen, tiles;
+    const T *     xsrc;
+    const T *     bsrc;
+    const float * cwh;
+};
+template <typename T>
+__device__ __forceinline__ chain_seq<T> chain_seq_of(const m2_fast_args & A, const chain_block & cb) {
+    const m2_chunk c0 = A.chunks[cb.sg.first];
+    const int      g = cb.h / (A.H / A.G);
+    chain_seq<T>   q;
+    q.last_len = A.chunks[cb.sg.first + cb.sg.count - 1].len;
+    q.seglen = (cb.sg.count - 1) * kScanQ + q.last_len;
+    q.tiles = (cb.sg.count - 1) * (kScanQ / kFT) + (q.last_len + kFT - 1) / kFT;
+    q.xsrc = (const T *)A.x.p + c0.b * A.x.s[0] + cb.h * A.x.s[2] + cb.p0 * A.x.s[3] + c0.t0 * A.x.s[1];
+    q.bsrc = (const T *)A.b.p + c0.b * A.b.s[0] + g * A.b.s[2] + cb.n0 + c0.t0 * A.b.s[1];
+    q.cwh = A.cw + ((long long)cb.sg.first * A.H + cb.h) * kChainW;
+    return q;
+}
+#endif
+
 /* One block of 128 threads per (sequence, head, P tile, 64 N columns), blocks in that order with
  * the N atom fastest (the two atoms of a (head, P tile) read the same x tiles). S carries the
  * sequences, the initial and final states (the pass's arguments); A.split receives the planes;
@@ -2720,15 +2762,9 @@ __global__ void __launch_bounds__(kChainThreads) state_chain_kernel(const m2_fas
     const unsigned  sb = smem_addr(sm);
     const chain_smem L;
 
-    const unsigned ka = (unsigned)A.N >> 6, np = (unsigned)A.n_ptiles;
-    unsigned       blk = blockIdx.x;
-    const int      a = (int)(blk % ka);
-    blk /= ka;
-    const int z = (int)(blk % np);
-    blk /= np;
-    const int    h = (int)(blk % (unsigned)A.H), si = (int)(blk / (unsigned)A.H);
-    const m2_seg sg = S.segs[si];
-    const int    p0 = z * kFT, n0 = a * 64, tid = threadIdx.x;
+    const chain_block cb = chain_block_of(A, S);
+    const m2_seg      sg = cb.sg;
+    const int         h = cb.h, p0 = cb.p0, n0 = cb.n0, tid = threadIdx.x;
     float        acc[8][4];
     if (S.has_init && sg.init >= 0)
         chain_load_state(S, sg.init, h, p0, n0, acc);
@@ -2736,17 +2772,12 @@ __global__ void __launch_bounds__(kChainThreads) state_chain_kernel(const m2_fas
 #pragma unroll
         for (int t = 0; t < 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
     if (sg.count > 0) {
-        /* a sequence's chunks are whole (kScanQ tokens) but the last (plan_add) */
-        const m2_chunk  c0 = A.chunks[sg.first];
-        const int       last_len = A.chunks[sg.first + sg.count - 1].len;
-        const int       seglen = (sg.count - 1) * kScanQ + last_len;
-        const int       T_ = (sg.count - 1) * (kScanQ / kFT) + (last_len + kFT - 1) / kFT;
-        const int       g = h / (A.H / A.G);
-        const long long xs1 = A.x.s[1], bs1 = A.b.s[1];
-        const T *       xsrc = (const T *)A.x.p + c0.b * A.x.s[0] + h * A.x.s[2] + p0 * A.x.s[3] + c0.t0 * xs1;
-        const T *       bsrc = (const T *)A.b.p + c0.b * A.b.s[0] + g * A.b.s[2] + n0 + c0.t0 * bs1;
-        const float *   cwh = A.cw + ((long long)sg.first * A.H + h) * kChainW; /* chunk k: + k·H·kChainW */
-        const long long cw_step = (long long)A.H * kChainW;
+        const chain_seq<T> q = chain_seq_of<T>(A, cb);
+        const int          last_len = q.last_len, seglen = q.seglen, T_ = q.tiles;
+        const long long    xs1 = A.x.s[1], bs1 = A.b.s[1], cw_step = (long long)A.H * kChainW;
+        const T *          xsrc = q.xsrc;
+        const T *          bsrc = q.bsrc;
+        const float *      cwh = q.cwh; /* chunk k's weights: + k·cw_step */
         int             st_next = 0; /* the stage of the next tile to copy */
         auto copy_w = [&](int k) { /* chunk k's weights into wts[k & 1], with the next copy group */
             if (tid < kChainW / 4) cp_async16(&wts[k & 1][4 * tid], cwh + k * cw_step + 4 * tid);
@@ -2816,6 +2847,182 @@ __global__ void __launch_bounds__(kChainThreads) state_chain_kernel(const m2_fas
         chain_keep(fh1, fl1);
     }
     if (S.has_fin && sg.fin >= 0) chain_store_fin(S, sg.fin, h, p0, n0, acc);
+#else
+    (void)A, (void)S; /* no sm_90a code in this pass: never launched (scan_state_chain_applies) */
+    __trap();
+#endif
+}
+
+/* ---- chain2: two warpgroups per chain ------------------------------------------------------------
+ * The chain (above) is latency-bound: one warpgroup per block, 1.2 blocks per SM at the shape of
+ * record, so each scheduler runs one warp of it and every dependent instruction of the fragment build
+ * waits (ncu: 7.8% occupancy, "selected" 24%, fixed-latency waits 22%). state_chain2_kernel gives each
+ * chain two warpgroups that take alternate token tiles of a pair (tile 2s to warpgroup 0, 2s + 1 to
+ * warpgroup 1) into two accumulators: the running state is their sum. The decay is linear, so each
+ * warpgroup scales its own accumulator at a chunk's start; only the planes (and the final state) need
+ * the sum: warpgroup 1 hands its accumulator over through shared memory (the x area of the pair slot
+ * being refilled, 16 KB, in the fragment layout: thread i of warpgroup 1 writes what thread i of
+ * warpgroup 0 reads) and warpgroup 0 stores the planes of acc0 + acc1.
+ * Pipeline per pair step s: wait for pair s's copies, one barrier, at a chunk's first pair the
+ * hand-over (two more barriers), the copies of pair s + 2 into the slot of pair s − 1 (each warpgroup
+ * one tile), then each warpgroup its fragments and 8 wgmma, waited for at the step's end (wait<0>:
+ * the slot of pair s − 1 is free at step s + 1, so the copies run two pairs ahead in 6 tile stages,
+ * 96 KB: 2 blocks per SM). The products are v6's; the sums differ from the one-warpgroup chain only in
+ * order (two partial accumulators). */
+const int kChain2Threads = 256;
+const int kChain2Stages = 6; /* 3 pair slots */
+struct chain2_smem {
+    int x0, b0, total; /* tile stage s: x at x0 + s·8 KB, B at b0 + s·8 KB */
+    __host__ __device__ chain2_smem() {
+        x0 = 0;
+        b0 = kChain2Stages * ssmi_wg::kAtomBytes;
+        total = b0 + kChain2Stages * ssmi_wg::kAtomBytes + 1024;
+    }
+};
+
+/* OVERLAP (SSMOPS_CUDA_SCAN_STATE=chain2o): each warpgroup's products of pair s are waited for only
+ * after pair s + 1's are issued (wait<1>, fragments of two pairs alternating), so its fragment build
+ * overlaps its own wgmma; the slot of pair s − 1 is then still being read at step s, so the copies
+ * run one pair ahead instead of two. Which wins is for the GPU to say. */
+template <int MODE, bool OVERLAP>
+__global__ void __launch_bounds__(kChain2Threads, 2) state_chain2_kernel(const m2_fast_args A, const m2_pass_args S) {
+#if SSMI_WG_HAVE
+    constexpr int AHEAD = OVERLAP ? 1 : 2; /* pairs copied ahead */
+    typedef typename cfg<MODE>::T T;
+    constexpr bool BF = MODE == M_BF16;
+    __shared__ __align__(16) float wts[2][kChainW]; /* chunk k's weights and cum_last (parity k & 1) */
+    extern __shared__ __align__(1024) unsigned char smem_chain2[];
+    const unsigned  raw = smem_addr(smem_chain2);
+    unsigned char * sm = smem_chain2 + (((raw + 1023u) & ~1023u) - raw);
+    const unsigned  sb = smem_addr(sm);
+    const chain2_smem L;
+
+    const chain_block cb = chain_block_of(A, S);
+    const m2_seg      sg = cb.sg;
+    const int         h = cb.h, p0 = cb.p0, n0 = cb.n0, tid = threadIdx.x, wg = tid >> 7, tw = tid & 127;
+    float        acc[8][4]; /* warpgroup 0: the initial state's part; warpgroup 1: zero */
+    if (wg == 0 && S.has_init && sg.init >= 0)
+        chain_load_state(S, sg.init, h, p0, n0, acc);
+    else
+#pragma unroll
+        for (int t = 0; t < 8; ++t) acc[t][0] = acc[t][1] = acc[t][2] = acc[t][3] = 0.0f;
+    /* the state into warpgroup 0's accumulator: acc1 through the 16 KB at xc (fragment layout,
+     * conflict-free: consecutive threads, consecutive words), added to acc0; acc1 then starts over
+     * from zero (the decay is linear, so the sum may be formed at any chunk start) */
+    auto hand_over = [&](float * xc) {
+        if (wg == 1)
+#pragma unroll
+            for (int t = 0; t < 8; ++t)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) xc[(t * 4 + e) * 128 + tw] = acc[t][e];
+        __syncthreads();
+        /* every thread redefines its accumulator (a select, not a branch: ptxas serializes the
+         * OVERLAP form's wgmma when only one warpgroup's accumulator is written here, C7515) */
+#pragma unroll
+        for (int t = 0; t < 8; ++t)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float other = xc[(t * 4 + e) * 128 + tw];
+                acc[t][e] = wg == 0 ? acc[t][e] + other : 0.0f;
+            }
+    };
+    if (sg.count > 0) {
+        const chain_seq<T> q = chain_seq_of<T>(A, cb);
+        const int          last_len = q.last_len, seglen = q.seglen, T_ = q.tiles, npairs = (T_ + 1) / 2;
+        const long long    xs1 = A.x.s[1], bs1 = A.b.s[1], cw_step = (long long)A.H * kChainW;
+        const T *          xsrc = q.xsrc;
+        const T *          bsrc = q.bsrc;
+        const float *      cwh = q.cwh; /* chunk k's weights: + k·cw_step */
+        auto copy_w = [&](int k) { /* chunk k's weights into wts[k & 1], with the next copy group */
+            if (tid < kChainW / 4) cp_async16(&wts[k & 1][4 * tid], cwh + k * cw_step + 4 * tid);
+        };
+        auto issue = [&](int q) { /* pair q's copies (tile 2q + wg by warpgroup wg; one group, maybe empty) */
+            const int u = 2 * q + wg;
+            if (u < T_) {
+                const int st = (q % 3) * 2 + wg, rows = seglen - u * kFT;
+                chain_tile<T>(sm + L.x0 + st * ssmi_wg::kAtomBytes, xsrc + (long long)u * kFT * xs1, xs1, rows,
+                              A.P - p0);
+                chain_tile<T>(sm + L.b0 + st * ssmi_wg::kAtomBytes, bsrc + (long long)u * kFT * bs1, bs1, rows,
+                              A.N - n0);
+            }
+            cp_async_commit();
+        };
+        /* chunk k begins (its weights landed): the state into acc0 (xc: a free 16 KB), its planes,
+         * acc0 times the decay (acc1 is zero), chunk k + 1's weights requested (their buffer's last
+         * reader was chunk k − 1). Ends with a barrier: xc and the weights' buffer free again. */
+        auto enter_chunk = [&](int k, float * xc) {
+            hand_over(xc);
+            if (wg == 0) chain_store_planes<MODE>(A, (long long)sg.first + k, h, p0, n0, acc);
+            const float decay = expf(wts[k & 1][kScanQ]); /* the pass's factor */
+#pragma unroll
+            for (int q = 0; q < 8; ++q)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[q][e] *= decay;
+            if (k + 1 < sg.count) copy_w(k + 1);
+            __syncthreads();
+        };
+
+        copy_w(0); /* with pair 0's copies */
+        for (int q = 0; q < AHEAD; ++q) issue(q);
+        cp_async_wait_group<AHEAD - 1>(); /* pair 0 and chunk 0's weights */
+        __syncthreads();
+        enter_chunk(0, (float *)(sm + L.x0 + 2 * 2 * ssmi_wg::kAtomBytes)); /* slot 2: nothing copied there yet */
+        uint32_t fh0[4][4] = {}, fl0[4][4] = {}, fh1[4][4] = {}, fl1[4][4] = {};
+        for (int s2 = 0; s2 < npairs; ++s2) {
+            cp_async_wait_group<AHEAD - 1>(); /* pair s2 (pair s2 + 1 may still fly) */
+            ssmi_wg::fence_proxy_async();
+            /* everybody's copies; every wgmma of pair s2 − 1 (OVERLAP: s2 − 2) is done */
+            __syncthreads();
+            const int k = s2 >> 1; /* two pairs per whole chunk */
+            /* pair s2 + AHEAD goes to the slot of pair s2 + AHEAD − 3, free now (its products are
+             * done). A chunk's hand-over first uses the x area of slot (s2 + 2) % 3 (without OVERLAP
+             * the slot refilled next; with OVERLAP pair s2 − 1's, whose x was read by ldmatrix at
+             * step s2 − 1 and whose B only wgmma may still read) */
+            float * xc = (float *)(sm + L.x0 + ((s2 + 2) % 3) * 2 * ssmi_wg::kAtomBytes);
+            if ((s2 & 1) == 0 && k > 0) {
+                if constexpr (OVERLAP) { /* pair s2 − 1's products into the accumulators first */
+                    ssmi_wg::wait<0>();
+                    ssmi_wg::keep(acc);
+                }
+                enter_chunk(k, xc);
+            }
+            issue(s2 + AHEAD);
+            const int u = 2 * s2 + wg; /* this warpgroup's tile */
+            if (u < T_) {
+                const int             st = (s2 % 3) * 2 + wg;
+                const unsigned char * xs = sm + L.x0 + st * ssmi_wg::kAtomBytes;
+                const unsigned        bs = sb + (unsigned)(L.b0 + st * ssmi_wg::kAtomBytes);
+                const float *         w = &wts[k & 1][(u & 3) * kFT];
+                if (!OVERLAP || (s2 & 1) == 0) {
+                    chain_frags<MODE>(fh0, fl0, xs, w);
+                    chain_mma<BF>(acc, fh0, fl0, bs);
+                    if constexpr (OVERLAP) {
+                        ssmi_wg::wait<1>();
+                        chain_keep(fh1, fl1);
+                    } else {
+                        ssmi_wg::wait<0>();
+                        ssmi_wg::keep(acc);
+                        chain_keep(fh0, fl0);
+                    }
+                } else {
+                    chain_frags<MODE>(fh1, fl1, xs, w);
+                    chain_mma<BF>(acc, fh1, fl1, bs);
+                    ssmi_wg::wait<1>();
+                    chain_keep(fh0, fl0);
+                }
+            }
+        }
+        ssmi_wg::wait<0>();
+        ssmi_wg::keep(acc);
+        chain_keep(fh0, fl0); /* the last pair's fragments were live up to here */
+        chain_keep(fh1, fl1);
+        cp_async_wait_group<0>(); /* only empty groups are pending; the x area is rewritten below */
+    }
+    if (S.has_fin && sg.fin >= 0) { /* every thread reaches this (no early return above) */
+        __syncthreads();
+        hand_over((float *)(sm + L.x0));
+        if (wg == 0) chain_store_fin(S, sg.fin, h, p0, n0, acc);
+    }
 #else
     (void)A, (void)S; /* no sm_90a code in this pass: never launched (scan_state_chain_applies) */
     __trap();
@@ -3162,12 +3369,15 @@ ssm_status launch_fast_v7(ssm_context * ctx, const char * op, const m2_fast_args
  * (or 5) keeps v5's. The chain (state_chain_kernel in place of the state kernel and the pass) runs
  * where scan_state_chain_applies: by default only for short sequences on a full grid, always under
  * SSMOPS_CUDA_SCAN_STATE=chain, never under =v6. Independent of the output kernel; read on every
- * call. Returns 5, 6 (v6, no chain), 8 (the chain forced) or 0 (the default). */
+ * call. Returns 5, 6 (v6, no chain), 8 (the chain forced), 9 / 10 (the two-warpgroup chain / its
+ * OVERLAP form forced, on trial) or 0 (the default). */
 int scan_state_version() {
     const char * e = getenv("SSMOPS_CUDA_SCAN_STATE");
     if (e != NULL && (strcmp(e, "v5") == 0 || strcmp(e, "5") == 0)) return 5;
     if (e != NULL && (strcmp(e, "v6") == 0 || strcmp(e, "6") == 0)) return 6;
     if (e != NULL && strcmp(e, "chain") == 0) return 8; /* state_chain_kernel where it applies */
+    if (e != NULL && strcmp(e, "chain2") == 0) return 9; /* state_chain2_kernel where it applies (on trial) */
+    if (e != NULL && strcmp(e, "chain2o") == 0) return 10; /* its OVERLAP form (on trial) */
     return 0;
 }
 
@@ -3213,7 +3423,7 @@ ssm_status scan_state_chain_applies(ssm_context * ctx, const char * op, const m2
     ssmi_cuda_props dp;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_current_props(ctx, op, &dp));
     const long long blocks = nseg * A.H * A.n_ptiles * (A.N >> 6);
-    const size_t    need = (size_t)chain_smem().total + sizeof(float) * 2 * kChainW;
+    const size_t    need = (size_t)chain2_smem().total + sizeof(float) * 2 * kChainW; /* ≥ the chain's */
     *ok = need <= (size_t)dp.smem_optin && blocks <= INT32_MAX && (forced || blocks >= dp.sms);
     return SSM_STATUS_OK;
 }
@@ -3222,18 +3432,20 @@ ssm_status scan_state_chain_applies(ssm_context * ctx, const char * op, const m2
  * (sequence, head, P tile, N atom). */
 template <int MODE>
 ssm_status launch_state_chain(ssm_context * ctx, const char * op, const m2_fast_args & A, const m2_pass_args & S,
-                              long long W, long long nseg) {
-    const chain_smem L;
+                              long long W, long long nseg, int form) {
+    const bool two = form >= 2;
+    void (*kernel)(const m2_fast_args, const m2_pass_args) =
+        form == 3 ? state_chain2_kernel<MODE, true> : form == 2 ? state_chain2_kernel<MODE, false> : state_chain_kernel<MODE>;
+    const int smem = two ? chain2_smem().total : chain_smem().total;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute",
-                                          cudaFuncSetAttribute(state_chain_kernel<MODE>,
-                                                               cudaFuncAttributeMaxDynamicSharedMemorySize, L.total)));
+                                          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)));
     const long long wh = W * A.H, blocks = nseg * A.H * A.n_ptiles * (A.N >> 6);
     SSM_RETURN_IF(wh > INT32_MAX, ctx, SSM_STATUS_UNSUPPORTED, "%s: %lld blocks exceed the CUDA backend's grid limit",
                   op, wh);
     chain_dt_kernel<<<(unsigned)wh, kThreads, 0, ssmi_cuda_stream(ctx)>>>(A);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "chain_dt_kernel launch");
-    state_chain_kernel<MODE><<<(unsigned)blocks, kChainThreads, (size_t)L.total, ssmi_cuda_stream(ctx)>>>(A, S);
-    SSMI_CU_CHECK_LAUNCH(ctx, op, "state_chain_kernel launch");
+    kernel<<<(unsigned)blocks, two ? kChain2Threads : kChainThreads, (size_t)smem, ssmi_cuda_stream(ctx)>>>(A, S);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, two ? "state_chain2_kernel launch" : "state_chain_kernel launch");
     return SSM_STATUS_OK;
 }
 #endif
@@ -3360,7 +3572,7 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
     int       out_version = version;
     m2_fast_args fa;
     memset(&fa, 0, sizeof fa);
-    int chain = 0; /* state_chain_kernel instead of the state kernel and the pass */
+    int chain = 0; /* instead of the state kernel and the pass: 1 state_chain_kernel, 2 / 3 state_chain2_kernel */
     if (mode != M_F32) {
         if (version >= 5) {
             int fits = 0;
@@ -3387,8 +3599,9 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
         if (version >= 5 && state_version != 5) SSM_FORWARD_IF_ERROR(state_v6_applies(ctx, op, fa, &state6));
 #if SSMI_CUDA_WGMMA
         /* the chain replaces the state kernel and the pass (launched in the pass's place) */
-        if (version >= 5 && (state_version == 0 || state_version == 8) && fa.H > 0 && fa.P > 0)
-            SSM_FORWARD_IF_ERROR(scan_state_chain_applies(ctx, op, fa, pl, state_version == 8, &chain));
+        if (version >= 5 && (state_version == 0 || state_version >= 8) && fa.H > 0 && fa.P > 0)
+            SSM_FORWARD_IF_ERROR(scan_state_chain_applies(ctx, op, fa, pl, state_version >= 8, &chain));
+        if (chain && state_version >= 9) chain = state_version - 7; /* 2, 3: the two-warpgroup chain (OVERLAP) */
         if (state6 && !chain && pl->nchunks > 0 && fa.H > 0 && fa.P > 0)
             SSM_FORWARD_IF_ERROR(mode == M_F16 ? launch_state_v6<M_F16>(ctx, op, fa, pl->nchunks)
                                                : launch_state_v6<M_BF16>(ctx, op, fa, pl->nchunks));
@@ -3423,8 +3636,8 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
         pa.split = (void *)fa.split;
 #if SSMI_CUDA_WGMMA
         if (chain)
-            SSM_FORWARD_IF_ERROR(mode == M_F16 ? launch_state_chain<M_F16>(ctx, op, fa, pa, pl->nchunks, pl->nseg)
-                                               : launch_state_chain<M_BF16>(ctx, op, fa, pa, pl->nchunks, pl->nseg));
+            SSM_FORWARD_IF_ERROR(mode == M_F16 ? launch_state_chain<M_F16>(ctx, op, fa, pa, pl->nchunks, pl->nseg, chain)
+                                               : launch_state_chain<M_BF16>(ctx, op, fa, pa, pl->nchunks, pl->nseg, chain));
         else
 #endif
         if (pa.split != NULL && mode == M_F16)
