@@ -197,8 +197,6 @@ if want sanitizer && command -v compute-sanitizer >/dev/null 2>&1; then
             "--shape B=1,S=700,H=2,P=72,N=128,G=1,chunk=64 --param nseq=3,has_init=1,has_final=1"
         san_scan SSMOPS_CUDA_SCAN_STATE=chain2 state-chain2 \
             "--shape B=2,S=600,H=3,P=64,N=64,G=3,chunk=64 --param seq_idx=3,has_d=1,has_z=1"
-        san_scan SSMOPS_CUDA_SCAN_STATE=chain2o state-chain2o \
-            "--shape B=1,S=700,H=2,P=72,N=128,G=1,chunk=64 --param nseq=3,has_init=1,has_final=1"
         # the v7 output kernel (pipelined wgmma, the default): a row tile with four token tiles, a
         # partial p tile, z and D
         san_scan SSMOPS_CUDA_SCAN_KERNEL=v7 v7 "--shape B=1,S=450,H=2,P=72,N=128,G=1,chunk=64 --param has_d=1,has_z=1"
@@ -251,7 +249,6 @@ if want bench; then
     bench "siso_step f32 pool B128 H64 K128 V64" mamba3_siso_step --dtype f32 --shape B=128,H=64,Hq=1,K=128,V=64,A=32
     bench "mimo_step f32 pool B128 H16 R4 N64 P64" mamba3_mimo_step --dtype f32 --shape B=128,H=16,G=1,R=4,N=64,P=64
     # the previous kernel versions, kept selectable (docs/ops/*.md): same shapes
-    bench "scan bf16 anchor, state chain2o" SSMOPS_CUDA_SCAN_STATE=chain2o mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
     bench "scan bf16 anchor, state chain2" SSMOPS_CUDA_SCAN_STATE=chain2 mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
     bench "scan bf16 anchor, state chain" SSMOPS_CUDA_SCAN_STATE=chain mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
     bench "scan bf16 B8 S2048 H32 N64, state v6 + pass" SSMOPS_CUDA_SCAN_STATE=v6 mamba2_scan --dtype bf16 --shape B=8,S=2048,H=32,P=64,N=64,G=1,chunk=256 --param $scan_params

@@ -2880,14 +2880,13 @@ struct chain2_smem {
     }
 };
 
-/* OVERLAP (SSMOPS_CUDA_SCAN_STATE=chain2o): each warpgroup's products of pair s are waited for only
- * after pair s + 1's are issued (wait<1>, fragments of two pairs alternating), so its fragment build
- * overlaps its own wgmma; the slot of pair s − 1 is then still being read at step s, so the copies
- * run one pair ahead instead of two. Which wins is for the GPU to say. */
-template <int MODE, bool OVERLAP>
+/* (A form that waited for each warpgroup's products one pair later, its fragment build overlapping
+ * its own wgmma and the copies one pair ahead, was measured in the seventh session: 299 µs against
+ * 212 at the shape of record, slower at every shape; removed.) */
+template <int MODE>
 __global__ void __launch_bounds__(kChain2Threads, 2) state_chain2_kernel(const m2_fast_args A, const m2_pass_args S) {
 #if SSMI_WG_HAVE
-    constexpr int AHEAD = OVERLAP ? 1 : 2; /* pairs copied ahead */
+    constexpr int AHEAD = 2; /* pairs copied ahead */
     typedef typename cfg<MODE>::T T;
     constexpr bool BF = MODE == M_BF16;
     __shared__ __align__(16) float wts[2][kChainW]; /* chunk k's weights and cum_last (parity k & 1) */
@@ -2916,8 +2915,8 @@ __global__ void __launch_bounds__(kChain2Threads, 2) state_chain2_kernel(const m
 #pragma unroll
                 for (int e = 0; e < 4; ++e) xc[(t * 4 + e) * 128 + tw] = acc[t][e];
         __syncthreads();
-        /* every thread redefines its accumulator (a select, not a branch: ptxas serializes the
-         * OVERLAP form's wgmma when only one warpgroup's accumulator is written here, C7515) */
+        /* every thread redefines its accumulator (a select, not a branch: ptxas serialized a form of
+         * this kernel's wgmma when only one warpgroup's accumulator was written here, C7515) */
 #pragma unroll
         for (int t = 0; t < 8; ++t)
 #pragma unroll
@@ -2967,25 +2966,18 @@ __global__ void __launch_bounds__(kChain2Threads, 2) state_chain2_kernel(const m
         cp_async_wait_group<AHEAD - 1>(); /* pair 0 and chunk 0's weights */
         __syncthreads();
         enter_chunk(0, (float *)(sm + L.x0 + 2 * 2 * ssmi_wg::kAtomBytes)); /* slot 2: nothing copied there yet */
-        uint32_t fh0[4][4] = {}, fl0[4][4] = {}, fh1[4][4] = {}, fl1[4][4] = {};
+        uint32_t fh0[4][4] = {}, fl0[4][4] = {};
         for (int s2 = 0; s2 < npairs; ++s2) {
             cp_async_wait_group<AHEAD - 1>(); /* pair s2 (pair s2 + 1 may still fly) */
             ssmi_wg::fence_proxy_async();
-            /* everybody's copies; every wgmma of pair s2 − 1 (OVERLAP: s2 − 2) is done */
+            /* everybody's copies; every wgmma of pair s2 − 1 is done */
             __syncthreads();
             const int k = s2 >> 1; /* two pairs per whole chunk */
             /* pair s2 + AHEAD goes to the slot of pair s2 + AHEAD − 3, free now (its products are
-             * done). A chunk's hand-over first uses the x area of slot (s2 + 2) % 3 (without OVERLAP
-             * the slot refilled next; with OVERLAP pair s2 − 1's, whose x was read by ldmatrix at
-             * step s2 − 1 and whose B only wgmma may still read) */
+             * done). A chunk's hand-over first uses the x area of slot (s2 + 2) % 3, the slot
+             * refilled next */
             float * xc = (float *)(sm + L.x0 + ((s2 + 2) % 3) * 2 * ssmi_wg::kAtomBytes);
-            if ((s2 & 1) == 0 && k > 0) {
-                if constexpr (OVERLAP) { /* pair s2 − 1's products into the accumulators first */
-                    ssmi_wg::wait<0>();
-                    ssmi_wg::keep(acc);
-                }
-                enter_chunk(k, xc);
-            }
+            if ((s2 & 1) == 0 && k > 0) enter_chunk(k, xc);
             issue(s2 + AHEAD);
             const int u = 2 * s2 + wg; /* this warpgroup's tile */
             if (u < T_) {
@@ -2993,29 +2985,16 @@ __global__ void __launch_bounds__(kChain2Threads, 2) state_chain2_kernel(const m
                 const unsigned char * xs = sm + L.x0 + st * ssmi_wg::kAtomBytes;
                 const unsigned        bs = sb + (unsigned)(L.b0 + st * ssmi_wg::kAtomBytes);
                 const float *         w = &wts[k & 1][(u & 3) * kFT];
-                if (!OVERLAP || (s2 & 1) == 0) {
-                    chain_frags<MODE>(fh0, fl0, xs, w);
-                    chain_mma<BF>(acc, fh0, fl0, bs);
-                    if constexpr (OVERLAP) {
-                        ssmi_wg::wait<1>();
-                        chain_keep(fh1, fl1);
-                    } else {
-                        ssmi_wg::wait<0>();
-                        ssmi_wg::keep(acc);
-                        chain_keep(fh0, fl0);
-                    }
-                } else {
-                    chain_frags<MODE>(fh1, fl1, xs, w);
-                    chain_mma<BF>(acc, fh1, fl1, bs);
-                    ssmi_wg::wait<1>();
-                    chain_keep(fh0, fl0);
-                }
+                chain_frags<MODE>(fh0, fl0, xs, w);
+                chain_mma<BF>(acc, fh0, fl0, bs);
+                ssmi_wg::wait<0>();
+                ssmi_wg::keep(acc);
+                chain_keep(fh0, fl0);
             }
         }
         ssmi_wg::wait<0>();
         ssmi_wg::keep(acc);
         chain_keep(fh0, fl0); /* the last pair's fragments were live up to here */
-        chain_keep(fh1, fl1);
         cp_async_wait_group<0>(); /* only empty groups are pending; the x area is rewritten below */
     }
     if (S.has_fin && sg.fin >= 0) { /* every thread reaches this (no early return above) */
@@ -3366,18 +3345,17 @@ ssm_status launch_fast_v7(ssm_context * ctx, const char * op, const m2_fast_args
  * fast_state_kernel_v6 (default since its first H200 run, 2026-11-30: every test case, sanitizers
  * clean, 130 -> 113 us at the shape of record) runs where v5's state kernel would run
  * (SSMOPS_CUDA_SCAN_KERNEL v5 or v6, the default) and state_v6_applies; SSMOPS_CUDA_SCAN_STATE=v5
- * (or 5) keeps v5's. The chain (state_chain_kernel in place of the state kernel and the pass) runs
- * where scan_state_chain_applies: by default only for short sequences on a full grid, always under
- * SSMOPS_CUDA_SCAN_STATE=chain, never under =v6. Independent of the output kernel; read on every
- * call. Returns 5, 6 (v6, no chain), 8 (the chain forced), 9 / 10 (the two-warpgroup chain / its
- * OVERLAP form forced, on trial) or 0 (the default). */
+ * (or 5) keeps v5's. The chains (state_chain_kernel or state_chain2_kernel in place of the state
+ * kernel and the pass) run where scan_state_chain_applies chooses them, always under
+ * SSMOPS_CUDA_SCAN_STATE=chain / chain2 (where they can run), never under =v6. Independent of the
+ * output kernel; read on every call. Returns 5, 6 (v6, no chain), 8 (the one-warpgroup chain
+ * forced), 9 (the two-warpgroup chain forced) or 0 (the default). */
 int scan_state_version() {
     const char * e = getenv("SSMOPS_CUDA_SCAN_STATE");
     if (e != NULL && (strcmp(e, "v5") == 0 || strcmp(e, "5") == 0)) return 5;
     if (e != NULL && (strcmp(e, "v6") == 0 || strcmp(e, "6") == 0)) return 6;
     if (e != NULL && strcmp(e, "chain") == 0) return 8; /* state_chain_kernel where it applies */
-    if (e != NULL && strcmp(e, "chain2") == 0) return 9; /* state_chain2_kernel where it applies (on trial) */
-    if (e != NULL && strcmp(e, "chain2o") == 0) return 10; /* its OVERLAP form (on trial) */
+    if (e != NULL && strcmp(e, "chain2") == 0) return 9; /* state_chain2_kernel where it applies */
     return 0;
 }
 
@@ -3400,23 +3378,31 @@ ssm_status state_v6_applies(ssm_context * ctx, const char * op, const m2_fast_ar
 }
 
 #if SSMI_CUDA_WGMMA
-/* *ok = 1 when state_chain_kernel replaces the state kernel and the pass: where v6's state kernel
- * can run (state_v6_applies) and the output kernel reads the split entering states (A.split), and,
- * unless forced (SSMOPS_CUDA_SCAN_STATE=chain), where the chains are short (no sequence longer than
- * kChainAutoChunks chunks) and the grid has a block per SM or more. A chain's time is its length
- * times a chunk's latency, so it pays where the parallel kernels' fixed costs weigh most. H200,
- * bf16 (sixth session): B=8 S=2048 H=32 N=64 (8 chunks, 256 blocks) 0.311 -> 0.280 ms; B=4 S=4096
- * H=80 (16 chunks) 0.945 -> 0.932; B=1 S=8192 H=80 (32 chunks, 160 blocks) 0.491 -> 0.532 (slower:
- * not chosen). */
-const int kChainAutoChunks = 8;
+/* *form = 1 (state_chain_kernel) or 2 (state_chain2_kernel) when a chain replaces the state kernel
+ * and the pass, else 0. A chain can run where v6's state kernel can (state_v6_applies) and the
+ * output kernel reads the split entering states (A.split); forced (SSMOPS_CUDA_SCAN_STATE=chain or
+ * chain2: want = 1 or 2) it runs wherever it can. By default (want = 0) the rule follows what the
+ * H200 measured (bf16, seventh session; ms for v6 + pass / chain / chain2):
+ *   - a chain is one block of indivisible serial work, and a second chain on an SM costs 1.56× one
+ *     (S = 8192: 131 µs at 128 blocks, 201 at 160, 208 at 264), so the grid's last wave of chains
+ *     must be nearly full (k = blocks / SMs, balance k / ⌈k⌉ ≥ kChainBalance) with k ≥ 1.5:
+ *     B=4 S=4096 H=80 (k 4.85, balance 0.97) 0.956 / 0.938 / 0.909; B=8 S=2048 H=32 N=64 (1.94,
+ *     0.97) 0.316 / 0.283 / 0.287; against B=1 S=8192 H=80 (1.21, 0.61) 0.495 / 0.533 / 0.547,
+ *     B=2 S=8192 H=80 (2.42, 0.81) 0.955 / 1.040, B=1 S=8192 H=64 (0.97) 0.397 / 0.400;
+ *   - or the chains are short (≤ kChainAutoChunks chunks) on a grid of a block per SM or more (the
+ *     sixth session's rule);
+ *   - the two-warpgroup chain where there are kChain2PerSm chains per SM or more (it wins there,
+ *     0.909 against 0.938 at k = 4.85, and ties at k = 1.94). */
+const int    kChainAutoChunks = 8;
+const double kChainBalance = 0.85;
+const double kChain2PerSm = 3.0;
 ssm_status scan_state_chain_applies(ssm_context * ctx, const char * op, const m2_fast_args & A, const m2_plan * pl,
-                                    bool forced, int * ok) {
-    *ok = 0;
+                                    int want, int * form) {
+    *form = 0;
     const long long nseg = pl->nseg;
     if (A.split == NULL || A.cw == NULL || nseg <= 0) return SSM_STATUS_OK;
     int longest = 0;
     for (long long i = 0; i < nseg; ++i) longest = pl->segs[i].count > longest ? pl->segs[i].count : longest;
-    if (!forced && longest > kChainAutoChunks) return SSM_STATUS_OK;
     int v6 = 0;
     SSM_FORWARD_IF_ERROR(state_v6_applies(ctx, op, A, &v6));
     if (!v6) return SSM_STATUS_OK;
@@ -3424,18 +3410,25 @@ ssm_status scan_state_chain_applies(ssm_context * ctx, const char * op, const m2
     SSM_FORWARD_IF_ERROR(ssmi_cuda_current_props(ctx, op, &dp));
     const long long blocks = nseg * A.H * A.n_ptiles * (A.N >> 6);
     const size_t    need = (size_t)chain2_smem().total + sizeof(float) * 2 * kChainW; /* ≥ the chain's */
-    *ok = need <= (size_t)dp.smem_optin && blocks <= INT32_MAX && (forced || blocks >= dp.sms);
+    if (need > (size_t)dp.smem_optin || blocks > INT32_MAX || dp.sms <= 0) return SSM_STATUS_OK;
+    if (want != 0) {
+        *form = want;
+        return SSM_STATUS_OK;
+    }
+    const double k = (double)blocks / dp.sms, waves = (double)((blocks + dp.sms - 1) / dp.sms);
+    const bool   balanced = k >= 1.5 && k / waves >= kChainBalance;
+    const bool   short_chains = longest <= kChainAutoChunks && blocks >= dp.sms;
+    if (balanced || short_chains) *form = k >= kChain2PerSm ? 2 : 1;
     return SSM_STATUS_OK;
 }
 
-/* chain_dt_kernel (one block per (work chunk, head)), then state_chain_kernel: one block per
- * (sequence, head, P tile, N atom). */
+/* chain_dt_kernel (one block per (work chunk, head)), then state_chain_kernel (form 1) or
+ * state_chain2_kernel (form 2): one block per (sequence, head, P tile, N atom). */
 template <int MODE>
 ssm_status launch_state_chain(ssm_context * ctx, const char * op, const m2_fast_args & A, const m2_pass_args & S,
                               long long W, long long nseg, int form) {
-    const bool two = form >= 2;
-    void (*kernel)(const m2_fast_args, const m2_pass_args) =
-        form == 3 ? state_chain2_kernel<MODE, true> : form == 2 ? state_chain2_kernel<MODE, false> : state_chain_kernel<MODE>;
+    const bool two = form == 2;
+    void (*kernel)(const m2_fast_args, const m2_pass_args) = two ? state_chain2_kernel<MODE> : state_chain_kernel<MODE>;
     const int smem = two ? chain2_smem().total : chain_smem().total;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute",
                                           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)));
@@ -3572,7 +3565,7 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
     int       out_version = version;
     m2_fast_args fa;
     memset(&fa, 0, sizeof fa);
-    int chain = 0; /* instead of the state kernel and the pass: 1 state_chain_kernel, 2 / 3 state_chain2_kernel */
+    int chain = 0; /* instead of the state kernel and the pass: 1 state_chain_kernel, 2 state_chain2_kernel */
     if (mode != M_F32) {
         if (version >= 5) {
             int fits = 0;
@@ -3600,8 +3593,8 @@ ssm_status scan_launch(ssm_context * ctx, const ssm_mamba2_params * p, const ssm
 #if SSMI_CUDA_WGMMA
         /* the chain replaces the state kernel and the pass (launched in the pass's place) */
         if (version >= 5 && (state_version == 0 || state_version >= 8) && fa.H > 0 && fa.P > 0)
-            SSM_FORWARD_IF_ERROR(scan_state_chain_applies(ctx, op, fa, pl, state_version >= 8, &chain));
-        if (chain && state_version >= 9) chain = state_version - 7; /* 2, 3: the two-warpgroup chain (OVERLAP) */
+            SSM_FORWARD_IF_ERROR(scan_state_chain_applies(ctx, op, fa, pl, state_version >= 8 ? state_version - 7 : 0,
+                                                          &chain));
         if (state6 && !chain && pl->nchunks > 0 && fa.H > 0 && fa.P > 0)
             SSM_FORWARD_IF_ERROR(mode == M_F16 ? launch_state_v6<M_F16>(ctx, op, fa, pl->nchunks)
                                                : launch_state_v6<M_BF16>(ctx, op, fa, pl->nchunks));
