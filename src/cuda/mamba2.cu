@@ -3382,17 +3382,24 @@ ssm_status state_v6_applies(ssm_context * ctx, const char * op, const m2_fast_ar
  * and the pass, else 0. A chain can run where v6's state kernel can (state_v6_applies) and the
  * output kernel reads the split entering states (A.split); forced (SSMOPS_CUDA_SCAN_STATE=chain or
  * chain2: want = 1 or 2) it runs wherever it can. By default (want = 0) the rule follows what the
- * H200 measured (bf16, seventh session; ms for v6 + pass / chain / chain2):
+ * H200 measured (bf16, seventh session, ms):
  *   - a chain is one block of indivisible serial work, and a second chain on an SM costs 1.56× one
- *     (S = 8192: 131 µs at 128 blocks, 201 at 160, 208 at 264), so the grid's last wave of chains
- *     must be nearly full (k = blocks / SMs, balance k / ⌈k⌉ ≥ kChainBalance) with k ≥ 1.5:
- *     B=4 S=4096 H=80 (k 4.85, balance 0.97) 0.956 / 0.938 / 0.909; B=8 S=2048 H=32 N=64 (1.94,
- *     0.97) 0.316 / 0.283 / 0.287; against B=1 S=8192 H=80 (1.21, 0.61) 0.495 / 0.533 / 0.547,
- *     B=2 S=8192 H=80 (2.42, 0.81) 0.955 / 1.040, B=1 S=8192 H=64 (0.97) 0.397 / 0.400;
- *   - or the chains are short (≤ kChainAutoChunks chunks) on a grid of a block per SM or more (the
- *     sixth session's rule);
- *   - the two-warpgroup chain where there are kChain2PerSm chains per SM or more (it wins there,
- *     0.909 against 0.938 at k = 4.85, and ties at k = 1.94). */
+ *     (S = 8192: 131 µs at 128 blocks, 201 at 160, 208 at 264), so a chain pays where the grid's
+ *     last wave of chains is nearly full: k = blocks / SMs ≥ 1.5 and k / ⌈k⌉ ≥ kChainBalance;
+ *   - or where the chains are short (≤ kChainAutoChunks chunks) on a grid of a block per SM or more
+ *     (the sixth session's rule);
+ *   - the two-warpgroup form from kChain2PerSm chains per SM: it is 3% faster at B=4 S=4096 and 1-2%
+ *     slower at the other shapes with k ≥ 3, the smaller worst case of the two choices.
+ *   shape (H=80 N=128 unless given)   k     v6 + pass  chain   chain2  chosen
+ *   B=1 S=8192                        1.21  0.495      0.533   0.546   v6 + pass
+ *   B=2 S=8192                        2.42  0.955      1.040   –       v6 + pass (balance 0.81)
+ *   B=1 S=8192 H=64                   0.97  0.397      0.400   –       v6 + pass
+ *   B=2 S=4096 H=64                   1.94  0.402      0.375   0.382   chain
+ *   B=8 S=2048 H=32 N=64              1.94  0.316      0.282   0.287   chain
+ *   B=3 S=8192                        3.64  1.415      1.341   1.359   chain2
+ *   B=4 S=4096                        4.85  0.957      0.935   0.910   chain2
+ *   B=16 S=1024 H=64 N=64             7.76  0.611      0.550   0.561   chain2
+ *   B=8 S=4096                        9.70  1.881      1.758   1.779   chain2 */
 const int    kChainAutoChunks = 8;
 const double kChainBalance = 0.85;
 const double kChain2PerSm = 3.0;
