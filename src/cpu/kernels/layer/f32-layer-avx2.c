@@ -1,44 +1,16 @@
 /* AVX2+FMA layer kernels (see layer.h). Channels in chunks of 8, the last chunk masked.
- * The exp is the one of vec.h's AVX2 kernels (same reduction and polynomial). */
+ * The exp is exp_ps of kernels/avx2-math.h, the one of vec.h's AVX2 kernels. */
 #include <immintrin.h>
 #include <math.h>
 #include <string.h>
 
 #include "layer.h"
-
-static inline __m256 exp_ps(__m256 x) {
-    const __m256 xc = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-110.0f)), _mm256_set1_ps(100.0f));
-    const __m256 n  = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(1.44269504088896341f)),
-                                      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693359375f), xc);
-    r        = _mm256_fnmadd_ps(n, _mm256_set1_ps(-2.12194440e-4f), r);
-    __m256 p = _mm256_set1_ps(1.0f / 5040.0f);
-    p        = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 720.0f));
-    p        = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120.0f));
-    p        = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24.0f));
-    p        = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6.0f));
-    p        = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
-    p        = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    p        = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-    const __m256i ni  = _mm256_cvtps_epi32(n);
-    const __m256i n1  = _mm256_srai_epi32(ni, 1);
-    const __m256i n2  = _mm256_sub_epi32(ni, n1);
-    const __m256i bia = _mm256_set1_epi32(127);
-    const __m256  s1  = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n1, bia), 23));
-    const __m256  s2  = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_add_epi32(n2, bia), 23));
-    const __m256  y   = _mm256_mul_ps(_mm256_mul_ps(p, s1), s2);
-    return _mm256_blendv_ps(y, x, _mm256_cmp_ps(x, x, _CMP_UNORD_Q));
-}
+#include "../avx2-math.h"
 
 /* sigmoid(v) = 1/(1 + exp(−v)) */
 static inline __m256 sigmoid_ps(__m256 v) {
     const __m256 e = exp_ps(_mm256_sub_ps(_mm256_setzero_ps(), v));
     return _mm256_div_ps(_mm256_set1_ps(1.0f), _mm256_add_ps(_mm256_set1_ps(1.0f), e));
-}
-
-static inline __m256i tail_mask(int64_t count) {
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int) (count < 8 ? count : 8)), lane);
 }
 
 static inline __m256 ld(const float * p, int full, __m256i m) {

@@ -3,11 +3,7 @@
 #include <immintrin.h>
 
 #include "sisostep.h"
-
-static inline __m256i tail_mask(int64_t count) {
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int) count), lane);
-}
+#include "../avx2-math.h"
 
 static inline __m256 update8(__m256 hv, __m256 va, __m256 vb, __m256 vc, __m256 kp, __m256 kh) {
     return _mm256_fmadd_ps(vc, kh, _mm256_fmadd_ps(vb, kp, _mm256_mul_ps(va, hv)));

@@ -3,11 +3,7 @@
 #include <immintrin.h>
 
 #include "step.h"
-
-static inline __m256i tail_mask(int64_t count) {
-    const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-    return _mm256_cmpgt_epi32(_mm256_set1_epi32((int) count), lane);
-}
+#include "../avx2-math.h"
 
 static inline float hsum(__m256 v) {
     const __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
