@@ -94,6 +94,24 @@ static void scan_pass(const scan_run * r, const char * name, const char * kernel
     }
 }
 
+/* scan_pass twice under the same knobs ("name", then "name again" on re-poisoned outputs): both
+ * checked against the reference, and the second must give the first one's bytes (no races). */
+static void scan_pass_twice(const scan_run * r, const char * name, const char * kernel, const char * state) {
+    ssmt_mamba2_problem * pr = r->pr;
+    char                  again[64];
+    snprintf(again, sizeof again, "%s again", name);
+    scan_pass(r, name, kernel, state);
+    void * out = ssmt_snapshot(&pr->out);
+    void * fin = pr->final_states.t.data ? ssmt_snapshot(&pr->final_states) : NULL;
+    scan_pass(r, again, kernel, state);
+    TEST_CHECK(ssmt_unchanged(&pr->out, out), "%s: out differs between two %s runs", r->tag, name);
+    if (fin)
+        TEST_CHECK(ssmt_unchanged(&pr->final_states, fin), "%s: final_states differ between two %s runs", r->tag,
+                   name);
+    free(out);
+    free(fin);
+}
+
 static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan_opts * o, const char * tag) {
     ssmt_mamba2_problem pr;
     if (ssmt_mamba2_random_args(rng, cfg, &pr) != 0) {
@@ -143,42 +161,17 @@ static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan
         TEST_CHECK_STATUS(ssm_cuda_malloc(NULL, &ws, ws_bytes), SSM_STATUS_OK);
     }
     const scan_run r = {ctx, &p, &da, ws, ws_bytes, &pr, &dv[9], &dv[10], &rout, &rfin, cfg->dtype, tag};
-    scan_pass(&r, "v5", "v5", "v5");
-    /* a second run on re-poisoned outputs gives the same bytes */
-    void * first_out = ssmt_snapshot(&pr.out);
-    void * first_fin = pr.final_states.t.data ? ssmt_snapshot(&pr.final_states) : NULL;
-    scan_pass(&r, "v5 again", "v5", "v5");
-    TEST_CHECK(ssmt_unchanged(&pr.out, first_out), "%s: out differs between two runs", tag);
-    if (first_fin) TEST_CHECK(ssmt_unchanged(&pr.final_states, first_fin), "%s: final_states differ between runs", tag);
-    free(first_out);
-    free(first_fin);
+    scan_pass_twice(&r, "v5", "v5", "v5");
     scan_pass(&r, "v3", "v3", "v5");
     scan_pass(&r, "v6", "v6", NULL);       /* with the default (v6) state kernel */
     scan_pass(&r, "state-v5", "v6", "v5"); /* v5's state kernel under the v6 output kernel */
     scan_pass(&r, "v7", NULL, NULL);       /* the defaults: v7 output, the chain where it is chosen, else v6 */
     scan_pass(&r, "v7 state-v6", NULL, "v6"); /* v7 output, v6 state kernel and pass (never the chain) */
-    /* the chained state kernel wherever it can run, twice: the same bytes */
-    scan_pass(&r, "state-chain", NULL, "chain");
-    void * chain_out = ssmt_snapshot(&pr.out);
-    void * chain_fin = pr.final_states.t.data ? ssmt_snapshot(&pr.final_states) : NULL;
-    scan_pass(&r, "state-chain again", NULL, "chain");
-    TEST_CHECK(ssmt_unchanged(&pr.out, chain_out), "%s: out differs between two chain runs", tag);
-    if (chain_fin)
-        TEST_CHECK(ssmt_unchanged(&pr.final_states, chain_fin), "%s: final_states differ between chain runs", tag);
-    /* the two-warpgroup chain, twice: against float64 each time (scan_pass), and the same bytes both
-     * times (its sums are ordered differently from the one-warpgroup chain's: two partial
-     * accumulators, summed at each chunk start) */
-    free(chain_out);
-    free(chain_fin);
-    scan_pass(&r, "state-chain2", NULL, "chain2");
-    chain_out = ssmt_snapshot(&pr.out);
-    chain_fin = pr.final_states.t.data ? ssmt_snapshot(&pr.final_states) : NULL;
-    scan_pass(&r, "state-chain2 again", NULL, "chain2");
-    TEST_CHECK(ssmt_unchanged(&pr.out, chain_out), "%s: out differs between two chain2 runs", tag);
-    if (chain_fin)
-        TEST_CHECK(ssmt_unchanged(&pr.final_states, chain_fin), "%s: final_states differ between chain2 runs", tag);
-    free(chain_out);
-    free(chain_fin);
+    /* the chained state kernels wherever they can run, each twice (the two-warpgroup chain sums in
+     * another order than the one-warpgroup chain: two partial accumulators, summed at each chunk
+     * start, so each is compared with itself) */
+    scan_pass_twice(&r, "state-chain", NULL, "chain");
+    scan_pass_twice(&r, "state-chain2", NULL, "chain2");
 
     if (ws) TEST_CHECK_STATUS(ssm_cuda_free(NULL, ws), SSM_STATUS_OK);
     for (int i = 0; i < NT; ++i) ssmt_dev_free(&dv[i]);
