@@ -51,9 +51,11 @@ static ssm_tensor * field(void * args, size_t off) { return (ssm_tensor *)((char
 /* Runs the op on REF (F64 outputs) and on the device (outputs in their own dtype, poisoned),
  * compares every output, then runs again on re-uploaded inputs and poisoned outputs and
  * checks the bytes are identical. */
-/* When set, the second run of every device case runs with SSMOPS_CUDA_SISO_FAST = g_second_knob
- * and must still give the first run's bytes (version 8 against version 7: the same values). */
+/* When set, the second run of every device case runs with the variable g_second_var (default
+ * SSMOPS_CUDA_SISO_FAST) = g_second_knob and must still give the first run's bytes (version 8
+ * against version 7; the chained state kernel against the v6 state kernel and the pass). */
 static const char * g_second_knob = NULL;
+static const char * g_second_var = "SSMOPS_CUDA_SISO_FAST";
 
 static void run_dev_case(const char * name, ssmt_run_fn run, const void * host_args, size_t size, const bind * b,
                          int nb, ssm_dtype compute) {
@@ -104,16 +106,16 @@ static void run_dev_case(const char * name, ssmt_run_fn run, const void * host_a
                     TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dv[i].mem, saved[i], b[i].h->bytes), SSM_STATUS_OK);
         const char * knob = pass == 1 ? g_second_knob : NULL;
         char         prev[32] = "";
-        const char * env = getenv("SSMOPS_CUDA_SISO_FAST");
+        const char * env = getenv(g_second_var);
         const int    had = env != NULL;
         if (had) snprintf(prev, sizeof prev, "%s", env);
-        if (knob != NULL) setenv("SSMOPS_CUDA_SISO_FAST", knob, 1);
+        if (knob != NULL) setenv(g_second_var, knob, 1);
         st = run(ctx_cuda, da);
         if (knob != NULL) { /* the caller's setting back */
             if (had)
-                setenv("SSMOPS_CUDA_SISO_FAST", prev, 1);
+                setenv(g_second_var, prev, 1);
             else
-                unsetenv("SSMOPS_CUDA_SISO_FAST");
+                unsetenv(g_second_var);
         }
         TEST_CHECK(st == SSM_STATUS_OK, "%s cuda%s: %s (%s)", name, pass ? " (second run)" : "", ssm_status_string(st),
                    ssm_context_last_error(ctx_cuda));
@@ -134,8 +136,9 @@ static void run_dev_case(const char * name, ssmt_run_fn run, const void * host_a
                 }
                 first[i] = ssmt_snapshot(b[j].h);
             } else {
-                TEST_CHECK(ssmt_unchanged(b[j].h, first[i]), "%s: output #%d differs between two runs%s%s", name, i,
-                           knob ? ", the second under SSMOPS_CUDA_SISO_FAST=" : "", knob ? knob : "");
+                TEST_CHECK(ssmt_unchanged(b[j].h, first[i]), "%s: output #%d differs between two runs%s%s%s%s", name,
+                           i, knob ? ", the second under " : "", knob ? g_second_var : "", knob ? "=" : "",
+                           knob ? knob : "");
                 free(first[i]);
             }
         }
@@ -466,25 +469,31 @@ static void forward_suite(ssmt_rng * rng, const char * vname, int with_explicit_
     }
     /* sequences of more than 32 chunks: v3's angle scan carries θ from one batch of 32 chunks
      * to the next (2117 = 33 chunks + 5 tokens, 2376 = 38 chunks − 56); batch rows, then
-     * varlen with an empty sequence between them; f16 and bf16, with and without states */
-    for (int e = 0; e < 2; ++e) {
+     * varlen with an empty sequence between them; f16 and bf16, with and without states. Cases 2
+     * and 3 the same lengths in the domain of version 8 and the chained state kernel (16-bit outputs
+     * of v's dtype, K = 128 with V = 72: two V tiles and two K slices; K = 64 with V = 64) */
+    for (int e = 0; e < 4; ++e) {
         ssmt_mamba3_config cfg;
         ssmt_mamba3_config_init(&cfg);
         int64_t lens[3] = {2117, 0, 2376};
-        cfg.batch = e == 0 ? 2 : 1;
-        cfg.seqlen = e == 0 ? 2117 : 2117 + 2376;
+        const int vl = e % 2 == 1; /* varlen with states */
+        cfg.batch = vl ? 1 : 2;
+        cfg.seqlen = vl ? 2117 + 2376 : 2117;
         cfg.nheads = 3, cfg.nheads_qk = 1, cfg.dk = 32, cfg.dv = 24, cfg.nangles = 13;
-        cfg.dtype = e == 0 ? SSM_DTYPE_F16 : SSM_DTYPE_BF16;
+        if (e == 2) cfg.nheads = 2, cfg.dk = 64, cfg.dv = 64, cfg.nangles = 16;
+        if (e == 3) cfg.nheads = 2, cfg.dk = 128, cfg.dv = 72, cfg.nangles = 32;
+        cfg.dtype = vl ? SSM_DTYPE_BF16 : SSM_DTYPE_F16;
+        if (e >= 2) cfg.out_dtype = cfg.dtype;
         cfg.has_d = cfg.has_z = 1;
-        cfg.has_states = e;
+        cfg.has_states = vl;
         cfg.has_final = 1;
-        if (e == 1) {
+        if (vl) {
             cfg.nseq = 3;
             cfg.seqlens = lens;
         }
         char tag[128];
-        snprintf(tag, sizeof tag, "long B%lld S%lld %s%s", (long long)cfg.batch, (long long)cfg.seqlen,
-                 e ? "bf16 varlen states" : "f16", vname);
+        snprintf(tag, sizeof tag, "long B%lld S%lld K%lld V%lld %s%s", (long long)cfg.batch, (long long)cfg.seqlen,
+                 (long long)cfg.dk, (long long)cfg.dv, vl ? "bf16 varlen states" : "f16", vname);
         test_forward(rng, &cfg, tag);
     }
 }
@@ -520,6 +529,22 @@ int main(void) {
     forward_suite(&rng, " v7 then v8", 0);
     g_second_knob = NULL;
     unsetenv("SSMOPS_CUDA_SISO_FAST");
+    /* the chained state kernel (siso_chain_kernel, SSMOPS_CUDA_SISO_STATE=chain: one block per
+     * (sequence, head, V tile, 64 K columns) carrying the state across the chunks, where version 8's
+     * path runs): every forward case under it against float64 and twice for equal bytes; then every
+     * case with its first run under =v6 (the v6 state kernel and the pass, never the chain) and its
+     * second under =chain: the chain must give that pipeline's bytes. Its domain in the suite: 16-bit
+     * q/k/v and outputs, K = 64 and 128, V = 64 / 72 / 128 (a partial second V tile), chunk tails,
+     * varlen with an empty sequence, states on and off, sequences of 33 and 38 chunks ("long"). */
+    setenv("SSMOPS_CUDA_SISO_STATE", "chain", 1);
+    forward_suite(&rng, " chain", 0);
+    setenv("SSMOPS_CUDA_SISO_STATE", "v6", 1);
+    g_second_var = "SSMOPS_CUDA_SISO_STATE";
+    g_second_knob = "chain";
+    forward_suite(&rng, " v6 then chain", 0);
+    g_second_knob = NULL;
+    g_second_var = "SSMOPS_CUDA_SISO_FAST";
+    unsetenv("SSMOPS_CUDA_SISO_STATE");
     /* the default version with v5's state kernel (SSMOPS_CUDA_SISO_STATE=v5): every forward case,
      * on the same inputs as the default pass, which ran the 8-warp v6 state kernel (column blocks
      * per warp pair: K = 128 4 + 4, K = 96 3 + 3, K = 40 2 + 1, K = 16 1 + 0 with the upper warps

@@ -990,11 +990,6 @@ const int kV4Threads = 256;              /* 8 warps of 16 rows                  
 const int kV4ITiles = kScanQ / kV4Rows;  /* row tiles per work chunk                  */
 const int kPassBatch = 8;                /* chunks of loads in flight in the pass      */
 
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-/* Waits until at most N of this thread's committed groups are pending (the newest ones). */
-template <int N> __device__ __forceinline__ void cp_async_wait_group() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
 
 /* Piece u of a token tile's B rows for this thread: row r = (tid + u·threads)/8, columns
  * n0 + c .. n0 + c + 7 with c = 8·((tid + u·threads) % 8), as fp32; 0 outside the chunk (r ≥ nr)

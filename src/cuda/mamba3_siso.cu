@@ -2853,6 +2853,200 @@ __global__ void __launch_bounds__(kStateThreads6, 4) fast_state_kernel_v6(const 
     }
 }
 
+/* ---- the chained state kernel (version 8; SSMOPS_CUDA_SISO_STATE=chain, or the rule) ----------------
+ * fast_state_kernel_v6 writes every chunk's own contribution (fp32 V × K) and pass_kernel_v5 reads
+ * it back and rewrites it as the entering state: at the shape of record 268 MB written, then 536 MB
+ * read and written again, 204 + 156 µs. siso_chain_kernel does both in one pass: one block per
+ * (sequence, head, V tile, 64 K columns) walks its sequence's chunks in order with the running state
+ * in registers; at a chunk's start it stores the entering state (what the pass stored), then adds
+ * the chunk's products to a zeroed local accumulator — v6's products of v6's operands — and folds
+ * them in with the pass's expression, S ← e^{c_last}·S + local. The chunk contributions are never
+ * stored. The operands of chunk c + 2 (the scalars and θ of chunk_prep_kernel's slot, the raw k
+ * columns, the v tile) land by cp.async in a ring of three stages while chunk c computes; two block
+ * barriers per chunk. Per chunk and block the work is a quarter to a half of a v6 block's (half the
+ * K columns), so the chain is short in time where there are about as many chains as SMs or more.
+ * Every value is the v6 + pass pipeline's: K̂ by fast_prep_qk's expressions (bias, rotation by
+ * the per-angle sincos, w_i, split), the products in v6's order per element, the recurrence in the
+ * pass's expression; the test checks the bytes against that pipeline. */
+const int kChainKS = 64;            /* K columns per chain block (K = 64 or 128 here)               */
+const int kChainLK = kChainKS + 8;  /* padded row of the k tiles (16-byte rows, no ldmatrix clash)  */
+const int kChainStages = 3;         /* operand stages: chunk c + 2 copies while chunk c computes      */
+const int kChainThreads = kStateThreads6;
+
+/* Shared memory: kChainStages stages of {scalars (carve_scal's 5 rows), θ (kC × A), raw k columns
+ * (kC × kChainLK), v tile (kC × kFLd)}, then the split K̂ slice (two kC × kChainLK tiles). */
+struct siso_chain_smem {
+    int scal, th, kraw, vs, stage, kh, kl, total;
+    __host__ __device__ explicit siso_chain_smem(int A) {
+        int o = 0;
+        scal = o;
+        o += (int)align128(sizeof(float) * 5 * (kC + 1));
+        th = o;
+        o += (int)align128(sizeof(float) * kC * (A > 0 ? A : 1));
+        kraw = o;
+        o += (int)align128(2 * kC * kChainLK);
+        vs = o;
+        o += (int)align128(2 * kC * kFLd);
+        stage = o;
+        kh = kChainStages * stage;
+        kl = kh + (int)align128(2 * kC * kChainLK);
+        total = kl + (int)align128(2 * kC * kChainLK);
+    }
+};
+
+/* Chunk c of a sequence as plan_fwd made it (t0, row, len, seq, flags), from the sequence alone: no
+ * load of the chunk table in front of the copies that need its addresses. */
+__device__ __forceinline__ m3_chunk chain_chunk(const m3_seg & sg, int s, int c) {
+    m3_chunk ch;
+    ch.t0 = sg.t0 + (long long)c * kC;
+    ch.row = sg.row;
+    ch.len = min(kC, sg.len - c * kC);
+    ch.seq = s;
+    ch.has_next = c * kC + ch.len < sg.len;
+    ch.last = c == sg.count - 1;
+    ch.first = c == 0;
+    return ch;
+}
+
+/* The copies of chunk c's operands (chunk sg.first + c) into one stage (the caller commits the group). */
+template <int MODE>
+__device__ __forceinline__ void chain_issue(const m3_fwd_args & P, const siso_chain_smem & L, unsigned char * st,
+                                            const m3_seg & sg, int s, int c, int h, int p0, int kc0) {
+    typedef typename cfg<MODE>::T T;
+    const m3_chunk                ch = chain_chunk(sg, s, c);
+    const int                     w = sg.first + c;
+    cp_prep<kChainThreads>(P, w, h, (float *)(st + L.scal), (float *)(st + L.th));
+    cp_rows_v5<MODE, kChainThreads>((T *)(st + L.kraw), kChainLK, P.k, ch, h / P.G, kc0, kChainKS, P.K);
+    fast_load_v<MODE>(P, ch, h, p0, (T *)(st + L.vs));
+}
+
+/* K̂ columns [kc0, kc0 + kChainKS) of one chunk, weighted and split into kh/kl (rows ≥ L zero):
+ * fast_prep_qk<MODE, 5, 256>'s expressions for k with kscale = w_i = e^{c_L − c_i}·σ_i (state_prep's
+ * wj), so the same values bit for bit; 8 threads per token, two passes of 32 tokens. */
+template <int MODE>
+__device__ __forceinline__ void chain_prep_k(const m3_fwd_args & P, const m3_chunk & ch, int kc0,
+                                             const m3_scal & sc, const float * th,
+                                             const typename cfg<MODE>::T * kraw, typename cfg<MODE>::T * kh,
+                                             typename cfg<MODE>::T * kl, const float (&kbias)[8]) {
+    constexpr int ipt = kChainKS / 8, per = kChainThreads / ipt;
+    const int     c8 = (int)threadIdx.x % ipt, n0 = kc0 + 8 * c8, L = ch.len;
+    const float   cl = sc.cm[L - 1];
+    const bool  rot0 = n0 / 2 >= P.A;
+#pragma unroll
+    for (int i = (int)threadIdx.x / ipt; i < kC; i += per) {
+        const bool live = i < L;
+        float      q[8], k[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) q[e] = k[e] = 0.0f;
+        if (live) {
+            unpack8<MODE>(k, *reinterpret_cast<const uint4 *>(&kraw[i * kChainLK + 8 * c8]));
+#pragma unroll
+            for (int e = 0; e < 8; ++e) k[e] += kbias[e]; /* K % 64 == 0: every column exists */
+        }
+        rotate_qk8<true>(q, k, P, th, nullptr, i, n0 / 2, live, false, rot0);
+        const float s = live ? expf(cl - sc.cm[i]) * sc.sig[i] : 0.0f;
+        uint32_t    hi[4], lo[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) split2<MODE>(k[2 * e] * s, k[2 * e + 1] * s, hi[e], lo[e]);
+        *reinterpret_cast<uint4 *>(&kh[i * kChainLK + 8 * c8]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        *reinterpret_cast<uint4 *>(&kl[i * kChainLK + 8 * c8]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+}
+
+template <int MODE>
+__global__ void __launch_bounds__(kChainThreads, 2) siso_chain_kernel(const m3_fwd_args P) {
+    typedef typename cfg<MODE>::T T;
+    extern __shared__ __align__(128) unsigned char smem[];
+    const siso_chain_smem                          L(P.A);
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, rb = warp & 3, upper = warp >> 2;
+    const int nks = P.K / kChainKS;
+    const int s = blockIdx.x, h = blockIdx.y, p0 = (int)(blockIdx.z / nks) * kTV, kc0 = (int)(blockIdx.z % nks) * kChainKS;
+    const m3_seg sg = P.segs[s];
+
+    /* this thread's state elements: rows p0 + r0 (+8), columns c0 + 8t (+1), t < 4 (warp: 16 rows × 32
+     * columns; the upper warps the second 32 of the slice); K is a multiple of 64 here */
+    const int  r0 = rb * 16 + (lane >> 2), c0 = kc0 + upper * 32 + 2 * (lane & 3);
+    const int  nr = min(kTV, P.V - p0);
+    const bool in0 = r0 < nr, in1 = r0 + 8 < nr;
+    float      S[4][4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) S[t][0] = S[t][1] = S[t][2] = S[t][3] = 0.0f;
+    if (P.has_states) { /* pass_kernel_v5's H_in = S_in + dt_0(1−λ_0)·v_in k_inᵀ (spec §3.5) */
+        const bool  add = sg.len > 0;
+        const float cz = add ? ld3(P.dt, sg.row, h, sg.t0) * (1.0f - sigmoidf(ld3(P.trap, sg.row, h, sg.t0))) : 0.0f;
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const int p = p0 + r0 + 8 * hf;
+            if (!(hf ? in1 : in0)) continue;
+            const float vin = add ? ld3(P.v_in, s, h, p) : 0.0f;
+#pragma unroll
+            for (int t = 0; t < 4; ++t)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int n = c0 + 8 * t + e;
+                    float     v = ld4(P.ssm_in, s, h, p, n);
+                    if (add) v += (cz * ld3(P.k_in, s, h, n)) * vin;
+                    S[t][2 * hf + e] = v;
+                }
+        }
+    }
+
+#pragma unroll
+    for (int u = 0; u < kChainStages - 1; ++u) {
+        if (u < sg.count) chain_issue<MODE>(P, L, smem + u * L.stage, sg, s, u, h, p0, kc0);
+        cp_async_commit();
+    }
+    float kbias[8]; /* this thread's 8 k-bias entries of chain_prep_k, the same in every chunk */
+    load_row8(kbias, P.kb, h, kc0 + 8 * ((int)threadIdx.x % (kChainKS / 8)), P.K);
+    T * kh = (T *)(smem + L.kh);
+    T * kl = (T *)(smem + L.kl);
+    const long long hvk = (long long)P.H * P.V * P.K;
+    float *         d0 = P.states + (long long)sg.first * hvk + ((long long)h * P.V + p0) * P.K + (r0 * P.K + c0);
+    for (int c = 0; c < sg.count; ++c, d0 += hvk) {
+        unsigned char * st = smem + (c % kChainStages) * L.stage;
+        cp_async_wait_group<kChainStages - 2>(); /* this thread's copies of chunk c */
+        __syncthreads(); /* chunk c's operands visible; chunk c − 1's products done (its stage and kh/kl free) */
+        if (c + kChainStages - 1 < sg.count)
+            chain_issue<MODE>(P, L, smem + ((c + kChainStages - 1) % kChainStages) * L.stage, sg, s,
+                              c + kChainStages - 1, h, p0, kc0);
+        cp_async_commit(); /* possibly empty: one group per chunk */
+        /* the entering state of chunk w (pass_kernel_v5's store) */
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+            if (in0) *reinterpret_cast<float2 *>(d0 + 8 * t) = make_float2(S[t][0], S[t][1]);
+            if (in1) *reinterpret_cast<float2 *>(d0 + 8 * P.K + 8 * t) = make_float2(S[t][2], S[t][3]);
+        }
+        const m3_chunk ch = chain_chunk(sg, s, c);
+        const m3_scal  sc = carve_scal((float *)(st + L.scal));
+        chain_prep_k<MODE>(P, ch, kc0, sc, (const float *)(st + L.th), (const T *)(st + L.kraw), kh, kl, kbias);
+        __syncthreads(); /* w∘K̂ */
+        float loc[8][4]; /* vk_v6's accumulator; NB = 2 uses the first 4 */
+#pragma unroll
+        for (int t = 0; t < 8; ++t) loc[t][0] = loc[t][1] = loc[t][2] = loc[t][3] = 0.0f;
+        {
+            const T * vs = (const T *)(st + L.vs);
+            vk_v6<MODE, 2>(loc, vs + rb * 16 + a_trans_off(lane, kFLd), kh + upper * 32 + b_kn_off(lane, kChainLK),
+                           kl + upper * 32 + b_kn_off(lane, kChainLK), (ch.len + 15) / 16, kChainLK);
+        }
+        const float decay = expf(sc.cm[ch.len - 1]);
+#pragma unroll
+        for (int t = 0; t < 4; ++t)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) S[t][e] = decay * S[t][e] + loc[t][e];
+    }
+    cp_async_wait_all(); /* nothing is pending (the last groups are empty); for the record */
+    if (P.fin_ssm.present) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            if (!(hf ? in1 : in0)) continue;
+#pragma unroll
+            for (int t = 0; t < 4; ++t)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) st4(P.fin_ssm, s, h, p0 + r0 + 8 * hf, c0 + 8 * t + e, S[t][2 * hf + e]);
+        }
+    }
+}
+
 /* ---- host side: the forward ---------------------------------------------------------------------- */
 
 int compute_mode(int32_t dtype) { return dtype == SSM_DTYPE_F16 ? M_F16 : dtype == SSM_DTYPE_BF16 ? M_BF16 : M_F32; }
@@ -3003,6 +3197,36 @@ bool state_v6_selected() {
     return env == NULL || strcmp(env, "v5") != 0;
 }
 
+/* SSMOPS_CUDA_SISO_STATE=chain: siso_chain_kernel wherever version 8's path can run it; =v6: never
+ * (the v6 state kernel and the pass); unset or anything else: the rule of siso_chain_applies. Read
+ * on every call, like siso_version(). Returns 1, -1 or 0. */
+int siso_chain_want() {
+    const char * env = getenv("SSMOPS_CUDA_SISO_STATE");
+    if (env != NULL && strcmp(env, "chain") == 0) return 1;
+    if (env != NULL && strcmp(env, "v6") == 0) return -1;
+    return 0;
+}
+
+/* *ok = 1 when siso_chain_kernel replaces fast_state_kernel_v6 and the pass: version 8's path (the
+ * caller's `pre`: 16-bit q/k/v in 16-byte rows, K = 64 or 128, chunk_prep_kernel's slots), its shared
+ * memory within the device's limit, and by the rule (below) or SSMOPS_CUDA_SISO_STATE=chain. */
+ssm_status siso_chain_applies(ssm_context * ctx, const char * op, const m3_fwd_args & P, int * ok) {
+    *ok = 0;
+    const int want = siso_chain_want();
+    if (want < 0 || P.K % kChainKS != 0 || P.NS <= 0) return SSM_STATUS_OK;
+    const long long zt = (long long)((P.V + kTV - 1) / kTV) * (P.K / kChainKS);
+    ssmi_cuda_props dp;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_current_props(ctx, op, &dp));
+    if (zt > 65535 || siso_chain_smem(P.A).total > dp.smem_optin || dp.sms <= 0) return SSM_STATUS_OK;
+    if (want > 0) {
+        *ok = 1;
+        return SSM_STATUS_OK;
+    }
+    const long long chains = (long long)P.NS * P.H * zt;
+    *ok = chains >= dp.sms / 2;
+    return SSM_STATUS_OK;
+}
+
 /* *ok = 1 when fast_output_kernel_v7 can run this forward: where v6's output kernel applies,
  * with q, k, v of v's dtype in 16-byte rows (its cp.async tiles), K = 64 or 128 (whole swizzle
  * atoms), a build with sm_90a code, an sm_90 device and v7's shared memory within the opt-in
@@ -3058,7 +3282,18 @@ ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P
             <<<dim3((unsigned)W, (unsigned)((P.H + kPrep2Warps - 1) / kPrep2Warps)), 32 * kPrep2Warps, 0, s>>>(P);
         SSMI_CU_CHECK_LAUNCH(ctx, op, "chunk_prep_kernel launch");
     }
-    if (st6) {
+    int chain = 0;
+    if (pre) SSM_FORWARD_IF_ERROR(siso_chain_applies(ctx, op, P, &chain));
+    if (chain) {
+        const siso_chain_smem Lc(P.A);
+        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
+            ctx, op, "cudaFuncSetAttribute",
+            cudaFuncSetAttribute(siso_chain_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, Lc.total)));
+        siso_chain_kernel<MODE><<<dim3((unsigned)P.NS, (unsigned)P.H,
+                                       (unsigned)(((P.V + kTV - 1) / kTV) * (P.K / kChainKS))),
+                                  kChainThreads, (size_t)Lc.total, s>>>(P);
+        SSMI_CU_CHECK_LAUNCH(ctx, op, "siso_chain_kernel launch");
+    } else if (st6) {
         void (*state6)(const m3_fwd_args) = pre ? fast_state_kernel_v6<MODE, true> : fast_state_kernel_v6<MODE, false>;
         SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
             ctx, op, "cudaFuncSetAttribute",
@@ -3078,7 +3313,7 @@ ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P
                                               cudaFuncSetAttribute(fast_output_kernel<MODE, SV>,
                                                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                                    (int)Lo.total)));
-    if (P.NS > 0) {
+    if (P.NS > 0 && !chain) {
         SSM_FORWARD_IF_ERROR(launch_pass(ctx, op, P, version));
     }
     if (v7) return pre ? launch_out_v7<MODE, true>(ctx, op, P, grid) : launch_out_v7<MODE, false>(ctx, op, P, grid);

@@ -79,6 +79,11 @@ __device__ __forceinline__ void cp_async16(void * dst, const void * src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+/* Waits until at most N of this thread's committed groups are pending (the newest ones). */
+template <int N> __device__ __forceinline__ void cp_async_wait_group() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
 
 /* Fragment addresses of lane l. A row-major (m, k) at (m0, k0): */
 __device__ __forceinline__ int a_row_off(int lane, int ld) { return (lane & 15) * ld + (lane >> 4) * 8; }
