@@ -530,21 +530,28 @@ int main(void) {
     g_second_knob = NULL;
     unsetenv("SSMOPS_CUDA_SISO_FAST");
     /* the chained state kernel (siso_chain_kernel, SSMOPS_CUDA_SISO_STATE=chain: one block per
-     * (sequence, head, V tile, 64 K columns) carrying the state across the chunks, where version 8's
-     * path runs): every forward case under it against float64 and twice for equal bytes; then every
-     * case with its first run under =v6 (the v6 state kernel and the pass, never the chain) and its
-     * second under =chain: the chain must give that pipeline's bytes. Its domain in the suite: 16-bit
-     * q/k/v and outputs, K = 64 and 128, V = 64 / 72 / 128 (a partial second V tile), chunk tails,
-     * varlen with an empty sequence, states on and off, sequences of 33 and 38 chunks ("long"). */
-    setenv("SSMOPS_CUDA_SISO_STATE", "chain", 1);
-    forward_suite(&rng, " chain", 0);
-    setenv("SSMOPS_CUDA_SISO_STATE", "v6", 1);
-    g_second_var = "SSMOPS_CUDA_SISO_STATE";
-    g_second_knob = "chain";
-    forward_suite(&rng, " v6 then chain", 0);
-    g_second_knob = NULL;
-    g_second_var = "SSMOPS_CUDA_SISO_FAST";
-    unsetenv("SSMOPS_CUDA_SISO_STATE");
+     * (sequence, head, V tile, 64 or 32 K columns) carrying the state across the chunks, where version
+     * 8's path runs): every forward case with its first run under =v6 (the v6 state kernel and the
+     * pass, never the chain; checked against float64) and its second under =chain, for both block
+     * widths (SSMOPS_CUDA_SISO_CHAIN_KS=64 / 32): the chain must give that pipeline's bytes. Its
+     * domain in the suite: 16-bit q/k/v and outputs, K = 64 and 128 (one to four K slices), V = 64 /
+     * 72 / 128 (a partial second V tile), chunk tails, varlen with an empty sequence, states on and
+     * off, sequences of 33 and 38 chunks ("long"). */
+    {
+        static const char * const widths[] = {"64", "32"};
+        static const char * const wnames[] = {" v6 then chain", " v6 then chain ks32"};
+        g_second_var = "SSMOPS_CUDA_SISO_STATE";
+        g_second_knob = "chain";
+        setenv("SSMOPS_CUDA_SISO_STATE", "v6", 1);
+        for (int wi = 0; wi < 2; ++wi) {
+            setenv("SSMOPS_CUDA_SISO_CHAIN_KS", widths[wi], 1);
+            forward_suite(&rng, wnames[wi], 0);
+        }
+        unsetenv("SSMOPS_CUDA_SISO_CHAIN_KS");
+        unsetenv("SSMOPS_CUDA_SISO_STATE");
+        g_second_knob = NULL;
+        g_second_var = "SSMOPS_CUDA_SISO_FAST";
+    }
     /* the default version with v5's state kernel (SSMOPS_CUDA_SISO_STATE=v5): every forward case,
      * on the same inputs as the default pass, which ran the 8-warp v6 state kernel (column blocks
      * per warp pair: K = 128 4 + 4, K = 96 3 + 3, K = 40 2 + 1, K = 16 1 + 0 with the upper warps

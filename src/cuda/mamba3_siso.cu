@@ -2868,29 +2868,28 @@ __global__ void __launch_bounds__(kStateThreads6, 4) fast_state_kernel_v6(const 
  * Every value is the v6 + pass pipeline's: K̂ by fast_prep_qk's expressions (bias, rotation by
  * the per-angle sincos, w_i, split), the products in v6's order per element, the recurrence in the
  * pass's expression; the test checks the bytes against that pipeline. */
-const int kChainKS = 64;            /* K columns per chain block (K = 64 or 128 here)               */
-const int kChainLK = kChainKS + 8;  /* padded row of the k tiles (16-byte rows, no ldmatrix clash)  */
+const int kChainKS = 64;            /* K columns per chain block by default (K = 64 or 128 here)     */
 const int kChainStages = 3;         /* operand stages: chunk c + 2 copies while chunk c computes      */
 const int kChainThreads = kStateThreads6;
 
-/* Shared memory: kChainStages stages of {scalars (carve_scal's 5 rows), θ (kC × A), raw k columns
- * (kC × kChainLK), v tile (kC × kFLd)}, then the split K̂ slice (two kC × kChainLK tiles). */
+/* Shared memory: kChainStages stages of {chunk_prep_kernel's slot as it lies in P.prep (the scalars,
+ * carve_scal's 5 rows less the unused sig[kC], then θ (kC × A): one run of 16-byte pieces), raw k
+ * columns (kC × (KS + 8)), v tile (kC × kFLd)}, then the split K̂ slice (two kC × (KS + 8) tiles); KS:
+ * the block's K columns (rows of KS + 8 elements: 16-byte aligned, no ldmatrix bank conflicts). */
 struct siso_chain_smem {
-    int scal, th, kraw, vs, stage, kh, kl, total;
-    __host__ __device__ explicit siso_chain_smem(int A) {
-        int o = 0;
-        scal = o;
-        o += (int)align128(sizeof(float) * 5 * (kC + 1));
-        th = o;
-        o += (int)align128(sizeof(float) * kC * (A > 0 ? A : 1));
+    int th, kraw, vs, stage, kh, kl, total; /* the scalars at 0 of a stage */
+    __host__ __device__ siso_chain_smem(int A, int KS) {
+        const int LK = KS + 8;
+        th = (int)sizeof(float) * kPrepScal; /* 16-byte aligned (kPrepScal % 4 == 0) */
+        int o = (int)align128(sizeof(float) * (size_t)prep_floats(A));
         kraw = o;
-        o += (int)align128(2 * kC * kChainLK);
+        o += (int)align128(2 * kC * LK);
         vs = o;
         o += (int)align128(2 * kC * kFLd);
         stage = o;
         kh = kChainStages * stage;
-        kl = kh + (int)align128(2 * kC * kChainLK);
-        total = kl + (int)align128(2 * kC * kChainLK);
+        kl = kh + (int)align128(2 * kC * LK);
+        total = kl + (int)align128(2 * kC * LK);
     }
 };
 
@@ -2908,27 +2907,76 @@ __device__ __forceinline__ m3_chunk chain_chunk(const m3_seg & sg, int s, int c)
     return ch;
 }
 
-/* The copies of chunk c's operands (chunk sg.first + c) into one stage (the caller commits the group). */
-template <int MODE>
-__device__ __forceinline__ void chain_issue(const m3_fwd_args & P, const siso_chain_smem & L, unsigned char * st,
-                                            const m3_seg & sg, int s, int c, int h, int p0, int kc0) {
+/* This thread's cp.async pieces of a chain block's per-chunk operands, set up once per block: the
+ * source of each piece at the sequence's chunk 0 (a chunk later is one constant step further) and
+ * its place in a stage, so that a chunk's copies cost a pointer add and a predicate per piece (the
+ * generic copy loops of the other kernels spent ~300 instructions per warp and chunk here on
+ * 64-bit index arithmetic). Pieces: the slot (prep_floats(A)/4 of them, threads in turn), NK of the
+ * raw k columns (rows kr[u], KS/8 pieces per row) and NV of the v tile (rows vr[u], 8 pieces per
+ * row; vin: this thread's v columns lie inside V, which is a multiple of 8 on this path). */
+template <int MODE, int KS>
+struct chain_copies {
     typedef typename cfg<MODE>::T T;
-    const m3_chunk                ch = chain_chunk(sg, s, c);
-    const int                     w = sg.first + c;
-    cp_prep<kChainThreads>(P, w, h, (float *)(st + L.scal), (float *)(st + L.th));
-    cp_rows_v5<MODE, kChainThreads>((T *)(st + L.kraw), kChainLK, P.k, ch, h / P.G, kc0, kChainKS, P.K);
-    fast_load_v<MODE>(P, ch, h, p0, (T *)(st + L.vs));
-}
+    static constexpr int          KP = KS / 8, NK = kC * KP / kChainThreads, NV = kC * (kTV / 8) / kChainThreads;
+    const float *                 prep;
+    long long                     prep_step, kstep, vstep;
+    const T *                     k[NK];
+    const T *                     v[NV];
+    int                           npieces, kr[NK], vr[NV], kdst[NK], vdst[NV];
+    bool                          vin;
+    __device__ __forceinline__ chain_copies(const m3_fwd_args & P, const siso_chain_smem & L, const m3_seg & sg, int h,
+                                            int p0, int kc0) {
+        const int tid = (int)threadIdx.x;
+        npieces = (int)(prep_floats(P.A) / 4);
+        prep_step = (long long)P.H * prep_floats(P.A);
+        prep = P.prep + ((long long)sg.first * P.H + h) * prep_floats(P.A);
+        kstep = (long long)kC * P.k.s[1];
+        vstep = (long long)kC * P.v.s[1];
+        const T * kb = (const T *)P.k.p + sg.row * P.k.s[0] + sg.t0 * P.k.s[1] + (h / P.G) * P.k.s[2] + kc0;
+        const T * vb = (const T *)P.v.p + sg.row * P.v.s[0] + sg.t0 * P.v.s[1] + h * P.v.s[2] + p0;
+#pragma unroll
+        for (int u = 0; u < NK; ++u) {
+            const int o = tid + u * kChainThreads, r = o / KP, c = (o % KP) * 8;
+            kr[u] = r;
+            k[u] = kb + r * P.k.s[1] + c;
+            kdst[u] = L.kraw + 2 * (r * (KS + 8) + c);
+        }
+#pragma unroll
+        for (int u = 0; u < NV; ++u) {
+            const int o = tid + u * kChainThreads, r = o / (kTV / 8), c = (o % (kTV / 8)) * 8;
+            vr[u] = r;
+            v[u] = vb + r * P.v.s[1] + c;
+            vdst[u] = L.vs + 2 * (r * kFLd + c);
+        }
+        vin = p0 + (tid % (kTV / 8)) * 8 < P.V;
+    }
+    /* chunk c (L tokens) into stage st; the caller commits the group */
+    __device__ __forceinline__ void issue(unsigned char * st, int c, int L) const {
+        const float * ps = prep + c * prep_step;
+        for (int o = (int)threadIdx.x; o < npieces; o += kChainThreads) cp_async16(st + 16 * o, ps + 4 * o);
+        const long long kt = c * kstep, vt = c * vstep;
+#pragma unroll
+        for (int u = 0; u < NK; ++u)
+            if (kr[u] < L) cp_async16(st + kdst[u], k[u] + kt); /* rows ≥ L are never read */
+#pragma unroll
+        for (int u = 0; u < NV; ++u) {
+            if (vin && vr[u] < L)
+                cp_async16(st + vdst[u], v[u] + vt);
+            else /* zeros: the products read whole k-steps of 16 rows */
+                *reinterpret_cast<uint4 *>(st + vdst[u]) = make_uint4(0u, 0u, 0u, 0u);
+        }
+    }
+};
 
-/* K̂ columns [kc0, kc0 + kChainKS) of one chunk, weighted and split into kh/kl (rows ≥ L zero):
+/* K̂ columns [kc0, kc0 + KS) of one chunk, weighted and split into kh/kl (rows ≥ L zero):
  * fast_prep_qk<MODE, 5, 256>'s expressions for k with kscale = w_i = e^{c_L − c_i}·σ_i (state_prep's
  * wj), so the same values bit for bit; 8 threads per token, two passes of 32 tokens. */
-template <int MODE>
+template <int MODE, int KS>
 __device__ __forceinline__ void chain_prep_k(const m3_fwd_args & P, const m3_chunk & ch, int kc0,
                                              const m3_scal & sc, const float * th,
                                              const typename cfg<MODE>::T * kraw, typename cfg<MODE>::T * kh,
                                              typename cfg<MODE>::T * kl, const float (&kbias)[8]) {
-    constexpr int ipt = kChainKS / 8, per = kChainThreads / ipt;
+    constexpr int ipt = KS / 8, per = kChainThreads / ipt, LK = KS + 8;
     const int     c8 = (int)threadIdx.x % ipt, n0 = kc0 + 8 * c8, L = ch.len;
     const float   cl = sc.cm[L - 1];
     const bool  rot0 = n0 / 2 >= P.A;
@@ -2939,7 +2987,7 @@ __device__ __forceinline__ void chain_prep_k(const m3_fwd_args & P, const m3_chu
 #pragma unroll
         for (int e = 0; e < 8; ++e) q[e] = k[e] = 0.0f;
         if (live) {
-            unpack8<MODE>(k, *reinterpret_cast<const uint4 *>(&kraw[i * kChainLK + 8 * c8]));
+            unpack8<MODE>(k, *reinterpret_cast<const uint4 *>(&kraw[i * LK + 8 * c8]));
 #pragma unroll
             for (int e = 0; e < 8; ++e) k[e] += kbias[e]; /* K % 64 == 0: every column exists */
         }
@@ -2948,29 +2996,30 @@ __device__ __forceinline__ void chain_prep_k(const m3_fwd_args & P, const m3_chu
         uint32_t    hi[4], lo[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) split2<MODE>(k[2 * e] * s, k[2 * e + 1] * s, hi[e], lo[e]);
-        *reinterpret_cast<uint4 *>(&kh[i * kChainLK + 8 * c8]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-        *reinterpret_cast<uint4 *>(&kl[i * kChainLK + 8 * c8]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        *reinterpret_cast<uint4 *>(&kh[i * LK + 8 * c8]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        *reinterpret_cast<uint4 *>(&kl[i * LK + 8 * c8]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
     }
 }
 
-template <int MODE>
+template <int MODE, int KS>
 __global__ void __launch_bounds__(kChainThreads, 2) siso_chain_kernel(const m3_fwd_args P) {
     typedef typename cfg<MODE>::T T;
     extern __shared__ __align__(128) unsigned char smem[];
-    const siso_chain_smem                          L(P.A);
+    constexpr int                                  TN = KS / 16, LK = KS + 8; /* 8-column tiles per warp */
+    const siso_chain_smem                          L(P.A, KS);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, rb = warp & 3, upper = warp >> 2;
-    const int nks = P.K / kChainKS;
-    const int s = blockIdx.x, h = blockIdx.y, p0 = (int)(blockIdx.z / nks) * kTV, kc0 = (int)(blockIdx.z % nks) * kChainKS;
+    const int nks = P.K / KS;
+    const int s = blockIdx.x, h = blockIdx.y, p0 = (int)(blockIdx.z / nks) * kTV, kc0 = (int)(blockIdx.z % nks) * KS;
     const m3_seg sg = P.segs[s];
 
-    /* this thread's state elements: rows p0 + r0 (+8), columns c0 + 8t (+1), t < 4 (warp: 16 rows × 32
+    /* this thread's state elements: rows p0 + r0 (+8), columns c0 + 8t (+1), t < TN (warp: 16 rows × KS/2
      * columns; the upper warps the second 32 of the slice); K is a multiple of 64 here */
-    const int  r0 = rb * 16 + (lane >> 2), c0 = kc0 + upper * 32 + 2 * (lane & 3);
+    const int  r0 = rb * 16 + (lane >> 2), c0 = kc0 + upper * (KS / 2) + 2 * (lane & 3);
     const int  nr = min(kTV, P.V - p0);
     const bool in0 = r0 < nr, in1 = r0 + 8 < nr;
-    float      S[4][4];
+    float      S[TN][4];
 #pragma unroll
-    for (int t = 0; t < 4; ++t) S[t][0] = S[t][1] = S[t][2] = S[t][3] = 0.0f;
+    for (int t = 0; t < TN; ++t) S[t][0] = S[t][1] = S[t][2] = S[t][3] = 0.0f;
     if (P.has_states) { /* pass_kernel_v5's H_in = S_in + dt_0(1−λ_0)·v_in k_inᵀ (spec §3.5) */
         const bool  add = sg.len > 0;
         const float cz = add ? ld3(P.dt, sg.row, h, sg.t0) * (1.0f - sigmoidf(ld3(P.trap, sg.row, h, sg.t0))) : 0.0f;
@@ -2980,7 +3029,7 @@ __global__ void __launch_bounds__(kChainThreads, 2) siso_chain_kernel(const m3_f
             if (!(hf ? in1 : in0)) continue;
             const float vin = add ? ld3(P.v_in, s, h, p) : 0.0f;
 #pragma unroll
-            for (int t = 0; t < 4; ++t)
+            for (int t = 0; t < TN; ++t)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) {
                     const int n = c0 + 8 * t + e;
@@ -2991,46 +3040,54 @@ __global__ void __launch_bounds__(kChainThreads, 2) siso_chain_kernel(const m3_f
         }
     }
 
+    const chain_copies<MODE, KS> cp(P, L, sg, h, p0, kc0);
 #pragma unroll
     for (int u = 0; u < kChainStages - 1; ++u) {
-        if (u < sg.count) chain_issue<MODE>(P, L, smem + u * L.stage, sg, s, u, h, p0, kc0);
+        if (u < sg.count) cp.issue(smem + u * L.stage, u, min(kC, sg.len - u * kC));
         cp_async_commit();
     }
     float kbias[8]; /* this thread's 8 k-bias entries of chain_prep_k, the same in every chunk */
-    load_row8(kbias, P.kb, h, kc0 + 8 * ((int)threadIdx.x % (kChainKS / 8)), P.K);
+    load_row8(kbias, P.kb, h, kc0 + 8 * ((int)threadIdx.x % (KS / 8)), P.K);
     T * kh = (T *)(smem + L.kh);
     T * kl = (T *)(smem + L.kl);
     const long long hvk = (long long)P.H * P.V * P.K;
-    float *         d0 = P.states + (long long)sg.first * hvk + ((long long)h * P.V + p0) * P.K + (r0 * P.K + c0);
-    for (int c = 0; c < sg.count; ++c, d0 += hvk) {
+    const bool      odd = lane & 1;
+    float *         d4 = P.states + (long long)sg.first * hvk + ((long long)h * P.V + p0) * P.K +
+                 (odd ? (r0 + 8) * P.K + c0 - 2 : r0 * P.K + c0); /* 16-byte aligned: c0 − 2 or c0 is 4j */
+    for (int c = 0; c < sg.count; ++c, d4 += hvk) {
         unsigned char * st = smem + (c % kChainStages) * L.stage;
         cp_async_wait_group<kChainStages - 2>(); /* this thread's copies of chunk c */
         __syncthreads(); /* chunk c's operands visible; chunk c − 1's products done (its stage and kh/kl free) */
-        if (c + kChainStages - 1 < sg.count)
-            chain_issue<MODE>(P, L, smem + ((c + kChainStages - 1) % kChainStages) * L.stage, sg, s,
-                              c + kChainStages - 1, h, p0, kc0);
+        if (c + kChainStages - 1 < sg.count) {
+            const int cn = c + kChainStages - 1;
+            cp.issue(smem + (cn % kChainStages) * L.stage, cn, min(kC, sg.len - cn * kC));
+        }
         cp_async_commit(); /* possibly empty: one group per chunk */
-        /* the entering state of chunk w (pass_kernel_v5's store) */
+        /* the entering state of chunk sg.first + c (pass_kernel_v5's store), 16 bytes per store: lanes
+         * 2j and 2j + 1 swap halves, so the even one holds 4 columns of row r0 and the odd one 4 of
+         * row r0 + 8 */
 #pragma unroll
-        for (int t = 0; t < 4; ++t) {
-            if (in0) *reinterpret_cast<float2 *>(d0 + 8 * t) = make_float2(S[t][0], S[t][1]);
-            if (in1) *reinterpret_cast<float2 *>(d0 + 8 * P.K + 8 * t) = make_float2(S[t][2], S[t][3]);
+        for (int t = 0; t < TN; ++t) {
+            const float2 give = odd ? make_float2(S[t][0], S[t][1]) : make_float2(S[t][2], S[t][3]);
+            const float  g0 = __shfl_xor_sync(0xffffffffu, give.x, 1), g1 = __shfl_xor_sync(0xffffffffu, give.y, 1);
+            const float4 q4 = odd ? make_float4(g0, g1, S[t][2], S[t][3]) : make_float4(S[t][0], S[t][1], g0, g1);
+            if (odd ? in1 : in0) *reinterpret_cast<float4 *>(d4 + 8 * t) = q4;
         }
         const m3_chunk ch = chain_chunk(sg, s, c);
-        const m3_scal  sc = carve_scal((float *)(st + L.scal));
-        chain_prep_k<MODE>(P, ch, kc0, sc, (const float *)(st + L.th), (const T *)(st + L.kraw), kh, kl, kbias);
+        const m3_scal  sc = carve_scal((float *)st);
+        chain_prep_k<MODE, KS>(P, ch, kc0, sc, (const float *)(st + L.th), (const T *)(st + L.kraw), kh, kl, kbias);
         __syncthreads(); /* w∘K̂ */
         float loc[8][4]; /* vk_v6's accumulator; NB = 2 uses the first 4 */
 #pragma unroll
         for (int t = 0; t < 8; ++t) loc[t][0] = loc[t][1] = loc[t][2] = loc[t][3] = 0.0f;
         {
             const T * vs = (const T *)(st + L.vs);
-            vk_v6<MODE, 2>(loc, vs + rb * 16 + a_trans_off(lane, kFLd), kh + upper * 32 + b_kn_off(lane, kChainLK),
-                           kl + upper * 32 + b_kn_off(lane, kChainLK), (ch.len + 15) / 16, kChainLK);
+            vk_v6<MODE, KS / 32>(loc, vs + rb * 16 + a_trans_off(lane, kFLd), kh + upper * (KS / 2) + b_kn_off(lane, LK),
+                                 kl + upper * (KS / 2) + b_kn_off(lane, LK), (ch.len + 15) / 16, LK);
         }
         const float decay = expf(sc.cm[ch.len - 1]);
 #pragma unroll
-        for (int t = 0; t < 4; ++t)
+        for (int t = 0; t < TN; ++t)
 #pragma unroll
             for (int e = 0; e < 4; ++e) S[t][e] = decay * S[t][e] + loc[t][e];
     }
@@ -3040,7 +3097,7 @@ __global__ void __launch_bounds__(kChainThreads, 2) siso_chain_kernel(const m3_f
         for (int hf = 0; hf < 2; ++hf) {
             if (!(hf ? in1 : in0)) continue;
 #pragma unroll
-            for (int t = 0; t < 4; ++t)
+            for (int t = 0; t < TN; ++t)
 #pragma unroll
                 for (int e = 0; e < 2; ++e) st4(P.fin_ssm, s, h, p0 + r0 + 8 * hf, c0 + 8 * t + e, S[t][2 * hf + e]);
         }
@@ -3197,6 +3254,15 @@ bool state_v6_selected() {
     return env == NULL || strcmp(env, "v5") != 0;
 }
 
+/* SSMOPS_CUDA_SISO_CHAIN_KS=32 / 64: the chain's K columns per block; unset or anything else: the
+ * rule (siso_chain_applies). Read on every call. */
+int siso_chain_ks_want() {
+    const char * env = getenv("SSMOPS_CUDA_SISO_CHAIN_KS");
+    if (env != NULL && strcmp(env, "32") == 0) return 32;
+    if (env != NULL && strcmp(env, "64") == 0) return 64;
+    return 0;
+}
+
 /* SSMOPS_CUDA_SISO_STATE=chain: siso_chain_kernel wherever version 8's path can run it; =v6: never
  * (the v6 state kernel and the pass); unset or anything else: the rule of siso_chain_applies. Read
  * on every call, like siso_version(). Returns 1, -1 or 0. */
@@ -3207,23 +3273,29 @@ int siso_chain_want() {
     return 0;
 }
 
-/* *ok = 1 when siso_chain_kernel replaces fast_state_kernel_v6 and the pass: version 8's path (the
- * caller's `pre`: 16-bit q/k/v in 16-byte rows, K = 64 or 128, chunk_prep_kernel's slots), its shared
- * memory within the device's limit, and by the rule (below) or SSMOPS_CUDA_SISO_STATE=chain. */
-ssm_status siso_chain_applies(ssm_context * ctx, const char * op, const m3_fwd_args & P, int * ok) {
-    *ok = 0;
-    const int want = siso_chain_want();
-    if (want < 0 || P.K % kChainKS != 0 || P.NS <= 0) return SSM_STATUS_OK;
-    const long long zt = (long long)((P.V + kTV - 1) / kTV) * (P.K / kChainKS);
+/* *ks = the chain's K columns per block (32 or 64) when siso_chain_kernel replaces
+ * fast_state_kernel_v6 and the pass, else 0: on version 8's path (the caller's `pre`: 16-bit q/k/v in
+ * 16-byte rows, K = 64 or 128, chunk_prep_kernel's slots), with its shared memory within the device's
+ * limit, by the rule or the knobs. The rule, from H200 measurements at eight shapes (run S8-3,
+ * docs/cuda-notes-siso.md): a chain's time is its chunk count times a per-chunk latency, which grows
+ * little from one to two chains on an SM, while the v6 state kernel and the pass take time in
+ * proportion to all the work; so the chain pays once its chains about fill the SMs
+ * (kSisoChainMin chains per SM), and the 32-column blocks (twice the chains, each with half the K̂
+ * work but the same copies) do better until the 64-column ones alone give kSisoChain64 per SM. */
+const double kSisoChainMin = 0.9, kSisoChain64 = 1.5;
+ssm_status siso_chain_applies(ssm_context * ctx, const char * op, const m3_fwd_args & P, int * ks) {
+    *ks = 0;
+    const int want = siso_chain_want(), kw = siso_chain_ks_want();
+    if (want < 0 || P.NS <= 0 || P.K % 32 != 0) return SSM_STATUS_OK;
     ssmi_cuda_props dp;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_current_props(ctx, op, &dp));
-    if (zt > 65535 || siso_chain_smem(P.A).total > dp.smem_optin || dp.sms <= 0) return SSM_STATUS_OK;
-    if (want > 0) {
-        *ok = 1;
-        return SSM_STATUS_OK;
-    }
-    const long long chains = (long long)P.NS * P.H * zt;
-    *ok = chains >= dp.sms / 2;
+    if (dp.sms <= 0) return SSM_STATUS_OK;
+    const long long vt = (P.V + kTV - 1) / kTV, c64 = (long long)P.NS * P.H * vt * (P.K / 64);
+    int             k = kw;
+    if (k == 0) k = P.K % 64 == 0 && (double)c64 >= kSisoChain64 * dp.sms ? 64 : 32;
+    if (P.K % k != 0 || vt * (P.K / k) > 65535 || siso_chain_smem(P.A, k).total > dp.smem_optin) return SSM_STATUS_OK;
+    const long long chains = (long long)P.NS * P.H * vt * (P.K / k);
+    if (want > 0 || (double)chains >= kSisoChainMin * dp.sms) *ks = k;
     return SSM_STATUS_OK;
 }
 
@@ -3284,14 +3356,15 @@ ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P
     }
     int chain = 0;
     if (pre) SSM_FORWARD_IF_ERROR(siso_chain_applies(ctx, op, P, &chain));
-    if (chain) {
-        const siso_chain_smem Lc(P.A);
+    if (chain) { /* the chain's K columns per block */
+        const int             ks = chain;
+        const siso_chain_smem Lc(P.A, ks);
+        void (*kernel)(const m3_fwd_args) = ks == 32 ? siso_chain_kernel<MODE, 32> : siso_chain_kernel<MODE, kChainKS>;
         SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
             ctx, op, "cudaFuncSetAttribute",
-            cudaFuncSetAttribute(siso_chain_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, Lc.total)));
-        siso_chain_kernel<MODE><<<dim3((unsigned)P.NS, (unsigned)P.H,
-                                       (unsigned)(((P.V + kTV - 1) / kTV) * (P.K / kChainKS))),
-                                  kChainThreads, (size_t)Lc.total, s>>>(P);
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Lc.total)));
+        kernel<<<dim3((unsigned)P.NS, (unsigned)P.H, (unsigned)(((P.V + kTV - 1) / kTV) * (P.K / ks))), kChainThreads,
+                 (size_t)Lc.total, s>>>(P);
         SSMI_CU_CHECK_LAUNCH(ctx, op, "siso_chain_kernel launch");
     } else if (st6) {
         void (*state6)(const m3_fwd_args) = pre ? fast_state_kernel_v6<MODE, true> : fast_state_kernel_v6<MODE, false>;
