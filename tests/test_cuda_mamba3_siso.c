@@ -13,9 +13,11 @@
  * run on both. Every forward case runs under each kernel version (SSMOPS_CUDA_SISO_FAST unset =
  * v8 (v7 with the chunk scalars and θ from chunk_prep_kernel), =6 v7 (the wgmma output kernel),
  * =5 v6, =4 v5, =3 v4, =2 v3, =1 v2, =0 portable; the edge shapes also with =7), once more with
- * the first of its two runs under =6 and the second under =7 (v8 must give v7's bytes), and once more under
- * the default with SSMOPS_CUDA_SISO_STATE=v5 (v5's state kernel; the default is the 8-warp v6
- * state kernel). Angle outputs are compared
+ * the first of its two runs under =6 and the second under =7 (v8 must give v7's bytes), twice more with
+ * the first run under SSMOPS_CUDA_SISO_STATE=v6 (the v6 state kernel and the pass) and the second under
+ * =chain (siso_chain_kernel, with SSMOPS_CUDA_SISO_CHAIN_KS=64 and =32: it must give the same bytes),
+ * and once more under the default with SSMOPS_CUDA_SISO_STATE=v5 (v5's state kernel; the default is
+ * the 8-warp v6 state kernel, or the chain by its rule). Angle outputs are compared
  * modulo 2π.
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261203). SHOWCMP=1 prints every comparison.
@@ -533,20 +535,24 @@ int main(void) {
      * (sequence, head, V tile, 64 or 32 K columns) carrying the state across the chunks, where version
      * 8's path runs): every forward case with its first run under =v6 (the v6 state kernel and the
      * pass, never the chain; checked against float64) and its second under =chain, for both block
-     * widths (SSMOPS_CUDA_SISO_CHAIN_KS=64 / 32): the chain must give that pipeline's bytes. Its
+     * widths (SSMOPS_CUDA_SISO_CHAIN_KS=64 / 32) and the 32-wide one with and without the overlapped
+     * K̂ preparation (SSMOPS_CUDA_SISO_CHAIN_PIPE): the chain must give that pipeline's bytes. Its
      * domain in the suite: 16-bit q/k/v and outputs, K = 64 and 128 (one to four K slices), V = 64 /
      * 72 / 128 (a partial second V tile), chunk tails, varlen with an empty sequence, states on and
      * off, sequences of 33 and 38 chunks ("long"). */
     {
-        static const char * const widths[] = {"64", "32"};
-        static const char * const wnames[] = {" v6 then chain", " v6 then chain ks32"};
+        static const char * const widths[] = {"64", "32", "32"};
+        static const char * const pipes[] = {"1", "1", "0"};
+        static const char * const wnames[] = {" v6 then chain", " v6 then chain ks32", " v6 then chain ks32 nopipe"};
         g_second_var = "SSMOPS_CUDA_SISO_STATE";
         g_second_knob = "chain";
         setenv("SSMOPS_CUDA_SISO_STATE", "v6", 1);
-        for (int wi = 0; wi < 2; ++wi) {
+        for (int wi = 0; wi < 3; ++wi) {
             setenv("SSMOPS_CUDA_SISO_CHAIN_KS", widths[wi], 1);
+            setenv("SSMOPS_CUDA_SISO_CHAIN_PIPE", pipes[wi], 1);
             forward_suite(&rng, wnames[wi], 0);
         }
+        unsetenv("SSMOPS_CUDA_SISO_CHAIN_PIPE");
         unsetenv("SSMOPS_CUDA_SISO_CHAIN_KS");
         unsetenv("SSMOPS_CUDA_SISO_STATE");
         g_second_knob = NULL;

@@ -166,6 +166,8 @@ if want sanitizer && command -v compute-sanitizer >/dev/null 2>&1; then
                 [ "$rc" = 9 ] && echo "rc=9" || echo "rc=0 (check exit $rc)"
             done
             echo "== $tool mamba3_siso bf16 state v6"; SSMOPS_CUDA_SISO_STATE=v6 compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba3_siso --backend cuda --dtype bf16 --shape B=1,S=200,H=2,Hq=1,K=40,V=72,A=8 --param has_d=1,has_z=1,has_states=1,has_final=1,nseq=3; echo "rc=$?"
+            # the chained state kernel (both block widths): varlen with states, two V tiles and K slices
+            for ks in 64 32; do echo "== $tool mamba3_siso bf16 state chain ks=$ks"; SSMOPS_CUDA_SISO_STATE=chain SSMOPS_CUDA_SISO_CHAIN_KS=$ks compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba3_siso --backend cuda --dtype bf16 --out-dtype bf16 --shape B=1,S=700,H=3,Hq=1,K=128,V=72,A=32 --param has_d=1,has_z=1,has_states=1,has_final=1,nseq=3; rc=$?; [ "$rc" = 9 ] && echo "rc=9" || echo "rc=0 (check exit $rc)"; done
             for kv in K=128,V=72,A=32 K=64,V=64,A=7; do echo "== $tool mamba3_siso bf16 v7 (wgmma, out bf16) $kv"; SSMOPS_CUDA_SISO_FAST=6 compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba3_siso --backend cuda --dtype bf16 --out-dtype bf16 --shape B=1,S=2200,H=2,Hq=1,$kv --param has_d=1,has_z=1,has_states=1,has_final=1,nseq=3; rc=$?; [ "$rc" = 9 ] && echo "rc=9" || echo "rc=0 (check exit $rc)"; done
         fi
     done >>"$out/sanitizer.log" 2>&1
@@ -252,6 +254,8 @@ if want bench; then
     bench "scan bf16 anchor, state chain2" SSMOPS_CUDA_SCAN_STATE=chain2 mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
     bench "scan bf16 anchor, state chain" SSMOPS_CUDA_SCAN_STATE=chain mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
     bench "scan bf16 B8 S2048 H32 N64, state v6 + pass" SSMOPS_CUDA_SCAN_STATE=v6 mamba2_scan --dtype bf16 --shape B=8,S=2048,H=32,P=64,N=64,G=1,chunk=256 --param $scan_params
+    bench "siso bf16 anchor, state v6 + pass" SSMOPS_CUDA_SISO_STATE=v6 mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
+    bench "siso bf16 anchor, chain ks=64" SSMOPS_CUDA_SISO_CHAIN_KS=64 mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
     bench "siso bf16 anchor, fast path v7" SSMOPS_CUDA_SISO_FAST=6 mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
     bench "scan bf16 anchor, kernel v6" SSMOPS_CUDA_SCAN_KERNEL=v6 mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
     bench "scan bf16 anchor, kernel v5" SSMOPS_CUDA_SCAN_KERNEL=v5 mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
@@ -271,6 +275,7 @@ if want bench; then
         bench "scan f16 B1 S8192 H80 P64 N128" mamba2_scan --dtype f16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
         bench "scan f32 B1 S8192 H80 P64 N128" mamba2_scan --dtype f32 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
         bench "chunk_state f16 upstream layout (CANN shape)" mamba2_chunk_state --dtype f16 --shape B=1,S=1024,H=128,P=64,N=128,G=8,chunk=256
+        bench "siso bf16 B4 S4096, state v6 + pass" SSMOPS_CUDA_SISO_STATE=v6 mamba3_siso --dtype bf16 --shape B=4,S=4096,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
         bench "siso bf16 B4 S4096 H64 K128 V64 (1.784)" mamba3_siso --dtype bf16 --shape B=4,S=4096,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
         bench "siso_fwd bf16 B1 S8192 H64 K128 V64" mamba3_siso_fwd --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param has_d=1,has_z=1,has_states=0,has_final=0
         bench "siso f32 B1 S8192 H64 K128 V64" mamba3_siso --dtype f32 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
