@@ -2876,8 +2876,8 @@ const int kChainThreads = kStateThreads6;
  * columns (kC × (KS + 8)), v tile (kC × kFLd)}, then the split K̂ slice (two kC × (KS + 8) tiles); KS:
  * the block's K columns (rows of KS + 8 elements: 16-byte aligned, no ldmatrix bank conflicts). */
 struct siso_chain_smem {
-    int th, kraw, vs, stage, kh, kl, kh2, kl2, total; /* the scalars at 0 of a stage; kh2/kl2: PIPE's second K̂ */
-    __host__ __device__ siso_chain_smem(int A, int KS, bool pipe) {
+    int th, kraw, vs, stage, kh, kl, total; /* the scalars at 0 of a stage */
+    __host__ __device__ siso_chain_smem(int A, int KS) {
         const int LK = KS + 8;
         th = (int)sizeof(float) * kPrepScal; /* 16-byte aligned (kPrepScal % 4 == 0) */
         int o = (int)align128(sizeof(float) * (size_t)prep_floats(A));
@@ -2888,9 +2888,7 @@ struct siso_chain_smem {
         stage = o;
         kh = kChainStages * stage;
         kl = kh + (int)align128(2 * kC * LK);
-        kh2 = kl + (int)align128(2 * kC * LK);
-        kl2 = kh2 + (pipe ? (int)align128(2 * kC * LK) : 0);
-        total = kl2 + (pipe ? (int)align128(2 * kC * LK) : 0);
+        total = kl + (int)align128(2 * kC * LK);
     }
 };
 
@@ -3016,15 +3014,12 @@ __device__ __forceinline__ void chain_store_state(const float (&S)[TN][4], float
     }
 }
 
-/* PIPE: chunk c + 1's K̂ is prepared while chunk c's products run, into a second K̂ buffer, so a chunk
- * needs one block barrier instead of two and warps overlap one phase with the other (the copies then
- * run one chunk ahead instead of two: the stage of chunk c is read through chunk c's products). */
-template <int MODE, int KS, bool PIPE>
+template <int MODE, int KS>
 __global__ void __launch_bounds__(kChainThreads, 2) siso_chain_kernel(const m3_fwd_args P) {
     typedef typename cfg<MODE>::T T;
     extern __shared__ __align__(128) unsigned char smem[];
     constexpr int                                  TN = KS / 16, LK = KS + 8; /* 8-column tiles per warp */
-    const siso_chain_smem                          L(P.A, KS, PIPE);
+    const siso_chain_smem                          L(P.A, KS);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, rb = warp & 3, upper = warp >> 2;
     const int nks = P.K / KS;
     const int s = blockIdx.x, h = blockIdx.y, p0 = (int)(blockIdx.z / nks) * kTV, kc0 = (int)(blockIdx.z % nks) * KS;
@@ -3072,76 +3067,33 @@ __global__ void __launch_bounds__(kChainThreads, 2) siso_chain_kernel(const m3_f
     const bool      odd = lane & 1;
     float *         d4 = P.states + (long long)sg.first * hvk + ((long long)h * P.V + p0) * P.K +
                  (odd ? (r0 + 8) * P.K + c0 - 2 : r0 * P.K + c0); /* 16-byte aligned: c0 − 2 or c0 is 4j */
-    if constexpr (PIPE) {
-        T * kh2 = (T *)(smem + L.kh2);
-        T * kl2 = (T *)(smem + L.kl2);
-        cp_async_wait_group<kChainStages - 2>(); /* chunk 0's copies */
-        __syncthreads();
-        if (sg.count > 0)
-            chain_prep_k<MODE, KS>(P, chain_chunk(sg, s, 0), kc0, carve_scal((float *)smem), (const float *)(smem + L.th),
-                                   (const T *)(smem + L.kraw), kh, kl, kbias);
-        for (int c = 0; c < sg.count; ++c, d4 += hvk) {
-            unsigned char * st = smem + (c % kChainStages) * L.stage;
-            cp_async_wait_all(); /* chunk c + 1's copies */
-            __syncthreads();     /* chunk c's K̂ and chunk c + 1's operands visible; chunk c − 1's reads done */
-            if (c + kChainStages - 1 < sg.count) { /* into chunk c − 1's stage */
-                const int cn = c + kChainStages - 1;
-                cp.issue(smem + (cn % kChainStages) * L.stage, cn, min(kC, sg.len - cn * kC));
-            }
-            cp_async_commit();
-            chain_store_state<TN>(S, d4, odd, in0, in1);
-            const m3_chunk ch = chain_chunk(sg, s, c);
-            float          loc[8][4]; /* vk_v6's accumulator; NB = KS/32 uses the first TN */
-#pragma unroll
-            for (int t = 0; t < 8; ++t) loc[t][0] = loc[t][1] = loc[t][2] = loc[t][3] = 0.0f;
-            {
-                const T * vs = (const T *)(st + L.vs);
-                const T * kc = (c & 1) ? kh2 : kh;
-                const T * lc = (c & 1) ? kl2 : kl;
-                vk_v6<MODE, KS / 32>(loc, vs + rb * 16 + a_trans_off(lane, kFLd), kc + upper * (KS / 2) + b_kn_off(lane, LK),
-                                     lc + upper * (KS / 2) + b_kn_off(lane, LK), (ch.len + 15) / 16, LK);
-            }
-            if (c + 1 < sg.count) {
-                unsigned char * sn = smem + ((c + 1) % kChainStages) * L.stage;
-                chain_prep_k<MODE, KS>(P, chain_chunk(sg, s, c + 1), kc0, carve_scal((float *)sn),
-                                       (const float *)(sn + L.th), (const T *)(sn + L.kraw), (c & 1) ? kh : kh2,
-                                       (c & 1) ? kl : kl2, kbias);
-            }
-            const float decay = expf(carve_scal((float *)st).cm[ch.len - 1]);
-#pragma unroll
-            for (int t = 0; t < TN; ++t)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) S[t][e] = decay * S[t][e] + loc[t][e];
+    for (int c = 0; c < sg.count; ++c, d4 += hvk) {
+        unsigned char * st = smem + (c % kChainStages) * L.stage;
+        cp_async_wait_group<kChainStages - 2>(); /* this thread's copies of chunk c */
+        __syncthreads(); /* chunk c's operands visible; chunk c − 1's products done (its stage and kh/kl free) */
+        if (c + kChainStages - 1 < sg.count) {
+            const int cn = c + kChainStages - 1;
+            cp.issue(smem + (cn % kChainStages) * L.stage, cn, min(kC, sg.len - cn * kC));
         }
-    } else {
-        for (int c = 0; c < sg.count; ++c, d4 += hvk) {
-            unsigned char * st = smem + (c % kChainStages) * L.stage;
-            cp_async_wait_group<kChainStages - 2>(); /* this thread's copies of chunk c */
-            __syncthreads(); /* chunk c's operands visible; chunk c − 1's products done (its stage and kh/kl free) */
-            if (c + kChainStages - 1 < sg.count) {
-                const int cn = c + kChainStages - 1;
-                cp.issue(smem + (cn % kChainStages) * L.stage, cn, min(kC, sg.len - cn * kC));
-            }
-            cp_async_commit(); /* possibly empty: one group per chunk */
-            chain_store_state<TN>(S, d4, odd, in0, in1);
-            const m3_chunk ch = chain_chunk(sg, s, c);
-            const m3_scal  sc = carve_scal((float *)st);
-            chain_prep_k<MODE, KS>(P, ch, kc0, sc, (const float *)(st + L.th), (const T *)(st + L.kraw), kh, kl, kbias);
-            __syncthreads(); /* w∘K̂ */
-            float loc[8][4]; /* vk_v6's accumulator; NB = 2 uses the first 4 */
+        cp_async_commit(); /* possibly empty: one group per chunk */
+        chain_store_state<TN>(S, d4, odd, in0, in1);
+        const m3_chunk ch = chain_chunk(sg, s, c);
+        const m3_scal  sc = carve_scal((float *)st);
+        chain_prep_k<MODE, KS>(P, ch, kc0, sc, (const float *)(st + L.th), (const T *)(st + L.kraw), kh, kl, kbias);
+        __syncthreads(); /* w∘K̂ */
+        float loc[8][4]; /* vk_v6's accumulator; NB = 2 uses the first 4 */
 #pragma unroll
-            for (int t = 0; t < 8; ++t) loc[t][0] = loc[t][1] = loc[t][2] = loc[t][3] = 0.0f;
-            {
-                const T * vs = (const T *)(st + L.vs);
-                vk_v6<MODE, KS / 32>(loc, vs + rb * 16 + a_trans_off(lane, kFLd), kh + upper * (KS / 2) + b_kn_off(lane, LK),
-                                     kl + upper * (KS / 2) + b_kn_off(lane, LK), (ch.len + 15) / 16, LK);
-            }
-            const float decay = expf(sc.cm[ch.len - 1]);
-#pragma unroll
-            for (int t = 0; t < TN; ++t)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) S[t][e] = decay * S[t][e] + loc[t][e];
+        for (int t = 0; t < 8; ++t) loc[t][0] = loc[t][1] = loc[t][2] = loc[t][3] = 0.0f;
+        {
+            const T * vs = (const T *)(st + L.vs);
+            vk_v6<MODE, KS / 32>(loc, vs + rb * 16 + a_trans_off(lane, kFLd), kh + upper * (KS / 2) + b_kn_off(lane, LK),
+                                 kl + upper * (KS / 2) + b_kn_off(lane, LK), (ch.len + 15) / 16, LK);
         }
+        const float decay = expf(sc.cm[ch.len - 1]);
+#pragma unroll
+        for (int t = 0; t < TN; ++t)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) S[t][e] = decay * S[t][e] + loc[t][e];
     }
     cp_async_wait_all(); /* nothing is pending (the last groups are empty); for the record */
     if (P.fin_ssm.present) {
@@ -3308,12 +3260,6 @@ bool state_v6_selected() {
 
 /* SSMOPS_CUDA_SISO_CHAIN_KS=32 / 64: the chain's K columns per block; unset or anything else: the
  * rule (siso_chain_applies). Read on every call. */
-/* SSMOPS_CUDA_SISO_CHAIN_PIPE=0: the 32-column chain without the overlapped K̂ preparation. */
-bool siso_chain_pipe() {
-    const char * env = getenv("SSMOPS_CUDA_SISO_CHAIN_PIPE");
-    return env == NULL || strcmp(env, "0") != 0;
-}
-
 int siso_chain_ks_want() {
     const char * env = getenv("SSMOPS_CUDA_SISO_CHAIN_KS");
     if (env != NULL && strcmp(env, "32") == 0) return 32;
@@ -3351,7 +3297,7 @@ ssm_status siso_chain_applies(ssm_context * ctx, const char * op, const m3_fwd_a
     const long long vt = (P.V + kTV - 1) / kTV, c64 = (long long)P.NS * P.H * vt * (P.K / 64);
     int             k = kw;
     if (k == 0) k = P.K % 64 == 0 && (double)c64 >= kSisoChain64 * dp.sms ? 64 : 32;
-    if (P.K % k != 0 || vt * (P.K / k) > 65535 || siso_chain_smem(P.A, k, k == 32 && siso_chain_pipe()).total > dp.smem_optin) return SSM_STATUS_OK;
+    if (P.K % k != 0 || vt * (P.K / k) > 65535 || siso_chain_smem(P.A, k).total > dp.smem_optin) return SSM_STATUS_OK;
     const long long chains = (long long)P.NS * P.H * vt * (P.K / k);
     if (want > 0 || (double)chains >= kSisoChainMin * dp.sms) *ks = k;
     return SSM_STATUS_OK;
@@ -3416,11 +3362,8 @@ ssm_status launch_fast(ssm_context * ctx, const char * op, const m3_fwd_args & P
     if (pre) SSM_FORWARD_IF_ERROR(siso_chain_applies(ctx, op, P, &chain));
     if (chain) { /* the chain's K columns per block */
         const int             ks = chain;
-        const bool            pipe = ks == 32 && siso_chain_pipe();
-        const siso_chain_smem Lc(P.A, ks, pipe);
-        void (*kernel)(const m3_fwd_args) = ks == 64 ? siso_chain_kernel<MODE, 64, false>
-                                            : pipe   ? siso_chain_kernel<MODE, 32, true>
-                                                     : siso_chain_kernel<MODE, 32, false>;
+        const siso_chain_smem Lc(P.A, ks);
+        void (*kernel)(const m3_fwd_args) = ks == 64 ? siso_chain_kernel<MODE, 64> : siso_chain_kernel<MODE, 32>;
         SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
             ctx, op, "cudaFuncSetAttribute",
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Lc.total)));
