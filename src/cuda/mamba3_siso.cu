@@ -3280,7 +3280,7 @@ int siso_chain_want() {
 /* *ks = the chain's K columns per block (32 or 64) when siso_chain_kernel replaces
  * fast_state_kernel_v6 and the pass, else 0: on version 8's path (the caller's `pre`: 16-bit q/k/v in
  * 16-byte rows, K = 64 or 128, chunk_prep_kernel's slots), with its shared memory within the device's
- * limit, by the rule or the knobs. The rule, from H200 measurements at eight shapes (run S8-3,
+ * limit, by the rule or the knobs. The rule, from H200 measurements at nine shapes (runs S8-3, S8-4;
  * docs/cuda-notes-siso.md): a chain's time is its chunk count times a per-chunk latency, which grows
  * little from one to two chains on an SM, while the v6 state kernel and the pass take time in
  * proportion to all the work; so the chain pays once its chains about fill the SMs
