@@ -2857,14 +2857,15 @@ __global__ void __launch_bounds__(kStateThreads6, 4) fast_state_kernel_v6(const 
  * fast_state_kernel_v6 writes every chunk's own contribution (fp32 V × K) and pass_kernel_v5 reads
  * it back and rewrites it as the entering state: at the shape of record 268 MB written, then 536 MB
  * read and written again, 204 + 156 µs. siso_chain_kernel does both in one pass: one block per
- * (sequence, head, V tile, 64 K columns) walks its sequence's chunks in order with the running state
- * in registers; at a chunk's start it stores the entering state (what the pass stored), then adds
- * the chunk's products to a zeroed local accumulator — v6's products of v6's operands — and folds
- * them in with the pass's expression, S ← e^{c_last}·S + local. The chunk contributions are never
- * stored. The operands of chunk c + 2 (the scalars and θ of chunk_prep_kernel's slot, the raw k
+ * (sequence, head, V tile, KS = 32 or 64 K columns) walks its sequence's chunks in order with the
+ * running state in registers; at a chunk's start it stores the entering state (what the pass
+ * stored), then adds the chunk's products to a zeroed local accumulator — v6's products of v6's
+ * operands — and folds them in with the pass's expression, S ← e^{c_last}·S + local. The chunk
+ * contributions are never stored. The operands of chunk c + 2 (the scalars and θ of chunk_prep_kernel's slot, the raw k
  * columns, the v tile) land by cp.async in a ring of three stages while chunk c computes; two block
- * barriers per chunk. Per chunk and block the work is a quarter to a half of a v6 block's (half the
- * K columns), so the chain is short in time where there are about as many chains as SMs or more.
+ * barriers per chunk. Per chunk and block the K̂ work and the products are KS/K of a v6 block's, so
+ * a chain is short in time; it pays where there are about as many chains as SMs or more (the rule,
+ * siso_chain_applies; 260 µs instead of 360 at the shape of record with KS = 32).
  * Every value is the v6 + pass pipeline's: K̂ by fast_prep_qk's expressions (bias, rotation by
  * the per-angle sincos, w_i, split), the products in v6's order per element, the recurrence in the
  * pass's expression; the test checks the bytes against that pipeline. */
