@@ -538,7 +538,7 @@ int main(void) {
      * widths (SSMOPS_CUDA_SISO_CHAIN_KS=64 / 32): the chain must give that pipeline's bytes. Its
      * domain in the suite: 16-bit q/k/v and outputs, K = 64 and 128 (one to four K slices), V = 64 /
      * 72 / 128 (a partial second V tile), chunk tails, varlen with an empty sequence, states on and
-     * off, sequences of 33 and 38 chunks ("long"). */
+     * off, sequences of 34 and 38 chunks ("long"). */
     {
         static const char * const widths[] = {"64", "32"};
         static const char * const wnames[] = {" v6 then chain", " v6 then chain ks32"};
