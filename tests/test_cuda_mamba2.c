@@ -331,18 +331,14 @@ int main(void) {
                 cfg.dt_softplus = (k % 3) == 0;
                 cfg.strided = (k % 2) == 0;
                 cfg.index_i64 = (k % 4) == 1;
-                if (variant == 1 && cfg.seqlen > 1) cfg.seq_segments = 3;
                 int64_t lens[4] = {cfg.seqlen / 3, 0, cfg.seqlen - cfg.seqlen / 3 - cfg.seqlen / 4, cfg.seqlen / 4};
-                if (variant == 2) {
-                    cfg.nseq = 4;
-                    cfg.seqlens = lens;
-                }
+                const char * layout = ssmt_mamba2_layout(&cfg, variant, cfg.seqlen > 1 ? 3 : 0, lens, 4);
                 scan_opts o = {chunks[si], (k % 5) == 2, (k % 2) == 0, (k % 3) == 0, (k % 4) == 2};
                 char      tag[200];
                 snprintf(tag, sizeof tag, "S%lld Q%lld H%lld P%lld N%lld G%lld %s %s", (long long)cfg.seqlen,
                          (long long)o.chunk, (long long)cfg.nheads, (long long)cfg.headdim, (long long)cfg.dstate,
                          (long long)cfg.ngroups, ssm_dtype_name(cfg.dtype),
-                         variant == 0 ? "dense" : variant == 1 ? "seq_idx" : "varlen");
+                         layout);
                 test_scan(&rng, &cfg, &o, tag);
                 if (variant < 2 && si % 2 == 0) test_chunk_state(&rng, &cfg, chunks[si], tag);
             }
@@ -375,17 +371,13 @@ int main(void) {
             cfg.dt_softplus = (k % 2) == 1;
             cfg.strided = (k % 4) == 3;
             cfg.index_i64 = (k % 2) == 0;
-            if (variant == 1) cfg.seq_segments = 3;
             int64_t lens[4] = {cfg.seqlen / 3, 0, cfg.seqlen - cfg.seqlen / 3 - cfg.seqlen / 4, cfg.seqlen / 4};
-            if (variant == 2) {
-                cfg.nseq = 4;
-                cfg.seqlens = lens;
-            }
+            const char * layout = ssmt_mamba2_layout(&cfg, variant, 3, lens, 4);
             scan_opts o = {64, (k % 5) == 1, (k % 2) == 1, k3 == 1, 0};
             char      tag[200];
             snprintf(tag, sizeof tag, "v4 S%lld H%lld P%lld N%lld G%lld %s %s%s", (long long)cfg.seqlen,
                      (long long)cfg.nheads, (long long)cfg.headdim, (long long)cfg.dstate, (long long)cfg.ngroups,
-                     ssm_dtype_name(cfg.dtype), variant == 0 ? "dense" : variant == 1 ? "seq_idx" : "varlen",
+                     ssm_dtype_name(cfg.dtype), layout,
                      cfg.strided ? " strided" : "");
             test_scan(&rng, &cfg, &o, tag);
         }
@@ -415,17 +407,13 @@ int main(void) {
             cfg.dt_softplus = (int)(si % 2);
             cfg.strided = 0;
             cfg.index_i64 = variant == 1;
-            if (variant == 1) cfg.seq_segments = 3;
             int64_t lens[4] = {cfg.seqlen / 3, 0, cfg.seqlen - cfg.seqlen / 3 - cfg.seqlen / 4, cfg.seqlen / 4};
-            if (variant == 2) {
-                cfg.nseq = 4;
-                cfg.seqlens = lens;
-            }
+            const char * layout = ssmt_mamba2_layout(&cfg, variant, 3, lens, 4);
             scan_opts o = {64, 0, 0, 0, 0};
             char      tag[200];
             snprintf(tag, sizeof tag, "v6 S%lld H%lld P%lld N%lld G%lld %s %s d%d z%d", (long long)cfg.seqlen,
                      (long long)cfg.nheads, (long long)cfg.headdim, (long long)cfg.dstate, (long long)cfg.ngroups,
-                     ssm_dtype_name(cfg.dtype), variant == 0 ? "dense" : variant == 1 ? "seq_idx" : "varlen",
+                     ssm_dtype_name(cfg.dtype), layout,
                      cfg.d_mode, cfg.has_z);
             test_scan(&rng, &cfg, &o, tag);
         }
@@ -454,17 +442,13 @@ int main(void) {
             cfg.dt_softplus = (int)((si + 1) % 2);
             cfg.strided = 0;
             cfg.index_i64 = variant == 1;
-            if (variant == 1) cfg.seq_segments = 2;
             int64_t lens[3] = {cfg.seqlen - cfg.seqlen / 4, 0, cfg.seqlen / 4};
-            if (variant == 2) {
-                cfg.nseq = 3;
-                cfg.seqlens = lens;
-            }
+            const char * layout = ssmt_mamba2_layout(&cfg, variant, 2, lens, 3);
             scan_opts o = {64, 0, 0, 0, 0};
             char      tag[200];
             snprintf(tag, sizeof tag, "v7 S%lld H%lld P%lld N%lld G%lld %s %s d%d z%d", (long long)cfg.seqlen,
                      (long long)cfg.nheads, (long long)cfg.headdim, (long long)cfg.dstate, (long long)cfg.ngroups,
-                     ssm_dtype_name(cfg.dtype), variant == 0 ? "dense" : variant == 1 ? "seq_idx" : "varlen",
+                     ssm_dtype_name(cfg.dtype), layout,
                      cfg.d_mode, cfg.has_z);
             test_scan(&rng, &cfg, &o, tag);
         }
@@ -494,18 +478,14 @@ int main(void) {
         cfg.has_final = 1;
         cfg.dt_softplus = 1;
         cfg.index_i64 = variant == 1;
-        if (variant == 1) cfg.seq_segments = 3;
         int64_t lens[3] = {1000, 0, cfg.seqlen - 1000};
-        if (variant == 2) {
-            cfg.nseq = 3;
-            cfg.seqlens = lens;
-        }
+        const char * layout = ssmt_mamba2_layout(&cfg, variant, 3, lens, 3);
         scan_opts o = {256, 0, 0, 0, 0};
         char      tag[200];
         snprintf(tag, sizeof tag, "chain S%lld B%lld H%lld P%lld N%lld G%lld %s %s", (long long)cfg.seqlen,
                  (long long)cfg.batch, (long long)cfg.nheads, (long long)cfg.headdim, (long long)cfg.dstate,
                  (long long)cfg.ngroups, ssm_dtype_name(cfg.dtype),
-                 variant == 0 ? "dense" : variant == 1 ? "seq_idx" : "varlen");
+                 layout);
         test_scan(&rng, &cfg, &o, tag);
     }
     /* no tokens at all: final = initial */

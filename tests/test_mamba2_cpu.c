@@ -240,12 +240,8 @@ int main(void) {
             cfg.dt_softplus = (k % 3) == 0;
             cfg.strided     = (k % 2) == 0;
             cfg.index_i64   = (k % 4) == 1;
-            if (variant == 1 && cfg.seqlen > 1) cfg.seq_segments = 3;
             int64_t lens[4] = { cfg.seqlen / 3, 0, cfg.seqlen - cfg.seqlen / 3 - cfg.seqlen / 4, cfg.seqlen / 4 };
-            if (variant == 2) {
-                cfg.nseq    = 4;
-                cfg.seqlens = lens;
-            }
+            ssmt_mamba2_layout(&cfg, variant, cfg.seqlen > 1 ? 3 : 0, lens, 4);
             static const int64_t chunks[] = { 16, 64, 32, 7 };
             char tag[200];
             snprintf(tag, sizeof tag, "S%lld H%lld P%lld N%lld G%lld %s v%d", (long long) cfg.seqlen,

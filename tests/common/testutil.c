@@ -510,6 +510,16 @@ void ssmt_mamba2_config_init(ssmt_mamba2_config * cfg) {
     cfg->out_dtype = SSM_DTYPE_F32;
 }
 
+const char * ssmt_mamba2_layout(ssmt_mamba2_config * cfg, int variant, int32_t segments, const int64_t * lens,
+                                int32_t n) {
+    if (variant == 1) cfg->seq_segments = segments;
+    if (variant == 2) {
+        cfg->nseq = n;
+        cfg->seqlens = lens;
+    }
+    return variant == 0 ? "dense" : variant == 1 ? "seq_idx" : "varlen";
+}
+
 static double inv_softplus(double y) { return log(expm1(y)); }
 
 /* A 4-D activation tensor, optionally in a padded, time-inner layout. */

@@ -271,6 +271,12 @@ typedef struct ssmt_mamba2_config {
  * no optional inputs. */
 void ssmt_mamba2_config_init(ssmt_mamba2_config * cfg);
 
+/* The three sequence layouts of the Mamba-2 test matrices: variant 0 dense batch rows, 1 seq_idx
+ * with `segments` segments (0: none), 2 varlen over the n lengths in lens (kept alive by the caller
+ * until the problem is built). Returns the layout's name for a case tag. */
+const char * ssmt_mamba2_layout(ssmt_mamba2_config * cfg, int variant, int32_t segments, const int64_t * lens,
+                                int32_t n);
+
 typedef struct ssmt_mamba2_problem {
     ssmt_host            x, dt, a, b, c, d, z, dt_bias, initial_states, seq_idx, cu_seqlens, out, final_states;
     ssm_mamba2_scan_args args; /* views of the tensors above; absent ones are zeroed      */
