@@ -227,6 +227,28 @@ static void test_random(ssmt_rng * rng) {
     }
 }
 
+/* N = 0: no state, y = D·x (gated); a is empty and is given as a 1-byte buffer, so a read of
+ * a[h, p, 0] is a heap overflow under ASan (the CPU step used to read it for the decay). */
+static void test_empty_state(ssmt_rng * rng) {
+    for (int per_head = 0; per_head < 2; ++per_head) {
+        step_problem q;
+        problem_make(rng, &q, 3, 2, 5, 0, 1, 4, SSM_DTYPE_F32, SSM_DTYPE_F32, per_head, 1, 7, 0);
+        void * tiny = malloc(1);
+        TEST_CHECK(tiny != NULL, "malloc(1)");
+        const int64_t sa[3] = { 2, 5, 0 };
+        ssm_tensor    ea    = q.args.a;
+        ea.data = tiny, ea.ndim = 3;
+        for (int i = 0; i < 3; ++i) ea.shape[i] = sa[i], ea.strides[i] = 0;
+        q.args.a = ea;
+        ssm_mamba2_params prm;
+        ssm_mamba2_params_init(&prm);
+        prm.dt_softplus = 1;
+        check_problem(&q, &prm, SSM_DTYPE_F32, per_head ? "N=0 per-head" : "N=0 general");
+        free(tiny);
+        problem_free(&q);
+    }
+}
+
 /* ---- forward scan == S steps --------------------------------------------------------------- */
 static void test_scan_equals_steps(ssmt_rng * rng, int general) {
     ssmt_mamba2_config cfg;
@@ -416,6 +438,7 @@ int main(void) {
     test_scan_equals_steps(&rng, 0);
     test_scan_equals_steps(&rng, 1);
     test_random(&rng);
+    test_empty_state(&rng);
     test_validation(&rng);
     for (int t = 1; t <= 3; ++t) ssm_context_free(ctx_cpu[t]);
     ssm_context_free(ctx_ref), ssm_context_free(ctx_scalar);

@@ -153,6 +153,13 @@ static void qkv_rules(fixture * f, int op, const ssm_mamba3_mimo_params * p, con
     expect(f, op, p, args, SSM_STATUS_INVALID_ARGUMENT, "N=132 > 128", "exceeds");
     *q = sq;
     *k = sk;
+    /* R over 128 (stride-0 views over the fixture's buffers); test_huge_rank has the overflow */
+    *q = ssmt_reshaped(&sq, nd - 3, 129);
+    *k = ssmt_reshaped(&sk, nd - 3, 129);
+    q->strides[nd - 3] = 0, k->strides[nd - 3] = 0;
+    expect(f, op, p, args, SSM_STATUS_INVALID_ARGUMENT, "R=129 > 128", "(R)");
+    *q = sq;
+    *k = sk;
     /* H not a multiple of G; P over 128 */
     *v = ssmt_reshaped(&sv, ndim_h, 3);
     expect(f, op, p, args, SSM_STATUS_INVALID_SHAPE, "H=3 with G=2", "multiple");
@@ -577,6 +584,56 @@ static void test_step(fixtures * x) {
     expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "out overlaps k_state", "k_state");
 }
 
+/* R = 2^61 - 1 as stride-0 views over one-element buffers, with q/k (1,1,R,1,2) small enough
+ * that no element count overflows: C·R wrapped in int64, passed the C·R ≤ 128 rule and sized
+ * the CPU scratch with the wrapped product (ASan: a heap write past it). Rejected on CPU now. */
+static void test_huge_rank(void) {
+    const int64_t R = (INT64_C(1) << 61) - 1;
+    ssm_context_params cp;
+    ssm_context_params_init(&cp);
+    cp.backend = SSM_BACKEND_CPU;
+    ssm_context * cpu = NULL;
+    TEST_CHECK(ssm_context_create(&cp, &cpu) == SSM_STATUS_OK, "CPU context");
+    if (cpu == NULL) return;
+    static const int64_t one3[3] = {1, 1, 1}, one4[4] = {1, 1, 1, 1}, seg[5] = {1, 1, 1, 8, 8};
+    static const int64_t qk[5] = {1, 1, 1, 1, 2}, hn[3] = {1, 1, 2}, hp[3] = {1, 1, 1};
+    ssmt_host t[16];
+    int       n = 0;
+    t[n++] = ssmt_alloc(SSM_DTYPE_F16, 4, one4); /* dout  0 */
+    t[n++] = ssmt_alloc(SSM_DTYPE_F16, 5, qk);   /* q     1 */
+    t[n++] = ssmt_alloc(SSM_DTYPE_F16, 5, qk);   /* k     2 */
+    t[n++] = ssmt_alloc(SSM_DTYPE_F16, 4, one4); /* v     3 */
+    t[n++] = ssmt_alloc(SSM_DTYPE_F16, 3, hn);   /* q_bias 4 */
+    t[n++] = ssmt_alloc(SSM_DTYPE_F16, 3, hn);   /* k_bias 5 */
+    t[n++] = ssmt_alloc(SSM_DTYPE_F16, 3, hp);   /* mimo_v 6 */
+    t[n++] = ssmt_alloc(SSM_DTYPE_F16, 3, hp);   /* mimo_o 7 */
+    t[n++] = ssmt_alloc(SSM_DTYPE_F32, 4, one4); /* angles 8 */
+    t[n++] = ssmt_alloc(SSM_DTYPE_F32, 3, one3); /* da_cs 9 */
+    t[n++] = ssmt_alloc(SSM_DTYPE_F32, 3, one3); /* da_cs_rev 10 */
+    t[n++] = ssmt_alloc(SSM_DTYPE_F32, 3, one3); /* dt 11 */
+    t[n++] = ssmt_alloc(SSM_DTYPE_F32, 3, one3); /* trap 12 */
+    t[n++] = ssmt_alloc(SSM_DTYPE_F32, 5, seg);  /* segsum 13 */
+    for (int i = 0; i < n; ++i) ssmt_fill_value(&t[i].t, 0.0);
+    ssm_mamba3_mimo_bwd_fwd_args a;
+    memset(&a, 0, sizeof a);
+    a.dout = t[0].t, a.q = t[1].t, a.k = t[2].t, a.v = t[3].t, a.q_bias = t[4].t, a.k_bias = t[5].t;
+    a.mimo_v = t[6].t, a.mimo_o = t[7].t, a.angles = t[8].t, a.da_cs = t[9].t, a.da_cs_rev = t[10].t;
+    a.dt = t[11].t, a.trap = t[12].t, a.segsum = t[13].t;
+    a.q.shape[2] = R, a.q.strides[2] = 0, a.k.shape[2] = R, a.k.strides[2] = 0;
+    ssm_tensor * hr[4] = {&a.q_bias, &a.k_bias, &a.mimo_v, &a.mimo_o};
+    for (int i = 0; i < 4; ++i) hr[i]->shape[1] = R, hr[i]->strides[1] = 0;
+    ssm_mamba3_mimo_params p;
+    ssm_mamba3_mimo_params_init(&p);
+    p.chunk_size = 8, p.rotary_dim_divisor = 2;
+    const ssm_status st = ssm_mamba3_mimo_bwd_fwd(cpu, &p, &a);
+    TEST_CHECK(st == SSM_STATUS_INVALID_ARGUMENT && strstr(ssm_context_last_error(cpu), "(R)") != NULL,
+               "R = 2^61-1 on CPU: got %s [%s]", ssm_status_string(st), ssm_context_last_error(cpu));
+    if (st == SSM_STATUS_INVALID_ARGUMENT) printf("ok  mamba3_mimo_bwd_fwd  R = 2^61-1 (stride-0 views, CPU)       %s\n",
+                                                  ssm_context_last_error(cpu));
+    for (int i = 0; i < n; ++i) ssmt_free(&t[i]);
+    ssm_context_free(cpu);
+}
+
 int main(void) {
     ssm_context_params cp;
     ssm_context_params_init(&cp);
@@ -601,6 +658,7 @@ int main(void) {
     test_forward(x);
     test_bwd(x);
     test_step(x);
+    test_huge_rank();
     fixtures_free(x);
     free(x);
     ssm_context_free(g_ref);

@@ -122,6 +122,10 @@ static void update_row(const step_job * job, const step_bufs * s, int64_t slot, 
 static void update_head(const step_job * job, const step_bufs * s, int64_t slot, int64_t h) {
     const ssm_mamba2_step_args * a = job->args;
     const int64_t                P = job->dims->headdim, N = job->dims->dstate;
+    if (N == 0) { /* no state: a is empty and must not be read; y is D·x (and the gate) alone */
+        for (int64_t p = 0; p < P; ++p) s->y[p] = 0.0f;
+        return;
+    }
     if (job->head_const) {
         const float decay = expf(ssmi_get_f32(&a->a, ssmi_off3(&a->a, h, 0, 0)) * s->v[0]);
         if (job->direct) { /* one kernel call streams the whole head */

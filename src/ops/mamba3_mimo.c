@@ -115,6 +115,10 @@ static ssm_status take_qkv_dims(ssm_context * ctx, const char * op, const ssm_ma
                   op, (long long)d->seqlen);
     SSM_RETURN_IF(d->rank < 1, ctx, SSM_STATUS_INVALID_SHAPE, "%s: q.shape[%d]=%lld (R) must be at least 1", op,
                   (int)nd - 3, (long long)d->rank);
+    /* C·R ≤ 128 with C ≥ 1 bounds R for every operator, the step included (its state comes
+     * from the forward); checked alone so that no product with R can overflow. */
+    SSM_RETURN_IF(d->rank > MIMO_MAX_CR, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: q.shape[%d]=%lld (R) exceeds %d", op, (int)nd - 3, (long long)d->rank, MIMO_MAX_CR);
     SSM_RETURN_IF(d->ngroups < 1, ctx, SSM_STATUS_INVALID_SHAPE, "%s: q.shape[%d]=%lld (G) must be at least 1", op,
                   (int)nd - 2, (long long)d->ngroups);
     SSM_RETURN_IF(d->nheads < 1, ctx, SSM_STATUS_INVALID_SHAPE, "%s: v.shape[%d]=%lld (H) must be at least 1", op,
