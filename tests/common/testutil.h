@@ -56,6 +56,8 @@ extern "C" {
 /* ---- checks -------------------------------------------------------------------------- */
 extern int ssmt_failures; /* number of failed checks so far */
 extern int ssmt_checks;   /* number of checks run */
+/* Set while a test forces a kernel variant: its checked outputs stay out of the hash log. */
+extern int ssmt_variant_forced;
 
 #define TEST_CHECK(cond, ...)                                                         \
     do {                                                                              \
