@@ -196,6 +196,28 @@ SSM_API ssm_isa      ssm_context_isa(const ssm_context * ctx);
 SSM_API ssm_backend  ssm_context_backend(const ssm_context * ctx);
 
 /* ---------------------------------------------------------------------------------------
+ * Kernel variants. Where a backend has more than one way to run an operator (the CUDA
+ * backend: kernels for different shared-memory budgets, layouts, problem sizes), it keeps
+ * them in a selection table: an ordered list of named entries, each with the rule that says
+ * when it applies; a call runs the first entry that applies. `ssmops list --variants`
+ * prints the tables. op is an operator's name without the prefix ("mamba2_scan").
+ * ------------------------------------------------------------------------------------- */
+/* Entries of op's table on backend (AUTO: the CUDA backend's); 0 when there is none. */
+SSM_API int32_t      ssm_variant_count(ssm_backend backend, const char * op);
+/* Entry i's name and its one-line reason; NULL when i or op is out of range. */
+SSM_API const char * ssm_variant_name(ssm_backend backend, const char * op, int32_t i);
+SSM_API const char * ssm_variant_why(ssm_backend backend, const char * op, int32_t i);
+/* Forces ctx to run op with the named entry of its backend's table (NULL, "" or "auto": the
+ * table's own choice again). An unknown op or name is INVALID_ARGUMENT with the valid
+ * names in the message; a call whose problem the forced entry does not cover fails with
+ * UNSUPPORTED. ssm_context_create applies SSMOPS_VARIANT="op=name[,op=name…]" the same way
+ * (meant for tools; a bad value fails the creation). */
+SSM_API ssm_status   ssm_context_set_variant(ssm_context * ctx, const char * op, const char * variant);
+/* Name of the entry the last call on ctx ran ("" before any call, or for backends without
+ * tables). */
+SSM_API const char * ssm_context_last_variant(const ssm_context * ctx);
+
+/* ---------------------------------------------------------------------------------------
  * CUDA helpers (the CUDA backend: SSM_BACKEND_CUDA, or AUTO with tensors on a CUDA device).
  * Operators with a CUDA path take float tensors with device.type = SSM_DEVICE_CUDA (device
  * pointers of the current device) and run on ctx's cuda_stream (NULL = the default

@@ -923,8 +923,59 @@ static void test_checks(void) {
     ssm_context_free(ctx);
 }
 
+/* The variant registry: names, the override's checks, SSMOPS_VARIANT, the last variant. */
+static void test_variants(void) {
+    ssm_context_params q;
+    ssm_context_params_init(&q);
+    q.backend = SSM_BACKEND_CPU;
+    ssm_context * ctx = NULL;
+    CHECK(ssm_context_create(&q, &ctx) == SSM_STATUS_OK, "cpu context");
+    CHECK(strcmp(ssm_context_last_variant(ctx), "") == 0, "last variant before any call");
+    CHECK(strcmp(ssm_context_last_variant(NULL), "") == 0, "last variant of ctx NULL");
+    CHECK(ssm_context_set_variant(ctx, "mamba2_scan", "auto") == SSM_STATUS_OK, "auto is always valid");
+    CHECK(ssm_context_set_variant(ctx, "mamba2_scan", NULL) == SSM_STATUS_OK, "NULL is always valid");
+    ssm_status s = ssm_context_set_variant(ctx, "no_such_op", "x");
+    CHECK(s == SSM_STATUS_INVALID_ARGUMENT && strstr(ssm_context_last_error(ctx), "no_such_op") != NULL,
+          "unknown op: %s [%s]", ssm_status_string(s), ssm_context_last_error(ctx));
+    s = ssm_context_set_variant(ctx, "mamba2_scan", "bogus");
+    CHECK(s == SSM_STATUS_INVALID_ARGUMENT && strstr(ssm_context_last_error(ctx), "bogus") != NULL,
+          "unknown variant on cpu: %s [%s]", ssm_status_string(s), ssm_context_last_error(ctx));
+    CHECK(ssm_context_set_variant(NULL, "mamba2_scan", "auto") == SSM_STATUS_INVALID_ARGUMENT, "ctx NULL");
+    CHECK(ssm_variant_count(SSM_BACKEND_CPU, "mamba2_scan") == 0, "the CPU backend has no tables");
+    CHECK(ssm_variant_count(SSM_BACKEND_CUDA, "no_such_op") == 0, "no table for an unknown op");
+    CHECK(ssm_variant_name(SSM_BACKEND_CUDA, "mamba2_scan", -1) == NULL, "name out of range");
+    const int32_t n = ssm_variant_count(SSM_BACKEND_CUDA, "mamba2_scan");
+    CHECK(ssm_variant_name(SSM_BACKEND_CUDA, "mamba2_scan", n) == NULL, "name past the end");
+    for (int32_t i = 0; i < n; ++i) {
+        const char * name = ssm_variant_name(SSM_BACKEND_CUDA, "mamba2_scan", i);
+        const char * why  = ssm_variant_why(SSM_BACKEND_CUDA, "mamba2_scan", i);
+        CHECK(name != NULL && name[0] != '\0' && why != NULL && why[0] != '\0', "entry %d named and explained",
+              (int)i);
+    }
+    ssm_context_free(ctx);
+
+    const char * old   = getenv("SSMOPS_VARIANT");
+    char *       saved = old ? strdup(old) : NULL;
+    ssm_context * bad  = NULL;
+    setenv("SSMOPS_VARIANT", "mamba2_scan=bogus", 1);
+    s = ssm_context_create(&q, &bad);
+    CHECK(s == SSM_STATUS_INVALID_ARGUMENT && bad == NULL && strstr(ssm_context_last_error(NULL), "SSMOPS_VARIANT"),
+          "SSMOPS_VARIANT=mamba2_scan=bogus: %s [%s]", ssm_status_string(s), ssm_context_last_error(NULL));
+    setenv("SSMOPS_VARIANT", "mamba2_scan", 1);
+    s = ssm_context_create(&q, &bad);
+    CHECK(s == SSM_STATUS_INVALID_ARGUMENT && bad == NULL, "SSMOPS_VARIANT without '=': %s", ssm_status_string(s));
+    setenv("SSMOPS_VARIANT", "mamba2_scan=auto,,mamba3_siso=", 1);
+    s = ssm_context_create(&q, &bad);
+    CHECK(s == SSM_STATUS_OK, "SSMOPS_VARIANT of autos: %s [%s]", ssm_status_string(s), ssm_context_last_error(NULL));
+    ssm_context_free(bad);
+    if (saved) setenv("SSMOPS_VARIANT", saved, 1);
+    else unsetenv("SSMOPS_VARIANT");
+    free(saved);
+}
+
 int main(void) {
     const clock_t start = clock();
+    test_variants();
     test_names();
     test_decode_and_roundtrip(&F16);
     test_decode_and_roundtrip(&BF16);

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "ssmops.h"
+#include "ssmi_ops.h"
 
 #if defined(__GNUC__)
 #define SSMI_PRINTF(f, a) __attribute__((format(printf, f, a)))
@@ -32,8 +33,33 @@ struct ssm_context {
     ssm_allocator     allocator;
     void *            cuda_stream;
     ssmi_threadpool * pool; /* NULL when num_threads == 1 */
+    int16_t           variant[SSMI_OP_COUNT]; /* forced entry of each op's selection table, -1 = auto */
+    const char *      last_variant;           /* name of the entry the last call ran, "" if none */
     char              last_error[SSMI_ERROR_LEN];
 };
+
+/* ---- kernel variants (variant.c) ------------------------------------------------------ */
+/* One entry of a backend's selection table for an operator, as the registry reports it. */
+typedef struct ssmi_variant_info {
+    const char * name; /* by what it does: "chain", "wgmma", "portable", ... */
+    const char * why;  /* one line: why the entry exists and when it applies */
+} ssmi_variant_info;
+
+/* Name of op ("mamba2_scan"), and the op of a name (-1 if none). */
+const char * ssmi_op_name(ssmi_op op);
+int32_t      ssmi_op_find(const char * name);
+/* The entry of op's table that ctx forces, or -1 for the table's own choice (ctx NULL: -1). */
+int32_t      ssmi_variant_forced(const ssm_context * ctx, ssmi_op op);
+/* Applies SSMOPS_VARIANT (value env, may be NULL) to a new context; clears every entry first. */
+ssm_status   ssmi_variant_from_env(ssm_context * ctx, const char * env);
+/* Records the entry a call ran (a string with static storage), for ssm_context_last_variant. */
+void         ssmi_variant_ran(ssm_context * ctx, const char * name);
+/* The UNSUPPORTED failure of a forced entry that does not apply to the call's problem. */
+ssm_status   ssmi_variant_not_applicable(ssm_context * ctx, ssmi_op op, const char * name, const char * rule);
+/* The CUDA backend's selection table of op (src/cuda/select.cu): the number of entries (0 when
+ * op has no CUDA path or the build has no CUDA backend) and entry i (name NULL out of range). */
+int32_t           ssmi_cuda_variant_count(ssmi_op op);
+ssmi_variant_info ssmi_cuda_variant(ssmi_op op, int32_t i);
 
 /* ---- errors ------------------------------------------------------------------------ */
 /* Formats the message into ctx->last_error (or the thread-local buffer for ctx == NULL)

@@ -77,3 +77,17 @@ ssm_status ssm_cuda_time(ssm_context * ctx, ssm_status (*fn)(void * arg, int32_t
 }
 
 #endif
+
+#ifndef SSMOPS_HAVE_CUDA
+/* Without the CUDA backend no operator has a selection table. */
+int32_t ssmi_cuda_variant_count(ssmi_op op) {
+    (void)op;
+    return 0;
+}
+
+ssmi_variant_info ssmi_cuda_variant(ssmi_op op, int32_t i) {
+    (void)op, (void)i;
+    const ssmi_variant_info none = {NULL, NULL};
+    return none;
+}
+#endif
