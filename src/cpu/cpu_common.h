@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "../core/ssmi.h"
+#include "../core/ssmi_scalar.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/layer/layer.h"
 #include "kernels/vec/vec.h"
@@ -54,13 +55,10 @@ static inline int64_t ssmi_cpu_chunk_len(const ssmi_mamba2_dims * d, int64_t c) 
     return len < 0 ? 0 : (len > d->chunk ? d->chunk : len);
 }
 
-/* Spec §2.1: softplus only for v ≤ 20 (log1p(exp(v))), then the clamp, always. Written
- * with comparisons so a NaN stays NaN. */
+/* Spec §2.1, the shared rule of ssmi_scalar.h: softplus only for v ≤ 20, then the clamp,
+ * always; a NaN stays NaN. */
 static inline float ssmi_cpu_process_dt(float v, int softplus, float lo, float hi) {
-    if (softplus && v <= 20.0f) v = log1pf(expf(v));
-    if (v < lo) v = lo;
-    if (v > hi) v = hi;
-    return v;
+    return ssmi_dt_rule_f32(v, softplus, lo, hi);
 }
 
 /* seq_idx[b, t] (I32 or I64). */

@@ -212,7 +212,7 @@ static void chunk_dt(const bwd_job * job, int64_t row, int64_t t0, int64_t len, 
     for (int64_t i = 0; i < len; ++i) {
         const float pre = ssmi_get_f32(&a->dt, ssmi_off3(&a->dt, row, t0 + i, h)) + bias;
         /* ssmi_cpu_process_dt, with the softplus value kept for the chain factor */
-        const int sp = prm->dt_softplus && pre <= 20.0f;
+        const int sp = prm->dt_softplus && pre <= (float)SSMI_SOFTPLUS_THRESHOLD;
         const float u  = sp ? log1pf(expf(pre)) : pre; /* before the clamp */
         float       v  = u;
         if (v < lo) v = lo;

@@ -206,7 +206,7 @@ static void backprop_run(const ssm_mamba2_params * p, const ssmi_mamba2_dims * d
             /* dt processing backward (§2.1) */
             double gvec = dadt * ah + ddt_in;
             if (vsp < p->dt_limit_lo || vsp > p->dt_limit_hi) gvec = 0.0;
-            if (p->dt_softplus && pre <= 20.0) gvec *= ssmi_ref_sigmoid(pre);
+            if (p->dt_softplus && pre <= SSMI_SOFTPLUS_THRESHOLD) gvec *= ssmi_ref_sigmoid(pre);
             if (ssmi_present(&a->ddt)) ssmi_set_f64(&a->ddt, ssmi_off3(&a->ddt, b, t, hh), gvec);
             s->da[hh] += dadt * dt;
             s->dbias[hh] += gvec;

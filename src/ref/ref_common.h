@@ -7,9 +7,10 @@
 #include <math.h>
 
 #include "../core/ssmi.h"
+#include "../core/ssmi_scalar.h"
 
 /* softplus with upstream's threshold: identity above 20 (spec §2.1, trap T5). */
-static inline double ssmi_ref_softplus_thresh(double v) { return v <= 20.0 ? log1p(exp(v)) : v; }
+static inline double ssmi_ref_softplus_thresh(double v) { return v <= SSMI_SOFTPLUS_THRESHOLD ? log1p(exp(v)) : v; }
 
 static inline double ssmi_ref_silu(double v) { return v / (1.0 + exp(-v)); }
 
@@ -22,14 +23,10 @@ static inline double ssmi_ref_silu_grad(double v) {
     return s * (1.0 + v * (1.0 - s));
 }
 
-/* Processed dt of spec §2.1: raw + bias, optional softplus, then the clamp that is ALWAYS
- * applied (trap T4). NaN passes through the clamp so that it shows in the output. */
+/* Processed dt of spec §2.1 (the shared rule of ssmi_scalar.h): raw + bias, optional
+ * softplus, then the clamp that is ALWAYS applied (trap T4); a NaN stays NaN. */
 static inline double ssmi_ref_process_dt(const ssm_mamba2_params * p, double raw, double bias) {
-    double v = raw + bias;
-    if (p->dt_softplus) v = ssmi_ref_softplus_thresh(v);
-    if (v < (double)p->dt_limit_lo) v = (double)p->dt_limit_lo;
-    if (v > (double)p->dt_limit_hi) v = (double)p->dt_limit_hi;
-    return v;
+    return ssmi_dt_rule_f64(raw + bias, p->dt_softplus, (double)p->dt_limit_lo, (double)p->dt_limit_hi);
 }
 
 /* dt_bias[h] or 0 when absent. */

@@ -4,10 +4,10 @@
 #include <cuda_runtime.h>
 
 extern "C" {
-#include "../core/ssmi.h"
+#include "../../core/ssmi.h"
 }
 #include "cuda_common.cuh"
-#include "ssmi_cuda.h"
+#include "../ssmi_cuda.h"
 
 ssm_status ssmi_cuda_status(ssm_context * ctx, const char * op, const char * what, cudaError_t err) {
     if (err == cudaSuccess) return SSM_STATUS_OK;

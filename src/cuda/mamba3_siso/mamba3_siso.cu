@@ -82,12 +82,12 @@
 #include <type_traits>
 
 extern "C" {
-#include "../core/ssmi.h"
+#include "../../core/ssmi.h"
 }
-#include "cuda_common.cuh"
-#include "mma.cuh"
-#include "ssmi_cuda.h"
-#include "wgmma.cuh"
+#include "../common/cuda_common.cuh"
+#include "../common/mma.cuh"
+#include "../ssmi_cuda.h"
+#include "../common/wgmma.cuh"
 
 namespace {
 
@@ -4347,4 +4347,22 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_step(ssm_context * ctx, const ssm_ma
         if (st == SSM_STATUS_OK) st = fs;
     }
     return st;
+}
+
+/* Selection table of mamba3_siso_fwd, reported to the variant registry (common/select.cu). */
+extern "C" int32_t ssmi_cuda_variants_mamba3_siso_fwd(int32_t i, ssmi_variant_info * out) {
+    (void)i, (void)out;
+    return 0;
+}
+
+/* Selection table of mamba3_siso, reported to the variant registry (common/select.cu). */
+extern "C" int32_t ssmi_cuda_variants_mamba3_siso(int32_t i, ssmi_variant_info * out) {
+    (void)i, (void)out;
+    return 0;
+}
+
+/* Selection table of mamba3_siso_step, reported to the variant registry (common/select.cu). */
+extern "C" int32_t ssmi_cuda_variants_mamba3_siso_step(int32_t i, ssmi_variant_info * out) {
+    (void)i, (void)out;
+    return 0;
 }

@@ -43,12 +43,12 @@
 #include <string.h>
 
 extern "C" {
-#include "../core/ssmi.h"
+#include "../../core/ssmi.h"
 }
-#include "cuda_common.cuh"
-#include "mma.cuh"
-#include "ssmi_cuda.h"
-#include "wgmma.cuh"
+#include "../common/cuda_common.cuh"
+#include "../common/mma.cuh"
+#include "../ssmi_cuda.h"
+#include "../common/wgmma.cuh"
 
 namespace {
 
@@ -3785,4 +3785,16 @@ extern "C" ssm_status ssmi_cuda_mamba2_chunk_state(ssm_context * ctx, const ssm_
         if (st == SSM_STATUS_OK) st = fs;
     }
     return st;
+}
+
+/* Selection table of mamba2_chunk_state, reported to the variant registry (common/select.cu). */
+extern "C" int32_t ssmi_cuda_variants_mamba2_chunk_state(int32_t i, ssmi_variant_info * out) {
+    (void)i, (void)out;
+    return 0;
+}
+
+/* Selection table of mamba2_scan, reported to the variant registry (common/select.cu). */
+extern "C" int32_t ssmi_cuda_variants_mamba2_scan(int32_t i, ssmi_variant_info * out) {
+    (void)i, (void)out;
+    return 0;
 }

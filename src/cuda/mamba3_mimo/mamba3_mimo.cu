@@ -50,10 +50,10 @@
 #include <mutex>
 
 extern "C" {
-#include "../core/ssmi.h"
+#include "../../core/ssmi.h"
 }
-#include "cuda_common.cuh"
-#include "ssmi_cuda.h"
+#include "../common/cuda_common.cuh"
+#include "../ssmi_cuda.h"
 
 namespace {
 
@@ -1331,4 +1331,22 @@ extern "C" ssm_status ssmi_cuda_mamba3_mimo_step(ssm_context * ctx, const ssm_ma
         if (e != cudaSuccess) st = ssmi_cuda_status(ctx, op, "step_kernel", e);
     }
     return mem_free(ctx, op, &m, s, st);
+}
+
+/* Selection table of mamba3_mimo_bwd_fwd, reported to the variant registry (common/select.cu). */
+extern "C" int32_t ssmi_cuda_variants_mamba3_mimo_bwd_fwd(int32_t i, ssmi_variant_info * out) {
+    (void)i, (void)out;
+    return 0;
+}
+
+/* Selection table of mamba3_mimo, reported to the variant registry (common/select.cu). */
+extern "C" int32_t ssmi_cuda_variants_mamba3_mimo(int32_t i, ssmi_variant_info * out) {
+    (void)i, (void)out;
+    return 0;
+}
+
+/* Selection table of mamba3_mimo_step, reported to the variant registry (common/select.cu). */
+extern "C" int32_t ssmi_cuda_variants_mamba3_mimo_step(int32_t i, ssmi_variant_info * out) {
+    (void)i, (void)out;
+    return 0;
 }

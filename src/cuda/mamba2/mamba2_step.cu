@@ -38,10 +38,10 @@
 #include <string.h>
 
 extern "C" {
-#include "../core/ssmi.h"
+#include "../../core/ssmi.h"
 }
-#include "cuda_common.cuh"
-#include "ssmi_cuda.h"
+#include "../common/cuda_common.cuh"
+#include "../ssmi_cuda.h"
 
 namespace {
 
@@ -952,4 +952,10 @@ extern "C" ssm_status ssmi_cuda_mamba2_step(ssm_context * ctx, const ssm_mamba2_
     }
     free(A);
     return st;
+}
+
+/* Selection table of mamba2_step, reported to the variant registry (common/select.cu). */
+extern "C" int32_t ssmi_cuda_variants_mamba2_step(int32_t i, ssmi_variant_info * out) {
+    (void)i, (void)out;
+    return 0;
 }

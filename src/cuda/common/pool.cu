@@ -15,10 +15,10 @@
 #include <string.h>
 
 extern "C" {
-#include "../core/ssmi.h"
+#include "../../core/ssmi.h"
 }
 #include "cuda_common.cuh"
-#include "ssmi_cuda.h"
+#include "../ssmi_cuda.h"
 
 namespace {
 
