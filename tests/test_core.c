@@ -572,6 +572,9 @@ static void test_context(void) {
         q.allocator.opaque = &counter;
         ssm_context * ctx = NULL;
         CHECK(ssm_context_create(&q, &ctx) == SSM_STATUS_OK, "create with an allocator");
+        /* the context, the pool and its worker table: no byte of a context bypasses it */
+        CHECK(counter.allocs == 3, "a 2-thread context takes 3 allocations from its allocator, got %d",
+              counter.allocs);
         const int base = counter.allocs;
         void * a = ssmi_alloc(ctx, 1000);
         CHECK(a != NULL && ((uintptr_t)a % SSMI_ALIGN) == 0 && counter.allocs == base + 1 &&

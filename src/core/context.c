@@ -237,7 +237,7 @@ SSM_API ssm_status ssm_context_create(const ssm_context_params * params, ssm_con
         return vs;
     }
     if (num_threads > 1) {
-        ctx->pool = ssmi_threadpool_create(num_threads);
+        ctx->pool = ssmi_threadpool_create(ctx, num_threads);
         if (ctx->pool == NULL) {
             ssmi_free(ctx, ctx); /* the same allocator that made it */
             return ssmi_error(NULL, SSM_STATUS_OUT_OF_MEMORY, "context_create: could not start %d worker threads",

@@ -43,21 +43,26 @@ static void ssmi_copy_slot(const ssm_tensor * in, const ssm_tensor * out, int64_
     }
 }
 
+/* No allocation: this runs after the kernel has written the used slots, so it must not fail.
+ * Slots are marked used in blocks of SLOT_BLOCK bits of a stack bitmap, one pass over the
+ * indices per block. */
+#define SLOT_BLOCK 32768
+
 ssm_status ssmi_copy_unused_slots(ssm_context * ctx, const char * op, const ssm_tensor * in, const ssm_tensor * out,
                                   const ssm_tensor * indices, int64_t batch) {
+    (void)ctx, (void)op;
     if (!ssmi_present(out) || out->data == in->data || !ssmi_present(indices)) return SSM_STATUS_OK;
     const int64_t slots = in->shape[0];
-    if (slots <= 0) return SSM_STATUS_OK;
-    unsigned char * used = (unsigned char *)ssmi_alloc(ctx, (size_t)slots);
-    SSM_RETURN_IF(used == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: could not allocate %lld bytes of scratch", op,
-                  (long long)slots);
-    memset(used, 0, (size_t)slots);
-    for (int64_t b = 0; b < batch; ++b) {
-        const int64_t s = ssmi_get_i64(indices, b * indices->strides[0]);
-        if (s >= 0 && s < slots) used[s] = 1;
+    unsigned char used[SLOT_BLOCK / 8];
+    for (int64_t s0 = 0; s0 < slots; s0 += SLOT_BLOCK) {
+        const int64_t n = slots - s0 < SLOT_BLOCK ? slots - s0 : SLOT_BLOCK;
+        memset(used, 0, sizeof used);
+        for (int64_t b = 0; b < batch; ++b) {
+            const int64_t s = ssmi_get_i64(indices, b * indices->strides[0]) - s0;
+            if (s >= 0 && s < n) used[s >> 3] |= (unsigned char)(1u << (s & 7));
+        }
+        for (int64_t s = 0; s < n; ++s)
+            if (!(used[s >> 3] & (1u << (s & 7)))) ssmi_copy_slot(in, out, s0 + s);
     }
-    for (int64_t s = 0; s < slots; ++s)
-        if (!used[s]) ssmi_copy_slot(in, out, s);
-    ssmi_free(ctx, used);
     return SSM_STATUS_OK;
 }

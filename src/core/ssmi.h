@@ -94,7 +94,7 @@ typedef void (*ssmi_task_fn)(void * arg, int64_t task, int32_t thread);
 void    ssmi_parallel_for(ssm_context * ctx, int64_t ntasks, ssmi_task_fn fn, void * arg);
 int32_t ssmi_num_threads(const ssm_context * ctx);
 
-ssmi_threadpool * ssmi_threadpool_create(int32_t num_threads);
+ssmi_threadpool * ssmi_threadpool_create(ssm_context * owner, int32_t num_threads);
 void              ssmi_threadpool_free(ssmi_threadpool * pool);
 
 /* ---- CPU features -------------------------------------------------------------------- */
@@ -182,7 +182,8 @@ int64_t    ssmi_numel(const ssm_tensor * t);
 /* A separate output pool must hold the whole pool after a decode step: copies every slot
  * of `in` that no batch row updates (slot of row b = indices[b]; negative = padding) into
  * `out`, exactly. A no-op when out is absent, out is in (in place) or there are no indices
- * (then slots == batch and every slot is updated). */
+ * (then slots == batch and every slot is updated). Allocates nothing and always returns OK:
+ * it runs after the kernel has written the outputs, where a failure would be too late. */
 ssm_status ssmi_copy_unused_slots(ssm_context * ctx, const char * op, const ssm_tensor * in, const ssm_tensor * out,
                                   const ssm_tensor * indices, int64_t batch);
 

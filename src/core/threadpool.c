@@ -32,6 +32,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
@@ -49,6 +50,7 @@ typedef struct ssmi_worker {
 } ssmi_worker;
 
 struct ssmi_threadpool {
+    ssm_context *   owner;       /* its allocator holds the pool (the context being created) */
     int32_t         num_threads; /* including the caller */
     ssmi_worker *   workers;     /* num_threads − 1 */
     pthread_mutex_t mutex;
@@ -164,6 +166,7 @@ static void * ssmi_worker_main(void * p) {
 
 /* Stops and joins the first `started` workers, then frees the pool. */
 static void ssmi_threadpool_destroy(ssmi_threadpool * pool, int32_t started) {
+    ssm_context * const owner = pool->owner;
     pthread_mutex_lock(&pool->mutex);
     atomic_store(&pool->stop, 1);
     pthread_cond_broadcast(&pool->wake);
@@ -172,41 +175,45 @@ static void ssmi_threadpool_destroy(ssmi_threadpool * pool, int32_t started) {
     pthread_cond_destroy(&pool->done);
     pthread_cond_destroy(&pool->wake);
     pthread_mutex_destroy(&pool->mutex);
-    free(pool->workers);
-    free(pool);
+    ssmi_free(owner, pool->workers);
+    ssmi_free(owner, pool);
 }
 
-ssmi_threadpool * ssmi_threadpool_create(int32_t num_threads) {
+ssmi_threadpool * ssmi_threadpool_create(ssm_context * owner, int32_t num_threads) {
     if (num_threads < 2) return NULL;
-    ssmi_threadpool * const pool = calloc(1, sizeof *pool);
+    ssmi_threadpool * const pool = ssmi_alloc(owner, sizeof *pool);
     if (pool == NULL) return NULL;
+    memset(pool, 0, sizeof *pool);
+    pool->owner = owner;
     pool->num_threads = num_threads;
-    pool->workers = calloc((size_t)(num_threads - 1), sizeof *pool->workers);
+    const size_t wbytes = (size_t)(num_threads - 1) * sizeof *pool->workers;
+    pool->workers = ssmi_alloc(owner, wbytes);
     if (pool->workers == NULL) {
-        free(pool);
+        ssmi_free(owner, pool);
         return NULL;
     }
+    memset(pool->workers, 0, wbytes);
     atomic_init(&pool->next_task, 0);
     atomic_init(&pool->generation, 0);
     atomic_init(&pool->stop, 0);
     atomic_init(&pool->job_state, SSMI_JOB_CLOSED);
     atomic_init(&pool->finished, 0);
     if (pthread_mutex_init(&pool->mutex, NULL) != 0) {
-        free(pool->workers);
-        free(pool);
+        ssmi_free(owner, pool->workers);
+        ssmi_free(owner, pool);
         return NULL;
     }
     if (pthread_cond_init(&pool->wake, NULL) != 0) {
         pthread_mutex_destroy(&pool->mutex);
-        free(pool->workers);
-        free(pool);
+        ssmi_free(owner, pool->workers);
+        ssmi_free(owner, pool);
         return NULL;
     }
     if (pthread_cond_init(&pool->done, NULL) != 0) {
         pthread_cond_destroy(&pool->wake);
         pthread_mutex_destroy(&pool->mutex);
-        free(pool->workers);
-        free(pool);
+        ssmi_free(owner, pool->workers);
+        ssmi_free(owner, pool);
         return NULL;
     }
     for (int32_t i = 0; i < num_threads - 1; ++i) {
