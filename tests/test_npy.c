@@ -54,6 +54,22 @@ int main(void) {
     TEST_CHECK(write_raw(path, "{'descr': '<f4', 'fortran_order': Maybe, 'shape': (2,), }", f, 8) == 0, "write");
     TEST_CHECK(ssmnpy_read(path, &a, err, sizeof err) != 0 && strstr(err, "fortran_order") != NULL,
                "bad fortran_order accepted (%s)", err);
+
+    /* The data must match the header's size exactly: a huge shape over a small file is
+     * refused before anything is allocated; trailing bytes and truncation are errors. */
+    TEST_CHECK(write_raw(path, "{'descr': '<f4', 'fortran_order': False, 'shape': (1073741824, 4), }", f, 16) == 0,
+               "write");
+    TEST_CHECK(ssmnpy_read(path, &a, err, sizeof err) != 0 && strstr(err, "truncated") != NULL,
+               "16 GiB shape over a 16-byte payload accepted (%s)", err);
+    TEST_CHECK(write_raw(path, "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", f, 16) == 0, "write");
+    TEST_CHECK(ssmnpy_read(path, &a, err, sizeof err) != 0 && strstr(err, "after its") != NULL,
+               "trailing bytes accepted (%s)", err);
+    TEST_CHECK(write_raw(path, "{'descr': '<f4', 'fortran_order': False, 'shape': (5,), }", f, 16) == 0, "write");
+    TEST_CHECK(ssmnpy_read(path, &a, err, sizeof err) != 0 && strstr(err, "truncated") != NULL,
+               "short data accepted (%s)", err);
+    TEST_CHECK(write_raw(path, "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }", f, 16) == 0, "write");
+    TEST_CHECK(ssmnpy_read(path, &a, err, sizeof err) == 0 && a.nbytes == 16, "exact payload refused (%s)", err);
+    ssmnpy_free(&a);
     remove(path);
     TEST_EXIT();
 }

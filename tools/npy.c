@@ -1,11 +1,13 @@
 /* npy.c — .npy reader/writer (see npy.h). Parses the header dictionary with a small
  * hand-written scanner: the format only ever holds three keys with simple values. */
+#define _POSIX_C_SOURCE 200809L /* fseeko, ftello */
 #include "npy.h"
 
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/types.h>
 
 static const unsigned char npy_magic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
 #define NPY_MAX_HEADER (1u << 24) /* far above anything numpy writes; guards malloc */
@@ -239,6 +241,19 @@ static int read_all(const char * path, FILE * f, ssmnpy_array * out, char * err,
     size_t bytes;
     if (array_bytes(out->ndim, out->shape, ssmnpy_itemsize(out->dtype), &bytes) != 0)
         return npy_fail(err, errlen, "npy: %s has a shape whose size overflows", path);
+    /* The data must be exactly what the header promises: checked against the file's size
+     * before allocating, so a small file cannot make the reader allocate a huge buffer. */
+    const off_t here = ftello(f);
+    if (here < 0 || fseeko(f, 0, SEEK_END) != 0) return npy_fail(err, errlen, "npy: cannot seek in %s", path);
+    const off_t end = ftello(f);
+    if (end < here || fseeko(f, here, SEEK_SET) != 0) return npy_fail(err, errlen, "npy: cannot seek in %s", path);
+    const uint64_t have = (uint64_t)(end - here);
+    if (have < (uint64_t)bytes)
+        return npy_fail(err, errlen, "npy: %s is truncated: expected %zu data bytes, found %llu", path, bytes,
+                        (unsigned long long)have);
+    if (have > (uint64_t)bytes)
+        return npy_fail(err, errlen, "npy: %s has %llu bytes after its %zu data bytes", path,
+                        (unsigned long long)(have - (uint64_t)bytes), bytes);
     out->data = malloc(bytes > 0 ? bytes : 1);
     if (out->data == NULL) return npy_fail(err, errlen, "npy: out of memory (%zu bytes) reading %s", bytes, path);
     if (bytes > 0 && fread(out->data, 1, bytes, f) != bytes) {
