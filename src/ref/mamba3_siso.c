@@ -44,8 +44,13 @@ ssm_status ssmi_ref_mamba3_siso(ssm_context * ctx, const ssm_mamba3_params * p, 
                                                .final_ssm_state = a->final_ssm_state,
                                                .final_k_state = a->final_k_state,
                                                .final_v_state = a->final_v_state};
-    ssm_status                         st = ssmi_ref_mamba3_angle_cumsum(ctx, p, d, &ang);
+    /* final_angle_state is written last, once the core (which allocates) has succeeded: a
+     * failed call leaves every output untouched. The forward cumsum allocates nothing. */
+    ssm_mamba3_angle_cumsum_args theta_only = ang;
+    theta_only.final_angle_state.data = NULL; /* absent */
+    ssm_status st = ssmi_ref_mamba3_angle_cumsum(ctx, p, d, &theta_only);
     if (st == SSM_STATUS_OK) st = ssmi_ref_mamba3_siso_fwd(ctx, p, d, &core);
+    if (st == SSM_STATUS_OK && ssmi_present(&a->final_angle_state)) st = ssmi_ref_mamba3_angle_cumsum(ctx, p, d, &ang);
     ssmi_free(ctx, block);
     return st;
 }
