@@ -228,7 +228,7 @@ static void test_random(ssmt_rng * rng) {
 }
 
 /* N = 0: no state, y = D·x (gated); a is empty and is given as a 1-byte buffer, so a read of
- * a[h, p, 0] is a heap overflow under ASan (the CPU step used to read it for the decay). */
+ * a[h, p, 0] is a heap overflow under ASan (a step must not read it for the decay). */
 static void test_empty_state(ssmt_rng * rng) {
     for (int per_head = 0; per_head < 2; ++per_head) {
         step_problem q;

@@ -7,7 +7,7 @@
  * with cl = da_cumsum[.., Q−1] and j over the chunk's valid tokens in the sequence of its
  * last token (M_state). No exponent clamp (DESIGN §3). The per-token weight goes into x
  * (Q×P) rather than into B (Q×N), so the group's B tile is converted once per task and
- * shared by its heads: with G < H that removed most of the non-GEMM work (upstream scales
+ * shared by its heads: with G < H that saves most of the non-GEMM work (upstream scales
  * B and rounds it to the activation dtype; we keep fp32). The GEMM runs in the orientation
  * of the output: [P][N] for the upstream layout, [N][P] when the n stride of `states` is
  * smaller (the CANN layout [B,NC,H,N,P] as a strided view), so each row of the fp32 tile

@@ -237,7 +237,7 @@ static void load_rows(const ssmi_cpu_kernels * k, const ssm_tensor * t, int64_t 
 
 /* Asks for rows [t0, t0 + L) of head kk of a (batch, S, H, n) tensor ahead of their use:
  * they are H·n elements apart (a page or more), which the hardware prefetchers do not
- * follow, and loading them cold was a fifth of the backward. Absent tensors, empty ranges
+ * follow, and loading them cold costs about 20% of the backward. Absent tensors, empty ranges
  * and rows with a non-unit last stride are skipped. */
 static void prefetch_rows(const ssm_tensor * t, int64_t row, int64_t t0, int64_t L, int64_t kk, int64_t n) {
     if (t->data == NULL || L <= 0 || t->strides[3] != 1) return;

@@ -3,7 +3,7 @@
  * forward recomputed from the inputs.
  *
  * Pass 1, one task per (sequence, Q/K head, block of V-heads of the group), all fp32. The
- * block's heads go in groups of l.interleave (BWD_INTERLEAVE with GQA, else 1; now 1, see
+ * block's heads go in groups of l.interleave (BWD_INTERLEAVE with GQA, else 1; see
  * plan_bwd): steps 1–2 for each head of the group, then step 3 chunk by chunk, the
  * group's heads in head order inside each chunk, then step 4 for each:
  *   1. per-token scalars of the whole sequence (λ, γ, σ, dt) and the angle cumsum θ
@@ -31,22 +31,22 @@
  *   asked for.
  *   dq̃, dk̃ of a block's heads are summed into the block's fp32 workspace slot
  *   (B, S, Hq, K) by the token chain itself: the block's first head writes a row, the
- *   next ones add to it, in head order; with G = 1 they go straight to dq, dk. (A
- *   separate pass that added a group's chunk sums into the slot rows cost ~5% at the
- *   PERF.md shape; the chain's adds, with the rows asked for a chunk ahead, cost less.)
+ *   next ones add to it, in head order; with G = 1 they go straight to dq, dk. (Adding a
+ *   group's chunk sums into the slot rows in a separate pass costs ~5% more at the
+ *   PERF.md shape than the chain's adds with the rows asked for a chunk ahead.)
  * Pass 2 (G > 1): dq, dk = Σ over the blocks of the group, in block order, one task per
  *   (batch row, token block). The block size depends only on the shape (plan_bwd), so
  *   the order of every sum is fixed. Blocks rather than one slot per head keep the
- *   workspace small: at H = 32, Hq = 1 one slot per head was 2×32 MB per 2048 tokens, and
- *   writing, faulting in and re-reading it cost more than a third of the backward. The
- *   same holds, less strongly, for blocks: BWD_MIN_TASKS = 4 (not 8) halves the slots and
- *   cut ~3% at the shape above.
+ *   workspace small: at H = 32, Hq = 1 one slot per head would be 2×32 MB per 2048 tokens,
+ *   and writing, faulting in and re-reading it costs more than a third of the backward.
+ *   The same holds, less strongly, for blocks: BWD_MIN_TASKS = 4 (not 8) halves the slots,
+ *   ~3% faster at the shape above.
  * Elementwise work (the q/k preparation of a chunk, the per-token chain, transposes, dots)
  * runs in the kernels/bwd kernels. Rows H·V (H·A) elements apart and the state table are
  * prefetched a chunk ahead, a few lines per token (prefetch_previous_chunk, chunk_qk):
  * v, dout, z, the dv, dz, dangles rows about to be written, the workspace slot rows, S_c
  * (and in the forward pass the next v rows and table slot). Asking for a whole chunk at
- * once stalled the core on full miss buffers; spread out, this cut ~5% (1 thread).
+ * once stalls the core on full miss buffers; spread out, it is ~5% faster (1 thread).
  * Pass 3: dq_bias, dk_bias, dd = Σ over sequences, in sequence order, of the per-(sequence,
  *   head) partial sums (each itself summed over the tokens in a fixed order).
  * Every output element is produced by exactly one task in a fixed order, so results are
@@ -55,9 +55,9 @@
  * The chunk is BWD_CHUNK whatever params->chunk_size says (the header allows it: the chunk
  * only changes rounding). 32, not 64: the C²-shaped products (Q̂·K̂sᵀ, dY·Vcᵀ, E·K̂s, Eᵀ·Q̂,
  * Pm·Vc, Pmᵀ·dY: ~30% of the matrix work at C = 64) halve, against twice as many per-chunk
- * V×K steps (state copy, S_c transpose, μ) and a state table twice as long; measured at
- * B=1 S=2048 H=32 Hq=1 K=128 V=64 A=32 (AMD EPYC, AVX2, interleaved A/B, minima):
- * 1 thread 116 → 105–108 ms, 2 threads 61–63 → 53–56 ms.
+ * V×K steps (state copy, S_c transpose, μ) and a state table twice as long. At B=1 S=2048
+ * H=32 Hq=1 K=128 V=64 A=32 (AMD EPYC, AVX2, interleaved A/B, minima) C = 32 takes
+ * 105–108 ms on 1 thread and 53–56 ms on 2, C = 64 116 and 61–63 ms.
  *
  * Where the time goes there (f32, 1 thread, rdtsc around each step of a scratch copy,
  * ~100 ms per call): the six C·V·K products run at ~93% of the FMA peak and are ~45% of
@@ -65,9 +65,8 @@
  * C²-shaped terms of chunk_grads 11–12% each, the dS update 9%); chunk_scores 7%; the
  * token chain with its workspace adds and prefetches 11%; angle tables 4%, q/k
  * preparation 4% and the rest of the forward recompute 4%; loading v/dout/z and the gate
- * 3.5%. What is left is spread thin; tried without gain: the angle tables stored as one
- * interleaved (cos, sin) table of half the size, blocked tanh/sin/cos over 32 tokens,
- * 6+6+6+6+4+4 row tiles for the 32-row products, 4 interleaved heads.
+ * 3.5%. What is left is spread thin (docs/notes/engineering-log.md lists the layouts
+ * measured without gain).
  */
 #include <math.h>
 #include <string.h>

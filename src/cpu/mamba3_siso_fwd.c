@@ -23,7 +23,7 @@
  * β-term), k̂ of the last token (not σ-scaled), the raw v of the last token, θ of the last
  * token. An empty sequence copies its initial states to the final ones (zeros without).
  *
- * params->chunk_size is not semantic and is not used: SISO_CHUNK was measured at B=1
+ * params->chunk_size is not semantic and is not used: SISO_CHUNK is the fastest at B=1
  * S=2048 H=32 Hq=1 K=128 V=64 A=32 fp32 with z, one thread, CPU time of the best of 30
  * (AMD EPYC, AVX2): C=32 34.9 ms, 48 36.9 ms, 64 37.8 ms, 96 41.8 ms, 128 62.9 ms — the
  * smaller lower-triangular work wins over the shorter k of the state GEMM, as for Mamba-2.

@@ -1,5 +1,5 @@
 #!/bin/sh
-# tools/gpu_check.sh OUTDIR — everything the CUDA backend needs on a GPU machine, in one go
+# gpu/gpu_check.sh OUTDIR — everything the CUDA backend needs on a GPU machine, in one go
 # (shared GPU.md): configure (-DSSMOPS_CUDA=ON, sm_90), build with all cores, the SASS of
 # the kernels (HMMA count), the cuda-labelled tests, `ssmops check --backend cuda` for every
 # operator with a CUDA path in f32/f16/bf16 (all built-in shapes), compute-sanitizer
@@ -13,7 +13,7 @@
 #   SSMOPS_GPU_OPS     space list of operators for checks/sanitizer/bench (default: all CUDA ops)
 #   SSMOPS_GPU_QUICK=1 sanitizer on bf16 only, no out-dtype checks, only the anchor benchmarks
 set -u
-out=${1:?usage: tools/gpu_check.sh OUTDIR}
+out=${1:?usage: gpu/gpu_check.sh OUTDIR}
 mkdir -p "$out"
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${SSMOPS_GPU_BUILD:-$src/build-gpu}

@@ -1,11 +1,11 @@
-/* tma_probe.cu — checks, on the GPU, the Hopper TMA pieces a future copy path of the scan / SISO
- * kernels would use, before any kernel does: the driver entry point cuTensorMapEncodeTiled reached
+/* tma_probe.cu — checks, on the GPU, the Hopper TMA pieces a TMA copy path of the scan / SISO
+ * kernels would use (no kernel uses TMA yet): the driver entry point cuTensorMapEncodeTiled reached
  * through the runtime (no libcuda link), 2-D and 4-D tensor maps of 16-bit elements with 128-byte
  * swizzle, one cp.async.bulk.tensor copy per 64-column x 64-row box completed on an mbarrier, and
  * the landing layout against ssmi_wg::swz_off (the layout the wgmma descriptors of
- * src/cuda/wgmma.cuh expect), plus the zero fill of rows past the tensor's end.
+ * src/cuda/common/wgmma.cuh expect), plus the zero fill of rows past the tensor's end.
  *
- *   nvcc -O2 -arch=sm_90a -I src/cuda tools/tma_probe.cu -o tma_probe && ./tma_probe
+ *   nvcc -O2 -arch=sm_90a -I src/cuda/common gpu/tma_probe.cu -o tma_probe && ./tma_probe
  *
  * Cases (every element a distinct 16-bit pattern, so a layout error shows as a mismatch):
  *   2d        tensor (rows 300, cols 128) row-major; boxes at (row 0, col 0), (row 64, col 64)
@@ -14,7 +14,6 @@
  *             dims (N, G, S, B) with box (64, 1, 64, 1) at (n 64, g 1, s 128, b 1)
  * One line per case: "probe <case> PASS|FAIL mismatches=... first=(row, col) got/want".
  * Exit code: 0 when every case passes; 2 without an sm_90 device; 1 otherwise.
- * Written 2026-11-30 without a GPU (compiled only); run it first in the next GPU session.
  */
 #include <cuda.h> /* CUtensorMap and the driver enums only: the function comes from the runtime */
 #include <cuda_runtime.h>

@@ -1,7 +1,7 @@
-/* probe_check.cuh — the CUDA error check and device query of the developer probes (tools/wgmma_probe.cu,
- * tools/tma_probe.cu): print the failing call and exit 1. Not part of the library. */
-#ifndef SSMOPS_TOOLS_PROBE_CHECK_CUH
-#define SSMOPS_TOOLS_PROBE_CHECK_CUH
+/* probe_check.cuh — the CUDA error check and device query of the developer probes (gpu/wgmma_probe.cu,
+ * gpu/tma_probe.cu): print the failing call and exit 1. Not part of the library. */
+#ifndef SSMOPS_GPU_PROBE_CHECK_CUH
+#define SSMOPS_GPU_PROBE_CHECK_CUH
 
 #include <cuda_runtime.h>
 #include <stdio.h>

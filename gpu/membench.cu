@@ -1,7 +1,7 @@
-// tools/membench.cu — what an in-place read-modify-write of a decode state pool can reach on
+// gpu/membench.cu — what an in-place read-modify-write of a decode state pool can reach on
 // this GPU, next to a plain device copy (the ceiling `ssmops bench --ceilings` reports).
-// Developer tool, not part of the library: built and run by tools/gpu_profile.sh.
-//   nvcc -O3 -arch=sm_90 tools/membench.cu -o membench && ./membench [MiB]
+// Developer tool, not part of the library: built and run by gpu/gpu_profile.sh.
+//   nvcc -O3 -arch=sm_90 gpu/membench.cu -o membench && ./membench [MiB]
 // Each kernel reads every 16-byte vector of the buffer once and writes it once (bytes moved =
 // 2 x size), like mamba2_step on an fp32 pool updated in place.
 #include <cuda_runtime.h>

@@ -1,13 +1,13 @@
 #!/bin/sh
-# tools/gpu_profile.sh OUTDIR — Nsight Compute readings of the CUDA kernels at the anchor
+# gpu/gpu_profile.sh OUTDIR — Nsight Compute readings of the CUDA kernels at the anchor
 # shapes (developer tool; METHOD.md: --clock-control none, the card's clocks left alone), and
-# tools/membench.cu (the in-place read-modify-write ceiling of a decode pool next to a copy).
-# Needs the build of tools/gpu_check.sh (SSMOPS_GPU_BUILD, default build-gpu).
+# gpu/membench.cu (the in-place read-modify-write ceiling of a decode pool next to a copy).
+# Needs the build of gpu/gpu_check.sh (SSMOPS_GPU_BUILD, default build-gpu).
 # Writes OUTDIR/profile_<name>.txt (details page + warp-stall metrics per kernel),
 # OUTDIR/sass_<name>.csv.gz (per-instruction stall samples) and OUTDIR/membench.txt.
 # Environment: SSMOPS_PROFILE_CASES (space list of case names, default all).
 set -u
-out=${1:?usage: tools/gpu_profile.sh OUTDIR}
+out=${1:?usage: gpu/gpu_profile.sh OUTDIR}
 mkdir -p "$out"
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${SSMOPS_GPU_BUILD:-$src/build-gpu}
@@ -17,7 +17,7 @@ cases=${SSMOPS_PROFILE_CASES:-"membench scan siso m2step sisostep"}
 want() { case " $cases " in *" $1 "*) return 0 ;; esac; return 1; }
 
 if want membench; then
-    nvcc -O3 -arch=sm_90 "$src/tools/membench.cu" -o "$build/membench" >"$out/membench.txt" 2>&1 &&
+    nvcc -O3 -arch=sm_90 "$src/gpu/membench.cu" -o "$build/membench" >"$out/membench.txt" 2>&1 &&
         "$build/membench" 320 >>"$out/membench.txt" 2>&1
     tail -45 "$out/membench.txt"
 fi

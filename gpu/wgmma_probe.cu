@@ -1,9 +1,9 @@
-/* wgmma_probe.cu — checks the wgmma pieces of src/cuda/wgmma.cuh on the GPU before any kernel uses
- * them: the 128-byte swizzled layout (swz_off), the descriptor constants (SSMI_WG_K_* for K-major
+/* wgmma_probe.cu — checks the wgmma pieces of src/cuda/common/wgmma.cuh on the GPU before any
+ * kernel uses them: the 128-byte swizzled layout (swz_off), the descriptor constants (SSMI_WG_K_* for K-major
  * operands, SSMI_WG_MN_* for MN-major ones), the m64n64k16 wrappers in both forms and the register
  * fragments of A and D.
  *
- *   nvcc -O2 -arch=sm_90a -I src/cuda tools/wgmma_probe.cu -o wgmma_probe && ./wgmma_probe
+ *   nvcc -O2 -arch=sm_90a -I src/cuda/common gpu/wgmma_probe.cu -o wgmma_probe && ./wgmma_probe
  *
  * Cases (one warpgroup, exact small-integer data, so every result must match to the last bit):
  *   ss_<t>  D(64x64) = A(64x128) · B(64x128)ᵀ, A and B K-major in shared memory (two atoms along K,
@@ -12,11 +12,11 @@
  *           (token rows of 64 p), wgmma RS form, imm-trans-b 1               (the kernel's scores·x)
  *   ss_mn_<t> D(64x64) = R(64x64) · X(64x64), R K-major in shared memory (one atom, k-steps 0-3, the
  *           primary SSMI_WG_K constants), X MN-major as above, wgmma SS form, imm-trans-b 1
- *           (fast_state_kernel_v6: (w∘x)ᵀ K-major times the B tile MN-major; its alternatives vary
- *           the MN-major pair)
+ *           (the scan's wgmma state kernel: (w∘x)ᵀ K-major times the B tile MN-major; its
+ *           alternatives vary the MN-major pair)
  * for t = bf16 and f16. One line per case: "probe <case> PASS|FAIL max_abs_err=... lbo=... sbo=...".
  * When a case fails with the primary constants, the alternatives of its operand kind are tried and
- * each prints a line "probe <case> alt lbo=.. sbo=.. PASS|FAIL ..."; then the lead rebuilds with
+ * each prints a line "probe <case> alt lbo=.. sbo=.. PASS|FAIL ..."; then rebuild with
  * -DSSMI_WG_K_LBO=.. (etc.) set to the passing pair. A few mismatching elements are printed too, and
  * whether D equals the transposed product (a trans-b / layout mix-up).
  * Exit code: 0 only when all primary cases pass; 2 when no sm_90 device; 1 otherwise.
