@@ -110,6 +110,33 @@ SSM_API size_t       ssm_tensor_struct_size(void);
 /* A contiguous row-major CPU view of `data` with the given shape. ndim is clamped to
  * [0, SSM_MAX_DIMS]. */
 SSM_API ssm_tensor   ssm_tensor_make(void * data, ssm_dtype dtype, int32_t ndim, const int64_t * shape);
+/* DLPack's DLTensor as its ABI lays it out (the struct every DLPack producer hands over:
+ * numpy's, PyTorch's, CuPy's, JAX's __dlpack__ capsules point to it, first in
+ * DLManagedTensor or after the version, deleter and flags in DLManagedTensorVersioned). */
+typedef struct ssm_dl_tensor {
+    void *    data;
+    struct {
+        int32_t device_type; /* 1 CPU, 2 CUDA, 3 CUDA host, 13 CUDA managed */
+        int32_t device_id;
+    } device;
+    int32_t   ndim;
+    struct {
+        uint8_t  code;  /* 0 int, 1 uint, 2 float, 4 bfloat */
+        uint8_t  bits;
+        uint16_t lanes;
+    } dtype;
+    int64_t * shape;
+    int64_t * strides;     /* in elements; NULL = compact row-major */
+    uint64_t  byte_offset; /* added to data */
+} ssm_dl_tensor;
+/* The ssm_tensor view of a DLTensor: data + byte_offset, its dtype (float 16/32/64, bfloat
+ * 16, int 32/64), device (CPU and CUDA host memory as CPU, CUDA and managed memory as
+ * CUDA) and strides. Anything else (lanes > 1, other dtypes or devices, more than
+ * SSM_MAX_DIMS dims) is INVALID_LAYOUT or INVALID_SHAPE with a message; *out is written only
+ * on success. An empty tensor with a NULL data pointer gets a non-NULL placeholder address
+ * (NULL means an absent tensor). The view does not own the memory. */
+struct ssm_context;
+SSM_API ssm_status   ssm_tensor_from_dlpack(struct ssm_context * ctx, const ssm_dl_tensor * dl, ssm_tensor * out);
 /* Bytes per element (0 for an unknown dtype). */
 SSM_API size_t       ssm_dtype_size(ssm_dtype dtype);
 /* "f32", "f16", "bf16", "f64", "i32", "i64", or "unknown". */

@@ -926,6 +926,57 @@ static void test_checks(void) {
     ssm_context_free(ctx);
 }
 
+/* DLPack views: dtypes, devices, strides, offsets, and what is refused. */
+static void test_dlpack(void) {
+    float         buf[24];
+    int64_t       shape[3] = {2, 3, 4}, strides[3] = {1, 2, 6};
+    ssm_dl_tensor dl;
+    memset(&dl, 0, sizeof dl);
+    dl.data = buf, dl.device.device_type = 1, dl.ndim = 3, dl.dtype.code = 2, dl.dtype.bits = 32;
+    dl.dtype.lanes = 1, dl.shape = shape;
+    ssm_tensor t;
+    CHECK(ssm_tensor_from_dlpack(NULL, &dl, &t) == SSM_STATUS_OK && t.data == buf && t.dtype == SSM_DTYPE_F32 &&
+              t.ndim == 3 && t.strides[0] == 12 && t.strides[1] == 4 && t.strides[2] == 1 &&
+              t.device.type == SSM_DEVICE_CPU,
+          "compact f32 view");
+    dl.strides = strides, dl.byte_offset = 8;
+    CHECK(ssm_tensor_from_dlpack(NULL, &dl, &t) == SSM_STATUS_OK && t.data == (char *)buf + 8 && t.strides[0] == 1 &&
+              t.strides[2] == 6,
+          "strided view with a byte offset");
+    dl.byte_offset = 6;
+    CHECK(ssm_tensor_from_dlpack(NULL, &dl, &t) == SSM_STATUS_INVALID_LAYOUT, "byte_offset not a multiple of 4");
+    dl.byte_offset = 0;
+    static const struct { uint8_t code, bits; int32_t want; } dts[] = {
+        {2, 16, SSM_DTYPE_F16}, {4, 16, SSM_DTYPE_BF16}, {2, 64, SSM_DTYPE_F64}, {0, 32, SSM_DTYPE_I32},
+        {0, 64, SSM_DTYPE_I64}, {1, 8, -1}, {0, 8, -1}, {2, 8, -1}, {5, 64, -1}};
+    for (size_t i = 0; i < sizeof dts / sizeof dts[0]; ++i) {
+        dl.dtype.code = dts[i].code, dl.dtype.bits = dts[i].bits;
+        const ssm_status s = ssm_tensor_from_dlpack(NULL, &dl, &t);
+        if (dts[i].want >= 0) CHECK(s == SSM_STATUS_OK && t.dtype == dts[i].want, "dtype code %u bits %u", dts[i].code, dts[i].bits);
+        else CHECK(s == SSM_STATUS_INVALID_LAYOUT && strstr(ssm_context_last_error(NULL), "dtype") != NULL,
+                   "dtype code %u bits %u refused", dts[i].code, dts[i].bits);
+    }
+    dl.dtype.code = 2, dl.dtype.bits = 32, dl.dtype.lanes = 4;
+    CHECK(ssm_tensor_from_dlpack(NULL, &dl, &t) == SSM_STATUS_INVALID_LAYOUT, "4 lanes refused");
+    dl.dtype.lanes = 1, dl.device.device_type = 2, dl.device.device_id = 3;
+    CHECK(ssm_tensor_from_dlpack(NULL, &dl, &t) == SSM_STATUS_OK && t.device.type == SSM_DEVICE_CUDA &&
+              t.device.index == 3,
+          "CUDA device");
+    dl.device.device_type = 10; /* ROCm */
+    ssm_tensor untouched = t;
+    CHECK(ssm_tensor_from_dlpack(NULL, &dl, &t) == SSM_STATUS_INVALID_LAYOUT &&
+              memcmp(&untouched, &t, sizeof t) == 0,
+          "other devices refused, out untouched");
+    dl.device.device_type = 1, dl.ndim = 7;
+    CHECK(ssm_tensor_from_dlpack(NULL, &dl, &t) == SSM_STATUS_INVALID_SHAPE, "7 dims refused");
+    dl.ndim = 3, shape[1] = 0, dl.data = NULL, dl.strides = NULL;
+    CHECK(ssm_tensor_from_dlpack(NULL, &dl, &t) == SSM_STATUS_OK && t.data != NULL && t.shape[1] == 0,
+          "empty tensor with NULL data is present");
+    shape[1] = 3;
+    CHECK(ssm_tensor_from_dlpack(NULL, &dl, &t) == SSM_STATUS_INVALID_ARGUMENT, "NULL data with elements");
+    CHECK(ssm_tensor_from_dlpack(NULL, NULL, &t) == SSM_STATUS_INVALID_ARGUMENT, "NULL DLTensor");
+}
+
 /* The variant registry: names, the override's checks, SSMOPS_VARIANT, the last variant. */
 static void test_variants(void) {
     ssm_context_params q;
@@ -979,6 +1030,7 @@ static void test_variants(void) {
 int main(void) {
     const clock_t start = clock();
     test_variants();
+    test_dlpack();
     test_names();
     test_decode_and_roundtrip(&F16);
     test_decode_and_roundtrip(&BF16);
