@@ -26,6 +26,23 @@
 namespace ssmi_mimo {
 namespace {
 
+/* c[u][v] += Σ_k A[ri[u]·ai + k·ak]·B[k·bk + cj[v]·bj] for k = 0 … K−1 in order: one thread's
+ * 4×4 register tile of a block GEMM. */
+__device__ __forceinline__ void tile_fma(float (&c)[4][4], int K, const float * A, const int (&ri)[4], int ai, int ak,
+                                         const float * B, const int (&cj)[4], int bk, int bj) {
+    for (int k = 0; k < K; ++k) {
+        float a[4], b[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) a[u] = A[ri[u] * ai + k * ak];
+#pragma unroll
+        for (int v = 0; v < 4; ++v) b[v] = B[k * bk + cj[v] * bj];
+#pragma unroll
+        for (int u = 0; u < 4; ++u)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) c[u][v] = fmaf(a[u], b[v], c[u][v]);
+    }
+}
+
 /* ---- block GEMM in shared memory (fp32 FFMA) -------------------------------------------- *
  * C[i·ldc + j] = (acc ? C : 0) + rs(i) · Σ_k A[i·ai + k·ak]·B[k·bk + j·bj] for i < M, j < Nn,
  * with rs(i) = rs[i / rdiv] when rs != NULL. k runs in order (fixed rounding). 256 threads:
@@ -47,17 +64,7 @@ __device__ void bgemm(int M, int Nn, int K, const float * A, int ai, int ak, con
             for (int u = 0; u < 4; ++u)
 #pragma unroll
                 for (int v = 0; v < 4; ++v) c[u][v] = 0.0f;
-            for (int k = 0; k < K; ++k) {
-                float a[4], b[4];
-#pragma unroll
-                for (int u = 0; u < 4; ++u) a[u] = A[ri[u] * ai + k * ak];
-#pragma unroll
-                for (int v = 0; v < 4; ++v) b[v] = B[k * bk + cj[v] * bj];
-#pragma unroll
-                for (int u = 0; u < 4; ++u)
-#pragma unroll
-                    for (int v = 0; v < 4; ++v) c[u][v] = fmaf(a[u], b[v], c[u][v]);
-            }
+            tile_fma(c, K, A, ri, ai, ak, B, cj, bk, bj);
 #pragma unroll
             for (int u = 0; u < 4; ++u) {
                 const int i = i0 + ty + 16 * u;
@@ -92,34 +99,14 @@ __device__ void fused_y(int L, int pu, int N, const float * Q, int ldq, const fl
     for (int u = 0; u < 4; ++u)
 #pragma unroll
         for (int v = 0; v < 4; ++v) c[u][v] = 0.0f;
-    for (int k = 0; k < N; ++k) {
-        float a[4], b[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) a[u] = Q[ri[u] * ldq + k];
-#pragma unroll
-        for (int v = 0; v < 4; ++v) b[v] = S[k * lds + cj[v]];
-#pragma unroll
-        for (int u = 0; u < 4; ++u)
-#pragma unroll
-            for (int v = 0; v < 4; ++v) c[u][v] = fmaf(a[u], b[v], c[u][v]);
-    }
+    tile_fma(c, N, Q, ri, ldq, 1, S, cj, lds, 1);
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
         const float sc = rs[ri[u] / rdiv];
 #pragma unroll
         for (int v = 0; v < 4; ++v) y[u][v] = sc * c[u][v], c[u][v] = 0.0f;
     }
-    for (int k = 0; k < L; ++k) {
-        float a[4], b[4];
-#pragma unroll
-        for (int u = 0; u < 4; ++u) a[u] = M[ri[u] * ldm + k];
-#pragma unroll
-        for (int v = 0; v < 4; ++v) b[v] = U[k * ldu + cj[v]];
-#pragma unroll
-        for (int u = 0; u < 4; ++u)
-#pragma unroll
-            for (int v = 0; v < 4; ++v) c[u][v] = fmaf(a[u], b[v], c[u][v]);
-    }
+    tile_fma(c, L, M, ri, ldm, 1, U, cj, ldu, 1);
     __syncthreads(); /* every read of Q (and of Y's other aliases) is done */
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
