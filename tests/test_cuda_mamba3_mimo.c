@@ -8,14 +8,15 @@
  * (float64 golden outputs), the step with state_batch_indices (padding rows, host and device
  * indices) on separate pools and in place. Outputs are NaN-poisoned; a second run on
  * re-poisoned outputs must give the same bytes. ref_mode UPSTREAM_BF16 is UNSUPPORTED on CUDA.
- * Every case runs twice: SSMOPS_CUDA_MIMO_KERNEL=v1 (the first kernels) and v2 (segmented θ
- * prep, fused output kernel, inline slot list), plus long forward cases whose θ prep spans many
- * segments (varlen with empty sequences, segment-length boundaries, C not dividing 64) and a
- * step with more rows than the inline slot list holds.
+ * Every case runs twice: first with the fallback entries of the selection tables forced through
+ * the context (two_gemm_y for the chunked operators, slots_uploaded for the step), then with the
+ * default choice; plus long forward cases whose θ prep spans many segments (varlen with empty
+ * sequences, segment-length boundaries, C not dividing 64) and a step with more rows than the
+ * slot list passed by value holds. Last, the tables themselves: their names, the entry a shape
+ * picks, an unknown name (INVALID_ARGUMENT) and a forced entry that does not apply (UNSUPPORTED).
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261203).
  */
-#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
@@ -24,8 +25,12 @@
 #include "cudautil.h"
 
 static ssm_context *ctx_ref, *ctx_cuda;
-static const char * g_mode = "v2"; /* SSMOPS_CUDA_MIMO_KERNEL of the running pass */
+static const char * g_pass = "v2"; /* label prefix of the running pass */
 static ssm_mamba3_mimo_params g_params;
+/* SSM_STATUS_OK: a case is checked against the reference; otherwise the case only checks that
+ * the CUDA call fails with this status and a message holding g_expect_msg. */
+static ssm_status   g_expect = SSM_STATUS_OK;
+static const char * g_expect_msg = "";
 
 static ssm_status run_bwd_fwd(ssm_context * c, void * a) { return ssm_mamba3_mimo_bwd_fwd(c, &g_params, a); }
 static ssm_status run_fwd(ssm_context * c, void * a) { return ssm_mamba3_mimo(c, &g_params, a); }
@@ -107,8 +112,42 @@ static void run_generic(const char * tag, ssm_status (*fn)(ssm_context *, void *
     free(snap), free(ra), free(da), free(ref), free(dv);
 }
 
+/* One CUDA call on device copies of every tensor (index tensors stay on the host); its status. */
+static ssm_status run_once(ssm_status (*fn)(ssm_context *, void *), const void * args, size_t size, tslot * s,
+                           int n) {
+    char *     da = malloc(size);
+    ssmt_dev * dv = calloc((size_t)n, sizeof *dv);
+    ssm_status st = SSM_STATUS_OUT_OF_MEMORY;
+    if (da && dv) {
+        memcpy(da, args, size);
+        for (int i = 0; i < n; ++i) {
+            if (s[i].h->t.data == NULL || s[i].kind == K_INDEX) continue;
+            dv[i] = ssmt_to_device(s[i].h);
+            *field(da, s[i].off) = dv[i].view;
+        }
+        st = fn(ctx_cuda, da);
+        for (int i = 0; i < n; ++i) ssmt_dev_free(&dv[i]);
+    }
+    free(da), free(dv);
+    return st;
+}
+
+/* run_generic, or with g_expect set the expected failure; returns 1 when the case ran. */
+static int run_case(const char * tag, ssm_status (*fn)(ssm_context *, void *), const void * args, size_t size,
+                    tslot * s, int n, ssm_dtype compute, int index_dev) {
+    if (g_expect == SSM_STATUS_OK) {
+        run_generic(tag, fn, args, size, s, n, compute, index_dev);
+        return 1;
+    }
+    const ssm_status st = run_once(fn, args, size, s, n);
+    const char *     msg = ssm_context_last_error(ctx_cuda);
+    TEST_CHECK(st == g_expect && strstr(msg, g_expect_msg) != NULL, "%s: %s (%s), want %s with '%s'", tag,
+               ssm_status_string(st), msg, ssm_status_string(g_expect), g_expect_msg);
+    return 0;
+}
+
 static void cfg_tag(const ssmt_mimo_config * c, const char * what, char * tag, size_t n) {
-    snprintf(tag, n, "[%s] %s B%lld S%lld H%lld G%lld R%lld N%lld P%lld C%lld div%d %s%s%s%s%s%s%s%s%s", g_mode, what,
+    snprintf(tag, n, "[%s] %s B%lld S%lld H%lld G%lld R%lld N%lld P%lld C%lld div%d %s%s%s%s%s%s%s%s%s", g_pass, what,
              (long long)c->batch, (long long)c->seqlen, (long long)c->nheads, (long long)c->ngroups,
              (long long)c->rank, (long long)c->dstate, (long long)c->headdim, (long long)c->chunk, (int)c->div,
              ssm_dtype_name(c->dtype), c->reduce_o ? " reduced" : " per-rank", c->has_z ? " z" : "",
@@ -138,7 +177,7 @@ static void test_bwd_fwd(ssmt_rng * rng, const ssmt_mimo_config * cfg) {
                  SLOT(T, segsum, &pr.segsum, K_IN),   SLOT(T, dmimo_o, &pr.dmimo_o, K_OUT),
                  SLOT(T, states, &pr.states, K_OUT),  SLOT(T, dz, &pr.dz, K_OUT),
                  SLOT(T, dmimo_z, &pr.dmimo_z, K_OUT), SLOT(T, qk_dot, &pr.qk_dot, K_OUT)};
-    run_generic(tag, run_bwd_fwd, &pr.args, sizeof pr.args, s, (int)(sizeof s / sizeof s[0]), cfg->dtype, 0);
+    run_case(tag, run_bwd_fwd, &pr.args, sizeof pr.args, s, (int)(sizeof s / sizeof s[0]), cfg->dtype, 0);
     ssmt_mimo_bwd_fwd_free(&pr);
 }
 
@@ -207,7 +246,7 @@ static void test_bwd_fwd_vectors(void) {
             if (!got[o].buf) continue;
             ssmt_to_host(&got[o], &dgot[o]);
             char label[300];
-            snprintf(label, sizeof label, "[%s] vector %.100s/%s cuda vs float64", g_mode, names[ci], outs[o]);
+            snprintf(label, sizeof label, "[%s] vector %.100s/%s cuda vs float64", g_pass, names[ci], outs[o]);
             ssmt_check_bar(label, &got[o].t, &want[o].t, c.dtype);
         }
         for (int o = 0; o < 5; ++o) {
@@ -258,7 +297,7 @@ static void test_fwd(ssmt_rng * rng, const ssmt_mimo_config * cfg, int index_dev
                  SLOT(T, final_ssm_state, &pr.final_ssm_state, K_OUT),
                  SLOT(T, final_k_state, &pr.final_k_state, K_OUT),
                  SLOT(T, final_v_state, &pr.final_v_state, K_OUT)};
-    run_generic(tag, run_fwd, &pr.args, sizeof pr.args, s, (int)(sizeof s / sizeof s[0]), cfg->dtype, index_dev);
+    run_case(tag, run_fwd, &pr.args, sizeof pr.args, s, (int)(sizeof s / sizeof s[0]), cfg->dtype, index_dev);
     ssmt_mimo_problem_free(&pr);
 }
 
@@ -298,7 +337,10 @@ static void test_step(ssmt_rng * rng, const ssmt_mimo_config * cfg, int64_t slot
                  SLOT(T, final_ssm_state, &pr.final_ssm_state, K_OUT),
                  SLOT(T, final_k_state, &pr.final_k_state, K_OUT),
                  SLOT(T, final_v_state, &pr.final_v_state, K_OUT)};
-    run_generic(tag, run_step, &pr.args, sizeof pr.args, s, (int)(sizeof s / sizeof s[0]), cfg->dtype, index_dev);
+    if (!run_case(tag, run_step, &pr.args, sizeof pr.args, s, (int)(sizeof s / sizeof s[0]), cfg->dtype, index_dev)) {
+        ssmt_mimo_step_free(&pr);
+        return;
+    }
 
     /* in place on the device: the input pools become the final pools; every slot is compared
      * with the reference's separate final pools (unused slots keep their old values) */
@@ -402,6 +444,16 @@ static void test_bf16_mode_unsupported(ssmt_rng * rng) {
 
 static void run_matrix(ssmt_rng * rng);
 static void test_long_forward(ssmt_rng * rng);
+static void test_variants(ssmt_rng * rng);
+
+/* Forces entry `output` of the chunked operators' table and `step` of the step's (NULL: the
+ * default choice again); runs under a forced entry stay out of the hash log. */
+static void force_variants(const char * output, const char * step) {
+    TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba3_mimo_bwd_fwd", output), SSM_STATUS_OK);
+    TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba3_mimo", output), SSM_STATUS_OK);
+    TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba3_mimo_step", step), SSM_STATUS_OK);
+    ssmt_variant_forced = output != NULL || step != NULL;
+}
 
 int main(void) {
     if (!ssmt_cuda_present("test_cuda_mamba3_mimo")) return 77;
@@ -416,16 +468,21 @@ int main(void) {
     if (ssmt_failures) TEST_EXIT();
 
     test_bf16_mode_unsupported(&rng);
-    static const char * const modes[2] = {"v1", "v2"};
-    for (int mi = 0; mi < 2; ++mi) {
-        g_mode = modes[mi];
-        TEST_CHECK(setenv("SSMOPS_CUDA_MIMO_KERNEL", g_mode, 1) == 0, "setenv failed");
-        printf("kernels %s\n", g_mode);
+    /* The forced pass comes first and draws as many random numbers as the default pass, whose
+     * problems and labels ("[v2] ...") are the cases the hash logs compare between builds. */
+    static const struct {
+        const char * label, *output, *step;
+    } passes[2] = {{"fallbacks", "two_gemm_y", "slots_uploaded"}, {"v2", NULL, NULL}};
+    for (int pi = 0; pi < 2; ++pi) {
+        g_pass = passes[pi].label;
+        force_variants(passes[pi].output, passes[pi].step);
+        printf("pass %s\n", g_pass);
         run_matrix(&rng);
         test_long_forward(&rng);
         test_bwd_fwd_vectors();
     }
-    unsetenv("SSMOPS_CUDA_MIMO_KERNEL");
+    force_variants(NULL, NULL);
+    test_variants(&rng);
 
     ssm_context_free(ctx_ref);
     ssm_context_free(ctx_cuda);
@@ -500,7 +557,7 @@ static void run_matrix(ssmt_rng * rng) {
     }
 }
 
-/* Forward cases long enough for the v2 θ prep to cross many segments (64 tokens of whole
+/* Forward cases long enough for the θ prep to cross many segments (64 tokens of whole
  * chunks: C = 4 -> 16 chunks, C = 5 -> 12 chunks = 60 tokens), with states, finals, GQA and
  * varlen sequences that end on / just past a segment boundary, are empty (first, middle,
  * last) or shorter than a chunk; a step whose batch exceeds the inline slot list. */
@@ -522,9 +579,86 @@ static void test_long_forward(ssmt_rng * rng) {
     test_fwd(rng, &cfg, 0);
     cfg.nseq = 5, cfg.seqlens = lens_b, cfg.index_i64 = 1;
     test_fwd(rng, &cfg, 1);
-    /* step: 70 rows > 64 inline slots (v2 uploads the list then) */
+    /* step: 70 rows, more than the 64 slots passed by value (the list is uploaded) */
     ssmt_mimo_config_init(&cfg);
     cfg.batch = 70, cfg.nheads = 2, cfg.ngroups = 1, cfg.rank = 2, cfg.dstate = 8, cfg.headdim = 8;
     cfg.div = 4, cfg.dtype = SSM_DTYPE_F32;
     test_step(rng, &cfg, 75, 1, 0);
+}
+
+/* The selection tables: names and reasons, the entry each shape picks, the override's checks.
+ * Every run here is left out of the hash log (ssmt_variant_forced). */
+static void test_variants(ssmt_rng * rng) {
+    static const char * const chunked[2] = {"mamba3_mimo_bwd_fwd", "mamba3_mimo"};
+    static const char * const out_names[2] = {"fused_y", "two_gemm_y"};
+    static const char * const step_names[2] = {"slots_in_params", "slots_uploaded"};
+    for (int o = 0; o < 3; ++o) {
+        const char *         op = o < 2 ? chunked[o] : "mamba3_mimo_step";
+        const char * const * want = o < 2 ? out_names : step_names;
+        TEST_CHECK(ssm_variant_count(SSM_BACKEND_CUDA, op) == 2, "%s: %d variants", op,
+                   (int)ssm_variant_count(SSM_BACKEND_CUDA, op));
+        for (int32_t i = 0; i < 2; ++i) {
+            const char * name = ssm_variant_name(SSM_BACKEND_CUDA, op, i);
+            const char * why = ssm_variant_why(SSM_BACKEND_CUDA, op, i);
+            TEST_CHECK(name != NULL && strcmp(name, want[i]) == 0, "%s entry %d: %s", op, (int)i, name ? name : "NULL");
+            TEST_CHECK(why != NULL && why[0] != '\0', "%s entry %d has no reason", op, (int)i);
+        }
+        const ssm_status st = ssm_context_set_variant(ctx_cuda, op, "no_such_variant");
+        TEST_CHECK(st == SSM_STATUS_INVALID_ARGUMENT && strstr(ssm_context_last_error(ctx_cuda), want[0]) != NULL &&
+                       strstr(ssm_context_last_error(ctx_cuda), want[1]) != NULL,
+                   "%s: unknown variant gives %s (%s)", op, ssm_status_string(st), ssm_context_last_error(ctx_cuda));
+    }
+
+    ssmt_variant_forced = 1;
+    g_pass = "variants";
+    /* small: C·R = 16, P = 8; large: C·R = 128 (R = 2, C = 64) */
+    ssmt_mimo_config small, large;
+    ssmt_mimo_config_init(&small);
+    ssmt_mimo_config_init(&large);
+    large.chunk = 64, large.seqlen = 70, large.batch = 1;
+    const struct {
+        const ssmt_mimo_config * cfg;
+        const char *             forced; /* NULL: the default choice */
+        const char *             ran;    /* the entry that must run; NULL: UNSUPPORTED */
+    } runs[] = {{&small, NULL, "fused_y"},       {&large, NULL, "two_gemm_y"},     {&small, "fused_y", "fused_y"},
+                {&small, "two_gemm_y", "two_gemm_y"}, {&large, "two_gemm_y", "two_gemm_y"}, {&large, "fused_y", NULL}};
+    for (size_t k = 0; k < sizeof runs / sizeof runs[0]; ++k)
+        for (int o = 0; o < 2; ++o) {
+            TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, chunked[o], runs[k].forced), SSM_STATUS_OK);
+            g_expect = runs[k].ran ? SSM_STATUS_OK : SSM_STATUS_UNSUPPORTED;
+            g_expect_msg = runs[k].ran ? "" : "does not apply";
+            if (o == 0) test_bwd_fwd(rng, runs[k].cfg);
+            else test_fwd(rng, runs[k].cfg, 0);
+            if (runs[k].ran != NULL)
+                TEST_CHECK(strcmp(ssm_context_last_variant(ctx_cuda), runs[k].ran) == 0, "%s forced %s: ran '%s', want %s",
+                           chunked[o], runs[k].forced ? runs[k].forced : "auto", ssm_context_last_variant(ctx_cuda),
+                           runs[k].ran);
+            TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, chunked[o], NULL), SSM_STATUS_OK);
+        }
+
+    /* the step: 4 rows with indices, 70 rows (more than the list passed by value), no indices */
+    ssmt_mimo_config sc;
+    ssmt_mimo_config_init(&sc);
+    const struct {
+        int64_t      batch;
+        int          with_indices;
+        const char * forced, *ran;
+    } steps[] = {{4, 1, NULL, "slots_in_params"},           {70, 1, NULL, "slots_uploaded"},
+                 {4, 0, NULL, "slots_in_params"},           {4, 1, "slots_uploaded", "slots_uploaded"},
+                 {4, 0, "slots_uploaded", "slots_uploaded"}, {70, 1, "slots_in_params", NULL}};
+    for (size_t k = 0; k < sizeof steps / sizeof steps[0]; ++k) {
+        sc.batch = steps[k].batch;
+        TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba3_mimo_step", steps[k].forced), SSM_STATUS_OK);
+        g_expect = steps[k].ran ? SSM_STATUS_OK : SSM_STATUS_UNSUPPORTED;
+        g_expect_msg = steps[k].ran ? "" : "does not apply";
+        test_step(rng, &sc, steps[k].with_indices ? sc.batch + 3 : sc.batch, steps[k].with_indices, 0);
+        if (steps[k].ran != NULL)
+            TEST_CHECK(strcmp(ssm_context_last_variant(ctx_cuda), steps[k].ran) == 0,
+                       "step B%lld forced %s: ran '%s', want %s", (long long)sc.batch,
+                       steps[k].forced ? steps[k].forced : "auto", ssm_context_last_variant(ctx_cuda), steps[k].ran);
+    }
+    TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba3_mimo_step", NULL), SSM_STATUS_OK);
+    g_expect = SSM_STATUS_OK;
+    g_expect_msg = "";
+    ssmt_variant_forced = 0;
 }

@@ -1,5 +1,5 @@
-/* mma.cuh — the warp-level tensor-core pieces shared by the CUDA chunk kernels (mamba2.cu,
- * mamba3_siso.cu): the input modes, pairs of 16-bit values packed in a 32-bit register, the
+/* mma.cuh — the warp-level tensor-core pieces shared by the CUDA chunk kernels (mamba2/,
+ * mamba3_siso/): the input modes, pairs of 16-bit values packed in a 32-bit register, the
  * hi/lo split of fp32 values into a rounded part and a rounded remainder (fp32-accurate
  * products from 16-bit operands), mma.sync m16n8k16 with fp32 accumulators, ldmatrix, cp.async
  * and the per-lane fragment offsets of ldmatrix loads. Inline device code only. */

@@ -1,7 +1,9 @@
 /* wgmma.cuh — Hopper (sm_90a) warpgroup matrix-multiply pieces: the 128-byte swizzled shared-memory
  * layout of the operands, the shared-memory matrix descriptor, wgmma.mma_async m64n64k16 with f32
  * accumulators (A from shared memory or from registers; B from shared memory, K-major or MN-major),
- * and the fences around it. Used by fast_output_kernel_v6 (mamba2.cu) and tools/wgmma_probe.cu.
+ * and the fences around it. Used by the wgmma kernels of the Mamba-2 and SISO families and by
+ * the wgmma probe (wgmma_probe.cu), which checks the layout and descriptor conventions below on
+ * the GPU.
  * Inline device code only; everything that emits wgmma is compiled only where the target has it
  * (SSMI_WG_HAVE: an sm_90a device pass), elsewhere the functions are empty (never selected).
  *
@@ -9,9 +11,8 @@
  * Instructions": its sections "Register Fragments" (the m64nNk16 A and D fragments), "Shared Memory
  * Matrix Layout" (canonical layouts, swizzling modes), "Matrix Descriptor Format", the
  * wgmma.mma_async syntax, wgmma.fence / commit_group / wait_group, and, in "membar/fence", the
- * proxy fence fence.proxy.async (wgmma reads shared memory through the async proxy). The sections
- * were read through the search tool's excerpts (not the full pages): the LBO/SBO reading below is
- * our conclusion and exactly what tools/wgmma_probe.cu checks on the GPU.
+ * proxy fence fence.proxy.async (wgmma reads shared memory through the async proxy). The LBO/SBO
+ * reading below is our interpretation of those sections, and exactly what the wgmma probe checks.
  *
  * ---- the layout (128-byte swizzle) -------------------------------------------------------------
  * An operand of 16-bit elements is stored in "atoms" of 64 rows x 64 elements (8 KB): row r of the
@@ -33,7 +34,7 @@
  *   bits 49-51  base offset (0: atoms are 1024-byte aligned)
  *   bits 62-63  swizzle mode (1 = 128-byte swizzle)
  * What LBO and SBO mean for the swizzled layouts (the ISA's canonical-layout table, in units of
- * 16-byte chunks "T"; our conclusion, to be confirmed by tools/wgmma_probe.cu):
+ * 16-byte chunks "T"; our reading, checked by the wgmma probe):
  *   K-major, 128B swizzle: ((8, m), (T, 2k)) : ((8T, SBO), (1, T)). The rows of one 8-row group
  *     are 128 bytes apart (implicit), the 8-row groups SBO apart: SBO = 1024. LBO would be the
  *     distance between two atoms along K, but one k16 step (32 bytes) never leaves an atom, so LBO
@@ -175,8 +176,8 @@ template <bool BF16, int TB> __device__ __forceinline__ void mma_ss(float (&d)[8
 
 /* The first product of a chain, d = A(64 x 16) · B(16 x 64) (scale-d 0), A and B K-major. Its
  * accumulator operands are outputs only ("=f"), so that the compiler does not keep d's old values
- * alive up to the chain (in the scan's v7 output kernel: the previous tile's scores, dead after
- * their split). */
+ * alive up to the chain (in the Mamba-2 scan's wgmma output kernel: the previous tile's scores,
+ * dead after their split). */
 #define SSMI_WG_D32_OUT(d)                                                                                         \
     "=f"(d[0][0]), "=f"(d[0][1]), "=f"(d[0][2]), "=f"(d[0][3]), "=f"(d[1][0]), "=f"(d[1][1]), "=f"(d[1][2]),   \
         "=f"(d[1][3]), "=f"(d[2][0]), "=f"(d[2][1]), "=f"(d[2][2]), "=f"(d[2][3]), "=f"(d[3][0]), "=f"(d[3][1]), \
