@@ -9,7 +9,8 @@
  * byte as it was; the call that finally succeeds must give the bytes of a run without
  * failures. The number of allocations a call makes is its count of allocation sites; it is
  * printed per fixture and backend (docs/RELIABILITY.md has the table). Context creation is
- * failed the same way. Seed: SSMOPS_TEST_SEED (default 20262001).
+ * failed the same way. SSMOPS_TEST_VERBOSE prints every refused call's message. Seed:
+ * SSMOPS_TEST_SEED (default 20262001).
  */
 #define _POSIX_C_SOURCE 200809L
 
@@ -107,6 +108,8 @@ static int is_left_out(const ssmt_fixture * f, ssm_backend backend, const char *
 }
 
 /* ---- one fixture under one context ------------------------------------------------------------- */
+static int verbose; /* SSMOPS_TEST_VERBOSE: print every refused call's message */
+
 #define MAX_SITES 1000 /* far above any operator's count: a bound on the loop, not a rule */
 
 typedef struct backend_config {
@@ -177,6 +180,7 @@ static long check_fixture(const ssmt_fixture * f, const backend_config * bc, fai
                 TEST_CHECK(msg[0] != '\0' && names_op(msg, f->op),
                            "%s %s: allocation %ld refused: message \"%s\" does not name %s", f->name, bc->label, k, msg,
                            f->op);
+            if (verbose) printf("  %s %s, allocation %ld refused: %s\n", f->name, bc->label, k, msg);
             const int o = ssmt_fixture_diff(f, pattern);
             TEST_CHECK(o < 0, "%s %s: allocation %ld refused: output %s was written by the failed call", f->name,
                        bc->label, k, o >= 0 ? f->out_names[o] : "");
@@ -229,6 +233,7 @@ int main(void) {
     const uint64_t  seed = ssmt_rng_from_env(&rng, 20262001);
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    verbose = getenv("SSMOPS_TEST_VERBOSE") != NULL;
     fail_allocator al;
     memset(&al, 0, sizeof al);
     pthread_mutex_init(&al.mu, NULL);
