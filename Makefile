@@ -1,15 +1,18 @@
 # ssmops: the two commands a newcomer needs (POSIX make; CMake does the real work).
 #   make / make build   configure (Release) into build/ and compile
 #   make run            build, then check and benchmark the Mamba-2 scan with the CLI
-#   make test           build, run every test, then all again in an ASan+UBSan build
-#   make clean          remove both build directories
-# Variables: BUILD, ASAN_BUILD, CMAKE, CTEST, JOBS (default: the number of CPUs),
-# CMAKE_FLAGS (extra configure arguments for both builds), e.g. make test JOBS=4.
+#   make test           build, run every test, then all again in an ASan+UBSan build, then
+#                       make tsan
+#   make tsan           the concurrency test in a ThreadSanitizer build (CPU backend only)
+#   make clean          remove the build directories
+# Variables: BUILD, ASAN_BUILD, TSAN_BUILD, CMAKE, CTEST, JOBS (default: the number of CPUs),
+# CMAKE_FLAGS (extra configure arguments for every build), e.g. make test JOBS=4.
 
 .POSIX:
 
 BUILD       = build
 ASAN_BUILD  = build-asan
+TSAN_BUILD  = build-tsan
 CMAKE       = cmake
 CTEST       = ctest
 JOBS        = $$(nproc)
@@ -33,12 +36,21 @@ test: build
 	    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" $(CMAKE_FLAGS)
 	$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && UBSAN_OPTIONS=print_stacktrace=1 $(CTEST) --output-on-failure -j $(JOBS)
+	$(MAKE) tsan
+
+# ThreadSanitizer: the library and test_concurrency only, CPU backend, -O1 as above (about half
+# a minute on two cores: docs/RELIABILITY.md); the first report fails the run (halt_on_error).
+tsan: FORCE
+	$(CMAKE) -S . -B $(TSAN_BUILD) -DSSMOPS_TSAN=ON -DSSMOPS_CUDA=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+	    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" $(CMAKE_FLAGS)
+	$(CMAKE) --build $(TSAN_BUILD) -j $(JOBS) --target test_concurrency
+	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ./$(TSAN_BUILD)/tests/test_concurrency
 
 clean: FORCE
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
 
 # `build` is also the name of a directory: FORCE (and .PHONY, where make knows it) keeps
 # the targets from being taken as up to date.
 FORCE:
 
-.PHONY: all build run test clean FORCE
+.PHONY: all build run test tsan clean FORCE

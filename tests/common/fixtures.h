@@ -1,0 +1,106 @@
+/*
+ * fixtures.h — every public operator as a ready-to-run fixture (tests/common/fixtures.c), for
+ * the tests that treat all operators alike: allocation failure at every site
+ * (test_alloc_failure.c) and concurrent callers (test_concurrency.c).
+ *
+ * A fixture owns one small problem: valid, seeded random inputs and NaN-poisoned outputs, with
+ * every optional input and output of its variant present. ssmt_fixture_run calls the operator
+ * with a context; `outs` lists the output views, so that a test can fill, save, compare and
+ * restore their bytes. No fixture shares a buffer with another, and no input is also an output
+ * (decode steps write a separate final pool), so a fixture run twice gives the same bytes, and
+ * fixtures built from the same seed are byte-identical: one set per thread for concurrent runs.
+ */
+#ifndef SSMOPS_FIXTURES_H
+#define SSMOPS_FIXTURES_H
+
+#include "testutil.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SSMT_FIXTURE_MAX_OUTS 20
+#define SSMT_FIXTURE_MAX_HOSTS 24
+
+typedef struct ssmt_fixture ssmt_fixture;
+typedef ssm_status (*ssmt_fixture_fn)(ssm_context * ctx, const ssmt_fixture * f);
+
+struct ssmt_fixture {
+    char            name[64];                         /* "mamba2_scan/varlen": operator, then the variant            */
+    const char *    op;                               /* the operator's name without ssm_, as its messages name it  */
+    ssm_tensor      outs[SSMT_FIXTURE_MAX_OUTS];      /* output views (present ones only)  */
+    const char *    out_names[SSMT_FIXTURE_MAX_OUTS]; /* their argument names ("dq", ...)  */
+    int             nouts;
+    ssmt_fixture_fn run;
+    /* what the run passes: */
+    union {
+        ssm_mamba2_params      m2;
+        ssm_conv1d_params      conv;
+        ssm_rmsnorm_params     norm;
+        ssm_mamba3_params      m3;
+        ssm_mamba3_mimo_params mimo;
+    } params;
+    union {
+        ssm_mamba2_chunk_cumsum_args     cumsum;
+        ssm_mamba2_chunk_state_args      chunk_state;
+        ssm_mamba2_state_passing_args    passing;
+        ssm_mamba2_bmm_args              bmm;
+        ssm_mamba2_chunk_scan_args       chunk_scan;
+        ssm_mamba2_scan_args             scan;
+        ssm_mamba2_scan_bwd_args         scan_bwd;
+        ssm_mamba2_step_args             m2_step;
+        ssm_causal_conv1d_args           conv;
+        ssm_causal_conv1d_bwd_args       conv_bwd;
+        ssm_causal_conv1d_update_args    conv_update;
+        ssm_rmsnorm_gated_args           norm;
+        ssm_rmsnorm_gated_bwd_args       norm_bwd;
+        ssm_mamba3_angle_cumsum_args     angle;
+        ssm_mamba3_angle_cumsum_bwd_args angle_bwd;
+        ssm_mamba3_siso_fwd_args         siso_fwd;
+        ssm_mamba3_siso_args             siso;
+        ssm_mamba3_siso_bwd_args         siso_bwd;
+        ssm_mamba3_siso_step_args        siso_step;
+        ssm_mamba3_mimo_bwd_fwd_args     mimo_bwd_fwd;
+        ssm_mamba3_mimo_args             mimo;
+        ssm_mamba3_mimo_bwd_args         mimo_bwd;
+        ssm_mamba3_mimo_step_args        mimo_step;
+    } args;
+    int     caller_workspace; /* mamba2_scan: pass a caller workspace of the exact size        */
+    int32_t ref_mode;         /* the ssm_ref_mode to create contexts with (mamba3_mimo_bwd_fwd
+                                 reads it on the reference and the CPU backend)              */
+    /* what the fixture owns: */
+    ssmt_host hosts[SSMT_FIXTURE_MAX_HOSTS];
+    int       nhosts;
+    void *    problem[2];
+    void (*problem_free[2])(void * problem);
+};
+
+/* Number of fixtures: every public operator at least once, some in several variants
+ * (mamba2_scan dense, varlen and with a caller workspace; decode steps with a slot pool). */
+int ssmt_fixture_count(void);
+/* Builds fixture i (0 ≤ i < count) from seed. Returns 0, or −1 (nothing left to free) when
+ * an allocation or an input-preparing call fails. */
+int  ssmt_fixture_make(int i, uint64_t seed, ssmt_fixture * f);
+void ssmt_fixture_free(ssmt_fixture * f);
+/* ssm_status of one run of the fixture's operator under ctx (NULL allowed). */
+ssm_status ssmt_fixture_run(ssm_context * ctx, const ssmt_fixture * f);
+
+/* Bytes from a view's first element to the end of its last (non-negative strides); 0 when
+ * it is empty or absent. */
+size_t ssmt_view_bytes(const ssm_tensor * t);
+/* Total bytes of the fixture's outputs. */
+size_t ssmt_fixture_out_bytes(const ssmt_fixture * f);
+/* Every byte of every output set to `byte`. */
+void ssmt_fixture_fill(const ssmt_fixture * f, unsigned char byte);
+/* The outputs' bytes, one after the other, into dst (ssmt_fixture_out_bytes long). */
+void ssmt_fixture_save(const ssmt_fixture * f, void * dst);
+/* The reverse of ssmt_fixture_save. */
+void ssmt_fixture_load(const ssmt_fixture * f, const void * src);
+/* Index of the first output whose bytes differ from the saved ones, or −1. */
+int ssmt_fixture_diff(const ssmt_fixture * f, const void * saved);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SSMOPS_FIXTURES_H */
