@@ -92,15 +92,11 @@ typedef struct left_out {
 } left_out;
 
 static const left_out left_outs[] = {
-    /* BUG: src/ref/mamba3_siso.c, ssmi_ref_mamba3_siso: when the second allocation (the
-     * scratch of the chunked core, ssmi_ref_mamba3_siso_fwd → fwd_alloc in
-     * src/ref/mamba3_siso_fwd.c) fails, the message names mamba3_siso_fwd, not mamba3_siso. */
-    {"mamba3_siso", SSM_BACKEND_REF, "message",
-     "ref mamba3_siso: a failed core-scratch allocation reports \"mamba3_siso_fwd: could not allocate ...\""},
+    {NULL, SSM_BACKEND_AUTO, NULL, NULL}, /* none today; the list ends at the NULL op */
 };
 
 static int is_left_out(const ssmt_fixture * f, ssm_backend backend, const char * check) {
-    for (size_t i = 0; i < sizeof left_outs / sizeof left_outs[0]; ++i)
+    for (size_t i = 0; left_outs[i].op != NULL; ++i)
         if (strcmp(left_outs[i].op, f->op) == 0 && left_outs[i].backend == backend &&
             strcmp(left_outs[i].check, check) == 0)
             return 1;
@@ -238,7 +234,7 @@ int main(void) {
     memset(&al, 0, sizeof al);
     pthread_mutex_init(&al.mu, NULL);
 
-    for (size_t i = 0; i < sizeof left_outs / sizeof left_outs[0]; ++i)
+    for (size_t i = 0; left_outs[i].op != NULL; ++i)
         printf("left out (known bug, not counted): %s check on %s: %s\n", left_outs[i].check,
                ssm_backend_name(left_outs[i].backend), left_outs[i].bug);
     check_context_create(&al);

@@ -4,6 +4,9 @@
  *  - ssmi_ref_mamba3_siso_recurrent: the recurrence of §3.4 token by token (the same step
  *    the decode operator runs), with its own θ.
  * Varlen: every sequence runs from its own states; an empty one passes them through. */
+#include <stdio.h>
+#include <string.h>
+
 #include "ref_mamba3_common.h"
 #include "ssmi_ref_mamba3.h"
 
@@ -49,7 +52,15 @@ ssm_status ssmi_ref_mamba3_siso(ssm_context * ctx, const ssm_mamba3_params * p, 
     ssm_mamba3_angle_cumsum_args theta_only = ang;
     theta_only.final_angle_state.data = NULL; /* absent */
     ssm_status st = ssmi_ref_mamba3_angle_cumsum(ctx, p, d, &theta_only);
-    if (st == SSM_STATUS_OK) st = ssmi_ref_mamba3_siso_fwd(ctx, p, d, &core);
+    if (st == SSM_STATUS_OK) {
+        st = ssmi_ref_mamba3_siso_fwd(ctx, p, d, &core);
+        if (st != SSM_STATUS_OK) { /* the core's message names this operator, not the core's */
+            char         msg[SSMI_ERROR_LEN];
+            const char * tail = strchr(ssm_context_last_error(ctx), ':');
+            snprintf(msg, sizeof msg, "%s", tail != NULL ? tail + 1 : " the core forward failed");
+            st = ssmi_error(ctx, st, "mamba3_siso:%s", msg);
+        }
+    }
     if (st == SSM_STATUS_OK && ssmi_present(&a->final_angle_state)) st = ssmi_ref_mamba3_angle_cumsum(ctx, p, d, &ang);
     ssmi_free(ctx, block);
     return st;
