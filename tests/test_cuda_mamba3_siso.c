@@ -8,21 +8,16 @@
  * empty sequence, stride-0 angles over heads, padded/permuted layouts, the seed regime,
  * NaN-poisoned outputs, identical bytes across two runs; the step with and without
  * state_batch_indices (padding rows), with separate and in-place final pools, with the
- * float4 and the generic state paths. Both forward paths: 16-bit shapes with K <= 128 take the
- * tensor-core kernels, f32 and K = 256 the portable ones; edge shapes (K = 24, 40, V = 20, 72)
- * run on both. Every forward case runs under each kernel version (SSMOPS_CUDA_SISO_FAST unset =
- * v8 (v7 with the chunk scalars and θ from chunk_prep_kernel), =6 v7 (the wgmma output kernel),
- * =5 v6, =4 v5, =3 v4, =2 v3, =1 v2, =0 portable; the edge shapes also with =7), once more with
- * the first of its two runs under =6 and the second under =7 (v8 must give v7's bytes), twice more with
- * the first run under SSMOPS_CUDA_SISO_STATE=v6 (the v6 state kernel and the pass) and the second under
- * =chain (siso_chain_kernel, with SSMOPS_CUDA_SISO_CHAIN_KS=64 and =32: it must give the same bytes),
- * and once more under the default with SSMOPS_CUDA_SISO_STATE=v5 (v5's state kernel; the default is
- * the 8-warp v6 state kernel, or the chain by its rule). Angle outputs are compared
- * modulo 2π.
+ * float4 and the generic state paths.
+ * Every case runs under the default choice of the CUDA selection tables, then once more with
+ * each table entry forced through the context (ssm_context_set_variant) wherever it applies (a
+ * forced entry that does not apply must fail with UNSUPPORTED; the case is then skipped). The
+ * chained state entries (chain64, chain32) must give the bytes of the wgmma entry (the mma.sync
+ * state kernel and the state pass, the same output kernel) on every case. Forcing an unknown name
+ * is INVALID_ARGUMENT. Angle outputs are compared modulo 2π.
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261203). SHOWCMP=1 prints every comparison.
  */
-#define _POSIX_C_SOURCE 200809L /* setenv: the fast-path switch of the CUDA backend */
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,14 +48,69 @@ static ssm_tensor * field(void * args, size_t off) { return (ssm_tensor *)((char
 /* Runs the op on REF (F64 outputs) and on the device (outputs in their own dtype, poisoned),
  * compares every output, then runs again on re-uploaded inputs and poisoned outputs and
  * checks the bytes are identical. */
-/* When set, the second run of every device case runs with the variable g_second_var (default
- * SSMOPS_CUDA_SISO_FAST) = g_second_knob and must still give the first run's bytes (version 8
- * against version 7; the chained state kernel against the v6 state kernel and the pass). */
-static const char * g_second_knob = NULL;
-static const char * g_second_var = "SSMOPS_CUDA_SISO_FAST";
+/* The entries of the op's selection table that the two device runs of a case force (through
+ * ssm_context_set_variant on ctx_cuda): g_first for the first run (checked against float64),
+ * g_second for the second (which must give the first run's bytes); NULL: the table's own choice,
+ * "auto": the same, spelled out. A forced entry that does not apply fails with UNSUPPORTED and
+ * the case is skipped; with g_expect_unsupported that failure is what the case checks. Runs with
+ * g_first set stay out of the hash log (ssmt_variant_forced). */
+static const char * g_first = NULL, *g_second = NULL;
+static int          g_expect_unsupported = 0;
 
-static void run_dev_case(const char * name, ssmt_run_fn run, const void * host_args, size_t size, const bind * b,
-                         int nb, ssm_dtype compute) {
+/* What ran: per (operator, entry, forced or default) the number of device runs. */
+typedef struct ran_count {
+    const char *op, *name;
+    int         forced, runs;
+} ran_count;
+enum { MAX_RAN = 48 };
+static ran_count g_ran[MAX_RAN];
+static int       g_nran;
+
+static void note_ran(const char * op, const char * name, int forced) {
+    for (int i = 0; i < g_nran; ++i)
+        if (g_ran[i].forced == forced && strcmp(g_ran[i].op, op) == 0 && strcmp(g_ran[i].name, name) == 0) {
+            ++g_ran[i].runs;
+            return;
+        }
+    TEST_CHECK(g_nran < MAX_RAN, "too many (operator, variant) pairs");
+    if (g_nran < MAX_RAN) g_ran[g_nran++] = (ran_count){op, name, forced, 1};
+}
+
+static int runs_of(const char * op, const char * name, int forced) {
+    for (int i = 0; i < g_nran; ++i)
+        if (g_ran[i].forced == forced && strcmp(g_ran[i].op, op) == 0 && strcmp(g_ran[i].name, name) == 0)
+            return g_ran[i].runs;
+    return 0;
+}
+
+/* One device run of op with the entry `want` (NULL: the default). Returns 0 when a forced entry
+ * does not apply (UNSUPPORTED and its message, checked: the case ends), 1 otherwise. */
+static int dev_run(const char * name, const char * op, ssmt_run_fn run, void * da, const char * want, int pass,
+                   ssm_status * st) {
+    const int named = want != NULL && strcmp(want, "auto") != 0;
+    TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, op, want), SSM_STATUS_OK);
+    *st = run(ctx_cuda, da);
+    int goes_on = 1;
+    if (named && (*st == SSM_STATUS_UNSUPPORTED || g_expect_unsupported)) {
+        TEST_CHECK(*st == SSM_STATUS_UNSUPPORTED, "%s: forced %s returned %s, expected UNSUPPORTED", name, want,
+                   ssm_status_string(*st));
+        TEST_CHECK(strstr(ssm_context_last_error(ctx_cuda), "does not apply") != NULL, "%s: message: %s", name,
+                   ssm_context_last_error(ctx_cuda));
+        goes_on = 0;
+    } else {
+        TEST_CHECK(*st == SSM_STATUS_OK, "%s cuda%s: %s (%s)", name, pass ? " (second run)" : "",
+                   ssm_status_string(*st), ssm_context_last_error(ctx_cuda));
+        const char * ran = ssm_context_last_variant(ctx_cuda);
+        TEST_CHECK(ran[0] != '\0', "%s: no variant recorded", name);
+        if (named) TEST_CHECK(strcmp(ran, want) == 0, "%s: forced %s, ran %s", name, want, ran);
+        if (*st == SSM_STATUS_OK && ran[0] != '\0') note_ran(op, ran, named);
+    }
+    TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, op, NULL), SSM_STATUS_OK);
+    return goes_on;
+}
+
+static void run_dev_case(const char * name, const char * op, ssmt_run_fn run, const void * host_args, size_t size,
+                         const bind * b, int nb, ssm_dtype compute) {
     /* reference */
     unsigned char * ra = malloc(size), *da = malloc(size);
     if (ra == NULL || da == NULL) {
@@ -101,26 +151,15 @@ static void run_dev_case(const char * name, ssmt_run_fn run, const void * host_a
         f->device = src->view.device;
     }
     void * first[MAX_BINDS];
+    for (int i = 0; i < MAX_BINDS; ++i) first[i] = NULL;
+    ssmt_variant_forced = g_first != NULL;
     for (int pass = 0; pass < 2; ++pass) {
         if (pass == 1)
             for (int i = 0; i < nb; ++i)
                 if (saved[i] != NULL)
                     TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dv[i].mem, saved[i], b[i].h->bytes), SSM_STATUS_OK);
-        const char * knob = pass == 1 ? g_second_knob : NULL;
-        char         prev[32] = "";
-        const char * env = getenv(g_second_var);
-        const int    had = env != NULL;
-        if (had) snprintf(prev, sizeof prev, "%s", env);
-        if (knob != NULL) setenv(g_second_var, knob, 1);
-        st = run(ctx_cuda, da);
-        if (knob != NULL) { /* the caller's setting back */
-            if (had)
-                setenv(g_second_var, prev, 1);
-            else
-                unsetenv(g_second_var);
-        }
-        TEST_CHECK(st == SSM_STATUS_OK, "%s cuda%s: %s (%s)", name, pass ? " (second run)" : "", ssm_status_string(st),
-                   ssm_context_last_error(ctx_cuda));
+        const char * want = pass == 1 ? g_second : g_first;
+        if (!dev_run(name, op, run, da, want, pass, &st)) break;
         for (int i = 0; i < nb; ++i) {
             if (!b[i].out || ref[i].t.data == NULL) continue;
             const int      j = b[i].alias >= 0 ? b[i].alias : i;
@@ -138,14 +177,14 @@ static void run_dev_case(const char * name, ssmt_run_fn run, const void * host_a
                 }
                 first[i] = ssmt_snapshot(b[j].h);
             } else {
-                TEST_CHECK(ssmt_unchanged(b[j].h, first[i]), "%s: output #%d differs between two runs%s%s%s%s", name,
-                           i, knob ? ", the second under " : "", knob ? g_second_var : "", knob ? "=" : "",
-                           knob ? knob : "");
-                free(first[i]);
+                TEST_CHECK(ssmt_unchanged(b[j].h, first[i]), "%s: output #%d differs between two runs%s%s", name, i,
+                           g_second ? ", the second under " : "", g_second ? g_second : "");
             }
         }
     }
+    ssmt_variant_forced = 0;
     for (int i = 0; i < nb; ++i) {
+        free(first[i]);
         ssmt_dev_free(&dv[i]);
         free(saved[i]);
         ssmt_free(&ref[i]);
@@ -178,7 +217,7 @@ static void test_forward(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const c
             BIND(S, &pr, cu_seqlens, 0, 0),  BIND(S, &pr, out, 1, 0),         BIND(S, &pr, final_angle_state, 1, 1),
             BIND(S, &pr, final_ssm_state, 1, 0), BIND(S, &pr, final_k_state, 1, 0), BIND(S, &pr, final_v_state, 1, 0)};
         snprintf(name, sizeof name, "siso[%s]", tag);
-        run_dev_case(name, run_siso, &pr.args, sizeof pr.args, b, (int)(sizeof b / sizeof b[0]), cfg->dtype);
+        run_dev_case(name, "mamba3_siso", run_siso, &pr.args, sizeof pr.args, b, (int)(sizeof b / sizeof b[0]), cfg->dtype);
     }
     {
         typedef ssm_mamba3_siso_fwd_args S;
@@ -196,14 +235,14 @@ static void test_forward(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const c
         for (int i = 0; i < 4; ++i)
             if (outs[i]->t.data) ssmt_poison(&outs[i]->t);
         snprintf(name, sizeof name, "siso_fwd[%s]", tag);
-        run_dev_case(name, run_fwd, &pr.fwd_args, sizeof pr.fwd_args, b, (int)(sizeof b / sizeof b[0]), cfg->dtype);
+        run_dev_case(name, "mamba3_siso_fwd", run_fwd, &pr.fwd_args, sizeof pr.fwd_args, b, (int)(sizeof b / sizeof b[0]), cfg->dtype);
     }
     ssmt_mamba3_problem_free(&pr);
 }
 
 /* ---- the decode step ------------------------------------------------------------------------------ */
 
-static const char * g_step_kernel = ""; /* " v1" / " v2" / " v3": appended to the step tags */
+static const char * g_step_tag = ""; /* appended to the step tags: "" (default) or " <forced entry>" */
 
 static void test_step(ssmt_rng * rng, int64_t B, int64_t H, int64_t Hq, int64_t K, int64_t V, int64_t A,
                       ssm_dtype dtype, int64_t slots, int with_indices, int in_place, int has_dz) {
@@ -222,7 +261,7 @@ static void test_step(ssmt_rng * rng, int64_t B, int64_t H, int64_t Hq, int64_t 
     char tag[320];
     snprintf(tag, sizeof tag, "step[B%lld H%lld Hq%lld K%lld V%lld A%lld %s slots%lld idx%d %s dz%d]%s", (long long)B,
              (long long)H, (long long)Hq, (long long)K, (long long)V, (long long)A, ssm_dtype_name(dtype),
-             (long long)slots, with_indices, in_place ? "in-place" : "separate", has_dz, g_step_kernel);
+             (long long)slots, with_indices, in_place ? "in-place" : "separate", has_dz, g_step_tag);
     typedef ssm_mamba3_siso_step_args S;
     ssm_mamba3_siso_step_args         a = pr.args;
     bind                              b[] = {
@@ -245,7 +284,7 @@ static void test_step(ssmt_rng * rng, int64_t B, int64_t H, int64_t Hq, int64_t 
     }
     /* state_batch_indices stays in host memory (the fast decode path); the varlen forward
      * cases exercise device index tensors */
-    run_dev_case(tag, run_step, &a, sizeof a, b, nb, dtype);
+    run_dev_case(tag, "mamba3_siso_step", run_step, &a, sizeof a, b, nb, dtype);
     ssmt_mamba3_step_free(&pr);
 }
 
@@ -284,9 +323,9 @@ static void config_from_row(ssmt_mamba3_config * cfg, const int64_t * r, int64_t
     }
 }
 
-/* Every forward case of the test once, under the kernel version that the caller selected
- * (vname is appended to the tags). with_explicit_default: the edge shapes also run once with
- * SSMOPS_CUDA_SISO_FAST=7 (the explicit spelling of the default, v8). */
+/* Every forward case of the test once, under the variants that g_first / g_second ask for (vname is
+ * appended to the tags). with_explicit_default: the edge shapes also run once with the variant set
+ * to "auto" explicitly (out of the hash log, like the forced runs). */
 static void forward_suite(ssmt_rng * rng, const char * vname, int with_explicit_default) {
     static const ssm_dtype dtypes[] = {SSM_DTYPE_F32, SSM_DTYPE_F16, SSM_DTYPE_BF16};
     /* H, Hq, K, V, A: Hq = 1 / 1 < Hq < H / Hq = H; K, V off the power-of-two sizes; A = K/2 and A < K/2 */
@@ -345,13 +384,14 @@ static void forward_suite(ssmt_rng * rng, const char * vname, int with_explicit_
         snprintf(tag, sizeof tag, "K256 V256 A128 %s states%s", di == 0 ? "f32" : "bf16", vname);
         test_forward(rng, &cfg, tag);
     }
-    /* The tensor-core path (fp16/bf16 with K <= 128; every 16-bit case above with K <= 128
-     * takes it, f32 and K = 256 take the portable kernels) at its edges: K not a multiple of 16
-     * (K = 24: 16-byte q/k rows with padded columns; K = 40 odd A), V over one 64-wide tile
-     * (V = 72) and V not a multiple of 8 (V = 20: element-wise v), GQA, varlen with states;
-     * under =0 the portable kernels run them on 16-bit inputs. */
+    /* The tensor-core kernels (fp16/bf16 with K <= 128; every 16-bit case above with K <= 128
+     * takes them by default, f32 and K = 256 the portable kernels) at their edges: K not a multiple
+     * of 16 (K = 24: 16-byte q/k rows with padded columns; K = 40 odd A), V over one 64-wide tile
+     * (V = 72) and V not a multiple of 8 (V = 20: element-wise v), GQA, varlen with states; forced
+     * to "portable", the portable kernels run them on 16-bit inputs. */
     for (int pass = 0; pass < (with_explicit_default ? 2 : 1); ++pass) {
-        if (pass) setenv("SSMOPS_CUDA_SISO_FAST", "7", 1);
+        const char * saved_first = g_first;
+        if (pass) g_first = "auto";
         static const int64_t edge[][6] = {{4, 2, 24, 20, 12, 70}, {3, 1, 40, 72, 7, 129}, {2, 2, 128, 64, 64, 200}};
         for (int e = 0; e < 3; ++e) {
             for (int di = 1; di < 3; ++di) {
@@ -375,16 +415,16 @@ static void forward_suite(ssmt_rng * rng, const char * vname, int with_explicit_
                 snprintf(tag, sizeof tag, "edge B%lld S%lld H%lld Hq%lld K%lld V%lld A%lld %s%s%s%s%s",
                          (long long)cfg.batch, (long long)cfg.seqlen, (long long)cfg.nheads, (long long)cfg.nheads_qk,
                          (long long)cfg.dk, (long long)cfg.dv, (long long)cfg.nangles, ssm_dtype_name(cfg.dtype),
-                         e == 2 ? " varlen" : "", cfg.has_states ? " states" : "", vname, pass ? " (=7)" : "");
+                         e == 2 ? " varlen" : "", cfg.has_states ? " states" : "", vname, pass ? " (auto)" : "");
                 test_forward(rng, &cfg, tag);
             }
         }
-        if (pass) unsetenv("SSMOPS_CUDA_SISO_FAST"); /* only the unset pass asks for the explicit one */
+        g_first = saved_first;
     }
     /* 16-bit outputs of the input dtype over two V tiles (V = 72: the second tile 8 wide) with
-     * contiguous z and angles (A % 8 == 0): v4's z tile, staged 16-byte output stores and
-     * vector angle loads, at chunk tails (S = 130: 2 tokens in the last chunk); with and without
-     * z (v5's shared-memory epilogue takes both) */
+     * contiguous z and angles (A % 8 == 0): the z tile, staged 16-byte output stores and vector
+     * angle loads, at chunk tails (S = 130: 2 tokens in the last chunk); with and without z (the
+     * shared-memory epilogue takes both) */
     for (int dz = 2; dz < 6; ++dz) {
         const int          di = 1 + dz % 2, with_z = dz < 4;
         ssmt_mamba3_config cfg;
@@ -402,21 +442,22 @@ static void forward_suite(ssmt_rng * rng, const char * vname, int with_explicit_
                  with_z ? " z" : "", vname);
         test_forward(rng, &cfg, tag);
     }
-    /* v6's output kernel domain (16-bit outputs of the input dtype, z of it or none; other cases
-     * run v5's output kernel under =5): K = 128 (4 + 4 k-steps of Q̂·S_enterᵀ per warp pair)
-     * and K < 128 (K = 40: 3 k-steps, uneven halves; K = 16: one k-step, 2 threads per token in
-     * the q/k prep), V = 64 and V = 72 (two V tiles, the second 8 wide), chunk tails (L < 64,
-     * odd: only some row and column blocks live), D / z / states on and off, varlen with an
-     * empty sequence; run under every version */
+    /* The 8-warp mma.sync output kernel's domain (entry "mma": 16-bit outputs of the input dtype,
+     * z of it or none; mma_any_layout's 4-warp kernel runs them too): K = 128 (4 + 4 k-steps of
+     * Q̂·S_enterᵀ per warp pair) and K < 128 (K = 40: 3 k-steps, uneven halves; K = 16: one k-step,
+     * 2 threads per token in the q/k prep), V = 64 and V = 72 (two V tiles, the second 8 wide),
+     * chunk tails (L < 64, odd: only some row and column blocks live), D / z / states on and off,
+     * varlen with an empty sequence; the 8-warp mma.sync state kernel at its column splits (K =
+     * 128 4 + 4 column blocks per warp pair, K = 40 2 + 1, K = 16 1 + 0 with the upper warps idle) */
     {
         /* B, S, H, Hq, K, V, A, dtype (1 f16, 2 bf16), D, z, states, varlen */
-        static const int64_t v6c[][12] = {
+        static const int64_t mma_cases[][12] = {
             {2, 130, 2, 1, 128, 64, 32, 2, 1, 1, 1, 0}, {1, 37, 3, 1, 128, 72, 64, 1, 0, 1, 0, 0},
             {1, 201, 2, 2, 128, 64, 32, 2, 1, 0, 1, 1}, {2, 131, 2, 1, 40, 72, 8, 1, 1, 1, 1, 0},
             {1, 65, 4, 2, 64, 64, 7, 2, 0, 0, 0, 0},     {1, 63, 2, 1, 16, 16, 8, 2, 1, 1, 1, 1},
         };
-        for (size_t c = 0; c < sizeof v6c / sizeof v6c[0]; ++c) {
-            const int64_t *    r = v6c[c];
+        for (size_t c = 0; c < sizeof mma_cases / sizeof mma_cases[0]; ++c) {
+            const int64_t *    r = mma_cases[c];
             ssmt_mamba3_config cfg;
             int64_t            lens[3];
             config_from_row(&cfg, r, lens, 1);
@@ -428,29 +469,30 @@ static void forward_suite(ssmt_rng * rng, const char * vname, int with_explicit_
             test_forward(rng, &cfg, tag);
         }
     }
-    /* v7's output kernel (wgmma; the default) at its edges: K = 64 and 128 (one and two
-     * swizzle atoms; K = 96 and f32 outputs fall back to v6's kernels), V = 64, 72 (a partial
-     * second V tile: zero-filled v columns and state rows, clipped stores) and 128, chunk tails
-     * (L = 2, 37, 1), exactly one chunk, varlen with an empty sequence, states on and off (the
-     * second warpgroup idle in a first chunk without them), z on and off, D on and off, A = K/2
-     * without the sin/cos table (K = 128, A = 64) and odd A; each of the four instances (f16 / bf16,
-     * K = 64 / 128) with states (the last row: f16 K = 128, Q̂·S_enterᵀ over two atoms); run under
-     * every version */
+    /* The wgmma output kernel (entries wgmma, chain64, chain32; the default on an sm_90 device) at
+     * its edges: K = 64 and 128 (one and two swizzle atoms; K = 96 and f32 outputs fall back to the
+     * mma.sync kernels), V = 64, 72 (a partial second V tile: zero-filled v columns and state rows,
+     * clipped stores) and 128, chunk tails (L = 2, 37, 1), exactly one chunk, varlen with an empty
+     * sequence, states on and off (the second warpgroup idle in a first chunk without them), z on
+     * and off, D on and off, A = K/2 without the sin/cos table (K = 128, A = 64) and odd A; each of
+     * the four instances (f16 / bf16, K = 64 / 128) with states (the last row: f16 K = 128,
+     * Q̂·S_enterᵀ over two atoms) */
     {
         /* B, S, H, Hq, K, V, A, dtype (1 f16, 2 bf16), D, z, states, varlen, 16-bit out */
-        static const int64_t v7c[][13] = {
+        static const int64_t wgmma_cases[][13] = {
             {2, 130, 2, 1, 128, 64, 32, 2, 1, 1, 1, 0, 1}, {1, 37, 3, 1, 64, 72, 32, 1, 0, 1, 0, 0, 1},
             {1, 201, 2, 2, 128, 72, 64, 2, 1, 0, 1, 1, 1}, {2, 64, 4, 2, 64, 64, 7, 1, 1, 1, 1, 0, 1},
             {1, 129, 2, 1, 64, 128, 16, 2, 0, 1, 1, 1, 1}, {1, 65, 2, 1, 128, 64, 32, 1, 1, 0, 0, 0, 1},
             {2, 100, 2, 1, 128, 64, 32, 1, 1, 1, 1, 0, 0}, {1, 70, 2, 1, 96, 64, 16, 2, 1, 1, 1, 0, 1},
             {1, 150, 2, 1, 128, 72, 32, 1, 1, 1, 1, 1, 1},
         };
-        for (size_t c = 0; c < sizeof v7c / sizeof v7c[0]; ++c) {
-            const int64_t *    r = v7c[c];
+        for (size_t c = 0; c < sizeof wgmma_cases / sizeof wgmma_cases[0]; ++c) {
+            const int64_t *    r = wgmma_cases[c];
             ssmt_mamba3_config cfg;
             int64_t            lens[3];
             config_from_row(&cfg, r, lens, (int)r[12]);
             char tag[160];
+            /* the tags ("v7 edge ...") are the hash log's labels of these runs: kept for comparing builds */
             snprintf(tag, sizeof tag, "v7 edge B%lld S%lld H%lld Hq%lld K%lld V%lld A%lld %s out=%s%s%s%s%s%s",
                      (long long)cfg.batch, (long long)cfg.seqlen, (long long)cfg.nheads, (long long)cfg.nheads_qk,
                      (long long)cfg.dk, (long long)cfg.dv, (long long)cfg.nangles, ssm_dtype_name(cfg.dtype),
@@ -469,11 +511,11 @@ static void forward_suite(ssmt_rng * rng, const char * vname, int with_explicit_
         snprintf(tag, sizeof tag, "S0 final=initial f32%s", vname);
         test_forward(rng, &cfg, tag);
     }
-    /* sequences of more than 32 chunks: v3's angle scan carries θ from one batch of 32 chunks
-     * to the next (2117 = 33 chunks + 5 tokens, 2376 = 38 chunks − 56); batch rows, then
-     * varlen with an empty sequence between them; f16 and bf16, with and without states. Cases 2
-     * and 3 the same lengths in the domain of version 8 and the chained state kernel (16-bit outputs
-     * of v's dtype, K = 128 with V = 72: two V tiles and two K slices; K = 64 with V = 64) */
+    /* sequences of more than 32 chunks: the angle scan carries θ from one batch of 32 chunks to
+     * the next (2117 = 33 chunks + 5 tokens, 2376 = 38 chunks − 56); batch rows, then varlen with
+     * an empty sequence between them; f16 and bf16, with and without states. Cases 2 and 3 the
+     * same lengths in the domain of the wgmma output and the chained state (16-bit outputs of v's
+     * dtype, K = 128 with V = 72: two V tiles and two to four K slices; K = 64 with V = 64) */
     for (int e = 0; e < 4; ++e) {
         ssmt_mamba3_config cfg;
         ssmt_mamba3_config_init(&cfg);
@@ -500,6 +542,74 @@ static void forward_suite(ssmt_rng * rng, const char * vname, int with_explicit_
     }
 }
 
+/* Every step case of the test once, under the variant g_first asks for (g_step_tag names it). */
+static void step_suite(ssmt_rng * rng) {
+    /* B, H, Hq, K, V, A, dtype, slots, with_indices, in_place, d/z */
+    test_step(rng, 1, 4, 1, 32, 16, 8, SSM_DTYPE_F32, 1, 0, 0, 1);
+    test_step(rng, 5, 6, 3, 64, 24, 31, SSM_DTYPE_BF16, 9, 1, 0, 1);
+    test_step(rng, 5, 6, 3, 64, 24, 31, SSM_DTYPE_BF16, 9, 1, 1, 0);
+    test_step(rng, 7, 4, 4, 128, 64, 32, SSM_DTYPE_F16, 12, 1, 1, 1);
+    test_step(rng, 3, 2, 1, 96, 96, 48, SSM_DTYPE_F32, 3, 0, 1, 1);
+    test_step(rng, 4, 3, 1, 30, 20, 15, SSM_DTYPE_BF16, 6, 1, 0, 1); /* K % 4 != 0: the generic state path */
+    test_step(rng, 2, 2, 2, 256, 256, 128, SSM_DTYPE_F32, 2, 0, 0, 1); /* V·K > 16384: warp_rows only */
+    /* fp32 pools (prefetch's domain): padding rows, GQA, A < K/2, K/4 and V tails, every per-thread count */
+    test_step(rng, 6, 4, 2, 64, 24, 13, SSM_DTYPE_F32, 9, 1, 0, 1);   /* separate pools, 2 per thread */
+    test_step(rng, 5, 3, 1, 132, 17, 20, SSM_DTYPE_F32, 7, 1, 1, 1);  /* K/4 = 33: the reduction's tail */
+    test_step(rng, 3, 8, 2, 128, 64, 32, SSM_DTYPE_F32, 3, 0, 1, 1);  /* the bench shape, 8 per thread */
+    test_step(rng, 4, 2, 1, 128, 128, 64, SSM_DTYPE_F32, 5, 1, 1, 0); /* 16 per thread */
+    test_step(rng, 5, 2, 1, 8, 3, 1, SSM_DTYPE_F32, 7, 1, 0, 1);      /* tiny: 1 per thread, most idle */
+    test_step(rng, 7, 4, 4, 128, 64, 32, SSM_DTYPE_F16, 12, 1, 1, 1); /* 16-bit inputs, fp32 pools in place */
+    test_step(rng, 300, 1, 1, 16, 5, 3, SSM_DTYPE_F32, 301, 1, 1, 1); /* B > 256: the uploaded slot list */
+    /* lanes' domain: B > 256 (uploaded list) with K = 32; V tails; bf16 activations on fp32
+     * pools; V = 128 at K = 64 (256 threads); A = K/2 */
+    test_step(rng, 260, 2, 1, 32, 12, 16, SSM_DTYPE_F32, 263, 1, 1, 1);
+    test_step(rng, 6, 4, 2, 128, 61, 64, SSM_DTYPE_BF16, 8, 1, 1, 1);
+    test_step(rng, 3, 2, 1, 64, 128, 7, SSM_DTYPE_F32, 3, 0, 1, 0);
+}
+
+/* The selection tables through the public API: every operator has entries with a name and a
+ * reason; an unknown name is INVALID_ARGUMENT and the message lists the entries; a forced entry
+ * that does not apply to a problem is UNSUPPORTED (f32 v for the tensor-core entries, K % 4 != 0
+ * for the vectorised-pool steps). */
+static void test_variant_rules(ssmt_rng * rng) {
+    static const char * const ops[] = {"mamba3_siso", "mamba3_siso_fwd", "mamba3_siso_step"};
+    for (int o = 0; o < 3; ++o) {
+        const int32_t n = ssm_variant_count(SSM_BACKEND_CUDA, ops[o]);
+        TEST_CHECK(n > 0, "%s: no CUDA variants", ops[o]);
+        for (int32_t i = 0; i < n; ++i) {
+            const char * name = ssm_variant_name(SSM_BACKEND_CUDA, ops[o], i);
+            const char * why = ssm_variant_why(SSM_BACKEND_CUDA, ops[o], i);
+            TEST_CHECK(name != NULL && name[0] != '\0' && why != NULL && why[0] != '\0', "%s: entry %d", ops[o],
+                       (int)i);
+        }
+        TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, ops[o], "no_such_kernel"), SSM_STATUS_INVALID_ARGUMENT);
+        TEST_CHECK(strstr(ssm_context_last_error(ctx_cuda), o < 2 ? "portable" : "warp_rows") != NULL, "message: %s",
+                   ssm_context_last_error(ctx_cuda));
+    }
+    g_expect_unsupported = 1;
+    {
+        ssmt_mamba3_config cfg;
+        ssmt_mamba3_config_init(&cfg);
+        cfg.seqlen = 70, cfg.dtype = SSM_DTYPE_F32, cfg.has_states = cfg.has_final = 1;
+        static const char * const tc[] = {"chain64", "chain32", "wgmma", "mma", "mma_any_layout"};
+        for (int i = 0; i < 5; ++i) {
+            char tag[64];
+            snprintf(tag, sizeof tag, "f32 forced %s", tc[i]);
+            g_first = tc[i];
+            test_forward(rng, &cfg, tag);
+        }
+    }
+    static const char * const vec[] = {"lanes", "prefetch"};
+    for (int i = 0; i < 2; ++i) {
+        g_first = vec[i];
+        g_step_tag = i ? " K30 forced prefetch" : " K30 forced lanes";
+        test_step(rng, 4, 3, 1, 30, 20, 15, SSM_DTYPE_F32, 6, 1, 0, 1);
+    }
+    g_first = NULL;
+    g_step_tag = "";
+    g_expect_unsupported = 0;
+}
+
 int main(void) {
     if (!ssmt_cuda_present("test_cuda_mamba3_siso")) return 77;
     ssmt_rng rng;
@@ -511,93 +621,67 @@ int main(void) {
 
     test_device_rules(&rng);
 
-    /* the forward cases under every kernel version: NULL = the variable unset (the default, v8) */
-    static const char * const versions[] = {NULL, "6", "5", "4", "3", "2", "1", "0"};
-    static const char * const vnames[] = {" v8", " v7", " v6", " v5", " v4", " v3", " v2", " portable"};
-    const ssmt_rng            rng_default = rng; /* the state-v5 pass below draws the default pass's inputs */
-    for (int vi = 0; vi < 8; ++vi) {
-        if (versions[vi] != NULL)
-            setenv("SSMOPS_CUDA_SISO_FAST", versions[vi], 1);
-        else
-            unsetenv("SSMOPS_CUDA_SISO_FAST");
-        forward_suite(&rng, vnames[vi], vi == 0);
-    }
-    unsetenv("SSMOPS_CUDA_SISO_FAST");
-    /* version 8 (chunk_prep_kernel: the chunk scalars and θ computed once, then copied by the state
-     * and output kernels) must give version 7's bytes: every forward case with its second run
-     * under SSMOPS_CUDA_SISO_FAST=7 */
-    setenv("SSMOPS_CUDA_SISO_FAST", "6", 1);
-    g_second_knob = "7";
-    forward_suite(&rng, " v7 then v8", 0);
-    g_second_knob = NULL;
-    unsetenv("SSMOPS_CUDA_SISO_FAST");
-    /* the chained state kernel (siso_chain_kernel, SSMOPS_CUDA_SISO_STATE=chain: one block per
-     * (sequence, head, V tile, 64 or 32 K columns) carrying the state across the chunks, where version
-     * 8's path runs): every forward case with its first run under =v6 (the v6 state kernel and the
-     * pass, never the chain; checked against float64) and its second under =chain, for both block
-     * widths (SSMOPS_CUDA_SISO_CHAIN_KS=64 / 32): the chain must give that pipeline's bytes. Its
-     * domain in the suite: 16-bit q/k/v and outputs, K = 64 and 128 (one to four K slices), V = 64 /
-     * 72 / 128 (a partial second V tile), chunk tails, varlen with an empty sequence, states on and
-     * off, sequences of 34 and 38 chunks ("long"). */
-    {
-        static const char * const widths[] = {"64", "32"};
-        static const char * const wnames[] = {" v6 then chain", " v6 then chain ks32"};
-        g_second_var = "SSMOPS_CUDA_SISO_STATE";
-        g_second_knob = "chain";
-        setenv("SSMOPS_CUDA_SISO_STATE", "v6", 1);
-        for (int wi = 0; wi < 2; ++wi) {
-            setenv("SSMOPS_CUDA_SISO_CHAIN_KS", widths[wi], 1);
-            forward_suite(&rng, wnames[wi], 0);
-        }
-        unsetenv("SSMOPS_CUDA_SISO_CHAIN_KS");
-        unsetenv("SSMOPS_CUDA_SISO_STATE");
-        g_second_knob = NULL;
-        g_second_var = "SSMOPS_CUDA_SISO_FAST";
-    }
-    /* the default version with v5's state kernel (SSMOPS_CUDA_SISO_STATE=v5): every forward case,
-     * on the same inputs as the default pass, which ran the 8-warp v6 state kernel (column blocks
-     * per warp pair: K = 128 4 + 4, K = 96 3 + 3, K = 40 2 + 1, K = 16 1 + 0 with the upper warps
-     * idle; V = 72 over two tiles, chunk tails, varlen, states) */
-    {
-        ssmt_rng r6 = rng_default;
-        setenv("SSMOPS_CUDA_SISO_STATE", "v5", 1);
-        forward_suite(&r6, " v7 state-v5", 0);
-        unsetenv("SSMOPS_CUDA_SISO_STATE");
-    }
+    /* the forward cases under the default choice (the tag suffix " v8" keeps the hash log's labels
+     * of these runs comparable across builds) */
+    forward_suite(&rng, " v8", 1);
 
-    /* decode under the three step kernels (SSMOPS_CUDA_STEP_KERNEL, read on every call); v2
-     * applies to fp32 pools with K % 4 == 0 and V·K ≤ 16384, v3 to fp32 pools with K / 4 a
-     * power of two in [8, 32] and V ≤ 2048 / (K / 4); the other cases fall back (v3 to the
-     * default choice of v2 / v1, v2 to v1) */
-    static const char * const step_kernels[] = {"v1", "v2", "v3"};
-    static const char * const step_tags[] = {" v1", " v2", " v3"};
-    for (int ki = 0; ki < 3; ++ki) {
-        setenv("SSMOPS_CUDA_STEP_KERNEL", step_kernels[ki], 1);
-        g_step_kernel = step_tags[ki];
-        /* B, H, Hq, K, V, A, dtype, slots, with_indices, in_place, d/z */
-        test_step(&rng, 1, 4, 1, 32, 16, 8, SSM_DTYPE_F32, 1, 0, 0, 1);
-        test_step(&rng, 5, 6, 3, 64, 24, 31, SSM_DTYPE_BF16, 9, 1, 0, 1);
-        test_step(&rng, 5, 6, 3, 64, 24, 31, SSM_DTYPE_BF16, 9, 1, 1, 0);
-        test_step(&rng, 7, 4, 4, 128, 64, 32, SSM_DTYPE_F16, 12, 1, 1, 1);
-        test_step(&rng, 3, 2, 1, 96, 96, 48, SSM_DTYPE_F32, 3, 0, 1, 1);
-        test_step(&rng, 4, 3, 1, 30, 20, 15, SSM_DTYPE_BF16, 6, 1, 0, 1); /* K % 4 != 0: the generic state path */
-        test_step(&rng, 2, 2, 2, 256, 256, 128, SSM_DTYPE_F32, 2, 0, 0, 1); /* V·K > 16384: v1 under v2 too */
-        /* fp32 pools (v2's domain): padding rows, GQA, A < K/2, K/4 and V tails, every per-thread count */
-        test_step(&rng, 6, 4, 2, 64, 24, 13, SSM_DTYPE_F32, 9, 1, 0, 1);   /* separate pools, 2 per thread */
-        test_step(&rng, 5, 3, 1, 132, 17, 20, SSM_DTYPE_F32, 7, 1, 1, 1);  /* K/4 = 33: the reduction's tail */
-        test_step(&rng, 3, 8, 2, 128, 64, 32, SSM_DTYPE_F32, 3, 0, 1, 1);  /* the bench shape, 8 per thread */
-        test_step(&rng, 4, 2, 1, 128, 128, 64, SSM_DTYPE_F32, 5, 1, 1, 0); /* 16 per thread */
-        test_step(&rng, 5, 2, 1, 8, 3, 1, SSM_DTYPE_F32, 7, 1, 0, 1);      /* tiny: 1 per thread, most idle */
-        test_step(&rng, 7, 4, 4, 128, 64, 32, SSM_DTYPE_F16, 12, 1, 1, 1); /* 16-bit inputs, fp32 pools in place */
-        test_step(&rng, 300, 1, 1, 16, 5, 3, SSM_DTYPE_F32, 301, 1, 1, 1); /* B > 256: the uploaded slot list */
-        /* v3's domain: B > 256 (uploaded list) with K = 32; V tails; bf16 activations on fp32
-         * pools; V = 128 at K = 64 (256 threads); A = K/2 */
-        test_step(&rng, 260, 2, 1, 32, 12, 16, SSM_DTYPE_F32, 263, 1, 1, 1);
-        test_step(&rng, 6, 4, 2, 128, 61, 64, SSM_DTYPE_BF16, 8, 1, 1, 1);
-        test_step(&rng, 3, 2, 1, 64, 128, 7, SSM_DTYPE_F32, 3, 0, 1, 0);
+    /* every forward case under each entry forced, where it applies */
+    static const char * const forced[] = {"portable", "mma_any_layout", "mma"};
+    for (int fi = 0; fi < 3; ++fi) {
+        char vname[40];
+        snprintf(vname, sizeof vname, " %s", forced[fi]);
+        g_first = forced[fi];
+        forward_suite(&rng, vname, 0);
     }
-    unsetenv("SSMOPS_CUDA_STEP_KERNEL");
-    g_step_kernel = "";
+    /* the chained state (one block per (sequence, head, V tile, 64 or 32 K columns) carrying the
+     * state across the chunks): every forward case with its first run under the wgmma entry (the
+     * mma.sync state kernel and the pass; checked against float64) and its second under chain64 /
+     * chain32, which must give that run's bytes. Its domain in the suite: 16-bit q/k/v and outputs,
+     * K = 64 and 128 (one to four K slices), V = 64 / 72 / 128 (a partial second V tile), chunk
+     * tails, varlen with an empty sequence, states on and off, sequences of 34 and 38 chunks
+     * ("long"). */
+    static const char * const chains[] = {"chain64", "chain32"};
+    for (int ci = 0; ci < 2; ++ci) {
+        char vname[40];
+        snprintf(vname, sizeof vname, " wgmma then %s", chains[ci]);
+        g_first = "wgmma";
+        g_second = chains[ci];
+        forward_suite(&rng, vname, 0);
+    }
+    g_first = g_second = NULL;
+
+    /* the decode step under the default choice, then under each entry forced where it applies */
+    step_suite(&rng);
+    static const char * const steps[] = {"lanes", "prefetch", "warp_rows"};
+    for (int si = 0; si < 3; ++si) {
+        char tag[40];
+        snprintf(tag, sizeof tag, " %s", steps[si]);
+        g_first = steps[si];
+        g_step_tag = tag;
+        step_suite(&rng);
+    }
+    g_first = NULL;
+    g_step_tag = "";
+
+    test_variant_rules(&rng);
+
+    /* every entry ran: the portable and mma.sync ones and the step's everywhere; the wgmma ones
+     * (forced) where the default took them somewhere (an sm_90 device, a build with sm_90a code),
+     * else never */
+    static const char * const fops[] = {"mamba3_siso", "mamba3_siso_fwd"};
+    for (int o = 0; o < 2; ++o) {
+        const int hopper = runs_of(fops[o], "wgmma", 0) + runs_of(fops[o], "chain64", 0) + runs_of(fops[o], "chain32", 0);
+        for (int fi = 0; fi < 3; ++fi)
+            TEST_CHECK(runs_of(fops[o], forced[fi], 1) > 0, "%s: %s never ran", fops[o], forced[fi]);
+        static const char * const wg[] = {"wgmma", "chain64", "chain32"};
+        for (int wi = 0; wi < 3; ++wi)
+            TEST_CHECK((runs_of(fops[o], wg[wi], 1) > 0) == (hopper > 0), "%s: %s ran %d times forced (default wgmma "
+                       "entries: %d)", fops[o], wg[wi], runs_of(fops[o], wg[wi], 1), hopper);
+    }
+    for (int si = 0; si < 3; ++si) {
+        TEST_CHECK(runs_of("mamba3_siso_step", steps[si], 0) > 0, "step: %s never the default", steps[si]);
+        TEST_CHECK(runs_of("mamba3_siso_step", steps[si], 1) > 0, "step: %s never ran forced", steps[si]);
+    }
 
     ssm_context_free(ctx_ref);
     ssm_context_free(ctx_cuda);

@@ -1,0 +1,265 @@
+/*
+ * state_chain.cu — the chained state of the SISO forward: the chunk state contributions and the
+ * state pass in one walk per sequence (fp16/bf16 q/k/v in 16-byte rows, K = 64 or 128, after
+ * chunk_prep_kernel).
+ *
+ * The mma.sync state kernel writes every chunk's own contribution (fp32 V × K) and the pass reads it
+ * back and rewrites it as the entering state: the workspace is written, then read and written
+ * again. chain_state_kernel does both in one pass: one block per (sequence, head, V tile, KS = 32 or
+ * 64 K columns) walks its sequence's chunks in order with the running state in registers; at a
+ * chunk's start it stores the entering state (what the pass stores), then adds the chunk's products
+ * to a zeroed local accumulator — the mma.sync state kernel's products of its operands — and folds
+ * them in with the pass's expression, S ← e^{c_last}·S + local. The chunk contributions are never
+ * stored. The operands of chunk c + 2 (the scalars and θ of chunk_prep_kernel's slot, the raw k
+ * columns, the v tile) land by cp.async in a ring of three stages while chunk c computes; two block
+ * barriers per chunk. Per chunk and block the K̂ work and the products are KS/K of an mma.sync state
+ * block's, so a chain is short in time; its time is its chunk count times a per-chunk latency, so
+ * it pays where there are about as many chains as SMs or more (the selection table's rule).
+ * Every value is the mma.sync state kernel + pass pipeline's: K̂ by fast_prep_qk's expressions
+ * (bias, rotation by the per-angle sincos, w_i, split), the products in that kernel's order per
+ * element, the recurrence in the pass's expression; the test checks the bytes against that
+ * pipeline.
+ */
+#include "tiles.cuh"
+
+namespace ssmi_siso {
+namespace {
+
+/* Chunk c of a sequence as plan_fwd made it (t0, row, len, seq, flags), from the sequence alone: no
+ * load of the chunk table in front of the copies that need its addresses. */
+__device__ __forceinline__ m3_chunk chain_chunk(const m3_seg & sg, int s, int c) {
+    m3_chunk ch;
+    ch.t0 = sg.t0 + (long long)c * kC;
+    ch.row = sg.row;
+    ch.len = min(kC, sg.len - c * kC);
+    ch.seq = s;
+    ch.has_next = c * kC + ch.len < sg.len;
+    ch.last = c == sg.count - 1;
+    ch.first = c == 0;
+    return ch;
+}
+
+/* This thread's cp.async pieces of a chain block's per-chunk operands, set up once per block: the
+ * source of each piece at the sequence's chunk 0 (a chunk later is one constant step further) and
+ * its place in a stage, so that a chunk's copies cost a pointer add and a predicate per piece
+ * (generic copy loops spend ~300 instructions per warp and chunk here on 64-bit index
+ * arithmetic). Pieces: the slot (prep_floats(A)/4 of them, threads in turn), NK of the raw k
+ * columns (rows kr[u], KS/8 pieces per row) and NV of the v tile (rows vr[u], 8 pieces per row;
+ * vin: this thread's v columns lie inside V, which is a multiple of 8 on this path). */
+template <int MODE, int KS>
+struct chain_copies {
+    typedef typename cfg<MODE>::T T;
+    static constexpr int          KP = KS / 8, NK = kC * KP / kChainThreads, NV = kC * (kTV / 8) / kChainThreads;
+    const float *                 prep;
+    long long                     prep_step, kstep, vstep;
+    const T *                     k[NK];
+    const T *                     v[NV];
+    int                           npieces, kr[NK], vr[NV], kdst[NK], vdst[NV];
+    bool                          vin;
+    __device__ __forceinline__    chain_copies(const m3_fwd_args & P, const chain_smem & L, const m3_seg & sg, int h,
+                                               int p0, int kc0) {
+           const int tid = (int)threadIdx.x;
+           npieces = (int)(prep_floats(P.A) / 4);
+           prep_step = (long long)P.H * prep_floats(P.A);
+           prep = P.prep + ((long long)sg.first * P.H + h) * prep_floats(P.A);
+           kstep = (long long)kC * P.k.s[1];
+           vstep = (long long)kC * P.v.s[1];
+           const T * kb = (const T *)P.k.p + sg.row * P.k.s[0] + sg.t0 * P.k.s[1] + (h / P.G) * P.k.s[2] + kc0;
+           const T * vb = (const T *)P.v.p + sg.row * P.v.s[0] + sg.t0 * P.v.s[1] + h * P.v.s[2] + p0;
+#pragma unroll
+        for (int u = 0; u < NK; ++u) {
+            const int o = tid + u * kChainThreads, r = o / KP, c = (o % KP) * 8;
+            kr[u] = r;
+            k[u] = kb + r * P.k.s[1] + c;
+            kdst[u] = L.kraw + 2 * (r * (KS + 8) + c);
+        }
+#pragma unroll
+        for (int u = 0; u < NV; ++u) {
+            const int o = tid + u * kChainThreads, r = o / (kTV / 8), c = (o % (kTV / 8)) * 8;
+            vr[u] = r;
+            v[u] = vb + r * P.v.s[1] + c;
+            vdst[u] = L.vs + 2 * (r * kFLd + c);
+        }
+        vin = p0 + (tid % (kTV / 8)) * 8 < P.V;
+    }
+    /* chunk c (L tokens) into stage st; the caller commits the group */
+    __device__ __forceinline__ void issue(unsigned char * st, int c, int L) const {
+        const float * ps = prep + c * prep_step;
+        for (int o = (int)threadIdx.x; o < npieces; o += kChainThreads) cp_async16(st + 16 * o, ps + 4 * o);
+        const long long kt = c * kstep, vt = c * vstep;
+#pragma unroll
+        for (int u = 0; u < NK; ++u)
+            if (kr[u] < L) cp_async16(st + kdst[u], k[u] + kt); /* rows ≥ L are never read */
+#pragma unroll
+        for (int u = 0; u < NV; ++u) {
+            if (vin && vr[u] < L)
+                cp_async16(st + vdst[u], v[u] + vt);
+            else /* zeros: the products read whole k-steps of 16 rows */
+                *reinterpret_cast<uint4 *>(st + vdst[u]) = make_uint4(0u, 0u, 0u, 0u);
+        }
+    }
+};
+
+/* K̂ columns [kc0, kc0 + KS) of one chunk, weighted and split into kh/kl (rows ≥ L zero):
+ * fast_prep_qk<MODE, 256>'s expressions for k with kscale = w_i = e^{c_L − c_i}·σ_i (state_prep's
+ * wj), so the same values bit for bit; 8 threads per token, two passes of 32 tokens. */
+template <int MODE, int KS>
+__device__ __forceinline__ void chain_prep_k(const m3_fwd_args & P, const m3_chunk & ch, int kc0, const m3_scal & sc,
+                                             const float * th, const typename cfg<MODE>::T * kraw,
+                                             typename cfg<MODE>::T * kh, typename cfg<MODE>::T * kl,
+                                             const float (&kbias)[8]) {
+    constexpr int ipt = KS / 8, per = kChainThreads / ipt, LK = KS + 8;
+    const int     c8 = (int)threadIdx.x % ipt, n0 = kc0 + 8 * c8, L = ch.len;
+    const float   cl = sc.cm[L - 1];
+    const bool    rot0 = n0 / 2 >= P.A;
+#pragma unroll
+    for (int i = (int)threadIdx.x / ipt; i < kC; i += per) {
+        const bool live = i < L;
+        float      q[8], k[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) q[e] = k[e] = 0.0f;
+        if (live) {
+            unpack8<MODE>(k, *reinterpret_cast<const uint4 *>(&kraw[i * LK + 8 * c8]));
+#pragma unroll
+            for (int e = 0; e < 8; ++e) k[e] += kbias[e]; /* K % 64 == 0: every column exists */
+        }
+        rotate_qk8<true>(q, k, P, th, nullptr, i, n0 / 2, live, false, rot0);
+        const float s = live ? expf(cl - sc.cm[i]) * sc.sig[i] : 0.0f;
+        uint32_t    hi[4], lo[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) split2<MODE>(k[2 * e] * s, k[2 * e + 1] * s, hi[e], lo[e]);
+        *reinterpret_cast<uint4 *>(&kh[i * LK + 8 * c8]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        *reinterpret_cast<uint4 *>(&kl[i * LK + 8 * c8]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+}
+
+/* The entering state of a chunk (the pass's store) from the running state's fragments, 16 bytes
+ * per store: lanes 2j and 2j + 1 swap halves, so the even one holds 4 columns of row r0 (at d4) and
+ * the odd one 4 of row r0 + 8 (its d4 points there). */
+template <int TN>
+__device__ __forceinline__ void chain_store_state(const float (&S)[TN][4], float * d4, bool odd, bool in0, bool in1) {
+#pragma unroll
+    for (int t = 0; t < TN; ++t) {
+        const float2 give = odd ? make_float2(S[t][0], S[t][1]) : make_float2(S[t][2], S[t][3]);
+        const float  g0 = __shfl_xor_sync(0xffffffffu, give.x, 1), g1 = __shfl_xor_sync(0xffffffffu, give.y, 1);
+        const float4 q4 = odd ? make_float4(g0, g1, S[t][2], S[t][3]) : make_float4(S[t][0], S[t][1], g0, g1);
+        if (odd ? in1 : in0) *reinterpret_cast<float4 *>(d4 + 8 * t) = q4;
+    }
+}
+
+template <int MODE, int KS>
+__global__ void __launch_bounds__(kChainThreads, 2) chain_state_kernel(const m3_fwd_args P) {
+    typedef typename cfg<MODE>::T T;
+    extern __shared__ __align__(128) unsigned char smem[];
+    constexpr int                                  TN = KS / 16, LK = KS + 8; /* 8-column tiles per warp */
+    const chain_smem                               L(P.A, KS);
+    const int    lane = threadIdx.x & 31, warp = threadIdx.x >> 5, rb = warp & 3, upper = warp >> 2;
+    const int    nks = P.K / KS;
+    const int    s = blockIdx.x, h = blockIdx.y, p0 = (int)(blockIdx.z / nks) * kTV, kc0 = (int)(blockIdx.z % nks) * KS;
+    const m3_seg sg = P.segs[s];
+
+    /* this thread's state elements: rows p0 + r0 (+8), columns c0 + 8t (+1), t < TN (warp: 16 rows × KS/2
+     * columns; the upper warps the second 32 of the slice); K is a multiple of 64 here */
+    const int  r0 = rb * 16 + (lane >> 2), c0 = kc0 + upper * (KS / 2) + 2 * (lane & 3);
+    const int  nr = min(kTV, P.V - p0);
+    const bool in0 = r0 < nr, in1 = r0 + 8 < nr;
+    float      S[TN][4];
+#pragma unroll
+    for (int t = 0; t < TN; ++t) S[t][0] = S[t][1] = S[t][2] = S[t][3] = 0.0f;
+    if (P.has_states) { /* pass_kernel's H_in = S_in + dt_0(1−λ_0)·v_in k_inᵀ (spec §3.5) */
+        const bool  add = sg.len > 0;
+        const float cz = add ? ld3(P.dt, sg.row, h, sg.t0) * (1.0f - sigmoidf(ld3(P.trap, sg.row, h, sg.t0))) : 0.0f;
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const int p = p0 + r0 + 8 * hf;
+            if (!(hf ? in1 : in0)) continue;
+            const float vin = add ? ld3(P.v_in, s, h, p) : 0.0f;
+#pragma unroll
+            for (int t = 0; t < TN; ++t)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int n = c0 + 8 * t + e;
+                    float     v = ld4(P.ssm_in, s, h, p, n);
+                    if (add) v += (cz * ld3(P.k_in, s, h, n)) * vin;
+                    S[t][2 * hf + e] = v;
+                }
+        }
+    }
+
+    const chain_copies<MODE, KS> cp(P, L, sg, h, p0, kc0);
+#pragma unroll
+    for (int u = 0; u < kChainStages - 1; ++u) {
+        if (u < sg.count) cp.issue(smem + u * L.stage, u, min(kC, sg.len - u * kC));
+        cp_async_commit();
+    }
+    float kbias[8]; /* this thread's 8 k-bias entries of chain_prep_k, the same in every chunk */
+    load_row8(kbias, P.kb, h, kc0 + 8 * ((int)threadIdx.x % (KS / 8)), P.K);
+    T *             kh = (T *)(smem + L.kh);
+    T *             kl = (T *)(smem + L.kl);
+    const long long hvk = (long long)P.H * P.V * P.K;
+    const bool      odd = lane & 1;
+    float *         d4 = P.states + (long long)sg.first * hvk + ((long long)h * P.V + p0) * P.K +
+                 (odd ? (r0 + 8) * P.K + c0 - 2 : r0 * P.K + c0); /* 16-byte aligned: c0 − 2 or c0 is 4j */
+    for (int c = 0; c < sg.count; ++c, d4 += hvk) {
+        unsigned char * st = smem + (c % kChainStages) * L.stage;
+        cp_async_wait_group<kChainStages - 2>(); /* this thread's copies of chunk c */
+        __syncthreads(); /* chunk c's operands visible; chunk c − 1's products done (its stage and kh/kl free) */
+        if (c + kChainStages - 1 < sg.count) {
+            const int cn = c + kChainStages - 1;
+            cp.issue(smem + (cn % kChainStages) * L.stage, cn, min(kC, sg.len - cn * kC));
+        }
+        cp_async_commit(); /* possibly empty: one group per chunk */
+        chain_store_state<TN>(S, d4, odd, in0, in1);
+        const m3_chunk ch = chain_chunk(sg, s, c);
+        const m3_scal  sc = carve_scal((float *)st);
+        chain_prep_k<MODE, KS>(P, ch, kc0, sc, (const float *)(st + L.th), (const T *)(st + L.kraw), kh, kl, kbias);
+        __syncthreads(); /* w∘K̂ */
+        float loc[8][4]; /* vk_product's accumulator; NB = 2 uses the first 4 */
+#pragma unroll
+        for (int t = 0; t < 8; ++t) loc[t][0] = loc[t][1] = loc[t][2] = loc[t][3] = 0.0f;
+        {
+            const T * vs = (const T *)(st + L.vs);
+            vk_product<MODE, KS / 32>(loc, vs + rb * 16 + a_trans_off(lane, kFLd),
+                                      kh + upper * (KS / 2) + b_kn_off(lane, LK),
+                                      kl + upper * (KS / 2) + b_kn_off(lane, LK), (ch.len + 15) / 16, LK);
+        }
+        const float decay = expf(sc.cm[ch.len - 1]);
+#pragma unroll
+        for (int t = 0; t < TN; ++t)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) S[t][e] = decay * S[t][e] + loc[t][e];
+    }
+    cp_async_wait_all(); /* nothing is pending (the last groups are empty) */
+    if (P.fin_ssm.present) {
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            if (!(hf ? in1 : in0)) continue;
+#pragma unroll
+            for (int t = 0; t < TN; ++t)
+#pragma unroll
+                for (int e = 0; e < 2; ++e) st4(P.fin_ssm, s, h, p0 + r0 + 8 * hf, c0 + 8 * t + e, S[t][2 * hf + e]);
+        }
+    }
+}
+
+template <int MODE, int KS>
+ssm_status launch_ks(ssm_context * ctx, const char * op, const m3_fwd_args & P) {
+    const chain_smem Lc(P.A, KS);
+    void (*kernel)(const m3_fwd_args) = chain_state_kernel<MODE, KS>;
+    SSM_FORWARD_IF_ERROR(
+        ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute",
+                         cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, Lc.total)));
+    kernel<<<dim3((unsigned)P.NS, (unsigned)P.H, (unsigned)(((P.V + kTV - 1) / kTV) * (P.K / KS))), kChainThreads,
+             (size_t)Lc.total, ssmi_cuda_stream(ctx)>>>(P);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "chain_state_kernel launch");
+    return SSM_STATUS_OK;
+}
+
+} /* namespace */
+
+ssm_status launch_state_chain(ssm_context * ctx, const char * op, const m3_fwd_args & P, int mode, int KS) {
+    if (mode == M_F16) return KS == 64 ? launch_ks<M_F16, 64>(ctx, op, P) : launch_ks<M_F16, 32>(ctx, op, P);
+    return KS == 64 ? launch_ks<M_BF16, 64>(ctx, op, P) : launch_ks<M_BF16, 32>(ctx, op, P);
+}
+
+} /* namespace ssmi_siso */
