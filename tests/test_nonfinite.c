@@ -43,24 +43,24 @@ typedef struct nf_slot {
     int          state; /* the row dim indexes sequences (chunked ops) or pool slots (decode)       */
 } nf_slot;
 
-#define NF_MAX_SLOTS  32
+#define NF_MAX_SLOTS 32
 #define NF_MAX_TOKENS 8
 
 typedef struct nf_problem {
-    char       tag[96];
-    void *     args; /* host args struct */
-    size_t     args_size;
+    char   tag[96];
+    void * args; /* host args struct */
+    size_t args_size;
     ssm_status (*run)(ssm_context * ctx, const void * params, void * args);
-    const void * params;
-    nf_slot      slot[NF_MAX_SLOTS];
-    int          nslot;
-    int64_t      tokens[NF_MAX_TOKENS]; /* token positions of the injections          */
-    int          ntokens;
-    int          step;                  /* decode operator: one token per row          */
-    const ssm_tensor * cu;              /* cu_seqlens view (varlen) or NULL             */
-    const ssm_tensor * seq_idx;         /* seq_idx view or NULL                         */
-    const ssm_tensor * sbi;             /* state_batch_indices view (decode) or NULL    */
-    int                cpu;             /* run the CPU backend                          */
+    const void *       params;
+    nf_slot            slot[NF_MAX_SLOTS];
+    int                nslot;
+    int64_t            tokens[NF_MAX_TOKENS]; /* token positions of the injections          */
+    int                ntokens;
+    int                step;    /* decode operator: one token per row          */
+    const ssm_tensor * cu;      /* cu_seqlens view (varlen) or NULL             */
+    const ssm_tensor * seq_idx; /* seq_idx view or NULL                         */
+    const ssm_tensor * sbi;     /* state_batch_indices view (decode) or NULL    */
+    int                cpu;     /* run the CPU backend                          */
 } nf_problem;
 
 static ssm_tensor * nf_view(void * args, const nf_slot * s) { return (ssm_tensor *)((char *)args + s->off); }
@@ -78,17 +78,44 @@ static void nf_add(nf_problem * p, const char * name, int kind, size_t off, ssmt
 #define NF_SLOT(P, T, FIELD, HOST, KIND, TOK, ROW, STATE) \
     nf_add(P, #FIELD, KIND, offsetof(T, FIELD), HOST, TOK, ROW, STATE)
 
+/* The tensors every Mamba-3 operator here shares, from a problem M whose fields have the
+ * same names: TOK is the token dim of the (B, S, ...) tensors and TOKS of the (B, H, S) ones
+ * (−1 for the decode step: one token per row). */
+#define NF_M3_SLOTS(P, T, M, TOK, TOKS)                                             \
+    do {                                                                            \
+        NF_SLOT(P, T, q, &(M).q, NF_IN, TOK, 0, 0);                                 \
+        NF_SLOT(P, T, k, &(M).k, NF_IN, TOK, 0, 0);                                 \
+        NF_SLOT(P, T, v, &(M).v, NF_IN, TOK, 0, 0);                                 \
+        NF_SLOT(P, T, adt, &(M).adt, NF_IN, TOKS, 0, 0);                            \
+        NF_SLOT(P, T, dt, &(M).dt, NF_IN, TOKS, 0, 0);                              \
+        NF_SLOT(P, T, trap, &(M).trap, NF_IN, TOKS, 0, 0);                          \
+        NF_SLOT(P, T, q_bias, &(M).q_bias, NF_IN, -1, -1, 0);                       \
+        NF_SLOT(P, T, k_bias, &(M).k_bias, NF_IN, -1, -1, 0);                       \
+        NF_SLOT(P, T, angles, &(M).angles, NF_IN, TOK, 0, 0);                       \
+        NF_SLOT(P, T, d, &(M).d, NF_IN, -1, -1, 0);                                 \
+        NF_SLOT(P, T, z, &(M).z, NF_IN, TOK, 0, 0);                                 \
+        NF_SLOT(P, T, angle_state, &(M).angle_state, NF_IN, -1, 0, 1);              \
+        NF_SLOT(P, T, ssm_state, &(M).ssm_state, NF_IN, -1, 0, 1);                  \
+        NF_SLOT(P, T, k_state, &(M).k_state, NF_IN, -1, 0, 1);                      \
+        NF_SLOT(P, T, v_state, &(M).v_state, NF_IN, -1, 0, 1);                      \
+        NF_SLOT(P, T, out, &(M).out, NF_OUT, TOK, 0, 0);                            \
+        NF_SLOT(P, T, final_angle_state, &(M).final_angle_state, NF_OUT, -1, 0, 1); \
+        NF_SLOT(P, T, final_ssm_state, &(M).final_ssm_state, NF_OUT, -1, 0, 1);     \
+        NF_SLOT(P, T, final_k_state, &(M).final_k_state, NF_OUT, -1, 0, 1);         \
+        NF_SLOT(P, T, final_v_state, &(M).final_v_state, NF_OUT, -1, 0, 1);         \
+    } while (0)
+
 /* ---- backends ------------------------------------------------------------------------- */
 typedef struct nf_backend {
     const char *  name;
     ssm_context * ctx;
 } nf_backend;
 
-static ssm_context * ctx_ref, *ctx_cuda;
-static nf_backend    cpu_backends[3];
-static int           ncpu;
-static int           have_cuda;
-static int64_t       n_injections, n_runs, n_exceptions;
+static ssm_context *ctx_ref, *ctx_cuda;
+static nf_backend   cpu_backends[3];
+static int          ncpu;
+static int          have_cuda;
+static int64_t      n_injections, n_runs, n_exceptions;
 
 /* (operator tag prefix, input, backend prefix) whose masks are known to differ from the
  * reference, with the reason; docs/ops/nonfinite.md lists the same. */
@@ -425,7 +452,8 @@ static void nf_describe(const nf_problem * p, const char * what, const nf_masks 
             if (distinct <= 4) {
                 used += (size_t)snprintf(line + used, sizeof line - used, " {");
                 for (int64_t x = 0, q = 0; x < t->shape[d] && used < sizeof line; ++x)
-                    if (hit[d][x]) used += (size_t)snprintf(line + used, sizeof line - used, q++ ? ",%lld" : "%lld", (long long)x);
+                    if (hit[d][x])
+                        used += (size_t)snprintf(line + used, sizeof line - used, q++ ? ",%lld" : "%lld", (long long)x);
                 if (used < sizeof line) used += (size_t)snprintf(line + used, sizeof line - used, "}");
             } else {
                 used += (size_t)snprintf(line + used, sizeof line - used, " [%lld..%lld]/%lld", (long long)lo,
@@ -438,8 +466,8 @@ static void nf_describe(const nf_problem * p, const char * what, const nf_masks 
 }
 
 /* ---- injections ----------------------------------------------------------------------- */
-static void nf_inject_one(const nf_problem * p, const nf_slot * s, const int64_t * idx, nf_masks * ref,
-                          nf_masks * got, const nf_dev * dv) {
+static void nf_inject_one(const nf_problem * p, const nf_slot * s, const int64_t * idx, nf_masks * ref, nf_masks * got,
+                          const nf_dev * dv) {
     static const double values[3] = {NAN, INFINITY, -INFINITY};
     static const char * names[3] = {"NaN", "+Inf", "-Inf"};
     const ssm_tensor *  t = nf_view(p->args, s);
@@ -504,6 +532,25 @@ static void nf_inject_all(ssmt_rng * rng, const nf_problem * p, int with_cuda) {
     nf_masks_free(&got);
 }
 
+/* The common part of a problem: tag "op tag", the args struct and its runner, the token
+ * positions; the slots are added by the caller. */
+static void nf_init(nf_problem * p, const char * op, const char * tag, void * args, size_t args_size,
+                    ssm_status (*run)(ssm_context *, const void *, void *), const void * params, int cpu,
+                    const int64_t * tokens, int ntokens) {
+    memset(p, 0, sizeof *p);
+    snprintf(p->tag, sizeof p->tag, "%s %s", op, tag);
+    p->args = args, p->args_size = args_size, p->run = run, p->params = params, p->cpu = cpu;
+    for (int k = 0; k < ntokens && k < NF_MAX_TOKENS; ++k) p->tokens[p->ntokens++] = tokens[k];
+}
+
+/* Mamba-2 parameters: softplus on, dt_limit (0.002, 0.05) with limit, else (0, +inf). */
+static void nf_mamba2_params(ssm_mamba2_params * prm, int64_t chunk, int limit) {
+    ssm_mamba2_params_init(prm);
+    if (chunk > 0) prm->chunk_size = chunk;
+    prm->dt_softplus = 1;
+    if (limit) prm->dt_limit_lo = 0.002, prm->dt_limit_hi = 0.05;
+}
+
 /* ---- mamba2_scan ---------------------------------------------------------------------- */
 static ssm_status run_mamba2_scan(ssm_context * ctx, const void * prm, void * args) {
     return ssm_mamba2_scan(ctx, (const ssm_mamba2_params *)prm, (const ssm_mamba2_scan_args *)args, NULL, 0);
@@ -527,14 +574,9 @@ static void test_mamba2_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, int
             }
     }
     ssm_mamba2_params prm;
-    ssm_mamba2_params_init(&prm);
-    prm.chunk_size = chunk;
-    prm.dt_softplus = cfg->dt_softplus;
-    if (limit) prm.dt_limit_lo = 0.002, prm.dt_limit_hi = 0.05;
+    nf_mamba2_params(&prm, chunk, limit);
     nf_problem p;
-    memset(&p, 0, sizeof p);
-    snprintf(p.tag, sizeof p.tag, "mamba2_scan %s", tag);
-    p.args = &m.args, p.args_size = sizeof m.args, p.run = run_mamba2_scan, p.params = &prm, p.cpu = cpu;
+    nf_init(&p, "mamba2_scan", tag, &m.args, sizeof m.args, run_mamba2_scan, &prm, cpu, tokens, ntokens);
     typedef ssm_mamba2_scan_args A;
     NF_SLOT(&p, A, x, &m.x, NF_IN, 1, 0, 0);
     NF_SLOT(&p, A, dt, &m.dt, NF_IN, 1, 0, 0);
@@ -549,7 +591,6 @@ static void test_mamba2_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, int
     NF_SLOT(&p, A, cu_seqlens, &m.cu_seqlens, NF_IDX, -1, -1, 0);
     NF_SLOT(&p, A, out, &m.out, NF_OUT, 1, 0, 0);
     NF_SLOT(&p, A, final_states, &m.final_states, NF_OUT, -1, 0, 1);
-    for (int k = 0; k < ntokens; ++k) p.tokens[p.ntokens++] = tokens[k];
     p.cu = m.cu_seqlens.t.data ? &m.args.cu_seqlens : NULL;
     p.seq_idx = m.seq_idx.t.data ? &m.args.seq_idx : NULL;
     nf_inject_all(rng, &p, 1);
@@ -591,22 +632,21 @@ static ssm_status run_mamba2_step(ssm_context * ctx, const void * prm, void * ar
     return ssm_mamba2_step(ctx, (const ssm_mamba2_params *)prm, (const ssm_mamba2_step_args *)args);
 }
 
-/* A view of h (its own shape) broadcast to `ndim` dims: dims listed in keep take h's dims in
- * order, the others get stride 0. */
-static ssm_tensor nf_broadcast(const ssm_tensor * h, int32_t ndim, const int64_t * shape, const int * keep) {
-    ssm_tensor v = *h;
+/* A parameter tensor of shape full[0..ndim): allocated whole, or (per_head) with its first
+ * `keep` dims only and viewed with stride 0 over the others (the per-head form of the
+ * decode step). */
+static ssm_tensor nf_param(ssmt_host * h, ssm_dtype dtype, int per_head, int32_t ndim, const int64_t * full,
+                           int32_t keep) {
+    *h = ssmt_alloc(dtype, per_head ? keep : ndim, full);
+    ssm_tensor v = h->t;
+    for (int32_t i = v.ndim; per_head && i < ndim; ++i) v.shape[i] = full[i], v.strides[i] = 0;
     v.ndim = ndim;
-    int src = 0;
-    for (int i = 0; i < ndim; ++i) {
-        v.shape[i] = shape[i];
-        v.strides[i] = keep[i] ? h->strides[src++] : 0;
-    }
     return v;
 }
 
 static void m2step_free(m2step * q) {
-    ssmt_host * all[] = {&q->x, &q->dt, &q->a, &q->b, &q->c, &q->d, &q->z, &q->bias, &q->idx, &q->state, &q->out,
-                         &q->fin};
+    ssmt_host * all[] = {&q->x, &q->dt,   &q->a,   &q->b,     &q->c,   &q->d,
+                         &q->z, &q->bias, &q->idx, &q->state, &q->out, &q->fin};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) ssmt_free(all[i]);
 }
 
@@ -623,20 +663,12 @@ static int m2step_make(ssmt_rng * rng, m2step * q, const int64_t * dims, int64_t
     q->state = ssmt_alloc(sdt, 4, sst), q->fin = ssmt_alloc(sdt, 4, sst);
     q->idx = ssmt_alloc(SSM_DTYPE_I32, 1, si);
     ssm_mamba2_step_args * a = &q->args;
-    if (per_head) {
-        const int64_t s1[1] = {H}, s2[2] = {B, H};
-        q->a = ssmt_alloc(SSM_DTYPE_F32, 1, s1), q->dt = ssmt_alloc(dtype, 2, s2);
-        q->bias = ssmt_alloc(SSM_DTYPE_F32, 1, s1), q->d = ssmt_alloc(SSM_DTYPE_F32, 1, s1);
-        const int ka[3] = {1, 0, 0}, kdt[3] = {1, 1, 0}, khp[2] = {1, 0};
-        a->a = nf_broadcast(&q->a.t, 3, sa, ka), a->dt = nf_broadcast(&q->dt.t, 3, sx, kdt);
-        a->dt_bias = nf_broadcast(&q->bias.t, 2, shp, khp), a->d = nf_broadcast(&q->d.t, 2, shp, khp);
-    } else {
-        q->a = ssmt_alloc(SSM_DTYPE_F32, 3, sa), q->dt = ssmt_alloc(dtype, 3, sx);
-        q->bias = ssmt_alloc(SSM_DTYPE_F32, 2, shp), q->d = ssmt_alloc(SSM_DTYPE_F32, 2, shp);
-        a->a = q->a.t, a->dt = q->dt.t, a->dt_bias = q->bias.t, a->d = q->d.t;
-    }
-    ssmt_host * all[] = {&q->x, &q->dt, &q->a, &q->b, &q->c, &q->d, &q->z, &q->bias, &q->idx, &q->state, &q->out,
-                         &q->fin};
+    a->a = nf_param(&q->a, SSM_DTYPE_F32, per_head, 3, sa, 1);
+    a->dt = nf_param(&q->dt, dtype, per_head, 3, sx, 2);
+    a->dt_bias = nf_param(&q->bias, SSM_DTYPE_F32, per_head, 2, shp, 1);
+    a->d = nf_param(&q->d, SSM_DTYPE_F32, per_head, 2, shp, 1);
+    ssmt_host * all[] = {&q->x, &q->dt,   &q->a,   &q->b,     &q->c,   &q->d,
+                         &q->z, &q->bias, &q->idx, &q->state, &q->out, &q->fin};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
         if (all[i]->t.data == NULL) return -1;
     ssmt_fill_normal(rng, &q->x.t, 0, 1), ssmt_fill_normal(rng, &q->z.t, 0, 1);
@@ -666,13 +698,9 @@ static void test_mamba2_step(ssmt_rng * rng, const int64_t * dims, int64_t slots
         return;
     }
     ssm_mamba2_params prm;
-    ssm_mamba2_params_init(&prm);
-    prm.dt_softplus = 1;
-    if (limit) prm.dt_limit_lo = 0.002, prm.dt_limit_hi = 0.05;
+    nf_mamba2_params(&prm, 0, limit);
     nf_problem p;
-    memset(&p, 0, sizeof p);
-    snprintf(p.tag, sizeof p.tag, "mamba2_step %s", tag);
-    p.args = &q.args, p.args_size = sizeof q.args, p.run = run_mamba2_step, p.params = &prm, p.cpu = cpu;
+    nf_init(&p, "mamba2_step", tag, &q.args, sizeof q.args, run_mamba2_step, &prm, cpu, NULL, 0);
     p.step = 1, p.sbi = &q.args.state_batch_indices;
     typedef ssm_mamba2_step_args A;
     NF_SLOT(&p, A, x, &q.x, NF_IN, -1, 0, 0);
@@ -718,32 +746,10 @@ static void test_siso(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const int6
     ssm_mamba3_params prm;
     ssmt_mamba3_params(cfg, &prm);
     nf_problem p;
-    memset(&p, 0, sizeof p);
-    snprintf(p.tag, sizeof p.tag, "mamba3_siso %s", tag);
-    p.args = &m.args, p.args_size = sizeof m.args, p.run = run_siso, p.params = &prm, p.cpu = cpu;
+    nf_init(&p, "mamba3_siso", tag, &m.args, sizeof m.args, run_siso, &prm, cpu, tokens, ntokens);
     typedef ssm_mamba3_siso_args A;
-    NF_SLOT(&p, A, q, &m.q, NF_IN, 1, 0, 0);
-    NF_SLOT(&p, A, k, &m.k, NF_IN, 1, 0, 0);
-    NF_SLOT(&p, A, v, &m.v, NF_IN, 1, 0, 0);
-    NF_SLOT(&p, A, adt, &m.adt, NF_IN, 2, 0, 0);
-    NF_SLOT(&p, A, dt, &m.dt, NF_IN, 2, 0, 0);
-    NF_SLOT(&p, A, trap, &m.trap, NF_IN, 2, 0, 0);
-    NF_SLOT(&p, A, q_bias, &m.q_bias, NF_IN, -1, -1, 0);
-    NF_SLOT(&p, A, k_bias, &m.k_bias, NF_IN, -1, -1, 0);
-    NF_SLOT(&p, A, angles, &m.angles, NF_IN, 1, 0, 0);
-    NF_SLOT(&p, A, d, &m.d, NF_IN, -1, -1, 0);
-    NF_SLOT(&p, A, z, &m.z, NF_IN, 1, 0, 0);
-    NF_SLOT(&p, A, angle_state, &m.angle_state, NF_IN, -1, 0, 1);
-    NF_SLOT(&p, A, ssm_state, &m.ssm_state, NF_IN, -1, 0, 1);
-    NF_SLOT(&p, A, k_state, &m.k_state, NF_IN, -1, 0, 1);
-    NF_SLOT(&p, A, v_state, &m.v_state, NF_IN, -1, 0, 1);
+    NF_M3_SLOTS(&p, A, m, 1, 2);
     NF_SLOT(&p, A, cu_seqlens, &m.cu_seqlens, NF_IDX, -1, -1, 0);
-    NF_SLOT(&p, A, out, &m.out, NF_OUT, 1, 0, 0);
-    NF_SLOT(&p, A, final_angle_state, &m.final_angle_state, NF_OUT, -1, 0, 1);
-    NF_SLOT(&p, A, final_ssm_state, &m.final_ssm_state, NF_OUT, -1, 0, 1);
-    NF_SLOT(&p, A, final_k_state, &m.final_k_state, NF_OUT, -1, 0, 1);
-    NF_SLOT(&p, A, final_v_state, &m.final_v_state, NF_OUT, -1, 0, 1);
-    for (int k = 0; k < ntokens; ++k) p.tokens[p.ntokens++] = tokens[k];
     p.cu = m.cu_seqlens.t.data ? &m.args.cu_seqlens : NULL;
     nf_inject_all(rng, &p, 1);
     ssmt_mamba3_problem_free(&m);
@@ -763,7 +769,8 @@ static void siso_cases(ssmt_rng * rng) {
     if (have_cuda) { /* the CUDA tensor-core / wgmma kernels: 16-bit in and out, K = 64, 64-token chunks */
         ssmt_mamba3_config_init(&cfg);
         cfg.batch = 1, cfg.seqlen = 150, cfg.nheads = 2, cfg.nheads_qk = 1, cfg.dk = 64, cfg.dv = 64, cfg.nangles = 16;
-        cfg.chunk = 64, cfg.has_states = 1, cfg.has_final = 1, cfg.dtype = SSM_DTYPE_BF16, cfg.out_dtype = SSM_DTYPE_BF16;
+        cfg.chunk = 64, cfg.has_states = 1, cfg.has_final = 1, cfg.dtype = SSM_DTYPE_BF16,
+        cfg.out_dtype = SSM_DTYPE_BF16;
         static const int64_t ktok[4] = {0, 30, 63, 140};
         test_siso(rng, &cfg, ktok, 4, "kernel-shape bf16", 0);
     }
@@ -783,32 +790,11 @@ static void test_siso_step(ssmt_rng * rng, const ssmt_mamba3_config * cfg, int64
     ssm_mamba3_params prm;
     ssmt_mamba3_params(cfg, &prm);
     nf_problem p;
-    memset(&p, 0, sizeof p);
-    snprintf(p.tag, sizeof p.tag, "mamba3_siso_step %s", tag);
-    p.args = &m.args, p.args_size = sizeof m.args, p.run = run_siso_step, p.params = &prm, p.cpu = cpu;
+    nf_init(&p, "mamba3_siso_step", tag, &m.args, sizeof m.args, run_siso_step, &prm, cpu, NULL, 0);
     p.step = 1, p.sbi = &m.args.state_batch_indices;
     typedef ssm_mamba3_siso_step_args A;
-    NF_SLOT(&p, A, q, &m.q, NF_IN, -1, 0, 0);
-    NF_SLOT(&p, A, k, &m.k, NF_IN, -1, 0, 0);
-    NF_SLOT(&p, A, v, &m.v, NF_IN, -1, 0, 0);
-    NF_SLOT(&p, A, adt, &m.adt, NF_IN, -1, 0, 0);
-    NF_SLOT(&p, A, dt, &m.dt, NF_IN, -1, 0, 0);
-    NF_SLOT(&p, A, trap, &m.trap, NF_IN, -1, 0, 0);
-    NF_SLOT(&p, A, q_bias, &m.q_bias, NF_IN, -1, -1, 0);
-    NF_SLOT(&p, A, k_bias, &m.k_bias, NF_IN, -1, -1, 0);
-    NF_SLOT(&p, A, angles, &m.angles, NF_IN, -1, 0, 0);
-    NF_SLOT(&p, A, d, &m.d, NF_IN, -1, -1, 0);
-    NF_SLOT(&p, A, z, &m.z, NF_IN, -1, 0, 0);
-    NF_SLOT(&p, A, angle_state, &m.angle_state, NF_IN, -1, 0, 1);
-    NF_SLOT(&p, A, ssm_state, &m.ssm_state, NF_IN, -1, 0, 1);
-    NF_SLOT(&p, A, k_state, &m.k_state, NF_IN, -1, 0, 1);
-    NF_SLOT(&p, A, v_state, &m.v_state, NF_IN, -1, 0, 1);
+    NF_M3_SLOTS(&p, A, m, -1, -1);
     NF_SLOT(&p, A, state_batch_indices, &m.state_batch_indices, NF_IDX, -1, -1, 0);
-    NF_SLOT(&p, A, out, &m.out, NF_OUT, -1, 0, 0);
-    NF_SLOT(&p, A, final_angle_state, &m.final_angle_state, NF_OUT, -1, 0, 1);
-    NF_SLOT(&p, A, final_ssm_state, &m.final_ssm_state, NF_OUT, -1, 0, 1);
-    NF_SLOT(&p, A, final_k_state, &m.final_k_state, NF_OUT, -1, 0, 1);
-    NF_SLOT(&p, A, final_v_state, &m.final_v_state, NF_OUT, -1, 0, 1);
     nf_inject_all(rng, &p, 1);
     ssmt_mamba3_step_free(&m);
 }
@@ -837,36 +823,14 @@ static void test_mimo(ssmt_rng * rng, const ssmt_mimo_config * cfg, const int64_
         return;
     }
     nf_problem p;
-    memset(&p, 0, sizeof p);
-    snprintf(p.tag, sizeof p.tag, "mamba3_mimo %s", tag);
-    p.args = &m.args, p.args_size = sizeof m.args, p.run = run_mimo, p.params = &m.params, p.cpu = cpu;
+    nf_init(&p, "mamba3_mimo", tag, &m.args, sizeof m.args, run_mimo, &m.params, cpu, tokens, ntokens);
     typedef ssm_mamba3_mimo_args A;
-    NF_SLOT(&p, A, q, &m.q, NF_IN, 1, 0, 0);
-    NF_SLOT(&p, A, k, &m.k, NF_IN, 1, 0, 0);
-    NF_SLOT(&p, A, v, &m.v, NF_IN, 1, 0, 0);
-    NF_SLOT(&p, A, adt, &m.adt, NF_IN, 2, 0, 0);
-    NF_SLOT(&p, A, dt, &m.dt, NF_IN, 2, 0, 0);
-    NF_SLOT(&p, A, trap, &m.trap, NF_IN, 2, 0, 0);
-    NF_SLOT(&p, A, q_bias, &m.q_bias, NF_IN, -1, -1, 0);
-    NF_SLOT(&p, A, k_bias, &m.k_bias, NF_IN, -1, -1, 0);
+    NF_M3_SLOTS(&p, A, m, 1, 2);
     NF_SLOT(&p, A, mimo_v, &m.mimo_v, NF_IN, -1, -1, 0);
     NF_SLOT(&p, A, mimo_z, &m.mimo_z, NF_IN, -1, -1, 0);
     NF_SLOT(&p, A, mimo_o, &m.mimo_o, NF_IN, -1, -1, 0);
-    NF_SLOT(&p, A, angles, &m.angles, NF_IN, 1, 0, 0);
-    NF_SLOT(&p, A, d, &m.d, NF_IN, -1, -1, 0);
-    NF_SLOT(&p, A, z, &m.z, NF_IN, 1, 0, 0);
     NF_SLOT(&p, A, outproj_norm_weight, &m.norm_weight, NF_IN, -1, -1, 0);
-    NF_SLOT(&p, A, angle_state, &m.angle_state, NF_IN, -1, 0, 1);
-    NF_SLOT(&p, A, ssm_state, &m.ssm_state, NF_IN, -1, 0, 1);
-    NF_SLOT(&p, A, k_state, &m.k_state, NF_IN, -1, 0, 1);
-    NF_SLOT(&p, A, v_state, &m.v_state, NF_IN, -1, 0, 1);
     NF_SLOT(&p, A, cu_seqlens, &m.cu_seqlens, NF_IDX, -1, -1, 0);
-    NF_SLOT(&p, A, out, &m.out, NF_OUT, 1, 0, 0);
-    NF_SLOT(&p, A, final_angle_state, &m.final_angle_state, NF_OUT, -1, 0, 1);
-    NF_SLOT(&p, A, final_ssm_state, &m.final_ssm_state, NF_OUT, -1, 0, 1);
-    NF_SLOT(&p, A, final_k_state, &m.final_k_state, NF_OUT, -1, 0, 1);
-    NF_SLOT(&p, A, final_v_state, &m.final_v_state, NF_OUT, -1, 0, 1);
-    for (int k = 0; k < ntokens; ++k) p.tokens[p.ntokens++] = tokens[k];
     p.cu = m.cu_seqlens.t.data ? &m.args.cu_seqlens : NULL;
     nf_inject_all(rng, &p, 1);
     ssmt_mimo_problem_free(&m);
