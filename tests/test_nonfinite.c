@@ -15,8 +15,10 @@
  *  - the CPU backend gives the same masks: AVX2 (where the host has it) on one and two
  *    threads, the scalar ISA on two;
  *  - with a CUDA device the CUDA backend gives the same masks on device copies of every
- *    tensor, on these shapes and on shapes that select its tensor-core / wgmma kernels (bf16);
- *    without a device that part prints one skip line and the CPU part still runs and counts.
+ *    tensor, on these shapes and on shapes that select its tensor-core / wgmma kernels (bf16):
+ *    its automatic choice, then every entry of the operator's variant table forced through
+ *    the context (entries that do not cover a problem are skipped); without a device that
+ *    part prints one skip line and the CPU part still runs and counts.
  * Exceptions: nf_exceptions[] lists the (operator, input, backend) combinations whose masks
  * are known to differ, each with its reason (docs/ops/nonfinite.md); a listed mismatch is
  * printed, not counted.
@@ -47,9 +49,10 @@ typedef struct nf_slot {
 #define NF_MAX_TOKENS 8
 
 typedef struct nf_problem {
-    char   tag[96];
-    void * args; /* host args struct */
-    size_t args_size;
+    const char * op; /* operator name without the prefix ("mamba2_scan") */
+    char         tag[96];
+    void *       args; /* host args struct */
+    size_t       args_size;
     ssm_status (*run)(ssm_context * ctx, const void * params, void * args);
     const void *       params;
     nf_slot            slot[NF_MAX_SLOTS];
@@ -239,8 +242,10 @@ static void nf_dev_free(nf_dev * dv) {
 }
 
 /* Poisons the outputs (all-ones bytes: NaN in every float dtype), runs the operator on ctx
- * (on device copies when dv != NULL) and fills the masks. 0 on success. */
-static int nf_run(const nf_problem * p, ssm_context * ctx, const nf_dev * dv, nf_masks * m, const char * what) {
+ * (on device copies when dv != NULL) and fills the masks. 0 on success; 1 (not counted as a
+ * failure) when `forced` and the forced kernel variant does not cover the problem. */
+static int nf_run(const nf_problem * p, ssm_context * ctx, const nf_dev * dv, nf_masks * m, const char * what,
+                  int forced) {
     for (int i = 0; i < p->nslot; ++i)
         if (p->slot[i].kind == NF_OUT && nf_present(p, i)) memset(p->slot[i].h->buf, 0xff, p->slot[i].h->bytes);
     ssm_status st;
@@ -270,6 +275,7 @@ static int nf_run(const nf_problem * p, ssm_context * ctx, const nf_dev * dv, nf
                 TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, p->slot[i].h->buf, dv->mem[i], p->slot[i].h->bytes),
                                   SSM_STATUS_OK);
     }
+    if (forced && st == SSM_STATUS_UNSUPPORTED) return 1;
     ++n_runs;
     TEST_CHECK(st == SSM_STATUS_OK, "%s %s: %s (%s)", p->tag, what, ssm_status_string(st), ssm_context_last_error(ctx));
     if (st != SSM_STATUS_OK) return -1;
@@ -465,6 +471,24 @@ static void nf_describe(const nf_problem * p, const char * what, const nf_masks 
     }
 }
 
+/* The CUDA backend: its automatic choice ("cuda"), then every entry of the operator's
+ * selection table forced in turn ("cuda:NAME"; an entry that does not cover the problem is
+ * skipped). */
+static void nf_cuda(const nf_problem * p, const nf_dev * dv, const char * what, const char * input,
+                    const nf_masks * ref, nf_masks * got) {
+    if (nf_run(p, ctx_cuda, dv, got, what, 0) == 0) nf_compare(p, what, input, "cuda", ref, got);
+    const int32_t nv = ssm_variant_count(SSM_BACKEND_CUDA, p->op);
+    for (int32_t v = 0; v < nv; ++v) {
+        const char * name = ssm_variant_name(SSM_BACKEND_CUDA, p->op, v);
+        if (name == NULL) continue;
+        TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, p->op, name), SSM_STATUS_OK);
+        char backend[96];
+        snprintf(backend, sizeof backend, "cuda:%s", name);
+        if (nf_run(p, ctx_cuda, dv, got, what, 1) == 0) nf_compare(p, what, input, backend, ref, got);
+    }
+    if (nv > 0) TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, p->op, NULL), SSM_STATUS_OK);
+}
+
 /* ---- injections ----------------------------------------------------------------------- */
 static void nf_inject_one(const nf_problem * p, const nf_slot * s, const int64_t * idx, nf_masks * ref, nf_masks * got,
                           const nf_dev * dv) {
@@ -479,14 +503,14 @@ static void nf_inject_one(const nf_problem * p, const nf_slot * s, const int64_t
         snprintf(what, sizeof what, "%s%s=%s", s->name, pos, names[v]);
         ssmt_set(t, lin, values[v]);
         ++n_injections;
-        if (nf_run(p, ctx_ref, NULL, ref, what) == 0) {
+        if (nf_run(p, ctx_ref, NULL, ref, what, 0) == 0) {
             nf_describe(p, what, ref);
             nf_check_reach(p, s, idx, what, ref);
             if (p->cpu)
                 for (int c = 0; c < ncpu; ++c)
-                    if (nf_run(p, cpu_backends[c].ctx, NULL, got, what) == 0)
+                    if (nf_run(p, cpu_backends[c].ctx, NULL, got, what, 0) == 0)
                         nf_compare(p, what, s->name, cpu_backends[c].name, ref, got);
-            if (dv != NULL && nf_run(p, ctx_cuda, dv, got, what) == 0) nf_compare(p, what, s->name, "cuda", ref, got);
+            if (dv != NULL) nf_cuda(p, dv, what, s->name, ref, got);
         }
         ssmt_set(t, lin, old);
     }
@@ -538,6 +562,7 @@ static void nf_init(nf_problem * p, const char * op, const char * tag, void * ar
                     ssm_status (*run)(ssm_context *, const void *, void *), const void * params, int cpu,
                     const int64_t * tokens, int ntokens) {
     memset(p, 0, sizeof *p);
+    p->op = op;
     snprintf(p->tag, sizeof p->tag, "%s %s", op, tag);
     p->args = args, p->args_size = args_size, p->run = run, p->params = params, p->cpu = cpu;
     for (int k = 0; k < ntokens && k < NF_MAX_TOKENS; ++k) p->tokens[p->ntokens++] = tokens[k];
