@@ -108,6 +108,21 @@ void ssmi_mimo_tile_carve(ssmi_mimo_tile * tl, float * base, int64_t R, int64_t 
     tl->e     = p;
 }
 
+/* 1 when none of the n floats is NaN or ±Inf (exponent bits not all ones). The block GEMM
+ * of ssmi_mimo_chunk_y multiplies the rows of each token by the u of the later tokens of its
+ * block through M's zeros: exact for finite u, but 0·Inf = NaN would reach outputs before the
+ * token that holds it, so a block with a non-finite u there goes token by token instead
+ * (the same sums in the same order, without the zero terms). */
+static int all_finite(const float * x, int64_t n) {
+    uint32_t bad = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        uint32_t bits;
+        memcpy(&bits, x + i, sizeof bits);
+        bad |= (~bits & 0x7f800000u) == 0;
+    }
+    return bad == 0;
+}
+
 /* Token rows per block of the lower-triangular work: about two 6-row GEMM tiles. */
 static int64_t block_tokens(int64_t R) { return R >= 12 ? 1 : 12 / R; }
 
@@ -140,7 +155,12 @@ void ssmi_mimo_chunk_y(const ssmi_mimo_kernels * k, ssmi_mimo_tile * tl, int64_t
                 for (int64_t x = (i + 1) * R; x < cols; ++x) mr[x] = 0.0f;
             }
         }
-        b->gemm(rows, P, cols, m0, ld, 1, tl->u, P, tl->y + x0 * P, P, NULL, 1.0f, 0);
+        if (all_finite(tl->u + (x0 + R) * P, (cols - x0 - R) * P)) {
+            b->gemm(rows, P, cols, m0, ld, 1, tl->u, P, tl->y + x0 * P, P, NULL, 1.0f, 0);
+        } else { /* token by token, each up to its own columns: see all_finite */
+            for (int64_t i = i0; i < i1; ++i)
+                b->gemm(R, P, (i + 1) * R, tl->m + i * R * ld, ld, 1, tl->u, P, tl->y + i * R * P, P, NULL, 1.0f, 0);
+        }
     }
 }
 

@@ -3,7 +3,8 @@
  *    state_passing → bmm → chunk_scan) chained on float64 scratch tensors;
  *  - ssmi_ref_mamba2_scan_recurrent: the token-by-token recurrence of §1.1/§1.4.
  * With cu_seqlens every sequence runs on its own, from initial_states[s] (or 0) to
- * final_states[s]; an empty sequence returns its initial state (or 0). */
+ * final_states[s]; an empty sequence returns its initial state (or 0). With seq_idx the
+ * chained form runs every run of equal ids of a row on its own as well (seq_idx_runs). */
 #include <string.h>
 
 #include "ref_common.h"
@@ -133,29 +134,63 @@ static void chain_run(ssm_context * ctx, const ssm_mamba2_params * p, const ssmi
     (void)ssmi_ref_mamba2_chunk_scan(ctx, p, d, &cs);
 }
 
-/* Sequence s of a varlen call as a batch-1 problem: the row slices [cu[s], cu[s+1]) and
- * state row s. */
-static void varlen_view(const ssmi_mamba2_dims * d, const ssm_mamba2_scan_args * a, int64_t s, int64_t st, int64_t len,
-                        ssmi_mamba2_dims * ds, ssm_mamba2_scan_args * as) {
+/* Tokens [st, st + len) of batch row b as a batch-1 problem without seq_idx or cu_seqlens,
+ * starting from initial_states[ii] (ii < 0: zeros) and ending in final_states[fi] (fi < 0:
+ * not written). */
+static void span_view(const ssmi_mamba2_dims * d, const ssm_mamba2_scan_args * a, int64_t b, int64_t st, int64_t len,
+                      int64_t ii, int64_t fi, ssmi_mamba2_dims * ds, ssm_mamba2_scan_args * as) {
     *ds = *d;
     ds->batch = 1;
     ds->seqlen = len;
     ds->nchunks = (len + d->chunk - 1) / d->chunk;
     ds->nseq = 0;
     *as = *a;
-    as->x = ssmi_ref_slice(&a->x, 1, st, len);
-    as->dt = ssmi_ref_slice(&a->dt, 1, st, len);
-    as->b = ssmi_ref_slice(&a->b, 1, st, len);
-    as->c = ssmi_ref_slice(&a->c, 1, st, len);
-    as->z = ssmi_ref_slice(&a->z, 1, st, len);
-    as->out = ssmi_ref_slice(&a->out, 1, st, len);
-    as->initial_states = ssmi_ref_slice(&a->initial_states, 0, s, 1);
-    as->final_states = ssmi_ref_slice(&a->final_states, 0, s, 1);
+    const ssm_tensor * rows[6] = {&a->x, &a->dt, &a->b, &a->c, &a->z, &a->out};
+    ssm_tensor *       views[6] = {&as->x, &as->dt, &as->b, &as->c, &as->z, &as->out};
+    for (int i = 0; i < 6; ++i) {
+        const ssm_tensor row = ssmi_ref_slice(rows[i], 0, b, 1);
+        *views[i] = ssmi_ref_slice(&row, 1, st, len);
+    }
+    if (ii >= 0)
+        as->initial_states = ssmi_ref_slice(&a->initial_states, 0, ii, 1);
+    else
+        memset(&as->initial_states, 0, sizeof as->initial_states);
+    if (fi >= 0)
+        as->final_states = ssmi_ref_slice(&a->final_states, 0, fi, 1);
+    else
+        memset(&as->final_states, 0, sizeof as->final_states);
+    memset(&as->seq_idx, 0, sizeof as->seq_idx);
     memset(&as->cu_seqlens, 0, sizeof as->cu_seqlens);
 }
 
 static int64_t cu_at(const ssm_mamba2_scan_args * a, int64_t s) {
     return ssmi_get_i64(&a->cu_seqlens, ssmi_off1(&a->cu_seqlens, s));
+}
+
+/* With seq_idx, every run of equal ids of a row is a sequence of its own (the recurrence
+ * resets between runs), run as a batch-1 chain: the first run starts from
+ * initial_states[b] only if its id is 0 (seq_{−1} := 0), the last one writes
+ * final_states[b]. Running the runs apart, instead of masking one chain over the row, keeps
+ * a non-finite input of one run out of the others: inside a shared chunk the masked
+ * products would multiply it by 0 (0·Inf = NaN) and the chunk's running sum of dt·A would
+ * carry it past the run's end. */
+static void seq_idx_runs(ssm_context * ctx, const ssm_mamba2_params * p, const ssmi_mamba2_dims * d,
+                         const ssm_mamba2_scan_args * a, const chain_scratch * s) {
+    for (int64_t b = 0; b < d->batch; ++b) {
+        const int64_t id0 = ssmi_ref_seq(&a->seq_idx, b, 0);
+        for (int64_t st = 0; st < d->seqlen;) {
+            const int64_t id = ssmi_ref_seq(&a->seq_idx, b, st);
+            int64_t       en = st + 1;
+            while (en < d->seqlen && ssmi_ref_seq(&a->seq_idx, b, en) == id) ++en;
+            const int64_t        ii = (st == 0 && id0 == 0 && ssmi_present(&a->initial_states)) ? b : -1;
+            const int64_t        fi = (en == d->seqlen && ssmi_present(&a->final_states)) ? b : -1;
+            ssmi_mamba2_dims     ds;
+            ssm_mamba2_scan_args as;
+            span_view(d, a, b, st, en - st, ii, fi, &ds, &as);
+            chain_run(ctx, p, &ds, &as, s);
+            st = en;
+        }
+    }
 }
 
 ssm_status ssmi_ref_mamba2_scan(ssm_context * ctx, const ssm_mamba2_params * p, const ssmi_mamba2_dims * d,
@@ -167,8 +202,13 @@ ssm_status ssmi_ref_mamba2_scan(ssm_context * ctx, const ssm_mamba2_params * p, 
             for (int64_t b = 0; b < d->batch; ++b) copy_initial_to_final(d, &a->initial_states, b, &a->final_states, b);
             return SSM_STATUS_OK;
         }
-        SSM_FORWARD_IF_ERROR(chain_alloc(ctx, d, d->batch, d->nchunks, &s, &block));
-        chain_run(ctx, p, d, a, &s);
+        if (ssmi_present(&a->seq_idx)) {
+            SSM_FORWARD_IF_ERROR(chain_alloc(ctx, d, 1, d->nchunks, &s, &block));
+            seq_idx_runs(ctx, p, d, a, &s);
+        } else {
+            SSM_FORWARD_IF_ERROR(chain_alloc(ctx, d, d->batch, d->nchunks, &s, &block));
+            chain_run(ctx, p, d, a, &s);
+        }
         ssmi_free(ctx, block);
         return SSM_STATUS_OK;
     }
@@ -187,7 +227,8 @@ ssm_status ssmi_ref_mamba2_scan(ssm_context * ctx, const ssm_mamba2_params * p, 
         }
         ssmi_mamba2_dims     ds;
         ssm_mamba2_scan_args as;
-        varlen_view(d, a, q, st, len, &ds, &as);
+        span_view(d, a, 0, st, len, ssmi_present(&a->initial_states) ? q : -1, ssmi_present(&a->final_states) ? q : -1,
+                  &ds, &as);
         chain_run(ctx, p, &ds, &as, &s);
     }
     ssmi_free(ctx, block);

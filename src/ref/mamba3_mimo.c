@@ -106,21 +106,15 @@ static void run_chunk(const ssm_mamba3_mimo_params * prm, const ssmi_mimo_dims *
                       const ssmi_ref_mimo_seq * s, int64_t h, const ssmi_ref_mimo_head * hp, const fwd_scratch * w,
                       int64_t cs, int64_t Lc) {
     const int64_t R = d->rank, N = d->dstate, P = d->headdim, C = d->chunk;
-    /* chunk-local decays from adt: inclusive prefix, exclusive suffix, segsum[i][j] */
+    /* chunk-local decays from adt: the inclusive prefix da_cs, and da_cs_rev[j] =
+     * da_cs[last] − da_cs[j], segsum[i][j] = da_cs[i] − da_cs[j] as differences of it (spec
+     * §2.4), as every backend forms them: a −∞ adt is then NaN for every later token of the
+     * chunk (−∞ − (−∞)) on all of them alike (docs/ops/nonfinite.md) */
     double acc = 0.0;
     for (int64_t i = 0; i < Lc; ++i) w->dacs[i] = (acc += w->a[cs + i]);
-    acc = 0.0;
-    for (int64_t i = Lc - 1; i >= 0; --i) {
-        w->dacs_rev[i] = acc;
-        acc += w->a[cs + i];
-    }
-    for (int64_t i = 0; i < Lc; ++i) {
-        double sum = 0.0;
-        for (int64_t j = i - 1; j >= 0; --j) {
-            sum += w->a[cs + j + 1];
-            w->seg[i * C + j] = sum;
-        }
-    }
+    for (int64_t i = 0; i < Lc; ++i) w->dacs_rev[i] = w->dacs[Lc - 1] - w->dacs[i];
+    for (int64_t i = 0; i < Lc; ++i)
+        for (int64_t j = 0; j < i; ++j) w->seg[i * C + j] = w->dacs[i] - w->dacs[j];
     const int has_z = ssmi_present(&a->z);
     for (int64_t i = 0; i < Lc; ++i) {
         const int64_t t = cs + i;

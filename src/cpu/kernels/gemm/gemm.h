@@ -1,7 +1,7 @@
 /*
  * gemm.h — the fp32 matrix-multiply microkernels every Mamba-2 CPU driver is built on.
  *
- *   C[i][:] = beta·C[i][:] + row_scale[i] · Σ_k A[i][k] · B[k][:]      i < m, k < k_eff(i)
+ *   C[i][:] = beta·C[i][:] + row_scale[i] · Σ_k A[i][k] · B[k][:]      i < m, k < k_row(i)
  *
  * - A is read through two strides (a_row_stride, a_k_stride), so a row-major A, a
  *   transposed A (a_row_stride = 1) or any view of a packed tile serves without a copy.
@@ -10,9 +10,10 @@
  *   are contiguous, and rows are b_row_stride / c_row_stride apart.
  * - row_scale may be NULL (= 1). beta == 0 means C is only written, never read (so it
  *   may hold garbage); any other beta scales the old C.
- * - causal != 0 promises A[i][k] == 0 for k > i: the kernel may stop the k loop of a tile
- *   of rows at its last row (k_eff = min(k, i_last + 1)); the zeros must still be there
- *   for the rows of the tile above the last one.
+ * - causal != 0 promises A[i][k] == 0 for k > i. Row i is then the sum over k ≤ i only,
+ *   also when a later B row holds a NaN or ±Inf (which 0·Inf would spread to the rows
+ *   above it): k_row(i) = min(k, i + 1). The kernel may still multiply those zeros by
+ *   finite B rows (a tile of rows shares its k loop), which changes no bit of the sum.
  * - k == 0 is allowed (C = beta·C, or 0).
  * The order of every sum is fixed by (m, n, k) alone, so results never depend on threads.
  */
@@ -21,6 +22,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+/* The k limit of row i (see above). */
+static inline int64_t ssmi_gemm_row_k(int64_t k, int64_t i, int causal) { return causal && i + 1 < k ? i + 1 : k; }
 
 typedef void (*ssmi_f32_gemm_fn)(int64_t m, int64_t n, int64_t k, const float * a, int64_t a_row_stride,
                                  int64_t a_k_stride, const float * b, int64_t b_row_stride, float * c,

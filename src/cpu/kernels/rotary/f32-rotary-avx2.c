@@ -152,20 +152,18 @@ void ssmi_f32_sincos_pairs__avx2(int64_t n, const float * theta, float * cos2, f
     }
 }
 
-/* Table lanes for dims [i, i+8): masked past r (cos 1, sin 0 there, i.e. no rotation). */
-static inline void tables_at(int64_t i, int64_t r, const float * cos2, const float * sin2, __m256 * c, __m256 * s) {
-    if (i + 8 <= r) {
-        *c = _mm256_loadu_ps(cos2 + i);
-        *s = _mm256_loadu_ps(sin2 + i);
-        return;
-    }
-    const __m256i m = tail_mask(r - i);
-    *c              = _mm256_blendv_ps(_mm256_set1_ps(1.0f), _mm256_maskload_ps(cos2 + i, m), _mm256_castsi256_ps(m));
-    *s              = _mm256_maskload_ps(sin2 + i, m);
-}
-
 static inline __m256 rot_ps(__m256 x, __m256 c, __m256 s) {
     return _mm256_fmadd_ps(_mm256_permute_ps(x, 0xB1), s, _mm256_mul_ps(x, c));
+}
+
+/* Dims [i, i+8) of x rotated by the tables, for i < r. The lanes at or past r are not
+ * rotated: they keep x itself (not x·1 + partner·0, which a NaN or ±Inf partner would turn
+ * into NaN). */
+static inline __m256 rot_at(__m256 x, int64_t i, int64_t r, const float * cos2, const float * sin2) {
+    if (i + 8 <= r) return rot_ps(x, _mm256_loadu_ps(cos2 + i), _mm256_loadu_ps(sin2 + i));
+    const __m256i m = tail_mask(r - i);
+    const __m256  y = rot_ps(x, _mm256_maskload_ps(cos2 + i, m), _mm256_maskload_ps(sin2 + i, m));
+    return _mm256_blendv_ps(x, y, _mm256_castsi256_ps(m));
 }
 
 static inline float hsum_ps(__m256 v) {
@@ -192,10 +190,8 @@ float ssmi_f32_bias_rotate_qk__avx2(int64_t K, int64_t r, const float * q, const
         }
         dot = _mm256_fmadd_ps(qv, kv, dot);
         if (i < r) {
-            __m256 c, s;
-            tables_at(i, r, cos2, sin2, &c, &s);
-            qv = rot_ps(qv, c, s);
-            kv = rot_ps(kv, c, s);
+            qv = rot_at(qv, i, r, cos2, sin2);
+            kv = rot_at(kv, i, r, cos2, sin2);
         }
         if (full) {
             _mm256_storeu_ps(qh + i, qv);
@@ -214,11 +210,7 @@ void ssmi_f32_rotate__avx2(int64_t K, int64_t r, const float * x, const float * 
         const int     full = i + 8 <= K;
         const __m256i m    = tail_mask(K - i);
         __m256        v    = full ? _mm256_loadu_ps(x + i) : _mm256_maskload_ps(x + i, m);
-        if (i < r) {
-            __m256 c, s;
-            tables_at(i, r, cos2, sin2, &c, &s);
-            v = rot_ps(v, c, s);
-        }
+        if (i < r) v = rot_at(v, i, r, cos2, sin2);
         if (full) _mm256_storeu_ps(y + i, v);
         else _mm256_maskstore_ps(y + i, m, v);
     }
