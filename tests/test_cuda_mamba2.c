@@ -14,7 +14,8 @@
  * wgmma kernels' layouts (N = 64 / 128, P = 64 / 72, partial token tiles, 1 to 4 token tiles per
  * row tile, an idle second warpgroup), the 128-row tiles' edges (chunk lengths around 64, 128, 192,
  * 256), P/N off every tile (P=72 N=136, N=20), long chains, and a grid where the default picks
- * the chain. An unknown variant name is INVALID_ARGUMENT.
+ * the chain. An unknown variant name is INVALID_ARGUMENT. A NaN in dt gives the reference's NaN
+ * pattern (it is not clamped to a dt limit).
  * f16/bf16 outputs are measured against the reference rounded to their dtype (ssmt_check_bar_rounded).
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261202).
@@ -320,6 +321,63 @@ static void test_variant_names(void) {
     TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba2_chunk_state", "chain"), SSM_STATUS_INVALID_ARGUMENT);
 }
 
+/* ---- a NaN dt ------------------------------------------------------------------------------- */
+/* A NaN in dt stays NaN through the dt rule (it is not clamped to dt_limit_lo), so every output and
+ * final state it reaches is NaN on the device as in the reference: the same NaN pattern, per dtype
+ * (fp32: ffma; fp16/bf16: the default 16-bit entry), with and without softplus. */
+static void test_nan_dt(ssmt_rng * rng) {
+    static const ssm_dtype dtypes[] = {SSM_DTYPE_F32, SSM_DTYPE_BF16, SSM_DTYPE_F16};
+    for (int k = 0; k < 3; ++k) {
+        ssmt_mamba2_config cfg;
+        ssmt_mamba2_config_init(&cfg);
+        cfg.batch = 2, cfg.seqlen = 300, cfg.nheads = 2, cfg.headdim = 64, cfg.dstate = 64, cfg.ngroups = 1;
+        cfg.dtype = dtypes[k];
+        cfg.out_dtype = SSM_DTYPE_F32;
+        cfg.has_dt_bias = 1, cfg.has_initial = 1, cfg.has_final = 1, cfg.dt_softplus = k != 1;
+        ssmt_mamba2_problem pr;
+        if (ssmt_mamba2_random_args(rng, &cfg, &pr) != 0) {
+            TEST_CHECK(0, "nan dt: allocation failed");
+            return;
+        }
+        ssmt_set(&pr.dt.t, (1 * cfg.seqlen + 100) * cfg.nheads + 1, NAN); /* row 1, token 100, head 1 */
+        ssm_mamba2_params p;
+        ssm_mamba2_params_init(&p);
+        p.dt_softplus = cfg.dt_softplus;
+        p.dt_limit_lo = 0.001; /* a NaN clamped to a limit would be finite */
+        ssm_mamba2_scan_args ra = pr.args;
+        ssmt_host            rout = ssmt_alloc(SSM_DTYPE_F64, pr.out.t.ndim, pr.out.t.shape);
+        ssmt_host            rfin = ssmt_alloc(SSM_DTYPE_F64, pr.final_states.t.ndim, pr.final_states.t.shape);
+        ra.out = rout.t, ra.final_states = rfin.t;
+        TEST_CHECK_STATUS(ssm_mamba2_scan(ctx_ref, &p, &ra, NULL, 0), SSM_STATUS_OK);
+        ssmt_host * const hin[] = {&pr.x, &pr.dt, &pr.a, &pr.b, &pr.c, &pr.dt_bias, &pr.initial_states, &pr.out,
+                                   &pr.final_states};
+        ssmt_dev          dv[9];
+        for (int i = 0; i < 9; ++i) dv[i] = ssmt_to_device(hin[i]);
+        ssm_mamba2_scan_args da = pr.args;
+        ssm_tensor * const   slot[] = {&da.x, &da.dt, &da.a, &da.b, &da.c, &da.dt_bias, &da.initial_states, &da.out,
+                                       &da.final_states};
+        for (int i = 0; i < 9; ++i) *slot[i] = dv[i].view;
+        TEST_CHECK_STATUS(ssm_mamba2_scan(ctx_cuda, &p, &da, NULL, 0), SSM_STATUS_OK);
+        ssmt_to_host(&pr.out, &dv[7]);
+        ssmt_to_host(&pr.final_states, &dv[8]);
+        int64_t       bad = 0, nans = 0;
+        const int64_t no = ssmt_numel(&rout.t), nf = ssmt_numel(&rfin.t);
+        for (int64_t i = 0; i < no; ++i) {
+            const int rn = isnan(ssmt_get(&rout.t, i)), gn = isnan(ssmt_get(&pr.out.t, i));
+            nans += rn, bad += rn != gn;
+        }
+        for (int64_t i = 0; i < nf; ++i) {
+            const int rn = isnan(ssmt_get(&rfin.t, i)), gn = isnan(ssmt_get(&pr.final_states.t, i));
+            nans += rn, bad += rn != gn;
+        }
+        TEST_CHECK(nans > 0 && bad == 0, "nan dt %s: %lld NaN in the reference, %lld elements differ in NaN-ness",
+                   ssm_dtype_name(cfg.dtype), (long long)nans, (long long)bad);
+        for (int i = 0; i < 9; ++i) ssmt_dev_free(&dv[i]);
+        ssmt_free(&rout), ssmt_free(&rfin);
+        ssmt_mamba2_problem_free(&pr);
+    }
+}
+
 /* ---- device rules ---------------------------------------------------------------------------- */
 static void test_device_rules(ssmt_rng * rng) {
     ssmt_mamba2_config cfg;
@@ -569,6 +627,12 @@ int main(void) {
         scan_opts o = {64, 0, 0, 0, 0, 0};
         test_scan(&rng, &cfg, &o, "S0 final=initial f32");
     }
+    test_cann_chunk_state(&rng);
+
+    /* cases added after the others, on generators of their own (the earlier cases keep their inputs) */
+    ssmt_rng xrng;
+    ssmt_rng_seed(&xrng, seed + 7);
+    test_nan_dt(&xrng);
     /* B in f32 under fp16/bf16 x (the chunk states weight B instead of x), N = 64 and 128 too */
     static const int64_t bf_hpng[][4] = {{2, 64, 128, 1}, {3, 72, 40, 3}, {2, 64, 64, 2}};
     for (int ci = 0; ci < 3; ++ci, ++k) {
@@ -592,9 +656,8 @@ int main(void) {
         snprintf(tag, sizeof tag, "b-f32 S%lld H%lld P%lld N%lld G%lld %s %s", (long long)cfg.seqlen,
                  (long long)cfg.nheads, (long long)cfg.headdim, (long long)cfg.dstate, (long long)cfg.ngroups,
                  ssm_dtype_name(cfg.dtype), layout);
-        test_scan(&rng, &cfg, &o, tag);
+        test_scan(&xrng, &cfg, &o, tag);
     }
-    test_cann_chunk_state(&rng);
 
     /* every entry ran somewhere (those of sm_90a only on such a device and build) */
     const int32_t n = ssm_variant_count(SSM_BACKEND_CUDA, "mamba2_scan");

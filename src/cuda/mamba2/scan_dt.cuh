@@ -5,6 +5,7 @@
 #ifndef SSMI_CUDA_MAMBA2_SCAN_DT_CUH
 #define SSMI_CUDA_MAMBA2_SCAN_DT_CUH
 
+#include "../../core/ssmi_scalar.h"
 #include "scan.cuh"
 
 namespace ssmi_m2 {
@@ -45,8 +46,7 @@ static __device__ void load_dt(const m2_dt_raw & r, const m2_chunk & ch, int h, 
     const float bias = r.has_bias ? ssmi_cu_ld(r.bias.p, r.bias.dtype, h * r.bias.s[0]) : 0.0f;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         float v = ssmi_cu_ld(r.dt.p, r.dt.dtype, ch.b * r.dt.s[0] + (ch.t0 + i) * r.dt.s[1] + h * r.dt.s[2]) + bias;
-        if (r.softplus && v <= 20.0f) v = log1pf(expf(v));
-        v = fminf(fmaxf(v, r.lo), r.hi);
+        v = ssmi_dt_rule_f32(v, r.softplus, r.lo, r.hi); /* a NaN dt stays NaN */
         dts[i] = v;
         cums[i] = v * ah;
     }
