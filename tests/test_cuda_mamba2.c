@@ -38,7 +38,7 @@ typedef struct scan_opts {
     int     b_f32;        /* B in f32 whatever x's dtype                          */
 } scan_opts;
 
-/* One scan problem on the device, as every kernel-version pass of test_scan runs it. */
+/* One scan problem on the device, as every pass of test_scan runs it. */
 typedef struct scan_run {
     ssm_context *                ctx;
     const ssm_mamba2_params *    p;
@@ -201,7 +201,7 @@ static void test_scan(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const scan
         TEST_CHECK_STATUS(ssm_cuda_malloc(NULL, &ws, ws_bytes), SSM_STATUS_OK);
     }
     const scan_run r = {ctx, &p, &da, ws, ws_bytes, &pr, &dv[9], &dv[10], &rout, &rfin, cfg->dtype, tag};
-    scan_pass(&r, "v7", NULL); /* the default choice (hash logs compare builds by this label) */
+    scan_pass(&r, "v7", NULL); /* the default choice (hash logs compare builds by its label) */
     const int32_t n = ssm_variant_count(SSM_BACKEND_CUDA, "mamba2_scan");
     for (int32_t i = 0; i < n; ++i) {
         const char * name = ssm_variant_name(SSM_BACKEND_CUDA, "mamba2_scan", i);
@@ -474,20 +474,20 @@ int main(void) {
             }
         }
     }
-    /* v4's 128-row tiles: chunk lengths just below / at / above 64, 128, 192 and 256 tokens
-     * (upper warps idle, the last token tile alone, a full chunk plus one), several chunks;
-     * P and N off the tiles with the 16-byte paths on (P=72, N=136) and off (N=20) */
-    static const int64_t v4_hpng[][4] = {{3, 72, 136, 1}, {4, 16, 20, 2}, {2, 64, 128, 2}};
-    static const int64_t v4_seqlens[] = {96, 128, 129, 192, 193, 256, 520};
-    for (size_t si = 0; si < sizeof v4_seqlens / sizeof v4_seqlens[0]; ++si) {
+    /* the 128-row output tiles (tags "v4 ..."): chunk lengths just below / at / above 64, 128, 192
+     * and 256 tokens (upper warps idle, the last token tile alone, a full chunk plus one), several
+     * chunks; P and N off the tiles with the 16-byte paths on (P=72, N=136) and off (N=20) */
+    static const int64_t wide_hpng[][4] = {{3, 72, 136, 1}, {4, 16, 20, 2}, {2, 64, 128, 2}};
+    static const int64_t wide_seqlens[] = {96, 128, 129, 192, 193, 256, 520};
+    for (size_t si = 0; si < sizeof wide_seqlens / sizeof wide_seqlens[0]; ++si) {
         for (int variant = 0; variant < 3; ++variant, ++k) {
             ssmt_mamba2_config cfg;
             ssmt_mamba2_config_init(&cfg);
             const int sh = (int)((si + (size_t)variant) % 3);
             cfg.batch = variant == 2 ? 1 : 1 + (k % 2);
-            cfg.seqlen = v4_seqlens[si];
-            cfg.nheads = v4_hpng[sh][0], cfg.headdim = v4_hpng[sh][1], cfg.dstate = v4_hpng[sh][2];
-            cfg.ngroups = v4_hpng[sh][3];
+            cfg.seqlen = wide_seqlens[si];
+            cfg.nheads = wide_hpng[sh][0], cfg.headdim = wide_hpng[sh][1], cfg.dstate = wide_hpng[sh][2];
+            cfg.ngroups = wide_hpng[sh][3];
             cfg.dtype = (k % 2) ? SSM_DTYPE_BF16 : SSM_DTYPE_F16;
             /* k % 3 would equal the variant here (k = 54 + 3·si + variant): dense would always get
              * narrow outputs and varlen never initial states; k3 varies them within each variant */
@@ -512,20 +512,20 @@ int main(void) {
             test_scan(&rng, &cfg, &o, tag);
         }
     }
-    /* v6's layouts (16-bit, contiguous rows, N = 64 or 128): P = 64 and P = 72 (a second, partial
-     * p tile), chunk lengths below / at / above 64 and 128 and odd, dense / seq_idx / varlen, D and
-     * z on and off (every case also runs v5, v4 and v3 in test_scan) */
-    static const int64_t v6_hpng[][4] = {{2, 64, 128, 1}, {3, 72, 64, 1}, {2, 72, 128, 2}, {4, 64, 64, 4}};
-    static const int64_t v6_seqlens[] = {63, 64, 65, 127, 128, 129, 257, 520};
-    for (size_t si = 0; si < sizeof v6_seqlens / sizeof v6_seqlens[0]; ++si) {
+    /* the wgmma kernels' layouts (tags "v6 ..."; 16-bit, contiguous rows, N = 64 or 128): P = 64 and
+     * P = 72 (a second, partial p tile), chunk lengths below / at / above 64 and 128 and odd, dense /
+     * seq_idx / varlen, D and z on and off (every case also runs every other entry in test_scan) */
+    static const int64_t wg_hpng[][4] = {{2, 64, 128, 1}, {3, 72, 64, 1}, {2, 72, 128, 2}, {4, 64, 64, 4}};
+    static const int64_t wg_seqlens[] = {63, 64, 65, 127, 128, 129, 257, 520};
+    for (size_t si = 0; si < sizeof wg_seqlens / sizeof wg_seqlens[0]; ++si) {
         for (int variant = 0; variant < 3; ++variant, ++k) {
             ssmt_mamba2_config cfg;
             ssmt_mamba2_config_init(&cfg);
             const int sh = (int)((si + (size_t)variant) % 4);
             cfg.batch = variant == 2 ? 1 : 1 + (int)(si % 2);
-            cfg.seqlen = v6_seqlens[si];
-            cfg.nheads = v6_hpng[sh][0], cfg.headdim = v6_hpng[sh][1], cfg.dstate = v6_hpng[sh][2];
-            cfg.ngroups = v6_hpng[sh][3];
+            cfg.seqlen = wg_seqlens[si];
+            cfg.nheads = wg_hpng[sh][0], cfg.headdim = wg_hpng[sh][1], cfg.dstate = wg_hpng[sh][2];
+            cfg.ngroups = wg_hpng[sh][3];
             cfg.dtype = ((si + (size_t)variant) % 2) ? SSM_DTYPE_BF16 : SSM_DTYPE_F16;
             const int k3 = (int)((si + 2 * (size_t)variant) % 3);
             cfg.out_dtype = (k3 == 0) ? cfg.dtype : SSM_DTYPE_F32;
@@ -548,19 +548,19 @@ int main(void) {
             test_scan(&rng, &cfg, &o, tag);
         }
     }
-    /* v7's pipeline edges (v6's layouts): chunk lengths that give the 128-row tile at i0 = 128 three
-     * token tiles with an idle second warpgroup (192), four with one row in it (193), four with a
-     * partial last tile (255), and a partial p tile (P = 72); every case runs v7 in test_scan */
-    static const int64_t v7_seqlens[] = {192, 193, 255, 449};
-    for (size_t si = 0; si < sizeof v7_seqlens / sizeof v7_seqlens[0]; ++si) {
+    /* the wgmma output kernel's pipeline edges (tags "v7 ..."; the same layouts): chunk lengths that
+     * give the 128-row tile at i0 = 128 three token tiles with an idle second warpgroup (192), four
+     * with one row in it (193), four with a partial last tile (255), and a partial p tile (P = 72) */
+    static const int64_t wg_pipe_seqlens[] = {192, 193, 255, 449};
+    for (size_t si = 0; si < sizeof wg_pipe_seqlens / sizeof wg_pipe_seqlens[0]; ++si) {
         for (int variant = 0; variant < 3; ++variant, ++k) {
             ssmt_mamba2_config cfg;
             ssmt_mamba2_config_init(&cfg);
             const int sh = (int)((si + (size_t)variant) % 4);
             cfg.batch = variant == 2 ? 1 : 1 + (int)(si % 2);
-            cfg.seqlen = v7_seqlens[si];
-            cfg.nheads = v6_hpng[sh][0], cfg.headdim = v6_hpng[sh][1], cfg.dstate = v6_hpng[sh][2];
-            cfg.ngroups = v6_hpng[sh][3];
+            cfg.seqlen = wg_pipe_seqlens[si];
+            cfg.nheads = wg_hpng[sh][0], cfg.headdim = wg_hpng[sh][1], cfg.dstate = wg_hpng[sh][2];
+            cfg.ngroups = wg_hpng[sh][3];
             cfg.dtype = ((si + (size_t)variant) % 2) ? SSM_DTYPE_F16 : SSM_DTYPE_BF16;
             const int k3 = (int)((si + 2 * (size_t)variant) % 3);
             cfg.out_dtype = (k3 == 1) ? cfg.dtype : SSM_DTYPE_F32;
@@ -629,7 +629,7 @@ int main(void) {
     }
     test_cann_chunk_state(&rng);
 
-    /* cases added after the others, on generators of their own (the earlier cases keep their inputs) */
+    /* the cases below draw from a generator of their own: the cases above keep their inputs */
     ssmt_rng xrng;
     ssmt_rng_seed(&xrng, seed + 7);
     test_nan_dt(&xrng);

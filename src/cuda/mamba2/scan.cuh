@@ -32,7 +32,7 @@ namespace ssmi_m2 {
 
 using namespace ssmi_mma; /* M_F32/M_F16/M_BF16, mma16816, ldsm4, cp_async16, ... */
 
-const int kThreads = 256; /* the block-GEMM kernels, the passes, chain_dt: 8 warps (the block scan assumes it) */
+const int kThreads = 256; /* threads of the block-GEMM kernels, the state passes and chain_dt_kernel */
 const int kMaxN = 256;
 /* Internal chunk of the scan (tokens): the combined op is exact for any cut, so the chunk_size
  * parameter only shapes mamba2_chunk_state's output; 256 keeps the fp32 state traffic small. */
