@@ -10,16 +10,17 @@
  * bit-identical) and a separate final pool (poisoned; unused slots copied, also into
  * another dtype); NaN-poisoned outputs; identical bytes on a second run; AUTO dispatch
  * from device tensors; device-rule errors.
- * Every case runs under the three kernels (SSMOPS_CUDA_STEP_KERNEL=v1, v2: the streaming
- * kernel of contiguous aligned pools, with N = 4·2^k f32 / 8·2^k 16-bit up to 256 vectors a
- * row, one and several vectors per lane, small-batch plans; other pools fall back to v1; v3:
- * the batched-load kernel of those pools with up to 64 vectors a row and a constant over n,
- * typed fp32 / bf16 inputs and the generic loads, large- and small-batch plans, P tails;
- * other cases fall back to v2 / v1).
+ * Every case runs by the default choice of the selection table (pass "auto"), then with every
+ * entry of the table forced through the contexts (ssm_context_set_variant): "registers" (vector
+ * pools with up to 64 vectors a row and a constant over n; typed fp32 / bf16 inputs and the
+ * generic loads, large- and small-batch plans, P tails), "streaming" (vector pools with N = 4·2^k
+ * f32 / 8·2^k 16-bit up to 256 vectors a row, one and several vectors per lane, small-batch plans),
+ * "vector" and "generic". A forced entry that does not apply must fail with UNSUPPORTED ("generic"
+ * applies to every pool, "vector" exactly to the vector pools); every entry runs somewhere; an
+ * unknown name is INVALID_ARGUMENT.
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261202).
  */
-#define _POSIX_C_SOURCE 200809L /* setenv */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,7 +28,19 @@
 #include "cudautil.h"
 
 static ssm_context *ctx_ref, *ctx_cuda, *ctx_auto;
-static const char * kernel_name = "v3"; /* SSMOPS_CUDA_STEP_KERNEL of the running pass */
+static const char * kernel_name = "auto"; /* the running pass: "auto" (the default) or the forced entry */
+static const char * forced = NULL;       /* the entry forced in ctx_cuda and ctx_auto, NULL: none */
+
+/* Runs and skips of every entry of the step's table (index = table entry). */
+enum { MAX_ENTRIES = 16 };
+static int step_ran[MAX_ENTRIES], step_not_applicable[MAX_ENTRIES];
+
+static int step_entry_index(const char * name) {
+    const int32_t n = ssm_variant_count(SSM_BACKEND_CUDA, "mamba2_step");
+    for (int32_t i = 0; i < n && i < MAX_ENTRIES; ++i)
+        if (strcmp(ssm_variant_name(SSM_BACKEND_CUDA, "mamba2_step", i), name) == 0) return (int)i;
+    return -1;
+}
 
 /* A view of `h` broadcast to `ndim` dims: dims listed in `keep` take h's dims, the others
  * get stride 0. */
@@ -56,6 +69,7 @@ static ssm_dtype coarser(ssm_dtype a, ssm_dtype b) {
 /* ---- one problem --------------------------------------------------------------------------- */
 typedef struct step_problem {
     int64_t              B, H, P, N, G, slots;
+    int                  pool_layout; /* step_opts.pool_layout */
     ssmt_host            x, dt, a, b, c, d, z, bias, idx, state;
     ssm_mamba2_step_args args; /* inputs only (host) */
 } step_problem;
@@ -92,6 +106,7 @@ static int problem_make(ssmt_rng * rng, step_problem * q, const int64_t * s, int
     memset(q, 0, sizeof *q);
     const int64_t B = s[0], H = s[1], P = s[2], N = s[3], G = s[4];
     q->B = B, q->H = H, q->P = P, q->N = N, q->G = G, q->slots = o->with_idx ? slots : B;
+    q->pool_layout = o->pool_layout;
     const int64_t sx[3] = {B, H, P}, sb[3] = {B, G, N}, sa[3] = {H, P, N}, shp[2] = {H, P};
     const int64_t sst[4] = {q->slots, H, P, N};
     static const int32_t rev3[3] = {2, 1, 0};
@@ -174,6 +189,20 @@ static ssm_tensor on_device(const ssm_tensor * host_view, const ssmt_host * h, c
     return v;
 }
 
+/* Whether the forced entry `name` must apply to this case (1), must not (0), or depends on the pool's
+ * padding (-1): the vector entries need state (and a separate final pool, of the same dtype) f32,
+ * f16 or bf16 in contiguous 16-byte aligned rows of whole 16-byte vectors. */
+static int step_must_apply(const char * name, const step_problem * q, const run_opts * o) {
+    const ssm_dtype sdt = (ssm_dtype)q->state.t.dtype;
+    const int       typed = sdt == SSM_DTYPE_F32 || sdt == SSM_DTYPE_F16 || sdt == SSM_DTYPE_BF16;
+    const int64_t   vec = typed ? 16 / (int64_t)ssm_dtype_size(sdt) : 1;
+    int             vec_pool = typed && q->N % vec == 0 && (o->in_place || o->fdt == sdt) && q->pool_layout != 2;
+    if (vec_pool && q->pool_layout == 1) vec_pool = -1;
+    if (strcmp(name, "generic") == 0) return 1;
+    if (strcmp(name, "vector") == 0) return vec_pool;
+    return vec_pool == 0 ? 0 : -1;
+}
+
 static void run_case(const step_problem * q, const ssm_mamba2_params * prm, const run_opts * o, const char * tag) {
     const ssm_dtype compute = (ssm_dtype)q->x.t.dtype, sdt = (ssm_dtype)q->state.t.dtype;
     const ssm_dtype fdt = o->in_place ? sdt : o->fdt;
@@ -216,7 +245,25 @@ static void run_case(const step_problem * q, const ssm_mamba2_params * prm, cons
     }
     ssm_context * ctx = o->use_auto ? ctx_auto : ctx_cuda;
     ssm_status    st = ssm_mamba2_step(ctx, prm, &da);
+    if (forced != NULL) {
+        const int must = step_must_apply(forced, q, o), idx = step_entry_index(forced);
+        TEST_CHECK(must < 0 || (st == SSM_STATUS_OK) == (must == 1), "%s: forced %s gave %s (%s)", tag, forced,
+                   ssm_status_string(st), ssm_context_last_error(ctx));
+        if (idx >= 0 && st == SSM_STATUS_OK) ++step_ran[idx];
+        if (idx >= 0 && st == SSM_STATUS_UNSUPPORTED) ++step_not_applicable[idx];
+        if (st == SSM_STATUS_UNSUPPORTED) { /* the entry does not apply: nothing to check */
+            TEST_CHECK(strstr(ssm_context_last_error(ctx), "does not apply") != NULL, "%s: message: %s", tag,
+                       ssm_context_last_error(ctx));
+            ssmt_dev_free(&dout), ssmt_dev_free(&dfin);
+            dev_inputs_free(&v);
+            ssmt_free(&out), ssmt_free(&fin), ssmt_free(&rout), ssmt_free(&rfin);
+            return;
+        }
+    }
     TEST_CHECK(st == SSM_STATUS_OK, "%s: step %s (%s)", tag, ssm_status_string(st), ssm_context_last_error(ctx));
+    TEST_CHECK(forced == NULL ? step_entry_index(ssm_context_last_variant(ctx)) >= 0
+                              : strcmp(ssm_context_last_variant(ctx), forced) == 0,
+               "%s: ran '%s'", tag, ssm_context_last_variant(ctx));
 
     /* results back: in place the pool is the host copy of the state */
     ssmt_host pool = ssmt_clone(&q->state.t, sdt); /* same values as the input, overwritten below */
@@ -402,10 +449,10 @@ static void test_serving(ssmt_rng * rng) {
     }
 }
 
-/* Every plan of the v2 kernel (vectors per lane 1 / 2 / 4 / 8, rows per lane group 8 / 4 / 2 /
+/* Every plan of the streaming kernel (vectors per lane 1 / 2 / 4 / 8, rows per lane group 8 / 4 / 2 /
  * 1, the small-batch plan, one lane per row, P tails) on contiguous f32 and 16-bit pools, in
- * place and separate, general and per-head, every option; under v1 the same problems. */
-static void test_v2_plans(ssmt_rng * rng) {
+ * place and separate, general and per-head, every option; under the other entries the same problems. */
+static void test_streaming_plans(ssmt_rng * rng) {
     static const int64_t shp[][5] = {{40, 8, 16, 256, 2}, {2, 2, 16, 256, 1}, {3, 2, 9, 512, 1},
                                      {2, 3, 5, 1024, 3},  {5, 2, 9, 4, 2},    {33, 8, 64, 128, 4},
                                      {40, 8, 13, 64, 8}};
@@ -422,7 +469,7 @@ static void test_v2_plans(ssmt_rng * rng) {
         so.sdt = sdts[k % 3];
         step_problem q;
         if (problem_make(rng, &q, s, s[0] + 3, &so) != 0) {
-            TEST_CHECK(0, "v2 plan %d: allocation failed", k);
+            TEST_CHECK(0, "plan %d: allocation failed", k);
             problem_free(&q);
             continue;
         }
@@ -495,6 +542,19 @@ static void test_device_rules(ssmt_rng * rng) {
     problem_free(&q);
 }
 
+/* ---- variant names ------------------------------------------------------------------------------ */
+static void test_variant_names(void) {
+    const int32_t n = ssm_variant_count(SSM_BACKEND_CUDA, "mamba2_step");
+    TEST_CHECK(n > 0 && n <= MAX_ENTRIES, "mamba2_step: %d CUDA variants", (int)n);
+    for (int32_t i = 0; i < n; ++i) {
+        const char * why = ssm_variant_why(SSM_BACKEND_CUDA, "mamba2_step", i);
+        TEST_CHECK(why != NULL && why[0] != '\0', "mamba2_step: entry %d has no reason", (int)i);
+    }
+    TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba2_step", "no_such_kernel"), SSM_STATUS_INVALID_ARGUMENT);
+    TEST_CHECK(strstr(ssm_context_last_error(ctx_cuda), "generic") != NULL, "message: %s",
+               ssm_context_last_error(ctx_cuda));
+}
+
 int main(void) {
     if (!ssmt_cuda_present("test_cuda_mamba2_step")) return 77;
     const char * env = getenv("SSMOPS_TEST_SEED");
@@ -509,19 +569,31 @@ int main(void) {
     if (ssmt_failures) TEST_EXIT();
 
     test_device_rules(&rng);
-    /* every kernel on the same problems (same seed) */
-    static const char * const kernels[3] = {"v1", "v2", "v3"};
-    for (int kv = 0; kv < 3; ++kv) {
-        TEST_CHECK(setenv("SSMOPS_CUDA_STEP_KERNEL", kernels[kv], 1) == 0, "setenv failed");
-        kernel_name = kernels[kv];
-        printf("kernel %s\n", kernels[kv]);
+    test_variant_names();
+    /* the default, then every entry forced, on the same problems (same seed) */
+    const int32_t n = ssm_variant_count(SSM_BACKEND_CUDA, "mamba2_step");
+    for (int32_t pass = -1; pass < n; ++pass) {
+        forced = pass < 0 ? NULL : ssm_variant_name(SSM_BACKEND_CUDA, "mamba2_step", pass);
+        kernel_name = forced != NULL ? forced : "auto";
+        TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba2_step", forced), SSM_STATUS_OK);
+        TEST_CHECK_STATUS(ssm_context_set_variant(ctx_auto, "mamba2_step", forced), SSM_STATUS_OK);
+        ssmt_variant_forced = forced != NULL;
+        printf("kernel %s\n", kernel_name);
         ssmt_rng krng;
         ssmt_rng_seed(&krng, seed + 1);
         test_random(&krng);
         test_serving(&krng);
-        test_v2_plans(&krng);
+        test_streaming_plans(&krng);
     }
-    unsetenv("SSMOPS_CUDA_STEP_KERNEL");
+    TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba2_step", NULL), SSM_STATUS_OK);
+    TEST_CHECK_STATUS(ssm_context_set_variant(ctx_auto, "mamba2_step", NULL), SSM_STATUS_OK);
+    ssmt_variant_forced = 0;
+    for (int32_t i = 0; i < n && i < MAX_ENTRIES; ++i) {
+        const char * name = ssm_variant_name(SSM_BACKEND_CUDA, "mamba2_step", i);
+        printf("mamba2_step variant %-10s ran %4d times, did not apply %4d times\n", name, step_ran[i],
+               step_not_applicable[i]);
+        TEST_CHECK(step_ran[i] > 0, "mamba2_step variant %s never ran", name);
+    }
 
     ssm_context_free(ctx_ref);
     ssm_context_free(ctx_cuda);
