@@ -152,57 +152,23 @@ if want sanitizer && command -v compute-sanitizer >/dev/null 2>&1; then
                 done
             done
         done
-        # the v6 SISO output kernel (SSMOPS_CUDA_SISO_FAST=5; it runs only for 16-bit outputs,
-        # f32 outputs take v5's): a varlen tail case at K = 40, V = 72 and the K = 128 tiles.
-        # Only the sanitizer's exit (9) counts: 16-bit outputs may miss the check's bar (see checks)
-        if has_op mamba3_siso; then
-            for extra in "--shape B=1,S=200,H=2,Hq=1,K=40,V=72,A=8 --param has_d=1,has_z=1,has_states=1,has_final=1,nseq=3" \
-                "--shape B=1,S=2200,H=2,Hq=1,K=128,V=64,A=32 --param has_d=1,has_z=1,has_states=1,has_final=1,nseq=2"; do
-                echo "== $tool mamba3_siso bf16 v6 (out bf16) $extra"
+    done >>"$out/sanitizer.log" 2>&1
+    # every entry of every selection table, forced, on a shape of its operator's san_cases that
+    # it covers (a forced entry that does not cover the shape exits UNSUPPORTED: not a sanitizer
+    # error, rc 9 is)
+    "$cli" list --variants | awk 'NF >= 2 && $1 ~ /^mamba/ {print $1, $2}' | while read -r vop var; do
+        has_op "$vop" || continue
+        for tool in memcheck racecheck; do
+            san_cases "$vop" | while IFS= read -r extra; do
+                echo "== $tool $vop variant=$var bf16 $extra"
                 # shellcheck disable=SC2086
-                SSMOPS_CUDA_SISO_FAST=5 compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba3_siso \
-                    --backend cuda --dtype bf16 --out-dtype bf16 $extra
+                SSMOPS_VARIANT="$vop=$var" compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check "$vop" \
+                    --backend cuda --dtype bf16 $extra
                 rc=$?
                 [ "$rc" = 9 ] && echo "rc=9" || echo "rc=0 (check exit $rc)"
             done
-            echo "== $tool mamba3_siso bf16 state v6"; SSMOPS_CUDA_SISO_STATE=v6 compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba3_siso --backend cuda --dtype bf16 --shape B=1,S=200,H=2,Hq=1,K=40,V=72,A=8 --param has_d=1,has_z=1,has_states=1,has_final=1,nseq=3; echo "rc=$?"
-            # the chained state kernel (both block widths): varlen with states, two V tiles and K slices
-            for ks in 64 32; do echo "== $tool mamba3_siso bf16 state chain ks=$ks"; SSMOPS_CUDA_SISO_STATE=chain SSMOPS_CUDA_SISO_CHAIN_KS=$ks compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba3_siso --backend cuda --dtype bf16 --out-dtype bf16 --shape B=1,S=700,H=3,Hq=1,K=128,V=72,A=32 --param has_d=1,has_z=1,has_states=1,has_final=1,nseq=3; rc=$?; [ "$rc" = 9 ] && echo "rc=9" || echo "rc=0 (check exit $rc)"; done
-            for kv in K=128,V=72,A=32 K=64,V=64,A=7; do echo "== $tool mamba3_siso bf16 v7 (wgmma, out bf16) $kv"; SSMOPS_CUDA_SISO_FAST=6 compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba3_siso --backend cuda --dtype bf16 --out-dtype bf16 --shape B=1,S=2200,H=2,Hq=1,$kv --param has_d=1,has_z=1,has_states=1,has_final=1,nseq=3; rc=$?; [ "$rc" = 9 ] && echo "rc=9" || echo "rc=0 (check exit $rc)"; done
-        fi
+        done
     done >>"$out/sanitizer.log" 2>&1
-    # the scan's kernel versions behind their knobs, bf16, memcheck and racecheck each:
-    # san_scan KNOB LABEL CHECK-ARGUMENTS
-    san_scan() {
-        for tool in memcheck racecheck; do
-            echo "== $tool mamba2_scan bf16 $2 $3"
-            # shellcheck disable=SC2086
-            env "$1" compute-sanitizer --tool "$tool" --error-exitcode 9 "$cli" check mamba2_scan --backend cuda \
-                --dtype bf16 $3
-            echo "rc=$?"
-        done >>"$out/sanitizer.log" 2>&1
-    }
-    if has_op mamba2_scan; then
-        # v6 output kernel (wgmma, sm_90a): N = 128 with a partial second p tile and varlen, N = 64
-        # with z and D; the v6 state kernel with the pass
-        san_scan SSMOPS_CUDA_SCAN_KERNEL=v6 v6 "--shape B=1,S=300,H=2,P=72,N=128,G=1,chunk=64 --param nseq=3"
-        san_scan SSMOPS_CUDA_SCAN_KERNEL=v6 v6 "--shape B=2,S=129,H=2,P=64,N=64,G=1,chunk=64 --param has_d=1,has_z=1"
-        san_scan SSMOPS_CUDA_SCAN_STATE=v6 state-v6 \
-            "--shape B=1,S=300,H=2,P=72,N=128,G=1,chunk=64 --param nseq=3,has_d=1,has_z=1"
-        # the chained state kernel: varlen with states and a partial p tile at N = 128, seq_idx with
-        # G = H at N = 64
-        san_scan SSMOPS_CUDA_SCAN_STATE=chain state-chain \
-            "--shape B=1,S=700,H=2,P=72,N=128,G=1,chunk=64 --param nseq=3,has_init=1,has_final=1"
-        san_scan SSMOPS_CUDA_SCAN_STATE=chain state-chain \
-            "--shape B=2,S=600,H=3,P=64,N=64,G=3,chunk=64 --param seq_idx=3,has_d=1,has_z=1"
-        san_scan SSMOPS_CUDA_SCAN_STATE=chain2 state-chain2 \
-            "--shape B=1,S=700,H=2,P=72,N=128,G=1,chunk=64 --param nseq=3,has_init=1,has_final=1"
-        san_scan SSMOPS_CUDA_SCAN_STATE=chain2 state-chain2 \
-            "--shape B=2,S=600,H=3,P=64,N=64,G=3,chunk=64 --param seq_idx=3,has_d=1,has_z=1"
-        # the v7 output kernel (pipelined wgmma, the default): a row tile with four token tiles, a
-        # partial p tile, z and D
-        san_scan SSMOPS_CUDA_SCAN_KERNEL=v7 v7 "--shape B=1,S=450,H=2,P=72,N=128,G=1,chunk=64 --param has_d=1,has_z=1"
-    fi
     note "sanitizer: $(grep -c '^rc=0' "$out/sanitizer.log") of $(grep -c '^rc=' "$out/sanitizer.log") runs clean ($(($(date +%s) - t0)) s)"
     grep -E "ERROR SUMMARY: [1-9]|rc=[1-9]" -B1 "$out/sanitizer.log" | grep -E "^==|rc=" | sed 's/^/sanitizer: /' |
         tee -a "$summary"
@@ -212,11 +178,11 @@ fi
 # ---- benchmarks ------------------------------------------------------------------------------
 json=$out/bench.json
 first=1
-bench() { # name, [VAR=value (an environment knob)], then ssmops bench arguments
+bench() { # name, [SSMOPS_VARIANT=op=name (a forced entry)], then ssmops bench arguments
     name=$1
     shift
-    knob=SSMOPS_GPU_NO_KNOB=1
-    case $1 in SSMOPS_*=*) knob=$1; shift ;; esac
+    knob=SSMOPS_VARIANT=
+    case $1 in SSMOPS_VARIANT=*) knob=$1; shift ;; esac
     has_op "$1" || return 0
     tmp=$out/.bench_tmp.json
     echo "== $name: ssmops bench $*" >>"$out/bench.log"
@@ -250,32 +216,26 @@ if want bench; then
     bench "mamba2_step f32 pool B128 H80 P64 N128 idx" mamba2_step --dtype f32 --shape B=128,H=80,P=64,N=128,G=1 --param slots=160
     bench "siso_step f32 pool B128 H64 K128 V64" mamba3_siso_step --dtype f32 --shape B=128,H=64,Hq=1,K=128,V=64,A=32
     bench "mimo_step f32 pool B128 H16 R4 N64 P64" mamba3_mimo_step --dtype f32 --shape B=128,H=16,G=1,R=4,N=64,P=64
-    # the previous kernel versions, kept selectable (docs/ops/*.md): same shapes
-    bench "scan bf16 anchor, state chain2" SSMOPS_CUDA_SCAN_STATE=chain2 mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
-    bench "scan bf16 anchor, state chain" SSMOPS_CUDA_SCAN_STATE=chain mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
-    bench "scan bf16 B8 S2048 H32 N64, state v6 + pass" SSMOPS_CUDA_SCAN_STATE=v6 mamba2_scan --dtype bf16 --shape B=8,S=2048,H=32,P=64,N=64,G=1,chunk=256 --param $scan_params
-    bench "siso bf16 anchor, state v6 + pass" SSMOPS_CUDA_SISO_STATE=v6 mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
-    bench "siso bf16 anchor, chain ks=64" SSMOPS_CUDA_SISO_CHAIN_KS=64 mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
-    bench "siso bf16 anchor, fast path v7" SSMOPS_CUDA_SISO_FAST=6 mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
-    bench "scan bf16 anchor, kernel v6" SSMOPS_CUDA_SCAN_KERNEL=v6 mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
-    bench "scan bf16 anchor, kernel v5" SSMOPS_CUDA_SCAN_KERNEL=v5 mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
-    bench "scan bf16 anchor, kernel v3" SSMOPS_CUDA_SCAN_KERNEL=v3 mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
-    bench "siso bf16 anchor, fast path v5" SSMOPS_CUDA_SISO_FAST=4 mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
-    bench "siso bf16 anchor, fast path v6" SSMOPS_CUDA_SISO_FAST=5 mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
-    bench "siso bf16 anchor, fast path v3" SSMOPS_CUDA_SISO_FAST=2 mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
-    bench "mamba2_step f32 pool B128 H80 P64 N128, kernel v2" SSMOPS_CUDA_STEP_KERNEL=v2 mamba2_step --dtype f32 --shape B=128,H=80,P=64,N=128,G=1
-    bench "siso_step f32 pool B128 H64 K128 V64, kernel v1" SSMOPS_CUDA_STEP_KERNEL=v1 mamba3_siso_step --dtype f32 --shape B=128,H=64,Hq=1,K=128,V=64,A=32
-    bench "siso bf16 anchor, fast path v2" SSMOPS_CUDA_SISO_FAST=1 mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
-    bench "siso bf16 anchor, portable path" SSMOPS_CUDA_SISO_FAST=0 mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
-    bench "mimo_bwd_fwd bf16 target, kernel v1" SSMOPS_CUDA_MIMO_KERNEL=v1 mamba3_mimo_bwd_fwd --dtype bf16 --shape B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16 --param $mimo_params
-    bench "mimo fwd bf16 target, kernel v1" SSMOPS_CUDA_MIMO_KERNEL=v1 mamba3_mimo --dtype bf16 --shape B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16 --param $mimo_params
+    # other entries of the selection tables, forced, at the same shapes
+    bench "scan bf16 anchor, forced mamba2_scan=chain2" SSMOPS_VARIANT=mamba2_scan=chain2 mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
+    bench "scan bf16 anchor, forced mamba2_scan=chain" SSMOPS_VARIANT=mamba2_scan=chain mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
+    bench "scan bf16 B8 S2048 H32 N64, forced mamba2_scan=wgmma" SSMOPS_VARIANT=mamba2_scan=wgmma mamba2_scan --dtype bf16 --shape B=8,S=2048,H=32,P=64,N=64,G=1,chunk=256 --param $scan_params
+    bench "siso bf16 anchor, forced mamba3_siso=wgmma" SSMOPS_VARIANT=mamba3_siso=wgmma mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
+    bench "siso bf16 anchor, forced mamba3_siso=chain64" SSMOPS_VARIANT=mamba3_siso=chain64 mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
+    bench "scan bf16 anchor, forced mamba2_scan=mma" SSMOPS_VARIANT=mamba2_scan=mma mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
+    bench "scan bf16 anchor, forced mamba2_scan=mma_64row" SSMOPS_VARIANT=mamba2_scan=mma_64row mamba2_scan --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
+    bench "mamba2_step f32 pool B128 H80 P64 N128, forced mamba2_step=streaming" SSMOPS_VARIANT=mamba2_step=streaming mamba2_step --dtype f32 --shape B=128,H=80,P=64,N=128,G=1
+    bench "siso_step f32 pool B128 H64 K128 V64, forced mamba3_siso_step=warp_rows" SSMOPS_VARIANT=mamba3_siso_step=warp_rows mamba3_siso_step --dtype f32 --shape B=128,H=64,Hq=1,K=128,V=64,A=32
+    bench "siso bf16 anchor, forced mamba3_siso=portable" SSMOPS_VARIANT=mamba3_siso=portable mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
+    bench "mimo_bwd_fwd bf16 target, forced mamba3_mimo_bwd_fwd=two_gemm_y" SSMOPS_VARIANT=mamba3_mimo_bwd_fwd=two_gemm_y mamba3_mimo_bwd_fwd --dtype bf16 --shape B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16 --param $mimo_params
+    bench "mimo fwd bf16 target, forced mamba3_mimo=two_gemm_y" SSMOPS_VARIANT=mamba3_mimo=two_gemm_y mamba3_mimo --dtype bf16 --shape B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16 --param $mimo_params
     if [ "$quick" != 1 ]; then
         bench "scan bf16 B4 S4096 H80 P64 N128 (0.793)" mamba2_scan --dtype bf16 --shape B=4,S=4096,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
         bench "scan bf16 B8 S2048 H32 P64 N64 (0.998)" mamba2_scan --dtype bf16 --shape B=8,S=2048,H=32,P=64,N=64,G=1,chunk=256 --param $scan_params
         bench "scan f16 B1 S8192 H80 P64 N128" mamba2_scan --dtype f16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
         bench "scan f32 B1 S8192 H80 P64 N128" mamba2_scan --dtype f32 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param $scan_params
         bench "chunk_state f16 upstream layout (CANN shape)" mamba2_chunk_state --dtype f16 --shape B=1,S=1024,H=128,P=64,N=128,G=8,chunk=256
-        bench "siso bf16 B4 S4096, state v6 + pass" SSMOPS_CUDA_SISO_STATE=v6 mamba3_siso --dtype bf16 --shape B=4,S=4096,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
+        bench "siso bf16 B4 S4096, forced mamba3_siso=wgmma" SSMOPS_VARIANT=mamba3_siso=wgmma mamba3_siso --dtype bf16 --shape B=4,S=4096,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
         bench "siso bf16 B4 S4096 H64 K128 V64 (1.784)" mamba3_siso --dtype bf16 --shape B=4,S=4096,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
         bench "siso_fwd bf16 B1 S8192 H64 K128 V64" mamba3_siso_fwd --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param has_d=1,has_z=1,has_states=0,has_final=0
         bench "siso f32 B1 S8192 H64 K128 V64" mamba3_siso --dtype f32 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso_params
