@@ -165,16 +165,6 @@ static const cli_key conv_param[] = {
     P_CHANNEL_LAST,
     K_END,
 };
-static const cli_arg conv_args[] = {
-    {"x", 0, 0, CLI_ARG_ACT},
-    {"weight", 0, 0, CLI_ARG_F32},
-    {"bias", 0, 1, CLI_ARG_F32},
-    {"seq_idx", 0, 1, CLI_ARG_INDEX},
-    {"initial_states", 0, 1, CLI_ARG_ACT},
-    {"out", 1, 0, CLI_ARG_ACT},
-    {"final_states", 1, 1, CLI_ARG_ACT},
-    {NULL, 0, 0, CLI_ARG_F32},
-};
 static const char * const conv_cases[] = {
     "B=2,S=77,D=48,W=4;",
     "B=1,S=64,D=40,W=3;has_bias=0,activation=0,channel_last=0",
@@ -207,21 +197,7 @@ static int conv_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return 0;
 }
 
-static ssm_status conv_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_conv1d_params p = conv_params(pb);
-    ssm_causal_conv1d_args  a;
-    memset(&a, 0, sizeof a);
-    a.x              = cli_view(pb, "x");
-    a.weight         = cli_view(pb, "weight");
-    a.bias           = cli_view(pb, "bias");
-    a.seq_idx        = cli_view(pb, "seq_idx");
-    a.initial_states = cli_view(pb, "initial_states");
-    a.out            = cli_view(pb, "out");
-    a.final_states   = cli_view(pb, "final_states");
-    return ssm_causal_conv1d(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(causal_conv1d, ssm_conv1d_params, conv_params)
 
 /* 2·B·S·D·W (one multiply-add per tap); bytes: x in, out out, the filter. */
 static double conv_flops(const cli_problem * pb) {
@@ -242,7 +218,6 @@ const cli_op cli_op_causal_conv1d = {
     "depthwise causal conv1d with bias, silu, states, seq_idx; channel-last x (spec 6.2)",
     conv_shape,
     conv_param,
-    conv_args,
     "B=1,S=2048,D=3328,W=4", /* conv_dim of the H=48, P=64, N=128, G=1 scan shape */
     "has_init=0,has_final=0",
     NULL,
@@ -251,7 +226,7 @@ const cli_op cli_op_causal_conv1d = {
     conv_generate,
     conv_bind,
     conv_alloc,
-    conv_call,
+    causal_conv1d_call,
     NULL,
     conv_flops,
     conv_bytes,
@@ -269,20 +244,6 @@ static const cli_key convb_param[] = {
     P_SEQ_IDX,
     P_CHANNEL_LAST,
     K_END,
-};
-static const cli_arg convb_args[] = {
-    {"x", 0, 0, CLI_ARG_ACT},
-    {"weight", 0, 0, CLI_ARG_F32},
-    {"bias", 0, 1, CLI_ARG_F32},
-    {"seq_idx", 0, 1, CLI_ARG_INDEX},
-    {"initial_states", 0, 1, CLI_ARG_ACT},
-    {"dout", 0, 0, CLI_ARG_ACT},
-    {"dfinal_states", 0, 1, CLI_ARG_ACT},
-    {"dx", 1, 0, CLI_ARG_ACT},
-    {"dweight", 1, 0, CLI_ARG_F32},
-    {"dbias", 1, 1, CLI_ARG_F32},
-    {"dinitial_states", 1, 1, CLI_ARG_ACT},
-    {NULL, 0, 0, CLI_ARG_F32},
 };
 static const char * const convb_cases[] = {
     "B=2,S=77,D=48,W=4;",
@@ -324,25 +285,7 @@ static int convb_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return 0;
 }
 
-static ssm_status convb_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_conv1d_params    p = conv_params(pb);
-    ssm_causal_conv1d_bwd_args a;
-    memset(&a, 0, sizeof a);
-    a.x               = cli_view(pb, "x");
-    a.weight          = cli_view(pb, "weight");
-    a.bias            = cli_view(pb, "bias");
-    a.seq_idx         = cli_view(pb, "seq_idx");
-    a.initial_states  = cli_view(pb, "initial_states");
-    a.dout            = cli_view(pb, "dout");
-    a.dfinal_states   = cli_view(pb, "dfinal_states");
-    a.dx              = cli_view(pb, "dx");
-    a.dweight         = cli_view(pb, "dweight");
-    a.dbias           = cli_view(pb, "dbias");
-    a.dinitial_states = cli_view(pb, "dinitial_states");
-    return ssm_causal_conv1d_bwd(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(causal_conv1d_bwd, ssm_conv1d_params, conv_params)
 
 /* dx and dweight: one multiply-add per tap each, 4·B·S·D·W (the recomputed pre-activation
  * for silu adds another 2·B·S·D·W, not counted). */
@@ -361,7 +304,6 @@ const cli_op cli_op_causal_conv1d_bwd = {
     "gradients of causal_conv1d: dx, dweight, dbias, dinitial_states (spec 6.2)",
     conv_shape,
     convb_param,
-    convb_args,
     "B=1,S=2048,D=3328,W=4",
     "has_init=0,has_dfinal=0",
     NULL,
@@ -370,7 +312,7 @@ const cli_op cli_op_causal_conv1d_bwd = {
     convb_generate,
     convb_bind,
     convb_alloc,
-    convb_call,
+    causal_conv1d_bwd_call,
     NULL,
     convb_flops,
     convb_bytes,
@@ -394,16 +336,6 @@ static const cli_key convu_param[] = {
     KEY_INT("in_place", "1", "final_conv_state is the conv_state pool itself (updated in place)"),
     KEY_INT("channel_last", "1", "conv_state (slots,L,D) in memory seen as (slots,D,L), as Mamba-2 stores it"),
     K_END,
-};
-static const cli_arg convu_args[] = {
-    {"x", 0, 0, CLI_ARG_ACT},
-    {"weight", 0, 0, CLI_ARG_F32},
-    {"bias", 0, 1, CLI_ARG_F32},
-    {"conv_state", 0, 0, CLI_ARG_ACT},
-    {"state_batch_indices", 0, 1, CLI_ARG_INDEX},
-    {"out", 1, 0, CLI_ARG_ACT},
-    {"final_conv_state", 1, 0, CLI_ARG_ACT},
-    {NULL, 0, 0, CLI_ARG_F32},
 };
 static const char * const convu_cases[] = {
     "B=3,D=48,W=4,L=4;slots=5",
@@ -456,21 +388,7 @@ static int convu_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return out_act(pb, "final_conv_state", f64, st.shape[0], st.shape[1], st.shape[2], err, errlen);
 }
 
-static ssm_status convu_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_conv1d_params       p = conv_params(pb);
-    ssm_causal_conv1d_update_args a;
-    memset(&a, 0, sizeof a);
-    a.x                   = cli_view(pb, "x");
-    a.weight              = cli_view(pb, "weight");
-    a.bias                = cli_view(pb, "bias");
-    a.conv_state          = cli_view(pb, "conv_state");
-    a.state_batch_indices = cli_view(pb, "state_batch_indices");
-    a.out                 = cli_view(pb, "out");
-    a.final_conv_state    = cli_view(pb, "final_conv_state");
-    return ssm_causal_conv1d_update(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(causal_conv1d_update, ssm_conv1d_params, conv_params)
 
 static double convu_flops(const cli_problem * pb) {
     return 2.0 * (double)(cli_shape(pb, "B") * cli_shape(pb, "D") * cli_shape(pb, "W"));
@@ -489,7 +407,6 @@ const cli_op cli_op_causal_conv1d_update = {
     "decode: one token through a rolling conv state, updated in place (spec 6.2)",
     convu_shape,
     convu_param,
-    convu_args,
     "B=1,D=3328,W=4,L=4",
     NULL,
     NULL,
@@ -498,7 +415,7 @@ const cli_op cli_op_causal_conv1d_update = {
     convu_generate,
     convu_bind,
     convu_alloc,
-    convu_call,
+    causal_conv1d_update_call,
     NULL,
     convu_flops,
     convu_bytes,
@@ -519,13 +436,6 @@ static const cli_key norm_param[] = {
     KEY_INT("has_z", "1", "gate z"),
     {"eps", CLI_KEY_FLOAT, "1e-5", "added to the mean square", NULL},
     K_END,
-};
-static const cli_arg norm_args[] = {
-    {"x", 0, 0, CLI_ARG_ACT},
-    {"z", 0, 1, CLI_ARG_ACT},
-    {"weight", 0, 0, CLI_ARG_F32},
-    {"out", 1, 0, CLI_ARG_ACT},
-    {NULL, 0, 0, CLI_ARG_F32},
 };
 static const char * const norm_cases[] = {
     "M=70,D=96;group_size=32",
@@ -593,18 +503,7 @@ static int norm_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return cli_out_arg(pb, "out", f64, 2, shp, err, errlen);
 }
 
-static ssm_status norm_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_rmsnorm_params p = norm_params(pb);
-    ssm_rmsnorm_gated_args   a;
-    memset(&a, 0, sizeof a);
-    a.x      = cli_view(pb, "x");
-    a.z      = cli_view(pb, "z");
-    a.weight = cli_view(pb, "weight");
-    a.out    = cli_view(pb, "out");
-    return ssm_rmsnorm_gated(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(rmsnorm_gated, ssm_rmsnorm_params, norm_params)
 
 /* Elementwise work, counted per element: square-accumulate 2, normalise and weight 2, and
  * with z the gate (sigmoid, two multiplies) 4. */
@@ -623,7 +522,6 @@ const cli_op cli_op_rmsnorm_gated = {
     "gated RMSNorm per row and group, norm_before_gate 0/1 (spec 6.3)",
     norm_shape,
     norm_param,
-    norm_args,
     "M=2048,D=3072", /* B=1, S=2048, d_ssm = H*P of the scan shape, one group */
     NULL,
     NULL,
@@ -632,16 +530,12 @@ const cli_op cli_op_rmsnorm_gated = {
     norm_generate,
     norm_bind,
     norm_alloc,
-    norm_call,
+    rmsnorm_gated_call,
     NULL,
     norm_flops,
     norm_bytes,
 };
 
-static const cli_arg normb_args[] = {
-    {"x", 0, 0, CLI_ARG_ACT},    {"z", 0, 1, CLI_ARG_ACT},  {"weight", 0, 0, CLI_ARG_F32},  {"dout", 0, 0, CLI_ARG_ACT},
-    {"dx", 1, 0, CLI_ARG_ACT},   {"dz", 1, 1, CLI_ARG_ACT}, {"dweight", 1, 0, CLI_ARG_F32}, {NULL, 0, 0, CLI_ARG_F32},
-};
 
 static int normb_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
     cli_rng rng;
@@ -661,21 +555,7 @@ static int normb_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return 0;
 }
 
-static ssm_status normb_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_rmsnorm_params   p = norm_params(pb);
-    ssm_rmsnorm_gated_bwd_args a;
-    memset(&a, 0, sizeof a);
-    a.x       = cli_view(pb, "x");
-    a.z       = cli_view(pb, "z");
-    a.weight  = cli_view(pb, "weight");
-    a.dout    = cli_view(pb, "dout");
-    a.dx      = cli_view(pb, "dx");
-    a.dz      = cli_view(pb, "dz");
-    a.dweight = cli_view(pb, "dweight");
-    return ssm_rmsnorm_gated_bwd(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(rmsnorm_gated_bwd, ssm_rmsnorm_params, norm_params)
 
 /* Per element: the recomputed forward (as norm_flops) plus c1, dv, dweight (6), and with
  * z the gate's derivative (6). */
@@ -694,7 +574,6 @@ const cli_op cli_op_rmsnorm_gated_bwd = {
     "gradients of rmsnorm_gated: dx, dz, dweight (spec 6.3)",
     norm_shape,
     norm_param,
-    normb_args,
     "M=2048,D=3072",
     NULL,
     NULL,
@@ -703,7 +582,7 @@ const cli_op cli_op_rmsnorm_gated_bwd = {
     normb_generate,
     norm_bind,
     normb_alloc,
-    normb_call,
+    rmsnorm_gated_bwd_call,
     NULL,
     normb_flops,
     normb_bytes,

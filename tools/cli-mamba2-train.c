@@ -58,31 +58,6 @@ static const cli_key bwd_param[] = {
     KEY_INT("nseq", "0", "varlen: cu_seqlens with this many sequences, batch 1 (0 = off)"),
     K_END,
 };
-static const cli_arg bwd_args[] = {
-    {"x", 0, 0, CLI_ARG_ACT},
-    {"dt", 0, 0, CLI_ARG_ACT},
-    {"a", 0, 0, CLI_ARG_F32},
-    {"b", 0, 0, CLI_ARG_ACT},
-    {"c", 0, 0, CLI_ARG_ACT},
-    {"d", 0, 1, CLI_ARG_F32},
-    {"z", 0, 1, CLI_ARG_ACT},
-    {"dt_bias", 0, 1, CLI_ARG_F32},
-    {"initial_states", 0, 1, CLI_ARG_F32},
-    {"seq_idx", 0, 1, CLI_ARG_INDEX},
-    {"cu_seqlens", 0, 1, CLI_ARG_INDEX},
-    {"dout", 0, 0, CLI_ARG_ACT},
-    {"dfinal_states", 0, 1, CLI_ARG_F32},
-    {"dx", 1, 0, CLI_ARG_ACT},
-    {"ddt", 1, 0, CLI_ARG_ACT},
-    {"da", 1, 0, CLI_ARG_F32},
-    {"db", 1, 0, CLI_ARG_ACT},
-    {"dc", 1, 0, CLI_ARG_ACT},
-    {"dd", 1, 1, CLI_ARG_F32},
-    {"dz", 1, 1, CLI_ARG_ACT},
-    {"ddt_bias", 1, 1, CLI_ARG_F32},
-    {"dinitial_states", 1, 1, CLI_ARG_F32},
-    {NULL, 0, 0, CLI_ARG_F32},
-};
 static const char * const bwd_cases[] = {
     "B=2,S=77,H=4,P=16,N=32,G=2,chunk=32;has_d=2,dt_limit=0:0.08",
     "B=1,S=64,H=4,P=8,N=16,G=4,chunk=16;has_z=0,has_init=0,has_dfinal=0",
@@ -161,36 +136,7 @@ static int bwd_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return 0;
 }
 
-static ssm_status bwd_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba2_params  p = cli_mamba2_params(pb);
-    ssm_mamba2_scan_bwd_args a;
-    memset(&a, 0, sizeof a);
-    a.x               = cli_view(pb, "x");
-    a.dt              = cli_view(pb, "dt");
-    a.a               = cli_view(pb, "a");
-    a.b               = cli_view(pb, "b");
-    a.c               = cli_view(pb, "c");
-    a.d               = cli_view(pb, "d");
-    a.z               = cli_view(pb, "z");
-    a.dt_bias         = cli_view(pb, "dt_bias");
-    a.initial_states  = cli_view(pb, "initial_states");
-    a.seq_idx         = cli_view(pb, "seq_idx");
-    a.cu_seqlens      = cli_view(pb, "cu_seqlens");
-    a.dout            = cli_view(pb, "dout");
-    a.dfinal_states   = cli_view(pb, "dfinal_states");
-    a.dx              = cli_view(pb, "dx");
-    a.ddt             = cli_view(pb, "ddt");
-    a.da              = cli_view(pb, "da");
-    a.db              = cli_view(pb, "db");
-    a.dc              = cli_view(pb, "dc");
-    a.dd              = cli_view(pb, "dd");
-    a.dz              = cli_view(pb, "dz");
-    a.ddt_bias        = cli_view(pb, "ddt_bias");
-    a.dinitial_states = cli_view(pb, "dinitial_states");
-    return ssm_mamba2_scan_bwd(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba2_scan_bwd, ssm_mamba2_params, cli_mamba2_params)
 
 /* Like mamba2_scan's count (cli-mamba2.c), the chunk is not semantic and backends tile it
  * their own way, so only the chunk-independent terms of the spec's §5.2 backward total
@@ -222,7 +168,6 @@ const cli_op cli_op_mamba2_scan_bwd = {
     "every gradient of mamba2_scan, recomputing the forward (spec 2.7)",
     bwd_shape,
     bwd_param,
-    bwd_args,
     "B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256",
     "has_d=1,has_z=0,has_dt_bias=1,dt_softplus=1,has_init=0,has_dfinal=0",
     NULL,
@@ -231,7 +176,7 @@ const cli_op cli_op_mamba2_scan_bwd = {
     bwd_generate,
     bwd_bind,
     bwd_alloc,
-    bwd_call,
+    mamba2_scan_bwd_call,
     NULL,
     bwd_flops,
     bwd_bytes,
@@ -259,21 +204,6 @@ static const cli_key step_param[] = {
     KEY_INT("slots", "0", "state pool rows with state_batch_indices (>= B; row 1 is padding); 0 = no indices"),
     KEY_INT("in_place", "1", "final_state is the state pool itself (updated in place)"),
     K_END,
-};
-static const cli_arg step_args[] = {
-    {"x", 0, 0, CLI_ARG_ACT},
-    {"dt", 0, 0, CLI_ARG_ACT},
-    {"a", 0, 0, CLI_ARG_F32},
-    {"b", 0, 0, CLI_ARG_ACT},
-    {"c", 0, 0, CLI_ARG_ACT},
-    {"d", 0, 1, CLI_ARG_F32},
-    {"z", 0, 1, CLI_ARG_ACT},
-    {"dt_bias", 0, 1, CLI_ARG_F32},
-    {"state", 0, 0, CLI_ARG_F32},
-    {"state_batch_indices", 0, 1, CLI_ARG_INDEX},
-    {"out", 1, 0, CLI_ARG_ACT},
-    {"final_state", 1, 0, CLI_ARG_F32},
-    {NULL, 0, 0, CLI_ARG_F32},
 };
 static const char * const step_cases[] = {
     "B=3,H=4,P=8,N=32,G=4;per_head=0,has_z=0,slots=5",
@@ -417,26 +347,7 @@ static int step_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return cli_out_arg(pb, "final_state", f64, 4, st.shape, err, errlen);
 }
 
-static ssm_status step_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba2_params p = cli_mamba2_params(pb);
-    ssm_mamba2_step_args    a;
-    memset(&a, 0, sizeof a);
-    a.x                   = cli_view(pb, "x");
-    a.dt                  = cli_view(pb, "dt");
-    a.a                   = cli_view(pb, "a");
-    a.b                   = cli_view(pb, "b");
-    a.c                   = cli_view(pb, "c");
-    a.d                   = cli_view(pb, "d");
-    a.z                   = cli_view(pb, "z");
-    a.dt_bias             = cli_view(pb, "dt_bias");
-    a.state               = cli_view(pb, "state");
-    a.state_batch_indices = cli_view(pb, "state_batch_indices");
-    a.out                 = cli_view(pb, "out");
-    a.final_state         = cli_view(pb, "final_state");
-    return ssm_mamba2_step(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba2_step, ssm_mamba2_params, cli_mamba2_params)
 
 /* Spec §5.4 decode: 5·B·H·P·N FLOPs (decay, outer product, add, output dot). */
 static double step_flops(const cli_problem * pb) {
@@ -457,7 +368,6 @@ const cli_op cli_op_mamba2_step = {
     "decode: one token per row, state pool updated in place, state_batch_indices (spec 2.9)",
     step_shape,
     step_param,
-    step_args,
     "B=1,H=48,P=64,N=128,G=1",
     NULL,
     NULL,
@@ -466,7 +376,7 @@ const cli_op cli_op_mamba2_step = {
     step_generate,
     step_bind,
     step_alloc,
-    step_call,
+    mamba2_step_call,
     NULL,
     step_flops,
     step_bytes,

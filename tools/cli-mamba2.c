@@ -470,10 +470,6 @@ static double e_act(const cli_problem * pb) {
 
 static const cli_key cumsum_shape[] = {K_B, K_S, K_H, K_CHUNK, K_END};
 static const cli_key cumsum_param[] = {P_HAS_DT_BIAS, P_SOFTPLUS, P_DT_LIMIT, K_END};
-static const cli_arg cumsum_args[]  = {
-    {"dt", 0, 0, CLI_ARG_ACT},      {"a", 0, 0, CLI_ARG_F32},         {"dt_bias", 0, 1, CLI_ARG_F32},
-    {"dt_out", 1, 0, CLI_ARG_F32}, {"da_cumsum", 1, 0, CLI_ARG_F32}, {NULL, 0, 0, CLI_ARG_F32},
-};
 static const char * const cumsum_cases[] = {
     "B=1,S=1,H=1,chunk=1;",
     "B=2,S=75,H=4,chunk=32;",
@@ -517,19 +513,7 @@ static int cumsum_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return 0;
 }
 
-static ssm_status cumsum_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba2_params      p = params_of(pb);
-    ssm_mamba2_chunk_cumsum_args a;
-    memset(&a, 0, sizeof a);
-    a.dt        = cli_view(pb, "dt");
-    a.a         = cli_view(pb, "a");
-    a.dt_bias   = cli_view(pb, "dt_bias");
-    a.dt_out    = cli_view(pb, "dt_out");
-    a.da_cumsum = cli_view(pb, "da_cumsum");
-    return ssm_mamba2_chunk_cumsum(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba2_chunk_cumsum, ssm_mamba2_params, params_of)
 
 static double cumsum_flops(const cli_problem * pb) {
     const m2dims d = dims_of(pb);
@@ -546,7 +530,6 @@ const cli_op cli_op_mamba2_chunk_cumsum = {
     "dt bias, softplus, clamp and the in-chunk cumsum of dt*A (spec 2.1)",
     cumsum_shape,
     cumsum_param,
-    cumsum_args,
     "B=1,S=2048,H=48,chunk=256",
     NULL,
     NULL,
@@ -555,7 +538,7 @@ const cli_op cli_op_mamba2_chunk_cumsum = {
     cumsum_generate,
     cumsum_bind,
     cumsum_alloc,
-    cumsum_call,
+    mamba2_chunk_cumsum_call,
     NULL,
     cumsum_flops,
     cumsum_bytes,
@@ -567,11 +550,6 @@ const cli_op cli_op_mamba2_chunk_cumsum = {
 
 static const cli_key cstate_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, K_END};
 static const cli_key cstate_param[] = {P_SEQ_IDX, P_LAYOUT, K_END};
-static const cli_arg cstate_args[]  = {
-    {"b", 0, 0, CLI_ARG_ACT},         {"x", 0, 0, CLI_ARG_ACT},       {"dt", 0, 0, CLI_ARG_F32},
-    {"da_cumsum", 0, 0, CLI_ARG_F32}, {"seq_idx", 0, 1, CLI_ARG_INDEX}, {"states", 1, 0, CLI_ARG_F32},
-    {NULL, 0, 0, CLI_ARG_F32},
-};
 static const char * const cstate_cases[] = {
     "B=2,S=70,H=4,P=16,N=32,G=2,chunk=32;",
     "B=1,S=64,H=4,P=16,N=64,G=1,chunk=16;",
@@ -717,20 +695,7 @@ oom:
     return -1;
 }
 
-static ssm_status cstate_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba2_params     p = params_of(pb);
-    ssm_mamba2_chunk_state_args a;
-    memset(&a, 0, sizeof a);
-    a.b         = cli_view(pb, "b");
-    a.x         = cli_view(pb, "x");
-    a.dt        = cli_view(pb, "dt");
-    a.da_cumsum = cli_view(pb, "da_cumsum");
-    a.seq_idx   = cli_view(pb, "seq_idx");
-    a.states    = cli_view(pb, "states");
-    return ssm_mamba2_chunk_state(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba2_chunk_state, ssm_mamba2_params, params_of)
 
 static double cstate_flops(const cli_problem * pb) {
     const m2dims d = dims_of(pb);
@@ -750,7 +715,6 @@ const cli_op cli_op_mamba2_chunk_state = {
     "per-chunk local states; layout=cann for the CANN tensor order (spec 2.2, 0.2)",
     cstate_shape,
     cstate_param,
-    cstate_args,
     "B=1,S=1024,H=128,P=64,N=128,G=8,chunk=256", /* the CANN seed test shape (NC = 4) */
     NULL,
     "f16",
@@ -759,7 +723,7 @@ const cli_op cli_op_mamba2_chunk_state = {
     cstate_generate,
     cstate_bind,
     cstate_alloc,
-    cstate_call,
+    mamba2_chunk_state_call,
     NULL,
     cstate_flops,
     cstate_bytes,
@@ -771,11 +735,6 @@ const cli_op cli_op_mamba2_chunk_state = {
 
 static const cli_key spass_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, K_END};
 static const cli_key spass_param[] = {P_HAS_INIT, P_HAS_FINAL, P_SEQ_IDX, K_END};
-static const cli_arg spass_args[]  = {
-    {"states", 0, 0, CLI_ARG_F32},         {"da_chunk_cumsum", 0, 0, CLI_ARG_F32}, {"initial_states", 0, 1, CLI_ARG_F32},
-    {"seq_idx", 0, 1, CLI_ARG_INDEX},      {"states_in", 1, 0, CLI_ARG_ACT},       {"final_states", 1, 1, CLI_ARG_F32},
-    {NULL, 0, 0, CLI_ARG_F32},
-};
 static const char * const spass_cases[] = {
     "B=2,S=300,H=4,P=16,N=16,G=2,chunk=64;",
     "B=2,S=300,H=4,P=16,N=16,G=2,chunk=64;has_init=0,has_final=0",
@@ -849,20 +808,7 @@ static int spass_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return 0;
 }
 
-static ssm_status spass_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba2_params       p = params_of(pb);
-    ssm_mamba2_state_passing_args a;
-    memset(&a, 0, sizeof a);
-    a.states          = cli_view(pb, "states");
-    a.da_chunk_cumsum = cli_view(pb, "da_chunk_cumsum");
-    a.initial_states  = cli_view(pb, "initial_states");
-    a.seq_idx         = cli_view(pb, "seq_idx");
-    a.states_in       = cli_view(pb, "states_in");
-    a.final_states    = cli_view(pb, "final_states");
-    return ssm_mamba2_state_passing(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba2_state_passing, ssm_mamba2_params, params_of)
 
 static double spass_flops(const cli_problem * pb) {
     const m2dims d = dims_of(pb);
@@ -880,7 +826,6 @@ const cli_op cli_op_mamba2_state_passing = {
     "inter-chunk recurrence with initial/final states and seq_idx resets (spec 2.3)",
     spass_shape,
     spass_param,
-    spass_args,
     "B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256",
     NULL,
     NULL,
@@ -889,7 +834,7 @@ const cli_op cli_op_mamba2_state_passing = {
     spass_generate,
     spass_bind,
     spass_alloc,
-    spass_call,
+    mamba2_state_passing_call,
     NULL,
     spass_flops,
     spass_bytes,
@@ -901,10 +846,6 @@ const cli_op cli_op_mamba2_state_passing = {
 
 static const cli_key bmm_shape[] = {K_B, K_S, K_G, K_N, K_CHUNK, K_END};
 static const cli_key bmm_param[] = {P_SEQ_IDX, K_END};
-static const cli_arg bmm_args[]  = {
-    {"c", 0, 0, CLI_ARG_ACT}, {"b", 0, 0, CLI_ARG_ACT}, {"seq_idx", 0, 1, CLI_ARG_INDEX},
-    {"cb", 1, 0, CLI_ARG_F32}, {NULL, 0, 0, CLI_ARG_F32},
-};
 static const char * const bmm_cases[] = {
     "B=2,S=70,G=2,N=16,chunk=32;",
     "B=1,S=64,G=1,N=64,chunk=64;",
@@ -947,18 +888,7 @@ static int bmm_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return 0;
 }
 
-static ssm_status bmm_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba2_params p = params_of(pb);
-    ssm_mamba2_bmm_args     a;
-    memset(&a, 0, sizeof a);
-    a.c       = cli_view(pb, "c");
-    a.b       = cli_view(pb, "b");
-    a.seq_idx = cli_view(pb, "seq_idx");
-    a.cb      = cli_view(pb, "cb");
-    return ssm_mamba2_bmm(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba2_bmm, ssm_mamba2_params, params_of)
 
 static double bmm_flops(const cli_problem * pb) {
     const m2dims d = dims_of(pb);
@@ -975,7 +905,6 @@ const cli_op cli_op_mamba2_bmm = {
     "CB = C*B^T per chunk and group (spec 2.4)",
     bmm_shape,
     bmm_param,
-    bmm_args,
     "B=1,S=2048,G=1,N=128,chunk=256",
     NULL,
     NULL,
@@ -984,7 +913,7 @@ const cli_op cli_op_mamba2_bmm = {
     bmm_generate,
     bmm_bind,
     bmm_alloc,
-    bmm_call,
+    mamba2_bmm_call,
     NULL,
     bmm_flops,
     bmm_bytes,
@@ -996,12 +925,6 @@ const cli_op cli_op_mamba2_bmm = {
 
 static const cli_key cscan_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, K_END};
 static const cli_key cscan_param[] = {P_HAS_D, P_HAS_Z, P_HAS_INIT, P_SEQ_IDX, K_END};
-static const cli_arg cscan_args[]  = {
-    {"cb", 0, 0, CLI_ARG_F32},        {"x", 0, 0, CLI_ARG_ACT},         {"dt", 0, 0, CLI_ARG_F32},
-    {"da_cumsum", 0, 0, CLI_ARG_F32}, {"c", 0, 0, CLI_ARG_ACT},         {"states_in", 0, 0, CLI_ARG_F32},
-    {"d", 0, 1, CLI_ARG_F32},         {"z", 0, 1, CLI_ARG_ACT},         {"seq_idx", 0, 1, CLI_ARG_INDEX},
-    {"out", 1, 0, CLI_ARG_ACT},       {"out_x", 1, 1, CLI_ARG_ACT},     {NULL, 0, 0, CLI_ARG_F32},
-};
 static const char * const cscan_cases[] = {
     "B=2,S=70,H=4,P=16,N=16,G=2,chunk=32;",
     "B=2,S=70,H=4,P=16,N=16,G=2,chunk=32;has_d=2,has_z=0",
@@ -1078,25 +1001,7 @@ static int cscan_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return 0;
 }
 
-static ssm_status cscan_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba2_params    p = params_of(pb);
-    ssm_mamba2_chunk_scan_args a;
-    memset(&a, 0, sizeof a);
-    a.cb        = cli_view(pb, "cb");
-    a.x         = cli_view(pb, "x");
-    a.dt        = cli_view(pb, "dt");
-    a.da_cumsum = cli_view(pb, "da_cumsum");
-    a.c         = cli_view(pb, "c");
-    a.states_in = cli_view(pb, "states_in");
-    a.d         = cli_view(pb, "d");
-    a.z         = cli_view(pb, "z");
-    a.seq_idx   = cli_view(pb, "seq_idx");
-    a.out       = cli_view(pb, "out");
-    a.out_x     = cli_view(pb, "out_x");
-    return ssm_mamba2_chunk_scan(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba2_chunk_scan, ssm_mamba2_params, params_of)
 
 static double cscan_flops(const cli_problem * pb) {
     const m2dims d = dims_of(pb);
@@ -1119,7 +1024,6 @@ const cli_op cli_op_mamba2_chunk_scan = {
     "outputs from CB, the passed states, D and z (spec 2.5)",
     cscan_shape,
     cscan_param,
-    cscan_args,
     "B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256",
     "has_z=0",
     NULL,
@@ -1128,7 +1032,7 @@ const cli_op cli_op_mamba2_chunk_scan = {
     cscan_generate,
     cscan_bind,
     cscan_alloc,
-    cscan_call,
+    mamba2_chunk_scan_call,
     NULL,
     cscan_flops,
     cscan_bytes,
@@ -1141,22 +1045,6 @@ const cli_op cli_op_mamba2_chunk_scan = {
 static const cli_key scan_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, K_END};
 static const cli_key scan_param[] = {P_HAS_D,    P_HAS_Z,     P_HAS_DT_BIAS, P_SOFTPLUS, P_DT_LIMIT,
                                      P_HAS_INIT, P_HAS_FINAL, P_SEQ_IDX,     P_NSEQ,     K_END};
-static const cli_arg scan_args[]  = {
-    {"x", 0, 0, CLI_ARG_ACT},
-    {"dt", 0, 0, CLI_ARG_ACT},
-    {"a", 0, 0, CLI_ARG_F32},
-    {"b", 0, 0, CLI_ARG_ACT},
-    {"c", 0, 0, CLI_ARG_ACT},
-    {"d", 0, 1, CLI_ARG_F32},
-    {"z", 0, 1, CLI_ARG_ACT},
-    {"dt_bias", 0, 1, CLI_ARG_F32},
-    {"initial_states", 0, 1, CLI_ARG_F32},
-    {"seq_idx", 0, 1, CLI_ARG_INDEX},
-    {"cu_seqlens", 0, 1, CLI_ARG_INDEX},
-    {"out", 1, 0, CLI_ARG_ACT},
-    {"final_states", 1, 1, CLI_ARG_F32},
-    {NULL, 0, 0, CLI_ARG_F32},
-};
 static const char * const scan_cases[] = {
     "B=2,S=77,H=4,P=16,N=64,G=2,chunk=32;has_d=2,dt_limit=0:0.08",
     "B=2,S=80,H=4,P=16,N=16,G=1,chunk=32;",
@@ -1230,34 +1118,17 @@ static int scan_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return 0;
 }
 
-static void scan_args_of(const cli_problem * pb, ssm_mamba2_scan_args * a) {
-    memset(a, 0, sizeof *a);
-    a->x              = cli_view(pb, "x");
-    a->dt             = cli_view(pb, "dt");
-    a->a              = cli_view(pb, "a");
-    a->b              = cli_view(pb, "b");
-    a->c              = cli_view(pb, "c");
-    a->d              = cli_view(pb, "d");
-    a->z              = cli_view(pb, "z");
-    a->dt_bias        = cli_view(pb, "dt_bias");
-    a->initial_states = cli_view(pb, "initial_states");
-    a->seq_idx        = cli_view(pb, "seq_idx");
-    a->cu_seqlens     = cli_view(pb, "cu_seqlens");
-    a->out            = cli_view(pb, "out");
-    a->final_states   = cli_view(pb, "final_states");
-}
-
 static ssm_status scan_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
     const ssm_mamba2_params p = params_of(pb);
     ssm_mamba2_scan_args    a;
-    scan_args_of(pb, &a);
+    cli_args_struct(pb, &a);
     return ssm_mamba2_scan(ctx, &p, &a, ws, wsz);
 }
 
 static ssm_status scan_workspace(ssm_context * ctx, const cli_problem * pb, size_t * bytes) {
     const ssm_mamba2_params p = params_of(pb);
     ssm_mamba2_scan_args    a;
-    scan_args_of(pb, &a);
+    cli_args_struct(pb, &a);
     return ssm_mamba2_scan_workspace_size(ctx, &p, &a, bytes);
 }
 
@@ -1289,7 +1160,6 @@ const cli_op cli_op_mamba2_scan = {
     "the combined Mamba-2 forward: chunked scan with D, z, states, seq_idx, varlen (spec 2.6, 2.8)",
     scan_shape,
     scan_param,
-    scan_args,
     "B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256", /* the benchmark shape of record */
     "has_d=1,has_z=0,has_dt_bias=1,dt_softplus=1,has_init=0,has_final=1",
     NULL,

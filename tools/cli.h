@@ -17,9 +17,10 @@
  *   cli-bench.c      `bench OP`: timing, GFLOP/s, GB/s against the ceilings
  *   cli-ceilings.c   `bench --ceilings`: FMA peak and copy bandwidth with pthreads
  *
- * Adding an operator = one cli_op entry (shape keys, param keys, arguments) plus its
- * generate / bind / alloc_outputs / call / flops / bytes functions; every command then
- * works for it.
+ * An operator's tensor arguments come from the library's schema (ssm_op_get: names, roles,
+ * ranks, dtype classes, shapes, the field offsets of its args struct), so adding an operator
+ * = one cli_op entry (shape keys, param keys) plus its generate / bind / alloc_outputs / call
+ * / flops / bytes functions; every command then works for it.
  */
 #ifndef SSMOPS_CLI_H
 #define SSMOPS_CLI_H
@@ -36,7 +37,7 @@
 #endif
 
 #define CLI_MAX_KEYS 16 /* shape keys or param keys of one operator */
-#define CLI_MAX_ARGS 48 /* tensor arguments of one operator (mamba3_mimo_bwd: 44) */
+#define CLI_MAX_ARGS 48 /* tensor arguments of one operator (mamba3_mimo_bwd: 44; a test checks) */
 #define CLI_ERR_LEN  512
 
 /* Exit statuses of every command. */
@@ -143,24 +144,28 @@ int cli_parse_kv(const char * list, const cli_key * keys, cli_value * values, co
                  cli_value * alt_values, const char * what, const char * op_name, char * err, size_t errlen);
 
 /* ---- operators -------------------------------------------------------------------------- */
+/* An argument of an operator: the schema's entry. Its name is the .npy file name and the
+ * field of the args struct. */
+typedef ssm_arg_info cli_arg;
+
 typedef enum cli_arg_kind {
     CLI_ARG_ACT,  /* activation: held in the compute dtype (--dtype)              */
     CLI_ARG_F32,  /* parameter, state or intermediate: fp32 (as upstream)          */
     CLI_ARG_INDEX /* int32 / int64 index tensor                                    */
 } cli_arg_kind;
 
-typedef struct cli_arg {
-    const char * name;     /* the .npy file name and the C struct field     */
-    int          output;   /* 0 input, 1 output                              */
-    int          optional; /* may be absent                                  */
-    cli_arg_kind kind;
-} cli_arg;
+/* The kind of an argument: index tensors by dtype class, activations by the schema's
+ * SSM_ARG_ACTIVATION hint, every other float tensor fp32. */
+cli_arg_kind cli_arg_kind_of(const cli_arg * arg);
+static inline int cli_arg_is_output(const cli_arg * arg) { return (arg->role & SSM_ARG_ROLE_OUTPUT) != 0; }
+static inline int cli_arg_is_optional(const cli_arg * arg) { return (arg->role & SSM_ARG_ROLE_OPTIONAL) != 0; }
 
 struct cli_op;
 
 /* One operator call being prepared: the operator, its shape and params, its tensors. */
 typedef struct cli_problem {
     const struct cli_op * op;
+    const ssm_op_info *   info;      /* the operator's schema: pb->arg[i] is info->args[i] */
     ssm_dtype             dtype;     /* compute dtype                                   */
     int32_t               out_dtype; /* dtype of activation outputs; -1 = the compute dtype */
     cli_value             shape[CLI_MAX_KEYS];
@@ -173,7 +178,6 @@ typedef struct cli_op {
     const char *    summary;
     const cli_key * shape_keys; /* terminated by a {NULL} entry */
     const cli_key * param_keys;
-    const cli_arg * args;
     /* bench defaults where they differ from check's: "k=v,..." overrides, dtype name */
     const char *         bench_shape;
     const char *         bench_params;
@@ -197,6 +201,8 @@ typedef struct cli_op {
 extern const cli_op * const cli_ops[]; /* NULL-terminated */
 
 const cli_op * cli_find_op(const char * name);
+/* The operator's schema (a test checks that every table entry has one). */
+const ssm_op_info * cli_op_info(const cli_op * op);
 /* 1 if the operator has the reference's second rounding model (ctx ref_mode
  * SSM_REF_UPSTREAM_BF16; check compares it, run --ref-mode bf16 selects it). */
 int            cli_op_has_ref_modes(const cli_op * op);
@@ -214,6 +220,20 @@ int     cli_has_param(const cli_problem * pb, const char * key);
 /* A present tensor argument's view, or NULL-data tensor if absent. */
 ssm_tensor cli_view(const cli_problem * pb, const char * name);
 cli_buf *  cli_arg_buf(cli_problem * pb, const char * name);
+/* The operator's args struct (args_size bytes, as ssm_op_info.args_size) with the view of
+ * every present argument at its field and every other field absent. */
+void       cli_args_struct(const cli_problem * pb, void * args);
+
+/* The `call` of an operator that takes no workspace: ssm_<op>(ctx, &params, &args) with
+ * params = params_fn(pb) (of type P) and args = cli_args_struct(pb). */
+#define CLI_DEFINE_CALL(op, P, params_fn)                                                            \
+    static ssm_status op##_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) { \
+        const P          p = params_fn(pb);                                                         \
+        ssm_##op##_args a;                                                                          \
+        (void)ws, (void)wsz;                                                                        \
+        cli_args_struct(pb, &a);                                                                    \
+        return ssm_##op(ctx, &p, &a);                                                               \
+    }
 
 /* Problem setup: defaults, then bench overrides (bench != 0), then the user's lists. */
 int  cli_problem_init(cli_problem * pb, const cli_op * op, ssm_dtype dtype, int bench, const char * shape_list,
@@ -323,9 +343,42 @@ int    cli_check_nseq_slots(const cli_problem * pb, int64_t B, char * err, size_
 /* `run`: slots from the pool `pool` (its dim 0, when state_batch_indices is present, else 0)
  * and nseq from cu_seqlens, each where the operator has the param. */
 void   cli_bind_pool_params(cli_problem * pb, const char * pool);
-/* The input an optional output belongs to: the second of the first pair in table[n] whose
- * first is `out` and whose second the operator takes; NULL when there is none. */
-const char * cli_source_of(const cli_problem * pb, const char * out, const char * const (*table)[2], size_t n);
+
+/* ---- shapes from the schema, and what the Mamba-3 families build from them ---------------- */
+/* A dimension symbol of the schema's shape texts ("B", "NS", "nc") and its size. */
+typedef struct cli_sym {
+    const char * name; /* NULL ends a list */
+    int64_t      value;
+} cli_sym;
+/* The shape of argument `name` from the schema's shape text: its alt-th parenthesised list
+ * (0: the first; "(B, S, H, P) with `mimo_o`; else (B, S, R, H, P)" has two), each size a
+ * symbol of syms or an integer, or a sum or product of them ("NS + 1", "W−1", "H·P").
+ * Returns ndim, or −1 when the text has no such list or names a symbol not in syms. */
+int32_t cli_schema_shape(const cli_problem * pb, const char * name, int alt, const cli_sym * syms, int64_t * shape);
+/* Draws the values of one input the Mamba-3 generators allocated (dims: the family's). */
+typedef void (*cli_fill_fn)(cli_problem * pb, const void * dims, const char * name, const ssm_tensor * t,
+                            cli_rng * rng);
+/* The fused pre-gate norm (params fused or fuse_pregate_headwise_rms_norm). */
+int cli_fused(const cli_problem * pb);
+/* Whether a Mamba-3 generator draws input arg: required ones always; optional ones by the
+ * params that switch them on (has_d, has_z: z and mimo_z, reduce_o: mimo_o, fused and
+ * has_norm_weight, nseq: cu_seqlens, slots: state_batch_indices, has_dfinal, has_states). */
+int cli_m3_wanted(const cli_problem * pb, const cli_arg * arg);
+/* Allocates every input cli_m3_wanted draws, in the schema's order, with its schema shape
+ * (per_rank: out and dout take their per-rank shape, MIMO without mimo_o), and fills it. */
+int cli_m3_generate(cli_problem * pb, const cli_sym * syms, int per_rank, cli_fill_fn fill, const void * dims,
+                    cli_rng * rng, char * err, size_t errlen);
+/* name = −name·by element by element (adt = −U·dt once both are drawn). */
+void cli_scale_by_minus(cli_problem * pb, const char * name, const char * by);
+/* Allocates the outputs with their schema shapes: not a gradient whose input (the schema's
+ * needs) is absent; a decode step's final pools in place of their inputs with in_place=1;
+ * other final states with has_final; dangle_state without an angle_state input with
+ * has_states; doutproj_norm_weight with the fused norm, shaped like the weight. */
+int cli_m3_alloc(cli_problem * pb, int f64, const cli_sym * syms, int per_rank, char * err, size_t errlen);
+/* `run`: each shape key from the first loaded input whose schema shape names it (ndim
+ * checked against the schema), and the presence params (has_d, has_z, reduce_o,
+ * has_norm_weight, has_states, has_final, has_dfinal, slots, nseq) from the inputs. */
+int cli_m3_bind(cli_problem * pb, char * err, size_t errlen);
 
 /* Shared with cli-mamba2.c: the forward's validation, inputs and params (mamba2_scan_bwd
  * has mamba2_scan's keys and inputs). */

@@ -77,10 +77,13 @@ static int help_op(const char * name) {
     print_keys("shape keys (--shape)", op->shape_keys);
     print_keys("param keys (--param)", op->param_keys);
     printf("tensors (run: DIR/<name>.npy):\n");
-    for (int i = 0; op->args[i].name; ++i) {
-        const cli_arg * a    = &op->args[i];
-        const char *    kind = a->kind == CLI_ARG_ACT ? "compute dtype" : a->kind == CLI_ARG_F32 ? "fp32" : "int32/int64";
-        printf("  %-4s %-16s %s%s\n", a->output ? "out" : "in", a->name, kind, a->optional ? " (optional)" : "");
+    const ssm_op_info * info = cli_op_info(op);
+    for (int i = 0; i < info->nargs; ++i) {
+        const cli_arg *    a    = &info->args[i];
+        const cli_arg_kind k    = cli_arg_kind_of(a);
+        const char *       kind = k == CLI_ARG_ACT ? "compute dtype" : k == CLI_ARG_F32 ? "fp32" : "int32/int64";
+        printf("  %-4s %-16s %s%s\n", cli_arg_is_output(a) ? "out" : "in", a->name, kind,
+               cli_arg_is_optional(a) ? " (optional)" : "");
     }
     printf("bench defaults: shape %s; params %s; dtype %s\n", op->bench_shape ? op->bench_shape : "as check",
            op->bench_params ? op->bench_params : "as check", op->bench_dtype ? op->bench_dtype : "f32");
