@@ -202,15 +202,6 @@ int cli_check_nseq_slots(const cli_problem * pb, int64_t B, char * err, size_t e
     return 0;
 }
 
-void cli_bind_pool_params(cli_problem * pb, const char * pool) {
-    if (cli_has_param(pb, "slots"))
-        cli_set_param_int(pb, "slots", cli_present(pb, "state_batch_indices") ? cli_dim(pb, pool, 0) : 0);
-    if (cli_has_param(pb, "nseq")) {
-        const ssm_tensor cu = cli_view(pb, "cu_seqlens");
-        cli_set_param_int(pb, "nseq", cu.data ? cli_numel(cu.ndim, cu.shape) - 1 : 0);
-    }
-}
-
 /* ---- shapes from the schema ------------------------------------------------------------ */
 
 /* The value of the symbol text[0..len) in syms; 0 and *ok = 0 when it is not there. */
@@ -378,12 +369,22 @@ static int given(const cli_problem * pb, const char * name) {
     return cli_has_arg(pb, name) && cli_present(pb, name);
 }
 
-int cli_m3_bind(cli_problem * pb, char * err, size_t errlen) {
-    static const char * const states[] = {"angle_state", "ssm_state", "k_state", "v_state", NULL};
-    static const char * const dfinals[] = {"dfinal_angle_state", "dfinal_ssm_state", "dfinal_k_state",
-                                           "dfinal_v_state", NULL};
-    /* Every shape key that names a size of a loaded input's schema shape (single-shape
-     * inputs, in the schema's order: the first one that has the key sets it). */
+/* The shape key a schema symbol names: itself, or its alias ("batch=B,Q=chunk"); NULL when
+ * the operator has no such key. */
+static const char * key_of(const cli_problem * pb, const char * sym, const char * aliases, char * buf, size_t len) {
+    const size_t n = strlen(sym);
+    for (const char * a = aliases; a != NULL && *a; a = strchr(a, ',') ? strchr(a, ',') + 1 : NULL) {
+        const char * eq = strchr(a, '=');
+        if (eq == NULL || (size_t)(eq - a) != n || strncmp(a, sym, n) != 0) continue;
+        const char * end = strchr(eq + 1, ',');
+        snprintf(buf, len, "%.*s", (int)(end ? (size_t)(end - eq - 1) : strlen(eq + 1)), eq + 1);
+        sym = buf;
+        break;
+    }
+    return cli_key_index(pb->op->shape_keys, sym) >= 0 ? sym : NULL;
+}
+
+int cli_bind_shapes(cli_problem * pb, const char * from, const char * aliases, char * err, size_t errlen) {
     for (int i = 0; i < pb->info->nargs; ++i) {
         const cli_arg * arg = &pb->info->args[i];
         const char *    g = NULL;
@@ -391,15 +392,22 @@ int cli_m3_bind(cli_problem * pb, char * err, size_t errlen) {
         if (cli_arg_is_output(arg) || !pb->arg[i].mem || !shape_group(arg->shape, 0, &g, &len) ||
             strchr(g + len + 1, '(') != NULL)
             continue;
+        if (from != NULL) { /* only the listed inputs ("x b state") */
+            const char * hit = strstr(from, arg->name);
+            const size_t n = strlen(arg->name);
+            if (hit == NULL || (hit != from && hit[-1] != ' ') || (hit[n] != ' ' && hit[n] != '\0')) continue;
+        }
         const ssm_tensor * t = &pb->arg[i].view;
         int32_t            n = 0;
         for (size_t k = 0; k <= len; ++n) {
             size_t j = k;
             while (j < len && g[j] != ',') ++j;
             while (g[k] == ' ') ++k;
-            char key[16];
-            snprintf(key, sizeof key, "%.*s", (int)(j - k), g + k);
-            if (n < t->ndim && cli_key_index(pb->op->shape_keys, key) >= 0) cli_set_shape(pb, key, t->shape[n]);
+            char         sym[16], buf[16];
+            snprintf(sym, sizeof sym, "%.*s", (int)(j - k), g + k);
+            const char * key = key_of(pb, sym, aliases, buf, sizeof buf);
+            if (n < t->ndim && key != NULL && !pb->shape[cli_key_index(pb->op->shape_keys, key)].given)
+                cli_set_shape(pb, key, t->shape[n]);
             k = j + 1;
         }
         if (t->ndim != n) {
@@ -408,14 +416,29 @@ int cli_m3_bind(cli_problem * pb, char * err, size_t errlen) {
             return -1;
         }
     }
-    set_param_if(pb, "has_d", given(pb, "d"));
-    set_param_if(pb, "has_z", given(pb, "z"));
-    set_param_if(pb, "reduce_o", given(pb, "mimo_o"));
-    set_param_if(pb, "has_norm_weight", given(pb, "outproj_norm_weight"));
+    return 0;
+}
+
+void cli_bind_flags(cli_problem * pb) {
+    static const char * const states[] = {"angle_state", "ssm_state", "k_state", "v_state", NULL};
+    static const char * const dfinals[] = {"dfinal_states",   "dfinal_angle_state", "dfinal_ssm_state",
+                                           "dfinal_k_state", "dfinal_v_state",     NULL};
+    static const char * const inputs[][2] = {{"has_z", "z"},         {"has_dt_bias", "dt_bias"},
+                                             {"has_init", "initial_states"}, {"has_bias", "bias"},
+                                             {"reduce_o", "mimo_o"}, {"has_norm_weight", "outproj_norm_weight"},
+                                             {"seq_idx", "seq_idx"}};
+    for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; ++i) set_param_if(pb, inputs[i][0], given(pb, inputs[i][1]));
+    set_param_if(pb, "has_d", given(pb, "d") ? cli_view(pb, "d").ndim : 0); /* Mamba-2: (H) 1, (H, P) 2 */
     /* angle_cumsum_bwd has no state input: its has_states (dangle_state) stays as given */
     if (cli_has_arg(pb, "angle_state")) set_param_if(pb, "has_states", cli_any_present(pb, states));
     set_param_if(pb, "has_final", 1);
     set_param_if(pb, "has_dfinal", cli_any_present(pb, dfinals));
-    cli_bind_pool_params(pb, "ssm_state");
-    return 0;
+    const ssm_tensor cu = cli_has_arg(pb, "cu_seqlens") ? cli_view(pb, "cu_seqlens") : ssm_tensor_make(NULL, 0, 0, NULL);
+    set_param_if(pb, "nseq", cu.data ? cli_numel(cu.ndim, cu.shape) - 1 : 0);
+    /* slots: rows of the pool (the input a final state is updated in place of) with indices */
+    for (int i = 0; i < pb->info->nargs; ++i)
+        if (pb->info->args[i].in_place != NULL) {
+            set_param_if(pb, "slots", given(pb, "state_batch_indices") ? cli_dim(pb, pb->info->args[i].in_place, 0) : 0);
+            break;
+        }
 }

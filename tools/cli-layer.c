@@ -21,18 +21,16 @@
 
 #include "cli.h"
 
-#define KEY_INT(name, def, help) {name, CLI_KEY_INT, def, help, NULL}
-#define K_END {NULL, CLI_KEY_INT, NULL, NULL, NULL}
 
-#define K_B            KEY_INT("B", "2", "batch")
-#define K_S            KEY_INT("S", "300", "sequence length")
-#define K_D            KEY_INT("D", "64", "channels (conv_dim = d_inner + 2*G*N in Mamba-2)")
-#define K_W            KEY_INT("W", "4", "filter width (d_conv)")
-#define P_HAS_BIAS     KEY_INT("has_bias", "1", "conv bias input")
-#define P_ACTIVATION   KEY_INT("activation", "1", "0 none, 1 silu")
-#define P_SEQ_IDX      KEY_INT("seq_idx", "0", "seq_idx with this many sequences per row (0 = off; no states then)")
+#define K_B            CLI_KEY_INT("B", "2", "batch")
+#define K_S            CLI_KEY_INT("S", "300", "sequence length")
+#define K_D            CLI_KEY_INT("D", "64", "channels (conv_dim = d_inner + 2*G*N in Mamba-2)")
+#define K_W            CLI_KEY_INT("W", "4", "filter width (d_conv)")
+#define P_HAS_BIAS     CLI_KEY_INT("has_bias", "1", "conv bias input")
+#define P_ACTIVATION   CLI_KEY_INT("activation", "1", "0 none, 1 silu")
+#define P_SEQ_IDX      CLI_KEY_INT("seq_idx", "0", "seq_idx with this many sequences per row (0 = off; no states then)")
 #define P_CHANNEL_LAST \
-    KEY_INT("channel_last", "1", "x/out/dout/dx (B,S,D) in memory (and run files) seen as (B,D,S), as Mamba-2")
+    CLI_KEY_INT("channel_last", "1", "x/out/dout/dx (B,S,D) in memory (and run files) seen as (B,D,S), as Mamba-2")
 
 static double e_act(const cli_problem * pb) {
     return (double)ssm_dtype_size(pb->dtype);
@@ -139,15 +137,10 @@ static int gen_conv_inputs(cli_problem * pb, cli_rng * rng, char * err, size_t e
 
 /* `run`: x (memory order) and weight give B, S, D, W. */
 static int bind_conv_inputs(cli_problem * pb, char * err, size_t errlen) {
-    if (cli_need_ndim(pb, "x", 3, err, errlen) || cli_need_ndim(pb, "weight", 2, err, errlen)) return -1;
+    if (cli_need_ndim(pb, "x", 3, err, errlen)) return -1;
     conv_view(pb, "x");
-    cli_set_shape(pb, "B", cli_dim(pb, "x", 0));
-    cli_set_shape(pb, "D", cli_dim(pb, "x", 1));
-    cli_set_shape(pb, "S", cli_dim(pb, "x", 2));
-    cli_set_shape(pb, "W", cli_dim(pb, "weight", 1));
-    cli_set_param_int(pb, "has_bias", cli_present(pb, "bias"));
-    cli_set_param_int(pb, "has_init", cli_present(pb, "initial_states"));
-    cli_set_param_int(pb, "seq_idx", cli_present(pb, "seq_idx"));
+    if (cli_bind_shapes(pb, NULL, "batch=B", err, errlen)) return -1;
+    cli_bind_flags(pb);
     return 0;
 }
 
@@ -155,15 +148,15 @@ static int bind_conv_inputs(cli_problem * pb, char * err, size_t errlen) {
  * causal_conv1d (spec §6.2)
  * ====================================================================================== */
 
-static const cli_key conv_shape[] = {K_B, K_S, K_D, K_W, K_END};
+static const cli_key conv_shape[] = {K_B, K_S, K_D, K_W, CLI_KEY_END};
 static const cli_key conv_param[] = {
     P_HAS_BIAS,
     P_ACTIVATION,
-    KEY_INT("has_init", "1", "initial_states input (B,D,W-1)"),
-    KEY_INT("has_final", "1", "final_states output (B,D,W-1)"),
+    CLI_KEY_INT("has_init", "1", "initial_states input (B,D,W-1)"),
+    CLI_KEY_INT("has_final", "1", "final_states output (B,D,W-1)"),
     P_SEQ_IDX,
     P_CHANNEL_LAST,
-    K_END,
+    CLI_KEY_END,
 };
 static const char * const conv_cases[] = {
     "B=2,S=77,D=48,W=4;",
@@ -213,24 +206,10 @@ static double conv_bytes(const cli_problem * pb) {
     return n;
 }
 
-const cli_op cli_op_causal_conv1d = {
-    "causal_conv1d",
-    "depthwise causal conv1d with bias, silu, states, seq_idx; channel-last x (spec 6.2)",
-    conv_shape,
-    conv_param,
-    "B=1,S=2048,D=3328,W=4", /* conv_dim of the H=48, P=64, N=128, G=1 scan shape */
-    "has_init=0,has_final=0",
-    NULL,
-    conv_cases,
-    conv_validate,
-    conv_generate,
-    conv_bind,
-    conv_alloc,
-    causal_conv1d_call,
-    NULL,
-    conv_flops,
-    conv_bytes,
-};
+/* conv_dim of the H=48, P=64, N=128, G=1 scan shape */
+CLI_OP(causal_conv1d, "depthwise causal conv1d with bias, silu, states, seq_idx; channel-last x (spec 6.2)",
+       conv_shape, conv_param, CLI_BENCH("B=1,S=2048,D=3328,W=4", "has_init=0,has_final=0", NULL), conv_cases,
+       CLI_FNS(conv_validate, conv_generate, conv_bind, conv_alloc), NULL, conv_flops, conv_bytes);
 
 /* ======================================================================================
  * causal_conv1d_bwd (spec §6.2)
@@ -239,11 +218,11 @@ const cli_op cli_op_causal_conv1d = {
 static const cli_key convb_param[] = {
     P_HAS_BIAS,
     P_ACTIVATION,
-    KEY_INT("has_init", "1", "initial_states input (and the dinitial_states gradient)"),
-    KEY_INT("has_dfinal", "1", "dfinal_states incoming gradient"),
+    CLI_KEY_INT("has_init", "1", "initial_states input (and the dinitial_states gradient)"),
+    CLI_KEY_INT("has_dfinal", "1", "dfinal_states incoming gradient"),
     P_SEQ_IDX,
     P_CHANNEL_LAST,
-    K_END,
+    CLI_KEY_END,
 };
 static const char * const convb_cases[] = {
     "B=2,S=77,D=48,W=4;",
@@ -269,10 +248,9 @@ static int convb_generate(cli_problem * pb, uint64_t seed, char * err, size_t er
 }
 
 static int convb_bind(cli_problem * pb, char * err, size_t errlen) {
-    if (bind_conv_inputs(pb, err, errlen) || cli_need_ndim(pb, "dout", 3, err, errlen)) return -1;
+    if (cli_need_ndim(pb, "dout", 3, err, errlen)) return -1;
     conv_view(pb, "dout");
-    cli_set_param_int(pb, "has_dfinal", cli_present(pb, "dfinal_states"));
-    return 0;
+    return bind_conv_inputs(pb, err, errlen);
 }
 
 static int convb_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
@@ -299,43 +277,28 @@ static double convb_bytes(const cli_problem * pb) {
     return 3.0 * e * B * S * D + 8.0 * D * (W + 1.0);
 }
 
-const cli_op cli_op_causal_conv1d_bwd = {
-    "causal_conv1d_bwd",
-    "gradients of causal_conv1d: dx, dweight, dbias, dinitial_states (spec 6.2)",
-    conv_shape,
-    convb_param,
-    "B=1,S=2048,D=3328,W=4",
-    "has_init=0,has_dfinal=0",
-    NULL,
-    convb_cases,
-    conv_validate,
-    convb_generate,
-    convb_bind,
-    convb_alloc,
-    causal_conv1d_bwd_call,
-    NULL,
-    convb_flops,
-    convb_bytes,
-};
+CLI_OP(causal_conv1d_bwd, "gradients of causal_conv1d: dx, dweight, dbias, dinitial_states (spec 6.2)",
+       conv_shape, convb_param, CLI_BENCH("B=1,S=2048,D=3328,W=4", "has_init=0,has_dfinal=0", NULL), convb_cases,
+       CLI_FNS(conv_validate, convb_generate, convb_bind, convb_alloc), NULL, convb_flops, convb_bytes);
 
 /* ======================================================================================
  * causal_conv1d_update (spec §6.2, decode)
  * ====================================================================================== */
 
 static const cli_key convu_shape[] = {
-    KEY_INT("B", "4", "batch rows (one token each)"),
+    CLI_KEY_INT("B", "4", "batch rows (one token each)"),
     K_D,
     K_W,
-    KEY_INT("L", "4", "conv state length (>= W-1; Mamba-2 uses W)"),
-    K_END,
+    CLI_KEY_INT("L", "4", "conv state length (>= W-1; Mamba-2 uses W)"),
+    CLI_KEY_END,
 };
 static const cli_key convu_param[] = {
     P_HAS_BIAS,
     P_ACTIVATION,
-    KEY_INT("slots", "0", "state pool rows with state_batch_indices (>= B; row 1 is padding); 0 = no indices"),
-    KEY_INT("in_place", "1", "final_conv_state is the conv_state pool itself (updated in place)"),
-    KEY_INT("channel_last", "1", "conv_state (slots,L,D) in memory seen as (slots,D,L), as Mamba-2 stores it"),
-    K_END,
+    CLI_KEY_SLOTS,
+    CLI_KEY_INT("in_place", "1", "final_conv_state is the conv_state pool itself (updated in place)"),
+    CLI_KEY_INT("channel_last", "1", "conv_state (slots,L,D) in memory seen as (slots,D,L), as Mamba-2 stores it"),
+    CLI_KEY_END,
 };
 static const char * const convu_cases[] = {
     "B=3,D=48,W=4,L=4;slots=5",
@@ -367,16 +330,10 @@ static int convu_generate(cli_problem * pb, uint64_t seed, char * err, size_t er
 }
 
 static int convu_bind(cli_problem * pb, char * err, size_t errlen) {
-    if (cli_need_ndim(pb, "x", 2, err, errlen) || cli_need_ndim(pb, "weight", 2, err, errlen) ||
-        cli_need_ndim(pb, "conv_state", 3, err, errlen))
-        return -1;
+    if (cli_need_ndim(pb, "conv_state", 3, err, errlen)) return -1;
     conv_view(pb, "conv_state");
-    cli_set_shape(pb, "B", cli_dim(pb, "x", 0));
-    cli_set_shape(pb, "D", cli_dim(pb, "x", 1));
-    cli_set_shape(pb, "W", cli_dim(pb, "weight", 1));
-    cli_set_shape(pb, "L", cli_dim(pb, "conv_state", 2));
-    cli_set_param_int(pb, "has_bias", cli_present(pb, "bias"));
-    cli_set_param_int(pb, "slots", cli_present(pb, "state_batch_indices") ? cli_dim(pb, "conv_state", 0) : 0);
+    if (cli_bind_shapes(pb, NULL, NULL, err, errlen)) return -1;
+    cli_bind_flags(pb);
     return 0;
 }
 
@@ -402,40 +359,25 @@ static double convu_bytes(const cli_problem * pb) {
     return 2.0 * e_s * B * D * L + 2.0 * e_act(pb) * B * D;
 }
 
-const cli_op cli_op_causal_conv1d_update = {
-    "causal_conv1d_update",
-    "decode: one token through a rolling conv state, updated in place (spec 6.2)",
-    convu_shape,
-    convu_param,
-    "B=1,D=3328,W=4,L=4",
-    NULL,
-    NULL,
-    convu_cases,
-    conv_validate,
-    convu_generate,
-    convu_bind,
-    convu_alloc,
-    causal_conv1d_update_call,
-    NULL,
-    convu_flops,
-    convu_bytes,
-};
+CLI_OP(causal_conv1d_update, "decode: one token through a rolling conv state, updated in place (spec 6.2)",
+       convu_shape, convu_param, CLI_BENCH("B=1,D=3328,W=4,L=4", NULL, NULL), convu_cases,
+       CLI_FNS(conv_validate, convu_generate, convu_bind, convu_alloc), NULL, convu_flops, convu_bytes);
 
 /* ======================================================================================
  * rmsnorm_gated and its backward (spec §6.3)
  * ====================================================================================== */
 
 static const cli_key norm_shape[] = {
-    KEY_INT("M", "300", "rows (batch*S)"),
-    KEY_INT("D", "256", "row width (d_ssm)"),
-    K_END,
+    CLI_KEY_INT("M", "300", "rows (batch*S)"),
+    CLI_KEY_INT("D", "256", "row width (d_ssm)"),
+    CLI_KEY_END,
 };
 static const cli_key norm_param[] = {
-    KEY_INT("group_size", "0", "columns per normalised group (D % group_size == 0; 0 = D)"),
-    KEY_INT("norm_before_gate", "0", "0: norm(x*silu(z)) as Mamba2 calls it; 1: norm(x)*silu(z)"),
-    KEY_INT("has_z", "1", "gate z"),
+    CLI_KEY_INT("group_size", "0", "columns per normalised group (D % group_size == 0; 0 = D)"),
+    CLI_KEY_INT("norm_before_gate", "0", "0: norm(x*silu(z)) as Mamba2 calls it; 1: norm(x)*silu(z)"),
+    CLI_KEY_INT("has_z", "1", "gate z"),
     {"eps", CLI_KEY_FLOAT, "1e-5", "added to the mean square", NULL},
-    K_END,
+    CLI_KEY_END,
 };
 static const char * const norm_cases[] = {
     "M=70,D=96;group_size=32",
@@ -491,10 +433,8 @@ static int norm_generate(cli_problem * pb, uint64_t seed, char * err, size_t err
 }
 
 static int norm_bind(cli_problem * pb, char * err, size_t errlen) {
-    if (cli_need_ndim(pb, "x", 2, err, errlen)) return -1;
-    cli_set_shape(pb, "M", cli_dim(pb, "x", 0));
-    cli_set_shape(pb, "D", cli_dim(pb, "x", 1));
-    cli_set_param_int(pb, "has_z", cli_present(pb, "z"));
+    if (cli_bind_shapes(pb, NULL, NULL, err, errlen)) return -1;
+    cli_bind_flags(pb);
     return 0;
 }
 
@@ -517,24 +457,10 @@ static double norm_bytes(const cli_problem * pb) {
     return (2.0 + (cli_param_int(pb, "has_z") ? 1.0 : 0.0)) * e_act(pb) * MD + 4.0 * (double)cli_shape(pb, "D");
 }
 
-const cli_op cli_op_rmsnorm_gated = {
-    "rmsnorm_gated",
-    "gated RMSNorm per row and group, norm_before_gate 0/1 (spec 6.3)",
-    norm_shape,
-    norm_param,
-    "M=2048,D=3072", /* B=1, S=2048, d_ssm = H*P of the scan shape, one group */
-    NULL,
-    NULL,
-    norm_cases,
-    norm_validate,
-    norm_generate,
-    norm_bind,
-    norm_alloc,
-    rmsnorm_gated_call,
-    NULL,
-    norm_flops,
-    norm_bytes,
-};
+/* B=1, S=2048, d_ssm = H*P of the scan shape, one group */
+CLI_OP(rmsnorm_gated, "gated RMSNorm per row and group, norm_before_gate 0/1 (spec 6.3)",
+       norm_shape, norm_param, CLI_BENCH("M=2048,D=3072", NULL, NULL), norm_cases,
+       CLI_FNS(norm_validate, norm_generate, norm_bind, norm_alloc), NULL, norm_flops, norm_bytes);
 
 
 static int normb_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
@@ -569,21 +495,6 @@ static double normb_bytes(const cli_problem * pb) {
     return (3.0 + (cli_param_int(pb, "has_z") ? 2.0 : 0.0)) * e_act(pb) * MD + 8.0 * (double)cli_shape(pb, "D");
 }
 
-const cli_op cli_op_rmsnorm_gated_bwd = {
-    "rmsnorm_gated_bwd",
-    "gradients of rmsnorm_gated: dx, dz, dweight (spec 6.3)",
-    norm_shape,
-    norm_param,
-    "M=2048,D=3072",
-    NULL,
-    NULL,
-    norm_cases,
-    norm_validate,
-    normb_generate,
-    norm_bind,
-    normb_alloc,
-    rmsnorm_gated_bwd_call,
-    NULL,
-    normb_flops,
-    normb_bytes,
-};
+CLI_OP(rmsnorm_gated_bwd, "gradients of rmsnorm_gated: dx, dz, dweight (spec 6.3)",
+       norm_shape, norm_param, CLI_BENCH("M=2048,D=3072", NULL, NULL), norm_cases,
+       CLI_FNS(norm_validate, normb_generate, norm_bind, normb_alloc), NULL, normb_flops, normb_bytes);

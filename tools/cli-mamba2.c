@@ -67,25 +67,17 @@ static ssm_mamba2_params params_of(const cli_problem * pb) {
 
 /* ---- keys ---------------------------------------------------------------------------------- */
 
-#define KEY_INT(name, def, help) {name, CLI_KEY_INT, def, help, NULL}
-#define K_B     KEY_INT("B", "2", "batch")
-#define K_S     KEY_INT("S", "300", "sequence length (tokens per batch row)")
-#define K_H     KEY_INT("H", "8", "heads")
-#define K_P     KEY_INT("P", "64", "head dimension")
-#define K_N     KEY_INT("N", "64", "state size")
-#define K_G     KEY_INT("G", "2", "groups sharing B and C (H % G == 0)")
-#define K_CHUNK KEY_INT("chunk", "64", "chunk size Q")
-#define K_END   {NULL, CLI_KEY_INT, NULL, NULL, NULL}
+#define K_B     CLI_KEY_INT("B", "2", "batch")
+#define K_S     CLI_KEY_INT("S", "300", "sequence length (tokens per batch row)")
+#define K_H     CLI_KEY_INT("H", "8", "heads")
+#define K_P     CLI_KEY_INT("P", "64", "head dimension")
+#define K_N     CLI_KEY_INT("N", "64", "state size")
+#define K_G     CLI_KEY_INT("G", "2", "groups sharing B and C (H % G == 0)")
+#define K_CHUNK CLI_KEY_INT("chunk", "64", "chunk size Q")
 
-#define P_HAS_D       KEY_INT("has_d", "1", "D skip term: 0 none, 1 D of shape (H), 2 D of shape (H,P)")
-#define P_HAS_Z       KEY_INT("has_z", "1", "gate z: out = y*silu(z)")
-#define P_HAS_DT_BIAS KEY_INT("has_dt_bias", "1", "dt_bias input")
-#define P_SOFTPLUS    KEY_INT("dt_softplus", "1", "softplus(dt + dt_bias)")
-#define P_DT_LIMIT    {"dt_limit", CLI_KEY_RANGE, "0:inf", "clamp of the processed dt, lo:hi", NULL}
-#define P_HAS_INIT    KEY_INT("has_init", "1", "initial states input")
-#define P_HAS_FINAL   KEY_INT("has_final", "1", "final states output")
-#define P_SEQ_IDX     KEY_INT("seq_idx", "0", "seq_idx with this many sequences per row (0 = off)")
-#define P_NSEQ        KEY_INT("nseq", "0", "varlen: cu_seqlens with this many sequences, batch 1 (0 = off)")
+#define P_HAS_INIT    CLI_KEY_INT("has_init", "1", "initial states input")
+#define P_HAS_FINAL   CLI_KEY_INT("has_final", "1", "final states output")
+#define P_SEQ_IDX     CLI_KEY_INT("seq_idx", "0", "seq_idx with this many sequences per row (0 = off)")
 #define P_LAYOUT      {"layout", CLI_KEY_WORD, "std", "std, or cann: x/b [B,NC,L,.,.], dt/da_cumsum [B,NC,L,H], states [B,NC,H,N,P]", "std|cann"}
 
 /* ---- random raw inputs ------------------------------------------------------------------------ */
@@ -450,14 +442,13 @@ static int present(const cli_problem * pb, const char * name) {
     return cli_view(pb, name).data != NULL;
 }
 
-/* Q for `run`: the chunk param if given, else the last dim of a (…, NC, Q) input, else 256. */
-static void bind_chunk(cli_problem * pb, const char * qsource, int qdim) {
-    const int i = cli_key_index(pb->op->shape_keys, "chunk");
-    if (pb->shape[i].given) return;
-    if (qsource && present(pb, qsource))
-        cli_set_shape(pb, "chunk", dim(pb, qsource, qdim));
-    else
-        cli_set_shape(pb, "chunk", 256);
+/* `run`: the shape keys and presence params from the inputs; the chunk: given, else the Q of
+ * a (…, NC, Q) input, else 256. */
+static int m2_bind(cli_problem * pb, char * err, size_t errlen) {
+    if (!pb->shape[cli_key_index(pb->op->shape_keys, "chunk")].given) cli_set_shape(pb, "chunk", 256);
+    if (cli_bind_shapes(pb, NULL, "batch=B,Q=chunk", err, errlen)) return -1;
+    cli_bind_flags(pb);
+    return 0;
 }
 
 static double e_act(const cli_problem * pb) {
@@ -468,8 +459,8 @@ static double e_act(const cli_problem * pb) {
  * mamba2_chunk_cumsum (spec §2.1)
  * ====================================================================================== */
 
-static const cli_key cumsum_shape[] = {K_B, K_S, K_H, K_CHUNK, K_END};
-static const cli_key cumsum_param[] = {P_HAS_DT_BIAS, P_SOFTPLUS, P_DT_LIMIT, K_END};
+static const cli_key cumsum_shape[] = {K_B, K_S, K_H, K_CHUNK, CLI_KEY_END};
+static const cli_key cumsum_param[] = {CLI_M2_KEY_HAS_DT_BIAS, CLI_M2_KEY_SOFTPLUS, CLI_M2_KEY_DT_LIMIT, CLI_KEY_END};
 static const char * const cumsum_cases[] = {
     "B=1,S=1,H=1,chunk=1;",
     "B=2,S=75,H=4,chunk=32;",
@@ -493,15 +484,6 @@ static int cumsum_generate(cli_problem * pb, uint64_t seed, char * err, size_t e
     return 0;
 }
 
-static int cumsum_bind(cli_problem * pb, char * err, size_t errlen) {
-    if (need_ndim(pb, "dt", 3, err, errlen)) return -1;
-    cli_set_shape(pb, "B", dim(pb, "dt", 0));
-    cli_set_shape(pb, "S", dim(pb, "dt", 1));
-    cli_set_shape(pb, "H", dim(pb, "dt", 2));
-    bind_chunk(pb, NULL, 0);
-    cli_set_param_int(pb, "has_dt_bias", present(pb, "dt_bias"));
-    return 0;
-}
 
 static int cumsum_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     const m2dims  d      = dims_of(pb);
@@ -525,31 +507,16 @@ static double cumsum_bytes(const cli_problem * pb) {
     return (e_act(pb) + 8.0) * (double)(d.B * d.S * d.H);
 }
 
-const cli_op cli_op_mamba2_chunk_cumsum = {
-    "mamba2_chunk_cumsum",
-    "dt bias, softplus, clamp and the in-chunk cumsum of dt*A (spec 2.1)",
-    cumsum_shape,
-    cumsum_param,
-    "B=1,S=2048,H=48,chunk=256",
-    NULL,
-    NULL,
-    cumsum_cases,
-    m2_validate,
-    cumsum_generate,
-    cumsum_bind,
-    cumsum_alloc,
-    mamba2_chunk_cumsum_call,
-    NULL,
-    cumsum_flops,
-    cumsum_bytes,
-};
+CLI_OP(mamba2_chunk_cumsum, "dt bias, softplus, clamp and the in-chunk cumsum of dt*A (spec 2.1)",
+       cumsum_shape, cumsum_param, CLI_BENCH("B=1,S=2048,H=48,chunk=256", NULL, NULL), cumsum_cases,
+       CLI_FNS(m2_validate, cumsum_generate, m2_bind, cumsum_alloc), NULL, cumsum_flops, cumsum_bytes);
 
 /* ======================================================================================
  * mamba2_chunk_state (spec §2.2, CANN layout §0.2)
  * ====================================================================================== */
 
-static const cli_key cstate_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, K_END};
-static const cli_key cstate_param[] = {P_SEQ_IDX, P_LAYOUT, K_END};
+static const cli_key cstate_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, CLI_KEY_END};
+static const cli_key cstate_param[] = {P_SEQ_IDX, P_LAYOUT, CLI_KEY_END};
 static const char * const cstate_cases[] = {
     "B=2,S=70,H=4,P=16,N=32,G=2,chunk=32;",
     "B=1,S=64,H=4,P=16,N=64,G=1,chunk=16;",
@@ -639,8 +606,6 @@ static int cstate_bind(cli_problem * pb, char * err, size_t errlen) {
         if (need_ndim(pb, "x", 5, err, errlen) || need_ndim(pb, "b", 5, err, errlen) ||
             need_ndim(pb, "dt", 4, err, errlen) || need_ndim(pb, "da_cumsum", 4, err, errlen))
             return -1;
-        const int64_t B = dim(pb, "x", 0), NC = dim(pb, "x", 1), L = dim(pb, "x", 2);
-        const int64_t H = dim(pb, "x", 3), P = dim(pb, "x", 4), G = dim(pb, "b", 3), N = dim(pb, "b", 4);
         const char *  names[] = {"x", "b"};
         for (int i = 0; i < 2; ++i) {
             cli_buf *     buf      = cli_arg_buf(pb, names[i]);
@@ -654,27 +619,8 @@ static int cstate_bind(cli_problem * pb, char * err, size_t errlen) {
             cli_buf * buf = cli_arg_buf(pb, tm[i]);
             cann_time_major_view(buf, buf->mem_shape[0], buf->mem_shape[3], buf->mem_shape[1], buf->mem_shape[2]);
         }
-        cli_set_shape(pb, "B", B);
-        cli_set_shape(pb, "S", NC * L);
-        cli_set_shape(pb, "H", H);
-        cli_set_shape(pb, "P", P);
-        cli_set_shape(pb, "N", N);
-        cli_set_shape(pb, "G", G);
-        cli_set_shape(pb, "chunk", L);
-        return 0;
     }
-    if (need_ndim(pb, "x", 4, err, errlen) || need_ndim(pb, "b", 4, err, errlen) ||
-        need_ndim(pb, "dt", 4, err, errlen))
-        return -1;
-    cli_set_shape(pb, "B", dim(pb, "x", 0));
-    cli_set_shape(pb, "S", dim(pb, "x", 1));
-    cli_set_shape(pb, "H", dim(pb, "x", 2));
-    cli_set_shape(pb, "P", dim(pb, "x", 3));
-    cli_set_shape(pb, "G", dim(pb, "b", 2));
-    cli_set_shape(pb, "N", dim(pb, "b", 3));
-    bind_chunk(pb, "dt", 3);
-    cli_set_param_int(pb, "seq_idx", present(pb, "seq_idx"));
-    return 0;
+    return m2_bind(pb, err, errlen);
 }
 
 static int cstate_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
@@ -710,31 +656,17 @@ static double cstate_bytes(const cli_problem * pb) {
            4.0 * X;
 }
 
-const cli_op cli_op_mamba2_chunk_state = {
-    "mamba2_chunk_state",
-    "per-chunk local states; layout=cann for the CANN tensor order (spec 2.2, 0.2)",
-    cstate_shape,
-    cstate_param,
-    "B=1,S=1024,H=128,P=64,N=128,G=8,chunk=256", /* the CANN seed test shape (NC = 4) */
-    NULL,
-    "f16",
-    cstate_cases,
-    m2_validate,
-    cstate_generate,
-    cstate_bind,
-    cstate_alloc,
-    mamba2_chunk_state_call,
-    NULL,
-    cstate_flops,
-    cstate_bytes,
-};
+/* the CANN seed test shape (NC = 4) */
+CLI_OP(mamba2_chunk_state, "per-chunk local states; layout=cann for the CANN tensor order (spec 2.2, 0.2)",
+       cstate_shape, cstate_param, CLI_BENCH("B=1,S=1024,H=128,P=64,N=128,G=8,chunk=256", NULL, "f16"), cstate_cases,
+       CLI_FNS(m2_validate, cstate_generate, cstate_bind, cstate_alloc), NULL, cstate_flops, cstate_bytes);
 
 /* ======================================================================================
  * mamba2_state_passing (spec §2.3)
  * ====================================================================================== */
 
-static const cli_key spass_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, K_END};
-static const cli_key spass_param[] = {P_HAS_INIT, P_HAS_FINAL, P_SEQ_IDX, K_END};
+static const cli_key spass_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, CLI_KEY_END};
+static const cli_key spass_param[] = {P_HAS_INIT, P_HAS_FINAL, P_SEQ_IDX, CLI_KEY_END};
 static const char * const spass_cases[] = {
     "B=2,S=300,H=4,P=16,N=16,G=2,chunk=64;",
     "B=2,S=300,H=4,P=16,N=16,G=2,chunk=64;has_init=0,has_final=0",
@@ -778,20 +710,9 @@ static int spass_generate(cli_problem * pb, uint64_t seed, char * err, size_t er
 }
 
 static int spass_bind(cli_problem * pb, char * err, size_t errlen) {
-    if (need_ndim(pb, "states", 5, err, errlen)) return -1;
-    cli_set_shape(pb, "B", dim(pb, "states", 0));
-    cli_set_shape(pb, "H", dim(pb, "states", 2));
-    cli_set_shape(pb, "P", dim(pb, "states", 3));
-    cli_set_shape(pb, "N", dim(pb, "states", 4));
-    bind_chunk(pb, NULL, 0);
+    if (m2_bind(pb, err, errlen)) return -1;
     /* S: from seq_idx when given, else NC·Q (only seq_idx needs the true length) */
-    if (present(pb, "seq_idx") && cli_view(pb, "seq_idx").ndim == 2)
-        cli_set_shape(pb, "S", dim(pb, "seq_idx", 1));
-    else
-        cli_set_shape(pb, "S", dim(pb, "states", 1) * cli_shape(pb, "chunk"));
-    cli_set_param_int(pb, "has_init", present(pb, "initial_states"));
-    cli_set_param_int(pb, "has_final", 1);
-    cli_set_param_int(pb, "seq_idx", present(pb, "seq_idx"));
+    if (!present(pb, "seq_idx")) cli_set_shape(pb, "S", dim(pb, "states", 1) * cli_shape(pb, "chunk"));
     return 0;
 }
 
@@ -821,31 +742,16 @@ static double spass_bytes(const cli_problem * pb) {
     return 4.0 * X + e_act(pb) * X + 4.0 * (double)(d.B * d.H * d.P * d.N);
 }
 
-const cli_op cli_op_mamba2_state_passing = {
-    "mamba2_state_passing",
-    "inter-chunk recurrence with initial/final states and seq_idx resets (spec 2.3)",
-    spass_shape,
-    spass_param,
-    "B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256",
-    NULL,
-    NULL,
-    spass_cases,
-    m2_validate,
-    spass_generate,
-    spass_bind,
-    spass_alloc,
-    mamba2_state_passing_call,
-    NULL,
-    spass_flops,
-    spass_bytes,
-};
+CLI_OP(mamba2_state_passing, "inter-chunk recurrence with initial/final states and seq_idx resets (spec 2.3)",
+       spass_shape, spass_param, CLI_BENCH("B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256", NULL, NULL), spass_cases,
+       CLI_FNS(m2_validate, spass_generate, spass_bind, spass_alloc), NULL, spass_flops, spass_bytes);
 
 /* ======================================================================================
  * mamba2_bmm (spec §2.4)
  * ====================================================================================== */
 
-static const cli_key bmm_shape[] = {K_B, K_S, K_G, K_N, K_CHUNK, K_END};
-static const cli_key bmm_param[] = {P_SEQ_IDX, K_END};
+static const cli_key bmm_shape[] = {K_B, K_S, K_G, K_N, K_CHUNK, CLI_KEY_END};
+static const cli_key bmm_param[] = {P_SEQ_IDX, CLI_KEY_END};
 static const char * const bmm_cases[] = {
     "B=2,S=70,G=2,N=16,chunk=32;",
     "B=1,S=64,G=1,N=64,chunk=64;",
@@ -867,16 +773,6 @@ static int bmm_generate(cli_problem * pb, uint64_t seed, char * err, size_t errl
     return 0;
 }
 
-static int bmm_bind(cli_problem * pb, char * err, size_t errlen) {
-    if (need_ndim(pb, "c", 4, err, errlen)) return -1;
-    cli_set_shape(pb, "B", dim(pb, "c", 0));
-    cli_set_shape(pb, "S", dim(pb, "c", 1));
-    cli_set_shape(pb, "G", dim(pb, "c", 2));
-    cli_set_shape(pb, "N", dim(pb, "c", 3));
-    bind_chunk(pb, NULL, 0);
-    cli_set_param_int(pb, "seq_idx", present(pb, "seq_idx"));
-    return 0;
-}
 
 static int bmm_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     const m2dims  d      = dims_of(pb);
@@ -900,31 +796,16 @@ static double bmm_bytes(const cli_problem * pb) {
     return 2.0 * e_act(pb) * (double)(d.B * d.S * d.G * d.N) + 4.0 * (double)(d.B * d.S * d.G * d.Q);
 }
 
-const cli_op cli_op_mamba2_bmm = {
-    "mamba2_bmm",
-    "CB = C*B^T per chunk and group (spec 2.4)",
-    bmm_shape,
-    bmm_param,
-    "B=1,S=2048,G=1,N=128,chunk=256",
-    NULL,
-    NULL,
-    bmm_cases,
-    m2_validate,
-    bmm_generate,
-    bmm_bind,
-    bmm_alloc,
-    mamba2_bmm_call,
-    NULL,
-    bmm_flops,
-    bmm_bytes,
-};
+CLI_OP(mamba2_bmm, "CB = C*B^T per chunk and group (spec 2.4)",
+       bmm_shape, bmm_param, CLI_BENCH("B=1,S=2048,G=1,N=128,chunk=256", NULL, NULL), bmm_cases,
+       CLI_FNS(m2_validate, bmm_generate, m2_bind, bmm_alloc), NULL, bmm_flops, bmm_bytes);
 
 /* ======================================================================================
  * mamba2_chunk_scan (spec §2.5)
  * ====================================================================================== */
 
-static const cli_key cscan_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, K_END};
-static const cli_key cscan_param[] = {P_HAS_D, P_HAS_Z, P_HAS_INIT, P_SEQ_IDX, K_END};
+static const cli_key cscan_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, CLI_KEY_END};
+static const cli_key cscan_param[] = {CLI_M2_KEY_HAS_D, CLI_M2_KEY_HAS_Z, P_HAS_INIT, P_SEQ_IDX, CLI_KEY_END};
 static const char * const cscan_cases[] = {
     "B=2,S=70,H=4,P=16,N=16,G=2,chunk=32;",
     "B=2,S=70,H=4,P=16,N=16,G=2,chunk=32;has_d=2,has_z=0",
@@ -974,22 +855,6 @@ static int cscan_generate(cli_problem * pb, uint64_t seed, char * err, size_t er
     return rc;
 }
 
-static int cscan_bind(cli_problem * pb, char * err, size_t errlen) {
-    if (need_ndim(pb, "x", 4, err, errlen) || need_ndim(pb, "c", 4, err, errlen) ||
-        need_ndim(pb, "dt", 4, err, errlen))
-        return -1;
-    cli_set_shape(pb, "B", dim(pb, "x", 0));
-    cli_set_shape(pb, "S", dim(pb, "x", 1));
-    cli_set_shape(pb, "H", dim(pb, "x", 2));
-    cli_set_shape(pb, "P", dim(pb, "x", 3));
-    cli_set_shape(pb, "G", dim(pb, "c", 2));
-    cli_set_shape(pb, "N", dim(pb, "c", 3));
-    bind_chunk(pb, "dt", 3);
-    cli_set_param_int(pb, "has_d", present(pb, "d") ? cli_view(pb, "d").ndim : 0);
-    cli_set_param_int(pb, "has_z", present(pb, "z"));
-    cli_set_param_int(pb, "seq_idx", present(pb, "seq_idx"));
-    return 0;
-}
 
 static int cscan_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     const m2dims  d      = dims_of(pb);
@@ -1019,32 +884,17 @@ static double cscan_bytes(const cli_problem * pb) {
     return n;
 }
 
-const cli_op cli_op_mamba2_chunk_scan = {
-    "mamba2_chunk_scan",
-    "outputs from CB, the passed states, D and z (spec 2.5)",
-    cscan_shape,
-    cscan_param,
-    "B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256",
-    "has_z=0",
-    NULL,
-    cscan_cases,
-    m2_validate,
-    cscan_generate,
-    cscan_bind,
-    cscan_alloc,
-    mamba2_chunk_scan_call,
-    NULL,
-    cscan_flops,
-    cscan_bytes,
-};
+CLI_OP(mamba2_chunk_scan, "outputs from CB, the passed states, D and z (spec 2.5)",
+       cscan_shape, cscan_param, CLI_BENCH("B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256", "has_z=0", NULL), cscan_cases,
+       CLI_FNS(m2_validate, cscan_generate, m2_bind, cscan_alloc), NULL, cscan_flops, cscan_bytes);
 
 /* ======================================================================================
  * mamba2_scan: the combined forward (spec §2.6, §2.8)
  * ====================================================================================== */
 
-static const cli_key scan_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, K_END};
-static const cli_key scan_param[] = {P_HAS_D,    P_HAS_Z,     P_HAS_DT_BIAS, P_SOFTPLUS, P_DT_LIMIT,
-                                     P_HAS_INIT, P_HAS_FINAL, P_SEQ_IDX,     P_NSEQ,     K_END};
+static const cli_key scan_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, CLI_KEY_END};
+static const cli_key scan_param[] = {CLI_M2_KEY_HAS_D,    CLI_M2_KEY_HAS_Z,     CLI_M2_KEY_HAS_DT_BIAS, CLI_M2_KEY_SOFTPLUS, CLI_M2_KEY_DT_LIMIT,
+                                     P_HAS_INIT, P_HAS_FINAL, P_SEQ_IDX,     CLI_KEY_NSEQ,     CLI_KEY_END};
 static const char * const scan_cases[] = {
     "B=2,S=77,H=4,P=16,N=64,G=2,chunk=32;has_d=2,dt_limit=0:0.08",
     "B=2,S=80,H=4,P=16,N=16,G=1,chunk=32;",
@@ -1084,26 +934,6 @@ static int scan_generate(cli_problem * pb, uint64_t seed, char * err, size_t err
     return 0;
 }
 
-static int scan_bind(cli_problem * pb, char * err, size_t errlen) {
-    if (need_ndim(pb, "x", 4, err, errlen) || need_ndim(pb, "b", 4, err, errlen)) return -1;
-    cli_set_shape(pb, "B", dim(pb, "x", 0));
-    cli_set_shape(pb, "S", dim(pb, "x", 1));
-    cli_set_shape(pb, "H", dim(pb, "x", 2));
-    cli_set_shape(pb, "P", dim(pb, "x", 3));
-    cli_set_shape(pb, "G", dim(pb, "b", 2));
-    cli_set_shape(pb, "N", dim(pb, "b", 3));
-    bind_chunk(pb, NULL, 0);
-    cli_set_param_int(pb, "has_d", present(pb, "d") ? cli_view(pb, "d").ndim : 0);
-    cli_set_param_int(pb, "has_z", present(pb, "z"));
-    cli_set_param_int(pb, "has_dt_bias", present(pb, "dt_bias"));
-    cli_set_param_int(pb, "has_init", present(pb, "initial_states"));
-    cli_set_param_int(pb, "has_final", 1);
-    cli_set_param_int(pb, "seq_idx", present(pb, "seq_idx"));
-    cli_set_param_int(pb, "nseq", present(pb, "cu_seqlens") ? cli_numel(cli_view(pb, "cu_seqlens").ndim,
-                                                                         cli_view(pb, "cu_seqlens").shape) - 1
-                                                            : 0);
-    return 0;
-}
 
 static int scan_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     const m2dims  d       = dims_of(pb);
@@ -1118,7 +948,7 @@ static int scan_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return 0;
 }
 
-static ssm_status scan_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
+static ssm_status mamba2_scan_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
     const ssm_mamba2_params p = params_of(pb);
     ssm_mamba2_scan_args    a;
     cli_args_struct(pb, &a);
@@ -1155,24 +985,10 @@ static double scan_bytes(const cli_problem * pb) {
     return n;
 }
 
-const cli_op cli_op_mamba2_scan = {
-    "mamba2_scan",
-    "the combined Mamba-2 forward: chunked scan with D, z, states, seq_idx, varlen (spec 2.6, 2.8)",
-    scan_shape,
-    scan_param,
-    "B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256", /* the benchmark shape of record */
-    "has_d=1,has_z=0,has_dt_bias=1,dt_softplus=1,has_init=0,has_final=1",
-    NULL,
-    scan_cases,
-    m2_validate,
-    scan_generate,
-    scan_bind,
-    scan_alloc,
-    scan_call,
-    scan_workspace,
-    scan_flops,
-    scan_bytes,
-};
+/* the benchmark shape of record */
+CLI_OP(mamba2_scan, "the combined Mamba-2 forward: chunked scan with D, z, states, seq_idx, varlen (spec 2.6, 2.8)",
+       scan_shape, scan_param, CLI_BENCH("B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256", "has_d=1,has_z=0,has_dt_bias=1,dt_softplus=1,has_init=0,has_final=1", NULL), scan_cases,
+       CLI_FNS(m2_validate, scan_generate, m2_bind, scan_alloc), scan_workspace, scan_flops, scan_bytes);
 
 /* ---- shared with cli-mamba2-train.c ---------------------------------------------------------- */
 

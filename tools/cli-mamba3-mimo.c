@@ -35,30 +35,25 @@
 
 #include "cli.h"
 
-#define KEY_INT(name, def, help) {name, CLI_KEY_INT, def, help, NULL}
-#define K_END {NULL, CLI_KEY_INT, NULL, NULL, NULL}
 
-#define K_B     KEY_INT("B", "2", "batch (1 with nseq)")
-#define K_H     KEY_INT("H", "4", "value heads (H % G == 0)")
-#define K_G     KEY_INT("G", "2", "q/k heads")
-#define K_R     KEY_INT("R", "2", "MIMO rank")
-#define K_N     KEY_INT("N", "32", "state size = q/k width (even, a multiple of div)")
-#define K_P     KEY_INT("P", "16", "value width")
-#define K_CHUNK KEY_INT("chunk", "8", "chunk size C (C*R <= 128)")
+#define K_B     CLI_KEY_INT("B", "2", "batch (1 with nseq)")
+#define K_H     CLI_KEY_INT("H", "4", "value heads (H % G == 0)")
+#define K_G     CLI_KEY_INT("G", "2", "q/k heads")
+#define K_R     CLI_KEY_INT("R", "2", "MIMO rank")
+#define K_N     CLI_KEY_INT("N", "32", "state size = q/k width (even, a multiple of div)")
+#define K_P     CLI_KEY_INT("P", "16", "value width")
+#define K_CHUNK CLI_KEY_INT("chunk", "8", "chunk size C (C*R <= 128)")
 
-#define P_DIV    KEY_INT("div", "4", "rotary_dim_divisor (2 or 4): A = N/div rotated pairs (a, a+N/2)")
-#define P_HAS_D  KEY_INT("has_d", "1", "skip term d (H)")
-#define P_HAS_Z  KEY_INT("has_z", "1", "gate z (B,S,H,P) with mimo_z (H,R,P)")
-#define P_REDUCE KEY_INT("reduce_o", "1", "mimo_o given: out/dout (B,S,H,P); 0: per rank (B,S,R,H,P)")
-#define P_FUSED  KEY_INT("fused", "0", "fused pre-gate headwise RMSNorm (needs has_z, reduce_o)")
+#define P_DIV    CLI_KEY_INT("div", "4", "rotary_dim_divisor (2 or 4): A = N/div rotated pairs (a, a+N/2)")
+#define P_HAS_D  CLI_KEY_INT("has_d", "1", "skip term d (H)")
+#define P_HAS_Z  CLI_KEY_INT("has_z", "1", "gate z (B,S,H,P) with mimo_z (H,R,P)")
+#define P_REDUCE CLI_KEY_INT("reduce_o", "1", "mimo_o given: out/dout (B,S,H,P); 0: per rank (B,S,R,H,P)")
+#define P_FUSED  CLI_KEY_INT("fused", "0", "fused pre-gate headwise RMSNorm (needs has_z, reduce_o)")
 #define P_FUSED2 \
-    KEY_INT("fuse_pregate_headwise_rms_norm", "0", "same as fused (the name upstream and the test vectors use)")
-#define P_NORM_W KEY_INT("has_norm_weight", "1", "with fused: outproj_norm_weight (H,P) (0: all ones)")
+    CLI_KEY_INT("fuse_pregate_headwise_rms_norm", "0", "same as fused (the name upstream and the test vectors use)")
+#define P_NORM_W CLI_KEY_INT("has_norm_weight", "1", "with fused: outproj_norm_weight (H,P) (0: all ones)")
 #define P_EPS    {"outproj_norm_eps", CLI_KEY_FLOAT, "1e-5", "eps of the fused norm", NULL}
-#define P_STATES KEY_INT("has_states", "1", "initial states in (angle, ssm, k, v)")
-#define P_FINAL  KEY_INT("has_final", "1", "final states out")
-#define P_DFINAL KEY_INT("has_dfinal", "1", "incoming gradients of the final states")
-#define P_NSEQ   KEY_INT("nseq", "0", "varlen: cu_seqlens with this many sequences, batch 1 (0 = off)")
+#define P_STATES CLI_KEY_INT("has_states", "1", "initial states in (angle, ssm, k, v)")
 
 /* ---- dimensions and tensor shapes by argument name ---------------------------------- */
 
@@ -255,7 +250,8 @@ static int mimo_generate(cli_problem * pb, uint64_t seed, char * err, size_t err
 /* `run`: bwd_fwd's chunk (semantic there: the decays are chunk-local) from segsum (B,H,nc,C,C);
  * div = N / A when not given. */
 static int mimo_bind(cli_problem * pb, char * err, size_t errlen) {
-    if (cli_m3_bind(pb, err, errlen)) return -1;
+    if (cli_bind_shapes(pb, NULL, NULL, err, errlen)) return -1;
+    cli_bind_flags(pb);
     const int ci = cli_key_index(pb->op->shape_keys, "chunk");
     if (ci >= 0 && !pb->shape[ci].given && cli_has_arg(pb, "segsum") && cli_present(pb, "segsum"))
         cli_set_shape(pb, "chunk", cli_dim(pb, "segsum", 3));
@@ -330,23 +326,23 @@ static double state_bytes_per_set(const mdims * d) {
  * ====================================================================================== */
 
 static const cli_key bf_shape[] = {
-    KEY_INT("B", "1", "batch"),
-    KEY_INT("S", "35", "sequence length (any; a partial last chunk reads 0)"),
-    KEY_INT("H", "2", "value heads (H % G == 0)"),
-    KEY_INT("G", "1", "q/k heads"),
-    KEY_INT("R", "4", "MIMO rank"),
-    KEY_INT("N", "64", "state size = q/k width (even, a multiple of div)"),
-    KEY_INT("P", "64", "value width"),
-    KEY_INT("chunk", "16", "chunk size C (semantic here: the decays are chunk-local; C*R <= 128)"),
-    K_END,
+    CLI_KEY_INT("B", "1", "batch"),
+    CLI_KEY_INT("S", "35", "sequence length (any; a partial last chunk reads 0)"),
+    CLI_KEY_INT("H", "2", "value heads (H % G == 0)"),
+    CLI_KEY_INT("G", "1", "q/k heads"),
+    CLI_KEY_INT("R", "4", "MIMO rank"),
+    CLI_KEY_INT("N", "64", "state size = q/k width (even, a multiple of div)"),
+    CLI_KEY_INT("P", "64", "value width"),
+    CLI_KEY_INT("chunk", "16", "chunk size C (semantic here: the decays are chunk-local; C*R <= 128)"),
+    CLI_KEY_END,
 };
 static const cli_key bf_param[] = {
     P_DIV,
     P_HAS_D,
     P_HAS_Z,
     P_REDUCE,
-    KEY_INT("consistent", "0", "da_cs, da_cs_rev, segsum from adt = -dt*U(0,1) (0: independent N(0,1)/8, as the seed)"),
-    K_END,
+    CLI_KEY_INT("consistent", "0", "da_cs, da_cs_rev, segsum from adt = -dt*U(0,1) (0: independent N(0,1)/8, as the seed)"),
+    CLI_KEY_END,
 };
 /* The seed's branches (reduce_o, z, d), GQA with batch 2, tails and its (N,P,R,C) list. */
 static const char * const bf_cases[] = {
@@ -389,34 +385,19 @@ static double bf_bytes(const cli_problem * pb) {
     return n;
 }
 
-const cli_op cli_op_mamba3_mimo_bwd_fwd = {
-    "mamba3_mimo_bwd_fwd",
-    "MIMO backward phase 1, seed interface: states, qk_dot, dz, dmimo_o/z (mimo 3.4)",
-    bf_shape,
-    bf_param,
-    "B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16",
-    "has_d=1,has_z=1,reduce_o=1",
-    "bf16",
-    bf_cases,
-    mimo_validate,
-    mimo_generate,
-    mimo_bind,
-    mimo_alloc,
-    mamba3_mimo_bwd_fwd_call,
-    NULL,
-    fwd_flops,
-    bf_bytes,
-};
+CLI_OP(mamba3_mimo_bwd_fwd, "MIMO backward phase 1, seed interface: states, qk_dot, dz, dmimo_o/z (mimo 3.4)",
+       bf_shape, bf_param, CLI_BENCH("B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16", "has_d=1,has_z=1,reduce_o=1", "bf16"), bf_cases,
+       CLI_FNS(mimo_validate, mimo_generate, mimo_bind, mimo_alloc), NULL, fwd_flops, bf_bytes);
 
 /* ======================================================================================
  * mamba3_mimo (spec §3.3, §3.7)
  * ====================================================================================== */
 
 static const cli_key fwd_shape[] = {
-    K_B, KEY_INT("S", "37", "sequence length (tokens per batch row)"), K_H, K_G, K_R, K_N, K_P, K_CHUNK, K_END,
+    K_B, CLI_KEY_INT("S", "37", "sequence length (tokens per batch row)"), K_H, K_G, K_R, K_N, K_P, K_CHUNK, CLI_KEY_END,
 };
 static const cli_key fwd_param[] = {P_DIV, P_HAS_D, P_HAS_Z, P_REDUCE, P_FUSED, P_FUSED2, P_NORM_W,
-                                    P_EPS, P_STATES, P_FINAL, P_NSEQ, K_END};
+                                    P_EPS, P_STATES, CLI_KEY_HAS_FINAL, CLI_KEY_NSEQ, CLI_KEY_END};
 static const char * const fwd_cases[] = {
     "B=2,S=37,H=4,G=2,R=2,N=32,P=16,chunk=8;",
     "B=1,S=40,H=2,G=1,R=1,N=64,P=32,chunk=16;reduce_o=0,has_z=0,has_states=0",
@@ -446,42 +427,27 @@ static double fwd_bytes(const cli_problem * pb) {
     return n;
 }
 
-const cli_op cli_op_mamba3_mimo = {
-    "mamba3_mimo",
-    "MIMO forward: raw angles, adt, rank R, mimo_o/z, fused norm, states, varlen (mimo 3.7)",
-    fwd_shape,
-    fwd_param,
-    "B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16",
-    "has_d=1,has_z=1,reduce_o=1,has_states=0,has_final=0",
-    "bf16",
-    fwd_cases,
-    mimo_validate,
-    mimo_generate,
-    mimo_bind,
-    mimo_alloc,
-    mamba3_mimo_call,
-    NULL,
-    fwd_flops,
-    fwd_bytes,
-};
+CLI_OP(mamba3_mimo, "MIMO forward: raw angles, adt, rank R, mimo_o/z, fused norm, states, varlen (mimo 3.7)",
+       fwd_shape, fwd_param, CLI_BENCH("B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16", "has_d=1,has_z=1,reduce_o=1,has_states=0,has_final=0", "bf16"), fwd_cases,
+       CLI_FNS(mimo_validate, mimo_generate, mimo_bind, mimo_alloc), NULL, fwd_flops, fwd_bytes);
 
 /* ======================================================================================
  * mamba3_mimo_bwd (spec §3.5, §3.6, §4)
  * ====================================================================================== */
 
 static const cli_key bwd_shape[] = {
-    KEY_INT("B", "1", "batch (1 with nseq)"),
-    KEY_INT("S", "29", "sequence length (the reference backward is token-recurrent float64)"),
-    KEY_INT("H", "2", "value heads (H % G == 0)"),
-    KEY_INT("G", "1", "q/k heads"),
+    CLI_KEY_INT("B", "1", "batch (1 with nseq)"),
+    CLI_KEY_INT("S", "29", "sequence length (the reference backward is token-recurrent float64)"),
+    CLI_KEY_INT("H", "2", "value heads (H % G == 0)"),
+    CLI_KEY_INT("G", "1", "q/k heads"),
     K_R,
-    KEY_INT("N", "16", "state size = q/k width (even, a multiple of div)"),
+    CLI_KEY_INT("N", "16", "state size = q/k width (even, a multiple of div)"),
     K_P,
     K_CHUNK,
-    K_END,
+    CLI_KEY_END,
 };
 static const cli_key bwd_param[] = {P_DIV, P_HAS_D, P_HAS_Z, P_REDUCE, P_FUSED, P_FUSED2, P_NORM_W,
-                                    P_EPS, P_STATES, P_DFINAL, P_NSEQ, K_END};
+                                    P_EPS, P_STATES, CLI_KEY_HAS_DFINAL, CLI_KEY_NSEQ, CLI_KEY_END};
 static const char * const bwd_cases[] = {
     "B=2,S=21,H=4,G=2,R=2,N=16,P=8,chunk=8;",
     "B=1,S=24,H=2,G=1,R=1,N=32,P=16,chunk=16;reduce_o=0,has_z=0,has_states=0,has_dfinal=0",
@@ -523,31 +489,16 @@ static double bwd_bytes(const cli_problem * pb) {
     return n + copies * state_bytes_per_set(&d);
 }
 
-const cli_op cli_op_mamba3_mimo_bwd = {
-    "mamba3_mimo_bwd",
-    "every gradient of mamba3_mimo incl. the initial states, recomputing the forward (mimo 3.5-3.6, 4)",
-    bwd_shape,
-    bwd_param,
-    "B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16",
-    "has_d=1,has_z=1,reduce_o=1,has_states=0,has_dfinal=0",
-    "bf16",
-    bwd_cases,
-    mimo_validate,
-    mimo_generate,
-    mimo_bind,
-    mimo_alloc,
-    mamba3_mimo_bwd_call,
-    NULL,
-    bwd_flops,
-    bwd_bytes,
-};
+CLI_OP(mamba3_mimo_bwd, "every gradient of mamba3_mimo incl. the initial states, recomputing the forward (mimo 3.5-3.6, 4)",
+       bwd_shape, bwd_param, CLI_BENCH("B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16", "has_d=1,has_z=1,reduce_o=1,has_states=0,has_dfinal=0", "bf16"), bwd_cases,
+       CLI_FNS(mimo_validate, mimo_generate, mimo_bind, mimo_alloc), NULL, bwd_flops, bwd_bytes);
 
 /* ======================================================================================
  * mamba3_mimo_step (spec §3.9)
  * ====================================================================================== */
 
 static const cli_key step_shape[] = {
-    KEY_INT("B", "3", "batch rows (one token each)"), K_H, K_G, K_R, K_N, K_P, K_END,
+    CLI_KEY_INT("B", "3", "batch rows (one token each)"), K_H, K_G, K_R, K_N, K_P, CLI_KEY_END,
 };
 static const cli_key step_param[] = {
     P_DIV,
@@ -558,9 +509,9 @@ static const cli_key step_param[] = {
     P_FUSED2,
     P_NORM_W,
     P_EPS,
-    KEY_INT("slots", "0", "state pool rows with state_batch_indices (>= B; row 1 is padding); 0 = no indices"),
-    KEY_INT("in_place", "1", "final_* states are the input state pools (updated in place)"),
-    K_END,
+    CLI_KEY_SLOTS,
+    CLI_KEY_IN_PLACE_POOLS,
+    CLI_KEY_END,
 };
 static const char * const step_cases[] = {
     "B=3,H=4,G=2,R=2,N=32,P=16;",
@@ -593,21 +544,6 @@ static double step_bytes(const cli_problem * pb) {
     return 2.0 * e * (double)(d.B * d.H) * (double)(d.P * d.N + d.R * d.N + d.P + d.A);
 }
 
-const cli_op cli_op_mamba3_mimo_step = {
-    "mamba3_mimo_step",
-    "MIMO decode: one token per row, four state pools updated in place (mimo 3.9)",
-    step_shape,
-    step_param,
-    "B=1,H=16,G=1,R=4,N=64,P=64",
-    NULL,
-    "bf16",
-    step_cases,
-    mimo_validate,
-    mimo_generate,
-    mimo_bind,
-    mimo_alloc,
-    mamba3_mimo_step_call,
-    NULL,
-    step_flops,
-    step_bytes,
-};
+CLI_OP(mamba3_mimo_step, "MIMO decode: one token per row, four state pools updated in place (mimo 3.9)",
+       step_shape, step_param, CLI_BENCH("B=1,H=16,G=1,R=4,N=64,P=64", NULL, "bf16"), step_cases,
+       CLI_FNS(mimo_validate, mimo_generate, mimo_bind, mimo_alloc), NULL, step_flops, step_bytes);

@@ -22,24 +22,19 @@
 
 #include "cli.h"
 
-#define KEY_INT(name, def, help) {name, CLI_KEY_INT, def, help, NULL}
-#define K_END {NULL, CLI_KEY_INT, NULL, NULL, NULL}
 
-#define K_B     KEY_INT("B", "2", "batch (1 with nseq)")
-#define K_S     KEY_INT("S", "100", "sequence length (tokens per batch row)")
-#define K_H     KEY_INT("H", "4", "V-heads")
-#define K_HQ    KEY_INT("Hq", "2", "Q/K heads (H % Hq == 0)")
-#define K_K     KEY_INT("K", "32", "q/k head dim = state columns (even)")
-#define K_V     KEY_INT("V", "16", "value head dim = state rows")
-#define K_A     KEY_INT("A", "8", "rotated pairs (A <= K/2)")
-#define K_CHUNK KEY_INT("chunk", "32", "chunk size C (not semantic; backends may tile their own)")
+#define K_B     CLI_KEY_INT("B", "2", "batch (1 with nseq)")
+#define K_S     CLI_KEY_INT("S", "100", "sequence length (tokens per batch row)")
+#define K_H     CLI_KEY_INT("H", "4", "V-heads")
+#define K_HQ    CLI_KEY_INT("Hq", "2", "Q/K heads (H % Hq == 0)")
+#define K_K     CLI_KEY_INT("K", "32", "q/k head dim = state columns (even)")
+#define K_V     CLI_KEY_INT("V", "16", "value head dim = state rows")
+#define K_A     CLI_KEY_INT("A", "8", "rotated pairs (A <= K/2)")
+#define K_CHUNK CLI_KEY_INT("chunk", "32", "chunk size C (not semantic; backends may tile their own)")
 
-#define P_HAS_D      KEY_INT("has_d", "1", "D skip term d (H)")
-#define P_HAS_Z      KEY_INT("has_z", "1", "gate z: out = y*silu(z)")
-#define P_HAS_STATES KEY_INT("has_states", "1", "initial states in (all of them)")
-#define P_HAS_FINAL  KEY_INT("has_final", "1", "final states out")
-#define P_HAS_DFINAL KEY_INT("has_dfinal", "1", "incoming gradients of the final states")
-#define P_NSEQ       KEY_INT("nseq", "0", "varlen: cu_seqlens with this many sequences, batch 1 (0 = off)")
+#define P_HAS_D      CLI_KEY_INT("has_d", "1", "D skip term d (H)")
+#define P_HAS_Z      CLI_KEY_INT("has_z", "1", "gate z: out = y*silu(z)")
+#define P_HAS_STATES CLI_KEY_INT("has_states", "1", "initial states in (all of them)")
 
 /* ---- dimensions and tensor shapes by argument name ---------------------------------- */
 
@@ -194,7 +189,9 @@ static int m3_generate(cli_problem * pb, uint64_t seed, char * err, size_t errle
 static int m3_bind(cli_problem * pb, char * err, size_t errlen) {
     const int ci = cli_key_index(pb->op->shape_keys, "chunk");
     if (ci >= 0 && !pb->shape[ci].given) cli_set_shape(pb, "chunk", 64);
-    return cli_m3_bind(pb, err, errlen);
+    if (cli_bind_shapes(pb, NULL, NULL, err, errlen)) return -1;
+    cli_bind_flags(pb);
+    return 0;
 }
 
 static int m3_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
@@ -208,12 +205,12 @@ static int m3_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
  * mamba3_angle_cumsum and its backward (spec §2.1, §2.2, §6.6)
  * ====================================================================================== */
 
-static const cli_key angle_shape[] = {K_B, K_S, K_H, K_A, K_CHUNK, K_END};
+static const cli_key angle_shape[] = {K_B, K_S, K_H, K_A, K_CHUNK, CLI_KEY_END};
 static const cli_key angle_param[] = {
-    KEY_INT("has_states", "1", "initial angle state in (angle_state)"),
-    P_HAS_FINAL,
-    P_NSEQ,
-    K_END,
+    CLI_KEY_INT("has_states", "1", "initial angle state in (angle_state)"),
+    CLI_KEY_HAS_FINAL,
+    CLI_KEY_NSEQ,
+    CLI_KEY_END,
 };
 static const char * const angle_cases[] = {
     "B=2,S=70,H=4,A=8,chunk=32;",
@@ -243,30 +240,15 @@ static double angle_bytes(const cli_problem * pb) {
     return n;
 }
 
-const cli_op cli_op_mamba3_angle_cumsum = {
-    "mamba3_angle_cumsum",
-    "theta = wrap(angle_state + cumsum(pi*tanh(angles)*dt)) per sequence (siso 2.1)",
-    angle_shape,
-    angle_param,
-    "B=1,S=2048,H=32,A=32,chunk=64",
-    NULL,
-    NULL,
-    angle_cases,
-    m3_validate,
-    m3_generate,
-    m3_bind,
-    m3_alloc,
-    mamba3_angle_cumsum_call,
-    NULL,
-    angle_flops,
-    angle_bytes,
-};
+CLI_OP(mamba3_angle_cumsum, "theta = wrap(angle_state + cumsum(pi*tanh(angles)*dt)) per sequence (siso 2.1)",
+       angle_shape, angle_param, CLI_BENCH("B=1,S=2048,H=32,A=32,chunk=64", NULL, NULL), angle_cases,
+       CLI_FNS(m3_validate, m3_generate, m3_bind, m3_alloc), NULL, angle_flops, angle_bytes);
 
 static const cli_key angleb_param[] = {
-    KEY_INT("has_states", "1", "dangle_state output (the forward had an angle_state)"),
-    P_HAS_DFINAL,
-    P_NSEQ,
-    K_END,
+    CLI_KEY_INT("has_states", "1", "dangle_state output (the forward had an angle_state)"),
+    CLI_KEY_HAS_DFINAL,
+    CLI_KEY_NSEQ,
+    CLI_KEY_END,
 };
 static const char * const angleb_cases[] = {
     "B=2,S=70,H=4,A=8,chunk=32;",
@@ -289,31 +271,16 @@ static double angleb_bytes(const cli_problem * pb) {
     return tokens_of(&d) * (double)d.H * ((double)d.A * 3.0 * e_act(pb) + 8.0);
 }
 
-const cli_op cli_op_mamba3_angle_cumsum_bwd = {
-    "mamba3_angle_cumsum_bwd",
-    "gradients of mamba3_angle_cumsum: dangles, ddt, dangle_state (siso 2.2, 6.6)",
-    angle_shape,
-    angleb_param,
-    "B=1,S=2048,H=32,A=32,chunk=64",
-    NULL,
-    NULL,
-    angleb_cases,
-    m3_validate,
-    m3_generate,
-    m3_bind,
-    m3_alloc,
-    mamba3_angle_cumsum_bwd_call,
-    NULL,
-    angleb_flops,
-    angleb_bytes,
-};
+CLI_OP(mamba3_angle_cumsum_bwd, "gradients of mamba3_angle_cumsum: dangles, ddt, dangle_state (siso 2.2, 6.6)",
+       angle_shape, angleb_param, CLI_BENCH("B=1,S=2048,H=32,A=32,chunk=64", NULL, NULL), angleb_cases,
+       CLI_FNS(m3_validate, m3_generate, m3_bind, m3_alloc), NULL, angleb_flops, angleb_bytes);
 
 /* ======================================================================================
  * mamba3_siso_fwd, mamba3_siso (spec §2.3, §2.4)
  * ====================================================================================== */
 
-static const cli_key siso_shape[] = {K_B, K_S, K_H, K_HQ, K_K, K_V, K_A, K_CHUNK, K_END};
-static const cli_key siso_param[] = {P_HAS_D, P_HAS_Z, P_HAS_STATES, P_HAS_FINAL, P_NSEQ, K_END};
+static const cli_key siso_shape[] = {K_B, K_S, K_H, K_HQ, K_K, K_V, K_A, K_CHUNK, CLI_KEY_END};
+static const cli_key siso_param[] = {P_HAS_D, P_HAS_Z, P_HAS_STATES, CLI_KEY_HAS_FINAL, CLI_KEY_NSEQ, CLI_KEY_END};
 static const char * const siso_cases[] = {
     "B=2,S=77,H=4,Hq=2,K=32,V=16,A=8,chunk=32;",
     "B=1,S=64,H=4,Hq=4,K=16,V=8,A=8,chunk=16;has_d=0,has_z=0,has_states=0",
@@ -354,24 +321,9 @@ static double fwd_bytes(const cli_problem * pb) {
     return fwd_bytes_of(pb, 4.0, 0); /* cumulative angles are fp32 */
 }
 
-const cli_op cli_op_mamba3_siso_fwd = {
-    "mamba3_siso_fwd",
-    "SISO chunked core forward, cumulative angles in; states, varlen (siso 2.3)",
-    siso_shape,
-    siso_param,
-    "B=1,S=2048,H=32,Hq=1,K=128,V=64,A=32,chunk=64",
-    "has_d=1,has_z=1,has_states=0,has_final=0",
-    NULL,
-    siso_cases,
-    m3_validate,
-    m3_generate,
-    m3_bind,
-    m3_alloc,
-    mamba3_siso_fwd_call,
-    NULL,
-    fwd_flops,
-    fwd_bytes,
-};
+CLI_OP(mamba3_siso_fwd, "SISO chunked core forward, cumulative angles in; states, varlen (siso 2.3)",
+       siso_shape, siso_param, CLI_BENCH("B=1,S=2048,H=32,Hq=1,K=128,V=64,A=32,chunk=64", "has_d=1,has_z=1,has_states=0,has_final=0", NULL), siso_cases,
+       CLI_FNS(m3_validate, m3_generate, m3_bind, m3_alloc), NULL, fwd_flops, fwd_bytes);
 
 
 CLI_DEFINE_CALL(mamba3_siso, ssm_mamba3_params, params_of)
@@ -386,34 +338,19 @@ static double siso_bytes(const cli_problem * pb) {
     return fwd_bytes_of(pb, e_act(pb), 1); /* raw angles in the compute dtype */
 }
 
-const cli_op cli_op_mamba3_siso = {
-    "mamba3_siso",
-    "SISO combined forward: raw angles, four states in/out, varlen (siso 2.4, 2.7)",
-    siso_shape,
-    siso_param,
-    "B=1,S=2048,H=32,Hq=1,K=128,V=64,A=32,chunk=64",
-    "has_d=1,has_z=1,has_states=0,has_final=0",
-    NULL,
-    siso_cases,
-    m3_validate,
-    m3_generate,
-    m3_bind,
-    m3_alloc,
-    mamba3_siso_call,
-    NULL,
-    siso_flops,
-    siso_bytes,
-};
+CLI_OP(mamba3_siso, "SISO combined forward: raw angles, four states in/out, varlen (siso 2.4, 2.7)",
+       siso_shape, siso_param, CLI_BENCH("B=1,S=2048,H=32,Hq=1,K=128,V=64,A=32,chunk=64", "has_d=1,has_z=1,has_states=0,has_final=0", NULL), siso_cases,
+       CLI_FNS(m3_validate, m3_generate, m3_bind, m3_alloc), NULL, siso_flops, siso_bytes);
 
 /* ======================================================================================
  * mamba3_siso_bwd (spec §2.5, §6)
  * ====================================================================================== */
 
 static const cli_key bwd_shape[] = {
-    K_B, KEY_INT("S", "64", "sequence length (the reference backward is O(S^2))"), K_H, K_HQ, K_K, K_V, K_A, K_CHUNK,
-    K_END,
+    K_B, CLI_KEY_INT("S", "64", "sequence length (the reference backward is O(S^2))"), K_H, K_HQ, K_K, K_V, K_A, K_CHUNK,
+    CLI_KEY_END,
 };
-static const cli_key bwd_param[] = {P_HAS_D, P_HAS_Z, P_HAS_STATES, P_HAS_DFINAL, P_NSEQ, K_END};
+static const cli_key bwd_param[] = {P_HAS_D, P_HAS_Z, P_HAS_STATES, CLI_KEY_HAS_DFINAL, CLI_KEY_NSEQ, CLI_KEY_END};
 static const char * const bwd_cases[] = {
     "B=2,S=37,H=4,Hq=2,K=16,V=8,A=4,chunk=16;",
     "B=1,S=48,H=2,Hq=1,K=32,V=16,A=8,chunk=16;has_states=0,has_dfinal=0",
@@ -448,38 +385,23 @@ static double bwd_bytes(const cli_problem * pb) {
     return n;
 }
 
-const cli_op cli_op_mamba3_siso_bwd = {
-    "mamba3_siso_bwd",
-    "every gradient of mamba3_siso, recomputing the forward (siso 2.5, 6)",
-    bwd_shape,
-    bwd_param,
-    "B=1,S=2048,H=32,Hq=1,K=128,V=64,A=32,chunk=64",
-    "has_d=1,has_z=1,has_states=0,has_dfinal=0",
-    NULL,
-    bwd_cases,
-    m3_validate,
-    m3_generate,
-    m3_bind,
-    m3_alloc,
-    mamba3_siso_bwd_call,
-    NULL,
-    bwd_flops,
-    bwd_bytes,
-};
+CLI_OP(mamba3_siso_bwd, "every gradient of mamba3_siso, recomputing the forward (siso 2.5, 6)",
+       bwd_shape, bwd_param, CLI_BENCH("B=1,S=2048,H=32,Hq=1,K=128,V=64,A=32,chunk=64", "has_d=1,has_z=1,has_states=0,has_dfinal=0", NULL), bwd_cases,
+       CLI_FNS(m3_validate, m3_generate, m3_bind, m3_alloc), NULL, bwd_flops, bwd_bytes);
 
 /* ======================================================================================
  * mamba3_siso_step (spec §2.6)
  * ====================================================================================== */
 
 static const cli_key step_shape[] = {
-    KEY_INT("B", "3", "batch rows (one token each)"), K_H, K_HQ, K_K, K_V, K_A, K_END,
+    CLI_KEY_INT("B", "3", "batch rows (one token each)"), K_H, K_HQ, K_K, K_V, K_A, CLI_KEY_END,
 };
 static const cli_key step_param[] = {
     P_HAS_D,
     P_HAS_Z,
-    KEY_INT("slots", "0", "state pool rows with state_batch_indices (>= B; row 1 is padding); 0 = no indices"),
-    KEY_INT("in_place", "1", "final_* states are the input state pools (updated in place)"),
-    K_END,
+    CLI_KEY_SLOTS,
+    CLI_KEY_IN_PLACE_POOLS,
+    CLI_KEY_END,
 };
 static const char * const step_cases[] = {
     "B=3,H=4,Hq=2,K=32,V=16,A=8;",
@@ -508,21 +430,6 @@ static double step_bytes(const cli_problem * pb) {
     return 2.0 * e * (double)(d.B * d.H) * (double)(d.K * d.V + d.K + d.V + d.A);
 }
 
-const cli_op cli_op_mamba3_siso_step = {
-    "mamba3_siso_step",
-    "SISO decode: one token per row, four state pools updated in place (siso 2.6)",
-    step_shape,
-    step_param,
-    "B=1,H=32,Hq=1,K=128,V=64,A=32",
-    NULL,
-    NULL,
-    step_cases,
-    m3_validate,
-    m3_generate,
-    m3_bind,
-    m3_alloc,
-    mamba3_siso_step_call,
-    NULL,
-    step_flops,
-    step_bytes,
-};
+CLI_OP(mamba3_siso_step, "SISO decode: one token per row, four state pools updated in place (siso 2.6)",
+       step_shape, step_param, CLI_BENCH("B=1,H=32,Hq=1,K=128,V=64,A=32", NULL, NULL), step_cases,
+       CLI_FNS(m3_validate, m3_generate, m3_bind, m3_alloc), NULL, step_flops, step_bytes);

@@ -127,6 +127,23 @@ typedef struct cli_key {
     const char * choices; /* CLI_KEY_WORD: "a|b|c"                    */
 } cli_key;
 
+/* Key table entries: an integer key, the end of a table, and the keys several families share. */
+#define CLI_KEY_INT(name, def, help) {name, CLI_KEY_INT, def, help, NULL}
+#define CLI_KEY_END                  {NULL, CLI_KEY_INT, NULL, NULL, NULL}
+#define CLI_KEY_NSEQ                 CLI_KEY_INT("nseq", "0", "varlen: cu_seqlens with this many sequences, batch 1 (0 = off)")
+#define CLI_KEY_SLOTS \
+    CLI_KEY_INT("slots", "0", "state pool rows with state_batch_indices (>= B; row 1 is padding); 0 = no indices")
+#define CLI_KEY_IN_PLACE_POOLS \
+    CLI_KEY_INT("in_place", "1", "final_* states are the input state pools (updated in place)")
+#define CLI_KEY_HAS_FINAL  CLI_KEY_INT("has_final", "1", "final states out")
+#define CLI_KEY_HAS_DFINAL CLI_KEY_INT("has_dfinal", "1", "incoming gradients of the final states")
+/* The Mamba-2 family's (cli-mamba2.c, cli-mamba2-train.c). */
+#define CLI_M2_KEY_HAS_D       CLI_KEY_INT("has_d", "1", "D skip term: 0 none, 1 D of shape (H), 2 D of shape (H,P)")
+#define CLI_M2_KEY_HAS_Z       CLI_KEY_INT("has_z", "1", "gate z: out = y*silu(z)")
+#define CLI_M2_KEY_HAS_DT_BIAS CLI_KEY_INT("has_dt_bias", "1", "dt_bias input")
+#define CLI_M2_KEY_SOFTPLUS    CLI_KEY_INT("dt_softplus", "1", "softplus(dt + dt_bias)")
+#define CLI_M2_KEY_DT_LIMIT    {"dt_limit", CLI_KEY_RANGE, "0:inf", "clamp of the processed dt, lo:hi", NULL}
+
 typedef struct cli_value {
     int     given; /* set on the command line (not the default)  */
     char    text[64];
@@ -197,6 +214,14 @@ typedef struct cli_op {
     double (*flops)(const cli_problem * pb); /* spec §5 cost model */
     double (*bytes)(const cli_problem * pb);
 } cli_op;
+
+/* Defines the table entry cli_op_<op>: its summary, keys, bench defaults (CLI_BENCH(shape,
+ * params, dtype)), cases, its family's functions (CLI_FNS(validate, generate, bind,
+ * alloc_outputs)), the call <op>_call (CLI_DEFINE_CALL), workspace_size, flops and bytes. */
+#define CLI_BENCH(shape, params, dtype)         shape, params, dtype
+#define CLI_FNS(validate, generate, bind, alloc) validate, generate, bind, alloc
+#define CLI_OP(op, summary, shape_keys, param_keys, bench, cases, fns, workspace, flops, bytes) \
+    const cli_op cli_op_##op = {#op, summary, shape_keys, param_keys, bench, cases, fns, op##_call, workspace, flops, bytes}
 
 extern const cli_op * const cli_ops[]; /* NULL-terminated */
 
@@ -340,9 +365,6 @@ int    cli_any_present(const cli_problem * pb, const char * const * names);
 /* The optional params nseq (cu_seqlens; in [0, 1000000], > 0 needs B=1) and slots
  * (state_batch_indices; 0 or in [B, 1000000]); −1 + usage message. */
 int    cli_check_nseq_slots(const cli_problem * pb, int64_t B, char * err, size_t errlen);
-/* `run`: slots from the pool `pool` (its dim 0, when state_batch_indices is present, else 0)
- * and nseq from cu_seqlens, each where the operator has the param. */
-void   cli_bind_pool_params(cli_problem * pb, const char * pool);
 
 /* ---- shapes from the schema, and what the Mamba-3 families build from them ---------------- */
 /* A dimension symbol of the schema's shape texts ("B", "NS", "nc") and its size. */
@@ -375,10 +397,16 @@ void cli_scale_by_minus(cli_problem * pb, const char * name, const char * by);
  * other final states with has_final; dangle_state without an angle_state input with
  * has_states; doutproj_norm_weight with the fused norm, shaped like the weight. */
 int cli_m3_alloc(cli_problem * pb, int f64, const cli_sym * syms, int per_rank, char * err, size_t errlen);
-/* `run`: each shape key from the first loaded input whose schema shape names it (ndim
- * checked against the schema), and the presence params (has_d, has_z, reduce_o,
- * has_norm_weight, has_states, has_final, has_dfinal, slots, nseq) from the inputs. */
-int cli_m3_bind(cli_problem * pb, char * err, size_t errlen);
+/* `run`: each shape key from the first loaded input whose schema shape names it, in the
+ * schema's order (inputs with one shape only; from: the inputs to use, "x b", or NULL for
+ * all; aliases: symbols named differently from their key, "batch=B,Q=chunk"); a key given on
+ * the command line stays. Each input used must have its schema rank (else −1 + message). */
+int  cli_bind_shapes(cli_problem * pb, const char * from, const char * aliases, char * err, size_t errlen);
+/* `run`: the params that say which inputs there are, where the operator has them: has_d
+ * (d's rank), has_z, has_dt_bias, has_init, has_bias, reduce_o, has_norm_weight, seq_idx,
+ * has_states, has_dfinal, nseq (from cu_seqlens), slots (the pool's rows with
+ * state_batch_indices); has_final = 1. */
+void cli_bind_flags(cli_problem * pb);
 
 /* Shared with cli-mamba2.c: the forward's validation, inputs and params (mamba2_scan_bwd
  * has mamba2_scan's keys and inputs). */
