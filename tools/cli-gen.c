@@ -193,6 +193,10 @@ int cli_check_nseq_slots(const cli_problem * pb, int64_t B, char * err, size_t e
         snprintf(err, errlen, "%s: nseq=%lld (cu_seqlens) needs B=1", pb->op->name, (long long)nseq);
         return -1;
     }
+    return cli_check_slots(pb, B, err, errlen);
+}
+
+int cli_check_slots(const cli_problem * pb, int64_t B, char * err, size_t errlen) {
     const int64_t slots = cli_param_or(pb, "slots", 0);
     if (slots != 0 && (slots < B || slots > 1000000)) {
         snprintf(err, errlen, "%s: slots=%lld must be 0 (no state_batch_indices) or in [B=%lld, 1000000]",
@@ -200,6 +204,11 @@ int cli_check_nseq_slots(const cli_problem * pb, int64_t B, char * err, size_t e
         return -1;
     }
     return 0;
+}
+
+int64_t cli_state_rows(const cli_problem * pb, int64_t batch) {
+    const int64_t slots = cli_param_or(pb, "slots", 0), nseq = cli_param_or(pb, "nseq", 0);
+    return slots > 0 ? slots : nseq > 0 ? nseq : batch;
 }
 
 /* ---- shapes from the schema ------------------------------------------------------------ */
@@ -264,6 +273,14 @@ static int shape_group(const char * text, int alt, const char ** start, size_t *
     return 0;
 }
 
+void cli_syms(const cli_problem * pb, const cli_sym * derived, cli_sym * syms, int max) {
+    int n = 0;
+    for (int i = 0; pb->op->shape_keys[i].name && n < max - 1; ++i)
+        syms[n++] = (cli_sym){pb->op->shape_keys[i].name, pb->shape[i].i};
+    for (int i = 0; derived[i].name && n < max - 1; ++i) syms[n++] = derived[i];
+    syms[n] = (cli_sym){NULL, 0};
+}
+
 int32_t cli_schema_shape(const cli_problem * pb, const char * name, int alt, const cli_sym * syms, int64_t * shape) {
     const cli_arg * arg = &pb->info->args[cli_arg_index(pb->op, name)];
     const char *    g = NULL;
@@ -306,20 +323,8 @@ static int m3_alt(const char * name, int per_rank) {
     return per_rank && (strcmp(name, "out") == 0 || strcmp(name, "dout") == 0);
 }
 
-int cli_m3_generate(cli_problem * pb, const cli_sym * syms, int per_rank, cli_fill_fn fill, const void * dims,
-                    cli_rng * rng, char * err, size_t errlen) {
-    for (int i = 0; i < pb->info->nargs; ++i) {
-        const cli_arg * arg = &pb->info->args[i];
-        if (cli_arg_is_output(arg) || !cli_m3_wanted(pb, arg)) continue;
-        int64_t       shp[SSM_MAX_DIMS];
-        const int32_t ndim = cli_schema_shape(pb, arg->name, m3_alt(arg->name, per_rank), syms, shp);
-        if (cli_gen_arg(pb, arg->name, ndim, shp, err, errlen)) return -1;
-        fill(pb, dims, arg->name, &cli_arg_buf(pb, arg->name)->view, rng);
-    }
-    return 0;
-}
-
-void cli_scale_by_minus(cli_problem * pb, const char * name, const char * by) {
+/* name = −name·by element by element (adt = −U·dt once both are drawn). */
+static void cli_scale_by_minus(cli_problem * pb, const char * name, const char * by) {
     const ssm_tensor * t = &cli_arg_buf(pb, name)->view;
     const ssm_tensor * u = &cli_arg_buf(pb, by)->view;
     const int64_t      n = cli_numel(t->ndim, t->shape);
@@ -328,6 +333,22 @@ void cli_scale_by_minus(cli_problem * pb, const char * name, const char * by) {
         cli_set(t, o, -cli_get(t, o) * cli_get(u, cli_offset(u, k)));
     }
 }
+
+int cli_m3_generate(cli_problem * pb, uint64_t seed, const cli_sym * syms, int per_rank, cli_fill_fn fill,
+                    const void * dims, cli_rng * rng, char * err, size_t errlen) {
+    cli_rng_seed(rng, seed);
+    for (int i = 0; i < pb->info->nargs; ++i) {
+        const cli_arg * arg = &pb->info->args[i];
+        if (cli_arg_is_output(arg) || !cli_m3_wanted(pb, arg)) continue;
+        int64_t       shp[SSM_MAX_DIMS];
+        const int32_t ndim = cli_schema_shape(pb, arg->name, m3_alt(arg->name, per_rank), syms, shp);
+        if (cli_gen_arg(pb, arg->name, ndim, shp, err, errlen)) return -1;
+        fill(pb, dims, arg->name, &cli_arg_buf(pb, arg->name)->view, rng);
+    }
+    if (cli_has_arg(pb, "adt")) cli_scale_by_minus(pb, "adt", "dt");
+    return 0;
+}
+
 
 int cli_m3_alloc(cli_problem * pb, int f64, const cli_sym * syms, int per_rank, char * err, size_t errlen) {
     for (int i = 0; i < pb->info->nargs; ++i) {

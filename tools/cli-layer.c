@@ -88,13 +88,7 @@ static int conv_validate(const cli_problem * pb, char * err, size_t errlen) {
                  pb->op->name, (long long)nseq);
         return -1;
     }
-    const int64_t slots = cli_param_or(pb, "slots", 0), B = cli_shape(pb, "B");
-    if (slots != 0 && (slots < B || slots > 1000000)) {
-        snprintf(err, errlen, "%s: slots=%lld must be 0 (no state_batch_indices) or in [B=%lld, 1000000]",
-                 pb->op->name, (long long)slots, (long long)B);
-        return -1;
-    }
-    return 0;
+    return cli_check_slots(pb, cli_shape(pb, "B"), err, errlen);
 }
 
 static ssm_conv1d_params conv_params(const cli_problem * pb) {
@@ -150,22 +144,13 @@ static int bind_conv_inputs(cli_problem * pb, char * err, size_t errlen) {
 
 static const cli_key conv_shape[] = {K_B, K_S, K_D, K_W, CLI_KEY_END};
 static const cli_key conv_param[] = {
-    P_HAS_BIAS,
-    P_ACTIVATION,
-    CLI_KEY_INT("has_init", "1", "initial_states input (B,D,W-1)"),
-    CLI_KEY_INT("has_final", "1", "final_states output (B,D,W-1)"),
-    P_SEQ_IDX,
-    P_CHANNEL_LAST,
-    CLI_KEY_END,
+    P_HAS_BIAS, P_ACTIVATION, CLI_KEY_INT("has_init", "1", "initial_states input (B,D,W-1)"),
+    CLI_KEY_INT("has_final", "1", "final_states output (B,D,W-1)"), P_SEQ_IDX, P_CHANNEL_LAST, CLI_KEY_END,
 };
 static const char * const conv_cases[] = {
-    "B=2,S=77,D=48,W=4;",
-    "B=1,S=64,D=40,W=3;has_bias=0,activation=0,channel_last=0",
-    "B=2,S=2,D=16,W=4;",
-    "B=2,S=90,D=32,W=4;seq_idx=4,has_init=0,has_final=0",
-    "B=1,S=33,D=24,W=2;has_init=0",
-    "B=1,S=5,D=7,W=1;has_init=0,has_final=0",
-    NULL,
+    "B=2,S=77,D=48,W=4;", "B=1,S=64,D=40,W=3;has_bias=0,activation=0,channel_last=0", "B=2,S=2,D=16,W=4;",
+    "B=2,S=90,D=32,W=4;seq_idx=4,has_init=0,has_final=0", "B=1,S=33,D=24,W=2;has_init=0",
+    "B=1,S=5,D=7,W=1;has_init=0,has_final=0", NULL,
 };
 
 static int conv_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
@@ -216,21 +201,12 @@ CLI_OP(causal_conv1d, "depthwise causal conv1d with bias, silu, states, seq_idx;
  * ====================================================================================== */
 
 static const cli_key convb_param[] = {
-    P_HAS_BIAS,
-    P_ACTIVATION,
-    CLI_KEY_INT("has_init", "1", "initial_states input (and the dinitial_states gradient)"),
-    CLI_KEY_INT("has_dfinal", "1", "dfinal_states incoming gradient"),
-    P_SEQ_IDX,
-    P_CHANNEL_LAST,
-    CLI_KEY_END,
+    P_HAS_BIAS, P_ACTIVATION, CLI_KEY_INT("has_init", "1", "initial_states input (and the dinitial_states gradient)"),
+    CLI_KEY_INT("has_dfinal", "1", "dfinal_states incoming gradient"), P_SEQ_IDX, P_CHANNEL_LAST, CLI_KEY_END,
 };
 static const char * const convb_cases[] = {
-    "B=2,S=77,D=48,W=4;",
-    "B=1,S=64,D=40,W=3;has_bias=0,activation=0,channel_last=0,has_dfinal=0",
-    "B=2,S=2,D=16,W=4;",
-    "B=2,S=90,D=32,W=4;seq_idx=4,has_init=0,has_dfinal=0",
-    "B=1,S=33,D=24,W=2;has_init=0",
-    NULL,
+    "B=2,S=77,D=48,W=4;", "B=1,S=64,D=40,W=3;has_bias=0,activation=0,channel_last=0,has_dfinal=0",
+    "B=2,S=2,D=16,W=4;", "B=2,S=90,D=32,W=4;seq_idx=4,has_init=0,has_dfinal=0", "B=1,S=33,D=24,W=2;has_init=0", NULL,
 };
 
 static int convb_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
@@ -286,26 +262,18 @@ CLI_OP(causal_conv1d_bwd, "gradients of causal_conv1d: dx, dweight, dbias, dinit
  * ====================================================================================== */
 
 static const cli_key convu_shape[] = {
-    CLI_KEY_INT("B", "4", "batch rows (one token each)"),
-    K_D,
-    K_W,
-    CLI_KEY_INT("L", "4", "conv state length (>= W-1; Mamba-2 uses W)"),
-    CLI_KEY_END,
+    CLI_KEY_INT("B", "4", "batch rows (one token each)"), K_D, K_W,
+    CLI_KEY_INT("L", "4", "conv state length (>= W-1; Mamba-2 uses W)"), CLI_KEY_END,
 };
 static const cli_key convu_param[] = {
-    P_HAS_BIAS,
-    P_ACTIVATION,
-    CLI_KEY_SLOTS,
+    P_HAS_BIAS, P_ACTIVATION, CLI_KEY_SLOTS,
     CLI_KEY_INT("in_place", "1", "final_conv_state is the conv_state pool itself (updated in place)"),
     CLI_KEY_INT("channel_last", "1", "conv_state (slots,L,D) in memory seen as (slots,D,L), as Mamba-2 stores it"),
     CLI_KEY_END,
 };
 static const char * const convu_cases[] = {
-    "B=3,D=48,W=4,L=4;slots=5",
-    "B=2,D=40,W=3,L=2;has_bias=0,activation=0,channel_last=0",
-    "B=4,D=16,W=4,L=6;in_place=0,slots=6",
-    "B=1,D=7,W=1,L=1;",
-    NULL,
+    "B=3,D=48,W=4,L=4;slots=5", "B=2,D=40,W=3,L=2;has_bias=0,activation=0,channel_last=0",
+    "B=4,D=16,W=4,L=6;in_place=0,slots=6", "B=1,D=7,W=1,L=1;", NULL,
 };
 
 static int64_t convu_slots(const cli_problem * pb) {
@@ -368,23 +336,16 @@ CLI_OP(causal_conv1d_update, "decode: one token through a rolling conv state, up
  * ====================================================================================== */
 
 static const cli_key norm_shape[] = {
-    CLI_KEY_INT("M", "300", "rows (batch*S)"),
-    CLI_KEY_INT("D", "256", "row width (d_ssm)"),
-    CLI_KEY_END,
+    CLI_KEY_INT("M", "300", "rows (batch*S)"), CLI_KEY_INT("D", "256", "row width (d_ssm)"), CLI_KEY_END,
 };
 static const cli_key norm_param[] = {
     CLI_KEY_INT("group_size", "0", "columns per normalised group (D % group_size == 0; 0 = D)"),
     CLI_KEY_INT("norm_before_gate", "0", "0: norm(x*silu(z)) as Mamba2 calls it; 1: norm(x)*silu(z)"),
-    CLI_KEY_INT("has_z", "1", "gate z"),
-    {"eps", CLI_KEY_FLOAT, "1e-5", "added to the mean square", NULL},
+    CLI_KEY_INT("has_z", "1", "gate z"), {"eps", CLI_KEY_FLOAT, "1e-5", "added to the mean square", NULL},
     CLI_KEY_END,
 };
 static const char * const norm_cases[] = {
-    "M=70,D=96;group_size=32",
-    "M=33,D=64;norm_before_gate=1",
-    "M=40,D=48;has_z=0,eps=1e-6",
-    "M=1,D=1;",
-    NULL,
+    "M=70,D=96;group_size=32", "M=33,D=64;norm_before_gate=1", "M=40,D=48;has_z=0,eps=1e-6", "M=1,D=1;", NULL,
 };
 
 static int norm_validate(const cli_problem * pb, char * err, size_t errlen) {

@@ -30,35 +30,23 @@ static double e_of(const ssm_tensor * t) {
  * ====================================================================================== */
 
 static const cli_key bwd_shape[] = {
-    CLI_KEY_INT("B", "2", "batch"),
-    CLI_KEY_INT("S", "200", "sequence length (tokens per batch row)"),
-    CLI_KEY_INT("H", "4", "heads"),
-    CLI_KEY_INT("P", "32", "head dimension"),
-    CLI_KEY_INT("N", "32", "state size"),
-    CLI_KEY_INT("G", "2", "groups sharing B and C (H % G == 0)"),
-    CLI_KEY_INT("chunk", "64", "chunk size Q"),
+    CLI_KEY_INT("B", "2", "batch"), CLI_KEY_INT("S", "200", "sequence length (tokens per batch row)"),
+    CLI_KEY_INT("H", "4", "heads"), CLI_KEY_INT("P", "32", "head dimension"), CLI_KEY_INT("N", "32", "state size"),
+    CLI_KEY_INT("G", "2", "groups sharing B and C (H % G == 0)"), CLI_KEY_INT("chunk", "64", "chunk size Q"),
     CLI_KEY_END,
 };
 static const cli_key bwd_param[] = {
-    CLI_M2_KEY_HAS_D,
-    CLI_M2_KEY_HAS_Z,
-    CLI_M2_KEY_HAS_DT_BIAS,
-    CLI_M2_KEY_SOFTPLUS,
-    CLI_M2_KEY_DT_LIMIT,
+    CLI_M2_KEY_HAS_D, CLI_M2_KEY_HAS_Z, CLI_M2_KEY_HAS_DT_BIAS, CLI_M2_KEY_SOFTPLUS, CLI_M2_KEY_DT_LIMIT,
     CLI_KEY_INT("has_init", "1", "initial states input (and the dinitial_states gradient)"),
     CLI_KEY_INT("has_dfinal", "1", "dfinal_states incoming gradient"),
-    CLI_KEY_INT("seq_idx", "0", "seq_idx with this many sequences per row (0 = off)"),
-    CLI_KEY_NSEQ,
-    CLI_KEY_END,
+    CLI_KEY_INT("seq_idx", "0", "seq_idx with this many sequences per row (0 = off)"), CLI_KEY_NSEQ, CLI_KEY_END,
 };
 static const char * const bwd_cases[] = {
     "B=2,S=77,H=4,P=16,N=32,G=2,chunk=32;has_d=2,dt_limit=0:0.08",
     "B=1,S=64,H=4,P=8,N=16,G=4,chunk=16;has_z=0,has_init=0,has_dfinal=0",
     "B=1,S=33,H=2,P=8,N=8,G=1,chunk=16;has_d=0,has_z=0,has_dt_bias=0,dt_softplus=0,has_init=0",
-    "B=2,S=70,H=4,P=8,N=16,G=2,chunk=16;seq_idx=3,dt_limit=0.01:0.05",
-    "B=1,S=60,H=4,P=8,N=16,G=2,chunk=16;nseq=4",
-    "B=1,S=1,H=1,P=1,N=1,G=1,chunk=1;",
-    NULL,
+    "B=2,S=70,H=4,P=8,N=16,G=2,chunk=16;seq_idx=3,dt_limit=0.01:0.05", "B=1,S=60,H=4,P=8,N=16,G=2,chunk=16;nseq=4",
+    "B=1,S=1,H=1,P=1,N=1,G=1,chunk=1;", NULL,
 };
 
 static int64_t bwd_nstates(const cli_problem * pb) {
@@ -86,13 +74,6 @@ static int bwd_generate(cli_problem * pb, uint64_t seed, char * err, size_t errl
         if (cli_gen_arg(pb, "dfinal_states", 4, fshp, err, errlen) != 0) return -1;
         cli_gen_normal(&cli_arg_buf(pb, "dfinal_states")->view, &rng);
     }
-    return 0;
-}
-
-static int bwd_bind(cli_problem * pb, char * err, size_t errlen) {
-    if (!pb->shape[cli_key_index(pb->op->shape_keys, "chunk")].given) cli_set_shape(pb, "chunk", 256);
-    if (cli_bind_shapes(pb, NULL, "batch=B", err, errlen)) return -1;
-    cli_bind_flags(pb);
     return 0;
 }
 
@@ -145,51 +126,34 @@ static double bwd_bytes(const cli_problem * pb) {
 
 CLI_OP(mamba2_scan_bwd, "every gradient of mamba2_scan, recomputing the forward (spec 2.7)",
        bwd_shape, bwd_param, CLI_BENCH("B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256", "has_d=1,has_z=0,has_dt_bias=1,dt_softplus=1,has_init=0,has_dfinal=0", NULL), bwd_cases,
-       CLI_FNS(bwd_validate, bwd_generate, bwd_bind, bwd_alloc), NULL, bwd_flops, bwd_bytes);
+       CLI_FNS(bwd_validate, bwd_generate, cli_mamba2_bind, bwd_alloc), NULL, bwd_flops, bwd_bytes);
 
 /* ======================================================================================
  * mamba2_step (spec §2.9)
  * ====================================================================================== */
 
 static const cli_key step_shape[] = {
-    CLI_KEY_INT("B", "4", "batch rows (one token each)"),
-    CLI_KEY_INT("H", "8", "heads"),
-    CLI_KEY_INT("P", "32", "head dimension"),
-    CLI_KEY_INT("N", "32", "state size"),
-    CLI_KEY_INT("G", "2", "groups sharing B and C (H % G == 0)"),
-    CLI_KEY_END,
+    CLI_KEY_INT("B", "4", "batch rows (one token each)"), CLI_KEY_INT("H", "8", "heads"),
+    CLI_KEY_INT("P", "32", "head dimension"), CLI_KEY_INT("N", "32", "state size"),
+    CLI_KEY_INT("G", "2", "groups sharing B and C (H % G == 0)"), CLI_KEY_END,
 };
 static const cli_key step_param[] = {
     CLI_KEY_INT("per_head", "1", "1: a (H), dt (B,H), dt_bias (H), d (H) as stride-0 views (a Mamba-2 layer); 0: full"),
-    CLI_KEY_INT("has_d", "1", "D skip term"),
-    CLI_M2_KEY_HAS_Z,
-    CLI_M2_KEY_HAS_DT_BIAS,
-    CLI_M2_KEY_SOFTPLUS,
-    CLI_M2_KEY_DT_LIMIT,
-    CLI_KEY_SLOTS,
-    CLI_KEY_INT("in_place", "1", "final_state is the state pool itself (updated in place)"),
-    CLI_KEY_END,
+    CLI_KEY_INT("has_d", "1", "D skip term"), CLI_M2_KEY_HAS_Z, CLI_M2_KEY_HAS_DT_BIAS, CLI_M2_KEY_SOFTPLUS,
+    CLI_M2_KEY_DT_LIMIT, CLI_KEY_SLOTS,
+    CLI_KEY_INT("in_place", "1", "final_state is the state pool itself (updated in place)"), CLI_KEY_END,
 };
 static const char * const step_cases[] = {
-    "B=3,H=4,P=8,N=32,G=4;per_head=0,has_z=0,slots=5",
-    "B=4,H=4,P=16,N=16,G=2;slots=6",
+    "B=3,H=4,P=8,N=32,G=4;per_head=0,has_z=0,slots=5", "B=4,H=4,P=16,N=16,G=2;slots=6",
     "B=2,H=6,P=16,N=64,G=3;in_place=0,slots=4",
     "B=2,H=4,P=8,N=16,G=1;per_head=0,has_d=0,has_dt_bias=0,dt_softplus=0,dt_limit=0.01:0.05,in_place=0",
-    "B=1,H=2,P=64,N=128,G=1;dt_limit=0:0.08",
-    "B=1,H=1,P=1,N=1,G=1;",
-    NULL,
+    "B=1,H=2,P=64,N=128,G=1;dt_limit=0:0.08", "B=1,H=1,P=1,N=1,G=1;", NULL,
 };
 
 static int step_validate(const cli_problem * pb, char * err, size_t errlen) {
     static const char * const bools[] = {"per_head", "has_d", "has_z", "has_dt_bias", "dt_softplus", "in_place", NULL};
     if (cli_check_shape_positive(pb, err, errlen) != 0 || cli_check_bools(pb, bools, err, errlen) != 0) return -1;
-    const int64_t slots = cli_param_int(pb, "slots"), B = cli_shape(pb, "B");
-    if (slots != 0 && (slots < B || slots > 1000000)) {
-        snprintf(err, errlen, "%s: slots=%lld must be 0 (no state_batch_indices) or in [B=%lld, 1000000]",
-                 pb->op->name, (long long)slots, (long long)B);
-        return -1;
-    }
-    return 0;
+    return cli_check_slots(pb, cli_shape(pb, "B"), err, errlen);
 }
 
 static int64_t step_slots(const cli_problem * pb) {

@@ -26,23 +26,12 @@ typedef struct m2dims {
     int64_t B, S, H, P, N, G, Q, NC;
 } m2dims;
 
-static int64_t shape_or(const cli_problem * pb, const char * key, int64_t def) {
-    return cli_key_index(pb->op->shape_keys, key) >= 0 ? cli_shape(pb, key) : def;
-}
 
-static int64_t param_or(const cli_problem * pb, const char * key, int64_t def) {
-    return cli_has_param(pb, key) ? cli_param_int(pb, key) : def;
-}
 
 static m2dims dims_of(const cli_problem * pb) {
-    m2dims d;
-    d.B  = shape_or(pb, "B", 1);
-    d.S  = shape_or(pb, "S", 1);
-    d.H  = shape_or(pb, "H", 1);
-    d.P  = shape_or(pb, "P", 1);
-    d.N  = shape_or(pb, "N", 1);
-    d.G  = shape_or(pb, "G", 1);
-    d.Q  = shape_or(pb, "chunk", 256);
+    m2dims d = {cli_shape_or(pb, "B", 1), cli_shape_or(pb, "S", 1),     cli_shape_or(pb, "H", 1),
+                cli_shape_or(pb, "P", 1), cli_shape_or(pb, "N", 1),     cli_shape_or(pb, "G", 1),
+                cli_shape_or(pb, "chunk", 256), 0};
     d.NC = d.Q > 0 ? (d.S + d.Q - 1) / d.Q : 0;
     return d;
 }
@@ -178,9 +167,9 @@ static int raw_alloc(const cli_problem * pb, cli_buf * buf, ssm_dtype dtype, int
 static int gen_raw(const cli_problem * pb, unsigned which, uint64_t seed, m2raw * r, char * err, size_t errlen) {
     const m2dims    d        = dims_of(pb);
     const ssm_dtype act      = pb->dtype;
-    const int       softplus = (int)param_or(pb, "dt_softplus", 1);
-    const int64_t   nseq     = param_or(pb, "nseq", 0);
-    const int64_t   nseq_idx = param_or(pb, "seq_idx", 0);
+    const int       softplus = (int)cli_param_or(pb, "dt_softplus", 1);
+    const int64_t   nseq     = cli_param_or(pb, "nseq", 0);
+    const int64_t   nseq_idx = cli_param_or(pb, "seq_idx", 0);
     cli_rng         rng;
     cli_rng_seed(&rng, seed);
     memset(r, 0, sizeof *r);
@@ -214,7 +203,7 @@ static int gen_raw(const cli_problem * pb, unsigned which, uint64_t seed, m2raw 
         for (int64_t h = 0; h < d.H; ++h) cli_set(&r->a.view, h, -log_uniform(&rng, 1.0, 16.0));
     }
     if (which & RAW_D) {
-        const int two_d = param_or(pb, "has_d", 1) == 2;
+        const int two_d = cli_param_or(pb, "has_d", 1) == 2;
         if (raw_alloc(pb, &r->d, SSM_DTYPE_F32, two_d ? 2 : 1, hshp, err, errlen)) return -1;
         fill_normal(&r->d, &rng);
     }
@@ -275,7 +264,7 @@ static int ref_cumsum(ssm_context * ctx, const cli_problem * pb, const m2raw * r
     const m2dims      d = dims_of(pb);
     const int64_t     shp[4] = {d.B, d.H, d.NC, d.Q};
     ssm_mamba2_params p      = params_of(pb);
-    p.dt_softplus            = (int32_t)param_or(pb, "dt_softplus", 1);
+    p.dt_softplus            = (int32_t)cli_param_or(pb, "dt_softplus", 1);
     if (cli_buf_alloc(dt_out, SSM_DTYPE_F32, 4, shp) || cli_buf_alloc(dacs, SSM_DTYPE_F32, 4, shp)) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -379,27 +368,15 @@ static int ref_context(ssm_context ** ctx, char * err, size_t errlen) {
 /* ---- shared validation (usage errors) ------------------------------------------------------------ */
 
 static int m2_validate(const cli_problem * pb, char * err, size_t errlen) {
-    const cli_key * keys = pb->op->shape_keys;
-    for (int i = 0; keys[i].name; ++i)
-        if (pb->shape[i].i < 1) {
-            snprintf(err, errlen, "%s: shape %s=%lld must be >= 1", pb->op->name, keys[i].name,
-                     (long long)pb->shape[i].i);
-            return -1;
-        }
-    const m2dims  d = dims_of(pb);
-    const char *  bools[] = {"has_z", "has_dt_bias", "dt_softplus", "has_init", "has_final"};
-    for (size_t i = 0; i < sizeof bools / sizeof bools[0]; ++i)
-        if (cli_has_param(pb, bools[i]) && (cli_param_int(pb, bools[i]) < 0 || cli_param_int(pb, bools[i]) > 1)) {
-            snprintf(err, errlen, "%s: %s=%lld must be 0 or 1", pb->op->name, bools[i],
-                     (long long)cli_param_int(pb, bools[i]));
-            return -1;
-        }
-    if (param_or(pb, "has_d", 0) < 0 || param_or(pb, "has_d", 0) > 2) {
+    static const char * const bools[] = {"has_z", "has_dt_bias", "dt_softplus", "has_init", "has_final", NULL};
+    if (cli_check_shape_positive(pb, err, errlen) || cli_check_bools(pb, bools, err, errlen)) return -1;
+    const m2dims d = dims_of(pb);
+    if (cli_param_or(pb, "has_d", 0) < 0 || cli_param_or(pb, "has_d", 0) > 2) {
         snprintf(err, errlen, "%s: has_d=%lld must be 0, 1 (D of shape H) or 2 (D of shape H,P)", pb->op->name,
-                 (long long)param_or(pb, "has_d", 0));
+                 (long long)cli_param_or(pb, "has_d", 0));
         return -1;
     }
-    const int64_t nseq_idx = param_or(pb, "seq_idx", 0), nseq = param_or(pb, "nseq", 0);
+    const int64_t nseq_idx = cli_param_or(pb, "seq_idx", 0), nseq = cli_param_or(pb, "nseq", 0);
     if (nseq_idx < 0 || nseq_idx > d.S) {
         snprintf(err, errlen, "%s: seq_idx=%lld sequences per row must be in [0, S=%lld]", pb->op->name,
                  (long long)nseq_idx, (long long)d.S);
@@ -420,31 +397,12 @@ static int m2_validate(const cli_problem * pb, char * err, size_t errlen) {
     return 0;
 }
 
-/* `run` helpers: a loaded input's ndim and dims. */
-static int need_ndim(const cli_problem * pb, const char * name, int32_t ndim, char * err, size_t errlen) {
-    const ssm_tensor t = cli_view(pb, name);
-    if (!t.data) {
-        snprintf(err, errlen, "%s: input %s.npy is required", pb->op->name, name);
-        return -1;
-    }
-    if (t.ndim != ndim) {
-        snprintf(err, errlen, "%s: %s.npy has %d dimensions, expected %d", pb->op->name, name, (int)t.ndim, (int)ndim);
-        return -1;
-    }
-    return 0;
-}
 
-static int64_t dim(const cli_problem * pb, const char * name, int i) {
-    return cli_view(pb, name).shape[i];
-}
 
-static int present(const cli_problem * pb, const char * name) {
-    return cli_view(pb, name).data != NULL;
-}
 
 /* `run`: the shape keys and presence params from the inputs; the chunk: given, else the Q of
  * a (…, NC, Q) input, else 256. */
-static int m2_bind(cli_problem * pb, char * err, size_t errlen) {
+int cli_mamba2_bind(cli_problem * pb, char * err, size_t errlen) {
     if (!pb->shape[cli_key_index(pb->op->shape_keys, "chunk")].given) cli_set_shape(pb, "chunk", 256);
     if (cli_bind_shapes(pb, NULL, "batch=B,Q=chunk", err, errlen)) return -1;
     cli_bind_flags(pb);
@@ -462,12 +420,8 @@ static double e_act(const cli_problem * pb) {
 static const cli_key cumsum_shape[] = {K_B, K_S, K_H, K_CHUNK, CLI_KEY_END};
 static const cli_key cumsum_param[] = {CLI_M2_KEY_HAS_DT_BIAS, CLI_M2_KEY_SOFTPLUS, CLI_M2_KEY_DT_LIMIT, CLI_KEY_END};
 static const char * const cumsum_cases[] = {
-    "B=1,S=1,H=1,chunk=1;",
-    "B=2,S=75,H=4,chunk=32;",
-    "B=1,S=64,H=3,chunk=16;dt_limit=0.01:0.05",
-    "B=2,S=40,H=2,chunk=16;has_dt_bias=0,dt_softplus=0",
-    "B=1,S=1000,H=5,chunk=256;has_dt_bias=0",
-    NULL,
+    "B=1,S=1,H=1,chunk=1;", "B=2,S=75,H=4,chunk=32;", "B=1,S=64,H=3,chunk=16;dt_limit=0.01:0.05",
+    "B=2,S=40,H=2,chunk=16;has_dt_bias=0,dt_softplus=0", "B=1,S=1000,H=5,chunk=256;has_dt_bias=0", NULL,
 };
 
 static int cumsum_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
@@ -509,7 +463,7 @@ static double cumsum_bytes(const cli_problem * pb) {
 
 CLI_OP(mamba2_chunk_cumsum, "dt bias, softplus, clamp and the in-chunk cumsum of dt*A (spec 2.1)",
        cumsum_shape, cumsum_param, CLI_BENCH("B=1,S=2048,H=48,chunk=256", NULL, NULL), cumsum_cases,
-       CLI_FNS(m2_validate, cumsum_generate, m2_bind, cumsum_alloc), NULL, cumsum_flops, cumsum_bytes);
+       CLI_FNS(m2_validate, cumsum_generate, cli_mamba2_bind, cumsum_alloc), NULL, cumsum_flops, cumsum_bytes);
 
 /* ======================================================================================
  * mamba2_chunk_state (spec §2.2, CANN layout §0.2)
@@ -518,14 +472,10 @@ CLI_OP(mamba2_chunk_cumsum, "dt bias, softplus, clamp and the in-chunk cumsum of
 static const cli_key cstate_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, CLI_KEY_END};
 static const cli_key cstate_param[] = {P_SEQ_IDX, P_LAYOUT, CLI_KEY_END};
 static const char * const cstate_cases[] = {
-    "B=2,S=70,H=4,P=16,N=32,G=2,chunk=32;",
-    "B=1,S=64,H=4,P=16,N=64,G=1,chunk=16;",
-    "B=1,S=96,H=4,P=8,N=32,G=4,chunk=32;",
-    "B=2,S=50,H=4,P=8,N=16,G=2,chunk=16;seq_idx=3",
-    "B=1,S=88,H=4,P=16,N=32,G=2,chunk=32;layout=cann",
-    "B=2,S=64,H=4,P=8,N=16,G=2,chunk=16;layout=cann",
-    "B=1,S=37,H=3,P=5,N=7,G=1,chunk=8;",
-    NULL,
+    "B=2,S=70,H=4,P=16,N=32,G=2,chunk=32;", "B=1,S=64,H=4,P=16,N=64,G=1,chunk=16;",
+    "B=1,S=96,H=4,P=8,N=32,G=4,chunk=32;", "B=2,S=50,H=4,P=8,N=16,G=2,chunk=16;seq_idx=3",
+    "B=1,S=88,H=4,P=16,N=32,G=2,chunk=32;layout=cann", "B=2,S=64,H=4,P=8,N=16,G=2,chunk=16;layout=cann",
+    "B=1,S=37,H=3,P=5,N=7,G=1,chunk=8;", NULL,
 };
 
 /* CANN memory for a (B, S, K, M) activation: [B, NC, Q, K, M] zero-padded to NC·Q tokens.
@@ -603,8 +553,8 @@ static int cstate_generate(cli_problem * pb, uint64_t seed, char * err, size_t e
 static int cstate_bind(cli_problem * pb, char * err, size_t errlen) {
     if (is_cann(pb)) {
         /* x [B,NC,L,H,P], b [B,NC,L,G,N], dt/da_cumsum [B,NC,L,H] (spec §0.2) */
-        if (need_ndim(pb, "x", 5, err, errlen) || need_ndim(pb, "b", 5, err, errlen) ||
-            need_ndim(pb, "dt", 4, err, errlen) || need_ndim(pb, "da_cumsum", 4, err, errlen))
+        if (cli_need_ndim(pb, "x", 5, err, errlen) || cli_need_ndim(pb, "b", 5, err, errlen) ||
+            cli_need_ndim(pb, "dt", 4, err, errlen) || cli_need_ndim(pb, "da_cumsum", 4, err, errlen))
             return -1;
         const char *  names[] = {"x", "b"};
         for (int i = 0; i < 2; ++i) {
@@ -620,7 +570,7 @@ static int cstate_bind(cli_problem * pb, char * err, size_t errlen) {
             cann_time_major_view(buf, buf->mem_shape[0], buf->mem_shape[3], buf->mem_shape[1], buf->mem_shape[2]);
         }
     }
-    return m2_bind(pb, err, errlen);
+    return cli_mamba2_bind(pb, err, errlen);
 }
 
 static int cstate_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
@@ -668,12 +618,9 @@ CLI_OP(mamba2_chunk_state, "per-chunk local states; layout=cann for the CANN ten
 static const cli_key spass_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, CLI_KEY_END};
 static const cli_key spass_param[] = {P_HAS_INIT, P_HAS_FINAL, P_SEQ_IDX, CLI_KEY_END};
 static const char * const spass_cases[] = {
-    "B=2,S=300,H=4,P=16,N=16,G=2,chunk=64;",
-    "B=2,S=300,H=4,P=16,N=16,G=2,chunk=64;has_init=0,has_final=0",
-    "B=2,S=70,H=4,P=8,N=16,G=2,chunk=16;seq_idx=3",
-    "B=1,S=16,H=2,P=4,N=4,G=1,chunk=16;",
-    "B=1,S=37,H=3,P=5,N=7,G=3,chunk=8;has_init=0",
-    NULL,
+    "B=2,S=300,H=4,P=16,N=16,G=2,chunk=64;", "B=2,S=300,H=4,P=16,N=16,G=2,chunk=64;has_init=0,has_final=0",
+    "B=2,S=70,H=4,P=8,N=16,G=2,chunk=16;seq_idx=3", "B=1,S=16,H=2,P=4,N=4,G=1,chunk=16;",
+    "B=1,S=37,H=3,P=5,N=7,G=3,chunk=8;has_init=0", NULL,
 };
 
 static int spass_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
@@ -710,15 +657,15 @@ static int spass_generate(cli_problem * pb, uint64_t seed, char * err, size_t er
 }
 
 static int spass_bind(cli_problem * pb, char * err, size_t errlen) {
-    if (m2_bind(pb, err, errlen)) return -1;
+    if (cli_mamba2_bind(pb, err, errlen)) return -1;
     /* S: from seq_idx when given, else NC·Q (only seq_idx needs the true length) */
-    if (!present(pb, "seq_idx")) cli_set_shape(pb, "S", dim(pb, "states", 1) * cli_shape(pb, "chunk"));
+    if (!cli_present(pb, "seq_idx")) cli_set_shape(pb, "S", cli_dim(pb, "states", 1) * cli_shape(pb, "chunk"));
     return 0;
 }
 
 static int spass_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     const m2dims  d        = dims_of(pb);
-    const int64_t NC       = present(pb, "states") ? dim(pb, "states", 1) : d.NC;
+    const int64_t NC       = cli_present(pb, "states") ? cli_dim(pb, "states", 1) : d.NC;
     const int64_t shp[5]   = {d.B, NC, d.H, d.P, d.N};
     const int64_t fshp[4]  = {d.B, d.H, d.P, d.N};
     if (cli_alloc_arg(pb, "states_in", f64, 5, shp) ||
@@ -753,11 +700,8 @@ CLI_OP(mamba2_state_passing, "inter-chunk recurrence with initial/final states a
 static const cli_key bmm_shape[] = {K_B, K_S, K_G, K_N, K_CHUNK, CLI_KEY_END};
 static const cli_key bmm_param[] = {P_SEQ_IDX, CLI_KEY_END};
 static const char * const bmm_cases[] = {
-    "B=2,S=70,G=2,N=16,chunk=32;",
-    "B=1,S=64,G=1,N=64,chunk=64;",
-    "B=2,S=50,G=2,N=8,chunk=16;seq_idx=4",
-    "B=1,S=37,G=3,N=5,chunk=8;",
-    NULL,
+    "B=2,S=70,G=2,N=16,chunk=32;", "B=1,S=64,G=1,N=64,chunk=64;", "B=2,S=50,G=2,N=8,chunk=16;seq_idx=4",
+    "B=1,S=37,G=3,N=5,chunk=8;", NULL,
 };
 
 static int bmm_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
@@ -798,7 +742,7 @@ static double bmm_bytes(const cli_problem * pb) {
 
 CLI_OP(mamba2_bmm, "CB = C*B^T per chunk and group (spec 2.4)",
        bmm_shape, bmm_param, CLI_BENCH("B=1,S=2048,G=1,N=128,chunk=256", NULL, NULL), bmm_cases,
-       CLI_FNS(m2_validate, bmm_generate, m2_bind, bmm_alloc), NULL, bmm_flops, bmm_bytes);
+       CLI_FNS(m2_validate, bmm_generate, cli_mamba2_bind, bmm_alloc), NULL, bmm_flops, bmm_bytes);
 
 /* ======================================================================================
  * mamba2_chunk_scan (spec §2.5)
@@ -807,12 +751,9 @@ CLI_OP(mamba2_bmm, "CB = C*B^T per chunk and group (spec 2.4)",
 static const cli_key cscan_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, CLI_KEY_END};
 static const cli_key cscan_param[] = {CLI_M2_KEY_HAS_D, CLI_M2_KEY_HAS_Z, P_HAS_INIT, P_SEQ_IDX, CLI_KEY_END};
 static const char * const cscan_cases[] = {
-    "B=2,S=70,H=4,P=16,N=16,G=2,chunk=32;",
-    "B=2,S=70,H=4,P=16,N=16,G=2,chunk=32;has_d=2,has_z=0",
-    "B=1,S=64,H=4,P=8,N=32,G=1,chunk=16;has_d=0,has_z=1,has_init=0",
-    "B=2,S=50,H=4,P=8,N=16,G=4,chunk=16;seq_idx=3",
-    "B=1,S=37,H=3,P=5,N=7,G=1,chunk=8;",
-    NULL,
+    "B=2,S=70,H=4,P=16,N=16,G=2,chunk=32;", "B=2,S=70,H=4,P=16,N=16,G=2,chunk=32;has_d=2,has_z=0",
+    "B=1,S=64,H=4,P=8,N=32,G=1,chunk=16;has_d=0,has_z=1,has_init=0", "B=2,S=50,H=4,P=8,N=16,G=4,chunk=16;seq_idx=3",
+    "B=1,S=37,H=3,P=5,N=7,G=1,chunk=8;", NULL,
 };
 
 static int cscan_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
@@ -859,7 +800,7 @@ static int cscan_generate(cli_problem * pb, uint64_t seed, char * err, size_t er
 static int cscan_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     const m2dims  d      = dims_of(pb);
     const int64_t shp[4] = {d.B, d.S, d.H, d.P};
-    if (cli_alloc_arg(pb, "out", f64, 4, shp) || (present(pb, "z") && cli_alloc_arg(pb, "out_x", f64, 4, shp))) {
+    if (cli_alloc_arg(pb, "out", f64, 4, shp) || (cli_present(pb, "z") && cli_alloc_arg(pb, "out_x", f64, 4, shp))) {
         snprintf(err, errlen, "out of memory for the outputs");
         return -1;
     }
@@ -886,27 +827,24 @@ static double cscan_bytes(const cli_problem * pb) {
 
 CLI_OP(mamba2_chunk_scan, "outputs from CB, the passed states, D and z (spec 2.5)",
        cscan_shape, cscan_param, CLI_BENCH("B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256", "has_z=0", NULL), cscan_cases,
-       CLI_FNS(m2_validate, cscan_generate, m2_bind, cscan_alloc), NULL, cscan_flops, cscan_bytes);
+       CLI_FNS(m2_validate, cscan_generate, cli_mamba2_bind, cscan_alloc), NULL, cscan_flops, cscan_bytes);
 
 /* ======================================================================================
  * mamba2_scan: the combined forward (spec §2.6, §2.8)
  * ====================================================================================== */
 
 static const cli_key scan_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, CLI_KEY_END};
-static const cli_key scan_param[] = {CLI_M2_KEY_HAS_D,    CLI_M2_KEY_HAS_Z,     CLI_M2_KEY_HAS_DT_BIAS, CLI_M2_KEY_SOFTPLUS, CLI_M2_KEY_DT_LIMIT,
-                                     P_HAS_INIT, P_HAS_FINAL, P_SEQ_IDX,     CLI_KEY_NSEQ,     CLI_KEY_END};
+static const cli_key scan_param[] = {
+    CLI_M2_KEY_HAS_D, CLI_M2_KEY_HAS_Z, CLI_M2_KEY_HAS_DT_BIAS, CLI_M2_KEY_SOFTPLUS, CLI_M2_KEY_DT_LIMIT, P_HAS_INIT,
+    P_HAS_FINAL, P_SEQ_IDX, CLI_KEY_NSEQ, CLI_KEY_END,
+};
 static const char * const scan_cases[] = {
-    "B=2,S=77,H=4,P=16,N=64,G=2,chunk=32;has_d=2,dt_limit=0:0.08",
-    "B=2,S=80,H=4,P=16,N=16,G=1,chunk=32;",
+    "B=2,S=77,H=4,P=16,N=64,G=2,chunk=32;has_d=2,dt_limit=0:0.08", "B=2,S=80,H=4,P=16,N=16,G=1,chunk=32;",
     "B=1,S=96,H=4,P=8,N=32,G=4,chunk=32;has_d=2,has_z=0,dt_limit=0.01:0.05,has_init=0",
     "B=1,S=33,H=2,P=8,N=8,G=1,chunk=16;has_d=0,has_z=0,has_dt_bias=0,dt_softplus=0,has_init=0",
-    "B=1,S=48,H=2,P=64,N=32,G=1,chunk=16;has_final=0",
-    "B=2,S=70,H=4,P=16,N=16,G=2,chunk=16;seq_idx=3",
-    "B=1,S=60,H=4,P=8,N=16,G=2,chunk=16;nseq=4",
-    "B=1,S=60,H=4,P=8,N=16,G=2,chunk=16;nseq=7,has_init=0",
-    "B=1,S=1,H=1,P=1,N=1,G=1,chunk=1;",
-    "B=1,S=300,H=2,P=64,N=128,G=1,chunk=256;",
-    NULL,
+    "B=1,S=48,H=2,P=64,N=32,G=1,chunk=16;has_final=0", "B=2,S=70,H=4,P=16,N=16,G=2,chunk=16;seq_idx=3",
+    "B=1,S=60,H=4,P=8,N=16,G=2,chunk=16;nseq=4", "B=1,S=60,H=4,P=8,N=16,G=2,chunk=16;nseq=7,has_init=0",
+    "B=1,S=1,H=1,P=1,N=1,G=1,chunk=1;", "B=1,S=300,H=2,P=64,N=128,G=1,chunk=256;", NULL,
 };
 
 static int scan_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
@@ -988,7 +926,7 @@ static double scan_bytes(const cli_problem * pb) {
 /* the benchmark shape of record */
 CLI_OP(mamba2_scan, "the combined Mamba-2 forward: chunked scan with D, z, states, seq_idx, varlen (spec 2.6, 2.8)",
        scan_shape, scan_param, CLI_BENCH("B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256", "has_d=1,has_z=0,has_dt_bias=1,dt_softplus=1,has_init=0,has_final=1", NULL), scan_cases,
-       CLI_FNS(m2_validate, scan_generate, m2_bind, scan_alloc), scan_workspace, scan_flops, scan_bytes);
+       CLI_FNS(m2_validate, scan_generate, cli_mamba2_bind, scan_alloc), scan_workspace, scan_flops, scan_bytes);
 
 /* ---- shared with cli-mamba2-train.c ---------------------------------------------------------- */
 

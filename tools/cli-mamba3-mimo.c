@@ -61,8 +61,9 @@ typedef enum op_kind { OP_BWD_FWD, OP_FWD, OP_BWD, OP_STEP } op_kind;
 
 typedef struct mdims {
     int64_t B, S, H, G, R, N, P, C, A, NS, nc;
-    int     reduce; /* out / dout without the rank axis                    */
+    int     reduce;   /* out / dout without the rank axis                    */
     op_kind kind;
+    cli_sym syms[CLI_MAX_SYMS]; /* the schema's dimension symbols: the shape keys, A, NS (slots), nc, C */
 } mdims;
 
 static op_kind kind_of(const cli_problem * pb) {
@@ -74,38 +75,19 @@ static op_kind kind_of(const cli_problem * pb) {
 }
 
 static mdims dims_of(const cli_problem * pb) {
-    mdims d;
-    d.kind   = kind_of(pb);
-    d.B      = cli_shape_or(pb, "B", 1);
-    d.S      = cli_shape_or(pb, "S", 1);
-    d.H      = cli_shape_or(pb, "H", 1);
-    d.G      = cli_shape_or(pb, "G", 1);
-    d.R      = cli_shape_or(pb, "R", 1);
-    d.N      = cli_shape_or(pb, "N", 2);
-    d.P      = cli_shape_or(pb, "P", 1);
-    d.C      = cli_shape_or(pb, "chunk", 1);
+    mdims d = {cli_shape_or(pb, "B", 1), cli_shape_or(pb, "S", 1), cli_shape_or(pb, "H", 1), cli_shape_or(pb, "G", 1),
+               cli_shape_or(pb, "R", 1), cli_shape_or(pb, "N", 2), cli_shape_or(pb, "P", 1), cli_shape_or(pb, "chunk", 1),
+               0, 0, 0, 0, kind_of(pb), {{NULL, 0}}};
     const int64_t div = cli_param_or(pb, "div", 4);
     d.A      = div > 0 ? d.N / div : 0;
     d.nc     = (d.S + d.C - 1) / d.C;
     d.reduce = cli_param_or(pb, "reduce_o", 1) != 0;
-    if (d.kind == OP_STEP) {
-        const int64_t slots = cli_param_or(pb, "slots", 0);
-        d.NS                = slots > 0 ? slots : d.B;
-    } else {
-        const int64_t nseq = cli_param_or(pb, "nseq", 0);
-        d.NS               = nseq > 0 ? nseq : d.B;
-    }
+    d.NS     = cli_state_rows(pb, d.B);
+    const cli_sym derived[] = {{"A", d.A}, {"NS", d.NS}, {"slots", d.NS}, {"nc", d.nc}, {"C", d.C}, {NULL, 0}};
+    cli_syms(pb, derived, d.syms, CLI_MAX_SYMS);
     return d;
 }
 
-/* The dimension symbols of the schema's shapes (B, S, H, G, R, N, P, A, NS, nc, C; slots for
- * the step). */
-static void syms_of(const mdims * d, cli_sym syms[13]) {
-    const cli_sym all[13] = {{"B", d->B},   {"S", d->S},   {"H", d->H},   {"G", d->G},   {"R", d->R},
-                             {"N", d->N},   {"P", d->P},   {"A", d->A},   {"NS", d->NS}, {"slots", d->NS},
-                             {"nc", d->nc}, {"C", d->C},   {NULL, 0}};
-    memcpy(syms, all, sizeof all);
-}
 
 static ssm_mamba3_mimo_params params_of(const cli_problem * pb) {
     ssm_mamba3_mimo_params p;
@@ -237,12 +219,8 @@ static void fill_input(cli_problem * pb, const void * dims, const char * name, c
 
 static int mimo_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
     const mdims d = dims_of(pb);
-    cli_sym     syms[13];
     cli_rng     rng;
-    syms_of(&d, syms);
-    cli_rng_seed(&rng, seed);
-    if (cli_m3_generate(pb, syms, !d.reduce, fill_input, &d, &rng, err, errlen)) return -1;
-    if (cli_has_arg(pb, "adt")) cli_scale_by_minus(pb, "adt", "dt");
+    if (cli_m3_generate(pb, seed, d.syms, !d.reduce, fill_input, &d, &rng, err, errlen)) return -1;
     if (d.kind == OP_BWD_FWD && cli_param_int(pb, "consistent")) return consistent_decays(pb, &d, &rng, err, errlen);
     return 0;
 }
@@ -265,9 +243,7 @@ static int mimo_bind(cli_problem * pb, char * err, size_t errlen) {
 
 static int mimo_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     const mdims d = dims_of(pb);
-    cli_sym     syms[13];
-    syms_of(&d, syms);
-    return cli_m3_alloc(pb, f64, syms, !d.reduce, err, errlen);
+    return cli_m3_alloc(pb, f64, d.syms, !d.reduce, err, errlen);
 }
 
 /* ---- cost models (spec §7) ----------------------------------------------------------------- */
@@ -326,43 +302,31 @@ static double state_bytes_per_set(const mdims * d) {
  * ====================================================================================== */
 
 static const cli_key bf_shape[] = {
-    CLI_KEY_INT("B", "1", "batch"),
-    CLI_KEY_INT("S", "35", "sequence length (any; a partial last chunk reads 0)"),
-    CLI_KEY_INT("H", "2", "value heads (H % G == 0)"),
-    CLI_KEY_INT("G", "1", "q/k heads"),
-    CLI_KEY_INT("R", "4", "MIMO rank"),
-    CLI_KEY_INT("N", "64", "state size = q/k width (even, a multiple of div)"),
+    CLI_KEY_INT("B", "1", "batch"), CLI_KEY_INT("S", "35", "sequence length (any; a partial last chunk reads 0)"),
+    CLI_KEY_INT("H", "2", "value heads (H % G == 0)"), CLI_KEY_INT("G", "1", "q/k heads"),
+    CLI_KEY_INT("R", "4", "MIMO rank"), CLI_KEY_INT("N", "64", "state size = q/k width (even, a multiple of div)"),
     CLI_KEY_INT("P", "64", "value width"),
-    CLI_KEY_INT("chunk", "16", "chunk size C (semantic here: the decays are chunk-local; C*R <= 128)"),
-    CLI_KEY_END,
+    CLI_KEY_INT("chunk", "16", "chunk size C (semantic here: the decays are chunk-local; C*R <= 128)"), CLI_KEY_END,
 };
 static const cli_key bf_param[] = {
-    P_DIV,
-    P_HAS_D,
-    P_HAS_Z,
-    P_REDUCE,
+    P_DIV, P_HAS_D, P_HAS_Z, P_REDUCE,
     CLI_KEY_INT("consistent", "0", "da_cs, da_cs_rev, segsum from adt = -dt*U(0,1) (0: independent N(0,1)/8, as the seed)"),
     CLI_KEY_END,
 };
 /* The seed's branches (reduce_o, z, d), GQA with batch 2, tails and its (N,P,R,C) list. */
 static const char * const bf_cases[] = {
-    "B=1,S=32,H=1,G=1,R=4,N=64,P=64,chunk=16;",
-    "B=1,S=32,H=1,G=1,R=4,N=64,P=64,chunk=16;has_z=0,has_d=0",
+    "B=1,S=32,H=1,G=1,R=4,N=64,P=64,chunk=16;", "B=1,S=32,H=1,G=1,R=4,N=64,P=64,chunk=16;has_z=0,has_d=0",
     "B=1,S=32,H=1,G=1,R=4,N=64,P=64,chunk=16;reduce_o=0,has_z=0",
-    "B=1,S=32,H=1,G=1,R=4,N=64,P=64,chunk=16;reduce_o=0,has_d=0",
-    "B=1,S=32,H=2,G=1,R=4,N=64,P=64,chunk=16;",
-    "B=2,S=20,H=4,G=2,R=4,N=64,P=64,chunk=16;",
-    "B=1,S=13,H=1,G=1,R=3,N=64,P=64,chunk=6;",
+    "B=1,S=32,H=1,G=1,R=4,N=64,P=64,chunk=16;reduce_o=0,has_d=0", "B=1,S=32,H=2,G=1,R=4,N=64,P=64,chunk=16;",
+    "B=2,S=20,H=4,G=2,R=4,N=64,P=64,chunk=16;", "B=1,S=13,H=1,G=1,R=3,N=64,P=64,chunk=6;",
     "B=1,S=32,H=1,G=1,R=4,N=32,P=64,chunk=16;has_z=0,has_d=0",
     "B=1,S=32,H=1,G=1,R=4,N=128,P=32,chunk=16;has_z=0,has_d=0",
     "B=1,S=32,H=1,G=1,R=4,N=64,P=128,chunk=16;has_z=0,has_d=0",
     "B=1,S=16,H=1,G=1,R=8,N=128,P=64,chunk=8;has_z=0,has_d=0",
     "B=1,S=12,H=1,G=1,R=3,N=64,P=64,chunk=6;has_z=0,has_d=0",
     "B=1,S=64,H=1,G=1,R=1,N=64,P=64,chunk=64;has_z=0,has_d=0",
-    "B=2,S=21,H=4,G=2,R=2,N=32,P=32,chunk=8;div=2,reduce_o=0",
-    "B=1,S=37,H=2,G=1,R=2,N=32,P=16,chunk=8;consistent=1",
-    "B=1,S=1,H=1,G=1,R=1,N=2,P=1,chunk=1;div=2",
-    NULL,
+    "B=2,S=21,H=4,G=2,R=2,N=32,P=32,chunk=8;div=2,reduce_o=0", "B=1,S=37,H=2,G=1,R=2,N=32,P=16,chunk=8;consistent=1",
+    "B=1,S=1,H=1,G=1,R=1,N=2,P=1,chunk=1;div=2", NULL,
 };
 
 CLI_DEFINE_CALL(mamba3_mimo_bwd_fwd, ssm_mamba3_mimo_params, params_of)
@@ -394,21 +358,21 @@ CLI_OP(mamba3_mimo_bwd_fwd, "MIMO backward phase 1, seed interface: states, qk_d
  * ====================================================================================== */
 
 static const cli_key fwd_shape[] = {
-    K_B, CLI_KEY_INT("S", "37", "sequence length (tokens per batch row)"), K_H, K_G, K_R, K_N, K_P, K_CHUNK, CLI_KEY_END,
+    K_B, CLI_KEY_INT("S", "37", "sequence length (tokens per batch row)"), K_H, K_G, K_R, K_N, K_P, K_CHUNK,
+    CLI_KEY_END,
 };
-static const cli_key fwd_param[] = {P_DIV, P_HAS_D, P_HAS_Z, P_REDUCE, P_FUSED, P_FUSED2, P_NORM_W,
-                                    P_EPS, P_STATES, CLI_KEY_HAS_FINAL, CLI_KEY_NSEQ, CLI_KEY_END};
+static const cli_key fwd_param[] = {
+    P_DIV, P_HAS_D, P_HAS_Z, P_REDUCE, P_FUSED, P_FUSED2, P_NORM_W, P_EPS, P_STATES, CLI_KEY_HAS_FINAL, CLI_KEY_NSEQ,
+    CLI_KEY_END,
+};
 static const char * const fwd_cases[] = {
     "B=2,S=37,H=4,G=2,R=2,N=32,P=16,chunk=8;",
     "B=1,S=40,H=2,G=1,R=1,N=64,P=32,chunk=16;reduce_o=0,has_z=0,has_states=0",
-    "B=1,S=35,H=2,G=1,R=2,N=32,P=16,chunk=16;div=2,reduce_o=0",
-    "B=1,S=24,H=2,G=1,R=4,N=32,P=32,chunk=8;fused=1",
+    "B=1,S=35,H=2,G=1,R=2,N=32,P=16,chunk=16;div=2,reduce_o=0", "B=1,S=24,H=2,G=1,R=4,N=32,P=32,chunk=8;fused=1",
     "B=1,S=20,H=2,G=1,R=2,N=16,P=16,chunk=8;fused=1,has_norm_weight=0,has_states=0",
     "B=1,S=36,H=2,G=1,R=2,N=32,P=32,chunk=8;nseq=3",
     "B=2,S=20,H=4,G=2,R=4,N=32,P=16,chunk=8;has_d=0,has_z=0,has_states=0,has_final=0",
-    "B=1,S=13,H=2,G=1,R=3,N=16,P=16,chunk=6;",
-    "B=1,S=1,H=1,G=1,R=1,N=2,P=1,chunk=1;div=2",
-    NULL,
+    "B=1,S=13,H=2,G=1,R=3,N=16,P=16,chunk=6;", "B=1,S=1,H=1,G=1,R=1,N=2,P=1,chunk=1;div=2", NULL,
 };
 
 CLI_DEFINE_CALL(mamba3_mimo, ssm_mamba3_mimo_params, params_of)
@@ -438,16 +402,13 @@ CLI_OP(mamba3_mimo, "MIMO forward: raw angles, adt, rank R, mimo_o/z, fused norm
 static const cli_key bwd_shape[] = {
     CLI_KEY_INT("B", "1", "batch (1 with nseq)"),
     CLI_KEY_INT("S", "29", "sequence length (the reference backward is token-recurrent float64)"),
-    CLI_KEY_INT("H", "2", "value heads (H % G == 0)"),
-    CLI_KEY_INT("G", "1", "q/k heads"),
-    K_R,
-    CLI_KEY_INT("N", "16", "state size = q/k width (even, a multiple of div)"),
-    K_P,
-    K_CHUNK,
+    CLI_KEY_INT("H", "2", "value heads (H % G == 0)"), CLI_KEY_INT("G", "1", "q/k heads"), K_R,
+    CLI_KEY_INT("N", "16", "state size = q/k width (even, a multiple of div)"), K_P, K_CHUNK, CLI_KEY_END,
+};
+static const cli_key bwd_param[] = {
+    P_DIV, P_HAS_D, P_HAS_Z, P_REDUCE, P_FUSED, P_FUSED2, P_NORM_W, P_EPS, P_STATES, CLI_KEY_HAS_DFINAL, CLI_KEY_NSEQ,
     CLI_KEY_END,
 };
-static const cli_key bwd_param[] = {P_DIV, P_HAS_D, P_HAS_Z, P_REDUCE, P_FUSED, P_FUSED2, P_NORM_W,
-                                    P_EPS, P_STATES, CLI_KEY_HAS_DFINAL, CLI_KEY_NSEQ, CLI_KEY_END};
 static const char * const bwd_cases[] = {
     "B=2,S=21,H=4,G=2,R=2,N=16,P=8,chunk=8;",
     "B=1,S=24,H=2,G=1,R=1,N=32,P=16,chunk=16;reduce_o=0,has_z=0,has_states=0,has_dfinal=0",
@@ -455,9 +416,7 @@ static const char * const bwd_cases[] = {
     "B=1,S=16,H=2,G=1,R=4,N=16,P=16,chunk=8;fused=1,has_states=0,has_dfinal=0",
     "B=1,S=24,H=2,G=1,R=2,N=16,P=8,chunk=8;nseq=3",
     "B=2,S=20,H=4,G=2,R=4,N=16,P=8,chunk=8;has_d=0,has_z=0,has_states=0,has_dfinal=0",
-    "B=1,S=13,H=1,G=1,R=3,N=16,P=16,chunk=6;",
-    "B=1,S=1,H=1,G=1,R=1,N=2,P=1,chunk=1;div=2",
-    NULL,
+    "B=1,S=13,H=1,G=1,R=3,N=16,P=16,chunk=6;", "B=1,S=1,H=1,G=1,R=1,N=2,P=1,chunk=1;div=2", NULL,
 };
 
 CLI_DEFINE_CALL(mamba3_mimo_bwd, ssm_mamba3_mimo_params, params_of)
@@ -501,28 +460,14 @@ static const cli_key step_shape[] = {
     CLI_KEY_INT("B", "3", "batch rows (one token each)"), K_H, K_G, K_R, K_N, K_P, CLI_KEY_END,
 };
 static const cli_key step_param[] = {
-    P_DIV,
-    P_HAS_D,
-    P_HAS_Z,
-    P_REDUCE,
-    P_FUSED,
-    P_FUSED2,
-    P_NORM_W,
-    P_EPS,
-    CLI_KEY_SLOTS,
-    CLI_KEY_IN_PLACE_POOLS,
+    P_DIV, P_HAS_D, P_HAS_Z, P_REDUCE, P_FUSED, P_FUSED2, P_NORM_W, P_EPS, CLI_KEY_SLOTS, CLI_KEY_IN_PLACE_POOLS,
     CLI_KEY_END,
 };
 static const char * const step_cases[] = {
-    "B=3,H=4,G=2,R=2,N=32,P=16;",
-    "B=2,H=4,G=4,R=3,N=32,P=32;reduce_o=0,has_z=0,slots=5",
-    "B=4,H=4,G=1,R=4,N=16,P=8;has_d=0,in_place=0,slots=6",
-    "B=2,H=2,G=1,R=2,N=32,P=32;reduce_o=0",
-    "B=2,H=2,G=1,R=4,N=32,P=32;fused=1",
-    "B=2,H=4,G=2,R=2,N=64,P=32;div=2",
-    "B=16,H=4,G=1,R=4,N=64,P=64;",
-    "B=1,H=1,G=1,R=1,N=2,P=1;div=2,in_place=0",
-    NULL,
+    "B=3,H=4,G=2,R=2,N=32,P=16;", "B=2,H=4,G=4,R=3,N=32,P=32;reduce_o=0,has_z=0,slots=5",
+    "B=4,H=4,G=1,R=4,N=16,P=8;has_d=0,in_place=0,slots=6", "B=2,H=2,G=1,R=2,N=32,P=32;reduce_o=0",
+    "B=2,H=2,G=1,R=4,N=32,P=32;fused=1", "B=2,H=4,G=2,R=2,N=64,P=32;div=2", "B=16,H=4,G=1,R=4,N=64,P=64;",
+    "B=1,H=1,G=1,R=1,N=2,P=1;div=2,in_place=0", NULL,
 };
 
 CLI_DEFINE_CALL(mamba3_mimo_step, ssm_mamba3_mimo_params, params_of)

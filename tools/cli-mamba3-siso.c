@@ -36,11 +36,19 @@
 #define P_HAS_Z      CLI_KEY_INT("has_z", "1", "gate z: out = y*silu(z)")
 #define P_HAS_STATES CLI_KEY_INT("has_states", "1", "initial states in (all of them)")
 
+static ssm_mamba3_params params_of(const cli_problem * pb) {
+    ssm_mamba3_params p;
+    ssm_mamba3_params_init(&p);
+    if (cli_key_index(pb->op->shape_keys, "chunk") >= 0) p.chunk_size = cli_shape(pb, "chunk");
+    return p;
+}
+
 /* ---- dimensions and tensor shapes by argument name ---------------------------------- */
 
 typedef struct m3dims {
     int64_t B, S, H, Hq, K, V, A, NS;
-    int     step; /* one token per row: no S axis */
+    int     step;     /* one token per row: no S axis */
+    cli_sym syms[CLI_MAX_SYMS]; /* the schema's dimension symbols: the shape keys, NS (slots) */
 } m3dims;
 
 static int is_step(const cli_problem * pb) {
@@ -48,38 +56,15 @@ static int is_step(const cli_problem * pb) {
 }
 
 static m3dims dims_of(const cli_problem * pb) {
-    m3dims d;
-    d.B    = cli_shape_or(pb, "B", 1);
-    d.S    = cli_shape_or(pb, "S", 1);
-    d.H    = cli_shape_or(pb, "H", 1);
-    d.Hq   = cli_shape_or(pb, "Hq", 1);
-    d.K    = cli_shape_or(pb, "K", 2);
-    d.V    = cli_shape_or(pb, "V", 1);
-    d.A    = cli_shape_or(pb, "A", 1);
-    d.step = is_step(pb);
-    if (d.step) {
-        const int64_t slots = cli_param_or(pb, "slots", 0);
-        d.NS                = slots > 0 ? slots : d.B;
-    } else {
-        const int64_t nseq = cli_param_or(pb, "nseq", 0);
-        d.NS               = nseq > 0 ? nseq : d.B;
-    }
+    m3dims d = {cli_shape_or(pb, "B", 1), cli_shape_or(pb, "S", 1), cli_shape_or(pb, "H", 1), cli_shape_or(pb, "Hq", 1),
+                cli_shape_or(pb, "K", 2), cli_shape_or(pb, "V", 1), cli_shape_or(pb, "A", 1), 0, is_step(pb), {{NULL, 0}}};
+    d.NS = cli_state_rows(pb, d.B);
+    const cli_sym derived[] = {{"NS", d.NS}, {"slots", d.NS}, {NULL, 0}};
+    cli_syms(pb, derived, d.syms, CLI_MAX_SYMS);
     return d;
 }
 
-/* The dimension symbols of the schema's shapes (B, S, H, Hq, K, V, A, NS; slots for the step). */
-static void syms_of(const m3dims * d, cli_sym syms[10]) {
-    const cli_sym all[10] = {{"B", d->B},   {"S", d->S},   {"H", d->H},   {"Hq", d->Hq},     {"K", d->K},
-                             {"V", d->V},   {"A", d->A},   {"NS", d->NS}, {"slots", d->NS}, {NULL, 0}};
-    memcpy(syms, all, sizeof all);
-}
 
-static ssm_mamba3_params params_of(const cli_problem * pb) {
-    ssm_mamba3_params p;
-    ssm_mamba3_params_init(&p);
-    if (cli_key_index(pb->op->shape_keys, "chunk") >= 0) p.chunk_size = cli_shape(pb, "chunk");
-    return p;
-}
 
 static double e_act(const cli_problem * pb) {
     return (double)ssm_dtype_size(pb->dtype);
@@ -174,12 +159,8 @@ static int cumulate_angles(cli_problem * pb, char * err, size_t errlen) {
 
 static int m3_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
     const m3dims d = dims_of(pb);
-    cli_sym      syms[10];
     cli_rng      rng;
-    syms_of(&d, syms);
-    cli_rng_seed(&rng, seed);
-    if (cli_m3_generate(pb, syms, 0, fill_input, &d, &rng, err, errlen)) return -1;
-    if (cli_has_arg(pb, "adt")) cli_scale_by_minus(pb, "adt", "dt");
+    if (cli_m3_generate(pb, seed, d.syms, 0, fill_input, &d, &rng, err, errlen)) return -1;
     /* siso_fwd takes θ (fp32 "angles" argument), the other ops raw rates. */
     if (strcmp(pb->op->name, "mamba3_siso_fwd") == 0) return cumulate_angles(pb, err, errlen);
     return 0;
@@ -196,9 +177,7 @@ static int m3_bind(cli_problem * pb, char * err, size_t errlen) {
 
 static int m3_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     const m3dims d = dims_of(pb);
-    cli_sym      syms[10];
-    syms_of(&d, syms);
-    return cli_m3_alloc(pb, f64, syms, 0, err, errlen);
+    return cli_m3_alloc(pb, f64, d.syms, 0, err, errlen);
 }
 
 /* ======================================================================================
@@ -207,17 +186,12 @@ static int m3_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
 
 static const cli_key angle_shape[] = {K_B, K_S, K_H, K_A, K_CHUNK, CLI_KEY_END};
 static const cli_key angle_param[] = {
-    CLI_KEY_INT("has_states", "1", "initial angle state in (angle_state)"),
-    CLI_KEY_HAS_FINAL,
-    CLI_KEY_NSEQ,
+    CLI_KEY_INT("has_states", "1", "initial angle state in (angle_state)"), CLI_KEY_HAS_FINAL, CLI_KEY_NSEQ,
     CLI_KEY_END,
 };
 static const char * const angle_cases[] = {
-    "B=2,S=70,H=4,A=8,chunk=32;",
-    "B=1,S=96,H=4,A=16,chunk=64;has_states=0",
-    "B=1,S=50,H=2,A=4,chunk=16;nseq=4",
-    "B=1,S=1,H=1,A=1,chunk=1;has_final=0",
-    NULL,
+    "B=2,S=70,H=4,A=8,chunk=32;", "B=1,S=96,H=4,A=16,chunk=64;has_states=0", "B=1,S=50,H=2,A=4,chunk=16;nseq=4",
+    "B=1,S=1,H=1,A=1,chunk=1;has_final=0", NULL,
 };
 
 CLI_DEFINE_CALL(mamba3_angle_cumsum, ssm_mamba3_params, params_of)
@@ -245,17 +219,12 @@ CLI_OP(mamba3_angle_cumsum, "theta = wrap(angle_state + cumsum(pi*tanh(angles)*d
        CLI_FNS(m3_validate, m3_generate, m3_bind, m3_alloc), NULL, angle_flops, angle_bytes);
 
 static const cli_key angleb_param[] = {
-    CLI_KEY_INT("has_states", "1", "dangle_state output (the forward had an angle_state)"),
-    CLI_KEY_HAS_DFINAL,
-    CLI_KEY_NSEQ,
-    CLI_KEY_END,
+    CLI_KEY_INT("has_states", "1", "dangle_state output (the forward had an angle_state)"), CLI_KEY_HAS_DFINAL,
+    CLI_KEY_NSEQ, CLI_KEY_END,
 };
 static const char * const angleb_cases[] = {
-    "B=2,S=70,H=4,A=8,chunk=32;",
-    "B=1,S=96,H=4,A=16,chunk=64;has_states=0,has_dfinal=0",
-    "B=1,S=50,H=2,A=4,chunk=16;nseq=4",
-    "B=1,S=1,H=1,A=1,chunk=1;",
-    NULL,
+    "B=2,S=70,H=4,A=8,chunk=32;", "B=1,S=96,H=4,A=16,chunk=64;has_states=0,has_dfinal=0",
+    "B=1,S=50,H=2,A=4,chunk=16;nseq=4", "B=1,S=1,H=1,A=1,chunk=1;", NULL,
 };
 
 CLI_DEFINE_CALL(mamba3_angle_cumsum_bwd, ssm_mamba3_params, params_of)
@@ -284,11 +253,8 @@ static const cli_key siso_param[] = {P_HAS_D, P_HAS_Z, P_HAS_STATES, CLI_KEY_HAS
 static const char * const siso_cases[] = {
     "B=2,S=77,H=4,Hq=2,K=32,V=16,A=8,chunk=32;",
     "B=1,S=64,H=4,Hq=4,K=16,V=8,A=8,chunk=16;has_d=0,has_z=0,has_states=0",
-    "B=2,S=50,H=4,Hq=1,K=32,V=16,A=8,chunk=16;has_final=0",
-    "B=1,S=60,H=4,Hq=2,K=16,V=16,A=4,chunk=16;nseq=4",
-    "B=1,S=40,H=2,Hq=1,K=64,V=32,A=16,chunk=64;has_z=0",
-    "B=1,S=1,H=1,Hq=1,K=2,V=1,A=1,chunk=1;",
-    NULL,
+    "B=2,S=50,H=4,Hq=1,K=32,V=16,A=8,chunk=16;has_final=0", "B=1,S=60,H=4,Hq=2,K=16,V=16,A=4,chunk=16;nseq=4",
+    "B=1,S=40,H=2,Hq=1,K=64,V=32,A=16,chunk=64;has_z=0", "B=1,S=1,H=1,Hq=1,K=2,V=1,A=1,chunk=1;", NULL,
 };
 
 
@@ -347,17 +313,14 @@ CLI_OP(mamba3_siso, "SISO combined forward: raw angles, four states in/out, varl
  * ====================================================================================== */
 
 static const cli_key bwd_shape[] = {
-    K_B, CLI_KEY_INT("S", "64", "sequence length (the reference backward is O(S^2))"), K_H, K_HQ, K_K, K_V, K_A, K_CHUNK,
-    CLI_KEY_END,
+    K_B, CLI_KEY_INT("S", "64", "sequence length (the reference backward is O(S^2))"), K_H, K_HQ, K_K, K_V, K_A,
+    K_CHUNK, CLI_KEY_END,
 };
 static const cli_key bwd_param[] = {P_HAS_D, P_HAS_Z, P_HAS_STATES, CLI_KEY_HAS_DFINAL, CLI_KEY_NSEQ, CLI_KEY_END};
 static const char * const bwd_cases[] = {
-    "B=2,S=37,H=4,Hq=2,K=16,V=8,A=4,chunk=16;",
-    "B=1,S=48,H=2,Hq=1,K=32,V=16,A=8,chunk=16;has_states=0,has_dfinal=0",
-    "B=1,S=40,H=4,Hq=2,K=16,V=16,A=8,chunk=16;has_z=0,has_d=0",
-    "B=1,S=30,H=2,Hq=2,K=8,V=8,A=2,chunk=8;nseq=4",
-    "B=1,S=1,H=1,Hq=1,K=2,V=1,A=1,chunk=1;",
-    NULL,
+    "B=2,S=37,H=4,Hq=2,K=16,V=8,A=4,chunk=16;", "B=1,S=48,H=2,Hq=1,K=32,V=16,A=8,chunk=16;has_states=0,has_dfinal=0",
+    "B=1,S=40,H=4,Hq=2,K=16,V=16,A=8,chunk=16;has_z=0,has_d=0", "B=1,S=30,H=2,Hq=2,K=8,V=8,A=2,chunk=8;nseq=4",
+    "B=1,S=1,H=1,Hq=1,K=2,V=1,A=1,chunk=1;", NULL,
 };
 
 CLI_DEFINE_CALL(mamba3_siso_bwd, ssm_mamba3_params, params_of)
@@ -396,20 +359,11 @@ CLI_OP(mamba3_siso_bwd, "every gradient of mamba3_siso, recomputing the forward 
 static const cli_key step_shape[] = {
     CLI_KEY_INT("B", "3", "batch rows (one token each)"), K_H, K_HQ, K_K, K_V, K_A, CLI_KEY_END,
 };
-static const cli_key step_param[] = {
-    P_HAS_D,
-    P_HAS_Z,
-    CLI_KEY_SLOTS,
-    CLI_KEY_IN_PLACE_POOLS,
-    CLI_KEY_END,
-};
+static const cli_key step_param[] = {P_HAS_D, P_HAS_Z, CLI_KEY_SLOTS, CLI_KEY_IN_PLACE_POOLS, CLI_KEY_END};
 static const char * const step_cases[] = {
-    "B=3,H=4,Hq=2,K=32,V=16,A=8;",
-    "B=2,H=4,Hq=4,K=16,V=32,A=8;has_d=0,slots=5",
-    "B=4,H=4,Hq=1,K=16,V=8,A=4;has_z=0,in_place=0,slots=6",
-    "B=16,H=4,Hq=1,K=64,V=32,A=16;",
-    "B=1,H=1,Hq=1,K=2,V=1,A=1;in_place=0",
-    NULL,
+    "B=3,H=4,Hq=2,K=32,V=16,A=8;", "B=2,H=4,Hq=4,K=16,V=32,A=8;has_d=0,slots=5",
+    "B=4,H=4,Hq=1,K=16,V=8,A=4;has_z=0,in_place=0,slots=6", "B=16,H=4,Hq=1,K=64,V=32,A=16;",
+    "B=1,H=1,Hq=1,K=2,V=1,A=1;in_place=0", NULL,
 };
 
 CLI_DEFINE_CALL(mamba3_siso_step, ssm_mamba3_params, params_of)

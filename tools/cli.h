@@ -353,6 +353,9 @@ int    cli_need_ndim(const cli_problem * pb, const char * name, int32_t ndim, ch
 /* Shape key / param by name with a default when the operator lacks it. */
 int64_t cli_shape_or(const cli_problem * pb, const char * key, int64_t def);
 int64_t cli_param_or(const cli_problem * pb, const char * key, int64_t def);
+/* Rows of the recurrent states: slots (a decode step's pool with indices), else nseq
+ * (varlen), else batch. */
+int64_t cli_state_rows(const cli_problem * pb, int64_t batch);
 /* Every shape key >= 1 and every listed 0/1 param in range (usage errors). */
 int    cli_check_shape_positive(const cli_problem * pb, char * err, size_t errlen);
 int    cli_check_bools(const cli_problem * pb, const char * const * names, char * err, size_t errlen);
@@ -365,6 +368,8 @@ int    cli_any_present(const cli_problem * pb, const char * const * names);
 /* The optional params nseq (cu_seqlens; in [0, 1000000], > 0 needs B=1) and slots
  * (state_batch_indices; 0 or in [B, 1000000]); −1 + usage message. */
 int    cli_check_nseq_slots(const cli_problem * pb, int64_t B, char * err, size_t errlen);
+/* The slots param alone: 0 (no state_batch_indices) or in [B, 1000000] (a usage error). */
+int    cli_check_slots(const cli_problem * pb, int64_t B, char * err, size_t errlen);
 
 /* ---- shapes from the schema, and what the Mamba-3 families build from them ---------------- */
 /* A dimension symbol of the schema's shape texts ("B", "NS", "nc") and its size. */
@@ -372,6 +377,10 @@ typedef struct cli_sym {
     const char * name; /* NULL ends a list */
     int64_t      value;
 } cli_sym;
+/* The symbols of an operator: its shape keys ("B", "chunk") and the derived sizes its family
+ * names (NULL-name ended), into syms (max entries with the end). */
+#define CLI_MAX_SYMS 24
+void cli_syms(const cli_problem * pb, const cli_sym * derived, cli_sym * syms, int max);
 /* The shape of argument `name` from the schema's shape text: its alt-th parenthesised list
  * (0: the first; "(B, S, H, P) with `mimo_o`; else (B, S, R, H, P)" has two), each size a
  * symbol of syms or an integer, or a sum or product of them ("NS + 1", "W−1", "H·P").
@@ -386,12 +395,11 @@ int cli_fused(const cli_problem * pb);
  * params that switch them on (has_d, has_z: z and mimo_z, reduce_o: mimo_o, fused and
  * has_norm_weight, nseq: cu_seqlens, slots: state_batch_indices, has_dfinal, has_states). */
 int cli_m3_wanted(const cli_problem * pb, const cli_arg * arg);
-/* Allocates every input cli_m3_wanted draws, in the schema's order, with its schema shape
- * (per_rank: out and dout take their per-rank shape, MIMO without mimo_o), and fills it. */
-int cli_m3_generate(cli_problem * pb, const cli_sym * syms, int per_rank, cli_fill_fn fill, const void * dims,
-                    cli_rng * rng, char * err, size_t errlen);
-/* name = −name·by element by element (adt = −U·dt once both are drawn). */
-void cli_scale_by_minus(cli_problem * pb, const char * name, const char * by);
+/* Seeds rng, allocates every input cli_m3_wanted draws, in the schema's order, with its
+ * schema shape (per_rank: out and dout take their per-rank shape, MIMO without mimo_o), fills
+ * it, then scales adt (drawn as a positive factor) by −dt. rng goes on for the caller. */
+int cli_m3_generate(cli_problem * pb, uint64_t seed, const cli_sym * syms, int per_rank, cli_fill_fn fill,
+                    const void * dims, cli_rng * rng, char * err, size_t errlen);
 /* Allocates the outputs with their schema shapes: not a gradient whose input (the schema's
  * needs) is absent; a decode step's final pools in place of their inputs with in_place=1;
  * other final states with has_final; dangle_state without an angle_state input with
@@ -411,6 +419,9 @@ void cli_bind_flags(cli_problem * pb);
 /* Shared with cli-mamba2.c: the forward's validation, inputs and params (mamba2_scan_bwd
  * has mamba2_scan's keys and inputs). */
 int               cli_mamba2_validate(const cli_problem * pb, char * err, size_t errlen);
+/* `run`: shape keys and presence params from the inputs; the chunk: given, else the Q of a
+ * (…, NC, Q) input, else 256. */
+int               cli_mamba2_bind(cli_problem * pb, char * err, size_t errlen);
 int               cli_mamba2_scan_inputs(cli_problem * pb, uint64_t seed, char * err, size_t errlen);
 ssm_mamba2_params cli_mamba2_params(const cli_problem * pb);
 
