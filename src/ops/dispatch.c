@@ -23,9 +23,13 @@ typedef union ssmi_any_args {
 
 enum { SSMI_MAX_INDEX_ARGS = 4 }; /* index tensors of one operator (mamba2_scan: 2) */
 
+/* Argument names differ mostly in their first letter: compare it inline before strcmp (a
+ * decode step resolves a few names per call). */
+static int same_name(const char * a, const char * b) { return a[0] == b[0] && strcmp(a, b) == 0; }
+
 static const ssm_arg_info * find_arg(const ssm_op_info * info, const char * name) {
     for (int32_t i = 0; i < info->nargs; ++i)
-        if (strcmp(info->args[i].name, name) == 0) return &info->args[i];
+        if (same_name(info->args[i].name, name)) return &info->args[i];
     return NULL;
 }
 
@@ -144,8 +148,8 @@ static ssm_status check_outputs(ssm_context * ctx, const char * op, const ssm_op
             const ssm_arg_info * other = &info->args[i];
             const ssm_tensor *   u = ssmi_arg_tensor(args, other);
             if (i == o || (is_output(other) && i < o)) continue; /* each pair of outputs once */
-            if (out->in_place != NULL && strcmp(out->in_place, other->name) == 0 && ssmi_present(u) &&
-                ssmi_same_addresses(t, u))
+            if (out->in_place != NULL && ssmi_present(u) && ssmi_same_addresses(t, u) &&
+                same_name(out->in_place, other->name))
                 continue;
             SSM_FORWARD_IF_ERROR(ssmi_check_no_overlap(ctx, op, out->name, t, other->name, u));
         }
@@ -157,22 +161,24 @@ static ssm_status check_outputs(ssm_context * ctx, const char * op, const ssm_op
  * whole pool, so it gets every slot no row used (core/pool.c; on the device for CUDA). */
 static ssm_status copy_unused_pools(ssm_context * ctx, const char * op, const ssm_op_info * info,
                                     ssmi_backend_kind be, const void * args) {
-    const ssm_arg_info * idx_arg = find_arg(info, "state_batch_indices");
-    const ssm_tensor *   idx = idx_arg != NULL ? ssmi_arg_tensor(args, idx_arg) : NULL;
-    const int64_t        batch = ssmi_present(idx) ? idx->shape[0] : 0;
+    const ssm_tensor * idx = NULL;
     for (int32_t i = 0; i < info->nargs; ++i) {
         const ssm_arg_info * out = &info->args[i];
-        const ssm_arg_info * pool = out->in_place != NULL ? find_arg(info, out->in_place) : NULL;
-        if (pool == NULL || idx == NULL) continue;
-        const ssm_tensor * in = ssmi_arg_tensor(args, pool);
-        const ssm_tensor * fin = ssmi_arg_tensor(args, out);
+        const ssm_tensor *   fin = ssmi_arg_tensor(args, out);
+        if (out->in_place == NULL || !ssmi_present(fin)) continue;
+        if (idx == NULL) {
+            const ssm_arg_info * idx_arg = find_arg(info, "state_batch_indices");
+            idx = idx_arg != NULL ? ssmi_arg_tensor(args, idx_arg) : NULL;
+            if (!ssmi_present(idx)) return SSM_STATUS_OK; /* slots == batch: every slot was updated */
+        }
+        const ssm_tensor * in = ssmi_arg_tensor(args, find_arg(info, out->in_place));
 #ifdef SSMOPS_HAVE_CUDA
         if (be == SSMI_BACKEND_CUDA) {
-            SSM_FORWARD_IF_ERROR(ssmi_cuda_copy_unused_slots(ctx, op, in, fin, idx, batch));
+            SSM_FORWARD_IF_ERROR(ssmi_cuda_copy_unused_slots(ctx, op, in, fin, idx, idx->shape[0]));
             continue;
         }
 #endif
-        SSM_FORWARD_IF_ERROR(ssmi_copy_unused_slots(ctx, op, in, fin, idx, batch));
+        SSM_FORWARD_IF_ERROR(ssmi_copy_unused_slots(ctx, op, in, fin, idx, idx->shape[0]));
     }
     (void)be;
     return SSM_STATUS_OK;

@@ -74,11 +74,9 @@ static ssm_status check_conv_inputs(ssm_context * ctx, const char * op, const ss
     return SSM_STATUS_OK;
 }
 
-static ssm_status validate_conv(ssm_context * ctx, const char * op, const void * params, const void * args,
-                                ssmi_dims * dims) {
-    const ssm_causal_conv1d_args * a = args;
-    ssmi_conv1d_dims *             d = &dims->conv;
-    (void)params;
+static ssm_status validate_conv(ssm_context * ctx, const char * op, const ssm_conv1d_params * p,
+                                const ssm_causal_conv1d_args * a, ssmi_conv1d_dims * d) {
+    (void)p;
     SSM_FORWARD_IF_ERROR(check_conv_inputs(ctx, op, a, d));
     SSMI_SHAPE(out, d->batch, d->dim, d->seqlen);
     SSMI_SHAPE(final_states, d->batch, d->dim, d->width - 1);
@@ -86,33 +84,25 @@ static ssm_status validate_conv(ssm_context * ctx, const char * op, const void *
                   "%s: final_states cannot be combined with seq_idx (a packed row has no single final state)", op);
     return SSM_STATUS_OK;
 }
-SSMI_DEFINE_OP(causal_conv1d, ssm_conv1d_params, check_conv_params, validate_conv)
+SSMI_DEFINE_OP(causal_conv1d, ssm_conv1d_params, conv, check_conv_params, validate_conv)
 
-static ssm_status validate_conv_bwd(ssm_context * ctx, const char * op, const void * params, const void * args,
-                                    ssmi_dims * dims) {
-    const ssm_causal_conv1d_bwd_args * a = args;
-    ssmi_conv1d_dims *                 d = &dims->conv;
+static ssm_status validate_conv_bwd(ssm_context * ctx, const char * op, const ssm_conv1d_params * p,
+                                    const ssm_causal_conv1d_bwd_args * a, ssmi_conv1d_dims * d) {
+    (void)p;
     ssm_causal_conv1d_args             fwd;
-    (void)params;
     ssmi_args_project(SSMI_OP_causal_conv1d, &fwd, SSMI_OP_causal_conv1d_bwd, a);
     SSM_FORWARD_IF_ERROR(check_conv_inputs(ctx, op, &fwd, d));
     SSMI_SHAPE(dout, d->batch, d->dim, d->seqlen);
     SSMI_SHAPE(dfinal_states, d->batch, d->dim, d->width - 1);
     SSM_RETURN_IF(ssmi_present(&a->seq_idx) && ssmi_present(&a->dfinal_states), ctx, SSM_STATUS_INVALID_ARGUMENT,
                   "%s: dfinal_states cannot be combined with seq_idx (the forward has no final_states then)", op);
-    SSMI_SHAPE(dx, d->batch, d->dim, d->seqlen);
-    SSMI_SHAPE(dweight, d->dim, d->width);
-    SSMI_SHAPE(dbias, d->dim);
-    SSMI_SHAPE(dinitial_states, d->batch, d->dim, d->width - 1);
-    return SSM_STATUS_OK;
+    return ssmi_check_gradient_shapes(ctx, op, SSMI_OP_causal_conv1d_bwd, a);
 }
-SSMI_DEFINE_OP(causal_conv1d_bwd, ssm_conv1d_params, check_conv_params, validate_conv_bwd)
+SSMI_DEFINE_OP(causal_conv1d_bwd, ssm_conv1d_params, conv, check_conv_params, validate_conv_bwd)
 
-static ssm_status validate_update(ssm_context * ctx, const char * op, const void * params, const void * args,
-                                  ssmi_dims * dims) {
-    const ssm_causal_conv1d_update_args * a = args;
-    ssmi_conv1d_dims *                    d = &dims->conv;
-    (void)params;
+static ssm_status validate_update(ssm_context * ctx, const char * op, const ssm_conv1d_params * p,
+                                  const ssm_causal_conv1d_update_args * a, ssmi_conv1d_dims * d) {
+    (void)p;
     d->batch = a->x.shape[0];
     d->dim = a->x.shape[1];
     SSM_FORWARD_IF_ERROR(check_weight_bias(ctx, op, &a->weight, &a->bias, d));
@@ -131,7 +121,7 @@ static ssm_status validate_update(ssm_context * ctx, const char * op, const void
     SSMI_SHAPE(final_conv_state, d->slots, d->dim, d->state_len);
     return ssmi_check_slot_indices(ctx, op, &a->state_batch_indices, d->batch, d->slots, "conv_state");
 }
-SSMI_DEFINE_OP(causal_conv1d_update, ssm_conv1d_params, check_conv_params, validate_update)
+SSMI_DEFINE_OP(causal_conv1d_update, ssm_conv1d_params, conv, check_conv_params, validate_update)
 
 /* ---- gated RMSNorm ------------------------------------------------------------------- */
 
@@ -167,24 +157,19 @@ static ssm_status check_norm_inputs(ssm_context * ctx, const char * op, const ss
     return SSM_STATUS_OK;
 }
 
-static ssm_status validate_norm(ssm_context * ctx, const char * op, const void * params, const void * args,
-                                ssmi_dims * dims) {
-    const ssm_rmsnorm_gated_args * a = args;
-    SSM_FORWARD_IF_ERROR(check_norm_inputs(ctx, op, params, a, &dims->norm));
+static ssm_status validate_norm(ssm_context * ctx, const char * op, const ssm_rmsnorm_params * p,
+                                const ssm_rmsnorm_gated_args * a, ssmi_rmsnorm_dims * d) {
+    SSM_FORWARD_IF_ERROR(check_norm_inputs(ctx, op, p, a, d));
     return ssmi_check_shape(ctx, op, "out", &a->out, a->x.shape);
 }
-SSMI_DEFINE_OP(rmsnorm_gated, ssm_rmsnorm_params, check_norm_params, validate_norm)
+SSMI_DEFINE_OP(rmsnorm_gated, ssm_rmsnorm_params, norm, check_norm_params, validate_norm)
 
-static ssm_status validate_norm_bwd(ssm_context * ctx, const char * op, const void * params, const void * args,
-                                    ssmi_dims * dims) {
-    const ssm_rmsnorm_gated_bwd_args * a = args;
+static ssm_status validate_norm_bwd(ssm_context * ctx, const char * op, const ssm_rmsnorm_params * p,
+                                    const ssm_rmsnorm_gated_bwd_args * a, ssmi_rmsnorm_dims * d) {
     ssm_rmsnorm_gated_args             fwd;
     ssmi_args_project(SSMI_OP_rmsnorm_gated, &fwd, SSMI_OP_rmsnorm_gated_bwd, a);
-    SSM_FORWARD_IF_ERROR(check_norm_inputs(ctx, op, params, &fwd, &dims->norm));
+    SSM_FORWARD_IF_ERROR(check_norm_inputs(ctx, op, p, &fwd, d));
     SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "dout", &a->dout, a->x.shape));
-    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "dx", &a->dx, a->x.shape));
-    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "dz", &a->dz, a->x.shape));
-    SSMI_SHAPE(dweight, dims->norm.dim);
-    return SSM_STATUS_OK;
+    return ssmi_check_gradient_shapes(ctx, op, SSMI_OP_rmsnorm_gated_bwd, a);
 }
-SSMI_DEFINE_OP(rmsnorm_gated_bwd, ssm_rmsnorm_params, check_norm_params, validate_norm_bwd)
+SSMI_DEFINE_OP(rmsnorm_gated_bwd, ssm_rmsnorm_params, norm, check_norm_params, validate_norm_bwd)

@@ -53,11 +53,8 @@ static ssm_status check_chunked_dt(ssm_context * ctx, const char * op, const cha
 
 /* ---- chunk_cumsum: dt (batch, S, H) defines every dimension ----------------------------- */
 
-static ssm_status validate_chunk_cumsum(ssm_context * ctx, const char * op, const void * params, const void * args,
-                                        ssmi_dims * dims) {
-    const ssm_mamba2_params *            p = params;
-    const ssm_mamba2_chunk_cumsum_args * a = args;
-    ssmi_mamba2_dims *                   d = &dims->m2;
+static ssm_status validate_chunk_cumsum(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
+                                        const ssm_mamba2_chunk_cumsum_args * a, ssmi_mamba2_dims * d) {
     d->batch = a->dt.shape[0];
     d->seqlen = a->dt.shape[1];
     d->nheads = a->dt.shape[2];
@@ -70,30 +67,25 @@ static ssm_status validate_chunk_cumsum(ssm_context * ctx, const char * op, cons
     SSMI_SHAPE(da_cumsum, d->batch, d->nheads, d->nchunks, d->chunk);
     return SSM_STATUS_OK;
 }
-SSMI_DEFINE_OP(mamba2_chunk_cumsum, ssm_mamba2_params, ssmi_mamba2_check_params, validate_chunk_cumsum)
+SSMI_DEFINE_OP(mamba2_chunk_cumsum, ssm_mamba2_params, m2, ssmi_mamba2_check_params, validate_chunk_cumsum)
 
 /* ---- chunk_state: x and b define the dimensions ---------------------------------------- */
 
-static ssm_status validate_chunk_state(ssm_context * ctx, const char * op, const void * params, const void * args,
-                                       ssmi_dims * dims) {
-    const ssm_mamba2_chunk_state_args * a = args;
-    ssmi_mamba2_dims *                  d = &dims->m2;
+static ssm_status validate_chunk_state(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
+                                       const ssm_mamba2_chunk_state_args * a, ssmi_mamba2_dims * d) {
     SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_xbcz(ctx, op, &a->x, &a->b, NULL, NULL, d));
-    SSM_FORWARD_IF_ERROR(check_chunked_dt(ctx, op, "dt", &a->dt, params, d));
+    SSM_FORWARD_IF_ERROR(check_chunked_dt(ctx, op, "dt", &a->dt, p, d));
     SSMI_SHAPE(da_cumsum, d->batch, d->nheads, d->nchunks, d->chunk);
     SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_seq_idx(ctx, op, &a->seq_idx, d));
     SSMI_SHAPE(states, d->batch, d->nchunks, d->nheads, d->headdim, d->dstate);
     return SSM_STATUS_OK;
 }
-SSMI_DEFINE_CUDA_OP(mamba2_chunk_state, ssm_mamba2_params, ssmi_mamba2_check_params, validate_chunk_state, x)
+SSMI_DEFINE_CUDA_OP(mamba2_chunk_state, ssm_mamba2_params, m2, ssmi_mamba2_check_params, validate_chunk_state, x)
 
 /* ---- state_passing: states (batch, NC, H, P, N) defines the dimensions ------------------ */
 
-static ssm_status validate_state_passing(ssm_context * ctx, const char * op, const void * params, const void * args,
-                                         ssmi_dims * dims) {
-    const ssm_mamba2_params *             p = params;
-    const ssm_mamba2_state_passing_args * a = args;
-    ssmi_mamba2_dims *                    d = &dims->m2;
+static ssm_status validate_state_passing(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
+                                         const ssm_mamba2_state_passing_args * a, ssmi_mamba2_dims * d) {
     d->batch = a->states.shape[0];
     d->nchunks = a->states.shape[1];
     d->nheads = a->states.shape[2];
@@ -120,15 +112,12 @@ static ssm_status validate_state_passing(ssm_context * ctx, const char * op, con
     SSMI_SHAPE(final_states, d->batch, d->nheads, d->headdim, d->dstate);
     return SSM_STATUS_OK;
 }
-SSMI_DEFINE_OP(mamba2_state_passing, ssm_mamba2_params, ssmi_mamba2_check_params, validate_state_passing)
+SSMI_DEFINE_OP(mamba2_state_passing, ssm_mamba2_params, m2, ssmi_mamba2_check_params, validate_state_passing)
 
 /* ---- bmm: c (batch, S, G, N) defines the dimensions ------------------------------------- */
 
-static ssm_status validate_bmm(ssm_context * ctx, const char * op, const void * params, const void * args,
-                               ssmi_dims * dims) {
-    const ssm_mamba2_params *   p = params;
-    const ssm_mamba2_bmm_args * a = args;
-    ssmi_mamba2_dims *          d = &dims->m2;
+static ssm_status validate_bmm(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
+                               const ssm_mamba2_bmm_args * a, ssmi_mamba2_dims * d) {
     d->batch = a->c.shape[0];
     d->seqlen = a->c.shape[1];
     d->ngroups = a->c.shape[2];
@@ -141,16 +130,14 @@ static ssm_status validate_bmm(ssm_context * ctx, const char * op, const void * 
     SSMI_SHAPE(cb, d->batch, d->nchunks, d->ngroups, d->chunk, d->chunk);
     return SSM_STATUS_OK;
 }
-SSMI_DEFINE_OP(mamba2_bmm, ssm_mamba2_params, ssmi_mamba2_check_params, validate_bmm)
+SSMI_DEFINE_OP(mamba2_bmm, ssm_mamba2_params, m2, ssmi_mamba2_check_params, validate_bmm)
 
 /* ---- chunk_scan: x and c define the dimensions ------------------------------------------ */
 
-static ssm_status validate_chunk_scan(ssm_context * ctx, const char * op, const void * params, const void * args,
-                                      ssmi_dims * dims) {
-    const ssm_mamba2_chunk_scan_args * a = args;
-    ssmi_mamba2_dims *                 d = &dims->m2;
+static ssm_status validate_chunk_scan(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
+                                      const ssm_mamba2_chunk_scan_args * a, ssmi_mamba2_dims * d) {
     SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_xbcz(ctx, op, &a->x, NULL, &a->c, &a->z, d));
-    SSM_FORWARD_IF_ERROR(check_chunked_dt(ctx, op, "dt", &a->dt, params, d));
+    SSM_FORWARD_IF_ERROR(check_chunked_dt(ctx, op, "dt", &a->dt, p, d));
     SSMI_SHAPE(da_cumsum, d->batch, d->nheads, d->nchunks, d->chunk);
     SSMI_SHAPE(cb, d->batch, d->nchunks, d->ngroups, d->chunk, d->chunk);
     SSMI_SHAPE(states_in, d->batch, d->nchunks, d->nheads, d->headdim, d->dstate);
@@ -160,10 +147,11 @@ static ssm_status validate_chunk_scan(ssm_context * ctx, const char * op, const 
     SSMI_SHAPE(out_x, d->batch, d->seqlen, d->nheads, d->headdim);
     return SSM_STATUS_OK;
 }
-SSMI_DEFINE_OP(mamba2_chunk_scan, ssm_mamba2_params, ssmi_mamba2_check_params, validate_chunk_scan)
+SSMI_DEFINE_OP(mamba2_chunk_scan, ssm_mamba2_params, m2, ssmi_mamba2_check_params, validate_chunk_scan)
 
 /* ---- scan (combined forward) --------------------------------------------------------- */
 
+/* The validator of the one operator whose impl is written out (it takes a workspace). */
 static ssm_status validate_scan(ssm_context * ctx, const char * op, const void * params, const void * args,
                                 ssmi_dims * dims) {
     const ssm_mamba2_scan_args * a = args;

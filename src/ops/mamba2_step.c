@@ -21,11 +21,9 @@
 #include "../cuda/ssmi_cuda.h"
 #endif
 
-static ssm_status validate_step(ssm_context * ctx, const char * op, const void * params, const void * args,
-                                ssmi_dims * dims) {
-    const ssm_mamba2_step_args * a = args;
-    ssmi_mamba2_dims *           d = &dims->m2;
-    (void)params;
+static ssm_status validate_step(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
+                                const ssm_mamba2_step_args * a, ssmi_mamba2_dims * d) {
+    (void)p;
     d->batch = a->x.shape[0];
     d->nheads = a->x.shape[1];
     d->headdim = a->x.shape[2];
@@ -57,4 +55,4 @@ static ssm_status validate_step(ssm_context * ctx, const char * op, const void *
     SSMI_SHAPE(final_state, d->slots, d->nheads, d->headdim, d->dstate);
     return ssmi_check_slot_indices(ctx, op, &a->state_batch_indices, d->batch, d->slots, "state");
 }
-SSMI_DEFINE_CUDA_OP(mamba2_step, ssm_mamba2_params, ssmi_mamba2_check_step_params, validate_step, x)
+SSMI_DEFINE_CUDA_OP(mamba2_step, ssm_mamba2_params, m2, ssmi_mamba2_check_step_params, validate_step, x)

@@ -209,11 +209,9 @@ static ssm_status check_bwd_fwd_params(ssm_context * ctx, const char * op, const
     return SSM_STATUS_OK;
 }
 
-static ssm_status validate_bwd_fwd(ssm_context * ctx, const char * op, const void * params, const void * args,
-                                   ssmi_dims * dims) {
-    const ssm_mamba3_mimo_bwd_fwd_args * a = args;
-    ssmi_mimo_dims *                     d = &dims->mimo;
-    SSM_FORWARD_IF_ERROR(take_qkv_dims(ctx, op, params, &a->q, &a->k, &a->v, 1, d));
+static ssm_status validate_bwd_fwd(ssm_context * ctx, const char * op, const ssm_mamba3_mimo_params * p,
+                                   const ssm_mamba3_mimo_bwd_fwd_args * a, ssmi_mimo_dims * d) {
+    SSM_FORWARD_IF_ERROR(take_qkv_dims(ctx, op, p, &a->q, &a->k, &a->v, 1, d));
     SSM_FORWARD_IF_ERROR(check_chunk_rank(ctx, op, d));
     d->nseq = d->batch;
     SSM_FORWARD_IF_ERROR(
@@ -234,13 +232,13 @@ static ssm_status validate_bwd_fwd(ssm_context * ctx, const char * op, const voi
     SSMI_SHAPE(qk_dot, d->batch, d->nheads, d->seqlen, d->rank, d->rank);
     return SSM_STATUS_OK;
 }
-SSMI_DEFINE_CUDA_OP(mamba3_mimo_bwd_fwd, ssm_mamba3_mimo_params, check_bwd_fwd_params, validate_bwd_fwd, v)
+SSMI_DEFINE_CUDA_OP(mamba3_mimo_bwd_fwd, ssm_mamba3_mimo_params, mimo, check_bwd_fwd_params, validate_bwd_fwd, v)
 
 /* ---- forward and backward -------------------------------------------------------------- */
 
 /* The forward's inputs (q … v_state, cu_seqlens), which the backward takes too, in one
  * order; then out and the final states (absent in the backward's view). Fills *d. */
-static ssm_status validate_forward_view(ssm_context * ctx, const char * op, const ssm_mamba3_mimo_params * p,
+static ssm_status validate_forward(ssm_context * ctx, const char * op, const ssm_mamba3_mimo_params * p,
                                         const ssm_mamba3_mimo_args * a, ssmi_mimo_dims * d) {
     SSM_FORWARD_IF_ERROR(take_qkv_dims(ctx, op, p, &a->q, &a->k, &a->v, 1, d));
     SSM_FORWARD_IF_ERROR(check_chunk_rank(ctx, op, d));
@@ -263,64 +261,38 @@ static ssm_status validate_forward_view(ssm_context * ctx, const char * op, cons
                                     &a->final_k_state, &a->final_v_state, &sh);
 }
 
-static ssm_status validate_forward(ssm_context * ctx, const char * op, const void * params, const void * args,
-                                   ssmi_dims * dims) {
-    return validate_forward_view(ctx, op, params, args, &dims->mimo);
-}
-SSMI_DEFINE_CUDA_OP(mamba3_mimo, ssm_mamba3_mimo_params, check_params, validate_forward, v)
+SSMI_DEFINE_CUDA_OP(mamba3_mimo, ssm_mamba3_mimo_params, mimo, check_params, validate_forward, v)
 
-static ssm_status validate_bwd(ssm_context * ctx, const char * op, const void * params, const void * args,
-                               ssmi_dims * dims) {
-    const ssm_mamba3_mimo_params *   p = params;
-    const ssm_mamba3_mimo_bwd_args * a = args;
-    ssmi_mimo_dims *                 d = &dims->mimo;
+static ssm_status validate_bwd(ssm_context * ctx, const char * op, const ssm_mamba3_mimo_params * p,
+                               const ssm_mamba3_mimo_bwd_args * a, ssmi_mimo_dims * d) {
     ssm_mamba3_mimo_args             f;
     ssmi_args_project(SSMI_OP_mamba3_mimo, &f, SSMI_OP_mamba3_mimo_bwd, a);
-    SSM_FORWARD_IF_ERROR(validate_forward_view(ctx, op, p, &f, d));
+    SSM_FORWARD_IF_ERROR(validate_forward(ctx, op, p, &f, d));
     SSM_FORWARD_IF_ERROR(check_out_like(ctx, op, "dout", &a->dout, 1, d));
     const ssmi_mamba3_state_shapes sh = state_shapes(d, d->nseq);
     SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_dfinal_names, &a->dfinal_angle_state,
                                                   &a->dfinal_ssm_state, &a->dfinal_k_state, &a->dfinal_v_state, &sh));
-    /* gradient outputs: the shapes of their forward inputs */
-    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "dq", &a->dq, a->q.shape));
-    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "dk", &a->dk, a->q.shape));
-    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "dv", &a->dv, a->v.shape));
-    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "dz", &a->dz, a->v.shape));
-    SSMI_SHAPE(dq_bias, d->nheads, d->rank, d->dstate);
-    SSMI_SHAPE(dk_bias, d->nheads, d->rank, d->dstate);
-    SSMI_SHAPE(dmimo_v, d->nheads, d->rank, d->headdim);
-    SSMI_SHAPE(dmimo_z, d->nheads, d->rank, d->headdim);
-    SSMI_SHAPE(dmimo_o, d->nheads, d->rank, d->headdim);
-    SSMI_SHAPE(dd, d->nheads);
-    SSMI_SHAPE(dadt, d->batch, d->nheads, d->seqlen);
-    SSMI_SHAPE(ddt, d->batch, d->nheads, d->seqlen);
-    SSMI_SHAPE(dtrap, d->batch, d->nheads, d->seqlen);
-    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "dangles", &a->dangles, a->angles.shape));
-    /* doutproj_norm_weight: the weight's own shape when given, else (H, P) */
-    const ssm_tensor * w = &a->outproj_norm_weight;
-    SSM_RETURN_IF(ssmi_present(&a->doutproj_norm_weight) && a->doutproj_norm_weight.ndim != (ssmi_present(w) ? w->ndim : 2),
-                  ctx, SSM_STATUS_INVALID_SHAPE, "%s: doutproj_norm_weight.ndim=%d must be %d (the weight's shape)", op,
-                  (int)a->doutproj_norm_weight.ndim, ssmi_present(w) ? (int)w->ndim : 2);
-    if (ssmi_present(w))
-        SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "doutproj_norm_weight", &a->doutproj_norm_weight, w->shape));
-    else
+    /* gradient outputs: the shapes of their forward inputs; doutproj_norm_weight without the
+     * weight (all ones): (H, P) */
+    SSM_FORWARD_IF_ERROR(ssmi_check_gradient_shapes(ctx, op, SSMI_OP_mamba3_mimo_bwd, a));
+    if (!ssmi_present(&a->outproj_norm_weight)) {
+        SSM_RETURN_IF(ssmi_present(&a->doutproj_norm_weight) && a->doutproj_norm_weight.ndim != 2, ctx,
+                      SSM_STATUS_INVALID_SHAPE, "%s: doutproj_norm_weight.ndim=%d must be 2 (H, P) without the weight",
+                      op, (int)a->doutproj_norm_weight.ndim);
         SSMI_SHAPE(doutproj_norm_weight, d->nheads, d->headdim);
+    }
     SSM_RETURN_IF(ssmi_present(&a->doutproj_norm_weight) && !p->fuse_pregate_norm, ctx, SSM_STATUS_INVALID_ARGUMENT,
-                  "%s: doutproj_norm_weight was given but params->fuse_pregate_norm is 0 (it exists only with the "
+                  "%s: doutproj_norm_weight was given but p->fuse_pregate_norm is 0 (it exists only with the "
                   "fused norm)",
                   op);
-    return ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_dstate_names, &a->dangle_state, &a->dssm_state,
-                                    &a->dk_state, &a->dv_state, &sh);
+    return SSM_STATUS_OK;
 }
-SSMI_DEFINE_OP(mamba3_mimo_bwd, ssm_mamba3_mimo_params, check_params, validate_bwd)
+SSMI_DEFINE_OP(mamba3_mimo_bwd, ssm_mamba3_mimo_params, mimo, check_params, validate_bwd)
 
 /* ---- step ---------------------------------------------------------------------------- */
 
-static ssm_status validate_step(ssm_context * ctx, const char * op, const void * params, const void * args,
-                                ssmi_dims * dims) {
-    const ssm_mamba3_mimo_params *    p = params;
-    const ssm_mamba3_mimo_step_args * a = args;
-    ssmi_mimo_dims *                  d = &dims->mimo;
+static ssm_status validate_step(ssm_context * ctx, const char * op, const ssm_mamba3_mimo_params * p,
+                                const ssm_mamba3_mimo_step_args * a, ssmi_mimo_dims * d) {
     SSM_FORWARD_IF_ERROR(take_qkv_dims(ctx, op, p, &a->q, &a->k, &a->v, 0, d));
     SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "z", &a->z, a->v.shape));
     SSMI_SHAPE(adt, d->batch, d->nheads);
@@ -342,4 +314,4 @@ static ssm_status validate_step(ssm_context * ctx, const char * op, const void *
     return ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_final_names, &a->final_angle_state, &a->final_ssm_state,
                                     &a->final_k_state, &a->final_v_state, &sh);
 }
-SSMI_DEFINE_CUDA_OP(mamba3_mimo_step, ssm_mamba3_mimo_params, check_params, validate_step, v)
+SSMI_DEFINE_CUDA_OP(mamba3_mimo_step, ssm_mamba3_mimo_params, mimo, check_params, validate_step, v)

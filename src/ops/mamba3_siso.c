@@ -133,32 +133,26 @@ static ssm_status take_angle_op_dims(ssm_context * ctx, const char * op, const s
     return ssmi_mamba3_take_nseq(ctx, op, cu, "angles", d->batch, d->seqlen, &d->nseq, &d->varlen);
 }
 
-static ssm_status validate_angle_cumsum(ssm_context * ctx, const char * op, const void * params, const void * args,
-                                        ssmi_dims * dims) {
-    const ssm_mamba3_angle_cumsum_args * a = args;
-    ssmi_mamba3_dims *                   d = &dims->m3;
-    SSM_FORWARD_IF_ERROR(take_angle_op_dims(ctx, op, params, &a->angles, &a->dt, &a->cu_seqlens, d));
+static ssm_status validate_angle_cumsum(ssm_context * ctx, const char * op, const ssm_mamba3_params * p,
+                                        const ssm_mamba3_angle_cumsum_args * a, ssmi_mamba3_dims * d) {
+    SSM_FORWARD_IF_ERROR(take_angle_op_dims(ctx, op, p, &a->angles, &a->dt, &a->cu_seqlens, d));
     SSMI_SHAPE(angle_state, d->nseq, d->nheads, d->nangles);
     d->has_states = ssmi_present(&a->angle_state);
     SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "angles_cumsum", &a->angles_cumsum, a->angles.shape));
     SSMI_SHAPE(final_angle_state, d->nseq, d->nheads, d->nangles);
     return SSM_STATUS_OK;
 }
-SSMI_DEFINE_OP(mamba3_angle_cumsum, ssm_mamba3_params, check_params, validate_angle_cumsum)
+SSMI_DEFINE_OP(mamba3_angle_cumsum, ssm_mamba3_params, m3, check_params, validate_angle_cumsum)
 
-static ssm_status validate_angle_cumsum_bwd(ssm_context * ctx, const char * op, const void * params,
-                                            const void * args, ssmi_dims * dims) {
-    const ssm_mamba3_angle_cumsum_bwd_args * a = args;
-    ssmi_mamba3_dims *                       d = &dims->m3;
-    SSM_FORWARD_IF_ERROR(take_angle_op_dims(ctx, op, params, &a->angles, &a->dt, &a->cu_seqlens, d));
+static ssm_status validate_angle_cumsum_bwd(ssm_context * ctx, const char * op, const ssm_mamba3_params * p,
+                                            const ssm_mamba3_angle_cumsum_bwd_args * a, ssmi_mamba3_dims * d) {
+    SSM_FORWARD_IF_ERROR(take_angle_op_dims(ctx, op, p, &a->angles, &a->dt, &a->cu_seqlens, d));
     SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "dangles_cumsum", &a->dangles_cumsum, a->angles.shape));
     SSMI_SHAPE(dfinal_angle_state, d->nseq, d->nheads, d->nangles);
-    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "dangles", &a->dangles, a->angles.shape));
-    SSMI_SHAPE(ddt, d->batch, d->nheads, d->seqlen);
-    SSMI_SHAPE(dangle_state, d->nseq, d->nheads, d->nangles);
-    return SSM_STATUS_OK;
+    SSMI_SHAPE(dangle_state, d->nseq, d->nheads, d->nangles); /* no angle_state input here */
+    return ssmi_check_gradient_shapes(ctx, op, SSMI_OP_mamba3_angle_cumsum_bwd, a);
 }
-SSMI_DEFINE_OP(mamba3_angle_cumsum_bwd, ssm_mamba3_params, check_params, validate_angle_cumsum_bwd)
+SSMI_DEFINE_OP(mamba3_angle_cumsum_bwd, ssm_mamba3_params, m3, check_params, validate_angle_cumsum_bwd)
 
 /* ---- the sequence operators: siso_fwd, siso, siso_bwd ---------------------------------- */
 
@@ -181,55 +175,38 @@ static ssm_status validate_seq(ssm_context * ctx, const char * op, const ssm_mam
                                     &a->final_ssm_state, &a->final_k_state, &a->final_v_state, &sh);
 }
 
-static ssm_status validate_siso_fwd(ssm_context * ctx, const char * op, const void * params, const void * args,
-                                    ssmi_dims * dims) {
+static ssm_status validate_siso_fwd(ssm_context * ctx, const char * op, const ssm_mamba3_params * p,
+                                    const ssm_mamba3_siso_fwd_args * a, ssmi_mamba3_dims * d) {
     ssm_mamba3_siso_args f;
-    ssmi_args_project(SSMI_OP_mamba3_siso, &f, SSMI_OP_mamba3_siso_fwd, args);
-    return validate_seq(ctx, op, params, &f, 0, &dims->m3);
+    ssmi_args_project(SSMI_OP_mamba3_siso, &f, SSMI_OP_mamba3_siso_fwd, a);
+    return validate_seq(ctx, op, p, &f, 0, d);
 }
-SSMI_DEFINE_CUDA_OP(mamba3_siso_fwd, ssm_mamba3_params, check_params, validate_siso_fwd, q)
+SSMI_DEFINE_CUDA_OP(mamba3_siso_fwd, ssm_mamba3_params, m3, check_params, validate_siso_fwd, q)
 
-static ssm_status validate_siso(ssm_context * ctx, const char * op, const void * params, const void * args,
-                                ssmi_dims * dims) {
-    return validate_seq(ctx, op, params, args, 1, &dims->m3);
+static ssm_status validate_siso(ssm_context * ctx, const char * op, const ssm_mamba3_params * p,
+                                const ssm_mamba3_siso_args * a, ssmi_mamba3_dims * d) {
+    return validate_seq(ctx, op, p, a, 1, d);
 }
-SSMI_DEFINE_CUDA_OP(mamba3_siso, ssm_mamba3_params, check_params, validate_siso, q)
+SSMI_DEFINE_CUDA_OP(mamba3_siso, ssm_mamba3_params, m3, check_params, validate_siso, q)
 
-static ssm_status validate_siso_bwd(ssm_context * ctx, const char * op, const void * params, const void * args,
-                                    ssmi_dims * dims) {
-    const ssm_mamba3_siso_bwd_args * a = args;
-    ssmi_mamba3_dims *               d = &dims->m3;
+static ssm_status validate_siso_bwd(ssm_context * ctx, const char * op, const ssm_mamba3_params * p,
+                                    const ssm_mamba3_siso_bwd_args * a, ssmi_mamba3_dims * d) {
     ssm_mamba3_siso_args             f;
     ssmi_args_project(SSMI_OP_mamba3_siso, &f, SSMI_OP_mamba3_siso_bwd, a);
-    SSM_FORWARD_IF_ERROR(validate_seq(ctx, op, params, &f, 1, d));
+    SSM_FORWARD_IF_ERROR(validate_seq(ctx, op, p, &f, 1, d));
     const ssmi_mamba3_state_shapes sh = state_shapes(d, d->nseq);
     SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "dout", &a->dout, a->v.shape));
     SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_dfinal_names, &a->dfinal_angle_state,
                                                   &a->dfinal_ssm_state, &a->dfinal_k_state, &a->dfinal_v_state, &sh));
     /* Gradient outputs: the shapes of their forward inputs. */
-    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "dq", &a->dq, a->q.shape));
-    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "dk", &a->dk, a->q.shape));
-    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "dv", &a->dv, a->v.shape));
-    SSMI_SHAPE(dadt, d->batch, d->nheads, d->seqlen);
-    SSMI_SHAPE(ddt, d->batch, d->nheads, d->seqlen);
-    SSMI_SHAPE(dtrap, d->batch, d->nheads, d->seqlen);
-    SSMI_SHAPE(dq_bias, d->nheads, d->dk);
-    SSMI_SHAPE(dk_bias, d->nheads, d->dk);
-    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "dangles", &a->dangles, a->angles.shape));
-    SSMI_SHAPE(dd, d->nheads);
-    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "dz", &a->dz, a->v.shape));
-    return ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_dstate_names, &a->dangle_state, &a->dssm_state,
-                                    &a->dk_state, &a->dv_state, &sh);
+    return ssmi_check_gradient_shapes(ctx, op, SSMI_OP_mamba3_siso_bwd, a);
 }
-SSMI_DEFINE_OP(mamba3_siso_bwd, ssm_mamba3_params, check_params, validate_siso_bwd)
+SSMI_DEFINE_OP(mamba3_siso_bwd, ssm_mamba3_params, m3, check_params, validate_siso_bwd)
 
 /* ---- siso_step ----------------------------------------------------------------------- */
 
-static ssm_status validate_siso_step(ssm_context * ctx, const char * op, const void * params, const void * args,
-                                     ssmi_dims * dims) {
-    const ssm_mamba3_params *         p = params;
-    const ssm_mamba3_siso_step_args * a = args;
-    ssmi_mamba3_dims *                d = &dims->m3;
+static ssm_status validate_siso_step(ssm_context * ctx, const char * op, const ssm_mamba3_params * p,
+                                     const ssm_mamba3_siso_step_args * a, ssmi_mamba3_dims * d) {
     SSM_FORWARD_IF_ERROR(take_qkv_dims(ctx, op, &a->q, &a->k, &a->v, 0, d));
     SSM_FORWARD_IF_ERROR(take_angle_dims(ctx, op, &a->angles, 0, d));
     SSM_FORWARD_IF_ERROR(
@@ -246,4 +223,4 @@ static ssm_status validate_siso_step(ssm_context * ctx, const char * op, const v
     return ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_final_names, &a->final_angle_state, &a->final_ssm_state,
                                     &a->final_k_state, &a->final_v_state, &sh);
 }
-SSMI_DEFINE_CUDA_OP(mamba3_siso_step, ssm_mamba3_params, check_params, validate_siso_step, q)
+SSMI_DEFINE_CUDA_OP(mamba3_siso_step, ssm_mamba3_params, m3, check_params, validate_siso_step, q)

@@ -14,6 +14,23 @@ int ssmi_same_addresses(const ssm_tensor * a, const ssm_tensor * b) {
     return 1;
 }
 
+ssm_status ssmi_check_gradient_shapes(ssm_context * ctx, const char * op, ssmi_op id, const void * args) {
+    const ssm_op_info * info = ssmi_op_info(id);
+    for (int32_t i = 0; i < info->nargs; ++i) {
+        const ssm_arg_info * g = &info->args[i];
+        const ssm_arg_info * x = g->name[0] == 'd' ? ssmi_op_arg(id, g->name + 1) : NULL;
+        if (!(g->role & SSM_ARG_ROLE_OUTPUT) || x == NULL || (x->role & SSM_ARG_ROLE_OUTPUT)) continue;
+        const ssm_tensor * gt = ssmi_arg_tensor(args, g);
+        const ssm_tensor * xt = ssmi_arg_tensor(args, x);
+        if (!ssmi_present(gt) || !ssmi_present(xt)) continue;
+        SSM_RETURN_IF(gt->ndim != xt->ndim, ctx, SSM_STATUS_INVALID_SHAPE,
+                      "%s: %s has %d dims but %s has %d; a gradient has the shape of its tensor", op, g->name,
+                      (int)gt->ndim, x->name, (int)xt->ndim);
+        SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, g->name, gt, xt->shape));
+    }
+    return SSM_STATUS_OK;
+}
+
 static int cmp_i64(const void * a, const void * b) {
     const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
     return (x > y) - (x < y);
@@ -231,7 +248,6 @@ const char * const ssmi_mamba3_final_names[4] = {"final_angle_state", "final_ssm
                                                  "final_v_state"};
 const char * const ssmi_mamba3_dfinal_names[4] = {"dfinal_angle_state", "dfinal_ssm_state", "dfinal_k_state",
                                                   "dfinal_v_state"};
-const char * const ssmi_mamba3_dstate_names[4] = {"dangle_state", "dssm_state", "dk_state", "dv_state"};
 
 ssm_status ssmi_mamba3_check_states(ssm_context * ctx, const char * op, const char * const names[4],
                                     const ssm_tensor * angle, const ssm_tensor * ssm, const ssm_tensor * k,

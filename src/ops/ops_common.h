@@ -62,28 +62,36 @@ ssm_status ssmi_dispatch(ssm_context * ctx, const ssmi_op_impl * impl, const cha
  * forward's args struct. */
 void ssmi_args_project(ssmi_op dst_op, void * dst, ssmi_op src_op, const void * src);
 
-/* Public entry points ssm_<op>(ctx, params, args) that run ssmi_ref_<op>, ssmi_cpu_<op> and,
- * for SSMI_DEFINE_CUDA_OP, ssmi_cuda_<op> (each (ctx, params, dims, args)). lead: the args
- * field whose device picks the CUDA backend under AUTO. */
+/* Public entry points ssm_<op>(ctx, params, args): validated by check_params and
+ * validate(ctx, op, const P * p, const ssm_<op>_args * a, <family dims> * d), d being member
+ * `member` of ssmi_dims, and run by ssmi_ref_<op>, ssmi_cpu_<op> and, for
+ * SSMI_DEFINE_CUDA_OP, ssmi_cuda_<op> (each (ctx, params, dims, args)). lead: the args field
+ * whose device picks the CUDA backend under AUTO. */
 #ifdef SSMOPS_HAVE_CUDA
 #define SSMI_CUDA_BRANCH_(op) be == SSMI_BACKEND_CUDA ? ssmi_cuda_##op(ctx, p, d, a):
 #else
 #define SSMI_CUDA_BRANCH_(op)
 #endif
-#define SSMI_DEFINE_OP_(op, P, check_params, validate, lead, cuda_branch)                                          \
+#define SSMI_DEFINE_OP_(op, P, member, check_params, validate, lead, cuda_branch)                                  \
+    static ssm_status validate_##op##_(ssm_context * ctx, const char * name, const void * p, const void * a,     \
+                                       ssmi_dims * d) {                                                          \
+        return validate(ctx, name, p, a, &d->member);                                                            \
+    }                                                                                                             \
     static ssm_status run_##op(ssm_context * ctx, ssmi_backend_kind be, const void * p, const ssmi_dims * dims,   \
                                const void * a, void * ws) {                                                       \
         const void * d = dims;                                                                                    \
         (void)ws;                                                                                                 \
         return cuda_branch be == SSMI_BACKEND_REF ? ssmi_ref_##op(ctx, p, d, a) : ssmi_cpu_##op(ctx, p, d, a);    \
     }                                                                                                             \
-    static const ssmi_op_impl op##_impl = {SSMI_OP_##op, check_params, validate, NULL, run_##op, lead};           \
+    static const ssmi_op_impl op##_impl = {SSMI_OP_##op, check_params, validate_##op##_, NULL, run_##op, lead};   \
     ssm_status ssm_##op(ssm_context * ctx, const P * params, const ssm_##op##_args * args) {                      \
         return ssmi_dispatch(ctx, &op##_impl, #op, params, args, NULL, 0, NULL);                                  \
     }
-#define SSMI_DEFINE_OP(op, P, check_params, validate) SSMI_DEFINE_OP_(op, P, check_params, validate, 0, )
-#define SSMI_DEFINE_CUDA_OP(op, P, check_params, validate, lead) \
-    SSMI_DEFINE_OP_(op, P, check_params, validate, offsetof(ssm_##op##_args, lead), SSMI_CUDA_BRANCH_(op))
+#define SSMI_DEFINE_OP(op, P, member, check_params, validate) \
+    SSMI_DEFINE_OP_(op, P, member, check_params, validate, 0, )
+#define SSMI_DEFINE_CUDA_OP(op, P, member, check_params, validate, lead)        \
+    SSMI_DEFINE_OP_(op, P, member, check_params, validate, offsetof(ssm_##op##_args, lead), \
+                    SSMI_CUDA_BRANCH_(op))
 
 /* In a validator with locals ctx, op and a (the args struct): the shape of the tensor a->field
  * must be the listed sizes (−1: any). */
@@ -91,6 +99,10 @@ void ssmi_args_project(ssmi_op dst_op, void * dst, ssmi_op src_op, const void * 
     SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, #field, &a->field, (const int64_t[]){__VA_ARGS__}))
 
 /* ---- shared rules ---------------------------------------------------------------------- */
+/* A backward's rule: every present output d<x> whose input x (of the same operator) is present
+ * has x's rank and shape — a gradient is shaped like its tensor. */
+ssm_status ssmi_check_gradient_shapes(ssm_context * ctx, const char * op, ssmi_op id, const void * args);
+
 /* 1 when every index of a reaches the same element of b as of a: same data, dtype, ndim and
  * shape, and the same stride on every dim of extent > 1 (a unit dim's stride never moves). */
 int ssmi_same_addresses(const ssm_tensor * a, const ssm_tensor * b);
@@ -144,7 +156,6 @@ typedef struct ssmi_mamba3_state_shapes {
 extern const char * const ssmi_mamba3_state_names[4];
 extern const char * const ssmi_mamba3_final_names[4];
 extern const char * const ssmi_mamba3_dfinal_names[4];
-extern const char * const ssmi_mamba3_dstate_names[4];
 /* The shapes of four state tensors (angle may be NULL: the op has none), in the order angle,
  * ssm, k, v, against *sh. */
 ssm_status ssmi_mamba3_check_states(ssm_context * ctx, const char * op, const char * const names[4],
