@@ -242,7 +242,9 @@ typedef struct ssm_arg_info {
 
 typedef struct ssm_op_info {
     const char *         name;      /* "mamba2_scan": the function ssm_mamba2_scan          */
-    const char *         params;    /* its params struct, "ssm_mamba2_params"               */
+    const char *         params;    /* its params struct, "ssm_mamba2_params" (initialised by
+                                       <params>_init; its first field is its size)          */
+    size_t               params_size; /* sizeof that struct                                 */
     size_t               args_size; /* sizeof(ssm_<name>_args)                              */
     int32_t              nargs;
     const ssm_arg_info * args;      /* nargs entries in the args struct's field order:

@@ -429,7 +429,7 @@ static const ssm_arg_info mimo_step_args[] = {
 
 /* Operator op with params struct P, argument table T, backends, workspace. */
 #define OP(op, P, T, backends, ws) \
-    [SSMI_OP_##op] = {#op, #P, sizeof(ssm_##op##_args), COUNT(T), T, backends, ws}
+    [SSMI_OP_##op] = {#op, #P, sizeof(P), sizeof(ssm_##op##_args), COUNT(T), T, backends, ws}
 
 static const ssm_op_info op_info[SSMI_OP_COUNT] = {
     OP(mamba2_chunk_cumsum, ssm_mamba2_params, chunk_cumsum_args, BE_HOST, 0),

@@ -120,8 +120,9 @@ static ssm_status check_args(ssm_context * ctx, const char * op, const ssm_op_in
     return SSM_STATUS_OK;
 }
 
-/* The `needs` rules, output layouts, then every present output against every present input
- * (except its in-place pool when it is exactly that view) and every other output. */
+/* The `needs` rules, a decode step's final pool shaped like its input pool, output layouts,
+ * then every present output against every present input (except its in-place pool when it
+ * is exactly that view) and every other output. */
 static ssm_status check_outputs(ssm_context * ctx, const char * op, const ssm_op_info * info, const void * args) {
     for (int32_t i = 0; i < info->nargs; ++i) {
         const ssm_arg_info * arg = &info->args[i];
@@ -135,6 +136,12 @@ static ssm_status check_outputs(ssm_context * ctx, const char * op, const ssm_op
                               arg->needs, arg->needs);
         return ssmi_error(ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: %s was requested without %s, which it needs", op,
                           arg->name, arg->needs);
+    }
+    for (int32_t i = 0; i < info->nargs; ++i) {
+        const ssm_arg_info * fin = &info->args[i];
+        if (fin->in_place == NULL) continue;
+        const ssm_tensor * pool = ssmi_arg_tensor(args, find_arg(info, fin->in_place));
+        SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, fin->name, ssmi_arg_tensor(args, fin), pool->shape));
     }
     for (int32_t o = 0; o < info->nargs; ++o)
         if (is_output(&info->args[o]))
@@ -231,7 +238,14 @@ ssm_status ssmi_dispatch(ssm_context * ctx, const ssmi_op_impl * impl, const cha
     ssmi_backend_kind   be = SSMI_BACKEND_CPU;
     ssmi_clear_error(ctx);
     SSM_FORWARD_IF_ERROR(pick_backend(ctx, op, info, impl, args, &be));
-    SSM_FORWARD_IF_ERROR(impl->check_params(ctx, op, params, args));
+    /* Every params struct starts with its size, set by its _init function. */
+    SSM_RETURN_IF(params == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: params is NULL", op);
+    const size_t size = *(const size_t *)params;
+    SSM_RETURN_IF(size < info->params_size, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: params->size=%zu is smaller than sizeof(%s)=%zu (call %s_init)", op, size, info->params,
+                  info->params_size, info->params);
+    SSM_FORWARD_IF_ERROR(impl->check_params(ctx, op, params));
+    SSM_RETURN_IF(args == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: args is NULL", op);
     if (be != SSMI_BACKEND_CUDA) return validate_and_run(ctx, impl, op, info, be, params, args, workspace, workspace_size, bytes);
 #ifdef SSMOPS_HAVE_CUDA
     /* The call on a copy of the args whose device index tensors are host copies. */

@@ -15,16 +15,12 @@
 #include "ops_common.h"
 
 void ssm_conv1d_params_init(ssm_conv1d_params * params) {
-    if (params == NULL) return;
-    memset(params, 0, sizeof *params);
-    params->size = sizeof *params;
+    SSMI_PARAMS_INIT(params);
     params->activation = 1;
 }
 
 void ssm_rmsnorm_params_init(ssm_rmsnorm_params * params) {
-    if (params == NULL) return;
-    memset(params, 0, sizeof *params);
-    params->size = sizeof *params;
+    SSMI_PARAMS_INIT(params);
     params->eps = 1e-5;
     params->group_size = 0;
     params->norm_before_gate = 0;
@@ -32,15 +28,10 @@ void ssm_rmsnorm_params_init(ssm_rmsnorm_params * params) {
 
 /* ---- causal conv1d ------------------------------------------------------------------- */
 
-static ssm_status check_conv_params(ssm_context * ctx, const char * op, const void * params, const void * args) {
+static ssm_status check_conv_params(ssm_context * ctx, const char * op, const void * params) {
     const ssm_conv1d_params * p = params;
-    SSM_RETURN_IF(p == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: params is NULL", op);
-    SSM_RETURN_IF(p->size < sizeof(ssm_conv1d_params), ctx, SSM_STATUS_INVALID_ARGUMENT,
-                  "%s: params->size=%zu is smaller than sizeof(ssm_conv1d_params)=%zu (call ssm_conv1d_params_init)",
-                  op, p->size, sizeof(ssm_conv1d_params));
     SSM_RETURN_IF(p->activation != 0 && p->activation != 1, ctx, SSM_STATUS_INVALID_ARGUMENT,
                   "%s: params->activation=%d must be 0 (none) or 1 (silu)", op, (int)p->activation);
-    SSM_RETURN_IF(args == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: args is NULL", op);
     return SSM_STATUS_OK;
 }
 
@@ -118,19 +109,14 @@ static ssm_status validate_update(ssm_context * ctx, const char * op, const ssm_
                   "slot b",
                   op, (long long)d->slots, (long long)d->batch);
     SSMI_SHAPE(out, d->batch, d->dim);
-    SSMI_SHAPE(final_conv_state, d->slots, d->dim, d->state_len);
     return ssmi_check_slot_indices(ctx, op, &a->state_batch_indices, d->batch, d->slots, "conv_state");
 }
 SSMI_DEFINE_OP(causal_conv1d_update, ssm_conv1d_params, conv, check_conv_params, validate_update)
 
 /* ---- gated RMSNorm ------------------------------------------------------------------- */
 
-static ssm_status check_norm_params(ssm_context * ctx, const char * op, const void * params, const void * args) {
+static ssm_status check_norm_params(ssm_context * ctx, const char * op, const void * params) {
     const ssm_rmsnorm_params * p = params;
-    SSM_RETURN_IF(p == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: params is NULL", op);
-    SSM_RETURN_IF(p->size < sizeof(ssm_rmsnorm_params), ctx, SSM_STATUS_INVALID_ARGUMENT,
-                  "%s: params->size=%zu is smaller than sizeof(ssm_rmsnorm_params)=%zu (call ssm_rmsnorm_params_init)",
-                  op, p->size, sizeof(ssm_rmsnorm_params));
     SSM_RETURN_IF(!(p->eps > 0.0) || isinf(p->eps), ctx, SSM_STATUS_INVALID_ARGUMENT,
                   "%s: params->eps=%g must be positive and finite", op, p->eps);
     SSM_RETURN_IF(p->group_size < 0, ctx, SSM_STATUS_INVALID_ARGUMENT,
@@ -138,7 +124,6 @@ static ssm_status check_norm_params(ssm_context * ctx, const char * op, const vo
                   (long long)p->group_size);
     SSM_RETURN_IF(p->norm_before_gate != 0 && p->norm_before_gate != 1, ctx, SSM_STATUS_INVALID_ARGUMENT,
                   "%s: params->norm_before_gate=%d must be 0 or 1", op, (int)p->norm_before_gate);
-    SSM_RETURN_IF(args == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: args is NULL", op);
     return SSM_STATUS_OK;
 }
 

@@ -23,9 +23,7 @@
 #endif
 
 void ssm_mamba2_params_init(ssm_mamba2_params * params) {
-    if (params == NULL) return;
-    memset(params, 0, sizeof *params);
-    params->size = sizeof *params;
+    SSMI_PARAMS_INIT(params);
     params->chunk_size = 256;
     params->dt_softplus = 0;
     params->dt_limit_lo = 0.0f;

@@ -52,7 +52,6 @@ static ssm_status validate_step(ssm_context * ctx, const char * op, const ssm_ma
                   "slot b",
                   op, (long long)d->slots, (long long)d->batch);
     SSMI_SHAPE(out, d->batch, d->nheads, d->headdim);
-    SSMI_SHAPE(final_state, d->slots, d->nheads, d->headdim, d->dstate);
     return ssmi_check_slot_indices(ctx, op, &a->state_batch_indices, d->batch, d->slots, "state");
 }
 SSMI_DEFINE_CUDA_OP(mamba2_step, ssm_mamba2_params, m2, ssmi_mamba2_check_step_params, validate_step, x)

@@ -33,9 +33,7 @@
 #define MIMO_MAX_P 128  /* P: value width (seed and spec §6 limit)       */
 
 void ssm_mamba3_mimo_params_init(ssm_mamba3_mimo_params * params) {
-    if (params == NULL) return;
-    memset(params, 0, sizeof *params);
-    params->size = sizeof *params;
+    SSMI_PARAMS_INIT(params);
     params->chunk_size = 16;
     params->rotary_dim_divisor = 4;
     params->fuse_pregate_norm = 0;
@@ -44,13 +42,8 @@ void ssm_mamba3_mimo_params_init(ssm_mamba3_mimo_params * params) {
 
 /* ---- small helpers ------------------------------------------------------------------ */
 
-static ssm_status check_params(ssm_context * ctx, const char * op, const void * params, const void * args) {
+static ssm_status check_params(ssm_context * ctx, const char * op, const void * params) {
     const ssm_mamba3_mimo_params * p = params;
-    SSM_RETURN_IF(p == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: params is NULL", op);
-    SSM_RETURN_IF(p->size < sizeof(ssm_mamba3_mimo_params), ctx, SSM_STATUS_INVALID_ARGUMENT,
-                  "%s: params->size=%zu is smaller than sizeof(ssm_mamba3_mimo_params)=%zu (call "
-                  "ssm_mamba3_mimo_params_init)",
-                  op, p->size, sizeof(ssm_mamba3_mimo_params));
     SSM_RETURN_IF(p->chunk_size < 1 || p->chunk_size > MIMO_MAX_CR, ctx, SSM_STATUS_INVALID_ARGUMENT,
                   "%s: params->chunk_size=%lld is outside [1, %d]", op, (long long)p->chunk_size, MIMO_MAX_CR);
     SSM_RETURN_IF(p->rotary_dim_divisor != 2 && p->rotary_dim_divisor != 4, ctx, SSM_STATUS_INVALID_ARGUMENT,
@@ -59,7 +52,6 @@ static ssm_status check_params(ssm_context * ctx, const char * op, const void * 
                   "%s: params->fuse_pregate_norm=%d must be 0 or 1", op, (int)p->fuse_pregate_norm);
     SSM_RETURN_IF(!(p->norm_eps >= 0.0) || isinf(p->norm_eps), ctx, SSM_STATUS_INVALID_ARGUMENT,
                   "%s: params->norm_eps=%g must be finite and non-negative", op, p->norm_eps);
-    SSM_RETURN_IF(args == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: args is NULL", op);
     return SSM_STATUS_OK;
 }
 
@@ -92,13 +84,7 @@ static ssm_status take_qkv_dims(ssm_context * ctx, const char * op, const ssm_ma
      * from the forward); checked alone so that no product with R can overflow. */
     SSM_RETURN_IF(d->rank > MIMO_MAX_CR, ctx, SSM_STATUS_INVALID_ARGUMENT,
                   "%s: q.shape[%d]=%lld (R) exceeds %d", op, (int)nd - 3, (long long)d->rank, MIMO_MAX_CR);
-    SSM_RETURN_IF(d->ngroups < 1, ctx, SSM_STATUS_INVALID_SHAPE, "%s: q.shape[%d]=%lld (G) must be at least 1", op,
-                  (int)nd - 2, (long long)d->ngroups);
-    SSM_RETURN_IF(d->nheads < 1, ctx, SSM_STATUS_INVALID_SHAPE, "%s: v.shape[%d]=%lld (H) must be at least 1", op,
-                  (int)nd - 3, (long long)d->nheads);
-    SSM_RETURN_IF(d->nheads % d->ngroups != 0, ctx, SSM_STATUS_INVALID_SHAPE,
-                  "%s: v.shape[%d]=%lld (H) is not a multiple of q.shape[%d]=%lld (G)", op, (int)nd - 3,
-                  (long long)d->nheads, (int)nd - 2, (long long)d->ngroups);
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_heads(ctx, op, d->ngroups, (int)nd - 2, "G", d->nheads, (int)nd - 3));
     SSM_RETURN_IF(d->headdim < 1 || d->headdim > MIMO_MAX_P, ctx, SSM_STATUS_INVALID_ARGUMENT,
                   "%s: v.shape[%d]=%lld (P) is outside [1, %d]", op, vd, (long long)d->headdim, MIMO_MAX_P);
     SSM_RETURN_IF(d->dstate < 2 || d->dstate % 2 != 0, ctx, SSM_STATUS_INVALID_ARGUMENT,
@@ -201,9 +187,9 @@ static ssm_status check_out_like(ssm_context * ctx, const char * op, const char 
 
 /* ---- bwd_fwd ------------------------------------------------------------------------- */
 
-static ssm_status check_bwd_fwd_params(ssm_context * ctx, const char * op, const void * params, const void * args) {
+static ssm_status check_bwd_fwd_params(ssm_context * ctx, const char * op, const void * params) {
     const ssm_mamba3_mimo_params * p = params;
-    SSM_FORWARD_IF_ERROR(check_params(ctx, op, params, args));
+    SSM_FORWARD_IF_ERROR(check_params(ctx, op, params));
     SSM_RETURN_IF(p->fuse_pregate_norm, ctx, SSM_STATUS_INVALID_ARGUMENT,
                   "%s: params->fuse_pregate_norm=1 is not part of this operator's interface (spec §3.4)", op);
     return SSM_STATUS_OK;
@@ -305,13 +291,10 @@ static ssm_status validate_step(ssm_context * ctx, const char * op, const ssm_ma
     SSM_FORWARD_IF_ERROR(check_fused(ctx, op, p, &a->z, &a->mimo_o, &a->outproj_norm_weight, d));
     /* The four states are required; angle_state gives the number of slots. */
     d->nseq = a->angle_state.shape[0];
-    const ssmi_mamba3_state_shapes sh = state_shapes(d, d->nseq);
-    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_state_names, &a->angle_state, &a->ssm_state,
-                                                  &a->k_state, &a->v_state, &sh));
     d->has_states = 1;
-    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_state_indices(ctx, op, &a->state_batch_indices, d->batch, d->nseq));
-    SSM_FORWARD_IF_ERROR(check_out_like(ctx, op, "out", &a->out, 0, d));
-    return ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_final_names, &a->final_angle_state, &a->final_ssm_state,
-                                    &a->final_k_state, &a->final_v_state, &sh);
+    const ssmi_mamba3_state_shapes sh = state_shapes(d, d->nseq);
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_pools(ctx, op, &a->angle_state, &a->ssm_state, &a->k_state, &a->v_state,
+                                                 &a->state_batch_indices, d->batch, &sh));
+    return check_out_like(ctx, op, "out", &a->out, 0, d);
 }
 SSMI_DEFINE_CUDA_OP(mamba3_mimo_step, ssm_mamba3_mimo_params, mimo, check_params, validate_step, v)

@@ -27,23 +27,16 @@
 #define M3_MAX_CHUNK 1024
 
 void ssm_mamba3_params_init(ssm_mamba3_params * params) {
-    if (params == NULL) return;
-    memset(params, 0, sizeof *params);
-    params->size = sizeof *params;
+    SSMI_PARAMS_INIT(params);
     params->chunk_size = 64;
 }
 
 /* ---- shared rules -------------------------------------------------------------------- */
 
-static ssm_status check_params(ssm_context * ctx, const char * op, const void * params, const void * args) {
+static ssm_status check_params(ssm_context * ctx, const char * op, const void * params) {
     const ssm_mamba3_params * p = params;
-    SSM_RETURN_IF(p == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: params is NULL", op);
-    SSM_RETURN_IF(p->size < sizeof(ssm_mamba3_params), ctx, SSM_STATUS_INVALID_ARGUMENT,
-                  "%s: params->size=%zu is smaller than sizeof(ssm_mamba3_params)=%zu (call ssm_mamba3_params_init)",
-                  op, p->size, sizeof(ssm_mamba3_params));
     SSM_RETURN_IF(p->chunk_size < 1 || p->chunk_size > M3_MAX_CHUNK, ctx, SSM_STATUS_INVALID_ARGUMENT,
                   "%s: params->chunk_size=%lld is outside [1, %d]", op, (long long)p->chunk_size, M3_MAX_CHUNK);
-    SSM_RETURN_IF(args == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: args is NULL", op);
     return SSM_STATUS_OK;
 }
 
@@ -66,14 +59,7 @@ static ssm_status take_qkv_dims(ssm_context * ctx, const char * op, const ssm_te
                   "%s: q.shape[%d]=%lld (K) must be even and at least 2", op, (int)nd - 1, (long long)d->dk);
     SSM_RETURN_IF(d->dv < 1, ctx, SSM_STATUS_INVALID_SHAPE, "%s: v.shape[%d]=%lld (V) must be at least 1", op,
                   (int)nd - 1, (long long)d->dv);
-    SSM_RETURN_IF(d->nheads_qk < 1, ctx, SSM_STATUS_INVALID_SHAPE, "%s: q.shape[%d]=%lld (Hq) must be at least 1", op,
-                  (int)nd - 2, (long long)d->nheads_qk);
-    SSM_RETURN_IF(d->nheads < 1, ctx, SSM_STATUS_INVALID_SHAPE, "%s: v.shape[%d]=%lld (H) must be at least 1", op,
-                  (int)nd - 2, (long long)d->nheads);
-    SSM_RETURN_IF(d->nheads % d->nheads_qk != 0, ctx, SSM_STATUS_INVALID_SHAPE,
-                  "%s: v.shape[%d]=%lld (H) is not a multiple of q.shape[%d]=%lld (Hq)", op, (int)nd - 2,
-                  (long long)d->nheads, (int)nd - 2, (long long)d->nheads_qk);
-    return SSM_STATUS_OK;
+    return ssmi_mamba3_check_heads(ctx, op, d->nheads_qk, (int)nd - 2, "Hq", d->nheads, (int)nd - 2);
 }
 
 /* angles (B, S, H, A) [step: (B, H, A)] defines A ≤ K/2. */
@@ -213,14 +199,11 @@ static ssm_status validate_siso_step(ssm_context * ctx, const char * op, const s
         check_core_inputs(ctx, op, &a->adt, &a->dt, &a->trap, &a->q_bias, &a->k_bias, &a->d, &a->z, &a->v, d));
     d->chunk = p->chunk_size;
     /* The four states are required; angle_state gives the number of slots. */
+    const ssmi_mamba3_state_shapes sh = state_shapes(d, a->angle_state.shape[0]);
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_pools(ctx, op, &a->angle_state, &a->ssm_state, &a->k_state, &a->v_state,
+                                                 &a->state_batch_indices, d->batch, &sh));
     d->nseq = a->angle_state.shape[0];
-    const ssmi_mamba3_state_shapes sh = state_shapes(d, d->nseq);
-    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_state_names, &a->angle_state, &a->ssm_state,
-                                                  &a->k_state, &a->v_state, &sh));
     d->has_states = 1;
-    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_state_indices(ctx, op, &a->state_batch_indices, d->batch, d->nseq));
-    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "out", &a->out, a->v.shape));
-    return ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_final_names, &a->final_angle_state, &a->final_ssm_state,
-                                    &a->final_k_state, &a->final_v_state, &sh);
+    return ssmi_check_shape(ctx, op, "out", &a->out, a->v.shape);
 }
 SSMI_DEFINE_CUDA_OP(mamba3_siso_step, ssm_mamba3_params, m3, check_params, validate_siso_step, q)

@@ -126,12 +126,7 @@ ssm_status ssmi_check_cu_seqlens(ssm_context * ctx, const char * op, const ssm_t
 #define SSMI_M2_MAX_CHUNK 1024
 
 /* The params rules of every Mamba-2 operator; chunk_size only where there are chunks. */
-static ssm_status m2_check_params(ssm_context * ctx, const char * op, const ssm_mamba2_params * p, const void * args,
-                                  int chunked) {
-    SSM_RETURN_IF(p == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: params is NULL", op);
-    SSM_RETURN_IF(p->size < sizeof(ssm_mamba2_params), ctx, SSM_STATUS_INVALID_ARGUMENT,
-                  "%s: params->size=%zu is smaller than sizeof(ssm_mamba2_params)=%zu (call ssm_mamba2_params_init)",
-                  op, p->size, sizeof(ssm_mamba2_params));
+static ssm_status m2_check_params(ssm_context * ctx, const char * op, const ssm_mamba2_params * p, int chunked) {
     SSM_RETURN_IF(chunked && (p->chunk_size < 1 || p->chunk_size > SSMI_M2_MAX_CHUNK), ctx,
                   SSM_STATUS_INVALID_ARGUMENT, "%s: params->chunk_size=%lld is outside [1, %d]", op,
                   (long long)p->chunk_size, SSMI_M2_MAX_CHUNK);
@@ -140,16 +135,15 @@ static ssm_status m2_check_params(ssm_context * ctx, const char * op, const ssm_
     SSM_RETURN_IF(p->dt_limit_lo > p->dt_limit_hi, ctx, SSM_STATUS_INVALID_ARGUMENT,
                   "%s: params->dt_limit_lo=%g is greater than dt_limit_hi=%g", op, (double)p->dt_limit_lo,
                   (double)p->dt_limit_hi);
-    SSM_RETURN_IF(args == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: args is NULL", op);
     return SSM_STATUS_OK;
 }
 
-ssm_status ssmi_mamba2_check_params(ssm_context * ctx, const char * op, const void * p, const void * args) {
-    return m2_check_params(ctx, op, p, args, 1);
+ssm_status ssmi_mamba2_check_params(ssm_context * ctx, const char * op, const void * params) {
+    return m2_check_params(ctx, op, params, 1);
 }
 
-ssm_status ssmi_mamba2_check_step_params(ssm_context * ctx, const char * op, const void * p, const void * args) {
-    return m2_check_params(ctx, op, p, args, 0);
+ssm_status ssmi_mamba2_check_step_params(ssm_context * ctx, const char * op, const void * params) {
+    return m2_check_params(ctx, op, params, 0);
 }
 
 /* x (batch, S, H, P) defines those four dims. */
@@ -269,6 +263,25 @@ ssm_status ssmi_mamba3_check_initial_states(ssm_context * ctx, const char * op, 
                   angle != NULL ? "angle_state, ssm_state, k_state, v_state" : "ssm_state, k_state, v_state");
     *has_states = n == total;
     return SSM_STATUS_OK;
+}
+
+ssm_status ssmi_mamba3_check_heads(ssm_context * ctx, const char * op, int64_t groups, int gdim, const char * gsym,
+                                   int64_t heads, int hdim) {
+    SSM_RETURN_IF(groups < 1, ctx, SSM_STATUS_INVALID_SHAPE, "%s: q.shape[%d]=%lld (%s) must be at least 1", op, gdim,
+                  (long long)groups, gsym);
+    SSM_RETURN_IF(heads < 1, ctx, SSM_STATUS_INVALID_SHAPE, "%s: v.shape[%d]=%lld (H) must be at least 1", op, hdim,
+                  (long long)heads);
+    SSM_RETURN_IF(heads % groups != 0, ctx, SSM_STATUS_INVALID_SHAPE,
+                  "%s: v.shape[%d]=%lld (H) is not a multiple of q.shape[%d]=%lld (%s)", op, hdim, (long long)heads,
+                  gdim, (long long)groups, gsym);
+    return SSM_STATUS_OK;
+}
+
+ssm_status ssmi_mamba3_check_pools(ssm_context * ctx, const char * op, const ssm_tensor * angle, const ssm_tensor * ssm,
+                                   const ssm_tensor * k, const ssm_tensor * v, const ssm_tensor * idx, int64_t batch,
+                                   const ssmi_mamba3_state_shapes * sh) {
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_state_names, angle, ssm, k, v, sh));
+    return ssmi_mamba3_check_state_indices(ctx, op, idx, batch, angle->shape[0]);
 }
 
 ssm_status ssmi_mamba3_take_nseq(ssm_context * ctx, const char * op, const ssm_tensor * cu, const char * batch_name,

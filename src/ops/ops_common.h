@@ -5,6 +5,7 @@
 #define SSMI_OPS_COMMON_H
 
 #include <stdint.h>
+#include <string.h>
 
 #include "../core/ssmi.h"
 
@@ -24,8 +25,8 @@ typedef union ssmi_dims {
  * backends. The void pointers are the operator's params and args structs. */
 typedef struct ssmi_op_impl {
     ssmi_op op;
-    /* params non-NULL, initialised and in range, and args non-NULL. */
-    ssm_status (*check_params)(ssm_context * ctx, const char * op, const void * params, const void * args);
+    /* The params fields in range (params is non-NULL and initialised). */
+    ssm_status (*check_params)(ssm_context * ctx, const char * op, const void * params);
     /* The rules the schema does not give (run after its per-tensor rules): the dimensions from
      * the tensors that define them, every shape, combinations and index values; fills *dims. */
     ssm_status (*validate)(ssm_context * ctx, const char * op, const void * params, const void * args,
@@ -46,7 +47,8 @@ typedef struct ssmi_op_impl {
  *      and the operator has a CUDA path, else CPU);
  *   2. CUDA: host copies of the index tensors that are in device memory (validation reads
  *      their values; the stream is synchronised);
- *   3. validate: impl->check_params, the schema's rules per tensor (presence, device: float
+ *   3. validate: params (non-NULL, initialised: its size; impl->check_params), args non-NULL,
+ *      the schema's rules per tensor (presence, device: float
  *      tensors on the backend's device and index tensors on the host, rank, dtype class,
  *      sizes) and `needs`, impl->validate, then the output layouts and overlaps with the
  *      schema's in-place exceptions;
@@ -93,6 +95,14 @@ void ssmi_args_project(ssmi_op dst_op, void * dst, ssmi_op src_op, const void * 
     SSMI_DEFINE_OP_(op, P, member, check_params, validate, offsetof(ssm_##op##_args, lead), \
                     SSMI_CUDA_BRANCH_(op))
 
+/* In a params struct's _init: nothing for NULL; else zeroes and sets the size field. */
+#define SSMI_PARAMS_INIT(p)                \
+    do {                                   \
+        if ((p) == NULL) return;           \
+        memset((p), 0, sizeof *(p));       \
+        (p)->size = sizeof *(p);           \
+    } while (0)
+
 /* In a validator with locals ctx, op and a (the args struct): the shape of the tensor a->field
  * must be the listed sizes (−1: any). */
 #define SSMI_SHAPE(field, ...) \
@@ -125,10 +135,10 @@ ssm_status ssmi_check_cu_seqlens(ssm_context * ctx, const char * op, const ssm_t
                                  int64_t batch, int64_t seqlen, int64_t * nseq);
 
 /* ---- Mamba-2 ---------------------------------------------------------------------------- */
-/* params (non-NULL, size, chunk_size in [1, 1024], dt_limit without NaN and lo ≤ hi) and a
- * non-NULL args pointer; the decode step's variant does not look at chunk_size. */
-ssm_status ssmi_mamba2_check_params(ssm_context * ctx, const char * op, const void * params, const void * args);
-ssm_status ssmi_mamba2_check_step_params(ssm_context * ctx, const char * op, const void * params, const void * args);
+/* params: chunk_size in [1, 1024], dt_limit without NaN and lo ≤ hi; the decode step's
+ * variant does not look at chunk_size. */
+ssm_status ssmi_mamba2_check_params(ssm_context * ctx, const char * op, const void * params);
+ssm_status ssmi_mamba2_check_step_params(ssm_context * ctx, const char * op, const void * params);
 /* The x/b/c/z family: x (batch, S, H, P) defines batch/S/H/P; b (batch, S, G, N) defines G
  * and N with H % G == 0 (c does when b is NULL); c matches b; the optional z matches x.
  * Pass NULL for a tensor the op does not take. */
@@ -166,6 +176,16 @@ ssm_status ssmi_mamba3_check_states(ssm_context * ctx, const char * op, const ch
 ssm_status ssmi_mamba3_check_initial_states(ssm_context * ctx, const char * op, const ssm_tensor * angle,
                                             const ssm_tensor * ssm, const ssm_tensor * k, const ssm_tensor * v,
                                             const ssmi_mamba3_state_shapes * sh, int32_t * has_states);
+/* The head counts of Mamba-3: q/k heads (groups, gsym "Hq" or "G", at q.shape[gdim]) and value
+ * heads (heads at v.shape[hdim]) both at least 1, and heads a multiple of groups. */
+ssm_status ssmi_mamba3_check_heads(ssm_context * ctx, const char * op, int64_t groups, int gdim, const char * gsym,
+                                   int64_t heads, int hdim);
+/* A Mamba-3 decode step's pools: the four required input states (shapes sh; their rows are
+ * the slots) and the slot rules of state_batch_indices (idx optional, batch rows). The final
+ * pools have their input's shape (a schema rule, dispatch.c). */
+ssm_status ssmi_mamba3_check_pools(ssm_context * ctx, const char * op, const ssm_tensor * angle, const ssm_tensor * ssm,
+                                   const ssm_tensor * k, const ssm_tensor * v, const ssm_tensor * idx, int64_t batch,
+                                   const ssmi_mamba3_state_shapes * sh);
 /* ssmi_check_cu_seqlens, then *varlen (cu given) and *nseq (nseq with cu, else batch). */
 ssm_status ssmi_mamba3_take_nseq(ssm_context * ctx, const char * op, const ssm_tensor * cu, const char * batch_name,
                                  int64_t batch, int64_t seqlen, int64_t * nseq, int32_t * varlen);
