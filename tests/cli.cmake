@@ -29,7 +29,7 @@ if(TARGET ssmops_cli)
   endforeach()
   add_test(NAME cli_bench COMMAND sh ${SSMOPS_CLI_SCRIPTS}/bench.sh $<TARGET_FILE:ssmops_cli> ${SSMOPS_CLI_TMP}/bench)
   add_test(NAME cli_schema_docs
-           COMMAND sh ${SSMOPS_CLI_SCRIPTS}/schema_docs.sh $<TARGET_FILE:ssmops_cli> ${CMAKE_CURRENT_LIST_DIR}/../docs/ops
-                   ${SSMOPS_CLI_TMP}/schema_docs)
+           COMMAND sh ${SSMOPS_CLI_SCRIPTS}/schema_docs.sh $<TARGET_FILE:ssmops_cli>
+                   ${CMAKE_CURRENT_LIST_DIR}/../docs/ops ${SSMOPS_CLI_TMP}/schema_docs)
   set_tests_properties(cli_basic cli_check cli_run_ref cli_run_cpu cli_bench cli_schema_docs PROPERTIES TIMEOUT 600)
 endif()

@@ -25,7 +25,8 @@
  * values: the operator reads them. */
 static void poison_outputs(cli_problem * pb) {
     for (int i = 0; i < pb->info->nargs; ++i)
-        if (cli_arg_is_output(&pb->info->args[i]) && pb->arg[i].mem && !pb->arg[i].borrowed) cli_fill(&pb->arg[i].view, NAN);
+        if (cli_arg_is_output(&pb->info->args[i]) && pb->arg[i].mem && !pb->arg[i].borrowed)
+            cli_fill(&pb->arg[i].view, NAN);
 }
 
 /* Runs the operator on pb with a fresh context (rounding model ref_mode); allocates the

@@ -235,7 +235,8 @@ static int64_t size_expr(const cli_sym * syms, const char * text, size_t len, in
             *ok = 0;
             break;
         }
-        prod *= isdigit((unsigned char)text[i]) ? (int64_t)strtoll(text + i, NULL, 10) : sym_value(syms, text + i, j - i, ok);
+        prod *= isdigit((unsigned char)text[i]) ? (int64_t)strtoll(text + i, NULL, 10)
+                                                : sym_value(syms, text + i, j - i, ok);
         while (j < len && text[j] == ' ') ++j;
         if (j >= len) break;
         if (text[j] == '*' || strncmp(text + j, "·", strlen("·")) == 0) {
@@ -448,18 +449,24 @@ void cli_bind_flags(cli_problem * pb) {
                                              {"has_init", "initial_states"}, {"has_bias", "bias"},
                                              {"reduce_o", "mimo_o"}, {"has_norm_weight", "outproj_norm_weight"},
                                              {"seq_idx", "seq_idx"}};
-    for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; ++i) set_param_if(pb, inputs[i][0], given(pb, inputs[i][1]));
+    for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; ++i)
+        set_param_if(pb, inputs[i][0], given(pb, inputs[i][1]));
     set_param_if(pb, "has_d", given(pb, "d") ? cli_view(pb, "d").ndim : 0); /* Mamba-2: (H) 1, (H, P) 2 */
     /* angle_cumsum_bwd has no state input: its has_states (dangle_state) stays as given */
     if (cli_has_arg(pb, "angle_state")) set_param_if(pb, "has_states", cli_any_present(pb, states));
     set_param_if(pb, "has_final", 1);
     set_param_if(pb, "has_dfinal", cli_any_present(pb, dfinals));
-    const ssm_tensor cu = cli_has_arg(pb, "cu_seqlens") ? cli_view(pb, "cu_seqlens") : ssm_tensor_make(NULL, 0, 0, NULL);
-    set_param_if(pb, "nseq", cu.data ? cli_numel(cu.ndim, cu.shape) - 1 : 0);
+    if (given(pb, "cu_seqlens")) {
+        const ssm_tensor cu = cli_view(pb, "cu_seqlens");
+        set_param_if(pb, "nseq", cli_numel(cu.ndim, cu.shape) - 1);
+    } else {
+        set_param_if(pb, "nseq", 0);
+    }
     /* slots: rows of the pool (the input a final state is updated in place of) with indices */
     for (int i = 0; i < pb->info->nargs; ++i)
         if (pb->info->args[i].in_place != NULL) {
-            set_param_if(pb, "slots", given(pb, "state_batch_indices") ? cli_dim(pb, pb->info->args[i].in_place, 0) : 0);
+            const int64_t slots = given(pb, "state_batch_indices") ? cli_dim(pb, pb->info->args[i].in_place, 0) : 0;
+            set_param_if(pb, "slots", slots);
             break;
         }
 }

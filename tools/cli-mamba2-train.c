@@ -124,9 +124,10 @@ static double bwd_bytes(const cli_problem * pb) {
     return n;
 }
 
-CLI_OP(mamba2_scan_bwd, "every gradient of mamba2_scan, recomputing the forward (spec 2.7)",
-       bwd_shape, bwd_param, CLI_BENCH("B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256", "has_d=1,has_z=0,has_dt_bias=1,dt_softplus=1,has_init=0,has_dfinal=0", NULL), bwd_cases,
-       CLI_FNS(bwd_validate, bwd_generate, cli_mamba2_bind, bwd_alloc), NULL, bwd_flops, bwd_bytes);
+CLI_OP(mamba2_scan_bwd, "every gradient of mamba2_scan, recomputing the forward (spec 2.7)", bwd_shape, bwd_param,
+       CLI_BENCH("B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256",
+                 "has_d=1,has_z=0,has_dt_bias=1,dt_softplus=1,has_init=0,has_dfinal=0", NULL),
+       bwd_cases, CLI_FNS(bwd_validate, bwd_generate, cli_mamba2_bind, bwd_alloc), NULL, bwd_flops, bwd_bytes);
 
 /* ======================================================================================
  * mamba2_step (spec §2.9)

@@ -461,8 +461,8 @@ static double cumsum_bytes(const cli_problem * pb) {
     return (e_act(pb) + 8.0) * (double)(d.B * d.S * d.H);
 }
 
-CLI_OP(mamba2_chunk_cumsum, "dt bias, softplus, clamp and the in-chunk cumsum of dt*A (spec 2.1)",
-       cumsum_shape, cumsum_param, CLI_BENCH("B=1,S=2048,H=48,chunk=256", NULL, NULL), cumsum_cases,
+CLI_OP(mamba2_chunk_cumsum, "dt bias, softplus, clamp and the in-chunk cumsum of dt*A (spec 2.1)", cumsum_shape,
+       cumsum_param, CLI_BENCH("B=1,S=2048,H=48,chunk=256", NULL, NULL), cumsum_cases,
        CLI_FNS(m2_validate, cumsum_generate, cli_mamba2_bind, cumsum_alloc), NULL, cumsum_flops, cumsum_bytes);
 
 /* ======================================================================================
@@ -740,8 +740,8 @@ static double bmm_bytes(const cli_problem * pb) {
     return 2.0 * e_act(pb) * (double)(d.B * d.S * d.G * d.N) + 4.0 * (double)(d.B * d.S * d.G * d.Q);
 }
 
-CLI_OP(mamba2_bmm, "CB = C*B^T per chunk and group (spec 2.4)",
-       bmm_shape, bmm_param, CLI_BENCH("B=1,S=2048,G=1,N=128,chunk=256", NULL, NULL), bmm_cases,
+CLI_OP(mamba2_bmm, "CB = C*B^T per chunk and group (spec 2.4)", bmm_shape, bmm_param,
+       CLI_BENCH("B=1,S=2048,G=1,N=128,chunk=256", NULL, NULL), bmm_cases,
        CLI_FNS(m2_validate, bmm_generate, cli_mamba2_bind, bmm_alloc), NULL, bmm_flops, bmm_bytes);
 
 /* ======================================================================================
@@ -825,8 +825,8 @@ static double cscan_bytes(const cli_problem * pb) {
     return n;
 }
 
-CLI_OP(mamba2_chunk_scan, "outputs from CB, the passed states, D and z (spec 2.5)",
-       cscan_shape, cscan_param, CLI_BENCH("B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256", "has_z=0", NULL), cscan_cases,
+CLI_OP(mamba2_chunk_scan, "outputs from CB, the passed states, D and z (spec 2.5)", cscan_shape, cscan_param,
+       CLI_BENCH("B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256", "has_z=0", NULL), cscan_cases,
        CLI_FNS(m2_validate, cscan_generate, cli_mamba2_bind, cscan_alloc), NULL, cscan_flops, cscan_bytes);
 
 /* ======================================================================================
@@ -925,8 +925,11 @@ static double scan_bytes(const cli_problem * pb) {
 
 /* the benchmark shape of record */
 CLI_OP(mamba2_scan, "the combined Mamba-2 forward: chunked scan with D, z, states, seq_idx, varlen (spec 2.6, 2.8)",
-       scan_shape, scan_param, CLI_BENCH("B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256", "has_d=1,has_z=0,has_dt_bias=1,dt_softplus=1,has_init=0,has_final=1", NULL), scan_cases,
-       CLI_FNS(m2_validate, scan_generate, cli_mamba2_bind, scan_alloc), scan_workspace, scan_flops, scan_bytes);
+       scan_shape, scan_param,
+       CLI_BENCH("B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256",
+                 "has_d=1,has_z=0,has_dt_bias=1,dt_softplus=1,has_init=0,has_final=1", NULL),
+       scan_cases, CLI_FNS(m2_validate, scan_generate, cli_mamba2_bind, scan_alloc), scan_workspace, scan_flops,
+       scan_bytes);
 
 /* ---- shared with cli-mamba2-train.c ---------------------------------------------------------- */
 

@@ -75,9 +75,9 @@ static op_kind kind_of(const cli_problem * pb) {
 }
 
 static mdims dims_of(const cli_problem * pb) {
-    mdims d = {cli_shape_or(pb, "B", 1), cli_shape_or(pb, "S", 1), cli_shape_or(pb, "H", 1), cli_shape_or(pb, "G", 1),
-               cli_shape_or(pb, "R", 1), cli_shape_or(pb, "N", 2), cli_shape_or(pb, "P", 1), cli_shape_or(pb, "chunk", 1),
-               0, 0, 0, 0, kind_of(pb), {{NULL, 0}}};
+    mdims d = {cli_shape_or(pb, "B", 1), cli_shape_or(pb, "S", 1),     cli_shape_or(pb, "H", 1),
+               cli_shape_or(pb, "G", 1), cli_shape_or(pb, "R", 1),     cli_shape_or(pb, "N", 2),
+               cli_shape_or(pb, "P", 1), cli_shape_or(pb, "chunk", 1), 0, 0, 0, 0, kind_of(pb), {{NULL, 0}}};
     const int64_t div = cli_param_or(pb, "div", 4);
     d.A      = div > 0 ? d.N / div : 0;
     d.nc     = (d.S + d.C - 1) / d.C;
@@ -310,7 +310,8 @@ static const cli_key bf_shape[] = {
 };
 static const cli_key bf_param[] = {
     P_DIV, P_HAS_D, P_HAS_Z, P_REDUCE,
-    CLI_KEY_INT("consistent", "0", "da_cs, da_cs_rev, segsum from adt = -dt*U(0,1) (0: independent N(0,1)/8, as the seed)"),
+    CLI_KEY_INT("consistent", "0",
+                "da_cs, da_cs_rev, segsum from adt = -dt*U(0,1) (0: independent N(0,1)/8, as the seed)"),
     CLI_KEY_END,
 };
 /* The seed's branches (reduce_o, z, d), GQA with batch 2, tails and its (N,P,R,C) list. */
@@ -349,9 +350,9 @@ static double bf_bytes(const cli_problem * pb) {
     return n;
 }
 
-CLI_OP(mamba3_mimo_bwd_fwd, "MIMO backward phase 1, seed interface: states, qk_dot, dz, dmimo_o/z (mimo 3.4)",
-       bf_shape, bf_param, CLI_BENCH("B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16", "has_d=1,has_z=1,reduce_o=1", "bf16"), bf_cases,
-       CLI_FNS(mimo_validate, mimo_generate, mimo_bind, mimo_alloc), NULL, fwd_flops, bf_bytes);
+CLI_OP(mamba3_mimo_bwd_fwd, "MIMO backward phase 1, seed interface: states, qk_dot, dz, dmimo_o/z (mimo 3.4)", bf_shape,
+       bf_param, CLI_BENCH("B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16", "has_d=1,has_z=1,reduce_o=1", "bf16"),
+       bf_cases, CLI_FNS(mimo_validate, mimo_generate, mimo_bind, mimo_alloc), NULL, fwd_flops, bf_bytes);
 
 /* ======================================================================================
  * mamba3_mimo (spec §3.3, §3.7)
@@ -391,9 +392,11 @@ static double fwd_bytes(const cli_problem * pb) {
     return n;
 }
 
-CLI_OP(mamba3_mimo, "MIMO forward: raw angles, adt, rank R, mimo_o/z, fused norm, states, varlen (mimo 3.7)",
-       fwd_shape, fwd_param, CLI_BENCH("B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16", "has_d=1,has_z=1,reduce_o=1,has_states=0,has_final=0", "bf16"), fwd_cases,
-       CLI_FNS(mimo_validate, mimo_generate, mimo_bind, mimo_alloc), NULL, fwd_flops, fwd_bytes);
+CLI_OP(mamba3_mimo, "MIMO forward: raw angles, adt, rank R, mimo_o/z, fused norm, states, varlen (mimo 3.7)", fwd_shape,
+       fwd_param,
+       CLI_BENCH("B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16",
+                 "has_d=1,has_z=1,reduce_o=1,has_states=0,has_final=0", "bf16"),
+       fwd_cases, CLI_FNS(mimo_validate, mimo_generate, mimo_bind, mimo_alloc), NULL, fwd_flops, fwd_bytes);
 
 /* ======================================================================================
  * mamba3_mimo_bwd (spec §3.5, §3.6, §4)
@@ -448,9 +451,12 @@ static double bwd_bytes(const cli_problem * pb) {
     return n + copies * state_bytes_per_set(&d);
 }
 
-CLI_OP(mamba3_mimo_bwd, "every gradient of mamba3_mimo incl. the initial states, recomputing the forward (mimo 3.5-3.6, 4)",
-       bwd_shape, bwd_param, CLI_BENCH("B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16", "has_d=1,has_z=1,reduce_o=1,has_states=0,has_dfinal=0", "bf16"), bwd_cases,
-       CLI_FNS(mimo_validate, mimo_generate, mimo_bind, mimo_alloc), NULL, bwd_flops, bwd_bytes);
+CLI_OP(mamba3_mimo_bwd,
+       "every gradient of mamba3_mimo incl. the initial states, recomputing the forward (mimo 3.5-3.6, 4)", bwd_shape,
+       bwd_param,
+       CLI_BENCH("B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16",
+                 "has_d=1,has_z=1,reduce_o=1,has_states=0,has_dfinal=0", "bf16"),
+       bwd_cases, CLI_FNS(mimo_validate, mimo_generate, mimo_bind, mimo_alloc), NULL, bwd_flops, bwd_bytes);
 
 /* ======================================================================================
  * mamba3_mimo_step (spec §3.9)
@@ -489,6 +495,6 @@ static double step_bytes(const cli_problem * pb) {
     return 2.0 * e * (double)(d.B * d.H) * (double)(d.P * d.N + d.R * d.N + d.P + d.A);
 }
 
-CLI_OP(mamba3_mimo_step, "MIMO decode: one token per row, four state pools updated in place (mimo 3.9)",
-       step_shape, step_param, CLI_BENCH("B=1,H=16,G=1,R=4,N=64,P=64", NULL, "bf16"), step_cases,
+CLI_OP(mamba3_mimo_step, "MIMO decode: one token per row, four state pools updated in place (mimo 3.9)", step_shape,
+       step_param, CLI_BENCH("B=1,H=16,G=1,R=4,N=64,P=64", NULL, "bf16"), step_cases,
        CLI_FNS(mimo_validate, mimo_generate, mimo_bind, mimo_alloc), NULL, step_flops, step_bytes);

@@ -56,8 +56,9 @@ static int is_step(const cli_problem * pb) {
 }
 
 static m3dims dims_of(const cli_problem * pb) {
-    m3dims d = {cli_shape_or(pb, "B", 1), cli_shape_or(pb, "S", 1), cli_shape_or(pb, "H", 1), cli_shape_or(pb, "Hq", 1),
-                cli_shape_or(pb, "K", 2), cli_shape_or(pb, "V", 1), cli_shape_or(pb, "A", 1), 0, is_step(pb), {{NULL, 0}}};
+    m3dims d = {cli_shape_or(pb, "B", 1),  cli_shape_or(pb, "S", 1), cli_shape_or(pb, "H", 1),
+                cli_shape_or(pb, "Hq", 1), cli_shape_or(pb, "K", 2), cli_shape_or(pb, "V", 1),
+                cli_shape_or(pb, "A", 1),  0,                        is_step(pb), {{NULL, 0}}};
     d.NS = cli_state_rows(pb, d.B);
     const cli_sym derived[] = {{"NS", d.NS}, {"slots", d.NS}, {NULL, 0}};
     cli_syms(pb, derived, d.syms, CLI_MAX_SYMS);
@@ -287,9 +288,10 @@ static double fwd_bytes(const cli_problem * pb) {
     return fwd_bytes_of(pb, 4.0, 0); /* cumulative angles are fp32 */
 }
 
-CLI_OP(mamba3_siso_fwd, "SISO chunked core forward, cumulative angles in; states, varlen (siso 2.3)",
-       siso_shape, siso_param, CLI_BENCH("B=1,S=2048,H=32,Hq=1,K=128,V=64,A=32,chunk=64", "has_d=1,has_z=1,has_states=0,has_final=0", NULL), siso_cases,
-       CLI_FNS(m3_validate, m3_generate, m3_bind, m3_alloc), NULL, fwd_flops, fwd_bytes);
+CLI_OP(mamba3_siso_fwd, "SISO chunked core forward, cumulative angles in; states, varlen (siso 2.3)", siso_shape,
+       siso_param,
+       CLI_BENCH("B=1,S=2048,H=32,Hq=1,K=128,V=64,A=32,chunk=64", "has_d=1,has_z=1,has_states=0,has_final=0", NULL),
+       siso_cases, CLI_FNS(m3_validate, m3_generate, m3_bind, m3_alloc), NULL, fwd_flops, fwd_bytes);
 
 
 CLI_DEFINE_CALL(mamba3_siso, ssm_mamba3_params, params_of)
@@ -304,9 +306,10 @@ static double siso_bytes(const cli_problem * pb) {
     return fwd_bytes_of(pb, e_act(pb), 1); /* raw angles in the compute dtype */
 }
 
-CLI_OP(mamba3_siso, "SISO combined forward: raw angles, four states in/out, varlen (siso 2.4, 2.7)",
-       siso_shape, siso_param, CLI_BENCH("B=1,S=2048,H=32,Hq=1,K=128,V=64,A=32,chunk=64", "has_d=1,has_z=1,has_states=0,has_final=0", NULL), siso_cases,
-       CLI_FNS(m3_validate, m3_generate, m3_bind, m3_alloc), NULL, siso_flops, siso_bytes);
+CLI_OP(mamba3_siso, "SISO combined forward: raw angles, four states in/out, varlen (siso 2.4, 2.7)", siso_shape,
+       siso_param,
+       CLI_BENCH("B=1,S=2048,H=32,Hq=1,K=128,V=64,A=32,chunk=64", "has_d=1,has_z=1,has_states=0,has_final=0", NULL),
+       siso_cases, CLI_FNS(m3_validate, m3_generate, m3_bind, m3_alloc), NULL, siso_flops, siso_bytes);
 
 /* ======================================================================================
  * mamba3_siso_bwd (spec §2.5, §6)
@@ -348,9 +351,9 @@ static double bwd_bytes(const cli_problem * pb) {
     return n;
 }
 
-CLI_OP(mamba3_siso_bwd, "every gradient of mamba3_siso, recomputing the forward (siso 2.5, 6)",
-       bwd_shape, bwd_param, CLI_BENCH("B=1,S=2048,H=32,Hq=1,K=128,V=64,A=32,chunk=64", "has_d=1,has_z=1,has_states=0,has_dfinal=0", NULL), bwd_cases,
-       CLI_FNS(m3_validate, m3_generate, m3_bind, m3_alloc), NULL, bwd_flops, bwd_bytes);
+CLI_OP(mamba3_siso_bwd, "every gradient of mamba3_siso, recomputing the forward (siso 2.5, 6)", bwd_shape, bwd_param,
+       CLI_BENCH("B=1,S=2048,H=32,Hq=1,K=128,V=64,A=32,chunk=64", "has_d=1,has_z=1,has_states=0,has_dfinal=0", NULL),
+       bwd_cases, CLI_FNS(m3_validate, m3_generate, m3_bind, m3_alloc), NULL, bwd_flops, bwd_bytes);
 
 /* ======================================================================================
  * mamba3_siso_step (spec §2.6)
@@ -384,6 +387,6 @@ static double step_bytes(const cli_problem * pb) {
     return 2.0 * e * (double)(d.B * d.H) * (double)(d.K * d.V + d.K + d.V + d.A);
 }
 
-CLI_OP(mamba3_siso_step, "SISO decode: one token per row, four state pools updated in place (siso 2.6)",
-       step_shape, step_param, CLI_BENCH("B=1,H=32,Hq=1,K=128,V=64,A=32", NULL, NULL), step_cases,
+CLI_OP(mamba3_siso_step, "SISO decode: one token per row, four state pools updated in place (siso 2.6)", step_shape,
+       step_param, CLI_BENCH("B=1,H=32,Hq=1,K=128,V=64,A=32", NULL, NULL), step_cases,
        CLI_FNS(m3_validate, m3_generate, m3_bind, m3_alloc), NULL, step_flops, step_bytes);

@@ -134,7 +134,8 @@ int cli_cmd_run(const cli_options * opt) {
             rc = cli_fail("%s: required input %s is missing", op->name, path);
             goto done;
         }
-        if (load_npy(path, cli_arg_kind_of(arg) == CLI_ARG_INDEX, cli_arg_dtype(&pb, arg, 0), &pb.arg[i], err, sizeof err) != 0) {
+        if (load_npy(path, cli_arg_kind_of(arg) == CLI_ARG_INDEX, cli_arg_dtype(&pb, arg, 0), &pb.arg[i], err,
+                     sizeof err) != 0) {
             rc = cli_fail("%s", err);
             goto done;
         }
@@ -145,7 +146,8 @@ int cli_cmd_run(const cli_options * opt) {
         goto done;
     }
     for (int i = 0; i < pb.info->nargs; ++i)
-        if (cli_arg_is_output(&pb.info->args[i]) && pb.arg[i].mem && !pb.arg[i].borrowed) cli_fill(&pb.arg[i].view, NAN);
+        if (cli_arg_is_output(&pb.info->args[i]) && pb.arg[i].mem && !pb.arg[i].borrowed)
+            cli_fill(&pb.arg[i].view, NAN);
 
     ssm_status st =
         cli_context_create_mode(opt->backend, opt->threads, opt->ref_mode >= 0 ? opt->ref_mode : SSM_REF_EXACT, &ctx);

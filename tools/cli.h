@@ -130,7 +130,8 @@ typedef struct cli_key {
 /* Key table entries: an integer key, the end of a table, and the keys several families share. */
 #define CLI_KEY_INT(name, def, help) {name, CLI_KEY_INT, def, help, NULL}
 #define CLI_KEY_END                  {NULL, CLI_KEY_INT, NULL, NULL, NULL}
-#define CLI_KEY_NSEQ                 CLI_KEY_INT("nseq", "0", "varlen: cu_seqlens with this many sequences, batch 1 (0 = off)")
+#define CLI_KEY_NSEQ \
+    CLI_KEY_INT("nseq", "0", "varlen: cu_seqlens with this many sequences, batch 1 (0 = off)")
 #define CLI_KEY_SLOTS \
     CLI_KEY_INT("slots", "0", "state pool rows with state_batch_indices (>= B; row 1 is padding); 0 = no indices")
 #define CLI_KEY_IN_PLACE_POOLS \
@@ -220,8 +221,9 @@ typedef struct cli_op {
  * alloc_outputs)), the call <op>_call (CLI_DEFINE_CALL), workspace_size, flops and bytes. */
 #define CLI_BENCH(shape, params, dtype)         shape, params, dtype
 #define CLI_FNS(validate, generate, bind, alloc) validate, generate, bind, alloc
-#define CLI_OP(op, summary, shape_keys, param_keys, bench, cases, fns, workspace, flops, bytes) \
-    const cli_op cli_op_##op = {#op, summary, shape_keys, param_keys, bench, cases, fns, op##_call, workspace, flops, bytes}
+#define CLI_OP(op, summary, shape_keys, param_keys, bench, cases, fns, workspace, flops, bytes)                \
+    const cli_op cli_op_##op = {#op,  summary, shape_keys, param_keys, bench, cases, fns, op##_call, workspace, \
+                                flops, bytes}
 
 extern const cli_op * const cli_ops[]; /* NULL-terminated */
 

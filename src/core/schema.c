@@ -30,13 +30,15 @@
  * outputs that need an input (AN, FN) or may be their input's view (FP, AP). */
 #define ARG(field, role, cls, ranks, flags, shape, needs, in_place) \
     {#field, role, cls, ranks, flags, offsetof(ARGS, field), shape, needs, in_place}
-#define A(field, role, ranks, shape)  ARG(field, role, SSM_DTYPE_CLASS_FLOAT, ranks, SSM_ARG_ACTIVATION, shape, NULL, NULL)
-#define F(field, role, ranks, shape)  ARG(field, role, SSM_DTYPE_CLASS_FLOAT, ranks, 0, shape, NULL, NULL)
+#define FLT SSM_DTYPE_CLASS_FLOAT
+#define ACT SSM_ARG_ACTIVATION
+#define A(field, role, ranks, shape)  ARG(field, role, FLT, ranks, ACT, shape, NULL, NULL)
+#define F(field, role, ranks, shape)  ARG(field, role, FLT, ranks, 0, shape, NULL, NULL)
 #define I(field, role, ranks, shape)  ARG(field, role, SSM_DTYPE_CLASS_INDEX, ranks, 0, shape, NULL, NULL)
-#define AN(field, ranks, shape, need) ARG(field, OOPT, SSM_DTYPE_CLASS_FLOAT, ranks, SSM_ARG_ACTIVATION, shape, need, NULL)
-#define FN(field, ranks, shape, need) ARG(field, OOPT, SSM_DTYPE_CLASS_FLOAT, ranks, 0, shape, need, NULL)
-#define AP(field, ranks, shape, pool) ARG(field, OOPT, SSM_DTYPE_CLASS_FLOAT, ranks, SSM_ARG_ACTIVATION, shape, NULL, pool)
-#define FP(field, ranks, shape, pool) ARG(field, OOPT, SSM_DTYPE_CLASS_FLOAT, ranks, 0, shape, NULL, pool)
+#define AN(field, ranks, shape, need) ARG(field, OOPT, FLT, ranks, ACT, shape, need, NULL)
+#define FN(field, ranks, shape, need) ARG(field, OOPT, FLT, ranks, 0, shape, need, NULL)
+#define AP(field, ranks, shape, pool) ARG(field, OOPT, FLT, ranks, ACT, shape, NULL, pool)
+#define FP(field, ranks, shape, pool) ARG(field, OOPT, FLT, ranks, 0, shape, NULL, pool)
 
 /* ==== Mamba-2 ============================================================================ */
 

@@ -41,7 +41,8 @@ static ssm_status pick_backend(ssm_context * ctx, const char * op, const ssm_op_
                                const void * args, ssmi_backend_kind * out) {
     const ssm_backend b = ctx == NULL ? SSM_BACKEND_AUTO : ctx->backend;
     const int         has_cuda = (info->backends >> SSM_BACKEND_CUDA) & 1u;
-    const ssm_tensor * lead = has_cuda && args != NULL ? (const ssm_tensor *)(const void *)((const char *)args + impl->lead) : NULL;
+    const ssm_tensor * lead =
+        has_cuda && args != NULL ? (const ssm_tensor *)(const void *)((const char *)args + impl->lead) : NULL;
     const int on_cuda = ssmi_present(lead) && lead->device.type == SSM_DEVICE_CUDA;
     switch (b) {
         case SSM_BACKEND_REF: *out = SSMI_BACKEND_REF; return SSM_STATUS_OK;
@@ -246,7 +247,8 @@ ssm_status ssmi_dispatch(ssm_context * ctx, const ssmi_op_impl * impl, const cha
                   info->params_size, info->params);
     SSM_FORWARD_IF_ERROR(impl->check_params(ctx, op, params));
     SSM_RETURN_IF(args == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: args is NULL", op);
-    if (be != SSMI_BACKEND_CUDA) return validate_and_run(ctx, impl, op, info, be, params, args, workspace, workspace_size, bytes);
+    if (be != SSMI_BACKEND_CUDA)
+        return validate_and_run(ctx, impl, op, info, be, params, args, workspace, workspace_size, bytes);
 #ifdef SSMOPS_HAVE_CUDA
     /* The call on a copy of the args whose device index tensors are host copies. */
     ssmi_any_args host;

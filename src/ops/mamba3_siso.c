@@ -151,7 +151,8 @@ static ssm_status validate_seq(ssm_context * ctx, const char * op, const ssm_mam
     SSM_FORWARD_IF_ERROR(take_angle_dims(ctx, op, &a->angles, 1, d));
     SSM_FORWARD_IF_ERROR(
         check_core_inputs(ctx, op, &a->adt, &a->dt, &a->trap, &a->q_bias, &a->k_bias, &a->d, &a->z, &a->v, d));
-    SSM_FORWARD_IF_ERROR(ssmi_mamba3_take_nseq(ctx, op, &a->cu_seqlens, "q", d->batch, d->seqlen, &d->nseq, &d->varlen));
+    SSM_FORWARD_IF_ERROR(
+        ssmi_mamba3_take_nseq(ctx, op, &a->cu_seqlens, "q", d->batch, d->seqlen, &d->nseq, &d->varlen));
     d->chunk = p->chunk_size;
     const ssmi_mamba3_state_shapes sh = state_shapes(d, d->nseq);
     SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_initial_states(ctx, op, with_angle ? &a->angle_state : NULL, &a->ssm_state,
