@@ -49,10 +49,10 @@ static ssm_status pick_backend(ssm_context * ctx, const char * op, const ssm_op_
         case SSM_BACKEND_CPU: *out = SSMI_BACKEND_CPU; return SSM_STATUS_OK;
         case SSM_BACKEND_AUTO:
 #ifdef SSMOPS_HAVE_CUDA
-            /* Without the backend in the build, device tensors go to the CPU path, whose
-             * validation rejects them (INVALID_LAYOUT: not in CPU memory). */
             *out = on_cuda ? SSMI_BACKEND_CUDA : SSMI_BACKEND_CPU;
 #else
+            /* Without the backend in the build, device tensors go to the CPU path, whose
+             * validation rejects them (INVALID_LAYOUT: not in CPU memory). */
             (void)on_cuda;
             *out = SSMI_BACKEND_CPU;
 #endif
