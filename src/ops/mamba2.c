@@ -53,9 +53,7 @@ static ssm_status check_chunked_dt(ssm_context * ctx, const char * op, const cha
 
 static ssm_status validate_chunk_cumsum(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
                                         const ssm_mamba2_chunk_cumsum_args * a, ssmi_mamba2_dims * d) {
-    d->batch = a->dt.shape[0];
-    d->seqlen = a->dt.shape[1];
-    d->nheads = a->dt.shape[2];
+    SSMI_TAKE_DIMS(&a->dt, &d->batch, &d->seqlen, &d->nheads);
     d->ngroups = 1;
     d->chunk = p->chunk_size;
     d->nchunks = ceil_div(d->seqlen, d->chunk);
@@ -84,11 +82,7 @@ SSMI_DEFINE_CUDA_OP(mamba2_chunk_state, ssm_mamba2_params, m2, ssmi_mamba2_check
 
 static ssm_status validate_state_passing(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
                                          const ssm_mamba2_state_passing_args * a, ssmi_mamba2_dims * d) {
-    d->batch = a->states.shape[0];
-    d->nchunks = a->states.shape[1];
-    d->nheads = a->states.shape[2];
-    d->headdim = a->states.shape[3];
-    d->dstate = a->states.shape[4];
+    SSMI_TAKE_DIMS(&a->states, &d->batch, &d->nchunks, &d->nheads, &d->headdim, &d->dstate);
     d->ngroups = 1; /* no B/C here */
     d->chunk = p->chunk_size;
     SSMI_SHAPE(da_chunk_cumsum, d->batch, d->nheads, d->nchunks);
@@ -116,10 +110,7 @@ SSMI_DEFINE_OP(mamba2_state_passing, ssm_mamba2_params, m2, ssmi_mamba2_check_pa
 
 static ssm_status validate_bmm(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
                                const ssm_mamba2_bmm_args * a, ssmi_mamba2_dims * d) {
-    d->batch = a->c.shape[0];
-    d->seqlen = a->c.shape[1];
-    d->ngroups = a->c.shape[2];
-    d->dstate = a->c.shape[3];
+    SSMI_TAKE_DIMS(&a->c, &d->batch, &d->seqlen, &d->ngroups, &d->dstate);
     d->nheads = d->ngroups; /* no heads here; one per group keeps H/G well defined */
     d->chunk = p->chunk_size;
     d->nchunks = ceil_div(d->seqlen, d->chunk);
@@ -161,24 +152,31 @@ static ssm_status validate_scan(ssm_context * ctx, const char * op, const void *
     return SSM_STATUS_OK;
 }
 
-/* Workspace bytes of the chosen backend (the reference allocates its own scratch). */
+/* The scan on backend be: the workspace bytes it needs (bytes != NULL), or the run. The
+ * reference allocates its own float64 scratch: it needs no workspace and ignores one. */
+static ssm_status scan_backend(ssm_context * ctx, ssmi_backend_kind be, const ssm_mamba2_params * p,
+                               const ssmi_mamba2_dims * d, const ssm_mamba2_scan_args * a, void * workspace,
+                               size_t * bytes) {
+#ifdef SSMOPS_HAVE_CUDA
+    if (be == SSMI_BACKEND_CUDA)
+        return bytes != NULL ? ssmi_cuda_mamba2_scan_workspace_size(ctx, p, d, a, bytes)
+                             : ssmi_cuda_mamba2_scan(ctx, p, d, a, workspace);
+#endif
+    if (bytes != NULL) {
+        *bytes = be == SSMI_BACKEND_REF ? 0 : ssmi_cpu_mamba2_scan_workspace_size(ctx, p, d, a);
+        return SSM_STATUS_OK;
+    }
+    return be == SSMI_BACKEND_REF ? ssmi_ref_mamba2_scan(ctx, p, d, a) : ssmi_cpu_mamba2_scan(ctx, p, d, a, workspace);
+}
+
 static ssm_status scan_workspace(ssm_context * ctx, ssmi_backend_kind be, const void * p, const ssmi_dims * d,
                                  const void * a, size_t * bytes) {
-#ifdef SSMOPS_HAVE_CUDA
-    if (be == SSMI_BACKEND_CUDA) return ssmi_cuda_mamba2_scan_workspace_size(ctx, p, &d->m2, a, bytes);
-#endif
-    *bytes = be == SSMI_BACKEND_REF ? 0 : ssmi_cpu_mamba2_scan_workspace_size(ctx, p, &d->m2, a);
-    return SSM_STATUS_OK;
+    return scan_backend(ctx, be, p, &d->m2, a, NULL, bytes);
 }
 
 static ssm_status scan_run(ssm_context * ctx, ssmi_backend_kind be, const void * p, const ssmi_dims * d,
                            const void * a, void * workspace) {
-#ifdef SSMOPS_HAVE_CUDA
-    if (be == SSMI_BACKEND_CUDA) return ssmi_cuda_mamba2_scan(ctx, p, &d->m2, a, workspace);
-#endif
-    /* The reference allocates its own float64 scratch and ignores the workspace. */
-    return be == SSMI_BACKEND_REF ? ssmi_ref_mamba2_scan(ctx, p, &d->m2, a)
-                                  : ssmi_cpu_mamba2_scan(ctx, p, &d->m2, a, workspace);
+    return scan_backend(ctx, be, p, &d->m2, a, workspace, NULL);
 }
 
 static const ssmi_op_impl scan_impl = {SSMI_OP_mamba2_scan,  ssmi_mamba2_check_params,         validate_scan,

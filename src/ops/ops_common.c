@@ -14,6 +14,11 @@ int ssmi_same_addresses(const ssm_tensor * a, const ssm_tensor * b) {
     return 1;
 }
 
+void ssmi_take_dims(const ssm_tensor * t, int64_t * const * dims, int n) {
+    for (int i = 0; i < n && i < t->ndim; ++i)
+        if (dims[i] != NULL) *dims[i] = t->shape[i];
+}
+
 ssm_status ssmi_check_gradient_shapes(ssm_context * ctx, const char * op, ssmi_op id, const void * args) {
     const ssm_op_info * info = ssmi_op_info(id);
     for (int32_t i = 0; i < info->nargs; ++i) {
@@ -146,13 +151,6 @@ ssm_status ssmi_mamba2_check_step_params(ssm_context * ctx, const char * op, con
     return m2_check_params(ctx, op, params, 0);
 }
 
-/* x (batch, S, H, P) defines those four dims. */
-static void m2_take_x_dims(const ssm_tensor * x, ssmi_mamba2_dims * d) {
-    d->batch = x->shape[0];
-    d->seqlen = x->shape[1];
-    d->nheads = x->shape[2];
-    d->headdim = x->shape[3];
-}
 
 /* A (batch, S, G, N) tensor named `name` that defines G and N; H % G must be 0. */
 static ssm_status m2_take_group_dims(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
@@ -171,7 +169,7 @@ static ssm_status m2_take_group_dims(ssm_context * ctx, const char * op, const c
 
 ssm_status ssmi_mamba2_check_xbcz(ssm_context * ctx, const char * op, const ssm_tensor * x, const ssm_tensor * b,
                                   const ssm_tensor * c, const ssm_tensor * z, ssmi_mamba2_dims * d) {
-    m2_take_x_dims(x, d);
+    SSMI_TAKE_DIMS(x, &d->batch, &d->seqlen, &d->nheads, &d->headdim); /* x (batch, S, H, P) */
     if (b != NULL) {
         SSM_FORWARD_IF_ERROR(m2_take_group_dims(ctx, op, "b", b, d));
         if (c != NULL) {

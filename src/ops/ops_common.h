@@ -109,6 +109,12 @@ void ssmi_args_project(ssmi_op dst_op, void * dst, ssmi_op src_op, const void * 
     SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, #field, &a->field, (const int64_t[]){__VA_ARGS__}))
 
 /* ---- shared rules ---------------------------------------------------------------------- */
+/* The dimensions a tensor defines: *dims[i] = t->shape[i] for each non-NULL dims[i], i < n. */
+void ssmi_take_dims(const ssm_tensor * t, int64_t * const * dims, int n);
+#define SSMI_TAKE_DIMS(t, ...)                                 \
+    ssmi_take_dims((t), (int64_t * const[]){__VA_ARGS__},      \
+                   (int)(sizeof((int64_t * const[]){__VA_ARGS__}) / sizeof(int64_t *)))
+
 /* A backward's rule: every present output d<x> whose input x (of the same operator) is present
  * has x's rank and shape — a gradient is shaped like its tensor. */
 ssm_status ssmi_check_gradient_shapes(ssm_context * ctx, const char * op, ssmi_op id, const void * args);
