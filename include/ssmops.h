@@ -223,6 +223,76 @@ SSM_API ssm_isa      ssm_context_isa(const ssm_context * ctx);
 SSM_API ssm_backend  ssm_context_backend(const ssm_context * ctx);
 
 /* ---------------------------------------------------------------------------------------
+ * Operator schema: a read-only description of every operator's arguments, the one table
+ * the library validates from and the CLI, the tests and the manuals are built from.
+ * Bindings can build their wrappers from it: operator i's function is ssm_<name>, its
+ * argument struct ssm_<name>_args (args_size bytes) holds one ssm_tensor per entry of
+ * args[], at the entry's offset, and its params struct is named by `params`.
+ * Operators are listed in the order of this header; the list only grows.
+ * ------------------------------------------------------------------------------------- */
+/* What an argument is: bit 0 = optional (may be absent: data NULL), bit 1 = output. */
+typedef enum ssm_arg_role {
+    SSM_ARG_INPUT           = 0, /* required input                                        */
+    SSM_ARG_OPTIONAL_INPUT  = 1,
+    SSM_ARG_OUTPUT          = 2, /* required output                                       */
+    SSM_ARG_OPTIONAL_OUTPUT = 3  /* written only when given                               */
+} ssm_arg_role;
+#define SSM_ARG_ROLE_OPTIONAL 1
+#define SSM_ARG_ROLE_OUTPUT   2
+
+/* Which dtypes an argument accepts. */
+typedef enum ssm_dtype_class {
+    SSM_DTYPE_CLASS_FLOAT = 0, /* F32, F16, BF16, F64 (inputs and outputs alike)            */
+    SSM_DTYPE_CLASS_INDEX = 1  /* I32, I64: seq_idx, cu_seqlens, state_batch_indices; in host
+                                  or device memory under the CUDA backend                    */
+} ssm_dtype_class;
+
+/* ssm_arg_info.flags */
+#define SSM_ARG_ACTIVATION (1u << 0) /* held in the activation (compute) dtype by upstream's
+                                        models; other float tensors (parameters, states,
+                                        decays) are fp32 there. A hint for callers and tools:
+                                        every float dtype is accepted either way             */
+
+typedef struct ssm_arg_info {
+    const char * name;        /* the args struct's field ("x")                              */
+    int32_t      role;        /* ssm_arg_role                                               */
+    int32_t      dtype_class; /* ssm_dtype_class                                            */
+    uint32_t     ranks;       /* bit n set: ndim n is accepted (one bit for most arguments)  */
+    uint32_t     flags;       /* SSM_ARG_ACTIVATION                                         */
+    size_t       offset;      /* offsetof(ssm_<op>_args, <name>)                            */
+    const char * shape;       /* the shape in the manual's letters, "(batch, S, H, P)"      */
+    const char * needs;       /* an optional output allowed only when this input is given
+                                 (dd needs d); NULL: no such rule                           */
+    const char * in_place;    /* an output that may be exactly this input's view (a decode
+                                 step's state pool updated in place); NULL: none            */
+} ssm_arg_info;
+
+typedef struct ssm_op_info {
+    const char *         name;      /* "mamba2_scan": the function ssm_mamba2_scan          */
+    const char *         params;    /* its params struct, "ssm_mamba2_params" (initialised by
+                                       <params>_init; its first field is its size)          */
+    size_t               params_size; /* sizeof that struct                                 */
+    size_t               args_size; /* sizeof(ssm_<name>_args)                              */
+    int32_t              nargs;
+    const ssm_arg_info * args;      /* nargs entries in the args struct's field order:
+                                       every field of the struct, inputs before outputs     */
+    uint32_t             backends;  /* bit b set: backend b (ssm_backend) has a path for the
+                                       operator (when the build includes that backend)     */
+    int32_t              workspace; /* 1: the call ends with (workspace, workspace_size), and
+                                       ssm_<name>_workspace_size tells the bytes             */
+} ssm_op_info;
+
+/* Number of operators. */
+SSM_API int32_t             ssm_op_count(void);
+/* Operator i (0 ≤ i < ssm_op_count()), or NULL out of range. The data is static. */
+SSM_API const ssm_op_info * ssm_op_get(int32_t i);
+/* Index of the operator named name ("mamba2_scan" or "ssm_mamba2_scan"), or -1. */
+SSM_API int32_t             ssm_op_find(const char * name);
+/* sizeof(ssm_op_info) and sizeof(ssm_arg_info), so bindings can assert their mirrors. */
+SSM_API size_t              ssm_op_info_struct_size(void);
+SSM_API size_t              ssm_arg_info_struct_size(void);
+
+/* ---------------------------------------------------------------------------------------
  * Kernel variants. Where a backend has more than one way to run an operator (the CUDA
  * backend: kernels for different shared-memory budgets, layouts, problem sizes), it keeps
  * them in a selection table: an ordered list of named entries, each with the rule that says

@@ -14,6 +14,8 @@
 #                  the *__bf16ref outputs with --ref-mode bf16, rel_rms < 1e-3)
 #   cli_bench      `bench` writes valid JSON for every family (decode steps report us per
 #                  token); `bench --ceilings` prints both ceilings
+#   cli_schema_docs  every operator's argument table in docs/ops/*.md matches the schema
+#                  (`ssmops list --schema OP`: field, dir, shape, dtype)
 if(TARGET ssmops_cli)
   set(SSMOPS_CLI_SCRIPTS ${CMAKE_CURRENT_LIST_DIR}/cli)
   set(SSMOPS_CLI_TMP ${CMAKE_CURRENT_BINARY_DIR}/cli_tmp)
@@ -26,5 +28,8 @@ if(TARGET ssmops_cli)
                      ${SSMOPS_CLI_TMP}/run ${backend})
   endforeach()
   add_test(NAME cli_bench COMMAND sh ${SSMOPS_CLI_SCRIPTS}/bench.sh $<TARGET_FILE:ssmops_cli> ${SSMOPS_CLI_TMP}/bench)
-  set_tests_properties(cli_basic cli_check cli_run_ref cli_run_cpu cli_bench PROPERTIES TIMEOUT 600)
+  add_test(NAME cli_schema_docs
+           COMMAND sh ${SSMOPS_CLI_SCRIPTS}/schema_docs.sh $<TARGET_FILE:ssmops_cli>
+                   ${CMAKE_CURRENT_LIST_DIR}/../docs/ops ${SSMOPS_CLI_TMP}/schema_docs)
+  set_tests_properties(cli_basic cli_check cli_run_ref cli_run_cpu cli_bench cli_schema_docs PROPERTIES TIMEOUT 600)
 endif()

@@ -141,8 +141,7 @@ static void test_bwd_fwd(ssmt_rng * rng, const ssmt_mimo_config * cfg) {
     ssmt_op_case                      oc  = { 0 };
     oc.name = tag, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
     oc.run = run_bwd_fwd;
-    ssmt_op_add_out(&oc, &a.dmimo_o), ssmt_op_add_out(&oc, &a.states), ssmt_op_add_out(&oc, &a.dz), ssmt_op_add_out(&oc, &a.dmimo_z);
-    ssmt_op_add_out(&oc, &a.qk_dot);
+    ssmt_op_add_outs(&oc, "mamba3_mimo_bwd_fwd");
     run_case(&oc);
     check_bf16_mode(tag, &pr.args);
     ssmt_mimo_bwd_fwd_free(&pr);
@@ -268,8 +267,7 @@ static void test_fwd(ssmt_rng * rng, const ssmt_mimo_config * cfg) {
     ssmt_op_case              oc  = { 0 };
     oc.name = tag, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
     oc.run = run_fwd;
-    ssmt_op_add_out(&oc, &a.out), ssmt_op_add_out(&oc, &a.final_angle_state), ssmt_op_add_out(&oc, &a.final_ssm_state);
-    ssmt_op_add_out(&oc, &a.final_k_state), ssmt_op_add_out(&oc, &a.final_v_state);
+    ssmt_op_add_outs(&oc, "mamba3_mimo");
     if (a.final_angle_state.data) oc.angle_outs = 1u << 1;
     run_case(&oc);
     ssmt_mimo_problem_free(&pr);
@@ -442,8 +440,7 @@ static void test_step(ssmt_rng * rng, ssmt_mimo_config cfg, int64_t slots, int w
     ssmt_op_case                   oc  = { 0 };
     oc.name = tag, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg.dtype, oc.out_dtype = cfg.out_dtype;
     oc.run = run_step;
-    ssmt_op_add_out(&oc, &a.out), ssmt_op_add_out(&oc, &a.final_angle_state), ssmt_op_add_out(&oc, &a.final_ssm_state);
-    ssmt_op_add_out(&oc, &a.final_k_state), ssmt_op_add_out(&oc, &a.final_v_state);
+    ssmt_op_add_outs(&oc, "mamba3_mimo_step");
     run_case(&oc);
     /* in place on an fp32 pool == separate final buffers; padding rows' out == 0 */
     const ssm_tensor * st[4] = { &pr.args.angle_state, &pr.args.ssm_state, &pr.args.k_state, &pr.args.v_state };

@@ -44,8 +44,7 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const ch
         snprintf(name, sizeof name, "siso[%s]", tag);
         oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
         oc.run = run_siso;
-        ssmt_op_add_out(&oc, &a.out), ssmt_op_add_out(&oc, &a.final_angle_state), ssmt_op_add_out(&oc, &a.final_ssm_state);
-        ssmt_op_add_out(&oc, &a.final_k_state), ssmt_op_add_out(&oc, &a.final_v_state);
+        ssmt_op_add_outs(&oc, "mamba3_siso");
         if (a.final_angle_state.data) oc.angle_outs = 1u << 1;
         run_case(&oc);
     }
@@ -55,8 +54,7 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const ch
         snprintf(name, sizeof name, "siso_fwd[%s]", tag);
         oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
         oc.run = run_fwd;
-        ssmt_op_add_out(&oc, &a.out), ssmt_op_add_out(&oc, &a.final_ssm_state), ssmt_op_add_out(&oc, &a.final_k_state);
-        ssmt_op_add_out(&oc, &a.final_v_state);
+        ssmt_op_add_outs(&oc, "mamba3_siso_fwd");
         run_case(&oc);
     }
     if (pr.angle_args.angles_cumsum.data) {
@@ -65,7 +63,7 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const ch
         snprintf(name, sizeof name, "angle_cumsum[%s]", tag);
         oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
         oc.run = run_angle;
-        ssmt_op_add_out(&oc, &a.angles_cumsum), ssmt_op_add_out(&oc, &a.final_angle_state);
+        ssmt_op_add_outs(&oc, "mamba3_angle_cumsum");
         oc.angle_outs = 3u;
         run_case(&oc);
     }
@@ -85,7 +83,7 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const ch
         snprintf(name, sizeof name, "angle_cumsum_bwd[%s]", tag);
         oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
         oc.run = run_angle_bwd;
-        ssmt_op_add_out(&oc, &a.dangles), ssmt_op_add_out(&oc, &a.ddt), ssmt_op_add_out(&oc, &a.dangle_state);
+        ssmt_op_add_outs(&oc, "mamba3_angle_cumsum_bwd");
         run_case(&oc);
         ssmt_free(&dth), ssmt_free(&dfin), ssmt_free(&dang), ssmt_free(&ddt), ssmt_free(&dst);
     }
@@ -280,8 +278,7 @@ static void test_step(ssmt_rng * rng, int64_t B, int64_t H, int64_t Hq, int64_t 
     ssmt_op_case                   oc = { 0 };
     oc.name = tag, oc.args = &a, oc.args_size = sizeof a, oc.compute = dt, oc.out_dtype = cfg.out_dtype;
     oc.run = run_step;
-    ssmt_op_add_out(&oc, &a.out), ssmt_op_add_out(&oc, &a.final_angle_state), ssmt_op_add_out(&oc, &a.final_ssm_state);
-    ssmt_op_add_out(&oc, &a.final_k_state), ssmt_op_add_out(&oc, &a.final_v_state);
+    ssmt_op_add_outs(&oc, "mamba3_siso_step");
     oc.angle_outs = 1u << 1;
     run_case(&oc);
 

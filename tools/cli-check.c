@@ -24,8 +24,9 @@
 /* An output borrowed from an input (a state pool updated in place) keeps the input's
  * values: the operator reads them. */
 static void poison_outputs(cli_problem * pb) {
-    for (int i = 0; pb->op->args[i].name; ++i)
-        if (pb->op->args[i].output && pb->arg[i].mem && !pb->arg[i].borrowed) cli_fill(&pb->arg[i].view, NAN);
+    for (int i = 0; i < pb->info->nargs; ++i)
+        if (cli_arg_is_output(&pb->info->args[i]) && pb->arg[i].mem && !pb->arg[i].borrowed)
+            cli_fill(&pb->arg[i].view, NAN);
 }
 
 /* Runs the operator on pb with a fresh context (rounding model ref_mode); allocates the
@@ -67,13 +68,14 @@ static int run_op(const cli_problem * pb, ssm_backend backend, int threads, int3
 static int make_twin(const cli_problem * pb, cli_problem * twin, int f64_inputs, int f64_outputs, char * err,
                      size_t errlen) {
     memset(twin, 0, sizeof *twin);
-    twin->op    = pb->op;
+    twin->op        = pb->op;
+    twin->info      = pb->info;
     twin->dtype     = pb->dtype;
     twin->out_dtype = pb->out_dtype;
     memcpy(twin->shape, pb->shape, sizeof pb->shape);
     memcpy(twin->param, pb->param, sizeof pb->param);
-    for (int i = 0; pb->op->args[i].name; ++i) {
-        if (pb->op->args[i].output || !pb->arg[i].mem) continue;
+    for (int i = 0; i < pb->info->nargs; ++i) {
+        if (cli_arg_is_output(&pb->info->args[i]) || !pb->arg[i].mem) continue;
         const ssm_tensor * src   = &pb->arg[i].view;
         const ssm_dtype    dtype =
             f64_inputs && cli_is_float((ssm_dtype)src->dtype) ? SSM_DTYPE_F64 : (ssm_dtype)src->dtype;
@@ -87,14 +89,13 @@ static int make_twin(const cli_problem * pb, cli_problem * twin, int f64_inputs,
 
 /* One line per output of got against ref: name rel_rms max_rel bar PASS|FAIL. */
 static int compare_outputs(const cli_problem * got, const cli_problem * ref, cli_bar bar) {
-    const cli_op * op = got->op;
-    int            rc = CLI_EXIT_OK;
-    for (int i = 0; op->args[i].name; ++i) {
-        if (!op->args[i].output || !got->arg[i].mem) continue;
+    int rc = CLI_EXIT_OK;
+    for (int i = 0; i < got->info->nargs; ++i) {
+        if (!cli_arg_is_output(&got->info->args[i]) || !got->arg[i].mem) continue;
         cli_diff diff;
         cli_compare(&got->arg[i].view, &ref->arg[i].view, &diff);
         const int pass = cli_diff_passes(&diff, bar);
-        printf("%-16s %.3e %.3e %.0e/%.0e %s", op->args[i].name, diff.rel_rms, diff.max_rel, bar.rel_rms,
+        printf("%-16s %.3e %.3e %.0e/%.0e %s", got->info->args[i].name, diff.rel_rms, diff.max_rel, bar.rel_rms,
                bar.max_rel, pass ? "PASS" : "FAIL");
         if (diff.nonfinite) printf("  (%lld non-finite or unwritten elements)", (long long)diff.nonfinite);
         if (!pass && diff.count > 0) {

@@ -28,16 +28,10 @@
 #define CUDA_WARMUP_CALLS 3
 #define CUDA_DEFAULT_REPS 50
 
-/* The operators with a CUDA path (issue #5), in `ssmops list` order. */
-static const char * const cuda_ops[] = {"mamba2_chunk_state", "mamba2_scan",         "mamba2_step",
-                                        "mamba3_siso_fwd",    "mamba3_siso",         "mamba3_siso_step",
-                                        "mamba3_mimo_bwd_fwd", "mamba3_mimo",        "mamba3_mimo_step",
-                                        NULL};
-
+/* The operators with a CUDA path: the schema says which. */
 int cli_cuda_supported(const cli_op * op) {
-    for (int i = 0; cuda_ops[i]; ++i)
-        if (strcmp(op->name, cuda_ops[i]) == 0) return 1;
-    return 0;
+    const ssm_op_info * info = cli_op_info(op);
+    return info != NULL && ((info->backends >> SSM_BACKEND_CUDA) & 1u) != 0;
 }
 
 static int cuda_preflight(const cli_op * op) {
@@ -78,7 +72,7 @@ static void mirror_free(cuda_mirror * m) {
 static int mirror_make(ssm_context * ctx, const cli_problem * pb, cuda_mirror * m) {
     memset(m, 0, sizeof *m);
     m->pb = *pb;
-    for (int i = 0; pb->op->args[i].name; ++i) {
+    for (int i = 0; i < pb->info->nargs; ++i) {
         const cli_buf * b = &pb->arg[i];
         if (!b->mem || !cli_is_float((ssm_dtype)b->view.dtype)) continue; /* index tensors stay on the host */
         for (int j = 0; j < i; ++j)
@@ -110,8 +104,8 @@ static int mirror_make(ssm_context * ctx, const cli_problem * pb, cuda_mirror * 
 }
 
 static int mirror_outputs_to_host(const cuda_mirror * m, const cli_problem * pb) {
-    for (int i = 0; pb->op->args[i].name; ++i) {
-        if (!pb->op->args[i].output || !pb->arg[i].mem || !m->mem[i]) continue;
+    for (int i = 0; i < pb->info->nargs; ++i) {
+        if (!cli_arg_is_output(&pb->info->args[i]) || !pb->arg[i].mem || !m->mem[i]) continue;
         const ssm_status st = ssm_cuda_memcpy(NULL, pb->arg[i].mem, m->mem[i], m->bytes[i]);
         if (st != SSM_STATUS_OK) return cli_lib_error(NULL, st, "copying the outputs to the host");
     }
@@ -207,7 +201,7 @@ int cli_cuda_bench(const cli_options * opt, const cli_problem * pb, ssm_context 
     if (rc != CLI_EXIT_OK) return rc;
     const cli_op * op = pb->op;
     double         set_bytes = 0.0;
-    for (int i = 0; op->args[i].name; ++i)
+    for (int i = 0; i < pb->info->nargs; ++i)
         if (pb->arg[i].mem) set_bytes += (double)buf_bytes(&pb->arg[i]);
     int nrot = set_bytes > 0 ? (int)(CUDA_ROTATE_BYTES / set_bytes) + 1 : 1;
     if (nrot > CUDA_MAX_ROTATIONS) nrot = CUDA_MAX_ROTATIONS;

@@ -1,11 +1,14 @@
 /*
  * cli-gen.c — input generation and `run` binding helpers shared by the operator families
- * added after Mamba-2's forward (cli-mamba2-train.c, cli-layer.c, cli-mamba3-siso.c):
- * random fills of logical elements (so strided and stride-0 views work), index tensors,
- * argument allocation with readable errors, and in-place (borrowed) outputs.
+ * added after Mamba-2's forward (cli-mamba2-train.c, cli-layer.c, cli-mamba3-siso.c,
+ * cli-mamba3-mimo.c): random fills of logical elements (so strided and stride-0 views work),
+ * index tensors, argument allocation with readable errors, in-place (borrowed) outputs, and
+ * tensor shapes read from the library's schema, which the Mamba-3 families build their
+ * inputs, outputs and `run` bindings from.
  */
 #define _XOPEN_SOURCE 700
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -190,6 +193,10 @@ int cli_check_nseq_slots(const cli_problem * pb, int64_t B, char * err, size_t e
         snprintf(err, errlen, "%s: nseq=%lld (cu_seqlens) needs B=1", pb->op->name, (long long)nseq);
         return -1;
     }
+    return cli_check_slots(pb, B, err, errlen);
+}
+
+int cli_check_slots(const cli_problem * pb, int64_t B, char * err, size_t errlen) {
     const int64_t slots = cli_param_or(pb, "slots", 0);
     if (slots != 0 && (slots < B || slots > 1000000)) {
         snprintf(err, errlen, "%s: slots=%lld must be 0 (no state_batch_indices) or in [B=%lld, 1000000]",
@@ -199,17 +206,267 @@ int cli_check_nseq_slots(const cli_problem * pb, int64_t B, char * err, size_t e
     return 0;
 }
 
-void cli_bind_pool_params(cli_problem * pb, const char * pool) {
-    if (cli_has_param(pb, "slots"))
-        cli_set_param_int(pb, "slots", cli_present(pb, "state_batch_indices") ? cli_dim(pb, pool, 0) : 0);
-    if (cli_has_param(pb, "nseq")) {
-        const ssm_tensor cu = cli_view(pb, "cu_seqlens");
-        cli_set_param_int(pb, "nseq", cu.data ? cli_numel(cu.ndim, cu.shape) - 1 : 0);
+int64_t cli_state_rows(const cli_problem * pb, int64_t batch) {
+    const int64_t slots = cli_param_or(pb, "slots", 0), nseq = cli_param_or(pb, "nseq", 0);
+    return slots > 0 ? slots : nseq > 0 ? nseq : batch;
+}
+
+/* ---- shapes from the schema ------------------------------------------------------------ */
+
+/* The value of the symbol text[0..len) in syms; 0 and *ok = 0 when it is not there. */
+static int64_t sym_value(const cli_sym * syms, const char * text, size_t len, int * ok) {
+    for (int i = 0; syms[i].name; ++i)
+        if (strlen(syms[i].name) == len && strncmp(syms[i].name, text, len) == 0) return syms[i].value;
+    *ok = 0;
+    return 0;
+}
+
+/* One size of a shape text, text[0..len): symbols and integers joined by +, -, − (sum) and
+ * ·, * (product, which binds tighter): "NS + 1", "W−1", "H·P". */
+static int64_t size_expr(const cli_sym * syms, const char * text, size_t len, int * ok) {
+    int64_t sum = 0, prod = 1;
+    int     sign = 1;
+    size_t  i = 0;
+    while (i < len && *ok) {
+        while (i < len && text[i] == ' ') ++i;
+        size_t j = i;
+        while (j < len && (isalnum((unsigned char)text[j]) || text[j] == '_')) ++j;
+        if (j == i) {
+            *ok = 0;
+            break;
+        }
+        prod *= isdigit((unsigned char)text[i]) ? (int64_t)strtoll(text + i, NULL, 10)
+                                                : sym_value(syms, text + i, j - i, ok);
+        while (j < len && text[j] == ' ') ++j;
+        if (j >= len) break;
+        if (text[j] == '*' || strncmp(text + j, "·", strlen("·")) == 0) {
+            i = j + (text[j] == '*' ? 1 : strlen("·"));
+            continue;
+        }
+        sum += sign * prod;
+        prod = 1;
+        if (text[j] == '+' || text[j] == '-') {
+            sign = text[j] == '+' ? 1 : -1;
+            i = j + 1;
+        } else if (strncmp(text + j, "−", strlen("−")) == 0) {
+            sign = -1;
+            i = j + strlen("−");
+        } else {
+            *ok = 0;
+        }
+    }
+    return sum + sign * prod;
+}
+
+/* The alt-th parenthesised list of a shape text ("(B, S, H, P) with `mimo_o`; else (B, S, R,
+ * H, P)": 0 and 1): *start just after its '(', *len up to its ')'; 0 when there is none. */
+static int shape_group(const char * text, int alt, const char ** start, size_t * len) {
+    for (const char * p = strchr(text, '('); p != NULL; p = strchr(p + 1, '(')) {
+        const char * close = strchr(p, ')');
+        if (close == NULL) return 0;
+        if (alt-- == 0) {
+            *start = p + 1;
+            *len = (size_t)(close - p - 1);
+            return 1;
+        }
+        p = close;
+    }
+    return 0;
+}
+
+void cli_syms(const cli_problem * pb, const cli_sym * derived, cli_sym * syms, int max) {
+    int n = 0;
+    for (int i = 0; pb->op->shape_keys[i].name && n < max - 1; ++i)
+        syms[n++] = (cli_sym){pb->op->shape_keys[i].name, pb->shape[i].i};
+    for (int i = 0; derived[i].name && n < max - 1; ++i) syms[n++] = derived[i];
+    syms[n] = (cli_sym){NULL, 0};
+}
+
+int32_t cli_schema_shape(const cli_problem * pb, const char * name, int alt, const cli_sym * syms, int64_t * shape) {
+    const cli_arg * arg = &pb->info->args[cli_arg_index(pb->op, name)];
+    const char *    g = NULL;
+    size_t          len = 0;
+    if (!shape_group(arg->shape, alt, &g, &len)) return -1;
+    int32_t n = 0;
+    int     ok = 1;
+    for (size_t i = 0; i <= len && ok; ++n) {
+        size_t j = i;
+        while (j < len && g[j] != ',') ++j;
+        if (n == SSM_MAX_DIMS) return -1;
+        shape[n] = size_expr(syms, g + i, j - i, &ok);
+        i = j + 1;
+    }
+    return ok ? n : -1;
+}
+
+/* ---- the Mamba-3 families (cli-mamba3-siso.c, cli-mamba3-mimo.c) ------------------------ */
+
+int cli_fused(const cli_problem * pb) {
+    return cli_param_or(pb, "fused", 0) != 0 || cli_param_or(pb, "fuse_pregate_headwise_rms_norm", 0) != 0;
+}
+
+int cli_m3_wanted(const cli_problem * pb, const cli_arg * arg) {
+    if (!cli_arg_is_optional(arg)) return 1;
+    const char * n = arg->name;
+    if (strcmp(n, "d") == 0) return (int)cli_param_or(pb, "has_d", 0);
+    if (strcmp(n, "z") == 0 || strcmp(n, "mimo_z") == 0) return (int)cli_param_or(pb, "has_z", 0);
+    if (strcmp(n, "mimo_o") == 0) return (int)cli_param_or(pb, "reduce_o", 0);
+    if (strcmp(n, "outproj_norm_weight") == 0) return cli_fused(pb) && cli_param_or(pb, "has_norm_weight", 0);
+    if (strcmp(n, "cu_seqlens") == 0) return cli_param_or(pb, "nseq", 0) > 0;
+    if (strcmp(n, "state_batch_indices") == 0) return cli_param_or(pb, "slots", 0) > 0;
+    if (strncmp(n, "dfinal_", 7) == 0) return (int)cli_param_or(pb, "has_dfinal", 0);
+    if (strstr(n, "_state")) return (int)cli_param_or(pb, "has_states", 0);
+    return 0;
+}
+
+/* The schema alternative of an argument: out and dout without mimo_o are per rank (MIMO). */
+static int m3_alt(const char * name, int per_rank) {
+    return per_rank && (strcmp(name, "out") == 0 || strcmp(name, "dout") == 0);
+}
+
+/* name = −name·by element by element (adt = −U·dt once both are drawn). */
+static void cli_scale_by_minus(cli_problem * pb, const char * name, const char * by) {
+    const ssm_tensor * t = &cli_arg_buf(pb, name)->view;
+    const ssm_tensor * u = &cli_arg_buf(pb, by)->view;
+    const int64_t      n = cli_numel(t->ndim, t->shape);
+    for (int64_t k = 0; k < n; ++k) {
+        const int64_t o = cli_offset(t, k);
+        cli_set(t, o, -cli_get(t, o) * cli_get(u, cli_offset(u, k)));
     }
 }
 
-const char * cli_source_of(const cli_problem * pb, const char * out, const char * const (*table)[2], size_t n) {
-    for (size_t i = 0; i < n; ++i)
-        if (strcmp(out, table[i][0]) == 0 && cli_has_arg(pb, table[i][1])) return table[i][1];
-    return NULL;
+int cli_m3_generate(cli_problem * pb, uint64_t seed, const cli_sym * syms, int per_rank, cli_fill_fn fill,
+                    const void * dims, cli_rng * rng, char * err, size_t errlen) {
+    cli_rng_seed(rng, seed);
+    for (int i = 0; i < pb->info->nargs; ++i) {
+        const cli_arg * arg = &pb->info->args[i];
+        if (cli_arg_is_output(arg) || !cli_m3_wanted(pb, arg)) continue;
+        int64_t       shp[SSM_MAX_DIMS];
+        const int32_t ndim = cli_schema_shape(pb, arg->name, m3_alt(arg->name, per_rank), syms, shp);
+        if (cli_gen_arg(pb, arg->name, ndim, shp, err, errlen)) return -1;
+        fill(pb, dims, arg->name, &cli_arg_buf(pb, arg->name)->view, rng);
+    }
+    if (cli_has_arg(pb, "adt")) cli_scale_by_minus(pb, "adt", "dt");
+    return 0;
+}
+
+
+int cli_m3_alloc(cli_problem * pb, int f64, const cli_sym * syms, int per_rank, char * err, size_t errlen) {
+    for (int i = 0; i < pb->info->nargs; ++i) {
+        const cli_arg * arg = &pb->info->args[i];
+        if (!cli_arg_is_output(arg)) continue;
+        if (arg->needs && !cli_present(pb, arg->needs)) continue; /* the gradient of an absent input */
+        if (arg->in_place != NULL) { /* a decode step's final pool */
+            if (cli_param_int(pb, "in_place")) {
+                if (cli_in_place(pb, arg->name, arg->in_place, f64, err, errlen)) return -1;
+                continue;
+            }
+        } else if (strncmp(arg->name, "final_", 6) == 0 && !cli_param_int(pb, "has_final")) {
+            continue;
+        }
+        /* angle_cumsum_bwd has no angle_state input: its dangle_state follows has_states */
+        if (strcmp(arg->name, "dangle_state") == 0 && !arg->needs && !cli_param_int(pb, "has_states")) continue;
+        int64_t shp[SSM_MAX_DIMS];
+        int32_t ndim = cli_schema_shape(pb, arg->name, m3_alt(arg->name, per_rank), syms, shp);
+        if (strcmp(arg->name, "doutproj_norm_weight") == 0) {
+            if (!cli_fused(pb)) continue;
+            const ssm_tensor w = cli_view(pb, "outproj_norm_weight"); /* (H,P) or (H·P): the weight's shape */
+            if (w.data) {
+                ndim = w.ndim;
+                for (int32_t k = 0; k < ndim; ++k) shp[k] = w.shape[k];
+            }
+        }
+        if (cli_out_arg(pb, arg->name, f64, ndim, shp, err, errlen)) return -1;
+    }
+    return 0;
+}
+
+/* Sets param key to value when the operator has it. */
+static void set_param_if(cli_problem * pb, const char * key, int64_t value) {
+    if (cli_has_param(pb, key)) cli_set_param_int(pb, key, value);
+}
+
+/* 1 when the operator takes argument name and it is present. */
+static int given(const cli_problem * pb, const char * name) {
+    return cli_has_arg(pb, name) && cli_present(pb, name);
+}
+
+/* The shape key a schema symbol names: itself, or its alias ("batch=B,Q=chunk"); NULL when
+ * the operator has no such key. */
+static const char * key_of(const cli_problem * pb, const char * sym, const char * aliases, char * buf, size_t len) {
+    const size_t n = strlen(sym);
+    for (const char * a = aliases; a != NULL && *a; a = strchr(a, ',') ? strchr(a, ',') + 1 : NULL) {
+        const char * eq = strchr(a, '=');
+        if (eq == NULL || (size_t)(eq - a) != n || strncmp(a, sym, n) != 0) continue;
+        const char * end = strchr(eq + 1, ',');
+        snprintf(buf, len, "%.*s", (int)(end ? (size_t)(end - eq - 1) : strlen(eq + 1)), eq + 1);
+        sym = buf;
+        break;
+    }
+    return cli_key_index(pb->op->shape_keys, sym) >= 0 ? sym : NULL;
+}
+
+int cli_bind_shapes(cli_problem * pb, const char * from, const char * aliases, char * err, size_t errlen) {
+    for (int i = 0; i < pb->info->nargs; ++i) {
+        const cli_arg * arg = &pb->info->args[i];
+        const char *    g = NULL;
+        size_t          len = 0;
+        if (cli_arg_is_output(arg) || !pb->arg[i].mem || !shape_group(arg->shape, 0, &g, &len) ||
+            strchr(g + len + 1, '(') != NULL)
+            continue;
+        if (from != NULL) { /* only the listed inputs ("x b state") */
+            const char * hit = strstr(from, arg->name);
+            const size_t n = strlen(arg->name);
+            if (hit == NULL || (hit != from && hit[-1] != ' ') || (hit[n] != ' ' && hit[n] != '\0')) continue;
+        }
+        const ssm_tensor * t = &pb->arg[i].view;
+        int32_t            n = 0;
+        for (size_t k = 0; k <= len; ++n) {
+            size_t j = k;
+            while (j < len && g[j] != ',') ++j;
+            while (g[k] == ' ') ++k;
+            char         sym[16], buf[16];
+            snprintf(sym, sizeof sym, "%.*s", (int)(j - k), g + k);
+            const char * key = key_of(pb, sym, aliases, buf, sizeof buf);
+            if (n < t->ndim && key != NULL && !pb->shape[cli_key_index(pb->op->shape_keys, key)].given)
+                cli_set_shape(pb, key, t->shape[n]);
+            k = j + 1;
+        }
+        if (t->ndim != n) {
+            snprintf(err, errlen, "%s: %s.npy has %d dimensions, expected %d", pb->op->name, arg->name, (int)t->ndim,
+                     (int)n);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void cli_bind_flags(cli_problem * pb) {
+    static const char * const states[] = {"angle_state", "ssm_state", "k_state", "v_state", NULL};
+    static const char * const dfinals[] = {"dfinal_states",   "dfinal_angle_state", "dfinal_ssm_state",
+                                           "dfinal_k_state", "dfinal_v_state",     NULL};
+    static const char * const inputs[][2] = {{"has_z", "z"},         {"has_dt_bias", "dt_bias"},
+                                             {"has_init", "initial_states"}, {"has_bias", "bias"},
+                                             {"reduce_o", "mimo_o"}, {"has_norm_weight", "outproj_norm_weight"},
+                                             {"seq_idx", "seq_idx"}};
+    for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; ++i)
+        set_param_if(pb, inputs[i][0], given(pb, inputs[i][1]));
+    set_param_if(pb, "has_d", given(pb, "d") ? cli_view(pb, "d").ndim : 0); /* Mamba-2: (H) 1, (H, P) 2 */
+    /* angle_cumsum_bwd has no state input: its has_states (dangle_state) stays as given */
+    if (cli_has_arg(pb, "angle_state")) set_param_if(pb, "has_states", cli_any_present(pb, states));
+    set_param_if(pb, "has_final", 1);
+    set_param_if(pb, "has_dfinal", cli_any_present(pb, dfinals));
+    if (given(pb, "cu_seqlens")) {
+        const ssm_tensor cu = cli_view(pb, "cu_seqlens");
+        set_param_if(pb, "nseq", cli_numel(cu.ndim, cu.shape) - 1);
+    } else {
+        set_param_if(pb, "nseq", 0);
+    }
+    /* slots: rows of the pool (the input a final state is updated in place of) with indices */
+    for (int i = 0; i < pb->info->nargs; ++i)
+        if (pb->info->args[i].in_place != NULL) {
+            const int64_t slots = given(pb, "state_batch_indices") ? cli_dim(pb, pb->info->args[i].in_place, 0) : 0;
+            set_param_if(pb, "slots", slots);
+            break;
+        }
 }

@@ -21,18 +21,16 @@
 
 #include "cli.h"
 
-#define KEY_INT(name, def, help) {name, CLI_KEY_INT, def, help, NULL}
-#define K_END {NULL, CLI_KEY_INT, NULL, NULL, NULL}
 
-#define K_B            KEY_INT("B", "2", "batch")
-#define K_S            KEY_INT("S", "300", "sequence length")
-#define K_D            KEY_INT("D", "64", "channels (conv_dim = d_inner + 2*G*N in Mamba-2)")
-#define K_W            KEY_INT("W", "4", "filter width (d_conv)")
-#define P_HAS_BIAS     KEY_INT("has_bias", "1", "conv bias input")
-#define P_ACTIVATION   KEY_INT("activation", "1", "0 none, 1 silu")
-#define P_SEQ_IDX      KEY_INT("seq_idx", "0", "seq_idx with this many sequences per row (0 = off; no states then)")
+#define K_B            CLI_KEY_INT("B", "2", "batch")
+#define K_S            CLI_KEY_INT("S", "300", "sequence length")
+#define K_D            CLI_KEY_INT("D", "64", "channels (conv_dim = d_inner + 2*G*N in Mamba-2)")
+#define K_W            CLI_KEY_INT("W", "4", "filter width (d_conv)")
+#define P_HAS_BIAS     CLI_KEY_INT("has_bias", "1", "conv bias input")
+#define P_ACTIVATION   CLI_KEY_INT("activation", "1", "0 none, 1 silu")
+#define P_SEQ_IDX      CLI_KEY_INT("seq_idx", "0", "seq_idx with this many sequences per row (0 = off; no states then)")
 #define P_CHANNEL_LAST \
-    KEY_INT("channel_last", "1", "x/out/dout/dx (B,S,D) in memory (and run files) seen as (B,D,S), as Mamba-2")
+    CLI_KEY_INT("channel_last", "1", "x/out/dout/dx (B,S,D) in memory (and run files) seen as (B,D,S), as Mamba-2")
 
 static double e_act(const cli_problem * pb) {
     return (double)ssm_dtype_size(pb->dtype);
@@ -90,13 +88,7 @@ static int conv_validate(const cli_problem * pb, char * err, size_t errlen) {
                  pb->op->name, (long long)nseq);
         return -1;
     }
-    const int64_t slots = cli_param_or(pb, "slots", 0), B = cli_shape(pb, "B");
-    if (slots != 0 && (slots < B || slots > 1000000)) {
-        snprintf(err, errlen, "%s: slots=%lld must be 0 (no state_batch_indices) or in [B=%lld, 1000000]",
-                 pb->op->name, (long long)slots, (long long)B);
-        return -1;
-    }
-    return 0;
+    return cli_check_slots(pb, cli_shape(pb, "B"), err, errlen);
 }
 
 static ssm_conv1d_params conv_params(const cli_problem * pb) {
@@ -139,15 +131,10 @@ static int gen_conv_inputs(cli_problem * pb, cli_rng * rng, char * err, size_t e
 
 /* `run`: x (memory order) and weight give B, S, D, W. */
 static int bind_conv_inputs(cli_problem * pb, char * err, size_t errlen) {
-    if (cli_need_ndim(pb, "x", 3, err, errlen) || cli_need_ndim(pb, "weight", 2, err, errlen)) return -1;
+    if (cli_need_ndim(pb, "x", 3, err, errlen)) return -1;
     conv_view(pb, "x");
-    cli_set_shape(pb, "B", cli_dim(pb, "x", 0));
-    cli_set_shape(pb, "D", cli_dim(pb, "x", 1));
-    cli_set_shape(pb, "S", cli_dim(pb, "x", 2));
-    cli_set_shape(pb, "W", cli_dim(pb, "weight", 1));
-    cli_set_param_int(pb, "has_bias", cli_present(pb, "bias"));
-    cli_set_param_int(pb, "has_init", cli_present(pb, "initial_states"));
-    cli_set_param_int(pb, "seq_idx", cli_present(pb, "seq_idx"));
+    if (cli_bind_shapes(pb, NULL, "batch=B", err, errlen)) return -1;
+    cli_bind_flags(pb);
     return 0;
 }
 
@@ -155,34 +142,15 @@ static int bind_conv_inputs(cli_problem * pb, char * err, size_t errlen) {
  * causal_conv1d (spec §6.2)
  * ====================================================================================== */
 
-static const cli_key conv_shape[] = {K_B, K_S, K_D, K_W, K_END};
+static const cli_key conv_shape[] = {K_B, K_S, K_D, K_W, CLI_KEY_END};
 static const cli_key conv_param[] = {
-    P_HAS_BIAS,
-    P_ACTIVATION,
-    KEY_INT("has_init", "1", "initial_states input (B,D,W-1)"),
-    KEY_INT("has_final", "1", "final_states output (B,D,W-1)"),
-    P_SEQ_IDX,
-    P_CHANNEL_LAST,
-    K_END,
-};
-static const cli_arg conv_args[] = {
-    {"x", 0, 0, CLI_ARG_ACT},
-    {"weight", 0, 0, CLI_ARG_F32},
-    {"bias", 0, 1, CLI_ARG_F32},
-    {"seq_idx", 0, 1, CLI_ARG_INDEX},
-    {"initial_states", 0, 1, CLI_ARG_ACT},
-    {"out", 1, 0, CLI_ARG_ACT},
-    {"final_states", 1, 1, CLI_ARG_ACT},
-    {NULL, 0, 0, CLI_ARG_F32},
+    P_HAS_BIAS, P_ACTIVATION, CLI_KEY_INT("has_init", "1", "initial_states input (B,D,W-1)"),
+    CLI_KEY_INT("has_final", "1", "final_states output (B,D,W-1)"), P_SEQ_IDX, P_CHANNEL_LAST, CLI_KEY_END,
 };
 static const char * const conv_cases[] = {
-    "B=2,S=77,D=48,W=4;",
-    "B=1,S=64,D=40,W=3;has_bias=0,activation=0,channel_last=0",
-    "B=2,S=2,D=16,W=4;",
-    "B=2,S=90,D=32,W=4;seq_idx=4,has_init=0,has_final=0",
-    "B=1,S=33,D=24,W=2;has_init=0",
-    "B=1,S=5,D=7,W=1;has_init=0,has_final=0",
-    NULL,
+    "B=2,S=77,D=48,W=4;", "B=1,S=64,D=40,W=3;has_bias=0,activation=0,channel_last=0", "B=2,S=2,D=16,W=4;",
+    "B=2,S=90,D=32,W=4;seq_idx=4,has_init=0,has_final=0", "B=1,S=33,D=24,W=2;has_init=0",
+    "B=1,S=5,D=7,W=1;has_init=0,has_final=0", NULL,
 };
 
 static int conv_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
@@ -207,21 +175,7 @@ static int conv_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return 0;
 }
 
-static ssm_status conv_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_conv1d_params p = conv_params(pb);
-    ssm_causal_conv1d_args  a;
-    memset(&a, 0, sizeof a);
-    a.x              = cli_view(pb, "x");
-    a.weight         = cli_view(pb, "weight");
-    a.bias           = cli_view(pb, "bias");
-    a.seq_idx        = cli_view(pb, "seq_idx");
-    a.initial_states = cli_view(pb, "initial_states");
-    a.out            = cli_view(pb, "out");
-    a.final_states   = cli_view(pb, "final_states");
-    return ssm_causal_conv1d(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(causal_conv1d, ssm_conv1d_params, conv_params)
 
 /* 2·B·S·D·W (one multiply-add per tap); bytes: x in, out out, the filter. */
 static double conv_flops(const cli_problem * pb) {
@@ -237,60 +191,22 @@ static double conv_bytes(const cli_problem * pb) {
     return n;
 }
 
-const cli_op cli_op_causal_conv1d = {
-    "causal_conv1d",
-    "depthwise causal conv1d with bias, silu, states, seq_idx; channel-last x (spec 6.2)",
-    conv_shape,
-    conv_param,
-    conv_args,
-    "B=1,S=2048,D=3328,W=4", /* conv_dim of the H=48, P=64, N=128, G=1 scan shape */
-    "has_init=0,has_final=0",
-    NULL,
-    conv_cases,
-    conv_validate,
-    conv_generate,
-    conv_bind,
-    conv_alloc,
-    conv_call,
-    NULL,
-    conv_flops,
-    conv_bytes,
-};
+/* conv_dim of the H=48, P=64, N=128, G=1 scan shape */
+CLI_OP(causal_conv1d, "depthwise causal conv1d with bias, silu, states, seq_idx; channel-last x (spec 6.2)", conv_shape,
+       conv_param, CLI_BENCH("B=1,S=2048,D=3328,W=4", "has_init=0,has_final=0", NULL), conv_cases,
+       CLI_FNS(conv_validate, conv_generate, conv_bind, conv_alloc), NULL, conv_flops, conv_bytes);
 
 /* ======================================================================================
  * causal_conv1d_bwd (spec §6.2)
  * ====================================================================================== */
 
 static const cli_key convb_param[] = {
-    P_HAS_BIAS,
-    P_ACTIVATION,
-    KEY_INT("has_init", "1", "initial_states input (and the dinitial_states gradient)"),
-    KEY_INT("has_dfinal", "1", "dfinal_states incoming gradient"),
-    P_SEQ_IDX,
-    P_CHANNEL_LAST,
-    K_END,
-};
-static const cli_arg convb_args[] = {
-    {"x", 0, 0, CLI_ARG_ACT},
-    {"weight", 0, 0, CLI_ARG_F32},
-    {"bias", 0, 1, CLI_ARG_F32},
-    {"seq_idx", 0, 1, CLI_ARG_INDEX},
-    {"initial_states", 0, 1, CLI_ARG_ACT},
-    {"dout", 0, 0, CLI_ARG_ACT},
-    {"dfinal_states", 0, 1, CLI_ARG_ACT},
-    {"dx", 1, 0, CLI_ARG_ACT},
-    {"dweight", 1, 0, CLI_ARG_F32},
-    {"dbias", 1, 1, CLI_ARG_F32},
-    {"dinitial_states", 1, 1, CLI_ARG_ACT},
-    {NULL, 0, 0, CLI_ARG_F32},
+    P_HAS_BIAS, P_ACTIVATION, CLI_KEY_INT("has_init", "1", "initial_states input (and the dinitial_states gradient)"),
+    CLI_KEY_INT("has_dfinal", "1", "dfinal_states incoming gradient"), P_SEQ_IDX, P_CHANNEL_LAST, CLI_KEY_END,
 };
 static const char * const convb_cases[] = {
-    "B=2,S=77,D=48,W=4;",
-    "B=1,S=64,D=40,W=3;has_bias=0,activation=0,channel_last=0,has_dfinal=0",
-    "B=2,S=2,D=16,W=4;",
-    "B=2,S=90,D=32,W=4;seq_idx=4,has_init=0,has_dfinal=0",
-    "B=1,S=33,D=24,W=2;has_init=0",
-    NULL,
+    "B=2,S=77,D=48,W=4;", "B=1,S=64,D=40,W=3;has_bias=0,activation=0,channel_last=0,has_dfinal=0",
+    "B=2,S=2,D=16,W=4;", "B=2,S=90,D=32,W=4;seq_idx=4,has_init=0,has_dfinal=0", "B=1,S=33,D=24,W=2;has_init=0", NULL,
 };
 
 static int convb_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
@@ -308,10 +224,9 @@ static int convb_generate(cli_problem * pb, uint64_t seed, char * err, size_t er
 }
 
 static int convb_bind(cli_problem * pb, char * err, size_t errlen) {
-    if (bind_conv_inputs(pb, err, errlen) || cli_need_ndim(pb, "dout", 3, err, errlen)) return -1;
+    if (cli_need_ndim(pb, "dout", 3, err, errlen)) return -1;
     conv_view(pb, "dout");
-    cli_set_param_int(pb, "has_dfinal", cli_present(pb, "dfinal_states"));
-    return 0;
+    return bind_conv_inputs(pb, err, errlen);
 }
 
 static int convb_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
@@ -324,25 +239,7 @@ static int convb_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return 0;
 }
 
-static ssm_status convb_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_conv1d_params    p = conv_params(pb);
-    ssm_causal_conv1d_bwd_args a;
-    memset(&a, 0, sizeof a);
-    a.x               = cli_view(pb, "x");
-    a.weight          = cli_view(pb, "weight");
-    a.bias            = cli_view(pb, "bias");
-    a.seq_idx         = cli_view(pb, "seq_idx");
-    a.initial_states  = cli_view(pb, "initial_states");
-    a.dout            = cli_view(pb, "dout");
-    a.dfinal_states   = cli_view(pb, "dfinal_states");
-    a.dx              = cli_view(pb, "dx");
-    a.dweight         = cli_view(pb, "dweight");
-    a.dbias           = cli_view(pb, "dbias");
-    a.dinitial_states = cli_view(pb, "dinitial_states");
-    return ssm_causal_conv1d_bwd(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(causal_conv1d_bwd, ssm_conv1d_params, conv_params)
 
 /* dx and dweight: one multiply-add per tap each, 4·B·S·D·W (the recomputed pre-activation
  * for silu adds another 2·B·S·D·W, not counted). */
@@ -356,61 +253,27 @@ static double convb_bytes(const cli_problem * pb) {
     return 3.0 * e * B * S * D + 8.0 * D * (W + 1.0);
 }
 
-const cli_op cli_op_causal_conv1d_bwd = {
-    "causal_conv1d_bwd",
-    "gradients of causal_conv1d: dx, dweight, dbias, dinitial_states (spec 6.2)",
-    conv_shape,
-    convb_param,
-    convb_args,
-    "B=1,S=2048,D=3328,W=4",
-    "has_init=0,has_dfinal=0",
-    NULL,
-    convb_cases,
-    conv_validate,
-    convb_generate,
-    convb_bind,
-    convb_alloc,
-    convb_call,
-    NULL,
-    convb_flops,
-    convb_bytes,
-};
+CLI_OP(causal_conv1d_bwd, "gradients of causal_conv1d: dx, dweight, dbias, dinitial_states (spec 6.2)", conv_shape,
+       convb_param, CLI_BENCH("B=1,S=2048,D=3328,W=4", "has_init=0,has_dfinal=0", NULL), convb_cases,
+       CLI_FNS(conv_validate, convb_generate, convb_bind, convb_alloc), NULL, convb_flops, convb_bytes);
 
 /* ======================================================================================
  * causal_conv1d_update (spec §6.2, decode)
  * ====================================================================================== */
 
 static const cli_key convu_shape[] = {
-    KEY_INT("B", "4", "batch rows (one token each)"),
-    K_D,
-    K_W,
-    KEY_INT("L", "4", "conv state length (>= W-1; Mamba-2 uses W)"),
-    K_END,
+    CLI_KEY_INT("B", "4", "batch rows (one token each)"), K_D, K_W,
+    CLI_KEY_INT("L", "4", "conv state length (>= W-1; Mamba-2 uses W)"), CLI_KEY_END,
 };
 static const cli_key convu_param[] = {
-    P_HAS_BIAS,
-    P_ACTIVATION,
-    KEY_INT("slots", "0", "state pool rows with state_batch_indices (>= B; row 1 is padding); 0 = no indices"),
-    KEY_INT("in_place", "1", "final_conv_state is the conv_state pool itself (updated in place)"),
-    KEY_INT("channel_last", "1", "conv_state (slots,L,D) in memory seen as (slots,D,L), as Mamba-2 stores it"),
-    K_END,
-};
-static const cli_arg convu_args[] = {
-    {"x", 0, 0, CLI_ARG_ACT},
-    {"weight", 0, 0, CLI_ARG_F32},
-    {"bias", 0, 1, CLI_ARG_F32},
-    {"conv_state", 0, 0, CLI_ARG_ACT},
-    {"state_batch_indices", 0, 1, CLI_ARG_INDEX},
-    {"out", 1, 0, CLI_ARG_ACT},
-    {"final_conv_state", 1, 0, CLI_ARG_ACT},
-    {NULL, 0, 0, CLI_ARG_F32},
+    P_HAS_BIAS, P_ACTIVATION, CLI_KEY_SLOTS,
+    CLI_KEY_INT("in_place", "1", "final_conv_state is the conv_state pool itself (updated in place)"),
+    CLI_KEY_INT("channel_last", "1", "conv_state (slots,L,D) in memory seen as (slots,D,L), as Mamba-2 stores it"),
+    CLI_KEY_END,
 };
 static const char * const convu_cases[] = {
-    "B=3,D=48,W=4,L=4;slots=5",
-    "B=2,D=40,W=3,L=2;has_bias=0,activation=0,channel_last=0",
-    "B=4,D=16,W=4,L=6;in_place=0,slots=6",
-    "B=1,D=7,W=1,L=1;",
-    NULL,
+    "B=3,D=48,W=4,L=4;slots=5", "B=2,D=40,W=3,L=2;has_bias=0,activation=0,channel_last=0",
+    "B=4,D=16,W=4,L=6;in_place=0,slots=6", "B=1,D=7,W=1,L=1;", NULL,
 };
 
 static int64_t convu_slots(const cli_problem * pb) {
@@ -435,16 +298,10 @@ static int convu_generate(cli_problem * pb, uint64_t seed, char * err, size_t er
 }
 
 static int convu_bind(cli_problem * pb, char * err, size_t errlen) {
-    if (cli_need_ndim(pb, "x", 2, err, errlen) || cli_need_ndim(pb, "weight", 2, err, errlen) ||
-        cli_need_ndim(pb, "conv_state", 3, err, errlen))
-        return -1;
+    if (cli_need_ndim(pb, "conv_state", 3, err, errlen)) return -1;
     conv_view(pb, "conv_state");
-    cli_set_shape(pb, "B", cli_dim(pb, "x", 0));
-    cli_set_shape(pb, "D", cli_dim(pb, "x", 1));
-    cli_set_shape(pb, "W", cli_dim(pb, "weight", 1));
-    cli_set_shape(pb, "L", cli_dim(pb, "conv_state", 2));
-    cli_set_param_int(pb, "has_bias", cli_present(pb, "bias"));
-    cli_set_param_int(pb, "slots", cli_present(pb, "state_batch_indices") ? cli_dim(pb, "conv_state", 0) : 0);
+    if (cli_bind_shapes(pb, NULL, NULL, err, errlen)) return -1;
+    cli_bind_flags(pb);
     return 0;
 }
 
@@ -456,21 +313,7 @@ static int convu_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return out_act(pb, "final_conv_state", f64, st.shape[0], st.shape[1], st.shape[2], err, errlen);
 }
 
-static ssm_status convu_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_conv1d_params       p = conv_params(pb);
-    ssm_causal_conv1d_update_args a;
-    memset(&a, 0, sizeof a);
-    a.x                   = cli_view(pb, "x");
-    a.weight              = cli_view(pb, "weight");
-    a.bias                = cli_view(pb, "bias");
-    a.conv_state          = cli_view(pb, "conv_state");
-    a.state_batch_indices = cli_view(pb, "state_batch_indices");
-    a.out                 = cli_view(pb, "out");
-    a.final_conv_state    = cli_view(pb, "final_conv_state");
-    return ssm_causal_conv1d_update(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(causal_conv1d_update, ssm_conv1d_params, conv_params)
 
 static double convu_flops(const cli_problem * pb) {
     return 2.0 * (double)(cli_shape(pb, "B") * cli_shape(pb, "D") * cli_shape(pb, "W"));
@@ -484,55 +327,25 @@ static double convu_bytes(const cli_problem * pb) {
     return 2.0 * e_s * B * D * L + 2.0 * e_act(pb) * B * D;
 }
 
-const cli_op cli_op_causal_conv1d_update = {
-    "causal_conv1d_update",
-    "decode: one token through a rolling conv state, updated in place (spec 6.2)",
-    convu_shape,
-    convu_param,
-    convu_args,
-    "B=1,D=3328,W=4,L=4",
-    NULL,
-    NULL,
-    convu_cases,
-    conv_validate,
-    convu_generate,
-    convu_bind,
-    convu_alloc,
-    convu_call,
-    NULL,
-    convu_flops,
-    convu_bytes,
-};
+CLI_OP(causal_conv1d_update, "decode: one token through a rolling conv state, updated in place (spec 6.2)", convu_shape,
+       convu_param, CLI_BENCH("B=1,D=3328,W=4,L=4", NULL, NULL), convu_cases,
+       CLI_FNS(conv_validate, convu_generate, convu_bind, convu_alloc), NULL, convu_flops, convu_bytes);
 
 /* ======================================================================================
  * rmsnorm_gated and its backward (spec §6.3)
  * ====================================================================================== */
 
 static const cli_key norm_shape[] = {
-    KEY_INT("M", "300", "rows (batch*S)"),
-    KEY_INT("D", "256", "row width (d_ssm)"),
-    K_END,
+    CLI_KEY_INT("M", "300", "rows (batch*S)"), CLI_KEY_INT("D", "256", "row width (d_ssm)"), CLI_KEY_END,
 };
 static const cli_key norm_param[] = {
-    KEY_INT("group_size", "0", "columns per normalised group (D % group_size == 0; 0 = D)"),
-    KEY_INT("norm_before_gate", "0", "0: norm(x*silu(z)) as Mamba2 calls it; 1: norm(x)*silu(z)"),
-    KEY_INT("has_z", "1", "gate z"),
-    {"eps", CLI_KEY_FLOAT, "1e-5", "added to the mean square", NULL},
-    K_END,
-};
-static const cli_arg norm_args[] = {
-    {"x", 0, 0, CLI_ARG_ACT},
-    {"z", 0, 1, CLI_ARG_ACT},
-    {"weight", 0, 0, CLI_ARG_F32},
-    {"out", 1, 0, CLI_ARG_ACT},
-    {NULL, 0, 0, CLI_ARG_F32},
+    CLI_KEY_INT("group_size", "0", "columns per normalised group (D % group_size == 0; 0 = D)"),
+    CLI_KEY_INT("norm_before_gate", "0", "0: norm(x*silu(z)) as Mamba2 calls it; 1: norm(x)*silu(z)"),
+    CLI_KEY_INT("has_z", "1", "gate z"), {"eps", CLI_KEY_FLOAT, "1e-5", "added to the mean square", NULL},
+    CLI_KEY_END,
 };
 static const char * const norm_cases[] = {
-    "M=70,D=96;group_size=32",
-    "M=33,D=64;norm_before_gate=1",
-    "M=40,D=48;has_z=0,eps=1e-6",
-    "M=1,D=1;",
-    NULL,
+    "M=70,D=96;group_size=32", "M=33,D=64;norm_before_gate=1", "M=40,D=48;has_z=0,eps=1e-6", "M=1,D=1;", NULL,
 };
 
 static int norm_validate(const cli_problem * pb, char * err, size_t errlen) {
@@ -581,10 +394,8 @@ static int norm_generate(cli_problem * pb, uint64_t seed, char * err, size_t err
 }
 
 static int norm_bind(cli_problem * pb, char * err, size_t errlen) {
-    if (cli_need_ndim(pb, "x", 2, err, errlen)) return -1;
-    cli_set_shape(pb, "M", cli_dim(pb, "x", 0));
-    cli_set_shape(pb, "D", cli_dim(pb, "x", 1));
-    cli_set_param_int(pb, "has_z", cli_present(pb, "z"));
+    if (cli_bind_shapes(pb, NULL, NULL, err, errlen)) return -1;
+    cli_bind_flags(pb);
     return 0;
 }
 
@@ -593,18 +404,7 @@ static int norm_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return cli_out_arg(pb, "out", f64, 2, shp, err, errlen);
 }
 
-static ssm_status norm_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_rmsnorm_params p = norm_params(pb);
-    ssm_rmsnorm_gated_args   a;
-    memset(&a, 0, sizeof a);
-    a.x      = cli_view(pb, "x");
-    a.z      = cli_view(pb, "z");
-    a.weight = cli_view(pb, "weight");
-    a.out    = cli_view(pb, "out");
-    return ssm_rmsnorm_gated(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(rmsnorm_gated, ssm_rmsnorm_params, norm_params)
 
 /* Elementwise work, counted per element: square-accumulate 2, normalise and weight 2, and
  * with z the gate (sigmoid, two multiplies) 4. */
@@ -618,30 +418,11 @@ static double norm_bytes(const cli_problem * pb) {
     return (2.0 + (cli_param_int(pb, "has_z") ? 1.0 : 0.0)) * e_act(pb) * MD + 4.0 * (double)cli_shape(pb, "D");
 }
 
-const cli_op cli_op_rmsnorm_gated = {
-    "rmsnorm_gated",
-    "gated RMSNorm per row and group, norm_before_gate 0/1 (spec 6.3)",
-    norm_shape,
-    norm_param,
-    norm_args,
-    "M=2048,D=3072", /* B=1, S=2048, d_ssm = H*P of the scan shape, one group */
-    NULL,
-    NULL,
-    norm_cases,
-    norm_validate,
-    norm_generate,
-    norm_bind,
-    norm_alloc,
-    norm_call,
-    NULL,
-    norm_flops,
-    norm_bytes,
-};
+/* B=1, S=2048, d_ssm = H*P of the scan shape, one group */
+CLI_OP(rmsnorm_gated, "gated RMSNorm per row and group, norm_before_gate 0/1 (spec 6.3)", norm_shape, norm_param,
+       CLI_BENCH("M=2048,D=3072", NULL, NULL), norm_cases, CLI_FNS(norm_validate, norm_generate, norm_bind, norm_alloc),
+       NULL, norm_flops, norm_bytes);
 
-static const cli_arg normb_args[] = {
-    {"x", 0, 0, CLI_ARG_ACT},    {"z", 0, 1, CLI_ARG_ACT},  {"weight", 0, 0, CLI_ARG_F32},  {"dout", 0, 0, CLI_ARG_ACT},
-    {"dx", 1, 0, CLI_ARG_ACT},   {"dz", 1, 1, CLI_ARG_ACT}, {"dweight", 1, 0, CLI_ARG_F32}, {NULL, 0, 0, CLI_ARG_F32},
-};
 
 static int normb_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
     cli_rng rng;
@@ -661,21 +442,7 @@ static int normb_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return 0;
 }
 
-static ssm_status normb_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_rmsnorm_params   p = norm_params(pb);
-    ssm_rmsnorm_gated_bwd_args a;
-    memset(&a, 0, sizeof a);
-    a.x       = cli_view(pb, "x");
-    a.z       = cli_view(pb, "z");
-    a.weight  = cli_view(pb, "weight");
-    a.dout    = cli_view(pb, "dout");
-    a.dx      = cli_view(pb, "dx");
-    a.dz      = cli_view(pb, "dz");
-    a.dweight = cli_view(pb, "dweight");
-    return ssm_rmsnorm_gated_bwd(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(rmsnorm_gated_bwd, ssm_rmsnorm_params, norm_params)
 
 /* Per element: the recomputed forward (as norm_flops) plus c1, dv, dweight (6), and with
  * z the gate's derivative (6). */
@@ -689,22 +456,6 @@ static double normb_bytes(const cli_problem * pb) {
     return (3.0 + (cli_param_int(pb, "has_z") ? 2.0 : 0.0)) * e_act(pb) * MD + 8.0 * (double)cli_shape(pb, "D");
 }
 
-const cli_op cli_op_rmsnorm_gated_bwd = {
-    "rmsnorm_gated_bwd",
-    "gradients of rmsnorm_gated: dx, dz, dweight (spec 6.3)",
-    norm_shape,
-    norm_param,
-    normb_args,
-    "M=2048,D=3072",
-    NULL,
-    NULL,
-    norm_cases,
-    norm_validate,
-    normb_generate,
-    norm_bind,
-    normb_alloc,
-    normb_call,
-    NULL,
-    normb_flops,
-    normb_bytes,
-};
+CLI_OP(rmsnorm_gated_bwd, "gradients of rmsnorm_gated: dx, dz, dweight (spec 6.3)", norm_shape, norm_param,
+       CLI_BENCH("M=2048,D=3072", NULL, NULL), norm_cases,
+       CLI_FNS(norm_validate, normb_generate, norm_bind, normb_alloc), NULL, normb_flops, normb_bytes);

@@ -19,14 +19,7 @@
 
 #include "cli.h"
 
-#define KEY_INT(name, def, help) {name, CLI_KEY_INT, def, help, NULL}
-#define K_END {NULL, CLI_KEY_INT, NULL, NULL, NULL}
 
-#define P_HAS_D       KEY_INT("has_d", "1", "D skip term: 0 none, 1 D of shape (H), 2 D of shape (H,P)")
-#define P_HAS_Z       KEY_INT("has_z", "1", "gate z: out = y*silu(z)")
-#define P_HAS_DT_BIAS KEY_INT("has_dt_bias", "1", "dt_bias input")
-#define P_SOFTPLUS    KEY_INT("dt_softplus", "1", "softplus(dt + dt_bias)")
-#define P_DT_LIMIT    {"dt_limit", CLI_KEY_RANGE, "0:inf", "clamp of the processed dt, lo:hi", NULL}
 
 static double e_of(const ssm_tensor * t) {
     return (double)ssm_dtype_size((ssm_dtype)t->dtype);
@@ -37,60 +30,23 @@ static double e_of(const ssm_tensor * t) {
  * ====================================================================================== */
 
 static const cli_key bwd_shape[] = {
-    KEY_INT("B", "2", "batch"),
-    KEY_INT("S", "200", "sequence length (tokens per batch row)"),
-    KEY_INT("H", "4", "heads"),
-    KEY_INT("P", "32", "head dimension"),
-    KEY_INT("N", "32", "state size"),
-    KEY_INT("G", "2", "groups sharing B and C (H % G == 0)"),
-    KEY_INT("chunk", "64", "chunk size Q"),
-    K_END,
+    CLI_KEY_INT("B", "2", "batch"), CLI_KEY_INT("S", "200", "sequence length (tokens per batch row)"),
+    CLI_KEY_INT("H", "4", "heads"), CLI_KEY_INT("P", "32", "head dimension"), CLI_KEY_INT("N", "32", "state size"),
+    CLI_KEY_INT("G", "2", "groups sharing B and C (H % G == 0)"), CLI_KEY_INT("chunk", "64", "chunk size Q"),
+    CLI_KEY_END,
 };
 static const cli_key bwd_param[] = {
-    P_HAS_D,
-    P_HAS_Z,
-    P_HAS_DT_BIAS,
-    P_SOFTPLUS,
-    P_DT_LIMIT,
-    KEY_INT("has_init", "1", "initial states input (and the dinitial_states gradient)"),
-    KEY_INT("has_dfinal", "1", "dfinal_states incoming gradient"),
-    KEY_INT("seq_idx", "0", "seq_idx with this many sequences per row (0 = off)"),
-    KEY_INT("nseq", "0", "varlen: cu_seqlens with this many sequences, batch 1 (0 = off)"),
-    K_END,
-};
-static const cli_arg bwd_args[] = {
-    {"x", 0, 0, CLI_ARG_ACT},
-    {"dt", 0, 0, CLI_ARG_ACT},
-    {"a", 0, 0, CLI_ARG_F32},
-    {"b", 0, 0, CLI_ARG_ACT},
-    {"c", 0, 0, CLI_ARG_ACT},
-    {"d", 0, 1, CLI_ARG_F32},
-    {"z", 0, 1, CLI_ARG_ACT},
-    {"dt_bias", 0, 1, CLI_ARG_F32},
-    {"initial_states", 0, 1, CLI_ARG_F32},
-    {"seq_idx", 0, 1, CLI_ARG_INDEX},
-    {"cu_seqlens", 0, 1, CLI_ARG_INDEX},
-    {"dout", 0, 0, CLI_ARG_ACT},
-    {"dfinal_states", 0, 1, CLI_ARG_F32},
-    {"dx", 1, 0, CLI_ARG_ACT},
-    {"ddt", 1, 0, CLI_ARG_ACT},
-    {"da", 1, 0, CLI_ARG_F32},
-    {"db", 1, 0, CLI_ARG_ACT},
-    {"dc", 1, 0, CLI_ARG_ACT},
-    {"dd", 1, 1, CLI_ARG_F32},
-    {"dz", 1, 1, CLI_ARG_ACT},
-    {"ddt_bias", 1, 1, CLI_ARG_F32},
-    {"dinitial_states", 1, 1, CLI_ARG_F32},
-    {NULL, 0, 0, CLI_ARG_F32},
+    CLI_M2_KEY_HAS_D, CLI_M2_KEY_HAS_Z, CLI_M2_KEY_HAS_DT_BIAS, CLI_M2_KEY_SOFTPLUS, CLI_M2_KEY_DT_LIMIT,
+    CLI_KEY_INT("has_init", "1", "initial states input (and the dinitial_states gradient)"),
+    CLI_KEY_INT("has_dfinal", "1", "dfinal_states incoming gradient"),
+    CLI_KEY_INT("seq_idx", "0", "seq_idx with this many sequences per row (0 = off)"), CLI_KEY_NSEQ, CLI_KEY_END,
 };
 static const char * const bwd_cases[] = {
     "B=2,S=77,H=4,P=16,N=32,G=2,chunk=32;has_d=2,dt_limit=0:0.08",
     "B=1,S=64,H=4,P=8,N=16,G=4,chunk=16;has_z=0,has_init=0,has_dfinal=0",
     "B=1,S=33,H=2,P=8,N=8,G=1,chunk=16;has_d=0,has_z=0,has_dt_bias=0,dt_softplus=0,has_init=0",
-    "B=2,S=70,H=4,P=8,N=16,G=2,chunk=16;seq_idx=3,dt_limit=0.01:0.05",
-    "B=1,S=60,H=4,P=8,N=16,G=2,chunk=16;nseq=4",
-    "B=1,S=1,H=1,P=1,N=1,G=1,chunk=1;",
-    NULL,
+    "B=2,S=70,H=4,P=8,N=16,G=2,chunk=16;seq_idx=3,dt_limit=0.01:0.05", "B=1,S=60,H=4,P=8,N=16,G=2,chunk=16;nseq=4",
+    "B=1,S=1,H=1,P=1,N=1,G=1,chunk=1;", NULL,
 };
 
 static int64_t bwd_nstates(const cli_problem * pb) {
@@ -121,26 +77,6 @@ static int bwd_generate(cli_problem * pb, uint64_t seed, char * err, size_t errl
     return 0;
 }
 
-static int bwd_bind(cli_problem * pb, char * err, size_t errlen) {
-    if (cli_need_ndim(pb, "x", 4, err, errlen) || cli_need_ndim(pb, "b", 4, err, errlen)) return -1;
-    cli_set_shape(pb, "B", cli_dim(pb, "x", 0));
-    cli_set_shape(pb, "S", cli_dim(pb, "x", 1));
-    cli_set_shape(pb, "H", cli_dim(pb, "x", 2));
-    cli_set_shape(pb, "P", cli_dim(pb, "x", 3));
-    cli_set_shape(pb, "G", cli_dim(pb, "b", 2));
-    cli_set_shape(pb, "N", cli_dim(pb, "b", 3));
-    if (!pb->shape[cli_key_index(pb->op->shape_keys, "chunk")].given) cli_set_shape(pb, "chunk", 256);
-    const ssm_tensor cu = cli_view(pb, "cu_seqlens");
-    cli_set_param_int(pb, "has_d", cli_present(pb, "d") ? cli_view(pb, "d").ndim : 0);
-    cli_set_param_int(pb, "has_z", cli_present(pb, "z"));
-    cli_set_param_int(pb, "has_dt_bias", cli_present(pb, "dt_bias"));
-    cli_set_param_int(pb, "has_init", cli_present(pb, "initial_states"));
-    cli_set_param_int(pb, "has_dfinal", cli_present(pb, "dfinal_states"));
-    cli_set_param_int(pb, "seq_idx", cli_present(pb, "seq_idx"));
-    cli_set_param_int(pb, "nseq", cu.data ? cli_numel(cu.ndim, cu.shape) - 1 : 0);
-    return 0;
-}
-
 /* Every gradient the inputs allow. */
 static int bwd_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     const int64_t B = cli_shape(pb, "B"), S = cli_shape(pb, "S"), H = cli_shape(pb, "H"), P = cli_shape(pb, "P"),
@@ -161,36 +97,7 @@ static int bwd_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return 0;
 }
 
-static ssm_status bwd_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba2_params  p = cli_mamba2_params(pb);
-    ssm_mamba2_scan_bwd_args a;
-    memset(&a, 0, sizeof a);
-    a.x               = cli_view(pb, "x");
-    a.dt              = cli_view(pb, "dt");
-    a.a               = cli_view(pb, "a");
-    a.b               = cli_view(pb, "b");
-    a.c               = cli_view(pb, "c");
-    a.d               = cli_view(pb, "d");
-    a.z               = cli_view(pb, "z");
-    a.dt_bias         = cli_view(pb, "dt_bias");
-    a.initial_states  = cli_view(pb, "initial_states");
-    a.seq_idx         = cli_view(pb, "seq_idx");
-    a.cu_seqlens      = cli_view(pb, "cu_seqlens");
-    a.dout            = cli_view(pb, "dout");
-    a.dfinal_states   = cli_view(pb, "dfinal_states");
-    a.dx              = cli_view(pb, "dx");
-    a.ddt             = cli_view(pb, "ddt");
-    a.da              = cli_view(pb, "da");
-    a.db              = cli_view(pb, "db");
-    a.dc              = cli_view(pb, "dc");
-    a.dd              = cli_view(pb, "dd");
-    a.dz              = cli_view(pb, "dz");
-    a.ddt_bias        = cli_view(pb, "ddt_bias");
-    a.dinitial_states = cli_view(pb, "dinitial_states");
-    return ssm_mamba2_scan_bwd(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba2_scan_bwd, ssm_mamba2_params, cli_mamba2_params)
 
 /* Like mamba2_scan's count (cli-mamba2.c), the chunk is not semantic and backends tile it
  * their own way, so only the chunk-independent terms of the spec's §5.2 backward total
@@ -217,84 +124,37 @@ static double bwd_bytes(const cli_problem * pb) {
     return n;
 }
 
-const cli_op cli_op_mamba2_scan_bwd = {
-    "mamba2_scan_bwd",
-    "every gradient of mamba2_scan, recomputing the forward (spec 2.7)",
-    bwd_shape,
-    bwd_param,
-    bwd_args,
-    "B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256",
-    "has_d=1,has_z=0,has_dt_bias=1,dt_softplus=1,has_init=0,has_dfinal=0",
-    NULL,
-    bwd_cases,
-    bwd_validate,
-    bwd_generate,
-    bwd_bind,
-    bwd_alloc,
-    bwd_call,
-    NULL,
-    bwd_flops,
-    bwd_bytes,
-};
+CLI_OP(mamba2_scan_bwd, "every gradient of mamba2_scan, recomputing the forward (spec 2.7)", bwd_shape, bwd_param,
+       CLI_BENCH("B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256",
+                 "has_d=1,has_z=0,has_dt_bias=1,dt_softplus=1,has_init=0,has_dfinal=0", NULL),
+       bwd_cases, CLI_FNS(bwd_validate, bwd_generate, cli_mamba2_bind, bwd_alloc), NULL, bwd_flops, bwd_bytes);
 
 /* ======================================================================================
  * mamba2_step (spec §2.9)
  * ====================================================================================== */
 
 static const cli_key step_shape[] = {
-    KEY_INT("B", "4", "batch rows (one token each)"),
-    KEY_INT("H", "8", "heads"),
-    KEY_INT("P", "32", "head dimension"),
-    KEY_INT("N", "32", "state size"),
-    KEY_INT("G", "2", "groups sharing B and C (H % G == 0)"),
-    K_END,
+    CLI_KEY_INT("B", "4", "batch rows (one token each)"), CLI_KEY_INT("H", "8", "heads"),
+    CLI_KEY_INT("P", "32", "head dimension"), CLI_KEY_INT("N", "32", "state size"),
+    CLI_KEY_INT("G", "2", "groups sharing B and C (H % G == 0)"), CLI_KEY_END,
 };
 static const cli_key step_param[] = {
-    KEY_INT("per_head", "1", "1: a (H), dt (B,H), dt_bias (H), d (H) as stride-0 views (a Mamba-2 layer); 0: full"),
-    KEY_INT("has_d", "1", "D skip term"),
-    P_HAS_Z,
-    P_HAS_DT_BIAS,
-    P_SOFTPLUS,
-    P_DT_LIMIT,
-    KEY_INT("slots", "0", "state pool rows with state_batch_indices (>= B; row 1 is padding); 0 = no indices"),
-    KEY_INT("in_place", "1", "final_state is the state pool itself (updated in place)"),
-    K_END,
-};
-static const cli_arg step_args[] = {
-    {"x", 0, 0, CLI_ARG_ACT},
-    {"dt", 0, 0, CLI_ARG_ACT},
-    {"a", 0, 0, CLI_ARG_F32},
-    {"b", 0, 0, CLI_ARG_ACT},
-    {"c", 0, 0, CLI_ARG_ACT},
-    {"d", 0, 1, CLI_ARG_F32},
-    {"z", 0, 1, CLI_ARG_ACT},
-    {"dt_bias", 0, 1, CLI_ARG_F32},
-    {"state", 0, 0, CLI_ARG_F32},
-    {"state_batch_indices", 0, 1, CLI_ARG_INDEX},
-    {"out", 1, 0, CLI_ARG_ACT},
-    {"final_state", 1, 0, CLI_ARG_F32},
-    {NULL, 0, 0, CLI_ARG_F32},
+    CLI_KEY_INT("per_head", "1", "1: a (H), dt (B,H), dt_bias (H), d (H) as stride-0 views (a Mamba-2 layer); 0: full"),
+    CLI_KEY_INT("has_d", "1", "D skip term"), CLI_M2_KEY_HAS_Z, CLI_M2_KEY_HAS_DT_BIAS, CLI_M2_KEY_SOFTPLUS,
+    CLI_M2_KEY_DT_LIMIT, CLI_KEY_SLOTS,
+    CLI_KEY_INT("in_place", "1", "final_state is the state pool itself (updated in place)"), CLI_KEY_END,
 };
 static const char * const step_cases[] = {
-    "B=3,H=4,P=8,N=32,G=4;per_head=0,has_z=0,slots=5",
-    "B=4,H=4,P=16,N=16,G=2;slots=6",
+    "B=3,H=4,P=8,N=32,G=4;per_head=0,has_z=0,slots=5", "B=4,H=4,P=16,N=16,G=2;slots=6",
     "B=2,H=6,P=16,N=64,G=3;in_place=0,slots=4",
     "B=2,H=4,P=8,N=16,G=1;per_head=0,has_d=0,has_dt_bias=0,dt_softplus=0,dt_limit=0.01:0.05,in_place=0",
-    "B=1,H=2,P=64,N=128,G=1;dt_limit=0:0.08",
-    "B=1,H=1,P=1,N=1,G=1;",
-    NULL,
+    "B=1,H=2,P=64,N=128,G=1;dt_limit=0:0.08", "B=1,H=1,P=1,N=1,G=1;", NULL,
 };
 
 static int step_validate(const cli_problem * pb, char * err, size_t errlen) {
     static const char * const bools[] = {"per_head", "has_d", "has_z", "has_dt_bias", "dt_softplus", "in_place", NULL};
     if (cli_check_shape_positive(pb, err, errlen) != 0 || cli_check_bools(pb, bools, err, errlen) != 0) return -1;
-    const int64_t slots = cli_param_int(pb, "slots"), B = cli_shape(pb, "B");
-    if (slots != 0 && (slots < B || slots > 1000000)) {
-        snprintf(err, errlen, "%s: slots=%lld must be 0 (no state_batch_indices) or in [B=%lld, 1000000]",
-                 pb->op->name, (long long)slots, (long long)B);
-        return -1;
-    }
-    return 0;
+    return cli_check_slots(pb, cli_shape(pb, "B"), err, errlen);
 }
 
 static int64_t step_slots(const cli_problem * pb) {
@@ -392,19 +252,10 @@ static int step_generate(cli_problem * pb, uint64_t seed, char * err, size_t err
 
 static int step_bind(cli_problem * pb, char * err, size_t errlen) {
     const int32_t a_ndim = cli_view(pb, "a").ndim == 1 ? 1 : 3; /* per-head (H) or full (H,P,N) */
-    if (cli_need_ndim(pb, "x", 3, err, errlen) || cli_need_ndim(pb, "b", 3, err, errlen) ||
-        cli_need_ndim(pb, "state", 4, err, errlen) || cli_need_ndim(pb, "a", a_ndim, err, errlen))
-        return -1;
-    cli_set_shape(pb, "B", cli_dim(pb, "x", 0));
-    cli_set_shape(pb, "H", cli_dim(pb, "x", 1));
-    cli_set_shape(pb, "P", cli_dim(pb, "x", 2));
-    cli_set_shape(pb, "G", cli_dim(pb, "b", 1));
-    cli_set_shape(pb, "N", cli_dim(pb, "b", 2));
-    cli_set_param_int(pb, "per_head", cli_view(pb, "a").ndim == 1);
-    cli_set_param_int(pb, "has_d", cli_present(pb, "d"));
-    cli_set_param_int(pb, "has_z", cli_present(pb, "z"));
-    cli_set_param_int(pb, "has_dt_bias", cli_present(pb, "dt_bias"));
-    cli_set_param_int(pb, "slots", cli_present(pb, "state_batch_indices") ? cli_dim(pb, "state", 0) : 0);
+    if (cli_need_ndim(pb, "a", a_ndim, err, errlen) || cli_bind_shapes(pb, "x b state", NULL, err, errlen)) return -1;
+    cli_bind_flags(pb);
+    cli_set_param_int(pb, "per_head", a_ndim == 1);
+    cli_set_param_int(pb, "has_d", cli_present(pb, "d")); /* a switch here: (H) or (H,P) by per_head */
     step_per_head_views(pb);
     return 0;
 }
@@ -417,26 +268,7 @@ static int step_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return cli_out_arg(pb, "final_state", f64, 4, st.shape, err, errlen);
 }
 
-static ssm_status step_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba2_params p = cli_mamba2_params(pb);
-    ssm_mamba2_step_args    a;
-    memset(&a, 0, sizeof a);
-    a.x                   = cli_view(pb, "x");
-    a.dt                  = cli_view(pb, "dt");
-    a.a                   = cli_view(pb, "a");
-    a.b                   = cli_view(pb, "b");
-    a.c                   = cli_view(pb, "c");
-    a.d                   = cli_view(pb, "d");
-    a.z                   = cli_view(pb, "z");
-    a.dt_bias             = cli_view(pb, "dt_bias");
-    a.state               = cli_view(pb, "state");
-    a.state_batch_indices = cli_view(pb, "state_batch_indices");
-    a.out                 = cli_view(pb, "out");
-    a.final_state         = cli_view(pb, "final_state");
-    return ssm_mamba2_step(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba2_step, ssm_mamba2_params, cli_mamba2_params)
 
 /* Spec §5.4 decode: 5·B·H·P·N FLOPs (decay, outer product, add, output dot). */
 static double step_flops(const cli_problem * pb) {
@@ -452,22 +284,6 @@ static double step_bytes(const cli_problem * pb) {
     return 2.0 * e * BH * (double)(cli_shape(pb, "P") * cli_shape(pb, "N"));
 }
 
-const cli_op cli_op_mamba2_step = {
-    "mamba2_step",
-    "decode: one token per row, state pool updated in place, state_batch_indices (spec 2.9)",
-    step_shape,
-    step_param,
-    step_args,
-    "B=1,H=48,P=64,N=128,G=1",
-    NULL,
-    NULL,
-    step_cases,
-    step_validate,
-    step_generate,
-    step_bind,
-    step_alloc,
-    step_call,
-    NULL,
-    step_flops,
-    step_bytes,
-};
+CLI_OP(mamba2_step, "decode: one token per row, state pool updated in place, state_batch_indices (spec 2.9)",
+       step_shape, step_param, CLI_BENCH("B=1,H=48,P=64,N=128,G=1", NULL, NULL), step_cases,
+       CLI_FNS(step_validate, step_generate, step_bind, step_alloc), NULL, step_flops, step_bytes);

@@ -26,23 +26,12 @@ typedef struct m2dims {
     int64_t B, S, H, P, N, G, Q, NC;
 } m2dims;
 
-static int64_t shape_or(const cli_problem * pb, const char * key, int64_t def) {
-    return cli_key_index(pb->op->shape_keys, key) >= 0 ? cli_shape(pb, key) : def;
-}
 
-static int64_t param_or(const cli_problem * pb, const char * key, int64_t def) {
-    return cli_has_param(pb, key) ? cli_param_int(pb, key) : def;
-}
 
 static m2dims dims_of(const cli_problem * pb) {
-    m2dims d;
-    d.B  = shape_or(pb, "B", 1);
-    d.S  = shape_or(pb, "S", 1);
-    d.H  = shape_or(pb, "H", 1);
-    d.P  = shape_or(pb, "P", 1);
-    d.N  = shape_or(pb, "N", 1);
-    d.G  = shape_or(pb, "G", 1);
-    d.Q  = shape_or(pb, "chunk", 256);
+    m2dims d = {cli_shape_or(pb, "B", 1), cli_shape_or(pb, "S", 1),     cli_shape_or(pb, "H", 1),
+                cli_shape_or(pb, "P", 1), cli_shape_or(pb, "N", 1),     cli_shape_or(pb, "G", 1),
+                cli_shape_or(pb, "chunk", 256), 0};
     d.NC = d.Q > 0 ? (d.S + d.Q - 1) / d.Q : 0;
     return d;
 }
@@ -67,25 +56,17 @@ static ssm_mamba2_params params_of(const cli_problem * pb) {
 
 /* ---- keys ---------------------------------------------------------------------------------- */
 
-#define KEY_INT(name, def, help) {name, CLI_KEY_INT, def, help, NULL}
-#define K_B     KEY_INT("B", "2", "batch")
-#define K_S     KEY_INT("S", "300", "sequence length (tokens per batch row)")
-#define K_H     KEY_INT("H", "8", "heads")
-#define K_P     KEY_INT("P", "64", "head dimension")
-#define K_N     KEY_INT("N", "64", "state size")
-#define K_G     KEY_INT("G", "2", "groups sharing B and C (H % G == 0)")
-#define K_CHUNK KEY_INT("chunk", "64", "chunk size Q")
-#define K_END   {NULL, CLI_KEY_INT, NULL, NULL, NULL}
+#define K_B     CLI_KEY_INT("B", "2", "batch")
+#define K_S     CLI_KEY_INT("S", "300", "sequence length (tokens per batch row)")
+#define K_H     CLI_KEY_INT("H", "8", "heads")
+#define K_P     CLI_KEY_INT("P", "64", "head dimension")
+#define K_N     CLI_KEY_INT("N", "64", "state size")
+#define K_G     CLI_KEY_INT("G", "2", "groups sharing B and C (H % G == 0)")
+#define K_CHUNK CLI_KEY_INT("chunk", "64", "chunk size Q")
 
-#define P_HAS_D       KEY_INT("has_d", "1", "D skip term: 0 none, 1 D of shape (H), 2 D of shape (H,P)")
-#define P_HAS_Z       KEY_INT("has_z", "1", "gate z: out = y*silu(z)")
-#define P_HAS_DT_BIAS KEY_INT("has_dt_bias", "1", "dt_bias input")
-#define P_SOFTPLUS    KEY_INT("dt_softplus", "1", "softplus(dt + dt_bias)")
-#define P_DT_LIMIT    {"dt_limit", CLI_KEY_RANGE, "0:inf", "clamp of the processed dt, lo:hi", NULL}
-#define P_HAS_INIT    KEY_INT("has_init", "1", "initial states input")
-#define P_HAS_FINAL   KEY_INT("has_final", "1", "final states output")
-#define P_SEQ_IDX     KEY_INT("seq_idx", "0", "seq_idx with this many sequences per row (0 = off)")
-#define P_NSEQ        KEY_INT("nseq", "0", "varlen: cu_seqlens with this many sequences, batch 1 (0 = off)")
+#define P_HAS_INIT    CLI_KEY_INT("has_init", "1", "initial states input")
+#define P_HAS_FINAL   CLI_KEY_INT("has_final", "1", "final states output")
+#define P_SEQ_IDX     CLI_KEY_INT("seq_idx", "0", "seq_idx with this many sequences per row (0 = off)")
 #define P_LAYOUT      {"layout", CLI_KEY_WORD, "std", "std, or cann: x/b [B,NC,L,.,.], dt/da_cumsum [B,NC,L,H], states [B,NC,H,N,P]", "std|cann"}
 
 /* ---- random raw inputs ------------------------------------------------------------------------ */
@@ -186,9 +167,9 @@ static int raw_alloc(const cli_problem * pb, cli_buf * buf, ssm_dtype dtype, int
 static int gen_raw(const cli_problem * pb, unsigned which, uint64_t seed, m2raw * r, char * err, size_t errlen) {
     const m2dims    d        = dims_of(pb);
     const ssm_dtype act      = pb->dtype;
-    const int       softplus = (int)param_or(pb, "dt_softplus", 1);
-    const int64_t   nseq     = param_or(pb, "nseq", 0);
-    const int64_t   nseq_idx = param_or(pb, "seq_idx", 0);
+    const int       softplus = (int)cli_param_or(pb, "dt_softplus", 1);
+    const int64_t   nseq     = cli_param_or(pb, "nseq", 0);
+    const int64_t   nseq_idx = cli_param_or(pb, "seq_idx", 0);
     cli_rng         rng;
     cli_rng_seed(&rng, seed);
     memset(r, 0, sizeof *r);
@@ -222,7 +203,7 @@ static int gen_raw(const cli_problem * pb, unsigned which, uint64_t seed, m2raw 
         for (int64_t h = 0; h < d.H; ++h) cli_set(&r->a.view, h, -log_uniform(&rng, 1.0, 16.0));
     }
     if (which & RAW_D) {
-        const int two_d = param_or(pb, "has_d", 1) == 2;
+        const int two_d = cli_param_or(pb, "has_d", 1) == 2;
         if (raw_alloc(pb, &r->d, SSM_DTYPE_F32, two_d ? 2 : 1, hshp, err, errlen)) return -1;
         fill_normal(&r->d, &rng);
     }
@@ -283,7 +264,7 @@ static int ref_cumsum(ssm_context * ctx, const cli_problem * pb, const m2raw * r
     const m2dims      d = dims_of(pb);
     const int64_t     shp[4] = {d.B, d.H, d.NC, d.Q};
     ssm_mamba2_params p      = params_of(pb);
-    p.dt_softplus            = (int32_t)param_or(pb, "dt_softplus", 1);
+    p.dt_softplus            = (int32_t)cli_param_or(pb, "dt_softplus", 1);
     if (cli_buf_alloc(dt_out, SSM_DTYPE_F32, 4, shp) || cli_buf_alloc(dacs, SSM_DTYPE_F32, 4, shp)) {
         snprintf(err, errlen, "out of memory");
         return -1;
@@ -387,27 +368,15 @@ static int ref_context(ssm_context ** ctx, char * err, size_t errlen) {
 /* ---- shared validation (usage errors) ------------------------------------------------------------ */
 
 static int m2_validate(const cli_problem * pb, char * err, size_t errlen) {
-    const cli_key * keys = pb->op->shape_keys;
-    for (int i = 0; keys[i].name; ++i)
-        if (pb->shape[i].i < 1) {
-            snprintf(err, errlen, "%s: shape %s=%lld must be >= 1", pb->op->name, keys[i].name,
-                     (long long)pb->shape[i].i);
-            return -1;
-        }
-    const m2dims  d = dims_of(pb);
-    const char *  bools[] = {"has_z", "has_dt_bias", "dt_softplus", "has_init", "has_final"};
-    for (size_t i = 0; i < sizeof bools / sizeof bools[0]; ++i)
-        if (cli_has_param(pb, bools[i]) && (cli_param_int(pb, bools[i]) < 0 || cli_param_int(pb, bools[i]) > 1)) {
-            snprintf(err, errlen, "%s: %s=%lld must be 0 or 1", pb->op->name, bools[i],
-                     (long long)cli_param_int(pb, bools[i]));
-            return -1;
-        }
-    if (param_or(pb, "has_d", 0) < 0 || param_or(pb, "has_d", 0) > 2) {
+    static const char * const bools[] = {"has_z", "has_dt_bias", "dt_softplus", "has_init", "has_final", NULL};
+    if (cli_check_shape_positive(pb, err, errlen) || cli_check_bools(pb, bools, err, errlen)) return -1;
+    const m2dims d = dims_of(pb);
+    if (cli_param_or(pb, "has_d", 0) < 0 || cli_param_or(pb, "has_d", 0) > 2) {
         snprintf(err, errlen, "%s: has_d=%lld must be 0, 1 (D of shape H) or 2 (D of shape H,P)", pb->op->name,
-                 (long long)param_or(pb, "has_d", 0));
+                 (long long)cli_param_or(pb, "has_d", 0));
         return -1;
     }
-    const int64_t nseq_idx = param_or(pb, "seq_idx", 0), nseq = param_or(pb, "nseq", 0);
+    const int64_t nseq_idx = cli_param_or(pb, "seq_idx", 0), nseq = cli_param_or(pb, "nseq", 0);
     if (nseq_idx < 0 || nseq_idx > d.S) {
         snprintf(err, errlen, "%s: seq_idx=%lld sequences per row must be in [0, S=%lld]", pb->op->name,
                  (long long)nseq_idx, (long long)d.S);
@@ -428,36 +397,16 @@ static int m2_validate(const cli_problem * pb, char * err, size_t errlen) {
     return 0;
 }
 
-/* `run` helpers: a loaded input's ndim and dims. */
-static int need_ndim(const cli_problem * pb, const char * name, int32_t ndim, char * err, size_t errlen) {
-    const ssm_tensor t = cli_view(pb, name);
-    if (!t.data) {
-        snprintf(err, errlen, "%s: input %s.npy is required", pb->op->name, name);
-        return -1;
-    }
-    if (t.ndim != ndim) {
-        snprintf(err, errlen, "%s: %s.npy has %d dimensions, expected %d", pb->op->name, name, (int)t.ndim, (int)ndim);
-        return -1;
-    }
+
+
+
+/* `run`: the shape keys and presence params from the inputs; the chunk: given, else the Q of
+ * a (…, NC, Q) input, else 256. */
+int cli_mamba2_bind(cli_problem * pb, char * err, size_t errlen) {
+    if (!pb->shape[cli_key_index(pb->op->shape_keys, "chunk")].given) cli_set_shape(pb, "chunk", 256);
+    if (cli_bind_shapes(pb, NULL, "batch=B,Q=chunk", err, errlen)) return -1;
+    cli_bind_flags(pb);
     return 0;
-}
-
-static int64_t dim(const cli_problem * pb, const char * name, int i) {
-    return cli_view(pb, name).shape[i];
-}
-
-static int present(const cli_problem * pb, const char * name) {
-    return cli_view(pb, name).data != NULL;
-}
-
-/* Q for `run`: the chunk param if given, else the last dim of a (…, NC, Q) input, else 256. */
-static void bind_chunk(cli_problem * pb, const char * qsource, int qdim) {
-    const int i = cli_key_index(pb->op->shape_keys, "chunk");
-    if (pb->shape[i].given) return;
-    if (qsource && present(pb, qsource))
-        cli_set_shape(pb, "chunk", dim(pb, qsource, qdim));
-    else
-        cli_set_shape(pb, "chunk", 256);
 }
 
 static double e_act(const cli_problem * pb) {
@@ -468,19 +417,11 @@ static double e_act(const cli_problem * pb) {
  * mamba2_chunk_cumsum (spec §2.1)
  * ====================================================================================== */
 
-static const cli_key cumsum_shape[] = {K_B, K_S, K_H, K_CHUNK, K_END};
-static const cli_key cumsum_param[] = {P_HAS_DT_BIAS, P_SOFTPLUS, P_DT_LIMIT, K_END};
-static const cli_arg cumsum_args[]  = {
-    {"dt", 0, 0, CLI_ARG_ACT},      {"a", 0, 0, CLI_ARG_F32},         {"dt_bias", 0, 1, CLI_ARG_F32},
-    {"dt_out", 1, 0, CLI_ARG_F32}, {"da_cumsum", 1, 0, CLI_ARG_F32}, {NULL, 0, 0, CLI_ARG_F32},
-};
+static const cli_key cumsum_shape[] = {K_B, K_S, K_H, K_CHUNK, CLI_KEY_END};
+static const cli_key cumsum_param[] = {CLI_M2_KEY_HAS_DT_BIAS, CLI_M2_KEY_SOFTPLUS, CLI_M2_KEY_DT_LIMIT, CLI_KEY_END};
 static const char * const cumsum_cases[] = {
-    "B=1,S=1,H=1,chunk=1;",
-    "B=2,S=75,H=4,chunk=32;",
-    "B=1,S=64,H=3,chunk=16;dt_limit=0.01:0.05",
-    "B=2,S=40,H=2,chunk=16;has_dt_bias=0,dt_softplus=0",
-    "B=1,S=1000,H=5,chunk=256;has_dt_bias=0",
-    NULL,
+    "B=1,S=1,H=1,chunk=1;", "B=2,S=75,H=4,chunk=32;", "B=1,S=64,H=3,chunk=16;dt_limit=0.01:0.05",
+    "B=2,S=40,H=2,chunk=16;has_dt_bias=0,dt_softplus=0", "B=1,S=1000,H=5,chunk=256;has_dt_bias=0", NULL,
 };
 
 static int cumsum_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
@@ -497,15 +438,6 @@ static int cumsum_generate(cli_problem * pb, uint64_t seed, char * err, size_t e
     return 0;
 }
 
-static int cumsum_bind(cli_problem * pb, char * err, size_t errlen) {
-    if (need_ndim(pb, "dt", 3, err, errlen)) return -1;
-    cli_set_shape(pb, "B", dim(pb, "dt", 0));
-    cli_set_shape(pb, "S", dim(pb, "dt", 1));
-    cli_set_shape(pb, "H", dim(pb, "dt", 2));
-    bind_chunk(pb, NULL, 0);
-    cli_set_param_int(pb, "has_dt_bias", present(pb, "dt_bias"));
-    return 0;
-}
 
 static int cumsum_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     const m2dims  d      = dims_of(pb);
@@ -517,19 +449,7 @@ static int cumsum_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return 0;
 }
 
-static ssm_status cumsum_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba2_params      p = params_of(pb);
-    ssm_mamba2_chunk_cumsum_args a;
-    memset(&a, 0, sizeof a);
-    a.dt        = cli_view(pb, "dt");
-    a.a         = cli_view(pb, "a");
-    a.dt_bias   = cli_view(pb, "dt_bias");
-    a.dt_out    = cli_view(pb, "dt_out");
-    a.da_cumsum = cli_view(pb, "da_cumsum");
-    return ssm_mamba2_chunk_cumsum(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba2_chunk_cumsum, ssm_mamba2_params, params_of)
 
 static double cumsum_flops(const cli_problem * pb) {
     const m2dims d = dims_of(pb);
@@ -541,46 +461,21 @@ static double cumsum_bytes(const cli_problem * pb) {
     return (e_act(pb) + 8.0) * (double)(d.B * d.S * d.H);
 }
 
-const cli_op cli_op_mamba2_chunk_cumsum = {
-    "mamba2_chunk_cumsum",
-    "dt bias, softplus, clamp and the in-chunk cumsum of dt*A (spec 2.1)",
-    cumsum_shape,
-    cumsum_param,
-    cumsum_args,
-    "B=1,S=2048,H=48,chunk=256",
-    NULL,
-    NULL,
-    cumsum_cases,
-    m2_validate,
-    cumsum_generate,
-    cumsum_bind,
-    cumsum_alloc,
-    cumsum_call,
-    NULL,
-    cumsum_flops,
-    cumsum_bytes,
-};
+CLI_OP(mamba2_chunk_cumsum, "dt bias, softplus, clamp and the in-chunk cumsum of dt*A (spec 2.1)", cumsum_shape,
+       cumsum_param, CLI_BENCH("B=1,S=2048,H=48,chunk=256", NULL, NULL), cumsum_cases,
+       CLI_FNS(m2_validate, cumsum_generate, cli_mamba2_bind, cumsum_alloc), NULL, cumsum_flops, cumsum_bytes);
 
 /* ======================================================================================
  * mamba2_chunk_state (spec §2.2, CANN layout §0.2)
  * ====================================================================================== */
 
-static const cli_key cstate_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, K_END};
-static const cli_key cstate_param[] = {P_SEQ_IDX, P_LAYOUT, K_END};
-static const cli_arg cstate_args[]  = {
-    {"b", 0, 0, CLI_ARG_ACT},         {"x", 0, 0, CLI_ARG_ACT},       {"dt", 0, 0, CLI_ARG_F32},
-    {"da_cumsum", 0, 0, CLI_ARG_F32}, {"seq_idx", 0, 1, CLI_ARG_INDEX}, {"states", 1, 0, CLI_ARG_F32},
-    {NULL, 0, 0, CLI_ARG_F32},
-};
+static const cli_key cstate_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, CLI_KEY_END};
+static const cli_key cstate_param[] = {P_SEQ_IDX, P_LAYOUT, CLI_KEY_END};
 static const char * const cstate_cases[] = {
-    "B=2,S=70,H=4,P=16,N=32,G=2,chunk=32;",
-    "B=1,S=64,H=4,P=16,N=64,G=1,chunk=16;",
-    "B=1,S=96,H=4,P=8,N=32,G=4,chunk=32;",
-    "B=2,S=50,H=4,P=8,N=16,G=2,chunk=16;seq_idx=3",
-    "B=1,S=88,H=4,P=16,N=32,G=2,chunk=32;layout=cann",
-    "B=2,S=64,H=4,P=8,N=16,G=2,chunk=16;layout=cann",
-    "B=1,S=37,H=3,P=5,N=7,G=1,chunk=8;",
-    NULL,
+    "B=2,S=70,H=4,P=16,N=32,G=2,chunk=32;", "B=1,S=64,H=4,P=16,N=64,G=1,chunk=16;",
+    "B=1,S=96,H=4,P=8,N=32,G=4,chunk=32;", "B=2,S=50,H=4,P=8,N=16,G=2,chunk=16;seq_idx=3",
+    "B=1,S=88,H=4,P=16,N=32,G=2,chunk=32;layout=cann", "B=2,S=64,H=4,P=8,N=16,G=2,chunk=16;layout=cann",
+    "B=1,S=37,H=3,P=5,N=7,G=1,chunk=8;", NULL,
 };
 
 /* CANN memory for a (B, S, K, M) activation: [B, NC, Q, K, M] zero-padded to NC·Q tokens.
@@ -658,11 +553,9 @@ static int cstate_generate(cli_problem * pb, uint64_t seed, char * err, size_t e
 static int cstate_bind(cli_problem * pb, char * err, size_t errlen) {
     if (is_cann(pb)) {
         /* x [B,NC,L,H,P], b [B,NC,L,G,N], dt/da_cumsum [B,NC,L,H] (spec §0.2) */
-        if (need_ndim(pb, "x", 5, err, errlen) || need_ndim(pb, "b", 5, err, errlen) ||
-            need_ndim(pb, "dt", 4, err, errlen) || need_ndim(pb, "da_cumsum", 4, err, errlen))
+        if (cli_need_ndim(pb, "x", 5, err, errlen) || cli_need_ndim(pb, "b", 5, err, errlen) ||
+            cli_need_ndim(pb, "dt", 4, err, errlen) || cli_need_ndim(pb, "da_cumsum", 4, err, errlen))
             return -1;
-        const int64_t B = dim(pb, "x", 0), NC = dim(pb, "x", 1), L = dim(pb, "x", 2);
-        const int64_t H = dim(pb, "x", 3), P = dim(pb, "x", 4), G = dim(pb, "b", 3), N = dim(pb, "b", 4);
         const char *  names[] = {"x", "b"};
         for (int i = 0; i < 2; ++i) {
             cli_buf *     buf      = cli_arg_buf(pb, names[i]);
@@ -676,27 +569,8 @@ static int cstate_bind(cli_problem * pb, char * err, size_t errlen) {
             cli_buf * buf = cli_arg_buf(pb, tm[i]);
             cann_time_major_view(buf, buf->mem_shape[0], buf->mem_shape[3], buf->mem_shape[1], buf->mem_shape[2]);
         }
-        cli_set_shape(pb, "B", B);
-        cli_set_shape(pb, "S", NC * L);
-        cli_set_shape(pb, "H", H);
-        cli_set_shape(pb, "P", P);
-        cli_set_shape(pb, "N", N);
-        cli_set_shape(pb, "G", G);
-        cli_set_shape(pb, "chunk", L);
-        return 0;
     }
-    if (need_ndim(pb, "x", 4, err, errlen) || need_ndim(pb, "b", 4, err, errlen) ||
-        need_ndim(pb, "dt", 4, err, errlen))
-        return -1;
-    cli_set_shape(pb, "B", dim(pb, "x", 0));
-    cli_set_shape(pb, "S", dim(pb, "x", 1));
-    cli_set_shape(pb, "H", dim(pb, "x", 2));
-    cli_set_shape(pb, "P", dim(pb, "x", 3));
-    cli_set_shape(pb, "G", dim(pb, "b", 2));
-    cli_set_shape(pb, "N", dim(pb, "b", 3));
-    bind_chunk(pb, "dt", 3);
-    cli_set_param_int(pb, "seq_idx", present(pb, "seq_idx"));
-    return 0;
+    return cli_mamba2_bind(pb, err, errlen);
 }
 
 static int cstate_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
@@ -717,20 +591,7 @@ oom:
     return -1;
 }
 
-static ssm_status cstate_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba2_params     p = params_of(pb);
-    ssm_mamba2_chunk_state_args a;
-    memset(&a, 0, sizeof a);
-    a.b         = cli_view(pb, "b");
-    a.x         = cli_view(pb, "x");
-    a.dt        = cli_view(pb, "dt");
-    a.da_cumsum = cli_view(pb, "da_cumsum");
-    a.seq_idx   = cli_view(pb, "seq_idx");
-    a.states    = cli_view(pb, "states");
-    return ssm_mamba2_chunk_state(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba2_chunk_state, ssm_mamba2_params, params_of)
 
 static double cstate_flops(const cli_problem * pb) {
     const m2dims d = dims_of(pb);
@@ -745,44 +606,21 @@ static double cstate_bytes(const cli_problem * pb) {
            4.0 * X;
 }
 
-const cli_op cli_op_mamba2_chunk_state = {
-    "mamba2_chunk_state",
-    "per-chunk local states; layout=cann for the CANN tensor order (spec 2.2, 0.2)",
-    cstate_shape,
-    cstate_param,
-    cstate_args,
-    "B=1,S=1024,H=128,P=64,N=128,G=8,chunk=256", /* the CANN seed test shape (NC = 4) */
-    NULL,
-    "f16",
-    cstate_cases,
-    m2_validate,
-    cstate_generate,
-    cstate_bind,
-    cstate_alloc,
-    cstate_call,
-    NULL,
-    cstate_flops,
-    cstate_bytes,
-};
+/* the CANN seed test shape (NC = 4) */
+CLI_OP(mamba2_chunk_state, "per-chunk local states; layout=cann for the CANN tensor order (spec 2.2, 0.2)",
+       cstate_shape, cstate_param, CLI_BENCH("B=1,S=1024,H=128,P=64,N=128,G=8,chunk=256", NULL, "f16"), cstate_cases,
+       CLI_FNS(m2_validate, cstate_generate, cstate_bind, cstate_alloc), NULL, cstate_flops, cstate_bytes);
 
 /* ======================================================================================
  * mamba2_state_passing (spec §2.3)
  * ====================================================================================== */
 
-static const cli_key spass_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, K_END};
-static const cli_key spass_param[] = {P_HAS_INIT, P_HAS_FINAL, P_SEQ_IDX, K_END};
-static const cli_arg spass_args[]  = {
-    {"states", 0, 0, CLI_ARG_F32},         {"da_chunk_cumsum", 0, 0, CLI_ARG_F32}, {"initial_states", 0, 1, CLI_ARG_F32},
-    {"seq_idx", 0, 1, CLI_ARG_INDEX},      {"states_in", 1, 0, CLI_ARG_ACT},       {"final_states", 1, 1, CLI_ARG_F32},
-    {NULL, 0, 0, CLI_ARG_F32},
-};
+static const cli_key spass_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, CLI_KEY_END};
+static const cli_key spass_param[] = {P_HAS_INIT, P_HAS_FINAL, P_SEQ_IDX, CLI_KEY_END};
 static const char * const spass_cases[] = {
-    "B=2,S=300,H=4,P=16,N=16,G=2,chunk=64;",
-    "B=2,S=300,H=4,P=16,N=16,G=2,chunk=64;has_init=0,has_final=0",
-    "B=2,S=70,H=4,P=8,N=16,G=2,chunk=16;seq_idx=3",
-    "B=1,S=16,H=2,P=4,N=4,G=1,chunk=16;",
-    "B=1,S=37,H=3,P=5,N=7,G=3,chunk=8;has_init=0",
-    NULL,
+    "B=2,S=300,H=4,P=16,N=16,G=2,chunk=64;", "B=2,S=300,H=4,P=16,N=16,G=2,chunk=64;has_init=0,has_final=0",
+    "B=2,S=70,H=4,P=8,N=16,G=2,chunk=16;seq_idx=3", "B=1,S=16,H=2,P=4,N=4,G=1,chunk=16;",
+    "B=1,S=37,H=3,P=5,N=7,G=3,chunk=8;has_init=0", NULL,
 };
 
 static int spass_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
@@ -819,26 +657,15 @@ static int spass_generate(cli_problem * pb, uint64_t seed, char * err, size_t er
 }
 
 static int spass_bind(cli_problem * pb, char * err, size_t errlen) {
-    if (need_ndim(pb, "states", 5, err, errlen)) return -1;
-    cli_set_shape(pb, "B", dim(pb, "states", 0));
-    cli_set_shape(pb, "H", dim(pb, "states", 2));
-    cli_set_shape(pb, "P", dim(pb, "states", 3));
-    cli_set_shape(pb, "N", dim(pb, "states", 4));
-    bind_chunk(pb, NULL, 0);
+    if (cli_mamba2_bind(pb, err, errlen)) return -1;
     /* S: from seq_idx when given, else NC·Q (only seq_idx needs the true length) */
-    if (present(pb, "seq_idx") && cli_view(pb, "seq_idx").ndim == 2)
-        cli_set_shape(pb, "S", dim(pb, "seq_idx", 1));
-    else
-        cli_set_shape(pb, "S", dim(pb, "states", 1) * cli_shape(pb, "chunk"));
-    cli_set_param_int(pb, "has_init", present(pb, "initial_states"));
-    cli_set_param_int(pb, "has_final", 1);
-    cli_set_param_int(pb, "seq_idx", present(pb, "seq_idx"));
+    if (!cli_present(pb, "seq_idx")) cli_set_shape(pb, "S", cli_dim(pb, "states", 1) * cli_shape(pb, "chunk"));
     return 0;
 }
 
 static int spass_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     const m2dims  d        = dims_of(pb);
-    const int64_t NC       = present(pb, "states") ? dim(pb, "states", 1) : d.NC;
+    const int64_t NC       = cli_present(pb, "states") ? cli_dim(pb, "states", 1) : d.NC;
     const int64_t shp[5]   = {d.B, NC, d.H, d.P, d.N};
     const int64_t fshp[4]  = {d.B, d.H, d.P, d.N};
     if (cli_alloc_arg(pb, "states_in", f64, 5, shp) ||
@@ -849,20 +676,7 @@ static int spass_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return 0;
 }
 
-static ssm_status spass_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba2_params       p = params_of(pb);
-    ssm_mamba2_state_passing_args a;
-    memset(&a, 0, sizeof a);
-    a.states          = cli_view(pb, "states");
-    a.da_chunk_cumsum = cli_view(pb, "da_chunk_cumsum");
-    a.initial_states  = cli_view(pb, "initial_states");
-    a.seq_idx         = cli_view(pb, "seq_idx");
-    a.states_in       = cli_view(pb, "states_in");
-    a.final_states    = cli_view(pb, "final_states");
-    return ssm_mamba2_state_passing(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba2_state_passing, ssm_mamba2_params, params_of)
 
 static double spass_flops(const cli_problem * pb) {
     const m2dims d = dims_of(pb);
@@ -875,42 +689,19 @@ static double spass_bytes(const cli_problem * pb) {
     return 4.0 * X + e_act(pb) * X + 4.0 * (double)(d.B * d.H * d.P * d.N);
 }
 
-const cli_op cli_op_mamba2_state_passing = {
-    "mamba2_state_passing",
-    "inter-chunk recurrence with initial/final states and seq_idx resets (spec 2.3)",
-    spass_shape,
-    spass_param,
-    spass_args,
-    "B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256",
-    NULL,
-    NULL,
-    spass_cases,
-    m2_validate,
-    spass_generate,
-    spass_bind,
-    spass_alloc,
-    spass_call,
-    NULL,
-    spass_flops,
-    spass_bytes,
-};
+CLI_OP(mamba2_state_passing, "inter-chunk recurrence with initial/final states and seq_idx resets (spec 2.3)",
+       spass_shape, spass_param, CLI_BENCH("B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256", NULL, NULL), spass_cases,
+       CLI_FNS(m2_validate, spass_generate, spass_bind, spass_alloc), NULL, spass_flops, spass_bytes);
 
 /* ======================================================================================
  * mamba2_bmm (spec §2.4)
  * ====================================================================================== */
 
-static const cli_key bmm_shape[] = {K_B, K_S, K_G, K_N, K_CHUNK, K_END};
-static const cli_key bmm_param[] = {P_SEQ_IDX, K_END};
-static const cli_arg bmm_args[]  = {
-    {"c", 0, 0, CLI_ARG_ACT}, {"b", 0, 0, CLI_ARG_ACT}, {"seq_idx", 0, 1, CLI_ARG_INDEX},
-    {"cb", 1, 0, CLI_ARG_F32}, {NULL, 0, 0, CLI_ARG_F32},
-};
+static const cli_key bmm_shape[] = {K_B, K_S, K_G, K_N, K_CHUNK, CLI_KEY_END};
+static const cli_key bmm_param[] = {P_SEQ_IDX, CLI_KEY_END};
 static const char * const bmm_cases[] = {
-    "B=2,S=70,G=2,N=16,chunk=32;",
-    "B=1,S=64,G=1,N=64,chunk=64;",
-    "B=2,S=50,G=2,N=8,chunk=16;seq_idx=4",
-    "B=1,S=37,G=3,N=5,chunk=8;",
-    NULL,
+    "B=2,S=70,G=2,N=16,chunk=32;", "B=1,S=64,G=1,N=64,chunk=64;", "B=2,S=50,G=2,N=8,chunk=16;seq_idx=4",
+    "B=1,S=37,G=3,N=5,chunk=8;", NULL,
 };
 
 static int bmm_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
@@ -926,16 +717,6 @@ static int bmm_generate(cli_problem * pb, uint64_t seed, char * err, size_t errl
     return 0;
 }
 
-static int bmm_bind(cli_problem * pb, char * err, size_t errlen) {
-    if (need_ndim(pb, "c", 4, err, errlen)) return -1;
-    cli_set_shape(pb, "B", dim(pb, "c", 0));
-    cli_set_shape(pb, "S", dim(pb, "c", 1));
-    cli_set_shape(pb, "G", dim(pb, "c", 2));
-    cli_set_shape(pb, "N", dim(pb, "c", 3));
-    bind_chunk(pb, NULL, 0);
-    cli_set_param_int(pb, "seq_idx", present(pb, "seq_idx"));
-    return 0;
-}
 
 static int bmm_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     const m2dims  d      = dims_of(pb);
@@ -947,18 +728,7 @@ static int bmm_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return 0;
 }
 
-static ssm_status bmm_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba2_params p = params_of(pb);
-    ssm_mamba2_bmm_args     a;
-    memset(&a, 0, sizeof a);
-    a.c       = cli_view(pb, "c");
-    a.b       = cli_view(pb, "b");
-    a.seq_idx = cli_view(pb, "seq_idx");
-    a.cb      = cli_view(pb, "cb");
-    return ssm_mamba2_bmm(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba2_bmm, ssm_mamba2_params, params_of)
 
 static double bmm_flops(const cli_problem * pb) {
     const m2dims d = dims_of(pb);
@@ -970,45 +740,20 @@ static double bmm_bytes(const cli_problem * pb) {
     return 2.0 * e_act(pb) * (double)(d.B * d.S * d.G * d.N) + 4.0 * (double)(d.B * d.S * d.G * d.Q);
 }
 
-const cli_op cli_op_mamba2_bmm = {
-    "mamba2_bmm",
-    "CB = C*B^T per chunk and group (spec 2.4)",
-    bmm_shape,
-    bmm_param,
-    bmm_args,
-    "B=1,S=2048,G=1,N=128,chunk=256",
-    NULL,
-    NULL,
-    bmm_cases,
-    m2_validate,
-    bmm_generate,
-    bmm_bind,
-    bmm_alloc,
-    bmm_call,
-    NULL,
-    bmm_flops,
-    bmm_bytes,
-};
+CLI_OP(mamba2_bmm, "CB = C*B^T per chunk and group (spec 2.4)", bmm_shape, bmm_param,
+       CLI_BENCH("B=1,S=2048,G=1,N=128,chunk=256", NULL, NULL), bmm_cases,
+       CLI_FNS(m2_validate, bmm_generate, cli_mamba2_bind, bmm_alloc), NULL, bmm_flops, bmm_bytes);
 
 /* ======================================================================================
  * mamba2_chunk_scan (spec §2.5)
  * ====================================================================================== */
 
-static const cli_key cscan_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, K_END};
-static const cli_key cscan_param[] = {P_HAS_D, P_HAS_Z, P_HAS_INIT, P_SEQ_IDX, K_END};
-static const cli_arg cscan_args[]  = {
-    {"cb", 0, 0, CLI_ARG_F32},        {"x", 0, 0, CLI_ARG_ACT},         {"dt", 0, 0, CLI_ARG_F32},
-    {"da_cumsum", 0, 0, CLI_ARG_F32}, {"c", 0, 0, CLI_ARG_ACT},         {"states_in", 0, 0, CLI_ARG_F32},
-    {"d", 0, 1, CLI_ARG_F32},         {"z", 0, 1, CLI_ARG_ACT},         {"seq_idx", 0, 1, CLI_ARG_INDEX},
-    {"out", 1, 0, CLI_ARG_ACT},       {"out_x", 1, 1, CLI_ARG_ACT},     {NULL, 0, 0, CLI_ARG_F32},
-};
+static const cli_key cscan_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, CLI_KEY_END};
+static const cli_key cscan_param[] = {CLI_M2_KEY_HAS_D, CLI_M2_KEY_HAS_Z, P_HAS_INIT, P_SEQ_IDX, CLI_KEY_END};
 static const char * const cscan_cases[] = {
-    "B=2,S=70,H=4,P=16,N=16,G=2,chunk=32;",
-    "B=2,S=70,H=4,P=16,N=16,G=2,chunk=32;has_d=2,has_z=0",
-    "B=1,S=64,H=4,P=8,N=32,G=1,chunk=16;has_d=0,has_z=1,has_init=0",
-    "B=2,S=50,H=4,P=8,N=16,G=4,chunk=16;seq_idx=3",
-    "B=1,S=37,H=3,P=5,N=7,G=1,chunk=8;",
-    NULL,
+    "B=2,S=70,H=4,P=16,N=16,G=2,chunk=32;", "B=2,S=70,H=4,P=16,N=16,G=2,chunk=32;has_d=2,has_z=0",
+    "B=1,S=64,H=4,P=8,N=32,G=1,chunk=16;has_d=0,has_z=1,has_init=0", "B=2,S=50,H=4,P=8,N=16,G=4,chunk=16;seq_idx=3",
+    "B=1,S=37,H=3,P=5,N=7,G=1,chunk=8;", NULL,
 };
 
 static int cscan_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
@@ -1051,52 +796,18 @@ static int cscan_generate(cli_problem * pb, uint64_t seed, char * err, size_t er
     return rc;
 }
 
-static int cscan_bind(cli_problem * pb, char * err, size_t errlen) {
-    if (need_ndim(pb, "x", 4, err, errlen) || need_ndim(pb, "c", 4, err, errlen) ||
-        need_ndim(pb, "dt", 4, err, errlen))
-        return -1;
-    cli_set_shape(pb, "B", dim(pb, "x", 0));
-    cli_set_shape(pb, "S", dim(pb, "x", 1));
-    cli_set_shape(pb, "H", dim(pb, "x", 2));
-    cli_set_shape(pb, "P", dim(pb, "x", 3));
-    cli_set_shape(pb, "G", dim(pb, "c", 2));
-    cli_set_shape(pb, "N", dim(pb, "c", 3));
-    bind_chunk(pb, "dt", 3);
-    cli_set_param_int(pb, "has_d", present(pb, "d") ? cli_view(pb, "d").ndim : 0);
-    cli_set_param_int(pb, "has_z", present(pb, "z"));
-    cli_set_param_int(pb, "seq_idx", present(pb, "seq_idx"));
-    return 0;
-}
 
 static int cscan_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     const m2dims  d      = dims_of(pb);
     const int64_t shp[4] = {d.B, d.S, d.H, d.P};
-    if (cli_alloc_arg(pb, "out", f64, 4, shp) || (present(pb, "z") && cli_alloc_arg(pb, "out_x", f64, 4, shp))) {
+    if (cli_alloc_arg(pb, "out", f64, 4, shp) || (cli_present(pb, "z") && cli_alloc_arg(pb, "out_x", f64, 4, shp))) {
         snprintf(err, errlen, "out of memory for the outputs");
         return -1;
     }
     return 0;
 }
 
-static ssm_status cscan_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba2_params    p = params_of(pb);
-    ssm_mamba2_chunk_scan_args a;
-    memset(&a, 0, sizeof a);
-    a.cb        = cli_view(pb, "cb");
-    a.x         = cli_view(pb, "x");
-    a.dt        = cli_view(pb, "dt");
-    a.da_cumsum = cli_view(pb, "da_cumsum");
-    a.c         = cli_view(pb, "c");
-    a.states_in = cli_view(pb, "states_in");
-    a.d         = cli_view(pb, "d");
-    a.z         = cli_view(pb, "z");
-    a.seq_idx   = cli_view(pb, "seq_idx");
-    a.out       = cli_view(pb, "out");
-    a.out_x     = cli_view(pb, "out_x");
-    return ssm_mamba2_chunk_scan(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba2_chunk_scan, ssm_mamba2_params, params_of)
 
 static double cscan_flops(const cli_problem * pb) {
     const m2dims d = dims_of(pb);
@@ -1114,61 +825,26 @@ static double cscan_bytes(const cli_problem * pb) {
     return n;
 }
 
-const cli_op cli_op_mamba2_chunk_scan = {
-    "mamba2_chunk_scan",
-    "outputs from CB, the passed states, D and z (spec 2.5)",
-    cscan_shape,
-    cscan_param,
-    cscan_args,
-    "B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256",
-    "has_z=0",
-    NULL,
-    cscan_cases,
-    m2_validate,
-    cscan_generate,
-    cscan_bind,
-    cscan_alloc,
-    cscan_call,
-    NULL,
-    cscan_flops,
-    cscan_bytes,
-};
+CLI_OP(mamba2_chunk_scan, "outputs from CB, the passed states, D and z (spec 2.5)", cscan_shape, cscan_param,
+       CLI_BENCH("B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256", "has_z=0", NULL), cscan_cases,
+       CLI_FNS(m2_validate, cscan_generate, cli_mamba2_bind, cscan_alloc), NULL, cscan_flops, cscan_bytes);
 
 /* ======================================================================================
  * mamba2_scan: the combined forward (spec §2.6, §2.8)
  * ====================================================================================== */
 
-static const cli_key scan_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, K_END};
-static const cli_key scan_param[] = {P_HAS_D,    P_HAS_Z,     P_HAS_DT_BIAS, P_SOFTPLUS, P_DT_LIMIT,
-                                     P_HAS_INIT, P_HAS_FINAL, P_SEQ_IDX,     P_NSEQ,     K_END};
-static const cli_arg scan_args[]  = {
-    {"x", 0, 0, CLI_ARG_ACT},
-    {"dt", 0, 0, CLI_ARG_ACT},
-    {"a", 0, 0, CLI_ARG_F32},
-    {"b", 0, 0, CLI_ARG_ACT},
-    {"c", 0, 0, CLI_ARG_ACT},
-    {"d", 0, 1, CLI_ARG_F32},
-    {"z", 0, 1, CLI_ARG_ACT},
-    {"dt_bias", 0, 1, CLI_ARG_F32},
-    {"initial_states", 0, 1, CLI_ARG_F32},
-    {"seq_idx", 0, 1, CLI_ARG_INDEX},
-    {"cu_seqlens", 0, 1, CLI_ARG_INDEX},
-    {"out", 1, 0, CLI_ARG_ACT},
-    {"final_states", 1, 1, CLI_ARG_F32},
-    {NULL, 0, 0, CLI_ARG_F32},
+static const cli_key scan_shape[] = {K_B, K_S, K_H, K_P, K_N, K_G, K_CHUNK, CLI_KEY_END};
+static const cli_key scan_param[] = {
+    CLI_M2_KEY_HAS_D, CLI_M2_KEY_HAS_Z, CLI_M2_KEY_HAS_DT_BIAS, CLI_M2_KEY_SOFTPLUS, CLI_M2_KEY_DT_LIMIT, P_HAS_INIT,
+    P_HAS_FINAL, P_SEQ_IDX, CLI_KEY_NSEQ, CLI_KEY_END,
 };
 static const char * const scan_cases[] = {
-    "B=2,S=77,H=4,P=16,N=64,G=2,chunk=32;has_d=2,dt_limit=0:0.08",
-    "B=2,S=80,H=4,P=16,N=16,G=1,chunk=32;",
+    "B=2,S=77,H=4,P=16,N=64,G=2,chunk=32;has_d=2,dt_limit=0:0.08", "B=2,S=80,H=4,P=16,N=16,G=1,chunk=32;",
     "B=1,S=96,H=4,P=8,N=32,G=4,chunk=32;has_d=2,has_z=0,dt_limit=0.01:0.05,has_init=0",
     "B=1,S=33,H=2,P=8,N=8,G=1,chunk=16;has_d=0,has_z=0,has_dt_bias=0,dt_softplus=0,has_init=0",
-    "B=1,S=48,H=2,P=64,N=32,G=1,chunk=16;has_final=0",
-    "B=2,S=70,H=4,P=16,N=16,G=2,chunk=16;seq_idx=3",
-    "B=1,S=60,H=4,P=8,N=16,G=2,chunk=16;nseq=4",
-    "B=1,S=60,H=4,P=8,N=16,G=2,chunk=16;nseq=7,has_init=0",
-    "B=1,S=1,H=1,P=1,N=1,G=1,chunk=1;",
-    "B=1,S=300,H=2,P=64,N=128,G=1,chunk=256;",
-    NULL,
+    "B=1,S=48,H=2,P=64,N=32,G=1,chunk=16;has_final=0", "B=2,S=70,H=4,P=16,N=16,G=2,chunk=16;seq_idx=3",
+    "B=1,S=60,H=4,P=8,N=16,G=2,chunk=16;nseq=4", "B=1,S=60,H=4,P=8,N=16,G=2,chunk=16;nseq=7,has_init=0",
+    "B=1,S=1,H=1,P=1,N=1,G=1,chunk=1;", "B=1,S=300,H=2,P=64,N=128,G=1,chunk=256;", NULL,
 };
 
 static int scan_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
@@ -1196,26 +872,6 @@ static int scan_generate(cli_problem * pb, uint64_t seed, char * err, size_t err
     return 0;
 }
 
-static int scan_bind(cli_problem * pb, char * err, size_t errlen) {
-    if (need_ndim(pb, "x", 4, err, errlen) || need_ndim(pb, "b", 4, err, errlen)) return -1;
-    cli_set_shape(pb, "B", dim(pb, "x", 0));
-    cli_set_shape(pb, "S", dim(pb, "x", 1));
-    cli_set_shape(pb, "H", dim(pb, "x", 2));
-    cli_set_shape(pb, "P", dim(pb, "x", 3));
-    cli_set_shape(pb, "G", dim(pb, "b", 2));
-    cli_set_shape(pb, "N", dim(pb, "b", 3));
-    bind_chunk(pb, NULL, 0);
-    cli_set_param_int(pb, "has_d", present(pb, "d") ? cli_view(pb, "d").ndim : 0);
-    cli_set_param_int(pb, "has_z", present(pb, "z"));
-    cli_set_param_int(pb, "has_dt_bias", present(pb, "dt_bias"));
-    cli_set_param_int(pb, "has_init", present(pb, "initial_states"));
-    cli_set_param_int(pb, "has_final", 1);
-    cli_set_param_int(pb, "seq_idx", present(pb, "seq_idx"));
-    cli_set_param_int(pb, "nseq", present(pb, "cu_seqlens") ? cli_numel(cli_view(pb, "cu_seqlens").ndim,
-                                                                         cli_view(pb, "cu_seqlens").shape) - 1
-                                                            : 0);
-    return 0;
-}
 
 static int scan_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     const m2dims  d       = dims_of(pb);
@@ -1230,34 +886,17 @@ static int scan_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     return 0;
 }
 
-static void scan_args_of(const cli_problem * pb, ssm_mamba2_scan_args * a) {
-    memset(a, 0, sizeof *a);
-    a->x              = cli_view(pb, "x");
-    a->dt             = cli_view(pb, "dt");
-    a->a              = cli_view(pb, "a");
-    a->b              = cli_view(pb, "b");
-    a->c              = cli_view(pb, "c");
-    a->d              = cli_view(pb, "d");
-    a->z              = cli_view(pb, "z");
-    a->dt_bias        = cli_view(pb, "dt_bias");
-    a->initial_states = cli_view(pb, "initial_states");
-    a->seq_idx        = cli_view(pb, "seq_idx");
-    a->cu_seqlens     = cli_view(pb, "cu_seqlens");
-    a->out            = cli_view(pb, "out");
-    a->final_states   = cli_view(pb, "final_states");
-}
-
-static ssm_status scan_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
+static ssm_status mamba2_scan_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
     const ssm_mamba2_params p = params_of(pb);
     ssm_mamba2_scan_args    a;
-    scan_args_of(pb, &a);
+    cli_args_struct(pb, &a);
     return ssm_mamba2_scan(ctx, &p, &a, ws, wsz);
 }
 
 static ssm_status scan_workspace(ssm_context * ctx, const cli_problem * pb, size_t * bytes) {
     const ssm_mamba2_params p = params_of(pb);
     ssm_mamba2_scan_args    a;
-    scan_args_of(pb, &a);
+    cli_args_struct(pb, &a);
     return ssm_mamba2_scan_workspace_size(ctx, &p, &a, bytes);
 }
 
@@ -1284,25 +923,13 @@ static double scan_bytes(const cli_problem * pb) {
     return n;
 }
 
-const cli_op cli_op_mamba2_scan = {
-    "mamba2_scan",
-    "the combined Mamba-2 forward: chunked scan with D, z, states, seq_idx, varlen (spec 2.6, 2.8)",
-    scan_shape,
-    scan_param,
-    scan_args,
-    "B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256", /* the benchmark shape of record */
-    "has_d=1,has_z=0,has_dt_bias=1,dt_softplus=1,has_init=0,has_final=1",
-    NULL,
-    scan_cases,
-    m2_validate,
-    scan_generate,
-    scan_bind,
-    scan_alloc,
-    scan_call,
-    scan_workspace,
-    scan_flops,
-    scan_bytes,
-};
+/* the benchmark shape of record */
+CLI_OP(mamba2_scan, "the combined Mamba-2 forward: chunked scan with D, z, states, seq_idx, varlen (spec 2.6, 2.8)",
+       scan_shape, scan_param,
+       CLI_BENCH("B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256",
+                 "has_d=1,has_z=0,has_dt_bias=1,dt_softplus=1,has_init=0,has_final=1", NULL),
+       scan_cases, CLI_FNS(m2_validate, scan_generate, cli_mamba2_bind, scan_alloc), scan_workspace, scan_flops,
+       scan_bytes);
 
 /* ---- shared with cli-mamba2-train.c ---------------------------------------------------------- */
 

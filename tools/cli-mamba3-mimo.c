@@ -35,30 +35,25 @@
 
 #include "cli.h"
 
-#define KEY_INT(name, def, help) {name, CLI_KEY_INT, def, help, NULL}
-#define K_END {NULL, CLI_KEY_INT, NULL, NULL, NULL}
 
-#define K_B     KEY_INT("B", "2", "batch (1 with nseq)")
-#define K_H     KEY_INT("H", "4", "value heads (H % G == 0)")
-#define K_G     KEY_INT("G", "2", "q/k heads")
-#define K_R     KEY_INT("R", "2", "MIMO rank")
-#define K_N     KEY_INT("N", "32", "state size = q/k width (even, a multiple of div)")
-#define K_P     KEY_INT("P", "16", "value width")
-#define K_CHUNK KEY_INT("chunk", "8", "chunk size C (C*R <= 128)")
+#define K_B     CLI_KEY_INT("B", "2", "batch (1 with nseq)")
+#define K_H     CLI_KEY_INT("H", "4", "value heads (H % G == 0)")
+#define K_G     CLI_KEY_INT("G", "2", "q/k heads")
+#define K_R     CLI_KEY_INT("R", "2", "MIMO rank")
+#define K_N     CLI_KEY_INT("N", "32", "state size = q/k width (even, a multiple of div)")
+#define K_P     CLI_KEY_INT("P", "16", "value width")
+#define K_CHUNK CLI_KEY_INT("chunk", "8", "chunk size C (C*R <= 128)")
 
-#define P_DIV    KEY_INT("div", "4", "rotary_dim_divisor (2 or 4): A = N/div rotated pairs (a, a+N/2)")
-#define P_HAS_D  KEY_INT("has_d", "1", "skip term d (H)")
-#define P_HAS_Z  KEY_INT("has_z", "1", "gate z (B,S,H,P) with mimo_z (H,R,P)")
-#define P_REDUCE KEY_INT("reduce_o", "1", "mimo_o given: out/dout (B,S,H,P); 0: per rank (B,S,R,H,P)")
-#define P_FUSED  KEY_INT("fused", "0", "fused pre-gate headwise RMSNorm (needs has_z, reduce_o)")
+#define P_DIV    CLI_KEY_INT("div", "4", "rotary_dim_divisor (2 or 4): A = N/div rotated pairs (a, a+N/2)")
+#define P_HAS_D  CLI_KEY_INT("has_d", "1", "skip term d (H)")
+#define P_HAS_Z  CLI_KEY_INT("has_z", "1", "gate z (B,S,H,P) with mimo_z (H,R,P)")
+#define P_REDUCE CLI_KEY_INT("reduce_o", "1", "mimo_o given: out/dout (B,S,H,P); 0: per rank (B,S,R,H,P)")
+#define P_FUSED  CLI_KEY_INT("fused", "0", "fused pre-gate headwise RMSNorm (needs has_z, reduce_o)")
 #define P_FUSED2 \
-    KEY_INT("fuse_pregate_headwise_rms_norm", "0", "same as fused (the name upstream and the test vectors use)")
-#define P_NORM_W KEY_INT("has_norm_weight", "1", "with fused: outproj_norm_weight (H,P) (0: all ones)")
+    CLI_KEY_INT("fuse_pregate_headwise_rms_norm", "0", "same as fused (the name upstream and the test vectors use)")
+#define P_NORM_W CLI_KEY_INT("has_norm_weight", "1", "with fused: outproj_norm_weight (H,P) (0: all ones)")
 #define P_EPS    {"outproj_norm_eps", CLI_KEY_FLOAT, "1e-5", "eps of the fused norm", NULL}
-#define P_STATES KEY_INT("has_states", "1", "initial states in (angle, ssm, k, v)")
-#define P_FINAL  KEY_INT("has_final", "1", "final states out")
-#define P_DFINAL KEY_INT("has_dfinal", "1", "incoming gradients of the final states")
-#define P_NSEQ   KEY_INT("nseq", "0", "varlen: cu_seqlens with this many sequences, batch 1 (0 = off)")
+#define P_STATES CLI_KEY_INT("has_states", "1", "initial states in (angle, ssm, k, v)")
 
 /* ---- dimensions and tensor shapes by argument name ---------------------------------- */
 
@@ -66,8 +61,9 @@ typedef enum op_kind { OP_BWD_FWD, OP_FWD, OP_BWD, OP_STEP } op_kind;
 
 typedef struct mdims {
     int64_t B, S, H, G, R, N, P, C, A, NS, nc;
-    int     reduce; /* out / dout without the rank axis                    */
+    int     reduce;   /* out / dout without the rank axis                    */
     op_kind kind;
+    cli_sym syms[CLI_MAX_SYMS]; /* the schema's dimension symbols: the shape keys, A, NS (slots), nc, C */
 } mdims;
 
 static op_kind kind_of(const cli_problem * pb) {
@@ -79,170 +75,26 @@ static op_kind kind_of(const cli_problem * pb) {
 }
 
 static mdims dims_of(const cli_problem * pb) {
-    mdims d;
-    d.kind   = kind_of(pb);
-    d.B      = cli_shape_or(pb, "B", 1);
-    d.S      = cli_shape_or(pb, "S", 1);
-    d.H      = cli_shape_or(pb, "H", 1);
-    d.G      = cli_shape_or(pb, "G", 1);
-    d.R      = cli_shape_or(pb, "R", 1);
-    d.N      = cli_shape_or(pb, "N", 2);
-    d.P      = cli_shape_or(pb, "P", 1);
-    d.C      = cli_shape_or(pb, "chunk", 1);
+    mdims d = {cli_shape_or(pb, "B", 1), cli_shape_or(pb, "S", 1),     cli_shape_or(pb, "H", 1),
+               cli_shape_or(pb, "G", 1), cli_shape_or(pb, "R", 1),     cli_shape_or(pb, "N", 2),
+               cli_shape_or(pb, "P", 1), cli_shape_or(pb, "chunk", 1), 0, 0, 0, 0, kind_of(pb), {{NULL, 0}}};
     const int64_t div = cli_param_or(pb, "div", 4);
     d.A      = div > 0 ? d.N / div : 0;
     d.nc     = (d.S + d.C - 1) / d.C;
     d.reduce = cli_param_or(pb, "reduce_o", 1) != 0;
-    if (d.kind == OP_STEP) {
-        const int64_t slots = cli_param_or(pb, "slots", 0);
-        d.NS                = slots > 0 ? slots : d.B;
-    } else {
-        const int64_t nseq = cli_param_or(pb, "nseq", 0);
-        d.NS               = nseq > 0 ? nseq : d.B;
-    }
+    d.NS     = cli_state_rows(pb, d.B);
+    const cli_sym derived[] = {{"A", d.A}, {"NS", d.NS}, {"slots", d.NS}, {"nc", d.nc}, {"C", d.C}, {NULL, 0}};
+    cli_syms(pb, derived, d.syms, CLI_MAX_SYMS);
     return d;
 }
 
-enum shape_class {
-    SC_NONE,
-    SC_QK,     /* (B,S,R,G,N)     step (B,R,G,N)          */
-    SC_V,      /* (B,S,H,P)       step (B,H,P)            */
-    SC_OUT,    /* reduced as SC_V, else (B,S,R,H,P) / (B,R,H,P) */
-    SC_TOK,    /* (B,H,S)         step (B,H)              */
-    SC_HRN,    /* (H,R,N)                                 */
-    SC_HRP,    /* (H,R,P); bwd_fwd's gradients (B,H,R,P)  */
-    SC_ANG,    /* (B,S,H,A)       step (B,H,A)            */
-    SC_H,      /* (H)                                     */
-    SC_HP,     /* (H,P)                                   */
-    SC_SA,     /* (NS,H,A)                                */
-    SC_SS,     /* (NS,H,P,N)                              */
-    SC_SK,     /* (NS,R,H,N)                              */
-    SC_SV,     /* (NS,H,P)                                */
-    SC_CU,     /* (NS+1)                                  */
-    SC_IDX,    /* (B)                                     */
-    SC_SEGSUM, /* (B,H,nc,C,C)                            */
-    SC_STATES, /* (B,H,nc,N,P)                            */
-    SC_QKDOT   /* (B,H,S,R,R)                             */
-};
-
-static const struct {
-    const char * name;
-    int          cls;
-} shape_classes[] = {
-    {"q", SC_QK},
-    {"k", SC_QK},
-    {"dq", SC_QK},
-    {"dk", SC_QK},
-    {"v", SC_V},
-    {"z", SC_V},
-    {"dv", SC_V},
-    {"dz", SC_V},
-    {"out", SC_OUT},
-    {"dout", SC_OUT},
-    {"adt", SC_TOK},
-    {"dt", SC_TOK},
-    {"trap", SC_TOK},
-    {"da_cs", SC_TOK},
-    {"da_cs_rev", SC_TOK},
-    {"dadt", SC_TOK},
-    {"ddt", SC_TOK},
-    {"dtrap", SC_TOK},
-    {"q_bias", SC_HRN},
-    {"k_bias", SC_HRN},
-    {"dq_bias", SC_HRN},
-    {"dk_bias", SC_HRN},
-    {"mimo_v", SC_HRP},
-    {"mimo_z", SC_HRP},
-    {"mimo_o", SC_HRP},
-    {"dmimo_v", SC_HRP},
-    {"dmimo_z", SC_HRP},
-    {"dmimo_o", SC_HRP},
-    {"angles", SC_ANG},
-    {"dangles", SC_ANG},
-    {"d", SC_H},
-    {"dd", SC_H},
-    {"outproj_norm_weight", SC_HP},
-    {"doutproj_norm_weight", SC_HP},
-    {"angle_state", SC_SA},
-    {"final_angle_state", SC_SA},
-    {"dangle_state", SC_SA},
-    {"dfinal_angle_state", SC_SA},
-    {"ssm_state", SC_SS},
-    {"final_ssm_state", SC_SS},
-    {"dssm_state", SC_SS},
-    {"dfinal_ssm_state", SC_SS},
-    {"k_state", SC_SK},
-    {"final_k_state", SC_SK},
-    {"dk_state", SC_SK},
-    {"dfinal_k_state", SC_SK},
-    {"v_state", SC_SV},
-    {"final_v_state", SC_SV},
-    {"dv_state", SC_SV},
-    {"dfinal_v_state", SC_SV},
-    {"cu_seqlens", SC_CU},
-    {"state_batch_indices", SC_IDX},
-    {"segsum", SC_SEGSUM},
-    {"states", SC_STATES},
-    {"qk_dot", SC_QKDOT},
-};
-
-static int class_of(const char * name) {
-    for (size_t i = 0; i < sizeof shape_classes / sizeof shape_classes[0]; ++i)
-        if (strcmp(shape_classes[i].name, name) == 0) return shape_classes[i].cls;
-    return SC_NONE;
-}
-
-static int32_t set_dims(int64_t shp[5], int32_t n, int64_t a, int64_t b, int64_t c, int64_t d, int64_t e) {
-    const int64_t v[5] = {a, b, c, d, e};
-    for (int32_t i = 0; i < n; ++i) shp[i] = v[i];
-    return n;
-}
-
-/* The argument's shape (include/ssmops.h, spec §3); the step drops S. Returns ndim (0 for a
- * name it does not know). */
-static int32_t shape_of(const mdims * d, const char * name, int64_t shp[5]) {
-    const int s = d->kind == OP_STEP;
-    switch (class_of(name)) {
-        case SC_QK:
-            return s ? set_dims(shp, 4, d->B, d->R, d->G, d->N, 0) : set_dims(shp, 5, d->B, d->S, d->R, d->G, d->N);
-        case SC_V: return s ? set_dims(shp, 3, d->B, d->H, d->P, 0, 0) : set_dims(shp, 4, d->B, d->S, d->H, d->P, 0);
-        case SC_OUT:
-            if (d->reduce)
-                return s ? set_dims(shp, 3, d->B, d->H, d->P, 0, 0) : set_dims(shp, 4, d->B, d->S, d->H, d->P, 0);
-            return s ? set_dims(shp, 4, d->B, d->R, d->H, d->P, 0) : set_dims(shp, 5, d->B, d->S, d->R, d->H, d->P);
-        case SC_TOK: return s ? set_dims(shp, 2, d->B, d->H, 0, 0, 0) : set_dims(shp, 3, d->B, d->H, d->S, 0, 0);
-        case SC_HRN: return set_dims(shp, 3, d->H, d->R, d->N, 0, 0);
-        case SC_HRP:
-            /* bwd_fwd returns dmimo_o / dmimo_z per batch row (spec §3.4) */
-            if (d->kind == OP_BWD_FWD && name[0] == 'd') return set_dims(shp, 4, d->B, d->H, d->R, d->P, 0);
-            return set_dims(shp, 3, d->H, d->R, d->P, 0, 0);
-        case SC_ANG: return s ? set_dims(shp, 3, d->B, d->H, d->A, 0, 0) : set_dims(shp, 4, d->B, d->S, d->H, d->A, 0);
-        case SC_H: return set_dims(shp, 1, d->H, 0, 0, 0, 0);
-        case SC_HP: return set_dims(shp, 2, d->H, d->P, 0, 0, 0);
-        case SC_SA: return set_dims(shp, 3, d->NS, d->H, d->A, 0, 0);
-        case SC_SS: return set_dims(shp, 4, d->NS, d->H, d->P, d->N, 0);
-        case SC_SK: return set_dims(shp, 4, d->NS, d->R, d->H, d->N, 0);
-        case SC_SV: return set_dims(shp, 3, d->NS, d->H, d->P, 0, 0);
-        case SC_CU: return set_dims(shp, 1, d->NS + 1, 0, 0, 0, 0);
-        case SC_IDX: return set_dims(shp, 1, d->B, 0, 0, 0, 0);
-        case SC_SEGSUM: return set_dims(shp, 5, d->B, d->H, d->nc, d->C, d->C);
-        case SC_STATES: return set_dims(shp, 5, d->B, d->H, d->nc, d->N, d->P);
-        case SC_QKDOT: return set_dims(shp, 5, d->B, d->H, d->S, d->R, d->R);
-        default: return 0;
-    }
-}
-
-/* fused and its long name (the test vectors') are the same switch. */
-static int fused_of(const cli_problem * pb) {
-    return cli_param_or(pb, "fused", 0) != 0 || cli_param_or(pb, "fuse_pregate_headwise_rms_norm", 0) != 0;
-}
 
 static ssm_mamba3_mimo_params params_of(const cli_problem * pb) {
     ssm_mamba3_mimo_params p;
     ssm_mamba3_mimo_params_init(&p);
     if (cli_key_index(pb->op->shape_keys, "chunk") >= 0) p.chunk_size = cli_shape(pb, "chunk");
     p.rotary_dim_divisor = (int32_t)cli_param_int(pb, "div");
-    p.fuse_pregate_norm  = fused_of(pb);
+    p.fuse_pregate_norm  = cli_fused(pb);
     if (cli_has_param(pb, "outproj_norm_eps")) p.norm_eps = cli_param_float(pb, "outproj_norm_eps");
     return p;
 }
@@ -265,21 +117,6 @@ static int mimo_validate(const cli_problem * pb, char * err, size_t errlen) {
 }
 
 /* ---- input generation ------------------------------------------------------------------- */
-
-/* Whether an input the op has is drawn, by the params that switch it on. */
-static int wanted(const cli_problem * pb, const cli_arg * arg) {
-    if (!arg->optional) return 1;
-    const char * n = arg->name;
-    if (strcmp(n, "d") == 0) return (int)cli_param_or(pb, "has_d", 0);
-    if (strcmp(n, "z") == 0 || strcmp(n, "mimo_z") == 0) return (int)cli_param_or(pb, "has_z", 0);
-    if (strcmp(n, "mimo_o") == 0) return (int)cli_param_or(pb, "reduce_o", 0);
-    if (strcmp(n, "outproj_norm_weight") == 0) return fused_of(pb) && cli_param_or(pb, "has_norm_weight", 0);
-    if (strcmp(n, "cu_seqlens") == 0) return cli_param_or(pb, "nseq", 0) > 0;
-    if (strcmp(n, "state_batch_indices") == 0) return cli_param_or(pb, "slots", 0) > 0;
-    if (strncmp(n, "dfinal_", 7) == 0) return (int)cli_param_or(pb, "has_dfinal", 0);
-    if (strstr(n, "_state")) return (int)cli_param_or(pb, "has_states", 0);
-    return 0;
-}
 
 static void gen_scaled_normal(const ssm_tensor * t, cli_rng * rng, double scale) {
     const int64_t n = cli_numel(t->ndim, t->shape);
@@ -326,17 +163,6 @@ static void fill_seed_input(const char * name, const ssm_tensor * t, cli_rng * r
     }
 }
 
-/* adt = −U(0,1)·dt element by element (both (B,H,S) or (B,H)). */
-static void adt_from_dt(cli_problem * pb) {
-    const ssm_tensor * adt = &cli_arg_buf(pb, "adt")->view;
-    const ssm_tensor * dt  = &cli_arg_buf(pb, "dt")->view;
-    const int64_t      n   = cli_numel(adt->ndim, adt->shape);
-    for (int64_t k = 0; k < n; ++k) {
-        const int64_t o = cli_offset(adt, k);
-        cli_set(adt, o, -cli_get(adt, o) * cli_get(dt, cli_offset(dt, k)));
-    }
-}
-
 /* consistent=1: da_cs, da_cs_rev and segsum of spec §2.4 from a = −dt·U(0,1) (a = 0 past S),
  * in float64, stored in their fp32 tensors. */
 static int consistent_decays(cli_problem * pb, const mdims * d, cli_rng * rng, char * err, size_t errlen) {
@@ -377,120 +203,47 @@ static int consistent_decays(cli_problem * pb, const mdims * d, cli_rng * rng, c
     return 0;
 }
 
+/* One input by its distribution: the seed's for bwd_fwd, upstream's tests' for the rest. */
+static void fill_input(cli_problem * pb, const void * dims, const char * name, const ssm_tensor * t, cli_rng * rng) {
+    const mdims * d = dims;
+    (void)pb;
+    if (strcmp(name, "cu_seqlens") == 0)
+        cli_gen_cu_seqlens(t, d->S, d->NS, rng);
+    else if (strcmp(name, "state_batch_indices") == 0)
+        cli_gen_slot_indices(t, d->NS, rng);
+    else if (d->kind == OP_BWD_FWD)
+        fill_seed_input(name, t, rng);
+    else
+        fill_layer_input(d, name, t, rng);
+}
+
 static int mimo_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
     const mdims d = dims_of(pb);
     cli_rng     rng;
-    cli_rng_seed(&rng, seed);
-    for (int i = 0; pb->op->args[i].name; ++i) {
-        const cli_arg * arg = &pb->op->args[i];
-        if (arg->output || !wanted(pb, arg)) continue;
-        int64_t       shp[5];
-        const int32_t ndim = shape_of(&d, arg->name, shp);
-        if (cli_gen_arg(pb, arg->name, ndim, shp, err, errlen)) return -1;
-        const ssm_tensor * t = &cli_arg_buf(pb, arg->name)->view;
-        if (strcmp(arg->name, "cu_seqlens") == 0)
-            cli_gen_cu_seqlens(t, d.S, d.NS, &rng);
-        else if (strcmp(arg->name, "state_batch_indices") == 0)
-            cli_gen_slot_indices(t, d.NS, &rng);
-        else if (d.kind == OP_BWD_FWD)
-            fill_seed_input(arg->name, t, &rng);
-        else
-            fill_layer_input(&d, arg->name, t, &rng);
-    }
-    if (cli_has_arg(pb, "adt")) adt_from_dt(pb);
+    if (cli_m3_generate(pb, seed, d.syms, !d.reduce, fill_input, &d, &rng, err, errlen)) return -1;
     if (d.kind == OP_BWD_FWD && cli_param_int(pb, "consistent")) return consistent_decays(pb, &d, &rng, err, errlen);
     return 0;
 }
 
-/* ---- `run` binding ------------------------------------------------------------------------ */
-
-static void set_param_if(cli_problem * pb, const char * key, int64_t value) {
-    if (cli_has_param(pb, key)) cli_set_param_int(pb, key, value);
-}
-
+/* `run`: bwd_fwd's chunk (semantic there: the decays are chunk-local) from segsum (B,H,nc,C,C);
+ * div = N / A when not given. */
 static int mimo_bind(cli_problem * pb, char * err, size_t errlen) {
-    static const char * const states[]  = {"angle_state", "ssm_state", "k_state", "v_state", NULL};
-    static const char * const dfinals[] = {"dfinal_angle_state", "dfinal_ssm_state", "dfinal_k_state",
-                                           "dfinal_v_state", NULL};
-    const int                 step      = kind_of(pb) == OP_STEP;
-    const int32_t             qnd = step ? 4 : 5, vnd = step ? 3 : 4;
-    if (cli_need_ndim(pb, "q", qnd, err, errlen) || cli_need_ndim(pb, "v", vnd, err, errlen) ||
-        cli_need_ndim(pb, "angles", vnd, err, errlen))
-        return -1;
-    cli_set_shape(pb, "B", cli_dim(pb, "q", 0));
-    if (!step) cli_set_shape(pb, "S", cli_dim(pb, "q", 1));
-    cli_set_shape(pb, "R", cli_dim(pb, "q", qnd - 3));
-    cli_set_shape(pb, "G", cli_dim(pb, "q", qnd - 2));
-    cli_set_shape(pb, "N", cli_dim(pb, "q", qnd - 1));
-    cli_set_shape(pb, "H", cli_dim(pb, "v", vnd - 2));
-    cli_set_shape(pb, "P", cli_dim(pb, "v", vnd - 1));
-    /* bwd_fwd's chunk is semantic (the decays are chunk-local): segsum (B,H,nc,C,C) has it */
+    if (cli_bind_shapes(pb, NULL, NULL, err, errlen)) return -1;
+    cli_bind_flags(pb);
     const int ci = cli_key_index(pb->op->shape_keys, "chunk");
-    if (ci >= 0 && !pb->shape[ci].given && cli_has_arg(pb, "segsum") && cli_present(pb, "segsum") &&
-        cli_view(pb, "segsum").ndim == 5)
+    if (ci >= 0 && !pb->shape[ci].given && cli_has_arg(pb, "segsum") && cli_present(pb, "segsum"))
         cli_set_shape(pb, "chunk", cli_dim(pb, "segsum", 3));
-    /* div = N / A when not given */
-    const int     di = cli_key_index(pb->op->param_keys, "div");
-    const int64_t A  = cli_dim(pb, "angles", vnd - 1);
+    const int       di = cli_key_index(pb->op->param_keys, "div");
+    const ssm_tensor ang = cli_view(pb, "angles");
+    const int64_t   A = ang.shape[ang.ndim - 1];
     if (di >= 0 && !pb->param[di].given && A > 0 && cli_shape(pb, "N") % A == 0)
         cli_set_param_int(pb, "div", cli_shape(pb, "N") / A);
-    set_param_if(pb, "has_d", cli_present(pb, "d"));
-    set_param_if(pb, "has_z", cli_present(pb, "z"));
-    set_param_if(pb, "reduce_o", cli_present(pb, "mimo_o"));
-    set_param_if(pb, "has_norm_weight",
-                 cli_has_arg(pb, "outproj_norm_weight") && cli_present(pb, "outproj_norm_weight"));
-    if (!step) set_param_if(pb, "has_states", cli_any_present(pb, states));
-    set_param_if(pb, "has_final", 1);
-    set_param_if(pb, "has_dfinal", cli_any_present(pb, dfinals));
-    cli_bind_pool_params(pb, "ssm_state");
     return 0;
-}
-
-/* ---- outputs ------------------------------------------------------------------------------- */
-
-/* The input an optional output belongs to (it exists only with it); NULL when the output
- * is always written. */
-static const char * source_of(const cli_problem * pb, const char * out) {
-    static const char * const grads_of_optional[][2] = {
-        {"dd", "d"},
-        {"dz", "z"},
-        {"dmimo_z", "z"},
-        {"dmimo_o", "mimo_o"},
-        {"dangle_state", "angle_state"},
-        {"dssm_state", "ssm_state"},
-        {"dk_state", "k_state"},
-        {"dv_state", "v_state"},
-    };
-    return cli_source_of(pb, out, grads_of_optional, sizeof grads_of_optional / sizeof grads_of_optional[0]);
 }
 
 static int mimo_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     const mdims d = dims_of(pb);
-    for (int i = 0; pb->op->args[i].name; ++i) {
-        const cli_arg * arg = &pb->op->args[i];
-        if (!arg->output) continue;
-        const char * src = source_of(pb, arg->name);
-        if (src && !cli_present(pb, src)) continue; /* the gradient of an absent input */
-        if (strncmp(arg->name, "final_", 6) == 0) {
-            if (d.kind == OP_STEP && cli_param_int(pb, "in_place")) {
-                if (cli_in_place(pb, arg->name, arg->name + 6, f64, err, errlen)) return -1;
-                continue;
-            }
-            if (d.kind != OP_STEP && !cli_param_int(pb, "has_final")) continue;
-        }
-        int64_t shp[5];
-        int32_t ndim = shape_of(&d, arg->name, shp);
-        if (strcmp(arg->name, "doutproj_norm_weight") == 0) {
-            if (!fused_of(pb)) continue;
-            const ssm_tensor w = cli_view(pb, "outproj_norm_weight"); /* (H,P) or (H·P): the weight's shape */
-            if (w.data) {
-                ndim = w.ndim;
-                for (int32_t k = 0; k < ndim; ++k) shp[k] = w.shape[k];
-            }
-        }
-        if (cli_out_arg(pb, arg->name, f64, ndim, shp, err, errlen)) return -1;
-    }
-    return 0;
+    return cli_m3_alloc(pb, f64, d.syms, !d.reduce, err, errlen);
 }
 
 /* ---- cost models (spec §7) ----------------------------------------------------------------- */
@@ -549,100 +302,35 @@ static double state_bytes_per_set(const mdims * d) {
  * ====================================================================================== */
 
 static const cli_key bf_shape[] = {
-    KEY_INT("B", "1", "batch"),
-    KEY_INT("S", "35", "sequence length (any; a partial last chunk reads 0)"),
-    KEY_INT("H", "2", "value heads (H % G == 0)"),
-    KEY_INT("G", "1", "q/k heads"),
-    KEY_INT("R", "4", "MIMO rank"),
-    KEY_INT("N", "64", "state size = q/k width (even, a multiple of div)"),
-    KEY_INT("P", "64", "value width"),
-    KEY_INT("chunk", "16", "chunk size C (semantic here: the decays are chunk-local; C*R <= 128)"),
-    K_END,
+    CLI_KEY_INT("B", "1", "batch"), CLI_KEY_INT("S", "35", "sequence length (any; a partial last chunk reads 0)"),
+    CLI_KEY_INT("H", "2", "value heads (H % G == 0)"), CLI_KEY_INT("G", "1", "q/k heads"),
+    CLI_KEY_INT("R", "4", "MIMO rank"), CLI_KEY_INT("N", "64", "state size = q/k width (even, a multiple of div)"),
+    CLI_KEY_INT("P", "64", "value width"),
+    CLI_KEY_INT("chunk", "16", "chunk size C (semantic here: the decays are chunk-local; C*R <= 128)"), CLI_KEY_END,
 };
 static const cli_key bf_param[] = {
-    P_DIV,
-    P_HAS_D,
-    P_HAS_Z,
-    P_REDUCE,
-    KEY_INT("consistent", "0", "da_cs, da_cs_rev, segsum from adt = -dt*U(0,1) (0: independent N(0,1)/8, as the seed)"),
-    K_END,
-};
-static const cli_arg bf_args[] = {
-    {"dout", 0, 0, CLI_ARG_ACT},
-    {"q", 0, 0, CLI_ARG_ACT},
-    {"k", 0, 0, CLI_ARG_ACT},
-    {"v", 0, 0, CLI_ARG_ACT},
-    {"q_bias", 0, 0, CLI_ARG_F32},
-    {"k_bias", 0, 0, CLI_ARG_F32},
-    {"mimo_v", 0, 0, CLI_ARG_F32},
-    {"mimo_o", 0, 1, CLI_ARG_F32},
-    {"z", 0, 1, CLI_ARG_ACT},
-    {"mimo_z", 0, 1, CLI_ARG_F32},
-    {"angles", 0, 0, CLI_ARG_F32},
-    {"da_cs", 0, 0, CLI_ARG_F32},
-    {"da_cs_rev", 0, 0, CLI_ARG_F32},
-    {"dt", 0, 0, CLI_ARG_F32},
-    {"trap", 0, 0, CLI_ARG_ACT},
-    {"d", 0, 1, CLI_ARG_F32},
-    {"segsum", 0, 0, CLI_ARG_F32},
-    {"dmimo_o", 1, 1, CLI_ARG_F32},
-    {"states", 1, 0, CLI_ARG_F32},
-    {"dz", 1, 1, CLI_ARG_ACT},
-    {"dmimo_z", 1, 1, CLI_ARG_F32},
-    {"qk_dot", 1, 0, CLI_ARG_ACT},
-    {NULL, 0, 0, CLI_ARG_F32},
+    P_DIV, P_HAS_D, P_HAS_Z, P_REDUCE,
+    CLI_KEY_INT("consistent", "0",
+                "da_cs, da_cs_rev, segsum from adt = -dt*U(0,1) (0: independent N(0,1)/8, as the seed)"),
+    CLI_KEY_END,
 };
 /* The seed's branches (reduce_o, z, d), GQA with batch 2, tails and its (N,P,R,C) list. */
 static const char * const bf_cases[] = {
-    "B=1,S=32,H=1,G=1,R=4,N=64,P=64,chunk=16;",
-    "B=1,S=32,H=1,G=1,R=4,N=64,P=64,chunk=16;has_z=0,has_d=0",
+    "B=1,S=32,H=1,G=1,R=4,N=64,P=64,chunk=16;", "B=1,S=32,H=1,G=1,R=4,N=64,P=64,chunk=16;has_z=0,has_d=0",
     "B=1,S=32,H=1,G=1,R=4,N=64,P=64,chunk=16;reduce_o=0,has_z=0",
-    "B=1,S=32,H=1,G=1,R=4,N=64,P=64,chunk=16;reduce_o=0,has_d=0",
-    "B=1,S=32,H=2,G=1,R=4,N=64,P=64,chunk=16;",
-    "B=2,S=20,H=4,G=2,R=4,N=64,P=64,chunk=16;",
-    "B=1,S=13,H=1,G=1,R=3,N=64,P=64,chunk=6;",
+    "B=1,S=32,H=1,G=1,R=4,N=64,P=64,chunk=16;reduce_o=0,has_d=0", "B=1,S=32,H=2,G=1,R=4,N=64,P=64,chunk=16;",
+    "B=2,S=20,H=4,G=2,R=4,N=64,P=64,chunk=16;", "B=1,S=13,H=1,G=1,R=3,N=64,P=64,chunk=6;",
     "B=1,S=32,H=1,G=1,R=4,N=32,P=64,chunk=16;has_z=0,has_d=0",
     "B=1,S=32,H=1,G=1,R=4,N=128,P=32,chunk=16;has_z=0,has_d=0",
     "B=1,S=32,H=1,G=1,R=4,N=64,P=128,chunk=16;has_z=0,has_d=0",
     "B=1,S=16,H=1,G=1,R=8,N=128,P=64,chunk=8;has_z=0,has_d=0",
     "B=1,S=12,H=1,G=1,R=3,N=64,P=64,chunk=6;has_z=0,has_d=0",
     "B=1,S=64,H=1,G=1,R=1,N=64,P=64,chunk=64;has_z=0,has_d=0",
-    "B=2,S=21,H=4,G=2,R=2,N=32,P=32,chunk=8;div=2,reduce_o=0",
-    "B=1,S=37,H=2,G=1,R=2,N=32,P=16,chunk=8;consistent=1",
-    "B=1,S=1,H=1,G=1,R=1,N=2,P=1,chunk=1;div=2",
-    NULL,
+    "B=2,S=21,H=4,G=2,R=2,N=32,P=32,chunk=8;div=2,reduce_o=0", "B=1,S=37,H=2,G=1,R=2,N=32,P=16,chunk=8;consistent=1",
+    "B=1,S=1,H=1,G=1,R=1,N=2,P=1,chunk=1;div=2", NULL,
 };
 
-static ssm_status bf_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba3_mimo_params p = params_of(pb);
-    ssm_mamba3_mimo_bwd_fwd_args a;
-    memset(&a, 0, sizeof a);
-    a.dout      = cli_view(pb, "dout");
-    a.q         = cli_view(pb, "q");
-    a.k         = cli_view(pb, "k");
-    a.v         = cli_view(pb, "v");
-    a.q_bias    = cli_view(pb, "q_bias");
-    a.k_bias    = cli_view(pb, "k_bias");
-    a.mimo_v    = cli_view(pb, "mimo_v");
-    a.mimo_o    = cli_view(pb, "mimo_o");
-    a.z         = cli_view(pb, "z");
-    a.mimo_z    = cli_view(pb, "mimo_z");
-    a.angles    = cli_view(pb, "angles");
-    a.da_cs     = cli_view(pb, "da_cs");
-    a.da_cs_rev = cli_view(pb, "da_cs_rev");
-    a.dt        = cli_view(pb, "dt");
-    a.trap      = cli_view(pb, "trap");
-    a.d         = cli_view(pb, "d");
-    a.segsum    = cli_view(pb, "segsum");
-    a.dmimo_o   = cli_view(pb, "dmimo_o");
-    a.states    = cli_view(pb, "states");
-    a.dz        = cli_view(pb, "dz");
-    a.dmimo_z   = cli_view(pb, "dmimo_z");
-    a.qk_dot    = cli_view(pb, "qk_dot");
-    return ssm_mamba3_mimo_bwd_fwd(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba3_mimo_bwd_fwd, ssm_mamba3_mimo_params, params_of)
 
 /* Spec §7 bwd_fwd: the forward's reads (q, k, v, z, θ f32, da_cs/da_cs_rev/dt f32, trap,
  * segsum f32, parameters) + dout; writes states (their dtype: fp32 here, upstream bf16),
@@ -662,109 +350,33 @@ static double bf_bytes(const cli_problem * pb) {
     return n;
 }
 
-const cli_op cli_op_mamba3_mimo_bwd_fwd = {
-    "mamba3_mimo_bwd_fwd",
-    "MIMO backward phase 1, seed interface: states, qk_dot, dz, dmimo_o/z (mimo 3.4)",
-    bf_shape,
-    bf_param,
-    bf_args,
-    "B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16",
-    "has_d=1,has_z=1,reduce_o=1",
-    "bf16",
-    bf_cases,
-    mimo_validate,
-    mimo_generate,
-    mimo_bind,
-    mimo_alloc,
-    bf_call,
-    NULL,
-    fwd_flops,
-    bf_bytes,
-};
+CLI_OP(mamba3_mimo_bwd_fwd, "MIMO backward phase 1, seed interface: states, qk_dot, dz, dmimo_o/z (mimo 3.4)", bf_shape,
+       bf_param, CLI_BENCH("B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16", "has_d=1,has_z=1,reduce_o=1", "bf16"),
+       bf_cases, CLI_FNS(mimo_validate, mimo_generate, mimo_bind, mimo_alloc), NULL, fwd_flops, bf_bytes);
 
 /* ======================================================================================
  * mamba3_mimo (spec §3.3, §3.7)
  * ====================================================================================== */
 
 static const cli_key fwd_shape[] = {
-    K_B, KEY_INT("S", "37", "sequence length (tokens per batch row)"), K_H, K_G, K_R, K_N, K_P, K_CHUNK, K_END,
+    K_B, CLI_KEY_INT("S", "37", "sequence length (tokens per batch row)"), K_H, K_G, K_R, K_N, K_P, K_CHUNK,
+    CLI_KEY_END,
 };
-static const cli_key fwd_param[] = {P_DIV, P_HAS_D, P_HAS_Z, P_REDUCE, P_FUSED, P_FUSED2, P_NORM_W,
-                                    P_EPS, P_STATES, P_FINAL, P_NSEQ, K_END};
-static const cli_arg fwd_args[]  = {
-    {"q", 0, 0, CLI_ARG_ACT},
-    {"k", 0, 0, CLI_ARG_ACT},
-    {"v", 0, 0, CLI_ARG_ACT},
-    {"adt", 0, 0, CLI_ARG_F32},
-    {"dt", 0, 0, CLI_ARG_F32},
-    {"trap", 0, 0, CLI_ARG_ACT},
-    {"q_bias", 0, 0, CLI_ARG_F32},
-    {"k_bias", 0, 0, CLI_ARG_F32},
-    {"mimo_v", 0, 0, CLI_ARG_F32},
-    {"mimo_z", 0, 1, CLI_ARG_F32},
-    {"mimo_o", 0, 1, CLI_ARG_F32},
-    {"angles", 0, 0, CLI_ARG_F32},
-    {"d", 0, 1, CLI_ARG_F32},
-    {"z", 0, 1, CLI_ARG_ACT},
-    {"outproj_norm_weight", 0, 1, CLI_ARG_F32},
-    {"angle_state", 0, 1, CLI_ARG_F32},
-    {"ssm_state", 0, 1, CLI_ARG_F32},
-    {"k_state", 0, 1, CLI_ARG_F32},
-    {"v_state", 0, 1, CLI_ARG_F32},
-    {"cu_seqlens", 0, 1, CLI_ARG_INDEX},
-    {"out", 1, 0, CLI_ARG_ACT},
-    {"final_angle_state", 1, 1, CLI_ARG_F32},
-    {"final_ssm_state", 1, 1, CLI_ARG_F32},
-    {"final_k_state", 1, 1, CLI_ARG_F32},
-    {"final_v_state", 1, 1, CLI_ARG_F32},
-    {NULL, 0, 0, CLI_ARG_F32},
+static const cli_key fwd_param[] = {
+    P_DIV, P_HAS_D, P_HAS_Z, P_REDUCE, P_FUSED, P_FUSED2, P_NORM_W, P_EPS, P_STATES, CLI_KEY_HAS_FINAL, CLI_KEY_NSEQ,
+    CLI_KEY_END,
 };
 static const char * const fwd_cases[] = {
     "B=2,S=37,H=4,G=2,R=2,N=32,P=16,chunk=8;",
     "B=1,S=40,H=2,G=1,R=1,N=64,P=32,chunk=16;reduce_o=0,has_z=0,has_states=0",
-    "B=1,S=35,H=2,G=1,R=2,N=32,P=16,chunk=16;div=2,reduce_o=0",
-    "B=1,S=24,H=2,G=1,R=4,N=32,P=32,chunk=8;fused=1",
+    "B=1,S=35,H=2,G=1,R=2,N=32,P=16,chunk=16;div=2,reduce_o=0", "B=1,S=24,H=2,G=1,R=4,N=32,P=32,chunk=8;fused=1",
     "B=1,S=20,H=2,G=1,R=2,N=16,P=16,chunk=8;fused=1,has_norm_weight=0,has_states=0",
     "B=1,S=36,H=2,G=1,R=2,N=32,P=32,chunk=8;nseq=3",
     "B=2,S=20,H=4,G=2,R=4,N=32,P=16,chunk=8;has_d=0,has_z=0,has_states=0,has_final=0",
-    "B=1,S=13,H=2,G=1,R=3,N=16,P=16,chunk=6;",
-    "B=1,S=1,H=1,G=1,R=1,N=2,P=1,chunk=1;div=2",
-    NULL,
+    "B=1,S=13,H=2,G=1,R=3,N=16,P=16,chunk=6;", "B=1,S=1,H=1,G=1,R=1,N=2,P=1,chunk=1;div=2", NULL,
 };
 
-static ssm_status fwd_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba3_mimo_params p = params_of(pb);
-    ssm_mamba3_mimo_args         a;
-    memset(&a, 0, sizeof a);
-    a.q                   = cli_view(pb, "q");
-    a.k                   = cli_view(pb, "k");
-    a.v                   = cli_view(pb, "v");
-    a.adt                 = cli_view(pb, "adt");
-    a.dt                  = cli_view(pb, "dt");
-    a.trap                = cli_view(pb, "trap");
-    a.q_bias              = cli_view(pb, "q_bias");
-    a.k_bias              = cli_view(pb, "k_bias");
-    a.mimo_v              = cli_view(pb, "mimo_v");
-    a.mimo_z              = cli_view(pb, "mimo_z");
-    a.mimo_o              = cli_view(pb, "mimo_o");
-    a.angles              = cli_view(pb, "angles");
-    a.d                   = cli_view(pb, "d");
-    a.z                   = cli_view(pb, "z");
-    a.outproj_norm_weight = cli_view(pb, "outproj_norm_weight");
-    a.angle_state         = cli_view(pb, "angle_state");
-    a.ssm_state           = cli_view(pb, "ssm_state");
-    a.k_state             = cli_view(pb, "k_state");
-    a.v_state             = cli_view(pb, "v_state");
-    a.cu_seqlens          = cli_view(pb, "cu_seqlens");
-    a.out                 = cli_view(pb, "out");
-    a.final_angle_state   = cli_view(pb, "final_angle_state");
-    a.final_ssm_state     = cli_view(pb, "final_ssm_state");
-    a.final_k_state       = cli_view(pb, "final_k_state");
-    a.final_v_state       = cli_view(pb, "final_v_state");
-    return ssm_mamba3_mimo(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba3_mimo, ssm_mamba3_mimo_params, params_of)
 
 /* The top-level forward's compulsory traffic: spec §7's mimo_fwd reads with adt + dt in
  * place of da_cs, da_cs_rev, dt and segsum (formed inside, never stored), raw angles fp32,
@@ -780,89 +392,25 @@ static double fwd_bytes(const cli_problem * pb) {
     return n;
 }
 
-const cli_op cli_op_mamba3_mimo = {
-    "mamba3_mimo",
-    "MIMO forward: raw angles, adt, rank R, mimo_o/z, fused norm, states, varlen (mimo 3.7)",
-    fwd_shape,
-    fwd_param,
-    fwd_args,
-    "B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16",
-    "has_d=1,has_z=1,reduce_o=1,has_states=0,has_final=0",
-    "bf16",
-    fwd_cases,
-    mimo_validate,
-    mimo_generate,
-    mimo_bind,
-    mimo_alloc,
-    fwd_call,
-    NULL,
-    fwd_flops,
-    fwd_bytes,
-};
+CLI_OP(mamba3_mimo, "MIMO forward: raw angles, adt, rank R, mimo_o/z, fused norm, states, varlen (mimo 3.7)", fwd_shape,
+       fwd_param,
+       CLI_BENCH("B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16",
+                 "has_d=1,has_z=1,reduce_o=1,has_states=0,has_final=0", "bf16"),
+       fwd_cases, CLI_FNS(mimo_validate, mimo_generate, mimo_bind, mimo_alloc), NULL, fwd_flops, fwd_bytes);
 
 /* ======================================================================================
  * mamba3_mimo_bwd (spec §3.5, §3.6, §4)
  * ====================================================================================== */
 
 static const cli_key bwd_shape[] = {
-    KEY_INT("B", "1", "batch (1 with nseq)"),
-    KEY_INT("S", "29", "sequence length (the reference backward is token-recurrent float64)"),
-    KEY_INT("H", "2", "value heads (H % G == 0)"),
-    KEY_INT("G", "1", "q/k heads"),
-    K_R,
-    KEY_INT("N", "16", "state size = q/k width (even, a multiple of div)"),
-    K_P,
-    K_CHUNK,
-    K_END,
+    CLI_KEY_INT("B", "1", "batch (1 with nseq)"),
+    CLI_KEY_INT("S", "29", "sequence length (the reference backward is token-recurrent float64)"),
+    CLI_KEY_INT("H", "2", "value heads (H % G == 0)"), CLI_KEY_INT("G", "1", "q/k heads"), K_R,
+    CLI_KEY_INT("N", "16", "state size = q/k width (even, a multiple of div)"), K_P, K_CHUNK, CLI_KEY_END,
 };
-static const cli_key bwd_param[] = {P_DIV, P_HAS_D, P_HAS_Z, P_REDUCE, P_FUSED, P_FUSED2, P_NORM_W,
-                                    P_EPS, P_STATES, P_DFINAL, P_NSEQ, K_END};
-static const cli_arg bwd_args[]  = {
-    {"q", 0, 0, CLI_ARG_ACT},
-    {"k", 0, 0, CLI_ARG_ACT},
-    {"v", 0, 0, CLI_ARG_ACT},
-    {"adt", 0, 0, CLI_ARG_F32},
-    {"dt", 0, 0, CLI_ARG_F32},
-    {"trap", 0, 0, CLI_ARG_ACT},
-    {"q_bias", 0, 0, CLI_ARG_F32},
-    {"k_bias", 0, 0, CLI_ARG_F32},
-    {"mimo_v", 0, 0, CLI_ARG_F32},
-    {"mimo_z", 0, 1, CLI_ARG_F32},
-    {"mimo_o", 0, 1, CLI_ARG_F32},
-    {"angles", 0, 0, CLI_ARG_F32},
-    {"d", 0, 1, CLI_ARG_F32},
-    {"z", 0, 1, CLI_ARG_ACT},
-    {"outproj_norm_weight", 0, 1, CLI_ARG_F32},
-    {"angle_state", 0, 1, CLI_ARG_F32},
-    {"ssm_state", 0, 1, CLI_ARG_F32},
-    {"k_state", 0, 1, CLI_ARG_F32},
-    {"v_state", 0, 1, CLI_ARG_F32},
-    {"cu_seqlens", 0, 1, CLI_ARG_INDEX},
-    {"dout", 0, 0, CLI_ARG_ACT},
-    {"dfinal_angle_state", 0, 1, CLI_ARG_F32},
-    {"dfinal_ssm_state", 0, 1, CLI_ARG_F32},
-    {"dfinal_k_state", 0, 1, CLI_ARG_F32},
-    {"dfinal_v_state", 0, 1, CLI_ARG_F32},
-    {"dq", 1, 0, CLI_ARG_ACT},
-    {"dk", 1, 0, CLI_ARG_ACT},
-    {"dv", 1, 0, CLI_ARG_ACT},
-    {"dz", 1, 1, CLI_ARG_ACT},
-    {"dq_bias", 1, 0, CLI_ARG_F32},
-    {"dk_bias", 1, 0, CLI_ARG_F32},
-    {"dmimo_v", 1, 0, CLI_ARG_F32},
-    {"dmimo_z", 1, 1, CLI_ARG_F32},
-    {"dmimo_o", 1, 1, CLI_ARG_F32},
-    {"dd", 1, 1, CLI_ARG_F32},
-    {"dadt", 1, 0, CLI_ARG_F32},
-    {"ddt", 1, 0, CLI_ARG_F32},
-    {"dtrap", 1, 0, CLI_ARG_ACT},
-    {"dangles", 1, 0, CLI_ARG_F32},
-    {"doutproj_norm_weight", 1, 1, CLI_ARG_F32},
-    {"dangle_state", 1, 1, CLI_ARG_F32},
-    {"dssm_state", 1, 1, CLI_ARG_F32},
-    {"dk_state", 1, 1, CLI_ARG_F32},
-    {"dv_state", 1, 1, CLI_ARG_F32},
-    {NULL, 0, 0, CLI_ARG_F32},
+static const cli_key bwd_param[] = {
+    P_DIV, P_HAS_D, P_HAS_Z, P_REDUCE, P_FUSED, P_FUSED2, P_NORM_W, P_EPS, P_STATES, CLI_KEY_HAS_DFINAL, CLI_KEY_NSEQ,
+    CLI_KEY_END,
 };
 static const char * const bwd_cases[] = {
     "B=2,S=21,H=4,G=2,R=2,N=16,P=8,chunk=8;",
@@ -871,63 +419,10 @@ static const char * const bwd_cases[] = {
     "B=1,S=16,H=2,G=1,R=4,N=16,P=16,chunk=8;fused=1,has_states=0,has_dfinal=0",
     "B=1,S=24,H=2,G=1,R=2,N=16,P=8,chunk=8;nseq=3",
     "B=2,S=20,H=4,G=2,R=4,N=16,P=8,chunk=8;has_d=0,has_z=0,has_states=0,has_dfinal=0",
-    "B=1,S=13,H=1,G=1,R=3,N=16,P=16,chunk=6;",
-    "B=1,S=1,H=1,G=1,R=1,N=2,P=1,chunk=1;div=2",
-    NULL,
+    "B=1,S=13,H=1,G=1,R=3,N=16,P=16,chunk=6;", "B=1,S=1,H=1,G=1,R=1,N=2,P=1,chunk=1;div=2", NULL,
 };
 
-static ssm_status bwd_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba3_mimo_params p = params_of(pb);
-    ssm_mamba3_mimo_bwd_args     a;
-    memset(&a, 0, sizeof a);
-    a.q                    = cli_view(pb, "q");
-    a.k                    = cli_view(pb, "k");
-    a.v                    = cli_view(pb, "v");
-    a.adt                  = cli_view(pb, "adt");
-    a.dt                   = cli_view(pb, "dt");
-    a.trap                 = cli_view(pb, "trap");
-    a.q_bias               = cli_view(pb, "q_bias");
-    a.k_bias               = cli_view(pb, "k_bias");
-    a.mimo_v               = cli_view(pb, "mimo_v");
-    a.mimo_z               = cli_view(pb, "mimo_z");
-    a.mimo_o               = cli_view(pb, "mimo_o");
-    a.angles               = cli_view(pb, "angles");
-    a.d                    = cli_view(pb, "d");
-    a.z                    = cli_view(pb, "z");
-    a.outproj_norm_weight  = cli_view(pb, "outproj_norm_weight");
-    a.angle_state          = cli_view(pb, "angle_state");
-    a.ssm_state            = cli_view(pb, "ssm_state");
-    a.k_state              = cli_view(pb, "k_state");
-    a.v_state              = cli_view(pb, "v_state");
-    a.cu_seqlens           = cli_view(pb, "cu_seqlens");
-    a.dout                 = cli_view(pb, "dout");
-    a.dfinal_angle_state   = cli_view(pb, "dfinal_angle_state");
-    a.dfinal_ssm_state     = cli_view(pb, "dfinal_ssm_state");
-    a.dfinal_k_state       = cli_view(pb, "dfinal_k_state");
-    a.dfinal_v_state       = cli_view(pb, "dfinal_v_state");
-    a.dq                   = cli_view(pb, "dq");
-    a.dk                   = cli_view(pb, "dk");
-    a.dv                   = cli_view(pb, "dv");
-    a.dz                   = cli_view(pb, "dz");
-    a.dq_bias              = cli_view(pb, "dq_bias");
-    a.dk_bias              = cli_view(pb, "dk_bias");
-    a.dmimo_v              = cli_view(pb, "dmimo_v");
-    a.dmimo_z              = cli_view(pb, "dmimo_z");
-    a.dmimo_o              = cli_view(pb, "dmimo_o");
-    a.dd                   = cli_view(pb, "dd");
-    a.dadt                 = cli_view(pb, "dadt");
-    a.ddt                  = cli_view(pb, "ddt");
-    a.dtrap                = cli_view(pb, "dtrap");
-    a.dangles              = cli_view(pb, "dangles");
-    a.doutproj_norm_weight = cli_view(pb, "doutproj_norm_weight");
-    a.dangle_state         = cli_view(pb, "dangle_state");
-    a.dssm_state           = cli_view(pb, "dssm_state");
-    a.dk_state             = cli_view(pb, "dk_state");
-    a.dv_state             = cli_view(pb, "dv_state");
-    return ssm_mamba3_mimo_bwd(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba3_mimo_bwd, ssm_mamba3_mimo_params, params_of)
 
 /* Spec §7 mimo_bwd_bwd per token and head, 6·C·R²·N + 6·C·R²·P + 8·R·N·P + 2·R²·P + 4·R²·N,
  * plus the forward the backward recomputes (fwd_flops_per_token), both at chunk=. The CPU
@@ -956,119 +451,32 @@ static double bwd_bytes(const cli_problem * pb) {
     return n + copies * state_bytes_per_set(&d);
 }
 
-const cli_op cli_op_mamba3_mimo_bwd = {
-    "mamba3_mimo_bwd",
-    "every gradient of mamba3_mimo incl. the initial states, recomputing the forward (mimo 3.5-3.6, 4)",
-    bwd_shape,
-    bwd_param,
-    bwd_args,
-    "B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16",
-    "has_d=1,has_z=1,reduce_o=1,has_states=0,has_dfinal=0",
-    "bf16",
-    bwd_cases,
-    mimo_validate,
-    mimo_generate,
-    mimo_bind,
-    mimo_alloc,
-    bwd_call,
-    NULL,
-    bwd_flops,
-    bwd_bytes,
-};
+CLI_OP(mamba3_mimo_bwd,
+       "every gradient of mamba3_mimo incl. the initial states, recomputing the forward (mimo 3.5-3.6, 4)", bwd_shape,
+       bwd_param,
+       CLI_BENCH("B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16",
+                 "has_d=1,has_z=1,reduce_o=1,has_states=0,has_dfinal=0", "bf16"),
+       bwd_cases, CLI_FNS(mimo_validate, mimo_generate, mimo_bind, mimo_alloc), NULL, bwd_flops, bwd_bytes);
 
 /* ======================================================================================
  * mamba3_mimo_step (spec §3.9)
  * ====================================================================================== */
 
 static const cli_key step_shape[] = {
-    KEY_INT("B", "3", "batch rows (one token each)"), K_H, K_G, K_R, K_N, K_P, K_END,
+    CLI_KEY_INT("B", "3", "batch rows (one token each)"), K_H, K_G, K_R, K_N, K_P, CLI_KEY_END,
 };
 static const cli_key step_param[] = {
-    P_DIV,
-    P_HAS_D,
-    P_HAS_Z,
-    P_REDUCE,
-    P_FUSED,
-    P_FUSED2,
-    P_NORM_W,
-    P_EPS,
-    KEY_INT("slots", "0", "state pool rows with state_batch_indices (>= B; row 1 is padding); 0 = no indices"),
-    KEY_INT("in_place", "1", "final_* states are the input state pools (updated in place)"),
-    K_END,
-};
-static const cli_arg step_args[] = {
-    {"q", 0, 0, CLI_ARG_ACT},
-    {"k", 0, 0, CLI_ARG_ACT},
-    {"v", 0, 0, CLI_ARG_ACT},
-    {"z", 0, 1, CLI_ARG_ACT},
-    {"adt", 0, 0, CLI_ARG_F32},
-    {"dt", 0, 0, CLI_ARG_F32},
-    {"trap", 0, 0, CLI_ARG_ACT},
-    {"angles", 0, 0, CLI_ARG_F32},
-    {"q_bias", 0, 0, CLI_ARG_F32},
-    {"k_bias", 0, 0, CLI_ARG_F32},
-    {"mimo_v", 0, 0, CLI_ARG_F32},
-    {"mimo_z", 0, 1, CLI_ARG_F32},
-    {"mimo_o", 0, 1, CLI_ARG_F32},
-    {"d", 0, 1, CLI_ARG_F32},
-    {"outproj_norm_weight", 0, 1, CLI_ARG_F32},
-    {"angle_state", 0, 0, CLI_ARG_F32},
-    {"ssm_state", 0, 0, CLI_ARG_F32},
-    {"k_state", 0, 0, CLI_ARG_F32},
-    {"v_state", 0, 0, CLI_ARG_F32},
-    {"state_batch_indices", 0, 1, CLI_ARG_INDEX},
-    {"out", 1, 0, CLI_ARG_ACT},
-    {"final_angle_state", 1, 0, CLI_ARG_F32},
-    {"final_ssm_state", 1, 0, CLI_ARG_F32},
-    {"final_k_state", 1, 0, CLI_ARG_F32},
-    {"final_v_state", 1, 0, CLI_ARG_F32},
-    {NULL, 0, 0, CLI_ARG_F32},
+    P_DIV, P_HAS_D, P_HAS_Z, P_REDUCE, P_FUSED, P_FUSED2, P_NORM_W, P_EPS, CLI_KEY_SLOTS, CLI_KEY_IN_PLACE_POOLS,
+    CLI_KEY_END,
 };
 static const char * const step_cases[] = {
-    "B=3,H=4,G=2,R=2,N=32,P=16;",
-    "B=2,H=4,G=4,R=3,N=32,P=32;reduce_o=0,has_z=0,slots=5",
-    "B=4,H=4,G=1,R=4,N=16,P=8;has_d=0,in_place=0,slots=6",
-    "B=2,H=2,G=1,R=2,N=32,P=32;reduce_o=0",
-    "B=2,H=2,G=1,R=4,N=32,P=32;fused=1",
-    "B=2,H=4,G=2,R=2,N=64,P=32;div=2",
-    "B=16,H=4,G=1,R=4,N=64,P=64;",
-    "B=1,H=1,G=1,R=1,N=2,P=1;div=2,in_place=0",
-    NULL,
+    "B=3,H=4,G=2,R=2,N=32,P=16;", "B=2,H=4,G=4,R=3,N=32,P=32;reduce_o=0,has_z=0,slots=5",
+    "B=4,H=4,G=1,R=4,N=16,P=8;has_d=0,in_place=0,slots=6", "B=2,H=2,G=1,R=2,N=32,P=32;reduce_o=0",
+    "B=2,H=2,G=1,R=4,N=32,P=32;fused=1", "B=2,H=4,G=2,R=2,N=64,P=32;div=2", "B=16,H=4,G=1,R=4,N=64,P=64;",
+    "B=1,H=1,G=1,R=1,N=2,P=1;div=2,in_place=0", NULL,
 };
 
-static ssm_status step_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba3_mimo_params p = params_of(pb);
-    ssm_mamba3_mimo_step_args    a;
-    memset(&a, 0, sizeof a);
-    a.q                   = cli_view(pb, "q");
-    a.k                   = cli_view(pb, "k");
-    a.v                   = cli_view(pb, "v");
-    a.z                   = cli_view(pb, "z");
-    a.adt                 = cli_view(pb, "adt");
-    a.dt                  = cli_view(pb, "dt");
-    a.trap                = cli_view(pb, "trap");
-    a.angles              = cli_view(pb, "angles");
-    a.q_bias              = cli_view(pb, "q_bias");
-    a.k_bias              = cli_view(pb, "k_bias");
-    a.mimo_v              = cli_view(pb, "mimo_v");
-    a.mimo_z              = cli_view(pb, "mimo_z");
-    a.mimo_o              = cli_view(pb, "mimo_o");
-    a.d                   = cli_view(pb, "d");
-    a.outproj_norm_weight = cli_view(pb, "outproj_norm_weight");
-    a.angle_state         = cli_view(pb, "angle_state");
-    a.ssm_state           = cli_view(pb, "ssm_state");
-    a.k_state             = cli_view(pb, "k_state");
-    a.v_state             = cli_view(pb, "v_state");
-    a.state_batch_indices = cli_view(pb, "state_batch_indices");
-    a.out                 = cli_view(pb, "out");
-    a.final_angle_state   = cli_view(pb, "final_angle_state");
-    a.final_ssm_state     = cli_view(pb, "final_ssm_state");
-    a.final_k_state       = cli_view(pb, "final_k_state");
-    a.final_v_state       = cli_view(pb, "final_v_state");
-    return ssm_mamba3_mimo_step(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba3_mimo_step, ssm_mamba3_mimo_params, params_of)
 
 /* Spec §7 decode step per (b, h): ≈ 6·R·P·N + P·N FLOP (γ and β rank-1 updates, output
  * contraction, decay). */
@@ -1087,22 +495,6 @@ static double step_bytes(const cli_problem * pb) {
     return 2.0 * e * (double)(d.B * d.H) * (double)(d.P * d.N + d.R * d.N + d.P + d.A);
 }
 
-const cli_op cli_op_mamba3_mimo_step = {
-    "mamba3_mimo_step",
-    "MIMO decode: one token per row, four state pools updated in place (mimo 3.9)",
-    step_shape,
-    step_param,
-    step_args,
-    "B=1,H=16,G=1,R=4,N=64,P=64",
-    NULL,
-    "bf16",
-    step_cases,
-    mimo_validate,
-    mimo_generate,
-    mimo_bind,
-    mimo_alloc,
-    step_call,
-    NULL,
-    step_flops,
-    step_bytes,
-};
+CLI_OP(mamba3_mimo_step, "MIMO decode: one token per row, four state pools updated in place (mimo 3.9)", step_shape,
+       step_param, CLI_BENCH("B=1,H=16,G=1,R=4,N=64,P=64", NULL, "bf16"), step_cases,
+       CLI_FNS(mimo_validate, mimo_generate, mimo_bind, mimo_alloc), NULL, step_flops, step_bytes);

@@ -22,140 +22,19 @@
 
 #include "cli.h"
 
-#define KEY_INT(name, def, help) {name, CLI_KEY_INT, def, help, NULL}
-#define K_END {NULL, CLI_KEY_INT, NULL, NULL, NULL}
 
-#define K_B     KEY_INT("B", "2", "batch (1 with nseq)")
-#define K_S     KEY_INT("S", "100", "sequence length (tokens per batch row)")
-#define K_H     KEY_INT("H", "4", "V-heads")
-#define K_HQ    KEY_INT("Hq", "2", "Q/K heads (H % Hq == 0)")
-#define K_K     KEY_INT("K", "32", "q/k head dim = state columns (even)")
-#define K_V     KEY_INT("V", "16", "value head dim = state rows")
-#define K_A     KEY_INT("A", "8", "rotated pairs (A <= K/2)")
-#define K_CHUNK KEY_INT("chunk", "32", "chunk size C (not semantic; backends may tile their own)")
+#define K_B     CLI_KEY_INT("B", "2", "batch (1 with nseq)")
+#define K_S     CLI_KEY_INT("S", "100", "sequence length (tokens per batch row)")
+#define K_H     CLI_KEY_INT("H", "4", "V-heads")
+#define K_HQ    CLI_KEY_INT("Hq", "2", "Q/K heads (H % Hq == 0)")
+#define K_K     CLI_KEY_INT("K", "32", "q/k head dim = state columns (even)")
+#define K_V     CLI_KEY_INT("V", "16", "value head dim = state rows")
+#define K_A     CLI_KEY_INT("A", "8", "rotated pairs (A <= K/2)")
+#define K_CHUNK CLI_KEY_INT("chunk", "32", "chunk size C (not semantic; backends may tile their own)")
 
-#define P_HAS_D      KEY_INT("has_d", "1", "D skip term d (H)")
-#define P_HAS_Z      KEY_INT("has_z", "1", "gate z: out = y*silu(z)")
-#define P_HAS_STATES KEY_INT("has_states", "1", "initial states in (all of them)")
-#define P_HAS_FINAL  KEY_INT("has_final", "1", "final states out")
-#define P_HAS_DFINAL KEY_INT("has_dfinal", "1", "incoming gradients of the final states")
-#define P_NSEQ       KEY_INT("nseq", "0", "varlen: cu_seqlens with this many sequences, batch 1 (0 = off)")
-
-/* ---- dimensions and tensor shapes by argument name ---------------------------------- */
-
-typedef struct m3dims {
-    int64_t B, S, H, Hq, K, V, A, NS;
-    int     step; /* one token per row: no S axis */
-} m3dims;
-
-static int is_step(const cli_problem * pb) {
-    return cli_key_index(pb->op->shape_keys, "S") < 0;
-}
-
-static m3dims dims_of(const cli_problem * pb) {
-    m3dims d;
-    d.B    = cli_shape_or(pb, "B", 1);
-    d.S    = cli_shape_or(pb, "S", 1);
-    d.H    = cli_shape_or(pb, "H", 1);
-    d.Hq   = cli_shape_or(pb, "Hq", 1);
-    d.K    = cli_shape_or(pb, "K", 2);
-    d.V    = cli_shape_or(pb, "V", 1);
-    d.A    = cli_shape_or(pb, "A", 1);
-    d.step = is_step(pb);
-    if (d.step) {
-        const int64_t slots = cli_param_or(pb, "slots", 0);
-        d.NS                = slots > 0 ? slots : d.B;
-    } else {
-        const int64_t nseq = cli_param_or(pb, "nseq", 0);
-        d.NS               = nseq > 0 ? nseq : d.B;
-    }
-    return d;
-}
-
-enum shape_class { SC_NONE, SC_QK, SC_V, SC_TOK, SC_HK, SC_ANG, SC_H, SC_SA, SC_SS, SC_SK, SC_SV, SC_CU, SC_IDX };
-
-static const struct {
-    const char * name;
-    int          cls;
-} shape_classes[] = {
-    {"q", SC_QK},
-    {"k", SC_QK},
-    {"dq", SC_QK},
-    {"dk", SC_QK},
-    {"v", SC_V},
-    {"z", SC_V},
-    {"out", SC_V},
-    {"dout", SC_V},
-    {"dv", SC_V},
-    {"dz", SC_V},
-    {"adt", SC_TOK},
-    {"dt", SC_TOK},
-    {"trap", SC_TOK},
-    {"dadt", SC_TOK},
-    {"ddt", SC_TOK},
-    {"dtrap", SC_TOK},
-    {"q_bias", SC_HK},
-    {"k_bias", SC_HK},
-    {"dq_bias", SC_HK},
-    {"dk_bias", SC_HK},
-    {"angles", SC_ANG},
-    {"angles_cumsum", SC_ANG},
-    {"dangles", SC_ANG},
-    {"dangles_cumsum", SC_ANG},
-    {"d", SC_H},
-    {"dd", SC_H},
-    {"angle_state", SC_SA},
-    {"final_angle_state", SC_SA},
-    {"dangle_state", SC_SA},
-    {"dfinal_angle_state", SC_SA},
-    {"ssm_state", SC_SS},
-    {"final_ssm_state", SC_SS},
-    {"dssm_state", SC_SS},
-    {"dfinal_ssm_state", SC_SS},
-    {"k_state", SC_SK},
-    {"final_k_state", SC_SK},
-    {"dk_state", SC_SK},
-    {"dfinal_k_state", SC_SK},
-    {"v_state", SC_SV},
-    {"final_v_state", SC_SV},
-    {"dv_state", SC_SV},
-    {"dfinal_v_state", SC_SV},
-    {"cu_seqlens", SC_CU},
-    {"state_batch_indices", SC_IDX},
-};
-
-static int class_of(const char * name) {
-    for (size_t i = 0; i < sizeof shape_classes / sizeof shape_classes[0]; ++i)
-        if (strcmp(shape_classes[i].name, name) == 0) return shape_classes[i].cls;
-    return SC_NONE;
-}
-
-static int32_t set_dims(int64_t shp[4], int32_t n, int64_t a, int64_t b, int64_t c, int64_t d) {
-    const int64_t v[4] = {a, b, c, d};
-    for (int32_t i = 0; i < n; ++i) shp[i] = v[i];
-    return n;
-}
-
-/* The argument's shape (spec §2): token tensors (B,S,·,·), per-token scalars (B,H,S),
- * states (NS,H,·); the step drops S. Returns ndim (0 for a name it does not know). */
-static int32_t shape_of(const m3dims * d, const char * name, int64_t shp[4]) {
-    const int s = d->step;
-    switch (class_of(name)) {
-        case SC_QK: return s ? set_dims(shp, 3, d->B, d->Hq, d->K, 0) : set_dims(shp, 4, d->B, d->S, d->Hq, d->K);
-        case SC_V: return s ? set_dims(shp, 3, d->B, d->H, d->V, 0) : set_dims(shp, 4, d->B, d->S, d->H, d->V);
-        case SC_TOK: return s ? set_dims(shp, 2, d->B, d->H, 0, 0) : set_dims(shp, 3, d->B, d->H, d->S, 0);
-        case SC_HK: return set_dims(shp, 2, d->H, d->K, 0, 0);
-        case SC_ANG: return s ? set_dims(shp, 3, d->B, d->H, d->A, 0) : set_dims(shp, 4, d->B, d->S, d->H, d->A);
-        case SC_H: return set_dims(shp, 1, d->H, 0, 0, 0);
-        case SC_SA: return set_dims(shp, 3, d->NS, d->H, d->A, 0);
-        case SC_SS: return set_dims(shp, 4, d->NS, d->H, d->V, d->K);
-        case SC_SK: return set_dims(shp, 3, d->NS, d->H, d->K, 0);
-        case SC_SV: return set_dims(shp, 3, d->NS, d->H, d->V, 0);
-        case SC_CU: return set_dims(shp, 1, d->NS + 1, 0, 0, 0);
-        case SC_IDX: return set_dims(shp, 1, d->B, 0, 0, 0);
-        default: return 0;
-    }
-}
+#define P_HAS_D      CLI_KEY_INT("has_d", "1", "D skip term d (H)")
+#define P_HAS_Z      CLI_KEY_INT("has_z", "1", "gate z: out = y*silu(z)")
+#define P_HAS_STATES CLI_KEY_INT("has_states", "1", "initial states in (all of them)")
 
 static ssm_mamba3_params params_of(const cli_problem * pb) {
     ssm_mamba3_params p;
@@ -163,6 +42,30 @@ static ssm_mamba3_params params_of(const cli_problem * pb) {
     if (cli_key_index(pb->op->shape_keys, "chunk") >= 0) p.chunk_size = cli_shape(pb, "chunk");
     return p;
 }
+
+/* ---- dimensions and tensor shapes by argument name ---------------------------------- */
+
+typedef struct m3dims {
+    int64_t B, S, H, Hq, K, V, A, NS;
+    int     step;     /* one token per row: no S axis */
+    cli_sym syms[CLI_MAX_SYMS]; /* the schema's dimension symbols: the shape keys, NS (slots) */
+} m3dims;
+
+static int is_step(const cli_problem * pb) {
+    return cli_key_index(pb->op->shape_keys, "S") < 0;
+}
+
+static m3dims dims_of(const cli_problem * pb) {
+    m3dims d = {cli_shape_or(pb, "B", 1),  cli_shape_or(pb, "S", 1), cli_shape_or(pb, "H", 1),
+                cli_shape_or(pb, "Hq", 1), cli_shape_or(pb, "K", 2), cli_shape_or(pb, "V", 1),
+                cli_shape_or(pb, "A", 1),  0,                        is_step(pb), {{NULL, 0}}};
+    d.NS = cli_state_rows(pb, d.B);
+    const cli_sym derived[] = {{"NS", d.NS}, {"slots", d.NS}, {NULL, 0}};
+    cli_syms(pb, derived, d.syms, CLI_MAX_SYMS);
+    return d;
+}
+
+
 
 static double e_act(const cli_problem * pb) {
     return (double)ssm_dtype_size(pb->dtype);
@@ -178,19 +81,6 @@ static int m3_validate(const cli_problem * pb, char * err, size_t errlen) {
 }
 
 /* ---- input generation ------------------------------------------------------------------- */
-
-/* Whether an input the op has is drawn, by the params that switch it on. */
-static int wanted(const cli_problem * pb, const cli_arg * arg) {
-    if (!arg->optional) return 1;
-    const char * n = arg->name;
-    if (strcmp(n, "d") == 0) return (int)cli_param_or(pb, "has_d", 0);
-    if (strcmp(n, "z") == 0) return (int)cli_param_or(pb, "has_z", 0);
-    if (strcmp(n, "cu_seqlens") == 0) return cli_param_or(pb, "nseq", 0) > 0;
-    if (strcmp(n, "state_batch_indices") == 0) return cli_param_or(pb, "slots", 0) > 0;
-    if (strncmp(n, "dfinal_", 7) == 0) return (int)cli_param_or(pb, "has_dfinal", 0);
-    if (strstr(n, "_state")) return (int)cli_param_or(pb, "has_states", 0);
-    return 0;
-}
 
 /* Each (token, head) row of q/k scaled to unit rms, as the layer's RMSNorm leaves it. */
 static void rms_normalise_rows(const ssm_tensor * t, int64_t row_len, cli_rng * rng) {
@@ -212,9 +102,10 @@ static void rms_normalise_rows(const ssm_tensor * t, int64_t row_len, cli_rng * 
     free(row);
 }
 
-static void fill_input(cli_problem * pb, const m3dims * d, const char * name, cli_rng * rng) {
-    const ssm_tensor * t = &cli_arg_buf(pb, name)->view;
-    const int64_t      n = cli_numel(t->ndim, t->shape);
+static void fill_input(cli_problem * pb, const void * dims, const char * name, const ssm_tensor * t, cli_rng * rng) {
+    const m3dims * d = dims;
+    const int64_t  n = cli_numel(t->ndim, t->shape);
+    (void)pb;
     if (strcmp(name, "q") == 0 || strcmp(name, "k") == 0) {
         rms_normalise_rows(t, d->K, rng);
     } else if (strcmp(name, "dt") == 0) {
@@ -230,14 +121,6 @@ static void fill_input(cli_problem * pb, const m3dims * d, const char * name, cl
     } else {
         cli_gen_normal(t, rng);
     }
-}
-
-/* adt = −U(1,16)·dt (element by element; both (B,H,S) or (B,H), contiguous). */
-static void adt_from_dt(cli_problem * pb) {
-    const ssm_tensor * adt = &cli_arg_buf(pb, "adt")->view;
-    const ssm_tensor * dt  = &cli_arg_buf(pb, "dt")->view;
-    const int64_t      n   = cli_numel(adt->ndim, adt->shape);
-    for (int64_t i = 0; i < n; ++i) cli_set(adt, i, -cli_get(adt, i) * cli_get(dt, i));
 }
 
 /* Cumulative angles θ for mamba3_siso_fwd from the raw ones just drawn: the reference
@@ -278,135 +161,41 @@ static int cumulate_angles(cli_problem * pb, char * err, size_t errlen) {
 static int m3_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
     const m3dims d = dims_of(pb);
     cli_rng      rng;
-    cli_rng_seed(&rng, seed);
-    for (int i = 0; pb->op->args[i].name; ++i) {
-        const cli_arg * arg = &pb->op->args[i];
-        if (arg->output || !wanted(pb, arg)) continue;
-        int64_t       shp[4];
-        const int32_t ndim = shape_of(&d, arg->name, shp);
-        if (cli_gen_arg(pb, arg->name, ndim, shp, err, errlen)) return -1;
-        fill_input(pb, &d, arg->name, &rng);
-    }
-    if (cli_has_arg(pb, "adt")) adt_from_dt(pb);
+    if (cli_m3_generate(pb, seed, d.syms, 0, fill_input, &d, &rng, err, errlen)) return -1;
     /* siso_fwd takes θ (fp32 "angles" argument), the other ops raw rates. */
     if (strcmp(pb->op->name, "mamba3_siso_fwd") == 0) return cumulate_angles(pb, err, errlen);
     return 0;
 }
 
-/* ---- `run` binding ------------------------------------------------------------------------ */
-
+/* `run`: the chunk is not in the files (64 unless given). */
 static int m3_bind(cli_problem * pb, char * err, size_t errlen) {
-    static const char * const states[]  = {"angle_state", "ssm_state", "k_state", "v_state", NULL};
-    static const char * const dfinals[] = {"dfinal_angle_state", "dfinal_ssm_state", "dfinal_k_state",
-                                           "dfinal_v_state", NULL};
-    const int                 step      = is_step(pb);
-    const char *              ang       = cli_has_arg(pb, "dangles_cumsum") ? "dangles_cumsum" : "angles";
-    if (cli_need_ndim(pb, ang, step ? 3 : 4, err, errlen)) return -1;
-    cli_set_shape(pb, "B", cli_dim(pb, ang, 0));
-    if (!step) cli_set_shape(pb, "S", cli_dim(pb, ang, 1));
-    cli_set_shape(pb, "H", cli_dim(pb, ang, step ? 1 : 2));
-    cli_set_shape(pb, "A", cli_dim(pb, ang, step ? 2 : 3));
-    if (cli_has_arg(pb, "q")) {
-        if (cli_need_ndim(pb, "q", step ? 3 : 4, err, errlen) || cli_need_ndim(pb, "v", step ? 3 : 4, err, errlen))
-            return -1;
-        cli_set_shape(pb, "Hq", cli_dim(pb, "q", step ? 1 : 2));
-        cli_set_shape(pb, "K", cli_dim(pb, "q", step ? 2 : 3));
-        cli_set_shape(pb, "V", cli_dim(pb, "v", step ? 2 : 3));
-    }
     const int ci = cli_key_index(pb->op->shape_keys, "chunk");
     if (ci >= 0 && !pb->shape[ci].given) cli_set_shape(pb, "chunk", 64);
-    if (cli_has_param(pb, "has_d")) cli_set_param_int(pb, "has_d", cli_present(pb, "d"));
-    if (cli_has_param(pb, "has_z")) cli_set_param_int(pb, "has_z", cli_present(pb, "z"));
-    /* angle_cumsum_bwd has no state input: its has_states (dangle_state) stays as given */
-    if (cli_has_param(pb, "has_states") && cli_has_arg(pb, "angle_state"))
-        cli_set_param_int(pb, "has_states", cli_any_present(pb, states));
-    if (cli_has_param(pb, "has_final")) cli_set_param_int(pb, "has_final", 1);
-    if (cli_has_param(pb, "has_dfinal")) cli_set_param_int(pb, "has_dfinal", cli_any_present(pb, dfinals));
-    cli_bind_pool_params(pb, "ssm_state");
+    if (cli_bind_shapes(pb, NULL, NULL, err, errlen)) return -1;
+    cli_bind_flags(pb);
     return 0;
-}
-
-/* ---- outputs ------------------------------------------------------------------------------- */
-
-/* The input a gradient or final state belongs to ("dd" → "d", "dssm_state" → "ssm_state",
- * "final_k_state" → "k_state"); NULL when the output is always written. */
-static const char * source_of(const cli_problem * pb, const char * out) {
-    static const char * const grads_of_optional[][2] = {
-        {"dd", "d"},
-        {"dz", "z"},
-        {"dangle_state", "angle_state"},
-        {"dssm_state", "ssm_state"},
-        {"dk_state", "k_state"},
-        {"dv_state", "v_state"},
-    };
-    return cli_source_of(pb, out, grads_of_optional, sizeof grads_of_optional / sizeof grads_of_optional[0]);
 }
 
 static int m3_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     const m3dims d = dims_of(pb);
-    for (int i = 0; pb->op->args[i].name; ++i) {
-        const cli_arg * arg = &pb->op->args[i];
-        if (!arg->output) continue;
-        const char * src = source_of(pb, arg->name);
-        if (src && !cli_present(pb, src)) continue; /* the gradient of an absent input */
-        if (strncmp(arg->name, "final_", 6) == 0) {
-            if (d.step && cli_param_int(pb, "in_place")) {
-                if (cli_in_place(pb, arg->name, arg->name + 6, f64, err, errlen)) return -1;
-                continue;
-            }
-            if (!d.step && !cli_param_int(pb, "has_final")) continue;
-        }
-        /* angle_cumsum_bwd has no angle_state input: its dangle_state follows has_states */
-        if (strcmp(arg->name, "dangle_state") == 0 && !src && !cli_param_int(pb, "has_states")) continue;
-        int64_t       shp[4];
-        const int32_t ndim = shape_of(&d, arg->name, shp);
-        if (cli_out_arg(pb, arg->name, f64, ndim, shp, err, errlen)) return -1;
-    }
-    return 0;
+    return cli_m3_alloc(pb, f64, d.syms, 0, err, errlen);
 }
 
 /* ======================================================================================
  * mamba3_angle_cumsum and its backward (spec §2.1, §2.2, §6.6)
  * ====================================================================================== */
 
-static const cli_key angle_shape[] = {K_B, K_S, K_H, K_A, K_CHUNK, K_END};
+static const cli_key angle_shape[] = {K_B, K_S, K_H, K_A, K_CHUNK, CLI_KEY_END};
 static const cli_key angle_param[] = {
-    KEY_INT("has_states", "1", "initial angle state in (angle_state)"),
-    P_HAS_FINAL,
-    P_NSEQ,
-    K_END,
-};
-static const cli_arg angle_args[] = {
-    {"angles", 0, 0, CLI_ARG_ACT},
-    {"dt", 0, 0, CLI_ARG_F32},
-    {"angle_state", 0, 1, CLI_ARG_F32},
-    {"cu_seqlens", 0, 1, CLI_ARG_INDEX},
-    {"angles_cumsum", 1, 0, CLI_ARG_ACT},
-    {"final_angle_state", 1, 1, CLI_ARG_F32},
-    {NULL, 0, 0, CLI_ARG_F32},
+    CLI_KEY_INT("has_states", "1", "initial angle state in (angle_state)"), CLI_KEY_HAS_FINAL, CLI_KEY_NSEQ,
+    CLI_KEY_END,
 };
 static const char * const angle_cases[] = {
-    "B=2,S=70,H=4,A=8,chunk=32;",
-    "B=1,S=96,H=4,A=16,chunk=64;has_states=0",
-    "B=1,S=50,H=2,A=4,chunk=16;nseq=4",
-    "B=1,S=1,H=1,A=1,chunk=1;has_final=0",
-    NULL,
+    "B=2,S=70,H=4,A=8,chunk=32;", "B=1,S=96,H=4,A=16,chunk=64;has_states=0", "B=1,S=50,H=2,A=4,chunk=16;nseq=4",
+    "B=1,S=1,H=1,A=1,chunk=1;has_final=0", NULL,
 };
 
-static ssm_status angle_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba3_params      p = params_of(pb);
-    ssm_mamba3_angle_cumsum_args a;
-    memset(&a, 0, sizeof a);
-    a.angles            = cli_view(pb, "angles");
-    a.dt                = cli_view(pb, "dt");
-    a.angle_state       = cli_view(pb, "angle_state");
-    a.cu_seqlens        = cli_view(pb, "cu_seqlens");
-    a.angles_cumsum     = cli_view(pb, "angles_cumsum");
-    a.final_angle_state = cli_view(pb, "final_angle_state");
-    return ssm_mamba3_angle_cumsum(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba3_angle_cumsum, ssm_mamba3_params, params_of)
 
 static double tokens_of(const m3dims * d) {
     return (double)(d->B * d->S);
@@ -426,67 +215,20 @@ static double angle_bytes(const cli_problem * pb) {
     return n;
 }
 
-const cli_op cli_op_mamba3_angle_cumsum = {
-    "mamba3_angle_cumsum",
-    "theta = wrap(angle_state + cumsum(pi*tanh(angles)*dt)) per sequence (siso 2.1)",
-    angle_shape,
-    angle_param,
-    angle_args,
-    "B=1,S=2048,H=32,A=32,chunk=64",
-    NULL,
-    NULL,
-    angle_cases,
-    m3_validate,
-    m3_generate,
-    m3_bind,
-    m3_alloc,
-    angle_call,
-    NULL,
-    angle_flops,
-    angle_bytes,
-};
+CLI_OP(mamba3_angle_cumsum, "theta = wrap(angle_state + cumsum(pi*tanh(angles)*dt)) per sequence (siso 2.1)",
+       angle_shape, angle_param, CLI_BENCH("B=1,S=2048,H=32,A=32,chunk=64", NULL, NULL), angle_cases,
+       CLI_FNS(m3_validate, m3_generate, m3_bind, m3_alloc), NULL, angle_flops, angle_bytes);
 
 static const cli_key angleb_param[] = {
-    KEY_INT("has_states", "1", "dangle_state output (the forward had an angle_state)"),
-    P_HAS_DFINAL,
-    P_NSEQ,
-    K_END,
-};
-static const cli_arg angleb_args[] = {
-    {"dangles_cumsum", 0, 0, CLI_ARG_ACT},
-    {"dfinal_angle_state", 0, 1, CLI_ARG_F32},
-    {"angles", 0, 0, CLI_ARG_ACT},
-    {"dt", 0, 0, CLI_ARG_F32},
-    {"cu_seqlens", 0, 1, CLI_ARG_INDEX},
-    {"dangles", 1, 0, CLI_ARG_ACT},
-    {"ddt", 1, 0, CLI_ARG_F32},
-    {"dangle_state", 1, 1, CLI_ARG_F32},
-    {NULL, 0, 0, CLI_ARG_F32},
+    CLI_KEY_INT("has_states", "1", "dangle_state output (the forward had an angle_state)"), CLI_KEY_HAS_DFINAL,
+    CLI_KEY_NSEQ, CLI_KEY_END,
 };
 static const char * const angleb_cases[] = {
-    "B=2,S=70,H=4,A=8,chunk=32;",
-    "B=1,S=96,H=4,A=16,chunk=64;has_states=0,has_dfinal=0",
-    "B=1,S=50,H=2,A=4,chunk=16;nseq=4",
-    "B=1,S=1,H=1,A=1,chunk=1;",
-    NULL,
+    "B=2,S=70,H=4,A=8,chunk=32;", "B=1,S=96,H=4,A=16,chunk=64;has_states=0,has_dfinal=0",
+    "B=1,S=50,H=2,A=4,chunk=16;nseq=4", "B=1,S=1,H=1,A=1,chunk=1;", NULL,
 };
 
-static ssm_status angleb_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba3_params          p = params_of(pb);
-    ssm_mamba3_angle_cumsum_bwd_args a;
-    memset(&a, 0, sizeof a);
-    a.dangles_cumsum     = cli_view(pb, "dangles_cumsum");
-    a.dfinal_angle_state = cli_view(pb, "dfinal_angle_state");
-    a.angles             = cli_view(pb, "angles");
-    a.dt                 = cli_view(pb, "dt");
-    a.cu_seqlens         = cli_view(pb, "cu_seqlens");
-    a.dangles            = cli_view(pb, "dangles");
-    a.ddt                = cli_view(pb, "ddt");
-    a.dangle_state       = cli_view(pb, "dangle_state");
-    return ssm_mamba3_angle_cumsum_bwd(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba3_angle_cumsum_bwd, ssm_mamba3_params, params_of)
 
 /* Spec §7: O2 ≈ H·T·A·(1 tanh + ~8 FLOP); bytes T·H·(A·e_θ + 2A·e_raw + 8). */
 static double angleb_flops(const cli_problem * pb) {
@@ -499,92 +241,25 @@ static double angleb_bytes(const cli_problem * pb) {
     return tokens_of(&d) * (double)d.H * ((double)d.A * 3.0 * e_act(pb) + 8.0);
 }
 
-const cli_op cli_op_mamba3_angle_cumsum_bwd = {
-    "mamba3_angle_cumsum_bwd",
-    "gradients of mamba3_angle_cumsum: dangles, ddt, dangle_state (siso 2.2, 6.6)",
-    angle_shape,
-    angleb_param,
-    angleb_args,
-    "B=1,S=2048,H=32,A=32,chunk=64",
-    NULL,
-    NULL,
-    angleb_cases,
-    m3_validate,
-    m3_generate,
-    m3_bind,
-    m3_alloc,
-    angleb_call,
-    NULL,
-    angleb_flops,
-    angleb_bytes,
-};
+CLI_OP(mamba3_angle_cumsum_bwd, "gradients of mamba3_angle_cumsum: dangles, ddt, dangle_state (siso 2.2, 6.6)",
+       angle_shape, angleb_param, CLI_BENCH("B=1,S=2048,H=32,A=32,chunk=64", NULL, NULL), angleb_cases,
+       CLI_FNS(m3_validate, m3_generate, m3_bind, m3_alloc), NULL, angleb_flops, angleb_bytes);
 
 /* ======================================================================================
  * mamba3_siso_fwd, mamba3_siso (spec §2.3, §2.4)
  * ====================================================================================== */
 
-static const cli_key siso_shape[] = {K_B, K_S, K_H, K_HQ, K_K, K_V, K_A, K_CHUNK, K_END};
-static const cli_key siso_param[] = {P_HAS_D, P_HAS_Z, P_HAS_STATES, P_HAS_FINAL, P_NSEQ, K_END};
+static const cli_key siso_shape[] = {K_B, K_S, K_H, K_HQ, K_K, K_V, K_A, K_CHUNK, CLI_KEY_END};
+static const cli_key siso_param[] = {P_HAS_D, P_HAS_Z, P_HAS_STATES, CLI_KEY_HAS_FINAL, CLI_KEY_NSEQ, CLI_KEY_END};
 static const char * const siso_cases[] = {
     "B=2,S=77,H=4,Hq=2,K=32,V=16,A=8,chunk=32;",
     "B=1,S=64,H=4,Hq=4,K=16,V=8,A=8,chunk=16;has_d=0,has_z=0,has_states=0",
-    "B=2,S=50,H=4,Hq=1,K=32,V=16,A=8,chunk=16;has_final=0",
-    "B=1,S=60,H=4,Hq=2,K=16,V=16,A=4,chunk=16;nseq=4",
-    "B=1,S=40,H=2,Hq=1,K=64,V=32,A=16,chunk=64;has_z=0",
-    "B=1,S=1,H=1,Hq=1,K=2,V=1,A=1,chunk=1;",
-    NULL,
+    "B=2,S=50,H=4,Hq=1,K=32,V=16,A=8,chunk=16;has_final=0", "B=1,S=60,H=4,Hq=2,K=16,V=16,A=4,chunk=16;nseq=4",
+    "B=1,S=40,H=2,Hq=1,K=64,V=32,A=16,chunk=64;has_z=0", "B=1,S=1,H=1,Hq=1,K=2,V=1,A=1,chunk=1;", NULL,
 };
 
-static const cli_arg fwd_args[] = {
-    {"q", 0, 0, CLI_ARG_ACT},
-    {"k", 0, 0, CLI_ARG_ACT},
-    {"v", 0, 0, CLI_ARG_ACT},
-    {"adt", 0, 0, CLI_ARG_F32},
-    {"dt", 0, 0, CLI_ARG_F32},
-    {"trap", 0, 0, CLI_ARG_ACT},
-    {"q_bias", 0, 0, CLI_ARG_F32},
-    {"k_bias", 0, 0, CLI_ARG_F32},
-    {"angles", 0, 0, CLI_ARG_F32},
-    {"d", 0, 1, CLI_ARG_F32},
-    {"z", 0, 1, CLI_ARG_ACT},
-    {"ssm_state", 0, 1, CLI_ARG_F32},
-    {"k_state", 0, 1, CLI_ARG_F32},
-    {"v_state", 0, 1, CLI_ARG_F32},
-    {"cu_seqlens", 0, 1, CLI_ARG_INDEX},
-    {"out", 1, 0, CLI_ARG_ACT},
-    {"final_ssm_state", 1, 1, CLI_ARG_F32},
-    {"final_k_state", 1, 1, CLI_ARG_F32},
-    {"final_v_state", 1, 1, CLI_ARG_F32},
-    {NULL, 0, 0, CLI_ARG_F32},
-};
 
-static ssm_status fwd_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba3_params  p = params_of(pb);
-    ssm_mamba3_siso_fwd_args a;
-    memset(&a, 0, sizeof a);
-    a.q               = cli_view(pb, "q");
-    a.k               = cli_view(pb, "k");
-    a.v               = cli_view(pb, "v");
-    a.adt             = cli_view(pb, "adt");
-    a.dt              = cli_view(pb, "dt");
-    a.trap            = cli_view(pb, "trap");
-    a.q_bias          = cli_view(pb, "q_bias");
-    a.k_bias          = cli_view(pb, "k_bias");
-    a.angles          = cli_view(pb, "angles");
-    a.d               = cli_view(pb, "d");
-    a.z               = cli_view(pb, "z");
-    a.ssm_state       = cli_view(pb, "ssm_state");
-    a.k_state         = cli_view(pb, "k_state");
-    a.v_state         = cli_view(pb, "v_state");
-    a.cu_seqlens      = cli_view(pb, "cu_seqlens");
-    a.out             = cli_view(pb, "out");
-    a.final_ssm_state = cli_view(pb, "final_ssm_state");
-    a.final_k_state   = cli_view(pb, "final_k_state");
-    a.final_v_state   = cli_view(pb, "final_v_state");
-    return ssm_mamba3_siso_fwd(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba3_siso_fwd, ssm_mamba3_params, params_of)
 
 /* Spec §7 counts F_fwd ≈ H·T·(4KV + 2C(K+V)) at the chunk C. The chunk is not semantic and
  * the CPU backend tiles at its own (32 tokens) whatever chunk= says, so, as mamba2_scan
@@ -613,80 +288,13 @@ static double fwd_bytes(const cli_problem * pb) {
     return fwd_bytes_of(pb, 4.0, 0); /* cumulative angles are fp32 */
 }
 
-const cli_op cli_op_mamba3_siso_fwd = {
-    "mamba3_siso_fwd",
-    "SISO chunked core forward, cumulative angles in; states, varlen (siso 2.3)",
-    siso_shape,
-    siso_param,
-    fwd_args,
-    "B=1,S=2048,H=32,Hq=1,K=128,V=64,A=32,chunk=64",
-    "has_d=1,has_z=1,has_states=0,has_final=0",
-    NULL,
-    siso_cases,
-    m3_validate,
-    m3_generate,
-    m3_bind,
-    m3_alloc,
-    fwd_call,
-    NULL,
-    fwd_flops,
-    fwd_bytes,
-};
+CLI_OP(mamba3_siso_fwd, "SISO chunked core forward, cumulative angles in; states, varlen (siso 2.3)", siso_shape,
+       siso_param,
+       CLI_BENCH("B=1,S=2048,H=32,Hq=1,K=128,V=64,A=32,chunk=64", "has_d=1,has_z=1,has_states=0,has_final=0", NULL),
+       siso_cases, CLI_FNS(m3_validate, m3_generate, m3_bind, m3_alloc), NULL, fwd_flops, fwd_bytes);
 
-static const cli_arg siso_args[] = {
-    {"q", 0, 0, CLI_ARG_ACT},
-    {"k", 0, 0, CLI_ARG_ACT},
-    {"v", 0, 0, CLI_ARG_ACT},
-    {"adt", 0, 0, CLI_ARG_F32},
-    {"dt", 0, 0, CLI_ARG_F32},
-    {"trap", 0, 0, CLI_ARG_ACT},
-    {"q_bias", 0, 0, CLI_ARG_F32},
-    {"k_bias", 0, 0, CLI_ARG_F32},
-    {"angles", 0, 0, CLI_ARG_ACT},
-    {"d", 0, 1, CLI_ARG_F32},
-    {"z", 0, 1, CLI_ARG_ACT},
-    {"angle_state", 0, 1, CLI_ARG_F32},
-    {"ssm_state", 0, 1, CLI_ARG_F32},
-    {"k_state", 0, 1, CLI_ARG_F32},
-    {"v_state", 0, 1, CLI_ARG_F32},
-    {"cu_seqlens", 0, 1, CLI_ARG_INDEX},
-    {"out", 1, 0, CLI_ARG_ACT},
-    {"final_angle_state", 1, 1, CLI_ARG_F32},
-    {"final_ssm_state", 1, 1, CLI_ARG_F32},
-    {"final_k_state", 1, 1, CLI_ARG_F32},
-    {"final_v_state", 1, 1, CLI_ARG_F32},
-    {NULL, 0, 0, CLI_ARG_F32},
-};
 
-static ssm_status siso_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba3_params p = params_of(pb);
-    ssm_mamba3_siso_args    a;
-    memset(&a, 0, sizeof a);
-    a.q                 = cli_view(pb, "q");
-    a.k                 = cli_view(pb, "k");
-    a.v                 = cli_view(pb, "v");
-    a.adt               = cli_view(pb, "adt");
-    a.dt                = cli_view(pb, "dt");
-    a.trap              = cli_view(pb, "trap");
-    a.q_bias            = cli_view(pb, "q_bias");
-    a.k_bias            = cli_view(pb, "k_bias");
-    a.angles            = cli_view(pb, "angles");
-    a.d                 = cli_view(pb, "d");
-    a.z                 = cli_view(pb, "z");
-    a.angle_state       = cli_view(pb, "angle_state");
-    a.ssm_state         = cli_view(pb, "ssm_state");
-    a.k_state           = cli_view(pb, "k_state");
-    a.v_state           = cli_view(pb, "v_state");
-    a.cu_seqlens        = cli_view(pb, "cu_seqlens");
-    a.out               = cli_view(pb, "out");
-    a.final_angle_state = cli_view(pb, "final_angle_state");
-    a.final_ssm_state   = cli_view(pb, "final_ssm_state");
-    a.final_k_state     = cli_view(pb, "final_k_state");
-    a.final_v_state     = cli_view(pb, "final_v_state");
-    return ssm_mamba3_siso(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba3_siso, ssm_mamba3_params, params_of)
 
 /* The angle cumsum it fuses (6·H·T·A) on top of the core's chunk-independent count. */
 static double siso_flops(const cli_problem * pb) {
@@ -698,127 +306,27 @@ static double siso_bytes(const cli_problem * pb) {
     return fwd_bytes_of(pb, e_act(pb), 1); /* raw angles in the compute dtype */
 }
 
-const cli_op cli_op_mamba3_siso = {
-    "mamba3_siso",
-    "SISO combined forward: raw angles, four states in/out, varlen (siso 2.4, 2.7)",
-    siso_shape,
-    siso_param,
-    siso_args,
-    "B=1,S=2048,H=32,Hq=1,K=128,V=64,A=32,chunk=64",
-    "has_d=1,has_z=1,has_states=0,has_final=0",
-    NULL,
-    siso_cases,
-    m3_validate,
-    m3_generate,
-    m3_bind,
-    m3_alloc,
-    siso_call,
-    NULL,
-    siso_flops,
-    siso_bytes,
-};
+CLI_OP(mamba3_siso, "SISO combined forward: raw angles, four states in/out, varlen (siso 2.4, 2.7)", siso_shape,
+       siso_param,
+       CLI_BENCH("B=1,S=2048,H=32,Hq=1,K=128,V=64,A=32,chunk=64", "has_d=1,has_z=1,has_states=0,has_final=0", NULL),
+       siso_cases, CLI_FNS(m3_validate, m3_generate, m3_bind, m3_alloc), NULL, siso_flops, siso_bytes);
 
 /* ======================================================================================
  * mamba3_siso_bwd (spec §2.5, §6)
  * ====================================================================================== */
 
 static const cli_key bwd_shape[] = {
-    K_B, KEY_INT("S", "64", "sequence length (the reference backward is O(S^2))"), K_H, K_HQ, K_K, K_V, K_A, K_CHUNK,
-    K_END,
+    K_B, CLI_KEY_INT("S", "64", "sequence length (the reference backward is O(S^2))"), K_H, K_HQ, K_K, K_V, K_A,
+    K_CHUNK, CLI_KEY_END,
 };
-static const cli_key bwd_param[] = {P_HAS_D, P_HAS_Z, P_HAS_STATES, P_HAS_DFINAL, P_NSEQ, K_END};
-static const cli_arg bwd_args[]  = {
-    {"q", 0, 0, CLI_ARG_ACT},
-    {"k", 0, 0, CLI_ARG_ACT},
-    {"v", 0, 0, CLI_ARG_ACT},
-    {"adt", 0, 0, CLI_ARG_F32},
-    {"dt", 0, 0, CLI_ARG_F32},
-    {"trap", 0, 0, CLI_ARG_ACT},
-    {"q_bias", 0, 0, CLI_ARG_F32},
-    {"k_bias", 0, 0, CLI_ARG_F32},
-    {"angles", 0, 0, CLI_ARG_ACT},
-    {"d", 0, 1, CLI_ARG_F32},
-    {"z", 0, 1, CLI_ARG_ACT},
-    {"angle_state", 0, 1, CLI_ARG_F32},
-    {"ssm_state", 0, 1, CLI_ARG_F32},
-    {"k_state", 0, 1, CLI_ARG_F32},
-    {"v_state", 0, 1, CLI_ARG_F32},
-    {"cu_seqlens", 0, 1, CLI_ARG_INDEX},
-    {"dout", 0, 0, CLI_ARG_ACT},
-    {"dfinal_angle_state", 0, 1, CLI_ARG_F32},
-    {"dfinal_ssm_state", 0, 1, CLI_ARG_F32},
-    {"dfinal_k_state", 0, 1, CLI_ARG_F32},
-    {"dfinal_v_state", 0, 1, CLI_ARG_F32},
-    {"dq", 1, 0, CLI_ARG_ACT},
-    {"dk", 1, 0, CLI_ARG_ACT},
-    {"dv", 1, 0, CLI_ARG_ACT},
-    {"dadt", 1, 0, CLI_ARG_F32},
-    {"ddt", 1, 0, CLI_ARG_F32},
-    {"dtrap", 1, 0, CLI_ARG_F32},
-    {"dq_bias", 1, 0, CLI_ARG_F32},
-    {"dk_bias", 1, 0, CLI_ARG_F32},
-    {"dangles", 1, 0, CLI_ARG_ACT},
-    {"dd", 1, 1, CLI_ARG_F32},
-    {"dz", 1, 1, CLI_ARG_ACT},
-    {"dangle_state", 1, 1, CLI_ARG_F32},
-    {"dssm_state", 1, 1, CLI_ARG_F32},
-    {"dk_state", 1, 1, CLI_ARG_F32},
-    {"dv_state", 1, 1, CLI_ARG_F32},
-    {NULL, 0, 0, CLI_ARG_F32},
-};
+static const cli_key bwd_param[] = {P_HAS_D, P_HAS_Z, P_HAS_STATES, CLI_KEY_HAS_DFINAL, CLI_KEY_NSEQ, CLI_KEY_END};
 static const char * const bwd_cases[] = {
-    "B=2,S=37,H=4,Hq=2,K=16,V=8,A=4,chunk=16;",
-    "B=1,S=48,H=2,Hq=1,K=32,V=16,A=8,chunk=16;has_states=0,has_dfinal=0",
-    "B=1,S=40,H=4,Hq=2,K=16,V=16,A=8,chunk=16;has_z=0,has_d=0",
-    "B=1,S=30,H=2,Hq=2,K=8,V=8,A=2,chunk=8;nseq=4",
-    "B=1,S=1,H=1,Hq=1,K=2,V=1,A=1,chunk=1;",
-    NULL,
+    "B=2,S=37,H=4,Hq=2,K=16,V=8,A=4,chunk=16;", "B=1,S=48,H=2,Hq=1,K=32,V=16,A=8,chunk=16;has_states=0,has_dfinal=0",
+    "B=1,S=40,H=4,Hq=2,K=16,V=16,A=8,chunk=16;has_z=0,has_d=0", "B=1,S=30,H=2,Hq=2,K=8,V=8,A=2,chunk=8;nseq=4",
+    "B=1,S=1,H=1,Hq=1,K=2,V=1,A=1,chunk=1;", NULL,
 };
 
-static ssm_status bwd_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba3_params  p = params_of(pb);
-    ssm_mamba3_siso_bwd_args a;
-    memset(&a, 0, sizeof a);
-    a.q                  = cli_view(pb, "q");
-    a.k                  = cli_view(pb, "k");
-    a.v                  = cli_view(pb, "v");
-    a.adt                = cli_view(pb, "adt");
-    a.dt                 = cli_view(pb, "dt");
-    a.trap               = cli_view(pb, "trap");
-    a.q_bias             = cli_view(pb, "q_bias");
-    a.k_bias             = cli_view(pb, "k_bias");
-    a.angles             = cli_view(pb, "angles");
-    a.d                  = cli_view(pb, "d");
-    a.z                  = cli_view(pb, "z");
-    a.angle_state        = cli_view(pb, "angle_state");
-    a.ssm_state          = cli_view(pb, "ssm_state");
-    a.k_state            = cli_view(pb, "k_state");
-    a.v_state            = cli_view(pb, "v_state");
-    a.cu_seqlens         = cli_view(pb, "cu_seqlens");
-    a.dout               = cli_view(pb, "dout");
-    a.dfinal_angle_state = cli_view(pb, "dfinal_angle_state");
-    a.dfinal_ssm_state   = cli_view(pb, "dfinal_ssm_state");
-    a.dfinal_k_state     = cli_view(pb, "dfinal_k_state");
-    a.dfinal_v_state     = cli_view(pb, "dfinal_v_state");
-    a.dq                 = cli_view(pb, "dq");
-    a.dk                 = cli_view(pb, "dk");
-    a.dv                 = cli_view(pb, "dv");
-    a.dadt               = cli_view(pb, "dadt");
-    a.ddt                = cli_view(pb, "ddt");
-    a.dtrap              = cli_view(pb, "dtrap");
-    a.dq_bias            = cli_view(pb, "dq_bias");
-    a.dk_bias            = cli_view(pb, "dk_bias");
-    a.dangles            = cli_view(pb, "dangles");
-    a.dd                 = cli_view(pb, "dd");
-    a.dz                 = cli_view(pb, "dz");
-    a.dangle_state       = cli_view(pb, "dangle_state");
-    a.dssm_state         = cli_view(pb, "dssm_state");
-    a.dk_state           = cli_view(pb, "dk_state");
-    a.dv_state           = cli_view(pb, "dv_state");
-    return ssm_mamba3_siso_bwd(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba3_siso_bwd, ssm_mamba3_params, params_of)
 
 /* Spec §7: F_bwd ≈ H·T·(10KV + C(6K + 4V)) at the chunk C. The CPU backward tiles at its
  * own chunk (64 tokens) whatever chunk= says, so only the chunk-independent H·T·10KV (the
@@ -843,102 +351,25 @@ static double bwd_bytes(const cli_problem * pb) {
     return n;
 }
 
-const cli_op cli_op_mamba3_siso_bwd = {
-    "mamba3_siso_bwd",
-    "every gradient of mamba3_siso, recomputing the forward (siso 2.5, 6)",
-    bwd_shape,
-    bwd_param,
-    bwd_args,
-    "B=1,S=2048,H=32,Hq=1,K=128,V=64,A=32,chunk=64",
-    "has_d=1,has_z=1,has_states=0,has_dfinal=0",
-    NULL,
-    bwd_cases,
-    m3_validate,
-    m3_generate,
-    m3_bind,
-    m3_alloc,
-    bwd_call,
-    NULL,
-    bwd_flops,
-    bwd_bytes,
-};
+CLI_OP(mamba3_siso_bwd, "every gradient of mamba3_siso, recomputing the forward (siso 2.5, 6)", bwd_shape, bwd_param,
+       CLI_BENCH("B=1,S=2048,H=32,Hq=1,K=128,V=64,A=32,chunk=64", "has_d=1,has_z=1,has_states=0,has_dfinal=0", NULL),
+       bwd_cases, CLI_FNS(m3_validate, m3_generate, m3_bind, m3_alloc), NULL, bwd_flops, bwd_bytes);
 
 /* ======================================================================================
  * mamba3_siso_step (spec §2.6)
  * ====================================================================================== */
 
 static const cli_key step_shape[] = {
-    KEY_INT("B", "3", "batch rows (one token each)"), K_H, K_HQ, K_K, K_V, K_A, K_END,
+    CLI_KEY_INT("B", "3", "batch rows (one token each)"), K_H, K_HQ, K_K, K_V, K_A, CLI_KEY_END,
 };
-static const cli_key step_param[] = {
-    P_HAS_D,
-    P_HAS_Z,
-    KEY_INT("slots", "0", "state pool rows with state_batch_indices (>= B; row 1 is padding); 0 = no indices"),
-    KEY_INT("in_place", "1", "final_* states are the input state pools (updated in place)"),
-    K_END,
-};
-static const cli_arg step_args[] = {
-    {"q", 0, 0, CLI_ARG_ACT},
-    {"k", 0, 0, CLI_ARG_ACT},
-    {"v", 0, 0, CLI_ARG_ACT},
-    {"adt", 0, 0, CLI_ARG_F32},
-    {"dt", 0, 0, CLI_ARG_F32},
-    {"trap", 0, 0, CLI_ARG_ACT},
-    {"q_bias", 0, 0, CLI_ARG_F32},
-    {"k_bias", 0, 0, CLI_ARG_F32},
-    {"angles", 0, 0, CLI_ARG_ACT},
-    {"d", 0, 1, CLI_ARG_F32},
-    {"z", 0, 1, CLI_ARG_ACT},
-    {"angle_state", 0, 0, CLI_ARG_F32},
-    {"ssm_state", 0, 0, CLI_ARG_F32},
-    {"k_state", 0, 0, CLI_ARG_F32},
-    {"v_state", 0, 0, CLI_ARG_F32},
-    {"state_batch_indices", 0, 1, CLI_ARG_INDEX},
-    {"out", 1, 0, CLI_ARG_ACT},
-    {"final_angle_state", 1, 0, CLI_ARG_F32},
-    {"final_ssm_state", 1, 0, CLI_ARG_F32},
-    {"final_k_state", 1, 0, CLI_ARG_F32},
-    {"final_v_state", 1, 0, CLI_ARG_F32},
-    {NULL, 0, 0, CLI_ARG_F32},
-};
+static const cli_key step_param[] = {P_HAS_D, P_HAS_Z, CLI_KEY_SLOTS, CLI_KEY_IN_PLACE_POOLS, CLI_KEY_END};
 static const char * const step_cases[] = {
-    "B=3,H=4,Hq=2,K=32,V=16,A=8;",
-    "B=2,H=4,Hq=4,K=16,V=32,A=8;has_d=0,slots=5",
-    "B=4,H=4,Hq=1,K=16,V=8,A=4;has_z=0,in_place=0,slots=6",
-    "B=16,H=4,Hq=1,K=64,V=32,A=16;",
-    "B=1,H=1,Hq=1,K=2,V=1,A=1;in_place=0",
-    NULL,
+    "B=3,H=4,Hq=2,K=32,V=16,A=8;", "B=2,H=4,Hq=4,K=16,V=32,A=8;has_d=0,slots=5",
+    "B=4,H=4,Hq=1,K=16,V=8,A=4;has_z=0,in_place=0,slots=6", "B=16,H=4,Hq=1,K=64,V=32,A=16;",
+    "B=1,H=1,Hq=1,K=2,V=1,A=1;in_place=0", NULL,
 };
 
-static ssm_status step_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) {
-    (void)ws;
-    (void)wsz;
-    const ssm_mamba3_params   p = params_of(pb);
-    ssm_mamba3_siso_step_args a;
-    memset(&a, 0, sizeof a);
-    a.q                   = cli_view(pb, "q");
-    a.k                   = cli_view(pb, "k");
-    a.v                   = cli_view(pb, "v");
-    a.adt                 = cli_view(pb, "adt");
-    a.dt                  = cli_view(pb, "dt");
-    a.trap                = cli_view(pb, "trap");
-    a.q_bias              = cli_view(pb, "q_bias");
-    a.k_bias              = cli_view(pb, "k_bias");
-    a.angles              = cli_view(pb, "angles");
-    a.d                   = cli_view(pb, "d");
-    a.z                   = cli_view(pb, "z");
-    a.angle_state         = cli_view(pb, "angle_state");
-    a.ssm_state           = cli_view(pb, "ssm_state");
-    a.k_state             = cli_view(pb, "k_state");
-    a.v_state             = cli_view(pb, "v_state");
-    a.state_batch_indices = cli_view(pb, "state_batch_indices");
-    a.out                 = cli_view(pb, "out");
-    a.final_angle_state   = cli_view(pb, "final_angle_state");
-    a.final_ssm_state     = cli_view(pb, "final_ssm_state");
-    a.final_k_state       = cli_view(pb, "final_k_state");
-    a.final_v_state       = cli_view(pb, "final_v_state");
-    return ssm_mamba3_siso_step(ctx, &p, &a);
-}
+CLI_DEFINE_CALL(mamba3_siso_step, ssm_mamba3_params, params_of)
 
 /* Spec §7 step per (b,h): ≈ 7KV + 2K + 16A + 6V FLOP. */
 static double step_flops(const cli_problem * pb) {
@@ -956,22 +387,6 @@ static double step_bytes(const cli_problem * pb) {
     return 2.0 * e * (double)(d.B * d.H) * (double)(d.K * d.V + d.K + d.V + d.A);
 }
 
-const cli_op cli_op_mamba3_siso_step = {
-    "mamba3_siso_step",
-    "SISO decode: one token per row, four state pools updated in place (siso 2.6)",
-    step_shape,
-    step_param,
-    step_args,
-    "B=1,H=32,Hq=1,K=128,V=64,A=32",
-    NULL,
-    NULL,
-    step_cases,
-    m3_validate,
-    m3_generate,
-    m3_bind,
-    m3_alloc,
-    step_call,
-    NULL,
-    step_flops,
-    step_bytes,
-};
+CLI_OP(mamba3_siso_step, "SISO decode: one token per row, four state pools updated in place (siso 2.6)", step_shape,
+       step_param, CLI_BENCH("B=1,H=32,Hq=1,K=128,V=64,A=32", NULL, NULL), step_cases,
+       CLI_FNS(m3_validate, m3_generate, m3_bind, m3_alloc), NULL, step_flops, step_bytes);

@@ -1,9 +1,10 @@
 /*
  * cli-ops.c — the operator table and the problem setup every command shares.
  *
- * A cli_op (cli.h) describes one operator: its shape keys and param keys (with defaults),
- * its tensor arguments (names = .npy files = C struct fields), and the functions that make
- * random inputs, bind loaded inputs, allocate outputs, call the library and count the work.
+ * A cli_op (cli.h) describes one operator: its shape keys and param keys (with defaults)
+ * and the functions that make random inputs, bind loaded inputs, allocate outputs, call the
+ * library and count the work; its tensor arguments (names = .npy files = C struct fields)
+ * are the library's schema of the operator.
  * The families live in their own files (cli-mamba2.c, cli-mamba2-train.c, cli-layer.c,
  * cli-mamba3-siso.c, cli-mamba3-mimo.c); this file lists them.
  */
@@ -64,10 +65,20 @@ const cli_op * cli_find_op(const char * name) {
     return NULL;
 }
 
+const ssm_op_info * cli_op_info(const cli_op * op) {
+    return ssm_op_get(ssm_op_find(op->name));
+}
+
 int cli_arg_index(const cli_op * op, const char * name) {
-    for (int i = 0; op->args[i].name; ++i)
-        if (strcmp(op->args[i].name, name) == 0) return i;
+    const ssm_op_info * info = cli_op_info(op);
+    for (int i = 0; info != NULL && i < info->nargs; ++i)
+        if (strcmp(info->args[i].name, name) == 0) return i;
     return -1;
+}
+
+cli_arg_kind cli_arg_kind_of(const cli_arg * arg) {
+    if (arg->dtype_class == SSM_DTYPE_CLASS_INDEX) return CLI_ARG_INDEX;
+    return (arg->flags & SSM_ARG_ACTIVATION) ? CLI_ARG_ACT : CLI_ARG_F32;
 }
 
 /* A key the operator code asks for but the table lacks is a bug in the table. */
@@ -140,6 +151,12 @@ ssm_tensor cli_view(const cli_problem * pb, const char * name) {
     return pb->arg[i].view;
 }
 
+void cli_args_struct(const cli_problem * pb, void * args) {
+    memset(args, 0, pb->info->args_size);
+    for (int i = 0; i < pb->info->nargs; ++i)
+        if (pb->arg[i].mem) memcpy((char *)args + pb->info->args[i].offset, &pb->arg[i].view, sizeof(ssm_tensor));
+}
+
 cli_buf * cli_arg_buf(cli_problem * pb, const char * name) {
     const int i = cli_arg_index(pb->op, name);
     if (i < 0) {
@@ -150,16 +167,17 @@ cli_buf * cli_arg_buf(cli_problem * pb, const char * name) {
 }
 
 ssm_dtype cli_arg_dtype(const cli_problem * pb, const cli_arg * arg, int f64) {
-    if (arg->kind == CLI_ARG_INDEX) return SSM_DTYPE_I32;
+    const cli_arg_kind kind = cli_arg_kind_of(arg);
+    if (kind == CLI_ARG_INDEX) return SSM_DTYPE_I32;
     if (f64) return SSM_DTYPE_F64;
-    if (arg->kind != CLI_ARG_ACT) return SSM_DTYPE_F32;
-    return arg->output && pb->out_dtype >= 0 ? (ssm_dtype)pb->out_dtype : pb->dtype;
+    if (kind != CLI_ARG_ACT) return SSM_DTYPE_F32;
+    return cli_arg_is_output(arg) && pb->out_dtype >= 0 ? (ssm_dtype)pb->out_dtype : pb->dtype;
 }
 
 int cli_alloc_arg(cli_problem * pb, const char * name, int f64, int32_t ndim, const int64_t * shape) {
     const int i = cli_arg_index(pb->op, name);
     if (i < 0) return -1;
-    return cli_buf_alloc(&pb->arg[i], cli_arg_dtype(pb, &pb->op->args[i], f64), ndim, shape);
+    return cli_buf_alloc(&pb->arg[i], cli_arg_dtype(pb, &pb->info->args[i], f64), ndim, shape);
 }
 
 static int set_defaults(const cli_key * keys, cli_value * values, char * err, size_t errlen) {
@@ -172,6 +190,7 @@ int cli_problem_init(cli_problem * pb, const cli_op * op, ssm_dtype dtype, int b
                      const char * param_list, char * err, size_t errlen) {
     memset(pb, 0, sizeof *pb);
     pb->op        = op;
+    pb->info      = cli_op_info(op);
     pb->dtype     = dtype;
     pb->out_dtype = -1;
     if (set_defaults(op->shape_keys, pb->shape, err, errlen) != 0) return -1;

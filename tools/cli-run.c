@@ -125,16 +125,17 @@ int cli_cmd_run(const cli_options * opt) {
     int           rc  = CLI_EXIT_FAIL;
     ssm_context * ctx = NULL;
     void *        ws  = NULL;
-    for (int i = 0; op->args[i].name; ++i) {
-        const cli_arg * arg = &op->args[i];
-        if (arg->output) continue;
+    for (int i = 0; i < pb.info->nargs; ++i) {
+        const cli_arg * arg = &pb.info->args[i];
+        if (cli_arg_is_output(arg)) continue;
         snprintf(path, sizeof path, "%s/%s.npy", opt->in_dir, arg->name);
         if (access(path, F_OK) != 0) {
-            if (arg->optional) continue;
+            if (cli_arg_is_optional(arg)) continue;
             rc = cli_fail("%s: required input %s is missing", op->name, path);
             goto done;
         }
-        if (load_npy(path, arg->kind == CLI_ARG_INDEX, cli_arg_dtype(&pb, arg, 0), &pb.arg[i], err, sizeof err) != 0) {
+        if (load_npy(path, cli_arg_kind_of(arg) == CLI_ARG_INDEX, cli_arg_dtype(&pb, arg, 0), &pb.arg[i], err,
+                     sizeof err) != 0) {
             rc = cli_fail("%s", err);
             goto done;
         }
@@ -144,8 +145,9 @@ int cli_cmd_run(const cli_options * opt) {
         rc = cli_fail("%s", err);
         goto done;
     }
-    for (int i = 0; op->args[i].name; ++i)
-        if (op->args[i].output && pb.arg[i].mem && !pb.arg[i].borrowed) cli_fill(&pb.arg[i].view, NAN);
+    for (int i = 0; i < pb.info->nargs; ++i)
+        if (cli_arg_is_output(&pb.info->args[i]) && pb.arg[i].mem && !pb.arg[i].borrowed)
+            cli_fill(&pb.arg[i].view, NAN);
 
     ssm_status st =
         cli_context_create_mode(opt->backend, opt->threads, opt->ref_mode >= 0 ? opt->ref_mode : SSM_REF_EXACT, &ctx);
@@ -183,9 +185,9 @@ int cli_cmd_run(const cli_options * opt) {
         rc = cli_fail("cannot create the output directory %s: %s", opt->out_dir, strerror(errno));
         goto done;
     }
-    for (int i = 0; op->args[i].name; ++i) {
-        if (!op->args[i].output || !pb.arg[i].mem) continue;
-        snprintf(path, sizeof path, "%s/%s.npy", opt->out_dir, op->args[i].name);
+    for (int i = 0; i < pb.info->nargs; ++i) {
+        if (!cli_arg_is_output(&pb.info->args[i]) || !pb.arg[i].mem) continue;
+        snprintf(path, sizeof path, "%s/%s.npy", opt->out_dir, pb.info->args[i].name);
         if (write_npy(path, &pb.arg[i], err, sizeof err) != 0) {
             rc = cli_fail("%s", err);
             goto done;

@@ -17,9 +17,10 @@
  *   cli-bench.c      `bench OP`: timing, GFLOP/s, GB/s against the ceilings
  *   cli-ceilings.c   `bench --ceilings`: FMA peak and copy bandwidth with pthreads
  *
- * Adding an operator = one cli_op entry (shape keys, param keys, arguments) plus its
- * generate / bind / alloc_outputs / call / flops / bytes functions; every command then
- * works for it.
+ * An operator's tensor arguments come from the library's schema (ssm_op_get: names, roles,
+ * ranks, dtype classes, shapes, the field offsets of its args struct), so adding an operator
+ * = one cli_op entry (shape keys, param keys) plus its generate / bind / alloc_outputs / call
+ * / flops / bytes functions; every command then works for it.
  */
 #ifndef SSMOPS_CLI_H
 #define SSMOPS_CLI_H
@@ -36,7 +37,7 @@
 #endif
 
 #define CLI_MAX_KEYS 16 /* shape keys or param keys of one operator */
-#define CLI_MAX_ARGS 48 /* tensor arguments of one operator (mamba3_mimo_bwd: 44) */
+#define CLI_MAX_ARGS 48 /* tensor arguments of one operator (mamba3_mimo_bwd: 44; a test checks) */
 #define CLI_ERR_LEN  512
 
 /* Exit statuses of every command. */
@@ -126,6 +127,24 @@ typedef struct cli_key {
     const char * choices; /* CLI_KEY_WORD: "a|b|c"                    */
 } cli_key;
 
+/* Key table entries: an integer key, the end of a table, and the keys several families share. */
+#define CLI_KEY_INT(name, def, help) {name, CLI_KEY_INT, def, help, NULL}
+#define CLI_KEY_END                  {NULL, CLI_KEY_INT, NULL, NULL, NULL}
+#define CLI_KEY_NSEQ \
+    CLI_KEY_INT("nseq", "0", "varlen: cu_seqlens with this many sequences, batch 1 (0 = off)")
+#define CLI_KEY_SLOTS \
+    CLI_KEY_INT("slots", "0", "state pool rows with state_batch_indices (>= B; row 1 is padding); 0 = no indices")
+#define CLI_KEY_IN_PLACE_POOLS \
+    CLI_KEY_INT("in_place", "1", "final_* states are the input state pools (updated in place)")
+#define CLI_KEY_HAS_FINAL  CLI_KEY_INT("has_final", "1", "final states out")
+#define CLI_KEY_HAS_DFINAL CLI_KEY_INT("has_dfinal", "1", "incoming gradients of the final states")
+/* The Mamba-2 family's (cli-mamba2.c, cli-mamba2-train.c). */
+#define CLI_M2_KEY_HAS_D       CLI_KEY_INT("has_d", "1", "D skip term: 0 none, 1 D of shape (H), 2 D of shape (H,P)")
+#define CLI_M2_KEY_HAS_Z       CLI_KEY_INT("has_z", "1", "gate z: out = y*silu(z)")
+#define CLI_M2_KEY_HAS_DT_BIAS CLI_KEY_INT("has_dt_bias", "1", "dt_bias input")
+#define CLI_M2_KEY_SOFTPLUS    CLI_KEY_INT("dt_softplus", "1", "softplus(dt + dt_bias)")
+#define CLI_M2_KEY_DT_LIMIT    {"dt_limit", CLI_KEY_RANGE, "0:inf", "clamp of the processed dt, lo:hi", NULL}
+
 typedef struct cli_value {
     int     given; /* set on the command line (not the default)  */
     char    text[64];
@@ -143,24 +162,28 @@ int cli_parse_kv(const char * list, const cli_key * keys, cli_value * values, co
                  cli_value * alt_values, const char * what, const char * op_name, char * err, size_t errlen);
 
 /* ---- operators -------------------------------------------------------------------------- */
+/* An argument of an operator: the schema's entry. Its name is the .npy file name and the
+ * field of the args struct. */
+typedef ssm_arg_info cli_arg;
+
 typedef enum cli_arg_kind {
     CLI_ARG_ACT,  /* activation: held in the compute dtype (--dtype)              */
     CLI_ARG_F32,  /* parameter, state or intermediate: fp32 (as upstream)          */
     CLI_ARG_INDEX /* int32 / int64 index tensor                                    */
 } cli_arg_kind;
 
-typedef struct cli_arg {
-    const char * name;     /* the .npy file name and the C struct field     */
-    int          output;   /* 0 input, 1 output                              */
-    int          optional; /* may be absent                                  */
-    cli_arg_kind kind;
-} cli_arg;
+/* The kind of an argument: index tensors by dtype class, activations by the schema's
+ * SSM_ARG_ACTIVATION hint, every other float tensor fp32. */
+cli_arg_kind cli_arg_kind_of(const cli_arg * arg);
+static inline int cli_arg_is_output(const cli_arg * arg) { return (arg->role & SSM_ARG_ROLE_OUTPUT) != 0; }
+static inline int cli_arg_is_optional(const cli_arg * arg) { return (arg->role & SSM_ARG_ROLE_OPTIONAL) != 0; }
 
 struct cli_op;
 
 /* One operator call being prepared: the operator, its shape and params, its tensors. */
 typedef struct cli_problem {
     const struct cli_op * op;
+    const ssm_op_info *   info;      /* the operator's schema: pb->arg[i] is info->args[i] */
     ssm_dtype             dtype;     /* compute dtype                                   */
     int32_t               out_dtype; /* dtype of activation outputs; -1 = the compute dtype */
     cli_value             shape[CLI_MAX_KEYS];
@@ -173,7 +196,6 @@ typedef struct cli_op {
     const char *    summary;
     const cli_key * shape_keys; /* terminated by a {NULL} entry */
     const cli_key * param_keys;
-    const cli_arg * args;
     /* bench defaults where they differ from check's: "k=v,..." overrides, dtype name */
     const char *         bench_shape;
     const char *         bench_params;
@@ -194,9 +216,20 @@ typedef struct cli_op {
     double (*bytes)(const cli_problem * pb);
 } cli_op;
 
+/* Defines the table entry cli_op_<op>: its summary, keys, bench defaults (CLI_BENCH(shape,
+ * params, dtype)), cases, its family's functions (CLI_FNS(validate, generate, bind,
+ * alloc_outputs)), the call <op>_call (CLI_DEFINE_CALL), workspace_size, flops and bytes. */
+#define CLI_BENCH(shape, params, dtype)         shape, params, dtype
+#define CLI_FNS(validate, generate, bind, alloc) validate, generate, bind, alloc
+#define CLI_OP(op, summary, shape_keys, param_keys, bench, cases, fns, workspace, flops, bytes)                \
+    const cli_op cli_op_##op = {#op,  summary, shape_keys, param_keys, bench, cases, fns, op##_call, workspace, \
+                                flops, bytes}
+
 extern const cli_op * const cli_ops[]; /* NULL-terminated */
 
 const cli_op * cli_find_op(const char * name);
+/* The operator's schema (a test checks that every table entry has one). */
+const ssm_op_info * cli_op_info(const cli_op * op);
 /* 1 if the operator has the reference's second rounding model (ctx ref_mode
  * SSM_REF_UPSTREAM_BF16; check compares it, run --ref-mode bf16 selects it). */
 int            cli_op_has_ref_modes(const cli_op * op);
@@ -214,6 +247,20 @@ int     cli_has_param(const cli_problem * pb, const char * key);
 /* A present tensor argument's view, or NULL-data tensor if absent. */
 ssm_tensor cli_view(const cli_problem * pb, const char * name);
 cli_buf *  cli_arg_buf(cli_problem * pb, const char * name);
+/* The operator's args struct (args_size bytes, as ssm_op_info.args_size) with the view of
+ * every present argument at its field and every other field absent. */
+void       cli_args_struct(const cli_problem * pb, void * args);
+
+/* The `call` of an operator that takes no workspace: ssm_<op>(ctx, &params, &args) with
+ * params = params_fn(pb) (of type P) and args = cli_args_struct(pb). */
+#define CLI_DEFINE_CALL(op, P, params_fn)                                                            \
+    static ssm_status op##_call(ssm_context * ctx, const cli_problem * pb, void * ws, size_t wsz) { \
+        const P          p = params_fn(pb);                                                         \
+        ssm_##op##_args a;                                                                          \
+        (void)ws, (void)wsz;                                                                        \
+        cli_args_struct(pb, &a);                                                                    \
+        return ssm_##op(ctx, &p, &a);                                                               \
+    }
 
 /* Problem setup: defaults, then bench overrides (bench != 0), then the user's lists. */
 int  cli_problem_init(cli_problem * pb, const cli_op * op, ssm_dtype dtype, int bench, const char * shape_list,
@@ -308,6 +355,9 @@ int    cli_need_ndim(const cli_problem * pb, const char * name, int32_t ndim, ch
 /* Shape key / param by name with a default when the operator lacks it. */
 int64_t cli_shape_or(const cli_problem * pb, const char * key, int64_t def);
 int64_t cli_param_or(const cli_problem * pb, const char * key, int64_t def);
+/* Rows of the recurrent states: slots (a decode step's pool with indices), else nseq
+ * (varlen), else batch. */
+int64_t cli_state_rows(const cli_problem * pb, int64_t batch);
 /* Every shape key >= 1 and every listed 0/1 param in range (usage errors). */
 int    cli_check_shape_positive(const cli_problem * pb, char * err, size_t errlen);
 int    cli_check_bools(const cli_problem * pb, const char * const * names, char * err, size_t errlen);
@@ -320,16 +370,60 @@ int    cli_any_present(const cli_problem * pb, const char * const * names);
 /* The optional params nseq (cu_seqlens; in [0, 1000000], > 0 needs B=1) and slots
  * (state_batch_indices; 0 or in [B, 1000000]); −1 + usage message. */
 int    cli_check_nseq_slots(const cli_problem * pb, int64_t B, char * err, size_t errlen);
-/* `run`: slots from the pool `pool` (its dim 0, when state_batch_indices is present, else 0)
- * and nseq from cu_seqlens, each where the operator has the param. */
-void   cli_bind_pool_params(cli_problem * pb, const char * pool);
-/* The input an optional output belongs to: the second of the first pair in table[n] whose
- * first is `out` and whose second the operator takes; NULL when there is none. */
-const char * cli_source_of(const cli_problem * pb, const char * out, const char * const (*table)[2], size_t n);
+/* The slots param alone: 0 (no state_batch_indices) or in [B, 1000000] (a usage error). */
+int    cli_check_slots(const cli_problem * pb, int64_t B, char * err, size_t errlen);
+
+/* ---- shapes from the schema, and what the Mamba-3 families build from them ---------------- */
+/* A dimension symbol of the schema's shape texts ("B", "NS", "nc") and its size. */
+typedef struct cli_sym {
+    const char * name; /* NULL ends a list */
+    int64_t      value;
+} cli_sym;
+/* The symbols of an operator: its shape keys ("B", "chunk") and the derived sizes its family
+ * names (NULL-name ended), into syms (max entries with the end). */
+#define CLI_MAX_SYMS 24
+void cli_syms(const cli_problem * pb, const cli_sym * derived, cli_sym * syms, int max);
+/* The shape of argument `name` from the schema's shape text: its alt-th parenthesised list
+ * (0: the first; "(B, S, H, P) with `mimo_o`; else (B, S, R, H, P)" has two), each size a
+ * symbol of syms or an integer, or a sum or product of them ("NS + 1", "W−1", "H·P").
+ * Returns ndim, or −1 when the text has no such list or names a symbol not in syms. */
+int32_t cli_schema_shape(const cli_problem * pb, const char * name, int alt, const cli_sym * syms, int64_t * shape);
+/* Draws the values of one input the Mamba-3 generators allocated (dims: the family's). */
+typedef void (*cli_fill_fn)(cli_problem * pb, const void * dims, const char * name, const ssm_tensor * t,
+                            cli_rng * rng);
+/* The fused pre-gate norm (params fused or fuse_pregate_headwise_rms_norm). */
+int cli_fused(const cli_problem * pb);
+/* Whether a Mamba-3 generator draws input arg: required ones always; optional ones by the
+ * params that switch them on (has_d, has_z: z and mimo_z, reduce_o: mimo_o, fused and
+ * has_norm_weight, nseq: cu_seqlens, slots: state_batch_indices, has_dfinal, has_states). */
+int cli_m3_wanted(const cli_problem * pb, const cli_arg * arg);
+/* Seeds rng, allocates every input cli_m3_wanted draws, in the schema's order, with its
+ * schema shape (per_rank: out and dout take their per-rank shape, MIMO without mimo_o), fills
+ * it, then scales adt (drawn as a positive factor) by −dt. rng goes on for the caller. */
+int cli_m3_generate(cli_problem * pb, uint64_t seed, const cli_sym * syms, int per_rank, cli_fill_fn fill,
+                    const void * dims, cli_rng * rng, char * err, size_t errlen);
+/* Allocates the outputs with their schema shapes: not a gradient whose input (the schema's
+ * needs) is absent; a decode step's final pools in place of their inputs with in_place=1;
+ * other final states with has_final; dangle_state without an angle_state input with
+ * has_states; doutproj_norm_weight with the fused norm, shaped like the weight. */
+int cli_m3_alloc(cli_problem * pb, int f64, const cli_sym * syms, int per_rank, char * err, size_t errlen);
+/* `run`: each shape key from the first loaded input whose schema shape names it, in the
+ * schema's order (inputs with one shape only; from: the inputs to use, "x b", or NULL for
+ * all; aliases: symbols named differently from their key, "batch=B,Q=chunk"); a key given on
+ * the command line stays. Each input used must have its schema rank (else −1 + message). */
+int  cli_bind_shapes(cli_problem * pb, const char * from, const char * aliases, char * err, size_t errlen);
+/* `run`: the params that say which inputs there are, where the operator has them: has_d
+ * (d's rank), has_z, has_dt_bias, has_init, has_bias, reduce_o, has_norm_weight, seq_idx,
+ * has_states, has_dfinal, nseq (from cu_seqlens), slots (the pool's rows with
+ * state_batch_indices); has_final = 1. */
+void cli_bind_flags(cli_problem * pb);
 
 /* Shared with cli-mamba2.c: the forward's validation, inputs and params (mamba2_scan_bwd
  * has mamba2_scan's keys and inputs). */
 int               cli_mamba2_validate(const cli_problem * pb, char * err, size_t errlen);
+/* `run`: shape keys and presence params from the inputs; the chunk: given, else the Q of a
+ * (…, NC, Q) input, else 256. */
+int               cli_mamba2_bind(cli_problem * pb, char * err, size_t errlen);
 int               cli_mamba2_scan_inputs(cli_problem * pb, uint64_t seed, char * err, size_t errlen);
 ssm_mamba2_params cli_mamba2_params(const cli_problem * pb);
 

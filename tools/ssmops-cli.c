@@ -14,6 +14,7 @@
 static const char usage_text[] =
     "usage:\n"
     "  ssmops list                 operators, backends, dtypes available here\n"
+    "  ssmops list --schema OP|all an operator's arguments as the manual's markdown table\n"
     "  ssmops check OP|all [--backend B] [--dtype T] [--shape k=v,...] [--param k=v,...]\n"
     "                      [--seed N] [--all-shapes] [--threads N] [--out-dtype T] [--ref-mode M]\n"
     "  ssmops run OP --in DIR --out DIR [--backend B] [--dtype T] [--param k=v,...] [--threads N]\n"
@@ -77,10 +78,13 @@ static int help_op(const char * name) {
     print_keys("shape keys (--shape)", op->shape_keys);
     print_keys("param keys (--param)", op->param_keys);
     printf("tensors (run: DIR/<name>.npy):\n");
-    for (int i = 0; op->args[i].name; ++i) {
-        const cli_arg * a    = &op->args[i];
-        const char *    kind = a->kind == CLI_ARG_ACT ? "compute dtype" : a->kind == CLI_ARG_F32 ? "fp32" : "int32/int64";
-        printf("  %-4s %-16s %s%s\n", a->output ? "out" : "in", a->name, kind, a->optional ? " (optional)" : "");
+    const ssm_op_info * info = cli_op_info(op);
+    for (int i = 0; i < info->nargs; ++i) {
+        const cli_arg *    a    = &info->args[i];
+        const cli_arg_kind k    = cli_arg_kind_of(a);
+        const char *       kind = k == CLI_ARG_ACT ? "compute dtype" : k == CLI_ARG_F32 ? "fp32" : "int32/int64";
+        printf("  %-4s %-16s %s%s\n", cli_arg_is_output(a) ? "out" : "in", a->name, kind,
+               cli_arg_is_optional(a) ? " (optional)" : "");
     }
     printf("bench defaults: shape %s; params %s; dtype %s\n", op->bench_shape ? op->bench_shape : "as check",
            op->bench_params ? op->bench_params : "as check", op->bench_dtype ? op->bench_dtype : "f32");
@@ -125,6 +129,32 @@ static int cmd_list(void) {
     printf("dtypes: f32 f16 bf16 (f64 tensors through the C API)\n");
     printf("operators:\n");
     for (int i = 0; cli_ops[i]; ++i) printf("  %-22s %s\n", cli_ops[i]->name, cli_ops[i]->summary);
+    return CLI_EXIT_OK;
+}
+
+/* One operator's arguments from the library's schema as the manuals' table: field, dir
+ * (in/out, optional, the input an output needs), shape, dtype class, and an empty notes
+ * column for the manual's own words. tests/cli/schema_docs.sh checks docs/ops/ against it. */
+static void print_schema(const ssm_op_info * info) {
+    printf("| field | dir | shape | dtype | notes |\n|---|---|---|---|---|\n");
+    for (int32_t i = 0; i < info->nargs; ++i) {
+        const ssm_arg_info * a = &info->args[i];
+        printf("| `%s` | %s%s", a->name, (a->role & SSM_ARG_ROLE_OUTPUT) ? "out" : "in",
+               (a->role & SSM_ARG_ROLE_OPTIONAL) ? ", optional" : "");
+        if (a->needs) printf(", needs `%s`", a->needs);
+        printf(" | %s | %s | |\n", a->shape, a->dtype_class == SSM_DTYPE_CLASS_INDEX ? "i32/i64" : "float");
+    }
+}
+
+static int cmd_list_schema(const char * op) {
+    const int all = strcmp(op, "all") == 0;
+    const int32_t found = all ? 0 : ssm_op_find(op);
+    if (found < 0) return cli_usage_error("unknown operator '%s' (ssmops list shows them)", op);
+    for (int32_t i = all ? 0 : found; i < (all ? ssm_op_count() : found + 1); ++i) {
+        const ssm_op_info * info = ssm_op_get(i);
+        if (all) printf("%s### `ssm_%s`\n\n", i ? "\n" : "", info->name);
+        print_schema(info);
+    }
     return CLI_EXIT_OK;
 }
 
@@ -315,7 +345,8 @@ int main(int argc, char ** argv) {
     char ** rest = argv + 2;
 
     if (strcmp(cmd, "list") == 0) {
-        if (argn > 0) return cli_usage_error("list takes no arguments");
+        if (argn == 2 && strcmp(rest[0], "--schema") == 0) return cmd_list_schema(rest[1]);
+        if (argn > 0) return cli_usage_error("list takes no arguments, or --schema OP|all");
         return cmd_list();
     }
     if (strcmp(cmd, "check") == 0) {

@@ -61,6 +61,15 @@ ssm_status   ssmi_variant_not_applicable(ssm_context * ctx, ssmi_op op, const ch
 int32_t           ssmi_cuda_variant_count(ssmi_op op);
 ssmi_variant_info ssmi_cuda_variant(ssmi_op op, int32_t i);
 
+/* ---- operator schema (schema.c) ------------------------------------------------------ */
+/* The schema of op (NULL out of range), and its argument called name (NULL if none). */
+const ssm_op_info *  ssmi_op_info(ssmi_op op);
+const ssm_arg_info * ssmi_op_arg(ssmi_op op, const char * name);
+/* The tensor of args that argument `arg` describes. */
+static inline const ssm_tensor * ssmi_arg_tensor(const void * args, const ssm_arg_info * arg) {
+    return (const ssm_tensor *)(const void *)((const char *)args + arg->offset);
+}
+
 /* ---- errors ------------------------------------------------------------------------ */
 /* Formats the message into ctx->last_error (or the thread-local buffer for ctx == NULL)
  * and returns status. The message is one sentence: "op: argument value breaks rule". */
@@ -155,21 +164,25 @@ void ssmi_load_f32(float * dst, const void * base, int32_t dtype, int64_t off, i
 void ssmi_store_f32(void * base, int32_t dtype, int64_t off, int64_t stride, const float * src, int64_t n);
 
 /* ---- argument checks (used by ops/, before any write) -------------------------------- */
-/* Checks that t is present (unless optional and absent), on the CPU, has `ndim` dims,
- * dtype in dtype_mask (bit per ssm_dtype), each shape[i] equal to want[i] (want[i] < 0 =
- * any non-negative value), and that its extent fits in int64 and size_t.
- * `op` and `name` go into the message. Returns OK for an absent optional tensor. */
+/* The rules of one tensor that the other arguments do not matter for: present (unless
+ * optional, then OK when absent), on the device `device` (ssm_device_type), ndim one of the
+ * bits of `ranks` (bit n: ndim n), dtype in dtype_mask (bit per ssm_dtype), non-negative
+ * sizes, and an element count, byte count and strided span that fit in int64 and size_t.
+ * `op` and `name` go into the message. */
+ssm_status ssmi_check_view(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t, int optional,
+                           uint32_t ranks, uint32_t dtype_mask, int32_t device);
+/* Each t->shape[i] equals want[i] (want[i] < 0 = any value); OK for an absent tensor.
+ * Assumes ssmi_check_view passed (t->ndim entries of want are read). */
+ssm_status ssmi_check_shape(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
+                            const int64_t * want);
+/* An output's layout: no stride may be 0 or let two indices alias (checked as: strides
+ * sorted by size each exceed the extent of the smaller ones). OK for an absent tensor.
+ * Assumes ssmi_check_view passed. */
+ssm_status ssmi_check_output_layout(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t);
+/* ssmi_check_view on the CPU with one rank, then ssmi_check_shape (want may be NULL). */
 ssm_status ssmi_check_tensor(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
                              int optional, int32_t ndim, const int64_t * want, uint32_t dtype_mask);
-/* Device rule of backends that take tensors outside CPU memory (CUDA). ssmi_check_tensor
- * and ssmi_check_output accept CPU tensors only; an operator dispatched to such a backend
- * calls this on every present tensor first (INVALID_LAYOUT unless t->device.type ==
- * device_type; OK for an absent tensor) and then validates a CPU-typed copy of the views:
- * the shape, dtype, stride and overlap rules do not depend on the device. */
-ssm_status ssmi_check_device(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
-                             int32_t device_type);
-/* Outputs: like ssmi_check_tensor, and no stride may be 0 or let two indices alias
- * (checked as: strides sorted by size each exceed the extent of the smaller ones). */
+/* ssmi_check_tensor, then ssmi_check_output_layout. */
 ssm_status ssmi_check_output(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
                              int optional, int32_t ndim, const int64_t * want, uint32_t dtype_mask);
 /* INVALID_LAYOUT if the byte ranges [min, max] of out and in intersect. */

@@ -97,17 +97,48 @@ static void ssmi_dtype_list(uint32_t mask, char * buf, size_t len) {
     }
 }
 
-ssm_status ssmi_check_tensor(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
-                             int optional, int32_t ndim, const int64_t * want, uint32_t dtype_mask) {
+static const char * ssmi_device_name(int32_t type) {
+    return type == SSM_DEVICE_CPU ? "CPU" : type == SSM_DEVICE_CUDA ? "CUDA" : "unknown";
+}
+
+/* "1 or 2" for the ranks bits {1, 2}. */
+static void ssmi_rank_list(uint32_t ranks, char * buf, size_t len) {
+    size_t used = 0;
+    buf[0] = '\0';
+    int count = 0, total = 0;
+    for (int32_t r = 0; r <= SSM_MAX_DIMS; ++r) total += (ranks >> r) & 1u;
+    for (int32_t r = 0; r <= SSM_MAX_DIMS && used < len; ++r) {
+        if (!((ranks >> r) & 1u)) continue;
+        ++count;
+        const char * sep = count == 1 ? "" : count == total ? " or " : ", ";
+        const int    n = snprintf(buf + used, len - used, "%s%d", sep, (int)r);
+        if (n < 0) break;
+        used += (size_t)n;
+    }
+}
+
+ssm_status ssmi_check_view(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t, int optional,
+                           uint32_t ranks, uint32_t dtype_mask, int32_t device) {
     if (!ssmi_present(t)) {
         if (optional) return SSM_STATUS_OK;
         return ssmi_error(ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: %s is required (data is NULL)", op, name);
     }
-    SSM_RETURN_IF(t->device.type != SSM_DEVICE_CPU, ctx, SSM_STATUS_INVALID_LAYOUT,
-                  "%s: %s.device.type=%d is not supported (tensors must be in CPU memory)", op, name,
-                  (int)t->device.type);
-    SSM_RETURN_IF(t->ndim != ndim, ctx, SSM_STATUS_INVALID_SHAPE, "%s: %s.ndim=%d must be %d", op, name,
-                  (int)t->ndim, (int)ndim);
+    if (t->device.type != device) {
+        if (device == SSM_DEVICE_CPU)
+            return ssmi_error(ctx, SSM_STATUS_INVALID_LAYOUT,
+                              "%s: %s.device.type=%d is not supported (tensors must be in CPU memory)", op, name,
+                              (int)t->device.type);
+        return ssmi_error(ctx, SSM_STATUS_INVALID_LAYOUT,
+                          "%s: %s.device.type=%d (%s) but the backend runs on the %s device (mixed devices are not "
+                          "allowed)",
+                          op, name, (int)t->device.type, ssmi_device_name(t->device.type), ssmi_device_name(device));
+    }
+    if (t->ndim < 0 || t->ndim > SSM_MAX_DIMS || !((ranks >> t->ndim) & 1u)) {
+        char allowed[48];
+        ssmi_rank_list(ranks, allowed, sizeof allowed);
+        return ssmi_error(ctx, SSM_STATUS_INVALID_SHAPE, "%s: %s.ndim=%d must be %s", op, name, (int)t->ndim,
+                          allowed);
+    }
     const int dtype_ok = t->dtype >= 0 && t->dtype < 32 && (dtype_mask & (1u << t->dtype)) != 0 &&
                          ssm_dtype_size((ssm_dtype)t->dtype) != 0;
     if (!dtype_ok) {
@@ -120,22 +151,18 @@ ssm_status ssmi_check_tensor(ssm_context * ctx, const char * op, const char * na
         return ssmi_error(ctx, SSM_STATUS_INVALID_LAYOUT, "%s: %s.dtype=%s is not allowed (allowed: %s)", op, name,
                           ssm_dtype_name((ssm_dtype)t->dtype), allowed);
     }
-    for (int32_t i = 0; i < ndim; ++i) {
+    for (int32_t i = 0; i < t->ndim; ++i)
         SSM_RETURN_IF(t->shape[i] < 0, ctx, SSM_STATUS_INVALID_SHAPE, "%s: %s.shape[%d]=%lld must be non-negative",
                       op, name, (int)i, (long long)t->shape[i]);
-        SSM_RETURN_IF(want != NULL && want[i] >= 0 && t->shape[i] != want[i], ctx, SSM_STATUS_INVALID_SHAPE,
-                      "%s: %s.shape[%d]=%lld must be %lld", op, name, (int)i, (long long)t->shape[i],
-                      (long long)want[i]);
-    }
     /* An empty view touches no memory: its strides and extent do not matter. */
     int64_t numel = 1;
-    for (int32_t i = 0; i < ndim; ++i)
+    for (int32_t i = 0; i < t->ndim; ++i)
         if (t->shape[i] == 0) return SSM_STATUS_OK;
     char shape[160];
     const int64_t elem = (int64_t)ssm_dtype_size((ssm_dtype)t->dtype);
     int64_t bytes = 0;
     int fits = 1;
-    for (int32_t i = 0; i < ndim && fits; ++i) fits = ssmi_mul_ok(numel, t->shape[i], &numel);
+    for (int32_t i = 0; i < t->ndim && fits; ++i) fits = ssmi_mul_ok(numel, t->shape[i], &numel);
     fits = fits && ssmi_mul_ok(numel, elem, &bytes);
 #if SIZE_MAX < INT64_MAX
     fits = fits && (uint64_t)bytes <= (uint64_t)SIZE_MAX;
@@ -155,22 +182,30 @@ ssm_status ssmi_check_tensor(ssm_context * ctx, const char * op, const char * na
     return SSM_STATUS_OK;
 }
 
-static const char * ssmi_device_name(int32_t type) {
-    return type == SSM_DEVICE_CPU ? "CPU" : type == SSM_DEVICE_CUDA ? "CUDA" : "unknown";
+ssm_status ssmi_check_shape(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
+                            const int64_t * want) {
+    if (!ssmi_present(t) || want == NULL) return SSM_STATUS_OK;
+    for (int32_t i = 0; i < t->ndim; ++i)
+        SSM_RETURN_IF(want[i] >= 0 && t->shape[i] != want[i], ctx, SSM_STATUS_INVALID_SHAPE,
+                      "%s: %s.shape[%d]=%lld must be %lld", op, name, (int)i, (long long)t->shape[i],
+                      (long long)want[i]);
+    return SSM_STATUS_OK;
 }
 
-ssm_status ssmi_check_device(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
-                             int32_t device_type) {
-    if (!ssmi_present(t)) return SSM_STATUS_OK;
-    SSM_RETURN_IF(t->device.type != device_type, ctx, SSM_STATUS_INVALID_LAYOUT,
-                  "%s: %s.device.type=%d (%s) but the backend runs on the %s device (mixed devices are not allowed)",
-                  op, name, (int)t->device.type, ssmi_device_name(t->device.type), ssmi_device_name(device_type));
-    return SSM_STATUS_OK;
+ssm_status ssmi_check_tensor(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
+                             int optional, int32_t ndim, const int64_t * want, uint32_t dtype_mask) {
+    const uint32_t ranks = ndim >= 0 && ndim <= SSM_MAX_DIMS ? 1u << ndim : 0u;
+    SSM_FORWARD_IF_ERROR(ssmi_check_view(ctx, op, name, t, optional, ranks, dtype_mask, SSM_DEVICE_CPU));
+    return ssmi_check_shape(ctx, op, name, t, want);
 }
 
 ssm_status ssmi_check_output(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
                              int optional, int32_t ndim, const int64_t * want, uint32_t dtype_mask) {
     SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, name, t, optional, ndim, want, dtype_mask));
+    return ssmi_check_output_layout(ctx, op, name, t);
+}
+
+ssm_status ssmi_check_output_layout(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t) {
     if (!ssmi_present(t) || ssmi_numel(t) == 0) return SSM_STATUS_OK;
 
     /* Dims that actually step through memory, sorted by |stride| (insertion sort: ≤ 6). */
@@ -182,7 +217,7 @@ ssm_status ssmi_check_output(ssm_context * ctx, const char * op, const char * na
                       "%s: %s.strides[%d]=0 is not allowed on an output (its %lld elements would share memory)", op,
                       name, (int)i, (long long)t->shape[i]);
         int32_t j = count++;
-        /* |stride| fits: ssmi_check_tensor rejected INT64_MIN via the span check. */
+        /* |stride| fits: ssmi_check_view rejected INT64_MIN via the span check. */
         const int64_t s = t->strides[i] < 0 ? -t->strides[i] : t->strides[i];
         while (j > 0) {
             const int64_t prev = t->strides[dims[j - 1]] < 0 ? -t->strides[dims[j - 1]] : t->strides[dims[j - 1]];
@@ -194,7 +229,7 @@ ssm_status ssmi_check_output(ssm_context * ctx, const char * op, const char * na
     }
     /* Each stride must step past everything the smaller strides reach; then every index
      * maps to its own element (a mixed-radix argument). The sums cannot overflow: they are
-     * bounded by the span ssmi_check_tensor already accepted. */
+     * bounded by the span ssmi_check_view already accepted. */
     int64_t reach = 0;
     for (int32_t k = 0; k < count; ++k) {
         const int32_t i = dims[k];

@@ -1,35 +1,11 @@
-/* ops_common.c — shared validation and dispatch helpers of src/ops/ (see ops_common.h). */
+/* ops_common.c — the validation helpers the operator families of src/ops/ share (see
+ * ops_common.h). They run after the schema's rules (dispatch.c): every tensor they look at
+ * is present where required, on the right device, of an allowed rank and dtype class. */
 #include "ops_common.h"
-
-#ifdef SSMOPS_HAVE_CUDA
-#include "../cuda/ssmi_cuda.h"
-#endif
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
-
-ssm_status ssmi_check_disjoint(ssm_context * ctx, const char * op, const ssmi_named * outs, int nout,
-                               const ssmi_named * ins, int nin) {
-    return ssmi_check_disjoint_in_place(ctx, op, outs, nout, ins, nin, NULL);
-}
-
-ssm_status ssmi_check_disjoint_in_place(ssm_context * ctx, const char * op, const ssmi_named * outs, int nout,
-                                        const ssmi_named * ins, int nin, const int * in_place) {
-    for (int o = 0; o < nout; ++o) {
-        if (!ssmi_present(outs[o].t)) continue;
-        for (int i = 0; i < nin; ++i) {
-            if (!ssmi_present(ins[i].t)) continue;
-            if (in_place != NULL && in_place[o] == i && ssmi_same_addresses(outs[o].t, ins[i].t)) continue;
-            SSM_FORWARD_IF_ERROR(ssmi_check_no_overlap(ctx, op, outs[o].name, outs[o].t, ins[i].name, ins[i].t));
-        }
-        for (int k = o + 1; k < nout; ++k) {
-            if (!ssmi_present(outs[k].t)) continue;
-            SSM_FORWARD_IF_ERROR(ssmi_check_no_overlap(ctx, op, outs[o].name, outs[o].t, outs[k].name, outs[k].t));
-        }
-    }
-    return SSM_STATUS_OK;
-}
 
 int ssmi_same_addresses(const ssm_tensor * a, const ssm_tensor * b) {
     if (a->data != b->data || a->dtype != b->dtype || a->ndim != b->ndim) return 0;
@@ -38,12 +14,26 @@ int ssmi_same_addresses(const ssm_tensor * a, const ssm_tensor * b) {
     return 1;
 }
 
-int ssmi_same_view(const ssm_tensor * a, const ssm_tensor * b) {
-    if (!ssmi_same_addresses(a, b)) return 0;
-    if (a->device.type != b->device.type || a->device.index != b->device.index) return 0;
-    for (int32_t i = 0; i < a->ndim; ++i)
-        if (a->strides[i] != b->strides[i]) return 0;
-    return 1;
+void ssmi_take_dims(const ssm_tensor * t, int64_t * const * dims, int n) {
+    for (int i = 0; i < n && i < t->ndim; ++i)
+        if (dims[i] != NULL) *dims[i] = t->shape[i];
+}
+
+ssm_status ssmi_check_gradient_shapes(ssm_context * ctx, const char * op, ssmi_op id, const void * args) {
+    const ssm_op_info * info = ssmi_op_info(id);
+    for (int32_t i = 0; i < info->nargs; ++i) {
+        const ssm_arg_info * g = &info->args[i];
+        const ssm_arg_info * x = g->name[0] == 'd' ? ssmi_op_arg(id, g->name + 1) : NULL;
+        if (!(g->role & SSM_ARG_ROLE_OUTPUT) || x == NULL || (x->role & SSM_ARG_ROLE_OUTPUT)) continue;
+        const ssm_tensor * gt = ssmi_arg_tensor(args, g);
+        const ssm_tensor * xt = ssmi_arg_tensor(args, x);
+        if (!ssmi_present(gt) || !ssmi_present(xt)) continue;
+        SSM_RETURN_IF(gt->ndim != xt->ndim, ctx, SSM_STATUS_INVALID_SHAPE,
+                      "%s: %s has %d dims but %s has %d; a gradient has the shape of its tensor", op, g->name,
+                      (int)gt->ndim, x->name, (int)xt->ndim);
+        SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, g->name, gt, xt->shape));
+    }
+    return SSM_STATUS_OK;
 }
 
 static int cmp_i64(const void * a, const void * b) {
@@ -86,7 +76,7 @@ ssm_status ssmi_check_slot_indices(ssm_context * ctx, const char * op, const ssm
 ssm_status ssmi_mamba3_check_state_indices(ssm_context * ctx, const char * op, const ssm_tensor * idx, int64_t batch,
                                            int64_t nslots) {
     const int64_t wb[1] = {batch};
-    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "state_batch_indices", idx, 1, 1, wb, SSMI_INDEX_DTYPES));
+    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "state_batch_indices", idx, wb));
     if (!ssmi_present(idx)) {
         SSM_RETURN_IF(nslots != batch, ctx, SSM_STATUS_INVALID_SHAPE,
                       "%s: angle_state.shape[0]=%lld (slots) must equal q.shape[0]=%lld (B) without "
@@ -112,9 +102,7 @@ ssm_status ssmi_mamba3_check_state_indices(ssm_context * ctx, const char * op, c
 
 ssm_status ssmi_check_cu_seqlens(ssm_context * ctx, const char * op, const ssm_tensor * cu, const char * batch_name,
                                  int64_t batch, int64_t seqlen, int64_t * nseq) {
-    static const int64_t any1[1] = {-1};
     *nseq = 0;
-    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "cu_seqlens", cu, 1, 1, any1, SSMI_INDEX_DTYPES));
     if (!ssmi_present(cu)) return SSM_STATUS_OK;
     const int64_t len = cu->shape[0];
     SSM_RETURN_IF(len < 2, ctx, SSM_STATUS_INVALID_SHAPE,
@@ -138,94 +126,12 @@ ssm_status ssmi_check_cu_seqlens(ssm_context * ctx, const char * op, const ssm_t
     return SSM_STATUS_OK;
 }
 
-ssm_status ssmi_pick_backend(ssm_context * ctx, const char * op, ssmi_backend_kind * out) {
-    const ssm_backend b = ctx == NULL ? SSM_BACKEND_AUTO : ctx->backend;
-    switch (b) {
-        case SSM_BACKEND_REF: *out = SSMI_BACKEND_REF; return SSM_STATUS_OK;
-        case SSM_BACKEND_AUTO:
-        case SSM_BACKEND_CPU: *out = SSMI_BACKEND_CPU; return SSM_STATUS_OK;
-        case SSM_BACKEND_CUDA:
-#ifdef SSMOPS_HAVE_CUDA
-            return ssmi_error(ctx, SSM_STATUS_UNSUPPORTED, "%s: the CUDA backend has no path for this operator yet", op);
-#else
-            return ssmi_error(ctx, SSM_STATUS_UNSUPPORTED, "%s: the CUDA backend is not built", op);
-#endif
-        default: return ssmi_error(ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: context backend %d is unknown", op, (int)b);
-    }
-}
-
-ssm_status ssmi_pick_backend_cuda(ssm_context * ctx, const char * op, const ssm_tensor * lead, ssmi_backend_kind * out) {
-    const ssm_backend b = ctx == NULL ? SSM_BACKEND_AUTO : ctx->backend;
-    const int         on_cuda = ssmi_present(lead) && lead->device.type == SSM_DEVICE_CUDA;
-    if (b == SSM_BACKEND_CUDA || (b == SSM_BACKEND_AUTO && on_cuda)) {
-#ifdef SSMOPS_HAVE_CUDA
-        *out = SSMI_BACKEND_CUDA;
-        return SSM_STATUS_OK;
-#else
-        /* AUTO with device tensors falls through to the CPU path, whose validation rejects
-         * them (INVALID_LAYOUT: not in CPU memory), as for every operator without CUDA. */
-        if (b == SSM_BACKEND_CUDA)
-            return ssmi_error(ctx, SSM_STATUS_UNSUPPORTED, "%s: the CUDA backend is not built", op);
-#endif
-    }
-    return ssmi_pick_backend(ctx, op, out);
-}
-
-ssm_status ssmi_cuda_host_index(ssm_context * ctx, const char * op, const ssm_tensor * in, ssm_tensor * out,
-                                void ** buf) {
-    *out = *in;
-    *buf = NULL;
-#ifdef SSMOPS_HAVE_CUDA
-    if (!ssmi_present(in) || in->device.type != SSM_DEVICE_CUDA) return SSM_STATUS_OK;
-    if (in->ndim < 1 || in->ndim > 2 || !ssmi_is_int(in->dtype)) return SSM_STATUS_OK;
-    int64_t lo = 0, hi = 0;
-    for (int32_t i = 0; i < in->ndim; ++i) {
-        if (in->shape[i] < 0 || in->shape[i] > (INT64_C(1) << 40) || in->strides[i] > (INT64_C(1) << 40) ||
-            in->strides[i] < -(INT64_C(1) << 40))
-            return SSM_STATUS_OK; /* malformed: validation rejects it */
-        if (in->shape[i] == 0) return SSM_STATUS_OK; /* empty: nothing to read */
-        const int64_t ext = (in->shape[i] - 1) * in->strides[i];
-        if (ext < 0) lo += ext; else hi += ext;
-    }
-    const size_t elem = ssm_dtype_size((ssm_dtype)in->dtype);
-    const size_t bytes = (size_t)(hi - lo + 1) * elem;
-    unsigned char * host = ssmi_alloc(ctx, bytes);
-    SSM_RETURN_IF(host == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: could not allocate %zu bytes for a host copy of "
-                  "an index tensor", op, bytes);
-    const unsigned char * src = (const unsigned char *)in->data - (size_t)(-lo) * elem;
-    const ssm_status      st = ssmi_cuda_copy_to_host(ctx, op, host, src, bytes);
-    if (st != SSM_STATUS_OK) {
-        ssmi_free(ctx, host);
-        return st;
-    }
-    out->data = host + (size_t)(-lo) * elem;
-    out->device.type = SSM_DEVICE_CPU;
-    *buf = host;
-#else
-    (void)ctx;
-    (void)op;
-#endif
-    return SSM_STATUS_OK;
-}
-
-ssm_status ssmi_cuda_retype(ssm_context * ctx, const char * op, ssm_tensor * const * ts, const char * const * names,
-                            int n) {
-    for (int i = 0; i < n; ++i) SSM_FORWARD_IF_ERROR(ssmi_check_device(ctx, op, names[i], ts[i], SSM_DEVICE_CUDA));
-    for (int i = 0; i < n; ++i) ts[i]->device.type = SSM_DEVICE_CPU;
-    return SSM_STATUS_OK;
-}
-
 /* ---- Mamba-2 ---------------------------------------------------------------------------- */
 
 #define SSMI_M2_MAX_CHUNK 1024
 
 /* The params rules of every Mamba-2 operator; chunk_size only where there are chunks. */
-static ssm_status m2_check_params(ssm_context * ctx, const char * op, const ssm_mamba2_params * p, const void * args,
-                                  int chunked) {
-    SSM_RETURN_IF(p == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: params is NULL", op);
-    SSM_RETURN_IF(p->size < sizeof(ssm_mamba2_params), ctx, SSM_STATUS_INVALID_ARGUMENT,
-                  "%s: params->size=%zu is smaller than sizeof(ssm_mamba2_params)=%zu (call ssm_mamba2_params_init)",
-                  op, p->size, sizeof(ssm_mamba2_params));
+static ssm_status m2_check_params(ssm_context * ctx, const char * op, const ssm_mamba2_params * p, int chunked) {
     SSM_RETURN_IF(chunked && (p->chunk_size < 1 || p->chunk_size > SSMI_M2_MAX_CHUNK), ctx,
                   SSM_STATUS_INVALID_ARGUMENT, "%s: params->chunk_size=%lld is outside [1, %d]", op,
                   (long long)p->chunk_size, SSMI_M2_MAX_CHUNK);
@@ -234,36 +140,23 @@ static ssm_status m2_check_params(ssm_context * ctx, const char * op, const ssm_
     SSM_RETURN_IF(p->dt_limit_lo > p->dt_limit_hi, ctx, SSM_STATUS_INVALID_ARGUMENT,
                   "%s: params->dt_limit_lo=%g is greater than dt_limit_hi=%g", op, (double)p->dt_limit_lo,
                   (double)p->dt_limit_hi);
-    SSM_RETURN_IF(args == NULL, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: args is NULL", op);
     return SSM_STATUS_OK;
 }
 
-ssm_status ssmi_mamba2_check_params(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
-                                    const void * args) {
-    return m2_check_params(ctx, op, p, args, 1);
+ssm_status ssmi_mamba2_check_params(ssm_context * ctx, const char * op, const void * params) {
+    return m2_check_params(ctx, op, params, 1);
 }
 
-ssm_status ssmi_mamba2_check_step_params(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
-                                         const void * args) {
-    return m2_check_params(ctx, op, p, args, 0);
+ssm_status ssmi_mamba2_check_step_params(ssm_context * ctx, const char * op, const void * params) {
+    return m2_check_params(ctx, op, params, 0);
 }
 
-/* x (batch, S, H, P) defines those four dims. */
-static ssm_status m2_take_x_dims(ssm_context * ctx, const char * op, const ssm_tensor * x, ssmi_mamba2_dims * d) {
-    static const int64_t any4[4] = {-1, -1, -1, -1};
-    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "x", x, 0, 4, any4, SSMI_FLOAT_DTYPES));
-    d->batch = x->shape[0];
-    d->seqlen = x->shape[1];
-    d->nheads = x->shape[2];
-    d->headdim = x->shape[3];
-    return SSM_STATUS_OK;
-}
 
 /* A (batch, S, G, N) tensor named `name` that defines G and N; H % G must be 0. */
 static ssm_status m2_take_group_dims(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
                                      ssmi_mamba2_dims * d) {
     const int64_t want[4] = {d->batch, d->seqlen, -1, -1};
-    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, name, t, 0, 4, want, SSMI_FLOAT_DTYPES));
+    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, name, t, want));
     d->ngroups = t->shape[2];
     d->dstate = t->shape[3];
     SSM_RETURN_IF(d->ngroups < 1, ctx, SSM_STATUS_INVALID_SHAPE, "%s: %s.shape[2]=%lld (ngroups) must be at least 1",
@@ -276,36 +169,33 @@ static ssm_status m2_take_group_dims(ssm_context * ctx, const char * op, const c
 
 ssm_status ssmi_mamba2_check_xbcz(ssm_context * ctx, const char * op, const ssm_tensor * x, const ssm_tensor * b,
                                   const ssm_tensor * c, const ssm_tensor * z, ssmi_mamba2_dims * d) {
-    SSM_FORWARD_IF_ERROR(m2_take_x_dims(ctx, op, x, d));
+    SSMI_TAKE_DIMS(x, &d->batch, &d->seqlen, &d->nheads, &d->headdim); /* x (batch, S, H, P) */
     if (b != NULL) {
         SSM_FORWARD_IF_ERROR(m2_take_group_dims(ctx, op, "b", b, d));
         if (c != NULL) {
             const int64_t wc[4] = {d->batch, d->seqlen, d->ngroups, d->dstate};
-            SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "c", c, 0, 4, wc, SSMI_FLOAT_DTYPES));
+            SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "c", c, wc));
         }
     } else if (c != NULL) {
         SSM_FORWARD_IF_ERROR(m2_take_group_dims(ctx, op, "c", c, d));
     }
     if (z != NULL) {
         const int64_t wz[4] = {d->batch, d->seqlen, d->nheads, d->headdim};
-        SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "z", z, 1, 4, wz, SSMI_FLOAT_DTYPES));
+        SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "z", z, wz));
     }
     return SSM_STATUS_OK;
 }
 
 ssm_status ssmi_mamba2_check_d(ssm_context * ctx, const char * op, const ssm_tensor * dten,
                                const ssmi_mamba2_dims * d) {
-    if (!ssmi_present(dten)) return SSM_STATUS_OK;
-    SSM_RETURN_IF(dten->ndim != 1 && dten->ndim != 2, ctx, SSM_STATUS_INVALID_SHAPE,
-                  "%s: d has %d dims; it must be (H) or (H, P)", op, (int)dten->ndim);
-    const int64_t want[2] = {d->nheads, d->headdim};
-    return ssmi_check_tensor(ctx, op, "d", dten, 1, dten->ndim, want, SSMI_FLOAT_DTYPES);
+    const int64_t want[2] = {d->nheads, d->headdim}; /* (H) or (H, P): the schema allows both ranks */
+    return ssmi_check_shape(ctx, op, "d", dten, want);
 }
 
 ssm_status ssmi_mamba2_check_seq_idx(ssm_context * ctx, const char * op, const ssm_tensor * s,
                                      const ssmi_mamba2_dims * d) {
     const int64_t want[2] = {d->batch, d->seqlen};
-    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "seq_idx", s, 1, 2, want, SSMI_INDEX_DTYPES));
+    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "seq_idx", s, want));
     if (!ssmi_present(s)) return SSM_STATUS_OK;
     for (int64_t b = 0; b < d->batch; ++b) {
         int64_t prev = 0;
@@ -326,26 +216,21 @@ ssm_status ssmi_mamba2_check_seq_idx(ssm_context * ctx, const char * op, const s
 
 ssm_status ssmi_mamba2_check_scan_inputs(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
                                          const ssm_mamba2_scan_args * a, ssmi_mamba2_dims * d) {
-    SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_params(ctx, op, p, a));
-    memset(d, 0, sizeof *d);
     SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_xbcz(ctx, op, &a->x, &a->b, &a->c, &a->z, d));
     d->chunk = p->chunk_size;
     d->nchunks = (d->seqlen + d->chunk - 1) / d->chunk;
-    const int64_t wdt[3] = {d->batch, d->seqlen, d->nheads};
-    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "dt", &a->dt, 0, 3, wdt, SSMI_FLOAT_DTYPES));
-    const int64_t wh[1] = {d->nheads};
-    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "a", &a->a, 0, 1, wh, SSMI_FLOAT_DTYPES));
+    SSMI_SHAPE(dt, d->batch, d->seqlen, d->nheads);
+    SSMI_SHAPE(a, d->nheads);
     SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_d(ctx, op, &a->d, d));
-    SSM_FORWARD_IF_ERROR(ssmi_check_tensor(ctx, op, "dt_bias", &a->dt_bias, 1, 1, wh, SSMI_FLOAT_DTYPES));
+    SSMI_SHAPE(dt_bias, d->nheads);
     SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_seq_idx(ctx, op, &a->seq_idx, d));
     /* cu_seqlens: "not with seq_idx" first (whatever cu_seqlens looks like), then its own rules. */
     SSM_RETURN_IF(ssmi_present(&a->cu_seqlens) && ssmi_present(&a->seq_idx), ctx, SSM_STATUS_INVALID_ARGUMENT,
                   "%s: cu_seqlens and seq_idx were both given; pass only one of them", op);
     SSM_FORWARD_IF_ERROR(ssmi_check_cu_seqlens(ctx, op, &a->cu_seqlens, "x", d->batch, d->seqlen, &d->nseq));
     /* States are per sequence with cu_seqlens, per batch row otherwise. */
-    const int64_t lead = d->nseq > 0 ? d->nseq : d->batch;
-    const int64_t wst[4] = {lead, d->nheads, d->headdim, d->dstate};
-    return ssmi_check_tensor(ctx, op, "initial_states", &a->initial_states, 1, 4, wst, SSMI_FLOAT_DTYPES);
+    SSMI_SHAPE(initial_states, d->nseq > 0 ? d->nseq : d->batch, d->nheads, d->headdim, d->dstate);
+    return SSM_STATUS_OK;
 }
 
 /* ---- Mamba-3 (SISO and MIMO) ------------------------------------------------------------ */
@@ -355,30 +240,20 @@ const char * const ssmi_mamba3_final_names[4] = {"final_angle_state", "final_ssm
                                                  "final_v_state"};
 const char * const ssmi_mamba3_dfinal_names[4] = {"dfinal_angle_state", "dfinal_ssm_state", "dfinal_k_state",
                                                   "dfinal_v_state"};
-const char * const ssmi_mamba3_dstate_names[4] = {"dangle_state", "dssm_state", "dk_state", "dv_state"};
-
-static ssm_status m3_check_float(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t,
-                                 int optional, int is_output, int32_t ndim, const int64_t * want) {
-    return is_output ? ssmi_check_output(ctx, op, name, t, optional, ndim, want, SSMI_FLOAT_DTYPES)
-                     : ssmi_check_tensor(ctx, op, name, t, optional, ndim, want, SSMI_FLOAT_DTYPES);
-}
 
 ssm_status ssmi_mamba3_check_states(ssm_context * ctx, const char * op, const char * const names[4],
                                     const ssm_tensor * angle, const ssm_tensor * ssm, const ssm_tensor * k,
-                                    const ssm_tensor * v, int optional, int is_output,
-                                    const ssmi_mamba3_state_shapes * sh) {
-    if (angle != NULL)
-        SSM_FORWARD_IF_ERROR(m3_check_float(ctx, op, names[0], angle, optional, is_output, 3, sh->angle));
-    SSM_FORWARD_IF_ERROR(m3_check_float(ctx, op, names[1], ssm, optional, is_output, 4, sh->ssm));
-    SSM_FORWARD_IF_ERROR(m3_check_float(ctx, op, names[2], k, optional, is_output, sh->k_ndim, sh->k));
-    SSM_FORWARD_IF_ERROR(m3_check_float(ctx, op, names[3], v, optional, is_output, 3, sh->v));
-    return SSM_STATUS_OK;
+                                    const ssm_tensor * v, const ssmi_mamba3_state_shapes * sh) {
+    if (angle != NULL) SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, names[0], angle, sh->angle));
+    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, names[1], ssm, sh->ssm));
+    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, names[2], k, sh->k));
+    return ssmi_check_shape(ctx, op, names[3], v, sh->v);
 }
 
 ssm_status ssmi_mamba3_check_initial_states(ssm_context * ctx, const char * op, const ssm_tensor * angle,
                                             const ssm_tensor * ssm, const ssm_tensor * k, const ssm_tensor * v,
                                             const ssmi_mamba3_state_shapes * sh, int32_t * has_states) {
-    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_state_names, angle, ssm, k, v, 1, 0, sh));
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_state_names, angle, ssm, k, v, sh));
     const int n = (angle != NULL ? ssmi_present(angle) : 0) + ssmi_present(ssm) + ssmi_present(k) + ssmi_present(v);
     const int total = angle != NULL ? 4 : 3;
     SSM_RETURN_IF(n != 0 && n != total, ctx, SSM_STATUS_INVALID_ARGUMENT,
@@ -386,6 +261,25 @@ ssm_status ssmi_mamba3_check_initial_states(ssm_context * ctx, const char * op, 
                   angle != NULL ? "angle_state, ssm_state, k_state, v_state" : "ssm_state, k_state, v_state");
     *has_states = n == total;
     return SSM_STATUS_OK;
+}
+
+ssm_status ssmi_mamba3_check_heads(ssm_context * ctx, const char * op, int64_t groups, int gdim, const char * gsym,
+                                   int64_t heads, int hdim) {
+    SSM_RETURN_IF(groups < 1, ctx, SSM_STATUS_INVALID_SHAPE, "%s: q.shape[%d]=%lld (%s) must be at least 1", op, gdim,
+                  (long long)groups, gsym);
+    SSM_RETURN_IF(heads < 1, ctx, SSM_STATUS_INVALID_SHAPE, "%s: v.shape[%d]=%lld (H) must be at least 1", op, hdim,
+                  (long long)heads);
+    SSM_RETURN_IF(heads % groups != 0, ctx, SSM_STATUS_INVALID_SHAPE,
+                  "%s: v.shape[%d]=%lld (H) is not a multiple of q.shape[%d]=%lld (%s)", op, hdim, (long long)heads,
+                  gdim, (long long)groups, gsym);
+    return SSM_STATUS_OK;
+}
+
+ssm_status ssmi_mamba3_check_pools(ssm_context * ctx, const char * op, const ssm_tensor * angle, const ssm_tensor * ssm,
+                                   const ssm_tensor * k, const ssm_tensor * v, const ssm_tensor * idx, int64_t batch,
+                                   const ssmi_mamba3_state_shapes * sh) {
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_state_names, angle, ssm, k, v, sh));
+    return ssmi_mamba3_check_state_indices(ctx, op, idx, batch, angle->shape[0]);
 }
 
 ssm_status ssmi_mamba3_take_nseq(ssm_context * ctx, const char * op, const ssm_tensor * cu, const char * batch_name,
@@ -396,18 +290,3 @@ ssm_status ssmi_mamba3_take_nseq(ssm_context * ctx, const char * op, const ssm_t
     return SSM_STATUS_OK;
 }
 
-ssm_status ssmi_mamba3_copy_unused_pools(ssm_context * ctx, const char * op, ssmi_backend_kind be,
-                                         const ssm_tensor * const pools[4], const ssm_tensor * const finals[4],
-                                         const ssm_tensor * idx, int64_t batch) {
-    for (int i = 0; i < 4; ++i) {
-#ifdef SSMOPS_HAVE_CUDA
-        if (be == SSMI_BACKEND_CUDA) {
-            SSM_FORWARD_IF_ERROR(ssmi_cuda_copy_unused_slots(ctx, op, pools[i], finals[i], idx, batch));
-            continue;
-        }
-#endif
-        SSM_FORWARD_IF_ERROR(ssmi_copy_unused_slots(ctx, op, pools[i], finals[i], idx, batch));
-    }
-    (void)be;
-    return SSM_STATUS_OK;
-}

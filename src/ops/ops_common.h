@@ -1,81 +1,150 @@
-/* ops_common.h — validation and dispatch helpers shared by the operator families in src/ops/
- * (mamba2.c, mamba3_siso.c). Everything here runs before the first write of an operator. */
+/* ops_common.h — the one dispatch path of every operator (dispatch.c) and the validation
+ * helpers the operator families share (ops_common.c). Everything here runs before the first
+ * write of an operator, except the backend call itself and the pool copies after it. */
 #ifndef SSMI_OPS_COMMON_H
 #define SSMI_OPS_COMMON_H
 
+#include <stdint.h>
+#include <string.h>
+
 #include "../core/ssmi.h"
 
-/* A name and a tensor, for the pairwise overlap checks. */
-typedef struct ssmi_named {
-    const char *       name;
-    const ssm_tensor * t;
-} ssmi_named;
+/* ---- the dispatch path (dispatch.c) --------------------------------------------------- */
+typedef enum ssmi_backend_kind { SSMI_BACKEND_REF, SSMI_BACKEND_CPU, SSMI_BACKEND_CUDA } ssmi_backend_kind;
 
-/* Every present output must be disjoint from every present input and from every other
- * output: the backends read inputs while writing outputs. INVALID_LAYOUT otherwise. */
-ssm_status ssmi_check_disjoint(ssm_context * ctx, const char * op, const ssmi_named * outs, int nout,
-                               const ssmi_named * ins, int nin);
+/* The problem description of any family, filled by an operator's validator. */
+typedef union ssmi_dims {
+    ssmi_mamba2_dims  m2;
+    ssmi_conv1d_dims  conv;
+    ssmi_rmsnorm_dims norm;
+    ssmi_mamba3_dims  m3;
+    ssmi_mimo_dims    mimo;
+} ssmi_dims;
 
-/* ssmi_check_disjoint, except that output o may address exactly the same elements as input
- * in_place[o] (ssmi_same_addresses; -1: none): the in-place pool update of a decode step.
- * in_place may be NULL (no exception). */
-ssm_status ssmi_check_disjoint_in_place(ssm_context * ctx, const char * op, const ssmi_named * outs, int nout,
-                                        const ssmi_named * ins, int nin, const int * in_place);
+/* What an operator adds to the schema: its family's params rules, its own rules, and its
+ * backends. The void pointers are the operator's params and args structs. */
+typedef struct ssmi_op_impl {
+    ssmi_op op;
+    /* The params fields in range (params is non-NULL and initialised). */
+    ssm_status (*check_params)(ssm_context * ctx, const char * op, const void * params);
+    /* The rules the schema does not give (run after its per-tensor rules): the dimensions from
+     * the tensors that define them, every shape, combinations and index values; fills *dims. */
+    ssm_status (*validate)(ssm_context * ctx, const char * op, const void * params, const void * args,
+                           ssmi_dims * dims);
+    /* Workspace bytes backend be needs; NULL: the operator takes no workspace. */
+    ssm_status (*workspace)(ssm_context * ctx, ssmi_backend_kind be, const void * params, const ssmi_dims * dims,
+                            const void * args, size_t * bytes);
+    /* Runs backend be (workspace: NULL, or at least the bytes above). */
+    ssm_status (*run)(ssm_context * ctx, ssmi_backend_kind be, const void * params, const ssmi_dims * dims,
+                      const void * args, void * workspace);
+    /* Offset of the args field whose device picks the CUDA backend under AUTO (operators with
+     * a CUDA path in the schema). */
+    size_t lead;
+} ssmi_op_impl;
+
+/* The one path of every operator call:
+ *   1. pick the backend (the context's; AUTO: CUDA when the lead tensor is on a CUDA device
+ *      and the operator has a CUDA path, else CPU);
+ *   2. CUDA: host copies of the index tensors that are in device memory (validation reads
+ *      their values; the stream is synchronised);
+ *   3. validate: params (non-NULL, initialised: its size; impl->check_params), args non-NULL,
+ *      the schema's rules per tensor (presence, device: float
+ *      tensors on the backend's device and index tensors on the host, rank, dtype class,
+ *      sizes) and `needs`, impl->validate, then the output layouts and overlaps with the
+ *      schema's in-place exceptions;
+ *   4. workspace: the bytes the backend needs (bytes != NULL: report them and stop), the
+ *      caller's workspace checked (64-byte aligned, large enough) or allocated for the CPU;
+ *   5. run the backend; a decode step's separate output pools then get the slots no row used.
+ * `op` names the call in messages. Nothing is written before step 5. */
+ssm_status ssmi_dispatch(ssm_context * ctx, const ssmi_op_impl * impl, const char * op, const void * params,
+                         const void * args, void * workspace, size_t workspace_size, size_t * bytes);
+
+/* dst (an args struct of dst_op) gets every field of src (an args struct of src_op) that has
+ * the same name in both schemas; the others are absent. A backward's forward inputs as the
+ * forward's args struct. */
+void ssmi_args_project(ssmi_op dst_op, void * dst, ssmi_op src_op, const void * src);
+
+/* Public entry points ssm_<op>(ctx, params, args): validated by check_params and
+ * validate(ctx, op, const P * p, const ssm_<op>_args * a, <family dims> * d), d being member
+ * `member` of ssmi_dims, and run by ssmi_ref_<op>, ssmi_cpu_<op> and, for
+ * SSMI_DEFINE_CUDA_OP, ssmi_cuda_<op> (each (ctx, params, dims, args)). lead: the args field
+ * whose device picks the CUDA backend under AUTO. */
+#ifdef SSMOPS_HAVE_CUDA
+#define SSMI_CUDA_BRANCH_(op) be == SSMI_BACKEND_CUDA ? ssmi_cuda_##op(ctx, p, d, a):
+#else
+#define SSMI_CUDA_BRANCH_(op)
+#endif
+#define SSMI_DEFINE_OP_(op, P, member, check_params, validate, lead, cuda_branch)                                  \
+    static ssm_status validate_##op##_(ssm_context * ctx, const char * name, const void * p, const void * a,     \
+                                       ssmi_dims * d) {                                                          \
+        return validate(ctx, name, p, a, &d->member);                                                            \
+    }                                                                                                             \
+    static ssm_status run_##op(ssm_context * ctx, ssmi_backend_kind be, const void * p, const ssmi_dims * dims,   \
+                               const void * a, void * ws) {                                                       \
+        const void * d = dims;                                                                                    \
+        (void)ws;                                                                                                 \
+        return cuda_branch be == SSMI_BACKEND_REF ? ssmi_ref_##op(ctx, p, d, a) : ssmi_cpu_##op(ctx, p, d, a);    \
+    }                                                                                                             \
+    static const ssmi_op_impl op##_impl = {SSMI_OP_##op, check_params, validate_##op##_, NULL, run_##op, lead};   \
+    ssm_status ssm_##op(ssm_context * ctx, const P * params, const ssm_##op##_args * args) {                      \
+        return ssmi_dispatch(ctx, &op##_impl, #op, params, args, NULL, 0, NULL);                                  \
+    }
+#define SSMI_DEFINE_OP(op, P, member, check_params, validate) \
+    SSMI_DEFINE_OP_(op, P, member, check_params, validate, 0, )
+#define SSMI_DEFINE_CUDA_OP(op, P, member, check_params, validate, lead)        \
+    SSMI_DEFINE_OP_(op, P, member, check_params, validate, offsetof(ssm_##op##_args, lead), \
+                    SSMI_CUDA_BRANCH_(op))
+
+/* In a params struct's _init: nothing for NULL; else zeroes and sets the size field. */
+#define SSMI_PARAMS_INIT(p)                \
+    do {                                   \
+        if ((p) == NULL) return;           \
+        memset((p), 0, sizeof *(p));       \
+        (p)->size = sizeof *(p);           \
+    } while (0)
+
+/* In a validator with locals ctx, op and a (the args struct): the shape of the tensor a->field
+ * must be the listed sizes (−1: any). */
+#define SSMI_SHAPE(field, ...) \
+    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, #field, &a->field, (const int64_t[]){__VA_ARGS__}))
+
+/* ---- shared rules ---------------------------------------------------------------------- */
+/* The dimensions a tensor defines: *dims[i] = t->shape[i] for each non-NULL dims[i], i < n. */
+void ssmi_take_dims(const ssm_tensor * t, int64_t * const * dims, int n);
+#define SSMI_TAKE_DIMS(t, ...)                                 \
+    ssmi_take_dims((t), (int64_t * const[]){__VA_ARGS__},      \
+                   (int)(sizeof((int64_t * const[]){__VA_ARGS__}) / sizeof(int64_t *)))
+
+/* A backward's rule: every present output d<x> whose input x (of the same operator) is present
+ * has x's rank and shape — a gradient is shaped like its tensor. */
+ssm_status ssmi_check_gradient_shapes(ssm_context * ctx, const char * op, ssmi_op id, const void * args);
 
 /* 1 when every index of a reaches the same element of b as of a: same data, dtype, ndim and
  * shape, and the same stride on every dim of extent > 1 (a unit dim's stride never moves). */
 int ssmi_same_addresses(const ssm_tensor * a, const ssm_tensor * b);
-/* ssmi_same_addresses, and the same device and the same stride on every dim, unit ones too:
- * exactly the same view. */
-int ssmi_same_view(const ssm_tensor * a, const ssm_tensor * b);
 
-/* state_batch_indices of a Mamba-2 / conv decode step (idx optional; batch of them): every
- * index below `slots` (pool names the tensor whose shape[0] gives slots, for the message;
- * negative = padding row), and no slot used by two rows: two rows updating one slot in
- * place would race and the result would depend on the order. */
+/* state_batch_indices of a decode step (idx optional; batch of them): every index below
+ * `slots` (pool names the tensor whose shape[0] gives slots, for the message; negative =
+ * padding row), and no slot used by two rows: two rows updating one slot in place would race
+ * and the result would depend on the order. */
 ssm_status ssmi_check_slot_indices(ssm_context * ctx, const char * op, const ssm_tensor * idx, int64_t batch,
                                    int64_t slots, const char * pool);
-/* state_batch_indices of a Mamba-3 decode step: optional (B) I32/I64, every value below
- * nslots, no two rows with the same non-negative slot (negative = padding row); without it
- * nslots must equal B. */
+/* The same rules for a Mamba-3 decode step (the four pools have nslots rows): idx (B) when
+ * given, else nslots must equal B. */
 ssm_status ssmi_mamba3_check_state_indices(ssm_context * ctx, const char * op, const ssm_tensor * idx, int64_t batch,
                                            int64_t nslots);
 
-/* cu_seqlens (nseq+1), optional, I32/I64: length ≥ 2, batch == 1 (batch_name names the
- * tensor the batch comes from, for the message), cu[0] = 0, non-decreasing, cu[nseq] =
- * seqlen. Sets *nseq (0 when absent). */
+/* cu_seqlens (nseq+1), optional: length ≥ 2, batch == 1 (batch_name names the tensor the
+ * batch comes from, for the message), cu[0] = 0, non-decreasing, cu[nseq] = seqlen. Sets
+ * *nseq (0 when absent). */
 ssm_status ssmi_check_cu_seqlens(ssm_context * ctx, const char * op, const ssm_tensor * cu, const char * batch_name,
                                  int64_t batch, int64_t seqlen, int64_t * nseq);
 
-/* The backend a context asks for, for operators without a CUDA path: CUDA is UNSUPPORTED
- * (never SSMI_BACKEND_CUDA). */
-typedef enum ssmi_backend_kind { SSMI_BACKEND_REF, SSMI_BACKEND_CPU, SSMI_BACKEND_CUDA } ssmi_backend_kind;
-ssm_status ssmi_pick_backend(ssm_context * ctx, const char * op, ssmi_backend_kind * out);
-/* For operators with a CUDA path: CUDA when the context asks for it, or when it asks for
- * AUTO and `lead` (the operator's main input; may be NULL) is on a CUDA device. Without the
- * CUDA backend in the build: UNSUPPORTED when the context asks for CUDA; AUTO picks the CPU
- * (whose validation rejects device tensors with INVALID_LAYOUT). */
-ssm_status ssmi_pick_backend_cuda(ssm_context * ctx, const char * op, const ssm_tensor * lead, ssmi_backend_kind * out);
-
-/* For the CUDA backend: an index tensor (seq_idx, cu_seqlens) as a host view. A well-formed
- * (1-D/2-D, I32/I64) tensor on a CUDA device is copied to host memory (*buf, release with
- * ssmi_free; the stream is synchronised: validation reads the values); anything else is
- * passed on as it is (validation then reports it). */
-ssm_status ssmi_cuda_host_index(ssm_context * ctx, const char * op, const ssm_tensor * in, ssm_tensor * out,
-                                void ** buf);
-/* For the CUDA backend: each present tensor of `ts` must be on the CUDA device (INVALID_LAYOUT
- * otherwise); then it is re-typed as CPU so that the device-independent validation accepts
- * it (the data pointer stays the device one). Call on a copy of the caller's args. */
-ssm_status ssmi_cuda_retype(ssm_context * ctx, const char * op, ssm_tensor * const * ts, const char * const * names,
-                            int n);
-
 /* ---- Mamba-2 ---------------------------------------------------------------------------- */
-/* params (non-NULL, size, chunk_size in [1, 1024], dt_limit without NaN and lo ≤ hi) and a
- * non-NULL args pointer. */
-ssm_status ssmi_mamba2_check_params(ssm_context * ctx, const char * op, const ssm_mamba2_params * p, const void * args);
-/* The same for the decode step, which has no chunks: chunk_size is not looked at. */
-ssm_status ssmi_mamba2_check_step_params(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
-                                         const void * args);
+/* params: chunk_size in [1, 1024], dt_limit without NaN and lo ≤ hi; the decode step's
+ * variant does not look at chunk_size. */
+ssm_status ssmi_mamba2_check_params(ssm_context * ctx, const char * op, const void * params);
+ssm_status ssmi_mamba2_check_step_params(ssm_context * ctx, const char * op, const void * params);
 /* The x/b/c/z family: x (batch, S, H, P) defines batch/S/H/P; b (batch, S, G, N) defines G
  * and N with H % G == 0 (c does when b is NULL); c matches b; the optional z matches x.
  * Pass NULL for a tensor the op does not take. */
@@ -84,47 +153,47 @@ ssm_status ssmi_mamba2_check_xbcz(ssm_context * ctx, const char * op, const ssm_
 /* The optional D: (H) or (H, P). */
 ssm_status ssmi_mamba2_check_d(ssm_context * ctx, const char * op, const ssm_tensor * dten,
                                const ssmi_mamba2_dims * d);
-/* The optional seq_idx (batch, S), integer, values >= 0 and non-decreasing along S. */
+/* The optional seq_idx (batch, S): values >= 0 and non-decreasing along S. */
 ssm_status ssmi_mamba2_check_seq_idx(ssm_context * ctx, const char * op, const ssm_tensor * s,
                                      const ssmi_mamba2_dims * d);
-/* The inputs of ssm_mamba2_scan (x, dt, a, b, c, d, z, dt_bias, seq_idx, cu_seqlens,
- * initial_states), in the order and with the messages of ssm_mamba2_scan's own validation;
- * out and final_states are not looked at. Fills every field of *d (nseq 0 without varlen).
- * Shared by the forward and mamba2_scan_bwd, whose forward arguments are the same. */
+/* The rules of ssm_mamba2_scan's inputs (x … cu_seqlens) after the schema's, in the order of
+ * ssm_mamba2_scan's own validation; out and final_states are not looked at. Fills every field
+ * of *d (nseq 0 without varlen). Shared by the forward and mamba2_scan_bwd. */
 ssm_status ssmi_mamba2_check_scan_inputs(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
                                          const ssm_mamba2_scan_args * a, ssmi_mamba2_dims * d);
 
 /* ---- Mamba-3 (SISO and MIMO) ------------------------------------------------------------ */
 /* The shapes of the four recurrent states with a leading dim (NS or slots): angle (3 dims),
- * ssm (4), k (k_ndim: 3 for SISO (lead,H,K), 4 for MIMO (lead,R,H,N)), v (3). */
+ * ssm (4), k (3 for SISO (lead,H,K), 4 for MIMO (lead,R,H,N)), v (3). */
 typedef struct ssmi_mamba3_state_shapes {
     int64_t angle[3], ssm[4], k[4], v[3];
-    int32_t k_ndim;
 } ssmi_mamba3_state_shapes;
 /* The state group names the operators use, in the order angle, ssm, k, v. */
 extern const char * const ssmi_mamba3_state_names[4];
 extern const char * const ssmi_mamba3_final_names[4];
 extern const char * const ssmi_mamba3_dfinal_names[4];
-extern const char * const ssmi_mamba3_dstate_names[4];
-/* Four state tensors (angle may be NULL: the op has none) checked in the order angle, ssm,
- * k, v against *sh, float dtypes; as outputs (ssmi_check_output) when is_output. */
+/* The shapes of four state tensors (angle may be NULL: the op has none), in the order angle,
+ * ssm, k, v, against *sh. */
 ssm_status ssmi_mamba3_check_states(ssm_context * ctx, const char * op, const char * const names[4],
                                     const ssm_tensor * angle, const ssm_tensor * ssm, const ssm_tensor * k,
-                                    const ssm_tensor * v, int optional, int is_output,
-                                    const ssmi_mamba3_state_shapes * sh);
+                                    const ssm_tensor * v, const ssmi_mamba3_state_shapes * sh);
 /* Initial states: each present one with its shape; the group (angle_state when angle is
  * non-NULL, ssm_state, k_state, v_state) all present or all absent. Sets *has_states. */
 ssm_status ssmi_mamba3_check_initial_states(ssm_context * ctx, const char * op, const ssm_tensor * angle,
                                             const ssm_tensor * ssm, const ssm_tensor * k, const ssm_tensor * v,
                                             const ssmi_mamba3_state_shapes * sh, int32_t * has_states);
+/* The head counts of Mamba-3: q/k heads (groups, gsym "Hq" or "G", at q.shape[gdim]) and value
+ * heads (heads at v.shape[hdim]) both at least 1, and heads a multiple of groups. */
+ssm_status ssmi_mamba3_check_heads(ssm_context * ctx, const char * op, int64_t groups, int gdim, const char * gsym,
+                                   int64_t heads, int hdim);
+/* A Mamba-3 decode step's pools: the four required input states (shapes sh; their rows are
+ * the slots) and the slot rules of state_batch_indices (idx optional, batch rows). The final
+ * pools have their input's shape (a schema rule, dispatch.c). */
+ssm_status ssmi_mamba3_check_pools(ssm_context * ctx, const char * op, const ssm_tensor * angle, const ssm_tensor * ssm,
+                                   const ssm_tensor * k, const ssm_tensor * v, const ssm_tensor * idx, int64_t batch,
+                                   const ssmi_mamba3_state_shapes * sh);
 /* ssmi_check_cu_seqlens, then *varlen (cu given) and *nseq (nseq with cu, else batch). */
 ssm_status ssmi_mamba3_take_nseq(ssm_context * ctx, const char * op, const ssm_tensor * cu, const char * batch_name,
                                  int64_t batch, int64_t seqlen, int64_t * nseq, int32_t * varlen);
-/* After a decode step: separate final_* pools (finals[i] vs pools[i], angle/ssm/k/v) get the
- * slots no row used, so they hold the whole pool: on the host (ssmi_copy_unused_slots), or
- * on the device for the CUDA backend (ssmi_cuda_copy_unused_slots; idx a host view). */
-ssm_status ssmi_mamba3_copy_unused_pools(ssm_context * ctx, const char * op, ssmi_backend_kind be,
-                                         const ssm_tensor * const pools[4], const ssm_tensor * const finals[4],
-                                         const ssm_tensor * idx, int64_t batch);
 
 #endif /* SSMI_OPS_COMMON_H */

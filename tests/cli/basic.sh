@@ -39,6 +39,12 @@ for op in mamba2_chunk_cumsum mamba2_chunk_state mamba2_state_passing mamba2_bmm
     expect 0 "^$op: " help "$op"
 done
 expect 0 "^  ref " list
+# the schema as the manual's table (the manuals are checked against it by schema_docs.sh)
+expect 0 '^\| `final_states` \| out, optional \| \(batch, H, P, N\), or \(nseq, H, P, N\)' list --schema mamba2_scan
+expect 0 '^\| `dd` \| out, optional, needs `d` \|' list --schema mamba3_siso_bwd
+expect 0 '^### `ssm_mamba3_mimo_step`' list --schema all
+expect 2 "unknown operator 'bogus'" list --schema bogus
+expect 2 "list takes no arguments" list extra
 # the cuda line agrees with the device: "available", naming the decode step among its operators,
 # exactly when a CUDA check runs; "unavailable" exactly when --backend cuda is refused
 "$ssmops" list > "$tmp/list.txt" 2>&1

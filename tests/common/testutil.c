@@ -1692,12 +1692,14 @@ ssm_context * ssmt_make_ctx(ssm_backend backend, int threads, ssm_isa isa) {
 }
 
 void ssmt_expect_cuda_refusal(const char * op, ssm_context * cuda_ctx, ssm_status got) {
-    static const char * const with_cuda[] = {"mamba2_chunk_state",  "mamba2_scan",         "mamba2_scan_workspace_size",
-                                             "mamba2_step",         "mamba3_siso_fwd",     "mamba3_siso",
-                                             "mamba3_siso_step",    "mamba3_mimo_bwd_fwd", "mamba3_mimo",
-                                             "mamba3_mimo_step",    NULL};
-    int cuda_path = 0;
-    for (int i = 0; with_cuda[i] != NULL; ++i) cuda_path |= strcmp(op, with_cuda[i]) == 0;
+    /* the operators with a CUDA path: the schema says which (the workspace query is its op's) */
+    char name[64];
+    snprintf(name, sizeof name, "%s", op);
+    char * ws = strstr(name, "_workspace_size");
+    if (ws != NULL) *ws = '\0';
+    const ssm_op_info * info = ssm_op_get(ssm_op_find(name));
+    const int           cuda_path = info != NULL && ((info->backends >> SSM_BACKEND_CUDA) & 1u) != 0;
+    TEST_CHECK(info != NULL, "%s: not an operator of the schema", op);
     TEST_CHECK(got == SSM_STATUS_UNSUPPORTED || (cuda_path && got == SSM_STATUS_INVALID_LAYOUT),
                "%s: CUDA backend with host tensors gives %s", op, ssm_status_string(got));
     TEST_CHECK(strstr(ssm_context_last_error(cuda_ctx), "CUDA") != NULL, "%s: CUDA message: %s", op,
@@ -1707,6 +1709,14 @@ void ssmt_expect_cuda_refusal(const char * op, ssm_context * cuda_ctx, ssm_statu
 /* ---- the CPU-vs-reference harness of the operator tests ----------------------------- */
 void ssmt_op_add_out(ssmt_op_case * oc, ssm_tensor * t) {
     if (t->data != NULL && oc->nouts < SSMT_MAX_OUTS) oc->outs[oc->nouts++] = t;
+}
+
+void ssmt_op_add_outs(ssmt_op_case * oc, const char * op) {
+    const ssm_op_info * info = ssm_op_get(ssm_op_find(op));
+    TEST_CHECK(info != NULL && info->args_size == oc->args_size, "%s: not the schema's args struct", op);
+    for (int32_t i = 0; info != NULL && i < info->nargs; ++i)
+        if (info->args[i].role & SSM_ARG_ROLE_OUTPUT)
+            ssmt_op_add_out(oc, (ssm_tensor *)(void *)((char *)oc->args + info->args[i].offset));
 }
 
 ssmt_host ssmt_unwrap_angles(const ssm_tensor * got, const ssm_tensor * ref) {

@@ -221,6 +221,8 @@ typedef struct ssmt_op_case {
 
 /* Adds t to the output slots when it is present. */
 void ssmt_op_add_out(ssmt_op_case * oc, ssm_tensor * t);
+/* Adds every present output of oc->args, operator op's args struct, in the schema's order. */
+void ssmt_op_add_outs(ssmt_op_case * oc, const char * op);
 /* Runs the case on ref, cpu[1..3] and scalar (cpu[0] is not used). */
 void ssmt_op_run(const ssmt_op_case * oc, ssm_context * ref, ssm_context * const cpu[4], ssm_context * scalar);
 /* An F64 copy of an angle output with each element moved by ±2π to the side of the
