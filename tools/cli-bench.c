@@ -176,8 +176,17 @@ int cli_cmd_bench(const cli_options * opt) {
         rc = cli_lib_error(NULL, st, "creating the context");
         goto done;
     }
+    if (opt->variant != NULL) {
+        const ssm_status vs = ssm_context_set_variant(ctx, op->name, opt->variant);
+        if (vs != SSM_STATUS_OK) {
+            rc = cli_lib_error(ctx, vs, "--variant");
+            goto done;
+        }
+    }
     if (opt->backend == SSM_BACKEND_CUDA) { /* CUDA events on device copies (cli-cuda.c) */
         rc = cli_cuda_bench(opt, &pb, ctx, tokens_per_call(&pb));
+        if (rc == CLI_EXIT_OK && ssm_context_last_variant(ctx)[0] != '\0')
+            printf("  variant     %s (the selection-table entry that ran)\n", ssm_context_last_variant(ctx));
         goto done;
     }
     bench_result res;

@@ -39,6 +39,8 @@ static int run_op(const cli_problem * pb, ssm_backend backend, int threads, int3
         char what[128];
         snprintf(what, sizeof what, "%s (%s backend)", pb->op->name, label);
         const int rc = cli_cuda_run(ctx, pb, what);
+        if (rc == CLI_EXIT_OK && ssm_context_last_variant(ctx)[0] != '\0')
+            printf("%s: cuda variant %s\n", pb->op->name, ssm_context_last_variant(ctx));
         ssm_context_free(ctx);
         return rc;
     }

@@ -297,6 +297,7 @@ typedef struct cli_options {
     double       tol;        /* compare */
     double       max_rel;    /* compare */
     const char * files[2];   /* compare */
+    const char * variant;    /* bench --variant: the forced entry of the op's selection table */
     int32_t      ref_mode;   /* --ref-mode: −1 not given (check: both models where the op
                                 has two, the bf16 one for bf16 inputs; run: exact), else an
                                 ssm_ref_mode */

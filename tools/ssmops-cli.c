@@ -15,12 +15,14 @@ static const char usage_text[] =
     "usage:\n"
     "  ssmops list                 operators, backends, dtypes available here\n"
     "  ssmops list --schema OP|all an operator's arguments as the manual's markdown table\n"
+    "  ssmops list --variants [OP] the CUDA backend's selection tables (kernel variants)\n"
     "  ssmops check OP|all [--backend B] [--dtype T] [--shape k=v,...] [--param k=v,...]\n"
     "                      [--seed N] [--all-shapes] [--threads N] [--out-dtype T] [--ref-mode M]\n"
     "  ssmops run OP --in DIR --out DIR [--backend B] [--dtype T] [--param k=v,...] [--threads N]\n"
     "                  [--ref-mode M]\n"
     "  ssmops bench OP [--backend B] [--dtype T] [--shape k=v,...] [--param k=v,...]\n"
     "                  [--threads N] [--reps N] [--json FILE] [--seed N] [--buffer-mib N]\n"
+    "                  [--variant NAME]\n"
     "  ssmops bench --ceilings [--threads N] [--json FILE] [--buffer-mib N]\n"
     "  ssmops help [OP]  |  ssmops --help  |  ssmops --version\n"
     "\n"
@@ -48,6 +50,8 @@ static const char usage_text[] =
     "  --reps N        bench: timed repetitions (default: until >= 1 s and >= 5)\n"
     "  --json FILE     bench: write the measurements as a JSON array\n"
     "  --buffer-mib N  bench: copy-bandwidth buffer size in MiB (default 256)\n"
+    "  --variant NAME  bench: force an entry of the operator's selection table (ssmops list\n"
+    "                  --variants); check and run take SSMOPS_VARIANT=op=name instead\n"
     "\n"
     "check prints one line per output: name rel_rms max_rel bar PASS|FAIL (exit 1 on FAIL).\n"
     "run reads DIR/<arg>.npy and writes DIR/<output>.npy (float32; float64 with --backend ref);\n"
@@ -158,6 +162,27 @@ static int cmd_list_schema(const char * op) {
     return CLI_EXIT_OK;
 }
 
+/* Every operator's selection table on the CUDA backend (the only backend with tables), one
+ * line per entry in the order the backend tries them: operator, entry, why it exists. */
+static int cmd_list_variants(const char * op) {
+    if (op != NULL && ssm_op_find(op) < 0) return cli_usage_error("unknown operator '%s' (ssmops list shows them)", op);
+    printf("# operator             variant          why (the first entry that applies runs; force one with\n"
+           "#                                       SSMOPS_VARIANT=op=name or `bench --variant NAME`)\n");
+    int any = 0;
+    for (int32_t i = 0; i < ssm_op_count(); ++i) {
+        const char * name = ssm_op_get(i)->name;
+        if (op != NULL && strcmp(op, name) != 0 && strcmp(op + (strncmp(op, "ssm_", 4) == 0 ? 4 : 0), name) != 0)
+            continue;
+        const int32_t n = ssm_variant_count(SSM_BACKEND_CUDA, name);
+        for (int32_t v = 0; v < n; ++v, any = 1)
+            printf("%-22s %-16s %s\n", name, ssm_variant_name(SSM_BACKEND_CUDA, name, v),
+                   ssm_variant_why(SSM_BACKEND_CUDA, name, v));
+    }
+    if (!any)
+        printf("# none: %s\n", op != NULL ? "no table for this operator in this build" : "this build has no CUDA backend");
+    return CLI_EXIT_OK;
+}
+
 /* ---- option parsing -------------------------------------------------------------------------- */
 
 typedef struct arg_cursor {
@@ -204,7 +229,8 @@ enum {
     O_TOL     = 1 << 12,
     O_BUFFER  = 1 << 13,
     O_OUTDT   = 1 << 14,
-    O_REFMODE = 1 << 15
+    O_REFMODE = 1 << 15,
+    O_VARIANT = 1 << 16
 };
 
 /* 1 if arg is option `name` and the command takes it, −1 (after a message) if it does not
@@ -293,6 +319,10 @@ static int parse_options(const char * command, unsigned allowed, int argc, char 
             v = option_value(&c, "--max-rel", a);
             if (!v || cli_parse_double(v, &opt->max_rel) != 0 || !(opt->max_rel > 0))
                 return cli_usage_error("--max-rel expects a positive number, got '%s'", v ? v : "");
+        } else if ((k = option_is(command, allowed, O_VARIANT, a, "--variant"))) {
+            if (k < 0) return -1;
+            if (!(opt->variant = option_value(&c, "--variant", a)))
+                return cli_usage_error("--variant needs a name (ssmops list --variants shows them)");
         } else if ((k = option_is(command, allowed, O_REFMODE, a, "--ref-mode"))) {
             if (k < 0) return -1;
             v = option_value(&c, "--ref-mode", a);
@@ -346,7 +376,9 @@ int main(int argc, char ** argv) {
 
     if (strcmp(cmd, "list") == 0) {
         if (argn == 2 && strcmp(rest[0], "--schema") == 0) return cmd_list_schema(rest[1]);
-        if (argn > 0) return cli_usage_error("list takes no arguments, or --schema OP|all");
+        if (argn <= 2 && argn >= 1 && strcmp(rest[0], "--variants") == 0)
+            return cmd_list_variants(argn == 2 ? rest[1] : NULL);
+        if (argn > 0) return cli_usage_error("list takes no arguments, --schema OP|all or --variants [OP]");
         return cmd_list();
     }
     if (strcmp(cmd, "check") == 0) {
@@ -367,7 +399,7 @@ int main(int argc, char ** argv) {
     if (strcmp(cmd, "bench") == 0) {
         if (parse_options(cmd,
                           O_BACKEND | O_DTYPE | O_SHAPE | O_PARAM | O_SEED | O_THREADS | O_JSON | O_REPS | O_CEIL |
-                              O_BUFFER,
+                              O_BUFFER | O_VARIANT,
                           argn, rest, &opt))
             return CLI_EXIT_USAGE;
         return cli_cmd_bench(&opt);

@@ -61,6 +61,11 @@ fi
 # an operator without a CUDA path is refused either way
 expect 1 "SSM_STATUS_UNSUPPORTED" check mamba2_chunk_cumsum --backend cuda
 expect 0 "^dtypes: f32 f16 bf16" list
+# the selection tables: a header always; entries only where the build has the CUDA backend
+expect 0 "^# operator +variant" list --variants
+expect 0 "^# operator +variant" list --variants mamba2_scan
+expect 2 "unknown operator" list --variants no_such_op
+expect 1 "variant 'no_such_variant' of mamba2_step" bench mamba2_step --variant no_such_variant --reps 1
 expect 0 "^ssmops [0-9]+\.[0-9]+\.[0-9]+$" --version
 expect 0 "ssmops bench --ceilings" --help
 expect 0 "usage:" help
