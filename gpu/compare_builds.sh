@@ -69,7 +69,7 @@ hashes)
     comm -3 "$out/hb.common" "$out/hn.common" | head -20
     echo "hashes: labels only in base: $(comm -23 "$out/hb.labels" "$out/hn.labels" | wc -l); only in new: $(comm -13 "$out/hb.labels" "$out/hn.labels" | wc -l)"
     comm -23 "$out/hb.labels" "$out/hn.labels" | head -10 | sed 's/^/only in base: /'
-    (cd "$bn" && ctest -LE cuda -j "$jobs" >"$out/ctest-rest-new.log" 2>&1)
+    (cd "$bn" && ctest -LE cuda -j "$jobs" --output-on-failure >"$out/ctest-rest-new.log" 2>&1)
     echo "new non-cuda tests: rc=$? $(grep 'tests passed' "$out/ctest-rest-new.log")"
     echo "hashes phase: $(($(date +%s) - t0)) s"
     ;;

@@ -69,6 +69,10 @@ static ssm_status set_variant(ssm_context * ctx, ssm_context * report, const cha
         return SSM_STATUS_OK;
     }
     const int32_t n = table_count(ctx->backend, (ssmi_op)o);
+    /* SSMOPS_VARIANT names CUDA entries for tools; a reference or CPU context has no tables and
+     * takes none of them (a tool's reference context must not fail over it) */
+    if (report == NULL && n == 0 && (ctx->backend == SSM_BACKEND_REF || ctx->backend == SSM_BACKEND_CPU))
+        return SSM_STATUS_OK;
     for (int32_t i = 0; i < n; ++i)
         if (strcmp(ssmi_cuda_variant((ssmi_op)o, i).name, variant) == 0) {
             ctx->variant[o] = (int16_t)i;
