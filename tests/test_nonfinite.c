@@ -129,7 +129,18 @@ typedef struct nf_exception {
     const char * reason;
 } nf_exception;
 
+/* An exception only admits EXTRA non-finite elements (the backend's mask a superset of the
+ * reference's): an element the reference makes non-finite and the backend leaves finite is a
+ * failure under an exception too. */
+#define NF_CHUNK_REASON                                                                                  \
+    "the CUDA chunked kernels form each chunk's outputs by matrix products over the whole chunk; "      \
+    "a masked (zero) product term of a later token's non-finite input still gives NaN (0*Inf, "         \
+    "0*NaN), so outputs of earlier tokens of the same chunk also turn non-finite"
 static const nf_exception nf_exceptions[] = {
+    {"mamba2_scan", "x", "cuda", NF_CHUNK_REASON},
+    {"mamba2_scan", "dt", "cuda", NF_CHUNK_REASON " (dt enters the decays exp(dA_t - dA_s) of every pair)"},
+    {"mamba3_siso", "v", "cuda", NF_CHUNK_REASON},
+    {"mamba3_mimo", "v", "cuda", NF_CHUNK_REASON},
     {NULL, NULL, NULL, NULL},
 };
 
@@ -291,7 +302,7 @@ static void nf_compare(const nf_problem * p, const char * what, const char * inp
         if (ref->m[i] == NULL) continue;
         const ssm_tensor * t = nf_view(p->args, &p->slot[i]);
         const int64_t      n = ssmt_numel(t);
-        int64_t            diff = 0, first = -1, nref = 0, ngot = 0;
+        int64_t            diff = 0, first = -1, nref = 0, ngot = 0, missing = 0, first_missing = -1;
         for (int64_t e = 0; e < n; ++e) {
             nref += ref->m[i][e];
             ngot += got->m[i][e];
@@ -299,12 +310,21 @@ static void nf_compare(const nf_problem * p, const char * what, const char * inp
                 if (first < 0) first = e;
                 ++diff;
             }
+            if (ref->m[i][e] && !got->m[i][e]) {
+                if (first_missing < 0) first_missing = e;
+                ++missing;
+            }
         }
         ++ssmt_checks;
         if (diff == 0) continue;
         char where[96];
         nf_index_str(t, first, where, sizeof where);
         const nf_exception * ex = nf_find_exception(p->tag, input, backend);
+        if (ex != NULL && missing > 0) { /* an exception admits extra non-finite elements only */
+            ex = NULL;
+            first = first_missing;
+            nf_index_str(t, first, where, sizeof where);
+        }
         if (ex != NULL) {
             ++n_exceptions;
             printf("known exception: %s %s %s: %s mask differs at %lld of %lld elements (%s); %s\n", p->tag, what,
