@@ -90,6 +90,7 @@ case $op in
     mamba2_step) extra="--shape B=40,H=16,P=64,N=128,G=2 --param slots=45" ;;
     mamba3_siso) extra="--shape B=1,S=700,H=3,Hq=1,K=128,V=72,A=32,chunk=64 --param has_d=1,has_z=1,has_states=1,has_final=1,nseq=3" ;;
     mamba3_siso_step) extra="--shape B=4,H=4,Hq=1,K=128,V=64,A=32" ;;
+    mamba3_mimo_step) extra="--shape B=4,H=2,G=1,R=2,N=16,P=8" ;;
     mamba3_mimo*) extra="--shape B=1,S=40,H=2,G=1,R=2,N=16,P=8,chunk=8" ;;
     *) extra="" ;;
 esac

@@ -197,7 +197,7 @@ __global__ void __launch_bounds__(kThreads) portable_state_kernel(const m3_fwd_a
     extern __shared__ __align__(128) unsigned char smem[];
     const state_smem<MODE>                         Ly(P.Kp, P.A);
     const m3_scal                                  sc = carve_scal((float *)(smem + Ly.scal));
-    float *                                        wj = sc.sig + (kC + 1); /* sixth scalar row */
+    float *                                        wj = sc.sig + (kC + 1); /* scalar row 5 (counted from 0) */
     float *                                        th = (float *)(smem + Ly.th);
     T *                                            kw = (T *)(smem + Ly.kw);
     T *                                            kw_lo = cfg<MODE>::SPLIT ? (T *)(smem + Ly.kw_lo) : nullptr;
