@@ -16,6 +16,8 @@ TSAN_BUILD  = build-tsan
 CMAKE       = cmake
 CTEST       = ctest
 JOBS        = $$(nproc)
+# The sanitizer build compiles the CUDA kernels only where a GPU can run their tests.
+ASAN_CUDA   = $$(nvidia-smi -L >/dev/null 2>&1 && echo AUTO || echo OFF)
 CMAKE_FLAGS =
 
 all: build
@@ -33,7 +35,7 @@ run: build
 test: build
 	cd $(BUILD) && $(CTEST) --output-on-failure -j $(JOBS)
 	$(CMAKE) -S . -B $(ASAN_BUILD) -DSSMOPS_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" $(CMAKE_FLAGS)
+	    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" -DSSMOPS_CUDA=$(ASAN_CUDA) $(CMAKE_FLAGS)
 	$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && UBSAN_OPTIONS=print_stacktrace=1 $(CTEST) --output-on-failure -j $(JOBS)
 	$(MAKE) tsan
