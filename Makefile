@@ -6,6 +6,7 @@
 #   make tsan           the concurrency test in a ThreadSanitizer build (CPU backend only)
 #   make clean          remove the build directories
 # Variables: BUILD, ASAN_BUILD, TSAN_BUILD, CMAKE, CTEST, JOBS (default: the number of CPUs),
+# ASAN_CUDA (the sanitizer build's SSMOPS_CUDA: AUTO where nvidia-smi sees a GPU, else OFF),
 # CMAKE_FLAGS (extra configure arguments for every build), e.g. make test JOBS=4.
 
 .POSIX:
