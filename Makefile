@@ -1,7 +1,8 @@
 # ssmops: the two commands a newcomer needs (POSIX make; CMake does the real work).
 #   make / make build   configure (Release) into build/ and compile
 #   make run            build, then check and benchmark the Mamba-2 scan with the CLI
-#   make test           build, run every test, then all again in an ASan+UBSan build, then
+#   make test           build, run every test (C, then the Python package's with pytest), then
+#                       the C tests again in an ASan+UBSan build, then
 #                       make tsan
 #   make tsan           the concurrency test in a ThreadSanitizer build (CPU backend only)
 #   make clean          remove the build directories
@@ -35,6 +36,7 @@ run: build
 # suite on two cores. UBSan stops at its first report (-fno-sanitize-recover).
 test: build
 	cd $(BUILD) && $(CTEST) --output-on-failure -j $(JOBS)
+	SSMOPS_LIBRARY=$$(pwd)/$(BUILD)/libssmops.so $(PYTHON) -m pytest -q tests/python
 	$(CMAKE) -S . -B $(ASAN_BUILD) -DSSMOPS_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 	    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" -DSSMOPS_CUDA=$(ASAN_CUDA) $(CMAKE_FLAGS)
 	$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS)

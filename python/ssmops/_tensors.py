@@ -1,0 +1,118 @@
+"""Array objects as ssm_tensor views, and new outputs in the caller's framework.
+
+torch tensors and numpy arrays are read directly (no DLPack capsule: a decode step's binding
+overhead is a few microseconds); any other object with __dlpack__ (CuPy, JAX, ...) goes through
+DLPack and ssm_tensor_from_dlpack."""
+import ctypes
+
+from . import _lib
+
+try:  # numpy and torch are both optional; at least one is needed to make outputs
+    import numpy as np
+except ImportError:  # pragma: no cover
+    np = None
+try:
+    import torch
+except ImportError:  # pragma: no cover
+    torch = None
+
+_NP_CODES = {}
+if np is not None:
+    _NP_CODES = {np.dtype(np.float32): _lib.F32, np.dtype(np.float16): _lib.F16, np.dtype(np.float64): _lib.F64,
+                 np.dtype(np.int32): _lib.I32, np.dtype(np.int64): _lib.I64}
+_TORCH_CODES = {}
+if torch is not None:
+    _TORCH_CODES = {torch.float32: _lib.F32, torch.float16: _lib.F16, torch.bfloat16: _lib.BF16,
+                    torch.float64: _lib.F64, torch.int32: _lib.I32, torch.int64: _lib.I64}
+    _TORCH_DTYPES = {v: k for k, v in _TORCH_CODES.items()}
+_NP_DTYPES = {v: k for k, v in _NP_CODES.items()}
+
+_PyCapsule_GetPointer = ctypes.pythonapi.PyCapsule_GetPointer
+_PyCapsule_GetPointer.restype = ctypes.c_void_p
+_PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
+
+
+def is_torch(x):
+    return torch is not None and isinstance(x, torch.Tensor)
+
+
+def is_numpy(x):
+    return np is not None and isinstance(x, np.ndarray)
+
+
+def _fill(t, ptr, code, dev_type, dev_index, shape, strides, name):
+    if len(shape) > _lib.MAX_DIMS:
+        raise _lib.SsmValueError(11, "%s: %d dims; ssmops takes at most %d" % (name, len(shape), _lib.MAX_DIMS))
+    t.data = ptr if ptr else None
+    t.dtype = code
+    t.device.type = dev_type
+    t.device.index = dev_index
+    t.ndim = len(shape)
+    for i, (n, s) in enumerate(zip(shape, strides)):
+        t.shape[i] = n
+        t.strides[i] = s
+    if not ptr and all(n > 0 for n in shape):
+        raise _lib.SsmValueError(10, "%s: has no data" % name)
+    if not ptr:  # an empty tensor may have no data pointer; NULL would mean "absent"
+        t.data = ctypes.addressof(_EMPTY)
+
+
+_EMPTY = ctypes.create_string_buffer(64)
+
+
+def to_tensor(x, name, keep):
+    """The ssm_tensor view of x (None -> absent). `keep` collects what must outlive the call."""
+    t = _lib.Tensor()
+    if x is None:
+        return t
+    if is_torch(x):
+        code = _TORCH_CODES.get(x.dtype)
+        if code is None:
+            raise _lib.SsmValueError(12, "%s: dtype %s is not supported (float16/32/64, bfloat16, int32/64)"
+                                     % (name, x.dtype))
+        dev = x.device
+        if dev.type == "cpu":
+            dt, di = _lib.DEVICE_CPU, 0
+        elif dev.type == "cuda":
+            dt, di = _lib.DEVICE_CUDA, dev.index if dev.index is not None else 0
+        else:
+            raise _lib.SsmValueError(12, "%s: device %s is not supported (cpu, cuda)" % (name, dev))
+        _fill(t, x.data_ptr(), code, dt, di, tuple(x.shape), x.stride(), name)
+        return t
+    if is_numpy(x):
+        code = _NP_CODES.get(x.dtype)
+        if code is None:
+            raise _lib.SsmValueError(12, "%s: dtype %s is not supported (float16/32/64, int32/64)" % (name, x.dtype))
+        size = x.dtype.itemsize
+        if any(s % size for s in x.strides):
+            raise _lib.SsmValueError(12, "%s: a stride is not a multiple of the element size" % name)
+        _fill(t, x.ctypes.data, code, _lib.DEVICE_CPU, 0, x.shape, [s // size for s in x.strides], name)
+        return t
+    if hasattr(x, "__dlpack__"):
+        capsule = x.__dlpack__()
+        keep.append(capsule)
+        ptr = _PyCapsule_GetPointer(capsule, b"dltensor")  # DLManagedTensor: its DLTensor comes first
+        _lib.check(_lib.ssm_tensor_from_dlpack(None, ctypes.cast(ptr, ctypes.POINTER(_lib.DLTensor)),
+                                               ctypes.byref(t)), None)
+        return t
+    raise _lib.SsmValueError(10, "%s: %s is not an array (numpy, torch or a __dlpack__ object)"
+                             % (name, type(x).__name__))
+
+
+def dtype_code(x):
+    if is_torch(x):
+        return _TORCH_CODES.get(x.dtype)
+    if is_numpy(x):
+        return _NP_CODES.get(x.dtype)
+    return None
+
+
+def new_like(ref, shape, code):
+    """A new array of `shape` and dtype code in ref's framework and device."""
+    if is_torch(ref):
+        return torch.empty(tuple(shape), dtype=_TORCH_DTYPES[code], device=ref.device)
+    if np is None:
+        raise _lib.SsmValueError(10, "outputs of non-torch inputs need numpy")
+    if code not in _NP_DTYPES:
+        raise _lib.SsmValueError(12, "numpy has no dtype for ssm dtype %s (bfloat16): pass out= arrays" % code)
+    return np.empty(tuple(shape), dtype=_NP_DTYPES[code])

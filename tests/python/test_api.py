@@ -1,0 +1,139 @@
+"""The package's API: names from the schema, errors with the library's message (and nothing
+written), out= arrays, torch and numpy inputs, strided and broadcast views, DLPack objects,
+contexts, threads."""
+import threading
+
+import numpy as np
+import pytest
+
+import ssmops
+
+torch = pytest.importorskip("torch")
+
+
+def scan_inputs(rng, B=2, S=40, H=4, P=8, N=16, G=2):
+    return dict(x=rng.standard_normal((B, S, H, P)).astype(np.float32),
+                dt=rng.standard_normal((B, S, H)).astype(np.float32),
+                a=-np.exp(rng.standard_normal(H)).astype(np.float32),
+                b=rng.standard_normal((B, S, G, N)).astype(np.float32),
+                c=rng.standard_normal((B, S, G, N)).astype(np.float32))
+
+
+def ref_scan(**kw):
+    with ssmops.Context(backend="ref"):
+        return ssmops.mamba2_scan(**kw)
+
+
+def rel(y, r):
+    y, r = np.asarray(y, np.float64), np.asarray(r, np.float64)
+    return np.sqrt(np.mean((y - r) ** 2) / np.mean(r ** 2))
+
+
+def test_every_operator_is_a_function():
+    assert len(ssmops.OPERATORS) >= 23
+    for name in ssmops.OPERATORS:
+        f = getattr(ssmops, name)
+        assert callable(f) and f.__name__ == name and f.__doc__.startswith("ssm_" + name)
+    assert ssmops.__version__.count(".") == 2
+
+
+def test_numpy_torch_and_out():
+    rng = np.random.default_rng(1)
+    kw = scan_inputs(rng)
+    want = ref_scan(**kw, chunk_size=16, dt_softplus=1)
+    got = ssmops.mamba2_scan(**kw, chunk_size=16, dt_softplus=1)
+    assert isinstance(got, np.ndarray) and got.dtype == np.float32 and rel(got, want) < 1e-5
+    tkw = {k: torch.from_numpy(v) for k, v in kw.items()}
+    tkw["x"] = tkw["x"].to(torch.bfloat16)
+    got = ssmops.mamba2_scan(**tkw, chunk_size=16, dt_softplus=1)
+    assert isinstance(got, torch.Tensor) and got.dtype == torch.bfloat16
+    assert rel(got.float().numpy(), want) < 2.0 ** -8
+    out = np.full(kw["x"].shape, np.nan, np.float64)
+    res = ssmops.mamba2_scan(**kw, out=out, chunk_size=16, dt_softplus=1)
+    assert res is out and rel(out, want) < 1e-5
+
+
+def test_strided_and_broadcast_views():
+    rng = np.random.default_rng(2)
+    kw = scan_inputs(rng)
+    want = ref_scan(**kw)
+    big = np.zeros((2, 40, 4, 16), np.float32)
+    big[..., ::2] = kw["x"]
+    xs = big[..., ::2]                               # a stride-2 last dim
+    assert not xs.flags.c_contiguous
+    got = ssmops.mamba2_scan(xs, kw["dt"], kw["a"], kw["b"], kw["c"])
+    assert rel(got, want) < 1e-5
+    d = np.broadcast_to(np.float32(0.5), (4,))       # a stride-0 view
+    got = ssmops.mamba2_scan(**kw, d=d)
+    want = ref_scan(**kw, d=np.full(4, 0.5, np.float32))
+    assert rel(got, want) < 1e-5
+
+
+def test_dlpack_object():
+    class Capsule:  # only __dlpack__, as CuPy or JAX arrays present themselves
+        def __init__(self, t):
+            self.t = t
+            self.shape = tuple(t.shape)
+
+        def __dlpack__(self, stream=None):
+            return self.t.__dlpack__()
+
+    rng = np.random.default_rng(3)
+    kw = scan_inputs(rng)
+    want = ref_scan(**kw)
+    tkw = {k: torch.from_numpy(v) for k, v in kw.items()}
+    got = ssmops.mamba2_scan(Capsule(tkw["x"]), tkw["dt"], tkw["a"], tkw["b"], tkw["c"])
+    assert rel(got.numpy(), want) < 1e-5
+
+
+def test_errors_carry_the_message_and_write_nothing():
+    rng = np.random.default_rng(4)
+    kw = scan_inputs(rng)
+    out = np.full(kw["x"].shape, 7.0, np.float32)
+    with pytest.raises(ValueError) as e:
+        ssmops.mamba2_scan(kw["x"], kw["dt"][:, :, :3], kw["a"], kw["b"], kw["c"], out=out)
+    assert e.value.status == "INVALID_SHAPE" and "mamba2_scan" in str(e.value) and "dt" in str(e.value)
+    assert (out == 7.0).all()
+    with pytest.raises(ValueError) as e:
+        ssmops.mamba2_scan(**kw, chunk_size=0)
+    assert "chunk_size" in str(e.value)
+    with pytest.raises(ValueError):
+        ssmops.mamba2_scan(kw["x"].astype(np.int16), kw["dt"], kw["a"], kw["b"], kw["c"])
+    with pytest.raises(TypeError):
+        ssmops.mamba2_scan(**kw, no_such_keyword=1)
+    with pytest.raises(TypeError):
+        ssmops.mamba2_scan(kw["x"])
+
+
+def test_context_settings():
+    with pytest.raises(ValueError):
+        ssmops.Context(backend="tpu")
+    with pytest.raises(ValueError) as e:  # the CPU backend has no selection tables
+        ssmops.Context(backend="cuda", variants={"mamba2_scan": "no_such_variant"})
+    assert "no_such_variant" in str(e.value)
+    rng = np.random.default_rng(5)
+    kw = scan_inputs(rng)
+    outs = []
+    for threads in (1, 2, 3):
+        with ssmops.Context(backend="cpu", threads=threads):
+            outs.append(ssmops.mamba2_scan(**kw))
+    assert all(np.array_equal(outs[0], o) for o in outs[1:])  # bitwise, any thread count
+
+
+def test_python_threads_at_once():
+    rng = np.random.default_rng(6)
+    kw = scan_inputs(rng)
+    want = ssmops.mamba2_scan(**kw)
+    bad = []
+
+    def work():
+        for _ in range(20):
+            if not np.array_equal(ssmops.mamba2_scan(**kw), want):
+                bad.append(1)
+
+    ts = [threading.Thread(target=work) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not bad
