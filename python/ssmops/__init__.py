@@ -16,10 +16,18 @@ globals().update(_functions)
 OPERATORS = tuple(_functions)
 
 
+try:  # autograd Functions where torch is installed: ssmops.autograd.mamba2_scan(...)
+    from . import autograd as _autograd_module
+    import types as _types
+    autograd = _types.SimpleNamespace(**_autograd_module.build(_functions))
+except ImportError:  # pragma: no cover (no torch)
+    autograd = None
+
+
 def cuda_device_count():
     from ._lib import ssm_cuda_device_count
     return int(ssm_cuda_device_count())
 
 
 __all__ = ["Context", "current_context", "SsmError", "SsmValueError", "SsmMemoryError", "SsmRuntimeError",
-           "OPERATORS", "cuda_device_count", "__version__"] + list(OPERATORS)
+           "OPERATORS", "cuda_device_count", "autograd", "__version__"] + list(OPERATORS)

@@ -108,7 +108,9 @@ def _make(info):
                     continue
                 v = True
             if v is True:
-                shape, code = None, act_code if a.flags & _schema.FLAG_ACTIVATION else _lib.F32
+                # fp32 for parameters and states, unless the call is in float64 (a reference-
+                # precision call keeps every output exact)
+                shape, code = None, act_code if (a.flags & _schema.FLAG_ACTIVATION or act_code == _lib.F64) else _lib.F32
                 src = a.name[1:] if a.name.startswith("d") and a.name[1:] in present else None
                 like = re.search(r"(?:as|shape of) `(\w+)`", a.shape or "")
                 if like and like.group(1) in present:  # "as `d`": shaped and typed like that input
@@ -145,6 +147,7 @@ def _make(info):
         name, ", ".join(a.name + ("?" if a.optional else "") for a in inputs),
         ", ".join(a.name + ("?" if a.optional else "") for a in outputs), ", ".join(sorted(pfields)))
     op.schema = args
+    op.params_name = pname
     return op
 
 

@@ -1,0 +1,85 @@
+"""torch.autograd for the operators that have a backward: ssmops.autograd.<op>(...) takes the
+same arguments as ssmops.<op> (torch tensors), returns the same outputs, and its backward calls
+ssmops.<op>_bwd with the saved inputs and the incoming gradients (d<output>), giving d<input>
+for every float input that requires a gradient. Deterministic: the library's backward reduces
+in a fixed order."""
+import torch
+
+from . import _schema
+
+OPS_WITH_BACKWARD = ("mamba2_scan", "causal_conv1d", "rmsnorm_gated", "mamba3_angle_cumsum", "mamba3_siso",
+                     "mamba3_mimo")
+
+
+def _make(name, fwd, bwd):
+    fwd_inputs = [a for a in fwd.schema if not a.output]
+    fwd_outputs = [a.name for a in fwd.schema if a.output]
+    bwd_names = {a.name for a in bwd.schema}
+
+    class Function(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, meta, *tensors):
+            names, kw, ctxt = meta
+            given = dict(zip(names, tensors))
+            outs = fwd(**given, **kw, ctx=ctxt)
+            outs = outs if isinstance(outs, tuple) else (outs,)
+            ctx.meta = (names, kw, ctxt)
+            ctx.out_names = [o for o in fwd_outputs if o == "out" or kw.get(o) is True or given.get(o) is not None]
+            ctx.out0 = (tuple(outs[0].shape), outs[0].dtype, outs[0].device)
+            ctx.save_for_backward(*tensors)
+            idx = [t for n, t in given.items() if t is not None and not t.is_floating_point()]
+            if idx:
+                ctx.mark_non_differentiable(*idx)
+            return outs
+
+        @staticmethod
+        def backward(ctx, *grads):
+            names, kw, ctxt = ctx.meta
+            tensors = ctx.saved_tensors
+            given = dict(zip(names, tensors))
+            bkw = {n: t for n, t in given.items() if n in bwd_names}
+            for o, g in zip(ctx.out_names, grads):
+                if "d" + o in bwd_names and g is not None:
+                    bkw["d" + o] = g.contiguous()
+            if "dout" in bwd_names and "dout" not in bkw:  # the main output's gradient is required
+                shape, dtype, device = ctx.out0
+                bkw["dout"] = torch.zeros(shape, dtype=dtype, device=device)
+            wanted = []
+            for i, n in enumerate(names):
+                t = tensors[i]
+                ok = (t is not None and t.is_floating_point() and ctx.needs_input_grad[i + 1]
+                      and "d" + n in bwd_names)
+                if ok:
+                    bkw["d" + n] = True
+                    wanted.append(n)
+            params = {k: v for k, v in kw.items() if k in _schema.param_names(bwd.params_name) and k not in bkw}
+            res = bwd(**bkw, **params, ctx=ctxt) if wanted else ()
+            res = res if isinstance(res, tuple) else (res,)
+            made = [a.name for a in bwd.schema if a.output and bkw.get(a.name) is not None]
+            by = dict(zip(made, res))
+            return (None,) + tuple(by.get("d" + n) if n in wanted else None for n in names)
+
+    def op(*positional, ctx=None, **kw):
+        required = [a.name for a in fwd_inputs if not a.optional]
+        given = dict(zip(required, positional))
+        given.update({k: v for k, v in kw.items() if k in {a.name for a in fwd_inputs}})
+        rest = {k: v for k, v in kw.items() if k not in given}
+        names = [a.name for a in fwd_inputs if given.get(a.name) is not None]
+        tensors = [given[n] for n in names]
+        call_kw = rest
+        meta = (names, call_kw, ctx)
+        outs = Function.apply(meta, *tensors)
+        return outs[0] if len(outs) == 1 else outs
+
+    op.__name__ = name
+    op.__doc__ = "autograd form of ssmops.%s (backward: ssmops.%s_bwd)" % (name, name)
+    return op
+
+
+def build(functions):
+    out = {}
+    for name in OPS_WITH_BACKWARD:
+        fwd, bwd = functions[name], functions[name + "_bwd"]
+        out[name] = _make(name, fwd, bwd)
+    return out
+
