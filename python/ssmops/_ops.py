@@ -83,9 +83,12 @@ def _make(info):
                    next((given[n] for n in floats if _tensors.is_numpy(given[n])), given[floats[0]]))
         act = next((a.name for a in inputs if a.name in present and a.flags & _schema.FLAG_ACTIVATION), floats[0])
         act_code = views[act].dtype
-        # dimension symbols from the inputs' shapes, then the chunk counts
+        # dimension symbols from the inputs' shapes, then the chunk counts (only when an output
+        # is to be made: a call with every output given skips this)
         env = {}
-        for a in inputs:
+        needs_env = any(given.get(a.name) is None or given.get(a.name) is True
+                        for a in outputs if not (a.optional and given.get(a.name) in (None, False)))
+        for a in inputs if needs_env else ():
             if a.name in present:
                 _schema.bind(env, _schema.shape_symbols(a.shape, present), tuple(given[a.name].shape))
         batch = env.get("batch", env.get("B"))

@@ -1,6 +1,7 @@
 """The library's operator schema (ssm_op_count / ssm_op_get) read through ctypes, and the params
 structs it names, so that every operator's wrapper is built from it."""
 import ctypes
+import functools
 import re
 
 from . import _lib
@@ -84,18 +85,26 @@ def shape_symbols(text, present):
     which tensors are present ("(A), or (B) with `t`" and "(A) with `t`; else (B)")."""
     if text is None:
         return None
+    cond = _COND.search(text)
+    return _shape_symbols(text, bool(cond) and cond.group(1) in present)
+
+
+_COND = re.compile(r"with `(\w+)`")
+
+
+@functools.lru_cache(maxsize=None)
+def _shape_symbols(text, given):
     groups = re.findall(r"\(([^()]*)\)", text)
     if not groups:
         return None
-    cond = re.search(r"with `(\w+)`", text)
+    cond = _COND.search(text)
     choice = groups[0]
     if cond and len(groups) > 1:
-        given = cond.group(1) in present
         if ", or (" in text:          # (A), or (B) with `t`
             choice = groups[1] if given else groups[0]
         elif "else" in text:          # (A) with `t`; else (B)
             choice = groups[0] if given else groups[1]
-    return [d.strip() for d in choice.split(",") if d.strip()]
+    return tuple(d.strip() for d in choice.split(",") if d.strip())
 
 
 def _expr(d):
