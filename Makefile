@@ -8,6 +8,7 @@
 #   make clean          remove the build directories
 # Variables: BUILD, ASAN_BUILD, TSAN_BUILD, CMAKE, CTEST, JOBS (default: the number of CPUs),
 # ASAN_CUDA (the sanitizer build's SSMOPS_CUDA: AUTO where nvidia-smi sees a GPU, else OFF),
+# PYTHON (default /usr/bin/python3),
 # CMAKE_FLAGS (extra configure arguments for every build), e.g. make test JOBS=4.
 
 .POSIX:
@@ -18,6 +19,8 @@ TSAN_BUILD  = build-tsan
 CMAKE       = cmake
 CTEST       = ctest
 JOBS        = $$(nproc)
+# Debian's interpreter (python3-numpy, python3-torch, python3-pytest) runs the Python tests.
+PYTHON      = /usr/bin/python3
 # The sanitizer build compiles the CUDA kernels only where a GPU can run their tests.
 ASAN_CUDA   = $$(nvidia-smi -L >/dev/null 2>&1 && echo AUTO || echo OFF)
 CMAKE_FLAGS =
