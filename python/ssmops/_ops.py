@@ -151,6 +151,7 @@ def _make(info):
         ", ".join(a.name + ("?" if a.optional else "") for a in outputs), ", ".join(sorted(pfields)))
     op.schema = args
     op.params_name = pname
+    op.backends = info.backends  # bit b: backend b (ssm_backend) has a path
     return op
 
 

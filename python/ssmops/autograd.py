@@ -5,7 +5,7 @@ for every float input that requires a gradient. Deterministic: the library's bac
 in a fixed order."""
 import torch
 
-from . import _schema
+from . import _lib, _schema
 
 OPS_WITH_BACKWARD = ("mamba2_scan", "causal_conv1d", "rmsnorm_gated", "mamba3_angle_cumsum", "mamba3_siso",
                      "mamba3_mimo")
@@ -36,6 +36,9 @@ def _make(name, fwd, bwd):
         def backward(ctx, *grads):
             names, kw, ctxt = ctx.meta
             tensors = ctx.saved_tensors
+            if any(t is not None and t.is_cuda for t in tensors) and not bwd.backends & (1 << _lib.BACKENDS["cuda"]):
+                raise NotImplementedError("ssmops: %s_bwd has no CUDA path yet (the CUDA backward issue adds it); "
+                                          "run the backward on CPU tensors" % name)
             given = dict(zip(names, tensors))
             bkw = {n: t for n, t in given.items() if n in bwd_names}
             for o, g in zip(ctx.out_names, grads):
