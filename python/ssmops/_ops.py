@@ -86,8 +86,11 @@ def _make(info):
         # dimension symbols from the inputs' shapes, then the chunk counts (only when an output
         # is to be made: a call with every output given skips this)
         env = {}
-        needs_env = any(given.get(a.name) is None or given.get(a.name) is True
-                        for a in outputs if not (a.optional and given.get(a.name) in (None, False)))
+        needs_env = False
+        for a in outputs:
+            v = given.get(a.name)
+            if v is True or (v is None and not a.optional):
+                needs_env = True
         for a in inputs if needs_env else ():
             if a.name in present:
                 _schema.bind(env, _schema.shape_symbols(a.shape, present), tuple(given[a.name].shape))
