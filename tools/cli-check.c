@@ -169,12 +169,12 @@ static int check_case(const cli_options * opt, const cli_op * op, const char * s
         poison_outputs(&ref);
         rc = run_op(&ref, SSM_BACKEND_REF, 1, SSM_REF_EXACT, "ref");
         if (rc != CLI_EXIT_OK) goto done;
-        if (modes) printf("# ref_mode=exact: %s vs the float64 reference, DESIGN bars\n", ssm_backend_name(opt->backend));
+        if (modes) printf("# ref_mode=exact: %s vs the float64 reference, the bars of docs/ACCURACY.md\n", ssm_backend_name(opt->backend));
         rc = compare_outputs(&pb, &ref, cli_bar_for(pb.dtype));
     }
     if (want_bf16) {
-        printf("# ref_mode=bf16: %s and the reference both round to %s where upstream's kernel does (spec 5.1), "
-               "same inputs; bar rel_rms < 1e-3 (DESIGN 5)\n",
+        printf("# ref_mode=bf16: %s and the reference both round to %s where upstream's kernel does (docs/ops/mamba3_mimo.md), "
+               "same inputs; bar rel_rms < 1e-3 (docs/ACCURACY.md)\n",
                ssm_backend_name(opt->backend), ssm_dtype_name(pb.dtype));
         poison_outputs(&got_bf16);
         int rc2 = run_op(&got_bf16, opt->backend, threads, SSM_REF_UPSTREAM_BF16, ssm_backend_name(opt->backend));

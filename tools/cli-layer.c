@@ -192,7 +192,7 @@ static double conv_bytes(const cli_problem * pb) {
 }
 
 /* conv_dim of the H=48, P=64, N=128, G=1 scan shape */
-CLI_OP(causal_conv1d, "depthwise causal conv1d with bias, silu, states, seq_idx; channel-last x (spec 6.2)", conv_shape,
+CLI_OP(causal_conv1d, "depthwise causal conv1d with bias, silu, states, seq_idx; channel-last x (docs/ops/layer.md)", conv_shape,
        conv_param, CLI_BENCH("B=1,S=2048,D=3328,W=4", "has_init=0,has_final=0", NULL), conv_cases,
        CLI_FNS(conv_validate, conv_generate, conv_bind, conv_alloc), NULL, conv_flops, conv_bytes);
 
@@ -253,7 +253,7 @@ static double convb_bytes(const cli_problem * pb) {
     return 3.0 * e * B * S * D + 8.0 * D * (W + 1.0);
 }
 
-CLI_OP(causal_conv1d_bwd, "gradients of causal_conv1d: dx, dweight, dbias, dinitial_states (spec 6.2)", conv_shape,
+CLI_OP(causal_conv1d_bwd, "gradients of causal_conv1d: dx, dweight, dbias, dinitial_states (docs/ops/layer.md)", conv_shape,
        convb_param, CLI_BENCH("B=1,S=2048,D=3328,W=4", "has_init=0,has_dfinal=0", NULL), convb_cases,
        CLI_FNS(conv_validate, convb_generate, convb_bind, convb_alloc), NULL, convb_flops, convb_bytes);
 
@@ -327,7 +327,7 @@ static double convu_bytes(const cli_problem * pb) {
     return 2.0 * e_s * B * D * L + 2.0 * e_act(pb) * B * D;
 }
 
-CLI_OP(causal_conv1d_update, "decode: one token through a rolling conv state, updated in place (spec 6.2)", convu_shape,
+CLI_OP(causal_conv1d_update, "decode: one token through a rolling conv state, updated in place (docs/ops/layer.md)", convu_shape,
        convu_param, CLI_BENCH("B=1,D=3328,W=4,L=4", NULL, NULL), convu_cases,
        CLI_FNS(conv_validate, convu_generate, convu_bind, convu_alloc), NULL, convu_flops, convu_bytes);
 
@@ -419,7 +419,7 @@ static double norm_bytes(const cli_problem * pb) {
 }
 
 /* B=1, S=2048, d_ssm = H*P of the scan shape, one group */
-CLI_OP(rmsnorm_gated, "gated RMSNorm per row and group, norm_before_gate 0/1 (spec 6.3)", norm_shape, norm_param,
+CLI_OP(rmsnorm_gated, "gated RMSNorm per row and group, norm_before_gate 0/1 (docs/ops/layer.md)", norm_shape, norm_param,
        CLI_BENCH("M=2048,D=3072", NULL, NULL), norm_cases, CLI_FNS(norm_validate, norm_generate, norm_bind, norm_alloc),
        NULL, norm_flops, norm_bytes);
 
@@ -456,6 +456,6 @@ static double normb_bytes(const cli_problem * pb) {
     return (3.0 + (cli_param_int(pb, "has_z") ? 2.0 : 0.0)) * e_act(pb) * MD + 8.0 * (double)cli_shape(pb, "D");
 }
 
-CLI_OP(rmsnorm_gated_bwd, "gradients of rmsnorm_gated: dx, dz, dweight (spec 6.3)", norm_shape, norm_param,
+CLI_OP(rmsnorm_gated_bwd, "gradients of rmsnorm_gated: dx, dz, dweight (docs/ops/layer.md)", norm_shape, norm_param,
        CLI_BENCH("M=2048,D=3072", NULL, NULL), norm_cases,
        CLI_FNS(norm_validate, normb_generate, norm_bind, normb_alloc), NULL, normb_flops, normb_bytes);

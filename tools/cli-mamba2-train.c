@@ -124,7 +124,7 @@ static double bwd_bytes(const cli_problem * pb) {
     return n;
 }
 
-CLI_OP(mamba2_scan_bwd, "every gradient of mamba2_scan, recomputing the forward (spec 2.7)", bwd_shape, bwd_param,
+CLI_OP(mamba2_scan_bwd, "every gradient of mamba2_scan, recomputing the forward (docs/ops/mamba2.md)", bwd_shape, bwd_param,
        CLI_BENCH("B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256",
                  "has_d=1,has_z=0,has_dt_bias=1,dt_softplus=1,has_init=0,has_dfinal=0", NULL),
        bwd_cases, CLI_FNS(bwd_validate, bwd_generate, cli_mamba2_bind, bwd_alloc), NULL, bwd_flops, bwd_bytes);
@@ -284,6 +284,6 @@ static double step_bytes(const cli_problem * pb) {
     return 2.0 * e * BH * (double)(cli_shape(pb, "P") * cli_shape(pb, "N"));
 }
 
-CLI_OP(mamba2_step, "decode: one token per row, state pool updated in place, state_batch_indices (spec 2.9)",
+CLI_OP(mamba2_step, "decode: one token per row, state pool updated in place, state_batch_indices (docs/ops/mamba2.md)",
        step_shape, step_param, CLI_BENCH("B=1,H=48,P=64,N=128,G=1", NULL, NULL), step_cases,
        CLI_FNS(step_validate, step_generate, step_bind, step_alloc), NULL, step_flops, step_bytes);

@@ -461,7 +461,7 @@ static double cumsum_bytes(const cli_problem * pb) {
     return (e_act(pb) + 8.0) * (double)(d.B * d.S * d.H);
 }
 
-CLI_OP(mamba2_chunk_cumsum, "dt bias, softplus, clamp and the in-chunk cumsum of dt*A (spec 2.1)", cumsum_shape,
+CLI_OP(mamba2_chunk_cumsum, "dt bias, softplus, clamp and the in-chunk cumsum of dt*A (docs/ops/mamba2.md)", cumsum_shape,
        cumsum_param, CLI_BENCH("B=1,S=2048,H=48,chunk=256", NULL, NULL), cumsum_cases,
        CLI_FNS(m2_validate, cumsum_generate, cli_mamba2_bind, cumsum_alloc), NULL, cumsum_flops, cumsum_bytes);
 
@@ -607,7 +607,7 @@ static double cstate_bytes(const cli_problem * pb) {
 }
 
 /* the CANN seed test shape (NC = 4) */
-CLI_OP(mamba2_chunk_state, "per-chunk local states; layout=cann for the CANN tensor order (spec 2.2, 0.2)",
+CLI_OP(mamba2_chunk_state, "per-chunk local states; layout=cann for the CANN tensor order (docs/ops/mamba2.md)",
        cstate_shape, cstate_param, CLI_BENCH("B=1,S=1024,H=128,P=64,N=128,G=8,chunk=256", NULL, "f16"), cstate_cases,
        CLI_FNS(m2_validate, cstate_generate, cstate_bind, cstate_alloc), NULL, cstate_flops, cstate_bytes);
 
@@ -689,7 +689,7 @@ static double spass_bytes(const cli_problem * pb) {
     return 4.0 * X + e_act(pb) * X + 4.0 * (double)(d.B * d.H * d.P * d.N);
 }
 
-CLI_OP(mamba2_state_passing, "inter-chunk recurrence with initial/final states and seq_idx resets (spec 2.3)",
+CLI_OP(mamba2_state_passing, "inter-chunk recurrence with initial/final states and seq_idx resets (docs/ops/mamba2.md)",
        spass_shape, spass_param, CLI_BENCH("B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256", NULL, NULL), spass_cases,
        CLI_FNS(m2_validate, spass_generate, spass_bind, spass_alloc), NULL, spass_flops, spass_bytes);
 
@@ -740,7 +740,7 @@ static double bmm_bytes(const cli_problem * pb) {
     return 2.0 * e_act(pb) * (double)(d.B * d.S * d.G * d.N) + 4.0 * (double)(d.B * d.S * d.G * d.Q);
 }
 
-CLI_OP(mamba2_bmm, "CB = C*B^T per chunk and group (spec 2.4)", bmm_shape, bmm_param,
+CLI_OP(mamba2_bmm, "CB = C*B^T per chunk and group (docs/ops/mamba2.md)", bmm_shape, bmm_param,
        CLI_BENCH("B=1,S=2048,G=1,N=128,chunk=256", NULL, NULL), bmm_cases,
        CLI_FNS(m2_validate, bmm_generate, cli_mamba2_bind, bmm_alloc), NULL, bmm_flops, bmm_bytes);
 
@@ -825,7 +825,7 @@ static double cscan_bytes(const cli_problem * pb) {
     return n;
 }
 
-CLI_OP(mamba2_chunk_scan, "outputs from CB, the passed states, D and z (spec 2.5)", cscan_shape, cscan_param,
+CLI_OP(mamba2_chunk_scan, "outputs from CB, the passed states, D and z (docs/ops/mamba2.md)", cscan_shape, cscan_param,
        CLI_BENCH("B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256", "has_z=0", NULL), cscan_cases,
        CLI_FNS(m2_validate, cscan_generate, cli_mamba2_bind, cscan_alloc), NULL, cscan_flops, cscan_bytes);
 
@@ -924,7 +924,7 @@ static double scan_bytes(const cli_problem * pb) {
 }
 
 /* the benchmark shape of record */
-CLI_OP(mamba2_scan, "the combined Mamba-2 forward: chunked scan with D, z, states, seq_idx, varlen (spec 2.6, 2.8)",
+CLI_OP(mamba2_scan, "the combined Mamba-2 forward: chunked scan with D, z, states, seq_idx, varlen (docs/ops/mamba2.md)",
        scan_shape, scan_param,
        CLI_BENCH("B=1,S=2048,H=48,P=64,N=128,G=1,chunk=256",
                  "has_d=1,has_z=0,has_dt_bias=1,dt_softplus=1,has_init=0,has_final=1", NULL),

@@ -209,7 +209,7 @@ done:
 int cli_cmd_compare(const cli_options * opt) {
     if (!opt->files[0] || !opt->files[1]) return cli_usage_error("compare needs two .npy files");
     if (!opt->dtype_given && opt->tol <= 0 && opt->max_rel <= 0)
-        return cli_usage_error("compare needs --tol X (rel_rms bar), --max-rel Y and/or --dtype T (DESIGN bars)");
+        return cli_usage_error("compare needs --tol X (rel_rms bar), --max-rel Y and/or --dtype T (the bars of docs/ACCURACY.md)");
     cli_bar bar = {INFINITY, INFINITY};
     if (opt->dtype_given) bar = cli_bar_for(opt->dtype);
     if (opt->tol > 0) bar.rel_rms = opt->tol;

@@ -367,6 +367,7 @@ int cli_parse_kv(const char * list, const cli_key * keys, cli_value * values, co
     }
     int    rc    = 0;
     char * save  = NULL;
+    char   seen[128] = {0}; /* keys given in this list: a repeated key is an error, not "last wins" */
     for (char * item = strtok_r(copy, ",", &save); item && rc == 0; item = strtok_r(NULL, ",", &save)) {
         char * eq = strchr(item, '=');
         if (!eq || eq == item) {
@@ -393,6 +394,12 @@ int cli_parse_kv(const char * list, const cli_key * keys, cli_value * values, co
             rc = -1;
             break;
         }
+        if (index < (int)sizeof seen && seen[index]) {
+            snprintf(err, errlen, "--%s gives %s twice", what, item);
+            rc = -1;
+            break;
+        }
+        if (index < (int)sizeof seen) seen[index] = 1;
         rc = cli_parse_value(&keys[index], eq + 1, &values[index], err, errlen);
         values[index].given = 1;
     }

@@ -60,7 +60,7 @@ static const char usage_text[] =
     "developer tool:\n"
     "  ssmops compare A.npy B.npy [--tol X] [--max-rel Y] [--dtype T]\n"
     "                  rel_rms / max_rel of A against the reference B; exit 1 above the bar\n"
-    "                  (--dtype T: the DESIGN bars of T; --tol, --max-rel override them)\n"
+    "                  (--dtype T: the bars of T, docs/ACCURACY.md; --tol, --max-rel override them)\n"
     "\n"
     "exit status: 0 ok, 1 failed check or operation, 2 usage error.\n";
 

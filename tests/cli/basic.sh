@@ -62,6 +62,8 @@ fi
 expect 1 "SSM_STATUS_UNSUPPORTED" check mamba2_chunk_cumsum --backend cuda
 expect 0 "^dtypes: f32 f16 bf16" list
 # the selection tables: a header always; entries only where the build has the CUDA backend
+expect 2 "gives B twice" check mamba2_scan --shape B=1,B=2
+expect 2 "gives has_d twice" check mamba2_scan --param has_d=1,has_d=0
 expect 0 "^# operator +variant" list --variants
 expect 0 "^# operator +variant" list --variants mamba2_scan
 expect 2 "unknown operator" list --variants no_such_op
