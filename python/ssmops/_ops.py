@@ -76,7 +76,9 @@ def _make(info):
             raise TypeError("%s() is missing %s" % (name, ", ".join(missing)))
         present = {a.name for a in inputs if given.get(a.name) is not None}
         keep = []
-        views = {a.name: _tensors.to_tensor(given[a.name], a.name, keep) for a in inputs if a.name in present}
+        buf = ctypes.create_string_buffer(args_size)  # zeroed: every tensor not filled is absent
+        views = {a.name: _tensors.to_tensor(given[a.name], a.name, keep,
+                                            _lib.Tensor.from_buffer(buf, a.offset)) for a in inputs if a.name in present}
         floats = [a.name for a in inputs if a.name in present and a.cls == _schema.CLASS_FLOAT]
         # outputs live in the framework of the first torch (else numpy) input
         ref = next((given[n] for n in floats if _tensors.is_torch(given[n])),
@@ -136,10 +138,9 @@ def _make(info):
             given[a.name] = v
             made.append(v)
         context = ctx if ctx is not None else current_context()
-        buf = ctypes.create_string_buffer(args_size)
-        for a in args:
-            t = views[a.name] if a.name in views else _tensors.to_tensor(given.get(a.name), a.name, keep)
-            ctypes.memmove(ctypes.addressof(buf) + a.offset, ctypes.addressof(t), ctypes.sizeof(t))
+        for a in outputs:
+            if given.get(a.name) is not None:
+                _tensors.to_tensor(given[a.name], a.name, keep, _lib.Tensor.from_buffer(buf, a.offset))
         call = [context.handle_for(ref), ctypes.byref(params), buf]
         if info.workspace:
             call += [None, 0]

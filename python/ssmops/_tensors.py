@@ -41,28 +41,31 @@ def is_numpy(x):
 
 
 def _fill(t, ptr, code, dev_type, dev_index, shape, strides, name):
-    if len(shape) > _lib.MAX_DIMS:
-        raise _lib.SsmValueError(11, "%s: %d dims; ssmops takes at most %d" % (name, len(shape), _lib.MAX_DIMS))
-    t.data = ptr if ptr else None
+    n = len(shape)
+    if n > _lib.MAX_DIMS:
+        raise _lib.SsmValueError(11, "%s: %d dims; ssmops takes at most %d" % (name, n, _lib.MAX_DIMS))
     t.dtype = code
     t.device.type = dev_type
     t.device.index = dev_index
-    t.ndim = len(shape)
-    for i, (n, s) in enumerate(zip(shape, strides)):
-        t.shape[i] = n
-        t.strides[i] = s
-    if not ptr and all(n > 0 for n in shape):
+    t.ndim = n
+    t.shape[:n] = shape
+    t.strides[:n] = strides
+    if ptr:
+        t.data = ptr
+    elif all(d > 0 for d in shape):
         raise _lib.SsmValueError(10, "%s: has no data" % name)
-    if not ptr:  # an empty tensor may have no data pointer; NULL would mean "absent"
+    else:  # an empty tensor may have no data pointer; NULL would mean "absent"
         t.data = ctypes.addressof(_EMPTY)
 
 
 _EMPTY = ctypes.create_string_buffer(64)
 
 
-def to_tensor(x, name, keep):
-    """The ssm_tensor view of x (None -> absent). `keep` collects what must outlive the call."""
-    t = _lib.Tensor()
+def to_tensor(x, name, keep, t=None):
+    """The ssm_tensor view of x (None -> absent), filled into t (a Tensor, possibly a view into
+    an args struct) or a new one. `keep` collects what must outlive the call."""
+    if t is None:
+        t = _lib.Tensor()
     if x is None:
         return t
     if is_torch(x):
