@@ -11,7 +11,8 @@
  *
  * Every present tensor gets a buffer of exactly the bytes its view spans, so AddressSanitizer
  * reports any read or write outside the view. Calls whose views span more than MAX_SPAN bytes
- * are skipped (a smaller buffer would be a caller bug, not a library bug). After the call:
+ * are skipped (a smaller buffer would be a caller bug, not a library bug), and so are calls
+ * with a broadcast view of more than MAX_WORK elements (real work, see huge_work). After the call:
  *   - a failed call leaves every buffer byte-identical and leaves a message on the context;
  *   - a successful call leaves the buffers of inputs that no output shares byte-identical.
  * A violation aborts, so the fuzzer reports it with the input.
@@ -249,6 +250,20 @@ static int view_span(const ssm_tensor * t, size_t item, int64_t * lo, int64_t * 
     return 1;
 }
 
+/* A non-empty view of more than MAX_WORK elements whose count still fits in int64 (broadcast
+ * over a huge dimension): a valid call of that size is real work for minutes, not a bug, so
+ * the input makes no call. Counts beyond int64 stay: the library must reject them. */
+#define MAX_WORK ((int64_t)1 << 24)
+static int huge_work(const ssm_tensor * t) {
+    int     nd = t->ndim < 0 ? 0 : t->ndim > SSM_MAX_DIMS ? SSM_MAX_DIMS : t->ndim;
+    int64_t n = 1;
+    for (int i = 0; i < nd; ++i)
+        if (t->shape[i] <= 0) return 0;
+    for (int i = 0; i < nd; ++i)
+        if (__builtin_mul_overflow(n, t->shape[i], &n)) return 0;
+    return n > MAX_WORK;
+}
+
 static const int32_t k_dtypes[16] = {SSM_DTYPE_F32, SSM_DTYPE_F16, SSM_DTYPE_BF16, SSM_DTYPE_F64, SSM_DTYPE_I32,
                                      SSM_DTYPE_I64, 4, 5, 9, 12, -1, 100, INT32_MIN, INT32_MAX, SSM_DTYPE_F32,
                                      SSM_DTYPE_F16};
@@ -416,13 +431,31 @@ static int run_one(const uint8_t * data, size_t size) {
                 for (int32_t k = 0; k < a; ++k)
                     if (strcmp(info->args[k].name, ai->in_place) == 0) src = k;
             const ssm_tensor * s = (const ssm_tensor *)(args + info->args[src].offset);
-            if (s->data != NULL) {
-                if (b0 & 0x40) *v = *s; /* the very same view */
-                else v->data = s->data;
+            int shared = 0;
+            if (s->data != NULL && (b0 & 0x40)) { /* the very same view */
+                *v = *s;
+                shared = 1;
+            } else if (s->data != NULL && bufs[src].mem != NULL) {
+                /* Its own view over the input's buffer, where that view fits in the buffer. */
+                size_t  item = ssm_dtype_size((ssm_dtype)v->dtype);
+                int64_t lo, hi;
+                int     empty;
+                if (item == 0) item = 8;
+                if (view_span(v, item, &lo, &hi, &empty) && !huge_work(v) &&
+                    (empty || (size_t)(hi - lo + 1) * item <= bufs[src].bytes)) {
+                    v->data = empty ? bufs[src].mem : bufs[src].mem + (size_t)(-lo) * item;
+                    shared = 1;
+                }
+            }
+            if (shared) {
                 bufs[src].shared_with_output = 1;
                 memcpy(args + ai->offset, v, sizeof *v);
                 continue;
             }
+        }
+        if (huge_work(v)) {
+            skip = 1;
+            break;
         }
         size_t  item = ssm_dtype_size((ssm_dtype)v->dtype);
         if (item == 0) item = 8; /* unknown dtype: must be rejected before any access */
@@ -434,13 +467,13 @@ static int run_one(const uint8_t * data, size_t size) {
         }
         const size_t bytes = empty ? 0 : (size_t)(hi - lo + 1) * item;
         bufs[a].bytes = bytes;
-        bufs[a].mem = malloc(bytes ? bytes : 1);
-        bufs[a].saved = malloc(bytes ? bytes : 1);
+        /* Under ASan malloc(0) is a unique pointer to zero accessible bytes: an empty view
+         * points there, so any access is reported. */
+        bufs[a].mem = malloc(bytes);
+        bufs[a].saved = malloc(bytes);
         if (!bufs[a].mem || !bufs[a].saved) abort();
         if (bytes == 0) {
-            /* ASan's malloc(0)-like 1-byte block; an empty view points past its only byte, so
-             * any access is reported. */
-            v->data = bufs[a].mem + 1;
+            v->data = bufs[a].mem;
         } else {
             fill(v, bufs[a].mem, item, lo, hi, b7, index);
             v->data = bufs[a].mem + (size_t)(-lo) * item;
@@ -498,7 +531,7 @@ int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
     if (getenv("SSMOPS_FUZZ_SHOW") && size >= HEADER) {
         ssm_context * ctx = g_ctx[data[1] % NCONTEXTS];
         fprintf(stderr, "fuzz_ops: %s on context %d: %s %s\n", ssm_op_get(data[0] % ssm_op_count())->name,
-                data[1] % NCONTEXTS, st < 0 ? "no call (a view spans too much)" : ssm_status_string((ssm_status)st),
+                data[1] % NCONTEXTS, st < 0 ? "no call (a view spans more than MAX_SPAN, or MAX_WORK)" : ssm_status_string((ssm_status)st),
                 st > 0 ? ssm_context_last_error(ctx) : "");
     }
     return 0;
