@@ -12,7 +12,8 @@
  * Every present tensor gets a buffer of exactly the bytes its view spans, so AddressSanitizer
  * reports any read or write outside the view. Calls whose views span more than MAX_SPAN bytes
  * are skipped (a smaller buffer would be a caller bug, not a library bug), and so are calls
- * with a broadcast view of more than MAX_WORK elements (real work, see huge_work). After the call:
+ * with a broadcast view of more than MAX_WORK elements or a product of letters above 2^26
+ * (real work, see huge_work). After the call:
  *   - a failed call leaves every buffer byte-identical and leaves a message on the context;
  *   - a successful call leaves the buffers of inputs that no output shares byte-identical.
  * A violation aborts, so the fuzzer reports it with the input.
@@ -402,6 +403,16 @@ static int run_one(const uint8_t * data, size_t size) {
         memset(&t[a], 0, sizeof t[a]);
         t[a].ndim = parse_shape(&L, info->args[a].shape, alt, t[a].shape);
     }
+    /* The problem's size: the product of its letters. Between 2^26 and an int64 overflow it is
+     * valid work of seconds to minutes under the sanitizers (a 256^3 state), not a hang: no
+     * call. A zero letter (an empty problem) or an overflowing product is called. */
+    int64_t work = 1;
+    int     overflow = 0, zero = 0;
+    for (int i = 0; i < L.n; ++i) {
+        if (L.value[i] == 0) zero = 1;
+        if (L.value[i] > 1 && __builtin_mul_overflow(work, L.value[i], &work)) overflow = 1;
+    }
+    if (!zero && !overflow && work > ((int64_t)1 << 26)) return -1;
     int64_t chunk = 1;
     for (int i = 0; i < L.n; ++i)
         if (strcmp(L.name[i], "Q") == 0 || strcmp(L.name[i], "C") == 0) chunk = L.value[i];
@@ -535,7 +546,7 @@ int LLVMFuzzerTestOneInput(const uint8_t * data, size_t size) {
     if (getenv("SSMOPS_FUZZ_SHOW") && size >= HEADER) {
         ssm_context * ctx = g_ctx[data[1] % NCONTEXTS];
         fprintf(stderr, "fuzz_ops: %s on context %d: %s %s\n", ssm_op_get(data[0] % ssm_op_count())->name,
-                data[1] % NCONTEXTS, st < 0 ? "no call (a view spans more than MAX_SPAN, or MAX_WORK)" : ssm_status_string((ssm_status)st),
+                data[1] % NCONTEXTS, st < 0 ? "no call (a view spans more than MAX_SPAN, or the work is too large)" : ssm_status_string((ssm_status)st),
                 st > 0 ? ssm_context_last_error(ctx) : "");
     }
     return 0;
