@@ -3,10 +3,11 @@
 #   make run            build, then check and benchmark the Mamba-2 scan with the CLI
 #   make test           build, run every test (C, then the Python package's with pytest), then
 #                       the C tests again in an ASan+UBSan build, then
-#                       make tsan
+#                       make tsan, then make fuzz (where clang is installed)
 #   make tsan           the concurrency test in a ThreadSanitizer build (CPU backend only)
+#   make fuzz           the libFuzzer harnesses (clang, CPU backend), FUZZ_SECONDS each
 #   make clean          remove the build directories
-# Variables: BUILD, ASAN_BUILD, TSAN_BUILD, CMAKE, CTEST, JOBS (default: the number of CPUs),
+# Variables: BUILD, ASAN_BUILD, TSAN_BUILD, FUZZ_BUILD, FUZZ_SECONDS (default 30), CMAKE, CTEST, JOBS (default: the number of CPUs),
 # ASAN_CUDA (the sanitizer build's SSMOPS_CUDA: AUTO where nvidia-smi sees a GPU, else OFF),
 # PYTHON (default /usr/bin/python3),
 # CMAKE_FLAGS (extra configure arguments for every build), e.g. make test JOBS=4.
@@ -16,6 +17,8 @@
 BUILD       = build
 ASAN_BUILD  = build-asan
 TSAN_BUILD  = build-tsan
+FUZZ_BUILD  = build-fuzz
+FUZZ_SECONDS = 30
 CMAKE       = cmake
 CTEST       = ctest
 JOBS        = $$(nproc)
@@ -45,6 +48,7 @@ test: build
 	$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && UBSAN_OPTIONS=print_stacktrace=1 $(CTEST) --output-on-failure -j $(JOBS)
 	$(MAKE) tsan
+	@if command -v clang >/dev/null 2>&1; then $(MAKE) fuzz; else echo "make test: no clang, the fuzz harnesses are skipped"; fi
 
 # ThreadSanitizer: the library and test_concurrency only, CPU backend, -O1 as above (about half
 # a minute on two cores: docs/RELIABILITY.md); the first report fails the run (halt_on_error).
@@ -54,11 +58,20 @@ tsan: FORCE
 	$(CMAKE) --build $(TSAN_BUILD) -j $(JOBS) --target test_concurrency
 	TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" ./$(TSAN_BUILD)/tests/test_concurrency
 
+# libFuzzer harnesses (tests/fuzz, docs/RELIABILITY.md): clang with ASan+UBSan, CPU backend;
+# each harness replays its seed corpus, then fuzzes for FUZZ_SECONDS (the two run in parallel).
+fuzz: FORCE
+	$(CMAKE) -S . -B $(FUZZ_BUILD) -DCMAKE_C_COMPILER=clang -DSSMOPS_FUZZ=ON -DSSMOPS_CUDA=OFF \
+	    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" \
+	    -DSSMOPS_FUZZ_SECONDS=$(FUZZ_SECONDS) $(CMAKE_FLAGS)
+	$(CMAKE) --build $(FUZZ_BUILD) -j $(JOBS) --target fuzz_ops fuzz_npy
+	cd $(FUZZ_BUILD) && $(CTEST) -L fuzz --output-on-failure -j $(JOBS)
+
 clean: FORCE
-	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD) $(FUZZ_BUILD)
 
 # `build` is also the name of a directory: FORCE (and .PHONY, where make knows it) keeps
 # the targets from being taken as up to date.
 FORCE:
 
-.PHONY: all build run test tsan clean FORCE
+.PHONY: all build run test tsan fuzz clean FORCE

@@ -188,7 +188,8 @@ ssm_status ssmi_check_output(ssm_context * ctx, const char * op, const char * na
 /* INVALID_LAYOUT if the byte ranges [min, max] of out and in intersect. */
 ssm_status ssmi_check_no_overlap(ssm_context * ctx, const char * op, const char * out_name, const ssm_tensor * out,
                                  const char * in_name, const ssm_tensor * in);
-/* Number of elements (product of shape); 0 if any dim is 0. Assumes checked. */
+/* Number of elements (product of shape); 0 if any dim is 0, INT64_MAX where the product
+ * overflows (a view broadcast over huge dims). Assumes checked. */
 int64_t    ssmi_numel(const ssm_tensor * t);
 
 /* ---- decode state pools (core/pool.c) ------------------------------------------------ */

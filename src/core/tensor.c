@@ -35,8 +35,9 @@ int64_t ssmi_numel(const ssm_tensor * t) {
     int64_t n = 1;
     for (int32_t i = 0; i < t->ndim; ++i) {
         if (t->shape[i] == 0) return 0;
-        n *= t->shape[i];
     }
+    for (int32_t i = 0; i < t->ndim; ++i)
+        if (__builtin_mul_overflow(n, t->shape[i], &n)) return INT64_MAX;
     return n;
 }
 

@@ -194,6 +194,20 @@ static ssm_status copy_unused_pools(ssm_context * ctx, const char * op, const ss
 
 /* ---- the path ----------------------------------------------------------------------------- */
 
+/* 1 when the call has nothing to write: every output given is empty (a zero dimension), or
+ * none is given. */
+static int nothing_to_write(const ssm_op_info * info, const void * args) {
+    for (int32_t i = 0; i < info->nargs; ++i) {
+        if (!(info->args[i].role & SSM_ARG_ROLE_OUTPUT)) continue;
+        const ssm_tensor * t = (const ssm_tensor *)((const char *)args + info->args[i].offset);
+        if (!ssmi_present(t)) continue;
+        int empty = 0;
+        for (int32_t d = 0; d < t->ndim; ++d) empty |= t->shape[d] == 0;
+        if (!empty) return 0;
+    }
+    return 1;
+}
+
 /* Steps 3-5 of ssmi_dispatch on args whose index tensors are host views. */
 static ssm_status validate_and_run(ssm_context * ctx, const ssmi_op_impl * impl, const char * op,
                                    const ssm_op_info * info, ssmi_backend_kind be, const void * params,
@@ -218,6 +232,9 @@ static ssm_status validate_and_run(ssm_context * ctx, const ssmi_op_impl * impl,
                       "%s: workspace_size=%zu is smaller than the %zu bytes needed (see ssm_%s_workspace_size)", op,
                       workspace_size, need, info->name);
     }
+    /* A valid call with nothing to write ends here: the kernels would still loop over the
+     * other dimensions, which may be huge (2^62 rows of an empty sequence). */
+    if (nothing_to_write(info, args)) return SSM_STATUS_OK;
     /* Without a workspace the CPU backend gets one from the context's allocator; the
      * reference and the CUDA backend allocate their own. */
     void * owned = NULL;

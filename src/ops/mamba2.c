@@ -88,7 +88,9 @@ static ssm_status validate_state_passing(ssm_context * ctx, const char * op, con
     SSMI_SHAPE(da_chunk_cumsum, d->batch, d->nheads, d->nchunks);
     SSMI_SHAPE(initial_states, d->batch, d->nheads, d->headdim, d->dstate);
     /* S comes from seq_idx when given (it must cover exactly NC chunks), else NC·Q. */
-    d->seqlen = d->nchunks * d->chunk;
+    SSM_RETURN_IF(__builtin_mul_overflow(d->nchunks, d->chunk, &d->seqlen), ctx, SSM_STATUS_INVALID_SHAPE,
+                  "%s: states.shape[1]=%lld (NC) times chunk_size=%lld overflows int64", op,
+                  (long long)d->nchunks, (long long)d->chunk);
     if (ssmi_present(&a->seq_idx)) {
         SSM_RETURN_IF(a->seq_idx.shape[0] != d->batch, ctx, SSM_STATUS_INVALID_SHAPE,
                       "%s: seq_idx.shape[0]=%lld differs from states.shape[0]=%lld", op, (long long)a->seq_idx.shape[0],

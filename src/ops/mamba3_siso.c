@@ -112,6 +112,9 @@ static ssm_status take_angle_op_dims(ssm_context * ctx, const char * op, const s
     d->nheads = angles->shape[2];
     d->nheads_qk = 1;
     d->nangles = angles->shape[3];
+    /* K = 2A must fit in int64 (a broadcast angles view can claim any A). */
+    SSM_RETURN_IF(d->nangles > INT64_MAX / 2, ctx, SSM_STATUS_INVALID_SHAPE,
+                  "%s: angles.shape[3]=%lld (A) is too large", op, (long long)d->nangles);
     d->dk = 2 * d->nangles;
     d->chunk = p->chunk_size;
     const int64_t wdt[3] = {d->batch, d->nheads, d->seqlen};
