@@ -197,9 +197,13 @@ ssm_status ssmi_mamba2_check_seq_idx(ssm_context * ctx, const char * op, const s
     const int64_t want[2] = {d->batch, d->seqlen};
     SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "seq_idx", s, want));
     if (!ssmi_present(s)) return SSM_STATUS_OK;
-    for (int64_t b = 0; b < d->batch; ++b) {
+    /* A stride-0 dim repeats its first entry: one row (or one token) stands for all of them,
+     * so a broadcast view of a huge batch or sequence is checked in constant time. */
+    const int64_t rows = s->strides[0] == 0 ? (d->batch > 0 ? 1 : 0) : d->batch;
+    const int64_t toks = s->strides[1] == 0 ? (d->seqlen > 0 ? 1 : 0) : d->seqlen;
+    for (int64_t b = 0; b < rows; ++b) {
         int64_t prev = 0;
-        for (int64_t t = 0; t < d->seqlen; ++t) {
+        for (int64_t t = 0; t < toks; ++t) {
             const int64_t v = ssmi_get_i64(s, ssmi_off2(s, b, t));
             SSM_RETURN_IF(v < 0, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: seq_idx[%lld,%lld]=%lld is negative", op,
                           (long long)b, (long long)t, (long long)v);
