@@ -307,9 +307,8 @@ SSM_API const char * ssm_variant_why(ssm_backend backend, const char * op, int32
 /* Forces ctx to run op with the named entry of its backend's table (NULL, "" or "auto": the
  * table's own choice again). An unknown op or name is INVALID_ARGUMENT with the valid
  * names in the message; a call whose problem the forced entry does not cover fails with
- * UNSUPPORTED. ssm_context_create applies SSMOPS_VARIANT="op=name[,op=name…]" the same way
- * (meant for tools; a bad value fails the creation; a reference or CPU context, which has no
- * tables, ignores the entries it names but not an unknown operator). */
+ * UNSUPPORTED. The library reads no environment for this; the CLI applies its
+ * SSMOPS_VARIANT="op=name[,op=name…]" through this call. */
 SSM_API ssm_status   ssm_context_set_variant(ssm_context * ctx, const char * op, const char * variant);
 /* Name of the entry the last call on ctx ran ("" before any call, or for backends without
  * tables). */

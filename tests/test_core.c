@@ -1008,36 +1008,6 @@ static void test_variants(void) {
     }
     ssm_context_free(ctx);
 
-    const char * old   = getenv("SSMOPS_VARIANT");
-    char *       saved = old ? strdup(old) : NULL;
-    ssm_context * bad  = NULL;
-    setenv("SSMOPS_VARIANT", "mamba2_scan=bogus", 1);
-    s = ssm_context_create(&q, &bad); /* q is a CPU context: it has no tables, the entry is not for it */
-    CHECK(s == SSM_STATUS_OK, "SSMOPS_VARIANT=mamba2_scan=bogus on a CPU context: %s [%s]", ssm_status_string(s),
-          ssm_context_last_error(NULL));
-    ssm_context_free(bad);
-    bad = NULL;
-    setenv("SSMOPS_VARIANT", "no_such_op=x", 1);
-    s = ssm_context_create(&q, &bad);
-    CHECK(s == SSM_STATUS_INVALID_ARGUMENT && bad == NULL && strstr(ssm_context_last_error(NULL), "SSMOPS_VARIANT"),
-          "SSMOPS_VARIANT=no_such_op=x: %s [%s]", ssm_status_string(s), ssm_context_last_error(NULL));
-    setenv("SSMOPS_VARIANT", "mamba2_scan=bogus", 1);
-    ssm_context_params qc = q;
-    qc.backend = SSM_BACKEND_CUDA;
-    s = ssm_context_create(&qc, &bad); /* a CUDA context checks the name (no CUDA build: no entries) */
-    CHECK(s == SSM_STATUS_INVALID_ARGUMENT && bad == NULL && strstr(ssm_context_last_error(NULL), "SSMOPS_VARIANT"),
-          "SSMOPS_VARIANT=mamba2_scan=bogus on a CUDA context: %s [%s]", ssm_status_string(s),
-          ssm_context_last_error(NULL));
-    setenv("SSMOPS_VARIANT", "mamba2_scan", 1);
-    s = ssm_context_create(&q, &bad);
-    CHECK(s == SSM_STATUS_INVALID_ARGUMENT && bad == NULL, "SSMOPS_VARIANT without '=': %s", ssm_status_string(s));
-    setenv("SSMOPS_VARIANT", "mamba2_scan=auto,,mamba3_siso=", 1);
-    s = ssm_context_create(&q, &bad);
-    CHECK(s == SSM_STATUS_OK, "SSMOPS_VARIANT of autos: %s [%s]", ssm_status_string(s), ssm_context_last_error(NULL));
-    ssm_context_free(bad);
-    if (saved) setenv("SSMOPS_VARIANT", saved, 1);
-    else unsetenv("SSMOPS_VARIANT");
-    free(saved);
 }
 
 int main(void) {

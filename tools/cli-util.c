@@ -457,13 +457,48 @@ int cli_default_threads(void) {
     return n >= 1 ? (int)(n > 1024 ? 1024 : n) : 1;
 }
 
+/* SSMOPS_VARIANT="op=name[,op=name...]": the CLI's and scripts' way to force entries of the
+ * CUDA selection tables, applied to CUDA and AUTO contexts (reference and CPU contexts have no
+ * tables). A bad value is a usage error with the library's message. */
+static ssm_status apply_variant_env(ssm_context * ctx) {
+    const char * env = getenv("SSMOPS_VARIANT");
+    if (env == NULL || *env == '\0') return SSM_STATUS_OK;
+    char list[512];
+    if (strlen(env) >= sizeof list) {
+        fprintf(stderr, "ssmops: error: SSMOPS_VARIANT is longer than %zu characters\n", sizeof list - 1);
+        return SSM_STATUS_INVALID_ARGUMENT;
+    }
+    strcpy(list, env);
+    char * save = NULL;
+    for (char * item = strtok_r(list, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
+        char * eq = strchr(item, '=');
+        if (eq == NULL) {
+            fprintf(stderr, "ssmops: error: SSMOPS_VARIANT item '%s' is not op=variant\n", item);
+            return SSM_STATUS_INVALID_ARGUMENT;
+        }
+        *eq = '\0';
+        const ssm_status st = ssm_context_set_variant(ctx, item, eq + 1);
+        if (st != SSM_STATUS_OK) {
+            fprintf(stderr, "ssmops: error: SSMOPS_VARIANT: %s\n", ssm_context_last_error(ctx));
+            return st;
+        }
+    }
+    return SSM_STATUS_OK;
+}
+
 ssm_status cli_context_create_mode(ssm_backend backend, int threads, int32_t ref_mode, ssm_context ** ctx) {
     ssm_context_params params;
     ssm_context_params_init(&params);
     params.backend     = backend;
     params.num_threads = threads > 0 ? threads : cli_default_threads();
     params.ref_mode    = ref_mode;
-    return ssm_context_create(&params, ctx);
+    ssm_status st = ssm_context_create(&params, ctx);
+    if (st == SSM_STATUS_OK && (backend == SSM_BACKEND_CUDA || backend == SSM_BACKEND_AUTO) &&
+        (st = apply_variant_env(*ctx)) != SSM_STATUS_OK) {
+        ssm_context_free(*ctx);
+        *ctx = NULL;
+    }
+    return st;
 }
 
 ssm_status cli_context_create(ssm_backend backend, int threads, ssm_context ** ctx) {

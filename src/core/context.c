@@ -231,11 +231,7 @@ SSM_API ssm_status ssm_context_create(const ssm_context_params * params, ssm_con
     ctx->cuda_stream = params->cuda_stream;
     ctx->pool = NULL;
     ctx->last_error[0] = '\0';
-    const ssm_status vs = ssmi_variant_from_env(ctx, getenv("SSMOPS_VARIANT"));
-    if (vs != SSM_STATUS_OK) {
-        ssmi_free(ctx, ctx);
-        return vs;
-    }
+    ssmi_variant_init(ctx);
     if (num_threads > 1) {
         ctx->pool = ssmi_threadpool_create(ctx, num_threads);
         if (ctx->pool == NULL) {

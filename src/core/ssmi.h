@@ -50,8 +50,8 @@ const char * ssmi_op_name(ssmi_op op);
 int32_t      ssmi_op_find(const char * name);
 /* The entry of op's table that ctx forces, or -1 for the table's own choice (ctx NULL: -1). */
 int32_t      ssmi_variant_forced(const ssm_context * ctx, ssmi_op op);
-/* Applies SSMOPS_VARIANT (value env, may be NULL) to a new context; clears every entry first. */
-ssm_status   ssmi_variant_from_env(ssm_context * ctx, const char * env);
+/* A new context's variant state: no entry forced, no call run. */
+void         ssmi_variant_init(ssm_context * ctx);
 /* Records the entry a call ran (a string with static storage), for ssm_context_last_variant. */
 void         ssmi_variant_ran(ssm_context * ctx, const char * name);
 /* The UNSUPPORTED failure of a forced entry that does not apply to the call's problem. */

@@ -1,5 +1,5 @@
 /* variant.c — the registry of kernel variants: operator names, the entry a context forces
- * per operator (ssm_context_set_variant, SSMOPS_VARIANT) and the entry a call ran. The
+ * per operator (ssm_context_set_variant) and the entry a call ran. The
  * tables themselves live with their kernels (src/cuda/select.cu lists them). */
 #include <string.h>
 
@@ -57,22 +57,16 @@ static void list_names(ssm_backend backend, ssmi_op op, char * buf, size_t len) 
     }
 }
 
-/* Sets ctx->variant[op] from a name; "" / "auto" / NULL clears it. Messages go to ctx (or the
- * thread-local buffer when ctx is NULL: the context is not yet created). */
-static ssm_status set_variant(ssm_context * ctx, ssm_context * report, const char * op, const char * variant,
-                              const char * source) {
+/* Sets ctx->variant[op] from a name; "" / "auto" / NULL clears it. */
+static ssm_status set_variant(ssm_context * ctx, const char * op, const char * variant) {
     const int32_t o = ssmi_op_find(op);
-    SSM_RETURN_IF(o < 0, report, SSM_STATUS_INVALID_ARGUMENT, "set_variant: %s names no operator '%s'", source,
+    SSM_RETURN_IF(o < 0, ctx, SSM_STATUS_INVALID_ARGUMENT, "set_variant: no operator is named '%s'",
                   op != NULL ? op : "(null)");
     if (variant == NULL || variant[0] == '\0' || strcmp(variant, "auto") == 0) {
         ctx->variant[o] = -1;
         return SSM_STATUS_OK;
     }
     const int32_t n = table_count(ctx->backend, (ssmi_op)o);
-    /* SSMOPS_VARIANT names CUDA entries for tools; a reference or CPU context has no tables and
-     * takes none of them (a tool's reference context must not fail over it) */
-    if (report == NULL && n == 0 && (ctx->backend == SSM_BACKEND_REF || ctx->backend == SSM_BACKEND_CPU))
-        return SSM_STATUS_OK;
     for (int32_t i = 0; i < n; ++i)
         if (strcmp(ssmi_cuda_variant((ssmi_op)o, i).name, variant) == 0) {
             ctx->variant[o] = (int16_t)i;
@@ -80,50 +74,26 @@ static ssm_status set_variant(ssm_context * ctx, ssm_context * report, const cha
         }
     char names[256];
     list_names(ctx->backend, (ssmi_op)o, names, sizeof names);
-    SSM_RETURN_IF(n == 0, report, SSM_STATUS_INVALID_ARGUMENT,
-                  "set_variant: %s asks for variant '%s' of %s, which has no variants on the %s backend of this build",
-                  source, variant, op, ssm_backend_name(ctx->backend));
-    return ssmi_error(report, SSM_STATUS_INVALID_ARGUMENT,
-                      "set_variant: %s asks for variant '%s' of %s; its variants are: auto, %s", source, variant, op,
-                      names);
+    SSM_RETURN_IF(n == 0, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "set_variant: variant '%s' of %s: it has no variants on the %s backend of this build", variant,
+                  op, ssm_backend_name(ctx->backend));
+    return ssmi_error(ctx, SSM_STATUS_INVALID_ARGUMENT, "set_variant: variant '%s' of %s; its variants are: auto, %s",
+                      variant, op, names);
 }
 
 SSM_API ssm_status ssm_context_set_variant(ssm_context * ctx, const char * op, const char * variant) {
     ssmi_clear_error(ctx);
     SSM_RETURN_IF(ctx == NULL, NULL, SSM_STATUS_INVALID_ARGUMENT, "set_variant: ctx is NULL");
-    return set_variant(ctx, ctx, op, variant, "the call");
+    return set_variant(ctx, op, variant);
 }
 
 SSM_API const char * ssm_context_last_variant(const ssm_context * ctx) {
     return (ctx != NULL && ctx->last_variant != NULL) ? ctx->last_variant : "";
 }
 
-/* SSMOPS_VARIANT="op=name[,op=name...]", applied by ssm_context_create. */
-ssm_status ssmi_variant_from_env(ssm_context * ctx, const char * env) {
+void ssmi_variant_init(ssm_context * ctx) {
     for (int32_t i = 0; i < SSMI_OP_COUNT; ++i) ctx->variant[i] = -1;
     ctx->last_variant = "";
-    if (env == NULL) return SSM_STATUS_OK;
-    const char * p = env;
-    while (*p != '\0') {
-        const char * end = strchr(p, ',');
-        const size_t len = end != NULL ? (size_t)(end - p) : strlen(p);
-        char         item[128];
-        SSM_RETURN_IF(len >= sizeof item, NULL, SSM_STATUS_INVALID_ARGUMENT,
-                      "context_create: SSMOPS_VARIANT has an item of %zu characters (at most %zu)", len,
-                      sizeof item - 1);
-        memcpy(item, p, len);
-        item[len] = '\0';
-        if (len > 0) {
-            char * eq = strchr(item, '=');
-            SSM_RETURN_IF(eq == NULL, NULL, SSM_STATUS_INVALID_ARGUMENT,
-                          "context_create: SSMOPS_VARIANT item '%s' is not op=variant", item);
-            *eq = '\0';
-            SSM_FORWARD_IF_ERROR(set_variant(ctx, NULL, item, eq + 1, "SSMOPS_VARIANT"));
-        }
-        p += len;
-        if (*p == ',') ++p;
-    }
-    return SSM_STATUS_OK;
 }
 
 int32_t ssmi_variant_forced(const ssm_context * ctx, ssmi_op op) {

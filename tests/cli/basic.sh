@@ -65,6 +65,14 @@ expect 0 "^dtypes: f32 f16 bf16" list
 expect 2 "gives B twice" check mamba2_scan --shape B=1,B=2
 expect 2 "gives has_d twice" check mamba2_scan --param has_d=1,has_d=0
 expect 0 "^# operator +variant" list --variants
+# SSMOPS_VARIANT reaches the CLI's CUDA and AUTO contexts only, and is checked there
+export SSMOPS_VARIANT=mamba2_scan
+expect 1 "is not op=variant" bench mamba2_step --reps 1
+export SSMOPS_VARIANT=no_such_op=x
+expect 1 "no operator is named" bench mamba2_step --reps 1
+export SSMOPS_VARIANT=mamba2_scan=bogus
+expect 0 "PASS" check mamba2_step --backend cpu
+unset SSMOPS_VARIANT
 expect 0 "^# operator +variant" list --variants mamba2_scan
 expect 2 "unknown operator" list --variants no_such_op
 expect 1 "variant 'no_such_variant' of mamba2_step" bench mamba2_step --variant no_such_variant --reps 1
