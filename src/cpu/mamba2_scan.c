@@ -78,7 +78,11 @@ static scan_layout plan_scan(const ssm_context * ctx, const ssmi_mamba2_dims * d
     scan_layout l;
     l.head_block    = hb;
     l.max_segments  = max_segments(d, a);
-    l.segment_bytes = ((l.max_segments * (int64_t) sizeof(scan_segment)) + SSMI_ALIGN - 1) & ~(int64_t) (SSMI_ALIGN - 1);
+    /* saturated: a valid but empty call may count 2^61 segments (its workspace request then
+     * fails as too large instead of overflowing int64) */
+    l.segment_bytes = l.max_segments > (INT64_MAX - SSMI_ALIGN) / (int64_t) sizeof(scan_segment)
+                          ? INT64_MAX & ~(int64_t) (SSMI_ALIGN - 1)
+                          : ((l.max_segments * (int64_t) sizeof(scan_segment)) + SSMI_ALIGN - 1) & ~(int64_t) (SSMI_ALIGN - 1);
     l.thread_floats = ssmi_cpu_lines(hb * ssmi_cpu_lines(N * P)) + 3 * ssmi_cpu_lines(Q * N) +
                       2 * ssmi_cpu_lines(Q * Q) + 2 * ssmi_cpu_lines(Q * P) + ssmi_cpu_lines(N) +
                       4 * ssmi_cpu_lines(Q) + 2 * ssmi_cpu_lines(P);
