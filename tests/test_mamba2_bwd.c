@@ -573,6 +573,45 @@ static void test_validation(ssmt_rng * rng) {
     vfix_free(&f);
 }
 
+/* ---- (e) empty views with huge strides ------------------------------------------------- */
+
+/* P = 0 with a stride of 2^62 on the sequence dim of x, z, dout and their gradients: valid (an
+ * empty view addresses nothing), and no backend may form an offset from those strides (the
+ * tokens are still walked for dt, B and C: int64 overflow, UBSan). With P = 0 there is no
+ * state, so every gradient is zero. */
+static void test_empty_views(ssmt_rng * rng) {
+    enum { EB = 2, ES = 5, EH = 2, EN = 4 };
+    const int64_t sx[4] = {EB, ES, EH, 0}, sb[4] = {EB, ES, 1, EN}, sdt[3] = {EB, ES, EH}, sh[1] = {EH};
+    vfix          f;
+    memset(&f, 0, sizeof f);
+    ssm_mamba2_scan_bwd_args * a = &f.a;
+    a->x = vt(&f, SSM_DTYPE_F32, 4, sx, rng), a->dt = vt(&f, SSM_DTYPE_F32, 3, sdt, rng);
+    a->a = vt(&f, SSM_DTYPE_F32, 1, sh, rng), a->b = vt(&f, SSM_DTYPE_F32, 4, sb, rng);
+    a->c = vt(&f, SSM_DTYPE_F32, 4, sb, rng), a->d = vt(&f, SSM_DTYPE_F32, 1, sh, rng);
+    a->z = vt(&f, SSM_DTYPE_F32, 4, sx, rng), a->dt_bias = vt(&f, SSM_DTYPE_F32, 1, sh, rng);
+    a->dout = vt(&f, SSM_DTYPE_F32, 4, sx, rng);
+    for (int k = 0; k < NGRAD; ++k)
+        if (input_of(a, k)->data != NULL)
+            *grad_slot(a, k) = vt(&f, SSM_DTYPE_F32, input_of(a, k)->ndim, input_of(a, k)->shape, rng);
+    ssm_tensor * huge[] = {&a->x, &a->z, &a->dout, &a->dx, &a->dz};
+    for (size_t i = 0; i < sizeof huge / sizeof huge[0]; ++i) huge[i]->strides[1] = INT64_C(1) << 62;
+    ssm_mamba2_params_init(&f.p);
+    f.p.chunk_size = 4;
+    ssm_context * ctxs[3] = {g_ref, g_cpu[2], g_scalar};
+    for (int c = 0; c < 3; ++c) {
+        for (int k = 0; k < NGRAD; ++k)
+            if (grad_slot(a, k)->data != NULL) ssmt_poison(grad_slot(a, k));
+        TEST_CHECK_STATUS(ssm_mamba2_scan_bwd(ctxs[c], &f.p, a), SSM_STATUS_OK);
+        ssm_tensor * zero[] = {&a->ddt, &a->da, &a->db, &a->dc, &a->dd, &a->ddt_bias};
+        for (size_t i = 0; i < sizeof zero / sizeof zero[0]; ++i)
+            for (int64_t e = 0; e < ssmt_numel(zero[i]); ++e)
+                TEST_CHECK(ssmt_get(zero[i], e) == 0, "empty views (ctx %d): gradient %zu [%lld] = %g, want 0", c, i,
+                           (long long)e, ssmt_get(zero[i], e));
+    }
+    printf("ok  P = 0, sequence stride 2^62 (REF, CPU, CPU scalar)\n");
+    vfix_free(&f);
+}
+
 int main(void) {
     ssmt_rng rng;
     ssmt_rng_from_env(&rng, 20261202u);
@@ -591,6 +630,7 @@ int main(void) {
     test_fd(&rng);
     test_cpu(&rng);
     test_validation(&rng);
+    test_empty_views(&rng);
 
     for (int t = 1; t <= 3; ++t) ssm_context_free(g_cpu[t]);
     ssm_context_free(g_ref);

@@ -38,16 +38,16 @@ typedef struct fw_scratch {
 
 static int64_t fw_carve(fw_scratch * sc, float * base, const ssmi_mimo_dims * d) {
     const int64_t R = d->rank, N = d->dstate, P = d->headdim, C = d->chunk, A = d->nangles;
-    float *       p = base;
+    int64_t used = 0; /* floats, counted as offsets: base may be NULL */
 #define TAKE(field, cnt)          \
     do {                          \
-        if (sc) sc->field = p;    \
-        p += ssmi_cpu_lines(cnt); \
+        if (sc) sc->field = base + used;    \
+        used += ssmi_cpu_lines(cnt); \
     } while (0)
-    if (sc) ssmi_mimo_head_carve(&sc->hd, p, R, N, P);
-    p += ssmi_mimo_head_floats(R, N, P);
-    if (sc) ssmi_mimo_tile_carve(&sc->tl, p, R, N, P, C);
-    p += ssmi_mimo_tile_floats(R, N, P, C);
+    if (sc) ssmi_mimo_head_carve(&sc->hd, base + used, R, N, P);
+    used += ssmi_mimo_head_floats(R, N, P);
+    if (sc) ssmi_mimo_tile_carve(&sc->tl, base + used, R, N, P, C);
+    used += ssmi_mimo_tile_floats(R, N, P, C);
     TAKE(s, N * P);
     TAKE(qr, R * N);
     TAKE(kr, R * N);
@@ -68,7 +68,7 @@ static int64_t fw_carve(fw_scratch * sc, float * base, const ssmi_mimo_dims * d)
     TAKE(work, 3 * R * P);
     TAKE(out, R * P);
 #undef TAKE
-    return (int64_t) (p - base);
+    return used;
 }
 
 typedef struct fw_job {

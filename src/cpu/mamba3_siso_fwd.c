@@ -71,11 +71,11 @@ typedef struct fwd_scratch {
 
 static int64_t carve(fwd_scratch * sc, float * base, int64_t hb, int64_t K, int64_t V, int64_t A) {
     const int64_t Q = SISO_CHUNK;
-    float *       p = base;
+    int64_t used = 0; /* floats, counted as offsets: base may be NULL */
 #define TAKE(field, n)                 \
     do {                               \
-        if (sc) sc->field = p;         \
-        p += ssmi_cpu_lines(n);        \
+        if (sc) sc->field = base + used;         \
+        used += ssmi_cpu_lines(n);        \
     } while (0)
     TAKE(s, hb * ssmi_cpu_lines(K * V));
     TAKE(theta, hb * ssmi_cpu_lines(A));
@@ -109,7 +109,7 @@ static int64_t carve(fwd_scratch * sc, float * base, int64_t hb, int64_t K, int6
     TAKE(vin, V);
     TAKE(rate, Q * A);
 #undef TAKE
-    return (int64_t) (p - base);
+    return used;
 }
 
 static fwd_layout plan_fwd(const ssm_context * ctx, const ssmi_mamba3_dims * d) {

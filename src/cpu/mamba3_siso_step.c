@@ -36,11 +36,11 @@ typedef struct step_scratch {
 } step_scratch;
 
 static int64_t step_carve(step_scratch * sc, float * base, int64_t K, int64_t V, int64_t A) {
-    float * p = base;
+    int64_t used = 0; /* floats, counted as offsets: base may be NULL */
 #define TAKE(field, n)          \
     do {                        \
-        if (sc) sc->field = p;  \
-        p += ssmi_cpu_lines(n); \
+        if (sc) sc->field = base + used;  \
+        used += ssmi_cpu_lines(n); \
     } while (0)
     TAKE(qraw, K);
     TAKE(kraw, K);
@@ -59,7 +59,7 @@ static int64_t step_carve(step_scratch * sc, float * base, int64_t K, int64_t V,
     TAKE(z, V);
     TAKE(state, V * K);
 #undef TAKE
-    return (int64_t) (p - base);
+    return used;
 }
 
 static int direct_state(const ssm_tensor * t) {

@@ -208,6 +208,37 @@ static int nothing_to_write(const ssm_op_info * info, const void * args) {
     return 1;
 }
 
+/* 1 when a present tensor of args is empty (a zero dimension) and has a nonzero stride. */
+static int has_strided_empty_view(const ssm_op_info * info, const void * args) {
+    for (int32_t i = 0; i < info->nargs; ++i) {
+        const ssm_tensor * t = ssmi_arg_tensor(args, &info->args[i]);
+        if (!ssmi_present(t)) continue;
+        int empty = 0, strided = 0;
+        for (int32_t d = 0; d < t->ndim; ++d) {
+            empty |= t->shape[d] == 0;
+            strided |= t->strides[d] != 0;
+        }
+        if (empty && strided) return 1;
+    }
+    return 0;
+}
+
+/* args with the strides of every empty view zeroed, into *copy: an empty view addresses no
+ * element, but a kernel looping over its other dimensions may still form offsets from its
+ * strides, which overflow for huge ones. */
+static const void * zero_empty_strides(const ssm_op_info * info, const void * args, ssmi_any_args * copy) {
+    memcpy(copy, args, info->args_size);
+    for (int32_t i = 0; i < info->nargs; ++i) {
+        ssm_tensor * t = (ssm_tensor *)(void *)((char *)copy + info->args[i].offset);
+        if (!ssmi_present(t)) continue;
+        int empty = 0;
+        for (int32_t d = 0; d < t->ndim; ++d) empty |= t->shape[d] == 0;
+        if (empty)
+            for (int32_t d = 0; d < t->ndim; ++d) t->strides[d] = 0;
+    }
+    return copy;
+}
+
 /* Steps 3-5 of ssmi_dispatch on args whose index tensors are host views. */
 static ssm_status validate_and_run(ssm_context * ctx, const ssmi_op_impl * impl, const char * op,
                                    const ssm_op_info * info, ssmi_backend_kind be, const void * params,
@@ -237,6 +268,8 @@ static ssm_status validate_and_run(ssm_context * ctx, const ssmi_op_impl * impl,
     if (nothing_to_write(info, args)) return SSM_STATUS_OK;
     /* Without a workspace the CPU backend gets one from the context's allocator; the
      * reference and the CUDA backend allocate their own. */
+    ssmi_any_args zeroed;
+    if (has_strided_empty_view(info, args)) args = zero_empty_strides(info, args, &zeroed);
     void * owned = NULL;
     if (workspace == NULL && need > 0 && be == SSMI_BACKEND_CPU) {
         owned = workspace = ssmi_alloc(ctx, need);

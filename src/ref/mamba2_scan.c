@@ -96,7 +96,7 @@ static void chain_run(ssm_context * ctx, const ssm_mamba2_params * p, const ssmi
     const ssm_tensor cb = ssmi_ref_f64_view(s->cb, 5, sh_cb);
     /* da_cumsum[..., Q−1] as a strided (B, H, NC) view: no copy. */
     ssm_tensor da_chunk = da;
-    da_chunk.data = s->da_cumsum + (Q - 1);
+    da_chunk.data = s->da_cumsum != NULL ? s->da_cumsum + (Q - 1) : NULL; /* NULL: empty */
     da_chunk.ndim = 3;
     da_chunk.shape[0] = B;
     da_chunk.shape[1] = H;

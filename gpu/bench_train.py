@@ -1,0 +1,193 @@
+"""gpu/bench_train.py — forward and forward + backward of ssmops against upstream state-spaces/mamba's
+Triton kernels, side by side in one process on the same torch tensors with the same timer
+(triton.testing.do_bench: it clears the L2 before every repetition; medians), interleaved over
+rounds. The shapes are the ones of record of the CUDA backward issue:
+
+  mamba2   B=1 S=8192 H=80 P=64 N=128 G=1 chunk 256, D, z, dt_bias, softplus   (mamba_chunk_scan_combined)
+  siso     B=1 S=8192 H=64 Hq=1 K=128 V=64 A=32 chunk 64, D, Z                  (mamba3_siso_combined)
+  mimo     B=1 S=8192 H=16 G=1 N=P=64 R=4 chunk 16 (ours only: upstream's TileLang backward does not run here)
+
+Usage (GPU machine): PYTHONPATH=python:.upstream SSMOPS_LIBRARY=build/libssmops.so \
+    python3 gpu/bench_train.py [--rounds 3] [--only mamba2,siso,mimo] [--json OUT]
+Upstream comes from an ignored folder (.upstream/, see shared GPU.md); without it only ours is timed.
+Prints one line per (case, implementation, pass): the median ms of every round, and the ratio
+upstream / ours for each pass.
+"""
+import argparse
+import json
+import math
+import sys
+
+import torch
+import torch.nn.functional as F
+from triton.testing import do_bench
+
+import ssmops
+
+DEV = "cuda"
+
+
+def try_upstream():
+    try:
+        from mamba_ssm.ops.triton.ssd_combined import mamba_chunk_scan_combined
+        from mamba_ssm.ops.triton.mamba3.mamba3_siso_combined import mamba3_siso_combined
+        return mamba_chunk_scan_combined, mamba3_siso_combined
+    except Exception as e:  # noqa: BLE001 — any import failure means "not available"
+        print("upstream not importable (%s): timing ours only" % e, file=sys.stderr)
+        return None, None
+
+
+def mamba2_case():
+    torch.manual_seed(0)
+    B, S, H, P, N, G, L = 1, 8192, 80, 64, 128, 1, 256
+    dt_ = torch.bfloat16
+    x = torch.randn(B, S, H, P, device=DEV, dtype=dt_)
+    dt = torch.randn(B, S, H, device=DEV, dtype=dt_) * 0.5 - 2.0
+    A = -torch.rand(H, device=DEV, dtype=torch.float32) * 4 - 0.5
+    Bm = torch.randn(B, S, G, N, device=DEV, dtype=dt_)
+    Cm = torch.randn(B, S, G, N, device=DEV, dtype=dt_)
+    D = torch.randn(H, device=DEV, dtype=torch.float32)
+    z = torch.randn(B, S, H, P, device=DEV, dtype=dt_)
+    dt_bias = torch.randn(H, device=DEV, dtype=torch.float32) * 0.1
+    leaves = [x, dt, A, Bm, Cm, D, z, dt_bias]
+    for t in leaves:
+        t.requires_grad_(True)
+    g = torch.randn(B, S, H, P, device=DEV, dtype=dt_)
+
+    def call(fn):
+        return fn(x, dt, A, Bm, Cm, L, D=D, z=z, dt_bias=dt_bias, dt_softplus=True)
+    return leaves, g, call
+
+
+def siso_case():
+    torch.manual_seed(0)
+    B, S, H, Hq, K, V, NA, L = 1, 8192, 64, 1, 128, 64, 32, 64
+    dt_ = torch.bfloat16
+    q = F.normalize(torch.randn(B, S, Hq, K, device=DEV, dtype=torch.float32), dim=-1).to(dt_) * math.sqrt(K)
+    k = F.normalize(torch.randn(B, S, Hq, K, device=DEV, dtype=torch.float32), dim=-1).to(dt_) * math.sqrt(K)
+    v = torch.randn(B, S, H, V, device=DEV, dtype=dt_)
+    a = -torch.empty(B, H, S, device=DEV).uniform_(1.0, 16.0)
+    dt = torch.exp(torch.rand(B, H, S, device=DEV) * (math.log(0.1) - math.log(0.001)) + math.log(0.001))
+    adt = (a * dt).contiguous()
+    trap = torch.rand(B, H, S, device=DEV, dtype=dt_)
+    q_bias = torch.randn(H, K, device=DEV, dtype=dt_)
+    k_bias = torch.randn(H, K, device=DEV, dtype=dt_)
+    angles = torch.randn(B, S, H, NA, device=DEV, dtype=torch.float32)
+    D = torch.ones(H, device=DEV, dtype=torch.float32)
+    Z = torch.randn(B, S, H, V, device=DEV, dtype=dt_)
+    leaves = [q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, Z]
+    for t in leaves:
+        t.requires_grad_(True)
+    g = torch.randn(B, S, H, V, device=DEV, dtype=dt_)
+
+    def call(fn):
+        return fn(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, Z, chunk_size=L)
+    return leaves, g, call
+
+
+def ours_mamba2(x, dt, A, Bm, Cm, L, D=None, z=None, dt_bias=None, dt_softplus=False):
+    f = ssmops.autograd.mamba2_scan if torch.is_grad_enabled() else ssmops.mamba2_scan
+    return f(x, dt, A, Bm, Cm, d=D, z=z, dt_bias=dt_bias, chunk_size=L, dt_softplus=int(dt_softplus))
+
+
+def ours_siso(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, Z, chunk_size=64):
+    f = ssmops.autograd.mamba3_siso if torch.is_grad_enabled() else ssmops.mamba3_siso
+    return f(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d=D, z=Z, chunk_size=chunk_size)
+
+
+def mimo_case():
+    """Ours only (upstream's TileLang MIMO does not run here): forward and forward + backward
+    through the autograd Function, D, z and the reduced output (mimo_o)."""
+    torch.manual_seed(0)
+    B, S, H, G, N, P, R, NA, L = 1, 8192, 16, 1, 64, 64, 4, 16, 16
+    dt_ = torch.bfloat16
+    q = torch.randn(B, S, R, G, N, device=DEV, dtype=dt_) / math.sqrt(N)
+    k = torch.randn(B, S, R, G, N, device=DEV, dtype=dt_) / math.sqrt(N)
+    v = torch.randn(B, S, H, P, device=DEV, dtype=dt_)
+    a = -torch.empty(B, H, S, device=DEV).uniform_(1.0, 16.0)
+    dt = torch.exp(torch.rand(B, H, S, device=DEV) * (math.log(0.1) - math.log(0.001)) + math.log(0.001))
+    adt = (a * dt).contiguous()
+    trap = torch.randn(B, H, S, device=DEV, dtype=dt_)
+    q_bias = torch.randn(H, R, N, device=DEV, dtype=dt_)
+    k_bias = torch.randn(H, R, N, device=DEV, dtype=dt_)
+    mimo_v = torch.randn(H, R, P, device=DEV, dtype=dt_)
+    mimo_z = torch.randn(H, R, P, device=DEV, dtype=dt_)
+    mimo_o = torch.randn(H, R, P, device=DEV, dtype=dt_)
+    angles = torch.randn(B, S, H, NA, device=DEV, dtype=torch.float32)
+    D = torch.ones(H, device=DEV, dtype=torch.float32)
+    z = torch.randn(B, S, H, P, device=DEV, dtype=dt_)
+    leaves = [q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_o, angles, D, z]
+    for t in leaves:
+        t.requires_grad_(True)
+    g = torch.randn(B, S, H, P, device=DEV, dtype=dt_)
+
+    def call(fn):
+        return fn(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, angles, mimo_z=mimo_z, mimo_o=mimo_o, d=D, z=z,
+                  chunk_size=L)
+    return leaves, g, call
+
+
+def ours_mimo(*args, **kw):
+    f = ssmops.autograd.mamba3_mimo if torch.is_grad_enabled() else ssmops.mamba3_mimo
+    return f(*args, **kw)
+
+
+def time_pair(label, leaves, g, call, impls, rounds, results):
+    def fwd(fn):
+        with torch.no_grad():
+            call(fn)
+
+    def fwd_bwd(fn):
+        out = call(fn)
+        out = out[0] if isinstance(out, tuple) else out
+        out.backward(g)
+
+    for name, fn in impls:  # warm-up (Triton autotunes on the first call of a shape)
+        fwd(fn)
+        fwd_bwd(fn)
+    torch.cuda.synchronize()
+    times = {}
+    for r in range(rounds):
+        for name, fn in impls if r % 2 == 0 else impls[::-1]:
+            for kind, run in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
+                ms = do_bench(lambda: run(fn), grad_to_none=leaves, return_mode="median")
+                times.setdefault((name, kind), []).append(ms)
+    for (name, kind), ms in sorted(times.items()):
+        med = sorted(ms)[len(ms) // 2]
+        print("%-8s %-9s %-8s median %.3f ms  rounds %s" % (label, name, kind, med, " ".join("%.3f" % m for m in ms)))
+        results.append({"case": label, "impl": name, "pass": kind, "ms": med, "rounds": ms})
+    for kind in ("fwd", "fwd+bwd"):
+        if ("upstream", kind) in times and ("ssmops", kind) in times:
+            u = sorted(times[("upstream", kind)])[rounds // 2]
+            o = sorted(times[("ssmops", kind)])[rounds // 2]
+            print("%-8s %-9s speedup upstream/ours = %.2f" % (label, kind, u / o))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", default="mamba2,siso,mimo")
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    up_m2, up_siso = try_upstream()
+    print("device:", torch.cuda.get_device_name(), "torch", torch.__version__, "ssmops", ssmops.__version__)
+    results = []
+    only = args.only.split(",")
+    if "mamba2" in only:
+        leaves, g, call = mamba2_case()
+        impls = [("ssmops", ours_mamba2)] + ([("upstream", up_m2)] if up_m2 else [])
+        time_pair("mamba2", leaves, g, call, impls, args.rounds, results)
+    if "siso" in only:
+        leaves, g, call = siso_case()
+        impls = [("ssmops", ours_siso)] + ([("upstream", up_siso)] if up_siso else [])
+        time_pair("siso", leaves, g, call, impls, args.rounds, results)
+    if "mimo" in only:
+        leaves, g, call = mimo_case()
+        time_pair("mimo", leaves, g, call, [("ssmops", ours_mimo)], args.rounds, results)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
