@@ -451,7 +451,7 @@ static const ssm_op_info op_info[SSMI_OP_COUNT] = {
     OP(mamba3_angle_cumsum_bwd, ssm_mamba3_params, angle_cumsum_bwd_args, BE_HOST, 0),
     OP(mamba3_siso_fwd, ssm_mamba3_params, siso_fwd_args, BE_CUDA, 0),
     OP(mamba3_siso, ssm_mamba3_params, siso_args, BE_CUDA, 0),
-    OP(mamba3_siso_bwd, ssm_mamba3_params, siso_bwd_args, BE_HOST, 0),
+    OP(mamba3_siso_bwd, ssm_mamba3_params, siso_bwd_args, BE_CUDA, 0),
     OP(mamba3_siso_step, ssm_mamba3_params, siso_step_args, BE_CUDA, 0),
     OP(mamba3_mimo_bwd_fwd, ssm_mamba3_mimo_params, mimo_bwd_fwd_args, BE_CUDA, 0),
     OP(mamba3_mimo, ssm_mamba3_mimo_params, mimo_args, BE_CUDA, 0),

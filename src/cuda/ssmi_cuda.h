@@ -70,6 +70,10 @@ ssm_status ssmi_cuda_mamba3_siso(ssm_context * ctx, const ssm_mamba3_params * p,
                                  const ssm_mamba3_siso_args * a);
 ssm_status ssmi_cuda_mamba3_siso_step(ssm_context * ctx, const ssm_mamba3_params * p, const struct ssmi_mamba3_dims * d,
                                       const ssm_mamba3_siso_step_args * a);
+/* Mamba-3 SISO backward (spec §6): every gradient of ssm_mamba3_siso, the forward recomputed;
+ * the device workspace comes from cudaMallocAsync/cudaFreeAsync on ctx's stream. */
+ssm_status ssmi_cuda_mamba3_siso_bwd(ssm_context * ctx, const ssm_mamba3_params * p, const struct ssmi_mamba3_dims * d,
+                                     const ssm_mamba3_siso_bwd_args * a);
 
 /* Mamba-3 MIMO: backward phase 1 (spec §3.4; ref_mode SSM_REF_EXACT only, UPSTREAM_BF16 is
  * UNSUPPORTED on CUDA), the forward (spec §3.3, §3.7: states, varlen, fused norm), the decode

@@ -4,8 +4,8 @@
  * Each operator is its validator (shapes per include/ssmops.h and spec §5, from the tensors
  * that define each dimension; combination rules; index-tensor values) plus one line that
  * defines the entry point through ssmi_dispatch (dispatch.c), which adds the schema's rules
- * and picks the backend: REF, CPU, and CUDA for siso_fwd, siso and siso_step (explicitly, or
- * AUTO with q on a CUDA device). Nothing is written before the backend runs.
+ * and picks the backend: REF, CPU, and CUDA for siso_fwd, siso, siso_bwd and siso_step
+ * (explicitly, or AUTO with q on a CUDA device). Nothing is written before the backend runs.
  *
  * Which tensor defines which dimension:
  *   q (B, S, Hq, K) → B, S, Hq, K;  v (B, S, H, V) → H, V;  angles (B, S, H, A) → A;
@@ -191,7 +191,7 @@ static ssm_status validate_siso_bwd(ssm_context * ctx, const char * op, const ss
     /* Gradient outputs: the shapes of their forward inputs. */
     return ssmi_check_gradient_shapes(ctx, op, SSMI_OP_mamba3_siso_bwd, a);
 }
-SSMI_DEFINE_OP(mamba3_siso_bwd, ssm_mamba3_params, m3, check_params, validate_siso_bwd)
+SSMI_DEFINE_CUDA_OP(mamba3_siso_bwd, ssm_mamba3_params, m3, check_params, validate_siso_bwd, q)
 
 /* ---- siso_step ----------------------------------------------------------------------- */
 

@@ -1,0 +1,310 @@
+/*
+ * bwd.cu — CUDA Mamba-3 SISO backward (spec §6), the host side: the chunk plan, the workspace, the
+ * selection table (one entry) and the entry point. Every gradient of ssm_mamba3_siso is computed
+ * from the forward's inputs (nothing saved), in stream order:
+ *   1. bwd_prep_kernel: per-token scalars and θ of every (sequence, head);
+ *   2. bwd_chunk_sums_kernel: per (chunk, head) the state contribution and the state-gradient
+ *      contribution of the chunk, and c_last;
+ *   3. bwd_pass_kernel forward: the state entering every chunk (from H_in);
+ *      bwd_pass_kernel reverse: the carry dS of every chunk (from dfinal_ssm_state) and dH_in;
+ *   4. bwd_chunk_grads_kernel: per (chunk, head) dv, dz, dadt and the per-token chain into the
+ *      workspace (dq̃, dk̃ per V-head, dθ, dσ, dγ, chunk sums of dq̃, dk̃, dQK);
+ *   5. bwd_seq_kernel: per (sequence, head) the initial-state gradients, the angle backward
+ *      (dangles, dangle_state), ddt and dtrap; empty sequences pass dfinal_* through;
+ *   6. bwd_qk_sum_kernel (dq, dk over the GQA heads in head order), bwd_param_sum_kernel (dq_bias,
+ *      dk_bias, dd over the chunks in order).
+ * Chunks of C tokens restart at every sequence start; C = kBwdMaxChunk, halved while a chunk's
+ * shared memory exceeds kChunkSmemBudget (large K·V), so C depends on the shape only and the bytes
+ * are the same on every device and run. params->chunk_size is not used (not semantic). No float
+ * atomics: every sum is a loop in a fixed order. Any strides (0 too), any float dtype per tensor.
+ * Limits: K ≤ 256, H ≤ 65535, sequences ≤ 65535 (UNSUPPORTED beyond).
+ */
+#include <stdlib.h>
+
+#include "../common/variant_table.cuh"
+#include "../ssmi_cuda.h"
+#include "bwd.cuh"
+
+using namespace ssmi_siso;
+using namespace ssmi_siso_bwd;
+
+namespace {
+
+const char   kOp[] = "mamba3_siso_bwd";
+const size_t kChunkSmemBudget = 100 * 1024; /* bytes of a chunk-gradient block's shared memory */
+
+m3_out out_of(const ssm_tensor * t) {
+    m3_out o;
+    memset(&o, 0, sizeof o);
+    o.present = ssmi_present(t);
+    if (!o.present) return o;
+    o.p = t->data;
+    o.dtype = t->dtype;
+    for (int i = 0; i < t->ndim && i < 4; ++i) o.s[i] = t->strides[i];
+    return o;
+}
+
+ssmi_cu_view view_of(const ssm_tensor * t) {
+    if (ssmi_present(t)) return ssmi_cu_view_of(t);
+    ssmi_cu_view v;
+    memset(&v, 0, sizeof v);
+    return v;
+}
+
+int64_t idx_at(const ssm_tensor * t, int64_t i) {
+    const int64_t off = i * t->strides[0];
+    return t->dtype == SSM_DTYPE_I64 ? ((const int64_t *)t->data)[off] : (int64_t)((const int32_t *)t->data)[off];
+}
+
+/* The chunk length: kBwdMaxChunk, halved while the gradient kernel's shared memory exceeds the budget. */
+int chunk_length(int K, int V) {
+    int C = kBwdMaxChunk;
+    while (C > 1 && sizeof(float) * (size_t)chunk_smem_floats(C, K, V, true) > kChunkSmemBudget) C /= 2;
+    return C;
+}
+
+/* The one entry. */
+struct bwd_problem {
+    int dummy;
+};
+bool any_applies(const bwd_problem &) { return true; }
+struct bwd_variant {
+    const char * name;
+    const char * why;
+    const char * rule;
+    bool (*applies)(const bwd_problem &);
+};
+const bwd_variant kBwdTable[] = {
+    {"chunked",
+     "plain fp32 chunked backward: per-(chunk, head) blocks through shared memory, sequential state and "
+     "state-gradient passes over the chunks, fixed-order sums; every dtype and layout, K <= 256",
+     "", any_applies},
+};
+
+struct bwd_plan {
+    bw_chunk * chunks;
+    bw_seg *   segs;
+    long long  W;
+};
+
+void plan_free(bwd_plan * pl) {
+    free(pl->chunks);
+    free(pl->segs);
+    memset(pl, 0, sizeof *pl);
+}
+
+ssm_status plan_bwd(ssm_context * ctx, const ssmi_mamba3_dims * d, const ssm_tensor * cu, int C, bwd_plan * pl) {
+    memset(pl, 0, sizeof *pl);
+    const int64_t NS = d->nseq, S = d->seqlen;
+    const int64_t maxW = d->varlen ? (S + C - 1) / C + NS : d->batch * ((S + C - 1) / C);
+    SSM_RETURN_IF(maxW > 2147483647LL || NS > 65535, ctx, SSM_STATUS_UNSUPPORTED,
+                  "%s: %lld sequences / %lld chunks exceed the CUDA backend's limits (65535 sequences)", kOp,
+                  (long long)NS, (long long)maxW);
+    pl->chunks = (bw_chunk *)malloc(sizeof(bw_chunk) * (size_t)(maxW > 0 ? maxW : 1));
+    pl->segs = (bw_seg *)malloc(sizeof(bw_seg) * (size_t)(NS > 0 ? NS : 1));
+    if (pl->chunks == NULL || pl->segs == NULL) {
+        plan_free(pl);
+        return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: no host memory for the chunk plan", kOp);
+    }
+    for (int64_t s = 0; s < NS; ++s) {
+        int64_t row = s, t0 = 0, len = S;
+        if (d->varlen) {
+            row = 0;
+            t0 = idx_at(cu, s);
+            len = idx_at(cu, s + 1) - t0;
+        }
+        bw_seg * sg = &pl->segs[s];
+        sg->t0 = t0;
+        sg->tok = row * S + t0;
+        sg->row = (int)row;
+        sg->len = (int)len;
+        sg->first = (int)pl->W;
+        sg->count = (int)((len + C - 1) / C);
+        for (int64_t c = 0; c < sg->count; ++c) {
+            bw_chunk * ch = &pl->chunks[pl->W++];
+            ch->t0 = t0 + c * C;
+            ch->tok = sg->tok + c * C;
+            ch->row = (int)row;
+            ch->len = (int)(len - c * C < C ? len - c * C : C);
+            ch->seq = (int)s;
+            ch->last = c == sg->count - 1;
+        }
+    }
+    return SSM_STATUS_OK;
+}
+
+/* Workspace offsets (bytes, 128-aligned). */
+struct bwd_ws {
+    size_t chunks, segs, sc, th, st, dst, cl, dhin, dqt, dkt, dth, dsg, dgm, qbp, kbp, ddp, total;
+};
+bwd_ws ws_layout(const ssmi_mamba3_dims * d, const bwd_plan * pl) {
+    bwd_ws       l;
+    size_t       o = 0;
+    const size_t H = (size_t)d->nheads, T = (size_t)d->batch * (size_t)d->seqlen, W = (size_t)pl->W;
+    const size_t K = (size_t)d->dk, VK = (size_t)d->dv * K, A = (size_t)d->nangles, NS = (size_t)d->nseq;
+    size_t * const fields[] = {&l.chunks, &l.segs, &l.sc, &l.th,  &l.st,  &l.dst, &l.cl,  &l.dhin,
+                               &l.dqt,    &l.dkt,  &l.dth, &l.dsg, &l.dgm, &l.qbp, &l.kbp, &l.ddp};
+    const size_t   bytes[] = {sizeof(bw_chunk) * W,
+                              sizeof(bw_seg) * NS,
+                              sizeof(float) * T * H * kScalWs,
+                              sizeof(float) * T * H * A,
+                              sizeof(float) * W * H * VK,
+                              sizeof(float) * W * H * VK,
+                              sizeof(float) * W * H,
+                              sizeof(float) * NS * H * VK,
+                              sizeof(float) * T * H * K,
+                              sizeof(float) * T * H * K,
+                              sizeof(float) * T * H * A,
+                              sizeof(float) * T * H,
+                              sizeof(float) * T * H,
+                              sizeof(float) * W * H * K,
+                              sizeof(float) * W * H * K,
+                              sizeof(float) * W * H};
+    for (size_t i = 0; i < sizeof bytes / sizeof bytes[0]; ++i) {
+        *fields[i] = o;
+        o += align128(bytes[i]);
+    }
+    l.total = o;
+    return l;
+}
+
+ssm_status check_pointers(ssm_context * ctx, const ssm_mamba3_siso_bwd_args * a) {
+    const ssm_tensor * ts[] = {&a->q,           &a->k,
+                               &a->v,           &a->adt,
+                               &a->dt,          &a->trap,
+                               &a->q_bias,      &a->k_bias,
+                               &a->angles,      &a->d,
+                               &a->z,           &a->angle_state,
+                               &a->ssm_state,   &a->k_state,
+                               &a->v_state,     &a->dout,
+                               &a->dfinal_angle_state, &a->dfinal_ssm_state,
+                               &a->dfinal_k_state,     &a->dfinal_v_state,
+                               &a->dq,          &a->dk,
+                               &a->dv,          &a->dadt,
+                               &a->ddt,         &a->dtrap,
+                               &a->dq_bias,     &a->dk_bias,
+                               &a->dangles,     &a->dd,
+                               &a->dz,          &a->dangle_state,
+                               &a->dssm_state,  &a->dk_state,
+                               &a->dv_state};
+    static const char * const names[] = {"q",          "k",           "v",          "adt",
+                                         "dt",         "trap",        "q_bias",     "k_bias",
+                                         "angles",     "d",           "z",          "angle_state",
+                                         "ssm_state",  "k_state",     "v_state",    "dout",
+                                         "dfinal_angle_state", "dfinal_ssm_state", "dfinal_k_state", "dfinal_v_state",
+                                         "dq",         "dk",          "dv",         "dadt",
+                                         "ddt",        "dtrap",       "dq_bias",    "dk_bias",
+                                         "dangles",    "dd",          "dz",         "dangle_state",
+                                         "dssm_state", "dk_state",    "dv_state"};
+    static_assert(sizeof ts / sizeof ts[0] == sizeof names / sizeof names[0], "one name per tensor");
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0]; ++i)
+        if (ssmi_present(ts[i])) SSM_FORWARD_IF_ERROR(ssmi_cuda_check_pointer(ctx, kOp, names[i], ts[i]));
+    return SSM_STATUS_OK;
+}
+
+bw_args make_args(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_args * a, int C, long long W) {
+    bw_args P;
+    memset(&P, 0, sizeof P);
+    P.S = d->seqlen;
+    P.H = (int)d->nheads, P.G = (int)(d->nheads / d->nheads_qk), P.K = (int)d->dk, P.V = (int)d->dv;
+    P.A = (int)d->nangles, P.C = C, P.NS = (int)d->nseq, P.W = (int)W;
+    P.has_d = ssmi_present(&a->d), P.has_z = ssmi_present(&a->z), P.has_states = d->has_states != 0;
+    P.has_dfa = ssmi_present(&a->dfinal_angle_state), P.has_dfs = ssmi_present(&a->dfinal_ssm_state);
+    P.has_dfk = ssmi_present(&a->dfinal_k_state), P.has_dfv = ssmi_present(&a->dfinal_v_state);
+    P.q = view_of(&a->q), P.k = view_of(&a->k), P.v = view_of(&a->v);
+    P.adt = view_of(&a->adt), P.dt = view_of(&a->dt), P.trap = view_of(&a->trap);
+    P.qb = view_of(&a->q_bias), P.kb = view_of(&a->k_bias), P.ang = view_of(&a->angles);
+    P.d = view_of(&a->d), P.z = view_of(&a->z);
+    P.ang_in = view_of(&a->angle_state), P.ssm_in = view_of(&a->ssm_state);
+    P.k_in = view_of(&a->k_state), P.v_in = view_of(&a->v_state);
+    P.dout = view_of(&a->dout), P.dfa = view_of(&a->dfinal_angle_state), P.dfs = view_of(&a->dfinal_ssm_state);
+    P.dfk = view_of(&a->dfinal_k_state), P.dfv = view_of(&a->dfinal_v_state);
+    P.dq = out_of(&a->dq), P.dk = out_of(&a->dk), P.dv = out_of(&a->dv);
+    P.dadt = out_of(&a->dadt), P.ddt = out_of(&a->ddt), P.dtrap = out_of(&a->dtrap);
+    P.dqb = out_of(&a->dq_bias), P.dkb = out_of(&a->dk_bias), P.dang = out_of(&a->dangles);
+    P.dd = out_of(&a->dd), P.dz = out_of(&a->dz);
+    P.dang_st = out_of(&a->dangle_state), P.dssm_st = out_of(&a->dssm_state);
+    P.dk_st = out_of(&a->dk_state), P.dv_st = out_of(&a->dv_state);
+    return P;
+}
+
+/* The kernels of the backward on the workspace ws (stream order). */
+ssm_status bwd_launch(ssm_context * ctx, const ssmi_mamba3_dims * d, const bwd_plan * pl, bw_args P,
+                      unsigned char * ws) {
+    const bwd_ws       l = ws_layout(d, pl);
+    const cudaStream_t s = ssmi_cuda_stream(ctx);
+    const long long    T = (long long)d->batch * d->seqlen;
+    if (pl->W > 0)
+        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
+            ctx, kOp, "cudaMemcpyAsync (chunk plan)",
+            cudaMemcpyAsync(ws + l.chunks, pl->chunks, sizeof(bw_chunk) * pl->W, cudaMemcpyHostToDevice, s)));
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
+        ctx, kOp, "cudaMemcpyAsync (sequence plan)",
+        cudaMemcpyAsync(ws + l.segs, pl->segs, sizeof(bw_seg) * d->nseq, cudaMemcpyHostToDevice, s)));
+    P.chunks = (const bw_chunk *)(ws + l.chunks);
+    P.segs = (const bw_seg *)(ws + l.segs);
+    P.sc = (float *)(ws + l.sc), P.th = (float *)(ws + l.th);
+    P.st = (float *)(ws + l.st), P.dst = (float *)(ws + l.dst), P.cl = (float *)(ws + l.cl);
+    P.dhin = (float *)(ws + l.dhin), P.dqt = (float *)(ws + l.dqt), P.dkt = (float *)(ws + l.dkt);
+    P.dth = (float *)(ws + l.dth), P.dsg = (float *)(ws + l.dsg), P.dgm = (float *)(ws + l.dgm);
+    P.qbp = (float *)(ws + l.qbp), P.kbp = (float *)(ws + l.kbp), P.ddp = (float *)(ws + l.ddp);
+    /* Every token belongs to a sequence (cu_seqlens ends at S), so every (token, head) row of the
+     * workspace is written before it is read. */
+    if (P.H > 0 && P.NS > 0) {
+        SSM_FORWARD_IF_ERROR(launch_bwd_prep(ctx, kOp, P));
+        if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_chunk(ctx, kOp, P, false));
+        SSM_FORWARD_IF_ERROR(launch_bwd_passes(ctx, kOp, P, true));
+        SSM_FORWARD_IF_ERROR(launch_bwd_passes(ctx, kOp, P, false));
+        if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_chunk(ctx, kOp, P, true));
+        SSM_FORWARD_IF_ERROR(launch_bwd_seq(ctx, kOp, P));
+    }
+    if (P.H > 0) SSM_FORWARD_IF_ERROR(launch_bwd_sums(ctx, kOp, P, T, (int)d->nheads_qk));
+    return SSM_STATUS_OK;
+}
+
+} /* namespace */
+
+extern "C" ssm_status ssmi_cuda_mamba3_siso_bwd(ssm_context * ctx, const ssm_mamba3_params * p,
+                                                const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_args * a) {
+    (void)p; /* the chunk size is not semantic; the backend picks its own (chunk_length) */
+    SSM_RETURN_IF(d->dk > kMaxK, ctx, SSM_STATUS_UNSUPPORTED, "%s: K=%lld is larger than the CUDA backend's limit of %d",
+                  kOp, (long long)d->dk, kMaxK);
+    SSM_RETURN_IF(d->nheads > 65535, ctx, SSM_STATUS_UNSUPPORTED,
+                  "%s: H=%lld is larger than the CUDA backend's limit of 65535", kOp, (long long)d->nheads);
+    SSM_RETURN_IF(d->dv > INT32_MAX / 2 || d->dv * d->dk > INT32_MAX / 4 || d->nheads * d->dk > INT32_MAX / 2, ctx,
+                  SSM_STATUS_UNSUPPORTED, "%s: V=%lld is too large for the CUDA backend", kOp, (long long)d->dv);
+    SSM_FORWARD_IF_ERROR(check_pointers(ctx, a));
+    const bwd_variant * e = NULL;
+    const bwd_problem   pb = {0};
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_pick_variant(ctx, SSMI_OP_mamba3_siso_bwd, kBwdTable, pb, &e));
+    const int C = chunk_length((int)d->dk, (int)d->dv);
+    ssmi_cuda_props dev;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_current_props(ctx, kOp, &dev));
+    SSM_RETURN_IF(sizeof(float) * (size_t)chunk_smem_floats(C, (int)d->dk, (int)d->dv, true) > (size_t)dev.smem_optin,
+                  ctx, SSM_STATUS_UNSUPPORTED, "%s: K=%lld, V=%lld need more shared memory than the device has", kOp,
+                  (long long)d->dk, (long long)d->dv);
+    bwd_plan pl;
+    SSM_FORWARD_IF_ERROR(plan_bwd(ctx, d, &a->cu_seqlens, C, &pl));
+    const bw_args      P = make_args(d, a, C, pl.W);
+    const bwd_ws       l = ws_layout(d, &pl);
+    const cudaStream_t s = ssmi_cuda_stream(ctx);
+    void *             ws = NULL;
+    const cudaError_t  me = cudaMallocAsync(&ws, l.total, s);
+    if (me != cudaSuccess) {
+        (void)cudaGetLastError(); /* a failed allocation is not sticky: clear it for the next call */
+        plan_free(&pl);
+        if (me == cudaErrorMemoryAllocation)
+            return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: no device memory for the %zu-byte workspace", kOp,
+                              l.total);
+        return ssmi_cuda_status(ctx, kOp, "cudaMallocAsync (workspace)", me);
+    }
+    ssm_status st = bwd_launch(ctx, d, &pl, P, (unsigned char *)ws);
+    const ssm_status fs = ssmi_cuda_status(ctx, kOp, "cudaFreeAsync (workspace)", cudaFreeAsync(ws, s));
+    if (st == SSM_STATUS_OK) st = fs;
+    plan_free(&pl);
+    return st;
+}
+
+extern "C" int32_t ssmi_cuda_variants_mamba3_siso_bwd(int32_t i, ssmi_variant_info * out) {
+    return ssmi_cuda_report_variants(kBwdTable, i, out);
+}

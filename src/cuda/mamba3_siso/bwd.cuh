@@ -1,0 +1,91 @@
+/*
+ * bwd.cuh — what the CUDA Mamba-3 SISO backward files share: the chunk plan, the kernel
+ * arguments (tensor views, gradient outputs, workspace pointers), the shared-memory layout of a
+ * chunk, and the launchers of the kernel files.
+ *
+ * The files:
+ *   bwd_scan.cu   the per-sequence kernels: per-token scalars and θ (forward scan), the state
+ *                 pass and the state-gradient pass over the chunks, the per-sequence scalars
+ *                 (angle backward, ddt, dtrap, initial-state gradients), the fixed-order sums
+ *                 (dq/dk over GQA heads; dq_bias, dk_bias, dd over chunks);
+ *   bwd_chunk.cu  the per-(chunk, head) kernels: the chunk sums (state contribution and the
+ *                 state-gradient contribution) and the chunk gradients;
+ *   bwd.cu        the host side: plan, workspace, the selection table, the entry point.
+ * All arithmetic is fp32; every reduction is a loop in a fixed order, so the bytes depend only
+ * on the inputs and the chunk length (chosen from the shape alone).
+ */
+#ifndef SSMI_CUDA_SISO_BWD_CUH
+#define SSMI_CUDA_SISO_BWD_CUH
+
+#include "siso.cuh"
+
+namespace ssmi_siso_bwd {
+
+using ssmi_siso::m3_out;
+
+const int kBwdThreads = 256;  /* the chunk kernels (their block reduction buffer has this size) */
+const int kSeqThreads = 128;  /* the per-sequence kernels                                        */
+const int kBwdMaxChunk = 32;  /* longest chunk; shorter where a chunk's shared memory is too big */
+const int kScal = 12;         /* per-token scalar rows of a chunk's shared memory               */
+const int kScalWs = 5;        /* per-(token, head) scalars in the workspace: dt, λ, γ, σ, cm    */
+
+/* One chunk: tokens [t0, t0 + len) of batch row `row` (tok = row·S + t0 is its first flat token),
+ * sequence `seq`; last: the sequence ends with this chunk. */
+struct bw_chunk {
+    long long t0, tok;
+    int       row, len, seq, last;
+};
+/* One sequence: len tokens from t0 of row `row` (flat token tok), chunks [first, first + count). */
+struct bw_seg {
+    long long t0, tok;
+    int       row, len, first, count;
+};
+
+struct bw_args {
+    const bw_chunk * chunks;
+    const bw_seg *   segs;
+    long long        S;                /* tokens per batch row of the layout      */
+    int              H, G, K, V, A, C; /* C: the chunk length                       */
+    int              NS, W;            /* sequences, chunks                       */
+    int              has_d, has_z, has_states, has_dfa, has_dfs, has_dfk, has_dfv;
+    ssmi_cu_view     q, k, v, adt, dt, trap, qb, kb, ang, d, z;   /* forward inputs            */
+    ssmi_cu_view     ang_in, ssm_in, k_in, v_in;                  /* initial states            */
+    ssmi_cu_view     dout, dfa, dfs, dfk, dfv;                    /* incoming gradients        */
+    m3_out           dq, dk, dv, dadt, ddt, dtrap, dqb, dkb, dang, dd, dz;
+    m3_out           dang_st, dssm_st, dk_st, dv_st;
+    /* workspace (fp32); T = B·S flat tokens */
+    float * sc;   /* (T, H, kScalWs) dt, λ, γ, σ, chunk-local inclusive cumsum of adt        */
+    float * th;   /* (T, H, A) θ                                                            */
+    float * st;   /* (W, H, V·K) chunk state contributions, then the state entering each chunk */
+    float * dst;  /* (W, H, V·K) chunk state-gradient contributions, then the carry dS of each chunk */
+    float * cl;   /* (W, H) c_last of each chunk                                             */
+    float * dhin; /* (NS, H, V·K) dH_in                                                      */
+    float * dqt;  /* (T, H, K) dq̃ per V-head (zeros where no token)                          */
+    float * dkt;  /* (T, H, K) dk̃ per V-head                                                 */
+    float * dth;  /* (T, H, A) dθ, then π·tanh(raw)·G (the angle part of ddt)                */
+    float * dsg;  /* (T, H) dσ                                                               */
+    float * dgm;  /* (T, H) dγ                                                               */
+    float * qbp;  /* (W, H, K) per-chunk sums of dq̃                                          */
+    float * kbp;  /* (W, H, K) per-chunk sums of dk̃                                          */
+    float * ddp;  /* (W, H) per-chunk sums of dQK                                            */
+};
+
+/* Floats of a chunk's shared memory: kScal scalar rows of C, the block reduction buffer, q̂, k̂
+ * (C×K), v, dy (C×V); with grads also dq̂, dK̂s (C×K) and Pm, E, W (C×C). */
+__host__ __device__ inline long long chunk_smem_floats(int C, int K, int V, bool grads) {
+    long long n = (long long)kScal * C + kBwdThreads + 2LL * C * K + 2LL * C * V;
+    if (grads) n += 2LL * C * K + 3LL * C * C;
+    return n;
+}
+
+/* bwd_scan.cu */
+ssm_status launch_bwd_prep(ssm_context * ctx, const char * op, const bw_args & P);
+ssm_status launch_bwd_passes(ssm_context * ctx, const char * op, const bw_args & P, bool forward);
+ssm_status launch_bwd_seq(ssm_context * ctx, const char * op, const bw_args & P);
+ssm_status launch_bwd_sums(ssm_context * ctx, const char * op, const bw_args & P, long long T, int Hq);
+/* bwd_chunk.cu: the chunk sums (grads false) or the chunk gradients (grads true) */
+ssm_status launch_bwd_chunk(ssm_context * ctx, const char * op, const bw_args & P, bool grads);
+
+} /* namespace ssmi_siso_bwd */
+
+#endif /* SSMI_CUDA_SISO_BWD_CUH */

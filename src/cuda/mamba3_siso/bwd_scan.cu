@@ -1,0 +1,253 @@
+/*
+ * bwd_scan.cu — the per-sequence kernels of the CUDA Mamba-3 SISO backward and its fixed-order sums
+ * (plain fp32; bwd.cuh lists the workspace arrays).
+ *
+ * bwd_prep_kernel, one block per (sequence, head): thread i < A walks the sequence forward with
+ *   θ_i = wrap(θ_i + π·tanh(raw_i)·dt) (from angle_state or 0) and writes θ of every token; thread
+ *   A writes dt, λ = sigmoid(trap), γ = dt·λ, σ = γ + dt_{t+1}(1 − λ_{t+1}) (0 after the last
+ *   token) and the chunk-local inclusive cumsum of adt of every token.
+ * bwd_pass_kernel, one thread per (sequence, head, state element): forward, st[c] ← the state
+ *   entering chunk c (from H_in = S_in + dt_0(1 − λ_0)·V_in K_inᵀ, or 0) with S ← e^{c_last}·S +
+ *   st[c]; reverse, dst[c] ← the carry dS of chunk c (from dfinal_ssm_state, or 0) with dS ←
+ *   e^{c_last}·dS + dst[c], and dH_in after the first chunk. Each element reads its own
+ *   contribution before overwriting it.
+ * bwd_seq_kernel, one block per (sequence, head): the initial-state gradients (dssm_state = dH_in,
+ *   dv_state = c0·dH_in·K_in, dk_state = c0·dH_inᵀ·V_in, and dc = ⟨dH_in, V_in K_inᵀ⟩ for the
+ *   t = 0 fold), then the angle backward (spec §6.6: G reverse-cumulated per angle from
+ *   dfinal_angle_state; dangles, dangle_state, π·tanh(raw)·G kept per token), then per token ddt
+ *   and dtrap (spec §6.2). An empty sequence passes each dfinal_* to its d*_state (or 0).
+ * bwd_qk_sum_kernel: dq, dk = Σ over the G V-heads of a group, in head order.
+ * bwd_param_sum_kernel: dq_bias, dk_bias, dd = Σ over the chunks (sequence order, then chunk
+ *   order) of the per-chunk sums.
+ */
+#include "bwd.cuh"
+
+using namespace ssmi_siso;
+
+namespace ssmi_siso_bwd {
+
+namespace {
+
+__global__ void bwd_prep_kernel(const bw_args P) {
+    const int    n = blockIdx.x, h = blockIdx.y, H = P.H, A = P.A;
+    const bw_seg sg = P.segs[n];
+    const int    L = sg.len;
+    for (int i = threadIdx.x; i <= A; i += blockDim.x) {
+        if (i < A) {
+            float th = P.has_states ? ld3(P.ang_in, n, h, i) : 0.0f;
+            for (int p = 0; p < L; ++p) {
+                const long long t = sg.t0 + p;
+                const float     rate = kPi * tanhf(ld4(P.ang, sg.row, t, h, i));
+                th = wrap2pi(th + rate * ld3(P.dt, sg.row, h, t));
+                P.th[((sg.tok + p) * H + h) * A + i] = th;
+            }
+        } else {
+            float cm = 0.0f;
+            float dtn = L > 0 ? ld3(P.dt, sg.row, h, sg.t0) : 0.0f;
+            float lamn = L > 0 ? sigmoidf(ld3(P.trap, sg.row, h, sg.t0)) : 0.0f;
+            for (int p = 0; p < L; ++p) {
+                const long long t = sg.t0 + p;
+                const float     dtv = dtn, lam = lamn;
+                dtn = p + 1 < L ? ld3(P.dt, sg.row, h, t + 1) : 0.0f;
+                lamn = p + 1 < L ? sigmoidf(ld3(P.trap, sg.row, h, t + 1)) : 0.0f;
+                if (p % P.C == 0) cm = 0.0f;
+                cm += ld3(P.adt, sg.row, h, t);
+                const float gam = dtv * lam;
+                float *     o = P.sc + ((sg.tok + p) * H + h) * kScalWs;
+                o[0] = dtv, o[1] = lam, o[2] = gam, o[3] = gam + dtn * (1.0f - lamn), o[4] = cm;
+            }
+        }
+    }
+}
+
+__global__ void bwd_pass_kernel(const bw_args P, int forward) {
+    const int       n = blockIdx.x / P.H, h = blockIdx.x % P.H, VK = P.V * P.K;
+    const int       e = blockIdx.y * blockDim.x + threadIdx.x;
+    const bw_seg    sg = P.segs[n];
+    if (e >= VK) return;
+    const int       r = e / P.K, c = e % P.K;
+    if (forward) {
+        if (sg.count == 0) return;
+        float S = 0.0f;
+        if (P.has_states) {
+            const float * sc = P.sc + (sg.tok * P.H + h) * kScalWs;
+            const float   c0 = sc[0] * (1.0f - sc[1]);
+            S = ld4(P.ssm_in, n, h, r, c) + c0 * ld3(P.v_in, n, h, r) * ld3(P.k_in, n, h, c);
+        }
+        for (int j = 0; j < sg.count; ++j) {
+            const long long w = sg.first + j, o = (w * P.H + h) * VK + e;
+            const float     add = P.st[o];
+            P.st[o] = S;
+            S = expf(P.cl[w * P.H + h]) * S + add;
+        }
+    } else {
+        float dS = P.has_dfs ? ld4(P.dfs, n, h, r, c) : 0.0f;
+        for (int j = sg.count - 1; j >= 0; --j) {
+            const long long w = sg.first + j, o = (w * P.H + h) * VK + e;
+            const float     add = P.dst[o];
+            P.dst[o] = dS;
+            dS = expf(P.cl[w * P.H + h]) * dS + add;
+        }
+        P.dhin[((long long)n * P.H + h) * VK + e] = dS;
+    }
+}
+
+/* An empty sequence: d*_state = dfinal_* (or 0). */
+__device__ void empty_sequence(const bw_args & P, int n, int h) {
+    const int tid = threadIdx.x, nt = blockDim.x, K = P.K, V = P.V;
+    if (P.dang_st.present)
+        for (int i = tid; i < P.A; i += nt) st3(P.dang_st, n, h, i, P.has_dfa ? ld3(P.dfa, n, h, i) : 0.0f);
+    if (P.dssm_st.present)
+        for (int e = tid; e < V * K; e += nt)
+            st4(P.dssm_st, n, h, e / K, e % K, P.has_dfs ? ld4(P.dfs, n, h, e / K, e % K) : 0.0f);
+    if (P.dk_st.present)
+        for (int c = tid; c < K; c += nt) st3(P.dk_st, n, h, c, P.has_dfk ? ld3(P.dfk, n, h, c) : 0.0f);
+    if (P.dv_st.present)
+        for (int r = tid; r < V; r += nt) st3(P.dv_st, n, h, r, P.has_dfv ? ld3(P.dfv, n, h, r) : 0.0f);
+}
+
+__global__ void __launch_bounds__(kSeqThreads) bwd_seq_kernel(const bw_args P) {
+    __shared__ float red[kSeqThreads];
+    __shared__ float s_dc;
+    const int        n = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
+    const int        H = P.H, K = P.K, V = P.V, A = P.A;
+    const bw_seg     sg = P.segs[n];
+    const int        L = sg.len;
+    if (L == 0) {
+        empty_sequence(P, n, h);
+        return;
+    }
+    const float * sc0 = P.sc + (sg.tok * H + h) * kScalWs;
+    if (P.has_states) {
+        const float * dh = P.dhin + ((long long)n * H + h) * V * K;
+        const float   c0 = sc0[0] * (1.0f - sc0[1]);
+        float         part = 0.0f; /* Σ_r v_in[r]·(dH_in K_in)[r] over this thread's rows */
+        for (int r = tid; r < V; r += nt) {
+            float u = 0.0f;
+            for (int c = 0; c < K; ++c) u += dh[r * K + c] * ld3(P.k_in, n, h, c);
+            part += ld3(P.v_in, n, h, r) * u;
+            if (P.dv_st.present) st3(P.dv_st, n, h, r, c0 * u);
+        }
+        red[tid] = part;
+        if (P.dk_st.present)
+            for (int c = tid; c < K; c += nt) {
+                float u = 0.0f;
+                for (int r = 0; r < V; ++r) u += dh[r * K + c] * ld3(P.v_in, n, h, r);
+                st3(P.dk_st, n, h, c, c0 * u);
+            }
+        if (P.dssm_st.present)
+            for (int e = tid; e < V * K; e += nt) st4(P.dssm_st, n, h, e / K, e % K, dh[e]);
+        __syncthreads();
+        if (tid == 0) {
+            float dc = 0.0f;
+            for (int i = 0; i < nt; ++i) dc += red[i];
+            s_dc = dc;
+        }
+    }
+    /* the angle backward: G_t = Σ_{u≥t} dθ_u + dfinal_angle_state */
+    for (int i = tid; i < A; i += nt) {
+        float G = P.has_dfa ? ld3(P.dfa, n, h, i) : 0.0f;
+        for (int p = L - 1; p >= 0; --p) {
+            const long long t = sg.t0 + p, o = ((sg.tok + p) * H + h) * A + i;
+            G += P.dth[o];
+            const float tn = tanhf(ld4(P.ang, sg.row, t, h, i));
+            const float dtv = P.sc[((sg.tok + p) * H + h) * kScalWs];
+            if (P.dang.present) st4(P.dang, sg.row, t, h, i, kPi * dtv * (1.0f - tn * tn) * G);
+            P.dth[o] = kPi * tn * G;
+        }
+        if (P.dang_st.present) st3(P.dang_st, n, h, i, G);
+    }
+    __syncthreads();
+    if (!P.ddt.present && !P.dtrap.present) return;
+    const float dc = P.has_states ? s_dc : 0.0f;
+    for (int p = tid; p < L; p += nt) {
+        const long long t = sg.t0 + p, o = (sg.tok + p) * H + h;
+        const float *   sc = P.sc + o * kScalWs;
+        const float     dtv = sc[0], lam = sc[1], dg = P.dgm[o];
+        float           ang = 0.0f;
+        for (int i = 0; i < A; ++i) ang += P.dth[o * A + i];
+        float ddt = dg * lam + ang, dlam = dg * dtv;
+        if (p >= 1) {
+            const float ds = P.dsg[o - H]; /* dσ of the previous token (same row, same head) */
+            ddt += ds * (1.0f - lam);
+            dlam -= ds * dtv;
+        } else if (P.has_states) {
+            ddt += dc * (1.0f - lam);
+            dlam -= dc * dtv;
+        }
+        if (P.ddt.present) st3(P.ddt, sg.row, h, t, ddt);
+        if (P.dtrap.present) st3(P.dtrap, sg.row, h, t, dlam * lam * (1.0f - lam));
+    }
+}
+
+__global__ void bwd_qk_sum_kernel(const bw_args P, long long T, int Hq) {
+    const long long n = T * Hq * P.K;
+    for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n; e += (long long)gridDim.x * blockDim.x) {
+        const int       c = (int)(e % P.K), g = (int)((e / P.K) % Hq);
+        const long long tok = e / ((long long)P.K * Hq), b = tok / P.S, t = tok % P.S;
+        float           a = 0.0f, d = 0.0f;
+        for (int j = 0; j < P.G; ++j) {
+            const long long o = (tok * P.H + (long long)g * P.G + j) * P.K + c;
+            a += P.dqt[o];
+            d += P.dkt[o];
+        }
+        if (P.dq.present) st4(P.dq, b, t, g, c, a);
+        if (P.dk.present) st4(P.dk, b, t, g, c, d);
+    }
+}
+
+__global__ void bwd_param_sum_kernel(const bw_args P) {
+    const int e = blockIdx.x * blockDim.x + threadIdx.x, HK = P.H * P.K;
+    if (e < HK) {
+        const int h = e / P.K, c = e % P.K;
+        float     a = 0.0f, b = 0.0f;
+        for (long long w = 0; w < P.W; ++w) {
+            a += P.qbp[(w * P.H + h) * P.K + c];
+            b += P.kbp[(w * P.H + h) * P.K + c];
+        }
+        if (P.dqb.present) ssmi_cu_st(P.dqb.p, P.dqb.dtype, h * P.dqb.s[0] + c * P.dqb.s[1], a);
+        if (P.dkb.present) ssmi_cu_st(P.dkb.p, P.dkb.dtype, h * P.dkb.s[0] + c * P.dkb.s[1], b);
+    } else if (e < HK + P.H) {
+        const int h = e - HK;
+        float     a = 0.0f;
+        for (long long w = 0; w < P.W; ++w) a += P.ddp[w * P.H + h];
+        if (P.dd.present) ssmi_cu_st(P.dd.p, P.dd.dtype, h * P.dd.s[0], a);
+    }
+}
+
+} /* namespace */
+
+ssm_status launch_bwd_prep(ssm_context * ctx, const char * op, const bw_args & P) {
+    bwd_prep_kernel<<<dim3((unsigned)P.NS, (unsigned)P.H), kSeqThreads, 0, ssmi_cuda_stream(ctx)>>>(P);
+    return ssmi_cuda_status(ctx, op, "bwd_prep_kernel launch", cudaGetLastError());
+}
+
+ssm_status launch_bwd_passes(ssm_context * ctx, const char * op, const bw_args & P, bool forward) {
+    const int  VK = P.V * P.K;
+    const dim3 grid((unsigned)(P.NS * P.H), (unsigned)((VK + kSeqThreads - 1) / kSeqThreads));
+    bwd_pass_kernel<<<grid, kSeqThreads, 0, ssmi_cuda_stream(ctx)>>>(P, forward ? 1 : 0);
+    return ssmi_cuda_status(ctx, op, "bwd_pass_kernel launch", cudaGetLastError());
+}
+
+ssm_status launch_bwd_seq(ssm_context * ctx, const char * op, const bw_args & P) {
+    bwd_seq_kernel<<<dim3((unsigned)P.NS, (unsigned)P.H), kSeqThreads, 0, ssmi_cuda_stream(ctx)>>>(P);
+    return ssmi_cuda_status(ctx, op, "bwd_seq_kernel launch", cudaGetLastError());
+}
+
+ssm_status launch_bwd_sums(ssm_context * ctx, const char * op, const bw_args & P, long long T, int Hq) {
+    const cudaStream_t s = ssmi_cuda_stream(ctx);
+    const long long    n = T * Hq * P.K;
+    if (n > 0 && (P.dq.present || P.dk.present)) {
+        const long long blocks = (n + 255) / 256;
+        bwd_qk_sum_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, s>>>(P, T, Hq);
+        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "bwd_qk_sum_kernel launch", cudaGetLastError()));
+    }
+    if (P.dqb.present || P.dkb.present || P.dd.present) {
+        const int m = P.H * P.K + P.H;
+        bwd_param_sum_kernel<<<(unsigned)((m + 255) / 256), 256, 0, s>>>(P);
+        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "bwd_param_sum_kernel launch", cudaGetLastError()));
+    }
+    return SSM_STATUS_OK;
+}
+
+} /* namespace ssmi_siso_bwd */

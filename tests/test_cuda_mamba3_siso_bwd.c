@@ -1,0 +1,259 @@
+/*
+ * test_cuda_mamba3_siso_bwd.c — the CUDA backend of ssm_mamba3_siso_bwd (every gradient of
+ * ssm_mamba3_siso) against the float64 reference backward (REF on the host copies, F64 outputs) and
+ * against the CPU backend, both within the DESIGN §5 bar of the compute dtype (v's dtype), at the
+ * shape matrix of test_mamba3_siso_bwd_cpu.c: S = 1, below / at / above the CPU chunk and odd
+ * (the CUDA chunk is 32: several chunks and tails); Hq = 1, 1 < Hq < H, Hq = H; K, V in {32, 64,
+ * 96} and a small odd V; A = K/2, A < K/2, A = 1; d and z on and off; initial states on and off,
+ * with and without the dfinal_* gradients; varlen with empty sequences (I32 and I64 cu_seqlens);
+ * f32 / f16 / bf16 inputs; strided views and angles broadcast over heads (stride 0); the seed
+ * regime; only some outputs requested. Outputs are F32, NaN-poisoned before each device run; a
+ * second run on re-poisoned outputs must give identical bytes. Prints the worst rel_rms per
+ * gradient and dtype.
+ * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
+ * Seed: SSMOPS_TEST_SEED (default 20261206).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "cudautil.h"
+
+#define NGRADS 15
+
+static const char * const grad_names[NGRADS] = {"dq",    "dk",           "dv",         "dadt",     "ddt",
+                                                "dtrap", "dq_bias",      "dk_bias",    "dangles",  "dd",
+                                                "dz",    "dangle_state", "dssm_state", "dk_state", "dv_state"};
+
+static ssm_tensor * grad_slot(ssm_mamba3_siso_bwd_args * a, int i) {
+    ssm_tensor * slots[NGRADS] = {&a->dq,    &a->dk,           &a->dv,         &a->dadt,     &a->ddt,
+                                  &a->dtrap, &a->dq_bias,      &a->dk_bias,    &a->dangles,  &a->dd,
+                                  &a->dz,    &a->dangle_state, &a->dssm_state, &a->dk_state, &a->dv_state};
+    return slots[i];
+}
+
+static ssm_context *ctx_ref, *ctx_cpu, *ctx_cuda;
+static double       worst[3][NGRADS]; /* per compute dtype (0 f32, 1 f16, 2 bf16), vs the reference */
+static int          dtype_slot(ssm_dtype t) { return t == SSM_DTYPE_F16 ? 1 : t == SSM_DTYPE_BF16 ? 2 : 0; }
+
+typedef struct bwd_case {
+    const char *       name;
+    ssmt_mamba3_config cfg;
+    int                has_dfinal;
+    int                only_some; /* request dv, ddt, dq_bias and dangles only */
+} bwd_case;
+
+static ssmt_host out_like(const ssm_tensor * like, int strided) {
+    ssmt_host h = strided ? ssmt_alloc_layout(SSM_DTYPE_F32, like->ndim, like->shape, NULL, 3)
+                          : ssmt_alloc(SSM_DTYPE_F32, like->ndim, like->shape);
+    if (h.t.data) ssmt_poison(&h.t);
+    return h;
+}
+
+/* The host buffers the args' views may point into. */
+enum { MAX_HOSTS = 64 };
+typedef struct host_set {
+    ssmt_host * h[MAX_HOSTS];
+    ssmt_dev    dev[MAX_HOSTS];
+    int         n;
+} host_set;
+
+static void add_host(host_set * s, ssmt_host * h) {
+    if (h->t.data != NULL && s->n < MAX_HOSTS) s->h[s->n++] = h;
+}
+
+/* Every view of a (the args struct holds only ssm_tensor fields) re-pointed into the device
+ * copy of the host buffer it lies in; buffers are uploaded once. */
+static void to_device(host_set * s, ssm_mamba3_siso_bwd_args * a) {
+    ssm_tensor * f = (ssm_tensor *)a;
+    const int    nf = (int)(sizeof *a / sizeof(ssm_tensor));
+    for (int i = 0; i < nf; ++i) {
+        if (f[i].data == NULL) continue;
+        int found = -1;
+        for (int j = 0; j < s->n && found < 0; ++j) {
+            const char * b = (const char *)s->h[j]->buf;
+            if ((const char *)f[i].data >= b && (const char *)f[i].data <= b + s->h[j]->bytes) found = j;
+        }
+        TEST_CHECK(found >= 0, "tensor field %d lies in no known host buffer", i);
+        if (found < 0) continue;
+        if (s->dev[found].mem == NULL) s->dev[found] = ssmt_to_device(s->h[found]);
+        f[i].data = (char *)s->dev[found].mem + ((const char *)f[i].data - (const char *)s->h[found]->buf);
+        f[i].device = s->dev[found].view.device;
+    }
+}
+
+static void run_case(ssmt_rng * rng, const bwd_case * bc) {
+    ssmt_mamba3_config cfg = bc->cfg;
+    const ssm_dtype    cd = cfg.dtype;
+    cfg.out_dtype = SSM_DTYPE_F64;
+    ssmt_mamba3_problem     prob;
+    ssmt_mamba3_bwd_problem bwd;
+    if (ssmt_mamba3_random_args(rng, &cfg, &prob) != 0) {
+        TEST_CHECK(0, "%s: allocation failed", bc->name);
+        return;
+    }
+    if (ssmt_mamba3_bwd_alloc(rng, &cfg, &prob, bc->has_dfinal, &bwd) != 0) {
+        TEST_CHECK(0, "%s: allocation failed", bc->name);
+        ssmt_mamba3_problem_free(&prob);
+        return;
+    }
+    ssm_mamba3_params p;
+    ssmt_mamba3_params(&cfg, &p);
+    ssm_mamba3_siso_bwd_args args = bwd.args;
+    if (bc->only_some)
+        for (int g = 0; g < NGRADS; ++g)
+            if (g != 2 && g != 4 && g != 6 && g != 8) memset(grad_slot(&args, g), 0, sizeof(ssm_tensor));
+
+    /* the reference (F64 outputs) and the CPU backend (F32 outputs) */
+    ssm_status st = ssm_mamba3_siso_bwd(ctx_ref, &p, &args);
+    TEST_CHECK(st == SSM_STATUS_OK, "%s: reference: %s (%s)", bc->name, ssm_status_string(st),
+               ssm_context_last_error(ctx_ref));
+    ssmt_host                cpu[NGRADS], got[NGRADS];
+    ssm_mamba3_siso_bwd_args ca = args, da = args;
+    memset(cpu, 0, sizeof cpu);
+    memset(got, 0, sizeof got);
+    for (int g = 0; g < NGRADS; ++g) {
+        if (grad_slot(&args, g)->data == NULL) continue;
+        cpu[g] = out_like(grad_slot(&args, g), cfg.strided);
+        got[g] = out_like(grad_slot(&args, g), cfg.strided);
+        *grad_slot(&ca, g) = cpu[g].t;
+        *grad_slot(&da, g) = got[g].t;
+    }
+    st = ssm_mamba3_siso_bwd(ctx_cpu, &p, &ca);
+    TEST_CHECK(st == SSM_STATUS_OK, "%s: cpu: %s (%s)", bc->name, ssm_status_string(st),
+               ssm_context_last_error(ctx_cpu));
+
+    /* the device copies: the forward inputs, dout, dfinal_*, the poisoned outputs */
+    host_set hs;
+    memset(&hs, 0, sizeof hs);
+    ssmt_host * inputs[] = {&prob.q,          &prob.k,           &prob.v,           &prob.adt,
+                            &prob.dt,         &prob.trap,        &prob.q_bias,      &prob.k_bias,
+                            &prob.angles,     &prob.d,           &prob.z,           &prob.angle_state,
+                            &prob.ssm_state,  &prob.k_state,     &prob.v_state,     &prob.cu_seqlens,
+                            &bwd.dout,        &bwd.dfinal_angle_state, &bwd.dfinal_ssm_state,
+                            &bwd.dfinal_k_state, &bwd.dfinal_v_state};
+    for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; ++i) add_host(&hs, inputs[i]);
+    const int first_out = hs.n;
+    for (int g = 0; g < NGRADS; ++g) add_host(&hs, &got[g]);
+    to_device(&hs, &da);
+
+    const ssmt_bar bar = ssmt_bar_for(cd);
+    void *         first[NGRADS];
+    memset(first, 0, sizeof first);
+    for (int pass = 0; pass < 2; ++pass) {
+        if (pass == 1) /* poisoned outputs again */
+            for (int j = first_out; j < hs.n; ++j) {
+                ssmt_poison(&hs.h[j]->t);
+                if (hs.dev[j].mem)
+                    TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, hs.dev[j].mem, hs.h[j]->buf, hs.h[j]->bytes),
+                                      SSM_STATUS_OK);
+            }
+        st = ssm_mamba3_siso_bwd(ctx_cuda, &p, &da);
+        TEST_CHECK(st == SSM_STATUS_OK, "%s: cuda%s: %s (%s)", bc->name, pass ? " (second run)" : "",
+                   ssm_status_string(st), ssm_context_last_error(ctx_cuda));
+        if (pass == 0)
+            TEST_CHECK(strcmp(ssm_context_last_variant(ctx_cuda), "chunked") == 0, "%s: ran variant '%s'", bc->name,
+                       ssm_context_last_variant(ctx_cuda));
+        for (int j = first_out; j < hs.n; ++j) ssmt_to_host(hs.h[j], &hs.dev[j]);
+        for (int g = 0; g < NGRADS; ++g) {
+            if (got[g].t.data == NULL) continue;
+            if (pass == 0) {
+                const double rr = ssmt_check_variant(bc->name, grad_names[g], "cuda", &got[g].t, grad_slot(&args, g), bar);
+                double *     w = &worst[dtype_slot(cd)][g];
+                if (rr > *w || rr != rr) *w = rr;
+                /* against the CPU backend (an fp32 result within the same bar) */
+                ssmt_check_variant(bc->name, grad_names[g], "cuda-vs-cpu", &got[g].t, &cpu[g].t, bar);
+                first[g] = ssmt_snapshot(&got[g]);
+            } else {
+                TEST_CHECK(ssmt_unchanged(&got[g], first[g]), "%s/%s: the second run's bytes differ", bc->name,
+                           grad_names[g]);
+            }
+        }
+    }
+    for (int g = 0; g < NGRADS; ++g) {
+        free(first[g]);
+        ssmt_free(&cpu[g]);
+        ssmt_free(&got[g]);
+    }
+    for (int j = 0; j < hs.n; ++j) ssmt_dev_free(&hs.dev[j]);
+    ssmt_mamba3_bwd_free(&bwd);
+    ssmt_mamba3_problem_free(&prob);
+}
+
+static ssmt_mamba3_config base_config(int64_t B, int64_t S, int64_t H, int64_t Hq, int64_t K, int64_t V, int64_t A,
+                                      ssm_dtype dt) {
+    ssmt_mamba3_config c;
+    ssmt_mamba3_config_init(&c);
+    c.batch = B, c.seqlen = S, c.nheads = H, c.nheads_qk = Hq, c.dk = K, c.dv = V, c.nangles = A;
+    c.chunk = 64;
+    c.dtype = dt;
+    c.param_dtype = SSM_DTYPE_F32;
+    return c;
+}
+
+int main(void) {
+    if (!ssmt_cuda_present("test_cuda_mamba3_siso_bwd")) return 77;
+    ssmt_rng rng;
+    ssmt_rng_from_env(&rng, 20261206ull);
+    ctx_ref = ssmt_make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
+    ctx_cpu = ssmt_make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_AUTO);
+    ctx_cuda = ssmt_make_ctx(SSM_BACKEND_CUDA, 0, SSM_ISA_AUTO);
+    TEST_CHECK(ctx_ref && ctx_cpu && ctx_cuda, "context creation failed");
+    if (ssmt_failures) TEST_EXIT();
+
+    static const int64_t lens_a[4] = {37, 0, 70, 1};
+    static const int64_t lens_b[3] = {0, 65, 9};
+    const ssm_dtype      dtypes[3] = {SSM_DTYPE_F32, SSM_DTYPE_F16, SSM_DTYPE_BF16};
+    for (int di = 0; di < 3; ++di) {
+        const ssm_dtype dt = dtypes[di];
+        bwd_case        cases[16];
+        int             n = 0;
+        cases[n] = (bwd_case){"s1_states", base_config(2, 1, 4, 2, 32, 32, 16, dt), 1, 0};
+        cases[n].cfg.has_states = 1;
+        ++n;
+        cases[n++] = (bwd_case){"s50_hq1", base_config(1, 50, 4, 1, 64, 64, 32, dt), 0, 0};
+        cases[n] = (bwd_case){"s64_hqh", base_config(1, 64, 3, 3, 96, 96, 20, dt), 0, 0};
+        cases[n].cfg.has_d = 0, cases[n].cfg.has_states = 1;
+        ++n;
+        cases[n] = (bwd_case){"s131_v7", base_config(2, 131, 6, 2, 32, 7, 5, dt), 1, 0};
+        cases[n].cfg.has_z = 0, cases[n].cfg.has_states = 1, cases[n].cfg.trap_randn = 1;
+        ++n;
+        cases[n] = (bwd_case){"s200_plain", base_config(1, 200, 2, 1, 64, 32, 1, dt), 1, 0};
+        cases[n].cfg.has_d = 0, cases[n].cfg.has_z = 0;
+        ++n;
+        cases[n] = (bwd_case){"varlen_states", base_config(1, 0, 4, 1, 64, 32, 16, dt), 1, 0};
+        cases[n].cfg.nseq = 4, cases[n].cfg.seqlens = lens_a, cases[n].cfg.has_states = 1;
+        ++n;
+        cases[n] = (bwd_case){"varlen_nostates", base_config(1, 0, 4, 2, 32, 64, 8, dt), 0, 0};
+        cases[n].cfg.nseq = 3, cases[n].cfg.seqlens = lens_b, cases[n].cfg.index_i64 = 1;
+        ++n;
+        cases[n] = (bwd_case){"strided_bcast", base_config(2, 70, 4, 2, 32, 32, 8, dt), 1, 0};
+        cases[n].cfg.strided = 1, cases[n].cfg.angles_broadcast = 1, cases[n].cfg.has_states = 1;
+        ++n;
+        cases[n] = (bwd_case){"seed_regime", base_config(1, 100, 4, 2, 64, 96, 16, dt), 1, 0};
+        cases[n].cfg.seed_regime = 1, cases[n].cfg.has_states = 1;
+        ++n;
+        cases[n] = (bwd_case){"varlen_nodfinal", base_config(1, 0, 2, 1, 32, 32, 16, dt), 0, 0};
+        cases[n].cfg.nseq = 3, cases[n].cfg.seqlens = lens_b, cases[n].cfg.has_states = 1;
+        ++n;
+        cases[n] = (bwd_case){"batch8", base_config(8, 20, 4, 2, 32, 16, 4, dt), 1, 0};
+        cases[n].cfg.has_states = 1;
+        ++n;
+        cases[n] = (bwd_case){"some_outputs", base_config(1, 90, 4, 2, 32, 32, 8, dt), 1, 1};
+        cases[n].cfg.has_states = 1;
+        ++n;
+        /* K = 128, V = 64 (the layer's shape), several chunks, GQA */
+        cases[n] = (bwd_case){"k128_v64", base_config(1, 150, 4, 1, 128, 64, 32, dt), 1, 0};
+        cases[n].cfg.has_states = 1;
+        ++n;
+        for (int c = 0; c < n; ++c) run_case(&rng, &cases[c]);
+    }
+
+    printf("worst rel_rms per gradient (CUDA vs reference):\n%-14s %10s %10s %10s\n", "gradient", "f32", "f16",
+           "bf16");
+    for (int g = 0; g < NGRADS; ++g)
+        printf("%-14s %10.3g %10.3g %10.3g\n", grad_names[g], worst[0][g], worst[1][g], worst[2][g]);
+    ssm_context_free(ctx_ref);
+    ssm_context_free(ctx_cpu);
+    ssm_context_free(ctx_cuda);
+    TEST_EXIT();
+}
