@@ -296,6 +296,8 @@ static void test_update(ssmt_rng * rng, int64_t B, int64_t D, int64_t W, int64_t
     if (with_idx) { /* a random injective map of rows to slots; every third row is padding */
         idx = ssmt_alloc(SSM_DTYPE_I64, 1, sb);
         int64_t * perm = malloc(sizeof(int64_t) * (size_t)slots);
+        TEST_CHECK(perm != NULL, "no memory for the slot map");
+        if (perm == NULL) return;
         for (int64_t s = 0; s < slots; ++s) perm[s] = s;
         for (int64_t s = slots - 1; s > 0; --s) {
             const int64_t j = ssmt_randint(rng, 0, s), tmp = perm[s];
@@ -535,7 +537,7 @@ static void norm_suite(ssmt_rng * rng) {
         {37, 96, 32, F32, F32, 1, 0, 0, 0, 0},   /* three groups, gate then norm     */
         {37, 96, 0, F32, F32, 1, 1, 0, 1, 0},    /* one group, norm then gate, padded */
         {13, 70, 0, F16, F16, 0, 0, 0, 0, 0},    /* no z, odd D                       */
-        {13, 70, 1, BF16, F32, 1, 0, 0, 1, 0},   /* group size 1                      */
+        {13, 70, 5, BF16, F32, 1, 0, 0, 1, 0},   /* groups of 5 columns (under a warp) */
         {9, 600, 300, BF16, BF16, 1, 1, 1, 0, 1}, /* groups over 256 columns, z view, stride-0 weight */
         {1, 5, 5, F16, F32, 1, 0, 0, 0, 0},      /* one tiny row                      */
     };

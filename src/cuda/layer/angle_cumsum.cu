@@ -9,6 +9,8 @@
  *             NS·H·A floats, each element touched by its lane only). Per token:
  *             dangles = (π·dt)·(1 − tanh²)·G, and ddt = π·Σ_a tanh_a·G_a: each lane's angles in
  *             order, then a xor butterfly over the warp (a fixed order). */
+#include <string.h>
+
 #include "layer.cuh"
 
 namespace ssmi_layer {

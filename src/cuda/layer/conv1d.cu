@@ -17,6 +17,8 @@
  *   update:   one thread per (row, channel): the window, the output, then the state shifted
  *             left by one in increasing column order (each column read before it is
  *             overwritten, so the pool may be updated in place; slots are distinct). */
+#include <string.h>
+
 #include "layer.cuh"
 
 namespace ssmi_layer {

@@ -10,6 +10,8 @@
  *             partial of the row block (each column owned by one thread, accumulated in row
  *             order in the workspace); then dx, dz. The row blocks depend on M only; a second
  *             kernel adds the row blocks' partials in block order into dweight. */
+#include <string.h>
+
 #include "layer.cuh"
 
 namespace ssmi_layer {
