@@ -93,6 +93,29 @@ ssm_status ssmi_cuda_memcpy(ssm_context * ctx, void * dst, const void * src, siz
 ssm_status ssmi_cuda_time(ssm_context * ctx, ssm_status (*fn)(void * arg, int32_t rep), void * arg, int32_t reps,
                           float * ms);
 
+/* Layer operators (spec §6.2, §6.3; Mamba-3 angle cumsum §3.2, §6.6): conv1d forward, backward
+ * and decode update (state_batch_indices and seq_idx are HOST views; the update writes the rows'
+ * slots only), gated RMSNorm forward and backward, the angle cumsum forward and backward
+ * (cu_seqlens a HOST view). Backward reductions are deterministic (per-block partials in a
+ * device workspace, summed in a fixed order; no atomics). */
+struct ssmi_conv1d_dims;
+struct ssmi_rmsnorm_dims;
+ssm_status ssmi_cuda_causal_conv1d(ssm_context * ctx, const ssm_conv1d_params * p, const struct ssmi_conv1d_dims * d,
+                                   const ssm_causal_conv1d_args * a);
+ssm_status ssmi_cuda_causal_conv1d_bwd(ssm_context * ctx, const ssm_conv1d_params * p,
+                                       const struct ssmi_conv1d_dims * d, const ssm_causal_conv1d_bwd_args * a);
+ssm_status ssmi_cuda_causal_conv1d_update(ssm_context * ctx, const ssm_conv1d_params * p,
+                                          const struct ssmi_conv1d_dims * d, const ssm_causal_conv1d_update_args * a);
+ssm_status ssmi_cuda_rmsnorm_gated(ssm_context * ctx, const ssm_rmsnorm_params * p, const struct ssmi_rmsnorm_dims * d,
+                                   const ssm_rmsnorm_gated_args * a);
+ssm_status ssmi_cuda_rmsnorm_gated_bwd(ssm_context * ctx, const ssm_rmsnorm_params * p,
+                                       const struct ssmi_rmsnorm_dims * d, const ssm_rmsnorm_gated_bwd_args * a);
+ssm_status ssmi_cuda_mamba3_angle_cumsum(ssm_context * ctx, const ssm_mamba3_params * p,
+                                         const struct ssmi_mamba3_dims * d, const ssm_mamba3_angle_cumsum_args * a);
+ssm_status ssmi_cuda_mamba3_angle_cumsum_bwd(ssm_context * ctx, const ssm_mamba3_params * p,
+                                             const struct ssmi_mamba3_dims * d,
+                                             const ssm_mamba3_angle_cumsum_bwd_args * a);
+
 #ifdef __cplusplus
 }
 #endif

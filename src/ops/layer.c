@@ -4,7 +4,8 @@
  *
  * Each operator is its validator (params, the dimensions and shapes, the combination rules)
  * plus one line that defines the entry point through ssmi_dispatch (dispatch.c), which adds
- * the schema's rules. REF or CPU; nothing is written before the backend runs.
+ * the schema's rules. REF, CPU or CUDA (explicitly, or AUTO with x on a CUDA device); nothing
+ * is written before the backend runs.
  */
 #include <math.h>
 #include <string.h>
@@ -13,6 +14,10 @@
 #include "../cpu/ssmi_cpu_layer.h"
 #include "../ref/ssmi_ref_layer.h"
 #include "ops_common.h"
+
+#ifdef SSMOPS_HAVE_CUDA
+#include "../cuda/ssmi_cuda.h"
+#endif
 
 void ssm_conv1d_params_init(ssm_conv1d_params * params) {
     SSMI_PARAMS_INIT(params);
@@ -75,7 +80,7 @@ static ssm_status validate_conv(ssm_context * ctx, const char * op, const ssm_co
                   "%s: final_states cannot be combined with seq_idx (a packed row has no single final state)", op);
     return SSM_STATUS_OK;
 }
-SSMI_DEFINE_OP(causal_conv1d, ssm_conv1d_params, conv, check_conv_params, validate_conv)
+SSMI_DEFINE_CUDA_OP(causal_conv1d, ssm_conv1d_params, conv, check_conv_params, validate_conv, x)
 
 static ssm_status validate_conv_bwd(ssm_context * ctx, const char * op, const ssm_conv1d_params * p,
                                     const ssm_causal_conv1d_bwd_args * a, ssmi_conv1d_dims * d) {
@@ -89,7 +94,7 @@ static ssm_status validate_conv_bwd(ssm_context * ctx, const char * op, const ss
                   "%s: dfinal_states cannot be combined with seq_idx (the forward has no final_states then)", op);
     return ssmi_check_gradient_shapes(ctx, op, SSMI_OP_causal_conv1d_bwd, a);
 }
-SSMI_DEFINE_OP(causal_conv1d_bwd, ssm_conv1d_params, conv, check_conv_params, validate_conv_bwd)
+SSMI_DEFINE_CUDA_OP(causal_conv1d_bwd, ssm_conv1d_params, conv, check_conv_params, validate_conv_bwd, x)
 
 static ssm_status validate_update(ssm_context * ctx, const char * op, const ssm_conv1d_params * p,
                                   const ssm_causal_conv1d_update_args * a, ssmi_conv1d_dims * d) {
@@ -111,7 +116,7 @@ static ssm_status validate_update(ssm_context * ctx, const char * op, const ssm_
     SSMI_SHAPE(out, d->batch, d->dim);
     return ssmi_check_slot_indices(ctx, op, &a->state_batch_indices, d->batch, d->slots, "conv_state");
 }
-SSMI_DEFINE_OP(causal_conv1d_update, ssm_conv1d_params, conv, check_conv_params, validate_update)
+SSMI_DEFINE_CUDA_OP(causal_conv1d_update, ssm_conv1d_params, conv, check_conv_params, validate_update, x)
 
 /* ---- gated RMSNorm ------------------------------------------------------------------- */
 
@@ -147,7 +152,7 @@ static ssm_status validate_norm(ssm_context * ctx, const char * op, const ssm_rm
     SSM_FORWARD_IF_ERROR(check_norm_inputs(ctx, op, p, a, d));
     return ssmi_check_shape(ctx, op, "out", &a->out, a->x.shape);
 }
-SSMI_DEFINE_OP(rmsnorm_gated, ssm_rmsnorm_params, norm, check_norm_params, validate_norm)
+SSMI_DEFINE_CUDA_OP(rmsnorm_gated, ssm_rmsnorm_params, norm, check_norm_params, validate_norm, x)
 
 static ssm_status validate_norm_bwd(ssm_context * ctx, const char * op, const ssm_rmsnorm_params * p,
                                     const ssm_rmsnorm_gated_bwd_args * a, ssmi_rmsnorm_dims * d) {
@@ -157,4 +162,4 @@ static ssm_status validate_norm_bwd(ssm_context * ctx, const char * op, const ss
     SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "dout", &a->dout, a->x.shape));
     return ssmi_check_gradient_shapes(ctx, op, SSMI_OP_rmsnorm_gated_bwd, a);
 }
-SSMI_DEFINE_OP(rmsnorm_gated_bwd, ssm_rmsnorm_params, norm, check_norm_params, validate_norm_bwd)
+SSMI_DEFINE_CUDA_OP(rmsnorm_gated_bwd, ssm_rmsnorm_params, norm, check_norm_params, validate_norm_bwd, x)

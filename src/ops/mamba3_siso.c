@@ -103,6 +103,7 @@ static ssmi_mamba3_state_shapes state_shapes(const ssmi_mamba3_dims * d, int64_t
 }
 
 /* ---- angle_cumsum and its backward: angles (B, S, H, A) defines every dimension ---------- */
+/* Both have a CUDA path too (AUTO: angles on a CUDA device). */
 
 static ssm_status take_angle_op_dims(ssm_context * ctx, const char * op, const ssm_mamba3_params * p,
                                      const ssm_tensor * angles, const ssm_tensor * dt, const ssm_tensor * cu,
@@ -131,7 +132,7 @@ static ssm_status validate_angle_cumsum(ssm_context * ctx, const char * op, cons
     SSMI_SHAPE(final_angle_state, d->nseq, d->nheads, d->nangles);
     return SSM_STATUS_OK;
 }
-SSMI_DEFINE_OP(mamba3_angle_cumsum, ssm_mamba3_params, m3, check_params, validate_angle_cumsum)
+SSMI_DEFINE_CUDA_OP(mamba3_angle_cumsum, ssm_mamba3_params, m3, check_params, validate_angle_cumsum, angles)
 
 static ssm_status validate_angle_cumsum_bwd(ssm_context * ctx, const char * op, const ssm_mamba3_params * p,
                                             const ssm_mamba3_angle_cumsum_bwd_args * a, ssmi_mamba3_dims * d) {
@@ -141,7 +142,7 @@ static ssm_status validate_angle_cumsum_bwd(ssm_context * ctx, const char * op, 
     SSMI_SHAPE(dangle_state, d->nseq, d->nheads, d->nangles); /* no angle_state input here */
     return ssmi_check_gradient_shapes(ctx, op, SSMI_OP_mamba3_angle_cumsum_bwd, a);
 }
-SSMI_DEFINE_OP(mamba3_angle_cumsum_bwd, ssm_mamba3_params, m3, check_params, validate_angle_cumsum_bwd)
+SSMI_DEFINE_CUDA_OP(mamba3_angle_cumsum_bwd, ssm_mamba3_params, m3, check_params, validate_angle_cumsum_bwd, angles)
 
 /* ---- the sequence operators: siso_fwd, siso, siso_bwd ---------------------------------- */
 

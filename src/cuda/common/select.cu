@@ -21,7 +21,14 @@ extern "C" {
     X(mamba3_mimo_bwd_fwd)   \
     X(mamba3_mimo)           \
     X(mamba3_mimo_step)      \
-    X(mamba3_siso_bwd)
+    X(mamba3_siso_bwd)       \
+    X(causal_conv1d)         \
+    X(causal_conv1d_bwd)     \
+    X(causal_conv1d_update)  \
+    X(rmsnorm_gated)         \
+    X(rmsnorm_gated_bwd)     \
+    X(mamba3_angle_cumsum)   \
+    X(mamba3_angle_cumsum_bwd)
 
 #define SSMI_CUDA_DECLARE_(op) extern "C" int32_t ssmi_cuda_variants_##op(int32_t i, ssmi_variant_info * out);
 SSMI_CUDA_OP_LIST(SSMI_CUDA_DECLARE_)
