@@ -440,7 +440,7 @@ static const ssm_op_info op_info[SSMI_OP_COUNT] = {
     OP(mamba2_bmm, ssm_mamba2_params, bmm_args, BE_HOST, 0),
     OP(mamba2_chunk_scan, ssm_mamba2_params, chunk_scan_args, BE_HOST, 0),
     OP(mamba2_scan, ssm_mamba2_params, scan_args, BE_CUDA, 1),
-    OP(mamba2_scan_bwd, ssm_mamba2_params, scan_bwd_args, BE_HOST, 0),
+    OP(mamba2_scan_bwd, ssm_mamba2_params, scan_bwd_args, BE_CUDA, 0),
     OP(mamba2_step, ssm_mamba2_params, step_args, BE_CUDA, 0),
     OP(causal_conv1d, ssm_conv1d_params, conv1d_args, BE_CUDA, 0),
     OP(causal_conv1d_bwd, ssm_conv1d_params, conv1d_bwd_args, BE_CUDA, 0),

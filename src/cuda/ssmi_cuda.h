@@ -46,6 +46,11 @@ ssm_status ssmi_cuda_mamba2_scan_workspace_size(ssm_context * ctx, const ssm_mam
 ssm_status ssmi_cuda_mamba2_scan(ssm_context * ctx, const ssm_mamba2_params * p, const struct ssmi_mamba2_dims * d,
                                  const ssm_mamba2_scan_args * a, void * workspace);
 
+/* Mamba-2 combined backward (spec §2.7): every gradient; device workspace through
+ * cudaMallocAsync/cudaFreeAsync on ctx's stream (the operator takes no caller workspace). */
+ssm_status ssmi_cuda_mamba2_scan_bwd(ssm_context * ctx, const ssm_mamba2_params * p, const struct ssmi_mamba2_dims * d,
+                                     const ssm_mamba2_scan_bwd_args * a);
+
 /* Mamba-2 decode step (spec §2.9). Writes out and, when present, final_state's used slots
  * only (ops/ copies the unused ones of a separate pool: ssmi_cuda_copy_unused_slots).
  * state_batch_indices is a HOST view. Limits: N ≤ 4096 (UNSUPPORTED beyond). */

@@ -14,6 +14,7 @@ extern "C" {
 #define SSMI_CUDA_OP_LIST(X) \
     X(mamba2_chunk_state)    \
     X(mamba2_scan)           \
+    X(mamba2_scan_bwd)       \
     X(mamba2_step)           \
     X(mamba3_siso_fwd)       \
     X(mamba3_siso)           \

@@ -1,0 +1,260 @@
+/*
+ * bwd.cu — host side of the CUDA Mamba-2 combined backward (spec §2.7): the work plan (segments
+ * and chunks, bwd.cuh), the device workspace (cudaMallocAsync/cudaFreeAsync on ctx's stream: the
+ * operator takes no caller workspace), the selection table and the entry point.
+ *
+ * The internal chunk is kMaxQ tokens, halved until bwd_chunk's shared memory fits the device
+ * (the chunked algorithm is exact for any cut; params->chunk_size only has to be valid).
+ * Limits: H ≤ 65535 and P·N ≤ 2^24 (UNSUPPORTED beyond), and a P, N pair whose one-token chunk
+ * still fits the shared memory.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "bwd.cuh"
+#include "../common/variant_table.cuh"
+#include "../ssmi_cuda.h"
+
+using namespace ssmi_m2bwd;
+
+namespace {
+
+const char kOp[] = "mamba2_scan_bwd";
+
+struct bwd_problem {
+    int unused;
+};
+
+struct bwd_entry {
+    const char * name;
+    const char * why;
+    const char * rule;
+    bool (*applies)(const bwd_problem & pb);
+};
+
+bool bwd_any(const bwd_problem &) { return true; }
+
+const bwd_entry bwd_table[] = {
+    {"chunked_fp32",
+     "per (chunk, head) blocks of fp32 FFMA code, sequential state passes per segment, fixed-order reductions",
+     "any problem", bwd_any},
+};
+
+/* Host plan: segments (as the CPU backend cuts them) and their chunks. */
+struct bwd_plan {
+    bw_seg *   segs;
+    bw_chunk * chunks;
+    long long  nsegs, nchunks;
+};
+
+ssm_status build_plan(const ssmi_mamba2_dims * d, const ssm_mamba2_scan_bwd_args * a, int Q, bwd_plan * pl) {
+    memset(pl, 0, sizeof *pl);
+    const int has_init = ssmi_present(&a->initial_states), has_dfin = ssmi_present(&a->dfinal_states);
+    const int varlen = ssmi_present(&a->cu_seqlens), seq = ssmi_present(&a->seq_idx);
+    long long maxseg = varlen ? d->nseq : seq ? d->batch * (d->seqlen > 0 ? d->seqlen : 1) : d->batch;
+    /* every chunk holds ≥ 1 token, and every segment starts a new chunk */
+    const long long maxchunks = d->batch * ((d->seqlen + Q - 1) / Q) + maxseg;
+    pl->segs = (bw_seg *)malloc(sizeof(bw_seg) * (size_t)(maxseg > 0 ? maxseg : 1));
+    pl->chunks = (bw_chunk *)malloc(sizeof(bw_chunk) * (size_t)(maxchunks > 0 ? maxchunks : 1));
+    if (pl->segs == NULL || pl->chunks == NULL) return SSM_STATUS_OUT_OF_MEMORY;
+    /* one segment of tokens [t0, t0 + len) of row `row` */
+    auto add = [&](long long row, long long t0, long long len, long long init, long long dinit, long long fin) {
+        bw_seg & s = pl->segs[pl->nsegs++];
+        s.c0 = pl->nchunks, s.init = init, s.dinit = dinit, s.fin = fin;
+        for (long long t = 0; t < len; t += Q) {
+            bw_chunk & c = pl->chunks[pl->nchunks++];
+            c.row = (int)row, c.t0 = t0 + t, c.len = (int)(len - t < Q ? len - t : Q);
+        }
+        s.nc = pl->nchunks - s.c0;
+    };
+    if (varlen) {
+        const ssm_tensor * cu = &a->cu_seqlens;
+        for (long long s = 0; s < d->nseq; ++s) {
+            const long long st = ssmi_get_i64(cu, ssmi_off1(cu, s)), en = ssmi_get_i64(cu, ssmi_off1(cu, s + 1));
+            add(0, st, en - st, has_init ? s : -1, has_init ? s : -1, has_dfin ? s : -1);
+        }
+        return SSM_STATUS_OK;
+    }
+    for (long long b = 0; b < d->batch; ++b) {
+        if (!seq || d->seqlen == 0) {
+            add(b, 0, d->seqlen, has_init ? b : -1, has_init ? b : -1, has_dfin ? b : -1);
+            continue;
+        }
+        const ssm_tensor * si = &a->seq_idx;
+        long long          t0 = 0, id = ssmi_get_i64(si, ssmi_off2(si, b, 0));
+        int                first = 1;
+        for (long long t = 1; t <= d->seqlen; ++t) {
+            const long long next = t < d->seqlen ? ssmi_get_i64(si, ssmi_off2(si, b, t)) : id;
+            if (t < d->seqlen && next == id) continue;
+            const int last = t == d->seqlen;
+            /* the recurrence starts with seq_{−1} := 0: the initial state feeds id 0 only */
+            add(b, t0, t - t0, (first && has_init && id == 0) ? b : -1, (first && has_init) ? b : -1,
+                (last && has_dfin) ? b : -1);
+            first = 0;
+            t0 = t;
+            id = next;
+        }
+    }
+    return SSM_STATUS_OK;
+}
+
+void plan_free(bwd_plan * pl) {
+    free(pl->segs);
+    free(pl->chunks);
+}
+
+bw_out out_of(const ssm_tensor * t) {
+    bw_out o;
+    memset(&o, 0, sizeof o);
+    if (!ssmi_present(t)) return o;
+    o.p = t->data;
+    o.dtype = t->dtype;
+    for (int i = 0; i < 4 && i < t->ndim; ++i) o.s[i] = (long long)t->strides[i];
+    return o;
+}
+
+/* Byte offsets of the workspace pieces, each 256-byte aligned. */
+struct bwd_ws {
+    size_t chunks, segs, dtv, cmv, dfac, st, gs, ddp, dap, dbp, dbh, dch, total;
+};
+
+size_t take(size_t * at, size_t bytes) {
+    const size_t o = *at;
+    *at += (bytes + 255) / 256 * 256;
+    return o;
+}
+
+bwd_ws ws_layout(const bw_args & a) {
+    bwd_ws    l;
+    size_t    at = 0;
+    const size_t w = (size_t)a.nchunks * (size_t)a.H, f = sizeof(float);
+    l.chunks = take(&at, sizeof(bw_chunk) * (size_t)a.nchunks);
+    l.segs = take(&at, sizeof(bw_seg) * (size_t)a.nsegs);
+    l.dtv = take(&at, w * (size_t)a.Q * f);
+    l.cmv = take(&at, w * (size_t)a.Q * f);
+    l.dfac = take(&at, w * (size_t)a.Q * f);
+    l.st = take(&at, w * (size_t)a.P * (size_t)a.N * f);
+    l.gs = take(&at, w * (size_t)a.P * (size_t)a.N * f);
+    l.ddp = take(&at, w * (size_t)a.P * f);
+    l.dap = take(&at, w * f);
+    l.dbp = take(&at, w * f);
+    const size_t hb = a.heads_buf ? (size_t)a.tokens * (size_t)a.H * (size_t)a.N * f : 0;
+    l.dbh = take(&at, a.want_db ? hb : 0);
+    l.dch = take(&at, a.want_dc ? hb : 0);
+    l.total = at;
+    return l;
+}
+
+ssm_status run_kernels(ssm_context * ctx, const bw_args & a) {
+    SSM_FORWARD_IF_ERROR(launch_bwd_dt(ctx, kOp, a));
+    SSM_FORWARD_IF_ERROR(launch_bwd_states(ctx, kOp, a));
+    SSM_FORWARD_IF_ERROR(launch_state_pass(ctx, kOp, a));
+    SSM_FORWARD_IF_ERROR(launch_bwd_dstates(ctx, kOp, a));
+    SSM_FORWARD_IF_ERROR(launch_state_grad_pass(ctx, kOp, a));
+    SSM_FORWARD_IF_ERROR(launch_bwd_chunk(ctx, kOp, a));
+    return launch_bwd_reduce(ctx, kOp, a);
+}
+
+} /* namespace */
+
+extern "C" ssm_status ssmi_cuda_mamba2_scan_bwd(ssm_context * ctx, const ssm_mamba2_params * p,
+                                                const ssmi_mamba2_dims * d, const ssm_mamba2_scan_bwd_args * a) {
+    const ssm_tensor * ts[] = {&a->x,  &a->dt, &a->a,  &a->b,  &a->c,  &a->d,  &a->z,        &a->dt_bias,
+                               &a->initial_states, &a->dout, &a->dfinal_states, &a->dx, &a->ddt, &a->da,
+                               &a->db, &a->dc, &a->dd, &a->dz, &a->ddt_bias, &a->dinitial_states};
+    const char * names[] = {"x",  "dt", "a",  "b",  "c",  "d",  "z",  "dt_bias", "initial_states", "dout", "dfinal_states",
+                            "dx", "ddt", "da", "db", "dc", "dd", "dz", "ddt_bias", "dinitial_states"};
+    for (int i = 0; i < (int)(sizeof ts / sizeof ts[0]); ++i)
+        SSM_FORWARD_IF_ERROR(ssmi_cuda_check_pointer(ctx, kOp, names[i], ts[i]));
+    SSM_RETURN_IF(d->nheads > 65535, ctx, SSM_STATUS_UNSUPPORTED,
+                  "%s: H=%lld is larger than the CUDA backend's limit of 65535", kOp, (long long)d->nheads);
+    SSM_RETURN_IF(d->headdim * d->dstate > (1LL << 24), ctx, SSM_STATUS_UNSUPPORTED,
+                  "%s: P·N=%lld is larger than the CUDA backend's limit of 2^24", kOp,
+                  (long long)(d->headdim * d->dstate));
+    bwd_problem       pb = {0};
+    const bwd_entry * e = NULL;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_pick_variant(ctx, SSMI_OP_mamba2_scan_bwd, bwd_table, pb, &e));
+    SSM_RETURN_IF(e == NULL, ctx, SSM_STATUS_UNSUPPORTED, "%s: no CUDA kernel applies to this problem", kOp);
+
+    ssmi_cuda_props pr;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_current_props(ctx, kOp, &pr));
+    int Q = kMaxQ;
+    while (Q > 1 && chunk_smem_floats(Q, (int)d->headdim, (int)d->dstate) * sizeof(float) > (size_t)pr.smem_optin)
+        Q /= 2;
+    SSM_RETURN_IF(chunk_smem_floats(Q, (int)d->headdim, (int)d->dstate) * sizeof(float) > (size_t)pr.smem_optin, ctx,
+                  SSM_STATUS_UNSUPPORTED, "%s: P=%lld, N=%lld need more shared memory than the device has", kOp,
+                  (long long)d->headdim, (long long)d->dstate);
+
+    bwd_plan pl;
+    if (build_plan(d, a, Q, &pl) != SSM_STATUS_OK) {
+        plan_free(&pl);
+        return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: no host memory for the work plan", kOp);
+    }
+    bw_args ar;
+    memset(&ar, 0, sizeof ar);
+    ar.H = (int)d->nheads, ar.P = (int)d->headdim, ar.N = (int)d->dstate, ar.G = (int)d->ngroups;
+    ar.R = d->ngroups > 0 ? (int)(d->nheads / d->ngroups) : 0;
+    ar.Q = Q;
+    ar.S = d->seqlen;
+    ar.tokens = d->batch * d->seqlen;
+    ar.nchunks = d->nheads > 0 ? pl.nchunks : 0;
+    ar.nsegs = d->nheads > 0 ? pl.nsegs : 0;
+    ar.lo = (float)p->dt_limit_lo, ar.hi = (float)p->dt_limit_hi;
+    ar.softplus = p->dt_softplus != 0;
+    ar.has_z = ssmi_present(&a->z), ar.has_d = ssmi_present(&a->d), ar.d2 = ar.has_d && a->d.ndim == 2;
+    ar.has_bias = ssmi_present(&a->dt_bias);
+    ar.want_dz = ssmi_present(&a->dz), ar.want_db = ssmi_present(&a->db), ar.want_dc = ssmi_present(&a->dc);
+    ar.heads_buf = ar.R != 1; /* R = 0 (no heads): the group sums write zeros */
+    ar.x = ssmi_cu_view_of(&a->x), ar.dt = ssmi_cu_view_of(&a->dt), ar.a = ssmi_cu_view_of(&a->a);
+    ar.b = ssmi_cu_view_of(&a->b), ar.c = ssmi_cu_view_of(&a->c), ar.d = ssmi_cu_view_of(&a->d);
+    ar.z = ssmi_cu_view_of(&a->z), ar.bias = ssmi_cu_view_of(&a->dt_bias);
+    ar.init = ssmi_cu_view_of(&a->initial_states), ar.dout = ssmi_cu_view_of(&a->dout);
+    ar.dfin = ssmi_cu_view_of(&a->dfinal_states);
+    ar.dx = out_of(&a->dx), ar.ddt = out_of(&a->ddt), ar.dz = out_of(&a->dz), ar.db = out_of(&a->db);
+    ar.dc = out_of(&a->dc), ar.da = out_of(&a->da), ar.dd = out_of(&a->dd), ar.dbias = out_of(&a->ddt_bias);
+    ar.dinit = out_of(&a->dinitial_states);
+
+    const bwd_ws       l = ws_layout(ar);
+    const cudaStream_t s = ssmi_cuda_stream(ctx);
+    unsigned char *    ws = NULL;
+    ssm_status         st = SSM_STATUS_OK;
+    if (l.total > 0) {
+        void *            mem = NULL;
+        const cudaError_t err = cudaMallocAsync(&mem, l.total, s);
+        if (err == cudaErrorMemoryAllocation) {
+            (void)cudaGetLastError();
+            plan_free(&pl);
+            return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: could not allocate %zu bytes of device workspace",
+                              kOp, l.total);
+        }
+        st = ssmi_cuda_status(ctx, kOp, "cudaMallocAsync (workspace)", err);
+        ws = (unsigned char *)mem;
+    }
+    if (st == SSM_STATUS_OK && ar.nchunks > 0)
+        st = ssmi_cuda_status(ctx, kOp, "cudaMemcpyAsync (chunk plan)",
+                              cudaMemcpyAsync(ws + l.chunks, pl.chunks, sizeof(bw_chunk) * (size_t)ar.nchunks,
+                                              cudaMemcpyHostToDevice, s));
+    if (st == SSM_STATUS_OK && ar.nsegs > 0)
+        st = ssmi_cuda_status(ctx, kOp, "cudaMemcpyAsync (segment plan)",
+                              cudaMemcpyAsync(ws + l.segs, pl.segs, sizeof(bw_seg) * (size_t)ar.nsegs,
+                                              cudaMemcpyHostToDevice, s));
+    plan_free(&pl); /* pageable sources: staged before cudaMemcpyAsync returns */
+    if (st == SSM_STATUS_OK) {
+        ar.chunks = (const bw_chunk *)(ws + l.chunks), ar.segs = (const bw_seg *)(ws + l.segs);
+        ar.dtv = (float *)(ws + l.dtv), ar.cmv = (float *)(ws + l.cmv), ar.dfac = (float *)(ws + l.dfac);
+        ar.st = (float *)(ws + l.st), ar.gs = (float *)(ws + l.gs), ar.ddp = (float *)(ws + l.ddp);
+        ar.dap = (float *)(ws + l.dap), ar.dbp = (float *)(ws + l.dbp);
+        ar.dbh = (float *)(ws + l.dbh), ar.dch = (float *)(ws + l.dch);
+        st = run_kernels(ctx, ar);
+    }
+    if (ws != NULL) {
+        const ssm_status fs = ssmi_cuda_status(ctx, kOp, "cudaFreeAsync (workspace)", cudaFreeAsync(ws, s));
+        if (st == SSM_STATUS_OK) st = fs;
+    }
+    return st;
+}
+
+/* The selection table, reported to the variant registry (common/select.cu). */
+extern "C" int32_t ssmi_cuda_variants_mamba2_scan_bwd(int32_t i, ssmi_variant_info * out) {
+    return ssmi_cuda_report_variants(bwd_table, i, out);
+}

@@ -1,0 +1,103 @@
+/*
+ * bwd.cuh — what the Mamba-2 combined backward's kernel files (bwd_chunk.cu, bwd_pass.cu) and its
+ * host file (bwd.cu) share: the work plan records, the kernels' argument record, the workspace
+ * pointers and the launch functions.
+ *
+ * Work plan (built on the host, spec §2.7): every batch row (varlen sequence) is cut into
+ * segments inside which the recurrence never resets (runs of equal seq_idx ids, or the sequence),
+ * and every segment into chunks of Q tokens aligned to its start, so no seq_idx mask is needed.
+ * The kernels, in order, all plain fp32 CUDA code:
+ *   1. bwd_dt          per (chunk, head): processed dt, its cumsum cm and the dt chain factor;
+ *   2. bwd_states      per (chunk, head): the chunk-local state s_c = Σ_j e^{cl−cm_j}dt_j x_j B_jᵀ;
+ *   3. state pass      per (segment, head, state elements): s_c replaced by the entering state S_c;
+ *   4. bwd_dstates     per (chunk, head): dS_c = Σ_i e^{cm_i} δx_i C_iᵀ (the chunk's gradient
+ *                      w.r.t. its entering state through its outputs);
+ *   5. reverse pass    per (segment, head, state elements): dS_c replaced by G_c = ∂L/∂S_{c+1}
+ *                      (dfinal_states or 0 after the last chunk), and dinitial_states;
+ *   6. bwd_chunk       per (chunk, head): dz, δx, dx, ddt and the per-head dB/dC contributions,
+ *                      and per-(chunk, head) partials of dD, dA, ddt_bias;
+ *   7. reductions      dB/dC summed over the heads of a group in head order (G < H), and
+ *                      dA/ddt_bias/dD summed over chunks in chunk order in float64.
+ * Every output element is written by one thread; no atomics, so results are identical run to run.
+ */
+#ifndef SSMI_CUDA_MAMBA2_BWD_CUH
+#define SSMI_CUDA_MAMBA2_BWD_CUH
+
+#include <stdint.h>
+
+extern "C" {
+#include "../../core/ssmi.h"
+}
+#include "../common/cuda_common.cuh"
+
+namespace ssmi_m2bwd {
+
+const int kThreads = 256; /* threads of every backward kernel */
+const int kMaxQ = 32;     /* the internal chunk; smaller where shared memory is short */
+
+/* One chunk of the plan: tokens [t0, t0 + len) of batch row `row` (row 0 with cu_seqlens). */
+struct bw_chunk {
+    long long t0;
+    int       row, len;
+};
+
+/* One segment: chunks [c0, c0 + nc) of the plan; the lead index (row or sequence) of the initial
+ * state feeding it, of the dinitial_states slot it writes and of the dfinal_states slot reaching
+ * it (−1: none). */
+struct bw_seg {
+    long long c0, nc;
+    long long init, dinit, fin;
+};
+
+/* An output view (ssmi_cu_view for writes). */
+struct bw_out {
+    void *    p;
+    int       dtype;
+    long long s[4];
+};
+
+/* Everything the kernels read: dimensions, tensors, flags, the plan and the workspace. */
+struct bw_args {
+    int       H, P, N, G, R, Q;
+    long long S;            /* tokens per row: the dB/dC head buffers' row pitch */
+    long long nchunks, nsegs;
+    float     lo, hi;       /* dt_limit                                         */
+    int       softplus;
+    int       has_z, has_d, d2, has_bias, want_dz, want_db, want_dc, heads_buf;
+    ssmi_cu_view x, dt, a, b, c, d, z, bias, init, dout, dfin;
+    bw_out       dx, ddt, dz, db, dc, da, dd, dbias, dinit;
+    const bw_chunk * chunks;
+    const bw_seg *   segs;
+    /* workspace (fp32): [nchunks][H][Q] dt, cm, dfac; [nchunks][H][P][N] states and state
+     * gradients; [nchunks][H][P] dD partials; [nchunks][H] dA and ddt_bias partials; with
+     * heads_buf, [batch·S][H][N] per-head dB and dC */
+    float *dtv, *cmv, *dfac, *st, *gs, *ddp, *dap, *dbp, *dbh, *dch;
+    long long tokens; /* batch·S */
+};
+
+/* Floats of bwd_chunk's dynamic shared memory for chunk Q. */
+inline size_t chunk_smem_floats(int Q, int P, int N) {
+    return (size_t)Q * (3 * (size_t)P + 2 * (size_t)N + 2 * (size_t)Q + 12) + (size_t)P + kThreads;
+}
+
+/* Launches (each checks its launch; nothing runs for an empty grid). */
+ssm_status launch_bwd_dt(ssm_context * ctx, const char * op, const bw_args & a);
+ssm_status launch_bwd_states(ssm_context * ctx, const char * op, const bw_args & a);
+ssm_status launch_bwd_dstates(ssm_context * ctx, const char * op, const bw_args & a);
+ssm_status launch_bwd_chunk(ssm_context * ctx, const char * op, const bw_args & a);
+ssm_status launch_state_pass(ssm_context * ctx, const char * op, const bw_args & a);
+ssm_status launch_state_grad_pass(ssm_context * ctx, const char * op, const bw_args & a);
+ssm_status launch_bwd_reduce(ssm_context * ctx, const char * op, const bw_args & a);
+
+/* Element offsets through a view's strides. */
+__device__ __forceinline__ long long off2(const long long * s, long long i, long long j) { return i * s[0] + j * s[1]; }
+__device__ __forceinline__ long long off3(const long long * s, long long i, long long j, long long k) {
+    return i * s[0] + j * s[1] + k * s[2];
+}
+__device__ __forceinline__ long long off4(const long long * s, long long i, long long j, long long k, long long l) {
+    return i * s[0] + j * s[1] + k * s[2] + l * s[3];
+}
+
+} /* namespace ssmi_m2bwd */
+
+#endif /* SSMI_CUDA_MAMBA2_BWD_CUH */

@@ -1,0 +1,146 @@
+/*
+ * bwd_pass.cu — the sequential parts of the Mamba-2 combined backward (bwd.cuh lists the steps):
+ * the state pass along each segment, its reverse (the state gradients and dinitial_states), and
+ * the fixed-order reductions (dB/dC over the heads of a group, dA/ddt_bias/dD over chunks).
+ * The passes run one thread per (segment, head, state element), the chunks of the segment in
+ * order (forward) or in reverse; every sum is a loop in a fixed order.
+ */
+#include "bwd.cuh"
+
+namespace ssmi_m2bwd {
+namespace {
+
+/* Stores a float64 sum into a float output of any dtype (f64 kept, others rounded once). */
+__device__ __forceinline__ void store_sum(const bw_out & o, long long off, double v) {
+    if (o.dtype == SSM_DTYPE_F64)
+        ((double *)o.p)[off] = v;
+    else
+        ssmi_cu_st(o.p, o.dtype, off, (float)v);
+}
+
+/* Forward: the slot of chunk c (s_c on entry) becomes the entering state S_c, from
+ * initial_states (or 0) at the segment start; S_{c+1} = e^{cl_c}·S_c + s_c. */
+__global__ void state_pass_kernel(bw_args a) {
+    const long long PN = (long long)a.P * a.N;
+    const long long e = (long long)blockIdx.z * blockDim.x + threadIdx.x;
+    if (e >= PN) return;
+    const bw_seg sg = a.segs[blockIdx.x];
+    const int    h = blockIdx.y, p = (int)(e / a.N), n = (int)(e % a.N);
+    float        run = 0.0f;
+    if (sg.init >= 0) run = ssmi_cu_ld(a.init.p, a.init.dtype, off4(a.init.s, sg.init, h, p, n));
+    for (long long c = sg.c0; c < sg.c0 + sg.nc; ++c) {
+        const long long w = c * a.H + h;
+        float *         slot = a.st + w * PN + e;
+        const float     s = *slot;
+        const float     cl = a.cmv[w * a.Q + a.chunks[c].len - 1];
+        *slot = run;
+        run = expf(cl) * run + s;
+    }
+}
+
+/* Reverse: the slot of chunk c (dS_c on entry) becomes G_c = ∂L/∂S_{c+1}, from dfinal_states
+ * (or 0) after the segment's last chunk; ∂L/∂S_c = e^{cl_c}·G_c + dS_c. The segment's
+ * dinitial_states slot gets ∂L/∂S_0, or 0 where the segment does not start from it. */
+__global__ void state_grad_kernel(bw_args a) {
+    const long long PN = (long long)a.P * a.N;
+    const long long e = (long long)blockIdx.z * blockDim.x + threadIdx.x;
+    if (e >= PN) return;
+    const bw_seg sg = a.segs[blockIdx.x];
+    const int    h = blockIdx.y, p = (int)(e / a.N), n = (int)(e % a.N);
+    float        gr = 0.0f;
+    if (sg.fin >= 0) gr = ssmi_cu_ld(a.dfin.p, a.dfin.dtype, off4(a.dfin.s, sg.fin, h, p, n));
+    for (long long c = sg.c0 + sg.nc - 1; c >= sg.c0; --c) {
+        const long long w = c * a.H + h;
+        float *         slot = a.gs + w * PN + e;
+        const float     d = *slot;
+        const float     cl = a.cmv[w * a.Q + a.chunks[c].len - 1];
+        *slot = gr;
+        gr = expf(cl) * gr + d;
+    }
+    if (sg.dinit >= 0 && a.dinit.p != NULL)
+        ssmi_cu_st(a.dinit.p, a.dinit.dtype, off4(a.dinit.s, sg.dinit, h, p, n), sg.init >= 0 ? gr : 0.0f);
+}
+
+/* dB and dC of every (token, group, n): the per-head contributions summed in head order. */
+__global__ void group_sum_kernel(bw_args a) {
+    const long long GN = (long long)a.G * a.N;
+    const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= a.tokens * GN) return;
+    const long long t = e / GN;
+    const int       g = (int)((e % GN) / a.N), n = (int)(e % a.N);
+    const long long row = t / a.S, tok = t % a.S;
+    if (a.want_db) {
+        float s = 0.0f;
+        for (int r = 0; r < a.R; ++r) s += a.dbh[(t * a.H + (long long)g * a.R + r) * a.N + n];
+        ssmi_cu_st(a.db.p, a.db.dtype, off4(a.db.s, row, tok, g, n), s);
+    }
+    if (a.want_dc) {
+        float s = 0.0f;
+        for (int r = 0; r < a.R; ++r) s += a.dch[(t * a.H + (long long)g * a.R + r) * a.N + n];
+        ssmi_cu_st(a.dc.p, a.dc.dtype, off4(a.dc.s, row, tok, g, n), s);
+    }
+}
+
+/* One block per head: dA, ddt_bias and dD from the (chunk, head) partials, chunks in order, in
+ * float64; a 1-D dD sums its P per-channel sums in channel order. */
+__global__ void reduce_kernel(bw_args a) {
+    const int h = blockIdx.x;
+    for (int p = threadIdx.x; p < a.P && a.dd.p != NULL && a.d2; p += blockDim.x) {
+        double s = 0.0;
+        for (long long c = 0; c < a.nchunks; ++c) s += (double)a.ddp[(c * a.H + h) * a.P + p];
+        store_sum(a.dd, off2(a.dd.s, h, p), s);
+    }
+    if (threadIdx.x != 0) return;
+    double da = 0.0, db = 0.0;
+    for (long long c = 0; c < a.nchunks; ++c) {
+        da += (double)a.dap[c * a.H + h];
+        db += (double)a.dbp[c * a.H + h];
+    }
+    if (a.da.p != NULL) store_sum(a.da, (long long)h * a.da.s[0], da);
+    if (a.dbias.p != NULL) store_sum(a.dbias, (long long)h * a.dbias.s[0], db);
+    if (a.dd.p != NULL && !a.d2) {
+        double all = 0.0;
+        for (int p = 0; p < a.P; ++p) {
+            double s = 0.0;
+            for (long long c = 0; c < a.nchunks; ++c) s += (double)a.ddp[(c * a.H + h) * a.P + p];
+            all += s;
+        }
+        store_sum(a.dd, (long long)h * a.dd.s[0], all);
+    }
+}
+
+ssm_status launch_segment_grid(ssm_context * ctx, const char * op, const char * name, void (*fn)(bw_args),
+                               const bw_args & a) {
+    const long long PN = (long long)a.P * a.N;
+    if (a.nsegs == 0 || a.H == 0 || PN == 0) return SSM_STATUS_OK;
+    const dim3 grid((unsigned)a.nsegs, (unsigned)a.H, (unsigned)((PN + kThreads - 1) / kThreads));
+    fn<<<grid, kThreads, 0, ssmi_cuda_stream(ctx)>>>(a);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, name);
+    return SSM_STATUS_OK;
+}
+
+} /* namespace */
+
+ssm_status launch_state_pass(ssm_context * ctx, const char * op, const bw_args & a) {
+    return launch_segment_grid(ctx, op, "state_pass_kernel", state_pass_kernel, a);
+}
+
+ssm_status launch_state_grad_pass(ssm_context * ctx, const char * op, const bw_args & a) {
+    return launch_segment_grid(ctx, op, "state_grad_kernel", state_grad_kernel, a);
+}
+
+ssm_status launch_bwd_reduce(ssm_context * ctx, const char * op, const bw_args & a) {
+    const cudaStream_t s = ssmi_cuda_stream(ctx);
+    const long long    n = a.tokens * a.G * a.N;
+    if (a.heads_buf && (a.want_db || a.want_dc) && n > 0) {
+        group_sum_kernel<<<(unsigned)((n + kThreads - 1) / kThreads), kThreads, 0, s>>>(a);
+        SSMI_CU_CHECK_LAUNCH(ctx, op, "group_sum_kernel");
+    }
+    if (a.H > 0 && (a.da.p != NULL || a.dbias.p != NULL || a.dd.p != NULL)) {
+        reduce_kernel<<<(unsigned)a.H, kThreads, 0, s>>>(a);
+        SSMI_CU_CHECK_LAUNCH(ctx, op, "reduce_kernel");
+    }
+    return SSM_STATUS_OK;
+}
+
+} /* namespace ssmi_m2bwd */

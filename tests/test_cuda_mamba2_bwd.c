@@ -1,0 +1,241 @@
+/*
+ * test_cuda_mamba2_bwd.c — the CUDA backend of ssm_mamba2_scan_bwd: every gradient (dx, ddt,
+ * da, db, dc, dd, dz, ddt_bias, dinitial_states) against the float64 reference (REF on the host
+ * copies, F64 outputs) within the DESIGN §5 bar of the compute dtype, and against the CPU
+ * backend within the same bar, at the shape matrix of test_mamba2_bwd.c's CPU sweep: S below /
+ * at / above the chunk and odd, G = 1 / 1 < G < H / G = H (GQA sums over 6, 8, 9 and 20 heads),
+ * dense rows, seq_idx and varlen with an empty sequence, initial states with and without
+ * dfinal_states, z, D (H) / (H, P) / none, dt_bias, softplus, dt_limit with clamped positions,
+ * f32 / f16 / bf16 inputs with f32 or input-dtype gradients, padded and permuted layouts,
+ * stride-0 A and dt_bias, index tensors in host and device memory. Outputs are NaN-poisoned
+ * before each run; two runs give identical bytes. Plus: no heads to sum over (H = 0 is not
+ * valid, so a case with every output absent), and host tensors refused.
+ * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
+ * Seed: SSMOPS_TEST_SEED (default 20261202).
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cudautil.h"
+
+static ssm_context *ctx_ref, *ctx_cpu, *ctx_cuda;
+
+enum { GX, GDT, GA, GB, GC, GD, GZ, GBIAS, GINIT, NGRAD };
+static const char * const gnames[NGRAD] = {"dx", "ddt", "da", "db", "dc", "dd", "dz", "ddt_bias", "dinitial_states"};
+
+static ssm_tensor * grad_slot(ssm_mamba2_scan_bwd_args * a, int k) {
+    ssm_tensor * s[NGRAD] = {&a->dx, &a->ddt, &a->da, &a->db, &a->dc, &a->dd, &a->dz, &a->ddt_bias, &a->dinitial_states};
+    return s[k];
+}
+static ssm_tensor * input_of(ssm_mamba2_scan_bwd_args * a, int k) {
+    ssm_tensor * s[NGRAD] = {&a->x, &a->dt, &a->a, &a->b, &a->c, &a->d, &a->z, &a->dt_bias, &a->initial_states};
+    return s[k];
+}
+
+/* Host outputs (NaN-poisoned) for every gradient whose input is present, in dtype. */
+static void alloc_grads(ssm_mamba2_scan_bwd_args * a, ssm_dtype dtype, ssmt_host h[NGRAD], int strided_dx) {
+    for (int k = 0; k < NGRAD; ++k) {
+        memset(&h[k], 0, sizeof h[k]);
+        const ssm_tensor * in = input_of(a, k);
+        if (in->data != NULL) {
+            h[k] = (k == GX && strided_dx) ? ssmt_alloc_layout(dtype, in->ndim, in->shape, NULL, 2)
+                                           : ssmt_alloc(dtype, in->ndim, in->shape);
+            ssmt_poison(&h[k].t);
+        }
+        *grad_slot(a, k) = h[k].t;
+    }
+}
+static void free_grads(ssmt_host h[NGRAD]) {
+    for (int k = 0; k < NGRAD; ++k) ssmt_free(&h[k]);
+}
+
+/* One CUDA run into fresh poisoned outputs `got` (host copies of the device results). */
+static int cuda_run(const ssm_mamba2_params * p, const ssm_mamba2_scan_bwd_args * dev_in,
+                    ssm_mamba2_scan_bwd_args * host_a, ssm_dtype od, int strided, ssmt_host got[NGRAD], const char * tag) {
+    ssm_mamba2_scan_bwd_args a = *dev_in;
+    ssmt_dev                 dg[NGRAD];
+    alloc_grads(host_a, od, got, strided);
+    for (int k = 0; k < NGRAD; ++k) {
+        dg[k] = ssmt_to_device(&got[k]);
+        *grad_slot(&a, k) = got[k].t.data != NULL ? dg[k].view : (ssm_tensor){0};
+    }
+    const ssm_status st = ssm_mamba2_scan_bwd(ctx_cuda, p, &a);
+    TEST_CHECK(st == SSM_STATUS_OK, "%s: cuda: %s", tag, ssm_context_last_error(ctx_cuda));
+    const char * ran = ssm_context_last_variant(ctx_cuda);
+    TEST_CHECK(st != SSM_STATUS_OK || (ran != NULL && strcmp(ran, "chunked_fp32") == 0), "%s: variant %s", tag,
+               ran ? ran : "(none)");
+    for (int k = 0; k < NGRAD; ++k) {
+        ssmt_to_host(&got[k], &dg[k]);
+        ssmt_dev_free(&dg[k]);
+    }
+    return st == SSM_STATUS_OK;
+}
+
+static void check_bar(const char * label, const ssm_tensor * y, const ssm_tensor * r, ssm_dtype compute) {
+    const ssmt_cmp cmp = ssmt_compare(y, r);
+    const ssmt_bar bar = ssmt_bar_for(compute);
+    const int      ok = cmp.nonfinite == 0 && cmp.rel_rms <= bar.rel_rms && cmp.max_rel <= bar.max_rel;
+    TEST_CHECK(ok, "%s rel_rms %.3g max_rel %.3g nonfinite %lld (bar %.3g %.3g)", label, cmp.rel_rms, cmp.max_rel,
+               (long long)cmp.nonfinite, bar.rel_rms, bar.max_rel);
+    if (getenv("SSMOPS_TEST_VERBOSE") != NULL) printf("%-80s rel_rms %.3g max_rel %.3g\n", label, cmp.rel_rms, cmp.max_rel);
+}
+
+static void cuda_case(ssmt_rng * rng, ssmt_mamba2_config * cfg, int64_t chunk, int limit, int with_dfinal,
+                      int stride0, int index_device, const char * tag) {
+    ssmt_mamba2_problem prob;
+    if (ssmt_mamba2_random_args(rng, cfg, &prob) != 0) {
+        TEST_CHECK(0, "%s: could not build the problem", tag);
+        return;
+    }
+    if (stride0) { /* every head reads the first head's A and dt_bias */
+        prob.a.t.strides[0] = 0;
+        if (prob.dt_bias.t.data != NULL) prob.dt_bias.t.strides[0] = 0;
+    }
+    ssm_mamba2_params p;
+    ssm_mamba2_params_init(&p);
+    p.chunk_size = chunk;
+    p.dt_softplus = cfg->dt_softplus;
+    if (limit) p.dt_limit_lo = 0.002, p.dt_limit_hi = 0.08;
+    ssmt_host dout = ssmt_alloc(cfg->dtype, 4, prob.x.t.shape), dfinal = {0};
+    ssmt_fill_normal(rng, &dout.t, 0.0, 1.0);
+    const int64_t lead = prob.nseq > 0 ? prob.nseq : cfg->batch;
+    const int64_t sst[4] = {lead, cfg->nheads, cfg->headdim, cfg->dstate};
+    if (with_dfinal) {
+        dfinal = ssmt_alloc(SSM_DTYPE_F32, 4, sst);
+        ssmt_fill_normal(rng, &dfinal.t, 0.0, 1.0);
+    }
+    ssm_mamba2_scan_bwd_args a;
+    memset(&a, 0, sizeof a);
+    a.x = prob.x.t, a.dt = prob.dt.t, a.a = prob.a.t, a.b = prob.b.t, a.c = prob.c.t, a.d = prob.d.t, a.z = prob.z.t;
+    a.dt_bias = prob.dt_bias.t, a.initial_states = prob.initial_states.t, a.seq_idx = prob.seq_idx.t;
+    a.cu_seqlens = prob.cu_seqlens.t, a.dout = dout.t, a.dfinal_states = dfinal.t;
+
+    ssmt_host ref[NGRAD], cpu[NGRAD], got[2][NGRAD];
+    alloc_grads(&a, SSM_DTYPE_F64, ref, 0);
+    TEST_CHECK_STATUS(ssm_mamba2_scan_bwd(ctx_ref, &p, &a), SSM_STATUS_OK);
+    const ssm_dtype od = cfg->out_dtype;
+    alloc_grads(&a, od, cpu, 0);
+    TEST_CHECK_STATUS(ssm_mamba2_scan_bwd(ctx_cpu, &p, &a), SSM_STATUS_OK);
+
+    /* device copies of the inputs; index tensors on the device or left on the host */
+    ssmt_host * hin[13] = {&prob.x, &prob.dt, &prob.a, &prob.b, &prob.c, &prob.d, &prob.z, &prob.dt_bias,
+                           &prob.initial_states, &dout, &dfinal, &prob.seq_idx, &prob.cu_seqlens};
+    ssmt_dev    dv[13];
+    for (int i = 0; i < 13; ++i) dv[i] = (i < 11 || index_device) ? ssmt_to_device(hin[i]) : (ssmt_dev){0};
+    ssm_mamba2_scan_bwd_args da = a;
+    ssm_tensor * din[13] = {&da.x, &da.dt, &da.a, &da.b, &da.c, &da.d, &da.z, &da.dt_bias, &da.initial_states,
+                            &da.dout, &da.dfinal_states, &da.seq_idx, &da.cu_seqlens};
+    for (int i = 0; i < 13; ++i)
+        if (dv[i].mem != NULL) *din[i] = dv[i].view;
+
+    int ran = 1;
+    for (int run = 0; run < 2; ++run) ran &= cuda_run(&p, &da, &a, od, cfg->strided, got[run], tag);
+    for (int k = 0; ran && k < NGRAD; ++k) {
+        if (got[0][k].t.data == NULL) continue;
+        char label[300];
+        snprintf(label, sizeof label, "cuda[%s] %s vs ref", tag, gnames[k]);
+        check_bar(label, &got[0][k].t, &ref[k].t, cfg->dtype);
+        snprintf(label, sizeof label, "cuda[%s] %s vs cpu", tag, gnames[k]);
+        check_bar(label, &got[0][k].t, &cpu[k].t, cfg->dtype);
+        TEST_CHECK(memcmp(got[0][k].buf, got[1][k].buf, got[0][k].bytes) == 0, "cuda[%s] %s: two runs differ", tag,
+                   gnames[k]);
+    }
+    for (int i = 0; i < 13; ++i) ssmt_dev_free(&dv[i]);
+    free_grads(got[0]), free_grads(got[1]), free_grads(cpu), free_grads(ref);
+    ssmt_free(&dout), ssmt_free(&dfinal);
+    ssmt_mamba2_problem_free(&prob);
+}
+
+/* The matrix of test_mamba2_bwd.c's CPU sweep, plus stride-0 inputs and device index tensors. */
+static void test_matrix(ssmt_rng * rng) {
+    static const int64_t   seqlens[] = {1, 7, 32, 33, 64, 100, 129};
+    static const ssm_dtype dtypes[] = {SSM_DTYPE_F32, SSM_DTYPE_F16, SSM_DTYPE_BF16};
+    /* H, P, N, G: R = 1 / 6 / 20 / 9 / 1 / 8 */
+    static const int64_t hpng[][4] = {{4, 5, 3, 1}, {6, 24, 40, 6}, {20, 16, 16, 1}, {18, 8, 24, 2}, {3, 64, 128, 3},
+                                      {16, 8, 32, 2}};
+    static const int64_t chunks[] = {16, 64, 32, 7};
+    int                  k = 0;
+    for (size_t si = 0; si < sizeof seqlens / sizeof seqlens[0]; ++si) {
+        for (int variant = 0; variant < 3; ++variant, ++k) {
+            ssmt_mamba2_config cfg;
+            ssmt_mamba2_config_init(&cfg);
+            cfg.batch = 1 + (k % 2);
+            cfg.seqlen = seqlens[si];
+            const int sh = k % 6;
+            cfg.nheads = hpng[sh][0], cfg.headdim = hpng[sh][1], cfg.dstate = hpng[sh][2], cfg.ngroups = hpng[sh][3];
+            cfg.dtype = dtypes[k % 3];
+            cfg.out_dtype = (k % 5 == 0) ? cfg.dtype : SSM_DTYPE_F32;
+            cfg.d_mode = (k + k / 3) % 3;
+            cfg.has_z = (k % 2) == 1;
+            cfg.has_dt_bias = (k % 4) != 3;
+            cfg.has_initial = ((k / 3) * 2 + k % 3) % 3 != 1;
+            cfg.dt_softplus = (k / 2) % 2 == 0;
+            cfg.strided = (k % 2) == 0;
+            cfg.index_i64 = (k % 4) == 1;
+            int64_t lens[4] = {cfg.seqlen / 3, 0, cfg.seqlen - cfg.seqlen / 3 - cfg.seqlen / 4, cfg.seqlen / 4};
+            ssmt_mamba2_layout(&cfg, variant, cfg.seqlen > 1 ? 3 : 0, lens, 4);
+            const int with_dfinal = (k % 4) != 2, stride0 = (k % 7) == 3, index_device = (k % 2) == 1;
+            char      tag[200];
+            snprintf(tag, sizeof tag, "S%lld H%lld P%lld N%lld G%lld %s v%d%s%s%s%s%s", (long long)cfg.seqlen,
+                     (long long)cfg.nheads, (long long)cfg.headdim, (long long)cfg.dstate, (long long)cfg.ngroups,
+                     ssm_dtype_name(cfg.dtype), variant, cfg.has_z ? " z" : "", cfg.has_initial ? " init" : "",
+                     with_dfinal ? " dfinal" : "", (k % 5) == 2 ? " limit" : "", stride0 ? " stride0" : "");
+            cuda_case(rng, &cfg, chunks[k % 4], (k % 5) == 2, with_dfinal, stride0, index_device, tag);
+        }
+    }
+    /* a long row: many chunks per segment in both state passes */
+    ssmt_mamba2_config cfg;
+    ssmt_mamba2_config_init(&cfg);
+    cfg.batch = 2, cfg.seqlen = 1000, cfg.nheads = 8, cfg.headdim = 64, cfg.dstate = 64, cfg.ngroups = 2;
+    cfg.dtype = SSM_DTYPE_BF16, cfg.out_dtype = SSM_DTYPE_F32, cfg.d_mode = 1, cfg.has_z = 1, cfg.has_dt_bias = 1;
+    cfg.has_initial = 1, cfg.dt_softplus = 1;
+    cuda_case(rng, &cfg, 256, 0, 1, 0, 0, "S1000 H8 P64 N64 G2 bf16 long");
+    cfg.dtype = SSM_DTYPE_F32, cfg.seqlen = 300, cfg.ngroups = 8, cfg.has_z = 0;
+    cuda_case(rng, &cfg, 256, 0, 1, 0, 0, "S300 H8 P64 N64 G8 f32 long");
+}
+
+/* Host tensors with the CUDA backend are refused; a call with every output absent succeeds. */
+static void test_rules(ssmt_rng * rng) {
+    ssmt_mamba2_config cfg;
+    ssmt_mamba2_config_init(&cfg);
+    ssmt_mamba2_problem prob;
+    TEST_CHECK(ssmt_mamba2_random_args(rng, &cfg, &prob) == 0, "rules: problem");
+    ssm_mamba2_params p;
+    ssm_mamba2_params_init(&p);
+    ssmt_host                dout = ssmt_alloc(SSM_DTYPE_F32, 4, prob.x.t.shape);
+    ssm_mamba2_scan_bwd_args a;
+    memset(&a, 0, sizeof a);
+    a.x = prob.x.t, a.dt = prob.dt.t, a.a = prob.a.t, a.b = prob.b.t, a.c = prob.c.t, a.dout = dout.t;
+    ssmt_host g[NGRAD];
+    alloc_grads(&a, SSM_DTYPE_F32, g, 0);
+    ssmt_expect_cuda_refusal("mamba2_scan_bwd", ctx_cuda, ssm_mamba2_scan_bwd(ctx_cuda, &p, &a));
+    ssmt_host * hin[6] = {&prob.x, &prob.dt, &prob.a, &prob.b, &prob.c, &dout};
+    ssmt_dev    dv[6];
+    for (int i = 0; i < 6; ++i) dv[i] = ssmt_to_device(hin[i]);
+    ssm_mamba2_scan_bwd_args da;
+    memset(&da, 0, sizeof da);
+    da.x = dv[0].view, da.dt = dv[1].view, da.a = dv[2].view, da.b = dv[3].view, da.c = dv[4].view, da.dout = dv[5].view;
+    TEST_CHECK_STATUS(ssm_mamba2_scan_bwd(ctx_cuda, &p, &da), SSM_STATUS_OK);
+    for (int i = 0; i < 6; ++i) ssmt_dev_free(&dv[i]);
+    free_grads(g);
+    ssmt_free(&dout);
+    ssmt_mamba2_problem_free(&prob);
+}
+
+int main(void) {
+    if (!ssmt_cuda_present("test_cuda_mamba2_bwd")) return 77;
+    ssmt_rng rng;
+    ssmt_rng_from_env(&rng, 20261202u);
+    ctx_ref = ssmt_make_ctx(SSM_BACKEND_REF, 0, SSM_ISA_AUTO);
+    ctx_cpu = ssmt_make_ctx(SSM_BACKEND_CPU, 0, SSM_ISA_AUTO);
+    ctx_cuda = ssmt_make_ctx(SSM_BACKEND_CUDA, 0, SSM_ISA_AUTO);
+    TEST_CHECK(ctx_ref && ctx_cpu && ctx_cuda, "context creation failed");
+    if (ssmt_failures) TEST_EXIT();
+    test_matrix(&rng);
+    test_rules(&rng);
+    ssm_context_free(ctx_ref);
+    ssm_context_free(ctx_cpu);
+    ssm_context_free(ctx_cuda);
+    TEST_EXIT();
+}
