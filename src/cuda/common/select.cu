@@ -20,7 +20,8 @@ extern "C" {
     X(mamba3_siso_step)      \
     X(mamba3_mimo_bwd_fwd)   \
     X(mamba3_mimo)           \
-    X(mamba3_mimo_step)
+    X(mamba3_mimo_step)      \
+    X(mamba3_mimo_bwd)
 
 #define SSMI_CUDA_DECLARE_(op) extern "C" int32_t ssmi_cuda_variants_##op(int32_t i, ssmi_variant_info * out);
 SSMI_CUDA_OP_LIST(SSMI_CUDA_DECLARE_)
