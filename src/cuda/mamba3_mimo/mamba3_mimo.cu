@@ -2,9 +2,8 @@
  * mamba3_mimo.cu — host side of the CUDA Mamba-3 MIMO: backward phase 1 (mamba3_mimo_bwd_fwd,
  * spec §3.4), the forward (mamba3_mimo, spec §2.2-§2.5, §3.3, §3.7: initial/final states,
  * varlen, fused norm), the backward (mamba3_mimo_bwd, spec §4) and the decode step
- * (mamba3_mimo_step, spec §3.9): the work plan, the
- * device workspace, the selection tables and the entry points. The kernels live in the files
- * that mimo.cuh lists.
+ * (mamba3_mimo_step, spec §3.9): the work plan, the device workspace, the selection tables and
+ * the entry points. The kernels live in the files that mimo.cuh lists.
  *
  * The chunked operators run chunk-parallel; only the state pass walks a sequence's chunks in
  * order. The host cuts the work into "work chunks" w (the C-token chunks of every batch row,
