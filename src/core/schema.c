@@ -455,7 +455,7 @@ static const ssm_op_info op_info[SSMI_OP_COUNT] = {
     OP(mamba3_siso_step, ssm_mamba3_params, siso_step_args, BE_CUDA, 0),
     OP(mamba3_mimo_bwd_fwd, ssm_mamba3_mimo_params, mimo_bwd_fwd_args, BE_CUDA, 0),
     OP(mamba3_mimo, ssm_mamba3_mimo_params, mimo_args, BE_CUDA, 0),
-    OP(mamba3_mimo_bwd, ssm_mamba3_mimo_params, mimo_bwd_args, BE_HOST, 0),
+    OP(mamba3_mimo_bwd, ssm_mamba3_mimo_params, mimo_bwd_args, BE_CUDA, 0),
     OP(mamba3_mimo_step, ssm_mamba3_mimo_params, mimo_step_args, BE_CUDA, 0),
 };
 

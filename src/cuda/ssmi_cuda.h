@@ -90,6 +90,10 @@ ssm_status ssmi_cuda_mamba3_mimo(ssm_context * ctx, const ssm_mamba3_mimo_params
                                  const ssm_mamba3_mimo_args * a);
 ssm_status ssmi_cuda_mamba3_mimo_step(ssm_context * ctx, const ssm_mamba3_mimo_params * p,
                                       const struct ssmi_mimo_dims * d, const ssm_mamba3_mimo_step_args * a);
+/* Mamba-3 MIMO backward: every gradient of ssm_mamba3_mimo (spec §4; varlen, initial states,
+ * dfinal_*, fused norm), fp32. */
+ssm_status ssmi_cuda_mamba3_mimo_bwd(ssm_context * ctx, const ssm_mamba3_mimo_params * p,
+                                     const struct ssmi_mimo_dims * d, const ssm_mamba3_mimo_bwd_args * a);
 
 /* Public helpers (ssmops.h, "CUDA helpers"). */
 ssm_status ssmi_cuda_malloc(ssm_context * ctx, void ** ptr, size_t bytes);

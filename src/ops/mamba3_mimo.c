@@ -4,8 +4,9 @@
  * Each operator is its validator (shapes per include/ssmops.h and spec §3, §6, from the
  * tensors that define each dimension; combination rules; index-tensor values) plus one line
  * that defines the entry point through ssmi_dispatch (dispatch.c), which adds the schema's
- * rules and picks the backend: REF, CPU, and CUDA for bwd_fwd, the forward and the step
- * (explicitly, or AUTO with v on a CUDA device). Nothing is written before the backend runs.
+ * rules and picks the backend: REF, CPU, and CUDA for bwd_fwd, the forward, the backward and
+ * the step (explicitly, or AUTO with v on a CUDA device). Nothing is written before the
+ * backend runs.
  *
  * Which tensor defines which dimension:
  *   q (B, S, R, G, N) → B, S, R, G, N  [step: q (B, R, G, N)];  v (B, S, H, P) → H, P
@@ -273,7 +274,7 @@ static ssm_status validate_bwd(ssm_context * ctx, const char * op, const ssm_mam
                   op);
     return SSM_STATUS_OK;
 }
-SSMI_DEFINE_OP(mamba3_mimo_bwd, ssm_mamba3_mimo_params, mimo, check_params, validate_bwd)
+SSMI_DEFINE_CUDA_OP(mamba3_mimo_bwd, ssm_mamba3_mimo_params, mimo, check_params, validate_bwd, v)
 
 /* ---- step ---------------------------------------------------------------------------- */
 

@@ -29,7 +29,8 @@ extern "C" {
     X(rmsnorm_gated)         \
     X(rmsnorm_gated_bwd)     \
     X(mamba3_angle_cumsum)   \
-    X(mamba3_angle_cumsum_bwd)
+    X(mamba3_angle_cumsum_bwd)   \
+    X(mamba3_mimo_bwd)
 
 #define SSMI_CUDA_DECLARE_(op) extern "C" int32_t ssmi_cuda_variants_##op(int32_t i, ssmi_variant_info * out);
 SSMI_CUDA_OP_LIST(SSMI_CUDA_DECLARE_)

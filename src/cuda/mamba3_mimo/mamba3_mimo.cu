@@ -1,9 +1,9 @@
 /*
  * mamba3_mimo.cu — host side of the CUDA Mamba-3 MIMO: backward phase 1 (mamba3_mimo_bwd_fwd,
  * spec §3.4), the forward (mamba3_mimo, spec §2.2-§2.5, §3.3, §3.7: initial/final states,
- * varlen, fused norm) and the decode step (mamba3_mimo_step, spec §3.9): the work plan, the
- * device workspace, the selection tables and the entry points. The kernels live in the files
- * that mimo.cuh lists.
+ * varlen, fused norm), the backward (mamba3_mimo_bwd, spec §4) and the decode step
+ * (mamba3_mimo_step, spec §3.9): the work plan, the device workspace, the selection tables and
+ * the entry points. The kernels live in the files that mimo.cuh lists.
  *
  * The chunked operators run chunk-parallel; only the state pass walks a sequence's chunks in
  * order. The host cuts the work into "work chunks" w (the C-token chunks of every batch row,
@@ -22,8 +22,12 @@
  * Limits: those of the validation (N, P ≤ 128, C·R ≤ 128), H·(P tiles) ≤ 65535 blocks, the
  * chunk tile and the step within the 227 KB of shared memory of a block.
  *
+ * The backward (mamba3_mimo_bwd, spec §4) runs kernels 0-3 of the forward for Ŝ and Y, then
+ * the kernels of bwd.cuh (its own workspace layout: bwd_layout).
+ *
  * Selection tables (mamba3_mimo_bwd_fwd and mamba3_mimo share the output-kernel table; the
- * other kernels have one form each):
+ * backward's has one entry, chunk_parallel, and its forward recompute takes the first output
+ * entry that applies; the other kernels have one form each):
  *   output tiles  fused_y      C·R ≤ 64 and P tile ≤ 64
  *                 two_gemm_y   the tile fits with a P tile of 8 or more columns
  *   decode step   slots_in_params  no slot list, or ≤ 64 slots within int
@@ -38,7 +42,7 @@
 #include <atomic>
 #include <mutex>
 
-#include "mimo.cuh"
+#include "bwd.cuh"
 #include "../common/variant_table.cuh"
 #include "../ssmi_cuda.h"
 
@@ -318,6 +322,107 @@ const step_variant kStepTable[] = {
      always, step_slots_uploaded},
 };
 
+/* ---- the backward (mamba3_mimo_bwd) ---------------------------------------------------------- */
+
+/* The backward's one entry: every shape the validation admits (C·R ≤ 128, N, P ≤ 128). */
+struct bwd_variant {
+    const char * name;
+    const char * why;
+    const char * rule;
+    bool (*applies)(const ssmi_mimo_dims & d);
+};
+
+bool bwd_always(const ssmi_mimo_dims & d) {
+    (void)d;
+    return true;
+}
+
+const bwd_variant kBwdTable[] = {
+    {"chunk_parallel",
+     "the forward recomputed by the forward's kernels, then fp32 chunk-parallel gradient kernels over (work chunk, "
+     "head) with per-element loops on global chunk tiles; only the state and angle passes walk a sequence",
+     "always", bwd_always},
+};
+
+/* The forward's output entry for the recompute: the first of kOutputTable that applies. */
+const output_variant * first_output(const mc_args & A) {
+    for (size_t i = 0; i < sizeof kOutputTable / sizeof kOutputTable[0]; ++i)
+        if (kOutputTable[i].applies(A)) return &kOutputTable[i];
+    return NULL;
+}
+
+/* Carves consecutive float arrays out of one workspace, each 64-float aligned. */
+struct ws_carver {
+    float * base;
+    size_t  used;
+    float * take(size_t n) {
+        float * p = base != NULL ? base + used : NULL;
+        used += (n + 63) / 64 * 64;
+        return p;
+    }
+};
+
+/* Points the backward's arrays (and the forward recompute's) into one workspace; returns its floats. */
+size_t bwd_layout(float * base, const mc_args & F, mc_args * Fo, mb_args * B) {
+    ws_carver     c = {base, 0};
+    const size_t  W = (size_t)F.W, H = (size_t)F.H, R = (size_t)F.R, N = (size_t)F.N, P = (size_t)F.P;
+    const size_t  NA = (size_t)F.A, BS = (size_t)F.B * (size_t)F.S, NS = (size_t)F.nseq;
+    const size_t  TR = W * H * (size_t)F.C * R;
+    Fo->ws_state = c.take(W * H * N * P);
+    Fo->ws_y = c.take(BS * H * R * P);
+    Fo->ws_theta = c.take(BS * H * NA);
+    Fo->ws_cm = c.take(BS * H);
+    Fo->ws_seg = c.take(W * H * NA);
+    B->dy = c.take(TR * P), B->u = c.take(TR * P), B->du = c.take(TR * P);
+    B->tq = c.take(TR * N), B->tkh = c.take(TR * N), B->tkt = c.take(TR * N);
+    B->tdq = c.take(TR * N), B->tdk = c.take(TR * N);
+    B->m = c.take(TR * F.C * R), B->d2 = c.take(TR * F.C * R), B->wp = c.take(TR * F.C * R);
+    B->qkd = c.take(TR * R), B->dqk = c.take(TR * R);
+    B->dstate = c.take(W * H * N * P), B->ds0 = c.take(NS * H * N * P);
+    B->dqh = c.take(BS * R * H * N), B->dkh = c.take(BS * R * H * N);
+    B->dth = c.take(BS * H * NA), B->dgth = c.take(NS * H * NA);
+    B->dfac = c.take(BS * H), B->dgd = c.take(BS * H), B->dc = c.take(NS * H);
+    B->p_o = c.take(W * H * R * P), B->p_z = c.take(W * H * R * P), B->p_w = c.take(W * H * R * P);
+    B->p_mv = c.take(W * H * R * P), B->p_mv0 = c.take(NS * H * R * P);
+    B->p_qb = c.take(W * H * R * N), B->p_kb = c.take(W * H * R * N), B->p_dd = c.take(W * H);
+    return c.used;
+}
+
+/* The backward's kernels in order (the plan and workspace in place). */
+ssm_status run_bwd(ssm_context * ctx, const char * op, const mc_args & F, const output_variant * ov,
+                   const mb_args & B, const ssm_mamba3_mimo_bwd_args * a, cudaStream_t s) {
+    if (F.W > 0) {
+        SSM_FORWARD_IF_ERROR(launch_angle_prep(ctx, op, F, s));
+        SSM_FORWARD_IF_ERROR(run_chunks(ctx, op, F, 0, s, ov));
+    }
+    SSM_FORWARD_IF_ERROR(launch_bwd_dy(ctx, op, B, s));
+    SSM_FORWARD_IF_ERROR(launch_bwd_tiles(ctx, op, B, s));
+    SSM_FORWARD_IF_ERROR(launch_bwd_state_reverse(ctx, op, B, s));
+    SSM_FORWARD_IF_ERROR(launch_bwd_chunk_grads(ctx, op, B, s));
+    SSM_FORWARD_IF_ERROR(launch_bwd_angles(ctx, op, B, s));
+    SSM_FORWARD_IF_ERROR(launch_bwd_initial_states(ctx, op, B, s));
+    SSM_FORWARD_IF_ERROR(launch_bwd_trapezoid(ctx, op, B, s));
+    SSM_FORWARD_IF_ERROR(launch_bwd_group_sums(ctx, op, B, s));
+    const int R = B.R, N = B.N, P = B.P, W = B.W, NS0 = B.has_states ? B.nseq : 0;
+    SSM_FORWARD_IF_ERROR(launch_bwd_param_sum(ctx, op, B, view_or_null(&a->dq_bias), 0, B.p_qb, W, NULL, 0, R, N, s));
+    SSM_FORWARD_IF_ERROR(launch_bwd_param_sum(ctx, op, B, view_or_null(&a->dk_bias), 0, B.p_kb, W, NULL, 0, R, N, s));
+    SSM_FORWARD_IF_ERROR(
+        launch_bwd_param_sum(ctx, op, B, view_or_null(&a->dmimo_v), 0, B.p_mv, W, B.p_mv0, NS0, R, P, s));
+    if (B.has_z)
+        SSM_FORWARD_IF_ERROR(
+            launch_bwd_param_sum(ctx, op, B, view_or_null(&a->dmimo_z), 0, B.p_z, W, NULL, 0, R, P, s));
+    if (B.reduce)
+        SSM_FORWARD_IF_ERROR(
+            launch_bwd_param_sum(ctx, op, B, view_or_null(&a->dmimo_o), 0, B.p_o, W, NULL, 0, R, P, s));
+    if (B.has_d) SSM_FORWARD_IF_ERROR(launch_bwd_param_sum(ctx, op, B, view_or_null(&a->dd), 1, B.p_dd, W, NULL, 0, 1, 1, s));
+    if (B.fused) {
+        const int kind = ssmi_present(&a->doutproj_norm_weight) && a->doutproj_norm_weight.ndim == 1 ? 3 : 2;
+        SSM_FORWARD_IF_ERROR(launch_bwd_param_sum(ctx, op, B, view_or_null(&a->doutproj_norm_weight), kind, B.p_w, W,
+                                                  NULL, 0, R, P, s));
+    }
+    return SSM_STATUS_OK;
+}
+
 } // namespace
 } // namespace ssmi_mimo
 
@@ -430,6 +535,74 @@ extern "C" ssm_status ssmi_cuda_mamba3_mimo(ssm_context * ctx, const ssm_mamba3_
     return mem_free(ctx, op, &m, s, st);
 }
 
+extern "C" ssm_status ssmi_cuda_mamba3_mimo_bwd(ssm_context * ctx, const ssm_mamba3_mimo_params * p,
+                                               const ssmi_mimo_dims * d, const ssm_mamba3_mimo_bwd_args * a) {
+    static const char op[] = "mamba3_mimo_bwd";
+    ssmi_variant_ran(ctx, "");
+    if (d->nheads == 0) return SSM_STATUS_OK;
+    const bwd_variant * var = NULL;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_pick_variant(ctx, SSMI_OP_mamba3_mimo_bwd, kBwdTable, *d, &var));
+    SSM_RETURN_IF(var == NULL, ctx, SSM_STATUS_UNSUPPORTED, "%s: no CUDA entry applies", op);
+    SSM_RETURN_IF(d->nheads > 65535, ctx, SSM_STATUS_UNSUPPORTED, "%s: H=%lld exceeds the CUDA grid limit 65535", op,
+                  (long long)d->nheads);
+    mc_args F;
+    memset(&F, 0, sizeof F);
+    fill_dims(&F, d);
+    F.pt = pick_ptile(F.R, F.N, F.P, F.C);
+    F.npt = F.pt > 0 ? (F.P + F.pt - 1) / F.pt : 0;
+    const output_variant * ov = first_output(F);
+    SSM_RETURN_IF(ov == NULL, ctx, SSM_STATUS_UNSUPPORTED, "%s: the chunk tile does not fit in shared memory", op);
+    SSM_FORWARD_IF_ERROR(check_grid(ctx, op, d, F.npt));
+    F.q = view_or_null(&a->q), F.k = view_or_null(&a->k), F.v = view_or_null(&a->v), F.z = view_or_null(&a->z);
+    F.q_bias = view_or_null(&a->q_bias), F.k_bias = view_or_null(&a->k_bias), F.mimo_v = view_or_null(&a->mimo_v);
+    F.mimo_z = view_or_null(&a->mimo_z), F.mimo_o = view_or_null(&a->mimo_o), F.d = view_or_null(&a->d);
+    F.norm_w = view_or_null(&a->outproj_norm_weight), F.angles = view_or_null(&a->angles);
+    F.dt = view_or_null(&a->dt), F.trap = view_or_null(&a->trap), F.adt = view_or_null(&a->adt);
+    F.angle_state = view_or_null(&a->angle_state), F.ssm_state = view_or_null(&a->ssm_state);
+    F.k_state = view_or_null(&a->k_state), F.v_state = view_or_null(&a->v_state);
+    F.has_z = ssmi_present(&a->z), F.has_d = ssmi_present(&a->d), F.fwd = 1;
+    F.fused = p->fuse_pregate_norm != 0, F.has_states = d->has_states != 0, F.eps = (float)p->norm_eps;
+    F.nw_1d = ssmi_present(&a->outproj_norm_weight) && a->outproj_norm_weight.ndim == 1;
+    F.nseq = (int)d->nseq;
+
+    mb_args B;
+    memset(&B, 0, sizeof B);
+    B.q = F.q, B.k = F.k, B.v = F.v, B.z = F.z, B.dout = view_or_null(&a->dout), B.q_bias = F.q_bias;
+    B.k_bias = F.k_bias, B.mimo_v = F.mimo_v, B.mimo_z = F.mimo_z, B.mimo_o = F.mimo_o, B.d = F.d;
+    B.norm_w = F.norm_w, B.angles = F.angles, B.dt = F.dt, B.trap = F.trap, B.k_state = F.k_state;
+    B.v_state = F.v_state, B.dfinal_angle = view_or_null(&a->dfinal_angle_state);
+    B.dfinal_ssm = view_or_null(&a->dfinal_ssm_state), B.dfinal_k = view_or_null(&a->dfinal_k_state);
+    B.dfinal_v = view_or_null(&a->dfinal_v_state), B.dq = view_or_null(&a->dq), B.dk = view_or_null(&a->dk);
+    B.dv = view_or_null(&a->dv), B.dz = view_or_null(&a->dz), B.dadt = view_or_null(&a->dadt);
+    B.ddt = view_or_null(&a->ddt), B.dtrap = view_or_null(&a->dtrap), B.dangles = view_or_null(&a->dangles);
+    B.dangle_state = view_or_null(&a->dangle_state), B.dssm_state = view_or_null(&a->dssm_state);
+    B.dk_state = view_or_null(&a->dk_state), B.dv_state = view_or_null(&a->dv_state);
+    B.B = F.B, B.S = F.S, B.H = F.H, B.G = F.G, B.R = F.R, B.N = F.N, B.P = F.P, B.A = F.A, B.C = F.C;
+    B.nseq = F.nseq, B.has_z = F.has_z, B.has_d = F.has_d, B.reduce = F.reduce, B.fused = F.fused;
+    B.has_states = F.has_states, B.nw_1d = F.nw_1d, B.eps = F.eps;
+
+    mc_plan      pl;
+    ssm_status   st = make_plan(ctx, op, d, &a->cu_seqlens, &pl);
+    cudaStream_t s = ssmi_cuda_stream(ctx);
+    mc_mem       m;
+    m.n = 0;
+    void * dch = NULL, *dsq = NULL, *ws = NULL;
+    F.W = B.W = pl.W;
+    if (st == SSM_STATUS_OK) st = mem_upload(ctx, op, &m, &dch, pl.chunks, sizeof(mc_chunk) * (size_t)pl.W, s);
+    if (st == SSM_STATUS_OK) st = mem_upload(ctx, op, &m, &dsq, pl.seqs, sizeof(mc_seq) * (size_t)pl.nseq, s);
+    free_plan(&pl);
+    const size_t floats = bwd_layout(NULL, F, &F, &B);
+    if (st == SSM_STATUS_OK) st = mem_alloc(ctx, op, &m, &ws, floats * sizeof(float), s);
+    if (st == SSM_STATUS_OK) {
+        bwd_layout((float *)ws, F, &F, &B);
+        F.chunks = B.chunks = (const mc_chunk *)dch;
+        F.seqs = B.seqs = (const mc_seq *)dsq;
+        B.theta = F.ws_theta, B.cm = F.ws_cm, B.state = F.ws_state, B.y = F.ws_y;
+        st = run_bwd(ctx, op, F, ov, B, a, s);
+    }
+    return mem_free(ctx, op, &m, s, st);
+}
+
 extern "C" ssm_status ssmi_cuda_mamba3_mimo_step(ssm_context * ctx, const ssm_mamba3_mimo_params * p,
                                                 const ssmi_mimo_dims * d, const ssm_mamba3_mimo_step_args * a) {
     static const char op[] = "mamba3_mimo_step";
@@ -475,4 +648,8 @@ extern "C" int32_t ssmi_cuda_variants_mamba3_mimo(int32_t i, ssmi_variant_info *
 
 extern "C" int32_t ssmi_cuda_variants_mamba3_mimo_step(int32_t i, ssmi_variant_info * out) {
     return ssmi_cuda_report_variants(kStepTable, i, out);
+}
+
+extern "C" int32_t ssmi_cuda_variants_mamba3_mimo_bwd(int32_t i, ssmi_variant_info * out) {
+    return ssmi_cuda_report_variants(kBwdTable, i, out);
 }

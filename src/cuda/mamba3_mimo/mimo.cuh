@@ -10,6 +10,7 @@
  *   output_stage.cu  z gate / fused norm / mimo_o sum and the finals (forward), the
  *                    bwd_fwd partial sums
  *   step_kernel.cu   the decode step
+ *   bwd_*.cu         the backward (mamba3_mimo_bwd) after the forward recompute: bwd.cuh
  */
 #ifndef SSMI_CUDA_MIMO_CUH
 #define SSMI_CUDA_MIMO_CUH

@@ -1,0 +1,301 @@
+/*
+ * test_cuda_mamba3_mimo_bwd.c — the CUDA backend of ssm_mamba3_mimo_bwd (every gradient of the
+ * MIMO forward, spec §4) against the float64 reference (REF backend on the host copies, F64
+ * outputs) within the DESIGN §5 bars of the compute dtype (v's dtype; the parameter-gradient
+ * reductions as whole vectors), and against the CPU backend within the same bars, over the
+ * shape matrix of test_mamba3_mimo_bwd.c (the seed's (N, P, R, C) list, tails S = 13/20/35,
+ * GQA, B = 2, several chunks, non-reduced dout with and without z / d, fused norm with and
+ * without its weight, initial states with dfinal_*, varlen with empty sequences and i64
+ * indices, strided views, only some outputs) for f32 / f16 / bf16, plus ranks R = 1, 2, 4, 8
+ * at one shape, stride-0 (broadcast) inputs, gradients stored in the compute dtype, and a
+ * GQA case with H/G = 4. Outputs are NaN-poisoned first; a second run on re-poisoned outputs
+ * must give identical bytes. The selection table: its one entry and the entry a call ran.
+ * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
+ * Seed: SSMOPS_TEST_SEED (default 20261208).
+ */
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cudautil.h"
+
+#define NGRADS 19
+
+static const char * const grad_names[NGRADS] = {
+    "dq",   "dk",  "dv",    "dz",      "dq_bias",              "dk_bias",      "dmimo_v",    "dmimo_z",  "dmimo_o", "dd",
+    "dadt", "ddt", "dtrap", "dangles", "doutproj_norm_weight", "dangle_state", "dssm_state", "dk_state", "dv_state"};
+
+static ssm_tensor * grad_slot(ssm_mamba3_mimo_bwd_args * a, int i) {
+    ssm_tensor * s[NGRADS] = {&a->dq,           &a->dk,         &a->dv,       &a->dz,      &a->dq_bias,
+                              &a->dk_bias,      &a->dmimo_v,    &a->dmimo_z,  &a->dmimo_o, &a->dd,
+                              &a->dadt,         &a->ddt,        &a->dtrap,    &a->dangles, &a->doutproj_norm_weight,
+                              &a->dangle_state, &a->dssm_state, &a->dk_state, &a->dv_state};
+    return s[i];
+}
+
+/* The input tensors of the backward that travel to the device (cu_seqlens stays on the host). */
+#define NIN 24
+static ssmt_host * input_host(ssmt_mimo_problem * p, ssmt_mimo_bwd_problem * w, int i) {
+    ssmt_host * s[NIN] = {&p->q,           &p->k,           &p->v,        &p->adt,     &p->dt,
+                          &p->trap,        &p->q_bias,      &p->k_bias,   &p->mimo_v,  &p->mimo_z,
+                          &p->mimo_o,      &p->angles,      &p->d,        &p->z,       &p->norm_weight,
+                          &p->angle_state, &p->ssm_state,   &p->k_state,  &p->v_state, &w->dout,
+                          &w->dfinal_angle_state, &w->dfinal_ssm_state, &w->dfinal_k_state, &w->dfinal_v_state};
+    return s[i];
+}
+
+static ssm_tensor * input_slot(ssm_mamba3_mimo_bwd_args * a, int i) {
+    ssm_tensor * s[NIN] = {&a->q,           &a->k,         &a->v,       &a->adt,     &a->dt,
+                           &a->trap,        &a->q_bias,    &a->k_bias,  &a->mimo_v,  &a->mimo_z,
+                           &a->mimo_o,      &a->angles,    &a->d,       &a->z,       &a->outproj_norm_weight,
+                           &a->angle_state, &a->ssm_state, &a->k_state, &a->v_state, &a->dout,
+                           &a->dfinal_angle_state, &a->dfinal_ssm_state, &a->dfinal_k_state, &a->dfinal_v_state};
+    return s[i];
+}
+
+static ssm_context *ctx_ref, *ctx_cpu, *ctx_cuda;
+static double       worst[3][NGRADS]; /* f32, f16, bf16: CUDA vs reference */
+static int          dtype_slot(ssm_dtype t) { return t == SSM_DTYPE_F16 ? 1 : t == SSM_DTYPE_BF16 ? 2 : 0; }
+
+typedef struct bwd_case {
+    const char *     name;
+    ssmt_mimo_config cfg;
+    int              has_dfinal;
+    int              only_some;    /* dv, ddt, dq_bias, dangles only                         */
+    int              grad_compute; /* gradients stored in the compute dtype (else F32)      */
+    int              broadcast;    /* mimo_v and the initial angle state with stride-0 dims */
+} bwd_case;
+
+static ssmt_mimo_config config(int64_t B, int64_t S, int64_t H, int64_t G, int64_t R, int64_t N, int64_t P, int64_t C,
+                               ssm_dtype dt) {
+    ssmt_mimo_config c;
+    ssmt_mimo_config_init(&c);
+    c.batch = B, c.seqlen = S, c.nheads = H, c.ngroups = G, c.rank = R, c.dstate = N, c.headdim = P, c.chunk = C;
+    c.dtype = dt;
+    c.param_dtype = SSM_DTYPE_F32;
+    c.out_dtype = SSM_DTYPE_F64;
+    return c;
+}
+
+/* A stride-0 view over dim `dim` of t (its first slice repeated): the host tensor's values along
+ * that dim are made equal so that the view and the buffer say the same thing. */
+static void broadcast_dim(ssm_tensor * t, int dim) {
+    if (t->data == NULL || t->shape[dim] < 2) return;
+    ssm_tensor first = ssmt_pick(t, dim, 0);
+    for (int64_t j = 1; j < t->shape[dim]; ++j) {
+        ssm_tensor other = ssmt_pick(t, dim, j);
+        ssmt_copy(&other, &first);
+    }
+    t->strides[dim] = 0;
+}
+
+static void run_case(ssmt_rng * rng, const bwd_case * bc) {
+    ssmt_mimo_config cfg = bc->cfg;
+    const ssm_dtype  cd = cfg.dtype;
+    char             tag[400];
+    snprintf(tag, sizeof tag, "%s %s B%lld S%lld H%lld G%lld R%lld N%lld P%lld C%lld", bc->name, ssm_dtype_name(cd),
+             (long long)cfg.batch, (long long)cfg.seqlen, (long long)cfg.nheads, (long long)cfg.ngroups,
+             (long long)cfg.rank, (long long)cfg.dstate, (long long)cfg.headdim, (long long)cfg.chunk);
+    cfg.out_dtype = SSM_DTYPE_F64;
+    ssmt_mimo_problem     prob;
+    ssmt_mimo_bwd_problem bwd;
+    if (ssmt_mimo_random_args(rng, &cfg, &prob) != 0) {
+        TEST_CHECK(0, "%s: allocation failed", tag);
+        return;
+    }
+    if (ssmt_mimo_bwd_alloc(rng, &cfg, &prob, bc->has_dfinal, &bwd) != 0) {
+        TEST_CHECK(0, "%s: allocation failed", tag);
+        ssmt_mimo_problem_free(&prob);
+        return;
+    }
+    ssm_mamba3_mimo_bwd_args args = bwd.args;
+    if (bc->broadcast) {
+        broadcast_dim(&prob.mimo_v.t, 1); /* (H, R, P): every rank the same */
+        args.mimo_v = prob.mimo_v.t;
+        if (prob.angle_state.t.data != NULL) {
+            broadcast_dim(&prob.angle_state.t, 2); /* (NS, H, A) */
+            args.angle_state = prob.angle_state.t;
+        }
+    }
+    if (bc->only_some)
+        for (int g = 0; g < NGRADS; ++g)
+            if (g != 2 && g != 4 && g != 11 && g != 13) memset(grad_slot(&args, g), 0, sizeof(ssm_tensor));
+    const ssm_status rs = ssm_mamba3_mimo_bwd(ctx_ref, &prob.params, &args);
+    TEST_CHECK(rs == SSM_STATUS_OK, "%s: reference: %s (%s)", tag, ssm_status_string(rs),
+               ssm_context_last_error(ctx_ref));
+
+    /* CPU and CUDA outputs: F32 (or the compute dtype), strided when the case is */
+    const ssm_dtype gd = bc->grad_compute ? cd : SSM_DTYPE_F32;
+    ssm_mamba3_mimo_bwd_args ca = args, da = args;
+    ssmt_host                cpu[NGRADS], gpu[NGRADS];
+    ssmt_dev                 dgrad[NGRADS], din[NIN];
+    memset(cpu, 0, sizeof cpu), memset(gpu, 0, sizeof gpu), memset(dgrad, 0, sizeof dgrad), memset(din, 0, sizeof din);
+    for (int g = 0; g < NGRADS; ++g) {
+        const ssm_tensor * slot = grad_slot(&args, g);
+        if (slot->data == NULL) continue;
+        cpu[g] = cfg.strided ? ssmt_alloc_layout(gd, slot->ndim, slot->shape, NULL, 3)
+                             : ssmt_alloc(gd, slot->ndim, slot->shape);
+        gpu[g] = cfg.strided ? ssmt_alloc_layout(gd, slot->ndim, slot->shape, NULL, 3)
+                             : ssmt_alloc(gd, slot->ndim, slot->shape);
+        ssmt_poison(&gpu[g].t);
+        *grad_slot(&ca, g) = cpu[g].t;
+        dgrad[g] = ssmt_to_device(&gpu[g]);
+        *grad_slot(&da, g) = dgrad[g].view;
+    }
+    for (int i = 0; i < NIN; ++i) {
+        ssmt_host * h = input_host(&prob, &bwd, i);
+        if (h->t.data == NULL) continue;
+        ssmt_host moved = *h;
+        moved.t = *input_slot(&args, i); /* the view the call uses (broadcast strides) */
+        din[i] = ssmt_to_device(&moved);
+        *input_slot(&da, i) = din[i].view;
+    }
+    const ssm_status cs = ssm_mamba3_mimo_bwd(ctx_cpu, &prob.params, &ca);
+    TEST_CHECK(cs == SSM_STATUS_OK, "%s: cpu: %s (%s)", tag, ssm_status_string(cs), ssm_context_last_error(ctx_cpu));
+    ssm_status st = ssm_mamba3_mimo_bwd(ctx_cuda, &prob.params, &da);
+    TEST_CHECK(st == SSM_STATUS_OK, "%s: cuda: %s (%s)", tag, ssm_status_string(st), ssm_context_last_error(ctx_cuda));
+    if (st == SSM_STATUS_OK)
+        TEST_CHECK(strcmp(ssm_context_last_variant(ctx_cuda), "chunk_parallel") == 0, "%s: ran entry '%s'", tag,
+                   ssm_context_last_variant(ctx_cuda));
+    const ssmt_bar bar = ssmt_bar_for(cd);
+    void *         snap[NGRADS];
+    memset(snap, 0, sizeof snap);
+    for (int g = 0; g < NGRADS && st == SSM_STATUS_OK; ++g) {
+        if (gpu[g].t.data == NULL) continue;
+        ssmt_to_host(&gpu[g], &dgrad[g]);
+        char label[500];
+        snprintf(label, sizeof label, "%s %s", tag, grad_names[g]);
+        if (bc->grad_compute && cd != SSM_DTYPE_F32) {
+            ssmt_check_bar_rounded(label, &gpu[g].t, grad_slot(&args, g), cd);
+        } else {
+            const double rr = ssmt_check_variant(tag, grad_names[g], "cuda", &gpu[g].t, grad_slot(&args, g), bar);
+            double *     w = &worst[dtype_slot(cd)][g];
+            if (rr > *w || rr != rr) *w = rr;
+            /* against the CPU: both within the bar of the reference, so within twice it of each other */
+            const ssmt_bar two = {2.0 * bar.rel_rms, 2.0 * bar.max_rel};
+            ssmt_check_variant(tag, grad_names[g], "cuda vs cpu", &gpu[g].t, &cpu[g].t, two);
+        }
+        snap[g] = ssmt_snapshot(&gpu[g]);
+        ssmt_poison(&gpu[g].t);
+        TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dgrad[g].mem, gpu[g].buf, gpu[g].bytes), SSM_STATUS_OK);
+    }
+    if (st == SSM_STATUS_OK) {
+        st = ssm_mamba3_mimo_bwd(ctx_cuda, &prob.params, &da);
+        TEST_CHECK(st == SSM_STATUS_OK, "%s: second cuda run: %s (%s)", tag, ssm_status_string(st),
+                   ssm_context_last_error(ctx_cuda));
+        for (int g = 0; g < NGRADS && st == SSM_STATUS_OK; ++g) {
+            if (snap[g] == NULL) continue;
+            ssmt_to_host(&gpu[g], &dgrad[g]);
+            TEST_CHECK(ssmt_unchanged(&gpu[g], snap[g]), "%s: %s differs between two runs", tag, grad_names[g]);
+        }
+    }
+    for (int g = 0; g < NGRADS; ++g) {
+        free(snap[g]);
+        ssmt_dev_free(&dgrad[g]);
+        if (cpu[g].buf) ssmt_free(&cpu[g]);
+        if (gpu[g].buf) ssmt_free(&gpu[g]);
+    }
+    for (int i = 0; i < NIN; ++i) ssmt_dev_free(&din[i]);
+    ssmt_mimo_bwd_free(&bwd);
+    ssmt_mimo_problem_free(&prob);
+}
+
+/* The matrix of test_mamba3_mimo_bwd.c's CPU section, per dtype. */
+static void run_matrix(ssmt_rng * rng) {
+    static const int64_t seed_shapes[6][4] = {{32, 64, 4, 16}, {128, 32, 4, 16}, {64, 128, 4, 16},
+                                              {128, 64, 8, 8}, {64, 64, 3, 6},   {64, 64, 1, 64}};
+    static const int64_t lens[4] = {23, 0, 41, 1};
+    static const int64_t lens_empty_end[3] = {17, 9, 0};
+    const ssm_dtype      dtypes[3] = {SSM_DTYPE_F32, SSM_DTYPE_F16, SSM_DTYPE_BF16};
+    for (int di = 0; di < 3; ++di) {
+        const ssm_dtype dt = dtypes[di];
+        bwd_case        c[32];
+        int             n = 0;
+        memset(c, 0, sizeof c);
+        for (int i = 0; i < 6; ++i) {
+            const int64_t * sh = seed_shapes[i];
+            c[n++] = (bwd_case){"seed_shape", config(1, 2 * sh[3], 2, 1, sh[2], sh[0], sh[1], sh[3], dt), 0, 0, 0, 0};
+        }
+        c[n++] = (bwd_case){"tail_s35", config(1, 35, 2, 1, 4, 64, 64, 16, dt), 0, 0, 0, 0};
+        c[n++] = (bwd_case){"tail_s13_r3", config(1, 13, 2, 1, 3, 64, 64, 6, dt), 0, 0, 0, 0};
+        c[n++] = (bwd_case){"tail_s20_b2_gqa", config(2, 20, 4, 2, 4, 32, 32, 8, dt), 0, 0, 0, 0};
+        c[n] = (bwd_case){"nonreduced_z_div2", config(1, 40, 2, 1, 2, 32, 16, 8, dt), 0, 0, 0, 0};
+        c[n].cfg.reduce_o = 0, c[n].cfg.div = 2;
+        ++n;
+        c[n] = (bwd_case){"nonreduced_plain", config(1, 45, 2, 2, 4, 32, 32, 16, dt), 0, 0, 0, 0};
+        c[n].cfg.reduce_o = 0, c[n].cfg.has_z = 0, c[n].cfg.has_d = 0;
+        ++n;
+        c[n] = (bwd_case){"reduced_noz_gqa", config(1, 33, 4, 1, 4, 32, 32, 16, dt), 0, 0, 0, 0};
+        c[n].cfg.has_z = 0;
+        ++n;
+        c[n] = (bwd_case){"fused_weight", config(1, 50, 2, 1, 4, 32, 32, 16, dt), 0, 0, 0, 0};
+        c[n].cfg.fused = 1, c[n].cfg.has_norm_weight = 1;
+        ++n;
+        c[n] = (bwd_case){"fused_noweight", config(2, 21, 2, 2, 2, 16, 32, 8, dt), 0, 0, 0, 0};
+        c[n].cfg.fused = 1;
+        ++n;
+        c[n] = (bwd_case){"states_multichunk", config(2, 150, 4, 2, 2, 32, 32, 16, dt), 1, 0, 0, 0};
+        c[n].cfg.has_states = 1;
+        ++n;
+        c[n] = (bwd_case){"varlen_states", config(1, 0, 4, 1, 4, 32, 16, 16, dt), 1, 0, 0, 0};
+        c[n].cfg.nseq = 4, c[n].cfg.seqlens = lens, c[n].cfg.has_states = 1;
+        ++n;
+        c[n] = (bwd_case){"varlen_nostates_i64", config(1, 0, 2, 1, 2, 16, 32, 8, dt), 0, 0, 0, 0};
+        c[n].cfg.nseq = 4, c[n].cfg.seqlens = lens, c[n].cfg.index_i64 = 1;
+        ++n;
+        c[n] = (bwd_case){"varlen_empty_last_states", config(1, 0, 2, 1, 2, 16, 16, 4, dt), 1, 0, 0, 0};
+        c[n].cfg.nseq = 3, c[n].cfg.seqlens = lens_empty_end, c[n].cfg.has_states = 1;
+        ++n;
+        c[n] = (bwd_case){"strided_states", config(2, 30, 4, 2, 2, 32, 16, 8, dt), 0, 0, 0, 0};
+        c[n].cfg.strided = 1, c[n].cfg.has_states = 1;
+        ++n;
+        c[n] = (bwd_case){"some_outputs", config(1, 70, 4, 2, 4, 32, 32, 16, dt), 1, 1, 0, 0};
+        c[n].cfg.has_states = 1;
+        ++n;
+        /* ranks 1, 2, 4, 8 at one shape (C·R = 64), states and dfinal */
+        static const int64_t ranks[4] = {1, 2, 4, 8};
+        for (int ri = 0; ri < 4; ++ri) {
+            c[n] = (bwd_case){"rank", config(2, 37, 4, 2, ranks[ri], 32, 24, 64 / ranks[ri], dt), 1, 0, 0, 0};
+            c[n].cfg.has_states = 1;
+            ++n;
+        }
+        c[n] = (bwd_case){"gqa_hg4_c128", config(1, 300, 8, 2, 1, 16, 16, 128, dt), 0, 0, 0, 0};
+        ++n;
+        c[n] = (bwd_case){"broadcast_stride0", config(2, 19, 2, 1, 2, 16, 16, 8, dt), 1, 0, 0, 1};
+        c[n].cfg.has_states = 1;
+        ++n;
+        c[n] = (bwd_case){"grads_in_compute_dtype", config(1, 29, 2, 1, 2, 32, 32, 8, dt), 1, 0, 1, 0};
+        c[n].cfg.has_states = 1, c[n].cfg.fused = 1, c[n].cfg.has_norm_weight = 1;
+        ++n;
+        for (int i = 0; i < n; ++i) run_case(rng, &c[i]);
+    }
+}
+
+/* The selection table: one entry, named. */
+static void test_table(void) {
+    const int32_t n = ssm_variant_count(SSM_BACKEND_CUDA, "mamba3_mimo_bwd");
+    TEST_CHECK(n == 1, "mamba3_mimo_bwd: %d CUDA entries, want 1", (int)n);
+    const char * name = ssm_variant_name(SSM_BACKEND_CUDA, "mamba3_mimo_bwd", 0);
+    TEST_CHECK(name != NULL && strcmp(name, "chunk_parallel") == 0, "mamba3_mimo_bwd: entry 0 is '%s'",
+               name ? name : "(null)");
+}
+
+int main(void) {
+    if (!ssmt_cuda_present("test_cuda_mamba3_mimo_bwd")) return 77;
+    ssmt_rng rng;
+    ssmt_rng_from_env(&rng, 20261208ull);
+    ctx_ref = ssmt_make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
+    ctx_cpu = ssmt_make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_AUTO);
+    ctx_cuda = ssmt_make_ctx(SSM_BACKEND_CUDA, 0, SSM_ISA_AUTO);
+    TEST_CHECK(ctx_ref && ctx_cpu && ctx_cuda, "context creation failed");
+    if (ssmt_failures) TEST_EXIT();
+    test_table();
+    run_matrix(&rng);
+    printf("worst rel_rms per gradient (CUDA vs reference):\n%-22s %10s %10s %10s\n", "gradient", "f32", "f16", "bf16");
+    for (int g = 0; g < NGRADS; ++g)
+        printf("%-22s %10.3g %10.3g %10.3g\n", grad_names[g], worst[0][g], worst[1][g], worst[2][g]);
+    ssm_context_free(ctx_ref);
+    ssm_context_free(ctx_cpu);
+    ssm_context_free(ctx_cuda);
+    TEST_EXIT();
+}
