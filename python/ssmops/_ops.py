@@ -9,7 +9,6 @@ schema marks as activations take the activation inputs' dtype, other float outpu
 gradients the dtype and shape of their input. It returns the outputs it wrote, in the order of
 the schema (one array alone when there is one)."""
 import ctypes
-import math
 import re
 
 from . import _lib, _schema, _tensors
@@ -90,10 +89,8 @@ def _make(info):
     required_outputs = [a.name for a in outputs if not a.optional]
     output_names = [a.name for a in outputs]
 
-    def prepare(positional, kw):
-        """Parses a call: the params struct, the args struct (bytes) with every view written,
-        the outputs (made where asked), the objects the struct points into, and the input
-        whose device picks the context's stream."""
+    def parse(positional, kw):
+        """The arrays of a call by name, and its params struct."""
         if len(positional) > nrequired:
             raise TypeError("%s() takes at most %d positional arrays (%s)" % (name, nrequired,
                                                                               ", ".join(required)))
@@ -113,6 +110,13 @@ def _make(info):
         for r in required:
             if given.get(r) is None:
                 raise TypeError("%s() is missing %s" % (name, ", ".join(r for r in required if given.get(r) is None)))
+        return given, params
+
+    def prepare(positional, kw):
+        """Parses a call: the params struct, the args struct (bytes) with every view written,
+        the outputs (made where asked), the objects the struct points into, and the input
+        whose device picks the context's stream."""
+        given, params = parse(positional, kw)
         keep = []
         buf = ctypes.create_string_buffer(args_size)  # zeroed: every tensor not written is absent
         codes = {}
@@ -160,6 +164,27 @@ def _make(info):
         """Makes every output asked for (True) or required and not given, in the framework and
         device of the inputs; writes their views into buf; returns them in schema order
         together with the given ones."""
+        ref, plan = _plan_outputs(given, codes, params)
+        made = []
+        for a, v, shape, code in plan:
+            if v is None:
+                v = _tensors.new_like(ref, shape, code)
+                _tensors.pack(buf, a.offset, v, a.name, keep)
+            made.append(v)
+        return made
+
+    def output_specs(*positional, **kw):
+        """[(name, shape, dtype code)] of the outputs a call with these arguments makes (its
+        arrays only read for shape and dtype: torch's fake tensors do)."""
+        given, params = parse(positional, kw)
+        codes = {k: _tensors.dtype_code(v) for k, v in given.items()
+                 if v is not None and v is not True and v is not False}
+        _, plan = _plan_outputs(given, codes, params)
+        return [(a.name, shape, code) for a, v, shape, code in plan if v is None]
+
+    def _plan_outputs(given, codes, params):
+        """The input whose framework the made outputs take, and for each output in schema
+        order that the call writes: (arg, the given array or None, shape, dtype code)."""
         present = {a.name for a in inputs if given.get(a.name) is not None}
         floats = [n for n in float_inputs if n in present]
         # outputs live in the framework of the first torch (else numpy) input
@@ -181,9 +206,9 @@ def _make(info):
             env.setdefault("Q", chunk)
             env.setdefault("C", chunk)
             if "S" in env:
-                env.setdefault("NC", math.ceil(env["S"] / chunk))
-                env.setdefault("nc", math.ceil(env["S"] / chunk))
-        made = []
+                env.setdefault("NC", -(-env["S"] // chunk))  # ceil, in integers (also symbolic sizes)
+                env.setdefault("nc", -(-env["S"] // chunk))
+        plan = []
         for a in outputs:
             v = given.get(a.name)
             if v is None or v is False:
@@ -209,12 +234,13 @@ def _make(info):
                 if shape is None:
                     raise TypeError("%s(): pass %s= (an array of shape %s): its size does not follow from the "
                                     "inputs" % (name, a.name, a.shape))
-                v = _tensors.new_like(ref, shape, code)
-                _tensors.pack(buf, a.offset, v, a.name, keep)
-            made.append(v)
-        return made
+                plan.append((a, None, tuple(shape), code))
+            else:
+                plan.append((a, v, None, None))
+        return ref, plan
 
     op.bind = bind
+    op.output_specs = output_specs
     op.__name__ = name
     op.__qualname__ = name
     op.__doc__ = "ssm_%s: inputs %s; outputs %s; params %s." % (

@@ -13,10 +13,27 @@ import ssmops
 from . import _tensors
 
 
+def _library_ops():
+    """Whether ssmops.autograd runs over torch.library custom ops (torch >= 2.4)."""
+    if ssmops.autograd is None:
+        return False
+    from . import _torch_ops
+    return _torch_ops.available()
+
+
+_LIBRARY = _library_ops()
+
+
 def _grad_enabled(*ts):
+    """Whether a call takes ssmops.autograd's path: torch tensors where gradients flow, or any
+    torch tensors where that path is torch.library custom ops (torch.compile traces those,
+    with or without gradients)."""
     t = _tensors.torch
-    return t is not None and t.is_grad_enabled() and any(_tensors.is_torch(x) and x.requires_grad for x in ts
-                                                          if x is not None)
+    if t is None:
+        return False
+    if _LIBRARY:
+        return any(_tensors.is_torch(x) for x in ts if x is not None)
+    return t.is_grad_enabled() and any(_tensors.is_torch(x) and x.requires_grad for x in ts if x is not None)
 
 
 def _scan_fn(*ts):
