@@ -1,7 +1,7 @@
 """Tokens/s of the Mamba-2 block of examples/python (ssmops: causal_conv1d, chunked scan,
 gated RMSNorm) against the same block in plain torch ops (F.conv1d, an SSD chunked scan in
 einsums written here, a torch gated RMSNorm), on the CPU, forward only (no_grad), same
-weights. Checks first that the two agree (fp32), then times them interleaved round by round
+weights; the whole block and its core (conv + scan + norm, between the projections). Checks first that the two agree (fp32), then times them interleaved round by round
 and prints the medians.
 
     SSMOPS_LIBRARY=build/libssmops.so python3 tools/bench_block.py [--seqlen 2048] [--rounds 5]
@@ -19,6 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "examples" / "python"))
 import mamba2_block  # noqa: E402
+import ssmops  # noqa: E402
+from ssmops import compat  # noqa: E402
 
 
 def segsum(x):
@@ -57,10 +59,10 @@ def ssd_chunked(x, dt, A, B, C, chunk):
     return y.reshape(b, c * chunk, h, p)[:, :s]
 
 
-def torch_block_forward(m, u):
-    """mamba2_block.Mamba2Block.forward in plain torch ops."""
-    batch, seqlen, _ = u.shape
-    z, xbc, dt = torch.split(m.in_proj(u), [m.d_inner, m.d_inner + 2 * m.ngroups * m.d_state, m.nheads], dim=-1)
+def torch_core(m, zxbcdt):
+    """Mamba2Block.forward between the projections, in plain torch ops."""
+    batch, seqlen, _ = zxbcdt.shape
+    z, xbc, dt = torch.split(zxbcdt, [m.d_inner, m.d_inner + 2 * m.ngroups * m.d_state, m.nheads], dim=-1)
     width = m.conv_weight.shape[1]
     xbc = F.silu(F.conv1d(F.pad(xbc.transpose(1, 2), (width - 1, 0)), m.conv_weight[:, None, :], m.conv_bias,
                           groups=m.conv_weight.shape[0])).transpose(1, 2)
@@ -71,8 +73,27 @@ def torch_block_forward(m, u):
                     c.reshape(batch, seqlen, m.ngroups, m.d_state), m.chunk_size)
     y = (y + x * m.D[:, None]).reshape(batch, seqlen, m.d_inner)
     g = y * F.silu(z)
-    y = g * torch.rsqrt(g.square().mean(-1, keepdim=True) + 1e-5) * m.norm_weight
-    return m.out_proj(y)
+    return g * torch.rsqrt(g.square().mean(-1, keepdim=True) + 1e-5) * m.norm_weight
+
+
+def ssmops_core(m, zxbcdt):
+    """Mamba2Block.forward between the projections, on ssmops (as the block calls it)."""
+    batch, seqlen, _ = zxbcdt.shape
+    z, xbc, dt = torch.split(zxbcdt, [m.d_inner, m.d_inner + 2 * m.ngroups * m.d_state, m.nheads], dim=-1)
+    xbc = compat.causal_conv1d_fn(xbc.transpose(1, 2).contiguous(), m.conv_weight, m.conv_bias,
+                                  activation="silu").transpose(1, 2)
+    x, b, c = torch.split(xbc, [m.d_inner, m.ngroups * m.d_state, m.ngroups * m.d_state], dim=-1)
+    y = compat.mamba_chunk_scan_combined(
+        x.reshape(batch, seqlen, m.nheads, m.headdim), dt.contiguous(), -torch.exp(m.A_log),
+        b.reshape(batch, seqlen, m.ngroups, m.d_state), c.reshape(batch, seqlen, m.ngroups, m.d_state),
+        m.chunk_size, D=m.D, dt_bias=m.dt_bias, dt_softplus=True)
+    return compat.rmsnorm_fn(y.reshape(batch, seqlen, m.d_inner), m.norm_weight, None, z=z, eps=1e-5,
+                             norm_before_gate=False)
+
+
+def torch_block_forward(m, u):
+    """mamba2_block.Mamba2Block.forward in plain torch ops."""
+    return m.out_proj(torch_core(m, m.in_proj(u)))
 
 
 def main():
@@ -80,7 +101,14 @@ def main():
     ap.add_argument("--seqlen", type=int, default=2048)
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--threads", type=int, default=1,
+                    help="threads for both (torch and the ssmops context); with 1 the clock is this "
+                         "thread's CPU time, steady on a shared machine")
     a = ap.parse_args()
+    torch.set_num_threads(a.threads)
+    ctx = ssmops.Context(threads=a.threads)
+    ctx.__enter__()
+    clock = time.thread_time if a.threads == 1 else time.perf_counter
     torch.manual_seed(0)
     # mamba2-130m's mixer width: d_model 768, expand 2, 24 heads of 64, state 128, 1 group
     m = mamba2_block.Mamba2Block(d_model=768, d_state=128, headdim=64, expand=2, ngroups=1, d_conv=4,
@@ -91,16 +119,21 @@ def main():
         rel = ((got - ref).norm() / ref.norm()).item()
         assert rel < 1e-4, "the plain-torch block disagrees with the ssmops block: rel %.3g" % rel
         u = torch.randn(a.batch, a.seqlen, 768)
-        runs = (("ssmops block", lambda: m(u)), ("plain torch block", lambda: torch_block_forward(m, u)))
+        zx = m.in_proj(u)
+        # the whole block, and its core between the projections (the projections are the same
+        # torch matmuls in both, and dominate where torch's BLAS is slow)
+        runs = (("ssmops block", lambda: m(u)), ("plain torch block", lambda: torch_block_forward(m, u)),
+                ("ssmops core", lambda: ssmops_core(m, zx)), ("plain torch core", lambda: torch_core(m, zx)))
         for _, f in runs:
             f()
         times = {k: [] for k, _ in runs}
         for _ in range(a.rounds):
             for k, f in runs:
-                t0 = time.perf_counter()
+                t0 = clock()
                 f()
-                times[k].append(time.perf_counter() - t0)
-    print("agreement: rel %.3g (S=300); B=%d S=%d, torch threads %d" % (rel, a.batch, a.seqlen, torch.get_num_threads()))
+                times[k].append(clock() - t0)
+    print("agreement: rel %.3g (S=300); B=%d S=%d, %d thread(s) each, %s clock" % (
+        rel, a.batch, a.seqlen, a.threads, "thread CPU" if a.threads == 1 else "wall"))
     for k, v in times.items():
         med = statistics.median(v)
         print("%-18s median %8.1f ms  %9.0f tokens/s  (best %.1f ms, %d rounds)" % (
