@@ -129,7 +129,8 @@ def _make(info):
                 continue
             codes[k] = _tensors.pack(buf, offset[k], v, k, keep)
         for r in required_outputs:
-            if r not in given:
+            v = given.get(r)
+            if v is None or v is False:
                 to_make = True
         ref = None
         for n in float_inputs:

@@ -123,10 +123,6 @@ def register(name, fwd, bwd):
 
     def bwd_impl(*args):
         kw, params, mask = bwd_call_args(args)
-        tensors = [t for t in kw.values() if isinstance(t, torch.Tensor)]
-        if any(t.is_cuda for t in tensors) and not bwd.backends & (1 << _lib.BACKENDS["cuda"]):
-            raise NotImplementedError("ssmops: %s_bwd has no CUDA path yet (the CUDA backward issue adds it); "
-                                      "run the backward on CPU tensors" % name)
         res = bwd(**kw, **params)
         res = list(res) if isinstance(res, tuple) else [res]
         made = [a.name for a in bwd.schema if a.output and (not a.optional or kw.get(a.name) is not None)]
@@ -162,6 +158,11 @@ def register(name, fwd, bwd):
 
     def backward(ctx, *grads):
         tensors = ctx.saved_tensors
+        # raised here, in Python, rather than inside the backward op (the schema's bitmask:
+        # it lifts by itself when the library gains the CUDA path)
+        if any(t is not None and t.is_cuda for t in tensors) and not bwd.backends & (1 << _lib.BACKENDS["cuda"]):
+            raise NotImplementedError("ssmops: %s_bwd has no CUDA path yet (the CUDA backward issue adds it); "
+                                      "run the backward on CPU tensors" % name)
         needs = getattr(ctx, "needs_input_grad", None) or (True,) * n_in
         grad_mask = 0
         for i, n in enumerate(inputs):
