@@ -90,4 +90,6 @@ def test_backward_on_cuda_runs_or_says_not_implemented():
     host["x"].requires_grad_(True)
     ssmops.autograd.mamba2_scan(**host, chunk_size=64).float().sum().backward()
     g, want = kw["x"].grad.cpu().double(), host["x"].grad.double()
-    assert float((g - want).norm() / want.norm()) < 1e-5  # fp32 bar of DESIGN §5 (rel_rms)
+    # bf16 inputs, so dx is bf16: each backend within DESIGN §5's bf16 rel_rms bar (2^-8) of
+    # float64, so within twice that of each other
+    assert float((g - want).norm() / want.norm()) <= 2 * 2.0 ** -8
