@@ -1,6 +1,9 @@
 """The Python examples run: a Mamba-2 block on ssmops trains (every parameter gets a finite
 gradient, the loss falls), and its gradients match a finite-difference probe (float64 on the
-reference backend) for parameters of each stage: conv, dt bias, A, D, norm, projections."""
+reference backend) for parameters of each stage: conv, dt bias, A, D, norm, projections; the
+same for the Mamba-3 SISO block; train_steps.py trains both on the CPU and, with a CUDA device,
+gives the CPU's losses; hf_mamba2_compare.py meets the bf16 bar (or says transformers is not
+installed)."""
 import math
 import subprocess
 import sys
