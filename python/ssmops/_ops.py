@@ -9,7 +9,6 @@ schema marks as activations take the activation inputs' dtype, other float outpu
 gradients the dtype and shape of their input. It returns the outputs it wrote, in the order of
 the schema (one array alone when there is one)."""
 import ctypes
-import math
 import re
 
 from . import _lib, _schema, _tensors
@@ -17,11 +16,36 @@ from ._context import current_context
 
 
 def _c_function(info):
-    f = getattr(_lib.lib, "ssm_" + info.name.decode())
+    """The C entry point, bound once with its argument types: (ctx, params struct, args
+    struct as bytes[, workspace, size])."""
+    f = _lib.lib["ssm_" + info.name.decode()]  # a function object of its own: argtypes are this binding's
     f.restype = ctypes.c_int
-    f.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p] + (
+    f.argtypes = [ctypes.c_void_p, ctypes.POINTER(_schema.PARAMS[info.params.decode()]), ctypes.c_char_p] + (
         [ctypes.c_void_p, ctypes.c_size_t] if info.workspace else [])
     return f
+
+
+class BoundCall:
+    """An operator call prepared by ssmops.<op>.bind(...): its args struct holds the views of
+    the arrays it was given (their data pointers, shapes and strides at bind time) and the
+    context handle (for CUDA, the stream current then). Calling it runs the C function again
+    on those arrays and returns the same outputs: the per-call cost is the ctypes call
+    alone. Contract: while it is used, the bound arrays stay alive (it holds references)
+    and keep their storage, shape and strides: write new values into them in place
+    (x.copy_(...)); an array replaced or resized needs a new bind."""
+
+    __slots__ = ("name", "_cfun", "_context", "_handle", "_params", "_buf", "_keep", "outputs", "_workspace")
+
+    def __init__(self, name, cfun, context, handle, params, buf, keep, outputs, workspace):
+        self.name, self._cfun, self._context, self._handle = name, cfun, context, handle
+        self._params, self._buf, self._keep, self.outputs, self._workspace = params, buf, keep, outputs, workspace
+
+    def __call__(self):
+        status = (self._cfun(self._handle, self._params, self._buf, None, 0) if self._workspace
+                  else self._cfun(self._handle, self._params, self._buf))
+        if status:
+            _lib.check(status, self._handle)
+        return self.outputs
 
 
 class _Arg:
@@ -49,51 +73,129 @@ def _make(info):
     inputs = [a for a in args if not a.output]
     outputs = [a for a in args if a.output]
     required = [a.name for a in inputs if not a.optional]
+    nrequired = len(required)
     pname = info.params.decode()
-    pfields = set(_schema.param_names(pname))
+    pfields = frozenset(_schema.param_names(pname))
+    pclass = _schema.PARAMS[pname]
+    defaults = _schema.params_struct(pname)   # shared by every call that sets no field (read-only in C)
     cfun = _c_function(info)
     args_size = info.args_size
+    workspace = bool(info.workspace)
     by_name = {a.name: a for a in args}
+    offset = {a.name: a.offset for a in args}
+    # the inputs whose framework and device the made outputs take: float inputs, in order
+    float_inputs = [a.name for a in inputs if a.cls == _schema.CLASS_FLOAT]
+    activation_inputs = [a.name for a in inputs if a.flags & _schema.FLAG_ACTIVATION]
+    required_outputs = [a.name for a in outputs if not a.optional]
+    output_names = [a.name for a in outputs]
 
-    def op(*positional, ctx=None, **kw):
-        if len(positional) > len(required):
-            raise TypeError("%s() takes at most %d positional arrays (%s)" % (name, len(required),
+    def parse(positional, kw):
+        """The arrays of a call by name, and its params struct."""
+        if len(positional) > nrequired:
+            raise TypeError("%s() takes at most %d positional arrays (%s)" % (name, nrequired,
                                                                               ", ".join(required)))
         given = dict(zip(required, positional))
-        for k in list(kw):
-            if k in given:
-                raise TypeError("%s(): %s given twice" % (name, k))
-        params = _schema.params_struct(pname)
+        params = defaults
         for k, v in kw.items():
             if k in by_name:
+                if k in given:
+                    raise TypeError("%s(): %s given twice" % (name, k))
                 given[k] = v
             elif k in pfields:
+                if params is defaults:
+                    params = pclass.from_buffer_copy(defaults)
                 setattr(params, k, v)
             else:
                 raise TypeError("%s() got an unexpected keyword %r" % (name, k))
-        missing = [r for r in required if given.get(r) is None]
-        if missing:
-            raise TypeError("%s() is missing %s" % (name, ", ".join(missing)))
-        present = {a.name for a in inputs if given.get(a.name) is not None}
+        for r in required:
+            if given.get(r) is None:
+                raise TypeError("%s() is missing %s" % (name, ", ".join(r for r in required if given.get(r) is None)))
+        return given, params
+
+    def prepare(positional, kw):
+        """Parses a call: the params struct, the args struct (bytes) with every view written,
+        the outputs (made where asked), the objects the struct points into, and the input
+        whose device picks the context's stream."""
+        given, params = parse(positional, kw)
         keep = []
-        buf = ctypes.create_string_buffer(args_size)  # zeroed: every tensor not filled is absent
-        views = {a.name: _tensors.to_tensor(given[a.name], a.name, keep,
-                                            _lib.Tensor.from_buffer(buf, a.offset)) for a in inputs if a.name in present}
-        floats = [a.name for a in inputs if a.name in present and a.cls == _schema.CLASS_FLOAT]
+        buf = ctypes.create_string_buffer(args_size)  # zeroed: every tensor not written is absent
+        codes = {}
+        to_make = False
+        for k, v in given.items():
+            if v is None or v is False:
+                continue
+            if v is True:
+                to_make = True
+                continue
+            codes[k] = _tensors.pack(buf, offset[k], v, k, keep)
+        for r in required_outputs:
+            v = given.get(r)
+            if v is None or v is False:
+                to_make = True
+        ref = None
+        for n in float_inputs:
+            ref = given.get(n)
+            if ref is not None:
+                break
+        if to_make:
+            made = _make_outputs(given, codes, buf, keep, params)
+        else:
+            made = [v for v in map(given.get, output_names) if v is not None and v is not False]
+        keep.append(given)
+        return params, buf, keep, made, ref
+
+    def op(*positional, ctx=None, **kw):
+        params, buf, keep, made, ref = prepare(positional, kw)
+        handle = (ctx if ctx is not None else current_context()).handle_for(ref)
+        status = cfun(handle, params, buf, None, 0) if workspace else cfun(handle, params, buf)
+        if status:
+            _lib.check(status, handle)
+        return made[0] if len(made) == 1 else tuple(made)
+
+    def bind(*positional, ctx=None, **kw):
+        """A prepared call (BoundCall): the same arguments as the operator, parsed and laid
+        out once; calling it runs the C function on them again (for a decode loop that
+        writes each token into the same buffers)."""
+        params, buf, keep, made, ref = prepare(positional, kw)
+        context = ctx if ctx is not None else current_context()
+        return BoundCall(name, cfun, context, context.handle_for(ref), params, buf, keep,
+                         made[0] if len(made) == 1 else tuple(made), workspace)
+
+    def _make_outputs(given, codes, buf, keep, params):
+        """Makes every output asked for (True) or required and not given, in the framework and
+        device of the inputs; writes their views into buf; returns them in schema order
+        together with the given ones."""
+        ref, plan = _plan_outputs(given, codes, params)
+        made = []
+        for a, v, shape, code in plan:
+            if v is None:
+                v = _tensors.new_like(ref, shape, code)
+                _tensors.pack(buf, a.offset, v, a.name, keep)
+            made.append(v)
+        return made
+
+    def output_specs(*positional, **kw):
+        """[(name, shape, dtype code)] of the outputs a call with these arguments makes (its
+        arrays only read for shape and dtype: torch's fake tensors do)."""
+        given, params = parse(positional, kw)
+        codes = {k: _tensors.dtype_code(v) for k, v in given.items()
+                 if v is not None and v is not True and v is not False}
+        _, plan = _plan_outputs(given, codes, params)
+        return [(a.name, shape, code) for a, v, shape, code in plan if v is None]
+
+    def _plan_outputs(given, codes, params):
+        """The input whose framework the made outputs take, and for each output in schema
+        order that the call writes: (arg, the given array or None, shape, dtype code)."""
+        present = {a.name for a in inputs if given.get(a.name) is not None}
+        floats = [n for n in float_inputs if n in present]
         # outputs live in the framework of the first torch (else numpy) input
         ref = next((given[n] for n in floats if _tensors.is_torch(given[n])),
                    next((given[n] for n in floats if _tensors.is_numpy(given[n])), given[floats[0]]))
-        act = next((a.name for a in inputs if a.name in present and a.flags & _schema.FLAG_ACTIVATION), floats[0])
-        act_code = views[act].dtype
-        # dimension symbols from the inputs' shapes, then the chunk counts (only when an output
-        # is to be made: a call with every output given skips this)
+        act = next((n for n in activation_inputs if n in present), floats[0])
+        act_code = codes[act]
+        # dimension symbols from the inputs' shapes, then the chunk counts
         env = {}
-        needs_env = False
-        for a in outputs:
-            v = given.get(a.name)
-            if v is True or (v is None and not a.optional):
-                needs_env = True
-        for a in inputs if needs_env else ():
+        for a in inputs:
             if a.name in present:
                 _schema.bind(env, _schema.shape_symbols(a.shape, present), tuple(given[a.name].shape))
         batch = env.get("batch", env.get("B"))
@@ -105,14 +207,13 @@ def _make(info):
             env.setdefault("Q", chunk)
             env.setdefault("C", chunk)
             if "S" in env:
-                env.setdefault("NC", math.ceil(env["S"] / chunk))
-                env.setdefault("nc", math.ceil(env["S"] / chunk))
-        made = []
+                env.setdefault("NC", -(-env["S"] // chunk))  # ceil, in integers (also symbolic sizes)
+                env.setdefault("nc", -(-env["S"] // chunk))
+        plan = []
         for a in outputs:
             v = given.get(a.name)
             if v is None or v is False:
                 if a.optional:
-                    given[a.name] = None
                     continue
                 v = True
             if v is True:
@@ -126,28 +227,21 @@ def _make(info):
                 dims = _schema.shape_symbols(a.shape, present)
                 shape = _schema.evaluate(dims, env) if dims is not None and not like else None
                 if a.in_place and a.in_place in present:
-                    shape, code = tuple(given[a.in_place].shape), views[a.in_place].dtype
+                    shape, code = tuple(given[a.in_place].shape), codes[a.in_place]
                 elif shape is None and src is not None:  # a gradient: shaped and typed like its input
-                    shape, code = tuple(given[src].shape), views[src].dtype
+                    shape, code = tuple(given[src].shape), codes[src]
                 elif src is not None and list(shape) == list(given[src].shape):
-                    code = views[src].dtype
+                    code = codes[src]
                 if shape is None:
                     raise TypeError("%s(): pass %s= (an array of shape %s): its size does not follow from the "
                                     "inputs" % (name, a.name, a.shape))
-                v = _tensors.new_like(ref, shape, code)
-            given[a.name] = v
-            made.append(v)
-        context = ctx if ctx is not None else current_context()
-        for a in outputs:
-            if given.get(a.name) is not None:
-                _tensors.to_tensor(given[a.name], a.name, keep, _lib.Tensor.from_buffer(buf, a.offset))
-        call = [context.handle_for(ref), ctypes.byref(params), buf]
-        if info.workspace:
-            call += [None, 0]
-        status = cfun(*call)
-        _lib.check(status, call[0])
-        return made[0] if len(made) == 1 else tuple(made)
+                plan.append((a, None, tuple(shape), code))
+            else:
+                plan.append((a, v, None, None))
+        return ref, plan
 
+    op.bind = bind
+    op.output_specs = output_specs
     op.__name__ = name
     op.__qualname__ = name
     op.__doc__ = "ssm_%s: inputs %s; outputs %s; params %s." % (

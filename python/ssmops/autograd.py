@@ -79,10 +79,30 @@ def _make(name, fwd, bwd):
     return op
 
 
+def _dispatch(name, function_path, library_path, outputs):
+    """The custom-op path for plain calls; the autograd.Function path where the custom op
+    cannot carry the call (an explicit ctx=, or out= arrays to write into)."""
+    def op(*positional, ctx=None, **kw):
+        if ctx is not None or any(isinstance(kw.get(o), torch.Tensor) for o in outputs):
+            return function_path(*positional, ctx=ctx, **kw)
+        return library_path(*positional, **kw)
+
+    op.__name__ = name
+    op.__doc__ = function_path.__doc__ + "; a torch.library custom op (torch.ops.ssmops.%s) for torch.compile" % name
+    return op
+
+
 def build(functions):
+    """ssmops.autograd's functions: on torch >= 2.4 over torch.library custom ops (so that
+    torch.compile traces through them), else torch.autograd.Functions."""
+    from . import _torch_ops
+    library = _torch_ops.available()
     out = {}
     for name in OPS_WITH_BACKWARD:
         fwd, bwd = functions[name], functions[name + "_bwd"]
         out[name] = _make(name, fwd, bwd)
+        if library:
+            outputs = [a.name for a in fwd.schema if a.output]
+            out[name] = _dispatch(name, out[name], _torch_ops.register(name, fwd, bwd), outputs)
     return out
 

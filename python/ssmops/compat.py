@@ -13,10 +13,27 @@ import ssmops
 from . import _tensors
 
 
+def _library_ops():
+    """Whether ssmops.autograd runs over torch.library custom ops (torch >= 2.4)."""
+    if ssmops.autograd is None:
+        return False
+    from . import _torch_ops
+    return _torch_ops.available()
+
+
+_LIBRARY = _library_ops()
+
+
 def _grad_enabled(*ts):
+    """Whether a call takes ssmops.autograd's path: torch tensors where gradients flow, or any
+    torch tensors where that path is torch.library custom ops (torch.compile traces those,
+    with or without gradients)."""
     t = _tensors.torch
-    return t is not None and t.is_grad_enabled() and any(_tensors.is_torch(x) and x.requires_grad for x in ts
-                                                          if x is not None)
+    if t is None:
+        return False
+    if _LIBRARY:
+        return any(_tensors.is_torch(x) for x in ts if x is not None)
+    return t.is_grad_enabled() and any(_tensors.is_torch(x) and x.requires_grad for x in ts if x is not None)
 
 
 def _scan_fn(*ts):
@@ -125,3 +142,108 @@ def rmsnorm_fn(x, weight, bias, z=None, eps=1e-6, group_size=None, norm_before_g
     out = f(x2, z=z2, weight=weight, eps=float(eps), group_size=int(group_size or 0),
             norm_before_gate=int(bool(norm_before_gate)))
     return out.reshape(x.shape)
+
+
+# ---- Mamba-3 (state-spaces/mamba: mamba_ssm/ops/triton/mamba3, ops/tilelang/mamba3, ops/cute/mamba3)
+def _siso_fn(*ts):
+    return ssmops.autograd.mamba3_siso if _grad_enabled(*ts) else ssmops.mamba3_siso
+
+
+def mamba3_siso_combined(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, Z=None, Input_States=None,
+                         chunk_size=64, return_final_states=False, cu_seqlens=None):
+    """Q/K (batch, seqlen, nheads_qk, headdim_qk), V (batch, seqlen, nheads, headdim_v), ADT/DT/
+    Trap (batch, nheads, seqlen), Q_bias/K_bias (nheads, headdim_qk), Angles (batch, seqlen,
+    nheads, headdim_angles) raw rates, D (nheads), Z like V, Input_States (angle, ssm, k, v)
+    states or None. Returns out, or (out, final_angle_state, final_ssm_state, final_k_state,
+    final_v_state) with return_final_states."""
+    states = tuple(Input_States) if Input_States is not None else (None, None, None, None)
+    if any(s is None for s in states) and any(s is not None for s in states):
+        raise ValueError("Input states must be provided together or all be None.")
+    if cu_seqlens is not None and Q.shape[0] != 1:
+        raise ValueError("Batch size must be 1 with variable-length sequences (cu_seqlens), got %d." % Q.shape[0])
+    f = _siso_fn(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D, Z, *states)
+    want = True if return_final_states else None
+    res = f(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, d=D, z=Z, angle_state=states[0], ssm_state=states[1],
+            k_state=states[2], v_state=states[3], cu_seqlens=cu_seqlens, final_angle_state=want,
+            final_ssm_state=want, final_k_state=want, final_v_state=want, chunk_size=int(chunk_size))
+    return tuple(res) if return_final_states else res
+
+
+def mamba3_siso_step(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, D=None, Z=None, Input_States=None):
+    """One decode token: Q/K (batch, nheads_qk, headdim_qk), V (batch, nheads, headdim_v),
+    ADT/DT/Trap (batch, nheads), Angles (batch, nheads, headdim_angles), Input_States (angle,
+    ssm, k, v) (required). Returns (out, [angle_state, ssm_state, k_state, v_state]): new
+    states (the inputs are not written), the last one V itself, as upstream's."""
+    if Input_States is None:
+        raise ValueError("mamba3_siso_step needs Input_States (angle, ssm, k, v states; zeros for a new sequence)")
+    angle, ssm, k, v = Input_States
+    out, fa, fs, fk = ssmops.mamba3_siso_step(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, Angles, d=D, z=Z,
+                                              angle_state=angle, ssm_state=ssm, k_state=k, v_state=v,
+                                              final_angle_state=True, final_ssm_state=True, final_k_state=True)
+    return out, [fa, fs, fk, V]
+
+
+def _mimo_fn(*ts):
+    return ssmops.autograd.mamba3_mimo if _grad_enabled(*ts) else ssmops.mamba3_mimo
+
+
+def mamba3_mimo(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out, Angles, D, Z, chunk_size,
+                rotary_dim_divisor, dtype, return_state=False, cu_seqlens=None, fuse_pregate_headwise_rms_norm=False,
+                outproj_norm_weight=None, outproj_norm_eps=1e-5):
+    """Q/K (batch, seqlen, mimo_rank, nheads_qk, headdim_qk), V (batch, seqlen, nheads,
+    headdim_v), ADT/DT/Trap (batch, nheads, seqlen; Trap pre-sigmoid), Q_bias/K_bias (nheads,
+    mimo_rank, headdim_qk), MIMO_V/MIMO_Z/MIMO_Out (nheads, mimo_rank, headdim_v; MIMO_Z and
+    MIMO_Out may be None), Angles (batch, seqlen, nheads, headdim_qk // rotary_dim_divisor) raw
+    rates, D (nheads) or None, Z like V or None. Returns out ((batch, seqlen, nheads, headdim_v)
+    with MIMO_Out, else (batch, seqlen, mimo_rank, nheads, headdim_v)), and with return_state
+    (out, (final_angle_state, final_ssm_state, final_k_state, final_v_state)). `dtype` (the
+    kernels' low-precision dtype upstream) is accepted and ignored: ssmops computes in fp32."""
+    del dtype
+    if outproj_norm_weight is not None and outproj_norm_weight.ndim == 1:  # upstream takes it flattened too
+        outproj_norm_weight = outproj_norm_weight.reshape(V.shape[2], V.shape[3])
+    if fuse_pregate_headwise_rms_norm and outproj_norm_weight is None:
+        outproj_norm_weight = (_tensors.torch.ones(V.shape[2], V.shape[3], dtype=_tensors.torch.float32,
+                                                   device=V.device) if _tensors.is_torch(V) else None)
+    if not fuse_pregate_headwise_rms_norm:
+        outproj_norm_weight = None
+    if Z is None or MIMO_Z is None:  # the gate needs both (upstream passes both or neither)
+        Z = MIMO_Z = None
+    f = _mimo_fn(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, MIMO_Z, MIMO_Out, Angles, D, Z,
+                 outproj_norm_weight)
+    want = True if return_state else None
+    res = f(Q, K, V, ADT, DT, Trap, Q_bias, K_bias, MIMO_V, Angles, mimo_z=MIMO_Z, mimo_o=MIMO_Out, d=D, z=Z,
+            outproj_norm_weight=outproj_norm_weight, cu_seqlens=cu_seqlens, final_angle_state=want,
+            final_ssm_state=want, final_k_state=want, final_v_state=want, chunk_size=int(chunk_size),
+            rotary_dim_divisor=int(rotary_dim_divisor), fuse_pregate_norm=int(bool(fuse_pregate_headwise_rms_norm)),
+            norm_eps=float(outproj_norm_eps))
+    return (res[0], tuple(res[1:])) if return_state else res
+
+
+def mamba3_step_fn(state, Bstate, Xstate, A, B, C, D, x, dt, trap, xproj, outproj=None, state_out=None, out=None,
+                   z=None, zproj=None, tile_D=64, num_warps=2):
+    """The MIMO decode step of upstream's Mamba3.step (ops/cute/mamba3/mamba3_step_fn.py): one
+    token with B/C already rotated and biased (apply_rotary_qk_inference_fwd), A (batch,
+    nheads) the decay rate (alpha = exp(A·dt)), trap (batch, nheads) the mixing factor after
+    the sigmoid. state (batch, nheads, headdim, dstate) is updated in place unless state_out
+    is given; Bstate (batch, R, nheads, dstate) and Xstate (batch, nheads, headdim) are read
+    only. Writes out ((batch, nheads, headdim) with outproj, else (batch, R, nheads, headdim))
+    and returns it (made when None). tile_D and num_warps are kernel tuning: ignored."""
+    del tile_D, num_warps
+    torch = _tensors.torch
+    batch, nheads, _, dstate = state.shape
+    rank = Bstate.shape[1]
+    # ssmops' MIMO step rotates by theta = angle_state + pi*tanh(angles)*dt and adds biases:
+    # zero angles, zero angle state and zero biases make both the identity on the given B, C.
+    zeros_angles = torch.zeros(1, 1, 1, dtype=torch.float32, device=state.device).expand(batch, nheads, dstate // 4)
+    zeros_bias = torch.zeros(1, 1, 1, dtype=torch.float32, device=state.device).expand(nheads, rank, dstate)
+    lam = trap.float()
+    logit = torch.log(lam) - torch.log1p(-lam)  # ssmops takes the pre-sigmoid trap
+    target = state if state_out is None else state_out
+    res = ssmops.mamba3_mimo_step(
+        C, B, x, A * dt, dt, logit, zeros_angles, zeros_bias, zeros_bias,
+        xproj.permute(1, 0, 2), z=z if zproj is not None else None,
+        mimo_z=zproj.permute(1, 0, 2) if (z is not None and zproj is not None) else None,
+        mimo_o=outproj.permute(1, 0, 2) if outproj is not None else None, d=D, angle_state=zeros_angles,
+        ssm_state=state, k_state=Bstate, v_state=Xstate, out=out if out is not None else True,
+        final_ssm_state=target, rotary_dim_divisor=4)
+    return res[0] if isinstance(res, tuple) else res

@@ -151,3 +151,55 @@ def test_every_output_given_as_torch_tensors():
     res = ssmops.mamba2_step(x, dt, A, b, c, state=state, final_state=state, out=out)
     assert res[0] is out and res[1] is state
     assert rel(out.numpy(), want.numpy()) < 1e-5 and rel(state.numpy(), want_state.numpy()) < 1e-5
+
+
+def test_bound_call_reruns_on_the_bound_arrays():
+    torch = pytest.importorskip("torch")
+    g = torch.Generator().manual_seed(5)
+    B, H, P, N = 2, 3, 4, 8
+    x, z = torch.randn(B, H, P, generator=g), torch.randn(B, H, P, generator=g)
+    dt = torch.rand(B, H, P, generator=g)
+    A = (-torch.rand(H, 1, 1, generator=g)).expand(H, P, N)
+    b, c = torch.randn(B, 1, N, generator=g), torch.randn(B, 1, N, generator=g)
+    state, out = torch.randn(B, H, P, N, generator=g), torch.empty(B, H, P)
+    ref_state = state.clone()
+    step = ssmops.mamba2_step.bind(x, dt, A, b, c, z=z, state=state, out=out, final_state=state, dt_softplus=1)
+    for i in range(3):
+        x.copy_(torch.randn(B, H, P, generator=g))          # a new token, written in place
+        got = step()                                     # the outputs it writes, as the direct call
+        assert got[0] is out and got[1] is state
+        want, ref_state = ssmops.mamba2_step(x, dt, A, b, c, z=z, state=ref_state, final_state=True, dt_softplus=1)
+        assert torch.equal(out, want) and torch.equal(state, ref_state), i
+    made = ssmops.mamba2_scan.bind(x[:, None], dt[:, None, :, 0], A[:, 0, 0], b[:, None], c[:, None])
+    assert torch.equal(made(), ssmops.mamba2_scan(x[:, None], dt[:, None, :, 0], A[:, 0, 0], b[:, None], c[:, None]))
+    bad = ssmops.mamba2_scan.bind(x[:, None], dt[:, None, :, 0], A[:, 0, 0], b[:, None], c[:, None], chunk_size=0)
+    with pytest.raises(ssmops.SsmValueError):
+        bad()
+
+
+def test_output_specs_match_the_outputs_made():
+    """output_specs (what torch.library's fake implementations use) gives the shapes and
+    dtype codes of the outputs a real call makes."""
+    torch = pytest.importorskip("torch")
+    from ssmops import _tensors
+    g = torch.Generator().manual_seed(6)
+    x, dt = torch.randn(2, 37, 4, 8, generator=g), torch.rand(2, 37, 4, generator=g)
+    A, b, c = -torch.rand(4, generator=g), torch.randn(2, 37, 1, 16, generator=g), torch.randn(2, 37, 1, 16, generator=g)
+    calls = [(ssmops.mamba2_scan, (x, dt, A, b, c), dict(final_states=True, chunk_size=16)),
+             (ssmops.mamba2_scan_bwd, (x, dt, A, b, c, x), dict(dx=True, da=True, dc=True, chunk_size=16)),
+             (ssmops.mamba2_scan, (x.double(), dt.double(), A.double(), b.double(), c.double()), {}),
+             (ssmops.rmsnorm_gated, (x.reshape(-1, 8), ), dict(weight=torch.ones(8), z=x.reshape(-1, 8)))]
+    for f, args, kw in calls:
+        specs = f.output_specs(*args, **kw)
+        res = f(*args, **kw)
+        res = res if isinstance(res, tuple) else (res,)
+        assert len(specs) == len(res)
+        for (name, shape, code), t in zip(specs, res):
+            assert tuple(shape) == tuple(t.shape) and _tensors.dtype_code(t) == code, (f.__name__, name)
+
+
+def test_required_output_false_is_made():
+    torch = pytest.importorskip("torch")
+    x = torch.randn(3, 8)
+    y = ssmops.rmsnorm_gated(x, weight=torch.ones(8), out=False)
+    assert y.shape == (3, 8)

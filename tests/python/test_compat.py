@@ -80,3 +80,122 @@ def test_conv_and_norm():
     assert y.shape == xn.shape and rel(y, want) < 1e-5
     with pytest.raises(NotImplementedError):
         compat.rmsnorm_fn(xn, wn, t(8))
+
+
+# ---- Mamba-3: upstream's names and conventions over ssmops' calls --------------------------
+def siso_inputs(B=2, S=19, Hq=1, H=2, K=8, V=4, A=2):
+    q, k, v = t(B, S, Hq, K), t(B, S, Hq, K), t(B, S, H, V)
+    adt, dt, trap = -torch.rand(B, H, S) * 0.5, torch.rand(B, H, S) * 0.5, t(B, H, S)
+    return q, k, v, adt, dt, trap, t(H, K, scale=0.3), t(H, K, scale=0.3), t(B, S, H, A, scale=0.5)
+
+
+def test_mamba3_siso_combined():
+    q, k, v, adt, dt, trap, qb, kb, ang = siso_inputs()
+    D, Z = t(2), t(2, 19, 2, 4)
+    states = (torch.rand(2, 2, 2) * 6, t(2, 2, 4, 8), t(2, 2, 8), t(2, 2, 4))
+    res = compat.mamba3_siso_combined(q, k, v, adt, dt, trap, qb, kb, ang, D=D, Z=Z, Input_States=states,
+                                      chunk_size=8, return_final_states=True)
+    want = ssmops.mamba3_siso(q, k, v, adt, dt, trap, qb, kb, ang, d=D, z=Z, angle_state=states[0],
+                              ssm_state=states[1], k_state=states[2], v_state=states[3], final_angle_state=True,
+                              final_ssm_state=True, final_k_state=True, final_v_state=True, chunk_size=8)
+    assert isinstance(res, tuple) and len(res) == 5
+    for got, ref in zip(res, want):
+        assert torch.equal(got, ref)
+    only = compat.mamba3_siso_combined(q, k, v, adt, dt, trap, qb, kb, ang)
+    assert isinstance(only, torch.Tensor) and torch.equal(only, ssmops.mamba3_siso(q, k, v, adt, dt, trap, qb, kb,
+                                                                                     ang, chunk_size=64))
+    with pytest.raises(ValueError):
+        compat.mamba3_siso_combined(q, k, v, adt, dt, trap, qb, kb, ang, Input_States=(states[0], None, None, None))
+
+
+def test_mamba3_siso_combined_varlen_and_grad():
+    q, k, v, adt, dt, trap, qb, kb, ang = siso_inputs(B=1, S=23)
+    cu = torch.tensor([0, 9, 23], dtype=torch.int32)
+    out, fa, fs, fk, fv = compat.mamba3_siso_combined(q, k, v, adt, dt, trap, qb, kb, ang, chunk_size=8,
+                                                      return_final_states=True, cu_seqlens=cu)
+    assert fs.shape == (2, 2, 4, 8) and torch.equal(fv[0], v[0, 8]) and torch.equal(fv[1], v[0, 22])
+    qb.requires_grad_(True)
+    compat.mamba3_siso_combined(q, k, v, adt, dt, trap, qb, kb, ang).square().sum().backward()
+    assert qb.grad is not None and torch.isfinite(qb.grad).all()
+    with pytest.raises(ValueError):
+        q2, k2, v2, adt2, dt2, trap2, qb2, kb2, ang2 = siso_inputs(B=2)
+        compat.mamba3_siso_combined(q2, k2, v2, adt2, dt2, trap2, qb2, kb2, ang2, cu_seqlens=cu)
+
+
+def test_mamba3_siso_step():
+    B, Hq, H, K, V, A = 2, 1, 2, 8, 4, 2
+    q, k, v, z = t(B, Hq, K), t(B, Hq, K), t(B, H, V), t(B, H, V)
+    adt, dt, trap = -torch.rand(B, H) * 0.5, torch.rand(B, H) * 0.5, t(B, H)
+    qb, kb, ang, D = t(H, K, scale=0.3), t(H, K, scale=0.3), t(B, H, A), t(H)
+    states = [torch.rand(B, H, A) * 6, t(B, H, V, K), t(B, H, K), t(B, H, V)]
+    before = [s.clone() for s in states]
+    out, new = compat.mamba3_siso_step(q, k, v, adt, dt, trap, qb, kb, ang, D=D, Z=z, Input_States=states)
+    assert isinstance(new, list) and len(new) == 4 and new[3] is v
+    for s, b in zip(states, before):  # upstream's step returns new states, its inputs untouched
+        assert torch.equal(s, b)
+    ref = ssmops.mamba3_siso_step(q, k, v, adt, dt, trap, qb, kb, ang, d=D, z=z, angle_state=states[0],
+                                  ssm_state=states[1], k_state=states[2], v_state=states[3],
+                                  final_angle_state=True, final_ssm_state=True, final_k_state=True)
+    for got, want in zip([out] + new[:3], ref):
+        assert torch.equal(got, want)
+    with pytest.raises(ValueError):
+        compat.mamba3_siso_step(q, k, v, adt, dt, trap, qb, kb, ang)
+
+
+def mimo_inputs(B=2, S=12, R=2, G=1, H=2, N=8, P=4, div=4):
+    q, k, v, z = t(B, S, R, G, N), t(B, S, R, G, N), t(B, S, H, P), t(B, S, H, P)
+    adt, dt, trap = -torch.rand(B, H, S) * 0.5, torch.rand(B, H, S) * 0.5, t(B, H, S)
+    qb, kb = t(H, R, N, scale=0.3), t(H, R, N, scale=0.3)
+    mv, mz, mo = t(H, R, P, scale=0.5), t(H, R, P, scale=0.5), t(H, R, P, scale=0.5)
+    return q, k, v, adt, dt, trap, qb, kb, mv, mz, mo, t(B, S, H, N // div, scale=0.5), t(H), z
+
+
+def test_mamba3_mimo():
+    q, k, v, adt, dt, trap, qb, kb, mv, mz, mo, ang, D, z = mimo_inputs()
+    out, states = compat.mamba3_mimo(q, k, v, adt, dt, trap, qb, kb, mv, mz, mo, ang, D, z, 4, 4, torch.bfloat16,
+                                     return_state=True)
+    want = ssmops.mamba3_mimo(q, k, v, adt, dt, trap, qb, kb, mv, ang, mimo_z=mz, mimo_o=mo, d=D, z=z,
+                              final_angle_state=True, final_ssm_state=True, final_k_state=True,
+                              final_v_state=True, chunk_size=4, rotary_dim_divisor=4)
+    assert isinstance(states, tuple) and len(states) == 4
+    for got, ref in zip((out,) + states, want):
+        assert torch.equal(got, ref)
+    per_rank = compat.mamba3_mimo(q, k, v, adt, dt, trap, qb, kb, mv, None, None, ang, None, None, 4, 4, None)
+    assert per_rank.shape == (2, 12, 2, 2, 4)
+    w = torch.rand(8) + 0.5  # flattened (nheads * headdim_v), as upstream accepts it
+    fused = compat.mamba3_mimo(q, k, v, adt, dt, trap, qb, kb, mv, mz, mo, ang, D, z, 4, 4, None,
+                               fuse_pregate_headwise_rms_norm=True, outproj_norm_weight=w)
+    ref = ssmops.mamba3_mimo(q, k, v, adt, dt, trap, qb, kb, mv, ang, mimo_z=mz, mimo_o=mo, d=D, z=z,
+                             outproj_norm_weight=w.reshape(2, 4), chunk_size=4, fuse_pregate_norm=1)
+    assert torch.equal(fused, ref)
+
+
+def test_mamba3_step_fn_matches_upstream_math():
+    """upstream's MIMO decode step (B/C already rotated, A the rate, trap after the sigmoid),
+    against its recurrence written out here in float64."""
+    Bz, R, H, N, P = 2, 2, 3, 8, 4
+    state, Bstate, Xstate = t(Bz, H, P, N), t(Bz, R, H, N), t(Bz, H, P)
+    A, dt, trap = -torch.rand(Bz, H) - 0.5, torch.rand(Bz, H) * 0.5, torch.rand(Bz, H) * 0.8 + 0.1
+    Bm, Cm, D, x, z = t(Bz, R, H, N), t(Bz, R, H, N), t(H), t(Bz, H, P), t(Bz, H, P)
+    xproj, zproj, outproj = t(R, H, P, scale=0.5), t(R, H, P, scale=0.5), t(R, H, P, scale=0.5)
+    f = {k: v.double() for k, v in dict(s=state, bs=Bstate, xs=Xstate, A=A, dt=dt, tr=trap, B=Bm, C=Cm, D=D, x=x,
+                                         z=z, xp=xproj, zp=zproj, op=outproj).items()}
+    alpha = torch.exp(f["A"] * f["dt"])
+    beta, gamma = (1 - f["tr"]) * f["dt"] * alpha, f["tr"] * f["dt"]
+    xv, xsv = f["x"][:, None] * f["xp"][None], f["xs"][:, None] * f["xp"][None]           # (b, r, h, p)
+    new = (f["s"] * alpha[:, :, None, None]
+           + torch.einsum("brhp,brhn->bhpn", xv * gamma[:, None, :, None], f["B"])
+           + torch.einsum("brhp,brhn->bhpn", xsv * beta[:, None, :, None], f["bs"]))
+    y = torch.einsum("bhpn,brhn->brhp", new, f["C"]) + xv * f["D"][None, None, :, None]
+    zv = f["z"][:, None] * f["zp"][None]
+    y = y * zv * torch.sigmoid(zv)
+    want = torch.einsum("brhp,rhp->bhp", y, f["op"])
+    s0 = state.clone()
+    out = torch.empty(Bz, H, P)
+    got = compat.mamba3_step_fn(state, Bstate, Xstate, A, Bm, Cm, D, x, dt, trap, xproj, outproj=outproj, out=out,
+                                z=z, zproj=zproj)
+    assert got is out
+    assert rel(out, want) < 1e-5 and rel(state, new) < 1e-5          # state updated in place
+    state_out = torch.empty_like(s0)
+    per_rank = compat.mamba3_step_fn(s0, Bstate, Xstate, A, Bm, Cm, D, x, dt, trap, xproj, state_out=state_out)
+    assert per_rank.shape == (Bz, R, H, P) and rel(state_out, new) < 1e-5
