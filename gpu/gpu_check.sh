@@ -18,10 +18,9 @@ mkdir -p "$out"
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${SSMOPS_GPU_BUILD:-$src/build-gpu}
 phases=${SSMOPS_GPU_PHASES:-tests,checks,sanitizer,bench}
-all_ops="mamba2_chunk_state mamba2_scan mamba2_step mamba3_siso_fwd mamba3_siso mamba3_siso_step
-mamba3_mimo_bwd_fwd mamba3_mimo mamba3_mimo_step"
-all_ops="$all_ops causal_conv1d causal_conv1d_bwd causal_conv1d_update rmsnorm_gated rmsnorm_gated_bwd
-mamba3_angle_cumsum mamba3_angle_cumsum_bwd"
+all_ops="mamba2_chunk_state mamba2_scan mamba2_scan_bwd mamba2_step mamba3_siso_fwd mamba3_siso mamba3_siso_bwd
+mamba3_siso_step mamba3_mimo_bwd_fwd mamba3_mimo mamba3_mimo_bwd mamba3_mimo_step causal_conv1d causal_conv1d_bwd
+causal_conv1d_update rmsnorm_gated rmsnorm_gated_bwd mamba3_angle_cumsum mamba3_angle_cumsum_bwd"
 ops=${SSMOPS_GPU_OPS:-$all_ops}
 quick=${SSMOPS_GPU_QUICK:-0}
 jobs=$(nproc 2>/dev/null || echo 4)

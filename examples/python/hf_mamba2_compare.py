@@ -1,14 +1,14 @@
 """Hugging Face transformers' Mamba2 model run twice on the same random weights and tokens:
-with transformers' own pure-torch mixer path, and with the mixer's kernel path (its
-`cuda_kernels_forward`) running on ssmops.compat's causal_conv1d_fn and
-mamba_chunk_scan_combined; prints max |Δlogits| and the comparison against the bf16 bar of
-DESIGN §5 (max_rel ≤ 2⁻⁴, rel_rms ≤ 2⁻⁸, relative to the torch path's logits).
+with transformers' own pure-torch mixer path, and with every mixer's forward replaced by the
+same layer on ssmops (ssmops.compat's causal_conv1d_fn and mamba_chunk_scan_combined; the
+projections and the gated norm stay transformers' modules); prints max |Δlogits| and the
+comparison against the bf16 bar of DESIGN §5 (max_rel ≤ 2⁻⁴, rel_rms ≤ 2⁻⁸, relative to the
+torch path's logits).
 
-transformers picks its path per call: the kernel path where its module-level kernel names
-(causal_conv1d_fn, mamba_chunk_scan_combined, ...) were found and the weights are on CUDA,
-else the torch path. This script sets those names to ssmops.compat's functions and points
-each mixer's forward at the kernel path (on any device), so the only change between the two
-runs is the conv + scan implementation (the gated norm and projections stay transformers').
+The replacement forward reads only the mixer's parameters and sizes (in_proj, conv1d, A_log,
+D, dt_bias, norm, out_proj, num_heads, head_dim, n_groups, ssm_state_size, ...), not its
+kernel-path method, whose name and arguments change between transformers versions. Prefill
+without a cache, eval mode.
 
     python3 examples/python/hf_mamba2_compare.py [--device cpu|cuda] [--dtype float32|bfloat16]
         [--layers 24] [--seqlen 256] [--batch 1]
@@ -16,7 +16,6 @@ runs is the conv + scan implementation (the gated norm and projections stay tran
 Exits 0 with a message when transformers is not installed; 1 when the bar is not met.
 """
 import argparse
-import inspect
 import math
 import sys
 from pathlib import Path
@@ -29,28 +28,30 @@ from ssmops import compat  # noqa: E402
 BAR_MAX_REL, BAR_REL_RMS = 2.0 ** -4, 2.0 ** -8   # DESIGN §5, bf16
 
 
-def kernel_path_unavailable(*args, **kwargs):
-    raise NotImplementedError("ssmops has no fused mamba_split_conv1d_scan_combined (training path): run in eval mode")
+def mixer_forward(mixer, hidden_states):
+    """transformers' Mamba2Mixer forward (prefill, no cache) on ssmops: in_proj, split, conv1d
+    + activation, the chunked scan with D, dt_bias, softplus and the dt limit, the gated norm,
+    out_proj."""
+    bsz, seqlen, _ = hidden_states.shape
+    H, P, G, N = mixer.num_heads, mixer.head_dim, mixer.n_groups, mixer.ssm_state_size
+    proj = mixer.in_proj(hidden_states)
+    d_mlp = (proj.shape[-1] - 2 * mixer.intermediate_size - 2 * G * N - H) // 2
+    _, _, gate, xbc, dt = proj.split([d_mlp, d_mlp, mixer.intermediate_size, mixer.conv_dim, H], dim=-1)
+    xbc = compat.causal_conv1d_fn(xbc.transpose(1, 2), mixer.conv1d.weight.squeeze(1), mixer.conv1d.bias,
+                                  activation=mixer.activation).transpose(1, 2)
+    x, b, c = xbc.split([mixer.intermediate_size, G * N, G * N], dim=-1)
+    y = compat.mamba_chunk_scan_combined(x.reshape(bsz, seqlen, H, P), dt, -torch.exp(mixer.A_log.float()),
+                                         b.reshape(bsz, seqlen, G, N), c.reshape(bsz, seqlen, G, N),
+                                         chunk_size=mixer.chunk_size, D=mixer.D, dt_bias=mixer.dt_bias,
+                                         dt_softplus=True, dt_limit=tuple(mixer.time_step_limit))
+    return mixer.out_proj(mixer.norm(y.reshape(bsz, seqlen, H * P), gate))
 
 
 def use_ssmops(model, modeling):
-    """Points transformers' kernel names at ssmops.compat and every mixer at its kernel path."""
-    names = {"causal_conv1d_fn": compat.causal_conv1d_fn, "causal_conv1d_update": compat.causal_conv1d_update,
-             "mamba_chunk_scan_combined": compat.mamba_chunk_scan_combined,
-             "selective_state_update": compat.selective_state_update,
-             "mamba_split_conv1d_scan_combined": kernel_path_unavailable, "is_fast_path_available": True}
-    for k, v in names.items():
-        setattr(modeling, k, v)
+    """Points every mixer's forward at mixer_forward."""
     mixers = [m for m in model.modules() if isinstance(m, modeling.Mamba2Mixer)]
     for mixer in mixers:
-        accepted = set(inspect.signature(mixer.cuda_kernels_forward).parameters)
-
-        def forward(hidden_states, *args, _mixer=mixer, _accepted=accepted, **kw):
-            # transformers' versions differ in the arguments between hidden_states and
-            # attention_mask: pass by name the ones this version's kernel path takes
-            return _mixer.cuda_kernels_forward(hidden_states, *args, **{k: v for k, v in kw.items() if k in _accepted})
-
-        mixer.forward = forward
+        mixer.forward = lambda hidden_states, *args, _m=mixer, **kw: mixer_forward(_m, hidden_states)
     return len(mixers)
 
 
@@ -78,8 +79,10 @@ def main(argv=None):
     model = Mamba2ForCausalLM(cfg).to(device=a.device, dtype=dtype).eval()
     tokens = torch.randint(0, cfg.vocab_size, (a.batch, a.seqlen), device=a.device)
     with torch.no_grad():
-        # transformers' torch path: its kernel names cleared (the path check reads them per call)
-        modeling.is_fast_path_available = False
+        # transformers' torch path: its kernel names cleared where this version has them
+        for name in ("is_fast_path_available", "causal_conv1d_fn", "mamba_chunk_scan_combined"):
+            if hasattr(modeling, name):
+                setattr(modeling, name, False if name == "is_fast_path_available" else None)
         ref = model(tokens, use_cache=False).logits.float()
         n = use_ssmops(model, modeling)
         got = model(tokens, use_cache=False).logits.float()

@@ -148,10 +148,10 @@ def register(name, fwd, bwd):
     bwd_op = _define("%s::%s_bwd" % (NAMESPACE, name), bwd_impl, bwd_args, n_in)
     torch.library.register_fake("%s::%s_bwd" % (NAMESPACE, name), bwd_fake)
 
-    def setup_context(ctx, inputs_, output):
-        tensors = inputs_[:n_in]
-        ctx.params = tuple(inputs_[n_in:n_in + len(pnames)])
-        ctx.out_mask = inputs_[-1]
+    def setup_context(ctx, inputs, output):  # torch passes these by name: ctx, inputs, output
+        tensors = inputs[:n_in]
+        ctx.params = tuple(inputs[n_in:n_in + len(pnames)])
+        ctx.out_mask = inputs[-1]
         outs = output if isinstance(output, tuple) else (output,)
         ctx.out_like = [(tuple(o.shape), o.dtype) for o in outs]
         ctx.save_for_backward(*tensors)
