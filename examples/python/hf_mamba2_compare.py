@@ -2,8 +2,9 @@
 with transformers' own pure-torch mixer path, and with every mixer's forward replaced by the
 same layer on ssmops (ssmops.compat's causal_conv1d_fn and mamba_chunk_scan_combined; the
 projections and the gated norm stay transformers' modules); prints max |Δlogits| and the
-comparison against the bf16 bar of DESIGN §5 (max_rel ≤ 2⁻⁴, rel_rms ≤ 2⁻⁸, relative to the
-torch path's logits).
+comparison against the bf16 bar of DESIGN §5 (max_rel ≤ 2⁻⁴, rel_rms ≤ 2⁻⁸), relative to the
+logits of transformers' torch path in float32 (with --dtype bfloat16 it also prints
+transformers' own bfloat16 run against the same reference).
 
 The replacement forward reads only the mixer's parameters and sizes (in_proj, conv1d, A_log,
 D, dt_bias, norm, out_proj, num_heads, head_dim, n_groups, ssm_state_size, ...), not its
@@ -76,28 +77,34 @@ def main(argv=None):
                        state_size=128, n_groups=1, chunk_size=256, expand=2, conv_kernel=4,
                        use_cache=False)
     torch.manual_seed(a.seed)
-    model = Mamba2ForCausalLM(cfg).to(device=a.device, dtype=dtype).eval()
+    model = Mamba2ForCausalLM(cfg).to(device=a.device).eval()
     tokens = torch.randint(0, cfg.vocab_size, (a.batch, a.seqlen), device=a.device)
     with torch.no_grad():
-        # transformers' torch path: its kernel names cleared where this version has them
-        for name in ("is_fast_path_available", "causal_conv1d_fn", "mamba_chunk_scan_combined"):
-            if hasattr(modeling, name):
-                setattr(modeling, name, False if name == "is_fast_path_available" else None)
+        # transformers' own path in float32 (without the mamba_ssm / causal_conv1d packages:
+        # pure torch) is the reference: in bfloat16 both implementations round, and the
+        # question is whether ssmops' bf16 run stays within the bf16 bar of the fp32 result
         ref = model(tokens, use_cache=False).logits.float()
+        rows = []
+        if dtype != torch.float32:
+            model = model.to(dtype)
+            rows.append(("transformers %s vs float32" % a.dtype, model(tokens, use_cache=False).logits.float()))
         n = use_ssmops(model, modeling)
         got = model(tokens, use_cache=False).logits.float()
-    diff = (got - ref).abs()
+        rows.insert(0, ("ssmops %s vs float32" % a.dtype, got))
     rms = ref.square().mean().sqrt().item()
-    max_abs = diff.max().item()
-    max_rel, rel_rms = max_abs / rms, (got - ref).norm().item() / ref.norm().item()
-    ok = math.isfinite(max_abs) and max_rel <= BAR_MAX_REL and rel_rms <= BAR_REL_RMS
-    print("transformers %s, torch %s, %s %s: %d layers on ssmops, logits %s" % (
-        transformers.__version__, torch.__version__, a.device, a.dtype, n, tuple(ref.shape)))
-    print("max |dlogits| = %.6g  (rms of logits %.6g)" % (max_abs, rms))
-    print("max_rel = %.6g  (bf16 bar %.6g)   rel_rms = %.6g  (bf16 bar %.6g)   %s" % (
-        max_rel, BAR_MAX_REL, rel_rms, BAR_REL_RMS, "PASS" if ok else "FAIL"))
+    print("transformers %s, torch %s, %s %s: %d layers on ssmops, logits %s, rms of the float32 logits %.6g" % (
+        transformers.__version__, torch.__version__, a.device, a.dtype, n, tuple(ref.shape), rms))
+    ok = True
+    for i, (label, x) in enumerate(rows):
+        max_abs = (x - ref).abs().max().item()
+        max_rel, rel_rms = max_abs / rms, (x - ref).norm().item() / ref.norm().item()
+        passed = math.isfinite(max_abs) and max_rel <= BAR_MAX_REL and rel_rms <= BAR_REL_RMS
+        if i == 0:
+            ok = passed  # the verdict is ssmops' row; transformers' own bf16 row is context
+        print("%-30s max |dlogits| = %.6g  max_rel = %.6g (bar %.6g)  rel_rms = %.6g (bar %.6g)  %s" % (
+            label, max_abs, max_rel, BAR_MAX_REL, rel_rms, BAR_REL_RMS, ("PASS" if passed else "FAIL") if i == 0
+            else "(for comparison)"))
     return 0 if ok else 1
-
 
 if __name__ == "__main__":
     sys.exit(main())
