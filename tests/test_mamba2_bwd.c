@@ -301,40 +301,19 @@ static void cpu_case(ssmt_rng * rng, ssmt_mamba2_config * cfg, int64_t chunk, in
 }
 
 static void test_cpu(ssmt_rng * rng) {
-    static const int64_t   seqlens[] = {1, 7, 32, 33, 64, 100, 129};
-    static const ssm_dtype dtypes[] = {SSM_DTYPE_F32, SSM_DTYPE_F16, SSM_DTYPE_BF16};
-    /* H, P, N, G: R = 1 / 6 / 20 (three head blocks) / 9 (8 + 1) / 8 */
-    static const int64_t hpng[][4] = {{4, 5, 3, 1}, {6, 24, 40, 6}, {20, 16, 16, 1}, {18, 8, 24, 2}, {3, 64, 128, 3},
-                                      {16, 8, 32, 2}};
-    static const int64_t chunks[] = {16, 64, 32, 7};
-    int                  k = 0;
-    for (size_t si = 0; si < sizeof seqlens / sizeof seqlens[0]; ++si) {
+    int k = 0;
+    for (int si = 0; si < SSMT_MAMBA2_BWD_NSEQLENS; ++si) {
         for (int variant = 0; variant < 3; ++variant, ++k) {
             ssmt_mamba2_config cfg;
-            ssmt_mamba2_config_init(&cfg);
-            cfg.batch = 1 + (k % 2);
-            cfg.seqlen = seqlens[si];
-            const int sh = k % 6;
-            cfg.nheads = hpng[sh][0], cfg.headdim = hpng[sh][1], cfg.dstate = hpng[sh][2], cfg.ngroups = hpng[sh][3];
-            cfg.dtype = dtypes[k % 3];
-            cfg.out_dtype = (k % 5 == 0) ? cfg.dtype : SSM_DTYPE_F32;
-            /* options rotate at periods coprime with the dtype's, so every dtype meets each */
-            cfg.d_mode = (k + k / 3) % 3;
-            cfg.has_z = (k % 2) == 1;
-            cfg.has_dt_bias = (k % 4) != 3;
-            cfg.has_initial = ((k / 3) * 2 + k % 3) % 3 != 1;
-            cfg.dt_softplus = (k / 2) % 2 == 0;
-            cfg.strided = (k % 2) == 0;
-            cfg.index_i64 = (k % 4) == 1;
-            int64_t lens[4] = {cfg.seqlen / 3, 0, cfg.seqlen - cfg.seqlen / 3 - cfg.seqlen / 4, cfg.seqlen / 4};
-            ssmt_mamba2_layout(&cfg, variant, cfg.seqlen > 1 ? 3 : 0, lens, 4);
+            int64_t            lens[4];
+            const int64_t      chunk = ssmt_mamba2_bwd_case(&cfg, k, si, variant, lens);
             const int with_dfinal = (k % 4) != 2;
             char      tag[200];
             snprintf(tag, sizeof tag, "S%lld H%lld P%lld N%lld G%lld %s v%d%s%s%s%s", (long long)cfg.seqlen,
                      (long long)cfg.nheads, (long long)cfg.headdim, (long long)cfg.dstate, (long long)cfg.ngroups,
                      ssm_dtype_name(cfg.dtype), variant, cfg.has_z ? " z" : "", cfg.has_initial ? " init" : "",
                      with_dfinal ? " dfinal" : "", (k % 5) == 2 ? " limit" : "");
-            cpu_case(rng, &cfg, chunks[k % 4], (k % 5) == 2, with_dfinal, tag);
+            cpu_case(rng, &cfg, chunk, (k % 5) == 2, with_dfinal, tag);
         }
     }
 }

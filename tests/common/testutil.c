@@ -1843,3 +1843,30 @@ double ssmt_check_variant(const char * name, const char * slot, const char * var
                c.rel_rms, c.max_rel, (long long) c.nonfinite, bar.rel_rms, bar.max_rel);
     return c.rel_rms;
 }
+
+int64_t ssmt_mamba2_bwd_case(ssmt_mamba2_config * cfg, int k, int si, int variant, int64_t lens[4]) {
+    static const int64_t   seqlens[SSMT_MAMBA2_BWD_NSEQLENS] = {1, 7, 32, 33, 64, 100, 129};
+    static const ssm_dtype dtypes[] = {SSM_DTYPE_F32, SSM_DTYPE_F16, SSM_DTYPE_BF16};
+    /* H, P, N, G: R = 1 / 6 / 20 (three head blocks) / 9 (8 + 1) / 1 / 8 */
+    static const int64_t hpng[][4] = {{4, 5, 3, 1}, {6, 24, 40, 6}, {20, 16, 16, 1}, {18, 8, 24, 2}, {3, 64, 128, 3},
+                                      {16, 8, 32, 2}};
+    static const int64_t chunks[] = {16, 64, 32, 7};
+    ssmt_mamba2_config_init(cfg);
+    cfg->batch = 1 + (k % 2);
+    cfg->seqlen = seqlens[si];
+    const int sh = k % 6;
+    cfg->nheads = hpng[sh][0], cfg->headdim = hpng[sh][1], cfg->dstate = hpng[sh][2], cfg->ngroups = hpng[sh][3];
+    cfg->dtype = dtypes[k % 3];
+    cfg->out_dtype = (k % 5 == 0) ? cfg->dtype : SSM_DTYPE_F32;
+    cfg->d_mode = (k + k / 3) % 3;
+    cfg->has_z = (k % 2) == 1;
+    cfg->has_dt_bias = (k % 4) != 3;
+    cfg->has_initial = ((k / 3) * 2 + k % 3) % 3 != 1;
+    cfg->dt_softplus = (k / 2) % 2 == 0;
+    cfg->strided = (k % 2) == 0;
+    cfg->index_i64 = (k % 4) == 1;
+    lens[0] = cfg->seqlen / 3, lens[1] = 0, lens[2] = cfg->seqlen - cfg->seqlen / 3 - cfg->seqlen / 4;
+    lens[3] = cfg->seqlen / 4;
+    ssmt_mamba2_layout(cfg, variant, cfg->seqlen > 1 ? 3 : 0, lens, 4);
+    return chunks[k % 4];
+}

@@ -281,6 +281,14 @@ void ssmt_mamba2_config_init(ssmt_mamba2_config * cfg);
 const char * ssmt_mamba2_layout(ssmt_mamba2_config * cfg, int variant, int32_t segments, const int64_t * lens,
                                 int32_t n);
 
+/* The Mamba-2 backward sweep (test_mamba2_bwd.c on CPU, test_cuda_mamba2_bwd.c on CUDA): case
+ * k at the si-th of SSMT_MAMBA2_BWD_NSEQLENS sequence lengths in layout `variant` (0..2), sizes
+ * (R = H/G of 1, 6, 20, 9, 1, 8), dtypes and options rotating with k at periods coprime with the
+ * dtype's, so every dtype meets each option; lens (kept alive by the caller) holds the varlen
+ * lengths. Returns the case's chunk size. */
+enum { SSMT_MAMBA2_BWD_NSEQLENS = 7 };
+int64_t ssmt_mamba2_bwd_case(ssmt_mamba2_config * cfg, int k, int si, int variant, int64_t lens[4]);
+
 typedef struct ssmt_mamba2_problem {
     ssmt_host            x, dt, a, b, c, d, z, dt_bias, initial_states, seq_idx, cu_seqlens, out, final_states;
     ssm_mamba2_scan_args args; /* views of the tensors above; absent ones are zeroed      */
