@@ -26,6 +26,9 @@ JOBS        = $$(nproc)
 PYTHON      = /usr/bin/python3
 # The sanitizer build compiles the CUDA kernels only where a GPU can run their tests.
 ASAN_CUDA   = $$(nvidia-smi -L >/dev/null 2>&1 && echo AUTO || echo OFF)
+# Without CUDA in it, the sanitizer build uses clang where it is installed: clang's UBSan also
+# reports pointer arithmetic on NULL (pointer-overflow), which GCC's does not.
+ASAN_CC     = $$(if ! nvidia-smi -L >/dev/null 2>&1 && command -v clang >/dev/null 2>&1; then echo -DCMAKE_C_COMPILER=clang; fi)
 CMAKE_FLAGS =
 
 all: build
@@ -44,7 +47,7 @@ test: build
 	cd $(BUILD) && $(CTEST) --output-on-failure -j $(JOBS)
 	SSMOPS_LIBRARY=$$(pwd)/$(BUILD)/libssmops.so $(PYTHON) -m pytest -q tests/python
 	$(CMAKE) -S . -B $(ASAN_BUILD) -DSSMOPS_SANITIZE=ON -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-	    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" -DSSMOPS_CUDA=$(ASAN_CUDA) $(CMAKE_FLAGS)
+	    -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" -DSSMOPS_CUDA=$(ASAN_CUDA) $(ASAN_CC) $(CMAKE_FLAGS)
 	$(CMAKE) --build $(ASAN_BUILD) -j $(JOBS)
 	cd $(ASAN_BUILD) && UBSAN_OPTIONS=print_stacktrace=1 $(CTEST) --output-on-failure -j $(JOBS)
 	$(MAKE) tsan
