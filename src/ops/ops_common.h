@@ -59,6 +59,32 @@ typedef struct ssmi_op_impl {
 ssm_status ssmi_dispatch(ssm_context * ctx, const ssmi_op_impl * impl, const char * op, const void * params,
                          const void * args, void * workspace, size_t workspace_size, size_t * bytes);
 
+/* ---- state pools of the sequence operators (state_pools.c) ----------------------------- */
+/* One call's pools: the dense final-state tensors the backend writes and the pools their
+ * rows go to. */
+typedef struct ssmi_pool_call {
+    int                active;
+    int                nfinal;
+    const ssm_tensor * final_idx;   /* final_state_indices, NULL: none            */
+    const ssm_tensor * pool[4];     /* the caller's final pools                   */
+    ssm_tensor         dense[4];    /* (NS, ...) dense rows the backend writes    */
+    void *             block;       /* their memory (and the gathered initial rows) */
+} ssmi_pool_call;
+/* For an operator with state pools whose args have initial_state_indices or
+ * final_state_indices: checks the indices and the pools' overlaps, gathers the initial rows
+ * (zeros for a negative index) into dense tensors and fills *copy (room for the op's args
+ * struct) with args whose pools are those dense tensors and whose indices are absent. Else
+ * leaves pc inactive. Run after the schema's per-tensor checks; writes no caller memory. */
+ssm_status ssmi_pools_prepare(ssm_context * ctx, const char * op, ssmi_op id, const void * args, void * copy,
+                              ssmi_pool_call * pc);
+/* After a successful run: every final row with a non-negative slot into its pool. */
+void ssmi_pools_scatter(const ssmi_pool_call * pc);
+void ssmi_pools_release(ssm_context * ctx, ssmi_pool_call * pc);
+/* The first present argument of a state pool or prefix cache (initial_state_indices,
+ * final_state_indices, num_computed_tokens, chunk_states), NULL when none: what the CUDA
+ * backend does not run yet. */
+const char * ssmi_pools_unsupported_arg(ssmi_op op, const void * args);
+
 /* dst (an args struct of dst_op) gets every field of src (an args struct of src_op) that has
  * the same name in both schemas; the others are absent. A backward's forward inputs as the
  * forward's args struct. */
