@@ -47,7 +47,6 @@
 #define M2_CHUNKS "(batch, H, NC, Q)"
 #define M2_STATES "(batch, NC, H, P, N)"
 #define M2_SEQ    "(batch, H, P, N), or (nseq, H, P, N) with `cu_seqlens`"
-#define M2_SEQ_POOL M2_SEQ "; (slots, H, P, N) with its indices"
 /* The slots of the state pools of a sequence operator (gathered from / scattered to by
  * src/ops/state_pools.c). */
 #define POOL_INDICES(shape) I(initial_state_indices, OPT, R(1), shape), I(final_state_indices, OPT, R(1), shape)
@@ -104,7 +103,7 @@ static const ssm_arg_info scan_args[] = {
     POOL_INDICES("(NS): nseq, or batch without `cu_seqlens`"),
     I(num_computed_tokens, OPT, R(1), "(NS), with `chunk_states`"),
     A(out, OUT, R(4), M2_BSHP),
-    F(final_states, OOPT, R(4), M2_SEQ_POOL),
+    F(final_states, OOPT, R(4), M2_SEQ),
     F(chunk_states, OOPT, R(4), "(NCS, H, P, N): one row per chunk boundary"),
 };
 #undef ARGS
@@ -147,7 +146,7 @@ static const ssm_arg_info conv1d_args[] = {
     CONV_INPUTS,
     POOL_INDICES("(batch)"),
     A(out, OUT, R(3), "(batch, D, S)"),
-    A(final_states, OOPT, R(3), "(batch, D, W−1); (slots, D, W−1) with its indices"),
+    A(final_states, OOPT, R(3), "(batch, D, W−1)"),
 };
 #undef ARGS
 
