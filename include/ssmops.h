@@ -540,7 +540,11 @@ SSM_API ssm_status ssm_mamba2_step(ssm_context * ctx, const ssm_mamba2_params * 
  * counts only if seq_idx[τ] == seq_idx[t] (and initial states are not allowed), and a
  * token with seq_idx < 0 gets out = 0. Mamba-2 keeps x channel-last in memory: pass the
  * (batch, D, S) view with strides (S·D, 1, D). final_states (batch, D, W−1) = the last
- * W−1 inputs (left-padded with initial_states/zeros when S < W−1). */
+ * W−1 inputs (left-padded with initial_states/zeros when S < W−1).
+ * With cu_seqlens (batch 1, not with seq_idx) the nseq packed sequences are convolved each
+ * on its own, from initial_states[s] to final_states[s] (both (nseq, D, W−1)); an empty
+ * sequence passes its initial state (or zeros) through. State pools: as ssm_mamba2_scan's
+ * (initial_state_indices / final_state_indices, NS entries, in place allowed). */
 typedef struct ssm_conv1d_params {
     size_t  size;       /* sizeof(ssm_conv1d_params), set by _init                          */
     int32_t activation; /* 0 = none, 1 = silu (default 1)                                   */
@@ -552,12 +556,14 @@ typedef struct ssm_causal_conv1d_args {
     ssm_tensor weight;         /* in  (D, W)                                                 */
     ssm_tensor bias;           /* in  (D)              optional                              */
     ssm_tensor seq_idx;        /* in  (batch, S) i32/i64 optional                            */
-    ssm_tensor initial_states; /* in  (batch, D, W−1)  optional                              */
-    /* State pools (as ssm_mamba2_scan's, per batch row; REF and CPU only, docs/ops/layer.md) */
-    ssm_tensor initial_state_indices; /* in (batch) i32/i64 optional: slot of initial_states */
-    ssm_tensor final_state_indices;   /* in (batch) i32/i64 optional: slot of final_states   */
+    ssm_tensor initial_states; /* in  (batch|nseq, D, W−1) optional                         */
+    /* Packed sequences with their own conv states and state pools (see above; REF and CPU
+     * only, docs/ops/layer.md). NS = nseq with cu_seqlens, else batch. */
+    ssm_tensor cu_seqlens;            /* in (nseq + 1) i32/i64 optional                      */
+    ssm_tensor initial_state_indices; /* in (NS) i32/i64 optional: slot of initial_states    */
+    ssm_tensor final_state_indices;   /* in (NS) i32/i64 optional: slot of final_states      */
     ssm_tensor out;            /* out (batch, D, S)                                          */
-    ssm_tensor final_states;   /* out (batch, D, W−1)  optional (not with seq_idx)           */
+    ssm_tensor final_states;   /* out (batch|nseq, D, W−1) optional (not with seq_idx)      */
 } ssm_causal_conv1d_args;
 SSM_API ssm_status ssm_causal_conv1d(ssm_context * ctx, const ssm_conv1d_params * params,
                                      const ssm_causal_conv1d_args * args);

@@ -11,7 +11,8 @@
  * threads. Invalid indices (out of range, a final slot twice, a slot read by one sequence
  * and written by another in place, a length that is not NS, indices without their pool)
  * fail and write nothing. A CUDA-backend context refuses the indices (UNSUPPORTED).
- * mamba2_scan also runs on varlen problems with empty sequences (built here).
+ * causal_conv1d with cu_seqlens (empty sequences too) is checked against one call per
+ * sequence, alone and with an in-place pool.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -329,6 +330,109 @@ static void test_fixture(const ssmt_fixture * f, ssm_context * ref, ssm_context 
     release(&p);
 }
 
+/* causal_conv1d with cu_seqlens (packed sequences with their own conv states, some empty):
+ * each sequence equals its own batch-1 call; REF against CPU; pooled states on top. */
+static void test_conv_varlen(ssm_context * ref, ssm_context * cpu, ssm_context * cuda, ssmt_rng * rng) {
+    enum { NS = 5, D = 6, W = 4 };
+    static const int64_t lens[NS] = {3, 0, 9, 1, 0};
+    int64_t              S = 0;
+    for (int i = 0; i < NS; ++i) S += lens[i];
+    const int64_t xs[3] = {1, D, S}, ss[3] = {NS, D, W - 1}, ws[2] = {D, W}, cs[1] = {NS + 1}, bs[1] = {D};
+    ssmt_host     x = ssmt_alloc_layout(SSM_DTYPE_F32, 3, xs, (const int32_t[]){0, 2, 1}, 1); /* channel-last */
+    ssmt_host     w = ssmt_alloc(SSM_DTYPE_F32, 2, ws), bias = ssmt_alloc(SSM_DTYPE_F32, 1, bs);
+    ssmt_host     init = ssmt_alloc(SSM_DTYPE_F32, 3, ss), cu = ssmt_alloc(SSM_DTYPE_I32, 1, cs);
+    ssmt_fill_normal(rng, &x.t, 0.0, 1.0);
+    ssmt_fill_normal(rng, &w.t, 0.0, 0.5);
+    ssmt_fill_normal(rng, &bias.t, 0.0, 0.5);
+    ssmt_fill_normal(rng, &init.t, 0.0, 1.0);
+    int64_t at = 0;
+    for (int i = 0; i <= NS; ++i) {
+        ssmt_set(&cu.t, i, (double)at);
+        if (i < NS) at += lens[i];
+    }
+    ssm_conv1d_params prm;
+    ssm_conv1d_params_init(&prm);
+    ssm_context * const ctxs[2] = {ref, cpu};
+    ssmt_host           outs[2], fins[2];
+    for (int c = 0; c < 2; ++c) {
+        outs[c] = ssmt_alloc(SSM_DTYPE_F32, 3, xs);
+        fins[c] = ssmt_alloc(SSM_DTYPE_F32, 3, ss);
+        ssm_causal_conv1d_args a = {0};
+        a.x = x.t, a.weight = w.t, a.bias = bias.t, a.initial_states = init.t, a.cu_seqlens = cu.t;
+        a.out = outs[c].t, a.final_states = fins[c].t;
+        TEST_CHECK_STATUS(ssm_causal_conv1d(ctxs[c], &prm, &a), SSM_STATUS_OK);
+        /* each sequence alone */
+        for (int i = 0; i < NS; ++i) {
+            const int64_t st = (int64_t)ssmt_get(&cu.t, i);
+            if (lens[i] == 0) {
+                TEST_CHECK(same_row(&fins[c].t, i, &init.t, i), "conv varlen: empty sequence %d's final state", i);
+                continue;
+            }
+            const int64_t os[3] = {1, D, lens[i]}, fs[3] = {1, D, W - 1};
+            ssmt_host     o1 = ssmt_alloc(SSM_DTYPE_F32, 3, os), f1 = ssmt_alloc(SSM_DTYPE_F32, 3, fs);
+            ssm_causal_conv1d_args b = {0};
+            b.x = ssmt_slice(&x.t, 2, st, lens[i]), b.weight = w.t, b.bias = bias.t;
+            b.initial_states = ssmt_slice(&init.t, 0, i, 1), b.out = o1.t, b.final_states = f1.t;
+            TEST_CHECK_STATUS(ssm_causal_conv1d(ctxs[c], &prm, &b), SSM_STATUS_OK);
+            const ssm_tensor got = ssmt_slice(&outs[c].t, 2, st, lens[i]);
+            for (int64_t k = 0; k < D * lens[i]; ++k)
+                TEST_CHECK(ssmt_get(&got, k) == ssmt_get(&o1.t, k), "conv varlen: sequence %d out %lld", i,
+                           (long long)k);
+            TEST_CHECK(same_row(&fins[c].t, i, &f1.t, 0), "conv varlen: sequence %d final state", i);
+            ssmt_free(&o1), ssmt_free(&f1);
+        }
+    }
+    ssmt_check_bar("conv varlen out (cpu vs ref)", &outs[1].t, &outs[0].t, SSM_DTYPE_F32);
+    ssmt_check_bar("conv varlen final (cpu vs ref)", &fins[1].t, &fins[0].t, SSM_DTYPE_F32);
+
+    /* in-place pool with cu_seqlens: sequence i reads slot 2i+1 (none for i = 3), writes 2i+1 */
+    const int64_t ps[3] = {2 * NS + 2, D, W - 1}, ns1[1] = {NS};
+    ssmt_host     pool = ssmt_alloc_layout(SSM_DTYPE_F32, 3, ps, NULL, 1);
+    ssmt_host     ii = ssmt_alloc(SSM_DTYPE_I32, 1, ns1), fi = ssmt_alloc(SSM_DTYPE_I64, 1, ns1);
+    ssmt_fill_normal(rng, &pool.t, 0.0, 1.0);
+    ssmt_host dense = ssmt_alloc(SSM_DTYPE_F32, 3, ss);
+    for (int i = 0; i < NS; ++i) {
+        ssmt_set(&ii.t, i, i == 3 ? -1.0 : 2.0 * i + 1);
+        ssmt_set(&fi.t, i, 2.0 * i + 1);
+        const ssm_tensor src = ssmt_pick(&pool.t, 0, 2 * i + 1), dst = ssmt_pick(&dense.t, 0, i);
+        if (i == 3) ssmt_fill_value(&dst, 0.0); else ssmt_copy(&dst, &src);
+    }
+    ssmt_host              o_d = ssmt_alloc(SSM_DTYPE_F32, 3, xs), f_d = ssmt_alloc(SSM_DTYPE_F32, 3, ss);
+    ssmt_host              o_p = ssmt_alloc(SSM_DTYPE_F32, 3, xs);
+    ssm_causal_conv1d_args a = {0};
+    a.x = x.t, a.weight = w.t, a.bias = bias.t, a.initial_states = dense.t, a.cu_seqlens = cu.t;
+    a.out = o_d.t, a.final_states = f_d.t;
+    TEST_CHECK_STATUS(ssm_causal_conv1d(cpu, &prm, &a), SSM_STATUS_OK);
+    a.initial_states = pool.t, a.final_states = pool.t, a.out = o_p.t;
+    a.initial_state_indices = ii.t, a.final_state_indices = fi.t;
+    TEST_CHECK_STATUS(ssm_causal_conv1d(cpu, &prm, &a), SSM_STATUS_OK);
+    TEST_CHECK(memcmp(o_d.buf, o_p.buf, o_d.bytes) == 0, "conv varlen pooled: out differs from the dense call");
+    for (int i = 0; i < NS; ++i)
+        TEST_CHECK(same_row(&pool.t, 2 * i + 1, &f_d.t, i), "conv varlen pooled: slot %d", 2 * i + 1);
+    if (cuda != NULL) {
+        TEST_CHECK_STATUS(ssm_causal_conv1d(cuda, &prm, &a), SSM_STATUS_UNSUPPORTED);
+        a.initial_states = dense.t, a.final_states = f_d.t, a.out = o_d.t;
+        a.initial_state_indices = ssmt_absent(), a.final_state_indices = ssmt_absent();
+        TEST_CHECK_STATUS(ssm_causal_conv1d(cuda, &prm, &a), SSM_STATUS_UNSUPPORTED);
+    }
+
+    /* invalid: with seq_idx, batch 2 */
+    ssm_causal_conv1d_args bad = {0};
+    const int64_t          sq[2] = {1, S};
+    ssmt_host              seq = ssmt_alloc(SSM_DTYPE_I32, 2, sq);
+    ssmt_fill_value(&seq.t, 0.0);
+    bad.x = x.t, bad.weight = w.t, bad.cu_seqlens = cu.t, bad.seq_idx = seq.t, bad.out = o_d.t;
+    TEST_CHECK_STATUS(ssm_causal_conv1d(cpu, &prm, &bad), SSM_STATUS_INVALID_ARGUMENT);
+    bad.seq_idx = ssmt_absent();
+    bad.x = ssmt_reshaped(&x.t, 0, 2), bad.out = ssmt_reshaped(&o_d.t, 0, 2);
+    TEST_CHECK_STATUS(ssm_causal_conv1d(cpu, &prm, &bad), SSM_STATUS_INVALID_ARGUMENT);
+
+    ssmt_free(&seq), ssmt_free(&o_d), ssmt_free(&f_d), ssmt_free(&o_p), ssmt_free(&dense), ssmt_free(&pool);
+    ssmt_free(&ii), ssmt_free(&fi);
+    for (int c = 0; c < 2; ++c) ssmt_free(&outs[c]), ssmt_free(&fins[c]);
+    ssmt_free(&x), ssmt_free(&w), ssmt_free(&bias), ssmt_free(&init), ssmt_free(&cu);
+}
+
 int main(void) {
     ssmt_rng rng;
     ssmt_rng_from_env(&rng, 2112);
@@ -348,6 +452,7 @@ int main(void) {
         ssmt_fixture_free(&f);
     }
     TEST_CHECK(tested >= 4, "only %d fixtures of the pooled operators", tested);
+    test_conv_varlen(ref, cpu3, cuda, &rng);
     ssm_context_free(ref);
     ssm_context_free(cpu1);
     ssm_context_free(cpu3);

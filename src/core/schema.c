@@ -144,9 +144,10 @@ static const ssm_arg_info step_args[] = {
 #define ARGS ssm_causal_conv1d_args
 static const ssm_arg_info conv1d_args[] = {
     CONV_INPUTS,
-    POOL_INDICES("(batch)"),
+    I(cu_seqlens, OPT, R(1), "(nseq + 1)"),
+    POOL_INDICES("(NS): nseq, or batch without `cu_seqlens`"),
     A(out, OUT, R(3), "(batch, D, S)"),
-    A(final_states, OOPT, R(3), "(batch, D, W−1)"),
+    A(final_states, OOPT, R(3), "(batch, D, W−1), or (nseq, D, W−1) with `cu_seqlens`"),
 };
 #undef ARGS
 

@@ -237,6 +237,7 @@ typedef struct ssmi_conv1d_dims {
     int64_t width;     /* W                                                     */
     int64_t state_len; /* L of the update's conv state; W−1 for the forward     */
     int64_t slots;     /* update: rows of the conv-state pool                   */
+    int64_t nseq;      /* forward: sequences with cu_seqlens, else 0            */
 } ssmi_conv1d_dims;
 
 typedef struct ssmi_rmsnorm_dims {
