@@ -3,7 +3,8 @@
  * the part of the validation that the operator schema (core/schema.c) gives: per tensor
  * presence, device, rank, dtype class and sizes; the `needs` rules; output layouts; and no
  * output overlapping an input or another output, except a decode step's final state that is
- * exactly its input pool.
+ * exactly its input pool. A sequence operator's state pools (state_pools.c) are replaced by
+ * dense rows before the operator's own validation and written back after its run.
  */
 #include <stdint.h>
 #include <string.h>

@@ -50,11 +50,14 @@ typedef struct ssmi_op_impl {
  *   3. validate: params (non-NULL, initialised: its size; impl->check_params), args non-NULL,
  *      the schema's rules per tensor (presence, device: float
  *      tensors on the backend's device and index tensors on the host, rank, dtype class,
- *      sizes) and `needs`, impl->validate, then the output layouts and overlaps with the
+ *      sizes); a sequence operator's state pools (state_pools.c: their indices and
+ *      overlaps; the used rows gathered into dense tensors that replace the pools from
+ *      here on); `needs`, impl->validate, then the output layouts and overlaps with the
  *      schema's in-place exceptions;
  *   4. workspace: the bytes the backend needs (bytes != NULL: report them and stop), the
  *      caller's workspace checked (64-byte aligned, large enough) or allocated for the CPU;
- *   5. run the backend; a decode step's separate output pools then get the slots no row used.
+ *   5. run the backend; a decode step's separate output pools then get the slots no row used,
+ *      and a sequence operator's final rows go to their pool slots.
  * `op` names the call in messages. Nothing is written before step 5. */
 ssm_status ssmi_dispatch(ssm_context * ctx, const ssmi_op_impl * impl, const char * op, const void * params,
                          const void * args, void * workspace, size_t workspace_size, size_t * bytes);

@@ -14,6 +14,7 @@
  * pool that overlaps nothing but — in place — exactly its own initial pool, and then no
  * slot written by one sequence and read by another.
  */
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -237,10 +238,15 @@ ssm_status ssmi_pools_prepare(ssm_context * ctx, const char * op, ssmi_op id, co
     /* One block for the dense tensors (never empty, so an empty one is still present). */
     size_t total = SSMI_ALIGN;
     for (int k = 0; k < MAX_PAIRS && t->initial[k] != NULL; ++k) {
-        const ssm_tensor * ip = named(id, args, t->initial[k]);
-        const ssm_tensor * fp = named(id, args, t->final[k]);
-        if (has_init && ssmi_present(ip)) total += round_up((size_t)ns * row_bytes(ip));
-        if (has_fin && ssmi_present(fp)) total += round_up((size_t)ns * row_bytes(fp));
+        const ssm_tensor * pools[2] = {has_init ? named(id, args, t->initial[k]) : NULL,
+                                       has_fin ? named(id, args, t->final[k]) : NULL};
+        for (int j = 0; j < 2; ++j) {
+            if (!ssmi_present(pools[j])) continue;
+            const size_t row = row_bytes(pools[j]);
+            SSM_RETURN_IF(row != 0 && (size_t)ns > (SIZE_MAX / 2 - total) / row, ctx, SSM_STATUS_OUT_OF_MEMORY,
+                          "%s: the %lld rows of the state pools do not fit in memory", op, (long long)ns);
+            total += round_up((size_t)ns * row);
+        }
     }
     pc->block = ssmi_alloc(ctx, total);
     SSM_RETURN_IF(pc->block == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY,
