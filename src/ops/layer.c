@@ -103,7 +103,7 @@ static ssm_tensor conv_slice(const ssm_tensor * t, int32_t dim, int64_t start, i
 
 /* With cu_seqlens every sequence is a batch-1 call of the backend on its tokens and its state
  * rows (the backends know no cu_seqlens); an empty one copies its initial state (or zeros) to
- * its final state. The CUDA backend has no path for it yet. */
+ * its final state. Never on CUDA: dispatch refuses cu_seqlens there (ssmi_pools_unsupported_arg). */
 static ssm_status run_causal_conv1d(ssm_context * ctx, ssmi_backend_kind be, const void * params,
                                     const ssmi_dims * dims, const void * args, void * ws) {
     const ssm_conv1d_params *      p = params;
@@ -111,8 +111,6 @@ static ssm_status run_causal_conv1d(ssm_context * ctx, ssmi_backend_kind be, con
     const ssmi_conv1d_dims *       d = &dims->conv;
     (void)ws;
     if (d->nseq == 0) return conv_backend(ctx, be, p, d, a);
-    SSM_RETURN_IF(be == SSMI_BACKEND_CUDA, ctx, SSM_STATUS_UNSUPPORTED,
-                  "causal_conv1d: cu_seqlens is not supported on the CUDA backend yet (REF and CPU only)");
     for (int64_t s = 0; s < d->nseq; ++s) {
         const int64_t st = ssmi_get_i64(&a->cu_seqlens, ssmi_off1(&a->cu_seqlens, s));
         const int64_t len = ssmi_get_i64(&a->cu_seqlens, ssmi_off1(&a->cu_seqlens, s + 1)) - st;

@@ -84,8 +84,8 @@ ssm_status ssmi_pools_prepare(ssm_context * ctx, const char * op, ssmi_op id, co
 void ssmi_pools_scatter(const ssmi_pool_call * pc);
 void ssmi_pools_release(ssm_context * ctx, ssmi_pool_call * pc);
 /* The first present argument of a state pool or prefix cache (initial_state_indices,
- * final_state_indices, num_computed_tokens, chunk_states), NULL when none: what the CUDA
- * backend does not run yet. */
+ * final_state_indices, num_computed_tokens, chunk_states; causal_conv1d's cu_seqlens), NULL
+ * when none: what the CUDA backend does not run yet. */
 const char * ssmi_pools_unsupported_arg(ssmi_op op, const void * args);
 
 /* dst (an args struct of dst_op) gets every field of src (an args struct of src_op) that has

@@ -61,6 +61,8 @@ const char * ssmi_pools_unsupported_arg(ssmi_op op, const void * args) {
                                          "chunk_states"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i)
         if (ssmi_present(named(op, args, names[i]))) return names[i];
+    /* causal_conv1d's packed sequences with their own states (ops/layer.c) */
+    if (op == SSMI_OP_causal_conv1d && ssmi_present(named(op, args, "cu_seqlens"))) return "cu_seqlens";
     return NULL;
 }
 
