@@ -436,7 +436,20 @@ SSM_API ssm_status ssm_mamba2_chunk_scan(ssm_context * ctx, const ssm_mamba2_par
  * non-decreasing along S; initial_states[b] feeds row b only if seq_idx[b,0] == 0, and
  * final_states[b] is the state of the row's last sequence.
  * The result does not depend on chunk_size beyond rounding: backends may pick their own
- * internal tiling (the chunked decomposition is exact). */
+ * internal tiling (the chunked decomposition is exact).
+ * State pools (a serving engine's prefill; NS = nseq with cu_seqlens, else batch): with
+ * initial_state_indices, initial_states is a pool (slots, H, P, N) and sequence i starts
+ * from initial_states[initial_state_indices[i]], or from zeros where the index is < 0;
+ * with final_state_indices, final_states is a pool and sequence i's final state goes to
+ * final_states[final_state_indices[i]] (< 0: dropped); other slots are not touched, and
+ * no slot may be written twice. final_states may be exactly the view initial_states (in
+ * place); then a slot written by sequence i may be read by sequence i only.
+ * chunk_states (prefix caching): the state after every token whose absolute position + 1
+ * is a multiple of chunk_size, sequence after sequence; sequence i's first token has
+ * absolute position num_computed_tokens[i] (absent: 0), so sequence i has
+ * floor((c + L)/Q) − floor(c/Q) rows (c = num_computed_tokens[i], L its length, Q =
+ * chunk_size), and a partial last chunk has none (its state is the final state). Not with
+ * seq_idx. Every call writes nothing when it fails. */
 typedef struct ssm_mamba2_scan_args {
     ssm_tensor x;              /* in  (batch, S, H, P)        f32/f16/bf16/f64            */
     ssm_tensor dt;             /* in  (batch, S, H)           raw dt                      */
@@ -449,8 +462,13 @@ typedef struct ssm_mamba2_scan_args {
     ssm_tensor initial_states; /* in  (batch|nseq, H, P, N)   optional                    */
     ssm_tensor seq_idx;        /* in  (batch, S) i32/i64      optional                    */
     ssm_tensor cu_seqlens;     /* in  (nseq + 1) i32/i64      optional                    */
+    /* State pools and prefix caching (see above; REF and CPU only, docs/ops/mamba2.md). */
+    ssm_tensor initial_state_indices; /* in  (NS) i32/i64  optional: slot of initial_states  */
+    ssm_tensor final_state_indices;   /* in  (NS) i32/i64  optional: slot of final_states    */
+    ssm_tensor num_computed_tokens;   /* in  (NS) i32/i64  optional (needs chunk_states)     */
     ssm_tensor out;            /* out (batch, S, H, P)                                    */
-    ssm_tensor final_states;   /* out (batch|nseq, H, P, N)   optional                    */
+    ssm_tensor final_states;   /* out (batch|nseq|slots, H, P, N) optional                */
+    ssm_tensor chunk_states;   /* out (NCS, H, P, N)          optional                    */
 } ssm_mamba2_scan_args;
 
 /* Exact bytes of workspace ssm_mamba2_scan needs for these arguments under ctx. */
@@ -522,7 +540,11 @@ SSM_API ssm_status ssm_mamba2_step(ssm_context * ctx, const ssm_mamba2_params * 
  * counts only if seq_idx[τ] == seq_idx[t] (and initial states are not allowed), and a
  * token with seq_idx < 0 gets out = 0. Mamba-2 keeps x channel-last in memory: pass the
  * (batch, D, S) view with strides (S·D, 1, D). final_states (batch, D, W−1) = the last
- * W−1 inputs (left-padded with initial_states/zeros when S < W−1). */
+ * W−1 inputs (left-padded with initial_states/zeros when S < W−1).
+ * With cu_seqlens (batch 1, not with seq_idx) the nseq packed sequences are convolved each
+ * on its own, from initial_states[s] to final_states[s] (both (nseq, D, W−1)); an empty
+ * sequence passes its initial state (or zeros) through. State pools: as ssm_mamba2_scan's
+ * (initial_state_indices / final_state_indices, NS entries, in place allowed). */
 typedef struct ssm_conv1d_params {
     size_t  size;       /* sizeof(ssm_conv1d_params), set by _init                          */
     int32_t activation; /* 0 = none, 1 = silu (default 1)                                   */
@@ -534,9 +556,14 @@ typedef struct ssm_causal_conv1d_args {
     ssm_tensor weight;         /* in  (D, W)                                                 */
     ssm_tensor bias;           /* in  (D)              optional                              */
     ssm_tensor seq_idx;        /* in  (batch, S) i32/i64 optional                            */
-    ssm_tensor initial_states; /* in  (batch, D, W−1)  optional                              */
+    ssm_tensor initial_states; /* in  (batch|nseq, D, W−1) optional                         */
+    /* Packed sequences with their own conv states and state pools (see above; REF and CPU
+     * only, docs/ops/layer.md). NS = nseq with cu_seqlens, else batch. */
+    ssm_tensor cu_seqlens;            /* in (nseq + 1) i32/i64 optional                      */
+    ssm_tensor initial_state_indices; /* in (NS) i32/i64 optional: slot of initial_states    */
+    ssm_tensor final_state_indices;   /* in (NS) i32/i64 optional: slot of final_states      */
     ssm_tensor out;            /* out (batch, D, S)                                          */
-    ssm_tensor final_states;   /* out (batch, D, W−1)  optional (not with seq_idx)           */
+    ssm_tensor final_states;   /* out (batch|nseq, D, W−1) optional (not with seq_idx)      */
 } ssm_causal_conv1d_args;
 SSM_API ssm_status ssm_causal_conv1d(ssm_context * ctx, const ssm_conv1d_params * params,
                                      const ssm_causal_conv1d_args * args);
@@ -699,6 +726,9 @@ typedef struct ssm_mamba3_siso_args {
     ssm_tensor k_state;           /* in  (NS, H, K)        optional                          */
     ssm_tensor v_state;           /* in  (NS, H, V)        optional                          */
     ssm_tensor cu_seqlens;        /* in  (NS + 1)          optional                          */
+    /* State pools (as ssm_mamba2_scan's, for the four states; REF and CPU only). */
+    ssm_tensor initial_state_indices; /* in (NS) i32/i64  optional: slot of the four states  */
+    ssm_tensor final_state_indices;   /* in (NS) i32/i64  optional: slot of the four finals  */
     ssm_tensor out;               /* out (B, S, H, V)                                        */
     ssm_tensor final_angle_state; /* out (NS, H, A)        optional                          */
     ssm_tensor final_ssm_state;   /* out (NS, H, V, K)     optional                          */
@@ -855,6 +885,9 @@ typedef struct ssm_mamba3_mimo_args {
     ssm_tensor k_state;             /* in  (NS,R,H,N)                                         */
     ssm_tensor v_state;             /* in  (NS,H,P)                                           */
     ssm_tensor cu_seqlens;          /* in  (NS+1) i32/i64     optional                        */
+    /* State pools (as ssm_mamba2_scan's, for the four states; REF and CPU only). */
+    ssm_tensor initial_state_indices; /* in (NS) i32/i64    optional: slot of the four states */
+    ssm_tensor final_state_indices;   /* in (NS) i32/i64    optional: slot of the four finals */
     ssm_tensor out;                 /* out (B,S,H,P) with mimo_o, else (B,S,R,H,P)            */
     ssm_tensor final_angle_state;   /* out (NS,H,A)           optional, in [0, 2π)            */
     ssm_tensor final_ssm_state;     /* out (NS,H,P,N)         optional                        */

@@ -315,6 +315,7 @@ int cli_m3_wanted(const cli_problem * pb, const cli_arg * arg) {
     if (strcmp(n, "cu_seqlens") == 0) return cli_param_or(pb, "nseq", 0) > 0;
     if (strcmp(n, "state_batch_indices") == 0) return cli_param_or(pb, "slots", 0) > 0;
     if (strncmp(n, "dfinal_", 7) == 0) return (int)cli_param_or(pb, "has_dfinal", 0);
+    if (strstr(n, "_state_indices")) return 0; /* state pools: not drawn by the CLI */
     if (strstr(n, "_state")) return (int)cli_param_or(pb, "has_states", 0);
     return 0;
 }

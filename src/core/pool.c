@@ -6,14 +6,14 @@
  * is a separate buffer it must hold the whole pool after the step — the slots some batch row
  * updates, and a copy of every other slot — so "separate" and "in place" give the same pool.
  * This file copies the slots no row updates, exactly (raw bytes for equal dtypes, else one
- * rounding from double), serially: it is off the hot path (in-place pools never copy).
+ * rounding from double), serially: it is off the hot path (in-place pools never copy). The
+ * sequence operators' pools (src/ops/state_pools.c) move their rows with the same copy.
  */
 #include <string.h>
 
 #include "ssmi.h"
 
-/* Copies the sub-tensor [slot, ...] of in into out, element by element in row-major order. */
-static void ssmi_copy_slot(const ssm_tensor * in, const ssm_tensor * out, int64_t slot) {
+void ssmi_copy_row(const ssm_tensor * in, int64_t in_row, const ssm_tensor * out, int64_t out_row) {
     const int32_t nd = in->ndim - 1; /* dims below the slot axis */
     int64_t       idx[SSM_MAX_DIMS] = {0};
     int64_t       count = 1;
@@ -23,7 +23,7 @@ static void ssmi_copy_slot(const ssm_tensor * in, const ssm_tensor * out, int64_
                          out->strides[out->ndim - 1] == 1;
     const int64_t inner = nd > 0 ? in->shape[in->ndim - 1] : 1;
     for (int64_t e = 0; e < count; e += raw_last ? inner : 1) {
-        int64_t ioff = slot * in->strides[0], ooff = slot * out->strides[0];
+        int64_t ioff = in_row * in->strides[0], ooff = out_row * out->strides[0];
         for (int32_t d = 0; d < nd; ++d) {
             ioff += idx[d] * in->strides[d + 1];
             ooff += idx[d] * out->strides[d + 1];
@@ -62,7 +62,7 @@ ssm_status ssmi_copy_unused_slots(ssm_context * ctx, const char * op, const ssm_
             if (s >= 0 && s < n) used[s >> 3] |= (unsigned char)(1u << (s & 7));
         }
         for (int64_t s = 0; s < n; ++s)
-            if (!(used[s >> 3] & (1u << (s & 7)))) ssmi_copy_slot(in, out, s0 + s);
+            if (!(used[s >> 3] & (1u << (s & 7)))) ssmi_copy_row(in, s0 + s, out, s0 + s);
     }
     return SSM_STATUS_OK;
 }

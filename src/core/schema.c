@@ -47,6 +47,9 @@
 #define M2_CHUNKS "(batch, H, NC, Q)"
 #define M2_STATES "(batch, NC, H, P, N)"
 #define M2_SEQ    "(batch, H, P, N), or (nseq, H, P, N) with `cu_seqlens`"
+/* The slots of the state pools of a sequence operator (gathered from / scattered to by
+ * src/ops/state_pools.c). */
+#define POOL_INDICES(shape) I(initial_state_indices, OPT, R(1), shape), I(final_state_indices, OPT, R(1), shape)
 
 #define ARGS ssm_mamba2_chunk_cumsum_args
 static const ssm_arg_info chunk_cumsum_args[] = {
@@ -91,14 +94,17 @@ static const ssm_arg_info chunk_scan_args[] = {
 #define M2_SCAN_INPUTS                                                                                              \
     A(x, IN, R(4), M2_BSHP), A(dt, IN, R(3), "(batch, S, H)"), F(a, IN, R(1), "(H)"), A(b, IN, R(4), M2_BSGN),    \
         A(c, IN, R(4), M2_BSGN), F(d, OPT, R(1) | R(2), "(H) or (H, P)"), A(z, OPT, R(4), M2_BSHP),               \
-        F(dt_bias, OPT, R(1), "(H)"), F(initial_states, OPT, R(4), M2_SEQ), I(seq_idx, OPT, R(2), "(batch, S)"), \
+        F(dt_bias, OPT, R(1), "(H)"), F(initial_states, OPT, R(4), M2_SEQ), I(seq_idx, OPT, R(2), "(batch, S)"),      \
         I(cu_seqlens, OPT, R(1), "(nseq + 1)")
 
 #define ARGS ssm_mamba2_scan_args
 static const ssm_arg_info scan_args[] = {
     M2_SCAN_INPUTS,
+    POOL_INDICES("(NS): nseq, or batch without `cu_seqlens`"),
+    I(num_computed_tokens, OPT, R(1), "(NS), with `chunk_states`"),
     A(out, OUT, R(4), M2_BSHP),
     F(final_states, OOPT, R(4), M2_SEQ),
+    F(chunk_states, OOPT, R(4), "(NCS, H, P, N): one row per chunk boundary"),
 };
 #undef ARGS
 
@@ -138,8 +144,10 @@ static const ssm_arg_info step_args[] = {
 #define ARGS ssm_causal_conv1d_args
 static const ssm_arg_info conv1d_args[] = {
     CONV_INPUTS,
+    I(cu_seqlens, OPT, R(1), "(nseq + 1)"),
+    POOL_INDICES("(NS): nseq, or batch without `cu_seqlens`"),
     A(out, OUT, R(3), "(batch, D, S)"),
-    A(final_states, OOPT, R(3), "(batch, D, W−1)"),
+    A(final_states, OOPT, R(3), "(batch, D, W−1), or (nseq, D, W−1) with `cu_seqlens`"),
 };
 #undef ARGS
 
@@ -241,6 +249,7 @@ static const ssm_arg_info siso_fwd_args[] = {
 #define ARGS ssm_mamba3_siso_args
 static const ssm_arg_info siso_args[] = {
     SISO_INPUTS,
+    POOL_INDICES("(NS)"),
     A(out, OUT, R(4), S3_V),
     F(final_angle_state, OOPT, R(3), S3_NSA),
     F(final_ssm_state, OOPT, R(4), S3_NSS),
@@ -355,6 +364,7 @@ static const ssm_arg_info mimo_bwd_fwd_args[] = {
 #define ARGS ssm_mamba3_mimo_args
 static const ssm_arg_info mimo_args[] = {
     MIMO_INPUTS,
+    POOL_INDICES("(NS)"),
     A(out, OUT, R(4) | R(5), MM_OUT),
     F(final_angle_state, OOPT, R(3), MM_NSA),
     F(final_ssm_state, OOPT, R(4), MM_NSS),

@@ -192,7 +192,11 @@ ssm_status ssmi_check_no_overlap(ssm_context * ctx, const char * op, const char 
  * overflows (a view broadcast over huge dims). Assumes checked. */
 int64_t    ssmi_numel(const ssm_tensor * t);
 
-/* ---- decode state pools (core/pool.c) ------------------------------------------------ */
+/* ---- state pools (core/pool.c) ------------------------------------------------------- */
+/* Copies the sub-tensor [in_row, ...] of in into [out_row, ...] of out (same shape below the
+ * first dim), element by element in row-major order: raw bytes for equal dtypes, else one
+ * rounding from double. */
+void ssmi_copy_row(const ssm_tensor * in, int64_t in_row, const ssm_tensor * out, int64_t out_row);
 /* A separate output pool must hold the whole pool after a decode step: copies every slot
  * of `in` that no batch row updates (slot of row b = indices[b]; negative = padding) into
  * `out`, exactly. A no-op when out is absent, out is in (in place) or there are no indices
@@ -215,6 +219,16 @@ typedef struct ssmi_mamba2_dims {
     int64_t slots;   /* mamba2_step: rows of the state pool                   */
 } ssmi_mamba2_dims;
 
+/* mamba2_scan's chunk_states: rows of a sequence of len tokens whose first token has
+ * absolute position start, for chunk size q: the positions t with (t + 1) % q == 0. */
+static inline int64_t ssmi_chunk_state_rows(int64_t start, int64_t len, int64_t q) {
+    return (start + len) / q - start / q;
+}
+/* num_computed_tokens[i] of mamba2_scan (0 when absent). */
+static inline int64_t ssmi_computed_tokens(const ssm_tensor * t, int64_t i) {
+    return ssmi_present(t) ? ssmi_get_i64(t, i * t->strides[0]) : 0;
+}
+
 /* ---- layer operators (filled by ops/layer.c) ----------------------------------------- */
 typedef struct ssmi_conv1d_dims {
     int64_t batch;     /* batch rows (B for the update)                         */
@@ -223,6 +237,7 @@ typedef struct ssmi_conv1d_dims {
     int64_t width;     /* W                                                     */
     int64_t state_len; /* L of the update's conv state; W−1 for the forward     */
     int64_t slots;     /* update: rows of the conv-state pool                   */
+    int64_t nseq;      /* forward: sequences with cu_seqlens, else 0            */
 } ssmi_conv1d_dims;
 
 typedef struct ssmi_rmsnorm_dims {

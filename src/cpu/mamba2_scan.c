@@ -7,7 +7,8 @@
  * one per batch row; with seq_idx one per run of equal ids (the first run of row b starts
  * from initial_states[b] only if its id is 0 — the recurrence with seq_{−1} := 0 — and
  * the last run writes final_states[b]); with cu_seqlens one per sequence with its own
- * initial/final slot. Chunks are aligned to the segment start, so no mask is needed.
+ * initial/final slot. Chunks are aligned to the segment start, so no mask is needed. With
+ * chunk_states a chunk also ends at each chunk boundary of the sequence (its state stored).
  *
  * Tasks. One task per (segment, group, block of heads of the group). A task walks its
  * chunks in order; per chunk (len ≤ Q tokens):
@@ -49,6 +50,8 @@ typedef struct scan_segment {
     int64_t len;   /* tokens                                 */
     int64_t init;  /* index into initial_states, −1 = zeros  */
     int64_t final; /* index into final_states, −1 = none     */
+    int64_t start; /* absolute position of the first token   */
+    int64_t crow;  /* its first chunk_states row, −1 = none  */
 } scan_segment;
 
 typedef struct scan_layout {
@@ -96,21 +99,30 @@ size_t ssmi_cpu_mamba2_scan_workspace_size(const ssm_context * ctx, const ssm_ma
     return (size_t) l.segment_bytes + (size_t) ssmi_num_threads(ctx) * (size_t) l.thread_floats * sizeof(float);
 }
 
-/* Fills seg[] (at most max_segments entries) and returns the count. */
-static int64_t build_segments(const ssmi_mamba2_dims * d, const ssm_mamba2_scan_args * a, scan_segment * seg) {
+/* Fills seg[] (at most max_segments entries) and returns the count. With chunk_states
+ * (never with seq_idx) each segment is one sequence and gets its first chunk_states row. */
+static int64_t build_segments(const ssm_mamba2_params * p, const ssmi_mamba2_dims * d,
+                              const ssm_mamba2_scan_args * a, scan_segment * seg) {
     const int has_init = ssmi_present(&a->initial_states), has_final = ssmi_present(&a->final_states);
-    int64_t   count    = 0;
+    const int has_chunks = ssmi_present(&a->chunk_states);
+    int64_t   count    = 0, crow = 0;
     if (ssmi_present(&a->cu_seqlens)) {
         const ssm_tensor * cu = &a->cu_seqlens;
         for (int64_t s = 0; s < d->nseq; ++s) {
             const int64_t st = ssmi_get_i64(cu, ssmi_off1(cu, s)), en = ssmi_get_i64(cu, ssmi_off1(cu, s + 1));
-            seg[count++] = (scan_segment) { 0, st, en - st, has_init ? s : -1, has_final ? s : -1 };
+            const int64_t start = ssmi_computed_tokens(&a->num_computed_tokens, s);
+            seg[count++] = (scan_segment) { 0, st, en - st, has_init ? s : -1, has_final ? s : -1, start,
+                                            has_chunks ? crow : -1 };
+            crow += has_chunks ? ssmi_chunk_state_rows(start, en - st, p->chunk_size) : 0;
         }
         return count;
     }
     for (int64_t b = 0; b < d->batch; ++b) {
         if (!ssmi_present(&a->seq_idx) || d->seqlen == 0) {
-            seg[count++] = (scan_segment) { b, 0, d->seqlen, has_init ? b : -1, has_final ? b : -1 };
+            const int64_t start = ssmi_computed_tokens(&a->num_computed_tokens, b);
+            seg[count++] = (scan_segment) { b, 0, d->seqlen, has_init ? b : -1, has_final ? b : -1, start,
+                                            has_chunks ? crow : -1 };
+            crow += has_chunks ? ssmi_chunk_state_rows(start, d->seqlen, p->chunk_size) : 0;
             continue;
         }
         int64_t t0 = 0, id = ssmi_cpu_seq_at(&a->seq_idx, b, 0);
@@ -120,7 +132,7 @@ static int64_t build_segments(const ssmi_mamba2_dims * d, const ssm_mamba2_scan_
             if (t < d->seqlen && next == id) continue;
             const int last = t == d->seqlen;
             seg[count++]   = (scan_segment) { b, t0, t - t0, (first && has_init && id == 0) ? b : -1,
-                                              (last && has_final) ? b : -1 };
+                                              (last && has_final) ? b : -1, 0, -1 };
             first          = 0;
             t0             = t;
             id             = next;
@@ -212,8 +224,14 @@ static void scan_task(void * arg, int64_t task, int32_t thread) {
         }
     }
 
-    for (int64_t c0 = 0; c0 < seg->len; c0 += Q) {
-        const int64_t L  = seg->len - c0 < Q ? seg->len - c0 : Q;
+    /* With chunk_states a chunk also ends at every chunk boundary of the sequence (absolute
+     * position + 1 a multiple of params->chunk_size), where the state is stored. */
+    const int64_t K    = job->params->chunk_size;
+    int64_t       crow = seg->crow;
+    for (int64_t c0 = 0, L = 0; c0 < seg->len; c0 += L) {
+        L = seg->len - c0 < Q ? seg->len - c0 : Q;
+        const int64_t to_boundary = K - (seg->start + c0) % K;
+        if (crow >= 0 && to_boundary < L) L = to_boundary;
         const int64_t t0 = seg->t0 + c0;
         for (int64_t j = 0; j < L; ++j) {
             k->load_row(ct + j * N, a->c.data, a->c.dtype, ssmi_off4(&a->c, row, t0 + j, g, 0), a->c.strides[3], N);
@@ -273,6 +291,14 @@ static void scan_task(void * arg, int64_t task, int32_t thread) {
             }
             k->gemm(N, P, L, w, Q, 1, xt, P, s, P, NULL, ecl, 0);
         }
+        if (crow >= 0 && L == to_boundary) {
+            const ssm_tensor * cs = &a->chunk_states;
+            for (int64_t hh = 0; hh < nh; ++hh)
+                for (int64_t n = 0; n < N; ++n)
+                    k->store_row(cs->data, cs->dtype, ssmi_off4(cs, crow, h0 + hh, 0, n), cs->strides[2],
+                                 st + hh * state_stride + n * P, P);
+            ++crow;
+        }
     }
 
     if (seg->final >= 0) {
@@ -289,7 +315,7 @@ ssm_status ssmi_cpu_mamba2_scan(ssm_context * ctx, const ssm_mamba2_params * p, 
     if (d->nheads == 0 || d->ngroups == 0 || d->headdim == 0) return SSM_STATUS_OK;
     const scan_layout l        = plan_scan(ctx, d, a);
     scan_segment *    segments = (scan_segment *) workspace;
-    const int64_t     nseg     = build_segments(d, a, segments);
+    const int64_t     nseg     = build_segments(p, d, a, segments);
     scan_job          job;
     job.params        = p;
     job.dims          = d;

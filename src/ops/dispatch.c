@@ -3,7 +3,8 @@
  * the part of the validation that the operator schema (core/schema.c) gives: per tensor
  * presence, device, rank, dtype class and sizes; the `needs` rules; output layouts; and no
  * output overlapping an input or another output, except a decode step's final state that is
- * exactly its input pool.
+ * exactly its input pool. A sequence operator's state pools (state_pools.c) are replaced by
+ * dense rows before the operator's own validation and written back after its run.
  */
 #include <stdint.h>
 #include <string.h>
@@ -21,7 +22,7 @@ typedef union ssmi_any_args {
 #undef SSMI_ANY_ARGS_
 } ssmi_any_args;
 
-enum { SSMI_MAX_INDEX_ARGS = 4 }; /* index tensors of one operator (mamba2_scan: 2) */
+enum { SSMI_MAX_INDEX_ARGS = 6 }; /* index tensors of one operator (mamba2_scan: 5) */
 
 /* Argument names differ mostly in their first letter: compare it inline before strcmp (a
  * decode step resolves a few names per call). */
@@ -239,14 +240,12 @@ static const void * zero_empty_strides(const ssm_op_info * info, const void * ar
     return copy;
 }
 
-/* Steps 3-5 of ssmi_dispatch on args whose index tensors are host views. */
-static ssm_status validate_and_run(ssm_context * ctx, const ssmi_op_impl * impl, const char * op,
-                                   const ssm_op_info * info, ssmi_backend_kind be, const void * params,
-                                   const void * args, void * workspace, size_t workspace_size, size_t * bytes) {
-    const int32_t device = be == SSMI_BACKEND_CUDA ? SSM_DEVICE_CUDA : SSM_DEVICE_CPU;
-    ssmi_dims     dims;
+/* validate_and_run after the schema's per-tensor checks. */
+static ssm_status check_and_run(ssm_context * ctx, const ssmi_op_impl * impl, const char * op,
+                                const ssm_op_info * info, ssmi_backend_kind be, const void * params, const void * args,
+                                void * workspace, size_t workspace_size, size_t * bytes) {
+    ssmi_dims dims;
     memset(&dims, 0, sizeof dims);
-    SSM_FORWARD_IF_ERROR(check_args(ctx, op, info, args, device));
     SSM_FORWARD_IF_ERROR(impl->validate(ctx, op, params, args, &dims));
     SSM_FORWARD_IF_ERROR(check_outputs(ctx, op, info, args));
 
@@ -283,6 +282,24 @@ static ssm_status validate_and_run(ssm_context * ctx, const ssmi_op_impl * impl,
     return st;
 }
 
+/* Steps 3-5 of ssmi_dispatch on args whose index tensors are host views: with state pools,
+ * on args whose pools are dense rows gathered from them (state_pools.c), the final rows
+ * scattered to their slots after success. */
+static ssm_status validate_and_run(ssm_context * ctx, const ssmi_op_impl * impl, const char * op,
+                                   const ssm_op_info * info, ssmi_backend_kind be, const void * params,
+                                   const void * args, void * workspace, size_t workspace_size, size_t * bytes) {
+    const int32_t device = be == SSMI_BACKEND_CUDA ? SSM_DEVICE_CUDA : SSM_DEVICE_CPU;
+    SSM_FORWARD_IF_ERROR(check_args(ctx, op, info, args, device));
+    ssmi_any_args  pooled;
+    ssmi_pool_call pc;
+    SSM_FORWARD_IF_ERROR(ssmi_pools_prepare(ctx, op, impl->op, args, &pooled, &pc));
+    if (!pc.active) return check_and_run(ctx, impl, op, info, be, params, args, workspace, workspace_size, bytes);
+    ssm_status st = check_and_run(ctx, impl, op, info, be, params, &pooled, workspace, workspace_size, bytes);
+    if (st == SSM_STATUS_OK && bytes == NULL) ssmi_pools_scatter(&pc);
+    ssmi_pools_release(ctx, &pc);
+    return st;
+}
+
 ssm_status ssmi_dispatch(ssm_context * ctx, const ssmi_op_impl * impl, const char * op, const void * params,
                          const void * args, void * workspace, size_t workspace_size, size_t * bytes) {
     const ssm_op_info * info = ssmi_op_info(impl->op);
@@ -300,6 +317,10 @@ ssm_status ssmi_dispatch(ssm_context * ctx, const ssmi_op_impl * impl, const cha
     if (be != SSMI_BACKEND_CUDA)
         return validate_and_run(ctx, impl, op, info, be, params, args, workspace, workspace_size, bytes);
 #ifdef SSMOPS_HAVE_CUDA
+    /* State pools and chunk states have no GPU-verified CUDA path yet. */
+    const char * pooled = ssmi_pools_unsupported_arg(impl->op, args);
+    SSM_RETURN_IF(pooled != NULL, ctx, SSM_STATUS_UNSUPPORTED,
+                  "%s: %s is not supported on the CUDA backend yet (REF and CPU only)", op, pooled);
     /* The call on a copy of the args whose device index tensors are host copies. */
     ssmi_any_args host;
     void *        bufs[SSMI_MAX_INDEX_ARGS] = {NULL};

@@ -64,7 +64,10 @@ static ssm_status check_conv_inputs(ssm_context * ctx, const char * op, const ss
     d->state_len = d->width - 1;
     d->slots = d->batch;
     SSMI_SHAPE(seq_idx, d->batch, d->seqlen);
-    SSMI_SHAPE(initial_states, d->batch, d->dim, d->width - 1);
+    SSM_RETURN_IF(ssmi_present(&a->cu_seqlens) && ssmi_present(&a->seq_idx), ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: cu_seqlens and seq_idx were both given; pass only one of them", op);
+    SSM_FORWARD_IF_ERROR(ssmi_check_cu_seqlens(ctx, op, &a->cu_seqlens, "x", d->batch, d->seqlen, &d->nseq));
+    SSMI_SHAPE(initial_states, d->nseq > 0 ? d->nseq : d->batch, d->dim, d->width - 1);
     SSM_RETURN_IF(ssmi_present(&a->seq_idx) && ssmi_present(&a->initial_states), ctx, SSM_STATUS_INVALID_ARGUMENT,
                   "%s: initial_states cannot be combined with seq_idx (a packed row has no single initial state)", op);
     return SSM_STATUS_OK;
@@ -75,12 +78,77 @@ static ssm_status validate_conv(ssm_context * ctx, const char * op, const ssm_co
     (void)p;
     SSM_FORWARD_IF_ERROR(check_conv_inputs(ctx, op, a, d));
     SSMI_SHAPE(out, d->batch, d->dim, d->seqlen);
-    SSMI_SHAPE(final_states, d->batch, d->dim, d->width - 1);
+    SSMI_SHAPE(final_states, d->nseq > 0 ? d->nseq : d->batch, d->dim, d->width - 1);
     SSM_RETURN_IF(ssmi_present(&a->seq_idx) && ssmi_present(&a->final_states), ctx, SSM_STATUS_INVALID_ARGUMENT,
                   "%s: final_states cannot be combined with seq_idx (a packed row has no single final state)", op);
     return SSM_STATUS_OK;
 }
-SSMI_DEFINE_CUDA_OP(causal_conv1d, ssm_conv1d_params, conv, check_conv_params, validate_conv, x)
+
+static ssm_status conv_backend(ssm_context * ctx, ssmi_backend_kind be, const ssm_conv1d_params * p,
+                               const ssmi_conv1d_dims * d, const ssm_causal_conv1d_args * a) {
+#ifdef SSMOPS_HAVE_CUDA
+    if (be == SSMI_BACKEND_CUDA) return ssmi_cuda_causal_conv1d(ctx, p, d, a);
+#endif
+    return be == SSMI_BACKEND_REF ? ssmi_ref_causal_conv1d(ctx, p, d, a) : ssmi_cpu_causal_conv1d(ctx, p, d, a);
+}
+
+/* t with dim `dim` cut to [start, start + len). */
+static ssm_tensor conv_slice(const ssm_tensor * t, int32_t dim, int64_t start, int64_t len) {
+    ssm_tensor v = *t;
+    if (!ssmi_present(t)) return v;
+    v.data = (char *)t->data + start * t->strides[dim] * (int64_t)ssm_dtype_size((ssm_dtype)t->dtype);
+    v.shape[dim] = len;
+    return v;
+}
+
+/* With cu_seqlens every sequence is a batch-1 call of the backend on its tokens and its state
+ * rows (the backends know no cu_seqlens); an empty one copies its initial state (or zeros) to
+ * its final state. Never on CUDA: dispatch refuses cu_seqlens there (ssmi_pools_unsupported_arg). */
+static ssm_status run_causal_conv1d(ssm_context * ctx, ssmi_backend_kind be, const void * params,
+                                    const ssmi_dims * dims, const void * args, void * ws) {
+    const ssm_conv1d_params *      p = params;
+    const ssm_causal_conv1d_args * a = args;
+    const ssmi_conv1d_dims *       d = &dims->conv;
+    (void)ws;
+    if (d->nseq == 0) return conv_backend(ctx, be, p, d, a);
+    for (int64_t s = 0; s < d->nseq; ++s) {
+        const int64_t st = ssmi_get_i64(&a->cu_seqlens, ssmi_off1(&a->cu_seqlens, s));
+        const int64_t len = ssmi_get_i64(&a->cu_seqlens, ssmi_off1(&a->cu_seqlens, s + 1)) - st;
+        ssm_causal_conv1d_args one = *a;
+        ssmi_conv1d_dims       od = *d;
+        one.initial_states = conv_slice(&a->initial_states, 0, s, 1);
+        one.final_states = conv_slice(&a->final_states, 0, s, 1);
+        memset(&one.cu_seqlens, 0, sizeof one.cu_seqlens);
+        if (len == 0) {
+            if (!ssmi_present(&one.final_states)) continue;
+            for (int64_t c = 0; c < d->dim; ++c)
+                for (int64_t k = 0; k < d->width - 1; ++k)
+                    ssmi_set_f64(&one.final_states, ssmi_off3(&one.final_states, 0, c, k),
+                                 ssmi_present(&one.initial_states)
+                                     ? ssmi_get_f64(&one.initial_states, ssmi_off3(&one.initial_states, 0, c, k))
+                                     : 0.0);
+            continue;
+        }
+        one.x = conv_slice(&a->x, 2, st, len);
+        one.out = conv_slice(&a->out, 2, st, len);
+        od.seqlen = len;
+        od.nseq = 0;
+        SSM_FORWARD_IF_ERROR(conv_backend(ctx, be, p, &od, &one));
+    }
+    return SSM_STATUS_OK;
+}
+
+static ssm_status validate_causal_conv1d_(ssm_context * ctx, const char * op, const void * p, const void * a,
+                                          ssmi_dims * d) {
+    return validate_conv(ctx, op, p, a, &d->conv);
+}
+
+static const ssmi_op_impl causal_conv1d_impl = {SSMI_OP_causal_conv1d, check_conv_params, validate_causal_conv1d_,
+                                                NULL, run_causal_conv1d, offsetof(ssm_causal_conv1d_args, x)};
+
+ssm_status ssm_causal_conv1d(ssm_context * ctx, const ssm_conv1d_params * params, const ssm_causal_conv1d_args * args) {
+    return ssmi_dispatch(ctx, &causal_conv1d_impl, "causal_conv1d", params, args, NULL, 0, NULL);
+}
 
 static ssm_status validate_conv_bwd(ssm_context * ctx, const char * op, const ssm_conv1d_params * p,
                                     const ssm_causal_conv1d_bwd_args * a, ssmi_conv1d_dims * d) {

@@ -149,8 +149,30 @@ static ssm_status validate_scan(ssm_context * ctx, const char * op, const void *
     ssmi_mamba2_dims *           d = &dims->m2;
     SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_scan_inputs(ctx, op, params, a, d));
     /* States are per sequence with cu_seqlens, per batch row otherwise. */
+    const int64_t ns = d->nseq > 0 ? d->nseq : d->batch;
     SSMI_SHAPE(out, d->batch, d->seqlen, d->nheads, d->headdim);
-    SSMI_SHAPE(final_states, d->nseq > 0 ? d->nseq : d->batch, d->nheads, d->headdim, d->dstate);
+    SSMI_SHAPE(final_states, ns, d->nheads, d->headdim, d->dstate);
+    SSM_RETURN_IF(ssmi_present(&a->num_computed_tokens) && !ssmi_present(&a->chunk_states), ctx,
+                  SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: num_computed_tokens was given without chunk_states, the only output it positions", op);
+    if (!ssmi_present(&a->chunk_states)) return SSM_STATUS_OK;
+    SSM_RETURN_IF(ssmi_present(&a->seq_idx), ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: chunk_states is not available with seq_idx (use cu_seqlens)", op);
+    SSMI_SHAPE(num_computed_tokens, ns);
+    /* One row per chunk boundary of every sequence (ssmi_chunk_state_rows). */
+    const int64_t q = ((const ssm_mamba2_params *)params)->chunk_size;
+    int64_t       rows = 0;
+    for (int64_t i = 0; i < ns; ++i) {
+        const int64_t start = ssmi_computed_tokens(&a->num_computed_tokens, i);
+        const int64_t len = d->nseq > 0 ? ssmi_get_i64(&a->cu_seqlens, ssmi_off1(&a->cu_seqlens, i + 1)) -
+                                              ssmi_get_i64(&a->cu_seqlens, ssmi_off1(&a->cu_seqlens, i))
+                                        : d->seqlen;
+        SSM_RETURN_IF(start < 0 || start > INT64_MAX / 2 - len, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                      "%s: num_computed_tokens[%lld]=%lld must be non-negative and leave start + length in range",
+                      op, (long long)i, (long long)start);
+        rows += ssmi_chunk_state_rows(start, len, q);
+    }
+    SSMI_SHAPE(chunk_states, rows, d->nheads, d->headdim, d->dstate);
     return SSM_STATUS_OK;
 }
 

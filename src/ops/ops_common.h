@@ -50,14 +50,43 @@ typedef struct ssmi_op_impl {
  *   3. validate: params (non-NULL, initialised: its size; impl->check_params), args non-NULL,
  *      the schema's rules per tensor (presence, device: float
  *      tensors on the backend's device and index tensors on the host, rank, dtype class,
- *      sizes) and `needs`, impl->validate, then the output layouts and overlaps with the
+ *      sizes); a sequence operator's state pools (state_pools.c: their indices and
+ *      overlaps; the used rows gathered into dense tensors that replace the pools from
+ *      here on); `needs`, impl->validate, then the output layouts and overlaps with the
  *      schema's in-place exceptions;
  *   4. workspace: the bytes the backend needs (bytes != NULL: report them and stop), the
  *      caller's workspace checked (64-byte aligned, large enough) or allocated for the CPU;
- *   5. run the backend; a decode step's separate output pools then get the slots no row used.
+ *   5. run the backend; a decode step's separate output pools then get the slots no row used,
+ *      and a sequence operator's final rows go to their pool slots.
  * `op` names the call in messages. Nothing is written before step 5. */
 ssm_status ssmi_dispatch(ssm_context * ctx, const ssmi_op_impl * impl, const char * op, const void * params,
                          const void * args, void * workspace, size_t workspace_size, size_t * bytes);
+
+/* ---- state pools of the sequence operators (state_pools.c) ----------------------------- */
+/* One call's pools: the dense final-state tensors the backend writes and the pools their
+ * rows go to. */
+typedef struct ssmi_pool_call {
+    int                active;
+    int                nfinal;
+    const ssm_tensor * final_idx;   /* final_state_indices, NULL: none            */
+    const ssm_tensor * pool[4];     /* the caller's final pools                   */
+    ssm_tensor         dense[4];    /* (NS, ...) dense rows the backend writes    */
+    void *             block;       /* their memory (and the gathered initial rows) */
+} ssmi_pool_call;
+/* For an operator with state pools whose args have initial_state_indices or
+ * final_state_indices: checks the indices and the pools' overlaps, gathers the initial rows
+ * (zeros for a negative index) into dense tensors and fills *copy (room for the op's args
+ * struct) with args whose pools are those dense tensors and whose indices are absent. Else
+ * leaves pc inactive. Run after the schema's per-tensor checks; writes no caller memory. */
+ssm_status ssmi_pools_prepare(ssm_context * ctx, const char * op, ssmi_op id, const void * args, void * copy,
+                              ssmi_pool_call * pc);
+/* After a successful run: every final row with a non-negative slot into its pool. */
+void ssmi_pools_scatter(const ssmi_pool_call * pc);
+void ssmi_pools_release(ssm_context * ctx, ssmi_pool_call * pc);
+/* The first present argument of a state pool or prefix cache (initial_state_indices,
+ * final_state_indices, num_computed_tokens, chunk_states; causal_conv1d's cu_seqlens), NULL
+ * when none: what the CUDA backend does not run yet. */
+const char * ssmi_pools_unsupported_arg(ssmi_op op, const void * args);
 
 /* dst (an args struct of dst_op) gets every field of src (an args struct of src_op) that has
  * the same name in both schemas; the others are absent. A backward's forward inputs as the

@@ -193,10 +193,80 @@ static void seq_idx_runs(ssm_context * ctx, const ssm_mamba2_params * p, const s
     }
 }
 
+/* chunk_states: sequence q (tokens [st, st + len) of row b, first absolute position
+ * start) run piece by piece, each piece ending at a chunk boundary (absolute position + 1 a
+ * multiple of Q) or at the sequence's end; the state between pieces stays in float64
+ * (tmp: two states of H·P·N doubles) and is copied to chunk_states[*row] at each boundary.
+ * The chunked form is exact, so the pieces give the states and outputs of one run. */
+static void chunk_state_sequence(ssm_context * ctx, const ssm_mamba2_params * p, const ssmi_mamba2_dims * d,
+                                 const ssm_mamba2_scan_args * a, const chain_scratch * s, int64_t b, int64_t st,
+                                 int64_t len, int64_t ii, int64_t fi, int64_t start, int64_t * row, double * tmp) {
+    const int64_t Q = p->chunk_size, HPN = d->nheads * d->headdim * d->dstate;
+    const int64_t sh[4] = {1, d->nheads, d->headdim, d->dstate};
+    if (len == 0) {
+        copy_initial_to_final(d, &a->initial_states, ii, &a->final_states, fi);
+        return;
+    }
+    ssm_tensor prev = ii >= 0 ? ssmi_ref_slice(&a->initial_states, 0, ii, 1) : (ssm_tensor){0};
+    for (int64_t pos = 0, k = 0; pos < len; k ^= 1) {
+        const int64_t to_boundary = Q - (start + pos) % Q;
+        const int64_t n = len - pos < to_boundary ? len - pos : to_boundary;
+        const int     boundary = n == to_boundary;
+        ssmi_mamba2_dims     ds;
+        ssm_mamba2_scan_args as;
+        span_view(d, a, b, st + pos, n, -1, -1, &ds, &as);
+        as.initial_states = prev;
+        const ssm_tensor next = ssmi_ref_f64_view(tmp + k * HPN, 4, sh);
+        if (boundary) as.final_states = next;
+        else if (fi >= 0) as.final_states = ssmi_ref_slice(&a->final_states, 0, fi, 1);
+        chain_run(ctx, p, &ds, &as, s);
+        pos += n;
+        if (!boundary) break;
+        copy_initial_to_final(d, &next, 0, &a->chunk_states, (*row)++);
+        if (pos == len && fi >= 0) copy_initial_to_final(d, &next, 0, &a->final_states, fi);
+        prev = next;
+    }
+}
+
+/* mamba2_scan with chunk_states (validation: no seq_idx): every sequence (with cu_seqlens)
+ * or batch row on its own through chunk_state_sequence. */
+static ssm_status scan_with_chunk_states(ssm_context * ctx, const ssm_mamba2_params * p, const ssmi_mamba2_dims * d,
+                                         const ssm_mamba2_scan_args * a) {
+    const int64_t ns = d->nseq > 0 ? d->nseq : d->batch;
+    int64_t       max_len = d->nseq > 0 ? 0 : d->seqlen;
+    for (int64_t q = 0; q < d->nseq; ++q) {
+        const int64_t len = cu_at(a, q + 1) - cu_at(a, q);
+        if (len > max_len) max_len = len;
+    }
+    const int64_t piece = max_len < p->chunk_size ? max_len : p->chunk_size;
+    chain_scratch s;
+    double *      block;
+    SSM_FORWARD_IF_ERROR(chain_alloc(ctx, d, 1, (piece + d->chunk - 1) / d->chunk, &s, &block));
+    int          ok = 1;
+    const size_t hpn = mul_size(mul_size((size_t)d->nheads, (size_t)d->headdim, &ok), (size_t)d->dstate, &ok);
+    double *     tmp = NULL;
+    if (ok && hpn > 0 && hpn <= SIZE_MAX / (2 * sizeof(double))) tmp = ssmi_alloc(ctx, 2 * hpn * sizeof(double));
+    if (hpn > 0 && tmp == NULL) {
+        ssmi_free(ctx, block);
+        return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "mamba2_scan: could not allocate the reference chunk states");
+    }
+    int64_t row = 0;
+    for (int64_t q = 0; q < ns; ++q) {
+        const int64_t st = d->nseq > 0 ? cu_at(a, q) : 0, len = d->nseq > 0 ? cu_at(a, q + 1) - st : d->seqlen;
+        chunk_state_sequence(ctx, p, d, a, &s, d->nseq > 0 ? 0 : q, st, len,
+                             ssmi_present(&a->initial_states) ? q : -1, ssmi_present(&a->final_states) ? q : -1,
+                             ssmi_computed_tokens(&a->num_computed_tokens, q), &row, tmp);
+    }
+    ssmi_free(ctx, tmp);
+    ssmi_free(ctx, block);
+    return SSM_STATUS_OK;
+}
+
 ssm_status ssmi_ref_mamba2_scan(ssm_context * ctx, const ssm_mamba2_params * p, const ssmi_mamba2_dims * d,
                                 const ssm_mamba2_scan_args * a) {
     chain_scratch s;
     double *      block;
+    if (ssmi_present(&a->chunk_states)) return scan_with_chunk_states(ctx, p, d, a);
     if (d->nseq == 0) {
         if (d->seqlen == 0) { /* no tokens: the state passes through */
             for (int64_t b = 0; b < d->batch; ++b) copy_initial_to_final(d, &a->initial_states, b, &a->final_states, b);
