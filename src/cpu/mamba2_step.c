@@ -222,7 +222,7 @@ ssm_status ssmi_cpu_mamba2_step(ssm_context * ctx, const ssm_mamba2_params * p, 
     const int32_t threads = ssmi_num_threads(ctx);
     const int64_t pool_bytes =
         pairs * d->headdim * d->dstate * (int64_t) ssm_dtype_size((ssm_dtype) a->state.dtype);
-    job.ntasks = 2 * pool_bytes <= STEP_SERIAL_BYTES ? 1 : 8 * (int64_t) threads;
+    job.ntasks = 2 * pool_bytes <= STEP_SERIAL_BYTES ? 1 : (int64_t) threads;
     if (job.ntasks > pairs) job.ntasks = pairs;
     job.scratch_floats = scratch_floats(d);
     job.scratch        = ssmi_cpu_thread_scratch(ctx, "mamba2_step", job.scratch_floats);
