@@ -16,8 +16,8 @@
 # initial state and write the final state. test-backend-ops' own perf mode is run once for
 # SSM_SCAN and SSM_CONV as a check on the driver (its S=512 scan row is the same shape).
 #
-# It fetches nothing. Fill the folder from a checkout of ggml-org/ggml first (the ggml/ folder
-# of a llama.cpp checkout holds the same files):
+# It fetches nothing. Fill the folder from a checkout of ggml-org/ggml first (llama.cpp's ggml/
+# folder has the library but not ggml's tests/ folder with its CMakeLists.txt):
 #   mkdir -p .compare/ggml && git -C PATH/TO/ggml archive HEAD CMakeLists.txt cmake include src \
 #       tests ggml.pc.in LICENSE | tar -x -C .compare/ggml
 #   echo "ggml-org/ggml $(git -C PATH/TO/ggml rev-parse HEAD)" > .compare/ggml/SOURCE
