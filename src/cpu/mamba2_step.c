@@ -19,7 +19,6 @@
 #include "ssmi_cpu.h"
 
 #define STEP_SERIAL_BYTES (64ll << 10) /* state read + write bytes below which one thread is faster */
-#define STEP_L2_BYTES     (1ll << 20)  /* L2 per core assumed for task placement (Zen 4: 1 MiB) */
 
 typedef struct step_job {
     const ssm_mamba2_params *    params;
@@ -223,14 +222,7 @@ ssm_status ssmi_cpu_mamba2_step(ssm_context * ctx, const ssm_mamba2_params * p, 
     const int32_t threads = ssmi_num_threads(ctx);
     const int64_t pool_bytes =
         pairs * d->headdim * d->dstate * (int64_t) ssm_dtype_size((ssm_dtype) a->state.dtype);
-    /* A pool that fits the threads' L2s: one contiguous range per thread. The pool's caller
-     * takes task 0 first and the worker the next, so back-to-back steps give each thread the
-     * same part of the pool, which stays in that core's L2 (a 1.5 MiB pool over two 1 MiB L2s);
-     * smaller tasks moved rows between cores on every step. A larger pool streams from L3 or
-     * DRAM whoever reads it: smaller tasks then balance threads that a loaded machine slows. */
-    if (2 * pool_bytes <= STEP_SERIAL_BYTES) job.ntasks = 1;
-    else if (pool_bytes <= threads * STEP_L2_BYTES) job.ntasks = threads;
-    else job.ntasks = 8 * (int64_t) threads;
+    job.ntasks = 2 * pool_bytes <= STEP_SERIAL_BYTES ? 1 : 8 * (int64_t) threads;
     if (job.ntasks > pairs) job.ntasks = pairs;
     job.scratch_floats = scratch_floats(d);
     job.scratch        = ssmi_cpu_thread_scratch(ctx, "mamba2_step", job.scratch_floats);
