@@ -56,7 +56,8 @@ static ssm_status validate_step(ssm_context * ctx, const char * op, const ssm_ma
     SSMI_SHAPE(dt_bias, d->nheads, d->headdim);
     SSMI_SHAPE(state, -1, d->nheads, d->headdim, d->dstate);
     d->slots = a->state.shape[0];
-    SSM_RETURN_IF(!ssmi_present(&a->state_batch_indices) && d->slots != d->batch, ctx, SSM_STATUS_INVALID_SHAPE,
+    SSM_RETURN_IF(!ssmi_present(&a->state_batch_indices) && !ssmi_present(&a->dst_state_batch_indices) &&
+                      d->slots != d->batch, ctx, SSM_STATUS_INVALID_SHAPE,
                   "%s: state.shape[0]=%lld differs from the %lld rows; without state_batch_indices row b uses slot b",
                   op, (long long)d->slots, (long long)d->batch);
     SSMI_SHAPE(out, T, d->nheads, d->headdim);

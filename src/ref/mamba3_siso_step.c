@@ -38,14 +38,14 @@ static void step_head(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_step_arg
     ssmi_ref_m3_write(&a->out, ssmi_off3(&a->out, b, h, 0), w->y, V);
     if (ws < 0) return;
     if (ssmi_present(&a->final_angle_state) && A > 0)
-        ssmi_ref_m3_write(&a->final_angle_state, ssmi_off3(&a->final_angle_state, n, h, 0), w->theta, A);
+        ssmi_ref_m3_write(&a->final_angle_state, ssmi_off3(&a->final_angle_state, ws, h, 0), w->theta, A);
     if (ssmi_present(&a->final_ssm_state))
         for (int64_t r = 0; r < V; ++r)
-            ssmi_ref_m3_write(&a->final_ssm_state, ssmi_off4(&a->final_ssm_state, n, h, r, 0), w->hs + r * K, K);
+            ssmi_ref_m3_write(&a->final_ssm_state, ssmi_off4(&a->final_ssm_state, ws, h, r, 0), w->hs + r * K, K);
     if (ssmi_present(&a->final_k_state))
-        ssmi_ref_m3_write(&a->final_k_state, ssmi_off3(&a->final_k_state, n, h, 0), w->kprev, K);
+        ssmi_ref_m3_write(&a->final_k_state, ssmi_off3(&a->final_k_state, ws, h, 0), w->kprev, K);
     if (ssmi_present(&a->final_v_state))
-        ssmi_ref_m3_write(&a->final_v_state, ssmi_off3(&a->final_v_state, n, h, 0), w->vprev, V);
+        ssmi_ref_m3_write(&a->final_v_state, ssmi_off3(&a->final_v_state, ws, h, 0), w->vprev, V);
 }
 
 ssm_status ssmi_ref_mamba3_siso_step(ssm_context * ctx, const ssm_mamba3_params * p, const ssmi_mamba3_dims * d,
