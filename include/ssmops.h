@@ -489,7 +489,7 @@ typedef struct ssm_mamba2_scan_bwd_args {
 SSM_API ssm_status ssm_mamba2_scan_bwd(ssm_context * ctx, const ssm_mamba2_params * params,
                                        const ssm_mamba2_scan_bwd_args * args);
 
-/* Decode (spec §2.9): one token per batch row, per head h, channel p:
+/* Decode (spec §2.9): one token per batch row (or a few, below), per head h, channel p:
  *   v = clamp(softplus?(dt[b,h,p] + dt_bias[h,p]), dt_limit_lo, dt_limit_hi)
  *   s[n] = state[slot,h,p,n]·exp(a[h,p,n]·v) + v·b[b,g,n]·x[b,h,p];  final_state = s
  *   y = Σ_n s[n]·c[b,g,n] (unrounded s) + d[h,p]·x[b,h,p];  out = y·silu(z) if z
@@ -506,10 +506,10 @@ SSM_API ssm_status ssm_mamba2_scan_bwd(ssm_context * ctx, const ssm_mamba2_param
  * is read by no other row; read slots may otherwise be shared.
  * Several tokens per row (speculative decoding): with cu_seqlens (B+1) the tensors x, dt,
  * b, c, z, out and intermediate_states hold T = cu[B] tokens in dim 0 and row b runs its
- * tokens cu[b]..cu[b+1]−1 in order (0 tokens: its state is carried to its write slot
- * unchanged); the state stays unrounded between them. intermediate_states gets the state
- * after each token. A 2-D state_batch_indices / dst_state_batch_indices (B, L) is vLLM's
- * slot table: the state after token j of row b goes to slot dst[b, j] of the pool (in
+ * tokens cu[b]..cu[b+1]−1 in order (0 tokens and no token table: its state is carried to
+ * its write slot unchanged); the state stays unrounded between them. intermediate_states
+ * gets the state after each token. A 2-D state_batch_indices / dst_state_batch_indices
+ * (B, L) is vLLM's slot table: the state after token j of row b goes to slot dst[b, j] of the pool (in
  * place only), and row b reads slot idx[b, max(num_accepted_tokens[b]−1, 0)] — the state
  * after the tokens the engine accepted in the previous step. final_state is optional and
  * may be exactly the same view as state (in-place update of the pool); any other overlap
