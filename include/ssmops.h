@@ -507,29 +507,47 @@ typedef struct ssm_mamba2_scan_bwd_args {
 SSM_API ssm_status ssm_mamba2_scan_bwd(ssm_context * ctx, const ssm_mamba2_params * params,
                                        const ssm_mamba2_scan_bwd_args * args);
 
-/* Decode (spec §2.9): one token per batch row, per head h, channel p:
+/* Decode (spec §2.9): one token per batch row (or a few, below), per head h, channel p:
  *   v = clamp(softplus?(dt[b,h,p] + dt_bias[h,p]), dt_limit_lo, dt_limit_hi)
  *   s[n] = state[slot,h,p,n]·exp(a[h,p,n]·v) + v·b[b,g,n]·x[b,h,p];  final_state = s
  *   y = Σ_n s[n]·c[b,g,n] (unrounded s) + d[h,p]·x[b,h,p];  out = y·silu(z) if z
  * The same dt_limit as the forward is applied (upstream's step ignores it; a step that
  * agrees with the forward needs it). The per-head form of a Mamba-2 layer (a (H), dt
  * (B,H), dt_bias (H), d (H)) is passed as stride-0 views over p and n; backends detect it
- * and compute one exp per head. With state_batch_indices (B) the state is a pool of
- * `slots` rows and row b uses slot idx[b]; idx[b] < 0 marks padding: out[b] = 0 and no
- * slot is touched. Without it, slots == B. final_state is optional and may be exactly the
- * same view as state (in-place update of the pool); any other overlap is an error. */
+ * and compute one exp per head.
+ * Slots (docs/ops/mamba2.md "Decode slots"): with state_batch_indices the state is a pool
+ * of `slots` rows and row b reads slot idx[b]; idx[b] < 0 marks padding: out = 0 for its
+ * tokens and no slot is read or written. Without it, slots == B. Row b writes slot
+ * dst_state_batch_indices[b] of final_state when that is given (else its read slot); a
+ * negative write slot writes nothing; a padding row's write slot must be negative. A write
+ * slot is used once; when final_state is the state view (in place), a slot some row writes
+ * is read by no other row; read slots may otherwise be shared.
+ * Several tokens per row (speculative decoding): with cu_seqlens (B+1) the tensors x, dt,
+ * b, c, z, out and intermediate_states hold T = cu[B] tokens in dim 0 and row b runs its
+ * tokens cu[b]..cu[b+1]−1 in order (0 tokens and no token table: its state is carried to
+ * its write slot unchanged); the state stays unrounded between them. intermediate_states
+ * gets the state after each token. A 2-D state_batch_indices / dst_state_batch_indices
+ * (B, L) is vLLM's slot table: the state after token j of row b goes to slot dst[b, j] of the pool (in
+ * place only), and row b reads slot idx[b, max(num_accepted_tokens[b]−1, 0)] — the state
+ * after the tokens the engine accepted in the previous step. final_state is optional and
+ * may be exactly the same view as state (in-place update of the pool); any other overlap
+ * is an error. */
 typedef struct ssm_mamba2_step_args {
-    ssm_tensor x;                   /* in  (B, H, P)                                         */
+    ssm_tensor x;                   /* in  (B, H, P)        (T, H, P) with cu_seqlens        */
     ssm_tensor dt;                  /* in  (B, H, P)        raw dt (stride 0 over P: per head) */
     ssm_tensor a;                   /* in  (H, P, N)        (strides 0 over P, N: per head)  */
-    ssm_tensor b, c;                /* in  (B, G, N)                                         */
+    ssm_tensor b, c;                /* in  (B, G, N)        (T, G, N) with cu_seqlens        */
     ssm_tensor d;                   /* in  (H, P)           optional                         */
     ssm_tensor z;                   /* in  (B, H, P)        optional                         */
     ssm_tensor dt_bias;             /* in  (H, P)           optional                         */
     ssm_tensor state;               /* in  (slots, H, P, N) f32/f16/bf16/f64                 */
-    ssm_tensor state_batch_indices; /* in  (B) i32/i64      optional                         */
-    ssm_tensor out;                 /* out (B, H, P)                                         */
+    ssm_tensor state_batch_indices; /* in  (B) or (B, L) i32/i64  optional: read slots       */
+    ssm_tensor dst_state_batch_indices; /* in (B) or (B, L) optional: write slots (needs the above) */
+    ssm_tensor cu_seqlens;          /* in  (B+1) i32/i64    optional: tokens of each row     */
+    ssm_tensor num_accepted_tokens; /* in  (B) i32/i64      optional: column of a 2-D read table */
+    ssm_tensor out;                 /* out (B, H, P)        (T, H, P) with cu_seqlens        */
     ssm_tensor final_state;         /* out (slots, H, P, N) optional, may alias state        */
+    ssm_tensor intermediate_states; /* out (T, H, P, N)     optional: the state after each token */
 } ssm_mamba2_step_args;
 SSM_API ssm_status ssm_mamba2_step(ssm_context * ctx, const ssm_mamba2_params * params,
                                    const ssm_mamba2_step_args * args);
@@ -769,10 +787,12 @@ SSM_API ssm_status ssm_mamba3_siso_bwd(ssm_context * ctx, const ssm_mamba3_param
 /* Decode: one token per batch row (spec §2.6), one iteration of the recurrence with
  * θ = wrap(angle_state + π·tanh(angles)·dt). The four input states are required (zeros
  * for a fresh sequence). With state_batch_indices (B) the states are pools of `slots`
- * rows and row b uses slot idx[b]; idx[b] < 0 marks padding: out[b] = 0 and no state is
- * touched. Without it, slots == B. Each final_* is optional and may be exactly the same
- * view as its input state (in-place update of a caller's pool); any other overlap is an
- * error. */
+ * rows and row b reads slot idx[b]; idx[b] < 0 marks padding: out[b] = 0 and no state is
+ * read or written. Without it, slots == B. Row b writes slot dst_state_batch_indices[b] of
+ * the final_* pools when that is given (else its read slot), with the slot rules of
+ * ssm_mamba2_step (in place: any final_* that is its input's view). Each final_* is
+ * optional and may be exactly the same view as its input state (in-place update of a
+ * caller's pool); any other overlap is an error. */
 typedef struct ssm_mamba3_siso_step_args {
     ssm_tensor q, k;                /* in  (B, Hq, K)                                        */
     ssm_tensor v;                   /* in  (B, H, V)                                         */
@@ -785,7 +805,8 @@ typedef struct ssm_mamba3_siso_step_args {
     ssm_tensor ssm_state;           /* in  (slots, H, V, K)                                  */
     ssm_tensor k_state;             /* in  (slots, H, K)                                     */
     ssm_tensor v_state;             /* in  (slots, H, V)                                     */
-    ssm_tensor state_batch_indices; /* in  (B) i32/i64      optional                         */
+    ssm_tensor state_batch_indices; /* in  (B) i32/i64      optional: read slots             */
+    ssm_tensor dst_state_batch_indices; /* in (B) i32/i64   optional: write slots (needs the above) */
     ssm_tensor out;                 /* out (B, H, V)                                         */
     ssm_tensor final_angle_state;   /* out (slots, H, A)    optional, may alias angle_state  */
     ssm_tensor final_ssm_state;     /* out (slots, H, V, K) optional, may alias ssm_state    */
@@ -927,7 +948,7 @@ SSM_API ssm_status ssm_mamba3_mimo_bwd(ssm_context * ctx, const ssm_mamba3_mimo_
  * π·tanh(angles)·dt (not wrapped, as upstream's decode), then one step of the recurrence.
  * The z gate applies per rank in both output modes, as in the forward (upstream's decode
  * ignores z without mimo_o). State pool, state_batch_indices, padding rows and the
- * in-place rule exactly as ssm_mamba3_siso_step. */
+ * in-place rule, dst_state_batch_indices and the slot rules exactly as ssm_mamba3_siso_step. */
 typedef struct ssm_mamba3_mimo_step_args {
     ssm_tensor q, k;                /* in  (B,R,G,N)                                          */
     ssm_tensor v, z;                /* in  (B,H,P)            z optional (with mimo_z)        */
@@ -941,7 +962,8 @@ typedef struct ssm_mamba3_mimo_step_args {
     ssm_tensor ssm_state;           /* in  (slots,H,P,N)                                      */
     ssm_tensor k_state;             /* in  (slots,R,H,N)                                      */
     ssm_tensor v_state;             /* in  (slots,H,P)                                        */
-    ssm_tensor state_batch_indices; /* in  (B) i32/i64        optional                        */
+    ssm_tensor state_batch_indices; /* in  (B) i32/i64        optional: read slots            */
+    ssm_tensor dst_state_batch_indices; /* in (B) i32/i64     optional: write slots (needs the above) */
     ssm_tensor out;                 /* out (B,H,P) with mimo_o, else (B,R,H,P)                */
     ssm_tensor final_angle_state;   /* out (slots,H,A)        optional, may alias             */
     ssm_tensor final_ssm_state;     /* out (slots,H,P,N)      optional, may alias             */

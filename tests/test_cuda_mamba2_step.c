@@ -9,7 +9,7 @@
  * padding rows, more rows than fit in the kernel arguments; in place (unused slots
  * bit-identical) and a separate final pool (poisoned; unused slots copied, also into
  * another dtype); NaN-poisoned outputs; identical bytes on a second run; AUTO dispatch
- * from device tensors; device-rule errors.
+ * from device tensors; device-rule errors; dst_state_batch_indices refused (UNSUPPORTED).
  * Every case runs by the default choice of the selection table (pass "auto"), then with every
  * entry of the table forced through the contexts (ssm_context_set_variant): "registers" (vector
  * pools with up to 64 vectors a row and a constant over n; typed fp32 / bf16 inputs and the
@@ -535,6 +535,12 @@ static void test_device_rules(ssmt_rng * rng) {
     const ssm_status st = ssm_mamba2_step(ctx_cuda, &prm, &a);
     TEST_CHECK(st != SSM_STATUS_OK, "an out-of-range slot index was accepted");
     ssmt_set(&q.idx.t, 0, keep);
+    /* the arguments no GPU run has verified yet: UNSUPPORTED (valid for the CPU backend) */
+    a.dst_state_batch_indices = q.idx.t;
+    const ssm_status sd = ssm_mamba2_step(ctx_cuda, &prm, &a);
+    TEST_CHECK(sd == SSM_STATUS_UNSUPPORTED, "dst_state_batch_indices on CUDA: %s (%s)", ssm_status_string(sd),
+               ssm_context_last_error(ctx_cuda));
+    a.dst_state_batch_indices = ssmt_absent();
     free(snap_out), free(snap_pool);
     ssmt_dev_free(&dx), ssmt_dev_free(&dt), ssmt_dev_free(&da), ssmt_dev_free(&db), ssmt_dev_free(&dc);
     ssmt_dev_free(&dd), ssmt_dev_free(&dz), ssmt_dev_free(&dbias), ssmt_dev_free(&dout), ssmt_dev_free(&dst);

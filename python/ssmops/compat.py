@@ -70,20 +70,53 @@ def mamba_chunk_scan_combined(x, dt, A, B, C, chunk_size, D=None, z=None, dt_bia
 
 
 def selective_state_update(state, x, dt, A, B, C, D=None, z=None, dt_bias=None, dt_softplus=False,
-                           state_batch_indices=None):
-    """One decode token; state (batch or slots, nheads, dim, dstate) updated in place (also the
-    headless (batch, dim, dstate) form with x (batch, dim)); returns out shaped like x."""
+                           state_batch_indices=None, dst_state_batch_indices=None, pad_slot_id=-1, out=None,
+                           num_accepted_tokens=None, cu_seqlens=None):
+    """Decode; state (batch or slots, nheads, dim, dstate) updated in place (also the headless
+    (batch, dim, dstate) form with x (batch, dim)); returns out shaped like x (written into
+    `out` when given). vLLM's arguments (docs/ops/mamba2.md "Decode slots"): read slots
+    `state_batch_indices` and write slots `dst_state_batch_indices`, entries equal to
+    `pad_slot_id` mark padding; with `cu_seqlens` x holds every row's tokens, and with
+    `num_accepted_tokens` the 2-D index tables are vLLM's speculative-decoding tables (read
+    slot [b, max(k - 1, 0)], the state after token j stored in slot dst[b, j])."""
     headless = x.ndim == 2
     if headless:
         state, x, dt, A, B, C = state[:, None], x[:, None], dt[:, None], A[None], B[:, None], C[:, None]
         D = D[None] if D is not None else None
         z = z[:, None] if z is not None else None
         dt_bias = dt_bias[None] if dt_bias is not None else None
+        out = out[:, None] if out is not None else None
     if D is not None and D.ndim == 1:
         D = D[:, None].expand(-1, x.shape[2]) if _tensors.is_torch(D) else _broadcast(D[:, None], (D.shape[0], x.shape[2]))
-    out, _ = ssmops.mamba2_step(x, dt, A, B, C, d=D, z=z, dt_bias=dt_bias, state=state, final_state=state,
-                                state_batch_indices=state_batch_indices, dt_softplus=int(bool(dt_softplus)))
-    return out[:, 0] if headless else out
+    if num_accepted_tokens is None:
+        # without speculative decoding vLLM reads column 0 and writes the final state to column 0
+        state_batch_indices = _column0(state_batch_indices)
+        dst_state_batch_indices = _column0(dst_state_batch_indices)
+    state_batch_indices = _pad_to_negative(state_batch_indices, pad_slot_id)
+    dst_state_batch_indices = _pad_to_negative(dst_state_batch_indices, pad_slot_id)
+    res = ssmops.mamba2_step(x, dt, A, B, C, d=D, z=z, dt_bias=dt_bias, state=state, final_state=state,
+                             state_batch_indices=state_batch_indices,
+                             dst_state_batch_indices=dst_state_batch_indices, cu_seqlens=cu_seqlens,
+                             num_accepted_tokens=num_accepted_tokens, out=out if out is not None else True,
+                             dt_softplus=int(bool(dt_softplus)))
+    y = res[0]
+    return y[:, 0] if headless else y
+
+
+def _column0(idx):
+    """A 2-D slot table's first column (vLLM's (batch, 1) form of a slot list)."""
+    return idx[:, 0] if idx is not None and idx.ndim == 2 else idx
+
+
+def _pad_to_negative(idx, pad_slot_id):
+    """ssmops marks padding rows with any negative slot: a non-negative pad_slot_id becomes -1
+    (in a copy)."""
+    if idx is None or pad_slot_id is None or pad_slot_id < 0:
+        return idx
+    if _tensors.is_torch(idx):
+        return idx.masked_fill(idx == pad_slot_id, -1)
+    import numpy as np
+    return np.where(idx == pad_slot_id, -1, idx).astype(idx.dtype)
 
 
 def _broadcast(a, shape):

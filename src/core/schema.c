@@ -127,11 +127,22 @@ static const ssm_arg_info scan_bwd_args[] = {
 
 #define ARGS ssm_mamba2_step_args
 static const ssm_arg_info step_args[] = {
-    A(x, IN, R(3), "(B, H, P)"),   A(dt, IN, R(3), "(B, H, P)"),          F(a, IN, R(3), "(H, P, N)"),
-    A(b, IN, R(3), "(B, G, N)"),   A(c, IN, R(3), "(B, G, N)"),           F(d, OPT, R(2), "(H, P)"),
-    A(z, OPT, R(3), "(B, H, P)"),  F(dt_bias, OPT, R(2), "(H, P)"),       F(state, IN, R(4), "(slots, H, P, N)"),
-    I(state_batch_indices, OPT, R(1), "(B)"), A(out, OUT, R(3), "(B, H, P)"),
+    A(x, IN, R(3), "(B, H, P); dim 0 is T with `cu_seqlens`"),
+    A(dt, IN, R(3), "(B, H, P); dim 0 is T with `cu_seqlens`"),
+    F(a, IN, R(3), "(H, P, N)"),
+    A(b, IN, R(3), "(B, G, N); dim 0 is T with `cu_seqlens`"),
+    A(c, IN, R(3), "(B, G, N); dim 0 is T with `cu_seqlens`"),
+    F(d, OPT, R(2), "(H, P)"),
+    A(z, OPT, R(3), "(B, H, P); dim 0 is T with `cu_seqlens`"),
+    F(dt_bias, OPT, R(2), "(H, P)"),
+    F(state, IN, R(4), "(slots, H, P, N)"),
+    I(state_batch_indices, OPT, R(1) | R(2), "(rows), or rows × L with `cu_seqlens`"),
+    I(dst_state_batch_indices, OPT, R(1) | R(2), "(rows), or rows × L with `cu_seqlens`"),
+    I(cu_seqlens, OPT, R(1), "(rows+1)"),
+    I(num_accepted_tokens, OPT, R(1), "(rows)"),
+    A(out, OUT, R(3), "(B, H, P); dim 0 is T with `cu_seqlens`"),
     FP(final_state, R(4), "(slots, H, P, N)", "state"),
+    F(intermediate_states, OOPT, R(4), "(B, H, P, N); dim 0 is T with `cu_seqlens`"),
 };
 #undef ARGS
 
@@ -302,6 +313,7 @@ static const ssm_arg_info siso_step_args[] = {
     F(k_state, IN, R(3), "(slots, H, K)"),
     F(v_state, IN, R(3), "(slots, H, V)"),
     I(state_batch_indices, OPT, R(1), "(B)"),
+    I(dst_state_batch_indices, OPT, R(1), "(B)"),
     A(out, OUT, R(3), "(B, H, V)"),
     FP(final_angle_state, R(3), "(slots, H, A)", "angle_state"),
     FP(final_ssm_state, R(4), "(slots, H, V, K)", "ssm_state"),
@@ -425,6 +437,7 @@ static const ssm_arg_info mimo_step_args[] = {
     F(k_state, IN, R(4), "(slots, R, H, N)"),
     F(v_state, IN, R(3), "(slots, H, P)"),
     I(state_batch_indices, OPT, R(1), "(B)"),
+    I(dst_state_batch_indices, OPT, R(1), "(B)"),
     A(out, OUT, R(3) | R(4), "(B, H, P) with `mimo_o`; else (B, R, H, P)"),
     FP(final_angle_state, R(3), "(slots, H, A)", "angle_state"),
     FP(final_ssm_state, R(4), "(slots, H, P, N)", "ssm_state"),

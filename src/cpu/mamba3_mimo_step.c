@@ -11,11 +11,13 @@
  *        with k = 2R: A = the 2R coefficient rows read transposed, B = [k̃; k_state]);
  *   y_r = h·q̃_r + D·u_r  (one GEMM P×R over N with q̃ᵀ packed);
  *   the output stage of the forward (z gate or fused norm, mimo_o sum).
- * Final states: θ_new, k̃, v, h. The slot of row b is state_batch_indices[b] (b without
- * it); a negative slot is a padding row: out[b] = 0 and no state is read or written. The
- * head's whole input state (h, k_state, v_state, θ) is read into scratch before anything
- * of the slot is written, so an in-place update (final views = input views) is safe;
- * slots are distinct (checked by ops/), so tasks never share a state.
+ * Final states: θ_new, k̃, v, h. Row b reads slot state_batch_indices[b] (b without it)
+ * and writes slot dst_state_batch_indices[b] (its read slot without it; nothing when
+ * negative); a negative read slot is a padding row: out[b] = 0 and no state is read or
+ * written. The head's whole input state (h, k_state, v_state, θ) is read into scratch
+ * before anything is written, so an in-place update (final views = input views) is safe;
+ * write slots are distinct and in place no row reads a slot another writes (checked by
+ * ops/), so tasks never share a state.
  */
 #include <string.h>
 
@@ -81,7 +83,8 @@ typedef struct st_job {
     int64_t                           thread_floats;
 } st_job;
 
-static void step_head(const st_job * job, st_scratch * sc, int64_t b, int64_t slot, int64_t h) {
+/* Row b, head h: reads slot `slot`, writes slot ws of the final_* pools (none when ws < 0). */
+static void step_head(const st_job * job, st_scratch * sc, int64_t b, int64_t slot, int64_t ws, int64_t h) {
     const ssm_mamba3_mimo_step_args * a  = job->a;
     const ssmi_mimo_kernels *         k  = job->k;
     const ssmi_cpu_kernels *          kb = k->base;
@@ -146,17 +149,18 @@ static void step_head(const st_job * job, st_scratch * sc, int64_t b, int64_t sl
             kb->store_row(a->out.data, a->out.dtype, ssmi_off4(&a->out, b, r, h, 0), a->out.strides[3],
                           sc->out + r * P, P);
 
-    /* final states */
+    /* final states, to the write slot */
+    if (ws < 0) return;
     const ssm_tensor * fs = &a->final_ssm_state;
     if (ssmi_present(fs))
         for (int64_t p = 0; p < P; ++p)
-            kb->store_row(fs->data, fs->dtype, ssmi_off4(fs, slot, h, p, 0), fs->strides[3], sc->h + p * N, N);
+            kb->store_row(fs->data, fs->dtype, ssmi_off4(fs, ws, h, p, 0), fs->strides[3], sc->h + p * N, N);
     if (ssmi_present(&a->final_k_state))
         for (int64_t r = 0; r < R; ++r)
-            kb->store_row(a->final_k_state.data, a->final_k_state.dtype, ssmi_off4(&a->final_k_state, slot, r, h, 0),
+            kb->store_row(a->final_k_state.data, a->final_k_state.dtype, ssmi_off4(&a->final_k_state, ws, r, h, 0),
                           a->final_k_state.strides[3], sc->kt + r * N, N);
-    ssmi_cpu_m3_store_row3(k, &a->final_v_state, slot, h, P, sc->v);
-    if (A > 0) ssmi_cpu_m3_store_row3(k, &a->final_angle_state, slot, h, A, sc->theta);
+    ssmi_cpu_m3_store_row3(k, &a->final_v_state, ws, h, P, sc->v);
+    if (A > 0) ssmi_cpu_m3_store_row3(k, &a->final_angle_state, ws, h, A, sc->theta);
 }
 
 static void st_task(void * arg, int64_t task, int32_t thread) {
@@ -169,8 +173,9 @@ static void st_task(void * arg, int64_t task, int32_t thread) {
     const int64_t                     h1 = h0 + job->head_block < H ? h0 + job->head_block : H;
     st_scratch                        sc;
     st_carve(&sc, job->scratch + (int64_t) thread * job->thread_floats, d);
-    const ssm_tensor * idx  = &a->state_batch_indices;
+    const ssm_tensor * idx  = &a->state_batch_indices, *dst = &a->dst_state_batch_indices;
     const int64_t      slot = ssmi_present(idx) ? ssmi_get_i64(idx, ssmi_off1(idx, b)) : b;
+    const int64_t      ws   = ssmi_present(dst) ? ssmi_get_i64(dst, ssmi_off1(dst, b)) : slot;
     if (slot < 0) { /* padding row */
         memset(sc.out, 0, (size_t) (R * P) * sizeof(float));
         for (int64_t h = h0; h < h1; ++h) {
@@ -182,7 +187,7 @@ static void st_task(void * arg, int64_t task, int32_t thread) {
         }
         return;
     }
-    for (int64_t h = h0; h < h1; ++h) step_head(job, &sc, b, slot, h);
+    for (int64_t h = h0; h < h1; ++h) step_head(job, &sc, b, slot, ws, h);
 }
 
 ssm_status ssmi_cpu_mamba3_mimo_step(ssm_context * ctx, const ssm_mamba3_mimo_params * p, const ssmi_mimo_dims * d,

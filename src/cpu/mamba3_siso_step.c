@@ -9,10 +9,12 @@
  * fp32 with unit K stride (in place when the caller passes the same view), else through
  * fp32 scratch. Then out = (y + D·v)·silu(z), and the final θ, k̂, v rows.
  *
- * The slot of row b is state_batch_indices[b] (b without it); a negative slot is a padding
- * row: out[b] = 0 and no state is read or written. The small input rows (θ, k_prev, v_prev)
- * are read into scratch before anything of the slot is written, so an in-place update sees
- * only old values. Slots are distinct (checked by ops/), so tasks never share a state.
+ * Row b reads slot state_batch_indices[b] (b without it) and writes slot
+ * dst_state_batch_indices[b] (its read slot without it; nothing when negative); a negative
+ * read slot is a padding row: out[b] = 0 and no state is read or written. The small input
+ * rows (θ, k_prev, v_prev) are read into scratch before anything is written, so an in-place
+ * update sees only old values. Write slots are distinct and in place no row reads a slot
+ * another writes (checked by ops/), so tasks never share a state.
  */
 #include <string.h>
 
@@ -66,7 +68,8 @@ static int direct_state(const ssm_tensor * t) {
     return !ssmi_present(t) || (t->dtype == SSM_DTYPE_F32 && t->strides[3] == 1);
 }
 
-static void step_head(const step_job * job, step_scratch * sc, int64_t b, int64_t slot, int64_t h) {
+/* Row b, head h: reads slot `slot`, writes slot ws of the final_* pools (none when ws < 0). */
+static void step_head(const step_job * job, step_scratch * sc, int64_t b, int64_t slot, int64_t ws, int64_t h) {
     const ssm_mamba3_siso_step_args * a = job->a;
     const ssmi_cpu_m3_kernels *       k = job->k;
     const ssmi_cpu_kernels *          kb = k->base;
@@ -101,9 +104,10 @@ static void step_head(const step_job * job, step_scratch * sc, int64_t b, int64_
 
     /* the state pass */
     const ssm_tensor * st = &a->ssm_state, *fs = &a->final_ssm_state;
+    const int          write_ssm = ssmi_present(fs) && ws >= 0;
     if (direct_state(st) && direct_state(fs)) {
         const float * hp = (const float *) st->data + ssmi_off4(st, slot, h, 0, 0);
-        float *       op = ssmi_present(fs) ? (float *) fs->data + ssmi_off4(fs, slot, h, 0, 0) : NULL;
+        float *       op = write_ssm ? (float *) fs->data + ssmi_off4(fs, ws, h, 0, 0) : NULL;
         k->state_step(V, K, hp, st->strides[2], op, op ? fs->strides[2] : 0, alpha, beta, gamma, sc->vprev, sc->v,
                       sc->kprev, sc->kh, sc->qh, sc->y);
     } else {
@@ -111,9 +115,9 @@ static void step_head(const step_job * job, step_scratch * sc, int64_t b, int64_
             kb->load_row(sc->state + p * K, st->data, st->dtype, ssmi_off4(st, slot, h, p, 0), st->strides[3], K);
         k->state_step(V, K, sc->state, K, sc->state, K, alpha, beta, gamma, sc->vprev, sc->v, sc->kprev, sc->kh,
                       sc->qh, sc->y);
-        if (ssmi_present(fs))
+        if (write_ssm)
             for (int64_t p = 0; p < V; ++p)
-                kb->store_row(fs->data, fs->dtype, ssmi_off4(fs, slot, h, p, 0), fs->strides[3], sc->state + p * K, K);
+                kb->store_row(fs->data, fs->dtype, ssmi_off4(fs, ws, h, p, 0), fs->strides[3], sc->state + p * K, K);
     }
 
     /* output and the small final states */
@@ -123,9 +127,10 @@ static void step_head(const step_job * job, step_scratch * sc, int64_t b, int64_
         kb->silu_gate(V, sc->y, sc->z, sc->y);
     }
     ssmi_cpu_m3_store_row3(k, &a->out, b, h, V, sc->y);
-    if (A > 0) ssmi_cpu_m3_store_row3(k, &a->final_angle_state, slot, h, A, sc->theta);
-    ssmi_cpu_m3_store_row3(k, &a->final_k_state, slot, h, K, sc->kh);
-    ssmi_cpu_m3_store_row3(k, &a->final_v_state, slot, h, V, sc->v);
+    if (ws < 0) return;
+    if (A > 0) ssmi_cpu_m3_store_row3(k, &a->final_angle_state, ws, h, A, sc->theta);
+    ssmi_cpu_m3_store_row3(k, &a->final_k_state, ws, h, K, sc->kh);
+    ssmi_cpu_m3_store_row3(k, &a->final_v_state, ws, h, V, sc->v);
 }
 
 static void step_task(void * arg, int64_t task, int32_t thread) {
@@ -137,14 +142,15 @@ static void step_task(void * arg, int64_t task, int32_t thread) {
     const int64_t                     h1 = h0 + job->head_block < H ? h0 + job->head_block : H;
     step_scratch                      sc;
     step_carve(&sc, job->scratch + (int64_t) thread * job->thread_floats, job->d->dk, V, job->d->nangles);
-    const ssm_tensor * idx  = &a->state_batch_indices;
+    const ssm_tensor * idx  = &a->state_batch_indices, *dst = &a->dst_state_batch_indices;
     const int64_t      slot = ssmi_present(idx) ? ssmi_get_i64(idx, ssmi_off1(idx, b)) : b;
+    const int64_t      ws   = ssmi_present(dst) ? ssmi_get_i64(dst, ssmi_off1(dst, b)) : slot;
     if (slot < 0) { /* padding row */
         memset(sc.y, 0, (size_t) V * sizeof(float));
         for (int64_t h = h0; h < h1; ++h) ssmi_cpu_m3_store_row3(job->k, &a->out, b, h, V, sc.y);
         return;
     }
-    for (int64_t h = h0; h < h1; ++h) step_head(job, &sc, b, slot, h);
+    for (int64_t h = h0; h < h1; ++h) step_head(job, &sc, b, slot, ws, h);
 }
 
 ssm_status ssmi_cpu_mamba3_siso_step(ssm_context * ctx, const ssm_mamba3_params * p, const ssmi_mamba3_dims * d,

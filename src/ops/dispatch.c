@@ -175,9 +175,11 @@ static ssm_status copy_unused_pools(ssm_context * ctx, const char * op, const ss
         const ssm_arg_info * out = &info->args[i];
         const ssm_tensor *   fin = ssmi_arg_tensor(args, out);
         if (out->in_place == NULL || !ssmi_present(fin)) continue;
-        if (idx == NULL) {
+        if (idx == NULL) { /* the written slots: dst_state_batch_indices, else state_batch_indices */
+            const ssm_arg_info * dst_arg = find_arg(info, "dst_state_batch_indices");
             const ssm_arg_info * idx_arg = find_arg(info, "state_batch_indices");
-            idx = idx_arg != NULL ? ssmi_arg_tensor(args, idx_arg) : NULL;
+            const ssm_tensor *   dst = dst_arg != NULL ? ssmi_arg_tensor(args, dst_arg) : NULL;
+            idx = dst != NULL && ssmi_present(dst) ? dst : idx_arg != NULL ? ssmi_arg_tensor(args, idx_arg) : NULL;
             if (!ssmi_present(idx)) return SSM_STATUS_OK; /* slots == batch: every slot was updated */
         }
         const ssm_tensor * in = ssmi_arg_tensor(args, find_arg(info, out->in_place));

@@ -1,8 +1,8 @@
 /*
  * mamba2_step.c — public entry point of the Mamba-2 decode step (spec §2.9).
  *
- * The validator checks the shapes (from x and b), the state pool and the slot indices; the
- * schema gives the rest. The pool may be updated in place: final_state may be exactly the
+ * The validator checks the shapes (from x and b), the state pool and the read and write
+ * slots (ssmi_check_step_slots); the schema gives the rest. The pool may be updated in place: final_state may be exactly the
  * state view; any other overlap between an output and an input is an error, because the
  * backends read inputs while writing outputs. A separate final_state gets the slots no row
  * used after the step (dispatch.c). REF, CPU or CUDA (explicitly, or AUTO with x on a CUDA
@@ -21,16 +21,26 @@
 #include "../cuda/ssmi_cuda.h"
 #endif
 
+/* The slot tensors of a step's args. */
+static ssmi_step_slots step_slots(const ssm_mamba2_step_args * a) {
+    return (ssmi_step_slots){&a->state_batch_indices, &a->dst_state_batch_indices, &a->cu_seqlens,
+                             &a->num_accepted_tokens};
+}
+
+/* d->batch: rows (B); d->seqlen: tokens (T; B without cu_seqlens); d->nseq: B with
+ * cu_seqlens, else 0. */
 static ssm_status validate_step(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
                                 const ssm_mamba2_step_args * a, ssmi_mamba2_dims * d) {
     (void)p;
-    d->batch = a->x.shape[0];
+    const int64_t T = a->x.shape[0];
+    d->seqlen = T;
     d->nheads = a->x.shape[1];
     d->headdim = a->x.shape[2];
-    d->seqlen = 1;
     d->chunk = 1;
     d->nchunks = 1;
-    SSMI_SHAPE(b, d->batch, -1, -1);
+    SSM_FORWARD_IF_ERROR(ssmi_check_cu_seqlens(ctx, op, &a->cu_seqlens, "x", 1, T, &d->nseq));
+    d->batch = ssmi_present(&a->cu_seqlens) ? d->nseq : T;
+    SSMI_SHAPE(b, T, -1, -1);
     d->ngroups = a->b.shape[1];
     d->dstate = a->b.shape[2];
     SSM_RETURN_IF(d->ngroups < 1, ctx, SSM_STATUS_INVALID_SHAPE, "%s: b.shape[1]=%lld (ngroups) must be at least 1",
@@ -39,19 +49,37 @@ static ssm_status validate_step(ssm_context * ctx, const char * op, const ssm_ma
                   "%s: x.shape[1]=%lld is not a multiple of b.shape[1]=%lld", op, (long long)d->nheads,
                   (long long)d->ngroups);
     SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "c", &a->c, a->b.shape));
-    SSMI_SHAPE(dt, d->batch, d->nheads, d->headdim);
+    SSMI_SHAPE(dt, T, d->nheads, d->headdim);
     SSMI_SHAPE(a, d->nheads, d->headdim, d->dstate);
     SSMI_SHAPE(d, d->nheads, d->headdim);
-    SSMI_SHAPE(z, d->batch, d->nheads, d->headdim);
+    SSMI_SHAPE(z, T, d->nheads, d->headdim);
     SSMI_SHAPE(dt_bias, d->nheads, d->headdim);
     SSMI_SHAPE(state, -1, d->nheads, d->headdim, d->dstate);
     d->slots = a->state.shape[0];
-    SSMI_SHAPE(state_batch_indices, d->batch);
-    SSM_RETURN_IF(!ssmi_present(&a->state_batch_indices) && d->slots != d->batch, ctx, SSM_STATUS_INVALID_SHAPE,
-                  "%s: state.shape[0]=%lld differs from x.shape[0]=%lld; without state_batch_indices row b uses "
-                  "slot b",
+    SSM_RETURN_IF(!ssmi_present(&a->state_batch_indices) && !ssmi_present(&a->dst_state_batch_indices) &&
+                      d->slots != d->batch, ctx, SSM_STATUS_INVALID_SHAPE,
+                  "%s: state.shape[0]=%lld differs from the %lld rows; without state_batch_indices row b uses slot b",
                   op, (long long)d->slots, (long long)d->batch);
-    SSMI_SHAPE(out, d->batch, d->nheads, d->headdim);
-    return ssmi_check_slot_indices(ctx, op, &a->state_batch_indices, d->batch, d->slots, "state");
+    SSMI_SHAPE(out, T, d->nheads, d->headdim);
+    SSMI_SHAPE(intermediate_states, T, d->nheads, d->headdim, d->dstate);
+    const int             has_final = ssmi_present(&a->final_state);
+    const int             in_place = has_final && ssmi_same_addresses(&a->final_state, &a->state);
+    const ssmi_step_slots slots = step_slots(a);
+    return ssmi_check_step_slots(ctx, op, &slots, d->batch, d->slots, "state", in_place, has_final);
 }
-SSMI_DEFINE_CUDA_OP(mamba2_step, ssm_mamba2_params, m2, ssmi_mamba2_check_step_params, validate_step, x)
+
+#ifdef SSMOPS_HAVE_CUDA
+/* The CUDA step has not run with write slots or several tokens per row on a GPU: it refuses
+ * them. */
+static ssm_status cuda_step(ssm_context * ctx, const ssm_mamba2_params * p, const ssmi_mamba2_dims * d,
+                            const ssm_mamba2_step_args * a) {
+    SSM_RETURN_IF(ssmi_present(&a->dst_state_batch_indices) || ssmi_present(&a->cu_seqlens) ||
+                      ssmi_present(&a->num_accepted_tokens) || ssmi_present(&a->intermediate_states) ||
+                      (ssmi_present(&a->state_batch_indices) && a->state_batch_indices.ndim != 1),
+                  ctx, SSM_STATUS_UNSUPPORTED,
+                  "mamba2_step: dst_state_batch_indices, cu_seqlens, num_accepted_tokens, intermediate_states and 2-D "
+                  "slot tables have no CUDA path yet; use the cpu or ref backend");
+    return ssmi_cuda_mamba2_step(ctx, p, d, a);
+}
+#endif
+SSMI_DEFINE_CUDA_OP_VIA(mamba2_step, ssm_mamba2_params, m2, ssmi_mamba2_check_step_params, validate_step, x, cuda_step)

@@ -295,7 +295,17 @@ static ssm_status validate_step(ssm_context * ctx, const char * op, const ssm_ma
     d->has_states = 1;
     const ssmi_mamba3_state_shapes sh = state_shapes(d, d->nseq);
     SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_pools(ctx, op, &a->angle_state, &a->ssm_state, &a->k_state, &a->v_state,
-                                                 &a->state_batch_indices, d->batch, &sh));
+                                                 &a->state_batch_indices, &a->dst_state_batch_indices, d->batch,
+                                                 &sh, SSMI_MAMBA3_STEP_IN_PLACE(a)));
     return check_out_like(ctx, op, "out", &a->out, 0, d);
 }
-SSMI_DEFINE_CUDA_OP(mamba3_mimo_step, ssm_mamba3_mimo_params, mimo, check_params, validate_step, v)
+#ifdef SSMOPS_HAVE_CUDA
+/* The CUDA step has not run with separate write slots on a GPU: it refuses them. */
+static ssm_status cuda_mimo_step(ssm_context * ctx, const ssm_mamba3_mimo_params * p, const ssmi_mimo_dims * d,
+                        const ssm_mamba3_mimo_step_args * a) {
+    SSM_RETURN_IF(ssmi_present(&a->dst_state_batch_indices), ctx, SSM_STATUS_UNSUPPORTED,
+                  "mamba3_mimo_step: dst_state_batch_indices has no CUDA path yet; use the cpu or ref backend");
+    return ssmi_cuda_mamba3_mimo_step(ctx, p, d, a);
+}
+#endif
+SSMI_DEFINE_CUDA_OP_VIA(mamba3_mimo_step, ssm_mamba3_mimo_params, mimo, check_params, validate_step, v, cuda_mimo_step)

@@ -206,9 +206,19 @@ static ssm_status validate_siso_step(ssm_context * ctx, const char * op, const s
     /* The four states are required; angle_state gives the number of slots. */
     const ssmi_mamba3_state_shapes sh = state_shapes(d, a->angle_state.shape[0]);
     SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_pools(ctx, op, &a->angle_state, &a->ssm_state, &a->k_state, &a->v_state,
-                                                 &a->state_batch_indices, d->batch, &sh));
+                                                 &a->state_batch_indices, &a->dst_state_batch_indices, d->batch,
+                                                 &sh, SSMI_MAMBA3_STEP_IN_PLACE(a)));
     d->nseq = a->angle_state.shape[0];
     d->has_states = 1;
     return ssmi_check_shape(ctx, op, "out", &a->out, a->v.shape);
 }
-SSMI_DEFINE_CUDA_OP(mamba3_siso_step, ssm_mamba3_params, m3, check_params, validate_siso_step, q)
+#ifdef SSMOPS_HAVE_CUDA
+/* The CUDA step has not run with separate write slots on a GPU: it refuses them. */
+static ssm_status cuda_siso_step(ssm_context * ctx, const ssm_mamba3_params * p, const ssmi_mamba3_dims * d,
+                        const ssm_mamba3_siso_step_args * a) {
+    SSM_RETURN_IF(ssmi_present(&a->dst_state_batch_indices), ctx, SSM_STATUS_UNSUPPORTED,
+                  "mamba3_siso_step: dst_state_batch_indices has no CUDA path yet; use the cpu or ref backend");
+    return ssmi_cuda_mamba3_siso_step(ctx, p, d, a);
+}
+#endif
+SSMI_DEFINE_CUDA_OP_VIA(mamba3_siso_step, ssm_mamba3_params, m3, check_params, validate_siso_step, q, cuda_siso_step)

@@ -36,68 +36,149 @@ ssm_status ssmi_check_gradient_shapes(ssm_context * ctx, const char * op, ssmi_o
     return SSM_STATUS_OK;
 }
 
-static int cmp_i64(const void * a, const void * b) {
-    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return (x > y) - (x < y);
+/* A write of one row: (slot, row), sorted by slot then row. */
+typedef struct slot_row {
+    int64_t slot, row;
+} slot_row;
+
+static int cmp_slot_row(const void * a, const void * b) {
+    const slot_row * x = (const slot_row *)a, *y = (const slot_row *)b;
+    if (x->slot != y->slot) return (x->slot > y->slot) - (x->slot < y->slot);
+    return (x->row > y->row) - (x->row < y->row);
 }
 
-/* The non-negative values of idx (batch of them) into used[], sorted; the first value not
- * below `slots` is an error naming `pool` (the tensor whose shape[0] is the slot count). */
-static ssm_status collect_slots(ssm_context * ctx, const char * op, const ssm_tensor * idx, int64_t batch,
-                                int64_t slots, const char * pool, int64_t * used, int64_t * nused) {
-    *nused = 0;
-    for (int64_t b = 0; b < batch; ++b) {
-        const int64_t v = ssmi_get_i64(idx, ssmi_off1(idx, b));
-        SSM_RETURN_IF(v >= slots, ctx, SSM_STATUS_INVALID_ARGUMENT,
-                      "%s: state_batch_indices[%lld]=%lld is not below %s.shape[0]=%lld (slots)", op, (long long)b,
-                      (long long)v, pool, (long long)slots);
-        if (v >= 0) used[(*nused)++] = v;
+/* The row of `writes` (n sorted entries) that writes slot s, or -1. */
+static int64_t writer_of(const slot_row * writes, int64_t n, int64_t s) {
+    int64_t lo = 0, hi = n;
+    while (lo < hi) {
+        const int64_t mid = lo + (hi - lo) / 2;
+        if (writes[mid].slot < s) lo = mid + 1;
+        else hi = mid;
     }
-    qsort(used, (size_t)*nused, sizeof(int64_t), cmp_i64);
-    for (int64_t i = 1; i < *nused; ++i)
-        SSM_RETURN_IF(used[i] == used[i - 1], ctx, SSM_STATUS_INVALID_ARGUMENT,
-                      "%s: state_batch_indices uses slot %lld for two rows; each slot may be updated by one row only",
-                      op, (long long)used[i]);
+    return lo < n && writes[lo].slot == s ? writes[lo].row : -1;
+}
+
+/* Records that row b writes slot w (w >= 0), after the range rule; a padding row may write
+ * nothing. */
+static ssm_status note_write(ssm_context * ctx, const char * op, const char * wname, int64_t b, int64_t j, int64_t r,
+                             int64_t w, int64_t slots, const char * pool, slot_row * writes, int64_t * nw) {
+    SSM_RETURN_IF(w >= slots, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: %s[%lld]%s=%lld is not below %s.shape[0]=%lld (slots)", op, wname, (long long)b,
+                  j >= 0 ? " (a token's column)" : "", (long long)w, pool, (long long)slots);
+    SSM_RETURN_IF(r < 0 && w >= 0, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: row %lld is padding (its read slot is %lld < 0) but %s gives it write slot %lld; a padding "
+                  "row writes no slot",
+                  op, (long long)b, (long long)r, wname, (long long)w);
+    if (w >= 0) writes[(*nw)++] = (slot_row){w, b};
     return SSM_STATUS_OK;
+}
+
+/* The rules of ssmi_check_step_slots on host index views, with writes[] room for every
+ * write (batch, or the tokens with a token table). */
+static ssm_status step_slot_rules(ssm_context * ctx, const char * op, const ssmi_step_slots * s, int64_t batch,
+                                  int64_t slots, const char * pool, int in_place, slot_row * writes) {
+    const ssm_tensor * table = ssmi_step_token_table(s);
+    const char * wname = ssmi_present(s->write) ? "dst_state_batch_indices" : "state_batch_indices";
+    int64_t      nw = 0;
+    for (int64_t b = 0; b < batch; ++b) {
+        if (ssmi_present(s->accepted)) {
+            const int64_t k = ssmi_get_i64(s->accepted, ssmi_off1(s->accepted, b));
+            SSM_RETURN_IF(k < 0 || k > s->read->shape[1], ctx, SSM_STATUS_INVALID_ARGUMENT,
+                          "%s: num_accepted_tokens[%lld]=%lld must be in [0, state_batch_indices.shape[1]=%lld]", op,
+                          (long long)b, (long long)k, (long long)s->read->shape[1]);
+        }
+        const int64_t r = ssmi_step_read_slot(s, b);
+        SSM_RETURN_IF(r >= slots, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                      "%s: state_batch_indices[%lld]=%lld (row %lld's read slot) is not below %s.shape[0]=%lld (slots)",
+                      op, (long long)b, (long long)r, (long long)b, pool, (long long)slots);
+        if (table == NULL) {
+            SSM_FORWARD_IF_ERROR(note_write(ctx, op, wname, b, -1, r, ssmi_step_write_slot(s, b), slots, pool, writes, &nw));
+            continue;
+        }
+        int64_t t0, t1;
+        ssmi_step_tokens(s, b, &t0, &t1);
+        SSM_RETURN_IF(t1 - t0 > table->shape[1], ctx, SSM_STATUS_INVALID_SHAPE,
+                      "%s: row %lld has %lld tokens but %s.shape[1]=%lld; the token table needs a column per token", op,
+                      (long long)b, (long long)(t1 - t0), wname, (long long)table->shape[1]);
+        for (int64_t j = 0; j < t1 - t0; ++j)
+            SSM_FORWARD_IF_ERROR(
+                note_write(ctx, op, wname, b, j, r, ssmi_step_token_slot(table, b, j), slots, pool, writes, &nw));
+    }
+    qsort(writes, (size_t)nw, sizeof *writes, cmp_slot_row);
+    for (int64_t i = 1; i < nw; ++i)
+        SSM_RETURN_IF(writes[i].slot == writes[i - 1].slot, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                      "%s: %s writes slot %lld twice (rows %lld and %lld); two writes may not share a slot (they would "
+                      "race)",
+                      op, wname, (long long)writes[i].slot, (long long)writes[i - 1].row, (long long)writes[i].row);
+    if (!in_place) return SSM_STATUS_OK;
+    for (int64_t b = 0; b < batch; ++b) {
+        const int64_t r = ssmi_step_read_slot(s, b);
+        const int64_t c = r < 0 ? -1 : writer_of(writes, nw, r);
+        SSM_RETURN_IF(c >= 0 && c != b, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                      "%s: row %lld reads slot %lld, which row %lld writes in place; in an in-place pool a slot one row "
+                      "writes may not be read by another (the result would depend on the order)",
+                      op, (long long)b, (long long)r, (long long)c);
+    }
+    return SSM_STATUS_OK;
+}
+
+ssm_status ssmi_check_step_slots(ssm_context * ctx, const char * op, const ssmi_step_slots * s, int64_t batch,
+                                 int64_t slots, const char * pool, int in_place, int has_final) {
+    const ssm_tensor *read = s->read, *write = s->write;
+    const int         varlen = s->cu != NULL && ssmi_present(s->cu);
+    SSM_RETURN_IF(ssmi_present(write) && !ssmi_present(read), ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: dst_state_batch_indices was given without state_batch_indices, which it needs", op);
+    SSM_RETURN_IF(!varlen && ((ssmi_present(read) && read->ndim == 2) || (ssmi_present(write) && write->ndim == 2)),
+                  ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: a 2-D state_batch_indices or dst_state_batch_indices (a slot per token) needs cu_seqlens", op);
+    SSM_RETURN_IF(s->accepted != NULL && ssmi_present(s->accepted) && !(ssmi_present(read) && read->ndim == 2), ctx,
+                  SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: num_accepted_tokens needs a 2-D state_batch_indices (B, L): it picks the column to read", op);
+    SSM_RETURN_IF(ssmi_present(read) && read->ndim == 2 && read->shape[1] < 1, ctx, SSM_STATUS_INVALID_SHAPE,
+                  "%s: state_batch_indices.shape[1]=0; a 2-D table needs a column to read", op);
+    SSM_RETURN_IF(ssmi_step_token_table(s) != NULL && has_final && !in_place, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                  "%s: with a token table (2-D %s) the states after each token go to the pool itself; final_state "
+                  "must be the state view (in place)",
+                  op, ssmi_present(write) ? "dst_state_batch_indices" : "state_batch_indices");
+    const int64_t wb[2] = {batch, -1};
+    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "state_batch_indices", read, wb));
+    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "dst_state_batch_indices", write, wb));
+    if (s->accepted != NULL) SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "num_accepted_tokens", s->accepted, wb));
+    if (!ssmi_present(read) || batch == 0) return SSM_STATUS_OK;
+    const ssm_tensor * table = ssmi_step_token_table(s);
+    int64_t            room = batch;
+    if (table != NULL) room = batch * table->shape[1];
+    slot_row * writes = (slot_row *)ssmi_alloc(ctx, (size_t)(room > 0 ? room : 1) * sizeof(slot_row));
+    SSM_RETURN_IF(writes == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY,
+                  "%s: could not allocate %zu bytes to check state_batch_indices", op, (size_t)room * sizeof(slot_row));
+    const ssm_status st = step_slot_rules(ctx, op, s, batch, slots, pool, in_place, writes);
+    ssmi_free(ctx, writes);
+    return st;
 }
 
 ssm_status ssmi_check_slot_indices(ssm_context * ctx, const char * op, const ssm_tensor * idx, int64_t batch,
                                    int64_t slots, const char * pool) {
-    if (!ssmi_present(idx) || batch == 0) return SSM_STATUS_OK;
-    int64_t * used = (int64_t *)ssmi_alloc(ctx, (size_t)batch * sizeof(int64_t));
-    SSM_RETURN_IF(used == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY,
-                  "%s: could not allocate %zu bytes to check state_batch_indices", op, (size_t)batch * sizeof(int64_t));
-    int64_t          nused = 0;
-    const ssm_status st = collect_slots(ctx, op, idx, batch, slots, pool, used, &nused);
-    ssmi_free(ctx, used);
-    return st;
+    const ssmi_step_slots s = {idx, NULL, NULL, NULL};
+    return ssmi_check_step_slots(ctx, op, &s, batch, slots, pool, 0, 0);
 }
 
-ssm_status ssmi_mamba3_check_state_indices(ssm_context * ctx, const char * op, const ssm_tensor * idx, int64_t batch,
-                                           int64_t nslots) {
-    const int64_t wb[1] = {batch};
-    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "state_batch_indices", idx, wb));
-    if (!ssmi_present(idx)) {
+int ssmi_any_in_place(const ssm_tensor * const * in, const ssm_tensor * const * fin, int n) {
+    for (int i = 0; i < n; ++i)
+        if (ssmi_present(fin[i]) && ssmi_same_addresses(fin[i], in[i])) return 1;
+    return 0;
+}
+
+ssm_status ssmi_mamba3_check_state_indices(ssm_context * ctx, const char * op, const ssm_tensor * idx,
+                                           const ssm_tensor * dst, int64_t batch, int64_t nslots, int in_place) {
+    if (!ssmi_present(idx) && !ssmi_present(dst)) {
         SSM_RETURN_IF(nslots != batch, ctx, SSM_STATUS_INVALID_SHAPE,
                       "%s: angle_state.shape[0]=%lld (slots) must equal q.shape[0]=%lld (B) without "
                       "state_batch_indices",
                       op, (long long)nslots, (long long)batch);
         return SSM_STATUS_OK;
     }
-    for (int64_t b = 0; b < batch; ++b) {
-        const int64_t s = ssmi_get_i64(idx, ssmi_off1(idx, b));
-        SSM_RETURN_IF(s >= nslots, ctx, SSM_STATUS_INVALID_ARGUMENT,
-                      "%s: state_batch_indices[%lld]=%lld is not below the %lld state slots", op, (long long)b,
-                      (long long)s, (long long)nslots);
-        if (s < 0) continue;
-        for (int64_t c = 0; c < b; ++c) {
-            const int64_t o = ssmi_get_i64(idx, ssmi_off1(idx, c));
-            SSM_RETURN_IF(o == s, ctx, SSM_STATUS_INVALID_ARGUMENT,
-                          "%s: state_batch_indices[%lld] and [%lld] are both %lld; two rows may not share a state slot",
-                          op, (long long)c, (long long)b, (long long)s);
-        }
-    }
-    return SSM_STATUS_OK;
+    const ssmi_step_slots s = {idx, dst, NULL, NULL};
+    return ssmi_check_step_slots(ctx, op, &s, batch, nslots, "angle_state", in_place, 0);
 }
 
 ssm_status ssmi_check_cu_seqlens(ssm_context * ctx, const char * op, const ssm_tensor * cu, const char * batch_name,
@@ -280,10 +361,11 @@ ssm_status ssmi_mamba3_check_heads(ssm_context * ctx, const char * op, int64_t g
 }
 
 ssm_status ssmi_mamba3_check_pools(ssm_context * ctx, const char * op, const ssm_tensor * angle, const ssm_tensor * ssm,
-                                   const ssm_tensor * k, const ssm_tensor * v, const ssm_tensor * idx, int64_t batch,
-                                   const ssmi_mamba3_state_shapes * sh) {
+                                   const ssm_tensor * k, const ssm_tensor * v, const ssm_tensor * idx,
+                                   const ssm_tensor * dst, int64_t batch, const ssmi_mamba3_state_shapes * sh,
+                                   int in_place) {
     SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_state_names, angle, ssm, k, v, sh));
-    return ssmi_mamba3_check_state_indices(ctx, op, idx, batch, angle->shape[0]);
+    return ssmi_mamba3_check_state_indices(ctx, op, idx, dst, batch, angle->shape[0], in_place);
 }
 
 ssm_status ssmi_mamba3_take_nseq(ssm_context * ctx, const char * op, const ssm_tensor * cu, const char * batch_name,

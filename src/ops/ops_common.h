@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "../core/ssmi.h"
+#include "../core/step_slots.h"
 
 /* ---- the dispatch path (dispatch.c) --------------------------------------------------- */
 typedef enum ssmi_backend_kind { SSMI_BACKEND_REF, SSMI_BACKEND_CPU, SSMI_BACKEND_CUDA } ssmi_backend_kind;
@@ -118,6 +119,16 @@ void ssmi_args_project(ssmi_op dst_op, void * dst, ssmi_op src_op, const void * 
     ssm_status ssm_##op(ssm_context * ctx, const P * params, const ssm_##op##_args * args) {                      \
         return ssmi_dispatch(ctx, &op##_impl, #op, params, args, NULL, 0, NULL);                                  \
     }
+/* SSMI_DEFINE_CUDA_OP whose CUDA branch calls fn (same arguments as ssmi_cuda_<op>): a guard
+ * that refuses the arguments the CUDA path does not implement, then ssmi_cuda_<op>. */
+#ifdef SSMOPS_HAVE_CUDA
+#define SSMI_CUDA_BRANCH_VIA_(fn) be == SSMI_BACKEND_CUDA ? fn(ctx, p, d, a):
+#else
+#define SSMI_CUDA_BRANCH_VIA_(fn)
+#endif
+#define SSMI_DEFINE_CUDA_OP_VIA(op, P, member, check_params, validate, lead, fn)            \
+    SSMI_DEFINE_OP_(op, P, member, check_params, validate, offsetof(ssm_##op##_args, lead), \
+                    SSMI_CUDA_BRANCH_VIA_(fn))
 #define SSMI_DEFINE_OP(op, P, member, check_params, validate) \
     SSMI_DEFINE_OP_(op, P, member, check_params, validate, 0, )
 #define SSMI_DEFINE_CUDA_OP(op, P, member, check_params, validate, lead)        \
@@ -152,16 +163,24 @@ ssm_status ssmi_check_gradient_shapes(ssm_context * ctx, const char * op, ssmi_o
  * shape, and the same stride on every dim of extent > 1 (a unit dim's stride never moves). */
 int ssmi_same_addresses(const ssm_tensor * a, const ssm_tensor * b);
 
-/* state_batch_indices of a decode step (idx optional; batch of them): every index below
- * `slots` (pool names the tensor whose shape[0] gives slots, for the message; negative =
- * padding row), and no slot used by two rows: two rows updating one slot in place would race
- * and the result would depend on the order. */
+/* The slots of a decode step (core/step_slots.h; docs/ops/mamba2.md "Decode slots"), batch
+ * rows, after cu_seqlens was checked: read (state_batch_indices) and write
+ * (dst_state_batch_indices, needs read) each (batch) or, with cu_seqlens, (batch, L);
+ * num_accepted_tokens (batch) needs a 2-D read and lies in [0, L]. Every slot below `slots`
+ * (pool names the tensor whose shape[0] gives it, for the message); a padding row (read
+ * slot < 0) writes nothing; a token table has a column per token of each row and needs the
+ * final pool in place (has_final: a final pool is given); no slot is written twice (race);
+ * with in_place (a final pool that is its input's view) no row reads a slot another row
+ * writes (the result would depend on the order). Read slots may otherwise be shared. */
+ssm_status ssmi_check_step_slots(ssm_context * ctx, const char * op, const ssmi_step_slots * s, int64_t batch,
+                                 int64_t slots, const char * pool, int in_place, int has_final);
+/* ssmi_check_step_slots of an operator with one slot tensor (idx: read and written). */
 ssm_status ssmi_check_slot_indices(ssm_context * ctx, const char * op, const ssm_tensor * idx, int64_t batch,
                                    int64_t slots, const char * pool);
-/* The same rules for a Mamba-3 decode step (the four pools have nslots rows): idx (B) when
- * given, else nslots must equal B. */
-ssm_status ssmi_mamba3_check_state_indices(ssm_context * ctx, const char * op, const ssm_tensor * idx, int64_t batch,
-                                           int64_t nslots);
+/* The same rules for a Mamba-3 decode step (the four pools have nslots rows): without idx
+ * and dst, nslots must equal B. */
+ssm_status ssmi_mamba3_check_state_indices(ssm_context * ctx, const char * op, const ssm_tensor * idx,
+                                           const ssm_tensor * dst, int64_t batch, int64_t nslots, int in_place);
 
 /* cu_seqlens (nseq+1), optional: length ≥ 2, batch == 1 (batch_name names the tensor the
  * batch comes from, for the message), cu[0] = 0, non-decreasing, cu[nseq] = seqlen. Sets
@@ -216,11 +235,23 @@ ssm_status ssmi_mamba3_check_initial_states(ssm_context * ctx, const char * op, 
 ssm_status ssmi_mamba3_check_heads(ssm_context * ctx, const char * op, int64_t groups, int gdim, const char * gsym,
                                    int64_t heads, int hdim);
 /* A Mamba-3 decode step's pools: the four required input states (shapes sh; their rows are
- * the slots) and the slot rules of state_batch_indices (idx optional, batch rows). The final
- * pools have their input's shape (a schema rule, dispatch.c). */
+ * the slots) and the slot rules of state_batch_indices / dst_state_batch_indices (both
+ * optional, batch rows; in_place: some final pool is its input's view). The final pools
+ * have their input's shape (a schema rule, dispatch.c). */
 ssm_status ssmi_mamba3_check_pools(ssm_context * ctx, const char * op, const ssm_tensor * angle, const ssm_tensor * ssm,
-                                   const ssm_tensor * k, const ssm_tensor * v, const ssm_tensor * idx, int64_t batch,
-                                   const ssmi_mamba3_state_shapes * sh);
+                                   const ssm_tensor * k, const ssm_tensor * v, const ssm_tensor * idx,
+                                   const ssm_tensor * dst, int64_t batch, const ssmi_mamba3_state_shapes * sh,
+                                   int in_place);
+/* 1 when some present fin[i] is exactly the view in[i] (i < n): a decode step updating a
+ * pool in place. */
+int ssmi_any_in_place(const ssm_tensor * const * in, const ssm_tensor * const * fin, int n);
+/* ssmi_any_in_place over the four pools of a Mamba-3 decode step's args struct *a. */
+#define SSMI_MAMBA3_STEP_IN_PLACE(a)                                                                           \
+    ssmi_any_in_place((const ssm_tensor * const[]){&(a)->angle_state, &(a)->ssm_state, &(a)->k_state,         \
+                                                   &(a)->v_state},                                             \
+                      (const ssm_tensor * const[]){&(a)->final_angle_state, &(a)->final_ssm_state,            \
+                                                   &(a)->final_k_state, &(a)->final_v_state},                  \
+                      4)
 /* ssmi_check_cu_seqlens, then *varlen (cu given) and *nseq (nseq with cu, else batch). */
 ssm_status ssmi_mamba3_take_nseq(ssm_context * ctx, const char * op, const ssm_tensor * cu, const char * batch_name,
                                  int64_t batch, int64_t seqlen, int64_t * nseq, int32_t * varlen);

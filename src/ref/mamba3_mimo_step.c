@@ -5,8 +5,9 @@
  *   h ← α·h + β·Σ_r k_state[r] ⊗ (v_state ⊙ mimo_v[r]) + γ·Σ_r k̃[r] ⊗ (v ⊙ mimo_v[r]);
  *   y_r = hᵀ q̃_r + D·u_r, then the forward's output stage (gate per rank in both output
  *   modes, fused norm when asked, reduction with mimo_o).
- * Padding rows (idx[b] < 0) get out = 0 and touch no state; only the slots of non-padding
- * rows are written. Every value of a slot is read before any is written, so final_* that
+ * The new states go to row dst[b] of the final_* pools (idx[b] without dst; nothing when
+ * negative). Padding rows (idx[b] < 0) get out = 0 and touch no state; only the write slots
+ * of non-padding rows are written. Every value of a slot is read before any is written, so final_* that
  * are the same views as their input states (in place) give the same result. */
 #include "ref_mimo_common.h"
 #include "ssmi_ref_mimo.h"
@@ -17,7 +18,8 @@ typedef struct step_scratch {
 } step_scratch;
 
 static void step_head(const ssm_mamba3_mimo_params * prm, const ssmi_mimo_dims * d,
-                      const ssm_mamba3_mimo_step_args * a, int64_t b, int64_t slot, int64_t h, const step_scratch * w) {
+                      const ssm_mamba3_mimo_step_args * a, int64_t b, int64_t slot, int64_t ws, int64_t h,
+                      const step_scratch * w) {
     const int64_t      R = d->rank, N = d->dstate, P = d->headdim, A = d->nangles, g = ssmi_ref_mimo_group(d, h);
     ssmi_ref_mimo_head hp = {w->qb, w->kb, w->mv, w->mz, w->mo, w->w, 0.0, 0, 0, 0};
     ssmi_ref_mimo_load_head(&hp, d, h, &a->q_bias, &a->k_bias, &a->mimo_v, &a->mimo_z, &a->mimo_o,
@@ -60,8 +62,9 @@ static void step_head(const ssm_mamba3_mimo_params * prm, const ssmi_mimo_dims *
     ssmi_ref_mimo_write_out(&a->out, w->o, hp.has_o, b, -1, h, R, P);
     memcpy(w->kprev, w->kt, (size_t)(R * N) * sizeof(double));
     memcpy(w->vprev, w->v, (size_t)P * sizeof(double));
-    ssmi_ref_mimo_write_states(&st, &a->final_angle_state, &a->final_ssm_state, &a->final_k_state,
-                               &a->final_v_state, slot, h, R, N, P, A, 0);
+    if (ws >= 0)
+        ssmi_ref_mimo_write_states(&st, &a->final_angle_state, &a->final_ssm_state, &a->final_k_state,
+                                   &a->final_v_state, ws, h, R, N, P, A, 0);
 }
 
 ssm_status ssmi_ref_mamba3_mimo_step(ssm_context * ctx, const ssm_mamba3_mimo_params * p, const ssmi_mimo_dims * d,
@@ -77,14 +80,15 @@ ssm_status ssmi_ref_mamba3_mimo_step(ssm_context * ctx, const ssm_mamba3_mimo_pa
     double *     block = NULL;
     SSM_RETURN_IF(!ok, ctx, SSM_STATUS_OUT_OF_MEMORY, "mamba3_mimo_step: reference scratch size overflows size_t");
     SSM_FORWARD_IF_ERROR(ssmi_ref_m3_scratch(ctx, "mamba3_mimo_step", 21, sizes, ptrs, &block));
-    const ssm_tensor * idx = &a->state_batch_indices;
+    const ssm_tensor * idx = &a->state_batch_indices, *dst = &a->dst_state_batch_indices;
     for (int64_t b = 0; b < d->batch; ++b) {
         const int64_t slot = ssmi_present(idx) ? ssmi_get_i64(idx, ssmi_off1(idx, b)) : b;
+        const int64_t ws   = ssmi_present(dst) ? ssmi_get_i64(dst, ssmi_off1(dst, b)) : slot;
         for (int64_t h = 0; h < d->nheads; ++h) {
             if (slot < 0) /* padding row */
                 ssmi_ref_mimo_write_out_zero(&a->out, d->reduce_o, b, h, d->rank, d->headdim);
             else
-                step_head(p, d, a, b, slot, h, &w);
+                step_head(p, d, a, b, slot, ws, h, &w);
         }
     }
     ssmi_free(ctx, block);

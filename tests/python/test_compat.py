@@ -65,6 +65,51 @@ def test_selective_state_update_in_place():
     assert not torch.equal(state[4], s0[4]) and torch.equal(state[1], s0[1]) and torch.equal(state[3], s0[3])
 
 
+def test_selective_state_update_vllm_slots():
+    """vLLM's speculative-decoding call: per-token slot tables, num_accepted_tokens, cu_seqlens;
+    then the next step reads the accepted prefix's slot. Checked token by token."""
+    H, P, N, slots = 2, 4, 8, 12
+    pool = t(slots, H, P, N)
+    starts, lens = [0, 2, 2], [2, 0, 3]
+    cu = torch.tensor([0, 2, 2, 5], dtype=torch.int32)
+    x, dt, b, c = t(5, H, P), t(5, H, P), t(5, 1, N), t(5, 1, N)
+    A = (-torch.rand(H, 1, 1) - 0.5).expand(H, P, N)
+    src = torch.tensor([[0, -1, -1], [1, -1, -1], [2, -1, -1]], dtype=torch.int32)
+    dst = torch.tensor([[3, 4, -1], [5, -1, -1], [6, 7, 8]], dtype=torch.int32)
+    acc = torch.ones(3, dtype=torch.int32)
+    before = pool.clone()
+    out = torch.empty_like(x)
+    got = compat.selective_state_update(pool, x, dt, A, b, c, dt_softplus=True, state_batch_indices=src,
+                                        dst_state_batch_indices=dst, num_accepted_tokens=acc, cu_seqlens=cu, out=out)
+    assert got.data_ptr() == out.data_ptr()
+    for r in range(3):
+        st = before[int(src[r, 0])].clone()[None]
+        for j in range(lens[r]):
+            k = starts[r] + j
+            y = ssmops.mamba2_step(x[k:k + 1], dt[k:k + 1], A, b[k:k + 1], c[k:k + 1], state=st, final_state=st,
+                                   dt_softplus=1)[0]
+            assert torch.equal(out[k], y[0]) and torch.equal(pool[int(dst[r, j])], st[0])
+    assert torch.equal(pool[:3], before[:3]) and torch.equal(pool[9:], before[9:])
+    # the next step: row 2 accepted 2 of its 3 tokens, so it resumes from dst[2, 1]
+    acc2 = torch.tensor([2, 1, 2], dtype=torch.int32)
+    x2, dt2, b2, c2 = t(3, H, P), t(3, H, P), t(3, 1, N), t(3, 1, N)
+    cu2 = torch.tensor([0, 1, 2, 3], dtype=torch.int32)
+    dst2 = torch.tensor([[9], [10], [11]], dtype=torch.int32)
+    mid = pool.clone()
+    y2 = compat.selective_state_update(pool, x2, dt2, A, b2, c2, dt_softplus=True, state_batch_indices=dst,
+                                       dst_state_batch_indices=dst2, num_accepted_tokens=acc2, cu_seqlens=cu2)
+    st = mid[7].clone()[None]
+    y = ssmops.mamba2_step(x2[2:], dt2[2:], A, b2[2:], c2[2:], state=st, final_state=st, dt_softplus=1)[0]
+    assert torch.equal(y2[2], y[0]) and torch.equal(pool[11], st[0])
+    # a non-negative pad_slot_id marks padding rows: out 0, no slot touched
+    x3, dt3, b3, c3 = t(2, H, P), t(2, H, P), t(2, 1, N), t(2, 1, N)
+    mid = pool.clone()
+    y3 = compat.selective_state_update(pool, x3, dt3, A, b3, c3, state_batch_indices=torch.tensor([11, 0]),
+                                       dst_state_batch_indices=torch.tensor([11, 1]), pad_slot_id=11)
+    assert torch.equal(y3[0], torch.zeros_like(y3[0])) and torch.equal(pool[11], mid[11])
+    assert not torch.equal(pool[1], mid[1]) and torch.equal(pool[0], mid[0])
+
+
 def test_conv_and_norm():
     x, w, bias = t(2, 6, 11), t(6, 4), t(6)
     out, fs = compat.causal_conv1d_fn(x, w, bias, activation="silu", return_final_states=True)
