@@ -30,7 +30,8 @@ void ssm_mamba2_params_init(ssm_mamba2_params * params) {
     params->dt_limit_hi = INFINITY;
 }
 
-static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+/* ceil(a/b) for a ≥ 0, b ≥ 1, without forming a + b − 1 (S may be INT64_MAX). */
+static int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
 /* Processed-dt-like tensor (batch, H, NC, Q): Q must be params->chunk_size and NC must be
  * ceil(S/Q). Sets d->chunk and d->nchunks. */

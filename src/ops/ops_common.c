@@ -64,6 +64,19 @@ static ssm_status collect_slots(ssm_context * ctx, const char * op, const ssm_te
 ssm_status ssmi_check_slot_indices(ssm_context * ctx, const char * op, const ssm_tensor * idx, int64_t batch,
                                    int64_t slots, const char * pool) {
     if (!ssmi_present(idx) || batch == 0) return SSM_STATUS_OK;
+    if (idx->strides[0] == 0 && batch > 1) {
+        /* Broadcast: every row holds idx[0], so a slot would serve all rows; all padding is
+         * valid. Checked in constant time, whatever the batch. */
+        const int64_t v = ssmi_get_i64(idx, 0);
+        SSM_RETURN_IF(v >= slots, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                      "%s: state_batch_indices[0]=%lld is not below %s.shape[0]=%lld (slots)", op, (long long)v, pool,
+                      (long long)slots);
+        SSM_RETURN_IF(v >= 0, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                      "%s: state_batch_indices (stride 0) uses slot %lld for all %lld rows; each slot may be updated "
+                      "by one row only",
+                      op, (long long)v, (long long)batch);
+        return SSM_STATUS_OK;
+    }
     int64_t * used = (int64_t *)ssmi_alloc(ctx, (size_t)batch * sizeof(int64_t));
     SSM_RETURN_IF(used == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY,
                   "%s: could not allocate %zu bytes to check state_batch_indices", op, (size_t)batch * sizeof(int64_t));
@@ -113,7 +126,9 @@ ssm_status ssmi_check_cu_seqlens(ssm_context * ctx, const char * op, const ssm_t
     SSM_RETURN_IF(first != 0, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: cu_seqlens[0]=%lld must be 0", op,
                   (long long)first);
     int64_t prev = first;
-    for (int64_t s = 1; s < len; ++s) {
+    /* Broadcast (stride 0): every entry is cu[0] = 0, so all sequences are empty; checked in
+     * constant time, whatever the length. */
+    for (int64_t s = 1; s < (cu->strides[0] == 0 ? 1 : len); ++s) {
         const int64_t v = ssmi_get_i64(cu, ssmi_off1(cu, s));
         SSM_RETURN_IF(v < prev, ctx, SSM_STATUS_INVALID_ARGUMENT,
                       "%s: cu_seqlens[%lld]=%lld is smaller than cu_seqlens[%lld]=%lld; it must be non-decreasing", op,
@@ -222,7 +237,7 @@ ssm_status ssmi_mamba2_check_scan_inputs(ssm_context * ctx, const char * op, con
                                          const ssm_mamba2_scan_args * a, ssmi_mamba2_dims * d) {
     SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_xbcz(ctx, op, &a->x, &a->b, &a->c, &a->z, d));
     d->chunk = p->chunk_size;
-    d->nchunks = (d->seqlen + d->chunk - 1) / d->chunk;
+    d->nchunks = d->seqlen / d->chunk + (d->seqlen % d->chunk != 0); /* ceil; S may be INT64_MAX */
     SSMI_SHAPE(dt, d->batch, d->seqlen, d->nheads);
     SSMI_SHAPE(a, d->nheads);
     SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_d(ctx, op, &a->d, d));
