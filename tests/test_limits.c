@@ -224,6 +224,15 @@ static void m2_huge_seqlen(void) {
         EXPECT(SSM_STATUS_OK, "mamba2_scan", NULL, ssm_mamba2_scan(ctx, &p, &a, NULL, 0));
         size_t bytes = 0;
         EXPECT(SSM_STATUS_OK, "mamba2_scan", NULL, ssm_mamba2_scan_workspace_size(ctx, &p, &a, &bytes));
+        /* An empty call needs no workspace: 2^40 rows of 2^40 heads are never planned. */
+        ssm_mamba2_scan_args e = a;
+        const int64_t        R = INT64_C(1) << 40;
+        e.x = BV(4, R, 0, R, 4), e.dt = BV(3, R, 0, R), e.a = BV(1, R), e.b = BV(4, R, 0, 1, 8), e.c = e.b;
+        e.out = OV(4, R, 0, R, 4);
+        bytes = 1;
+        EXPECT(SSM_STATUS_OK, "mamba2_scan", NULL, ssm_mamba2_scan_workspace_size(ctx, &p, &e, &bytes));
+        TEST_CHECK(bytes == 0, "an empty mamba2_scan asks for %zu bytes of workspace", bytes);
+        EXPECT(SSM_STATUS_OK, "mamba2_scan", NULL, ssm_mamba2_scan(ctx, &p, &e, NULL, 0));
         ssm_mamba2_scan_bwd_args g;
         memset(&g, 0, sizeof g);
         g.x = a.x, g.dt = a.dt, g.a = a.a, g.b = a.b, g.c = a.c;
@@ -339,6 +348,97 @@ static void broadcast_cu_seqlens(void) {
         out_free();
     }
     g_idx[0] = 0;
+}
+
+/* The inner dimensions (P, N, K, V, W, L ≤ 2^24) and a head's state (P·N, V·K ≤ 2^31), on
+ * empty calls (batch 0: validation only, nothing to compute). */
+static void inner_dims(void) {
+    const int64_t M = INT64_C(1) << 24;
+    ssm_mamba2_params p;
+    ssm_mamba2_params_init(&p);
+    for (int beyond = 0; beyond < 2; ++beyond) {
+        const int64_t    D = M + beyond;
+        const ssm_status want = beyond ? SSM_STATUS_INVALID_SHAPE : SSM_STATUS_OK;
+        {
+            ssm_mamba2_bmm_args a;
+            memset(&a, 0, sizeof a);
+            a.b = BV(4, 0, 1, 1, D);
+            a.c = a.b;
+            a.cb = OV(5, 0, 1, 1, 256, 256);
+            EXPECT(want, "mamba2_bmm", "(N)", ssm_mamba2_bmm(ctx, &p, &a));
+        }
+        {
+            ssm_mamba2_step_args a;
+            memset(&a, 0, sizeof a);
+            a.x = BV(3, 0, 1, 1);
+            a.dt = a.x;
+            a.a = BV(3, 1, 1, D);
+            a.b = BV(3, 0, 1, D);
+            a.c = a.b;
+            a.state = BV(4, 0, 1, 1, D);
+            a.out = OV(3, 0, 1, 1);
+            EXPECT(want, "mamba2_step", "(N)", ssm_mamba2_step(ctx, &p, &a));
+        }
+        for (int k = 0; k < 2; ++k) { /* mamba2_scan: P alone, then N alone */
+            const int64_t P = k == 0 ? D : 1, N = k == 0 ? 1 : D;
+            ssm_mamba2_scan_args a;
+            memset(&a, 0, sizeof a);
+            a.x = BV(4, 0, 1, 1, P);
+            a.dt = BV(3, 0, 1, 1);
+            a.a = BV(1, 1);
+            a.b = BV(4, 0, 1, 1, N);
+            a.c = a.b;
+            a.out = OV(4, 0, 1, 1, P);
+            EXPECT(want, "mamba2_scan", k == 0 ? "(P)" : "(N)", ssm_mamba2_scan(ctx, &p, &a, NULL, 0));
+        }
+        { /* P·N = 2^31 (P = 2^24, N = 128), then N = 129 */
+            ssm_mamba2_scan_args a;
+            memset(&a, 0, sizeof a);
+            a.x = BV(4, 0, 1, 1, M);
+            a.dt = BV(3, 0, 1, 1);
+            a.a = BV(1, 1);
+            a.b = BV(4, 0, 1, 1, 128 + beyond);
+            a.c = a.b;
+            a.out = OV(4, 0, 1, 1, M);
+            EXPECT(want, "mamba2_scan", "P·N", ssm_mamba2_scan(ctx, &p, &a, NULL, 0));
+        }
+        {
+            ssm_conv1d_params cp;
+            ssm_conv1d_params_init(&cp);
+            ssm_causal_conv1d_args a;
+            memset(&a, 0, sizeof a);
+            a.x = BV(3, 0, 1, 4);
+            a.weight = BV(2, 1, D);
+            a.out = OV(3, 0, 1, 4);
+            EXPECT(want, "causal_conv1d", "(W)", ssm_causal_conv1d(ctx, &cp, &a));
+            ssm_causal_conv1d_update_args u;
+            memset(&u, 0, sizeof u);
+            u.x = BV(2, 0, 1);
+            u.weight = BV(2, 1, 4);
+            u.conv_state = BV(3, 0, 1, D);
+            u.out = OV(2, 0, 1);
+            EXPECT(want, "causal_conv1d_update", "(L)", ssm_causal_conv1d_update(ctx, &cp, &u));
+        }
+        for (int k = 0; k < 3; ++k) { /* mamba3_siso_fwd: K alone, V alone, V·K = 2^31 + (0 or 2^24) */
+            ssm_mamba3_params mp;
+            ssm_mamba3_params_init(&mp);
+            const int64_t K = k == 0 ? D + beyond : k == 1 ? 2 : 128 + 2 * beyond, V = k == 0 ? 1 : k == 1 ? D : M;
+            ssm_mamba3_siso_fwd_args a;
+            memset(&a, 0, sizeof a);
+            a.q = BV(4, 0, 1, 1, K);
+            a.k = a.q;
+            a.v = BV(4, 0, 1, 1, V);
+            a.adt = BV(3, 0, 1, 1);
+            a.dt = a.adt;
+            a.trap = a.adt;
+            a.q_bias = BV(2, 1, K);
+            a.k_bias = a.q_bias;
+            a.angles = BV(4, 0, 1, 1, 1);
+            a.out = OV(4, 0, 1, 1, V);
+            EXPECT(want, "mamba3_siso_fwd", k == 0 ? "(K)" : k == 1 ? "(V)" : "V·K", ssm_mamba3_siso_fwd(ctx, &mp, &a));
+        }
+        out_free();
+    }
 }
 
 /* ---- Mamba-3 SISO ------------------------------------------------------------------------- */
@@ -506,6 +606,7 @@ int main(void) {
     m2_state_passing_nc();
     step_broadcast_indices();
     broadcast_cu_seqlens();
+    inner_dims();
     siso_limits();
     mimo_limits();
     for (int c = 0; c < 2; ++c) ssm_context_free(g_ctx[c]);

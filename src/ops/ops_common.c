@@ -141,6 +141,22 @@ ssm_status ssmi_check_cu_seqlens(ssm_context * ctx, const char * op, const ssm_t
     return SSM_STATUS_OK;
 }
 
+ssm_status ssmi_check_inner_dim(ssm_context * ctx, const char * op, const char * what, int64_t dim) {
+    SSM_RETURN_IF(dim > SSMI_MAX_INNER_DIM, ctx, SSM_STATUS_INVALID_SHAPE,
+                  "%s: %s=%lld exceeds the limit of 2^24 (docs/ops/limits.md)", op, what, (long long)dim);
+    return SSM_STATUS_OK;
+}
+
+ssm_status ssmi_check_head_state(ssm_context * ctx, const char * op, const char * rows_what, int64_t rows,
+                                 const char * cols_what, int64_t cols, const char * product) {
+    SSM_FORWARD_IF_ERROR(ssmi_check_inner_dim(ctx, op, rows_what, rows));
+    SSM_FORWARD_IF_ERROR(ssmi_check_inner_dim(ctx, op, cols_what, cols));
+    SSM_RETURN_IF(rows * cols > SSMI_MAX_HEAD_STATE, ctx, SSM_STATUS_INVALID_SHAPE,
+                  "%s: %s=%lld (a head's state) exceeds the limit of 2^31 elements (docs/ops/limits.md)", op, product,
+                  (long long)(rows * cols));
+    return SSM_STATUS_OK;
+}
+
 /* ---- Mamba-2 ---------------------------------------------------------------------------- */
 
 #define SSMI_M2_MAX_CHUNK 1024
@@ -198,7 +214,8 @@ ssm_status ssmi_mamba2_check_xbcz(ssm_context * ctx, const char * op, const ssm_
         const int64_t wz[4] = {d->batch, d->seqlen, d->nheads, d->headdim};
         SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "z", z, wz));
     }
-    return SSM_STATUS_OK;
+    return ssmi_check_head_state(ctx, op, "x.shape[3] (P)", d->headdim, b != NULL ? "b.shape[3] (N)" : "c.shape[3] (N)",
+                                 d->dstate, "P·N");
 }
 
 ssm_status ssmi_mamba2_check_d(ssm_context * ctx, const char * op, const ssm_tensor * dten,
