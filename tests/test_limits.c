@@ -441,6 +441,54 @@ static void inner_dims(void) {
     }
 }
 
+/* The calls that crashed or overflowed before the inner-dimension limit: a broadcast input
+ * claiming 2^61 for an inner dimension, with small real outputs. The reference
+ * causal_conv1d_update sized its window scratch as (L + 1)·8 bytes, which wrapped to 8 and was
+ * written past; the CPU planners of bmm and siso_fwd overflowed int64. */
+static void inner_dim_reproducers(void) {
+    const int64_t H61 = INT64_C(1) << 61;
+    {
+        ssm_conv1d_params cp;
+        ssm_conv1d_params_init(&cp);
+        ssm_causal_conv1d_update_args a;
+        memset(&a, 0, sizeof a);
+        a.x = BV(2, 1, 1);
+        a.weight = BV(2, 1, 2);
+        a.conv_state = BV(3, 1, 1, H61);
+        a.out = OV(2, 1, 1);
+        EXPECT(SSM_STATUS_INVALID_SHAPE, "causal_conv1d_update", "(L)", ssm_causal_conv1d_update(ctx, &cp, &a));
+    }
+    {
+        ssm_mamba2_params p;
+        ssm_mamba2_params_init(&p);
+        p.chunk_size = 1;
+        ssm_mamba2_bmm_args a;
+        memset(&a, 0, sizeof a);
+        a.b = BV(4, 1, 1, 1, H61);
+        a.c = a.b;
+        a.cb = OV(5, 1, 1, 1, 1, 1);
+        EXPECT(SSM_STATUS_INVALID_SHAPE, "mamba2_bmm", "(N)", ssm_mamba2_bmm(ctx, &p, &a));
+    }
+    {
+        ssm_mamba3_params mp;
+        ssm_mamba3_params_init(&mp);
+        ssm_mamba3_siso_fwd_args a;
+        memset(&a, 0, sizeof a);
+        a.q = BV(4, 1, 1, 1, H61);
+        a.k = a.q;
+        a.v = BV(4, 1, 1, 1, 1);
+        a.adt = BV(3, 1, 1, 1);
+        a.dt = a.adt;
+        a.trap = a.adt;
+        a.q_bias = BV(2, 1, H61);
+        a.k_bias = a.q_bias;
+        a.angles = BV(4, 1, 1, 1, 1);
+        a.out = OV(4, 1, 1, 1, 1);
+        EXPECT(SSM_STATUS_INVALID_SHAPE, "mamba3_siso_fwd", "(K)", ssm_mamba3_siso_fwd(ctx, &mp, &a));
+    }
+    out_free();
+}
+
 /* ---- Mamba-3 SISO ------------------------------------------------------------------------- */
 
 static void siso_limits(void) {
@@ -607,6 +655,7 @@ int main(void) {
     step_broadcast_indices();
     broadcast_cu_seqlens();
     inner_dims();
+    inner_dim_reproducers();
     siso_limits();
     mimo_limits();
     for (int c = 0; c < 2; ++c) ssm_context_free(g_ctx[c]);
