@@ -251,8 +251,12 @@ static ssm_status check_and_run(ssm_context * ctx, const ssmi_op_impl * impl, co
     SSM_FORWARD_IF_ERROR(impl->validate(ctx, op, params, args, &dims));
     SSM_FORWARD_IF_ERROR(check_outputs(ctx, op, info, args));
 
-    size_t need = 0;
-    if (impl->workspace != NULL) SSM_FORWARD_IF_ERROR(impl->workspace(ctx, be, params, &dims, args, &need));
+    /* A valid call with nothing to write needs no workspace, and its plan is not made: the
+     * planner would multiply the other dimensions, which may be huge (2^40 rows of 2^40
+     * heads of an empty sequence). */
+    const int empty = nothing_to_write(info, args);
+    size_t    need = 0;
+    if (impl->workspace != NULL && !empty) SSM_FORWARD_IF_ERROR(impl->workspace(ctx, be, params, &dims, args, &need));
     if (bytes != NULL) {
         *bytes = need;
         return SSM_STATUS_OK;
@@ -266,7 +270,7 @@ static ssm_status check_and_run(ssm_context * ctx, const ssmi_op_impl * impl, co
     }
     /* A valid call with nothing to write ends here: the kernels would still loop over the
      * other dimensions, which may be huge (2^62 rows of an empty sequence). */
-    if (nothing_to_write(info, args)) return SSM_STATUS_OK;
+    if (empty) return SSM_STATUS_OK;
     /* Without a workspace the CPU backend gets one from the context's allocator; the
      * reference and the CUDA backend allocate their own. */
     ssmi_any_args zeroed;

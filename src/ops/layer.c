@@ -48,6 +48,7 @@ static ssm_status check_weight_bias(ssm_context * ctx, const char * op, const ss
     d->width = w->shape[1];
     SSM_RETURN_IF(d->width < 1, ctx, SSM_STATUS_INVALID_SHAPE, "%s: weight.shape[1]=%lld (width W) must be at least 1",
                   op, (long long)d->width);
+    SSM_FORWARD_IF_ERROR(ssmi_check_inner_dim(ctx, op, "weight.shape[1] (W)", d->width));
     const int64_t wd[1] = {d->dim};
     return ssmi_check_shape(ctx, op, "bias", bias, wd);
 }
@@ -176,6 +177,7 @@ static ssm_status validate_update(ssm_context * ctx, const char * op, const ssm_
     SSM_RETURN_IF(d->state_len < d->width - 1, ctx, SSM_STATUS_INVALID_SHAPE,
                   "%s: conv_state.shape[2]=%lld must be at least weight.shape[1]-1=%lld", op, (long long)d->state_len,
                   (long long)(d->width - 1));
+    SSM_FORWARD_IF_ERROR(ssmi_check_inner_dim(ctx, op, "conv_state.shape[2] (L)", d->state_len));
     SSMI_SHAPE(state_batch_indices, d->batch);
     SSM_RETURN_IF(!ssmi_present(&a->state_batch_indices) && d->slots != d->batch, ctx, SSM_STATUS_INVALID_SHAPE,
                   "%s: conv_state.shape[0]=%lld differs from x.shape[0]=%lld; without state_batch_indices row b uses "

@@ -30,7 +30,8 @@ void ssm_mamba2_params_init(ssm_mamba2_params * params) {
     params->dt_limit_hi = INFINITY;
 }
 
-static int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+/* ceil(a/b) for a ≥ 0, b ≥ 1, without forming a + b − 1 (S may be INT64_MAX). */
+static int64_t ceil_div(int64_t a, int64_t b) { return a / b + (a % b != 0); }
 
 /* Processed-dt-like tensor (batch, H, NC, Q): Q must be params->chunk_size and NC must be
  * ceil(S/Q). Sets d->chunk and d->nchunks. */
@@ -83,6 +84,8 @@ SSMI_DEFINE_CUDA_OP(mamba2_chunk_state, ssm_mamba2_params, m2, ssmi_mamba2_check
 static ssm_status validate_state_passing(ssm_context * ctx, const char * op, const ssm_mamba2_params * p,
                                          const ssm_mamba2_state_passing_args * a, ssmi_mamba2_dims * d) {
     SSMI_TAKE_DIMS(&a->states, &d->batch, &d->nchunks, &d->nheads, &d->headdim, &d->dstate);
+    SSM_FORWARD_IF_ERROR(
+        ssmi_check_head_state(ctx, op, "states.shape[3] (P)", d->headdim, "states.shape[4] (N)", d->dstate, "P·N"));
     d->ngroups = 1; /* no B/C here */
     d->chunk = p->chunk_size;
     SSMI_SHAPE(da_chunk_cumsum, d->batch, d->nheads, d->nchunks);
@@ -117,6 +120,7 @@ static ssm_status validate_bmm(ssm_context * ctx, const char * op, const ssm_mam
     d->chunk = p->chunk_size;
     d->nchunks = ceil_div(d->seqlen, d->chunk);
     SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "b", &a->b, a->c.shape));
+    SSM_FORWARD_IF_ERROR(ssmi_check_inner_dim(ctx, op, "c.shape[3] (N)", d->dstate));
     SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_seq_idx(ctx, op, &a->seq_idx, d));
     SSMI_SHAPE(cb, d->batch, d->nchunks, d->ngroups, d->chunk, d->chunk);
     return SSM_STATUS_OK;

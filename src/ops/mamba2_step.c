@@ -48,6 +48,8 @@ static ssm_status validate_step(ssm_context * ctx, const char * op, const ssm_ma
     SSM_RETURN_IF(d->nheads % d->ngroups != 0, ctx, SSM_STATUS_INVALID_SHAPE,
                   "%s: x.shape[1]=%lld is not a multiple of b.shape[1]=%lld", op, (long long)d->nheads,
                   (long long)d->ngroups);
+    SSM_FORWARD_IF_ERROR(
+        ssmi_check_head_state(ctx, op, "x.shape[2] (P)", d->headdim, "b.shape[2] (N)", d->dstate, "P·N"));
     SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "c", &a->c, a->b.shape));
     SSMI_SHAPE(dt, T, d->nheads, d->headdim);
     SSMI_SHAPE(a, d->nheads, d->headdim, d->dstate);

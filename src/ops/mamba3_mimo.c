@@ -106,7 +106,7 @@ static ssm_status check_chunk_rank(ssm_context * ctx, const char * op, ssmi_mimo
     SSM_RETURN_IF(d->chunk * d->rank > MIMO_MAX_CR, ctx, SSM_STATUS_INVALID_ARGUMENT,
                   "%s: chunk_size=%lld times R=%lld is %lld; C·R must be at most %d", op, (long long)d->chunk,
                   (long long)d->rank, (long long)(d->chunk * d->rank), MIMO_MAX_CR);
-    d->nchunks = (d->seqlen + d->chunk - 1) / d->chunk;
+    d->nchunks = d->seqlen / d->chunk + (d->seqlen % d->chunk != 0); /* ceil; S may be INT64_MAX */
     return SSM_STATUS_OK;
 }
 

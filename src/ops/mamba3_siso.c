@@ -59,6 +59,8 @@ static ssm_status take_qkv_dims(ssm_context * ctx, const char * op, const ssm_te
                   "%s: q.shape[%d]=%lld (K) must be even and at least 2", op, (int)nd - 1, (long long)d->dk);
     SSM_RETURN_IF(d->dv < 1, ctx, SSM_STATUS_INVALID_SHAPE, "%s: v.shape[%d]=%lld (V) must be at least 1", op,
                   (int)nd - 1, (long long)d->dv);
+    SSM_FORWARD_IF_ERROR(ssmi_check_head_state(ctx, op, seq ? "v.shape[3] (V)" : "v.shape[2] (V)", d->dv,
+                                               seq ? "q.shape[3] (K)" : "q.shape[2] (K)", d->dk, "V·K"));
     return ssmi_mamba3_check_heads(ctx, op, d->nheads_qk, (int)nd - 2, "Hq", d->nheads, (int)nd - 2);
 }
 

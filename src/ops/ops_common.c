@@ -145,6 +145,20 @@ ssm_status ssmi_check_step_slots(ssm_context * ctx, const char * op, const ssmi_
     SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "dst_state_batch_indices", write, wb));
     if (s->accepted != NULL) SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "num_accepted_tokens", s->accepted, wb));
     if (!ssmi_present(read) || batch == 0) return SSM_STATUS_OK;
+    if (read->ndim == 1 && read->strides[0] == 0 && batch > 1 && !ssmi_present(write) &&
+        ssmi_step_token_table(s) == NULL) {
+        /* Broadcast without write slots: every row reads and writes read[0], so a slot would
+         * serve all rows; all padding is valid. Checked in constant time, whatever the batch. */
+        const int64_t v = ssmi_get_i64(read, 0);
+        SSM_RETURN_IF(v >= slots, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                      "%s: state_batch_indices[0]=%lld is not below %s.shape[0]=%lld (slots)", op, (long long)v, pool,
+                      (long long)slots);
+        SSM_RETURN_IF(v >= 0, ctx, SSM_STATUS_INVALID_ARGUMENT,
+                      "%s: state_batch_indices (stride 0) uses slot %lld for all %lld rows; each slot may be updated "
+                      "by one row only",
+                      op, (long long)v, (long long)batch);
+        return SSM_STATUS_OK;
+    }
     const ssm_tensor * table = ssmi_step_token_table(s);
     int64_t            room = batch;
     if (table != NULL) room = batch * table->shape[1];
@@ -194,7 +208,9 @@ ssm_status ssmi_check_cu_seqlens(ssm_context * ctx, const char * op, const ssm_t
     SSM_RETURN_IF(first != 0, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: cu_seqlens[0]=%lld must be 0", op,
                   (long long)first);
     int64_t prev = first;
-    for (int64_t s = 1; s < len; ++s) {
+    /* Broadcast (stride 0): every entry is cu[0] = 0, so all sequences are empty; checked in
+     * constant time, whatever the length. */
+    for (int64_t s = 1; s < (cu->strides[0] == 0 ? 1 : len); ++s) {
         const int64_t v = ssmi_get_i64(cu, ssmi_off1(cu, s));
         SSM_RETURN_IF(v < prev, ctx, SSM_STATUS_INVALID_ARGUMENT,
                       "%s: cu_seqlens[%lld]=%lld is smaller than cu_seqlens[%lld]=%lld; it must be non-decreasing", op,
@@ -204,6 +220,22 @@ ssm_status ssmi_check_cu_seqlens(ssm_context * ctx, const char * op, const ssm_t
     SSM_RETURN_IF(prev != seqlen, ctx, SSM_STATUS_INVALID_ARGUMENT, "%s: cu_seqlens[%lld]=%lld must equal S=%lld", op,
                   (long long)(len - 1), (long long)prev, (long long)seqlen);
     *nseq = len - 1;
+    return SSM_STATUS_OK;
+}
+
+ssm_status ssmi_check_inner_dim(ssm_context * ctx, const char * op, const char * what, int64_t dim) {
+    SSM_RETURN_IF(dim > SSMI_MAX_INNER_DIM, ctx, SSM_STATUS_INVALID_SHAPE,
+                  "%s: %s=%lld exceeds the limit of 2^24 (docs/ops/limits.md)", op, what, (long long)dim);
+    return SSM_STATUS_OK;
+}
+
+ssm_status ssmi_check_head_state(ssm_context * ctx, const char * op, const char * rows_what, int64_t rows,
+                                 const char * cols_what, int64_t cols, const char * product) {
+    SSM_FORWARD_IF_ERROR(ssmi_check_inner_dim(ctx, op, rows_what, rows));
+    SSM_FORWARD_IF_ERROR(ssmi_check_inner_dim(ctx, op, cols_what, cols));
+    SSM_RETURN_IF(rows * cols > SSMI_MAX_HEAD_STATE, ctx, SSM_STATUS_INVALID_SHAPE,
+                  "%s: %s=%lld (a head's state) exceeds the limit of 2^31 elements (docs/ops/limits.md)", op, product,
+                  (long long)(rows * cols));
     return SSM_STATUS_OK;
 }
 
@@ -264,7 +296,8 @@ ssm_status ssmi_mamba2_check_xbcz(ssm_context * ctx, const char * op, const ssm_
         const int64_t wz[4] = {d->batch, d->seqlen, d->nheads, d->headdim};
         SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "z", z, wz));
     }
-    return SSM_STATUS_OK;
+    return ssmi_check_head_state(ctx, op, "x.shape[3] (P)", d->headdim, b != NULL ? "b.shape[3] (N)" : "c.shape[3] (N)",
+                                 d->dstate, "P·N");
 }
 
 ssm_status ssmi_mamba2_check_d(ssm_context * ctx, const char * op, const ssm_tensor * dten,
@@ -303,7 +336,7 @@ ssm_status ssmi_mamba2_check_scan_inputs(ssm_context * ctx, const char * op, con
                                          const ssm_mamba2_scan_args * a, ssmi_mamba2_dims * d) {
     SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_xbcz(ctx, op, &a->x, &a->b, &a->c, &a->z, d));
     d->chunk = p->chunk_size;
-    d->nchunks = (d->seqlen + d->chunk - 1) / d->chunk;
+    d->nchunks = d->seqlen / d->chunk + (d->seqlen % d->chunk != 0); /* ceil; S may be INT64_MAX */
     SSMI_SHAPE(dt, d->batch, d->seqlen, d->nheads);
     SSMI_SHAPE(a, d->nheads);
     SSM_FORWARD_IF_ERROR(ssmi_mamba2_check_d(ctx, op, &a->d, d));

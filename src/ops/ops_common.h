@@ -188,6 +188,19 @@ ssm_status ssmi_mamba3_check_state_indices(ssm_context * ctx, const char * op, c
 ssm_status ssmi_check_cu_seqlens(ssm_context * ctx, const char * op, const ssm_tensor * cu, const char * batch_name,
                                  int64_t batch, int64_t seqlen, int64_t * nseq);
 
+/* The inner dimensions of a head or channel (Mamba-2 P and N, Mamba-3 SISO V and K, conv W
+ * and L) size the backends' per-task scratch and index arithmetic, and a broadcast input can
+ * claim any of them: each is at most SSMI_MAX_INNER_DIM, and a head's state (the product of
+ * two of them) at most SSMI_MAX_HEAD_STATE elements, so that every size derived from them
+ * fits in 64 bits. docs/ops/limits.md lists them. */
+#define SSMI_MAX_INNER_DIM  (INT64_C(1) << 24)
+#define SSMI_MAX_HEAD_STATE (INT64_C(1) << 31)
+/* dim (named `what`, e.g. "b.shape[3] (N)") ≤ SSMI_MAX_INNER_DIM: INVALID_SHAPE beyond. */
+ssm_status ssmi_check_inner_dim(ssm_context * ctx, const char * op, const char * what, int64_t dim);
+/* The same for a head's state rows × cols (named e.g. "P·N"), and rows·cols ≤ SSMI_MAX_HEAD_STATE. */
+ssm_status ssmi_check_head_state(ssm_context * ctx, const char * op, const char * rows_what, int64_t rows,
+                                 const char * cols_what, int64_t cols, const char * product);
+
 /* ---- Mamba-2 ---------------------------------------------------------------------------- */
 /* params: chunk_size in [1, 1024], dt_limit without NaN and lo ≤ hi; the decode step's
  * variant does not look at chunk_size. */
