@@ -1,5 +1,7 @@
 # The example program and the packaging checks (included by tests/CMakeLists.txt).
 #   example_mamba2         examples/mamba2_example.c linked with the shared library in the build
+#   example_serving_loop   examples/serving_loop.c: continuous batching over state pools, each
+#                          request checked against running it alone (CPU backend)
 #   install_find_package   cmake --install into a scratch prefix, then build and run
 #                          examples/consumer with find_package(ssmops) (shared and static)
 #   install_pkg_config     the same install, then compile the example with pkg-config;
@@ -9,6 +11,11 @@ add_executable(mamba2_example ${PROJECT_SOURCE_DIR}/examples/mamba2_example.c)
 target_compile_options(mamba2_example PRIVATE ${SSMOPS_WARN})
 target_link_libraries(mamba2_example PRIVATE ssmops m)
 add_test(NAME example_mamba2 COMMAND mamba2_example)
+
+add_executable(serving_loop ${PROJECT_SOURCE_DIR}/examples/serving_loop.c)
+target_compile_options(serving_loop PRIVATE ${SSMOPS_WARN})
+target_link_libraries(serving_loop PRIVATE ssmops m)
+add_test(NAME example_serving_loop COMMAND serving_loop)
 
 # A sanitizer build installs sanitized libraries: their consumers need the same flags.
 set(SSMOPS_CONSUMER_FLAGS "")
