@@ -32,12 +32,12 @@
 #include "ssmops.h"
 
 enum {
-    NREQ = 32,     /* requests                                          */
-    MAXRUN = 8,    /* requests holding slots at once                     */
-    KMAX = 3,      /* draft tokens per speculative step                  */
-    L = KMAX + 1,  /* slots per request: the state after each row token  */
+    NREQ = 32,    /* requests                                          */
+    MAXRUN = 8,   /* requests holding slots at once                     */
+    KMAX = 3,     /* draft tokens per speculative step                  */
+    L = KMAX + 1, /* slots per request: the state after each row token  */
     SLOTS = MAXRUN * L,
-    PBUDGET = 96,  /* prefill tokens per iteration                       */
+    PBUDGET = 96, /* prefill tokens per iteration                       */
     MAXPROMPT = 70,
     MAXDECODE = 20,
     CAP = MAXPROMPT + MAXDECODE,
@@ -62,25 +62,25 @@ static uint32_t rnd(void) {
     seed = seed * 1664525u + 1013904223u;
     return seed >> 8;
 }
-static float    uni(float lo, float hi) { return lo + (hi - lo) * (float)rnd() / 16777216.0f; }
-static int      irange(int lo, int hi) { return lo + (int)(rnd() % (uint32_t)(hi - lo + 1)); } /* [lo, hi] */
+static float uni(float lo, float hi) { return lo + (hi - lo) * (float)rnd() / 16777216.0f; }
+static int   irange(int lo, int hi) { return lo + (int)(rnd() % (uint32_t)(hi - lo + 1)); } /* [lo, hi] */
 
 typedef enum { WAITING, PREFILL, DECODE, DONE } req_state;
 
 typedef struct {
     int       arrival, prompt, decode; /* decode: accepted decode tokens to produce */
     req_state state;
-    int       pos;                     /* tokens processed and accepted so far      */
-    int       accepted;                /* accepted in the last step (column to read) */
-    int       slot2[L], slot3[L];      /* slot tables in the two pools              */
-    float *   in2[NF2], *in3[NF3];     /* CAP tokens of inputs                      */
-    float *   out2, *out3;             /* served outputs of the accepted tokens     */
-    float *   fin2, *fin3[4];          /* final states, copied from the pools       */
+    int       pos;                 /* tokens processed and accepted so far      */
+    int       accepted;            /* accepted in the last step (column to read) */
+    int       slot2[L], slot3[L];  /* slot tables in the two pools              */
+    float *   in2[NF2], *in3[NF3]; /* CAP tokens of inputs                      */
+    float *   out2, *out3;         /* served outputs of the accepted tokens     */
+    float *   fin2, *fin3[4];      /* final states, copied from the pools       */
 } request;
 
 static request req[NREQ];
-static float * pool2;                     /* (SLOTS, H2, P2, N2)                   */
-static float * pool3[4];                  /* (SLOTS, ...): angle, ssm, k, v        */
+static float * pool2;                      /* (SLOTS, H2, P2, N2)                   */
+static float * pool3[4];                   /* (SLOTS, ...): angle, ssm, k, v        */
 static int     free2[SLOTS], free3[SLOTS]; /* 1 = free                             */
 static int     failures;
 
@@ -113,8 +113,9 @@ static ssm_tensor view(void * data, int32_t ndim, const int64_t * shape, const i
     if (strides != NULL) memcpy(t.strides, strides, (size_t)ndim * sizeof strides[0]);
     return t;
 }
-#define T_(data, ...) view((data), (int32_t)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}, NULL)
-#define I32(data, ...)                                                                                         \
+#define T_(data, ...) \
+    view((data), (int32_t)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), (int64_t[]){__VA_ARGS__}, NULL)
+#define I32(data, ...)                                                                                    \
     ssm_tensor_make((data), SSM_DTYPE_I32, (int32_t)(sizeof((int64_t[]){__VA_ARGS__}) / sizeof(int64_t)), \
                     (int64_t[]){__VA_ARGS__})
 
@@ -170,7 +171,7 @@ static void mamba3_forward(ssm_context * ctx, float * const in[NF3], int S, int 
     ssm_mamba3_params_init(&p);
     p.chunk_size = 16;
     ssm_mamba3_siso_args a = {0};
-    const int64_t hs[] = {(int64_t)S * H3, 1, H3}; /* (1, H, S) over token-major storage */
+    const int64_t        hs[] = {(int64_t)S * H3, 1, H3}; /* (1, H, S) over token-major storage */
     a.q = T_(in[Q3], 1, S, HQ3, K3);
     a.k = T_(in[K3F], 1, S, HQ3, K3);
     a.v = T_(in[V3F], 1, S, H3, V3);
@@ -184,7 +185,7 @@ static void mamba3_forward(ssm_context * ctx, float * const in[NF3], int S, int 
     a.z = T_(in[Z3], 1, S, H3, V3);
     a.cu_seqlens = I32(cu, nseq + 1);
     a.out = T_(out, 1, S, H3, V3);
-    const int64_t rows = init_idx != NULL ? SLOTS : nseq;
+    const int64_t   rows = init_idx != NULL ? SLOTS : nseq;
     float * const * st = init_idx != NULL ? pool3 : fin_states;
     a.final_angle_state = T_(st[0], rows, H3, A3);
     a.final_ssm_state = T_(st[1], rows, H3, V3, K3);
@@ -203,12 +204,13 @@ static void mamba3_forward(ssm_context * ctx, float * const in[NF3], int S, int 
 
 /* ---- one decode iteration ------------------------------------------------------------- */
 
-static float * bat2[NF2], *bat3[NF3], *bout2, *bout3, *inter2; /* batch buffers (TMAX tokens) */
-static float * col3[NF3], *cout3;                               /* one token column (ROWMAX)   */
-static int     steps, spec_rows, drafted, rejected, pad_rows, prefill_calls, prefill_chunks;
+static float *bat2[NF2], *bat3[NF3], *bout2, *bout3, *inter2; /* batch buffers (TMAX tokens) */
+static float *col3[NF3], *cout3;                              /* one token column (ROWMAX)   */
+static int    steps, spec_rows, drafted, rejected, pad_rows, prefill_calls, prefill_chunks;
 
 static void copy_token(float * const dst[], int t, float * const src[], int s, const int * w, int nf) {
-    for (int f = 0; f < nf; f++) memcpy(dst[f] + (size_t)t * w[f], src[f] + (size_t)s * w[f], (size_t)w[f] * sizeof(float));
+    for (int f = 0; f < nf; f++)
+        memcpy(dst[f] + (size_t)t * w[f], src[f] + (size_t)s * w[f], (size_t)w[f] * sizeof(float));
 }
 
 static void decode_iteration(ssm_context * ctx, int it) {
@@ -293,7 +295,9 @@ static void decode_iteration(ssm_context * ctx, int it) {
         int     any = 0;
         for (int b = 0; b < rows; b++) {
             const int r = rowreq[b], has = r >= 0 && j < ntok[b];
-            rd[b] = !has ? -1 : j == 0 ? req[r].slot3[req[r].accepted > 0 ? req[r].accepted - 1 : 0] : req[r].slot3[j - 1];
+            rd[b] = !has     ? -1
+                    : j == 0 ? req[r].slot3[req[r].accepted > 0 ? req[r].accepted - 1 : 0]
+                             : req[r].slot3[j - 1];
             wr[b] = has ? req[r].slot3[j] : -1;
             any |= has;
             copy_token(col3, b, bat3, has ? cu[b] + j : cu[b], W3, NF3); /* padding: junk */
@@ -420,7 +424,8 @@ static int compare(const float * got, const float * ref, size_t n, int r, const 
         ref2 += (double)ref[i] * ref[i];
         max_err = (e > max_err || isnan(e)) ? e : max_err;
     }
-    const double rel_rms = ref2 > 0.0 ? sqrt(err2 / ref2) : sqrt(err2), max_rel = ref2 > 0.0 ? max_err / sqrt(ref2 / (double)n) : max_err;
+    const double rel_rms = ref2 > 0.0 ? sqrt(err2 / ref2) : sqrt(err2),
+                 max_rel = ref2 > 0.0 ? max_err / sqrt(ref2 / (double)n) : max_err;
     worst_rms = rel_rms > worst_rms || isnan(rel_rms) ? rel_rms : worst_rms;
     worst_max = max_rel > worst_max || isnan(max_rel) ? max_rel : worst_max;
     if (rel_rms <= 1e-5 && max_rel <= 1e-3) return 0;
@@ -469,8 +474,10 @@ int main(void) {
         q->prompt = irange(1, MAXPROMPT);
         q->decode = irange(1, MAXDECODE);
         q->state = WAITING;
-        for (int f = 0; f < NF2; f++) fill(q->in2[f] = alloc_floats((size_t)CAP * W2[f]), (size_t)CAP * W2[f], lo2[f], hi2[f]);
-        for (int f = 0; f < NF3; f++) fill(q->in3[f] = alloc_floats((size_t)CAP * W3[f]), (size_t)CAP * W3[f], lo3[f], hi3[f]);
+        for (int f = 0; f < NF2; f++)
+            fill(q->in2[f] = alloc_floats((size_t)CAP * W2[f]), (size_t)CAP * W2[f], lo2[f], hi2[f]);
+        for (int f = 0; f < NF3; f++)
+            fill(q->in3[f] = alloc_floats((size_t)CAP * W3[f]), (size_t)CAP * W3[f], lo3[f], hi3[f]);
         poison(q->out2 = alloc_floats((size_t)CAP * OUT2), (size_t)CAP * OUT2);
         poison(q->out3 = alloc_floats((size_t)CAP * OUT3), (size_t)CAP * OUT3);
         q->fin2 = alloc_floats(ST2);
@@ -480,7 +487,8 @@ int main(void) {
     for (int k = 0; k < 4; k++) poison(pool3[k] = alloc_floats((size_t)SLOTS * ST3W[k]), (size_t)SLOTS * ST3W[k]);
     for (int s = 0; s < SLOTS; s++) free2[s] = free3[s] = 1;
     for (int f = 0; f < NF2; f++) bat2[f] = alloc_floats((size_t)TMAX * W2[f]);
-    for (int f = 0; f < NF3; f++) bat3[f] = alloc_floats((size_t)TMAX * W3[f]), col3[f] = alloc_floats((size_t)ROWMAX * W3[f]);
+    for (int f = 0; f < NF3; f++)
+        bat3[f] = alloc_floats((size_t)TMAX * W3[f]), col3[f] = alloc_floats((size_t)ROWMAX * W3[f]);
     bout2 = alloc_floats((size_t)TMAX * OUT2);
     bout3 = alloc_floats((size_t)TMAX * OUT3);
     cout3 = alloc_floats((size_t)ROWMAX * OUT3);
@@ -510,14 +518,16 @@ int main(void) {
     for (int r = 0; r < NREQ; r++) check_request(ctx, r);
     int ptok = 0, dtok = 0;
     for (int r = 0; r < NREQ; r++) ptok += req[r].prompt, dtok += req[r].decode;
-    printf("serving loop: %d requests (%d prompt + %d decode tokens), %d iterations, %d slots, peak %d running,\n"
-           "  %d admitted after a request finished; %d prefill calls (%d chunks); %d decode steps,\n"
-           "  %d speculative rows (%d draft tokens, %d rejected), %d padding rows\n",
-           NREQ, ptok, dtok, it, SLOTS, peak, reused, prefill_calls, prefill_chunks, steps, spec_rows, drafted, rejected,
-           pad_rows);
-    printf("vs each request alone (mamba2_scan / mamba3_siso): worst rel_rms %.2e (bar 1e-5), worst max_rel %.2e "
-           "(bar 1e-3)  %s\n",
-           worst_rms, worst_max, failures == 0 ? "PASS" : "FAIL");
+    printf(
+        "serving loop: %d requests (%d prompt + %d decode tokens), %d iterations, %d slots, peak %d running,\n"
+        "  %d admitted after a request finished; %d prefill calls (%d chunks); %d decode steps,\n"
+        "  %d speculative rows (%d draft tokens, %d rejected), %d padding rows\n",
+        NREQ, ptok, dtok, it, SLOTS, peak, reused, prefill_calls, prefill_chunks, steps, spec_rows, drafted, rejected,
+        pad_rows);
+    printf(
+        "vs each request alone (mamba2_scan / mamba3_siso): worst rel_rms %.2e (bar 1e-5), worst max_rel %.2e "
+        "(bar 1e-3)  %s\n",
+        worst_rms, worst_max, failures == 0 ? "PASS" : "FAIL");
 
     for (int r = 0; r < NREQ; r++) {
         for (int f = 0; f < NF2; f++) free(req[r].in2[f]);
