@@ -227,7 +227,7 @@ static void step_task(void * arg, int64_t task, int32_t thread) {
     int64_t t0, t1;
     ssmi_step_tokens(&job->slots, b, &t0, &t1);
     const int64_t slot = ssmi_step_read_slot(&job->slots, b);
-    if (slot < 0) { /* padding row: zeros (sc.state: V·K ≥ K, V > A zeros) */
+    if (slot < 0) { /* padding row: zeros, from sc.state (V·K floats: at least K, V and A) */
         memset(sc.state, 0, (size_t) (V * K) * sizeof(float));
         for (int64_t t = t0; t < t1; ++t)
             for (int64_t h = h0; h < h1; ++h) {
