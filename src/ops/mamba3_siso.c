@@ -9,8 +9,9 @@
  *
  * Which tensor defines which dimension:
  *   q (B, S, Hq, K) → B, S, Hq, K;  v (B, S, H, V) → H, V;  angles (B, S, H, A) → A;
- *   cu_seqlens → NS (else NS = B); the step: q (B, Hq, K), v (B, H, V), angles (B, H, A),
- *   angle_state (slots, H, A) → slots.
+ *   cu_seqlens → NS (else NS = B); the step: q (B, Hq, K), v (B, H, V), angles (B, H, A)
+ *   (dim 0 is T tokens with cu_seqlens, which gives the rows), angle_state (slots, H, A) →
+ *   slots.
  *   The angle cumsum: angles (B, S, H, A) → everything.
  */
 #include <string.h>
