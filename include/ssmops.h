@@ -792,11 +792,19 @@ SSM_API ssm_status ssm_mamba3_siso_bwd(ssm_context * ctx, const ssm_mamba3_param
  * the final_* pools when that is given (else its read slot), with the slot rules of
  * ssm_mamba2_step (in place: any final_* that is its input's view). Each final_* is
  * optional and may be exactly the same view as its input state (in-place update of a
- * caller's pool); any other overlap is an error. */
+ * caller's pool); any other overlap is an error.
+ * Several tokens per row (speculative decoding), as ssm_mamba2_step: with cu_seqlens (B+1)
+ * q, k, v, adt, dt, trap, angles, z, out and the intermediate_* states hold T = cu[B]
+ * tokens in dim 0 and row b runs its tokens cu[b]..cu[b+1]−1 in order, the four states
+ * unrounded between them; intermediate_* get the four states after each token (all four:
+ * resuming after token j needs θ, h, k̂ and v of token j). 2-D state_batch_indices /
+ * dst_state_batch_indices (B, L) and num_accepted_tokens are vLLM's slot tables with the
+ * meaning of ssm_mamba2_step (docs/ops/mamba2.md "Decode slots"); with a token table every
+ * final_* given is its input's view (in place). */
 typedef struct ssm_mamba3_siso_step_args {
-    ssm_tensor q, k;                /* in  (B, Hq, K)                                        */
-    ssm_tensor v;                   /* in  (B, H, V)                                         */
-    ssm_tensor adt, dt, trap;       /* in  (B, H)                                            */
+    ssm_tensor q, k;                /* in  (B, Hq, K)        (T, Hq, K) with cu_seqlens      */
+    ssm_tensor v;                   /* in  (B, H, V)         (T, H, V) with cu_seqlens       */
+    ssm_tensor adt, dt, trap;       /* in  (B, H)            (T, H) with cu_seqlens          */
     ssm_tensor q_bias, k_bias;      /* in  (H, K)                                            */
     ssm_tensor angles;              /* in  (B, H, A)        raw rates of this token          */
     ssm_tensor d;                   /* in  (H)              optional                         */
@@ -805,13 +813,19 @@ typedef struct ssm_mamba3_siso_step_args {
     ssm_tensor ssm_state;           /* in  (slots, H, V, K)                                  */
     ssm_tensor k_state;             /* in  (slots, H, K)                                     */
     ssm_tensor v_state;             /* in  (slots, H, V)                                     */
-    ssm_tensor state_batch_indices; /* in  (B) i32/i64      optional: read slots             */
-    ssm_tensor dst_state_batch_indices; /* in (B) i32/i64   optional: write slots (needs the above) */
-    ssm_tensor out;                 /* out (B, H, V)                                         */
+    ssm_tensor state_batch_indices; /* in  (B) or (B, L) i32/i64  optional: read slots       */
+    ssm_tensor dst_state_batch_indices; /* in (B) or (B, L) optional: write slots (needs the above) */
+    ssm_tensor cu_seqlens;          /* in  (B+1) i32/i64    optional: tokens of each row     */
+    ssm_tensor num_accepted_tokens; /* in  (B) i32/i64      optional: column of a 2-D read table */
+    ssm_tensor out;                 /* out (B, H, V)        (T, H, V) with cu_seqlens        */
     ssm_tensor final_angle_state;   /* out (slots, H, A)    optional, may alias angle_state  */
     ssm_tensor final_ssm_state;     /* out (slots, H, V, K) optional, may alias ssm_state    */
     ssm_tensor final_k_state;       /* out (slots, H, K)    optional, may alias k_state      */
     ssm_tensor final_v_state;       /* out (slots, H, V)    optional, may alias v_state      */
+    ssm_tensor intermediate_angle_state; /* out (T, H, A)    optional: the states after each token */
+    ssm_tensor intermediate_ssm_state;   /* out (T, H, V, K) optional                        */
+    ssm_tensor intermediate_k_state;     /* out (T, H, K)    optional                        */
+    ssm_tensor intermediate_v_state;     /* out (T, H, V)    optional                        */
 } ssm_mamba3_siso_step_args;
 SSM_API ssm_status ssm_mamba3_siso_step(ssm_context * ctx, const ssm_mamba3_params * params,
                                         const ssm_mamba3_siso_step_args * args);

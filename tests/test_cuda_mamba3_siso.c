@@ -8,7 +8,8 @@
  * empty sequence, stride-0 angles over heads, padded/permuted layouts, the seed regime,
  * NaN-poisoned outputs, identical bytes across two runs; the step with and without
  * state_batch_indices (padding rows), with separate and in-place final pools, with the
- * float4 and the generic state paths.
+ * float4 and the generic state paths; the step's arguments without a verified CUDA path
+ * (cu_seqlens, dst_state_batch_indices, intermediate states) refused with UNSUPPORTED.
  * Every case runs under the default choice of the CUDA selection tables, then once more with
  * each table entry forced through the context (ssm_context_set_variant) wherever it applies (a
  * forced entry that does not apply must fail with UNSUPPORTED; the case is then skipped). The
@@ -302,6 +303,45 @@ static void test_device_rules(ssmt_rng * rng) {
                ssm_context_last_error(ctx_cuda));
     TEST_CHECK_STATUS(ssm_mamba3_siso_fwd(ctx_cuda, &g_params, &pr.fwd_args), SSM_STATUS_INVALID_LAYOUT);
     ssmt_mamba3_problem_free(&pr);
+    /* the step's arguments no GPU run has verified yet (valid on the CPU backend):
+     * cu_seqlens (one token per row here), dst_state_batch_indices, intermediate states */
+    ssmt_mamba3_config_init(&cfg);
+    cfg.batch = 3, cfg.has_d = cfg.has_z = 1;
+    ssmt_mamba3_step_problem sp;
+    if (ssmt_mamba3_random_step(rng, &cfg, 3, 0, &sp) != 0) return;
+    ssmt_mamba3_params(&cfg, &g_params);
+    const ssmt_host * host[16] = {&sp.q,      &sp.k,           &sp.v,         &sp.adt,       &sp.dt,     &sp.trap,
+                                  &sp.q_bias, &sp.k_bias,      &sp.angles,    &sp.d,         &sp.z,      &sp.angle_state,
+                                  &sp.ssm_state, &sp.k_state,  &sp.v_state,   &sp.out};
+    ssmt_dev                 dev[16];
+    for (int i = 0; i < 16; ++i) dev[i] = ssmt_to_device(host[i]);
+    ssm_mamba3_siso_step_args a = sp.args;
+    ssm_tensor * const        field[16] = {&a.q,      &a.k,      &a.v,           &a.adt,       &a.dt,
+                                           &a.trap,   &a.q_bias, &a.k_bias,      &a.angles,    &a.d,
+                                           &a.z,      &a.angle_state, &a.ssm_state, &a.k_state, &a.v_state,
+                                           &a.out};
+    for (int i = 0; i < 16; ++i) *field[i] = dev[i].view;
+    a.final_angle_state = a.angle_state, a.final_ssm_state = a.ssm_state; /* in place */
+    a.final_k_state = a.k_state, a.final_v_state = a.v_state;
+    TEST_CHECK_STATUS(ssm_mamba3_siso_step(ctx_cuda, &g_params, &a), SSM_STATUS_OK);
+    const int64_t sc[1] = {4}, si[1] = {3};
+    ssmt_host     cu = ssmt_alloc(SSM_DTYPE_I32, 1, sc), idx = ssmt_alloc(SSM_DTYPE_I32, 1, si);
+    ssmt_host     inter = ssmt_alloc(SSM_DTYPE_F32, 3, sp.v_state.t.shape); /* (T = 3, H, V) */
+    ssmt_dev      dinter = ssmt_to_device(&inter);
+    for (int64_t i = 0; i < 4; ++i) ssmt_set(&cu.t, i, (double)i);
+    for (int64_t i = 0; i < 3; ++i) ssmt_set(&idx.t, i, (double)i);
+    for (int c = 0; c < 3; ++c) {
+        ssm_mamba3_siso_step_args u = a;
+        if (c == 0) u.cu_seqlens = cu.t;
+        if (c == 1) u.state_batch_indices = idx.t, u.dst_state_batch_indices = idx.t;
+        if (c == 2) u.intermediate_v_state = dinter.view;
+        const ssm_status st = ssm_mamba3_siso_step(ctx_cuda, &g_params, &u);
+        TEST_CHECK(st == SSM_STATUS_UNSUPPORTED, "siso step on CUDA, new argument %d: %s (%s)", c,
+                   ssm_status_string(st), ssm_context_last_error(ctx_cuda));
+    }
+    for (int i = 0; i < 16; ++i) ssmt_dev_free(&dev[i]);
+    ssmt_dev_free(&dinter), ssmt_free(&inter), ssmt_free(&cu), ssmt_free(&idx);
+    ssmt_mamba3_step_free(&sp);
 }
 
 /* A forward case from a table row {B, S, H, Hq, K, V, A, dtype (1 f16, 2 bf16), D, z, states,

@@ -60,7 +60,7 @@ static m3dims dims_of(const cli_problem * pb) {
                 cli_shape_or(pb, "Hq", 1), cli_shape_or(pb, "K", 2), cli_shape_or(pb, "V", 1),
                 cli_shape_or(pb, "A", 1),  0,                        is_step(pb), {{NULL, 0}}};
     d.NS = cli_state_rows(pb, d.B);
-    const cli_sym derived[] = {{"NS", d.NS}, {"slots", d.NS}, {NULL, 0}};
+    const cli_sym derived[] = {{"NS", d.NS}, {"slots", d.NS}, {"rows", d.B}, {NULL, 0}}; /* rows: the step's batch rows */
     cli_syms(pb, derived, d.syms, CLI_MAX_SYMS);
     return d;
 }

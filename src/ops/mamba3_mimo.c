@@ -294,9 +294,9 @@ static ssm_status validate_step(ssm_context * ctx, const char * op, const ssm_ma
     d->nseq = a->angle_state.shape[0];
     d->has_states = 1;
     const ssmi_mamba3_state_shapes sh = state_shapes(d, d->nseq);
+    const ssmi_step_slots          slots = {&a->state_batch_indices, &a->dst_state_batch_indices, NULL, NULL};
     SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_pools(ctx, op, &a->angle_state, &a->ssm_state, &a->k_state, &a->v_state,
-                                                 &a->state_batch_indices, &a->dst_state_batch_indices, d->batch,
-                                                 &sh, SSMI_MAMBA3_STEP_IN_PLACE(a)));
+                                                 &slots, d->batch, &sh, SSMI_MAMBA3_STEP_IN_PLACE(a), 0));
     return check_out_like(ctx, op, "out", &a->out, 0, d);
 }
 #ifdef SSMOPS_HAVE_CUDA

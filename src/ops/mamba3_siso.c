@@ -9,8 +9,9 @@
  *
  * Which tensor defines which dimension:
  *   q (B, S, Hq, K) → B, S, Hq, K;  v (B, S, H, V) → H, V;  angles (B, S, H, A) → A;
- *   cu_seqlens → NS (else NS = B); the step: q (B, Hq, K), v (B, H, V), angles (B, H, A),
- *   angle_state (slots, H, A) → slots.
+ *   cu_seqlens → NS (else NS = B); the step: q (B, Hq, K), v (B, H, V), angles (B, H, A)
+ *   (dim 0 is T tokens with cu_seqlens, which gives the rows), angle_state (slots, H, A) →
+ *   slots.
  *   The angle cumsum: angles (B, S, H, A) → everything.
  */
 #include <string.h>
@@ -198,6 +199,15 @@ SSMI_DEFINE_CUDA_OP(mamba3_siso_bwd, ssm_mamba3_params, m3, check_params, valida
 
 /* ---- siso_step ----------------------------------------------------------------------- */
 
+/* The slot tensors of a step's args (core/step_slots.h). */
+static ssmi_step_slots siso_step_slots(const ssm_mamba3_siso_step_args * a) {
+    return (ssmi_step_slots){&a->state_batch_indices, &a->dst_state_batch_indices, &a->cu_seqlens,
+                             &a->num_accepted_tokens};
+}
+
+/* The token tensors (q … out, intermediate_*) have T tokens in dim 0: B rows, or cu[B]
+ * with cu_seqlens. d->batch: rows; d->seqlen: T with cu_seqlens, else 0 (one token a row);
+ * d->nseq: slots. */
 static ssm_status validate_siso_step(ssm_context * ctx, const char * op, const ssm_mamba3_params * p,
                                      const ssm_mamba3_siso_step_args * a, ssmi_mamba3_dims * d) {
     SSM_FORWARD_IF_ERROR(take_qkv_dims(ctx, op, &a->q, &a->k, &a->v, 0, d));
@@ -205,21 +215,42 @@ static ssm_status validate_siso_step(ssm_context * ctx, const char * op, const s
     SSM_FORWARD_IF_ERROR(
         check_core_inputs(ctx, op, &a->adt, &a->dt, &a->trap, &a->q_bias, &a->k_bias, &a->d, &a->z, &a->v, d));
     d->chunk = p->chunk_size;
-    /* The four states are required; angle_state gives the number of slots. */
+    const int64_t T = d->batch;
+    int64_t       rows = 0;
+    SSM_FORWARD_IF_ERROR(ssmi_check_cu_seqlens(ctx, op, &a->cu_seqlens, "q", 1, T, &rows));
+    if (ssmi_present(&a->cu_seqlens)) d->batch = rows, d->seqlen = T;
+    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "out", &a->out, a->v.shape));
+    const ssmi_mamba3_state_shapes inter = state_shapes(d, T);
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_intermediate_names, &a->intermediate_angle_state,
+                                                  &a->intermediate_ssm_state, &a->intermediate_k_state,
+                                                  &a->intermediate_v_state, &inter));
+    /* The four states are required; angle_state gives the number of slots. With a token
+     * table the states go to the pools themselves: every final_* given must be in place. */
     const ssmi_mamba3_state_shapes sh = state_shapes(d, a->angle_state.shape[0]);
+    const ssm_tensor * const       in[4] = {&a->angle_state, &a->ssm_state, &a->k_state, &a->v_state};
+    const ssm_tensor * const fin[4] = {&a->final_angle_state, &a->final_ssm_state, &a->final_k_state, &a->final_v_state};
+    const ssmi_step_slots    slots = siso_step_slots(a);
+    const int in_place = ssmi_step_token_table(&slots) != NULL ? ssmi_all_in_place(in, fin, 4) : ssmi_any_in_place(in, fin, 4);
+    const int has_final = ssmi_present(fin[0]) || ssmi_present(fin[1]) || ssmi_present(fin[2]) || ssmi_present(fin[3]);
     SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_pools(ctx, op, &a->angle_state, &a->ssm_state, &a->k_state, &a->v_state,
-                                                 &a->state_batch_indices, &a->dst_state_batch_indices, d->batch,
-                                                 &sh, SSMI_MAMBA3_STEP_IN_PLACE(a)));
+                                                 &slots, d->batch, &sh, in_place, has_final));
     d->nseq = a->angle_state.shape[0];
     d->has_states = 1;
-    return ssmi_check_shape(ctx, op, "out", &a->out, a->v.shape);
+    return SSM_STATUS_OK;
 }
 #ifdef SSMOPS_HAVE_CUDA
-/* The CUDA step has not run with separate write slots on a GPU: it refuses them. */
+/* The CUDA step has not run with separate write slots or several tokens per row on a GPU:
+ * it refuses them. */
 static ssm_status cuda_siso_step(ssm_context * ctx, const ssm_mamba3_params * p, const ssmi_mamba3_dims * d,
                         const ssm_mamba3_siso_step_args * a) {
-    SSM_RETURN_IF(ssmi_present(&a->dst_state_batch_indices), ctx, SSM_STATUS_UNSUPPORTED,
-                  "mamba3_siso_step: dst_state_batch_indices has no CUDA path yet; use the cpu or ref backend");
+    SSM_RETURN_IF(ssmi_present(&a->dst_state_batch_indices) || ssmi_present(&a->cu_seqlens) ||
+                      ssmi_present(&a->num_accepted_tokens) || ssmi_present(&a->intermediate_angle_state) ||
+                      ssmi_present(&a->intermediate_ssm_state) || ssmi_present(&a->intermediate_k_state) ||
+                      ssmi_present(&a->intermediate_v_state) ||
+                      (ssmi_present(&a->state_batch_indices) && a->state_batch_indices.ndim != 1),
+                  ctx, SSM_STATUS_UNSUPPORTED,
+                  "mamba3_siso_step: dst_state_batch_indices, cu_seqlens, num_accepted_tokens, intermediate_* states "
+                  "and 2-D slot tables have no CUDA path yet; use the cpu or ref backend");
     return ssmi_cuda_mamba3_siso_step(ctx, p, d, a);
 }
 #endif

@@ -182,17 +182,25 @@ int ssmi_any_in_place(const ssm_tensor * const * in, const ssm_tensor * const * 
     return 0;
 }
 
-ssm_status ssmi_mamba3_check_state_indices(ssm_context * ctx, const char * op, const ssm_tensor * idx,
-                                           const ssm_tensor * dst, int64_t batch, int64_t nslots, int in_place) {
-    if (!ssmi_present(idx) && !ssmi_present(dst)) {
+int ssmi_all_in_place(const ssm_tensor * const * in, const ssm_tensor * const * fin, int n) {
+    int any = 0;
+    for (int i = 0; i < n; ++i) {
+        if (!ssmi_present(fin[i])) continue;
+        if (!ssmi_same_addresses(fin[i], in[i])) return 0;
+        any = 1;
+    }
+    return any;
+}
+
+ssm_status ssmi_mamba3_check_state_indices(ssm_context * ctx, const char * op, const ssmi_step_slots * s, int64_t batch,
+                                           int64_t nslots, int in_place, int has_final) {
+    if (!ssmi_present(s->read) && !ssmi_present(s->write)) {
         SSM_RETURN_IF(nslots != batch, ctx, SSM_STATUS_INVALID_SHAPE,
-                      "%s: angle_state.shape[0]=%lld (slots) must equal q.shape[0]=%lld (B) without "
+                      "%s: angle_state.shape[0]=%lld (slots) must equal the %lld rows without "
                       "state_batch_indices",
                       op, (long long)nslots, (long long)batch);
-        return SSM_STATUS_OK;
     }
-    const ssmi_step_slots s = {idx, dst, NULL, NULL};
-    return ssmi_check_step_slots(ctx, op, &s, batch, nslots, "angle_state", in_place, 0);
+    return ssmi_check_step_slots(ctx, op, s, batch, nslots, "angle_state", in_place, has_final);
 }
 
 ssm_status ssmi_check_cu_seqlens(ssm_context * ctx, const char * op, const ssm_tensor * cu, const char * batch_name,
@@ -356,6 +364,8 @@ ssm_status ssmi_mamba2_check_scan_inputs(ssm_context * ctx, const char * op, con
 const char * const ssmi_mamba3_state_names[4] = {"angle_state", "ssm_state", "k_state", "v_state"};
 const char * const ssmi_mamba3_final_names[4] = {"final_angle_state", "final_ssm_state", "final_k_state",
                                                  "final_v_state"};
+const char * const ssmi_mamba3_intermediate_names[4] = {"intermediate_angle_state", "intermediate_ssm_state",
+                                                       "intermediate_k_state", "intermediate_v_state"};
 const char * const ssmi_mamba3_dfinal_names[4] = {"dfinal_angle_state", "dfinal_ssm_state", "dfinal_k_state",
                                                   "dfinal_v_state"};
 
@@ -394,11 +404,10 @@ ssm_status ssmi_mamba3_check_heads(ssm_context * ctx, const char * op, int64_t g
 }
 
 ssm_status ssmi_mamba3_check_pools(ssm_context * ctx, const char * op, const ssm_tensor * angle, const ssm_tensor * ssm,
-                                   const ssm_tensor * k, const ssm_tensor * v, const ssm_tensor * idx,
-                                   const ssm_tensor * dst, int64_t batch, const ssmi_mamba3_state_shapes * sh,
-                                   int in_place) {
+                                   const ssm_tensor * k, const ssm_tensor * v, const ssmi_step_slots * slots,
+                                   int64_t batch, const ssmi_mamba3_state_shapes * sh, int in_place, int has_final) {
     SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_state_names, angle, ssm, k, v, sh));
-    return ssmi_mamba3_check_state_indices(ctx, op, idx, dst, batch, angle->shape[0], in_place);
+    return ssmi_mamba3_check_state_indices(ctx, op, slots, batch, angle->shape[0], in_place, has_final);
 }
 
 ssm_status ssmi_mamba3_take_nseq(ssm_context * ctx, const char * op, const ssm_tensor * cu, const char * batch_name,

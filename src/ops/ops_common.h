@@ -177,10 +177,10 @@ ssm_status ssmi_check_step_slots(ssm_context * ctx, const char * op, const ssmi_
 /* ssmi_check_step_slots of an operator with one slot tensor (idx: read and written). */
 ssm_status ssmi_check_slot_indices(ssm_context * ctx, const char * op, const ssm_tensor * idx, int64_t batch,
                                    int64_t slots, const char * pool);
-/* The same rules for a Mamba-3 decode step (the four pools have nslots rows): without idx
- * and dst, nslots must equal B. */
-ssm_status ssmi_mamba3_check_state_indices(ssm_context * ctx, const char * op, const ssm_tensor * idx,
-                                           const ssm_tensor * dst, int64_t batch, int64_t nslots, int in_place);
+/* The same rules for a Mamba-3 decode step (the four pools have nslots rows): without read
+ * and write slots, nslots must equal the batch rows. */
+ssm_status ssmi_mamba3_check_state_indices(ssm_context * ctx, const char * op, const ssmi_step_slots * s, int64_t batch,
+                                           int64_t nslots, int in_place, int has_final);
 
 /* cu_seqlens (nseq+1), optional: length ≥ 2, batch == 1 (batch_name names the tensor the
  * batch comes from, for the message), cu[0] = 0, non-decreasing, cu[nseq] = seqlen. Sets
@@ -233,6 +233,7 @@ typedef struct ssmi_mamba3_state_shapes {
 extern const char * const ssmi_mamba3_state_names[4];
 extern const char * const ssmi_mamba3_final_names[4];
 extern const char * const ssmi_mamba3_dfinal_names[4];
+extern const char * const ssmi_mamba3_intermediate_names[4];
 /* The shapes of four state tensors (angle may be NULL: the op has none), in the order angle,
  * ssm, k, v, against *sh. */
 ssm_status ssmi_mamba3_check_states(ssm_context * ctx, const char * op, const char * const names[4],
@@ -248,16 +249,17 @@ ssm_status ssmi_mamba3_check_initial_states(ssm_context * ctx, const char * op, 
 ssm_status ssmi_mamba3_check_heads(ssm_context * ctx, const char * op, int64_t groups, int gdim, const char * gsym,
                                    int64_t heads, int hdim);
 /* A Mamba-3 decode step's pools: the four required input states (shapes sh; their rows are
- * the slots) and the slot rules of state_batch_indices / dst_state_batch_indices (both
- * optional, batch rows; in_place: some final pool is its input's view). The final pools
- * have their input's shape (a schema rule, dispatch.c). */
+ * the slots) and the slot rules of ssmi_check_step_slots (batch rows; in_place: the final
+ * pools count as in place; has_final: some final pool is given). The final pools have
+ * their input's shape (a schema rule, dispatch.c). */
 ssm_status ssmi_mamba3_check_pools(ssm_context * ctx, const char * op, const ssm_tensor * angle, const ssm_tensor * ssm,
-                                   const ssm_tensor * k, const ssm_tensor * v, const ssm_tensor * idx,
-                                   const ssm_tensor * dst, int64_t batch, const ssmi_mamba3_state_shapes * sh,
-                                   int in_place);
+                                   const ssm_tensor * k, const ssm_tensor * v, const ssmi_step_slots * slots,
+                                   int64_t batch, const ssmi_mamba3_state_shapes * sh, int in_place, int has_final);
 /* 1 when some present fin[i] is exactly the view in[i] (i < n): a decode step updating a
  * pool in place. */
 int ssmi_any_in_place(const ssm_tensor * const * in, const ssm_tensor * const * fin, int n);
+/* 1 when some fin[i] is present and every present fin[i] is exactly the view in[i]. */
+int ssmi_all_in_place(const ssm_tensor * const * in, const ssm_tensor * const * fin, int n);
 /* ssmi_any_in_place over the four pools of a Mamba-3 decode step's args struct *a. */
 #define SSMI_MAMBA3_STEP_IN_PLACE(a)                                                                           \
     ssmi_any_in_place((const ssm_tensor * const[]){&(a)->angle_state, &(a)->ssm_state, &(a)->k_state,         \

@@ -206,7 +206,7 @@ int ssmt_same_shape(const char * name, const ssm_tensor * a, const ssm_tensor * 
  * the compute dtype on 1 thread and scalar (angle outputs compared modulo 2π); 2 and 3
  * threads bitwise equal to 1. */
 typedef ssm_status (*ssmt_run_fn)(ssm_context * ctx, void * args);
-#define SSMT_MAX_OUTS 5
+#define SSMT_MAX_OUTS 9
 typedef struct ssmt_op_case {
     const char * name;
     void *       args;
