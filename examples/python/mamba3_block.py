@@ -44,11 +44,14 @@ class Mamba3SisoBlock(nn.Module):
         return self.out_proj(y.reshape(b, s, self.h * self.v))
 
 
-def train_steps(steps=3, seed=0):
+def train_steps(steps=3, seed=0, device="cpu"):
+    """A few AdamW steps on random data; parameters and data are made on the CPU from the seed,
+    then moved to `device`, so every device starts from the same numbers."""
     torch.manual_seed(seed)
     block = Mamba3SisoBlock()
-    opt = torch.optim.AdamW(block.parameters(), lr=1e-3)
     u, target = torch.randn(2, 80, 64), torch.randn(2, 80, 64)
+    block, u, target = block.to(device), u.to(device), target.to(device)
+    opt = torch.optim.AdamW(block.parameters(), lr=1e-3)
     losses = []
     for _ in range(steps):
         opt.zero_grad()
@@ -57,7 +60,6 @@ def train_steps(steps=3, seed=0):
         opt.step()
         losses.append(float(loss))
     return block, losses
-
 
 if __name__ == "__main__":
     _, losses = train_steps()

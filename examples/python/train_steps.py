@@ -1,5 +1,5 @@
 """Trains the Mamba-2 block and the Mamba-3 SISO block of this folder for a few steps (fixed
-seed, float32, Adam) on one device and prints each step's loss on its own line:
+seed, float32, AdamW) on one device and prints each step's loss on its own line:
 
     mamba2 <step> <loss>
     mamba3 <step> <loss>
@@ -19,24 +19,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import mamba2_block  # noqa: E402
 import mamba3_block  # noqa: E402
 
-BLOCKS = {"mamba2": (mamba2_block.Mamba2Block, 96), "mamba3": (mamba3_block.Mamba3SisoBlock, 80)}
+BLOCKS = {"mamba2": mamba2_block, "mamba3": mamba3_block}
 
 
 def train(kind, device, steps, seed=0):
-    make, seqlen = BLOCKS[kind]
-    torch.manual_seed(seed)
-    block = make()
-    u, target = torch.randn(2, seqlen, 64), torch.randn(2, seqlen, 64)
-    block, u, target = block.to(device), u.to(device), target.to(device)
-    opt = torch.optim.Adam(block.parameters(), lr=1e-3)
-    losses = []
-    for _ in range(steps):
-        opt.zero_grad()
-        loss = (block(u) - target).square().mean()
-        loss.backward()
-        opt.step()
-        losses.append(float(loss))
-    return losses
+    return BLOCKS[kind].train_steps(steps, seed, device)[1]
 
 
 def main(argv=None):
