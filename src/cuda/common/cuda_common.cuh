@@ -34,6 +34,20 @@ static inline ssmi_cu_view ssmi_cu_view_of(const ssm_tensor * t) {
     return v;
 }
 
+/* The view of an absent tensor: all zero (p == NULL marks it absent). */
+static inline ssmi_cu_view ssmi_cu_null_view() {
+    ssmi_cu_view v;
+    v.p = NULL;
+    v.dtype = 0;
+    for (int i = 0; i < SSM_MAX_DIMS; ++i) v.s[i] = 0;
+    return v;
+}
+
+/* A tensor's view, or the null view when it is absent (t NULL or t->data NULL). */
+static inline ssmi_cu_view ssmi_cu_view_or_null(const ssm_tensor * t) {
+    return t != NULL && t->data != NULL ? ssmi_cu_view_of(t) : ssmi_cu_null_view();
+}
+
 /* Element `off` of a float tensor of any dtype, as float (f64 is rounded). */
 __device__ __forceinline__ float ssmi_cu_ld(const void * p, int dtype, long long off) {
     switch (dtype) {

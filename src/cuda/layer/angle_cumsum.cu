@@ -118,8 +118,8 @@ const entry<angle_problem> kBwdTable[] = {
 angle_k angle_args_of(const ssmi_mamba3_dims * d, const ssm_tensor * angles, const ssm_tensor * dt) {
     angle_k k;
     memset(&k, 0, sizeof k);
-    k.angles = view_or_null(angles), k.dt = view_or_null(dt);
-    k.state = k.out = k.fin = k.dcum = k.dfin = k.dangles = k.ddt = k.dstate = null_view();
+    k.angles = ssmi_cu_view_or_null(angles), k.dt = ssmi_cu_view_or_null(dt);
+    k.state = k.out = k.fin = k.dcum = k.dfin = k.dangles = k.ddt = k.dstate = ssmi_cu_null_view();
     k.NS = d->nseq, k.S = d->seqlen, k.H = d->nheads, k.A = d->nangles;
     return k;
 }
@@ -139,8 +139,8 @@ extern "C" ssm_status ssmi_cuda_mamba3_angle_cumsum(ssm_context * ctx, const ssm
     memset(&pb, 0, sizeof pb);
     pb.ctx = ctx, pb.op = op;
     pb.k = angle_args_of(d, &a->angles, &a->dt);
-    pb.k.state = view_or_null(&a->angle_state), pb.k.out = view_or_null(&a->angles_cumsum);
-    pb.k.fin = view_or_null(&a->final_angle_state);
+    pb.k.state = ssmi_cu_view_or_null(&a->angle_state), pb.k.out = ssmi_cu_view_or_null(&a->angles_cumsum);
+    pb.k.fin = ssmi_cu_view_or_null(&a->final_angle_state);
     scratch    sc = {{NULL, NULL, NULL, NULL}, 0};
     ssm_status st = upload_index(ctx, op, "cu_seqlens", &sc, &a->cu_seqlens, &pb.k.cu);
     if (st == SSM_STATUS_OK) st = run_table(ctx, SSMI_OP_mamba3_angle_cumsum, kFwdTable, pb);
@@ -157,9 +157,9 @@ extern "C" ssm_status ssmi_cuda_mamba3_angle_cumsum_bwd(ssm_context * ctx, const
     memset(&pb, 0, sizeof pb);
     pb.ctx = ctx, pb.op = op;
     pb.k = angle_args_of(d, &a->angles, &a->dt);
-    pb.k.dcum = view_or_null(&a->dangles_cumsum), pb.k.dfin = view_or_null(&a->dfinal_angle_state);
-    pb.k.dangles = view_or_null(&a->dangles), pb.k.ddt = view_or_null(&a->ddt);
-    pb.k.dstate = view_or_null(&a->dangle_state);
+    pb.k.dcum = ssmi_cu_view_or_null(&a->dangles_cumsum), pb.k.dfin = ssmi_cu_view_or_null(&a->dfinal_angle_state);
+    pb.k.dangles = ssmi_cu_view_or_null(&a->dangles), pb.k.ddt = ssmi_cu_view_or_null(&a->ddt);
+    pb.k.dstate = ssmi_cu_view_or_null(&a->dangle_state);
     size_t     bytes = 0;
     scratch    sc = {{NULL, NULL, NULL, NULL}, 0};
     void *     g = NULL;

@@ -286,8 +286,8 @@ conv_k conv_args_of(const ssmi_conv1d_dims * d, const ssm_conv1d_params * p, con
                     const ssm_tensor * w, const ssm_tensor * bias, const ssm_tensor * init) {
     conv_k k;
     memset(&k, 0, sizeof k);
-    k.x = view_or_null(x), k.w = view_or_null(w), k.bias = view_or_null(bias), k.init = view_or_null(init);
-    k.out = k.fin = k.dout = k.dfin = k.dx = k.dinit = k.dw = k.db = null_view();
+    k.x = ssmi_cu_view_or_null(x), k.w = ssmi_cu_view_or_null(w), k.bias = ssmi_cu_view_or_null(bias), k.init = ssmi_cu_view_or_null(init);
+    k.out = k.fin = k.dout = k.dfin = k.dx = k.dinit = k.dw = k.db = ssmi_cu_null_view();
     k.B = d->batch, k.D = d->dim, k.S = d->seqlen, k.W = d->width;
     k.silu = p->activation == 1;
     return k;
@@ -306,7 +306,7 @@ extern "C" ssm_status ssmi_cuda_causal_conv1d(ssm_context * ctx, const ssm_conv1
     memset(&pb, 0, sizeof pb);
     pb.ctx = ctx, pb.op = op;
     pb.k = conv_args_of(d, p, &a->x, &a->weight, &a->bias, &a->initial_states);
-    pb.k.out = view_or_null(&a->out), pb.k.fin = view_or_null(&a->final_states);
+    pb.k.out = ssmi_cu_view_or_null(&a->out), pb.k.fin = ssmi_cu_view_or_null(&a->final_states);
     pb.has_final = ssmi_present(&a->final_states);
     scratch    sc = {{NULL, NULL, NULL, NULL}, 0};
     ssm_status st = upload_index(ctx, op, "seq_idx", &sc, &a->seq_idx, &pb.k.seq);
@@ -322,9 +322,9 @@ extern "C" ssm_status ssmi_cuda_causal_conv1d_bwd(ssm_context * ctx, const ssm_c
     memset(&pb, 0, sizeof pb);
     pb.ctx = ctx, pb.op = op;
     pb.k = conv_args_of(d, p, &a->x, &a->weight, &a->bias, &a->initial_states);
-    pb.k.dout = view_or_null(&a->dout), pb.k.dfin = view_or_null(&a->dfinal_states);
-    pb.k.dx = view_or_null(&a->dx), pb.k.dinit = view_or_null(&a->dinitial_states);
-    pb.k.dw = view_or_null(&a->dweight), pb.k.db = view_or_null(&a->dbias);
+    pb.k.dout = ssmi_cu_view_or_null(&a->dout), pb.k.dfin = ssmi_cu_view_or_null(&a->dfinal_states);
+    pb.k.dx = ssmi_cu_view_or_null(&a->dx), pb.k.dinit = ssmi_cu_view_or_null(&a->dinitial_states);
+    pb.k.dw = ssmi_cu_view_or_null(&a->dweight), pb.k.db = ssmi_cu_view_or_null(&a->dbias);
     /* Token tiles of the weight gradient: at least 64 tokens, at most kMaxTiles tiles. */
     const long long ntok = d->batch * d->seqlen;
     const long long per = (ntok + kMaxTiles - 1) / kMaxTiles;
@@ -355,9 +355,9 @@ extern "C" ssm_status ssmi_cuda_causal_conv1d_update(ssm_context * ctx, const ss
     update_problem pb;
     memset(&pb, 0, sizeof pb);
     pb.ctx = ctx, pb.op = op;
-    pb.k.x = view_or_null(&a->x), pb.k.w = view_or_null(&a->weight), pb.k.bias = view_or_null(&a->bias);
-    pb.k.state = view_or_null(&a->conv_state), pb.k.out = view_or_null(&a->out);
-    pb.k.fin = view_or_null(&a->final_conv_state);
+    pb.k.x = ssmi_cu_view_or_null(&a->x), pb.k.w = ssmi_cu_view_or_null(&a->weight), pb.k.bias = ssmi_cu_view_or_null(&a->bias);
+    pb.k.state = ssmi_cu_view_or_null(&a->conv_state), pb.k.out = ssmi_cu_view_or_null(&a->out);
+    pb.k.fin = ssmi_cu_view_or_null(&a->final_conv_state);
     pb.k.B = d->batch, pb.k.D = d->dim, pb.k.W = d->width, pb.k.L = d->state_len;
     pb.k.silu = p->activation == 1;
     scratch    sc = {{NULL, NULL, NULL, NULL}, 0};

@@ -69,16 +69,6 @@ static inline unsigned grid_for(long long n, int threads) {
     return (unsigned)(b < (1LL << 20) ? b : (1LL << 20));
 }
 
-/* The view of an absent tensor: all zero (p == NULL marks it absent). */
-static inline ssmi_cu_view null_view() {
-    ssmi_cu_view v;
-    v.p = NULL;
-    v.dtype = 0;
-    for (int i = 0; i < SSM_MAX_DIMS; ++i) v.s[i] = 0;
-    return v;
-}
-/* A tensor's view, or the null view when it is absent. */
-static inline ssmi_cu_view view_or_null(const ssm_tensor * t) { return t->data != NULL ? ssmi_cu_view_of(t) : null_view(); }
 
 /* Element offsets of the 1-, 2-, 3- and 4-D views. */
 __device__ __forceinline__ long long o1(const ssmi_cu_view & v, long long i) { return i * v.s[0]; }

@@ -172,8 +172,8 @@ norm_k norm_args_of(const ssmi_rmsnorm_dims * d, const ssm_rmsnorm_params * p, c
                     const ssm_tensor * z, const ssm_tensor * w) {
     norm_k k;
     memset(&k, 0, sizeof k);
-    k.x = view_or_null(x), k.z = view_or_null(z), k.w = view_or_null(w);
-    k.out = k.dout = k.dx = k.dz = k.dw = null_view();
+    k.x = ssmi_cu_view_or_null(x), k.z = ssmi_cu_view_or_null(z), k.w = ssmi_cu_view_or_null(w);
+    k.out = k.dout = k.dx = k.dz = k.dw = ssmi_cu_null_view();
     k.M = d->rows, k.D = d->dim, k.gs = d->group_size;
     k.eps = (float)p->eps, k.nbg = p->norm_before_gate != 0;
     return k;
@@ -192,7 +192,7 @@ extern "C" ssm_status ssmi_cuda_rmsnorm_gated(ssm_context * ctx, const ssm_rmsno
     memset(&pb, 0, sizeof pb);
     pb.ctx = ctx, pb.op = op;
     pb.k = norm_args_of(d, p, &a->x, &a->z, &a->weight);
-    pb.k.out = view_or_null(&a->out);
+    pb.k.out = ssmi_cu_view_or_null(&a->out);
     return run_table(ctx, SSMI_OP_rmsnorm_gated, kFwdTable, pb);
 }
 
@@ -204,8 +204,8 @@ extern "C" ssm_status ssmi_cuda_rmsnorm_gated_bwd(ssm_context * ctx, const ssm_r
     memset(&pb, 0, sizeof pb);
     pb.ctx = ctx, pb.op = op;
     pb.k = norm_args_of(d, p, &a->x, &a->z, &a->weight);
-    pb.k.dout = view_or_null(&a->dout), pb.k.dx = view_or_null(&a->dx), pb.k.dz = view_or_null(&a->dz);
-    pb.k.dw = view_or_null(&a->dweight);
+    pb.k.dout = ssmi_cu_view_or_null(&a->dout), pb.k.dx = ssmi_cu_view_or_null(&a->dx), pb.k.dz = ssmi_cu_view_or_null(&a->dz);
+    pb.k.dw = ssmi_cu_view_or_null(&a->dweight);
     const long long per = (d->rows + kMaxRowBlocks - 1) / kMaxRowBlocks;
     pb.k.RPB = per > 1 ? per : 1;
     pb.k.NRB = (d->rows + pb.k.RPB - 1) / pb.k.RPB;

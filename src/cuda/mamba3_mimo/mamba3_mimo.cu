@@ -75,15 +75,6 @@ ssm_status set_smem(ssm_context * ctx, const char * op, int id, const void * fn,
 
 namespace {
 
-ssmi_cu_view view_or_null(const ssm_tensor * t) {
-    if (t == NULL || t->data == NULL) {
-        ssmi_cu_view v;
-        memset(&v, 0, sizeof v);
-        return v;
-    }
-    return ssmi_cu_view_of(t);
-}
-
 /* The P tile of the output kernel: the largest of P, 64, 32, 16, 8 whose shared memory fits. */
 int pick_ptile(int R, int N, int P, int C) {
     static const int cand[] = {64, 32, 16, 8};
@@ -404,20 +395,20 @@ ssm_status run_bwd(ssm_context * ctx, const char * op, const mc_args & F, const 
     SSM_FORWARD_IF_ERROR(launch_bwd_trapezoid(ctx, op, B, s));
     SSM_FORWARD_IF_ERROR(launch_bwd_group_sums(ctx, op, B, s));
     const int R = B.R, N = B.N, P = B.P, W = B.W, NS0 = B.has_states ? B.nseq : 0;
-    SSM_FORWARD_IF_ERROR(launch_bwd_param_sum(ctx, op, B, view_or_null(&a->dq_bias), 0, B.p_qb, W, NULL, 0, R, N, s));
-    SSM_FORWARD_IF_ERROR(launch_bwd_param_sum(ctx, op, B, view_or_null(&a->dk_bias), 0, B.p_kb, W, NULL, 0, R, N, s));
+    SSM_FORWARD_IF_ERROR(launch_bwd_param_sum(ctx, op, B, ssmi_cu_view_or_null(&a->dq_bias), 0, B.p_qb, W, NULL, 0, R, N, s));
+    SSM_FORWARD_IF_ERROR(launch_bwd_param_sum(ctx, op, B, ssmi_cu_view_or_null(&a->dk_bias), 0, B.p_kb, W, NULL, 0, R, N, s));
     SSM_FORWARD_IF_ERROR(
-        launch_bwd_param_sum(ctx, op, B, view_or_null(&a->dmimo_v), 0, B.p_mv, W, B.p_mv0, NS0, R, P, s));
+        launch_bwd_param_sum(ctx, op, B, ssmi_cu_view_or_null(&a->dmimo_v), 0, B.p_mv, W, B.p_mv0, NS0, R, P, s));
     if (B.has_z)
         SSM_FORWARD_IF_ERROR(
-            launch_bwd_param_sum(ctx, op, B, view_or_null(&a->dmimo_z), 0, B.p_z, W, NULL, 0, R, P, s));
+            launch_bwd_param_sum(ctx, op, B, ssmi_cu_view_or_null(&a->dmimo_z), 0, B.p_z, W, NULL, 0, R, P, s));
     if (B.reduce)
         SSM_FORWARD_IF_ERROR(
-            launch_bwd_param_sum(ctx, op, B, view_or_null(&a->dmimo_o), 0, B.p_o, W, NULL, 0, R, P, s));
-    if (B.has_d) SSM_FORWARD_IF_ERROR(launch_bwd_param_sum(ctx, op, B, view_or_null(&a->dd), 1, B.p_dd, W, NULL, 0, 1, 1, s));
+            launch_bwd_param_sum(ctx, op, B, ssmi_cu_view_or_null(&a->dmimo_o), 0, B.p_o, W, NULL, 0, R, P, s));
+    if (B.has_d) SSM_FORWARD_IF_ERROR(launch_bwd_param_sum(ctx, op, B, ssmi_cu_view_or_null(&a->dd), 1, B.p_dd, W, NULL, 0, 1, 1, s));
     if (B.fused) {
         const int kind = ssmi_present(&a->doutproj_norm_weight) && a->doutproj_norm_weight.ndim == 1 ? 3 : 2;
-        SSM_FORWARD_IF_ERROR(launch_bwd_param_sum(ctx, op, B, view_or_null(&a->doutproj_norm_weight), kind, B.p_w, W,
+        SSM_FORWARD_IF_ERROR(launch_bwd_param_sum(ctx, op, B, ssmi_cu_view_or_null(&a->doutproj_norm_weight), kind, B.p_w, W,
                                                   NULL, 0, R, P, s));
     }
     return SSM_STATUS_OK;
@@ -444,13 +435,13 @@ extern "C" ssm_status ssmi_cuda_mamba3_mimo_bwd_fwd(ssm_context * ctx, const ssm
     const output_variant * var = NULL;
     SSM_FORWARD_IF_ERROR(pick_output(ctx, SSMI_OP_mamba3_mimo_bwd_fwd, op, A, &var));
     SSM_FORWARD_IF_ERROR(check_grid(ctx, op, d, A.npt));
-    A.q = view_or_null(&a->q), A.k = view_or_null(&a->k), A.v = view_or_null(&a->v), A.z = view_or_null(&a->z);
-    A.dout = view_or_null(&a->dout), A.q_bias = view_or_null(&a->q_bias), A.k_bias = view_or_null(&a->k_bias);
-    A.mimo_v = view_or_null(&a->mimo_v), A.mimo_z = view_or_null(&a->mimo_z), A.mimo_o = view_or_null(&a->mimo_o);
-    A.d = view_or_null(&a->d), A.angles = view_or_null(&a->angles), A.da_cs = view_or_null(&a->da_cs);
-    A.da_cs_rev = view_or_null(&a->da_cs_rev), A.dt = view_or_null(&a->dt), A.trap = view_or_null(&a->trap);
-    A.segsum = view_or_null(&a->segsum), A.states = view_or_null(&a->states), A.qk_dot = view_or_null(&a->qk_dot);
-    A.dz = view_or_null(&a->dz);
+    A.q = ssmi_cu_view_or_null(&a->q), A.k = ssmi_cu_view_or_null(&a->k), A.v = ssmi_cu_view_or_null(&a->v), A.z = ssmi_cu_view_or_null(&a->z);
+    A.dout = ssmi_cu_view_or_null(&a->dout), A.q_bias = ssmi_cu_view_or_null(&a->q_bias), A.k_bias = ssmi_cu_view_or_null(&a->k_bias);
+    A.mimo_v = ssmi_cu_view_or_null(&a->mimo_v), A.mimo_z = ssmi_cu_view_or_null(&a->mimo_z), A.mimo_o = ssmi_cu_view_or_null(&a->mimo_o);
+    A.d = ssmi_cu_view_or_null(&a->d), A.angles = ssmi_cu_view_or_null(&a->angles), A.da_cs = ssmi_cu_view_or_null(&a->da_cs);
+    A.da_cs_rev = ssmi_cu_view_or_null(&a->da_cs_rev), A.dt = ssmi_cu_view_or_null(&a->dt), A.trap = ssmi_cu_view_or_null(&a->trap);
+    A.segsum = ssmi_cu_view_or_null(&a->segsum), A.states = ssmi_cu_view_or_null(&a->states), A.qk_dot = ssmi_cu_view_or_null(&a->qk_dot);
+    A.dz = ssmi_cu_view_or_null(&a->dz);
     A.has_z = ssmi_present(&a->z), A.has_d = ssmi_present(&a->d), A.fwd = 0;
     A.nseq = (int)d->batch;
 
@@ -477,7 +468,7 @@ extern "C" ssm_status ssmi_cuda_mamba3_mimo_bwd_fwd(ssm_context * ctx, const ssm
         st = run_chunks(ctx, op, A, 0, s, var);
     }
     if (st == SSM_STATUS_OK && (want_o || want_z))
-        st = launch_partial_reduce(ctx, op, A, (int)d->nchunks, view_or_null(&a->dmimo_o), view_or_null(&a->dmimo_z),
+        st = launch_partial_reduce(ctx, op, A, (int)d->nchunks, ssmi_cu_view_or_null(&a->dmimo_o), ssmi_cu_view_or_null(&a->dmimo_z),
                                    s);
     return mem_free(ctx, op, &m, s, st);
 }
@@ -493,16 +484,16 @@ extern "C" ssm_status ssmi_cuda_mamba3_mimo(ssm_context * ctx, const ssm_mamba3_
     const output_variant * var = NULL;
     SSM_FORWARD_IF_ERROR(pick_output(ctx, SSMI_OP_mamba3_mimo, op, A, &var));
     SSM_FORWARD_IF_ERROR(check_grid(ctx, op, d, A.npt));
-    A.q = view_or_null(&a->q), A.k = view_or_null(&a->k), A.v = view_or_null(&a->v), A.z = view_or_null(&a->z);
-    A.q_bias = view_or_null(&a->q_bias), A.k_bias = view_or_null(&a->k_bias), A.mimo_v = view_or_null(&a->mimo_v);
-    A.mimo_z = view_or_null(&a->mimo_z), A.mimo_o = view_or_null(&a->mimo_o), A.d = view_or_null(&a->d);
-    A.norm_w = view_or_null(&a->outproj_norm_weight), A.angles = view_or_null(&a->angles);
-    A.dt = view_or_null(&a->dt), A.trap = view_or_null(&a->trap), A.adt = view_or_null(&a->adt);
-    A.angle_state = view_or_null(&a->angle_state), A.ssm_state = view_or_null(&a->ssm_state);
-    A.k_state = view_or_null(&a->k_state), A.v_state = view_or_null(&a->v_state);
-    A.out = view_or_null(&a->out), A.final_angle = view_or_null(&a->final_angle_state);
-    A.final_ssm = view_or_null(&a->final_ssm_state), A.final_k = view_or_null(&a->final_k_state);
-    A.final_v = view_or_null(&a->final_v_state);
+    A.q = ssmi_cu_view_or_null(&a->q), A.k = ssmi_cu_view_or_null(&a->k), A.v = ssmi_cu_view_or_null(&a->v), A.z = ssmi_cu_view_or_null(&a->z);
+    A.q_bias = ssmi_cu_view_or_null(&a->q_bias), A.k_bias = ssmi_cu_view_or_null(&a->k_bias), A.mimo_v = ssmi_cu_view_or_null(&a->mimo_v);
+    A.mimo_z = ssmi_cu_view_or_null(&a->mimo_z), A.mimo_o = ssmi_cu_view_or_null(&a->mimo_o), A.d = ssmi_cu_view_or_null(&a->d);
+    A.norm_w = ssmi_cu_view_or_null(&a->outproj_norm_weight), A.angles = ssmi_cu_view_or_null(&a->angles);
+    A.dt = ssmi_cu_view_or_null(&a->dt), A.trap = ssmi_cu_view_or_null(&a->trap), A.adt = ssmi_cu_view_or_null(&a->adt);
+    A.angle_state = ssmi_cu_view_or_null(&a->angle_state), A.ssm_state = ssmi_cu_view_or_null(&a->ssm_state);
+    A.k_state = ssmi_cu_view_or_null(&a->k_state), A.v_state = ssmi_cu_view_or_null(&a->v_state);
+    A.out = ssmi_cu_view_or_null(&a->out), A.final_angle = ssmi_cu_view_or_null(&a->final_angle_state);
+    A.final_ssm = ssmi_cu_view_or_null(&a->final_ssm_state), A.final_k = ssmi_cu_view_or_null(&a->final_k_state);
+    A.final_v = ssmi_cu_view_or_null(&a->final_v_state);
     A.has_z = ssmi_present(&a->z), A.has_d = ssmi_present(&a->d), A.fwd = 1;
     A.fused = p->fuse_pregate_norm != 0, A.has_states = d->has_states != 0, A.eps = (float)p->norm_eps;
     A.nw_1d = ssmi_present(&a->outproj_norm_weight) && a->outproj_norm_weight.ndim == 1;
@@ -553,13 +544,13 @@ extern "C" ssm_status ssmi_cuda_mamba3_mimo_bwd(ssm_context * ctx, const ssm_mam
     const output_variant * ov = first_output(F);
     SSM_RETURN_IF(ov == NULL, ctx, SSM_STATUS_UNSUPPORTED, "%s: the chunk tile does not fit in shared memory", op);
     SSM_FORWARD_IF_ERROR(check_grid(ctx, op, d, F.npt));
-    F.q = view_or_null(&a->q), F.k = view_or_null(&a->k), F.v = view_or_null(&a->v), F.z = view_or_null(&a->z);
-    F.q_bias = view_or_null(&a->q_bias), F.k_bias = view_or_null(&a->k_bias), F.mimo_v = view_or_null(&a->mimo_v);
-    F.mimo_z = view_or_null(&a->mimo_z), F.mimo_o = view_or_null(&a->mimo_o), F.d = view_or_null(&a->d);
-    F.norm_w = view_or_null(&a->outproj_norm_weight), F.angles = view_or_null(&a->angles);
-    F.dt = view_or_null(&a->dt), F.trap = view_or_null(&a->trap), F.adt = view_or_null(&a->adt);
-    F.angle_state = view_or_null(&a->angle_state), F.ssm_state = view_or_null(&a->ssm_state);
-    F.k_state = view_or_null(&a->k_state), F.v_state = view_or_null(&a->v_state);
+    F.q = ssmi_cu_view_or_null(&a->q), F.k = ssmi_cu_view_or_null(&a->k), F.v = ssmi_cu_view_or_null(&a->v), F.z = ssmi_cu_view_or_null(&a->z);
+    F.q_bias = ssmi_cu_view_or_null(&a->q_bias), F.k_bias = ssmi_cu_view_or_null(&a->k_bias), F.mimo_v = ssmi_cu_view_or_null(&a->mimo_v);
+    F.mimo_z = ssmi_cu_view_or_null(&a->mimo_z), F.mimo_o = ssmi_cu_view_or_null(&a->mimo_o), F.d = ssmi_cu_view_or_null(&a->d);
+    F.norm_w = ssmi_cu_view_or_null(&a->outproj_norm_weight), F.angles = ssmi_cu_view_or_null(&a->angles);
+    F.dt = ssmi_cu_view_or_null(&a->dt), F.trap = ssmi_cu_view_or_null(&a->trap), F.adt = ssmi_cu_view_or_null(&a->adt);
+    F.angle_state = ssmi_cu_view_or_null(&a->angle_state), F.ssm_state = ssmi_cu_view_or_null(&a->ssm_state);
+    F.k_state = ssmi_cu_view_or_null(&a->k_state), F.v_state = ssmi_cu_view_or_null(&a->v_state);
     F.has_z = ssmi_present(&a->z), F.has_d = ssmi_present(&a->d), F.fwd = 1;
     F.fused = p->fuse_pregate_norm != 0, F.has_states = d->has_states != 0, F.eps = (float)p->norm_eps;
     F.nw_1d = ssmi_present(&a->outproj_norm_weight) && a->outproj_norm_weight.ndim == 1;
@@ -567,16 +558,16 @@ extern "C" ssm_status ssmi_cuda_mamba3_mimo_bwd(ssm_context * ctx, const ssm_mam
 
     mb_args B;
     memset(&B, 0, sizeof B);
-    B.q = F.q, B.k = F.k, B.v = F.v, B.z = F.z, B.dout = view_or_null(&a->dout), B.q_bias = F.q_bias;
+    B.q = F.q, B.k = F.k, B.v = F.v, B.z = F.z, B.dout = ssmi_cu_view_or_null(&a->dout), B.q_bias = F.q_bias;
     B.k_bias = F.k_bias, B.mimo_v = F.mimo_v, B.mimo_z = F.mimo_z, B.mimo_o = F.mimo_o, B.d = F.d;
     B.norm_w = F.norm_w, B.angles = F.angles, B.dt = F.dt, B.trap = F.trap, B.k_state = F.k_state;
-    B.v_state = F.v_state, B.dfinal_angle = view_or_null(&a->dfinal_angle_state);
-    B.dfinal_ssm = view_or_null(&a->dfinal_ssm_state), B.dfinal_k = view_or_null(&a->dfinal_k_state);
-    B.dfinal_v = view_or_null(&a->dfinal_v_state), B.dq = view_or_null(&a->dq), B.dk = view_or_null(&a->dk);
-    B.dv = view_or_null(&a->dv), B.dz = view_or_null(&a->dz), B.dadt = view_or_null(&a->dadt);
-    B.ddt = view_or_null(&a->ddt), B.dtrap = view_or_null(&a->dtrap), B.dangles = view_or_null(&a->dangles);
-    B.dangle_state = view_or_null(&a->dangle_state), B.dssm_state = view_or_null(&a->dssm_state);
-    B.dk_state = view_or_null(&a->dk_state), B.dv_state = view_or_null(&a->dv_state);
+    B.v_state = F.v_state, B.dfinal_angle = ssmi_cu_view_or_null(&a->dfinal_angle_state);
+    B.dfinal_ssm = ssmi_cu_view_or_null(&a->dfinal_ssm_state), B.dfinal_k = ssmi_cu_view_or_null(&a->dfinal_k_state);
+    B.dfinal_v = ssmi_cu_view_or_null(&a->dfinal_v_state), B.dq = ssmi_cu_view_or_null(&a->dq), B.dk = ssmi_cu_view_or_null(&a->dk);
+    B.dv = ssmi_cu_view_or_null(&a->dv), B.dz = ssmi_cu_view_or_null(&a->dz), B.dadt = ssmi_cu_view_or_null(&a->dadt);
+    B.ddt = ssmi_cu_view_or_null(&a->ddt), B.dtrap = ssmi_cu_view_or_null(&a->dtrap), B.dangles = ssmi_cu_view_or_null(&a->dangles);
+    B.dangle_state = ssmi_cu_view_or_null(&a->dangle_state), B.dssm_state = ssmi_cu_view_or_null(&a->dssm_state);
+    B.dk_state = ssmi_cu_view_or_null(&a->dk_state), B.dv_state = ssmi_cu_view_or_null(&a->dv_state);
     B.B = F.B, B.S = F.S, B.H = F.H, B.G = F.G, B.R = F.R, B.N = F.N, B.P = F.P, B.A = F.A, B.C = F.C;
     B.nseq = F.nseq, B.has_z = F.has_z, B.has_d = F.has_d, B.reduce = F.reduce, B.fused = F.fused;
     B.has_states = F.has_states, B.nw_1d = F.nw_1d, B.eps = F.eps;
@@ -612,15 +603,15 @@ extern "C" ssm_status ssmi_cuda_mamba3_mimo_step(ssm_context * ctx, const ssm_ma
                   (long long)d->nheads);
     st_args A;
     memset(&A, 0, sizeof A);
-    A.q = view_or_null(&a->q), A.k = view_or_null(&a->k), A.v = view_or_null(&a->v), A.z = view_or_null(&a->z);
-    A.adt = view_or_null(&a->adt), A.dt = view_or_null(&a->dt), A.trap = view_or_null(&a->trap);
-    A.angles = view_or_null(&a->angles), A.q_bias = view_or_null(&a->q_bias), A.k_bias = view_or_null(&a->k_bias);
-    A.mimo_v = view_or_null(&a->mimo_v), A.mimo_z = view_or_null(&a->mimo_z), A.mimo_o = view_or_null(&a->mimo_o);
-    A.d = view_or_null(&a->d), A.norm_w = view_or_null(&a->outproj_norm_weight);
-    A.angle_state = view_or_null(&a->angle_state), A.ssm_state = view_or_null(&a->ssm_state);
-    A.k_state = view_or_null(&a->k_state), A.v_state = view_or_null(&a->v_state), A.out = view_or_null(&a->out);
-    A.final_angle = view_or_null(&a->final_angle_state), A.final_ssm = view_or_null(&a->final_ssm_state);
-    A.final_k = view_or_null(&a->final_k_state), A.final_v = view_or_null(&a->final_v_state);
+    A.q = ssmi_cu_view_or_null(&a->q), A.k = ssmi_cu_view_or_null(&a->k), A.v = ssmi_cu_view_or_null(&a->v), A.z = ssmi_cu_view_or_null(&a->z);
+    A.adt = ssmi_cu_view_or_null(&a->adt), A.dt = ssmi_cu_view_or_null(&a->dt), A.trap = ssmi_cu_view_or_null(&a->trap);
+    A.angles = ssmi_cu_view_or_null(&a->angles), A.q_bias = ssmi_cu_view_or_null(&a->q_bias), A.k_bias = ssmi_cu_view_or_null(&a->k_bias);
+    A.mimo_v = ssmi_cu_view_or_null(&a->mimo_v), A.mimo_z = ssmi_cu_view_or_null(&a->mimo_z), A.mimo_o = ssmi_cu_view_or_null(&a->mimo_o);
+    A.d = ssmi_cu_view_or_null(&a->d), A.norm_w = ssmi_cu_view_or_null(&a->outproj_norm_weight);
+    A.angle_state = ssmi_cu_view_or_null(&a->angle_state), A.ssm_state = ssmi_cu_view_or_null(&a->ssm_state);
+    A.k_state = ssmi_cu_view_or_null(&a->k_state), A.v_state = ssmi_cu_view_or_null(&a->v_state), A.out = ssmi_cu_view_or_null(&a->out);
+    A.final_angle = ssmi_cu_view_or_null(&a->final_angle_state), A.final_ssm = ssmi_cu_view_or_null(&a->final_ssm_state);
+    A.final_k = ssmi_cu_view_or_null(&a->final_k_state), A.final_v = ssmi_cu_view_or_null(&a->final_v_state);
     A.H = (int)d->nheads, A.G = (int)d->ngroups, A.R = (int)d->rank, A.N = (int)d->dstate, A.P = (int)d->headdim;
     A.A = (int)d->nangles, A.reduce = d->reduce_o != 0, A.has_z = ssmi_present(&a->z), A.has_d = ssmi_present(&a->d);
     A.fused = p->fuse_pregate_norm != 0, A.eps = (float)p->norm_eps;

@@ -33,29 +33,6 @@ namespace {
 const char   kOp[] = "mamba3_siso_bwd";
 const size_t kChunkSmemBudget = 100 * 1024; /* bytes of a chunk-gradient block's shared memory */
 
-m3_out out_of(const ssm_tensor * t) {
-    m3_out o;
-    memset(&o, 0, sizeof o);
-    o.present = ssmi_present(t);
-    if (!o.present) return o;
-    o.p = t->data;
-    o.dtype = t->dtype;
-    for (int i = 0; i < t->ndim && i < 4; ++i) o.s[i] = t->strides[i];
-    return o;
-}
-
-ssmi_cu_view view_of(const ssm_tensor * t) {
-    if (ssmi_present(t)) return ssmi_cu_view_of(t);
-    ssmi_cu_view v;
-    memset(&v, 0, sizeof v);
-    return v;
-}
-
-int64_t idx_at(const ssm_tensor * t, int64_t i) {
-    const int64_t off = i * t->strides[0];
-    return t->dtype == SSM_DTYPE_I64 ? ((const int64_t *)t->data)[off] : (int64_t)((const int32_t *)t->data)[off];
-}
-
 /* The chunk length: kBwdMaxChunk, halved while the gradient kernel's shared memory exceeds the budget. */
 int chunk_length(int K, int V) {
     int C = kBwdMaxChunk;
@@ -211,14 +188,14 @@ bw_args make_args(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_args * a
     P.has_d = ssmi_present(&a->d), P.has_z = ssmi_present(&a->z), P.has_states = d->has_states != 0;
     P.has_dfa = ssmi_present(&a->dfinal_angle_state), P.has_dfs = ssmi_present(&a->dfinal_ssm_state);
     P.has_dfk = ssmi_present(&a->dfinal_k_state), P.has_dfv = ssmi_present(&a->dfinal_v_state);
-    P.q = view_of(&a->q), P.k = view_of(&a->k), P.v = view_of(&a->v);
-    P.adt = view_of(&a->adt), P.dt = view_of(&a->dt), P.trap = view_of(&a->trap);
-    P.qb = view_of(&a->q_bias), P.kb = view_of(&a->k_bias), P.ang = view_of(&a->angles);
-    P.d = view_of(&a->d), P.z = view_of(&a->z);
-    P.ang_in = view_of(&a->angle_state), P.ssm_in = view_of(&a->ssm_state);
-    P.k_in = view_of(&a->k_state), P.v_in = view_of(&a->v_state);
-    P.dout = view_of(&a->dout), P.dfa = view_of(&a->dfinal_angle_state), P.dfs = view_of(&a->dfinal_ssm_state);
-    P.dfk = view_of(&a->dfinal_k_state), P.dfv = view_of(&a->dfinal_v_state);
+    P.q = ssmi_cu_view_or_null(&a->q), P.k = ssmi_cu_view_or_null(&a->k), P.v = ssmi_cu_view_or_null(&a->v);
+    P.adt = ssmi_cu_view_or_null(&a->adt), P.dt = ssmi_cu_view_or_null(&a->dt), P.trap = ssmi_cu_view_or_null(&a->trap);
+    P.qb = ssmi_cu_view_or_null(&a->q_bias), P.kb = ssmi_cu_view_or_null(&a->k_bias), P.ang = ssmi_cu_view_or_null(&a->angles);
+    P.d = ssmi_cu_view_or_null(&a->d), P.z = ssmi_cu_view_or_null(&a->z);
+    P.ang_in = ssmi_cu_view_or_null(&a->angle_state), P.ssm_in = ssmi_cu_view_or_null(&a->ssm_state);
+    P.k_in = ssmi_cu_view_or_null(&a->k_state), P.v_in = ssmi_cu_view_or_null(&a->v_state);
+    P.dout = ssmi_cu_view_or_null(&a->dout), P.dfa = ssmi_cu_view_or_null(&a->dfinal_angle_state), P.dfs = ssmi_cu_view_or_null(&a->dfinal_ssm_state);
+    P.dfk = ssmi_cu_view_or_null(&a->dfinal_k_state), P.dfv = ssmi_cu_view_or_null(&a->dfinal_v_state);
     P.dq = out_of(&a->dq), P.dk = out_of(&a->dk), P.dv = out_of(&a->dv);
     P.dadt = out_of(&a->dadt), P.ddt = out_of(&a->ddt), P.dtrap = out_of(&a->dtrap);
     P.dqb = out_of(&a->dq_bias), P.dkb = out_of(&a->dk_bias), P.dang = out_of(&a->dangles);

@@ -39,23 +39,7 @@ namespace {
 
 /* ---- shared by the forward and the step ------------------------------------------------------------ */
 
-m3_out out_of(const ssm_tensor * t) {
-    m3_out o;
-    memset(&o, 0, sizeof o);
-    o.present = ssmi_present(t);
-    if (!o.present) return o;
-    o.p = t->data;
-    o.dtype = t->dtype;
-    for (int i = 0; i < t->ndim && i < 4; ++i) o.s[i] = t->strides[i];
-    return o;
-}
-
 int compute_mode(int32_t dtype) { return dtype == SSM_DTYPE_F16 ? M_F16 : dtype == SSM_DTYPE_BF16 ? M_BF16 : M_F32; }
-
-int64_t idx_at(const ssm_tensor * t, int64_t i) {
-    const int64_t off = i * t->strides[0];
-    return t->dtype == SSM_DTYPE_I64 ? ((const int64_t *)t->data)[off] : (int64_t)((const int32_t *)t->data)[off];
-}
 
 /* The tensors of every SISO operator in the order of the forward's and the step's argument lists
  * (the core forward has no angle states: those are NULL). */

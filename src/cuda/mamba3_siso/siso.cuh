@@ -144,6 +144,24 @@ struct m3_out {
     long long s[4];
 };
 
+/* An output tensor as the kernels write it (absent: present = 0). */
+static inline m3_out out_of(const ssm_tensor * t) {
+    m3_out o;
+    memset(&o, 0, sizeof o);
+    o.present = ssmi_present(t);
+    if (!o.present) return o;
+    o.p = t->data;
+    o.dtype = t->dtype;
+    for (int i = 0; i < t->ndim && i < 4; ++i) o.s[i] = t->strides[i];
+    return o;
+}
+
+/* Entry i of a host index tensor (I32 or I64, 1-D). */
+static inline int64_t idx_at(const ssm_tensor * t, int64_t i) {
+    const int64_t off = i * t->strides[0];
+    return t->dtype == SSM_DTYPE_I64 ? ((const int64_t *)t->data)[off] : (int64_t)((const int32_t *)t->data)[off];
+}
+
 struct m3_fwd_args {
     const m3_chunk * chunks;
     const m3_seg *   segs;
