@@ -8,7 +8,7 @@ rounds. The shapes are the ones of record of the CUDA backward issue:
   mimo     B=1 S=8192 H=16 G=1 N=P=64 R=4 chunk 16 (ours only: upstream's TileLang backward does not run here)
 
 Usage (GPU machine): PYTHONPATH=python:.upstream SSMOPS_LIBRARY=build/libssmops.so \
-    python3 gpu/bench_train.py [--rounds 3] [--only mamba2,siso,mimo] [--json OUT]
+    python3 gpu/bench_train.py [--rounds 3] [--only mamba2,siso,mimo] [--json OUT] [--profile]
 Upstream comes from an ignored folder (.upstream/, see shared GPU.md); without it only ours is timed.
 Prints one line per (case, implementation, pass): the median ms of every round, and the ratio
 upstream / ours for each pass.
@@ -163,16 +163,48 @@ def time_pair(label, leaves, g, call, impls, rounds, results):
             print("%-8s %-9s speedup upstream/ours = %.2f" % (label, kind, u / o))
 
 
+def profile_ours(label, leaves, g, call, fn):
+    """Per-kernel CUDA time of one forward + backward of ours (torch.profiler), largest first."""
+    from torch.profiler import ProfilerActivity, profile
+
+    def fwd_bwd():
+        out = call(fn)
+        out = out[0] if isinstance(out, tuple) else out
+        out.backward(g)
+    fwd_bwd()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fwd_bwd()
+        torch.cuda.synchronize()
+    rows = {}
+    for e in prof.events():
+        if e.device_type == torch.autograd.DeviceType.CUDA:
+            t = rows.setdefault(e.name, [0, 0.0])
+            t[0] += 1
+            t[1] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+    total = sum(v[1] for v in rows.values())
+    print("%s profile: %.3f ms in %d kernels" % (label, total / 1e3, sum(v[0] for v in rows.values())))
+    for name, (n, us) in sorted(rows.items(), key=lambda kv: -kv[1][1])[:14]:
+        print("  %8.3f ms %5.1f%%  x%-4d %s" % (us / 1e3, 100 * us / max(total, 1e-9), n, name[:90]))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default="mamba2,siso,mimo")
     ap.add_argument("--json")
+    ap.add_argument("--profile", action="store_true", help="print ours' per-kernel times instead of timing")
     args = ap.parse_args()
     up_m2, up_siso = try_upstream()
     print("device:", torch.cuda.get_device_name(), "torch", torch.__version__, "ssmops", ssmops.__version__)
     results = []
     only = args.only.split(",")
+    if args.profile:
+        cases = {"mamba2": (mamba2_case, ours_mamba2), "siso": (siso_case, ours_siso), "mimo": (mimo_case, ours_mimo)}
+        for name in only:
+            leaves, g, call = cases[name][0]()
+            profile_ours(name, leaves, g, call, cases[name][1])
+        return
     if "mamba2" in only:
         leaves, g, call = mamba2_case()
         impls = [("ssmops", ours_mamba2)] + ([("upstream", up_m2)] if up_m2 else [])
