@@ -336,6 +336,10 @@ SSM_API ssm_status ssm_cuda_memcpy(ssm_context * ctx, void * dst, const void * s
  * ctx's stream before and after each call; ms[rep] = the device time of call rep. */
 SSM_API ssm_status ssm_cuda_time(ssm_context * ctx, ssm_status (*fn)(void * arg, int32_t rep), void * arg,
                                  int32_t reps, float * ms);
+/* As ssm_cuda_time, with the device's L2 cache overwritten before every call (a buffer of twice
+ * its size written on ctx's stream, outside the timed interval): each call starts cold. */
+SSM_API ssm_status ssm_cuda_time_cold(ssm_context * ctx, ssm_status (*fn)(void * arg, int32_t rep), void * arg,
+                                      int32_t reps, float * ms);
 
 /* =======================================================================================
  * Mamba-2 (SSD). Math: docs/ops/mamba2.md and spec mamba2_ssd.md.

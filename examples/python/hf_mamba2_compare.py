@@ -3,8 +3,9 @@ with transformers' own pure-torch mixer path, and with every mixer's forward rep
 same layer on ssmops (ssmops.compat's causal_conv1d_fn and mamba_chunk_scan_combined; the
 projections and the gated norm stay transformers' modules); prints max |Δlogits| and the
 comparison against the bf16 bar of DESIGN §5 (max_rel ≤ 2⁻⁴, rel_rms ≤ 2⁻⁸), relative to the
-logits of transformers' torch path in float32 (with --dtype bfloat16 it also prints
-transformers' own bfloat16 run against the same reference).
+logits of transformers' torch path in float32. With --dtype bfloat16 it also prints, against the
+same reference, ssmops' kernels in bfloat16 inside the float32 model (the kernels' own precision)
+and transformers' own bfloat16 run (what bf16 projections and norms cost in any implementation).
 
 The replacement forward reads only the mixer's parameters and sizes (in_proj, conv1d, A_log,
 D, dt_bias, norm, out_proj, num_heads, head_dim, n_groups, ssm_state_size, ...), not its
@@ -29,15 +30,19 @@ from ssmops import compat  # noqa: E402
 BAR_MAX_REL, BAR_REL_RMS = 2.0 ** -4, 2.0 ** -8   # DESIGN §5, bf16
 
 
-def mixer_forward(mixer, hidden_states):
+def mixer_forward(mixer, hidden_states, kernel_dtype=None):
     """transformers' Mamba2Mixer forward (prefill, no cache) on ssmops: in_proj, split, conv1d
     + activation, the chunked scan with D, dt_bias, softplus and the dt limit, the gated norm,
-    out_proj."""
+    out_proj. With kernel_dtype, the conv and the scan get their inputs in that dtype and the
+    scan's output goes back to the model's dtype (the kernels' own precision inside a model that
+    keeps its projections and norm in float32)."""
     bsz, seqlen, _ = hidden_states.shape
     H, P, G, N = mixer.num_heads, mixer.head_dim, mixer.n_groups, mixer.ssm_state_size
     proj = mixer.in_proj(hidden_states)
     d_mlp = (proj.shape[-1] - 2 * mixer.intermediate_size - 2 * G * N - H) // 2
     _, _, gate, xbc, dt = proj.split([d_mlp, d_mlp, mixer.intermediate_size, mixer.conv_dim, H], dim=-1)
+    if kernel_dtype is not None:
+        xbc, dt = xbc.to(kernel_dtype), dt.to(kernel_dtype)
     xbc = compat.causal_conv1d_fn(xbc.transpose(1, 2), mixer.conv1d.weight.squeeze(1), mixer.conv1d.bias,
                                   activation=mixer.activation).transpose(1, 2)
     x, b, c = xbc.split([mixer.intermediate_size, G * N, G * N], dim=-1)
@@ -45,14 +50,14 @@ def mixer_forward(mixer, hidden_states):
                                          b.reshape(bsz, seqlen, G, N), c.reshape(bsz, seqlen, G, N),
                                          chunk_size=mixer.chunk_size, D=mixer.D, dt_bias=mixer.dt_bias,
                                          dt_softplus=True, dt_limit=tuple(mixer.time_step_limit))
-    return mixer.out_proj(mixer.norm(y.reshape(bsz, seqlen, H * P), gate))
+    return mixer.out_proj(mixer.norm(y.reshape(bsz, seqlen, H * P).to(hidden_states.dtype), gate))
 
 
-def use_ssmops(model, modeling):
+def use_ssmops(model, modeling, kernel_dtype=None):
     """Points every mixer's forward at mixer_forward."""
     mixers = [m for m in model.modules() if isinstance(m, modeling.Mamba2Mixer)]
     for mixer in mixers:
-        mixer.forward = lambda hidden_states, *args, _m=mixer, **kw: mixer_forward(_m, hidden_states)
+        mixer.forward = lambda hidden_states, *args, _m=mixer, **kw: mixer_forward(_m, hidden_states, kernel_dtype)
     return len(mixers)
 
 
@@ -86,6 +91,10 @@ def main(argv=None):
         ref = model(tokens, use_cache=False).logits.float()
         rows = []
         if dtype != torch.float32:
+            use_ssmops(model, modeling, kernel_dtype=dtype)
+            rows.append(("ssmops kernels in %s, model float32" % a.dtype, model(tokens, use_cache=False).logits.float()))
+            for mixer in (m for m in model.modules() if isinstance(m, modeling.Mamba2Mixer)):
+                del mixer.forward  # transformers' own forward again
             model = model.to(dtype)
             rows.append(("transformers %s vs float32" % a.dtype, model(tokens, use_cache=False).logits.float()))
         n = use_ssmops(model, modeling)
@@ -100,7 +109,7 @@ def main(argv=None):
         max_rel, rel_rms = max_abs / rms, (x - ref).norm().item() / ref.norm().item()
         passed = math.isfinite(max_abs) and max_rel <= BAR_MAX_REL and rel_rms <= BAR_REL_RMS
         if i == 0:
-            ok = passed  # the verdict is ssmops' row; transformers' own bf16 row is context
+            ok = passed  # the verdict is ssmops' bf16 model row; the other rows are context
         print("%-30s max |dlogits| = %.6g  max_rel = %.6g (bar %.6g)  rel_rms = %.6g (bar %.6g)  %s" % (
             label, max_abs, max_rel, BAR_MAX_REL, rel_rms, BAR_REL_RMS, ("PASS" if passed else "FAIL") if i == 0
             else "(for comparison)"))

@@ -99,7 +99,7 @@ ssm_status ssmi_cuda_mamba3_mimo_bwd(ssm_context * ctx, const ssm_mamba3_mimo_pa
 ssm_status ssmi_cuda_malloc(ssm_context * ctx, void ** ptr, size_t bytes);
 ssm_status ssmi_cuda_free(ssm_context * ctx, void * ptr);
 ssm_status ssmi_cuda_memcpy(ssm_context * ctx, void * dst, const void * src, size_t bytes);
-ssm_status ssmi_cuda_time(ssm_context * ctx, ssm_status (*fn)(void * arg, int32_t rep), void * arg, int32_t reps,
+ssm_status ssmi_cuda_time(ssm_context * ctx, ssm_status (*fn)(void * arg, int32_t rep), void * arg, int32_t reps, int cold_l2,
                           float * ms);
 
 /* Layer operators (spec §6.2, §6.3; Mamba-3 angle cumsum §3.2, §6.6): conv1d forward, backward

@@ -34,12 +34,22 @@ ssm_status ssm_cuda_memcpy(ssm_context * ctx, void * dst, const void * src, size
     return ssmi_cuda_memcpy(ctx, dst, src, bytes);
 }
 
-ssm_status ssm_cuda_time(ssm_context * ctx, ssm_status (*fn)(void * arg, int32_t rep), void * arg, int32_t reps,
-                         float * ms) {
+static ssm_status cuda_time(ssm_context * ctx, const char * op, ssm_status (*fn)(void * arg, int32_t rep),
+                            void * arg, int32_t reps, int cold_l2, float * ms) {
     ssmi_clear_error(ctx);
     SSM_RETURN_IF(fn == NULL || (reps > 0 && ms == NULL) || reps < 0, ctx, SSM_STATUS_INVALID_ARGUMENT,
-                  "cuda_time: fn or ms is NULL, or reps=%d is negative", (int)reps);
-    return ssmi_cuda_time(ctx, fn, arg, reps, ms);
+                  "%s: fn or ms is NULL, or reps=%d is negative", op, (int)reps);
+    return ssmi_cuda_time(ctx, fn, arg, reps, cold_l2, ms);
+}
+
+ssm_status ssm_cuda_time(ssm_context * ctx, ssm_status (*fn)(void * arg, int32_t rep), void * arg, int32_t reps,
+                         float * ms) {
+    return cuda_time(ctx, "cuda_time", fn, arg, reps, 0, ms);
+}
+
+ssm_status ssm_cuda_time_cold(ssm_context * ctx, ssm_status (*fn)(void * arg, int32_t rep), void * arg, int32_t reps,
+                              float * ms) {
+    return cuda_time(ctx, "cuda_time_cold", fn, arg, reps, 1, ms);
 }
 
 #else /* no CUDA backend */
@@ -69,11 +79,14 @@ ssm_status ssm_cuda_memcpy(ssm_context * ctx, void * dst, const void * src, size
 
 ssm_status ssm_cuda_time(ssm_context * ctx, ssm_status (*fn)(void * arg, int32_t rep), void * arg, int32_t reps,
                          float * ms) {
-    (void)fn;
-    (void)arg;
-    (void)reps;
-    (void)ms;
+    (void)fn, (void)arg, (void)reps, (void)ms;
     return not_built(ctx, "cuda_time");
+}
+
+ssm_status ssm_cuda_time_cold(ssm_context * ctx, ssm_status (*fn)(void * arg, int32_t rep), void * arg, int32_t reps,
+                              float * ms) {
+    (void)fn, (void)arg, (void)reps, (void)ms;
+    return not_built(ctx, "cuda_time_cold");
 }
 
 #endif

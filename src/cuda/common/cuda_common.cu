@@ -92,19 +92,36 @@ extern "C" ssm_status ssmi_cuda_memcpy(ssm_context * ctx, void * dst, const void
 }
 
 /* Events around each call of fn on ctx's stream; ms[rep] = elapsed time of call rep. */
+/* With cold_l2, a buffer of twice the device's L2 size is overwritten on the stream before every
+ * call, outside the timed interval, so each call starts with none of its operands in the L2. */
 extern "C" ssm_status ssmi_cuda_time(ssm_context * ctx, ssm_status (*fn)(void * arg, int32_t rep), void * arg,
-                                     int32_t reps, float * ms) {
+                                     int32_t reps, int cold_l2, float * ms) {
     static const char  op[] = "cuda_time";
     const cudaStream_t s = ssmi_cuda_stream(ctx);
+    void *             flush = NULL;
+    size_t             flush_bytes = 0;
+    if (cold_l2 && reps > 0) {
+        int dev = 0, l2 = 0;
+        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaGetDevice", cudaGetDevice(&dev)));
+        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute (L2 size)",
+                                              cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev)));
+        flush_bytes = 2 * (size_t)(l2 > 0 ? l2 : 64 << 20);
+        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaMalloc (L2 flush buffer)", cudaMalloc(&flush, flush_bytes)));
+    }
     cudaEvent_t *      ev = (cudaEvent_t *)ssmi_alloc(ctx, sizeof(cudaEvent_t) * (size_t)(2 * reps));
-    SSM_RETURN_IF(ev == NULL && reps > 0, ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: no memory for %d events", op, (int)reps);
+    if (ev == NULL && reps > 0) {
+        (void)cudaFree(flush);
+        return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: no memory for %d events", op, (int)reps);
+    }
     ssm_status st = SSM_STATUS_OK;
     int32_t    made = 0;
     for (; made < 2 * reps && st == SSM_STATUS_OK; ++made)
         st = ssmi_cuda_status(ctx, op, "cudaEventCreate", cudaEventCreate(&ev[made]));
     if (st != SSM_STATUS_OK) --made;
     for (int32_t r = 0; r < reps && st == SSM_STATUS_OK; ++r) {
-        st = ssmi_cuda_status(ctx, op, "cudaEventRecord", cudaEventRecord(ev[2 * r], s));
+        if (flush != NULL)
+            st = ssmi_cuda_status(ctx, op, "cudaMemsetAsync (L2 flush)", cudaMemsetAsync(flush, r & 0xff, flush_bytes, s));
+        if (st == SSM_STATUS_OK) st = ssmi_cuda_status(ctx, op, "cudaEventRecord", cudaEventRecord(ev[2 * r], s));
         if (st == SSM_STATUS_OK) st = fn(arg, r);
         if (st == SSM_STATUS_OK) st = ssmi_cuda_status(ctx, op, "cudaEventRecord", cudaEventRecord(ev[2 * r + 1], s));
     }
@@ -113,5 +130,6 @@ extern "C" ssm_status ssmi_cuda_time(ssm_context * ctx, ssm_status (*fn)(void * 
         st = ssmi_cuda_status(ctx, op, "cudaEventElapsedTime", cudaEventElapsedTime(&ms[r], ev[2 * r], ev[2 * r + 1]));
     for (int32_t i = 0; i < made; ++i) (void)cudaEventDestroy(ev[i]);
     ssmi_free(ctx, ev);
+    if (flush != NULL) (void)cudaFree(flush);
     return st;
 }

@@ -1,0 +1,57 @@
+#!/bin/sh
+# gpu/verify_and_time.sh OUTDIR — one GPU round that first verifies, then times:
+#   1. build (gpu/gpu_check.sh's configuration, sm_90a, all cores);
+#   2. at once: the cuda-labelled CTest tests (SSMOPS_VT_TESTS regex, default all of them), the
+#      Python suite with CUDA tensors, and examples/python/hf_mamba2_compare.py (cuda, bf16);
+#   3. one after another, nothing else on the GPU: ours' per-kernel profile of forward + backward
+#      (gpu/bench_train.py --profile), forward + backward against upstream (gpu/bench_train.py
+#      --only SSMOPS_VT_TRAIN), and tools/compare_upstream.py --only SSMOPS_VT_COMPARE.
+# Upstream's code comes from .upstream/ (carry it). Each phase has a time limit (SSMOPS_VT_*_S) so a
+# slow phase cannot take the others' time; every log is written as it comes into OUTDIR.
+set -u
+out=${1:?usage: gpu/verify_and_time.sh OUTDIR}
+mkdir -p "$out"
+src=$(cd "$(dirname "$0")/.." && pwd)
+build=${SSMOPS_GPU_BUILD:-$src/build-gpu}
+log=$out/round.log
+say() { echo "$*" | tee -a "$log"; }
+t0=$(date +%s)
+el() { echo "$(($(date +%s) - t0)) s"; }
+command -v nvcc >/dev/null 2>&1 || PATH=/usr/local/cuda/bin:$PATH
+SSMOPS_GPU_PHASES=none "$src/gpu/gpu_check.sh" "$out/.check" >"$out/build.txt" 2>&1 || {
+    say "BUILD FAILED"
+    grep -E "error" "$out/.check/build.log" | head -30 | tee -a "$log"
+    exit 1
+}
+say "built: $(el)"
+export SSMOPS_LIBRARY=$build/libssmops.so PYTHONPATH=$src/python:$src/.upstream
+(cd "$build" && timeout "${SSMOPS_VT_CTEST_S:-300}" ctest -L cuda -R "${SSMOPS_VT_TESTS:-.}" -j8 \
+    --output-on-failure >"$out/ctest.txt" 2>&1) &
+ctest_pid=$!
+(cd "$src" && timeout "${SSMOPS_VT_PYTEST_S:-300}" python3 -m pytest -v -x tests/python --durations=10 \
+    >"$out/pytest.txt" 2>&1) &
+py_pid=$!
+(cd "$src" && timeout "${SSMOPS_VT_HF_S:-300}" python3 examples/python/hf_mamba2_compare.py --device cuda \
+    --dtype bfloat16 >"$out/hf.txt" 2>&1) &
+hf_pid=$!
+wait $ctest_pid
+grep -E "tests passed|tests failed|\(Failed\)|\(Timeout\)|Not Run|Passed|\*\*\*" "$out/ctest.txt" | tee -a "$log"
+say "ctest done: $(el)"
+wait $py_pid
+tail -3 "$out/pytest.txt" | tee -a "$log"
+grep -E "FAILED|Error" "$out/pytest.txt" | head -10 | tee -a "$log"
+wait $hf_pid
+grep -vE "^\[transformers\]|falling back" "$out/hf.txt" | tail -6 | tee -a "$log"
+say "verification done: $(el)"
+cd "$src" || exit 1
+timeout "${SSMOPS_VT_PROFILE_S:-120}" python3 gpu/bench_train.py --profile --only "${SSMOPS_VT_PROFILE:-mamba2,siso,mimo}" 2>&1 |
+    grep -v Warning | grep -v _warn_once | tee "$out/profile.txt" >>"$log"
+say "profile done: $(el)"
+[ -n "${SSMOPS_VT_TRAIN:-mamba2}" ] &&
+    timeout "${SSMOPS_VT_TRAIN_S:-180}" python3 gpu/bench_train.py --only "${SSMOPS_VT_TRAIN:-mamba2}" --rounds 3 2>&1 |
+    tee "$out/train.txt" >>"$log"
+say "train bench done: $(el)"
+[ -n "${SSMOPS_VT_COMPARE:-scan,step,chunk_state}" ] &&
+    timeout "${SSMOPS_VT_COMPARE_S:-180}" python3 tools/compare_upstream.py --only "${SSMOPS_VT_COMPARE:-scan,step,chunk_state}" \
+        --rounds 3 --json "$out/compare.json" 2>&1 | tee "$out/compare.txt" >>"$log"
+say "end: $(el)"
