@@ -8,8 +8,9 @@
  * without its weight, initial states with dfinal_*, varlen with empty sequences and i64
  * indices, strided views, only some outputs) for f32 / f16 / bf16, plus ranks R = 1, 2, 4, 8
  * at one shape, stride-0 (broadcast) inputs, gradients stored in the compute dtype, and a
- * GQA case with H/G = 4. Outputs are NaN-poisoned first; a second run on re-poisoned outputs
- * must give identical bytes. The selection table: its one entry and the entry a call ran.
+ * GQA case with H/G = 4 and a C·R = 128, N = 128, P = 72 case (2×2 output tiles of the chunk
+ * products, a partial inner slice, a tail chunk). Outputs are NaN-poisoned first; a second run
+ * on re-poisoned outputs must give identical bytes. The selection table: its one entry and the entry a call ran.
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261208).
  */
@@ -260,6 +261,11 @@ static void run_matrix(ssmt_rng * rng) {
             ++n;
         }
         c[n] = (bwd_case){"gqa_hg4_c128", config(1, 300, 8, 2, 1, 16, 16, 128, dt), 0, 0, 0, 0};
+        ++n;
+        /* C·R = 128 rows with N = 128 and P = 72: the chunk products span 2×2 output tiles and a
+         * partial 32-deep inner slice; S = 150 ends in a 22-token tail chunk */
+        c[n] = (bwd_case){"wide_tiles", config(1, 150, 2, 1, 2, 128, 72, 64, dt), 1, 0, 0, 0};
+        c[n].cfg.has_states = 1;
         ++n;
         c[n] = (bwd_case){"broadcast_stride0", config(2, 19, 2, 1, 2, 16, 16, 8, dt), 1, 0, 0, 1};
         c[n].cfg.has_states = 1;

@@ -50,6 +50,8 @@ struct mb_args {
     float *dqh, *dkh;        /* [B·S][R][H][N] dq̄, dk̄ per value head                 */
     float *dth;              /* [B][H][S][A] raw dθ, then π·tanh·Σ dθ (the dt part)  */
     float *dgth;             /* [NS][H][A] angle carry at the sequence start         */
+    float *thc;              /* [W][H][A] Σ raw dθ over chunk w, then the angle carry
+                                leaving w (dfinal_angle + the later chunks' sums)      */
     float *dfac, *dgd;       /* [B][H][S] dfactor, dgamma_diag                       */
     float *dc;               /* [NS][H] gradient of the initial-state fold's dt·(1−λ) */
     /* partial sums */
@@ -61,6 +63,97 @@ struct mb_args {
     int    has_z, has_d, reduce, fused, has_states, nw_1d;
     float  eps;
 };
+
+/* ---- block GEMM on the chunk tiles ---------------------------------------------------------- */
+
+const int kGemmTile = 64;             /* output tile edge: 16×16 threads, 4×4 outputs each          */
+const int kGemmK = 32;                /* inner-index slice staged per step                          */
+const int kGemmLd = kGemmTile + 4;    /* shared row stride: float4-aligned, conflict-free stores    */
+static_assert(kBwdThreads == 256, "block_gemm maps 256 threads to 16×16 micro-tiles");
+
+/* The staged operand slices: a[k][i], b[k][j] of one kGemmK step. */
+struct gemm_smem {
+    float a[kGemmK * kGemmLd];
+    float b[kGemmK * kGemmLd];
+};
+
+/* C[i][j] = Σ_k fa(i, k)·fb(k, j) for i < M, j < NC, k < K, the sum in ascending k from 0 in one
+ * fp32 accumulator (the same bytes for any grid), then epi(i, j, C[i][j]) once per element by one
+ * thread. The output goes in 64×64 tiles, each thread a 4×4 micro-tile (rows ty·4.., columns
+ * tx·4..) from float4 shared reads. The operands are staged in 32-deep slices; A_K / B_K say which
+ * index of fa / fb is contiguous in memory (true: k) so the staging loads coalesce: k-contiguous
+ * operands are read 8 k by 4 rows per warp (32-byte sectors, conflict-free shared stores), the
+ * others 32 consecutive rows/columns per warp. Every thread of the block calls it (it syncs);
+ * fa / fb are only called in range; the shared slices are free again when it returns. */
+template <bool A_K, bool B_K, class FA, class FB, class FE>
+__device__ __forceinline__ void block_gemm(gemm_smem & sm, int M, int NC, int K, FA fa, FB fb, FE epi) {
+    const int tid = threadIdx.x, tx = tid & 15, ty = tid >> 4;
+    for (int i0 = 0; i0 < M; i0 += kGemmTile)
+        for (int j0 = 0; j0 < NC; j0 += kGemmTile) {
+            float acc[4][4];
+#pragma unroll
+            for (int a = 0; a < 4; ++a)
+#pragma unroll
+                for (int b = 0; b < 4; ++b) acc[a][b] = 0.0f;
+            for (int k0 = 0; k0 < K; k0 += kGemmK) {
+#pragma unroll 2
+                for (int e = tid; e < kGemmK * kGemmTile; e += kBwdThreads) {
+                    const int lane = e & 31, slot = e >> 5;
+                    int       ii, kk;
+                    if (A_K) kk = (lane & 7) + 8 * (slot & 3), ii = (lane >> 3) + 4 * (slot >> 2);
+                    else ii = e % kGemmTile, kk = e / kGemmTile;
+                    const int i = i0 + ii, k = k0 + kk;
+                    sm.a[kk * kGemmLd + ii] = i < M && k < K ? fa(i, k) : 0.0f;
+                    int jj;
+                    if (B_K) kk = (lane & 7) + 8 * (slot & 3), jj = (lane >> 3) + 4 * (slot >> 2);
+                    else jj = e % kGemmTile, kk = e / kGemmTile;
+                    const int j = j0 + jj, k2 = k0 + kk;
+                    sm.b[kk * kGemmLd + jj] = j < NC && k2 < K ? fb(k2, j) : 0.0f;
+                }
+                __syncthreads();
+                const int kn = K - k0 < kGemmK ? K - k0 : kGemmK;
+#pragma unroll 4
+                for (int kk = 0; kk < kn; ++kk) {
+                    const float4 av = *reinterpret_cast<const float4 *>(&sm.a[kk * kGemmLd + ty * 4]);
+                    const float4 bv = *reinterpret_cast<const float4 *>(&sm.b[kk * kGemmLd + tx * 4]);
+                    const float  ar[4] = {av.x, av.y, av.z, av.w}, br[4] = {bv.x, bv.y, bv.z, bv.w};
+#pragma unroll
+                    for (int a = 0; a < 4; ++a)
+#pragma unroll
+                        for (int b = 0; b < 4; ++b) acc[a][b] = fmaf(ar[a], br[b], acc[a][b]);
+                }
+                __syncthreads();
+            }
+#pragma unroll
+            for (int a = 0; a < 4; ++a) {
+                const int i = i0 + ty * 4 + a;
+#pragma unroll
+                for (int b = 0; b < 4; ++b) {
+                    const int j = j0 + tx * 4 + b;
+                    if (i < M && j < NC) epi(i, j, acc[a][b]);
+                }
+            }
+        }
+}
+
+/* Fixed-order warp sum (butterfly; every lane gets the same bytes, fp addition commutes). */
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* Fixed-order block sum of one value per thread: warp sums, then the warps' in order. Every
+ * thread calls it and gets the sum; red holds kBwdThreads / 32 floats. */
+__device__ __forceinline__ float block_sum(float v, float * red) {
+    v = warp_sum(v);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = v;
+    __syncthreads();
+    float s = 0.0f;
+    for (int j = 0; j < kBwdThreads / 32; ++j) s += red[j];
+    __syncthreads();
+    return s;
+}
 
 /* First row of tile (w, h) (times the row width gives the element offset). */
 __device__ __forceinline__ long long tile_row(const mb_args & A, int w, int h) {

@@ -1,7 +1,8 @@
 /*
  * bwd_chunk.cu — the chunk-parallel kernels of the CUDA Mamba-3 MIMO backward, one block per
- * (work chunk w, head h), operands in the global fp32 chunk tiles (bwd.cuh), every product a
- * per-element loop in a fixed order:
+ * (work chunk w, head h), operands in the global fp32 chunk tiles (bwd.cuh). Every matrix product
+ * is a block_gemm (shared-memory staged slices, 4×4 register micro-tiles, each sum in ascending
+ * order); the row sums go a warp per row with a fixed-order shuffle sum:
  *   tiles_kernel  q̃ = Rot(θ)(q + q_bias), k̃ = Rot(θ)(k + k_bias), k̂ = c·k̃, u = v ⊙ mimo_v,
  *                 qkdot = q̄·k̄ (same token, unrotated), and X_w = Q̃ᵀ·diag(e^{cs})·dY, the chunk's
  *                 term of the reverse state recurrence (bwd_seq.cu);
@@ -17,113 +18,91 @@
  *                   term q̃·dq̃_inter, the state-update term k̂·dk̂_state and e^{cs_last}·<Ŝ, dŜ>;
  *                   dADT = the reverse cumsum of dcs in the chunk;
  *                 then per token the raw dθ, dq̄ = Rotᵀ dq̃ and dk̄ = Rotᵀ dk̃ (per value head,
- *                 fp32 workspace), dv = Σ_r dU ⊙ mimo_v (+ dfinal_v_state), dgamma_diag, and the
- *                 chunk's partial sums of dq_bias, dk_bias, dmimo_v and dD.
+ *                 fp32 workspace), dv = Σ_r dU ⊙ mimo_v (+ dfinal_v_state), dgamma_diag, the
+ *                 chunk's partial sums of dq_bias, dk_bias, dmimo_v and dD, and its sum of raw
+ *                 dθ per angle (the angle pass's chunk level).
  */
 #include "bwd.cuh"
 
 namespace ssmi_mimo {
 namespace {
 
-/* The inverse rotation (Rotᵀ) of column nn of a gradient row. */
-__device__ __forceinline__ float rot_t_col(const float * x, const float * th, int N, int NA, int nn) {
-    const int half = N / 2;
-    float     sn, cs;
-    if (nn < NA) {
-        sincosf(th[nn], &sn, &cs);
-        return cs * x[nn] + sn * x[nn + half];
-    }
-    if (nn >= half && nn < half + NA) {
-        sincosf(th[nn - half], &sn, &cs);
-        return -sn * x[nn - half] + cs * x[nn];
-    }
-    return x[nn];
-}
+const int kWarps = kBwdThreads / 32;
 
 __global__ void __launch_bounds__(kBwdThreads) tiles_kernel(const mb_args A) {
-    __shared__ float ecs[128];
+    __shared__ __align__(16) gemm_smem sm;
+    __shared__ float                   ecs[128], cfs[128];
     const int       w = blockIdx.x, h = blockIdx.y;
     const mc_chunk  ck = A.chunks[w];
-    const int       R = A.R, N = A.N, P = A.P, NA = A.A, n = ck.len, L = n * R, g = h / (A.H / A.G);
+    const int       R = A.R, N = A.N, P = A.P, NA = A.A, n = ck.len, L = n * R, g = h / (A.H / A.G), half = N / 2;
     const long long T = tile_row(A, w, h);
     float *Q = A.tq + T * N, *KH = A.tkh + T * N, *KT = A.tkt + T * N, *U = A.u + T * P;
     float *QKD = A.qkd + ((long long)w * A.H + h) * A.C * R * R;
     const float * cm = A.cm + ((long long)ck.b * A.H + h) * A.S;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) ecs[i] = expf(cm[ck.t0 + i]);
-    for (int e = threadIdx.x; e < L * N; e += blockDim.x) {
-        const int       x = e / N, nn = e - x * N, i = x / R, r = x - i * R;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float lam, dtv, gam;
+        ecs[i] = expf(cm[ck.t0 + i]);
+        token_scalars(A, ck, h, ck.t0 + i, lam, dtv, gam, cfs[i]);
+    }
+    __syncthreads();
+    /* q̃, k̃, k̂ = c·k̃: one rotation pair (a, a + N/2) per element, one sincos for the four values */
+    for (int e = threadIdx.x; e < L * half; e += blockDim.x) {
+        const int       x = e / half, a = e - x * half, i = x / R, r = x - i * R, a2 = a + half;
         const long long t = ck.t0 + i;
-        const float *   th = A.theta + (((long long)ck.b * A.S + t) * A.H + h) * NA;
-        /* the column and its rotation partner, biased */
-        const int nb = nn < NA ? nn + N / 2 : (nn >= N / 2 && nn < N / 2 + NA ? nn - N / 2 : nn);
-        float     qr[2], kr[2];
-        const int cols[2] = {nn, nb};
-        for (int j = 0; j < 2; ++j) {
-            const int c = cols[j];
-            qr[j] = ldv(A.q, o5(A.q, ck.b, t, r, g, c)) + ldv(A.q_bias, o3(A.q_bias, h, r, c));
-            kr[j] = ldv(A.k, o5(A.k, ck.b, t, r, g, c)) + ldv(A.k_bias, o3(A.k_bias, h, r, c));
+        const float     q0 = ldv(A.q, o5(A.q, ck.b, t, r, g, a)) + ldv(A.q_bias, o3(A.q_bias, h, r, a));
+        const float     q1 = ldv(A.q, o5(A.q, ck.b, t, r, g, a2)) + ldv(A.q_bias, o3(A.q_bias, h, r, a2));
+        const float     k0 = ldv(A.k, o5(A.k, ck.b, t, r, g, a)) + ldv(A.k_bias, o3(A.k_bias, h, r, a));
+        const float     k1 = ldv(A.k, o5(A.k, ck.b, t, r, g, a2)) + ldv(A.k_bias, o3(A.k_bias, h, r, a2));
+        float           qa = q0, qb = q1, ka = k0, kb = k1;
+        if (a < NA) {
+            float sn, cs;
+            sincosf(A.theta[(((long long)ck.b * A.S + t) * A.H + h) * NA + a], &sn, &cs);
+            qa = cs * q0 - sn * q1, ka = cs * k0 - sn * k1;
+            qb = sn * q0 + cs * q1, kb = sn * k0 + cs * k1;
         }
-        float qv = qr[0], kv = kr[0];
-        if (nb != nn) {
-            const int a = nn < NA ? nn : nn - N / 2;
-            float     sn, cs;
-            sincosf(th[a], &sn, &cs);
-            if (nn < NA) qv = cs * qr[0] - sn * qr[1], kv = cs * kr[0] - sn * kr[1];
-            else qv = sn * qr[1] + cs * qr[0], kv = sn * kr[1] + cs * kr[0];
-        }
-        float lam, dtv, gam, cf;
-        token_scalars(A, ck, h, t, lam, dtv, gam, cf);
-        Q[e] = qv;
-        KT[e] = kv;
-        KH[e] = cf * kv;
+        const float     cf = cfs[i];
+        const long long o = (long long)x * N;
+        Q[o + a] = qa, Q[o + a2] = qb;
+        KT[o + a] = ka, KT[o + a2] = kb;
+        KH[o + a] = cf * ka, KH[o + a2] = cf * kb;
     }
     for (int e = threadIdx.x; e < L * P; e += blockDim.x) {
         const int x = e / P, p = e - x * P, i = x / R, r = x - i * R;
         U[e] = ldv(A.v, o4(A.v, ck.b, ck.t0 + i, h, p)) * ldv(A.mimo_v, o3(A.mimo_v, h, r, p));
     }
-    for (int e = threadIdx.x; e < L * R; e += blockDim.x) {
-        const int       x = e / R, r2 = e - x * R, i = x / R, r = x - i * R;
+    /* qkdot[x][r2] = q̄[x]·k̄[i, r2] (unrotated, biased): a warp per row x, lanes over n */
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    for (int x = warp; x < L; x += kWarps) {
+        const int       i = x / R, r = x - i * R;
         const long long t = ck.t0 + i;
-        float           s = 0.0f;
-        for (int nn = 0; nn < N; ++nn) {
-            const float qb = ldv(A.q, o5(A.q, ck.b, t, r, g, nn)) + ldv(A.q_bias, o3(A.q_bias, h, r, nn));
-            const float kb = ldv(A.k, o5(A.k, ck.b, t, r2, g, nn)) + ldv(A.k_bias, o3(A.k_bias, h, r2, nn));
-            s = fmaf(qb, kb, s);
+        for (int r2 = 0; r2 < R; ++r2) {
+            float s = 0.0f;
+            for (int nn = lane; nn < N; nn += 32) {
+                const float qb = ldv(A.q, o5(A.q, ck.b, t, r, g, nn)) + ldv(A.q_bias, o3(A.q_bias, h, r, nn));
+                const float kb = ldv(A.k, o5(A.k, ck.b, t, r2, g, nn)) + ldv(A.k_bias, o3(A.k_bias, h, r2, nn));
+                s = fmaf(qb, kb, s);
+            }
+            s = warp_sum(s);
+            if (lane == 0) QKD[x * R + r2] = s;
         }
-        QKD[e] = s;
     }
     __syncthreads();
     /* X_w[n][p] = Σ_x q̃[x][n]·e^{cs_i}·dY[x][p] */
     const float * DY = A.dy + T * P;
     float *       X = A.dstate + ((long long)w * A.H + h) * N * P;
-    for (int e = threadIdx.x; e < N * P; e += blockDim.x) {
-        const int nn = e / P, p = e - nn * P;
-        float     s = 0.0f;
-        for (int x = 0; x < L; ++x) s = fmaf(Q[(long long)x * N + nn] * ecs[x / R], DY[(long long)x * P + p], s);
-        X[e] = s;
-    }
-}
-
-/* Fixed-order block sum of one value per thread (every thread calls it; red has blockDim floats). */
-__device__ float block_sum(float v, float * red) {
-    red[threadIdx.x] = v;
-    __syncthreads();
-    float s = 0.0f;
-    if (threadIdx.x == 0)
-        for (int j = 0; j < (int)blockDim.x; ++j) s += red[j];
-    __syncthreads();
-    if (threadIdx.x == 0) red[0] = s;
-    __syncthreads();
-    s = red[0];
-    __syncthreads();
-    return s;
+    block_gemm<false, false>(
+        sm, N, P, L, [&](int nn, int x) { return Q[(long long)x * N + nn] * ecs[x / R]; },
+        [&](int x, int p) { return DY[(long long)x * P + p]; },
+        [&](int nn, int p, float s) { X[(long long)nn * P + p] = s; });
 }
 
 __global__ void __launch_bounds__(kBwdThreads) grads_kernel(const mb_args A) {
-    __shared__ float gam[128], cfs[128], ecs[128], wrev[128], dcs[128], rowq[128], rowk[128], red[kBwdThreads];
+    __shared__ __align__(16) gemm_smem sm;
+    __shared__ float gam[128], cfs[128], cmv[128], ecs[128], wrev[128], dcs[128], rowq[128], rowk[128], red[kWarps];
     const int       w = blockIdx.x, h = blockIdx.y;
     const mc_chunk  ck = A.chunks[w];
-    const int       R = A.R, N = A.N, P = A.P, NA = A.A, CR = A.C * A.R, n = ck.len, L = n * R;
+    const int       R = A.R, N = A.N, P = A.P, NA = A.A, CR = A.C * A.R, n = ck.len, L = n * R, half = N / 2;
+    const int       warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const long long T = tile_row(A, w, h);
     const float *Q = A.tq + T * N, *KH = A.tkh + T * N, *KT = A.tkt + T * N, *U = A.u + T * P, *DY = A.dy + T * P;
     float *DQ = A.tdq + T * N, *DK = A.tdk + T * N, *DU = A.du + T * P;
@@ -133,65 +112,73 @@ __global__ void __launch_bounds__(kBwdThreads) grads_kernel(const mb_args A) {
     float *         DQK = A.dqk + wh * A.C * R * R;
     const float *   Sc = A.state + wh * N * P, *dS = A.dstate + wh * N * P;
     const float *   cm = A.cm + ((long long)ck.b * A.H + h) * A.S + ck.t0;
+    const long long tok = ((long long)ck.b * A.H + h) * A.S + ck.t0; /* (b, h, t0) in [B][H][S] */
     const float     dsk = A.has_d ? ldv(A.d, o1(A.d, h)) : 0.0f;
     const float     cml = cm[n - 1], ecl = expf(cml);
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         float lam, dtv;
         token_scalars(A, ck, h, ck.t0 + i, lam, dtv, gam[i], cfs[i]);
+        cmv[i] = cm[i];
         ecs[i] = expf(cm[i]);
         wrev[i] = expf(cml - cm[i]);
     }
     __syncthreads();
-    /* M, D2, the pair terms, the same-token dqk */
-    for (int e = threadIdx.x; e < L * L; e += blockDim.x) {
-        const int x = e / L, x2 = e - x * L, i = x / R, j = x2 / R;
-        float     mv = 0.0f, d2 = 0.0f, wp = 0.0f;
-        if (j <= i) {
-            float du = 0.0f;
-            for (int p = 0; p < P; ++p) du = fmaf(DY[(long long)x * P + p], U[(long long)x2 * P + p], du);
-            const int r = x - i * R, r2 = x2 - j * R;
-            if (j < i) {
-                float s = 0.0f;
-                for (int nn = 0; nn < N; ++nn) s = fmaf(Q[(long long)x * N + nn], KH[(long long)x2 * N + nn], s);
-                const float E = expf(cm[i] - cm[j]);
-                mv = s * E;
-                d2 = du * E;
-                wp = mv * du;
-            } else {
+    /* M = strict (Q̃K̂ᵀ ⊙ E) + the same-token blocks γ·qkdot + D·I (0 above) */
+    block_gemm<true, true>(
+        sm, L, L, N, [&](int x, int nn) { return Q[(long long)x * N + nn]; },
+        [&](int nn, int x2) { return KH[(long long)x2 * N + nn]; },
+        [&](int x, int x2, float s) {
+            const int i = x / R, j = x2 / R;
+            float     mv = 0.0f;
+            if (j < i) mv = s * expf(cmv[i] - cmv[j]);
+            else if (j == i) {
+                const int r = x - i * R, r2 = x2 - j * R;
                 mv = gam[i] * QKD[(i * R + r) * R + r2] + (r == r2 ? dsk : 0.0f);
-                DQK[(i * R + r) * R + r2] = du;
             }
-        }
-        M[(long long)x * CR + x2] = mv;
-        D2[(long long)x * CR + x2] = d2;
-        WP[(long long)x * CR + x2] = wp;
-    }
-    /* the inter and state parts of dq̃, dk̂, dU */
-    for (int e = threadIdx.x; e < L * N; e += blockDim.x) {
-        const int x = e / N, nn = e - x * N, i = x / R;
-        float     sq = 0.0f, sk = 0.0f;
-        for (int p = 0; p < P; ++p) {
-            sq = fmaf(DY[(long long)x * P + p], Sc[(long long)nn * P + p], sq);
-            sk = fmaf(U[(long long)x * P + p], dS[(long long)nn * P + p], sk);
-        }
-        DQ[e] = ecs[i] * sq;
-        DK[e] = wrev[i] * sk;
-    }
-    for (int e = threadIdx.x; e < L * P; e += blockDim.x) {
-        const int x = e / P, p = e - x * P, i = x / R;
-        float     s = 0.0f;
-        for (int nn = 0; nn < N; ++nn) s = fmaf(KH[(long long)x * N + nn], dS[(long long)nn * P + p], s);
-        DU[e] = wrev[i] * s;
-    }
+            M[(long long)x * CR + x2] = mv;
+        });
+    /* dY·Uᵀ: D2 = strict (· ⊙ E), the pair terms M ⊙ dY·Uᵀ (strict), the same-token dqk; each
+     * element's M was written by this same thread (same tiling) */
+    block_gemm<true, true>(
+        sm, L, L, P, [&](int x, int p) { return DY[(long long)x * P + p]; },
+        [&](int p, int x2) { return U[(long long)x2 * P + p]; },
+        [&](int x, int x2, float du) {
+            const int i = x / R, j = x2 / R;
+            float     d2 = 0.0f, wp = 0.0f;
+            if (j < i) {
+                d2 = du * expf(cmv[i] - cmv[j]);
+                wp = M[(long long)x * CR + x2] * du;
+            } else if (j == i) {
+                DQK[(i * R + x - i * R) * R + x2 - j * R] = du;
+            }
+            D2[(long long)x * CR + x2] = d2;
+            WP[(long long)x * CR + x2] = wp;
+        });
+    /* the inter and state parts: dq̃ = e^{cs}·dY·Ŝᵀ, dk̂ = e^{cs_last−cs}·U·dŜᵀ, dU = e^{cs_last−cs}·K̂·dŜ */
+    block_gemm<true, true>(
+        sm, L, N, P, [&](int x, int p) { return DY[(long long)x * P + p]; },
+        [&](int p, int nn) { return Sc[(long long)nn * P + p]; },
+        [&](int x, int nn, float s) { DQ[(long long)x * N + nn] = ecs[x / R] * s; });
+    block_gemm<true, true>(
+        sm, L, N, P, [&](int x, int p) { return U[(long long)x * P + p]; },
+        [&](int p, int nn) { return dS[(long long)nn * P + p]; },
+        [&](int x, int nn, float s) { DK[(long long)x * N + nn] = wrev[x / R] * s; });
+    block_gemm<true, false>(
+        sm, L, P, N, [&](int x, int nn) { return KH[(long long)x * N + nn]; },
+        [&](int nn, int p) { return dS[(long long)nn * P + p]; },
+        [&](int x, int p, float s) { DU[(long long)x * P + p] = wrev[x / R] * s; });
     __syncthreads();
-    for (int x = threadIdx.x; x < L; x += blockDim.x) {
+    /* rowq = q̃·dq̃_inter, rowk = k̂·dk̂_state per row: a warp per row, lanes over n */
+    for (int x = warp; x < L; x += kWarps) {
         float sq = 0.0f, sk = 0.0f;
-        for (int nn = 0; nn < N; ++nn) {
-            sq = fmaf(Q[(long long)x * N + nn], DQ[(long long)x * N + nn], sq);
-            sk = fmaf(KH[(long long)x * N + nn], DK[(long long)x * N + nn], sk);
+        for (int nn = lane; nn < N; nn += 32) {
+            const long long o = (long long)x * N + nn;
+            sq = fmaf(Q[o], DQ[o], sq);
+            sk = fmaf(KH[o], DK[o], sk);
         }
-        rowq[x] = sq;
-        rowk[x] = sk;
+        sq = warp_sum(sq);
+        sk = warp_sum(sk);
+        if (lane == 0) rowq[x] = sq, rowk[x] = sk;
     }
     /* e^{cs_last}·<Ŝ, dŜ> (ddA) and Σ dY ⊙ U (dD), fixed-order block sums */
     float part = 0.0f;
@@ -201,27 +188,33 @@ __global__ void __launch_bounds__(kBwdThreads) grads_kernel(const mb_args A) {
     for (int e = threadIdx.x; e < L * P; e += blockDim.x) part = fmaf(DY[e], U[e], part);
     const float ddsum = block_sum(part, red);
     if (threadIdx.x == 0) A.p_dd[wh] = ddsum;
-    /* dcs per token */
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    /* dcs per token (a warp per token): the rank rows' q and k terms, the pair terms of the token's
+     * rows (earlier columns) minus those of its columns (later rows); the last token adds Σ rowk and
+     * e^{cs_last}·<Ŝ, dŜ>. dgamma_diag = Σ qkdot ⊙ dqk. */
+    for (int i = warp; i < n; i += kWarps) {
+        const int iR = i * R, ncol = (L - iR - R) * R;
+        float     p2 = 0.0f;
+        for (int e = lane; e < R * iR; e += 32) {
+            const int r = e / iR, x2 = e - r * iR;
+            p2 += WP[(long long)(iR + r) * CR + x2];
+        }
+        for (int e = lane; e < ncol; e += 32) {
+            const int x = iR + R + e / R, r2 = e - (e / R) * R;
+            p2 -= WP[(long long)x * CR + iR + r2];
+        }
+        if (i == n - 1)
+            for (int x = lane; x < L; x += 32) p2 += rowk[x];
+        p2 = warp_sum(p2);
         float s = 0.0f;
-        for (int r = 0; r < R; ++r) s += rowq[i * R + r] - rowk[i * R + r];
-        for (int r = 0; r < R; ++r) {
-            const float * wr = WP + (long long)(i * R + r) * CR;
-            for (int x2 = 0; x2 < i * R; ++x2) s += wr[x2];
-        }
-        for (int x = (i + 1) * R; x < L; ++x) {
-            const float * wr = WP + (long long)x * CR + i * R;
-            for (int r2 = 0; r2 < R; ++r2) s -= wr[r2];
-        }
-        if (i == n - 1) {
-            float xs = 0.0f;
-            for (int x = 0; x < L; ++x) xs += rowk[x];
-            s += xs + ecl * sds;
-        }
-        dcs[i] = s;
+        for (int r = 0; r < R; ++r) s += rowq[iR + r] - rowk[iR + r];
+        s += p2;
+        if (i == n - 1) s += ecl * sds;
         float dgd = 0.0f;
         for (int j = 0; j < R * R; ++j) dgd = fmaf(QKD[i * R * R + j], DQK[i * R * R + j], dgd);
-        A.dgd[((long long)ck.b * A.H + h) * A.S + ck.t0 + i] = dgd;
+        if (lane == 0) {
+            dcs[i] = s;
+            A.dgd[tok + i] = dgd;
+        }
     }
     __syncthreads();
     if (threadIdx.x == 0 && A.dadt.p != NULL) {
@@ -231,29 +224,32 @@ __global__ void __launch_bounds__(kBwdThreads) grads_kernel(const mb_args A) {
             stv(A.dadt, o3(A.dadt, ck.b, h, ck.t0 + i), run);
         }
     }
-    /* the strict and same-token parts of dq̃ and dk̂, and of dU */
-    for (int e = threadIdx.x; e < L * N; e += blockDim.x) {
-        const int x = e / N, nn = e - x * N, i = x / R, r = x - i * R;
-        float     sq = 0.0f, sk = 0.0f;
-        for (int x2 = 0; x2 < i * R; ++x2) sq = fmaf(D2[(long long)x * CR + x2], KH[(long long)x2 * N + nn], sq);
-        for (int r2 = 0; r2 < R; ++r2)
-            sq = fmaf(gam[i] * DQK[(i * R + r) * R + r2], KT[(long long)(i * R + r2) * N + nn], sq);
-        for (int x2 = (i + 1) * R; x2 < L; ++x2) sk = fmaf(D2[(long long)x2 * CR + x], Q[(long long)x2 * N + nn], sk);
-        DQ[e] += sq;
-        DK[e] += sk;
-    }
-    for (int e = threadIdx.x; e < L * P; e += blockDim.x) {
-        const int x = e / P, p = e - x * P, i = x / R;
-        float     s = 0.0f;
-        for (int x2 = i * R; x2 < L; ++x2) s = fmaf(M[(long long)x2 * CR + x], DY[(long long)x2 * P + p], s);
-        DU[e] += s;
-    }
+    /* the strict and same-token parts: dq̃ += D2·K̂ + γ·dqk·K̃, dk̂ += D2ᵀ·Q̃, dU += Mᵀ·dY (D2 and M are
+     * 0 where the sums skip) */
+    block_gemm<true, false>(
+        sm, L, N, L, [&](int x, int x2) { return D2[(long long)x * CR + x2]; },
+        [&](int x2, int nn) { return KH[(long long)x2 * N + nn]; },
+        [&](int x, int nn, float s) {
+            const int i = x / R, r = x - i * R;
+            for (int r2 = 0; r2 < R; ++r2)
+                s = fmaf(gam[i] * DQK[(i * R + r) * R + r2], KT[(long long)(i * R + r2) * N + nn], s);
+            DQ[(long long)x * N + nn] += s;
+        });
+    block_gemm<false, false>(
+        sm, L, N, L, [&](int x, int x2) { return D2[(long long)x2 * CR + x]; },
+        [&](int x2, int nn) { return Q[(long long)x2 * N + nn]; },
+        [&](int x, int nn, float s) { DK[(long long)x * N + nn] += s; });
+    block_gemm<false, false>(
+        sm, L, P, L, [&](int x, int x2) { return M[(long long)x2 * CR + x]; },
+        [&](int x2, int p) { return DY[(long long)x2 * P + p]; },
+        [&](int x, int p, float s) { DU[(long long)x * P + p] += s; });
     __syncthreads();
-    /* dfactor = Σ k̃ ⊙ dk̂ */
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    /* dfactor = Σ k̃ ⊙ dk̂ per token: a warp per token */
+    for (int i = warp; i < n; i += kWarps) {
         float s = 0.0f;
-        for (int j = 0; j < R * N; ++j) s = fmaf(KT[(long long)i * R * N + j], DK[(long long)i * R * N + j], s);
-        A.dfac[((long long)ck.b * A.H + h) * A.S + ck.t0 + i] = s;
+        for (int j = lane; j < R * N; j += 32) s = fmaf(KT[(long long)i * R * N + j], DK[(long long)i * R * N + j], s);
+        s = warp_sum(s);
+        if (lane == 0) A.dfac[tok + i] = s;
     }
     __syncthreads();
     /* dk̃ = c·dk̂ + γ·dqkᵀ·Q̃ (+ dfinal_k_state) */
@@ -265,8 +261,7 @@ __global__ void __launch_bounds__(kBwdThreads) grads_kernel(const mb_args A) {
         DK[e] = s;
     }
     __syncthreads();
-    /* raw dθ, dq̄ and dk̄ (per value head), dv, the partial sums */
-    const int half = N / 2;
+    /* raw dθ, dq̄ and dk̄ (per value head, Rotᵀ of a column pair with one sincos), dv, the partial sums */
     for (int e = threadIdx.x; e < n * NA; e += blockDim.x) {
         const int i = e / NA, a = e - i * NA;
         float     s = 0.0f;
@@ -275,15 +270,24 @@ __global__ void __launch_bounds__(kBwdThreads) grads_kernel(const mb_args A) {
             s += (DQ[o + a + half] * Q[o + a] - DQ[o + a] * Q[o + a + half]) +
                  (DK[o + a + half] * KT[o + a] - DK[o + a] * KT[o + a + half]);
         }
-        A.dth[(((long long)ck.b * A.H + h) * A.S + ck.t0 + i) * NA + a] = s;
+        A.dth[(tok + i) * NA + a] = s;
     }
-    for (int e = threadIdx.x; e < L * N; e += blockDim.x) {
-        const int       x = e / N, nn = e - x * N, i = x / R, r = x - i * R;
+    for (int e = threadIdx.x; e < L * half; e += blockDim.x) {
+        const int       x = e / half, a = e - x * half, i = x / R, r = x - i * R, a2 = a + half;
         const long long t = ck.t0 + i;
-        const float *   th = A.theta + (((long long)ck.b * A.S + t) * A.H + h) * NA;
-        const long long o = ((((long long)ck.b * A.S + t) * R + r) * A.H + h) * N + nn;
-        A.dqh[o] = rot_t_col(DQ + (long long)x * N, th, N, NA, nn);
-        A.dkh[o] = rot_t_col(DK + (long long)x * N, th, N, NA, nn);
+        const long long o = ((((long long)ck.b * A.S + t) * R + r) * A.H + h) * N;
+        const float *   dq = DQ + (long long)x * N, *dk = DK + (long long)x * N;
+        if (a < NA) {
+            float sn, cs;
+            sincosf(A.theta[(((long long)ck.b * A.S + t) * A.H + h) * NA + a], &sn, &cs);
+            A.dqh[o + a] = cs * dq[a] + sn * dq[a2];
+            A.dqh[o + a2] = -sn * dq[a] + cs * dq[a2];
+            A.dkh[o + a] = cs * dk[a] + sn * dk[a2];
+            A.dkh[o + a2] = -sn * dk[a] + cs * dk[a2];
+        } else {
+            A.dqh[o + a] = dq[a], A.dqh[o + a2] = dq[a2];
+            A.dkh[o + a] = dk[a], A.dkh[o + a2] = dk[a2];
+        }
     }
     for (int e = threadIdx.x; e < n * P; e += blockDim.x) {
         const int       i = e / P, p = e - i * P;
@@ -312,6 +316,12 @@ __global__ void __launch_bounds__(kBwdThreads) grads_kernel(const mb_args A) {
         }
         A.p_qb[wh * R * N + e] = sq;
         A.p_kb[wh * R * N + e] = sk;
+    }
+    /* the chunk's sum of raw dθ per angle, tokens in reverse (the angle pass, bwd_seq.cu) */
+    for (int a = threadIdx.x; a < NA; a += blockDim.x) {
+        float s = 0.0f;
+        for (int i = n - 1; i >= 0; --i) s += A.dth[(tok + i) * NA + a];
+        A.thc[wh * NA + a] = s;
     }
 }
 

@@ -62,6 +62,7 @@ __global__ void param_kernel(const ssmi_cu_view out, int kind, const float * par
         if (e >= (long long)H * X) return;
         const int h = (int)(e / X), p = (int)(e - (long long)h * X);
         float     s = 0.0f;
+#pragma unroll 8
         for (int w = 0; w < nrows; ++w)
             for (int r = 0; r < R; ++r) s += part[(((long long)w * H + h) * R + r) * X + p];
         stv(out, kind == 3 ? o1(out, e) : o2(out, h, p), s);
@@ -70,6 +71,7 @@ __global__ void param_kernel(const ssmi_cu_view out, int kind, const float * par
     if (e >= (long long)H * R * X) return;
     const int h = (int)(e / ((long long)R * X)), rem = (int)(e - (long long)h * R * X), r = rem / X, x = rem - r * X;
     float     s = 0.0f;
+#pragma unroll 8 /* independent loads ahead of the fixed-order chain */
     for (int w = 0; w < nrows; ++w) s += part[(((long long)w * H + h) * R + r) * X + x];
     if (extra != NULL)
         for (int q = 0; q < nextra; ++q) s += extra[(((long long)q * H + h) * R + r) * X + x];

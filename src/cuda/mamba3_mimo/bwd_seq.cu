@@ -1,13 +1,16 @@
 /*
  * bwd_seq.cu — the passes of the CUDA Mamba-3 MIMO backward that walk a sequence:
  *   state_reverse_kernel  one thread per (sequence, head, state element): dŜ from
- *                         dfinal_ssm_state (P×N, or 0) over the work chunks in reverse,
+ *                         dfinal_ssm_state (P×N, or 0) over the work chunks in reverse (the loads
+ *                         of kRevBatch chunks issued ahead of the dependent chain),
  *                         dstate[w] = dŜ leaving w (read by bwd_chunk.cu), then
  *                         dŜ ← e^{cs_last}·dŜ + X_w; ds0 = dŜ entering the sequence;
- *   angle_bwd_kernel      one thread per (sequence, head, angle): the angle cumsum backward
- *                         (spec §3.1, mod 2π as the identity), tokens in reverse from
- *                         dfinal_angle_state: G += raw dθ, dangles = π·dt·(1 − tanh²)·G, and the
- *                         dt part π·tanh·G replaces the raw dθ; dgth = G at the start;
+ *   angle_carry_kernel    the angle cumsum backward (spec §3.1, mod 2π as the identity) in two
+ *   angle_apply_kernel    levels: per (sequence, head, angle) the chunk sums of raw dθ (written by
+ *                         grads_kernel) in reverse from dfinal_angle_state give each chunk's
+ *                         carry and dgth = G at the start; then per (chunk, head, angle) the
+ *                         chunk's tokens in reverse from its carry: G += raw dθ, dangles =
+ *                         π·dt·(1 − tanh²)·G, and the dt part π·tanh·G replaces the raw dθ;
  *   initial_kernel        one block per (sequence, head), with initial states: the gradients of
  *                         Ŝ_0 = ssm_stateᵀ + c0·Σ_r k_state[r] ⊗ (v_state ⊙ mimo_v[r]),
  *                         c0 = dt_0·(1 − λ_0): dssm_state, dk_state, dv_state, dangle_state, the
@@ -19,6 +22,8 @@
 namespace ssmi_mimo {
 namespace {
 
+const int kRevBatch = 8; /* chunks whose loads the sequential passes issue before their chain */
+
 __global__ void __launch_bounds__(kBwdThreads) state_reverse_kernel(const mb_args A) {
     const int e = blockIdx.z * blockDim.x + threadIdx.x;
     if (e >= A.N * A.P) return;
@@ -26,33 +31,72 @@ __global__ void __launch_bounds__(kBwdThreads) state_reverse_kernel(const mb_arg
     const mc_seq    sq = A.seqs[s];
     const long long hs = (long long)A.N * A.P;
     float           dS = A.dfinal_ssm.p != NULL ? ldv(A.dfinal_ssm, o4(A.dfinal_ssm, s, h, pp, nn)) : 0.0f;
-    for (int w = sq.first + sq.count - 1; w >= sq.first; --w) {
-        const mc_chunk ck = A.chunks[w];
-        const float    dec = expf(A.cm[((long long)ck.b * A.H + h) * A.S + ck.t0 + ck.len - 1]);
-        float *        slot = A.dstate + ((long long)w * A.H + h) * hs + e;
-        const float    x = *slot;
-        *slot = dS;
-        dS = fmaf(dec, dS, x);
+    for (int w0 = sq.first + sq.count - 1; w0 >= sq.first; w0 -= kRevBatch) {
+        float x[kRevBatch], dec[kRevBatch];
+#pragma unroll
+        for (int j = 0; j < kRevBatch; ++j) {
+            const int w = w0 - j;
+            x[j] = 0.0f, dec[j] = 0.0f;
+            if (w >= sq.first) {
+                const mc_chunk ck = A.chunks[w];
+                dec[j] = expf(A.cm[((long long)ck.b * A.H + h) * A.S + ck.t0 + ck.len - 1]);
+                x[j] = A.dstate[((long long)w * A.H + h) * hs + e];
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < kRevBatch; ++j) {
+            const int w = w0 - j;
+            if (w >= sq.first) {
+                A.dstate[((long long)w * A.H + h) * hs + e] = dS;
+                dS = fmaf(dec[j], dS, x[j]);
+            }
+        }
     }
     A.ds0[((long long)s * A.H + h) * hs + e] = dS;
 }
 
-__global__ void angle_bwd_kernel(const mb_args A) {
+/* One thread per (sequence, head, angle): the chunk sums of raw dθ in reverse from
+ * dfinal_angle_state; thc[w] becomes the carry G leaving chunk w, dgth = G at the start. */
+__global__ void angle_carry_kernel(const mb_args A) {
     const long long gidx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (gidx >= (long long)A.nseq * A.H * A.A) return;
     const int    s = (int)(gidx / ((long long)A.H * A.A)), rem = (int)(gidx - (long long)s * A.H * A.A);
     const int    h = rem / A.A, a = rem - h * A.A;
     const mc_seq sq = A.seqs[s];
     float        G = A.dfinal_angle.p != NULL ? ldv(A.dfinal_angle, o3(A.dfinal_angle, s, h, a)) : 0.0f;
-    for (long long t = sq.t0 + sq.len - 1; t >= sq.t0; --t) {
-        float * slot = A.dth + (((long long)sq.row * A.H + h) * A.S + t) * A.A + a;
-        G += *slot;
-        const float th = tanhf(ldv(A.angles, o4(A.angles, sq.row, t, h, a)));
-        const float dtv = ldv(A.dt, o3(A.dt, sq.row, h, t));
-        if (A.dangles.p != NULL) stv(A.dangles, o4(A.dangles, sq.row, t, h, a), ssmi_math::kPi * dtv * (1.0f - th * th) * G);
-        *slot = ssmi_math::kPi * th * G;
+    for (int w0 = sq.first + sq.count - 1; w0 >= sq.first; w0 -= kRevBatch) {
+        float c[kRevBatch];
+#pragma unroll
+        for (int j = 0; j < kRevBatch; ++j)
+            c[j] = w0 - j >= sq.first ? A.thc[((long long)(w0 - j) * A.H + h) * A.A + a] : 0.0f;
+#pragma unroll
+        for (int j = 0; j < kRevBatch; ++j)
+            if (w0 - j >= sq.first) {
+                A.thc[((long long)(w0 - j) * A.H + h) * A.A + a] = G;
+                G += c[j];
+            }
     }
     A.dgth[((long long)s * A.H + h) * A.A + a] = G;
+}
+
+/* One thread per (work chunk, head, angle): the chunk's tokens in reverse from its carry:
+ * G += raw dθ, dangles = π·dt·(1 − tanh²)·G, and the dt part π·tanh·G replaces the raw dθ. */
+__global__ void angle_apply_kernel(const mb_args A) {
+    const long long gidx = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (gidx >= (long long)A.W * A.H * A.A) return;
+    const int      w = (int)(gidx / ((long long)A.H * A.A)), rem = (int)(gidx - (long long)w * A.H * A.A);
+    const int      h = rem / A.A, a = rem - h * A.A;
+    const mc_chunk ck = A.chunks[w];
+    float          G = A.thc[gidx];
+    for (int i = ck.len - 1; i >= 0; --i) {
+        const long long t = ck.t0 + i;
+        float *         slot = A.dth + (((long long)ck.b * A.H + h) * A.S + t) * A.A + a;
+        G += *slot;
+        const float th = tanhf(ldv(A.angles, o4(A.angles, ck.b, t, h, a)));
+        const float dtv = ldv(A.dt, o3(A.dt, ck.b, h, t));
+        if (A.dangles.p != NULL) stv(A.dangles, o4(A.dangles, ck.b, t, h, a), ssmi_math::kPi * dtv * (1.0f - th * th) * G);
+        *slot = ssmi_math::kPi * th * G;
+    }
 }
 
 __global__ void __launch_bounds__(kBwdThreads) initial_kernel(const mb_args A) {
@@ -128,8 +172,12 @@ ssm_status launch_bwd_state_reverse(ssm_context * ctx, const char * op, const mb
 ssm_status launch_bwd_angles(ssm_context * ctx, const char * op, const mb_args & A, cudaStream_t s) {
     const long long threads = (long long)A.nseq * A.H * A.A;
     if (threads == 0) return SSM_STATUS_OK;
-    angle_bwd_kernel<<<(unsigned)((threads + 127) / 128), 128, 0, s>>>(A);
-    SSMI_CU_CHECK_LAUNCH(ctx, op, "angle_bwd_kernel");
+    angle_carry_kernel<<<(unsigned)((threads + 127) / 128), 128, 0, s>>>(A);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "angle_carry_kernel");
+    const long long chunk_threads = (long long)A.W * A.H * A.A;
+    if (chunk_threads == 0) return SSM_STATUS_OK;
+    angle_apply_kernel<<<(unsigned)((chunk_threads + 127) / 128), 128, 0, s>>>(A);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "angle_apply_kernel");
     return SSM_STATUS_OK;
 }
 

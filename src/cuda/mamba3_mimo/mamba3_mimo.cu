@@ -331,7 +331,8 @@ bool bwd_always(const ssmi_mimo_dims & d) {
 const bwd_variant kBwdTable[] = {
     {"chunk_parallel",
      "the forward recomputed by the forward's kernels, then fp32 chunk-parallel gradient kernels over (work chunk, "
-     "head) with per-element loops on global chunk tiles; only the state and angle passes walk a sequence",
+     "head): shared-memory staged FFMA block GEMMs on global chunk tiles; only the state pass and the angle "
+     "pass's chunk carries walk a sequence",
      "always", bwd_always},
 };
 
@@ -371,7 +372,7 @@ size_t bwd_layout(float * base, const mc_args & F, mc_args * Fo, mb_args * B) {
     B->qkd = c.take(TR * R), B->dqk = c.take(TR * R);
     B->dstate = c.take(W * H * N * P), B->ds0 = c.take(NS * H * N * P);
     B->dqh = c.take(BS * R * H * N), B->dkh = c.take(BS * R * H * N);
-    B->dth = c.take(BS * H * NA), B->dgth = c.take(NS * H * NA);
+    B->dth = c.take(BS * H * NA), B->dgth = c.take(NS * H * NA), B->thc = c.take(W * H * NA);
     B->dfac = c.take(BS * H), B->dgd = c.take(BS * H), B->dc = c.take(NS * H);
     B->p_o = c.take(W * H * R * P), B->p_z = c.take(W * H * R * P), B->p_w = c.take(W * H * R * P);
     B->p_mv = c.take(W * H * R * P), B->p_mv0 = c.take(NS * H * R * P);
