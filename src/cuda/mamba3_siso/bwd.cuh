@@ -4,10 +4,11 @@
  * chunk, and the launchers of the kernel files.
  *
  * The files:
- *   bwd_scan.cu   the per-sequence kernels: per-token scalars and θ (forward scan), the state
- *                 pass and the state-gradient pass over the chunks, the per-sequence scalars
- *                 (angle backward, ddt, dtrap, initial-state gradients), the fixed-order sums
- *                 (dq/dk over GQA heads; dq_bias, dk_bias, dd over chunks);
+ *   bwd_scan.cu   the walks over a sequence: per-token scalars and θ (forward scan), the state
+ *                 pass and the state-gradient pass over the chunks, the initial-state gradients
+ *                 and the angle carry over the chunks; per (chunk, head) the angle backward,
+ *                 ddt and dtrap; the fixed-order sums (dq/dk over GQA heads; dq_bias, dk_bias,
+ *                 dd over chunks);
  *   bwd_chunk.cu  the per-(chunk, head) kernels: the chunk sums (state contribution and the
  *                 state-gradient contribution) and the chunk gradients;
  *   bwd.cu        the host side: plan, workspace, the selection table, the entry point.
@@ -47,6 +48,7 @@ struct bw_args {
     long long        S;                /* tokens per batch row of the layout      */
     int              H, G, K, V, A, C; /* C: the chunk length                       */
     int              NS, W;            /* sequences, chunks                       */
+    int              staged;           /* the gradient kernel holds S_c / dS in shared memory */
     int              has_d, has_z, has_states, has_dfa, has_dfs, has_dfk, has_dfv;
     ssmi_cu_view     q, k, v, adt, dt, trap, qb, kb, ang, d, z;   /* forward inputs            */
     ssmi_cu_view     ang_in, ssm_in, k_in, v_in;                  /* initial states            */
@@ -62,26 +64,47 @@ struct bw_args {
     float * dhin; /* (NS, H, V·K) dH_in                                                      */
     float * dqt;  /* (T, H, K) dq̃ per V-head (zeros where no token)                          */
     float * dkt;  /* (T, H, K) dk̃ per V-head                                                 */
-    float * dth;  /* (T, H, A) dθ, then π·tanh(raw)·G (the angle part of ddt)                */
+    float * dth;  /* (T, H, A) dθ                                                            */
     float * dsg;  /* (T, H) dσ                                                               */
     float * dgm;  /* (T, H) dγ                                                               */
     float * qbp;  /* (W, H, K) per-chunk sums of dq̃                                          */
     float * kbp;  /* (W, H, K) per-chunk sums of dk̃                                          */
     float * ddp;  /* (W, H) per-chunk sums of dQK                                            */
+    float * thp;  /* (W, H, A) per-chunk sums of dθ, then the angle carry G entering each chunk from its end */
+    float * dcw;  /* (NS, H) dc = ⟨dH_in, V_in K_inᵀ⟩ of each sequence (the t = 0 fold)               */
 };
 
+/* Leading dimensions of the chunk's shared-memory rows: odd, so that the rows a warp reads at one
+ * column (consecutive rows, or rows strided by an odd count) fall in distinct banks. */
+__host__ __device__ inline int odd_ld(int n) { return n | 1; }
+
 /* Floats of a chunk's shared memory: kScal scalar rows of C, the block reduction buffer, q̂, k̂
- * (C×K), v, dy (C×V); with grads also dq̂, dK̂s (C×K) and Pm, E, W (C×C). */
-__host__ __device__ inline long long chunk_smem_floats(int C, int K, int V, bool grads) {
-    long long n = (long long)kScal * C + kBwdThreads + 2LL * C * K + 2LL * C * V;
-    if (grads) n += 2LL * C * K + 3LL * C * C;
+ * (C rows of odd_ld(K)), v, dy (C rows of odd_ld(V)); with grads also dq̂, dK̂s (C rows of
+ * odd_ld(K)), Pm, E, W (C rows of odd_ld(C)) and, staged, the V×K state (V rows of odd_ld(K)). */
+__host__ __device__ inline long long chunk_smem_floats(int C, int K, int V, bool grads, bool staged) {
+    const long long LK = odd_ld(K), LV = odd_ld(V), LC = odd_ld(C);
+    long long       n = (long long)kScal * C + kBwdThreads + 2LL * C * LK + 2LL * C * LV;
+    if (grads) n += 2LL * C * LK + 3LL * C * LC + (staged ? (long long)V * LK : 0);
     return n;
+}
+
+/* Σ_{c<n} f(c) over the 32 lanes of a warp (all lanes active): lane-strided partials in c order,
+ * then an xor butterfly (every lane ends with the same bytes). */
+template <class F>
+__device__ __forceinline__ float warp_sum(int n, F f) {
+    const int lane = threadIdx.x & 31;
+    float     a = 0.0f;
+    for (int c = lane; c < n; c += 32) a += f(c);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
+    return a;
 }
 
 /* bwd_scan.cu */
 ssm_status launch_bwd_prep(ssm_context * ctx, const char * op, const bw_args & P);
 ssm_status launch_bwd_passes(ssm_context * ctx, const char * op, const bw_args & P, bool forward);
 ssm_status launch_bwd_seq(ssm_context * ctx, const char * op, const bw_args & P);
+ssm_status launch_bwd_tok(ssm_context * ctx, const char * op, const bw_args & P);
 ssm_status launch_bwd_sums(ssm_context * ctx, const char * op, const bw_args & P, long long T, int Hq);
 /* bwd_chunk.cu: the chunk sums (grads false) or the chunk gradients (grads true) */
 ssm_status launch_bwd_chunk(ssm_context * ctx, const char * op, const bw_args & P, bool grads);
