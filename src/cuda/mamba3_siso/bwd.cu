@@ -2,7 +2,8 @@
  * bwd.cu — CUDA Mamba-3 SISO backward (spec §6), the host side: the chunk plan, the workspace, the
  * selection table (one entry) and the entry point. Every gradient of ssm_mamba3_siso is computed
  * from the forward's inputs (nothing saved), in stream order:
- *   1. bwd_prep_kernel: per-token scalars and θ of every (sequence, head);
+ *   1. bwd_prep_kernel: per (chunk, head) the per-token scalars and the chunk-local angle sums;
+ *      bwd_theta_kernel: per (sequence, head, angle) θ entering every chunk;
  *   2. bwd_chunk_sums_kernel: per (chunk, head) the state contribution and the state-gradient
  *      contribution of the chunk, and c_last;
  *   3. bwd_pass_kernel forward: the state entering every chunk (from H_in);
@@ -121,20 +122,21 @@ ssm_status plan_bwd(ssm_context * ctx, const ssmi_mamba3_dims * d, const ssm_ten
 
 /* Workspace offsets (bytes, 128-aligned). */
 struct bwd_ws {
-    size_t chunks, segs, sc, th, st, dst, cl, dhin, dqt, dkt, dth, dsg, dgm, qbp, kbp, ddp, thp, dcw, total;
+    size_t chunks, segs, sc, th, thb, st, dst, cl, dhin, dqt, dkt, dth, dsg, dgm, qbp, kbp, ddp, thp, dcw, total;
 };
 bwd_ws ws_layout(const ssmi_mamba3_dims * d, const bwd_plan * pl) {
     bwd_ws       l;
     size_t       o = 0;
     const size_t H = (size_t)d->nheads, T = (size_t)d->batch * (size_t)d->seqlen, W = (size_t)pl->W;
     const size_t K = (size_t)d->dk, VK = (size_t)d->dv * K, A = (size_t)d->nangles, NS = (size_t)d->nseq;
-    size_t * const fields[] = {&l.chunks, &l.segs, &l.sc, &l.th,  &l.st,  &l.dst, &l.cl,  &l.dhin,
+    size_t * const fields[] = {&l.chunks, &l.segs, &l.sc, &l.th, &l.thb, &l.st,  &l.dst, &l.cl,  &l.dhin,
                                &l.dqt,    &l.dkt,  &l.dth, &l.dsg, &l.dgm, &l.qbp, &l.kbp, &l.ddp,
                                &l.thp,    &l.dcw};
     const size_t   bytes[] = {sizeof(bw_chunk) * W,
                               sizeof(bw_seg) * NS,
                               sizeof(float) * T * H * kScalWs,
                               sizeof(float) * T * H * A,
+                              sizeof(float) * W * H * A,
                               sizeof(float) * W * H * VK,
                               sizeof(float) * W * H * VK,
                               sizeof(float) * W * H,
@@ -149,6 +151,7 @@ bwd_ws ws_layout(const ssmi_mamba3_dims * d, const bwd_plan * pl) {
                               sizeof(float) * W * H,
                               sizeof(float) * W * H * A,
                               sizeof(float) * NS * H};
+    static_assert(sizeof fields / sizeof fields[0] == sizeof bytes / sizeof bytes[0], "one size per field");
     for (size_t i = 0; i < sizeof bytes / sizeof bytes[0]; ++i) {
         *fields[i] = o;
         o += align128(bytes[i]);
@@ -232,7 +235,7 @@ ssm_status bwd_launch(ssm_context * ctx, const ssmi_mamba3_dims * d, const bwd_p
         cudaMemcpyAsync(ws + l.segs, pl->segs, sizeof(bw_seg) * d->nseq, cudaMemcpyHostToDevice, s)));
     P.chunks = (const bw_chunk *)(ws + l.chunks);
     P.segs = (const bw_seg *)(ws + l.segs);
-    P.sc = (float *)(ws + l.sc), P.th = (float *)(ws + l.th);
+    P.sc = (float *)(ws + l.sc), P.th = (float *)(ws + l.th), P.thb = (float *)(ws + l.thb);
     P.st = (float *)(ws + l.st), P.dst = (float *)(ws + l.dst), P.cl = (float *)(ws + l.cl);
     P.dhin = (float *)(ws + l.dhin), P.dqt = (float *)(ws + l.dqt), P.dkt = (float *)(ws + l.dkt);
     P.dth = (float *)(ws + l.dth), P.dsg = (float *)(ws + l.dsg), P.dgm = (float *)(ws + l.dgm);
@@ -241,7 +244,7 @@ ssm_status bwd_launch(ssm_context * ctx, const ssmi_mamba3_dims * d, const bwd_p
     /* Every token belongs to a sequence (cu_seqlens ends at S), so every (token, head) row of the
      * workspace is written before it is read. */
     if (P.H > 0 && P.NS > 0) {
-        SSM_FORWARD_IF_ERROR(launch_bwd_prep(ctx, kOp, P));
+        if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_prep(ctx, kOp, P));
         if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_chunk(ctx, kOp, P, false));
         SSM_FORWARD_IF_ERROR(launch_bwd_passes(ctx, kOp, P, true));
         SSM_FORWARD_IF_ERROR(launch_bwd_passes(ctx, kOp, P, false));

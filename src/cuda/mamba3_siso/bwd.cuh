@@ -4,7 +4,8 @@
  * chunk, and the launchers of the kernel files.
  *
  * The files:
- *   bwd_scan.cu   the walks over a sequence: per-token scalars and θ (forward scan), the state
+ *   bwd_scan.cu   per (chunk, head) the per-token scalars and the chunk-local angle sums; the
+ *                 walks over a sequence: θ entering each chunk, the state
  *                 pass and the state-gradient pass over the chunks, the initial-state gradients
  *                 and the angle carry over the chunks; per (chunk, head) the angle backward,
  *                 ddt and dtrap; the fixed-order sums (dq/dk over GQA heads; dq_bias, dk_bias,
@@ -57,7 +58,8 @@ struct bw_args {
     m3_out           dang_st, dssm_st, dk_st, dv_st;
     /* workspace (fp32); T = B·S flat tokens */
     float * sc;   /* (T, H, kScalWs) dt, λ, γ, σ, chunk-local inclusive cumsum of adt        */
-    float * th;   /* (T, H, A) θ                                                            */
+    float * th;   /* (T, H, A) Σ of π·tanh(raw)·dt over the chunk's tokens up to this one  */
+    float * thb;  /* (W, H, A) the chunk's sum of those terms, then θ entering the chunk       */
     float * st;   /* (W, H, V·K) chunk state contributions, then the state entering each chunk */
     float * dst;  /* (W, H, V·K) chunk state-gradient contributions, then the carry dS of each chunk */
     float * cl;   /* (W, H) c_last of each chunk                                             */
@@ -88,6 +90,11 @@ __host__ __device__ inline long long chunk_smem_floats(int C, int K, int V, bool
     return n;
 }
 
+/* θ of angle p at flat token tok of chunk w: wrap(θ entering the chunk + the chunk-local sum). */
+__device__ __forceinline__ float theta_at(const bw_args & P, long long w, int h, long long tok, int p) {
+    return ssmi_siso::wrap2pi(P.thb[(w * P.H + h) * P.A + p] + P.th[(tok * P.H + h) * P.A + p]);
+}
+
 /* Σ_{c<n} f(c) over the 32 lanes of a warp (all lanes active): lane-strided partials in c order,
  * then an xor butterfly (every lane ends with the same bytes). */
 template <class F>
@@ -101,7 +108,7 @@ __device__ __forceinline__ float warp_sum(int n, F f) {
 }
 
 /* bwd_scan.cu */
-ssm_status launch_bwd_prep(ssm_context * ctx, const char * op, const bw_args & P);
+ssm_status launch_bwd_prep(ssm_context * ctx, const char * op, const bw_args & P); /* prep and θ walk */
 ssm_status launch_bwd_passes(ssm_context * ctx, const char * op, const bw_args & P, bool forward);
 ssm_status launch_bwd_seq(ssm_context * ctx, const char * op, const bw_args & P);
 ssm_status launch_bwd_tok(ssm_context * ctx, const char * op, const bw_args & P);

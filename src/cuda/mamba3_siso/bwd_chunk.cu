@@ -4,7 +4,7 @@
  *
  * Both kernels first load the chunk (load_chunk): the scalars that bwd_prep_kernel left in the
  * workspace, e^{c}, e^{c_last − c}, q̃ = q + q_bias and k̃ = k + k_bias, d = q̃·k̃, then q̂ = R(θ)q̃ and
- * k̂ = R(θ)k̃ in place, v and dy = dout ⊙ silu(z). Rows have odd leading dimensions (odd_ld), so a
+ * k̂ = R(θ)k̃ in place (θ by theta_at), v and dy = dout ⊙ silu(z). Rows have odd leading dimensions (odd_ld), so a
  * warp reading one column of consecutive rows touches distinct banks.
  *
  * The products are register-tiled (tiles2): each thread computes TM×TN outputs at rows
@@ -131,7 +131,7 @@ __device__ __forceinline__ void tiles2(int M, int N, int K1, FA1 fa1, FB1 fb1, i
 
 /* The chunk's scalars, q̂, k̂ (and d), v and dy into shared memory, and (sb not null) the state
  * Sc into sb; returns c_last. */
-__device__ float load_chunk(const bw_args & P, const bw_chunk & ch, int h, const bw_smem & s, const float * Sc) {
+__device__ float load_chunk(const bw_args & P, int w, const bw_chunk & ch, int h, const bw_smem & s, const float * Sc) {
     const int L = ch.len, K = P.K, V = P.V, A = P.A, g = h / P.G, tid = threadIdx.x, nt = blockDim.x;
     const int LK = s.LK, LV = s.LV, lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
     for (int i = tid; i < L; i += nt) {
@@ -179,7 +179,7 @@ __device__ float load_chunk(const bw_args & P, const bw_chunk & ch, int h, const
         const int i = e / K2, p = e - i * K2;
         if (p >= A) continue;
         float sn, cs;
-        sincosf(P.th[((ch.tok + i) * P.H + h) * A + p], &sn, &cs);
+        sincosf(theta_at(P, w, h, ch.tok + i, p), &sn, &cs);
         float *     q = s.qh + i * LK + 2 * p, *k = s.kh + i * LK + 2 * p;
         const float q0 = q[0], q1 = q[1], k0 = k[0], k1 = k[1];
         q[0] = q0 * cs - q1 * sn, q[1] = q0 * sn + q1 * cs;
@@ -194,7 +194,7 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_sums_kernel(const bw_ar
     const int      w = blockIdx.x, h = blockIdx.y;
     const bw_chunk ch = P.chunks[w];
     const bw_smem  s = carve(smem, P.C, P.K, P.V, false, false);
-    const float    cl = load_chunk(P, ch, h, s, nullptr);
+    const float    cl = load_chunk(P, w, ch, h, s, nullptr);
     const int      L = ch.len, K = P.K, V = P.V, VK = V * K, LK = s.LK, LV = s.LV;
     /* k̂ ← e^{c_last−c}·σ·k̂ and q̂ ← e^c·q̂ per row (this kernel needs them only scaled) */
     for (int e = threadIdx.x; e < L * K; e += blockDim.x) {
@@ -226,7 +226,7 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_grads_kernel(const bw_a
     const bw_smem  s = carve(smem, P.C, P.K, P.V, true, STAGED);
     const float *  Sc = P.st + ((long long)w * P.H + h) * P.V * P.K;  /* state entering the chunk */
     const float *  dS = P.dst + ((long long)w * P.H + h) * P.V * P.K; /* the carry of the chunk   */
-    const float    cl = load_chunk(P, ch, h, s, Sc);
+    const float    cl = load_chunk(P, w, ch, h, s, Sc);
     const int      L = ch.len, K = P.K, V = P.V, A = P.A, VK = V * K, g = h / P.G;
     const int      LK = s.LK, LV = s.LV, LC = s.LC;
     const float    dskip = P.has_d ? ssmi_cu_ld(P.d.p, P.d.dtype, (long long)h * P.d.s[0]) : 0.0f;
@@ -401,7 +401,7 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_grads_kernel(const bw_a
             const float *x = qh + i * LK + c0, *y = kh + i * LK + c0;
             P.dth[o * A + p] = -f0 * x[1] + f1 * x[0] - g0 * y[1] + g1 * y[0];
             float sn, cs;
-            sincosf(P.th[o * A + p], &sn, &cs);
+            sincosf(theta_at(P, w, h, ch.tok + i, p), &sn, &cs);
             const float a0 = cs * f0 + sn * f1, a1 = -sn * f0 + cs * f1;
             const float b0 = cs * g0 + sn * g1, b1 = -sn * g0 + cs * g1;
             f0 = a0, f1 = a1, g0 = b0, g1 = b1;

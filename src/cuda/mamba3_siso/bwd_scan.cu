@@ -4,10 +4,12 @@
  *
  * The sequential walks load a batch of kWalkBatch steps' operands first and then take the steps in
  * order, so a walk waits on memory once per batch instead of once per step.
- * bwd_prep_kernel, one block per (sequence, head): thread i < A walks the sequence forward with
- *   θ_i = wrap(θ_i + π·tanh(raw_i)·dt) (from angle_state or 0) and writes θ of every token; the
- *   threads from A on walk one chunk each: dt, λ = sigmoid(trap), γ = dt·λ, σ = γ + dt_{t+1}(1 −
- *   λ_{t+1}) (0 after the last token) and the chunk-local inclusive cumsum of adt of every token.
+ * bwd_prep_kernel, one block per (chunk, head): per token dt, λ = sigmoid(trap), γ = dt·λ, σ = γ +
+ *   dt_{t+1}(1 − λ_{t+1}) (0 after the last token) and the chunk-local inclusive cumsum of adt;
+ *   per angle the chunk-local running sums of π·tanh(raw)·dt (th) and their total (thb).
+ * bwd_theta_kernel, one thread per (sequence, head, angle): θ entering each chunk (thb), from
+ *   angle_state (or 0), θ ← wrap(θ + the chunk's total); θ of a token is then wrap(θ entering +
+ *   its running sum) (theta_at), the same θ mod 2π as the token-by-token walk.
  * bwd_pass_kernel, one thread per (sequence, head, state element): forward, st[c] ← the state
  *   entering chunk c (from H_in = S_in + dt_0(1 − λ_0)·V_in K_inᵀ, or 0) with S ← e^{c_last}·S +
  *   st[c]; reverse, dst[c] ← the carry dS of chunk c (from dfinal_ssm_state, or 0) with dS ←
@@ -32,49 +34,77 @@ namespace ssmi_siso_bwd {
 
 namespace {
 
-const int kWalkBatch = 32; /* tokens (or chunks) whose loads a sequential walk issues together */
+const int kWalkBatch = 32; /* chunks whose loads a sequential walk issues together */
+static_assert(kBwdMaxChunk <= 32, "the prep's cumsum runs over one warp's lanes");
 
-/* One (sequence, head) per block. Thread u < A walks θ of angle u over the sequence in batches of
- * kWalkBatch tokens (the loads of a batch first, then the steps in order); thread u ≥ A (strided)
- * walks chunk u − A: dt, λ, γ, σ and the chunk-local cumsum of adt of its tokens. */
+/* One (chunk, head) per block: per token dt, λ = sigmoid(trap), γ = dt·λ, σ = γ + dt_{t+1}(1 −
+ * λ_{t+1}) (0 after the sequence's last token) and the chunk-local inclusive cumsum of adt (warp 0,
+ * a shuffle scan; L ≤ 32); per angle (a thread each, tokens in order) the chunk-local running sums
+ * of π·tanh(raw)·dt into th and their total into thb. */
 __global__ void __launch_bounds__(kSeqThreads) bwd_prep_kernel(const bw_args P) {
-    const int    n = blockIdx.x, h = blockIdx.y, H = P.H, A = P.A;
-    const bw_seg sg = P.segs[n];
-    const int    L = sg.len;
-    for (int u = threadIdx.x; u < A + sg.count; u += blockDim.x) {
-        if (u < A) {
-            float th = P.has_states ? ld3(P.ang_in, n, h, u) : 0.0f;
-            for (int p0 = 0; p0 < L; p0 += kWalkBatch) {
-                float rate[kWalkBatch], dtv[kWalkBatch];
+    __shared__ float s_dt[kBwdMaxChunk];
+    __shared__ float s_rate[kBwdMaxChunk * (kMaxK / 2)]; /* π·tanh(raw), token-major */
+    const int        w = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x, H = P.H, A = P.A;
+    const bw_chunk   ch = P.chunks[w];
+    const int        L = ch.len;
+    if (tid < 32) {
+        const int       i = tid;
+        const long long t = ch.t0 + i;
+        const bool      in = i < L, next = i + 1 < L || (i + 1 == L && !ch.last);
+        const float     dtv = in ? ld3(P.dt, ch.row, h, t) : 0.0f;
+        const float     lam = in ? sigmoidf(ld3(P.trap, ch.row, h, t)) : 0.0f;
+        const float     dtn = next ? ld3(P.dt, ch.row, h, t + 1) : 0.0f;
+        const float     lamn = next ? sigmoidf(ld3(P.trap, ch.row, h, t + 1)) : 0.0f;
+        float           cm = in ? ld3(P.adt, ch.row, h, t) : 0.0f;
 #pragma unroll
-                for (int k = 0; k < kWalkBatch; ++k) {
-                    const long long t = sg.t0 + p0 + k;
-                    rate[k] = p0 + k < L ? kPi * tanhf(ld4(P.ang, sg.row, t, h, u)) : 0.0f;
-                    dtv[k] = p0 + k < L ? ld3(P.dt, sg.row, h, t) : 0.0f;
-                }
-#pragma unroll
-                for (int k = 0; k < kWalkBatch; ++k)
-                    if (p0 + k < L) {
-                        th = wrap2pi(th + rate[k] * dtv[k]);
-                        P.th[((sg.tok + p0 + k) * H + h) * A + u] = th;
-                    }
-            }
-        } else {
-            const int p0 = (u - A) * P.C, p1 = p0 + P.C < L ? p0 + P.C : L;
-            float     cm = 0.0f;
-            float     dtn = ld3(P.dt, sg.row, h, sg.t0 + p0);
-            float     lamn = sigmoidf(ld3(P.trap, sg.row, h, sg.t0 + p0));
-            for (int p = p0; p < p1; ++p) {
-                const long long t = sg.t0 + p;
-                const float     dtv = dtn, lam = lamn;
-                dtn = p + 1 < L ? ld3(P.dt, sg.row, h, t + 1) : 0.0f;
-                lamn = p + 1 < L ? sigmoidf(ld3(P.trap, sg.row, h, t + 1)) : 0.0f;
-                cm += ld3(P.adt, sg.row, h, t);
-                const float gam = dtv * lam;
-                float *     o = P.sc + ((sg.tok + p) * H + h) * kScalWs;
-                o[0] = dtv, o[1] = lam, o[2] = gam, o[3] = gam + dtn * (1.0f - lamn), o[4] = cm;
-            }
+        for (int off = 1; off < 32; off <<= 1) {
+            const float up = __shfl_up_sync(0xffffffffu, cm, off);
+            if (i >= off) cm += up;
         }
+        if (in) {
+            const float gam = dtv * lam;
+            float *     o = P.sc + ((ch.tok + i) * H + h) * kScalWs;
+            o[0] = dtv, o[1] = lam, o[2] = gam, o[3] = gam + dtn * (1.0f - lamn), o[4] = cm;
+            s_dt[i] = dtv;
+        }
+    }
+    for (int e = tid; e < L * A; e += nt) {
+        const int i = e / A, p = e - i * A;
+        s_rate[e] = kPi * tanhf(ld4(P.ang, ch.row, ch.t0 + i, h, p));
+    }
+    __syncthreads();
+    for (int p = tid; p < A; p += nt) {
+        float run = 0.0f;
+        for (int i = 0; i < L; ++i) {
+            run += s_rate[i * A + p] * s_dt[i];
+            P.th[((ch.tok + i) * H + h) * A + p] = run;
+        }
+        P.thb[((long long)w * H + h) * A + p] = run;
+    }
+}
+
+/* One thread per (sequence, head, angle): θ entering each chunk, from angle_state (or 0), θ ←
+ * wrap(θ + the chunk's sum); the chunks in batches of kWalkBatch (the loads of a batch first). */
+__global__ void __launch_bounds__(kSeqThreads) bwd_theta_kernel(const bw_args P) {
+    const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (long long)P.NS * P.H * P.A) return;
+    const int    p = (int)(e % P.A), h = (int)((e / P.A) % P.H), n = (int)(e / ((long long)P.A * P.H));
+    const bw_seg sg = P.segs[n];
+    float        th = P.has_states ? ld3(P.ang_in, n, h, p) : 0.0f;
+    for (int j0 = 0; j0 < sg.count; j0 += kWalkBatch) {
+        float add[kWalkBatch];
+#pragma unroll
+        for (int k = 0; k < kWalkBatch; ++k) {
+            const long long w = sg.first + j0 + k;
+            add[k] = j0 + k < sg.count ? P.thb[(w * P.H + h) * P.A + p] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < kWalkBatch; ++k)
+            if (j0 + k < sg.count) {
+                const long long w = sg.first + j0 + k;
+                P.thb[(w * P.H + h) * P.A + p] = th;
+                th = wrap2pi(th + add[k]);
+            }
     }
 }
 
@@ -283,8 +313,13 @@ __global__ void bwd_param_sum_kernel(const bw_args P) {
 } /* namespace */
 
 ssm_status launch_bwd_prep(ssm_context * ctx, const char * op, const bw_args & P) {
-    bwd_prep_kernel<<<dim3((unsigned)P.NS, (unsigned)P.H), kSeqThreads, 0, ssmi_cuda_stream(ctx)>>>(P);
-    return ssmi_cuda_status(ctx, op, "bwd_prep_kernel launch", cudaGetLastError());
+    const cudaStream_t s = ssmi_cuda_stream(ctx);
+    bwd_prep_kernel<<<dim3((unsigned)P.W, (unsigned)P.H), kSeqThreads, 0, s>>>(P);
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "bwd_prep_kernel launch", cudaGetLastError()));
+    const long long n = (long long)P.NS * P.H * P.A;
+    if (n == 0) return SSM_STATUS_OK;
+    bwd_theta_kernel<<<(unsigned)((n + kSeqThreads - 1) / kSeqThreads), kSeqThreads, 0, s>>>(P);
+    return ssmi_cuda_status(ctx, op, "bwd_theta_kernel launch", cudaGetLastError());
 }
 
 ssm_status launch_bwd_passes(ssm_context * ctx, const char * op, const bw_args & P, bool forward) {
