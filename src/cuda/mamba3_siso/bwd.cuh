@@ -80,13 +80,14 @@ struct bw_args {
  * column (consecutive rows, or rows strided by an odd count) fall in distinct banks. */
 __host__ __device__ inline int odd_ld(int n) { return n | 1; }
 
-/* Floats of a chunk's shared memory: kScal scalar rows of C, the block reduction buffer, q̂, k̂
- * (C rows of odd_ld(K)), v, dy (C rows of odd_ld(V)); with grads also dq̂, dK̂s (C rows of
- * odd_ld(K)), Pm, E, W (C rows of odd_ld(C)) and, staged, the V×K state (V rows of odd_ld(K)). */
+/* Floats of a chunk's shared memory: kScal scalar rows of C, the block reduction buffer, the q and
+ * k biases (K each), q̂, k̂ (C rows of odd_ld(K)), v, dy (C rows of odd_ld(V)); with grads also dq̂,
+ * dK̂s (C rows of odd_ld(K)), Pm, E, W (C rows of odd_ld(C)), the dz factor (C rows of odd_ld(V))
+ * and, staged, S_c and dS (V rows of odd_ld(K) each). */
 __host__ __device__ inline long long chunk_smem_floats(int C, int K, int V, bool grads, bool staged) {
     const long long LK = odd_ld(K), LV = odd_ld(V), LC = odd_ld(C);
-    long long       n = (long long)kScal * C + kBwdThreads + 2LL * C * LK + 2LL * C * LV;
-    if (grads) n += 2LL * C * LK + 3LL * C * LC + (staged ? (long long)V * LK : 0);
+    long long       n = (long long)kScal * C + kBwdThreads + 2LL * K + 2LL * C * LK + 2LL * C * LV;
+    if (grads) n += 2LL * C * LK + 3LL * C * LC + (long long)C * LV + (staged ? 2LL * V * LK : 0);
     return n;
 }
 

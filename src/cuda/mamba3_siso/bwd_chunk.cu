@@ -3,9 +3,10 @@
  * block of kBwdThreads per (chunk, head), plain fp32 through shared memory.
  *
  * Both kernels first load the chunk (load_chunk): the scalars that bwd_prep_kernel left in the
- * workspace, e^{c}, e^{c_last − c}, q̃ = q + q_bias and k̃ = k + k_bias, d = q̃·k̃, then q̂ = R(θ)q̃ and
- * k̂ = R(θ)k̃ in place (θ by theta_at), v and dy = dout ⊙ silu(z). Rows have odd leading dimensions (odd_ld), so a
- * warp reading one column of consecutive rows touches distinct banks.
+ * workspace, the biases, e^{c}, e^{c_last − c}, q̃ = q + q_bias and k̃ = k + k_bias, d = q̃·k̃, then
+ * q̂ = R(θ)q̃ and k̂ = R(θ)k̃ in place (θ by theta_at), v, dy = dout ⊙ silu(z) and the dz factor.
+ * Rows have odd leading dimensions (odd_ld), so a warp reading one column of consecutive rows
+ * touches distinct banks.
  *
  * The products are register-tiled (tiles2): each thread computes TM×TN outputs at rows
  * tm + nTm·a and columns tn + nTn·b from shared-memory operands, every sum in the order of its inner
@@ -29,8 +30,11 @@
  * dQK·γ·k̃, dk̃ = R(θ)ᵀdk̂ + dQK·γ·q̃, dγ = dQK·d + dσ. Writes dv, dz, dadt, and into the workspace
  * dq̃, dk̃ (per V-head), dθ, dσ, dγ, and the chunk's sums of dq̃, dk̃, dQK (bias and dd partials)
  * and dθ (the angle carry of bwd_scan.cu).
- * STAGED: S_c, then dS, are copied into one V×K shared-memory region (coalesced, once per block);
- * otherwise (a state too large for shared memory) the products read them from global memory.
+ * STAGED: S_c and dS are copied into shared memory by cp.async, issued first and waited for only
+ * where the products need them (behind the chunk's loads and the first products); otherwise (a
+ * state too large for shared memory) the products read them from global memory.
+ * The chunk's inputs are read by load_rows (typed loads, a batch per thread in flight); q̃, k̃ of
+ * the chain are q̂, k̂ rotated back, so the chain reads no inputs again.
  */
 #include "bwd.cuh"
 
@@ -47,8 +51,9 @@ static_assert(kBwdThreads % 32 == 0, "whole warps");
 struct bw_smem {
     float *dt, *lam, *gam, *sig, *cm, *ec, *wl, *dqk, *dQK, *rr, *mm, *dsg; /* C each */
     float *red;                                                        /* kBwdThreads */
+    float *bq, *bk;                                                    /* K each */
     float *qh, *kh, *v, *dy;                                           /* C rows of LK, LK, LV, LV */
-    float *dqh, *dks, *pm, *ee, *ww, *sb;                              /* C×LK ×2, C×LC ×3, V×LK */
+    float *dqh, *dks, *pm, *ee, *ww, *gz, *sb, *sd; /* C×LK ×2, C×LC ×3, C×LV, V×LK ×2 */
     int    LK, LV, LC;
 };
 
@@ -59,20 +64,68 @@ __device__ inline bw_smem carve(float * base, int C, int K, int V, bool grads, b
     float ** rows[kScal] = {&s.dt, &s.lam, &s.gam, &s.sig, &s.cm, &s.ec, &s.wl, &s.dqk, &s.dQK, &s.rr, &s.mm, &s.dsg};
     for (int i = 0; i < kScal; ++i) *rows[i] = o, o += C;
     s.red = o, o += kBwdThreads;
+    s.bq = o, o += K;
+    s.bk = o, o += K;
     s.qh = o, o += C * s.LK;
     s.kh = o, o += C * s.LK;
     s.v = o, o += C * s.LV;
     s.dy = o, o += C * s.LV;
-    s.dqh = s.dks = s.pm = s.ee = s.ww = s.sb = nullptr;
+    s.dqh = s.dks = s.pm = s.ee = s.ww = s.gz = s.sb = s.sd = nullptr;
     if (grads) {
         s.dqh = o, o += C * s.LK;
         s.dks = o, o += C * s.LK;
         s.pm = o, o += C * s.LC;
         s.ee = o, o += C * s.LC;
         s.ww = o, o += C * s.LC;
-        if (staged) s.sb = o;
+        s.gz = o, o += C * s.LV;
+        if (staged) {
+            s.sb = o, o += V * s.LK;
+            s.sd = o;
+        }
     }
     return s;
+}
+
+/* f(i, c, x[row, t0 + i, hh, c]) for i < rows, c < cols, x a 4-D view of element type T; thread
+ * e mod blockDim.x takes element e = i·cols + c. A thread issues kLoadBatch loads before it uses
+ * their values (a block waits on memory once per batch, not once per element). */
+const int kLoadBatch = 8;
+template <typename T, class F>
+__device__ __forceinline__ void rows_typed(const ssmi_cu_view & x, long long row, long long t0, long long hh, int rows,
+                                           int cols, F f) {
+    const T *       base = (const T *)x.p + row * x.s[0] + t0 * x.s[1] + hh * x.s[2];
+    const long long s1 = x.s[1], s3 = x.s[3];
+    const int       n = rows * cols, nt = blockDim.x;
+    for (int e0 = threadIdx.x; e0 < n; e0 += kLoadBatch * nt) {
+        T v[kLoadBatch];
+#pragma unroll
+        for (int u = 0; u < kLoadBatch; ++u) {
+            const int e = e0 + u * nt < n ? e0 + u * nt : 0, i = e / cols, c = e - i * cols;
+            v[u] = base[i * s1 + c * s3];
+        }
+#pragma unroll
+        for (int u = 0; u < kLoadBatch; ++u) {
+            const int e = e0 + u * nt, i = e / cols, c = e - i * cols;
+            if (e < n) f(i, c, from_t(v[u]));
+        }
+    }
+}
+/* rows_typed for the view's dtype. */
+template <class F>
+__device__ __forceinline__ void load_rows(const ssmi_cu_view & x, long long row, long long t0, long long hh, int rows,
+                                          int cols, F f) {
+    switch (x.dtype) {
+        case SSM_DTYPE_F32: rows_typed<float>(x, row, t0, hh, rows, cols, f); break;
+        case SSM_DTYPE_F16: rows_typed<__half>(x, row, t0, hh, rows, cols, f); break;
+        case SSM_DTYPE_BF16: rows_typed<__nv_bfloat16>(x, row, t0, hh, rows, cols, f); break;
+        case SSM_DTYPE_F64: rows_typed<double>(x, row, t0, hh, rows, cols, f); break;
+        default: break;
+    }
+}
+
+/* A 4-byte asynchronous copy global → shared. */
+__device__ __forceinline__ void cp_async4(float * dst, const float * src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
 
 /* out(m, n, a1, a2) for every m < M, n < N, with a1 = Σ_{k<K1} fa1(m, k)·fb1(n, k) and
@@ -129,49 +182,44 @@ __device__ __forceinline__ void tiles2(int M, int N, int K1, FA1 fa1, FB1 fb1, i
     }
 }
 
-/* The chunk's scalars, q̂, k̂ (and d), v and dy into shared memory, and (sb not null) the state
- * Sc into sb; returns c_last. */
-__device__ float load_chunk(const bw_args & P, int w, const bw_chunk & ch, int h, const bw_smem & s, const float * Sc) {
+/* The chunk's scalars, q̂, k̂ (and d), v, dy and (gz not null) the dz factor
+ * dout·sigmoid(z)·(1 + z·(1 − sigmoid(z))) into shared memory; returns c_last. */
+__device__ float load_chunk(const bw_args & P, int w, const bw_chunk & ch, int h, const bw_smem & s) {
     const int L = ch.len, K = P.K, V = P.V, A = P.A, g = h / P.G, tid = threadIdx.x, nt = blockDim.x;
     const int LK = s.LK, LV = s.LV, lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
     for (int i = tid; i < L; i += nt) {
         const float * sc = P.sc + ((ch.tok + i) * P.H + h) * kScalWs;
         s.dt[i] = sc[0], s.lam[i] = sc[1], s.gam[i] = sc[2], s.sig[i] = sc[3], s.cm[i] = sc[4];
     }
-    for (int e = tid; e < L * K; e += nt) {
-        const int       i = e / K, c = e - i * K;
-        const long long t = ch.t0 + i;
-        s.qh[i * LK + c] = ld4(P.q, ch.row, t, g, c) + ld2(P.qb, h, c);
-        s.kh[i * LK + c] = ld4(P.k, ch.row, t, g, c) + ld2(P.kb, h, c);
-    }
-    for (int e = tid; e < L * V; e += nt) {
-        const int       i = e / V, r = e - i * V;
-        const long long t = ch.t0 + i;
-        s.v[i * LV + r] = ld4(P.v, ch.row, t, h, r);
-        const float dO = ld4(P.dout, ch.row, t, h, r);
-        if (P.has_z) {
-            const float z = ld4(P.z, ch.row, t, h, r);
-            s.dy[i * LV + r] = dO * z * sigmoidf(z);
-        } else {
-            s.dy[i * LV + r] = dO;
-        }
-    }
-    if (s.sb != nullptr)
-        for (int e = tid; e < V * K; e += nt) {
-            const int r = e / K, c = e - r * K;
-            s.sb[r * LK + c] = Sc[e];
-        }
+    for (int c = tid; c < K; c += nt) s.bq[c] = ld2(P.qb, h, c), s.bk[c] = ld2(P.kb, h, c);
+    float *qh = s.qh, *kh = s.kh, *v = s.v, *dy = s.dy, *gz = s.gz;
+    load_rows(P.q, ch.row, ch.t0, g, L, K, [=](int i, int c, float x) { qh[i * LK + c] = x; });
+    load_rows(P.k, ch.row, ch.t0, g, L, K, [=](int i, int c, float x) { kh[i * LK + c] = x; });
+    load_rows(P.v, ch.row, ch.t0, h, L, V, [=](int i, int r, float x) { v[i * LV + r] = x; });
+    load_rows(P.dout, ch.row, ch.t0, h, L, V, [=](int i, int r, float x) { dy[i * LV + r] = x; });
+    if (P.has_z) /* the same thread mapping as dout's: each thread reads back its own dy */
+        load_rows(P.z, ch.row, ch.t0, h, L, V, [=](int i, int r, float z) {
+            const float dO = dy[i * LV + r], sg = sigmoidf(z);
+            dy[i * LV + r] = dO * z * sg;
+            if (gz != nullptr) gz[i * LV + r] = dO * sg * (1.0f + z * (1.0f - sg));
+        });
     __syncthreads();
     const float cl = s.cm[L - 1];
     for (int i = tid; i < L; i += nt) {
         s.ec[i] = expf(s.cm[i]);
         s.wl[i] = expf(cl - s.cm[i]);
     }
+    /* q̃ = q + q_bias, k̃ = k + k_bias in place and d = q̃·k̃, a warp per row */
     for (int i = warp; i < L; i += nw) {
-        const float * q = s.qh + i * LK;
-        const float * k = s.kh + i * LK;
-        const float   d = warp_sum(K, [=](int c) { return q[c] * k[c]; });
-        if (lane == 0) s.dqk[i] = d;
+        float a = 0.0f;
+        for (int c = lane; c < K; c += 32) {
+            const float q = qh[i * LK + c] + s.bq[c], k = kh[i * LK + c] + s.bk[c];
+            qh[i * LK + c] = q, kh[i * LK + c] = k;
+            a += q * k;
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
+        if (lane == 0) s.dqk[i] = a;
     }
     __syncthreads();
     const int K2 = K / 2;
@@ -180,7 +228,7 @@ __device__ float load_chunk(const bw_args & P, int w, const bw_chunk & ch, int h
         if (p >= A) continue;
         float sn, cs;
         sincosf(theta_at(P, w, h, ch.tok + i, p), &sn, &cs);
-        float *     q = s.qh + i * LK + 2 * p, *k = s.kh + i * LK + 2 * p;
+        float *     q = qh + i * LK + 2 * p, *k = kh + i * LK + 2 * p;
         const float q0 = q[0], q1 = q[1], k0 = k[0], k1 = k[1];
         q[0] = q0 * cs - q1 * sn, q[1] = q0 * sn + q1 * cs;
         k[0] = k0 * cs - k1 * sn, k[1] = k0 * sn + k1 * cs;
@@ -194,7 +242,7 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_sums_kernel(const bw_ar
     const int      w = blockIdx.x, h = blockIdx.y;
     const bw_chunk ch = P.chunks[w];
     const bw_smem  s = carve(smem, P.C, P.K, P.V, false, false);
-    const float    cl = load_chunk(P, w, ch, h, s, nullptr);
+    const float    cl = load_chunk(P, w, ch, h, s);
     const int      L = ch.len, K = P.K, V = P.V, VK = V * K, LK = s.LK, LV = s.LV;
     /* k̂ ← e^{c_last−c}·σ·k̂ and q̂ ← e^c·q̂ per row (this kernel needs them only scaled) */
     for (int e = threadIdx.x; e < L * K; e += blockDim.x) {
@@ -226,8 +274,20 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_grads_kernel(const bw_a
     const bw_smem  s = carve(smem, P.C, P.K, P.V, true, STAGED);
     const float *  Sc = P.st + ((long long)w * P.H + h) * P.V * P.K;  /* state entering the chunk */
     const float *  dS = P.dst + ((long long)w * P.H + h) * P.V * P.K; /* the carry of the chunk   */
-    const float    cl = load_chunk(P, w, ch, h, s, Sc);
-    const int      L = ch.len, K = P.K, V = P.V, A = P.A, VK = V * K, g = h / P.G;
+    if (STAGED) { /* S_c and dS into shared memory behind the chunk's loads and the first products */
+        for (int e = tid; e < P.V * P.K; e += nt) {
+            const int r = e / P.K, c = e - r * P.K;
+            cp_async4(s.sb + r * s.LK + c, Sc + e);
+        }
+        cp_async_commit();
+        for (int e = tid; e < P.V * P.K; e += nt) {
+            const int r = e / P.K, c = e - r * P.K;
+            cp_async4(s.sd + r * s.LK + c, dS + e);
+        }
+        cp_async_commit();
+    }
+    const float    cl = load_chunk(P, w, ch, h, s);
+    const int      L = ch.len, K = P.K, V = P.V, A = P.A, VK = V * K;
     const int      LK = s.LK, LV = s.LV, LC = s.LC;
     const float    dskip = P.has_d ? ssmi_cu_ld(P.d.p, P.d.dtype, (long long)h * P.d.s[0]) : 0.0f;
     const bool     seq_end = ch.last != 0;
@@ -256,6 +316,7 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_grads_kernel(const bw_a
         const float a = warp_sum(V, [=](int r) { return dy[i * LV + r] * v[i * LV + r]; });
         if (lane == 0) s.dQK[i] = a;
     }
+    if (STAGED) cp_async_wait_group<1>(); /* this thread's copies of S_c */
     __syncthreads();
 
     /* the inter-chunk part of dq̂: e^{c_i}·Σ_r dy[i][r]·S_c[r][c]; dz */
@@ -278,41 +339,37 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_grads_kernel(const bw_a
             L, V, K, [=](int j, int c) { return qh[j * LK + c]; }, [=](int r, int c) { return sa[r * lsb + c]; }, L,
             [=](int j, int i) { return pm[j * LC + i]; }, [=](int r, int i) { return v[i * LV + r]; },
             [&](int j, int r, float a, float b) {
-                const long long t = ch.t0 + j;
-                const float     y = ec[j] * a + b + (dskip + gam[j] * dqk[j]) * v[j * LV + r];
-                const float z = ld4(P.z, ch.row, t, h, r), sg = sigmoidf(z), dO = ld4(P.dout, ch.row, t, h, r);
-                st4(P.dz, ch.row, t, h, r, dO * y * sg * (1.0f + z * (1.0f - sg)));
+                const float y = ec[j] * a + b + (dskip + gam[j] * dqk[j]) * v[j * LV + r];
+                st4(P.dz, ch.row, ch.t0 + j, h, r, y * s.gz[j * LV + r]);
             });
     }
     __syncthreads();
 
-    /* r_i without the intra part of dq̂ (readout + W rows − W columns); μ partials; the state
-     * operand becomes dS */
+    /* r_i without the intra part of dq̂ (readout + W rows − W columns); then μ partials */
     for (int i = warp; i < L; i += nw) {
         const float ro = warp_sum(K, [=](int c) { return qh[i * LK + c] * dqh[i * LK + c]; });
         const float rw = warp_sum(i, [=](int j) { return ww[i * LC + j]; });
         const float cw = warp_sum(L - 1 - i, [=](int u) { return ww[(i + 1 + u) * LC + i]; });
         if (lane == 0) s.rr[i] = ro + rw - cw;
     }
+    if (STAGED) cp_async_wait_group<0>(); /* this thread's copies of dS */
+    __syncthreads();
     {
         float a = 0.0f;
         for (int e = tid; e < VK; e += nt) {
-            const float d = dS[e];
             if (STAGED) {
                 const int r = e / K, c = e - r * K;
-                a += s.sb[r * LK + c] * d;
-                s.sb[r * LK + c] = d; /* this thread's own element, after every read of S_c */
+                a += s.sb[r * LK + c] * s.sd[r * LK + c];
             } else {
-                a += Sc[e] * d;
+                a += Sc[e] * dS[e];
             }
         }
         s.red[tid] = a;
     }
-    __syncthreads();
 
     /* the inter-chunk part of dK̂s: e^{c_last−c_i}·Σ_r v[i][r]·dS[r][c]; dv */
     {
-        const float * sa = STAGED ? s.sb : dS;
+        const float * sa = STAGED ? s.sd : dS;
         const float * wl = s.wl;
         tiles2<4, 4>(
             L, K, V, [=](int i, int r) { return v[i * LV + r]; }, [=](int c, int r) { return sa[r * lsb + c]; }, 0,
@@ -392,25 +449,25 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_grads_kernel(const bw_a
     const int K2 = K / 2;
     for (int e = tid; e < L * K2; e += nt) {
         const int       i = e / K2, p = e - i * K2, c0 = 2 * p;
-        const long long t = ch.t0 + i, o = (ch.tok + i) * P.H + h;
+        const long long o = (ch.tok + i) * P.H + h;
         const bool      fk = seq_end && i == L - 1 && P.has_dfk;
         float           g0 = sig[i] * dks[i * LK + c0], g1 = sig[i] * dks[i * LK + c0 + 1];
         if (fk) g0 += ld3(P.dfk, ch.seq, h, c0), g1 += ld3(P.dfk, ch.seq, h, c0 + 1);
         float f0 = dqh[i * LK + c0], f1 = dqh[i * LK + c0 + 1];
+        /* q̃, k̃ of the pair: q̂, k̂ rotated back (unrotated pairs are q̃, k̃ themselves) */
+        float qt0 = qh[i * LK + c0], qt1 = qh[i * LK + c0 + 1], kt0 = kh[i * LK + c0], kt1 = kh[i * LK + c0 + 1];
         if (p < A) {
-            const float *x = qh + i * LK + c0, *y = kh + i * LK + c0;
-            P.dth[o * A + p] = -f0 * x[1] + f1 * x[0] - g0 * y[1] + g1 * y[0];
+            P.dth[o * A + p] = -f0 * qt1 + f1 * qt0 - g0 * kt1 + g1 * kt0;
             float sn, cs;
             sincosf(theta_at(P, w, h, ch.tok + i, p), &sn, &cs);
             const float a0 = cs * f0 + sn * f1, a1 = -sn * f0 + cs * f1;
             const float b0 = cs * g0 + sn * g1, b1 = -sn * g0 + cs * g1;
+            const float x0 = cs * qt0 + sn * qt1, x1 = -sn * qt0 + cs * qt1;
+            const float y0 = cs * kt0 + sn * kt1, y1 = -sn * kt0 + cs * kt1;
             f0 = a0, f1 = a1, g0 = b0, g1 = b1;
+            qt0 = x0, qt1 = x1, kt0 = y0, kt1 = y1;
         }
         const float cqk = s.dQK[i] * s.gam[i];
-        const float qt0 = ld4(P.q, ch.row, t, g, c0) + ld2(P.qb, h, c0);
-        const float qt1 = ld4(P.q, ch.row, t, g, c0 + 1) + ld2(P.qb, h, c0 + 1);
-        const float kt0 = ld4(P.k, ch.row, t, g, c0) + ld2(P.kb, h, c0);
-        const float kt1 = ld4(P.k, ch.row, t, g, c0 + 1) + ld2(P.kb, h, c0 + 1);
         f0 += cqk * kt0, f1 += cqk * kt1;
         g0 += cqk * qt0, g1 += cqk * qt1;
         P.dqt[o * K + c0] = f0, P.dqt[o * K + c0 + 1] = f1;
