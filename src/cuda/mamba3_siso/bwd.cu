@@ -63,8 +63,8 @@ struct bwd_variant {
 };
 const bwd_variant kBwdTable[] = {
     {"chunked",
-     "plain fp32 chunked backward: per-(chunk, head) blocks through shared memory, sequential state and "
-     "state-gradient passes over the chunks, fixed-order sums; every dtype and layout, K <= 256",
+     "plain fp32 chunked backward: per-(chunk, head) blocks with register-tiled products from shared memory, "
+     "state and state-gradient passes over the chunks, fixed-order sums; every dtype and layout, K <= 256",
      "", any_applies},
 };
 

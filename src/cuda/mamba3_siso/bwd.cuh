@@ -26,7 +26,7 @@ namespace ssmi_siso_bwd {
 using ssmi_siso::m3_out;
 
 const int kBwdThreads = 256;  /* the chunk kernels (their block reduction buffer has this size) */
-const int kSeqThreads = 128;  /* the per-sequence kernels                                        */
+const int kSeqThreads = 128;  /* the walk kernels and the per-(chunk, head) prep and token kernels */
 const int kBwdMaxChunk = 32;  /* longest chunk; shorter where a chunk's shared memory is too big */
 const int kScal = 12;         /* per-token scalar rows of a chunk's shared memory               */
 const int kScalWs = 5;        /* per-(token, head) scalars in the workspace: dt, λ, γ, σ, cm    */

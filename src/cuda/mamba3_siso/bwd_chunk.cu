@@ -470,8 +470,9 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_grads_kernel(const bw_a
         const float cqk = s.dQK[i] * s.gam[i];
         f0 += cqk * kt0, f1 += cqk * kt1;
         g0 += cqk * qt0, g1 += cqk * qt1;
-        P.dqt[o * K + c0] = f0, P.dqt[o * K + c0 + 1] = f1;
-        P.dkt[o * K + c0] = g0, P.dkt[o * K + c0 + 1] = g1;
+        /* one 8-byte store per pair (K even, 128-byte aligned workspace) */
+        *reinterpret_cast<float2 *>(P.dqt + o * K + c0) = make_float2(f0, f1);
+        *reinterpret_cast<float2 *>(P.dkt + o * K + c0) = make_float2(g0, g1);
         /* each thread owns its pair: the chunk sums below read them back */
         dqh[i * LK + c0] = f0, dqh[i * LK + c0 + 1] = f1;
         dks[i * LK + c0] = g0, dks[i * LK + c0 + 1] = g1;
