@@ -132,24 +132,30 @@ __device__ __forceinline__ void cp_async4(float * dst, const float * src) {
  * a2 = Σ_{k<K2} fa2(m, k)·fb2(n, k), each sum in k order. A thread computes TM×TN outputs at rows
  * tm + nTm·a and columns tn + nTn·b; the lanes of a warp take consecutive tiles (consecutive tn),
  * so their operand rows are consecutive (distinct banks with an odd leading dimension) or shared
- * (a broadcast). Reads past M or N are clamped to the last row (their outputs are dropped). */
-template <int TM, int TN, class FA1, class FB1, class FA2, class FB2, class FO>
+ * (a broadcast). Reads past M or N are clamped to the last row (their outputs are dropped).
+ * LOWER: only the outputs with n < m are needed: a thread takes the block of rows tm·TM + a and
+ * columns tn·TN + b, and a block with no n < m skips the sums (out gets zeros there). */
+template <int TM, int TN, bool LOWER = false, class FA1, class FB1, class FA2, class FB2, class FO>
 __device__ __forceinline__ void tiles2(int M, int N, int K1, FA1 fa1, FB1 fb1, int K2, FA2 fa2, FB2 fb2, FO out) {
     const int nTm = (M + TM - 1) / TM, nTn = (N + TN - 1) / TN;
     for (int t = threadIdx.x; t < nTm * nTn; t += blockDim.x) {
         const int tm = t / nTn, tn = t - tm * nTn;
-        int       mi[TM], ni[TN];
+        const int m0 = LOWER ? tm * TM : tm, dm = LOWER ? 1 : nTm; /* row a: m0 + dm·a */
+        const int n0 = LOWER ? tn * TN : tn, dn = LOWER ? 1 : nTn; /* column b: n0 + dn·b */
+        const bool any = !LOWER || n0 < m0 + TM - 1;
+        const int  k1 = any ? K1 : 0, k2 = any ? K2 : 0;
+        int        mi[TM], ni[TN];
 #pragma unroll
-        for (int a = 0; a < TM; ++a) mi[a] = min(tm + nTm * a, M - 1);
+        for (int a = 0; a < TM; ++a) mi[a] = min(m0 + dm * a, M - 1);
 #pragma unroll
-        for (int b = 0; b < TN; ++b) ni[b] = min(tn + nTn * b, N - 1);
+        for (int b = 0; b < TN; ++b) ni[b] = min(n0 + dn * b, N - 1);
         float a1[TM][TN], a2[TM][TN];
 #pragma unroll
         for (int a = 0; a < TM; ++a)
 #pragma unroll
             for (int b = 0; b < TN; ++b) a1[a][b] = 0.0f, a2[a][b] = 0.0f;
 #pragma unroll 4
-        for (int k = 0; k < K1; ++k) {
+        for (int k = 0; k < k1; ++k) {
             float x[TM], y[TN];
 #pragma unroll
             for (int a = 0; a < TM; ++a) x[a] = fa1(mi[a], k);
@@ -161,7 +167,7 @@ __device__ __forceinline__ void tiles2(int M, int N, int K1, FA1 fa1, FB1 fb1, i
                 for (int b = 0; b < TN; ++b) a1[a][b] = fmaf(x[a], y[b], a1[a][b]);
         }
 #pragma unroll 4
-        for (int k = 0; k < K2; ++k) {
+        for (int k = 0; k < k2; ++k) {
             float x[TM], y[TN];
 #pragma unroll
             for (int a = 0; a < TM; ++a) x[a] = fa2(mi[a], k);
@@ -176,7 +182,7 @@ __device__ __forceinline__ void tiles2(int M, int N, int K1, FA1 fa1, FB1 fb1, i
         for (int a = 0; a < TM; ++a)
 #pragma unroll
             for (int b = 0; b < TN; ++b) {
-                const int m = tm + nTm * a, n = tn + nTn * b;
+                const int m = m0 + dm * a, n = n0 + dn * b;
                 if (m < M && n < N) out(m, n, a1[a][b], a2[a][b]);
             }
     }
@@ -298,7 +304,7 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_grads_kernel(const bw_a
     const int     lsb = STAGED ? LK : K;
 
     /* Pm, E, W (strictly lower; rows and columns < L) */
-    tiles2<2, 2>(
+    tiles2<2, 2, true>(
         L, L, K, [=](int i, int c) { return qh[i * LK + c]; }, [=](int j, int c) { return kh[j * LK + c]; }, V,
         [=](int i, int r) { return dy[i * LV + r]; }, [=](int j, int r) { return v[j * LV + r]; },
         [=](int i, int j, float qk, float dv) {
