@@ -275,7 +275,8 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_bwd(ssm_context * ctx, const ssm_mam
     const int C = chunk_length((int)d->dk, (int)d->dv, &staged);
     ssmi_cuda_props dev;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_current_props(ctx, kOp, &dev));
-    SSM_RETURN_IF(sizeof(float) * (size_t)chunk_smem_floats(C, (int)d->dk, (int)d->dv, true, staged) > (size_t)dev.smem_optin,
+    const size_t smem = sizeof(float) * (size_t)chunk_smem_floats(C, (int)d->dk, (int)d->dv, true, staged);
+    SSM_RETURN_IF(smem > (size_t)dev.smem_optin,
                   ctx, SSM_STATUS_UNSUPPORTED, "%s: K=%lld, V=%lld need more shared memory than the device has", kOp,
                   (long long)d->dk, (long long)d->dv);
     bwd_plan pl;

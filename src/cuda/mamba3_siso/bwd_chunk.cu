@@ -384,7 +384,8 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_grads_kernel(const bw_a
         if (want_dv) {
             const float * gam = s.gam;
             const float * dqk = s.dqk;
-            /* dv[j][r] = Σ_c dS[r][c]·k̂[j][c]·e^{c_last−c_j}σ_j + Σ_{i>j} Pm[i][j]·dy[i][r] + (D + γ_j d_j)·dy[j][r] */
+            /* dv[j][r] = e^{c_last−c_j}σ_j·Σ_c dS[r][c]·k̂[j][c] + Σ_{i>j} Pm[i][j]·dy[i][r]
+             *            + (D + γ_j d_j)·dy[j][r] */
             tiles2<2, 4>(
                 L, V, K, [=](int j, int c) { return kh[j * LK + c]; }, [=](int r, int c) { return sa[r * lsb + c]; },
                 L, [=](int j, int i) { return pm[i * LC + j]; }, [=](int r, int i) { return dy[i * LV + r]; },
