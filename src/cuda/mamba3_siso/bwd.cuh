@@ -91,6 +91,43 @@ __host__ __device__ inline long long chunk_smem_floats(int C, int K, int V, bool
     return n;
 }
 
+/* f(i, c, x[row, t0 + i, hh, c]) for i < rows, c < cols, x a 4-D view of element type T; thread
+ * e mod blockDim.x takes element e = i·cols + c. A thread issues kLoadBatch loads before it uses
+ * their values (a block waits on memory once per batch, not once per element). */
+const int kLoadBatch = 8;
+template <typename T, class F>
+__device__ __forceinline__ void rows_typed(const ssmi_cu_view & x, long long row, long long t0, long long hh, int rows,
+                                           int cols, F f) {
+    const T *       base = (const T *)x.p + row * x.s[0] + t0 * x.s[1] + hh * x.s[2];
+    const long long s1 = x.s[1], s3 = x.s[3];
+    const int       n = rows * cols, nt = blockDim.x;
+    for (int e0 = threadIdx.x; e0 < n; e0 += kLoadBatch * nt) {
+        T v[kLoadBatch];
+#pragma unroll
+        for (int u = 0; u < kLoadBatch; ++u) {
+            const int e = e0 + u * nt < n ? e0 + u * nt : 0, i = e / cols, c = e - i * cols;
+            v[u] = base[i * s1 + c * s3];
+        }
+#pragma unroll
+        for (int u = 0; u < kLoadBatch; ++u) {
+            const int e = e0 + u * nt, i = e / cols, c = e - i * cols;
+            if (e < n) f(i, c, ssmi_siso::from_t(v[u]));
+        }
+    }
+}
+/* rows_typed for the view's dtype. */
+template <class F>
+__device__ __forceinline__ void load_rows(const ssmi_cu_view & x, long long row, long long t0, long long hh, int rows,
+                                          int cols, F f) {
+    switch (x.dtype) {
+        case SSM_DTYPE_F32: rows_typed<float>(x, row, t0, hh, rows, cols, f); break;
+        case SSM_DTYPE_F16: rows_typed<__half>(x, row, t0, hh, rows, cols, f); break;
+        case SSM_DTYPE_BF16: rows_typed<__nv_bfloat16>(x, row, t0, hh, rows, cols, f); break;
+        case SSM_DTYPE_F64: rows_typed<double>(x, row, t0, hh, rows, cols, f); break;
+        default: break;
+    }
+}
+
 /* θ of angle p at flat token tok of chunk w: wrap(θ entering the chunk + the chunk-local sum). */
 __device__ __forceinline__ float theta_at(const bw_args & P, long long w, int h, long long tok, int p) {
     return ssmi_siso::wrap2pi(P.thb[(w * P.H + h) * P.A + p] + P.th[(tok * P.H + h) * P.A + p]);

@@ -68,10 +68,7 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_prep_kernel(const bw_args P) 
             s_dt[i] = dtv;
         }
     }
-    for (int e = tid; e < L * A; e += nt) {
-        const int i = e / A, p = e - i * A;
-        s_rate[e] = kPi * tanhf(ld4(P.ang, ch.row, ch.t0 + i, h, p));
-    }
+    load_rows(P.ang, ch.row, ch.t0, h, L, A, [&](int i, int p, float x) { s_rate[i * A + p] = kPi * tanhf(x); });
     __syncthreads();
     for (int p = tid; p < A; p += nt) {
         float run = 0.0f;
@@ -235,10 +232,10 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_tok_kernel(const bw_args P) {
     const int        H = P.H, A = P.A;
     const bw_chunk   ch = P.chunks[w];
     const int        L = ch.len;
+    load_rows(P.ang, ch.row, ch.t0, h, L, A, [&](int i, int p, float x) { s_tn[i * A + p] = tanhf(x); });
     for (int e = tid; e < L * A; e += nt) {
         const int i = e / A, p = e - i * A;
         s_g[e] = P.dth[((ch.tok + i) * H + h) * A + p];
-        s_tn[e] = tanhf(ld4(P.ang, ch.row, ch.t0 + i, h, p));
     }
     for (int i = tid; i < L; i += nt) s_dt[i] = P.sc[((ch.tok + i) * H + h) * kScalWs];
     __syncthreads();
