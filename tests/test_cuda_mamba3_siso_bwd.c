@@ -4,7 +4,8 @@
  * against the CPU backend, both within the DESIGN §5 bar of the compute dtype (v's dtype), at the
  * shape matrix of test_mamba3_siso_bwd_cpu.c: S = 1, below / at / above the CPU chunk and odd
  * (the CUDA chunk is 32: several chunks and tails); Hq = 1, 1 < Hq < H, Hq = H; K, V in {32, 64,
- * 96} and a small odd V; A = K/2, A < K/2, A = 1; d and z on and off; initial states on and off,
+ * 96}, a small odd V, K = 128 and K = 256 with V = 200 (the state outside shared memory);
+ * A = K/2, A < K/2, A = 1; d and z on and off; initial states on and off,
  * with and without the dfinal_* gradients; varlen with empty sequences (I32 and I64 cu_seqlens);
  * f32 / f16 / bf16 inputs; strided views and angles broadcast over heads (stride 0); the seed
  * regime; only some outputs requested. Outputs are F32, NaN-poisoned before each device run; a
@@ -243,6 +244,11 @@ int main(void) {
         ++n;
         /* K = 128, V = 64 (the layer's shape), several chunks, GQA */
         cases[n] = (bwd_case){"k128_v64", base_config(1, 150, 4, 1, 128, 64, 32, dt), 1, 0};
+        cases[n].cfg.has_states = 1;
+        ++n;
+        /* K = 256, V = 200: the state is too large for the gradient kernel's shared memory (it reads
+         * S_c and dS from global memory); a chunk tail */
+        cases[n] = (bwd_case){"k256_v200", base_config(1, 45, 2, 1, 256, 200, 64, dt), 1, 0};
         cases[n].cfg.has_states = 1;
         ++n;
         for (int c = 0; c < n; ++c) run_case(&rng, &cases[c]);

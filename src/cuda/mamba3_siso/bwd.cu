@@ -2,20 +2,22 @@
  * bwd.cu — CUDA Mamba-3 SISO backward (spec §6), the host side: the chunk plan, the workspace, the
  * selection table (one entry) and the entry point. Every gradient of ssm_mamba3_siso is computed
  * from the forward's inputs (nothing saved), in stream order:
- *   1. bwd_prep_kernel: per-token scalars and θ of every (sequence, head);
+ *   1. bwd_prep_kernel: per (chunk, head) the per-token scalars and the chunk-local angle sums;
+ *      bwd_theta_kernel: per (sequence, head, angle) θ entering every chunk;
  *   2. bwd_chunk_sums_kernel: per (chunk, head) the state contribution and the state-gradient
  *      contribution of the chunk, and c_last;
  *   3. bwd_pass_kernel forward: the state entering every chunk (from H_in);
  *      bwd_pass_kernel reverse: the carry dS of every chunk (from dfinal_ssm_state) and dH_in;
  *   4. bwd_chunk_grads_kernel: per (chunk, head) dv, dz, dadt and the per-token chain into the
- *      workspace (dq̃, dk̃ per V-head, dθ, dσ, dγ, chunk sums of dq̃, dk̃, dQK);
- *   5. bwd_seq_kernel: per (sequence, head) the initial-state gradients, the angle backward
- *      (dangles, dangle_state), ddt and dtrap; empty sequences pass dfinal_* through;
+ *      workspace (dq̃, dk̃ per V-head, dθ, dσ, dγ, chunk sums of dq̃, dk̃, dQK, dθ);
+ *   5. bwd_seq_kernel: per (sequence, head) the initial-state gradients (and dc of the t = 0 fold),
+ *      the angle carry over the chunks and dangle_state; empty sequences pass dfinal_* through;
+ *      bwd_tok_kernel: per (chunk, head) the angle backward inside the chunk (dangles), ddt, dtrap;
  *   6. bwd_qk_sum_kernel (dq, dk over the GQA heads in head order), bwd_param_sum_kernel (dq_bias,
  *      dk_bias, dd over the chunks in order).
- * Chunks of C tokens restart at every sequence start; C = kBwdMaxChunk, halved while a chunk's
- * shared memory exceeds kChunkSmemBudget (large K·V), so C depends on the shape only and the bytes
- * are the same on every device and run. params->chunk_size is not used (not semantic). No float
+ * Chunks of C tokens restart at every sequence start; C and whether the gradient kernel stages the
+ * state in shared memory come from the shape only (chunk_length), so the bytes are the same on
+ * every device and run. params->chunk_size is not used (not semantic). No float
  * atomics: every sum is a loop in a fixed order. Any strides (0 too), any float dtype per tensor.
  * Limits: K ≤ 256, H ≤ 65535, sequences ≤ 65535 (UNSUPPORTED beyond).
  */
@@ -31,12 +33,20 @@ using namespace ssmi_siso_bwd;
 namespace {
 
 const char   kOp[] = "mamba3_siso_bwd";
-const size_t kChunkSmemBudget = 100 * 1024; /* bytes of a chunk-gradient block's shared memory */
+const size_t kChunkSmemBudget = 200 * 1024; /* bytes of a chunk-gradient block's shared memory (1 block per SM) */
 
-/* The chunk length: kBwdMaxChunk, halved while the gradient kernel's shared memory exceeds the budget. */
-int chunk_length(int K, int V) {
+/* The chunk length and whether the gradient kernel stages the state in shared memory: staged at
+ * C = kBwdMaxChunk or half of it where that fits the budget, else unstaged at kBwdMaxChunk halved
+ * while it exceeds the budget (the shape alone decides). */
+int chunk_length(int K, int V, bool * staged) {
+    for (int C = kBwdMaxChunk; C >= kBwdMaxChunk / 2; C /= 2)
+        if (sizeof(float) * (size_t)chunk_smem_floats(C, K, V, true, true) <= kChunkSmemBudget) {
+            *staged = true;
+            return C;
+        }
+    *staged = false;
     int C = kBwdMaxChunk;
-    while (C > 1 && sizeof(float) * (size_t)chunk_smem_floats(C, K, V, true) > kChunkSmemBudget) C /= 2;
+    while (C > 1 && sizeof(float) * (size_t)chunk_smem_floats(C, K, V, true, false) > kChunkSmemBudget) C /= 2;
     return C;
 }
 
@@ -53,8 +63,8 @@ struct bwd_variant {
 };
 const bwd_variant kBwdTable[] = {
     {"chunked",
-     "plain fp32 chunked backward: per-(chunk, head) blocks through shared memory, sequential state and "
-     "state-gradient passes over the chunks, fixed-order sums; every dtype and layout, K <= 256",
+     "plain fp32 chunked backward: per-(chunk, head) blocks with register-tiled products from shared memory, "
+     "state and state-gradient passes over the chunks, fixed-order sums; every dtype and layout, K <= 256",
      "", any_applies},
 };
 
@@ -112,19 +122,21 @@ ssm_status plan_bwd(ssm_context * ctx, const ssmi_mamba3_dims * d, const ssm_ten
 
 /* Workspace offsets (bytes, 128-aligned). */
 struct bwd_ws {
-    size_t chunks, segs, sc, th, st, dst, cl, dhin, dqt, dkt, dth, dsg, dgm, qbp, kbp, ddp, total;
+    size_t chunks, segs, sc, th, thb, st, dst, cl, dhin, dqt, dkt, dth, dsg, dgm, qbp, kbp, ddp, thp, dcw, total;
 };
 bwd_ws ws_layout(const ssmi_mamba3_dims * d, const bwd_plan * pl) {
     bwd_ws       l;
     size_t       o = 0;
     const size_t H = (size_t)d->nheads, T = (size_t)d->batch * (size_t)d->seqlen, W = (size_t)pl->W;
     const size_t K = (size_t)d->dk, VK = (size_t)d->dv * K, A = (size_t)d->nangles, NS = (size_t)d->nseq;
-    size_t * const fields[] = {&l.chunks, &l.segs, &l.sc, &l.th,  &l.st,  &l.dst, &l.cl,  &l.dhin,
-                               &l.dqt,    &l.dkt,  &l.dth, &l.dsg, &l.dgm, &l.qbp, &l.kbp, &l.ddp};
+    size_t * const fields[] = {&l.chunks, &l.segs, &l.sc, &l.th, &l.thb, &l.st,  &l.dst, &l.cl,  &l.dhin,
+                               &l.dqt,    &l.dkt,  &l.dth, &l.dsg, &l.dgm, &l.qbp, &l.kbp, &l.ddp,
+                               &l.thp,    &l.dcw};
     const size_t   bytes[] = {sizeof(bw_chunk) * W,
                               sizeof(bw_seg) * NS,
                               sizeof(float) * T * H * kScalWs,
                               sizeof(float) * T * H * A,
+                              sizeof(float) * W * H * A,
                               sizeof(float) * W * H * VK,
                               sizeof(float) * W * H * VK,
                               sizeof(float) * W * H,
@@ -136,7 +148,10 @@ bwd_ws ws_layout(const ssmi_mamba3_dims * d, const bwd_plan * pl) {
                               sizeof(float) * T * H,
                               sizeof(float) * W * H * K,
                               sizeof(float) * W * H * K,
-                              sizeof(float) * W * H};
+                              sizeof(float) * W * H,
+                              sizeof(float) * W * H * A,
+                              sizeof(float) * NS * H};
+    static_assert(sizeof fields / sizeof fields[0] == sizeof bytes / sizeof bytes[0], "one size per field");
     for (size_t i = 0; i < sizeof bytes / sizeof bytes[0]; ++i) {
         *fields[i] = o;
         o += align128(bytes[i]);
@@ -179,12 +194,12 @@ ssm_status check_pointers(ssm_context * ctx, const ssm_mamba3_siso_bwd_args * a)
     return SSM_STATUS_OK;
 }
 
-bw_args make_args(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_args * a, int C, long long W) {
+bw_args make_args(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_args * a, int C, bool staged, long long W) {
     bw_args P;
     memset(&P, 0, sizeof P);
     P.S = d->seqlen;
     P.H = (int)d->nheads, P.G = (int)(d->nheads / d->nheads_qk), P.K = (int)d->dk, P.V = (int)d->dv;
-    P.A = (int)d->nangles, P.C = C, P.NS = (int)d->nseq, P.W = (int)W;
+    P.A = (int)d->nangles, P.C = C, P.NS = (int)d->nseq, P.W = (int)W, P.staged = staged ? 1 : 0;
     P.has_d = ssmi_present(&a->d), P.has_z = ssmi_present(&a->z), P.has_states = d->has_states != 0;
     P.has_dfa = ssmi_present(&a->dfinal_angle_state), P.has_dfs = ssmi_present(&a->dfinal_ssm_state);
     P.has_dfk = ssmi_present(&a->dfinal_k_state), P.has_dfv = ssmi_present(&a->dfinal_v_state);
@@ -220,20 +235,22 @@ ssm_status bwd_launch(ssm_context * ctx, const ssmi_mamba3_dims * d, const bwd_p
         cudaMemcpyAsync(ws + l.segs, pl->segs, sizeof(bw_seg) * d->nseq, cudaMemcpyHostToDevice, s)));
     P.chunks = (const bw_chunk *)(ws + l.chunks);
     P.segs = (const bw_seg *)(ws + l.segs);
-    P.sc = (float *)(ws + l.sc), P.th = (float *)(ws + l.th);
+    P.sc = (float *)(ws + l.sc), P.th = (float *)(ws + l.th), P.thb = (float *)(ws + l.thb);
     P.st = (float *)(ws + l.st), P.dst = (float *)(ws + l.dst), P.cl = (float *)(ws + l.cl);
     P.dhin = (float *)(ws + l.dhin), P.dqt = (float *)(ws + l.dqt), P.dkt = (float *)(ws + l.dkt);
     P.dth = (float *)(ws + l.dth), P.dsg = (float *)(ws + l.dsg), P.dgm = (float *)(ws + l.dgm);
     P.qbp = (float *)(ws + l.qbp), P.kbp = (float *)(ws + l.kbp), P.ddp = (float *)(ws + l.ddp);
+    P.thp = (float *)(ws + l.thp), P.dcw = (float *)(ws + l.dcw);
     /* Every token belongs to a sequence (cu_seqlens ends at S), so every (token, head) row of the
      * workspace is written before it is read. */
     if (P.H > 0 && P.NS > 0) {
-        SSM_FORWARD_IF_ERROR(launch_bwd_prep(ctx, kOp, P));
+        if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_prep(ctx, kOp, P));
         if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_chunk(ctx, kOp, P, false));
         SSM_FORWARD_IF_ERROR(launch_bwd_passes(ctx, kOp, P, true));
         SSM_FORWARD_IF_ERROR(launch_bwd_passes(ctx, kOp, P, false));
         if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_chunk(ctx, kOp, P, true));
         SSM_FORWARD_IF_ERROR(launch_bwd_seq(ctx, kOp, P));
+        if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_tok(ctx, kOp, P));
     }
     if (P.H > 0) SSM_FORWARD_IF_ERROR(launch_bwd_sums(ctx, kOp, P, T, (int)d->nheads_qk));
     return SSM_STATUS_OK;
@@ -254,15 +271,17 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_bwd(ssm_context * ctx, const ssm_mam
     const bwd_variant * e = NULL;
     const bwd_problem   pb = {0};
     SSM_FORWARD_IF_ERROR(ssmi_cuda_pick_variant(ctx, SSMI_OP_mamba3_siso_bwd, kBwdTable, pb, &e));
-    const int C = chunk_length((int)d->dk, (int)d->dv);
+    bool      staged = false;
+    const int C = chunk_length((int)d->dk, (int)d->dv, &staged);
     ssmi_cuda_props dev;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_current_props(ctx, kOp, &dev));
-    SSM_RETURN_IF(sizeof(float) * (size_t)chunk_smem_floats(C, (int)d->dk, (int)d->dv, true) > (size_t)dev.smem_optin,
+    const size_t smem = sizeof(float) * (size_t)chunk_smem_floats(C, (int)d->dk, (int)d->dv, true, staged);
+    SSM_RETURN_IF(smem > (size_t)dev.smem_optin,
                   ctx, SSM_STATUS_UNSUPPORTED, "%s: K=%lld, V=%lld need more shared memory than the device has", kOp,
                   (long long)d->dk, (long long)d->dv);
     bwd_plan pl;
     SSM_FORWARD_IF_ERROR(plan_bwd(ctx, d, &a->cu_seqlens, C, &pl));
-    const bw_args      P = make_args(d, a, C, pl.W);
+    const bw_args      P = make_args(d, a, C, staged, pl.W);
     const bwd_ws       l = ws_layout(d, &pl);
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     void *             ws = NULL;

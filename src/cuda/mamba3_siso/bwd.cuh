@@ -4,10 +4,12 @@
  * chunk, and the launchers of the kernel files.
  *
  * The files:
- *   bwd_scan.cu   the per-sequence kernels: per-token scalars and θ (forward scan), the state
- *                 pass and the state-gradient pass over the chunks, the per-sequence scalars
- *                 (angle backward, ddt, dtrap, initial-state gradients), the fixed-order sums
- *                 (dq/dk over GQA heads; dq_bias, dk_bias, dd over chunks);
+ *   bwd_scan.cu   per (chunk, head) the per-token scalars and the chunk-local angle sums; the
+ *                 walks over a sequence: θ entering each chunk, the state
+ *                 pass and the state-gradient pass over the chunks, the initial-state gradients
+ *                 and the angle carry over the chunks; per (chunk, head) the angle backward,
+ *                 ddt and dtrap; the fixed-order sums (dq/dk over GQA heads; dq_bias, dk_bias,
+ *                 dd over chunks);
  *   bwd_chunk.cu  the per-(chunk, head) kernels: the chunk sums (state contribution and the
  *                 state-gradient contribution) and the chunk gradients;
  *   bwd.cu        the host side: plan, workspace, the selection table, the entry point.
@@ -24,7 +26,7 @@ namespace ssmi_siso_bwd {
 using ssmi_siso::m3_out;
 
 const int kBwdThreads = 256;  /* the chunk kernels (their block reduction buffer has this size) */
-const int kSeqThreads = 128;  /* the per-sequence kernels                                        */
+const int kSeqThreads = 128;  /* the walk kernels and the per-(chunk, head) prep and token kernels */
 const int kBwdMaxChunk = 32;  /* longest chunk; shorter where a chunk's shared memory is too big */
 const int kScal = 12;         /* per-token scalar rows of a chunk's shared memory               */
 const int kScalWs = 5;        /* per-(token, head) scalars in the workspace: dt, λ, γ, σ, cm    */
@@ -47,6 +49,7 @@ struct bw_args {
     long long        S;                /* tokens per batch row of the layout      */
     int              H, G, K, V, A, C; /* C: the chunk length                       */
     int              NS, W;            /* sequences, chunks                       */
+    int              staged;           /* the gradient kernel holds S_c / dS in shared memory */
     int              has_d, has_z, has_states, has_dfa, has_dfs, has_dfk, has_dfv;
     ssmi_cu_view     q, k, v, adt, dt, trap, qb, kb, ang, d, z;   /* forward inputs            */
     ssmi_cu_view     ang_in, ssm_in, k_in, v_in;                  /* initial states            */
@@ -55,33 +58,98 @@ struct bw_args {
     m3_out           dang_st, dssm_st, dk_st, dv_st;
     /* workspace (fp32); T = B·S flat tokens */
     float * sc;   /* (T, H, kScalWs) dt, λ, γ, σ, chunk-local inclusive cumsum of adt        */
-    float * th;   /* (T, H, A) θ                                                            */
+    float * th;   /* (T, H, A) Σ of π·tanh(raw)·dt over the chunk's tokens up to this one  */
+    float * thb;  /* (W, H, A) the chunk's sum of those terms, then θ entering the chunk       */
     float * st;   /* (W, H, V·K) chunk state contributions, then the state entering each chunk */
     float * dst;  /* (W, H, V·K) chunk state-gradient contributions, then the carry dS of each chunk */
     float * cl;   /* (W, H) c_last of each chunk                                             */
     float * dhin; /* (NS, H, V·K) dH_in                                                      */
     float * dqt;  /* (T, H, K) dq̃ per V-head (zeros where no token)                          */
     float * dkt;  /* (T, H, K) dk̃ per V-head                                                 */
-    float * dth;  /* (T, H, A) dθ, then π·tanh(raw)·G (the angle part of ddt)                */
+    float * dth;  /* (T, H, A) dθ                                                            */
     float * dsg;  /* (T, H) dσ                                                               */
     float * dgm;  /* (T, H) dγ                                                               */
     float * qbp;  /* (W, H, K) per-chunk sums of dq̃                                          */
     float * kbp;  /* (W, H, K) per-chunk sums of dk̃                                          */
     float * ddp;  /* (W, H) per-chunk sums of dQK                                            */
+    float * thp;  /* (W, H, A) per-chunk sums of dθ, then the angle carry G entering each chunk from its end */
+    float * dcw;  /* (NS, H) dc = ⟨dH_in, V_in K_inᵀ⟩ of each sequence (the t = 0 fold)               */
 };
 
-/* Floats of a chunk's shared memory: kScal scalar rows of C, the block reduction buffer, q̂, k̂
- * (C×K), v, dy (C×V); with grads also dq̂, dK̂s (C×K) and Pm, E, W (C×C). */
-__host__ __device__ inline long long chunk_smem_floats(int C, int K, int V, bool grads) {
-    long long n = (long long)kScal * C + kBwdThreads + 2LL * C * K + 2LL * C * V;
-    if (grads) n += 2LL * C * K + 3LL * C * C;
+/* Leading dimensions of the chunk's shared-memory rows: odd, so that the rows a warp reads at one
+ * column (consecutive rows, or rows strided by an odd count) fall in distinct banks. */
+__host__ __device__ inline int odd_ld(int n) { return n | 1; }
+
+/* Floats of a chunk's shared memory: kScal scalar rows of C, the block reduction buffer, the q and
+ * k biases (K each), q̂, k̂ (C rows of odd_ld(K)), v, dy (C rows of odd_ld(V)); with grads also dq̂,
+ * dK̂s (C rows of odd_ld(K)), Pm, E, W (C rows of odd_ld(C)), the dz factor (C rows of odd_ld(V))
+ * and, staged, S_c and dS (V rows of odd_ld(K) each). */
+__host__ __device__ inline long long chunk_smem_floats(int C, int K, int V, bool grads, bool staged) {
+    const long long LK = odd_ld(K), LV = odd_ld(V), LC = odd_ld(C);
+    long long       n = (long long)kScal * C + kBwdThreads + 2LL * K + 2LL * C * LK + 2LL * C * LV;
+    if (grads) n += 2LL * C * LK + 3LL * C * LC + (long long)C * LV + (staged ? 2LL * V * LK : 0);
     return n;
 }
 
+/* f(i, c, x[row, t0 + i, hh, c]) for i < rows, c < cols, x a 4-D view of element type T; thread
+ * e mod blockDim.x takes element e = i·cols + c. A thread issues kLoadBatch loads before it uses
+ * their values (a block waits on memory once per batch, not once per element). */
+const int kLoadBatch = 8;
+template <typename T, class F>
+__device__ __forceinline__ void rows_typed(const ssmi_cu_view & x, long long row, long long t0, long long hh, int rows,
+                                           int cols, F f) {
+    const T *       base = (const T *)x.p + row * x.s[0] + t0 * x.s[1] + hh * x.s[2];
+    const long long s1 = x.s[1], s3 = x.s[3];
+    const int       n = rows * cols, nt = blockDim.x;
+    for (int e0 = threadIdx.x; e0 < n; e0 += kLoadBatch * nt) {
+        T v[kLoadBatch];
+#pragma unroll
+        for (int u = 0; u < kLoadBatch; ++u) {
+            const int e = e0 + u * nt < n ? e0 + u * nt : 0, i = e / cols, c = e - i * cols;
+            v[u] = base[i * s1 + c * s3];
+        }
+#pragma unroll
+        for (int u = 0; u < kLoadBatch; ++u) {
+            const int e = e0 + u * nt, i = e / cols, c = e - i * cols;
+            if (e < n) f(i, c, ssmi_siso::from_t(v[u]));
+        }
+    }
+}
+/* rows_typed for the view's dtype. */
+template <class F>
+__device__ __forceinline__ void load_rows(const ssmi_cu_view & x, long long row, long long t0, long long hh, int rows,
+                                          int cols, F f) {
+    switch (x.dtype) {
+        case SSM_DTYPE_F32: rows_typed<float>(x, row, t0, hh, rows, cols, f); break;
+        case SSM_DTYPE_F16: rows_typed<__half>(x, row, t0, hh, rows, cols, f); break;
+        case SSM_DTYPE_BF16: rows_typed<__nv_bfloat16>(x, row, t0, hh, rows, cols, f); break;
+        case SSM_DTYPE_F64: rows_typed<double>(x, row, t0, hh, rows, cols, f); break;
+        default: break;
+    }
+}
+
+/* θ of angle p at flat token tok of chunk w: wrap(θ entering the chunk + the chunk-local sum). */
+__device__ __forceinline__ float theta_at(const bw_args & P, long long w, int h, long long tok, int p) {
+    return ssmi_siso::wrap2pi(P.thb[(w * P.H + h) * P.A + p] + P.th[(tok * P.H + h) * P.A + p]);
+}
+
+/* Σ_{c<n} f(c) over the 32 lanes of a warp (all lanes active): lane-strided partials in c order,
+ * then an xor butterfly (every lane ends with the same bytes). */
+template <class F>
+__device__ __forceinline__ float warp_sum(int n, F f) {
+    const int lane = threadIdx.x & 31;
+    float     a = 0.0f;
+    for (int c = lane; c < n; c += 32) a += f(c);
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
+    return a;
+}
+
 /* bwd_scan.cu */
-ssm_status launch_bwd_prep(ssm_context * ctx, const char * op, const bw_args & P);
+ssm_status launch_bwd_prep(ssm_context * ctx, const char * op, const bw_args & P); /* prep and θ walk */
 ssm_status launch_bwd_passes(ssm_context * ctx, const char * op, const bw_args & P, bool forward);
 ssm_status launch_bwd_seq(ssm_context * ctx, const char * op, const bw_args & P);
+ssm_status launch_bwd_tok(ssm_context * ctx, const char * op, const bw_args & P);
 ssm_status launch_bwd_sums(ssm_context * ctx, const char * op, const bw_args & P, long long T, int Hq);
 /* bwd_chunk.cu: the chunk sums (grads false) or the chunk gradients (grads true) */
 ssm_status launch_bwd_chunk(ssm_context * ctx, const char * op, const bw_args & P, bool grads);

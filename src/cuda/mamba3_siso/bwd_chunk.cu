@@ -3,8 +3,15 @@
  * block of kBwdThreads per (chunk, head), plain fp32 through shared memory.
  *
  * Both kernels first load the chunk (load_chunk): the scalars that bwd_prep_kernel left in the
- * workspace, e^{c}, e^{c_last − c}, q̃ = q + q_bias and k̃ = k + k_bias, d = q̃·k̃, then q̂ = R(θ)q̃ and
- * k̂ = R(θ)k̃ in place, v and dy = dout ⊙ silu(z).
+ * workspace, the biases, e^{c}, e^{c_last − c}, q̃ = q + q_bias and k̃ = k + k_bias, d = q̃·k̃, then
+ * q̂ = R(θ)q̃ and k̂ = R(θ)k̃ in place (θ by theta_at), v, dy = dout ⊙ silu(z) and the dz factor.
+ * Rows have odd leading dimensions (odd_ld), so a warp reading one column of consecutive rows
+ * touches distinct banks.
+ *
+ * The products are register-tiled (tiles2): each thread computes TM×TN outputs at rows
+ * tm + nTm·a and columns tn + nTn·b from shared-memory operands, every sum in the order of its inner
+ * index, so the bytes do not depend on the grid. Row sums over K, V or the chunk go one warp per
+ * row (warp_sum: lane-strided partials, then a fixed xor butterfly).
  *
  * bwd_chunk_sums_kernel: the chunk's state contribution Vcᵀ·diag(e^{c_last−c}·σ)·K̂ into st and
  * its state-gradient contribution dYᵀ·diag(e^c)·Q̂ into dst, and c_last; the passes of bwd_scan.cu
@@ -21,7 +28,13 @@
  * then the preprocessing chain per token (spec §6.2): dσ = dK̂s·k̂, dk̂ = σ·dK̂s (+ dfinal_k_state at
  * the end), dθ from the rotated q̂, k̂ (dθ_p = −g_{2p}·x̂_{2p+1} + g_{2p+1}·x̂_{2p}), dq̃ = R(θ)ᵀdq̂ +
  * dQK·γ·k̃, dk̃ = R(θ)ᵀdk̂ + dQK·γ·q̃, dγ = dQK·d + dσ. Writes dv, dz, dadt, and into the workspace
- * dq̃, dk̃ (per V-head), dθ, dσ, dγ, and the chunk's sums of dq̃, dk̃ and dQK (bias and dd partials).
+ * dq̃, dk̃ (per V-head), dθ, dσ, dγ, and the chunk's sums of dq̃, dk̃, dQK (bias and dd partials)
+ * and dθ (the angle carry of bwd_scan.cu).
+ * STAGED: S_c and dS are copied into shared memory by cp.async, issued first and waited for only
+ * where the products need them (behind the chunk's loads and the first products); otherwise (a
+ * state too large for shared memory) the products read them from global memory.
+ * The chunk's inputs are read by load_rows (typed loads, a batch per thread in flight); q̃, k̃ of
+ * the chain are q̂, k̂ rotated back, so the chain reads no inputs again.
  */
 #include "bwd.cuh"
 
@@ -31,77 +44,160 @@ namespace ssmi_siso_bwd {
 
 namespace {
 
+static_assert(kBwdMaxChunk <= 32, "the dadt scans run over one warp's lanes");
+static_assert(kBwdThreads % 32 == 0, "whole warps");
+
 /* A chunk's shared memory (chunk_smem_floats). */
 struct bw_smem {
     float *dt, *lam, *gam, *sig, *cm, *ec, *wl, *dqk, *dQK, *rr, *mm, *dsg; /* C each */
     float *red;                                                        /* kBwdThreads */
-    float *qh, *kh, *v, *dy;                                           /* C×K, C×K, C×V, C×V */
-    float *dqh, *dks, *pm, *ee, *ww;                                   /* C×K, C×K, C×C ×3 */
+    float *bq, *bk;                                                    /* K each */
+    float *qh, *kh, *v, *dy;                                           /* C rows of LK, LK, LV, LV */
+    float *dqh, *dks, *pm, *ee, *ww, *gz, *sb, *sd; /* C×LK ×2, C×LC ×3, C×LV, V×LK ×2 */
+    int    LK, LV, LC;
 };
 
-__device__ inline bw_smem carve(float * base, int C, int K, int V, bool grads) {
+__device__ inline bw_smem carve(float * base, int C, int K, int V, bool grads, bool staged) {
     bw_smem s;
     float * o = base;
+    s.LK = odd_ld(K), s.LV = odd_ld(V), s.LC = odd_ld(C);
     float ** rows[kScal] = {&s.dt, &s.lam, &s.gam, &s.sig, &s.cm, &s.ec, &s.wl, &s.dqk, &s.dQK, &s.rr, &s.mm, &s.dsg};
     for (int i = 0; i < kScal; ++i) *rows[i] = o, o += C;
     s.red = o, o += kBwdThreads;
-    s.qh = o, o += C * K;
-    s.kh = o, o += C * K;
-    s.v = o, o += C * V;
-    s.dy = o, o += C * V;
-    s.dqh = s.dks = s.pm = s.ee = s.ww = nullptr;
+    s.bq = o, o += K;
+    s.bk = o, o += K;
+    s.qh = o, o += C * s.LK;
+    s.kh = o, o += C * s.LK;
+    s.v = o, o += C * s.LV;
+    s.dy = o, o += C * s.LV;
+    s.dqh = s.dks = s.pm = s.ee = s.ww = s.gz = s.sb = s.sd = nullptr;
     if (grads) {
-        s.dqh = o, o += C * K;
-        s.dks = o, o += C * K;
-        s.pm = o, o += C * C;
-        s.ee = o, o += C * C;
-        s.ww = o;
+        s.dqh = o, o += C * s.LK;
+        s.dks = o, o += C * s.LK;
+        s.pm = o, o += C * s.LC;
+        s.ee = o, o += C * s.LC;
+        s.ww = o, o += C * s.LC;
+        s.gz = o, o += C * s.LV;
+        if (staged) {
+            s.sb = o, o += V * s.LK;
+            s.sd = o;
+        }
     }
     return s;
 }
 
-/* The chunk's scalars, q̂, k̂ (and d), v and dy into shared memory; returns c_last. */
-__device__ float load_chunk(const bw_args & P, const bw_chunk & ch, int h, const bw_smem & s) {
+/* A 4-byte asynchronous copy global → shared. */
+__device__ __forceinline__ void cp_async4(float * dst, const float * src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+
+/* out(m, n, a1, a2) for every m < M, n < N, with a1 = Σ_{k<K1} fa1(m, k)·fb1(n, k) and
+ * a2 = Σ_{k<K2} fa2(m, k)·fb2(n, k), each sum in k order. A thread computes TM×TN outputs at rows
+ * tm + nTm·a and columns tn + nTn·b; the lanes of a warp take consecutive tiles (consecutive tn),
+ * so their operand rows are consecutive (distinct banks with an odd leading dimension) or shared
+ * (a broadcast). Reads past M or N are clamped to the last row (their outputs are dropped).
+ * LOWER: only the outputs with n < m are needed: a thread takes the block of rows tm·TM + a and
+ * columns tn·TN + b, and a block with no n < m skips the sums (out gets zeros there). */
+template <int TM, int TN, bool LOWER = false, class FA1, class FB1, class FA2, class FB2, class FO>
+__device__ __forceinline__ void tiles2(int M, int N, int K1, FA1 fa1, FB1 fb1, int K2, FA2 fa2, FB2 fb2, FO out) {
+    const int nTm = (M + TM - 1) / TM, nTn = (N + TN - 1) / TN;
+    for (int t = threadIdx.x; t < nTm * nTn; t += blockDim.x) {
+        const int tm = t / nTn, tn = t - tm * nTn;
+        const int m0 = LOWER ? tm * TM : tm, dm = LOWER ? 1 : nTm; /* row a: m0 + dm·a */
+        const int n0 = LOWER ? tn * TN : tn, dn = LOWER ? 1 : nTn; /* column b: n0 + dn·b */
+        const bool any = !LOWER || n0 < m0 + TM - 1;
+        const int  k1 = any ? K1 : 0, k2 = any ? K2 : 0;
+        int        mi[TM], ni[TN];
+#pragma unroll
+        for (int a = 0; a < TM; ++a) mi[a] = min(m0 + dm * a, M - 1);
+#pragma unroll
+        for (int b = 0; b < TN; ++b) ni[b] = min(n0 + dn * b, N - 1);
+        float a1[TM][TN], a2[TM][TN];
+#pragma unroll
+        for (int a = 0; a < TM; ++a)
+#pragma unroll
+            for (int b = 0; b < TN; ++b) a1[a][b] = 0.0f, a2[a][b] = 0.0f;
+#pragma unroll 4
+        for (int k = 0; k < k1; ++k) {
+            float x[TM], y[TN];
+#pragma unroll
+            for (int a = 0; a < TM; ++a) x[a] = fa1(mi[a], k);
+#pragma unroll
+            for (int b = 0; b < TN; ++b) y[b] = fb1(ni[b], k);
+#pragma unroll
+            for (int a = 0; a < TM; ++a)
+#pragma unroll
+                for (int b = 0; b < TN; ++b) a1[a][b] = fmaf(x[a], y[b], a1[a][b]);
+        }
+#pragma unroll 4
+        for (int k = 0; k < k2; ++k) {
+            float x[TM], y[TN];
+#pragma unroll
+            for (int a = 0; a < TM; ++a) x[a] = fa2(mi[a], k);
+#pragma unroll
+            for (int b = 0; b < TN; ++b) y[b] = fb2(ni[b], k);
+#pragma unroll
+            for (int a = 0; a < TM; ++a)
+#pragma unroll
+                for (int b = 0; b < TN; ++b) a2[a][b] = fmaf(x[a], y[b], a2[a][b]);
+        }
+#pragma unroll
+        for (int a = 0; a < TM; ++a)
+#pragma unroll
+            for (int b = 0; b < TN; ++b) {
+                const int m = m0 + dm * a, n = n0 + dn * b;
+                if (m < M && n < N) out(m, n, a1[a][b], a2[a][b]);
+            }
+    }
+}
+
+/* The chunk's scalars, q̂, k̂ (and d), v, dy and (gz not null) the dz factor
+ * dout·sigmoid(z)·(1 + z·(1 − sigmoid(z))) into shared memory; returns c_last. */
+__device__ float load_chunk(const bw_args & P, int w, const bw_chunk & ch, int h, const bw_smem & s) {
     const int L = ch.len, K = P.K, V = P.V, A = P.A, g = h / P.G, tid = threadIdx.x, nt = blockDim.x;
+    const int LK = s.LK, LV = s.LV, lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
     for (int i = tid; i < L; i += nt) {
         const float * sc = P.sc + ((ch.tok + i) * P.H + h) * kScalWs;
         s.dt[i] = sc[0], s.lam[i] = sc[1], s.gam[i] = sc[2], s.sig[i] = sc[3], s.cm[i] = sc[4];
     }
-    for (int e = tid; e < L * K; e += nt) {
-        const int       i = e / K, c = e % K;
-        const long long t = ch.t0 + i;
-        s.qh[e] = ld4(P.q, ch.row, t, g, c) + ld2(P.qb, h, c);
-        s.kh[e] = ld4(P.k, ch.row, t, g, c) + ld2(P.kb, h, c);
-    }
-    for (int e = tid; e < L * V; e += nt) {
-        const int       i = e / V, r = e % V;
-        const long long t = ch.t0 + i;
-        s.v[e] = ld4(P.v, ch.row, t, h, r);
-        const float dO = ld4(P.dout, ch.row, t, h, r);
-        if (P.has_z) {
-            const float z = ld4(P.z, ch.row, t, h, r);
-            s.dy[e] = dO * z * sigmoidf(z);
-        } else {
-            s.dy[e] = dO;
-        }
-    }
+    for (int c = tid; c < K; c += nt) s.bq[c] = ld2(P.qb, h, c), s.bk[c] = ld2(P.kb, h, c);
+    float *qh = s.qh, *kh = s.kh, *v = s.v, *dy = s.dy, *gz = s.gz;
+    load_rows(P.q, ch.row, ch.t0, g, L, K, [=](int i, int c, float x) { qh[i * LK + c] = x; });
+    load_rows(P.k, ch.row, ch.t0, g, L, K, [=](int i, int c, float x) { kh[i * LK + c] = x; });
+    load_rows(P.v, ch.row, ch.t0, h, L, V, [=](int i, int r, float x) { v[i * LV + r] = x; });
+    load_rows(P.dout, ch.row, ch.t0, h, L, V, [=](int i, int r, float x) { dy[i * LV + r] = x; });
+    if (P.has_z) /* the same thread mapping as dout's: each thread reads back its own dy */
+        load_rows(P.z, ch.row, ch.t0, h, L, V, [=](int i, int r, float z) {
+            const float dO = dy[i * LV + r], sg = sigmoidf(z);
+            dy[i * LV + r] = dO * z * sg;
+            if (gz != nullptr) gz[i * LV + r] = dO * sg * (1.0f + z * (1.0f - sg));
+        });
     __syncthreads();
     const float cl = s.cm[L - 1];
     for (int i = tid; i < L; i += nt) {
         s.ec[i] = expf(s.cm[i]);
         s.wl[i] = expf(cl - s.cm[i]);
-        float d = 0.0f;
-        for (int c = 0; c < K; ++c) d += s.qh[i * K + c] * s.kh[i * K + c];
-        s.dqk[i] = d;
+    }
+    /* q̃ = q + q_bias, k̃ = k + k_bias in place and d = q̃·k̃, a warp per row */
+    for (int i = warp; i < L; i += nw) {
+        float a = 0.0f;
+        for (int c = lane; c < K; c += 32) {
+            const float q = qh[i * LK + c] + s.bq[c], k = kh[i * LK + c] + s.bk[c];
+            qh[i * LK + c] = q, kh[i * LK + c] = k;
+            a += q * k;
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) a += __shfl_xor_sync(0xffffffffu, a, off);
+        if (lane == 0) s.dqk[i] = a;
     }
     __syncthreads();
     const int K2 = K / 2;
     for (int e = tid; e < L * K2; e += nt) {
-        const int i = e / K2, p = e % K2;
+        const int i = e / K2, p = e - i * K2;
         if (p >= A) continue;
         float sn, cs;
-        sincosf(P.th[((ch.tok + i) * P.H + h) * A + p], &sn, &cs);
-        float *     q = s.qh + i * K + 2 * p, *k = s.kh + i * K + 2 * p;
+        sincosf(theta_at(P, w, h, ch.tok + i, p), &sn, &cs);
+        float *     q = qh + i * LK + 2 * p, *k = kh + i * LK + 2 * p;
         const float q0 = q[0], q1 = q[1], k0 = k[0], k1 = k[1];
         q[0] = q0 * cs - q1 * sn, q[1] = q0 * sn + q1 * cs;
         k[0] = k0 * cs - k1 * sn, k[1] = k0 * sn + k1 * cs;
@@ -114,202 +210,272 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_sums_kernel(const bw_ar
     extern __shared__ float smem[];
     const int      w = blockIdx.x, h = blockIdx.y;
     const bw_chunk ch = P.chunks[w];
-    const bw_smem  s = carve(smem, P.C, P.K, P.V, false);
-    const float    cl = load_chunk(P, ch, h, s);
-    const int      L = ch.len, K = P.K, VK = P.V * P.K;
-    for (int i = threadIdx.x; i < L; i += blockDim.x) s.wl[i] *= s.sig[i]; /* e^{c_last−c}·σ */
+    const bw_smem  s = carve(smem, P.C, P.K, P.V, false, false);
+    const float    cl = load_chunk(P, w, ch, h, s);
+    const int      L = ch.len, K = P.K, V = P.V, VK = V * K, LK = s.LK, LV = s.LV;
+    /* k̂ ← e^{c_last−c}·σ·k̂ and q̂ ← e^c·q̂ per row (this kernel needs them only scaled) */
+    for (int e = threadIdx.x; e < L * K; e += blockDim.x) {
+        const int i = e / K, c = e - i * K;
+        s.kh[i * LK + c] *= s.wl[i] * s.sig[i];
+        s.qh[i * LK + c] *= s.ec[i];
+    }
     __syncthreads();
     float * st = P.st + ((long long)w * P.H + h) * VK;
     float * dst = P.dst + ((long long)w * P.H + h) * VK;
-    for (int e = threadIdx.x; e < VK; e += blockDim.x) {
-        const int r = e / K, c = e % K;
-        float     a = 0.0f, b = 0.0f;
-        for (int i = 0; i < L; ++i) {
-            a += s.v[i * P.V + r] * s.wl[i] * s.kh[i * K + c];
-            b += s.dy[i * P.V + r] * s.ec[i] * s.qh[i * K + c];
-        }
-        st[e] = a;
-        dst[e] = b;
-    }
+    const float *v = s.v, *dy = s.dy, *kh = s.kh, *qh = s.qh;
+    /* st[r][c] = Σ_i v[i][r]·k̂w[i][c], dst[r][c] = Σ_i dy[i][r]·q̂e[i][c] */
+    tiles2<4, 4>(
+        V, K, L, [=](int r, int i) { return v[i * LV + r]; }, [=](int c, int i) { return kh[i * LK + c]; }, L,
+        [=](int r, int i) { return dy[i * LV + r]; }, [=](int c, int i) { return qh[i * LK + c]; },
+        [=](int r, int c, float a, float b) {
+            st[r * K + c] = a;
+            dst[r * K + c] = b;
+        });
     if (threadIdx.x == 0) P.cl[(long long)w * P.H + h] = cl;
 }
 
+template <bool STAGED>
 __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_grads_kernel(const bw_args P) {
     extern __shared__ float smem[];
     const int      w = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
+    const int      lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
     const bw_chunk ch = P.chunks[w];
-    const bw_smem  s = carve(smem, P.C, P.K, P.V, true);
-    const float    cl = load_chunk(P, ch, h, s);
-    const int      L = ch.len, K = P.K, V = P.V, A = P.A, C = P.C, VK = V * K, g = h / P.G;
+    const bw_smem  s = carve(smem, P.C, P.K, P.V, true, STAGED);
+    const float *  Sc = P.st + ((long long)w * P.H + h) * P.V * P.K;  /* state entering the chunk */
+    const float *  dS = P.dst + ((long long)w * P.H + h) * P.V * P.K; /* the carry of the chunk   */
+    if (STAGED) { /* S_c and dS into shared memory behind the chunk's loads and the first products */
+        for (int e = tid; e < P.V * P.K; e += nt) {
+            const int r = e / P.K, c = e - r * P.K;
+            cp_async4(s.sb + r * s.LK + c, Sc + e);
+        }
+        cp_async_commit();
+        for (int e = tid; e < P.V * P.K; e += nt) {
+            const int r = e / P.K, c = e - r * P.K;
+            cp_async4(s.sd + r * s.LK + c, dS + e);
+        }
+        cp_async_commit();
+    }
+    const float    cl = load_chunk(P, w, ch, h, s);
+    const int      L = ch.len, K = P.K, V = P.V, A = P.A, VK = V * K;
+    const int      LK = s.LK, LV = s.LV, LC = s.LC;
     const float    dskip = P.has_d ? ssmi_cu_ld(P.d.p, P.d.dtype, (long long)h * P.d.s[0]) : 0.0f;
-    const float *  Sc = P.st + ((long long)w * P.H + h) * VK;  /* state entering the chunk */
-    const float *  dS = P.dst + ((long long)w * P.H + h) * VK; /* the carry of the chunk   */
     const bool     seq_end = ch.last != 0;
+    const float *qh = s.qh, *kh = s.kh, *v = s.v, *dy = s.dy, *sig = s.sig, *cm = s.cm;
+    float *      dqh = s.dqh, *dks = s.dks, *pm = s.pm, *ee = s.ee, *ww = s.ww;
+    /* the state operand of the products: sb (staged) or global memory, rows of lsb */
+    const float * sta = STAGED ? s.sb : Sc;
+    const int     lsb = STAGED ? LK : K;
 
-    /* Pm, E, W (strictly lower) and dQK */
-    for (int e = tid; e < C * C; e += nt) {
-        const int i = e / C, j = e % C;
-        float     pm = 0.0f, ee = 0.0f, ww = 0.0f;
-        if (i < L && j < i) {
-            float qk = 0.0f, dv = 0.0f;
-            for (int c = 0; c < K; ++c) qk += s.qh[i * K + c] * s.kh[j * K + c];
-            for (int r = 0; r < V; ++r) dv += s.dy[i * V + r] * s.v[j * V + r];
-            const float dec = expf(s.cm[i] - s.cm[j]);
-            pm = dec * s.sig[j] * qk;
-            ee = dec * dv;
-            ww = pm * dv;
-        }
-        s.pm[e] = pm, s.ee[e] = ee, s.ww[e] = ww;
+    /* Pm, E, W (strictly lower; rows and columns < L) */
+    tiles2<2, 2, true>(
+        L, L, K, [=](int i, int c) { return qh[i * LK + c]; }, [=](int j, int c) { return kh[j * LK + c]; }, V,
+        [=](int i, int r) { return dy[i * LV + r]; }, [=](int j, int r) { return v[j * LV + r]; },
+        [=](int i, int j, float qk, float dv) {
+            float a = 0.0f, b = 0.0f, c = 0.0f;
+            if (j < i) {
+                const float dec = expf(cm[i] - cm[j]);
+                a = dec * sig[j] * qk;
+                b = dec * dv;
+                c = a * dv;
+            }
+            pm[i * LC + j] = a, ee[i * LC + j] = b, ww[i * LC + j] = c;
+        });
+    /* dQK_i = dy_i·v_i */
+    for (int i = warp; i < L; i += nw) {
+        const float a = warp_sum(V, [=](int r) { return dy[i * LV + r] * v[i * LV + r]; });
+        if (lane == 0) s.dQK[i] = a;
     }
-    for (int i = tid; i < L; i += nt) {
-        float a = 0.0f;
-        for (int r = 0; r < V; ++r) a += s.dy[i * V + r] * s.v[i * V + r];
-        s.dQK[i] = a;
+    if (STAGED) cp_async_wait_group<1>(); /* this thread's copies of S_c */
+    __syncthreads();
+
+    /* the inter-chunk part of dq̂: e^{c_i}·Σ_r dy[i][r]·S_c[r][c]; dz */
+    {
+        const float * sa = sta;
+        const float * ec = s.ec;
+        tiles2<4, 4>(
+            L, K, V, [=](int i, int r) { return dy[i * LV + r]; }, [=](int c, int r) { return sa[r * lsb + c]; }, 0,
+            [=](int, int) { return 0.0f; }, [=](int, int) { return 0.0f; },
+            [=](int i, int c, float a, float) { dqh[i * LK + c] = ec[i] * a; });
     }
-    /* the inter-chunk parts of dq̂ and dK̂s */
-    for (int e = tid; e < L * K; e += nt) {
-        const int i = e / K, c = e % K;
-        float     a = 0.0f, b = 0.0f;
-        for (int r = 0; r < V; ++r) {
-            a += s.dy[i * V + r] * Sc[r * K + c];
-            b += s.v[i * V + r] * dS[r * K + c];
-        }
-        s.dqh[e] = s.ec[i] * a;
-        s.dks[e] = s.wl[i] * b;
+    const bool want_dv = P.dv.present != 0, want_dz = P.dz.present != 0 && P.has_z;
+    if (want_dz) {
+        const float * sa = sta;
+        const float * ec = s.ec;
+        const float * gam = s.gam;
+        const float * dqk = s.dqk;
+        /* y[j][r] = e^{c_j}·Σ_c S_c[r][c]·q̂[j][c] + Σ_{i<j} Pm[j][i]·v[i][r] + (D + γ_j d_j)·v[j][r] */
+        tiles2<2, 4>(
+            L, V, K, [=](int j, int c) { return qh[j * LK + c]; }, [=](int r, int c) { return sa[r * lsb + c]; }, L,
+            [=](int j, int i) { return pm[j * LC + i]; }, [=](int r, int i) { return v[i * LV + r]; },
+            [&](int j, int r, float a, float b) {
+                const float y = ec[j] * a + b + (dskip + gam[j] * dqk[j]) * v[j * LV + r];
+                st4(P.dz, ch.row, ch.t0 + j, h, r, y * s.gz[j * LV + r]);
+            });
     }
-    /* μ: per-thread partials in a fixed stride, summed in thread order below */
+    __syncthreads();
+
+    /* r_i without the intra part of dq̂ (readout + W rows − W columns); then μ partials */
+    for (int i = warp; i < L; i += nw) {
+        const float ro = warp_sum(K, [=](int c) { return qh[i * LK + c] * dqh[i * LK + c]; });
+        const float rw = warp_sum(i, [=](int j) { return ww[i * LC + j]; });
+        const float cw = warp_sum(L - 1 - i, [=](int u) { return ww[(i + 1 + u) * LC + i]; });
+        if (lane == 0) s.rr[i] = ro + rw - cw;
+    }
+    if (STAGED) cp_async_wait_group<0>(); /* this thread's copies of dS */
+    __syncthreads();
     {
         float a = 0.0f;
-        for (int e = tid; e < VK; e += nt) a += Sc[e] * dS[e];
+        for (int e = tid; e < VK; e += nt) {
+            if (STAGED) {
+                const int r = e / K, c = e - r * K;
+                a += s.sb[r * LK + c] * s.sd[r * LK + c];
+            } else {
+                a += Sc[e] * dS[e];
+            }
+        }
         s.red[tid] = a;
     }
-    __syncthreads();
-    /* r (readout + W rows − W columns) and m */
-    for (int i = tid; i < L; i += nt) {
-        float ro = 0.0f, mk = 0.0f;
-        for (int c = 0; c < K; ++c) {
-            ro += s.qh[i * K + c] * s.dqh[i * K + c];
-            mk += s.kh[i * K + c] * s.dks[i * K + c];
+
+    /* the inter-chunk part of dK̂s: e^{c_last−c_i}·Σ_r v[i][r]·dS[r][c]; dv */
+    {
+        const float * sa = STAGED ? s.sd : dS;
+        const float * wl = s.wl;
+        tiles2<4, 4>(
+            L, K, V, [=](int i, int r) { return v[i * LV + r]; }, [=](int c, int r) { return sa[r * lsb + c]; }, 0,
+            [=](int, int) { return 0.0f; }, [=](int, int) { return 0.0f; },
+            [=](int i, int c, float a, float) { dks[i * LK + c] = wl[i] * a; });
+        if (want_dv) {
+            const float * gam = s.gam;
+            const float * dqk = s.dqk;
+            /* dv[j][r] = e^{c_last−c_j}σ_j·Σ_c dS[r][c]·k̂[j][c] + Σ_{i>j} Pm[i][j]·dy[i][r]
+             *            + (D + γ_j d_j)·dy[j][r] */
+            tiles2<2, 4>(
+                L, V, K, [=](int j, int c) { return kh[j * LK + c]; }, [=](int r, int c) { return sa[r * lsb + c]; },
+                L, [=](int j, int i) { return pm[i * LC + j]; }, [=](int r, int i) { return dy[i * LV + r]; },
+                [&](int j, int r, float b, float a) {
+                    float dv = a + wl[j] * sig[j] * b + (dskip + gam[j] * dqk[j]) * dy[j * LV + r];
+                    if (seq_end && j == L - 1 && P.has_dfv) dv += ld3(P.dfv, ch.seq, h, r);
+                    st4(P.dv, ch.row, ch.t0 + j, h, r, dv);
+                });
         }
-        float rw = 0.0f, cw = 0.0f;
-        for (int j = 0; j < i; ++j) rw += s.ww[i * C + j];
-        for (int j = i + 1; j < L; ++j) cw += s.ww[j * C + i];
-        s.rr[i] = ro + rw - cw;
-        s.mm[i] = s.sig[i] * mk;
     }
     __syncthreads();
-    /* the intra-chunk parts of dq̂ and dK̂s */
-    for (int e = tid; e < L * K; e += nt) {
-        const int i = e / K, c = e % K;
-        float     a = 0.0f, b = 0.0f;
-        for (int j = 0; j < i; ++j) a += s.ee[i * C + j] * s.sig[j] * s.kh[j * K + c];
-        for (int j = i + 1; j < L; ++j) b += s.ee[j * C + i] * s.qh[j * K + c];
-        s.dqh[e] += a;
-        s.dks[e] += b;
+
+    /* m_i = σ_i·k̂_i·(inter dK̂s)_i */
+    for (int i = warp; i < L; i += nw) {
+        const float mk = warp_sum(K, [=](int c) { return kh[i * LK + c] * dks[i * LK + c]; });
+        if (lane == 0) s.mm[i] = sig[i] * mk;
     }
-    /* dv and dz */
-    const bool want_dv = P.dv.present != 0, want_dz = P.dz.present != 0 && P.has_z;
-    if (want_dv || want_dz)
-        for (int e = tid; e < L * V; e += nt) {
-            const int       j = e / V, r = e % V;
-            const long long t = ch.t0 + j;
-            const float     diag = dskip + s.gam[j] * s.dqk[j];
-            if (want_dv) {
-                float a = 0.0f, b = 0.0f;
-                for (int i = j + 1; i < L; ++i) a += s.pm[i * C + j] * s.dy[i * V + r];
-                for (int c = 0; c < K; ++c) b += dS[r * K + c] * s.kh[j * K + c];
-                float dv = a + s.wl[j] * s.sig[j] * b + diag * s.dy[j * V + r];
-                if (seq_end && j == L - 1 && P.has_dfv) dv += ld3(P.dfv, ch.seq, h, r);
-                st4(P.dv, ch.row, t, h, r, dv);
-            }
-            if (want_dz) {
-                float a = 0.0f, b = 0.0f;
-                for (int c = 0; c < K; ++c) a += Sc[r * K + c] * s.qh[j * K + c];
-                for (int i = 0; i < j; ++i) b += s.pm[j * C + i] * s.v[i * V + r];
-                const float y = s.ec[j] * a + b + diag * s.v[j * V + r];
-                const float z = ld4(P.z, ch.row, t, h, r), sg = sigmoidf(z), dO = ld4(P.dout, ch.row, t, h, r);
-                st4(P.dz, ch.row, t, h, r, dO * y * sg * (1.0f + z * (1.0f - sg)));
-            }
-        }
     __syncthreads();
-    /* dadt, the dd partial (thread 0, in token order); dσ, dγ per token */
-    if (tid == 0) {
+
+    /* the intra-chunk parts: dq̂[i] += Σ_{j<i} E[i][j]·σ_j·k̂[j], dK̂s[j] += Σ_{i>j} E[i][j]·q̂[i]
+     * (E is 0 on and above the diagonal) */
+    tiles2<4, 4>(
+        L, K, L, [=](int i, int j) { return ee[i * LC + j] * sig[j]; }, [=](int c, int j) { return kh[j * LK + c]; },
+        0, [=](int, int) { return 0.0f; }, [=](int, int) { return 0.0f; },
+        [=](int i, int c, float a, float) { dqh[i * LK + c] += a; });
+    tiles2<4, 4>(
+        L, K, L, [=](int j, int i) { return ee[i * LC + j]; }, [=](int c, int i) { return qh[i * LK + c]; }, 0,
+        [=](int, int) { return 0.0f; }, [=](int, int) { return 0.0f; },
+        [=](int j, int c, float a, float) { dks[j * LK + c] += a; });
+    __syncthreads();
+
+    /* dσ, dγ per token (a warp per token) */
+    for (int i = warp; i < L; i += nw) {
+        const float a = warp_sum(K, [=](int c) { return dks[i * LK + c] * kh[i * LK + c]; });
+        if (lane == 0) {
+            s.dsg[i] = a;
+            const long long o = (ch.tok + i) * P.H + h;
+            P.dsg[o] = a;
+            P.dgm[o] = s.dQK[i] * s.dqk[i] + a;
+        }
+    }
+    /* warp 0: μ, dadt_i = Σ_{i'≥i} r_i' + Σ_{j<i} m_j + μ (lane i, L ≤ 32), the dd partial */
+    if (warp == 0) {
         float mu = 0.0f;
-        for (int i = 0; i < nt; ++i) mu += s.red[i];
+        for (int u = 0; u < kBwdThreads / 32; ++u) mu += s.red[lane + 32 * u];
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) mu += __shfl_xor_sync(0xffffffffu, mu, off);
         mu *= expf(cl);
-        float ex = 0.0f; /* Σ_{j<i} m_j, kept in red (free now) */
-        for (int i = 0; i < L; ++i) {
-            s.red[i] = ex;
-            ex += s.mm[i];
+        float mi = lane < L ? s.mm[lane] : 0.0f, ri = lane < L ? s.rr[lane] : 0.0f;
+        float dd = lane < L ? s.dQK[lane] : 0.0f;
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            const float up = __shfl_up_sync(0xffffffffu, mi, off);
+            const float dn = __shfl_down_sync(0xffffffffu, ri, off);
+            if (lane >= off) mi += up;
+            if (lane + off < 32) ri += dn;
         }
-        float rev = 0.0f, dd = 0.0f;
-        for (int i = L - 1; i >= 0; --i) {
-            rev += s.rr[i];
-            if (P.dadt.present) st3(P.dadt, ch.row, h, ch.t0 + i, rev + s.red[i] + mu);
-        }
-        for (int i = 0; i < L; ++i) dd += s.dQK[i];
-        P.ddp[(long long)w * P.H + h] = dd;
-    }
-    for (int i = tid; i < L; i += nt) {
-        float a = 0.0f;
-        for (int c = 0; c < K; ++c) a += s.dks[i * K + c] * s.kh[i * K + c];
-        s.dsg[i] = a;
-        const long long o = (ch.tok + i) * P.H + h;
-        P.dsg[o] = a;
-        P.dgm[o] = s.dQK[i] * s.dqk[i] + a;
+        float ex = __shfl_up_sync(0xffffffffu, mi, 1);
+        if (lane == 0) ex = 0.0f;
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1) dd += __shfl_xor_sync(0xffffffffu, dd, off);
+        if (lane < L && P.dadt.present) st3(P.dadt, ch.row, h, ch.t0 + lane, ri + ex + mu);
+        if (lane == 0) P.ddp[(long long)w * P.H + h] = dd;
     }
     __syncthreads();
+
     /* the chain per (token, pair): dk̂, dθ, dq̃, dk̃ */
     const int K2 = K / 2;
     for (int e = tid; e < L * K2; e += nt) {
-        const int       i = e / K2, p = e % K2, c0 = 2 * p;
-        const long long t = ch.t0 + i, o = (ch.tok + i) * P.H + h;
+        const int       i = e / K2, p = e - i * K2, c0 = 2 * p;
+        const long long o = (ch.tok + i) * P.H + h;
         const bool      fk = seq_end && i == L - 1 && P.has_dfk;
-        float           g0 = s.sig[i] * s.dks[i * K + c0], g1 = s.sig[i] * s.dks[i * K + c0 + 1];
+        float           g0 = sig[i] * dks[i * LK + c0], g1 = sig[i] * dks[i * LK + c0 + 1];
         if (fk) g0 += ld3(P.dfk, ch.seq, h, c0), g1 += ld3(P.dfk, ch.seq, h, c0 + 1);
-        float f0 = s.dqh[i * K + c0], f1 = s.dqh[i * K + c0 + 1];
+        float f0 = dqh[i * LK + c0], f1 = dqh[i * LK + c0 + 1];
+        /* q̃, k̃ of the pair: q̂, k̂ rotated back (unrotated pairs are q̃, k̃ themselves) */
+        float qt0 = qh[i * LK + c0], qt1 = qh[i * LK + c0 + 1], kt0 = kh[i * LK + c0], kt1 = kh[i * LK + c0 + 1];
         if (p < A) {
-            const float *x = s.qh + i * K + c0, *y = s.kh + i * K + c0;
-            P.dth[o * A + p] = -f0 * x[1] + f1 * x[0] - g0 * y[1] + g1 * y[0];
+            P.dth[o * A + p] = -f0 * qt1 + f1 * qt0 - g0 * kt1 + g1 * kt0;
             float sn, cs;
-            sincosf(P.th[o * A + p], &sn, &cs);
+            sincosf(theta_at(P, w, h, ch.tok + i, p), &sn, &cs);
             const float a0 = cs * f0 + sn * f1, a1 = -sn * f0 + cs * f1;
             const float b0 = cs * g0 + sn * g1, b1 = -sn * g0 + cs * g1;
+            const float x0 = cs * qt0 + sn * qt1, x1 = -sn * qt0 + cs * qt1;
+            const float y0 = cs * kt0 + sn * kt1, y1 = -sn * kt0 + cs * kt1;
             f0 = a0, f1 = a1, g0 = b0, g1 = b1;
+            qt0 = x0, qt1 = x1, kt0 = y0, kt1 = y1;
         }
         const float cqk = s.dQK[i] * s.gam[i];
-        const float qt0 = ld4(P.q, ch.row, t, g, c0) + ld2(P.qb, h, c0);
-        const float qt1 = ld4(P.q, ch.row, t, g, c0 + 1) + ld2(P.qb, h, c0 + 1);
-        const float kt0 = ld4(P.k, ch.row, t, g, c0) + ld2(P.kb, h, c0);
-        const float kt1 = ld4(P.k, ch.row, t, g, c0 + 1) + ld2(P.kb, h, c0 + 1);
         f0 += cqk * kt0, f1 += cqk * kt1;
         g0 += cqk * qt0, g1 += cqk * qt1;
-        P.dqt[o * K + c0] = f0, P.dqt[o * K + c0 + 1] = f1;
-        P.dkt[o * K + c0] = g0, P.dkt[o * K + c0 + 1] = g1;
+        /* one 8-byte store per pair (K even, 128-byte aligned workspace) */
+        *reinterpret_cast<float2 *>(P.dqt + o * K + c0) = make_float2(f0, f1);
+        *reinterpret_cast<float2 *>(P.dkt + o * K + c0) = make_float2(g0, g1);
         /* each thread owns its pair: the chunk sums below read them back */
-        s.dqh[i * K + c0] = f0, s.dqh[i * K + c0 + 1] = f1;
-        s.dks[i * K + c0] = g0, s.dks[i * K + c0 + 1] = g1;
+        dqh[i * LK + c0] = f0, dqh[i * LK + c0 + 1] = f1;
+        dks[i * LK + c0] = g0, dks[i * LK + c0 + 1] = g1;
     }
     __syncthreads();
-    for (int c = tid; c < K; c += nt) {
+    /* the chunk sums of dq̃, dk̃ (per column) and of dθ (per angle; this block's global writes
+     * above are visible after the barrier) */
+    for (int c = tid; c < K + A; c += nt) {
         float a = 0.0f, b = 0.0f;
-        for (int i = 0; i < L; ++i) a += s.dqh[i * K + c], b += s.dks[i * K + c];
-        P.qbp[((long long)w * P.H + h) * K + c] = a;
-        P.kbp[((long long)w * P.H + h) * K + c] = b;
+        if (c < K) {
+            for (int i = 0; i < L; ++i) a += dqh[i * LK + c], b += dks[i * LK + c];
+            P.qbp[((long long)w * P.H + h) * K + c] = a;
+            P.kbp[((long long)w * P.H + h) * K + c] = b;
+        } else {
+            const int p = c - K;
+            for (int i = 0; i < L; ++i) a += P.dth[((ch.tok + i) * P.H + h) * A + p];
+            P.thp[((long long)w * P.H + h) * A + p] = a;
+        }
     }
 }
 
 } /* namespace */
 
 ssm_status launch_bwd_chunk(ssm_context * ctx, const char * op, const bw_args & P, bool grads) {
-    const size_t bytes = sizeof(float) * (size_t)chunk_smem_floats(P.C, P.K, P.V, grads);
+    const size_t bytes = sizeof(float) * (size_t)chunk_smem_floats(P.C, P.K, P.V, grads, P.staged != 0);
     const dim3   grid((unsigned)P.W, (unsigned)P.H);
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     if (grads) {
+        void (*kern)(const bw_args) = P.staged ? bwd_chunk_grads_kernel<true> : bwd_chunk_grads_kernel<false>;
         SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
             ctx, op, "cudaFuncSetAttribute (bwd_chunk_grads_kernel)",
-            cudaFuncSetAttribute(bwd_chunk_grads_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes)));
-        bwd_chunk_grads_kernel<<<grid, kBwdThreads, bytes, s>>>(P);
+            cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes)));
+        kern<<<grid, kBwdThreads, bytes, s>>>(P);
         return ssmi_cuda_status(ctx, op, "bwd_chunk_grads_kernel launch", cudaGetLastError());
     }
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(

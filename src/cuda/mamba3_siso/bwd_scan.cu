@@ -2,10 +2,14 @@
  * bwd_scan.cu — the per-sequence kernels of the CUDA Mamba-3 SISO backward and its fixed-order sums
  * (plain fp32; bwd.cuh lists the workspace arrays).
  *
- * bwd_prep_kernel, one block per (sequence, head): thread i < A walks the sequence forward with
- *   θ_i = wrap(θ_i + π·tanh(raw_i)·dt) (from angle_state or 0) and writes θ of every token; thread
- *   A writes dt, λ = sigmoid(trap), γ = dt·λ, σ = γ + dt_{t+1}(1 − λ_{t+1}) (0 after the last
- *   token) and the chunk-local inclusive cumsum of adt of every token.
+ * The sequential walks load a batch of kWalkBatch steps' operands first and then take the steps in
+ * order, so a walk waits on memory once per batch instead of once per step.
+ * bwd_prep_kernel, one block per (chunk, head): per token dt, λ = sigmoid(trap), γ = dt·λ, σ = γ +
+ *   dt_{t+1}(1 − λ_{t+1}) (0 after the last token) and the chunk-local inclusive cumsum of adt;
+ *   per angle the chunk-local running sums of π·tanh(raw)·dt (th) and their total (thb).
+ * bwd_theta_kernel, one thread per (sequence, head, angle): θ entering each chunk (thb), from
+ *   angle_state (or 0), θ ← wrap(θ + the chunk's total); θ of a token is then wrap(θ entering +
+ *   its running sum) (theta_at), the same θ mod 2π as the token-by-token walk.
  * bwd_pass_kernel, one thread per (sequence, head, state element): forward, st[c] ← the state
  *   entering chunk c (from H_in = S_in + dt_0(1 − λ_0)·V_in K_inᵀ, or 0) with S ← e^{c_last}·S +
  *   st[c]; reverse, dst[c] ← the carry dS of chunk c (from dfinal_ssm_state, or 0) with dS ←
@@ -13,9 +17,11 @@
  *   contribution before overwriting it.
  * bwd_seq_kernel, one block per (sequence, head): the initial-state gradients (dssm_state = dH_in,
  *   dv_state = c0·dH_in·K_in, dk_state = c0·dH_inᵀ·V_in, and dc = ⟨dH_in, V_in K_inᵀ⟩ for the
- *   t = 0 fold), then the angle backward (spec §6.6: G reverse-cumulated per angle from
- *   dfinal_angle_state; dangles, dangle_state, π·tanh(raw)·G kept per token), then per token ddt
- *   and dtrap (spec §6.2). An empty sequence passes each dfinal_* to its d*_state (or 0).
+ *   t = 0 fold, into dcw), then the angle carry (spec §6.6: G reverse-cumulated per angle from
+ *   dfinal_angle_state over the chunks' dθ sums; each chunk's entering carry into thp,
+ *   dangle_state). An empty sequence passes each dfinal_* to its d*_state (or 0).
+ * bwd_tok_kernel, one block per (chunk, head): G inside the chunk from its carry, dangles, then
+ *   per token ddt and dtrap (spec §6.2).
  * bwd_qk_sum_kernel: dq, dk = Σ over the G V-heads of a group, in head order.
  * bwd_param_sum_kernel: dq_bias, dk_bias, dd = Σ over the chunks (sequence order, then chunk
  *   order) of the per-chunk sums.
@@ -28,68 +34,116 @@ namespace ssmi_siso_bwd {
 
 namespace {
 
-__global__ void bwd_prep_kernel(const bw_args P) {
-    const int    n = blockIdx.x, h = blockIdx.y, H = P.H, A = P.A;
-    const bw_seg sg = P.segs[n];
-    const int    L = sg.len;
-    for (int i = threadIdx.x; i <= A; i += blockDim.x) {
-        if (i < A) {
-            float th = P.has_states ? ld3(P.ang_in, n, h, i) : 0.0f;
-            for (int p = 0; p < L; ++p) {
-                const long long t = sg.t0 + p;
-                const float     rate = kPi * tanhf(ld4(P.ang, sg.row, t, h, i));
-                th = wrap2pi(th + rate * ld3(P.dt, sg.row, h, t));
-                P.th[((sg.tok + p) * H + h) * A + i] = th;
-            }
-        } else {
-            float cm = 0.0f;
-            float dtn = L > 0 ? ld3(P.dt, sg.row, h, sg.t0) : 0.0f;
-            float lamn = L > 0 ? sigmoidf(ld3(P.trap, sg.row, h, sg.t0)) : 0.0f;
-            for (int p = 0; p < L; ++p) {
-                const long long t = sg.t0 + p;
-                const float     dtv = dtn, lam = lamn;
-                dtn = p + 1 < L ? ld3(P.dt, sg.row, h, t + 1) : 0.0f;
-                lamn = p + 1 < L ? sigmoidf(ld3(P.trap, sg.row, h, t + 1)) : 0.0f;
-                if (p % P.C == 0) cm = 0.0f;
-                cm += ld3(P.adt, sg.row, h, t);
-                const float gam = dtv * lam;
-                float *     o = P.sc + ((sg.tok + p) * H + h) * kScalWs;
-                o[0] = dtv, o[1] = lam, o[2] = gam, o[3] = gam + dtn * (1.0f - lamn), o[4] = cm;
-            }
+const int kWalkBatch = 32; /* chunks whose loads a sequential walk issues together */
+static_assert(kBwdMaxChunk <= 32, "the prep's cumsum runs over one warp's lanes");
+
+/* One (chunk, head) per block: per token dt, λ = sigmoid(trap), γ = dt·λ, σ = γ + dt_{t+1}(1 −
+ * λ_{t+1}) (0 after the sequence's last token) and the chunk-local inclusive cumsum of adt (warp 0,
+ * a shuffle scan; L ≤ 32); per angle (a thread each, tokens in order) the chunk-local running sums
+ * of π·tanh(raw)·dt into th and their total into thb. */
+__global__ void __launch_bounds__(kSeqThreads) bwd_prep_kernel(const bw_args P) {
+    __shared__ float s_dt[kBwdMaxChunk];
+    __shared__ float s_rate[kBwdMaxChunk * (kMaxK / 2)]; /* π·tanh(raw), token-major */
+    const int        w = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x, H = P.H, A = P.A;
+    const bw_chunk   ch = P.chunks[w];
+    const int        L = ch.len;
+    if (tid < 32) {
+        const int       i = tid;
+        const long long t = ch.t0 + i;
+        const bool      in = i < L, next = i + 1 < L || (i + 1 == L && !ch.last);
+        const float     dtv = in ? ld3(P.dt, ch.row, h, t) : 0.0f;
+        const float     lam = in ? sigmoidf(ld3(P.trap, ch.row, h, t)) : 0.0f;
+        const float     dtn = next ? ld3(P.dt, ch.row, h, t + 1) : 0.0f;
+        const float     lamn = next ? sigmoidf(ld3(P.trap, ch.row, h, t + 1)) : 0.0f;
+        float           cm = in ? ld3(P.adt, ch.row, h, t) : 0.0f;
+#pragma unroll
+        for (int off = 1; off < 32; off <<= 1) {
+            const float up = __shfl_up_sync(0xffffffffu, cm, off);
+            if (i >= off) cm += up;
         }
+        if (in) {
+            const float gam = dtv * lam;
+            float *     o = P.sc + ((ch.tok + i) * H + h) * kScalWs;
+            o[0] = dtv, o[1] = lam, o[2] = gam, o[3] = gam + dtn * (1.0f - lamn), o[4] = cm;
+            s_dt[i] = dtv;
+        }
+    }
+    load_rows(P.ang, ch.row, ch.t0, h, L, A, [&](int i, int p, float x) { s_rate[i * A + p] = kPi * tanhf(x); });
+    __syncthreads();
+    for (int p = tid; p < A; p += nt) {
+        float run = 0.0f;
+        for (int i = 0; i < L; ++i) {
+            run += s_rate[i * A + p] * s_dt[i];
+            P.th[((ch.tok + i) * H + h) * A + p] = run;
+        }
+        P.thb[((long long)w * H + h) * A + p] = run;
     }
 }
 
-__global__ void bwd_pass_kernel(const bw_args P, int forward) {
-    const int       n = blockIdx.x / P.H, h = blockIdx.x % P.H, VK = P.V * P.K;
-    const int       e = blockIdx.y * blockDim.x + threadIdx.x;
-    const bw_seg    sg = P.segs[n];
+/* One thread per (sequence, head, angle): θ entering each chunk, from angle_state (or 0), θ ←
+ * wrap(θ + the chunk's sum); the chunks in batches of kWalkBatch (the loads of a batch first). */
+__global__ void __launch_bounds__(kSeqThreads) bwd_theta_kernel(const bw_args P) {
+    const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (long long)P.NS * P.H * P.A) return;
+    const int    p = (int)(e % P.A), h = (int)((e / P.A) % P.H), n = (int)(e / ((long long)P.A * P.H));
+    const bw_seg sg = P.segs[n];
+    float        th = P.has_states ? ld3(P.ang_in, n, h, p) : 0.0f;
+    for (int j0 = 0; j0 < sg.count; j0 += kWalkBatch) {
+        float add[kWalkBatch];
+#pragma unroll
+        for (int k = 0; k < kWalkBatch; ++k) {
+            const long long w = sg.first + j0 + k;
+            add[k] = j0 + k < sg.count ? P.thb[(w * P.H + h) * P.A + p] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < kWalkBatch; ++k)
+            if (j0 + k < sg.count) {
+                const long long w = sg.first + j0 + k;
+                P.thb[(w * P.H + h) * P.A + p] = th;
+                th = wrap2pi(th + add[k]);
+            }
+    }
+}
+
+/* One thread per (sequence, head, state element); the chunks in batches of kWalkBatch (the loads
+ * of a batch first, then the steps in order). */
+__global__ void __launch_bounds__(kSeqThreads) bwd_pass_kernel(const bw_args P, int forward) {
+    const int    n = blockIdx.x / P.H, h = blockIdx.x % P.H, VK = P.V * P.K;
+    const int    e = blockIdx.y * blockDim.x + threadIdx.x;
+    const bw_seg sg = P.segs[n];
     if (e >= VK) return;
-    const int       r = e / P.K, c = e % P.K;
+    const int r = e / P.K, c = e % P.K;
+    float *   buf = forward ? P.st : P.dst;
+    float     S = 0.0f;
     if (forward) {
         if (sg.count == 0) return;
-        float S = 0.0f;
         if (P.has_states) {
             const float * sc = P.sc + (sg.tok * P.H + h) * kScalWs;
             const float   c0 = sc[0] * (1.0f - sc[1]);
             S = ld4(P.ssm_in, n, h, r, c) + c0 * ld3(P.v_in, n, h, r) * ld3(P.k_in, n, h, c);
         }
-        for (int j = 0; j < sg.count; ++j) {
-            const long long w = sg.first + j, o = (w * P.H + h) * VK + e;
-            const float     add = P.st[o];
-            P.st[o] = S;
-            S = expf(P.cl[w * P.H + h]) * S + add;
-        }
     } else {
-        float dS = P.has_dfs ? ld4(P.dfs, n, h, r, c) : 0.0f;
-        for (int j = sg.count - 1; j >= 0; --j) {
-            const long long w = sg.first + j, o = (w * P.H + h) * VK + e;
-            const float     add = P.dst[o];
-            P.dst[o] = dS;
-            dS = expf(P.cl[w * P.H + h]) * dS + add;
-        }
-        P.dhin[((long long)n * P.H + h) * VK + e] = dS;
+        S = P.has_dfs ? ld4(P.dfs, n, h, r, c) : 0.0f;
     }
+    for (int j0 = 0; j0 < sg.count; j0 += kWalkBatch) {
+        float add[kWalkBatch], dec[kWalkBatch];
+#pragma unroll
+        for (int k = 0; k < kWalkBatch; ++k) {
+            const int       j = forward ? j0 + k : sg.count - 1 - j0 - k;
+            const long long w = sg.first + j;
+            add[k] = j0 + k < sg.count ? buf[(w * P.H + h) * VK + e] : 0.0f;
+            dec[k] = j0 + k < sg.count ? P.cl[w * P.H + h] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < kWalkBatch; ++k)
+            if (j0 + k < sg.count) {
+                const int       j = forward ? j0 + k : sg.count - 1 - j0 - k;
+                const long long w = sg.first + j;
+                buf[(w * P.H + h) * VK + e] = S;
+                S = expf(dec[k]) * S + add[k];
+            }
+    }
+    if (!forward) P.dhin[((long long)n * P.H + h) * VK + e] = S;
 }
 
 /* An empty sequence: d*_state = dfinal_* (or 0). */
@@ -106,29 +160,30 @@ __device__ void empty_sequence(const bw_args & P, int n, int h) {
         for (int r = tid; r < V; r += nt) st3(P.dv_st, n, h, r, P.has_dfv ? ld3(P.dfv, n, h, r) : 0.0f);
 }
 
+/* One block per (sequence, head): the initial-state gradients and dc into dcw, then the angle
+ * carry over the chunks (thread per angle, last chunk first, in batches of kWalkBatch chunks):
+ * thp[c] ← dfinal_angle_state + Σ of the dθ sums of the chunks after c, dangle_state = the total. */
 __global__ void __launch_bounds__(kSeqThreads) bwd_seq_kernel(const bw_args P) {
-    __shared__ float red[kSeqThreads];
-    __shared__ float s_dc;
+    __shared__ float red[kSeqThreads / 32];
     const int        n = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
+    const int        lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
     const int        H = P.H, K = P.K, V = P.V, A = P.A;
     const bw_seg     sg = P.segs[n];
-    const int        L = sg.len;
-    if (L == 0) {
+    if (sg.len == 0) {
         empty_sequence(P, n, h);
         return;
     }
-    const float * sc0 = P.sc + (sg.tok * H + h) * kScalWs;
     if (P.has_states) {
+        const float * sc0 = P.sc + (sg.tok * H + h) * kScalWs;
         const float * dh = P.dhin + ((long long)n * H + h) * V * K;
         const float   c0 = sc0[0] * (1.0f - sc0[1]);
-        float         part = 0.0f; /* Σ_r v_in[r]·(dH_in K_in)[r] over this thread's rows */
-        for (int r = tid; r < V; r += nt) {
-            float u = 0.0f;
-            for (int c = 0; c < K; ++c) u += dh[r * K + c] * ld3(P.k_in, n, h, c);
+        float         part = 0.0f; /* Σ_r v_in[r]·(dH_in K_in)[r] over this warp's rows, in row order */
+        for (int r = warp; r < V; r += nw) {
+            const float u = warp_sum(K, [&](int c) { return dh[r * K + c] * ld3(P.k_in, n, h, c); });
             part += ld3(P.v_in, n, h, r) * u;
-            if (P.dv_st.present) st3(P.dv_st, n, h, r, c0 * u);
+            if (lane == 0 && P.dv_st.present) st3(P.dv_st, n, h, r, c0 * u);
         }
-        red[tid] = part;
+        if (lane == 0) red[warp] = part;
         if (P.dk_st.present)
             for (int c = tid; c < K; c += nt) {
                 float u = 0.0f;
@@ -140,34 +195,71 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_seq_kernel(const bw_args P) {
         __syncthreads();
         if (tid == 0) {
             float dc = 0.0f;
-            for (int i = 0; i < nt; ++i) dc += red[i];
-            s_dc = dc;
+            for (int i = 0; i < nw; ++i) dc += red[i];
+            P.dcw[(long long)n * H + h] = dc;
         }
     }
-    /* the angle backward: G_t = Σ_{u≥t} dθ_u + dfinal_angle_state */
     for (int i = tid; i < A; i += nt) {
         float G = P.has_dfa ? ld3(P.dfa, n, h, i) : 0.0f;
-        for (int p = L - 1; p >= 0; --p) {
-            const long long t = sg.t0 + p, o = ((sg.tok + p) * H + h) * A + i;
-            G += P.dth[o];
-            const float tn = tanhf(ld4(P.ang, sg.row, t, h, i));
-            const float dtv = P.sc[((sg.tok + p) * H + h) * kScalWs];
-            if (P.dang.present) st4(P.dang, sg.row, t, h, i, kPi * dtv * (1.0f - tn * tn) * G);
-            P.dth[o] = kPi * tn * G;
+        for (int j0 = 0; j0 < sg.count; j0 += kWalkBatch) {
+            float add[kWalkBatch];
+#pragma unroll
+            for (int k = 0; k < kWalkBatch; ++k) {
+                const long long w = sg.first + sg.count - 1 - j0 - k;
+                add[k] = j0 + k < sg.count ? P.thp[(w * H + h) * A + i] : 0.0f;
+            }
+#pragma unroll
+            for (int k = 0; k < kWalkBatch; ++k)
+                if (j0 + k < sg.count) {
+                    const long long w = sg.first + sg.count - 1 - j0 - k;
+                    P.thp[(w * H + h) * A + i] = G;
+                    G += add[k];
+                }
         }
         if (P.dang_st.present) st3(P.dang_st, n, h, i, G);
     }
+}
+
+/* One block per (chunk, head): the angle backward inside the chunk (spec §6.6: G_t = the chunk's
+ * carry + Σ_{u≥t in the chunk} dθ_u, thread per angle, tokens last first; dangles and π·tanh(raw)·G
+ * per token), then per token (a warp each) ddt and dtrap (spec §6.2). */
+__global__ void __launch_bounds__(kSeqThreads) bwd_tok_kernel(const bw_args P) {
+    __shared__ float s_g[kBwdMaxChunk * (kMaxK / 2)];  /* dθ, then π·tanh(raw)·G */
+    __shared__ float s_tn[kBwdMaxChunk * (kMaxK / 2)]; /* tanh(raw)               */
+    __shared__ float s_dt[kBwdMaxChunk];
+    const int        w = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
+    const int        lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
+    const int        H = P.H, A = P.A;
+    const bw_chunk   ch = P.chunks[w];
+    const int        L = ch.len;
+    load_rows(P.ang, ch.row, ch.t0, h, L, A, [&](int i, int p, float x) { s_tn[i * A + p] = tanhf(x); });
+    for (int e = tid; e < L * A; e += nt) {
+        const int i = e / A, p = e - i * A;
+        s_g[e] = P.dth[((ch.tok + i) * H + h) * A + p];
+    }
+    for (int i = tid; i < L; i += nt) s_dt[i] = P.sc[((ch.tok + i) * H + h) * kScalWs];
+    __syncthreads();
+    for (int p = tid; p < A; p += nt) {
+        float G = P.thp[((long long)w * H + h) * A + p];
+        for (int i = L - 1; i >= 0; --i) {
+            G += s_g[i * A + p];
+            const float tn = s_tn[i * A + p];
+            if (P.dang.present) st4(P.dang, ch.row, ch.t0 + i, h, p, kPi * s_dt[i] * (1.0f - tn * tn) * G);
+            s_g[i * A + p] = kPi * tn * G;
+        }
+    }
     __syncthreads();
     if (!P.ddt.present && !P.dtrap.present) return;
-    const float dc = P.has_states ? s_dc : 0.0f;
-    for (int p = tid; p < L; p += nt) {
-        const long long t = sg.t0 + p, o = (sg.tok + p) * H + h;
+    const bw_seg sg = P.segs[ch.seq];
+    const float  dc = P.has_states ? P.dcw[(long long)ch.seq * H + h] : 0.0f;
+    for (int i = warp; i < L; i += nw) {
+        const float ang = warp_sum(A, [&](int p) { return s_g[i * A + p]; });
+        if (lane != 0) continue;
+        const long long t = ch.t0 + i, o = (ch.tok + i) * H + h;
         const float *   sc = P.sc + o * kScalWs;
         const float     dtv = sc[0], lam = sc[1], dg = P.dgm[o];
-        float           ang = 0.0f;
-        for (int i = 0; i < A; ++i) ang += P.dth[o * A + i];
-        float ddt = dg * lam + ang, dlam = dg * dtv;
-        if (p >= 1) {
+        float           ddt = dg * lam + ang, dlam = dg * dtv;
+        if (t > sg.t0) {
             const float ds = P.dsg[o - H]; /* dσ of the previous token (same row, same head) */
             ddt += ds * (1.0f - lam);
             dlam -= ds * dtv;
@@ -175,8 +267,8 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_seq_kernel(const bw_args P) {
             ddt += dc * (1.0f - lam);
             dlam -= dc * dtv;
         }
-        if (P.ddt.present) st3(P.ddt, sg.row, h, t, ddt);
-        if (P.dtrap.present) st3(P.dtrap, sg.row, h, t, dlam * lam * (1.0f - lam));
+        if (P.ddt.present) st3(P.ddt, ch.row, h, t, ddt);
+        if (P.dtrap.present) st3(P.dtrap, ch.row, h, t, dlam * lam * (1.0f - lam));
     }
 }
 
@@ -218,8 +310,13 @@ __global__ void bwd_param_sum_kernel(const bw_args P) {
 } /* namespace */
 
 ssm_status launch_bwd_prep(ssm_context * ctx, const char * op, const bw_args & P) {
-    bwd_prep_kernel<<<dim3((unsigned)P.NS, (unsigned)P.H), kSeqThreads, 0, ssmi_cuda_stream(ctx)>>>(P);
-    return ssmi_cuda_status(ctx, op, "bwd_prep_kernel launch", cudaGetLastError());
+    const cudaStream_t s = ssmi_cuda_stream(ctx);
+    bwd_prep_kernel<<<dim3((unsigned)P.W, (unsigned)P.H), kSeqThreads, 0, s>>>(P);
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "bwd_prep_kernel launch", cudaGetLastError()));
+    const long long n = (long long)P.NS * P.H * P.A;
+    if (n == 0) return SSM_STATUS_OK;
+    bwd_theta_kernel<<<(unsigned)((n + kSeqThreads - 1) / kSeqThreads), kSeqThreads, 0, s>>>(P);
+    return ssmi_cuda_status(ctx, op, "bwd_theta_kernel launch", cudaGetLastError());
 }
 
 ssm_status launch_bwd_passes(ssm_context * ctx, const char * op, const bw_args & P, bool forward) {
@@ -232,6 +329,11 @@ ssm_status launch_bwd_passes(ssm_context * ctx, const char * op, const bw_args &
 ssm_status launch_bwd_seq(ssm_context * ctx, const char * op, const bw_args & P) {
     bwd_seq_kernel<<<dim3((unsigned)P.NS, (unsigned)P.H), kSeqThreads, 0, ssmi_cuda_stream(ctx)>>>(P);
     return ssmi_cuda_status(ctx, op, "bwd_seq_kernel launch", cudaGetLastError());
+}
+
+ssm_status launch_bwd_tok(ssm_context * ctx, const char * op, const bw_args & P) {
+    bwd_tok_kernel<<<dim3((unsigned)P.W, (unsigned)P.H), kSeqThreads, 0, ssmi_cuda_stream(ctx)>>>(P);
+    return ssmi_cuda_status(ctx, op, "bwd_tok_kernel launch", cudaGetLastError());
 }
 
 ssm_status launch_bwd_sums(ssm_context * ctx, const char * op, const bw_args & P, long long T, int Hq) {
