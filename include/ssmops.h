@@ -339,7 +339,8 @@ SSM_API const char * ssm_context_last_variant(const ssm_context * ctx);
  * Operators with a CUDA path take float tensors with device.type = SSM_DEVICE_CUDA (device
  * pointers of the current device) and run on ctx's cuda_stream (NULL = the default
  * stream); index tensors (seq_idx, cu_seqlens) may be in host or device memory (device
- * ones are copied to the host and the stream synchronised, since validation reads them), except
+ * ones are copied to the host and the stream synchronised, since validation reads them; while
+ * the stream is being captured into a CUDA graph that is UNSUPPORTED instead), except
  * a decode step's state_batch_indices: in device memory it is read on the device (no copy, no
  * synchronisation), its values are not validated on the host, and a row whose index lies
  * outside [0, slots) is padding (out row zeroed, no slot read or written). A call is safe to

@@ -17,6 +17,9 @@
  * graph keeps its values), a device tensor with a separate final pool, and a device tensor
  * updated in place. With device slots, the direct call must also equal one with host slots in
  * which every index outside [0, slots) is −1: an out-of-range device index is padding.
+ * A fixture with cu_seqlens or seq_idx is also captured with them in device memory: the call
+ * must refuse with UNSUPPORTED naming the tensor, before it issues anything (the capture stays
+ * valid), and the test prints it as not capturable.
  * One line per run: "name: captured+replayed OK", or "FAIL" with the status, the library's
  * message and the CUDA error string. Exit 77 without a CUDA device.
  * Each run also fails every device allocation of the call in turn through the same allocator:
@@ -74,7 +77,7 @@ static void arena_reset(arena * a) { a->used = 0, a->allocs = 0, a->attempts = 0
 
 /* ---- tensors mirrored to the device ------------------------------------------------------ */
 enum { MAX_ARGS = 48 };
-enum { SLOTS_HOST, SLOTS_DEVICE, SLOTS_DEVICE_IN_PLACE };
+enum { SLOTS_HOST, SLOTS_DEVICE, SLOTS_DEVICE_IN_PLACE, INDEX_DEVICE /* every index tensor on the device */ };
 
 typedef struct mirror {
     const ssm_op_info * info;
@@ -145,7 +148,8 @@ static int mirror_make(const ssmt_fixture * f, int slots_mode, mirror * m) {
         if (t->data == NULL) continue;
         const int is_slots = strcmp(ai->name, "state_batch_indices") == 0;
         if (is_slots) m->slots_arg = i;
-        if (ai->dtype_class == SSM_DTYPE_CLASS_INDEX && (!is_slots || slots_mode == SLOTS_HOST)) continue;
+        const int index = ai->dtype_class == SSM_DTYPE_CLASS_INDEX;
+        if (index && slots_mode != INDEX_DEVICE && (!is_slots || slots_mode == SLOTS_HOST)) continue;
         const int    k = m->nbuf++;
         const size_t n = ssmt_view_bytes(t);
         m->arg_of[k] = i;
@@ -159,7 +163,7 @@ static int mirror_make(const ssmt_fixture * f, int slots_mode, mirror * m) {
         ssm_tensor * d = arg_view_mut(m->info, &m->dev.args, i);
         *d = rebased(t, m->dmem[k]);
         d->device.type = SSM_DEVICE_CUDA, d->device.index = 0;
-        if (!(ai->role & SSM_ARG_ROLE_OUTPUT)) {
+        if (!(ai->role & SSM_ARG_ROLE_OUTPUT) && !(index && slots_mode == INDEX_DEVICE)) {
             const ssm_tensor b = rebased(t, m->set_b[k]);
             reverse_view(&b);
         }
@@ -173,7 +177,7 @@ static int mirror_make(const ssmt_fixture * f, int slots_mode, mirror * m) {
         if (slots_mode == SLOTS_DEVICE_IN_PLACE && p >= 0) /* the final pool is the input pool's view */
             *arg_view_mut(m->info, &m->dev.args, i) = *arg_view(m->info, &m->dev.args, p);
     }
-    if (slots_mode != SLOTS_HOST && m->slots_arg >= 0) {
+    if ((slots_mode == SLOTS_DEVICE || slots_mode == SLOTS_DEVICE_IN_PLACE) && m->slots_arg >= 0) {
         /* set B's device slots: reversed (above), row 0 out of range, padding rows at −2 */
         int k = 0;
         while (m->arg_of[k] != m->slots_arg) ++k;
@@ -443,6 +447,38 @@ static int oom_case(ssm_context * ctx, arena * ar, const ssmt_fixture * f, int s
     return ok;
 }
 
+/* The index tensors the host must read (cu_seqlens, seq_idx) in device memory: the call cannot
+ * be captured, and says so before it issues anything (UNSUPPORTED naming the tensor; the
+ * capture stays valid). `name` is the index tensor's argument name. Returns 1 on success. */
+static int refusal_case(ssm_context * ctx, cudaStream_t stream, arena * ar, const ssmt_fixture * f, const char * name) {
+    mirror m;
+    if (mirror_make(f, INDEX_DEVICE, &m) != 0) {
+        mirror_free(&m);
+        return 0;
+    }
+    void *      ws = NULL;
+    cudaGraph_t graph = NULL;
+    arena_reset(ar);
+    const int         up = upload(&m, m.set_a);
+    cudaError_t       e = cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal);
+    const ssm_status  st = e == cudaSuccess ? run_op(ctx, &m.dev, &ws) : SSM_STATUS_INTERNAL;
+    const char *      msg = ssm_context_last_error(ctx);
+    const cudaError_t end = e == cudaSuccess ? cudaStreamEndCapture(stream, &graph) : e;
+    (void)cudaGetLastError();
+    const int ok = up == 0 && st == SSM_STATUS_UNSUPPORTED && strstr(msg, name) != NULL && end == cudaSuccess;
+    if (ok)
+        printf("%s (device %s): not capturable, as documented: %s\n", f->name, name, msg);
+    else
+        printf("%s (device %s): FAIL: capture gave %s (%s), cudaStreamEndCapture: %s; expected UNSUPPORTED naming "
+               "%s and a valid capture\n",
+               f->name, name, ssm_status_string(st), msg, cudaGetErrorString(end), name);
+    TEST_CHECK(ok, "%s: a device %s during capture", f->name, name);
+    if (graph != NULL) (void)cudaGraphDestroy(graph);
+    if (ws != NULL) (void)cudaFree(ws);
+    mirror_free(&m);
+    return ok;
+}
+
 static int has_cuda_path(const char * op) {
     const ssm_op_info * info = ssm_op_get(ssm_op_find(op));
     return info != NULL && ((info->backends >> SSM_BACKEND_CUDA) & 1u) != 0;
@@ -494,6 +530,15 @@ int main(void) {
             ++runs;
             passed += graph_case(ctx, stream, &ar, &f, mode, label);
             (void)oom_case(ctx, &ar, &f, mode, label);
+        }
+        /* a host-read index tensor in device memory: refused during capture, by name */
+        for (int a = 0; a < info->nargs; ++a) {
+            const ssm_arg_info * ai = &info->args[a];
+            if (ai->dtype_class != SSM_DTYPE_CLASS_INDEX || strcmp(ai->name, "state_batch_indices") == 0 ||
+                arg_view(info, &f.args, a)->data == NULL)
+                continue;
+            (void)refusal_case(ctx, stream, &ar, &f, ai->name);
+            break; /* one per fixture: the first such tensor refuses the call */
         }
         for (size_t r = 0; r < sizeof kRequired / sizeof kRequired[0]; ++r) seen[r] |= strcmp(kRequired[r], f.op) == 0;
         ssmt_fixture_free(&f);

@@ -32,8 +32,11 @@ int32_t ssmi_cuda_device_count(void);
 ssm_status ssmi_cuda_check_pointer(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t);
 
 /* Synchronous copy of `bytes` from device memory to host memory on ctx's stream (the only
- * synchronisation an operator does: index tensors must be read on the host). */
-ssm_status ssmi_cuda_copy_to_host(ssm_context * ctx, const char * op, void * dst, const void * src, size_t bytes);
+ * synchronisation an operator does: index tensors must be read on the host). While the stream
+ * is being captured into a CUDA graph: UNSUPPORTED naming the index tensor `name`, nothing
+ * issued (the synchronisation would invalidate the capture). */
+ssm_status ssmi_cuda_copy_to_host(ssm_context * ctx, const char * op, const char * name, void * dst, const void * src,
+                                  size_t bytes);
 
 /* Mamba-2 chunk_state (spec §2.2) and the combined forward (spec §2.6, §2.8). */
 ssm_status ssmi_cuda_mamba2_chunk_state(ssm_context * ctx, const ssm_mamba2_params * p,

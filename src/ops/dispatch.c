@@ -83,7 +83,7 @@ static ssm_status pick_backend(ssm_context * ctx, const char * op, const ssm_op_
 /* An index tensor as a host view: a well-formed (1-D/2-D, I32/I64) tensor on a CUDA device is
  * copied to host memory (*buf, released with ssmi_free; the stream is synchronised);
  * anything else is left as it is for validation to report. */
-static ssm_status host_index(ssm_context * ctx, const char * op, ssm_tensor * t, void ** buf) {
+static ssm_status host_index(ssm_context * ctx, const char * op, const char * name, ssm_tensor * t, void ** buf) {
     *buf = NULL;
     if (!ssmi_present(t) || t->device.type != SSM_DEVICE_CUDA) return SSM_STATUS_OK;
     if (t->ndim < 1 || t->ndim > 2 || !ssmi_is_int(t->dtype)) return SSM_STATUS_OK;
@@ -102,7 +102,7 @@ static ssm_status host_index(ssm_context * ctx, const char * op, ssm_tensor * t,
     SSM_RETURN_IF(host == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY,
                   "%s: could not allocate %zu bytes for a host copy of an index tensor", op, bytes);
     const unsigned char * src = (const unsigned char *)t->data - (size_t)(-lo) * elem;
-    const ssm_status      st = ssmi_cuda_copy_to_host(ctx, op, host, src, bytes);
+    const ssm_status      st = ssmi_cuda_copy_to_host(ctx, op, name, host, src, bytes);
     if (st != SSM_STATUS_OK) {
         ssmi_free(ctx, host);
         return st;
@@ -352,7 +352,8 @@ ssm_status ssmi_dispatch(ssm_context * ctx, const ssmi_op_impl * impl, const cha
         if (nbufs == SSMI_MAX_INDEX_ARGS)
             st = ssmi_error(ctx, SSM_STATUS_INTERNAL, "%s: more index tensors than %d", op, SSMI_MAX_INDEX_ARGS);
         else
-            st = host_index(ctx, op, (ssm_tensor *)(void *)((char *)&host + info->args[i].offset), &bufs[nbufs++]);
+            st = host_index(ctx, op, info->args[i].name, (ssm_tensor *)(void *)((char *)&host + info->args[i].offset),
+                            &bufs[nbufs++]);
     }
     if (st == SSM_STATUS_OK)
         st = validate_and_run(ctx, impl, op, info, be, params, &host, workspace, workspace_size, bytes);

@@ -66,10 +66,17 @@ extern "C" ssm_status ssmi_cuda_check_pointer(ssm_context * ctx, const char * op
     return SSM_STATUS_OK;
 }
 
-extern "C" ssm_status ssmi_cuda_copy_to_host(ssm_context * ctx, const char * op, void * dst, const void * src,
-                                             size_t bytes) {
+extern "C" ssm_status ssmi_cuda_copy_to_host(ssm_context * ctx, const char * op, const char * name, void * dst,
+                                             const void * src, size_t bytes) {
     if (bytes == 0) return SSM_STATUS_OK;
-    const cudaStream_t s = ssmi_cuda_stream(ctx);
+    const cudaStream_t      s = ssmi_cuda_stream(ctx);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaStreamIsCapturing", cudaStreamIsCapturing(s, &capture)));
+    /* the synchronisation below would invalidate the capture: refuse before it */
+    SSM_RETURN_IF(capture != cudaStreamCaptureStatusNone, ctx, SSM_STATUS_UNSUPPORTED,
+                  "%s: %s is in device memory, which the host must read before the call, so it cannot be read while "
+                  "the stream is being captured into a CUDA graph (pass it in host memory)",
+                  op, name);
     SSM_FORWARD_IF_ERROR(
         ssmi_cuda_status(ctx, op, "cudaMemcpyAsync (index tensor to host)", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s)));
     return ssmi_cuda_status(ctx, op, "cudaStreamSynchronize", cudaStreamSynchronize(s));
