@@ -186,6 +186,22 @@ typedef struct ssm_allocator {
     void *  opaque;
 } ssm_allocator;
 
+/* Device memory of the CUDA backend: every device allocation the library makes (operator
+ * workspaces when the caller gives none, plans, slot lists, ssm_cuda_malloc) goes through
+ * alloc, every release through free, with ctx's cuda_stream as `stream` (a cudaStream_t):
+ * memory freed on that stream may be handed out again for later work on it, as with
+ * cudaFreeAsync. alloc returns memory aligned to 256 bytes or NULL (the call then fails with
+ * SSM_STATUS_OUT_OF_MEMORY and writes no output); free accepts NULL. A serving engine's
+ * caching allocator can own the library's device memory this way, and an allocator that
+ * hands out memory reserved beforehand makes a call safe to capture in a CUDA graph (see
+ * docs/ops/limits.md, "CUDA graphs"). Both NULL = cudaMallocAsync/cudaFreeAsync on the
+ * stream (cudaMalloc/cudaFree for ssm_cuda_malloc/ssm_cuda_free). */
+typedef struct ssm_device_allocator {
+    void * (*alloc)(void * opaque, size_t bytes, void * stream);
+    void   (*free)(void * opaque, void * ptr, void * stream);
+    void *  opaque;
+} ssm_device_allocator;
+
 /* Reference-backend rounding modes (only some operators have a second mode). */
 typedef enum ssm_ref_mode {
     SSM_REF_EXACT          = 0, /* float64 from the inputs as given                       */
@@ -203,11 +219,15 @@ typedef struct ssm_context_params {
                                     ssm_mamba3_mimo_bwd_fwd (see there)                    */
     ssm_allocator allocator;
     void *        cuda_stream;   /* cudaStream_t for the CUDA backend; NULL = default      */
+    ssm_device_allocator device_allocator; /* the CUDA backend's device memory             */
 } ssm_context_params;
 
 typedef struct ssm_context ssm_context;
 
-/* Defaults: 1 thread, AUTO backend, AUTO isa, deterministic, exact reference, malloc. */
+/* Defaults: 1 thread, AUTO backend, AUTO isa, deterministic, exact reference, malloc, the
+ * default CUDA stream and device allocator. The struct only grows at its end: a params.size
+ * of an earlier layout (a program built against an older header; the first layout ends
+ * after cuda_stream) is accepted, and the fields it lacks take their defaults. */
 SSM_API void         ssm_context_params_init(ssm_context_params * params);
 /* Creates a context (starts num_threads − 1 worker threads). Fails with
  * UNSUPPORTED_HARDWARE if params->isa (or SSMOPS_ISA) asks for an ISA the host lacks. */
@@ -319,7 +339,14 @@ SSM_API const char * ssm_context_last_variant(const ssm_context * ctx);
  * Operators with a CUDA path take float tensors with device.type = SSM_DEVICE_CUDA (device
  * pointers of the current device) and run on ctx's cuda_stream (NULL = the default
  * stream); index tensors (seq_idx, cu_seqlens) may be in host or device memory (device
- * ones are copied to the host and the stream synchronised, since validation reads them).
+ * ones are copied to the host and the stream synchronised, since validation reads them; while
+ * the stream is being captured into a CUDA graph that is UNSUPPORTED instead), except
+ * a decode step's state_batch_indices: in device memory it is read on the device (no copy, no
+ * synchronisation), its values are not validated on the host, and a row whose index lies
+ * outside [0, slots) is padding (out row zeroed, no slot read or written). A call is safe to
+ * capture in a CUDA graph when its index tensors are host tensors or such device slot
+ * indices and its device memory comes from a workspace or the device allocator
+ * (docs/ops/limits.md, "CUDA graphs").
  * A CPU tensor under the CUDA backend, or mixed devices, is INVALID_LAYOUT; every CUDA
  * error is SSM_STATUS_DEVICE_ERROR with the CUDA error string in the message.
  * In a build without the CUDA backend: ssm_cuda_device_count() is 0 and the others return
@@ -327,7 +354,8 @@ SSM_API const char * ssm_context_last_variant(const ssm_context * ctx);
  * ------------------------------------------------------------------------------------- */
 /* Number of CUDA devices usable by this build (0 without the CUDA backend or a GPU). */
 SSM_API int32_t    ssm_cuda_device_count(void);
-/* Device memory (cudaMalloc) and its release; bytes == 0 gives NULL. */
+/* Device memory and its release: the context's device allocator on its stream when it has
+ * one, else cudaMalloc/cudaFree; bytes == 0 gives NULL. Release with the same context. */
 SSM_API ssm_status ssm_cuda_malloc(ssm_context * ctx, void ** ptr, size_t bytes);
 SSM_API ssm_status ssm_cuda_free(ssm_context * ctx, void * ptr);
 /* Copies bytes between any host/device pointers on ctx's stream and waits for it. */

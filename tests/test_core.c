@@ -406,6 +406,12 @@ static void count_free(void * opaque, void * ptr) {
     free(ptr);
 }
 
+/* A device allocator's free that is never called (only its presence is checked). */
+static void count_device_free(void * opaque, void * ptr, void * stream) {
+    (void)stream;
+    count_free(opaque, ptr);
+}
+
 static int host_has_avx2(void) { return ssmi_best_isa(ssm_cpu_features()) == SSM_ISA_AVX2; }
 
 static void test_context(void) {
@@ -450,6 +456,22 @@ static void test_context(void) {
         ssm_context_free(ctx);
     }
 
+    { /* A params struct of the first layout (it ends after cuda_stream): accepted, the fields it
+       * lacks at their defaults, whatever lies past it in memory. */
+        _Alignas(ssm_context_params) unsigned char buf[sizeof(ssm_context_params)];
+        memset(buf, 0xA5, sizeof buf);
+        ssm_context_params q;
+        ssm_context_params_init(&q);
+        q.size = offsetof(ssm_context_params, device_allocator);
+        q.num_threads = 2;
+        memcpy(buf, &q, q.size);
+        ssm_context * ctx = NULL;
+        CHECK(ssm_context_create((const ssm_context_params *)(const void *)buf, &ctx) == SSM_STATUS_OK &&
+                  ssm_context_num_threads(ctx) == 2,
+              "first-layout params: %s", ssm_context_last_error(NULL));
+        ssm_context_free(ctx);
+    }
+
     /* Invalid parameters: status, a message in the thread-local buffer, *out untouched. */
     struct { const char * what; int field; int32_t value; ssm_status want; const char * needle; } bad[] = {
         {"size", 0, 0, SSM_STATUS_INVALID_ARGUMENT, "params.size="},
@@ -460,6 +482,8 @@ static void test_context(void) {
         {"isa", 3, 3, SSM_STATUS_INVALID_ARGUMENT, "params.isa=3"},
         {"ref_mode", 4, 9, SSM_STATUS_INVALID_ARGUMENT, "params.ref_mode=9"},
         {"allocator half", 5, 0, SSM_STATUS_INVALID_ARGUMENT, "allocator"},
+        {"device allocator half", 6, 0, SSM_STATUS_INVALID_ARGUMENT, "device_allocator"},
+        {"size between layouts", 7, 0, SSM_STATUS_INVALID_ARGUMENT, "params.size="},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; ++i) {
         ssm_context_params q;
@@ -471,6 +495,8 @@ static void test_context(void) {
             case 3: q.isa = bad[i].value; break;
             case 4: q.ref_mode = bad[i].value; break;
             case 5: q.allocator.alloc = count_alloc; break;
+            case 6: q.device_allocator.free = count_device_free; break;
+            case 7: q.size = offsetof(ssm_context_params, device_allocator) + 8; break;
         }
         ssm_context * sentinel = (ssm_context *)&q;
         ssm_context * ctx = sentinel;

@@ -8,23 +8,58 @@ import threading
 from . import _lib, _tensors
 
 
+# ssm_device_allocator's functions (ssmops.h): alloc(opaque, bytes, stream), free(opaque, ptr, stream).
+_DEVICE_ALLOC = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p)
+_DEVICE_FREE = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+
+def _torch_device_alloc(opaque, nbytes, stream):
+    """torch's caching allocator on the call's stream (under torch.cuda.graph, its pool);
+    NULL (the call then fails with out-of-memory) when it raises."""
+    try:
+        return _tensors.torch.cuda.caching_allocator_alloc(nbytes, stream=stream or 0)
+    except Exception:  # a C callback must not raise
+        return None
+
+
+def _torch_device_free(opaque, ptr, stream):
+    try:
+        _tensors.torch.cuda.caching_allocator_delete(ptr)
+    except Exception:  # a C callback must not raise
+        pass
+
+
+_TORCH_ALLOC = _DEVICE_ALLOC(_torch_device_alloc)  # kept alive for the library's lifetime
+_TORCH_FREE = _DEVICE_FREE(_torch_device_free)
+
+
 class Context:
     """An ssm_context. backend: 'auto', 'cpu', 'ref' or 'cuda'; isa: 'auto', 'scalar', 'avx2';
-    ref_mode: 'exact' or 'upstream_bf16'; variants: {operator: variant name} (CUDA)."""
+    ref_mode: 'exact' or 'upstream_bf16'; variants: {operator: variant name} (CUDA);
+    device_allocator: 'default' (cudaMallocAsync on the call's stream) or 'torch' (torch's
+    caching allocator owns the CUDA backend's device memory)."""
 
-    def __init__(self, threads=0, backend="auto", isa="auto", ref_mode="exact", variants=None):
+    def __init__(self, threads=0, backend="auto", isa="auto", ref_mode="exact", variants=None,
+                 device_allocator="default"):
         if backend not in _lib.BACKENDS:
             raise ValueError("backend must be one of %s" % ", ".join(_lib.BACKENDS))
         if isa not in _lib.ISAS:
             raise ValueError("isa must be one of %s" % ", ".join(_lib.ISAS))
         if ref_mode not in ("exact", "upstream_bf16"):
             raise ValueError("ref_mode must be 'exact' or 'upstream_bf16'")
+        if device_allocator not in ("default", "torch"):
+            raise ValueError("device_allocator must be 'default' or 'torch'")
+        if device_allocator == "torch" and _tensors.torch is None:
+            raise ValueError("device_allocator='torch' needs torch")
         self._params = _lib.ContextParams()
         _lib.ssm_context_params_init(ctypes.byref(self._params))
         self._params.num_threads = threads
         self._params.backend = _lib.BACKENDS[backend]
         self._params.isa = _lib.ISAS[isa]
         self._params.ref_mode = 0 if ref_mode == "exact" else 1
+        if device_allocator == "torch":
+            self._params.device_allocator.alloc = ctypes.cast(_TORCH_ALLOC, ctypes.c_void_p)
+            self._params.device_allocator.free = ctypes.cast(_TORCH_FREE, ctypes.c_void_p)
         self.backend = backend
         self._variants = dict(variants or {})
         self._handles = {}  # CUDA stream -> ssm_context (the stream is fixed at creation)

@@ -78,10 +78,15 @@ class Allocator(ctypes.Structure):
     _fields_ = [("alloc", ctypes.c_void_p), ("free", ctypes.c_void_p), ("opaque", ctypes.c_void_p)]
 
 
+class DeviceAllocator(ctypes.Structure):
+    _fields_ = [("alloc", ctypes.c_void_p), ("free", ctypes.c_void_p), ("opaque", ctypes.c_void_p)]
+
+
 class ContextParams(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("num_threads", ctypes.c_int32), ("backend", ctypes.c_int32),
                 ("isa", ctypes.c_int32), ("deterministic", ctypes.c_int32), ("ref_mode", ctypes.c_int32),
-                ("allocator", Allocator), ("cuda_stream", ctypes.c_void_p)]
+                ("allocator", Allocator), ("cuda_stream", ctypes.c_void_p),
+                ("device_allocator", DeviceAllocator)]
 
 
 def _candidates():

@@ -12,6 +12,7 @@
 #endif
 
 #include <pthread.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,10 +175,24 @@ SSM_API void ssm_context_params_init(ssm_context_params * params) {
     params->ref_mode = SSM_REF_EXACT;
 }
 
-static ssm_status ssmi_check_params(const ssm_context_params * p) {
-    SSM_RETURN_IF(p->size != sizeof(ssm_context_params), NULL, SSM_STATUS_INVALID_ARGUMENT,
-                  "context_create: params.size=%zu must be %zu (call ssm_context_params_init first)", p->size,
+/* params.size of the first layout, which ends after cuda_stream (the struct grows at its end). */
+#define SSMI_CONTEXT_PARAMS_SIZE_FIRST offsetof(ssm_context_params, device_allocator)
+
+/* *out = *params with the fields past params->size at their defaults, or INVALID_ARGUMENT for
+ * a size that is no layout's. */
+static ssm_status ssmi_read_params(const ssm_context_params * params, ssm_context_params * out) {
+    const size_t size = params->size;
+    SSM_RETURN_IF(size != sizeof(ssm_context_params) && size != SSMI_CONTEXT_PARAMS_SIZE_FIRST, NULL,
+                  SSM_STATUS_INVALID_ARGUMENT,
+                  "context_create: params.size=%zu must be %zu (call ssm_context_params_init first)", size,
                   sizeof(ssm_context_params));
+    ssm_context_params_init(out);
+    memcpy(out, params, size);
+    out->size = sizeof *out;
+    return SSM_STATUS_OK;
+}
+
+static ssm_status ssmi_check_params(const ssm_context_params * p) {
     SSM_RETURN_IF(p->num_threads < 0 || p->num_threads > SSMI_MAX_THREADS, NULL, SSM_STATUS_INVALID_ARGUMENT,
                   "context_create: params.num_threads=%d must be in [0, %d] (0 = one per online CPU)",
                   (int)p->num_threads, SSMI_MAX_THREADS);
@@ -190,6 +205,9 @@ static ssm_status ssmi_check_params(const ssm_context_params * p) {
                   (int)p->ref_mode);
     SSM_RETURN_IF((p->allocator.alloc == NULL) != (p->allocator.free == NULL), NULL, SSM_STATUS_INVALID_ARGUMENT,
                   "context_create: params.allocator must set both alloc and free, or neither");
+    SSM_RETURN_IF((p->device_allocator.alloc == NULL) != (p->device_allocator.free == NULL), NULL,
+                  SSM_STATUS_INVALID_ARGUMENT,
+                  "context_create: params.device_allocator must set both alloc and free, or neither");
     return SSM_STATUS_OK;
 }
 
@@ -204,11 +222,12 @@ static int32_t ssmi_online_cpus(void) {
 SSM_API ssm_status ssm_context_create(const ssm_context_params * params, ssm_context ** out) {
     ssmi_clear_error(NULL);
     SSM_RETURN_IF(out == NULL, NULL, SSM_STATUS_INVALID_ARGUMENT, "context_create: out is NULL");
-    ssm_context_params defaults;
-    if (params == NULL) { /* NULL params = the defaults, like ctx == NULL */
-        ssm_context_params_init(&defaults);
-        params = &defaults;
-    }
+    ssm_context_params given;
+    if (params == NULL) /* NULL params = the defaults, like ctx == NULL */
+        ssm_context_params_init(&given);
+    else
+        SSM_FORWARD_IF_ERROR(ssmi_read_params(params, &given));
+    params = &given;
     SSM_FORWARD_IF_ERROR(ssmi_check_params(params));
     ssm_isa isa = SSM_ISA_SCALAR;
     SSM_FORWARD_IF_ERROR(ssmi_resolve_isa(params->isa, &isa));
@@ -229,6 +248,7 @@ SSM_API ssm_status ssm_context_create(const ssm_context_params * params, ssm_con
     ctx->ref_mode = params->ref_mode;
     ctx->allocator = params->allocator;
     ctx->cuda_stream = params->cuda_stream;
+    ctx->device_allocator = params->device_allocator;
     ctx->pool = NULL;
     ctx->last_error[0] = '\0';
     ssmi_variant_init(ctx);

@@ -32,6 +32,7 @@ struct ssm_context {
     int32_t           ref_mode;
     ssm_allocator     allocator;
     void *            cuda_stream;
+    ssm_device_allocator device_allocator; /* both NULL: cudaMallocAsync/cudaFreeAsync */
     ssmi_threadpool * pool; /* NULL when num_threads == 1 */
     int16_t           variant[SSMI_OP_COUNT]; /* forced entry of each op's selection table, -1 = auto */
     const char *      last_variant;           /* name of the entry the last call ran, "" if none */

@@ -5,7 +5,8 @@
  * the arguments before calling: float tensors are device pointers (ssm_tensor views whose
  * device.type has been checked to be CUDA), index tensors (seq_idx, cu_seqlens) are HOST
  * views (ops/ copies device index tensors to the host first, because validation reads
- * their values). Every function runs on ctx's stream (ssm_context.cuda_stream; NULL = the
+ * their values), except a decode step's state_batch_indices, which may be a device view
+ * (unvalidated values, read on the device: ssmi_cuda_device_slots). Every function runs on ctx's stream (ssm_context.cuda_stream; NULL = the
  * default stream), never synchronises the device, and turns every CUDA error into
  * SSM_STATUS_DEVICE_ERROR with cudaGetErrorString in the message.
  */
@@ -31,8 +32,11 @@ int32_t ssmi_cuda_device_count(void);
 ssm_status ssmi_cuda_check_pointer(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t);
 
 /* Synchronous copy of `bytes` from device memory to host memory on ctx's stream (the only
- * synchronisation an operator does: index tensors must be read on the host). */
-ssm_status ssmi_cuda_copy_to_host(ssm_context * ctx, const char * op, void * dst, const void * src, size_t bytes);
+ * synchronisation an operator does: index tensors must be read on the host). While the stream
+ * is being captured into a CUDA graph: UNSUPPORTED naming the index tensor `name`, nothing
+ * issued (the synchronisation would invalidate the capture). */
+ssm_status ssmi_cuda_copy_to_host(ssm_context * ctx, const char * op, const char * name, void * dst, const void * src,
+                                  size_t bytes);
 
 /* Mamba-2 chunk_state (spec §2.2) and the combined forward (spec §2.6, §2.8). */
 ssm_status ssmi_cuda_mamba2_chunk_state(ssm_context * ctx, const ssm_mamba2_params * p,
@@ -42,23 +46,23 @@ ssm_status ssmi_cuda_mamba2_scan_workspace_size(ssm_context * ctx, const ssm_mam
                                                 const struct ssmi_mamba2_dims * d, const ssm_mamba2_scan_args * a,
                                                 size_t * bytes);
 /* workspace: device memory of at least the size above, or NULL (then the backend uses
- * cudaMallocAsync/cudaFreeAsync on ctx's stream). */
+ * ssmi_cuda_alloc_async on ctx's stream). */
 ssm_status ssmi_cuda_mamba2_scan(ssm_context * ctx, const ssm_mamba2_params * p, const struct ssmi_mamba2_dims * d,
                                  const ssm_mamba2_scan_args * a, void * workspace);
 
 /* Mamba-2 combined backward (spec §2.7): every gradient; device workspace through
- * cudaMallocAsync/cudaFreeAsync on ctx's stream (the operator takes no caller workspace). */
+ * ssmi_cuda_alloc_async on ctx's stream (the operator takes no caller workspace). */
 ssm_status ssmi_cuda_mamba2_scan_bwd(ssm_context * ctx, const ssm_mamba2_params * p, const struct ssmi_mamba2_dims * d,
                                      const ssm_mamba2_scan_bwd_args * a);
 
 /* Mamba-2 decode step (spec §2.9). Writes out and, when present, final_state's used slots
  * only (ops/ copies the unused ones of a separate pool: ssmi_cuda_copy_unused_slots).
- * state_batch_indices is a HOST view. Limits: N ≤ 4096 (UNSUPPORTED beyond). */
+ * state_batch_indices is a host or device view. Limits: N ≤ 4096 (UNSUPPORTED beyond). */
 ssm_status ssmi_cuda_mamba2_step(ssm_context * ctx, const ssm_mamba2_params * p, const struct ssmi_mamba2_dims * d,
                                  const ssm_mamba2_step_args * a);
 
 /* After a decode step with a separate final pool: every slot of `out` that no row of
- * `indices` used (host view, I32/I64; absent: slots == batch, every slot used) gets the same
+ * `indices` used (host or device view, I32/I64; absent: slots == batch, every slot used) gets the same
  * slot of `in`, converted to out's dtype, on ctx's stream. in/out: device tensors of the same
  * shape (slots, ...), any strides, any float dtypes. Nothing to do when in and out are the
  * same view (the CUDA form of ssmi_copy_unused_slots in core/pool.c). */
@@ -76,7 +80,7 @@ ssm_status ssmi_cuda_mamba3_siso(ssm_context * ctx, const ssm_mamba3_params * p,
 ssm_status ssmi_cuda_mamba3_siso_step(ssm_context * ctx, const ssm_mamba3_params * p, const struct ssmi_mamba3_dims * d,
                                       const ssm_mamba3_siso_step_args * a);
 /* Mamba-3 SISO backward (spec §6): every gradient of ssm_mamba3_siso, the forward recomputed;
- * the device workspace comes from cudaMallocAsync/cudaFreeAsync on ctx's stream. */
+ * the device workspace comes from ssmi_cuda_alloc_async on ctx's stream. */
 ssm_status ssmi_cuda_mamba3_siso_bwd(ssm_context * ctx, const ssm_mamba3_params * p, const struct ssmi_mamba3_dims * d,
                                      const ssm_mamba3_siso_bwd_args * a);
 
@@ -103,7 +107,7 @@ ssm_status ssmi_cuda_time(ssm_context * ctx, ssm_status (*fn)(void * arg, int32_
                           float * ms);
 
 /* Layer operators (spec §6.2, §6.3; Mamba-3 angle cumsum §3.2, §6.6): conv1d forward, backward
- * and decode update (state_batch_indices and seq_idx are HOST views; the update writes the rows'
+ * and decode update (seq_idx a HOST view, state_batch_indices host or device; the update writes the rows'
  * slots only), gated RMSNorm forward and backward, the angle cumsum forward and backward
  * (cu_seqlens a HOST view). Backward reductions are deterministic (per-block partials in a
  * device workspace, summed in a fixed order; no atomics). */

@@ -36,6 +36,14 @@ static const ssm_arg_info * find_arg(const ssm_op_info * info, const char * name
 
 static int is_output(const ssm_arg_info * arg) { return (arg->role & SSM_ARG_ROLE_OUTPUT) != 0; }
 
+/* A decode step's read slots (state_batch_indices): the CUDA backend reads a device tensor of
+ * them on the device (no host copy, no synchronisation, so the call can be captured in a CUDA
+ * graph), and host validation of their values is skipped: an index outside [0, slots) makes
+ * its row padding there. Every other index tensor is read on the host. */
+static int device_readable_index(const ssm_arg_info * arg) {
+    return arg->dtype_class == SSM_DTYPE_CLASS_INDEX && same_name(arg->name, "state_batch_indices");
+}
+
 /* ---- backend ---------------------------------------------------------------------------- */
 
 static ssm_status pick_backend(ssm_context * ctx, const char * op, const ssm_op_info * info, const ssmi_op_impl * impl,
@@ -75,7 +83,7 @@ static ssm_status pick_backend(ssm_context * ctx, const char * op, const ssm_op_
 /* An index tensor as a host view: a well-formed (1-D/2-D, I32/I64) tensor on a CUDA device is
  * copied to host memory (*buf, released with ssmi_free; the stream is synchronised);
  * anything else is left as it is for validation to report. */
-static ssm_status host_index(ssm_context * ctx, const char * op, ssm_tensor * t, void ** buf) {
+static ssm_status host_index(ssm_context * ctx, const char * op, const char * name, ssm_tensor * t, void ** buf) {
     *buf = NULL;
     if (!ssmi_present(t) || t->device.type != SSM_DEVICE_CUDA) return SSM_STATUS_OK;
     if (t->ndim < 1 || t->ndim > 2 || !ssmi_is_int(t->dtype)) return SSM_STATUS_OK;
@@ -94,7 +102,7 @@ static ssm_status host_index(ssm_context * ctx, const char * op, ssm_tensor * t,
     SSM_RETURN_IF(host == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY,
                   "%s: could not allocate %zu bytes for a host copy of an index tensor", op, bytes);
     const unsigned char * src = (const unsigned char *)t->data - (size_t)(-lo) * elem;
-    const ssm_status      st = ssmi_cuda_copy_to_host(ctx, op, host, src, bytes);
+    const ssm_status      st = ssmi_cuda_copy_to_host(ctx, op, name, host, src, bytes);
     if (st != SSM_STATUS_OK) {
         ssmi_free(ctx, host);
         return st;
@@ -114,10 +122,15 @@ static ssm_status check_args(ssm_context * ctx, const char * op, const ssm_op_in
     for (int32_t i = 0; i < info->nargs; ++i) {
         const ssm_arg_info * arg = &info->args[i];
         const int            index = arg->dtype_class == SSM_DTYPE_CLASS_INDEX;
-        SSM_FORWARD_IF_ERROR(ssmi_check_view(ctx, op, arg->name, ssmi_arg_tensor(args, arg),
-                                             arg->role & SSM_ARG_ROLE_OPTIONAL, arg->ranks,
-                                             index ? SSMI_INDEX_DTYPES : SSMI_FLOAT_DTYPES,
-                                             index ? SSM_DEVICE_CPU : device));
+        const ssm_tensor *   t = ssmi_arg_tensor(args, arg);
+        /* index tensors on the host, but for a device-readable one on the CUDA backend */
+        const int32_t where = !index ? device
+                              : device == SSM_DEVICE_CUDA && device_readable_index(arg) && ssmi_present(t) &&
+                                        t->device.type == SSM_DEVICE_CUDA
+                                  ? SSM_DEVICE_CUDA
+                                  : SSM_DEVICE_CPU;
+        SSM_FORWARD_IF_ERROR(ssmi_check_view(ctx, op, arg->name, t, arg->role & SSM_ARG_ROLE_OPTIONAL, arg->ranks,
+                                             index ? SSMI_INDEX_DTYPES : SSMI_FLOAT_DTYPES, where));
     }
     return SSM_STATUS_OK;
 }
@@ -288,7 +301,8 @@ static ssm_status check_and_run(ssm_context * ctx, const ssmi_op_impl * impl, co
     return st;
 }
 
-/* Steps 3-5 of ssmi_dispatch on args whose index tensors are host views: with state pools,
+/* Steps 3-5 of ssmi_dispatch on args whose index tensors are host views (but a device-readable
+ * one on the CUDA backend, device_readable_index): with state pools,
  * on args whose pools are dense rows gathered from them (state_pools.c), the final rows
  * scattered to their slots after success. */
 static ssm_status validate_and_run(ssm_context * ctx, const ssmi_op_impl * impl, const char * op,
@@ -334,11 +348,12 @@ ssm_status ssmi_dispatch(ssm_context * ctx, const ssmi_op_impl * impl, const cha
     ssm_status    st = SSM_STATUS_OK;
     memcpy(&host, args, info->args_size);
     for (int32_t i = 0; i < info->nargs && st == SSM_STATUS_OK; ++i) {
-        if (info->args[i].dtype_class != SSM_DTYPE_CLASS_INDEX) continue;
+        if (info->args[i].dtype_class != SSM_DTYPE_CLASS_INDEX || device_readable_index(&info->args[i])) continue;
         if (nbufs == SSMI_MAX_INDEX_ARGS)
             st = ssmi_error(ctx, SSM_STATUS_INTERNAL, "%s: more index tensors than %d", op, SSMI_MAX_INDEX_ARGS);
         else
-            st = host_index(ctx, op, (ssm_tensor *)(void *)((char *)&host + info->args[i].offset), &bufs[nbufs++]);
+            st = host_index(ctx, op, info->args[i].name, (ssm_tensor *)(void *)((char *)&host + info->args[i].offset),
+                            &bufs[nbufs++]);
     }
     if (st == SSM_STATUS_OK)
         st = validate_and_run(ctx, impl, op, info, be, params, &host, workspace, workspace_size, bytes);

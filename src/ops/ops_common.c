@@ -145,6 +145,10 @@ ssm_status ssmi_check_step_slots(ssm_context * ctx, const char * op, const ssmi_
     SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "dst_state_batch_indices", write, wb));
     if (s->accepted != NULL) SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "num_accepted_tokens", s->accepted, wb));
     if (!ssmi_present(read) || batch == 0) return SSM_STATUS_OK;
+    /* Slots in device memory (the CUDA backend reads them there): their values are not read
+     * on the host; an index outside [0, slots) makes its row padding, and two rows naming one
+     * slot race (docs/ops/limits.md, "CUDA graphs"). */
+    if (read->device.type == SSM_DEVICE_CUDA) return SSM_STATUS_OK;
     if (read->ndim == 1 && read->strides[0] == 0 && batch > 1 && !ssmi_present(write) &&
         ssmi_step_token_table(s) == NULL) {
         /* Broadcast without write slots: every row reads and writes read[0], so a slot would

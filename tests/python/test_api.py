@@ -108,6 +108,8 @@ def test_errors_carry_the_message_and_write_nothing():
 def test_context_settings():
     with pytest.raises(ValueError):
         ssmops.Context(backend="tpu")
+    with pytest.raises(ValueError):
+        ssmops.Context(device_allocator="cudaMalloc")
     with pytest.raises(ValueError) as e:  # the CPU backend has no selection tables
         ssmops.Context(backend="cuda", variants={"mamba2_scan": "no_such_variant"})
     assert "no_such_variant" in str(e.value)
@@ -203,3 +205,16 @@ def test_required_output_false_is_made():
     x = torch.randn(3, 8)
     y = ssmops.rmsnorm_gated(x, weight=torch.ones(8), out=False)
     assert y.shape == (3, 8)
+
+
+def test_torch_device_allocator_context():
+    """A context whose CUDA device memory comes from torch's caching allocator is created, and
+    host calls under it do not touch the allocator (it serves the CUDA backend only)."""
+    pytest.importorskip("torch")
+    rng = np.random.default_rng(7)
+    kw = scan_inputs(rng)
+    with ssmops.Context(backend="cpu", device_allocator="torch"):
+        got = ssmops.mamba2_scan(**kw)
+    with ssmops.Context(backend="cpu"):
+        want = ssmops.mamba2_scan(**kw)
+    assert np.array_equal(got, want)

@@ -93,3 +93,39 @@ def test_backward_on_cuda_runs_or_says_not_implemented():
     # bf16 inputs, so dx is bf16: each backend within DESIGN §5's bf16 rel_rms bar (2^-8) of
     # float64, so within twice that of each other
     assert float((g - want).norm() / want.norm()) <= 2 * 2.0 ** -8
+
+
+def test_decode_step_in_a_cuda_graph():
+    """selective_state_update with device state_batch_indices captured by torch.cuda.graph, its
+    device memory from torch's caching allocator; replayed after new inputs and new slots (one
+    out of range: a padding row), it gives the bytes of a direct call on the same inputs."""
+    from ssmops import compat
+    B, H, P, N, slots = 4, 8, 64, 128, 6
+    g = torch.Generator().manual_seed(3)
+    r = lambda *s: torch.randn(*s, generator=g).cuda()  # noqa: E731
+    pool = r(slots, H, P, N)
+    x, dt, b, c = r(B, H, P), r(B, H, P), r(B, 1, N), r(B, 1, N)
+    A = (-torch.rand(H, 1, 1, generator=g) - 0.5).cuda().expand(H, P, N)
+    idx = torch.tensor([5, 0, 3, 1], dtype=torch.int32, device="cuda")
+    state = pool.clone()
+    with ssmops.Context(device_allocator="torch"):
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):  # a warm-up outside the capture, as torch advises
+            compat.selective_state_update(state, x, dt, A, b, c, dt_softplus=True, state_batch_indices=idx)
+        torch.cuda.current_stream().wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = compat.selective_state_update(state, x, dt, A, b, c, dt_softplus=True, state_batch_indices=idx)
+        x.copy_(r(B, H, P))
+        b.copy_(r(B, 1, N))
+        idx.copy_(torch.tensor([2, 4, -1, 7], dtype=torch.int32))  # 7 ≥ slots: padding, as −1
+        state.copy_(pool)
+        graph.replay()
+        torch.cuda.synchronize()
+        got_out, got_state = out.clone(), state.clone()
+        state.copy_(pool)
+        want = compat.selective_state_update(state, x, dt, A, b, c, dt_softplus=True, state_batch_indices=idx)
+        torch.cuda.synchronize()
+    assert torch.equal(got_out, want) and torch.equal(got_state, state)
+    assert torch.count_nonzero(got_out[2:]) == 0  # the padding rows' outputs are zeroed

@@ -2,6 +2,7 @@
  * backend (see ssmi_cuda.h). Every CUDA error becomes SSM_STATUS_DEVICE_ERROR with
  * cudaGetErrorString in the message. */
 #include <cuda_runtime.h>
+#include <string.h>
 
 extern "C" {
 #include "../../core/ssmi.h"
@@ -11,6 +12,8 @@ extern "C" {
 
 ssm_status ssmi_cuda_status(ssm_context * ctx, const char * op, const char * what, cudaError_t err) {
     if (err == cudaSuccess) return SSM_STATUS_OK;
+    if (err == cudaErrorMemoryAllocation)
+        return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: %s failed: out of device memory", op, what);
     return ssmi_error(ctx, SSM_STATUS_DEVICE_ERROR, "%s: %s failed: %s (%s)", op, what, cudaGetErrorString(err),
                       cudaGetErrorName(err));
 }
@@ -63,23 +66,127 @@ extern "C" ssm_status ssmi_cuda_check_pointer(ssm_context * ctx, const char * op
     return SSM_STATUS_OK;
 }
 
-extern "C" ssm_status ssmi_cuda_copy_to_host(ssm_context * ctx, const char * op, void * dst, const void * src,
-                                             size_t bytes) {
+extern "C" ssm_status ssmi_cuda_copy_to_host(ssm_context * ctx, const char * op, const char * name, void * dst,
+                                             const void * src, size_t bytes) {
     if (bytes == 0) return SSM_STATUS_OK;
-    const cudaStream_t s = ssmi_cuda_stream(ctx);
+    const cudaStream_t      s = ssmi_cuda_stream(ctx);
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaStreamIsCapturing", cudaStreamIsCapturing(s, &capture)));
+    /* the synchronisation below would invalidate the capture: refuse before it */
+    SSM_RETURN_IF(capture != cudaStreamCaptureStatusNone, ctx, SSM_STATUS_UNSUPPORTED,
+                  "%s: %s is in device memory, which the host must read before the call, so it cannot be read while "
+                  "the stream is being captured into a CUDA graph (pass it in host memory)",
+                  op, name);
     SSM_FORWARD_IF_ERROR(
         ssmi_cuda_status(ctx, op, "cudaMemcpyAsync (index tensor to host)", cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, s)));
     return ssmi_cuda_status(ctx, op, "cudaStreamSynchronize", cudaStreamSynchronize(s));
 }
 
+static int has_device_allocator(const ssm_context * ctx) {
+    return ctx != NULL && ctx->device_allocator.alloc != NULL;
+}
+
+cudaError_t ssmi_cuda_alloc_async(ssm_context * ctx, void ** ptr, size_t bytes, cudaStream_t s) {
+    *ptr = NULL;
+    if (bytes == 0) return cudaSuccess;
+    if (has_device_allocator(ctx)) {
+        *ptr = ctx->device_allocator.alloc(ctx->device_allocator.opaque, bytes, (void *)s);
+        return *ptr != NULL ? cudaSuccess : cudaErrorMemoryAllocation;
+    }
+    const cudaError_t e = cudaMallocAsync(ptr, bytes, s);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky: clear it for the next launch check */
+        *ptr = NULL;
+    }
+    return e;
+}
+
+cudaError_t ssmi_cuda_free_async(ssm_context * ctx, void * ptr, cudaStream_t s) {
+    if (ptr == NULL) return cudaSuccess;
+    if (has_device_allocator(ctx)) {
+        ctx->device_allocator.free(ctx->device_allocator.opaque, ptr, (void *)s);
+        return cudaSuccess;
+    }
+    return cudaFreeAsync(ptr, s);
+}
+
+/* Bytes of a host array carried by one upload kernel's arguments (the classic 4 KB parameter
+ * limit, less the pointer and the count). */
+static const int kUploadBytes = 4000;
+struct upload_piece {
+    unsigned char * dst;
+    int             n;
+    unsigned char   bytes[kUploadBytes];
+};
+
+__global__ void upload_kernel(const upload_piece piece) {
+    for (int i = (int)threadIdx.x; i < piece.n; i += (int)blockDim.x) piece.dst[i] = piece.bytes[i];
+}
+
+cudaError_t ssmi_cuda_memcpy_async(void * dst, const void * src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s) {
+    if (bytes == 0) return cudaSuccess;
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    if (kind == cudaMemcpyHostToDevice) {
+        const cudaError_t e = cudaStreamIsCapturing(s, &capture);
+        if (e != cudaSuccess) return e;
+    }
+    if (capture != cudaStreamCaptureStatusActive) return cudaMemcpyAsync(dst, src, bytes, kind, s);
+    const unsigned char * from = (const unsigned char *)src;
+    unsigned char *       to = (unsigned char *)dst;
+    for (size_t done = 0; done < bytes;) {
+        upload_piece  piece;
+        const size_t  n = bytes - done < (size_t)kUploadBytes ? bytes - done : (size_t)kUploadBytes;
+        piece.dst = to + done;
+        piece.n = (int)n;
+        memcpy(piece.bytes, from + done, n);
+        upload_kernel<<<1, 256, 0, s>>>(piece);
+        const cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) return e;
+        done += n;
+    }
+    return cudaSuccess;
+}
+
+template <typename T>
+__global__ void device_slots_kernel(const void * idx, int i64, long long stride, long long batch, long long slots,
+                                    T * out) {
+    const long long step = (long long)gridDim.x * blockDim.x;
+    for (long long b = (long long)blockIdx.x * blockDim.x + threadIdx.x; b < batch; b += step) {
+        const long long v = i64 ? ((const long long *)idx)[b * stride] : (long long)((const int *)idx)[b * stride];
+        out[b] = v >= 0 && v < slots ? (T)v : (T)-1;
+    }
+}
+
+template <typename T>
+static cudaError_t device_slots(const ssm_tensor * idx, long long batch, long long slots, T * out, cudaStream_t s) {
+    if (batch <= 0) return cudaSuccess;
+    const long long blocks = (batch + 255) / 256;
+    device_slots_kernel<T><<<(unsigned)(blocks < 4096 ? blocks : 4096), 256, 0, s>>>(
+        idx->data, idx->dtype == SSM_DTYPE_I64, (long long)idx->strides[0], batch, slots, out);
+    return cudaGetLastError();
+}
+
+cudaError_t ssmi_cuda_device_slots(const ssm_tensor * idx, long long batch, long long slots, int * out, cudaStream_t s) {
+    return device_slots(idx, batch, slots, out, s);
+}
+cudaError_t ssmi_cuda_device_slots(const ssm_tensor * idx, long long batch, long long slots, long long * out,
+                                   cudaStream_t s) {
+    return device_slots(idx, batch, slots, out, s);
+}
+
 extern "C" ssm_status ssmi_cuda_malloc(ssm_context * ctx, void ** ptr, size_t bytes) {
     *ptr = NULL;
     if (bytes == 0) return SSM_STATUS_OK;
+    if (has_device_allocator(ctx))
+        return ssmi_cuda_status(ctx, "cuda_malloc", "the device allocator",
+                                ssmi_cuda_alloc_async(ctx, ptr, bytes, ssmi_cuda_stream(ctx)));
     return ssmi_cuda_status(ctx, "cuda_malloc", "cudaMalloc", cudaMalloc(ptr, bytes));
 }
 
 extern "C" ssm_status ssmi_cuda_free(ssm_context * ctx, void * ptr) {
     if (ptr == NULL) return SSM_STATUS_OK;
+    if (has_device_allocator(ctx)) return ssmi_cuda_status(ctx, "cuda_free", "the device allocator",
+                                                           ssmi_cuda_free_async(ctx, ptr, ssmi_cuda_stream(ctx)));
     return ssmi_cuda_status(ctx, "cuda_free", "cudaFree", cudaFree(ptr));
 }
 

@@ -8,9 +8,45 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
-/* DEVICE_ERROR with cudaGetErrorString when err != cudaSuccess ("op: what failed: ..."). */
+/* DEVICE_ERROR with cudaGetErrorString when err != cudaSuccess ("op: what failed: ..."), except
+ * cudaErrorMemoryAllocation: OUT_OF_MEMORY ("op: what failed: out of device memory"). */
 ssm_status   ssmi_cuda_status(ssm_context * ctx, const char * op, const char * what, cudaError_t err);
 cudaStream_t ssmi_cuda_stream(const ssm_context * ctx);
+
+/* Every device allocation of the backend goes through these two (the drop-in forms of
+ * cudaMallocAsync/cudaFreeAsync): ctx's device allocator (ssm_context_params.device_allocator)
+ * with stream s when it has one, else cudaMallocAsync/cudaFreeAsync on s. bytes == 0 gives NULL;
+ * freeing NULL does nothing. A failure is cudaErrorMemoryAllocation (the allocator returned
+ * NULL, or the device is out of memory) or cudaMallocAsync's error, which is cleared from the
+ * runtime's last error so that a later launch check does not report it again. */
+cudaError_t ssmi_cuda_alloc_async(ssm_context * ctx, void ** ptr, size_t bytes, cudaStream_t s);
+cudaError_t ssmi_cuda_free_async(ssm_context * ctx, void * ptr, cudaStream_t s);
+template <typename T> static inline cudaError_t ssmi_cuda_alloc_async(ssm_context * ctx, T ** ptr, size_t bytes,
+                                                                      cudaStream_t s) {
+    void *            p = NULL;
+    const cudaError_t e = ssmi_cuda_alloc_async(ctx, &p, bytes, s);
+    *ptr = (T *)p;
+    return e;
+}
+
+/* The drop-in form of cudaMemcpyAsync for the host-to-device upload of a host array the call
+ * made (a plan, a slot list): cudaMemcpyAsync, except while s is being captured into a CUDA
+ * graph, where a copy from pageable memory is not capturable and the graph would read the
+ * array after it is freed: the bytes then travel inside the arguments of small copy kernels
+ * (about 4 KB each), which the graph keeps. Other kinds are cudaMemcpyAsync as given. */
+cudaError_t ssmi_cuda_memcpy_async(void * dst, const void * src, size_t bytes, cudaMemcpyKind kind, cudaStream_t s);
+
+/* A decode step's slot indices given in device memory (a 1-D I32/I64 view, any stride), as the
+ * kernels' slot list on the device, read there (no host copy, no synchronisation: the call can
+ * be captured in a CUDA graph): out[b] = idx[b] when it lies in [0, slots), else −1, a padding
+ * row (out row zeroed, no slot read or written). One kernel on s. */
+cudaError_t ssmi_cuda_device_slots(const ssm_tensor * idx, long long batch, long long slots, int * out, cudaStream_t s);
+cudaError_t ssmi_cuda_device_slots(const ssm_tensor * idx, long long batch, long long slots, long long * out,
+                                   cudaStream_t s);
+/* 1 when t is present and in device memory (a slot index tensor the kernels read there). */
+static inline int ssmi_cuda_on_device(const ssm_tensor * t) {
+    return ssmi_present(t) && t->device.type == SSM_DEVICE_CUDA;
+}
 
 /* What the kernel choices ask of the current device: compute capability, the per-block opt-in
  * shared memory and the SM count. */

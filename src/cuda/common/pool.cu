@@ -2,11 +2,12 @@
  * pool.cu — the slots of a decode state pool that no batch row updated, copied into a
  * separate output pool on the device (the CUDA form of core/pool.c's ssmi_copy_unused_slots).
  *
- * The list of unused slots is built on the host (the indices are a host view) and copied
- * to the device; one grid-stride kernel then copies every element of those slots through
+ * With host indices the list of unused slots is built on the host and copied to the device;
+ * one grid-stride kernel then copies every element of those slots through
  * both tensors' strides. Equal dtypes copy the element's bytes exactly; different dtypes
  * convert through double with one rounding (as core/pool.c does). Off the hot path: an
- * in-place pool never copies, and a decode step without indices uses every slot.
+ * in-place pool never copies, and a decode step without indices uses every slot. Device
+ * indices are read on the device by copy_unused_device_kernel (below).
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -91,6 +92,57 @@ __global__ void __launch_bounds__(kPoolThreads) copy_slots_kernel(const pool_cop
     }
 }
 
+/* The copy with indices in device memory, read there (no host copy, no allocation: capturable
+ * in a CUDA graph, and nothing to fail after the step wrote its outputs): one block per slot
+ * (grid-stride over slots) first looks for the slot among the batch's indices, then copies it
+ * when no row named it. O(slots · batch) compares: decode batches and pools are small. */
+struct pool_device_args {
+    const void * idx;
+    int          i64;
+    long long    stride, batch, slots;
+};
+
+__global__ void __launch_bounds__(kPoolThreads) copy_unused_device_kernel(const pool_copy_args A,
+                                                                          const pool_device_args D) {
+    const bool same = A.in.dtype == A.out.dtype;
+    for (long long slot = blockIdx.x; slot < D.slots; slot += gridDim.x) {
+        int named = 0;
+        for (long long b = threadIdx.x; b < D.batch && !named; b += blockDim.x) {
+            const long long v =
+                D.i64 ? ((const long long *)D.idx)[b * D.stride] : (long long)((const int *)D.idx)[b * D.stride];
+            named = v == slot;
+        }
+        if (__syncthreads_or(named)) continue; /* uniform over the block */
+        for (long long e = threadIdx.x; e < A.per_slot; e += blockDim.x) {
+            long long rem = e, io = slot * A.in.slot_stride, oo = slot * A.out.slot_stride;
+            for (int d = A.nd - 1; d >= 0; --d) { /* innermost dim fastest */
+                const long long i = rem % A.shape[d];
+                rem /= A.shape[d];
+                io += i * A.in.s[d];
+                oo += i * A.out.s[d];
+            }
+            if (same)
+                copy_raw(A.in.p, io, A.out.p, oo, A.in.dtype);
+            else
+                store_f64(A.out.p, A.out.dtype, oo, load_f64(A.in.p, A.in.dtype, io));
+        }
+    }
+}
+
+ssm_status copy_unused_device(ssm_context * ctx, const char * op, const pool_copy_args & A, const ssm_tensor * indices,
+                              int64_t batch, int64_t slots) {
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_check_pointer(ctx, op, "state_batch_indices", indices));
+    pool_device_args D;
+    D.idx = indices->data;
+    D.i64 = indices->dtype == SSM_DTYPE_I64;
+    D.stride = (long long)indices->strides[0];
+    D.batch = batch;
+    D.slots = slots;
+    const long long blocks = slots < 65536LL * 16 ? slots : 65536LL * 16; /* grid-stride over the rest */
+    copy_unused_device_kernel<<<(unsigned)blocks, kPoolThreads, 0, ssmi_cuda_stream(ctx)>>>(A, D);
+    return ssmi_cuda_status(ctx, op, "copy_unused_device_kernel launch", cudaGetLastError());
+}
+
 int64_t index_at(const ssm_tensor * t, int64_t b) {
     const int64_t off = b * t->strides[0];
     return t->dtype == SSM_DTYPE_I64 ? ((const int64_t *)t->data)[off] : (int64_t)((const int32_t *)t->data)[off];
@@ -148,6 +200,7 @@ extern "C" ssm_status ssmi_cuda_copy_unused_slots(ssm_context * ctx, const char 
     if (A.per_slot == 0) return SSM_STATUS_OK;
     A.in = pool_view_of(in);
     A.out = pool_view_of(out);
+    if (ssmi_cuda_on_device(indices)) return copy_unused_device(ctx, op, A, indices, batch, in->shape[0]);
 
     long long * list = NULL;
     SSM_FORWARD_IF_ERROR(unused_slots(ctx, op, indices, batch, in->shape[0], &list, &A.nslots));
@@ -158,11 +211,11 @@ extern "C" ssm_status ssmi_cuda_copy_unused_slots(ssm_context * ctx, const char 
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     const size_t       bytes = sizeof(long long) * (size_t)A.nslots;
     void *             dlist = NULL;
-    ssm_status st = ssmi_cuda_status(ctx, op, "cudaMallocAsync (pool slot list)", cudaMallocAsync(&dlist, bytes, s));
+    ssm_status st = ssmi_cuda_status(ctx, op, "device allocation (pool slot list)", ssmi_cuda_alloc_async(ctx, &dlist, bytes, s));
     /* Pageable source: cudaMemcpyAsync returns once it is staged, so the list may be freed. */
     if (st == SSM_STATUS_OK)
         st = ssmi_cuda_status(ctx, op, "cudaMemcpyAsync (pool slot list)",
-                              cudaMemcpyAsync(dlist, list, bytes, cudaMemcpyHostToDevice, s));
+                              ssmi_cuda_memcpy_async(dlist, list, bytes, cudaMemcpyHostToDevice, s));
     free(list);
     if (st == SSM_STATUS_OK) {
         A.slots = (const long long *)dlist;
@@ -173,7 +226,7 @@ extern "C" ssm_status ssmi_cuda_copy_unused_slots(ssm_context * ctx, const char 
         st = ssmi_cuda_status(ctx, op, "copy_slots_kernel launch", cudaGetLastError());
     }
     if (dlist != NULL) {
-        const ssm_status fs = ssmi_cuda_status(ctx, op, "cudaFreeAsync (pool slot list)", cudaFreeAsync(dlist, s));
+        const ssm_status fs = ssmi_cuda_status(ctx, op, "device release (pool slot list)", ssmi_cuda_free_async(ctx, dlist, s));
         if (st == SSM_STATUS_OK) st = fs;
     }
     return st;

@@ -361,7 +361,10 @@ extern "C" ssm_status ssmi_cuda_causal_conv1d_update(ssm_context * ctx, const ss
     pb.k.B = d->batch, pb.k.D = d->dim, pb.k.W = d->width, pb.k.L = d->state_len;
     pb.k.silu = p->activation == 1;
     scratch    sc = {{NULL, NULL, NULL, NULL}, 0};
-    ssm_status st = upload_index(ctx, op, "state_batch_indices", &sc, &a->state_batch_indices, &pb.k.slots);
+    /* device indices are read on the device (no host copy: capturable in a CUDA graph) */
+    ssm_status st = ssmi_cuda_on_device(&a->state_batch_indices)
+                        ? device_slot_index(ctx, op, &sc, &a->state_batch_indices, d->batch, d->slots, &pb.k.slots)
+                        : upload_index(ctx, op, "state_batch_indices", &sc, &a->state_batch_indices, &pb.k.slots);
     if (st == SSM_STATUS_OK) st = run_table(ctx, SSMI_OP_causal_conv1d_update, kUpdateTable, pb);
     return scratch_release(ctx, op, &sc, st);
 }

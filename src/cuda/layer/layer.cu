@@ -32,13 +32,13 @@ ssm_status scratch_alloc(ssm_context * ctx, const char * op, const char * what, 
     if (n == 0) return SSM_STATUS_OK;
     SSM_RETURN_IF(s->n >= 4, ctx, SSM_STATUS_INTERNAL, "%s: more than 4 scratch allocations", op);
     void *            p = NULL;
-    const cudaError_t e = cudaMallocAsync(&p, n, ssmi_cuda_stream(ctx));
+    const cudaError_t e = ssmi_cuda_alloc_async(ctx, &p, n, ssmi_cuda_stream(ctx));
     if (e == cudaErrorMemoryAllocation) {
         (void)cudaGetLastError(); /* not sticky: clear it for the next launch check */
         return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: could not allocate %zu bytes of device memory for %s",
                           op, n, what);
     }
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaMallocAsync", e));
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "device allocation", e));
     s->p[s->n++] = p;
     *out = p;
     return SSM_STATUS_OK;
@@ -47,7 +47,7 @@ ssm_status scratch_alloc(ssm_context * ctx, const char * op, const char * what, 
 ssm_status scratch_release(ssm_context * ctx, const char * op, scratch * s, ssm_status st) {
     for (int i = 0; i < s->n; ++i) {
         const ssm_status fs =
-            ssmi_cuda_status(ctx, op, "cudaFreeAsync", cudaFreeAsync(s->p[i], ssmi_cuda_stream(ctx)));
+            ssmi_cuda_status(ctx, op, "device release", ssmi_cuda_free_async(ctx, s->p[i], ssmi_cuda_stream(ctx)));
         if (st == SSM_STATUS_OK) st = fs;
     }
     s->n = 0;
@@ -75,10 +75,26 @@ ssm_status upload_index(ssm_context * ctx, const char * op, const char * what, s
     /* Pageable source: cudaMemcpyAsync returns once the bytes are staged, so host may be freed. */
     if (st == SSM_STATUS_OK)
         st = ssmi_cuda_status(ctx, op, "cudaMemcpyAsync (index tensor)",
-                              cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, ssmi_cuda_stream(ctx)));
+                              ssmi_cuda_memcpy_async(dev, host, bytes, cudaMemcpyHostToDevice, ssmi_cuda_stream(ctx)));
     ssmi_free(ctx, host);
     if (st == SSM_STATUS_OK) *out = (const long long *)dev;
     return st;
+}
+
+ssm_status device_slot_index(ssm_context * ctx, const char * op, scratch * s, const ssm_tensor * t, int64_t batch,
+                             int64_t slots, const long long ** out) {
+    *out = NULL;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_check_pointer(ctx, op, "state_batch_indices", t));
+    size_t bytes = 0;
+    SSM_FORWARD_IF_ERROR(scratch_bytes(ctx, op, "state_batch_indices", batch, 1, 1, sizeof(long long), &bytes));
+    if (bytes == 0) return SSM_STATUS_OK;
+    void * dev = NULL;
+    SSM_FORWARD_IF_ERROR(scratch_alloc(ctx, op, "state_batch_indices", s, bytes, &dev));
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
+        ctx, op, "device_slots_kernel launch",
+        ssmi_cuda_device_slots(t, batch, slots, (long long *)dev, ssmi_cuda_stream(ctx))));
+    *out = (const long long *)dev;
+    return SSM_STATUS_OK;
 }
 
 } // namespace ssmi_layer

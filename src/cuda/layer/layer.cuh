@@ -59,6 +59,11 @@ ssm_status scratch_release(ssm_context * ctx, const char * op, scratch * s, ssm_
  * array in scratch; *out = NULL when t is absent. */
 ssm_status upload_index(ssm_context * ctx, const char * op, const char * what, scratch * s, const ssm_tensor * t,
                         const long long ** out);
+/* A decode step's slot indices in device memory (1-D, I32/I64, any stride) as a dense int64
+ * device array in scratch, made on the device (no host copy): an index outside [0, slots) is
+ * −1, a padding row. */
+ssm_status device_slot_index(ssm_context * ctx, const char * op, scratch * s, const ssm_tensor * t, int64_t batch,
+                             int64_t slots, const long long ** out);
 /* n0·n1·n2·elem bytes, or OUT_OF_MEMORY when that overflows (a broadcast view's huge shape). */
 ssm_status scratch_bytes(ssm_context * ctx, const char * op, const char * what, int64_t n0, int64_t n1, int64_t n2,
                          size_t elem, size_t * out);

@@ -1,6 +1,6 @@
 /*
  * bwd.cu — host side of the CUDA Mamba-2 combined backward (spec §2.7): the work plan (segments
- * and chunks, bwd.cuh), the device workspace (cudaMallocAsync/cudaFreeAsync on ctx's stream: the
+ * and chunks, bwd.cuh), the device workspace (ssmi_cuda_alloc_async on ctx's stream: the
  * operator takes no caller workspace), the selection table and the entry point.
  *
  * The internal chunk is kMaxQ tokens, halved until bwd_chunk's shared memory fits the device
@@ -220,23 +220,23 @@ extern "C" ssm_status ssmi_cuda_mamba2_scan_bwd(ssm_context * ctx, const ssm_mam
     ssm_status         st = SSM_STATUS_OK;
     if (l.total > 0) {
         void *            mem = NULL;
-        const cudaError_t err = cudaMallocAsync(&mem, l.total, s);
+        const cudaError_t err = ssmi_cuda_alloc_async(ctx, &mem, l.total, s);
         if (err == cudaErrorMemoryAllocation) {
             (void)cudaGetLastError();
             plan_free(&pl);
             return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: could not allocate %zu bytes of device workspace",
                               kOp, l.total);
         }
-        st = ssmi_cuda_status(ctx, kOp, "cudaMallocAsync (workspace)", err);
+        st = ssmi_cuda_status(ctx, kOp, "device allocation (workspace)", err);
         ws = (unsigned char *)mem;
     }
     if (st == SSM_STATUS_OK && ar.nchunks > 0)
         st = ssmi_cuda_status(ctx, kOp, "cudaMemcpyAsync (chunk plan)",
-                              cudaMemcpyAsync(ws + l.chunks, pl.chunks, sizeof(bw_chunk) * (size_t)ar.nchunks,
+                              ssmi_cuda_memcpy_async(ws + l.chunks, pl.chunks, sizeof(bw_chunk) * (size_t)ar.nchunks,
                                               cudaMemcpyHostToDevice, s));
     if (st == SSM_STATUS_OK && ar.nsegs > 0)
         st = ssmi_cuda_status(ctx, kOp, "cudaMemcpyAsync (segment plan)",
-                              cudaMemcpyAsync(ws + l.segs, pl.segs, sizeof(bw_seg) * (size_t)ar.nsegs,
+                              ssmi_cuda_memcpy_async(ws + l.segs, pl.segs, sizeof(bw_seg) * (size_t)ar.nsegs,
                                               cudaMemcpyHostToDevice, s));
     plan_free(&pl); /* pageable sources: staged before cudaMemcpyAsync returns */
     if (st == SSM_STATUS_OK) {
@@ -248,7 +248,7 @@ extern "C" ssm_status ssmi_cuda_mamba2_scan_bwd(ssm_context * ctx, const ssm_mam
         st = run_kernels(ctx, ar);
     }
     if (ws != NULL) {
-        const ssm_status fs = ssmi_cuda_status(ctx, kOp, "cudaFreeAsync (workspace)", cudaFreeAsync(ws, s));
+        const ssm_status fs = ssmi_cuda_status(ctx, kOp, "device release (workspace)", ssmi_cuda_free_async(ctx, ws, s));
         if (st == SSM_STATUS_OK) st = fs;
     }
     return st;

@@ -364,12 +364,12 @@ ssm_status scan_run(scan_problem & pr, scan_state state, scan_out out) {
     /* Pageable sources: cudaMemcpyAsync returns once they are staged, so the plan may be freed. */
     if (pl->nchunks > 0)
         SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaMemcpyAsync (chunk plan)",
-                                              cudaMemcpyAsync(dchunks, pl->chunks, sizeof(m2_chunk) * pl->nchunks,
+                                              ssmi_cuda_memcpy_async(dchunks, pl->chunks, sizeof(m2_chunk) * pl->nchunks,
                                                               cudaMemcpyHostToDevice, s)));
     if (pl->nseg > 0)
         SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
             ctx, op, "cudaMemcpyAsync (sequence plan)",
-            cudaMemcpyAsync(dsegs, pl->segs, sizeof(m2_seg) * pl->nseg, cudaMemcpyHostToDevice, s)));
+            ssmi_cuda_memcpy_async(dsegs, pl->segs, sizeof(m2_seg) * pl->nseg, cudaMemcpyHostToDevice, s)));
 
     /* 1. chunk states */
     m2_state_args sa;
@@ -551,11 +551,11 @@ ssm_status chunk_state_run(chunk_state_problem & pr) {
     }
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     void *             dchunks = NULL;
-    ssm_status         st = ssmi_cuda_status(ctx, op, "cudaMallocAsync (chunk plan)",
-                                             cudaMallocAsync(&dchunks, sizeof(m2_chunk) * (size_t)W, s));
+    ssm_status         st = ssmi_cuda_status(ctx, op, "device allocation (chunk plan)",
+                                             ssmi_cuda_alloc_async(ctx, &dchunks, sizeof(m2_chunk) * (size_t)W, s));
     if (st == SSM_STATUS_OK)
         st = ssmi_cuda_status(ctx, op, "cudaMemcpyAsync (chunk plan)",
-                              cudaMemcpyAsync(dchunks, chunks, sizeof(m2_chunk) * (size_t)W, cudaMemcpyHostToDevice, s));
+                              ssmi_cuda_memcpy_async(dchunks, chunks, sizeof(m2_chunk) * (size_t)W, cudaMemcpyHostToDevice, s));
     free(chunks);
     if (st == SSM_STATUS_OK) {
         m2_state_args sa;
@@ -575,7 +575,7 @@ ssm_status chunk_state_run(chunk_state_problem & pr) {
         st = launch_chunk_state(ctx, op, pr.mode, sa, W);
     }
     if (dchunks != NULL) {
-        const ssm_status fs = ssmi_cuda_status(ctx, op, "cudaFreeAsync (chunk plan)", cudaFreeAsync(dchunks, s));
+        const ssm_status fs = ssmi_cuda_status(ctx, op, "device release (chunk plan)", ssmi_cuda_free_async(ctx, dchunks, s));
         if (st == SSM_STATUS_OK) st = fs;
     }
     return st;
@@ -740,7 +740,7 @@ extern "C" ssm_status ssmi_cuda_mamba2_scan(ssm_context * ctx, const ssm_mamba2_
     int                owned = 0;
     if (ws == NULL && l.total > 0) {
         void * mem = NULL;
-        st = ssmi_cuda_status(ctx, op, "cudaMallocAsync (workspace)", cudaMallocAsync(&mem, l.total, s));
+        st = ssmi_cuda_status(ctx, op, "device allocation (workspace)", ssmi_cuda_alloc_async(ctx, &mem, l.total, s));
         ws = (unsigned char *)mem;
         owned = st == SSM_STATUS_OK;
     }
@@ -750,7 +750,7 @@ extern "C" ssm_status ssmi_cuda_mamba2_scan(ssm_context * ctx, const ssm_mamba2_
     }
     plan_free(&pl);
     if (owned) {
-        const ssm_status fs = ssmi_cuda_status(ctx, op, "cudaFreeAsync (workspace)", cudaFreeAsync(ws, s));
+        const ssm_status fs = ssmi_cuda_status(ctx, op, "device release (workspace)", ssmi_cuda_free_async(ctx, ws, s));
         if (st == SSM_STATUS_OK) st = fs;
     }
     if (st == SSM_STATUS_OK) ssmi_variant_ran(ctx, e->name);
@@ -801,7 +801,19 @@ extern "C" ssm_status ssmi_cuda_mamba2_step(ssm_context * ctx, const ssm_mamba2_
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     const ssm_tensor * idx = &a->state_batch_indices;
     void *             dslots = NULL;
-    if (ssmi_present(idx) && d->batch <= kInlineSlots) {
+    if (ssmi_cuda_on_device(idx)) {
+        /* Device indices are read on the device: no host copy (capturable in a CUDA graph);
+         * an index outside [0, slots) makes its row padding. */
+        st = ssmi_cuda_check_pointer(ctx, op, "state_batch_indices", idx);
+        if (st == SSM_STATUS_OK)
+            st = ssmi_cuda_status(ctx, op, "device allocation (slot indices)",
+                                  ssmi_cuda_alloc_async(ctx, &dslots, sizeof(int) * (size_t)d->batch, s));
+        if (st == SSM_STATUS_OK)
+            st = ssmi_cuda_status(ctx, op, "device_slots_kernel launch",
+                                  ssmi_cuda_device_slots(idx, d->batch, d->slots, (int *)dslots, s));
+        A->idx_mode = 2;
+        A->idx_dev = (const int *)dslots;
+    } else if (ssmi_present(idx) && d->batch <= kInlineSlots) {
         A->idx_mode = 1;
         for (int64_t b = 0; b < d->batch; ++b) {
             const int64_t v = index_at(idx, b);
@@ -820,18 +832,18 @@ extern "C" ssm_status ssmi_cuda_mamba2_step(ssm_context * ctx, const ssm_mamba2_
             const int64_t v = index_at(idx, b);
             host[b] = v < 0 ? -1 : (int)v;
         }
-        st = ssmi_cuda_status(ctx, op, "cudaMallocAsync (slot indices)", cudaMallocAsync(&dslots, bytes, s));
+        st = ssmi_cuda_status(ctx, op, "device allocation (slot indices)", ssmi_cuda_alloc_async(ctx, &dslots, bytes, s));
         /* Pageable source: cudaMemcpyAsync returns once it is staged, so host may be freed. */
         if (st == SSM_STATUS_OK)
             st = ssmi_cuda_status(ctx, op, "cudaMemcpyAsync (slot indices)",
-                                  cudaMemcpyAsync(dslots, host, bytes, cudaMemcpyHostToDevice, s));
+                                  ssmi_cuda_memcpy_async(dslots, host, bytes, cudaMemcpyHostToDevice, s));
         free(host);
         A->idx_mode = 2;
         A->idx_dev = (const int *)dslots;
     }
     if (st == SSM_STATUS_OK) st = e->launch(pr);
     if (dslots != NULL) {
-        const ssm_status fs = ssmi_cuda_status(ctx, op, "cudaFreeAsync (slot indices)", cudaFreeAsync(dslots, s));
+        const ssm_status fs = ssmi_cuda_status(ctx, op, "device release (slot indices)", ssmi_cuda_free_async(ctx, dslots, s));
         if (st == SSM_STATUS_OK) st = fs;
     }
     free(A);

@@ -94,14 +94,14 @@ struct mc_mem {
 ssm_status mem_alloc(ssm_context * ctx, const char * op, mc_mem * m, void ** out, size_t bytes, cudaStream_t s) {
     *out = NULL;
     if (bytes == 0) return SSM_STATUS_OK;
-    const ssm_status st = ssmi_cuda_status(ctx, op, "cudaMallocAsync (workspace)", cudaMallocAsync(out, bytes, s));
+    const ssm_status st = ssmi_cuda_status(ctx, op, "device allocation (workspace)", ssmi_cuda_alloc_async(ctx, out, bytes, s));
     if (st == SSM_STATUS_OK) m->p[m->n++] = *out;
     return st;
 }
 
 ssm_status mem_free(ssm_context * ctx, const char * op, mc_mem * m, cudaStream_t s, ssm_status st) {
     for (int i = 0; i < m->n; ++i) {
-        const ssm_status fs = ssmi_cuda_status(ctx, op, "cudaFreeAsync (workspace)", cudaFreeAsync(m->p[i], s));
+        const ssm_status fs = ssmi_cuda_status(ctx, op, "device release (workspace)", ssmi_cuda_free_async(ctx, m->p[i], s));
         if (st == SSM_STATUS_OK) st = fs;
     }
     m->n = 0;
@@ -114,7 +114,7 @@ ssm_status mem_upload(ssm_context * ctx, const char * op, mc_mem * m, void ** ou
     SSM_FORWARD_IF_ERROR(mem_alloc(ctx, op, m, out, bytes, s));
     if (bytes == 0) return SSM_STATUS_OK;
     return ssmi_cuda_status(ctx, op, "cudaMemcpyAsync (plan)",
-                            cudaMemcpyAsync(*out, src, bytes, cudaMemcpyHostToDevice, s));
+                            ssmi_cuda_memcpy_async(*out, src, bytes, cudaMemcpyHostToDevice, s));
 }
 
 /* The host plan: sequences and their work chunks. cu == NULL: one sequence per batch row. */
@@ -264,7 +264,7 @@ long long slot_of(const step_problem & pb, int64_t b) {
 
 bool slots_fit_params(const step_problem & pb) {
     if (!ssmi_present(&pb.a->state_batch_indices)) return true;
-    if (pb.d->batch > kInlineSlots) return false;
+    if (pb.d->batch > kInlineSlots || ssmi_cuda_on_device(&pb.a->state_batch_indices)) return false;
     for (int64_t b = 0; b < pb.d->batch; ++b) {
         const long long v = slot_of(pb, b);
         if (v < INT_MIN || v > INT_MAX) return false;
@@ -291,7 +291,18 @@ ssm_status step_slots_uploaded(ssm_context * ctx, const char * op, const step_pr
     mc_mem     m;
     ssm_status st = SSM_STATUS_OK;
     m.n = 0;
-    if (ssmi_present(&pb.a->state_batch_indices)) {
+    if (ssmi_cuda_on_device(&pb.a->state_batch_indices)) {
+        /* device indices, read on the device (no host copy: capturable in a CUDA graph); an
+         * index outside [0, slots) makes its row padding */
+        void * dslots = NULL;
+        st = ssmi_cuda_check_pointer(ctx, op, "state_batch_indices", &pb.a->state_batch_indices);
+        if (st == SSM_STATUS_OK) st = mem_alloc(ctx, op, &m, &dslots, sizeof(long long) * (size_t)pb.d->batch, s);
+        if (st == SSM_STATUS_OK)
+            st = ssmi_cuda_status(ctx, op, "device_slots_kernel launch",
+                                  ssmi_cuda_device_slots(&pb.a->state_batch_indices, pb.d->batch, pb.d->nseq,
+                                                         (long long *)dslots, s));
+        A.slots = (const long long *)dslots;
+    } else if (ssmi_present(&pb.a->state_batch_indices)) {
         long long * host = (long long *)malloc(sizeof(long long) * (size_t)pb.d->batch);
         if (host == NULL) return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: no memory for the slot list", op);
         for (int64_t b = 0; b < pb.d->batch; ++b) host[b] = slot_of(pb, b);

@@ -229,10 +229,10 @@ ssm_status bwd_launch(ssm_context * ctx, const ssmi_mamba3_dims * d, const bwd_p
     if (pl->W > 0)
         SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
             ctx, kOp, "cudaMemcpyAsync (chunk plan)",
-            cudaMemcpyAsync(ws + l.chunks, pl->chunks, sizeof(bw_chunk) * pl->W, cudaMemcpyHostToDevice, s)));
+            ssmi_cuda_memcpy_async(ws + l.chunks, pl->chunks, sizeof(bw_chunk) * pl->W, cudaMemcpyHostToDevice, s)));
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
         ctx, kOp, "cudaMemcpyAsync (sequence plan)",
-        cudaMemcpyAsync(ws + l.segs, pl->segs, sizeof(bw_seg) * d->nseq, cudaMemcpyHostToDevice, s)));
+        ssmi_cuda_memcpy_async(ws + l.segs, pl->segs, sizeof(bw_seg) * d->nseq, cudaMemcpyHostToDevice, s)));
     P.chunks = (const bw_chunk *)(ws + l.chunks);
     P.segs = (const bw_seg *)(ws + l.segs);
     P.sc = (float *)(ws + l.sc), P.th = (float *)(ws + l.th), P.thb = (float *)(ws + l.thb);
@@ -285,17 +285,17 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_bwd(ssm_context * ctx, const ssm_mam
     const bwd_ws       l = ws_layout(d, &pl);
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     void *             ws = NULL;
-    const cudaError_t  me = cudaMallocAsync(&ws, l.total, s);
+    const cudaError_t  me = ssmi_cuda_alloc_async(ctx, &ws, l.total, s);
     if (me != cudaSuccess) {
         (void)cudaGetLastError(); /* a failed allocation is not sticky: clear it for the next call */
         plan_free(&pl);
         if (me == cudaErrorMemoryAllocation)
             return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: no device memory for the %zu-byte workspace", kOp,
                               l.total);
-        return ssmi_cuda_status(ctx, kOp, "cudaMallocAsync (workspace)", me);
+        return ssmi_cuda_status(ctx, kOp, "device allocation (workspace)", me);
     }
     ssm_status st = bwd_launch(ctx, d, &pl, P, (unsigned char *)ws);
-    const ssm_status fs = ssmi_cuda_status(ctx, kOp, "cudaFreeAsync (workspace)", cudaFreeAsync(ws, s));
+    const ssm_status fs = ssmi_cuda_status(ctx, kOp, "device release (workspace)", ssmi_cuda_free_async(ctx, ws, s));
     if (st == SSM_STATUS_OK) st = fs;
     plan_free(&pl);
     return st;

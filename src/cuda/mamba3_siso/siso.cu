@@ -386,10 +386,10 @@ ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims
     if (pl->W > 0)
         SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
             ctx, op, "cudaMemcpyAsync (chunk plan)",
-            cudaMemcpyAsync(ws + l.chunks, pl->chunks, sizeof(m3_chunk) * pl->W, cudaMemcpyHostToDevice, s)));
+            ssmi_cuda_memcpy_async(ws + l.chunks, pl->chunks, sizeof(m3_chunk) * pl->W, cudaMemcpyHostToDevice, s)));
     SSM_FORWARD_IF_ERROR(
         ssmi_cuda_status(ctx, op, "cudaMemcpyAsync (sequence plan)",
-                         cudaMemcpyAsync(ws + l.segs, pl->segs, sizeof(m3_seg) * pl->NS, cudaMemcpyHostToDevice, s)));
+                         ssmi_cuda_memcpy_async(ws + l.segs, pl->segs, sizeof(m3_seg) * pl->NS, cudaMemcpyHostToDevice, s)));
     P.chunks = (const m3_chunk *)(ws + l.chunks);
     P.segs = (const m3_seg *)(ws + l.segs);
     P.states = (float *)(ws + l.states);
@@ -430,10 +430,10 @@ ssm_status run_fwd(ssm_context * ctx, ssmi_op opid, const ssmi_mamba3_dims * d, 
     if (st == SSM_STATUS_OK) {
         const fwd_ws       l = fwd_ws_layout(d, &pl, io.fused, e->prep);
         const cudaStream_t s = ssmi_cuda_stream(ctx);
-        st = ssmi_cuda_status(ctx, op, "cudaMallocAsync (workspace)", cudaMallocAsync(&ws, l.total, s));
+        st = ssmi_cuda_status(ctx, op, "device allocation (workspace)", ssmi_cuda_alloc_async(ctx, &ws, l.total, s));
         if (st == SSM_STATUS_OK) {
             st = fwd_launch(ctx, op, d, io, &pl, (unsigned char *)ws, P, mode, e);
-            const ssm_status fs = ssmi_cuda_status(ctx, op, "cudaFreeAsync (workspace)", cudaFreeAsync(ws, s));
+            const ssm_status fs = ssmi_cuda_status(ctx, op, "device release (workspace)", ssmi_cuda_free_async(ctx, ws, s));
             if (st == SSM_STATUS_OK) st = fs;
         }
     }
@@ -522,7 +522,8 @@ ssm_status step_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dim
     const size_t smem = sizeof(float) * (size_t)(3 * d->dk + 2 * d->dv + d->nangles + 4);
     /* step_prefetch_kernel's: the same and one dot partial per float4 (≤ 18 KB) */
     const size_t smem2 = sizeof(float) * (size_t)(3 * d->dk + 2 * d->dv + d->nangles + d->dv * (d->dk / 4));
-    if (kind != STEP_WARP && (!has_idx || d->batch <= kStepInlineSlots)) {
+    const int          dev_idx = ssmi_cuda_on_device(&a->state_batch_indices);
+    if (kind != STEP_WARP && (!has_idx || (d->batch <= kStepInlineSlots && !dev_idx))) {
         /* the slots travel in the kernel parameters: no allocation, no copy */
         m3_step_slots_args A2; /* ~2.4 KB; the launch copies it into the parameter space */
         memset(&A2, 0, sizeof A2);
@@ -540,7 +541,19 @@ ssm_status step_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dim
     }
     void *     dslots = NULL;
     ssm_status st = SSM_STATUS_OK;
-    if (has_idx) {
+    if (dev_idx) {
+        /* device indices, read on the device (no host copy: capturable in a CUDA graph); an
+         * index outside [0, slots) makes its row padding */
+        st = ssmi_cuda_check_pointer(ctx, op, "state_batch_indices", &a->state_batch_indices);
+        if (st == SSM_STATUS_OK)
+            st = ssmi_cuda_status(ctx, op, "device allocation (slot list)",
+                                  ssmi_cuda_alloc_async(ctx, &dslots, sizeof(int) * (size_t)d->batch, s));
+        if (st == SSM_STATUS_OK)
+            st = ssmi_cuda_status(
+                ctx, op, "device_slots_kernel launch",
+                ssmi_cuda_device_slots(&a->state_batch_indices, d->batch, d->nseq, (int *)dslots, s));
+        P.slots = (const int *)dslots;
+    } else if (has_idx) {
         /* the host view's slots as int32 on the device (validation bounded them by the pool) */
         int * hs = (int *)malloc(sizeof(int) * (size_t)d->batch);
         SSM_RETURN_IF(hs == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: no host memory for the slot list", op);
@@ -548,13 +561,13 @@ ssm_status step_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dim
             const int64_t v = idx_at(&a->state_batch_indices, b);
             hs[b] = v < 0 ? -1 : (int)v;
         }
-        st = ssmi_cuda_status(ctx, op, "cudaMallocAsync (slot list)",
-                              cudaMallocAsync(&dslots, sizeof(int) * (size_t)d->batch, s));
+        st = ssmi_cuda_status(ctx, op, "device allocation (slot list)",
+                              ssmi_cuda_alloc_async(ctx, &dslots, sizeof(int) * (size_t)d->batch, s));
         /* Pageable source: cudaMemcpyAsync returns once it is staged, so the list may be freed. */
         if (st == SSM_STATUS_OK)
             st = ssmi_cuda_status(
                 ctx, op, "cudaMemcpyAsync (slot list)",
-                cudaMemcpyAsync(dslots, hs, sizeof(int) * (size_t)d->batch, cudaMemcpyHostToDevice, s));
+                ssmi_cuda_memcpy_async(dslots, hs, sizeof(int) * (size_t)d->batch, cudaMemcpyHostToDevice, s));
         free(hs);
         P.slots = (const int *)dslots;
     }
@@ -573,7 +586,7 @@ ssm_status step_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dim
         st = ssmi_cuda_status(ctx, op, "step_warp_kernel launch", launch_step_warp(P, (int)d->batch, smem, s));
     }
     if (dslots != NULL) {
-        const ssm_status fs = ssmi_cuda_status(ctx, op, "cudaFreeAsync (slot list)", cudaFreeAsync(dslots, s));
+        const ssm_status fs = ssmi_cuda_status(ctx, op, "device release (slot list)", ssmi_cuda_free_async(ctx, dslots, s));
         if (st == SSM_STATUS_OK) st = fs;
     }
     return st;
