@@ -198,8 +198,8 @@ extern "C" ssm_status ssmi_cuda_memcpy(ssm_context * ctx, void * dst, const void
     return ssmi_cuda_status(ctx, "cuda_memcpy", "cudaStreamSynchronize", cudaStreamSynchronize(s));
 }
 
-/* Events around each call of fn on ctx's stream; ms[rep] = elapsed time of call rep. */
-/* With cold_l2, a buffer of twice the device's L2 size is overwritten on the stream before every
+/* Events around each call of fn on ctx's stream; ms[rep] = elapsed time of call rep. With
+ * cold_l2, a buffer of twice the device's L2 size is overwritten on the stream before every
  * call, outside the timed interval, so each call starts with none of its operands in the L2. */
 extern "C" ssm_status ssmi_cuda_time(ssm_context * ctx, ssm_status (*fn)(void * arg, int32_t rep), void * arg,
                                      int32_t reps, int cold_l2, float * ms) {
@@ -213,11 +213,12 @@ extern "C" ssm_status ssmi_cuda_time(ssm_context * ctx, ssm_status (*fn)(void * 
         SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute (L2 size)",
                                               cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, dev)));
         flush_bytes = 2 * (size_t)(l2 > 0 ? l2 : 64 << 20);
-        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaMalloc (L2 flush buffer)", cudaMalloc(&flush, flush_bytes)));
+        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "device allocation (L2 flush buffer)",
+                                              ssmi_cuda_alloc_async(ctx, &flush, flush_bytes, s)));
     }
     cudaEvent_t *      ev = (cudaEvent_t *)ssmi_alloc(ctx, sizeof(cudaEvent_t) * (size_t)(2 * reps));
     if (ev == NULL && reps > 0) {
-        (void)cudaFree(flush);
+        (void)ssmi_cuda_free_async(ctx, flush, s);
         return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: no memory for %d events", op, (int)reps);
     }
     ssm_status st = SSM_STATUS_OK;
@@ -237,6 +238,6 @@ extern "C" ssm_status ssmi_cuda_time(ssm_context * ctx, ssm_status (*fn)(void * 
         st = ssmi_cuda_status(ctx, op, "cudaEventElapsedTime", cudaEventElapsedTime(&ms[r], ev[2 * r], ev[2 * r + 1]));
     for (int32_t i = 0; i < made; ++i) (void)cudaEventDestroy(ev[i]);
     ssmi_free(ctx, ev);
-    if (flush != NULL) (void)cudaFree(flush);
+    if (flush != NULL) (void)ssmi_cuda_free_async(ctx, flush, s);
     return st;
 }
