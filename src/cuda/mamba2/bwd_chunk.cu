@@ -27,7 +27,8 @@ __device__ __forceinline__ float process_dt(const bw_args & a, float pre, float 
     return v;
 }
 
-/* One thread per (chunk, head): dt, its inclusive fp32 cumsum times A, and the chain factor. */
+/* One thread per (chunk, head): dt, its inclusive fp32 cumsum times A, the chain factor, and
+ * the chunk's total decay e^{cl} (cl = the cumsum at its last token) for the state passes. */
 __global__ void bwd_dt_kernel(bw_args a) {
     const long long w = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (w >= a.nchunks * a.H) return;
@@ -49,11 +50,12 @@ __global__ void bwd_dt_kernel(bw_args a) {
         run += v * ah;
         dtv[i] = v, cmv[i] = run, dfac[i] = f;
     }
+    a.ecl[w] = expf(run); /* run = cm at the last token: tokens ≥ len add nothing */
 }
 
-/* Rows [0, len) of head/group k of a (batch, S, K, n) view into dst[Q][n] as fp32 (times
+/* Rows [0, len) of head/group k of a (batch, S, K, n) view into dst[Q][ld] as fp32 (times
  * scale[i] when given), zeros for rows ≥ len. */
-__device__ void load_rows(float * dst, const ssmi_cu_view & v, const bw_chunk & ck, int k, int n, int Q,
+__device__ void load_rows(float * dst, int ld, const ssmi_cu_view & v, const bw_chunk & ck, int k, int n, int Q,
                           const float * scale) {
     for (int e = threadIdx.x; e < Q * n; e += blockDim.x) {
         const int i = e / n, j = e % n;
@@ -62,7 +64,7 @@ __device__ void load_rows(float * dst, const ssmi_cu_view & v, const bw_chunk & 
             val = ssmi_cu_ld(v.p, v.dtype, off4(v.s, ck.row, ck.t0 + i, k, j));
             if (scale != NULL) val *= scale[i];
         }
-        dst[e] = val;
+        dst[i * ld + j] = val;
     }
 }
 
@@ -74,42 +76,112 @@ __device__ __forceinline__ float gate_dy(const bw_args & a, const bw_chunk & ck,
     return dout * z * sg; /* as bwd_chunk_kernel computes it */
 }
 
+/* acc[r][c] += Σ_{k<K} fa(m[r], k)·fb(k, n[c]), k ascending (one accumulator per output). */
+template <int TM, int TN, class FA, class FB>
+__device__ __forceinline__ void tile_mac(float (&acc)[TM][TN], const int (&m)[TM], const int (&n)[TN], int K, FA fa,
+                                         FB fb) {
+#pragma unroll 2
+    for (int k = 0; k < K; ++k) {
+        float av[TM], bv[TN];
+#pragma unroll
+        for (int r = 0; r < TM; ++r) av[r] = fa(m[r], k);
+#pragma unroll
+        for (int c = 0; c < TN; ++c) bv[c] = fb(k, n[c]);
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+            for (int c = 0; c < TN; ++c) acc[r][c] = fmaf(av[r], bv[c], acc[r][c]);
+    }
+}
+
+/* Register-tiled block product over shared-memory operands: for every m < M, n < Nc,
+ *   out(m, n, scale(m)·Σ_{k<K1} fa1(m, k)·fb1(k, n) + Σ_{k<K2} fa2(m, k)·fb2(k, n)),
+ * each sum in k order (kTwo = false: the first sum alone), so the bytes do not depend on the thread count. A thread's tile is TM
+ * consecutive rows × TN columns cg apart (cg = the number of column groups): consecutive threads
+ * read consecutive columns of fb, and rows of fa that padded strides put in distinct banks.
+ * Indices past M or Nc are clamped for the reads and their outputs dropped. */
+template <int TM, int TN, bool kTwo = true, class FA1, class FB1, class FS, class FA2, class FB2, class FO>
+__device__ __forceinline__ void block_mm2(int M, int Nc, int K1, FA1 fa1, FB1 fb1, FS scale, int K2, FA2 fa2, FB2 fb2,
+                                          FO out) {
+    if (M <= 0 || Nc <= 0) return;
+    const int cg = (Nc + TN - 1) / TN, tiles = cg * ((M + TM - 1) / TM);
+    for (int t = threadIdx.x; t < tiles; t += blockDim.x) {
+        const int m0 = (t / cg) * TM, n0 = t % cg;
+        int       m[TM], n[TN];
+#pragma unroll
+        for (int r = 0; r < TM; ++r) m[r] = min(m0 + r, M - 1);
+#pragma unroll
+        for (int c = 0; c < TN; ++c) n[c] = min(n0 + c * cg, Nc - 1);
+        float acc[TM][TN];
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+            for (int c = 0; c < TN; ++c) acc[r][c] = 0.0f;
+        tile_mac<TM, TN>(acc, m, n, K1, fa1, fb1);
+        if (kTwo) {
+#pragma unroll
+            for (int r = 0; r < TM; ++r) {
+                const float sc = scale(m[r]);
+#pragma unroll
+                for (int c = 0; c < TN; ++c) acc[r][c] *= sc;
+            }
+            tile_mac<TM, TN>(acc, m, n, K2, fa2, fb2);
+        }
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+            for (int c = 0; c < TN; ++c)
+                if (m0 + r < M && n0 + c * cg < Nc) out(m0 + r, n0 + c * cg, acc[r][c]);
+    }
+}
+
+/* block_mm2 with one sum: out(m, n, Σ_{k<K} fa(m, k)·fb(k, n)). */
+template <int TM, int TN, class FA, class FB, class FO>
+__device__ __forceinline__ void block_mm(int M, int Nc, int K, FA fa, FB fb, FO out) {
+    auto none = [](int) { return 1.0f; };
+    block_mm2<TM, TN, false>(M, Nc, K, fa, fb, none, 0, fa, fb, out);
+}
+
+/* Sum over the 32 lanes of a warp, a fixed xor tree: every lane gets the same bytes. */
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
 /* s_c[p][n] = Σ_j (e^{cl−cm_j}·dt_j·x_j[p])·B_j[n] into the state slot of (chunk, head). */
-__global__ void bwd_states_kernel(bw_args a) {
+__global__ void __launch_bounds__(kThreads) bwd_states_kernel(bw_args a) {
     extern __shared__ float sm[];
     const long long ci = blockIdx.x;
-    const int       h = blockIdx.y, Q = a.Q, P = a.P, N = a.N;
+    const int       h = blockIdx.y, Q = a.Q, P = a.P, N = a.N, lp = pad_ld(P), ln = pad_ld(N);
     const bw_chunk  ck = a.chunks[ci];
     const long long w = ci * a.H + h;
     float *         wv = sm;          /* [Q] */
-    float *         xs = wv + Q;      /* [Q][P] */
-    float *         bs = xs + Q * P;  /* [Q][N] */
+    float *         xs = wv + Q;      /* [Q][lp] */
+    float *         bs = xs + Q * lp; /* [Q][ln] */
     const float *   cm = a.cmv + w * Q;
     const float     cl = cm[ck.len - 1];
     for (int i = threadIdx.x; i < Q; i += blockDim.x) wv[i] = i < ck.len ? expf(cl - cm[i]) * a.dtv[w * Q + i] : 0.0f;
     __syncthreads();
-    load_rows(xs, a.x, ck, h, P, Q, wv);
-    load_rows(bs, a.b, ck, h / a.R, N, Q, NULL);
+    load_rows(xs, lp, a.x, ck, h, P, Q, wv);
+    load_rows(bs, ln, a.b, ck, h / a.R, N, Q, NULL);
     __syncthreads();
     float * out = a.st + w * (long long)P * N;
-    for (int e = threadIdx.x; e < P * N; e += blockDim.x) {
-        const int p = e / N, n = e % N;
-        float     acc = 0.0f;
-        for (int j = 0; j < ck.len; ++j) acc += xs[j * P + p] * bs[j * N + n];
-        out[e] = acc;
-    }
+    block_mm<4, 8>(
+        P, N, ck.len, [=](int p, int j) { return xs[j * lp + p]; }, [=](int j, int n) { return bs[j * ln + n]; },
+        [=](int p, int n, float v) { out[(long long)p * N + n] = v; });
 }
 
 /* dS_c[p][n] = Σ_i (e^{cm_i}·δx_i[p])·C_i[n] into the state-gradient slot of (chunk, head). */
-__global__ void bwd_dstates_kernel(bw_args a) {
+__global__ void __launch_bounds__(kThreads) bwd_dstates_kernel(bw_args a) {
     extern __shared__ float sm[];
     const long long ci = blockIdx.x;
-    const int       h = blockIdx.y, Q = a.Q, P = a.P, N = a.N;
+    const int       h = blockIdx.y, Q = a.Q, P = a.P, N = a.N, lp = pad_ld(P), ln = pad_ld(N);
     const bw_chunk  ck = a.chunks[ci];
     const long long w = ci * a.H + h;
-    float *         ev = sm;          /* [Q] */
-    float *         dys = ev + Q;     /* [Q][P] */
-    float *         cs = dys + Q * P; /* [Q][N] */
+    float *         ev = sm;           /* [Q] */
+    float *         dys = ev + Q;      /* [Q][lp] */
+    float *         cs = dys + Q * lp; /* [Q][ln] */
     const float *   cm = a.cmv + w * Q;
     for (int i = threadIdx.x; i < Q; i += blockDim.x) ev[i] = i < ck.len ? expf(cm[i]) : 0.0f;
     __syncthreads();
@@ -120,20 +192,18 @@ __global__ void bwd_dstates_kernel(bw_args a) {
             const float dout = ssmi_cu_ld(a.dout.p, a.dout.dtype, off4(a.dout.s, ck.row, ck.t0 + i, h, p));
             v = gate_dy(a, ck, i, h, p, dout) * ev[i];
         }
-        dys[e] = v;
+        dys[i * lp + p] = v;
     }
-    load_rows(cs, a.c, ck, h / a.R, N, Q, NULL);
+    load_rows(cs, ln, a.c, ck, h / a.R, N, Q, NULL);
     __syncthreads();
     float * out = a.gs + w * (long long)P * N;
-    for (int e = threadIdx.x; e < P * N; e += blockDim.x) {
-        const int p = e / N, n = e % N;
-        float     acc = 0.0f;
-        for (int i = 0; i < ck.len; ++i) acc += dys[i * P + p] * cs[i * N + n];
-        out[e] = acc;
-    }
+    block_mm<4, 8>(
+        P, N, ck.len, [=](int p, int i) { return dys[i * lp + p]; }, [=](int i, int n) { return cs[i * ln + n]; },
+        [=](int p, int n, float v) { out[(long long)p * N + n] = v; });
 }
 
-/* Sum of v over the block (kThreads threads), a fixed tree: the same bytes every run. */
+/* Sum of v over the block (kThreads threads), a fixed tree: the same bytes every run. Its
+ * barriers also order every shared-memory write made before it. */
 __device__ float block_sum(float v, float * red) {
     red[threadIdx.x] = v;
     __syncthreads();
@@ -154,36 +224,49 @@ __device__ float block_sum(float v, float * red) {
  *   ddt_loc_i = <acc_i, x_i>;  r_j = dt_j·<x_j, state part of acc_j>;  q_i = e^{cm_i}·<δx_i, S·C_i>
  *   dCB_ij = e^{cm_i−cm_j}·dt_j·<δx_i, x_j> (j ≤ i);  intra_k = Σ_{i≥k} Σ_{j<k} CB_ij·dCB_ij
  *   ddA_k = Σ_{i≥k} q_i + e^{cl}·<G, S> + Σ_{j<k} r_j + intra_k;  ddt = (ddA·A + ddt_loc)·fac
- *   dB_j  = e^{cl−cm_j}·dt_j·Gᵀx_j + Σ_{i≥j} dCB_ij·C_i;  dC_i = e^{cm_i}·Sᵀδx_i + Σ_{j≤i} dCB_ij·B_j */
-__global__ void bwd_chunk_kernel(bw_args a) {
+ *   dB_j  = e^{cl−cm_j}·dt_j·Gᵀx_j + Σ_{i≥j} dCB_ij·C_i;  dC_i = e^{cm_i}·Sᵀδx_i + Σ_{j≤i} dCB_ij·B_j
+ * Every operand lives in shared memory (chunk_smem_floats lists the layout), rows padded to odd
+ * strides; with kStaged S and G are staged there too (coalesced, once), else they are read from
+ * the workspace. The products run as register-tiled block_mm calls over all threads, the row
+ * sums as a warp per row; the phases are separated by barriers:
+ *   load  rows, δx, dz factor, decay table E_ij = e^{cm_i−cm_j} (j ≤ i), S, G
+ *   A     CB, C·Sᵀ, B·Gᵀ, dCB, dD partials, <G, S>
+ *   B     dz, acc and dx, q, r, intra
+ *   C     ddt_loc, dB, dC;  then thread 0 runs the ddA recurrence (ddt, dA/ddt_bias partials). */
+template <bool kStaged>
+__global__ void __launch_bounds__(kThreads) bwd_chunk_kernel(bw_args a) {
     extern __shared__ float sm[];
     const long long ci = blockIdx.x;
     const int       h = blockIdx.y, Q = a.Q, P = a.P, N = a.N, g = h / a.R;
+    const int       lp = pad_ld(P), ln = pad_ld(N), lq = pad_ld(Q);
     const bw_chunk  ck = a.chunks[ci];
     const int       L = ck.len;
-    const long long w = ci * a.H + h;
-    float *dtv = sm, *cm = dtv + Q, *fac = cm + Q, *ecm = fac + Q, *eclm = ecm + Q;
+    const long long w = ci * a.H + h, PN = (long long)P * N;
+    const int       lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    float *dtv = sm, *fac = dtv + Q, *ecm = fac + Q, *eclm = ecm + Q;
     float *q = eclm + Q, *r = q + Q, *dtl = r + Q, *dda = dtl + Q, *intra = dda + Q;
-    float *xs = intra + 2 * Q; /* [Q][P] */
-    float *dys = xs + Q * P;   /* [Q][P] */
-    float *tmp = dys + Q * P;  /* [Q][P] */
-    float *bs = tmp + Q * P;   /* [Q][N] */
-    float *cs = bs + Q * N;    /* [Q][N] */
-    float *cb = cs + Q * N;    /* [Q][Q] */
-    float *dcb = cb + Q * Q;   /* [Q][Q] */
-    float *dvec = dcb + Q * Q; /* [P]    */
-    float *red = dvec + P;     /* [kThreads] */
-    const float * S = a.st + w * (long long)P * N;
-    const float * Gm = a.gs + w * (long long)P * N;
+    float *dvec = intra + Q, *red = dvec + P;
+    float *xs = red + kThreads, *dys = xs + Q * lp, *yst = dys + Q * lp; /* [Q][lp] each */
+    float *bg = yst + Q * lp, *acc = bg + Q * lp, *dzf = acc + Q * lp;   /* [Q][lp] each */
+    float *bs = dzf + Q * lp, *cs = bs + Q * ln;                         /* [Q][ln] each */
+    float *ex = cs + Q * ln, *cb = ex + Q * lq, *cbx = cb + Q * lq, *dcb = cbx + Q * lq; /* [Q][lq] */
+    float *stg = dcb + Q * lq;                                          /* kStaged: S, G [P][ln] */
+    const float * S = kStaged ? stg : a.st + w * PN;
+    const float * Gm = kStaged ? stg + P * ln : a.gs + w * PN;
+    const int     ls = kStaged ? ln : N; /* row stride of S and G */
 
+    /* load */
+    const float * cmg = a.cmv + w * Q;
+    const float   cl = cmg[L - 1];
     for (int i = threadIdx.x; i < Q; i += blockDim.x) {
-        dtv[i] = a.dtv[w * Q + i], cm[i] = a.cmv[w * Q + i], fac[i] = a.dfac[w * Q + i];
+        const float c = cmg[i];
+        dtv[i] = a.dtv[w * Q + i], fac[i] = a.dfac[w * Q + i];
+        ecm[i] = i < L ? expf(c) : 0.0f;
+        eclm[i] = i < L ? expf(cl - c) : 0.0f;
     }
-    __syncthreads();
-    const float cl = cm[L - 1];
-    for (int i = threadIdx.x; i < Q; i += blockDim.x) {
-        ecm[i] = i < L ? expf(cm[i]) : 0.0f;
-        eclm[i] = i < L ? expf(cl - cm[i]) : 0.0f;
+    for (int e = threadIdx.x; e < Q * Q; e += blockDim.x) {
+        const int i = e / Q, j = e % Q;
+        ex[i * lq + j] = (i < L && j <= i) ? expf(cmg[i] - cmg[j]) : 0.0f;
     }
     for (int p = threadIdx.x; p < P; p += blockDim.x) {
         float dv = 0.0f;
@@ -192,104 +275,135 @@ __global__ void bwd_chunk_kernel(bw_args a) {
                       : ssmi_cu_ld(a.d.p, a.d.dtype, (long long)h * a.d.s[0]);
         dvec[p] = dv;
     }
-    load_rows(xs, a.x, ck, h, P, Q, NULL);
-    load_rows(dys, a.dout, ck, h, P, Q, NULL); /* dout for now */
-    load_rows(bs, a.b, ck, g, N, Q, NULL);
-    load_rows(cs, a.c, ck, g, N, Q, NULL);
-    __syncthreads();
-    /* CB (causal) */
-    for (int e = threadIdx.x; e < Q * Q; e += blockDim.x) {
-        const int i = e / Q, j = e % Q;
-        float     v = 0.0f;
-        if (i < L && j <= i)
-            for (int n = 0; n < N; ++n) v += cs[i * N + n] * bs[j * N + n];
-        cb[e] = v;
-    }
-    __syncthreads();
-    /* δx, dz, and the terms of q */
-    for (int e = threadIdx.x; e < L * P; e += blockDim.x) {
+    load_rows(xs, lp, a.x, ck, h, P, Q, NULL);
+    load_rows(bs, ln, a.b, ck, g, N, Q, NULL);
+    load_rows(cs, ln, a.c, ck, g, N, Q, NULL);
+    /* δx and the dz factor dout·σ(z)(1 + z(1 − σ(z))) */
+    for (int e = threadIdx.x; e < Q * P; e += blockDim.x) {
         const int i = e / P, p = e % P;
-        float     yst = 0.0f;
-        for (int n = 0; n < N; ++n) yst += cs[i * N + n] * S[(long long)p * N + n];
-        const float dout = dys[e];
-        float       dy = dout;
-        if (a.has_z) {
-            const float z = ssmi_cu_ld(a.z.p, a.z.dtype, off4(a.z.s, ck.row, ck.t0 + i, h, p));
-            const float sg = 1.0f / (1.0f + expf(-z));
-            if (a.want_dz) {
-                float y = ecm[i] * yst + dvec[p] * xs[e];
-                for (int j = 0; j <= i; ++j) y += cb[i * Q + j] * expf(cm[i] - cm[j]) * dtv[j] * xs[j * P + p];
-                ssmi_cu_st(a.dz.p, a.dz.dtype, off4(a.dz.s, ck.row, ck.t0 + i, h, p),
-                           dout * y * sg * (1.0f + z * (1.0f - sg)));
+        float     dy = 0.0f, f = 0.0f;
+        if (i < L) {
+            const float dout = ssmi_cu_ld(a.dout.p, a.dout.dtype, off4(a.dout.s, ck.row, ck.t0 + i, h, p));
+            dy = dout;
+            if (a.has_z) {
+                const float z = ssmi_cu_ld(a.z.p, a.z.dtype, off4(a.z.s, ck.row, ck.t0 + i, h, p));
+                const float sg = 1.0f / (1.0f + expf(-z));
+                f = dout * sg * (1.0f + z * (1.0f - sg));
+                dy = dout * z * sg;
             }
-            dy = dout * z * sg;
         }
-        dys[e] = dy;
-        tmp[e] = ecm[i] * dy * yst;
+        dys[i * lp + p] = dy;
+        dzf[i * lp + p] = f;
     }
+    if (kStaged)
+        for (long long e = threadIdx.x; e < PN; e += blockDim.x) {
+            const int p = (int)(e / N), n = (int)(e % N);
+            stg[p * ln + n] = a.st[w * PN + e];
+            stg[P * ln + p * ln + n] = a.gs[w * PN + e];
+        }
     __syncthreads();
-    /* q, the dD partials, then the state part of acc */
-    for (int i = threadIdx.x; i < Q; i += blockDim.x) {
-        float s = 0.0f;
-        if (i < L)
-            for (int p = 0; p < P; ++p) s += tmp[i * P + p];
-        q[i] = s;
-    }
+
+    /* A: CB (causal) and CB∘E; C·Sᵀ; e^{cl−cm_i}·B·Gᵀ; dCB; dD partials; e^{cl}·<G, S> */
+    block_mm<2, 2>(
+        L, L, N, [=](int i, int n) { return cs[i * ln + n]; }, [=](int n, int j) { return bs[j * ln + n]; },
+        [=](int i, int j, float v) {
+            const float c = j <= i ? v : 0.0f;
+            cb[i * lq + j] = c;
+            cbx[i * lq + j] = c * ex[i * lq + j];
+        });
+    block_mm<2, 4>(
+        L, P, N, [=](int i, int n) { return cs[i * ln + n]; }, [=](int n, int p) { return S[p * ls + n]; },
+        [=](int i, int p, float v) { yst[i * lp + p] = v; });
+    block_mm<2, 4>(
+        L, P, N, [=](int i, int n) { return bs[i * ln + n]; }, [=](int n, int p) { return Gm[p * ls + n]; },
+        [=](int i, int p, float v) { bg[i * lp + p] = eclm[i] * v; });
+    block_mm<2, 2>(
+        L, L, P, [=](int i, int p) { return dys[i * lp + p]; }, [=](int p, int j) { return xs[j * lp + p]; },
+        [=](int i, int j, float v) { dcb[i * lq + j] = j <= i ? v * (ex[i * lq + j] * dtv[j]) : 0.0f; });
     for (int p = threadIdx.x; p < P; p += blockDim.x) {
         float s = 0.0f;
-        for (int i = 0; i < L; ++i) s += dys[i * P + p] * xs[i * P + p];
+        for (int i = 0; i < L; ++i) s += dys[i * lp + p] * xs[i * lp + p];
         a.ddp[w * P + p] = s;
     }
-    __syncthreads();
-    for (int e = threadIdx.x; e < L * P; e += blockDim.x) {
-        const int i = e / P, p = e % P;
-        float     s = 0.0f;
-        for (int n = 0; n < N; ++n) s += bs[i * N + n] * Gm[(long long)p * N + n];
-        tmp[e] = eclm[i] * s;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < Q; i += blockDim.x) {
-        float s = 0.0f;
-        if (i < L)
-            for (int p = 0; p < P; ++p) s += xs[i * P + p] * tmp[i * P + p];
-        r[i] = dtv[i] * s;
-    }
-    __syncthreads();
-    /* intra part of acc, dx */
-    for (int e = threadIdx.x; e < L * P; e += blockDim.x) {
-        const int i = e / P, p = e % P;
-        float     s = tmp[e];
-        for (int k = i; k < L; ++k) s += cb[k * Q + i] * expf(cm[k] - cm[i]) * dys[k * P + p];
-        tmp[e] = s;
-        if (a.dx.p != NULL)
-            ssmi_cu_st(a.dx.p, a.dx.dtype, off4(a.dx.s, ck.row, ck.t0 + i, h, p), s * dtv[i] + dvec[p] * dys[e]);
-    }
-    /* dCB of this head */
-    for (int e = threadIdx.x; e < Q * Q; e += blockDim.x) {
-        const int i = e / Q, j = e % Q;
-        float     v = 0.0f;
-        if (i < L && j <= i) {
-            for (int p = 0; p < P; ++p) v += dys[i * P + p] * xs[j * P + p];
-            v *= expf(cm[i] - cm[j]) * dtv[j];
-        }
-        dcb[e] = v;
-    }
-    /* e^{cl}·<G, S> */
     float part = 0.0f;
-    for (long long e = threadIdx.x; e < (long long)P * N; e += blockDim.x) part += Gm[e] * S[e];
-    const float total = expf(cl) * block_sum(part, red); /* its barriers also order tmp and dcb */
-    for (int i = threadIdx.x; i < Q; i += blockDim.x) {
-        float s = 0.0f;
+    for (long long e = threadIdx.x; e < PN; e += blockDim.x) {
+        const int p = (int)(e / N), n = (int)(e % N);
+        part += Gm[p * ls + n] * S[p * ls + n];
+    }
+    const float total = expf(cl) * block_sum(part, red); /* its barriers end phase A */
+
+    /* B: dz; acc (state part + intra part) and dx; q, r; intra */
+    if (a.has_z && a.want_dz)
+        block_mm<2, 4>(
+            L, P, L, [=](int i, int j) { return cbx[i * lq + j] * dtv[j]; },
+            [=](int j, int p) { return xs[j * lp + p]; },
+            [&](int i, int p, float v) {
+                const float y = ecm[i] * yst[i * lp + p] + dvec[p] * xs[i * lp + p] + v;
+                ssmi_cu_st(a.dz.p, a.dz.dtype, off4(a.dz.s, ck.row, ck.t0 + i, h, p), dzf[i * lp + p] * y);
+            });
+    block_mm<2, 4>(
+        L, P, L, [=](int i, int k) { return cbx[k * lq + i]; }, [=](int k, int p) { return dys[k * lp + p]; },
+        [&](int i, int p, float v) {
+            const float s = bg[i * lp + p] + v;
+            acc[i * lp + p] = s;
+            if (a.dx.p != NULL)
+                ssmi_cu_st(a.dx.p, a.dx.dtype, off4(a.dx.s, ck.row, ck.t0 + i, h, p),
+                           s * dtv[i] + dvec[p] * dys[i * lp + p]);
+        });
+    for (int i = warp; i < Q; i += nwarps) {
+        float sq = 0.0f, sr = 0.0f;
         if (i < L)
-            for (int p = 0; p < P; ++p) s += tmp[i * P + p] * xs[i * P + p];
-        dtl[i] = s;
-        float in = 0.0f;
-        if (i < L)
-            for (int ii = i; ii < L; ++ii)
-                for (int j = 0; j < i; ++j) in += cb[ii * Q + j] * dcb[ii * Q + j];
-        intra[i] = in;
+            for (int p = lane; p < P; p += 32) {
+                sq += dys[i * lp + p] * yst[i * lp + p];
+                sr += xs[i * lp + p] * bg[i * lp + p];
+            }
+        sq = warp_sum(sq), sr = warp_sum(sr);
+        if (lane == 0) q[i] = ecm[i] * sq, r[i] = dtv[i] * sr;
+        /* intra_i: the pairs (k, j), i ≤ k < L, j < i, flattened k-major */
+        const int np = i < L ? (L - i) * i : 0;
+        float     in = 0.0f;
+        for (int t = lane; t < np; t += 32) {
+            const int k = i + t / i, j = t % i;
+            in += cb[k * lq + j] * dcb[k * lq + j];
+        }
+        in = warp_sum(in);
+        if (lane == 0) intra[i] = in;
     }
     __syncthreads();
+
+    /* C: ddt_loc; dB and dC of this head (the output with one head per group, else the head buffer) */
+    for (int i = warp; i < Q; i += nwarps) {
+        float s = 0.0f;
+        if (i < L)
+            for (int p = lane; p < P; p += 32) s += acc[i * lp + p] * xs[i * lp + p];
+        s = warp_sum(s);
+        if (lane == 0) dtl[i] = s;
+    }
+    if (a.want_db)
+        block_mm2<4, 4>(
+            L, N, P, [=](int j, int p) { return xs[j * lp + p]; }, [=](int p, int n) { return Gm[p * ls + n]; },
+            [=](int j) { return eclm[j] * dtv[j]; }, L, [=](int j, int i) { return dcb[i * lq + j]; },
+            [=](int i, int n) { return cs[i * ln + n]; },
+            [&](int j, int n, float v) {
+                if (a.heads_buf)
+                    a.dbh[((ck.row * a.S + ck.t0 + j) * a.H + h) * (long long)N + n] = v;
+                else
+                    ssmi_cu_st(a.db.p, a.db.dtype, off4(a.db.s, ck.row, ck.t0 + j, g, n), v);
+            });
+    if (a.want_dc)
+        block_mm2<4, 4>(
+            L, N, P, [=](int i, int p) { return dys[i * lp + p]; }, [=](int p, int n) { return S[p * ls + n]; },
+            [=](int i) { return ecm[i]; }, L, [=](int i, int j) { return dcb[i * lq + j]; },
+            [=](int j, int n) { return bs[j * ln + n]; },
+            [&](int i, int n, float v) {
+                if (a.heads_buf)
+                    a.dch[((ck.row * a.S + ck.t0 + i) * a.H + h) * (long long)N + n] = v;
+                else
+                    ssmi_cu_st(a.dc.p, a.dc.dtype, off4(a.dc.s, ck.row, ck.t0 + i, g, n), v);
+            });
+    __syncthreads();
+
+    /* the ddA recurrence, ddt, and the dA / ddt_bias partials */
     if (threadIdx.x == 0) {
         const float ah = ssmi_cu_ld(a.a.p, a.a.dtype, (long long)h * a.a.s[0]);
         float       suf = total;
@@ -308,33 +422,6 @@ __global__ void bwd_chunk_kernel(bw_args a) {
         }
         a.dap[w] = da;
         a.dbp[w] = db;
-    }
-    /* dB and dC of this head: the output (one head per group) or the head buffer */
-    if (a.want_db) {
-        for (int e = threadIdx.x; e < L * N; e += blockDim.x) {
-            const int j = e / N, n = e % N;
-            float     s = 0.0f;
-            for (int p = 0; p < P; ++p) s += xs[j * P + p] * Gm[(long long)p * N + n];
-            s *= eclm[j] * dtv[j];
-            for (int i = j; i < L; ++i) s += dcb[i * Q + j] * cs[i * N + n];
-            if (a.heads_buf)
-                a.dbh[((ck.row * a.S + ck.t0 + j) * a.H + h) * (long long)N + n] = s;
-            else
-                ssmi_cu_st(a.db.p, a.db.dtype, off4(a.db.s, ck.row, ck.t0 + j, g, n), s);
-        }
-    }
-    if (a.want_dc) {
-        for (int e = threadIdx.x; e < L * N; e += blockDim.x) {
-            const int i = e / N, n = e % N;
-            float     s = 0.0f;
-            for (int p = 0; p < P; ++p) s += dys[i * P + p] * S[(long long)p * N + n];
-            s *= ecm[i];
-            for (int j = 0; j <= i; ++j) s += dcb[i * Q + j] * bs[j * N + n];
-            if (a.heads_buf)
-                a.dch[((ck.row * a.S + ck.t0 + i) * a.H + h) * (long long)N + n] = s;
-            else
-                ssmi_cu_st(a.dc.p, a.dc.dtype, off4(a.dc.s, ck.row, ck.t0 + i, g, n), s);
-        }
     }
 }
 
@@ -367,17 +454,17 @@ ssm_status launch_bwd_dt(ssm_context * ctx, const char * op, const bw_args & a) 
 }
 
 ssm_status launch_bwd_states(ssm_context * ctx, const char * op, const bw_args & a) {
-    return launch_chunk_grid(ctx, op, "bwd_states_kernel", bwd_states_kernel, a,
-                             (size_t)a.Q * (1 + (size_t)a.P + (size_t)a.N));
+    return launch_chunk_grid(ctx, op, "bwd_states_kernel", bwd_states_kernel, a, states_smem_floats(a.Q, a.P, a.N));
 }
 
 ssm_status launch_bwd_dstates(ssm_context * ctx, const char * op, const bw_args & a) {
-    return launch_chunk_grid(ctx, op, "bwd_dstates_kernel", bwd_dstates_kernel, a,
-                             (size_t)a.Q * (1 + (size_t)a.P + (size_t)a.N));
+    return launch_chunk_grid(ctx, op, "bwd_dstates_kernel", bwd_dstates_kernel, a, states_smem_floats(a.Q, a.P, a.N));
 }
 
 ssm_status launch_bwd_chunk(ssm_context * ctx, const char * op, const bw_args & a) {
-    return launch_chunk_grid(ctx, op, "bwd_chunk_kernel", bwd_chunk_kernel, a, chunk_smem_floats(a.Q, a.P, a.N));
+    const size_t floats = chunk_smem_floats(a.Q, a.P, a.N, a.staged != 0);
+    if (a.staged) return launch_chunk_grid(ctx, op, "bwd_chunk_kernel", bwd_chunk_kernel<true>, a, floats);
+    return launch_chunk_grid(ctx, op, "bwd_chunk_kernel", bwd_chunk_kernel<false>, a, floats);
 }
 
 } /* namespace ssmi_m2bwd */
