@@ -81,17 +81,17 @@ struct bw_args {
  * distinct banks and a walk down a column is as conflict-free as a walk along a row. */
 __host__ __device__ inline int pad_ld(int d) { return d | 1; }
 
-/* Floats of bwd_states' / bwd_dstates' dynamic shared memory for chunk Q: a [Q] vector, the
- * [Q][P] and [Q][N] row operands. */
+/* Floats of bwd_states' / bwd_dstates' dynamic shared memory for chunk Q: a [Q] vector, two
+ * [Q][P] row operands (x; dout and z) and one [Q][N] (B; C). */
 inline size_t states_smem_floats(int Q, int P, int N) {
-    return (size_t)Q * (1 + (size_t)pad_ld(P) + (size_t)pad_ld(N));
+    return (size_t)Q * (1 + 2 * (size_t)pad_ld(P) + (size_t)pad_ld(N));
 }
 
 /* Floats of bwd_chunk's dynamic shared memory for chunk Q: 9 [Q] vectors, [P] D, the block-sum
- * scratch, 6 [Q][P] and 2 [Q][N] row operands, 4 [Q][Q] tables, and with `staged` S and G. */
+ * scratch, 6 [Q][P] and 2 [Q][N] row operands, 5 [Q][Q] tables, and with `staged` S and G. */
 inline size_t chunk_smem_floats(int Q, int P, int N, bool staged) {
     const size_t q = (size_t)Q, lp = (size_t)pad_ld(P), ln = (size_t)pad_ld(N), lq = (size_t)pad_ld(Q);
-    return 9 * q + (size_t)P + kThreads + q * (6 * lp + 2 * ln + 4 * lq) + (staged ? 2 * (size_t)P * ln : 0);
+    return 9 * q + (size_t)P + kThreads + q * (6 * lp + 2 * ln + 5 * lq) + (staged ? 2 * (size_t)P * ln : 0);
 }
 
 /* Launches (each checks its launch; nothing runs for an empty grid). */

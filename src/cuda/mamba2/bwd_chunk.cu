@@ -53,27 +53,66 @@ __global__ void bwd_dt_kernel(bw_args a) {
     a.ecl[w] = expf(run); /* run = cm at the last token: tokens ≥ len add nothing */
 }
 
-/* Rows [0, len) of head/group k of a (batch, S, K, n) view into dst[Q][ld] as fp32 (times
- * scale[i] when given), zeros for rows ≥ len. */
-__device__ void load_rows(float * dst, int ld, const ssmi_cu_view & v, const bw_chunk & ck, int k, int n, int Q,
-                          const float * scale) {
-    for (int e = threadIdx.x; e < Q * n; e += blockDim.x) {
-        const int i = e / n, j = e % n;
-        float     val = 0.0f;
-        if (i < ck.len) {
-            val = ssmi_cu_ld(v.p, v.dtype, off4(v.s, ck.row, ck.t0 + i, k, j));
-            if (scale != NULL) val *= scale[i];
+/* Loads a thread keeps in flight while filling shared memory: all of a batch are issued before
+ * any is stored (the kernels run few blocks per SM, so latency is hidden by batching). */
+const int kLoadBatch = 8;
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(double v) { return (float)v; }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+/* load_rows for one element type. Thread t handles the elements e ≡ t (mod blockDim.x), e < Q·n,
+ * as a `for (e = t; e < Q·n; e += blockDim.x)` loop would. */
+template <class T>
+__device__ __forceinline__ void load_rows_of(float * dst, int ld, const T * src, const long long * st,
+                                             const bw_chunk & ck, int k, int n, int Q, const float * scale) {
+    const int total = Q * n;
+    for (int e0 = threadIdx.x; e0 < total; e0 += kLoadBatch * blockDim.x) {
+        float v[kLoadBatch];
+#pragma unroll
+        for (int u = 0; u < kLoadBatch; ++u) {
+            const int e = e0 + u * (int)blockDim.x, i = e / n, j = e % n;
+            v[u] = (e < total && i < ck.len) ? to_f32(src[off4(st, ck.row, ck.t0 + i, k, j)]) : 0.0f;
         }
-        dst[i * ld + j] = val;
+#pragma unroll
+        for (int u = 0; u < kLoadBatch; ++u) {
+            const int e = e0 + u * (int)blockDim.x, i = e / n, j = e % n;
+            if (e < total) dst[i * ld + j] = scale != NULL ? v[u] * scale[i] : v[u];
+        }
     }
 }
 
-/* δx of one element: dout·z·σ(z) with z, else dout. */
-__device__ __forceinline__ float gate_dy(const bw_args & a, const bw_chunk & ck, int i, int h, int p, float dout) {
-    if (!a.has_z) return dout;
-    const float z = ssmi_cu_ld(a.z.p, a.z.dtype, off4(a.z.s, ck.row, ck.t0 + i, h, p));
-    const float sg = 1.0f / (1.0f + expf(-z));
-    return dout * z * sg; /* as bwd_chunk_kernel computes it */
+/* Rows [0, len) of head/group k of a (batch, S, K, n) view into dst[Q][ld] as fp32 (times
+ * scale[i] when given), zeros for rows ≥ len (and for a dtype the views do not carry). Thread t
+ * writes the elements e = i·n + j ≡ t (mod blockDim.x). */
+__device__ __forceinline__ void load_rows(float * dst, int ld, const ssmi_cu_view & v, const bw_chunk & ck, int k, int n, int Q,
+                          const float * scale) {
+    switch (v.dtype) {
+        case SSM_DTYPE_F32: load_rows_of(dst, ld, (const float *)v.p, v.s, ck, k, n, Q, scale); return;
+        case SSM_DTYPE_F16: load_rows_of(dst, ld, (const __half *)v.p, v.s, ck, k, n, Q, scale); return;
+        case SSM_DTYPE_BF16: load_rows_of(dst, ld, (const __nv_bfloat16 *)v.p, v.s, ck, k, n, Q, scale); return;
+        case SSM_DTYPE_F64: load_rows_of(dst, ld, (const double *)v.p, v.s, ck, k, n, Q, scale); return;
+        default:
+            for (int e = threadIdx.x; e < Q * n; e += blockDim.x) dst[(e / n) * ld + e % n] = 0.0f;
+    }
+}
+
+/* In place over the [Q][ld] rows of dout (dys) and z (zs, absent without z), as load_rows left
+ * them in this thread's elements (no barrier needed): dys becomes δx = dout·z·σ(z) (dout without
+ * z) and, where dzf is given, dzf gets the dz factor dout·σ(z)(1 + z(1 − σ(z))) (0 without z). */
+__device__ __forceinline__ void gate_rows(float * dys, const float * zs, float * dzf, int ld, int n, int Q) {
+    for (int e = threadIdx.x; e < Q * n; e += blockDim.x) {
+        const int   o = (e / n) * ld + e % n;
+        const float dout = dys[o];
+        float       f = 0.0f;
+        if (zs != NULL) {
+            const float z = zs[o], sg = 1.0f / (1.0f + expf(-z));
+            f = dout * sg * (1.0f + z * (1.0f - sg));
+            dys[o] = dout * z * sg;
+        }
+        if (dzf != NULL) dzf[o] = f;
+    }
 }
 
 /* acc[r][c] += Σ_{k<K} fa(m[r], k)·fb(k, n[c]), k ascending (one accumulator per output). */
@@ -150,7 +189,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 /* s_c[p][n] = Σ_j (e^{cl−cm_j}·dt_j·x_j[p])·B_j[n] into the state slot of (chunk, head). */
-__global__ void __launch_bounds__(kThreads) bwd_states_kernel(bw_args a) {
+__global__ void __launch_bounds__(kThreads, 2) bwd_states_kernel(bw_args a) {
     extern __shared__ float sm[];
     const long long ci = blockIdx.x;
     const int       h = blockIdx.y, Q = a.Q, P = a.P, N = a.N, lp = pad_ld(P), ln = pad_ld(N);
@@ -172,8 +211,8 @@ __global__ void __launch_bounds__(kThreads) bwd_states_kernel(bw_args a) {
         [=](int p, int n, float v) { out[(long long)p * N + n] = v; });
 }
 
-/* dS_c[p][n] = Σ_i (e^{cm_i}·δx_i[p])·C_i[n] into the state-gradient slot of (chunk, head). */
-__global__ void __launch_bounds__(kThreads) bwd_dstates_kernel(bw_args a) {
+/* dS_c[p][n] = Σ_i (δx_i[p]·e^{cm_i})·C_i[n] into the state-gradient slot of (chunk, head). */
+__global__ void __launch_bounds__(kThreads, 2) bwd_dstates_kernel(bw_args a) {
     extern __shared__ float sm[];
     const long long ci = blockIdx.x;
     const int       h = blockIdx.y, Q = a.Q, P = a.P, N = a.N, lp = pad_ld(P), ln = pad_ld(N);
@@ -181,24 +220,19 @@ __global__ void __launch_bounds__(kThreads) bwd_dstates_kernel(bw_args a) {
     const long long w = ci * a.H + h;
     float *         ev = sm;           /* [Q] */
     float *         dys = ev + Q;      /* [Q][lp] */
-    float *         cs = dys + Q * lp; /* [Q][ln] */
+    float *         zs = dys + Q * lp; /* [Q][lp] */
+    float *         cs = zs + Q * lp;  /* [Q][ln] */
     const float *   cm = a.cmv + w * Q;
     for (int i = threadIdx.x; i < Q; i += blockDim.x) ev[i] = i < ck.len ? expf(cm[i]) : 0.0f;
-    __syncthreads();
-    for (int e = threadIdx.x; e < Q * P; e += blockDim.x) {
-        const int i = e / P, p = e % P;
-        float     v = 0.0f;
-        if (i < ck.len) {
-            const float dout = ssmi_cu_ld(a.dout.p, a.dout.dtype, off4(a.dout.s, ck.row, ck.t0 + i, h, p));
-            v = gate_dy(a, ck, i, h, p, dout) * ev[i];
-        }
-        dys[i * lp + p] = v;
-    }
+    load_rows(dys, lp, a.dout, ck, h, P, Q, NULL);
+    if (a.has_z) load_rows(zs, lp, a.z, ck, h, P, Q, NULL);
     load_rows(cs, ln, a.c, ck, h / a.R, N, Q, NULL);
+    gate_rows(dys, a.has_z ? zs : NULL, NULL, lp, P, Q);
     __syncthreads();
     float * out = a.gs + w * (long long)P * N;
     block_mm<4, 8>(
-        P, N, ck.len, [=](int p, int i) { return dys[i * lp + p]; }, [=](int i, int n) { return cs[i * ln + n]; },
+        P, N, ck.len, [=](int p, int i) { return dys[i * lp + p] * ev[i]; },
+        [=](int i, int n) { return cs[i * ln + n]; },
         [=](int p, int n, float v) { out[(long long)p * N + n] = v; });
 }
 
@@ -249,7 +283,8 @@ __global__ void __launch_bounds__(kThreads) bwd_chunk_kernel(bw_args a) {
     float *xs = red + kThreads, *dys = xs + Q * lp, *yst = dys + Q * lp; /* [Q][lp] each */
     float *bg = yst + Q * lp, *acc = bg + Q * lp, *dzf = acc + Q * lp;   /* [Q][lp] each */
     float *bs = dzf + Q * lp, *cs = bs + Q * ln;                         /* [Q][ln] each */
-    float *ex = cs + Q * ln, *cb = ex + Q * lq, *cbx = cb + Q * lq, *dcb = cbx + Q * lq; /* [Q][lq] */
+    float *ex = cs + Q * ln, *cb = ex + Q * lq, *cbx = cb + Q * lq;     /* [Q][lq] each */
+    float *cbd = cbx + Q * lq, *dcb = cbd + Q * lq;                      /* [Q][lq] each */
     float *stg = dcb + Q * lq;                                          /* kStaged: S, G [P][ln] */
     const float * S = kStaged ? stg : a.st + w * PN;
     const float * Gm = kStaged ? stg + P * ln : a.gs + w * PN;
@@ -278,38 +313,39 @@ __global__ void __launch_bounds__(kThreads) bwd_chunk_kernel(bw_args a) {
     load_rows(xs, lp, a.x, ck, h, P, Q, NULL);
     load_rows(bs, ln, a.b, ck, g, N, Q, NULL);
     load_rows(cs, ln, a.c, ck, g, N, Q, NULL);
-    /* δx and the dz factor dout·σ(z)(1 + z(1 − σ(z))) */
-    for (int e = threadIdx.x; e < Q * P; e += blockDim.x) {
-        const int i = e / P, p = e % P;
-        float     dy = 0.0f, f = 0.0f;
-        if (i < L) {
-            const float dout = ssmi_cu_ld(a.dout.p, a.dout.dtype, off4(a.dout.s, ck.row, ck.t0 + i, h, p));
-            dy = dout;
-            if (a.has_z) {
-                const float z = ssmi_cu_ld(a.z.p, a.z.dtype, off4(a.z.s, ck.row, ck.t0 + i, h, p));
-                const float sg = 1.0f / (1.0f + expf(-z));
-                f = dout * sg * (1.0f + z * (1.0f - sg));
-                dy = dout * z * sg;
+    /* δx and the dz factor: dout into dys and z into dzf, then gated in place */
+    load_rows(dys, lp, a.dout, ck, h, P, Q, NULL);
+    if (a.has_z) load_rows(dzf, lp, a.z, ck, h, P, Q, NULL);
+    gate_rows(dys, a.has_z ? dzf : NULL, a.has_z ? dzf : NULL, lp, P, Q);
+    if (kStaged) /* S then G, kLoadBatch elements of each in flight per thread */
+        for (long long e0 = threadIdx.x; e0 < PN; e0 += kLoadBatch * (long long)blockDim.x) {
+            float sv[kLoadBatch], gv[kLoadBatch];
+#pragma unroll
+            for (int u = 0; u < kLoadBatch; ++u) {
+                const long long e = e0 + u * (long long)blockDim.x;
+                sv[u] = e < PN ? a.st[w * PN + e] : 0.0f;
+                gv[u] = e < PN ? a.gs[w * PN + e] : 0.0f;
             }
-        }
-        dys[i * lp + p] = dy;
-        dzf[i * lp + p] = f;
-    }
-    if (kStaged)
-        for (long long e = threadIdx.x; e < PN; e += blockDim.x) {
-            const int p = (int)(e / N), n = (int)(e % N);
-            stg[p * ln + n] = a.st[w * PN + e];
-            stg[P * ln + p * ln + n] = a.gs[w * PN + e];
+#pragma unroll
+            for (int u = 0; u < kLoadBatch; ++u) {
+                const long long e = e0 + u * (long long)blockDim.x;
+                if (e < PN) {
+                    const int p = (int)(e / N), n = (int)(e % N);
+                    stg[p * ln + n] = sv[u];
+                    stg[P * ln + p * ln + n] = gv[u];
+                }
+            }
         }
     __syncthreads();
 
-    /* A: CB (causal) and CB∘E; C·Sᵀ; e^{cl−cm_i}·B·Gᵀ; dCB; dD partials; e^{cl}·<G, S> */
+    /* A: CB (causal), CB∘E and its columns times dt; C·Sᵀ; e^{cl−cm_i}·B·Gᵀ; dCB; dD partials; e^{cl}·<G, S> */
     block_mm<2, 2>(
         L, L, N, [=](int i, int n) { return cs[i * ln + n]; }, [=](int n, int j) { return bs[j * ln + n]; },
         [=](int i, int j, float v) {
             const float c = j <= i ? v : 0.0f;
             cb[i * lq + j] = c;
             cbx[i * lq + j] = c * ex[i * lq + j];
+            cbd[i * lq + j] = c * ex[i * lq + j] * dtv[j];
         });
     block_mm<2, 4>(
         L, P, N, [=](int i, int n) { return cs[i * ln + n]; }, [=](int n, int p) { return S[p * ls + n]; },
@@ -335,7 +371,7 @@ __global__ void __launch_bounds__(kThreads) bwd_chunk_kernel(bw_args a) {
     /* B: dz; acc (state part + intra part) and dx; q, r; intra */
     if (a.has_z && a.want_dz)
         block_mm<2, 4>(
-            L, P, L, [=](int i, int j) { return cbx[i * lq + j] * dtv[j]; },
+            L, P, L, [=](int i, int j) { return cbd[i * lq + j]; },
             [=](int j, int p) { return xs[j * lp + p]; },
             [&](int i, int p, float v) {
                 const float y = ecm[i] * yst[i * lp + p] + dvec[p] * xs[i * lp + p] + v;
