@@ -77,9 +77,14 @@ struct bw_args {
     long long tokens; /* batch·S */
 };
 
-/* Row stride of a shared-memory matrix with rows of d floats: odd, so that the rows start in
- * distinct banks and a walk down a column is as conflict-free as a walk along a row. */
-__host__ __device__ inline int pad_ld(int d) { return d | 1; }
+/* Row stride of a shared-memory matrix with rows of d floats: a multiple of 4 floats (rows are
+ * read as float4) holding an odd number of float4s, so 8 consecutive rows start in distinct
+ * 16-byte bank groups (a float4 walk down a column is conflict-free) and rows a few apart start
+ * in distinct banks. */
+__host__ __device__ inline int pad_ld(int d) {
+    const int l = (d + 3) / 4 * 4;
+    return (l / 4) % 2 == 1 ? l : l + 4;
+}
 
 /* Floats of bwd_states' / bwd_dstates' dynamic shared memory for chunk Q: a [Q] vector, two
  * [Q][P] row operands (x; dout and z) and one [Q][N] (B; C). */
@@ -87,8 +92,9 @@ inline size_t states_smem_floats(int Q, int P, int N) {
     return (size_t)Q * (1 + 2 * (size_t)pad_ld(P) + (size_t)pad_ld(N));
 }
 
-/* Floats of bwd_chunk's dynamic shared memory for chunk Q: 9 [Q] vectors, [P] D, the block-sum
- * scratch, 6 [Q][P] and 2 [Q][N] row operands, 5 [Q][Q] tables, and with `staged` S and G. */
+/* Floats of bwd_chunk's dynamic shared memory for chunk Q: 6 [Q][P] and 2 [Q][N] row operands,
+ * 5 [Q][Q] tables, with `staged` S and G (all rows pad_ld floats), then 9 [Q] vectors, [P] D and
+ * the block-sum scratch. */
 inline size_t chunk_smem_floats(int Q, int P, int N, bool staged) {
     const size_t q = (size_t)Q, lp = (size_t)pad_ld(P), ln = (size_t)pad_ld(N), lq = (size_t)pad_ld(Q);
     return 9 * q + (size_t)P + kThreads + q * (6 * lp + 2 * ln + 5 * lq) + (staged ? 2 * (size_t)P * ln : 0);

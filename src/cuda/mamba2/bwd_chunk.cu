@@ -174,6 +174,56 @@ __device__ __forceinline__ void block_mm2(int M, int Nc, int K1, FA1 fa1, FB1 fb
     }
 }
 
+/* A product over operands contiguous in k: out(m, n, Σ_{k<K} A[m·lda + k]·B[n·ldb + k]), k
+ * ascending, thread tiles as in block_mm2. A, B, lda and ldb are multiples of 4 floats (pad_ld
+ * rows in shared memory): 4 k at a time are read as one float4 of each row. */
+template <int TM, int TN, class FO>
+__device__ __forceinline__ void block_mm_k4(int M, int Nc, int K, const float * A, int lda, const float * B, int ldb,
+                                            FO out) {
+    if (M <= 0 || Nc <= 0) return;
+    const int cg = (Nc + TN - 1) / TN, tiles = cg * ((M + TM - 1) / TM), K4 = K / 4 * 4;
+    for (int t = threadIdx.x; t < tiles; t += blockDim.x) {
+        const int m0 = (t / cg) * TM, n0 = t % cg;
+        int       m[TM], n[TN];
+#pragma unroll
+        for (int r = 0; r < TM; ++r) m[r] = min(m0 + r, M - 1);
+#pragma unroll
+        for (int c = 0; c < TN; ++c) n[c] = min(n0 + c * cg, Nc - 1);
+        float acc[TM][TN];
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+            for (int c = 0; c < TN; ++c) acc[r][c] = 0.0f;
+        for (int k = 0; k < K4; k += 4) {
+            float4 av[TM], bv[TN];
+#pragma unroll
+            for (int r = 0; r < TM; ++r) av[r] = *(const float4 *)(A + m[r] * lda + k);
+#pragma unroll
+            for (int c = 0; c < TN; ++c) bv[c] = *(const float4 *)(B + n[c] * ldb + k);
+#pragma unroll
+            for (int r = 0; r < TM; ++r)
+#pragma unroll
+                for (int c = 0; c < TN; ++c) {
+                    float v = fmaf(av[r].x, bv[c].x, acc[r][c]);
+                    v = fmaf(av[r].y, bv[c].y, v);
+                    v = fmaf(av[r].z, bv[c].z, v);
+                    acc[r][c] = fmaf(av[r].w, bv[c].w, v);
+                }
+        }
+        for (int k = K4; k < K; ++k) {
+#pragma unroll
+            for (int r = 0; r < TM; ++r)
+#pragma unroll
+                for (int c = 0; c < TN; ++c) acc[r][c] = fmaf(A[m[r] * lda + k], B[n[c] * ldb + k], acc[r][c]);
+        }
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+            for (int c = 0; c < TN; ++c)
+                if (m0 + r < M && n0 + c * cg < Nc) out(m0 + r, n0 + c * cg, acc[r][c]);
+    }
+}
+
 /* block_mm2 with one sum: out(m, n, Σ_{k<K} fa(m, k)·fb(k, n)). */
 template <int TM, int TN, class FA, class FB, class FO>
 __device__ __forceinline__ void block_mm(int M, int Nc, int K, FA fa, FB fb, FO out) {
@@ -269,7 +319,8 @@ __device__ float block_sum(float v, float * red) {
  *   C     ddt_loc, dB, dC;  then thread 0 runs the ddA recurrence (ddt, dA/ddt_bias partials). */
 template <bool kStaged>
 __global__ void __launch_bounds__(kThreads) bwd_chunk_kernel(bw_args a) {
-    extern __shared__ float sm[];
+    extern __shared__ float4 sm4[]; /* 16-byte aligned: the matrices' float4 reads */
+    float * const sm = (float *)sm4;
     const long long ci = blockIdx.x;
     const int       h = blockIdx.y, Q = a.Q, P = a.P, N = a.N, g = h / a.R;
     const int       lp = pad_ld(P), ln = pad_ld(N), lq = pad_ld(Q);
@@ -277,15 +328,15 @@ __global__ void __launch_bounds__(kThreads) bwd_chunk_kernel(bw_args a) {
     const int       L = ck.len;
     const long long w = ci * a.H + h, PN = (long long)P * N;
     const int       lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    float *dtv = sm, *fac = dtv + Q, *ecm = fac + Q, *eclm = ecm + Q;
-    float *q = eclm + Q, *r = q + Q, *dtl = r + Q, *dda = dtl + Q, *intra = dda + Q;
-    float *dvec = intra + Q, *red = dvec + P;
-    float *xs = red + kThreads, *dys = xs + Q * lp, *yst = dys + Q * lp; /* [Q][lp] each */
+    float *xs = sm, *dys = xs + Q * lp, *yst = dys + Q * lp;             /* [Q][lp] each */
     float *bg = yst + Q * lp, *acc = bg + Q * lp, *dzf = acc + Q * lp;   /* [Q][lp] each */
     float *bs = dzf + Q * lp, *cs = bs + Q * ln;                         /* [Q][ln] each */
-    float *ex = cs + Q * ln, *cb = ex + Q * lq, *cbx = cb + Q * lq;     /* [Q][lq] each */
+    float *ex = cs + Q * ln, *cb = ex + Q * lq, *cbx = cb + Q * lq;      /* [Q][lq] each */
     float *cbd = cbx + Q * lq, *dcb = cbd + Q * lq;                      /* [Q][lq] each */
-    float *stg = dcb + Q * lq;                                          /* kStaged: S, G [P][ln] */
+    float *stg = dcb + Q * lq;                                           /* kStaged: S, G [P][ln] */
+    float *dtv = stg + (kStaged ? 2 * P * ln : 0), *fac = dtv + Q, *ecm = fac + Q, *eclm = ecm + Q;
+    float *q = eclm + Q, *r = q + Q, *dtl = r + Q, *dda = dtl + Q, *intra = dda + Q;
+    float *dvec = intra + Q, *red = dvec + P;
     const float * S = kStaged ? stg : a.st + w * PN;
     const float * Gm = kStaged ? stg + P * ln : a.gs + w * PN;
     const int     ls = kStaged ? ln : N; /* row stride of S and G */
@@ -339,23 +390,28 @@ __global__ void __launch_bounds__(kThreads) bwd_chunk_kernel(bw_args a) {
     __syncthreads();
 
     /* A: CB (causal), CB∘E and its columns times dt; C·Sᵀ; e^{cl−cm_i}·B·Gᵀ; dCB; dD partials; e^{cl}·<G, S> */
-    block_mm<2, 2>(
-        L, L, N, [=](int i, int n) { return cs[i * ln + n]; }, [=](int n, int j) { return bs[j * ln + n]; },
-        [=](int i, int j, float v) {
+    block_mm_k4<2, 2>(L, L, N, cs, ln, bs, ln, [=](int i, int j, float v) {
             const float c = j <= i ? v : 0.0f;
             cb[i * lq + j] = c;
             cbx[i * lq + j] = c * ex[i * lq + j];
             cbd[i * lq + j] = c * ex[i * lq + j] * dtv[j];
         });
-    block_mm<2, 4>(
-        L, P, N, [=](int i, int n) { return cs[i * ln + n]; }, [=](int n, int p) { return S[p * ls + n]; },
-        [=](int i, int p, float v) { yst[i * lp + p] = v; });
-    block_mm<2, 4>(
-        L, P, N, [=](int i, int n) { return bs[i * ln + n]; }, [=](int n, int p) { return Gm[p * ls + n]; },
-        [=](int i, int p, float v) { bg[i * lp + p] = eclm[i] * v; });
-    block_mm<2, 2>(
-        L, L, P, [=](int i, int p) { return dys[i * lp + p]; }, [=](int p, int j) { return xs[j * lp + p]; },
-        [=](int i, int j, float v) { dcb[i * lq + j] = j <= i ? v * (ex[i * lq + j] * dtv[j]) : 0.0f; });
+    auto to_yst = [=](int i, int p, float v) { yst[i * lp + p] = v; };
+    auto to_bg = [=](int i, int p, float v) { bg[i * lp + p] = eclm[i] * v; };
+    if constexpr (kStaged) {
+        block_mm_k4<2, 4>(L, P, N, cs, ln, S, ls, to_yst);
+        block_mm_k4<2, 4>(L, P, N, bs, ln, Gm, ls, to_bg);
+    } else {
+        block_mm<2, 4>(
+            L, P, N, [=](int i, int n) { return cs[i * ln + n]; }, [=](int n, int p) { return S[p * ls + n]; },
+            to_yst);
+        block_mm<2, 4>(
+            L, P, N, [=](int i, int n) { return bs[i * ln + n]; }, [=](int n, int p) { return Gm[p * ls + n]; },
+            to_bg);
+    }
+    block_mm_k4<2, 2>(L, L, P, dys, lp, xs, lp, [=](int i, int j, float v) {
+        dcb[i * lq + j] = j <= i ? v * (ex[i * lq + j] * dtv[j]) : 0.0f;
+    });
     for (int p = threadIdx.x; p < P; p += blockDim.x) {
         float s = 0.0f;
         for (int i = 0; i < L; ++i) s += dys[i * lp + p] * xs[i * lp + p];
