@@ -7,6 +7,7 @@
  * the workspace. Every sum runs in a fixed order.
  */
 #include "../../core/ssmi_scalar.h"
+#include "../common/mma.cuh"
 #include "bwd.cuh"
 
 namespace ssmi_m2bwd {
@@ -55,7 +56,7 @@ __global__ void bwd_dt_kernel(bw_args a) {
 
 /* Loads a thread keeps in flight while filling shared memory: all of a batch are issued before
  * any is stored (the kernels run few blocks per SM, so latency is hidden by batching). */
-const int kLoadBatch = 8;
+const int kLoadBatch = 16;
 
 __device__ __forceinline__ float to_f32(float v) { return v; }
 __device__ __forceinline__ float to_f32(double v) { return (float)v; }
@@ -318,7 +319,7 @@ __device__ float block_sum(float v, float * red) {
  *   B     dz, acc and dx, q, r, intra
  *   C     ddt_loc, dB, dC;  then thread 0 runs the ddA recurrence (ddt, dA/ddt_bias partials). */
 template <bool kStaged>
-__global__ void __launch_bounds__(kThreads) bwd_chunk_kernel(bw_args a) {
+__global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
     extern __shared__ float4 sm4[]; /* 16-byte aligned: the matrices' float4 reads */
     float * const sm = (float *)sm4;
     const long long ci = blockIdx.x;
@@ -341,7 +342,16 @@ __global__ void __launch_bounds__(kThreads) bwd_chunk_kernel(bw_args a) {
     const float * Gm = kStaged ? stg + P * ln : a.gs + w * PN;
     const int     ls = kStaged ? ln : N; /* row stride of S and G */
 
-    /* load */
+    /* load; with N % 4 = 0, S and G first as asynchronous 16-byte copies (their rows and the
+     * workspace slots are 16-byte aligned) that land while the row operands load */
+    if (kStaged && N % 4 == 0) {
+        const int n4 = N / 4, per = P * n4;
+        for (int e = threadIdx.x; e < 2 * per; e += blockDim.x) {
+            const int which = e / per, p = (e % per) / n4, c = e % n4;
+            ssmi_mma::cp_async16(stg + which * P * ln + p * ln + 4 * c,
+                                 (which ? a.gs : a.st) + w * PN + (long long)p * N + 4 * c);
+        }
+    }
     const float * cmg = a.cmv + w * Q;
     const float   cl = cmg[L - 1];
     for (int i = threadIdx.x; i < Q; i += blockDim.x) {
@@ -368,7 +378,7 @@ __global__ void __launch_bounds__(kThreads) bwd_chunk_kernel(bw_args a) {
     load_rows(dys, lp, a.dout, ck, h, P, Q, NULL);
     if (a.has_z) load_rows(dzf, lp, a.z, ck, h, P, Q, NULL);
     gate_rows(dys, a.has_z ? dzf : NULL, a.has_z ? dzf : NULL, lp, P, Q);
-    if (kStaged) /* S then G, kLoadBatch elements of each in flight per thread */
+    if (kStaged && N % 4 != 0) /* S then G, kLoadBatch elements of each in flight per thread */
         for (long long e0 = threadIdx.x; e0 < PN; e0 += kLoadBatch * (long long)blockDim.x) {
             float sv[kLoadBatch], gv[kLoadBatch];
 #pragma unroll
@@ -387,6 +397,7 @@ __global__ void __launch_bounds__(kThreads) bwd_chunk_kernel(bw_args a) {
                 }
             }
         }
+    ssmi_mma::cp_async_wait_all();
     __syncthreads();
 
     /* A: CB (causal), CB∘E and its columns times dt; C·Sᵀ; e^{cl−cm_i}·B·Gᵀ; dCB; dD partials; e^{cl}·<G, S> */
