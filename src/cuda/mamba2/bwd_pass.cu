@@ -105,13 +105,26 @@ __global__ void group_sum_kernel(bw_args a) {
 }
 
 /* One block per head: dA, ddt_bias and dD from the (chunk, head) partials, chunks in order, in
- * float64; a 1-D dD sums its P per-channel sums in channel order. */
+ * float64: a thread per channel sums its dD partials; a 1-D dD then sums the P channel sums in
+ * channel order (thread 0, from shared memory). */
 __global__ void reduce_kernel(bw_args a) {
+    __shared__ double chan[kThreads];
     const int h = blockIdx.x;
-    for (int p = threadIdx.x; p < a.P && a.dd.p != NULL && a.d2; p += blockDim.x) {
-        double s = 0.0;
-        for (long long c = 0; c < a.nchunks; ++c) s += (double)a.ddp[(c * a.H + h) * a.P + p];
-        store_sum(a.dd, off2(a.dd.s, h, p), s);
+    double    all = 0.0; /* thread 0: the channel sums, in channel order */
+    for (int p0 = 0; p0 < a.P && a.dd.p != NULL; p0 += blockDim.x) {
+        const int p = p0 + threadIdx.x;
+        double    s = 0.0;
+        if (p < a.P)
+            for (long long c = 0; c < a.nchunks; ++c) s += (double)a.ddp[(c * a.H + h) * a.P + p];
+        if (a.d2) {
+            if (p < a.P) store_sum(a.dd, off2(a.dd.s, h, p), s);
+            continue;
+        }
+        chan[threadIdx.x] = s;
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (int k = 0; k < (int)blockDim.x && p0 + k < a.P; ++k) all += chan[k];
+        __syncthreads();
     }
     if (threadIdx.x != 0) return;
     double da = 0.0, db = 0.0;
@@ -121,15 +134,7 @@ __global__ void reduce_kernel(bw_args a) {
     }
     if (a.da.p != NULL) store_sum(a.da, (long long)h * a.da.s[0], da);
     if (a.dbias.p != NULL) store_sum(a.dbias, (long long)h * a.dbias.s[0], db);
-    if (a.dd.p != NULL && !a.d2) {
-        double all = 0.0;
-        for (int p = 0; p < a.P; ++p) {
-            double s = 0.0;
-            for (long long c = 0; c < a.nchunks; ++c) s += (double)a.ddp[(c * a.H + h) * a.P + p];
-            all += s;
-        }
-        store_sum(a.dd, (long long)h * a.dd.s[0], all);
-    }
+    if (a.dd.p != NULL && !a.d2) store_sum(a.dd, (long long)h * a.dd.s[0], all);
 }
 
 ssm_status launch_segment_grid(ssm_context * ctx, const char * op, const char * name, void (*fn)(bw_args),
