@@ -116,7 +116,10 @@ __device__ __forceinline__ void gate_rows(float * dys, const float * zs, float *
     }
 }
 
-/* acc[r][c] += Σ_{k<K} fa(m[r], k)·fb(k, n[c]), k ascending (one accumulator per output). */
+/* The products below accumulate acc[r][c] += Σ_{k<K} A(m[r], k)·B(k, n[c]) over k ascending, one
+ * fmaf per term into one accumulator per output, whichever way the operands are read. */
+
+/* Operands read through functors fa(m, k), fb(k, n). */
 template <int TM, int TN, class FA, class FB>
 __device__ __forceinline__ void tile_mac(float (&acc)[TM][TN], const int (&m)[TM], const int (&n)[TN], int K, FA fa,
                                          FB fb) {
@@ -134,15 +137,73 @@ __device__ __forceinline__ void tile_mac(float (&acc)[TM][TN], const int (&m)[TM
     }
 }
 
+__device__ __forceinline__ float f4at(const float4 & v, int u) { return u == 0 ? v.x : u == 1 ? v.y : u == 2 ? v.z : v.w; }
+
+/* A(m, k) = A[m·lda + k], contiguous in k (A and lda multiples of 4 floats: pad_ld rows in
+ * shared memory), read 4 k at a time as one float4; B through fb(k, n). */
+template <int TM, int TN, class FB>
+__device__ __forceinline__ void tile_mac_a4(float (&acc)[TM][TN], const int (&m)[TM], const int (&n)[TN], int K,
+                                            const float * A, int lda, FB fb) {
+    const int K4 = K / 4 * 4;
+    for (int k = 0; k < K4; k += 4) {
+        float4 av[TM];
+#pragma unroll
+        for (int r = 0; r < TM; ++r) av[r] = *(const float4 *)(A + m[r] * lda + k);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            float bv[TN];
+#pragma unroll
+            for (int c = 0; c < TN; ++c) bv[c] = fb(k + u, n[c]);
+#pragma unroll
+            for (int r = 0; r < TM; ++r)
+#pragma unroll
+                for (int c = 0; c < TN; ++c) acc[r][c] = fmaf(f4at(av[r], u), bv[c], acc[r][c]);
+        }
+    }
+    for (int k = K4; k < K; ++k)
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+            for (int c = 0; c < TN; ++c) acc[r][c] = fmaf(A[m[r] * lda + k], fb(k, n[c]), acc[r][c]);
+}
+
+/* A(m, k) = A[m·lda + k] and B(k, n) = B[n·ldb + k], both contiguous in k and read as float4. */
+template <int TM, int TN>
+__device__ __forceinline__ void tile_mac_k4(float (&acc)[TM][TN], const int (&m)[TM], const int (&n)[TN], int K,
+                                            const float * A, int lda, const float * B, int ldb) {
+    const int K4 = K / 4 * 4;
+    for (int k = 0; k < K4; k += 4) {
+        float4 av[TM], bv[TN];
+#pragma unroll
+        for (int r = 0; r < TM; ++r) av[r] = *(const float4 *)(A + m[r] * lda + k);
+#pragma unroll
+        for (int c = 0; c < TN; ++c) bv[c] = *(const float4 *)(B + n[c] * ldb + k);
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+            for (int c = 0; c < TN; ++c) {
+                float v = fmaf(av[r].x, bv[c].x, acc[r][c]);
+                v = fmaf(av[r].y, bv[c].y, v);
+                v = fmaf(av[r].z, bv[c].z, v);
+                acc[r][c] = fmaf(av[r].w, bv[c].w, v);
+            }
+    }
+    for (int k = K4; k < K; ++k)
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+            for (int c = 0; c < TN; ++c) acc[r][c] = fmaf(A[m[r] * lda + k], B[n[c] * ldb + k], acc[r][c]);
+}
+
 /* Register-tiled block product over shared-memory operands: for every m < M, n < Nc,
- *   out(m, n, scale(m)·Σ_{k<K1} fa1(m, k)·fb1(k, n) + Σ_{k<K2} fa2(m, k)·fb2(k, n)),
- * each sum in k order (kTwo = false: the first sum alone), so the bytes do not depend on the thread count. A thread's tile is TM
- * consecutive rows × TN columns cg apart (cg = the number of column groups): consecutive threads
- * read consecutive columns of fb, and rows of fa that padded strides put in distinct banks.
- * Indices past M or Nc are clamped for the reads and their outputs dropped. */
-template <int TM, int TN, bool kTwo = true, class FA1, class FB1, class FS, class FA2, class FB2, class FO>
-__device__ __forceinline__ void block_mm2(int M, int Nc, int K1, FA1 fa1, FB1 fb1, FS scale, int K2, FA2 fa2, FB2 fb2,
-                                          FO out) {
+ *   out(m, n, scale(m)·sum1(m, n) + sum2(m, n))   (kTwo = false: out(m, n, sum1(m, n))),
+ * the sums accumulated by mac1(acc, m, n) and mac2(acc, m, n) (one of the tile_mac* above), so
+ * the bytes do not depend on the thread count. A thread's tile is TM consecutive rows × TN
+ * columns cg apart (cg = the number of column groups): consecutive threads read consecutive
+ * columns of B, and rows of A that pad_ld strides put in distinct banks. Indices past M or Nc
+ * are clamped for the reads and their outputs dropped. */
+template <int TM, int TN, bool kTwo, class F1, class FS, class F2, class FO>
+__device__ __forceinline__ void block_tiles(int M, int Nc, F1 mac1, FS scale, F2 mac2, FO out) {
     if (M <= 0 || Nc <= 0) return;
     const int cg = (Nc + TN - 1) / TN, tiles = cg * ((M + TM - 1) / TM);
     for (int t = threadIdx.x; t < tiles; t += blockDim.x) {
@@ -157,7 +218,7 @@ __device__ __forceinline__ void block_mm2(int M, int Nc, int K1, FA1 fa1, FB1 fb
         for (int r = 0; r < TM; ++r)
 #pragma unroll
             for (int c = 0; c < TN; ++c) acc[r][c] = 0.0f;
-        tile_mac<TM, TN>(acc, m, n, K1, fa1, fb1);
+        mac1(acc, m, n);
         if (kTwo) {
 #pragma unroll
             for (int r = 0; r < TM; ++r) {
@@ -165,7 +226,7 @@ __device__ __forceinline__ void block_mm2(int M, int Nc, int K1, FA1 fa1, FB1 fb
 #pragma unroll
                 for (int c = 0; c < TN; ++c) acc[r][c] *= sc;
             }
-            tile_mac<TM, TN>(acc, m, n, K2, fa2, fb2);
+            mac2(acc, m, n);
         }
 #pragma unroll
         for (int r = 0; r < TM; ++r)
@@ -175,61 +236,23 @@ __device__ __forceinline__ void block_mm2(int M, int Nc, int K1, FA1 fa1, FB1 fb
     }
 }
 
-/* A product over operands contiguous in k: out(m, n, Σ_{k<K} A[m·lda + k]·B[n·ldb + k]), k
- * ascending, thread tiles as in block_mm2. A, B, lda and ldb are multiples of 4 floats (pad_ld
- * rows in shared memory): 4 k at a time are read as one float4 of each row. */
+/* out(m, n, Σ_{k<K} fa(m, k)·fb(k, n)). */
+template <int TM, int TN, class FA, class FB, class FO>
+__device__ __forceinline__ void block_mm(int M, int Nc, int K, FA fa, FB fb, FO out) {
+    auto mac = [&](float (&acc)[TM][TN], const int (&m)[TM], const int (&n)[TN]) { tile_mac<TM, TN>(acc, m, n, K, fa, fb); };
+    auto one = [](int) { return 1.0f; };
+    block_tiles<TM, TN, false>(M, Nc, mac, one, mac, out);
+}
+
+/* out(m, n, Σ_{k<K} A[m·lda + k]·B[n·ldb + k]) over k-contiguous shared-memory operands. */
 template <int TM, int TN, class FO>
 __device__ __forceinline__ void block_mm_k4(int M, int Nc, int K, const float * A, int lda, const float * B, int ldb,
                                             FO out) {
-    if (M <= 0 || Nc <= 0) return;
-    const int cg = (Nc + TN - 1) / TN, tiles = cg * ((M + TM - 1) / TM), K4 = K / 4 * 4;
-    for (int t = threadIdx.x; t < tiles; t += blockDim.x) {
-        const int m0 = (t / cg) * TM, n0 = t % cg;
-        int       m[TM], n[TN];
-#pragma unroll
-        for (int r = 0; r < TM; ++r) m[r] = min(m0 + r, M - 1);
-#pragma unroll
-        for (int c = 0; c < TN; ++c) n[c] = min(n0 + c * cg, Nc - 1);
-        float acc[TM][TN];
-#pragma unroll
-        for (int r = 0; r < TM; ++r)
-#pragma unroll
-            for (int c = 0; c < TN; ++c) acc[r][c] = 0.0f;
-        for (int k = 0; k < K4; k += 4) {
-            float4 av[TM], bv[TN];
-#pragma unroll
-            for (int r = 0; r < TM; ++r) av[r] = *(const float4 *)(A + m[r] * lda + k);
-#pragma unroll
-            for (int c = 0; c < TN; ++c) bv[c] = *(const float4 *)(B + n[c] * ldb + k);
-#pragma unroll
-            for (int r = 0; r < TM; ++r)
-#pragma unroll
-                for (int c = 0; c < TN; ++c) {
-                    float v = fmaf(av[r].x, bv[c].x, acc[r][c]);
-                    v = fmaf(av[r].y, bv[c].y, v);
-                    v = fmaf(av[r].z, bv[c].z, v);
-                    acc[r][c] = fmaf(av[r].w, bv[c].w, v);
-                }
-        }
-        for (int k = K4; k < K; ++k) {
-#pragma unroll
-            for (int r = 0; r < TM; ++r)
-#pragma unroll
-                for (int c = 0; c < TN; ++c) acc[r][c] = fmaf(A[m[r] * lda + k], B[n[c] * ldb + k], acc[r][c]);
-        }
-#pragma unroll
-        for (int r = 0; r < TM; ++r)
-#pragma unroll
-            for (int c = 0; c < TN; ++c)
-                if (m0 + r < M && n0 + c * cg < Nc) out(m0 + r, n0 + c * cg, acc[r][c]);
-    }
-}
-
-/* block_mm2 with one sum: out(m, n, Σ_{k<K} fa(m, k)·fb(k, n)). */
-template <int TM, int TN, class FA, class FB, class FO>
-__device__ __forceinline__ void block_mm(int M, int Nc, int K, FA fa, FB fb, FO out) {
-    auto none = [](int) { return 1.0f; };
-    block_mm2<TM, TN, false>(M, Nc, K, fa, fb, none, 0, fa, fb, out);
+    auto mac = [&](float (&acc)[TM][TN], const int (&m)[TM], const int (&n)[TN]) {
+        tile_mac_k4<TM, TN>(acc, m, n, K, A, lda, B, ldb);
+    };
+    auto one = [](int) { return 1.0f; };
+    block_tiles<TM, TN, false>(M, Nc, mac, one, mac, out);
 }
 
 /* Sum over the 32 lanes of a warp, a fixed xor tree: every lane gets the same bytes. */
@@ -482,28 +505,43 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
         s = warp_sum(s);
         if (lane == 0) dtl[i] = s;
     }
+    auto db_out = [&](int j, int n, float v) {
+        if (a.heads_buf)
+            a.dbh[((ck.row * a.S + ck.t0 + j) * a.H + h) * (long long)N + n] = v;
+        else
+            ssmi_cu_st(a.db.p, a.db.dtype, off4(a.db.s, ck.row, ck.t0 + j, g, n), v);
+    };
+    auto dc_out = [&](int i, int n, float v) {
+        if (a.heads_buf)
+            a.dch[((ck.row * a.S + ck.t0 + i) * a.H + h) * (long long)N + n] = v;
+        else
+            ssmi_cu_st(a.dc.p, a.dc.dtype, off4(a.dc.s, ck.row, ck.t0 + i, g, n), v);
+    };
+    /* dB_j = (e^{cl−cm_j}·dt_j)·Σ_p x_j[p]·G[p][n] + Σ_i dCB_ij·C_i[n] */
     if (a.want_db)
-        block_mm2<4, 4>(
-            L, N, P, [=](int j, int p) { return xs[j * lp + p]; }, [=](int p, int n) { return Gm[p * ls + n]; },
-            [=](int j) { return eclm[j] * dtv[j]; }, L, [=](int j, int i) { return dcb[i * lq + j]; },
-            [=](int i, int n) { return cs[i * ln + n]; },
-            [&](int j, int n, float v) {
-                if (a.heads_buf)
-                    a.dbh[((ck.row * a.S + ck.t0 + j) * a.H + h) * (long long)N + n] = v;
-                else
-                    ssmi_cu_st(a.db.p, a.db.dtype, off4(a.db.s, ck.row, ck.t0 + j, g, n), v);
-            });
+        block_tiles<4, 4, true>(
+            L, N,
+            [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
+                tile_mac_a4<4, 4>(t, m, n, P, xs, lp, [&](int p, int c) { return Gm[p * ls + c]; });
+            },
+            [&](int j) { return eclm[j] * dtv[j]; },
+            [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
+                tile_mac<4, 4>(
+                    t, m, n, L, [&](int j, int i) { return dcb[i * lq + j]; }, [&](int i, int c) { return cs[i * ln + c]; });
+            },
+            db_out);
+    /* dC_i = e^{cm_i}·Σ_p δx_i[p]·S[p][n] + Σ_j dCB_ij·B_j[n] */
     if (a.want_dc)
-        block_mm2<4, 4>(
-            L, N, P, [=](int i, int p) { return dys[i * lp + p]; }, [=](int p, int n) { return S[p * ls + n]; },
-            [=](int i) { return ecm[i]; }, L, [=](int i, int j) { return dcb[i * lq + j]; },
-            [=](int j, int n) { return bs[j * ln + n]; },
-            [&](int i, int n, float v) {
-                if (a.heads_buf)
-                    a.dch[((ck.row * a.S + ck.t0 + i) * a.H + h) * (long long)N + n] = v;
-                else
-                    ssmi_cu_st(a.dc.p, a.dc.dtype, off4(a.dc.s, ck.row, ck.t0 + i, g, n), v);
-            });
+        block_tiles<4, 4, true>(
+            L, N,
+            [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
+                tile_mac_a4<4, 4>(t, m, n, P, dys, lp, [&](int p, int c) { return S[p * ls + c]; });
+            },
+            [&](int i) { return ecm[i]; },
+            [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
+                tile_mac_a4<4, 4>(t, m, n, L, dcb, lq, [&](int j, int c) { return bs[j * ln + c]; });
+            },
+            dc_out);
     __syncthreads();
 
     /* the ddA recurrence, ddt, and the dA / ddt_bias partials */
