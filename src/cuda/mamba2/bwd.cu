@@ -4,7 +4,9 @@
  * operator takes no caller workspace), the selection table and the entry point.
  *
  * The internal chunk is kMaxQ tokens, halved until bwd_chunk's shared memory fits the device
- * (the chunked algorithm is exact for any cut; params->chunk_size only has to be valid).
+ * with the chunk's P×N state and state gradient staged there (down to kMinStagedQ), else the
+ * largest that fits without them (the chunked algorithm is exact for any cut;
+ * params->chunk_size only has to be valid).
  * Limits: H ≤ 65535 and P·N ≤ 2^24 (UNSUPPORTED beyond), and a P, N pair whose one-token chunk
  * still fits the shared memory.
  */

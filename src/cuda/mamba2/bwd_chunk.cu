@@ -3,8 +3,9 @@
  * the steps): the dt recompute, the chunk-local states, the state gradients through the outputs,
  * and the chunk's gradients (spec §2.7 steps 0 and 3–6, per head). One block of kThreads threads
  * per (chunk, head): blockIdx.x the chunk of the plan, blockIdx.y the head. Row operands of the
- * chunk live in shared memory as fp32; the chunk's state and state gradient (P×N) are read from
- * the workspace. Every sum runs in a fixed order.
+ * chunk live in shared memory as fp32 (and, where they fit, the chunk's state and state gradient);
+ * the products are register-tiled over all threads (block_tiles). Every sum runs in a fixed
+ * order, independent of the thread count.
  */
 #include "../../core/ssmi_scalar.h"
 #include "../common/mma.cuh"
