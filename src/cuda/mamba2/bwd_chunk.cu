@@ -64,40 +64,71 @@ __device__ __forceinline__ float to_f32(double v) { return (float)v; }
 __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
 
-/* load_rows for one element type. Thread t handles the elements e ≡ t (mod blockDim.x), e < Q·n,
- * as a `for (e = t; e < Q·n; e += blockDim.x)` loop would. */
-template <class T>
-__device__ __forceinline__ void load_rows_of(float * dst, int ld, const T * src, const long long * st,
+/* load_rows of NV views of one element type and the same row length n. Thread t handles the
+ * elements e ≡ t (mod blockDim.x), e < Q·n, as a `for (e = t; e < Q·n; e += blockDim.x)` loop
+ * would; a batch issues its loads of all NV views before storing any. */
+template <class T, int NV>
+__device__ __forceinline__ void load_rows_of(float * const (&dst)[NV], int ld, const ssmi_cu_view (&v)[NV],
                                              const bw_chunk & ck, int k, int n, int Q, const float * scale) {
-    const int total = Q * n;
-    for (int e0 = threadIdx.x; e0 < total; e0 += kLoadBatch * blockDim.x) {
-        float v[kLoadBatch];
+    constexpr int kB = kLoadBatch / NV;
+    const int     total = Q * n;
+    for (int e0 = threadIdx.x; e0 < total; e0 += kB * blockDim.x) {
+        float val[NV][kB];
 #pragma unroll
-        for (int u = 0; u < kLoadBatch; ++u) {
+        for (int u = 0; u < kB; ++u) {
             const int e = e0 + u * (int)blockDim.x, i = e / n, j = e % n;
-            v[u] = (e < total && i < ck.len) ? to_f32(src[off4(st, ck.row, ck.t0 + i, k, j)]) : 0.0f;
+#pragma unroll
+            for (int s = 0; s < NV; ++s)
+                val[s][u] = (e < total && i < ck.len) ? to_f32(((const T *)v[s].p)[off4(v[s].s, ck.row, ck.t0 + i, k, j)])
+                                                      : 0.0f;
         }
 #pragma unroll
-        for (int u = 0; u < kLoadBatch; ++u) {
+        for (int u = 0; u < kB; ++u) {
             const int e = e0 + u * (int)blockDim.x, i = e / n, j = e % n;
-            if (e < total) dst[i * ld + j] = scale != NULL ? v[u] * scale[i] : v[u];
+            if (e < total)
+#pragma unroll
+                for (int s = 0; s < NV; ++s) dst[s][i * ld + j] = scale != NULL ? val[s][u] * scale[i] : val[s][u];
         }
     }
 }
 
-/* Rows [0, len) of head/group k of a (batch, S, K, n) view into dst[Q][ld] as fp32 (times
+/* Rows [0, len) of head/group k of NV (batch, S, K, n) views into dst[s][Q][ld] as fp32 (times
  * scale[i] when given), zeros for rows ≥ len (and for a dtype the views do not carry). Thread t
- * writes the elements e = i·n + j ≡ t (mod blockDim.x). */
-__device__ __forceinline__ void load_rows(float * dst, int ld, const ssmi_cu_view & v, const bw_chunk & ck, int k, int n, int Q,
-                          const float * scale) {
-    switch (v.dtype) {
-        case SSM_DTYPE_F32: load_rows_of(dst, ld, (const float *)v.p, v.s, ck, k, n, Q, scale); return;
-        case SSM_DTYPE_F16: load_rows_of(dst, ld, (const __half *)v.p, v.s, ck, k, n, Q, scale); return;
-        case SSM_DTYPE_BF16: load_rows_of(dst, ld, (const __nv_bfloat16 *)v.p, v.s, ck, k, n, Q, scale); return;
-        case SSM_DTYPE_F64: load_rows_of(dst, ld, (const double *)v.p, v.s, ck, k, n, Q, scale); return;
-        default:
-            for (int e = threadIdx.x; e < Q * n; e += blockDim.x) dst[(e / n) * ld + e % n] = 0.0f;
+ * writes the elements e = i·n + j ≡ t (mod blockDim.x). Views of one dtype load together. */
+template <int NV>
+__device__ __forceinline__ void load_rows_n(float * const (&dst)[NV], int ld, const ssmi_cu_view (&v)[NV],
+                                            const bw_chunk & ck, int k, int n, int Q, const float * scale) {
+    bool same = true;
+#pragma unroll
+    for (int s = 1; s < NV; ++s) same = same && v[s].dtype == v[0].dtype;
+    if (same) switch (v[0].dtype) {
+            case SSM_DTYPE_F32: load_rows_of<float, NV>(dst, ld, v, ck, k, n, Q, scale); return;
+            case SSM_DTYPE_F16: load_rows_of<__half, NV>(dst, ld, v, ck, k, n, Q, scale); return;
+            case SSM_DTYPE_BF16: load_rows_of<__nv_bfloat16, NV>(dst, ld, v, ck, k, n, Q, scale); return;
+            case SSM_DTYPE_F64: load_rows_of<double, NV>(dst, ld, v, ck, k, n, Q, scale); return;
+            default: break;
+        }
+#pragma unroll
+    for (int s = 0; s < NV; ++s) {
+        float * const d1[1] = {dst[s]};
+        const ssmi_cu_view v1[1] = {v[s]};
+        switch (v[s].dtype) {
+            case SSM_DTYPE_F32: load_rows_of<float, 1>(d1, ld, v1, ck, k, n, Q, scale); break;
+            case SSM_DTYPE_F16: load_rows_of<__half, 1>(d1, ld, v1, ck, k, n, Q, scale); break;
+            case SSM_DTYPE_BF16: load_rows_of<__nv_bfloat16, 1>(d1, ld, v1, ck, k, n, Q, scale); break;
+            case SSM_DTYPE_F64: load_rows_of<double, 1>(d1, ld, v1, ck, k, n, Q, scale); break;
+            default:
+                for (int e = threadIdx.x; e < Q * n; e += blockDim.x) dst[s][(e / n) * ld + e % n] = 0.0f;
+        }
     }
+}
+
+/* load_rows_n of one view. */
+__device__ __forceinline__ void load_rows(float * dst, int ld, const ssmi_cu_view & v, const bw_chunk & ck, int k,
+                                          int n, int Q, const float * scale) {
+    float * const      d1[1] = {dst};
+    const ssmi_cu_view v1[1] = {v};
+    load_rows_n<1>(d1, ld, v1, ck, k, n, Q, scale);
 }
 
 /* In place over the [Q][ld] rows of dout (dys) and z (zs, absent without z), as load_rows left
@@ -299,8 +330,13 @@ __global__ void __launch_bounds__(kThreads, 2) bwd_dstates_kernel(bw_args a) {
     float *         cs = zs + Q * lp;  /* [Q][ln] */
     const float *   cm = a.cmv + w * Q;
     for (int i = threadIdx.x; i < Q; i += blockDim.x) ev[i] = i < ck.len ? expf(cm[i]) : 0.0f;
-    load_rows(dys, lp, a.dout, ck, h, P, Q, NULL);
-    if (a.has_z) load_rows(zs, lp, a.z, ck, h, P, Q, NULL);
+    if (a.has_z) {
+        float * const      d[2] = {dys, zs};
+        const ssmi_cu_view v[2] = {a.dout, a.z};
+        load_rows_n<2>(d, lp, v, ck, h, P, Q, NULL);
+    } else {
+        load_rows(dys, lp, a.dout, ck, h, P, Q, NULL);
+    }
     load_rows(cs, ln, a.c, ck, h / a.R, N, Q, NULL);
     gate_rows(dys, a.has_z ? zs : NULL, NULL, lp, P, Q);
     __syncthreads();
@@ -395,12 +431,21 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
                       : ssmi_cu_ld(a.d.p, a.d.dtype, (long long)h * a.d.s[0]);
         dvec[p] = dv;
     }
-    load_rows(xs, lp, a.x, ck, h, P, Q, NULL);
-    load_rows(bs, ln, a.b, ck, g, N, Q, NULL);
-    load_rows(cs, ln, a.c, ck, g, N, Q, NULL);
-    /* δx and the dz factor: dout into dys and z into dzf, then gated in place */
-    load_rows(dys, lp, a.dout, ck, h, P, Q, NULL);
-    if (a.has_z) load_rows(dzf, lp, a.z, ck, h, P, Q, NULL);
+    /* x, dout (into dys) and z (into dzf); dys and dzf then become δx and the dz factor */
+    if (a.has_z) {
+        float * const      d[3] = {xs, dys, dzf};
+        const ssmi_cu_view v[3] = {a.x, a.dout, a.z};
+        load_rows_n<3>(d, lp, v, ck, h, P, Q, NULL);
+    } else {
+        float * const      d[2] = {xs, dys};
+        const ssmi_cu_view v[2] = {a.x, a.dout};
+        load_rows_n<2>(d, lp, v, ck, h, P, Q, NULL);
+    }
+    {
+        float * const      d[2] = {bs, cs};
+        const ssmi_cu_view v[2] = {a.b, a.c};
+        load_rows_n<2>(d, ln, v, ck, g, N, Q, NULL);
+    }
     gate_rows(dys, a.has_z ? dzf : NULL, a.has_z ? dzf : NULL, lp, P, Q);
     if (kStaged && N % 4 != 0) /* S then G, kLoadBatch elements of each in flight per thread */
         for (long long e0 = threadIdx.x; e0 < PN; e0 += kLoadBatch * (long long)blockDim.x) {
