@@ -370,10 +370,11 @@ __device__ float block_sum(float v, float * red) {
  *   dCB_ij = e^{cm_i−cm_j}·dt_j·<δx_i, x_j> (j ≤ i);  intra_k = Σ_{i≥k} Σ_{j<k} CB_ij·dCB_ij
  *   ddA_k = Σ_{i≥k} q_i + e^{cl}·<G, S> + Σ_{j<k} r_j + intra_k;  ddt = (ddA·A + ddt_loc)·fac
  *   dB_j  = e^{cl−cm_j}·dt_j·Gᵀx_j + Σ_{i≥j} dCB_ij·C_i;  dC_i = e^{cm_i}·Sᵀδx_i + Σ_{j≤i} dCB_ij·B_j
- * Every operand lives in shared memory (chunk_smem_floats lists the layout), rows padded to odd
- * strides; with kStaged S and G are staged there too (coalesced, once), else they are read from
- * the workspace. The products run as register-tiled block_mm calls over all threads, the row
- * sums as a warp per row; the phases are separated by barriers:
+ * Every operand lives in shared memory (chunk_smem_floats lists the layout), rows pad_ld floats
+ * apart; with kStaged S and G are staged there too (cp.async or coalesced loads, once), else
+ * they are read from the workspace. The products run as register-tiled block_tiles calls over
+ * all threads (k-contiguous operands read as float4), the row sums as a warp per row; the
+ * phases are separated by barriers:
  *   load  rows, δx, dz factor, decay table E_ij = e^{cm_i−cm_j} (j ≤ i), S, G
  *   A     CB, C·Sᵀ, B·Gᵀ, dCB, dD partials, <G, S>
  *   B     dz, acc and dx, q, r, intra
