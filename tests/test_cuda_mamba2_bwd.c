@@ -7,8 +7,8 @@
  * dense rows, seq_idx and varlen with an empty sequence, initial states with and without
  * dfinal_states, z, D (H) / (H, P) / none, dt_bias, softplus, dt_limit with clamped positions,
  * f32 / f16 / bf16 inputs with f32 or input-dtype gradients, padded and permuted layouts,
- * stride-0 A and dt_bias, index tensors in host and device memory. Outputs are NaN-poisoned
- * before each run; two runs give identical bytes. Plus: no heads to sum over (H = 0 is not
+ * stride-0 A and dt_bias, index tensors in host and device memory, wide states (N = 256, P·N
+ * up to 32768). Outputs are NaN-poisoned before each run; two runs give identical bytes. Plus: no heads to sum over (H = 0 is not
  * valid, so a case with every output absent), and host tensors refused.
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261202).
@@ -173,6 +173,12 @@ static void test_matrix(ssmt_rng * rng) {
     cuda_case(rng, &cfg, 256, 0, 1, 0, 0, "S1000 H8 P64 N64 G2 bf16 long");
     cfg.dtype = SSM_DTYPE_F32, cfg.seqlen = 300, cfg.ngroups = 8, cfg.has_z = 0;
     cuda_case(rng, &cfg, 256, 0, 1, 0, 0, "S300 H8 P64 N64 G8 f32 long");
+    /* wide states: N = 256 halves the internal chunk; P·N = 32768 no longer fits shared memory
+     * next to the chunk's operands, so the chunk kernel reads S and G from the workspace */
+    cfg.seqlen = 75, cfg.nheads = 4, cfg.ngroups = 2, cfg.has_z = 1, cfg.headdim = 64, cfg.dstate = 256;
+    cuda_case(rng, &cfg, 64, 0, 1, 0, 0, "S75 H4 P64 N256 G2 f32 wide");
+    cfg.headdim = 128;
+    cuda_case(rng, &cfg, 64, 0, 1, 0, 0, "S75 H4 P128 N256 G2 f32 wide");
 }
 
 /* Host tensors with the CUDA backend are refused; a call with every output absent succeeds. */

@@ -4,7 +4,9 @@
  * operator takes no caller workspace), the selection table and the entry point.
  *
  * The internal chunk is kMaxQ tokens, halved until bwd_chunk's shared memory fits the device
- * (the chunked algorithm is exact for any cut; params->chunk_size only has to be valid).
+ * with the chunk's P×N state and state gradient staged there (down to kMinStagedQ), else the
+ * largest that fits without them (the chunked algorithm is exact for any cut;
+ * params->chunk_size only has to be valid).
  * Limits: H ≤ 65535 and P·N ≤ 2^24 (UNSUPPORTED beyond), and a P, N pair whose one-token chunk
  * still fits the shared memory.
  */
@@ -115,7 +117,7 @@ bw_out out_of(const ssm_tensor * t) {
 
 /* Byte offsets of the workspace pieces, each 256-byte aligned. */
 struct bwd_ws {
-    size_t chunks, segs, dtv, cmv, dfac, st, gs, ddp, dap, dbp, dbh, dch, total;
+    size_t chunks, segs, dtv, cmv, dfac, ecl, st, gs, ddp, dap, dbp, dbh, dch, total;
 };
 
 size_t take(size_t * at, size_t bytes) {
@@ -133,6 +135,7 @@ bwd_ws ws_layout(const bw_args & a) {
     l.dtv = take(&at, w * (size_t)a.Q * f);
     l.cmv = take(&at, w * (size_t)a.Q * f);
     l.dfac = take(&at, w * (size_t)a.Q * f);
+    l.ecl = take(&at, w * f);
     l.st = take(&at, w * (size_t)a.P * (size_t)a.N * f);
     l.gs = take(&at, w * (size_t)a.P * (size_t)a.N * f);
     l.ddp = take(&at, w * (size_t)a.P * f);
@@ -178,12 +181,19 @@ extern "C" ssm_status ssmi_cuda_mamba2_scan_bwd(ssm_context * ctx, const ssm_mam
 
     ssmi_cuda_props pr;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_current_props(ctx, kOp, &pr));
-    int Q = kMaxQ;
-    while (Q > 1 && chunk_smem_floats(Q, (int)d->headdim, (int)d->dstate) * sizeof(float) > (size_t)pr.smem_optin)
-        Q /= 2;
-    SSM_RETURN_IF(chunk_smem_floats(Q, (int)d->headdim, (int)d->dstate) * sizeof(float) > (size_t)pr.smem_optin, ctx,
-                  SSM_STATUS_UNSUPPORTED, "%s: P=%lld, N=%lld need more shared memory than the device has", kOp,
-                  (long long)d->headdim, (long long)d->dstate);
+    /* the largest chunk (≥ kMinStagedQ) with S and G staged, else the largest without */
+    const int    P = (int)d->headdim, N = (int)d->dstate;
+    const size_t optin = (size_t)pr.smem_optin;
+    int          Q = kMaxQ;
+    bool         staged = true;
+    while (Q > kMinStagedQ && chunk_smem_floats(Q, P, N, true) * sizeof(float) > optin) Q /= 2;
+    if (chunk_smem_floats(Q, P, N, true) * sizeof(float) > optin) {
+        staged = false, Q = kMaxQ;
+        while (Q > 1 && chunk_smem_floats(Q, P, N, false) * sizeof(float) > optin) Q /= 2;
+    }
+    SSM_RETURN_IF(chunk_smem_floats(Q, P, N, staged) * sizeof(float) > optin, ctx, SSM_STATUS_UNSUPPORTED,
+                  "%s: P=%lld, N=%lld need more shared memory than the device has", kOp, (long long)d->headdim,
+                  (long long)d->dstate);
 
     bwd_plan pl;
     if (build_plan(d, a, Q, &pl) != SSM_STATUS_OK) {
@@ -195,6 +205,7 @@ extern "C" ssm_status ssmi_cuda_mamba2_scan_bwd(ssm_context * ctx, const ssm_mam
     ar.H = (int)d->nheads, ar.P = (int)d->headdim, ar.N = (int)d->dstate, ar.G = (int)d->ngroups;
     ar.R = d->ngroups > 0 ? (int)(d->nheads / d->ngroups) : 0;
     ar.Q = Q;
+    ar.staged = staged;
     ar.S = d->seqlen;
     ar.tokens = d->batch * d->seqlen;
     ar.nchunks = d->nheads > 0 ? pl.nchunks : 0;
@@ -242,6 +253,7 @@ extern "C" ssm_status ssmi_cuda_mamba2_scan_bwd(ssm_context * ctx, const ssm_mam
     if (st == SSM_STATUS_OK) {
         ar.chunks = (const bw_chunk *)(ws + l.chunks), ar.segs = (const bw_seg *)(ws + l.segs);
         ar.dtv = (float *)(ws + l.dtv), ar.cmv = (float *)(ws + l.cmv), ar.dfac = (float *)(ws + l.dfac);
+        ar.ecl = (float *)(ws + l.ecl);
         ar.st = (float *)(ws + l.st), ar.gs = (float *)(ws + l.gs), ar.ddp = (float *)(ws + l.ddp);
         ar.dap = (float *)(ws + l.dap), ar.dbp = (float *)(ws + l.dbp);
         ar.dbh = (float *)(ws + l.dbh), ar.dch = (float *)(ws + l.dch);

@@ -34,6 +34,7 @@ namespace ssmi_m2bwd {
 
 const int kThreads = 256; /* threads of every backward kernel */
 const int kMaxQ = 32;     /* the internal chunk; smaller where shared memory is short */
+const int kMinStagedQ = 8; /* the smallest chunk for which bwd_chunk stages S and G */
 
 /* One chunk of the plan: tokens [t0, t0 + len) of batch row `row` (row 0 with cu_seqlens). */
 struct bw_chunk {
@@ -59,6 +60,7 @@ struct bw_out {
 /* Everything the kernels read: dimensions, tensors, flags, the plan and the workspace. */
 struct bw_args {
     int       H, P, N, G, R, Q;
+    int       staged;       /* bwd_chunk stages S and G in shared memory       */
     long long S;            /* tokens per row: the dB/dC head buffers' row pitch */
     long long nchunks, nsegs;
     float     lo, hi;       /* dt_limit                                         */
@@ -68,16 +70,34 @@ struct bw_args {
     bw_out       dx, ddt, dz, db, dc, da, dd, dbias, dinit;
     const bw_chunk * chunks;
     const bw_seg *   segs;
-    /* workspace (fp32): [nchunks][H][Q] dt, cm, dfac; [nchunks][H][P][N] states and state
-     * gradients; [nchunks][H][P] dD partials; [nchunks][H] dA and ddt_bias partials; with
-     * heads_buf, [batch·S][H][N] per-head dB and dC */
-    float *dtv, *cmv, *dfac, *st, *gs, *ddp, *dap, *dbp, *dbh, *dch;
+    /* workspace (fp32): [nchunks][H][Q] dt, cm, dfac; [nchunks][H] e^{cl} (the chunk's total
+     * decay); [nchunks][H][P][N] states and state gradients; [nchunks][H][P] dD partials;
+     * [nchunks][H] dA and ddt_bias partials; with heads_buf, [batch·S][H][N] per-head dB and dC */
+    float *dtv, *cmv, *dfac, *ecl, *st, *gs, *ddp, *dap, *dbp, *dbh, *dch;
     long long tokens; /* batch·S */
 };
 
-/* Floats of bwd_chunk's dynamic shared memory for chunk Q. */
-inline size_t chunk_smem_floats(int Q, int P, int N) {
-    return (size_t)Q * (3 * (size_t)P + 2 * (size_t)N + 2 * (size_t)Q + 12) + (size_t)P + kThreads;
+/* Row stride of a shared-memory matrix with rows of d floats: a multiple of 4 floats (rows are
+ * read as float4) holding an odd number of float4s, so 8 consecutive rows start in distinct
+ * 16-byte bank groups (a float4 walk down a column is conflict-free) and rows a few apart start
+ * in distinct banks. */
+__host__ __device__ inline int pad_ld(int d) {
+    const int l = (d + 3) / 4 * 4;
+    return (l / 4) % 2 == 1 ? l : l + 4;
+}
+
+/* Floats of bwd_states' / bwd_dstates' dynamic shared memory for chunk Q: a [Q] vector, two
+ * [Q][P] row operands (x; dout and z) and one [Q][N] (B; C). */
+inline size_t states_smem_floats(int Q, int P, int N) {
+    return (size_t)Q * (1 + 2 * (size_t)pad_ld(P) + (size_t)pad_ld(N));
+}
+
+/* Floats of bwd_chunk's dynamic shared memory for chunk Q: 6 [Q][P] and 2 [Q][N] row operands,
+ * 5 [Q][Q] tables, with `staged` S and G (all rows pad_ld floats), then 9 [Q] vectors, [P] D and
+ * the block-sum scratch. */
+inline size_t chunk_smem_floats(int Q, int P, int N, bool staged) {
+    const size_t q = (size_t)Q, lp = (size_t)pad_ld(P), ln = (size_t)pad_ld(N), lq = (size_t)pad_ld(Q);
+    return 9 * q + (size_t)P + kThreads + q * (6 * lp + 2 * ln + 5 * lq) + (staged ? 2 * (size_t)P * ln : 0);
 }
 
 /* Launches (each checks its launch; nothing runs for an empty grid). */

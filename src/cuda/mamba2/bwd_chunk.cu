@@ -3,10 +3,12 @@
  * the steps): the dt recompute, the chunk-local states, the state gradients through the outputs,
  * and the chunk's gradients (spec §2.7 steps 0 and 3–6, per head). One block of kThreads threads
  * per (chunk, head): blockIdx.x the chunk of the plan, blockIdx.y the head. Row operands of the
- * chunk live in shared memory as fp32; the chunk's state and state gradient (P×N) are read from
- * the workspace. Every sum runs in a fixed order.
+ * chunk live in shared memory as fp32 (and, where they fit, the chunk's state and state gradient);
+ * the products are register-tiled over all threads (block_tiles). Every sum runs in a fixed
+ * order, independent of the thread count.
  */
 #include "../../core/ssmi_scalar.h"
+#include "../common/mma.cuh"
 #include "bwd.cuh"
 
 namespace ssmi_m2bwd {
@@ -27,7 +29,8 @@ __device__ __forceinline__ float process_dt(const bw_args & a, float pre, float 
     return v;
 }
 
-/* One thread per (chunk, head): dt, its inclusive fp32 cumsum times A, and the chain factor. */
+/* One thread per (chunk, head): dt, its inclusive fp32 cumsum times A, the chain factor, and
+ * the chunk's total decay e^{cl} (cl = the cumsum at its last token) for the state passes. */
 __global__ void bwd_dt_kernel(bw_args a) {
     const long long w = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (w >= a.nchunks * a.H) return;
@@ -49,91 +52,303 @@ __global__ void bwd_dt_kernel(bw_args a) {
         run += v * ah;
         dtv[i] = v, cmv[i] = run, dfac[i] = f;
     }
+    a.ecl[w] = expf(run); /* run = cm at the last token: tokens ≥ len add nothing */
 }
 
-/* Rows [0, len) of head/group k of a (batch, S, K, n) view into dst[Q][n] as fp32 (times
- * scale[i] when given), zeros for rows ≥ len. */
-__device__ void load_rows(float * dst, const ssmi_cu_view & v, const bw_chunk & ck, int k, int n, int Q,
-                          const float * scale) {
-    for (int e = threadIdx.x; e < Q * n; e += blockDim.x) {
-        const int i = e / n, j = e % n;
-        float     val = 0.0f;
-        if (i < ck.len) {
-            val = ssmi_cu_ld(v.p, v.dtype, off4(v.s, ck.row, ck.t0 + i, k, j));
-            if (scale != NULL) val *= scale[i];
+/* Loads a thread keeps in flight while filling shared memory: all of a batch are issued before
+ * any is stored (the kernels run few blocks per SM, so latency is hidden by batching). */
+const int kLoadBatch = 16;
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(double v) { return (float)v; }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+/* load_rows of NV views of one element type and the same row length n. Thread t handles the
+ * elements e ≡ t (mod blockDim.x), e < Q·n, as a `for (e = t; e < Q·n; e += blockDim.x)` loop
+ * would; a batch issues its loads of all NV views before storing any. */
+template <class T, int NV>
+__device__ __forceinline__ void load_rows_of(float * const (&dst)[NV], int ld, const ssmi_cu_view (&v)[NV],
+                                             const bw_chunk & ck, int k, int n, int Q, const float * scale) {
+    constexpr int kB = kLoadBatch / NV;
+    const int     total = Q * n;
+    for (int e0 = threadIdx.x; e0 < total; e0 += kB * blockDim.x) {
+        float val[NV][kB];
+#pragma unroll
+        for (int u = 0; u < kB; ++u) {
+            const int e = e0 + u * (int)blockDim.x, i = e / n, j = e % n;
+#pragma unroll
+            for (int s = 0; s < NV; ++s)
+                val[s][u] = (e < total && i < ck.len) ? to_f32(((const T *)v[s].p)[off4(v[s].s, ck.row, ck.t0 + i, k, j)])
+                                                      : 0.0f;
         }
-        dst[e] = val;
+#pragma unroll
+        for (int u = 0; u < kB; ++u) {
+            const int e = e0 + u * (int)blockDim.x, i = e / n, j = e % n;
+            if (e < total)
+#pragma unroll
+                for (int s = 0; s < NV; ++s) dst[s][i * ld + j] = scale != NULL ? val[s][u] * scale[i] : val[s][u];
+        }
     }
 }
 
-/* δx of one element: dout·z·σ(z) with z, else dout. */
-__device__ __forceinline__ float gate_dy(const bw_args & a, const bw_chunk & ck, int i, int h, int p, float dout) {
-    if (!a.has_z) return dout;
-    const float z = ssmi_cu_ld(a.z.p, a.z.dtype, off4(a.z.s, ck.row, ck.t0 + i, h, p));
-    const float sg = 1.0f / (1.0f + expf(-z));
-    return dout * z * sg; /* as bwd_chunk_kernel computes it */
+/* Rows [0, len) of head/group k of NV (batch, S, K, n) views into dst[s][Q][ld] as fp32 (times
+ * scale[i] when given), zeros for rows ≥ len (and for a dtype the views do not carry). Thread t
+ * writes the elements e = i·n + j ≡ t (mod blockDim.x). Views of one dtype load together. */
+template <int NV>
+__device__ __forceinline__ void load_rows_n(float * const (&dst)[NV], int ld, const ssmi_cu_view (&v)[NV],
+                                            const bw_chunk & ck, int k, int n, int Q, const float * scale) {
+    bool same = true;
+#pragma unroll
+    for (int s = 1; s < NV; ++s) same = same && v[s].dtype == v[0].dtype;
+    if (same) switch (v[0].dtype) {
+            case SSM_DTYPE_F32: load_rows_of<float, NV>(dst, ld, v, ck, k, n, Q, scale); return;
+            case SSM_DTYPE_F16: load_rows_of<__half, NV>(dst, ld, v, ck, k, n, Q, scale); return;
+            case SSM_DTYPE_BF16: load_rows_of<__nv_bfloat16, NV>(dst, ld, v, ck, k, n, Q, scale); return;
+            case SSM_DTYPE_F64: load_rows_of<double, NV>(dst, ld, v, ck, k, n, Q, scale); return;
+            default: break;
+        }
+#pragma unroll
+    for (int s = 0; s < NV; ++s) {
+        float * const d1[1] = {dst[s]};
+        const ssmi_cu_view v1[1] = {v[s]};
+        switch (v[s].dtype) {
+            case SSM_DTYPE_F32: load_rows_of<float, 1>(d1, ld, v1, ck, k, n, Q, scale); break;
+            case SSM_DTYPE_F16: load_rows_of<__half, 1>(d1, ld, v1, ck, k, n, Q, scale); break;
+            case SSM_DTYPE_BF16: load_rows_of<__nv_bfloat16, 1>(d1, ld, v1, ck, k, n, Q, scale); break;
+            case SSM_DTYPE_F64: load_rows_of<double, 1>(d1, ld, v1, ck, k, n, Q, scale); break;
+            default:
+                for (int e = threadIdx.x; e < Q * n; e += blockDim.x) dst[s][(e / n) * ld + e % n] = 0.0f;
+        }
+    }
+}
+
+/* load_rows_n of one view. */
+__device__ __forceinline__ void load_rows(float * dst, int ld, const ssmi_cu_view & v, const bw_chunk & ck, int k,
+                                          int n, int Q, const float * scale) {
+    float * const      d1[1] = {dst};
+    const ssmi_cu_view v1[1] = {v};
+    load_rows_n<1>(d1, ld, v1, ck, k, n, Q, scale);
+}
+
+/* In place over the [Q][ld] rows of dout (dys) and z (zs, absent without z), as load_rows left
+ * them in this thread's elements (no barrier needed): dys becomes δx = dout·z·σ(z) (dout without
+ * z) and, where dzf is given, dzf gets the dz factor dout·σ(z)(1 + z(1 − σ(z))) (0 without z). */
+__device__ __forceinline__ void gate_rows(float * dys, const float * zs, float * dzf, int ld, int n, int Q) {
+    for (int e = threadIdx.x; e < Q * n; e += blockDim.x) {
+        const int   o = (e / n) * ld + e % n;
+        const float dout = dys[o];
+        float       f = 0.0f;
+        if (zs != NULL) {
+            const float z = zs[o], sg = 1.0f / (1.0f + expf(-z));
+            f = dout * sg * (1.0f + z * (1.0f - sg));
+            dys[o] = dout * z * sg;
+        }
+        if (dzf != NULL) dzf[o] = f;
+    }
+}
+
+/* The products below accumulate acc[r][c] += Σ_{k<K} A(m[r], k)·B(k, n[c]) over k ascending, one
+ * fmaf per term into one accumulator per output, whichever way the operands are read. */
+
+/* Operands read through functors fa(m, k), fb(k, n). */
+template <int TM, int TN, class FA, class FB>
+__device__ __forceinline__ void tile_mac(float (&acc)[TM][TN], const int (&m)[TM], const int (&n)[TN], int K, FA fa,
+                                         FB fb) {
+#pragma unroll 2
+    for (int k = 0; k < K; ++k) {
+        float av[TM], bv[TN];
+#pragma unroll
+        for (int r = 0; r < TM; ++r) av[r] = fa(m[r], k);
+#pragma unroll
+        for (int c = 0; c < TN; ++c) bv[c] = fb(k, n[c]);
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+            for (int c = 0; c < TN; ++c) acc[r][c] = fmaf(av[r], bv[c], acc[r][c]);
+    }
+}
+
+__device__ __forceinline__ float f4at(const float4 & v, int u) { return u == 0 ? v.x : u == 1 ? v.y : u == 2 ? v.z : v.w; }
+
+/* A(m, k) = A[m·lda + k], contiguous in k (A and lda multiples of 4 floats: pad_ld rows in
+ * shared memory), read 4 k at a time as one float4; B through fb(k, n). */
+template <int TM, int TN, class FB>
+__device__ __forceinline__ void tile_mac_a4(float (&acc)[TM][TN], const int (&m)[TM], const int (&n)[TN], int K,
+                                            const float * A, int lda, FB fb) {
+    const int K4 = K / 4 * 4;
+    for (int k = 0; k < K4; k += 4) {
+        float4 av[TM];
+#pragma unroll
+        for (int r = 0; r < TM; ++r) av[r] = *(const float4 *)(A + m[r] * lda + k);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            float bv[TN];
+#pragma unroll
+            for (int c = 0; c < TN; ++c) bv[c] = fb(k + u, n[c]);
+#pragma unroll
+            for (int r = 0; r < TM; ++r)
+#pragma unroll
+                for (int c = 0; c < TN; ++c) acc[r][c] = fmaf(f4at(av[r], u), bv[c], acc[r][c]);
+        }
+    }
+    for (int k = K4; k < K; ++k)
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+            for (int c = 0; c < TN; ++c) acc[r][c] = fmaf(A[m[r] * lda + k], fb(k, n[c]), acc[r][c]);
+}
+
+/* A(m, k) = A[m·lda + k] and B(k, n) = B[n·ldb + k], both contiguous in k and read as float4. */
+template <int TM, int TN>
+__device__ __forceinline__ void tile_mac_k4(float (&acc)[TM][TN], const int (&m)[TM], const int (&n)[TN], int K,
+                                            const float * A, int lda, const float * B, int ldb) {
+    const int K4 = K / 4 * 4;
+    for (int k = 0; k < K4; k += 4) {
+        float4 av[TM], bv[TN];
+#pragma unroll
+        for (int r = 0; r < TM; ++r) av[r] = *(const float4 *)(A + m[r] * lda + k);
+#pragma unroll
+        for (int c = 0; c < TN; ++c) bv[c] = *(const float4 *)(B + n[c] * ldb + k);
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+            for (int c = 0; c < TN; ++c) {
+                float v = fmaf(av[r].x, bv[c].x, acc[r][c]);
+                v = fmaf(av[r].y, bv[c].y, v);
+                v = fmaf(av[r].z, bv[c].z, v);
+                acc[r][c] = fmaf(av[r].w, bv[c].w, v);
+            }
+    }
+    for (int k = K4; k < K; ++k)
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+            for (int c = 0; c < TN; ++c) acc[r][c] = fmaf(A[m[r] * lda + k], B[n[c] * ldb + k], acc[r][c]);
+}
+
+/* Register-tiled block product over shared-memory operands: for every m < M, n < Nc,
+ *   out(m, n, scale(m)·sum1(m, n) + sum2(m, n))   (kTwo = false: out(m, n, sum1(m, n))),
+ * the sums accumulated by mac1(acc, m, n) and mac2(acc, m, n) (one of the tile_mac* above), so
+ * the bytes do not depend on the thread count. A thread's tile is TM consecutive rows × TN
+ * columns cg apart (cg = the number of column groups): consecutive threads read consecutive
+ * columns of B, and rows of A that pad_ld strides put in distinct banks. Indices past M or Nc
+ * are clamped for the reads and their outputs dropped. */
+template <int TM, int TN, bool kTwo, class F1, class FS, class F2, class FO>
+__device__ __forceinline__ void block_tiles(int M, int Nc, F1 mac1, FS scale, F2 mac2, FO out) {
+    if (M <= 0 || Nc <= 0) return;
+    const int cg = (Nc + TN - 1) / TN, tiles = cg * ((M + TM - 1) / TM);
+    for (int t = threadIdx.x; t < tiles; t += blockDim.x) {
+        const int m0 = (t / cg) * TM, n0 = t % cg;
+        int       m[TM], n[TN];
+#pragma unroll
+        for (int r = 0; r < TM; ++r) m[r] = min(m0 + r, M - 1);
+#pragma unroll
+        for (int c = 0; c < TN; ++c) n[c] = min(n0 + c * cg, Nc - 1);
+        float acc[TM][TN];
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+            for (int c = 0; c < TN; ++c) acc[r][c] = 0.0f;
+        mac1(acc, m, n);
+        if (kTwo) {
+#pragma unroll
+            for (int r = 0; r < TM; ++r) {
+                const float sc = scale(m[r]);
+#pragma unroll
+                for (int c = 0; c < TN; ++c) acc[r][c] *= sc;
+            }
+            mac2(acc, m, n);
+        }
+#pragma unroll
+        for (int r = 0; r < TM; ++r)
+#pragma unroll
+            for (int c = 0; c < TN; ++c)
+                if (m0 + r < M && n0 + c * cg < Nc) out(m0 + r, n0 + c * cg, acc[r][c]);
+    }
+}
+
+/* out(m, n, Σ_{k<K} fa(m, k)·fb(k, n)). */
+template <int TM, int TN, class FA, class FB, class FO>
+__device__ __forceinline__ void block_mm(int M, int Nc, int K, FA fa, FB fb, FO out) {
+    auto mac = [&](float (&acc)[TM][TN], const int (&m)[TM], const int (&n)[TN]) { tile_mac<TM, TN>(acc, m, n, K, fa, fb); };
+    auto one = [](int) { return 1.0f; };
+    block_tiles<TM, TN, false>(M, Nc, mac, one, mac, out);
+}
+
+/* out(m, n, Σ_{k<K} A[m·lda + k]·B[n·ldb + k]) over k-contiguous shared-memory operands. */
+template <int TM, int TN, class FO>
+__device__ __forceinline__ void block_mm_k4(int M, int Nc, int K, const float * A, int lda, const float * B, int ldb,
+                                            FO out) {
+    auto mac = [&](float (&acc)[TM][TN], const int (&m)[TM], const int (&n)[TN]) {
+        tile_mac_k4<TM, TN>(acc, m, n, K, A, lda, B, ldb);
+    };
+    auto one = [](int) { return 1.0f; };
+    block_tiles<TM, TN, false>(M, Nc, mac, one, mac, out);
+}
+
+/* Sum over the 32 lanes of a warp, a fixed xor tree: every lane gets the same bytes. */
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
 }
 
 /* s_c[p][n] = Σ_j (e^{cl−cm_j}·dt_j·x_j[p])·B_j[n] into the state slot of (chunk, head). */
-__global__ void bwd_states_kernel(bw_args a) {
+__global__ void __launch_bounds__(kThreads, 2) bwd_states_kernel(bw_args a) {
     extern __shared__ float sm[];
     const long long ci = blockIdx.x;
-    const int       h = blockIdx.y, Q = a.Q, P = a.P, N = a.N;
+    const int       h = blockIdx.y, Q = a.Q, P = a.P, N = a.N, lp = pad_ld(P), ln = pad_ld(N);
     const bw_chunk  ck = a.chunks[ci];
     const long long w = ci * a.H + h;
     float *         wv = sm;          /* [Q] */
-    float *         xs = wv + Q;      /* [Q][P] */
-    float *         bs = xs + Q * P;  /* [Q][N] */
+    float *         xs = wv + Q;      /* [Q][lp] */
+    float *         bs = xs + Q * lp; /* [Q][ln] */
     const float *   cm = a.cmv + w * Q;
     const float     cl = cm[ck.len - 1];
     for (int i = threadIdx.x; i < Q; i += blockDim.x) wv[i] = i < ck.len ? expf(cl - cm[i]) * a.dtv[w * Q + i] : 0.0f;
     __syncthreads();
-    load_rows(xs, a.x, ck, h, P, Q, wv);
-    load_rows(bs, a.b, ck, h / a.R, N, Q, NULL);
+    load_rows(xs, lp, a.x, ck, h, P, Q, wv);
+    load_rows(bs, ln, a.b, ck, h / a.R, N, Q, NULL);
     __syncthreads();
     float * out = a.st + w * (long long)P * N;
-    for (int e = threadIdx.x; e < P * N; e += blockDim.x) {
-        const int p = e / N, n = e % N;
-        float     acc = 0.0f;
-        for (int j = 0; j < ck.len; ++j) acc += xs[j * P + p] * bs[j * N + n];
-        out[e] = acc;
-    }
+    block_mm<4, 8>(
+        P, N, ck.len, [=](int p, int j) { return xs[j * lp + p]; }, [=](int j, int n) { return bs[j * ln + n]; },
+        [=](int p, int n, float v) { out[(long long)p * N + n] = v; });
 }
 
-/* dS_c[p][n] = Σ_i (e^{cm_i}·δx_i[p])·C_i[n] into the state-gradient slot of (chunk, head). */
-__global__ void bwd_dstates_kernel(bw_args a) {
+/* dS_c[p][n] = Σ_i (δx_i[p]·e^{cm_i})·C_i[n] into the state-gradient slot of (chunk, head). */
+__global__ void __launch_bounds__(kThreads, 2) bwd_dstates_kernel(bw_args a) {
     extern __shared__ float sm[];
     const long long ci = blockIdx.x;
-    const int       h = blockIdx.y, Q = a.Q, P = a.P, N = a.N;
+    const int       h = blockIdx.y, Q = a.Q, P = a.P, N = a.N, lp = pad_ld(P), ln = pad_ld(N);
     const bw_chunk  ck = a.chunks[ci];
     const long long w = ci * a.H + h;
-    float *         ev = sm;          /* [Q] */
-    float *         dys = ev + Q;     /* [Q][P] */
-    float *         cs = dys + Q * P; /* [Q][N] */
+    float *         ev = sm;           /* [Q] */
+    float *         dys = ev + Q;      /* [Q][lp] */
+    float *         zs = dys + Q * lp; /* [Q][lp] */
+    float *         cs = zs + Q * lp;  /* [Q][ln] */
     const float *   cm = a.cmv + w * Q;
     for (int i = threadIdx.x; i < Q; i += blockDim.x) ev[i] = i < ck.len ? expf(cm[i]) : 0.0f;
-    __syncthreads();
-    for (int e = threadIdx.x; e < Q * P; e += blockDim.x) {
-        const int i = e / P, p = e % P;
-        float     v = 0.0f;
-        if (i < ck.len) {
-            const float dout = ssmi_cu_ld(a.dout.p, a.dout.dtype, off4(a.dout.s, ck.row, ck.t0 + i, h, p));
-            v = gate_dy(a, ck, i, h, p, dout) * ev[i];
-        }
-        dys[e] = v;
+    if (a.has_z) {
+        float * const      d[2] = {dys, zs};
+        const ssmi_cu_view v[2] = {a.dout, a.z};
+        load_rows_n<2>(d, lp, v, ck, h, P, Q, NULL);
+    } else {
+        load_rows(dys, lp, a.dout, ck, h, P, Q, NULL);
     }
-    load_rows(cs, a.c, ck, h / a.R, N, Q, NULL);
+    load_rows(cs, ln, a.c, ck, h / a.R, N, Q, NULL);
+    gate_rows(dys, a.has_z ? zs : NULL, NULL, lp, P, Q);
     __syncthreads();
     float * out = a.gs + w * (long long)P * N;
-    for (int e = threadIdx.x; e < P * N; e += blockDim.x) {
-        const int p = e / N, n = e % N;
-        float     acc = 0.0f;
-        for (int i = 0; i < ck.len; ++i) acc += dys[i * P + p] * cs[i * N + n];
-        out[e] = acc;
-    }
+    block_mm<4, 8>(
+        P, N, ck.len, [=](int p, int i) { return dys[i * lp + p] * ev[i]; },
+        [=](int i, int n) { return cs[i * ln + n]; },
+        [=](int p, int n, float v) { out[(long long)p * N + n] = v; });
 }
 
-/* Sum of v over the block (kThreads threads), a fixed tree: the same bytes every run. */
+/* Sum of v over the block (kThreads threads), a fixed tree: the same bytes every run. Its
+ * barriers also order every shared-memory write made before it. */
 __device__ float block_sum(float v, float * red) {
     red[threadIdx.x] = v;
     __syncthreads();
@@ -154,36 +369,61 @@ __device__ float block_sum(float v, float * red) {
  *   ddt_loc_i = <acc_i, x_i>;  r_j = dt_j·<x_j, state part of acc_j>;  q_i = e^{cm_i}·<δx_i, S·C_i>
  *   dCB_ij = e^{cm_i−cm_j}·dt_j·<δx_i, x_j> (j ≤ i);  intra_k = Σ_{i≥k} Σ_{j<k} CB_ij·dCB_ij
  *   ddA_k = Σ_{i≥k} q_i + e^{cl}·<G, S> + Σ_{j<k} r_j + intra_k;  ddt = (ddA·A + ddt_loc)·fac
- *   dB_j  = e^{cl−cm_j}·dt_j·Gᵀx_j + Σ_{i≥j} dCB_ij·C_i;  dC_i = e^{cm_i}·Sᵀδx_i + Σ_{j≤i} dCB_ij·B_j */
-__global__ void bwd_chunk_kernel(bw_args a) {
-    extern __shared__ float sm[];
+ *   dB_j  = e^{cl−cm_j}·dt_j·Gᵀx_j + Σ_{i≥j} dCB_ij·C_i;  dC_i = e^{cm_i}·Sᵀδx_i + Σ_{j≤i} dCB_ij·B_j
+ * Every operand lives in shared memory (chunk_smem_floats lists the layout), rows pad_ld floats
+ * apart; with kStaged S and G are staged there too (cp.async or coalesced loads, once), else
+ * they are read from the workspace. The products run as register-tiled block_tiles calls over
+ * all threads (k-contiguous operands read as float4), the row sums as a warp per row; the
+ * phases are separated by barriers:
+ *   load  rows, δx, dz factor, decay table E_ij = e^{cm_i−cm_j} (j ≤ i), S, G
+ *   A     CB, C·Sᵀ, B·Gᵀ, dCB, dD partials, <G, S>
+ *   B     dz, acc and dx, q, r, intra
+ *   C     ddt_loc, dB, dC;  then thread 0 runs the ddA recurrence (ddt, dA/ddt_bias partials). */
+template <bool kStaged>
+__global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
+    extern __shared__ float4 sm4[]; /* 16-byte aligned: the matrices' float4 reads */
+    float * const sm = (float *)sm4;
     const long long ci = blockIdx.x;
     const int       h = blockIdx.y, Q = a.Q, P = a.P, N = a.N, g = h / a.R;
+    const int       lp = pad_ld(P), ln = pad_ld(N), lq = pad_ld(Q);
     const bw_chunk  ck = a.chunks[ci];
     const int       L = ck.len;
-    const long long w = ci * a.H + h;
-    float *dtv = sm, *cm = dtv + Q, *fac = cm + Q, *ecm = fac + Q, *eclm = ecm + Q;
+    const long long w = ci * a.H + h, PN = (long long)P * N;
+    const int       lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
+    float *xs = sm, *dys = xs + Q * lp, *yst = dys + Q * lp;             /* [Q][lp] each */
+    float *bg = yst + Q * lp, *acc = bg + Q * lp, *dzf = acc + Q * lp;   /* [Q][lp] each */
+    float *bs = dzf + Q * lp, *cs = bs + Q * ln;                         /* [Q][ln] each */
+    float *ex = cs + Q * ln, *cb = ex + Q * lq, *cbx = cb + Q * lq;      /* [Q][lq] each */
+    float *cbd = cbx + Q * lq, *dcb = cbd + Q * lq;                      /* [Q][lq] each */
+    float *stg = dcb + Q * lq;                                           /* kStaged: S, G [P][ln] */
+    float *dtv = stg + (kStaged ? 2 * P * ln : 0), *fac = dtv + Q, *ecm = fac + Q, *eclm = ecm + Q;
     float *q = eclm + Q, *r = q + Q, *dtl = r + Q, *dda = dtl + Q, *intra = dda + Q;
-    float *xs = intra + 2 * Q; /* [Q][P] */
-    float *dys = xs + Q * P;   /* [Q][P] */
-    float *tmp = dys + Q * P;  /* [Q][P] */
-    float *bs = tmp + Q * P;   /* [Q][N] */
-    float *cs = bs + Q * N;    /* [Q][N] */
-    float *cb = cs + Q * N;    /* [Q][Q] */
-    float *dcb = cb + Q * Q;   /* [Q][Q] */
-    float *dvec = dcb + Q * Q; /* [P]    */
-    float *red = dvec + P;     /* [kThreads] */
-    const float * S = a.st + w * (long long)P * N;
-    const float * Gm = a.gs + w * (long long)P * N;
+    float *dvec = intra + Q, *red = dvec + P;
+    const float * S = kStaged ? stg : a.st + w * PN;
+    const float * Gm = kStaged ? stg + P * ln : a.gs + w * PN;
+    const int     ls = kStaged ? ln : N; /* row stride of S and G */
 
-    for (int i = threadIdx.x; i < Q; i += blockDim.x) {
-        dtv[i] = a.dtv[w * Q + i], cm[i] = a.cmv[w * Q + i], fac[i] = a.dfac[w * Q + i];
+    /* load; with N % 4 = 0, S and G first as asynchronous 16-byte copies (their rows and the
+     * workspace slots are 16-byte aligned) that land while the row operands load */
+    if (kStaged && N % 4 == 0) {
+        const int n4 = N / 4, per = P * n4;
+        for (int e = threadIdx.x; e < 2 * per; e += blockDim.x) {
+            const int which = e / per, p = (e % per) / n4, c = e % n4;
+            ssmi_mma::cp_async16(stg + which * P * ln + p * ln + 4 * c,
+                                 (which ? a.gs : a.st) + w * PN + (long long)p * N + 4 * c);
+        }
     }
-    __syncthreads();
-    const float cl = cm[L - 1];
+    const float * cmg = a.cmv + w * Q;
+    const float   cl = cmg[L - 1];
     for (int i = threadIdx.x; i < Q; i += blockDim.x) {
-        ecm[i] = i < L ? expf(cm[i]) : 0.0f;
-        eclm[i] = i < L ? expf(cl - cm[i]) : 0.0f;
+        const float c = cmg[i];
+        dtv[i] = a.dtv[w * Q + i], fac[i] = a.dfac[w * Q + i];
+        ecm[i] = i < L ? expf(c) : 0.0f;
+        eclm[i] = i < L ? expf(cl - c) : 0.0f;
+    }
+    for (int e = threadIdx.x; e < Q * Q; e += blockDim.x) {
+        const int i = e / Q, j = e % Q;
+        ex[i * lq + j] = (i < L && j <= i) ? expf(cmg[i] - cmg[j]) : 0.0f;
     }
     for (int p = threadIdx.x; p < P; p += blockDim.x) {
         float dv = 0.0f;
@@ -192,104 +432,166 @@ __global__ void bwd_chunk_kernel(bw_args a) {
                       : ssmi_cu_ld(a.d.p, a.d.dtype, (long long)h * a.d.s[0]);
         dvec[p] = dv;
     }
-    load_rows(xs, a.x, ck, h, P, Q, NULL);
-    load_rows(dys, a.dout, ck, h, P, Q, NULL); /* dout for now */
-    load_rows(bs, a.b, ck, g, N, Q, NULL);
-    load_rows(cs, a.c, ck, g, N, Q, NULL);
-    __syncthreads();
-    /* CB (causal) */
-    for (int e = threadIdx.x; e < Q * Q; e += blockDim.x) {
-        const int i = e / Q, j = e % Q;
-        float     v = 0.0f;
-        if (i < L && j <= i)
-            for (int n = 0; n < N; ++n) v += cs[i * N + n] * bs[j * N + n];
-        cb[e] = v;
+    /* x, dout (into dys) and z (into dzf); dys and dzf then become δx and the dz factor */
+    if (a.has_z) {
+        float * const      d[3] = {xs, dys, dzf};
+        const ssmi_cu_view v[3] = {a.x, a.dout, a.z};
+        load_rows_n<3>(d, lp, v, ck, h, P, Q, NULL);
+    } else {
+        float * const      d[2] = {xs, dys};
+        const ssmi_cu_view v[2] = {a.x, a.dout};
+        load_rows_n<2>(d, lp, v, ck, h, P, Q, NULL);
     }
-    __syncthreads();
-    /* δx, dz, and the terms of q */
-    for (int e = threadIdx.x; e < L * P; e += blockDim.x) {
-        const int i = e / P, p = e % P;
-        float     yst = 0.0f;
-        for (int n = 0; n < N; ++n) yst += cs[i * N + n] * S[(long long)p * N + n];
-        const float dout = dys[e];
-        float       dy = dout;
-        if (a.has_z) {
-            const float z = ssmi_cu_ld(a.z.p, a.z.dtype, off4(a.z.s, ck.row, ck.t0 + i, h, p));
-            const float sg = 1.0f / (1.0f + expf(-z));
-            if (a.want_dz) {
-                float y = ecm[i] * yst + dvec[p] * xs[e];
-                for (int j = 0; j <= i; ++j) y += cb[i * Q + j] * expf(cm[i] - cm[j]) * dtv[j] * xs[j * P + p];
-                ssmi_cu_st(a.dz.p, a.dz.dtype, off4(a.dz.s, ck.row, ck.t0 + i, h, p),
-                           dout * y * sg * (1.0f + z * (1.0f - sg)));
+    {
+        float * const      d[2] = {bs, cs};
+        const ssmi_cu_view v[2] = {a.b, a.c};
+        load_rows_n<2>(d, ln, v, ck, g, N, Q, NULL);
+    }
+    gate_rows(dys, a.has_z ? dzf : NULL, a.has_z ? dzf : NULL, lp, P, Q);
+    if (kStaged && N % 4 != 0) /* S then G, kLoadBatch elements of each in flight per thread */
+        for (long long e0 = threadIdx.x; e0 < PN; e0 += kLoadBatch * (long long)blockDim.x) {
+            float sv[kLoadBatch], gv[kLoadBatch];
+#pragma unroll
+            for (int u = 0; u < kLoadBatch; ++u) {
+                const long long e = e0 + u * (long long)blockDim.x;
+                sv[u] = e < PN ? a.st[w * PN + e] : 0.0f;
+                gv[u] = e < PN ? a.gs[w * PN + e] : 0.0f;
             }
-            dy = dout * z * sg;
+#pragma unroll
+            for (int u = 0; u < kLoadBatch; ++u) {
+                const long long e = e0 + u * (long long)blockDim.x;
+                if (e < PN) {
+                    const int p = (int)(e / N), n = (int)(e % N);
+                    stg[p * ln + n] = sv[u];
+                    stg[P * ln + p * ln + n] = gv[u];
+                }
+            }
         }
-        dys[e] = dy;
-        tmp[e] = ecm[i] * dy * yst;
-    }
+    ssmi_mma::cp_async_wait_all();
     __syncthreads();
-    /* q, the dD partials, then the state part of acc */
-    for (int i = threadIdx.x; i < Q; i += blockDim.x) {
-        float s = 0.0f;
-        if (i < L)
-            for (int p = 0; p < P; ++p) s += tmp[i * P + p];
-        q[i] = s;
+
+    /* A: CB (causal), CB∘E and its columns times dt; C·Sᵀ; e^{cl−cm_i}·B·Gᵀ; dCB; dD partials; e^{cl}·<G, S> */
+    block_mm_k4<2, 2>(L, L, N, cs, ln, bs, ln, [=](int i, int j, float v) {
+            const float c = j <= i ? v : 0.0f;
+            cb[i * lq + j] = c;
+            cbx[i * lq + j] = c * ex[i * lq + j];
+            cbd[i * lq + j] = c * ex[i * lq + j] * dtv[j];
+        });
+    auto to_yst = [=](int i, int p, float v) { yst[i * lp + p] = v; };
+    auto to_bg = [=](int i, int p, float v) { bg[i * lp + p] = eclm[i] * v; };
+    if constexpr (kStaged) {
+        block_mm_k4<2, 4>(L, P, N, cs, ln, S, ls, to_yst);
+        block_mm_k4<2, 4>(L, P, N, bs, ln, Gm, ls, to_bg);
+    } else {
+        block_mm<2, 4>(
+            L, P, N, [=](int i, int n) { return cs[i * ln + n]; }, [=](int n, int p) { return S[p * ls + n]; },
+            to_yst);
+        block_mm<2, 4>(
+            L, P, N, [=](int i, int n) { return bs[i * ln + n]; }, [=](int n, int p) { return Gm[p * ls + n]; },
+            to_bg);
     }
+    block_mm_k4<2, 2>(L, L, P, dys, lp, xs, lp, [=](int i, int j, float v) {
+        dcb[i * lq + j] = j <= i ? v * (ex[i * lq + j] * dtv[j]) : 0.0f;
+    });
     for (int p = threadIdx.x; p < P; p += blockDim.x) {
         float s = 0.0f;
-        for (int i = 0; i < L; ++i) s += dys[i * P + p] * xs[i * P + p];
+        for (int i = 0; i < L; ++i) s += dys[i * lp + p] * xs[i * lp + p];
         a.ddp[w * P + p] = s;
     }
-    __syncthreads();
-    for (int e = threadIdx.x; e < L * P; e += blockDim.x) {
-        const int i = e / P, p = e % P;
-        float     s = 0.0f;
-        for (int n = 0; n < N; ++n) s += bs[i * N + n] * Gm[(long long)p * N + n];
-        tmp[e] = eclm[i] * s;
-    }
-    __syncthreads();
-    for (int i = threadIdx.x; i < Q; i += blockDim.x) {
-        float s = 0.0f;
-        if (i < L)
-            for (int p = 0; p < P; ++p) s += xs[i * P + p] * tmp[i * P + p];
-        r[i] = dtv[i] * s;
-    }
-    __syncthreads();
-    /* intra part of acc, dx */
-    for (int e = threadIdx.x; e < L * P; e += blockDim.x) {
-        const int i = e / P, p = e % P;
-        float     s = tmp[e];
-        for (int k = i; k < L; ++k) s += cb[k * Q + i] * expf(cm[k] - cm[i]) * dys[k * P + p];
-        tmp[e] = s;
-        if (a.dx.p != NULL)
-            ssmi_cu_st(a.dx.p, a.dx.dtype, off4(a.dx.s, ck.row, ck.t0 + i, h, p), s * dtv[i] + dvec[p] * dys[e]);
-    }
-    /* dCB of this head */
-    for (int e = threadIdx.x; e < Q * Q; e += blockDim.x) {
-        const int i = e / Q, j = e % Q;
-        float     v = 0.0f;
-        if (i < L && j <= i) {
-            for (int p = 0; p < P; ++p) v += dys[i * P + p] * xs[j * P + p];
-            v *= expf(cm[i] - cm[j]) * dtv[j];
-        }
-        dcb[e] = v;
-    }
-    /* e^{cl}·<G, S> */
     float part = 0.0f;
-    for (long long e = threadIdx.x; e < (long long)P * N; e += blockDim.x) part += Gm[e] * S[e];
-    const float total = expf(cl) * block_sum(part, red); /* its barriers also order tmp and dcb */
-    for (int i = threadIdx.x; i < Q; i += blockDim.x) {
-        float s = 0.0f;
+    for (long long e = threadIdx.x; e < PN; e += blockDim.x) {
+        const int p = (int)(e / N), n = (int)(e % N);
+        part += Gm[p * ls + n] * S[p * ls + n];
+    }
+    const float total = expf(cl) * block_sum(part, red); /* its barriers end phase A */
+
+    /* B: dz; acc (state part + intra part) and dx; q, r; intra */
+    if (a.has_z && a.want_dz)
+        block_mm<2, 4>(
+            L, P, L, [=](int i, int j) { return cbd[i * lq + j]; },
+            [=](int j, int p) { return xs[j * lp + p]; },
+            [&](int i, int p, float v) {
+                const float y = ecm[i] * yst[i * lp + p] + dvec[p] * xs[i * lp + p] + v;
+                ssmi_cu_st(a.dz.p, a.dz.dtype, off4(a.dz.s, ck.row, ck.t0 + i, h, p), dzf[i * lp + p] * y);
+            });
+    block_mm<2, 4>(
+        L, P, L, [=](int i, int k) { return cbx[k * lq + i]; }, [=](int k, int p) { return dys[k * lp + p]; },
+        [&](int i, int p, float v) {
+            const float s = bg[i * lp + p] + v;
+            acc[i * lp + p] = s;
+            if (a.dx.p != NULL)
+                ssmi_cu_st(a.dx.p, a.dx.dtype, off4(a.dx.s, ck.row, ck.t0 + i, h, p),
+                           s * dtv[i] + dvec[p] * dys[i * lp + p]);
+        });
+    for (int i = warp; i < Q; i += nwarps) {
+        float sq = 0.0f, sr = 0.0f;
         if (i < L)
-            for (int p = 0; p < P; ++p) s += tmp[i * P + p] * xs[i * P + p];
-        dtl[i] = s;
-        float in = 0.0f;
-        if (i < L)
-            for (int ii = i; ii < L; ++ii)
-                for (int j = 0; j < i; ++j) in += cb[ii * Q + j] * dcb[ii * Q + j];
-        intra[i] = in;
+            for (int p = lane; p < P; p += 32) {
+                sq += dys[i * lp + p] * yst[i * lp + p];
+                sr += xs[i * lp + p] * bg[i * lp + p];
+            }
+        sq = warp_sum(sq), sr = warp_sum(sr);
+        if (lane == 0) q[i] = ecm[i] * sq, r[i] = dtv[i] * sr;
+        /* intra_i: the pairs (k, j), i ≤ k < L, j < i, flattened k-major */
+        const int np = i < L ? (L - i) * i : 0;
+        float     in = 0.0f;
+        for (int t = lane; t < np; t += 32) {
+            const int k = i + t / i, j = t % i;
+            in += cb[k * lq + j] * dcb[k * lq + j];
+        }
+        in = warp_sum(in);
+        if (lane == 0) intra[i] = in;
     }
     __syncthreads();
+
+    /* C: ddt_loc; dB and dC of this head (the output with one head per group, else the head buffer) */
+    for (int i = warp; i < Q; i += nwarps) {
+        float s = 0.0f;
+        if (i < L)
+            for (int p = lane; p < P; p += 32) s += acc[i * lp + p] * xs[i * lp + p];
+        s = warp_sum(s);
+        if (lane == 0) dtl[i] = s;
+    }
+    auto db_out = [&](int j, int n, float v) {
+        if (a.heads_buf)
+            a.dbh[((ck.row * a.S + ck.t0 + j) * a.H + h) * (long long)N + n] = v;
+        else
+            ssmi_cu_st(a.db.p, a.db.dtype, off4(a.db.s, ck.row, ck.t0 + j, g, n), v);
+    };
+    auto dc_out = [&](int i, int n, float v) {
+        if (a.heads_buf)
+            a.dch[((ck.row * a.S + ck.t0 + i) * a.H + h) * (long long)N + n] = v;
+        else
+            ssmi_cu_st(a.dc.p, a.dc.dtype, off4(a.dc.s, ck.row, ck.t0 + i, g, n), v);
+    };
+    /* dB_j = (e^{cl−cm_j}·dt_j)·Σ_p x_j[p]·G[p][n] + Σ_i dCB_ij·C_i[n] */
+    if (a.want_db)
+        block_tiles<4, 4, true>(
+            L, N,
+            [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
+                tile_mac_a4<4, 4>(t, m, n, P, xs, lp, [&](int p, int c) { return Gm[p * ls + c]; });
+            },
+            [&](int j) { return eclm[j] * dtv[j]; },
+            [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
+                tile_mac<4, 4>(
+                    t, m, n, L, [&](int j, int i) { return dcb[i * lq + j]; }, [&](int i, int c) { return cs[i * ln + c]; });
+            },
+            db_out);
+    /* dC_i = e^{cm_i}·Σ_p δx_i[p]·S[p][n] + Σ_j dCB_ij·B_j[n] */
+    if (a.want_dc)
+        block_tiles<4, 4, true>(
+            L, N,
+            [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
+                tile_mac_a4<4, 4>(t, m, n, P, dys, lp, [&](int p, int c) { return S[p * ls + c]; });
+            },
+            [&](int i) { return ecm[i]; },
+            [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
+                tile_mac_a4<4, 4>(t, m, n, L, dcb, lq, [&](int j, int c) { return bs[j * ln + c]; });
+            },
+            dc_out);
+    __syncthreads();
+
+    /* the ddA recurrence, ddt, and the dA / ddt_bias partials */
     if (threadIdx.x == 0) {
         const float ah = ssmi_cu_ld(a.a.p, a.a.dtype, (long long)h * a.a.s[0]);
         float       suf = total;
@@ -308,33 +610,6 @@ __global__ void bwd_chunk_kernel(bw_args a) {
         }
         a.dap[w] = da;
         a.dbp[w] = db;
-    }
-    /* dB and dC of this head: the output (one head per group) or the head buffer */
-    if (a.want_db) {
-        for (int e = threadIdx.x; e < L * N; e += blockDim.x) {
-            const int j = e / N, n = e % N;
-            float     s = 0.0f;
-            for (int p = 0; p < P; ++p) s += xs[j * P + p] * Gm[(long long)p * N + n];
-            s *= eclm[j] * dtv[j];
-            for (int i = j; i < L; ++i) s += dcb[i * Q + j] * cs[i * N + n];
-            if (a.heads_buf)
-                a.dbh[((ck.row * a.S + ck.t0 + j) * a.H + h) * (long long)N + n] = s;
-            else
-                ssmi_cu_st(a.db.p, a.db.dtype, off4(a.db.s, ck.row, ck.t0 + j, g, n), s);
-        }
-    }
-    if (a.want_dc) {
-        for (int e = threadIdx.x; e < L * N; e += blockDim.x) {
-            const int i = e / N, n = e % N;
-            float     s = 0.0f;
-            for (int p = 0; p < P; ++p) s += dys[i * P + p] * S[(long long)p * N + n];
-            s *= ecm[i];
-            for (int j = 0; j <= i; ++j) s += dcb[i * Q + j] * bs[j * N + n];
-            if (a.heads_buf)
-                a.dch[((ck.row * a.S + ck.t0 + i) * a.H + h) * (long long)N + n] = s;
-            else
-                ssmi_cu_st(a.dc.p, a.dc.dtype, off4(a.dc.s, ck.row, ck.t0 + i, g, n), s);
-        }
     }
 }
 
@@ -367,17 +642,17 @@ ssm_status launch_bwd_dt(ssm_context * ctx, const char * op, const bw_args & a) 
 }
 
 ssm_status launch_bwd_states(ssm_context * ctx, const char * op, const bw_args & a) {
-    return launch_chunk_grid(ctx, op, "bwd_states_kernel", bwd_states_kernel, a,
-                             (size_t)a.Q * (1 + (size_t)a.P + (size_t)a.N));
+    return launch_chunk_grid(ctx, op, "bwd_states_kernel", bwd_states_kernel, a, states_smem_floats(a.Q, a.P, a.N));
 }
 
 ssm_status launch_bwd_dstates(ssm_context * ctx, const char * op, const bw_args & a) {
-    return launch_chunk_grid(ctx, op, "bwd_dstates_kernel", bwd_dstates_kernel, a,
-                             (size_t)a.Q * (1 + (size_t)a.P + (size_t)a.N));
+    return launch_chunk_grid(ctx, op, "bwd_dstates_kernel", bwd_dstates_kernel, a, states_smem_floats(a.Q, a.P, a.N));
 }
 
 ssm_status launch_bwd_chunk(ssm_context * ctx, const char * op, const bw_args & a) {
-    return launch_chunk_grid(ctx, op, "bwd_chunk_kernel", bwd_chunk_kernel, a, chunk_smem_floats(a.Q, a.P, a.N));
+    const size_t floats = chunk_smem_floats(a.Q, a.P, a.N, a.staged != 0);
+    if (a.staged) return launch_chunk_grid(ctx, op, "bwd_chunk_kernel", bwd_chunk_kernel<true>, a, floats);
+    return launch_chunk_grid(ctx, op, "bwd_chunk_kernel", bwd_chunk_kernel<false>, a, floats);
 }
 
 } /* namespace ssmi_m2bwd */

@@ -18,8 +18,13 @@ __device__ __forceinline__ void store_sum(const bw_out & o, long long off, doubl
         ssmi_cu_st(o.p, o.dtype, off, (float)v);
 }
 
+/* Chunks per batch of a pass: the batch's slots and decays are all loaded before any slot is
+ * written, so a thread keeps that many independent loads in flight. */
+const int kPassBatch = 8;
+
 /* Forward: the slot of chunk c (s_c on entry) becomes the entering state S_c, from
- * initial_states (or 0) at the segment start; S_{c+1} = e^{cl_c}·S_c + s_c. */
+ * initial_states (or 0) at the segment start; S_{c+1} = e^{cl_c}·S_c + s_c. Consecutive threads
+ * take consecutive state elements: every slot access is coalesced. */
 __global__ void state_pass_kernel(bw_args a) {
     const long long PN = (long long)a.P * a.N;
     const long long e = (long long)blockIdx.z * blockDim.x + threadIdx.x;
@@ -28,13 +33,22 @@ __global__ void state_pass_kernel(bw_args a) {
     const int    h = blockIdx.y, p = (int)(e / a.N), n = (int)(e % a.N);
     float        run = 0.0f;
     if (sg.init >= 0) run = ssmi_cu_ld(a.init.p, a.init.dtype, off4(a.init.s, sg.init, h, p, n));
-    for (long long c = sg.c0; c < sg.c0 + sg.nc; ++c) {
-        const long long w = c * a.H + h;
-        float *         slot = a.st + w * PN + e;
-        const float     s = *slot;
-        const float     cl = a.cmv[w * a.Q + a.chunks[c].len - 1];
-        *slot = run;
-        run = expf(cl) * run + s;
+    const long long cend = sg.c0 + sg.nc;
+    for (long long c0 = sg.c0; c0 < cend; c0 += kPassBatch) {
+        const int nb = cend - c0 < kPassBatch ? (int)(cend - c0) : kPassBatch;
+        float     s[kPassBatch], f[kPassBatch];
+#pragma unroll
+        for (int u = 0; u < kPassBatch; ++u)
+            if (u < nb) {
+                const long long w = (c0 + u) * a.H + h;
+                s[u] = a.st[w * PN + e], f[u] = a.ecl[w];
+            }
+#pragma unroll
+        for (int u = 0; u < kPassBatch; ++u)
+            if (u < nb) {
+                a.st[((c0 + u) * a.H + h) * PN + e] = run;
+                run = f[u] * run + s[u];
+            }
     }
 }
 
@@ -49,13 +63,22 @@ __global__ void state_grad_kernel(bw_args a) {
     const int    h = blockIdx.y, p = (int)(e / a.N), n = (int)(e % a.N);
     float        gr = 0.0f;
     if (sg.fin >= 0) gr = ssmi_cu_ld(a.dfin.p, a.dfin.dtype, off4(a.dfin.s, sg.fin, h, p, n));
-    for (long long c = sg.c0 + sg.nc - 1; c >= sg.c0; --c) {
-        const long long w = c * a.H + h;
-        float *         slot = a.gs + w * PN + e;
-        const float     d = *slot;
-        const float     cl = a.cmv[w * a.Q + a.chunks[c].len - 1];
-        *slot = gr;
-        gr = expf(cl) * gr + d;
+    /* batches from the segment's end: chunk c1 − u for u < nb */
+    for (long long c1 = sg.c0 + sg.nc - 1; c1 >= sg.c0; c1 -= kPassBatch) {
+        const int nb = c1 - sg.c0 + 1 < kPassBatch ? (int)(c1 - sg.c0 + 1) : kPassBatch;
+        float     d[kPassBatch], f[kPassBatch];
+#pragma unroll
+        for (int u = 0; u < kPassBatch; ++u)
+            if (u < nb) {
+                const long long w = (c1 - u) * a.H + h;
+                d[u] = a.gs[w * PN + e], f[u] = a.ecl[w];
+            }
+#pragma unroll
+        for (int u = 0; u < kPassBatch; ++u)
+            if (u < nb) {
+                a.gs[((c1 - u) * a.H + h) * PN + e] = gr;
+                gr = f[u] * gr + d[u];
+            }
     }
     if (sg.dinit >= 0 && a.dinit.p != NULL)
         ssmi_cu_st(a.dinit.p, a.dinit.dtype, off4(a.dinit.s, sg.dinit, h, p, n), sg.init >= 0 ? gr : 0.0f);
@@ -82,13 +105,26 @@ __global__ void group_sum_kernel(bw_args a) {
 }
 
 /* One block per head: dA, ddt_bias and dD from the (chunk, head) partials, chunks in order, in
- * float64; a 1-D dD sums its P per-channel sums in channel order. */
+ * float64: a thread per channel sums its dD partials; a 1-D dD then sums the P channel sums in
+ * channel order (thread 0, from shared memory). */
 __global__ void reduce_kernel(bw_args a) {
+    __shared__ double chan[kThreads];
     const int h = blockIdx.x;
-    for (int p = threadIdx.x; p < a.P && a.dd.p != NULL && a.d2; p += blockDim.x) {
-        double s = 0.0;
-        for (long long c = 0; c < a.nchunks; ++c) s += (double)a.ddp[(c * a.H + h) * a.P + p];
-        store_sum(a.dd, off2(a.dd.s, h, p), s);
+    double    all = 0.0; /* thread 0: the channel sums, in channel order */
+    for (int p0 = 0; p0 < a.P && a.dd.p != NULL; p0 += blockDim.x) {
+        const int p = p0 + threadIdx.x;
+        double    s = 0.0;
+        if (p < a.P)
+            for (long long c = 0; c < a.nchunks; ++c) s += (double)a.ddp[(c * a.H + h) * a.P + p];
+        if (a.d2) {
+            if (p < a.P) store_sum(a.dd, off2(a.dd.s, h, p), s);
+            continue;
+        }
+        chan[threadIdx.x] = s;
+        __syncthreads();
+        if (threadIdx.x == 0)
+            for (int k = 0; k < (int)blockDim.x && p0 + k < a.P; ++k) all += chan[k];
+        __syncthreads();
     }
     if (threadIdx.x != 0) return;
     double da = 0.0, db = 0.0;
@@ -98,15 +134,7 @@ __global__ void reduce_kernel(bw_args a) {
     }
     if (a.da.p != NULL) store_sum(a.da, (long long)h * a.da.s[0], da);
     if (a.dbias.p != NULL) store_sum(a.dbias, (long long)h * a.dbias.s[0], db);
-    if (a.dd.p != NULL && !a.d2) {
-        double all = 0.0;
-        for (int p = 0; p < a.P; ++p) {
-            double s = 0.0;
-            for (long long c = 0; c < a.nchunks; ++c) s += (double)a.ddp[(c * a.H + h) * a.P + p];
-            all += s;
-        }
-        store_sum(a.dd, (long long)h * a.dd.s[0], all);
-    }
+    if (a.dd.p != NULL && !a.d2) store_sum(a.dd, (long long)h * a.dd.s[0], all);
 }
 
 ssm_status launch_segment_grid(ssm_context * ctx, const char * op, const char * name, void (*fn)(bw_args),
