@@ -26,7 +26,8 @@ namespace {
  * thread's pairs loaded first (every load in flight together), then + D·x (x rows of the tile at
  * xs, kFLd apart), the z gate and the stores through the output's strides (pairs where vout).
  * Rows: rb·16 + lane/4 (+8) of the tile, token tb + row, valid below ch.len − i_tile. D per pair:
- * DS, from the block's table ds; else loaded from global memory. */
+ * DS, from the block's table ds; else loaded from global memory. A non-finite value stored marks
+ * (chunk, head) for the fix (mark_nonfinite). */
 template <int MODE, bool DS>
 __device__ __forceinline__ void generic_epilogue(const m2_fast_args & A, const m2_chunk & ch, int h, int p0,
                                                  long long tb, int i_tile, int rb, const float (&y)[8][4],
@@ -34,6 +35,7 @@ __device__ __forceinline__ void generic_epilogue(const m2_fast_args & A, const m
     typedef typename cfg<MODE>::T T;
     const int lane = threadIdx.x & 31;
     float2    zv[8][2];
+    bool      bad = false; /* a non-finite value stored (mark_nonfinite) */
 #pragma unroll
     for (int t = 0; t < 8; ++t) {
 #pragma unroll
@@ -73,6 +75,7 @@ __device__ __forceinline__ void generic_epilogue(const m2_fast_args & A, const m
                 v0 *= z0 / (1.0f + expf(-z0));
                 v1 *= z1 / (1.0f + expf(-z1));
             }
+            bad |= !isfinite(v0) || (two && !isfinite(v1));
             const long long oo = ch.b * A.os[0] + t_ * A.os[1] + h * A.os[2] + p * A.os[3];
             if (A.vout && two) {
                 if (A.out_dtype == SSM_DTYPE_F32)
@@ -85,6 +88,7 @@ __device__ __forceinline__ void generic_epilogue(const m2_fast_args & A, const m
             }
         }
     }
+    mark_nonfinite(A.nonfinite, ch.c, A.H, h, bad);
 }
 
 /* The entering state of a block's 64-wide P tile (P tile x N, fp32, from A.states at row wh) into

@@ -13,7 +13,12 @@
  *                           P_ij = score·e^{c_i−c_j}·σ_j (j < i), P_ii = D + γ_i·d_i (the diagonal
  *                           never uses σ), Y = diag(e^{c})·Q̂·S_enterᵀ + P·V, out = Y·silu(z); the
  *                           last chunk of a sequence writes k̂ and v of its last token as the final
- *                           k / v states.
+ *                           k / v states; a non-finite output marks (chunk, head).
+ *   the non-finite fix      portable_output_kernel<FIX>, after any entry's outputs, for the marked
+ *                           (chunk, head) pairs only: the same arithmetic, but P·V as the causal sum
+ *                           Σ_{j≤i} P_ij·v_j (fp32 FFMA over the split P, hi + lo) in place of the
+ *                           product over the whole chunk, whose masked-out terms are 0·v_j (NaN for
+ *                           a non-finite v_j of a later token); no final k / v states.
  * Between them the state pass (state_pass.cu) turns the contributions into entering states.
  */
 #include <mma.h>
@@ -261,7 +266,7 @@ struct out_smem {
     }
 };
 
-template <int MODE>
+template <int MODE, bool FIX>
 __global__ void __launch_bounds__(kThreads) portable_output_kernel(const m3_fwd_args P) {
     typedef typename cfg<MODE>::T T;
     const bool                    SP = cfg<MODE>::SPLIT;
@@ -283,12 +288,14 @@ __global__ void __launch_bounds__(kThreads) portable_output_kernel(const m3_fwd_
     const int LF = kC + 4;
 
     const int      w = blockIdx.x, h = blockIdx.y, p0 = blockIdx.z * kTV;
+    if (FIX && P.nonfinite[(long long)w * P.H + h] == 0) return; /* unmarked: uniform over the block */
     const m3_chunk ch = P.chunks[w];
     const int      L = ch.len, g = h / P.G;
+    const bool     finals = !FIX && ch.last; /* the final k / v states (the fix leaves them as they are) */
     chunk_scalars(P, ch, h, sc);
     for (int i = threadIdx.x; i < kC; i += blockDim.x) ecm[i] = i < L ? expf(sc.cm[i]) : 0.0f;
     chunk_theta(P, ch, w, h, sc.dtv, th);
-    prep_qk<MODE>(P, ch, h, th, qh, ql, ks, ks_lo, LK, nullptr, ch.last && blockIdx.z == 0 && P.fin_k.present);
+    prep_qk<MODE>(P, ch, h, th, qh, ql, ks, ks_lo, LK, nullptr, finals && blockIdx.z == 0 && P.fin_k.present);
     /* d_i = q̃_i·k̃_i (unrotated, biased), one warp per token, a fixed reduction order */
     {
         const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -333,9 +340,24 @@ __global__ void __launch_bounds__(kThreads) portable_output_kernel(const m3_fwd_
         scr[i * LF + pp] *= ecm[i];
     }
     __syncthreads();
-    /* Y += P (i × j) · V (j × p) */
-    block_gemm<MODE, true, true>(scr, LF, ph, pl, LP, vs, nullptr, LV, kC, kTV, kC, true);
+    if constexpr (FIX) {
+        /* Y += Σ_{j≤i} P_ij·v_j: the terms of later tokens are never formed */
+        for (int o = threadIdx.x; o < L * kTV; o += blockDim.x) {
+            const int i = o / kTV, pp = o - (o / kTV) * kTV;
+            float     y = scr[i * LF + pp];
+            for (int j = 0; j <= i; ++j) {
+                const float pij = SP ? from_t(ph[i * LP + j]) + from_t(pl[i * LP + j]) : from_t(ph[i * LP + j]);
+                y = fmaf(pij, from_t(vs[j * LV + pp]), y);
+            }
+            scr[i * LF + pp] = y;
+        }
+        __syncthreads();
+    } else {
+        /* Y += P (i × j) · V (j × p) */
+        block_gemm<MODE, true, true>(scr, LF, ph, pl, LP, vs, nullptr, LV, kC, kTV, kC, true);
+    }
     /* epilogue: gate, store; the final v state from the last token */
+    bool bad = false; /* a non-finite output (mark_nonfinite) */
     for (int o = threadIdx.x; o < L * kTV; o += blockDim.x) {
         const int i = o / kTV, pp = o - (o / kTV) * kTV, p = p0 + pp;
         if (p >= P.V) continue;
@@ -345,9 +367,11 @@ __global__ void __launch_bounds__(kThreads) portable_output_kernel(const m3_fwd_
             const float zv = ld4(P.z, ch.row, t, h, p);
             y *= zv * sigmoidf(zv);
         }
+        bad |= !isfinite(y);
         st4(P.out, ch.row, t, h, p, y);
-        if (ch.last && i == L - 1 && P.fin_v.present) st3(P.fin_v, ch.seq, h, p, ld4(P.v, ch.row, t, h, p));
+        if (finals && i == L - 1 && P.fin_v.present) st3(P.fin_v, ch.seq, h, p, ld4(P.v, ch.row, t, h, p));
     }
+    if (!FIX) mark_nonfinite(P, bad);
 }
 
 template <int MODE>
@@ -361,15 +385,28 @@ ssm_status launch_mode(ssm_context * ctx, const char * op, const m3_fwd_args & P
         cudaFuncSetAttribute(portable_state_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Ls.total)));
     SSM_FORWARD_IF_ERROR(
         ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute",
-                         cudaFuncSetAttribute(portable_output_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                              (int)Lo.total)));
+                         cudaFuncSetAttribute(portable_output_kernel<MODE, false>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Lo.total)));
     portable_state_kernel<MODE><<<grid, kThreads, Ls.total, s>>>(P);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "portable_state_kernel launch");
     if (P.NS > 0) {
         SSM_FORWARD_IF_ERROR(launch_pass(ctx, op, P));
     }
-    portable_output_kernel<MODE><<<grid, kThreads, Lo.total, s>>>(P);
+    portable_output_kernel<MODE, false><<<grid, kThreads, Lo.total, s>>>(P);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "portable_output_kernel launch");
+    return SSM_STATUS_OK;
+}
+
+template <int MODE>
+ssm_status launch_fix_mode(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W) {
+    const out_smem<MODE> Lo(P.Kp, P.A);
+    const dim3           grid((unsigned)W, (unsigned)P.H, (unsigned)((P.V + kTV - 1) / kTV));
+    SSM_FORWARD_IF_ERROR(
+        ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute",
+                         cudaFuncSetAttribute(portable_output_kernel<MODE, true>,
+                                              cudaFuncAttributeMaxDynamicSharedMemorySize, (int)Lo.total)));
+    portable_output_kernel<MODE, true><<<grid, kThreads, Lo.total, ssmi_cuda_stream(ctx)>>>(P);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "portable_output_kernel (non-finite fix) launch");
     return SSM_STATUS_OK;
 }
 
@@ -380,6 +417,15 @@ ssm_status launch_portable(ssm_context * ctx, const char * op, const m3_fwd_args
         case M_F16: return launch_mode<M_F16>(ctx, op, P, W);
         case M_BF16: return launch_mode<M_BF16>(ctx, op, P, W);
         default: return launch_mode<M_F32>(ctx, op, P, W);
+    }
+}
+
+ssm_status launch_nonfinite_fix(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W, int mode) {
+    if (W <= 0 || P.H <= 0 || P.V <= 0 || P.nonfinite == nullptr) return SSM_STATUS_OK;
+    switch (mode) {
+        case M_F16: return launch_fix_mode<M_F16>(ctx, op, P, W);
+        case M_BF16: return launch_fix_mode<M_BF16>(ctx, op, P, W);
+        default: return launch_fix_mode<M_F32>(ctx, op, P, W);
     }
 }
 

@@ -456,8 +456,8 @@ __device__ __forceinline__ const typename cfg<MODE>::T * v_tile_at(const unsigne
 
 /* The shared-memory epilogue of the output kernels on NT column tiles of 8 from column cbase of
  * this warp's rows ri0, ri1: + (D + γ_i·d_i)·v_i, the gate, the output staged over z in zs (each
- * thread reads and writes only its own pairs); then the final v state (block-uniform; v is exact
- * in T). v is read from vt as v_tile_at (VSWZ: the wgmma kernel's swizzled tile). */
+ * thread reads and writes only its own pairs), marking a non-finite one (mark_nonfinite); then the
+ * final v state (block-uniform; v is exact in T). v is read from vt as v_tile_at (VSWZ: the wgmma kernel's swizzled tile). */
 template <int MODE, bool VSWZ, int NT>
 __device__ __forceinline__ void staged_epilogue(const m3_fwd_args & P, const m3_chunk & ch, int h, int p0, int L,
                                                 const float (&y)[8][4], const unsigned char * vt,
@@ -465,6 +465,7 @@ __device__ __forceinline__ void staged_epilogue(const m3_fwd_args & P, const m3_
                                                 const float * dd, int ri0, int ri1, int cbase) {
     typedef typename cfg<MODE>::T T;
     const int                     lane = threadIdx.x & 31;
+    bool                          bad = false; /* a non-finite output (mark_nonfinite) */
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
         const int i = hf ? ri1 : ri0;
@@ -483,9 +484,11 @@ __device__ __forceinline__ void staged_epilogue(const m3_fwd_args & P, const m3_
                 v0 *= silu_fast(zz.x);
                 v1 *= silu_fast(zz.y);
             }
+            bad |= !isfinite(v0) || !isfinite(v1);
             *reinterpret_cast<uint32_t *>(&zrow[pc]) = t2<MODE>::pack(v0, v1);
         }
     }
+    mark_nonfinite(P, bad);
     if (ch.last && P.fin_v.present && L > 0) {
         const int nc = min(kTV, P.V - p0);
         for (int pp = threadIdx.x; pp < nc; pp += blockDim.x)
