@@ -11,7 +11,7 @@
  * in fp32 with sums in a fixed order (the block's dt and cumsum are load_dt's, as in the kernels
  * that computed the states; S_in is the pass's entering state, fp32 or its hi/lo planes). A marked
  * pair whose outputs are non-finite by the formula itself (z, C, D, an initial state, ...) gets the
- * same values again. Unmarked blocks read one int and exit.
+ * same values again. A small grid walks the pairs; an unmarked pair costs one load of its mark.
  */
 #include "scan_dt.cuh"
 
@@ -29,13 +29,13 @@ template <int MODE> __device__ __forceinline__ float entering(const m2_fix_args 
     return from_t(base[e]) + from_t(base[pn + e]);
 }
 
-template <int MODE> __global__ void __launch_bounds__(kFixThreads) nonfinite_fix_kernel(const m2_fix_args A) {
-    __shared__ float dts[kScanQ], cums[kScanQ], wts[kScanQ], crow[kMaxN], warp_tot[kFixThreads / 32];
-    const long long wh = blockIdx.x;
-    if (A.nonfinite[wh] == 0) return; /* uniform over the block */
+/* The outputs of (work chunk, head) wh, recomputed; the block's tables in shared memory. */
+template <int MODE>
+__device__ __forceinline__ void fix_pair(const m2_fix_args & A, long long wh, float * dts, float * cums, float * wts,
+                                         float * crow, float * warp_tot) {
     const int      w = (int)(wh / A.H), h = (int)(wh - (long long)w * A.H);
     const m2_chunk ch = A.chunks[w];
-    if (ch.len <= 0) return;
+    if (ch.len <= 0) return; /* uniform over the block */
     const int tid = threadIdx.x, g = h / (A.H / A.G);
     load_dt(A.r, ch, h, ch.len, dts, cums, warp_tot); /* ends with a barrier */
     const long long bo = ch.b * A.b.s[0] + ch.t0 * A.b.s[1] + g * A.b.s[2];
@@ -69,24 +69,32 @@ template <int MODE> __global__ void __launch_bounds__(kFixThreads) nonfinite_fix
             }
             ssmi_cu_st(A.out, A.out_dtype, ch.b * A.os[0] + t * A.os[1] + h * A.os[2] + p * A.os[3], y);
         }
-        __syncthreads(); /* crow and wts are rewritten for the next token */
+        __syncthreads(); /* crow and wts are rewritten for the next token (or pair) */
     }
+}
+
+/* kFixBlocks blocks walk the (work chunk, head) pairs: an unmarked pair costs one load of its mark
+ * (a block per pair would take many waves of blocks that only read it). */
+const int kFixBlocks = 1024;
+template <int MODE> __global__ void __launch_bounds__(kFixThreads) nonfinite_fix_kernel(const m2_fix_args A, long long pairs) {
+    __shared__ float dts[kScanQ], cums[kScanQ], wts[kScanQ], crow[kMaxN], warp_tot[kFixThreads / 32];
+    for (long long wh = blockIdx.x; wh < pairs; wh += gridDim.x)
+        if (A.nonfinite[wh] != 0) fix_pair<MODE>(A, wh, dts, cums, wts, crow, warp_tot); /* uniform over the block */
 }
 
 } /* namespace */
 
 ssm_status launch_nonfinite_fix(ssm_context * ctx, const char * op, int mode, const m2_fix_args & A, long long W) {
-    const long long blocks = W * A.H;
-    if (blocks <= 0) return SSM_STATUS_OK;
-    SSM_RETURN_IF(blocks > INT32_MAX, ctx, SSM_STATUS_UNSUPPORTED,
-                  "%s: %lld (chunk, head) pairs exceed the CUDA backend's grid limit", op, blocks);
+    const long long pairs = W * A.H;
+    if (pairs <= 0) return SSM_STATUS_OK;
+    const unsigned     blocks = (unsigned)(pairs < kFixBlocks ? pairs : kFixBlocks);
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     if (mode == M_F16)
-        nonfinite_fix_kernel<M_F16><<<(unsigned)blocks, kFixThreads, 0, s>>>(A);
+        nonfinite_fix_kernel<M_F16><<<blocks, kFixThreads, 0, s>>>(A, pairs);
     else if (mode == M_BF16)
-        nonfinite_fix_kernel<M_BF16><<<(unsigned)blocks, kFixThreads, 0, s>>>(A);
+        nonfinite_fix_kernel<M_BF16><<<blocks, kFixThreads, 0, s>>>(A, pairs);
     else
-        nonfinite_fix_kernel<M_F32><<<(unsigned)blocks, kFixThreads, 0, s>>>(A);
+        nonfinite_fix_kernel<M_F32><<<blocks, kFixThreads, 0, s>>>(A, pairs);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "nonfinite_fix_kernel launch");
     return SSM_STATUS_OK;
 }

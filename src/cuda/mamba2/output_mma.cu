@@ -35,7 +35,6 @@ __device__ __forceinline__ void generic_epilogue(const m2_fast_args & A, const m
     typedef typename cfg<MODE>::T T;
     const int lane = threadIdx.x & 31;
     float2    zv[8][2];
-    bool      bad = false; /* a non-finite value stored (mark_nonfinite) */
 #pragma unroll
     for (int t = 0; t < 8; ++t) {
 #pragma unroll
@@ -75,7 +74,7 @@ __device__ __forceinline__ void generic_epilogue(const m2_fast_args & A, const m
                 v0 *= z0 / (1.0f + expf(-z0));
                 v1 *= z1 / (1.0f + expf(-z1));
             }
-            bad |= !isfinite(v0) || (two && !isfinite(v1));
+            if (!isfinite(v0) || (two && !isfinite(v1))) mark_nonfinite(A.nonfinite, ch.c, A.H, h);
             const long long oo = ch.b * A.os[0] + t_ * A.os[1] + h * A.os[2] + p * A.os[3];
             if (A.vout && two) {
                 if (A.out_dtype == SSM_DTYPE_F32)
@@ -88,7 +87,6 @@ __device__ __forceinline__ void generic_epilogue(const m2_fast_args & A, const m
             }
         }
     }
-    mark_nonfinite(A.nonfinite, ch.c, A.H, h, bad);
 }
 
 /* The entering state of a block's 64-wide P tile (P tile x N, fp32, from A.states at row wh) into

@@ -189,10 +189,11 @@ struct m2_fix_args {
     long long        os[4];
 };
 
-/* The output kernels' mark for step 4: where this thread stored a non-finite value (bad) in the
- * outputs of (work chunk c, head h). An integer OR: the same bits whatever the order. */
-__device__ __forceinline__ void mark_nonfinite(int * nonfinite, int c, int H, int h, bool bad) {
-    if (bad && nonfinite != nullptr) atomicOr(nonfinite + (long long)c * H + h, 1);
+/* The output kernels' mark for step 4: (work chunk c, head h) holds a non-finite output. Called at
+ * the store of such a value (no flag is carried through the epilogues' loops, whose registers are
+ * tight); an integer OR, the same bits whatever the order. */
+__device__ __forceinline__ void mark_nonfinite(int * nonfinite, int c, int H, int h) {
+    if (nonfinite != nullptr) atomicOr(nonfinite + (long long)c * H + h, 1);
 }
 
 /* ---- shared-memory layouts the host needs --------------------------------------------------- */
@@ -298,7 +299,7 @@ ssm_status launch_output_mma(ssm_context * ctx, const char * op, int mode, const
 ssm_status launch_output_mma64(ssm_context * ctx, const char * op, int mode, const m2_fast_args & A, long long W);
 
 /* nonfinite_fix.cu: after the outputs; mode: the compute type of A.split (any mode where split is
- * NULL). One block per (work chunk, head); the unmarked ones exit at once. */
+ * NULL). A small grid walks the (work chunk, head) pairs and recomputes the marked ones. */
 ssm_status launch_nonfinite_fix(ssm_context * ctx, const char * op, int mode, const m2_fix_args & A, long long W);
 
 #if SSMI_CUDA_WGMMA

@@ -92,7 +92,6 @@ __device__ __forceinline__ void epilogue_pairs(const m2_fast_args & A, const m2_
     __syncwarp(); /* the warp's z rows, copied by its lanes, are visible to all of them */
     const int  osz = A.out_dtype == SSM_DTYPE_F32 ? 4 : 2;
     const bool has_z = A.has_z;
-    bool       bad = false; /* a non-finite value stored (mark_nonfinite) */
     /* one row at a time: its output row's address once, then 8 pairs */
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
@@ -111,14 +110,13 @@ __device__ __forceinline__ void epilogue_pairs(const m2_fast_args & A, const m2_
                 v0 *= fast_silu(zz.x);
                 v1 *= fast_silu(zz.y);
             }
-            bad |= !isfinite(v0) || !isfinite(v1);
+            if (!isfinite(v0) || !isfinite(v1)) mark_nonfinite(A.nonfinite, ch.c, A.H, h);
             if (osz == 4)
                 *reinterpret_cast<float2 *>(orow + pl * 4) = make_float2(v0, v1);
             else
                 *reinterpret_cast<uint32_t *>(orow + pl * 2) = t2<MODE>::pack(v0, v1);
         }
     }
-    mark_nonfinite(A.nonfinite, ch.c, A.H, h, bad);
 }
 
 } /* namespace ssmi_m2 */

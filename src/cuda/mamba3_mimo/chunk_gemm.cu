@@ -14,7 +14,8 @@
  * Arithmetic: fp32 FFMA block GEMMs in shared memory (256 threads, 4×4 register tiles), for
  * every input dtype. No tensor cores: the GEMM operands are fp32 values (biased, rotated,
  * scaled), so bf16 mma would round them (the upstream model) and fp32 keeps the exact-mode bars.
- * Every output element is written by one thread with a fixed summation order, no atomics.
+ * Every output element is written by one thread with a fixed summation order; no float atomics
+ * (the non-finite marks below are integer ORs).
  *
  * The output kernel comes in two forms, a template on kFused (the selection table in
  * mamba3_mimo.cu picks one): Y by two block GEMMs into a separate shared buffer (any tile that
@@ -23,8 +24,8 @@
  *
  * The non-finite fix (forward with A.nonfinite): M·U multiplies the masked-out terms of later
  * tokens (M = 0) by their U rows, and 0 times a non-finite U (a non-finite v) is NaN in an earlier
- * token's Y. The output kernel marks each (chunk, head) where it stores a non-finite Y; the same
- * kernel with kFix then runs for the marked pairs only (the others exit at once): U's non-finite
+ * token's Y. The output kernel marks each (chunk, head) where it stores a non-finite Y; then
+ * output_fix_kernel runs the same tile code (kFix) for the marked pairs only: U's non-finite
  * elements are set to 0, which leaves every term of j ≤ i of a U column that is finite up to token
  * i as it was and makes the masked terms exactly 0, and Y is stored only for the tokens before the
  * column's first non-finite U (the later ones hold that value through their own j ≤ i term, and
@@ -292,13 +293,11 @@ __device__ void bwd_fwd_epilogue(const mc_args & A, const mc_chunk & ck, int w, 
     }
 }
 
-/* kFused (only when C·R ≤ 64 and the P tile ≤ 64): fused_y with Y over Q, so the block
- * needs 16.6 KB less shared memory (3 blocks per SM at N = P = 64, C·R = 64, instead of 2). */
+/* The output tile of work chunk w and grid row hy (= head · npt + P tile) in the block's shared
+ * memory sm; kFix: the non-finite fix's form. */
 template <bool kFused, bool kFix>
-__global__ void __launch_bounds__(kThreads, kFused ? 3 : 1) output_kernel(const mc_args A) {
-    extern __shared__ float sm[];
-    const int       w = blockIdx.x, h = blockIdx.y / A.npt, ptile = blockIdx.y - h * A.npt;
-    if (kFix && A.nonfinite[(long long)w * A.H + h] == 0) return; /* unmarked: uniform over the block */
+__device__ __forceinline__ void output_tile(const mc_args & A, float * sm, int w, int hy) {
+    const int       h = hy / A.npt, ptile = hy - h * A.npt;
     const mc_chunk  ck = A.chunks[w];
     const int       p0 = ptile * A.pt, pu = min(A.pt, A.P - p0);
     const mc_layout l = make_layout(A.R, A.N, A.P, A.C, A.pt, true, kFused);
@@ -361,16 +360,40 @@ __global__ void __launch_bounds__(kThreads, kFused ? 3 : 1) output_kernel(const 
             }
         }
     } else if (A.fwd) {
-        bool bad = false; /* a non-finite Y stored: mark (chunk, head) for the fix */
         for (int e = threadIdx.x; e < L * pu; e += blockDim.x) {
             const int   x = e / pu, pp = e - x * pu, i = x / R, r = x - i * R;
             const float y = Y[x * l.ldp + pp];
-            bad |= !isfinite(y);
+            /* a non-finite Y marks (chunk, head) for the fix (an integer OR, at the store) */
+            if (!isfinite(y) && A.nonfinite != NULL) atomicOr(A.nonfinite + (long long)w * A.H + h, 1);
             A.ws_y[((((long long)ck.b * A.S + ck.t0 + i) * A.H + h) * R + r) * A.P + p0 + pp] = y;
         }
-        if (bad && A.nonfinite != NULL) atomicOr(A.nonfinite + (long long)w * A.H + h, 1);
     } else {
         bwd_fwd_epilogue(A, ck, w, h, sm, l, p0, pu);
+    }
+}
+
+/* kFused (only when C·R ≤ 64 and the P tile ≤ 64): fused_y with Y over Q, so the block
+ * needs 16.6 KB less shared memory (3 blocks per SM at N = P = 64, C·R = 64, instead of 2). */
+template <bool kFused>
+__global__ void __launch_bounds__(kThreads, kFused ? 3 : 1) output_kernel(const mc_args A) {
+    extern __shared__ float sm[];
+    output_tile<kFused, false>(A, sm, blockIdx.x, blockIdx.y);
+}
+
+/* The non-finite fix: kFixBlocks blocks walk the (chunk, head, P tile) triples; a marked pair's
+ * tiles are recomputed (output_tile<kFix>), the others cost one load of the mark. A small grid,
+ * because every block holds the tile's shared memory: a block per triple would take many waves of
+ * blocks that only read their mark. */
+const int kFixBlocks = 256;
+template <bool kFused> __global__ void __launch_bounds__(kThreads, 1) output_fix_kernel(const mc_args A) {
+    extern __shared__ float sm[];
+    const long long total = (long long)A.W * A.H * A.npt;
+    for (long long o = blockIdx.x; o < total; o += gridDim.x) {
+        const long long wh = o / A.npt; /* w·H + h */
+        if (A.nonfinite[wh] == 0) continue; /* uniform over the block */
+        const int w = (int)(wh / A.H), h = (int)(wh - (long long)w * A.H);
+        output_tile<kFused, true>(A, sm, w, h * A.npt + (int)(o - wh * A.npt));
+        __syncthreads(); /* the next triple rewrites the shared memory */
     }
 }
 
@@ -381,14 +404,15 @@ ssm_status launch_output(ssm_context * ctx, const char * op, const mc_args & A, 
                          int fix_smem_id) {
     if (A.W == 0) return SSM_STATUS_OK;
     const size_t bytes = (size_t)make_layout(A.R, A.N, A.P, A.C, A.pt, true, kFused).total * sizeof(float);
-    const dim3   grid((unsigned)A.W, (unsigned)(A.H * A.npt));
-    SSM_FORWARD_IF_ERROR(set_smem(ctx, op, smem_id, (const void *)output_kernel<kFused, false>, bytes));
-    output_kernel<kFused, false><<<grid, kThreads, bytes, s>>>(A);
+    SSM_FORWARD_IF_ERROR(set_smem(ctx, op, smem_id, (const void *)output_kernel<kFused>, bytes));
+    output_kernel<kFused><<<dim3((unsigned)A.W, (unsigned)(A.H * A.npt)), kThreads, bytes, s>>>(A);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "output_kernel");
     if (!A.fwd || A.nonfinite == NULL) return SSM_STATUS_OK;
-    SSM_FORWARD_IF_ERROR(set_smem(ctx, op, fix_smem_id, (const void *)output_kernel<kFused, true>, bytes));
-    output_kernel<kFused, true><<<grid, kThreads, bytes, s>>>(A);
-    SSMI_CU_CHECK_LAUNCH(ctx, op, "output_kernel (non-finite fix)");
+    const long long total = (long long)A.W * A.H * A.npt;
+    if (total <= 0) return SSM_STATUS_OK;
+    SSM_FORWARD_IF_ERROR(set_smem(ctx, op, fix_smem_id, (const void *)output_fix_kernel<kFused>, bytes));
+    output_fix_kernel<kFused><<<(unsigned)(total < kFixBlocks ? total : kFixBlocks), kThreads, bytes, s>>>(A);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "output_fix_kernel");
     return SSM_STATUS_OK;
 }
 

@@ -262,7 +262,6 @@ __global__ void __launch_bounds__(kFastThreads, 2) output_mma_any_kernel(const m
         staged_epilogue<MODE, false, 8>(P, ch, h, p0, L, y, reinterpret_cast<const unsigned char *>(vs), zs, dh, sc, dd,
                                         ri0, ri1, 0);
     } else {
-        bool   bad = false; /* a non-finite output (mark_nonfinite) */
         float2 zv[8][2];
 #pragma unroll
         for (int t = 0; t < 8; ++t) {
@@ -300,7 +299,7 @@ __global__ void __launch_bounds__(kFastThreads, 2) output_mma_any_kernel(const m
                     v0 *= z0 * sigmoidf(z0);
                     v1 *= z1 * sigmoidf(z1);
                 }
-                bad |= !isfinite(v0) || (two && !isfinite(v1));
+                if (!isfinite(v0) || (two && !isfinite(v1))) mark_nonfinite(P);
                 const long long oo = ch.row * P.out.s[0] + t_ * P.out.s[1] + h * P.out.s[2] + p * P.out.s[3];
                 if (stage) /* V % 8 == 0: both of the pair are inside */
                     *reinterpret_cast<uint32_t *>(&zs[i * kFLd + pl]) = t2<MODE>::pack(v0, v1);
@@ -319,7 +318,6 @@ __global__ void __launch_bounds__(kFastThreads, 2) output_mma_any_kernel(const m
                 }
             }
         }
-        mark_nonfinite(P, bad);
     }
     if (stage) { /* block-uniform */
         __syncthreads();

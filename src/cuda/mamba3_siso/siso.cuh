@@ -180,11 +180,12 @@ struct m3_fwd_args {
     m3_out           out, fin_ssm, fin_k, fin_v, fin_ang;
 };
 
-/* The output kernels' mark (grid: blockIdx.x = chunk, blockIdx.y = head): this thread stored a
- * non-finite output (bad), so launch_nonfinite_fix recomputes the (chunk, head). An integer OR: the
- * same bits whatever the order. */
-__device__ __forceinline__ void mark_nonfinite(const m3_fwd_args & P, bool bad) {
-    if (bad && P.nonfinite != nullptr) atomicOr(P.nonfinite + (long long)blockIdx.x * P.H + blockIdx.y, 1);
+/* The output kernels' mark (grid: blockIdx.x = chunk, blockIdx.y = head): the (chunk, head) holds a
+ * non-finite output, so launch_nonfinite_fix recomputes it. Called at the store of such a value (no
+ * flag is carried through the epilogues' loops, whose registers are tight); an integer OR, the same
+ * bits whatever the order. */
+__device__ __forceinline__ void mark_nonfinite(const m3_fwd_args & P) {
+    if (P.nonfinite != nullptr) atomicOr(P.nonfinite + (long long)blockIdx.x * P.H + blockIdx.y, 1);
 }
 
 __device__ __forceinline__ float ld2(const ssmi_cu_view & t, long long i0, long long i1) {

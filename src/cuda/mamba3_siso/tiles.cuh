@@ -465,7 +465,6 @@ __device__ __forceinline__ void staged_epilogue(const m3_fwd_args & P, const m3_
                                                 const float * dd, int ri0, int ri1, int cbase) {
     typedef typename cfg<MODE>::T T;
     const int                     lane = threadIdx.x & 31;
-    bool                          bad = false; /* a non-finite output (mark_nonfinite) */
 #pragma unroll
     for (int hf = 0; hf < 2; ++hf) {
         const int i = hf ? ri1 : ri0;
@@ -484,11 +483,10 @@ __device__ __forceinline__ void staged_epilogue(const m3_fwd_args & P, const m3_
                 v0 *= silu_fast(zz.x);
                 v1 *= silu_fast(zz.y);
             }
-            bad |= !isfinite(v0) || !isfinite(v1);
+            if (!isfinite(v0) || !isfinite(v1)) mark_nonfinite(P);
             *reinterpret_cast<uint32_t *>(&zrow[pc]) = t2<MODE>::pack(v0, v1);
         }
     }
-    mark_nonfinite(P, bad);
     if (ch.last && P.fin_v.present && L > 0) {
         const int nc = min(kTV, P.V - p0);
         for (int pp = threadIdx.x; pp < nc; pp += blockDim.x)
