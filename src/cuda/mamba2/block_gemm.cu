@@ -324,7 +324,7 @@ template <int MODE> __global__ void __launch_bounds__(kThreads) output_ffma_kern
             const float zv = ssmi_cu_ld(A.z.p, A.z.dtype, ch.b * A.z.s[0] + t * A.z.s[1] + h * A.z.s[2] + p * A.z.s[3]);
             y *= zv / (1.0f + expf(-zv));
         }
-        if (!isfinite(y)) mark_nonfinite(A.nonfinite, ch.c, A.H, h);
+        if (!isfinite(y)) mark_nonfinite(A.nonfinite, (long long)w * A.H + h);
         ssmi_cu_st(A.out, A.out_dtype, ch.b * A.os[0] + t * A.os[1] + h * A.os[2] + p * A.os[3], y);
     }
 }

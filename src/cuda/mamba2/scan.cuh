@@ -189,11 +189,12 @@ struct m2_fix_args {
     long long        os[4];
 };
 
-/* The output kernels' mark for step 4: (work chunk c, head h) holds a non-finite output. Called at
- * the store of such a value (no flag is carried through the epilogues' loops, whose registers are
- * tight); an integer OR, the same bits whatever the order. */
-__device__ __forceinline__ void mark_nonfinite(int * nonfinite, int c, int H, int h) {
-    if (nonfinite != nullptr) atomicOr(nonfinite + (long long)c * H + h, 1);
+/* The output kernels' mark for step 4: (work chunk, head) wh = w·H + h holds a non-finite output.
+ * Called at the store of such a value, with wh from the block index and the arguments (no flag or
+ * chunk index is kept alive through the epilogues, whose registers are tight); an integer OR, the
+ * same bits whatever the order. */
+__device__ __forceinline__ void mark_nonfinite(int * nonfinite, long long wh) {
+    if (nonfinite != nullptr) atomicOr(nonfinite + wh, 1);
 }
 
 /* ---- shared-memory layouts the host needs --------------------------------------------------- */

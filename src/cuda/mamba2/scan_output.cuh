@@ -110,7 +110,8 @@ __device__ __forceinline__ void epilogue_pairs(const m2_fast_args & A, const m2_
                 v0 *= fast_silu(zz.x);
                 v1 *= fast_silu(zz.y);
             }
-            if (!isfinite(v0) || !isfinite(v1)) mark_nonfinite(A.nonfinite, ch.c, A.H, h);
+            if (!isfinite(v0) || !isfinite(v1)) /* out_block_of's grid: the pair's tiles are consecutive */
+                mark_nonfinite(A.nonfinite, blockIdx.x / (unsigned)(kWideRowTiles * A.n_ptiles));
             if (osz == 4)
                 *reinterpret_cast<float2 *>(orow + pl * 4) = make_float2(v0, v1);
             else

@@ -366,10 +366,19 @@ __device__ __forceinline__ void output_block(const m3_fwd_args & P, unsigned cha
             const float zv = ld4(P.z, ch.row, t, h, p);
             y *= zv * sigmoidf(zv);
         }
-        if (!FIX && !isfinite(y)) mark_nonfinite(P);
         st4(P.out, ch.row, t, h, p, y);
         if (finals && i == L - 1 && P.fin_v.present) st3(P.fin_v, ch.seq, h, p, ld4(P.v, ch.row, t, h, p));
     }
+    /* the mark for the fix: a non-finite Y (the gate adds none that the fix would change), in a loop
+     * of its own so that the epilogue keeps its registers */
+    if (!FIX)
+        for (int o = threadIdx.x; o < L * kTV; o += blockDim.x) {
+            const int i = o / kTV, pp = o - (o / kTV) * kTV;
+            if (p0 + pp < P.V && !isfinite(scr[i * LF + pp])) {
+                mark_nonfinite(P);
+                break;
+            }
+        }
 }
 
 template <int MODE>
