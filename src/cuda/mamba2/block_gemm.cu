@@ -310,7 +310,7 @@ template <int MODE> __global__ void __launch_bounds__(kThreads) output_ffma_kern
         if (SP) block_gemm<MODE, true, true>(acc, LF, st_lo, LX, xs, LX, TL, TL, TL, true);
     }
 
-    /* epilogue: D skip, z gate, store */
+    /* epilogue: D skip, z gate, store; a non-finite value stored marks (chunk, head) */
     for (int o = threadIdx.x; o < TL * TL; o += blockDim.x) {
         const int ii = o / TL, pp = o - ii * TL, i = i0 + ii, p = p0 + pp;
         if (i >= ch.len || p >= A.P) continue;
@@ -324,6 +324,7 @@ template <int MODE> __global__ void __launch_bounds__(kThreads) output_ffma_kern
             const float zv = ssmi_cu_ld(A.z.p, A.z.dtype, ch.b * A.z.s[0] + t * A.z.s[1] + h * A.z.s[2] + p * A.z.s[3]);
             y *= zv / (1.0f + expf(-zv));
         }
+        if (!isfinite(y)) mark_nonfinite(A.nonfinite, (long long)w * A.H + h);
         ssmi_cu_st(A.out, A.out_dtype, ch.b * A.os[0] + t * A.os[1] + h * A.os[2] + p * A.os[3], y);
     }
 }

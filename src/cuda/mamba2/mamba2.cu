@@ -161,9 +161,9 @@ ssm_status plan_scan(ssm_context * ctx, const ssmi_mamba2_dims * d, const ssm_ma
 
 /* Workspace layout of the scan: chunks | segs | lastcum (W,H) | dt and cumsum (W,H,2,kScanQ; the
  * fp16/bf16 path) | states (W,H,P,N) | split entering states (W,H,2,P,N of T; 16-bit) | the chain's
- * weights (W,H,kChainW; 16-bit). */
+ * weights (W,H,kChainW; 16-bit) | the non-finite marks (W,H ints, step 4). */
 struct scan_ws {
-    size_t chunks, segs, lastcum, dtc, states, split, cw, total;
+    size_t chunks, segs, lastcum, dtc, states, split, cw, marks, total;
 };
 /* 1: the 16-bit scan keeps the 8-warp output kernels' split entering states (state_pass_split_kernel),
  * which needs 16-byte rows of N elements. */
@@ -184,6 +184,8 @@ scan_ws scan_ws_layout(const ssmi_mamba2_dims * d, const m2_plan * pl, const ssm
     if (scan_splits_states(a, d)) o += align128(sizeof(float) * (size_t)pl->nchunks * hpn);
     l.cw = o; /* the chain's weights (state_chain_kernel, which needs the split states) */
     if (scan_splits_states(a, d)) o += align128(sizeof(float) * kChainW * (size_t)pl->nchunks * (size_t)d->nheads);
+    l.marks = o;
+    o += align128(sizeof(int) * (size_t)pl->nchunks * (size_t)d->nheads);
     l.total = o;
     return l;
 }
@@ -345,7 +347,76 @@ ssm_status describe_scan(scan_problem & pr) {
 enum scan_state { STATE_FFMA, STATE_MMA, STATE_WGMMA, STATE_CHAIN, STATE_CHAIN2 };
 enum scan_out { OUT_FFMA, OUT_MMA64, OUT_MMA, OUT_WGMMA_OR_MMA /* wgmma where its layouts hold */ };
 
-/* Chunk states, the pass (or a chain in place of both) and the outputs on the workspace. */
+/* Step 3: the outputs by the pipeline's output kernel (fa: the 16-bit kernels' arguments). */
+ssm_status scan_outputs(scan_problem & pr, scan_out out, const m2_fast_args & fa, const m2_state_args & sa,
+                        int * marks) {
+    static const char            op[] = "mamba2_scan";
+    ssm_context *                ctx = pr.ctx;
+    const ssmi_mamba2_dims *     d = pr.d;
+    const ssm_mamba2_scan_args * a = pr.a;
+    const long long              W = pr.pl->nchunks;
+    const int                    mode = pr.mode;
+    if (out == OUT_MMA64) return launch_output_mma64(ctx, op, mode, fa, W);
+    if (out == OUT_MMA) return launch_output_mma(ctx, op, mode, fa, W);
+    if (out == OUT_WGMMA_OR_MMA) {
+#if SSMI_CUDA_WGMMA
+        if (pr.wg_out) return launch_output_wgmma(ctx, op, mode, fa, W);
+#endif
+        return launch_output_mma(ctx, op, mode, fa, W);
+    }
+    m2_out_args oa;
+    memset(&oa, 0, sizeof oa);
+    oa.chunks = sa.chunks;
+    oa.H = sa.H, oa.G = sa.G, oa.P = sa.P, oa.N = sa.N, oa.Np = pr.Np, oa.Q = sa.Q;
+    oa.n_ptiles = (int)((d->headdim + cfg<M_F32>::TILE - 1) / cfg<M_F32>::TILE);
+    oa.r = sa.r;
+    oa.x = sa.x;
+    oa.b = sa.b;
+    oa.c = ssmi_cu_view_of(&a->c);
+    oa.has_d = ssmi_present(&a->d);
+    if (oa.has_d) {
+        oa.d = ssmi_cu_view_of(&a->d);
+        oa.d_2d = a->d.ndim == 2;
+    }
+    oa.has_z = ssmi_present(&a->z);
+    if (oa.has_z) oa.z = ssmi_cu_view_of(&a->z);
+    oa.states = (const float *)sa.states;
+    oa.nonfinite = marks;
+    oa.out = a->out.data;
+    oa.out_dtype = a->out.dtype;
+    for (int i = 0; i < 4; ++i) oa.os[i] = a->out.strides[i];
+    return launch_output_ffma(ctx, op, oa, W);
+}
+
+/* Step 4: the outputs of the (chunk, head) pairs step 3 marked, recomputed token by token. */
+ssm_status scan_fix(scan_problem & pr, const m2_fast_args & fa, const m2_state_args & sa, const int * marks) {
+    const ssm_mamba2_scan_args * a = pr.a;
+    m2_fix_args                  fx;
+    memset(&fx, 0, sizeof fx);
+    fx.chunks = sa.chunks;
+    fx.nonfinite = marks;
+    fx.H = sa.H, fx.G = sa.G, fx.P = sa.P, fx.N = sa.N;
+    fx.r = sa.r;
+    fx.x = sa.x;
+    fx.b = sa.b;
+    fx.c = ssmi_cu_view_of(&a->c);
+    fx.has_d = ssmi_present(&a->d);
+    if (fx.has_d) {
+        fx.d = ssmi_cu_view_of(&a->d);
+        fx.d_2d = a->d.ndim == 2;
+    }
+    fx.has_z = ssmi_present(&a->z);
+    if (fx.has_z) fx.z = ssmi_cu_view_of(&a->z);
+    fx.states = (const float *)sa.states;
+    fx.split = fa.split; /* the planes where the pass or the chain wrote them; else the fp32 states */
+    fx.out = a->out.data;
+    fx.out_dtype = a->out.dtype;
+    for (int i = 0; i < 4; ++i) fx.os[i] = a->out.strides[i];
+    return launch_nonfinite_fix(pr.ctx, "mamba2_scan", pr.mode, fx, pr.pl->nchunks);
+}
+
+/* Chunk states, the pass (or a chain in place of both), the outputs and their non-finite fix on the
+ * workspace. */
 ssm_status scan_run(scan_problem & pr, scan_state state, scan_out out) {
     static const char            op[] = "mamba2_scan";
     ssm_context *                ctx = pr.ctx;
@@ -434,36 +505,14 @@ ssm_status scan_run(scan_problem & pr, scan_state state, scan_out out) {
             SSM_FORWARD_IF_ERROR(launch_state_pass(ctx, op, mode, pa, pl->nseg));
     }
 
-    /* 3. outputs */
-    if (out == OUT_MMA64) return launch_output_mma64(ctx, op, mode, fa, W);
-    if (out == OUT_MMA) return launch_output_mma(ctx, op, mode, fa, W);
-    if (out == OUT_WGMMA_OR_MMA) {
-#if SSMI_CUDA_WGMMA
-        if (pr.wg_out) return launch_output_wgmma(ctx, op, mode, fa, W);
-#endif
-        return launch_output_mma(ctx, op, mode, fa, W);
-    }
-    m2_out_args oa;
-    memset(&oa, 0, sizeof oa);
-    oa.chunks = dchunks;
-    oa.H = sa.H, oa.G = sa.G, oa.P = sa.P, oa.N = sa.N, oa.Np = pr.Np, oa.Q = sa.Q;
-    oa.n_ptiles = (int)((d->headdim + cfg<M_F32>::TILE - 1) / cfg<M_F32>::TILE);
-    oa.r = sa.r;
-    oa.x = sa.x;
-    oa.b = sa.b;
-    oa.c = ssmi_cu_view_of(&a->c);
-    oa.has_d = ssmi_present(&a->d);
-    if (oa.has_d) {
-        oa.d = ssmi_cu_view_of(&a->d);
-        oa.d_2d = a->d.ndim == 2;
-    }
-    oa.has_z = ssmi_present(&a->z);
-    if (oa.has_z) oa.z = ssmi_cu_view_of(&a->z);
-    oa.states = states;
-    oa.out = a->out.data;
-    oa.out_dtype = a->out.dtype;
-    for (int i = 0; i < 4; ++i) oa.os[i] = a->out.strides[i];
-    return launch_output_ffma(ctx, op, oa, W);
+    /* 3. outputs, marking the (chunk, head) pairs that hold a non-finite value; 4. their fix */
+    int * marks = (int *)(ws + l.marks);
+    if (W > 0 && d->nheads > 0)
+        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaMemsetAsync (non-finite marks)",
+                                              cudaMemsetAsync(marks, 0, sizeof(int) * (size_t)W * (size_t)d->nheads, s)));
+    fa.nonfinite = marks;
+    SSM_FORWARD_IF_ERROR(scan_outputs(pr, out, fa, sa, marks));
+    return scan_fix(pr, fa, sa, marks);
 }
 
 /* ---- mamba2_scan: the table -------------------------------------------------------------------- */

@@ -26,11 +26,13 @@ namespace {
  * thread's pairs loaded first (every load in flight together), then + D·x (x rows of the tile at
  * xs, kFLd apart), the z gate and the stores through the output's strides (pairs where vout).
  * Rows: rb·16 + lane/4 (+8) of the tile, token tb + row, valid below ch.len − i_tile. D per pair:
- * DS, from the block's table ds; else loaded from global memory. */
+ * DS, from the block's table ds; else loaded from global memory. A non-finite value stored marks
+ * (chunk, head) for the fix (mark_nonfinite; pair_tiles: the grid's consecutive blocks per pair). */
 template <int MODE, bool DS>
 __device__ __forceinline__ void generic_epilogue(const m2_fast_args & A, const m2_chunk & ch, int h, int p0,
                                                  long long tb, int i_tile, int rb, const float (&y)[8][4],
-                                                 const typename cfg<MODE>::T * xs, const float * ds) {
+                                                 const typename cfg<MODE>::T * xs, const float * ds,
+                                                 unsigned pair_tiles) {
     typedef typename cfg<MODE>::T T;
     const int lane = threadIdx.x & 31;
     float2    zv[8][2];
@@ -73,6 +75,7 @@ __device__ __forceinline__ void generic_epilogue(const m2_fast_args & A, const m
                 v0 *= z0 / (1.0f + expf(-z0));
                 v1 *= z1 / (1.0f + expf(-z1));
             }
+            if (!isfinite(v0) || (two && !isfinite(v1))) mark_nonfinite(A.nonfinite, blockIdx.x / pair_tiles);
             const long long oo = ch.b * A.os[0] + t_ * A.os[1] + h * A.os[2] + p * A.os[3];
             if (A.vout && two) {
                 if (A.out_dtype == SSM_DTYPE_F32)
@@ -275,7 +278,7 @@ template <int MODE> __global__ void __launch_bounds__(kFastThreads, 4) output_mm
 
     /* epilogue: D·x (x rows of this tile are the last x tile), z gate, store pairs; z first,
      * every load in flight together */
-    generic_epilogue<MODE, false>(A, ch, h, p0, ch.t0 + i0, i0, warp, y, xs, nullptr);
+    generic_epilogue<MODE, false>(A, ch, h, p0, ch.t0 + i0, i0, warp, y, xs, nullptr, (unsigned)nz);
 }
 
 /* ---- 128-row tiles ---------------------------------------------------------------------------- */
@@ -466,7 +469,7 @@ template <int MODE> __global__ void __launch_bounds__(kWideThreads, 2) output_mm
         return;
     }
     /* any other layout: the generic epilogue (z from global memory, generic loads and stores) */
-    generic_epilogue<MODE, true>(A, ch, h, p0, tb, iw, wq, y, xd, ds);
+    generic_epilogue<MODE, true>(A, ch, h, p0, tb, iw, wq, y, xd, ds, (unsigned)(kWideRowTiles * A.n_ptiles));
 }
 
 } /* namespace */

@@ -10,7 +10,11 @@
  *   2. the state pass   S_{c+1} = exp(cum_last_c)·S_c + s_c along each sequence, in fp32: the
  *                       state entering each chunk, and the final state;
  *   3. outputs          y = exp(cum_i)·C_i·S_in + Σ_{j≤i} (C_i·B_j)·exp(cum_i − cum_j)·dt_j·x_j
- *                       + D·x_i, then the z gate.
+ *                       + D·x_i, then the z gate;
+ *   4. non-finite fix   the output kernels mark each (chunk, head) where they stored a non-finite
+ *                       value; those pairs' outputs are recomputed token by token (nonfinite_fix.cu),
+ *                       since the products over the whole chunk multiply the masked-out terms of later
+ *                       tokens by 0, and 0 times a non-finite x is NaN in the earlier tokens' outputs.
  * Steps 1 and 2 are one kernel in the chained forms (state_chain.cu). Operands that are fp32
  * products (B∘w or w∘x, the entering states, the masked scores) meet 16-bit tensor cores split
  * into a rounded part and a rounded remainder (two products each), which keeps the results within
@@ -143,6 +147,7 @@ struct m2_out_args {
     ssmi_cu_view     x, b, c, d, z;
     int              has_d, d_2d, has_z;
     const float *    states; /* (W, H, P, N) entering states */
+    int *            nonfinite; /* (W, H): set to 1 where a non-finite output is stored (zeroed before) */
     void *           out;
     int              out_dtype;
     long long        os[4];
@@ -162,10 +167,35 @@ struct m2_fast_args {
     float *          lastcum; /* (W, H) */
     float *          dtc;     /* (W, H, 2, kScanQ): processed dt and its cumsum, from step 1 */
     float *          cw;      /* (W, H, kChainW): the chain's token weights and cum_last (chain_dt_kernel) */
+    int *            nonfinite; /* (W, H): set to 1 where a non-finite output is stored (zeroed before) */
     void *           out;
     int              out_dtype;
     long long        os[4];
 };
+
+/* nonfinite_fix_kernel (nonfinite_fix.cu): the outputs of the (chunk, head) pairs marked in
+ * nonfinite, recomputed token by token from the chunk's entering state. */
+struct m2_fix_args {
+    const m2_chunk * chunks;
+    const int *      nonfinite; /* (W, H) */
+    int              H, G, P, N;
+    m2_dt_raw        r;
+    ssmi_cu_view     x, b, c, d, z;
+    int              has_d, d_2d, has_z;
+    const float *    states; /* (W, H, P, N) fp32 entering states, where split is NULL           */
+    const void *     split;  /* (W, H, 2, P, N) hi/lo planes of the compute type, or NULL          */
+    void *           out;
+    int              out_dtype;
+    long long        os[4];
+};
+
+/* The output kernels' mark for step 4: (work chunk, head) wh = w·H + h holds a non-finite output.
+ * Called at the store of such a value, with wh from the block index and the arguments (no flag or
+ * chunk index is kept alive through the epilogues, whose registers are tight); an integer OR, the
+ * same bits whatever the order. */
+__device__ __forceinline__ void mark_nonfinite(int * nonfinite, long long wh) {
+    if (nonfinite != nullptr) atomicOr(nonfinite + wh, 1);
+}
 
 /* ---- shared-memory layouts the host needs --------------------------------------------------- */
 
@@ -268,6 +298,10 @@ ssm_status launch_state_mma(ssm_context * ctx, const char * op, int mode, const 
  * shared memory). */
 ssm_status launch_output_mma(ssm_context * ctx, const char * op, int mode, const m2_fast_args & A, long long W);
 ssm_status launch_output_mma64(ssm_context * ctx, const char * op, int mode, const m2_fast_args & A, long long W);
+
+/* nonfinite_fix.cu: after the outputs; mode: the compute type of A.split (any mode where split is
+ * NULL). A small grid walks the (work chunk, head) pairs and recomputes the marked ones. */
+ssm_status launch_nonfinite_fix(ssm_context * ctx, const char * op, int mode, const m2_fix_args & A, long long W);
 
 #if SSMI_CUDA_WGMMA
 /* state_wgmma.cu / output_wgmma.cu (sm_90a): N = 64 or 128, x, B (and for the outputs C, out, z)

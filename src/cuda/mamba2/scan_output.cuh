@@ -80,7 +80,7 @@ __device__ __forceinline__ void block_tables(const m2_fast_args & A, long long w
 
 /* The epilogue of the 8-warp output kernels where out takes aligned pairs and z (if any) is staged
  * on chip: y (the warp's 16 rows × 64 p of its 64-row tile at iw, mma fragment layout) + D·x, times
- * silu(z), stored in pairs (P is even here). x_at(ii, pl): the x pair of row ii (of the 64) and
+ * silu(z), stored in pairs (P is even here); a non-finite value stored marks (chunk, head). x_at(ii, pl): the x pair of row ii (of the 64) and
  * column pl; z_at(r16, pl): the z pair of the warp's row r16. Waits for this thread's copies and
  * syncs the warp first (its lanes copied its z rows). */
 template <int MODE, class XAt, class ZAt>
@@ -110,6 +110,8 @@ __device__ __forceinline__ void epilogue_pairs(const m2_fast_args & A, const m2_
                 v0 *= fast_silu(zz.x);
                 v1 *= fast_silu(zz.y);
             }
+            if (!isfinite(v0) || !isfinite(v1)) /* out_block_of's grid: the pair's tiles are consecutive */
+                mark_nonfinite(A.nonfinite, blockIdx.x / (unsigned)(kWideRowTiles * A.n_ptiles));
             if (osz == 4)
                 *reinterpret_cast<float2 *>(orow + pl * 4) = make_float2(v0, v1);
             else

@@ -14,12 +14,22 @@
  * Arithmetic: fp32 FFMA block GEMMs in shared memory (256 threads, 4×4 register tiles), for
  * every input dtype. No tensor cores: the GEMM operands are fp32 values (biased, rotated,
  * scaled), so bf16 mma would round them (the upstream model) and fp32 keeps the exact-mode bars.
- * Every output element is written by one thread with a fixed summation order, no atomics.
+ * Every output element is written by one thread with a fixed summation order; no float atomics
+ * (the non-finite marks below are integer ORs).
  *
  * The output kernel comes in two forms, a template on kFused (the selection table in
  * mamba3_mimo.cu picks one): Y by two block GEMMs into a separate shared buffer (any tile that
  * fits), or, when the tile is one 64×64 GEMM tile, both Y products in one register tile with Y
  * stored over Q (less shared memory, more blocks per SM).
+ *
+ * The non-finite fix (forward with A.nonfinite): M·U multiplies the masked-out terms of later
+ * tokens (M = 0) by their U rows, and 0 times a non-finite U (a non-finite v) is NaN in an earlier
+ * token's Y. The output kernel marks each (chunk, head) where it stores a non-finite Y; then
+ * output_fix_kernel runs the same tile code (kFix) for the marked pairs only: U's non-finite
+ * elements are set to 0, which leaves every term of j ≤ i of a U column that is finite up to token
+ * i as it was and makes the masked terms exactly 0, and Y is stored only for the tokens before the
+ * column's first non-finite U (the later ones hold that value through their own j ≤ i term, and
+ * keep the first pass's non-finite Y). The final k state is left to the first pass.
  */
 #include "mimo.cuh"
 
@@ -283,19 +293,23 @@ __device__ void bwd_fwd_epilogue(const mc_args & A, const mc_chunk & ck, int w, 
     }
 }
 
-/* kFused (only when C·R ≤ 64 and the P tile ≤ 64): fused_y with Y over Q, so the block
- * needs 16.6 KB less shared memory (3 blocks per SM at N = P = 64, C·R = 64, instead of 2). */
-template <bool kFused>
-__global__ void __launch_bounds__(kThreads, kFused ? 3 : 1) output_kernel(const mc_args A) {
-    extern __shared__ float sm[];
-    const int       w = blockIdx.x, h = blockIdx.y / A.npt, ptile = blockIdx.y - h * A.npt;
+/* The output tile of work chunk w and grid row hy (= head · npt + P tile) in the block's shared
+ * memory sm; kFix: the non-finite fix's form. */
+template <bool kFused, bool kFix>
+__device__ __forceinline__ void output_tile(const mc_args & A, float * sm, int w, int hy) {
+    const int       h = hy / A.npt, ptile = hy - h * A.npt;
     const mc_chunk  ck = A.chunks[w];
     const int       p0 = ptile * A.pt, pu = min(A.pt, A.P - p0);
     const mc_layout l = make_layout(A.R, A.N, A.P, A.C, A.pt, true, kFused);
     const int       R = A.R, N = A.N, n = ck.len, L = n * R;
     load_tile(A, ck, h, sm, l, true, p0, pu, !A.fwd && A.qk_dot.p != NULL && ptile == 0,
-              A.fwd && A.final_k.p != NULL && ptile == 0);
+              !kFix && A.fwd && A.final_k.p != NULL && ptile == 0);
     float *Q = sm + l.q, *K = sm + l.k, *M = sm + l.m, *Y = sm + l.y;
+    if (kFix) /* U's non-finite elements to 0 (U is read after the barrier below the mask) */
+        for (int e = threadIdx.x; e < L * pu; e += blockDim.x) {
+            float * up = sm + l.u + (e / pu) * l.ldp + (e - (e / pu) * pu);
+            if (!isfinite(*up)) *up = 0.0f;
+        }
     /* M = Q̃·K̂ᵀ */
     bgemm(L, L, N, Q, l.ldn, 1, K, 1, l.ldn, M, l.ldm, NULL, 1, false);
     __syncthreads();
@@ -330,24 +344,75 @@ __global__ void __launch_bounds__(kThreads, kFused ? 3 : 1) output_kernel(const 
         bgemm(L, pu, L, M, l.ldm, 1, sm + l.u, l.ldp, 1, Y, l.ldp, NULL, 1, true);
     }
     __syncthreads();
-    if (A.fwd) {
+    if (kFix) {
+        /* per column: the tokens before its first non-finite U (recomputed from the global
+         * operands as load_tile forms them) */
+        for (int pp = threadIdx.x; pp < pu; pp += blockDim.x) {
+            const int p = p0 + pp;
+            for (int i = 0; i < n; ++i) {
+                const float vi = ldv(A.v, o4(A.v, ck.b, ck.t0 + i, h, p));
+                bool        bad = false;
+                for (int r = 0; r < R; ++r) bad |= !isfinite(vi * ldv(A.mimo_v, o3(A.mimo_v, h, r, p)));
+                if (bad) break;
+                for (int r = 0; r < R; ++r)
+                    A.ws_y[((((long long)ck.b * A.S + ck.t0 + i) * A.H + h) * R + r) * A.P + p] =
+                        Y[(i * R + r) * l.ldp + pp];
+            }
+        }
+    } else if (A.fwd) {
         for (int e = threadIdx.x; e < L * pu; e += blockDim.x) {
-            const int x = e / pu, pp = e - x * pu, i = x / R, r = x - i * R;
-            A.ws_y[((((long long)ck.b * A.S + ck.t0 + i) * A.H + h) * R + r) * A.P + p0 + pp] = Y[x * l.ldp + pp];
+            const int   x = e / pu, pp = e - x * pu, i = x / R, r = x - i * R;
+            const float y = Y[x * l.ldp + pp];
+            /* a non-finite Y marks (chunk, head) for the fix (an integer OR, at the store) */
+            if (!isfinite(y) && A.nonfinite != NULL) atomicOr(A.nonfinite + (long long)w * A.H + h, 1);
+            A.ws_y[((((long long)ck.b * A.S + ck.t0 + i) * A.H + h) * R + r) * A.P + p0 + pp] = y;
         }
     } else {
         bwd_fwd_epilogue(A, ck, w, h, sm, l, p0, pu);
     }
 }
 
-/* One output kernel form over the grid (work chunk, head × P tile). */
+/* kFused (only when C·R ≤ 64 and the P tile ≤ 64): fused_y with Y over Q, so the block
+ * needs 16.6 KB less shared memory (3 blocks per SM at N = P = 64, C·R = 64, instead of 2). */
 template <bool kFused>
-ssm_status launch_output(ssm_context * ctx, const char * op, const mc_args & A, cudaStream_t s, int smem_id) {
+__global__ void __launch_bounds__(kThreads, kFused ? 3 : 1) output_kernel(const mc_args A) {
+    extern __shared__ float sm[];
+    output_tile<kFused, false>(A, sm, blockIdx.x, blockIdx.y);
+}
+
+/* The non-finite fix: kFixBlocks blocks walk the (chunk, head, P tile) triples; a marked pair's
+ * tiles are recomputed (output_tile<kFix>), the others cost one load of the mark. A small grid,
+ * because every block holds the tile's shared memory: a block per triple would take many waves of
+ * blocks that only read their mark. */
+const int kFixBlocks = 256;
+template <bool kFused> __global__ void __launch_bounds__(kThreads, 1) output_fix_kernel(const mc_args A) {
+    extern __shared__ float sm[];
+    const long long total = (long long)A.W * A.H * A.npt;
+    for (long long o = blockIdx.x; o < total; o += gridDim.x) {
+        const long long wh = o / A.npt; /* w·H + h */
+        if (A.nonfinite[wh] == 0) continue; /* uniform over the block */
+        const int w = (int)(wh / A.H), h = (int)(wh - (long long)w * A.H);
+        output_tile<kFused, true>(A, sm, w, h * A.npt + (int)(o - wh * A.npt));
+        __syncthreads(); /* the next triple rewrites the shared memory */
+    }
+}
+
+/* One output kernel form over the grid (work chunk, head × P tile); in the forward with marks,
+ * then its non-finite fix over the same grid. */
+template <bool kFused>
+ssm_status launch_output(ssm_context * ctx, const char * op, const mc_args & A, cudaStream_t s, int smem_id,
+                         int fix_smem_id) {
     if (A.W == 0) return SSM_STATUS_OK;
     const size_t bytes = (size_t)make_layout(A.R, A.N, A.P, A.C, A.pt, true, kFused).total * sizeof(float);
     SSM_FORWARD_IF_ERROR(set_smem(ctx, op, smem_id, (const void *)output_kernel<kFused>, bytes));
     output_kernel<kFused><<<dim3((unsigned)A.W, (unsigned)(A.H * A.npt)), kThreads, bytes, s>>>(A);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "output_kernel");
+    if (!A.fwd || A.nonfinite == NULL) return SSM_STATUS_OK;
+    const long long total = (long long)A.W * A.H * A.npt;
+    if (total <= 0) return SSM_STATUS_OK;
+    SSM_FORWARD_IF_ERROR(set_smem(ctx, op, fix_smem_id, (const void *)output_fix_kernel<kFused>, bytes));
+    output_fix_kernel<kFused><<<(unsigned)(total < kFixBlocks ? total : kFixBlocks), kThreads, bytes, s>>>(A);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "output_fix_kernel");
     return SSM_STATUS_OK;
 }
 
@@ -363,11 +428,11 @@ ssm_status launch_chunk_state(ssm_context * ctx, const char * op, const mc_args 
 }
 
 ssm_status launch_output_two_gemm(ssm_context * ctx, const char * op, const mc_args & A, cudaStream_t s) {
-    return launch_output<false>(ctx, op, A, s, SM_OUTPUT_TWO_GEMM);
+    return launch_output<false>(ctx, op, A, s, SM_OUTPUT_TWO_GEMM, SM_FIX_TWO_GEMM);
 }
 
 ssm_status launch_output_fused(ssm_context * ctx, const char * op, const mc_args & A, cudaStream_t s) {
-    return launch_output<true>(ctx, op, A, s, SM_OUTPUT_FUSED);
+    return launch_output<true>(ctx, op, A, s, SM_OUTPUT_FUSED, SM_FIX_FUSED);
 }
 
 } // namespace ssmi_mimo

@@ -11,11 +11,14 @@
  *   0. (forward) angle_prep.cu    θ and the chunk-local cumsum of adt, by segments;
  *   1. chunk_gemm.cu              ΔS_w per (w, h);
  *   2. state_pass.cu              the state entering each chunk, per (sequence, h, element);
- *   3. chunk_gemm.cu              the output tiles per (w, h, P tile): the table's entry;
+ *   3. chunk_gemm.cu              the output tiles per (w, h, P tile): the table's entry; in the
+ *                                 forward it marks the (w, h) holding a non-finite Y and its
+ *                                 non-finite fix recomputes those (chunk_gemm.cu says why);
  *   4. output_stage.cu            bwd_fwd: the partial sums in chunk order; forward: out and
  *                                 the finals.
  * Every output element is written by exactly one thread with a fixed summation order, and no
- * atomics are used: the results are bitwise identical across runs.
+ * float atomics are used (the marks are integer ORs): the results are bitwise identical across
+ * runs.
  *
  * Arithmetic: fp32 everywhere, for every input dtype (loads convert through strides).
  * ref_mode SSM_REF_UPSTREAM_BF16 is UNSUPPORTED on CUDA (the CPU and the reference have it).
@@ -516,7 +519,7 @@ extern "C" ssm_status ssmi_cuda_mamba3_mimo(ssm_context * ctx, const ssm_mamba3_
     cudaStream_t s = ssmi_cuda_stream(ctx);
     mc_mem       m;
     m.n = 0;
-    void *       dch = NULL, *dsq = NULL, *wst = NULL, *wy = NULL, *wth = NULL, *wcm = NULL, *wsg = NULL;
+    void *       dch = NULL, *dsq = NULL, *wst = NULL, *wy = NULL, *wth = NULL, *wcm = NULL, *wsg = NULL, *wmk = NULL;
     const size_t W = (size_t)pl.W, H = (size_t)A.H, BS = (size_t)A.B * (size_t)A.S;
     A.W = pl.W;
     if (st == SSM_STATUS_OK) st = mem_upload(ctx, op, &m, &dch, pl.chunks, sizeof(mc_chunk) * W, s);
@@ -526,10 +529,15 @@ extern "C" ssm_status ssmi_cuda_mamba3_mimo(ssm_context * ctx, const ssm_mamba3_
     if (st == SSM_STATUS_OK) st = mem_alloc(ctx, op, &m, &wth, BS * H * A.A * sizeof(float), s);
     if (st == SSM_STATUS_OK) st = mem_alloc(ctx, op, &m, &wcm, BS * H * sizeof(float), s);
     if (st == SSM_STATUS_OK) st = mem_alloc(ctx, op, &m, &wsg, W * H * A.A * sizeof(float), s);
+    /* the output kernel's marks of a non-finite Y per (chunk, head), for its fix (chunk_gemm.cu) */
+    if (st == SSM_STATUS_OK) st = mem_alloc(ctx, op, &m, &wmk, W * H * sizeof(int), s);
+    if (st == SSM_STATUS_OK && wmk != NULL)
+        st = ssmi_cuda_status(ctx, op, "cudaMemsetAsync (non-finite marks)", cudaMemsetAsync(wmk, 0, W * H * sizeof(int), s));
     free_plan(&pl);
     if (st == SSM_STATUS_OK) {
         A.chunks = (const mc_chunk *)dch, A.seqs = (const mc_seq *)dsq, A.ws_state = (float *)wst;
         A.ws_y = (float *)wy, A.ws_theta = (float *)wth, A.ws_cm = (float *)wcm, A.ws_seg = (float *)wsg;
+        A.nonfinite = (int *)wmk;
         st = launch_angle_prep(ctx, op, A, s);
     }
     if (st == SSM_STATUS_OK) st = run_chunks(ctx, op, A, 1, s, var);

@@ -82,6 +82,7 @@ struct mc_args {
     float *          ws_theta;  /* forward: [B·S][H][A] θ                           */
     float *          ws_cm;     /* forward: [B][H][S] chunk-local cumsum of adt     */
     float *          ws_seg;    /* forward: [W][H][A] segment sums, then starts     */
+    int *            nonfinite; /* forward: [W][H] marks of a non-finite Y, or NULL  */
     float *          part_o;    /* bwd_fwd: [W][H][R][P]                             */
     float *          part_z;
     int              B, S, H, G, R, N, P, A, C, W, nseq;
@@ -149,7 +150,7 @@ __host__ __device__ inline int step_smem_floats(int R, int N, int P, int A) {
 /* ---- host side ----------------------------------------------------------------------------- */
 
 /* Kernels whose dynamic shared memory may exceed the default 48 KB (set_smem's cache index). */
-enum { SM_CHUNK_STATE = 0, SM_OUTPUT_TWO_GEMM, SM_OUTPUT_FUSED, SM_STEP, SM_KERNELS };
+enum { SM_CHUNK_STATE = 0, SM_OUTPUT_TWO_GEMM, SM_OUTPUT_FUSED, SM_FIX_TWO_GEMM, SM_FIX_FUSED, SM_STEP, SM_KERNELS };
 
 /* Raises kernel fn's dynamic shared-memory limit to `bytes` when needed (mamba3_mimo.cu). */
 ssm_status set_smem(ssm_context * ctx, const char * op, int id, const void * fn, size_t bytes);
@@ -159,7 +160,9 @@ ssm_status set_smem(ssm_context * ctx, const char * op, int id, const void * fn,
 ssm_status launch_angle_prep(ssm_context * ctx, const char * op, const mc_args & A, cudaStream_t s);
 /* chunk_gemm.cu: ΔS_w of every work chunk (ws_state). */
 ssm_status launch_chunk_state(ssm_context * ctx, const char * op, const mc_args & A, cudaStream_t s);
-/* chunk_gemm.cu: the output tiles, Y by two block GEMMs into a shared buffer / in registers. */
+/* chunk_gemm.cu: the output tiles, Y by two block GEMMs into a shared buffer / in registers; in
+ * the forward with A.nonfinite (zeroed before), then the non-finite fix of the marked (chunk, head)
+ * pairs (chunk_gemm.cu says how). */
 ssm_status launch_output_two_gemm(ssm_context * ctx, const char * op, const mc_args & A, cudaStream_t s);
 ssm_status launch_output_fused(ssm_context * ctx, const char * op, const mc_args & A, cudaStream_t s);
 /* state_pass.cu: the states entering each chunk (and the final ssm state when need_final). */

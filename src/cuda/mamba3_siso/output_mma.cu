@@ -299,6 +299,7 @@ __global__ void __launch_bounds__(kFastThreads, 2) output_mma_any_kernel(const m
                     v0 *= z0 * sigmoidf(z0);
                     v1 *= z1 * sigmoidf(z1);
                 }
+                if (!isfinite(v0) || (two && !isfinite(v1))) mark_nonfinite(P);
                 const long long oo = ch.row * P.out.s[0] + t_ * P.out.s[1] + h * P.out.s[2] + p * P.out.s[3];
                 if (stage) /* V % 8 == 0: both of the pair are inside */
                     *reinterpret_cast<uint32_t *>(&zs[i * kFLd + pl]) = t2<MODE>::pack(v0, v1);

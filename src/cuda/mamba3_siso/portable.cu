@@ -13,7 +13,12 @@
  *                           P_ij = score·e^{c_i−c_j}·σ_j (j < i), P_ii = D + γ_i·d_i (the diagonal
  *                           never uses σ), Y = diag(e^{c})·Q̂·S_enterᵀ + P·V, out = Y·silu(z); the
  *                           last chunk of a sequence writes k̂ and v of its last token as the final
- *                           k / v states.
+ *                           k / v states; a non-finite output marks (chunk, head).
+ *   portable_fix_kernel     the non-finite fix, after any entry's outputs, for the marked (chunk,
+ *                           head) pairs only: the output kernel's arithmetic, but P·V as the causal sum
+ *                           Σ_{j≤i} P_ij·v_j (fp32 FFMA over the split P, hi + lo) in place of the
+ *                           product over the whole chunk, whose masked-out terms are 0·v_j (NaN for
+ *                           a non-finite v_j of a later token); no final k / v states.
  * Between them the state pass (state_pass.cu) turns the contributions into entering states.
  */
 #include <mma.h>
@@ -261,11 +266,12 @@ struct out_smem {
     }
 };
 
-template <int MODE>
-__global__ void __launch_bounds__(kThreads) portable_output_kernel(const m3_fwd_args P) {
+/* The outputs of (chunk w, head h, V tile vt) in the block's shared memory smem; FIX: the
+ * non-finite fix's form (the causal sum for P·V, no finals, no mark). */
+template <int MODE, bool FIX>
+__device__ __forceinline__ void output_block(const m3_fwd_args & P, unsigned char * smem, int w, int h, int vt) {
     typedef typename cfg<MODE>::T T;
     const bool                    SP = cfg<MODE>::SPLIT;
-    extern __shared__ __align__(128) unsigned char smem[];
     const out_smem<MODE>                           Ly(P.Kp, P.A);
     const m3_scal                                  sc = carve_scal((float *)(smem + Ly.scal));
     float *                                        ecm = sc.sig + (kC + 1);
@@ -282,13 +288,14 @@ __global__ void __launch_bounds__(kThreads) portable_output_kernel(const m3_fwd_
     const int LK = P.Kp + cfg<MODE>::PAD, LP = kC + cfg<MODE>::PAD, LV = kTV + cfg<MODE>::PAD;
     const int LF = kC + 4;
 
-    const int      w = blockIdx.x, h = blockIdx.y, p0 = blockIdx.z * kTV;
+    const int      p0 = vt * kTV;
     const m3_chunk ch = P.chunks[w];
     const int      L = ch.len, g = h / P.G;
+    const bool     finals = !FIX && ch.last; /* the final k / v states (the fix leaves them as they are) */
     chunk_scalars(P, ch, h, sc);
     for (int i = threadIdx.x; i < kC; i += blockDim.x) ecm[i] = i < L ? expf(sc.cm[i]) : 0.0f;
     chunk_theta(P, ch, w, h, sc.dtv, th);
-    prep_qk<MODE>(P, ch, h, th, qh, ql, ks, ks_lo, LK, nullptr, ch.last && blockIdx.z == 0 && P.fin_k.present);
+    prep_qk<MODE>(P, ch, h, th, qh, ql, ks, ks_lo, LK, nullptr, finals && vt == 0 && P.fin_k.present);
     /* d_i = q̃_i·k̃_i (unrotated, biased), one warp per token, a fixed reduction order */
     {
         const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -333,8 +340,22 @@ __global__ void __launch_bounds__(kThreads) portable_output_kernel(const m3_fwd_
         scr[i * LF + pp] *= ecm[i];
     }
     __syncthreads();
-    /* Y += P (i × j) · V (j × p) */
-    block_gemm<MODE, true, true>(scr, LF, ph, pl, LP, vs, nullptr, LV, kC, kTV, kC, true);
+    if constexpr (FIX) {
+        /* Y += Σ_{j≤i} P_ij·v_j: the terms of later tokens are never formed */
+        for (int o = threadIdx.x; o < L * kTV; o += blockDim.x) {
+            const int i = o / kTV, pp = o - (o / kTV) * kTV;
+            float     y = scr[i * LF + pp];
+            for (int j = 0; j <= i; ++j) {
+                const float pij = SP ? from_t(ph[i * LP + j]) + from_t(pl[i * LP + j]) : from_t(ph[i * LP + j]);
+                y = fmaf(pij, from_t(vs[j * LV + pp]), y);
+            }
+            scr[i * LF + pp] = y;
+        }
+        __syncthreads();
+    } else {
+        /* Y += P (i × j) · V (j × p) */
+        block_gemm<MODE, true, true>(scr, LF, ph, pl, LP, vs, nullptr, LV, kC, kTV, kC, true);
+    }
     /* epilogue: gate, store; the final v state from the last token */
     for (int o = threadIdx.x; o < L * kTV; o += blockDim.x) {
         const int i = o / kTV, pp = o - (o / kTV) * kTV, p = p0 + pp;
@@ -346,7 +367,40 @@ __global__ void __launch_bounds__(kThreads) portable_output_kernel(const m3_fwd_
             y *= zv * sigmoidf(zv);
         }
         st4(P.out, ch.row, t, h, p, y);
-        if (ch.last && i == L - 1 && P.fin_v.present) st3(P.fin_v, ch.seq, h, p, ld4(P.v, ch.row, t, h, p));
+        if (finals && i == L - 1 && P.fin_v.present) st3(P.fin_v, ch.seq, h, p, ld4(P.v, ch.row, t, h, p));
+    }
+    /* the mark for the fix: a non-finite Y (the gate adds none that the fix would change), in a loop
+     * of its own so that the epilogue keeps its registers */
+    if (!FIX)
+        for (int o = threadIdx.x; o < L * kTV; o += blockDim.x) {
+            const int i = o / kTV, pp = o - (o / kTV) * kTV;
+            if (p0 + pp < P.V && !isfinite(scr[i * LF + pp])) {
+                mark_nonfinite(P);
+                break;
+            }
+        }
+}
+
+template <int MODE>
+__global__ void __launch_bounds__(kThreads) portable_output_kernel(const m3_fwd_args P) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    output_block<MODE, false>(P, smem, blockIdx.x, blockIdx.y, blockIdx.z);
+}
+
+/* The non-finite fix: kFixBlocks blocks walk the (chunk, head, V tile) triples; a marked pair's
+ * tiles are recomputed (output_block<FIX>), the others cost one load of the mark. A small grid,
+ * because every block holds the output kernel's shared memory: a block per triple would take many
+ * waves of blocks that only read their mark. */
+const int kFixBlocks = 256;
+template <int MODE>
+__global__ void __launch_bounds__(kThreads) portable_fix_kernel(const m3_fwd_args P, long long W, int VT) {
+    extern __shared__ __align__(128) unsigned char smem[];
+    const long long total = W * P.H * VT;
+    for (long long o = blockIdx.x; o < total; o += gridDim.x) {
+        const long long wh = o / VT;
+        if (P.nonfinite[wh] == 0) continue; /* uniform over the block */
+        output_block<MODE, true>(P, smem, (int)(wh / P.H), (int)(wh % P.H), (int)(o - wh * VT));
+        __syncthreads(); /* the next triple rewrites the shared memory */
     }
 }
 
@@ -373,6 +427,21 @@ ssm_status launch_mode(ssm_context * ctx, const char * op, const m3_fwd_args & P
     return SSM_STATUS_OK;
 }
 
+template <int MODE>
+ssm_status launch_fix_mode(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W) {
+    const out_smem<MODE> Lo(P.Kp, P.A);
+    const int            VT = (P.V + kTV - 1) / kTV;
+    const long long      total = W * P.H * VT;
+    SSM_FORWARD_IF_ERROR(
+        ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute",
+                         cudaFuncSetAttribute(portable_fix_kernel<MODE>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                              (int)Lo.total)));
+    const unsigned blocks = (unsigned)(total < kFixBlocks ? total : kFixBlocks);
+    portable_fix_kernel<MODE><<<blocks, kThreads, Lo.total, ssmi_cuda_stream(ctx)>>>(P, W, VT);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "portable_fix_kernel launch");
+    return SSM_STATUS_OK;
+}
+
 } /* namespace */
 
 ssm_status launch_portable(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W, int mode) {
@@ -380,6 +449,15 @@ ssm_status launch_portable(ssm_context * ctx, const char * op, const m3_fwd_args
         case M_F16: return launch_mode<M_F16>(ctx, op, P, W);
         case M_BF16: return launch_mode<M_BF16>(ctx, op, P, W);
         default: return launch_mode<M_F32>(ctx, op, P, W);
+    }
+}
+
+ssm_status launch_nonfinite_fix(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W, int mode) {
+    if (W <= 0 || P.H <= 0 || P.V <= 0 || P.nonfinite == nullptr) return SSM_STATUS_OK;
+    switch (mode) {
+        case M_F16: return launch_fix_mode<M_F16>(ctx, op, P, W);
+        case M_BF16: return launch_fix_mode<M_BF16>(ctx, op, P, W);
+        default: return launch_fix_mode<M_F32>(ctx, op, P, W);
     }
 }
 

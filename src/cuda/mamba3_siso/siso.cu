@@ -12,13 +12,17 @@
  *   2. the entry of the selection table below: the chunk state contributions (V×K, fp32, and the
  *      chunk's c_last) into the workspace, the state pass (S_enter of every chunk, the final ssm
  *      state; or both at once, the chained state), the outputs (and the final k / v states from a
- *      sequence's last chunk);
- *   3. the final k / v states of empty sequences.
+ *      sequence's last chunk), every output kernel marking the (chunk, head) pairs where it stores a
+ *      non-finite value;
+ *   3. the non-finite fix: the marked pairs' outputs recomputed without the products' masked-out
+ *      terms (0·v of a later token is NaN), so that a non-finite input reaches only the outputs the
+ *      formula gives it (portable.cu); unmarked blocks exit at once;
+ *   4. the final k / v states of empty sequences.
  * No decay exponent is clamped: e^{c_i−c_j} is evaluated as written. Any strides (stride 0 too,
  * e.g. angles broadcast over heads) and any float dtype per tensor: every load goes through the
  * strides and converts, with faster loads where a layout allows them. Limits: K ≤ 256
  * (UNSUPPORTED beyond), H ≤ 65535, sequences ≤ 65535. Results are bitwise identical across runs
- * (no atomics, fixed summation orders).
+ * (no float atomics, fixed summation orders; the marks are integer ORs).
  *
  * Selection. Each operator has one table: an ordered list of entries {name, why, applies, pays,
  * launch}. applies says whether the entry can run the problem on the current device (dtype,
@@ -159,9 +163,9 @@ ssm_status plan_fwd(ssm_context * ctx, const char * op, const ssmi_mamba3_dims *
 }
 
 /* Workspace: chunks | segs | lastcum (W,H) | theta0 (W,H,A) | states (W,H,V,K) | prep (W,H,
- * prep_floats(A), the entries that run chunk_prep_kernel). */
+ * prep_floats(A), the entries that run chunk_prep_kernel) | the non-finite marks (W,H ints). */
 struct fwd_ws {
-    size_t chunks, segs, lastcum, theta0, states, prep, prep_bytes, total;
+    size_t chunks, segs, lastcum, theta0, states, prep, prep_bytes, marks, total;
 };
 fwd_ws fwd_ws_layout(const ssmi_mamba3_dims * d, const m3_plan * pl, int fused, bool prep) {
     fwd_ws       l;
@@ -180,6 +184,8 @@ fwd_ws fwd_ws_layout(const ssmi_mamba3_dims * d, const m3_plan * pl, int fused, 
     l.prep = o;
     l.prep_bytes = prep ? align128(sizeof(float) * WH * (size_t)prep_floats((int)d->nangles)) : 0;
     o += l.prep_bytes;
+    l.marks = o;
+    o += align128(sizeof(int) * WH);
     l.total = o;
     return l;
 }
@@ -396,10 +402,17 @@ ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims
     P.lastcum = (float *)(ws + l.lastcum);
     P.theta0 = io.fused ? (float *)(ws + l.theta0) : nullptr;
     P.prep = l.prep_bytes > 0 ? (float *)(ws + l.prep) : nullptr;
+    P.nonfinite = (int *)(ws + l.marks);
     if (io.fused && P.A > 0) SSM_FORWARD_IF_ERROR(launch_angles(ctx, op, P, pl->W, mode));
-    if (pl->W > 0)
+    if (pl->W > 0) {
+        /* the entry's output kernels mark the (chunk, head) pairs with a non-finite output; the fix
+         * recomputes those without the products' 0·v of later tokens */
+        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
+            ctx, op, "cudaMemsetAsync (non-finite marks)",
+            cudaMemsetAsync(P.nonfinite, 0, sizeof(int) * (size_t)pl->W * (size_t)d->nheads, s)));
         SSM_FORWARD_IF_ERROR(e->launch(ctx, op, P, pl->W, mode));
-    else /* no tokens: the pass carries the initial states to the finals */
+        SSM_FORWARD_IF_ERROR(launch_nonfinite_fix(ctx, op, P, pl->W, mode));
+    } else /* no tokens: the pass carries the initial states to the finals */
         SSM_FORWARD_IF_ERROR(launch_pass(ctx, op, P));
     if (P.fin_k.present || P.fin_v.present) SSM_FORWARD_IF_ERROR(launch_empty(ctx, op, P));
     return SSM_STATUS_OK;

@@ -176,8 +176,17 @@ struct m3_fwd_args {
     float *          lastcum; /* (W, H) c_last of each chunk                                     */
     float *          theta0;  /* (W, H, A) combined op: chunk angle sums, then θ entering        */
     float *          prep;    /* (W, H, prep_floats(A)) chunk_prep_kernel's slots, or NULL      */
+    int *            nonfinite; /* (W, H): set to 1 where an output kernel stores a non-finite value */
     m3_out           out, fin_ssm, fin_k, fin_v, fin_ang;
 };
+
+/* The output kernels' mark (grid: blockIdx.x = chunk, blockIdx.y = head): the (chunk, head) holds a
+ * non-finite output, so launch_nonfinite_fix recomputes it. Called at the store of such a value (no
+ * flag is carried through the epilogues' loops, whose registers are tight); an integer OR, the same
+ * bits whatever the order. */
+__device__ __forceinline__ void mark_nonfinite(const m3_fwd_args & P) {
+    if (P.nonfinite != nullptr) atomicOr(P.nonfinite + (long long)blockIdx.x * P.H + blockIdx.y, 1);
+}
 
 __device__ __forceinline__ float ld2(const ssmi_cu_view & t, long long i0, long long i1) {
     return ssmi_cu_ld(t.p, t.dtype, i0 * t.s[0] + i1 * t.s[1]);
@@ -360,6 +369,11 @@ ssm_status launch_angles(ssm_context * ctx, const char * op, const m3_fwd_args &
 ssm_status launch_chunk_prep(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W, int mode);
 /* portable.cu: state contributions, the pass, outputs. */
 ssm_status launch_portable(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W, int mode);
+/* portable.cu, after any entry's outputs: the outputs of the (chunk, head) pairs marked in
+ * P.nonfinite, recomputed with the causal sum Σ_{j≤i} P_ij·v_j formed term by term (the products
+ * over the whole chunk multiply the masked-out terms by 0, and 0 times a non-finite v of a later
+ * token is NaN in an earlier token's output). Unmarked blocks exit at once. */
+ssm_status launch_nonfinite_fix(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W, int mode);
 /* state_mma.cu: the state contributions by mma.sync; prep: the scalars and θ from P.prep. */
 ssm_status launch_state_mma(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W, int mode,
                             bool prep);

@@ -456,8 +456,8 @@ __device__ __forceinline__ const typename cfg<MODE>::T * v_tile_at(const unsigne
 
 /* The shared-memory epilogue of the output kernels on NT column tiles of 8 from column cbase of
  * this warp's rows ri0, ri1: + (D + γ_i·d_i)·v_i, the gate, the output staged over z in zs (each
- * thread reads and writes only its own pairs); then the final v state (block-uniform; v is exact
- * in T). v is read from vt as v_tile_at (VSWZ: the wgmma kernel's swizzled tile). */
+ * thread reads and writes only its own pairs), marking a non-finite one (mark_nonfinite); then the
+ * final v state (block-uniform; v is exact in T). v is read from vt as v_tile_at (VSWZ: the wgmma kernel's swizzled tile). */
 template <int MODE, bool VSWZ, int NT>
 __device__ __forceinline__ void staged_epilogue(const m3_fwd_args & P, const m3_chunk & ch, int h, int p0, int L,
                                                 const float (&y)[8][4], const unsigned char * vt,
@@ -483,6 +483,7 @@ __device__ __forceinline__ void staged_epilogue(const m3_fwd_args & P, const m3_
                 v0 *= silu_fast(zz.x);
                 v1 *= silu_fast(zz.y);
             }
+            if (!isfinite(v0) || !isfinite(v1)) mark_nonfinite(P);
             *reinterpret_cast<uint32_t *>(&zrow[pc]) = t2<MODE>::pack(v0, v1);
         }
     }
