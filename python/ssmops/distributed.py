@@ -96,9 +96,29 @@ def _state_dtype(t):
     return torch.float64 if t.dtype == torch.float64 else torch.float32
 
 
-def _exchange(summary, group):
-    """All-gathers every rank's flat summary (batch, n): returns (world, batch, n)."""
-    return _AllGather.apply(summary, group)
+def _exchange(piece, nstate, start, leave, group):
+    """The state entering this rank's piece, from one all-gather of every rank's summary.
+
+    `piece` is this rank's summary, a tuple of tensors (batch, H, ...): its first `nstate`
+    fields are the state its piece leaves when entered from a zero state, the others what
+    `leave(state, piece) -> state` needs besides (decays ...). `start` is the state before the
+    whole sequence (rank 0 only; None = zeros). Rank 0 sends its true final state instead of
+    the zero-start one (start folded in), so every rank folds the pieces before its own, in
+    rank order, from zeros."""
+    _, rank = world(group)
+    head = tuple(piece[:nstate]) if start is None else tuple(leave(start, piece))
+    sent = head + tuple(piece[nstate:])
+    batch, heads = piece[0].shape[:2]
+    shapes = [t.shape[2:] for t in sent]
+    sizes = [int(math.prod(sh)) for sh in shapes]
+    flat = torch.cat([t.reshape(batch, heads, -1) for t in sent], dim=2)
+    gathered = _AllGather.apply(flat, group)                   # (world, batch, H, sum(sizes))
+    state = tuple(start) if start is not None else tuple(torch.zeros_like(t) for t in piece[:nstate])
+    for j in range(rank):
+        fields = [f.reshape(batch, heads, *sh) for f, sh in zip(gathered[j].split(sizes, dim=2), shapes)]
+        state = leave(state, fields)
+    # rank 0's state does not read `gathered`: _After makes its backward join the collective
+    return (_After.apply(state[0], gathered),) + tuple(state[1:])
 
 
 def _no_packing(name, other, packing):
@@ -124,6 +144,12 @@ def _processed_dt(dt, dt_bias, dt_softplus, dt_limit_lo, dt_limit_hi):
     if dt_softplus:
         v = F.softplus(v, beta=1, threshold=20)
     return v.clamp(float(dt_limit_lo), float(dt_limit_hi))
+
+
+def _mamba2_leave(state, piece):
+    """The state after a piece entered with `state`: S_out = decay·S_in + S_loc."""
+    s_loc, decay = piece[0], piece[1]
+    return (decay[:, :, None, None] * state[0] + s_loc,)
 
 
 def mamba2_scan(x, dt, a, b, c, d=None, z=None, dt_bias=None, initial_states=None, final_states=None,
@@ -161,20 +187,9 @@ def mamba2_scan(x, dt, a, b, c, d=None, z=None, dt_bias=None, initial_states=Non
     w = torch.exp(cum * a.to(torch.float64)).to(sdt)               # (batch, S_r, H)
     decay = w[:, -1]                                                # (batch, H)
 
-    # 2. exchange: rank 0 sends its true final state (the initial state folded in), the others
-    # their zero-start state; each combines the pieces before its own in rank order
-    start = initial_states.to(sdt) if initial_states is not None else None
-    mine = s_loc if start is None else s_loc + decay[:, :, None, None] * start
-    flat = torch.cat([mine.reshape(batch, heads, p * nstate), decay[:, :, None]], dim=2)
-    gathered = _exchange(flat.reshape(batch, -1), group).reshape(n, batch, heads, p * nstate + 1)
-    states = gathered[..., :p * nstate].reshape(n, batch, heads, p, nstate)
-    decays = gathered[..., p * nstate]
-    s_in = torch.zeros(batch, heads, p, nstate, dtype=sdt, device=x.device)
-    for j in range(rank):
-        s_in = decays[j][:, :, None, None] * s_in + states[j]
-    if start is not None:
-        s_in = s_in + start
-    s_in = _After.apply(s_in, gathered)
+    # 2. the state entering this piece: (S_loc, decay) of every rank, folded in rank order
+    start = (initial_states.to(sdt),) if initial_states is not None else None
+    (s_in,) = _exchange((s_loc, decay), 1, start, _mamba2_leave, group)
 
     # 3. the entering state's part of y: w_t · (S_in · C_t), per group of heads
     s_g = s_in.reshape(batch, groups, heads // groups, p, nstate)
@@ -184,5 +199,110 @@ def mamba2_scan(x, dt, a, b, c, d=None, z=None, dt_bias=None, initial_states=Non
     out = out.to(x.dtype)
     if not want_final:
         return out
-    final = decay[:, :, None, None] * s_in + s_loc
-    return out, final
+    return out, _mamba2_leave((s_in,), (s_loc, decay))[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Mamba-3 SISO
+
+TWO_PI = 2 * math.pi
+
+
+def _rotate(x, theta):
+    """R(θ)·x on the last axis (docs/ops/mamba3_siso.md §1.3): interleaved pairs (2i, 2i+1)
+    rotated by +θ_i for i < A = theta.shape[-1], the other dimensions unchanged."""
+    npairs = theta.shape[-1]
+    if npairs == 0:
+        return x
+    pairs = x[..., :2 * npairs].reshape(*x.shape[:-1], npairs, 2)
+    x0, x1 = pairs[..., 0], pairs[..., 1]
+    cos, sin = torch.cos(theta), torch.sin(theta)
+    turned = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).reshape(*x.shape[:-1], 2 * npairs)
+    return torch.cat((turned, x[..., 2 * npairs:]), dim=-1)
+
+
+def _siso_leave(state, piece):
+    """The four states after a piece entered with `state` = (θ, S, k̂, v). The piece from a
+    zero state left (φ, S_loc, k̂_loc, v_last); entered with θ its k̂ are turned by θ, so
+        H_in  = S + c0·v k̂ᵀ                    (the first token's pending term, c0 = dt_0·(1 − λ_0))
+        S_out = decay·H_in + S_loc·R(θ)ᵀ        (S_loc's rows turned by θ)
+        θ_out = wrap(θ + φ),  k̂_out = R(θ)·k̂_loc,  v_out = v_last."""
+    angle, ssm, k, v = state
+    phi, s_loc, k_loc, v_last, decay, c0 = piece
+    h_in = ssm + c0[:, :, None, None] * v[:, :, :, None] * k[:, :, None, :]
+    s_out = decay[:, :, None, None] * h_in + _rotate(s_loc, angle[:, :, None, :])
+    return torch.remainder(angle + phi, TWO_PI), s_out, _rotate(k_loc, angle), v_last
+
+
+def _siso_local(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, chunk_size, ctx):
+    """This piece from zero states, without the gate: the pre-gate output y_loc, the summary
+    (φ, S_loc, k̂_loc, v_last, decay, c0) and what the correction needs (the decay e^{cs_t} and
+    the cumulative angle φ_t from the piece's start, float64)."""
+    sdt = _state_dtype(v)
+    y_loc, s_loc, k_loc = ssmops.autograd.mamba3_siso(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d=d,
+                                                      final_ssm_state=True, final_k_state=True,
+                                                      chunk_size=int(chunk_size), ctx=ctx)
+    cs = torch.cumsum(adt.to(torch.float64), dim=2)                                    # (batch, H, S_r)
+    dt64 = dt.to(torch.float64)
+    omega = math.pi * torch.tanh(angles.to(torch.float64)) * dt64.permute(0, 2, 1)[..., None]
+    phi = torch.cumsum(omega, dim=1)                                                    # (batch, S_r, H, A)
+    c0 = dt64[:, :, 0] * (1 - torch.sigmoid(trap[:, :, 0].to(torch.float64)))
+    piece = (torch.remainder(phi[:, -1], TWO_PI).to(sdt), s_loc.to(sdt), k_loc.to(sdt), v[:, -1].to(sdt),
+             torch.exp(cs[:, :, -1]).to(sdt), c0.to(sdt))
+    return y_loc, piece, (cs, phi)
+
+
+def _siso_output(y_loc, aux, state, piece, q, q_bias, z):
+    """y = y_loc + e^{cs_t}·H_in·q̂_t with q̂_t = R(θ_in + φ_t)·(q_t + q_bias) (every other term
+    of the piece's output depends on relative angles only), then the gate."""
+    cs, phi = aux
+    angle, ssm, k, v = state
+    c0 = piece[5]
+    sdt = ssm.dtype
+    heads = q_bias.shape[0]
+    h_in = ssm + c0[:, :, None, None] * v[:, :, :, None] * k[:, :, None, :]
+    q_t = q.to(sdt).repeat_interleave(heads // q.shape[2], dim=2) + q_bias.to(sdt)       # (batch, S_r, H, K)
+    theta = torch.remainder(angle.to(torch.float64)[:, None] + phi, TWO_PI).to(sdt)
+    q_hat = _rotate(q_t, theta)
+    corr = torch.einsum("bthk,bhvk->bthv", q_hat, h_in)
+    y = y_loc.to(sdt) + torch.exp(cs).to(sdt).permute(0, 2, 1)[..., None] * corr
+    return y * F.silu(z.to(sdt)) if z is not None else y
+
+
+SISO_STATES = ("angle_state", "ssm_state", "k_state", "v_state")
+SISO_FINALS = ("final_angle_state", "final_ssm_state", "final_k_state", "final_v_state")
+
+
+def mamba3_siso(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d=None, z=None, angle_state=None, ssm_state=None,
+                k_state=None, v_state=None, final_angle_state=None, final_ssm_state=None, final_k_state=None,
+                final_v_state=None, chunk_size=64, ctx=None, group=None, **other):
+    """The sequence-sharded ssmops.autograd.mamba3_siso: q/k (batch, S_r, Hq, K), v/z (batch,
+    S_r, H, V), angles (batch, S_r, H, A) and adt/dt/trap (batch, H, S_r) are this rank's
+    piece of the sequence (rank order = sequence order; each at least one token); q_bias,
+    k_bias, d the shared parameters. The four initial states are those before the whole
+    sequence (all four or none, rank 0 only). Each final_*=True returns the state after this
+    rank's piece (on the last rank: the sequence's), in the order of the operator. Returns
+    out (batch, S_r, H, V) in v's dtype, then the final states asked for."""
+    _no_packing("mamba3_siso", other, ("cu_seqlens", "initial_state_indices", "final_state_indices"))
+    given = (angle_state, ssm_state, k_state, v_state)
+    wanted = [f is True for f in (final_angle_state, final_ssm_state, final_k_state, final_v_state)]
+    if any(s is None for s in given) and any(s is not None for s in given):
+        raise ValueError("ssmops.distributed.mamba3_siso: give the four initial states together or none")
+    n, rank = world(group)
+    if n == 1:
+        finals = {f: True if w else None for f, w in zip(SISO_FINALS, wanted)}
+        return ssmops.autograd.mamba3_siso(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d=d, z=z,
+                                           **dict(zip(SISO_STATES, given)), **finals,
+                                           chunk_size=int(chunk_size), ctx=ctx)
+    if angle_state is not None and rank != 0:
+        raise ValueError("ssmops.distributed.mamba3_siso: the initial states are those before the whole sequence; "
+                         "give them on rank 0 only (rank %d got them)" % rank)
+    sdt = _state_dtype(v)
+    y_loc, piece, aux = _siso_local(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, chunk_size, ctx)
+    start = tuple(s.to(sdt) for s in given) if angle_state is not None else None
+    state = _exchange(piece, 4, start, _siso_leave, group)
+    out = _siso_output(y_loc, aux, state, piece, q, q_bias, z).to(y_loc.dtype)
+    if not any(wanted):
+        return out
+    finals = _siso_leave(state, piece)
+    return (out,) + tuple(f for f, w in zip(finals, wanted) if w)

@@ -167,6 +167,55 @@ class Mamba2(Case):
         return (res[0], res[1:]) if final else (res, ())
 
 
+class Mamba3Siso(Case):
+    token_dims = {"q": 1, "k": 1, "v": 1, "z": 1, "angles": 1, "adt": 2, "dt": 2, "trap": 2}
+    shared = ("q_bias", "k_bias", "d")
+    states = ("angle_state", "ssm_state", "k_state", "v_state")
+    finals = ("final_angle_state", "final_ssm_state", "final_k_state", "final_v_state")
+    periodic = ("final_angle_state",)
+
+    def make(self, g):
+        o = self.options
+        B, S, H, Hq, K, V, A = 2, sum(LENGTHS[2]), 4, o.get("hq", 2), 6, 3, o.get("pairs", 2)
+        t = {"q": _randn(g, B, S, Hq, K), "k": _randn(g, B, S, Hq, K), "v": _randn(g, B, S, H, V),
+             "adt": -_rand(g, B, H, S, lo=0.05, hi=0.5), "dt": _rand(g, B, H, S, lo=0.1, hi=0.8),
+             "trap": _randn(g, B, H, S), "q_bias": _randn(g, H, K, scale=0.5), "k_bias": _randn(g, H, K, scale=0.5),
+             "angles": _randn(g, B, S, H, A)}
+        if o.get("d"):
+            t["d"] = _randn(g, H)
+        if o.get("z"):
+            t["z"] = _randn(g, B, S, H, V)
+        if o.get("init"):
+            t.update(angle_state=_rand(g, B, H, A, lo=0.0, hi=6.0), ssm_state=_randn(g, B, H, V, K),
+                     k_state=_randn(g, B, H, K), v_state=_randn(g, B, H, V))
+        return t
+
+    def probe_shapes(self, base):
+        return {"out": base["v"].shape}
+
+    def final_shapes(self, base):
+        B, _, H, V = base["v"].shape
+        K, A = base["q"].shape[3], base["angles"].shape[3]
+        return [(B, H, A), (B, H, V, K), (B, H, K), (B, H, V)]
+
+    def call(self, module, t, final):
+        kw = {k: t[k] for k in ("d", "z") + self.states if k in t}
+        want = True if final else None
+        res = module.mamba3_siso(t["q"], t["k"], t["v"], t["adt"], t["dt"], t["trap"], t["q_bias"], t["k_bias"],
+                                 t["angles"], final_angle_state=want, final_ssm_state=want, final_k_state=want,
+                                 final_v_state=want, chunk_size=4, **kw)
+        return (res[0], res[1:]) if final else (res, ())
+
+
+SISO_CASES = [
+    # D, z, the four initial states, GQA (2 V-heads per Q/K head), 2 of 3 pairs rotated
+    (torch.float64, dict(d=True, z=True, init=True)),
+    # fp32 on the CPU backend: every pair rotated, one Q/K head per V-head
+    (torch.float32, dict(hq=4, pairs=3, d=True)),
+    (torch.float32, dict(d=True, z=True, init=True)),
+]
+
+
 MAMBA2_CASES = [
     # everything: D per head, z, dt_bias, softplus, a dt_limit that clamps, initial states, 2 groups
     (torch.float64, dict(d="per_head", z=True, dt_bias=True, softplus=True, limit=(0.05, 0.9), init=True)),
@@ -176,28 +225,50 @@ MAMBA2_CASES = [
 ]
 
 
-def _worker(rank, n, init_file, which):
+CASES = [(Mamba2, dt, o) for dt, o in MAMBA2_CASES] + [(Mamba3Siso, dt, o) for dt, o in SISO_CASES]
+
+
+def _worker(rank, n, init_file):
     torch.set_num_threads(1)
+    # a collective that waits for a rank that never comes fails after the timeout, not hangs
     dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=n,
                             timeout=datetime.timedelta(seconds=60))
     try:
-        for i, (cls, dtype, options) in enumerate(CASES[which]):
+        for i, (cls, dtype, options) in enumerate(CASES):
             cls(dtype, 100 * i + 7, **options).check(rank, n)
     finally:
         dist.destroy_process_group()
 
 
-CASES = {"mamba2": [(Mamba2, dt, o) for dt, o in MAMBA2_CASES]}
-
-
-def _spawn(n, which, tmp_path):
-    init_file = str(tmp_path / "init")
-    mp.spawn(_worker, args=(n, init_file, which), nprocs=n, join=True)
-
-
 @pytest.mark.parametrize("n", [2, 3, 4])
-def test_mamba2_sharded(n, tmp_path):
-    _spawn(n, "mamba2", tmp_path)
+def test_sharded_equals_one_process(n, tmp_path):
+    """Every case of MAMBA2_CASES and SISO_CASES on n processes (one spawn: starting a process
+    that imports torch costs more than the cases)."""
+    mp.spawn(_worker, args=(n, str(tmp_path / "init")), nprocs=n, join=True)
+
+
+def test_siso_piece_is_affine_in_its_entering_state():
+    """What the sharded SISO relies on, checked on the operator alone (float64 reference): a
+    piece entered with any states (θ, S, k̂, v) has the output of the same piece run from zero
+    states plus e^{cs_t}·H_in·R(θ + φ_t)·q̃_t, and leaves the states that _siso_leave composes
+    from its zero-start summary."""
+    case = Mamba3Siso(torch.float64, 11, d=True, z=True, init=True)
+    t = case.inputs()
+    with ssmops.Context(backend="ref", threads=1):
+        out, *finals = ssmops.mamba3_siso(t["q"], t["k"], t["v"], t["adt"], t["dt"], t["trap"], t["q_bias"],
+                                          t["k_bias"], t["angles"], d=t["d"], z=t["z"],
+                                          **{s: t[s] for s in case.states}, final_angle_state=True,
+                                          final_ssm_state=True, final_k_state=True, final_v_state=True, chunk_size=4)
+        y_loc, piece, aux = sd._siso_local(t["q"], t["k"], t["v"], t["adt"], t["dt"], t["trap"], t["q_bias"],
+                                           t["k_bias"], t["angles"], t["d"], 4, None)
+    state = tuple(t[s] for s in case.states)
+    _close("out", sd._siso_output(y_loc, aux, state, piece, t["q"], t["q_bias"], t["z"]), out, torch.float64)
+    for name, got, want in zip(case.finals, sd._siso_leave(state, piece), finals):
+        _close(name, got, want, torch.float64, periodic=name in case.periodic)
+    # and the entering state matters: without it the output is far off
+    zero = tuple(torch.zeros_like(s) for s in state)
+    wrong = sd._siso_output(y_loc, aux, zero, piece, t["q"], t["q_bias"], t["z"])
+    assert float((wrong - out).norm() / out.norm()) > 1e-2
 
 
 def test_world_of_one_is_the_plain_call():
