@@ -306,3 +306,53 @@ def mamba3_siso(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d=None, z=None, 
         return out
     finals = _siso_leave(state, piece)
     return (out,) + tuple(f for f, w in zip(finals, wanted) if w)
+
+
+# ---------------------------------------------------------------------------------------------
+# the causal conv1d of a Mamba-2 layer: a halo of W − 1 inputs
+
+def causal_conv1d(x, weight, bias=None, initial_states=None, final_states=None, activation=1, ctx=None, group=None,
+                  **other):
+    """The sequence-sharded ssmops.autograd.causal_conv1d: x (batch, D, S_r) is this rank's
+    piece (each at least one token); weight (D, W) and bias (D) shared. A rank's conv reads the
+    W − 1 inputs before its piece (its halo): one all-gather of every rank's last W − 1 inputs
+    (shorter pieces padded, with a row of flags saying which columns are real), then each rank
+    takes the last W − 1 real inputs before its own. initial_states (batch, D, W − 1) are the
+    inputs before the whole sequence: rank 0 only. final_states=True returns the last W − 1
+    inputs up to the end of this rank's piece."""
+    _no_packing("causal_conv1d", other, ("seq_idx", "cu_seqlens", "initial_state_indices", "final_state_indices"))
+    n, rank = world(group)
+    halo = weight.shape[1] - 1
+    want_final = final_states is True
+    if n == 1 or halo == 0:
+        return ssmops.autograd.causal_conv1d(x, weight, bias=bias, initial_states=initial_states,
+                                             final_states=True if want_final else None, activation=int(activation),
+                                             ctx=ctx)
+    if initial_states is not None and rank != 0:
+        raise ValueError("ssmops.distributed.causal_conv1d: initial_states are the inputs before the whole "
+                         "sequence; give them on rank 0 only (rank %d got them)" % rank)
+    batch, dim, length = x.shape
+    # rank 0 sends the last W − 1 inputs of (initial states, x): all real; the others their own
+    # last min(S_r, W − 1) inputs, left-padded with zeros
+    if rank == 0:
+        before = initial_states if initial_states is not None else x.new_zeros(batch, dim, halo)
+        tail = torch.cat((before.to(x.dtype), x), dim=2)[:, :, -halo:]
+        real = halo
+    else:
+        real = min(length, halo)
+        tail = torch.cat((x.new_zeros(batch, dim, halo - real), x[:, :, length - real:]), dim=2)
+    flags = torch.zeros(batch, 1, halo, dtype=x.dtype, device=x.device)
+    flags[:, :, halo - real:] = 1
+    gathered = _AllGather.apply(torch.cat((tail, flags), dim=1), group)     # (world, batch, D + 1, W − 1)
+    counts = [int(c) for c in gathered[:, 0, dim].sum(dim=1).tolist()]
+    state = gathered[0, :, :dim]
+    for j in range(1, rank):
+        state = torch.cat((state, gathered[j, :, :dim, halo - counts[j]:]), dim=2)[:, :, -halo:]
+    if rank == 0:
+        state = before
+    state = _After.apply(state, gathered)
+    out = ssmops.autograd.causal_conv1d(x, weight, bias=bias, initial_states=state, activation=int(activation),
+                                        ctx=ctx)
+    if not want_final:
+        return out
+    return out, torch.cat((state, x), dim=2)[:, :, -halo:]

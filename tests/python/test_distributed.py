@@ -6,7 +6,8 @@ against the float64 reference within the fp32 bars of DESIGN §5. Pieces are une
 them a single token, and span several chunks."""
 import datetime
 import math
-import os
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -19,7 +20,10 @@ dist = pytest.importorskip("torch.distributed")
 pytestmark = pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()),
                                 reason="torch.distributed with the gloo backend is not available in this torch")
 
-from ssmops import distributed as sd  # noqa: E402  (after the skip: it needs torch)
+from ssmops import compat, distributed as sd  # noqa: E402  (after the skip: they need torch)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "python"))
+import mamba2_block  # noqa: E402
 
 # piece lengths per world size: uneven, one single-token piece, 23 tokens in all
 LENGTHS = {2: [7, 16], 3: [9, 1, 13], 4: [5, 8, 3, 7]}
@@ -124,8 +128,10 @@ class Case:
         dim = self.token_dims.get(name)
         return t if dim is None else t.narrow(dim, lo, hi - lo)
 
+    out_dim = 1            # the output's sequence axis
+
     def _cut_out(self, t, lo, hi):
-        return t.narrow(1, lo, hi - lo)
+        return t.narrow(self.out_dim, lo, hi - lo)
 
 
 class Mamba2(Case):
@@ -216,6 +222,35 @@ SISO_CASES = [
 ]
 
 
+class Conv1d(Case):
+    token_dims = {"x": 2}
+    out_dim = 2
+    shared = ("weight", "bias")
+    states = ("initial_states",)
+    finals = ("final_states",)
+
+    def make(self, g):
+        o = self.options
+        B, D, S, W = 2, 5, sum(LENGTHS[2]), o.get("width", 4)
+        t = {"x": _randn(g, B, D, S), "weight": _randn(g, D, W), "bias": _randn(g, D)}
+        if o.get("init"):
+            t["initial_states"] = _randn(g, B, D, W - 1)
+        return t
+
+    def probe_shapes(self, base):
+        return {"out": base["x"].shape}
+
+    def final_shapes(self, base):
+        (B, D, _), W = base["x"].shape, base["weight"].shape[1]
+        return [(B, D, W - 1)]
+
+    def call(self, module, t, final):
+        kw = {k: t[k] for k in self.states if k in t}
+        res = module.causal_conv1d(t["x"], t["weight"], bias=t["bias"], final_states=True if final else None,
+                                   activation=self.options.get("activation", 1), **kw)
+        return (res[0], res[1:]) if final else (res, ())
+
+
 MAMBA2_CASES = [
     # everything: D per head, z, dt_bias, softplus, a dt_limit that clamps, initial states, 2 groups
     (torch.float64, dict(d="per_head", z=True, dt_bias=True, softplus=True, limit=(0.05, 0.9), init=True)),
@@ -225,7 +260,62 @@ MAMBA2_CASES = [
 ]
 
 
-CASES = [(Mamba2, dt, o) for dt, o in MAMBA2_CASES] + [(Mamba3Siso, dt, o) for dt, o in SISO_CASES]
+CONV1D_CASES = [
+    # W − 1 = 3 inputs of halo: a 1-token piece takes its halo from two ranks
+    (torch.float64, dict(init=True)),
+    (torch.float32, dict(width=3, activation=0)),
+]
+
+CASES = ([(Mamba2, dt, o) for dt, o in MAMBA2_CASES] + [(Mamba3Siso, dt, o) for dt, o in SISO_CASES] +
+         [(Conv1d, dt, o) for dt, o in CONV1D_CASES])
+
+
+def _mamba2_block(block, u, conv, scan):
+    """examples/python/mamba2_block.py's forward with the conv and the scan given (the plain or
+    the sharded ones)."""
+    batch, seqlen, _ = u.shape
+    z, xbc, dt = torch.split(block.in_proj(u), [block.d_inner, block.d_inner + 2 * block.ngroups * block.d_state,
+                                                block.nheads], dim=-1)
+    xbc = conv(xbc.transpose(1, 2).contiguous(), block.conv_weight, bias=block.conv_bias, activation=1)
+    x, b, c = torch.split(xbc.transpose(1, 2), [block.d_inner, block.ngroups * block.d_state,
+                                                block.ngroups * block.d_state], dim=-1)
+    y = scan(x.reshape(batch, seqlen, block.nheads, block.headdim).contiguous(), dt.contiguous(),
+             -torch.exp(block.A_log), b.reshape(batch, seqlen, block.ngroups, block.d_state).contiguous(),
+             c.reshape(batch, seqlen, block.ngroups, block.d_state).contiguous(), d=block.D, dt_bias=block.dt_bias,
+             chunk_size=block.chunk_size, dt_softplus=1)
+    y = compat.rmsnorm_fn(y.reshape(batch, seqlen, block.d_inner), block.norm_weight, None, z=z, eps=1e-5,
+                          norm_before_gate=False)
+    return block.out_proj(y)
+
+
+def _check_mamba2_block(rank, n):
+    """A whole Mamba-2 block (in_proj, conv1d with its halo, scan, gated RMSNorm, out_proj) in
+    float64 on the reference backend: the sharded block's output and the gradients of its input
+    and of every parameter (all-reduced) are those of the block on the whole sequence."""
+    lengths = [4 * m for m in LENGTHS[n]]
+    lo, hi = sum(lengths[:rank]), sum(lengths[:rank + 1])
+    torch.manual_seed(5)
+    block = mamba2_block.Mamba2Block(d_model=16, d_state=8, headdim=4, ngroups=2, chunk_size=8).double()
+    u = torch.randn(2, sum(lengths), 16, dtype=torch.float64)
+    probe = torch.randn(2, sum(lengths), 16, dtype=torch.float64)
+    with ssmops.Context(backend="ref", threads=1):
+        u_ref = u.clone().requires_grad_(True)
+        out_ref = block(u_ref)
+        plain = _mamba2_block(block, u, ssmops.autograd.causal_conv1d, ssmops.autograd.mamba2_scan)
+        _close("block: the mirrored forward", plain, out_ref, torch.float64)
+        (out_ref * probe).sum().backward()
+        grads_ref = {k: p.grad.clone() for k, p in block.named_parameters()}
+        block.zero_grad()
+        u_mine = u[:, lo:hi].clone().requires_grad_(True)
+        out = _mamba2_block(block, u_mine, sd.causal_conv1d, sd.mamba2_scan)
+        (out * probe[:, lo:hi]).sum().backward()
+    tag = "Mamba-2 block rank %d/%d" % (rank, n)
+    _close(tag + " out", out, out_ref[:, lo:hi], torch.float64)
+    _close(tag + " du", u_mine.grad, u_ref.grad[:, lo:hi], torch.float64)
+    for k, p in block.named_parameters():
+        grad = p.grad.clone()
+        dist.all_reduce(grad)
+        _close(tag + " d" + k, grad, grads_ref[k], torch.float64)
 
 
 def _worker(rank, n, init_file):
@@ -236,13 +326,14 @@ def _worker(rank, n, init_file):
     try:
         for i, (cls, dtype, options) in enumerate(CASES):
             cls(dtype, 100 * i + 7, **options).check(rank, n)
+        _check_mamba2_block(rank, n)
     finally:
         dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_sharded_equals_one_process(n, tmp_path):
-    """Every case of MAMBA2_CASES and SISO_CASES on n processes (one spawn: starting a process
+    """Every case of MAMBA2_CASES, SISO_CASES and CONV1D_CASES, then a Mamba-2 block, on n processes (one spawn: starting a process
     that imports torch costs more than the cases)."""
     mp.spawn(_worker, args=(n, str(tmp_path / "init")), nprocs=n, join=True)
 
