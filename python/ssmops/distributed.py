@@ -5,8 +5,9 @@ Each rank holds a contiguous piece of every sequence (rank 0 the first tokens) a
 
     out = ssmops.distributed.mamba2_scan(x, dt, a, b, c, d=d, z=z, dt_bias=bias, dt_softplus=1)
 
-with the same keywords as ssmops.autograd.mamba2_scan on its piece. A rank's piece maps the
-state entering it to the state leaving it linearly, so per call each rank
+with the same keywords as ssmops.autograd.mamba2_scan on its piece (likewise mamba3_siso, and
+causal_conv1d, whose halo of W − 1 inputs comes from the ranks before). A rank's piece maps
+the state entering it to the state leaving it affinely, so per call each rank
 
 1. runs the operator on its piece from a zero state, without the gate: the pre-gate output
    y_loc and the piece's own final state (its summary), in one pass;
