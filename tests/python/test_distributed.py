@@ -4,8 +4,10 @@ gradient (per-token inputs on their piece; shared parameters summed over the ran
 on the reference backend (exact up to the order of float64 sums), float32 on the CPU backend
 against the float64 reference within the fp32 bars of DESIGN §5. Pieces are uneven, one of
 them a single token, and span several chunks."""
+import copy
 import datetime
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -45,7 +47,7 @@ def _rand(g, *shape, lo=0.0, hi=1.0):
 
 
 def _close(name, got, want, dtype, periodic=False):
-    got, want = got.detach().to(torch.float64), want.detach().to(torch.float64)
+    got, want = got.detach().cpu().to(torch.float64), want.detach().cpu().to(torch.float64)
     assert got.shape == want.shape, (name, got.shape, want.shape)
     diff = got - want
     if periodic:  # angles: equal modulo 2π
@@ -75,7 +77,7 @@ class Case:
         full = self.make(_gen(self.seed))
         return {k: v.to(self.dtype).to(torch.float64) for k, v in full.items()}  # rounded once
 
-    def check(self, rank, n):
+    def check(self, rank, n, device="cpu"):
         lengths = LENGTHS[n]
         bounds = [sum(lengths[:i]) for i in range(n + 1)]
         lo, hi = bounds[rank], bounds[rank + 1]
@@ -104,12 +106,13 @@ class Case:
         for k, v in base.items():
             if k in self.states and rank != 0:
                 continue
-            mine[k] = self._cut(k, v, lo, hi).to(self.dtype).clone().requires_grad_(True)
-        with ssmops.Context(backend=BACKEND[self.dtype], threads=1):
+            mine[k] = self._cut(k, v, lo, hi).to(self.dtype).to(device).clone().requires_grad_(True)
+        with ssmops.Context(backend=BACKEND[self.dtype] if device == "cpu" else "cuda", threads=1):
             out, fin = self.call(sd, mine, final=True)
             assert out.dtype == self.dtype
-            probe_mine = self._cut_out(probe["out"], lo, hi).to(out.dtype)
-            loss = (out * probe_mine).sum() + sum((f * w.to(f.dtype)).sum() for f, w in zip(fin, finals_w[rank]))
+            probe_mine = self._cut_out(probe["out"], lo, hi).to(out.dtype).to(device)
+            loss = (out * probe_mine).sum() + sum((f * w.to(f.dtype).to(device)).sum()
+                                                  for f, w in zip(fin, finals_w[rank]))
             loss.backward()
 
         tag = "%s rank %d/%d" % (type(self).__name__, rank, n)
@@ -288,54 +291,77 @@ def _mamba2_block(block, u, conv, scan):
     return block.out_proj(y)
 
 
-def _check_mamba2_block(rank, n):
-    """A whole Mamba-2 block (in_proj, conv1d with its halo, scan, gated RMSNorm, out_proj) in
-    float64 on the reference backend: the sharded block's output and the gradients of its input
-    and of every parameter (all-reduced) are those of the block on the whole sequence."""
+def _check_mamba2_block(rank, n, dtype, device):
+    """A whole Mamba-2 block (in_proj, conv1d with its halo, scan, gated RMSNorm, out_proj)
+    sharded in `dtype` on `device`: its output and the gradients of its input and of every
+    parameter (all-reduced) against the block on the whole sequence in float64 on the
+    reference backend (the same float32-rounded parameters and input)."""
     lengths = [4 * m for m in LENGTHS[n]]
     lo, hi = sum(lengths[:rank]), sum(lengths[:rank + 1])
     torch.manual_seed(5)
-    block = mamba2_block.Mamba2Block(d_model=16, d_state=8, headdim=4, ngroups=2, chunk_size=8).double()
-    u = torch.randn(2, sum(lengths), 16, dtype=torch.float64)
+    block = mamba2_block.Mamba2Block(d_model=16, d_state=8, headdim=4, ngroups=2, chunk_size=8)
+    u = torch.randn(2, sum(lengths), 16)
     probe = torch.randn(2, sum(lengths), 16, dtype=torch.float64)
+    ref_block, mine = copy.deepcopy(block).double(), copy.deepcopy(block).to(dtype).to(device)
     with ssmops.Context(backend="ref", threads=1):
-        u_ref = u.clone().requires_grad_(True)
-        out_ref = block(u_ref)
-        plain = _mamba2_block(block, u, ssmops.autograd.causal_conv1d, ssmops.autograd.mamba2_scan)
+        u_ref = u.double().requires_grad_(True)
+        out_ref = ref_block(u_ref)
+        plain = _mamba2_block(ref_block, u.double(), ssmops.autograd.causal_conv1d, ssmops.autograd.mamba2_scan)
         _close("block: the mirrored forward", plain, out_ref, torch.float64)
         (out_ref * probe).sum().backward()
-        grads_ref = {k: p.grad.clone() for k, p in block.named_parameters()}
-        block.zero_grad()
-        u_mine = u[:, lo:hi].clone().requires_grad_(True)
-        out = _mamba2_block(block, u_mine, sd.causal_conv1d, sd.mamba2_scan)
-        (out * probe[:, lo:hi]).sum().backward()
-    tag = "Mamba-2 block rank %d/%d" % (rank, n)
-    _close(tag + " out", out, out_ref[:, lo:hi], torch.float64)
-    _close(tag + " du", u_mine.grad, u_ref.grad[:, lo:hi], torch.float64)
-    for k, p in block.named_parameters():
+    with ssmops.Context(backend=BACKEND[dtype] if device == "cpu" else "cuda", threads=1):
+        u_mine = u[:, lo:hi].to(dtype).to(device).requires_grad_(True)
+        out = _mamba2_block(mine, u_mine, sd.causal_conv1d, sd.mamba2_scan)
+        (out * probe[:, lo:hi].to(dtype).to(device)).sum().backward()
+    tag = "Mamba-2 block %s rank %d/%d" % (device, rank, n)
+    _close(tag + " out", out, out_ref[:, lo:hi], dtype)
+    _close(tag + " du", u_mine.grad, u_ref.grad[:, lo:hi], dtype)
+    refs = dict(ref_block.named_parameters())
+    for k, p in mine.named_parameters():
         grad = p.grad.clone()
         dist.all_reduce(grad)
-        _close(tag + " d" + k, grad, grads_ref[k], torch.float64)
+        _close(tag + " d" + k, grad, refs[k].grad, dtype)
 
 
-def _worker(rank, n, init_file):
+def _worker(rank, n, init_file, device="cpu"):
     torch.set_num_threads(1)
+    if device == "cuda":
+        torch.cuda.set_device(rank)
     # a collective that waits for a rank that never comes fails after the timeout, not hangs
-    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=n,
-                            timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group("gloo" if device == "cpu" else "nccl", init_method="file://" + init_file, rank=rank,
+                            world_size=n, timeout=datetime.timedelta(seconds=60))
     try:
         for i, (cls, dtype, options) in enumerate(CASES):
-            cls(dtype, 100 * i + 7, **options).check(rank, n)
-        _check_mamba2_block(rank, n)
+            if device == "cpu" or dtype == torch.float32:
+                cls(dtype, 100 * i + 7, **options).check(rank, n, device)
+        for dtype in (torch.float64, torch.float32) if device == "cpu" else (torch.float32,):
+            _check_mamba2_block(rank, n, dtype, device)
     finally:
         dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_sharded_equals_one_process(n, tmp_path):
-    """Every case of MAMBA2_CASES, SISO_CASES and CONV1D_CASES, then a Mamba-2 block, on n processes (one spawn: starting a process
-    that imports torch costs more than the cases)."""
+    """Every case of MAMBA2_CASES, SISO_CASES and CONV1D_CASES, then the Mamba-2 block in float64
+    and float32, on n processes (one spawn: starting a process that imports torch costs more
+    than the cases)."""
     mp.spawn(_worker, args=(n, str(tmp_path / "init")), nprocs=n, join=True)
+
+
+def _two_gpus():
+    try:
+        return (torch.cuda.is_available() and torch.cuda.device_count() >= 2 and dist.is_nccl_available()
+                and ssmops.cuda_device_count() >= 2)
+    except (AttributeError, OSError):
+        return False
+
+
+@pytest.mark.skipif(not _two_gpus(), reason="needs 2 CUDA devices, torch with NCCL and ssmops built with CUDA")
+def test_sharded_on_two_gpus_over_nccl(tmp_path):
+    """The float32 cases and the Mamba-2 block on 2 GPUs over NCCL (CUDA backend) against the
+    float64 reference on the CPU."""
+    os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # the GPU machine's notes: no NVLink multicast
+    mp.spawn(_worker, args=(2, str(tmp_path / "init"), "cuda"), nprocs=2, join=True)
 
 
 def test_siso_piece_is_affine_in_its_entering_state():
