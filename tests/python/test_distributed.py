@@ -323,6 +323,24 @@ def _check_mamba2_block(rank, n, dtype, device):
         _close(tag + " d" + k, grad, refs[k].grad, dtype)
 
 
+def _check_rank_rules():
+    """Initial states are the state before the whole sequence: another rank than 0 giving them
+    is an error (raised before any collective)."""
+    x, dt, a, b = torch.zeros(1, 4, 2, 3), torch.zeros(1, 4, 2), torch.zeros(2), torch.zeros(1, 4, 1, 4)
+    with pytest.raises(ValueError, match="rank 0 only"):
+        sd.mamba2_scan(x, dt, a, b, b, initial_states=torch.zeros(1, 2, 3, 4))
+    with pytest.raises(ValueError, match="rank 0 only"):
+        sd.causal_conv1d(torch.zeros(1, 3, 4), torch.zeros(3, 4), initial_states=torch.zeros(1, 3, 3))
+    q, v, s = torch.zeros(1, 4, 1, 4), torch.zeros(1, 4, 2, 3), torch.zeros(1, 2, 4)
+    states = dict(angle_state=torch.zeros(1, 2, 1), ssm_state=torch.zeros(1, 2, 3, 4), k_state=torch.zeros(1, 2, 4),
+                  v_state=torch.zeros(1, 2, 3))
+    with pytest.raises(ValueError, match="rank 0 only"):
+        sd.mamba3_siso(q, q, v, s, s, s, torch.zeros(2, 4), torch.zeros(2, 4), torch.zeros(1, 4, 2, 1), **states)
+    with pytest.raises(ValueError, match="together"):
+        sd.mamba3_siso(q, q, v, s, s, s, torch.zeros(2, 4), torch.zeros(2, 4), torch.zeros(1, 4, 2, 1),
+                       angle_state=states["angle_state"])
+
+
 def _worker(rank, n, init_file, device="cpu"):
     torch.set_num_threads(1)
     if device == "cuda":
@@ -336,6 +354,8 @@ def _worker(rank, n, init_file, device="cpu"):
                 cls(dtype, 100 * i + 7, **options).check(rank, n, device)
         for dtype in (torch.float64, torch.float32) if device == "cpu" else (torch.float32,):
             _check_mamba2_block(rank, n, dtype, device)
+        if rank == 1:
+            _check_rank_rules()
     finally:
         dist.destroy_process_group()
 
@@ -386,6 +406,23 @@ def test_siso_piece_is_affine_in_its_entering_state():
     zero = tuple(torch.zeros_like(s) for s in state)
     wrong = sd._siso_output(y_loc, aux, zero, piece, t["q"], t["q_bias"], t["z"])
     assert float((wrong - out).norm() / out.norm()) > 1e-2
+
+
+def test_mamba2_fold_is_the_state_passing_operator():
+    """docs/distributed.md: the rank-order fold of the summaries is ssm_mamba2_state_passing's
+    recurrence with one chunk per rank (da_chunk_cumsum = log decay)."""
+    g = _gen(21)
+    R, B, H, P, N = 4, 2, 3, 4, 5
+    s_loc, log_decay, init = _randn(g, R, B, H, P, N), -_rand(g, R, B, H), _randn(g, B, H, P, N)
+    with ssmops.Context(backend="ref", threads=1):
+        states_in, final = ssmops.mamba2_state_passing(s_loc.permute(1, 0, 2, 3, 4).contiguous(),
+                                                       log_decay.permute(1, 2, 0).contiguous(), initial_states=init,
+                                                       final_states=True)
+    state = (init,)
+    for r in range(R):
+        _close("state entering piece %d" % r, state[0], states_in[:, r], torch.float64)
+        state = sd._mamba2_leave(state, (s_loc[r], log_decay[r].exp()))
+    _close("final state", state[0], final, torch.float64)
 
 
 def test_world_of_one_is_the_plain_call():
