@@ -5,9 +5,10 @@ Each rank holds a contiguous piece of every sequence (rank 0 the first tokens) a
 
     out = ssmops.distributed.mamba2_scan(x, dt, a, b, c, d=d, z=z, dt_bias=bias, dt_softplus=1)
 
-with the same keywords as ssmops.autograd.mamba2_scan on its piece (likewise mamba3_siso, and
-causal_conv1d, whose halo of W − 1 inputs comes from the ranks before). A rank's piece maps
-the state entering it to the state leaving it affinely, so per call each rank
+with the same keywords as ssmops.autograd.mamba2_scan on its piece (likewise mamba3_siso,
+mamba3_mimo, and causal_conv1d, whose halo of W − 1 inputs comes from the ranks before). A
+rank's piece maps the state entering it to the state leaving it affinely, so per call each
+rank
 
 1. runs the operator on its piece from a zero state, without the gate: the pre-gate output
    y_loc and the piece's own final state (its summary), in one pass;
@@ -357,3 +358,119 @@ def causal_conv1d(x, weight, bias=None, initial_states=None, final_states=None, 
     if not want_final:
         return out
     return out, torch.cat((state, x), dim=2)[:, :, -halo:]
+
+
+# ---------------------------------------------------------------------------------------------
+# Mamba-3 MIMO
+
+def _rotate_halves(x, theta):
+    """Rot(θ)·x on the last axis (docs/ops/mamba3_mimo.md §1.2): column a paired with column
+    a + N/2 and the pair rotated by +θ_a for a < A = theta.shape[-1]; the rest unchanged."""
+    npairs, half = theta.shape[-1], x.shape[-1] // 2
+    if npairs == 0:
+        return x
+    x0, x1 = x[..., :npairs], x[..., half:half + npairs]
+    cos, sin = torch.cos(theta), torch.sin(theta)
+    return torch.cat((x0 * cos - x1 * sin, x[..., npairs:half], x0 * sin + x1 * cos, x[..., half + npairs:]), dim=-1)
+
+
+def _mimo_pending(state, c0, mimo_v):
+    """H_in = S + c0·Σ_r (v ⊙ mimo_v[h,r]) ⊗ k̂_r, P-major (P, N): the entering state with the
+    previous token's second-step term (docs/ops/mamba3_mimo.md §1.5)."""
+    _, ssm, k, v = state
+    u = v[:, :, None, :] * mimo_v[None]                                       # (batch, H, R, P)
+    return ssm + c0[:, :, None, None] * torch.einsum("bhrp,bhrn->bhpn", u, k)
+
+
+def _mimo_leave(state, piece, mimo_v):
+    """The four states after a piece entered with `state` = (θ, S, k̂, v), with k̂ (batch, H,
+    R, N) here (head before rank), from the piece's zero-start summary (φ, S_loc, k̂_loc,
+    v_last, decay, c0): as SISO's, with the split-halves rotation and the ranks' lifted v."""
+    angle = state[0]
+    phi, s_loc, k_loc, v_last, decay, c0 = piece
+    h_in = _mimo_pending(state, c0, mimo_v)
+    turn = angle[:, :, None, :]
+    return (torch.remainder(angle + phi, TWO_PI), decay[:, :, None, None] * h_in + _rotate_halves(s_loc, turn),
+            _rotate_halves(k_loc, turn), v_last)
+
+
+MIMO_PARAMS = ("chunk_size", "rotary_dim_divisor", "fuse_pregate_norm", "norm_eps")
+
+
+def mamba3_mimo(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, angles, mimo_z=None, mimo_o=None, d=None, z=None,
+                outproj_norm_weight=None, angle_state=None, ssm_state=None, k_state=None, v_state=None,
+                final_angle_state=None, final_ssm_state=None, final_k_state=None, final_v_state=None, ctx=None,
+                group=None, **other):
+    """The sequence-sharded ssmops.autograd.mamba3_mimo: q/k (batch, S_r, R, G, N), v/z
+    (batch, S_r, H, P), angles (batch, S_r, H, A) and adt/dt/trap (batch, H, S_r) are this
+    rank's piece (rank order = sequence order; each at least one token); the biases, mimo_*,
+    d and outproj_norm_weight are shared. The four initial states are those before the whole
+    sequence (all four or none, rank 0 only). Params (chunk_size, rotary_dim_divisor,
+    fuse_pregate_norm, norm_eps) as the operator's. The operator runs on the piece without
+    its output stage (per-rank pre-gate y); the entering state's part, the gate, the fused
+    norm and the rank reduction are torch ops. Returns out, then the final states asked for."""
+    params = {k_: other.pop(k_) for k_ in MIMO_PARAMS if k_ in other}
+    _no_packing("mamba3_mimo", other, ("cu_seqlens", "initial_state_indices", "final_state_indices"))
+    given = (angle_state, ssm_state, k_state, v_state)
+    wanted = [f is True for f in (final_angle_state, final_ssm_state, final_k_state, final_v_state)]
+    if any(s is None for s in given) and any(s is not None for s in given):
+        raise ValueError("ssmops.distributed.mamba3_mimo: give the four initial states together or none")
+    n, rank = world(group)
+    if n == 1:
+        finals = {f: True if w else None for f, w in zip(SISO_FINALS, wanted)}
+        return ssmops.autograd.mamba3_mimo(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, angles, mimo_z=mimo_z,
+                                           mimo_o=mimo_o, d=d, z=z, outproj_norm_weight=outproj_norm_weight,
+                                           **dict(zip(SISO_STATES, given)), **finals, **params, ctx=ctx)
+    if angle_state is not None and rank != 0:
+        raise ValueError("ssmops.distributed.mamba3_mimo: the initial states are those before the whole sequence; "
+                         "give them on rank 0 only (rank %d got them)" % rank)
+    from . import _schema
+    struct = _schema.params_struct("ssm_mamba3_mimo_params")
+    fused = int(params.get("fuse_pregate_norm", struct.fuse_pregate_norm))
+    eps = float(params.get("norm_eps", struct.norm_eps))
+    if fused and (z is None or mimo_z is None or mimo_o is None):
+        raise ValueError("ssmops.distributed.mamba3_mimo: fuse_pregate_norm needs z, mimo_z and mimo_o")
+    sdt = _state_dtype(v)
+    heads = v.shape[2]
+
+    # 1. the piece from zero states without the output stage: y (batch, S_r, R, H, P), d·u included
+    local = {k_: v_ for k_, v_ in params.items() if k_ != "fuse_pregate_norm"}
+    y_loc, s_loc, k_loc = ssmops.autograd.mamba3_mimo(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, angles, d=d,
+                                                      final_ssm_state=True, final_k_state=True, ctx=ctx, **local)
+    cs = torch.cumsum(adt.to(torch.float64), dim=2)                                     # (batch, H, S_r)
+    dt64 = dt.to(torch.float64)
+    phi = torch.cumsum(math.pi * torch.tanh(angles.to(torch.float64)) * dt64.permute(0, 2, 1)[..., None], dim=1)
+    c0 = dt64[:, :, 0] * torch.sigmoid(-trap[:, :, 0].to(torch.float64))
+    piece = (torch.remainder(phi[:, -1], TWO_PI).to(sdt), s_loc.to(sdt), k_loc.to(sdt).permute(0, 2, 1, 3),
+             v[:, -1].to(sdt), torch.exp(cs[:, :, -1]).to(sdt), c0.to(sdt))
+    lift = mimo_v.to(sdt)
+
+    def leave(state, p):
+        return _mimo_leave(state, p, lift)
+
+    # 2. the entering state
+    start = None
+    if angle_state is not None:
+        start = (angle_state.to(sdt), ssm_state.to(sdt), k_state.to(sdt).permute(0, 2, 1, 3), v_state.to(sdt))
+    state = _exchange(piece, 4, start, leave, group)
+
+    # 3. y += e^{cs_t}·H_in·Rot(θ_in + φ_t)·(q_t + q_bias), then the output stage
+    h_in = _mimo_pending(state, piece[5], lift)                                         # (batch, H, P, N)
+    q_t = q.to(sdt).repeat_interleave(heads // q.shape[3], dim=3) + q_bias.to(sdt).permute(1, 0, 2)
+    theta = torch.remainder(state[0].to(torch.float64)[:, None] + phi, TWO_PI).to(sdt)  # (batch, S_r, H, A)
+    q_hat = _rotate_halves(q_t, theta[:, :, None])
+    corr = torch.einsum("btrhn,bhpn->btrhp", q_hat, h_in)
+    y = y_loc.to(sdt) + torch.exp(cs).to(sdt).permute(0, 2, 1)[:, :, None, :, None] * corr
+    if fused:
+        w = (outproj_norm_weight.to(sdt).reshape(heads, -1) if outproj_norm_weight is not None
+             else torch.ones(heads, y.shape[-1], dtype=sdt, device=y.device))
+        y = y * torch.rsqrt(y.square().mean(dim=-1, keepdim=True) + eps) * w
+    if z is not None and mimo_z is not None:
+        y = y * F.silu(z.to(sdt)[:, :, None] * mimo_z.to(sdt).permute(1, 0, 2))
+    out = torch.einsum("btrhp,hrp->bthp", y, mimo_o.to(sdt)) if mimo_o is not None else y
+    out = out.to(y_loc.dtype)
+    if not any(wanted):
+        return out
+    fa, fs, fk, fv = leave(state, piece)
+    finals = (fa, fs, fk.permute(0, 2, 1, 3), fv)
+    return (out,) + tuple(f for f, w_ in zip(finals, wanted) if w_)

@@ -225,6 +225,55 @@ SISO_CASES = [
 ]
 
 
+class Mamba3Mimo(Case):
+    token_dims = {"q": 1, "k": 1, "v": 1, "z": 1, "angles": 1, "adt": 2, "dt": 2, "trap": 2}
+    shared = ("q_bias", "k_bias", "mimo_v", "mimo_z", "mimo_o", "d", "outproj_norm_weight")
+    states = ("angle_state", "ssm_state", "k_state", "v_state")
+    finals = ("final_angle_state", "final_ssm_state", "final_k_state", "final_v_state")
+    periodic = ("final_angle_state",)
+
+    def make(self, g):
+        o = self.options
+        B, S, H, G, R, N, P, div = 2, sum(LENGTHS[2]), 4, o.get("g", 2), 2, 8, 3, o.get("div", 4)
+        A = N // div
+        t = {"q": _randn(g, B, S, R, G, N), "k": _randn(g, B, S, R, G, N), "v": _randn(g, B, S, H, P),
+             "adt": -_rand(g, B, H, S, lo=0.05, hi=0.5), "dt": _rand(g, B, H, S, lo=0.1, hi=0.8),
+             "trap": _randn(g, B, H, S), "q_bias": _randn(g, H, R, N, scale=0.5),
+             "k_bias": _randn(g, H, R, N, scale=0.5), "mimo_v": _randn(g, H, R, P), "angles": _randn(g, B, S, H, A)}
+        if o.get("d"):
+            t["d"] = _randn(g, H)
+        if o.get("z"):
+            t.update(z=_randn(g, B, S, H, P), mimo_z=_randn(g, H, R, P))
+        if o.get("reduce"):
+            t["mimo_o"] = _randn(g, H, R, P)
+        if o.get("norm"):
+            t["outproj_norm_weight"] = _rand(g, H, P, lo=0.5, hi=1.5)
+        if o.get("init"):
+            t.update(angle_state=_rand(g, B, H, A, lo=0.0, hi=6.0), ssm_state=_randn(g, B, H, P, N),
+                     k_state=_randn(g, B, R, H, N), v_state=_randn(g, B, H, P))
+        return t
+
+    def probe_shapes(self, base):
+        B, S, H, P = base["v"].shape
+        return {"out": (B, S, H, P) if "mimo_o" in base else (B, S, base["q"].shape[2], H, P)}
+
+    def final_shapes(self, base):
+        B, _, H, P = base["v"].shape
+        R, N, A = base["q"].shape[2], base["q"].shape[4], base["angles"].shape[3]
+        return [(B, H, A), (B, H, P, N), (B, R, H, N), (B, H, P)]
+
+    def call(self, module, t, final):
+        o = self.options
+        kw = {k: t[k] for k in ("mimo_z", "mimo_o", "d", "z", "outproj_norm_weight") + self.states if k in t}
+        want = True if final else None
+        res = module.mamba3_mimo(t["q"], t["k"], t["v"], t["adt"], t["dt"], t["trap"], t["q_bias"], t["k_bias"],
+                                 t["mimo_v"], t["angles"], final_angle_state=want, final_ssm_state=want,
+                                 final_k_state=want, final_v_state=want, chunk_size=4,
+                                 rotary_dim_divisor=o.get("div", 4), fuse_pregate_norm=int(bool(o.get("norm"))),
+                                 **kw)
+        return (res[0], res[1:]) if final else (res, ())
+
+
 class Conv1d(Case):
     token_dims = {"x": 2}
     out_dim = 2
@@ -263,6 +312,13 @@ MAMBA2_CASES = [
 ]
 
 
+MIMO_CASES = [
+    # D, z with mimo_z, the rank reduction, the fused pre-gate norm, initial states, GQA, div 4
+    (torch.float64, dict(d=True, z=True, reduce=True, norm=True, init=True)),
+    # fp32 on the CPU backend: the per-rank output (no mimo_o), every pair rotated (div 2)
+    (torch.float32, dict(g=4, div=2, d=True, z=True)),
+]
+
 CONV1D_CASES = [
     # W − 1 = 3 inputs of halo: a 1-token piece takes its halo from two ranks
     (torch.float64, dict(init=True)),
@@ -270,7 +326,7 @@ CONV1D_CASES = [
 ]
 
 CASES = ([(Mamba2, dt, o) for dt, o in MAMBA2_CASES] + [(Mamba3Siso, dt, o) for dt, o in SISO_CASES] +
-         [(Conv1d, dt, o) for dt, o in CONV1D_CASES])
+         [(Mamba3Mimo, dt, o) for dt, o in MIMO_CASES] + [(Conv1d, dt, o) for dt, o in CONV1D_CASES])
 
 
 def _mamba2_block(block, u, conv, scan):
@@ -339,6 +395,10 @@ def _check_rank_rules():
     with pytest.raises(ValueError, match="together"):
         sd.mamba3_siso(q, q, v, s, s, s, torch.zeros(2, 4), torch.zeros(2, 4), torch.zeros(1, 4, 2, 1),
                        angle_state=states["angle_state"])
+    q5, bias3 = torch.zeros(1, 4, 1, 1, 4), torch.zeros(2, 1, 4)
+    mimo_states = dict(states, ssm_state=torch.zeros(1, 2, 3, 4), k_state=torch.zeros(1, 1, 2, 4))
+    with pytest.raises(ValueError, match="rank 0 only"):
+        sd.mamba3_mimo(q5, q5, v, s, s, s, bias3, bias3, torch.zeros(2, 1, 3), torch.zeros(1, 4, 2, 1), **mimo_states)
 
 
 def _worker(rank, n, init_file, device="cpu"):
@@ -362,7 +422,7 @@ def _worker(rank, n, init_file, device="cpu"):
 
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_sharded_equals_one_process(n, tmp_path):
-    """Every case of MAMBA2_CASES, SISO_CASES and CONV1D_CASES, then the Mamba-2 block in float64
+    """Every case of MAMBA2_CASES, SISO_CASES, MIMO_CASES and CONV1D_CASES, then the Mamba-2 block in float64
     and float32, on n processes (one spawn: starting a process that imports torch costs more
     than the cases)."""
     mp.spawn(_worker, args=(n, str(tmp_path / "init")), nprocs=n, join=True)
@@ -406,6 +466,36 @@ def test_siso_piece_is_affine_in_its_entering_state():
     zero = tuple(torch.zeros_like(s) for s in state)
     wrong = sd._siso_output(y_loc, aux, zero, piece, t["q"], t["q_bias"], t["z"])
     assert float((wrong - out).norm() / out.norm()) > 1e-2
+
+
+def test_mimo_piece_is_affine_in_its_entering_state():
+    """The same for MIMO (split-halves rotation, ranks, P-major state), before the output
+    stage: the per-rank pre-gate output and the four states."""
+    case = Mamba3Mimo(torch.float64, 12, d=True, init=True)
+    t = case.inputs()
+    args = [t[n] for n in ("q", "k", "v", "adt", "dt", "trap", "q_bias", "k_bias", "mimo_v", "angles")]
+    with ssmops.Context(backend="ref", threads=1):
+        out, *finals = ssmops.mamba3_mimo(*args, d=t["d"], **{s: t[s] for s in case.states}, final_angle_state=True,
+                                          final_ssm_state=True, final_k_state=True, final_v_state=True, chunk_size=4)
+        # through the sharded code's own pieces: a group of one rank entered with these states is
+        # the plain call, so check the formulas directly
+        y_loc, s_loc, k_loc = ssmops.mamba3_mimo(*args, d=t["d"], final_ssm_state=True, final_k_state=True,
+                                                 chunk_size=4)
+    cs = torch.cumsum(t["adt"], dim=2)
+    phi = torch.cumsum(math.pi * torch.tanh(t["angles"]) * t["dt"].permute(0, 2, 1)[..., None], dim=1)
+    c0 = t["dt"][:, :, 0] * torch.sigmoid(-t["trap"][:, :, 0])
+    piece = (torch.remainder(phi[:, -1], 2 * math.pi), s_loc, k_loc.permute(0, 2, 1, 3), t["v"][:, -1],
+             torch.exp(cs[:, :, -1]), c0)
+    state = (t["angle_state"], t["ssm_state"], t["k_state"].permute(0, 2, 1, 3), t["v_state"])
+    h_in = sd._mimo_pending(state, c0, t["mimo_v"])
+    H, G = t["v"].shape[2], t["q"].shape[3]
+    q_t = t["q"].repeat_interleave(H // G, dim=3) + t["q_bias"].permute(1, 0, 2)
+    q_hat = sd._rotate_halves(q_t, (state[0][:, None] + phi)[:, :, None])
+    y = y_loc + torch.exp(cs).permute(0, 2, 1)[:, :, None, :, None] * torch.einsum("btrhn,bhpn->btrhp", q_hat, h_in)
+    _close("out", y, out, torch.float64)
+    fa, fs, fk, fv = sd._mimo_leave(state, piece, t["mimo_v"])
+    for name, got, want in zip(case.finals, (fa, fs, fk.permute(0, 2, 1, 3), fv), finals):
+        _close(name, got, want, torch.float64, periodic=name in case.periodic)
 
 
 def test_mamba2_fold_is_the_state_passing_operator():
