@@ -9,6 +9,7 @@ import datetime
 import math
 import os
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -26,6 +27,7 @@ from ssmops import compat, distributed as sd  # noqa: E402  (after the skip: the
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "python"))
 import mamba2_block  # noqa: E402
+import mamba3_block  # noqa: E402
 
 # piece lengths per world size: uneven, one single-token piece, 23 tokens in all
 LENGTHS = {2: [7, 16], 3: [9, 1, 13], 4: [5, 8, 3, 7]}
@@ -347,29 +349,25 @@ def _mamba2_block(block, u, conv, scan):
     return block.out_proj(y)
 
 
-def _check_mamba2_block(rank, n, dtype, device):
-    """A whole Mamba-2 block (in_proj, conv1d with its halo, scan, gated RMSNorm, out_proj)
-    sharded in `dtype` on `device`: its output and the gradients of its input and of every
-    parameter (all-reduced) against the block on the whole sequence in float64 on the
-    reference backend (the same float32-rounded parameters and input)."""
+def _check_block(tag, block, run_sharded, rank, n, dtype, device):
+    """A whole block sharded in `dtype` on `device` (run_sharded(block, u_piece)): its output
+    and the gradients of its input and of every parameter (all-reduced) against the block on
+    the whole sequence in float64 on the reference backend (the same float32-rounded
+    parameters and input)."""
     lengths = [4 * m for m in LENGTHS[n]]
     lo, hi = sum(lengths[:rank]), sum(lengths[:rank + 1])
-    torch.manual_seed(5)
-    block = mamba2_block.Mamba2Block(d_model=16, d_state=8, headdim=4, ngroups=2, chunk_size=8)
-    u = torch.randn(2, sum(lengths), 16)
-    probe = torch.randn(2, sum(lengths), 16, dtype=torch.float64)
+    u = torch.randn(2, sum(lengths), 16, generator=_gen(6))
+    probe = torch.randn(2, sum(lengths), 16, generator=_gen(7), dtype=torch.float64)
     ref_block, mine = copy.deepcopy(block).double(), copy.deepcopy(block).to(dtype).to(device)
     with ssmops.Context(backend="ref", threads=1):
         u_ref = u.double().requires_grad_(True)
         out_ref = ref_block(u_ref)
-        plain = _mamba2_block(ref_block, u.double(), ssmops.autograd.causal_conv1d, ssmops.autograd.mamba2_scan)
-        _close("block: the mirrored forward", plain, out_ref, torch.float64)
         (out_ref * probe).sum().backward()
     with ssmops.Context(backend=BACKEND[dtype] if device == "cpu" else "cuda", threads=1):
         u_mine = u[:, lo:hi].to(dtype).to(device).requires_grad_(True)
-        out = _mamba2_block(mine, u_mine, sd.causal_conv1d, sd.mamba2_scan)
+        out = run_sharded(mine, u_mine)
         (out * probe[:, lo:hi].to(dtype).to(device)).sum().backward()
-    tag = "Mamba-2 block %s rank %d/%d" % (device, rank, n)
+    tag = "%s %s rank %d/%d" % (tag, device, rank, n)
     _close(tag + " out", out, out_ref[:, lo:hi], dtype)
     _close(tag + " du", u_mine.grad, u_ref.grad[:, lo:hi], dtype)
     refs = dict(ref_block.named_parameters())
@@ -377,6 +375,37 @@ def _check_mamba2_block(rank, n, dtype, device):
         grad = p.grad.clone()
         dist.all_reduce(grad)
         _close(tag + " d" + k, grad, refs[k].grad, dtype)
+
+
+def _check_blocks(rank, n, dtype, device):
+    """examples/python's Mamba-2 block (in_proj, conv1d with its halo, scan, gated RMSNorm,
+    out_proj; its forward mirrored with the sharded conv and scan) and Mamba-3 SISO block (its
+    own forward, with the sharded mamba3_siso in place of ssmops.autograd's)."""
+    torch.manual_seed(5)
+    block = mamba2_block.Mamba2Block(d_model=16, d_state=8, headdim=4, ngroups=2, chunk_size=8)
+    u = torch.randn(2, 12, 16, dtype=torch.float64)
+    with ssmops.Context(backend="ref", threads=1):
+        ref = copy.deepcopy(block).double()
+        _close("Mamba-2 block: the mirrored forward", _mamba2_block(ref, u, ssmops.autograd.causal_conv1d,
+                                                                    ssmops.autograd.mamba2_scan), ref(u), torch.float64)
+    _check_block("Mamba-2 block", block, lambda b, x: _mamba2_block(b, x, sd.causal_conv1d, sd.mamba2_scan),
+                 rank, n, dtype, device)
+
+    torch.manual_seed(8)
+    block = mamba3_block.Mamba3SisoBlock(d_model=16, nheads=4, headdim=4, d_state=8, nq_heads=2, angles=3,
+                                         chunk_size=8)
+    with torch.no_grad():
+        block.q_bias.normal_(0, 0.5)
+        block.k_bias.normal_(0, 0.5)
+    sharded = types.SimpleNamespace(autograd=types.SimpleNamespace(mamba3_siso=sd.mamba3_siso))
+
+    def run(b, x):
+        saved, mamba3_block.ssmops = mamba3_block.ssmops, sharded
+        try:
+            return b(x)
+        finally:
+            mamba3_block.ssmops = saved
+    _check_block("Mamba-3 SISO block", block, run, rank, n, dtype, device)
 
 
 def _check_rank_rules():
@@ -413,7 +442,7 @@ def _worker(rank, n, init_file, device="cpu"):
             if device == "cpu" or dtype == torch.float32:
                 cls(dtype, 100 * i + 7, **options).check(rank, n, device)
         for dtype in (torch.float64, torch.float32) if device == "cpu" else (torch.float32,):
-            _check_mamba2_block(rank, n, dtype, device)
+            _check_blocks(rank, n, dtype, device)
         if rank == 1:
             _check_rank_rules()
     finally:
@@ -422,9 +451,9 @@ def _worker(rank, n, init_file, device="cpu"):
 
 @pytest.mark.parametrize("n", [2, 3, 4])
 def test_sharded_equals_one_process(n, tmp_path):
-    """Every case of MAMBA2_CASES, SISO_CASES, MIMO_CASES and CONV1D_CASES, then the Mamba-2 block in float64
-    and float32, on n processes (one spawn: starting a process that imports torch costs more
-    than the cases)."""
+    """Every case of MAMBA2_CASES, SISO_CASES, MIMO_CASES and CONV1D_CASES, then the Mamba-2
+    and Mamba-3 blocks in float64 and float32, on n processes (one spawn: starting a process
+    that imports torch costs more than the cases)."""
     mp.spawn(_worker, args=(n, str(tmp_path / "init")), nprocs=n, join=True)
 
 
@@ -438,7 +467,7 @@ def _two_gpus():
 
 @pytest.mark.skipif(not _two_gpus(), reason="needs 2 CUDA devices, torch with NCCL and ssmops built with CUDA")
 def test_sharded_on_two_gpus_over_nccl(tmp_path):
-    """The float32 cases and the Mamba-2 block on 2 GPUs over NCCL (CUDA backend) against the
+    """The float32 cases and the blocks on 2 GPUs over NCCL (CUDA backend) against the
     float64 reference on the CPU."""
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # the GPU machine's notes: no NVLink multicast
     mp.spawn(_worker, args=(2, str(tmp_path / "init"), "cuda"), nprocs=2, join=True)
