@@ -1,5 +1,5 @@
 """gpu/bench_cp.py — context parallelism (ssmops.distributed) on 1 against N devices: forward +
-backward of one mamba2_scan or mamba3_siso layer on a sequence of S tokens split evenly across
+backward of one mamba2_scan, mamba3_siso or mamba3_mimo layer on a sequence of S tokens split evenly across
 the ranks. Per (op, S, world) it prints the median wall time of a forward + backward (the
 slowest rank's, after a barrier), tokens/s, the speedup over world 1, the peak memory per
 device, and two parts of the sharded time: the same piece run alone (ssmops.autograd on the
@@ -8,10 +8,11 @@ all-gather and the backward reduce-scatter, or all-reduce on gloo, of the summar
 
   mamba2  B=1 H=80 P=64 N=128 G=1 chunk 256, D, z, dt_bias, softplus (the anchor of PERF.md §5)
   siso    B=1 H=64 Hq=1 K=128 V=64 A=32 chunk 64, D, Z
+  mimo    B=1 H=16 G=1 N=P=64 R=4 chunk 16 div 4, D, z, mimo_z, mimo_o
 
 Usage (GPU machine with 2 GPUs):
     NCCL_NVLS_ENABLE=0 PYTHONPATH=python SSMOPS_LIBRARY=build/libssmops.so \\
-        python3 gpu/bench_cp.py --world 1,2 --S 32768,131072,524288 [--op mamba2,siso] [--dtype bf16]
+        python3 gpu/bench_cp.py --world 1,2 --S 32768,131072,524288 [--op mamba2,siso,mimo] [--dtype bf16]
         [--reps 3] [--json OUT]
 CPU smoke run over gloo (tiny heads): python3 gpu/bench_cp.py --device cpu --small --S 512 --world 1,2
 """
@@ -39,6 +40,8 @@ DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
 def shapes(op, small):
     if op == "mamba2":
         return dict(H=4, P=8, N=16) if small else dict(H=80, P=64, N=128)
+    if op == "mimo":
+        return dict(H=2, N=16, P=8, R=2) if small else dict(H=16, N=64, P=64, R=4)
     return dict(H=4, K=16, V=8, A=4) if small else dict(H=64, K=128, V=64, A=32)
 
 
@@ -63,6 +66,21 @@ def make(op, length, dtype, device, small, seed):
             return module.mamba2_scan(t["x"], t["dt"], t["a"], t["b"], t["c"], d=t["d"], z=t["z"],
                                       dt_bias=t["dt_bias"], chunk_size=256, dt_softplus=1)
         summary = H * (P * N + 1)
+        return t, call, summary
+    if op == "mimo":
+        H, N, P, R = s["H"], s["N"], s["P"], s["R"]
+        t = dict(q=rn(1, length, R, 1, N), k=rn(1, length, R, 1, N), v=rn(1, length, H, P),
+                 adt=ru(1, H, length, lo=-0.5, hi=-0.05, dt=torch.float32),
+                 dt=ru(1, H, length, lo=0.1, hi=0.8, dt=torch.float32), trap=rn(1, H, length, dt=torch.float32),
+                 q_bias=rn(H, R, N, scale=0.5), k_bias=rn(H, R, N, scale=0.5), mimo_v=rn(H, R, P),
+                 mimo_z=rn(H, R, P), mimo_o=rn(H, R, P), angles=rn(1, length, H, N // 4, dt=torch.float32),
+                 d=rn(H, dt=torch.float32), z=rn(1, length, H, P))
+
+        def call(module):
+            return module.mamba3_mimo(t["q"], t["k"], t["v"], t["adt"], t["dt"], t["trap"], t["q_bias"],
+                                      t["k_bias"], t["mimo_v"], t["angles"], mimo_z=t["mimo_z"], mimo_o=t["mimo_o"],
+                                      d=t["d"], z=t["z"], chunk_size=64 // R, rotary_dim_divisor=4)
+        summary = H * (P * N + R * N + P + N // 4 + 2)
         return t, call, summary
     H, K, V, A = s["H"], s["K"], s["V"], s["A"]
     t = dict(q=rn(1, length, 1, K), k=rn(1, length, 1, K), v=rn(1, length, H, V),
@@ -159,7 +177,7 @@ def worker(rank, world, init_file, args, out_file):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--op", default="mamba2,siso")
+    ap.add_argument("--op", default="mamba2,siso,mimo")
     ap.add_argument("--S", default="32768,131072,524288")
     ap.add_argument("--world", default="1,2")
     ap.add_argument("--dtype", default="bf16", choices=sorted(DTYPES))
