@@ -118,57 +118,55 @@ def timed(fn, reps, device, world):
     return statistics.median(times)
 
 
-def worker(rank, world, init_file, args, out_file):
+def measure(op, total, world, args):
+    """One (op, S, world) row on this rank (every rank calls it: it holds collectives)."""
     device = args.device
+    t, call, summary = make(op, total // world, DTYPES[args.dtype], device, args.small, seed=dist.get_rank())
+    probe = []
+
+    def step(module):
+        for v in t.values():
+            v.grad = None
+        out = call(module)
+        if not probe:
+            probe.append(torch.randn_like(out))
+        (out.float() * probe[0].float()).sum().backward()
+
     if device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    sharded = timed(lambda: step(sd), args.reps, device, world)
+    peak = torch.cuda.max_memory_allocated() if device == "cuda" else 0
+    local = timed(lambda: step(ssmops.autograd), args.reps, device, world) if world > 1 else sharded
+    comm = 0.0
+    if world > 1:
+        buf = torch.randn(1, summary, device=device)
+
+        def collectives():
+            parts = [torch.empty_like(buf) for _ in range(world)]
+            dist.all_gather(parts, buf)
+            g = torch.stack(parts)
+            if device == "cuda":
+                mine = torch.empty_like(buf)
+                dist.reduce_scatter(mine, list(g.unbind(0)))
+            else:
+                dist.all_reduce(g)
+        comm = timed(collectives, args.reps, device, world)
+    peaks = torch.tensor([float(peak)], dtype=torch.float64, device=device)
+    dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
+    return dict(op=op, S=total, world=world, ms=sharded * 1e3, tokens_per_s=total / sharded,
+                peak_gib=float(peaks) / 2 ** 30, local_ms=local * 1e3, comm_ms=comm * 1e3, summary_bytes=4 * summary)
+
+
+def worker(rank, world, init_file, args, out_file):
+    if args.device == "cuda":
         torch.cuda.set_device(rank)
     else:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // world))
-    dist.init_process_group("nccl" if device == "cuda" else "gloo", init_method="file://" + init_file, rank=rank,
-                            world_size=world, timeout=datetime.timedelta(seconds=600))
-    results = []
+    dist.init_process_group("nccl" if args.device == "cuda" else "gloo", init_method="file://" + init_file,
+                            rank=rank, world_size=world, timeout=datetime.timedelta(seconds=600))
     try:
-        for op in args.op.split(","):
-            for total in [int(v) for v in args.S.split(",")]:
-                length = total // world
-                t, call, summary = make(op, length, DTYPES[args.dtype], device, args.small, seed=rank)
-                probe = None
-
-                def step(module):
-                    nonlocal probe
-                    for v in t.values():
-                        v.grad = None
-                    out = call(module)
-                    if probe is None:
-                        probe = torch.randn_like(out)
-                    (out.float() * probe.float()).sum().backward()
-
-                if device == "cuda":
-                    torch.cuda.empty_cache()
-                    torch.cuda.reset_peak_memory_stats()
-                sharded = timed(lambda: step(sd), args.reps, device, world)
-                peak = torch.cuda.max_memory_allocated() if device == "cuda" else 0
-                local = timed(lambda: step(ssmops.autograd), args.reps, device, world) if world > 1 else sharded
-                comm = 0.0
-                if world > 1:
-                    buf = torch.randn(1, summary, device=device)
-
-                    def collectives():
-                        parts = [torch.empty_like(buf) for _ in range(world)]
-                        dist.all_gather(parts, buf)
-                        g = torch.stack(parts)
-                        if device == "cuda":
-                            mine = torch.empty_like(buf)
-                            dist.reduce_scatter(mine, list(g.unbind(0)))
-                        else:
-                            dist.all_reduce(g)
-                    comm = timed(collectives, args.reps, device, world)
-                peaks = torch.tensor([float(peak)], dtype=torch.float64, device=device)
-                dist.all_reduce(peaks, op=dist.ReduceOp.MAX)
-                results.append(dict(op=op, S=total, world=world, ms=sharded * 1e3, tokens_per_s=total / sharded,
-                                    peak_gib=float(peaks) / 2 ** 30, local_ms=local * 1e3, comm_ms=comm * 1e3,
-                                    summary_bytes=4 * summary))
-                del t, call
+        results = [measure(op, int(total), world, args) for op in args.op.split(",") for total in args.S.split(",")]
     finally:
         dist.destroy_process_group()
     if rank == 0:

@@ -66,7 +66,7 @@ class _AllGather(torch.autograd.Function):
         group = ctx.group
         _, rank = world(group)
         g = g.contiguous()
-        if dist.get_backend(group) == "nccl":
+        if g.is_cuda and "nccl" in str(dist.get_backend(group)):
             mine = torch.empty_like(g[0])
             dist.reduce_scatter(mine, list(g.unbind(0)), group=group)
         else:
