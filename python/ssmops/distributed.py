@@ -236,20 +236,27 @@ def _siso_leave(state, piece):
     return torch.remainder(angle + phi, TWO_PI), s_out, _rotate(k_loc, angle), v_last
 
 
+def _angles_from_zero(angles, dt, sdt, ctx):
+    """φ_t, the piece's cumulative angles from a zero angle state, wrapped to [0, 2π): the
+    operator's own angle cumsum (ssmops.autograd.mamba3_angle_cumsum, its θ exactly), in float32
+    at least (its output takes the rates' dtype: a bf16 θ would lose the angle)."""
+    if angles.dtype not in (torch.float32, torch.float64):
+        angles = angles.float()
+    return ssmops.autograd.mamba3_angle_cumsum(angles, dt, ctx=ctx).to(sdt)
+
+
 def _siso_local(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, chunk_size, ctx):
     """This piece from zero states, without the gate: the pre-gate output y_loc, the summary
-    (φ, S_loc, k̂_loc, v_last, decay, c0) and what the correction needs (the decay e^{cs_t} and
-    the cumulative angle φ_t from the piece's start, float64)."""
+    (φ, S_loc, k̂_loc, v_last, decay, c0) and what the correction needs (cs_t in float64 and
+    the cumulative angle φ_t from the piece's start)."""
     sdt = _state_dtype(v)
     y_loc, s_loc, k_loc = ssmops.autograd.mamba3_siso(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d=d,
                                                       final_ssm_state=True, final_k_state=True,
                                                       chunk_size=int(chunk_size), ctx=ctx)
     cs = torch.cumsum(adt.to(torch.float64), dim=2)                                    # (batch, H, S_r)
-    dt64 = dt.to(torch.float64)
-    omega = math.pi * torch.tanh(angles.to(torch.float64)) * dt64.permute(0, 2, 1)[..., None]
-    phi = torch.cumsum(omega, dim=1)                                                    # (batch, S_r, H, A)
-    c0 = dt64[:, :, 0] * (1 - torch.sigmoid(trap[:, :, 0].to(torch.float64)))
-    piece = (torch.remainder(phi[:, -1], TWO_PI).to(sdt), s_loc.to(sdt), k_loc.to(sdt), v[:, -1].to(sdt),
+    phi = _angles_from_zero(angles, dt, sdt, ctx)                                       # (batch, S_r, H, A)
+    c0 = dt[:, :, 0].to(torch.float64) * (1 - torch.sigmoid(trap[:, :, 0].to(torch.float64)))
+    piece = (phi[:, -1], s_loc.to(sdt), k_loc.to(sdt), v[:, -1].to(sdt),
              torch.exp(cs[:, :, -1]).to(sdt), c0.to(sdt))
     return y_loc, piece, (cs, phi)
 
@@ -264,8 +271,7 @@ def _siso_output(y_loc, aux, state, piece, q, q_bias, z):
     heads = q_bias.shape[0]
     h_in = ssm + c0[:, :, None, None] * v[:, :, :, None] * k[:, :, None, :]
     q_t = q.to(sdt).repeat_interleave(heads // q.shape[2], dim=2) + q_bias.to(sdt)       # (batch, S_r, H, K)
-    theta = torch.remainder(angle.to(torch.float64)[:, None] + phi, TWO_PI).to(sdt)
-    q_hat = _rotate(q_t, theta)
+    q_hat = _rotate(q_t, torch.remainder(angle[:, None] + phi, TWO_PI))
     corr = torch.einsum("bthk,bhvk->bthv", q_hat, h_in)
     y = y_loc.to(sdt) + torch.exp(cs).to(sdt).permute(0, 2, 1)[..., None] * corr
     return y * F.silu(z.to(sdt)) if z is not None else y
@@ -438,10 +444,9 @@ def mamba3_mimo(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, angles, mimo_z=N
     y_loc, s_loc, k_loc = ssmops.autograd.mamba3_mimo(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, angles, d=d,
                                                       final_ssm_state=True, final_k_state=True, ctx=ctx, **local)
     cs = torch.cumsum(adt.to(torch.float64), dim=2)                                     # (batch, H, S_r)
-    dt64 = dt.to(torch.float64)
-    phi = torch.cumsum(math.pi * torch.tanh(angles.to(torch.float64)) * dt64.permute(0, 2, 1)[..., None], dim=1)
-    c0 = dt64[:, :, 0] * torch.sigmoid(-trap[:, :, 0].to(torch.float64))
-    piece = (torch.remainder(phi[:, -1], TWO_PI).to(sdt), s_loc.to(sdt), k_loc.to(sdt).permute(0, 2, 1, 3),
+    phi = _angles_from_zero(angles, dt, sdt, ctx)                                       # (batch, S_r, H, A)
+    c0 = dt[:, :, 0].to(torch.float64) * torch.sigmoid(-trap[:, :, 0].to(torch.float64))
+    piece = (phi[:, -1], s_loc.to(sdt), k_loc.to(sdt).permute(0, 2, 1, 3),
              v[:, -1].to(sdt), torch.exp(cs[:, :, -1]).to(sdt), c0.to(sdt))
     lift = mimo_v.to(sdt)
 
@@ -457,8 +462,7 @@ def mamba3_mimo(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, angles, mimo_z=N
     # 3. y += e^{cs_t}·H_in·Rot(θ_in + φ_t)·(q_t + q_bias), then the output stage
     h_in = _mimo_pending(state, piece[5], lift)                                         # (batch, H, P, N)
     q_t = q.to(sdt).repeat_interleave(heads // q.shape[3], dim=3) + q_bias.to(sdt).permute(1, 0, 2)
-    theta = torch.remainder(state[0].to(torch.float64)[:, None] + phi, TWO_PI).to(sdt)  # (batch, S_r, H, A)
-    q_hat = _rotate_halves(q_t, theta[:, :, None])
+    q_hat = _rotate_halves(q_t, torch.remainder(state[0][:, None] + phi, TWO_PI)[:, :, None])
     corr = torch.einsum("btrhn,bhpn->btrhp", q_hat, h_in)
     y = y_loc.to(sdt) + torch.exp(cs).to(sdt).permute(0, 2, 1)[:, :, None, :, None] * corr
     if fused:
