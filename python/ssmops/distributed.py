@@ -30,6 +30,7 @@ import math
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint
 
 import ssmops
 
@@ -123,6 +124,14 @@ def _exchange(piece, nstate, start, leave, group):
     return (_After.apply(state[0], gathered),) + tuple(state[1:])
 
 
+def _recomputed(fn, *args):
+    """fn(*args), with a backward that recomputes fn from its arguments instead of keeping its
+    intermediates (torch.utils.checkpoint, non-reentrant): the correction and the gate would
+    otherwise keep several float32 tensors of the output's size per layer, more than the
+    operator keeps for the whole piece. It holds no collective, so the recomputation is local."""
+    return torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)
+
+
 def _no_packing(name, other, packing):
     """The sharded calls take one sequence per batch row with dense states: packed sequences
     and state pools are refused, unknown keywords are errors."""
@@ -154,6 +163,18 @@ def _mamba2_leave(state, piece):
     return (decay[:, :, None, None] * state[0] + s_loc,)
 
 
+def _mamba2_output(y_loc, w, c, s_in, z):
+    """y = y_loc + w_t·(S_in·C_t) (per group of heads), out = y·silu(z), in y_loc's dtype."""
+    batch, length, heads, p = y_loc.shape
+    groups, nstate = c.shape[2], c.shape[3]
+    sdt = s_in.dtype
+    s_g = s_in.reshape(batch, groups, heads // groups, p, nstate)
+    corr = torch.einsum("btgn,bgkpn->btgkp", c.to(sdt), s_g).reshape(batch, length, heads, p)
+    y = y_loc.to(sdt) + w[..., None] * corr
+    out = y * F.silu(z.to(sdt)) if z is not None else y
+    return out.to(y_loc.dtype)
+
+
 def mamba2_scan(x, dt, a, b, c, d=None, z=None, dt_bias=None, initial_states=None, final_states=None,
                 chunk_size=256, dt_softplus=0, dt_limit_lo=0.0, dt_limit_hi=math.inf, ctx=None, group=None,
                 **other):
@@ -176,8 +197,6 @@ def mamba2_scan(x, dt, a, b, c, d=None, z=None, dt_bias=None, initial_states=Non
     if initial_states is not None and rank != 0:
         raise ValueError("ssmops.distributed.mamba2_scan: initial_states is the state before the whole sequence; "
                          "give it on rank 0 only (rank %d got one)" % rank)
-    batch, length, heads, p = x.shape
-    groups, nstate = b.shape[2], b.shape[3]
     sdt = _state_dtype(x)
 
     # 1. this piece from a zero state, without the gate: pre-gate y (D term included), local state
@@ -193,12 +212,8 @@ def mamba2_scan(x, dt, a, b, c, d=None, z=None, dt_bias=None, initial_states=Non
     start = (initial_states.to(sdt),) if initial_states is not None else None
     (s_in,) = _exchange((s_loc, decay), 1, start, _mamba2_leave, group)
 
-    # 3. the entering state's part of y: w_t · (S_in · C_t), per group of heads
-    s_g = s_in.reshape(batch, groups, heads // groups, p, nstate)
-    corr = torch.einsum("btgn,bgkpn->btgkp", c.to(sdt), s_g).reshape(batch, length, heads, p)
-    y = y_loc.to(sdt) + w[..., None] * corr
-    out = y * F.silu(z.to(sdt)) if z is not None else y
-    out = out.to(x.dtype)
+    # 3. the entering state's part of y, then the gate
+    out = _recomputed(_mamba2_output, y_loc, w, c, s_in, z)
     if not want_final:
         return out
     return out, _mamba2_leave((s_in,), (s_loc, decay))[0]
@@ -263,7 +278,7 @@ def _siso_local(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, chunk_size, c
 
 def _siso_output(y_loc, aux, state, piece, q, q_bias, z):
     """y = y_loc + e^{cs_t}·H_in·q̂_t with q̂_t = R(θ_in + φ_t)·(q_t + q_bias) (every other term
-    of the piece's output depends on relative angles only), then the gate."""
+    of the piece's output depends on relative angles only), then the gate; in y_loc's dtype."""
     cs, phi = aux
     angle, ssm, k, v = state
     c0 = piece[5]
@@ -274,7 +289,8 @@ def _siso_output(y_loc, aux, state, piece, q, q_bias, z):
     q_hat = _rotate(q_t, torch.remainder(angle[:, None] + phi, TWO_PI))
     corr = torch.einsum("bthk,bhvk->bthv", q_hat, h_in)
     y = y_loc.to(sdt) + torch.exp(cs).to(sdt).permute(0, 2, 1)[..., None] * corr
-    return y * F.silu(z.to(sdt)) if z is not None else y
+    out = y * F.silu(z.to(sdt)) if z is not None else y
+    return out.to(y_loc.dtype)
 
 
 SISO_STATES = ("angle_state", "ssm_state", "k_state", "v_state")
@@ -309,7 +325,7 @@ def mamba3_siso(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d=None, z=None, 
     y_loc, piece, aux = _siso_local(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, chunk_size, ctx)
     start = tuple(s.to(sdt) for s in given) if angle_state is not None else None
     state = _exchange(piece, 4, start, _siso_leave, group)
-    out = _siso_output(y_loc, aux, state, piece, q, q_bias, z).to(y_loc.dtype)
+    out = _recomputed(_siso_output, y_loc, aux, state, piece, q, q_bias, z)
     if not any(wanted):
         return out
     finals = _siso_leave(state, piece)
@@ -400,6 +416,25 @@ def _mimo_leave(state, piece, mimo_v):
             _rotate_halves(k_loc, turn), v_last)
 
 
+def _mimo_output(y_loc, cs, phi, state, c0, lift, q, q_bias, z, mimo_z, mimo_o, norm, eps):
+    """y[t,r] = y_loc[t,r] + e^{cs_t}·H_in·Rot(θ_in + φ_t)·(q[t,r] + q_bias[r]), then the output
+    stage of docs/ops/mamba3_mimo.md §1.4 (the fused pre-gate RMSNorm when `norm` (H, P) is
+    given, the gate silu(z ⊙ mimo_z[r]), the reduction by mimo_o), in y_loc's dtype."""
+    h_in = _mimo_pending(state, c0, lift)                                               # (batch, H, P, N)
+    sdt = h_in.dtype
+    heads = h_in.shape[1]
+    q_t = q.to(sdt).repeat_interleave(heads // q.shape[3], dim=3) + q_bias.to(sdt).permute(1, 0, 2)
+    q_hat = _rotate_halves(q_t, torch.remainder(state[0][:, None] + phi, TWO_PI)[:, :, None])
+    corr = torch.einsum("btrhn,bhpn->btrhp", q_hat, h_in)
+    y = y_loc.to(sdt) + torch.exp(cs).to(sdt).permute(0, 2, 1)[:, :, None, :, None] * corr
+    if norm is not None:
+        y = y * torch.rsqrt(y.square().mean(dim=-1, keepdim=True) + eps) * norm.to(sdt)
+    if z is not None and mimo_z is not None:
+        y = y * F.silu(z.to(sdt)[:, :, None] * mimo_z.to(sdt).permute(1, 0, 2))
+    out = torch.einsum("btrhp,hrp->bthp", y, mimo_o.to(sdt)) if mimo_o is not None else y
+    return out.to(y_loc.dtype)
+
+
 MIMO_PARAMS = ("chunk_size", "rotary_dim_divisor", "fuse_pregate_norm", "norm_eps")
 
 
@@ -459,20 +494,12 @@ def mamba3_mimo(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, angles, mimo_z=N
         start = (angle_state.to(sdt), ssm_state.to(sdt), k_state.to(sdt).permute(0, 2, 1, 3), v_state.to(sdt))
     state = _exchange(piece, 4, start, leave, group)
 
-    # 3. y += e^{cs_t}·H_in·Rot(θ_in + φ_t)·(q_t + q_bias), then the output stage
-    h_in = _mimo_pending(state, piece[5], lift)                                         # (batch, H, P, N)
-    q_t = q.to(sdt).repeat_interleave(heads // q.shape[3], dim=3) + q_bias.to(sdt).permute(1, 0, 2)
-    q_hat = _rotate_halves(q_t, torch.remainder(state[0][:, None] + phi, TWO_PI)[:, :, None])
-    corr = torch.einsum("btrhn,bhpn->btrhp", q_hat, h_in)
-    y = y_loc.to(sdt) + torch.exp(cs).to(sdt).permute(0, 2, 1)[:, :, None, :, None] * corr
+    # 3. the entering state's part of y, then the output stage
+    norm = None
     if fused:
-        w = (outproj_norm_weight.to(sdt).reshape(heads, -1) if outproj_norm_weight is not None
-             else torch.ones(heads, y.shape[-1], dtype=sdt, device=y.device))
-        y = y * torch.rsqrt(y.square().mean(dim=-1, keepdim=True) + eps) * w
-    if z is not None and mimo_z is not None:
-        y = y * F.silu(z.to(sdt)[:, :, None] * mimo_z.to(sdt).permute(1, 0, 2))
-    out = torch.einsum("btrhp,hrp->bthp", y, mimo_o.to(sdt)) if mimo_o is not None else y
-    out = out.to(y_loc.dtype)
+        norm = (outproj_norm_weight.reshape(heads, -1) if outproj_norm_weight is not None
+                else torch.ones(heads, v.shape[3], dtype=sdt, device=v.device))
+    out = _recomputed(_mimo_output, y_loc, cs, phi, state, piece[5], lift, q, q_bias, z, mimo_z, mimo_o, norm, eps)
     if not any(wanted):
         return out
     fa, fs, fk, fv = leave(state, piece)
