@@ -132,6 +132,21 @@ def _recomputed(fn, *args):
     return torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)
 
 
+def _with_state_term(y_loc, z, term, *args):
+    """out = (y_loc + term(*args))·silu(z) (no gate without z), in y_loc's dtype; term(*args) is
+    the entering state's part of y, float32 (float64). The term and the gate are recomputed in
+    the backward; without z y_loc is not kept either (the sum's backward does not read it)."""
+    if z is None:
+        term_value = _recomputed(term, *args)
+        return (y_loc.to(term_value.dtype) + term_value).to(y_loc.dtype)
+
+    def gated(y_loc, z, *args):
+        term_value = term(*args)
+        sdt = term_value.dtype
+        return ((y_loc.to(sdt) + term_value) * F.silu(z.to(sdt))).to(y_loc.dtype)
+    return _recomputed(gated, y_loc, z, *args)
+
+
 def _no_packing(name, other, packing):
     """The sharded calls take one sequence per batch row with dense states: packed sequences
     and state pools are refused, unknown keywords are errors."""
@@ -163,16 +178,13 @@ def _mamba2_leave(state, piece):
     return (decay[:, :, None, None] * state[0] + s_loc,)
 
 
-def _mamba2_output(y_loc, w, c, s_in, z):
-    """y = y_loc + w_t·(S_in·C_t) (per group of heads), out = y·silu(z), in y_loc's dtype."""
-    batch, length, heads, p = y_loc.shape
-    groups, nstate = c.shape[2], c.shape[3]
-    sdt = s_in.dtype
+def _mamba2_state_term(w, c, s_in):
+    """The entering state's part of y: w_t·(S_in·C_t), per group of heads (batch, S_r, H, P)."""
+    batch, heads, p, nstate = s_in.shape
+    groups = c.shape[2]
     s_g = s_in.reshape(batch, groups, heads // groups, p, nstate)
-    corr = torch.einsum("btgn,bgkpn->btgkp", c.to(sdt), s_g).reshape(batch, length, heads, p)
-    y = y_loc.to(sdt) + w[..., None] * corr
-    out = y * F.silu(z.to(sdt)) if z is not None else y
-    return out.to(y_loc.dtype)
+    corr = torch.einsum("btgn,bgkpn->btgkp", c.to(s_in.dtype), s_g).reshape(batch, c.shape[1], heads, p)
+    return w[..., None] * corr
 
 
 def mamba2_scan(x, dt, a, b, c, d=None, z=None, dt_bias=None, initial_states=None, final_states=None,
@@ -213,7 +225,7 @@ def mamba2_scan(x, dt, a, b, c, d=None, z=None, dt_bias=None, initial_states=Non
     (s_in,) = _exchange((s_loc, decay), 1, start, _mamba2_leave, group)
 
     # 3. the entering state's part of y, then the gate
-    out = _recomputed(_mamba2_output, y_loc, w, c, s_in, z)
+    out = _with_state_term(y_loc, z, _mamba2_state_term, w, c, s_in)
     if not want_final:
         return out
     return out, _mamba2_leave((s_in,), (s_loc, decay))[0]
@@ -276,21 +288,17 @@ def _siso_local(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, chunk_size, c
     return y_loc, piece, (cs, phi)
 
 
-def _siso_output(y_loc, aux, state, piece, q, q_bias, z):
-    """y = y_loc + e^{cs_t}·H_in·q̂_t with q̂_t = R(θ_in + φ_t)·(q_t + q_bias) (every other term
-    of the piece's output depends on relative angles only), then the gate; in y_loc's dtype."""
+def _siso_state_term(aux, state, c0, q, q_bias):
+    """The entering state's part of y: e^{cs_t}·H_in·q̂_t with q̂_t = R(θ_in + φ_t)·(q_t + q_bias)
+    (every other term of the piece's output depends on relative angles only)."""
     cs, phi = aux
     angle, ssm, k, v = state
-    c0 = piece[5]
     sdt = ssm.dtype
     heads = q_bias.shape[0]
     h_in = ssm + c0[:, :, None, None] * v[:, :, :, None] * k[:, :, None, :]
     q_t = q.to(sdt).repeat_interleave(heads // q.shape[2], dim=2) + q_bias.to(sdt)       # (batch, S_r, H, K)
     q_hat = _rotate(q_t, torch.remainder(angle[:, None] + phi, TWO_PI))
-    corr = torch.einsum("bthk,bhvk->bthv", q_hat, h_in)
-    y = y_loc.to(sdt) + torch.exp(cs).to(sdt).permute(0, 2, 1)[..., None] * corr
-    out = y * F.silu(z.to(sdt)) if z is not None else y
-    return out.to(y_loc.dtype)
+    return torch.exp(cs).to(sdt).permute(0, 2, 1)[..., None] * torch.einsum("bthk,bhvk->bthv", q_hat, h_in)
 
 
 SISO_STATES = ("angle_state", "ssm_state", "k_state", "v_state")
@@ -325,7 +333,7 @@ def mamba3_siso(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d=None, z=None, 
     y_loc, piece, aux = _siso_local(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, chunk_size, ctx)
     start = tuple(s.to(sdt) for s in given) if angle_state is not None else None
     state = _exchange(piece, 4, start, _siso_leave, group)
-    out = _recomputed(_siso_output, y_loc, aux, state, piece, q, q_bias, z)
+    out = _with_state_term(y_loc, z, _siso_state_term, aux, state, piece[5], q, q_bias)
     if not any(wanted):
         return out
     finals = _siso_leave(state, piece)

@@ -488,12 +488,13 @@ def test_siso_piece_is_affine_in_its_entering_state():
         y_loc, piece, aux = sd._siso_local(t["q"], t["k"], t["v"], t["adt"], t["dt"], t["trap"], t["q_bias"],
                                            t["k_bias"], t["angles"], t["d"], 4, None)
     state = tuple(t[s] for s in case.states)
-    _close("out", sd._siso_output(y_loc, aux, state, piece, t["q"], t["q_bias"], t["z"]), out, torch.float64)
+    _close("out", sd._with_state_term(y_loc, t["z"], sd._siso_state_term, aux, state, piece[5], t["q"], t["q_bias"]),
+           out, torch.float64)
     for name, got, want in zip(case.finals, sd._siso_leave(state, piece), finals):
         _close(name, got, want, torch.float64, periodic=name in case.periodic)
     # and the entering state matters: without it the output is far off
     zero = tuple(torch.zeros_like(s) for s in state)
-    wrong = sd._siso_output(y_loc, aux, zero, piece, t["q"], t["q_bias"], t["z"])
+    wrong = sd._with_state_term(y_loc, t["z"], sd._siso_state_term, aux, zero, piece[5], t["q"], t["q_bias"])
     assert float((wrong - out).norm() / out.norm()) > 1e-2
 
 
