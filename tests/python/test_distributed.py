@@ -6,10 +6,12 @@ against the float64 reference within the fp32 bars of DESIGN §5. Pieces are une
 them a single token, and span several chunks."""
 import copy
 import datetime
+import gc
 import math
 import os
 import sys
 import types
+import weakref
 from pathlib import Path
 
 import pytest
@@ -408,6 +410,34 @@ def _check_blocks(rank, n, dtype, device):
     _check_block("Mamba-3 SISO block", block, run, rank, n, dtype, device)
 
 
+def _check_what_is_kept(rank, n):
+    """After the sharded forward, the local pre-gate output y_loc is kept for the backward only
+    where the gate needs it: without z it is freed (so the scan's activation memory is that of
+    its piece), with z it lives until the backward. The backward works in both cases."""
+    case = Mamba2(torch.float32, 31, z=True)
+    lengths = LENGTHS[n]
+    lo, hi = sum(lengths[:rank]), sum(lengths[:rank + 1])
+    t = {k: case._cut(k, v, lo, hi).float().requires_grad_(True) for k, v in case.inputs().items()}
+    plain, seen = ssmops.autograd.mamba2_scan, []
+
+    def recording(*args, **kw):
+        res = plain(*args, **kw)
+        seen.append(weakref.ref(res[0]))
+        return res
+    for gate in (None, t["z"]):
+        seen.clear()
+        ssmops.autograd.mamba2_scan = recording
+        try:
+            out = sd.mamba2_scan(t["x"], t["dt"], t["a"], t["b"], t["c"], z=gate, chunk_size=4)
+        finally:
+            ssmops.autograd.mamba2_scan = plain
+        gc.collect()
+        assert (seen[0]() is None) == (gate is None), "y_loc kept: %s, z given: %s" % (seen[0]() is not None,
+                                                                                      gate is not None)
+        out.sum().backward()
+        assert t["x"].grad is not None
+
+
 def _check_rank_rules():
     """Initial states are the state before the whole sequence: another rank than 0 giving them
     is an error (raised before any collective)."""
@@ -443,6 +473,8 @@ def _worker(rank, n, init_file, device="cpu"):
                 cls(dtype, 100 * i + 7, **options).check(rank, n, device)
         for dtype in (torch.float64, torch.float32) if device == "cpu" else (torch.float32,):
             _check_blocks(rank, n, dtype, device)
+        if device == "cpu":
+            _check_what_is_kept(rank, n)
         if rank == 1:
             _check_rank_rules()
     finally:
