@@ -132,18 +132,35 @@ def _recomputed(fn, *args):
     return torch.utils.checkpoint.checkpoint(fn, *args, use_reentrant=False)
 
 
-def _with_state_term(y_loc, z, term, *args):
-    """out = (y_loc + term(*args))·silu(z) (no gate without z), in y_loc's dtype; term(*args) is
-    the entering state's part of y, float32 (float64). The term and the gate are recomputed in
-    the backward; without z y_loc is not kept either (the sum's backward does not read it)."""
+def _local_out(like, shape):
+    """`out=` for the local pass: a float32 array for low-precision activations, so that the
+    pre-gate y_loc and its gradient are not rounded to the activation dtype (the output is
+    rounded once, at the end, as on one device); nothing (the operator's own) otherwise."""
+    if like.dtype in (torch.float32, torch.float64):
+        return {}
+    return {"out": torch.empty(shape, dtype=torch.float32, device=like.device)}
+
+
+def _widened(*ts):
+    """Low-precision tensors as float32 (others as they are). For the per-token inputs that the
+    operator and the torch side both read (dt and C; adt, dt, trap, angles and q: all small
+    next to x or v): their gradients then add up in float32 and are rounded once, as on one
+    device."""
+    return tuple(t.float() if t is not None and t.dtype in (torch.float16, torch.bfloat16) else t for t in ts)
+
+
+def _with_state_term(y_loc, z, dtype, term, *args):
+    """out = (y_loc + term(*args))·silu(z) (no gate without z), in `dtype`; term(*args) is the
+    entering state's part of y, float32 (float64). The term and the gate are recomputed in the
+    backward; without z y_loc is not kept either (the sum's backward does not read it)."""
     if z is None:
         term_value = _recomputed(term, *args)
-        return (y_loc.to(term_value.dtype) + term_value).to(y_loc.dtype)
+        return (y_loc.to(term_value.dtype) + term_value).to(dtype)
 
     def gated(y_loc, z, *args):
         term_value = term(*args)
         sdt = term_value.dtype
-        return ((y_loc.to(sdt) + term_value) * F.silu(z.to(sdt))).to(y_loc.dtype)
+        return ((y_loc.to(sdt) + term_value) * F.silu(z.to(sdt))).to(dtype)
     return _recomputed(gated, y_loc, z, *args)
 
 
@@ -210,10 +227,11 @@ def mamba2_scan(x, dt, a, b, c, d=None, z=None, dt_bias=None, initial_states=Non
         raise ValueError("ssmops.distributed.mamba2_scan: initial_states is the state before the whole sequence; "
                          "give it on rank 0 only (rank %d got one)" % rank)
     sdt = _state_dtype(x)
+    dt, c = _widened(dt, c)
 
     # 1. this piece from a zero state, without the gate: pre-gate y (D term included), local state
     y_loc, s_loc = ssmops.autograd.mamba2_scan(x, dt, a, b, c, d=d, dt_bias=dt_bias, final_states=True, ctx=ctx,
-                                               **params)
+                                               **_local_out(x, x.shape), **params)
     s_loc = s_loc.to(sdt)
     # decay from the piece's start to token t (inclusive), and over the whole piece
     cum = torch.cumsum(_processed_dt(dt, dt_bias, dt_softplus, dt_limit_lo, dt_limit_hi), dim=1)
@@ -225,7 +243,7 @@ def mamba2_scan(x, dt, a, b, c, d=None, z=None, dt_bias=None, initial_states=Non
     (s_in,) = _exchange((s_loc, decay), 1, start, _mamba2_leave, group)
 
     # 3. the entering state's part of y, then the gate
-    out = _with_state_term(y_loc, z, _mamba2_state_term, w, c, s_in)
+    out = _with_state_term(y_loc, z, x.dtype, _mamba2_state_term, w, c, s_in)
     if not want_final:
         return out
     return out, _mamba2_leave((s_in,), (s_loc, decay))[0]
@@ -279,7 +297,7 @@ def _siso_local(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, chunk_size, c
     sdt = _state_dtype(v)
     y_loc, s_loc, k_loc = ssmops.autograd.mamba3_siso(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d=d,
                                                       final_ssm_state=True, final_k_state=True,
-                                                      chunk_size=int(chunk_size), ctx=ctx)
+                                                      chunk_size=int(chunk_size), ctx=ctx, **_local_out(v, v.shape))
     cs = torch.cumsum(adt.to(torch.float64), dim=2)                                    # (batch, H, S_r)
     phi = _angles_from_zero(angles, dt, sdt, ctx)                                       # (batch, S_r, H, A)
     c0 = dt[:, :, 0].to(torch.float64) * (1 - torch.sigmoid(trap[:, :, 0].to(torch.float64)))
@@ -330,10 +348,11 @@ def mamba3_siso(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d=None, z=None, 
         raise ValueError("ssmops.distributed.mamba3_siso: the initial states are those before the whole sequence; "
                          "give them on rank 0 only (rank %d got them)" % rank)
     sdt = _state_dtype(v)
+    q, adt, dt, trap, angles = _widened(q, adt, dt, trap, angles)
     y_loc, piece, aux = _siso_local(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, chunk_size, ctx)
     start = tuple(s.to(sdt) for s in given) if angle_state is not None else None
     state = _exchange(piece, 4, start, _siso_leave, group)
-    out = _with_state_term(y_loc, z, _siso_state_term, aux, state, piece[5], q, q_bias)
+    out = _with_state_term(y_loc, z, v.dtype, _siso_state_term, aux, state, piece[5], q, q_bias)
     if not any(wanted):
         return out
     finals = _siso_leave(state, piece)
@@ -365,23 +384,24 @@ def causal_conv1d(x, weight, bias=None, initial_states=None, final_states=None, 
                          "sequence; give them on rank 0 only (rank %d got them)" % rank)
     batch, dim, length = x.shape
     # rank 0 sends the last W − 1 inputs of (initial states, x): all real; the others their own
-    # last min(S_r, W − 1) inputs, left-padded with zeros
+    # last min(S_r, W − 1) inputs, left-padded with zeros; in float32 at least (exact for the
+    # activation dtypes, and gloo has no bf16 collectives)
+    sdt = _state_dtype(x)
     if rank == 0:
-        before = initial_states if initial_states is not None else x.new_zeros(batch, dim, halo)
-        tail = torch.cat((before.to(x.dtype), x), dim=2)[:, :, -halo:]
+        before = initial_states.to(x.dtype) if initial_states is not None else x.new_zeros(batch, dim, halo)
+        tail = torch.cat((before, x), dim=2)[:, :, -halo:]
         real = halo
     else:
         real = min(length, halo)
         tail = torch.cat((x.new_zeros(batch, dim, halo - real), x[:, :, length - real:]), dim=2)
-    flags = torch.zeros(batch, 1, halo, dtype=x.dtype, device=x.device)
+    flags = torch.zeros(batch, 1, halo, dtype=sdt, device=x.device)
     flags[:, :, halo - real:] = 1
-    gathered = _AllGather.apply(torch.cat((tail, flags), dim=1), group)     # (world, batch, D + 1, W − 1)
+    gathered = _AllGather.apply(torch.cat((tail.to(sdt), flags), dim=1), group)  # (world, batch, D + 1, W − 1)
     counts = [int(c) for c in gathered[:, 0, dim].sum(dim=1).tolist()]
     state = gathered[0, :, :dim]
     for j in range(1, rank):
         state = torch.cat((state, gathered[j, :, :dim, halo - counts[j]:]), dim=2)[:, :, -halo:]
-    if rank == 0:
-        state = before
+    state = before if rank == 0 else state.to(x.dtype)
     state = _After.apply(state, gathered)
     out = ssmops.autograd.causal_conv1d(x, weight, bias=bias, initial_states=state, activation=int(activation),
                                         ctx=ctx)
@@ -424,10 +444,10 @@ def _mimo_leave(state, piece, mimo_v):
             _rotate_halves(k_loc, turn), v_last)
 
 
-def _mimo_output(y_loc, cs, phi, state, c0, lift, q, q_bias, z, mimo_z, mimo_o, norm, eps):
+def _mimo_output(y_loc, dtype, cs, phi, state, c0, lift, q, q_bias, z, mimo_z, mimo_o, norm, eps):
     """y[t,r] = y_loc[t,r] + e^{cs_t}·H_in·Rot(θ_in + φ_t)·(q[t,r] + q_bias[r]), then the output
     stage of docs/ops/mamba3_mimo.md §1.4 (the fused pre-gate RMSNorm when `norm` (H, P) is
-    given, the gate silu(z ⊙ mimo_z[r]), the reduction by mimo_o), in y_loc's dtype."""
+    given, the gate silu(z ⊙ mimo_z[r]), the reduction by mimo_o), in `dtype`."""
     h_in = _mimo_pending(state, c0, lift)                                               # (batch, H, P, N)
     sdt = h_in.dtype
     heads = h_in.shape[1]
@@ -440,7 +460,7 @@ def _mimo_output(y_loc, cs, phi, state, c0, lift, q, q_bias, z, mimo_z, mimo_o, 
     if z is not None and mimo_z is not None:
         y = y * F.silu(z.to(sdt)[:, :, None] * mimo_z.to(sdt).permute(1, 0, 2))
     out = torch.einsum("btrhp,hrp->bthp", y, mimo_o.to(sdt)) if mimo_o is not None else y
-    return out.to(y_loc.dtype)
+    return out.to(dtype)
 
 
 MIMO_PARAMS = ("chunk_size", "rotary_dim_divisor", "fuse_pregate_norm", "norm_eps")
@@ -481,11 +501,14 @@ def mamba3_mimo(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, angles, mimo_z=N
         raise ValueError("ssmops.distributed.mamba3_mimo: fuse_pregate_norm needs z, mimo_z and mimo_o")
     sdt = _state_dtype(v)
     heads = v.shape[2]
+    q, adt, dt, trap, angles = _widened(q, adt, dt, trap, angles)
 
     # 1. the piece from zero states without the output stage: y (batch, S_r, R, H, P), d·u included
     local = {k_: v_ for k_, v_ in params.items() if k_ != "fuse_pregate_norm"}
+    per_rank = (v.shape[0], v.shape[1], q.shape[2], v.shape[2], v.shape[3])             # (batch, S_r, R, H, P)
     y_loc, s_loc, k_loc = ssmops.autograd.mamba3_mimo(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, angles, d=d,
-                                                      final_ssm_state=True, final_k_state=True, ctx=ctx, **local)
+                                                      final_ssm_state=True, final_k_state=True, ctx=ctx,
+                                                      **_local_out(v, per_rank), **local)
     cs = torch.cumsum(adt.to(torch.float64), dim=2)                                     # (batch, H, S_r)
     phi = _angles_from_zero(angles, dt, sdt, ctx)                                       # (batch, S_r, H, A)
     c0 = dt[:, :, 0].to(torch.float64) * torch.sigmoid(-trap[:, :, 0].to(torch.float64))
@@ -507,7 +530,8 @@ def mamba3_mimo(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, angles, mimo_z=N
     if fused:
         norm = (outproj_norm_weight.reshape(heads, -1) if outproj_norm_weight is not None
                 else torch.ones(heads, v.shape[3], dtype=sdt, device=v.device))
-    out = _recomputed(_mimo_output, y_loc, cs, phi, state, piece[5], lift, q, q_bias, z, mimo_z, mimo_o, norm, eps)
+    out = _recomputed(_mimo_output, y_loc, v.dtype, cs, phi, state, piece[5], lift, q, q_bias, z, mimo_z, mimo_o,
+                      norm, eps)
     if not any(wanted):
         return out
     fa, fs, fk, fv = leave(state, piece)

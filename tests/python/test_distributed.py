@@ -10,6 +10,7 @@ import gc
 import math
 import os
 import sys
+import traceback
 import types
 import weakref
 from pathlib import Path
@@ -34,8 +35,8 @@ import mamba3_block  # noqa: E402
 # piece lengths per world size: uneven, one single-token piece, 23 tokens in all
 LENGTHS = {2: [7, 16], 3: [9, 1, 13], 4: [5, 8, 3, 7]}
 # (rel_rms, max_rel) bars: float64 is the same math as the reference up to rounding order
-BARS = {torch.float64: (1e-11, 1e-9), torch.float32: (1e-5, 1e-3)}
-BACKEND = {torch.float64: "ref", torch.float32: "cpu"}
+BARS = {torch.float64: (1e-11, 1e-9), torch.float32: (1e-5, 1e-3), torch.bfloat16: (2 ** -8, 2 ** -4)}
+BACKEND = {torch.float64: "ref", torch.float32: "cpu", torch.bfloat16: "cpu"}
 
 
 def _gen(seed):
@@ -77,9 +78,16 @@ class Case:
     def __init__(self, dtype, seed, **options):
         self.dtype, self.seed, self.options = dtype, seed, options
 
+    def dtype_of(self, name):
+        """The per-token inputs in `dtype`; parameters and states in float32 when the
+        activations are bf16 (as a model keeps them)."""
+        if name in self.token_dims or self.dtype != torch.bfloat16:
+            return self.dtype
+        return torch.float32
+
     def inputs(self):
         full = self.make(_gen(self.seed))
-        return {k: v.to(self.dtype).to(torch.float64) for k, v in full.items()}  # rounded once
+        return {k: v.to(self.dtype_of(k)).to(torch.float64) for k, v in full.items()}  # rounded once
 
     def check(self, rank, n, device="cpu"):
         lengths = LENGTHS[n]
@@ -87,8 +95,12 @@ class Case:
         lo, hi = bounds[rank], bounds[rank + 1]
         base = self.inputs()
         g = _gen(self.seed + 1000)
-        probe = {k: _randn(g, *shape) for k, shape in self.probe_shapes(base).items()}
-        finals_w = [[_randn(g, *shape) for shape in self.final_shapes(base)] for _ in range(n)]
+        # the loss's weights, rounded as the sharded side uses them (the output's gradient in
+        # the output's dtype, the states' in float32 or float64): both sides get the same numbers
+        state_dtype = torch.float64 if self.dtype == torch.float64 else torch.float32
+        probe = {k: _randn(g, *shape).to(self.dtype).double() for k, shape in self.probe_shapes(base).items()}
+        finals_w = [[_randn(g, *shape).to(state_dtype).double() for shape in self.final_shapes(base)]
+                    for _ in range(n)]
 
         # single process, float64 reference: the output, and the states after every piece (a
         # run over each prefix), all in one loss
@@ -110,7 +122,7 @@ class Case:
         for k, v in base.items():
             if k in self.states and rank != 0:
                 continue
-            mine[k] = self._cut(k, v, lo, hi).to(self.dtype).to(device).clone().requires_grad_(True)
+            mine[k] = self._cut(k, v, lo, hi).to(self.dtype_of(k)).to(device).clone().requires_grad_(True)
         with ssmops.Context(backend=BACKEND[self.dtype] if device == "cpu" else "cuda", threads=1):
             out, fin = self.call(sd, mine, final=True)
             assert out.dtype == self.dtype
@@ -126,8 +138,9 @@ class Case:
         for k, t in mine.items():
             grad = t.grad
             assert grad is not None, tag + " d" + k + " missing"
-            if k in self.shared:  # shared parameters: the ranks' partial gradients add up
-                grad = grad.clone()
+            if k in self.shared:  # shared parameters: the ranks' partial gradients add up (in float32
+                # at least: gloo has no bf16 collectives)
+                grad = grad.to(torch.float64 if grad.dtype == torch.float64 else torch.float32)
                 dist.all_reduce(grad)
             _close(tag + " d" + k, grad, self._cut(k, ref[k].grad, lo, hi), self.dtype)
 
@@ -226,6 +239,7 @@ SISO_CASES = [
     # fp32 on the CPU backend: every pair rotated, one Q/K head per V-head
     (torch.float32, dict(hq=4, pairs=3, d=True)),
     (torch.float32, dict(d=True, z=True, init=True)),
+    (torch.bfloat16, dict(d=True, z=True, init=True)),
 ]
 
 
@@ -313,6 +327,7 @@ MAMBA2_CASES = [
     # fp32 on the CPU backend: D per channel, one group, raw dt
     (torch.float32, dict(d="per_channel", groups=1)),
     (torch.float32, dict(d="per_head", z=True, dt_bias=True, softplus=True, init=True)),
+    (torch.bfloat16, dict(d="per_head", z=True, dt_bias=True, softplus=True, init=True)),
 ]
 
 
@@ -321,12 +336,14 @@ MIMO_CASES = [
     (torch.float64, dict(d=True, z=True, reduce=True, norm=True, init=True)),
     # fp32 on the CPU backend: the per-rank output (no mimo_o), every pair rotated (div 2)
     (torch.float32, dict(g=4, div=2, d=True, z=True)),
+    (torch.bfloat16, dict(d=True, z=True, reduce=True, init=True)),
 ]
 
 CONV1D_CASES = [
     # W − 1 = 3 inputs of halo: a 1-token piece takes its halo from two ranks
     (torch.float64, dict(init=True)),
     (torch.float32, dict(width=3, activation=0)),
+    (torch.bfloat16, dict(init=True)),
 ]
 
 CASES = ([(Mamba2, dt, o) for dt, o in MAMBA2_CASES] + [(Mamba3Siso, dt, o) for dt, o in SISO_CASES] +
@@ -468,17 +485,26 @@ def _worker(rank, n, init_file, device="cpu"):
     dist.init_process_group("gloo" if device == "cpu" else "nccl", init_method="file://" + init_file, rank=rank,
                             world_size=n, timeout=datetime.timedelta(seconds=60))
     try:
-        for i, (cls, dtype, options) in enumerate(CASES):
-            if device == "cpu" or dtype == torch.float32:
-                cls(dtype, 100 * i + 7, **options).check(rank, n, device)
-        for dtype in (torch.float64, torch.float32) if device == "cpu" else (torch.float32,):
-            _check_blocks(rank, n, dtype, device)
-        if device == "cpu":
-            _check_what_is_kept(rank, n)
-        if rank == 1:
-            _check_rank_rules()
+        _run_checks(rank, n, device)
+    except BaseException:
+        # a peer of a failed rank fails with a closed connection, and spawn reports whichever
+        # rank exits first: each rank's own error goes to stderr
+        traceback.print_exc()
+        raise
     finally:
         dist.destroy_process_group()
+
+
+def _run_checks(rank, n, device):
+    for i, (cls, dtype, options) in enumerate(CASES):
+        if device == "cpu" or dtype == torch.float32:
+            cls(dtype, 100 * i + 7, **options).check(rank, n, device)
+    for dtype in (torch.float64, torch.float32) if device == "cpu" else (torch.float32,):
+        _check_blocks(rank, n, dtype, device)
+    if device == "cpu":
+        _check_what_is_kept(rank, n)
+    if rank == 1:
+        _check_rank_rules()
 
 
 @pytest.mark.parametrize("n", [2, 3, 4])
@@ -520,13 +546,13 @@ def test_siso_piece_is_affine_in_its_entering_state():
         y_loc, piece, aux = sd._siso_local(t["q"], t["k"], t["v"], t["adt"], t["dt"], t["trap"], t["q_bias"],
                                            t["k_bias"], t["angles"], t["d"], 4, None)
     state = tuple(t[s] for s in case.states)
-    _close("out", sd._with_state_term(y_loc, t["z"], sd._siso_state_term, aux, state, piece[5], t["q"], t["q_bias"]),
+    _close("out", sd._with_state_term(y_loc, t["z"], torch.float64, sd._siso_state_term, aux, state, piece[5], t["q"], t["q_bias"]),
            out, torch.float64)
     for name, got, want in zip(case.finals, sd._siso_leave(state, piece), finals):
         _close(name, got, want, torch.float64, periodic=name in case.periodic)
     # and the entering state matters: without it the output is far off
     zero = tuple(torch.zeros_like(s) for s in state)
-    wrong = sd._with_state_term(y_loc, t["z"], sd._siso_state_term, aux, zero, piece[5], t["q"], t["q_bias"])
+    wrong = sd._with_state_term(y_loc, t["z"], torch.float64, sd._siso_state_term, aux, zero, piece[5], t["q"], t["q_bias"])
     assert float((wrong - out).norm() / out.norm()) > 1e-2
 
 
