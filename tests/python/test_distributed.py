@@ -497,7 +497,7 @@ def _worker(rank, n, init_file, device="cpu"):
 
 def _run_checks(rank, n, device):
     for i, (cls, dtype, options) in enumerate(CASES):
-        if device == "cpu" or dtype == torch.float32:
+        if device == "cpu" or dtype != torch.float64:
             cls(dtype, 100 * i + 7, **options).check(rank, n, device)
     for dtype in (torch.float64, torch.float32) if device == "cpu" else (torch.float32,):
         _check_blocks(rank, n, dtype, device)
@@ -525,8 +525,8 @@ def _two_gpus():
 
 @pytest.mark.skipif(not _two_gpus(), reason="needs 2 CUDA devices, torch with NCCL and ssmops built with CUDA")
 def test_sharded_on_two_gpus_over_nccl(tmp_path):
-    """The float32 cases and the blocks on 2 GPUs over NCCL (CUDA backend) against the
-    float64 reference on the CPU."""
+    """The float32 and bf16 cases and the float32 blocks on 2 GPUs over NCCL (CUDA backend)
+    against the float64 reference on the CPU."""
     os.environ.setdefault("NCCL_NVLS_ENABLE", "0")  # the GPU machine's notes: no NVLink multicast
     mp.spawn(_worker, args=(2, str(tmp_path / "init"), "cuda"), nprocs=2, join=True)
 
