@@ -1,9 +1,11 @@
 """ssmops.distributed: a sequence split across 2, 3 and 4 gloo processes (torch.multiprocessing)
 gives the single-process results: the outputs, the state after every piece, and every input
-gradient (per-token inputs on their piece; shared parameters summed over the ranks). float64
-on the reference backend (exact up to the order of float64 sums), float32 on the CPU backend
-against the float64 reference within the fp32 bars of DESIGN §5. Pieces are uneven, one of
-them a single token, and span several chunks."""
+gradient (per-token inputs on their piece; shared parameters summed over the ranks), for
+mamba2_scan, mamba3_siso, mamba3_mimo, causal_conv1d and the example Mamba-2 and Mamba-3
+blocks. float64 on the reference backend (exact up to the order of float64 sums); float32 and
+bf16 on the CPU backend against the float64 reference within the bars of DESIGN §5. Pieces are
+uneven, one of them a single token, and span several chunks. Single-process tests check the
+formulas the sharding relies on against the operators alone."""
 import copy
 import datetime
 import gc
