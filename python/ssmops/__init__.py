@@ -23,6 +23,11 @@ try:  # autograd Functions where torch is installed: ssmops.autograd.mamba2_scan
 except ImportError:  # pragma: no cover (no torch)
     autograd = None
 
+if autograd is not None:  # a sequence split across torch.distributed ranks: ssmops.distributed.mamba2_scan(...)
+    from . import distributed
+else:  # pragma: no cover (no torch)
+    distributed = None
+
 
 def cuda_device_count():
     from ._lib import ssm_cuda_device_count
@@ -30,4 +35,4 @@ def cuda_device_count():
 
 
 __all__ = ["Context", "current_context", "SsmError", "SsmValueError", "SsmMemoryError", "SsmRuntimeError",
-           "OPERATORS", "cuda_device_count", "autograd", "__version__"] + list(OPERATORS)
+           "OPERATORS", "cuda_device_count", "autograd", "distributed", "__version__"] + list(OPERATORS)

@@ -14,6 +14,7 @@ OPS_WITH_BACKWARD = ("mamba2_scan", "causal_conv1d", "rmsnorm_gated", "mamba3_an
 def _make(name, fwd, bwd):
     fwd_inputs = [a for a in fwd.schema if not a.output]
     fwd_outputs = [a.name for a in fwd.schema if a.output]
+    required_outputs = {a.name for a in fwd.schema if a.output and not a.optional}
     bwd_names = {a.name for a in bwd.schema}
 
     class Function(torch.autograd.Function):
@@ -24,7 +25,11 @@ def _make(name, fwd, bwd):
             outs = fwd(**given, **kw, ctx=ctxt)
             outs = outs if isinstance(outs, tuple) else (outs,)
             ctx.meta = (names, kw, ctxt)
-            ctx.out_names = [o for o in fwd_outputs if o == "out" or kw.get(o) is True or given.get(o) is not None]
+            # the outputs made, in the schema's order: the required ones, and the optional ones
+            # asked for (True) or given as arrays to write into
+            ctx.out_names = [o for o in fwd_outputs
+                             if o in required_outputs or kw.get(o) is not None and kw.get(o) is not False
+                             or given.get(o) is not None]
             ctx.out0 = (tuple(outs[0].shape), outs[0].dtype, outs[0].device)
             ctx.save_for_backward(*tensors)
             idx = [t for n, t in given.items() if t is not None and not t.is_floating_point()]
@@ -44,9 +49,10 @@ def _make(name, fwd, bwd):
             for o, g in zip(ctx.out_names, grads):
                 if "d" + o in bwd_names and g is not None:
                     bkw["d" + o] = g.contiguous()
-            if "dout" in bwd_names and "dout" not in bkw:  # the main output's gradient is required
+            main = "d" + ctx.out_names[0]
+            if main in bwd_names and main not in bkw:  # the main output's gradient is required
                 shape, dtype, device = ctx.out0
-                bkw["dout"] = torch.zeros(shape, dtype=dtype, device=device)
+                bkw[main] = torch.zeros(shape, dtype=dtype, device=device)
             wanted = []
             for i, n in enumerate(names):
                 t = tensors[i]

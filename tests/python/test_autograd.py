@@ -59,6 +59,32 @@ def test_mamba3_siso(ref):
     check(f, (q, k, v, adt, dt, trap, qb, kb, ang))
 
 
+def test_mamba3_angle_cumsum(ref):
+    """Its main output is angles_cumsum (not out): its gradient reaches the backward, with and
+    without the final angle state."""
+    ang, dt, state = _rand(1, 6, 2, 3), (torch.rand(1, 2, 6, dtype=torch.float64) * 0.5 + 0.1).requires_grad_(True), \
+        (torch.rand(1, 2, 3, dtype=torch.float64) * 2).requires_grad_(True)
+    check(lambda ang, dt: ssmops.autograd.mamba3_angle_cumsum(ang, dt), (ang, dt))
+    check(lambda ang, dt, state: ssmops.autograd.mamba3_angle_cumsum(ang, dt, angle_state=state, final_angle_state=True),
+          (ang, dt, state))
+
+
+def test_final_states_given_as_an_array_keep_their_gradient(ref):
+    """An optional output written into a given array is still an output of the autograd call:
+    its gradient reaches the backward as that output's (here dfinal_states)."""
+    B, S, H, P, N = 1, 5, 2, 3, 4
+    x, dt, b, c = _rand(B, S, H, P), _rand(B, S, H, scale=0.5), _rand(B, S, 1, N), _rand(B, S, 1, N)
+    a = (-torch.rand(H, dtype=torch.float64) - 0.5).requires_grad_(True)
+    _, made = ssmops.autograd.mamba2_scan(x, dt, a, b, c, final_states=True, chunk_size=4)
+    made.sum().backward()
+    want = x.grad.clone()
+    x.grad = None
+    _, given = ssmops.autograd.mamba2_scan(x, dt, a, b, c, final_states=torch.empty(B, H, P, N, dtype=torch.float64),
+                                           chunk_size=4)
+    given.sum().backward()
+    assert torch.equal(x.grad, want)
+
+
 def test_gradients_are_deterministic():
     with ssmops.Context(backend="cpu", threads=3):
         x = torch.randn(2, 3, 9, dtype=torch.float32, requires_grad=True)
