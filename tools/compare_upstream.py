@@ -101,8 +101,11 @@ def step_case(up, B, pool, H, P, N, G=1):
     dt = dt[:, :, :1].expand(B, H, P)  # one dt per head, as the models call it
     kw = dict(D=D, z=z, dt_bias=bias, dt_softplus=True, state_batch_indices=idx)
     label = "mamba2_step B=%d pool=%d H=%d P=%d N=%d (fp32 pool, indices)" % (B, pool, H, P, N)
-    return (label, lambda: compat.selective_state_update(state, x, dt, A, Bm, Cm, **kw),
-            lambda: up["step"](state, x, dt, A, Bm, Cm, **kw))
+    # the pool is updated in place: the agreement check gives each side its own copy of the
+    # initial pool; the timed calls keep updating one pool
+    return (label, lambda pool=state: compat.selective_state_update(pool, x, dt, A, Bm, Cm, **kw),
+            lambda pool=state: up["step"](pool, x, dt, A, Bm, Cm, **kw),
+            lambda: (state.clone(), state.clone()))
 
 
 def siso_step_case(up, B, H, Hq, K, V, NA):
@@ -169,8 +172,12 @@ def main():
     for group in args.only.split(","):
         for make, shape in CASES[group]:
             try:
-                label, ours, theirs = make(up, *shape)
-                a, b = first(ours()).float(), first(theirs()).float()  # warm-up (autotune) and agreement
+                label, ours, theirs, *fresh = make(up, *shape)
+                if fresh:  # in-place operators: each side starts from its own copy of the state
+                    mine, yours = fresh[0]()
+                    a, b = first(ours(mine)).float(), first(theirs(yours)).float()
+                else:
+                    a, b = first(ours()).float(), first(theirs()).float()  # warm-up (autotune) and agreement
             except Exception as e:  # noqa: BLE001 — report the row and go on with the others
                 print("%s %s: not timed: %s: %s" % (group, shape, type(e).__name__, str(e).split("\n")[0]), flush=True)
                 continue

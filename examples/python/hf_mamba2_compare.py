@@ -15,7 +15,14 @@ without a cache, eval mode.
     python3 examples/python/hf_mamba2_compare.py [--device cpu|cuda] [--dtype float32|bfloat16]
         [--layers 24] [--seqlen 256] [--batch 1]
 
-Exits 0 with a message when transformers is not installed; 1 when the bar is not met.
+Verdicts. In float32: ssmops' logits within the bf16 bar of transformers' (a float32 model has
+no rounding of 16-bit tensors; the two differ by fp32 summation orders only). In bfloat16 the
+bar cannot be the verdict: with random weights every layer amplifies rounding, and transformers'
+own bfloat16 run misses the bar by far (rel_rms 0.03 at 4 layers, 0.3 at 24, measured on an
+H200); the script prints every row against the bar and passes when ssmops' bfloat16 logits are
+no farther from the float32 logits than transformers' own bfloat16 logits are (within 5%).
+
+Exits 0 with a message when transformers is not installed; 1 when the verdict fails.
 """
 import argparse
 import math
@@ -103,16 +110,23 @@ def main(argv=None):
     rms = ref.square().mean().sqrt().item()
     print("transformers %s, torch %s, %s %s: %d layers on ssmops, logits %s, rms of the float32 logits %.6g" % (
         transformers.__version__, torch.__version__, a.device, a.dtype, n, tuple(ref.shape), rms))
-    ok = True
-    for i, (label, x) in enumerate(rows):
+    errs = []
+    for label, x in rows:
         max_abs = (x - ref).abs().max().item()
         max_rel, rel_rms = max_abs / rms, (x - ref).norm().item() / ref.norm().item()
-        passed = math.isfinite(max_abs) and max_rel <= BAR_MAX_REL and rel_rms <= BAR_REL_RMS
-        if i == 0:
-            ok = passed  # the verdict is ssmops' bf16 model row; the other rows are context
-        print("%-30s max |dlogits| = %.6g  max_rel = %.6g (bar %.6g)  rel_rms = %.6g (bar %.6g)  %s" % (
-            label, max_abs, max_rel, BAR_MAX_REL, rel_rms, BAR_REL_RMS, ("PASS" if passed else "FAIL") if i == 0
-            else "(for comparison)"))
+        in_bar = math.isfinite(max_abs) and max_rel <= BAR_MAX_REL and rel_rms <= BAR_REL_RMS
+        errs.append((rel_rms, max_rel) if math.isfinite(max_abs) else (math.inf, math.inf))
+        print("%-40s max |dlogits| = %.6g  max_rel = %.6g (bar %.6g)  rel_rms = %.6g (bar %.6g)  %s" % (
+            label, max_abs, max_rel, BAR_MAX_REL, rel_rms, BAR_REL_RMS, "within the bar" if in_bar else "outside the bar"))
+    if dtype == torch.float32:
+        ok = errs[0][0] <= BAR_REL_RMS and errs[0][1] <= BAR_MAX_REL
+        print("verdict (float32: ssmops within the bf16 bar of transformers): %s" % ("PASS" if ok else "FAIL"))
+    else:
+        ours, theirs = errs[0], errs[-1]
+        ok = ours[0] <= 1.05 * theirs[0] and ours[1] <= 1.05 * theirs[1]
+        print("verdict (%s: ssmops no farther from the float32 logits than transformers' own %s run, "
+              "rel_rms %.4g vs %.4g, max_rel %.4g vs %.4g): %s" % (a.dtype, a.dtype, ours[0], theirs[0], ours[1],
+                                                                    theirs[1], "PASS" if ok else "FAIL"))
     return 0 if ok else 1
 
 if __name__ == "__main__":
