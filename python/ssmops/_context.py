@@ -9,7 +9,7 @@ from . import _lib, _tensors
 
 
 class Context:
-    """An ssm_context. backend: 'auto', 'cpu', 'ref' or 'cuda'; isa: 'auto', 'scalar', 'avx2';
+    """An ssm_context. backend: 'auto', 'cpu', 'ref' or 'cuda'; isa: 'auto', 'scalar', 'avx2', 'avx512';
     ref_mode: 'exact' or 'upstream_bf16'; variants: {operator: variant name} (CUDA)."""
 
     def __init__(self, threads=0, backend="auto", isa="auto", ref_mode="exact", variants=None):
