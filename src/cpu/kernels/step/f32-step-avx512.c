@@ -1,5 +1,6 @@
 /* AVX-512 decode-step kernels (see step.h): 32 columns per iteration in two 16-lane
- * accumulators per row, a masked 16-lane tail, and a horizontal sum in a fixed order.
+ * accumulators per row, up to four rows sharing each load of b and c, a masked 16-lane
+ * tail, and a horizontal sum in a fixed order.
  *
  * Summation order of y[r] (fixed by cols alone): lane l of accumulator 0 sums the columns
  * 32i + l, and the masked tail column n0 + l; lane l of accumulator 1 sums 32i + 16 + l;
@@ -50,46 +51,48 @@ static inline float row_kernel(int64_t cols, const float * in, float * out, __m5
     return hsum16(_mm512_add_ps(acc0, acc1));
 }
 
-/* Two rows at once: b and c are loaded once for both, and four accumulator chains keep
- * the FMA latency hidden. Each row's sum has the order of row_kernel. */
-static inline void two_rows(int64_t cols, const float * in0, const float * in1, float * out0, float * out1,
-                            __m512 dv, float coef0, float coef1, const float * b, const float * c, float * y) {
-    const __m512 k0 = _mm512_set1_ps(coef0), k1 = _mm512_set1_ps(coef1);
-    __m512       a00 = _mm512_setzero_ps(), a01 = _mm512_setzero_ps();
-    __m512       a10 = _mm512_setzero_ps(), a11 = _mm512_setzero_ps();
-    int64_t      n = 0;
+/* R rows at once (R = 1, 2 or 4, a compile-time constant of each inlined instance): b and c
+ * are loaded once for all R rows, and 2R accumulator chains keep the FMA latency hidden.
+ * Each row's sum has the order of row_kernel, so the grouping of rows changes no bit. */
+static inline __attribute__((always_inline)) void rows_kernel(const int R, int64_t cols, const float * in,
+                                                              int64_t in_stride, float * out, int64_t out_stride,
+                                                              __m512 dv, const float * coef, const float * b,
+                                                              const float * c, float * y) {
+    __m512        k[4], a0[4], a1[4];
+    const float * src[4];
+    float *       dst[4];
+    for (int r = 0; r < R; ++r) {
+        k[r]   = _mm512_set1_ps(coef[r]);
+        a0[r]  = _mm512_setzero_ps();
+        a1[r]  = _mm512_setzero_ps();
+        src[r] = in + r * in_stride;
+        dst[r] = out ? out + r * out_stride : 0;
+    }
+    int64_t n = 0;
     for (; n + 32 <= cols; n += 32) {
         const __m512 b0 = _mm512_loadu_ps(b + n), b1 = _mm512_loadu_ps(b + n + 16);
         const __m512 c0 = _mm512_loadu_ps(c + n), c1 = _mm512_loadu_ps(c + n + 16);
-        const __m512 s00 = _mm512_fmadd_ps(_mm512_loadu_ps(in0 + n), dv, _mm512_mul_ps(k0, b0));
-        const __m512 s01 = _mm512_fmadd_ps(_mm512_loadu_ps(in0 + n + 16), dv, _mm512_mul_ps(k0, b1));
-        const __m512 s10 = _mm512_fmadd_ps(_mm512_loadu_ps(in1 + n), dv, _mm512_mul_ps(k1, b0));
-        const __m512 s11 = _mm512_fmadd_ps(_mm512_loadu_ps(in1 + n + 16), dv, _mm512_mul_ps(k1, b1));
-        if (out0) {
-            _mm512_storeu_ps(out0 + n, s00);
-            _mm512_storeu_ps(out0 + n + 16, s01);
-            _mm512_storeu_ps(out1 + n, s10);
-            _mm512_storeu_ps(out1 + n + 16, s11);
+        for (int r = 0; r < R; ++r) {
+            const __m512 s0 = _mm512_fmadd_ps(_mm512_loadu_ps(src[r] + n), dv, _mm512_mul_ps(k[r], b0));
+            const __m512 s1 = _mm512_fmadd_ps(_mm512_loadu_ps(src[r] + n + 16), dv, _mm512_mul_ps(k[r], b1));
+            if (out) {
+                _mm512_storeu_ps(dst[r] + n, s0);
+                _mm512_storeu_ps(dst[r] + n + 16, s1);
+            }
+            a0[r] = _mm512_fmadd_ps(s0, c0, a0[r]);
+            a1[r] = _mm512_fmadd_ps(s1, c1, a1[r]);
         }
-        a00 = _mm512_fmadd_ps(s00, c0, a00);
-        a01 = _mm512_fmadd_ps(s01, c1, a01);
-        a10 = _mm512_fmadd_ps(s10, c0, a10);
-        a11 = _mm512_fmadd_ps(s11, c1, a11);
     }
     for (; n < cols; n += 16) {
         const __mmask16 m  = tail_mask16(cols - n < 16 ? cols - n : 16);
         const __m512    b0 = _mm512_maskz_loadu_ps(m, b + n), c0 = _mm512_maskz_loadu_ps(m, c + n);
-        const __m512    s0 = _mm512_maskz_fmadd_ps(m, _mm512_maskz_loadu_ps(m, in0 + n), dv, _mm512_mul_ps(k0, b0));
-        const __m512    s1 = _mm512_maskz_fmadd_ps(m, _mm512_maskz_loadu_ps(m, in1 + n), dv, _mm512_mul_ps(k1, b0));
-        if (out0) {
-            _mm512_mask_storeu_ps(out0 + n, m, s0);
-            _mm512_mask_storeu_ps(out1 + n, m, s1);
+        for (int r = 0; r < R; ++r) {
+            const __m512 s0 = _mm512_maskz_fmadd_ps(m, _mm512_maskz_loadu_ps(m, src[r] + n), dv, _mm512_mul_ps(k[r], b0));
+            if (out) _mm512_mask_storeu_ps(dst[r] + n, m, s0);
+            a0[r] = _mm512_fmadd_ps(s0, c0, a0[r]);
         }
-        a00 = _mm512_fmadd_ps(s0, c0, a00);
-        a10 = _mm512_fmadd_ps(s1, c0, a10);
     }
-    y[0] = hsum16(_mm512_add_ps(a00, a01));
-    y[1] = hsum16(_mm512_add_ps(a10, a11));
+    for (int r = 0; r < R; ++r) y[r] = hsum16(_mm512_add_ps(a0[r], a1[r]));
 }
 
 void ssmi_f32_step_block__avx512(int64_t rows, int64_t cols, const float * in, int64_t in_stride, float * out,
@@ -97,13 +100,20 @@ void ssmi_f32_step_block__avx512(int64_t rows, int64_t cols, const float * in, i
                                  float * y) {
     const __m512 dv = _mm512_set1_ps(decay);
     int64_t      r  = 0;
-    for (; r + 2 <= rows; r += 2) {
-        float * o0 = out ? out + r * out_stride : 0;
-        float * o1 = out ? out + (r + 1) * out_stride : 0;
-        two_rows(cols, in + r * in_stride, in + (r + 1) * in_stride, o0, o1, dv, coef[r], coef[r + 1], b, c, y + r);
+    if (out) {
+        for (; r + 4 <= rows; r += 4)
+            rows_kernel(4, cols, in + r * in_stride, in_stride, out + r * out_stride, out_stride, dv, coef + r, b, c,
+                        y + r);
+        for (; r + 2 <= rows; r += 2)
+            rows_kernel(2, cols, in + r * in_stride, in_stride, out + r * out_stride, out_stride, dv, coef + r, b, c,
+                        y + r);
+        for (; r < rows; ++r)
+            rows_kernel(1, cols, in + r * in_stride, in_stride, out + r * out_stride, out_stride, dv, coef + r, b, c,
+                        y + r);
+    } else {
+        for (; r + 4 <= rows; r += 4) rows_kernel(4, cols, in + r * in_stride, in_stride, 0, 0, dv, coef + r, b, c, y + r);
+        for (; r < rows; ++r) rows_kernel(1, cols, in + r * in_stride, in_stride, 0, 0, dv, coef + r, b, c, y + r);
     }
-    for (; r < rows; ++r)
-        y[r] = row_kernel(cols, in + r * in_stride, out ? out + r * out_stride : 0, dv, 0, coef[r], b, c);
 }
 
 float ssmi_f32_step_row__avx512(int64_t cols, const float * in, float * out, const float * decay, float coef,
