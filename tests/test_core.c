@@ -409,6 +409,39 @@ static void count_free(void * opaque, void * ptr) {
 static int host_has_avx2(void) { return ssmi_best_isa(ssm_cpu_features()) >= SSM_ISA_AVX2; }
 static int host_has_avx512(void) { return ssmi_best_isa(ssm_cpu_features()) == SSM_ISA_AVX512; }
 
+/* On Linux, /proc/cpuinfo's flags are what the kernel found in CPUID and enabled in XCR0 (it
+ * drops the AVX-512 flags when it does not save the ZMM state): each feature bit must match
+ * its flag. Returns 0 when the file cannot be read (then nothing is checked). */
+static int check_features_against_cpuinfo(uint32_t f) {
+    FILE * fp = fopen("/proc/cpuinfo", "r");
+    if (fp == NULL) return 0;
+    char line[8192];
+    int  found = 0;
+    while (!found && fgets(line, sizeof line, fp) != NULL) {
+        if (strncmp(line, "flags", 5) != 0) continue;
+        found = 1;
+        static const struct {
+            uint32_t     bit;
+            const char * flag;
+        } map[] = {{SSM_CPU_AVX2, "avx2"},         {SSM_CPU_FMA, "fma"},           {SSM_CPU_F16C, "f16c"},
+                   {SSM_CPU_AVX512F, "avx512f"},   {SSM_CPU_AVX512BW, "avx512bw"}, {SSM_CPU_AVX512DQ, "avx512dq"},
+                   {SSM_CPU_AVX512VL, "avx512vl"}};
+        for (size_t i = 0; i < sizeof map / sizeof map[0]; ++i) {
+            char want[32];
+            snprintf(want, sizeof want, " %s", map[i].flag);
+            int listed = 0;
+            for (const char * p = strstr(line, want); p != NULL; p = strstr(p + 1, want)) {
+                const char end = p[strlen(want)];
+                if (end == ' ' || end == '\n' || end == '\0') listed = 1;
+            }
+            CHECK(listed == !!(f & map[i].bit), "feature %s: /proc/cpuinfo %d, ssm_cpu_features %d", map[i].flag,
+                  listed, !!(f & map[i].bit));
+        }
+    }
+    fclose(fp);
+    return found;
+}
+
 static void test_context(void) {
     ssm_context_params p;
     memset(&p, 0x5a, sizeof p);
@@ -575,6 +608,9 @@ static void test_context(void) {
     { /* features and best ISA */
         const uint32_t f = ssm_cpu_features();
         CHECK(f == ssmi_cpu_features(), "public and internal features agree");
+#if defined(__linux__) && (defined(__x86_64__) || defined(__i386__))
+        if (!check_features_against_cpuinfo(f)) printf("test_core: no /proc/cpuinfo flags: features not cross-checked\n");
+#endif
         CHECK(ssmi_best_isa(SSM_CPU_AVX2 | SSM_CPU_FMA | SSM_CPU_F16C) == SSM_ISA_AVX2, "best isa with all three");
         CHECK(ssmi_best_isa(SSM_CPU_AVX2 | SSM_CPU_FMA) == SSM_ISA_SCALAR, "AVX2 needs F16C too");
         CHECK(ssmi_best_isa(SSM_CPU_AVX2 | SSM_CPU_F16C) == SSM_ISA_SCALAR, "AVX2 needs FMA too");
