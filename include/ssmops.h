@@ -162,18 +162,23 @@ typedef enum ssm_backend {
 typedef enum ssm_isa {
     SSM_ISA_AUTO   = 0, /* best the host supports (honours the SSMOPS_ISA environment)    */
     SSM_ISA_SCALAR = 1,
-    SSM_ISA_AVX2   = 2  /* AVX2 + FMA (+ F16C for half loads)                              */
+    SSM_ISA_AVX2   = 2, /* AVX2 + FMA (+ F16C for half loads)                              */
+    SSM_ISA_AVX512 = 3  /* AVX-512 F+BW+DQ+VL with the AVX2 set (kernels without an AVX-512
+                           version run their AVX2 one)                                     */
 } ssm_isa;
 
 /* CPU feature bits reported by ssm_cpu_features(). */
 #define SSM_CPU_AVX2    (1u << 0)
 #define SSM_CPU_FMA     (1u << 1)
 #define SSM_CPU_F16C    (1u << 2)
-#define SSM_CPU_AVX512F (1u << 3)
+#define SSM_CPU_AVX512F  (1u << 3)
+#define SSM_CPU_AVX512BW (1u << 4)
+#define SSM_CPU_AVX512DQ (1u << 5)
+#define SSM_CPU_AVX512VL (1u << 6)
 
 /* Features of this CPU that the OS also enables (XGETBV-checked). */
 SSM_API uint32_t     ssm_cpu_features(void);
-/* "auto", "scalar", "avx2". */
+/* "auto", "scalar", "avx2", "avx512". */
 SSM_API const char * ssm_isa_name(ssm_isa isa);
 /* "auto", "ref", "cpu", "cuda". */
 SSM_API const char * ssm_backend_name(ssm_backend backend);
@@ -212,7 +217,7 @@ typedef struct ssm_context_params {
     size_t        size;          /* sizeof(ssm_context_params), set by _init              */
     int32_t       num_threads;   /* ≥ 1; 0 = number of online CPUs                         */
     int32_t       backend;       /* ssm_backend                                            */
-    int32_t       isa;           /* ssm_isa; AUTO honours SSMOPS_ISA=scalar|avx2           */
+    int32_t       isa;           /* ssm_isa; AUTO honours SSMOPS_ISA=scalar|avx2|avx512    */
     int32_t       deterministic; /* 1 (default): fixed reduction order, always honoured    */
     int32_t       ref_mode;      /* ssm_ref_mode: the reference backend's rounding model;
                                     the CPU backend reads it only in

@@ -362,7 +362,7 @@ static void test_names(void) {
               ssm_dtype_name(dt[i].d));
     }
     CHECK(strcmp(ssm_isa_name(SSM_ISA_AUTO), "auto") == 0 && strcmp(ssm_isa_name(SSM_ISA_SCALAR), "scalar") == 0 &&
-              strcmp(ssm_isa_name(SSM_ISA_AVX2), "avx2") == 0,
+              strcmp(ssm_isa_name(SSM_ISA_AVX2), "avx2") == 0 && strcmp(ssm_isa_name(SSM_ISA_AVX512), "avx512") == 0,
           "isa names");
     CHECK(strcmp(ssm_backend_name(SSM_BACKEND_AUTO), "auto") == 0 &&
               strcmp(ssm_backend_name(SSM_BACKEND_REF), "ref") == 0 &&
@@ -412,7 +412,41 @@ static void count_device_free(void * opaque, void * ptr, void * stream) {
     count_free(opaque, ptr);
 }
 
-static int host_has_avx2(void) { return ssmi_best_isa(ssm_cpu_features()) == SSM_ISA_AVX2; }
+static int host_has_avx2(void) { return ssmi_best_isa(ssm_cpu_features()) >= SSM_ISA_AVX2; }
+static int host_has_avx512(void) { return ssmi_best_isa(ssm_cpu_features()) == SSM_ISA_AVX512; }
+
+/* On Linux, /proc/cpuinfo's flags are what the kernel found in CPUID and enabled in XCR0 (it
+ * drops the AVX-512 flags when it does not save the ZMM state): each feature bit must match
+ * its flag. Returns 0 when the file cannot be read (then nothing is checked). */
+static int check_features_against_cpuinfo(uint32_t f) {
+    FILE * fp = fopen("/proc/cpuinfo", "r");
+    if (fp == NULL) return 0;
+    char line[8192];
+    int  found = 0;
+    while (!found && fgets(line, sizeof line, fp) != NULL) {
+        if (strncmp(line, "flags", 5) != 0) continue;
+        found = 1;
+        static const struct {
+            uint32_t     bit;
+            const char * flag;
+        } map[] = {{SSM_CPU_AVX2, "avx2"},         {SSM_CPU_FMA, "fma"},           {SSM_CPU_F16C, "f16c"},
+                   {SSM_CPU_AVX512F, "avx512f"},   {SSM_CPU_AVX512BW, "avx512bw"}, {SSM_CPU_AVX512DQ, "avx512dq"},
+                   {SSM_CPU_AVX512VL, "avx512vl"}};
+        for (size_t i = 0; i < sizeof map / sizeof map[0]; ++i) {
+            char want[32];
+            snprintf(want, sizeof want, " %s", map[i].flag);
+            int listed = 0;
+            for (const char * p = strstr(line, want); p != NULL; p = strstr(p + 1, want)) {
+                const char end = p[strlen(want)];
+                if (end == ' ' || end == '\n' || end == '\0') listed = 1;
+            }
+            CHECK(listed == !!(f & map[i].bit), "feature %s: /proc/cpuinfo %d, ssm_cpu_features %d", map[i].flag,
+                  listed, !!(f & map[i].bit));
+        }
+    }
+    fclose(fp);
+    return found;
+}
 
 static void test_context(void) {
     ssm_context_params p;
@@ -442,7 +476,7 @@ static void test_context(void) {
     ssm_context_free(NULL);
     CHECK(ssm_context_num_threads(NULL) == 1 && ssmi_num_threads(NULL) == 1, "NULL ctx has one thread");
     CHECK(ssm_context_backend(NULL) == SSM_BACKEND_AUTO, "NULL ctx backend");
-    CHECK(ssm_context_isa(NULL) == SSM_ISA_SCALAR || ssm_context_isa(NULL) == SSM_ISA_AVX2, "NULL ctx isa");
+    CHECK(ssm_context_isa(NULL) >= SSM_ISA_SCALAR && ssm_context_isa(NULL) <= SSM_ISA_AVX512, "NULL ctx isa");
 
     { /* NULL params = defaults; 0 threads = online CPUs */
         ssm_context * ctx = NULL;
@@ -479,7 +513,8 @@ static void test_context(void) {
         {"threads huge", 1, 100000, SSM_STATUS_INVALID_ARGUMENT, "params.num_threads=100000"},
         {"backend", 2, 7, SSM_STATUS_INVALID_ARGUMENT, "params.backend=7"},
         {"backend -1", 2, -1, SSM_STATUS_INVALID_ARGUMENT, "params.backend=-1"},
-        {"isa", 3, 3, SSM_STATUS_INVALID_ARGUMENT, "params.isa=3"},
+        {"isa", 3, 4, SSM_STATUS_INVALID_ARGUMENT, "params.isa=4"},
+        {"isa -1", 3, -1, SSM_STATUS_INVALID_ARGUMENT, "params.isa=-1"},
         {"ref_mode", 4, 9, SSM_STATUS_INVALID_ARGUMENT, "params.ref_mode=9"},
         {"allocator half", 5, 0, SSM_STATUS_INVALID_ARGUMENT, "allocator"},
         {"device allocator half", 6, 0, SSM_STATUS_INVALID_ARGUMENT, "device_allocator"},
@@ -527,6 +562,16 @@ static void test_context(void) {
                   "isa avx2 on a host without it: %s", ssm_status_string(s));
         }
         ssm_context_free(ctx);
+        q.isa = SSM_ISA_AVX512;
+        ctx = NULL;
+        const ssm_status s5 = ssm_context_create(&q, &ctx);
+        if (host_has_avx512()) {
+            CHECK(s5 == SSM_STATUS_OK && ssm_context_isa(ctx) == SSM_ISA_AVX512, "isa avx512 on an avx512 host");
+        } else {
+            CHECK(s5 == SSM_STATUS_UNSUPPORTED_HARDWARE && strstr(ssm_context_last_error(NULL), "avx512") != NULL,
+                  "isa avx512 on a host without it: %s", ssm_status_string(s5));
+        }
+        ssm_context_free(ctx);
     }
 
     { /* SSMOPS_ISA override (the caller's setting is restored afterwards) */
@@ -564,6 +609,16 @@ static void test_context(void) {
         }
         ssm_context_free(ctx);
 
+        setenv("SSMOPS_ISA", "avx512", 1);
+        ctx = NULL;
+        s = ssm_context_create(&q, &ctx);
+        if (host_has_avx512()) {
+            CHECK(s == SSM_STATUS_OK && ssm_context_isa(ctx) == SSM_ISA_AVX512, "SSMOPS_ISA=avx512");
+        } else {
+            CHECK(s == SSM_STATUS_UNSUPPORTED_HARDWARE, "SSMOPS_ISA=avx512 without avx512: %s", ssm_status_string(s));
+        }
+        ssm_context_free(ctx);
+
         unsetenv("SSMOPS_ISA");
         ctx = NULL;
         CHECK(ssm_context_create(&q, &ctx) == SSM_STATUS_OK &&
@@ -579,12 +634,25 @@ static void test_context(void) {
     { /* features and best ISA */
         const uint32_t f = ssm_cpu_features();
         CHECK(f == ssmi_cpu_features(), "public and internal features agree");
+#if defined(__linux__) && (defined(__x86_64__) || defined(__i386__))
+        if (!check_features_against_cpuinfo(f)) printf("test_core: no /proc/cpuinfo flags: features not cross-checked\n");
+#endif
         CHECK(ssmi_best_isa(SSM_CPU_AVX2 | SSM_CPU_FMA | SSM_CPU_F16C) == SSM_ISA_AVX2, "best isa with all three");
         CHECK(ssmi_best_isa(SSM_CPU_AVX2 | SSM_CPU_FMA) == SSM_ISA_SCALAR, "AVX2 needs F16C too");
         CHECK(ssmi_best_isa(SSM_CPU_AVX2 | SSM_CPU_F16C) == SSM_ISA_SCALAR, "AVX2 needs FMA too");
         CHECK(ssmi_best_isa(0) == SSM_ISA_SCALAR, "no features = scalar");
-        printf("test_core: cpu features 0x%x (avx2 %d fma %d f16c %d avx512f %d), best isa %s\n", f,
+        const uint32_t avx2 = SSM_CPU_AVX2 | SSM_CPU_FMA | SSM_CPU_F16C;
+        const uint32_t a512 = SSM_CPU_AVX512F | SSM_CPU_AVX512BW | SSM_CPU_AVX512DQ | SSM_CPU_AVX512VL;
+        CHECK(ssmi_best_isa(avx2 | a512) == SSM_ISA_AVX512, "best isa with the AVX2 set and AVX-512 F/BW/DQ/VL");
+        CHECK(ssmi_best_isa(a512) == SSM_ISA_SCALAR, "AVX-512 without the AVX2 set = scalar");
+        CHECK(ssmi_best_isa(avx2 | SSM_CPU_AVX512F) == SSM_ISA_AVX2, "AVX-512F alone = avx2");
+        const uint32_t each[4] = {SSM_CPU_AVX512F, SSM_CPU_AVX512BW, SSM_CPU_AVX512DQ, SSM_CPU_AVX512VL};
+        for (int i = 0; i < 4; ++i)
+            CHECK(ssmi_best_isa(avx2 | (a512 & ~each[i])) == SSM_ISA_AVX2, "AVX-512 without feature bit 0x%x = avx2",
+                  each[i]);
+        printf("test_core: cpu features 0x%x (avx2 %d fma %d f16c %d avx512 f %d bw %d dq %d vl %d), best isa %s\n", f,
                !!(f & SSM_CPU_AVX2), !!(f & SSM_CPU_FMA), !!(f & SSM_CPU_F16C), !!(f & SSM_CPU_AVX512F),
+               !!(f & SSM_CPU_AVX512BW), !!(f & SSM_CPU_AVX512DQ), !!(f & SSM_CPU_AVX512VL),
                ssm_isa_name(ssmi_best_isa(f)));
     }
 

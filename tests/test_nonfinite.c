@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/ssmi.h"
 #include "testutil.h"
 
 /* ---- problems ------------------------------------------------------------------------- */
@@ -115,7 +116,7 @@ typedef struct nf_backend {
 } nf_backend;
 
 static ssm_context *ctx_ref, *ctx_cuda;
-static nf_backend   cpu_backends[3];
+static nf_backend   cpu_backends[5];
 static int          ncpu;
 static int          have_cuda;
 static int64_t      n_injections, n_runs, n_exceptions;
@@ -905,23 +906,26 @@ int main(void) {
     ssmt_rng_from_env(&rng, 20261216);
     ctx_ref = ssmt_make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
     TEST_CHECK(ctx_ref != NULL, "reference context");
-    const uint32_t need = SSM_CPU_AVX2 | SSM_CPU_FMA | SSM_CPU_F16C;
+    /* every ISA the host has (ssmi_best_isa: the ISAs form a chain), the vector ones at 1 and 2 threads */
+    const ssm_isa best = ssmi_best_isa(ssm_cpu_features());
     static const struct {
         const char * name;
         int          threads;
         ssm_isa      isa;
-    } cpus[3] = {
+    } cpus[5] = {
+        {"cpu-avx512-1t", 1, SSM_ISA_AVX512},
+        {"cpu-avx512-2t", 2, SSM_ISA_AVX512},
         {"cpu-avx2-1t", 1, SSM_ISA_AVX2},
         {"cpu-avx2-2t", 2, SSM_ISA_AVX2},
         {"cpu-scalar-2t", 2, SSM_ISA_SCALAR},
     };
-    for (int i = 0; i < 3; ++i) {
-        if (cpus[i].isa == SSM_ISA_AVX2 && (ssm_cpu_features() & need) != need) continue;
+    for (int i = 0; i < 5; ++i) {
+        if (cpus[i].isa > best) continue;
         ssm_context * c = ssmt_make_ctx(SSM_BACKEND_CPU, cpus[i].threads, cpus[i].isa);
         TEST_CHECK(c != NULL, "context %s", cpus[i].name);
         if (c != NULL) cpu_backends[ncpu].name = cpus[i].name, cpu_backends[ncpu++].ctx = c;
     }
-    if ((ssm_cpu_features() & need) != need) printf("test_nonfinite: no AVX2+FMA+F16C: the scalar ISA only\n");
+    printf("test_nonfinite: cpu ISAs up to %s\n", ssm_isa_name(best));
     have_cuda = ssm_cuda_device_count() > 0;
     if (have_cuda) {
         ctx_cuda = ssmt_make_ctx(SSM_BACKEND_CUDA, 1, SSM_ISA_AUTO);

@@ -101,7 +101,8 @@ static int cmd_list(void) {
     static const struct {
         uint32_t     bit;
         const char * name;
-    } features[] = {{SSM_CPU_AVX2, "avx2"}, {SSM_CPU_FMA, "fma"}, {SSM_CPU_F16C, "f16c"}, {SSM_CPU_AVX512F, "avx512f"}};
+    } features[] = {{SSM_CPU_AVX2, "avx2"}, {SSM_CPU_FMA, "fma"}, {SSM_CPU_F16C, "f16c"}, {SSM_CPU_AVX512F, "avx512f"},
+                   {SSM_CPU_AVX512BW, "avx512bw"}, {SSM_CPU_AVX512DQ, "avx512dq"}, {SSM_CPU_AVX512VL, "avx512vl"}};
     printf("cpu features:");
     for (size_t i = 0; i < sizeof features / sizeof features[0]; ++i)
         if (f & features[i].bit) printf(" %s", features[i].name);
@@ -109,7 +110,7 @@ static int cmd_list(void) {
     ssm_context * ctx = NULL;
     const ssm_status st = cli_context_create(SSM_BACKEND_CPU, 1, &ctx);
     if (st == SSM_STATUS_OK)
-        printf("isa: %s (SSMOPS_ISA=scalar|avx2 overrides)\n", ssm_isa_name(ssm_context_isa(ctx)));
+        printf("isa: %s (SSMOPS_ISA=scalar|avx2|avx512 overrides)\n", ssm_isa_name(ssm_context_isa(ctx)));
     else
         printf("isa: unavailable (%s: %s)\n", ssm_status_string(st), ssm_context_last_error(NULL));
     ssm_context_free(ctx);

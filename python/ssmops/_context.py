@@ -34,7 +34,7 @@ _TORCH_FREE = _DEVICE_FREE(_torch_device_free)
 
 
 class Context:
-    """An ssm_context. backend: 'auto', 'cpu', 'ref' or 'cuda'; isa: 'auto', 'scalar', 'avx2';
+    """An ssm_context. backend: 'auto', 'cpu', 'ref' or 'cuda'; isa: 'auto', 'scalar', 'avx2', 'avx512';
     ref_mode: 'exact' or 'upstream_bf16'; variants: {operator: variant name} (CUDA);
     device_allocator: 'default' (cudaMallocAsync on the call's stream) or 'torch' (torch's
     caching allocator owns the CUDA backend's device memory)."""

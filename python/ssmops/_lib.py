@@ -11,7 +11,7 @@ MAX_DIMS = 6
 F32, F16, BF16, F64, I32, I64 = 0, 1, 2, 3, 10, 11
 DEVICE_CPU, DEVICE_CUDA = 0, 1
 BACKENDS = {"auto": 0, "ref": 1, "cpu": 2, "cuda": 3}
-ISAS = {"auto": 0, "scalar": 1, "avx2": 2}
+ISAS = {"auto": 0, "scalar": 1, "avx2": 2, "avx512": 3}
 
 STATUS_OK = 0
 _STATUS_NAMES = {10: "INVALID_ARGUMENT", 11: "INVALID_SHAPE", 12: "INVALID_LAYOUT", 20: "UNSUPPORTED",

@@ -50,6 +50,7 @@ SSM_API const char * ssm_isa_name(ssm_isa isa) {
         case SSM_ISA_AUTO: return "auto";
         case SSM_ISA_SCALAR: return "scalar";
         case SSM_ISA_AVX2: return "avx2";
+        case SSM_ISA_AVX512: return "avx512";
         default: return "unknown";
     }
 }
@@ -65,12 +66,9 @@ SSM_API const char * ssm_backend_name(ssm_backend backend) {
 }
 
 /* ---- ISA choice ------------------------------------------------------------------------ */
+/* The ISAs form a chain (scalar < avx2 < avx512): a host runs every ISA up to its best. */
 static int ssmi_isa_supported(ssm_isa isa, uint32_t features) {
-    switch (isa) {
-        case SSM_ISA_SCALAR: return 1;
-        case SSM_ISA_AVX2: return ssmi_best_isa(features) == SSM_ISA_AVX2;
-        default: return 0;
-    }
+    return isa >= SSM_ISA_SCALAR && isa <= SSM_ISA_AVX512 && isa <= ssmi_best_isa(features);
 }
 
 /* Parses SSMOPS_ISA. Returns 1 and sets *isa (AUTO for unset/empty/"auto"), or 0 for a
@@ -88,6 +86,10 @@ static int ssmi_env_isa(ssm_isa * isa, const char ** value) {
     }
     if (strcmp(env, "avx2") == 0) {
         *isa = SSM_ISA_AVX2;
+        return 1;
+    }
+    if (strcmp(env, "avx512") == 0) {
+        *isa = SSM_ISA_AVX512;
         return 1;
     }
     return 0;
@@ -123,7 +125,7 @@ static ssm_status ssmi_resolve_isa(int32_t requested, ssm_isa * out) {
     if (isa == SSM_ISA_AUTO) {
         const char * value = NULL;
         SSM_RETURN_IF(!ssmi_env_isa(&isa, &value), NULL, SSM_STATUS_INVALID_ARGUMENT,
-                      "context_create: SSMOPS_ISA=%s is not an ISA name (use scalar, avx2 or auto)", value);
+                      "context_create: SSMOPS_ISA=%s is not an ISA name (use scalar, avx2, avx512 or auto)", value);
         source = "SSMOPS_ISA";
     }
     if (isa == SSM_ISA_AUTO) {
@@ -131,7 +133,8 @@ static ssm_status ssmi_resolve_isa(int32_t requested, ssm_isa * out) {
         return SSM_STATUS_OK;
     }
     SSM_RETURN_IF(!ssmi_isa_supported(isa, features), NULL, SSM_STATUS_UNSUPPORTED_HARDWARE,
-                  "context_create: %s=%s needs CPU features this host lacks (avx2 needs AVX2, FMA and F16C)", source,
+                  "context_create: %s=%s needs CPU features this host lacks (avx2 needs AVX2, FMA and F16C; "
+                  "avx512 also AVX-512 F, BW, DQ and VL with the OS saving the ZMM state)", source,
                   ssm_isa_name(isa));
     *out = isa;
     return SSM_STATUS_OK;
@@ -198,7 +201,7 @@ static ssm_status ssmi_check_params(const ssm_context_params * p) {
                   (int)p->num_threads, SSMI_MAX_THREADS);
     SSM_RETURN_IF(p->backend < SSM_BACKEND_AUTO || p->backend > SSM_BACKEND_CUDA, NULL, SSM_STATUS_INVALID_ARGUMENT,
                   "context_create: params.backend=%d is not an ssm_backend", (int)p->backend);
-    SSM_RETURN_IF(p->isa < SSM_ISA_AUTO || p->isa > SSM_ISA_AVX2, NULL, SSM_STATUS_INVALID_ARGUMENT,
+    SSM_RETURN_IF(p->isa < SSM_ISA_AUTO || p->isa > SSM_ISA_AVX512, NULL, SSM_STATUS_INVALID_ARGUMENT,
                   "context_create: params.isa=%d is not an ssm_isa", (int)p->isa);
     SSM_RETURN_IF(p->ref_mode < SSM_REF_EXACT || p->ref_mode > SSM_REF_UPSTREAM_BF16, NULL,
                   SSM_STATUS_INVALID_ARGUMENT, "context_create: params.ref_mode=%d is not an ssm_ref_mode",

@@ -26,7 +26,10 @@
 #define SSMI_CPUID1_F16C    (1u << 29)
 /* CPUID leaf 7 subleaf 0, EBX */
 #define SSMI_CPUID7_AVX2    (1u << 5)
-#define SSMI_CPUID7_AVX512F (1u << 16)
+#define SSMI_CPUID7_AVX512F  (1u << 16)
+#define SSMI_CPUID7_AVX512DQ (1u << 17)
+#define SSMI_CPUID7_AVX512BW (1u << 30)
+#define SSMI_CPUID7_AVX512VL (1u << 31)
 /* XCR0 */
 #define SSMI_XCR0_YMM       0x06u /* SSE + AVX state          */
 #define SSMI_XCR0_ZMM       0xe6u /* + opmask, ZMM_Hi256, Hi16_ZMM */
@@ -52,7 +55,12 @@ static uint32_t ssmi_detect_features(void) {
     if (__get_cpuid_max(0, NULL) >= 7) {
         __cpuid_count(7, 0, eax, ebx, ecx, edx);
         if (ebx & SSMI_CPUID7_AVX2) features |= SSM_CPU_AVX2;
-        if ((ebx & SSMI_CPUID7_AVX512F) && (xcr0 & SSMI_XCR0_ZMM) == SSMI_XCR0_ZMM) features |= SSM_CPU_AVX512F;
+        if ((xcr0 & SSMI_XCR0_ZMM) == SSMI_XCR0_ZMM) { /* AVX-512 only with the ZMM state saved */
+            if (ebx & SSMI_CPUID7_AVX512F) features |= SSM_CPU_AVX512F;
+            if (ebx & SSMI_CPUID7_AVX512BW) features |= SSM_CPU_AVX512BW;
+            if (ebx & SSMI_CPUID7_AVX512DQ) features |= SSM_CPU_AVX512DQ;
+            if (ebx & SSMI_CPUID7_AVX512VL) features |= SSM_CPU_AVX512VL;
+        }
     }
     return features;
 }
@@ -72,7 +80,11 @@ uint32_t ssmi_cpu_features(void) {
 SSM_API uint32_t ssm_cpu_features(void) { return ssmi_cpu_features(); }
 
 ssm_isa ssmi_best_isa(uint32_t features) {
-    /* The AVX2 kernels use FMA for every product-sum and F16C for half loads. */
-    const uint32_t avx2 = SSM_CPU_AVX2 | SSM_CPU_FMA | SSM_CPU_F16C;
+    /* The AVX2 kernels use FMA for every product-sum and F16C for half loads; the AVX-512
+     * ISA runs the AVX2 kernels where it has no kernel of its own, so it needs their set
+     * too, and its kernels use BW/DQ/VL (16-bit lanes, masks on 256-bit registers). */
+    const uint32_t avx2   = SSM_CPU_AVX2 | SSM_CPU_FMA | SSM_CPU_F16C;
+    const uint32_t avx512 = avx2 | SSM_CPU_AVX512F | SSM_CPU_AVX512BW | SSM_CPU_AVX512DQ | SSM_CPU_AVX512VL;
+    if ((features & avx512) == avx512) return SSM_ISA_AVX512;
     return (features & avx2) == avx2 ? SSM_ISA_AVX2 : SSM_ISA_SCALAR;
 }

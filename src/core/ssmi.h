@@ -111,6 +111,9 @@ void              ssmi_threadpool_free(ssmi_threadpool * pool);
 uint32_t ssmi_cpu_features(void); /* cached, thread-safe */
 ssm_isa  ssmi_best_isa(uint32_t features);
 ssm_isa  ssmi_context_isa(const ssm_context * ctx); /* ctx NULL: env override or best */
+/* 1 when the context runs AVX2 kernels: the AVX2 ISA, and the AVX-512 ISA for every kernel
+ * that has no AVX-512 version (its hosts have the whole AVX2 set). */
+static inline int ssmi_context_avx2(const ssm_context * ctx) { return ssmi_context_isa(ctx) >= SSM_ISA_AVX2; }
 
 /* ---- tensors ------------------------------------------------------------------------- */
 static inline int ssmi_present(const ssm_tensor * t) { return t != NULL && t->data != NULL; }

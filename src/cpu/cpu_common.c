@@ -21,9 +21,24 @@ const ssmi_cpu_kernels ssmi_cpu_avx2_kernels = {
     ssmi_store_row__avx2,
 };
 
+/* The AVX2 table with the kernels that have an AVX-512 version replaced. */
+const ssmi_cpu_kernels ssmi_cpu_avx512_kernels = {
+    "avx512",
+    ssmi_f32_gemm_ukernel__avx512_8x32,
+    ssmi_f32_vexp__avx2,
+    ssmi_f32_decay_rows__avx2,
+    ssmi_f32_silu_gate__avx2,
+    ssmi_load_row__avx512,
+    ssmi_store_row__avx512,
+};
+
 const ssmi_cpu_kernels * ssmi_cpu_kernels_for(const ssm_context * ctx) {
     /* ssmi_context_isa never returns an ISA the host lacks (context creation refuses it). */
-    return ssmi_context_isa(ctx) == SSM_ISA_AVX2 ? &ssmi_cpu_avx2_kernels : &ssmi_cpu_scalar_kernels;
+    switch (ssmi_context_isa(ctx)) {
+        case SSM_ISA_AVX512: return &ssmi_cpu_avx512_kernels;
+        case SSM_ISA_AVX2: return &ssmi_cpu_avx2_kernels;
+        default: return &ssmi_cpu_scalar_kernels;
+    }
 }
 
 static const ssmi_cpu_layer_kernels scalar_layer_kernels = {
@@ -49,7 +64,7 @@ static const ssmi_cpu_layer_kernels avx2_layer_kernels = {
 };
 
 const ssmi_cpu_layer_kernels * ssmi_cpu_layer_kernels_for(const ssm_context * ctx) {
-    return ssmi_context_isa(ctx) == SSM_ISA_AVX2 ? &avx2_layer_kernels : &scalar_layer_kernels;
+    return ssmi_context_avx2(ctx) ? &avx2_layer_kernels : &scalar_layer_kernels;
 }
 
 void ssmi_cpu_sequence(const ssm_tensor * cu_seqlens, int64_t seqlen, int64_t s, int64_t * row, int64_t * t0,

@@ -28,6 +28,7 @@ const ssmi_cpu_kernels * ssmi_cpu_kernels_for(const ssm_context * ctx);
 /* The two tables themselves, for tables that extend them (mamba3_common.c). */
 extern const ssmi_cpu_kernels ssmi_cpu_scalar_kernels;
 extern const ssmi_cpu_kernels ssmi_cpu_avx2_kernels;
+extern const ssmi_cpu_kernels ssmi_cpu_avx512_kernels;
 
 /* Sequence s of a varlen-capable call: batch row s from token 0 (len = seqlen), or with
  * cu_seqlens row 0 from cu[s] (len = cu[s+1] − cu[s]). */

@@ -241,7 +241,7 @@ static void step_task(void * arg, int64_t task, int32_t thread) {
 ssm_status ssmi_cpu_mamba2_step(ssm_context * ctx, const ssm_mamba2_params * p, const ssmi_mamba2_dims * d,
                                 const ssm_mamba2_step_args * a) {
     const ssmi_cpu_kernels * k         = ssmi_cpu_kernels_for(ctx);
-    const int                avx2      = ssmi_context_isa(ctx) == SSM_ISA_AVX2;
+    const ssm_isa            isa       = ssmi_context_isa(ctx);
     const int                has_final = ssmi_present(&a->final_state);
     const int64_t pairs = d->batch * d->nheads;
     if (pairs == 0 || d->headdim == 0) return SSM_STATUS_OK;
@@ -252,8 +252,12 @@ ssm_status ssmi_cpu_mamba2_step(ssm_context * ctx, const ssm_mamba2_params * p, 
     job.dims      = d;
     job.args      = a;
     job.k         = k;
-    job.block     = avx2 ? ssmi_f32_step_block__avx2 : ssmi_f32_step_block__scalar;
-    job.row       = avx2 ? ssmi_f32_step_row__avx2 : ssmi_f32_step_row__scalar;
+    job.block     = isa == SSM_ISA_AVX512 ? ssmi_f32_step_block__avx512
+                    : isa == SSM_ISA_AVX2 ? ssmi_f32_step_block__avx2
+                                          : ssmi_f32_step_block__scalar;
+    job.row       = isa == SSM_ISA_AVX512 ? ssmi_f32_step_row__avx512
+                    : isa == SSM_ISA_AVX2 ? ssmi_f32_step_row__avx2
+                                          : ssmi_f32_step_row__scalar;
     job.has_final = has_final;
     job.slots     = (ssmi_step_slots){&a->state_batch_indices, &a->dst_state_batch_indices, &a->cu_seqlens,
                                       &a->num_accepted_tokens};

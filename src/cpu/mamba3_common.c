@@ -27,9 +27,26 @@ static const ssmi_cpu_m3_kernels avx2_m3 = {
     ssmi_f32_siso_state_step__avx2,
 };
 
+/* The AVX2 Mamba-3 kernels on the AVX-512 base table (its GEMM and row conversions). */
+static const ssmi_cpu_m3_kernels avx512_m3 = {
+    &ssmi_cpu_avx512_kernels,
+    ssmi_f32_angle_rate__avx2,
+    ssmi_f32_angle_advance__avx2,
+    ssmi_f32_angle_step__avx2,
+    ssmi_f32_vtanh__avx2,
+    ssmi_f32_sincos_pairs__avx2,
+    ssmi_f32_bias_rotate_qk__avx2,
+    ssmi_f32_rotate__avx2,
+    ssmi_f32_siso_state_step__avx2,
+};
+
 const ssmi_cpu_m3_kernels * ssmi_cpu_m3_kernels_for(const ssm_context * ctx) {
     /* ssmi_context_isa never returns an ISA the host lacks (context creation refuses it). */
-    return ssmi_context_isa(ctx) == SSM_ISA_AVX2 ? &avx2_m3 : &scalar_m3;
+    switch (ssmi_context_isa(ctx)) {
+        case SSM_ISA_AVX512: return &avx512_m3;
+        case SSM_ISA_AVX2: return &avx2_m3;
+        default: return &scalar_m3;
+    }
 }
 
 void ssmi_cpu_m3_token_scalars(const ssmi_cpu_m3_kernels * k, const ssm_tensor * adt, const ssm_tensor * dt,

@@ -99,7 +99,9 @@ int64_t  ssmt_randint(ssmt_rng * rng, int64_t lo, int64_t hi); /* [lo, hi] */
 uint64_t ssmt_rng_from_env(ssmt_rng * rng, uint64_t default_seed);
 
 /* ---- contexts ------------------------------------------------------------------------ */
-/* A context with the given backend, thread count, ISA and reference mode; NULL on failure. */
+/* A context with the given backend, thread count, ISA and reference mode; NULL on failure.
+ * An AUTO ISA that SSMOPS_ISA resolves to an ISA the host lacks exits the test with 77
+ * (skipped). */
 ssm_context * ssmt_make_ctx_mode(ssm_backend backend, int threads, ssm_isa isa, ssm_ref_mode mode);
 /* The same in the default reference mode (SSM_REF_EXACT). */
 ssm_context * ssmt_make_ctx(ssm_backend backend, int threads, ssm_isa isa);

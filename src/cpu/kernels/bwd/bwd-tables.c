@@ -25,5 +25,5 @@ static const ssmi_cpu_bwd_kernels avx2_bwd = {
 
 const ssmi_cpu_bwd_kernels * ssmi_cpu_bwd_kernels_for(const ssm_context * ctx) {
     /* ssmi_context_isa never returns an ISA the host lacks (context creation refuses it). */
-    return ssmi_context_isa(ctx) == SSM_ISA_AVX2 ? &avx2_bwd : &scalar_bwd;
+    return ssmi_context_avx2(ctx) ? &avx2_bwd : &scalar_bwd;
 }

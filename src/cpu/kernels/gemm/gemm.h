@@ -44,4 +44,13 @@ void ssmi_f32_gemm_ukernel__avx2_6x16(int64_t m, int64_t n, int64_t k, const flo
 #define SSMI_GEMM_AVX2_MR 6
 #define SSMI_GEMM_AVX2_NR 16
 
+/* AVX-512, 8×32 register tile (16 zmm accumulators), a one-vector tile for a column tail
+ * of at most 16, masked loads/stores for the last vector of a tail. */
+void ssmi_f32_gemm_ukernel__avx512_8x32(int64_t m, int64_t n, int64_t k, const float * a, int64_t a_row_stride,
+                                        int64_t a_k_stride, const float * b, int64_t b_row_stride, float * c,
+                                        int64_t c_row_stride, const float * row_scale, float beta, int causal);
+
+#define SSMI_GEMM_AVX512_MR 8
+#define SSMI_GEMM_AVX512_NR 32
+
 #endif

@@ -32,5 +32,10 @@ void  ssmi_f32_step_block__avx2(int64_t rows, int64_t cols, const float * in, in
                                 float * y);
 float ssmi_f32_step_row__avx2(int64_t cols, const float * in, float * out, const float * decay, float coef,
                               const float * b, const float * c);
+void  ssmi_f32_step_block__avx512(int64_t rows, int64_t cols, const float * in, int64_t in_stride, float * out,
+                                  int64_t out_stride, float decay, const float * coef, const float * b, const float * c,
+                                  float * y);
+float ssmi_f32_step_row__avx512(int64_t cols, const float * in, float * out, const float * decay, float coef,
+                                const float * b, const float * c);
 
 #endif

@@ -44,4 +44,9 @@ void ssmi_f32_silu_gate__avx2(int64_t n, const float * y, const float * z, float
 void ssmi_load_row__avx2(float * dst, const void * base, int32_t dtype, int64_t off, int64_t stride, int64_t n);
 void ssmi_store_row__avx2(void * base, int32_t dtype, int64_t off, int64_t stride, const float * src, int64_t n);
 
+/* AVX-512 row conversions (16 lanes, masked tails); the other entries of the AVX-512
+ * table are the AVX2 ones. */
+void ssmi_load_row__avx512(float * dst, const void * base, int32_t dtype, int64_t off, int64_t stride, int64_t n);
+void ssmi_store_row__avx512(void * base, int32_t dtype, int64_t off, int64_t stride, const float * src, int64_t n);
+
 #endif
