@@ -1,7 +1,7 @@
 #!/bin/sh
 # gpu/verify_and_time.sh OUTDIR — one GPU round that first verifies, then times:
 #   1. build (gpu/gpu_check.sh's configuration, sm_90a, all cores);
-#   2. at once: the cuda-labelled CTest tests (SSMOPS_VT_TESTS regex, default all of them), the
+#   2. at once: the cuda-labelled CTest tests (or those SSMOPS_VT_TESTS, a regex, names), the
 #      Python suite with CUDA tensors (extra pytest arguments in SSMOPS_VT_PYTEST_ARGS), and
 #      examples/python/hf_mamba2_compare.py for each device:dtype of SSMOPS_VT_HF (default
 #      "cuda:float32 cuda:bfloat16 cpu:float32"; 24 layers);
@@ -28,7 +28,10 @@ SSMOPS_GPU_PHASES=none "$src/gpu/gpu_check.sh" "$out/.check" >"$out/build.txt" 2
 }
 say "built: $(el)"
 export SSMOPS_LIBRARY=$build/libssmops.so PYTHONPATH=$src/python:$src/.upstream
-(cd "$build" && timeout "${SSMOPS_VT_CTEST_S:-300}" ctest -L cuda -R "${SSMOPS_VT_TESTS:-.}" -j8 \
+sel="-L cuda"
+[ -n "${SSMOPS_VT_TESTS:-}" ] && sel="-R $SSMOPS_VT_TESTS"
+# shellcheck disable=SC2086
+(cd "$build" && timeout "${SSMOPS_VT_CTEST_S:-300}" ctest $sel -j8 \
     --output-on-failure >"$out/ctest.txt" 2>&1) &
 ctest_pid=$!
 # shellcheck disable=SC2086
