@@ -77,6 +77,10 @@ def main(argv=None):
     ap.add_argument("--batch", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     a = ap.parse_args(argv)
+    # transformers runs mamba_ssm's / causal_conv1d's kernels instead of its torch path when it
+    # can import them: hide them, so the reference is its pure-torch path
+    for name in ("mamba_ssm", "causal_conv1d"):
+        sys.modules.setdefault(name, None)
     try:
         import transformers
         from transformers import Mamba2Config, Mamba2ForCausalLM
