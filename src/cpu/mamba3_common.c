@@ -15,30 +15,16 @@ static const ssmi_cpu_m3_kernels scalar_m3 = {
     ssmi_f32_siso_state_step__scalar,
 };
 
-static const ssmi_cpu_m3_kernels avx2_m3 = {
-    &ssmi_cpu_avx2_kernels,
-    ssmi_f32_angle_rate__avx2,
-    ssmi_f32_angle_advance__avx2,
-    ssmi_f32_angle_step__avx2,
-    ssmi_f32_vtanh__avx2,
-    ssmi_f32_sincos_pairs__avx2,
-    ssmi_f32_bias_rotate_qk__avx2,
-    ssmi_f32_rotate__avx2,
-    ssmi_f32_siso_state_step__avx2,
-};
+/* The AVX2 Mamba-3 kernels after a base table (GEMM and row conversions). */
+#define SSMI_M3_AVX2_KERNELS                                                                             \
+    ssmi_f32_angle_rate__avx2, ssmi_f32_angle_advance__avx2, ssmi_f32_angle_step__avx2, ssmi_f32_vtanh__avx2, \
+        ssmi_f32_sincos_pairs__avx2, ssmi_f32_bias_rotate_qk__avx2, ssmi_f32_rotate__avx2,                \
+        ssmi_f32_siso_state_step__avx2
+
+static const ssmi_cpu_m3_kernels avx2_m3 = {&ssmi_cpu_avx2_kernels, SSMI_M3_AVX2_KERNELS};
 
 /* The AVX2 Mamba-3 kernels on the AVX-512 base table (its GEMM and row conversions). */
-static const ssmi_cpu_m3_kernels avx512_m3 = {
-    &ssmi_cpu_avx512_kernels,
-    ssmi_f32_angle_rate__avx2,
-    ssmi_f32_angle_advance__avx2,
-    ssmi_f32_angle_step__avx2,
-    ssmi_f32_vtanh__avx2,
-    ssmi_f32_sincos_pairs__avx2,
-    ssmi_f32_bias_rotate_qk__avx2,
-    ssmi_f32_rotate__avx2,
-    ssmi_f32_siso_state_step__avx2,
-};
+static const ssmi_cpu_m3_kernels avx512_m3 = {&ssmi_cpu_avx512_kernels, SSMI_M3_AVX2_KERNELS};
 
 const ssmi_cpu_m3_kernels * ssmi_cpu_m3_kernels_for(const ssm_context * ctx) {
     /* ssmi_context_isa never returns an ISA the host lacks (context creation refuses it). */

@@ -70,25 +70,28 @@ __device__ __forceinline__ void copy_raw(const void * src, long long so, void * 
     }
 }
 
+/* Element rem (row-major over the slot's dims) of slot `slot`, from the in pool to the out pool. */
+__device__ __forceinline__ void copy_slot_element(const pool_copy_args & A, long long slot, long long rem, bool same) {
+    long long io = slot * A.in.slot_stride, oo = slot * A.out.slot_stride;
+    for (int d = A.nd - 1; d >= 0; --d) { /* innermost dim fastest */
+        const long long i = rem % A.shape[d];
+        rem /= A.shape[d];
+        io += i * A.in.s[d];
+        oo += i * A.out.s[d];
+    }
+    if (same)
+        copy_raw(A.in.p, io, A.out.p, oo, A.in.dtype);
+    else
+        store_f64(A.out.p, A.out.dtype, oo, load_f64(A.in.p, A.in.dtype, io));
+}
+
 __global__ void __launch_bounds__(kPoolThreads) copy_slots_kernel(const pool_copy_args A) {
     const long long total = A.nslots * A.per_slot;
     const long long step = (long long)gridDim.x * blockDim.x;
     const bool      same = A.in.dtype == A.out.dtype;
     for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
         const long long k = e / A.per_slot;
-        long long       rem = e - k * A.per_slot;
-        const long long slot = A.slots[k];
-        long long       io = slot * A.in.slot_stride, oo = slot * A.out.slot_stride;
-        for (int d = A.nd - 1; d >= 0; --d) { /* innermost dim fastest */
-            const long long i = rem % A.shape[d];
-            rem /= A.shape[d];
-            io += i * A.in.s[d];
-            oo += i * A.out.s[d];
-        }
-        if (same)
-            copy_raw(A.in.p, io, A.out.p, oo, A.in.dtype);
-        else
-            store_f64(A.out.p, A.out.dtype, oo, load_f64(A.in.p, A.in.dtype, io));
+        copy_slot_element(A, A.slots[k], e - k * A.per_slot, same);
     }
 }
 
@@ -113,19 +116,7 @@ __global__ void __launch_bounds__(kPoolThreads) copy_unused_device_kernel(const 
             named = v == slot;
         }
         if (__syncthreads_or(named)) continue; /* uniform over the block */
-        for (long long e = threadIdx.x; e < A.per_slot; e += blockDim.x) {
-            long long rem = e, io = slot * A.in.slot_stride, oo = slot * A.out.slot_stride;
-            for (int d = A.nd - 1; d >= 0; --d) { /* innermost dim fastest */
-                const long long i = rem % A.shape[d];
-                rem /= A.shape[d];
-                io += i * A.in.s[d];
-                oo += i * A.out.s[d];
-            }
-            if (same)
-                copy_raw(A.in.p, io, A.out.p, oo, A.in.dtype);
-            else
-                store_f64(A.out.p, A.out.dtype, oo, load_f64(A.in.p, A.in.dtype, io));
-        }
+        for (long long e = threadIdx.x; e < A.per_slot; e += blockDim.x) copy_slot_element(A, slot, e, same);
     }
 }
 
