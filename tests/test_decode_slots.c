@@ -14,13 +14,15 @@
  *  - mamba3_siso_step and mamba3_mimo_step with dst_state_batch_indices: CPU against the
  *    reference, the new state in the write slot equal to the one a step without dst puts in
  *    the read slot, in place equal to separate;
- *  - mamba3_siso_step with several tokens per row (cu_seqlens, rows of 0..4 tokens, padding,
+ *  - mamba3_siso_step and mamba3_mimo_step (one test, a field layout per operator) with
+ *    several tokens per row (cu_seqlens, rows of 0..4 tokens, padding,
  *    read ≠ write slots, a row that writes nothing): the CPU against the reference (out,
  *    the four final pools, the four intermediate states; thread counts bitwise equal), and
  *    against the tokens one by one (reference exact on f64 pools, CPU bitwise on f32), in
  *    place and separate; slot tables (2-D dst, then 2-D reads with num_accepted_tokens);
  *    failed calls (too many tokens for a table, num_accepted_tokens beyond it, a table with
- *    a separate final pool) write nothing;
+ *    a separate final pool, two tokens writing one slot, table and read slots beyond the
+ *    pool, cu_seqlens not ending at T) write nothing;
  *  - every slot rule (repeated write slots, out-of-range slots, padding rows that write,
  *    in-place reads of another row's write slot, tables, num_accepted_tokens), with every
  *    output and the pool unchanged by a failed call; shared read slots accepted.
@@ -945,6 +947,26 @@ static void test_m3_tables(ssmt_rng * rng, const m3_layout * L, ssm_context * ct
     ssmt_set(&acc.t, 2, 1);
     *fld(&f, L->fin[2]) = poolC[2].t;
     m3_expect_fail("a table with a separate final pool", ctx, L, &f, SSM_STATUS_INVALID_ARGUMENT);
+    /* the slot rules with several tokens per row (1-D reads, the token table as dst): two
+     * tokens write one slot; a table slot, a read slot beyond the pool; cu_seqlens not
+     * ending at T */
+    ssmt_host bad = ssmt_clone(&tab.t, SSM_DTYPE_I32), rdbad = ssmt_clone(&q.rd.t, SSM_DTYPE_I64);
+    ssmt_host cubad = ssmt_clone(&q.cu.t, SSM_DTYPE_I64);
+    f = a;
+    *fld(&f, L->idx) = q.rd.t, *fld(&f, L->acc) = ssmt_absent(), *fld(&f, L->dst) = bad.t; /* row 0: 3 tokens */
+    ssmt_set(&bad.t, 1, ssmt_get(&tab.t, 0));
+    m3_expect_fail("two tokens write one slot", ctx, L, &f, SSM_STATUS_INVALID_ARGUMENT);
+    ssmt_set(&bad.t, 1, ssmt_get(&tab.t, 1)), ssmt_set(&bad.t, 0, (double)q.slots);
+    m3_expect_fail("a table slot beyond the pool", ctx, L, &f, SSM_STATUS_INVALID_ARGUMENT);
+    ssmt_set(&bad.t, 0, ssmt_get(&tab.t, 0));
+    TEST_CHECK_STATUS(L->run(ctx, &f), SSM_STATUS_OK); /* the restored table is valid */
+    *fld(&f, L->idx) = rdbad.t;
+    ssmt_set(&rdbad.t, 0, (double)q.slots);
+    m3_expect_fail("a read slot beyond the pool", ctx, L, &f, SSM_STATUS_INVALID_ARGUMENT);
+    *fld(&f, L->idx) = q.rd.t, *fld(&f, L->cu) = cubad.t;
+    ssmt_set(&cubad.t, R, (double)(q.T - 1));
+    m3_expect_fail("cu_seqlens ending before T", ctx, L, &f, SSM_STATUS_INVALID_ARGUMENT);
+    ssmt_free(&bad), ssmt_free(&rdbad), ssmt_free(&cubad);
     for (int i = 0; i < 4; ++i) ssmt_free(&pool[i]), ssmt_free(&poolC[i]), ssmt_free(&inter[i]);
     ssmt_free(&tab), ssmt_free(&acc), ssmt_free(&rd1), ssmt_free(&out), ssmt_free(&outC);
     m3_tokens_free(&q);
