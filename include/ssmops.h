@@ -999,12 +999,19 @@ SSM_API ssm_status ssm_mamba3_mimo_bwd(ssm_context * ctx, const ssm_mamba3_mimo_
  * π·tanh(angles)·dt (not wrapped, as upstream's decode), then one step of the recurrence.
  * The z gate applies per rank in both output modes, as in the forward (upstream's decode
  * ignores z without mimo_o). State pool, state_batch_indices, padding rows and the
- * in-place rule, dst_state_batch_indices and the slot rules exactly as ssm_mamba3_siso_step. */
+ * in-place rule, dst_state_batch_indices and the slot rules exactly as ssm_mamba3_siso_step.
+ * Several tokens per row (speculative decoding) exactly as ssm_mamba3_siso_step: with
+ * cu_seqlens (B+1) the token tensors (q … angles, z, out, intermediate_*) hold T = cu[B]
+ * tokens in dim 0 and row b runs its tokens cu[b]..cu[b+1]−1 in order, the four states
+ * unrounded between them; intermediate_* get the four states after each token; 2-D
+ * state_batch_indices / dst_state_batch_indices (B, L) and num_accepted_tokens are vLLM's
+ * slot tables (docs/ops/mamba2.md "Decode slots"); with a token table every final_* given
+ * is its input's view (in place). */
 typedef struct ssm_mamba3_mimo_step_args {
-    ssm_tensor q, k;                /* in  (B,R,G,N)                                          */
-    ssm_tensor v, z;                /* in  (B,H,P)            z optional (with mimo_z)        */
-    ssm_tensor adt, dt, trap;       /* in  (B,H)                                              */
-    ssm_tensor angles;              /* in  (B,H,A)            raw rates of this token         */
+    ssm_tensor q, k;                /* in  (B,R,G,N)          (T,R,G,N) with cu_seqlens       */
+    ssm_tensor v, z;                /* in  (B,H,P)            z optional (with mimo_z); T rows with cu_seqlens */
+    ssm_tensor adt, dt, trap;       /* in  (B,H)              (T,H) with cu_seqlens           */
+    ssm_tensor angles;              /* in  (B,H,A)            raw rates of the token; T rows with cu_seqlens */
     ssm_tensor q_bias, k_bias;      /* in  (H,R,N)                                            */
     ssm_tensor mimo_v, mimo_z, mimo_o; /* in (H,R,P)          mimo_z, mimo_o optional         */
     ssm_tensor d;                   /* in  (H)                optional                        */
@@ -1013,13 +1020,19 @@ typedef struct ssm_mamba3_mimo_step_args {
     ssm_tensor ssm_state;           /* in  (slots,H,P,N)                                      */
     ssm_tensor k_state;             /* in  (slots,R,H,N)                                      */
     ssm_tensor v_state;             /* in  (slots,H,P)                                        */
-    ssm_tensor state_batch_indices; /* in  (B) i32/i64        optional: read slots            */
-    ssm_tensor dst_state_batch_indices; /* in (B) i32/i64     optional: write slots (needs the above) */
-    ssm_tensor out;                 /* out (B,H,P) with mimo_o, else (B,R,H,P)                */
+    ssm_tensor state_batch_indices; /* in  (B) or (B,L) i32/i64  optional: read slots         */
+    ssm_tensor dst_state_batch_indices; /* in (B) or (B,L)    optional: write slots (needs the above) */
+    ssm_tensor cu_seqlens;          /* in  (B+1) i32/i64      optional: tokens of each row    */
+    ssm_tensor num_accepted_tokens; /* in  (B) i32/i64        optional: column of a 2-D read table */
+    ssm_tensor out;                 /* out (B,H,P) with mimo_o, else (B,R,H,P); T rows with cu_seqlens */
     ssm_tensor final_angle_state;   /* out (slots,H,A)        optional, may alias             */
     ssm_tensor final_ssm_state;     /* out (slots,H,P,N)      optional, may alias             */
     ssm_tensor final_k_state;       /* out (slots,R,H,N)      optional, may alias             */
     ssm_tensor final_v_state;       /* out (slots,H,P)        optional, may alias             */
+    ssm_tensor intermediate_angle_state; /* out (T,H,A)       optional: the states after each token */
+    ssm_tensor intermediate_ssm_state;   /* out (T,H,P,N)     optional                        */
+    ssm_tensor intermediate_k_state;     /* out (T,R,H,N)     optional                        */
+    ssm_tensor intermediate_v_state;     /* out (T,H,P)       optional                        */
 } ssm_mamba3_mimo_step_args;
 SSM_API ssm_status ssm_mamba3_mimo_step(ssm_context * ctx, const ssm_mamba3_mimo_params * params,
                                         const ssm_mamba3_mimo_step_args * args);

@@ -6,8 +6,10 @@
  * non-reduced outputs, f32 / f16 / bf16, strided layouts, initial/final states and varlen
  * (with an empty sequence) for the forward, the fused norm, the seed's stored bwd_fwd vectors
  * (float64 golden outputs), the step with state_batch_indices (padding rows, host and device
- * indices) on separate pools and in place. Outputs are NaN-poisoned; a second run on
- * re-poisoned outputs must give the same bytes. ref_mode UPSTREAM_BF16 is UNSUPPORTED on CUDA.
+ * indices) on separate pools and in place, and its arguments without a verified CUDA path
+ * (cu_seqlens, dst_state_batch_indices, intermediate states) refused with UNSUPPORTED.
+ * Outputs are NaN-poisoned; a second run on re-poisoned outputs must give the same bytes.
+ * ref_mode UPSTREAM_BF16 is UNSUPPORTED on CUDA.
  * Every case runs twice: first with the fallback entries of the selection tables forced through
  * the context (two_gemm_y for the chunked operators, slots_uploaded for the step), then with the
  * default choice; plus long forward cases whose θ prep spans many segments (varlen with empty
@@ -398,6 +400,24 @@ static void test_step(ssmt_rng * rng, const ssmt_mimo_config * cfg, int64_t slot
                 TEST_CHECK(zero, "%s: padding row %lld out is not 0", tag, (long long)b);
             }
         }
+        /* the arguments no GPU run has verified yet (valid on the CPU backend): cu_seqlens
+         * (one token per row here), dst_state_batch_indices, an intermediate state */
+        const int64_t B = cfg->batch, sc[1] = {B + 1}, si[1] = {B}, sv[3] = {B, cfg->nheads, cfg->headdim};
+        ssmt_host     cu = ssmt_alloc(SSM_DTYPE_I32, 1, sc), idx = ssmt_alloc(SSM_DTYPE_I32, 1, si);
+        ssmt_host     inter = ssmt_alloc(SSM_DTYPE_F32, 3, sv); /* (T = B, H, P) */
+        ssmt_dev      dinter = ssmt_to_device(&inter);
+        for (int64_t i = 0; i <= B; ++i) ssmt_set(&cu.t, i, (double)i);
+        for (int64_t i = 0; i < B; ++i) ssmt_set(&idx.t, i, (double)i);
+        for (int c = 0; c < 3; ++c) {
+            ssm_mamba3_mimo_step_args u = da;
+            if (c == 0) u.cu_seqlens = cu.t;
+            if (c == 1) u.state_batch_indices = idx.t, u.dst_state_batch_indices = idx.t;
+            if (c == 2) u.intermediate_v_state = dinter.view;
+            const ssm_status su = ssm_mamba3_mimo_step(ctx_cuda, &g_params, &u);
+            TEST_CHECK(su == SSM_STATUS_UNSUPPORTED, "%s: new argument %d on CUDA: %s (%s)", tag, c,
+                       ssm_status_string(su), ssm_context_last_error(ctx_cuda));
+        }
+        ssmt_dev_free(&dinter), ssmt_free(&inter), ssmt_free(&cu), ssmt_free(&idx);
     }
     for (int i = 0; i < NI; ++i) ssmt_dev_free(&din[i]);
     for (int i = 0; i < 4; ++i) ssmt_dev_free(&dpool[i]), ssmt_free(&ref[i]);

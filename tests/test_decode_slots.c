@@ -14,19 +14,22 @@
  *  - mamba3_siso_step and mamba3_mimo_step with dst_state_batch_indices: CPU against the
  *    reference, the new state in the write slot equal to the one a step without dst puts in
  *    the read slot, in place equal to separate;
- *  - mamba3_siso_step with several tokens per row (cu_seqlens, rows of 0..4 tokens, padding,
+ *  - mamba3_siso_step and mamba3_mimo_step (one test, a field layout per operator) with
+ *    several tokens per row (cu_seqlens, rows of 0..4 tokens, padding,
  *    read ≠ write slots, a row that writes nothing): the CPU against the reference (out,
  *    the four final pools, the four intermediate states; thread counts bitwise equal), and
  *    against the tokens one by one (reference exact on f64 pools, CPU bitwise on f32), in
  *    place and separate; slot tables (2-D dst, then 2-D reads with num_accepted_tokens);
  *    failed calls (too many tokens for a table, num_accepted_tokens beyond it, a table with
- *    a separate final pool) write nothing;
+ *    a separate final pool, two tokens writing one slot, table and read slots beyond the
+ *    pool, cu_seqlens not ending at T) write nothing;
  *  - every slot rule (repeated write slots, out-of-range slots, padding rows that write,
  *    in-place reads of another row's write slot, tables, num_accepted_tokens), with every
  *    output and the pool unchanged by a failed call; shared read slots accepted.
  * Seed: SSMOPS_TEST_SEED (default 20261202).
  */
 #include <math.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -619,42 +622,87 @@ static void test_siso(ssmt_rng * rng) {
     }
 }
 
-/* ==== mamba3_siso_step with several tokens per row =================================== */
-typedef struct siso_tokens {
-    int64_t                  R, T, slots, lens[16];
-    ssmt_mamba3_step_problem pr; /* T token rows; its pools have `slots` rows */
-    ssmt_host                cu, rd, wr;
-    ssm_mamba3_siso_step_args args; /* inputs, cu_seqlens, read and write slots */
-} siso_tokens;
+/* ==== Mamba-3 steps with several tokens per row (SISO and MIMO) ======================= */
+/* Where a Mamba-3 step's args struct keeps the fields these tests touch: the two structs
+ * name them alike, so one layout per operator serves every test below. */
+typedef struct m3_layout {
+    const char * op;
+    ssmt_run_fn  run;
+    size_t       size;
+    unsigned     angle_outs;  /* outputs compared modulo 2π (ssmt_op_case)                */
+    size_t       tok[8];      /* q, k, v, adt, dt, trap, angles, z: T tokens in dim 0      */
+    size_t       in[4], fin[4], inter[4], out, idx, dst, cu, acc;
+} m3_layout;
 
-#define SISO_POOLS(a) {&(a)->angle_state, &(a)->ssm_state, &(a)->k_state, &(a)->v_state}
-#define SISO_FINALS(a) {&(a)->final_angle_state, &(a)->final_ssm_state, &(a)->final_k_state, &(a)->final_v_state}
-#define SISO_INTER(a)                                                                                     \
-    {&(a)->intermediate_angle_state, &(a)->intermediate_ssm_state, &(a)->intermediate_k_state,            \
-     &(a)->intermediate_v_state}
+#define M3_STATES(T, p) {offsetof(T, p##angle_state), offsetof(T, p##ssm_state), offsetof(T, p##k_state), offsetof(T, p##v_state)}
+#define M3_LAYOUT(T, op, run, angle_outs)                                                                     \
+    {op, run, sizeof(T), angle_outs,                                                                          \
+     {offsetof(T, q), offsetof(T, k), offsetof(T, v), offsetof(T, adt), offsetof(T, dt), offsetof(T, trap),   \
+      offsetof(T, angles), offsetof(T, z)},                                                                   \
+     M3_STATES(T, ), M3_STATES(T, final_), M3_STATES(T, intermediate_), offsetof(T, out),                    \
+     offsetof(T, state_batch_indices), offsetof(T, dst_state_batch_indices), offsetof(T, cu_seqlens),         \
+     offsetof(T, num_accepted_tokens)}
+
+/* SISO stores θ wrapped to [0, 2π) (final and intermediate angle states); MIMO as is. */
+static const m3_layout siso_layout =
+    M3_LAYOUT(ssm_mamba3_siso_step_args, "mamba3_siso_step", run_siso, (1u << 1) | (1u << 5));
+static const m3_layout mimo_layout = M3_LAYOUT(ssm_mamba3_mimo_step_args, "mamba3_mimo_step", run_mimo, 0u);
+
+/* Storage for either step's args. */
+typedef union m3_args {
+    ssm_mamba3_siso_step_args siso;
+    ssm_mamba3_mimo_step_args mimo;
+} m3_args;
+
+static ssm_tensor * fld(m3_args * a, size_t off) { return (ssm_tensor *)((char *)a + off); }
+
+typedef struct m3_tokens {
+    const m3_layout *        L;
+    int64_t                  R, T, slots, lens[16];
+    ssmt_mamba3_step_problem siso; /* T token rows; its pools have `slots` rows (SISO)    */
+    ssmt_mimo_step_problem   mimo; /* the same for MIMO                                   */
+    ssmt_host                cu, rd, wr;
+    m3_args                  args; /* inputs, cu_seqlens, read and write slots            */
+} m3_tokens;
 
 /* The shape of intermediate state i: pool i's with T rows. */
-static ssmt_host siso_inter_alloc(const ssm_tensor * pool, int64_t T, ssm_dtype dt) {
+static ssmt_host m3_inter_alloc(const ssm_tensor * pool, int64_t T, ssm_dtype dt) {
     int64_t sh[4];
     for (int i = 0; i < pool->ndim; ++i) sh[i] = pool->shape[i];
     sh[0] = T;
     return ssmt_alloc(dt, pool->ndim, sh);
 }
 
-/* R rows of lens[] tokens; row b reads slot perm[b] and writes perm[R + b]; every fourth
- * row (b % 4 == 1) is padding and row 2 writes nothing. Returns nonzero on failure. */
-static int siso_tokens_make(ssmt_rng * rng, siso_tokens * q, int64_t R, const int64_t * lens, const int64_t * shp,
-                            ssm_dtype dtype) {
+/* Shapes: SISO {H, Hq, K, V, A, z}; MIMO {H, G, R, N, P, reduce_o, z}. */
+static const int64_t siso_shapes[3][7] = {{4, 2, 16, 8, 4, 1, 0}, {2, 1, 8, 16, 0, 0, 0}, {6, 3, 32, 8, 8, 1, 0}};
+static const int64_t mimo_shapes[3][7] = {{4, 2, 2, 16, 8, 1, 1}, {2, 1, 1, 8, 16, 0, 0}, {4, 4, 3, 16, 8, 1, 0}};
+
+/* R rows of lens[] tokens of operator L (shape shp); row b reads slot perm[b] and writes
+ * perm[R + b]; every fourth row (b % 4 == 1) is padding and row 2 writes nothing. Returns
+ * nonzero on failure. */
+static int m3_tokens_make(ssmt_rng * rng, m3_tokens * q, const m3_layout * L, int64_t R, const int64_t * lens,
+                          const int64_t * shp, ssm_dtype dtype) {
     memset(q, 0, sizeof *q);
-    q->R = R;
+    q->L = L, q->R = R;
     for (int64_t b = 0; b < R; ++b) q->lens[b] = lens[b], q->T += lens[b];
-    q->slots = 2 * R + 2 + q->T; /* room for a slot table (test_siso_tables) */
-    ssmt_mamba3_config cfg;
-    ssmt_mamba3_config_init(&cfg);
-    cfg.batch = q->T, cfg.nheads = shp[0], cfg.nheads_qk = shp[1], cfg.dk = shp[2], cfg.dv = shp[3];
-    cfg.nangles = shp[4], cfg.dtype = dtype, cfg.has_z = shp[5];
-    ssmt_mamba3_params(&cfg, &siso_params);
-    if (ssmt_mamba3_random_step(rng, &cfg, q->slots, 1, &q->pr) != 0) return -1;
+    q->slots = 2 * R + 2 + q->T; /* room for a slot table (test_m3_tables) */
+    if (L == &siso_layout) {
+        ssmt_mamba3_config cfg;
+        ssmt_mamba3_config_init(&cfg);
+        cfg.batch = q->T, cfg.nheads = shp[0], cfg.nheads_qk = shp[1], cfg.dk = shp[2], cfg.dv = shp[3];
+        cfg.nangles = shp[4], cfg.dtype = dtype, cfg.has_z = shp[5];
+        ssmt_mamba3_params(&cfg, &siso_params);
+        if (ssmt_mamba3_random_step(rng, &cfg, q->slots, 1, &q->siso) != 0) return -1;
+        q->args.siso = q->siso.args;
+    } else {
+        ssmt_mimo_config cfg;
+        ssmt_mimo_config_init(&cfg);
+        cfg.batch = q->T, cfg.nheads = shp[0], cfg.ngroups = shp[1], cfg.rank = shp[2], cfg.dstate = shp[3];
+        cfg.headdim = shp[4], cfg.reduce_o = (int32_t)shp[5], cfg.has_z = (int32_t)shp[6], cfg.dtype = dtype;
+        if (ssmt_mimo_random_step(rng, &cfg, q->slots, 1, &q->mimo) != 0) return -1;
+        mimo_params = q->mimo.params;
+        q->args.mimo = q->mimo.args;
+    }
     const int64_t sc[1] = {R + 1}, si[1] = {R};
     q->cu = ssmt_alloc(SSM_DTYPE_I64, 1, sc), q->rd = ssmt_alloc(SSM_DTYPE_I32, 1, si);
     q->wr = ssmt_alloc(SSM_DTYPE_I64, 1, si);
@@ -667,30 +715,32 @@ static int siso_tokens_make(ssmt_rng * rng, siso_tokens * q, int64_t R, const in
         ssmt_set(&q->rd.t, b, pad ? -1 : (double)perm[b]);
         ssmt_set(&q->wr.t, b, pad || b == 2 ? -1 : (double)perm[R + b]);
     }
-    q->args = q->pr.args;
-    q->args.cu_seqlens = q->cu.t, q->args.state_batch_indices = q->rd.t, q->args.dst_state_batch_indices = q->wr.t;
+    *fld(&q->args, L->cu) = q->cu.t, *fld(&q->args, L->idx) = q->rd.t, *fld(&q->args, L->dst) = q->wr.t;
     return 0;
 }
 
-static void siso_tokens_free(siso_tokens * q) {
-    ssmt_mamba3_step_free(&q->pr), ssmt_free(&q->cu), ssmt_free(&q->rd), ssmt_free(&q->wr);
+static void m3_tokens_free(m3_tokens * q) {
+    if (q->L == &siso_layout) ssmt_mamba3_step_free(&q->siso);
+    else ssmt_mimo_step_free(&q->mimo);
+    ssmt_free(&q->cu), ssmt_free(&q->rd), ssmt_free(&q->wr);
 }
 
 /* Every row's tokens one at a time through single-token steps on ctx (the four states
  * carried in one-slot buffers of dtype cdt, in place, from the input pools of q->args), into
  * out, inter[4] (T rows) and pool[4] (copies of the input pools, updated at the write
  * slots only). */
-static void siso_one_by_one(ssm_context * ctx, const siso_tokens * q, ssm_dtype cdt, const ssm_tensor * out,
-                            ssmt_host * inter, ssmt_host * pool) {
-    const ssm_mamba3_siso_step_args * a = &q->args;
-    const ssm_tensor * const          in[4] = SISO_POOLS(a);
-    ssmt_host                         carry[4];
-    int64_t                           t0 = 0;
+static void m3_one_by_one(ssm_context * ctx, const m3_tokens * q, ssm_dtype cdt, const ssm_tensor * out,
+                          ssmt_host * inter, ssmt_host * pool) {
+    const m3_layout * L = q->L;
+    m3_args           a = q->args;
+    ssmt_host         carry[4];
+    int64_t           t0 = 0;
     for (int i = 0; i < 4; ++i) {
-        int64_t sh[4];
-        for (int j = 0; j < in[i]->ndim; ++j) sh[j] = in[i]->shape[j];
+        const ssm_tensor * in = fld(&a, L->in[i]);
+        int64_t            sh[4];
+        for (int j = 0; j < in->ndim; ++j) sh[j] = in->shape[j];
         sh[0] = 1;
-        carry[i] = ssmt_alloc(cdt, in[i]->ndim, sh);
+        carry[i] = ssmt_alloc(cdt, in->ndim, sh);
     }
     for (int64_t b = 0; b < q->R; t0 += q->lens[b], ++b) {
         const int64_t r = (int64_t)ssmt_get(&q->rd.t, b), w = (int64_t)ssmt_get(&q->wr.t, b);
@@ -704,21 +754,17 @@ static void siso_one_by_one(ssm_context * ctx, const siso_tokens * q, ssm_dtype 
         }
         if (r < 0) continue;
         for (int i = 0; i < 4; ++i) {
-            const ssm_tensor src = ssmt_slice(in[i], 0, r, 1);
+            const ssm_tensor src = ssmt_slice(fld(&a, L->in[i]), 0, r, 1);
             ssmt_copy(&carry[i].t, &src);
         }
         for (int64_t t = t0; t < t0 + q->lens[b]; ++t) {
-            ssm_mamba3_siso_step_args s = *a;
-            s.q = ssmt_slice(&a->q, 0, t, 1), s.k = ssmt_slice(&a->k, 0, t, 1), s.v = ssmt_slice(&a->v, 0, t, 1);
-            s.adt = ssmt_slice(&a->adt, 0, t, 1), s.dt = ssmt_slice(&a->dt, 0, t, 1);
-            s.trap = ssmt_slice(&a->trap, 0, t, 1), s.angles = ssmt_slice(&a->angles, 0, t, 1);
-            if (a->z.data != NULL) s.z = ssmt_slice(&a->z, 0, t, 1);
-            s.cu_seqlens = ssmt_absent(), s.state_batch_indices = ssmt_absent();
-            s.dst_state_batch_indices = ssmt_absent();
-            s.angle_state = s.final_angle_state = carry[0].t, s.ssm_state = s.final_ssm_state = carry[1].t;
-            s.k_state = s.final_k_state = carry[2].t, s.v_state = s.final_v_state = carry[3].t;
-            s.out = ssmt_slice(out, 0, t, 1);
-            TEST_CHECK_STATUS(ssm_mamba3_siso_step(ctx, &siso_params, &s), SSM_STATUS_OK);
+            m3_args s = a;
+            for (int i = 0; i < 8; ++i)
+                if (fld(&a, L->tok[i])->data != NULL) *fld(&s, L->tok[i]) = ssmt_slice(fld(&a, L->tok[i]), 0, t, 1);
+            *fld(&s, L->cu) = ssmt_absent(), *fld(&s, L->idx) = ssmt_absent(), *fld(&s, L->dst) = ssmt_absent();
+            for (int i = 0; i < 4; ++i) *fld(&s, L->in[i]) = *fld(&s, L->fin[i]) = carry[i].t;
+            *fld(&s, L->out) = ssmt_slice(out, 0, t, 1);
+            TEST_CHECK_STATUS(L->run(ctx, &s), SSM_STATUS_OK);
             for (int i = 0; i < 4; ++i) {
                 const ssm_tensor dst = ssmt_slice(&inter[i].t, 0, t, 1);
                 ssmt_copy(&dst, &carry[i].t);
@@ -733,23 +779,28 @@ static void siso_one_by_one(ssm_context * ctx, const siso_tokens * q, ssm_dtype 
 }
 
 /* One multi-token call on ctx (pools, intermediates and out of dtype cdt; in place or into
- * separate final pools) against siso_one_by_one: bitwise equal. */
-static void siso_check_one_by_one(const siso_tokens * q, ssm_context * ctx, ssm_dtype cdt, int in_place,
-                                  const char * tag) {
-    ssm_mamba3_siso_step_args a = q->args;
-    ssm_tensor *              in[4] = SISO_POOLS(&a), *fin[4] = SISO_FINALS(&a), *it[4] = SISO_INTER(&a);
-    ssmt_host                 pool[4], sep[4], inter[4], epool[4], einter[4];
-    ssmt_host out = ssmt_alloc(cdt, 3, a.out.shape), eout = ssmt_alloc(cdt, 3, a.out.shape);
+ * separate final pools) against m3_one_by_one: bitwise equal. */
+static void m3_check_one_by_one(const m3_tokens * q, ssm_context * ctx, ssm_dtype cdt, int in_place,
+                                const char * tag) {
+    const m3_layout * L = q->L;
+    m3_args           a = q->args;
+    ssmt_host         pool[4], sep[4], inter[4], epool[4], einter[4];
+    const ssm_tensor * o = fld(&a, L->out);
+    ssmt_host         out = ssmt_alloc(cdt, o->ndim, o->shape), eout = ssmt_alloc(cdt, o->ndim, o->shape);
     for (int i = 0; i < 4; ++i) {
-        pool[i] = ssmt_clone(in[i], cdt), epool[i] = ssmt_clone(in[i], cdt);
-        sep[i] = ssmt_alloc(cdt, in[i]->ndim, in[i]->shape);
-        inter[i] = siso_inter_alloc(in[i], q->T, cdt), einter[i] = siso_inter_alloc(in[i], q->T, cdt);
+        const ssm_tensor * in = fld(&a, L->in[i]);
+        pool[i] = ssmt_clone(in, cdt), epool[i] = ssmt_clone(in, cdt);
+        sep[i] = ssmt_alloc(cdt, in->ndim, in->shape);
+        inter[i] = m3_inter_alloc(in, q->T, cdt), einter[i] = m3_inter_alloc(in, q->T, cdt);
         ssmt_poison(&inter[i].t);
     }
-    siso_one_by_one(ctx, q, cdt, &eout.t, einter, epool);
-    for (int i = 0; i < 4; ++i) *in[i] = pool[i].t, *fin[i] = in_place ? pool[i].t : sep[i].t, *it[i] = inter[i].t;
-    a.out = out.t;
-    TEST_CHECK_STATUS(ssm_mamba3_siso_step(ctx, &siso_params, &a), SSM_STATUS_OK);
+    m3_one_by_one(ctx, q, cdt, &eout.t, einter, epool);
+    for (int i = 0; i < 4; ++i) {
+        *fld(&a, L->in[i]) = pool[i].t, *fld(&a, L->fin[i]) = in_place ? pool[i].t : sep[i].t;
+        *fld(&a, L->inter[i]) = inter[i].t;
+    }
+    *fld(&a, L->out) = out.t;
+    TEST_CHECK_STATUS(L->run(ctx, &a), SSM_STATUS_OK);
     TEST_CHECK(memcmp(out.buf, eout.buf, out.bytes) == 0, "%s: out differs from the tokens one by one", tag);
     for (int i = 0; i < 4; ++i) {
         const ssmt_host * res = in_place ? &pool[i] : &sep[i];
@@ -765,66 +816,59 @@ static void siso_check_one_by_one(const siso_tokens * q, ssm_context * ctx, ssm_
     ssmt_free(&out), ssmt_free(&eout);
 }
 
-static const int64_t siso_shapes[3][6] = {{4, 2, 16, 8, 4, 1}, {2, 1, 8, 16, 0, 0}, {6, 3, 32, 8, 8, 1}};
-/* H Hq K V A z */
-
-static void test_siso_tokens(ssmt_rng * rng) {
+static void test_m3_tokens(ssmt_rng * rng, const m3_layout * L) {
     for (int k = 0; k < 9; ++k) {
-        const int64_t * shp = siso_shapes[k % 3];
+        const int64_t * shp = L == &siso_layout ? siso_shapes[k % 3] : mimo_shapes[k % 3];
         const int64_t   R = 3 + k % 5;
         int64_t         lens[16];
         for (int64_t b = 0; b < R; ++b) lens[b] = ssmt_randint(rng, 0, 4);
         lens[0] = 0, lens[R - 1] = 1 + ssmt_randint(rng, 0, 3); /* a row of no token; T ≥ 1 */
         const ssm_dtype dt = k % 3 == 1 ? SSM_DTYPE_BF16 : SSM_DTYPE_F32;
-        siso_tokens     q;
-        if (siso_tokens_make(rng, &q, R, lens, shp, dt) != 0) {
-            TEST_CHECK(0, "could not build a siso tokens problem");
+        m3_tokens       q;
+        if (m3_tokens_make(rng, &q, L, R, lens, shp, dt) != 0) {
+            TEST_CHECK(0, "could not build a %s tokens problem", L->op);
             continue;
         }
         char tag[160];
-        snprintf(tag, sizeof tag, "siso tokens[R%lld T%lld H%lld K%lld V%lld A%lld %s]", (long long)R,
-                 (long long)q.T, (long long)shp[0], (long long)shp[2], (long long)shp[3], (long long)shp[4],
-                 ssm_dtype_name(dt));
+        snprintf(tag, sizeof tag, "%s tokens[R%lld T%lld shape %lld %lld %lld %lld %lld %lld %s]", L->op,
+                 (long long)R, (long long)q.T, (long long)shp[0], (long long)shp[1], (long long)shp[2],
+                 (long long)shp[3], (long long)shp[4], (long long)shp[5], ssm_dtype_name(dt));
         /* the CPU against the reference: out, the four separate final pools, the four
          * intermediate states */
-        ssm_mamba3_siso_step_args a = q.args;
-        ssm_tensor *              in[4] = SISO_POOLS(&a), *it[4] = SISO_INTER(&a);
-        ssmt_host                 inter[4];
-        for (int i = 0; i < 4; ++i) inter[i] = siso_inter_alloc(in[i], q.T, SSM_DTYPE_F32), *it[i] = inter[i].t;
+        m3_args   a = q.args;
+        ssmt_host inter[4];
+        for (int i = 0; i < 4; ++i) {
+            inter[i] = m3_inter_alloc(fld(&a, L->in[i]), q.T, SSM_DTYPE_F32);
+            *fld(&a, L->inter[i]) = inter[i].t;
+        }
         ssmt_op_case oc = {0};
-        oc.name = tag, oc.args = &a, oc.args_size = sizeof a, oc.compute = dt, oc.out_dtype = SSM_DTYPE_F32;
-        oc.run = run_siso, oc.angle_outs = (1u << 1) | (1u << 5);
-        ssmt_op_add_outs(&oc, "mamba3_siso_step");
+        oc.name = tag, oc.args = &a, oc.args_size = L->size, oc.compute = dt, oc.out_dtype = SSM_DTYPE_F32;
+        oc.run = L->run, oc.angle_outs = L->angle_outs;
+        ssmt_op_add_outs(&oc, L->op);
         TEST_CHECK(oc.nouts >= 7, "%s: %d outputs", tag, oc.nouts);
         ssmt_op_run(&oc, ctx_ref, ctx_cpu, ctx_scalar);
         for (int i = 0; i < 4; ++i) ssmt_free(&inter[i]);
         /* against the tokens one by one */
-        siso_check_one_by_one(&q, ctx_ref, SSM_DTYPE_F64, k % 2, tag);
-        siso_check_one_by_one(&q, ctx_cpu[1 + k % 3], SSM_DTYPE_F32, k % 2 == 0, tag);
-        siso_tokens_free(&q);
+        m3_check_one_by_one(&q, ctx_ref, SSM_DTYPE_F64, k % 2, tag);
+        m3_check_one_by_one(&q, ctx_cpu[1 + k % 3], SSM_DTYPE_F32, k % 2 == 0, tag);
+        m3_tokens_free(&q);
     }
 }
 
 /* Runs a on ctx expecting `want`; out, the intermediates and the pools unchanged after. */
-static void siso_expect_fail(const char * what, ssm_context * ctx, const ssm_mamba3_siso_step_args * a,
-                             ssm_status want) {
-    const ssm_tensor * const watch[9] = {&a->out,
-                                         &a->angle_state,
-                                         &a->ssm_state,
-                                         &a->k_state,
-                                         &a->v_state,
-                                         &a->intermediate_angle_state,
-                                         &a->intermediate_ssm_state,
-                                         &a->intermediate_k_state,
-                                         &a->intermediate_v_state};
+static void m3_expect_fail(const char * what, ssm_context * ctx, const m3_layout * L, m3_args * a, ssm_status want) {
+    const ssm_tensor * const watch[9] = {fld(a, L->out),      fld(a, L->in[0]),    fld(a, L->in[1]),
+                                         fld(a, L->in[2]),    fld(a, L->in[3]),    fld(a, L->inter[0]),
+                                         fld(a, L->inter[1]), fld(a, L->inter[2]), fld(a, L->inter[3])};
     ssmt_host                snap[9];
     for (int i = 0; i < 9; ++i) snap[i] = ssmt_clone(watch[i], (ssm_dtype)watch[i]->dtype);
-    const ssm_status st = ssm_mamba3_siso_step(ctx, &siso_params, a);
-    TEST_CHECK(st == want, "siso rules: %s returned %s (%s)", what, ssm_status_string(st), ssm_context_last_error(ctx));
+    const ssm_status st = L->run(ctx, a);
+    TEST_CHECK(st == want, "%s rules: %s returned %s (%s)", L->op, what, ssm_status_string(st),
+               ssm_context_last_error(ctx));
     for (int i = 0; i < 9; ++i) {
         ssmt_host now = ssmt_clone(watch[i], (ssm_dtype)watch[i]->dtype);
         TEST_CHECK(now.bytes == snap[i].bytes && memcmp(now.buf, snap[i].buf, now.bytes) == 0,
-                   "siso rules: %s: a failed call wrote output %d", what, i);
+                   "%s rules: %s: a failed call wrote output %d", L->op, what, i);
         ssmt_free(&now), ssmt_free(&snap[i]);
     }
 }
@@ -833,80 +877,99 @@ static void siso_expect_fail(const char * what, ssm_context * ctx, const ssm_mam
  * the states after each token of row b in slot tab[b, j] (equal to its intermediate
  * states); step B reads tab[b, max(k_b − 1, 0)] through num_accepted_tokens and equals the
  * same step with 1-D read slots. Then the table rules; failed calls write nothing. */
-static void test_siso_tables(ssmt_rng * rng, ssm_context * ctx, ssm_dtype cdt) {
-    const int64_t R = 5, L = 4, lens[5] = {3, 0, 4, 1, 2};
-    siso_tokens   q;
-    if (siso_tokens_make(rng, &q, R, lens, siso_shapes[0], SSM_DTYPE_F32) != 0) {
-        TEST_CHECK(0, "could not build a siso tables problem");
+static void test_m3_tables(ssmt_rng * rng, const m3_layout * L, ssm_context * ctx, ssm_dtype cdt) {
+    const int64_t R = 5, W = 4, lens[5] = {3, 0, 4, 1, 2};
+    m3_tokens     q;
+    if (m3_tokens_make(rng, &q, L, R, lens, L == &siso_layout ? siso_shapes[0] : mimo_shapes[0], SSM_DTYPE_F32) !=
+        0) {
+        TEST_CHECK(0, "could not build a %s tables problem", L->op);
         return;
     }
-    ssm_mamba3_siso_step_args a = q.args;
-    ssm_tensor *              in[4] = SISO_POOLS(&a), *fin[4] = SISO_FINALS(&a), *it[4] = SISO_INTER(&a);
-    ssmt_host                 pool[4], poolC[4], inter[4];
+    m3_args   a = q.args;
+    ssmt_host pool[4], poolC[4], inter[4];
     for (int i = 0; i < 4; ++i) {
-        pool[i] = ssmt_clone(in[i], cdt), inter[i] = siso_inter_alloc(in[i], q.T, cdt);
-        *in[i] = pool[i].t, *fin[i] = pool[i].t, *it[i] = inter[i].t;
+        pool[i] = ssmt_clone(fld(&a, L->in[i]), cdt), inter[i] = m3_inter_alloc(fld(&a, L->in[i]), q.T, cdt);
+        *fld(&a, L->in[i]) = pool[i].t, *fld(&a, L->fin[i]) = pool[i].t, *fld(&a, L->inter[i]) = inter[i].t;
     }
-    const int64_t st[2] = {R, L}, s1[1] = {R};
-    ssmt_host     tab = ssmt_alloc(SSM_DTYPE_I32, 2, st), acc = ssmt_alloc(SSM_DTYPE_I64, 1, s1);
-    ssmt_host     rd1 = ssmt_alloc(SSM_DTYPE_I64, 1, s1);
-    ssmt_host     out = ssmt_alloc(cdt, 3, a.out.shape), outC = ssmt_alloc(cdt, 3, a.out.shape);
-    int64_t       perm[64], next = 0;
+    const int64_t      st[2] = {R, W}, s1[1] = {R};
+    const ssm_tensor * o = fld(&a, L->out);
+    ssmt_host          tab = ssmt_alloc(SSM_DTYPE_I32, 2, st), acc = ssmt_alloc(SSM_DTYPE_I64, 1, s1);
+    ssmt_host          rd1 = ssmt_alloc(SSM_DTYPE_I64, 1, s1);
+    ssmt_host          out = ssmt_alloc(cdt, o->ndim, o->shape), outC = ssmt_alloc(cdt, o->ndim, o->shape);
+    int64_t            perm[64], next = 0;
     shuffle(rng, perm, q.slots);
     char read[64] = {0}; /* in place, no row may write a slot another row reads */
     for (int64_t b = 0; b < R; ++b)
         if (ssmt_get(&q.rd.t, b) >= 0) read[(int64_t)ssmt_get(&q.rd.t, b)] = 1;
     for (int64_t b = 0; b < R; ++b) {
         const int pad = ssmt_get(&q.rd.t, b) < 0;
-        for (int64_t j = 0; j < L; ++j) {
+        for (int64_t j = 0; j < W; ++j) {
             while (!pad && j < lens[b] && read[perm[next]]) ++next;
-            ssmt_set(&tab.t, b * L + j, !pad && j < lens[b] ? (double)perm[next++] : -1.0);
+            ssmt_set(&tab.t, b * W + j, !pad && j < lens[b] ? (double)perm[next++] : -1.0);
         }
     }
     /* step A: 1-D reads, the token table as dst */
-    a.dst_state_batch_indices = tab.t, a.out = out.t;
-    TEST_CHECK(ssm_mamba3_siso_step(ctx, &siso_params, &a) == SSM_STATUS_OK, "siso table A: %s",
-               ssm_context_last_error(ctx));
+    *fld(&a, L->dst) = tab.t, *fld(&a, L->out) = out.t;
+    TEST_CHECK(L->run(ctx, &a) == SSM_STATUS_OK, "%s table A: %s", L->op, ssm_context_last_error(ctx));
     for (int64_t b = 0, t0 = 0; b < R; t0 += lens[b], ++b)
         for (int64_t j = 0; j < lens[b]; ++j) {
-            const int64_t w = (int64_t)ssmt_get(&tab.t, b * L + j);
+            const int64_t w = (int64_t)ssmt_get(&tab.t, b * W + j);
             for (int i = 0; i < 4 && w >= 0; ++i) {
                 const ssm_tensor got = ssmt_pick(&pool[i].t, 0, w), want = ssmt_pick(&inter[i].t, 0, t0 + j);
-                ssmt_check_close("siso table: the slot of token j == its intermediate state", &got, &want, 0.0);
+                ssmt_check_close("table: the slot of token j == its intermediate state", &got, &want, 0.0);
             }
         }
     /* step B: 2-D reads with num_accepted_tokens against C: 1-D reads of the same slots */
     for (int64_t b = 0; b < R; ++b) {
         const int64_t k = lens[b] > 0 ? ssmt_randint(rng, 0, lens[b]) : 0;
         ssmt_set(&acc.t, b, (double)k);
-        ssmt_set(&rd1.t, b, ssmt_get(&tab.t, b * L + (k > 0 ? k - 1 : 0)));
+        ssmt_set(&rd1.t, b, ssmt_get(&tab.t, b * W + (k > 0 ? k - 1 : 0)));
     }
     for (int i = 0; i < 4; ++i) poolC[i] = ssmt_clone(&pool[i].t, cdt);
-    ssm_mamba3_siso_step_args c = a;
-    ssm_tensor *              cin[4] = SISO_POOLS(&c), *cfin[4] = SISO_FINALS(&c);
-    for (int i = 0; i < 4; ++i) *cin[i] = poolC[i].t, *cfin[i] = poolC[i].t;
-    c.state_batch_indices = rd1.t, c.out = outC.t;
-    TEST_CHECK_STATUS(ssm_mamba3_siso_step(ctx, &siso_params, &c), SSM_STATUS_OK);
-    a.state_batch_indices = tab.t, a.num_accepted_tokens = acc.t, a.dst_state_batch_indices = ssmt_absent();
-    TEST_CHECK_STATUS(ssm_mamba3_siso_step(ctx, &siso_params, &a), SSM_STATUS_OK);
-    TEST_CHECK(memcmp(out.buf, outC.buf, out.bytes) == 0, "siso table: out with num_accepted_tokens differs");
+    m3_args c = a;
+    for (int i = 0; i < 4; ++i) *fld(&c, L->in[i]) = poolC[i].t, *fld(&c, L->fin[i]) = poolC[i].t;
+    *fld(&c, L->idx) = rd1.t, *fld(&c, L->out) = outC.t;
+    TEST_CHECK_STATUS(L->run(ctx, &c), SSM_STATUS_OK);
+    *fld(&a, L->idx) = tab.t, *fld(&a, L->acc) = acc.t, *fld(&a, L->dst) = ssmt_absent();
+    TEST_CHECK_STATUS(L->run(ctx, &a), SSM_STATUS_OK);
+    TEST_CHECK(memcmp(out.buf, outC.buf, out.bytes) == 0, "%s table: out with num_accepted_tokens differs", L->op);
     for (int i = 0; i < 4; ++i)
         TEST_CHECK(memcmp(pool[i].buf, poolC[i].buf, pool[i].bytes) == 0,
-                   "siso table: pool %d with num_accepted_tokens differs", i);
+                   "%s table: pool %d with num_accepted_tokens differs", L->op, i);
     /* the rules: a row with more tokens than the table has columns; num_accepted_tokens
      * beyond the table; a table with a separate final pool */
-    ssm_mamba3_siso_step_args f = a;
-    f.state_batch_indices = ssmt_slice(&tab.t, 1, 0, L - 1), f.num_accepted_tokens = ssmt_absent();
-    siso_expect_fail("more tokens than table columns", ctx, &f, SSM_STATUS_INVALID_SHAPE);
+    m3_args f = a;
+    *fld(&f, L->idx) = ssmt_slice(&tab.t, 1, 0, W - 1), *fld(&f, L->acc) = ssmt_absent();
+    m3_expect_fail("more tokens than table columns", ctx, L, &f, SSM_STATUS_INVALID_SHAPE);
     f = a;
-    ssmt_set(&acc.t, 2, (double)L + 1);
-    siso_expect_fail("num_accepted_tokens beyond the table", ctx, &f, SSM_STATUS_INVALID_ARGUMENT);
+    ssmt_set(&acc.t, 2, (double)W + 1);
+    m3_expect_fail("num_accepted_tokens beyond the table", ctx, L, &f, SSM_STATUS_INVALID_ARGUMENT);
     ssmt_set(&acc.t, 2, 1);
-    f.final_k_state = poolC[2].t;
-    siso_expect_fail("a table with a separate final pool", ctx, &f, SSM_STATUS_INVALID_ARGUMENT);
+    *fld(&f, L->fin[2]) = poolC[2].t;
+    m3_expect_fail("a table with a separate final pool", ctx, L, &f, SSM_STATUS_INVALID_ARGUMENT);
+    /* the slot rules with several tokens per row (1-D reads, the token table as dst): two
+     * tokens write one slot; a table slot, a read slot beyond the pool; cu_seqlens not
+     * ending at T */
+    ssmt_host bad = ssmt_clone(&tab.t, SSM_DTYPE_I32), rdbad = ssmt_clone(&q.rd.t, SSM_DTYPE_I64);
+    ssmt_host cubad = ssmt_clone(&q.cu.t, SSM_DTYPE_I64);
+    f = a;
+    *fld(&f, L->idx) = q.rd.t, *fld(&f, L->acc) = ssmt_absent(), *fld(&f, L->dst) = bad.t; /* row 0: 3 tokens */
+    ssmt_set(&bad.t, 1, ssmt_get(&tab.t, 0));
+    m3_expect_fail("two tokens write one slot", ctx, L, &f, SSM_STATUS_INVALID_ARGUMENT);
+    ssmt_set(&bad.t, 1, ssmt_get(&tab.t, 1)), ssmt_set(&bad.t, 0, (double)q.slots);
+    m3_expect_fail("a table slot beyond the pool", ctx, L, &f, SSM_STATUS_INVALID_ARGUMENT);
+    ssmt_set(&bad.t, 0, ssmt_get(&tab.t, 0));
+    TEST_CHECK_STATUS(L->run(ctx, &f), SSM_STATUS_OK); /* the restored table is valid */
+    *fld(&f, L->idx) = rdbad.t;
+    ssmt_set(&rdbad.t, 0, (double)q.slots);
+    m3_expect_fail("a read slot beyond the pool", ctx, L, &f, SSM_STATUS_INVALID_ARGUMENT);
+    *fld(&f, L->idx) = q.rd.t, *fld(&f, L->cu) = cubad.t;
+    ssmt_set(&cubad.t, R, (double)(q.T - 1));
+    m3_expect_fail("cu_seqlens ending before T", ctx, L, &f, SSM_STATUS_INVALID_ARGUMENT);
+    ssmt_free(&bad), ssmt_free(&rdbad), ssmt_free(&cubad);
     for (int i = 0; i < 4; ++i) ssmt_free(&pool[i]), ssmt_free(&poolC[i]), ssmt_free(&inter[i]);
     ssmt_free(&tab), ssmt_free(&acc), ssmt_free(&rd1), ssmt_free(&out), ssmt_free(&outC);
-    siso_tokens_free(&q);
+    m3_tokens_free(&q);
 }
 
 static void test_mimo(ssmt_rng * rng) {
@@ -949,10 +1012,13 @@ int main(void) {
     test_m2_tables(&rng, ctx_cpu[3], SSM_DTYPE_F32);
     test_m2_rules(&rng);
     test_siso(&rng);
-    test_siso_tokens(&rng);
-    test_siso_tables(&rng, ctx_ref, SSM_DTYPE_F64);
-    test_siso_tables(&rng, ctx_cpu[3], SSM_DTYPE_F32);
+    test_m3_tokens(&rng, &siso_layout);
+    test_m3_tables(&rng, &siso_layout, ctx_ref, SSM_DTYPE_F64);
+    test_m3_tables(&rng, &siso_layout, ctx_cpu[3], SSM_DTYPE_F32);
     test_mimo(&rng);
+    test_m3_tokens(&rng, &mimo_layout);
+    test_m3_tables(&rng, &mimo_layout, ctx_ref, SSM_DTYPE_F64);
+    test_m3_tables(&rng, &mimo_layout, ctx_cpu[3], SSM_DTYPE_F32);
     for (int t = 1; t <= 3; ++t) ssm_context_free(ctx_cpu[t]);
     ssm_context_free(ctx_ref), ssm_context_free(ctx_scalar);
     TEST_EXIT();

@@ -83,7 +83,8 @@ static mdims dims_of(const cli_problem * pb) {
     d.nc     = (d.S + d.C - 1) / d.C;
     d.reduce = cli_param_or(pb, "reduce_o", 1) != 0;
     d.NS     = cli_state_rows(pb, d.B);
-    const cli_sym derived[] = {{"A", d.A}, {"NS", d.NS}, {"slots", d.NS}, {"nc", d.nc}, {"C", d.C}, {NULL, 0}};
+    const cli_sym derived[] = {{"A", d.A},  {"NS", d.NS}, {"slots", d.NS}, {"nc", d.nc},
+                               {"C", d.C},  {"rows", d.B}, {NULL, 0}}; /* rows: the step's batch rows */
     cli_syms(pb, derived, d.syms, CLI_MAX_SYMS);
     return d;
 }

@@ -11,7 +11,8 @@
  * Which tensor defines which dimension:
  *   q (B, S, R, G, N) → B, S, R, G, N  [step: q (B, R, G, N)];  v (B, S, H, P) → H, P
  *   [step: v (B, H, P)];  A = N / div (angles must have it);  cu_seqlens → NS (else NS = B);
- *   the step: angle_state (slots, H, A) → slots.
+ *   the step: angle_state (slots, H, A) → slots; with cu_seqlens dim 0 of the token tensors
+ *   is T tokens and cu_seqlens gives the rows.
  *
  * Limits (spec §6, brief): H % G == 0; div ∈ {2, 4}; N even, N % div == 0, N ≤ 128;
  * P ≤ 128; 1 ≤ C·R ≤ 128 for the chunked operators (the step has no chunk). Every float
@@ -278,6 +279,15 @@ SSMI_DEFINE_CUDA_OP(mamba3_mimo_bwd, ssm_mamba3_mimo_params, mimo, check_params,
 
 /* ---- step ---------------------------------------------------------------------------- */
 
+/* The slot tensors of a step's args (core/step_slots.h). */
+static ssmi_step_slots mimo_step_slots(const ssm_mamba3_mimo_step_args * a) {
+    return (ssmi_step_slots){&a->state_batch_indices, &a->dst_state_batch_indices, &a->cu_seqlens,
+                             &a->num_accepted_tokens};
+}
+
+/* The token tensors (q … angles, z, out, intermediate_*) have T tokens in dim 0: B rows, or
+ * cu[B] with cu_seqlens. d->batch: rows; d->seqlen: T with cu_seqlens, else 0 (one token a
+ * row); d->nseq: slots. */
 static ssm_status validate_step(ssm_context * ctx, const char * op, const ssm_mamba3_mimo_params * p,
                                 const ssm_mamba3_mimo_step_args * a, ssmi_mimo_dims * d) {
     SSM_FORWARD_IF_ERROR(take_qkv_dims(ctx, op, p, &a->q, &a->k, &a->v, 0, d));
@@ -290,21 +300,34 @@ static ssm_status validate_step(ssm_context * ctx, const char * op, const ssm_ma
         check_head_params(ctx, op, &a->q_bias, &a->k_bias, &a->mimo_v, &a->mimo_z, &a->mimo_o, &a->d, d));
     SSM_FORWARD_IF_ERROR(check_z_pair(ctx, op, &a->z, &a->mimo_z));
     SSM_FORWARD_IF_ERROR(check_fused(ctx, op, p, &a->z, &a->mimo_o, &a->outproj_norm_weight, d));
+    const int64_t T = d->batch;
+    int64_t       rows = 0;
+    SSM_FORWARD_IF_ERROR(ssmi_check_cu_seqlens(ctx, op, &a->cu_seqlens, "q", 1, T, &rows));
+    SSM_FORWARD_IF_ERROR(check_out_like(ctx, op, "out", &a->out, 0, d)); /* d->batch is T here */
+    if (ssmi_present(&a->cu_seqlens)) d->batch = rows, d->seqlen = T;
     /* The four states are required; angle_state gives the number of slots. */
+    const ssmi_mamba3_state_shapes inter = state_shapes(d, T), sh = state_shapes(d, a->angle_state.shape[0]);
+    const ssm_tensor * const       in[4] = {&a->angle_state, &a->ssm_state, &a->k_state, &a->v_state};
+    const ssm_tensor * const fin[4] = {&a->final_angle_state, &a->final_ssm_state, &a->final_k_state, &a->final_v_state};
+    const ssm_tensor * const       mid[4] = {&a->intermediate_angle_state, &a->intermediate_ssm_state,
+                                             &a->intermediate_k_state, &a->intermediate_v_state};
+    const ssmi_step_slots          slots = mimo_step_slots(a);
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_step_states(ctx, op, in, fin, mid, &slots, d->batch, &sh, &inter));
     d->nseq = a->angle_state.shape[0];
     d->has_states = 1;
-    const ssmi_mamba3_state_shapes sh = state_shapes(d, d->nseq);
-    const ssmi_step_slots          slots = {&a->state_batch_indices, &a->dst_state_batch_indices, NULL, NULL};
-    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_pools(ctx, op, &a->angle_state, &a->ssm_state, &a->k_state, &a->v_state,
-                                                 &slots, d->batch, &sh, SSMI_MAMBA3_STEP_IN_PLACE(a), 0));
-    return check_out_like(ctx, op, "out", &a->out, 0, d);
+    return SSM_STATUS_OK;
 }
 #ifdef SSMOPS_HAVE_CUDA
-/* The CUDA step has not run with separate write slots on a GPU: it refuses them. */
+/* The CUDA step has not run with separate write slots or several tokens per row on a GPU:
+ * it refuses them. */
 static ssm_status cuda_mimo_step(ssm_context * ctx, const ssm_mamba3_mimo_params * p, const ssmi_mimo_dims * d,
                         const ssm_mamba3_mimo_step_args * a) {
-    SSM_RETURN_IF(ssmi_present(&a->dst_state_batch_indices), ctx, SSM_STATUS_UNSUPPORTED,
-                  "mamba3_mimo_step: dst_state_batch_indices has no CUDA path yet; use the cpu or ref backend");
+    const ssmi_step_slots    slots = mimo_step_slots(a);
+    const ssm_tensor * const mid[4] = {&a->intermediate_angle_state, &a->intermediate_ssm_state,
+                                       &a->intermediate_k_state, &a->intermediate_v_state};
+    SSM_RETURN_IF(ssmi_step_needs_host(&slots, mid, 4), ctx, SSM_STATUS_UNSUPPORTED,
+                  "mamba3_mimo_step: dst_state_batch_indices, cu_seqlens, num_accepted_tokens, intermediate_* states "
+                  "and 2-D slot tables have no CUDA path yet; use the cpu or ref backend");
     return ssmi_cuda_mamba3_mimo_step(ctx, p, d, a);
 }
 #endif

@@ -220,20 +220,14 @@ static ssm_status validate_siso_step(ssm_context * ctx, const char * op, const s
     SSM_FORWARD_IF_ERROR(ssmi_check_cu_seqlens(ctx, op, &a->cu_seqlens, "q", 1, T, &rows));
     if (ssmi_present(&a->cu_seqlens)) d->batch = rows, d->seqlen = T;
     SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "out", &a->out, a->v.shape));
-    const ssmi_mamba3_state_shapes inter = state_shapes(d, T);
-    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_intermediate_names, &a->intermediate_angle_state,
-                                                  &a->intermediate_ssm_state, &a->intermediate_k_state,
-                                                  &a->intermediate_v_state, &inter));
-    /* The four states are required; angle_state gives the number of slots. With a token
-     * table the states go to the pools themselves: every final_* given must be in place. */
-    const ssmi_mamba3_state_shapes sh = state_shapes(d, a->angle_state.shape[0]);
+    /* The four states are required; angle_state gives the number of slots. */
+    const ssmi_mamba3_state_shapes inter = state_shapes(d, T), sh = state_shapes(d, a->angle_state.shape[0]);
     const ssm_tensor * const       in[4] = {&a->angle_state, &a->ssm_state, &a->k_state, &a->v_state};
     const ssm_tensor * const fin[4] = {&a->final_angle_state, &a->final_ssm_state, &a->final_k_state, &a->final_v_state};
-    const ssmi_step_slots    slots = siso_step_slots(a);
-    const int in_place = ssmi_step_token_table(&slots) != NULL ? ssmi_all_in_place(in, fin, 4) : ssmi_any_in_place(in, fin, 4);
-    const int has_final = ssmi_present(fin[0]) || ssmi_present(fin[1]) || ssmi_present(fin[2]) || ssmi_present(fin[3]);
-    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_pools(ctx, op, &a->angle_state, &a->ssm_state, &a->k_state, &a->v_state,
-                                                 &slots, d->batch, &sh, in_place, has_final));
+    const ssm_tensor * const       mid[4] = {&a->intermediate_angle_state, &a->intermediate_ssm_state,
+                                             &a->intermediate_k_state, &a->intermediate_v_state};
+    const ssmi_step_slots          slots = siso_step_slots(a);
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_step_states(ctx, op, in, fin, mid, &slots, d->batch, &sh, &inter));
     d->nseq = a->angle_state.shape[0];
     d->has_states = 1;
     return SSM_STATUS_OK;
@@ -243,12 +237,10 @@ static ssm_status validate_siso_step(ssm_context * ctx, const char * op, const s
  * it refuses them. */
 static ssm_status cuda_siso_step(ssm_context * ctx, const ssm_mamba3_params * p, const ssmi_mamba3_dims * d,
                         const ssm_mamba3_siso_step_args * a) {
-    SSM_RETURN_IF(ssmi_present(&a->dst_state_batch_indices) || ssmi_present(&a->cu_seqlens) ||
-                      ssmi_present(&a->num_accepted_tokens) || ssmi_present(&a->intermediate_angle_state) ||
-                      ssmi_present(&a->intermediate_ssm_state) || ssmi_present(&a->intermediate_k_state) ||
-                      ssmi_present(&a->intermediate_v_state) ||
-                      (ssmi_present(&a->state_batch_indices) && a->state_batch_indices.ndim != 1),
-                  ctx, SSM_STATUS_UNSUPPORTED,
+    const ssmi_step_slots    slots = siso_step_slots(a);
+    const ssm_tensor * const mid[4] = {&a->intermediate_angle_state, &a->intermediate_ssm_state,
+                                       &a->intermediate_k_state, &a->intermediate_v_state};
+    SSM_RETURN_IF(ssmi_step_needs_host(&slots, mid, 4), ctx, SSM_STATUS_UNSUPPORTED,
                   "mamba3_siso_step: dst_state_batch_indices, cu_seqlens, num_accepted_tokens, intermediate_* states "
                   "and 2-D slot tables have no CUDA path yet; use the cpu or ref backend");
     return ssmi_cuda_mamba3_siso_step(ctx, p, d, a);

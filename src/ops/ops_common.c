@@ -414,6 +414,26 @@ ssm_status ssmi_mamba3_check_pools(ssm_context * ctx, const char * op, const ssm
     return ssmi_mamba3_check_state_indices(ctx, op, slots, batch, angle->shape[0], in_place, has_final);
 }
 
+ssm_status ssmi_mamba3_check_step_states(ssm_context * ctx, const char * op, const ssm_tensor * const in[4],
+                                         const ssm_tensor * const fin[4], const ssm_tensor * const inter[4],
+                                         const ssmi_step_slots * slots, int64_t rows,
+                                         const ssmi_mamba3_state_shapes * sh, const ssmi_mamba3_state_shapes * inter_sh) {
+    SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_intermediate_names, inter[0], inter[1], inter[2],
+                                                  inter[3], inter_sh));
+    const int in_place =
+        ssmi_step_token_table(slots) != NULL ? ssmi_all_in_place(in, fin, 4) : ssmi_any_in_place(in, fin, 4);
+    const int has_final = ssmi_present(fin[0]) || ssmi_present(fin[1]) || ssmi_present(fin[2]) || ssmi_present(fin[3]);
+    return ssmi_mamba3_check_pools(ctx, op, in[0], in[1], in[2], in[3], slots, rows, sh, in_place, has_final);
+}
+
+int ssmi_step_needs_host(const ssmi_step_slots * slots, const ssm_tensor * const * inter, int n) {
+    if (ssmi_present(slots->write) || ssmi_present(slots->cu) || ssmi_present(slots->accepted)) return 1;
+    if (ssmi_present(slots->read) && slots->read->ndim != 1) return 1;
+    for (int i = 0; i < n; ++i)
+        if (ssmi_present(inter[i])) return 1;
+    return 0;
+}
+
 ssm_status ssmi_mamba3_take_nseq(ssm_context * ctx, const char * op, const ssm_tensor * cu, const char * batch_name,
                                  int64_t batch, int64_t seqlen, int64_t * nseq, int32_t * varlen) {
     SSM_FORWARD_IF_ERROR(ssmi_check_cu_seqlens(ctx, op, cu, batch_name, batch, seqlen, nseq));

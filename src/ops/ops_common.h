@@ -260,13 +260,19 @@ ssm_status ssmi_mamba3_check_pools(ssm_context * ctx, const char * op, const ssm
 int ssmi_any_in_place(const ssm_tensor * const * in, const ssm_tensor * const * fin, int n);
 /* 1 when some fin[i] is present and every present fin[i] is exactly the view in[i]. */
 int ssmi_all_in_place(const ssm_tensor * const * in, const ssm_tensor * const * fin, int n);
-/* ssmi_any_in_place over the four pools of a Mamba-3 decode step's args struct *a. */
-#define SSMI_MAMBA3_STEP_IN_PLACE(a)                                                                           \
-    ssmi_any_in_place((const ssm_tensor * const[]){&(a)->angle_state, &(a)->ssm_state, &(a)->k_state,         \
-                                                   &(a)->v_state},                                             \
-                      (const ssm_tensor * const[]){&(a)->final_angle_state, &(a)->final_ssm_state,            \
-                                                   &(a)->final_k_state, &(a)->final_v_state},                  \
-                      4)
+/* The states of a Mamba-3 decode step (SISO and MIMO), each group in the order angle, ssm,
+ * k, v: the intermediate_* (shapes inter, T tokens in dim 0; each optional), then the four
+ * required pools (shapes sh) with the slot rules over `rows` rows (ssmi_mamba3_check_pools).
+ * The final_* count as in place when one is its input's view, and with a token table only
+ * when every one given is (the states then go to the pools themselves). */
+ssm_status ssmi_mamba3_check_step_states(ssm_context * ctx, const char * op, const ssm_tensor * const in[4],
+                                         const ssm_tensor * const fin[4], const ssm_tensor * const inter[4],
+                                         const ssmi_step_slots * slots, int64_t rows,
+                                         const ssmi_mamba3_state_shapes * sh, const ssmi_mamba3_state_shapes * inter_sh);
+/* 1 when a decode step uses an argument beyond one token per row read and written at one
+ * slot: dst_state_batch_indices, cu_seqlens, num_accepted_tokens, a 2-D read table or a
+ * present inter[i] (i < n). The CUDA steps refuse these. */
+int ssmi_step_needs_host(const ssmi_step_slots * slots, const ssm_tensor * const * inter, int n);
 /* ssmi_check_cu_seqlens, then *varlen (cu given) and *nseq (nseq with cu, else batch). */
 ssm_status ssmi_mamba3_take_nseq(ssm_context * ctx, const char * op, const ssm_tensor * cu, const char * batch_name,
                                  int64_t batch, int64_t seqlen, int64_t * nseq, int32_t * varlen);
