@@ -696,6 +696,36 @@ static void * error_thread(void * arg) {
     return NULL;
 }
 
+static ssm_status never_called(void * arg, int32_t rep) {
+    (void)arg, (void)rep;
+    return SSM_STATUS_OK;
+}
+
+/* The CUDA timing helpers refuse bad arguments before touching a device (INVALID_ARGUMENT in a
+ * CUDA build, with or without a GPU) or report that the backend is not built (UNSUPPORTED);
+ * either way the message names the helper. */
+static void test_cuda_timing_arguments(void) {
+    float ms[1];
+    static const struct {
+        const char * name;
+        int          cold;
+    } helpers[] = {{"cuda_time", 0}, {"cuda_time_cold", 1}};
+    for (int h = 0; h < 2; ++h) {
+        for (int c = 0; c < 3; ++c) {
+            ssm_status (*fn)(void *, int32_t) = c == 0 ? NULL : never_called;
+            const int32_t reps = c == 1 ? -1 : 1;
+            float *       out = c == 2 ? NULL : ms;
+            const ssm_status st = helpers[h].cold ? ssm_cuda_time_cold(NULL, fn, NULL, reps, out)
+                                                  : ssm_cuda_time(NULL, fn, NULL, reps, out);
+            CHECK(st == SSM_STATUS_INVALID_ARGUMENT || st == SSM_STATUS_UNSUPPORTED, "%s case %d: status %d",
+                  helpers[h].name, c, (int)st);
+            CHECK(strncmp(ssm_context_last_error(NULL), helpers[h].name, strlen(helpers[h].name)) == 0 &&
+                      ssm_context_last_error(NULL)[strlen(helpers[h].name)] == ':',
+                  "%s case %d: message '%s'", helpers[h].name, c, ssm_context_last_error(NULL));
+        }
+    }
+}
+
 static void test_errors(void) {
     const ssm_status s = ssmi_error(NULL, SSM_STATUS_INVALID_SHAPE, "op: x.shape[%d]=%d must be %d", 2, 6, 4);
     CHECK(s == SSM_STATUS_INVALID_SHAPE, "ssmi_error returns its status");
@@ -1121,6 +1151,7 @@ int main(void) {
     test_round_f64(&BF16);
     test_accessors();
     test_errors();
+    test_cuda_timing_arguments();
     test_context();
     test_threadpool();
     test_checks();

@@ -42,18 +42,6 @@ static int step_entry_index(const char * name) {
     return -1;
 }
 
-/* A view of `h` broadcast to `ndim` dims: dims listed in `keep` take h's dims, the others
- * get stride 0. */
-static ssm_tensor broadcast(const ssm_tensor * h, int32_t ndim, const int64_t * shape, const int * keep) {
-    ssm_tensor v = *h;
-    v.ndim = ndim;
-    int src = 0;
-    for (int i = 0; i < ndim; ++i) {
-        v.shape[i] = shape[i];
-        v.strides[i] = keep[i] ? h->strides[src++] : 0;
-    }
-    return v;
-}
 
 /* The coarser of two bars (f64 < f32 < f16 < bf16). */
 static ssm_dtype coarser(ssm_dtype a, ssm_dtype b) {
@@ -126,8 +114,8 @@ static int problem_make(ssmt_rng * rng, step_problem * q, const int64_t * s, int
         q->a = ssmt_alloc(SSM_DTYPE_F32, 1, s1), q->dt = ssmt_alloc(o->dtype, 2, s2);
         q->bias = ssmt_alloc(SSM_DTYPE_F32, 1, s1), q->d = ssmt_alloc(SSM_DTYPE_F32, 1, s1);
         const int ka[3] = {1, 0, 0}, kdt[3] = {1, 1, 0}, khp[2] = {1, 0};
-        a->a = broadcast(&q->a.t, 3, sa, ka), a->dt = broadcast(&q->dt.t, 3, sx, kdt);
-        a->dt_bias = broadcast(&q->bias.t, 2, shp, khp), a->d = broadcast(&q->d.t, 2, shp, khp);
+        a->a = ssmt_broadcast(&q->a.t, 3, sa, ka), a->dt = ssmt_broadcast(&q->dt.t, 3, sx, kdt);
+        a->dt_bias = ssmt_broadcast(&q->bias.t, 2, shp, khp), a->d = ssmt_broadcast(&q->d.t, 2, shp, khp);
     } else {
         q->a = ssmt_alloc(SSM_DTYPE_F32, 3, sa), q->dt = ssmt_alloc(o->dtype, 3, sx);
         q->bias = ssmt_alloc(SSM_DTYPE_F32, 2, shp), q->d = ssmt_alloc(SSM_DTYPE_F32, 2, shp);

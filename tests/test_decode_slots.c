@@ -44,18 +44,6 @@ static ssm_status run_m2(ssm_context * c, void * a) { return ssm_mamba2_step(c, 
 static ssm_status run_siso(ssm_context * c, void * a) { return ssm_mamba3_siso_step(c, &siso_params, a); }
 static ssm_status run_mimo(ssm_context * c, void * a) { return ssm_mamba3_mimo_step(c, &mimo_params, a); }
 
-/* A view of `h` broadcast to `ndim` dims: dims listed in `keep` take h's dims in order, the
- * others get stride 0. */
-static ssm_tensor broadcast(const ssm_tensor * h, int32_t ndim, const int64_t * shape, const int * keep) {
-    ssm_tensor v = *h;
-    v.ndim       = ndim;
-    int src      = 0;
-    for (int i = 0; i < ndim; ++i) {
-        v.shape[i]   = shape[i];
-        v.strides[i] = keep[i] ? h->strides[src++] : 0;
-    }
-    return v;
-}
 
 /* A random permutation of 0..n−1 into perm. */
 static void shuffle(ssmt_rng * rng, int64_t * perm, int64_t n) {
@@ -102,8 +90,8 @@ static void m2_make(ssmt_rng * rng, m2_problem * q, int64_t R, const int64_t * l
         q->a = ssmt_alloc(SSM_DTYPE_F32, 1, s1), q->dt = ssmt_alloc(dtype, 2, s2);
         q->bias = ssmt_alloc(SSM_DTYPE_F32, 1, s1), q->d = ssmt_alloc(SSM_DTYPE_F32, 1, s1);
         const int ka[3] = {1, 0, 0}, kdt[3] = {1, 1, 0}, khp[2] = {1, 0};
-        a->a = broadcast(&q->a.t, 3, sa, ka), a->dt = broadcast(&q->dt.t, 3, sx, kdt);
-        a->dt_bias = broadcast(&q->bias.t, 2, shp, khp), a->d = broadcast(&q->d.t, 2, shp, khp);
+        a->a = ssmt_broadcast(&q->a.t, 3, sa, ka), a->dt = ssmt_broadcast(&q->dt.t, 3, sx, kdt);
+        a->dt_bias = ssmt_broadcast(&q->bias.t, 2, shp, khp), a->d = ssmt_broadcast(&q->d.t, 2, shp, khp);
     } else {
         q->a = ssmt_alloc(SSM_DTYPE_F32, 3, sa), q->dt = ssmt_alloc(dtype, 3, sx);
         q->bias = ssmt_alloc(SSM_DTYPE_F32, 2, shp), q->d = ssmt_alloc(SSM_DTYPE_F32, 2, shp);

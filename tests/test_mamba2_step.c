@@ -17,18 +17,6 @@
 
 static ssm_context *ctx_ref, *ctx_cpu[4], *ctx_scalar;
 
-/* A view of `h` (shape given by the data) broadcast to `ndim` dims: dims listed in
- * `keep` (in order) take h's dims, the others get stride 0. */
-static ssm_tensor broadcast(const ssm_tensor * h, int32_t ndim, const int64_t * shape, const int * keep) {
-    ssm_tensor v = *h;
-    v.ndim       = ndim;
-    int src      = 0;
-    for (int i = 0; i < ndim; ++i) {
-        v.shape[i]   = shape[i];
-        v.strides[i] = keep[i] ? h->strides[src++] : 0;
-    }
-    return v;
-}
 
 /* ---- upstream vectors ----------------------------------------------------------------- */
 static void run_vector(const char * name) {
@@ -54,8 +42,8 @@ static void run_vector(const char * name) {
     if (per_head) { /* a (H), dt (B,H), dt_bias (H), d (H) as stride-0 views */
         const int64_t sa[3] = { H, P, N }, sdt[3] = { B, H, P }, shp[2] = { H, P };
         const int     ka[3] = { 1, 0, 0 }, kdt[3] = { 1, 1, 0 }, khp[2] = { 1, 0 };
-        args.a = broadcast(&a.t, 3, sa, ka), args.dt = broadcast(&dt.t, 3, sdt, kdt);
-        args.dt_bias = broadcast(&bias.t, 2, shp, khp), args.d = broadcast(&d.t, 2, shp, khp);
+        args.a = ssmt_broadcast(&a.t, 3, sa, ka), args.dt = ssmt_broadcast(&dt.t, 3, sdt, kdt);
+        args.dt_bias = ssmt_broadcast(&bias.t, 2, shp, khp), args.d = ssmt_broadcast(&d.t, 2, shp, khp);
     } else {
         args.a = a.t, args.dt = dt.t, args.dt_bias = bias.t, args.d = d.t;
     }
@@ -126,8 +114,8 @@ static void problem_make(ssmt_rng * rng, step_problem * q, int64_t B, int64_t H,
         q->a = ssmt_alloc(SSM_DTYPE_F32, 1, s1), q->dt = ssmt_alloc(dtype, 2, s2);
         q->bias = ssmt_alloc(SSM_DTYPE_F32, 1, s1), q->d = ssmt_alloc(SSM_DTYPE_F32, 1, s1);
         const int ka[3] = { 1, 0, 0 }, kdt[3] = { 1, 1, 0 }, khp[2] = { 1, 0 };
-        a->a = broadcast(&q->a.t, 3, sa, ka), a->dt = broadcast(&q->dt.t, 3, sx, kdt);
-        a->dt_bias = broadcast(&q->bias.t, 2, shp, khp), a->d = broadcast(&q->d.t, 2, shp, khp);
+        a->a = ssmt_broadcast(&q->a.t, 3, sa, ka), a->dt = ssmt_broadcast(&q->dt.t, 3, sx, kdt);
+        a->dt_bias = ssmt_broadcast(&q->bias.t, 2, shp, khp), a->d = ssmt_broadcast(&q->d.t, 2, shp, khp);
     } else {
         q->a = ssmt_alloc(SSM_DTYPE_F32, 3, sa), q->dt = ssmt_alloc(dtype, 3, sx);
         q->bias = ssmt_alloc(SSM_DTYPE_F32, 2, shp), q->d = ssmt_alloc(SSM_DTYPE_F32, 2, shp);
@@ -304,8 +292,8 @@ static void test_scan_equals_steps(ssmt_rng * rng, int general) {
             a.a = afull.t, a.d = dfull.t, a.dt_bias = bfull.t;
         } else {
             const int ka[3] = { 1, 0, 0 }, khp[2] = { 1, 0 };
-            a.a = broadcast(&pr.a.t, 3, sa, ka), a.d = broadcast(&pr.d.t, 2, shp, khp);
-            a.dt_bias = broadcast(&pr.dt_bias.t, 2, shp, khp);
+            a.a = ssmt_broadcast(&pr.a.t, 3, sa, ka), a.d = ssmt_broadcast(&pr.d.t, 2, shp, khp);
+            a.dt_bias = ssmt_broadcast(&pr.dt_bias.t, 2, shp, khp);
         }
         a.state = pool.t, a.final_state = pool.t;
         const ssm_status st = ssm_mamba2_step(t % 2 ? ctx_cpu[1] : ctx_cpu[2], &prm, &a);

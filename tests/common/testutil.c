@@ -1834,6 +1834,17 @@ ssm_tensor ssmt_retyped(const ssm_tensor * t, int32_t dtype) {
     return v;
 }
 
+ssm_tensor ssmt_broadcast(const ssm_tensor * h, int32_t ndim, const int64_t * shape, const int * keep) {
+    ssm_tensor v = *h;
+    v.ndim       = ndim;
+    int src      = 0;
+    for (int i = 0; i < ndim; ++i) {
+        v.shape[i]   = shape[i];
+        v.strides[i] = keep[i] ? h->strides[src++] : 0;
+    }
+    return v;
+}
+
 void ssmt_check_tol(const char * label, const ssm_tensor * y, const ssm_tensor * r, double tol) {
     const ssmt_bar bar = { tol, 100.0 * tol };
     ssmt_check_within(label, y, r, bar);

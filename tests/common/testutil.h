@@ -159,6 +159,9 @@ ssm_tensor ssmt_pick(const ssm_tensor * t, int32_t dim, int64_t at);
  * never read, validation fails first). */
 ssm_tensor ssmt_reshaped(const ssm_tensor * t, int32_t dim, int64_t n);
 ssm_tensor ssmt_retyped(const ssm_tensor * t, int32_t dtype);
+/* h seen as `ndim` dims of `shape`: dims with keep[i] != 0 take h's dims in order, the others
+ * get stride 0 (a broadcast view). */
+ssm_tensor ssmt_broadcast(const ssm_tensor * h, int32_t ndim, const int64_t * shape, const int * keep);
 
 /* Byte snapshot of a whole buffer (padding included); free with free(). */
 void * ssmt_snapshot(const ssmt_host * h);
