@@ -134,11 +134,6 @@ typedef struct nf_exception {
  * reference's): an element the reference makes non-finite and the backend leaves finite is a
  * failure under an exception too. */
 static const nf_exception nf_exceptions[] = {
-    {"mamba2_scan", "dt", "cuda",
-     "a non-finite dt at token t also makes the outputs of the earlier tokens of t's aligned group of four "
-     "tokens non-finite (seen on the H200 for every CUDA variant): the dt cumsum's block scan (scan_dt.cuh) "
-     "forms a thread's exclusive base as its inclusive sum minus its own four-token total, NaN when that "
-     "total is"},
     {NULL, NULL, NULL, NULL},
 };
 

@@ -28,8 +28,11 @@ static __device__ void block_inclusive_scan(float * arr, int n, float * warp_tot
         if (lane >= off) x += y;
     }
     if (lane == 31) warp_tot[warp] = x;
+    /* The exclusive prefix comes from the previous lane, not from x − s: a NaN in this thread's
+     * four tokens must not reach the tokens before it (NaN − NaN). */
+    float base = __shfl_up_sync(0xffffffffu, x, 1);
+    if (lane == 0) base = 0.0f;
     __syncthreads();
-    float base = x - s;
     for (int w = 0; w < warp; ++w) base += warp_tot[w];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
