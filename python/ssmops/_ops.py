@@ -161,16 +161,46 @@ def _make(info):
         return BoundCall(name, cfun, context, context.handle_for(ref), params, buf, keep,
                          made[0] if len(made) == 1 else tuple(made), workspace)
 
+    plans = {}  # the output plan of each input signature: the schema walk runs once per signature
+
+    def _signature(given, codes, params):
+        """What the output plan depends on: each present input's shape, dtype and kind, which
+        outputs are made or given, and the chunk size; None where an input has no shape."""
+        key = []
+        for a in inputs:
+            v = given.get(a.name)
+            if v is not None:
+                shape = getattr(v, "shape", None)
+                if shape is None:
+                    return None
+                key.append((a.name, tuple(shape), codes.get(a.name), type(v)))
+        for a in outputs:
+            v = given.get(a.name)
+            key.append(0 if v is None or v is False else 1 if v is True else 2)
+        key.append(getattr(params, "chunk_size", None))
+        return tuple(key)
+
     def _make_outputs(given, codes, buf, keep, params):
         """Makes every output asked for (True) or required and not given, in the framework and
         device of the inputs; writes their views into buf; returns them in schema order
         together with the given ones."""
-        ref, plan = _plan_outputs(given, codes, params)
+        key = _signature(given, codes, params)
+        cached = plans.get(key) if key is not None else None
+        if cached is None:
+            ref_name, plan = _plan_outputs(given, codes, params)
+            cached = (ref_name, [(a, v is None, shape, code) for a, v, shape, code in plan])
+            if key is not None:
+                if len(plans) >= 256:
+                    plans.clear()
+                plans[key] = cached
+        ref = given[cached[0]]
         made = []
-        for a, v, shape, code in plan:
-            if v is None:
+        for a, make, shape, code in cached[1]:
+            if make:
                 v = _tensors.new_like(ref, shape, code)
                 _tensors.pack(buf, a.offset, v, a.name, keep)
+            else:
+                v = given[a.name]
             made.append(v)
         return made
 
@@ -184,13 +214,13 @@ def _make(info):
         return [(a.name, shape, code) for a, v, shape, code in plan if v is None]
 
     def _plan_outputs(given, codes, params):
-        """The input whose framework the made outputs take, and for each output in schema
-        order that the call writes: (arg, the given array or None, shape, dtype code)."""
+        """The name of the input whose framework the made outputs take, and for each output in
+        schema order that the call writes: (arg, the given array or None, shape, dtype code)."""
         present = {a.name for a in inputs if given.get(a.name) is not None}
         floats = [n for n in float_inputs if n in present]
         # outputs live in the framework of the first torch (else numpy) input
-        ref = next((given[n] for n in floats if _tensors.is_torch(given[n])),
-                   next((given[n] for n in floats if _tensors.is_numpy(given[n])), given[floats[0]]))
+        ref = next((n for n in floats if _tensors.is_torch(given[n])),
+                   next((n for n in floats if _tensors.is_numpy(given[n])), floats[0]))
         act = next((n for n in activation_inputs if n in present), floats[0])
         act_code = codes[act]
         # dimension symbols from the inputs' shapes, then the chunk counts

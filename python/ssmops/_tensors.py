@@ -80,14 +80,17 @@ def pack(buf, offset, x, name, keep):
         code = _TORCH_CODES.get(x.dtype)
         shape = x.shape
         n = len(shape)
-        if code is None or n > _lib.MAX_DIMS or not x.is_cpu:
+        if x.is_cpu:
+            dev_type, dev_index = _lib.DEVICE_CPU, 0
+        elif x.is_cuda:
+            dev_type, dev_index = _lib.DEVICE_CUDA, x.get_device()
+        else:
+            dev_type = None
+        ptr = x.data_ptr() if dev_type is not None else 0
+        if code is None or n > _lib.MAX_DIMS or not ptr:
             to_tensor(x, name, keep, _lib.Tensor.from_buffer(buf, offset))
             return code
-        ptr = x.data_ptr()
-        if not ptr:
-            to_tensor(x, name, keep, _lib.Tensor.from_buffer(buf, offset))
-            return code
-        _PACK[n](buf, offset, ptr, code, _lib.DEVICE_CPU, 0, n, *shape, *x.stride())
+        _PACK[n](buf, offset, ptr, code, dev_type, dev_index, n, *shape, *x.stride())
         return code
     return to_tensor(x, name, keep, _lib.Tensor.from_buffer(buf, offset)).dtype
 

@@ -218,3 +218,28 @@ def test_torch_device_allocator_context():
     with ssmops.Context(backend="cpu"):
         want = ssmops.mamba2_scan(**kw)
     assert np.array_equal(got, want)
+
+
+def test_outputs_follow_each_calls_inputs():
+    """The outputs a call makes follow that call's shapes, dtypes, framework and options, also
+    when calls with other signatures came in between (the package reuses the output plan of a
+    signature it has seen)."""
+    rng = np.random.default_rng(2)
+    for B, S, chunk, final, torch_in, bf16 in [(2, 40, 16, 0, False, False), (1, 9, 4, 1, True, False),
+                                               (2, 40, 16, 0, True, True), (3, 17, 8, 1, False, False),
+                                               (2, 40, 16, 0, False, False), (1, 9, 4, 1, True, False)]:
+        kw = scan_inputs(rng, B=B, S=S)
+        want = ref_scan(**kw, chunk_size=chunk, dt_softplus=1)
+        if torch_in:
+            kw = {k: torch.from_numpy(v) for k, v in kw.items()}
+            if bf16:
+                kw["x"] = kw["x"].to(torch.bfloat16)
+        got = ssmops.mamba2_scan(**kw, chunk_size=chunk, dt_softplus=1, final_states=bool(final))
+        out = got[0] if final else got
+        assert isinstance(out, torch.Tensor if torch_in else np.ndarray)
+        assert tuple(out.shape) == (B, S, 4, 8)
+        assert out.dtype == (torch.bfloat16 if bf16 else torch.float32 if torch_in else np.float32)
+        if final:
+            assert tuple(got[1].shape) == (B, 4, 8, 16)
+        y = out.float().numpy() if torch_in else out
+        assert rel(y, want) < (2.0 ** -8 if bf16 else 1e-5)
