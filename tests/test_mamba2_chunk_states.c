@@ -10,7 +10,7 @@
  * within the bars, out and final_states unchanged by asking for chunk_states, identical
  * bytes for 1 and 3 threads, chunk_states together with state pools, the invalid calls
  * (wrong row count, seq_idx, num_computed_tokens alone / negative / of another length)
- * failing without writing, and CUDA's refusal.
+ * failing without writing. The CUDA backend's rows are tested by test_cuda_mamba2_chunk_states.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -73,7 +73,7 @@ static ssmt_host expected_rows(ssm_context * ref, const ssm_mamba2_params * prm,
 }
 
 static void run_case(const char * name, ssmt_mamba2_config * cfg, const int64_t * computed_vals, ssm_context * ref,
-                     ssm_context * cpu1, ssm_context * cpu3, ssm_context * cuda, ssmt_rng * rng) {
+                     ssm_context * cpu1, ssm_context * cpu3, ssmt_rng * rng) {
     printf("%s\n", name);
     ssmt_mamba2_problem pb;
     if (ssmt_mamba2_random_args(rng, cfg, &pb) != 0) {
@@ -164,11 +164,6 @@ static void run_case(const char * name, ssmt_mamba2_config * cfg, const int64_t 
         TEST_CHECK_STATUS(ssm_mamba2_scan(cpu3, &prm, &b, NULL, 0), SSM_STATUS_OK);
         TEST_CHECK(memcmp(d_rows.buf, p_rows.buf, d_rows.bytes) == 0 && memcmp(d_out.buf, p_out.buf, d_out.bytes) == 0,
                    "%s: pooled chunk_states differ from the dense call", name);
-        if (cuda != NULL) {
-            TEST_CHECK_STATUS(ssm_mamba2_scan(cuda, &prm, &b, NULL, 0), SSM_STATUS_UNSUPPORTED);
-            b.initial_states = a.initial_states, b.initial_state_indices = ssmt_absent();
-            TEST_CHECK_STATUS(ssm_mamba2_scan(cuda, &prm, &b, NULL, 0), SSM_STATUS_UNSUPPORTED);
-        }
         ssmt_free(&pool), ssmt_free(&idx), ssmt_free(&d_rows), ssmt_free(&p_rows), ssmt_free(&d_out),
             ssmt_free(&p_out);
     }
@@ -230,7 +225,6 @@ int main(void) {
     ssm_context * ref = ssmt_make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
     ssm_context * cpu1 = ssmt_make_ctx(SSM_BACKEND_CPU, 1, SSM_ISA_AUTO);
     ssm_context * cpu3 = ssmt_make_ctx(SSM_BACKEND_CPU, 3, SSM_ISA_AUTO);
-    ssm_context * cuda = ssmt_make_ctx(SSM_BACKEND_CUDA, 1, SSM_ISA_AUTO);
 
     ssmt_mamba2_config cfg;
     /* varlen: empty, shorter than a chunk, exactly on boundaries, mid-chunk starts, long */
@@ -240,11 +234,11 @@ int main(void) {
     cfg.nseq = 7, cfg.seqlens = lens;
     cfg.has_initial = 1, cfg.has_final = 1, cfg.has_z = 1, cfg.d_mode = 2, cfg.has_dt_bias = 1;
     cfg.dt_softplus = 1;
-    run_case("varlen", &cfg, starts, ref, cpu1, cpu3, cuda, &rng);
+    run_case("varlen", &cfg, starts, ref, cpu1, cpu3, &rng);
     static const int64_t zeros[7] = {0};
-    run_case("varlen from position 0", &cfg, zeros, ref, cpu1, cpu3, cuda, &rng);
+    run_case("varlen from position 0", &cfg, zeros, ref, cpu1, cpu3, &rng);
     cfg.has_initial = 0;
-    run_case("varlen without initial states", &cfg, starts, ref, cpu1, cpu3, cuda, &rng);
+    run_case("varlen without initial states", &cfg, starts, ref, cpu1, cpu3, &rng);
 
     /* dense batch rows, strided inputs */
     static const int64_t row_starts[3] = {0, 6, 17};
@@ -252,11 +246,10 @@ int main(void) {
     cfg.batch = 3, cfg.seqlen = 21;
     cfg.has_initial = 1, cfg.has_final = 1, cfg.strided = 1;
     cfg.dt_softplus = 1;
-    run_case("batch rows", &cfg, row_starts, ref, cpu1, cpu3, cuda, &rng);
+    run_case("batch rows", &cfg, row_starts, ref, cpu1, cpu3, &rng);
 
     ssm_context_free(ref);
     ssm_context_free(cpu1);
     ssm_context_free(cpu3);
-    ssm_context_free(cuda);
     TEST_EXIT();
 }

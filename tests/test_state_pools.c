@@ -10,9 +10,9 @@
  * byte of the pools as it was; REF against CPU within the bars; identical bytes for 1 and 3
  * threads. Invalid indices (out of range, a final slot twice, a slot read by one sequence
  * and written by another in place, a length that is not NS, indices without their pool)
- * fail and write nothing. A CUDA-backend context refuses the indices (UNSUPPORTED).
- * causal_conv1d with cu_seqlens (empty sequences too) is checked against one call per
- * sequence, alone and with an in-place pool.
+ * fail and write nothing. causal_conv1d with cu_seqlens (empty sequences too) is checked
+ * against one call per sequence, alone and with an in-place pool. The CUDA backend's pools
+ * are tested by test_cuda_state_pools.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -213,7 +213,7 @@ static void expect_failure(const ssmt_fixture * f, const pooled * p, ssm_context
 }
 
 static void test_fixture(const ssmt_fixture * f, ssm_context * ref, ssm_context * cpu1, ssm_context * cpu3,
-                         ssm_context * cuda, ssmt_rng * rng) {
+                         ssmt_rng * rng) {
     const pool_names * pn = names_of(f->op);
     pooled             p;
     if (pn == NULL || !build(f, pn, &p, rng)) return;
@@ -317,11 +317,6 @@ static void test_fixture(const ssmt_fixture * f, ssm_context * ref, ssm_context 
         expect_failure(f, &p, ctxs[c], 0, SSM_STATUS_INVALID_ARGUMENT, "final indices without final pools");
         uninstall(f, pn, &p);
     }
-    if (cuda != NULL) {
-        install(f, pn, &p, 0);
-        TEST_CHECK_STATUS(ssmt_fixture_run(cuda, f), SSM_STATUS_UNSUPPORTED);
-        uninstall(f, pn, &p);
-    }
     for (int k = 0; k < p.npairs; ++k) {
         ssmt_free(&ref_fin[k]);
         ssmt_free(&cpu_fin[k]);
@@ -332,7 +327,7 @@ static void test_fixture(const ssmt_fixture * f, ssm_context * ref, ssm_context 
 
 /* causal_conv1d with cu_seqlens (packed sequences with their own conv states, some empty):
  * each sequence equals its own batch-1 call; REF against CPU; pooled states on top. */
-static void test_conv_varlen(ssm_context * ref, ssm_context * cpu, ssm_context * cuda, ssmt_rng * rng) {
+static void test_conv_varlen(ssm_context * ref, ssm_context * cpu, ssmt_rng * rng) {
     enum { NS = 5, D = 6, W = 4 };
     static const int64_t lens[NS] = {3, 0, 9, 1, 0};
     int64_t              S = 0;
@@ -409,12 +404,6 @@ static void test_conv_varlen(ssm_context * ref, ssm_context * cpu, ssm_context *
     TEST_CHECK(memcmp(o_d.buf, o_p.buf, o_d.bytes) == 0, "conv varlen pooled: out differs from the dense call");
     for (int i = 0; i < NS; ++i)
         TEST_CHECK(same_row(&pool.t, 2 * i + 1, &f_d.t, i), "conv varlen pooled: slot %d", 2 * i + 1);
-    if (cuda != NULL) {
-        TEST_CHECK_STATUS(ssm_causal_conv1d(cuda, &prm, &a), SSM_STATUS_UNSUPPORTED);
-        a.initial_states = dense.t, a.final_states = f_d.t, a.out = o_d.t;
-        a.initial_state_indices = ssmt_absent(), a.final_state_indices = ssmt_absent();
-        TEST_CHECK_STATUS(ssm_causal_conv1d(cuda, &prm, &a), SSM_STATUS_UNSUPPORTED);
-    }
 
     /* invalid: with seq_idx, batch 2 */
     ssm_causal_conv1d_args bad = {0};
@@ -439,23 +428,21 @@ int main(void) {
     ssm_context * ref = ssmt_make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
     ssm_context * cpu1 = ssmt_make_ctx(SSM_BACKEND_CPU, 1, SSM_ISA_AUTO);
     ssm_context * cpu3 = ssmt_make_ctx(SSM_BACKEND_CPU, 3, SSM_ISA_AUTO);
-    ssm_context * cuda = ssmt_make_ctx(SSM_BACKEND_CUDA, 1, SSM_ISA_AUTO);
     int           tested = 0;
     for (int i = 0; i < ssmt_fixture_count(); ++i) {
         ssmt_fixture f;
         if (ssmt_fixture_make(i, 77 + (uint64_t)i, &f) != 0) continue;
         if (names_of(f.op) != NULL) {
             printf("%s\n", f.name);
-            test_fixture(&f, ref, cpu1, cpu3, cuda, &rng);
+            test_fixture(&f, ref, cpu1, cpu3, &rng);
             ++tested;
         }
         ssmt_fixture_free(&f);
     }
     TEST_CHECK(tested >= 4, "only %d fixtures of the pooled operators", tested);
-    test_conv_varlen(ref, cpu3, cuda, &rng);
+    test_conv_varlen(ref, cpu3, &rng);
     ssm_context_free(ref);
     ssm_context_free(cpu1);
     ssm_context_free(cpu3);
-    ssm_context_free(cuda);
     TEST_EXIT();
 }
