@@ -229,7 +229,7 @@ extern "C" ssm_status ssmi_cuda_copy_unused_slots(ssm_context * ctx, const char 
                                                   const ssm_tensor * out, const ssm_tensor * indices, int64_t batch) {
     if (!ssmi_present(out) || !ssmi_present(in) || out->data == in->data || !ssmi_present(indices)) return SSM_STATUS_OK;
     if (in->ndim < 1 || in->shape[0] <= 0) return SSM_STATUS_OK;
-    const pool_copy_args A = rows_args(in, out);
+    pool_copy_args A = rows_args(in, out);
     if (A.per_slot == 0) return SSM_STATUS_OK;
     if (ssmi_cuda_on_device(indices)) return copy_unused_device(ctx, op, A, indices, batch, in->shape[0]);
 
