@@ -23,7 +23,12 @@
  * bitwise: the packed prefill and the decode steps compute in other orders (chunking,
  * recurrence) than a lone forward. Bitwise checks: padding rows' outputs are exactly 0,
  * and the decode step's intermediate_states row of a request's last accepted token equals
- * the pool slot the next step reads. CPU backend. Exit status 1 on any mismatch. */
+ * the pool slot the next step reads. Exit status 1 on any mismatch.
+ * Backends: `serving_loop` runs on the CPU; `serving_loop cuda` on the CUDA backend (exit 77
+ * without a device): the pools live in device memory, every host array a call reads is copied
+ * to a device twin before it and every array it writes is copied back after it
+ * (ssm_cuda_malloc / ssm_cuda_memcpy), and the engine's reads and writes of pool slots are
+ * device copies. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -79,10 +84,44 @@ typedef struct {
 } request;
 
 static request req[NREQ];
-static float * pool2;                      /* (SLOTS, H2, P2, N2)                   */
+static float * pool2;                      /* (SLOTS, H2, P2, N2), in tensor memory  */
 static float * pool3[4];                   /* (SLOTS, ...): angle, ssm, k, v        */
 static int     free2[SLOTS], free3[SLOTS]; /* 1 = free                             */
 static int     failures;
+
+/* ---- host arrays and tensor memory ----------------------------------------------------- */
+
+static ssm_context * g_ctx;
+static int           on_cuda; /* the CUDA backend: tensors in device memory */
+
+static void check_status(ssm_status st, ssm_context * ctx, const char * what) {
+    if (st != SSM_STATUS_OK) {
+        fprintf(stderr, "%s: %s: %s\n", what, ssm_status_string(st), ssm_context_last_error(ctx));
+        exit(1);
+    }
+}
+
+/* Every host array a call may read or write, with its device twin on CUDA (made on first
+ * use) and, while a call is being set up, the floats it writes there. */
+typedef struct {
+    float * host;
+    float * dev;
+    size_t  n, out;
+} tracked;
+static tracked * arrays;
+static size_t    narrays, cap_arrays;
+
+static void track(float * host, size_t n) {
+    if (narrays == cap_arrays) {
+        cap_arrays = cap_arrays ? 2 * cap_arrays : 256;
+        arrays = realloc(arrays, cap_arrays * sizeof *arrays);
+        if (arrays == NULL) {
+            fprintf(stderr, "out of memory\n");
+            exit(2);
+        }
+    }
+    arrays[narrays++] = (tracked){host, NULL, n, 0};
+}
 
 static float * alloc_floats(size_t n) {
     float * p = malloc(n * sizeof *p);
@@ -90,7 +129,87 @@ static float * alloc_floats(size_t n) {
         fprintf(stderr, "out of memory\n");
         exit(2);
     }
+    track(p, n);
     return p;
+}
+
+static tracked * find(const float * host) {
+    for (size_t i = 0; i < narrays; i++)
+        if (arrays[i].host == host) return &arrays[i];
+    fprintf(stderr, "internal: an untracked array\n");
+    exit(2);
+}
+
+static void free_floats(float * p) {
+    tracked * t = find(p);
+    if (t->dev != NULL) check_status(ssm_cuda_free(g_ctx, t->dev), g_ctx, "ssm_cuda_free");
+    *t = arrays[--narrays];
+    free(p);
+}
+
+/* Copies n floats between host memory and tensor memory (memcpy on the CPU backend). */
+static void copy_floats(float * dst, const float * src, size_t n) {
+    if (on_cuda)
+        check_status(ssm_cuda_memcpy(g_ctx, dst, src, n * sizeof(float)), g_ctx, "ssm_cuda_memcpy");
+    else
+        memcpy(dst, src, n * sizeof(float));
+}
+
+/* Tensor memory of n floats: a pool (device memory on CUDA). */
+static float * alloc_tensor(size_t n) {
+    if (!on_cuda) return alloc_floats(n);
+    void * p = NULL;
+    check_status(ssm_cuda_malloc(g_ctx, &p, n * sizeof(float)), g_ctx, "ssm_cuda_malloc");
+    return p;
+}
+
+static void free_tensor(float * p) {
+    if (on_cuda)
+        check_status(ssm_cuda_free(g_ctx, p), g_ctx, "ssm_cuda_free");
+    else
+        free_floats(p);
+}
+
+/* The memory a call reads the first n floats of host array `host` from: the array itself on
+ * the CPU backend, its device twin (with a copy of those floats) on CUDA. */
+static float * in_(float * host, size_t n) {
+    if (!on_cuda) return host;
+    tracked * t = find(host);
+    if (t->dev == NULL) {
+        void * p = NULL;
+        check_status(ssm_cuda_malloc(g_ctx, &p, t->n * sizeof(float)), g_ctx, "ssm_cuda_malloc");
+        t->dev = p;
+    }
+    copy_floats(t->dev, host, n);
+    return t->dev;
+}
+
+/* The memory a call writes n floats of host array `host` to; after the call done_call()
+ * brings them to the host array. */
+static float * out_(float * host, size_t n) {
+    float * d = in_(host, n); /* the twin holds the host bytes: unwritten floats stay */
+    if (on_cuda) find(host)->out = n;
+    return d;
+}
+
+/* After a call: its outputs into their host arrays. */
+static void done_call(void) {
+    for (size_t i = 0; i < narrays; i++)
+        if (arrays[i].out > 0) {
+            copy_floats(arrays[i].host, arrays[i].dev, arrays[i].out);
+            arrays[i].out = 0;
+        }
+}
+
+/* NaN into n floats of tensor memory (a pool's freed slots). */
+static void poison_tensor(float * p, size_t n) {
+    static float nan_row[H2 * P2 * N2 > 4096 ? H2 * P2 * N2 : 4096];
+    for (size_t i = 0; i < sizeof nan_row / sizeof nan_row[0]; i++) nan_row[i] = NAN;
+    for (size_t at = 0; at < n;) {
+        const size_t k = n - at < sizeof nan_row / sizeof nan_row[0] ? n - at : sizeof nan_row / sizeof nan_row[0];
+        copy_floats(p + at, nan_row, k);
+        at += k;
+    }
 }
 
 static void fill(float * v, size_t n, float lo, float hi) {
@@ -101,16 +220,11 @@ static void poison(float * v, size_t n) {
     for (size_t i = 0; i < n; i++) v[i] = NAN;
 }
 
-static void check_status(ssm_status st, ssm_context * ctx, const char * what) {
-    if (st != SSM_STATUS_OK) {
-        fprintf(stderr, "%s: %s: %s\n", what, ssm_status_string(st), ssm_context_last_error(ctx));
-        exit(1);
-    }
-}
-
+/* A float tensor in tensor memory (on CUDA: device 0). */
 static ssm_tensor view(void * data, int32_t ndim, const int64_t * shape, const int64_t * strides) {
     ssm_tensor t = ssm_tensor_make(data, SSM_DTYPE_F32, ndim, shape);
     if (strides != NULL) memcpy(t.strides, strides, (size_t)ndim * sizeof strides[0]);
+    if (on_cuda) t.device.type = SSM_DEVICE_CUDA, t.device.index = 0;
     return t;
 }
 #define T_(data, ...) \
@@ -144,25 +258,26 @@ static void mamba2_forward(ssm_context * ctx, float * const in[NF2], int S, int 
     p.chunk_size = 16;
     p.dt_softplus = 1;
     ssm_mamba2_scan_args a = {0};
-    a.x = T_(in[X2], 1, S, H2, P2);
-    a.dt = T_(in[DT2], 1, S, H2);
-    a.a = T_(a2, H2);
-    a.b = T_(in[B2], 1, S, G2, N2);
-    a.c = T_(in[C2], 1, S, G2, N2);
-    a.d = T_(d2, H2);
-    a.z = T_(in[Z2], 1, S, H2, P2);
-    a.dt_bias = T_(dtb2, H2);
+    a.x = T_(in_(in[X2], (size_t)S * W2[X2]), 1, S, H2, P2);
+    a.dt = T_(in_(in[DT2], (size_t)S * W2[DT2]), 1, S, H2);
+    a.a = T_(in_(a2, H2), H2);
+    a.b = T_(in_(in[B2], (size_t)S * W2[B2]), 1, S, G2, N2);
+    a.c = T_(in_(in[C2], (size_t)S * W2[C2]), 1, S, G2, N2);
+    a.d = T_(in_(d2, H2), H2);
+    a.z = T_(in_(in[Z2], (size_t)S * W2[Z2]), 1, S, H2, P2);
+    a.dt_bias = T_(in_(dtb2, H2), H2);
     a.cu_seqlens = I32(cu, nseq + 1);
-    a.out = T_(out, 1, S, H2, P2);
+    a.out = T_(out_(out, (size_t)S * OUT2), 1, S, H2, P2);
     if (init_idx != NULL) { /* into the pool */
         a.initial_states = T_(pool2, SLOTS, H2, P2, N2);
         a.final_states = a.initial_states;
         a.initial_state_indices = I32(init_idx, nseq);
         a.final_state_indices = I32(fin_idx, nseq);
     } else {
-        a.final_states = T_(fin_states, nseq, H2, P2, N2);
+        a.final_states = T_(out_(fin_states, (size_t)nseq * ST2), nseq, H2, P2, N2);
     }
     check_status(ssm_mamba2_scan(ctx, &p, &a, NULL, 0), ctx, "mamba2_scan");
+    done_call();
 }
 
 static void mamba3_forward(ssm_context * ctx, float * const in[NF3], int S, int nseq, int32_t * cu, int32_t * init_idx,
@@ -172,21 +287,24 @@ static void mamba3_forward(ssm_context * ctx, float * const in[NF3], int S, int 
     p.chunk_size = 16;
     ssm_mamba3_siso_args a = {0};
     const int64_t        hs[] = {(int64_t)S * H3, 1, H3}; /* (1, H, S) over token-major storage */
-    a.q = T_(in[Q3], 1, S, HQ3, K3);
-    a.k = T_(in[K3F], 1, S, HQ3, K3);
-    a.v = T_(in[V3F], 1, S, H3, V3);
-    a.adt = view(in[ADT3], 3, (int64_t[]){1, H3, S}, hs);
-    a.dt = view(in[DT3], 3, (int64_t[]){1, H3, S}, hs);
-    a.trap = view(in[TRAP3], 3, (int64_t[]){1, H3, S}, hs);
-    a.q_bias = T_(qb3, H3, K3);
-    a.k_bias = T_(kb3, H3, K3);
-    a.angles = T_(in[ANG3], 1, S, H3, A3);
-    a.d = T_(d3, H3);
-    a.z = T_(in[Z3], 1, S, H3, V3);
+#define IN3(f) in_(in[f], (size_t)S * W3[f])
+    a.q = T_(IN3(Q3), 1, S, HQ3, K3);
+    a.k = T_(IN3(K3F), 1, S, HQ3, K3);
+    a.v = T_(IN3(V3F), 1, S, H3, V3);
+    a.adt = view(IN3(ADT3), 3, (int64_t[]){1, H3, S}, hs);
+    a.dt = view(IN3(DT3), 3, (int64_t[]){1, H3, S}, hs);
+    a.trap = view(IN3(TRAP3), 3, (int64_t[]){1, H3, S}, hs);
+    a.q_bias = T_(in_(qb3, H3 * K3), H3, K3);
+    a.k_bias = T_(in_(kb3, H3 * K3), H3, K3);
+    a.angles = T_(IN3(ANG3), 1, S, H3, A3);
+    a.d = T_(in_(d3, H3), H3);
+    a.z = T_(IN3(Z3), 1, S, H3, V3);
+#undef IN3
     a.cu_seqlens = I32(cu, nseq + 1);
-    a.out = T_(out, 1, S, H3, V3);
-    const int64_t   rows = init_idx != NULL ? SLOTS : nseq;
-    float * const * st = init_idx != NULL ? pool3 : fin_states;
+    a.out = T_(out_(out, (size_t)S * OUT3), 1, S, H3, V3);
+    const int64_t rows = init_idx != NULL ? SLOTS : nseq;
+    float *       st[4]; /* the pools, or the outputs of a lone run */
+    for (int k = 0; k < 4; k++) st[k] = init_idx != NULL ? pool3[k] : out_(fin_states[k], (size_t)nseq * ST3W[k]);
     a.final_angle_state = T_(st[0], rows, H3, A3);
     a.final_ssm_state = T_(st[1], rows, H3, V3, K3);
     a.final_k_state = T_(st[2], rows, H3, K3);
@@ -200,6 +318,7 @@ static void mamba3_forward(ssm_context * ctx, float * const in[NF3], int S, int 
         a.final_state_indices = I32(fin_idx, nseq);
     }
     check_status(ssm_mamba3_siso(ctx, &p, &a), ctx, "mamba3_siso");
+    done_call();
 }
 
 /* ---- one decode iteration ------------------------------------------------------------- */
@@ -268,23 +387,24 @@ static void decode_iteration(ssm_context * ctx, int it) {
     ssm_mamba2_params_init(&p2);
     p2.dt_softplus = 1;
     ssm_mamba2_step_args s = {0};
-    s.x = T_(bat2[X2], T, H2, P2);
-    s.dt = view(bat2[DT2], 3, (int64_t[]){T, H2, P2}, (int64_t[]){H2, 1, 0});
-    s.a = view(a2, 3, (int64_t[]){H2, P2, N2}, (int64_t[]){1, 0, 0});
-    s.b = T_(bat2[B2], T, G2, N2);
-    s.c = T_(bat2[C2], T, G2, N2);
-    s.d = view(d2, 2, (int64_t[]){H2, P2}, (int64_t[]){1, 0});
-    s.z = T_(bat2[Z2], T, H2, P2);
-    s.dt_bias = view(dtb2, 2, (int64_t[]){H2, P2}, (int64_t[]){1, 0});
+    s.x = T_(in_(bat2[X2], (size_t)T * W2[X2]), T, H2, P2);
+    s.dt = view(in_(bat2[DT2], (size_t)T * W2[DT2]), 3, (int64_t[]){T, H2, P2}, (int64_t[]){H2, 1, 0});
+    s.a = view(in_(a2, H2), 3, (int64_t[]){H2, P2, N2}, (int64_t[]){1, 0, 0});
+    s.b = T_(in_(bat2[B2], (size_t)T * W2[B2]), T, G2, N2);
+    s.c = T_(in_(bat2[C2], (size_t)T * W2[C2]), T, G2, N2);
+    s.d = view(in_(d2, H2), 2, (int64_t[]){H2, P2}, (int64_t[]){1, 0});
+    s.z = T_(in_(bat2[Z2], (size_t)T * W2[Z2]), T, H2, P2);
+    s.dt_bias = view(in_(dtb2, H2), 2, (int64_t[]){H2, P2}, (int64_t[]){1, 0});
     s.state = T_(pool2, SLOTS, H2, P2, N2);
     s.final_state = s.state;
     s.state_batch_indices = I32(&table2[0][0], rows, L);
     s.num_accepted_tokens = I32(nacc, rows);
     s.cu_seqlens = I32(cu, rows + 1);
-    s.out = T_(bout2, T, H2, P2);
-    s.intermediate_states = T_(inter2, T, H2, P2, N2);
     poison(bout2, (size_t)T * OUT2);
+    s.out = T_(out_(bout2, (size_t)T * OUT2), T, H2, P2);
+    s.intermediate_states = T_(out_(inter2, (size_t)T * ST2), T, H2, P2, N2);
     check_status(ssm_mamba2_step(ctx, &p2, &s), ctx, "mamba2_step");
+    done_call();
 
     /* Mamba-3 SISO: token column j of every row in one step, read slot = the slot the
      * previous token wrote (the accepted column of the last step for j = 0). */
@@ -304,17 +424,19 @@ static void decode_iteration(ssm_context * ctx, int it) {
         }
         if (!any) break;
         ssm_mamba3_siso_step_args m = {0};
-        m.q = T_(col3[Q3], rows, HQ3, K3);
-        m.k = T_(col3[K3F], rows, HQ3, K3);
-        m.v = T_(col3[V3F], rows, H3, V3);
-        m.adt = T_(col3[ADT3], rows, H3);
-        m.dt = T_(col3[DT3], rows, H3);
-        m.trap = T_(col3[TRAP3], rows, H3);
-        m.q_bias = T_(qb3, H3, K3);
-        m.k_bias = T_(kb3, H3, K3);
-        m.angles = T_(col3[ANG3], rows, H3, A3);
-        m.d = T_(d3, H3);
-        m.z = T_(col3[Z3], rows, H3, V3);
+#define COL3(f) in_(col3[f], (size_t)rows * W3[f])
+        m.q = T_(COL3(Q3), rows, HQ3, K3);
+        m.k = T_(COL3(K3F), rows, HQ3, K3);
+        m.v = T_(COL3(V3F), rows, H3, V3);
+        m.adt = T_(COL3(ADT3), rows, H3);
+        m.dt = T_(COL3(DT3), rows, H3);
+        m.trap = T_(COL3(TRAP3), rows, H3);
+        m.q_bias = T_(in_(qb3, H3 * K3), H3, K3);
+        m.k_bias = T_(in_(kb3, H3 * K3), H3, K3);
+        m.angles = T_(COL3(ANG3), rows, H3, A3);
+        m.d = T_(in_(d3, H3), H3);
+        m.z = T_(COL3(Z3), rows, H3, V3);
+#undef COL3
         m.angle_state = T_(pool3[0], SLOTS, H3, A3);
         m.ssm_state = T_(pool3[1], SLOTS, H3, V3, K3);
         m.k_state = T_(pool3[2], SLOTS, H3, K3);
@@ -325,9 +447,10 @@ static void decode_iteration(ssm_context * ctx, int it) {
         m.final_v_state = m.v_state;
         m.state_batch_indices = I32(rd, rows);
         m.dst_state_batch_indices = I32(wr, rows);
-        m.out = T_(cout3, rows, H3, V3);
         poison(cout3, (size_t)rows * OUT3);
+        m.out = T_(out_(cout3, (size_t)rows * OUT3), rows, H3, V3);
         check_status(ssm_mamba3_siso_step(ctx, &p3, &m), ctx, "mamba3_siso_step");
+        done_call();
         for (int b = 0; b < rows; b++)
             if (rowreq[b] < 0 || j < ntok[b])
                 memcpy(bout3 + (size_t)(cu[b] + (rowreq[b] < 0 ? 0 : j)) * OUT3, cout3 + (size_t)b * OUT3,
@@ -347,19 +470,21 @@ static void decode_iteration(ssm_context * ctx, int it) {
         memcpy(q->out2 + (size_t)q->pos * OUT2, bout2 + (size_t)cu[b] * OUT2, (size_t)acc[b] * OUT2 * sizeof(float));
         memcpy(q->out3 + (size_t)q->pos * OUT3, bout3 + (size_t)cu[b] * OUT3, (size_t)acc[b] * OUT3 * sizeof(float));
         const float * last = inter2 + (size_t)(cu[b] + acc[b] - 1) * ST2;
-        if (memcmp(last, pool2 + (size_t)q->slot2[acc[b] - 1] * ST2, ST2 * sizeof(float)) != 0) {
+        float         slot[ST2];
+        copy_floats(slot, pool2 + (size_t)q->slot2[acc[b] - 1] * ST2, ST2);
+        if (memcmp(last, slot, ST2 * sizeof(float)) != 0) {
             fprintf(stderr, "request %d: intermediate state differs from its pool slot\n", r);
             failures++;
         }
         q->pos += acc[b];
         q->accepted = acc[b];
         if (q->pos == q->prompt + q->decode) { /* finished: keep the states, free the slots */
-            memcpy(q->fin2, pool2 + (size_t)q->slot2[acc[b] - 1] * ST2, ST2 * sizeof(float));
+            copy_floats(q->fin2, pool2 + (size_t)q->slot2[acc[b] - 1] * ST2, ST2);
             for (int k = 0; k < 4; k++)
-                memcpy(q->fin3[k], pool3[k] + (size_t)q->slot3[acc[b] - 1] * ST3W[k], (size_t)ST3W[k] * sizeof(float));
+                copy_floats(q->fin3[k], pool3[k] + (size_t)q->slot3[acc[b] - 1] * ST3W[k], (size_t)ST3W[k]);
             for (int j = 0; j < L; j++) {
-                poison(pool2 + (size_t)q->slot2[j] * ST2, ST2);
-                for (int k = 0; k < 4; k++) poison(pool3[k] + (size_t)q->slot3[j] * ST3W[k], (size_t)ST3W[k]);
+                poison_tensor(pool2 + (size_t)q->slot2[j] * ST2, ST2);
+                for (int k = 0; k < 4; k++) poison_tensor(pool3[k] + (size_t)q->slot3[j] * ST3W[k], (size_t)ST3W[k]);
                 free2[q->slot2[j]] = free3[q->slot3[j]] = 1;
             }
             q->state = DONE;
@@ -447,18 +572,29 @@ static void check_request(ssm_context * ctx, int r) {
     failures += compare(q->out3, out, (size_t)S * OUT3, r, "mamba3 out");
     static const char * names[4] = {"mamba3 angle state", "mamba3 ssm state", "mamba3 k state", "mamba3 v state"};
     for (int k = 0; k < 4; k++) failures += compare(q->fin3[k], st3[k], (size_t)ST3W[k], r, names[k]);
-    free(out);
-    free(st2);
-    for (int k = 0; k < 4; k++) free(st3[k]);
+    free_floats(out);
+    free_floats(st2);
+    for (int k = 0; k < 4; k++) free_floats(st3[k]);
 }
 
-int main(void) {
+int main(int argc, char ** argv) {
+    on_cuda = argc > 1 && strcmp(argv[1], "cuda") == 0;
+    if (argc > 1 && !on_cuda) {
+        fprintf(stderr, "usage: %s [cuda]\n", argv[0]);
+        return 2;
+    }
+    if (on_cuda && ssm_cuda_device_count() == 0) {
+        printf("serving loop: no CUDA device (or a build without the CUDA backend): skipped\n");
+        return 77;
+    }
     ssm_context_params cp;
     ssm_context_params_init(&cp);
-    cp.backend = SSM_BACKEND_CPU;
+    cp.backend = on_cuda ? SSM_BACKEND_CUDA : SSM_BACKEND_CPU;
     cp.num_threads = 2;
     ssm_context * ctx = NULL;
     if (ssm_context_create(&cp, &ctx) != SSM_STATUS_OK) return 1;
+    g_ctx = ctx;
+    track(a2, H2), track(dtb2, H2), track(d2, H2), track(qb3, H3 * K3), track(kb3, H3 * K3), track(d3, H3);
 
     fill(a2, H2, -2.0f, -0.5f);
     fill(dtb2, H2, -3.0f, -1.0f);
@@ -483,8 +619,9 @@ int main(void) {
         q->fin2 = alloc_floats(ST2);
         for (int k = 0; k < 4; k++) q->fin3[k] = alloc_floats((size_t)ST3W[k]);
     }
-    poison(pool2 = alloc_floats((size_t)SLOTS * ST2), (size_t)SLOTS * ST2);
-    for (int k = 0; k < 4; k++) poison(pool3[k] = alloc_floats((size_t)SLOTS * ST3W[k]), (size_t)SLOTS * ST3W[k]);
+    poison_tensor(pool2 = alloc_tensor((size_t)SLOTS * ST2), (size_t)SLOTS * ST2);
+    for (int k = 0; k < 4; k++)
+        poison_tensor(pool3[k] = alloc_tensor((size_t)SLOTS * ST3W[k]), (size_t)SLOTS * ST3W[k]);
     for (int s = 0; s < SLOTS; s++) free2[s] = free3[s] = 1;
     for (int f = 0; f < NF2; f++) bat2[f] = alloc_floats((size_t)TMAX * W2[f]);
     for (int f = 0; f < NF3; f++)
@@ -530,21 +667,24 @@ int main(void) {
         worst_rms, worst_max, failures == 0 ? "PASS" : "FAIL");
 
     for (int r = 0; r < NREQ; r++) {
-        for (int f = 0; f < NF2; f++) free(req[r].in2[f]);
-        for (int f = 0; f < NF3; f++) free(req[r].in3[f]);
-        free(req[r].out2);
-        free(req[r].out3);
-        free(req[r].fin2);
-        for (int k = 0; k < 4; k++) free(req[r].fin3[k]);
+        for (int f = 0; f < NF2; f++) free_floats(req[r].in2[f]);
+        for (int f = 0; f < NF3; f++) free_floats(req[r].in3[f]);
+        free_floats(req[r].out2);
+        free_floats(req[r].out3);
+        free_floats(req[r].fin2);
+        for (int k = 0; k < 4; k++) free_floats(req[r].fin3[k]);
     }
-    free(pool2);
-    for (int k = 0; k < 4; k++) free(pool3[k]);
-    for (int f = 0; f < NF2; f++) free(bat2[f]);
-    for (int f = 0; f < NF3; f++) free(bat3[f]), free(col3[f]);
-    free(bout2);
-    free(bout3);
-    free(cout3);
-    free(inter2);
+    free_tensor(pool2);
+    for (int k = 0; k < 4; k++) free_tensor(pool3[k]);
+    for (int f = 0; f < NF2; f++) free_floats(bat2[f]);
+    for (int f = 0; f < NF3; f++) free_floats(bat3[f]), free_floats(col3[f]);
+    free_floats(bout2);
+    free_floats(bout3);
+    free_floats(cout3);
+    free_floats(inter2);
+    for (size_t i = 0; i < narrays; i++) /* the layer parameters' twins */
+        if (arrays[i].dev != NULL) check_status(ssm_cuda_free(ctx, arrays[i].dev), ctx, "ssm_cuda_free");
+    free(arrays);
     ssm_context_free(ctx);
     return failures == 0 ? 0 : 1;
 }

@@ -499,7 +499,7 @@ typedef struct ssm_mamba2_scan_args {
     ssm_tensor initial_states; /* in  (batch|nseq, H, P, N)   optional                    */
     ssm_tensor seq_idx;        /* in  (batch, S) i32/i64      optional                    */
     ssm_tensor cu_seqlens;     /* in  (nseq + 1) i32/i64      optional                    */
-    /* State pools and prefix caching (see above; REF and CPU only, docs/ops/mamba2.md). */
+    /* State pools and prefix caching (see above; docs/ops/mamba2.md §8). */
     ssm_tensor initial_state_indices; /* in  (NS) i32/i64  optional: slot of initial_states  */
     ssm_tensor final_state_indices;   /* in  (NS) i32/i64  optional: slot of final_states    */
     ssm_tensor num_computed_tokens;   /* in  (NS) i32/i64  optional (needs chunk_states)     */
@@ -612,8 +612,8 @@ typedef struct ssm_causal_conv1d_args {
     ssm_tensor bias;           /* in  (D)              optional                              */
     ssm_tensor seq_idx;        /* in  (batch, S) i32/i64 optional                            */
     ssm_tensor initial_states; /* in  (batch|nseq, D, W−1) optional                         */
-    /* Packed sequences with their own conv states and state pools (see above; REF and CPU
-     * only, docs/ops/layer.md). NS = nseq with cu_seqlens, else batch. */
+    /* Packed sequences with their own conv states and state pools (see above;
+     * docs/ops/layer.md). NS = nseq with cu_seqlens, else batch. */
     ssm_tensor cu_seqlens;            /* in (nseq + 1) i32/i64 optional                      */
     ssm_tensor initial_state_indices; /* in (NS) i32/i64 optional: slot of initial_states    */
     ssm_tensor final_state_indices;   /* in (NS) i32/i64 optional: slot of final_states      */
@@ -781,7 +781,7 @@ typedef struct ssm_mamba3_siso_args {
     ssm_tensor k_state;           /* in  (NS, H, K)        optional                          */
     ssm_tensor v_state;           /* in  (NS, H, V)        optional                          */
     ssm_tensor cu_seqlens;        /* in  (NS + 1)          optional                          */
-    /* State pools (as ssm_mamba2_scan's, for the four states; REF and CPU only). */
+    /* State pools (as ssm_mamba2_scan's, for the four states). */
     ssm_tensor initial_state_indices; /* in (NS) i32/i64  optional: slot of the four states  */
     ssm_tensor final_state_indices;   /* in (NS) i32/i64  optional: slot of the four finals  */
     ssm_tensor out;               /* out (B, S, H, V)                                        */
@@ -957,7 +957,7 @@ typedef struct ssm_mamba3_mimo_args {
     ssm_tensor k_state;             /* in  (NS,R,H,N)                                         */
     ssm_tensor v_state;             /* in  (NS,H,P)                                           */
     ssm_tensor cu_seqlens;          /* in  (NS+1) i32/i64     optional                        */
-    /* State pools (as ssm_mamba2_scan's, for the four states; REF and CPU only). */
+    /* State pools (as ssm_mamba2_scan's, for the four states). */
     ssm_tensor initial_state_indices; /* in (NS) i32/i64    optional: slot of the four states */
     ssm_tensor final_state_indices;   /* in (NS) i32/i64    optional: slot of the four finals */
     ssm_tensor out;                 /* out (B,S,H,P) with mimo_o, else (B,S,R,H,P)            */

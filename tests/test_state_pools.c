@@ -10,15 +10,23 @@
  * byte of the pools as it was; REF against CPU within the bars; identical bytes for 1 and 3
  * threads. Invalid indices (out of range, a final slot twice, a slot read by one sequence
  * and written by another in place, a length that is not NS, indices without their pool)
- * fail and write nothing. A CUDA-backend context refuses the indices (UNSUPPORTED).
- * causal_conv1d with cu_seqlens (empty sequences too) is checked against one call per
- * sequence, alone and with an in-place pool.
+ * fail and write nothing. causal_conv1d with cu_seqlens (empty sequences too) is checked
+ * against one call per sequence, alone and with an in-place pool.
+ * Built with SSMT_POOLS_ON_CUDA (test_cuda_state_pools.c) the same checks run on the CUDA
+ * backend: every tensor of a call is copied to device memory (an in-place pair shares one
+ * copy), the call runs there and the outputs come back; the second backend is CUDA (against
+ * REF within the bars of the fixture's input dtype) and the third a second CUDA run, with the
+ * index tensors in device memory, that must give the first run's bytes.
  */
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common/fixtures.h"
 #include "common/testutil.h"
+#ifdef SSMT_POOLS_ON_CUDA
+#include "common/cudautil.h"
+#endif
 
 #define MAXP 4
 
@@ -51,6 +59,62 @@ static ssm_tensor * field(const ssmt_fixture * f, const char * name) {
         if (strcmp(info->args[i].name, name) == 0)
             return (ssm_tensor *)(void *)((char *)&f->args + info->args[i].offset);
     return NULL;
+}
+
+/* ---- running a call on a backend ------------------------------------------------------- */
+
+static ssm_context * g_cuda; /* the CUDA context (SSMT_POOLS_ON_CUDA), else NULL */
+
+#ifdef SSMT_POOLS_ON_CUDA
+static const ssmt_fixture * g_fixture; /* the fixture run_fixture_args runs */
+static ssm_status           run_fixture_args(ssm_context * ctx, const void * args) {
+    ssmt_fixture f = *g_fixture;
+    memcpy(&f.args, args, ssm_op_get(ssm_op_find(f.op))->args_size);
+    return ssmt_fixture_run(ctx, &f);
+}
+#endif
+
+/* The fixture's call on ctx (on the CUDA context: on device copies, dev_idx: the index tensors
+ * too). */
+static ssm_status run_fixture(ssm_context * ctx, const ssmt_fixture * f, int dev_idx) {
+#ifdef SSMT_POOLS_ON_CUDA
+    if (ctx == g_cuda) {
+        g_fixture = f;
+        return ssmt_run_on_device(ctx, f->op, &f->args, dev_idx, run_fixture_args);
+    }
+#endif
+    (void)dev_idx;
+    return ssmt_fixture_run(ctx, f);
+}
+
+static ssm_conv1d_params g_conv_params;
+static ssm_status        run_conv_args(ssm_context * ctx, const void * args) {
+    return ssm_causal_conv1d(ctx, &g_conv_params, args);
+}
+/* causal_conv1d on ctx (on the CUDA context: on device copies, the index tensors too). */
+static ssm_status run_conv(ssm_context * ctx, const ssm_causal_conv1d_args * a) {
+#ifdef SSMT_POOLS_ON_CUDA
+    if (ctx == g_cuda) return ssmt_run_on_device(ctx, "causal_conv1d", a, 1, run_conv_args);
+#endif
+    return run_conv_args(ctx, a);
+}
+
+/* The bar a backend's result meets against REF: the fixture's input dtype on CUDA (its
+ * 16-bit paths), fp32 on the CPU; rounded when the result is 16-bit. */
+static void check_bar_of(const ssmt_fixture * f, const char * what, const ssm_tensor * got, const ssm_tensor * ref,
+                         ssm_dtype stored) {
+    ssm_dtype compute = SSM_DTYPE_F32;
+#ifdef SSMT_POOLS_ON_CUDA
+    const ssm_op_info * info = ssm_op_get(ssm_op_find(f->op));
+    const ssm_tensor *  first = (const ssm_tensor *)(const void *)((const char *)&f->args + info->args[0].offset);
+    if (first->dtype == SSM_DTYPE_F16 || first->dtype == SSM_DTYPE_BF16) compute = (ssm_dtype)first->dtype;
+#else
+    (void)f;
+#endif
+    if (stored == SSM_DTYPE_F16 || stored == SSM_DTYPE_BF16)
+        ssmt_check_bar_rounded(what, got, ref, compute);
+    else
+        ssmt_check_bar(what, got, ref, compute);
 }
 
 /* A pooled problem built around a fixture: pools, indices, and the dense call's outputs. */
@@ -198,7 +262,7 @@ static void expect_failure(const ssmt_fixture * f, const pooled * p, ssm_context
     ssmt_fixture_fill(f, 0xA5);
     void * poisoned = malloc(ssmt_fixture_out_bytes(f) + 1);
     ssmt_fixture_save(f, poisoned);
-    const ssm_status st = ssmt_fixture_run(ctx, f);
+    const ssm_status st = run_fixture(ctx, f, 0);
     TEST_CHECK(st == want, "%s %s: got %s, expected %s (%s)", f->name, what, ssm_status_string(st),
                ssm_status_string(want), ssm_context_last_error(ctx));
     TEST_CHECK(ssmt_fixture_diff(f, poisoned) < 0, "%s %s: a failed call wrote an output", f->name, what);
@@ -213,11 +277,14 @@ static void expect_failure(const ssmt_fixture * f, const pooled * p, ssm_context
 }
 
 static void test_fixture(const ssmt_fixture * f, ssm_context * ref, ssm_context * cpu1, ssm_context * cpu3,
-                         ssm_context * cuda, ssmt_rng * rng) {
+                         ssmt_rng * rng) {
     const pool_names * pn = names_of(f->op);
     pooled             p;
     if (pn == NULL || !build(f, pn, &p, rng)) return;
+    /* REF, then the backend under test twice: CPU with 1 and 3 threads, or CUDA twice (the
+     * second with device index tensors) */
     ssm_context * const ctxs[3] = {ref, cpu1, cpu3};
+    const char * const  who = g_cuda != NULL ? "cuda" : "cpu";
     ssmt_host           ref_fin[MAXP], cpu_fin[MAXP];
     memset(ref_fin, 0, sizeof ref_fin);
     memset(cpu_fin, 0, sizeof cpu_fin);
@@ -226,7 +293,7 @@ static void test_fixture(const ssmt_fixture * f, ssm_context * ref, ssm_context 
         /* the dense call (negative-index rows of the dense initial states are zero) */
         uninstall(f, pn, &p);
         ssmt_fixture_fill(f, 0xFF);
-        TEST_CHECK_STATUS(ssmt_fixture_run(ctxs[c], f), SSM_STATUS_OK);
+        TEST_CHECK_STATUS(run_fixture(ctxs[c], f, c == 2), SSM_STATUS_OK);
         ssmt_fixture_save(f, p.dense_outs);
         for (int k = 0; k < p.npairs; ++k) {
             ssmt_free(&p.dense_result[k]);
@@ -237,10 +304,10 @@ static void test_fixture(const ssmt_fixture * f, ssm_context * ref, ssm_context 
         for (int k = 0; k < p.npairs; ++k) before[k] = ssmt_clone(&p.fin_pool[k].t, (ssm_dtype)p.fin_pool[k].t.dtype);
         install(f, pn, &p, 0);
         ssmt_fixture_fill(f, 0xFF);
-        TEST_CHECK_STATUS(ssmt_fixture_run(ctxs[c], f), SSM_STATUS_OK);
-        check_outs(f, &p, c == 0 ? "ref pools" : "cpu pools");
+        TEST_CHECK_STATUS(run_fixture(ctxs[c], f, c == 2), SSM_STATUS_OK);
+        check_outs(f, &p, c == 0 ? "ref pools" : "pools");
         for (int k = 0; k < p.npairs; ++k) {
-            check_pool(f, &p, k, &p.fin_pool[k].t, &before[k].t, c == 0 ? "ref pools" : "cpu pools");
+            check_pool(f, &p, k, &p.fin_pool[k].t, &before[k].t, c == 0 ? "ref pools" : "pools");
             ssmt_free(&before[k]);
         }
         if (c == 0)
@@ -249,14 +316,16 @@ static void test_fixture(const ssmt_fixture * f, ssm_context * ref, ssm_context 
             ssmt_fixture_save(f, cpu1_bytes);
             for (int k = 0; k < p.npairs; ++k) cpu_fin[k] = ssmt_clone(&p.fin_pool[k].t, SSM_DTYPE_F64);
             for (int k = 0; k < p.npairs; ++k)
-                ssmt_check_bar("pooled final (cpu vs ref)", &cpu_fin[k].t, &ref_fin[k].t, SSM_DTYPE_F32);
+                check_bar_of(f, "pooled final (vs ref)", &cpu_fin[k].t, &ref_fin[k].t,
+                             (ssm_dtype)p.fin_pool[k].t.dtype);
         }
         if (c == 2) {
-            TEST_CHECK(ssmt_fixture_diff(f, cpu1_bytes) < 0, "%s: outputs differ between 1 and 3 threads", f->name);
+            TEST_CHECK(ssmt_fixture_diff(f, cpu1_bytes) < 0, "%s: %s outputs differ between the two runs", f->name,
+                       who);
             for (int k = 0; k < p.npairs; ++k) {
                 ssmt_host now = ssmt_clone(&p.fin_pool[k].t, SSM_DTYPE_F64);
                 TEST_CHECK(memcmp(now.buf, cpu_fin[k].buf, now.bytes) == 0,
-                           "%s: final pool %d differs between 1 and 3 threads", f->name, k);
+                           "%s: %s final pool %d differs between the two runs", f->name, who, k);
                 ssmt_free(&now);
             }
         }
@@ -276,7 +345,7 @@ static void test_fixture(const ssmt_fixture * f, ssm_context * ref, ssm_context 
         for (int k = 0; k < p.npairs; ++k) init_snap[k] = ssmt_snapshot(&p.init_pool[k]);
         install(f, pn, &p, 1);
         ssmt_fixture_fill(f, 0xFF);
-        TEST_CHECK_STATUS(ssmt_fixture_run(ctxs[c], f), SSM_STATUS_OK);
+        TEST_CHECK_STATUS(run_fixture(ctxs[c], f, c == 2), SSM_STATUS_OK);
         check_outs(f, &p, "in place");
         for (int k = 0; k < p.npairs; ++k) check_pool(f, &p, k, &p.init_pool[k].t, &inplace_before[k].t, "in place");
         /* back to the initial pool's contents for the next runs */
@@ -317,11 +386,6 @@ static void test_fixture(const ssmt_fixture * f, ssm_context * ref, ssm_context 
         expect_failure(f, &p, ctxs[c], 0, SSM_STATUS_INVALID_ARGUMENT, "final indices without final pools");
         uninstall(f, pn, &p);
     }
-    if (cuda != NULL) {
-        install(f, pn, &p, 0);
-        TEST_CHECK_STATUS(ssmt_fixture_run(cuda, f), SSM_STATUS_UNSUPPORTED);
-        uninstall(f, pn, &p);
-    }
     for (int k = 0; k < p.npairs; ++k) {
         ssmt_free(&ref_fin[k]);
         ssmt_free(&cpu_fin[k]);
@@ -331,8 +395,9 @@ static void test_fixture(const ssmt_fixture * f, ssm_context * ref, ssm_context 
 }
 
 /* causal_conv1d with cu_seqlens (packed sequences with their own conv states, some empty):
- * each sequence equals its own batch-1 call; REF against CPU; pooled states on top. */
-static void test_conv_varlen(ssm_context * ref, ssm_context * cpu, ssm_context * cuda, ssmt_rng * rng) {
+ * each sequence equals its own batch-1 call; the backend `be` (CPU or CUDA) against REF, and
+ * twice the same bytes; pooled states on top. */
+static void test_conv_varlen(ssm_context * ref, ssm_context * be, ssmt_rng * rng) {
     enum { NS = 5, D = 6, W = 4 };
     static const int64_t lens[NS] = {3, 0, 9, 1, 0};
     int64_t              S = 0;
@@ -350,9 +415,8 @@ static void test_conv_varlen(ssm_context * ref, ssm_context * cpu, ssm_context *
         ssmt_set(&cu.t, i, (double)at);
         if (i < NS) at += lens[i];
     }
-    ssm_conv1d_params prm;
-    ssm_conv1d_params_init(&prm);
-    ssm_context * const ctxs[2] = {ref, cpu};
+    ssm_conv1d_params_init(&g_conv_params);
+    ssm_context * const ctxs[2] = {ref, be};
     ssmt_host           outs[2], fins[2];
     for (int c = 0; c < 2; ++c) {
         outs[c] = ssmt_alloc(SSM_DTYPE_F32, 3, xs);
@@ -360,7 +424,15 @@ static void test_conv_varlen(ssm_context * ref, ssm_context * cpu, ssm_context *
         ssm_causal_conv1d_args a = {0};
         a.x = x.t, a.weight = w.t, a.bias = bias.t, a.initial_states = init.t, a.cu_seqlens = cu.t;
         a.out = outs[c].t, a.final_states = fins[c].t;
-        TEST_CHECK_STATUS(ssm_causal_conv1d(ctxs[c], &prm, &a), SSM_STATUS_OK);
+        TEST_CHECK_STATUS(run_conv(ctxs[c], &a), SSM_STATUS_OK);
+        /* the same bytes again */
+        ssmt_host o2 = ssmt_alloc(SSM_DTYPE_F32, 3, xs), f2 = ssmt_alloc(SSM_DTYPE_F32, 3, ss);
+        ssmt_fill_value(&o2.t, NAN), ssmt_fill_value(&f2.t, NAN);
+        a.out = o2.t, a.final_states = f2.t;
+        TEST_CHECK_STATUS(run_conv(ctxs[c], &a), SSM_STATUS_OK);
+        TEST_CHECK(memcmp(o2.buf, outs[c].buf, o2.bytes) == 0 && memcmp(f2.buf, fins[c].buf, f2.bytes) == 0,
+                   "conv varlen: two runs differ");
+        ssmt_free(&o2), ssmt_free(&f2);
         /* each sequence alone */
         for (int i = 0; i < NS; ++i) {
             const int64_t st = (int64_t)ssmt_get(&cu.t, i);
@@ -373,7 +445,7 @@ static void test_conv_varlen(ssm_context * ref, ssm_context * cpu, ssm_context *
             ssm_causal_conv1d_args b = {0};
             b.x = ssmt_slice(&x.t, 2, st, lens[i]), b.weight = w.t, b.bias = bias.t;
             b.initial_states = ssmt_slice(&init.t, 0, i, 1), b.out = o1.t, b.final_states = f1.t;
-            TEST_CHECK_STATUS(ssm_causal_conv1d(ctxs[c], &prm, &b), SSM_STATUS_OK);
+            TEST_CHECK_STATUS(run_conv(ctxs[c], &b), SSM_STATUS_OK);
             const ssm_tensor got = ssmt_slice(&outs[c].t, 2, st, lens[i]);
             for (int64_t k = 0; k < D * lens[i]; ++k)
                 TEST_CHECK(ssmt_get(&got, k) == ssmt_get(&o1.t, k), "conv varlen: sequence %d out %lld", i,
@@ -382,8 +454,8 @@ static void test_conv_varlen(ssm_context * ref, ssm_context * cpu, ssm_context *
             ssmt_free(&o1), ssmt_free(&f1);
         }
     }
-    ssmt_check_bar("conv varlen out (cpu vs ref)", &outs[1].t, &outs[0].t, SSM_DTYPE_F32);
-    ssmt_check_bar("conv varlen final (cpu vs ref)", &fins[1].t, &fins[0].t, SSM_DTYPE_F32);
+    ssmt_check_bar("conv varlen out (vs ref)", &outs[1].t, &outs[0].t, SSM_DTYPE_F32);
+    ssmt_check_bar("conv varlen final (vs ref)", &fins[1].t, &fins[0].t, SSM_DTYPE_F32);
 
     /* in-place pool with cu_seqlens: sequence i reads slot 2i+1 (none for i = 3), writes 2i+1 */
     const int64_t ps[3] = {2 * NS + 2, D, W - 1}, ns1[1] = {NS};
@@ -402,19 +474,13 @@ static void test_conv_varlen(ssm_context * ref, ssm_context * cpu, ssm_context *
     ssm_causal_conv1d_args a = {0};
     a.x = x.t, a.weight = w.t, a.bias = bias.t, a.initial_states = dense.t, a.cu_seqlens = cu.t;
     a.out = o_d.t, a.final_states = f_d.t;
-    TEST_CHECK_STATUS(ssm_causal_conv1d(cpu, &prm, &a), SSM_STATUS_OK);
+    TEST_CHECK_STATUS(run_conv(be, &a), SSM_STATUS_OK);
     a.initial_states = pool.t, a.final_states = pool.t, a.out = o_p.t;
     a.initial_state_indices = ii.t, a.final_state_indices = fi.t;
-    TEST_CHECK_STATUS(ssm_causal_conv1d(cpu, &prm, &a), SSM_STATUS_OK);
+    TEST_CHECK_STATUS(run_conv(be, &a), SSM_STATUS_OK);
     TEST_CHECK(memcmp(o_d.buf, o_p.buf, o_d.bytes) == 0, "conv varlen pooled: out differs from the dense call");
     for (int i = 0; i < NS; ++i)
         TEST_CHECK(same_row(&pool.t, 2 * i + 1, &f_d.t, i), "conv varlen pooled: slot %d", 2 * i + 1);
-    if (cuda != NULL) {
-        TEST_CHECK_STATUS(ssm_causal_conv1d(cuda, &prm, &a), SSM_STATUS_UNSUPPORTED);
-        a.initial_states = dense.t, a.final_states = f_d.t, a.out = o_d.t;
-        a.initial_state_indices = ssmt_absent(), a.final_state_indices = ssmt_absent();
-        TEST_CHECK_STATUS(ssm_causal_conv1d(cuda, &prm, &a), SSM_STATUS_UNSUPPORTED);
-    }
 
     /* invalid: with seq_idx, batch 2 */
     ssm_causal_conv1d_args bad = {0};
@@ -422,10 +488,10 @@ static void test_conv_varlen(ssm_context * ref, ssm_context * cpu, ssm_context *
     ssmt_host              seq = ssmt_alloc(SSM_DTYPE_I32, 2, sq);
     ssmt_fill_value(&seq.t, 0.0);
     bad.x = x.t, bad.weight = w.t, bad.cu_seqlens = cu.t, bad.seq_idx = seq.t, bad.out = o_d.t;
-    TEST_CHECK_STATUS(ssm_causal_conv1d(cpu, &prm, &bad), SSM_STATUS_INVALID_ARGUMENT);
+    TEST_CHECK_STATUS(run_conv(be, &bad), SSM_STATUS_INVALID_ARGUMENT);
     bad.seq_idx = ssmt_absent();
     bad.x = ssmt_reshaped(&x.t, 0, 2), bad.out = ssmt_reshaped(&o_d.t, 0, 2);
-    TEST_CHECK_STATUS(ssm_causal_conv1d(cpu, &prm, &bad), SSM_STATUS_INVALID_ARGUMENT);
+    TEST_CHECK_STATUS(run_conv(be, &bad), SSM_STATUS_INVALID_ARGUMENT);
 
     ssmt_free(&seq), ssmt_free(&o_d), ssmt_free(&f_d), ssmt_free(&o_p), ssmt_free(&dense), ssmt_free(&pool);
     ssmt_free(&ii), ssmt_free(&fi);
@@ -436,26 +502,34 @@ static void test_conv_varlen(ssm_context * ref, ssm_context * cpu, ssm_context *
 int main(void) {
     ssmt_rng rng;
     ssmt_rng_from_env(&rng, 2112);
-    ssm_context * ref = ssmt_make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
+#ifdef SSMT_POOLS_ON_CUDA
+    if (!ssmt_cuda_present("test_cuda_state_pools")) return 77;
+    g_cuda = ssmt_make_ctx(SSM_BACKEND_CUDA, 1, SSM_ISA_AUTO);
+    ssm_context * cpu1 = NULL, *cpu3 = NULL;
+    ssm_context * const be1 = g_cuda, *const be2 = g_cuda;
+#else
     ssm_context * cpu1 = ssmt_make_ctx(SSM_BACKEND_CPU, 1, SSM_ISA_AUTO);
     ssm_context * cpu3 = ssmt_make_ctx(SSM_BACKEND_CPU, 3, SSM_ISA_AUTO);
-    ssm_context * cuda = ssmt_make_ctx(SSM_BACKEND_CUDA, 1, SSM_ISA_AUTO);
+    ssm_context * const be1 = cpu1, *const be2 = cpu3;
+#endif
+    ssm_context * ref = ssmt_make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
     int           tested = 0;
     for (int i = 0; i < ssmt_fixture_count(); ++i) {
         ssmt_fixture f;
         if (ssmt_fixture_make(i, 77 + (uint64_t)i, &f) != 0) continue;
-        if (names_of(f.op) != NULL) {
+        /* a caller workspace is host memory: the CPU's fixture */
+        if (names_of(f.op) != NULL && !(g_cuda != NULL && f.caller_workspace)) {
             printf("%s\n", f.name);
-            test_fixture(&f, ref, cpu1, cpu3, cuda, &rng);
+            test_fixture(&f, ref, be1, be2, &rng);
             ++tested;
         }
         ssmt_fixture_free(&f);
     }
     TEST_CHECK(tested >= 4, "only %d fixtures of the pooled operators", tested);
-    test_conv_varlen(ref, cpu3, cuda, &rng);
+    test_conv_varlen(ref, be2, &rng);
     ssm_context_free(ref);
     ssm_context_free(cpu1);
     ssm_context_free(cpu3);
-    ssm_context_free(cuda);
+    ssm_context_free(g_cuda);
     TEST_EXIT();
 }

@@ -69,6 +69,17 @@ ssm_status ssmi_cuda_mamba2_step(ssm_context * ctx, const ssm_mamba2_params * p,
 ssm_status ssmi_cuda_copy_unused_slots(ssm_context * ctx, const char * op, const ssm_tensor * in,
                                        const ssm_tensor * out, const ssm_tensor * indices, int64_t batch);
 
+/* The gather and scatter of a sequence operator's state pools (ops/state_pools.c): row
+ * rows[k] of src into row rows[n + k] of dst for k < n (rows: a host array of 2n row numbers,
+ * each within its tensor), on ctx's stream. src/dst: device tensors of the same shape below
+ * dim 0 and the same dtype (the bytes are copied), any strides. */
+ssm_status ssmi_cuda_copy_rows(ssm_context * ctx, const char * op, const ssm_tensor * src, const ssm_tensor * dst,
+                               const int64_t * rows, int64_t n);
+/* `bytes` of zeroed device memory on ctx's stream (stream-ordered; NULL for 0 bytes), and its
+ * release (after the work queued on the stream that uses it). */
+ssm_status ssmi_cuda_alloc_zeroed(ssm_context * ctx, const char * op, size_t bytes, void ** ptr);
+ssm_status ssmi_cuda_release(ssm_context * ctx, const char * op, void * ptr);
+
 /* Mamba-3 SISO: the chunked core forward, cumulative angles in (spec §2.3); the combined
  * forward, raw angles in, the angle cumsum fused (spec §2.4); the decode step (spec §2.6;
  * ops/ copies the unused slots of separate final pools afterwards). */

@@ -312,12 +312,14 @@ static ssm_status validate_and_run(ssm_context * ctx, const ssmi_op_impl * impl,
     SSM_FORWARD_IF_ERROR(check_args(ctx, op, info, args, device));
     ssmi_any_args  pooled;
     ssmi_pool_call pc;
-    SSM_FORWARD_IF_ERROR(ssmi_pools_prepare(ctx, op, impl->op, args, &pooled, &pc));
-    if (!pc.active) return check_and_run(ctx, impl, op, info, be, params, args, workspace, workspace_size, bytes);
-    ssm_status st = check_and_run(ctx, impl, op, info, be, params, &pooled, workspace, workspace_size, bytes);
-    if (st == SSM_STATUS_OK && bytes == NULL) ssmi_pools_scatter(&pc);
-    ssmi_pools_release(ctx, &pc);
-    return st;
+    ssm_status     st = ssmi_pools_prepare(ctx, op, impl->op, be == SSMI_BACKEND_CUDA, args, &pooled, &pc);
+    if (st == SSM_STATUS_OK && !pc.active)
+        return check_and_run(ctx, impl, op, info, be, params, args, workspace, workspace_size, bytes);
+    if (st == SSM_STATUS_OK)
+        st = check_and_run(ctx, impl, op, info, be, params, &pooled, workspace, workspace_size, bytes);
+    if (st == SSM_STATUS_OK && bytes == NULL) st = ssmi_pools_scatter(ctx, op, &pc);
+    const ssm_status rs = ssmi_pools_release(ctx, op, &pc);
+    return st != SSM_STATUS_OK ? st : rs;
 }
 
 ssm_status ssmi_dispatch(ssm_context * ctx, const ssmi_op_impl * impl, const char * op, const void * params,
@@ -337,10 +339,6 @@ ssm_status ssmi_dispatch(ssm_context * ctx, const ssmi_op_impl * impl, const cha
     if (be != SSMI_BACKEND_CUDA)
         return validate_and_run(ctx, impl, op, info, be, params, args, workspace, workspace_size, bytes);
 #ifdef SSMOPS_HAVE_CUDA
-    /* State pools and chunk states have no GPU-verified CUDA path yet. */
-    const char * pooled = ssmi_pools_unsupported_arg(impl->op, args);
-    SSM_RETURN_IF(pooled != NULL, ctx, SSM_STATUS_UNSUPPORTED,
-                  "%s: %s is not supported on the CUDA backend yet (REF and CPU only)", op, pooled);
     /* The call on a copy of the args whose device index tensors are host copies. */
     ssmi_any_args host;
     void *        bufs[SSMI_MAX_INDEX_ARGS] = {NULL};

@@ -102,16 +102,17 @@ static ssm_tensor conv_slice(const ssm_tensor * t, int32_t dim, int64_t start, i
     return v;
 }
 
-/* With cu_seqlens every sequence is a batch-1 call of the backend on its tokens and its state
- * rows (the backends know no cu_seqlens); an empty one copies its initial state (or zeros) to
- * its final state. Never on CUDA: dispatch refuses cu_seqlens there (ssmi_pools_unsupported_arg). */
+/* With cu_seqlens on REF and CPU every sequence is a batch-1 call of the backend on its tokens
+ * and its state rows (those backends know no cu_seqlens); an empty one copies its initial
+ * state (or zeros) to its final state. The CUDA backend takes cu_seqlens itself (one launch
+ * for all sequences). */
 static ssm_status run_causal_conv1d(ssm_context * ctx, ssmi_backend_kind be, const void * params,
                                     const ssmi_dims * dims, const void * args, void * ws) {
     const ssm_conv1d_params *      p = params;
     const ssm_causal_conv1d_args * a = args;
     const ssmi_conv1d_dims *       d = &dims->conv;
     (void)ws;
-    if (d->nseq == 0) return conv_backend(ctx, be, p, d, a);
+    if (d->nseq == 0 || be == SSMI_BACKEND_CUDA) return conv_backend(ctx, be, p, d, a);
     for (int64_t s = 0; s < d->nseq; ++s) {
         const int64_t st = ssmi_get_i64(&a->cu_seqlens, ssmi_off1(&a->cu_seqlens, s));
         const int64_t len = ssmi_get_i64(&a->cu_seqlens, ssmi_off1(&a->cu_seqlens, s + 1)) - st;

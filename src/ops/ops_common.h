@@ -68,6 +68,7 @@ ssm_status ssmi_dispatch(ssm_context * ctx, const ssmi_op_impl * impl, const cha
  * rows go to. */
 typedef struct ssmi_pool_call {
     int                active;
+    int                device;      /* 1: the dense rows are CUDA device memory   */
     int                nfinal;
     const ssm_tensor * final_idx;   /* final_state_indices, NULL: none            */
     const ssm_tensor * pool[4];     /* the caller's final pools                   */
@@ -75,19 +76,18 @@ typedef struct ssmi_pool_call {
     void *             block;       /* their memory (and the gathered initial rows) */
 } ssmi_pool_call;
 /* For an operator with state pools whose args have initial_state_indices or
- * final_state_indices: checks the indices and the pools' overlaps, gathers the initial rows
- * (zeros for a negative index) into dense tensors and fills *copy (room for the op's args
- * struct) with args whose pools are those dense tensors and whose indices are absent. Else
- * leaves pc inactive. Run after the schema's per-tensor checks; writes no caller memory. */
-ssm_status ssmi_pools_prepare(ssm_context * ctx, const char * op, ssmi_op id, const void * args, void * copy,
-                              ssmi_pool_call * pc);
+ * final_state_indices: checks the indices (host views) and the pools' overlaps, gathers the
+ * initial rows (zeros for a negative index) into dense tensors — device memory and a device
+ * copy when `device` (the CUDA backend), else host memory — and fills *copy (room for the
+ * op's args struct) with args whose pools are those dense tensors and whose indices are
+ * absent. Else leaves pc inactive. Run after the schema's per-tensor checks; writes no caller
+ * memory. After a failure ssmi_pools_release still frees what it made. */
+ssm_status ssmi_pools_prepare(ssm_context * ctx, const char * op, ssmi_op id, int device, const void * args,
+                              void * copy, ssmi_pool_call * pc);
 /* After a successful run: every final row with a non-negative slot into its pool. */
-void ssmi_pools_scatter(const ssmi_pool_call * pc);
-void ssmi_pools_release(ssm_context * ctx, ssmi_pool_call * pc);
-/* The first present argument of a state pool or prefix cache (initial_state_indices,
- * final_state_indices, num_computed_tokens, chunk_states; causal_conv1d's cu_seqlens), NULL
- * when none: what the CUDA backend does not run yet. */
-const char * ssmi_pools_unsupported_arg(ssmi_op op, const void * args);
+ssm_status ssmi_pools_scatter(ssm_context * ctx, const char * op, const ssmi_pool_call * pc);
+/* Frees the dense rows (on the device: stream-ordered, after the scatter). */
+ssm_status ssmi_pools_release(ssm_context * ctx, const char * op, ssmi_pool_call * pc);
 
 /* dst (an args struct of dst_op) gets every field of src (an args struct of src_op) that has
  * the same name in both schemas; the others are absent. A backward's forward inputs as the

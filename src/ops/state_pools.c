@@ -10,7 +10,10 @@
  * which replace the pools in a copy of the args; the final states are computed into dense
  * tensors too and scattered into their slots after the backend succeeded. Both copies are
  * exact (same dtype), so a pooled call gives the bytes of the dense call, and a failed call
- * writes nothing. Rules checked here: the indices in range, no final slot twice, a final
+ * writes nothing. On the CUDA backend the dense rows are device memory and the gather and
+ * scatter are device copies (ssmi_cuda_copy_rows) on the context's stream; the indices are
+ * read on the host (dispatch.c copies device index tensors there), because the rules below
+ * read their values. Rules checked here: the indices in range, no final slot twice, a final
  * pool that overlaps nothing but — in place — exactly its own initial pool, and then no
  * slot written by one sequence and read by another.
  */
@@ -19,6 +22,10 @@
 #include <string.h>
 
 #include "ops_common.h"
+
+#ifdef SSMOPS_HAVE_CUDA
+#include "../cuda/ssmi_cuda.h"
+#endif
 
 #define MAX_PAIRS 4
 
@@ -54,16 +61,6 @@ static const ssm_tensor * named(ssmi_op op, const void * args, const char * name
 static ssm_tensor * named_mut(ssmi_op op, void * args, const char * name) {
     const ssm_arg_info * arg = ssmi_op_arg(op, name);
     return (ssm_tensor *)(void *)((char *)args + arg->offset);
-}
-
-const char * ssmi_pools_unsupported_arg(ssmi_op op, const void * args) {
-    static const char * const names[] = {"initial_state_indices", "final_state_indices", "num_computed_tokens",
-                                         "chunk_states"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; ++i)
-        if (ssmi_present(named(op, args, names[i]))) return names[i];
-    /* causal_conv1d's packed sequences with their own states (ops/layer.c) */
-    if (op == SSMI_OP_causal_conv1d && ssmi_present(named(op, args, "cu_seqlens"))) return "cu_seqlens";
-    return NULL;
 }
 
 typedef struct slot_of {
@@ -177,12 +174,10 @@ static ssm_status check_pool_overlaps(ssm_context * ctx, const char * op, const 
     return SSM_STATUS_OK;
 }
 
-/* A dense contiguous (rows, pool.shape[1:]) view of pool's dtype at data. */
+/* A dense contiguous (rows, pool.shape[1:]) view of pool's dtype and device at data. */
 static ssm_tensor dense_like(const ssm_tensor * pool, int64_t rows, void * data) {
     ssm_tensor t = *pool;
     t.data = data;
-    t.device.type = SSM_DEVICE_CPU;
-    t.device.index = 0;
     t.shape[0] = rows;
     int64_t stride = 1;
     for (int32_t d = t.ndim - 1; d >= 0; --d) {
@@ -200,8 +195,56 @@ static size_t row_bytes(const ssm_tensor * pool) {
 
 static size_t round_up(size_t n) { return (n + SSMI_ALIGN - 1) & ~(size_t)(SSMI_ALIGN - 1); }
 
-ssm_status ssmi_pools_prepare(ssm_context * ctx, const char * op, ssmi_op id, const void * args, void * copy,
-                              ssmi_pool_call * pc) {
+/* For every i with idx[i] ≥ 0: gather (1) row idx[i] of `from` into row i of `to`, or scatter
+ * (0) row i of `from` into row idx[i] of `to`; exact copies of equal dtypes. On the device
+ * one copy kernel over the list of row pairs; on the host row by row. */
+static ssm_status move_rows(ssm_context * ctx, const char * op, int device, const ssm_tensor * idx,
+                            const ssm_tensor * from, const ssm_tensor * to, int gather) {
+    const int64_t n = idx->shape[0];
+    if (!device) {
+        for (int64_t i = 0; i < n; ++i) {
+            const int64_t slot = idx_at(idx, i);
+            if (slot >= 0) ssmi_copy_row(from, gather ? slot : i, to, gather ? i : slot);
+        }
+        return SSM_STATUS_OK;
+    }
+#ifdef SSMOPS_HAVE_CUDA
+    if (n == 0) return SSM_STATUS_OK;
+    int64_t * rows = ssmi_alloc(ctx, 2 * (size_t)n * sizeof *rows);
+    SSM_RETURN_IF(rows == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: could not allocate the list of %lld pool rows",
+                  op, (long long)n);
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; ++i) {
+        const int64_t slot = idx_at(idx, i);
+        if (slot < 0) continue;
+        rows[m] = gather ? slot : i;     /* the rows read */
+        rows[n + m++] = gather ? i : slot; /* the rows written */
+    }
+    memmove(rows + m, rows + n, (size_t)m * sizeof *rows);
+    const ssm_status st = ssmi_cuda_copy_rows(ctx, op, from, to, rows, m);
+    ssmi_free(ctx, rows);
+    return st;
+#else
+    (void)ctx, (void)op, (void)from, (void)to, (void)gather;
+    return SSM_STATUS_INTERNAL;
+#endif
+}
+
+/* The block of the dense rows: `total` zeroed bytes of host or device memory. */
+static ssm_status alloc_block(ssm_context * ctx, const char * op, int device, size_t total, void ** block) {
+#ifdef SSMOPS_HAVE_CUDA
+    if (device) return ssmi_cuda_alloc_zeroed(ctx, op, total, block);
+#endif
+    (void)device;
+    *block = ssmi_alloc(ctx, total);
+    SSM_RETURN_IF(*block == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY,
+                  "%s: could not allocate %zu bytes for the rows of the state pools", op, total);
+    memset(*block, 0, total);
+    return SSM_STATUS_OK;
+}
+
+ssm_status ssmi_pools_prepare(ssm_context * ctx, const char * op, ssmi_op id, int device, const void * args,
+                              void * copy, ssmi_pool_call * pc) {
     memset(pc, 0, sizeof *pc);
     const pool_table * t = find_table(id);
     if (t == NULL) return SSM_STATUS_OK;
@@ -250,10 +293,9 @@ ssm_status ssmi_pools_prepare(ssm_context * ctx, const char * op, ssmi_op id, co
             total += round_up((size_t)ns * row);
         }
     }
-    pc->block = ssmi_alloc(ctx, total);
-    SSM_RETURN_IF(pc->block == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY,
-                  "%s: could not allocate %zu bytes for the rows of the state pools", op, total);
-    memset(pc->block, 0, total);
+    SSM_FORWARD_IF_ERROR(alloc_block(ctx, op, device, total, &pc->block));
+    pc->device = device;
+    pc->active = 1; /* from here on ssmi_pools_release frees the block */
     char * p = (char *)pc->block;
     memcpy(copy, args, info->args_size);
     for (int k = 0; k < MAX_PAIRS && t->initial[k] != NULL; ++k) {
@@ -262,10 +304,8 @@ ssm_status ssmi_pools_prepare(ssm_context * ctx, const char * op, ssmi_op id, co
         if (has_init && ssmi_present(ip)) {
             const ssm_tensor dense = dense_like(ip, ns, p);
             p += round_up((size_t)ns * row_bytes(ip));
-            for (int64_t i = 0; i < ns; ++i) {
-                const int64_t slot = idx_at(init_idx, i);
-                if (slot >= 0) ssmi_copy_row(ip, slot, &dense, i); /* else the zeros of the block */
-            }
+            /* a negative index keeps the zeros of the block */
+            SSM_FORWARD_IF_ERROR(move_rows(ctx, op, device, init_idx, ip, &dense, 1));
             *named_mut(id, copy, t->initial[k]) = dense;
         }
         if (has_fin && ssmi_present(fp)) {
@@ -278,21 +318,24 @@ ssm_status ssmi_pools_prepare(ssm_context * ctx, const char * op, ssmi_op id, co
     memset(named_mut(id, copy, "initial_state_indices"), 0, sizeof(ssm_tensor));
     memset(named_mut(id, copy, "final_state_indices"), 0, sizeof(ssm_tensor));
     pc->final_idx = has_fin ? fin_idx : NULL;
-    pc->active = 1;
     return SSM_STATUS_OK;
 }
 
-void ssmi_pools_scatter(const ssmi_pool_call * pc) {
-    if (!pc->active || pc->final_idx == NULL) return;
+ssm_status ssmi_pools_scatter(ssm_context * ctx, const char * op, const ssmi_pool_call * pc) {
+    if (!pc->active || pc->final_idx == NULL) return SSM_STATUS_OK;
     for (int k = 0; k < pc->nfinal; ++k)
-        for (int64_t i = 0; i < pc->final_idx->shape[0]; ++i) {
-            const int64_t slot = idx_at(pc->final_idx, i);
-            if (slot >= 0) ssmi_copy_row(&pc->dense[k], i, pc->pool[k], slot);
-        }
+        SSM_FORWARD_IF_ERROR(move_rows(ctx, op, pc->device, pc->final_idx, &pc->dense[k], pc->pool[k], 0));
+    return SSM_STATUS_OK;
 }
 
-void ssmi_pools_release(ssm_context * ctx, ssmi_pool_call * pc) {
-    ssmi_free(ctx, pc->block);
+ssm_status ssmi_pools_release(ssm_context * ctx, const char * op, ssmi_pool_call * pc) {
+    ssm_status st = SSM_STATUS_OK;
+#ifdef SSMOPS_HAVE_CUDA
+    if (pc->device && pc->block != NULL) st = ssmi_cuda_release(ctx, op, pc->block);
+#endif
+    if (!pc->device) ssmi_free(ctx, pc->block);
+    (void)op;
     pc->block = NULL;
     pc->active = 0;
+    return st;
 }

@@ -1,6 +1,8 @@
 /*
- * pool.cu — the slots of a decode state pool that no batch row updated, copied into a
- * separate output pool on the device (the CUDA form of core/pool.c's ssmi_copy_unused_slots).
+ * pool.cu — rows of state pools copied on the device: the slots of a decode state pool that no
+ * batch row updated, copied into a separate output pool (the CUDA form of core/pool.c's
+ * ssmi_copy_unused_slots), and the gather and scatter of a sequence operator's pooled states
+ * (ops/state_pools.c: slot rows into dense rows and back, ssmi_cuda_copy_rows).
  *
  * With host indices the list of unused slots is built on the host and copied to the device;
  * one grid-stride kernel then copies every element of those slots through
@@ -34,7 +36,8 @@ struct pool_view {
 };
 
 struct pool_copy_args {
-    const long long * slots;  /* unused slot numbers, nslots of them */
+    const long long * slots;     /* the rows read (unused slot numbers), nslots of them */
+    const long long * out_slots; /* the rows written, nslots of them; NULL: the rows read */
     long long         nslots;
     long long         per_slot; /* elements of one slot */
     int               nd;       /* dims below the slot axis */
@@ -70,9 +73,11 @@ __device__ __forceinline__ void copy_raw(const void * src, long long so, void * 
     }
 }
 
-/* Element rem (row-major over the slot's dims) of slot `slot`, from the in pool to the out pool. */
-__device__ __forceinline__ void copy_slot_element(const pool_copy_args & A, long long slot, long long rem, bool same) {
-    long long io = slot * A.in.slot_stride, oo = slot * A.out.slot_stride;
+/* Element rem (row-major over the slot's dims) of slot `slot` of the in pool to slot `oslot` of the
+ * out pool. */
+__device__ __forceinline__ void copy_slot_element(const pool_copy_args & A, long long slot, long long oslot,
+                                                  long long rem, bool same) {
+    long long io = slot * A.in.slot_stride, oo = oslot * A.out.slot_stride;
     for (int d = A.nd - 1; d >= 0; --d) { /* innermost dim fastest */
         const long long i = rem % A.shape[d];
         rem /= A.shape[d];
@@ -91,7 +96,7 @@ __global__ void __launch_bounds__(kPoolThreads) copy_slots_kernel(const pool_cop
     const bool      same = A.in.dtype == A.out.dtype;
     for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += step) {
         const long long k = e / A.per_slot;
-        copy_slot_element(A, A.slots[k], e - k * A.per_slot, same);
+        copy_slot_element(A, A.slots[k], A.out_slots != NULL ? A.out_slots[k] : A.slots[k], e - k * A.per_slot, same);
     }
 }
 
@@ -116,7 +121,7 @@ __global__ void __launch_bounds__(kPoolThreads) copy_unused_device_kernel(const 
             named = v == slot;
         }
         if (__syncthreads_or(named)) continue; /* uniform over the block */
-        for (long long e = threadIdx.x; e < A.per_slot; e += blockDim.x) copy_slot_element(A, slot, e, same);
+        for (long long e = threadIdx.x; e < A.per_slot; e += blockDim.x) copy_slot_element(A, slot, slot, e, same);
     }
 }
 
@@ -148,6 +153,22 @@ pool_view pool_view_of(const ssm_tensor * t) {
     return v;
 }
 
+/* The copy of the rows of in (every element below dim 0, of in's shape) into rows of out; no row
+ * listed yet. per_slot 0: rows without elements. */
+pool_copy_args rows_args(const ssm_tensor * in, const ssm_tensor * out) {
+    pool_copy_args A;
+    memset(&A, 0, sizeof A);
+    A.per_slot = 1;
+    A.nd = in->ndim - 1;
+    for (int d = 1; d < in->ndim; ++d) {
+        A.shape[d - 1] = in->shape[d];
+        A.per_slot *= in->shape[d];
+    }
+    A.in = pool_view_of(in);
+    A.out = pool_view_of(out);
+    return A;
+}
+
 /* The unused slot numbers (host, malloc'd into *list; *count of them). */
 ssm_status unused_slots(ssm_context * ctx, const char * op, const ssm_tensor * indices, int64_t batch, int64_t slots,
                         long long ** list, long long * count) {
@@ -174,42 +195,21 @@ ssm_status unused_slots(ssm_context * ctx, const char * op, const ssm_tensor * i
     return SSM_STATUS_OK;
 }
 
-} /* namespace */
-
-extern "C" ssm_status ssmi_cuda_copy_unused_slots(ssm_context * ctx, const char * op, const ssm_tensor * in,
-                                                  const ssm_tensor * out, const ssm_tensor * indices, int64_t batch) {
-    if (!ssmi_present(out) || !ssmi_present(in) || out->data == in->data || !ssmi_present(indices)) return SSM_STATUS_OK;
-    if (in->ndim < 1 || in->shape[0] <= 0) return SSM_STATUS_OK;
-    pool_copy_args A;
-    memset(&A, 0, sizeof A);
-    A.per_slot = 1;
-    A.nd = in->ndim - 1;
-    for (int d = 1; d < in->ndim; ++d) {
-        A.shape[d - 1] = in->shape[d];
-        A.per_slot *= in->shape[d];
-    }
-    if (A.per_slot == 0) return SSM_STATUS_OK;
-    A.in = pool_view_of(in);
-    A.out = pool_view_of(out);
-    if (ssmi_cuda_on_device(indices)) return copy_unused_device(ctx, op, A, indices, batch, in->shape[0]);
-
-    long long * list = NULL;
-    SSM_FORWARD_IF_ERROR(unused_slots(ctx, op, indices, batch, in->shape[0], &list, &A.nslots));
-    if (A.nslots == 0) {
-        free(list);
-        return SSM_STATUS_OK;
-    }
+/* copy_slots_kernel over the host list of lists·A.nslots row numbers (lists = 1: the rows read,
+ * which are also written; 2: the rows read, then the rows written), uploaded to the device. */
+ssm_status copy_listed(ssm_context * ctx, const char * op, pool_copy_args A, const long long * list, int lists) {
+    if (A.nslots == 0) return SSM_STATUS_OK;
     const cudaStream_t s = ssmi_cuda_stream(ctx);
-    const size_t       bytes = sizeof(long long) * (size_t)A.nslots;
+    const size_t       bytes = sizeof(long long) * (size_t)A.nslots * (size_t)lists;
     void *             dlist = NULL;
     ssm_status st = ssmi_cuda_status(ctx, op, "device allocation (pool slot list)", ssmi_cuda_alloc_async(ctx, &dlist, bytes, s));
     /* Pageable source: cudaMemcpyAsync returns once it is staged, so the list may be freed. */
     if (st == SSM_STATUS_OK)
         st = ssmi_cuda_status(ctx, op, "cudaMemcpyAsync (pool slot list)",
                               ssmi_cuda_memcpy_async(dlist, list, bytes, cudaMemcpyHostToDevice, s));
-    free(list);
     if (st == SSM_STATUS_OK) {
         A.slots = (const long long *)dlist;
+        A.out_slots = lists == 2 ? A.slots + A.nslots : NULL;
         const long long total = A.nslots * A.per_slot;
         long long       blocks = (total + kPoolThreads - 1) / kPoolThreads;
         if (blocks > 65536LL * 16) blocks = 65536LL * 16; /* grid-stride loop covers the rest */
@@ -221,4 +221,50 @@ extern "C" ssm_status ssmi_cuda_copy_unused_slots(ssm_context * ctx, const char 
         if (st == SSM_STATUS_OK) st = fs;
     }
     return st;
+}
+
+} /* namespace */
+
+extern "C" ssm_status ssmi_cuda_copy_unused_slots(ssm_context * ctx, const char * op, const ssm_tensor * in,
+                                                  const ssm_tensor * out, const ssm_tensor * indices, int64_t batch) {
+    if (!ssmi_present(out) || !ssmi_present(in) || out->data == in->data || !ssmi_present(indices)) return SSM_STATUS_OK;
+    if (in->ndim < 1 || in->shape[0] <= 0) return SSM_STATUS_OK;
+    pool_copy_args A = rows_args(in, out);
+    if (A.per_slot == 0) return SSM_STATUS_OK;
+    if (ssmi_cuda_on_device(indices)) return copy_unused_device(ctx, op, A, indices, batch, in->shape[0]);
+
+    long long * list = NULL;
+    SSM_FORWARD_IF_ERROR(unused_slots(ctx, op, indices, batch, in->shape[0], &list, &A.nslots));
+    const ssm_status st = copy_listed(ctx, op, A, list, 1);
+    free(list);
+    return st;
+}
+
+extern "C" ssm_status ssmi_cuda_copy_rows(ssm_context * ctx, const char * op, const ssm_tensor * src,
+                                          const ssm_tensor * dst, const int64_t * rows, int64_t n) {
+    if (n <= 0 || src->ndim < 1) return SSM_STATUS_OK;
+    pool_copy_args A = rows_args(src, dst);
+    if (A.per_slot == 0) return SSM_STATUS_OK;
+    A.nslots = (long long)n;
+    return copy_listed(ctx, op, A, (const long long *)rows, 2);
+}
+
+extern "C" ssm_status ssmi_cuda_alloc_zeroed(ssm_context * ctx, const char * op, size_t bytes, void ** ptr) {
+    const cudaStream_t s = ssmi_cuda_stream(ctx);
+    *ptr = NULL;
+    SSM_FORWARD_IF_ERROR(
+        ssmi_cuda_status(ctx, op, "device allocation (pooled state rows)", ssmi_cuda_alloc_async(ctx, ptr, bytes, s)));
+    if (bytes == 0) return SSM_STATUS_OK;
+    const ssm_status st =
+        ssmi_cuda_status(ctx, op, "cudaMemsetAsync (pooled state rows)", cudaMemsetAsync(*ptr, 0, bytes, s));
+    if (st != SSM_STATUS_OK) {
+        ssmi_cuda_free_async(ctx, *ptr, s);
+        *ptr = NULL;
+    }
+    return st;
+}
+
+extern "C" ssm_status ssmi_cuda_release(ssm_context * ctx, const char * op, void * ptr) {
+    return ssmi_cuda_status(ctx, op, "device release (pooled state rows)",
+                            ssmi_cuda_free_async(ctx, ptr, ssmi_cuda_stream(ctx)));
 }

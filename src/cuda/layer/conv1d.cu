@@ -6,6 +6,9 @@
  * activations are read and written in coalesced rows.
  *   forward:  one thread per output: pre = bias + Σ_k w[k]·xin[t−(W−1)+k] (k ascending, fma),
  *             then silu; a second kernel copies the last W−1 raw inputs into final_states.
+ *             With cu_seqlens (batch 1) each token finds its sequence by binary search, its
+ *             window before the sequence's start reads the sequence's initial_states row (or
+ *             0), and final_states has a row per sequence (an empty one: its initial row).
  *   backward: (1) gpre = dout·act'(pre) per token into an fp32 workspace (batch, S, D);
  *             (2) one thread per dxin element (dx, and dinitial_states for τ < 0) sums
  *                 w[k]·gpre over the outputs it fed, k ascending, plus dfinal_states;
@@ -32,6 +35,8 @@ struct conv_k {
     ssmi_cu_view x, w, bias, init, out, fin;     /* forward (and the backward's forward inputs) */
     ssmi_cu_view dout, dfin, dx, dinit, dw, db;  /* backward                                    */
     const long long * seq;                       /* (B, S) ids, or NULL                         */
+    const long long * cu;                        /* cu_seqlens (nseq + 1), or NULL              */
+    long long         nseq;
     float *           g;                         /* backward: gpre (B, S, D)                    */
     float *           partial;                   /* backward: (NT, W+1, D)                      */
     long long         B, D, S, W, TT, NT;
@@ -46,14 +51,36 @@ __device__ __forceinline__ bool feeds(const conv_k & P, long long b, long long t
 __device__ __forceinline__ bool padding(const conv_k & P, long long b, long long t) {
     return P.seq != NULL && P.seq[b * P.S + t] < 0;
 }
-/* xin[b, d, tau]: x for tau ≥ 0, the initial states (or 0) below. */
-__device__ __forceinline__ float xin(const conv_k & P, long long b, long long d, long long tau) {
-    if (tau >= 0) return ld(P.x, o3(P.x, b, d, tau));
-    if (P.init.p != NULL) return ld(P.init, o3(P.init, b, d, P.W - 1 + tau));
+/* xin of a sequence that starts at token `start` of row b and whose state row is `row`: x for
+ * tau ≥ start, the initial states (or 0) below. */
+__device__ __forceinline__ float xin_seq(const conv_k & P, long long b, long long row, long long start, long long d,
+                                         long long tau) {
+    if (tau >= start) return ld(P.x, o3(P.x, b, d, tau));
+    if (P.init.p != NULL) return ld(P.init, o3(P.init, row, d, P.W - 1 + tau - start));
     return 0.0f;
+}
+/* xin[b, d, tau] of a batch row: x for tau ≥ 0, the initial states (or 0) below. */
+__device__ __forceinline__ float xin(const conv_k & P, long long b, long long d, long long tau) {
+    return xin_seq(P, b, b, 0, d, tau);
+}
+/* With cu_seqlens: the sequence of token t, the last s < nseq with cu[s] ≤ t (cu[0] = 0 ≤ t). */
+__device__ __forceinline__ long long seq_of(const conv_k & P, long long t) {
+    long long lo = 0, hi = P.nseq - 1;
+    while (lo < hi) {
+        const long long mid = hi - (hi - lo) / 2;
+        if (P.cu[mid] <= t) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
 }
 __device__ __forceinline__ float conv_pre(const conv_k & P, long long b, long long d, long long t) {
     float acc = P.bias.p != NULL ? ld(P.bias, o1(P.bias, d)) : 0.0f;
+    if (P.cu != NULL) { /* batch 1, no seq_idx: the window stops at the sequence's start */
+        const long long s = seq_of(P, t), start = P.cu[s];
+        for (long long k = 0; k < P.W; ++k)
+            acc = fmaf(ld(P.w, o2(P.w, d, k)), xin_seq(P, b, s, start, d, t - (P.W - 1) + k), acc);
+        return acc;
+    }
     for (long long k = 0; k < P.W; ++k) {
         const long long tau = t - (P.W - 1) + k;
         if (feeds(P, b, tau, t)) acc = fmaf(ld(P.w, o2(P.w, d, k)), xin(P, b, d, tau), acc);
@@ -74,12 +101,16 @@ __global__ void conv_fwd_kernel(conv_k P) {
     }
 }
 
-/* final_states[b, d, j] = xin[b, d, S − (W−1) + j]. */
+/* final_states[b, d, j] = xin[b, d, S − (W−1) + j]; with cu_seqlens, row s of sequence s's
+ * tokens [start, end): xin_seq at end − (W−1) + j. */
 __global__ void conv_final_kernel(conv_k P) {
-    const long long n = P.B * (P.W - 1) * P.D;
+    const long long rows = P.cu != NULL ? P.nseq : P.B;
+    const long long n = rows * (P.W - 1) * P.D;
     for (long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x) {
-        const long long d = i % P.D, r = i / P.D, j = r % (P.W - 1), b = r / (P.W - 1);
-        st(P.fin, o3(P.fin, b, d, j), xin(P, b, d, P.S - (P.W - 1) + j));
+        const long long d = i % P.D, r = i / P.D, j = r % (P.W - 1), row = r / (P.W - 1);
+        const float     v = P.cu != NULL ? xin_seq(P, 0, row, P.cu[row], d, P.cu[row + 1] - (P.W - 1) + j)
+                                         : xin(P, row, d, P.S - (P.W - 1) + j);
+        st(P.fin, o3(P.fin, row, d, j), v);
     }
 }
 
@@ -208,7 +239,8 @@ struct conv_problem {
 };
 
 ssm_status launch_fwd(const conv_problem & pb) {
-    const long long n = pb.k.B * pb.k.S * pb.k.D, nf = pb.k.B * (pb.k.W - 1) * pb.k.D;
+    const long long rows = pb.k.cu != NULL ? pb.k.nseq : pb.k.B;
+    const long long n = pb.k.B * pb.k.S * pb.k.D, nf = rows * (pb.k.W - 1) * pb.k.D;
     const cudaStream_t s = ssmi_cuda_stream(pb.ctx);
     if (n > 0) {
         conv_fwd_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(pb.k);
@@ -266,7 +298,7 @@ ssm_status launch_update(const update_problem & pb) {
 const entry<conv_problem> kFwdTable[] = {
     {"per_output",
      "one thread per output, the W taps read through the strides (channel-last rows coalesced): any width, layout, "
-     "dtype, seq_idx and states",
+     "dtype, seq_idx or cu_seqlens, and states",
      "always", always<conv_problem>, launch_fwd},
 };
 const entry<conv_problem> kBwdTable[] = {
@@ -310,6 +342,8 @@ extern "C" ssm_status ssmi_cuda_causal_conv1d(ssm_context * ctx, const ssm_conv1
     pb.has_final = ssmi_present(&a->final_states);
     scratch    sc = {{NULL, NULL, NULL, NULL}, 0};
     ssm_status st = upload_index(ctx, op, "seq_idx", &sc, &a->seq_idx, &pb.k.seq);
+    pb.k.nseq = d->nseq;
+    if (st == SSM_STATUS_OK && d->nseq > 0) st = upload_index(ctx, op, "cu_seqlens", &sc, &a->cu_seqlens, &pb.k.cu);
     if (st == SSM_STATUS_OK) st = run_table(ctx, SSMI_OP_causal_conv1d, kFwdTable, pb);
     return scratch_release(ctx, op, &sc, st);
 }

@@ -95,24 +95,39 @@ int64_t idx_at(const ssm_tensor * t, int64_t i0, int64_t i1) {
     return t->dtype == SSM_DTYPE_I64 ? ((const int64_t *)t->data)[off] : (int64_t)((const int32_t *)t->data)[off];
 }
 
-/* Appends a sequence of tokens [t0, t0 + len) of row b. */
-void plan_add(m2_plan * pl, int64_t Q, int64_t b, int64_t t0, int64_t len, int init, int fin) {
+/* Appends a sequence of tokens [t0, t0 + len) of row b, cut into work chunks of at most Q tokens.
+ * With chunk states (cq > 0; the sequence's first token has absolute position c0) a chunk also ends
+ * after every token whose absolute position + 1 is a multiple of cq, and the state after it is
+ * chunk_states row (*crow)++: the chunked algorithm is exact for any cut. */
+void plan_add(m2_plan * pl, int64_t Q, int64_t b, int64_t t0, int64_t len, int init, int fin, int64_t c0 = 0,
+              int64_t cq = 0, int64_t * crow = NULL) {
     m2_seg * sg = &pl->segs[pl->nseg++];
     sg->first = (int)pl->nchunks;
-    sg->count = (int)((len + Q - 1) / Q);
     sg->init = init;
     sg->fin = fin;
-    for (int64_t k = 0; k < sg->count; ++k) {
+    for (int64_t pos = 0; pos < len;) {
+        int64_t end = len - pos < Q ? len : pos + Q;
+        int     row = -1;
+        if (cq > 0) {
+            const int64_t boundary = pos + (cq - (c0 + pos) % cq); /* first l > pos with (c0 + l) % cq == 0 */
+            if (boundary <= end) {
+                end = boundary;
+                row = (int)(*crow)++;
+            }
+        }
         m2_chunk * c = &pl->chunks[pl->nchunks];
         memset(c, 0, sizeof *c);
-        c->t0 = t0 + k * Q;
+        c->t0 = t0 + pos;
         c->b = (int)b;
         c->c = (int)pl->nchunks;
-        c->len = (int)(len - k * Q < Q ? len - k * Q : Q);
+        c->len = (int)(end - pos);
         c->ilast = c->len - 1;
         c->j0 = 0;
+        c->crow = row;
         ++pl->nchunks;
+        pos = end;
     }
+    sg->count = (int)(pl->nchunks - sg->first);
 }
 
 ssm_status plan_scan(ssm_context * ctx, const ssmi_mamba2_dims * d, const ssm_mamba2_scan_args * a, m2_plan * pl) {
@@ -123,7 +138,9 @@ ssm_status plan_scan(ssm_context * ctx, const ssmi_mamba2_dims * d, const ssm_ma
     /* Upper bounds: every sequence adds at most one partial chunk. */
     int64_t max_seg = d->nseq > 0 ? d->nseq : B;
     if (ssmi_present(&a->seq_idx)) max_seg = B * (S > 0 ? S : 1);
-    const int64_t max_chunks = B * ((S + Q - 1) / Q) + max_seg;
+    /* and chunk_states adds at most one cut per row */
+    const int64_t cq = ssmi_present(&a->chunk_states) ? d->chunk : 0;
+    const int64_t max_chunks = B * ((S + Q - 1) / Q) + max_seg + (cq > 0 ? a->chunk_states.shape[0] : 0);
     SSM_RETURN_IF(max_chunks > INT32_MAX / 2 || max_seg > INT32_MAX / 2, ctx, SSM_STATUS_UNSUPPORTED,
                   "%s: %lld work chunks exceed the CUDA backend's int32 chunk index", op, (long long)max_chunks);
     pl->chunks = (m2_chunk *)malloc(sizeof(m2_chunk) * (size_t)(max_chunks > 0 ? max_chunks : 1));
@@ -132,10 +149,12 @@ ssm_status plan_scan(ssm_context * ctx, const ssmi_mamba2_dims * d, const ssm_ma
         plan_free(pl);
         return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: no host memory for the chunk plan", op);
     }
+    int64_t crow = 0; /* chunk_states rows so far (no seq_idx with chunk_states) */
     if (d->nseq > 0) {
         for (int64_t s = 0; s < d->nseq; ++s) {
             const int64_t st = idx_at(&a->cu_seqlens, s, 0), en = idx_at(&a->cu_seqlens, s + 1, 0);
-            plan_add(pl, Q, 0, st, en - st, has_init ? (int)s : -1, (int)s);
+            plan_add(pl, Q, 0, st, en - st, has_init ? (int)s : -1, (int)s,
+                     ssmi_computed_tokens(&a->num_computed_tokens, s), cq, &crow);
         }
     } else if (ssmi_present(&a->seq_idx)) {
         for (int64_t b = 0; b < B; ++b) {
@@ -154,7 +173,9 @@ ssm_status plan_scan(ssm_context * ctx, const ssmi_mamba2_dims * d, const ssm_ma
             }
         }
     } else {
-        for (int64_t b = 0; b < B; ++b) plan_add(pl, Q, b, 0, S, has_init ? (int)b : -1, (int)b);
+        for (int64_t b = 0; b < B; ++b)
+            plan_add(pl, Q, b, 0, S, has_init ? (int)b : -1, (int)b, ssmi_computed_tokens(&a->num_computed_tokens, b),
+                     cq, &crow);
     }
     return SSM_STATUS_OK;
 }
@@ -260,9 +281,10 @@ m2_fast_args fast_args_of(const ssm_mamba2_params * p, const ssmi_mamba2_dims * 
 
 ssm_status scan_pointers(ssm_context * ctx, const char * op, const ssm_mamba2_scan_args * a) {
     const ssm_tensor * ts[] = {&a->x, &a->dt, &a->a, &a->b, &a->c, &a->d, &a->z, &a->dt_bias,
-                               &a->initial_states, &a->out, &a->final_states};
-    const char *       names[] = {"x", "dt", "a", "b", "c", "d", "z", "dt_bias", "initial_states", "out", "final_states"};
-    return check_pointers(ctx, op, ts, names, 11);
+                               &a->initial_states, &a->out, &a->final_states, &a->chunk_states};
+    const char *       names[] = {"x",       "dt", "a",   "b",           "c",           "d",
+                                  "z",       "dt_bias", "initial_states", "out", "final_states", "chunk_states"};
+    return check_pointers(ctx, op, ts, names, 12);
 }
 
 /* ---- mamba2_scan: what the rules read ------------------------------------------------------------ */
@@ -327,7 +349,9 @@ ssm_status describe_scan(scan_problem & pr) {
                 (size_t)wg_out_smem(katoms).total + kWgOutStatic <= (size_t)dp.smem_optin;
     const m2_plan * pl = pr.pl;
     const long long nseg = pl->nseg, blocks = nseg * A.H * A.n_ptiles * katoms;
-    pr.chain_can = pr.wg_state && pr.splits && pr.wide_fits && nseg > 0 && A.H > 0 && A.P > 0 &&
+    /* a chain cuts sequences at kScanQ only: not with chunk_states */
+    pr.chain_can = !ssmi_present(&a->chunk_states) && pr.wg_state && pr.splits && pr.wide_fits && nseg > 0 &&
+                   A.H > 0 && A.P > 0 &&
                    (size_t)chain2_smem().total + kChainStatic <= (size_t)dp.smem_optin && blocks <= INT32_MAX &&
                    dp.sms > 0;
     if (pr.chain_can) {
@@ -492,6 +516,12 @@ ssm_status scan_run(scan_problem & pr, scan_state state, scan_out out) {
         pa.fin_dtype = a->final_states.dtype;
         for (int i = 0; i < 4; ++i) pa.fs[i] = a->final_states.strides[i];
     }
+    pa.chunks = dchunks;
+    if (ssmi_present(&a->chunk_states)) {
+        pa.cst = a->chunk_states.data;
+        pa.cst_dtype = a->chunk_states.dtype;
+        for (int i = 0; i < 4; ++i) pa.cs[i] = a->chunk_states.strides[i];
+    }
     const long long hpn = (long long)d->nheads * d->headdim * d->dstate;
     if (pl->nseg > 0 && hpn > 0) {
         SSM_RETURN_IF(pl->nseg > 65535, ctx, SSM_STATUS_UNSUPPORTED,
@@ -535,15 +565,16 @@ ssm_status run_ffma(scan_problem & pr) { return scan_run(pr, STATE_FFMA, OUT_FFM
 #define SCAN_WGMMA_RULE                                                                                           \
     "fp16/bf16 x; a build with sm_90a code on an sm_90 device; x and B of x's dtype in contiguous 16-byte rows; " \
     "N = 64 or 128"
+#define SCAN_CHAIN_RULE SCAN_WGMMA_RULE "; no chunk_states (a chain cuts a sequence every 256 tokens only)"
 const table_entry<scan_problem> scan_table[] = {
     {"chain2",
      "chained state with two warpgroups per chain (no state pass), outputs by wgmma where C, out and z allow, else "
      "mma.sync: the default where chains pay and there are at least 3 per SM",
-     SCAN_WGMMA_RULE, scan_chain, scan_chain2_pays, run_chain2},
+     SCAN_CHAIN_RULE, scan_chain, scan_chain2_pays, run_chain2},
     {"chain",
      "chained state with one warpgroup per chain (no state pass), outputs as chain2: the default where the grid's "
      "last wave of chains is nearly full, or the chains are short on a full grid, and fewer than 3 per SM",
-     SCAN_WGMMA_RULE, scan_chain, scan_chain_pays, run_chain},
+     SCAN_CHAIN_RULE, scan_chain, scan_chain_pays, run_chain},
     {"wgmma",
      "chunk states by wgmma, the split state pass, outputs by wgmma where C, out and z allow, else mma.sync: the "
      "default of sm_90 devices where no chain pays",
@@ -559,6 +590,7 @@ const table_entry<scan_problem> scan_table[] = {
     {"ffma", "fp32 FFMA block GEMMs: fp32 and f64 x, where 16-bit tensor-core products (or TF32) miss the fp32 bar",
      "fp32 or f64 x", scan_fp32, NULL, run_ffma},
 };
+#undef SCAN_CHAIN_RULE
 #undef SCAN_WGMMA_RULE
 
 /* ---- mamba2_chunk_state ------------------------------------------------------------------------ */
@@ -589,6 +621,7 @@ ssm_status chunk_state_run(chunk_state_problem & pr) {
         c->t0 = ci * Q;
         c->len = (int)(d->seqlen - ci * Q < Q ? d->seqlen - ci * Q : Q);
         c->ilast = (int)(Q - 1); /* spec §2.2: the chunk's total is dA_cumsum[..., Q−1] */
+        c->crow = -1;
         /* M_state: ids are non-decreasing, so the positions with the last token's id are a suffix. */
         c->j0 = 0;
         if (ssmi_present(&a->seq_idx) && c->len > 0) {

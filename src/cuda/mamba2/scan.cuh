@@ -88,10 +88,11 @@ template <int MODE> __device__ __forceinline__ void store_split(float v, typenam
 
 /* One work chunk: tokens [t0, t0 + len) of batch row b; chunk index c (the index into the
  * caller's chunked tensors, or the work-chunk index for the scan's workspace); cum index of
- * the chunk's "last" position; first position j0 that counts towards the chunk state. */
+ * the chunk's "last" position; first position j0 that counts towards the chunk state; crow:
+ * the scan's chunk_states row that gets the state after the chunk's last token (−1: none). */
 struct m2_chunk {
     long long t0;
-    int       b, c, len, ilast, j0, pad;
+    int       b, c, len, ilast, j0, crow;
 };
 /* One sequence of work chunks [first, first + count) with its state rows (−1 = none). */
 struct m2_seg {
@@ -137,6 +138,10 @@ struct m2_pass_args {
     int              fin_dtype, has_fin;
     long long        fs[4];
     void *           split; /* (W, H, 2, P, N) of T, or NULL: the entering states split into hi/lo planes */
+    const m2_chunk * chunks; /* the work chunks (their crow), read where cst is given */
+    void *           cst;    /* chunk_states (rows, H, P, N) through cs, or NULL (state_pass.cu only) */
+    int              cst_dtype;
+    long long        cs[4];
 };
 
 /* output_ffma_kernel (block_gemm.cu): the fp32 scan's outputs. */

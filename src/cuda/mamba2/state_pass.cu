@@ -2,7 +2,8 @@
  * state_pass.cu — step 2 of the scan where it is a kernel of its own: per (sequence, state
  * element) S_{c+1} = exp(cum_last_c)·S_c + s_c over the sequence's chunks in fp32, starting from
  * the initial state (or 0); the state entering each chunk is written for the output kernel, and
- * the last one is the final state.
+ * the last one is the final state. Where chunk_states is given (A.cst), the state after every
+ * work chunk with a chunk_states row (m2_chunk.crow ≥ 0) goes there too, from the same fp32 value.
  *   state_pass_kernel        entering states as fp32, in place over the chunk states (the fp32
  *                            scan, and 16-bit scans with N % 8 != 0 or the 64-row output);
  *   state_pass_split_kernel  entering states split into hi/lo planes of the compute type for the
@@ -40,8 +41,11 @@ __global__ void __launch_bounds__(kThreads) state_pass_kernel(const m2_pass_args
 #pragma unroll
         for (int u = 0; u < kPassBatch; ++u) {
             if (k0 + u >= sg.count) break;
-            A.states[((long long)sg.first + k0 + u) * hpn + e] = s;
+            const long long wk = (long long)sg.first + k0 + u;
+            A.states[wk * hpn + e] = s;
             s = decay[u] * s + local[u];
+            if (A.cst != NULL && A.chunks[wk].crow >= 0)
+                ssmi_cu_st(A.cst, A.cst_dtype, A.chunks[wk].crow * A.cs[0] + h * A.cs[1] + p * A.cs[2] + n * A.cs[3], s);
         }
     }
     if (A.has_fin && sg.fin >= 0)
@@ -100,6 +104,14 @@ template <int MODE> __global__ void __launch_bounds__(kThreads, 5) state_pass_sp
             const float l4[kPassVec] = {local[u].x, local[u].y, local[u].z, local[u].w};
 #pragma unroll
             for (int i = 0; i < kPassVec; ++i) s[i] = decay[u] * s[i] + l4[i];
+            if (A.cst != NULL) {
+                const int row = A.chunks[(long long)sg.first + k0 + u].crow;
+                if (row >= 0) {
+                    const long long co = row * A.cs[0] + h * A.cs[1] + p * A.cs[2];
+#pragma unroll
+                    for (int i = 0; i < kPassVec; ++i) ssmi_cu_st(A.cst, A.cst_dtype, co + (n + i) * A.cs[3], s[i]);
+                }
+            }
         }
     }
     if (A.has_fin && sg.fin >= 0) {
