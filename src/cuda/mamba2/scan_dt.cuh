@@ -157,7 +157,7 @@ static __device__ __forceinline__ void store_state_frag(const m2_fast_args & A, 
     const m2_chunk  ch = plan_chunk(A, w);
     const long long base = ch.b * A.ss[0] + ch.c * A.ss[1] + h * A.ss[2];
     const bool      p_fast = llabs(A.ss[3]) < llabs(A.ss[4]);
-#pragma unroll 4
+#pragma unroll 1
     for (int o = lane; o < 16 * 64; o += 32) {
         const int r = p_fast ? (o & 15) : (o >> 6), c = p_fast ? (o >> 4) : (o & 63);
         const int p = pw + r, n = nw + c;
