@@ -241,23 +241,29 @@ m2_dt_raw dt_raw_of(const ssm_mamba2_params * p, const ssm_mamba2_scan_args * a)
 }
 
 
-m2_fast_args fast_args_of(const ssm_mamba2_params * p, const ssmi_mamba2_dims * d, const ssm_mamba2_scan_args * a,
-                          const m2_chunk * dchunks, float * states, float * lastcum) {
+/* The 16-bit kernels' arguments the state kernels read: dimensions, tiles, x and B. */
+m2_fast_args state_args_of(const ssmi_mamba2_dims * d, const ssm_tensor * x, const ssm_tensor * b) {
     m2_fast_args f;
     memset(&f, 0, sizeof f);
-    const int32_t T = a->x.dtype;
-    f.chunks = dchunks;
     f.H = (int)d->nheads, f.G = (int)d->ngroups, f.P = (int)d->headdim, f.N = (int)d->dstate;
     f.Np = round16(f.N);
     f.n_ptiles = (f.P + kFT - 1) / kFT;
     f.n_ntiles = (f.N + kFT - 1) / kFT;
     f.n_itiles = kScanQ / kFT;
+    f.x = ssmi_cu_view_of(x);
+    f.b = ssmi_cu_view_of(b);
+    f.vx = ssmi_cu_vec_rows(x, x->dtype, d->headdim);
+    f.vb = ssmi_cu_vec_rows(b, x->dtype, d->dstate);
+    return f;
+}
+
+m2_fast_args fast_args_of(const ssm_mamba2_params * p, const ssmi_mamba2_dims * d, const ssm_mamba2_scan_args * a,
+                          const m2_chunk * dchunks, float * states, float * lastcum) {
+    m2_fast_args  f = state_args_of(d, &a->x, &a->b);
+    const int32_t T = a->x.dtype;
+    f.chunks = dchunks;
     f.r = dt_raw_of(p, a);
-    f.x = ssmi_cu_view_of(&a->x);
-    f.b = ssmi_cu_view_of(&a->b);
     f.c = ssmi_cu_view_of(&a->c);
-    f.vx = ssmi_cu_vec_rows(&a->x, T, d->headdim);
-    f.vb = ssmi_cu_vec_rows(&a->b, T, d->dstate);
     f.vc = ssmi_cu_vec_rows(&a->c, T, d->dstate);
     f.has_d = ssmi_present(&a->d);
     if (f.has_d) {
@@ -308,6 +314,13 @@ struct scan_problem {
 };
 
 #if SSMI_CUDA_WGMMA
+/* state_wgmma_kernel can run on device dp: an sm_90 device, x and B of x's type in contiguous
+ * 16-byte rows, N = 64 or 128 (whole swizzle atoms, one block per P tile), its shared memory fits. */
+bool wg_state_fits(const ssmi_cuda_props & dp, const m2_fast_args & A) {
+    return dp.major == 9 && dp.minor == 0 && A.vx && A.vb && (A.N == 64 || A.N == 128) && A.Np == A.N &&
+           (size_t)wg_state_smem(A.N >> 6).total + kWgStateStatic <= (size_t)dp.smem_optin;
+}
+
 /* Where chains pay (k = chain blocks per SM): a chain is one block of indivisible serial work, and a
  * second chain on an SM costs about 1.56× one, so chains pay where the grid's last wave is nearly
  * full (k ≥ 1.5 and k / ⌈k⌉ ≥ kChainBalance), or where they are short (≤ kChainAutoChunks chunks) on
@@ -337,12 +350,8 @@ ssm_status describe_scan(scan_problem & pr) {
     pr.wide_fits = wide + kWideOutStatic <= (size_t)dp.smem_optin;
 #if SSMI_CUDA_WGMMA
     const m2_fast_args & A = pr.fa;
-    const bool sm90 = dp.major == 9 && dp.minor == 0;
-    const int  katoms = A.N >> 6;
-    /* x and B of x's type in contiguous 16-byte rows, N = 64 or 128 (whole swizzle atoms, one block
-     * per P tile) */
-    pr.wg_state = sm90 && A.vx && A.vb && (A.N == 64 || A.N == 128) && A.Np == A.N &&
-                  (size_t)wg_state_smem(katoms).total + kWgStateStatic <= (size_t)dp.smem_optin;
+    const int            katoms = A.N >> 6;
+    pr.wg_state = wg_state_fits(dp, A);
     /* and C of x's type in contiguous rows, the split entering states, out in pairs, z (if any) in
      * 16-byte rows */
     pr.wg_out = pr.wg_state && A.vc && pr.splits && A.vout && (!A.has_z || A.vz16) &&
@@ -600,46 +609,86 @@ struct chunk_state_problem {
     const ssmi_mamba2_dims *            d;
     const ssm_mamba2_chunk_state_args * a;
     int                                 mode;
+    /* the rules, evaluated once per call (describe_chunk_state) */
+    bool         short_chunks; /* chunk_size ≤ kScanQ: a caller's chunk is one work chunk of the scan's state kernels */
+    bool         wg;           /* ... and state_wgmma_kernel can run */
+    m2_fast_args fa;           /* the scan's state kernels' arguments as the operator (the plan set at launch) */
 };
 
-ssm_status chunk_state_run(chunk_state_problem & pr) {
+/* The kernels of the table's entries. */
+enum chunk_state_kernel { CS_BLOCK_GEMM, CS_MMA, CS_WGMMA };
+
+ssm_status describe_chunk_state(chunk_state_problem & pr) {
+    const ssmi_mamba2_dims *            d = pr.d;
+    const ssm_mamba2_chunk_state_args * a = pr.a;
+    pr.short_chunks = pr.wg = false;
+    memset(&pr.fa, 0, sizeof pr.fa);
+    if (pr.mode == M_F32 || d->chunk > kScanQ) return SSM_STATUS_OK;
+    pr.short_chunks = true;
+    m2_fast_args & f = pr.fa;
+    f = state_args_of(d, &a->x, &a->b);
+    f.plan_q = (int)d->chunk;
+    f.plan_nc = (int)d->nchunks;
+    f.plan_s = d->seqlen;
+    f.given_dt = 1;
+    f.dt_in = ssmi_cu_view_of(&a->dt);
+    f.cum_in = ssmi_cu_view_of(&a->da_cumsum);
+    f.st_out = a->states.data;
+    f.st_dtype = a->states.dtype;
+    for (int i = 0; i < 5; ++i) f.ss[i] = a->states.strides[i];
+#if SSMI_CUDA_WGMMA
+    ssmi_cuda_props dp;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_current_props(pr.ctx, "mamba2_chunk_state", &dp));
+    pr.wg = wg_state_fits(dp, f);
+#endif
+    return SSM_STATUS_OK;
+}
+
+/* The work plan (one work chunk per caller chunk: spec §2.2's cum_last at position Q − 1, and with
+ * seq_idx the first position j0 of the last token's sequence) and the chosen kernel. The scan's
+ * state kernels without seq_idx derive their chunks from the block index: no plan is sent. */
+ssm_status chunk_state_run(chunk_state_problem & pr, chunk_state_kernel kernel) {
     static const char                   op[] = "mamba2_chunk_state";
     ssm_context *                       ctx = pr.ctx;
     const ssmi_mamba2_dims *            d = pr.d;
     const ssm_mamba2_chunk_state_args * a = pr.a;
     const long long                     W = (long long)d->batch * d->nchunks;
     if (W == 0 || d->nheads == 0 || d->headdim == 0 || d->dstate == 0) return SSM_STATUS_OK;
-    m2_chunk * chunks = (m2_chunk *)malloc(sizeof(m2_chunk) * (size_t)W);
-    SSM_RETURN_IF(chunks == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: no host memory for the chunk plan", op);
-    const int64_t Q = d->chunk;
-    for (long long w = 0; w < W; ++w) {
-        m2_chunk *    c = &chunks[w];
-        const int64_t b = w / d->nchunks, ci = w % d->nchunks;
-        memset(c, 0, sizeof *c);
-        c->b = (int)b;
-        c->c = (int)ci;
-        c->t0 = ci * Q;
-        c->len = (int)(d->seqlen - ci * Q < Q ? d->seqlen - ci * Q : Q);
-        c->ilast = (int)(Q - 1); /* spec §2.2: the chunk's total is dA_cumsum[..., Q−1] */
-        c->crow = -1;
-        /* M_state: ids are non-decreasing, so the positions with the last token's id are a suffix. */
-        c->j0 = 0;
-        if (ssmi_present(&a->seq_idx) && c->len > 0) {
-            const int64_t last = idx_at(&a->seq_idx, b, c->t0 + c->len - 1);
-            int           j = c->len - 1;
-            while (j > 0 && idx_at(&a->seq_idx, b, c->t0 + j - 1) == last) --j;
-            c->j0 = j;
-        }
-    }
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     void *             dchunks = NULL;
-    ssm_status         st = ssmi_cuda_status(ctx, op, "device allocation (chunk plan)",
-                                             ssmi_cuda_alloc_async(ctx, &dchunks, sizeof(m2_chunk) * (size_t)W, s));
-    if (st == SSM_STATUS_OK)
-        st = ssmi_cuda_status(ctx, op, "cudaMemcpyAsync (chunk plan)",
-                              ssmi_cuda_memcpy_async(dchunks, chunks, sizeof(m2_chunk) * (size_t)W, cudaMemcpyHostToDevice, s));
-    free(chunks);
-    if (st == SSM_STATUS_OK) {
+    ssm_status         st = SSM_STATUS_OK;
+    if (kernel == CS_BLOCK_GEMM || ssmi_present(&a->seq_idx)) {
+        m2_chunk * chunks = (m2_chunk *)malloc(sizeof(m2_chunk) * (size_t)W);
+        SSM_RETURN_IF(chunks == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: no host memory for the chunk plan", op);
+        const int64_t Q = d->chunk;
+        for (long long w = 0; w < W; ++w) {
+            m2_chunk *    c = &chunks[w];
+            const int64_t b = w / d->nchunks, ci = w % d->nchunks;
+            memset(c, 0, sizeof *c);
+            c->b = (int)b;
+            c->c = (int)ci;
+            c->t0 = ci * Q;
+            c->len = (int)(d->seqlen - ci * Q < Q ? d->seqlen - ci * Q : Q);
+            c->ilast = (int)(Q - 1); /* spec §2.2: the chunk's total is dA_cumsum[..., Q−1] */
+            c->crow = -1;
+            /* M_state: ids are non-decreasing, so the positions with the last token's id are a suffix. */
+            c->j0 = 0;
+            if (ssmi_present(&a->seq_idx) && c->len > 0) {
+                const int64_t last = idx_at(&a->seq_idx, b, c->t0 + c->len - 1);
+                int           j = c->len - 1;
+                while (j > 0 && idx_at(&a->seq_idx, b, c->t0 + j - 1) == last) --j;
+                c->j0 = j;
+            }
+        }
+        st = ssmi_cuda_status(ctx, op, "device allocation (chunk plan)",
+                              ssmi_cuda_alloc_async(ctx, &dchunks, sizeof(m2_chunk) * (size_t)W, s));
+        if (st == SSM_STATUS_OK)
+            st = ssmi_cuda_status(ctx, op, "cudaMemcpyAsync (chunk plan)",
+                                  ssmi_cuda_memcpy_async(dchunks, chunks, sizeof(m2_chunk) * (size_t)W,
+                                                         cudaMemcpyHostToDevice, s));
+        free(chunks);
+    }
+    if (st == SSM_STATUS_OK && kernel == CS_BLOCK_GEMM) {
         m2_state_args sa;
         memset(&sa, 0, sizeof sa);
         sa.chunks = (const m2_chunk *)dchunks;
@@ -655,6 +704,15 @@ ssm_status chunk_state_run(chunk_state_problem & pr) {
         sa.st_dtype = a->states.dtype;
         for (int i = 0; i < 5; ++i) sa.ss[i] = a->states.strides[i];
         st = launch_chunk_state(ctx, op, pr.mode, sa, W);
+    } else if (st == SSM_STATUS_OK) {
+        m2_fast_args fa = pr.fa;
+        fa.chunks = (const m2_chunk *)dchunks;
+#if SSMI_CUDA_WGMMA
+        if (kernel == CS_WGMMA)
+            st = launch_state_wgmma(ctx, op, pr.mode, fa, W);
+        else
+#endif
+            st = launch_state_mma(ctx, op, pr.mode, fa, W);
     }
     if (dchunks != NULL) {
         const ssm_status fs = ssmi_cuda_status(ctx, op, "device release (chunk plan)", ssmi_cuda_free_async(ctx, dchunks, s));
@@ -665,14 +723,30 @@ ssm_status chunk_state_run(chunk_state_problem & pr) {
 
 bool chunk_state_16bit(const chunk_state_problem & pr) { return pr.mode != M_F32; }
 bool chunk_state_fp32(const chunk_state_problem & pr) { return pr.mode == M_F32; }
+bool chunk_state_short(const chunk_state_problem & pr) { return pr.short_chunks; }
+bool chunk_state_wg(const chunk_state_problem & pr) { return pr.wg; }
+
+ssm_status run_cs_wgmma(chunk_state_problem & pr) { return chunk_state_run(pr, CS_WGMMA); }
+ssm_status run_cs_mma(chunk_state_problem & pr) { return chunk_state_run(pr, CS_MMA); }
+ssm_status run_cs_block_gemm(chunk_state_problem & pr) { return chunk_state_run(pr, CS_BLOCK_GEMM); }
 
 const table_entry<chunk_state_problem> chunk_state_table[] = {
+    {"wgmma",
+     "the scan's wgmma state kernel (w∘x split into rounded part and remainder, B exact, fp32 accumulators in "
+     "registers) on the caller's dt, cumsum and states: the default of sm_90 devices",
+     "fp16/bf16 x; chunk_size ≤ 256; a build with sm_90a code on an sm_90 device; x and B of x's dtype in "
+     "contiguous 16-byte rows; N = 64 or 128",
+     chunk_state_wg, NULL, run_cs_wgmma},
+    {"mma",
+     "the scan's mma.sync state kernel (w∘x split, or B∘w split for a B of another dtype) on the caller's dt, "
+     "cumsum and states: other GPUs, layouts and N",
+     "fp16/bf16 x; chunk_size ≤ 256", chunk_state_short, NULL, run_cs_mma},
     {"wmma",
-     "fp16/bf16 x: products on the tensor cores (WMMA 16x16x16, fp32 accumulators, B∘w split into rounded part and "
-     "remainder)",
-     "fp16/bf16 x", chunk_state_16bit, NULL, chunk_state_run},
+     "fp16/bf16 x with chunks longer than the scan's 256-token work chunk: WMMA 16x16x16 block GEMMs (fp32 "
+     "accumulators, B∘w split into rounded part and remainder)",
+     "fp16/bf16 x", chunk_state_16bit, NULL, run_cs_block_gemm},
     {"ffma", "fp32 and f64 x: fp32 FFMA products (no TF32: the fp32 bar)", "fp32 or f64 x", chunk_state_fp32, NULL,
-     chunk_state_run},
+     run_cs_block_gemm},
 };
 
 /* ---- mamba2_step --------------------------------------------------------------------------------- */
@@ -852,7 +926,10 @@ extern "C" ssm_status ssmi_cuda_mamba2_chunk_state(ssm_context * ctx, const ssm_
     const long long W = (long long)d->batch * d->nchunks;
     SSM_RETURN_IF(W > INT32_MAX / 2, ctx, SSM_STATUS_UNSUPPORTED, "%s: batch·NC=%lld is too large for the CUDA backend",
                   op, W);
-    chunk_state_problem pr = {ctx, d, a, compute_mode(a->x.dtype)};
+    chunk_state_problem pr;
+    memset(&pr, 0, sizeof pr);
+    pr.ctx = ctx, pr.d = d, pr.a = a, pr.mode = compute_mode(a->x.dtype);
+    SSM_FORWARD_IF_ERROR(describe_chunk_state(pr));
     return choose_and_launch(ctx, SSMI_OP_mamba2_chunk_state, chunk_state_table, pr);
 }
 

@@ -88,8 +88,9 @@ template <int MODE> __device__ __forceinline__ void store_split(float v, typenam
 
 /* One work chunk: tokens [t0, t0 + len) of batch row b; chunk index c (the index into the
  * caller's chunked tensors, or the work-chunk index for the scan's workspace); cum index of
- * the chunk's "last" position; first position j0 that counts towards the chunk state; crow:
- * the scan's chunk_states row that gets the state after the chunk's last token (−1: none). */
+ * the chunk's "last" position; first position j0 that counts towards the chunk state (the
+ * scan's chunks have ilast = len − 1 and j0 = 0); crow: the scan's chunk_states row that gets
+ * the state after the chunk's last token (−1: none). */
 struct m2_chunk {
     long long t0;
     int       b, c, len, ilast, j0, crow;
@@ -176,6 +177,14 @@ struct m2_fast_args {
     void *           out;
     int              out_dtype;
     long long        os[4];
+    /* The state kernels (state_mma.cu, state_wgmma.cu) as the mamba2_chunk_state operator: */
+    int              plan_q, plan_nc; /* chunks NULL: work chunk w is the caller's chunk w % plan_nc of row */
+    long long        plan_s;          /* w / plan_nc, plan_q tokens of plan_s (no seq_idx: j0 = 0)         */
+    int              given_dt;       /* 1: dt and cumsum read from dt_in / cum_in (b, h, c, i), not from r */
+    ssmi_cu_view     dt_in, cum_in;
+    void *           st_out;         /* non-NULL: the states (b, c, h, p, n) through ss in st_dtype, not states */
+    int              st_dtype;
+    long long        ss[5];
 };
 
 /* nonfinite_fix_kernel (nonfinite_fix.cu): the outputs of the (chunk, head) pairs marked in

@@ -16,7 +16,10 @@
  *                        token tile j+1 in registers while tile j's products run.
  * Contiguous tiles of T (innermost stride 1, other strides multiples of 8 elements, 16-byte
  * aligned base) load with cp.async in 16-byte pieces; any other layout takes the element-wise path
- * through the strides.
+ * through the strides. Both kernels are also the mamba2_chunk_state operator's (A.given_dt,
+ * A.st_out; chunks of at most kScanQ tokens): the dt side read from the caller's tensors
+ * (chunk_dt), the summed tokens from the chunk's j0 on (summed_chunk), the states stored through
+ * the caller's strides and dtype (store_state_frag) instead of the dense fp32 workspace.
  */
 #include "scan_dt.cuh"
 #include "scan_tile.cuh"
@@ -83,11 +86,11 @@ template <int MODE> __global__ void __launch_bounds__(kFastThreads) state_mma_bw
     const int       w = (int)(wh / A.H), h = (int)(wh - (long long)w * A.H);
     const int       p0 = (z % A.n_ptiles) * kFT, n0 = (z / A.n_ptiles) * kFT;
     const int       tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const m2_chunk  ch = A.chunks[w];
+    const m2_chunk  ch = summed_chunk(plan_chunk(A, w));
     const int       g = h / (A.H / A.G);
-    load_dt(A.r, ch, h, ch.len, dts, cums, tot); /* ends with a barrier */
-    const float cl = cums[ch.len - 1];
-    if (z == 0) {
+    chunk_dt(A, ch, h, dts, cums, tot); /* ends with a barrier */
+    const float cl = cums[ch.ilast];
+    if (z == 0 && A.lastcum != nullptr) {
         if (tid == 0) A.lastcum[wh] = cl;
         float * dd = A.dtc + wh * 2 * kScanQ;
         for (int i = tid; i < ch.len; i += blockDim.x) dd[i] = dts[i], dd[kScanQ + i] = cums[i];
@@ -135,7 +138,7 @@ template <int MODE> __global__ void __launch_bounds__(kFastThreads) state_mma_bw
             } else {
                 b_piece<MODE>(v, A, bb + (ch.t0 + j0) * A.b.s[1], u, nr, n0);
             }
-            const float wr = r < nr ? expf(cl - cums[j0 + r]) * dts[j0 + r] : 0.0f;
+            const float wr = token_weight(ch, cl, dts, cums, j0 + r);
             uint32_t    hi[4], lo[4];
 #pragma unroll
             for (int e = 0; e < 4; ++e) split2<MODE>(v[2 * e] * wr, v[2 * e + 1] * wr, hi[e], lo[e]);
@@ -173,6 +176,12 @@ template <int MODE> __global__ void __launch_bounds__(kFastThreads) state_mma_bw
         __syncthreads(); /* bh, bl and this x buffer are rewritten in the next step */
     }
     cp_async_wait_group<0>(); /* nothing is pending here (the last group is empty); for the record */
+    if (A.st_out != nullptr) { /* mamba2_chunk_state: the caller's states */
+        /* the x tiles are free: the loop's final barrier */
+        static_assert(sizeof(xs) >= sizeof(float) * kFragFloats * (kFastThreads / 32), "staging fits the x tiles");
+        store_state_frag(A, wh, acc, p0 + warp * 16, n0, (float *)&xs[0][0] + warp * kFragFloats);
+        return;
+    }
     float * st = A.states + wh * A.P * A.N;
     /* pairs (n, n+1) as one 8-byte store when N is even (then p·N + n is even and the state
      * block 8-byte aligned) */
@@ -234,7 +243,7 @@ template <int MODE> __global__ void __launch_bounds__(kWideThreads, kStateMinBlo
     const int       wp = (warp & 3) * 16;  /* this warp's P rows within the tile      */
     const int       wn = (warp >> 2) * 64; /* its 64 N columns within the block's 128 */
     const bool      wactive = n0 + wn < A.N;
-    const m2_chunk  ch = A.chunks[w];
+    const m2_chunk  ch = summed_chunk(plan_chunk(A, w));
     const int       g = h / (A.H / A.G);
     const int       nbc = min(kXwCols, A.Np - n0); /* B columns copied (a multiple of 16) */
     const long long xb = ch.b * A.x.s[0] + h * A.x.s[2] + p0 * A.x.s[3];
@@ -247,7 +256,7 @@ template <int MODE> __global__ void __launch_bounds__(kWideThreads, kStateMinBlo
     tile_any<MODE>((T *)(smem + L.b0), kXwLd, A.b, A.vb, bb + ch.t0 * A.b.s[1], A.b.s[1], A.b.s[3], kFT, nbc, ch.len,
                   A.N - n0);
     cp_async_commit();
-    load_dt(A.r, ch, h, ch.len, dts, cums, tot); /* ends with a barrier */
+    chunk_dt(A, ch, h, dts, cums, tot); /* ends with a barrier */
     chunk_tables(A, ch, wh, z == 0, dts, cums, wts);
 
     float acc[8][4];
@@ -308,6 +317,11 @@ template <int MODE> __global__ void __launch_bounds__(kWideThreads, kStateMinBlo
     }
     cp_async_wait_group<0>(); /* nothing is pending here (the last group is empty); for the record */
     if (!wactive) return;
+    if (A.st_out != nullptr) { /* mamba2_chunk_state: the caller's states */
+        /* the tiles are free: the loop's final barrier */
+        store_state_frag(A, wh, acc, p0 + wp, n0 + wn, (float *)smem + warp * kFragFloats);
+        return;
+    }
     float * st = A.states + wh * A.P * A.N;
 #pragma unroll
     for (int half = 0; half < 2; ++half) {

@@ -19,6 +19,10 @@
  * products, then all lo), and all four k-steps of a partial last tile run (the rows past the chunk
  * are zero in both operands).
  * Applies (mamba2.cu) to x and B of the compute type in contiguous 16-byte rows and N = 64 or 128.
+ * It is also the mamba2_chunk_state operator's kernel on such layouts (A.given_dt, A.st_out; chunks of
+ * at most kScanQ tokens): the dt side read from the caller's tensors (chunk_dt), the summed tokens
+ * from the chunk's j0 on (summed_chunk), the states stored through the caller's strides and dtype
+ * (store_state_frag) instead of the dense fp32 workspace.
  */
 #include "scan_dt.cuh"
 #include "scan_tile.cuh"
@@ -74,7 +78,7 @@ __global__ void __launch_bounds__(kWideThreads, kStateMinBlocks) state_wgmma_ker
     const int       wg = warp >> 2;       /* warpgroup: N columns 64·wg ..                 */
     const int       wq = warp & 3;        /* the warp's 16 P rows within the tile           */
     const bool      active = wg < KA;     /* warpgroup-uniform (wgmma needs all 128 threads) */
-    const m2_chunk  ch = A.chunks[w];
+    const m2_chunk  ch = summed_chunk(plan_chunk(A, w));
     const int       g = h / (A.H / A.G);
     const long long xb = ch.b * A.x.s[0] + h * A.x.s[2] + p0 * A.x.s[3];
     const long long bb = ch.b * A.b.s[0] + g * A.b.s[2];
@@ -86,7 +90,7 @@ __global__ void __launch_bounds__(kWideThreads, kStateMinBlocks) state_wgmma_ker
     tile_vec<T>((T *)(sm + L.x0), kFT, xsrc, A.x.s[1], kFT, kFT >> 3, ch.len, A.P - p0);
     wg_tile<T>(sm + L.b0, KA, bsrc, A.b.s[1], kFT, KA * 8, ch.len, A.N);
     cp_async_commit();
-    load_dt(A.r, ch, h, ch.len, dts, cums, tot); /* ends with a barrier */
+    chunk_dt(A, ch, h, dts, cums, tot); /* ends with a barrier */
     chunk_tables(A, ch, wh, z == 0, dts, cums, wts);
 
     /* this thread's part of the split pass: tokens 8·warp .. +7, p rows 2·lane and 2·lane + 1; the
@@ -160,6 +164,11 @@ __global__ void __launch_bounds__(kWideThreads, kStateMinBlocks) state_wgmma_ker
     }
     cp_async_wait_group<0>(); /* nothing is pending here (the last group is empty); for the record */
     if (!active) return;
+    if (A.st_out != nullptr) { /* mamba2_chunk_state: the caller's states */
+        /* the tiles are free: the last products completed before the loop's final barrier */
+        store_state_frag(A, wh, acc, p0 + wq * 16, wg * 64, (float *)sm + warp * kFragFloats);
+        return;
+    }
     float * st = A.states + wh * A.P * A.N;
     const int wn = wg * 64, wp = wq * 16;
 #pragma unroll
