@@ -91,6 +91,9 @@ static int scan_pass(const scan_run * r, const char * name, const char * variant
         ssmt_variant_forced = 1;
     }
     const ssm_status st = ssm_mamba2_scan(r->ctx, r->p, r->da, r->ws, r->ws_bytes);
+    if (st == SSM_STATUS_OK)
+        TEST_CHECK(!ssmt_cuda_portable() || !ssmt_variant_needs_wgmma("mamba2_scan", ssm_context_last_variant(r->ctx)),
+                   "%s: SSMOPS_CUDA_PORTABLE=1 ran the wgmma entry '%s'", r->tag, ssm_context_last_variant(r->ctx));
     if (variant != NULL) {
         const int idx = scan_entry_index(variant);
         const int must = scan_entry_must_apply(variant, r->dtype);
@@ -659,7 +662,8 @@ int main(void) {
         test_scan(&xrng, &cfg, &o, tag);
     }
 
-    /* every entry ran somewhere (those of sm_90a only on such a device and build) */
+    /* every entry ran somewhere (those of sm_90a only on such a device and build); with
+     * SSMOPS_CUDA_PORTABLE=1 exactly the entries without wgmma ran */
     const int32_t n = ssm_variant_count(SSM_BACKEND_CUDA, "mamba2_scan");
     for (int32_t i = 0; i < n && i < MAX_ENTRIES; ++i) {
         const char * name = ssm_variant_name(SSM_BACKEND_CUDA, "mamba2_scan", i);
@@ -667,6 +671,9 @@ int main(void) {
                scan_not_applicable[i]);
         if (scan_entry_must_apply(name, SSM_DTYPE_F32) == 1 || scan_entry_must_apply(name, SSM_DTYPE_F16) == 1)
             TEST_CHECK(scan_ran[i] > 0, "mamba2_scan variant %s never ran", name);
+        if (ssmt_cuda_portable())
+            TEST_CHECK((scan_ran[i] > 0) == !ssmt_variant_needs_wgmma("mamba2_scan", name),
+                       "SSMOPS_CUDA_PORTABLE=1: mamba2_scan variant %s ran %d times", name, scan_ran[i]);
     }
 
     ssm_context_free(ctx_ref);

@@ -104,6 +104,8 @@ static int dev_run(const char * name, const char * op, ssmt_run_fn run, void * d
         const char * ran = ssm_context_last_variant(ctx_cuda);
         TEST_CHECK(ran[0] != '\0', "%s: no variant recorded", name);
         if (named) TEST_CHECK(strcmp(ran, want) == 0, "%s: forced %s, ran %s", name, want, ran);
+        TEST_CHECK(!ssmt_cuda_portable() || !ssmt_variant_needs_wgmma(op, ran),
+                   "%s: SSMOPS_CUDA_PORTABLE=1 ran the wgmma entry '%s'", name, ran);
         if (*st == SSM_STATUS_OK && ran[0] != '\0') note_ran(op, ran, named);
     }
     TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, op, NULL), SSM_STATUS_OK);
@@ -706,8 +708,8 @@ int main(void) {
     test_variant_rules(&rng);
 
     /* every entry ran: the portable and mma.sync ones and the step's everywhere; the wgmma ones
-     * (forced) where the default took them somewhere (an sm_90 device, a build with sm_90a code),
-     * else never */
+     * (forced) where the default took them somewhere (an sm_90 device, a build with sm_90a code,
+     * not SSMOPS_CUDA_PORTABLE=1), else never */
     static const char * const fops[] = {"mamba3_siso", "mamba3_siso_fwd"};
     for (int o = 0; o < 2; ++o) {
         const int hopper = runs_of(fops[o], "wgmma", 0) + runs_of(fops[o], "chain64", 0) + runs_of(fops[o], "chain32", 0);

@@ -315,11 +315,10 @@ ssm_status describe_scan(scan_problem & pr) {
     pr.wide_fits = wide + kWideOutStatic <= (size_t)dp.smem_optin;
 #if SSMI_CUDA_WGMMA
     const m2_fast_args & A = pr.fa;
-    const bool sm90 = dp.major == 9 && dp.minor == 0;
     const int  katoms = A.N >> 6;
     /* x and B of x's type in contiguous 16-byte rows, N = 64 or 128 (whole swizzle atoms, one block
      * per P tile) */
-    pr.wg_state = sm90 && A.vx && A.vb && (A.N == 64 || A.N == 128) && A.Np == A.N &&
+    pr.wg_state = dp.wgmma && A.vx && A.vb && (A.N == 64 || A.N == 128) && A.Np == A.N &&
                   (size_t)wg_state_smem(katoms).total + kWgStateStatic <= (size_t)dp.smem_optin;
     /* and C of x's type in contiguous rows, the split entering states, out in pairs, z (if any) in
      * 16-byte rows */
@@ -533,8 +532,8 @@ ssm_status run_mma64(scan_problem & pr) { return scan_run(pr, STATE_MMA, OUT_MMA
 ssm_status run_ffma(scan_problem & pr) { return scan_run(pr, STATE_FFMA, OUT_FFMA); }
 
 #define SCAN_WGMMA_RULE                                                                                           \
-    "fp16/bf16 x; a build with sm_90a code on an sm_90 device; x and B of x's dtype in contiguous 16-byte rows; " \
-    "N = 64 or 128"
+    "fp16/bf16 x; a build with sm_90a code on an sm_90 device, not SSMOPS_CUDA_PORTABLE=1; x and B of x's dtype " \
+    "in contiguous 16-byte rows; N = 64 or 128"
 const table_entry<scan_problem> scan_table[] = {
     {"chain2",
      "chained state with two warpgroups per chain (no state pass), outputs by wgmma where C, out and z allow, else "
