@@ -15,7 +15,8 @@
  * row tile, an idle second warpgroup), the 128-row tiles' edges (chunk lengths around 64, 128, 192,
  * 256), P/N off every tile (P=72 N=136, N=20), long chains, and a grid where the default picks
  * the chain. An unknown variant name is INVALID_ARGUMENT. A NaN in dt gives the reference's NaN
- * pattern (it is not clamped to a dt limit).
+ * pattern (it is not clamped to a dt limit). With SSMOPS_CUDA_PORTABLE=1 (test_cuda_mamba2_portable)
+ * no run, default or forced, may choose a wgmma entry, and every other entry must run.
  * f16/bf16 outputs are measured against the reference rounded to their dtype (ssmt_check_bar_rounded).
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261202).

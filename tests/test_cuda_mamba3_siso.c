@@ -15,7 +15,8 @@
  * forced entry that does not apply must fail with UNSUPPORTED; the case is then skipped). The
  * chained state entries (chain64, chain32) must give the bytes of the wgmma entry (the mma.sync
  * state kernel and the state pass, the same output kernel) on every case. Forcing an unknown name
- * is INVALID_ARGUMENT. Angle outputs are compared modulo 2π.
+ * is INVALID_ARGUMENT. Angle outputs are compared modulo 2π. With SSMOPS_CUDA_PORTABLE=1
+ * (test_cuda_mamba3_siso_portable) no run, default or forced, may choose a wgmma entry.
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261203). SHOWCMP=1 prints every comparison.
  */
