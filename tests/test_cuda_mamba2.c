@@ -15,7 +15,8 @@
  * row tile, an idle second warpgroup), the 128-row tiles' edges (chunk lengths around 64, 128, 192,
  * 256), P/N off every tile (P=72 N=136, N=20), long chains, and a grid where the default picks
  * the chain. An unknown variant name is INVALID_ARGUMENT. A NaN in dt gives the reference's NaN
- * pattern (it is not clamped to a dt limit).
+ * pattern (it is not clamped to a dt limit). With SSMOPS_CUDA_PORTABLE=1 (test_cuda_mamba2_portable)
+ * no run, default or forced, may choose a wgmma entry, and every other entry must run.
  * f16/bf16 outputs are measured against the reference rounded to their dtype (ssmt_check_bar_rounded).
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261202).
@@ -91,6 +92,9 @@ static int scan_pass(const scan_run * r, const char * name, const char * variant
         ssmt_variant_forced = 1;
     }
     const ssm_status st = ssm_mamba2_scan(r->ctx, r->p, r->da, r->ws, r->ws_bytes);
+    if (st == SSM_STATUS_OK)
+        TEST_CHECK(!ssmt_cuda_portable() || !ssmt_variant_needs_wgmma("mamba2_scan", ssm_context_last_variant(r->ctx)),
+                   "%s: SSMOPS_CUDA_PORTABLE=1 ran the wgmma entry '%s'", r->tag, ssm_context_last_variant(r->ctx));
     if (variant != NULL) {
         const int idx = scan_entry_index(variant);
         const int must = scan_entry_must_apply(variant, r->dtype);
@@ -661,7 +665,8 @@ int main(void) {
         test_scan(&xrng, &cfg, &o, tag);
     }
 
-    /* every entry ran somewhere (those of sm_90a only on such a device and build) */
+    /* every entry ran somewhere (those of sm_90a only on such a device and build); with
+     * SSMOPS_CUDA_PORTABLE=1 exactly the entries without wgmma ran */
     const int32_t n = ssm_variant_count(SSM_BACKEND_CUDA, "mamba2_scan");
     for (int32_t i = 0; i < n && i < MAX_ENTRIES; ++i) {
         const char * name = ssm_variant_name(SSM_BACKEND_CUDA, "mamba2_scan", i);
@@ -669,6 +674,9 @@ int main(void) {
                scan_not_applicable[i]);
         if (scan_entry_must_apply(name, SSM_DTYPE_F32) == 1 || scan_entry_must_apply(name, SSM_DTYPE_F16) == 1)
             TEST_CHECK(scan_ran[i] > 0, "mamba2_scan variant %s never ran", name);
+        if (ssmt_cuda_portable())
+            TEST_CHECK((scan_ran[i] > 0) == !ssmt_variant_needs_wgmma("mamba2_scan", name),
+                       "SSMOPS_CUDA_PORTABLE=1: mamba2_scan variant %s ran %d times", name, scan_ran[i]);
     }
 
     ssm_context_free(ctx_ref);

@@ -15,7 +15,8 @@
  * forced entry that does not apply must fail with UNSUPPORTED; the case is then skipped). The
  * chained state entries (chain64, chain32) must give the bytes of the wgmma entry (the mma.sync
  * state kernel and the state pass, the same output kernel) on every case. Forcing an unknown name
- * is INVALID_ARGUMENT. Angle outputs are compared modulo 2π.
+ * is INVALID_ARGUMENT. Angle outputs are compared modulo 2π. With SSMOPS_CUDA_PORTABLE=1
+ * (test_cuda_mamba3_siso_portable) no run, default or forced, may choose a wgmma entry.
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261203). SHOWCMP=1 prints every comparison.
  */
@@ -104,6 +105,8 @@ static int dev_run(const char * name, const char * op, ssmt_run_fn run, void * d
         const char * ran = ssm_context_last_variant(ctx_cuda);
         TEST_CHECK(ran[0] != '\0', "%s: no variant recorded", name);
         if (named) TEST_CHECK(strcmp(ran, want) == 0, "%s: forced %s, ran %s", name, want, ran);
+        TEST_CHECK(!ssmt_cuda_portable() || !ssmt_variant_needs_wgmma(op, ran),
+                   "%s: SSMOPS_CUDA_PORTABLE=1 ran the wgmma entry '%s'", name, ran);
         if (*st == SSM_STATUS_OK && ran[0] != '\0') note_ran(op, ran, named);
     }
     TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, op, NULL), SSM_STATUS_OK);
@@ -706,8 +709,8 @@ int main(void) {
     test_variant_rules(&rng);
 
     /* every entry ran: the portable and mma.sync ones and the step's everywhere; the wgmma ones
-     * (forced) where the default took them somewhere (an sm_90 device, a build with sm_90a code),
-     * else never */
+     * (forced) where the default took them somewhere (an sm_90 device, a build with sm_90a code,
+     * not SSMOPS_CUDA_PORTABLE=1), else never */
     static const char * const fops[] = {"mamba3_siso", "mamba3_siso_fwd"};
     for (int o = 0; o < 2; ++o) {
         const int hopper = runs_of(fops[o], "wgmma", 0) + runs_of(fops[o], "chain64", 0) + runs_of(fops[o], "chain32", 0);

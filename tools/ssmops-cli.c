@@ -168,7 +168,9 @@ static int cmd_list_schema(const char * op) {
 static int cmd_list_variants(const char * op) {
     if (op != NULL && ssm_op_find(op) < 0) return cli_usage_error("unknown operator '%s' (ssmops list shows them)", op);
     printf("# operator             variant          why (the first entry that applies runs; force one with\n"
-           "#                                       SSMOPS_VARIANT=op=name or `bench --variant NAME`)\n");
+           "#                                       SSMOPS_VARIANT=op=name or `bench --variant NAME`;\n"
+           "#                                       SSMOPS_CUDA_PORTABLE=1 passes over the wgmma entries,\n"
+           "#                                       choosing as on a GPU without wgmma)\n");
     int any = 0;
     for (int32_t i = 0; i < ssm_op_count(); ++i) {
         const char * name = ssm_op_get(i)->name;

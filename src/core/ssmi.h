@@ -33,6 +33,7 @@ struct ssm_context {
     ssm_allocator     allocator;
     void *            cuda_stream;
     ssm_device_allocator device_allocator; /* both NULL: cudaMallocAsync/cudaFreeAsync */
+    int32_t           cuda_portable; /* SSMOPS_CUDA_PORTABLE=1 at creation: no sm_90a-only entries */
     ssmi_threadpool * pool; /* NULL when num_threads == 1 */
     int16_t           variant[SSMI_OP_COUNT]; /* forced entry of each op's selection table, -1 = auto */
     const char *      last_variant;           /* name of the entry the last call ran, "" if none */
@@ -114,6 +115,12 @@ ssm_isa  ssmi_context_isa(const ssm_context * ctx); /* ctx NULL: env override or
 /* 1 when the context runs AVX2 kernels: the AVX2 ISA, and the AVX-512 ISA for every kernel
  * that has no AVX-512 version (its hosts have the whole AVX2 set). */
 static inline int ssmi_context_avx2(const ssm_context * ctx) { return ssmi_context_isa(ctx) >= SSM_ISA_AVX2; }
+
+/* ---- CUDA portable mode --------------------------------------------------------------- */
+/* 1 when the CUDA selection tables must pass over the entries that need sm_90a code (wgmma), so
+ * that a Hopper device runs what a GPU without wgmma runs: SSMOPS_CUDA_PORTABLE=1 when ctx was
+ * created (ctx NULL: when the library first asked). */
+int32_t ssmi_cuda_portable(const ssm_context * ctx);
 
 /* ---- tensors ------------------------------------------------------------------------- */
 static inline int ssmi_present(const ssm_tensor * t) { return t != NULL && t->data != NULL; }

@@ -3,6 +3,7 @@
 #include "fixtures.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 ssmt_dev ssmt_to_device(const ssmt_host * h) {
@@ -80,5 +81,21 @@ ssm_status ssmt_run_on_device(ssm_context * ctx, const char * op, const void * a
 int ssmt_cuda_present(const char * test) {
     if (ssm_cuda_device_count() > 0) return 1;
     printf("%s: no CUDA device: skipped\n", test);
+    return 0;
+}
+
+int ssmt_cuda_portable(void) {
+    const char * env = getenv("SSMOPS_CUDA_PORTABLE");
+    return env != NULL && strcmp(env, "1") == 0;
+}
+
+int ssmt_variant_needs_wgmma(const char * op, const char * name) {
+    static const char * const entries[][2] = {
+        {"mamba2_scan", "chain2"},     {"mamba2_scan", "chain"},     {"mamba2_scan", "wgmma"},
+        {"mamba2_chunk_state", "wgmma"},
+        {"mamba3_siso", "chain64"},    {"mamba3_siso", "chain32"},    {"mamba3_siso", "wgmma"},
+        {"mamba3_siso_fwd", "chain64"}, {"mamba3_siso_fwd", "chain32"}, {"mamba3_siso_fwd", "wgmma"}};
+    for (size_t i = 0; i < sizeof entries / sizeof entries[0]; ++i)
+        if (strcmp(entries[i][0], op) == 0 && strcmp(entries[i][1], name) == 0) return 1;
     return 0;
 }

@@ -312,15 +312,17 @@ int ssmt_variant_forced = 0;
 /* With SSMOPS_TEST_HASH_LOG=FILE, every checked output computed by the default kernel choice
  * appends "name hash" to FILE (FNV-1a over its elements' values as float64 bits), so that two
  * builds can be compared for identical bytes case by case. Outputs of a forced variant are left
- * out: the test sets ssmt_variant_forced, or (in builds older than the variant registry) an
- * SSMOPS_CUDA_* environment knob is set to a value other than its default's. */
+ * out: the test sets ssmt_variant_forced, SSMOPS_CUDA_PORTABLE=1 passes over the wgmma entries, or
+ * (in builds older than the variant registry) an SSMOPS_CUDA_* environment knob is set to a value
+ * other than its default's. */
 static void hash_log(const char * name, const ssm_tensor * y) {
     const char * path = getenv("SSMOPS_TEST_HASH_LOG");
     if (path == NULL || *path == '\0' || ssmt_variant_forced) return;
     static const char * const knobs[][2] = {
         {"SSMOPS_CUDA_SCAN_STATE", NULL}, {"SSMOPS_CUDA_SCAN_KERNEL", "v7"}, {"SSMOPS_CUDA_SISO_STATE", NULL},
         {"SSMOPS_CUDA_SISO_CHAIN_KS", NULL}, {"SSMOPS_CUDA_SISO_FAST", "7"}, {"SSMOPS_CUDA_STEP_KERNEL", "v3"},
-        {"SSMOPS_CUDA_MIMO_KERNEL", "v2"}, {"SSMOPS_CUDA_SISO_CHAIN_PIPE", NULL}};
+        {"SSMOPS_CUDA_MIMO_KERNEL", "v2"}, {"SSMOPS_CUDA_SISO_CHAIN_PIPE", NULL},
+        {"SSMOPS_CUDA_PORTABLE", "0"}};
     for (size_t i = 0; i < sizeof knobs / sizeof knobs[0]; ++i) {
         const char * v = getenv(knobs[i][0]);
         if (v != NULL && (knobs[i][1] == NULL || strcmp(v, knobs[i][1]) != 0)) return;

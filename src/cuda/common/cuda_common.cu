@@ -34,6 +34,11 @@ ssm_status ssmi_cuda_current_props(ssm_context * ctx, const char * op, ssmi_cuda
              {&pr->sms, cudaDevAttrMultiProcessorCount}};
     for (const auto & e : q)
         SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaDeviceGetAttribute", cudaDeviceGetAttribute(e.v, e.a, dev)));
+#if SSMI_CUDA_WGMMA
+    pr->wgmma = pr->major == 9 && pr->minor == 0 && !ssmi_cuda_portable(ctx);
+#else
+    pr->wgmma = false;
+#endif
     return SSM_STATUS_OK;
 }
 

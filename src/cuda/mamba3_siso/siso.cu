@@ -234,12 +234,13 @@ bool tc_applies(const fwd_problem & pb) { return pb.mode != M_F32 && pb.P->K <= 
 
 /* The wgmma output kernel: where the 8-warp mma.sync one applies, with q, k, v of v's dtype in
  * 16-byte rows (its cp.async tiles), K = 64 or 128 (whole swizzle atoms), a build with sm_90a code,
- * an sm_90 device and its shared memory within the opt-in limit. */
+ * an sm_90 device, no portable mode (ssmi_cuda_props::wgmma) and its shared memory within the
+ * opt-in limit. */
 bool wgmma_applies(const fwd_problem & pb) {
 #if SSMI_CUDA_WGMMA
     const m3_fwd_args & P = *pb.P;
     return tc_applies(pb) && out_mma_applies(P) && P.vq && P.vk && P.vv && (P.K == 64 || P.K == 128) &&
-           pb.dev.major == 9 && pb.dev.minor == 0 && wgmma_smem(P.K / 64, P.A, P.sct != 0).total <= pb.dev.smem_optin;
+           pb.dev.wgmma && wgmma_smem(P.K / 64, P.A, P.sct != 0).total <= pb.dev.smem_optin;
 #else
     (void)pb;
     return false;
@@ -308,7 +309,7 @@ struct fwd_variant {
 
 #define SISO_WGMMA_RULE                                                                                       \
     "fp16/bf16 q, k, v and outputs of v's dtype in 16-byte rows (z of that kind or none), K = 64 or 128, an " \
-    "sm_90 device, a build with sm_90a code, shared memory within the device's limit"
+    "sm_90 device, a build with sm_90a code, not SSMOPS_CUDA_PORTABLE=1, shared memory within the device's limit"
 
 /* The forward's table (mamba3_siso_fwd and mamba3_siso). */
 const fwd_variant kFwdTable[] = {
