@@ -19,6 +19,14 @@ ssmt_dev ssmt_to_device(const ssmt_host * h);
 void ssmt_to_host(const ssmt_host * h, const ssmt_dev * d);
 void ssmt_dev_free(ssmt_dev * d);
 
+/* fn(ctx, args) for operator op (its args struct; the schema's argument list) on device copies
+ * of every present tensor of args (index tensors too when index_dev, else they stay on the
+ * host): views with the same host data pointer share one copy, so a pool updated in place
+ * stays in place. After the call, whatever its status, every output's device bytes are copied
+ * back over its host bytes (a failed call that wrote nothing leaves them as they were).
+ * Returns fn's status. */
+ssm_status ssmt_run_mirrored(ssm_context * ctx, const char * op, ssmt_run_fn fn, void * args, int index_dev);
+
 /* 1 when a CUDA device is present; otherwise prints "<test>: no CUDA device: skipped". */
 int ssmt_cuda_present(const char * test);
 
