@@ -28,7 +28,7 @@
 #include "cudautil.h"
 
 static ssm_context *ctx_ref, *ctx_cuda;
-static ssm_context * ctx_general; /* CUDA with the default choices: the step's general form */
+static ssm_context *          ctx_general;   /* CUDA with the default choices: the step's general form */
 static const char * g_pass = "v2"; /* label prefix of the running pass */
 static ssm_mamba3_mimo_params g_params;
 /* SSM_STATUS_OK: a case is checked against the reference; otherwise the case only checks that
@@ -376,7 +376,7 @@ static void test_step(ssmt_rng * rng, const ssmt_mimo_config * cfg, int64_t slot
     }
     ssm_tensor * pslot[4] = {&da.angle_state, &da.ssm_state, &da.k_state, &da.v_state};
     ssm_tensor * fslot[4] = {&da.final_angle_state, &da.final_ssm_state, &da.final_k_state, &da.final_v_state};
-    void * pools0[4]; /* the input pools, for the runs of the general form below */
+    void *       pools0[4]; /* the input pools, for the runs of the general form below */
     for (int i = 0; i < 4; ++i) {
         pools0[i] = ssmt_snapshot(pool[i]);
         dpool[i] = ssmt_to_device(pool[i]);

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "step_plan.cuh"
 #include "../ssmi_cuda.h"
+#include "step_plan.cuh"
 
 namespace {
 
@@ -47,8 +47,8 @@ int as_slot(int64_t v, int64_t nslots) { return v >= 0 && v < nslots ? (int)v : 
 
 } /* namespace */
 
-ssm_status ssmi_cuda_step_plan(ssm_context * ctx, const char * op, const ssmi_step_slots * slots, int64_t B,
-                               int64_t T, int64_t nslots, cudaStream_t s, ssmi_cu_step_plan * plan, void ** mem,
+ssm_status ssmi_cuda_step_plan(ssm_context * ctx, const char * op, const ssmi_step_slots * slots, int64_t B, int64_t T,
+                               int64_t nslots, cudaStream_t s, ssmi_cu_step_plan * plan, void ** mem,
                                int * max_tokens) {
     memset(plan, 0, sizeof *plan);
     *mem = NULL;

@@ -35,8 +35,7 @@ struct ssmi_cu_step_plan {
  * is its device buffer (free it with ssmi_cuda_free_async on s after the kernels that read it;
  * NULL when B == 0). *max_tokens: the most tokens of a row. UNSUPPORTED when T or a slot does
  * not fit int32; OUT_OF_MEMORY or DEVICE_ERROR from the allocation, upload or fill kernel. */
-ssm_status ssmi_cuda_step_plan(ssm_context * ctx, const char * op, const ssmi_step_slots * slots, int64_t B,
-                               int64_t T, int64_t nslots, cudaStream_t s, ssmi_cu_step_plan * plan, void ** mem,
-                               int * max_tokens);
+ssm_status ssmi_cuda_step_plan(ssm_context * ctx, const char * op, const ssmi_step_slots * slots, int64_t B, int64_t T,
+                               int64_t nslots, cudaStream_t s, ssmi_cu_step_plan * plan, void ** mem, int * max_tokens);
 
 #endif /* SSMI_CUDA_STEP_PLAN_CUH */

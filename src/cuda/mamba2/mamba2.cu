@@ -663,10 +663,10 @@ int vec_ok(const ssm_tensor * t, int64_t N) {
 int const_dim(const ssm_tensor * t, int i) { return t->strides[i] == 0 || t->shape[i] <= 1; }
 
 ssm_status step_pointers(ssm_context * ctx, const char * op, const ssm_mamba2_step_args * a) {
-    const ssm_tensor * ts[] = {&a->x, &a->dt, &a->a, &a->b, &a->c, &a->d, &a->z, &a->dt_bias, &a->state, &a->out,
-                               &a->final_state, &a->intermediate_states};
-    const char *       names[] = {"x",       "dt",  "a",           "b", "c", "d", "z", "dt_bias", "state", "out",
-                                  "final_state", "intermediate_states"};
+    const ssm_tensor * ts[] = {&a->x, &a->dt,      &a->a,     &a->b,   &a->c,           &a->d,
+                               &a->z, &a->dt_bias, &a->state, &a->out, &a->final_state, &a->intermediate_states};
+    const char *       names[] = {"x", "dt",      "a",     "b",   "c",           "d",
+                                  "z", "dt_bias", "state", "out", "final_state", "intermediate_states"};
     for (int i = 0; i < 12; ++i) SSM_FORWARD_IF_ERROR(ssmi_cuda_check_pointer(ctx, op, names[i], ts[i]));
     return SSM_STATUS_OK;
 }
@@ -751,7 +751,7 @@ ssm_status run_step_generic(step_problem & pr) { return ssmi_m2step::launch_step
 
 #define STEP_VECTOR_POOL \
     "state (and final_state, of the same dtype) f32, f16 or bf16 in contiguous 16-byte aligned rows, N a multiple of 16 bytes"
-#define STEP_ONE_TOKEN \
+#define STEP_ONE_TOKEN                                                                                         \
     "; one token per row read and written at one slot (no dst_state_batch_indices, cu_seqlens, slot table or " \
     "intermediate_states)"
 const table_entry<step_problem> step_table[] = {

@@ -122,21 +122,21 @@ __device__ __forceinline__ void row_out(const step_args & A, int t, int h, int p
  * before this thread writes its own elements anywhere, so a row may write its read slot. */
 template <class IO, bool ROW_DECAY>
 __device__ __forceinline__ void step_rows_general(const step_args & A, float * sbc, int b, int h, int slice) {
-    const int VEC = IO::VEC;
-    const int L = A.L, lane = (int)threadIdx.x & (L - 1), grp = (int)threadIdx.x / L;
-    const int p = slice * A.rows_per_block + grp;
+    const int  VEC = IO::VEC;
+    const int  L = A.L, lane = (int)threadIdx.x & (L - 1), grp = (int)threadIdx.x / L;
+    const int  p = slice * A.rows_per_block + grp;
     const bool ok = grp < A.NG && p < A.P;
-    const int t0 = A.plan.tok[b], t1 = A.plan.tok[b + 1], rs = A.plan.read[b];
-    float *   bs = sbc;
-    float *   cs = sbc + A.N;
-    float *   st = sbc + (2 + grp) * A.N;
+    const int  t0 = A.plan.tok[b], t1 = A.plan.tok[b + 1], rs = A.plan.read[b];
+    float *    bs = sbc;
+    float *    cs = sbc + A.N;
+    float *    st = sbc + (2 + grp) * A.N;
     if (rs < 0) { /* padding row: out and intermediate_states 0, no slot touched */
         for (int t = t0; t < t1 && ok; ++t) {
             if (lane == 0) ssmi_cu_st(A.out, A.out_dtype, (long long)t * A.os[0] + h * A.os[1] + p * A.os[2], 0.0f);
             if (A.has_inter)
                 for (int n = lane; n < A.N; n += L)
-                    ssmi_cu_st(A.inter, A.inter_dtype,
-                               (long long)t * A.is[0] + h * A.is[1] + p * A.is[2] + n * A.is[3], 0.0f);
+                    ssmi_cu_st(A.inter, A.inter_dtype, (long long)t * A.is[0] + h * A.is[1] + p * A.is[2] + n * A.is[3],
+                               0.0f);
         }
         return;
     }
@@ -153,8 +153,8 @@ __device__ __forceinline__ void step_rows_general(const step_args & A, float * s
         stage_bc(A, t, g, bs, cs);
         float xv = 0.0f, vv = 0.0f, dec = 0.0f, y = 0.0f;
         if (ok) row_scalars<ROW_DECAY>(A, t, h, p, xv, vv, dec);
-        const float coef = vv * xv;
-        const int   ws = A.plan.table != NULL ? A.plan.table[(long long)b * A.plan.LC + (t - t0)] : -1;
+        const float     coef = vv * xv;
+        const int       ws = A.plan.table != NULL ? A.plan.table[(long long)b * A.plan.LC + (t - t0)] : -1;
         const long long io = (long long)t * A.is[0] + h * A.is[1] + (long long)p * A.is[2];
         const long long fo = (long long)ws * A.fs[0] + h * A.fs[1] + (long long)p * A.fs[2];
         __syncthreads(); /* b and c staged */
@@ -177,7 +177,7 @@ __device__ __forceinline__ void step_rows_general(const step_args & A, float * s
         for (int off = L >> 1; off > 0; off >>= 1) y += __shfl_xor_sync(0xffffffffu, y, off);
         if (ok && lane == 0) row_out(A, t, h, p, y, xv);
     }
-    const int ws = A.plan.table == NULL && A.has_fin ? A.plan.write[b] : -1;
+    const int       ws = A.plan.table == NULL && A.has_fin ? A.plan.write[b] : -1;
     const long long fo = (long long)ws * A.fs[0] + h * A.fs[1] + (long long)p * A.fs[2];
     for (int n0 = lane * VEC; n0 < A.N && ok && ws >= 0; n0 += L * VEC) {
         float v[VEC];
@@ -323,19 +323,21 @@ template <class IO> ssm_status launch_io(ssm_context * ctx, const char * op, ste
 /* The general form: one row per lane group (NG groups of L lanes), b and c and the groups'
  * state rows in shared memory (2 + NG rows of N fp32: at most 96 KiB at N = 4096, over the
  * default 48 KiB, so the kernel is given the room it needs). */
-template <class IO, bool ROW_DECAY> ssm_status launch_general_decay(ssm_context * ctx, const char * op, const step_args & A,
-                                                                     unsigned blocks, size_t smem, cudaStream_t s) {
+template <class IO, bool ROW_DECAY>
+ssm_status launch_general_decay(ssm_context * ctx, const char * op, const step_args & A, unsigned blocks, size_t smem,
+                                cudaStream_t s) {
     const void * fn = (const void *)step_rows_kernel<IO, 1, ROW_DECAY, true>;
     if (smem > 48 * 1024)
-        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
-            ctx, op, "cudaFuncSetAttribute (step_rows_kernel shared memory)",
-            cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)));
+        SSM_FORWARD_IF_ERROR(
+            ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute (step_rows_kernel shared memory)",
+                             cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)));
     step_rows_kernel<IO, 1, ROW_DECAY, true><<<blocks, kStepThreads, smem, s>>>(A);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "step_rows_kernel launch");
     return SSM_STATUS_OK;
 }
 
-template <class IO> ssm_status launch_general(ssm_context * ctx, const char * op, step_args & A) {
+template <class IO>
+ssm_status launch_general(ssm_context * ctx, const char * op, step_args & A) {
     const int nv = (A.N + IO::VEC - 1) / IO::VEC;
     A.L = pow2_at_least(nv < 1 ? 1 : nv);
     if (A.L > 32) A.L = 32;
@@ -352,7 +354,8 @@ template <class IO> ssm_status launch_general(ssm_context * ctx, const char * op
                        : launch_general_decay<IO, false>(ctx, op, A, (unsigned)blocks, smem, s);
 }
 
-template <class IO> ssm_status launch_form(ssm_context * ctx, const char * op, step_args & A) {
+template <class IO>
+ssm_status launch_form(ssm_context * ctx, const char * op, step_args & A) {
     return A.general ? launch_general<IO>(ctx, op, A) : launch_io<IO>(ctx, op, A);
 }
 

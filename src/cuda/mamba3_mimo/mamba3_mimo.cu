@@ -269,10 +269,10 @@ long long slot_of(const step_problem & pb, int64_t b) {
  * intermediate_*. */
 bool general_form(const step_problem & pb) {
     const ssm_mamba3_mimo_step_args * a = pb.a;
-    const ssmi_step_slots    slots = {&a->state_batch_indices, &a->dst_state_batch_indices, &a->cu_seqlens,
-                                      &a->num_accepted_tokens};
-    const ssm_tensor * const inter[4] = {&a->intermediate_angle_state, &a->intermediate_ssm_state,
-                                         &a->intermediate_k_state, &a->intermediate_v_state};
+    const ssmi_step_slots             slots = {&a->state_batch_indices, &a->dst_state_batch_indices, &a->cu_seqlens,
+                                               &a->num_accepted_tokens};
+    const ssm_tensor * const          inter[4] = {&a->intermediate_angle_state, &a->intermediate_ssm_state,
+                                                  &a->intermediate_k_state, &a->intermediate_v_state};
     return ssmi_step_general(&slots, inter, 4) != 0;
 }
 
@@ -310,11 +310,11 @@ ssm_status step_slots_uploaded(ssm_context * ctx, const char * op, const step_pr
         /* the rows' plan (common/step_plan.cuh); a row of several tokens keeps the P×N state in
          * shared memory */
         const ssm_mamba3_mimo_step_args * a = pb.a;
-        const ssmi_step_slots slots = {&a->state_batch_indices, &a->dst_state_batch_indices, &a->cu_seqlens,
-                                       &a->num_accepted_tokens};
-        const int64_t         T = ssmi_present(&a->cu_seqlens) ? pb.d->seqlen : pb.d->batch;
-        void *                plan = NULL;
-        int                   max_tokens = 0;
+        const ssmi_step_slots             slots = {&a->state_batch_indices, &a->dst_state_batch_indices, &a->cu_seqlens,
+                                                   &a->num_accepted_tokens};
+        const int64_t                     T = ssmi_present(&a->cu_seqlens) ? pb.d->seqlen : pb.d->batch;
+        void *                            plan = NULL;
+        int                               max_tokens = 0;
         st = ssmi_cuda_step_plan(ctx, op, &slots, pb.d->batch, T, pb.d->nseq, s, &A.plan, &plan, &max_tokens);
         if (plan != NULL) m.p[m.n++] = plan;
         A.keep = max_tokens > 1;

@@ -21,19 +21,22 @@ namespace {
  * thread that owns it every token), else read from the pool for the row's only token; after
  * token j the intermediate_* rows and, with a token table, slot table[b, j]; after the last
  * token (the read slot's states for a row of none) the write slot. */
-template <bool GENERAL> __device__ __forceinline__ void step_body(const st_args & A, float * sm) {
+template <bool GENERAL>
+__device__ __forceinline__ void step_body(const st_args & A, float * sm) {
     const int b = blockIdx.x, h = blockIdx.y, R = A.R, N = A.N, P = A.P, NA = A.A;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, nwarps = blockDim.x >> 5;
-    const int t0 = GENERAL ? A.plan.tok[b] : b, t1 = GENERAL ? A.plan.tok[b + 1] : b + 1;
-    const long long slot = GENERAL            ? (long long)A.plan.read[b]
-                           : A.slots != NULL  ? A.slots[b]
-                           : A.n_islot > 0    ? (long long)A.islot[b]
-                                              : (long long)b;
+    const int       t0 = GENERAL ? A.plan.tok[b] : b, t1 = GENERAL ? A.plan.tok[b + 1] : b + 1;
+    const long long slot = GENERAL           ? (long long)A.plan.read[b]
+                           : A.slots != NULL ? A.slots[b]
+                           : A.n_islot > 0   ? (long long)A.islot[b]
+                                             : (long long)b;
     if (slot < 0) { /* padding row: out (and intermediate_*) 0, no state touched */
         for (int t = t0; t < t1; ++t) {
             for (int e = tid; e < (A.reduce ? P : R * P); e += blockDim.x) {
-                if (A.reduce) stv(A.out, o3(A.out, t, h, e), 0.0f);
-                else stv(A.out, o4(A.out, t, e / P, h, e % P), 0.0f);
+                if (A.reduce)
+                    stv(A.out, o3(A.out, t, h, e), 0.0f);
+                else
+                    stv(A.out, o4(A.out, t, e / P, h, e % P), 0.0f);
             }
             if (GENERAL) {
                 for (int e = tid; e < NA && A.inter_angle.p != NULL; e += blockDim.x)
@@ -67,18 +70,19 @@ template <bool GENERAL> __device__ __forceinline__ void step_body(const st_args 
     const int g = h / (A.H / A.G);
     float *qt = sm, *kt = qt + R * N, *kp = kt + R * N, *cg = kp + R * N, *cb = cg + R * P, *u = cb + R * P;
     float *y = u + R * P, *hrow = y + R * P, *theta = hrow + nwarps * N, *rstd = theta + NA;
-    float *hs = rstd + R; /* P×N: the state between tokens (GENERAL with A.keep) */
+    float *     hs = rstd + R; /* P×N: the state between tokens (GENERAL with A.keep) */
     const bool  keep = GENERAL && A.keep;
     const float dsk = A.has_d ? ldv(A.d, o1(A.d, h)) : 0.0f;
     for (int t = t0; t < t1; ++t) {
         const bool first = t == t0;
         if (!first) __syncthreads(); /* every read of the previous token's shared values is done */
-        const long long ws = GENERAL && A.plan.table != NULL ? (long long)A.plan.table[(long long)b * A.plan.LC + (t - t0)]
-                             : t == t1 - 1                   ? wlast
-                                                             : -1;
-        const float adt = ldv(A.adt, o2(A.adt, t, h)), dt = ldv(A.dt, o2(A.dt, t, h));
-        const float lam = ssmi_math::sigmoid(ldv(A.trap, o2(A.trap, t, h)));
-        const float alpha = expf(adt), gamma = dt * lam, beta = (1.0f - lam) * dt * alpha;
+        const long long ws = GENERAL && A.plan.table != NULL
+                                 ? (long long)A.plan.table[(long long)b * A.plan.LC + (t - t0)]
+                             : t == t1 - 1 ? wlast
+                                           : -1;
+        const float     adt = ldv(A.adt, o2(A.adt, t, h)), dt = ldv(A.dt, o2(A.dt, t, h));
+        const float     lam = ssmi_math::sigmoid(ldv(A.trap, o2(A.trap, t, h)));
+        const float     alpha = expf(adt), gamma = dt * lam, beta = (1.0f - lam) * dt * alpha;
         /* the old k, v, θ (the slot's before any write, or the previous token's); the new θ, q̄,
          * k̄, u, the coefficients */
         for (int a = tid; a < NA; a += blockDim.x)
@@ -103,7 +107,7 @@ template <bool GENERAL> __device__ __forceinline__ void step_body(const st_args 
             const int r = e / NA, a = e - r * NA;
             float     sn, cs;
             sincosf(theta[a], &sn, &cs);
-            float *q0 = qt + r * N, *k0 = kt + r * N;
+            float *     q0 = qt + r * N, *k0 = kt + r * N;
             const float qa = q0[a], qb = q0[a + N / 2], ka = k0[a], kb = k0[a + N / 2];
             q0[a] = cs * qa - sn * qb, q0[a + N / 2] = sn * qa + cs * qb;
             k0[a] = cs * ka - sn * kb, k0[a + N / 2] = sn * ka + cs * kb;
@@ -114,9 +118,10 @@ template <bool GENERAL> __device__ __forceinline__ void step_body(const st_args 
             float * hr = keep ? hs + (long long)p * N : hrow + warp * N;
             if (!GENERAL && A.vec) {
                 const float4 * src = (const float4 *)((const float *)A.ssm_state.p + o4(A.ssm_state, slot, h, p, 0));
-                float4 *       dst = A.final_ssm.p != NULL ? (float4 *)((float *)const_cast<void *>(A.final_ssm.p) +
-                                                                        o4(A.final_ssm, slot, h, p, 0))
-                                                           : NULL;
+                float4 *       dst =
+                    A.final_ssm.p != NULL
+                              ? (float4 *)((float *)const_cast<void *>(A.final_ssm.p) + o4(A.final_ssm, slot, h, p, 0))
+                              : NULL;
                 for (int n4 = lane; n4 < N / 4; n4 += 32) {
                     float4 hv = src[n4];
                     float  o[4] = {hv.x, hv.y, hv.z, hv.w};
@@ -167,9 +172,9 @@ template <bool GENERAL> __device__ __forceinline__ void step_body(const st_args 
         for (int p = tid; p < P; p += blockDim.x) {
             const float zv = A.has_z ? ldv(A.z, o3(A.z, t, h, p)) : 0.0f;
             const float nw = !A.fused || A.norm_w.p == NULL ? 1.0f
-                             : A.nw_1d ? ldv(A.norm_w, o1(A.norm_w, (long long)h * P + p))
-                                       : ldv(A.norm_w, o2(A.norm_w, h, p));
-            float acc = 0.0f;
+                             : A.nw_1d                      ? ldv(A.norm_w, o1(A.norm_w, (long long)h * P + p))
+                                                            : ldv(A.norm_w, o2(A.norm_w, h, p));
+            float       acc = 0.0f;
             for (int r = 0; r < R; ++r) {
                 float yv = y[r * P + p];
                 if (A.has_z) {

@@ -512,9 +512,7 @@ bool lanes_applies(const step_problem & pb) {
     int threads = 0;
     return pb.vec && !pb.general && lanes_plan(pb.K, pb.V, &threads);
 }
-bool prefetch_applies(const step_problem & pb) {
-    return pb.vec && !pb.general && prefetch_per_thread(pb.K, pb.V) > 0;
-}
+bool prefetch_applies(const step_problem & pb) { return pb.vec && !pb.general && prefetch_per_thread(pb.K, pb.V) > 0; }
 /* step_prefetch_kernel is faster than step_warp_kernel for few (row, head) blocks and slower for many
  * (fp32 pools, H=64 K=128 V=64 on the H200: B=1 20.4 µs against 14.3, B=128 0.227 ms against
  * 0.380). */
@@ -758,12 +756,12 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_step(ssm_context * ctx, const ssm_ma
     P.fin_k = out_of(&a->final_k_state), P.fin_v = out_of(&a->final_v_state);
     P.vec = d->dk % 4 == 0 && vec_ok(&a->ssm_state) && vec_ok(&a->final_ssm_state);
     {
-        const ssmi_step_slots    slots = {&a->state_batch_indices, &a->dst_state_batch_indices, &a->cu_seqlens,
-                                          &a->num_accepted_tokens};
-        const ssm_tensor * const inter[4] = {&a->intermediate_angle_state, &a->intermediate_ssm_state,
-                                             &a->intermediate_k_state, &a->intermediate_v_state};
+        const ssmi_step_slots     slots = {&a->state_batch_indices, &a->dst_state_batch_indices, &a->cu_seqlens,
+                                           &a->num_accepted_tokens};
+        const ssm_tensor * const  inter[4] = {&a->intermediate_angle_state, &a->intermediate_ssm_state,
+                                              &a->intermediate_k_state, &a->intermediate_v_state};
         static const char * const names[4] = {"intermediate_angle_state", "intermediate_ssm_state",
-                                               "intermediate_k_state", "intermediate_v_state"};
+                                              "intermediate_k_state", "intermediate_v_state"};
         for (int i = 0; i < 4; ++i) SSM_FORWARD_IF_ERROR(ssmi_cuda_check_pointer(ctx, op, names[i], inter[i]));
         P.general = ssmi_step_general(&slots, inter, 4);
         P.inter_ang = out_of(inter[0]), P.inter_ssm = out_of(inter[1]);

@@ -72,8 +72,9 @@ __device__ __forceinline__ step_coefs step_stage(const m3_step_args & P, int t, 
 /* The four states of head h after a token (θ, the V×K state `st` in rows of K, k̂, v) to row `row`
  * of the outputs o[4] (angle, ssm, k, v; absent ones skipped); st NULL: zeros (a padding row's
  * intermediate states). */
-__device__ __forceinline__ void store_small(const m3_step_args & P, const m3_out & ang, const m3_out & k, const m3_out & v, int row,
-                            int h, const float * th, const float * kh, const float * vv) {
+__device__ __forceinline__ void store_small(const m3_step_args & P, const m3_out & ang, const m3_out & k,
+                                            const m3_out & v, int row, int h, const float * th, const float * kh,
+                                            const float * vv) {
     if (ang.present)
         for (int m = threadIdx.x; m < P.A; m += blockDim.x) st3(ang, row, h, m, th != nullptr ? th[m] : 0.0f);
     if (k.present)
@@ -88,7 +89,8 @@ __device__ __forceinline__ void store_small(const m3_step_args & P, const m3_out
  * (each element by the thread that owns it every token), else read from the pool for the row's
  * only token; after token j the intermediate_* rows and, with a token table, slot table[b, j];
  * after the last token (the read slot's states for a row of none) the write slot. */
-template <bool GENERAL> __device__ __forceinline__ void step_warp_body(const m3_step_args & P, float * sm) {
+template <bool GENERAL>
+__device__ __forceinline__ void step_warp_body(const m3_step_args & P, float * sm) {
     const int h = blockIdx.x, b = blockIdx.y, g = h / P.G;
     const int t0 = GENERAL ? P.plan.tok[b] : b, t1 = GENERAL ? P.plan.tok[b + 1] : b + 1;
     const int slot = GENERAL ? P.plan.read[b] : P.slots != nullptr ? P.slots[b] : b;
@@ -98,24 +100,25 @@ template <bool GENERAL> __device__ __forceinline__ void step_warp_body(const m3_
             if (!GENERAL) continue;
             store_small(P, P.inter_ang, P.inter_k, P.inter_v, t, h, nullptr, nullptr, nullptr);
             if (P.inter_ssm.present)
-                for (int e = threadIdx.x; e < P.V * P.K; e += blockDim.x) st4(P.inter_ssm, t, h, e / P.K, e % P.K, 0.0f);
+                for (int e = threadIdx.x; e < P.V * P.K; e += blockDim.x)
+                    st4(P.inter_ssm, t, h, e / P.K, e % P.K, 0.0f);
         }
         return;
     }
-    const int        K = P.K, V = P.V, A = P.A;
-    float *          qh = sm;     /* K */
-    float *          kh = qh + K; /* K */
-    float *          kp = kh + K; /* K: k state (old) */
-    float *          vv = kp + K; /* V: v of this token */
-    float *          vp = vv + V; /* V: v state (old) */
-    float *          th = vp + V; /* A */
-    float *          hs = th + A; /* V×K: the state between tokens (GENERAL with P.keep) */
-    const bool       keep = GENERAL && P.keep;
-    const float      dh = P.has_d ? ssmi_cu_ld(P.d.p, P.d.dtype, h * P.d.s[0]) : 0.0f;
-    const int        warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    const int   K = P.K, V = P.V, A = P.A;
+    float *     qh = sm;     /* K */
+    float *     kh = qh + K; /* K */
+    float *     kp = kh + K; /* K: k state (old) */
+    float *     vv = kp + K; /* V: v of this token */
+    float *     vp = vv + V; /* V: v state (old) */
+    float *     th = vp + V; /* A */
+    float *     hs = th + A; /* V×K: the state between tokens (GENERAL with P.keep) */
+    const bool  keep = GENERAL && P.keep;
+    const float dh = P.has_d ? ssmi_cu_ld(P.d.p, P.d.dtype, h * P.d.s[0]) : 0.0f;
+    const int   warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
     /* the slot written after the last token: the read slot (single-token form), the plan's write
      * slot, or none (a token table writes per token) */
-    const int        wlast = !GENERAL ? slot : P.plan.table == nullptr ? P.plan.write[b] : -1;
+    const int wlast = !GENERAL ? slot : P.plan.table == nullptr ? P.plan.write[b] : -1;
     if (GENERAL && t0 == t1) { /* a row of no token: its states from the read slot to the write slot */
         if (wlast < 0) return;
         if (P.fin_ang.present)
@@ -144,7 +147,7 @@ template <bool GENERAL> __device__ __forceinline__ void step_warp_body(const m3_
                 const float4 * src = (const float4 *)((const float *)P.ssm_in.p + slot * P.ssm_in.s[0] +
                                                       h * P.ssm_in.s[1] + p * P.ssm_in.s[2]);
                 float4 *       dst = P.fin_ssm.present ? (float4 *)((float *)P.fin_ssm.p + slot * P.fin_ssm.s[0] +
-                                                                    h * P.fin_ssm.s[1] + p * P.fin_ssm.s[2])
+                                                              h * P.fin_ssm.s[1] + p * P.fin_ssm.s[2])
                                                        : nullptr;
                 for (int n4 = lane; n4 < K / 4; n4 += 32) {
                     const float4 hv = src[n4];

@@ -5,8 +5,8 @@
 #ifndef SSMI_CUDA_SISO_STEP_CUH
 #define SSMI_CUDA_SISO_STEP_CUH
 
-#include "siso.cuh"
 #include "../common/step_plan.cuh"
+#include "siso.cuh"
 
 namespace ssmi_siso {
 
