@@ -10,8 +10,10 @@
  *    fp32 bar), padding rows' out exactly 0, outputs poisoned before, a second run
  *    byte-identical; index tensors on the host and on the device; mamba2_step through both
  *    of its kernels that take these forms ("vector" and "generic");
- *  - vLLM's slot tables (2-D dst_state_batch_indices, then 2-D state_batch_indices with
- *    num_accepted_tokens) and their rules, the loops of test_decode_slots run on the device:
+ *  - vLLM's slot tables: a 2-D state_batch_indices with num_accepted_tokens as the read slots
+ *    and the token table, in place, on each step against the reference and the CPU, the table
+ *    on the host and on the device; the loops of test_decode_slots (2-D
+ *    dst_state_batch_indices, then 2-D state_batch_indices) and their rules run on the device:
  *    a table slot holds the intermediate state; num_accepted_tokens equals the spelled-out
  *    read slots; repeated write slots, slots beyond the pool, too-narrow tables and bad
  *    cu_seqlens rejected with nothing written;
@@ -363,6 +365,92 @@ static void test_m3_dst(ssmt_rng * rng) {
     }
 }
 
+/* ---- vLLM's slot tables, every step ------------------------------------------------------ */
+
+/* A speculative step's table (R × W, lens[b] ≤ W): row b reads tab[b, max(k_b − 1, 0)]
+ * (k_b = acc[b]) and stores the state after its token j in tab[b, j]; a padding row (rd[b]
+ * < 0) is −1 throughout; the other entries a row uses are distinct slots below `slots`, the
+ * rest −1. */
+static void make_table(ssmt_rng * rng, const int64_t * lens, const ssm_tensor * rd, int64_t R, int64_t W, int64_t slots,
+                       ssmt_host * tab, ssmt_host * acc) {
+    const int64_t st[2] = {R, W}, s1[1] = {R};
+    *tab = ssmt_alloc(SSM_DTYPE_I64, 2, st), *acc = ssmt_alloc(SSM_DTYPE_I32, 1, s1);
+    int64_t *perm = malloc((size_t)slots * sizeof(int64_t)), next = 0;
+    TEST_CHECK(perm != NULL, "no memory for a permutation");
+    if (perm == NULL) return;
+    ssmt_ds_shuffle(rng, perm, slots);
+    for (int64_t b = 0; b < R; ++b) {
+        const int64_t k = ssmt_randint(rng, 0, W), col = k > 0 ? k - 1 : 0;
+        const int     pad = ssmt_get(rd, b) < 0;
+        ssmt_set(&acc->t, b, (double)k);
+        for (int64_t j = 0; j < W; ++j)
+            ssmt_set(&tab->t, b * W + j, !pad && (j < lens[b] || j == col) ? (double)perm[next++] : -1.0);
+    }
+    TEST_CHECK(next <= slots, "the table needs %lld slots of %lld", (long long)next, (long long)slots);
+    free(perm);
+}
+
+/* The table as the read slots (with num_accepted_tokens) and as the token table, in place,
+ * on each step: against the reference and the CPU, with the table on the host and then on
+ * the device (read there). */
+static void test_tables(ssmt_rng * rng) {
+    const int64_t W = 4;
+    for (int k = 0; k < 6; ++k) {
+        const int64_t R = 4 + k % 3;
+        int64_t       lens[16];
+        for (int64_t b = 0; b < R; ++b) lens[b] = ssmt_randint(rng, 0, W);
+        lens[R - 1] = 1 + ssmt_randint(rng, 0, W - 1); /* T ≥ 1 */
+        const ssm_dtype dt = k % 2 ? SSM_DTYPE_BF16 : SSM_DTYPE_F32, pdt = k % 3 == 2 ? SSM_DTYPE_BF16 : SSM_DTYPE_F32;
+        char            tag[160];
+        ssmt_host       tab, acc;
+        if (k < 2) { /* mamba2_step, a pool of T + R + 2 slots */
+            ssmt_ds_m2 q;
+            ssmt_ds_m2_make(rng, &q, R, lens, 1, 4, 8, 16, 2, dt, pdt, k % 2, 1);
+            ssm_mamba2_params_init(&ssmt_ds_m2_params);
+            ssmt_ds_m2_params.dt_softplus = 1;
+            const int64_t slots = q.T + R + 2, sp[4] = {slots, 4, 8, 16}, si[4] = {q.T, 4, 8, 16};
+            ssmt_host     pool = ssmt_alloc(pdt, 4, sp), inter = ssmt_alloc(pdt, 4, si),
+                      out = ssmt_alloc(dt, 3, q.x.t.shape);
+            ssmt_fill_normal(rng, &pool.t, 0, 1);
+            make_table(rng, lens, &q.rd.t, R, W, slots, &tab, &acc);
+            ssm_mamba2_step_args a = q.args;
+            a.state = a.final_state = pool.t, a.out = out.t, a.intermediate_states = inter.t;
+            a.state_batch_indices = tab.t, a.num_accepted_tokens = acc.t, a.dst_state_batch_indices = ssmt_absent();
+            snprintf(tag, sizeof tag, "m2 table[R%lld T%lld %s pool %s]", (long long)R, (long long)q.T,
+                     ssm_dtype_name(dt), ssm_dtype_name(pdt));
+            check_call(tag, "mamba2_step", ssmt_ds_run_m2, &a, dt, 0, ctx_cuda);
+            ssmt_free(&pool), ssmt_free(&inter), ssmt_free(&out);
+            ssmt_ds_m2_free(&q);
+        } else { /* the Mamba-3 steps: their pools have 2R + 2 + T slots */
+            const ssmt_ds_layout * L = k < 4 ? &ssmt_ds_siso_layout : &ssmt_ds_mimo_layout;
+            ssmt_ds_tokens         q;
+            if (ssmt_ds_tokens_make(rng, &q, L, R, lens,
+                                    L == &ssmt_ds_siso_layout ? ssmt_ds_siso_shapes[k % 3] : ssmt_ds_mimo_shapes[k % 3],
+                                    dt) != 0) {
+                TEST_CHECK(0, "could not build a %s tables problem", L->op);
+                continue;
+            }
+            make_table(rng, lens, &q.rd.t, R, W, q.slots, &tab, &acc);
+            ssmt_ds_args a = q.args;
+            ssmt_host    pool[4], inter[4];
+            for (int i = 0; i < 4; ++i) {
+                const ssm_tensor * in = ssmt_ds_fld(&a, L->in[i]);
+                pool[i] = ssmt_clone(in, pdt), inter[i] = ssmt_ds_inter_alloc(in, q.T, pdt);
+                *ssmt_ds_fld(&a, L->in[i]) = *ssmt_ds_fld(&a, L->fin[i]) = pool[i].t;
+                *ssmt_ds_fld(&a, L->inter[i]) = inter[i].t;
+            }
+            *ssmt_ds_fld(&a, L->idx) = tab.t, *ssmt_ds_fld(&a, L->acc) = acc.t;
+            *ssmt_ds_fld(&a, L->dst) = ssmt_absent();
+            snprintf(tag, sizeof tag, "%s table[R%lld T%lld %s pools %s]", L->op, (long long)R, (long long)q.T,
+                     ssm_dtype_name(dt), ssm_dtype_name(pdt));
+            check_call(tag, L->op, L->run, &a, dt, L == &ssmt_ds_siso_layout, ctx_cuda);
+            for (int i = 0; i < 4; ++i) ssmt_free(&pool[i]), ssmt_free(&inter[i]);
+            ssmt_ds_tokens_free(&q);
+        }
+        ssmt_free(&tab), ssmt_free(&acc);
+    }
+}
+
 int main(void) {
     if (!ssmt_cuda_present("test_cuda_decode_slots")) return 77;
     ssmt_rng rng;
@@ -379,6 +467,7 @@ int main(void) {
     test_m3_tokens(&rng, &ssmt_ds_siso_layout);
     test_m3_tokens(&rng, &ssmt_ds_mimo_layout);
     test_m3_dst(&rng);
+    test_tables(&rng);
     /* the slot-table loops of test_decode_slots, every run on the device (host indices: the
      * rules they check are host rules) */
     ssmt_ds_m2_tables(&rng, ctx_cuda, SSM_DTYPE_F32);
