@@ -9,7 +9,8 @@
  * padding rows, more rows than fit in the kernel arguments; in place (unused slots
  * bit-identical) and a separate final pool (poisoned; unused slots copied, also into
  * another dtype); NaN-poisoned outputs; identical bytes on a second run; AUTO dispatch
- * from device tensors; device-rule errors; dst_state_batch_indices refused (UNSUPPORTED).
+ * from device tensors; device-rule errors; dst_state_batch_indices naming the read slots equal
+ * to the plain step (test_cuda_decode_slots tests the slot forms).
  * Every case runs by the default choice of the selection table (pass "auto"), then with every
  * entry of the table forced through the contexts (ssm_context_set_variant): "registers" (vector
  * pools with up to 64 vectors a row and a constant over n; typed fp32 / bf16 inputs and the
@@ -523,11 +524,24 @@ static void test_device_rules(ssmt_rng * rng) {
     const ssm_status st = ssm_mamba2_step(ctx_cuda, &prm, &a);
     TEST_CHECK(st != SSM_STATUS_OK, "an out-of-range slot index was accepted");
     ssmt_set(&q.idx.t, 0, keep);
-    /* the arguments no GPU run has verified yet: UNSUPPORTED (valid for the CPU backend) */
+    /* dst_state_batch_indices naming the read slots (the general form, test_cuda_decode_slots
+     * covers it in full): the plain step's out and pool within the fp32 bar */
+    ssmt_poison(&out.t);
+    TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dout.mem, out.buf, out.bytes), SSM_STATUS_OK);
+    TEST_CHECK_STATUS(ssm_mamba2_step(ctx_cuda, &prm, &a), SSM_STATUS_OK);
+    ssmt_to_host(&out, &dout), ssmt_to_host(&q.state, &dst);
+    ssmt_host plain_out = ssmt_clone(&out.t, SSM_DTYPE_F32), plain_pool = ssmt_clone(&q.state.t, SSM_DTYPE_F32);
+    TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dst.mem, snap_pool, q.state.bytes), SSM_STATUS_OK);
+    ssmt_poison(&out.t);
+    TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dout.mem, out.buf, out.bytes), SSM_STATUS_OK);
     a.dst_state_batch_indices = q.idx.t;
     const ssm_status sd = ssm_mamba2_step(ctx_cuda, &prm, &a);
-    TEST_CHECK(sd == SSM_STATUS_UNSUPPORTED, "dst_state_batch_indices on CUDA: %s (%s)", ssm_status_string(sd),
+    TEST_CHECK(sd == SSM_STATUS_OK, "dst_state_batch_indices on CUDA: %s (%s)", ssm_status_string(sd),
                ssm_context_last_error(ctx_cuda));
+    ssmt_to_host(&out, &dout), ssmt_to_host(&q.state, &dst);
+    ssmt_check_bar("dst = the read slots: out", &out.t, &plain_out.t, SSM_DTYPE_F32);
+    ssmt_check_bar("dst = the read slots: pool", &q.state.t, &plain_pool.t, SSM_DTYPE_F32);
+    ssmt_free(&plain_out), ssmt_free(&plain_pool);
     a.dst_state_batch_indices = ssmt_absent();
     free(snap_out), free(snap_pool);
     ssmt_dev_free(&dx), ssmt_dev_free(&dt), ssmt_dev_free(&da), ssmt_dev_free(&db), ssmt_dev_free(&dc);

@@ -6,8 +6,9 @@
  * non-reduced outputs, f32 / f16 / bf16, strided layouts, initial/final states and varlen
  * (with an empty sequence) for the forward, the fused norm, the seed's stored bwd_fwd vectors
  * (float64 golden outputs), the step with state_batch_indices (padding rows, host and device
- * indices) on separate pools and in place, and its arguments without a verified CUDA path
- * (cu_seqlens, dst_state_batch_indices, intermediate states) refused with UNSUPPORTED.
+ * indices) on separate pools and in place, and its general form (cu_seqlens of one token per row,
+ * dst_state_batch_indices, an intermediate state) within the bar of the reference
+ * (test_cuda_decode_slots tests the slot forms).
  * Outputs are NaN-poisoned; a second run on re-poisoned outputs must give the same bytes.
  * ref_mode UPSTREAM_BF16 is UNSUPPORTED on CUDA.
  * Every case runs twice: first with the fallback entries of the selection tables forced through
@@ -27,6 +28,7 @@
 #include "cudautil.h"
 
 static ssm_context *ctx_ref, *ctx_cuda;
+static ssm_context *          ctx_general;   /* CUDA with the default choices: the step's general form */
 static const char * g_pass = "v2"; /* label prefix of the running pass */
 static ssm_mamba3_mimo_params g_params;
 /* SSM_STATUS_OK: a case is checked against the reference; otherwise the case only checks that
@@ -374,7 +376,9 @@ static void test_step(ssmt_rng * rng, const ssmt_mimo_config * cfg, int64_t slot
     }
     ssm_tensor * pslot[4] = {&da.angle_state, &da.ssm_state, &da.k_state, &da.v_state};
     ssm_tensor * fslot[4] = {&da.final_angle_state, &da.final_ssm_state, &da.final_k_state, &da.final_v_state};
+    void *       pools0[4]; /* the input pools, for the runs of the general form below */
     for (int i = 0; i < 4; ++i) {
+        pools0[i] = ssmt_snapshot(pool[i]);
         dpool[i] = ssmt_to_device(pool[i]);
         *pslot[i] = *fslot[i] = dpool[i].view;
     }
@@ -400,8 +404,9 @@ static void test_step(ssmt_rng * rng, const ssmt_mimo_config * cfg, int64_t slot
                 TEST_CHECK(zero, "%s: padding row %lld out is not 0", tag, (long long)b);
             }
         }
-        /* the arguments no GPU run has verified yet (valid on the CPU backend): cu_seqlens
-         * (one token per row here), dst_state_batch_indices, an intermediate state */
+        /* the general form (test_cuda_decode_slots covers it in full): cu_seqlens of one token
+         * per row, dst_state_batch_indices naming the read slots, an intermediate state: out and
+         * the pools within the bar of the reference, intermediate_v_state equal to v */
         const int64_t B = cfg->batch, sc[1] = {B + 1}, si[1] = {B}, sv[3] = {B, cfg->nheads, cfg->headdim};
         ssmt_host     cu = ssmt_alloc(SSM_DTYPE_I32, 1, sc), idx = ssmt_alloc(SSM_DTYPE_I32, 1, si);
         ssmt_host     inter = ssmt_alloc(SSM_DTYPE_F32, 3, sv); /* (T = B, H, P) */
@@ -409,18 +414,39 @@ static void test_step(ssmt_rng * rng, const ssmt_mimo_config * cfg, int64_t slot
         for (int64_t i = 0; i <= B; ++i) ssmt_set(&cu.t, i, (double)i);
         for (int64_t i = 0; i < B; ++i) ssmt_set(&idx.t, i, (double)i);
         for (int c = 0; c < 3; ++c) {
+            for (int i = 0; i < 4; ++i)
+                TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dpool[i].mem, pools0[i], pool[i]->bytes), SSM_STATUS_OK);
+            ssmt_poison(&pr.out.t);
+            TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, din[NI - 1].mem, pr.out.buf, pr.out.bytes), SSM_STATUS_OK);
             ssm_mamba3_mimo_step_args u = da;
             if (c == 0) u.cu_seqlens = cu.t;
-            if (c == 1) u.state_batch_indices = idx.t, u.dst_state_batch_indices = idx.t;
+            if (c == 1) {
+                if (u.state_batch_indices.data == NULL) u.state_batch_indices = idx.t;
+                u.dst_state_batch_indices = u.state_batch_indices;
+            }
             if (c == 2) u.intermediate_v_state = dinter.view;
-            const ssm_status su = ssm_mamba3_mimo_step(ctx_cuda, &g_params, &u);
-            TEST_CHECK(su == SSM_STATUS_UNSUPPORTED, "%s: new argument %d on CUDA: %s (%s)", tag, c,
-                       ssm_status_string(su), ssm_context_last_error(ctx_cuda));
+            const ssm_status su = ssm_mamba3_mimo_step(ctx_general, &g_params, &u);
+            TEST_CHECK(su == SSM_STATUS_OK, "%s: general form %d on CUDA: %s (%s)", tag, c, ssm_status_string(su),
+                       ssm_context_last_error(ctx_general));
+            if (su != SSM_STATUS_OK) continue;
+            ssmt_to_host(&pr.out, &din[NI - 1]);
+            snprintf(label, sizeof label, "%.400s general form %d out", tag, c);
+            ssmt_check_bar(label, &pr.out.t, &rout.t, cfg->dtype);
+            for (int i = 0; i < 4; ++i) {
+                ssmt_to_host(pool[i], &dpool[i]);
+                snprintf(label, sizeof label, "%.400s general form %d %s", tag, c, nm[i]);
+                ssmt_check_bar(label, &pool[i]->t, &ref[i].t, cfg->dtype);
+            }
+            if (c == 2) {
+                ssmt_to_host(&inter, &dinter);
+                snprintf(label, sizeof label, "%.400s intermediate_v_state == v", tag);
+                ssmt_check_close(label, &inter.t, &pr.v.t, 0.0);
+            }
         }
         ssmt_dev_free(&dinter), ssmt_free(&inter), ssmt_free(&cu), ssmt_free(&idx);
     }
     for (int i = 0; i < NI; ++i) ssmt_dev_free(&din[i]);
-    for (int i = 0; i < 4; ++i) ssmt_dev_free(&dpool[i]), ssmt_free(&ref[i]);
+    for (int i = 0; i < 4; ++i) ssmt_dev_free(&dpool[i]), ssmt_free(&ref[i]), free(pools0[i]);
     ssmt_free(&rout);
     ssmt_mimo_step_free(&pr);
 }
@@ -484,7 +510,8 @@ int main(void) {
     ssmt_rng_seed(&rng, seed);
     ctx_ref = ssmt_make_ctx(SSM_BACKEND_REF, 0, SSM_ISA_AUTO);
     ctx_cuda = ssmt_make_ctx(SSM_BACKEND_CUDA, 0, SSM_ISA_AUTO);
-    TEST_CHECK(ctx_ref && ctx_cuda, "context creation failed");
+    ctx_general = ssmt_make_ctx(SSM_BACKEND_CUDA, 0, SSM_ISA_AUTO);
+    TEST_CHECK(ctx_ref && ctx_cuda && ctx_general, "context creation failed");
     if (ssmt_failures) TEST_EXIT();
 
     test_bf16_mode_unsupported(&rng);
@@ -506,6 +533,7 @@ int main(void) {
 
     ssm_context_free(ctx_ref);
     ssm_context_free(ctx_cuda);
+    ssm_context_free(ctx_general);
     TEST_EXIT();
 }
 

@@ -8,8 +8,9 @@
  * empty sequence, stride-0 angles over heads, padded/permuted layouts, the seed regime,
  * NaN-poisoned outputs, identical bytes across two runs; the step with and without
  * state_batch_indices (padding rows), with separate and in-place final pools, with the
- * float4 and the generic state paths; the step's arguments without a verified CUDA path
- * (cu_seqlens, dst_state_batch_indices, intermediate states) refused with UNSUPPORTED.
+ * float4 and the generic state paths; the step's general form (cu_seqlens of one token per
+ * row, dst_state_batch_indices, an intermediate state) equal to the plain step within the fp32
+ * bar (test_cuda_decode_slots tests the slot forms).
  * Every case runs under the default choice of the CUDA selection tables, then once more with
  * each table entry forced through the context (ssm_context_set_variant) wherever it applies (a
  * forced entry that does not apply must fail with UNSUPPORTED; the case is then skipped). The
@@ -306,8 +307,9 @@ static void test_device_rules(ssmt_rng * rng) {
                ssm_context_last_error(ctx_cuda));
     TEST_CHECK_STATUS(ssm_mamba3_siso_fwd(ctx_cuda, &g_params, &pr.fwd_args), SSM_STATUS_INVALID_LAYOUT);
     ssmt_mamba3_problem_free(&pr);
-    /* the step's arguments no GPU run has verified yet (valid on the CPU backend):
-     * cu_seqlens (one token per row here), dst_state_batch_indices, intermediate states */
+    /* the general form (test_cuda_decode_slots covers it in full): cu_seqlens of one token per
+     * row, dst_state_batch_indices naming the read slots, an intermediate state give the plain
+     * step's out and pools within the fp32 bar; intermediate_v_state is the new v state */
     ssmt_mamba3_config_init(&cfg);
     cfg.batch = 3, cfg.has_d = cfg.has_z = 1;
     ssmt_mamba3_step_problem sp;
@@ -326,7 +328,14 @@ static void test_device_rules(ssmt_rng * rng) {
     for (int i = 0; i < 16; ++i) *field[i] = dev[i].view;
     a.final_angle_state = a.angle_state, a.final_ssm_state = a.ssm_state; /* in place */
     a.final_k_state = a.k_state, a.final_v_state = a.v_state;
+    void * pools0[4];
+    for (int i = 0; i < 4; ++i) pools0[i] = ssmt_snapshot(host[11 + i]);
     TEST_CHECK_STATUS(ssm_mamba3_siso_step(ctx_cuda, &g_params, &a), SSM_STATUS_OK);
+    ssmt_host plain[5];
+    for (int i = 0; i < 5; ++i) {
+        ssmt_to_host(host[11 + i], &dev[11 + i]);
+        plain[i] = ssmt_clone(&host[11 + i]->t, SSM_DTYPE_F64);
+    }
     const int64_t sc[1] = {4}, si[1] = {3};
     ssmt_host     cu = ssmt_alloc(SSM_DTYPE_I32, 1, sc), idx = ssmt_alloc(SSM_DTYPE_I32, 1, si);
     ssmt_host     inter = ssmt_alloc(SSM_DTYPE_F32, 3, sp.v_state.t.shape); /* (T = 3, H, V) */
@@ -334,14 +343,36 @@ static void test_device_rules(ssmt_rng * rng) {
     for (int64_t i = 0; i < 4; ++i) ssmt_set(&cu.t, i, (double)i);
     for (int64_t i = 0; i < 3; ++i) ssmt_set(&idx.t, i, (double)i);
     for (int c = 0; c < 3; ++c) {
+        for (int i = 0; i < 4; ++i)
+            TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dev[11 + i].mem, pools0[i], host[11 + i]->bytes), SSM_STATUS_OK);
+        ssmt_poison(&sp.out.t);
+        TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dev[15].mem, sp.out.buf, sp.out.bytes), SSM_STATUS_OK);
         ssm_mamba3_siso_step_args u = a;
         if (c == 0) u.cu_seqlens = cu.t;
         if (c == 1) u.state_batch_indices = idx.t, u.dst_state_batch_indices = idx.t;
         if (c == 2) u.intermediate_v_state = dinter.view;
         const ssm_status st = ssm_mamba3_siso_step(ctx_cuda, &g_params, &u);
-        TEST_CHECK(st == SSM_STATUS_UNSUPPORTED, "siso step on CUDA, new argument %d: %s (%s)", c,
-                   ssm_status_string(st), ssm_context_last_error(ctx_cuda));
+        TEST_CHECK(st == SSM_STATUS_OK, "siso step on CUDA, general form %d: %s (%s)", c, ssm_status_string(st),
+                   ssm_context_last_error(ctx_cuda));
+        for (int i = 0; i < 5 && st == SSM_STATUS_OK; ++i) {
+            ssmt_to_host(host[11 + i], &dev[11 + i]);
+            char label[100];
+            snprintf(label, sizeof label, "siso step, general form %d: output %d", c, i);
+            if (i == 0) { /* θ modulo 2π */
+                ssmt_host w = ssmt_unwrap_angles(&plain[0].t, &host[11]->t);
+                ssmt_check_bar(label, &host[11]->t, &w.t, SSM_DTYPE_F32);
+                ssmt_free(&w);
+            } else {
+                ssmt_check_bar(label, &host[11 + i]->t, &plain[i].t, SSM_DTYPE_F32);
+            }
+        }
+        if (c == 2 && st == SSM_STATUS_OK) {
+            ssmt_to_host(&inter, &dinter);
+            ssmt_check_close("siso step: intermediate_v_state == the new v state", &inter.t, &sp.v_state.t, 0.0);
+        }
     }
+    for (int i = 0; i < 4; ++i) free(pools0[i]);
+    for (int i = 0; i < 5; ++i) ssmt_free(&plain[i]);
     for (int i = 0; i < 16; ++i) ssmt_dev_free(&dev[i]);
     ssmt_dev_free(&dinter), ssmt_free(&inter), ssmt_free(&cu), ssmt_free(&idx);
     ssmt_mamba3_step_free(&sp);

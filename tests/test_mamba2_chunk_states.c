@@ -29,7 +29,7 @@ static int64_t Q = 8; /* the chunk size of the case */
 
 static ssm_context *             g_cuda; /* the CUDA context (SSMT_CHUNKS_ON_CUDA), else NULL */
 static const ssm_mamba2_params * g_prm;
-static ssm_status                call_scan(ssm_context * ctx, const void * a) {
+static ssm_status                call_scan(ssm_context * ctx, void * a) {
     return ssm_mamba2_scan(ctx, g_prm, a, NULL, 0);
 }
 /* The scan on ctx (on the CUDA context: on device copies, dev_idx: the index tensors too). */
@@ -40,7 +40,7 @@ static ssm_status run_scan(ssm_context * ctx, const ssm_mamba2_params * p, const
     if (ctx == g_cuda) return ssmt_run_on_device(ctx, "mamba2_scan", a, dev_idx, call_scan);
 #endif
     (void)dev_idx;
-    return call_scan(ctx, a);
+    return ssm_mamba2_scan(ctx, p, a, NULL, 0);
 }
 /* The bars of the backend under test: the input dtype on CUDA (its 16-bit paths), fp32 on
  * the CPU. */

@@ -67,7 +67,7 @@ static ssm_context * g_cuda; /* the CUDA context (SSMT_POOLS_ON_CUDA), else NULL
 
 #ifdef SSMT_POOLS_ON_CUDA
 static const ssmt_fixture * g_fixture; /* the fixture run_fixture_args runs */
-static ssm_status           run_fixture_args(ssm_context * ctx, const void * args) {
+static ssm_status           run_fixture_args(ssm_context * ctx, void * args) {
     ssmt_fixture f = *g_fixture;
     memcpy(&f.args, args, ssm_op_get(ssm_op_find(f.op))->args_size);
     return ssmt_fixture_run(ctx, &f);
@@ -88,7 +88,7 @@ static ssm_status run_fixture(ssm_context * ctx, const ssmt_fixture * f, int dev
 }
 
 static ssm_conv1d_params g_conv_params;
-static ssm_status        run_conv_args(ssm_context * ctx, const void * args) {
+static ssm_status        run_conv_args(ssm_context * ctx, void * args) {
     return ssm_causal_conv1d(ctx, &g_conv_params, args);
 }
 /* causal_conv1d on ctx (on the CUDA context: on device copies, the index tensors too). */
@@ -96,7 +96,7 @@ static ssm_status run_conv(ssm_context * ctx, const ssm_causal_conv1d_args * a) 
 #ifdef SSMT_POOLS_ON_CUDA
     if (ctx == g_cuda) return ssmt_run_on_device(ctx, "causal_conv1d", a, 1, run_conv_args);
 #endif
-    return run_conv_args(ctx, a);
+    return ssm_causal_conv1d(ctx, &g_conv_params, a);
 }
 
 /* The bar a backend's result meets against REF: the fixture's input dtype on CUDA (its

@@ -68,4 +68,16 @@ static inline int64_t ssmi_step_token_slot(const ssm_tensor * table, int64_t b, 
     return ssmi_get_i64(table, ssmi_off2(table, b, j));
 }
 
+/* 1 when a step uses more than one token per row read and written at one slot:
+ * dst_state_batch_indices, cu_seqlens, num_accepted_tokens, a 2-D read table, or a present
+ * inter[i] (i < n, its intermediate states). The CUDA steps run these through the rows' plan
+ * (cuda/common/step_plan.cuh) and their general kernels. */
+static inline int ssmi_step_general(const ssmi_step_slots * s, const ssm_tensor * const * inter, int n) {
+    if (ssmi_present(s->write) || ssmi_present(s->cu) || ssmi_present(s->accepted)) return 1;
+    if (ssmi_present(s->read) && s->read->ndim != 1) return 1;
+    for (int i = 0; i < n; ++i)
+        if (ssmi_present(inter[i])) return 1;
+    return 0;
+}
+
 #endif /* SSMI_STEP_SLOTS_H */

@@ -6,8 +6,8 @@
  * state view; any other overlap between an output and an input is an error, because the
  * backends read inputs while writing outputs. A separate final_state gets the slots no row
  * used after the step (dispatch.c). REF, CPU or CUDA (explicitly, or AUTO with x on a CUDA
- * device); state_batch_indices may be in host memory (used as it is: the fastest decode) or
- * on the device (copied to the host for validation, which synchronises the stream).
+ * device); state_batch_indices may be in host memory or, on the CUDA backend, on the device
+ * (read there by the kernels: no host copy); the other index tensors are read on the host.
  */
 #include <stdint.h>
 #include <string.h>
@@ -70,18 +70,4 @@ static ssm_status validate_step(ssm_context * ctx, const char * op, const ssm_ma
     return ssmi_check_step_slots(ctx, op, &slots, d->batch, d->slots, "state", in_place, has_final);
 }
 
-#ifdef SSMOPS_HAVE_CUDA
-/* The CUDA step has not run with write slots or several tokens per row on a GPU: it refuses
- * them. */
-static ssm_status cuda_step(ssm_context * ctx, const ssm_mamba2_params * p, const ssmi_mamba2_dims * d,
-                            const ssm_mamba2_step_args * a) {
-    SSM_RETURN_IF(ssmi_present(&a->dst_state_batch_indices) || ssmi_present(&a->cu_seqlens) ||
-                      ssmi_present(&a->num_accepted_tokens) || ssmi_present(&a->intermediate_states) ||
-                      (ssmi_present(&a->state_batch_indices) && a->state_batch_indices.ndim != 1),
-                  ctx, SSM_STATUS_UNSUPPORTED,
-                  "mamba2_step: dst_state_batch_indices, cu_seqlens, num_accepted_tokens, intermediate_states and 2-D "
-                  "slot tables have no CUDA path yet; use the cpu or ref backend");
-    return ssmi_cuda_mamba2_step(ctx, p, d, a);
-}
-#endif
-SSMI_DEFINE_CUDA_OP_VIA(mamba2_step, ssm_mamba2_params, m2, ssmi_mamba2_check_step_params, validate_step, x, cuda_step)
+SSMI_DEFINE_CUDA_OP(mamba2_step, ssm_mamba2_params, m2, ssmi_mamba2_check_step_params, validate_step, x)

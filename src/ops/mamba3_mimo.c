@@ -317,18 +317,4 @@ static ssm_status validate_step(ssm_context * ctx, const char * op, const ssm_ma
     d->has_states = 1;
     return SSM_STATUS_OK;
 }
-#ifdef SSMOPS_HAVE_CUDA
-/* The CUDA step has not run with separate write slots or several tokens per row on a GPU:
- * it refuses them. */
-static ssm_status cuda_mimo_step(ssm_context * ctx, const ssm_mamba3_mimo_params * p, const ssmi_mimo_dims * d,
-                        const ssm_mamba3_mimo_step_args * a) {
-    const ssmi_step_slots    slots = mimo_step_slots(a);
-    const ssm_tensor * const mid[4] = {&a->intermediate_angle_state, &a->intermediate_ssm_state,
-                                       &a->intermediate_k_state, &a->intermediate_v_state};
-    SSM_RETURN_IF(ssmi_step_needs_host(&slots, mid, 4), ctx, SSM_STATUS_UNSUPPORTED,
-                  "mamba3_mimo_step: dst_state_batch_indices, cu_seqlens, num_accepted_tokens, intermediate_* states "
-                  "and 2-D slot tables have no CUDA path yet; use the cpu or ref backend");
-    return ssmi_cuda_mamba3_mimo_step(ctx, p, d, a);
-}
-#endif
-SSMI_DEFINE_CUDA_OP_VIA(mamba3_mimo_step, ssm_mamba3_mimo_params, mimo, check_params, validate_step, v, cuda_mimo_step)
+SSMI_DEFINE_CUDA_OP(mamba3_mimo_step, ssm_mamba3_mimo_params, mimo, check_params, validate_step, v)

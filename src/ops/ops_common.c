@@ -74,11 +74,16 @@ static ssm_status note_write(ssm_context * ctx, const char * op, const char * wn
 }
 
 /* The rules of ssmi_check_step_slots on host index views, with writes[] room for every
- * write (batch, or the tokens with a token table). */
+ * write (batch, or the tokens with a token table). read_known = 0: state_batch_indices is in
+ * device memory and its values are not read here (a row's read slot, and the slots a row
+ * writes through it, are the device's: out of range is padding there, and a repeat races);
+ * every rule on the host tensors (num_accepted_tokens, dst_state_batch_indices, the token
+ * counts of a table) still holds. */
 static ssm_status step_slot_rules(ssm_context * ctx, const char * op, const ssmi_step_slots * s, int64_t batch,
-                                  int64_t slots, const char * pool, int in_place, slot_row * writes) {
+                                  int64_t slots, const char * pool, int in_place, int read_known, slot_row * writes) {
     const ssm_tensor * table = ssmi_step_token_table(s);
     const char * wname = ssmi_present(s->write) ? "dst_state_batch_indices" : "state_batch_indices";
+    const int    writes_known = read_known || ssmi_present(s->write); /* the written slots are host values */
     int64_t      nw = 0;
     for (int64_t b = 0; b < batch; ++b) {
         if (ssmi_present(s->accepted)) {
@@ -87,12 +92,15 @@ static ssm_status step_slot_rules(ssm_context * ctx, const char * op, const ssmi
                           "%s: num_accepted_tokens[%lld]=%lld must be in [0, state_batch_indices.shape[1]=%lld]", op,
                           (long long)b, (long long)k, (long long)s->read->shape[1]);
         }
-        const int64_t r = ssmi_step_read_slot(s, b);
+        /* an unknown read slot counts as a valid one: the host rules on the writes still apply */
+        const int64_t r = read_known ? ssmi_step_read_slot(s, b) : 0;
         SSM_RETURN_IF(r >= slots, ctx, SSM_STATUS_INVALID_ARGUMENT,
                       "%s: state_batch_indices[%lld]=%lld (row %lld's read slot) is not below %s.shape[0]=%lld (slots)",
                       op, (long long)b, (long long)r, (long long)b, pool, (long long)slots);
         if (table == NULL) {
-            SSM_FORWARD_IF_ERROR(note_write(ctx, op, wname, b, -1, r, ssmi_step_write_slot(s, b), slots, pool, writes, &nw));
+            if (writes_known)
+                SSM_FORWARD_IF_ERROR(
+                    note_write(ctx, op, wname, b, -1, r, ssmi_step_write_slot(s, b), slots, pool, writes, &nw));
             continue;
         }
         int64_t t0, t1;
@@ -100,7 +108,7 @@ static ssm_status step_slot_rules(ssm_context * ctx, const char * op, const ssmi
         SSM_RETURN_IF(t1 - t0 > table->shape[1], ctx, SSM_STATUS_INVALID_SHAPE,
                       "%s: row %lld has %lld tokens but %s.shape[1]=%lld; the token table needs a column per token", op,
                       (long long)b, (long long)(t1 - t0), wname, (long long)table->shape[1]);
-        for (int64_t j = 0; j < t1 - t0; ++j)
+        for (int64_t j = 0; j < t1 - t0 && writes_known; ++j)
             SSM_FORWARD_IF_ERROR(
                 note_write(ctx, op, wname, b, j, r, ssmi_step_token_slot(table, b, j), slots, pool, writes, &nw));
     }
@@ -110,7 +118,7 @@ static ssm_status step_slot_rules(ssm_context * ctx, const char * op, const ssmi
                       "%s: %s writes slot %lld twice (rows %lld and %lld); two writes may not share a slot (they would "
                       "race)",
                       op, wname, (long long)writes[i].slot, (long long)writes[i - 1].row, (long long)writes[i].row);
-    if (!in_place) return SSM_STATUS_OK;
+    if (!in_place || !read_known) return SSM_STATUS_OK;
     for (int64_t b = 0; b < batch; ++b) {
         const int64_t r = ssmi_step_read_slot(s, b);
         const int64_t c = r < 0 ? -1 : writer_of(writes, nw, r);
@@ -145,11 +153,15 @@ ssm_status ssmi_check_step_slots(ssm_context * ctx, const char * op, const ssmi_
     SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "dst_state_batch_indices", write, wb));
     if (s->accepted != NULL) SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "num_accepted_tokens", s->accepted, wb));
     if (!ssmi_present(read) || batch == 0) return SSM_STATUS_OK;
-    /* Slots in device memory (the CUDA backend reads them there): their values are not read
-     * on the host; an index outside [0, slots) makes its row padding, and two rows naming one
-     * slot race (docs/ops/limits.md, "CUDA graphs"). */
-    if (read->device.type == SSM_DEVICE_CUDA) return SSM_STATUS_OK;
-    if (read->ndim == 1 && read->strides[0] == 0 && batch > 1 && !ssmi_present(write) &&
+    /* Read slots in device memory (the CUDA backend reads them there): their values are not
+     * read on the host; an index outside [0, slots) makes its row padding, and two rows naming
+     * one slot race (docs/ops/limits.md, "CUDA graphs"). The other index tensors are host
+     * views, checked below. */
+    const int read_known = read->device.type != SSM_DEVICE_CUDA;
+    if (!read_known && !ssmi_present(write) && (s->accepted == NULL || !ssmi_present(s->accepted)) &&
+        ssmi_step_token_table(s) == NULL)
+        return SSM_STATUS_OK;
+    if (read_known && read->ndim == 1 && read->strides[0] == 0 && batch > 1 && !ssmi_present(write) &&
         ssmi_step_token_table(s) == NULL) {
         /* Broadcast without write slots: every row reads and writes read[0], so a slot would
          * serve all rows; all padding is valid. Checked in constant time, whatever the batch. */
@@ -169,7 +181,7 @@ ssm_status ssmi_check_step_slots(ssm_context * ctx, const char * op, const ssmi_
     slot_row * writes = (slot_row *)ssmi_alloc(ctx, (size_t)(room > 0 ? room : 1) * sizeof(slot_row));
     SSM_RETURN_IF(writes == NULL, ctx, SSM_STATUS_OUT_OF_MEMORY,
                   "%s: could not allocate %zu bytes to check state_batch_indices", op, (size_t)room * sizeof(slot_row));
-    const ssm_status st = step_slot_rules(ctx, op, s, batch, slots, pool, in_place, writes);
+    const ssm_status st = step_slot_rules(ctx, op, s, batch, slots, pool, in_place, read_known, writes);
     ssmi_free(ctx, writes);
     return st;
 }
@@ -424,14 +436,6 @@ ssm_status ssmi_mamba3_check_step_states(ssm_context * ctx, const char * op, con
         ssmi_step_token_table(slots) != NULL ? ssmi_all_in_place(in, fin, 4) : ssmi_any_in_place(in, fin, 4);
     const int has_final = ssmi_present(fin[0]) || ssmi_present(fin[1]) || ssmi_present(fin[2]) || ssmi_present(fin[3]);
     return ssmi_mamba3_check_pools(ctx, op, in[0], in[1], in[2], in[3], slots, rows, sh, in_place, has_final);
-}
-
-int ssmi_step_needs_host(const ssmi_step_slots * slots, const ssm_tensor * const * inter, int n) {
-    if (ssmi_present(slots->write) || ssmi_present(slots->cu) || ssmi_present(slots->accepted)) return 1;
-    if (ssmi_present(slots->read) && slots->read->ndim != 1) return 1;
-    for (int i = 0; i < n; ++i)
-        if (ssmi_present(inter[i])) return 1;
-    return 0;
 }
 
 ssm_status ssmi_mamba3_take_nseq(ssm_context * ctx, const char * op, const ssm_tensor * cu, const char * batch_name,

@@ -119,16 +119,6 @@ void ssmi_args_project(ssmi_op dst_op, void * dst, ssmi_op src_op, const void * 
     ssm_status ssm_##op(ssm_context * ctx, const P * params, const ssm_##op##_args * args) {                      \
         return ssmi_dispatch(ctx, &op##_impl, #op, params, args, NULL, 0, NULL);                                  \
     }
-/* SSMI_DEFINE_CUDA_OP whose CUDA branch calls fn (same arguments as ssmi_cuda_<op>): a guard
- * that refuses the arguments the CUDA path does not implement, then ssmi_cuda_<op>. */
-#ifdef SSMOPS_HAVE_CUDA
-#define SSMI_CUDA_BRANCH_VIA_(fn) be == SSMI_BACKEND_CUDA ? fn(ctx, p, d, a):
-#else
-#define SSMI_CUDA_BRANCH_VIA_(fn)
-#endif
-#define SSMI_DEFINE_CUDA_OP_VIA(op, P, member, check_params, validate, lead, fn)            \
-    SSMI_DEFINE_OP_(op, P, member, check_params, validate, offsetof(ssm_##op##_args, lead), \
-                    SSMI_CUDA_BRANCH_VIA_(fn))
 #define SSMI_DEFINE_OP(op, P, member, check_params, validate) \
     SSMI_DEFINE_OP_(op, P, member, check_params, validate, 0, )
 #define SSMI_DEFINE_CUDA_OP(op, P, member, check_params, validate, lead)        \
@@ -269,10 +259,6 @@ ssm_status ssmi_mamba3_check_step_states(ssm_context * ctx, const char * op, con
                                          const ssm_tensor * const fin[4], const ssm_tensor * const inter[4],
                                          const ssmi_step_slots * slots, int64_t rows,
                                          const ssmi_mamba3_state_shapes * sh, const ssmi_mamba3_state_shapes * inter_sh);
-/* 1 when a decode step uses an argument beyond one token per row read and written at one
- * slot: dst_state_batch_indices, cu_seqlens, num_accepted_tokens, a 2-D read table or a
- * present inter[i] (i < n). The CUDA steps refuse these. */
-int ssmi_step_needs_host(const ssmi_step_slots * slots, const ssm_tensor * const * inter, int n);
 /* ssmi_check_cu_seqlens, then *varlen (cu given) and *nseq (nseq with cu, else batch). */
 ssm_status ssmi_mamba3_take_nseq(ssm_context * ctx, const char * op, const ssm_tensor * cu, const char * batch_name,
                                  int64_t batch, int64_t seqlen, int64_t * nseq, int32_t * varlen);

@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixtures.h"
+
 ssmt_dev ssmt_to_device(const ssmt_host * h) {
     ssmt_dev d;
     memset(&d, 0, sizeof d);
@@ -30,51 +32,77 @@ void ssmt_dev_free(ssmt_dev * d) {
     memset(d, 0, sizeof *d);
 }
 
-enum { MAX_MIRRORS = 48 };
-/* The device copy of one host range [host, host + bytes) at mem; out: an output lies in it. */
+/* One device copy of a host byte range that one or more views of an args struct lie in. */
 typedef struct mirror {
-    char * host;
+    char * lo;
+    char * hi;
     void * mem;
-    size_t bytes;
-    int    out;
+    int    out; /* some view in it is an output */
 } mirror;
 
-ssm_status ssmt_run_on_device(ssm_context * ctx, const char * op, const void * args, int dev_idx,
-                              ssm_status (*call)(ssm_context * ctx, const void * args)) {
+enum { MIRRORS_MAX = 64 };
+
+static int mirror_cmp(const void * a, const void * b) {
+    const mirror * x = a;
+    const mirror * y = b;
+    return (x->lo > y->lo) - (x->lo < y->lo);
+}
+
+ssm_status ssmt_run_on_device(ssm_context * ctx, const char * op, const void * args, int index_dev, ssmt_run_fn fn) {
     const ssm_op_info * info = ssm_op_get(ssm_op_find(op));
-    unsigned char       copy[4096];
-    mirror              m[MAX_MIRRORS];
-    int                 nm = 0;
-    TEST_CHECK(info != NULL && info->args_size <= sizeof copy, "%s: no room for the args", op);
-    if (info == NULL || info->args_size > sizeof copy) return SSM_STATUS_INTERNAL;
-    memcpy(copy, args, info->args_size);
+    TEST_CHECK(info != NULL && info->nargs <= MIRRORS_MAX, "%s: not an operator of the schema", op);
+    if (info == NULL || info->nargs > MIRRORS_MAX) return SSM_STATUS_INVALID_ARGUMENT;
+    mirror          m[MIRRORS_MAX];
+    int             n = 0;
+    unsigned char * dargs = malloc(info->args_size);
+    TEST_CHECK(dargs != NULL, "%s: no memory for the device args", op);
+    if (dargs == NULL) return SSM_STATUS_OUT_OF_MEMORY;
+    memcpy(dargs, args, info->args_size);
+    /* every view's byte range, then overlapping ranges merged: views into one buffer (an
+     * in-place pool, a slice of another view) share one copy */
     for (int32_t i = 0; i < info->nargs; ++i) {
-        const ssm_arg_info * arg = &info->args[i];
-        ssm_tensor *         t = (ssm_tensor *)(void *)(copy + arg->offset);
-        if (t->data == NULL || (arg->dtype_class == SSM_DTYPE_CLASS_INDEX && !dev_idx)) continue;
-        char *       lo = (char *)t->data;
-        const size_t n = ssmt_view_bytes(t);
-        int          k = 0;
-        while (k < nm && !(lo >= m[k].host && lo + n <= m[k].host + m[k].bytes)) ++k;
-        if (k == nm) {
-            TEST_CHECK(nm < MAX_MIRRORS, "%s: more than %d tensors", op, MAX_MIRRORS);
-            if (nm == MAX_MIRRORS) break;
-            m[nm].host = lo, m[nm].bytes = n, m[nm].out = 0, m[nm].mem = NULL;
-            TEST_CHECK_STATUS(ssm_cuda_malloc(NULL, &m[nm].mem, n > 64 ? n : 64), SSM_STATUS_OK);
-            if (n > 0 && m[nm].mem != NULL) TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, m[nm].mem, lo, n), SSM_STATUS_OK);
-            ++nm;
-        }
-        m[k].out |= (arg->role & SSM_ARG_ROLE_OUTPUT) != 0;
-        t->data = (char *)m[k].mem + (lo - m[k].host);
-        t->device.type = SSM_DEVICE_CUDA;
-        t->device.index = 0;
+        const ssm_arg_info * ai = &info->args[i];
+        const ssm_tensor *   t = (const ssm_tensor *)(const void *)((const char *)args + ai->offset);
+        if (t->data == NULL || (ai->dtype_class == SSM_DTYPE_CLASS_INDEX && !index_dev)) continue;
+        m[n++] = (mirror){(char *)t->data, (char *)t->data + ssmt_view_bytes(t), NULL,
+                          (ai->role & SSM_ARG_ROLE_OUTPUT) != 0};
     }
-    const ssm_status st = call(ctx, copy);
-    for (int k = 0; k < nm; ++k) {
-        if (m[k].out && m[k].bytes > 0 && m[k].mem != NULL)
-            TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, m[k].host, m[k].mem, m[k].bytes), SSM_STATUS_OK);
+    qsort(m, (size_t)n, sizeof m[0], mirror_cmp);
+    int merged = 0;
+    for (int k = 0; k < n; ++k) {
+        if (merged > 0 && m[k].lo < m[merged - 1].hi) {
+            if (m[k].hi > m[merged - 1].hi) m[merged - 1].hi = m[k].hi;
+            m[merged - 1].out |= m[k].out;
+        } else {
+            m[merged++] = m[k];
+        }
+    }
+    n = merged;
+    for (int k = 0; k < n; ++k) { /* at least 64 bytes: an empty view still needs an address */
+        const size_t bytes = (size_t)(m[k].hi - m[k].lo);
+        TEST_CHECK_STATUS(ssm_cuda_malloc(NULL, &m[k].mem, bytes > 64 ? bytes : 64), SSM_STATUS_OK);
+        if (m[k].mem != NULL && bytes > 0) TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, m[k].mem, m[k].lo, bytes), SSM_STATUS_OK);
+    }
+    for (int32_t i = 0; i < info->nargs; ++i) {
+        const ssm_arg_info * ai = &info->args[i];
+        ssm_tensor *         t = (ssm_tensor *)(void *)(dargs + ai->offset);
+        if (t->data == NULL || (ai->dtype_class == SSM_DTYPE_CLASS_INDEX && !index_dev)) continue;
+        for (int k = 0; k < n; ++k)
+            if ((char *)t->data >= m[k].lo && (char *)t->data < m[k].hi + (m[k].hi == m[k].lo)) {
+                t->data = (char *)m[k].mem + ((char *)t->data - m[k].lo);
+                t->device.type = SSM_DEVICE_CUDA;
+                t->device.index = 0;
+                break;
+            }
+    }
+    const ssm_status st = fn(ctx, dargs);
+    for (int k = 0; k < n; ++k) {
+        const size_t bytes = (size_t)(m[k].hi - m[k].lo);
+        if (m[k].out && m[k].mem != NULL && bytes > 0)
+            TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, m[k].lo, m[k].mem, bytes), SSM_STATUS_OK);
         if (m[k].mem != NULL) TEST_CHECK_STATUS(ssm_cuda_free(NULL, m[k].mem), SSM_STATUS_OK);
     }
+    free(dargs);
     return st;
 }
 

@@ -19,13 +19,13 @@ ssmt_dev ssmt_to_device(const ssmt_host * h);
 void ssmt_to_host(const ssmt_host * h, const ssmt_dev * d);
 void ssmt_dev_free(ssmt_dev * d);
 
-/* Runs call(ctx, copy) on a copy of args (an args struct of operator op, tensors in host
- * memory) whose present float tensors — and index tensors too when dev_idx — are device
- * copies: one per distinct host range (a view inside an earlier view's range shares its copy,
- * as an in-place pool does); then copies every output's range back over the host bytes and
- * returns call's status. */
-ssm_status ssmt_run_on_device(ssm_context * ctx, const char * op, const void * args, int dev_idx,
-                              ssm_status (*call)(ssm_context * ctx, const void * args));
+/* fn(ctx, args') for operator op, where args' is a copy of args (its args struct, tensors in host
+ * memory) whose present tensors — index tensors too when index_dev, else they stay on the host —
+ * are device copies: views whose host byte ranges overlap share one copy (an in-place pool stays
+ * in place, a slice stays inside its buffer). After the call, whatever its status, every range
+ * holding an output is copied back over its host bytes (a failed call that wrote nothing leaves
+ * them as they were). Returns fn's status. */
+ssm_status ssmt_run_on_device(ssm_context * ctx, const char * op, const void * args, int index_dev, ssmt_run_fn fn);
 
 /* 1 when a CUDA device is present; otherwise prints "<test>: no CUDA device: skipped". */
 int ssmt_cuda_present(const char * test);

@@ -770,11 +770,18 @@ int vec_ok(const ssm_tensor * t, int64_t N) {
 int const_dim(const ssm_tensor * t, int i) { return t->strides[i] == 0 || t->shape[i] <= 1; }
 
 ssm_status step_pointers(ssm_context * ctx, const char * op, const ssm_mamba2_step_args * a) {
-    const ssm_tensor * ts[] = {&a->x, &a->dt, &a->a, &a->b, &a->c, &a->d, &a->z, &a->dt_bias, &a->state, &a->out,
-                               &a->final_state};
-    const char *       names[] = {"x", "dt", "a", "b", "c", "d", "z", "dt_bias", "state", "out", "final_state"};
-    for (int i = 0; i < 11; ++i) SSM_FORWARD_IF_ERROR(ssmi_cuda_check_pointer(ctx, op, names[i], ts[i]));
+    const ssm_tensor * ts[] = {&a->x, &a->dt,      &a->a,     &a->b,   &a->c,           &a->d,
+                               &a->z, &a->dt_bias, &a->state, &a->out, &a->final_state, &a->intermediate_states};
+    const char *       names[] = {"x", "dt",      "a",     "b",   "c",           "d",
+                                  "z", "dt_bias", "state", "out", "final_state", "intermediate_states"};
+    for (int i = 0; i < 12; ++i) SSM_FORWARD_IF_ERROR(ssmi_cuda_check_pointer(ctx, op, names[i], ts[i]));
     return SSM_STATUS_OK;
+}
+
+ssmi_step_slots step_slots_of(const ssm_mamba2_step_args * a) {
+    const ssmi_step_slots s = {&a->state_batch_indices, &a->dst_state_batch_indices, &a->cu_seqlens,
+                               &a->num_accepted_tokens};
+    return s;
 }
 
 void fill_args(const ssm_mamba2_params * p, const ssmi_mamba2_dims * d, const ssm_mamba2_step_args * a, step_args & A) {
@@ -807,6 +814,15 @@ void fill_args(const ssm_mamba2_params * p, const ssmi_mamba2_dims * d, const ss
     A.out = a->out.data;
     A.out_dtype = a->out.dtype;
     for (int i = 0; i < 3; ++i) A.os[i] = a->out.strides[i];
+    const ssmi_step_slots    slots = step_slots_of(a);
+    const ssm_tensor * const inter[1] = {&a->intermediate_states};
+    A.general = ssmi_step_general(&slots, inter, 1);
+    A.has_inter = ssmi_present(&a->intermediate_states);
+    if (A.has_inter) {
+        A.inter = a->intermediate_states.data;
+        A.inter_dtype = a->intermediate_states.dtype;
+        for (int i = 0; i < 4; ++i) A.is[i] = a->intermediate_states.strides[i];
+    }
 }
 
 int64_t index_at(const ssm_tensor * t, int64_t b) {
@@ -821,8 +837,13 @@ struct step_problem {
     int                          vec; /* a vector pool: state (and final_state, same dtype) in 16-byte vectors */
 };
 
-bool step_registers(const step_problem & pr) { return pr.vec && ssmi_m2step::step_registers_applies(*pr.A); }
-bool step_streaming(const step_problem & pr) { return pr.vec && ssmi_m2step::step_streaming_applies(*pr.A); }
+/* The registers and streaming kernels take the single-token form only (step.cuh). */
+bool step_registers(const step_problem & pr) {
+    return pr.vec && !pr.A->general && ssmi_m2step::step_registers_applies(*pr.A);
+}
+bool step_streaming(const step_problem & pr) {
+    return pr.vec && !pr.A->general && ssmi_m2step::step_streaming_applies(*pr.A);
+}
 bool step_vector(const step_problem & pr) { return pr.vec != 0; }
 bool step_any(const step_problem & pr) { return (void)pr, true; }
 
@@ -837,25 +858,32 @@ ssm_status run_step_generic(step_problem & pr) { return ssmi_m2step::launch_step
 
 #define STEP_VECTOR_POOL \
     "state (and final_state, of the same dtype) f32, f16 or bf16 in contiguous 16-byte aligned rows, N a multiple of 16 bytes"
+#define STEP_ONE_TOKEN                                                                                         \
+    "; one token per row read and written at one slot (no dst_state_batch_indices, cu_seqlens, slot table or " \
+    "intermediate_states)"
 const table_entry<step_problem> step_table[] = {
     {"registers",
      "every load of a warp issued at once, b/c and row scalars in registers, no shared memory or barrier: the fastest "
      "where a is constant over n and a row is at most 64 vectors",
      STEP_VECTOR_POOL "; a constant over n; N / vector a power of two ≤ 64, wide enough for the plan's rows per lane "
-                      "group",
+                      "group" STEP_ONE_TOKEN,
      step_registers, NULL, run_step_registers},
     {"streaming",
      "all of a thread's state loads in flight before use, b/c and row scalars staged in shared memory: a that varies "
      "over n, rows of up to 256 vectors",
-     STEP_VECTOR_POOL "; N / vector a power of two ≤ 256", step_streaming, NULL, run_step_streaming},
-    {"vector", "16-byte state loads and stores, up to 4 rows in flight per thread: any N a multiple of the vector",
+     STEP_VECTOR_POOL "; N / vector a power of two ≤ 256" STEP_ONE_TOKEN, step_streaming, NULL, run_step_streaming},
+    {"vector",
+     "16-byte state loads and stores, up to 4 rows in flight per thread: any N a multiple of the vector; with several "
+     "tokens per row, write slots, slot tables or intermediate_states a row per lane group, its state in shared "
+     "memory between tokens",
      STEP_VECTOR_POOL, step_vector, NULL, run_step_vector},
     {"generic",
      "one state element per lane through the strides: any pool (strided, f64, misaligned, a final pool of another "
-     "dtype)",
+     "dtype), every form of the step",
      "any pool", step_any, NULL, run_step_generic},
 };
 #undef STEP_VECTOR_POOL
+#undef STEP_ONE_TOKEN
 
 } /* namespace */
 
@@ -960,7 +988,12 @@ extern "C" ssm_status ssmi_cuda_mamba2_step(ssm_context * ctx, const ssm_mamba2_
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     const ssm_tensor * idx = &a->state_batch_indices;
     void *             dslots = NULL;
-    if (ssmi_cuda_on_device(idx)) {
+    if (A->general) {
+        /* the rows' plan (common/step_plan.cuh); its buffer is released below like a slot list */
+        const ssmi_step_slots slots = step_slots_of(a);
+        int                   max_tokens = 0;
+        st = ssmi_cuda_step_plan(ctx, op, &slots, d->batch, d->seqlen, d->slots, s, &A->plan, &dslots, &max_tokens);
+    } else if (ssmi_cuda_on_device(idx)) {
         /* Device indices are read on the device: no host copy (capturable in a CUDA graph);
          * an index outside [0, slots) makes its row padding. */
         st = ssmi_cuda_check_pointer(ctx, op, "state_batch_indices", idx);

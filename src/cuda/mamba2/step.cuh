@@ -11,7 +11,11 @@
  * run to run. A padding row (slot < 0) writes out = 0 and reads/writes no state.
  *
  * Slots: the indices are a host view; up to kInlineSlots rows travel as int32 in the kernel
- * arguments (no copy, no synchronisation), more are copied to a stream-ordered device buffer.
+ * arguments (no copy, no synchronisation), more are copied to a stream-ordered device buffer; a
+ * device view is converted on the device. The general form (step_args.general: several tokens per
+ * row, write slots, slot tables, intermediate_states) reads its rows from the plan instead and runs
+ * on the rows kernel only: each lane group keeps its state row in shared memory (fp32) from token
+ * to token.
  * The state may be updated in place (final_state == state): each element is read and then
  * written by the same thread, and only through plain (coherent) loads.
  */
@@ -25,6 +29,7 @@ extern "C" {
 }
 #include "../../core/ssmi_scalar.h"
 #include "../common/cuda_common.cuh"
+#include "../common/step_plan.cuh"
 
 namespace ssmi_m2step {
 
@@ -47,6 +52,14 @@ struct step_args {
     void *       out;
     int          out_dtype;
     long long    os[3];
+    /* The general form (several tokens per row, write slots, slot tables, intermediate_states):
+     * the rows come from plan (common/step_plan.cuh) and only the rows kernel takes it. */
+    int               general;
+    ssmi_cu_step_plan plan;
+    int               has_inter;
+    void *            inter;
+    int               inter_dtype;
+    long long         is[4];
     int          idx_mode; /* 0: slot = row; 1: idx_inline; 2: idx_dev                         */
     const int *  idx_dev;
     int          idx_inline[kInlineSlots];
@@ -134,7 +147,7 @@ int        step_streaming_applies(const step_args & A);
 ssm_status launch_step_streaming(ssm_context * ctx, const char * op, step_args & A);
 
 /* step_rows.cu: vector pools (vec = 1: 16-byte loads and stores) or any pool (vec = 0: one element
- * per lane through the strides). */
+ * per lane through the strides); the only kernel of the general form. */
 ssm_status launch_step_rows(ssm_context * ctx, const char * op, step_args & A, int vec);
 
 } /* namespace ssmi_m2step */

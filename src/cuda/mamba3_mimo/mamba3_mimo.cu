@@ -265,7 +265,19 @@ long long slot_of(const step_problem & pb, int64_t b) {
     return ssmi_get_i64(idx, ssmi_off1(idx, b));
 }
 
+/* The general form (st_args.general): several tokens per row, write slots, slot tables or
+ * intermediate_*. */
+bool general_form(const step_problem & pb) {
+    const ssm_mamba3_mimo_step_args * a = pb.a;
+    const ssmi_step_slots             slots = {&a->state_batch_indices, &a->dst_state_batch_indices, &a->cu_seqlens,
+                                               &a->num_accepted_tokens};
+    const ssm_tensor * const          inter[4] = {&a->intermediate_angle_state, &a->intermediate_ssm_state,
+                                                  &a->intermediate_k_state, &a->intermediate_v_state};
+    return ssmi_step_general(&slots, inter, 4) != 0;
+}
+
 bool slots_fit_params(const step_problem & pb) {
+    if (general_form(pb)) return false;
     if (!ssmi_present(&pb.a->state_batch_indices)) return true;
     if (pb.d->batch > kInlineSlots || ssmi_cuda_on_device(&pb.a->state_batch_indices)) return false;
     for (int64_t b = 0; b < pb.d->batch; ++b) {
@@ -294,7 +306,25 @@ ssm_status step_slots_uploaded(ssm_context * ctx, const char * op, const step_pr
     mc_mem     m;
     ssm_status st = SSM_STATUS_OK;
     m.n = 0;
-    if (ssmi_cuda_on_device(&pb.a->state_batch_indices)) {
+    if (A.general) {
+        /* the rows' plan (common/step_plan.cuh); a row of several tokens keeps the P×N state in
+         * shared memory */
+        const ssm_mamba3_mimo_step_args * a = pb.a;
+        const ssmi_step_slots             slots = {&a->state_batch_indices, &a->dst_state_batch_indices, &a->cu_seqlens,
+                                                   &a->num_accepted_tokens};
+        const int64_t                     T = ssmi_present(&a->cu_seqlens) ? pb.d->seqlen : pb.d->batch;
+        void *                            plan = NULL;
+        int                               max_tokens = 0;
+        st = ssmi_cuda_step_plan(ctx, op, &slots, pb.d->batch, T, pb.d->nseq, s, &A.plan, &plan, &max_tokens);
+        if (plan != NULL) m.p[m.n++] = plan;
+        A.keep = max_tokens > 1;
+        if (A.keep) smem += sizeof(float) * (size_t)(pb.d->headdim * pb.d->dstate);
+        if (st == SSM_STATUS_OK && smem > (size_t)kSmemLimit)
+            st = ssmi_error(ctx, SSM_STATUS_UNSUPPORTED,
+                            "%s: a row of several tokens keeps its P×N state in shared memory; R=%d with N=%d, P=%d "
+                            "needs %zu bytes (limit %d)",
+                            op, A.R, A.N, A.P, smem, kSmemLimit);
+    } else if (ssmi_cuda_on_device(&pb.a->state_batch_indices)) {
         /* device indices, read on the device (no host copy: capturable in a CUDA graph); an
          * index outside [0, slots) makes its row padding */
         void * dslots = NULL;
@@ -322,9 +352,14 @@ const step_variant kStepTable[] = {
     {"slots_in_params",
      "no slot list, or one of at most 64 slots within int: the list travels in the kernel's parameters (no "
      "allocation, no copy)",
-     "no state_batch_indices, or batch ≤ 64 with every index within int", slots_fit_params, step_slots_in_params},
-    {"slots_uploaded", "any slot list (longer lists, indices beyond int): copied to a device buffer first", "always",
-     always, step_slots_uploaded},
+     "no state_batch_indices, or batch ≤ 64 with every index within int; one token per row read and written at one "
+     "slot (no dst_state_batch_indices, cu_seqlens, slot table or intermediate_*)",
+     slots_fit_params, step_slots_in_params},
+    {"slots_uploaded",
+     "any slot list (longer lists, indices beyond int): copied to a device buffer first; every form of the step "
+     "(several tokens per row, write slots, slot tables, intermediate_*: the rows' plan, a row's states in shared "
+     "memory between its tokens)",
+     "always", always, step_slots_uploaded},
 };
 
 /* ---- the backward (mamba3_mimo_bwd) ---------------------------------------------------------- */
@@ -637,11 +672,16 @@ extern "C" ssm_status ssmi_cuda_mamba3_mimo_step(ssm_context * ctx, const ssm_ma
     A.fused = p->fuse_pregate_norm != 0, A.eps = (float)p->norm_eps;
     A.nw_1d = ssmi_present(&a->outproj_norm_weight) && a->outproj_norm_weight.ndim == 1;
     A.vec = vec_ok(&a->ssm_state, d->dstate) && vec_ok(&a->final_ssm_state, d->dstate);
+    A.inter_angle = ssmi_cu_view_or_null(&a->intermediate_angle_state);
+    A.inter_ssm = ssmi_cu_view_or_null(&a->intermediate_ssm_state);
+    A.inter_k = ssmi_cu_view_or_null(&a->intermediate_k_state);
+    A.inter_v = ssmi_cu_view_or_null(&a->intermediate_v_state);
     const size_t smem = (size_t)step_smem_floats(A.R, A.N, A.P, A.A) * sizeof(float);
     SSM_RETURN_IF(smem > (size_t)kSmemLimit, ctx, SSM_STATUS_UNSUPPORTED,
                   "%s: R=%d with N=%d, P=%d needs %zu bytes of shared memory (limit %d)", op, A.R, A.N, A.P, smem,
                   kSmemLimit);
     const step_problem   pb = {a, d};
+    A.general = general_form(pb);
     const step_variant * var = NULL;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_pick_variant(ctx, SSMI_OP_mamba3_mimo_step, kStepTable, pb, &var));
     return var->launch(ctx, op, pb, A, smem, ssmi_cuda_stream(ctx));

@@ -22,6 +22,7 @@ extern "C" {
 }
 #include "../common/cuda_common.cuh"
 #include "../common/device_math.cuh"
+#include "../common/step_plan.cuh"
 
 namespace ssmi_mimo {
 
@@ -139,6 +140,12 @@ struct st_args {
     float             eps;
     int               n_islot;                /* > 0: B ≤ kInlineSlots slots passed by value */
     int               islot[kInlineSlots];
+    /* The general form (several tokens per row, write slots, slot tables, intermediate_*): the
+     * rows from plan (common/step_plan.cuh); keep: some row has more than one token, so the
+     * block keeps the P×N state in shared memory between tokens. */
+    int               general, keep;
+    ssmi_cu_step_plan plan;
+    ssmi_cu_view      inter_angle, inter_ssm, inter_k, inter_v;
 };
 
 /* Shared floats of the step: qt, kt, kp [R][N]; cg, cb, u, y [R][P]; hrow [warps][N];
@@ -150,7 +157,16 @@ __host__ __device__ inline int step_smem_floats(int R, int N, int P, int A) {
 /* ---- host side ----------------------------------------------------------------------------- */
 
 /* Kernels whose dynamic shared memory may exceed the default 48 KB (set_smem's cache index). */
-enum { SM_CHUNK_STATE = 0, SM_OUTPUT_TWO_GEMM, SM_OUTPUT_FUSED, SM_FIX_TWO_GEMM, SM_FIX_FUSED, SM_STEP, SM_KERNELS };
+enum {
+    SM_CHUNK_STATE = 0,
+    SM_OUTPUT_TWO_GEMM,
+    SM_OUTPUT_FUSED,
+    SM_FIX_TWO_GEMM,
+    SM_FIX_FUSED,
+    SM_STEP,
+    SM_STEP_GENERAL,
+    SM_KERNELS
+};
 
 /* Raises kernel fn's dynamic shared-memory limit to `bytes` when needed (mamba3_mimo.cu). */
 ssm_status set_smem(ssm_context * ctx, const char * op, int id, const void * fn, size_t bytes);
@@ -173,7 +189,8 @@ ssm_status launch_partial_reduce(ssm_context * ctx, const char * op, const mc_ar
 /* output_stage.cu: out from Y (forward), then the finals of v, θ and empty sequences. */
 ssm_status launch_output_stage(ssm_context * ctx, const char * op, const mc_args & A, cudaStream_t s);
 ssm_status launch_finals(ssm_context * ctx, const char * op, const mc_args & A, cudaStream_t s);
-/* step_kernel.cu: one block per (row, head), smem bytes of dynamic shared memory. */
+/* step_kernel.cu: one block per (row, head), smem bytes of dynamic shared memory (with A.keep:
+ * step_smem_floats and the P×N state); A.general: the general form over the plan's rows. */
 ssm_status launch_step(ssm_context * ctx, const char * op, const st_args & A, long long batch, long long nheads,
                        size_t smem, cudaStream_t s);
 

@@ -471,6 +471,7 @@ int vec_ok(const ssm_tensor * t) {
 struct step_problem {
     long long K, V, blocks; /* blocks: B·H, one per (row, head) */
     int       vec;          /* fp32 state pools in 16-byte rows (vec_ok) and K % 4 == 0 */
+    int       general;      /* the general form (m3_step_args.general): step_warp_kernel only */
 };
 
 /* step_prefetch_kernel's float4s per thread for a V×K state: the smallest instantiated count that
@@ -510,9 +511,9 @@ int lanes_input_class(const ssm_mamba3_siso_step_args * a) {
 
 bool lanes_applies(const step_problem & pb) {
     int threads = 0;
-    return pb.vec && lanes_plan(pb.K, pb.V, &threads);
+    return pb.vec && !pb.general && lanes_plan(pb.K, pb.V, &threads);
 }
-bool prefetch_applies(const step_problem & pb) { return pb.vec && prefetch_per_thread(pb.K, pb.V) > 0; }
+bool prefetch_applies(const step_problem & pb) { return pb.vec && !pb.general && prefetch_per_thread(pb.K, pb.V) > 0; }
 /* step_prefetch_kernel is faster than step_warp_kernel for few (row, head) blocks and slower for many
  * (fp32 pools, H=64 K=128 V=64 on the H200: B=1 20.4 µs against 14.3, B=128 0.227 ms against
  * 0.380). */
@@ -537,7 +538,7 @@ ssm_status step_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dim
     /* step_prefetch_kernel's: the same and one dot partial per float4 (≤ 18 KB) */
     const size_t smem2 = sizeof(float) * (size_t)(3 * d->dk + 2 * d->dv + d->nangles + d->dv * (d->dk / 4));
     const int          dev_idx = ssmi_cuda_on_device(&a->state_batch_indices);
-    if (kind != STEP_WARP && (!has_idx || (d->batch <= kStepInlineSlots && !dev_idx))) {
+    if (kind != STEP_WARP && !P.general && (!has_idx || (d->batch <= kStepInlineSlots && !dev_idx))) {
         /* the slots travel in the kernel parameters: no allocation, no copy */
         m3_step_slots_args A2; /* ~2.4 KB; the launch copies it into the parameter space */
         memset(&A2, 0, sizeof A2);
@@ -555,7 +556,26 @@ ssm_status step_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dim
     }
     void *     dslots = NULL;
     ssm_status st = SSM_STATUS_OK;
-    if (dev_idx) {
+    size_t     smem_warp = smem;
+    if (P.general) {
+        /* the rows' plan (common/step_plan.cuh), released below like a slot list; a row of
+         * several tokens keeps the V×K state in shared memory */
+        const ssmi_step_slots slots = {&a->state_batch_indices, &a->dst_state_batch_indices, &a->cu_seqlens,
+                                       &a->num_accepted_tokens};
+        int                   max_tokens = 0;
+        const int64_t         T = ssmi_present(&a->cu_seqlens) ? d->seqlen : d->batch;
+        ssmi_cuda_props       pr;
+        st = ssmi_cuda_current_props(ctx, op, &pr);
+        if (st == SSM_STATUS_OK)
+            st = ssmi_cuda_step_plan(ctx, op, &slots, d->batch, T, d->nseq, s, &P.plan, &dslots, &max_tokens);
+        P.keep = max_tokens > 1;
+        if (P.keep) smem_warp += sizeof(float) * (size_t)(d->dv * d->dk);
+        if (st == SSM_STATUS_OK && smem_warp > (size_t)pr.smem_optin)
+            st = ssmi_error(ctx, SSM_STATUS_UNSUPPORTED,
+                            "%s: a row of several tokens keeps its V×K state in shared memory; K=%lld, V=%lld need "
+                            "%zu bytes, more than the device's %d",
+                            op, (long long)d->dk, (long long)d->dv, smem_warp, pr.smem_optin);
+    } else if (dev_idx) {
         /* device indices, read on the device (no host copy: capturable in a CUDA graph); an
          * index outside [0, slots) makes its row padding */
         st = ssmi_cuda_check_pointer(ctx, op, "state_batch_indices", &a->state_batch_indices);
@@ -597,7 +617,7 @@ ssm_status step_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dim
             st = ssmi_cuda_status(ctx, op, "step_prefetch_kernel launch",
                                   launch_step_prefetch(A2, per, (int)d->batch, smem2, s));
     } else if (st == SSM_STATUS_OK) {
-        st = ssmi_cuda_status(ctx, op, "step_warp_kernel launch", launch_step_warp(P, (int)d->batch, smem, s));
+        st = ssmi_cuda_status(ctx, op, "step_warp_kernel launch", launch_step_warp(P, (int)d->batch, smem_warp, s));
     }
     if (dslots != NULL) {
         const ssm_status fs = ssmi_cuda_status(ctx, op, "device release (slot list)", ssmi_cuda_free_async(ctx, dslots, s));
@@ -634,15 +654,19 @@ const step_variant kStepTable[] = {
     {"lanes",
      "the state on lane groups (8 rows per group), every global load issued at the start, one barrier: fp32 state "
      "pools in 16-byte rows, K/4 a power of two in [8, 32], the head's V rows in one block",
-     lanes_applies, NULL, "fp32 state pools in 16-byte rows, K/4 a power of two in [8, 32], V <= 2048 / (K/4)",
+     lanes_applies, NULL,
+     "fp32 state pools in 16-byte rows, K/4 a power of two in [8, 32], V <= 2048 / (K/4); one token per row read "
+     "and written at one slot (no dst_state_batch_indices, cu_seqlens, slot table or intermediate_*)",
      launch_lanes},
     {"prefetch",
      "every state load of a thread in flight before the small work, row sums through shared memory: fp32 state pools "
      "in 16-byte rows, V*K <= 16384; by default for <= 256 (row, head) blocks",
-     prefetch_applies, prefetch_pays, "fp32 state pools in 16-byte rows, K % 4 == 0, V*K <= 16384", launch_prefetch},
+     prefetch_applies, prefetch_pays,
+     "fp32 state pools in 16-byte rows, K % 4 == 0, V*K <= 16384; one token per row read and written at one slot",
+     launch_prefetch},
     {"warp_rows",
      "a warp per state row through shared-memory q, k and v: any dtype and layout of the pools (float4 rows where "
-     "they allow it)",
+     "they allow it); every form of the step (several tokens per row: the V×K state in shared memory)",
      step_any, NULL, "", launch_warp},
 };
 
@@ -732,9 +756,21 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_step(ssm_context * ctx, const ssm_ma
     P.fin_ang = out_of(&a->final_angle_state), P.fin_ssm = out_of(&a->final_ssm_state);
     P.fin_k = out_of(&a->final_k_state), P.fin_v = out_of(&a->final_v_state);
     P.vec = d->dk % 4 == 0 && vec_ok(&a->ssm_state) && vec_ok(&a->final_ssm_state);
+    {
+        const ssmi_step_slots     slots = {&a->state_batch_indices, &a->dst_state_batch_indices, &a->cu_seqlens,
+                                           &a->num_accepted_tokens};
+        const ssm_tensor * const  inter[4] = {&a->intermediate_angle_state, &a->intermediate_ssm_state,
+                                              &a->intermediate_k_state, &a->intermediate_v_state};
+        static const char * const names[4] = {"intermediate_angle_state", "intermediate_ssm_state",
+                                              "intermediate_k_state", "intermediate_v_state"};
+        for (int i = 0; i < 4; ++i) SSM_FORWARD_IF_ERROR(ssmi_cuda_check_pointer(ctx, op, names[i], inter[i]));
+        P.general = ssmi_step_general(&slots, inter, 4);
+        P.inter_ang = out_of(inter[0]), P.inter_ssm = out_of(inter[1]);
+        P.inter_k = out_of(inter[2]), P.inter_v = out_of(inter[3]);
+    }
 
     step_problem pb;
-    pb.K = d->dk, pb.V = d->dv, pb.blocks = d->batch * d->nheads, pb.vec = P.vec;
+    pb.K = d->dk, pb.V = d->dv, pb.blocks = d->batch * d->nheads, pb.vec = P.vec, pb.general = P.general;
     const step_variant * e = NULL;
     SSM_FORWARD_IF_ERROR(choose(ctx, opid, kStepTable, pb, &e));
     SSM_FORWARD_IF_ERROR(e->launch(ctx, op, d, a, P));

@@ -8,7 +8,9 @@
  *                         memory, then one pass over the V×K fp32 state, a warp per state row
  *                         (float4 loads/stores when both pools are fp32 with unit K stride and
  *                         16-byte aligned rows, the generic strided path otherwise), a fixed warp
- *                         reduction per row.
+ *                         reduction per row. Also the general form (several tokens per row, write
+ *                         slots, slot tables, intermediate_*): the row's tokens in turn, its
+ *                         states carried in shared memory.
  *   step_prefetch_kernel  fp32 pools in 16-byte rows, V·K ≤ 16384: every state load of a thread in
  *                         flight before the small work; for few (row, head) blocks.
  *   step_lanes_kernel     fp32 pools in 16-byte rows, K/4 a power of two in [8, 32], the head in
@@ -24,33 +26,36 @@ struct step_coefs {
     float alpha, beta, gamma;
 };
 
-/* The part step_warp_kernel and step_prefetch_kernel share: the token's coefficients, then in
- * shared memory the new angles th (A), the old k state kp (K), v and the old v state (vv, vp: V
- * each), and after a barrier the rotated q̂, k̂ (qh, kh: K each). Every read of the old small states
+/* The part step_warp_kernel and step_prefetch_kernel share, for token t of a row: the token's
+ * coefficients, then in shared memory the new angles th (A), the old k state kp (K), v and the old
+ * v state (vv, vp: V each), and after a barrier the rotated q̂, k̂ (qh, kh: K each). The old states
+ * are the slot's (first: the row's first token) or the previous token's, which th, kh and vv hold
+ * on entry (each element moved by the thread that wrote it). Every read of the old small states
  * happens before the first barrier, so the finals may be the same views (in place). Ends with a
  * barrier. */
-__device__ __forceinline__ step_coefs step_stage(const m3_step_args & P, int b, int h, int g, int slot, float * qh,
-                                                 float * kh, float * kp, float * vv, float * vp, float * th) {
+__device__ __forceinline__ step_coefs step_stage(const m3_step_args & P, int t, int h, int g, int slot, bool first,
+                                                 float * qh, float * kh, float * kp, float * vv, float * vp,
+                                                 float * th) {
     const int   K = P.K, V = P.V, A = P.A;
-    const float dt = ld2(P.dt, b, h);
-    const float lam = sigmoidf(ld2(P.trap, b, h));
-    const float alpha = expf(ld2(P.adt, b, h));
+    const float dt = ld2(P.dt, t, h);
+    const float lam = sigmoidf(ld2(P.trap, t, h));
+    const float alpha = expf(ld2(P.adt, t, h));
     const float beta = alpha * dt * (1.0f - lam);
     const float gamma = dt * lam;
     /* every read of the old small states happens before the first barrier, every write of a
      * final after it: the finals may be the same views (in place) */
     for (int m = threadIdx.x; m < A; m += blockDim.x)
-        th[m] = wrap2pi(ld3(P.ang_in, slot, h, m) + (kPi * tanhf(ld3(P.ang, b, h, m))) * dt);
-    for (int n = threadIdx.x; n < K; n += blockDim.x) kp[n] = ld3(P.k_in, slot, h, n);
+        th[m] = wrap2pi((first ? ld3(P.ang_in, slot, h, m) : th[m]) + (kPi * tanhf(ld3(P.ang, t, h, m))) * dt);
+    for (int n = threadIdx.x; n < K; n += blockDim.x) kp[n] = first ? ld3(P.k_in, slot, h, n) : kh[n];
     for (int p = threadIdx.x; p < V; p += blockDim.x) {
-        vp[p] = ld3(P.v_in, slot, h, p);
-        vv[p] = ld3(P.v, b, h, p);
+        vp[p] = first ? ld3(P.v_in, slot, h, p) : vv[p];
+        vv[p] = ld3(P.v, t, h, p);
     }
     __syncthreads();
     for (int m = threadIdx.x; m < K / 2; m += blockDim.x) {
         const int n = 2 * m;
-        float     q0 = ld3(P.q, b, g, n) + ld2(P.qb, h, n), q1 = ld3(P.q, b, g, n + 1) + ld2(P.qb, h, n + 1);
-        float     k0 = ld3(P.k, b, g, n) + ld2(P.kb, h, n), k1 = ld3(P.k, b, g, n + 1) + ld2(P.kb, h, n + 1);
+        float     q0 = ld3(P.q, t, g, n) + ld2(P.qb, h, n), q1 = ld3(P.q, t, g, n + 1) + ld2(P.qb, h, n + 1);
+        float     k0 = ld3(P.k, t, g, n) + ld2(P.kb, h, n), k1 = ld3(P.k, t, g, n + 1) + ld2(P.kb, h, n + 1);
         if (m < A) {
             float sn, cs;
             sincosf(th[m], &sn, &cs);
@@ -64,70 +69,133 @@ __device__ __forceinline__ step_coefs step_stage(const m3_step_args & P, int b, 
     return step_coefs{alpha, beta, gamma};
 }
 
-__global__ void __launch_bounds__(kStepThreads) step_warp_kernel(const m3_step_args P) {
-    extern __shared__ __align__(16) float sm[];
-    const int                             h = blockIdx.x, b = blockIdx.y, g = h / P.G;
-    const int                             slot = P.slots != nullptr ? P.slots[b] : b;
-    if (slot < 0) { /* padding row */
-        for (int p = threadIdx.x; p < P.V; p += blockDim.x) st3(P.out, b, h, p, 0.0f);
+/* The four states of head h after a token (θ, the V×K state `st` in rows of K, k̂, v) to row `row`
+ * of the outputs o[4] (angle, ssm, k, v; absent ones skipped); st NULL: zeros (a padding row's
+ * intermediate states). */
+__device__ __forceinline__ void store_small(const m3_step_args & P, const m3_out & ang, const m3_out & k,
+                                            const m3_out & v, int row, int h, const float * th, const float * kh,
+                                            const float * vv) {
+    if (ang.present)
+        for (int m = threadIdx.x; m < P.A; m += blockDim.x) st3(ang, row, h, m, th != nullptr ? th[m] : 0.0f);
+    if (k.present)
+        for (int n = threadIdx.x; n < P.K; n += blockDim.x) st3(k, row, h, n, kh != nullptr ? kh[n] : 0.0f);
+    if (v.present)
+        for (int p = threadIdx.x; p < P.V; p += blockDim.x) st3(v, row, h, p, vv != nullptr ? vv[p] : 0.0f);
+}
+
+/* step_warp_kernel's block (head h, row b). The single-token form: token b from slot P.slots[b] (or b) to the same
+ * slot of the finals. GENERAL: row b's tokens tok[b] .. tok[b+1] − 1 of the plan from its read
+ * slot, a token at a time: θ, k̂ and v carried in shared memory, the V×K state too when P.keep
+ * (each element by the thread that owns it every token), else read from the pool for the row's
+ * only token; after token j the intermediate_* rows and, with a token table, slot table[b, j];
+ * after the last token (the read slot's states for a row of none) the write slot. */
+template <bool GENERAL>
+__device__ __forceinline__ void step_warp_body(const m3_step_args & P, float * sm) {
+    const int h = blockIdx.x, b = blockIdx.y, g = h / P.G;
+    const int t0 = GENERAL ? P.plan.tok[b] : b, t1 = GENERAL ? P.plan.tok[b + 1] : b + 1;
+    const int slot = GENERAL ? P.plan.read[b] : P.slots != nullptr ? P.slots[b] : b;
+    if (slot < 0) { /* padding row: out (and intermediate_*) 0, no state touched */
+        for (int t = t0; t < t1; ++t) {
+            for (int p = threadIdx.x; p < P.V; p += blockDim.x) st3(P.out, t, h, p, 0.0f);
+            if (!GENERAL) continue;
+            store_small(P, P.inter_ang, P.inter_k, P.inter_v, t, h, nullptr, nullptr, nullptr);
+            if (P.inter_ssm.present)
+                for (int e = threadIdx.x; e < P.V * P.K; e += blockDim.x)
+                    st4(P.inter_ssm, t, h, e / P.K, e % P.K, 0.0f);
+        }
         return;
     }
-    const int        K = P.K, V = P.V, A = P.A;
-    float *          qh = sm;     /* K */
-    float *          kh = qh + K; /* K */
-    float *          kp = kh + K; /* K: k state (old) */
-    float *          vv = kp + K; /* V: v of this token */
-    float *          vp = vv + V; /* V: v state (old) */
-    float *          th = vp + V; /* A */
-    const step_coefs cf = step_stage(P, b, h, g, slot, qh, kh, kp, vv, vp, th);
-    const float      alpha = cf.alpha, beta = cf.beta, gamma = cf.gamma;
-    const float      dh = P.has_d ? ssmi_cu_ld(P.d.p, P.d.dtype, h * P.d.s[0]) : 0.0f;
-    const int        warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
-    for (int p = warp; p < V; p += nw) {
-        const float a = beta * vp[p], c = gamma * vv[p];
-        float       dot = 0.0f;
-        if (P.vec) {
-            const float4 * src = (const float4 *)((const float *)P.ssm_in.p + slot * P.ssm_in.s[0] + h * P.ssm_in.s[1] +
-                                                  p * P.ssm_in.s[2]);
-            float4 *       dst =
-                P.fin_ssm.present
-                          ? (float4 *)((float *)P.fin_ssm.p + slot * P.fin_ssm.s[0] + h * P.fin_ssm.s[1] + p * P.fin_ssm.s[2])
-                          : nullptr;
-            for (int n4 = lane; n4 < K / 4; n4 += 32) {
-                const float4 hv = src[n4];
-                const int    n = 4 * n4;
-                float4       nv;
-                nv.x = alpha * hv.x + a * kp[n] + c * kh[n];
-                nv.y = alpha * hv.y + a * kp[n + 1] + c * kh[n + 1];
-                nv.z = alpha * hv.z + a * kp[n + 2] + c * kh[n + 2];
-                nv.w = alpha * hv.w + a * kp[n + 3] + c * kh[n + 3];
-                dot += nv.x * qh[n] + nv.y * qh[n + 1] + nv.z * qh[n + 2] + nv.w * qh[n + 3];
-                if (dst != nullptr) dst[n4] = nv;
-            }
-        } else {
-            for (int n = lane; n < K; n += 32) {
-                const float nv = alpha * ld4(P.ssm_in, slot, h, p, n) + a * kp[n] + c * kh[n];
-                dot += nv * qh[n];
-                if (P.fin_ssm.present) st4(P.fin_ssm, slot, h, p, n, nv);
-            }
-        }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-        if (lane == 0) {
-            float y = dot + dh * vv[p];
-            if (P.has_z) {
-                const float zv = ld3(P.z, b, h, p);
-                y *= zv * sigmoidf(zv);
-            }
-            st3(P.out, b, h, p, y);
-        }
+    const int   K = P.K, V = P.V, A = P.A;
+    float *     qh = sm;     /* K */
+    float *     kh = qh + K; /* K */
+    float *     kp = kh + K; /* K: k state (old) */
+    float *     vv = kp + K; /* V: v of this token */
+    float *     vp = vv + V; /* V: v state (old) */
+    float *     th = vp + V; /* A */
+    float *     hs = th + A; /* V×K: the state between tokens (GENERAL with P.keep) */
+    const bool  keep = GENERAL && P.keep;
+    const float dh = P.has_d ? ssmi_cu_ld(P.d.p, P.d.dtype, h * P.d.s[0]) : 0.0f;
+    const int   warp = threadIdx.x >> 5, lane = threadIdx.x & 31, nw = blockDim.x >> 5;
+    /* the slot written after the last token: the read slot (single-token form), the plan's write
+     * slot, or none (a token table writes per token) */
+    const int wlast = !GENERAL ? slot : P.plan.table == nullptr ? P.plan.write[b] : -1;
+    if (GENERAL && t0 == t1) { /* a row of no token: its states from the read slot to the write slot */
+        if (wlast < 0) return;
+        if (P.fin_ang.present)
+            for (int m = threadIdx.x; m < A; m += blockDim.x) st3(P.fin_ang, wlast, h, m, ld3(P.ang_in, slot, h, m));
+        if (P.fin_k.present)
+            for (int n = threadIdx.x; n < K; n += blockDim.x) st3(P.fin_k, wlast, h, n, ld3(P.k_in, slot, h, n));
+        if (P.fin_v.present)
+            for (int p = threadIdx.x; p < V; p += blockDim.x) st3(P.fin_v, wlast, h, p, ld3(P.v_in, slot, h, p));
+        if (P.fin_ssm.present)
+            for (int e = threadIdx.x; e < V * K; e += blockDim.x)
+                st4(P.fin_ssm, wlast, h, e / K, e % K, ld4(P.ssm_in, slot, h, e / K, e % K));
+        return;
     }
-    if (P.fin_ang.present)
-        for (int m = threadIdx.x; m < A; m += blockDim.x) st3(P.fin_ang, slot, h, m, th[m]);
-    if (P.fin_k.present)
-        for (int n = threadIdx.x; n < K; n += blockDim.x) st3(P.fin_k, slot, h, n, kh[n]);
-    if (P.fin_v.present)
-        for (int p = threadIdx.x; p < V; p += blockDim.x) st3(P.fin_v, slot, h, p, vv[p]);
+    for (int t = t0; t < t1; ++t) {
+        const bool first = t == t0;
+        if (!first) __syncthreads(); /* every read of the previous token's shared values is done */
+        const step_coefs cf = step_stage(P, t, h, g, slot, first, qh, kh, kp, vv, vp, th);
+        const float      alpha = cf.alpha, beta = cf.beta, gamma = cf.gamma;
+        const int        ws = GENERAL && P.plan.table != nullptr ? P.plan.table[(long long)b * P.plan.LC + (t - t0)]
+                              : t == t1 - 1                      ? wlast
+                                                                 : -1;
+        for (int p = warp; p < V; p += nw) {
+            const float a = beta * vp[p], c = gamma * vv[p];
+            float       dot = 0.0f;
+            if (!GENERAL && P.vec) {
+                const float4 * src = (const float4 *)((const float *)P.ssm_in.p + slot * P.ssm_in.s[0] +
+                                                      h * P.ssm_in.s[1] + p * P.ssm_in.s[2]);
+                float4 *       dst = P.fin_ssm.present ? (float4 *)((float *)P.fin_ssm.p + slot * P.fin_ssm.s[0] +
+                                                              h * P.fin_ssm.s[1] + p * P.fin_ssm.s[2])
+                                                       : nullptr;
+                for (int n4 = lane; n4 < K / 4; n4 += 32) {
+                    const float4 hv = src[n4];
+                    const int    n = 4 * n4;
+                    float4       nv;
+                    nv.x = alpha * hv.x + a * kp[n] + c * kh[n];
+                    nv.y = alpha * hv.y + a * kp[n + 1] + c * kh[n + 1];
+                    nv.z = alpha * hv.z + a * kp[n + 2] + c * kh[n + 2];
+                    nv.w = alpha * hv.w + a * kp[n + 3] + c * kh[n + 3];
+                    dot += nv.x * qh[n] + nv.y * qh[n + 1] + nv.z * qh[n + 2] + nv.w * qh[n + 3];
+                    if (dst != nullptr) dst[n4] = nv;
+                }
+            } else {
+                for (int n = lane; n < K; n += 32) {
+                    const float old = keep && !first ? hs[p * K + n] : ld4(P.ssm_in, slot, h, p, n);
+                    const float nv = alpha * old + a * kp[n] + c * kh[n];
+                    dot += nv * qh[n];
+                    if (keep) hs[p * K + n] = nv;
+                    if (GENERAL && P.inter_ssm.present) st4(P.inter_ssm, t, h, p, n, nv);
+                    if (P.fin_ssm.present && ws >= 0) st4(P.fin_ssm, ws, h, p, n, nv);
+                }
+            }
+#pragma unroll
+            for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
+            if (lane == 0) {
+                float y = dot + dh * vv[p];
+                if (P.has_z) {
+                    const float zv = ld3(P.z, t, h, p);
+                    y *= zv * sigmoidf(zv);
+                }
+                st3(P.out, t, h, p, y);
+            }
+        }
+        if (ws >= 0) store_small(P, P.fin_ang, P.fin_k, P.fin_v, ws, h, th, kh, vv);
+        if (GENERAL) store_small(P, P.inter_ang, P.inter_k, P.inter_v, t, h, th, kh, vv);
+    }
+}
+
+__global__ void __launch_bounds__(kStepThreads) step_warp_kernel(const m3_step_args P) {
+    extern __shared__ __align__(16) float sm[];
+    step_warp_body<false>(P, sm);
+}
+
+/* The general form: one block per SM is enough to hold its registers without a spill (the token
+ * loop keeps more values live than the single-token form). */
+__global__ void __launch_bounds__(kStepThreads, 1) step_warp_general_kernel(const m3_step_args P) {
+    extern __shared__ __align__(16) float sm[];
+    step_warp_body<true>(P, sm);
 }
 
 /* ---- step_prefetch_kernel --------------------------------------------------------------------------
@@ -176,7 +244,7 @@ __global__ void __launch_bounds__(kPrefetchThreads, 2)
     float *          vp = vv + V;   /* V: v state (old) */
     float *          th = vp + V;   /* A */
     float *          part = th + A; /* total: per-float4 dot partials */
-    const step_coefs cf = step_stage(P, b, h, g, slot, qh, kh, kp, vv, vp, th);
+    const step_coefs cf = step_stage(P, b, h, g, slot, true, qh, kh, kp, vv, vp, th);
     const float      alpha = cf.alpha, beta = cf.beta, gamma = cf.gamma;
 
     /* 3. h' = α·h + β·v_prev k_prevᵀ + γ·v k̂ᵀ, stored; its dot with q̂ per float4 */
@@ -440,7 +508,16 @@ cudaError_t launch_lanes_in(const m3_step_slots_args & A2, int B, int threads, c
 } /* namespace */
 
 cudaError_t launch_step_warp(const m3_step_args & P, int B, size_t smem, cudaStream_t s) {
-    step_warp_kernel<<<dim3((unsigned)P.H, (unsigned)B), kStepThreads, smem, s>>>(P);
+    if (!P.general) {
+        step_warp_kernel<<<dim3((unsigned)P.H, (unsigned)B), kStepThreads, smem, s>>>(P);
+        return cudaGetLastError();
+    }
+    if (smem > 48 * 1024) {
+        const cudaError_t e =
+            cudaFuncSetAttribute(step_warp_general_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+        if (e != cudaSuccess) return e;
+    }
+    step_warp_general_kernel<<<dim3((unsigned)P.H, (unsigned)B), kStepThreads, smem, s>>>(P);
     return cudaGetLastError();
 }
 

@@ -5,6 +5,7 @@
 #ifndef SSMI_CUDA_SISO_STEP_CUH
 #define SSMI_CUDA_SISO_STEP_CUH
 
+#include "../common/step_plan.cuh"
 #include "siso.cuh"
 
 namespace ssmi_siso {
@@ -22,6 +23,12 @@ struct m3_step_args {
     ssmi_cu_view q, k, v, adt, dt, trap, qb, kb, ang, d, z;
     ssmi_cu_view ang_in, ssm_in, k_in, v_in;
     m3_out       out, fin_ang, fin_ssm, fin_k, fin_v;
+    /* The general form (several tokens per row, write slots, slot tables, intermediate_*): the
+     * rows from plan (common/step_plan.cuh), step_warp_kernel only. keep: some row has more
+     * than one token, so the block keeps the V×K state in shared memory between tokens. */
+    int               general, keep;
+    ssmi_cu_step_plan plan;
+    m3_out            inter_ang, inter_ssm, inter_k, inter_v;
 };
 
 /* The arguments of the vectorised-pool kernels: the slots travel in the kernel parameters when
@@ -33,7 +40,8 @@ struct m3_step_slots_args {
 };
 static_assert(sizeof(m3_step_slots_args) <= 4000, "the step parameters must fit the 4 KB kernel parameter space");
 
-/* step_warp_kernel (any layout; smem: q̂, k̂, old k, v, old v, θ). */
+/* step_warp_kernel (any layout; smem: q̂, k̂, old k, v, old v, θ, and with P.keep the V×K state);
+ * P.general: the general form over B plan rows. */
 cudaError_t launch_step_warp(const m3_step_args & P, int B, size_t smem, cudaStream_t s);
 /* step_prefetch_kernel for `per` float4s per thread (a power of two ≤ kPrefetchMaxPer). */
 cudaError_t launch_step_prefetch(const m3_step_slots_args & A2, int per, int B, size_t smem, cudaStream_t s);
