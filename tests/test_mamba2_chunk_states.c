@@ -27,16 +27,18 @@
 
 static int64_t Q = 8; /* the chunk size of the case */
 
-static ssm_context *             g_cuda; /* the CUDA context (SSMT_CHUNKS_ON_CUDA), else NULL */
+static ssm_context * g_cuda; /* the CUDA context (SSMT_CHUNKS_ON_CUDA), else NULL */
+#ifdef SSMT_CHUNKS_ON_CUDA
 static const ssm_mamba2_params * g_prm;
 static ssm_status                call_scan(ssm_context * ctx, void * a) {
     return ssm_mamba2_scan(ctx, g_prm, a, NULL, 0);
 }
+#endif
 /* The scan on ctx (on the CUDA context: on device copies, dev_idx: the index tensors too). */
 static ssm_status run_scan(ssm_context * ctx, const ssm_mamba2_params * p, const ssm_mamba2_scan_args * a,
                            int dev_idx) {
-    g_prm = p;
 #ifdef SSMT_CHUNKS_ON_CUDA
+    g_prm = p;
     if (ctx == g_cuda) return ssmt_run_on_device(ctx, "mamba2_scan", a, dev_idx, call_scan);
 #endif
     (void)dev_idx;

@@ -88,9 +88,9 @@ static ssm_status run_fixture(ssm_context * ctx, const ssmt_fixture * f, int dev
 }
 
 static ssm_conv1d_params g_conv_params;
-static ssm_status        run_conv_args(ssm_context * ctx, void * args) {
-    return ssm_causal_conv1d(ctx, &g_conv_params, args);
-}
+#ifdef SSMT_POOLS_ON_CUDA
+static ssm_status run_conv_args(ssm_context * ctx, void * args) { return ssm_causal_conv1d(ctx, &g_conv_params, args); }
+#endif
 /* causal_conv1d on ctx (on the CUDA context: on device copies, the index tensors too). */
 static ssm_status run_conv(ssm_context * ctx, const ssm_causal_conv1d_args * a) {
 #ifdef SSMT_POOLS_ON_CUDA
