@@ -6,7 +6,8 @@
  * Work plan (built on the host, spec §2.7): every batch row (varlen sequence) is cut into
  * segments inside which the recurrence never resets (runs of equal seq_idx ids, or the sequence),
  * and every segment into chunks of Q tokens aligned to its start, so no seq_idx mask is needed.
- * The kernels, in order, all plain fp32 CUDA code:
+ * The kernels, in order, fp32 CUDA code whose products (steps 2, 4 and 6) run as fp32 FFMA or,
+ * for 16-bit inputs, on the tensor cores (bf16 mma.sync with fp32 intermediates split in two):
  *   1. bwd_dt          per (chunk, head): processed dt, its cumsum cm and the dt chain factor;
  *   2. bwd_states      per (chunk, head): the chunk-local state s_c = Σ_j e^{cl−cm_j}dt_j x_j B_jᵀ;
  *   3. state pass      per (segment, head, state elements): s_c replaced by the entering state S_c;
@@ -61,6 +62,8 @@ struct bw_out {
 struct bw_args {
     int       H, P, N, G, R, Q;
     int       staged;       /* bwd_chunk stages S and G in shared memory       */
+    int       mma;          /* the chunk kernels' products on the tensor cores  */
+    int       exact16;      /* x, B, C and dout are bf16: exact bf16 operands   */
     long long S;            /* tokens per row: the dB/dC head buffers' row pitch */
     long long nchunks, nsegs;
     float     lo, hi;       /* dt_limit                                         */
