@@ -3,10 +3,10 @@
  * and chunks, bwd.cuh), the device workspace (ssmi_cuda_alloc_async on ctx's stream: the
  * operator takes no caller workspace), the selection table and the entry point.
  *
- * The internal chunk is kMaxQ tokens; for the entries that stage, halved until bwd_chunk's shared
- * memory fits the device with the chunk's P×N state and state gradient staged there (down to
- * kMinStagedQ), else (and for the other entries) the largest that fits without them (the chunked
- * algorithm is exact for any cut; params->chunk_size only has to be valid).
+ * The internal chunk is the entry's maxq tokens; for the entries that stage, halved until
+ * bwd_chunk's shared memory fits the device with the chunk's P×N state and state gradient staged
+ * there (down to kMinStagedQ), else (and for the other entries) halved until it fits without them
+ * (the chunked algorithm is exact for any cut; params->chunk_size only has to be valid).
  * Limits: H ≤ 65535 and P·N ≤ 2^24 (UNSUPPORTED beyond), and a P, N pair whose one-token chunk
  * still fits the shared memory.
  */
@@ -34,6 +34,7 @@ struct bwd_entry {
     bool (*applies)(const bwd_problem & pb);
     bool mma;   /* products on the tensor cores */
     bool stage; /* bwd_chunk stages S and G in shared memory where they fit */
+    int  maxq;  /* the largest internal chunk (≤ kMaxQ) */
 };
 
 bool bwd_any(const bwd_problem &) { return true; }
@@ -44,14 +45,19 @@ bool bwd_x16(const bwd_problem & pb) { return pb.x16 != 0; }
 const bwd_entry bwd_table[] = {
     {"chunked_mma",
      "fp16/bf16 x: the chunk kernels' products on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulators, fp32 "
-     "operands split into rounded part and remainder); bwd_chunk reads S and G from the workspace (two blocks per SM)",
-     "x in fp16 or bf16", bwd_x16, true, false},
+     "operands split into rounded part and remainder), internal chunks of 64 tokens (half the per-chunk state "
+     "traffic of 32), bwd_chunk reading S and G from the workspace",
+     "x in fp16 or bf16", bwd_x16, true, false, 64},
+    {"chunked_mma_q32",
+     "as chunked_mma with internal chunks of 32 tokens: less shared memory, two bwd_chunk blocks per SM",
+     "x in fp16 or bf16", bwd_x16, true, false, 32},
     {"chunked_mma_staged",
-     "as chunked_mma, with bwd_chunk's S and G staged in shared memory where they fit (one block per SM)",
-     "x in fp16 or bf16", bwd_x16, true, true},
+     "as chunked_mma_q32, with bwd_chunk's S and G staged in shared memory where they fit (one block per SM)",
+     "x in fp16 or bf16", bwd_x16, true, true, 32},
     {"chunked_fp32",
-     "per (chunk, head) blocks of fp32 FFMA code, sequential state passes per segment, fixed-order reductions",
-     "any problem", bwd_any, false, true},
+     "per (chunk, head) blocks of fp32 FFMA code, internal chunks of 32 tokens, sequential state passes per segment, "
+     "fixed-order reductions",
+     "any problem", bwd_any, false, true, 32},
 };
 
 /* Host plan: segments (as the CPU backend cuts them) and their chunks. */
@@ -197,11 +203,11 @@ extern "C" ssm_status ssmi_cuda_mamba2_scan_bwd(ssm_context * ctx, const ssm_mam
      * others) the largest without */
     const int    P = (int)d->headdim, N = (int)d->dstate;
     const size_t optin = (size_t)pr.smem_optin;
-    int          Q = kMaxQ;
+    int          Q = e->maxq;
     bool         staged = e->stage;
     while (staged && Q > kMinStagedQ && chunk_smem_floats(Q, P, N, true) * sizeof(float) > optin) Q /= 2;
     if (!staged || chunk_smem_floats(Q, P, N, true) * sizeof(float) > optin) {
-        staged = false, Q = kMaxQ;
+        staged = false, Q = e->maxq;
         while (Q > 1 && chunk_smem_floats(Q, P, N, false) * sizeof(float) > optin) Q /= 2;
     }
     SSM_RETURN_IF(chunk_smem_floats(Q, P, N, staged) * sizeof(float) > optin, ctx, SSM_STATUS_UNSUPPORTED,

@@ -469,9 +469,10 @@ __device__ float block_sum(float v, float * red) {
  * all threads (k-contiguous operands read as float4), or with kMma on the tensor cores
  * (block_mma: bf16 operands, fp32 intermediates split, see warp_mma), the row sums as a warp per
  * row; the phases are separated by barriers:
- *   load  rows, δx, dz factor, decay table E_ij = e^{cm_i−cm_j} (j ≤ i), S, G
- *   A     CB, C·Sᵀ, B·Gᵀ, dCB, dD partials, <G, S>
- *   B     dz, acc and dx, q, r, intra
+ *   load  rows, δx, dz factor, S, G
+ *   A     CB and CB∘E (E_ij = e^{cm_i−cm_j}, j ≤ i), C·Sᵀ, B·Gᵀ (into bg), dCB, dD partials, <G, S>
+ *   B1    q, r (from bg), intra
+ *   B2    dz, acc (in place of bg: each element read and written by one thread) and dx
  *   C     ddt_loc, dB, dC;  then thread 0 runs the ddA recurrence (ddt, dA/ddt_bias partials). */
 template <bool kStaged, bool kMma>
 __global__ void __launch_bounds__(kThreads, kMma && !kStaged ? 2 : 1) bwd_chunk_kernel(bw_args a) {
@@ -485,13 +486,13 @@ __global__ void __launch_bounds__(kThreads, kMma && !kStaged ? 2 : 1) bwd_chunk_
     const long long w = ci * a.H + h, PN = (long long)P * N;
     const int       lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
     float *xs = sm, *dys = xs + Q * lp, *yst = dys + Q * lp;             /* [Q][lp] each */
-    float *bg = yst + Q * lp, *acc = bg + Q * lp, *dzf = acc + Q * lp;   /* [Q][lp] each */
+    float *bg = yst + Q * lp, *dzf = bg + Q * lp;                        /* [Q][lp] each; acc = bg */
     float *bs = dzf + Q * lp, *cs = bs + Q * ln;                         /* [Q][ln] each */
-    float *ex = cs + Q * ln, *cb = ex + Q * lq, *cbx = cb + Q * lq;      /* [Q][lq] each */
-    float *cbd = cbx + Q * lq, *dcb = cbd + Q * lq;                      /* [Q][lq] each */
+    float *cb = cs + Q * ln, *cbx = cb + Q * lq, *dcb = cbx + Q * lq;    /* [Q][lq] each */
     float *stg = dcb + Q * lq;                                           /* kStaged: S, G [P][ln] */
     float *dtv = stg + (kStaged ? 2 * P * ln : 0), *fac = dtv + Q, *ecm = fac + Q, *eclm = ecm + Q;
-    float *q = eclm + Q, *r = q + Q, *dtl = r + Q, *dda = dtl + Q, *intra = dda + Q;
+    float *cms = eclm + Q; /* [Q]: cm */
+    float *q = cms + Q, *r = q + Q, *dtl = r + Q, *dda = dtl + Q, *intra = dda + Q;
     float *dvec = intra + Q, *red = dvec + P;
     const float * S = kStaged ? stg : a.st + w * PN;
     const float * Gm = kStaged ? stg + P * ln : a.gs + w * PN;
@@ -513,13 +514,9 @@ __global__ void __launch_bounds__(kThreads, kMma && !kStaged ? 2 : 1) bwd_chunk_
     const float   cl = cmg[L - 1];
     for (int i = threadIdx.x; i < Q; i += blockDim.x) {
         const float c = cmg[i];
-        dtv[i] = a.dtv[w * Q + i], fac[i] = a.dfac[w * Q + i];
+        dtv[i] = a.dtv[w * Q + i], fac[i] = a.dfac[w * Q + i], cms[i] = c;
         ecm[i] = i < L ? expf(c) : 0.0f;
         eclm[i] = i < L ? expf(cl - c) : 0.0f;
-    }
-    for (int e = threadIdx.x; e < Q * Q; e += blockDim.x) {
-        const int i = e / Q, j = e % Q;
-        ex[i * lq + j] = (i < L && j <= i) ? expf(cmg[i] - cmg[j]) : 0.0f;
     }
     for (int p = threadIdx.x; p < P; p += blockDim.x) {
         float dv = 0.0f;
@@ -567,15 +564,14 @@ __global__ void __launch_bounds__(kThreads, kMma && !kStaged ? 2 : 1) bwd_chunk_
     __syncthreads();
 
     /* A: CB (causal), CB∘E and its columns times dt; C·Sᵀ; e^{cl−cm_i}·B·Gᵀ; dCB; dD partials; e^{cl}·<G, S> */
-    auto to_cb = [=](int i, int j, float v) {
-        const float c = j <= i ? v : 0.0f;
-        cb[i * lq + j] = c;
-        cbx[i * lq + j] = c * ex[i * lq + j];
-        cbd[i * lq + j] = c * ex[i * lq + j] * dtv[j];
+    auto to_cb = [=](int i, int j, float v) { /* i, j < L */
+        const bool in = j <= i;
+        cb[i * lq + j] = in ? v : 0.0f;
+        cbx[i * lq + j] = in ? v * expf(cms[i] - cms[j]) : 0.0f;
     };
     auto to_yst = [=](int i, int p, float v) { yst[i * lp + p] = v; };
     auto to_bg = [=](int i, int p, float v) { bg[i * lp + p] = eclm[i] * v; };
-    auto to_dcb = [=](int i, int j, float v) { dcb[i * lq + j] = j <= i ? v * (ex[i * lq + j] * dtv[j]) : 0.0f; };
+    auto to_dcb = [=](int i, int j, float v) { dcb[i * lq + j] = j <= i ? v * (expf(cms[i] - cms[j]) * dtv[j]) : 0.0f; };
     if constexpr (kMma) {
         auto fc = [=](int i, int n) { return cs[i * ln + n]; };
         auto fb = [=](int i, int n) { return bs[i * ln + n]; };
@@ -612,31 +608,7 @@ __global__ void __launch_bounds__(kThreads, kMma && !kStaged ? 2 : 1) bwd_chunk_
     }
     const float total = expf(cl) * block_sum(part, red); /* its barriers end phase A */
 
-    /* B: dz; acc (state part + intra part) and dx; q, r; intra */
-    {
-        auto fcbd = [=](int i, int j) { return cbd[i * lq + j]; };
-        auto fx = [=](int j, int p) { return xs[j * lp + p]; };
-        auto to_dz = [&](int i, int p, float v) {
-            const float y = ecm[i] * yst[i * lp + p] + dvec[p] * xs[i * lp + p] + v;
-            ssmi_cu_st(a.dz.p, a.dz.dtype, off4(a.dz.s, ck.row, ck.t0 + i, h, p), dzf[i * lp + p] * y);
-        };
-        auto fcbx = [=](int i, int k) { return cbx[k * lq + i]; };
-        auto fd = [=](int k, int p) { return dys[k * lp + p]; };
-        auto to_acc = [&](int i, int p, float v) {
-            const float s = bg[i * lp + p] + v;
-            acc[i * lp + p] = s;
-            if (a.dx.p != NULL)
-                ssmi_cu_st(a.dx.p, a.dx.dtype, off4(a.dx.s, ck.row, ck.t0 + i, h, p),
-                           s * dtv[i] + dvec[p] * dys[i * lp + p]);
-        };
-        if constexpr (kMma) {
-            if (a.has_z && a.want_dz) block_mma<2>(L, P, L, true, sx, fcbd, fx, to_dz);
-            block_mma<2>(L, P, L, true, sd, fcbx, fd, to_acc);
-        } else {
-            if (a.has_z && a.want_dz) block_mm<2, 4>(L, P, L, fcbd, fx, to_dz);
-            block_mm<2, 4>(L, P, L, fcbx, fd, to_acc);
-        }
-    }
+    /* B1: q, r (bg still the state part of acc); intra */
     for (int i = warp; i < Q; i += nwarps) {
         float sq = 0.0f, sr = 0.0f;
         if (i < L)
@@ -658,11 +630,38 @@ __global__ void __launch_bounds__(kThreads, kMma && !kStaged ? 2 : 1) bwd_chunk_
     }
     __syncthreads();
 
+    /* B2: dz; acc (state part + intra part, over bg) and dx */
+    {
+        auto fcbd = [=](int i, int j) { return cbx[i * lq + j] * dtv[j]; };
+        auto fx = [=](int j, int p) { return xs[j * lp + p]; };
+        auto to_dz = [&](int i, int p, float v) {
+            const float y = ecm[i] * yst[i * lp + p] + dvec[p] * xs[i * lp + p] + v;
+            ssmi_cu_st(a.dz.p, a.dz.dtype, off4(a.dz.s, ck.row, ck.t0 + i, h, p), dzf[i * lp + p] * y);
+        };
+        auto fcbx = [=](int i, int k) { return cbx[k * lq + i]; };
+        auto fd = [=](int k, int p) { return dys[k * lp + p]; };
+        auto to_acc = [&](int i, int p, float v) {
+            const float s = bg[i * lp + p] + v;
+            bg[i * lp + p] = s;
+            if (a.dx.p != NULL)
+                ssmi_cu_st(a.dx.p, a.dx.dtype, off4(a.dx.s, ck.row, ck.t0 + i, h, p),
+                           s * dtv[i] + dvec[p] * dys[i * lp + p]);
+        };
+        if constexpr (kMma) {
+            if (a.has_z && a.want_dz) block_mma<2>(L, P, L, true, sx, fcbd, fx, to_dz);
+            block_mma<2>(L, P, L, true, sd, fcbx, fd, to_acc);
+        } else {
+            if (a.has_z && a.want_dz) block_mm<2, 4>(L, P, L, fcbd, fx, to_dz);
+            block_mm<2, 4>(L, P, L, fcbx, fd, to_acc);
+        }
+    }
+    __syncthreads();
+
     /* C: ddt_loc; dB and dC of this head (the output with one head per group, else the head buffer) */
     for (int i = warp; i < Q; i += nwarps) {
         float s = 0.0f;
         if (i < L)
-            for (int p = lane; p < P; p += 32) s += acc[i * lp + p] * xs[i * lp + p];
+            for (int p = lane; p < P; p += 32) s += bg[i * lp + p] * xs[i * lp + p];
         s = warp_sum(s);
         if (lane == 0) dtl[i] = s;
     }
@@ -756,11 +755,15 @@ __global__ void __launch_bounds__(kThreads, kMma && !kStaged ? 2 : 1) bwd_chunk_
     }
 }
 
-/* Opts a kernel into `bytes` of dynamic shared memory where that exceeds the default 48 KB. */
+/* Opts a kernel into `bytes` of dynamic shared memory where that exceeds the default 48 KB, with
+ * the largest shared-memory carveout (so as many of its blocks share an SM as the bytes allow). */
 ssm_status smem_optin(ssm_context * ctx, const char * op, const void * fn, size_t bytes) {
     if (bytes <= 48 * 1024) return SSM_STATUS_OK;
-    return ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute (shared memory)",
-                            cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute (shared memory)",
+                                          cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes)));
+    return ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute (carveout)",
+                            cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                 (int)cudaSharedmemCarveoutMaxShared));
 }
 
 /* A (chunk, head) grid launch of fn with `floats` of dynamic shared memory. */
