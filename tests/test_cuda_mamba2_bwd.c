@@ -54,8 +54,8 @@ static void free_grads(ssmt_host h[NGRAD]) {
 
 /* The selection table's entries: the default for 16-bit x, the other tensor-core entry, and the
  * fp32 entry (the default for fp32 x, and the only one that applies there). */
-static const char * const kMmaEntries[] = {"chunked_mma", "chunked_mma_q32", "chunked_mma_staged"};
-enum { NMMA = 3 };
+static const char * const kMmaEntries[] = {"chunked_mma", "chunked_mma_staged"};
+enum { NMMA = 2 };
 
 /* One CUDA run into fresh poisoned outputs `got` (host copies of the device results): the table's
  * default (variant NULL; it must be `expect`) or the entry `variant` forced. */

@@ -48,11 +48,8 @@ const bwd_entry bwd_table[] = {
      "operands split into rounded part and remainder), internal chunks of 64 tokens (half the per-chunk state "
      "traffic of 32), bwd_chunk reading S and G from the workspace",
      "x in fp16 or bf16", bwd_x16, true, false, 64},
-    {"chunked_mma_q32",
-     "as chunked_mma with internal chunks of 32 tokens: less shared memory, two bwd_chunk blocks per SM",
-     "x in fp16 or bf16", bwd_x16, true, false, 32},
     {"chunked_mma_staged",
-     "as chunked_mma_q32, with bwd_chunk's S and G staged in shared memory where they fit (one block per SM)",
+     "as chunked_mma with internal chunks of 32 tokens and bwd_chunk's S and G staged in shared memory where they fit",
      "x in fp16 or bf16", bwd_x16, true, true, 32},
     {"chunked_fp32",
      "per (chunk, head) blocks of fp32 FFMA code, internal chunks of 32 tokens, sequential state passes per segment, "

@@ -298,13 +298,14 @@ __device__ __forceinline__ void block_mm_k4(int M, int Nc, int K, const float * 
  * runs k ascending in steps of 16, the terms of a step in the mma's fixed order: the bytes
  * depend on neither the thread count nor the run. Fragment layout of m16n8k16 (lane = 4g + t):
  * A regs (g, 2t..), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); B regs (k 2t.., n g), (k 2t+8.., n g);
- * C (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1). */
-template <int TN, class FA, class FB>
+ * C (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1). KU: the k steps unrolled (more loads in
+ * flight where an operand comes from global memory). */
+template <int TN, int KU = 2, class FA, class FB>
 __device__ __forceinline__ void warp_mma(float (&c)[TN][4], int m0, int n0, int M, int Nc, int K, bool sa, bool sb,
                                          FA fa, FB fb) {
     using namespace ssmi_mma;
     const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-#pragma unroll 2
+#pragma unroll KU
     for (int k0 = 0; k0 < K; k0 += 16) {
         uint32_t ah[4], al[4];
 #pragma unroll
@@ -362,9 +363,9 @@ __device__ __forceinline__ void block_mma_tiles(int M, int Nc, F1 mac1, FS scale
 }
 
 /* out(m, n, Σ_{k<K} fa(m, k)·fb(k, n)) on the tensor cores (sa, sb: the operands' split flags). */
-template <int TN, class FA, class FB, class FO>
+template <int TN, int KU = 2, class FA, class FB, class FO>
 __device__ __forceinline__ void block_mma(int M, int Nc, int K, bool sa, bool sb, FA fa, FB fb, FO out) {
-    auto mac = [&](float (&c)[TN][4], int m0, int n0) { warp_mma<TN>(c, m0, n0, M, Nc, K, sa, sb, fa, fb); };
+    auto mac = [&](float (&c)[TN][4], int m0, int n0) { warp_mma<TN, KU>(c, m0, n0, M, Nc, K, sa, sb, fa, fb); };
     auto one = [](int) { return 1.0f; };
     block_mma_tiles<TN, false>(M, Nc, mac, one, mac, out);
 }
@@ -440,6 +441,42 @@ __global__ void __launch_bounds__(kThreads, 2) bwd_dstates_kernel(bw_args a) {
         block_mm<4, 8>(P, N, ck.len, fd, fc, st);
 }
 
+/* The state S and the state gradient G of slot w (the workspace's [P][N] rows) into dst as
+ * [2][P][ld] (S, then G), ld a multiple of 4 floats. With N % 4 = 0 as asynchronous 16-byte
+ * copies (rows and slots 16-byte aligned; cp_async_wait_all before the barrier that publishes
+ * them), else by plain loads, kLoadBatch elements of each in flight per thread. */
+__device__ __forceinline__ void stage_state(float * dst, int ld, const bw_args & a, long long w) {
+    const int       P = a.P, N = a.N;
+    const long long PN = (long long)P * N;
+    if (N % 4 == 0) {
+        const int n4 = N / 4, per = P * n4;
+        for (int e = threadIdx.x; e < 2 * per; e += blockDim.x) {
+            const int which = e / per, p = (e % per) / n4, c = e % n4;
+            ssmi_mma::cp_async16(dst + which * P * ld + p * ld + 4 * c,
+                                 (which ? a.gs : a.st) + w * PN + (long long)p * N + 4 * c);
+        }
+        return;
+    }
+    for (long long e0 = threadIdx.x; e0 < PN; e0 += kLoadBatch * (long long)blockDim.x) {
+        float sv[kLoadBatch], gv[kLoadBatch];
+#pragma unroll
+        for (int u = 0; u < kLoadBatch; ++u) {
+            const long long e = e0 + u * (long long)blockDim.x;
+            sv[u] = e < PN ? a.st[w * PN + e] : 0.0f;
+            gv[u] = e < PN ? a.gs[w * PN + e] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < kLoadBatch; ++u) {
+            const long long e = e0 + u * (long long)blockDim.x;
+            if (e < PN) {
+                const int p = (int)(e / N), n = (int)(e % N);
+                dst[p * ld + n] = sv[u];
+                dst[P * ld + p * ld + n] = gv[u];
+            }
+        }
+    }
+}
+
 /* Sum of v over the block (kThreads threads), a fixed tree: the same bytes every run. Its
  * barriers also order every shared-memory write made before it. */
 __device__ float block_sum(float v, float * red) {
@@ -465,7 +502,8 @@ __device__ float block_sum(float v, float * red) {
  *   dB_j  = e^{cl−cm_j}·dt_j·Gᵀx_j + Σ_{i≥j} dCB_ij·C_i;  dC_i = e^{cm_i}·Sᵀδx_i + Σ_{j≤i} dCB_ij·B_j
  * Every operand lives in shared memory (chunk_smem_floats lists the layout), rows pad_ld floats
  * apart; with kStaged S and G are staged there too (cp.async or coalesced loads, once), else
- * they are read from the workspace. The products run as register-tiled block_tiles calls over
+ * they are read from the workspace (with kMma, for phase C staged over the operands phase B
+ * leaves dead, where they fit). The products run as register-tiled block_tiles calls over
  * all threads (k-contiguous operands read as float4), or with kMma on the tensor cores
  * (block_mma: bf16 operands, fp32 intermediates split, see warp_mma), the row sums as a warp per
  * row; the phases are separated by barriers:
@@ -475,7 +513,7 @@ __device__ float block_sum(float v, float * red) {
  *   B2    dz, acc (in place of bg: each element read and written by one thread) and dx
  *   C     ddt_loc, dB, dC;  then thread 0 runs the ddA recurrence (ddt, dA/ddt_bias partials). */
 template <bool kStaged, bool kMma>
-__global__ void __launch_bounds__(kThreads, kMma && !kStaged ? 2 : 1) bwd_chunk_kernel(bw_args a) {
+__global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
     extern __shared__ float4 sm4[]; /* 16-byte aligned: the matrices' float4 reads */
     float * const sm = (float *)sm4;
     const long long ci = blockIdx.x;
@@ -485,10 +523,10 @@ __global__ void __launch_bounds__(kThreads, kMma && !kStaged ? 2 : 1) bwd_chunk_
     const int       L = ck.len;
     const long long w = ci * a.H + h, PN = (long long)P * N;
     const int       lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    float *xs = sm, *dys = xs + Q * lp, *yst = dys + Q * lp;             /* [Q][lp] each */
-    float *bg = yst + Q * lp, *dzf = bg + Q * lp;                        /* [Q][lp] each; acc = bg */
-    float *bs = dzf + Q * lp, *cs = bs + Q * ln;                         /* [Q][ln] each */
-    float *cb = cs + Q * ln, *cbx = cb + Q * lq, *dcb = cbx + Q * lq;    /* [Q][lq] each */
+    float *xs = sm, *dys = xs + Q * lp, *bg = dys + Q * lp;              /* [Q][lp] each; acc = bg */
+    float *bs = bg + Q * lp, *cs = bs + Q * ln;                          /* [Q][ln] each */
+    float *yst = cs + Q * ln, *dzf = yst + Q * lp;                       /* [Q][lp] each */
+    float *cb = dzf + Q * lp, *cbx = cb + Q * lq, *dcb = cbx + Q * lq;   /* [Q][lq] each */
     float *stg = dcb + Q * lq;                                           /* kStaged: S, G [P][ln] */
     float *dtv = stg + (kStaged ? 2 * P * ln : 0), *fac = dtv + Q, *ecm = fac + Q, *eclm = ecm + Q;
     float *cms = eclm + Q; /* [Q]: cm */
@@ -497,19 +535,15 @@ __global__ void __launch_bounds__(kThreads, kMma && !kStaged ? 2 : 1) bwd_chunk_
     const float * S = kStaged ? stg : a.st + w * PN;
     const float * Gm = kStaged ? stg + P * ln : a.gs + w * PN;
     const int     ls = kStaged ? ln : N; /* row stride of S and G */
+    /* kMma without kStaged: where they fit there, S and G are staged for phase C over yst, dzf,
+     * cb and cbx (contiguous, dead after phase B) */
+    const bool    late = kMma && !kStaged && 2 * P * ln <= 2 * Q * (lp + lq);
     /* kMma: the split flags of the operands that are not bf16 inputs (δx: dout·silu(z) with z) */
     const bool    sx = !a.exact16, sd = !a.exact16 || a.has_z;
 
-    /* load; with N % 4 = 0, S and G first as asynchronous 16-byte copies (their rows and the
-     * workspace slots are 16-byte aligned) that land while the row operands load */
-    if (kStaged && N % 4 == 0) {
-        const int n4 = N / 4, per = P * n4;
-        for (int e = threadIdx.x; e < 2 * per; e += blockDim.x) {
-            const int which = e / per, p = (e % per) / n4, c = e % n4;
-            ssmi_mma::cp_async16(stg + which * P * ln + p * ln + 4 * c,
-                                 (which ? a.gs : a.st) + w * PN + (long long)p * N + 4 * c);
-        }
-    }
+    /* load; S and G first (with N % 4 = 0 as asynchronous copies that land while the row
+     * operands load) */
+    if (kStaged) stage_state(stg, ln, a, w);
     const float * cmg = a.cmv + w * Q;
     const float   cl = cmg[L - 1];
     for (int i = threadIdx.x; i < Q; i += blockDim.x) {
@@ -541,29 +575,10 @@ __global__ void __launch_bounds__(kThreads, kMma && !kStaged ? 2 : 1) bwd_chunk_
         load_rows_n<2>(d, ln, v, ck, g, N, Q, NULL);
     }
     gate_rows(dys, a.has_z ? dzf : NULL, a.has_z ? dzf : NULL, lp, P, Q);
-    if (kStaged && N % 4 != 0) /* S then G, kLoadBatch elements of each in flight per thread */
-        for (long long e0 = threadIdx.x; e0 < PN; e0 += kLoadBatch * (long long)blockDim.x) {
-            float sv[kLoadBatch], gv[kLoadBatch];
-#pragma unroll
-            for (int u = 0; u < kLoadBatch; ++u) {
-                const long long e = e0 + u * (long long)blockDim.x;
-                sv[u] = e < PN ? a.st[w * PN + e] : 0.0f;
-                gv[u] = e < PN ? a.gs[w * PN + e] : 0.0f;
-            }
-#pragma unroll
-            for (int u = 0; u < kLoadBatch; ++u) {
-                const long long e = e0 + u * (long long)blockDim.x;
-                if (e < PN) {
-                    const int p = (int)(e / N), n = (int)(e % N);
-                    stg[p * ln + n] = sv[u];
-                    stg[P * ln + p * ln + n] = gv[u];
-                }
-            }
-        }
     ssmi_mma::cp_async_wait_all();
     __syncthreads();
 
-    /* A: CB (causal), CB∘E and its columns times dt; C·Sᵀ; e^{cl−cm_i}·B·Gᵀ; dCB; dD partials; e^{cl}·<G, S> */
+    /* A: CB (causal) and CB∘E; C·Sᵀ; e^{cl−cm_i}·B·Gᵀ; dCB; dD partials; e^{cl}·<G, S> */
     auto to_cb = [=](int i, int j, float v) { /* i, j < L */
         const bool in = j <= i;
         cb[i * lq + j] = in ? v : 0.0f;
@@ -576,8 +591,9 @@ __global__ void __launch_bounds__(kThreads, kMma && !kStaged ? 2 : 1) bwd_chunk_
         auto fc = [=](int i, int n) { return cs[i * ln + n]; };
         auto fb = [=](int i, int n) { return bs[i * ln + n]; };
         block_mma<1>(L, L, N, sx, sx, fc, [=](int n, int j) { return bs[j * ln + n]; }, to_cb);
-        block_mma<2>(L, P, N, sx, true, fc, [=](int n, int p) { return S[p * ls + n]; }, to_yst);
-        block_mma<2>(L, P, N, sx, true, fb, [=](int n, int p) { return Gm[p * ls + n]; }, to_bg);
+        constexpr int ku = kStaged ? 2 : 4; /* S and G from global memory: more loads in flight */
+        block_mma<2, ku>(L, P, N, sx, true, fc, [=](int n, int p) { return S[p * ls + n]; }, to_yst);
+        block_mma<2, ku>(L, P, N, sx, true, fb, [=](int n, int p) { return Gm[p * ls + n]; }, to_bg);
         block_mma<1>(
             L, L, P, sd, sx, [=](int i, int p) { return dys[i * lp + p]; }, [=](int p, int j) { return xs[j * lp + p]; },
             to_dcb);
@@ -658,12 +674,17 @@ __global__ void __launch_bounds__(kThreads, kMma && !kStaged ? 2 : 1) bwd_chunk_
     __syncthreads();
 
     /* C: ddt_loc; dB and dC of this head (the output with one head per group, else the head buffer) */
+    if (late) stage_state(yst, ln, a, w);
     for (int i = warp; i < Q; i += nwarps) {
         float s = 0.0f;
         if (i < L)
             for (int p = lane; p < P; p += 32) s += bg[i * lp + p] * xs[i * lp + p];
         s = warp_sum(s);
         if (lane == 0) dtl[i] = s;
+    }
+    if (late) {
+        ssmi_mma::cp_async_wait_all();
+        __syncthreads();
     }
     auto db_out = [&](int j, int n, float v) {
         if (a.heads_buf)
@@ -678,7 +699,10 @@ __global__ void __launch_bounds__(kThreads, kMma && !kStaged ? 2 : 1) bwd_chunk_
             ssmi_cu_st(a.dc.p, a.dc.dtype, off4(a.dc.s, ck.row, ck.t0 + i, g, n), v);
     };
     if constexpr (kMma) {
-        auto fcs = [=](int i, int n) { return cs[i * ln + n]; };
+        const float * Sc = late ? yst : S; /* S and G for phase C, and their row stride */
+        const float * Gc = late ? yst + P * ln : Gm;
+        const int     lc = late ? ln : ls;
+        auto          fcs = [=](int i, int n) { return cs[i * ln + n]; };
         auto fbs = [=](int j, int n) { return bs[j * ln + n]; };
         auto fdcb_t = [=](int j, int i) { return dcb[i * lq + j]; };
         auto fdcb = [=](int i, int j) { return dcb[i * lq + j]; };
@@ -688,7 +712,7 @@ __global__ void __launch_bounds__(kThreads, kMma && !kStaged ? 2 : 1) bwd_chunk_
                 [&](float (&t)[2][4], int m0, int n0) {
                     warp_mma<2>(
                         t, m0, n0, L, N, P, sx, true, [=](int j, int p) { return xs[j * lp + p]; },
-                        [=](int p, int n) { return Gm[p * ls + n]; });
+                        [=](int p, int n) { return Gc[p * lc + n]; });
                 },
                 [&](int j) { return eclm[j] * dtv[j]; },
                 [&](float (&t)[2][4], int m0, int n0) { warp_mma<2>(t, m0, n0, L, N, L, true, sx, fdcb_t, fcs); },
@@ -699,7 +723,7 @@ __global__ void __launch_bounds__(kThreads, kMma && !kStaged ? 2 : 1) bwd_chunk_
                 [&](float (&t)[2][4], int m0, int n0) {
                     warp_mma<2>(
                         t, m0, n0, L, N, P, sd, true, [=](int i, int p) { return dys[i * lp + p]; },
-                        [=](int p, int n) { return S[p * ls + n]; });
+                        [=](int p, int n) { return Sc[p * lc + n]; });
                 },
                 [&](int i) { return ecm[i]; },
                 [&](float (&t)[2][4], int m0, int n0) { warp_mma<2>(t, m0, n0, L, N, L, true, sx, fdcb, fbs); },
