@@ -229,6 +229,9 @@ static void test_matrix(ssmt_rng * rng) {
     cuda_case(rng, &cfg, 64, 0, 1, 0, 0, "S75 H4 P128 N256 G2 bf16 wide");
     cfg.dtype = SSM_DTYPE_F16, cfg.out_dtype = SSM_DTYPE_F32, cfg.headdim = 64, cfg.seqlen = 131;
     cuda_case(rng, &cfg, 64, 0, 1, 0, 0, "S131 H4 P64 N256 G2 f16 wide");
+    /* 16-bit x with P, N off every tile size (N % 4 ≠ 0: S and G staged by plain loads) */
+    cfg.dtype = SSM_DTYPE_BF16, cfg.seqlen = 150, cfg.nheads = 6, cfg.ngroups = 3, cfg.headdim = 12, cfg.dstate = 9;
+    cuda_case(rng, &cfg, 64, 0, 1, 0, 0, "S150 H6 P12 N9 G3 bf16 odd");
 }
 
 /* Host tensors with the CUDA backend are refused; a call with every output absent succeeds. */
