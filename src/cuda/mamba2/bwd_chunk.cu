@@ -591,7 +591,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
         auto fc = [=](int i, int n) { return cs[i * ln + n]; };
         auto fb = [=](int i, int n) { return bs[i * ln + n]; };
         block_mma<1>(L, L, N, sx, sx, fc, [=](int n, int j) { return bs[j * ln + n]; }, to_cb);
-        constexpr int ku = kStaged ? 2 : 4; /* S and G from global memory: more loads in flight */
+        constexpr int ku = kStaged ? 2 : 8; /* S and G from global memory: more loads in flight */
         block_mma<2, ku>(L, P, N, sx, true, fc, [=](int n, int p) { return S[p * ls + n]; }, to_yst);
         block_mma<2, ku>(L, P, N, sx, true, fb, [=](int n, int p) { return Gm[p * ls + n]; }, to_bg);
         block_mma<1>(
