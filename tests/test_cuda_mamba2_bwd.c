@@ -52,8 +52,8 @@ static void free_grads(ssmt_host h[NGRAD]) {
     for (int k = 0; k < NGRAD; ++k) ssmt_free(&h[k]);
 }
 
-/* The selection table's entries: the default for 16-bit x, the other tensor-core entry, and the
- * fp32 entry (the default for fp32 x, and the only one that applies there). */
+/* The tensor-core entries of the selection table, the default for 16-bit x first; the other
+ * entry, chunked_fp32, is the default for fp32 x and applies to every problem. */
 static const char * const kMmaEntries[] = {"chunked_mma", "chunked_mma_staged"};
 enum { NMMA = 2 };
 
