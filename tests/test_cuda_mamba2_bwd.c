@@ -8,8 +8,10 @@
  * dfinal_states, z, D (H) / (H, P) / none, dt_bias, softplus, dt_limit with clamped positions,
  * f32 / f16 / bf16 inputs with f32 or input-dtype gradients, padded and permuted layouts,
  * stride-0 A and dt_bias, index tensors in host and device memory, wide states (N = 256, P·N
- * up to 32768). Outputs are NaN-poisoned before each run; two runs give identical bytes. Plus: no heads to sum over (H = 0 is not
- * valid, so a case with every output absent), and host tensors refused.
+ * up to 32768). Every entry of the selection table that applies runs (the default, then each
+ * forced: the tensor-core entries with 16-bit x, which fp32 x refuses without writing anything).
+ * Outputs are NaN-poisoned before each run; two runs give identical bytes. Plus: no heads to sum
+ * over (H = 0 is not valid, so a case with every output absent), and host tensors refused.
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261202).
  */
@@ -50,9 +52,16 @@ static void free_grads(ssmt_host h[NGRAD]) {
     for (int k = 0; k < NGRAD; ++k) ssmt_free(&h[k]);
 }
 
-/* One CUDA run into fresh poisoned outputs `got` (host copies of the device results). */
+/* The tensor-core entries of the selection table, the default for 16-bit x first; the other
+ * entry, chunked_fp32, is the default for fp32 x and applies to every problem. */
+static const char * const kMmaEntries[] = {"chunked_mma", "chunked_mma_staged"};
+enum { NMMA = 2 };
+
+/* One CUDA run into fresh poisoned outputs `got` (host copies of the device results): the table's
+ * default (variant NULL; it must be `expect`) or the entry `variant` forced. */
 static int cuda_run(const ssm_mamba2_params * p, const ssm_mamba2_scan_bwd_args * dev_in,
-                    ssm_mamba2_scan_bwd_args * host_a, ssm_dtype od, int strided, ssmt_host got[NGRAD], const char * tag) {
+                    ssm_mamba2_scan_bwd_args * host_a, ssm_dtype od, int strided, const char * variant,
+                    const char * expect, ssmt_host got[NGRAD], const char * tag) {
     ssm_mamba2_scan_bwd_args a = *dev_in;
     ssmt_dev                 dg[NGRAD];
     alloc_grads(host_a, od, got, strided);
@@ -60,11 +69,14 @@ static int cuda_run(const ssm_mamba2_params * p, const ssm_mamba2_scan_bwd_args 
         dg[k] = ssmt_to_device(&got[k]);
         *grad_slot(&a, k) = got[k].t.data != NULL ? dg[k].view : (ssm_tensor){0};
     }
+    TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba2_scan_bwd", variant), SSM_STATUS_OK);
     const ssm_status st = ssm_mamba2_scan_bwd(ctx_cuda, p, &a);
     TEST_CHECK(st == SSM_STATUS_OK, "%s: cuda: %s", tag, ssm_context_last_error(ctx_cuda));
     const char * ran = ssm_context_last_variant(ctx_cuda);
-    TEST_CHECK(st != SSM_STATUS_OK || (ran != NULL && strcmp(ran, "chunked_fp32") == 0), "%s: variant %s", tag,
-               ran ? ran : "(none)");
+    if (variant != NULL) expect = variant;
+    TEST_CHECK(st != SSM_STATUS_OK || (ran != NULL && strcmp(ran, expect) == 0), "%s: variant %s, expected %s", tag,
+               ran ? ran : "(none)", expect);
+    TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba2_scan_bwd", NULL), SSM_STATUS_OK);
     for (int k = 0; k < NGRAD; ++k) {
         ssmt_to_host(&got[k], &dg[k]);
         ssmt_dev_free(&dg[k]);
@@ -129,20 +141,54 @@ static void cuda_case(ssmt_rng * rng, ssmt_mamba2_config * cfg, int64_t chunk, i
     for (int i = 0; i < 13; ++i)
         if (dv[i].mem != NULL) *din[i] = dv[i].view;
 
-    int ran = 1;
-    for (int run = 0; run < 2; ++run) ran &= cuda_run(&p, &da, &a, od, cfg->strided, got[run], tag);
-    for (int k = 0; ran && k < NGRAD; ++k) {
-        if (got[0][k].t.data == NULL) continue;
-        char label[300];
-        snprintf(label, sizeof label, "cuda[%s] %s vs ref", tag, gnames[k]);
-        check_bar(label, &got[0][k].t, &ref[k].t, cfg->dtype);
-        snprintf(label, sizeof label, "cuda[%s] %s vs cpu", tag, gnames[k]);
-        check_bar(label, &got[0][k].t, &cpu[k].t, cfg->dtype);
-        TEST_CHECK(memcmp(got[0][k].buf, got[1][k].buf, got[0][k].bytes) == 0, "cuda[%s] %s: two runs differ", tag,
-                   gnames[k]);
+    /* the default, then (16-bit x) every entry forced; fp32 x refuses the tensor-core entries */
+    const int    x16 = cfg->dtype == SSM_DTYPE_F16 || cfg->dtype == SSM_DTYPE_BF16;
+    const char * runs[2 + NMMA] = {NULL, "chunked_fp32"};
+    int          nruns = x16 ? 2 : 1;
+    for (int m = 1; x16 && m < NMMA; ++m) runs[nruns++] = kMmaEntries[m];
+    for (int v = 0; v < nruns; ++v) {
+        char vtag[260];
+        snprintf(vtag, sizeof vtag, "%s %s", tag, runs[v] != NULL ? runs[v] : "default");
+        int ran = 1;
+        for (int run = 0; run < 2; ++run)
+            ran &= cuda_run(&p, &da, &a, od, cfg->strided, runs[v], x16 ? kMmaEntries[0] : "chunked_fp32", got[run],
+                            vtag);
+        for (int k = 0; ran && k < NGRAD; ++k) {
+            if (got[0][k].t.data == NULL) continue;
+            char label[400];
+            snprintf(label, sizeof label, "cuda[%s] %s vs ref", vtag, gnames[k]);
+            check_bar(label, &got[0][k].t, &ref[k].t, cfg->dtype);
+            snprintf(label, sizeof label, "cuda[%s] %s vs cpu", vtag, gnames[k]);
+            check_bar(label, &got[0][k].t, &cpu[k].t, cfg->dtype);
+            TEST_CHECK(memcmp(got[0][k].buf, got[1][k].buf, got[0][k].bytes) == 0, "cuda[%s] %s: two runs differ",
+                       vtag, gnames[k]);
+        }
+        free_grads(got[0]), free_grads(got[1]);
     }
+    if (!x16)
+        for (int m = 0; m < NMMA; ++m) { /* forced on fp32 x: UNSUPPORTED, nothing written */
+            ssm_mamba2_scan_bwd_args fa = da;
+            alloc_grads(&a, od, got[0], 0);
+            ssmt_dev dg[NGRAD];
+            for (int k = 0; k < NGRAD; ++k) {
+                dg[k] = ssmt_to_device(&got[0][k]);
+                *grad_slot(&fa, k) = got[0][k].t.data != NULL ? dg[k].view : (ssm_tensor){0};
+            }
+            TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba2_scan_bwd", kMmaEntries[m]), SSM_STATUS_OK);
+            TEST_CHECK_STATUS(ssm_mamba2_scan_bwd(ctx_cuda, &p, &fa), SSM_STATUS_UNSUPPORTED);
+            TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba2_scan_bwd", NULL), SSM_STATUS_OK);
+            for (int k = 0; k < NGRAD; ++k) {
+                void * before = ssmt_snapshot(&got[0][k]);
+                ssmt_to_host(&got[0][k], &dg[k]);
+                ssmt_dev_free(&dg[k]);
+                TEST_CHECK(got[0][k].t.data == NULL || ssmt_unchanged(&got[0][k], before), "%s: forced %s wrote %s",
+                           tag, kMmaEntries[m], gnames[k]);
+                free(before);
+            }
+            free_grads(got[0]);
+        }
     for (int i = 0; i < 13; ++i) ssmt_dev_free(&dv[i]);
-    free_grads(got[0]), free_grads(got[1]), free_grads(cpu), free_grads(ref);
+    free_grads(cpu), free_grads(ref);
     ssmt_free(&dout), ssmt_free(&dfinal);
     ssmt_mamba2_problem_free(&prob);
 }
@@ -179,6 +225,13 @@ static void test_matrix(ssmt_rng * rng) {
     cuda_case(rng, &cfg, 64, 0, 1, 0, 0, "S75 H4 P64 N256 G2 f32 wide");
     cfg.headdim = 128;
     cuda_case(rng, &cfg, 64, 0, 1, 0, 0, "S75 H4 P128 N256 G2 f32 wide");
+    cfg.dtype = SSM_DTYPE_BF16, cfg.out_dtype = SSM_DTYPE_BF16; /* the tensor-core entries at these widths */
+    cuda_case(rng, &cfg, 64, 0, 1, 0, 0, "S75 H4 P128 N256 G2 bf16 wide");
+    cfg.dtype = SSM_DTYPE_F16, cfg.out_dtype = SSM_DTYPE_F32, cfg.headdim = 64, cfg.seqlen = 131;
+    cuda_case(rng, &cfg, 64, 0, 1, 0, 0, "S131 H4 P64 N256 G2 f16 wide");
+    /* 16-bit x with P, N off every tile size (N % 4 ≠ 0: S and G staged by plain loads) */
+    cfg.dtype = SSM_DTYPE_BF16, cfg.seqlen = 150, cfg.nheads = 6, cfg.ngroups = 3, cfg.headdim = 12, cfg.dstate = 9;
+    cuda_case(rng, &cfg, 64, 0, 1, 0, 0, "S150 H6 P12 N9 G3 bf16 odd");
 }
 
 /* Host tensors with the CUDA backend are refused; a call with every output absent succeeds. */

@@ -3,10 +3,10 @@
  * and chunks, bwd.cuh), the device workspace (ssmi_cuda_alloc_async on ctx's stream: the
  * operator takes no caller workspace), the selection table and the entry point.
  *
- * The internal chunk is kMaxQ tokens, halved until bwd_chunk's shared memory fits the device
- * with the chunk's P×N state and state gradient staged there (down to kMinStagedQ), else the
- * largest that fits without them (the chunked algorithm is exact for any cut;
- * params->chunk_size only has to be valid).
+ * The internal chunk is the entry's maxq tokens; for the entries that stage, halved until
+ * bwd_chunk's shared memory fits the device with the chunk's P×N state and state gradient staged
+ * there (down to kMinStagedQ), else (and for the other entries) halved until it fits without them
+ * (the chunked algorithm is exact for any cut; params->chunk_size only has to be valid).
  * Limits: H ≤ 65535 and P·N ≤ 2^24 (UNSUPPORTED beyond), and a P, N pair whose one-token chunk
  * still fits the shared memory.
  */
@@ -24,7 +24,7 @@ namespace {
 const char kOp[] = "mamba2_scan_bwd";
 
 struct bwd_problem {
-    int unused;
+    int x16; /* x is fp16 or bf16 */
 };
 
 struct bwd_entry {
@@ -32,14 +32,29 @@ struct bwd_entry {
     const char * why;
     const char * rule;
     bool (*applies)(const bwd_problem & pb);
+    bool mma;   /* products on the tensor cores */
+    bool stage; /* bwd_chunk stages S and G in shared memory where they fit */
+    int  maxq;  /* the largest internal chunk (≤ kMaxQ) */
 };
 
 bool bwd_any(const bwd_problem &) { return true; }
+bool bwd_x16(const bwd_problem & pb) { return pb.x16 != 0; }
 
+/* The tensor-core entries serve 16-bit inputs only: their products keep ~2^-16 relative error
+ * (operands split into bf16 parts), inside the 16-bit bars of DESIGN §5, not the fp32 bar. */
 const bwd_entry bwd_table[] = {
+    {"chunked_mma",
+     "fp16/bf16 x: the chunk kernels' products on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulators, fp32 "
+     "operands split into rounded part and remainder), internal chunks of 64 tokens (half the per-chunk state "
+     "traffic of 32), bwd_chunk reading S and G from the workspace",
+     "x in fp16 or bf16", bwd_x16, true, false, 64},
+    {"chunked_mma_staged",
+     "as chunked_mma with internal chunks of 32 tokens and bwd_chunk's S and G staged in shared memory where they fit",
+     "x in fp16 or bf16", bwd_x16, true, true, 32},
     {"chunked_fp32",
-     "per (chunk, head) blocks of fp32 FFMA code, sequential state passes per segment, fixed-order reductions",
-     "any problem", bwd_any},
+     "per (chunk, head) blocks of fp32 FFMA code, internal chunks of 32 tokens, sequential state passes per segment, "
+     "fixed-order reductions",
+     "any problem", bwd_any, false, true, 32},
 };
 
 /* Host plan: segments (as the CPU backend cuts them) and their chunks. */
@@ -174,21 +189,22 @@ extern "C" ssm_status ssmi_cuda_mamba2_scan_bwd(ssm_context * ctx, const ssm_mam
     SSM_RETURN_IF(d->headdim * d->dstate > (1LL << 24), ctx, SSM_STATUS_UNSUPPORTED,
                   "%s: P·N=%lld is larger than the CUDA backend's limit of 2^24", kOp,
                   (long long)(d->headdim * d->dstate));
-    bwd_problem       pb = {0};
+    bwd_problem       pb = {a->x.dtype == SSM_DTYPE_F16 || a->x.dtype == SSM_DTYPE_BF16};
     const bwd_entry * e = NULL;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_pick_variant(ctx, SSMI_OP_mamba2_scan_bwd, bwd_table, pb, &e));
     SSM_RETURN_IF(e == NULL, ctx, SSM_STATUS_UNSUPPORTED, "%s: no CUDA kernel applies to this problem", kOp);
 
     ssmi_cuda_props pr;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_current_props(ctx, kOp, &pr));
-    /* the largest chunk (≥ kMinStagedQ) with S and G staged, else the largest without */
+    /* staging entries: the largest chunk (≥ kMinStagedQ) with S and G staged, else (and for the
+     * others) the largest without */
     const int    P = (int)d->headdim, N = (int)d->dstate;
     const size_t optin = (size_t)pr.smem_optin;
-    int          Q = kMaxQ;
-    bool         staged = true;
-    while (Q > kMinStagedQ && chunk_smem_floats(Q, P, N, true) * sizeof(float) > optin) Q /= 2;
-    if (chunk_smem_floats(Q, P, N, true) * sizeof(float) > optin) {
-        staged = false, Q = kMaxQ;
+    int          Q = e->maxq;
+    bool         staged = e->stage;
+    while (staged && Q > kMinStagedQ && chunk_smem_floats(Q, P, N, true) * sizeof(float) > optin) Q /= 2;
+    if (!staged || chunk_smem_floats(Q, P, N, true) * sizeof(float) > optin) {
+        staged = false, Q = e->maxq;
         while (Q > 1 && chunk_smem_floats(Q, P, N, false) * sizeof(float) > optin) Q /= 2;
     }
     SSM_RETURN_IF(chunk_smem_floats(Q, P, N, staged) * sizeof(float) > optin, ctx, SSM_STATUS_UNSUPPORTED,
@@ -206,6 +222,9 @@ extern "C" ssm_status ssmi_cuda_mamba2_scan_bwd(ssm_context * ctx, const ssm_mam
     ar.R = d->ngroups > 0 ? (int)(d->nheads / d->ngroups) : 0;
     ar.Q = Q;
     ar.staged = staged;
+    ar.mma = e->mma;
+    ar.exact16 = a->x.dtype == SSM_DTYPE_BF16 && a->b.dtype == SSM_DTYPE_BF16 && a->c.dtype == SSM_DTYPE_BF16 &&
+                 a->dout.dtype == SSM_DTYPE_BF16;
     ar.S = d->seqlen;
     ar.tokens = d->batch * d->seqlen;
     ar.nchunks = d->nheads > 0 ? pl.nchunks : 0;

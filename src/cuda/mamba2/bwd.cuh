@@ -6,7 +6,8 @@
  * Work plan (built on the host, spec §2.7): every batch row (varlen sequence) is cut into
  * segments inside which the recurrence never resets (runs of equal seq_idx ids, or the sequence),
  * and every segment into chunks of Q tokens aligned to its start, so no seq_idx mask is needed.
- * The kernels, in order, all plain fp32 CUDA code:
+ * The kernels, in order, fp32 CUDA code whose products (steps 2, 4 and 6) run as fp32 FFMA or,
+ * for 16-bit inputs, on the tensor cores (bf16 mma.sync with fp32 intermediates split in two):
  *   1. bwd_dt          per (chunk, head): processed dt, its cumsum cm and the dt chain factor;
  *   2. bwd_states      per (chunk, head): the chunk-local state s_c = Σ_j e^{cl−cm_j}dt_j x_j B_jᵀ;
  *   3. state pass      per (segment, head, state elements): s_c replaced by the entering state S_c;
@@ -33,7 +34,8 @@ extern "C" {
 namespace ssmi_m2bwd {
 
 const int kThreads = 256; /* threads of every backward kernel */
-const int kMaxQ = 32;     /* the internal chunk; smaller where shared memory is short */
+const int kMaxQ = 64;     /* the largest internal chunk (entries cap it lower); smaller where
+                           * shared memory is short */
 const int kMinStagedQ = 8; /* the smallest chunk for which bwd_chunk stages S and G */
 
 /* One chunk of the plan: tokens [t0, t0 + len) of batch row `row` (row 0 with cu_seqlens). */
@@ -61,6 +63,8 @@ struct bw_out {
 struct bw_args {
     int       H, P, N, G, R, Q;
     int       staged;       /* bwd_chunk stages S and G in shared memory       */
+    int       mma;          /* the chunk kernels' products on the tensor cores  */
+    int       exact16;      /* x, B, C and dout are bf16: exact bf16 operands   */
     long long S;            /* tokens per row: the dB/dC head buffers' row pitch */
     long long nchunks, nsegs;
     float     lo, hi;       /* dt_limit                                         */
@@ -92,12 +96,12 @@ inline size_t states_smem_floats(int Q, int P, int N) {
     return (size_t)Q * (1 + 2 * (size_t)pad_ld(P) + (size_t)pad_ld(N));
 }
 
-/* Floats of bwd_chunk's dynamic shared memory for chunk Q: 6 [Q][P] and 2 [Q][N] row operands,
- * 5 [Q][Q] tables, with `staged` S and G (all rows pad_ld floats), then 9 [Q] vectors, [P] D and
+/* Floats of bwd_chunk's dynamic shared memory for chunk Q: 5 [Q][P] and 2 [Q][N] row operands,
+ * 3 [Q][Q] tables, with `staged` S and G (all rows pad_ld floats), then 10 [Q] vectors, [P] D and
  * the block-sum scratch. */
 inline size_t chunk_smem_floats(int Q, int P, int N, bool staged) {
     const size_t q = (size_t)Q, lp = (size_t)pad_ld(P), ln = (size_t)pad_ld(N), lq = (size_t)pad_ld(Q);
-    return 9 * q + (size_t)P + kThreads + q * (6 * lp + 2 * ln + 5 * lq) + (staged ? 2 * (size_t)P * ln : 0);
+    return 10 * q + (size_t)P + kThreads + q * (5 * lp + 2 * ln + 3 * lq) + (staged ? 2 * (size_t)P * ln : 0);
 }
 
 /* Launches (each checks its launch; nothing runs for an empty grid). */

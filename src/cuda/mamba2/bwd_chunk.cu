@@ -287,6 +287,89 @@ __device__ __forceinline__ void block_mm_k4(int M, int Nc, int K, const float * 
     block_tiles<TM, TN, false>(M, Nc, mac, one, mac, out);
 }
 
+/* Tensor-core products (the 16-bit entries): out(m, n, Σ_{k<K} A(m, k)·B(k, n)) by mma.sync
+ * m16n8k16 on bf16 operands with fp32 accumulators. The operands are fp32 values read through
+ * fa(m, k), fb(k, n); an operand flagged `split` goes in as its bf16 rounding plus the bf16
+ * rounding of the remainder (three products hi·hi + hi·lo + lo·hi with both split, the lo·lo
+ * term, ~2^-16 relative, dropped), one that is not goes in rounded, so only values exact in
+ * bf16 (the bf16 inputs) may be unflagged. A warp computes a 16 × 8·TN tile, its TN n8 tiles
+ * sharing the A fragment; the tiles go round-robin over the warps. Indices past M, Nc or K
+ * read as zero (nothing outside is read), outputs past M, Nc are dropped. Each output's sum
+ * runs k ascending in steps of 16, the terms of a step in the mma's fixed order: the bytes
+ * depend on neither the thread count nor the run. Fragment layout of m16n8k16 (lane = 4g + t):
+ * A regs (g, 2t..), (g+8, 2t..), (g, 2t+8..), (g+8, 2t+8..); B regs (k 2t.., n g), (k 2t+8.., n g);
+ * C (g, 2t), (g, 2t+1), (g+8, 2t), (g+8, 2t+1). KU: the k steps unrolled (more loads in
+ * flight where an operand comes from global memory). */
+template <int TN, int KU = 2, class FA, class FB>
+__device__ __forceinline__ void warp_mma(float (&c)[TN][4], int m0, int n0, int M, int Nc, int K, bool sa, bool sb,
+                                         FA fa, FB fb) {
+    using namespace ssmi_mma;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+#pragma unroll KU
+    for (int k0 = 0; k0 < K; k0 += 16) {
+        uint32_t ah[4], al[4];
+#pragma unroll
+        for (int r = 0; r < 4; ++r) {
+            const int   m = m0 + g + (r & 1) * 8, k = k0 + 2 * t + (r >> 1) * 8;
+            const float v0 = (m < M && k < K) ? fa(m, k) : 0.0f;
+            const float v1 = (m < M && k + 1 < K) ? fa(m, k + 1) : 0.0f;
+            split2<M_BF16>(v0, v1, ah[r], al[r]);
+        }
+#pragma unroll
+        for (int j = 0; j < TN; ++j) {
+            const int n = n0 + 8 * j + g;
+            uint32_t  bh[2], bl[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                const int   k = k0 + 2 * t + r * 8;
+                const float v0 = (n < Nc && k < K) ? fb(k, n) : 0.0f;
+                const float v1 = (n < Nc && k + 1 < K) ? fb(k + 1, n) : 0.0f;
+                split2<M_BF16>(v0, v1, bh[r], bl[r]);
+            }
+            mma16816<M_BF16>(c[j], ah, bh[0], bh[1]);
+            if (sb) mma16816<M_BF16>(c[j], ah, bl[0], bl[1]);
+            if (sa) mma16816<M_BF16>(c[j], al, bh[0], bh[1]);
+        }
+    }
+}
+
+/* The warp tiles of an M × Nc output: for each, acc = mac1; with kTwo, acc = scale(m)·acc,
+ * then acc += mac2 (mac: warp_mma over one tile); then out(m, n, acc). */
+template <int TN, bool kTwo, class F1, class FS, class F2, class FO>
+__device__ __forceinline__ void block_mma_tiles(int M, int Nc, F1 mac1, FS scale, F2 mac2, FO out) {
+    if (M <= 0 || Nc <= 0) return;
+    const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int tn = (Nc + 8 * TN - 1) / (8 * TN), tiles = tn * ((M + 15) / 16);
+    for (int w = threadIdx.x / 32; w < tiles; w += blockDim.x / 32) {
+        const int m0 = (w / tn) * 16, n0 = (w % tn) * 8 * TN;
+        float     c[TN][4];
+#pragma unroll
+        for (int j = 0; j < TN; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.0f;
+        mac1(c, m0, n0);
+        if (kTwo) {
+            const float s0 = m0 + g < M ? scale(m0 + g) : 0.0f, s1 = m0 + g + 8 < M ? scale(m0 + g + 8) : 0.0f;
+#pragma unroll
+            for (int j = 0; j < TN; ++j) c[j][0] *= s0, c[j][1] *= s0, c[j][2] *= s1, c[j][3] *= s1;
+            mac2(c, m0, n0);
+        }
+#pragma unroll
+        for (int j = 0; j < TN; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int m = m0 + g + (e >> 1) * 8, n = n0 + 8 * j + 2 * t + (e & 1);
+                if (m < M && n < Nc) out(m, n, c[j][e]);
+            }
+    }
+}
+
+/* out(m, n, Σ_{k<K} fa(m, k)·fb(k, n)) on the tensor cores (sa, sb: the operands' split flags). */
+template <int TN, int KU = 2, class FA, class FB, class FO>
+__device__ __forceinline__ void block_mma(int M, int Nc, int K, bool sa, bool sb, FA fa, FB fb, FO out) {
+    auto mac = [&](float (&c)[TN][4], int m0, int n0) { warp_mma<TN, KU>(c, m0, n0, M, Nc, K, sa, sb, fa, fb); };
+    auto one = [](int) { return 1.0f; };
+    block_mma_tiles<TN, false>(M, Nc, mac, one, mac, out);
+}
+
 /* Sum over the 32 lanes of a warp, a fixed xor tree: every lane gets the same bytes. */
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -294,7 +377,9 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
-/* s_c[p][n] = Σ_j (e^{cl−cm_j}·dt_j·x_j[p])·B_j[n] into the state slot of (chunk, head). */
+/* s_c[p][n] = Σ_j (e^{cl−cm_j}·dt_j·x_j[p])·B_j[n] into the state slot of (chunk, head); with
+ * kMma on the tensor cores (the weighted x split, B split unless exact in bf16). */
+template <bool kMma>
 __global__ void __launch_bounds__(kThreads, 2) bwd_states_kernel(bw_args a) {
     extern __shared__ float sm[];
     const long long ci = blockIdx.x;
@@ -312,12 +397,18 @@ __global__ void __launch_bounds__(kThreads, 2) bwd_states_kernel(bw_args a) {
     load_rows(bs, ln, a.b, ck, h / a.R, N, Q, NULL);
     __syncthreads();
     float * out = a.st + w * (long long)P * N;
-    block_mm<4, 8>(
-        P, N, ck.len, [=](int p, int j) { return xs[j * lp + p]; }, [=](int j, int n) { return bs[j * ln + n]; },
-        [=](int p, int n, float v) { out[(long long)p * N + n] = v; });
+    auto    fx = [=](int p, int j) { return xs[j * lp + p]; };
+    auto    fb = [=](int j, int n) { return bs[j * ln + n]; };
+    auto    st = [=](int p, int n, float v) { out[(long long)p * N + n] = v; };
+    if constexpr (kMma)
+        block_mma<2>(P, N, ck.len, true, !a.exact16, fx, fb, st);
+    else
+        block_mm<4, 8>(P, N, ck.len, fx, fb, st);
 }
 
-/* dS_c[p][n] = Σ_i (δx_i[p]·e^{cm_i})·C_i[n] into the state-gradient slot of (chunk, head). */
+/* dS_c[p][n] = Σ_i (δx_i[p]·e^{cm_i})·C_i[n] into the state-gradient slot of (chunk, head); with
+ * kMma on the tensor cores (the weighted δx split, C split unless exact in bf16). */
+template <bool kMma>
 __global__ void __launch_bounds__(kThreads, 2) bwd_dstates_kernel(bw_args a) {
     extern __shared__ float sm[];
     const long long ci = blockIdx.x;
@@ -341,10 +432,49 @@ __global__ void __launch_bounds__(kThreads, 2) bwd_dstates_kernel(bw_args a) {
     gate_rows(dys, a.has_z ? zs : NULL, NULL, lp, P, Q);
     __syncthreads();
     float * out = a.gs + w * (long long)P * N;
-    block_mm<4, 8>(
-        P, N, ck.len, [=](int p, int i) { return dys[i * lp + p] * ev[i]; },
-        [=](int i, int n) { return cs[i * ln + n]; },
-        [=](int p, int n, float v) { out[(long long)p * N + n] = v; });
+    auto    fd = [=](int p, int i) { return dys[i * lp + p] * ev[i]; };
+    auto    fc = [=](int i, int n) { return cs[i * ln + n]; };
+    auto    st = [=](int p, int n, float v) { out[(long long)p * N + n] = v; };
+    if constexpr (kMma)
+        block_mma<2>(P, N, ck.len, true, !a.exact16, fd, fc, st);
+    else
+        block_mm<4, 8>(P, N, ck.len, fd, fc, st);
+}
+
+/* The state S and the state gradient G of slot w (the workspace's [P][N] rows) into dst as
+ * [2][P][ld] (S, then G), ld a multiple of 4 floats. With N % 4 = 0 as asynchronous 16-byte
+ * copies (rows and slots 16-byte aligned; cp_async_wait_all before the barrier that publishes
+ * them), else by plain loads, kLoadBatch elements of each in flight per thread. */
+__device__ __forceinline__ void stage_state(float * dst, int ld, const bw_args & a, long long w) {
+    const int       P = a.P, N = a.N;
+    const long long PN = (long long)P * N;
+    if (N % 4 == 0) {
+        const int n4 = N / 4, per = P * n4;
+        for (int e = threadIdx.x; e < 2 * per; e += blockDim.x) {
+            const int which = e / per, p = (e % per) / n4, c = e % n4;
+            ssmi_mma::cp_async16(dst + which * P * ld + p * ld + 4 * c,
+                                 (which ? a.gs : a.st) + w * PN + (long long)p * N + 4 * c);
+        }
+        return;
+    }
+    for (long long e0 = threadIdx.x; e0 < PN; e0 += kLoadBatch * (long long)blockDim.x) {
+        float sv[kLoadBatch], gv[kLoadBatch];
+#pragma unroll
+        for (int u = 0; u < kLoadBatch; ++u) {
+            const long long e = e0 + u * (long long)blockDim.x;
+            sv[u] = e < PN ? a.st[w * PN + e] : 0.0f;
+            gv[u] = e < PN ? a.gs[w * PN + e] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < kLoadBatch; ++u) {
+            const long long e = e0 + u * (long long)blockDim.x;
+            if (e < PN) {
+                const int p = (int)(e / N), n = (int)(e % N);
+                dst[p * ld + n] = sv[u];
+                dst[P * ld + p * ld + n] = gv[u];
+            }
+        }
+    }
 }
 
 /* Sum of v over the block (kThreads threads), a fixed tree: the same bytes every run. Its
@@ -372,14 +502,17 @@ __device__ float block_sum(float v, float * red) {
  *   dB_j  = e^{cl−cm_j}·dt_j·Gᵀx_j + Σ_{i≥j} dCB_ij·C_i;  dC_i = e^{cm_i}·Sᵀδx_i + Σ_{j≤i} dCB_ij·B_j
  * Every operand lives in shared memory (chunk_smem_floats lists the layout), rows pad_ld floats
  * apart; with kStaged S and G are staged there too (cp.async or coalesced loads, once), else
- * they are read from the workspace. The products run as register-tiled block_tiles calls over
- * all threads (k-contiguous operands read as float4), the row sums as a warp per row; the
- * phases are separated by barriers:
- *   load  rows, δx, dz factor, decay table E_ij = e^{cm_i−cm_j} (j ≤ i), S, G
- *   A     CB, C·Sᵀ, B·Gᵀ, dCB, dD partials, <G, S>
- *   B     dz, acc and dx, q, r, intra
+ * they are read from the workspace (with kMma, for phase C staged over the operands phase B
+ * leaves dead, where they fit). The products run as register-tiled block_tiles calls over
+ * all threads (k-contiguous operands read as float4), or with kMma on the tensor cores
+ * (block_mma: bf16 operands, fp32 intermediates split, see warp_mma), the row sums as a warp per
+ * row; the phases are separated by barriers:
+ *   load  rows, δx, dz factor, S, G
+ *   A     CB and CB∘E (E_ij = e^{cm_i−cm_j}, j ≤ i), C·Sᵀ, B·Gᵀ (into bg), dCB, dD partials, <G, S>
+ *   B1    q, r (from bg), intra
+ *   B2    dz, acc (in place of bg: each element read and written by one thread) and dx
  *   C     ddt_loc, dB, dC;  then thread 0 runs the ddA recurrence (ddt, dA/ddt_bias partials). */
-template <bool kStaged>
+template <bool kStaged, bool kMma>
 __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
     extern __shared__ float4 sm4[]; /* 16-byte aligned: the matrices' float4 reads */
     float * const sm = (float *)sm4;
@@ -390,40 +523,34 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
     const int       L = ck.len;
     const long long w = ci * a.H + h, PN = (long long)P * N;
     const int       lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
-    float *xs = sm, *dys = xs + Q * lp, *yst = dys + Q * lp;             /* [Q][lp] each */
-    float *bg = yst + Q * lp, *acc = bg + Q * lp, *dzf = acc + Q * lp;   /* [Q][lp] each */
-    float *bs = dzf + Q * lp, *cs = bs + Q * ln;                         /* [Q][ln] each */
-    float *ex = cs + Q * ln, *cb = ex + Q * lq, *cbx = cb + Q * lq;      /* [Q][lq] each */
-    float *cbd = cbx + Q * lq, *dcb = cbd + Q * lq;                      /* [Q][lq] each */
+    float *xs = sm, *dys = xs + Q * lp, *bg = dys + Q * lp;              /* [Q][lp] each; acc = bg */
+    float *bs = bg + Q * lp, *cs = bs + Q * ln;                          /* [Q][ln] each */
+    float *yst = cs + Q * ln, *dzf = yst + Q * lp;                       /* [Q][lp] each */
+    float *cb = dzf + Q * lp, *cbx = cb + Q * lq, *dcb = cbx + Q * lq;   /* [Q][lq] each */
     float *stg = dcb + Q * lq;                                           /* kStaged: S, G [P][ln] */
     float *dtv = stg + (kStaged ? 2 * P * ln : 0), *fac = dtv + Q, *ecm = fac + Q, *eclm = ecm + Q;
-    float *q = eclm + Q, *r = q + Q, *dtl = r + Q, *dda = dtl + Q, *intra = dda + Q;
+    float *cms = eclm + Q; /* [Q]: cm */
+    float *q = cms + Q, *r = q + Q, *dtl = r + Q, *dda = dtl + Q, *intra = dda + Q;
     float *dvec = intra + Q, *red = dvec + P;
     const float * S = kStaged ? stg : a.st + w * PN;
     const float * Gm = kStaged ? stg + P * ln : a.gs + w * PN;
     const int     ls = kStaged ? ln : N; /* row stride of S and G */
+    /* kMma without kStaged: where they fit there, S and G are staged for phase C over yst, dzf,
+     * cb and cbx (contiguous, dead after phase B) */
+    const bool    late = kMma && !kStaged && 2 * P * ln <= 2 * Q * (lp + lq);
+    /* kMma: the split flags of the operands that are not bf16 inputs (δx: dout·silu(z) with z) */
+    const bool    sx = !a.exact16, sd = !a.exact16 || a.has_z;
 
-    /* load; with N % 4 = 0, S and G first as asynchronous 16-byte copies (their rows and the
-     * workspace slots are 16-byte aligned) that land while the row operands load */
-    if (kStaged && N % 4 == 0) {
-        const int n4 = N / 4, per = P * n4;
-        for (int e = threadIdx.x; e < 2 * per; e += blockDim.x) {
-            const int which = e / per, p = (e % per) / n4, c = e % n4;
-            ssmi_mma::cp_async16(stg + which * P * ln + p * ln + 4 * c,
-                                 (which ? a.gs : a.st) + w * PN + (long long)p * N + 4 * c);
-        }
-    }
+    /* load; S and G first (with N % 4 = 0 as asynchronous copies that land while the row
+     * operands load) */
+    if (kStaged) stage_state(stg, ln, a, w);
     const float * cmg = a.cmv + w * Q;
     const float   cl = cmg[L - 1];
     for (int i = threadIdx.x; i < Q; i += blockDim.x) {
         const float c = cmg[i];
-        dtv[i] = a.dtv[w * Q + i], fac[i] = a.dfac[w * Q + i];
+        dtv[i] = a.dtv[w * Q + i], fac[i] = a.dfac[w * Q + i], cms[i] = c;
         ecm[i] = i < L ? expf(c) : 0.0f;
         eclm[i] = i < L ? expf(cl - c) : 0.0f;
-    }
-    for (int e = threadIdx.x; e < Q * Q; e += blockDim.x) {
-        const int i = e / Q, j = e % Q;
-        ex[i * lq + j] = (i < L && j <= i) ? expf(cmg[i] - cmg[j]) : 0.0f;
     }
     for (int p = threadIdx.x; p < P; p += blockDim.x) {
         float dv = 0.0f;
@@ -448,51 +575,43 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
         load_rows_n<2>(d, ln, v, ck, g, N, Q, NULL);
     }
     gate_rows(dys, a.has_z ? dzf : NULL, a.has_z ? dzf : NULL, lp, P, Q);
-    if (kStaged && N % 4 != 0) /* S then G, kLoadBatch elements of each in flight per thread */
-        for (long long e0 = threadIdx.x; e0 < PN; e0 += kLoadBatch * (long long)blockDim.x) {
-            float sv[kLoadBatch], gv[kLoadBatch];
-#pragma unroll
-            for (int u = 0; u < kLoadBatch; ++u) {
-                const long long e = e0 + u * (long long)blockDim.x;
-                sv[u] = e < PN ? a.st[w * PN + e] : 0.0f;
-                gv[u] = e < PN ? a.gs[w * PN + e] : 0.0f;
-            }
-#pragma unroll
-            for (int u = 0; u < kLoadBatch; ++u) {
-                const long long e = e0 + u * (long long)blockDim.x;
-                if (e < PN) {
-                    const int p = (int)(e / N), n = (int)(e % N);
-                    stg[p * ln + n] = sv[u];
-                    stg[P * ln + p * ln + n] = gv[u];
-                }
-            }
-        }
     ssmi_mma::cp_async_wait_all();
     __syncthreads();
 
-    /* A: CB (causal), CB∘E and its columns times dt; C·Sᵀ; e^{cl−cm_i}·B·Gᵀ; dCB; dD partials; e^{cl}·<G, S> */
-    block_mm_k4<2, 2>(L, L, N, cs, ln, bs, ln, [=](int i, int j, float v) {
-            const float c = j <= i ? v : 0.0f;
-            cb[i * lq + j] = c;
-            cbx[i * lq + j] = c * ex[i * lq + j];
-            cbd[i * lq + j] = c * ex[i * lq + j] * dtv[j];
-        });
+    /* A: CB (causal) and CB∘E; C·Sᵀ; e^{cl−cm_i}·B·Gᵀ; dCB; dD partials; e^{cl}·<G, S> */
+    auto to_cb = [=](int i, int j, float v) { /* i, j < L */
+        const bool in = j <= i;
+        cb[i * lq + j] = in ? v : 0.0f;
+        cbx[i * lq + j] = in ? v * expf(cms[i] - cms[j]) : 0.0f;
+    };
     auto to_yst = [=](int i, int p, float v) { yst[i * lp + p] = v; };
     auto to_bg = [=](int i, int p, float v) { bg[i * lp + p] = eclm[i] * v; };
-    if constexpr (kStaged) {
+    auto to_dcb = [=](int i, int j, float v) { dcb[i * lq + j] = j <= i ? v * (expf(cms[i] - cms[j]) * dtv[j]) : 0.0f; };
+    if constexpr (kMma) {
+        auto fc = [=](int i, int n) { return cs[i * ln + n]; };
+        auto fb = [=](int i, int n) { return bs[i * ln + n]; };
+        block_mma<1>(L, L, N, sx, sx, fc, [=](int n, int j) { return bs[j * ln + n]; }, to_cb);
+        constexpr int ku = kStaged ? 2 : 8; /* S and G from global memory: more loads in flight */
+        block_mma<2, ku>(L, P, N, sx, true, fc, [=](int n, int p) { return S[p * ls + n]; }, to_yst);
+        block_mma<2, ku>(L, P, N, sx, true, fb, [=](int n, int p) { return Gm[p * ls + n]; }, to_bg);
+        block_mma<1>(
+            L, L, P, sd, sx, [=](int i, int p) { return dys[i * lp + p]; }, [=](int p, int j) { return xs[j * lp + p]; },
+            to_dcb);
+    } else if constexpr (kStaged) {
+        block_mm_k4<2, 2>(L, L, N, cs, ln, bs, ln, to_cb);
         block_mm_k4<2, 4>(L, P, N, cs, ln, S, ls, to_yst);
         block_mm_k4<2, 4>(L, P, N, bs, ln, Gm, ls, to_bg);
+        block_mm_k4<2, 2>(L, L, P, dys, lp, xs, lp, to_dcb);
     } else {
+        block_mm_k4<2, 2>(L, L, N, cs, ln, bs, ln, to_cb);
         block_mm<2, 4>(
             L, P, N, [=](int i, int n) { return cs[i * ln + n]; }, [=](int n, int p) { return S[p * ls + n]; },
             to_yst);
         block_mm<2, 4>(
             L, P, N, [=](int i, int n) { return bs[i * ln + n]; }, [=](int n, int p) { return Gm[p * ls + n]; },
             to_bg);
+        block_mm_k4<2, 2>(L, L, P, dys, lp, xs, lp, to_dcb);
     }
-    block_mm_k4<2, 2>(L, L, P, dys, lp, xs, lp, [=](int i, int j, float v) {
-        dcb[i * lq + j] = j <= i ? v * (ex[i * lq + j] * dtv[j]) : 0.0f;
-    });
     for (int p = threadIdx.x; p < P; p += blockDim.x) {
         float s = 0.0f;
         for (int i = 0; i < L; ++i) s += dys[i * lp + p] * xs[i * lp + p];
@@ -505,24 +624,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
     }
     const float total = expf(cl) * block_sum(part, red); /* its barriers end phase A */
 
-    /* B: dz; acc (state part + intra part) and dx; q, r; intra */
-    if (a.has_z && a.want_dz)
-        block_mm<2, 4>(
-            L, P, L, [=](int i, int j) { return cbd[i * lq + j]; },
-            [=](int j, int p) { return xs[j * lp + p]; },
-            [&](int i, int p, float v) {
-                const float y = ecm[i] * yst[i * lp + p] + dvec[p] * xs[i * lp + p] + v;
-                ssmi_cu_st(a.dz.p, a.dz.dtype, off4(a.dz.s, ck.row, ck.t0 + i, h, p), dzf[i * lp + p] * y);
-            });
-    block_mm<2, 4>(
-        L, P, L, [=](int i, int k) { return cbx[k * lq + i]; }, [=](int k, int p) { return dys[k * lp + p]; },
-        [&](int i, int p, float v) {
-            const float s = bg[i * lp + p] + v;
-            acc[i * lp + p] = s;
-            if (a.dx.p != NULL)
-                ssmi_cu_st(a.dx.p, a.dx.dtype, off4(a.dx.s, ck.row, ck.t0 + i, h, p),
-                           s * dtv[i] + dvec[p] * dys[i * lp + p]);
-        });
+    /* B1: q, r (bg still the state part of acc); intra */
     for (int i = warp; i < Q; i += nwarps) {
         float sq = 0.0f, sr = 0.0f;
         if (i < L)
@@ -544,13 +646,45 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
     }
     __syncthreads();
 
+    /* B2: dz; acc (state part + intra part, over bg) and dx */
+    {
+        auto fcbd = [=](int i, int j) { return cbx[i * lq + j] * dtv[j]; };
+        auto fx = [=](int j, int p) { return xs[j * lp + p]; };
+        auto to_dz = [&](int i, int p, float v) {
+            const float y = ecm[i] * yst[i * lp + p] + dvec[p] * xs[i * lp + p] + v;
+            ssmi_cu_st(a.dz.p, a.dz.dtype, off4(a.dz.s, ck.row, ck.t0 + i, h, p), dzf[i * lp + p] * y);
+        };
+        auto fcbx = [=](int i, int k) { return cbx[k * lq + i]; };
+        auto fd = [=](int k, int p) { return dys[k * lp + p]; };
+        auto to_acc = [&](int i, int p, float v) {
+            const float s = bg[i * lp + p] + v;
+            bg[i * lp + p] = s;
+            if (a.dx.p != NULL)
+                ssmi_cu_st(a.dx.p, a.dx.dtype, off4(a.dx.s, ck.row, ck.t0 + i, h, p),
+                           s * dtv[i] + dvec[p] * dys[i * lp + p]);
+        };
+        if constexpr (kMma) {
+            if (a.has_z && a.want_dz) block_mma<2>(L, P, L, true, sx, fcbd, fx, to_dz);
+            block_mma<2>(L, P, L, true, sd, fcbx, fd, to_acc);
+        } else {
+            if (a.has_z && a.want_dz) block_mm<2, 4>(L, P, L, fcbd, fx, to_dz);
+            block_mm<2, 4>(L, P, L, fcbx, fd, to_acc);
+        }
+    }
+    __syncthreads();
+
     /* C: ddt_loc; dB and dC of this head (the output with one head per group, else the head buffer) */
+    if (late) stage_state(yst, ln, a, w);
     for (int i = warp; i < Q; i += nwarps) {
         float s = 0.0f;
         if (i < L)
-            for (int p = lane; p < P; p += 32) s += acc[i * lp + p] * xs[i * lp + p];
+            for (int p = lane; p < P; p += 32) s += bg[i * lp + p] * xs[i * lp + p];
         s = warp_sum(s);
         if (lane == 0) dtl[i] = s;
+    }
+    if (late) {
+        ssmi_mma::cp_async_wait_all();
+        __syncthreads();
     }
     auto db_out = [&](int j, int n, float v) {
         if (a.heads_buf)
@@ -564,6 +698,37 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
         else
             ssmi_cu_st(a.dc.p, a.dc.dtype, off4(a.dc.s, ck.row, ck.t0 + i, g, n), v);
     };
+    if constexpr (kMma) {
+        const float * Sc = late ? yst : S; /* S and G for phase C, and their row stride */
+        const float * Gc = late ? yst + P * ln : Gm;
+        const int     lc = late ? ln : ls;
+        auto          fcs = [=](int i, int n) { return cs[i * ln + n]; };
+        auto fbs = [=](int j, int n) { return bs[j * ln + n]; };
+        auto fdcb_t = [=](int j, int i) { return dcb[i * lq + j]; };
+        auto fdcb = [=](int i, int j) { return dcb[i * lq + j]; };
+        if (a.want_db)
+            block_mma_tiles<2, true>(
+                L, N,
+                [&](float (&t)[2][4], int m0, int n0) {
+                    warp_mma<2>(
+                        t, m0, n0, L, N, P, sx, true, [=](int j, int p) { return xs[j * lp + p]; },
+                        [=](int p, int n) { return Gc[p * lc + n]; });
+                },
+                [&](int j) { return eclm[j] * dtv[j]; },
+                [&](float (&t)[2][4], int m0, int n0) { warp_mma<2>(t, m0, n0, L, N, L, true, sx, fdcb_t, fcs); },
+                db_out);
+        if (a.want_dc)
+            block_mma_tiles<2, true>(
+                L, N,
+                [&](float (&t)[2][4], int m0, int n0) {
+                    warp_mma<2>(
+                        t, m0, n0, L, N, P, sd, true, [=](int i, int p) { return dys[i * lp + p]; },
+                        [=](int p, int n) { return Sc[p * lc + n]; });
+                },
+                [&](int i) { return ecm[i]; },
+                [&](float (&t)[2][4], int m0, int n0) { warp_mma<2>(t, m0, n0, L, N, L, true, sx, fdcb, fbs); },
+                dc_out);
+    } else {
     /* dB_j = (e^{cl−cm_j}·dt_j)·Σ_p x_j[p]·G[p][n] + Σ_i dCB_ij·C_i[n] */
     if (a.want_db)
         block_tiles<4, 4, true>(
@@ -589,6 +754,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
                 tile_mac_a4<4, 4>(t, m, n, L, dcb, lq, [&](int j, int c) { return bs[j * ln + c]; });
             },
             dc_out);
+    }
     __syncthreads();
 
     /* the ddA recurrence, ddt, and the dA / ddt_bias partials */
@@ -613,11 +779,15 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
     }
 }
 
-/* Opts a kernel into `bytes` of dynamic shared memory where that exceeds the default 48 KB. */
+/* Opts a kernel into `bytes` of dynamic shared memory where that exceeds the default 48 KB, with
+ * the largest shared-memory carveout (so as many of its blocks share an SM as the bytes allow). */
 ssm_status smem_optin(ssm_context * ctx, const char * op, const void * fn, size_t bytes) {
     if (bytes <= 48 * 1024) return SSM_STATUS_OK;
-    return ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute (shared memory)",
-                            cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes));
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute (shared memory)",
+                                          cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes)));
+    return ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute (carveout)",
+                            cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                 (int)cudaSharedmemCarveoutMaxShared));
 }
 
 /* A (chunk, head) grid launch of fn with `floats` of dynamic shared memory. */
@@ -642,17 +812,23 @@ ssm_status launch_bwd_dt(ssm_context * ctx, const char * op, const bw_args & a) 
 }
 
 ssm_status launch_bwd_states(ssm_context * ctx, const char * op, const bw_args & a) {
-    return launch_chunk_grid(ctx, op, "bwd_states_kernel", bwd_states_kernel, a, states_smem_floats(a.Q, a.P, a.N));
+    return launch_chunk_grid(ctx, op, "bwd_states_kernel", a.mma ? bwd_states_kernel<true> : bwd_states_kernel<false>,
+                             a, states_smem_floats(a.Q, a.P, a.N));
 }
 
 ssm_status launch_bwd_dstates(ssm_context * ctx, const char * op, const bw_args & a) {
-    return launch_chunk_grid(ctx, op, "bwd_dstates_kernel", bwd_dstates_kernel, a, states_smem_floats(a.Q, a.P, a.N));
+    return launch_chunk_grid(ctx, op, "bwd_dstates_kernel", a.mma ? bwd_dstates_kernel<true> : bwd_dstates_kernel<false>,
+                             a, states_smem_floats(a.Q, a.P, a.N));
 }
 
 ssm_status launch_bwd_chunk(ssm_context * ctx, const char * op, const bw_args & a) {
     const size_t floats = chunk_smem_floats(a.Q, a.P, a.N, a.staged != 0);
-    if (a.staged) return launch_chunk_grid(ctx, op, "bwd_chunk_kernel", bwd_chunk_kernel<true>, a, floats);
-    return launch_chunk_grid(ctx, op, "bwd_chunk_kernel", bwd_chunk_kernel<false>, a, floats);
+    if (a.mma) {
+        if (a.staged) return launch_chunk_grid(ctx, op, "bwd_chunk_kernel", bwd_chunk_kernel<true, true>, a, floats);
+        return launch_chunk_grid(ctx, op, "bwd_chunk_kernel", bwd_chunk_kernel<false, true>, a, floats);
+    }
+    if (a.staged) return launch_chunk_grid(ctx, op, "bwd_chunk_kernel", bwd_chunk_kernel<true, false>, a, floats);
+    return launch_chunk_grid(ctx, op, "bwd_chunk_kernel", bwd_chunk_kernel<false, false>, a, floats);
 }
 
 } /* namespace ssmi_m2bwd */

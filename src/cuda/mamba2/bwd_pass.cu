@@ -2,9 +2,12 @@
  * bwd_pass.cu — the sequential parts of the Mamba-2 combined backward (bwd.cuh lists the steps):
  * the state pass along each segment, its reverse (the state gradients and dinitial_states), and
  * the fixed-order reductions (dB/dC over the heads of a group, dA/ddt_bias/dD over chunks).
- * The passes run one thread per (segment, head, state element), the chunks of the segment in
- * order (forward) or in reverse; every sum is a loop in a fixed order.
+ * The passes run one thread per (segment, head, state element), or per 4 of them where P·N % 4 = 0
+ * (then the slots stream through shared memory by cp.async, double-buffered, so the loads in
+ * flight are not bounded by registers), the chunks of the segment in order (forward) or in
+ * reverse; every sum is a loop in a fixed order.
  */
+#include "../common/mma.cuh"
 #include "bwd.cuh"
 
 namespace ssmi_m2bwd {
@@ -84,6 +87,66 @@ __global__ void state_grad_kernel(bw_args a) {
         ssmi_cu_st(a.dinit.p, a.dinit.dtype, off4(a.dinit.s, sg.dinit, h, p, n), sg.init >= 0 ? gr : 0.0f);
 }
 
+/* Chunks per batch of the 4-element passes; two batches are in flight (one landing while the
+ * other is consumed): 2·kVecBatch·kThreads float4 = 32 KB of shared memory per block. */
+const int kVecBatch = 4;
+
+/* state_pass_kernel / state_grad_kernel with 4 consecutive state elements per thread (P·N % 4 = 0:
+ * 16-byte aligned slots): kRev = false the forward pass, true the reverse. Each thread copies its
+ * own elements of the batch's slots into shared memory and reads only those (no barrier); the
+ * chunk order and the arithmetic per element are those of the scalar kernels. */
+template <bool kRev>
+__global__ void state_pass4_kernel(bw_args a) {
+    __shared__ float4 buf[2][kVecBatch][kThreads];
+    const long long   PN = (long long)a.P * a.N;
+    const long long   e = ((long long)blockIdx.z * blockDim.x + threadIdx.x) * 4;
+    if (e >= PN) return;
+    const bw_seg sg = a.segs[blockIdx.x];
+    const int    h = blockIdx.y;
+    float *      slots = kRev ? a.gs : a.st;
+    float        run[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const int p = (int)((e + i) / a.N), n = (int)((e + i) % a.N);
+        run[i] = 0.0f;
+        if (!kRev && sg.init >= 0) run[i] = ssmi_cu_ld(a.init.p, a.init.dtype, off4(a.init.s, sg.init, h, p, n));
+        if (kRev && sg.fin >= 0) run[i] = ssmi_cu_ld(a.dfin.p, a.dfin.dtype, off4(a.dfin.s, sg.fin, h, p, n));
+    }
+    /* the k-th chunk of the pass: forward c0 + k, reverse c0 + nc − 1 − k */
+    auto chunk = [&](long long k) { return kRev ? sg.c0 + sg.nc - 1 - k : sg.c0 + k; };
+    auto issue = [&](long long k0, int b) {
+        asm volatile("" ::: "memory"); /* the reads of buffer b (the batch before) stay before its refill */
+#pragma unroll
+        for (int u = 0; u < kVecBatch; ++u)
+            if (k0 + u < sg.nc)
+                ssmi_mma::cp_async16(&buf[b][u][threadIdx.x], slots + (chunk(k0 + u) * a.H + h) * PN + e);
+        ssmi_mma::cp_async_commit();
+    };
+    issue(0, 0);
+    int b = 0;
+    for (long long k0 = 0; k0 < sg.nc; k0 += kVecBatch, b ^= 1) {
+        issue(k0 + kVecBatch, b ^ 1);
+        ssmi_mma::cp_async_wait_group<1>(); /* batch k0 has landed */
+#pragma unroll
+        for (int u = 0; u < kVecBatch; ++u)
+            if (k0 + u < sg.nc) {
+                const long long w = chunk(k0 + u) * a.H + h;
+                const float4    v = buf[b][u][threadIdx.x];
+                const float     f = a.ecl[w];
+                *(float4 *)(slots + w * PN + e) = make_float4(run[0], run[1], run[2], run[3]);
+                run[0] = f * run[0] + v.x, run[1] = f * run[1] + v.y;
+                run[2] = f * run[2] + v.z, run[3] = f * run[3] + v.w;
+            }
+    }
+    ssmi_mma::cp_async_wait_all();
+    if (kRev && sg.dinit >= 0 && a.dinit.p != NULL)
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int p = (int)((e + i) / a.N), n = (int)((e + i) % a.N);
+            ssmi_cu_st(a.dinit.p, a.dinit.dtype, off4(a.dinit.s, sg.dinit, h, p, n), sg.init >= 0 ? run[i] : 0.0f);
+        }
+}
+
 /* dB and dC of every (token, group, n): the per-head contributions summed in head order. */
 __global__ void group_sum_kernel(bw_args a) {
     const long long GN = (long long)a.G * a.N;
@@ -137,12 +200,16 @@ __global__ void reduce_kernel(bw_args a) {
     if (a.dd.p != NULL && !a.d2) store_sum(a.dd, (long long)h * a.dd.s[0], all);
 }
 
-ssm_status launch_segment_grid(ssm_context * ctx, const char * op, const char * name, void (*fn)(bw_args),
-                               const bw_args & a) {
+/* A (segment, head, element group) grid launch: fn4 (4 elements per thread) where P·N % 4 = 0,
+ * else fn1 (one). */
+ssm_status launch_segment_grid(ssm_context * ctx, const char * op, const char * name, void (*fn4)(bw_args),
+                               void (*fn1)(bw_args), const bw_args & a) {
     const long long PN = (long long)a.P * a.N;
     if (a.nsegs == 0 || a.H == 0 || PN == 0) return SSM_STATUS_OK;
-    const dim3 grid((unsigned)a.nsegs, (unsigned)a.H, (unsigned)((PN + kThreads - 1) / kThreads));
-    fn<<<grid, kThreads, 0, ssmi_cuda_stream(ctx)>>>(a);
+    const int       v = PN % 4 == 0 ? 4 : 1;
+    const long long per = (long long)kThreads * v;
+    const dim3      grid((unsigned)a.nsegs, (unsigned)a.H, (unsigned)((PN + per - 1) / per));
+    (v == 4 ? fn4 : fn1)<<<grid, kThreads, 0, ssmi_cuda_stream(ctx)>>>(a);
     SSMI_CU_CHECK_LAUNCH(ctx, op, name);
     return SSM_STATUS_OK;
 }
@@ -150,11 +217,11 @@ ssm_status launch_segment_grid(ssm_context * ctx, const char * op, const char * 
 } /* namespace */
 
 ssm_status launch_state_pass(ssm_context * ctx, const char * op, const bw_args & a) {
-    return launch_segment_grid(ctx, op, "state_pass_kernel", state_pass_kernel, a);
+    return launch_segment_grid(ctx, op, "state_pass_kernel", state_pass4_kernel<false>, state_pass_kernel, a);
 }
 
 ssm_status launch_state_grad_pass(ssm_context * ctx, const char * op, const bw_args & a) {
-    return launch_segment_grid(ctx, op, "state_grad_kernel", state_grad_kernel, a);
+    return launch_segment_grid(ctx, op, "state_grad_kernel", state_pass4_kernel<true>, state_grad_kernel, a);
 }
 
 ssm_status launch_bwd_reduce(ssm_context * ctx, const char * op, const bw_args & a) {
