@@ -34,8 +34,6 @@ extern "C" {
 namespace ssmi_m2bwd {
 
 const int kThreads = 256; /* threads of every backward kernel */
-const int kMaxQ = 64;     /* the largest internal chunk (entries cap it lower); smaller where
-                           * shared memory is short */
 const int kMinStagedQ = 8; /* the smallest chunk for which bwd_chunk stages S and G */
 
 /* One chunk of the plan: tokens [t0, t0 + len) of batch row `row` (row 0 with cu_seqlens). */
