@@ -634,12 +634,18 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
             }
         sq = warp_sum(sq), sr = warp_sum(sr);
         if (lane == 0) q[i] = ecm[i] * sq, r[i] = dtv[i] * sr;
-        /* intra_i: the pairs (k, j), i ≤ k < L, j < i, flattened k-major */
+        /* intra_i: the pairs (k, j), i ≤ k < L, j < i, flattened k-major (t = (k − i)·i + j), lane
+         * t ≡ lane (mod 32); (k, j) steps with t by 32 = (32 / i)·i + 32 % i, no division inside */
         const int np = i < L ? (L - i) * i : 0;
         float     in = 0.0f;
-        for (int t = lane; t < np; t += 32) {
-            const int k = i + t / i, j = t % i;
-            in += cb[k * lq + j] * dcb[k * lq + j];
+        if (np > 0) {
+            const int q32 = 32 / i, r32 = 32 % i;
+            int       k = i + lane / i, j = lane % i;
+            for (int t = lane; t < np; t += 32) {
+                in += cb[k * lq + j] * dcb[k * lq + j];
+                k += q32, j += r32;
+                if (j >= i) j -= i, ++k;
+            }
         }
         in = warp_sum(in);
         if (lane == 0) intra[i] = in;
