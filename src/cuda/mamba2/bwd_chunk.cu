@@ -509,6 +509,7 @@ __device__ float block_sum(float v, float * red) {
  * row; the phases are separated by barriers:
  *   load  rows, δx, dz factor, S, G
  *   A     CB and CB∘E (E_ij = e^{cm_i−cm_j}, j ≤ i), C·Sᵀ, B·Gᵀ (into bg), dCB, dD partials, <G, S>
+ *         (in C instead where S and G are staged for it)
  *   B1    q, r (from bg), intra
  *   B2    dz, acc (in place of bg: each element read and written by one thread) and dx
  *   C     ddt_loc, dB, dC;  then thread 0 runs the ddA recurrence (ddt, dA/ddt_bias partials). */
@@ -617,12 +618,19 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
         for (int i = 0; i < L; ++i) s += dys[i * lp + p] * xs[i * lp + p];
         a.ddp[w * P + p] = s;
     }
-    float part = 0.0f;
-    for (long long e = threadIdx.x; e < PN; e += blockDim.x) {
-        const int p = (int)(e / N), n = (int)(e % N);
-        part += Gm[p * ls + n] * S[p * ls + n];
+    /* e^{cl}·<G, S>: here from S and G as phase A reads them (block_sum's barriers end phase A),
+     * or, where they are staged for phase C, from the staged copies there */
+    float total = 0.0f;
+    if (late) {
+        __syncthreads();
+    } else {
+        float part = 0.0f;
+        for (int e = threadIdx.x; e < P * N; e += blockDim.x) {
+            const int p = e / N, n = e % N;
+            part += Gm[p * ls + n] * S[p * ls + n];
+        }
+        total = expf(cl) * block_sum(part, red);
     }
-    const float total = expf(cl) * block_sum(part, red); /* its barriers end phase A */
 
     /* B1: q, r (bg still the state part of acc); intra */
     for (int i = warp; i < Q; i += nwarps) {
@@ -691,6 +699,10 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
     if (late) {
         ssmi_mma::cp_async_wait_all();
         __syncthreads();
+        float part = 0.0f; /* a warp per row p, lanes over n */
+        for (int p = warp; p < P; p += nwarps)
+            for (int n = lane; n < N; n += 32) part += yst[P * ln + p * ln + n] * yst[p * ln + n];
+        total = expf(cl) * block_sum(part, red);
     }
     auto db_out = [&](int j, int n, float v) {
         if (a.heads_buf)
