@@ -531,7 +531,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
     float *stg = dcb + Q * lq;                                           /* kStaged: S, G [P][ln] */
     float *dtv = stg + (kStaged ? 2 * P * ln : 0), *fac = dtv + Q, *ecm = fac + Q, *eclm = ecm + Q;
     float *cms = eclm + Q; /* [Q]: cm */
-    float *q = cms + Q, *r = q + Q, *dtl = r + Q, *dda = dtl + Q, *intra = dda + Q;
+    float *q = cms + Q, *r = q + Q, *dtl = r + Q, *intra = dtl + Q;
     float *dvec = intra + Q, *red = dvec + P;
     const float * S = kStaged ? stg : a.st + w * PN;
     const float * Gm = kStaged ? stg + P * ln : a.gs + w * PN;
@@ -775,25 +775,38 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
     }
     __syncthreads();
 
-    /* the ddA recurrence, ddt, and the dA / ddt_bias partials */
-    if (threadIdx.x == 0) {
+    /* the ddA recurrence, ddt, and the dA / ddt_bias partials, on warp 0 with tokens k = 2·lane
+     * and 2·lane + 1 (L ≤ kMaxQ = 64): ddA_k = suf_k + (pre_k + intra_k), suf_k = e^{cl}<G, S> +
+     * Σ_{m≥k} q_m and pre_k = Σ_{m<k} r_m by fixed shuffle scans over the lanes' pair sums */
+    if (warp == 0) {
         const float ah = ssmi_cu_ld(a.a.p, a.a.dtype, (long long)h * a.a.s[0]);
-        float       suf = total;
-        for (int k = L - 1; k >= 0; --k) {
-            suf += q[k];
-            dda[k] = suf;
+        const int   k0 = 2 * lane, k1 = k0 + 1;
+        const float q0 = k0 < L ? q[k0] : 0.0f, q1 = k1 < L ? q[k1] : 0.0f;
+        const float r0 = k0 < L ? r[k0] : 0.0f, r1 = k1 < L ? r[k1] : 0.0f;
+        float       qs = q0 + q1, rs = r0 + r1; /* inclusive suffix (q) and prefix (r) scans */
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const float vq = __shfl_down_sync(0xffffffffu, qs, o), vr = __shfl_up_sync(0xffffffffu, rs, o);
+            if (lane + o < 32) qs += vq;
+            if (lane >= o) rs += vr;
         }
-        float pre = 0.0f, da = 0.0f, db = 0.0f;
-        for (int k = 0; k < L; ++k) {
-            dda[k] += pre + intra[k];
-            pre += r[k];
-            const float gv = (dda[k] * ah + dtl[k]) * fac[k];
+        const float qx = __shfl_down_sync(0xffffffffu, qs, 1), rx = __shfl_up_sync(0xffffffffu, rs, 1);
+        const float qe = lane < 31 ? qx : 0.0f, re = lane > 0 ? rx : 0.0f; /* the lanes after / before */
+        float       da = 0.0f, db = 0.0f;
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int k = k0 + u;
+            if (k >= L) break;
+            const float suf = u == 0 ? ((total + qe) + q1) + q0 : (total + qe) + q1;
+            const float pre = u == 0 ? re : re + r0;
+            const float dda = suf + (pre + intra[k]);
+            const float gv = (dda * ah + dtl[k]) * fac[k];
             if (a.ddt.p != NULL) ssmi_cu_st(a.ddt.p, a.ddt.dtype, off3(a.ddt.s, ck.row, ck.t0 + k, h), gv);
-            da += dda[k] * dtv[k];
+            da += dda * dtv[k];
             db += gv;
         }
-        a.dap[w] = da;
-        a.dbp[w] = db;
+        da = warp_sum(da), db = warp_sum(db);
+        if (lane == 0) a.dap[w] = da, a.dbp[w] = db;
     }
 }
 
