@@ -747,31 +747,31 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
                 [&](float (&t)[2][4], int m0, int n0) { warp_mma<2>(t, m0, n0, L, N, L, true, sx, fdcb, fbs); },
                 dc_out);
     } else {
-    /* dB_j = (e^{cl−cm_j}·dt_j)·Σ_p x_j[p]·G[p][n] + Σ_i dCB_ij·C_i[n] */
-    if (a.want_db)
-        block_tiles<4, 4, true>(
-            L, N,
-            [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
-                tile_mac_a4<4, 4>(t, m, n, P, xs, lp, [&](int p, int c) { return Gm[p * ls + c]; });
-            },
-            [&](int j) { return eclm[j] * dtv[j]; },
-            [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
-                tile_mac<4, 4>(
-                    t, m, n, L, [&](int j, int i) { return dcb[i * lq + j]; }, [&](int i, int c) { return cs[i * ln + c]; });
-            },
-            db_out);
-    /* dC_i = e^{cm_i}·Σ_p δx_i[p]·S[p][n] + Σ_j dCB_ij·B_j[n] */
-    if (a.want_dc)
-        block_tiles<4, 4, true>(
-            L, N,
-            [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
-                tile_mac_a4<4, 4>(t, m, n, P, dys, lp, [&](int p, int c) { return S[p * ls + c]; });
-            },
-            [&](int i) { return ecm[i]; },
-            [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
-                tile_mac_a4<4, 4>(t, m, n, L, dcb, lq, [&](int j, int c) { return bs[j * ln + c]; });
-            },
-            dc_out);
+        /* dB_j = (e^{cl−cm_j}·dt_j)·Σ_p x_j[p]·G[p][n] + Σ_i dCB_ij·C_i[n] */
+        if (a.want_db)
+            block_tiles<4, 4, true>(
+                L, N,
+                [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
+                    tile_mac_a4<4, 4>(t, m, n, P, xs, lp, [&](int p, int c) { return Gm[p * ls + c]; });
+                },
+                [&](int j) { return eclm[j] * dtv[j]; },
+                [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
+                    tile_mac<4, 4>(
+                        t, m, n, L, [&](int j, int i) { return dcb[i * lq + j]; }, [&](int i, int c) { return cs[i * ln + c]; });
+                },
+                db_out);
+        /* dC_i = e^{cm_i}·Σ_p δx_i[p]·S[p][n] + Σ_j dCB_ij·B_j[n] */
+        if (a.want_dc)
+            block_tiles<4, 4, true>(
+                L, N,
+                [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
+                    tile_mac_a4<4, 4>(t, m, n, P, dys, lp, [&](int p, int c) { return S[p * ls + c]; });
+                },
+                [&](int i) { return ecm[i]; },
+                [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
+                    tile_mac_a4<4, 4>(t, m, n, L, dcb, lq, [&](int j, int c) { return bs[j * ln + c]; });
+                },
+                dc_out);
     }
     __syncthreads();
 
