@@ -64,12 +64,51 @@ __device__ __forceinline__ float to_f32(double v) { return (float)v; }
 __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
 
-/* load_rows of NV views of one element type and the same row length n. Thread t handles the
- * elements e ≡ t (mod blockDim.x), e < Q·n, as a `for (e = t; e < Q·n; e += blockDim.x)` loop
- * would; a batch issues its loads of all NV views before storing any. */
+/* load_rows of NV views of one element type and the same row length n: 16-bit rows with unit
+ * stride, n % 8 = 0 and 16-byte aligned row starts as 16-byte loads (8 elements per thread and
+ * piece; dst rows 16-byte aligned too), else thread t handles the elements e ≡ t (mod blockDim.x),
+ * e < Q·n; a batch issues its loads of all NV views before storing any. */
 template <class T, int NV>
 __device__ __forceinline__ void load_rows_of(float * const (&dst)[NV], int ld, const ssmi_cu_view (&v)[NV],
                                              const bw_chunk & ck, int k, int n, int Q, const float * scale) {
+    if constexpr (sizeof(T) == 2) { /* 16-bit rows in 16-byte pieces where every view allows */
+        bool vec = n % 8 == 0 && ld % 4 == 0;
+#pragma unroll
+        for (int s = 0; s < NV; ++s)
+            vec = vec && v[s].s[3] == 1 && v[s].s[0] % 8 == 0 && v[s].s[1] % 8 == 0 && v[s].s[2] % 8 == 0 &&
+                  ((uintptr_t)v[s].p & 15) == 0 && ((uintptr_t)dst[s] & 15) == 0;
+        if (vec) {
+            constexpr int kV = 4; /* pieces of each view in flight per thread */
+            const int     n8 = n / 8, total8 = Q * n8;
+            for (int e0 = threadIdx.x; e0 < total8; e0 += kV * blockDim.x) {
+                uint4 val[NV][kV];
+#pragma unroll
+                for (int u = 0; u < kV; ++u) {
+                    const int e = e0 + u * (int)blockDim.x, i = e / n8, j = (e % n8) * 8;
+#pragma unroll
+                    for (int s = 0; s < NV; ++s)
+                        val[s][u] = (e < total8 && i < ck.len)
+                                        ? *(const uint4 *)((const T *)v[s].p + off4(v[s].s, ck.row, ck.t0 + i, k, j))
+                                        : make_uint4(0u, 0u, 0u, 0u);
+                }
+#pragma unroll
+                for (int u = 0; u < kV; ++u) {
+                    const int e = e0 + u * (int)blockDim.x, i = e / n8, j = (e % n8) * 8;
+                    if (e >= total8) continue;
+#pragma unroll
+                    for (int s = 0; s < NV; ++s) {
+                        const T * hv = reinterpret_cast<const T *>(&val[s][u]);
+                        float     f[8];
+#pragma unroll
+                        for (int c = 0; c < 8; ++c) f[c] = scale != NULL ? to_f32(hv[c]) * scale[i] : to_f32(hv[c]);
+                        *(float4 *)&dst[s][i * ld + j] = make_float4(f[0], f[1], f[2], f[3]);
+                        *(float4 *)&dst[s][i * ld + j + 4] = make_float4(f[4], f[5], f[6], f[7]);
+                    }
+                }
+            }
+            return;
+        }
+    }
     constexpr int kB = kLoadBatch / NV;
     const int     total = Q * n;
     for (int e0 = threadIdx.x; e0 < total; e0 += kB * blockDim.x) {
@@ -93,8 +132,9 @@ __device__ __forceinline__ void load_rows_of(float * const (&dst)[NV], int ld, c
 }
 
 /* Rows [0, len) of head/group k of NV (batch, S, K, n) views into dst[s][Q][ld] as fp32 (times
- * scale[i] when given), zeros for rows ≥ len (and for a dtype the views do not carry). Thread t
- * writes the elements e = i·n + j ≡ t (mod blockDim.x). Views of one dtype load together. */
+ * scale[i] when given), zeros for rows ≥ len (and for a dtype the views do not carry). Which
+ * thread writes an element depends on the layout: a barrier orders the rows for other uses.
+ * Views of one dtype load together. */
 template <int NV>
 __device__ __forceinline__ void load_rows_n(float * const (&dst)[NV], int ld, const ssmi_cu_view (&v)[NV],
                                             const bw_chunk & ck, int k, int n, int Q, const float * scale) {
@@ -131,9 +171,9 @@ __device__ __forceinline__ void load_rows(float * dst, int ld, const ssmi_cu_vie
     load_rows_n<1>(d1, ld, v1, ck, k, n, Q, scale);
 }
 
-/* In place over the [Q][ld] rows of dout (dys) and z (zs, absent without z), as load_rows left
- * them in this thread's elements (no barrier needed): dys becomes δx = dout·z·σ(z) (dout without
- * z) and, where dzf is given, dzf gets the dz factor dout·σ(z)(1 + z(1 − σ(z))) (0 without z). */
+/* In place over the [Q][ld] rows of dout (dys) and z (zs, absent without z), after a barrier
+ * that publishes them: dys becomes δx = dout·z·σ(z) (dout without z) and, where dzf is given,
+ * dzf gets the dz factor dout·σ(z)(1 + z(1 − σ(z))) (0 without z). */
 __device__ __forceinline__ void gate_rows(float * dys, const float * zs, float * dzf, int ld, int n, int Q) {
     for (int e = threadIdx.x; e < Q * n; e += blockDim.x) {
         const int   o = (e / n) * ld + e % n;
@@ -429,6 +469,7 @@ __global__ void __launch_bounds__(kThreads, 2) bwd_dstates_kernel(bw_args a) {
         load_rows(dys, lp, a.dout, ck, h, P, Q, NULL);
     }
     load_rows(cs, ln, a.c, ck, h / a.R, N, Q, NULL);
+    __syncthreads();
     gate_rows(dys, a.has_z ? zs : NULL, NULL, lp, P, Q);
     __syncthreads();
     float * out = a.gs + w * (long long)P * N;
@@ -575,6 +616,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
         const ssmi_cu_view v[2] = {a.b, a.c};
         load_rows_n<2>(d, ln, v, ck, g, N, Q, NULL);
     }
+    __syncthreads();
     gate_rows(dys, a.has_z ? dzf : NULL, a.has_z ? dzf : NULL, lp, P, Q);
     ssmi_mma::cp_async_wait_all();
     __syncthreads();
