@@ -34,7 +34,7 @@ struct bwd_entry {
     bool (*applies)(const bwd_problem & pb);
     bool mma;   /* products on the tensor cores */
     bool stage; /* bwd_chunk stages S and G in shared memory where they fit */
-    int  maxq;  /* the largest internal chunk (≤ kMaxQ) */
+    int  maxq;  /* the largest internal chunk, ≤ kMaxQ (smaller where shared memory is short) */
 };
 
 bool bwd_any(const bwd_problem &) { return true; }
@@ -46,7 +46,8 @@ const bwd_entry bwd_table[] = {
     {"chunked_mma",
      "fp16/bf16 x: the chunk kernels' products on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulators, fp32 "
      "operands split into rounded part and remainder), internal chunks of 64 tokens (half the per-chunk state "
-     "traffic of 32), bwd_chunk reading S and G from the workspace",
+     "traffic of 32), bwd_chunk reading S and G from the workspace for its first products and staging them over "
+     "operands it no longer needs for dB and dC",
      "x in fp16 or bf16", bwd_x16, true, false, 64},
     {"chunked_mma_staged",
      "as chunked_mma with internal chunks of 32 tokens and bwd_chunk's S and G staged in shared memory where they fit",
@@ -200,11 +201,12 @@ extern "C" ssm_status ssmi_cuda_mamba2_scan_bwd(ssm_context * ctx, const ssm_mam
      * others) the largest without */
     const int    P = (int)d->headdim, N = (int)d->dstate;
     const size_t optin = (size_t)pr.smem_optin;
-    int          Q = e->maxq;
+    const int    maxq = e->maxq < kMaxQ ? e->maxq : kMaxQ;
+    int          Q = maxq;
     bool         staged = e->stage;
     while (staged && Q > kMinStagedQ && chunk_smem_floats(Q, P, N, true) * sizeof(float) > optin) Q /= 2;
     if (!staged || chunk_smem_floats(Q, P, N, true) * sizeof(float) > optin) {
-        staged = false, Q = e->maxq;
+        staged = false, Q = maxq;
         while (Q > 1 && chunk_smem_floats(Q, P, N, false) * sizeof(float) > optin) Q /= 2;
     }
     SSM_RETURN_IF(chunk_smem_floats(Q, P, N, staged) * sizeof(float) > optin, ctx, SSM_STATUS_UNSUPPORTED,

@@ -34,9 +34,8 @@ extern "C" {
 namespace ssmi_m2bwd {
 
 const int kThreads = 256; /* threads of every backward kernel */
-const int kMaxQ = 64;     /* the largest internal chunk (entries cap it lower); smaller where
-                           * shared memory is short */
 const int kMinStagedQ = 8; /* the smallest chunk for which bwd_chunk stages S and G */
+const int kMaxQ = 64;      /* the largest chunk: bwd_chunk's ddA recurrence takes 2 tokens per lane of a warp */
 
 /* One chunk of the plan: tokens [t0, t0 + len) of batch row `row` (row 0 with cu_seqlens). */
 struct bw_chunk {
@@ -97,11 +96,11 @@ inline size_t states_smem_floats(int Q, int P, int N) {
 }
 
 /* Floats of bwd_chunk's dynamic shared memory for chunk Q: 5 [Q][P] and 2 [Q][N] row operands,
- * 3 [Q][Q] tables, with `staged` S and G (all rows pad_ld floats), then 10 [Q] vectors, [P] D and
+ * 3 [Q][Q] tables, with `staged` S and G (all rows pad_ld floats), then 9 [Q] vectors, [P] D and
  * the block-sum scratch. */
 inline size_t chunk_smem_floats(int Q, int P, int N, bool staged) {
     const size_t q = (size_t)Q, lp = (size_t)pad_ld(P), ln = (size_t)pad_ld(N), lq = (size_t)pad_ld(Q);
-    return 10 * q + (size_t)P + kThreads + q * (5 * lp + 2 * ln + 3 * lq) + (staged ? 2 * (size_t)P * ln : 0);
+    return 9 * q + (size_t)P + kThreads + q * (5 * lp + 2 * ln + 3 * lq) + (staged ? 2 * (size_t)P * ln : 0);
 }
 
 /* Launches (each checks its launch; nothing runs for an empty grid). */

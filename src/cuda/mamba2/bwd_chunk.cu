@@ -64,12 +64,51 @@ __device__ __forceinline__ float to_f32(double v) { return (float)v; }
 __device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
 
-/* load_rows of NV views of one element type and the same row length n. Thread t handles the
- * elements e ≡ t (mod blockDim.x), e < Q·n, as a `for (e = t; e < Q·n; e += blockDim.x)` loop
- * would; a batch issues its loads of all NV views before storing any. */
+/* load_rows of NV views of one element type and the same row length n: 16-bit rows with unit
+ * stride, n % 8 = 0 and 16-byte aligned row starts as 16-byte loads (8 elements per thread and
+ * piece; dst rows 16-byte aligned too), else thread t handles the elements e ≡ t (mod blockDim.x),
+ * e < Q·n; a batch issues its loads of all NV views before storing any. */
 template <class T, int NV>
 __device__ __forceinline__ void load_rows_of(float * const (&dst)[NV], int ld, const ssmi_cu_view (&v)[NV],
                                              const bw_chunk & ck, int k, int n, int Q, const float * scale) {
+    if constexpr (sizeof(T) == 2) { /* 16-bit rows in 16-byte pieces where every view allows */
+        bool vec = n % 8 == 0 && ld % 4 == 0;
+#pragma unroll
+        for (int s = 0; s < NV; ++s)
+            vec = vec && v[s].s[3] == 1 && v[s].s[0] % 8 == 0 && v[s].s[1] % 8 == 0 && v[s].s[2] % 8 == 0 &&
+                  ((uintptr_t)v[s].p & 15) == 0 && ((uintptr_t)dst[s] & 15) == 0;
+        if (vec) {
+            constexpr int kV = 4; /* pieces of each view in flight per thread */
+            const int     n8 = n / 8, total8 = Q * n8;
+            for (int e0 = threadIdx.x; e0 < total8; e0 += kV * blockDim.x) {
+                uint4 val[NV][kV];
+#pragma unroll
+                for (int u = 0; u < kV; ++u) {
+                    const int e = e0 + u * (int)blockDim.x, i = e / n8, j = (e % n8) * 8;
+#pragma unroll
+                    for (int s = 0; s < NV; ++s)
+                        val[s][u] = (e < total8 && i < ck.len)
+                                        ? *(const uint4 *)((const T *)v[s].p + off4(v[s].s, ck.row, ck.t0 + i, k, j))
+                                        : make_uint4(0u, 0u, 0u, 0u);
+                }
+#pragma unroll
+                for (int u = 0; u < kV; ++u) {
+                    const int e = e0 + u * (int)blockDim.x, i = e / n8, j = (e % n8) * 8;
+                    if (e >= total8) continue;
+#pragma unroll
+                    for (int s = 0; s < NV; ++s) {
+                        const T * hv = reinterpret_cast<const T *>(&val[s][u]);
+                        float     f[8];
+#pragma unroll
+                        for (int c = 0; c < 8; ++c) f[c] = scale != NULL ? to_f32(hv[c]) * scale[i] : to_f32(hv[c]);
+                        *(float4 *)&dst[s][i * ld + j] = make_float4(f[0], f[1], f[2], f[3]);
+                        *(float4 *)&dst[s][i * ld + j + 4] = make_float4(f[4], f[5], f[6], f[7]);
+                    }
+                }
+            }
+            return;
+        }
+    }
     constexpr int kB = kLoadBatch / NV;
     const int     total = Q * n;
     for (int e0 = threadIdx.x; e0 < total; e0 += kB * blockDim.x) {
@@ -93,8 +132,9 @@ __device__ __forceinline__ void load_rows_of(float * const (&dst)[NV], int ld, c
 }
 
 /* Rows [0, len) of head/group k of NV (batch, S, K, n) views into dst[s][Q][ld] as fp32 (times
- * scale[i] when given), zeros for rows ≥ len (and for a dtype the views do not carry). Thread t
- * writes the elements e = i·n + j ≡ t (mod blockDim.x). Views of one dtype load together. */
+ * scale[i] when given), zeros for rows ≥ len (and for a dtype the views do not carry). Which
+ * thread writes an element depends on the layout: a barrier orders the rows for other uses.
+ * Views of one dtype load together. */
 template <int NV>
 __device__ __forceinline__ void load_rows_n(float * const (&dst)[NV], int ld, const ssmi_cu_view (&v)[NV],
                                             const bw_chunk & ck, int k, int n, int Q, const float * scale) {
@@ -131,9 +171,9 @@ __device__ __forceinline__ void load_rows(float * dst, int ld, const ssmi_cu_vie
     load_rows_n<1>(d1, ld, v1, ck, k, n, Q, scale);
 }
 
-/* In place over the [Q][ld] rows of dout (dys) and z (zs, absent without z), as load_rows left
- * them in this thread's elements (no barrier needed): dys becomes δx = dout·z·σ(z) (dout without
- * z) and, where dzf is given, dzf gets the dz factor dout·σ(z)(1 + z(1 − σ(z))) (0 without z). */
+/* In place over the [Q][ld] rows of dout (dys) and z (zs, absent without z), after a barrier
+ * that publishes them: dys becomes δx = dout·z·σ(z) (dout without z) and, where dzf is given,
+ * dzf gets the dz factor dout·σ(z)(1 + z(1 − σ(z))) (0 without z). */
 __device__ __forceinline__ void gate_rows(float * dys, const float * zs, float * dzf, int ld, int n, int Q) {
     for (int e = threadIdx.x; e < Q * n; e += blockDim.x) {
         const int   o = (e / n) * ld + e % n;
@@ -429,6 +469,7 @@ __global__ void __launch_bounds__(kThreads, 2) bwd_dstates_kernel(bw_args a) {
         load_rows(dys, lp, a.dout, ck, h, P, Q, NULL);
     }
     load_rows(cs, ln, a.c, ck, h / a.R, N, Q, NULL);
+    __syncthreads();
     gate_rows(dys, a.has_z ? zs : NULL, NULL, lp, P, Q);
     __syncthreads();
     float * out = a.gs + w * (long long)P * N;
@@ -509,6 +550,7 @@ __device__ float block_sum(float v, float * red) {
  * row; the phases are separated by barriers:
  *   load  rows, δx, dz factor, S, G
  *   A     CB and CB∘E (E_ij = e^{cm_i−cm_j}, j ≤ i), C·Sᵀ, B·Gᵀ (into bg), dCB, dD partials, <G, S>
+ *         (in C instead where S and G are staged for it)
  *   B1    q, r (from bg), intra
  *   B2    dz, acc (in place of bg: each element read and written by one thread) and dx
  *   C     ddt_loc, dB, dC;  then thread 0 runs the ddA recurrence (ddt, dA/ddt_bias partials). */
@@ -530,7 +572,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
     float *stg = dcb + Q * lq;                                           /* kStaged: S, G [P][ln] */
     float *dtv = stg + (kStaged ? 2 * P * ln : 0), *fac = dtv + Q, *ecm = fac + Q, *eclm = ecm + Q;
     float *cms = eclm + Q; /* [Q]: cm */
-    float *q = cms + Q, *r = q + Q, *dtl = r + Q, *dda = dtl + Q, *intra = dda + Q;
+    float *q = cms + Q, *r = q + Q, *dtl = r + Q, *intra = dtl + Q;
     float *dvec = intra + Q, *red = dvec + P;
     const float * S = kStaged ? stg : a.st + w * PN;
     const float * Gm = kStaged ? stg + P * ln : a.gs + w * PN;
@@ -574,6 +616,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
         const ssmi_cu_view v[2] = {a.b, a.c};
         load_rows_n<2>(d, ln, v, ck, g, N, Q, NULL);
     }
+    __syncthreads();
     gate_rows(dys, a.has_z ? dzf : NULL, a.has_z ? dzf : NULL, lp, P, Q);
     ssmi_mma::cp_async_wait_all();
     __syncthreads();
@@ -617,12 +660,19 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
         for (int i = 0; i < L; ++i) s += dys[i * lp + p] * xs[i * lp + p];
         a.ddp[w * P + p] = s;
     }
-    float part = 0.0f;
-    for (long long e = threadIdx.x; e < PN; e += blockDim.x) {
-        const int p = (int)(e / N), n = (int)(e % N);
-        part += Gm[p * ls + n] * S[p * ls + n];
+    /* e^{cl}·<G, S>: here from S and G as phase A reads them (block_sum's barriers end phase A),
+     * or, where they are staged for phase C, from the staged copies there */
+    float total = 0.0f;
+    if (late) {
+        __syncthreads();
+    } else {
+        float part = 0.0f;
+        for (int e = threadIdx.x; e < P * N; e += blockDim.x) {
+            const int p = e / N, n = e % N;
+            part += Gm[p * ls + n] * S[p * ls + n];
+        }
+        total = expf(cl) * block_sum(part, red);
     }
-    const float total = expf(cl) * block_sum(part, red); /* its barriers end phase A */
 
     /* B1: q, r (bg still the state part of acc); intra */
     for (int i = warp; i < Q; i += nwarps) {
@@ -634,12 +684,18 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
             }
         sq = warp_sum(sq), sr = warp_sum(sr);
         if (lane == 0) q[i] = ecm[i] * sq, r[i] = dtv[i] * sr;
-        /* intra_i: the pairs (k, j), i ≤ k < L, j < i, flattened k-major */
+        /* intra_i: the pairs (k, j), i ≤ k < L, j < i, flattened k-major (t = (k − i)·i + j), lane
+         * t ≡ lane (mod 32); (k, j) steps with t by 32 = (32 / i)·i + 32 % i, no division inside */
         const int np = i < L ? (L - i) * i : 0;
         float     in = 0.0f;
-        for (int t = lane; t < np; t += 32) {
-            const int k = i + t / i, j = t % i;
-            in += cb[k * lq + j] * dcb[k * lq + j];
+        if (np > 0) {
+            const int q32 = 32 / i, r32 = 32 % i;
+            int       k = i + lane / i, j = lane % i;
+            for (int t = lane; t < np; t += 32) {
+                in += cb[k * lq + j] * dcb[k * lq + j];
+                k += q32, j += r32;
+                if (j >= i) j -= i, ++k;
+            }
         }
         in = warp_sum(in);
         if (lane == 0) intra[i] = in;
@@ -685,6 +741,10 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
     if (late) {
         ssmi_mma::cp_async_wait_all();
         __syncthreads();
+        float part = 0.0f; /* a warp per row p, lanes over n */
+        for (int p = warp; p < P; p += nwarps)
+            for (int n = lane; n < N; n += 32) part += yst[P * ln + p * ln + n] * yst[p * ln + n];
+        total = expf(cl) * block_sum(part, red);
     }
     auto db_out = [&](int j, int n, float v) {
         if (a.heads_buf)
@@ -729,53 +789,66 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
                 [&](float (&t)[2][4], int m0, int n0) { warp_mma<2>(t, m0, n0, L, N, L, true, sx, fdcb, fbs); },
                 dc_out);
     } else {
-    /* dB_j = (e^{cl−cm_j}·dt_j)·Σ_p x_j[p]·G[p][n] + Σ_i dCB_ij·C_i[n] */
-    if (a.want_db)
-        block_tiles<4, 4, true>(
-            L, N,
-            [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
-                tile_mac_a4<4, 4>(t, m, n, P, xs, lp, [&](int p, int c) { return Gm[p * ls + c]; });
-            },
-            [&](int j) { return eclm[j] * dtv[j]; },
-            [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
-                tile_mac<4, 4>(
-                    t, m, n, L, [&](int j, int i) { return dcb[i * lq + j]; }, [&](int i, int c) { return cs[i * ln + c]; });
-            },
-            db_out);
-    /* dC_i = e^{cm_i}·Σ_p δx_i[p]·S[p][n] + Σ_j dCB_ij·B_j[n] */
-    if (a.want_dc)
-        block_tiles<4, 4, true>(
-            L, N,
-            [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
-                tile_mac_a4<4, 4>(t, m, n, P, dys, lp, [&](int p, int c) { return S[p * ls + c]; });
-            },
-            [&](int i) { return ecm[i]; },
-            [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
-                tile_mac_a4<4, 4>(t, m, n, L, dcb, lq, [&](int j, int c) { return bs[j * ln + c]; });
-            },
-            dc_out);
+        /* dB_j = (e^{cl−cm_j}·dt_j)·Σ_p x_j[p]·G[p][n] + Σ_i dCB_ij·C_i[n] */
+        if (a.want_db)
+            block_tiles<4, 4, true>(
+                L, N,
+                [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
+                    tile_mac_a4<4, 4>(t, m, n, P, xs, lp, [&](int p, int c) { return Gm[p * ls + c]; });
+                },
+                [&](int j) { return eclm[j] * dtv[j]; },
+                [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
+                    tile_mac<4, 4>(
+                        t, m, n, L, [&](int j, int i) { return dcb[i * lq + j]; }, [&](int i, int c) { return cs[i * ln + c]; });
+                },
+                db_out);
+        /* dC_i = e^{cm_i}·Σ_p δx_i[p]·S[p][n] + Σ_j dCB_ij·B_j[n] */
+        if (a.want_dc)
+            block_tiles<4, 4, true>(
+                L, N,
+                [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
+                    tile_mac_a4<4, 4>(t, m, n, P, dys, lp, [&](int p, int c) { return S[p * ls + c]; });
+                },
+                [&](int i) { return ecm[i]; },
+                [&](float (&t)[4][4], const int (&m)[4], const int (&n)[4]) {
+                    tile_mac_a4<4, 4>(t, m, n, L, dcb, lq, [&](int j, int c) { return bs[j * ln + c]; });
+                },
+                dc_out);
     }
     __syncthreads();
 
-    /* the ddA recurrence, ddt, and the dA / ddt_bias partials */
-    if (threadIdx.x == 0) {
+    /* the ddA recurrence, ddt, and the dA / ddt_bias partials, on warp 0 with tokens k = 2·lane
+     * and 2·lane + 1 (L ≤ kMaxQ = 64): ddA_k = suf_k + (pre_k + intra_k), suf_k = e^{cl}<G, S> +
+     * Σ_{m≥k} q_m and pre_k = Σ_{m<k} r_m by fixed shuffle scans over the lanes' pair sums */
+    if (warp == 0) {
         const float ah = ssmi_cu_ld(a.a.p, a.a.dtype, (long long)h * a.a.s[0]);
-        float       suf = total;
-        for (int k = L - 1; k >= 0; --k) {
-            suf += q[k];
-            dda[k] = suf;
+        const int   k0 = 2 * lane, k1 = k0 + 1;
+        const float q0 = k0 < L ? q[k0] : 0.0f, q1 = k1 < L ? q[k1] : 0.0f;
+        const float r0 = k0 < L ? r[k0] : 0.0f, r1 = k1 < L ? r[k1] : 0.0f;
+        float       qs = q0 + q1, rs = r0 + r1; /* inclusive suffix (q) and prefix (r) scans */
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const float vq = __shfl_down_sync(0xffffffffu, qs, o), vr = __shfl_up_sync(0xffffffffu, rs, o);
+            if (lane + o < 32) qs += vq;
+            if (lane >= o) rs += vr;
         }
-        float pre = 0.0f, da = 0.0f, db = 0.0f;
-        for (int k = 0; k < L; ++k) {
-            dda[k] += pre + intra[k];
-            pre += r[k];
-            const float gv = (dda[k] * ah + dtl[k]) * fac[k];
+        const float qx = __shfl_down_sync(0xffffffffu, qs, 1), rx = __shfl_up_sync(0xffffffffu, rs, 1);
+        const float qe = lane < 31 ? qx : 0.0f, re = lane > 0 ? rx : 0.0f; /* the lanes after / before */
+        float       da = 0.0f, db = 0.0f;
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int k = k0 + u;
+            if (k >= L) break;
+            const float suf = u == 0 ? ((total + qe) + q1) + q0 : (total + qe) + q1;
+            const float pre = u == 0 ? re : re + r0;
+            const float dda = suf + (pre + intra[k]);
+            const float gv = (dda * ah + dtl[k]) * fac[k];
             if (a.ddt.p != NULL) ssmi_cu_st(a.ddt.p, a.ddt.dtype, off3(a.ddt.s, ck.row, ck.t0 + k, h), gv);
-            da += dda[k] * dtv[k];
+            da += dda * dtv[k];
             db += gv;
         }
-        a.dap[w] = da;
-        a.dbp[w] = db;
+        da = warp_sum(da), db = warp_sum(db);
+        if (lane == 0) a.dap[w] = da, a.dbp[w] = db;
     }
 }
 
