@@ -89,6 +89,16 @@ __device__ __forceinline__ void store_small(const m3_step_args & P, const m3_out
  * (each element by the thread that owns it every token), else read from the pool for the row's
  * only token; after token j the intermediate_* rows and, with a token table, slot table[b, j];
  * after the last token (the read slot's states for a row of none) the write slot. */
+/* out[row, h, p] from the row's state dot product: + D·v, then the z gate. */
+__device__ __forceinline__ void store_out(const m3_step_args & P, int row, int h, int p, float dot, float dh, float v) {
+    float y = dot + dh * v;
+    if (P.has_z) {
+        const float zv = ld3(P.z, row, h, p);
+        y *= zv * sigmoidf(zv);
+    }
+    st3(P.out, row, h, p, y);
+}
+
 template <bool GENERAL>
 __device__ __forceinline__ void step_warp_body(const m3_step_args & P, float * sm) {
     const int h = blockIdx.x, b = blockIdx.y, g = h / P.G;
@@ -172,14 +182,7 @@ __device__ __forceinline__ void step_warp_body(const m3_step_args & P, float * s
             }
 #pragma unroll
             for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-            if (lane == 0) {
-                float y = dot + dh * vv[p];
-                if (P.has_z) {
-                    const float zv = ld3(P.z, t, h, p);
-                    y *= zv * sigmoidf(zv);
-                }
-                st3(P.out, t, h, p, y);
-            }
+            if (lane == 0) store_out(P, t, h, p, dot, dh, vv[p]);
         }
         if (ws >= 0) store_small(P, P.fin_ang, P.fin_k, P.fin_v, ws, h, th, kh, vv);
         if (GENERAL) store_small(P, P.inter_ang, P.inter_k, P.inter_v, t, h, th, kh, vv);
@@ -282,14 +285,7 @@ __global__ void __launch_bounds__(kPrefetchThreads, 2)
         for (int j = lane; j < K4; j += 32) dot += part[p * K4 + j];
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
-        if (lane == 0) {
-            float y = dot + dh * vv[p];
-            if (P.has_z) {
-                const float zv = ld3(P.z, b, h, p);
-                y *= zv * sigmoidf(zv);
-            }
-            st3(P.out, b, h, p, y);
-        }
+        if (lane == 0) store_out(P, b, h, p, dot, dh, vv[p]);
     }
     if (P.fin_ang.present)
         for (int m = threadIdx.x; m < A; m += blockDim.x) st3(P.fin_ang, slot, h, m, th[m]);
