@@ -155,3 +155,11 @@ def last_error(ctx_ptr):
 def check(status, ctx_ptr):
     if status != STATUS_OK:
         raise_for(status, last_error(ctx_ptr))
+
+
+def check_backward_device(name, bwd, tensors):
+    """NotImplementedError when a backward would run on CUDA tensors and the library has no CUDA
+    path for name's backward (bwd: its operator function; the schema's backend bits)."""
+    if any(t is not None and t.is_cuda for t in tensors) and not bwd.backends & (1 << BACKENDS["cuda"]):
+        raise NotImplementedError("ssmops: %s_bwd has no CUDA path yet (the CUDA backward issue adds it); "
+                                  "run the backward on CPU tensors" % name)

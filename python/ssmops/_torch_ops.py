@@ -160,9 +160,7 @@ def register(name, fwd, bwd):
         tensors = ctx.saved_tensors
         # raised here, in Python, rather than inside the backward op (the schema's bitmask:
         # it lifts by itself when the library gains the CUDA path)
-        if any(t is not None and t.is_cuda for t in tensors) and not bwd.backends & (1 << _lib.BACKENDS["cuda"]):
-            raise NotImplementedError("ssmops: %s_bwd has no CUDA path yet (the CUDA backward issue adds it); "
-                                      "run the backward on CPU tensors" % name)
+        _lib.check_backward_device(name, bwd, tensors)
         needs = getattr(ctx, "needs_input_grad", None) or (True,) * n_in
         grad_mask = 0
         for i, n in enumerate(inputs):

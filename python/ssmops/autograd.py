@@ -41,9 +41,7 @@ def _make(name, fwd, bwd):
         def backward(ctx, *grads):
             names, kw, ctxt = ctx.meta
             tensors = ctx.saved_tensors
-            if any(t is not None and t.is_cuda for t in tensors) and not bwd.backends & (1 << _lib.BACKENDS["cuda"]):
-                raise NotImplementedError("ssmops: %s_bwd has no CUDA path yet (the CUDA backward issue adds it); "
-                                          "run the backward on CPU tensors" % name)
+            _lib.check_backward_device(name, bwd, tensors)
             given = dict(zip(names, tensors))
             bkw = {n: t for n, t in given.items() if n in bwd_names}
             for o, g in zip(ctx.out_names, grads):
