@@ -225,12 +225,15 @@ typedef struct ssm_context_params {
     ssm_allocator allocator;
     void *        cuda_stream;   /* cudaStream_t for the CUDA backend; NULL = default      */
     ssm_device_allocator device_allocator; /* the CUDA backend's device memory             */
+    int32_t       cuda_portable; /* 1: the CUDA backend chooses as on a GPU without wgmma (its
+                                    selection tables pass over their sm_90a-only entries), to
+                                    run and test those kernels on an H100/H200; 0 (default)  */
 } ssm_context_params;
 
 typedef struct ssm_context ssm_context;
 
 /* Defaults: 1 thread, AUTO backend, AUTO isa, deterministic, exact reference, malloc, the
- * default CUDA stream and device allocator. The struct only grows at its end: a params.size
+ * default CUDA stream and device allocator, not portable. The struct only grows at its end: a params.size
  * of an earlier layout (a program built against an older header; the first layout ends
  * after cuda_stream) is accepted, and the fields it lacks take their defaults. */
 SSM_API void         ssm_context_params_init(ssm_context_params * params);

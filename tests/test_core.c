@@ -631,40 +631,41 @@ static void test_context(void) {
         }
     }
 
-    { /* SSMOPS_CUDA_PORTABLE, read at context creation (the caller's setting is restored afterwards) */
+    { /* params.cuda_portable: 0 or 1, kept by the context; the environment is not read */
         const char * old = getenv("SSMOPS_CUDA_PORTABLE");
         char *       saved = old ? strdup(old) : NULL;
+        setenv("SSMOPS_CUDA_PORTABLE", "1", 1);
         static const struct {
-            const char * value;
-            int          ok, on;
-        } cases[] = {{"1", 1, 1}, {"0", 1, 0}, {"", 1, 0}, {NULL, 1, 0}, {"yes", 0, 0}, {"2", 0, 0}, {"10", 0, 0}};
+            int32_t value;
+            int     ok;
+        } cases[] = {{1, 1}, {0, 1}, {2, 0}, {-1, 0}};
         for (size_t i = 0; i < sizeof cases / sizeof cases[0]; ++i) {
-            if (cases[i].value != NULL) setenv("SSMOPS_CUDA_PORTABLE", cases[i].value, 1);
-            else unsetenv("SSMOPS_CUDA_PORTABLE");
-            const char *  shown = cases[i].value ? cases[i].value : "(unset)";
-            ssm_context * ctx = NULL;
-            const ssm_status s = ssm_context_create(NULL, &ctx);
+            ssm_context_params p;
+            ssm_context_params_init(&p);
+            p.cuda_portable = cases[i].value;
+            ssm_context *    ctx = NULL;
+            const ssm_status s = ssm_context_create(&p, &ctx);
             if (cases[i].ok) {
-                CHECK(s == SSM_STATUS_OK && ssmi_cuda_portable(ctx) == cases[i].on, "SSMOPS_CUDA_PORTABLE=%s: %s, mode %d",
-                      shown, ssm_status_string(s), ctx ? (int)ssmi_cuda_portable(ctx) : -1);
+                CHECK(s == SSM_STATUS_OK && ssmi_cuda_portable(ctx) == cases[i].value, "cuda_portable=%d: %s, mode %d",
+                      (int)cases[i].value, ssm_status_string(s), ctx ? (int)ssmi_cuda_portable(ctx) : -1);
             } else {
-                CHECK(s == SSM_STATUS_INVALID_ARGUMENT && ctx == NULL, "SSMOPS_CUDA_PORTABLE=%s: %s", shown,
+                CHECK(s == SSM_STATUS_INVALID_ARGUMENT && ctx == NULL, "cuda_portable=%d: %s", (int)cases[i].value,
                       ssm_status_string(s));
-                CHECK(strstr(ssm_context_last_error(NULL), "SSMOPS_CUDA_PORTABLE") != NULL, "message '%s'",
+                CHECK(strstr(ssm_context_last_error(NULL), "cuda_portable") != NULL, "message '%s'",
                       ssm_context_last_error(NULL));
             }
             ssm_context_free(ctx);
         }
-        /* a context keeps the mode it was created with */
-        setenv("SSMOPS_CUDA_PORTABLE", "1", 1);
         ssm_context * ctx = NULL;
-        CHECK(ssm_context_create(NULL, &ctx) == SSM_STATUS_OK, "SSMOPS_CUDA_PORTABLE=1");
-        unsetenv("SSMOPS_CUDA_PORTABLE");
-        CHECK(ssmi_cuda_portable(ctx) == 1, "the mode is read at creation");
+        CHECK(ssm_context_create(NULL, &ctx) == SSM_STATUS_OK && ssmi_cuda_portable(ctx) == 0 &&
+                  ssmi_cuda_portable(NULL) == 0,
+              "defaults: not portable, whatever SSMOPS_CUDA_PORTABLE says");
         ssm_context_free(ctx);
         if (saved) {
             setenv("SSMOPS_CUDA_PORTABLE", saved, 1);
             free(saved);
+        } else {
+            unsetenv("SSMOPS_CUDA_PORTABLE");
         }
     }
 

@@ -499,6 +499,7 @@ int main(void) {
     ssm_context_params_init(&p);
     p.backend = SSM_BACKEND_CUDA;
     p.cuda_stream = stream;
+    p.cuda_portable = ssmt_cuda_portable();
     p.device_allocator.alloc = arena_alloc;
     p.device_allocator.free = arena_free;
     p.device_allocator.opaque = &ar;

@@ -469,6 +469,7 @@ static void test_bf16_mode_unsupported(ssmt_rng * rng) {
     ssm_context_params_init(&cp);
     cp.backend = SSM_BACKEND_CUDA;
     cp.ref_mode = SSM_REF_UPSTREAM_BF16;
+    cp.cuda_portable = ssmt_cuda_portable();
     ssm_context * c = NULL;
     TEST_CHECK_STATUS(ssm_context_create(&cp, &c), SSM_STATUS_OK);
     if (c != NULL) {

@@ -492,6 +492,15 @@ ssm_status cli_context_create_mode(ssm_backend backend, int threads, int32_t ref
     params.backend     = backend;
     params.num_threads = threads > 0 ? threads : cli_default_threads();
     params.ref_mode    = ref_mode;
+    /* SSMOPS_CUDA_PORTABLE=1: the CLI's and scripts' way to set params.cuda_portable */
+    const char * portable = getenv("SSMOPS_CUDA_PORTABLE");
+    if (portable != NULL && portable[0] != '\0') {
+        if (strcmp(portable, "0") != 0 && strcmp(portable, "1") != 0) {
+            fprintf(stderr, "ssmops: error: SSMOPS_CUDA_PORTABLE=%s must be 0 or 1\n", portable);
+            return SSM_STATUS_INVALID_ARGUMENT;
+        }
+        params.cuda_portable = portable[0] == '1';
+    }
     ssm_status st = ssm_context_create(&params, ctx);
     if (st == SSM_STATUS_OK && (backend == SSM_BACKEND_CUDA || backend == SSM_BACKEND_AUTO) &&
         (st = apply_variant_env(*ctx)) != SSM_STATUS_OK) {

@@ -37,10 +37,11 @@ class Context:
     """An ssm_context. backend: 'auto', 'cpu', 'ref' or 'cuda'; isa: 'auto', 'scalar', 'avx2', 'avx512';
     ref_mode: 'exact' or 'upstream_bf16'; variants: {operator: variant name} (CUDA);
     device_allocator: 'default' (cudaMallocAsync on the call's stream) or 'torch' (torch's
-    caching allocator owns the CUDA backend's device memory)."""
+    caching allocator owns the CUDA backend's device memory); cuda_portable: the CUDA backend
+    chooses as on a GPU without wgmma (to run those kernels on an H100/H200)."""
 
     def __init__(self, threads=0, backend="auto", isa="auto", ref_mode="exact", variants=None,
-                 device_allocator="default"):
+                 device_allocator="default", cuda_portable=False):
         if backend not in _lib.BACKENDS:
             raise ValueError("backend must be one of %s" % ", ".join(_lib.BACKENDS))
         if isa not in _lib.ISAS:
@@ -57,6 +58,7 @@ class Context:
         self._params.backend = _lib.BACKENDS[backend]
         self._params.isa = _lib.ISAS[isa]
         self._params.ref_mode = 0 if ref_mode == "exact" else 1
+        self._params.cuda_portable = int(bool(cuda_portable))
         if device_allocator == "torch":
             self._params.device_allocator.alloc = ctypes.cast(_TORCH_ALLOC, ctypes.c_void_p)
             self._params.device_allocator.free = ctypes.cast(_TORCH_FREE, ctypes.c_void_p)

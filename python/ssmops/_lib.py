@@ -86,7 +86,7 @@ class ContextParams(ctypes.Structure):
     _fields_ = [("size", ctypes.c_size_t), ("num_threads", ctypes.c_int32), ("backend", ctypes.c_int32),
                 ("isa", ctypes.c_int32), ("deterministic", ctypes.c_int32), ("ref_mode", ctypes.c_int32),
                 ("allocator", Allocator), ("cuda_stream", ctypes.c_void_p),
-                ("device_allocator", DeviceAllocator)]
+                ("device_allocator", DeviceAllocator), ("cuda_portable", ctypes.c_int32)]
 
 
 def _candidates():

@@ -140,31 +140,7 @@ static ssm_status ssmi_resolve_isa(int32_t requested, ssm_isa * out) {
     return SSM_STATUS_OK;
 }
 
-/* ---- the CUDA backend's portable mode --------------------------------------------------- */
-/* Parses SSMOPS_CUDA_PORTABLE: unset, empty or "0" = off, "1" = on. Returns 1 and sets *on, or 0
- * for another value. */
-static int ssmi_env_cuda_portable(int32_t * on, const char ** value) {
-    const char * const env = getenv("SSMOPS_CUDA_PORTABLE");
-    *value = env;
-    *on = env != NULL && strcmp(env, "1") == 0;
-    return env == NULL || env[0] == '\0' || strcmp(env, "0") == 0 || *on;
-}
-
-/* The mode for ctx == NULL, read once (an unknown value is off: this path cannot report it;
- * ssm_context_create does). */
-static int32_t        ssmi_default_cuda_portable_value = 0;
-static pthread_once_t ssmi_default_cuda_portable_once = PTHREAD_ONCE_INIT;
-static void           ssmi_default_cuda_portable_init(void) {
-    const char * value = NULL;
-    int32_t      on = 0;
-    ssmi_default_cuda_portable_value = ssmi_env_cuda_portable(&on, &value) && on;
-}
-
-int32_t ssmi_cuda_portable(const ssm_context * ctx) {
-    if (ctx != NULL) return ctx->cuda_portable;
-    pthread_once(&ssmi_default_cuda_portable_once, ssmi_default_cuda_portable_init);
-    return ssmi_default_cuda_portable_value;
-}
+int32_t ssmi_cuda_portable(const ssm_context * ctx) { return ctx != NULL ? ctx->cuda_portable : 0; }
 
 /* ---- memory ---------------------------------------------------------------------------- */
 static void * ssmi_aligned_malloc(size_t bytes) {
@@ -237,6 +213,8 @@ static ssm_status ssmi_check_params(const ssm_context_params * p) {
     SSM_RETURN_IF((p->device_allocator.alloc == NULL) != (p->device_allocator.free == NULL), NULL,
                   SSM_STATUS_INVALID_ARGUMENT,
                   "context_create: params.device_allocator must set both alloc and free, or neither");
+    SSM_RETURN_IF(p->cuda_portable != 0 && p->cuda_portable != 1, NULL, SSM_STATUS_INVALID_ARGUMENT,
+                  "context_create: params.cuda_portable=%d must be 0 or 1", (int)p->cuda_portable);
     return SSM_STATUS_OK;
 }
 
@@ -260,10 +238,6 @@ SSM_API ssm_status ssm_context_create(const ssm_context_params * params, ssm_con
     SSM_FORWARD_IF_ERROR(ssmi_check_params(params));
     ssm_isa isa = SSM_ISA_SCALAR;
     SSM_FORWARD_IF_ERROR(ssmi_resolve_isa(params->isa, &isa));
-    int32_t      cuda_portable = 0;
-    const char * portable_value = NULL;
-    SSM_RETURN_IF(!ssmi_env_cuda_portable(&cuda_portable, &portable_value), NULL, SSM_STATUS_INVALID_ARGUMENT,
-                  "context_create: SSMOPS_CUDA_PORTABLE=%s must be 1 (portable CUDA kernels only) or 0", portable_value);
     const int32_t num_threads = params->num_threads == 0 ? ssmi_online_cpus() : params->num_threads;
 
     /* The context itself comes from the user's allocator too (zstd's customMem does the
@@ -282,7 +256,7 @@ SSM_API ssm_status ssm_context_create(const ssm_context_params * params, ssm_con
     ctx->allocator = params->allocator;
     ctx->cuda_stream = params->cuda_stream;
     ctx->device_allocator = params->device_allocator;
-    ctx->cuda_portable = cuda_portable;
+    ctx->cuda_portable = params->cuda_portable;
     ctx->pool = NULL;
     ctx->last_error[0] = '\0';
     ssmi_variant_init(ctx);

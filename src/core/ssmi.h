@@ -33,7 +33,7 @@ struct ssm_context {
     ssm_allocator     allocator;
     void *            cuda_stream;
     ssm_device_allocator device_allocator; /* both NULL: cudaMallocAsync/cudaFreeAsync */
-    int32_t           cuda_portable; /* SSMOPS_CUDA_PORTABLE=1 at creation: no sm_90a-only entries */
+    int32_t           cuda_portable; /* params.cuda_portable: no sm_90a-only entries */
     ssmi_threadpool * pool; /* NULL when num_threads == 1 */
     int16_t           variant[SSMI_OP_COUNT]; /* forced entry of each op's selection table, -1 = auto */
     const char *      last_variant;           /* name of the entry the last call ran, "" if none */
@@ -118,8 +118,8 @@ static inline int ssmi_context_avx2(const ssm_context * ctx) { return ssmi_conte
 
 /* ---- CUDA portable mode --------------------------------------------------------------- */
 /* 1 when the CUDA selection tables must pass over the entries that need sm_90a code (wgmma), so
- * that a Hopper device runs what a GPU without wgmma runs: SSMOPS_CUDA_PORTABLE=1 when ctx was
- * created (ctx NULL: when the library first asked). */
+ * that a Hopper device runs what a GPU without wgmma runs: ctx's params.cuda_portable (0 for
+ * ctx NULL). */
 int32_t ssmi_cuda_portable(const ssm_context * ctx);
 
 /* ---- tensors ------------------------------------------------------------------------- */

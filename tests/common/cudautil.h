@@ -30,8 +30,9 @@ ssm_status ssmt_run_on_device(ssm_context * ctx, const char * op, const void * a
 /* 1 when a CUDA device is present; otherwise prints "<test>: no CUDA device: skipped". */
 int ssmt_cuda_present(const char * test);
 
-/* 1 when the test runs with SSMOPS_CUDA_PORTABLE=1 (the *_portable CTest entries): the CUDA
- * backend then chooses as on a GPU without wgmma. */
+/* 1 when the test runs with SSMOPS_CUDA_PORTABLE=1 (the *_portable CTest entries): the tests'
+ * CUDA contexts are then created with params.cuda_portable = 1, so the CUDA backend chooses as
+ * on a GPU without wgmma. */
 int ssmt_cuda_portable(void);
 /* 1 when entry `name` of op's CUDA selection table launches a wgmma kernel (sm_90a code on an
  * sm_90 device): the entries a portable run never chooses, forced or not. */

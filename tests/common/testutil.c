@@ -9,6 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "cudautil.h"
 #include "npy.h"
 
 int ssmt_failures = 0;
@@ -1685,6 +1686,7 @@ ssm_context * ssmt_make_ctx_mode(ssm_backend backend, int threads, ssm_isa isa, 
     cp.num_threads = threads;
     cp.isa         = isa;
     cp.ref_mode    = mode;
+    cp.cuda_portable = backend != SSM_BACKEND_REF && backend != SSM_BACKEND_CPU && ssmt_cuda_portable();
     ssm_context *    ctx = NULL;
     const ssm_status st  = ssm_context_create(&cp, &ctx);
     const char *     env = getenv("SSMOPS_ISA");

@@ -120,6 +120,8 @@ def test_context_settings():
         with ssmops.Context(backend="cpu", threads=threads):
             outs.append(ssmops.mamba2_scan(**kw))
     assert all(np.array_equal(outs[0], o) for o in outs[1:])  # bitwise, any thread count
+    with ssmops.Context(backend="cpu", cuda_portable=True):  # a CUDA choice only: CPU results unchanged
+        assert np.array_equal(ssmops.mamba2_scan(**kw), outs[0])
 
 
 def test_python_threads_at_once():

@@ -51,7 +51,7 @@ static inline int ssmi_cuda_on_device(const ssm_tensor * t) {
 /* What the kernel choices ask of the current device: compute capability, the per-block opt-in
  * shared memory, the SM count, and whether the wgmma kernels may run: a build with sm_90a code
  * (SSMI_CUDA_WGMMA), a compute capability 9.0 device (which loads that image) and the context not
- * in portable mode (ssmi_cuda_portable: SSMOPS_CUDA_PORTABLE=1). Every entry of a selection table
+ * in portable mode (ssmi_cuda_portable: the context's params.cuda_portable). Every entry of a selection table
  * that launches a wgmma kernel requires `wgmma`. */
 struct ssmi_cuda_props {
     int  major, minor, smem_optin, sms;

@@ -572,7 +572,7 @@ ssm_status run_mma64(scan_problem & pr) { return scan_run(pr, STATE_MMA, OUT_MMA
 ssm_status run_ffma(scan_problem & pr) { return scan_run(pr, STATE_FFMA, OUT_FFMA); }
 
 #define SCAN_WGMMA_RULE                                                                                           \
-    "fp16/bf16 x; a build with sm_90a code on an sm_90 device, not SSMOPS_CUDA_PORTABLE=1; x and B of x's dtype " \
+    "fp16/bf16 x; a build with sm_90a code on an sm_90 device, not a portable context; x and B of x's dtype " \
     "in contiguous 16-byte rows; N = 64 or 128"
 #define SCAN_CHAIN_RULE SCAN_WGMMA_RULE "; no chunk_states (a chain cuts a sequence every 256 tokens only)"
 const table_entry<scan_problem> scan_table[] = {
@@ -734,7 +734,7 @@ const table_entry<chunk_state_problem> chunk_state_table[] = {
     {"wgmma",
      "the scan's wgmma state kernel (w∘x split into rounded part and remainder, B exact, fp32 accumulators in "
      "registers) on the caller's dt, cumsum and states: the default of sm_90 devices",
-     "fp16/bf16 x; chunk_size ≤ 256; a build with sm_90a code on an sm_90 device, not SSMOPS_CUDA_PORTABLE=1; x and B of x's dtype in "
+     "fp16/bf16 x; chunk_size ≤ 256; a build with sm_90a code on an sm_90 device, not a portable context; x and B of x's dtype in "
      "contiguous 16-byte rows; N = 64 or 128",
      chunk_state_wg, NULL, run_cs_wgmma},
     {"mma",

@@ -309,7 +309,7 @@ struct fwd_variant {
 
 #define SISO_WGMMA_RULE                                                                                       \
     "fp16/bf16 q, k, v and outputs of v's dtype in 16-byte rows (z of that kind or none), K = 64 or 128, an " \
-    "sm_90 device, a build with sm_90a code, not SSMOPS_CUDA_PORTABLE=1, shared memory within the device's limit"
+    "sm_90 device, a build with sm_90a code, not a portable context, shared memory within the device's limit"
 
 /* The forward's table (mamba3_siso_fwd and mamba3_siso). */
 const fwd_variant kFwdTable[] = {
