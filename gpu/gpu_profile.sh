@@ -5,7 +5,8 @@
 # Needs the build of gpu/gpu_check.sh (SSMOPS_GPU_BUILD, default build-gpu).
 # Writes OUTDIR/profile_<name>.txt (details page + warp-stall metrics per kernel),
 # OUTDIR/sass_<name>.csv.gz (per-instruction stall samples) and OUTDIR/membench.txt.
-# Environment: SSMOPS_PROFILE_CASES (space list of case names, default all).
+# Environment: SSMOPS_PROFILE_CASES (space list of case names, default the forward and decode
+# cases; m2bwd and sisobwd profile the backwards' chunk kernels at the #18 shapes).
 set -u
 out=${1:?usage: gpu/gpu_profile.sh OUTDIR}
 mkdir -p "$out"
@@ -24,12 +25,14 @@ fi
 
 sections="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats
  --section SchedulerStats --section MemoryWorkloadAnalysis --section SourceCounters --section ComputeWorkloadAnalysis"
-prof() { # name, launch count, then the ssmops arguments
+prof() { # name, launch count, then the ssmops arguments (SSMOPS_PROFILE_KERNEL: a kernel-name regex)
     name=$1 count=$2
     shift 2
+    kf=
+    [ -n "${SSMOPS_PROFILE_KERNEL:-}" ] && kf="-k regex:$SSMOPS_PROFILE_KERNEL"
     rep=$out/.rep_$name
     # shellcheck disable=SC2086
-    timeout 240 ncu --clock-control none -c "$count" $sections -f -o "$rep" "$cli" "$@" >"$out/.ncu_$name.log" 2>&1 ||
+    timeout 240 ncu --clock-control none $kf -c "$count" $sections -f -o "$rep" "$cli" "$@" >"$out/.ncu_$name.log" 2>&1 ||
         { echo "ncu $name failed:"; tail -5 "$out/.ncu_$name.log"; }
     [ -f "$rep.ncu-rep" ] || return 0
     {
@@ -51,4 +54,8 @@ want siso && prof siso 8 bench mamba3_siso --backend cuda --reps 1 --dtype bf16 
 want m2step && prof m2step 3 bench mamba2_step --backend cuda --reps 1 --dtype f32 --shape B=128,H=80,P=64,N=128,G=1
 want sisostep && prof sisostep 3 bench mamba3_siso_step --backend cuda --reps 1 --dtype f32 \
     --shape B=128,H=64,Hq=1,K=128,V=64,A=32
+want m2bwd && SSMOPS_PROFILE_KERNEL=bwd_chunk prof m2bwd 1 bench mamba2_scan_bwd --backend cuda --reps 1 --dtype bf16 \
+    --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param has_d=1,has_z=1,has_dt_bias=1,dt_softplus=1,has_init=0,has_dfinal=0
+want sisobwd && SSMOPS_PROFILE_KERNEL=bwd_chunk prof sisobwd 1 bench mamba3_siso_bwd --backend cuda --reps 1 --dtype bf16 \
+    --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param has_d=1,has_z=1,has_states=0,has_dfinal=0
 exit 0

@@ -52,16 +52,20 @@ static void free_grads(ssmt_host h[NGRAD]) {
     for (int k = 0; k < NGRAD; ++k) ssmt_free(&h[k]);
 }
 
-/* The tensor-core entries of the selection table, the default for 16-bit x first; the other
- * entry, chunked_fp32, is the default for fp32 x and applies to every problem. */
-static const char * const kMmaEntries[] = {"chunked_mma", "chunked_mma_staged"};
-enum { NMMA = 2 };
+/* The tensor-core entries of the selection table in its order: chunked_planes (bf16 x, B, C and
+ * dout, where its shared memory fits: the default there), chunked_mma (the default for other
+ * 16-bit x), chunked_mma_staged; the other entry, chunked_fp32, is the default for fp32 x and
+ * applies to every problem. */
+static const char * const kMmaEntries[] = {"chunked_planes", "chunked_mma", "chunked_mma_staged"};
+enum { NMMA = 3 };
+static int g_planes_runs; /* bf16 cases the plane kernel ran */
 
 /* One CUDA run into fresh poisoned outputs `got` (host copies of the device results): the table's
- * default (variant NULL; it must be `expect`) or the entry `variant` forced. */
+ * default (variant NULL; it must be `expect`) or the entry `variant` forced. With may_refuse, a
+ * forced entry may answer UNSUPPORTED (its rule does not cover the problem): returns 0 then. */
 static int cuda_run(const ssm_mamba2_params * p, const ssm_mamba2_scan_bwd_args * dev_in,
                     ssm_mamba2_scan_bwd_args * host_a, ssm_dtype od, int strided, const char * variant,
-                    const char * expect, ssmt_host got[NGRAD], const char * tag) {
+                    const char * expect, int may_refuse, ssmt_host got[NGRAD], const char * tag) {
     ssm_mamba2_scan_bwd_args a = *dev_in;
     ssmt_dev                 dg[NGRAD];
     alloc_grads(host_a, od, got, strided);
@@ -71,7 +75,8 @@ static int cuda_run(const ssm_mamba2_params * p, const ssm_mamba2_scan_bwd_args 
     }
     TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba2_scan_bwd", variant), SSM_STATUS_OK);
     const ssm_status st = ssm_mamba2_scan_bwd(ctx_cuda, p, &a);
-    TEST_CHECK(st == SSM_STATUS_OK, "%s: cuda: %s", tag, ssm_context_last_error(ctx_cuda));
+    TEST_CHECK(st == SSM_STATUS_OK || (may_refuse && st == SSM_STATUS_UNSUPPORTED), "%s: cuda: %s", tag,
+               ssm_context_last_error(ctx_cuda));
     const char * ran = ssm_context_last_variant(ctx_cuda);
     if (variant != NULL) expect = variant;
     TEST_CHECK(st != SSM_STATUS_OK || (ran != NULL && strcmp(ran, expect) == 0), "%s: variant %s, expected %s", tag,
@@ -141,18 +146,25 @@ static void cuda_case(ssmt_rng * rng, ssmt_mamba2_config * cfg, int64_t chunk, i
     for (int i = 0; i < 13; ++i)
         if (dv[i].mem != NULL) *din[i] = dv[i].view;
 
-    /* the default, then (16-bit x) every entry forced; fp32 x refuses the tensor-core entries */
+    /* (16-bit x) every entry forced, then the default; fp32 x refuses the tensor-core entries and
+     * fp16 x the plane kernel. With bf16 inputs the plane kernel runs where its shared memory
+     * fits, and is then the default. */
     const int    x16 = cfg->dtype == SSM_DTYPE_F16 || cfg->dtype == SSM_DTYPE_BF16;
-    const char * runs[2 + NMMA] = {NULL, "chunked_fp32"};
-    int          nruns = x16 ? 2 : 1;
-    for (int m = 1; x16 && m < NMMA; ++m) runs[nruns++] = kMmaEntries[m];
+    const int    bf16 = cfg->dtype == SSM_DTYPE_BF16;
+    const char * runs[2 + NMMA];
+    int          nruns = 0, planes_ran = 0;
+    if (x16) runs[nruns++] = "chunked_fp32";
+    for (int m = bf16 ? 0 : 1; x16 && m < NMMA; ++m) runs[nruns++] = kMmaEntries[m];
+    runs[nruns++] = NULL;
     for (int v = 0; v < nruns; ++v) {
         char vtag[260];
         snprintf(vtag, sizeof vtag, "%s %s", tag, runs[v] != NULL ? runs[v] : "default");
-        int ran = 1;
+        const int    probe = runs[v] != NULL && strcmp(runs[v], kMmaEntries[0]) == 0;
+        const char * expect = planes_ran ? kMmaEntries[0] : x16 ? kMmaEntries[1] : "chunked_fp32";
+        int          ran = 1;
         for (int run = 0; run < 2; ++run)
-            ran &= cuda_run(&p, &da, &a, od, cfg->strided, runs[v], x16 ? kMmaEntries[0] : "chunked_fp32", got[run],
-                            vtag);
+            ran &= cuda_run(&p, &da, &a, od, cfg->strided, runs[v], expect, probe, got[run], vtag);
+        if (probe) planes_ran = ran, g_planes_runs += ran;
         for (int k = 0; ran && k < NGRAD; ++k) {
             if (got[0][k].t.data == NULL) continue;
             char label[400];
@@ -165,28 +177,28 @@ static void cuda_case(ssmt_rng * rng, ssmt_mamba2_config * cfg, int64_t chunk, i
         }
         free_grads(got[0]), free_grads(got[1]);
     }
-    if (!x16)
-        for (int m = 0; m < NMMA; ++m) { /* forced on fp32 x: UNSUPPORTED, nothing written */
-            ssm_mamba2_scan_bwd_args fa = da;
-            alloc_grads(&a, od, got[0], 0);
-            ssmt_dev dg[NGRAD];
-            for (int k = 0; k < NGRAD; ++k) {
-                dg[k] = ssmt_to_device(&got[0][k]);
-                *grad_slot(&fa, k) = got[0][k].t.data != NULL ? dg[k].view : (ssm_tensor){0};
-            }
-            TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba2_scan_bwd", kMmaEntries[m]), SSM_STATUS_OK);
-            TEST_CHECK_STATUS(ssm_mamba2_scan_bwd(ctx_cuda, &p, &fa), SSM_STATUS_UNSUPPORTED);
-            TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba2_scan_bwd", NULL), SSM_STATUS_OK);
-            for (int k = 0; k < NGRAD; ++k) {
-                void * before = ssmt_snapshot(&got[0][k]);
-                ssmt_to_host(&got[0][k], &dg[k]);
-                ssmt_dev_free(&dg[k]);
-                TEST_CHECK(got[0][k].t.data == NULL || ssmt_unchanged(&got[0][k], before), "%s: forced %s wrote %s",
-                           tag, kMmaEntries[m], gnames[k]);
-                free(before);
-            }
-            free_grads(got[0]);
+    for (int m = 0; m < NMMA; ++m) { /* forced where the rule refuses: UNSUPPORTED, nothing written */
+        if (x16 && (bf16 || m > 0)) continue;
+        ssm_mamba2_scan_bwd_args fa = da;
+        alloc_grads(&a, od, got[0], 0);
+        ssmt_dev dg[NGRAD];
+        for (int k = 0; k < NGRAD; ++k) {
+            dg[k] = ssmt_to_device(&got[0][k]);
+            *grad_slot(&fa, k) = got[0][k].t.data != NULL ? dg[k].view : (ssm_tensor){0};
         }
+        TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba2_scan_bwd", kMmaEntries[m]), SSM_STATUS_OK);
+        TEST_CHECK_STATUS(ssm_mamba2_scan_bwd(ctx_cuda, &p, &fa), SSM_STATUS_UNSUPPORTED);
+        TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba2_scan_bwd", NULL), SSM_STATUS_OK);
+        for (int k = 0; k < NGRAD; ++k) {
+            void * before = ssmt_snapshot(&got[0][k]);
+            ssmt_to_host(&got[0][k], &dg[k]);
+            ssmt_dev_free(&dg[k]);
+            TEST_CHECK(got[0][k].t.data == NULL || ssmt_unchanged(&got[0][k], before), "%s: forced %s wrote %s",
+                       tag, kMmaEntries[m], gnames[k]);
+            free(before);
+        }
+        free_grads(got[0]);
+    }
     for (int i = 0; i < 13; ++i) ssmt_dev_free(&dv[i]);
     free_grads(cpu), free_grads(ref);
     ssmt_free(&dout), ssmt_free(&dfinal);
@@ -274,6 +286,7 @@ int main(void) {
     TEST_CHECK(ctx_ref && ctx_cpu && ctx_cuda, "context creation failed");
     if (ssmt_failures) TEST_EXIT();
     test_matrix(&rng);
+    TEST_CHECK(g_planes_runs > 0, "chunked_planes ran on none of the bf16 cases");
     test_rules(&rng);
     ssm_context_free(ctx_ref);
     ssm_context_free(ctx_cpu);

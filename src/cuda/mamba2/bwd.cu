@@ -24,7 +24,10 @@ namespace {
 const char kOp[] = "mamba2_scan_bwd";
 
 struct bwd_problem {
-    int x16; /* x is fp16 or bf16 */
+    int    x16;     /* x is fp16 or bf16                                           */
+    int    bf16_in; /* x, B, C and dout are bf16 (exact in the bf16 planes)        */
+    size_t planes;  /* shared memory of the bf16-plane chunk kernel at 64 tokens   */
+    size_t optin;   /* the device's shared memory per block                        */
 };
 
 struct bwd_entry {
@@ -32,6 +35,7 @@ struct bwd_entry {
     const char * why;
     const char * rule;
     bool (*applies)(const bwd_problem & pb);
+    bool planes; /* bwd_chunk_planes_kernel (bf16 planes, 16 warps) */
     bool mma;   /* products on the tensor cores */
     bool stage; /* bwd_chunk stages S and G in shared memory where they fit */
     int  maxq;  /* the largest internal chunk, ≤ kMaxQ (smaller where shared memory is short) */
@@ -39,23 +43,29 @@ struct bwd_entry {
 
 bool bwd_any(const bwd_problem &) { return true; }
 bool bwd_x16(const bwd_problem & pb) { return pb.x16 != 0; }
+bool bwd_planes(const bwd_problem & pb) { return pb.bf16_in != 0 && pb.planes <= pb.optin; }
 
 /* The tensor-core entries serve 16-bit inputs only: their products keep ~2^-16 relative error
  * (operands split into bf16 parts), inside the 16-bit bars of DESIGN §5, not the fp32 bar. */
 const bwd_entry bwd_table[] = {
+    {"chunked_planes",
+     "bf16 x, B, C and dout: the chunk kernel's operands written once into shared memory as bf16 planes (x, B, C "
+     "exact; fp32 operands as a rounded plane and a remainder plane), products by ldmatrix + mma.sync m16n8k16 with "
+     "fp32 accumulators and their epilogues in registers, 16 warps per block, 64-token chunks",
+     "x, B, C and dout in bf16, and the chunk's planes fit shared memory", bwd_planes, true, true, false, 64},
     {"chunked_mma",
      "fp16/bf16 x: the chunk kernels' products on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulators, fp32 "
      "operands split into rounded part and remainder), internal chunks of 64 tokens (half the per-chunk state "
      "traffic of 32), bwd_chunk reading S and G from the workspace for its first products and staging them over "
      "operands it no longer needs for dB and dC",
-     "x in fp16 or bf16", bwd_x16, true, false, 64},
+     "x in fp16 or bf16", bwd_x16, false, true, false, 64},
     {"chunked_mma_staged",
      "as chunked_mma with internal chunks of 32 tokens and bwd_chunk's S and G staged in shared memory where they fit",
-     "x in fp16 or bf16", bwd_x16, true, true, 32},
+     "x in fp16 or bf16", bwd_x16, false, true, true, 32},
     {"chunked_fp32",
      "per (chunk, head) blocks of fp32 FFMA code, internal chunks of 32 tokens, sequential state passes per segment, "
      "fixed-order reductions",
-     "any problem", bwd_any, false, true, 32},
+     "any problem", bwd_any, false, false, true, 32},
 };
 
 /* Host plan: segments (as the CPU backend cuts them) and their chunks. */
@@ -170,7 +180,7 @@ ssm_status run_kernels(ssm_context * ctx, const bw_args & a) {
     SSM_FORWARD_IF_ERROR(launch_state_pass(ctx, kOp, a));
     SSM_FORWARD_IF_ERROR(launch_bwd_dstates(ctx, kOp, a));
     SSM_FORWARD_IF_ERROR(launch_state_grad_pass(ctx, kOp, a));
-    SSM_FORWARD_IF_ERROR(launch_bwd_chunk(ctx, kOp, a));
+    SSM_FORWARD_IF_ERROR(a.planes ? launch_bwd_chunk_planes(ctx, kOp, a) : launch_bwd_chunk(ctx, kOp, a));
     return launch_bwd_reduce(ctx, kOp, a);
 }
 
@@ -190,26 +200,33 @@ extern "C" ssm_status ssmi_cuda_mamba2_scan_bwd(ssm_context * ctx, const ssm_mam
     SSM_RETURN_IF(d->headdim * d->dstate > (1LL << 24), ctx, SSM_STATUS_UNSUPPORTED,
                   "%s: P·N=%lld is larger than the CUDA backend's limit of 2^24", kOp,
                   (long long)(d->headdim * d->dstate));
-    bwd_problem       pb = {a->x.dtype == SSM_DTYPE_F16 || a->x.dtype == SSM_DTYPE_BF16};
+    ssmi_cuda_props pr;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_current_props(ctx, kOp, &pr));
+    const int    P = (int)d->headdim, N = (int)d->dstate;
+    const size_t optin = (size_t)pr.smem_optin;
+    const int    bf16_in = a->x.dtype == SSM_DTYPE_BF16 && a->b.dtype == SSM_DTYPE_BF16 &&
+                        a->c.dtype == SSM_DTYPE_BF16 && a->dout.dtype == SSM_DTYPE_BF16;
+    bwd_problem pb = {a->x.dtype == SSM_DTYPE_F16 || a->x.dtype == SSM_DTYPE_BF16, bf16_in,
+                      planes_geom_of(kMaxQ, P, N).total, optin};
     const bwd_entry * e = NULL;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_pick_variant(ctx, SSMI_OP_mamba2_scan_bwd, bwd_table, pb, &e));
     SSM_RETURN_IF(e == NULL, ctx, SSM_STATUS_UNSUPPORTED, "%s: no CUDA kernel applies to this problem", kOp);
 
-    ssmi_cuda_props pr;
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_current_props(ctx, kOp, &pr));
-    /* staging entries: the largest chunk (≥ kMinStagedQ) with S and G staged, else (and for the
-     * others) the largest without */
-    const int    P = (int)d->headdim, N = (int)d->dstate;
-    const size_t optin = (size_t)pr.smem_optin;
+    /* the plane kernel: 64-token chunks (its rule checked the fit); staging entries: the largest
+     * chunk (≥ kMinStagedQ) with S and G staged, else (and for the others) the largest without */
     const int    maxq = e->maxq < kMaxQ ? e->maxq : kMaxQ;
     int          Q = maxq;
     bool         staged = e->stage;
-    while (staged && Q > kMinStagedQ && chunk_smem_floats(Q, P, N, true) * sizeof(float) > optin) Q /= 2;
-    if (!staged || chunk_smem_floats(Q, P, N, true) * sizeof(float) > optin) {
-        staged = false, Q = maxq;
-        while (Q > 1 && chunk_smem_floats(Q, P, N, false) * sizeof(float) > optin) Q /= 2;
+    if (e->planes) {
+        staged = false;
+    } else {
+        while (staged && Q > kMinStagedQ && chunk_smem_floats(Q, P, N, true) * sizeof(float) > optin) Q /= 2;
+        if (!staged || chunk_smem_floats(Q, P, N, true) * sizeof(float) > optin) {
+            staged = false, Q = maxq;
+            while (Q > 1 && chunk_smem_floats(Q, P, N, false) * sizeof(float) > optin) Q /= 2;
+        }
     }
-    SSM_RETURN_IF(chunk_smem_floats(Q, P, N, staged) * sizeof(float) > optin, ctx, SSM_STATUS_UNSUPPORTED,
+    SSM_RETURN_IF(!e->planes && chunk_smem_floats(Q, P, N, staged) * sizeof(float) > optin, ctx, SSM_STATUS_UNSUPPORTED,
                   "%s: P=%lld, N=%lld need more shared memory than the device has", kOp, (long long)d->headdim,
                   (long long)d->dstate);
 
@@ -223,6 +240,7 @@ extern "C" ssm_status ssmi_cuda_mamba2_scan_bwd(ssm_context * ctx, const ssm_mam
     ar.H = (int)d->nheads, ar.P = (int)d->headdim, ar.N = (int)d->dstate, ar.G = (int)d->ngroups;
     ar.R = d->ngroups > 0 ? (int)(d->nheads / d->ngroups) : 0;
     ar.Q = Q;
+    ar.planes = e->planes;
     ar.staged = staged;
     ar.mma = e->mma;
     ar.exact16 = a->x.dtype == SSM_DTYPE_BF16 && a->b.dtype == SSM_DTYPE_BF16 && a->c.dtype == SSM_DTYPE_BF16 &&

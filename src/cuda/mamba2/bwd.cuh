@@ -61,6 +61,7 @@ struct bw_out {
 /* Everything the kernels read: dimensions, tensors, flags, the plan and the workspace. */
 struct bw_args {
     int       H, P, N, G, R, Q;
+    int       planes;       /* bwd_chunk is the bf16-plane kernel (bwd_chunk_planes.cu) */
     int       staged;       /* bwd_chunk stages S and G in shared memory       */
     int       mma;          /* the chunk kernels' products on the tensor cores  */
     int       exact16;      /* x, B, C and dout are bf16: exact bf16 operands   */
@@ -103,11 +104,69 @@ inline size_t chunk_smem_floats(int Q, int P, int N, bool staged) {
     return 9 * q + (size_t)P + kThreads + q * (5 * lp + 2 * ln + 3 * lq) + (staged ? 2 * (size_t)P * ln : 0);
 }
 
+/* Threads of the bf16-plane chunk kernel: 16 warps share its one block per SM. */
+const int kPlanesThreads = 512;
+
+/* Shared-memory layout of the bf16-plane chunk kernel for chunk Q (a multiple of 16), P, N:
+ * every product operand is a bf16 plane (rows of the padded width qp/pp/np = the dimension
+ * rounded up to 16, zeros past the data, row strides lq/lp/ln = width + 8 elements so the 8
+ * rows of an ldmatrix fall in distinct bank groups); fp32 values that bf16 does not hold
+ * exactly are two planes, the rounded value (h) and the rounded remainder (l). Byte offsets:
+ * x (exact), δx (h, l), B, C (exact), S (h, l), G (h, l), the [Q][Q] tables W1 = CB∘E·dt,
+ * W2 = CB∘E and dCB (h, l each), then fp32: CB·dCB [qp][qp + 4], the dz factor [qp][pp + 4], the
+ * per-16-column partial row sums of q, r and ddt_loc [pp/16][qp] each, 6 [qp] vectors, [pp] D
+ * and the block-sum scratch. */
+struct planes_geom {
+    int    qp, pp, np, lq, lp, ln, lf, lz;
+    size_t x, dxh, dxl, b, c, sh, sl, gh, gl, w1h, w1l, w2h, w2l, dch, dcl, prod, dzf, qpart, rpart, tpart, vec, dvec,
+        red, total;
+};
+
+__host__ __device__ inline planes_geom planes_geom_of(int Q, int P, int N) {
+    planes_geom g;
+    g.qp = (Q + 15) / 16 * 16, g.pp = (P + 15) / 16 * 16, g.np = (N + 15) / 16 * 16;
+    g.lq = g.qp + 8, g.lp = g.pp + 8, g.ln = g.np + 8, g.lf = g.qp + 4, g.lz = g.pp + 4;
+    const size_t qp = (size_t)g.qp, pp = (size_t)g.pp;
+    const size_t xq = qp * (size_t)g.lp * 2, bq = qp * (size_t)g.ln * 2, sq = pp * (size_t)g.ln * 2,
+                 tq = qp * (size_t)g.lq * 2;
+    size_t at = 0;
+    g.x = at, at += xq;
+    g.dxh = at, at += xq;
+    g.dxl = at, at += xq;
+    g.b = at, at += bq;
+    g.c = at, at += bq;
+    g.sh = at, at += sq;
+    g.sl = at, at += sq;
+    g.gh = at, at += sq;
+    g.gl = at, at += sq;
+    g.w1h = at, at += tq;
+    g.w1l = at, at += tq;
+    g.w2h = at, at += tq;
+    g.w2l = at, at += tq;
+    g.dch = at, at += tq;
+    g.dcl = at, at += tq;
+    g.prod = at, at += qp * (size_t)g.lf * 4;
+    g.dzf = at, at += qp * (size_t)g.lz * 4;
+    g.qpart = at, at += pp / 16 * qp * 4;
+    g.rpart = at, at += pp / 16 * qp * 4;
+    g.tpart = at, at += pp / 16 * qp * 4;
+    g.vec = at, at += 6 * qp * 4;
+    g.dvec = at, at += pp * 4;
+    g.red = at, at += (size_t)kPlanesThreads * 4;
+    g.total = at;
+    return g;
+}
+
+/* Opts kernel fn into `bytes` of dynamic shared memory where that exceeds the default 48 KB,
+ * with the largest carveout. */
+ssm_status smem_optin(ssm_context * ctx, const char * op, const void * fn, size_t bytes);
+
 /* Launches (each checks its launch; nothing runs for an empty grid). */
 ssm_status launch_bwd_dt(ssm_context * ctx, const char * op, const bw_args & a);
 ssm_status launch_bwd_states(ssm_context * ctx, const char * op, const bw_args & a);
 ssm_status launch_bwd_dstates(ssm_context * ctx, const char * op, const bw_args & a);
 ssm_status launch_bwd_chunk(ssm_context * ctx, const char * op, const bw_args & a);
+ssm_status launch_bwd_chunk_planes(ssm_context * ctx, const char * op, const bw_args & a);
 ssm_status launch_state_pass(ssm_context * ctx, const char * op, const bw_args & a);
 ssm_status launch_state_grad_pass(ssm_context * ctx, const char * op, const bw_args & a);
 ssm_status launch_bwd_reduce(ssm_context * ctx, const char * op, const bw_args & a);

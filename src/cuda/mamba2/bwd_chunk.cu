@@ -852,17 +852,6 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
     }
 }
 
-/* Opts a kernel into `bytes` of dynamic shared memory where that exceeds the default 48 KB, with
- * the largest shared-memory carveout (so as many of its blocks share an SM as the bytes allow). */
-ssm_status smem_optin(ssm_context * ctx, const char * op, const void * fn, size_t bytes) {
-    if (bytes <= 48 * 1024) return SSM_STATUS_OK;
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute (shared memory)",
-                                          cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes)));
-    return ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute (carveout)",
-                            cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                                 (int)cudaSharedmemCarveoutMaxShared));
-}
-
 /* A (chunk, head) grid launch of fn with `floats` of dynamic shared memory. */
 ssm_status launch_chunk_grid(ssm_context * ctx, const char * op, const char * name, void (*fn)(bw_args),
                              const bw_args & a, size_t floats) {
@@ -875,6 +864,16 @@ ssm_status launch_chunk_grid(ssm_context * ctx, const char * op, const char * na
 }
 
 } /* namespace */
+
+/* The largest shared-memory carveout, so as many of a kernel's blocks share an SM as its bytes allow. */
+ssm_status smem_optin(ssm_context * ctx, const char * op, const void * fn, size_t bytes) {
+    if (bytes <= 48 * 1024) return SSM_STATUS_OK;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute (shared memory)",
+                                          cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes)));
+    return ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute (carveout)",
+                            cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                 (int)cudaSharedmemCarveoutMaxShared));
+}
 
 ssm_status launch_bwd_dt(ssm_context * ctx, const char * op, const bw_args & a) {
     const long long n = a.nchunks * a.H;
