@@ -51,7 +51,8 @@ const bwd_entry bwd_table[] = {
     {"chunked_planes",
      "bf16 x, B, C and dout: the chunk kernel's operands written once into shared memory as bf16 planes (x, B, C "
      "exact; fp32 operands as a rounded plane and a remainder plane), products by ldmatrix + mma.sync m16n8k16 with "
-     "fp32 accumulators and their epilogues in registers, 16 warps per block, 64-token chunks",
+     "fp32 accumulators and their epilogues in registers, 16 warps per block, 64-token chunks; the chunk-local "
+     "states and state gradients on the same planes",
      "x, B, C and dout in bf16, and the chunk's planes fit shared memory", bwd_planes, true, true, false, 64},
     {"chunked_mma",
      "fp16/bf16 x: the chunk kernels' products on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulators, fp32 "
@@ -176,9 +177,9 @@ bwd_ws ws_layout(const bw_args & a) {
 
 ssm_status run_kernels(ssm_context * ctx, const bw_args & a) {
     SSM_FORWARD_IF_ERROR(launch_bwd_dt(ctx, kOp, a));
-    SSM_FORWARD_IF_ERROR(launch_bwd_states(ctx, kOp, a));
+    SSM_FORWARD_IF_ERROR(a.planes ? launch_bwd_states_planes(ctx, kOp, a, false) : launch_bwd_states(ctx, kOp, a));
     SSM_FORWARD_IF_ERROR(launch_state_pass(ctx, kOp, a));
-    SSM_FORWARD_IF_ERROR(launch_bwd_dstates(ctx, kOp, a));
+    SSM_FORWARD_IF_ERROR(a.planes ? launch_bwd_states_planes(ctx, kOp, a, true) : launch_bwd_dstates(ctx, kOp, a));
     SSM_FORWARD_IF_ERROR(launch_state_grad_pass(ctx, kOp, a));
     SSM_FORWARD_IF_ERROR(a.planes ? launch_bwd_chunk_planes(ctx, kOp, a) : launch_bwd_chunk(ctx, kOp, a));
     return launch_bwd_reduce(ctx, kOp, a);

@@ -167,6 +167,7 @@ ssm_status launch_bwd_states(ssm_context * ctx, const char * op, const bw_args &
 ssm_status launch_bwd_dstates(ssm_context * ctx, const char * op, const bw_args & a);
 ssm_status launch_bwd_chunk(ssm_context * ctx, const char * op, const bw_args & a);
 ssm_status launch_bwd_chunk_planes(ssm_context * ctx, const char * op, const bw_args & a);
+ssm_status launch_bwd_states_planes(ssm_context * ctx, const char * op, const bw_args & a, bool dstates);
 ssm_status launch_state_pass(ssm_context * ctx, const char * op, const bw_args & a);
 ssm_status launch_state_grad_pass(ssm_context * ctx, const char * op, const bw_args & a);
 ssm_status launch_bwd_reduce(ssm_context * ctx, const char * op, const bw_args & a);

@@ -9,7 +9,9 @@
  * ldmatrix + mma.sync m16n8k16 with fp32 accumulators; the epilogues (the scale of a row, the
  * per-tile row sums of q, r and ddt_loc, the stores) run on the accumulators in registers.
  * Every sum has a fixed order (k ascending in steps of 16, fixed shuffle trees, partials summed
- * in column-tile order), so the bytes depend on neither the run nor the grid.
+ * in column-tile order), so the bytes depend on neither the run nor the grid. The entry's
+ * chunk-local states and state gradients (steps 2 and 4) run on the same planes
+ * (bwd_states_planes_kernel).
  *   load  the [Q] vectors, x/B/C planes, δx planes and the dz factor, S and G planes and
  *         e^{cl}·<G, S>; dD partials
  *   A1    per (i, j) tile below the diagonal: CB = C·Bᵀ and δx·xᵀ → W1, W2, dCB, CB·dCB
@@ -77,6 +79,33 @@ __device__ __forceinline__ void tile_mma(float (&c)[2][4], const bf16 * ah, cons
     }
 }
 
+/* v0 at element offset off of output o and, with two, v1 at the next element of the row (off +
+ * the last stride): one 4-byte bf16 pair or one 8-byte fp32 pair where the row has unit stride
+ * and the address is aligned, else element by element. */
+__device__ __forceinline__ void store_pair(const bw_out & o, long long off, float v0, float v1, bool two) {
+    if (two && o.s[3] == 1) {
+        if (o.dtype == SSM_DTYPE_BF16 && (((uintptr_t)((bf16 *)o.p + off)) & 3) == 0) {
+            *(uint32_t *)((bf16 *)o.p + off) = t2<M_BF16>::pack(v0, v1);
+            return;
+        }
+        if (o.dtype == SSM_DTYPE_F32 && (((uintptr_t)((float *)o.p + off)) & 7) == 0) {
+            *(float2 *)((float *)o.p + off) = make_float2(v0, v1);
+            return;
+        }
+    }
+    ssmi_cu_st(o.p, o.dtype, off, v0);
+    if (two) ssmi_cu_st(o.p, o.dtype, off + o.s[3], v1);
+}
+/* The same into a unit-stride fp32 row. */
+__device__ __forceinline__ void store_pair(float * p, float v0, float v1, bool two) {
+    if (two && ((uintptr_t)p & 7) == 0) {
+        *(float2 *)p = make_float2(v0, v1);
+        return;
+    }
+    p[0] = v0;
+    if (two) p[1] = v1;
+}
+
 __device__ __forceinline__ void zero(float (&c)[2][4]) {
 #pragma unroll
     for (int j = 0; j < 2; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.0f;
@@ -140,44 +169,124 @@ __device__ __forceinline__ void load_exact(bf16 * dst, int ld, int w, int qp, co
     }
 }
 
-/* δx = dout·silu(z) (dout without z) into the split planes dxh/dxl [qp][lp] and the dz factor
- * dout·σ(z)(1 + z(1 − σ(z))) (0 without z) into dzf [qp][lz] (zeros past the data). */
-__device__ __forceinline__ void load_dx(bf16 * dxh, bf16 * dxl, float * dzf, const planes_geom & gm, const bw_args & a,
-                                        const bw_chunk & ck, int h, int L) {
-    const int P = a.P, w2 = gm.pp / 2, total = gm.qp * w2;
-    for (int e = threadIdx.x; e < total; e += blockDim.x) {
-        const int i = e / w2, p = (e % w2) * 2;
-        float     dx[2], f[2];
+/* Rows [0, L) of head h of the bf16 view d, gated by z where given (d·silu(z)) and times
+ * scale[i] where given, into the split planes hi/lo [qp][ld] of width w (zeros past L and n);
+ * with dzf, the dz factor d·σ(z)(1 + z(1 − σ(z))) (0 without z) into dzf [qp][lz]. With unit
+ * stride, n % 8 = 0 and 16-byte aligned rows (z too, in bf16) 8 elements per load, else one.
+ * gated: z is present. */
+__device__ __forceinline__ void load_split(bf16 * hi, bf16 * lo, float * dzf, int ld, int lz, int w, int qp,
+                                           const ssmi_cu_view & d, bool gated, const ssmi_cu_view & z,
+                                           const float * scale, const bw_chunk & ck, int h, int n, int L) {
+    auto aligned = [&](const ssmi_cu_view & v) {
+        return v.s[3] == 1 && v.s[0] % 8 == 0 && v.s[1] % 8 == 0 && v.s[2] % 8 == 0 && ((uintptr_t)v.p & 15) == 0;
+    };
+    /* one element: the gated value and the dz factor */
+    auto gate = [&](float dv, float zv, float * f) {
+        if (!gated) {
+            *f = 0.0f;
+            return dv;
+        }
+        const float sg = 1.0f / (1.0f + expf(-zv));
+        *f = dv * sg * (1.0f + zv * (1.0f - sg));
+        return dv * zv * sg;
+    };
+    if (n % 8 == 0 && aligned(d) && (!gated || (z.dtype == SSM_DTYPE_BF16 && aligned(z)))) {
+        const int w8 = w / 8, total = qp * w8;
+        for (int e0 = threadIdx.x; e0 < total; e0 += 2 * blockDim.x) {
+            uint4 dv[2], zv[2];
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {
-            dx[u] = 0.0f, f[u] = 0.0f;
-            if (i >= L || p + u >= P) continue;
-            const float dout = ssmi_cu_ld(a.dout.p, a.dout.dtype, off4(a.dout.s, ck.row, ck.t0 + i, h, p + u));
-            dx[u] = dout;
-            if (a.has_z) {
-                const float z = ssmi_cu_ld(a.z.p, a.z.dtype, off4(a.z.s, ck.row, ck.t0 + i, h, p + u));
-                const float sg = 1.0f / (1.0f + expf(-z));
-                f[u] = dout * sg * (1.0f + z * (1.0f - sg));
-                dx[u] = dout * z * sg;
+            for (int u = 0; u < 2; ++u) {
+                const int  e = e0 + u * (int)blockDim.x, i = e / w8, j = (e % w8) * 8;
+                const bool in = e < total && i < L && j < n;
+                dv[u] = in ? *(const uint4 *)((const bf16 *)d.p + off4(d.s, ck.row, ck.t0 + i, h, j)) : make_uint4(0u, 0u, 0u, 0u);
+                zv[u] = in && gated ? *(const uint4 *)((const bf16 *)z.p + off4(z.s, ck.row, ck.t0 + i, h, j))
+                                           : make_uint4(0u, 0u, 0u, 0u);
+            }
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const int e = e0 + u * (int)blockDim.x, i = e / w8, j = (e % w8) * 8;
+                if (e >= total) continue;
+                const uint32_t * dw = (const uint32_t *)&dv[u];
+                const uint32_t * zw = (const uint32_t *)&zv[u];
+                const float      sc = scale != nullptr ? scale[i] : 1.0f;
+                uint32_t         hv[4], lv[4];
+                float            f[8];
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    const float2 a2 = unpack_bf2(dw[c]), z2 = unpack_bf2(zw[c]);
+                    const float  g0 = gate(a2.x, z2.x, &f[2 * c]) * sc, g1 = gate(a2.y, z2.y, &f[2 * c + 1]) * sc;
+                    split2<M_BF16>(g0, g1, hv[c], lv[c]);
+                }
+                *(uint4 *)(hi + i * ld + j) = make_uint4(hv[0], hv[1], hv[2], hv[3]);
+                *(uint4 *)(lo + i * ld + j) = make_uint4(lv[0], lv[1], lv[2], lv[3]);
+                if (dzf != nullptr) {
+                    *(float4 *)(dzf + i * lz + j) = make_float4(f[0], f[1], f[2], f[3]);
+                    *(float4 *)(dzf + i * lz + j + 4) = make_float4(f[4], f[5], f[6], f[7]);
+                }
             }
         }
-        uint32_t hi, lo;
-        split2<M_BF16>(dx[0], dx[1], hi, lo);
-        *(uint32_t *)(dxh + i * gm.lp + p) = hi;
-        *(uint32_t *)(dxl + i * gm.lp + p) = lo;
-        dzf[i * gm.lz + p] = f[0], dzf[i * gm.lz + p + 1] = f[1];
+        return;
+    }
+    const int w2 = w / 2, total = qp * w2;
+    for (int e = threadIdx.x; e < total; e += blockDim.x) {
+        const int i = e / w2, j = (e % w2) * 2;
+        float     g[2], f[2];
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            g[u] = 0.0f, f[u] = 0.0f;
+            if (i >= L || j + u >= n) continue;
+            const float dv = __bfloat162float(((const bf16 *)d.p)[off4(d.s, ck.row, ck.t0 + i, h, j + u)]);
+            const float zv = gated ? ssmi_cu_ld(z.p, z.dtype, off4(z.s, ck.row, ck.t0 + i, h, j + u)) : 0.0f;
+            g[u] = gate(dv, zv, &f[u]) * (scale != nullptr ? scale[i] : 1.0f);
+        }
+        uint32_t hv, lv;
+        split2<M_BF16>(g[0], g[1], hv, lv);
+        *(uint32_t *)(hi + i * ld + j) = hv;
+        *(uint32_t *)(lo + i * ld + j) = lv;
+        if (dzf != nullptr) dzf[i * lz + j] = f[0], dzf[i * lz + j + 1] = f[1];
     }
 }
 
-/* The workspace's S and G of slot w into their split planes [pp][ln] (zeros past P, N);
- * returns this thread's part of <G, S>. */
+/* The workspace's S and G of slot w into their split planes [pp][ln] (zeros past P, N), as
+ * 16-byte pieces where N % 4 = 0 (the slots are 16-byte aligned then); returns this thread's
+ * part of <G, S>. */
 __device__ __forceinline__ float load_states(bf16 * sh, bf16 * sl, bf16 * gh, bf16 * gl, const planes_geom & gm,
                                              const bw_args & a, long long w) {
     const int       P = a.P, N = a.N, w2 = gm.np / 2, total = gm.pp * w2;
     const long long PN = (long long)P * N;
     const float *   S = a.st + w * PN, *G = a.gs + w * PN;
     float           part = 0.0f;
-    constexpr int   kU = 4;
+    if (N % 4 == 0) { /* 16-byte pieces: a warp per row, kR rows of each in flight */
+        constexpr int kR = 4;
+        const int     n4 = gm.np / 4, nw = blockDim.x >> 5, lane = threadIdx.x & 31;
+        for (int p0 = threadIdx.x >> 5; p0 < gm.pp; p0 += kR * nw)
+            for (int c = lane; c < n4; c += 32) {
+                float4 sv[kR], gv[kR];
+#pragma unroll
+                for (int r = 0; r < kR; ++r) {
+                    const int  p = p0 + r * nw;
+                    const bool in = p < P && 4 * c < N;
+                    sv[r] = in ? *(const float4 *)(S + (long long)p * N + 4 * c) : make_float4(0.f, 0.f, 0.f, 0.f);
+                    gv[r] = in ? *(const float4 *)(G + (long long)p * N + 4 * c) : make_float4(0.f, 0.f, 0.f, 0.f);
+                }
+#pragma unroll
+                for (int r = 0; r < kR; ++r) {
+                    const int p = p0 + r * nw;
+                    if (p >= gm.pp) continue;
+                    part += gv[r].x * sv[r].x + gv[r].y * sv[r].y + gv[r].z * sv[r].z + gv[r].w * sv[r].w;
+                    uint32_t  h0, l0, h1, l1;
+                    const int o = p * gm.ln + 4 * c;
+                    split2<M_BF16>(sv[r].x, sv[r].y, h0, l0);
+                    split2<M_BF16>(sv[r].z, sv[r].w, h1, l1);
+                    *(uint2 *)(sh + o) = make_uint2(h0, h1), *(uint2 *)(sl + o) = make_uint2(l0, l1);
+                    split2<M_BF16>(gv[r].x, gv[r].y, h0, l0);
+                    split2<M_BF16>(gv[r].z, gv[r].w, h1, l1);
+                    *(uint2 *)(gh + o) = make_uint2(h0, h1), *(uint2 *)(gl + o) = make_uint2(l0, l1);
+                }
+            }
+        return part;
+    }
+    constexpr int kU = 4;
     for (int e0 = threadIdx.x; e0 < total; e0 += kU * blockDim.x) {
         float sv[kU][2], gv[kU][2];
 #pragma unroll
@@ -205,6 +314,61 @@ __device__ __forceinline__ float load_states(bf16 * sh, bf16 * sl, bf16 * gh, bf
         }
     }
     return part;
+}
+
+/* Shared memory of bwd_states_planes_kernel: the weighted rows (split planes [qp][lp]), B or C
+ * (an exact plane [qp][ln]) and the [qp] weights. */
+__host__ __device__ inline size_t states_planes_bytes(const planes_geom & gm) {
+    return 2 * (size_t)gm.qp * gm.lp * 2 + (size_t)gm.qp * gm.ln * 2 + (size_t)gm.qp * 4;
+}
+
+/* Steps 2 and 4 of bwd.cuh for one (chunk, head), into its workspace slot [P][N]: the chunk-local
+ * state s_c = Σ_j (e^{cl−cm_j}·dt_j·x_j)ᵀ·B_j (kDst false) or the state gradient through the
+ * outputs dS_c = Σ_i (e^{cm_i}·δx_i)ᵀ·C_i (kDst true). The weighted rows go in as split planes,
+ * B or C exact; warps take 16 × 16 tiles of the [P][N] output, tokens ascending. */
+template <bool kDst>
+__global__ void __launch_bounds__(kThreads) bwd_states_planes_kernel(bw_args a) {
+    extern __shared__ float4 sm4[];
+    const planes_geom gm = planes_geom_of(a.Q, a.P, a.N);
+    bf16 *            ah = (bf16 *)sm4, *al = ah + gm.qp * gm.lp, *bp = al + gm.qp * gm.lp;
+    float *           wv = (float *)(bp + gm.qp * gm.ln);
+    const long long   ci = blockIdx.x;
+    const int         h = blockIdx.y, Q = a.Q, P = a.P, N = a.N;
+    const bw_chunk    ck = a.chunks[ci];
+    const int         L = ck.len, Kq = (L + 15) / 16 * 16;
+    const long long   w = ci * a.H + h;
+    const float *     cm = a.cmv + w * Q;
+    const float       cl = cm[L - 1];
+    for (int i = threadIdx.x; i < gm.qp; i += blockDim.x)
+        wv[i] = i >= L ? 0.0f : kDst ? expf(cm[i]) : expf(cl - cm[i]) * a.dtv[w * Q + i];
+    __syncthreads();
+    if (kDst) {
+        load_split(ah, al, nullptr, gm.lp, 0, gm.pp, gm.qp, a.dout, a.has_z != 0, a.z, wv, ck, h, P, L);
+        load_exact(bp, gm.ln, gm.np, gm.qp, a.c, ck, h / a.R, N, L);
+    } else {
+        load_split(ah, al, nullptr, gm.lp, 0, gm.pp, gm.qp, a.x, false, a.x, wv, ck, h, P, L);
+        load_exact(bp, gm.ln, gm.np, gm.qp, a.b, ck, h / a.R, N, L);
+    }
+    __syncthreads();
+    float * const out = (kDst ? a.gs : a.st) + w * (long long)P * N;
+    const int     lane = threadIdx.x & 31, g4 = lane >> 2, t4 = lane & 3, nN = gm.np / 16;
+    for (int t = threadIdx.x >> 5; t < (gm.pp / 16) * nN; t += blockDim.x >> 5) {
+        const int p0 = (t / nN) * 16, n0 = (t % nN) * 16;
+        float     c[2][4];
+        zero(c);
+        tile_mma<true, true, true, false>(c, ah, al, gm.lp, bp, nullptr, gm.ln, p0, n0, 0, Kq);
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int p = p0 + g4 + 8 * hh;
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int u = 0; u < 2; ++u) {
+                    const int n = n0 + 8 * j + 2 * t4 + u;
+                    if (p < P && n < N) out[(long long)p * N + n] = c[j][2 * hh + u];
+                }
+        }
+    }
 }
 
 __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_args a) {
@@ -249,16 +413,20 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
     load_exact(xh, gm.lp, gm.pp, gm.qp, a.x, ck, h, P, L);
     load_exact(bh, gm.ln, gm.np, gm.qp, a.b, ck, grp, N, L);
     load_exact(ch, gm.ln, gm.np, gm.qp, a.c, ck, grp, N, L);
-    load_dx(dxh, dxl, dzf, gm, a, ck, h, L);
+    load_split(dxh, dxl, dzf, gm.lp, gm.lz, gm.pp, gm.qp, a.dout, a.has_z != 0, a.z, nullptr, ck, h, P, L);
     const float total = expf(cl) * block_sum_pow2(load_states(sh, sl, gh, gl, gm, a, w), red); /* publishes the planes */
 
-    for (int p = threadIdx.x; p < P; p += blockDim.x) { /* dD partials */
-        float s = 0.0f;
-        for (int i = 0; i < L; ++i) {
-            const float dx = __bfloat162float(dxh[i * gm.lp + p]) + __bfloat162float(dxl[i * gm.lp + p]);
-            s += dx * __bfloat162float(xh[i * gm.lp + p]);
+    /* dD partials, part 1: segment sg of the rows of column p (nseg segments of consecutive rows)
+     * into red[sg·pp + p]; summed in segment order after A1's barrier */
+    const int nseg = max(1, (int)blockDim.x / gm.pp), rows = (L + nseg - 1) / nseg;
+    for (int e = threadIdx.x; e < nseg * gm.pp; e += blockDim.x) {
+        const int p = e % gm.pp, sg = e / gm.pp;
+        float     s = 0.0f;
+        for (int i = sg * rows; i < min(L, (sg + 1) * rows); ++i) {
+            const int o = i * gm.lp + p;
+            s += (__bfloat162float(dxh[o]) + __bfloat162float(dxl[o])) * __bfloat162float(xh[o]);
         }
-        a.ddp[w * P + p] = s;
+        red[e] = s;
     }
 
     /* A1: the [Q][Q] tables, tile (it, jt); tiles above the diagonal or past L are zeros */
@@ -301,6 +469,12 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
             }
     }
     __syncthreads();
+
+    for (int p = threadIdx.x; p < P; p += blockDim.x) { /* dD partials, part 2 */
+        float s = 0.0f;
+        for (int sg = 0; sg < nseg; ++sg) s += red[sg * gm.pp + p];
+        a.ddp[w * P + p] = s;
+    }
 
     /* A2: jobs [0, nT·nP) the C·Sᵀ tiles (q, dz), [nT·nP, 2·nT·nP) the B·Gᵀ tiles (r, acc, dx, ddt_loc) */
     const bool want_dz = a.has_z && a.want_dz;
@@ -348,12 +522,10 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
                 for (int j = 0; j < 2; ++j) {
                     const int    p = p0 + 8 * j + 2 * t4;
                     const float2 xv = exact_at(xh, i * gm.lp + p);
-#pragma unroll
-                    for (int u = 0; u < 2; ++u) {
-                        if (i >= L || p + u >= P) continue;
-                        const float y = c[j][2 * hh + u] + dvec[p + u] * (u ? xv.y : xv.x);
-                        ssmi_cu_st(a.dz.p, a.dz.dtype, off4(a.dz.s, ck.row, ck.t0 + i, h, p + u), dzf[i * gm.lz + p + u] * y);
-                    }
+                    if (i >= L || p >= P) continue;
+                    const float y0 = c[j][2 * hh] + dvec[p] * xv.x, y1 = c[j][2 * hh + 1] + dvec[p + 1] * xv.y;
+                    store_pair(a.dz, off4(a.dz.s, ck.row, ck.t0 + i, h, p), dzf[i * gm.lz + p] * y0,
+                               dzf[i * gm.lz + p + 1] * y1, p + 1 < P);
                 }
             }
         } else {
@@ -367,11 +539,9 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
                     const int    p = p0 + 8 * j + 2 * t4, o = i * gm.lp + p;
                     const float2 xv = exact_at(xh, o), dx = split_at(dxh, dxl, o);
                     d[hh] += c[j][2 * hh] * xv.x + c[j][2 * hh + 1] * xv.y;
-#pragma unroll
-                    for (int u = 0; u < 2; ++u)
-                        if (a.dx.p != NULL && i < L && p + u < P)
-                            ssmi_cu_st(a.dx.p, a.dx.dtype, off4(a.dx.s, ck.row, ck.t0 + i, h, p + u),
-                                       c[j][2 * hh + u] * dtv[i] + dvec[p + u] * (u ? dx.y : dx.x));
+                    if (a.dx.p != NULL && i < L && p < P)
+                        store_pair(a.dx, off4(a.dx.s, ck.row, ck.t0 + i, h, p), c[j][2 * hh] * dtv[i] + dvec[p] * dx.x,
+                                   c[j][2 * hh + 1] * dtv[i] + dvec[p + 1] * dx.y, p + 1 < P);
                 }
                 d[hh] = quad_sum(d[hh]);
             }
@@ -402,37 +572,42 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
             const int i = m0 + g4 + 8 * hh;
             if (i >= L) continue;
 #pragma unroll
-            for (int j = 0; j < 2; ++j)
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const int n = n0 + 8 * j + 2 * t4 + u;
-                    if (n >= N) continue;
-                    const float v = c[j][2 * hh + u];
-                    if (a.heads_buf)
-                        (db ? a.dbh : a.dch)[((ck.row * a.S + ck.t0 + i) * a.H + h) * (long long)N + n] = v;
-                    else if (db)
-                        ssmi_cu_st(a.db.p, a.db.dtype, off4(a.db.s, ck.row, ck.t0 + i, grp, n), v);
-                    else
-                        ssmi_cu_st(a.dc.p, a.dc.dtype, off4(a.dc.s, ck.row, ck.t0 + i, grp, n), v);
-                }
-        }
-    }
-    /* intra_i = Σ_{k≥i} Σ_{j<i} CB_kj·dCB_kj: the pairs flattened k-major (t = (k − i)·i + j), lane
-     * t ≡ lane (mod 32), stepping (k, j) by 32 = (32 / i)·i + 32 % i */
-    for (int i = warp; i < L; i += nwarps) {
-        const int np = (L - i) * i;
-        float     in = 0.0f;
-        if (np > 0) {
-            const int q32 = 32 / i, r32 = 32 % i;
-            int       k = i + lane / i, j = lane % i;
-            for (int t = lane; t < np; t += 32) {
-                in += prod[k * gm.lf + j];
-                k += q32, j += r32;
-                if (j >= i) j -= i, ++k;
+            for (int j = 0; j < 2; ++j) {
+                const int n = n0 + 8 * j + 2 * t4;
+                if (n >= N) continue;
+                const float v0 = c[j][2 * hh], v1 = c[j][2 * hh + 1];
+                if (a.heads_buf)
+                    store_pair((db ? a.dbh : a.dch) + ((ck.row * a.S + ck.t0 + i) * a.H + h) * (long long)N + n, v0, v1,
+                               n + 1 < N);
+                else if (db)
+                    store_pair(a.db, off4(a.db.s, ck.row, ck.t0 + i, grp, n), v0, v1, n + 1 < N);
+                else
+                    store_pair(a.dc, off4(a.dc.s, ck.row, ck.t0 + i, grp, n), v0, v1, n + 1 < N);
             }
         }
-        in = warp_sum32(in);
-        if (lane == 0) intra[i] = in;
+    }
+    /* intra_k = Σ_{i≥k} Σ_{j<k} (CB·dCB)_ij: each row i < L becomes its exclusive prefix sums over j
+     * (a warp per row, two columns per lane, a fixed shuffle scan), then thread k sums column k
+     * over rows k..L−1 in order */
+    for (int i = warp; i < L; i += nwarps) {
+        float *     row = prod + i * gm.lf;
+        const int   j0 = 2 * lane;
+        const float v0 = j0 < gm.qp ? row[j0] : 0.0f, v1 = j0 + 1 < gm.qp ? row[j0 + 1] : 0.0f;
+        float       inc = v0 + v1;
+#pragma unroll
+        for (int o = 1; o < 32; o <<= 1) {
+            const float u = __shfl_up_sync(0xffffffffu, inc, o);
+            if (lane >= o) inc += u;
+        }
+        const float up = __shfl_up_sync(0xffffffffu, inc, 1), ex = lane > 0 ? up : 0.0f;
+        if (j0 < gm.qp) row[j0] = ex;
+        if (j0 + 1 < gm.qp) row[j0 + 1] = ex + v0;
+    }
+    __syncthreads();
+    for (int k = threadIdx.x; k < L; k += blockDim.x) {
+        float in = 0.0f;
+        for (int i = k; i < L; ++i) in += prod[i * gm.lf + k];
+        intra[k] = in;
     }
     __syncthreads();
 
@@ -479,6 +654,16 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
 }
 
 } /* namespace */
+
+ssm_status launch_bwd_states_planes(ssm_context * ctx, const char * op, const bw_args & a, bool dstates) {
+    if (a.nchunks == 0 || a.H == 0) return SSM_STATUS_OK;
+    const size_t bytes = states_planes_bytes(planes_geom_of(a.Q, a.P, a.N));
+    void (*fn)(bw_args) = dstates ? bwd_states_planes_kernel<true> : bwd_states_planes_kernel<false>;
+    SSM_FORWARD_IF_ERROR(smem_optin(ctx, op, (const void *)fn, bytes));
+    fn<<<dim3((unsigned)a.nchunks, (unsigned)a.H), kThreads, bytes, ssmi_cuda_stream(ctx)>>>(a);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "bwd_states_planes_kernel");
+    return SSM_STATUS_OK;
+}
 
 ssm_status launch_bwd_chunk_planes(ssm_context * ctx, const char * op, const bw_args & a) {
     if (a.nchunks == 0 || a.H == 0) return SSM_STATUS_OK;
