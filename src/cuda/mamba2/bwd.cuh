@@ -181,6 +181,50 @@ __device__ __forceinline__ long long off4(const long long * s, long long i, long
     return i * s[0] + j * s[1] + k * s[2] + l * s[3];
 }
 
+/* Sum over the 32 lanes of a warp, a fixed xor tree: every lane gets the same bytes. */
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* The end of a chunk kernel (spec §2.7 step 6), on one warp with tokens k = 2·lane and
+ * 2·lane + 1 (L ≤ kMaxQ = 64): given this lane's q_k, r_k and ddt_loc_k (zeros for k ≥ L), the
+ * chunk's total = e^{cl}·<G, S>, intra, the chain factors and dt, the stable
+ *   ddA_k = suf_k + (pre_k + intra_k),  suf_k = total + Σ_{m≥k} q_m,  pre_k = Σ_{m<k} r_m
+ * (fixed shuffle scans over the lanes' pair sums), ddt = (ddA·A + ddt_loc)·fac into the output,
+ * and the chunk's dA and ddt_bias partials into the workspace slot w. */
+__device__ __forceinline__ void dda_tail(const bw_args & a, const bw_chunk & ck, int h, long long w, int L, float total,
+                                         const float (&qv)[2], const float (&rv)[2], const float (&tv)[2],
+                                         const float * intra, const float * fac, const float * dtv) {
+    const int   lane = threadIdx.x & 31, k0 = 2 * lane;
+    const float ah = ssmi_cu_ld(a.a.p, a.a.dtype, (long long)h * a.a.s[0]);
+    float       qs = qv[0] + qv[1], rs = rv[0] + rv[1]; /* inclusive suffix (q) and prefix (r) scans */
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const float vq = __shfl_down_sync(0xffffffffu, qs, o), vr = __shfl_up_sync(0xffffffffu, rs, o);
+        if (lane + o < 32) qs += vq;
+        if (lane >= o) rs += vr;
+    }
+    const float qx = __shfl_down_sync(0xffffffffu, qs, 1), rx = __shfl_up_sync(0xffffffffu, rs, 1);
+    const float qe = lane < 31 ? qx : 0.0f, re = lane > 0 ? rx : 0.0f; /* the lanes after / before */
+    float       da = 0.0f, db = 0.0f;
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+        const int k = k0 + u;
+        if (k >= L) break;
+        const float suf = u == 0 ? ((total + qe) + qv[1]) + qv[0] : (total + qe) + qv[1];
+        const float pre = u == 0 ? re : re + rv[0];
+        const float dda = suf + (pre + intra[k]);
+        const float gv = (dda * ah + tv[u]) * fac[k];
+        if (a.ddt.p != NULL) ssmi_cu_st(a.ddt.p, a.ddt.dtype, off3(a.ddt.s, ck.row, ck.t0 + k, h), gv);
+        da += dda * dtv[k];
+        db += gv;
+    }
+    da = warp_sum(da), db = warp_sum(db);
+    if (lane == 0) a.dap[w] = da, a.dbp[w] = db;
+}
+
 } /* namespace ssmi_m2bwd */
 
 #endif /* SSMI_CUDA_MAMBA2_BWD_CUH */

@@ -410,13 +410,6 @@ __device__ __forceinline__ void block_mma(int M, int Nc, int K, bool sa, bool sb
     block_mma_tiles<TN, false>(M, Nc, mac, one, mac, out);
 }
 
-/* Sum over the 32 lanes of a warp, a fixed xor tree: every lane gets the same bytes. */
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
 /* s_c[p][n] = Σ_j (e^{cl−cm_j}·dt_j·x_j[p])·B_j[n] into the state slot of (chunk, head); with
  * kMma on the tensor cores (the weighted x split, B split unless exact in bf16). */
 template <bool kMma>
@@ -553,7 +546,7 @@ __device__ float block_sum(float v, float * red) {
  *         (in C instead where S and G are staged for it)
  *   B1    q, r (from bg), intra
  *   B2    dz, acc (in place of bg: each element read and written by one thread) and dx
- *   C     ddt_loc, dB, dC;  then thread 0 runs the ddA recurrence (ddt, dA/ddt_bias partials). */
+ *   C     ddt_loc, dB, dC;  then warp 0 runs the ddA recurrence (dda_tail: ddt, dA/ddt_bias partials). */
 template <bool kStaged, bool kMma>
 __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
     extern __shared__ float4 sm4[]; /* 16-byte aligned: the matrices' float4 reads */
@@ -817,38 +810,13 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
     }
     __syncthreads();
 
-    /* the ddA recurrence, ddt, and the dA / ddt_bias partials, on warp 0 with tokens k = 2·lane
-     * and 2·lane + 1 (L ≤ kMaxQ = 64): ddA_k = suf_k + (pre_k + intra_k), suf_k = e^{cl}<G, S> +
-     * Σ_{m≥k} q_m and pre_k = Σ_{m<k} r_m by fixed shuffle scans over the lanes' pair sums */
+    /* the ddA recurrence, ddt, and the dA / ddt_bias partials on warp 0 */
     if (warp == 0) {
-        const float ah = ssmi_cu_ld(a.a.p, a.a.dtype, (long long)h * a.a.s[0]);
         const int   k0 = 2 * lane, k1 = k0 + 1;
-        const float q0 = k0 < L ? q[k0] : 0.0f, q1 = k1 < L ? q[k1] : 0.0f;
-        const float r0 = k0 < L ? r[k0] : 0.0f, r1 = k1 < L ? r[k1] : 0.0f;
-        float       qs = q0 + q1, rs = r0 + r1; /* inclusive suffix (q) and prefix (r) scans */
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const float vq = __shfl_down_sync(0xffffffffu, qs, o), vr = __shfl_up_sync(0xffffffffu, rs, o);
-            if (lane + o < 32) qs += vq;
-            if (lane >= o) rs += vr;
-        }
-        const float qx = __shfl_down_sync(0xffffffffu, qs, 1), rx = __shfl_up_sync(0xffffffffu, rs, 1);
-        const float qe = lane < 31 ? qx : 0.0f, re = lane > 0 ? rx : 0.0f; /* the lanes after / before */
-        float       da = 0.0f, db = 0.0f;
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-            const int k = k0 + u;
-            if (k >= L) break;
-            const float suf = u == 0 ? ((total + qe) + q1) + q0 : (total + qe) + q1;
-            const float pre = u == 0 ? re : re + r0;
-            const float dda = suf + (pre + intra[k]);
-            const float gv = (dda * ah + dtl[k]) * fac[k];
-            if (a.ddt.p != NULL) ssmi_cu_st(a.ddt.p, a.ddt.dtype, off3(a.ddt.s, ck.row, ck.t0 + k, h), gv);
-            da += dda * dtv[k];
-            db += gv;
-        }
-        da = warp_sum(da), db = warp_sum(db);
-        if (lane == 0) a.dap[w] = da, a.dbp[w] = db;
+        const float qv[2] = {k0 < L ? q[k0] : 0.0f, k1 < L ? q[k1] : 0.0f};
+        const float rv[2] = {k0 < L ? r[k0] : 0.0f, k1 < L ? r[k1] : 0.0f};
+        const float tv[2] = {k0 < L ? dtl[k0] : 0.0f, k1 < L ? dtl[k1] : 0.0f};
+        dda_tail(a, ck, h, w, L, total, qv, rv, tv, intra, fac, dtv);
     }
 }
 

@@ -116,11 +116,6 @@ __device__ __forceinline__ float quad_sum(float v) {
     v += __shfl_xor_sync(0xffffffffu, v, 1);
     return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
-__device__ __forceinline__ float warp_sum32(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 /* Sum of v over the block (a power-of-two thread count), a fixed tree; its barriers also
  * publish every shared-memory write made before it. */
@@ -611,45 +606,20 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
     }
     __syncthreads();
 
-    /* the ddA recurrence on warp 0, tokens k = 2·lane and 2·lane + 1 (L ≤ kMaxQ = 64):
-     * ddA_k = suf_k + (pre_k + intra_k), suf_k = e^{cl}<G, S> + Σ_{m≥k} q_m, pre_k = Σ_{m<k} r_m */
+    /* the ddA recurrence, ddt, and the dA / ddt_bias partials on warp 0: q, r and ddt_loc of its
+     * two tokens from the column-tile partials, summed in tile order */
     if (warp == 0) {
-        const float ah = ssmi_cu_ld(a.a.p, a.a.dtype, (long long)h * a.a.s[0]);
-        const int   k0 = 2 * lane;
-        float       qv[2] = {0.0f, 0.0f}, rv[2] = {0.0f, 0.0f}, tv[2] = {0.0f, 0.0f};
+        float qv[2] = {0.0f, 0.0f}, rv[2] = {0.0f, 0.0f}, tv[2] = {0.0f, 0.0f};
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
-            const int k = k0 + u;
+            const int k = 2 * lane + u;
             if (k >= L) continue;
             float sq = 0.0f, sr = 0.0f, st = 0.0f;
             for (int pt = 0; pt < nP; ++pt)
                 sq += qpart[pt * gm.qp + k], sr += rpart[pt * gm.qp + k], st += tpart[pt * gm.qp + k];
             qv[u] = ecm[k] * sq, rv[u] = dtv[k] * sr, tv[u] = st;
         }
-        float qs = qv[0] + qv[1], rs = rv[0] + rv[1]; /* inclusive suffix (q) and prefix (r) scans */
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const float vq = __shfl_down_sync(0xffffffffu, qs, o), vr = __shfl_up_sync(0xffffffffu, rs, o);
-            if (lane + o < 32) qs += vq;
-            if (lane >= o) rs += vr;
-        }
-        const float qx = __shfl_down_sync(0xffffffffu, qs, 1), rx = __shfl_up_sync(0xffffffffu, rs, 1);
-        const float qe = lane < 31 ? qx : 0.0f, re = lane > 0 ? rx : 0.0f;
-        float       da = 0.0f, dbs = 0.0f;
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-            const int k = k0 + u;
-            if (k >= L) break;
-            const float suf = u == 0 ? ((total + qe) + qv[1]) + qv[0] : (total + qe) + qv[1];
-            const float pre = u == 0 ? re : re + rv[0];
-            const float dda = suf + (pre + intra[k]);
-            const float gv = (dda * ah + tv[u]) * fac[k];
-            if (a.ddt.p != NULL) ssmi_cu_st(a.ddt.p, a.ddt.dtype, off3(a.ddt.s, ck.row, ck.t0 + k, h), gv);
-            da += dda * dtv[k];
-            dbs += gv;
-        }
-        da = warp_sum32(da), dbs = warp_sum32(dbs);
-        if (lane == 0) a.dap[w] = da, a.dbp[w] = dbs;
+        dda_tail(a, ck, h, w, L, total, qv, rv, tv, intra, fac, dtv);
     }
 }
 
