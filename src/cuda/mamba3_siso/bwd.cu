@@ -1,9 +1,10 @@
 /*
  * bwd.cu — CUDA Mamba-3 SISO backward (spec §6), the host side: the chunk plan, the workspace, the
  * selection table and the entry point. The table's entries differ only in the chunk kernels of
- * steps 2 and 4: chunked_planes (bf16 planes, tensor cores; bwd_chunk_planes.cu) for 16-bit q, k, v
- * where its shared memory fits, chunked (fp32 FFMA; bwd_chunk.cu) for every problem. Every gradient of ssm_mamba3_siso is computed
- * from the forward's inputs (nothing saved), in stream order:
+ * steps 2 and 4: chunked_planes (bf16 planes, tensor cores; bwd_chunk_planes.cu) for 16-bit q, k,
+ * v where its shared memory fits, chunked (fp32 FFMA; bwd_chunk.cu) for every problem. Every
+ * gradient of ssm_mamba3_siso is computed from the forward's inputs (nothing saved), in stream
+ * order:
  *   1. bwd_prep_kernel: per (chunk, head) the per-token scalars and the chunk-local angle sums;
  *      bwd_theta_kernel: per (sequence, head, angle) θ entering every chunk;
  *   2. bwd_chunk_sums_kernel: per (chunk, head) the state contribution and the state-gradient
@@ -19,8 +20,9 @@
  *      dk_bias, dd over the chunks in order).
  * Chunks of C tokens restart at every sequence start; C and whether the gradient kernel stages the
  * state in shared memory come from the entry and the shape only (chunked_planes: kBwdMaxChunk;
- * chunked: chunk_length), so an entry's bytes are the same on every device and run. params->chunk_size is not used (not semantic). No float
- * atomics: every sum is a loop in a fixed order. Any strides (0 too), any float dtype per tensor.
+ * chunked: chunk_length), so an entry's bytes are the same on every device and run.
+ * params->chunk_size is not used (not semantic). No float atomics: every sum is a loop in a
+ * fixed order. Any strides (0 too), any float dtype per tensor.
  * Limits: K ≤ 256, H ≤ 65535, sequences ≤ 65535 (UNSUPPORTED beyond).
  */
 #include <stdlib.h>

@@ -14,9 +14,9 @@
  * fixed order (k ascending in steps of 16, fixed shuffle trees, partials summed in column-tile
  * order), so the bytes depend on neither the run nor the grid.
  *
- * bwd_planes_sums_kernel: load (q̂ scaled by e^c, k̂ by e^{c_last−c}·σ), then per (r, c) tile
+ * bwd_chunk_planes_sums_kernel: load (q̂ scaled by e^c, k̂ by e^{c_last−c}·σ), then per (r, c) tile
  *   st = Vᵀ·K̂w and dst = dYᵀ·Q̂e (the chunk's tokens as the inner dimension), and c_last.
- * bwd_planes_grads_kernel:
+ * bwd_chunk_planes_grads_kernel:
  *   load  scalars, q̂, k̂, v, dy and the dz factor; S_c and dS planes and the μ partials
  *   A1    per (i, j) tile on or below the diagonal: Q̂·K̂ᵀ and dY·Vᵀ → Pm, E, E·diag(σ) planes,
  *         W in fp32, dQK (the diagonal of dY·Vᵀ)
@@ -40,8 +40,8 @@ static_assert(kBwdMaxChunk % 16 == 0, "the chunk is whole 16-token tiles");
 
 /* The planes and fp32 areas of a block's shared memory. */
 struct pl_smem {
-    bf16 *qh, *ql, *kh, *kl, *vh, *vl, *dyh, *dyl;
-    bf16 *sh, *sl, *dh, *dl, *pmh, *pml, *eh, *el, *esh, *esl;
+    bf16 * qh, *ql, *kh, *kl, *vh, *vl, *dyh, *dyl;
+    bf16 * sh, *sl, *dh, *dl, *pmh, *pml, *eh, *el, *esh, *esl;
     float *dq, *dk, *dzf, *ww, *rpart, *mpart, *red, *bq, *bk;
     float *sig, *gam, *cm, *ec, *wl, *dqk, *dQK, *rr, *mm, *dsg; /* planes_geom::kVec rows of cp */
 };
@@ -51,7 +51,7 @@ __device__ inline pl_smem carve_planes(unsigned char * sm, const planes_geom & g
     s.qh = (bf16 *)(sm + g.qh), s.ql = (bf16 *)(sm + g.ql), s.kh = (bf16 *)(sm + g.kh), s.kl = (bf16 *)(sm + g.kl);
     s.vh = (bf16 *)(sm + g.vh), s.vl = (bf16 *)(sm + g.vl), s.dyh = (bf16 *)(sm + g.dyh), s.dyl = (bf16 *)(sm + g.dyl);
     s.dq = (float *)(sm + g.dq), s.dk = (float *)(sm + g.dk), s.dzf = (float *)(sm + g.dzf);
-    float * v = (float *)(sm + g.vec);
+    float *  v = (float *)(sm + g.vec);
     float ** rows[planes_geom::kVec] = {&s.sig, &s.gam, &s.cm, &s.ec, &s.wl, &s.dqk, &s.dQK, &s.rr, &s.mm, &s.dsg};
     for (int i = 0; i < planes_geom::kVec; ++i) *rows[i] = v + i * g.cp;
     s.bq = (float *)(sm + g.bias), s.bk = s.bq + g.kp;
@@ -111,8 +111,10 @@ __device__ float load_planes(const bw_args & P, int w, const bw_chunk & ch, int 
     load_rows(P.q, ch.row, ch.t0, grp, L, K, [=](int i, int c, float x) { tq[i * lf + c] = x + bq[c]; });
     load_rows(P.k, ch.row, ch.t0, grp, L, K, [=](int i, int c, float x) { tk[i * lf + c] = x + bk[c]; });
     load_rows(P.v, ch.row, ch.t0, h, L, V, [=](int i, int r, float x) {
-        if (VX) vh[i * lv + r] = __float2bfloat16_rn(x); /* exact: x is a bf16 value */
-        else split_one(x, vh, vl, i * lv + r);
+        if (VX)
+            vh[i * lv + r] = __float2bfloat16_rn(x); /* exact: x is a bf16 value */
+        else
+            split_one(x, vh, vl, i * lv + r);
     });
     if (P.has_z) {
         load_rows(P.dout, ch.row, ch.t0, h, L, V, [=](int i, int r, float x) { dzf[i * lz + r] = x; });
@@ -154,25 +156,27 @@ __device__ float load_planes(const bw_args & P, int w, const bw_chunk & ch, int 
 }
 
 template <bool VX>
-__global__ void __launch_bounds__(kPlanesThreads, 1) bwd_planes_sums_kernel(const bw_args P) {
+__global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_sums_kernel(const bw_args P) {
     extern __shared__ float4 sm4[];
-    unsigned char * const sm = (unsigned char *)sm4;
-    const planes_geom     g = planes_geom_of(P.C, P.K, P.V);
-    const pl_smem         s = carve_planes(sm, g, false);
-    const int             w = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    const int             nw = blockDim.x >> 5, g4 = lane >> 2, t4 = lane & 3;
-    const bw_chunk        ch = P.chunks[w];
-    const float           cl = load_planes<VX>(P, w, ch, h, g, sm, s, true);
-    const int             K = P.K, V = P.V, Kq = (ch.len + 15) / 16 * 16, nK = g.kp / 16, nV = g.vp / 16;
-    const long long       base = ((long long)w * P.H + h) * V * K;
+    unsigned char * const    sm = (unsigned char *)sm4;
+    const planes_geom        g = planes_geom_of(P.C, P.K, P.V);
+    const pl_smem            s = carve_planes(sm, g, false);
+    const int                w = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int                nw = blockDim.x >> 5, g4 = lane >> 2, t4 = lane & 3;
+    const bw_chunk           ch = P.chunks[w];
+    const float              cl = load_planes<VX>(P, w, ch, h, g, sm, s, true);
+    const int                K = P.K, V = P.V, Kq = (ch.len + 15) / 16 * 16, nK = g.kp / 16, nV = g.vp / 16;
+    const long long          base = ((long long)w * P.H + h) * V * K;
     /* jobs [0, nV·nK): st tiles (r, c) = Σ_i v[i][r]·k̂w[i][c]; [nV·nK, 2·nV·nK): dst = Σ_i dy[i][r]·q̂e[i][c] */
     for (int t = warp; t < 2 * nV * nK; t += nw) {
         const bool st = t < nV * nK;
         const int  tt = st ? t : t - nV * nK, r0 = (tt / nK) * 16, c0 = (tt % nK) * 16;
         float      c[2][4];
         zero_acc(c);
-        if (st) tile_mma<true, true, !VX, true>(c, s.vh, s.vl, g.lv, s.kh, s.kl, g.lk, r0, c0, 0, Kq);
-        else tile_mma<true, true, true, true>(c, s.dyh, s.dyl, g.lv, s.qh, s.ql, g.lk, r0, c0, 0, Kq);
+        if (st)
+            tile_mma<true, true, !VX, true>(c, s.vh, s.vl, g.lv, s.kh, s.kl, g.lk, r0, c0, 0, Kq);
+        else
+            tile_mma<true, true, true, true>(c, s.dyh, s.dyl, g.lv, s.qh, s.ql, g.lk, r0, c0, 0, Kq);
         float * out = (st ? P.st : P.dst) + base;
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
@@ -181,7 +185,9 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_planes_sums_kernel(cons
 #pragma unroll
             for (int j = 0; j < 2; ++j) {
                 const int col = c0 + 8 * j + 2 * t4; /* even; K is even */
-                if (col < K) *reinterpret_cast<float2 *>(out + (long long)r * K + col) = make_float2(c[j][2 * hh], c[j][2 * hh + 1]);
+                if (col < K)
+                    *reinterpret_cast<float2 *>(out + (long long)r * K + col) =
+                        make_float2(c[j][2 * hh], c[j][2 * hh + 1]);
             }
         }
     }
@@ -218,16 +224,16 @@ __device__ __forceinline__ float load_states(const pl_smem & s, const planes_geo
 }
 
 template <bool VX>
-__global__ void __launch_bounds__(kPlanesThreads, 1) bwd_planes_grads_kernel(const bw_args P) {
+__global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kernel(const bw_args P) {
     extern __shared__ float4 sm4[];
-    unsigned char * const sm = (unsigned char *)sm4;
-    const planes_geom     g = planes_geom_of(P.C, P.K, P.V);
-    const pl_smem         s = carve_planes(sm, g, true);
-    const int             w = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
-    const int             lane = tid & 31, warp = tid >> 5, nw = nt >> 5, g4 = lane >> 2, t4 = lane & 3;
-    const bw_chunk        ch = P.chunks[w];
-    const int             K = P.K, V = P.V, A = P.A, VK = V * K;
-    const long long       wh = (long long)w * P.H + h;
+    unsigned char * const    sm = (unsigned char *)sm4;
+    const planes_geom        g = planes_geom_of(P.C, P.K, P.V);
+    const pl_smem            s = carve_planes(sm, g, true);
+    const int                w = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
+    const int                lane = tid & 31, warp = tid >> 5, nw = nt >> 5, g4 = lane >> 2, t4 = lane & 3;
+    const bw_chunk           ch = P.chunks[w];
+    const int                K = P.K, V = P.V, A = P.A, VK = V * K;
+    const long long          wh = (long long)w * P.H + h;
     /* S_c, dS: the planes lie outside the zeroed region; load_planes' barriers publish them */
     s.red[tid] = load_states(s, g, P.st + wh * VK, P.dst + wh * VK, V, K);
     const float cl = load_planes<VX>(P, w, ch, h, g, sm, s, false);
@@ -336,8 +342,10 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_planes_grads_kernel(con
         const bool dqj = t < 2 * J + JK;
         const int  tt = t - 2 * J - (dqj ? 0 : JK), m0 = (tt / nK) * 16, kt = tt % nK, c0 = kt * 16;
         if (m0 >= L) continue;
-        if (dqj) tile_mma<false, true, true, true>(c, s.dyh, s.dyl, lv, s.sh, s.sl, lk, m0, c0, 0, g.vp);
-        else tile_mma<false, true, !VX, true>(c, s.vh, s.vl, lv, s.dh, s.dl, lk, m0, c0, 0, g.vp);
+        if (dqj)
+            tile_mma<false, true, true, true>(c, s.dyh, s.dyl, lv, s.sh, s.sl, lk, m0, c0, 0, g.vp);
+        else
+            tile_mma<false, true, !VX, true>(c, s.vh, s.vl, lv, s.dh, s.dl, lk, m0, c0, 0, g.vp);
         /* the inter-chunk part scaled per row; its row sums with q̂ (readout) or k̂ (m) */
         float sum[2] = {0.0f, 0.0f};
 #pragma unroll
@@ -356,8 +364,10 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_planes_grads_kernel(con
         float * part = dqj ? s.rpart : s.mpart;
         if (t4 == 0) part[kt * g.cp + m0 + g4] = sum[0], part[kt * g.cp + m0 + g4 + 8] = sum[1];
         /* the intra-chunk part: dq̂[i] += Σ_{j<i} E[i][j]σ_j·k̂[j]; dK̂s[j] += Σ_{i>j} E[i][j]·q̂[i] */
-        if (dqj) tile_mma<false, true, true, true>(c, s.esh, s.esl, lc, s.kh, s.kl, lk, m0, c0, 0, min(m0 + 16, Kq));
-        else tile_mma<true, true, true, true>(c, s.eh, s.el, lc, s.qh, s.ql, lk, m0, c0, m0, Kq);
+        if (dqj)
+            tile_mma<false, true, true, true>(c, s.esh, s.esl, lc, s.kh, s.kl, lk, m0, c0, 0, min(m0 + 16, Kq));
+        else
+            tile_mma<true, true, true, true>(c, s.eh, s.el, lc, s.qh, s.ql, lk, m0, c0, m0, Kq);
         float * out = dqj ? s.dq : s.dk;
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
@@ -467,13 +477,17 @@ ssm_status launch_bwd_chunk_planes(ssm_context * ctx, const char * op, const bw_
     const size_t       bytes = grads ? g.total : g.sums_total;
     const dim3         grid((unsigned)P.W, (unsigned)P.H);
     const cudaStream_t st = ssmi_cuda_stream(ctx);
-    void (*kern)(const bw_args) = grads ? (P.v_bf16 ? bwd_planes_grads_kernel<true> : bwd_planes_grads_kernel<false>)
-                                        : (P.v_bf16 ? bwd_planes_sums_kernel<true> : bwd_planes_sums_kernel<false>);
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
-        ctx, op, grads ? "cudaFuncSetAttribute (bwd_planes_grads_kernel)" : "cudaFuncSetAttribute (bwd_planes_sums_kernel)",
-        cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes)));
+    void (*kern)(const bw_args) =
+        grads ? (P.v_bf16 ? bwd_chunk_planes_grads_kernel<true> : bwd_chunk_planes_grads_kernel<false>)
+              : (P.v_bf16 ? bwd_chunk_planes_sums_kernel<true> : bwd_chunk_planes_sums_kernel<false>);
+    SSM_FORWARD_IF_ERROR(
+        ssmi_cuda_status(ctx, op,
+                         grads ? "cudaFuncSetAttribute (bwd_chunk_planes_grads_kernel)"
+                               : "cudaFuncSetAttribute (bwd_chunk_planes_sums_kernel)",
+                         cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes)));
     kern<<<grid, kPlanesThreads, bytes, st>>>(P);
-    return ssmi_cuda_status(ctx, op, grads ? "bwd_planes_grads_kernel launch" : "bwd_planes_sums_kernel launch",
+    return ssmi_cuda_status(ctx, op,
+                            grads ? "bwd_chunk_planes_grads_kernel launch" : "bwd_chunk_planes_sums_kernel launch",
                             cudaGetLastError());
 }
 
