@@ -155,8 +155,9 @@ __device__ float load_planes(const bw_args & P, int w, const bw_chunk & ch, int 
     return cl;
 }
 
+/* Two blocks per SM where shared memory allows (K = 128, V = 64: ~98 KB each): 64 registers. */
 template <bool VX>
-__global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_sums_kernel(const bw_args P) {
+__global__ void __launch_bounds__(kPlanesThreads, 2) bwd_chunk_planes_sums_kernel(const bw_args P) {
     extern __shared__ float4 sm4[];
     unsigned char * const    sm = (unsigned char *)sm4;
     const planes_geom        g = planes_geom_of(P.C, P.K, P.V);
@@ -485,6 +486,10 @@ ssm_status launch_bwd_chunk_planes(ssm_context * ctx, const char * op, const bw_
                          grads ? "cudaFuncSetAttribute (bwd_chunk_planes_grads_kernel)"
                                : "cudaFuncSetAttribute (bwd_chunk_planes_sums_kernel)",
                          cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes)));
+    /* the largest carveout: two sums blocks share an SM where their bytes allow */
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute (carveout)",
+                                          cudaFuncSetAttribute(kern, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                               (int)cudaSharedmemCarveoutMaxShared)));
     kern<<<grid, kPlanesThreads, bytes, st>>>(P);
     return ssmi_cuda_status(ctx, op,
                             grads ? "bwd_chunk_planes_grads_kernel launch" : "bwd_chunk_planes_sums_kernel launch",
