@@ -10,7 +10,11 @@
  * f32 / f16 / bf16 inputs; strided views and angles broadcast over heads (stride 0); the seed
  * regime; only some outputs requested. Outputs are F32, NaN-poisoned before each device run; a
  * second run on re-poisoned outputs must give identical bytes. Prints the worst rel_rms per
- * gradient and dtype.
+ * gradient and dtype. Selection table: with 16-bit q, k, v every case runs chunked_planes forced
+ * (it may refuse where its shared memory does not fit, K = 256 with V = 200), chunked forced and
+ * the default (chunked_planes where it ran, else chunked); with fp32 the default is chunked and
+ * chunked_planes forced must answer UNSUPPORTED without writing an output; chunked_planes must
+ * run on some case.
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261206).
  */
@@ -82,6 +86,92 @@ static void to_device(host_set * s, ssm_mamba3_siso_bwd_args * a) {
     }
 }
 
+/* The selection table's tensor-core entry (16-bit q, k, v where its shared memory fits: the
+ * default there); the other entry, chunked, applies to every problem. */
+static const char kPlanes[] = "chunked_planes";
+static int        g_planes_runs; /* 16-bit cases the plane kernels ran */
+
+/* What the device runs of one case compare: the case, its parameters, the device args (outputs
+ * in the host buffers hs->h[first_out..] and their device copies), the reference and CPU results. */
+typedef struct dev_target {
+    const bwd_case *                 bc;
+    const ssm_mamba3_params *        p;
+    ssm_mamba3_siso_bwd_args *       da;
+    ssm_mamba3_siso_bwd_args *       ref;
+    host_set *                       hs;
+    int                              first_out;
+    ssmt_host *                      got; /* [NGRADS], views of hs's output buffers */
+    ssmt_host *                      cpu; /* [NGRADS] */
+    ssm_dtype                        cd;
+} dev_target;
+
+/* Two device runs on NaN-poisoned outputs: the entry `variant` forced, or the default (variant
+ * NULL; it must be `expect`). refuse 0: both must run, within the bar against the reference and
+ * the CPU, with equal bytes; 1: the forced entry may answer UNSUPPORTED; 2: it must. A refusal
+ * must leave every output unwritten. Returns 1 when the runs ran. */
+static int device_runs(const dev_target * tg, const char * variant, const char * expect, int refuse) {
+    const bwd_case * bc = tg->bc;
+    host_set *       hs = tg->hs;
+    const ssmt_bar   bar = ssmt_bar_for(tg->cd);
+    const char *     label = variant != NULL ? variant : expect;
+    char             tag[160], cpu_tag[180];
+    snprintf(tag, sizeof tag, "cuda[%s%s]", label, variant != NULL ? ", forced" : "");
+    snprintf(cpu_tag, sizeof cpu_tag, "%s-vs-cpu", tag);
+    void * first[NGRADS];
+    memset(first, 0, sizeof first);
+    int ran = 1;
+    for (int pass = 0; pass < 2 && ran; ++pass) {
+        void * poison[NGRADS];
+        memset(poison, 0, sizeof poison);
+        for (int j = tg->first_out; j < hs->n; ++j) {
+            ssmt_poison(&hs->h[j]->t);
+            if (hs->dev[j].mem)
+                TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, hs->dev[j].mem, hs->h[j]->buf, hs->h[j]->bytes), SSM_STATUS_OK);
+        }
+        for (int g = 0; g < NGRADS; ++g)
+            if (tg->got[g].t.data != NULL) poison[g] = ssmt_snapshot(&tg->got[g]);
+        TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba3_siso_bwd", variant), SSM_STATUS_OK);
+        const ssm_status st = ssm_mamba3_siso_bwd(ctx_cuda, tg->p, tg->da);
+        const char *     last = ssm_context_last_variant(ctx_cuda);
+        const int        refused = st == SSM_STATUS_UNSUPPORTED && refuse > 0 && pass == 0;
+        TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba3_siso_bwd", NULL), SSM_STATUS_OK);
+        for (int j = tg->first_out; j < hs->n; ++j) ssmt_to_host(hs->h[j], &hs->dev[j]);
+        if (refuse == 2 && !refused)
+            TEST_CHECK(0, "%s: %s: expected UNSUPPORTED, got %s", bc->name, tag, ssm_status_string(st));
+        if (refused || refuse == 2) {
+            for (int g = 0; g < NGRADS; ++g)
+                if (poison[g] != NULL)
+                    TEST_CHECK(ssmt_unchanged(&tg->got[g], poison[g]), "%s: %s refused but wrote %s", bc->name, tag,
+                               grad_names[g]);
+            ran = 0;
+        } else {
+            TEST_CHECK(st == SSM_STATUS_OK, "%s: %s%s: %s (%s)", bc->name, tag, pass ? " (second run)" : "",
+                       ssm_status_string(st), ssm_context_last_error(ctx_cuda));
+            TEST_CHECK(st != SSM_STATUS_OK || (last != NULL && strcmp(last, label) == 0), "%s: %s ran variant '%s'",
+                       bc->name, tag, last != NULL ? last : "(none)");
+            for (int g = 0; g < NGRADS && st == SSM_STATUS_OK; ++g) {
+                if (tg->got[g].t.data == NULL) continue;
+                if (pass == 0) {
+                    const double rr = ssmt_check_variant(bc->name, grad_names[g], tag, &tg->got[g].t,
+                                                         grad_slot(tg->ref, g), bar);
+                    double *     w = &worst[dtype_slot(tg->cd)][g];
+                    if (rr > *w || rr != rr) *w = rr;
+                    /* against the CPU backend (an fp32 result within the same bar) */
+                    ssmt_check_variant(bc->name, grad_names[g], cpu_tag, &tg->got[g].t, &tg->cpu[g].t, bar);
+                    first[g] = ssmt_snapshot(&tg->got[g]);
+                } else {
+                    TEST_CHECK(ssmt_unchanged(&tg->got[g], first[g]), "%s/%s: %s: the second run's bytes differ",
+                               bc->name, grad_names[g], tag);
+                }
+            }
+            if (st != SSM_STATUS_OK) ran = 0;
+        }
+        for (int g = 0; g < NGRADS; ++g) free(poison[g]);
+    }
+    for (int g = 0; g < NGRADS; ++g) free(first[g]);
+    return ran;
+}
+
 static void run_case(ssmt_rng * rng, const bwd_case * bc) {
     ssmt_mamba3_config cfg = bc->cfg;
     const ssm_dtype    cd = cfg.dtype;
@@ -137,41 +227,21 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
     for (int g = 0; g < NGRADS; ++g) add_host(&hs, &got[g]);
     to_device(&hs, &da);
 
-    const ssmt_bar bar = ssmt_bar_for(cd);
-    void *         first[NGRADS];
-    memset(first, 0, sizeof first);
-    for (int pass = 0; pass < 2; ++pass) {
-        if (pass == 1) /* poisoned outputs again */
-            for (int j = first_out; j < hs.n; ++j) {
-                ssmt_poison(&hs.h[j]->t);
-                if (hs.dev[j].mem)
-                    TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, hs.dev[j].mem, hs.h[j]->buf, hs.h[j]->bytes),
-                                      SSM_STATUS_OK);
-            }
-        st = ssm_mamba3_siso_bwd(ctx_cuda, &p, &da);
-        TEST_CHECK(st == SSM_STATUS_OK, "%s: cuda%s: %s (%s)", bc->name, pass ? " (second run)" : "",
-                   ssm_status_string(st), ssm_context_last_error(ctx_cuda));
-        if (pass == 0)
-            TEST_CHECK(strcmp(ssm_context_last_variant(ctx_cuda), "chunked") == 0, "%s: ran variant '%s'", bc->name,
-                       ssm_context_last_variant(ctx_cuda));
-        for (int j = first_out; j < hs.n; ++j) ssmt_to_host(hs.h[j], &hs.dev[j]);
-        for (int g = 0; g < NGRADS; ++g) {
-            if (got[g].t.data == NULL) continue;
-            if (pass == 0) {
-                const double rr = ssmt_check_variant(bc->name, grad_names[g], "cuda", &got[g].t, grad_slot(&args, g), bar);
-                double *     w = &worst[dtype_slot(cd)][g];
-                if (rr > *w || rr != rr) *w = rr;
-                /* against the CPU backend (an fp32 result within the same bar) */
-                ssmt_check_variant(bc->name, grad_names[g], "cuda-vs-cpu", &got[g].t, &cpu[g].t, bar);
-                first[g] = ssmt_snapshot(&got[g]);
-            } else {
-                TEST_CHECK(ssmt_unchanged(&got[g], first[g]), "%s/%s: the second run's bytes differ", bc->name,
-                           grad_names[g]);
-            }
-        }
+    /* 16-bit q, k, v: each entry forced (chunked_planes may refuse where its shared memory does
+     * not fit), then the default (chunked_planes where it ran); fp32: the default is chunked and
+     * chunked_planes forced refuses without writing anything */
+    const int   x16 = cd == SSM_DTYPE_F16 || cd == SSM_DTYPE_BF16;
+    dev_target  tg = {bc, &p, &da, &args, &hs, first_out, got, cpu, cd};
+    if (x16) {
+        const int planes = device_runs(&tg, kPlanes, NULL, 1);
+        g_planes_runs += planes;
+        device_runs(&tg, "chunked", NULL, 0);
+        device_runs(&tg, NULL, planes ? kPlanes : "chunked", 0);
+    } else {
+        device_runs(&tg, NULL, "chunked", 0);
+        device_runs(&tg, kPlanes, NULL, 2);
     }
     for (int g = 0; g < NGRADS; ++g) {
-        free(first[g]);
         ssmt_free(&cpu[g]);
         ssmt_free(&got[g]);
     }
@@ -258,6 +328,7 @@ int main(void) {
            "bf16");
     for (int g = 0; g < NGRADS; ++g)
         printf("%-14s %10.3g %10.3g %10.3g\n", grad_names[g], worst[0][g], worst[1][g], worst[2][g]);
+    TEST_CHECK(g_planes_runs > 0, "%s ran on none of the 16-bit cases", kPlanes);
     ssm_context_free(ctx_ref);
     ssm_context_free(ctx_cpu);
     ssm_context_free(ctx_cuda);

@@ -1,8 +1,9 @@
 /* mma.cuh — the warp-level tensor-core pieces shared by the CUDA chunk kernels (mamba2/,
  * mamba3_siso/): the input modes, pairs of 16-bit values packed in a 32-bit register, the
  * hi/lo split of fp32 values into a rounded part and a rounded remainder (fp32-accurate
- * products from 16-bit operands), mma.sync m16n8k16 with fp32 accumulators, ldmatrix, cp.async
- * and the per-lane fragment offsets of ldmatrix loads. Inline device code only. */
+ * products from 16-bit operands), mma.sync m16n8k16 with fp32 accumulators, ldmatrix, cp.async,
+ * the per-lane fragment offsets of ldmatrix loads and the 16 × 16 tile products of the bf16-plane
+ * chunk kernels. Inline device code only. */
 #ifndef SSMI_CUDA_MMA_CUH
 #define SSMI_CUDA_MMA_CUH
 
@@ -98,6 +99,80 @@ __device__ __forceinline__ int b_nk_off(int lane, int ld) {
 /* Two n8 tiles of B stored (k, n), transposed load. */
 __device__ __forceinline__ int b_kn_off(int lane, int ld) {
     return ((lane & 7) + ((lane >> 3) & 1) * 8) * ld + (lane >> 4) * 8;
+}
+
+/* The tile products of the bf16-plane chunk kernels (mamba2/bwd_chunk_planes.cu,
+ * mamba3_siso/bwd_chunk_planes.cu): operands are bf16 planes in shared memory, a value that bf16
+ * holds exactly in one plane, an fp32 value in two (the rounded value and the rounded remainder,
+ * split2), rows of a stride that is a multiple of 8 elements. */
+using bf16 = __nv_bfloat16;
+
+/* c[j] (j = 0, 1: columns n0 + 8j..) += A·B over k in [k0, k1) (multiples of 16) for the 16 × 16
+ * tile at (m0, n0). A row-major [m][k] (kAT: stored [k][m], read transposed), B stored [n][k]
+ * (kBKN: [k][n], read transposed); kAS/kBS: the operand has a remainder plane (al/bl), so a
+ * product of two split operands is three bf16 products (lo·lo, ~2^-16 relative, dropped). The
+ * sum runs in k order, each step's products in a fixed order. */
+template <bool kAT, bool kBKN, bool kAS, bool kBS>
+__device__ __forceinline__ void tile_mma(float (&c)[2][4], const bf16 * ah, const bf16 * al, int lda, const bf16 * bh,
+                                         const bf16 * bl, int ldb, int m0, int n0, int k0, int k1) {
+    const int lane = threadIdx.x & 31;
+    const int ao = kAT ? a_trans_off(lane, lda) : a_row_off(lane, lda);
+    const int bo = kBKN ? b_kn_off(lane, ldb) : b_nk_off(lane, ldb);
+#pragma unroll 2
+    for (int k = k0; k < k1; k += 16) {
+        const int aoff = (kAT ? k * lda + m0 : m0 * lda + k) + ao;
+        const int boff = (kBKN ? k * ldb + n0 : n0 * ldb + k) + bo;
+        uint32_t  A[4], B[4], Al[4], Bl[4];
+        if (kAT) ldsm4_t(A, ah + aoff);
+        else ldsm4(A, ah + aoff);
+        if (kBKN) ldsm4_t(B, bh + boff);
+        else ldsm4(B, bh + boff);
+        if constexpr (kAS) {
+            if (kAT) ldsm4_t(Al, al + aoff);
+            else ldsm4(Al, al + aoff);
+        }
+        if constexpr (kBS) {
+            if (kBKN) ldsm4_t(Bl, bl + boff);
+            else ldsm4(Bl, bl + boff);
+        }
+        mma16816<M_BF16>(c[0], A, B[0], B[1]);
+        mma16816<M_BF16>(c[1], A, B[2], B[3]);
+        if constexpr (kBS) {
+            mma16816<M_BF16>(c[0], A, Bl[0], Bl[1]);
+            mma16816<M_BF16>(c[1], A, Bl[2], Bl[3]);
+        }
+        if constexpr (kAS) {
+            mma16816<M_BF16>(c[0], Al, B[0], B[1]);
+            mma16816<M_BF16>(c[1], Al, B[2], B[3]);
+        }
+    }
+}
+
+/* A tile_mma accumulator set to zero. Lane l holds c[j][2h + u] at row m0 + l/4 + 8h, column
+ * n0 + 8j + 2(l % 4) + u. */
+__device__ __forceinline__ void zero_acc(float (&c)[2][4]) {
+#pragma unroll
+    for (int j = 0; j < 2; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.0f;
+}
+
+/* Sum over the 4 lanes of a quad (the lanes holding one accumulator row), a fixed xor tree. */
+__device__ __forceinline__ float quad_sum(float v) {
+    v += __shfl_xor_sync(0xffffffffu, v, 1);
+    return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+/* The values of planes at element offset o (even) and o + 1: one exact plane, or a split pair
+ * (rounded value + remainder). */
+__device__ __forceinline__ float2 exact_at(const bf16 * h, int o) {
+    return t2<M_BF16>::unpack(*(const uint32_t *)(h + o));
+}
+__device__ __forceinline__ float2 split_at(const bf16 * h, const bf16 * l, int o) {
+    const float2 a = exact_at(h, o), b = exact_at(l, o);
+    return make_float2(a.x + b.x, a.y + b.y);
+}
+/* One value of a split pair of planes. */
+__device__ __forceinline__ float split1(const bf16 * h, const bf16 * l, int o) {
+    return __bfloat162float(h[o]) + __bfloat162float(l[o]);
 }
 
 } // namespace ssmi_mma

@@ -28,56 +28,9 @@
 namespace ssmi_m2bwd {
 namespace {
 
-using bf16 = __nv_bfloat16;
 using namespace ssmi_mma;
 
-__device__ __forceinline__ float2   unpack_bf2(uint32_t u) { return t2<M_BF16>::unpack(u); }
-
-/* The value of a split pair of planes at (row, even col) and (row, col + 1). */
-__device__ __forceinline__ float2 split_at(const bf16 * h, const bf16 * l, int o) {
-    const float2 a = unpack_bf2(*(const uint32_t *)(h + o)), b = unpack_bf2(*(const uint32_t *)(l + o));
-    return make_float2(a.x + b.x, a.y + b.y);
-}
-__device__ __forceinline__ float2 exact_at(const bf16 * h, int o) { return unpack_bf2(*(const uint32_t *)(h + o)); }
-
-/* c[j] (j = 0, 1: columns n0 + 8j..) += A·B over k in [k0, k1) (multiples of 16) for the 16 × 16
- * tile at (m0, n0). A row-major [m][k] (kAT: stored [k][m], read transposed), B stored [n][k]
- * (kBKN: [k][n], read transposed); kAS/kBS: the operand has a remainder plane. */
-template <bool kAT, bool kBKN, bool kAS, bool kBS>
-__device__ __forceinline__ void tile_mma(float (&c)[2][4], const bf16 * ah, const bf16 * al, int lda, const bf16 * bh,
-                                         const bf16 * bl, int ldb, int m0, int n0, int k0, int k1) {
-    const int lane = threadIdx.x & 31;
-    const int ao = kAT ? a_trans_off(lane, lda) : a_row_off(lane, lda);
-    const int bo = kBKN ? b_kn_off(lane, ldb) : b_nk_off(lane, ldb);
-#pragma unroll 2
-    for (int k = k0; k < k1; k += 16) {
-        const int aoff = (kAT ? k * lda + m0 : m0 * lda + k) + ao;
-        const int boff = (kBKN ? k * ldb + n0 : n0 * ldb + k) + bo;
-        uint32_t  A[4], B[4], Al[4], Bl[4];
-        if (kAT) ldsm4_t(A, ah + aoff);
-        else ldsm4(A, ah + aoff);
-        if (kBKN) ldsm4_t(B, bh + boff);
-        else ldsm4(B, bh + boff);
-        if constexpr (kAS) {
-            if (kAT) ldsm4_t(Al, al + aoff);
-            else ldsm4(Al, al + aoff);
-        }
-        if constexpr (kBS) {
-            if (kBKN) ldsm4_t(Bl, bl + boff);
-            else ldsm4(Bl, bl + boff);
-        }
-        mma16816<M_BF16>(c[0], A, B[0], B[1]);
-        mma16816<M_BF16>(c[1], A, B[2], B[3]);
-        if constexpr (kBS) {
-            mma16816<M_BF16>(c[0], A, Bl[0], Bl[1]);
-            mma16816<M_BF16>(c[1], A, Bl[2], Bl[3]);
-        }
-        if constexpr (kAS) {
-            mma16816<M_BF16>(c[0], Al, B[0], B[1]);
-            mma16816<M_BF16>(c[1], Al, B[2], B[3]);
-        }
-    }
-}
+__device__ __forceinline__ float2 unpack_bf2(uint32_t u) { return t2<M_BF16>::unpack(u); }
 
 /* v0 at element offset off of output o and, with two, v1 at the next element of the row (off +
  * the last stride): one 4-byte bf16 pair or one 8-byte fp32 pair where the row has unit stride
@@ -104,17 +57,6 @@ __device__ __forceinline__ void store_pair(float * p, float v0, float v1, bool t
     }
     p[0] = v0;
     if (two) p[1] = v1;
-}
-
-__device__ __forceinline__ void zero(float (&c)[2][4]) {
-#pragma unroll
-    for (int j = 0; j < 2; ++j) c[j][0] = c[j][1] = c[j][2] = c[j][3] = 0.0f;
-}
-
-/* Sum over the 4 lanes of a quad (the lanes holding one accumulator row), a fixed xor tree. */
-__device__ __forceinline__ float quad_sum(float v) {
-    v += __shfl_xor_sync(0xffffffffu, v, 1);
-    return v + __shfl_xor_sync(0xffffffffu, v, 2);
 }
 
 /* Sum of v over the block (a power-of-two thread count), a fixed tree; its barriers also
@@ -350,7 +292,7 @@ __global__ void __launch_bounds__(kThreads) bwd_states_planes_kernel(bw_args a) 
     for (int t = threadIdx.x >> 5; t < (gm.pp / 16) * nN; t += blockDim.x >> 5) {
         const int p0 = (t / nN) * 16, n0 = (t % nN) * 16;
         float     c[2][4];
-        zero(c);
+        zero_acc(c);
         tile_mma<true, true, true, false>(c, ah, al, gm.lp, bp, nullptr, gm.ln, p0, n0, 0, Kq);
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
@@ -429,7 +371,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
         const int  m0 = (t / nT) * 16, n0 = (t % nT) * 16;
         const bool live = n0 <= m0 && m0 < L;
         float      cb[2][4], dc[2][4];
-        zero(cb), zero(dc);
+        zero_acc(cb), zero_acc(dc);
         if (live) {
             tile_mma<false, false, false, false>(cb, ch, nullptr, gm.ln, bh, nullptr, gm.ln, m0, n0, 0, gm.np);
             tile_mma<false, false, true, false>(dc, dxh, dxl, gm.lp, xh, nullptr, gm.lp, m0, n0, 0, gm.pp);
@@ -478,7 +420,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
         const int  tt = ys ? t : t - nT * nP, pt = tt % nP, m0 = (tt / nP) * 16, p0 = pt * 16;
         if (m0 >= L) continue;
         float c[2][4];
-        zero(c);
+        zero_acc(c);
         if (ys) tile_mma<false, false, false, true>(c, ch, nullptr, gm.ln, sh, sl, gm.ln, m0, p0, 0, gm.np);
         else tile_mma<false, false, false, true>(c, bh, nullptr, gm.ln, gh, gl, gm.ln, m0, p0, 0, gm.np);
         float s[2] = {0.0f, 0.0f}; /* rows m0 + g4 and m0 + g4 + 8 */
@@ -550,7 +492,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
         const int  tt = db ? t : t - nT * nN, m0 = (tt / nN) * 16, n0 = (tt % nN) * 16;
         if (m0 >= L || (db ? !a.want_db : !a.want_dc)) continue;
         float c[2][4];
-        zero(c);
+        zero_acc(c);
         if (db) tile_mma<false, true, false, true>(c, xh, nullptr, gm.lp, gh, gl, gm.ln, m0, n0, 0, gm.pp);
         else tile_mma<false, true, true, true>(c, dxh, dxl, gm.lp, sh, sl, gm.ln, m0, n0, 0, gm.pp);
 #pragma unroll

@@ -1,7 +1,10 @@
 /*
  * bwd.cu — CUDA Mamba-3 SISO backward (spec §6), the host side: the chunk plan, the workspace, the
- * selection table (one entry) and the entry point. Every gradient of ssm_mamba3_siso is computed
- * from the forward's inputs (nothing saved), in stream order:
+ * selection table and the entry point. The table's entries differ only in the chunk kernels of
+ * steps 2 and 4: chunked_planes (bf16 planes, tensor cores; bwd_chunk_planes.cu) for 16-bit q, k,
+ * v where its shared memory fits, chunked (fp32 FFMA; bwd_chunk.cu) for every problem. Every
+ * gradient of ssm_mamba3_siso is computed from the forward's inputs (nothing saved), in stream
+ * order:
  *   1. bwd_prep_kernel: per (chunk, head) the per-token scalars and the chunk-local angle sums;
  *      bwd_theta_kernel: per (sequence, head, angle) θ entering every chunk;
  *   2. bwd_chunk_sums_kernel: per (chunk, head) the state contribution and the state-gradient
@@ -16,9 +19,10 @@
  *   6. bwd_qk_sum_kernel (dq, dk over the GQA heads in head order), bwd_param_sum_kernel (dq_bias,
  *      dk_bias, dd over the chunks in order).
  * Chunks of C tokens restart at every sequence start; C and whether the gradient kernel stages the
- * state in shared memory come from the shape only (chunk_length), so the bytes are the same on
- * every device and run. params->chunk_size is not used (not semantic). No float
- * atomics: every sum is a loop in a fixed order. Any strides (0 too), any float dtype per tensor.
+ * state in shared memory come from the entry and the shape only (chunked_planes: kBwdMaxChunk;
+ * chunked: chunk_length), so an entry's bytes are the same on every device and run.
+ * params->chunk_size is not used (not semantic). No float atomics: every sum is a loop in a
+ * fixed order. Any strides (0 too), any float dtype per tensor.
  * Limits: K ≤ 256, H ≤ 65535, sequences ≤ 65535 (UNSUPPORTED beyond).
  */
 #include <stdlib.h>
@@ -50,22 +54,32 @@ int chunk_length(int K, int V, bool * staged) {
     return C;
 }
 
-/* The one entry. */
 struct bwd_problem {
-    int dummy;
+    int    qkv16;  /* q, k and v are fp16 or bf16                                       */
+    size_t planes; /* shared memory of the bf16-plane gradient kernel (kBwdMaxChunk tokens) */
+    size_t optin;  /* the device's shared memory per block                               */
 };
 bool any_applies(const bwd_problem &) { return true; }
+bool planes_applies(const bwd_problem & pb) { return pb.qkv16 != 0 && pb.planes <= pb.optin; }
 struct bwd_variant {
     const char * name;
     const char * why;
     const char * rule;
     bool (*applies)(const bwd_problem &);
+    bool planes; /* the chunk kernels of bwd_chunk_planes.cu */
 };
+/* The tensor-core entry serves 16-bit q, k, v only: its products keep ~2^-16 relative error
+ * (fp32 operands split into two bf16 parts), inside the 16-bit bars of DESIGN §5, not the fp32 bar. */
 const bwd_variant kBwdTable[] = {
+    {"chunked_planes",
+     "16-bit q, k, v: the chunk kernels' operands written once into shared memory as bf16 planes (fp32 values as a "
+     "rounded plane and a remainder plane) and every product by ldmatrix + mma.sync m16n8k16 with fp32 accumulators, "
+     "16 warps per block, 32-token chunks",
+     "q, k and v in fp16 or bf16, and the chunk's planes fit shared memory", planes_applies, true},
     {"chunked",
      "plain fp32 chunked backward: per-(chunk, head) blocks with register-tiled products from shared memory, "
      "state and state-gradient passes over the chunks, fixed-order sums; every dtype and layout, K <= 256",
-     "", any_applies},
+     "any problem", any_applies, false},
 };
 
 struct bwd_plan {
@@ -194,12 +208,14 @@ ssm_status check_pointers(ssm_context * ctx, const ssm_mamba3_siso_bwd_args * a)
     return SSM_STATUS_OK;
 }
 
-bw_args make_args(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_args * a, int C, bool staged, long long W) {
+bw_args make_args(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_args * a, int C, bool staged, bool planes,
+                  long long W) {
     bw_args P;
     memset(&P, 0, sizeof P);
     P.S = d->seqlen;
     P.H = (int)d->nheads, P.G = (int)(d->nheads / d->nheads_qk), P.K = (int)d->dk, P.V = (int)d->dv;
     P.A = (int)d->nangles, P.C = C, P.NS = (int)d->nseq, P.W = (int)W, P.staged = staged ? 1 : 0;
+    P.planes = planes ? 1 : 0, P.v_bf16 = a->v.dtype == SSM_DTYPE_BF16;
     P.has_d = ssmi_present(&a->d), P.has_z = ssmi_present(&a->z), P.has_states = d->has_states != 0;
     P.has_dfa = ssmi_present(&a->dfinal_angle_state), P.has_dfs = ssmi_present(&a->dfinal_ssm_state);
     P.has_dfk = ssmi_present(&a->dfinal_k_state), P.has_dfv = ssmi_present(&a->dfinal_v_state);
@@ -268,20 +284,26 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_bwd(ssm_context * ctx, const ssm_mam
     SSM_RETURN_IF(d->dv > INT32_MAX / 2 || d->dv * d->dk > INT32_MAX / 4 || d->nheads * d->dk > INT32_MAX / 2, ctx,
                   SSM_STATUS_UNSUPPORTED, "%s: V=%lld is too large for the CUDA backend", kOp, (long long)d->dv);
     SSM_FORWARD_IF_ERROR(check_pointers(ctx, a));
-    const bwd_variant * e = NULL;
-    const bwd_problem   pb = {0};
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_pick_variant(ctx, SSMI_OP_mamba3_siso_bwd, kBwdTable, pb, &e));
-    bool      staged = false;
-    const int C = chunk_length((int)d->dk, (int)d->dv, &staged);
     ssmi_cuda_props dev;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_current_props(ctx, kOp, &dev));
+    const bool is16[3] = {a->q.dtype == SSM_DTYPE_F16 || a->q.dtype == SSM_DTYPE_BF16,
+                          a->k.dtype == SSM_DTYPE_F16 || a->k.dtype == SSM_DTYPE_BF16,
+                          a->v.dtype == SSM_DTYPE_F16 || a->v.dtype == SSM_DTYPE_BF16};
+    const bwd_problem pb = {is16[0] && is16[1] && is16[2],
+                            planes_geom_of(kBwdMaxChunk, (int)d->dk, (int)d->dv).total, (size_t)dev.smem_optin};
+    const bwd_variant * e = NULL;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_pick_variant(ctx, SSMI_OP_mamba3_siso_bwd, kBwdTable, pb, &e));
+    SSM_RETURN_IF(e == NULL, ctx, SSM_STATUS_UNSUPPORTED, "%s: no CUDA kernel applies to this problem", kOp);
+    /* the plane kernels: kBwdMaxChunk tokens (their rule checked the fit); else chunk_length */
+    bool staged = false;
+    const int C = e->planes ? kBwdMaxChunk : chunk_length((int)d->dk, (int)d->dv, &staged);
     const size_t smem = sizeof(float) * (size_t)chunk_smem_floats(C, (int)d->dk, (int)d->dv, true, staged);
-    SSM_RETURN_IF(smem > (size_t)dev.smem_optin,
+    SSM_RETURN_IF(!e->planes && smem > (size_t)dev.smem_optin,
                   ctx, SSM_STATUS_UNSUPPORTED, "%s: K=%lld, V=%lld need more shared memory than the device has", kOp,
                   (long long)d->dk, (long long)d->dv);
     bwd_plan pl;
     SSM_FORWARD_IF_ERROR(plan_bwd(ctx, d, &a->cu_seqlens, C, &pl));
-    const bw_args      P = make_args(d, a, C, staged, pl.W);
+    const bw_args      P = make_args(d, a, C, staged, e->planes, pl.W);
     const bwd_ws       l = ws_layout(d, &pl);
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     void *             ws = NULL;

@@ -11,10 +11,13 @@
  *                 ddt and dtrap; the fixed-order sums (dq/dk over GQA heads; dq_bias, dk_bias,
  *                 dd over chunks);
  *   bwd_chunk.cu  the per-(chunk, head) kernels: the chunk sums (state contribution and the
- *                 state-gradient contribution) and the chunk gradients;
+ *                 state-gradient contribution) and the chunk gradients, fp32 FFMA;
+ *   bwd_chunk_planes.cu  the same two kernels with their products on the tensor cores from bf16
+ *                 planes in shared memory (16-bit q, k, v);
  *   bwd.cu        the host side: plan, workspace, the selection table, the entry point.
- * All arithmetic is fp32; every reduction is a loop in a fixed order, so the bytes depend only
- * on the inputs and the chunk length (chosen from the shape alone).
+ * All arithmetic is fp32 (the plane kernels' products: bf16 mma with fp32 accumulators, fp32
+ * operands split in two); every reduction is a loop in a fixed order, so the bytes depend only
+ * on the inputs, the entry and the chunk length (chosen from the shape and the entry).
  */
 #ifndef SSMI_CUDA_SISO_BWD_CUH
 #define SSMI_CUDA_SISO_BWD_CUH
@@ -50,6 +53,8 @@ struct bw_args {
     int              H, G, K, V, A, C; /* C: the chunk length                       */
     int              NS, W;            /* sequences, chunks                       */
     int              staged;           /* the gradient kernel holds S_c / dS in shared memory */
+    int              planes;           /* the chunk kernels are the bf16-plane ones (bwd_chunk_planes.cu) */
+    int              v_bf16;           /* v is bf16: exact in one plane                       */
     int              has_d, has_z, has_states, has_dfa, has_dfs, has_dfk, has_dfv;
     ssmi_cu_view     q, k, v, adt, dt, trap, qb, kb, ang, d, z;   /* forward inputs            */
     ssmi_cu_view     ang_in, ssm_in, k_in, v_in;                  /* initial states            */
@@ -89,6 +94,57 @@ __host__ __device__ inline long long chunk_smem_floats(int C, int K, int V, bool
     long long       n = (long long)kScal * C + kBwdThreads + 2LL * K + 2LL * C * LK + 2LL * C * LV;
     if (grads) n += 2LL * C * LK + 3LL * C * LC + (long long)C * LV + (staged ? 2LL * V * LK : 0);
     return n;
+}
+
+/* Threads of the bf16-plane chunk kernels: 16 warps share their one block per SM. */
+const int kPlanesThreads = 512;
+
+/* Shared-memory layout of the bf16-plane chunk kernels for chunk C (a multiple of 16), K, V:
+ * every product operand is a bf16 plane (rows of the padded width cp/kp/vp = the dimension
+ * rounded up to 16, zeros past the data, row strides lc/lk/lv = width + 8 elements so the 8 rows
+ * of an ldmatrix fall in distinct bank groups); fp32 values are two planes, the rounded value (h)
+ * and the rounded remainder (l); v is one plane where it is bf16 (the l plane is then unused).
+ * Byte offsets, both kernels: q̂, k̂ (h, l each, [cp][lk]), v, dy (h, l each, [cp][lv]) — the
+ * region zeroed first —, then fp32: dq̂ and dK̂s [cp][lf] (q̃, k̃ while the chunk loads), the dout /
+ * dz factor [cp][lz], kVec [cp] vectors, the q and k biases [kp] each, the block-sum scratch
+ * [kPlanesThreads]; sums_total ends there. The gradient kernel also has S_c and dS (h, l each,
+ * [vp][lk]), the [C][C] tables Pm, E and E·diag(σ) (h, l each, [cp][lc]), W in fp32 [cp][lw]
+ * and the per-16-column partial row sums of the readout and of m, [kp/16][cp] each. */
+struct planes_geom {
+    static const int kVec = 10; /* σ, γ, cm, e^{c}, e^{c_last−c}, d = q̃·k̃, dQK, r, m, dσ */
+    int    cp, kp, vp, lk, lv, lc, lf, lz, lw;
+    size_t qh, ql, kh, kl, vh, vl, dyh, dyl, zero_end, dq, dk, dzf, vec, bias, red, sums_total;
+    size_t sh, sl, dh, dl, pmh, pml, eh, el, esh, esl, ww, rpart, mpart, total;
+};
+
+__host__ __device__ inline planes_geom planes_geom_of(int C, int K, int V) {
+    planes_geom g;
+    g.cp = (C + 15) / 16 * 16, g.kp = (K + 15) / 16 * 16, g.vp = (V + 15) / 16 * 16;
+    g.lk = g.kp + 8, g.lv = g.vp + 8, g.lc = g.cp + 8, g.lf = g.kp + 4, g.lz = g.vp + 4, g.lw = g.cp + 1;
+    const size_t cp = (size_t)g.cp, kq = cp * (size_t)g.lk * 2, vq = cp * (size_t)g.lv * 2;
+    const size_t sq = (size_t)g.vp * (size_t)g.lk * 2, tq = cp * (size_t)g.lc * 2;
+    size_t       at = 0;
+    size_t * const planes[] = {&g.qh, &g.ql, &g.kh, &g.kl};
+    for (size_t * f : planes) *f = at, at += kq;
+    size_t * const vplanes[] = {&g.vh, &g.vl, &g.dyh, &g.dyl};
+    for (size_t * f : vplanes) *f = at, at += vq;
+    g.zero_end = at;
+    g.dq = at, at += cp * (size_t)g.lf * 4;
+    g.dk = at, at += cp * (size_t)g.lf * 4;
+    g.dzf = at, at += cp * (size_t)g.lz * 4;
+    g.vec = at, at += (size_t)planes_geom::kVec * cp * 4;
+    g.bias = at, at += 2 * (size_t)g.kp * 4;
+    g.red = at, at += (size_t)kPlanesThreads * 4;
+    g.sums_total = at;
+    size_t * const states[] = {&g.sh, &g.sl, &g.dh, &g.dl};
+    for (size_t * f : states) *f = at, at += sq;
+    size_t * const tables[] = {&g.pmh, &g.pml, &g.eh, &g.el, &g.esh, &g.esl};
+    for (size_t * f : tables) *f = at, at += tq;
+    g.ww = at, at += (cp * (size_t)g.lw * 4 + 15) / 16 * 16;
+    g.rpart = at, at += (size_t)g.kp / 16 * cp * 4;
+    g.mpart = at, at += (size_t)g.kp / 16 * cp * 4;
+    g.total = at;
+    return g;
 }
 
 /* f(i, c, x[row, t0 + i, hh, c]) for i < rows, c < cols, x a 4-D view of element type T; thread
@@ -151,8 +207,10 @@ ssm_status launch_bwd_passes(ssm_context * ctx, const char * op, const bw_args &
 ssm_status launch_bwd_seq(ssm_context * ctx, const char * op, const bw_args & P);
 ssm_status launch_bwd_tok(ssm_context * ctx, const char * op, const bw_args & P);
 ssm_status launch_bwd_sums(ssm_context * ctx, const char * op, const bw_args & P, long long T, int Hq);
-/* bwd_chunk.cu: the chunk sums (grads false) or the chunk gradients (grads true) */
+/* bwd_chunk.cu: the chunk sums (grads false) or the chunk gradients (grads true); with P.planes
+ * the kernels of bwd_chunk_planes.cu (launch_bwd_chunk_planes) */
 ssm_status launch_bwd_chunk(ssm_context * ctx, const char * op, const bw_args & P, bool grads);
+ssm_status launch_bwd_chunk_planes(ssm_context * ctx, const char * op, const bw_args & P, bool grads);
 
 } /* namespace ssmi_siso_bwd */
 

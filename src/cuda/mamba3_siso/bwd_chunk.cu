@@ -467,6 +467,7 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_grads_kernel(const bw_a
 } /* namespace */
 
 ssm_status launch_bwd_chunk(ssm_context * ctx, const char * op, const bw_args & P, bool grads) {
+    if (P.planes) return launch_bwd_chunk_planes(ctx, op, P, grads);
     const size_t bytes = sizeof(float) * (size_t)chunk_smem_floats(P.C, P.K, P.V, grads, P.staged != 0);
     const dim3   grid((unsigned)P.W, (unsigned)P.H);
     const cudaStream_t s = ssmi_cuda_stream(ctx);
