@@ -201,6 +201,87 @@ __device__ __forceinline__ float warp_sum(int n, F f) {
     return a;
 }
 
+/* The end of the chunk-gradient kernels, shared by bwd_chunk.cu and bwd_chunk_planes.cu. */
+
+/* On warp 0: μ = e^{cl}·Σ_u red[lane + 32u] (u < nred, a fixed tree), dadt_i = Σ_{i'≥i} r_i' +
+ * Σ_{j<i} m_j + μ (lane i, L ≤ 32, fixed shuffle scans) into dadt, and the chunk's dd partial
+ * Σ dQK into the workspace slot wh. */
+__device__ __forceinline__ void dadt_tail(const bw_args & P, const bw_chunk & ch, int h, long long wh, int L, float cl,
+                                          const float * red, int nred, const float * mm, const float * rr,
+                                          const float * dQK) {
+    const int lane = threadIdx.x & 31;
+    float     mu = 0.0f;
+    for (int u = 0; u < nred; ++u) mu += red[lane + 32 * u];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) mu += __shfl_xor_sync(0xffffffffu, mu, off);
+    mu *= expf(cl);
+    float mi = lane < L ? mm[lane] : 0.0f, ri = lane < L ? rr[lane] : 0.0f;
+    float dd = lane < L ? dQK[lane] : 0.0f;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        const float up = __shfl_up_sync(0xffffffffu, mi, off);
+        const float dn = __shfl_down_sync(0xffffffffu, ri, off);
+        if (lane >= off) mi += up;
+        if (lane + off < 32) ri += dn;
+    }
+    float ex = __shfl_up_sync(0xffffffffu, mi, 1);
+    if (lane == 0) ex = 0.0f;
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) dd += __shfl_xor_sync(0xffffffffu, dd, off);
+    if (lane < L && P.dadt.present) ssmi_siso::st3(P.dadt, ch.row, h, ch.t0 + lane, ri + ex + mu);
+    if (lane == 0) P.ddp[wh] = dd;
+}
+
+/* The chain of token i, pair p (columns 2p, 2p + 1) of chunk w (spec §6.2): from dq̂ (f), dK̂s (g),
+ * q̂ (qv) and k̂ (kv) of the pair, σ_i and cqk = dQK_i·γ_i: dk̂ = σ·dK̂s (+ dfinal_k_state with fk),
+ * for a rotated pair the raw dθ into the workspace and q̃, k̃, dq̂, dk̂ rotated back, then
+ * dq̃ = dq̂ + cqk·k̃ and dk̃ = dk̂ + cqk·q̃ into the workspace and back into f, g. */
+__device__ __forceinline__ void chain_pair(const bw_args & P, const bw_chunk & ch, long long w, int h, int i, int p,
+                                           bool fk, float sg, float cqk, float2 qv, float2 kv, float2 & f, float2 & g) {
+    const long long o = (ch.tok + i) * P.H + h;
+    const int       c0 = 2 * p, K = P.K, A = P.A;
+    float           g0 = sg * g.x, g1 = sg * g.y, f0 = f.x, f1 = f.y;
+    if (fk) g0 += ssmi_siso::ld3(P.dfk, ch.seq, h, c0), g1 += ssmi_siso::ld3(P.dfk, ch.seq, h, c0 + 1);
+    float qt0 = qv.x, qt1 = qv.y, kt0 = kv.x, kt1 = kv.y;
+    if (p < A) {
+        P.dth[o * A + p] = -f0 * qt1 + f1 * qt0 - g0 * kt1 + g1 * kt0;
+        float sn, cs;
+        sincosf(theta_at(P, w, h, ch.tok + i, p), &sn, &cs);
+        const float a0 = cs * f0 + sn * f1, a1 = -sn * f0 + cs * f1;
+        const float b0 = cs * g0 + sn * g1, b1 = -sn * g0 + cs * g1;
+        const float x0 = cs * qt0 + sn * qt1, x1 = -sn * qt0 + cs * qt1;
+        const float y0 = cs * kt0 + sn * kt1, y1 = -sn * kt0 + cs * kt1;
+        f0 = a0, f1 = a1, g0 = b0, g1 = b1;
+        qt0 = x0, qt1 = x1, kt0 = y0, kt1 = y1;
+    }
+    f0 += cqk * kt0, f1 += cqk * kt1;
+    g0 += cqk * qt0, g1 += cqk * qt1;
+    /* one 8-byte store per pair (K even, 128-byte aligned workspace) */
+    *reinterpret_cast<float2 *>(P.dqt + o * K + c0) = make_float2(f0, f1);
+    *reinterpret_cast<float2 *>(P.dkt + o * K + c0) = make_float2(g0, g1);
+    f = make_float2(f0, f1), g = make_float2(g0, g1);
+}
+
+/* After a barrier that publishes them: the chunk sums of dq̃ and dk̃ (rows dq, dk of stride ld,
+ * per column, tokens in order) and of the raw dθ (per angle, from the workspace) into the
+ * workspace slot wh. */
+__device__ __forceinline__ void chain_sums(const bw_args & P, const bw_chunk & ch, int h, long long wh, int L,
+                                           const float * dq, const float * dk, int ld) {
+    const int K = P.K, A = P.A;
+    for (int c = threadIdx.x; c < K + A; c += blockDim.x) {
+        float a = 0.0f, b = 0.0f;
+        if (c < K) {
+            for (int i = 0; i < L; ++i) a += dq[i * ld + c], b += dk[i * ld + c];
+            P.qbp[wh * K + c] = a;
+            P.kbp[wh * K + c] = b;
+        } else {
+            const int p = c - K;
+            for (int i = 0; i < L; ++i) a += P.dth[((ch.tok + i) * P.H + h) * A + p];
+            P.thp[wh * A + p] = a;
+        }
+    }
+}
+
 /* bwd_scan.cu */
 ssm_status launch_bwd_prep(ssm_context * ctx, const char * op, const bw_args & P); /* prep and θ walk */
 ssm_status launch_bwd_passes(ssm_context * ctx, const char * op, const bw_args & P, bool forward);

@@ -256,7 +256,7 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_grads_kernel(const bw_a
         cp_async_commit();
     }
     const float    cl = load_chunk(P, w, ch, h, s);
-    const int      L = ch.len, K = P.K, V = P.V, A = P.A, VK = V * K;
+    const int      L = ch.len, K = P.K, V = P.V, VK = V * K;
     const int      LK = s.LK, LV = s.LV, LC = s.LC;
     const float    dskip = P.has_d ? ssmi_cu_ld(P.d.p, P.d.dtype, (long long)h * P.d.s[0]) : 0.0f;
     const bool     seq_end = ch.last != 0;
@@ -390,78 +390,26 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_grads_kernel(const bw_a
             P.dgm[o] = s.dQK[i] * s.dqk[i] + a;
         }
     }
-    /* warp 0: μ, dadt_i = Σ_{i'≥i} r_i' + Σ_{j<i} m_j + μ (lane i, L ≤ 32), the dd partial */
-    if (warp == 0) {
-        float mu = 0.0f;
-        for (int u = 0; u < kBwdThreads / 32; ++u) mu += s.red[lane + 32 * u];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) mu += __shfl_xor_sync(0xffffffffu, mu, off);
-        mu *= expf(cl);
-        float mi = lane < L ? s.mm[lane] : 0.0f, ri = lane < L ? s.rr[lane] : 0.0f;
-        float dd = lane < L ? s.dQK[lane] : 0.0f;
-#pragma unroll
-        for (int off = 1; off < 32; off <<= 1) {
-            const float up = __shfl_up_sync(0xffffffffu, mi, off);
-            const float dn = __shfl_down_sync(0xffffffffu, ri, off);
-            if (lane >= off) mi += up;
-            if (lane + off < 32) ri += dn;
-        }
-        float ex = __shfl_up_sync(0xffffffffu, mi, 1);
-        if (lane == 0) ex = 0.0f;
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) dd += __shfl_xor_sync(0xffffffffu, dd, off);
-        if (lane < L && P.dadt.present) st3(P.dadt, ch.row, h, ch.t0 + lane, ri + ex + mu);
-        if (lane == 0) P.ddp[(long long)w * P.H + h] = dd;
-    }
+    /* warp 0: μ, dadt, the dd partial */
+    if (warp == 0) dadt_tail(P, ch, h, (long long)w * P.H + h, L, cl, s.red, kBwdThreads / 32, s.mm, s.rr, s.dQK);
     __syncthreads();
 
-    /* the chain per (token, pair): dk̂, dθ, dq̃, dk̃ */
+    /* the chain per (token, pair): dk̂, dθ, dq̃, dk̃; q̃, k̃ of the pair are q̂, k̂ rotated back
+     * (unrotated pairs are q̃, k̃ themselves) */
     const int K2 = K / 2;
     for (int e = tid; e < L * K2; e += nt) {
-        const int       i = e / K2, p = e - i * K2, c0 = 2 * p;
-        const long long o = (ch.tok + i) * P.H + h;
-        const bool      fk = seq_end && i == L - 1 && P.has_dfk;
-        float           g0 = sig[i] * dks[i * LK + c0], g1 = sig[i] * dks[i * LK + c0 + 1];
-        if (fk) g0 += ld3(P.dfk, ch.seq, h, c0), g1 += ld3(P.dfk, ch.seq, h, c0 + 1);
-        float f0 = dqh[i * LK + c0], f1 = dqh[i * LK + c0 + 1];
-        /* q̃, k̃ of the pair: q̂, k̂ rotated back (unrotated pairs are q̃, k̃ themselves) */
-        float qt0 = qh[i * LK + c0], qt1 = qh[i * LK + c0 + 1], kt0 = kh[i * LK + c0], kt1 = kh[i * LK + c0 + 1];
-        if (p < A) {
-            P.dth[o * A + p] = -f0 * qt1 + f1 * qt0 - g0 * kt1 + g1 * kt0;
-            float sn, cs;
-            sincosf(theta_at(P, w, h, ch.tok + i, p), &sn, &cs);
-            const float a0 = cs * f0 + sn * f1, a1 = -sn * f0 + cs * f1;
-            const float b0 = cs * g0 + sn * g1, b1 = -sn * g0 + cs * g1;
-            const float x0 = cs * qt0 + sn * qt1, x1 = -sn * qt0 + cs * qt1;
-            const float y0 = cs * kt0 + sn * kt1, y1 = -sn * kt0 + cs * kt1;
-            f0 = a0, f1 = a1, g0 = b0, g1 = b1;
-            qt0 = x0, qt1 = x1, kt0 = y0, kt1 = y1;
-        }
-        const float cqk = s.dQK[i] * s.gam[i];
-        f0 += cqk * kt0, f1 += cqk * kt1;
-        g0 += cqk * qt0, g1 += cqk * qt1;
-        /* one 8-byte store per pair (K even, 128-byte aligned workspace) */
-        *reinterpret_cast<float2 *>(P.dqt + o * K + c0) = make_float2(f0, f1);
-        *reinterpret_cast<float2 *>(P.dkt + o * K + c0) = make_float2(g0, g1);
+        const int i = e / K2, p = e - i * K2, c0 = 2 * p;
+        float2    f = make_float2(dqh[i * LK + c0], dqh[i * LK + c0 + 1]);
+        float2    gk = make_float2(dks[i * LK + c0], dks[i * LK + c0 + 1]);
+        chain_pair(P, ch, w, h, i, p, seq_end && i == L - 1 && P.has_dfk, sig[i], s.dQK[i] * s.gam[i],
+                   make_float2(qh[i * LK + c0], qh[i * LK + c0 + 1]), make_float2(kh[i * LK + c0], kh[i * LK + c0 + 1]),
+                   f, gk);
         /* each thread owns its pair: the chunk sums below read them back */
-        dqh[i * LK + c0] = f0, dqh[i * LK + c0 + 1] = f1;
-        dks[i * LK + c0] = g0, dks[i * LK + c0 + 1] = g1;
+        dqh[i * LK + c0] = f.x, dqh[i * LK + c0 + 1] = f.y;
+        dks[i * LK + c0] = gk.x, dks[i * LK + c0 + 1] = gk.y;
     }
     __syncthreads();
-    /* the chunk sums of dq̃, dk̃ (per column) and of dθ (per angle; this block's global writes
-     * above are visible after the barrier) */
-    for (int c = tid; c < K + A; c += nt) {
-        float a = 0.0f, b = 0.0f;
-        if (c < K) {
-            for (int i = 0; i < L; ++i) a += dqh[i * LK + c], b += dks[i * LK + c];
-            P.qbp[((long long)w * P.H + h) * K + c] = a;
-            P.kbp[((long long)w * P.H + h) * K + c] = b;
-        } else {
-            const int p = c - K;
-            for (int i = 0; i < L; ++i) a += P.dth[((ch.tok + i) * P.H + h) * A + p];
-            P.thp[((long long)w * P.H + h) * A + p] = a;
-        }
-    }
+    chain_sums(P, ch, h, (long long)w * P.H + h, L, dqh, dks, LK);
 }
 
 } /* namespace */

@@ -233,7 +233,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
     const int                w = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
     const int                lane = tid & 31, warp = tid >> 5, nw = nt >> 5, g4 = lane >> 2, t4 = lane & 3;
     const bw_chunk           ch = P.chunks[w];
-    const int                K = P.K, V = P.V, A = P.A, VK = V * K;
+    const int                K = P.K, V = P.V, VK = V * K;
     const long long          wh = (long long)w * P.H + h;
     /* S_c, dS: the planes lie outside the zeroed region; load_planes' barriers publish them */
     s.red[tid] = load_states(s, g, P.st + wh * VK, P.dst + wh * VK, V, K);
@@ -398,77 +398,23 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
         }
     }
     __syncthreads();
-    /* warp 0: μ, dadt_i = Σ_{i'≥i} r_i' + Σ_{j<i} m_j + μ (lane i, L ≤ 32), the dd partial */
-    if (warp == 0) {
-        float mu = 0.0f;
-        for (int u = 0; u < nw; ++u) mu += s.red[lane + 32 * u];
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) mu += __shfl_xor_sync(0xffffffffu, mu, off);
-        mu *= expf(cl);
-        float mi = lane < L ? s.mm[lane] : 0.0f, ri = lane < L ? s.rr[lane] : 0.0f;
-        float dd = lane < L ? s.dQK[lane] : 0.0f;
-#pragma unroll
-        for (int off = 1; off < 32; off <<= 1) {
-            const float up = __shfl_up_sync(0xffffffffu, mi, off);
-            const float dn = __shfl_down_sync(0xffffffffu, ri, off);
-            if (lane >= off) mi += up;
-            if (lane + off < 32) ri += dn;
-        }
-        float ex = __shfl_up_sync(0xffffffffu, mi, 1);
-        if (lane == 0) ex = 0.0f;
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1) dd += __shfl_xor_sync(0xffffffffu, dd, off);
-        if (lane < L && P.dadt.present) st3(P.dadt, ch.row, h, ch.t0 + lane, ri + ex + mu);
-        if (lane == 0) P.ddp[wh] = dd;
-    }
+    /* warp 0: μ, dadt, the dd partial */
+    if (warp == 0) dadt_tail(P, ch, h, wh, L, cl, s.red, nw, s.mm, s.rr, s.dQK);
 
     /* the chain per (token, pair): dk̂, dθ, dq̃, dk̃ (q̂, k̂ from their planes) */
     const int K2 = K / 2;
     for (int e = tid; e < L * K2; e += nt) {
-        const int       i = e / K2, p = e - i * K2, c0 = 2 * p;
-        const long long o = (ch.tok + i) * P.H + h;
-        const bool      fk = seq_end && i == L - 1 && P.has_dfk;
-        const float     sg = s.sig[i];
-        float           g0 = sg * s.dk[i * lf + c0], g1 = sg * s.dk[i * lf + c0 + 1];
-        if (fk) g0 += ld3(P.dfk, ch.seq, h, c0), g1 += ld3(P.dfk, ch.seq, h, c0 + 1);
-        float        f0 = s.dq[i * lf + c0], f1 = s.dq[i * lf + c0 + 1];
-        const float2 qv = split_at(s.qh, s.ql, i * lk + c0), kv = split_at(s.kh, s.kl, i * lk + c0);
-        float        qt0 = qv.x, qt1 = qv.y, kt0 = kv.x, kt1 = kv.y;
-        if (p < A) {
-            P.dth[o * A + p] = -f0 * qt1 + f1 * qt0 - g0 * kt1 + g1 * kt0;
-            float sn, cs;
-            sincosf(theta_at(P, w, h, ch.tok + i, p), &sn, &cs);
-            const float a0 = cs * f0 + sn * f1, a1 = -sn * f0 + cs * f1;
-            const float b0 = cs * g0 + sn * g1, b1 = -sn * g0 + cs * g1;
-            const float x0 = cs * qt0 + sn * qt1, x1 = -sn * qt0 + cs * qt1;
-            const float y0 = cs * kt0 + sn * kt1, y1 = -sn * kt0 + cs * kt1;
-            f0 = a0, f1 = a1, g0 = b0, g1 = b1;
-            qt0 = x0, qt1 = x1, kt0 = y0, kt1 = y1;
-        }
-        const float cqk = s.dQK[i] * s.gam[i];
-        f0 += cqk * kt0, f1 += cqk * kt1;
-        g0 += cqk * qt0, g1 += cqk * qt1;
-        *reinterpret_cast<float2 *>(P.dqt + o * K + c0) = make_float2(f0, f1);
-        *reinterpret_cast<float2 *>(P.dkt + o * K + c0) = make_float2(g0, g1);
+        const int i = e / K2, p = e - i * K2, c0 = 2 * p;
+        float2    f = make_float2(s.dq[i * lf + c0], s.dq[i * lf + c0 + 1]);
+        float2    gk = make_float2(s.dk[i * lf + c0], s.dk[i * lf + c0 + 1]);
+        chain_pair(P, ch, w, h, i, p, seq_end && i == L - 1 && P.has_dfk, s.sig[i], s.dQK[i] * s.gam[i],
+                   split_at(s.qh, s.ql, i * lk + c0), split_at(s.kh, s.kl, i * lk + c0), f, gk);
         /* each thread owns its pair: the chunk sums below read them back */
-        *reinterpret_cast<float2 *>(s.dq + i * lf + c0) = make_float2(f0, f1);
-        *reinterpret_cast<float2 *>(s.dk + i * lf + c0) = make_float2(g0, g1);
+        *reinterpret_cast<float2 *>(s.dq + i * lf + c0) = f;
+        *reinterpret_cast<float2 *>(s.dk + i * lf + c0) = gk;
     }
     __syncthreads();
-    /* the chunk sums of dq̃, dk̃ (per column) and of dθ (per angle; this block's global writes
-     * above are visible after the barrier) */
-    for (int c = tid; c < K + A; c += nt) {
-        float a = 0.0f, b = 0.0f;
-        if (c < K) {
-            for (int i = 0; i < L; ++i) a += s.dq[i * lf + c], b += s.dk[i * lf + c];
-            P.qbp[wh * K + c] = a;
-            P.kbp[wh * K + c] = b;
-        } else {
-            const int p = c - K;
-            for (int i = 0; i < L; ++i) a += P.dth[((ch.tok + i) * P.H + h) * A + p];
-            P.thp[wh * A + p] = a;
-        }
-    }
+    chain_sums(P, ch, h, wh, L, s.dq, s.dk, lf);
 }
 
 } /* namespace */
