@@ -8,10 +8,13 @@ rounds. The shapes are the ones of record of the CUDA backward issue:
   mimo     B=1 S=8192 H=16 G=1 N=P=64 R=4 chunk 16 (ours only: upstream's TileLang backward does not run here)
 
 Usage (GPU machine): PYTHONPATH=python:.upstream SSMOPS_LIBRARY=build/libssmops.so \
-    python3 gpu/bench_train.py [--rounds 3] [--only mamba2,siso,mimo] [--json OUT] [--profile]
+    python3 gpu/bench_train.py [--rounds 3] [--only mamba2,siso,mimo] [--json OUT] [--profile] [--memory]
 Upstream comes from an ignored folder (.upstream/, see shared GPU.md); without it only ours is timed.
 Prints one line per (case, implementation, pass): the median ms of every round, and the ratio
-upstream / ours for each pass.
+upstream / ours for each pass. --memory adds, after the timing, the peak device memory of one
+forward + backward per implementation above what was allocated before it (inputs, upstream's
+autotune done): torch's peak, with ours' device workspace routed through torch's allocator for
+that call so the peak counts it.
 """
 import argparse
 import json
@@ -132,6 +135,35 @@ def ours_mimo(*args, **kw):
     return f(*args, **kw)
 
 
+def peak_memory(label, leaves, g, call, impls, results):
+    """Peak device bytes of one forward + backward of each implementation (gradients included),
+    above the bytes allocated before it; ours' calls (the backward runs on autograd's thread) take a context
+    whose device allocator is torch's, so the workspace is in torch's peak."""
+    import ssmops._ops as ops_mod
+    torch_ctx = ssmops.Context(device_allocator="torch")
+    for name, fn in impls:
+        saved = ops_mod.current_context
+        if name == "ssmops":
+            ops_mod.current_context = lambda: torch_ctx
+        for t in leaves:
+            t.grad = None
+        try:
+            torch.cuda.synchronize()
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            out = call(fn)
+            out = out[0] if isinstance(out, tuple) else out
+            out.backward(g)
+            del out
+            torch.cuda.synchronize()
+            peak = torch.cuda.max_memory_allocated() - base
+        finally:
+            ops_mod.current_context = saved
+        print("%-8s %-9s peak device memory of forward + backward %.1f MiB" % (label, name, peak / 2**20))
+        results.append({"case": label, "impl": name, "pass": "peak_bytes", "bytes": peak})
+
+
 def time_pair(label, leaves, g, call, impls, rounds, results):
     def fwd(fn):
         with torch.no_grad():
@@ -194,6 +226,7 @@ def main():
     ap.add_argument("--only", default="mamba2,siso,mimo")
     ap.add_argument("--json")
     ap.add_argument("--profile", action="store_true", help="print ours' per-kernel times instead of timing")
+    ap.add_argument("--memory", action="store_true", help="after the timing, the peak device memory of each side")
     args = ap.parse_args()
     up_m2, up_siso = try_upstream()
     print("device:", torch.cuda.get_device_name(), "torch", torch.__version__, "ssmops", ssmops.__version__)
@@ -209,10 +242,14 @@ def main():
         leaves, g, call = mamba2_case()
         impls = [("ssmops", ours_mamba2)] + ([("upstream", up_m2)] if up_m2 else [])
         time_pair("mamba2", leaves, g, call, impls, args.rounds, results)
+        if args.memory:
+            peak_memory("mamba2", leaves, g, call, impls, results)
     if "siso" in only:
         leaves, g, call = siso_case()
         impls = [("ssmops", ours_siso)] + ([("upstream", up_siso)] if up_siso else [])
         time_pair("siso", leaves, g, call, impls, args.rounds, results)
+        if args.memory:
+            peak_memory("siso", leaves, g, call, impls, results)
     if "mimo" in only:
         leaves, g, call = mimo_case()
         time_pair("mimo", leaves, g, call, [("ssmops", ours_mimo)], args.rounds, results)
