@@ -54,10 +54,10 @@ static void free_grads(ssmt_host h[NGRAD]) {
 
 /* The tensor-core entries of the selection table in its order: chunked_planes (bf16 x, B, C and
  * dout, where its shared memory fits: the default there), chunked_mma (the default for other
- * 16-bit x), chunked_mma_staged; the other entry, chunked_fp32, is the default for fp32 x and
- * applies to every problem. */
-static const char * const kMmaEntries[] = {"chunked_planes", "chunked_mma", "chunked_mma_staged"};
-enum { NMMA = 3 };
+ * 16-bit x); the other entry, chunked_fp32, is the default for fp32 x and applies to every
+ * problem. */
+static const char * const kMmaEntries[] = {"chunked_planes", "chunked_mma"};
+enum { NMMA = 2 };
 static int g_planes_runs; /* bf16 cases the plane kernel ran */
 
 /* One CUDA run into fresh poisoned outputs `got` (host copies of the device results): the table's

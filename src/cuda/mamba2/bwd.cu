@@ -60,9 +60,6 @@ const bwd_entry bwd_table[] = {
      "traffic of 32), bwd_chunk reading S and G from the workspace for its first products and staging them over "
      "operands it no longer needs for dB and dC",
      "x in fp16 or bf16", bwd_x16, false, true, false, 64},
-    {"chunked_mma_staged",
-     "as chunked_mma with internal chunks of 32 tokens and bwd_chunk's S and G staged in shared memory where they fit",
-     "x in fp16 or bf16", bwd_x16, false, true, true, 32},
     {"chunked_fp32",
      "per (chunk, head) blocks of fp32 FFMA code, internal chunks of 32 tokens, sequential state passes per segment, "
      "fixed-order reductions",

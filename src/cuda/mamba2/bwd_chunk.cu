@@ -549,6 +549,7 @@ __device__ float block_sum(float v, float * red) {
  *   C     ddt_loc, dB, dC;  then warp 0 runs the ddA recurrence (dda_tail: ddt, dA/ddt_bias partials). */
 template <bool kStaged, bool kMma>
 __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
+    static_assert(!(kStaged && kMma), "chunked_mma reads S and G from the workspace (staging them for phase C)");
     extern __shared__ float4 sm4[]; /* 16-byte aligned: the matrices' float4 reads */
     float * const sm = (float *)sm4;
     const long long ci = blockIdx.x;
@@ -627,7 +628,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
         auto fc = [=](int i, int n) { return cs[i * ln + n]; };
         auto fb = [=](int i, int n) { return bs[i * ln + n]; };
         block_mma<1>(L, L, N, sx, sx, fc, [=](int n, int j) { return bs[j * ln + n]; }, to_cb);
-        constexpr int ku = kStaged ? 2 : 8; /* S and G from global memory: more loads in flight */
+        constexpr int ku = 8; /* S and G from global memory: more loads in flight */
         block_mma<2, ku>(L, P, N, sx, true, fc, [=](int n, int p) { return S[p * ls + n]; }, to_yst);
         block_mma<2, ku>(L, P, N, sx, true, fb, [=](int n, int p) { return Gm[p * ls + n]; }, to_bg);
         block_mma<1>(
@@ -863,10 +864,7 @@ ssm_status launch_bwd_dstates(ssm_context * ctx, const char * op, const bw_args 
 
 ssm_status launch_bwd_chunk(ssm_context * ctx, const char * op, const bw_args & a) {
     const size_t floats = chunk_smem_floats(a.Q, a.P, a.N, a.staged != 0);
-    if (a.mma) {
-        if (a.staged) return launch_chunk_grid(ctx, op, "bwd_chunk_kernel", bwd_chunk_kernel<true, true>, a, floats);
-        return launch_chunk_grid(ctx, op, "bwd_chunk_kernel", bwd_chunk_kernel<false, true>, a, floats);
-    }
+    if (a.mma) return launch_chunk_grid(ctx, op, "bwd_chunk_kernel", bwd_chunk_kernel<false, true>, a, floats);
     if (a.staged) return launch_chunk_grid(ctx, op, "bwd_chunk_kernel", bwd_chunk_kernel<true, false>, a, floats);
     return launch_chunk_grid(ctx, op, "bwd_chunk_kernel", bwd_chunk_kernel<false, false>, a, floats);
 }
