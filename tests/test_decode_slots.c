@@ -507,20 +507,16 @@ static void m3_check_one_by_one(const ssmt_ds_tokens * q, ssm_context * ctx, ssm
 
 static void test_m3_tokens(ssmt_rng * rng, const ssmt_ds_layout * L) {
     for (int k = 0; k < 9; ++k) {
-        const int64_t * shp = L == &ssmt_ds_siso_layout ? ssmt_ds_siso_shapes[k % 3] : ssmt_ds_mimo_shapes[k % 3];
-        const int64_t   R = 3 + k % 5;
-        int64_t         lens[16];
-        for (int64_t b = 0; b < R; ++b) lens[b] = ssmt_randint(rng, 0, 4);
-        lens[0] = 0, lens[R - 1] = 1 + ssmt_randint(rng, 0, 3); /* a row of no token; T ≥ 1 */
-        const ssm_dtype dt = k % 3 == 1 ? SSM_DTYPE_BF16 : SSM_DTYPE_F32;
-        ssmt_ds_tokens       q;
-        if (ssmt_ds_tokens_make(rng, &q, L, R, lens, shp, dt) != 0) {
+        const int64_t * shp;
+        ssm_dtype       dt;
+        ssmt_ds_tokens  q;
+        if (ssmt_ds_tokens_case(rng, &q, L, k, &shp, &dt) != 0) {
             TEST_CHECK(0, "could not build a %s tokens problem", L->op);
             continue;
         }
         char tag[160];
         snprintf(tag, sizeof tag, "%s tokens[R%lld T%lld shape %lld %lld %lld %lld %lld %lld %s]", L->op,
-                 (long long)R, (long long)q.T, (long long)shp[0], (long long)shp[1], (long long)shp[2],
+                 (long long)q.R, (long long)q.T, (long long)shp[0], (long long)shp[1], (long long)shp[2],
                  (long long)shp[3], (long long)shp[4], (long long)shp[5], ssm_dtype_name(dt));
         /* the CPU against the reference: out, the four separate final pools, the four
          * intermediate states */

@@ -235,6 +235,17 @@ const int64_t ssmt_ds_mimo_shapes[3][7] = {{4, 2, 2, 16, 8, 1, 1}, {2, 1, 1, 8, 
 /* R rows of lens[] tokens of operator L (shape shp); row b reads slot perm[b] and writes
  * perm[R + b]; every fourth row (b % 4 == 1) is padding and row 2 writes nothing. Returns
  * nonzero on failure. */
+int ssmt_ds_tokens_case(ssmt_rng * rng, ssmt_ds_tokens * q, const ssmt_ds_layout * L, int k, const int64_t ** shp,
+                        ssm_dtype * dt) {
+    *shp = L == &ssmt_ds_siso_layout ? ssmt_ds_siso_shapes[k % 3] : ssmt_ds_mimo_shapes[k % 3];
+    const int64_t R = 3 + k % 5;
+    int64_t       lens[16];
+    for (int64_t b = 0; b < R; ++b) lens[b] = ssmt_randint(rng, 0, 4);
+    lens[0] = 0, lens[R - 1] = 1 + ssmt_randint(rng, 0, 3); /* a row of no token; T ≥ 1 */
+    *dt = k % 3 == 1 ? SSM_DTYPE_BF16 : SSM_DTYPE_F32;
+    return ssmt_ds_tokens_make(rng, q, L, R, lens, *shp, *dt);
+}
+
 int ssmt_ds_tokens_make(ssmt_rng * rng, ssmt_ds_tokens * q, const ssmt_ds_layout * L, int64_t R, const int64_t * lens,
                         const int64_t * shp, ssm_dtype dtype) {
     memset(q, 0, sizeof *q);

@@ -104,6 +104,11 @@ extern const int64_t ssmt_ds_siso_shapes[3][7], ssmt_ds_mimo_shapes[3][7];
 int  ssmt_ds_tokens_make(ssmt_rng * rng, ssmt_ds_tokens * q, const ssmt_ds_layout * L, int64_t R, const int64_t * lens,
                          const int64_t * shp, ssm_dtype dtype);
 void ssmt_ds_tokens_free(ssmt_ds_tokens * q);
+/* Case k of the several-tokens sweep of operator L: shape *shp (k % 3 of L's shapes), R = 3 +
+ * k % 5 rows of 0..4 tokens (row 0 none, the last ≥ 1), dtype *dt (bf16 for k % 3 = 1, else
+ * f32), made by ssmt_ds_tokens_make. Returns nonzero on failure. */
+int ssmt_ds_tokens_case(ssmt_rng * rng, ssmt_ds_tokens * q, const ssmt_ds_layout * L, int k, const int64_t ** shp,
+                        ssm_dtype * dt);
 /* The engine's loop with slot tables on ctx (pools of dtype cdt, in place): step A stores
  * the states after each token of row b in slot tab[b, j] (equal to its intermediate
  * states); step B reads tab[b, max(k_b − 1, 0)] through num_accepted_tokens and equals the

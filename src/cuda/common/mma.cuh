@@ -170,6 +170,12 @@ __device__ __forceinline__ float2 split_at(const bf16 * h, const bf16 * l, int o
     const float2 a = exact_at(h, o), b = exact_at(l, o);
     return make_float2(a.x + b.x, a.y + b.y);
 }
+/* (a, b) into the split planes h, l at the even element o. */
+__device__ __forceinline__ void split_pair(float a, float b, bf16 * h, bf16 * l, int o) {
+    uint32_t hi, lo;
+    split2<M_BF16>(a, b, hi, lo);
+    *(uint32_t *)(h + o) = hi, *(uint32_t *)(l + o) = lo;
+}
 /* One value of a split pair of planes. */
 __device__ __forceinline__ float split1(const bf16 * h, const bf16 * l, int o) {
     return __bfloat162float(h[o]) + __bfloat162float(l[o]);

@@ -181,6 +181,21 @@ __device__ __forceinline__ long long off4(const long long * s, long long i, long
     return i * s[0] + j * s[1] + k * s[2] + l * s[3];
 }
 
+/* Sum of v over the block (a power-of-two thread count; red holds one float per thread), a fixed
+ * tree: the same bytes every run. Its barriers also publish every shared-memory write made
+ * before it. */
+__device__ __forceinline__ float block_sum(float v, float * red) {
+    red[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = (int)blockDim.x / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
+        __syncthreads();
+    }
+    const float r = red[0];
+    __syncthreads();
+    return r;
+}
+
 /* Sum over the 32 lanes of a warp, a fixed xor tree: every lane gets the same bytes. */
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

@@ -511,20 +511,6 @@ __device__ __forceinline__ void stage_state(float * dst, int ld, const bw_args &
     }
 }
 
-/* Sum of v over the block (kThreads threads), a fixed tree: the same bytes every run. Its
- * barriers also order every shared-memory write made before it. */
-__device__ float block_sum(float v, float * red) {
-    red[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = kThreads / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
-        __syncthreads();
-    }
-    const float r = red[0];
-    __syncthreads();
-    return r;
-}
-
 /* The chunk's gradients for one head (spec §2.7, per head; see bwd.cuh). With S = the entering
  * state and G = ∂L/∂S_{c+1} (both [P][N] in the workspace):
  *   y     = e^{cm_i}·C_i·S + Σ_{j≤i} CB_ij·e^{cm_i−cm_j}·dt_j·x_j + D·x_i   (only for dz)

@@ -59,20 +59,6 @@ __device__ __forceinline__ void store_pair(float * p, float v0, float v1, bool t
     if (two) p[1] = v1;
 }
 
-/* Sum of v over the block (a power-of-two thread count), a fixed tree; its barriers also
- * publish every shared-memory write made before it. */
-__device__ float block_sum_pow2(float v, float * red) {
-    red[threadIdx.x] = v;
-    __syncthreads();
-    for (int s = (int)blockDim.x / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
-        __syncthreads();
-    }
-    const float r = red[0];
-    __syncthreads();
-    return r;
-}
-
 /* Rows [0, L) of a bf16 (batch, S, K, n) view (head/group k) into an exact plane [qp][ld] of
  * width w (zeros for rows ≥ L and columns ≥ n): with unit stride, n % 8 = 0 and 16-byte aligned
  * rows as 16-byte copies, else element by element. */
@@ -176,10 +162,7 @@ __device__ __forceinline__ void load_split(bf16 * hi, bf16 * lo, float * dzf, in
             const float zv = gated ? ssmi_cu_ld(z.p, z.dtype, off4(z.s, ck.row, ck.t0 + i, h, j + u)) : 0.0f;
             g[u] = gate(dv, zv, &f[u]) * (scale != nullptr ? scale[i] : 1.0f);
         }
-        uint32_t hv, lv;
-        split2<M_BF16>(g[0], g[1], hv, lv);
-        *(uint32_t *)(hi + i * ld + j) = hv;
-        *(uint32_t *)(lo + i * ld + j) = lv;
+        split_pair(g[0], g[1], hi, lo, i * ld + j);
         if (dzf != nullptr) dzf[i * lz + j] = f[0], dzf[i * lz + j + 1] = f[1];
     }
 }
@@ -242,12 +225,8 @@ __device__ __forceinline__ float load_states(bf16 * sh, bf16 * sl, bf16 * gh, bf
             if (e >= total) continue;
             part += gv[u][0] * sv[u][0];
             part += gv[u][1] * sv[u][1];
-            uint32_t hi, lo;
-            const int o = p * gm.ln + n;
-            split2<M_BF16>(sv[u][0], sv[u][1], hi, lo);
-            *(uint32_t *)(sh + o) = hi, *(uint32_t *)(sl + o) = lo;
-            split2<M_BF16>(gv[u][0], gv[u][1], hi, lo);
-            *(uint32_t *)(gh + o) = hi, *(uint32_t *)(gl + o) = lo;
+            split_pair(sv[u][0], sv[u][1], sh, sl, p * gm.ln + n);
+            split_pair(gv[u][0], gv[u][1], gh, gl, p * gm.ln + n);
         }
     }
     return part;
@@ -351,7 +330,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
     load_exact(bh, gm.ln, gm.np, gm.qp, a.b, ck, grp, N, L);
     load_exact(ch, gm.ln, gm.np, gm.qp, a.c, ck, grp, N, L);
     load_split(dxh, dxl, dzf, gm.lp, gm.lz, gm.pp, gm.qp, a.dout, a.has_z != 0, a.z, nullptr, ck, h, P, L);
-    const float total = expf(cl) * block_sum_pow2(load_states(sh, sl, gh, gl, gm, a, w), red); /* publishes the planes */
+    const float total = expf(cl) * block_sum(load_states(sh, sl, gh, gl, gm, a, w), red); /* publishes the planes */
 
     /* dD partials, part 1: segment sg of the rows of column p (nseg segments of consecutive rows)
      * into red[sg·pp + p]; summed in segment order after A1's barrier */
@@ -395,13 +374,9 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
                     }
                 }
                 const int o = i * gm.lq + j0;
-                uint32_t  hi, lo;
-                split2<M_BF16>(w1[0], w1[1], hi, lo);
-                *(uint32_t *)(w1h + o) = hi, *(uint32_t *)(w1l + o) = lo;
-                split2<M_BF16>(w2[0], w2[1], hi, lo);
-                *(uint32_t *)(w2h + o) = hi, *(uint32_t *)(w2l + o) = lo;
-                split2<M_BF16>(d[0], d[1], hi, lo);
-                *(uint32_t *)(dch + o) = hi, *(uint32_t *)(dcl + o) = lo;
+                split_pair(w1[0], w1[1], w1h, w1l, o);
+                split_pair(w2[0], w2[1], w2h, w2l, o);
+                split_pair(d[0], d[1], dch, dcl, o);
                 prod[i * gm.lf + j0] = pr[0], prod[i * gm.lf + j0 + 1] = pr[1];
             }
     }

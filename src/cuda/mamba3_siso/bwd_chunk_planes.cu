@@ -73,12 +73,6 @@ __device__ __forceinline__ void split_one(float x, bf16 * h, bf16 * l, int o) {
     h[o] = r;
     l[o] = __float2bfloat16_rn(x - __bfloat162float(r));
 }
-/* (a, b) into the split planes h, l at the even element o. */
-__device__ __forceinline__ void split_pair(float a, float b, bf16 * h, bf16 * l, int o) {
-    uint32_t hi, lo;
-    split2<M_BF16>(a, b, hi, lo);
-    *(uint32_t *)(h + o) = hi, *(uint32_t *)(l + o) = lo;
-}
 
 /* The chunk into shared memory: the planes' zeros, the scalars (zeros past L), the biases, q̃ and
  * k̃ (fp32 in dq/dk) and d = q̃·k̃, the q̂ and k̂ planes (SCALED: q̂·e^c and k̂·e^{c_last−c}·σ, as
