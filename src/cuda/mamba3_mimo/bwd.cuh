@@ -160,9 +160,11 @@ struct gemm_planes_smem {
 template <bool K_FAST, bool SWAP, class F>
 __device__ __forceinline__ void stage_planes(ssmi_mma::bf16 * h, ssmi_mma::bf16 * l, int r0, int rows, int k0,
                                              int K, F f) {
+    static_assert(kGemmTile * kPlaneK / 2 % kBwdThreads == 0, "whole pair sweeps per thread");
 #pragma unroll 2
-    for (int e = threadIdx.x; e < kGemmTile * kPlaneK / 2; e += kBwdThreads) {
-        int rr, kp;
+    for (int it = 0; it < kGemmTile * kPlaneK / 2 / kBwdThreads; ++it) {
+        const int e = threadIdx.x + it * kBwdThreads;
+        int       rr, kp;
         if (K_FAST) kp = e & (kPlaneK / 2 - 1), rr = e / (kPlaneK / 2);
         else rr = e & (kGemmTile - 1), kp = e / kGemmTile;
         const int r = r0 + rr, k = k0 + 2 * kp;
