@@ -140,9 +140,12 @@ __device__ __forceinline__ void block_gemm(gemm_smem & sm, int M, int NC, int K,
 
 /* ---- the same block product on the tensor cores (entry chunk_parallel_planes) ------------------- */
 
-const int kPlaneK = 32;               /* inner-index slice staged per step (two m16n8k16 k steps)     */
-const int kPlaneLd = kPlaneK + 8;     /* bf16 row stride: 80 bytes, so the 8 row addresses of an
-                                         ldmatrix fall in distinct 16-byte bank groups             */
+const int kPlaneK = 64;               /* inner-index slice staged per step (four m16n8k16 k steps):
+                                         a chunk product of K ≤ 64 (the common N, P, C·R) is one
+                                         staging round of global loads and one barrier pair      */
+const int kPlaneLd = kPlaneK + 8;     /* bf16 row stride: 144 bytes (an odd multiple of 16), so the
+                                         8 row addresses of an ldmatrix fall in distinct 16-byte
+                                         bank groups                                              */
 static_assert(kBwdThreads / 32 == 8, "the tensor-core block_gemm gives each of 8 warps 16×32 outputs");
 
 /* The staged slices as bf16 planes: a[i][k], b[j][k] (k contiguous, as ldmatrix reads them for
@@ -155,7 +158,7 @@ struct gemm_planes_smem {
 
 /* Stages rows [r0, r0 + 64) × k in [k0, k0 + kPlaneK) of f (f(row, k) when !SWAP, f(k, row) when
  * SWAP: an operand whose first index is k) into the planes h, l, zeros out of range. K_FAST: k is
- * the contiguous index of f in memory, so a warp reads 32 consecutive k of 2 rows; else 32
+ * the contiguous index of f in memory, so a warp reads 64 consecutive k of one row; else 32
  * consecutive rows of one k pair. Each thread splits a pair of adjacent k (split2). */
 template <bool K_FAST, bool SWAP, class F>
 __device__ __forceinline__ void stage_planes(ssmi_mma::bf16 * h, ssmi_mma::bf16 * l, int r0, int rows, int k0,

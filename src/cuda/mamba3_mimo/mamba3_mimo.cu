@@ -395,7 +395,7 @@ bool is16(int32_t dtype) { return dtype == SSM_DTYPE_F16 || dtype == SSM_DTYPE_B
 const bwd_variant kBwdTable[] = {
     {"chunk_parallel_planes",
      "16-bit q, k, v: chunk_parallel with every product of the chunk-gradient kernels on the tensor cores: each "
-     "32-deep slice of both operands staged as bf16 planes (the rounded value and the rounded remainder), 16×16 "
+     "64-deep slice of both operands staged as bf16 planes (the rounded value and the rounded remainder), 16×16 "
      "warp tiles by ldmatrix + mma.sync m16n8k16 with fp32 accumulators (about 2^-16 relative)",
      "q, k and v in fp16 or bf16", bwd_qkv16, 1},
     {"chunk_parallel",
