@@ -10,7 +10,11 @@
  * at one shape, stride-0 (broadcast) inputs, gradients stored in the compute dtype, and a
  * GQA case with H/G = 4 and a C·R = 128, N = 128, P = 72 case (2×2 output tiles of the chunk
  * products, a partial inner slice, a tail chunk). Outputs are NaN-poisoned first; a second run
- * on re-poisoned outputs must give identical bytes. The selection table: its one entry and the entry a call ran.
+ * on re-poisoned outputs must give identical bytes. The selection table: with 16-bit q, k, v
+ * every case runs chunk_parallel_planes (tensor-core chunk products) forced, chunk_parallel
+ * (fp32) forced and the default, which must be chunk_parallel_planes; with fp32 the default is
+ * chunk_parallel and chunk_parallel_planes forced must answer UNSUPPORTED without writing an
+ * output. The worst errors are printed per entry.
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261208).
  */
@@ -55,7 +59,7 @@ static ssm_tensor * input_slot(ssm_mamba3_mimo_bwd_args * a, int i) {
 }
 
 static ssm_context *ctx_ref, *ctx_cpu, *ctx_cuda;
-static double       worst[3][NGRADS]; /* f32, f16, bf16: CUDA vs reference */
+static double       worst[2][3][NGRADS]; /* [fp32 entry, tensor-core entry][f32, f16, bf16]: vs reference */
 static int          dtype_slot(ssm_dtype t) { return t == SSM_DTYPE_F16 ? 1 : t == SSM_DTYPE_BF16 ? 2 : 0; }
 
 typedef struct bwd_case {
@@ -88,6 +92,97 @@ static void broadcast_dim(ssm_tensor * t, int dim) {
         ssmt_copy(&other, &first);
     }
     t->strides[dim] = 0;
+}
+
+/* The selection table's entries: the tensor-core one (q, k, v in fp16 or bf16: the default there)
+ * and the fp32 one (every problem). */
+static const char kPlanes[] = "chunk_parallel_planes";
+static const char kFp32[] = "chunk_parallel";
+
+/* What the device runs of one case compare: the case, its parameters and device args (outputs
+ * in the host buffers got[] and their device copies dev[]), the reference and CPU results. */
+typedef struct dev_target {
+    const bwd_case *                 bc;
+    const char *                     tag;
+    const ssm_mamba3_mimo_params *   p;
+    const ssm_mamba3_mimo_bwd_args * da;
+    ssm_mamba3_mimo_bwd_args *       ref;
+    ssmt_host *                      got; /* [NGRADS] */
+    ssmt_host *                      cpu; /* [NGRADS] */
+    ssmt_dev *                       dev; /* [NGRADS] */
+    ssm_dtype                        cd;
+} dev_target;
+
+/* Two device runs on NaN-poisoned outputs: the entry `variant` forced, or the default (variant
+ * NULL; it must be `expect`). The entry runs where it applies (the tensor-core one on 16-bit
+ * q, k, v), within the bar against the reference and twice the bar against the CPU, with equal
+ * bytes both runs; elsewhere it must answer UNSUPPORTED and write no output. */
+static void device_runs(const dev_target * tg, const char * variant, const char * expect) {
+    const bwd_case * bc = tg->bc;
+    const ssm_dtype  cd = tg->cd;
+    const int        x16 = cd == SSM_DTYPE_F16 || cd == SSM_DTYPE_BF16;
+    const int        refuse = variant != NULL && strcmp(variant, kPlanes) == 0 && !x16;
+    const char *     label = variant != NULL ? variant : expect;
+    const ssmt_bar   bar = ssmt_bar_for(cd);
+    const ssmt_bar   two = {2.0 * bar.rel_rms, 2.0 * bar.max_rel};
+    char             tag[500], cpu_tag[520];
+    snprintf(tag, sizeof tag, "cuda[%s%s]", label, variant != NULL ? ", forced" : "");
+    snprintf(cpu_tag, sizeof cpu_tag, "%s vs cpu", tag);
+    void * first[NGRADS];
+    memset(first, 0, sizeof first);
+    for (int pass = 0; pass < 2; ++pass) {
+        void * poison[NGRADS];
+        memset(poison, 0, sizeof poison);
+        for (int g = 0; g < NGRADS; ++g) {
+            if (tg->got[g].t.data == NULL) continue;
+            ssmt_poison(&tg->got[g].t);
+            poison[g] = ssmt_snapshot(&tg->got[g]);
+            TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, tg->dev[g].mem, tg->got[g].buf, tg->got[g].bytes), SSM_STATUS_OK);
+        }
+        TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba3_mimo_bwd", variant), SSM_STATUS_OK);
+        const ssm_status st = ssm_mamba3_mimo_bwd(ctx_cuda, tg->p, tg->da);
+        const char *     last = ssm_context_last_variant(ctx_cuda);
+        TEST_CHECK(st != SSM_STATUS_OK || (last != NULL && strcmp(last, label) == 0), "%s: %s ran entry '%s'",
+                   tg->tag, tag, last != NULL ? last : "(none)");
+        TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba3_mimo_bwd", NULL), SSM_STATUS_OK);
+        for (int g = 0; g < NGRADS; ++g)
+            if (tg->got[g].t.data != NULL) ssmt_to_host(&tg->got[g], &tg->dev[g]);
+        if (refuse) {
+            TEST_CHECK(st == SSM_STATUS_UNSUPPORTED, "%s: %s: expected UNSUPPORTED, got %s", tg->tag, tag,
+                       ssm_status_string(st));
+            for (int g = 0; g < NGRADS; ++g)
+                if (poison[g] != NULL)
+                    TEST_CHECK(ssmt_unchanged(&tg->got[g], poison[g]), "%s: %s refused but wrote %s", tg->tag, tag,
+                               grad_names[g]);
+        } else {
+            TEST_CHECK(st == SSM_STATUS_OK, "%s: %s%s: %s (%s)", tg->tag, tag, pass ? " (second run)" : "",
+                       ssm_status_string(st), ssm_context_last_error(ctx_cuda));
+            for (int g = 0; g < NGRADS && st == SSM_STATUS_OK; ++g) {
+                if (tg->got[g].t.data == NULL) continue;
+                if (pass == 1) {
+                    TEST_CHECK(ssmt_unchanged(&tg->got[g], first[g]), "%s: %s: %s differs between two runs", tg->tag,
+                               tag, grad_names[g]);
+                    continue;
+                }
+                first[g] = ssmt_snapshot(&tg->got[g]);
+                char label_g[560];
+                snprintf(label_g, sizeof label_g, "%s %s %s", tg->tag, tag, grad_names[g]);
+                if (bc->grad_compute && x16) {
+                    ssmt_check_bar_rounded(label_g, &tg->got[g].t, grad_slot(tg->ref, g), cd);
+                } else {
+                    const double rr =
+                        ssmt_check_variant(tg->tag, grad_names[g], tag, &tg->got[g].t, grad_slot(tg->ref, g), bar);
+                    double * w = &worst[strcmp(label, kPlanes) == 0][dtype_slot(cd)][g];
+                    if (rr > *w || rr != rr) *w = rr;
+                    /* against the CPU: both within the bar of the reference, so within twice it of each other */
+                    ssmt_check_variant(tg->tag, grad_names[g], cpu_tag, &tg->got[g].t, &tg->cpu[g].t, two);
+                }
+            }
+        }
+        for (int g = 0; g < NGRADS; ++g) free(poison[g]);
+        if (refuse || st != SSM_STATUS_OK) break;
+    }
+    for (int g = 0; g < NGRADS; ++g) free(first[g]);
 }
 
 static void run_case(ssmt_rng * rng, const bwd_case * bc) {
@@ -153,45 +248,19 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
     }
     const ssm_status cs = ssm_mamba3_mimo_bwd(ctx_cpu, &prob.params, &ca);
     TEST_CHECK(cs == SSM_STATUS_OK, "%s: cpu: %s (%s)", tag, ssm_status_string(cs), ssm_context_last_error(ctx_cpu));
-    ssm_status st = ssm_mamba3_mimo_bwd(ctx_cuda, &prob.params, &da);
-    TEST_CHECK(st == SSM_STATUS_OK, "%s: cuda: %s (%s)", tag, ssm_status_string(st), ssm_context_last_error(ctx_cuda));
-    if (st == SSM_STATUS_OK)
-        TEST_CHECK(strcmp(ssm_context_last_variant(ctx_cuda), "chunk_parallel") == 0, "%s: ran entry '%s'", tag,
-                   ssm_context_last_variant(ctx_cuda));
-    const ssmt_bar bar = ssmt_bar_for(cd);
-    void *         snap[NGRADS];
-    memset(snap, 0, sizeof snap);
-    for (int g = 0; g < NGRADS && st == SSM_STATUS_OK; ++g) {
-        if (gpu[g].t.data == NULL) continue;
-        ssmt_to_host(&gpu[g], &dgrad[g]);
-        char label[500];
-        snprintf(label, sizeof label, "%s %s", tag, grad_names[g]);
-        if (bc->grad_compute && cd != SSM_DTYPE_F32) {
-            ssmt_check_bar_rounded(label, &gpu[g].t, grad_slot(&args, g), cd);
-        } else {
-            const double rr = ssmt_check_variant(tag, grad_names[g], "cuda", &gpu[g].t, grad_slot(&args, g), bar);
-            double *     w = &worst[dtype_slot(cd)][g];
-            if (rr > *w || rr != rr) *w = rr;
-            /* against the CPU: both within the bar of the reference, so within twice it of each other */
-            const ssmt_bar two = {2.0 * bar.rel_rms, 2.0 * bar.max_rel};
-            ssmt_check_variant(tag, grad_names[g], "cuda vs cpu", &gpu[g].t, &cpu[g].t, two);
-        }
-        snap[g] = ssmt_snapshot(&gpu[g]);
-        ssmt_poison(&gpu[g].t);
-        TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, dgrad[g].mem, gpu[g].buf, gpu[g].bytes), SSM_STATUS_OK);
-    }
-    if (st == SSM_STATUS_OK) {
-        st = ssm_mamba3_mimo_bwd(ctx_cuda, &prob.params, &da);
-        TEST_CHECK(st == SSM_STATUS_OK, "%s: second cuda run: %s (%s)", tag, ssm_status_string(st),
-                   ssm_context_last_error(ctx_cuda));
-        for (int g = 0; g < NGRADS && st == SSM_STATUS_OK; ++g) {
-            if (snap[g] == NULL) continue;
-            ssmt_to_host(&gpu[g], &dgrad[g]);
-            TEST_CHECK(ssmt_unchanged(&gpu[g], snap[g]), "%s: %s differs between two runs", tag, grad_names[g]);
-        }
+    /* 16-bit q, k, v: the tensor-core entry forced, the fp32 entry forced, then the default (the
+     * tensor-core entry); fp32: the default (chunk_parallel), and the tensor-core entry forced
+     * refuses without writing anything */
+    const dev_target tg = {bc, tag, &prob.params, &da, &args, gpu, cpu, dgrad, cd};
+    if (cd == SSM_DTYPE_F16 || cd == SSM_DTYPE_BF16) {
+        device_runs(&tg, kPlanes, NULL);
+        device_runs(&tg, kFp32, NULL);
+        device_runs(&tg, NULL, kPlanes);
+    } else {
+        device_runs(&tg, NULL, kFp32);
+        device_runs(&tg, kPlanes, NULL);
     }
     for (int g = 0; g < NGRADS; ++g) {
-        free(snap[g]);
         ssmt_dev_free(&dgrad[g]);
         if (cpu[g].buf) ssmt_free(&cpu[g]);
         if (gpu[g].buf) ssmt_free(&gpu[g]);
@@ -277,13 +346,16 @@ static void run_matrix(ssmt_rng * rng) {
     }
 }
 
-/* The selection table: one entry, named. */
+/* The selection table: the tensor-core entry first, then the fp32 one. */
 static void test_table(void) {
     const int32_t n = ssm_variant_count(SSM_BACKEND_CUDA, "mamba3_mimo_bwd");
-    TEST_CHECK(n == 1, "mamba3_mimo_bwd: %d CUDA entries, want 1", (int)n);
-    const char * name = ssm_variant_name(SSM_BACKEND_CUDA, "mamba3_mimo_bwd", 0);
-    TEST_CHECK(name != NULL && strcmp(name, "chunk_parallel") == 0, "mamba3_mimo_bwd: entry 0 is '%s'",
-               name ? name : "(null)");
+    TEST_CHECK(n == 2, "mamba3_mimo_bwd: %d CUDA entries, want 2", (int)n);
+    const char * const want[2] = {kPlanes, kFp32};
+    for (int i = 0; i < 2 && i < n; ++i) {
+        const char * name = ssm_variant_name(SSM_BACKEND_CUDA, "mamba3_mimo_bwd", i);
+        TEST_CHECK(name != NULL && strcmp(name, want[i]) == 0, "mamba3_mimo_bwd: entry %d is '%s', want '%s'", i,
+                   name ? name : "(null)", want[i]);
+    }
 }
 
 int main(void) {
@@ -297,9 +369,12 @@ int main(void) {
     if (ssmt_failures) TEST_EXIT();
     test_table();
     run_matrix(&rng);
-    printf("worst rel_rms per gradient (CUDA vs reference):\n%-22s %10s %10s %10s\n", "gradient", "f32", "f16", "bf16");
+    printf("worst rel_rms per gradient (CUDA vs reference; %s on f32, %s on 16-bit):\n%-22s %10s %10s %10s %10s "
+           "%10s\n",
+           kFp32, kPlanes, "gradient", "f32", "f16", "bf16", "f16 tc", "bf16 tc");
     for (int g = 0; g < NGRADS; ++g)
-        printf("%-22s %10.3g %10.3g %10.3g\n", grad_names[g], worst[0][g], worst[1][g], worst[2][g]);
+        printf("%-22s %10.3g %10.3g %10.3g %10.3g %10.3g\n", grad_names[g], worst[0][0][g], worst[0][1][g],
+               worst[0][2][g], worst[1][1][g], worst[1][2][g]);
     ssm_context_free(ctx_ref);
     ssm_context_free(ctx_cpu);
     ssm_context_free(ctx_cuda);

@@ -19,6 +19,7 @@
 #ifndef SSMI_CUDA_MIMO_BWD_CUH
 #define SSMI_CUDA_MIMO_BWD_CUH
 
+#include "../common/mma.cuh"
 #include "mimo.cuh"
 
 namespace ssmi_mimo {
@@ -61,6 +62,7 @@ struct mb_args {
     float *p_dd;                   /* [W][H]                                          */
     int    B, S, H, G, R, N, P, A, C, W, nseq;
     int    has_z, has_d, reduce, fused, has_states, nw_1d;
+    int    planes; /* the chunk kernels' products on the tensor cores (entry chunk_parallel_planes) */
     float  eps;
 };
 
@@ -135,6 +137,105 @@ __device__ __forceinline__ void block_gemm(gemm_smem & sm, int M, int NC, int K,
             }
         }
 }
+
+/* ---- the same block product on the tensor cores (entry chunk_parallel_planes) ------------------- */
+
+const int kPlaneK = 64;               /* inner-index slice staged per step (four m16n8k16 k steps):
+                                         a chunk product of K ≤ 64 (the common N, P, C·R) is one
+                                         staging round of global loads and one barrier pair      */
+const int kPlaneLd = kPlaneK + 8;     /* bf16 row stride: 144 bytes (an odd multiple of 16), so the
+                                         8 row addresses of an ldmatrix fall in distinct 16-byte
+                                         bank groups                                              */
+static_assert(kBwdThreads / 32 == 8, "the tensor-core block_gemm gives each of 8 warps 16×32 outputs");
+
+/* The staged slices as bf16 planes: a[i][k], b[j][k] (k contiguous, as ldmatrix reads them for
+ * mma.sync row.col), each fp32 value as its bf16 rounding (h) and the bf16 rounding of the
+ * remainder (l). */
+struct gemm_planes_smem {
+    ssmi_mma::bf16 ah[kGemmTile * kPlaneLd], al[kGemmTile * kPlaneLd];
+    ssmi_mma::bf16 bh[kGemmTile * kPlaneLd], bl[kGemmTile * kPlaneLd];
+};
+
+/* Stages rows [r0, r0 + 64) × k in [k0, k0 + kPlaneK) of f (f(row, k) when !SWAP, f(k, row) when
+ * SWAP: an operand whose first index is k) into the planes h, l, zeros out of range. K_FAST: k is
+ * the contiguous index of f in memory, so a warp reads 64 consecutive k of one row; else 32
+ * consecutive rows of one k pair. Each thread splits a pair of adjacent k (split2). */
+template <bool K_FAST, bool SWAP, class F>
+__device__ __forceinline__ void stage_planes(ssmi_mma::bf16 * h, ssmi_mma::bf16 * l, int r0, int rows, int k0,
+                                             int K, F f) {
+    static_assert(kGemmTile * kPlaneK / 2 % kBwdThreads == 0, "whole pair sweeps per thread");
+#pragma unroll 2
+    for (int it = 0; it < kGemmTile * kPlaneK / 2 / kBwdThreads; ++it) {
+        const int e = threadIdx.x + it * kBwdThreads;
+        int       rr, kp;
+        if (K_FAST) kp = e & (kPlaneK / 2 - 1), rr = e / (kPlaneK / 2);
+        else rr = e & (kGemmTile - 1), kp = e / kGemmTile;
+        const int r = r0 + rr, k = k0 + 2 * kp;
+        float     v0 = 0.0f, v1 = 0.0f;
+        if (r < rows && k < K) v0 = SWAP ? f(k, r) : f(r, k);
+        if (r < rows && k + 1 < K) v1 = SWAP ? f(k + 1, r) : f(r, k + 1);
+        uint32_t hi, lo;
+        ssmi_mma::split2<ssmi_mma::M_BF16>(v0, v1, hi, lo);
+        const int o = rr * kPlaneLd + 2 * kp;
+        *reinterpret_cast<uint32_t *>(h + o) = hi;
+        *reinterpret_cast<uint32_t *>(l + o) = lo;
+    }
+}
+
+/* block_gemm's contract (the same arguments, the epilogue once per element by one thread of a
+ * fixed mapping, only in-range calls of fa / fb, every thread calls it, the shared slices free on
+ * return) with the products on the tensor cores, for the 16-bit-input entry: each kPlaneK-deep
+ * slice of both operands is staged as split bf16 planes (stage_planes) and warp w computes the
+ * 16×32 outputs at rows 16·(w/2), columns 32·(w%2) of the 64×64 tile as two tile_mma 16×16 tiles
+ * (3 bf16 products per k16 step: hi·hi, hi·lo, lo·hi; lo·lo, ~2^-16 relative, dropped), fp32
+ * accumulators, k ascending in steps of 16 (the same bytes for any grid). The epilogue reads the
+ * accumulator fragments in place: lane l holds rows l/4 and l/4 + 8, columns 2(l%4) + {0, 1} of
+ * each n8 block. */
+template <bool A_K, bool B_K, class FA, class FB, class FE>
+__device__ __forceinline__ void block_gemm(gemm_planes_smem & sm, int M, int NC, int K, FA fa, FB fb, FE epi) {
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int wm = (warp >> 1) * 16, wn = (warp & 1) * 32;
+    for (int i0 = 0; i0 < M; i0 += kGemmTile)
+        for (int j0 = 0; j0 < NC; j0 += kGemmTile) {
+            const bool live = i0 + wm < M && j0 + wn < NC; /* warp-uniform: the warp has outputs here */
+            float      c[2][2][4];
+            ssmi_mma::zero_acc(c[0]);
+            ssmi_mma::zero_acc(c[1]);
+            for (int k0 = 0; k0 < K; k0 += kPlaneK) {
+                stage_planes<A_K, false>(sm.ah, sm.al, i0, M, k0, K, fa);
+                stage_planes<B_K, true>(sm.bh, sm.bl, j0, NC, k0, K, fb);
+                __syncthreads();
+                const int k1 = K - k0 < kPlaneK ? (K - k0 + 15) / 16 * 16 : kPlaneK;
+                if (live)
+#pragma unroll
+                    for (int t = 0; t < 2; ++t)
+                        ssmi_mma::tile_mma<false, false, true, true>(c[t], sm.ah, sm.al, kPlaneLd, sm.bh, sm.bl,
+                                                                      kPlaneLd, wm, wn + 16 * t, 0, k1);
+                __syncthreads();
+            }
+            if (!live) continue;
+#pragma unroll
+            for (int t = 0; t < 2; ++t)
+#pragma unroll
+                for (int jn = 0; jn < 2; ++jn)
+#pragma unroll
+                    for (int q = 0; q < 4; ++q) {
+                        const int i = i0 + wm + (lane >> 2) + 8 * (q >> 1);
+                        const int j = j0 + wn + 16 * t + 8 * jn + 2 * (lane & 3) + (q & 1);
+                        if (i < M && j < NC) epi(i, j, c[t][jn][q]);
+                    }
+        }
+}
+
+/* The shared slices of block_gemm: fp32 (FFMA micro-tiles) or bf16 planes (tensor cores). */
+template <bool PLANES>
+struct gemm_smem_of {
+    typedef gemm_smem type;
+};
+template <>
+struct gemm_smem_of<true> {
+    typedef gemm_planes_smem type;
+};
 
 /* Fixed-order warp sum (butterfly; every lane gets the same bytes, fp addition commutes). */
 __device__ __forceinline__ float warp_sum(float v) {

@@ -1,8 +1,13 @@
 /*
  * bwd_chunk.cu — the chunk-parallel kernels of the CUDA Mamba-3 MIMO backward, one block per
  * (work chunk w, head h), operands in the global fp32 chunk tiles (bwd.cuh). Every matrix product
- * is a block_gemm (shared-memory staged slices, 4×4 register micro-tiles, each sum in ascending
- * order); the row sums go a warp per row with a fixed-order shuffle sum:
+ * is a block_gemm (bwd.cuh; each sum in ascending k order): with PLANES false the fp32 FFMA form
+ * (shared-memory staged slices, 4×4 register micro-tiles; entry chunk_parallel), with PLANES true
+ * the tensor-core form (slices staged as split bf16 planes, mma.sync m16n8k16; entry
+ * chunk_parallel_planes, 16-bit inputs). Both forms give every output element to one thread of a
+ * fixed mapping that depends only on the product's shape, so an epilogue may read what the same
+ * thread's epilogue of an earlier product of the same shape wrote (grads_kernel's M). The row
+ * sums go a warp per row with a fixed-order shuffle sum:
  *   tiles_kernel  q̃ = Rot(θ)(q + q_bias), k̃ = Rot(θ)(k + k_bias), k̂ = c·k̃, u = v ⊙ mimo_v,
  *                 qkdot = q̄·k̄ (same token, unrotated), and X_w = Q̃ᵀ·diag(e^{cs})·dY, the chunk's
  *                 term of the reverse state recurrence (bwd_seq.cu);
@@ -29,8 +34,9 @@ namespace {
 
 const int kWarps = kBwdThreads / 32;
 
+template <bool PLANES>
 __global__ void __launch_bounds__(kBwdThreads) tiles_kernel(const mb_args A) {
-    __shared__ __align__(16) gemm_smem sm;
+    __shared__ __align__(16) typename gemm_smem_of<PLANES>::type sm;
     __shared__ float                   ecs[128], cfs[128];
     const int       w = blockIdx.x, h = blockIdx.y;
     const mc_chunk  ck = A.chunks[w];
@@ -96,8 +102,9 @@ __global__ void __launch_bounds__(kBwdThreads) tiles_kernel(const mb_args A) {
         [&](int nn, int p, float s) { X[(long long)nn * P + p] = s; });
 }
 
+template <bool PLANES>
 __global__ void __launch_bounds__(kBwdThreads) grads_kernel(const mb_args A) {
-    __shared__ __align__(16) gemm_smem sm;
+    __shared__ __align__(16) typename gemm_smem_of<PLANES>::type sm;
     __shared__ float gam[128], cfs[128], cmv[128], ecs[128], wrev[128], dcs[128], rowq[128], rowk[128], red[kWarps];
     const int       w = blockIdx.x, h = blockIdx.y;
     const mc_chunk  ck = A.chunks[w];
@@ -329,14 +336,16 @@ __global__ void __launch_bounds__(kBwdThreads) grads_kernel(const mb_args A) {
 
 ssm_status launch_bwd_tiles(ssm_context * ctx, const char * op, const mb_args & A, cudaStream_t s) {
     if (A.W == 0 || A.H == 0) return SSM_STATUS_OK;
-    tiles_kernel<<<dim3((unsigned)A.W, (unsigned)A.H), kBwdThreads, 0, s>>>(A);
+    if (A.planes) tiles_kernel<true><<<dim3((unsigned)A.W, (unsigned)A.H), kBwdThreads, 0, s>>>(A);
+    else tiles_kernel<false><<<dim3((unsigned)A.W, (unsigned)A.H), kBwdThreads, 0, s>>>(A);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "tiles_kernel");
     return SSM_STATUS_OK;
 }
 
 ssm_status launch_bwd_chunk_grads(ssm_context * ctx, const char * op, const mb_args & A, cudaStream_t s) {
     if (A.W == 0 || A.H == 0) return SSM_STATUS_OK;
-    grads_kernel<<<dim3((unsigned)A.W, (unsigned)A.H), kBwdThreads, 0, s>>>(A);
+    if (A.planes) grads_kernel<true><<<dim3((unsigned)A.W, (unsigned)A.H), kBwdThreads, 0, s>>>(A);
+    else grads_kernel<false><<<dim3((unsigned)A.W, (unsigned)A.H), kBwdThreads, 0, s>>>(A);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "grads_kernel");
     return SSM_STATUS_OK;
 }

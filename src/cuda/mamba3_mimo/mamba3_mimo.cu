@@ -20,7 +20,9 @@
  * float atomics are used (the marks are integer ORs): the results are bitwise identical across
  * runs.
  *
- * Arithmetic: fp32 everywhere, for every input dtype (loads convert through strides).
+ * Arithmetic: fp32 everywhere, for every input dtype (loads convert through strides); the
+ * backward's chunk_parallel_planes takes its chunk products from split bf16 planes on the tensor
+ * cores (fp32 accumulators; bwd.cuh).
  * ref_mode SSM_REF_UPSTREAM_BF16 is UNSUPPORTED on CUDA (the CPU and the reference have it).
  * Limits: those of the validation (N, P ≤ 128, C·R ≤ 128), H·(P tiles) ≤ 65535 blocks, the
  * chunk tile and the step within the 227 KB of shared memory of a block.
@@ -29,10 +31,12 @@
  * the kernels of bwd.cuh (its own workspace layout: bwd_layout).
  *
  * Selection tables (mamba3_mimo_bwd_fwd and mamba3_mimo share the output-kernel table; the
- * backward's has one entry, chunk_parallel, and its forward recompute takes the first output
- * entry that applies; the other kernels have one form each):
+ * backward's forward recompute takes the first output entry that applies; the other kernels
+ * have one form each):
  *   output tiles  fused_y      C·R ≤ 64 and P tile ≤ 64
  *                 two_gemm_y   the tile fits with a P tile of 8 or more columns
+ *   backward      chunk_parallel_planes  q, k and v in fp16 or bf16 (tensor-core chunk products)
+ *                 chunk_parallel         always (fp32 FFMA chunk products)
  *   decode step   slots_in_params  no slot list, or ≤ 64 slots within int
  *                 slots_uploaded   always
  * The P tile is P when the two-GEMM tile fits in shared memory at full width, else the largest
@@ -364,25 +368,41 @@ const step_variant kStepTable[] = {
 
 /* ---- the backward (mamba3_mimo_bwd) ---------------------------------------------------------- */
 
-/* The backward's one entry: every shape the validation admits (C·R ≤ 128, N, P ≤ 128). */
+/* The backward's entries differ only in the products of the chunk kernels (bwd_chunk.cu); both
+ * take every shape the validation admits (C·R ≤ 128, N, P ≤ 128). */
+struct bwd_problem {
+    int qkv16; /* q, k and v are fp16 or bf16 */
+};
+
 struct bwd_variant {
     const char * name;
     const char * why;
     const char * rule;
-    bool (*applies)(const ssmi_mimo_dims & d);
+    bool (*applies)(const bwd_problem & pb);
+    int planes; /* mb_args.planes: the chunk kernels' tensor-core products */
 };
 
-bool bwd_always(const ssmi_mimo_dims & d) {
-    (void)d;
+bool bwd_always(const bwd_problem & pb) {
+    (void)pb;
     return true;
 }
+bool bwd_qkv16(const bwd_problem & pb) { return pb.qkv16 != 0; }
 
+bool is16(int32_t dtype) { return dtype == SSM_DTYPE_F16 || dtype == SSM_DTYPE_BF16; }
+
+/* The tensor-core entry serves 16-bit q, k, v only: its products keep ~2^-16 relative error (fp32
+ * operands split into two bf16 parts), inside the 16-bit bars of DESIGN §5, not the fp32 bar. */
 const bwd_variant kBwdTable[] = {
+    {"chunk_parallel_planes",
+     "16-bit q, k, v: chunk_parallel with every product of the chunk-gradient kernels on the tensor cores: each "
+     "64-deep slice of both operands staged as bf16 planes (the rounded value and the rounded remainder), 16×16 "
+     "warp tiles by ldmatrix + mma.sync m16n8k16 with fp32 accumulators (about 2^-16 relative)",
+     "q, k and v in fp16 or bf16", bwd_qkv16, 1},
     {"chunk_parallel",
      "the forward recomputed by the forward's kernels, then fp32 chunk-parallel gradient kernels over (work chunk, "
      "head): shared-memory staged FFMA block GEMMs on global chunk tiles; only the state pass and the angle "
      "pass's chunk carries walk a sequence",
-     "always", bwd_always},
+     "always", bwd_always, 0},
 };
 
 /* The forward's output entry for the recompute: the first of kOutputTable that applies. */
@@ -586,8 +606,9 @@ extern "C" ssm_status ssmi_cuda_mamba3_mimo_bwd(ssm_context * ctx, const ssm_mam
     static const char op[] = "mamba3_mimo_bwd";
     ssmi_variant_ran(ctx, "");
     if (d->nheads == 0) return SSM_STATUS_OK;
+    const bwd_problem   pb = {is16(a->q.dtype) && is16(a->k.dtype) && is16(a->v.dtype)};
     const bwd_variant * var = NULL;
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_pick_variant(ctx, SSMI_OP_mamba3_mimo_bwd, kBwdTable, *d, &var));
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_pick_variant(ctx, SSMI_OP_mamba3_mimo_bwd, kBwdTable, pb, &var));
     SSM_RETURN_IF(var == NULL, ctx, SSM_STATUS_UNSUPPORTED, "%s: no CUDA entry applies", op);
     SSM_RETURN_IF(d->nheads > 65535, ctx, SSM_STATUS_UNSUPPORTED, "%s: H=%lld exceeds the CUDA grid limit 65535", op,
                   (long long)d->nheads);
@@ -625,7 +646,7 @@ extern "C" ssm_status ssmi_cuda_mamba3_mimo_bwd(ssm_context * ctx, const ssm_mam
     B.dk_state = ssmi_cu_view_or_null(&a->dk_state), B.dv_state = ssmi_cu_view_or_null(&a->dv_state);
     B.B = F.B, B.S = F.S, B.H = F.H, B.G = F.G, B.R = F.R, B.N = F.N, B.P = F.P, B.A = F.A, B.C = F.C;
     B.nseq = F.nseq, B.has_z = F.has_z, B.has_d = F.has_d, B.reduce = F.reduce, B.fused = F.fused;
-    B.has_states = F.has_states, B.nw_1d = F.nw_1d, B.eps = F.eps;
+    B.has_states = F.has_states, B.nw_1d = F.nw_1d, B.eps = F.eps, B.planes = var->planes;
 
     mc_plan      pl;
     ssm_status   st = make_plan(ctx, op, d, &a->cu_seqlens, &pl);
