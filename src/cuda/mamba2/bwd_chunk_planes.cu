@@ -71,6 +71,32 @@ __device__ __forceinline__ void load_pair(const float * p, float & v0, float & v
     v0 = p[0], v1 = two ? p[1] : 0.0f;
 }
 
+/* A prefetch of the 128-byte line holding p into L2 (a hint: nothing comes back, nothing waits). */
+__device__ __forceinline__ void prefetch_l2(const void * p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+/* L2 prefetches of what the load step of head h (workspace slot w) reads from global memory: its
+ * dt, cm and dt-factor rows, S and G, and rows [0, L) of x, dout and z (where present) where those
+ * rows have unit stride. The block issues them for its next head before working on the current
+ * one, so the next load step finds its data in L2. Every address lies inside its tensor. */
+__device__ __forceinline__ void prefetch_head(const bw_args & a, const bw_chunk & ck, int h, long long w, int L) {
+    const long long PN = (long long)a.P * a.N, sn = (PN * 4 + 127) / 128, qn = ((long long)a.Q * 4 + 127) / 128;
+    for (long long e = threadIdx.x; e < 2 * sn; e += blockDim.x)
+        prefetch_l2((const char *)((e < sn ? a.st : a.gs) + w * PN) + (e % sn) * 128);
+    for (long long e = threadIdx.x; e < 3 * qn; e += blockDim.x)
+        prefetch_l2((const char *)((e < qn ? a.dtv : e < 2 * qn ? a.cmv : a.dfac) + w * a.Q) + (e % qn) * 128);
+    const ssmi_cu_view * rows[3] = {&a.x, &a.dout, &a.z};
+    for (int r = 0; r < (a.has_z ? 3 : 2); ++r) {
+        const ssmi_cu_view & v = *rows[r];
+        if (v.s[3] != 1) continue;
+        const int es = v.dtype == SSM_DTYPE_F64 ? 8 : v.dtype == SSM_DTYPE_F32 ? 4 : 2, per = 128 / es;
+        const int lines = (a.P + per - 1) / per;
+        for (int e = threadIdx.x; e < L * lines; e += blockDim.x) {
+            const int i = e / lines, k = (e % lines) * per;
+            prefetch_l2((const char *)v.p + off4(v.s, ck.row, ck.t0 + i, h, k) * es);
+        }
+    }
+}
+
 /* Rows [0, L) of a bf16 (batch, S, K, n) view (head/group k) into an exact plane [qp][ld] of
  * width w (zeros for rows ≥ L and columns ≥ n): with unit stride, n % 8 = 0 and 16-byte aligned
  * rows as 16-byte copies, else element by element. */
@@ -349,6 +375,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
         load_exact(xh, gm.lp, gm.pp, gm.qp, a.x, ck, h, P, L);
         load_split(dxh, dxl, dzf, gm.lp, gm.lz, gm.pp, gm.qp, a.dout, a.has_z != 0, a.z, nullptr, ck, h, P, L);
         const float total = expf(cl) * block_sum(load_states(sh, sl, gh, gl, gm, a, w), red); /* publishes the planes */
+        if (!last) prefetch_head(a, ck, h + 1, w + 1, L);
 
         /* dD partials, part 1: segment sg of the rows of column p (nseg segments of consecutive rows)
          * into red[sg·pp + p]; summed in segment order after A1's barrier */
