@@ -71,9 +71,9 @@ const bwd_entry bwd_table[] = {
  * and C once and summing the heads' dB/dC as it goes). Fewer, larger slices load B and C less
  * often and keep fewer dB/dC parts in the workspace; more slices give the grid more blocks. The
  * rule: the fewest slices per group that give the grid kSliceBlocks blocks, at most one per
- * kMinSlice heads (with R ≤ kMinSlice one slice). kSliceBlocks (about 8 blocks of one wave per SM
- * on current devices, where the kernel runs one block per SM) keeps the last, partial wave a small
- * part of the kernel's time; kMinSlice keeps a block's B and C load a small part of its work. A
+ * kMinSlice heads (with R ≤ kMinSlice one slice). kSliceBlocks (about 8 waves on devices of
+ * 114–148 SMs, the kernel running one block per SM) keeps the last, partial wave a small part of
+ * the kernel's time; kMinSlice keeps a block's B and C load a small part of its work. A
  * function of the problem only (never of the device): the order of the sums, so the bytes, are
  * the same on every device. Returns the heads per slice (0 for no heads). */
 const long long kSliceBlocks = 1024;
