@@ -8,7 +8,8 @@
  * dfinal_states, z, D (H) / (H, P) / none, dt_bias, softplus, dt_limit with clamped positions,
  * f32 / f16 / bf16 inputs with f32 or input-dtype gradients, padded and permuted layouts,
  * stride-0 A and dt_bias, index tensors in host and device memory, wide states (N = 256, P·N
- * up to 32768). Every entry of the selection table that applies runs (the default, then each
+ * up to 32768), and the plane kernel's slices of heads (one slice, several, a tail slice, R = 1).
+ * Every entry of the selection table that applies runs (the default, then each
  * forced: the tensor-core entries with 16-bit x, which fp32 x refuses without writing anything).
  * Outputs are NaN-poisoned before each run; two runs give identical bytes. Plus: no heads to sum
  * over (H = 0 is not valid, so a case with every output absent), and host tensors refused.
@@ -246,6 +247,29 @@ static void test_matrix(ssmt_rng * rng) {
     /* 16-bit x with P, N off every tile size (N % 4 ≠ 0: S and G staged by plain loads) */
     cfg.dtype = SSM_DTYPE_BF16, cfg.seqlen = 150, cfg.nheads = 6, cfg.ngroups = 3, cfg.headdim = 12, cfg.dstate = 9;
     cuda_case(rng, &cfg, 64, 0, 1, 0, 0, "S150 H6 P12 N9 G3 bf16 odd");
+
+    /* chunked_planes' slices of heads (bwd.cu plane_slice: blocks of a group take slices of its
+     * heads, at least 8 a slice, and as many slices as bring the grid to 1024 blocks): R = 1 (the
+     * chunk kernel writes dB/dC itself), R = 11 (two slices of 6 and 5 heads: a tail slice and
+     * the group sum over slices), R = 17 (three slices, 6 + 6 + 5), and 1024 (chunk, group) pairs
+     * with R = 10 (one slice of all 10 heads: its last head writes the group's dB/dC). */
+    static const int64_t vl[3] = {70, 0, 75};
+    const int            planes_before = g_planes_runs;
+    ssmt_mamba2_config_init(&cfg);
+    cfg.batch = 2, cfg.seqlen = 100, cfg.nheads = 4, cfg.ngroups = 4, cfg.headdim = 16, cfg.dstate = 32;
+    cfg.dtype = SSM_DTYPE_BF16, cfg.out_dtype = SSM_DTYPE_F32, cfg.d_mode = 2, cfg.has_z = 1, cfg.has_dt_bias = 1;
+    cfg.has_initial = 1, cfg.dt_softplus = 1;
+    cuda_case(rng, &cfg, 64, 0, 1, 0, 1, "S100 H4 P16 N32 G4 bf16 R1");
+    cfg.batch = 1, cfg.nheads = 11, cfg.ngroups = 1, cfg.nseq = 3, cfg.seqlens = vl;
+    cuda_case(rng, &cfg, 64, 0, 1, 0, 1, "varlen 70+0+75 H11 P16 N32 G1 bf16 R11 two slices");
+    cfg.nseq = 0, cfg.seqlens = NULL, cfg.batch = 2, cfg.seqlen = 130, cfg.seq_segments = 3;
+    cfg.nheads = 34, cfg.ngroups = 2, cfg.headdim = 8, cfg.dstate = 16, cfg.d_mode = 1;
+    cuda_case(rng, &cfg, 64, 1, 0, 0, 0, "S130 H34 P8 N16 G2 bf16 seq_idx R17 three slices");
+    cfg.batch = 2, cfg.seqlen = 8192, cfg.seq_segments = 0, cfg.nheads = 40, cfg.ngroups = 4;
+    cfg.has_initial = 0;
+    cuda_case(rng, &cfg, 256, 0, 1, 0, 0, "S8192 B2 H40 P8 N16 G4 bf16 R10 one slice of 10");
+    TEST_CHECK(g_planes_runs == planes_before + 4, "chunked_planes ran on %d of the 4 slice cases",
+               g_planes_runs - planes_before);
 }
 
 /* Host tensors with the CUDA backend are refused; a call with every output absent succeeds. */

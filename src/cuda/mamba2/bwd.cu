@@ -51,8 +51,9 @@ const bwd_entry bwd_table[] = {
     {"chunked_planes",
      "bf16 x, B, C and dout: the chunk kernel's operands written once into shared memory as bf16 planes (x, B, C "
      "exact; fp32 operands as a rounded plane and a remainder plane), products by ldmatrix + mma.sync m16n8k16 with "
-     "fp32 accumulators and their epilogues in registers, 16 warps per block, 64-token chunks; the chunk-local "
-     "states and state gradients on the same planes",
+     "fp32 accumulators and their epilogues in registers, 16 warps per block, 64-token chunks, a block per (chunk, "
+     "group, slice of heads) loading the chunk's B and C once and summing its heads' dB/dC in head order (no "
+     "per-head dB/dC buffers); the chunk-local states and state gradients on the same planes",
      "x, B, C and dout in bf16, and the chunk's planes fit shared memory", bwd_planes, true, true, false, 64},
     {"chunked_mma",
      "fp16/bf16 x: the chunk kernels' products on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulators, fp32 "
@@ -65,6 +66,25 @@ const bwd_entry bwd_table[] = {
      "fixed-order reductions",
      "any problem", bwd_any, false, false, true, 32},
 };
+
+/* The plane kernel's slice: the heads of a group one block takes in turn (loading the chunk's B
+ * and C once and summing the heads' dB/dC as it goes). Fewer, larger slices load B and C less
+ * often and keep fewer dB/dC parts in the workspace; more slices give the grid more blocks. The
+ * rule: the fewest slices per group that give the grid kSliceBlocks blocks, at most one per
+ * kMinSlice heads (with R ≤ kMinSlice one slice). kSliceBlocks (about 8 waves on devices of
+ * 114–148 SMs, the kernel running one block per SM) keeps the last, partial wave a small part of
+ * the kernel's time; kMinSlice keeps a block's B and C load a small part of its work. A
+ * function of the problem only (never of the device): the order of the sums, so the bytes, are
+ * the same on every device. Returns the heads per slice (0 for no heads). */
+const long long kSliceBlocks = 1024;
+const int       kMinSlice = 8;
+int plane_slice(long long nchunks, int G, int R) {
+    if (R <= 0) return 0;
+    const long long blocks = nchunks * G;
+    long long       ns = (R + kMinSlice - 1) / kMinSlice;
+    if (blocks > 0 && (kSliceBlocks + blocks - 1) / blocks < ns) ns = (kSliceBlocks + blocks - 1) / blocks;
+    return (int)((R + ns - 1) / ns);
+}
 
 /* Host plan: segments (as the CPU backend cuts them) and their chunks. */
 struct bwd_plan {
@@ -165,7 +185,7 @@ bwd_ws ws_layout(const bw_args & a) {
     l.ddp = take(&at, w * (size_t)a.P * f);
     l.dap = take(&at, w * f);
     l.dbp = take(&at, w * f);
-    const size_t hb = a.heads_buf ? (size_t)a.tokens * (size_t)a.H * (size_t)a.N * f : 0;
+    const size_t hb = a.R > 1 ? (size_t)a.tokens * (size_t)a.G * (size_t)a.parts * (size_t)a.N * f : 0;
     l.dbh = take(&at, a.want_db ? hb : 0);
     l.dch = take(&at, a.want_dc ? hb : 0);
     l.total = at;
@@ -252,7 +272,9 @@ extern "C" ssm_status ssmi_cuda_mamba2_scan_bwd(ssm_context * ctx, const ssm_mam
     ar.has_z = ssmi_present(&a->z), ar.has_d = ssmi_present(&a->d), ar.d2 = ar.has_d && a->d.ndim == 2;
     ar.has_bias = ssmi_present(&a->dt_bias);
     ar.want_dz = ssmi_present(&a->dz), ar.want_db = ssmi_present(&a->db), ar.want_dc = ssmi_present(&a->dc);
-    ar.heads_buf = ar.R != 1; /* R = 0 (no heads): the group sums write zeros */
+    ar.slice = e->planes ? plane_slice(pl.nchunks, ar.G, ar.R) : 1;
+    ar.nslices = ar.slice > 0 ? (ar.R + ar.slice - 1) / ar.slice : 0;
+    ar.parts = e->planes ? ar.nslices : ar.R; /* R = 0 (no heads): the group sums write zeros */
     ar.x = ssmi_cu_view_of(&a->x), ar.dt = ssmi_cu_view_of(&a->dt), ar.a = ssmi_cu_view_of(&a->a);
     ar.b = ssmi_cu_view_of(&a->b), ar.c = ssmi_cu_view_of(&a->c), ar.d = ssmi_cu_view_of(&a->d);
     ar.z = ssmi_cu_view_of(&a->z), ar.bias = ssmi_cu_view_of(&a->dt_bias);

@@ -16,9 +16,12 @@
  *   5. reverse pass    per (segment, head, state elements): dS_c replaced by G_c = ∂L/∂S_{c+1}
  *                      (dfinal_states or 0 after the last chunk), and dinitial_states;
  *   6. bwd_chunk       per (chunk, head): dz, δx, dx, ddt and the per-head dB/dC contributions,
- *                      and per-(chunk, head) partials of dD, dA, ddt_bias;
- *   7. reductions      dB/dC summed over the heads of a group in head order (G < H), and
- *                      dA/ddt_bias/dD summed over chunks in chunk order in float64.
+ *                      and per-(chunk, head) partials of dD, dA, ddt_bias; the bf16-plane kernel
+ *                      per (chunk, group, slice of heads) instead, its slice's heads in turn,
+ *                      their dB/dC contributions summed in head order as it goes;
+ *   7. reductions      dB/dC: the fp32 parts of a group (per head, or per slice of heads) summed
+ *                      in order where there are several, and dA/ddt_bias/dD summed over chunks
+ *                      in chunk order in float64.
  * Every output element is written by one thread; no atomics, so results are identical run to run.
  */
 #ifndef SSMI_CUDA_MAMBA2_BWD_CUH
@@ -65,18 +68,25 @@ struct bw_args {
     int       staged;       /* bwd_chunk stages S and G in shared memory       */
     int       mma;          /* the chunk kernels' products on the tensor cores  */
     int       exact16;      /* x, B, C and dout are bf16: exact bf16 operands   */
-    long long S;            /* tokens per row: the dB/dC head buffers' row pitch */
+    long long S;            /* tokens per row: the dB/dC parts' row pitch      */
     long long nchunks, nsegs;
     float     lo, hi;       /* dt_limit                                         */
     int       softplus;
-    int       has_z, has_d, d2, has_bias, want_dz, want_db, want_dc, heads_buf;
+    int       has_z, has_d, d2, has_bias, want_dz, want_db, want_dc;
+    /* dB and dC of a (token, group) are the sum of `parts` fp32 parts in dbh/dch (the group's
+     * heads, R of them, in the per-head chunk kernels; its slices of heads, nslices, in the plane
+     * kernel), added up in part order by group_sum_kernel (parts = 0, no heads: zeros); with
+     * parts = 1 the chunk kernel writes db/dc itself */
+    int       parts;
+    int       slice, nslices; /* the plane kernel: heads per block, blocks per (chunk, group) */
     ssmi_cu_view x, dt, a, b, c, d, z, bias, init, dout, dfin;
     bw_out       dx, ddt, dz, db, dc, da, dd, dbias, dinit;
     const bw_chunk * chunks;
     const bw_seg *   segs;
     /* workspace (fp32): [nchunks][H][Q] dt, cm, dfac; [nchunks][H] e^{cl} (the chunk's total
      * decay); [nchunks][H][P][N] states and state gradients; [nchunks][H][P] dD partials;
-     * [nchunks][H] dA and ddt_bias partials; with heads_buf, [batch·S][H][N] per-head dB and dC */
+     * [nchunks][H] dA and ddt_bias partials; with R > 1, [batch·S][G][parts][N] parts of dB and
+     * dC (the plane kernel's running sums of a slice's heads, the per-head kernels' heads) */
     float *dtv, *cmv, *dfac, *ecl, *st, *gs, *ddp, *dap, *dbp, *dbh, *dch;
     long long tokens; /* batch·S */
 };

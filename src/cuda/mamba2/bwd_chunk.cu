@@ -727,13 +727,13 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
         total = expf(cl) * block_sum(part, red);
     }
     auto db_out = [&](int j, int n, float v) {
-        if (a.heads_buf)
+        if (a.parts != 1)
             a.dbh[((ck.row * a.S + ck.t0 + j) * a.H + h) * (long long)N + n] = v;
         else
             ssmi_cu_st(a.db.p, a.db.dtype, off4(a.db.s, ck.row, ck.t0 + j, g, n), v);
     };
     auto dc_out = [&](int i, int n, float v) {
-        if (a.heads_buf)
+        if (a.parts != 1)
             a.dch[((ck.row * a.S + ck.t0 + i) * a.H + h) * (long long)N + n] = v;
         else
             ssmi_cu_st(a.dc.p, a.dc.dtype, off4(a.dc.s, ck.row, ck.t0 + i, g, n), v);

@@ -2,9 +2,12 @@
  * bwd_chunk_planes.cu — the chunk kernel of the Mamba-2 combined backward for bf16 x, B, C and
  * dout (entry chunked_planes; bwd.cuh lists the steps, bwd_chunk.cu's bwd_chunk_kernel the
  * formulas, which this kernel computes the same way). One block of kPlanesThreads threads per
- * (chunk, head). Every product operand is written once into shared memory as bf16 planes
- * (planes_geom): x, B and C as they are (exact), the fp32 operands (δx, S, G and the [Q][Q]
- * tables) as a rounded plane and a remainder plane, so a product of two split operands is three
+ * (chunk, group, slice of the group's heads: bw_args.slice heads, the last slice of a group
+ * possibly fewer), which loads the chunk's B and C once and runs the steps below for each head
+ * of its slice in head order, adding the heads' dB and dC up as it goes (step C). Every product
+ * operand is written once into shared memory as bf16 planes (planes_geom): x, B and C as they
+ * are (exact), the fp32 operands (δx, S, G and the [Q][Q] tables) as a rounded plane and a
+ * remainder plane, so a product of two split operands is three
  * bf16 products (the lo·lo term, ~2^-16 relative, dropped). Warps compute 16 × 16 output tiles by
  * ldmatrix + mma.sync m16n8k16 with fp32 accumulators; the epilogues (the scale of a row, the
  * per-tile row sums of q, r and ddt_loc, the stores) run on the accumulators in registers.
@@ -12,13 +15,13 @@
  * in column-tile order), so the bytes depend on neither the run nor the grid. The entry's
  * chunk-local states and state gradients (steps 2 and 4) run on the same planes
  * (bwd_states_planes_kernel).
- *   load  the [Q] vectors, x/B/C planes, δx planes and the dz factor, S and G planes and
- *         e^{cl}·<G, S>; dD partials
+ *   load  (once per block) the B and C planes; (per head) the [Q] vectors, the x plane, the δx
+ *         planes and the dz factor, S and G planes and e^{cl}·<G, S>; dD partials
  *   A1    per (i, j) tile below the diagonal: CB = C·Bᵀ and δx·xᵀ → W1, W2, dCB, CB·dCB
  *   A2    per (i, p) tile: C·Sᵀ → q partials, then (dz) e^{cm}·C·Sᵀ + W1·x + D·x → dz;
  *         e^{cl−cm}·B·Gᵀ → r partials, + W2ᵀ·δx = acc → dx, ddt_loc partials
  *   C     per (j, n) tile: e^{cl−cm_j}·dt_j·x·G + dCBᵀ·C → dB;  per (i, n): e^{cm_i}·δx·S + dCB·B → dC;
- *         intra sums from CB·dCB
+ *         each added to the slice's running sum of the earlier heads; intra sums from CB·dCB
  *   end   warp 0: the ddA recurrence, ddt, dA and ddt_bias partials.
  */
 #include "../../core/ssmi_scalar.h"
@@ -57,6 +60,41 @@ __device__ __forceinline__ void store_pair(float * p, float v0, float v1, bool t
     }
     p[0] = v0;
     if (two) p[1] = v1;
+}
+/* Its reverse: v0 = p[0] and, with two, v1 = p[1] (else 0). */
+__device__ __forceinline__ void load_pair(const float * p, float & v0, float & v1, bool two) {
+    if (two && ((uintptr_t)p & 7) == 0) {
+        const float2 v = *(const float2 *)p;
+        v0 = v.x, v1 = v.y;
+        return;
+    }
+    v0 = p[0], v1 = two ? p[1] : 0.0f;
+}
+
+/* A prefetch of the 128-byte line holding p into L2 (a hint: nothing comes back, nothing waits). */
+__device__ __forceinline__ void prefetch_l2(const void * p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
+
+/* L2 prefetches of what the load step of head h (workspace slot w) reads from global memory: its
+ * dt, cm and dt-factor rows, S and G, and rows [0, L) of x, dout and z (where present) where those
+ * rows have unit stride. The block issues them for its next head before working on the current
+ * one, so the next load step finds its data in L2. Every address lies inside its tensor. */
+__device__ __forceinline__ void prefetch_head(const bw_args & a, const bw_chunk & ck, int h, long long w, int L) {
+    const long long PN = (long long)a.P * a.N, sn = (PN * 4 + 127) / 128, qn = ((long long)a.Q * 4 + 127) / 128;
+    for (long long e = threadIdx.x; e < 2 * sn; e += blockDim.x)
+        prefetch_l2((const char *)((e < sn ? a.st : a.gs) + w * PN) + (e % sn) * 128);
+    for (long long e = threadIdx.x; e < 3 * qn; e += blockDim.x)
+        prefetch_l2((const char *)((e < qn ? a.dtv : e < 2 * qn ? a.cmv : a.dfac) + w * a.Q) + (e % qn) * 128);
+    const ssmi_cu_view * rows[3] = {&a.x, &a.dout, &a.z};
+    for (int r = 0; r < (a.has_z ? 3 : 2); ++r) {
+        const ssmi_cu_view & v = *rows[r];
+        if (v.s[3] != 1) continue;
+        const int es = v.dtype == SSM_DTYPE_F64 ? 8 : v.dtype == SSM_DTYPE_F32 ? 4 : 2, per = 128 / es;
+        const int lines = (a.P + per - 1) / per;
+        for (int e = threadIdx.x; e < L * lines; e += blockDim.x) {
+            const int i = e / lines, k = (e % lines) * per;
+            prefetch_l2((const char *)v.p + off4(v.s, ck.row, ck.t0 + i, h, k) * es);
+        }
+    }
 }
 
 /* Rows [0, L) of a bf16 (batch, S, K, n) view (head/group k) into an exact plane [qp][ld] of
@@ -303,240 +341,270 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
     float *dvec = (float *)(sm + gm.dvec), *red = (float *)(sm + gm.red);
 
     const long long ci = blockIdx.x;
-    const int       h = blockIdx.y, Q = a.Q, P = a.P, N = a.N, grp = h / a.R;
+    const int       Q = a.Q, P = a.P, N = a.N, grp = blockIdx.y / a.nslices, slc = blockIdx.y % a.nslices;
+    const int       h0 = grp * a.R + slc * a.slice, h1 = min(h0 + a.slice, (grp + 1) * a.R); /* the slice's heads */
     const bw_chunk  ck = a.chunks[ci];
     const int       L = ck.len, Kq = (L + 15) / 16 * 16;
-    const long long w = ci * a.H + h;
     const int       lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     const int       g4 = lane >> 2, t4 = lane & 3;
     const int       nT = gm.qp / 16, nP = gm.pp / 16, nN = gm.np / 16;
 
-    /* load */
-    const float * cmg = a.cmv + w * Q;
-    const float   cl = cmg[L - 1];
-    for (int i = threadIdx.x; i < gm.qp; i += blockDim.x) {
-        const float c = i < Q ? cmg[i] : cl;
-        dtv[i] = i < Q ? a.dtv[w * Q + i] : 0.0f, fac[i] = i < Q ? a.dfac[w * Q + i] : 0.0f, cms[i] = c;
-        ecm[i] = i < L ? expf(c) : 0.0f;
-        eclm[i] = i < L ? expf(cl - c) : 0.0f;
-    }
-    for (int p = threadIdx.x; p < gm.pp; p += blockDim.x) {
-        float dv = 0.0f;
-        if (a.has_d && p < P)
-            dv = a.d2 ? ssmi_cu_ld(a.d.p, a.d.dtype, off2(a.d.s, h, p)) : ssmi_cu_ld(a.d.p, a.d.dtype, (long long)h * a.d.s[0]);
-        dvec[p] = dv;
-    }
-    load_exact(xh, gm.lp, gm.pp, gm.qp, a.x, ck, h, P, L);
+    /* the group's B and C, kept for every head of the slice (the first head's block_sum publishes them) */
     load_exact(bh, gm.ln, gm.np, gm.qp, a.b, ck, grp, N, L);
     load_exact(ch, gm.ln, gm.np, gm.qp, a.c, ck, grp, N, L);
-    load_split(dxh, dxl, dzf, gm.lp, gm.lz, gm.pp, gm.qp, a.dout, a.has_z != 0, a.z, nullptr, ck, h, P, L);
-    const float total = expf(cl) * block_sum(load_states(sh, sl, gh, gl, gm, a, w), red); /* publishes the planes */
-
-    /* dD partials, part 1: segment sg of the rows of column p (nseg segments of consecutive rows)
-     * into red[sg·pp + p]; summed in segment order after A1's barrier */
-    const int nseg = max(1, (int)blockDim.x / gm.pp), rows = (L + nseg - 1) / nseg;
-    for (int e = threadIdx.x; e < nseg * gm.pp; e += blockDim.x) {
-        const int p = e % gm.pp, sg = e / gm.pp;
-        float     s = 0.0f;
-        for (int i = sg * rows; i < min(L, (sg + 1) * rows); ++i) {
-            const int o = i * gm.lp + p;
-            s += (__bfloat162float(dxh[o]) + __bfloat162float(dxl[o])) * __bfloat162float(xh[o]);
+    for (int h = h0; h < h1; ++h) {
+        if (h > h0) __syncthreads(); /* the previous head's last reads of shared memory are done */
+        const long long w = ci * a.H + h;
+        const bool      first = h == h0, last = h == h1 - 1;
+        /* load */
+        const float * cmg = a.cmv + w * Q;
+        const float   cl = cmg[L - 1];
+        for (int i = threadIdx.x; i < gm.qp; i += blockDim.x) {
+            const float c = i < Q ? cmg[i] : cl;
+            dtv[i] = i < Q ? a.dtv[w * Q + i] : 0.0f, fac[i] = i < Q ? a.dfac[w * Q + i] : 0.0f, cms[i] = c;
+            ecm[i] = i < L ? expf(c) : 0.0f;
+            eclm[i] = i < L ? expf(cl - c) : 0.0f;
         }
-        red[e] = s;
-    }
-
-    /* A1: the [Q][Q] tables, tile (it, jt); tiles above the diagonal or past L are zeros */
-    for (int t = warp; t < nT * nT; t += nwarps) {
-        const int  m0 = (t / nT) * 16, n0 = (t % nT) * 16;
-        const bool live = n0 <= m0 && m0 < L;
-        float      cb[2][4], dc[2][4];
-        zero_acc(cb), zero_acc(dc);
-        if (live) {
-            tile_mma<false, false, false, false>(cb, ch, nullptr, gm.ln, bh, nullptr, gm.ln, m0, n0, 0, gm.np);
-            tile_mma<false, false, true, false>(dc, dxh, dxl, gm.lp, xh, nullptr, gm.lp, m0, n0, 0, gm.pp);
+        for (int p = threadIdx.x; p < gm.pp; p += blockDim.x) {
+            float dv = 0.0f;
+            if (a.has_d && p < P)
+                dv = a.d2 ? ssmi_cu_ld(a.d.p, a.d.dtype, off2(a.d.s, h, p))
+                          : ssmi_cu_ld(a.d.p, a.d.dtype, (long long)h * a.d.s[0]);
+            dvec[p] = dv;
         }
+        load_exact(xh, gm.lp, gm.pp, gm.qp, a.x, ck, h, P, L);
+        load_split(dxh, dxl, dzf, gm.lp, gm.lz, gm.pp, gm.qp, a.dout, a.has_z != 0, a.z, nullptr, ck, h, P, L);
+        const float total = expf(cl) * block_sum(load_states(sh, sl, gh, gl, gm, a, w), red); /* publishes the planes */
+        if (!last) prefetch_head(a, ck, h + 1, w + 1, L);
+
+        /* dD partials, part 1: segment sg of the rows of column p (nseg segments of consecutive rows)
+         * into red[sg·pp + p]; summed in segment order after A1's barrier */
+        const int nseg = max(1, (int)blockDim.x / gm.pp), rows = (L + nseg - 1) / nseg;
+        for (int e = threadIdx.x; e < nseg * gm.pp; e += blockDim.x) {
+            const int p = e % gm.pp, sg = e / gm.pp;
+            float     s = 0.0f;
+            for (int i = sg * rows; i < min(L, (sg + 1) * rows); ++i) {
+                const int o = i * gm.lp + p;
+                s += (__bfloat162float(dxh[o]) + __bfloat162float(dxl[o])) * __bfloat162float(xh[o]);
+            }
+            red[e] = s;
+        }
+
+        /* A1: the [Q][Q] tables, tile (it, jt); tiles above the diagonal or past L are zeros */
+        for (int t = warp; t < nT * nT; t += nwarps) {
+            const int  m0 = (t / nT) * 16, n0 = (t % nT) * 16;
+            const bool live = n0 <= m0 && m0 < L;
+            float      cb[2][4], dc[2][4];
+            zero_acc(cb), zero_acc(dc);
+            if (live) {
+                tile_mma<false, false, false, false>(cb, ch, nullptr, gm.ln, bh, nullptr, gm.ln, m0, n0, 0, gm.np);
+                tile_mma<false, false, true, false>(dc, dxh, dxl, gm.lp, xh, nullptr, gm.lp, m0, n0, 0, gm.pp);
+            }
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int i = m0 + g4 + 8 * hh, j0 = n0 + 8 * j + 2 * t4;
+                    float     w1[2], w2[2], d[2], pr[2];
+#pragma unroll
+                    for (int u = 0; u < 2; ++u) {
+                        const int jj = j0 + u;
+                        w1[u] = w2[u] = d[u] = pr[u] = 0.0f;
+                        if (live && jj <= i && i < L) {
+                            const float ex = expf(cms[i] - cms[jj]), cbx = cb[j][2 * hh + u] * ex;
+                            w2[u] = cbx;
+                            w1[u] = cbx * dtv[jj];
+                            d[u] = dc[j][2 * hh + u] * (ex * dtv[jj]);
+                            pr[u] = cb[j][2 * hh + u] * d[u];
+                        }
+                    }
+                    const int o = i * gm.lq + j0;
+                    split_pair(w1[0], w1[1], w1h, w1l, o);
+                    split_pair(w2[0], w2[1], w2h, w2l, o);
+                    split_pair(d[0], d[1], dch, dcl, o);
+                    prod[i * gm.lf + j0] = pr[0], prod[i * gm.lf + j0 + 1] = pr[1];
+                }
+        }
+        __syncthreads();
+
+        for (int p = threadIdx.x; p < P; p += blockDim.x) { /* dD partials, part 2 */
+            float s = 0.0f;
+            for (int sg = 0; sg < nseg; ++sg) s += red[sg * gm.pp + p];
+            a.ddp[w * P + p] = s;
+        }
+
+        /* A2: jobs [0, nT·nP) the C·Sᵀ tiles (q, dz), [nT·nP, 2·nT·nP) the B·Gᵀ tiles (r, acc, dx, ddt_loc) */
+        const bool want_dz = a.has_z && a.want_dz;
+        for (int t = warp; t < 2 * nT * nP; t += nwarps) {
+            const bool ys = t < nT * nP;
+            const int  tt = ys ? t : t - nT * nP, pt = tt % nP, m0 = (tt / nP) * 16, p0 = pt * 16;
+            if (m0 >= L) continue;
+            float c[2][4];
+            zero_acc(c);
+            if (ys) tile_mma<false, false, false, true>(c, ch, nullptr, gm.ln, sh, sl, gm.ln, m0, p0, 0, gm.np);
+            else tile_mma<false, false, false, true>(c, bh, nullptr, gm.ln, gh, gl, gm.ln, m0, p0, 0, gm.np);
+            float s[2] = {0.0f, 0.0f}; /* rows m0 + g4 and m0 + g4 + 8 */
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
-                const int i = m0 + g4 + 8 * hh, j0 = n0 + 8 * j + 2 * t4;
-                float     w1[2], w2[2], d[2], pr[2];
+                const int i = m0 + g4 + 8 * hh;
 #pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const int jj = j0 + u;
-                    w1[u] = w2[u] = d[u] = pr[u] = 0.0f;
-                    if (live && jj <= i && i < L) {
-                        const float ex = expf(cms[i] - cms[jj]), cbx = cb[j][2 * hh + u] * ex;
-                        w2[u] = cbx;
-                        w1[u] = cbx * dtv[jj];
-                        d[u] = dc[j][2 * hh + u] * (ex * dtv[jj]);
-                        pr[u] = cb[j][2 * hh + u] * d[u];
+                for (int j = 0; j < 2; ++j) {
+                    const int o = i * gm.lp + p0 + 8 * j + 2 * t4;
+                    if (ys) { /* q: <δx_i, (C·Sᵀ)_i> */
+                        const float2 dx = split_at(dxh, dxl, o);
+                        s[hh] += dx.x * c[j][2 * hh] + dx.y * c[j][2 * hh + 1];
+                    } else { /* r: <x_i, e^{cl−cm_i}·(B·Gᵀ)_i> */
+                        const float2 xv = exact_at(xh, o);
+                        c[j][2 * hh] *= eclm[i], c[j][2 * hh + 1] *= eclm[i];
+                        s[hh] += xv.x * c[j][2 * hh] + xv.y * c[j][2 * hh + 1];
                     }
                 }
-                const int o = i * gm.lq + j0;
-                split_pair(w1[0], w1[1], w1h, w1l, o);
-                split_pair(w2[0], w2[1], w2h, w2l, o);
-                split_pair(d[0], d[1], dch, dcl, o);
-                prod[i * gm.lf + j0] = pr[0], prod[i * gm.lf + j0 + 1] = pr[1];
+                s[hh] = quad_sum(s[hh]);
             }
-    }
-    __syncthreads();
-
-    for (int p = threadIdx.x; p < P; p += blockDim.x) { /* dD partials, part 2 */
-        float s = 0.0f;
-        for (int sg = 0; sg < nseg; ++sg) s += red[sg * gm.pp + p];
-        a.ddp[w * P + p] = s;
-    }
-
-    /* A2: jobs [0, nT·nP) the C·Sᵀ tiles (q, dz), [nT·nP, 2·nT·nP) the B·Gᵀ tiles (r, acc, dx, ddt_loc) */
-    const bool want_dz = a.has_z && a.want_dz;
-    for (int t = warp; t < 2 * nT * nP; t += nwarps) {
-        const bool ys = t < nT * nP;
-        const int  tt = ys ? t : t - nT * nP, pt = tt % nP, m0 = (tt / nP) * 16, p0 = pt * 16;
-        if (m0 >= L) continue;
-        float c[2][4];
-        zero_acc(c);
-        if (ys) tile_mma<false, false, false, true>(c, ch, nullptr, gm.ln, sh, sl, gm.ln, m0, p0, 0, gm.np);
-        else tile_mma<false, false, false, true>(c, bh, nullptr, gm.ln, gh, gl, gm.ln, m0, p0, 0, gm.np);
-        float s[2] = {0.0f, 0.0f}; /* rows m0 + g4 and m0 + g4 + 8 */
+            float * part = ys ? qpart : rpart;
+            if (t4 == 0) part[pt * gm.qp + m0 + g4] = s[0], part[pt * gm.qp + m0 + g4 + 8] = s[1];
+            if (ys) {
+                if (!want_dz) continue;
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const int i = m0 + g4 + 8 * hh;
+                for (int hh = 0; hh < 2; ++hh) {
+                    const float e = ecm[m0 + g4 + 8 * hh];
 #pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                const int o = i * gm.lp + p0 + 8 * j + 2 * t4;
-                if (ys) { /* q: <δx_i, (C·Sᵀ)_i> */
-                    const float2 dx = split_at(dxh, dxl, o);
-                    s[hh] += dx.x * c[j][2 * hh] + dx.y * c[j][2 * hh + 1];
-                } else { /* r: <x_i, e^{cl−cm_i}·(B·Gᵀ)_i> */
-                    const float2 xv = exact_at(xh, o);
-                    c[j][2 * hh] *= eclm[i], c[j][2 * hh + 1] *= eclm[i];
-                    s[hh] += xv.x * c[j][2 * hh] + xv.y * c[j][2 * hh + 1];
+                    for (int j = 0; j < 2; ++j) c[j][2 * hh] *= e, c[j][2 * hh + 1] *= e;
                 }
+                tile_mma<false, true, true, false>(c, w1h, w1l, gm.lq, xh, nullptr, gm.lp, m0, p0, 0, min(m0 + 16, Kq));
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int i = m0 + g4 + 8 * hh;
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) {
+                        const int    p = p0 + 8 * j + 2 * t4;
+                        const float2 xv = exact_at(xh, i * gm.lp + p);
+                        if (i >= L || p >= P) continue;
+                        const float y0 = c[j][2 * hh] + dvec[p] * xv.x, y1 = c[j][2 * hh + 1] + dvec[p + 1] * xv.y;
+                        store_pair(a.dz, off4(a.dz.s, ck.row, ck.t0 + i, h, p), dzf[i * gm.lz + p] * y0,
+                                   dzf[i * gm.lz + p + 1] * y1, p + 1 < P);
+                    }
+                }
+            } else {
+                tile_mma<true, true, true, true>(c, w2h, w2l, gm.lq, dxh, dxl, gm.lp, m0, p0, m0, Kq);
+                float d[2] = {0.0f, 0.0f};
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int i = m0 + g4 + 8 * hh;
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) {
+                        const int    p = p0 + 8 * j + 2 * t4, o = i * gm.lp + p;
+                        const float2 xv = exact_at(xh, o), dx = split_at(dxh, dxl, o);
+                        d[hh] += c[j][2 * hh] * xv.x + c[j][2 * hh + 1] * xv.y;
+                        if (a.dx.p != NULL && i < L && p < P)
+                            store_pair(a.dx, off4(a.dx.s, ck.row, ck.t0 + i, h, p),
+                                       c[j][2 * hh] * dtv[i] + dvec[p] * dx.x,
+                                       c[j][2 * hh + 1] * dtv[i] + dvec[p + 1] * dx.y, p + 1 < P);
+                    }
+                    d[hh] = quad_sum(d[hh]);
+                }
+                if (t4 == 0) tpart[pt * gm.qp + m0 + g4] = d[0], tpart[pt * gm.qp + m0 + g4 + 8] = d[1];
             }
-            s[hh] = quad_sum(s[hh]);
         }
-        float * part = ys ? qpart : rpart;
-        if (t4 == 0) part[pt * gm.qp + m0 + g4] = s[0], part[pt * gm.qp + m0 + g4 + 8] = s[1];
-        if (ys) {
-            if (!want_dz) continue;
+
+        /* C: jobs [0, nT·nN) dB tiles (j, n), [nT·nN, 2·nT·nN) dC tiles (i, n), summed over the slice's
+         * heads in head order: a tile's elements belong to one lane of one warp for every head, which
+         * keeps the running sum in the slice's part of the workspace (read back before this head's
+         * products, written after them); the last head writes the sum to db/dc where the slice is the
+         * whole group (parts = 1), else to the workspace part that the group sum adds up. Then the
+         * intra sums. */
+        const bool direct = last && a.parts == 1;
+        for (int t = warp; t < 2 * nT * nN; t += nwarps) {
+            const bool db = t < nT * nN;
+            const int  tt = db ? t : t - nT * nN, m0 = (tt / nN) * 16, n0 = (tt % nN) * 16;
+            if (m0 >= L || (db ? !a.want_db : !a.want_dc)) continue;
+            /* the running sum of element (i, n) in the workspace */
+            float * const part = db ? a.dbh : a.dch;
+            auto          part_at = [&](int i, int n) {
+                return part + (((ck.row * a.S + ck.t0 + i) * a.G + grp) * a.parts + slc) * (long long)N + n;
+            };
+            float prev[2][4];
+            zero_acc(prev);
+            if (!first)
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) {
+                        const int i = m0 + g4 + 8 * hh, n = n0 + 8 * j + 2 * t4;
+                        if (i < L && n < N) load_pair(part_at(i, n), prev[j][2 * hh], prev[j][2 * hh + 1], n + 1 < N);
+                    }
+            float c[2][4];
+            zero_acc(c);
+            if (db) tile_mma<false, true, false, true>(c, xh, nullptr, gm.lp, gh, gl, gm.ln, m0, n0, 0, gm.pp);
+            else tile_mma<false, true, true, true>(c, dxh, dxl, gm.lp, sh, sl, gm.ln, m0, n0, 0, gm.pp);
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
-                const float e = ecm[m0 + g4 + 8 * hh];
+                const int   i = m0 + g4 + 8 * hh;
+                const float sc = db ? eclm[i] * dtv[i] : ecm[i];
 #pragma unroll
-                for (int j = 0; j < 2; ++j) c[j][2 * hh] *= e, c[j][2 * hh + 1] *= e;
+                for (int j = 0; j < 2; ++j) c[j][2 * hh] *= sc, c[j][2 * hh + 1] *= sc;
             }
-            tile_mma<false, true, true, false>(c, w1h, w1l, gm.lq, xh, nullptr, gm.lp, m0, p0, 0, min(m0 + 16, Kq));
+            if (db) tile_mma<true, true, true, false>(c, dch, dcl, gm.lq, ch, nullptr, gm.ln, m0, n0, m0, Kq);
+            else tile_mma<false, true, true, false>(c, dch, dcl, gm.lq, bh, nullptr, gm.ln, m0, n0, 0, min(m0 + 16, Kq));
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
                 const int i = m0 + g4 + 8 * hh;
+                if (i >= L) continue;
 #pragma unroll
                 for (int j = 0; j < 2; ++j) {
-                    const int    p = p0 + 8 * j + 2 * t4;
-                    const float2 xv = exact_at(xh, i * gm.lp + p);
-                    if (i >= L || p >= P) continue;
-                    const float y0 = c[j][2 * hh] + dvec[p] * xv.x, y1 = c[j][2 * hh + 1] + dvec[p + 1] * xv.y;
-                    store_pair(a.dz, off4(a.dz.s, ck.row, ck.t0 + i, h, p), dzf[i * gm.lz + p] * y0,
-                               dzf[i * gm.lz + p + 1] * y1, p + 1 < P);
+                    const int n = n0 + 8 * j + 2 * t4;
+                    if (n >= N) continue;
+                    float v0 = c[j][2 * hh], v1 = c[j][2 * hh + 1];
+                    if (!first) v0 = prev[j][2 * hh] + v0, v1 = prev[j][2 * hh + 1] + v1;
+                    if (!direct)
+                        store_pair(part_at(i, n), v0, v1, n + 1 < N);
+                    else if (db)
+                        store_pair(a.db, off4(a.db.s, ck.row, ck.t0 + i, grp, n), v0, v1, n + 1 < N);
+                    else
+                        store_pair(a.dc, off4(a.dc.s, ck.row, ck.t0 + i, grp, n), v0, v1, n + 1 < N);
                 }
             }
-        } else {
-            tile_mma<true, true, true, true>(c, w2h, w2l, gm.lq, dxh, dxl, gm.lp, m0, p0, m0, Kq);
-            float d[2] = {0.0f, 0.0f};
+        }
+        /* intra_k = Σ_{i≥k} Σ_{j<k} (CB·dCB)_ij: each row i < L becomes its exclusive prefix sums over j
+         * (a warp per row, two columns per lane, a fixed shuffle scan), then thread k sums column k
+         * over rows k..L−1 in order */
+        for (int i = warp; i < L; i += nwarps) {
+            float *     row = prod + i * gm.lf;
+            const int   j0 = 2 * lane;
+            const float v0 = j0 < gm.qp ? row[j0] : 0.0f, v1 = j0 + 1 < gm.qp ? row[j0 + 1] : 0.0f;
+            float       inc = v0 + v1;
 #pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                const int i = m0 + g4 + 8 * hh;
-#pragma unroll
-                for (int j = 0; j < 2; ++j) {
-                    const int    p = p0 + 8 * j + 2 * t4, o = i * gm.lp + p;
-                    const float2 xv = exact_at(xh, o), dx = split_at(dxh, dxl, o);
-                    d[hh] += c[j][2 * hh] * xv.x + c[j][2 * hh + 1] * xv.y;
-                    if (a.dx.p != NULL && i < L && p < P)
-                        store_pair(a.dx, off4(a.dx.s, ck.row, ck.t0 + i, h, p), c[j][2 * hh] * dtv[i] + dvec[p] * dx.x,
-                                   c[j][2 * hh + 1] * dtv[i] + dvec[p + 1] * dx.y, p + 1 < P);
-                }
-                d[hh] = quad_sum(d[hh]);
+            for (int o = 1; o < 32; o <<= 1) {
+                const float u = __shfl_up_sync(0xffffffffu, inc, o);
+                if (lane >= o) inc += u;
             }
-            if (t4 == 0) tpart[pt * gm.qp + m0 + g4] = d[0], tpart[pt * gm.qp + m0 + g4 + 8] = d[1];
+            const float up = __shfl_up_sync(0xffffffffu, inc, 1), ex = lane > 0 ? up : 0.0f;
+            if (j0 < gm.qp) row[j0] = ex;
+            if (j0 + 1 < gm.qp) row[j0 + 1] = ex + v0;
         }
-    }
+        __syncthreads();
+        for (int k = threadIdx.x; k < L; k += blockDim.x) {
+            float in = 0.0f;
+            for (int i = k; i < L; ++i) in += prod[i * gm.lf + k];
+            intra[k] = in;
+        }
+        __syncthreads();
 
-    /* C: jobs [0, nT·nN) dB tiles (j, n), [nT·nN, 2·nT·nN) dC tiles (i, n); then the intra sums */
-    for (int t = warp; t < 2 * nT * nN; t += nwarps) {
-        const bool db = t < nT * nN;
-        const int  tt = db ? t : t - nT * nN, m0 = (tt / nN) * 16, n0 = (tt % nN) * 16;
-        if (m0 >= L || (db ? !a.want_db : !a.want_dc)) continue;
-        float c[2][4];
-        zero_acc(c);
-        if (db) tile_mma<false, true, false, true>(c, xh, nullptr, gm.lp, gh, gl, gm.ln, m0, n0, 0, gm.pp);
-        else tile_mma<false, true, true, true>(c, dxh, dxl, gm.lp, sh, sl, gm.ln, m0, n0, 0, gm.pp);
+        /* the ddA recurrence, ddt, and the dA / ddt_bias partials on warp 0: q, r and ddt_loc of its
+         * two tokens from the column-tile partials, summed in tile order */
+        if (warp == 0) {
+            float qv[2] = {0.0f, 0.0f}, rv[2] = {0.0f, 0.0f}, tv[2] = {0.0f, 0.0f};
 #pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const int   i = m0 + g4 + 8 * hh;
-            const float sc = db ? eclm[i] * dtv[i] : ecm[i];
-#pragma unroll
-            for (int j = 0; j < 2; ++j) c[j][2 * hh] *= sc, c[j][2 * hh + 1] *= sc;
-        }
-        if (db) tile_mma<true, true, true, false>(c, dch, dcl, gm.lq, ch, nullptr, gm.ln, m0, n0, m0, Kq);
-        else tile_mma<false, true, true, false>(c, dch, dcl, gm.lq, bh, nullptr, gm.ln, m0, n0, 0, min(m0 + 16, Kq));
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const int i = m0 + g4 + 8 * hh;
-            if (i >= L) continue;
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                const int n = n0 + 8 * j + 2 * t4;
-                if (n >= N) continue;
-                const float v0 = c[j][2 * hh], v1 = c[j][2 * hh + 1];
-                if (a.heads_buf)
-                    store_pair((db ? a.dbh : a.dch) + ((ck.row * a.S + ck.t0 + i) * a.H + h) * (long long)N + n, v0, v1,
-                               n + 1 < N);
-                else if (db)
-                    store_pair(a.db, off4(a.db.s, ck.row, ck.t0 + i, grp, n), v0, v1, n + 1 < N);
-                else
-                    store_pair(a.dc, off4(a.dc.s, ck.row, ck.t0 + i, grp, n), v0, v1, n + 1 < N);
+            for (int u = 0; u < 2; ++u) {
+                const int k = 2 * lane + u;
+                if (k >= L) continue;
+                float sq = 0.0f, sr = 0.0f, st = 0.0f;
+                for (int pt = 0; pt < nP; ++pt)
+                    sq += qpart[pt * gm.qp + k], sr += rpart[pt * gm.qp + k], st += tpart[pt * gm.qp + k];
+                qv[u] = ecm[k] * sq, rv[u] = dtv[k] * sr, tv[u] = st;
             }
+            dda_tail(a, ck, h, w, L, total, qv, rv, tv, intra, fac, dtv);
         }
-    }
-    /* intra_k = Σ_{i≥k} Σ_{j<k} (CB·dCB)_ij: each row i < L becomes its exclusive prefix sums over j
-     * (a warp per row, two columns per lane, a fixed shuffle scan), then thread k sums column k
-     * over rows k..L−1 in order */
-    for (int i = warp; i < L; i += nwarps) {
-        float *     row = prod + i * gm.lf;
-        const int   j0 = 2 * lane;
-        const float v0 = j0 < gm.qp ? row[j0] : 0.0f, v1 = j0 + 1 < gm.qp ? row[j0 + 1] : 0.0f;
-        float       inc = v0 + v1;
-#pragma unroll
-        for (int o = 1; o < 32; o <<= 1) {
-            const float u = __shfl_up_sync(0xffffffffu, inc, o);
-            if (lane >= o) inc += u;
-        }
-        const float up = __shfl_up_sync(0xffffffffu, inc, 1), ex = lane > 0 ? up : 0.0f;
-        if (j0 < gm.qp) row[j0] = ex;
-        if (j0 + 1 < gm.qp) row[j0 + 1] = ex + v0;
-    }
-    __syncthreads();
-    for (int k = threadIdx.x; k < L; k += blockDim.x) {
-        float in = 0.0f;
-        for (int i = k; i < L; ++i) in += prod[i * gm.lf + k];
-        intra[k] = in;
-    }
-    __syncthreads();
-
-    /* the ddA recurrence, ddt, and the dA / ddt_bias partials on warp 0: q, r and ddt_loc of its
-     * two tokens from the column-tile partials, summed in tile order */
-    if (warp == 0) {
-        float qv[2] = {0.0f, 0.0f}, rv[2] = {0.0f, 0.0f}, tv[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int u = 0; u < 2; ++u) {
-            const int k = 2 * lane + u;
-            if (k >= L) continue;
-            float sq = 0.0f, sr = 0.0f, st = 0.0f;
-            for (int pt = 0; pt < nP; ++pt)
-                sq += qpart[pt * gm.qp + k], sr += rpart[pt * gm.qp + k], st += tpart[pt * gm.qp + k];
-            qv[u] = ecm[k] * sq, rv[u] = dtv[k] * sr, tv[u] = st;
-        }
-        dda_tail(a, ck, h, w, L, total, qv, rv, tv, intra, fac, dtv);
     }
 }
 
@@ -556,7 +624,8 @@ ssm_status launch_bwd_chunk_planes(ssm_context * ctx, const char * op, const bw_
     if (a.nchunks == 0 || a.H == 0) return SSM_STATUS_OK;
     const size_t bytes = planes_geom_of(a.Q, a.P, a.N).total;
     SSM_FORWARD_IF_ERROR(smem_optin(ctx, op, (const void *)bwd_chunk_planes_kernel, bytes));
-    bwd_chunk_planes_kernel<<<dim3((unsigned)a.nchunks, (unsigned)a.H), kPlanesThreads, bytes, ssmi_cuda_stream(ctx)>>>(a);
+    const dim3 grid((unsigned)a.nchunks, (unsigned)(a.G * a.nslices));
+    bwd_chunk_planes_kernel<<<grid, kPlanesThreads, bytes, ssmi_cuda_stream(ctx)>>>(a);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "bwd_chunk_planes_kernel");
     return SSM_STATUS_OK;
 }

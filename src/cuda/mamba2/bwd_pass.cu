@@ -1,7 +1,7 @@
 /*
  * bwd_pass.cu — the sequential parts of the Mamba-2 combined backward (bwd.cuh lists the steps):
  * the state pass along each segment, its reverse (the state gradients and dinitial_states), and
- * the fixed-order reductions (dB/dC over the heads of a group, dA/ddt_bias/dD over chunks).
+ * the fixed-order reductions (dB/dC over the parts of a group, dA/ddt_bias/dD over chunks).
  * The passes run one thread per (segment, head, state element), or per 4 of them where P·N % 4 = 0
  * (then the slots stream through shared memory by cp.async, double-buffered, so the loads in
  * flight are not bounded by registers), the chunks of the segment in order (forward) or in
@@ -147,22 +147,22 @@ __global__ void state_pass4_kernel(bw_args a) {
         }
 }
 
-/* dB and dC of every (token, group, n): the per-head contributions summed in head order. */
+/* dB and dC of every (token, group, n): the group's parts (bw_args.parts) summed in part order. */
 __global__ void group_sum_kernel(bw_args a) {
     const long long GN = (long long)a.G * a.N;
     const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= a.tokens * GN) return;
     const long long t = e / GN;
     const int       g = (int)((e % GN) / a.N), n = (int)(e % a.N);
-    const long long row = t / a.S, tok = t % a.S;
+    const long long row = t / a.S, tok = t % a.S, at = ((t * a.G + g) * a.parts) * a.N + n;
     if (a.want_db) {
         float s = 0.0f;
-        for (int r = 0; r < a.R; ++r) s += a.dbh[(t * a.H + (long long)g * a.R + r) * a.N + n];
+        for (int r = 0; r < a.parts; ++r) s += a.dbh[at + (long long)r * a.N];
         ssmi_cu_st(a.db.p, a.db.dtype, off4(a.db.s, row, tok, g, n), s);
     }
     if (a.want_dc) {
         float s = 0.0f;
-        for (int r = 0; r < a.R; ++r) s += a.dch[(t * a.H + (long long)g * a.R + r) * a.N + n];
+        for (int r = 0; r < a.parts; ++r) s += a.dch[at + (long long)r * a.N];
         ssmi_cu_st(a.dc.p, a.dc.dtype, off4(a.dc.s, row, tok, g, n), s);
     }
 }
@@ -227,7 +227,7 @@ ssm_status launch_state_grad_pass(ssm_context * ctx, const char * op, const bw_a
 ssm_status launch_bwd_reduce(ssm_context * ctx, const char * op, const bw_args & a) {
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     const long long    n = a.tokens * a.G * a.N;
-    if (a.heads_buf && (a.want_db || a.want_dc) && n > 0) {
+    if (a.parts != 1 && (a.want_db || a.want_dc) && n > 0) {
         group_sum_kernel<<<(unsigned)((n + kThreads - 1) / kThreads), kThreads, 0, s>>>(a);
         SSMI_CU_CHECK_LAUNCH(ctx, op, "group_sum_kernel");
     }
