@@ -8,7 +8,9 @@
  * dfinal_states, z, D (H) / (H, P) / none, dt_bias, softplus, dt_limit with clamped positions,
  * f32 / f16 / bf16 inputs with f32 or input-dtype gradients, padded and permuted layouts,
  * stride-0 A and dt_bias, index tensors in host and device memory, wide states (N = 256, P·N
- * up to 32768), and the plane kernel's slices of heads (one slice, several, a tail slice, R = 1).
+ * up to 32768), the plane kernel's slices of heads (one slice, several, a tail slice, R = 1), and
+ * head batches (several, with a tail, in every entry; a group run alone, in one batch, gives the
+ * bytes of its part of the batched whole).
  * Every entry of the selection table that applies runs (the default, then each
  * forced: the tensor-core entries with 16-bit x, which fp32 x refuses without writing anything).
  * Outputs are NaN-poisoned before each run; two runs give identical bytes. Plus: no heads to sum
@@ -331,18 +333,18 @@ static void test_matrix(ssmt_rng * rng) {
  * slice). Many short varlen sequences (one internal chunk each) make those states large at a
  * small cost for the reference. Each case runs every entry against the bars, twice for equal
  * bytes, and one group alone (whose states fit one batch) for the bytes of its part of the whole:
- *   400 sequences (1–4 tokens, five of 150: several chunks per segment in the passes, one
- *   empty), H22 G2 R11 P64 N32: 409 chunks of 64 (419 of 32), 6.4 MiB per head. chunked_planes:
- *   slices 6 + 5 per group, batches of 3 slices, heads 0–16 (across the group boundary) and the
- *   tail 17–21; chunked_mma 20 + 2 heads; chunked_fp32 19 + 3. Group 1 alone: one batch, the
- *   same slices (6 + 5), so its dB/dC sums are the same.
+ *   400 sequences (1–4 tokens, five of 600: more chunks per segment than a pass loads at once,
+ *   one empty), H22 G2 R11 P64 N32: 444 chunks of 64 (489 of 32), 6.9 MiB per head (7.6 MiB).
+ *   chunked_planes: slices 6 + 5 per group, batches of 3 slices, heads 0–16 (across the group
+ *   boundary) and the tail 17–21; chunked_mma 18 + 4 heads; chunked_fp32 16 + 6. Group 1 alone:
+ *   one batch, the same slices (6 + 5), so its dB/dC sums are the same.
  *   3668 sequences of 3 tokens, H10 G5 R2 P31 N33 (P·N odd: the one-element passes; N % 4 ≠ 0:
  *   plain state loads): 28.6 MiB per head. Every entry: batches of 4 + 4 + 2 heads (the plane
  *   kernel's slices are its groups of 2, whose last head writes dB/dC). Group 4 alone is the
  *   tail batch of the whole. */
 static void test_head_batches(ssmt_rng * rng) {
     static int64_t lens1[400], lens2[3668];
-    for (int s = 0; s < 400; ++s) lens1[s] = s == 200 ? 0 : s % 97 == 5 ? 150 : 1 + s % 4;
+    for (int s = 0; s < 400; ++s) lens1[s] = s == 200 ? 0 : s % 97 == 5 ? 600 : 1 + s % 4;
     for (int s = 0; s < 3668; ++s) lens2[s] = 3;
     const int          planes_before = g_planes_runs;
     ssmt_mamba2_config cfg;
