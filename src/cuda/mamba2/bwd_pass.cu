@@ -88,9 +88,10 @@ __global__ void state_grad_kernel(bw_args a) {
 
 /* Threads per block of the 4-element passes, and chunks per batch of them; two batches are in
  * flight (one landing while the other is consumed): 2·kVecBatch·kPass4Threads float4 = 32 KB of
- * shared memory per block. A thread keeps kVecBatch 16-byte loads in flight while it waits: with
- * the few blocks of one head batch (80 at B=1 S=8192 H=80 P=64 N=128 per batch of 10 heads) the
- * loads in flight, not the block count, bound a pass; small blocks spread them over the SMs. */
+ * shared memory per block. A thread keeps kVecBatch 16-byte loads in flight while it waits: a
+ * head batch gives a pass few threads (10 heads × 2048 at B=1 S=8192 H=80 P=64 N=128), so the
+ * loads in flight per thread bound it; blocks of 128 threads spread them over the SMs (160
+ * blocks there). */
 const int kPass4Threads = 128;
 const int kVecBatch = 8;
 
