@@ -8,7 +8,9 @@
  * dfinal_states, z, D (H) / (H, P) / none, dt_bias, softplus, dt_limit with clamped positions,
  * f32 / f16 / bf16 inputs with f32 or input-dtype gradients, padded and permuted layouts,
  * stride-0 A and dt_bias, index tensors in host and device memory, wide states (N = 256, P·N
- * up to 32768), and the plane kernel's slices of heads (one slice, several, a tail slice, R = 1).
+ * up to 32768), the plane kernel's slices of heads (one slice, several, a tail slice, R = 1), and
+ * head batches (several, with a tail, in every entry; a group run alone, in one batch, gives the
+ * bytes of its part of the batched whole).
  * Every entry of the selection table that applies runs (the default, then each
  * forced: the tensor-core entries with 16-bit x, which fp32 x refuses without writing anything).
  * Outputs are NaN-poisoned before each run; two runs give identical bytes. Plus: no heads to sum
@@ -99,8 +101,50 @@ static void check_bar(const char * label, const ssm_tensor * y, const ssm_tensor
     if (getenv("SSMOPS_TEST_VERBOSE") != NULL) printf("%-80s rel_rms %.3g max_rel %.3g\n", label, cmp.rel_rms, cmp.max_rel);
 }
 
+/* The dimension of each gradient (and its input) that indexes heads, or groups for db and dc. */
+static const int32_t kHeadDim[NGRAD] = {2, 2, 0, 2, 2, 0, 2, 0, 1};
+
+/* Group g of a problem with R heads per group, alone: every input and gradient cut to the
+ * group's heads (b, c, db and dc to the group), views into the same buffers. */
+static ssm_mamba2_scan_bwd_args group_alone(const ssm_mamba2_scan_bwd_args * a, int64_t g, int64_t R) {
+    ssm_mamba2_scan_bwd_args s = *a;
+    for (int k = 0; k < NGRAD; ++k) {
+        const int64_t at = (k == GB || k == GC) ? g : g * R, n = (k == GB || k == GC) ? 1 : R;
+        *input_of(&s, k) = ssmt_slice(input_of(&s, k), kHeadDim[k], at, n);
+        *grad_slot(&s, k) = ssmt_slice(grad_slot(&s, k), kHeadDim[k], at, n);
+    }
+    s.dout = ssmt_slice(&a->dout, 2, g * R, R);
+    s.dfinal_states = ssmt_slice(&a->dfinal_states, 1, g * R, R);
+    return s;
+}
+
+/* Every gradient of group g alone (`alone`, host copies) holds the bytes of the group's part of
+ * the whole problem's (`whole`, the views of a): same values, compared as float64 (exact for
+ * every output dtype). */
+static void check_alone_bytes(const char * tag, const ssm_mamba2_scan_bwd_args * a, const ssmt_host whole[NGRAD],
+                              const ssmt_host alone[NGRAD], int64_t g, int64_t R) {
+    ssm_mamba2_scan_bwd_args w = *a;
+    for (int k = 0; k < NGRAD; ++k) *grad_slot(&w, k) = whole[k].t;
+    ssm_mamba2_scan_bwd_args cut = group_alone(&w, g, R);
+    for (int k = 0; k < NGRAD; ++k) {
+        const ssm_tensor * x = grad_slot(&cut, k);
+        if (x->data == NULL || alone[k].t.data == NULL) continue;
+        int64_t       differ = 0;
+        const int64_t n = ssmt_numel(&alone[k].t);
+        for (int64_t i = 0; i < n; ++i) {
+            const double u = ssmt_get(x, i), v = ssmt_get(&alone[k].t, i);
+            differ += memcmp(&u, &v, sizeof u) != 0;
+        }
+        TEST_CHECK(differ == 0, "%s %s: group %lld alone differs from the whole problem in %lld of %lld elements", tag,
+                   gnames[k], (long long)g, (long long)differ, (long long)n);
+    }
+}
+
+/* One problem: every entry that applies (twice: equal bytes) against the float64 reference and
+ * the CPU backend; with alone ≥ 0, each entry also runs group `alone` by itself, whose gradients
+ * must be the bytes of the group's part of the whole problem's. */
 static void cuda_case(ssmt_rng * rng, ssmt_mamba2_config * cfg, int64_t chunk, int limit, int with_dfinal,
-                      int stride0, int index_device, const char * tag) {
+                      int stride0, int index_device, int64_t alone, const char * tag) {
     ssmt_mamba2_problem prob;
     if (ssmt_mamba2_random_args(rng, cfg, &prob) != 0) {
         TEST_CHECK(0, "%s: could not build the problem", tag);
@@ -146,6 +190,9 @@ static void cuda_case(ssmt_rng * rng, ssmt_mamba2_config * cfg, int64_t chunk, i
                             &da.dout, &da.dfinal_states, &da.seq_idx, &da.cu_seqlens};
     for (int i = 0; i < 13; ++i)
         if (dv[i].mem != NULL) *din[i] = dv[i].view;
+    const int64_t                  R = cfg->nheads / cfg->ngroups;
+    const ssm_mamba2_scan_bwd_args sub_dev = alone >= 0 ? group_alone(&da, alone, R) : da;
+    ssm_mamba2_scan_bwd_args       sub_host = alone >= 0 ? group_alone(&a, alone, R) : a;
 
     /* (16-bit x) every entry forced, then the default; fp32 x refuses the tensor-core entries and
      * fp16 x the plane kernel. With bf16 inputs the plane kernel runs where its shared memory
@@ -175,6 +222,14 @@ static void cuda_case(ssmt_rng * rng, ssmt_mamba2_config * cfg, int64_t chunk, i
             check_bar(label, &got[0][k].t, &cpu[k].t, cfg->dtype);
             TEST_CHECK(memcmp(got[0][k].buf, got[1][k].buf, got[0][k].bytes) == 0, "cuda[%s] %s: two runs differ",
                        vtag, gnames[k]);
+        }
+        if (ran && alone >= 0) { /* the entry that ran, forced for the group alone */
+            char used[64], atag[300];
+            snprintf(used, sizeof used, "%s", runs[v] != NULL ? runs[v] : expect);
+            snprintf(atag, sizeof atag, "cuda[%s] group %lld alone", vtag, (long long)alone);
+            free_grads(got[1]);
+            if (cuda_run(&p, &sub_dev, &sub_host, od, 0, used, used, 0, got[1], atag))
+                check_alone_bytes(atag, &a, got[0], got[1], alone, R);
         }
         free_grads(got[0]), free_grads(got[1]);
     }
@@ -220,7 +275,7 @@ static void test_matrix(ssmt_rng * rng) {
                      (long long)cfg.nheads, (long long)cfg.headdim, (long long)cfg.dstate, (long long)cfg.ngroups,
                      ssm_dtype_name(cfg.dtype), variant, cfg.has_z ? " z" : "", cfg.has_initial ? " init" : "",
                      with_dfinal ? " dfinal" : "", (k % 5) == 2 ? " limit" : "", stride0 ? " stride0" : "");
-            cuda_case(rng, &cfg, chunk, (k % 5) == 2, with_dfinal, stride0, index_device, tag);
+            cuda_case(rng, &cfg, chunk, (k % 5) == 2, with_dfinal, stride0, index_device, -1, tag);
         }
     }
     /* a long row: many chunks per segment in both state passes */
@@ -229,24 +284,24 @@ static void test_matrix(ssmt_rng * rng) {
     cfg.batch = 2, cfg.seqlen = 1000, cfg.nheads = 8, cfg.headdim = 64, cfg.dstate = 64, cfg.ngroups = 2;
     cfg.dtype = SSM_DTYPE_BF16, cfg.out_dtype = SSM_DTYPE_F32, cfg.d_mode = 1, cfg.has_z = 1, cfg.has_dt_bias = 1;
     cfg.has_initial = 1, cfg.dt_softplus = 1;
-    cuda_case(rng, &cfg, 256, 0, 1, 0, 0, "S1000 H8 P64 N64 G2 bf16 long");
+    cuda_case(rng, &cfg, 256, 0, 1, 0, 0, -1, "S1000 H8 P64 N64 G2 bf16 long");
     cfg.dtype = SSM_DTYPE_F32, cfg.seqlen = 300, cfg.ngroups = 8, cfg.has_z = 0;
-    cuda_case(rng, &cfg, 256, 0, 1, 0, 0, "S300 H8 P64 N64 G8 f32 long");
+    cuda_case(rng, &cfg, 256, 0, 1, 0, 0, -1, "S300 H8 P64 N64 G8 f32 long");
     /* wide states: N = 256 halves the internal chunk; P·N = 32768 no longer fits shared memory
      * next to the chunk's operands, so the chunk kernel reads S and G from the workspace */
     cfg.seqlen = 75, cfg.nheads = 4, cfg.ngroups = 2, cfg.has_z = 1, cfg.headdim = 64, cfg.dstate = 256;
-    cuda_case(rng, &cfg, 64, 0, 1, 0, 0, "S75 H4 P64 N256 G2 f32 wide");
+    cuda_case(rng, &cfg, 64, 0, 1, 0, 0, -1, "S75 H4 P64 N256 G2 f32 wide");
     cfg.headdim = 128;
-    cuda_case(rng, &cfg, 64, 0, 1, 0, 0, "S75 H4 P128 N256 G2 f32 wide");
+    cuda_case(rng, &cfg, 64, 0, 1, 0, 0, -1, "S75 H4 P128 N256 G2 f32 wide");
     /* the tensor-core entries at these widths; fp32 gradients, so the bar measures the computation
      * (a bf16 gradient adds its own rounding, which exceeds max_rel on heavy-tailed elements) */
     cfg.dtype = SSM_DTYPE_BF16, cfg.out_dtype = SSM_DTYPE_F32;
-    cuda_case(rng, &cfg, 64, 0, 1, 0, 0, "S75 H4 P128 N256 G2 bf16 wide");
+    cuda_case(rng, &cfg, 64, 0, 1, 0, 0, -1, "S75 H4 P128 N256 G2 bf16 wide");
     cfg.dtype = SSM_DTYPE_F16, cfg.out_dtype = SSM_DTYPE_F32, cfg.headdim = 64, cfg.seqlen = 131;
-    cuda_case(rng, &cfg, 64, 0, 1, 0, 0, "S131 H4 P64 N256 G2 f16 wide");
+    cuda_case(rng, &cfg, 64, 0, 1, 0, 0, -1, "S131 H4 P64 N256 G2 f16 wide");
     /* 16-bit x with P, N off every tile size (N % 4 ≠ 0: S and G staged by plain loads) */
     cfg.dtype = SSM_DTYPE_BF16, cfg.seqlen = 150, cfg.nheads = 6, cfg.ngroups = 3, cfg.headdim = 12, cfg.dstate = 9;
-    cuda_case(rng, &cfg, 64, 0, 1, 0, 0, "S150 H6 P12 N9 G3 bf16 odd");
+    cuda_case(rng, &cfg, 64, 0, 1, 0, 0, -1, "S150 H6 P12 N9 G3 bf16 odd");
 
     /* chunked_planes' slices of heads (bwd.cu plane_slice: blocks of a group take slices of its
      * heads, at least 8 a slice, and as many slices as bring the grid to 1024 blocks): R = 1 (the
@@ -259,16 +314,49 @@ static void test_matrix(ssmt_rng * rng) {
     cfg.batch = 2, cfg.seqlen = 100, cfg.nheads = 4, cfg.ngroups = 4, cfg.headdim = 16, cfg.dstate = 32;
     cfg.dtype = SSM_DTYPE_BF16, cfg.out_dtype = SSM_DTYPE_F32, cfg.d_mode = 2, cfg.has_z = 1, cfg.has_dt_bias = 1;
     cfg.has_initial = 1, cfg.dt_softplus = 1;
-    cuda_case(rng, &cfg, 64, 0, 1, 0, 1, "S100 H4 P16 N32 G4 bf16 R1");
+    cuda_case(rng, &cfg, 64, 0, 1, 0, 1, -1, "S100 H4 P16 N32 G4 bf16 R1");
     cfg.batch = 1, cfg.nheads = 11, cfg.ngroups = 1, cfg.nseq = 3, cfg.seqlens = vl;
-    cuda_case(rng, &cfg, 64, 0, 1, 0, 1, "varlen 70+0+75 H11 P16 N32 G1 bf16 R11 two slices");
+    cuda_case(rng, &cfg, 64, 0, 1, 0, 1, -1, "varlen 70+0+75 H11 P16 N32 G1 bf16 R11 two slices");
     cfg.nseq = 0, cfg.seqlens = NULL, cfg.batch = 2, cfg.seqlen = 130, cfg.seq_segments = 3;
     cfg.nheads = 34, cfg.ngroups = 2, cfg.headdim = 8, cfg.dstate = 16, cfg.d_mode = 1;
-    cuda_case(rng, &cfg, 64, 1, 0, 0, 0, "S130 H34 P8 N16 G2 bf16 seq_idx R17 three slices");
+    cuda_case(rng, &cfg, 64, 1, 0, 0, 0, -1, "S130 H34 P8 N16 G2 bf16 seq_idx R17 three slices");
     cfg.batch = 2, cfg.seqlen = 8192, cfg.seq_segments = 0, cfg.nheads = 40, cfg.ngroups = 4;
     cfg.has_initial = 0;
-    cuda_case(rng, &cfg, 256, 0, 1, 0, 0, "S8192 B2 H40 P8 N16 G4 bf16 R10 one slice of 10");
+    cuda_case(rng, &cfg, 256, 0, 1, 0, 0, -1, "S8192 B2 H40 P8 N16 G4 bf16 R10 one slice of 10");
     TEST_CHECK(g_planes_runs == planes_before + 4, "chunked_planes ran on %d of the 4 slice cases",
+               g_planes_runs - planes_before);
+}
+
+/* Head batches (bwd.cu batch_slices): the states kernels, both passes and the chunk kernel run
+ * per batch of whole chunk-kernel slices (single heads for chunked_mma and chunked_fp32) whose
+ * fp32 states and state gradients, 8·chunks·P·N bytes per head, fit 128 MiB (at least one
+ * slice). Many short varlen sequences (one internal chunk each) make those states large at a
+ * small cost for the reference. Each case runs every entry against the bars, twice for equal
+ * bytes, and one group alone (whose states fit one batch) for the bytes of its part of the whole:
+ *   400 sequences (1–4 tokens, five of 600: more chunks per segment than a pass loads at once,
+ *   one empty), H22 G2 R11 P64 N32: 444 chunks of 64 (489 of 32), 6.9 MiB per head (7.6 MiB).
+ *   chunked_planes: slices 6 + 5 per group, batches of 3 slices, heads 0–16 (across the group
+ *   boundary) and the tail 17–21; chunked_mma 18 + 4 heads; chunked_fp32 16 + 6. Group 1 alone:
+ *   one batch, the same slices (6 + 5), so its dB/dC sums are the same.
+ *   3668 sequences of 3 tokens, H10 G5 R2 P31 N33 (P·N odd: the one-element passes; N % 4 ≠ 0:
+ *   plain state loads): 28.6 MiB per head. Every entry: batches of 4 + 4 + 2 heads (the plane
+ *   kernel's slices are its groups of 2, whose last head writes dB/dC). Group 4 alone is the
+ *   tail batch of the whole. */
+static void test_head_batches(ssmt_rng * rng) {
+    static int64_t lens1[400], lens2[3668];
+    for (int s = 0; s < 400; ++s) lens1[s] = s == 200 ? 0 : s % 97 == 5 ? 600 : 1 + s % 4;
+    for (int s = 0; s < 3668; ++s) lens2[s] = 3;
+    const int          planes_before = g_planes_runs;
+    ssmt_mamba2_config cfg;
+    ssmt_mamba2_config_init(&cfg);
+    cfg.batch = 1, cfg.nseq = 400, cfg.seqlens = lens1, cfg.nheads = 22, cfg.ngroups = 2, cfg.headdim = 64;
+    cfg.dstate = 32, cfg.dtype = SSM_DTYPE_BF16, cfg.out_dtype = SSM_DTYPE_F32, cfg.d_mode = 2, cfg.has_z = 1;
+    cfg.has_dt_bias = 1, cfg.has_initial = 1, cfg.dt_softplus = 1;
+    cuda_case(rng, &cfg, 64, 0, 1, 0, 1, 1, "varlen 400 H22 P64 N32 G2 bf16 head batches");
+    cfg.nseq = 3668, cfg.seqlens = lens2, cfg.nheads = 10, cfg.ngroups = 5, cfg.headdim = 31, cfg.dstate = 33;
+    cfg.d_mode = 1, cfg.has_initial = 0;
+    cuda_case(rng, &cfg, 64, 0, 0, 0, 0, 4, "varlen 3668 H10 P31 N33 G5 bf16 head batches");
+    TEST_CHECK(g_planes_runs == planes_before + 2, "chunked_planes ran on %d of the 2 head-batch cases",
                g_planes_runs - planes_before);
 }
 
@@ -310,6 +398,7 @@ int main(void) {
     TEST_CHECK(ctx_ref && ctx_cpu && ctx_cuda, "context creation failed");
     if (ssmt_failures) TEST_EXIT();
     test_matrix(&rng);
+    test_head_batches(&rng);
     TEST_CHECK(g_planes_runs > 0, "chunked_planes ran on none of the bf16 cases");
     test_rules(&rng);
     ssm_context_free(ctx_ref);

@@ -86,6 +86,42 @@ int plane_slice(long long nchunks, int G, int R) {
     return (int)((R + ns - 1) / ns);
 }
 
+/* Head batches: steps 2–6 of bwd.cuh (chunk-local states, state pass, state gradients, their
+ * reverse pass, chunk kernel) run once per batch of heads, so the fp32 states and state
+ * gradients in the workspace (8·nchunks·P·N bytes per head) are held for one batch at a time.
+ * A batch is a run of consecutive slices of the chunk kernel (numbered across groups: slice k
+ * is slice k % nslices of group k / nslices; the per-head entries' slices are single heads), so
+ * the plane kernel's dB/dC running sums, and every other sum, are those of one unbatched run:
+ * the batching changes no byte of the results. The rule: as many whole slices per batch as keep
+ * the batch's states and state gradients within kStateBudget, at least one slice (the last
+ * batch takes what is left). At B=1 S=8192 H=80 P=64 N=128 G=1 (128 chunks, 8 MiB per head,
+ * slices of 10 heads) that is 8 batches of one slice: 80 MiB instead of 640 MiB. Per batch the
+ * states kernels still launch 1280 blocks, and the chunk kernel 128 blocks (one per SM: on the
+ * 132 SMs of an H100 SXM or H200 a single wave, so the 8 batches take the 8 waves that the
+ * unbatched 1024 blocks took); the passes run 160 blocks of 128 threads per batch (bwd_pass.cu). */
+const size_t kStateBudget = (size_t)128 << 20;
+
+/* Slices per head batch (at least 1; all of them where the states take no memory). */
+long long batch_slices(const bw_args & a) {
+    const long long total = (long long)a.G * a.nslices;
+    const size_t    per_head = 2 * (size_t)a.nchunks * (size_t)a.P * (size_t)a.N * sizeof(float);
+    if (per_head == 0 || a.slice <= 0) return total > 0 ? total : 1;
+    const long long k = (long long)(kStateBudget / per_head / (size_t)a.slice); /* ⌊budget / (per_head·slice)⌋ */
+    return k < 1 ? 1 : k > total ? total : k;
+}
+
+/* The first head of slice k (k = G·nslices: H, the end of the last slice). */
+int slice_head(const bw_args & a, long long k) {
+    return a.nslices > 0 ? (int)((k / a.nslices) * a.R + (k % a.nslices) * a.slice) : 0;
+}
+
+/* The head batch of slices [k0, min(k0 + per, G·nslices)) into a's batch fields. */
+void set_batch(bw_args & a, long long k0, long long per) {
+    const long long total = (long long)a.G * a.nslices, k1 = k0 + per < total ? k0 + per : total;
+    a.s0 = (int)k0, a.sb = (int)(k1 - k0);
+    a.h0 = slice_head(a, k0), a.hb = slice_head(a, k1) - a.h0;
+}
+
 /* Host plan: segments (as the CPU backend cuts them) and their chunks. */
 struct bwd_plan {
     bw_seg *   segs;
@@ -159,7 +195,8 @@ bw_out out_of(const ssm_tensor * t) {
     return o;
 }
 
-/* Byte offsets of the workspace pieces, each 256-byte aligned. */
+/* Byte offsets of the workspace pieces, each 256-byte aligned; st and gs for a.hb heads (the
+ * largest head batch). */
 struct bwd_ws {
     size_t chunks, segs, dtv, cmv, dfac, ecl, st, gs, ddp, dap, dbp, dbh, dch, total;
 };
@@ -180,8 +217,9 @@ bwd_ws ws_layout(const bw_args & a) {
     l.cmv = take(&at, w * (size_t)a.Q * f);
     l.dfac = take(&at, w * (size_t)a.Q * f);
     l.ecl = take(&at, w * f);
-    l.st = take(&at, w * (size_t)a.P * (size_t)a.N * f);
-    l.gs = take(&at, w * (size_t)a.P * (size_t)a.N * f);
+    const size_t wb = (size_t)a.nchunks * (size_t)a.hb;
+    l.st = take(&at, wb * (size_t)a.P * (size_t)a.N * f);
+    l.gs = take(&at, wb * (size_t)a.P * (size_t)a.N * f);
     l.ddp = take(&at, w * (size_t)a.P * f);
     l.dap = take(&at, w * f);
     l.dbp = take(&at, w * f);
@@ -192,13 +230,18 @@ bwd_ws ws_layout(const bw_args & a) {
     return l;
 }
 
-ssm_status run_kernels(ssm_context * ctx, const bw_args & a) {
+/* The kernels of bwd.cuh: dt for every head, steps 2–6 per head batch, then the reductions. */
+ssm_status run_kernels(ssm_context * ctx, bw_args a) {
     SSM_FORWARD_IF_ERROR(launch_bwd_dt(ctx, kOp, a));
-    SSM_FORWARD_IF_ERROR(a.planes ? launch_bwd_states_planes(ctx, kOp, a, false) : launch_bwd_states(ctx, kOp, a));
-    SSM_FORWARD_IF_ERROR(launch_state_pass(ctx, kOp, a));
-    SSM_FORWARD_IF_ERROR(a.planes ? launch_bwd_states_planes(ctx, kOp, a, true) : launch_bwd_dstates(ctx, kOp, a));
-    SSM_FORWARD_IF_ERROR(launch_state_grad_pass(ctx, kOp, a));
-    SSM_FORWARD_IF_ERROR(a.planes ? launch_bwd_chunk_planes(ctx, kOp, a) : launch_bwd_chunk(ctx, kOp, a));
+    const long long total = (long long)a.G * a.nslices, per = batch_slices(a);
+    for (long long k0 = 0; k0 < total; k0 += per) {
+        set_batch(a, k0, per);
+        SSM_FORWARD_IF_ERROR(a.planes ? launch_bwd_states_planes(ctx, kOp, a, false) : launch_bwd_states(ctx, kOp, a));
+        SSM_FORWARD_IF_ERROR(launch_state_pass(ctx, kOp, a));
+        SSM_FORWARD_IF_ERROR(a.planes ? launch_bwd_states_planes(ctx, kOp, a, true) : launch_bwd_dstates(ctx, kOp, a));
+        SSM_FORWARD_IF_ERROR(launch_state_grad_pass(ctx, kOp, a));
+        SSM_FORWARD_IF_ERROR(a.planes ? launch_bwd_chunk_planes(ctx, kOp, a) : launch_bwd_chunk(ctx, kOp, a));
+    }
     return launch_bwd_reduce(ctx, kOp, a);
 }
 
@@ -283,6 +326,13 @@ extern "C" ssm_status ssmi_cuda_mamba2_scan_bwd(ssm_context * ctx, const ssm_mam
     ar.dx = out_of(&a->dx), ar.ddt = out_of(&a->ddt), ar.dz = out_of(&a->dz), ar.db = out_of(&a->db);
     ar.dc = out_of(&a->dc), ar.da = out_of(&a->da), ar.dd = out_of(&a->dd), ar.dbias = out_of(&a->ddt_bias);
     ar.dinit = out_of(&a->dinitial_states);
+    /* the workspace holds the states of the largest head batch */
+    const long long nsl = (long long)ar.G * ar.nslices, per = batch_slices(ar);
+    for (long long k0 = 0; k0 < nsl; k0 += per) {
+        bw_args b = ar;
+        set_batch(b, k0, per);
+        if (b.hb > ar.hb) ar.hb = b.hb;
+    }
 
     const bwd_ws       l = ws_layout(ar);
     const cudaStream_t s = ssmi_cuda_stream(ctx);

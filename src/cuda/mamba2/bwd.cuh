@@ -7,7 +7,9 @@
  * segments inside which the recurrence never resets (runs of equal seq_idx ids, or the sequence),
  * and every segment into chunks of Q tokens aligned to its start, so no seq_idx mask is needed.
  * The kernels, in order, fp32 CUDA code whose products (steps 2, 4 and 6) run as fp32 FFMA or,
- * for 16-bit inputs, on the tensor cores (bf16 mma.sync with fp32 intermediates split in two):
+ * for 16-bit inputs, on the tensor cores (bf16 mma.sync with fp32 intermediates split in two);
+ * steps 2–6 run once per head batch (bw_args.h0, hb: the host's batch rule in bwd.cu), on the
+ * states and state gradients of that batch's heads only:
  *   1. bwd_dt          per (chunk, head): processed dt, its cumsum cm and the dt chain factor;
  *   2. bwd_states      per (chunk, head): the chunk-local state s_c = Σ_j e^{cl−cm_j}dt_j x_j B_jᵀ;
  *   3. state pass      per (segment, head, state elements): s_c replaced by the entering state S_c;
@@ -79,17 +81,27 @@ struct bw_args {
      * parts = 1 the chunk kernel writes db/dc itself */
     int       parts;
     int       slice, nslices; /* the plane kernel: heads per block, blocks per (chunk, group) */
+    /* the head batch that steps 2–6 run on: heads [h0, h0 + hb), which are the chunk kernel's
+     * slices [s0, s0 + sb) (slices numbered across groups, g·nslices + slice; the per-head chunk
+     * kernels' slices are single heads); st and gs hold this batch's slots only (state_at) */
+    int       h0, hb, s0, sb;
     ssmi_cu_view x, dt, a, b, c, d, z, bias, init, dout, dfin;
     bw_out       dx, ddt, dz, db, dc, da, dd, dbias, dinit;
     const bw_chunk * chunks;
     const bw_seg *   segs;
     /* workspace (fp32): [nchunks][H][Q] dt, cm, dfac; [nchunks][H] e^{cl} (the chunk's total
-     * decay); [nchunks][H][P][N] states and state gradients; [nchunks][H][P] dD partials;
+     * decay); [nchunks][hb][P][N] states and state gradients of the head batch (the largest
+     * batch's size, reused by every batch); [nchunks][H][P] dD partials;
      * [nchunks][H] dA and ddt_bias partials; with R > 1, [batch·S][G][parts][N] parts of dB and
      * dC (the plane kernel's running sums of a slice's heads, the per-head kernels' heads) */
     float *dtv, *cmv, *dfac, *ecl, *st, *gs, *ddp, *dap, *dbp, *dbh, *dch;
     long long tokens; /* batch·S */
 };
+
+/* Offset in st / gs of the [P][N] slot of chunk ci and head h (h in the current head batch). */
+__host__ __device__ inline long long state_at(const bw_args & a, long long ci, int h) {
+    return (ci * a.hb + (h - a.h0)) * ((long long)a.P * a.N);
+}
 
 /* Row stride of a shared-memory matrix with rows of d floats: a multiple of 4 floats (rows are
  * read as float4) holding an odd number of float4s, so 8 consecutive rows start in distinct

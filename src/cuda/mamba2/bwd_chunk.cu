@@ -2,7 +2,8 @@
  * bwd_chunk.cu — the per-(chunk, head) kernels of the Mamba-2 combined backward (bwd.cuh lists
  * the steps): the dt recompute, the chunk-local states, the state gradients through the outputs,
  * and the chunk's gradients (spec §2.7 steps 0 and 3–6, per head). One block of kThreads threads
- * per (chunk, head): blockIdx.x the chunk of the plan, blockIdx.y the head. Row operands of the
+ * per (chunk, head): blockIdx.x the chunk of the plan, blockIdx.y the head (the dt recompute:
+ * every head; the others: the head of the current head batch, h0 + blockIdx.y). Row operands of the
  * chunk live in shared memory as fp32 (and, where they fit, the chunk's state and state gradient);
  * the products are register-tiled over all threads (block_tiles). Every sum runs in a fixed
  * order, independent of the thread count.
@@ -416,7 +417,7 @@ template <bool kMma>
 __global__ void __launch_bounds__(kThreads, 2) bwd_states_kernel(bw_args a) {
     extern __shared__ float sm[];
     const long long ci = blockIdx.x;
-    const int       h = blockIdx.y, Q = a.Q, P = a.P, N = a.N, lp = pad_ld(P), ln = pad_ld(N);
+    const int       h = a.h0 + blockIdx.y, Q = a.Q, P = a.P, N = a.N, lp = pad_ld(P), ln = pad_ld(N);
     const bw_chunk  ck = a.chunks[ci];
     const long long w = ci * a.H + h;
     float *         wv = sm;          /* [Q] */
@@ -429,7 +430,7 @@ __global__ void __launch_bounds__(kThreads, 2) bwd_states_kernel(bw_args a) {
     load_rows(xs, lp, a.x, ck, h, P, Q, wv);
     load_rows(bs, ln, a.b, ck, h / a.R, N, Q, NULL);
     __syncthreads();
-    float * out = a.st + w * (long long)P * N;
+    float * out = a.st + state_at(a, ci, h);
     auto    fx = [=](int p, int j) { return xs[j * lp + p]; };
     auto    fb = [=](int j, int n) { return bs[j * ln + n]; };
     auto    st = [=](int p, int n, float v) { out[(long long)p * N + n] = v; };
@@ -445,7 +446,7 @@ template <bool kMma>
 __global__ void __launch_bounds__(kThreads, 2) bwd_dstates_kernel(bw_args a) {
     extern __shared__ float sm[];
     const long long ci = blockIdx.x;
-    const int       h = blockIdx.y, Q = a.Q, P = a.P, N = a.N, lp = pad_ld(P), ln = pad_ld(N);
+    const int       h = a.h0 + blockIdx.y, Q = a.Q, P = a.P, N = a.N, lp = pad_ld(P), ln = pad_ld(N);
     const bw_chunk  ck = a.chunks[ci];
     const long long w = ci * a.H + h;
     float *         ev = sm;           /* [Q] */
@@ -465,7 +466,7 @@ __global__ void __launch_bounds__(kThreads, 2) bwd_dstates_kernel(bw_args a) {
     __syncthreads();
     gate_rows(dys, a.has_z ? zs : NULL, NULL, lp, P, Q);
     __syncthreads();
-    float * out = a.gs + w * (long long)P * N;
+    float * out = a.gs + state_at(a, ci, h);
     auto    fd = [=](int p, int i) { return dys[i * lp + p] * ev[i]; };
     auto    fc = [=](int i, int n) { return cs[i * ln + n]; };
     auto    st = [=](int p, int n, float v) { out[(long long)p * N + n] = v; };
@@ -475,11 +476,11 @@ __global__ void __launch_bounds__(kThreads, 2) bwd_dstates_kernel(bw_args a) {
         block_mm<4, 8>(P, N, ck.len, fd, fc, st);
 }
 
-/* The state S and the state gradient G of slot w (the workspace's [P][N] rows) into dst as
+/* The state S and the state gradient G at offset so of st and gs ([P][N] rows) into dst as
  * [2][P][ld] (S, then G), ld a multiple of 4 floats. With N % 4 = 0 as asynchronous 16-byte
  * copies (rows and slots 16-byte aligned; cp_async_wait_all before the barrier that publishes
  * them), else by plain loads, kLoadBatch elements of each in flight per thread. */
-__device__ __forceinline__ void stage_state(float * dst, int ld, const bw_args & a, long long w) {
+__device__ __forceinline__ void stage_state(float * dst, int ld, const bw_args & a, long long so) {
     const int       P = a.P, N = a.N;
     const long long PN = (long long)P * N;
     if (N % 4 == 0) {
@@ -487,7 +488,7 @@ __device__ __forceinline__ void stage_state(float * dst, int ld, const bw_args &
         for (int e = threadIdx.x; e < 2 * per; e += blockDim.x) {
             const int which = e / per, p = (e % per) / n4, c = e % n4;
             ssmi_mma::cp_async16(dst + which * P * ld + p * ld + 4 * c,
-                                 (which ? a.gs : a.st) + w * PN + (long long)p * N + 4 * c);
+                                 (which ? a.gs : a.st) + so + (long long)p * N + 4 * c);
         }
         return;
     }
@@ -496,8 +497,8 @@ __device__ __forceinline__ void stage_state(float * dst, int ld, const bw_args &
 #pragma unroll
         for (int u = 0; u < kLoadBatch; ++u) {
             const long long e = e0 + u * (long long)blockDim.x;
-            sv[u] = e < PN ? a.st[w * PN + e] : 0.0f;
-            gv[u] = e < PN ? a.gs[w * PN + e] : 0.0f;
+            sv[u] = e < PN ? a.st[so + e] : 0.0f;
+            gv[u] = e < PN ? a.gs[so + e] : 0.0f;
         }
 #pragma unroll
         for (int u = 0; u < kLoadBatch; ++u) {
@@ -539,11 +540,11 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
     extern __shared__ float4 sm4[]; /* 16-byte aligned: the matrices' float4 reads */
     float * const sm = (float *)sm4;
     const long long ci = blockIdx.x;
-    const int       h = blockIdx.y, Q = a.Q, P = a.P, N = a.N, g = h / a.R;
+    const int       h = a.h0 + blockIdx.y, Q = a.Q, P = a.P, N = a.N, g = h / a.R;
     const int       lp = pad_ld(P), ln = pad_ld(N), lq = pad_ld(Q);
     const bw_chunk  ck = a.chunks[ci];
     const int       L = ck.len;
-    const long long w = ci * a.H + h, PN = (long long)P * N;
+    const long long w = ci * a.H + h, so = state_at(a, ci, h);
     const int       lane = threadIdx.x % 32, warp = threadIdx.x / 32, nwarps = blockDim.x / 32;
     float *xs = sm, *dys = xs + Q * lp, *bg = dys + Q * lp;              /* [Q][lp] each; acc = bg */
     float *bs = bg + Q * lp, *cs = bs + Q * ln;                          /* [Q][ln] each */
@@ -554,8 +555,8 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
     float *cms = eclm + Q; /* [Q]: cm */
     float *q = cms + Q, *r = q + Q, *dtl = r + Q, *intra = dtl + Q;
     float *dvec = intra + Q, *red = dvec + P;
-    const float * S = kStaged ? stg : a.st + w * PN;
-    const float * Gm = kStaged ? stg + P * ln : a.gs + w * PN;
+    const float * S = kStaged ? stg : a.st + so;
+    const float * Gm = kStaged ? stg + P * ln : a.gs + so;
     const int     ls = kStaged ? ln : N; /* row stride of S and G */
     /* kMma without kStaged: where they fit there, S and G are staged for phase C over yst, dzf,
      * cb and cbx (contiguous, dead after phase B) */
@@ -565,7 +566,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
 
     /* load; S and G first (with N % 4 = 0 as asynchronous copies that land while the row
      * operands load) */
-    if (kStaged) stage_state(stg, ln, a, w);
+    if (kStaged) stage_state(stg, ln, a, so);
     const float * cmg = a.cmv + w * Q;
     const float   cl = cmg[L - 1];
     for (int i = threadIdx.x; i < Q; i += blockDim.x) {
@@ -710,7 +711,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
     __syncthreads();
 
     /* C: ddt_loc; dB and dC of this head (the output with one head per group, else the head buffer) */
-    if (late) stage_state(yst, ln, a, w);
+    if (late) stage_state(yst, ln, a, so);
     for (int i = warp; i < Q; i += nwarps) {
         float s = 0.0f;
         if (i < L)
@@ -807,13 +808,13 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
     }
 }
 
-/* A (chunk, head) grid launch of fn with `floats` of dynamic shared memory. */
+/* A (chunk, head of the batch) grid launch of fn with `floats` of dynamic shared memory. */
 ssm_status launch_chunk_grid(ssm_context * ctx, const char * op, const char * name, void (*fn)(bw_args),
                              const bw_args & a, size_t floats) {
-    if (a.nchunks == 0 || a.H == 0) return SSM_STATUS_OK;
+    if (a.nchunks == 0 || a.hb == 0) return SSM_STATUS_OK;
     const size_t bytes = floats * sizeof(float);
     SSM_FORWARD_IF_ERROR(smem_optin(ctx, op, (const void *)fn, bytes));
-    fn<<<dim3((unsigned)a.nchunks, (unsigned)a.H), kThreads, bytes, ssmi_cuda_stream(ctx)>>>(a);
+    fn<<<dim3((unsigned)a.nchunks, (unsigned)a.hb), kThreads, bytes, ssmi_cuda_stream(ctx)>>>(a);
     SSMI_CU_CHECK_LAUNCH(ctx, op, name);
     return SSM_STATUS_OK;
 }

@@ -3,8 +3,9 @@
  * dout (entry chunked_planes; bwd.cuh lists the steps, bwd_chunk.cu's bwd_chunk_kernel the
  * formulas, which this kernel computes the same way). One block of kPlanesThreads threads per
  * (chunk, group, slice of the group's heads: bw_args.slice heads, the last slice of a group
- * possibly fewer), which loads the chunk's B and C once and runs the steps below for each head
- * of its slice in head order, adding the heads' dB and dC up as it goes (step C). Every product
+ * possibly fewer; slice s0 + blockIdx.y of the current head batch, counted across groups), which loads
+ * the chunk's B and C once and runs the steps below for each head of its slice in head order,
+ * adding the heads' dB and dC up as it goes (step C). Every product
  * operand is written once into shared memory as bf16 planes (planes_geom): x, B and C as they
  * are (exact), the fp32 operands (δx, S, G and the [Q][Q] tables) as a rounded plane and a
  * remainder plane, so a product of two split operands is three
@@ -74,14 +75,16 @@ __device__ __forceinline__ void load_pair(const float * p, float & v0, float & v
 /* A prefetch of the 128-byte line holding p into L2 (a hint: nothing comes back, nothing waits). */
 __device__ __forceinline__ void prefetch_l2(const void * p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
-/* L2 prefetches of what the load step of head h (workspace slot w) reads from global memory: its
- * dt, cm and dt-factor rows, S and G, and rows [0, L) of x, dout and z (where present) where those
- * rows have unit stride. The block issues them for its next head before working on the current
- * one, so the next load step finds its data in L2. Every address lies inside its tensor. */
-__device__ __forceinline__ void prefetch_head(const bw_args & a, const bw_chunk & ck, int h, long long w, int L) {
+/* L2 prefetches of what the load step of head h (workspace slot w, S and G at offset so) reads
+ * from global memory: its dt, cm and dt-factor rows, S and G, and rows [0, L) of x, dout and z
+ * (where present) where those rows have unit stride. The block issues them for its next head
+ * before working on the current one, so the next load step finds its data in L2. Every address
+ * lies inside its tensor. */
+__device__ __forceinline__ void prefetch_head(const bw_args & a, const bw_chunk & ck, int h, long long w, long long so,
+                                              int L) {
     const long long PN = (long long)a.P * a.N, sn = (PN * 4 + 127) / 128, qn = ((long long)a.Q * 4 + 127) / 128;
     for (long long e = threadIdx.x; e < 2 * sn; e += blockDim.x)
-        prefetch_l2((const char *)((e < sn ? a.st : a.gs) + w * PN) + (e % sn) * 128);
+        prefetch_l2((const char *)((e < sn ? a.st : a.gs) + so) + (e % sn) * 128);
     for (long long e = threadIdx.x; e < 3 * qn; e += blockDim.x)
         prefetch_l2((const char *)((e < qn ? a.dtv : e < 2 * qn ? a.cmv : a.dfac) + w * a.Q) + (e % qn) * 128);
     const ssmi_cu_view * rows[3] = {&a.x, &a.dout, &a.z};
@@ -205,15 +208,14 @@ __device__ __forceinline__ void load_split(bf16 * hi, bf16 * lo, float * dzf, in
     }
 }
 
-/* The workspace's S and G of slot w into their split planes [pp][ln] (zeros past P, N), as
- * 16-byte pieces where N % 4 = 0 (the slots are 16-byte aligned then); returns this thread's
- * part of <G, S>. */
+/* The workspace's S and G (at offset so of st and gs) into their split planes [pp][ln] (zeros
+ * past P, N), as 16-byte pieces where N % 4 = 0 (the slots are 16-byte aligned then); returns
+ * this thread's part of <G, S>. */
 __device__ __forceinline__ float load_states(bf16 * sh, bf16 * sl, bf16 * gh, bf16 * gl, const planes_geom & gm,
-                                             const bw_args & a, long long w) {
-    const int       P = a.P, N = a.N, w2 = gm.np / 2, total = gm.pp * w2;
-    const long long PN = (long long)P * N;
-    const float *   S = a.st + w * PN, *G = a.gs + w * PN;
-    float           part = 0.0f;
+                                             const bw_args & a, long long so) {
+    const int     P = a.P, N = a.N, w2 = gm.np / 2, total = gm.pp * w2;
+    const float * S = a.st + so, *G = a.gs + so;
+    float         part = 0.0f;
     if (N % 4 == 0) { /* 16-byte pieces: a warp per row, kR rows of each in flight */
         constexpr int kR = 4;
         const int     n4 = gm.np / 4, nw = blockDim.x >> 5, lane = threadIdx.x & 31;
@@ -287,7 +289,7 @@ __global__ void __launch_bounds__(kThreads) bwd_states_planes_kernel(bw_args a) 
     bf16 *            ah = (bf16 *)sm4, *al = ah + gm.qp * gm.lp, *bp = al + gm.qp * gm.lp;
     float *           wv = (float *)(bp + gm.qp * gm.ln);
     const long long   ci = blockIdx.x;
-    const int         h = blockIdx.y, Q = a.Q, P = a.P, N = a.N;
+    const int         h = a.h0 + blockIdx.y, Q = a.Q, P = a.P, N = a.N;
     const bw_chunk    ck = a.chunks[ci];
     const int         L = ck.len, Kq = (L + 15) / 16 * 16;
     const long long   w = ci * a.H + h;
@@ -304,7 +306,7 @@ __global__ void __launch_bounds__(kThreads) bwd_states_planes_kernel(bw_args a) 
         load_exact(bp, gm.ln, gm.np, gm.qp, a.b, ck, h / a.R, N, L);
     }
     __syncthreads();
-    float * const out = (kDst ? a.gs : a.st) + w * (long long)P * N;
+    float * const out = (kDst ? a.gs : a.st) + state_at(a, ci, h);
     const int     lane = threadIdx.x & 31, g4 = lane >> 2, t4 = lane & 3, nN = gm.np / 16;
     for (int t = threadIdx.x >> 5; t < (gm.pp / 16) * nN; t += blockDim.x >> 5) {
         const int p0 = (t / nN) * 16, n0 = (t % nN) * 16;
@@ -341,7 +343,8 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
     float *dvec = (float *)(sm + gm.dvec), *red = (float *)(sm + gm.red);
 
     const long long ci = blockIdx.x;
-    const int       Q = a.Q, P = a.P, N = a.N, grp = blockIdx.y / a.nslices, slc = blockIdx.y % a.nslices;
+    const int       sk = a.s0 + blockIdx.y; /* the slice, numbered across groups */
+    const int       Q = a.Q, P = a.P, N = a.N, grp = sk / a.nslices, slc = sk % a.nslices;
     const int       h0 = grp * a.R + slc * a.slice, h1 = min(h0 + a.slice, (grp + 1) * a.R); /* the slice's heads */
     const bw_chunk  ck = a.chunks[ci];
     const int       L = ck.len, Kq = (L + 15) / 16 * 16;
@@ -374,8 +377,9 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
         }
         load_exact(xh, gm.lp, gm.pp, gm.qp, a.x, ck, h, P, L);
         load_split(dxh, dxl, dzf, gm.lp, gm.lz, gm.pp, gm.qp, a.dout, a.has_z != 0, a.z, nullptr, ck, h, P, L);
-        const float total = expf(cl) * block_sum(load_states(sh, sl, gh, gl, gm, a, w), red); /* publishes the planes */
-        if (!last) prefetch_head(a, ck, h + 1, w + 1, L);
+        /* the block sum publishes the planes */
+        const float total = expf(cl) * block_sum(load_states(sh, sl, gh, gl, gm, a, state_at(a, ci, h)), red);
+        if (!last) prefetch_head(a, ck, h + 1, w + 1, state_at(a, ci, h + 1), L);
 
         /* dD partials, part 1: segment sg of the rows of column p (nseg segments of consecutive rows)
          * into red[sg·pp + p]; summed in segment order after A1's barrier */
@@ -611,20 +615,20 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
 } /* namespace */
 
 ssm_status launch_bwd_states_planes(ssm_context * ctx, const char * op, const bw_args & a, bool dstates) {
-    if (a.nchunks == 0 || a.H == 0) return SSM_STATUS_OK;
+    if (a.nchunks == 0 || a.hb == 0) return SSM_STATUS_OK;
     const size_t bytes = states_planes_bytes(planes_geom_of(a.Q, a.P, a.N));
     void (*fn)(bw_args) = dstates ? bwd_states_planes_kernel<true> : bwd_states_planes_kernel<false>;
     SSM_FORWARD_IF_ERROR(smem_optin(ctx, op, (const void *)fn, bytes));
-    fn<<<dim3((unsigned)a.nchunks, (unsigned)a.H), kThreads, bytes, ssmi_cuda_stream(ctx)>>>(a);
+    fn<<<dim3((unsigned)a.nchunks, (unsigned)a.hb), kThreads, bytes, ssmi_cuda_stream(ctx)>>>(a);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "bwd_states_planes_kernel");
     return SSM_STATUS_OK;
 }
 
 ssm_status launch_bwd_chunk_planes(ssm_context * ctx, const char * op, const bw_args & a) {
-    if (a.nchunks == 0 || a.H == 0) return SSM_STATUS_OK;
+    if (a.nchunks == 0 || a.sb == 0) return SSM_STATUS_OK;
     const size_t bytes = planes_geom_of(a.Q, a.P, a.N).total;
     SSM_FORWARD_IF_ERROR(smem_optin(ctx, op, (const void *)bwd_chunk_planes_kernel, bytes));
-    const dim3 grid((unsigned)a.nchunks, (unsigned)(a.G * a.nslices));
+    const dim3 grid((unsigned)a.nchunks, (unsigned)a.sb);
     bwd_chunk_planes_kernel<<<grid, kPlanesThreads, bytes, ssmi_cuda_stream(ctx)>>>(a);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "bwd_chunk_planes_kernel");
     return SSM_STATUS_OK;

@@ -2,7 +2,8 @@
  * bwd_pass.cu — the sequential parts of the Mamba-2 combined backward (bwd.cuh lists the steps):
  * the state pass along each segment, its reverse (the state gradients and dinitial_states), and
  * the fixed-order reductions (dB/dC over the parts of a group, dA/ddt_bias/dD over chunks).
- * The passes run one thread per (segment, head, state element), or per 4 of them where P·N % 4 = 0
+ * The passes run on the current head batch (bw_args.h0, hb; its slots in st and gs: state_at),
+ * one thread per (segment, head, state element), or per 4 of them where P·N % 4 = 0
  * (then the slots stream through shared memory by cp.async, double-buffered, so the loads in
  * flight are not bounded by registers), the chunks of the segment in order (forward) or in
  * reverse; every sum is a loop in a fixed order.
@@ -33,7 +34,7 @@ __global__ void state_pass_kernel(bw_args a) {
     const long long e = (long long)blockIdx.z * blockDim.x + threadIdx.x;
     if (e >= PN) return;
     const bw_seg sg = a.segs[blockIdx.x];
-    const int    h = blockIdx.y, p = (int)(e / a.N), n = (int)(e % a.N);
+    const int    h = a.h0 + blockIdx.y, p = (int)(e / a.N), n = (int)(e % a.N);
     float        run = 0.0f;
     if (sg.init >= 0) run = ssmi_cu_ld(a.init.p, a.init.dtype, off4(a.init.s, sg.init, h, p, n));
     const long long cend = sg.c0 + sg.nc;
@@ -43,13 +44,12 @@ __global__ void state_pass_kernel(bw_args a) {
 #pragma unroll
         for (int u = 0; u < kPassBatch; ++u)
             if (u < nb) {
-                const long long w = (c0 + u) * a.H + h;
-                s[u] = a.st[w * PN + e], f[u] = a.ecl[w];
+                s[u] = a.st[state_at(a, c0 + u, h) + e], f[u] = a.ecl[(c0 + u) * a.H + h];
             }
 #pragma unroll
         for (int u = 0; u < kPassBatch; ++u)
             if (u < nb) {
-                a.st[((c0 + u) * a.H + h) * PN + e] = run;
+                a.st[state_at(a, c0 + u, h) + e] = run;
                 run = f[u] * run + s[u];
             }
     }
@@ -63,7 +63,7 @@ __global__ void state_grad_kernel(bw_args a) {
     const long long e = (long long)blockIdx.z * blockDim.x + threadIdx.x;
     if (e >= PN) return;
     const bw_seg sg = a.segs[blockIdx.x];
-    const int    h = blockIdx.y, p = (int)(e / a.N), n = (int)(e % a.N);
+    const int    h = a.h0 + blockIdx.y, p = (int)(e / a.N), n = (int)(e % a.N);
     float        gr = 0.0f;
     if (sg.fin >= 0) gr = ssmi_cu_ld(a.dfin.p, a.dfin.dtype, off4(a.dfin.s, sg.fin, h, p, n));
     /* batches from the segment's end: chunk c1 − u for u < nb */
@@ -73,13 +73,12 @@ __global__ void state_grad_kernel(bw_args a) {
 #pragma unroll
         for (int u = 0; u < kPassBatch; ++u)
             if (u < nb) {
-                const long long w = (c1 - u) * a.H + h;
-                d[u] = a.gs[w * PN + e], f[u] = a.ecl[w];
+                d[u] = a.gs[state_at(a, c1 - u, h) + e], f[u] = a.ecl[(c1 - u) * a.H + h];
             }
 #pragma unroll
         for (int u = 0; u < kPassBatch; ++u)
             if (u < nb) {
-                a.gs[((c1 - u) * a.H + h) * PN + e] = gr;
+                a.gs[state_at(a, c1 - u, h) + e] = gr;
                 gr = f[u] * gr + d[u];
             }
     }
@@ -87,22 +86,27 @@ __global__ void state_grad_kernel(bw_args a) {
         ssmi_cu_st(a.dinit.p, a.dinit.dtype, off4(a.dinit.s, sg.dinit, h, p, n), sg.init >= 0 ? gr : 0.0f);
 }
 
-/* Chunks per batch of the 4-element passes; two batches are in flight (one landing while the
- * other is consumed): 2·kVecBatch·kThreads float4 = 32 KB of shared memory per block. */
-const int kVecBatch = 4;
+/* Threads per block of the 4-element passes, and chunks per batch of them; two batches are in
+ * flight (one landing while the other is consumed): 2·kVecBatch·kPass4Threads float4 = 32 KB of
+ * shared memory per block. A thread keeps kVecBatch 16-byte loads in flight while it waits: a
+ * head batch gives a pass few threads (10 heads × 2048 at B=1 S=8192 H=80 P=64 N=128), so the
+ * loads in flight per thread bound it; blocks of 128 threads spread them over the SMs (160
+ * blocks there). */
+const int kPass4Threads = 128;
+const int kVecBatch = 8;
 
 /* state_pass_kernel / state_grad_kernel with 4 consecutive state elements per thread (P·N % 4 = 0:
  * 16-byte aligned slots): kRev = false the forward pass, true the reverse. Each thread copies its
  * own elements of the batch's slots into shared memory and reads only those (no barrier); the
  * chunk order and the arithmetic per element are those of the scalar kernels. */
 template <bool kRev>
-__global__ void state_pass4_kernel(bw_args a) {
-    __shared__ float4 buf[2][kVecBatch][kThreads];
+__global__ void __launch_bounds__(kPass4Threads) state_pass4_kernel(bw_args a) {
+    __shared__ float4 buf[2][kVecBatch][kPass4Threads];
     const long long   PN = (long long)a.P * a.N;
     const long long   e = ((long long)blockIdx.z * blockDim.x + threadIdx.x) * 4;
     if (e >= PN) return;
     const bw_seg sg = a.segs[blockIdx.x];
-    const int    h = blockIdx.y;
+    const int    h = a.h0 + blockIdx.y;
     float *      slots = kRev ? a.gs : a.st;
     float        run[4];
 #pragma unroll
@@ -112,14 +116,16 @@ __global__ void state_pass4_kernel(bw_args a) {
         if (!kRev && sg.init >= 0) run[i] = ssmi_cu_ld(a.init.p, a.init.dtype, off4(a.init.s, sg.init, h, p, n));
         if (kRev && sg.fin >= 0) run[i] = ssmi_cu_ld(a.dfin.p, a.dfin.dtype, off4(a.dfin.s, sg.fin, h, p, n));
     }
-    /* the k-th chunk of the pass: forward c0 + k, reverse c0 + nc − 1 − k */
-    auto chunk = [&](long long k) { return kRev ? sg.c0 + sg.nc - 1 - k : sg.c0 + k; };
-    auto issue = [&](long long k0, int b) {
+    /* the k-th chunk of the pass (k < nc): forward c0 + k, reverse c0 + nc − 1 − k; its slot
+     * elements at first + k·step, its decay at a.ecl[chunk(k)·H + h] */
+    auto            chunk = [&](long long k) { return kRev ? sg.c0 + sg.nc - 1 - k : sg.c0 + k; };
+    float * const   first = slots + (sg.nc > 0 ? state_at(a, chunk(0), h) + e : 0);
+    const long long step = (kRev ? -1 : 1) * (long long)a.hb * PN;
+    auto            issue = [&](long long k0, int b) {
         asm volatile("" ::: "memory"); /* the reads of buffer b (the batch before) stay before its refill */
 #pragma unroll
         for (int u = 0; u < kVecBatch; ++u)
-            if (k0 + u < sg.nc)
-                ssmi_mma::cp_async16(&buf[b][u][threadIdx.x], slots + (chunk(k0 + u) * a.H + h) * PN + e);
+            if (k0 + u < sg.nc) ssmi_mma::cp_async16(&buf[b][u][threadIdx.x], first + (k0 + u) * step);
         ssmi_mma::cp_async_commit();
     };
     issue(0, 0);
@@ -130,10 +136,9 @@ __global__ void state_pass4_kernel(bw_args a) {
 #pragma unroll
         for (int u = 0; u < kVecBatch; ++u)
             if (k0 + u < sg.nc) {
-                const long long w = chunk(k0 + u) * a.H + h;
-                const float4    v = buf[b][u][threadIdx.x];
-                const float     f = a.ecl[w];
-                *(float4 *)(slots + w * PN + e) = make_float4(run[0], run[1], run[2], run[3]);
+                const float4 v = buf[b][u][threadIdx.x];
+                const float  f = a.ecl[chunk(k0 + u) * a.H + h];
+                *(float4 *)(first + (k0 + u) * step) = make_float4(run[0], run[1], run[2], run[3]);
                 run[0] = f * run[0] + v.x, run[1] = f * run[1] + v.y;
                 run[2] = f * run[2] + v.z, run[3] = f * run[3] + v.w;
             }
@@ -200,16 +205,16 @@ __global__ void reduce_kernel(bw_args a) {
     if (a.dd.p != NULL && !a.d2) store_sum(a.dd, (long long)h * a.dd.s[0], all);
 }
 
-/* A (segment, head, element group) grid launch: fn4 (4 elements per thread) where P·N % 4 = 0,
- * else fn1 (one). */
+/* A (segment, head of the batch, element group) grid launch: fn4 (4 elements per thread) where
+ * P·N % 4 = 0, else fn1 (one). */
 ssm_status launch_segment_grid(ssm_context * ctx, const char * op, const char * name, void (*fn4)(bw_args),
                                void (*fn1)(bw_args), const bw_args & a) {
     const long long PN = (long long)a.P * a.N;
-    if (a.nsegs == 0 || a.H == 0 || PN == 0) return SSM_STATUS_OK;
-    const int       v = PN % 4 == 0 ? 4 : 1;
-    const long long per = (long long)kThreads * v;
-    const dim3      grid((unsigned)a.nsegs, (unsigned)a.H, (unsigned)((PN + per - 1) / per));
-    (v == 4 ? fn4 : fn1)<<<grid, kThreads, 0, ssmi_cuda_stream(ctx)>>>(a);
+    if (a.nsegs == 0 || a.hb == 0 || PN == 0) return SSM_STATUS_OK;
+    const int       v = PN % 4 == 0 ? 4 : 1, threads = v == 4 ? kPass4Threads : kThreads;
+    const long long per = (long long)threads * v;
+    const dim3      grid((unsigned)a.nsegs, (unsigned)a.hb, (unsigned)((PN + per - 1) / per));
+    (v == 4 ? fn4 : fn1)<<<grid, threads, 0, ssmi_cuda_stream(ctx)>>>(a);
     SSMI_CU_CHECK_LAUNCH(ctx, op, name);
     return SSM_STATUS_OK;
 }
