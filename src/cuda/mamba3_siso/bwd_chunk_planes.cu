@@ -88,11 +88,13 @@ __device__ __forceinline__ float col_sum(float v) {
 }
 
 /* q̂ and k̂ of the chunk into their split planes, a job per (token, pair): q̃ = q + q_bias and
- * k̃ = k + k_bias, rotated by θ (theta_at) for pairs p < A and (scaled) times e^c and
- * e^{c_last−c}·σ; a thread issues the loads of kPairBatch jobs before it uses them. Needs the
- * biases and the scalars in shared memory. */
+ * k̃ = k + k_bias, rotated by θ (theta_at) for pairs p < A and (SCALED) times e^c and
+ * e^{c_last−c}·σ; a thread issues the loads of kPairBatch jobs before it uses them (a larger
+ * batch spills: the sums kernel has 64 registers, the gradient kernel's products use all of its
+ * 128). Needs the biases and the scalars in shared memory. */
+template <bool SCALED>
 __device__ __forceinline__ void load_qk(const bw_args & P, int w, const bw_chunk & ch, int h, const planes_geom & g,
-                                        const pl_smem & s, bool scaled) {
+                                        const pl_smem & s) {
     constexpr int        kPairBatch = 4;
     const int            K2 = P.K / 2, A = P.A, n = ch.len * K2, nt = blockDim.x, grp = h / P.G, lk = g.lk;
     const ssmi_cu_view & q = P.q, &k = P.k;
@@ -125,7 +127,7 @@ __device__ __forceinline__ void load_qk(const bw_args & P, int w, const bw_chunk
                 const float y0 = k0 * cs - k1 * sn, y1 = k0 * sn + k1 * cs;
                 q0 = x0, q1 = x1, k0 = y0, k1 = y1;
             }
-            if (scaled) {
+            if (SCALED) {
                 const float fq = s.ec[i], fk = s.wl[i] * s.sig[i];
                 q0 *= fq, q1 *= fq, k0 *= fk, k1 *= fk;
             }
@@ -138,9 +140,9 @@ __device__ __forceinline__ void load_qk(const bw_args & P, int w, const bw_chunk
 /* The chunk into shared memory: the planes' zeros, the scalars (zeros past L), the biases, the
  * q̂ and k̂ planes (load_qk; SCALED: q̂·e^c and k̂·e^{c_last−c}·σ, as the sums kernel needs them),
  * the v plane(s) and the dy planes (dout ⊙ silu(z) with z). Ends with a barrier; returns c_last. */
-template <bool VX>
+template <bool VX, bool SCALED>
 __device__ float load_planes(const bw_args & P, int w, const bw_chunk & ch, int h, const planes_geom & g,
-                             unsigned char * sm, const pl_smem & s, bool scaled) {
+                             unsigned char * sm, const pl_smem & s) {
     const int L = ch.len, K = P.K, V = P.V, tid = threadIdx.x, nt = blockDim.x, lv = g.lv;
     for (size_t e = tid; e < g.zero_end / 16; e += nt) ((uint4 *)sm)[e] = make_uint4(0u, 0u, 0u, 0u);
     const float cl = P.sc[((ch.tok + L - 1) * P.H + h) * kScalWs + 4];
@@ -159,7 +161,7 @@ __device__ float load_planes(const bw_args & P, int w, const bw_chunk & ch, int 
         s.bk[c] = c < K ? ld2(P.kb, h, c) : 0.0f;
     }
     __syncthreads(); /* the zeros, the scalars and the biases */
-    load_qk(P, w, ch, h, g, s, scaled);
+    load_qk<SCALED>(P, w, ch, h, g, s);
     bf16 *vh = s.vh, *vl = s.vl, *dyh = s.dyh, *dyl = s.dyl;
     load_rows(P.v, ch.row, ch.t0, h, L, V, [=](int i, int r, float x) {
         if (VX)
@@ -187,7 +189,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 2) bwd_chunk_planes_sums_kerne
     const int                w = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int                nw = blockDim.x >> 5, g4 = lane >> 2, t4 = lane & 3;
     const bw_chunk           ch = P.chunks[w];
-    const float              cl = load_planes<VX>(P, w, ch, h, g, sm, s, true);
+    const float              cl = load_planes<VX, true>(P, w, ch, h, g, sm, s);
     const int                K = P.K, V = P.V, Kq = (ch.len + 15) / 16 * 16, nK = g.kp / 16, nV = g.vp / 16;
     const long long          base = ((long long)w * P.H + h) * V * K;
     /* jobs [0, nV·nK): st tiles (r, c) = Σ_i v[i][r]·k̂w[i][c]; [nV·nK, 2·nV·nK): dst = Σ_i dy[i][r]·q̂e[i][c] */
@@ -259,7 +261,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
     const long long          wh = (long long)w * P.H + h;
     /* S_c, dS: the planes lie outside the zeroed region; load_planes' barriers publish them */
     s.red[tid] = load_states(s, g, P.st + wh * VK, P.dst + wh * VK, V, K);
-    const float cl = load_planes<VX>(P, w, ch, h, g, sm, s, false);
+    const float cl = load_planes<VX, false>(P, w, ch, h, g, sm, s);
     const int   L = ch.len, Kq = (L + 15) / 16 * 16, nT = g.cp / 16, nK = g.kp / 16, nV = g.vp / 16, nTL = Kq / 16;
     const int   cp = g.cp, kp = g.kp, lk = g.lk, lv = g.lv, lc = g.lc;
     const float dskip = P.has_d ? ssmi_cu_ld(P.d.p, P.d.dtype, (long long)h * P.d.s[0]) : 0.0f;
