@@ -219,31 +219,48 @@ __global__ void __launch_bounds__(kPlanesThreads, 2) bwd_chunk_planes_sums_kerne
     if (threadIdx.x == 0) P.cl[(long long)w * P.H + h] = cl;
 }
 
-/* S_c and dS of the chunk (fp32 [V][K] in the workspace) into their split planes [vp][lk] (zeros
- * past V, K); returns this thread's part of ⟨S_c, dS⟩. */
-__device__ __forceinline__ float load_states(const pl_smem & s, const planes_geom & g, const float * Sc,
+/* A batch of kStateBatch pairs of S_c and dS (fp32 [V][K] in the workspace): a thread's pairs
+ * e0 + u·blockDim.x of the [vp][kp/2] pairs of the planes (zeros past V, K). */
+constexpr int kStateBatch = 4;
+struct state_batch {
+    float2 s[kStateBatch], d[kStateBatch];
+};
+__device__ __forceinline__ void fetch_states(state_batch & b, int e0, const planes_geom & g, const float * Sc,
                                              const float * dS, int V, int K) {
-    const int     w2 = g.kp / 2, total = g.vp * w2;
-    float         part = 0.0f;
-    constexpr int kU = 4;
-    for (int e0 = threadIdx.x; e0 < total; e0 += kU * blockDim.x) {
-        float2 sv[kU], dv[kU];
+    const int w2 = g.kp / 2, total = g.vp * w2;
 #pragma unroll
-        for (int u = 0; u < kU; ++u) {
-            const int  e = e0 + u * (int)blockDim.x, r = e / w2, c = (e - r * w2) * 2;
-            const bool in = e < total && r < V && c < K; /* K even: the pair is whole */
-            sv[u] = in ? *reinterpret_cast<const float2 *>(Sc + (long long)r * K + c) : make_float2(0.0f, 0.0f);
-            dv[u] = in ? *reinterpret_cast<const float2 *>(dS + (long long)r * K + c) : make_float2(0.0f, 0.0f);
-        }
+    for (int u = 0; u < kStateBatch; ++u) {
+        const int  e = e0 + u * (int)blockDim.x, r = e / w2, c = (e - r * w2) * 2;
+        const bool in = e < total && r < V && c < K; /* K even: the pair is whole */
+        b.s[u] = in ? *reinterpret_cast<const float2 *>(Sc + (long long)r * K + c) : make_float2(0.0f, 0.0f);
+        b.d[u] = in ? *reinterpret_cast<const float2 *>(dS + (long long)r * K + c) : make_float2(0.0f, 0.0f);
+    }
+}
+/* A fetched batch into the split planes; adds its part of ⟨S_c, dS⟩ to part. */
+__device__ __forceinline__ void put_states(const state_batch & b, int e0, const pl_smem & s, const planes_geom & g,
+                                           float & part) {
+    const int w2 = g.kp / 2, total = g.vp * w2;
 #pragma unroll
-        for (int u = 0; u < kU; ++u) {
-            const int e = e0 + u * (int)blockDim.x, r = e / w2, c = (e - r * w2) * 2;
-            if (e >= total) continue;
-            part += sv[u].x * dv[u].x;
-            part += sv[u].y * dv[u].y;
-            split_pair(sv[u].x, sv[u].y, s.sh, s.sl, r * g.lk + c);
-            split_pair(dv[u].x, dv[u].y, s.dh, s.dl, r * g.lk + c);
-        }
+    for (int u = 0; u < kStateBatch; ++u) {
+        const int e = e0 + u * (int)blockDim.x, r = e / w2, c = (e - r * w2) * 2;
+        if (e >= total) continue;
+        part += b.s[u].x * b.d[u].x;
+        part += b.s[u].y * b.d[u].y;
+        split_pair(b.s[u].x, b.s[u].y, s.sh, s.sl, r * g.lk + c);
+        split_pair(b.d[u].x, b.d[u].y, s.dh, s.dl, r * g.lk + c);
+    }
+}
+/* S_c and dS of the chunk into their split planes [vp][lk], the thread's first batch (first,
+ * fetched earlier) then the rest; returns this thread's part of ⟨S_c, dS⟩ (pairs in order). */
+__device__ __forceinline__ float load_states(const state_batch & first, const pl_smem & s, const planes_geom & g,
+                                             const float * Sc, const float * dS, int V, int K) {
+    const int total = g.vp * (g.kp / 2), step = kStateBatch * (int)blockDim.x;
+    float     part = 0.0f;
+    put_states(first, threadIdx.x, s, g, part);
+    for (int e0 = threadIdx.x + step; e0 < total; e0 += step) {
+        state_batch b;
+        fetch_states(b, e0, g, Sc, dS, V, K);
+        put_states(b, e0, s, g, part);
     }
     return part;
 }
@@ -259,8 +276,11 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
     const bw_chunk           ch = P.chunks[w];
     const int                K = P.K, V = P.V, A = P.A, VK = V * K;
     const long long          wh = (long long)w * P.H + h;
-    /* S_c, dS: the planes lie outside the zeroed region; load_planes' barriers publish them */
-    s.red[tid] = load_states(s, g, P.st + wh * VK, P.dst + wh * VK, V, K);
+    /* S_c, dS: the first batch's loads in flight across the chunk's loads and A1, which do not
+     * need them; their planes lie outside the zeroed region and the regions A1 writes */
+    const float * const Sc = P.st + wh * VK, *const dS = P.dst + wh * VK;
+    state_batch         sfirst;
+    fetch_states(sfirst, tid, g, Sc, dS, V, K);
     const float cl = load_planes<VX, false>(P, w, ch, h, g, sm, s);
     const int   L = ch.len, Kq = (L + 15) / 16 * 16, nT = g.cp / 16, nK = g.kp / 16, nV = g.vp / 16, nTL = Kq / 16;
     const int   cp = g.cp, kp = g.kp, lk = g.lk, lv = g.lv, lc = g.lc;
@@ -319,7 +339,8 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
                 if (g4 == 0) s.zcol[(m0 / 16) * cp + n0 + 8 * j + 2 * t4 + u] = z;
             }
     }
-    __syncthreads();
+    s.red[tid] = load_states(sfirst, s, g, Sc, dS, V, K);
+    __syncthreads(); /* the tables, the partials, the S_c and dS planes */
 
     /* A2: jobs [0, JQ) the (i, c) tile pairs of dq̂ and dk̂ with the chain (JQ = nT·nK), then
      * [JQ, JQ + J) dv tiles (j, r) and [JQ + J, JQ + 2J) y/dz tiles (j, r) (J = nT·nV) */
