@@ -18,10 +18,11 @@
  * bwd_chunk_planes_sums_kernel: load (q̂ scaled by e^c, k̂ by e^{c_last−c}·σ), then per (r, c) tile
  *   st = Vᵀ·K̂w and dst = dYᵀ·Q̂e (the chunk's tokens as the inner dimension), and c_last.
  * bwd_chunk_planes_grads_kernel:
- *   load  scalars, q̂, k̂, v, dy; S_c and dS planes and the μ partials
+ *   load  scalars, q̂, k̂, v, dy (the first loads of S_c and dS issued before them)
  *   A1    per (i, j) tile on or below the diagonal: Q̂·K̂ᵀ and dY·Vᵀ → Pm, Es planes; d = q̂·k̂ and
  *         dQK = dy·v (the diagonals); the row sums of W = Pm ⊙ (dY·Vᵀ) and the column sums of
- *         Z = e^{c_i−c_j}·(dy_i·v_j)·(q̂_i·k̂_j) (i > j) as per-tile partials
+ *         Z = e^{c_i−c_j}·(dy_i·v_j)·(q̂_i·k̂_j) (i > j) as per-tile partials; then the S_c and dS
+ *         planes and the μ partials
  *   A2    per (i, c) tile pair: e^{c}·dY·S_c → readout partials, + Es·K̂ → dq̂; e^{c_last−c}·V·dS →
  *         m partials, ·σ + Esᵀ·Q̂ → dk̂ = σ·dK̂s; then the chain per (token, pair) on the
  *         accumulators (dθ, dq̃, dk̃ into the workspace) and their per-tile column sums;
