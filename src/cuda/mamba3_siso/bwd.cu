@@ -9,8 +9,8 @@
  *      bwd_theta_kernel: per (sequence, head, angle) θ entering every chunk;
  *   2. bwd_chunk_sums_kernel: per (chunk, head) the state contribution and the state-gradient
  *      contribution of the chunk, and c_last;
- *   3. bwd_pass_kernel forward: the state entering every chunk (from H_in);
- *      bwd_pass_kernel reverse: the carry dS of every chunk (from dfinal_ssm_state) and dH_in;
+ *   3. bwd_pass_kernel, one launch for both walks: forward, the state entering every chunk (from
+ *      H_in); reverse, the carry dS of every chunk (from dfinal_ssm_state) and dH_in;
  *   4. bwd_chunk_grads_kernel: per (chunk, head) dv, dz, dadt and the per-token chain into the
  *      workspace (dq̃, dk̃ per V-head, dθ, dσ, dγ, chunk sums of dq̃, dk̃, dQK, dθ);
  *   5. bwd_seq_kernel: per (sequence, head) the initial-state gradients (and dc of the t = 0 fold),
@@ -263,8 +263,7 @@ ssm_status bwd_launch(ssm_context * ctx, const ssmi_mamba3_dims * d, const bwd_p
     if (P.H > 0 && P.NS > 0) {
         if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_prep(ctx, kOp, P));
         if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_chunk(ctx, kOp, P, false));
-        SSM_FORWARD_IF_ERROR(launch_bwd_passes(ctx, kOp, P, true));
-        SSM_FORWARD_IF_ERROR(launch_bwd_passes(ctx, kOp, P, false));
+        SSM_FORWARD_IF_ERROR(launch_bwd_passes(ctx, kOp, P));
         if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_chunk(ctx, kOp, P, true));
         SSM_FORWARD_IF_ERROR(launch_bwd_seq(ctx, kOp, P));
         if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_tok(ctx, kOp, P));

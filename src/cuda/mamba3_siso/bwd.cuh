@@ -333,7 +333,7 @@ __device__ __forceinline__ void chain_sums(const bw_args & P, const bw_chunk & c
 
 /* bwd_scan.cu */
 ssm_status launch_bwd_prep(ssm_context * ctx, const char * op, const bw_args & P); /* prep and θ walk */
-ssm_status launch_bwd_passes(ssm_context * ctx, const char * op, const bw_args & P, bool forward);
+ssm_status launch_bwd_passes(ssm_context * ctx, const char * op, const bw_args & P); /* both walks */
 ssm_status launch_bwd_seq(ssm_context * ctx, const char * op, const bw_args & P);
 ssm_status launch_bwd_tok(ssm_context * ctx, const char * op, const bw_args & P);
 ssm_status launch_bwd_sums(ssm_context * ctx, const char * op, const bw_args & P, long long T, int Hq);

@@ -10,7 +10,8 @@
  * bwd_theta_kernel, one thread per (sequence, head, angle): θ entering each chunk (thb), from
  *   angle_state (or 0), θ ← wrap(θ + the chunk's total); θ of a token is then wrap(θ entering +
  *   its running sum) (theta_at), the same θ mod 2π as the token-by-token walk.
- * bwd_pass_kernel, one thread per (sequence, head, state element): forward, st[c] ← the state
+ * bwd_pass_kernel, one thread per (sequence, head, state element, walk; the two walks are
+ *   independent and share a launch): forward, st[c] ← the state
  *   entering chunk c (from H_in = S_in + dt_0(1 − λ_0)·V_in K_inᵀ, or 0) with S ← e^{c_last}·S +
  *   st[c]; reverse, dst[c] ← the carry dS of chunk c (from dfinal_ssm_state, or 0) with dS ←
  *   e^{c_last}·dS + dst[c], and dH_in after the first chunk. Each element reads its own
@@ -117,9 +118,10 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_theta_kernel(const bw_args P)
     }
 }
 
-/* One thread per (sequence, head, state element); the chunks in batches of kWalkBatch (the loads
- * of a batch first, then the steps in order). */
-__global__ void __launch_bounds__(kSeqThreads) bwd_pass_kernel(const bw_args P, int forward) {
+/* One thread per (sequence, head, state element) and walk (blockIdx.z: 0 forward, 1 reverse); the
+ * chunks in batches of kWalkBatch (the loads of a batch first, then the steps in order). */
+__global__ void __launch_bounds__(kSeqThreads) bwd_pass_kernel(const bw_args P) {
+    const bool   forward = blockIdx.z == 0;
     const int    n = blockIdx.x / P.H, h = blockIdx.x % P.H, VK = P.V * P.K;
     const int    e = blockIdx.y * blockDim.x + threadIdx.x;
     const bw_seg sg = P.segs[n];
@@ -330,10 +332,10 @@ ssm_status launch_bwd_prep(ssm_context * ctx, const char * op, const bw_args & P
     return ssmi_cuda_status(ctx, op, "bwd_theta_kernel launch", cudaGetLastError());
 }
 
-ssm_status launch_bwd_passes(ssm_context * ctx, const char * op, const bw_args & P, bool forward) {
+ssm_status launch_bwd_passes(ssm_context * ctx, const char * op, const bw_args & P) {
     const int  VK = P.V * P.K;
-    const dim3 grid((unsigned)(P.NS * P.H), (unsigned)((VK + kSeqThreads - 1) / kSeqThreads));
-    bwd_pass_kernel<<<grid, kSeqThreads, 0, ssmi_cuda_stream(ctx)>>>(P, forward ? 1 : 0);
+    const dim3 grid((unsigned)(P.NS * P.H), (unsigned)((VK + kSeqThreads - 1) / kSeqThreads), 2);
+    bwd_pass_kernel<<<grid, kSeqThreads, 0, ssmi_cuda_stream(ctx)>>>(P);
     return ssmi_cuda_status(ctx, op, "bwd_pass_kernel launch", cudaGetLastError());
 }
 
