@@ -3,10 +3,13 @@
  * ssm_mamba3_siso) against the float64 reference backward (REF on the host copies, F64 outputs) and
  * against the CPU backend, both within the DESIGN §5 bar of the compute dtype (v's dtype), at the
  * shape matrix of test_mamba3_siso_bwd_cpu.c: S = 1, below / at / above the CPU chunk and odd
- * (the CUDA chunk is 32: several chunks and tails); Hq = 1, 1 < Hq < H, Hq = H; K, V in {32, 64,
- * 96}, a small odd V, K = 128 and K = 256 with V = 200 (the state outside shared memory);
+ * (the CUDA chunks: 64 tokens in chunked_planes, 32 there for K = V = 96, 32 in chunked; several
+ * chunks and tails, a length ending one token short of a 64-token chunk); Hq = 1, 1 < Hq < H,
+ * Hq = H; K, V in {32, 64, 96}, a small odd V, K = 128 and K = 256 with V = 200 (the state outside
+ * shared memory);
  * A = K/2, A < K/2, A = 1; d and z on and off; initial states on and off,
- * with and without the dfinal_* gradients; varlen with empty sequences (I32 and I64 cu_seqlens);
+ * with and without the dfinal_* gradients; varlen with empty sequences (I32 and I64 cu_seqlens;
+ * at K = 128, V = 64 sequences of exactly one 64-token chunk, of 2·64 + 1 and of 63 tokens);
  * f32 / f16 / bf16 inputs; strided views and angles broadcast over heads (stride 0); the seed
  * regime; only some outputs requested. Outputs are F32, NaN-poisoned before each device run; a
  * second run on re-poisoned outputs must give identical bytes. Prints the worst rel_rms per
@@ -273,10 +276,11 @@ int main(void) {
 
     static const int64_t lens_a[4] = {37, 0, 70, 1};
     static const int64_t lens_b[3] = {0, 65, 9};
+    static const int64_t lens_c[5] = {64, 0, 129, 63, 0};
     const ssm_dtype      dtypes[3] = {SSM_DTYPE_F32, SSM_DTYPE_F16, SSM_DTYPE_BF16};
     for (int di = 0; di < 3; ++di) {
         const ssm_dtype dt = dtypes[di];
-        bwd_case        cases[16];
+        bwd_case        cases[18];
         int             n = 0;
         cases[n] = (bwd_case){"s1_states", base_config(2, 1, 4, 2, 32, 32, 16, dt), 1, 0};
         cases[n].cfg.has_states = 1;
@@ -320,6 +324,14 @@ int main(void) {
          * S_c and dS from global memory); a chunk tail */
         cases[n] = (bwd_case){"k256_v200", base_config(1, 45, 2, 1, 256, 200, 64, dt), 1, 0};
         cases[n].cfg.has_states = 1;
+        ++n;
+        /* one token short of two 64-token chunks: the last chunk's length is odd (63) */
+        cases[n] = (bwd_case){"s127_odd", base_config(1, 127, 2, 1, 64, 32, 16, dt), 1, 0};
+        cases[n].cfg.has_states = 1;
+        ++n;
+        /* the layer's K, V over varlen sequences: a whole chunk, empty ones (also last), a 1-token tail */
+        cases[n] = (bwd_case){"varlen_k128", base_config(1, 0, 4, 2, 128, 64, 32, dt), 1, 0};
+        cases[n].cfg.nseq = 5, cases[n].cfg.seqlens = lens_c, cases[n].cfg.has_states = 1;
         ++n;
         for (int c = 0; c < n; ++c) run_case(&rng, &cases[c]);
     }

@@ -9,8 +9,8 @@
  *      bwd_theta_kernel: per (sequence, head, angle) θ entering every chunk;
  *   2. bwd_chunk_sums_kernel: per (chunk, head) the state contribution and the state-gradient
  *      contribution of the chunk, and c_last;
- *   3. bwd_pass_kernel forward: the state entering every chunk (from H_in);
- *      bwd_pass_kernel reverse: the carry dS of every chunk (from dfinal_ssm_state) and dH_in;
+ *   3. bwd_pass_kernel, one launch for both walks: forward, the state entering every chunk (from
+ *      H_in); reverse, the carry dS of every chunk (from dfinal_ssm_state) and dH_in;
  *   4. bwd_chunk_grads_kernel: per (chunk, head) dv, dz, dadt and the per-token chain into the
  *      workspace (dq̃, dk̃ per V-head, dθ, dσ, dγ, chunk sums of dq̃, dk̃, dQK, dθ);
  *   5. bwd_seq_kernel: per (sequence, head) the initial-state gradients (and dc of the t = 0 fold),
@@ -19,8 +19,9 @@
  *   6. bwd_qk_sum_kernel (dq, dk over the GQA heads in head order), bwd_param_sum_kernel (dq_bias,
  *      dk_bias, dd over the chunks in order).
  * Chunks of C tokens restart at every sequence start; C and whether the gradient kernel stages the
- * state in shared memory come from the entry and the shape only (chunked_planes: kBwdMaxChunk;
- * chunked: chunk_length), so an entry's bytes are the same on every device and run.
+ * state in shared memory come from the entry and the shape only (chunked_planes: planes_chunk, 64
+ * tokens where the gradient kernel's planes fit kPlanesSmemBudget, else 32; chunked: chunk_length),
+ * so an entry's bytes are the same on every device and run.
  * params->chunk_size is not used (not semantic). No float atomics: every sum is a loop in a
  * fixed order. Any strides (0 too), any float dtype per tensor.
  * Limits: K ≤ 256, H ≤ 65535, sequences ≤ 65535 (UNSUPPORTED beyond).
@@ -39,24 +40,24 @@ namespace {
 const char   kOp[] = "mamba3_siso_bwd";
 const size_t kChunkSmemBudget = 200 * 1024; /* bytes of a chunk-gradient block's shared memory (1 block per SM) */
 
-/* The chunk length and whether the gradient kernel stages the state in shared memory: staged at
- * C = kBwdMaxChunk or half of it where that fits the budget, else unstaged at kBwdMaxChunk halved
- * while it exceeds the budget (the shape alone decides). */
+/* The fp32 entry's chunk length and whether its gradient kernel stages the state in shared memory:
+ * staged at C = kFmaChunk or half of it where that fits the budget, else unstaged at kFmaChunk
+ * halved while it exceeds the budget (the shape alone decides). */
 int chunk_length(int K, int V, bool * staged) {
-    for (int C = kBwdMaxChunk; C >= kBwdMaxChunk / 2; C /= 2)
+    for (int C = kFmaChunk; C >= kFmaChunk / 2; C /= 2)
         if (sizeof(float) * (size_t)chunk_smem_floats(C, K, V, true, true) <= kChunkSmemBudget) {
             *staged = true;
             return C;
         }
     *staged = false;
-    int C = kBwdMaxChunk;
+    int C = kFmaChunk;
     while (C > 1 && sizeof(float) * (size_t)chunk_smem_floats(C, K, V, true, false) > kChunkSmemBudget) C /= 2;
     return C;
 }
 
 struct bwd_problem {
     int    qkv16;  /* q, k and v are fp16 or bf16                                       */
-    size_t planes; /* shared memory of the bf16-plane gradient kernel (kBwdMaxChunk tokens) */
+    size_t planes; /* shared memory of the bf16-plane gradient kernel (planes_chunk tokens) */
     size_t optin;  /* the device's shared memory per block                               */
 };
 bool any_applies(const bwd_problem &) { return true; }
@@ -74,7 +75,7 @@ const bwd_variant kBwdTable[] = {
     {"chunked_planes",
      "16-bit q, k, v: the chunk kernels' operands written once into shared memory as bf16 planes (fp32 values as a "
      "rounded plane and a remainder plane) and every product by ldmatrix + mma.sync m16n8k16 with fp32 accumulators, "
-     "16 warps per block, 32-token chunks",
+     "16 warps per block, 64-token chunks (32 where those do not fit)",
      "q, k and v in fp16 or bf16, and the chunk's planes fit shared memory", planes_applies, true},
     {"chunked",
      "plain fp32 chunked backward: per-(chunk, head) blocks with register-tiled products from shared memory, "
@@ -262,8 +263,7 @@ ssm_status bwd_launch(ssm_context * ctx, const ssmi_mamba3_dims * d, const bwd_p
     if (P.H > 0 && P.NS > 0) {
         if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_prep(ctx, kOp, P));
         if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_chunk(ctx, kOp, P, false));
-        SSM_FORWARD_IF_ERROR(launch_bwd_passes(ctx, kOp, P, true));
-        SSM_FORWARD_IF_ERROR(launch_bwd_passes(ctx, kOp, P, false));
+        SSM_FORWARD_IF_ERROR(launch_bwd_passes(ctx, kOp, P));
         if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_chunk(ctx, kOp, P, true));
         SSM_FORWARD_IF_ERROR(launch_bwd_seq(ctx, kOp, P));
         if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_tok(ctx, kOp, P));
@@ -290,13 +290,14 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_bwd(ssm_context * ctx, const ssm_mam
                           a->k.dtype == SSM_DTYPE_F16 || a->k.dtype == SSM_DTYPE_BF16,
                           a->v.dtype == SSM_DTYPE_F16 || a->v.dtype == SSM_DTYPE_BF16};
     const bwd_problem pb = {is16[0] && is16[1] && is16[2],
-                            planes_geom_of(kBwdMaxChunk, (int)d->dk, (int)d->dv).total, (size_t)dev.smem_optin};
+                            planes_geom_of(planes_chunk((int)d->dk, (int)d->dv), (int)d->dk, (int)d->dv).total,
+                            (size_t)dev.smem_optin};
     const bwd_variant * e = NULL;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_pick_variant(ctx, SSMI_OP_mamba3_siso_bwd, kBwdTable, pb, &e));
     SSM_RETURN_IF(e == NULL, ctx, SSM_STATUS_UNSUPPORTED, "%s: no CUDA kernel applies to this problem", kOp);
-    /* the plane kernels: kBwdMaxChunk tokens (their rule checked the fit); else chunk_length */
+    /* the plane kernels: planes_chunk tokens (their rule checked the fit); else chunk_length */
     bool staged = false;
-    const int C = e->planes ? kBwdMaxChunk : chunk_length((int)d->dk, (int)d->dv, &staged);
+    const int C = e->planes ? planes_chunk((int)d->dk, (int)d->dv) : chunk_length((int)d->dk, (int)d->dv, &staged);
     const size_t smem = sizeof(float) * (size_t)chunk_smem_floats(C, (int)d->dk, (int)d->dv, true, staged);
     SSM_RETURN_IF(!e->planes && smem > (size_t)dev.smem_optin,
                   ctx, SSM_STATUS_UNSUPPORTED, "%s: K=%lld, V=%lld need more shared memory than the device has", kOp,

@@ -30,7 +30,8 @@ using ssmi_siso::m3_out;
 
 const int kBwdThreads = 256;  /* the chunk kernels (their block reduction buffer has this size) */
 const int kSeqThreads = 128;  /* the walk kernels and the per-(chunk, head) prep and token kernels */
-const int kBwdMaxChunk = 32;  /* longest chunk; shorter where a chunk's shared memory is too big */
+const int kBwdMaxChunk = 64;  /* longest chunk of any entry (the scans over a chunk: two tokens per lane) */
+const int kFmaChunk = 32;     /* longest chunk of the fp32 entry; shorter where its shared memory is too big */
 const int kScal = 12;         /* per-token scalar rows of a chunk's shared memory               */
 const int kScalWs = 5;        /* per-(token, head) scalars in the workspace: dt, λ, γ, σ, cm    */
 
@@ -98,6 +99,9 @@ __host__ __device__ inline long long chunk_smem_floats(int C, int K, int V, bool
 
 /* Threads of the bf16-plane chunk kernels: 16 warps share their one block per SM. */
 const int kPlanesThreads = 512;
+/* Shared memory the plane entry's chunk length is chosen against (the opt-in limit of the devices it
+ * targets): 64-token chunks where their gradient kernel fits, else 32 (the shape alone decides). */
+const size_t kPlanesSmemBudget = 227 * 1024;
 
 /* Shared-memory layout of the bf16-plane chunk kernels for chunk C (a multiple of 16), K, V:
  * every product operand is a bf16 plane (rows of the padded width cp/kp/vp = the dimension
@@ -105,23 +109,25 @@ const int kPlanesThreads = 512;
  * of an ldmatrix fall in distinct bank groups); fp32 values are two planes, the rounded value (h)
  * and the rounded remainder (l); v is one plane where it is bf16 (the l plane is then unused).
  * Byte offsets, both kernels: q̂, k̂ (h, l each, [cp][lk]), v, dy (h, l each, [cp][lv]) — the
- * region zeroed first —, then fp32: dq̂ and dK̂s [cp][lf] (q̃, k̃ while the chunk loads), the dout /
- * dz factor [cp][lz], kVec [cp] vectors, the q and k biases [kp] each, the block-sum scratch
- * [kPlanesThreads]; sums_total ends there. The gradient kernel also has S_c and dS (h, l each,
- * [vp][lk]), the [C][C] tables Pm, E and E·diag(σ) (h, l each, [cp][lc]), W in fp32 [cp][lw]
- * and the per-16-column partial row sums of the readout and of m, [kp/16][cp] each. */
+ * region zeroed first —, then fp32: kVec [cp] vectors, the q and k biases [kp] each, the
+ * block-sum scratch [kPlanesThreads]; sums_total ends there. The gradient kernel also has S_c and
+ * dS (h, l each, [vp][lk]), the [C][C] tables Pm and E·diag(σ) (h, l each, [cp][lc]) and fp32
+ * partial sums: per 16-column tile of K the readout and m of each token (rpart, mpart [kp/16][cp]);
+ * per 16-token tile of the chunk the rows of W (wrow [cp/16][cp], by column tile) and the columns
+ * of e^{c_i−c_j}·(dy_i·v_j)·(q̂_i·k̂_j) (zcol [cp/16][cp], by row tile); per 16-token tile the column
+ * sums of dq̃, dk̃ (qpart, kpart [cp/16][kp]) and of dθ (tpart [cp/16][kp/2]). */
 struct planes_geom {
-    static const int kVec = 10; /* σ, γ, cm, e^{c}, e^{c_last−c}, d = q̃·k̃, dQK, r, m, dσ */
-    int    cp, kp, vp, lk, lv, lc, lf, lz, lw;
-    size_t qh, ql, kh, kl, vh, vl, dyh, dyl, zero_end, dq, dk, dzf, vec, bias, red, sums_total;
-    size_t sh, sl, dh, dl, pmh, pml, eh, el, esh, esl, ww, rpart, mpart, total;
+    static const int kVec = 9; /* σ, γ, cm, e^{c}, e^{c_last−c}, d = q̂·k̂, dQK, r, m */
+    int    cp, kp, vp, lk, lv, lc;
+    size_t qh, ql, kh, kl, vh, vl, dyh, dyl, zero_end, vec, bias, red, sums_total;
+    size_t sh, sl, dh, dl, pmh, pml, esh, esl, rpart, mpart, wrow, zcol, qpart, kpart, tpart, total;
 };
 
 __host__ __device__ inline planes_geom planes_geom_of(int C, int K, int V) {
     planes_geom g;
     g.cp = (C + 15) / 16 * 16, g.kp = (K + 15) / 16 * 16, g.vp = (V + 15) / 16 * 16;
-    g.lk = g.kp + 8, g.lv = g.vp + 8, g.lc = g.cp + 8, g.lf = g.kp + 4, g.lz = g.vp + 4, g.lw = g.cp + 1;
-    const size_t cp = (size_t)g.cp, kq = cp * (size_t)g.lk * 2, vq = cp * (size_t)g.lv * 2;
+    g.lk = g.kp + 8, g.lv = g.vp + 8, g.lc = g.cp + 8;
+    const size_t cp = (size_t)g.cp, kp = (size_t)g.kp, kq = cp * (size_t)g.lk * 2, vq = cp * (size_t)g.lv * 2;
     const size_t sq = (size_t)g.vp * (size_t)g.lk * 2, tq = cp * (size_t)g.lc * 2;
     size_t       at = 0;
     size_t * const planes[] = {&g.qh, &g.ql, &g.kh, &g.kl};
@@ -129,22 +135,28 @@ __host__ __device__ inline planes_geom planes_geom_of(int C, int K, int V) {
     size_t * const vplanes[] = {&g.vh, &g.vl, &g.dyh, &g.dyl};
     for (size_t * f : vplanes) *f = at, at += vq;
     g.zero_end = at;
-    g.dq = at, at += cp * (size_t)g.lf * 4;
-    g.dk = at, at += cp * (size_t)g.lf * 4;
-    g.dzf = at, at += cp * (size_t)g.lz * 4;
     g.vec = at, at += (size_t)planes_geom::kVec * cp * 4;
-    g.bias = at, at += 2 * (size_t)g.kp * 4;
+    g.bias = at, at += 2 * kp * 4;
     g.red = at, at += (size_t)kPlanesThreads * 4;
     g.sums_total = at;
     size_t * const states[] = {&g.sh, &g.sl, &g.dh, &g.dl};
     for (size_t * f : states) *f = at, at += sq;
-    size_t * const tables[] = {&g.pmh, &g.pml, &g.eh, &g.el, &g.esh, &g.esl};
+    size_t * const tables[] = {&g.pmh, &g.pml, &g.esh, &g.esl};
     for (size_t * f : tables) *f = at, at += tq;
-    g.ww = at, at += (cp * (size_t)g.lw * 4 + 15) / 16 * 16;
-    g.rpart = at, at += (size_t)g.kp / 16 * cp * 4;
-    g.mpart = at, at += (size_t)g.kp / 16 * cp * 4;
+    g.rpart = at, at += kp / 16 * cp * 4;
+    g.mpart = at, at += kp / 16 * cp * 4;
+    g.wrow = at, at += cp / 16 * cp * 4;
+    g.zcol = at, at += cp / 16 * cp * 4;
+    g.qpart = at, at += cp / 16 * kp * 4;
+    g.kpart = at, at += cp / 16 * kp * 4;
+    g.tpart = at, at += cp / 16 * (kp / 2) * 4;
     g.total = at;
     return g;
+}
+
+/* The plane entry's chunk length for K, V (kPlanesSmemBudget). */
+__host__ __device__ inline int planes_chunk(int K, int V) {
+    return planes_geom_of(kBwdMaxChunk, K, V).total <= kPlanesSmemBudget ? kBwdMaxChunk : kBwdMaxChunk / 2;
 }
 
 /* f(i, c, x[row, t0 + i, hh, c]) for i < rows, c < cols, x a 4-D view of element type T; thread
@@ -184,6 +196,29 @@ __device__ __forceinline__ void load_rows(const ssmi_cu_view & x, long long row,
     }
 }
 
+/* f(i, c, x[row, t0 + i, hh, c], y[row, t0 + i, hh, c]) for two views of the same rows (any dtype
+ * each); thread e mod blockDim.x takes element e = i·cols + c, kLoadBatch elements' loads first. */
+template <class F>
+__device__ __forceinline__ void load_rows2(const ssmi_cu_view & x, const ssmi_cu_view & y, long long row, long long t0,
+                                           long long hh, int rows, int cols, F f) {
+    const long long xb = row * x.s[0] + t0 * x.s[1] + hh * x.s[2], yb = row * y.s[0] + t0 * y.s[1] + hh * y.s[2];
+    const int       n = rows * cols, nt = blockDim.x;
+    for (int e0 = threadIdx.x; e0 < n; e0 += kLoadBatch * nt) {
+        float a[kLoadBatch], b[kLoadBatch];
+#pragma unroll
+        for (int u = 0; u < kLoadBatch; ++u) {
+            const int e = e0 + u * nt < n ? e0 + u * nt : 0, i = e / cols, c = e - i * cols;
+            a[u] = ssmi_cu_ld(x.p, x.dtype, xb + i * x.s[1] + c * x.s[3]);
+            b[u] = ssmi_cu_ld(y.p, y.dtype, yb + i * y.s[1] + c * y.s[3]);
+        }
+#pragma unroll
+        for (int u = 0; u < kLoadBatch; ++u) {
+            const int e = e0 + u * nt, i = e / cols, c = e - i * cols;
+            if (e < n) f(i, c, a[u], b[u]);
+        }
+    }
+}
+
 /* θ of angle p at flat token tok of chunk w: wrap(θ entering the chunk + the chunk-local sum). */
 __device__ __forceinline__ float theta_at(const bw_args & P, long long w, int h, long long tok, int p) {
     return ssmi_siso::wrap2pi(P.thb[(w * P.H + h) * P.A + p] + P.th[(tok * P.H + h) * P.A + p]);
@@ -204,49 +239,62 @@ __device__ __forceinline__ float warp_sum(int n, F f) {
 /* The end of the chunk-gradient kernels, shared by bwd_chunk.cu and bwd_chunk_planes.cu. */
 
 /* On warp 0: μ = e^{cl}·Σ_u red[lane + 32u] (u < nred, a fixed tree), dadt_i = Σ_{i'≥i} r_i' +
- * Σ_{j<i} m_j + μ (lane i, L ≤ 32, fixed shuffle scans) into dadt, and the chunk's dd partial
- * Σ dQK into the workspace slot wh. */
+ * Σ_{j<i} m_j + μ (L ≤ kBwdMaxChunk: lane l holds tokens 2l and 2l + 1; fixed shuffle scans over
+ * the lanes' pair sums) into dadt, and the chunk's dd partial Σ dQK into the workspace slot wh. */
 __device__ __forceinline__ void dadt_tail(const bw_args & P, const bw_chunk & ch, int h, long long wh, int L, float cl,
                                           const float * red, int nred, const float * mm, const float * rr,
                                           const float * dQK) {
-    const int lane = threadIdx.x & 31;
+    static_assert(kBwdMaxChunk <= 64, "two tokens per lane");
+    const int lane = threadIdx.x & 31, k0 = 2 * lane;
     float     mu = 0.0f;
     for (int u = 0; u < nred; ++u) mu += red[lane + 32 * u];
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) mu += __shfl_xor_sync(0xffffffffu, mu, off);
     mu *= expf(cl);
-    float mi = lane < L ? mm[lane] : 0.0f, ri = lane < L ? rr[lane] : 0.0f;
-    float dd = lane < L ? dQK[lane] : 0.0f;
+    float m[2], r[2], dd = 0.0f;
+#pragma unroll
+    for (int u = 0; u < 2; ++u) {
+        const bool in = k0 + u < L;
+        m[u] = in ? mm[k0 + u] : 0.0f, r[u] = in ? rr[k0 + u] : 0.0f;
+        dd += in ? dQK[k0 + u] : 0.0f;
+    }
+    float ms = m[0] + m[1], rs = r[1] + r[0]; /* inclusive prefix (m) and suffix (r) scans of the pair sums */
 #pragma unroll
     for (int off = 1; off < 32; off <<= 1) {
-        const float up = __shfl_up_sync(0xffffffffu, mi, off);
-        const float dn = __shfl_down_sync(0xffffffffu, ri, off);
-        if (lane >= off) mi += up;
-        if (lane + off < 32) ri += dn;
+        const float up = __shfl_up_sync(0xffffffffu, ms, off);
+        const float dn = __shfl_down_sync(0xffffffffu, rs, off);
+        if (lane >= off) ms += up;
+        if (lane + off < 32) rs += dn;
     }
-    float ex = __shfl_up_sync(0xffffffffu, mi, 1);
-    if (lane == 0) ex = 0.0f;
+    const float mx = __shfl_up_sync(0xffffffffu, ms, 1), rx = __shfl_down_sync(0xffffffffu, rs, 1);
+    const float me = lane > 0 ? mx : 0.0f, re = lane < 31 ? rx : 0.0f; /* the lanes before / after */
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) dd += __shfl_xor_sync(0xffffffffu, dd, off);
-    if (lane < L && P.dadt.present) ssmi_siso::st3(P.dadt, ch.row, h, ch.t0 + lane, ri + ex + mu);
+    if (P.dadt.present) {
+        if (k0 < L) ssmi_siso::st3(P.dadt, ch.row, h, ch.t0 + k0, ((re + r[1]) + r[0]) + me + mu);
+        if (k0 + 1 < L) ssmi_siso::st3(P.dadt, ch.row, h, ch.t0 + k0 + 1, (re + r[1]) + (me + m[0]) + mu);
+    }
     if (lane == 0) P.ddp[wh] = dd;
 }
 
 /* The chain of token i, pair p (columns 2p, 2p + 1) of chunk w (spec §6.2): from dq̂ (f), dK̂s (g),
- * q̂ (qv) and k̂ (kv) of the pair, σ_i and cqk = dQK_i·γ_i: dk̂ = σ·dK̂s (+ dfinal_k_state with fk),
- * for a rotated pair the raw dθ into the workspace and q̃, k̃, dq̂, dk̂ rotated back, then
- * dq̃ = dq̂ + cqk·k̃ and dk̃ = dk̂ + cqk·q̃ into the workspace and back into f, g. */
-__device__ __forceinline__ void chain_pair(const bw_args & P, const bw_chunk & ch, long long w, int h, int i, int p,
-                                           bool fk, float sg, float cqk, float2 qv, float2 kv, float2 & f, float2 & g) {
+ * q̂ (qv) and k̂ (kv) of the pair, σ_i, cqk = dQK_i·γ_i and, for a rotated pair (p < A), θ of the
+ * pair (theta_at): dk̂ = σ·dK̂s (+ dfinal_k_state with fk), for a rotated pair the raw dθ into the
+ * workspace and q̃, k̃, dq̂, dk̂ rotated back, then dq̃ = dq̂ + cqk·k̃ and dk̃ = dk̂ + cqk·q̃ into the
+ * workspace and back into f, g. Returns the raw dθ (0 for an unrotated pair). */
+__device__ __forceinline__ float chain_pair(const bw_args & P, const bw_chunk & ch, int h, int i, int p, bool fk,
+                                            float sg, float cqk, float theta, float2 qv, float2 kv, float2 & f,
+                                            float2 & g) {
     const long long o = (ch.tok + i) * P.H + h;
     const int       c0 = 2 * p, K = P.K, A = P.A;
-    float           g0 = sg * g.x, g1 = sg * g.y, f0 = f.x, f1 = f.y;
+    float           g0 = sg * g.x, g1 = sg * g.y, f0 = f.x, f1 = f.y, dth = 0.0f;
     if (fk) g0 += ssmi_siso::ld3(P.dfk, ch.seq, h, c0), g1 += ssmi_siso::ld3(P.dfk, ch.seq, h, c0 + 1);
     float qt0 = qv.x, qt1 = qv.y, kt0 = kv.x, kt1 = kv.y;
     if (p < A) {
-        P.dth[o * A + p] = -f0 * qt1 + f1 * qt0 - g0 * kt1 + g1 * kt0;
+        dth = -f0 * qt1 + f1 * qt0 - g0 * kt1 + g1 * kt0;
+        P.dth[o * A + p] = dth;
         float sn, cs;
-        sincosf(theta_at(P, w, h, ch.tok + i, p), &sn, &cs);
+        sincosf(theta, &sn, &cs);
         const float a0 = cs * f0 + sn * f1, a1 = -sn * f0 + cs * f1;
         const float b0 = cs * g0 + sn * g1, b1 = -sn * g0 + cs * g1;
         const float x0 = cs * qt0 + sn * qt1, x1 = -sn * qt0 + cs * qt1;
@@ -260,9 +308,10 @@ __device__ __forceinline__ void chain_pair(const bw_args & P, const bw_chunk & c
     *reinterpret_cast<float2 *>(P.dqt + o * K + c0) = make_float2(f0, f1);
     *reinterpret_cast<float2 *>(P.dkt + o * K + c0) = make_float2(g0, g1);
     f = make_float2(f0, f1), g = make_float2(g0, g1);
+    return dth;
 }
 
-/* After a barrier that publishes them: the chunk sums of dq̃ and dk̃ (rows dq, dk of stride ld,
+/* bwd_chunk.cu, after a barrier that publishes them: the chunk sums of dq̃ and dk̃ (rows dq, dk of stride ld,
  * per column, tokens in order) and of the raw dθ (per angle, from the workspace) into the
  * workspace slot wh. */
 __device__ __forceinline__ void chain_sums(const bw_args & P, const bw_chunk & ch, int h, long long wh, int L,
@@ -284,7 +333,7 @@ __device__ __forceinline__ void chain_sums(const bw_args & P, const bw_chunk & c
 
 /* bwd_scan.cu */
 ssm_status launch_bwd_prep(ssm_context * ctx, const char * op, const bw_args & P); /* prep and θ walk */
-ssm_status launch_bwd_passes(ssm_context * ctx, const char * op, const bw_args & P, bool forward);
+ssm_status launch_bwd_passes(ssm_context * ctx, const char * op, const bw_args & P); /* both walks */
 ssm_status launch_bwd_seq(ssm_context * ctx, const char * op, const bw_args & P);
 ssm_status launch_bwd_tok(ssm_context * ctx, const char * op, const bw_args & P);
 ssm_status launch_bwd_sums(ssm_context * ctx, const char * op, const bw_args & P, long long T, int Hq);

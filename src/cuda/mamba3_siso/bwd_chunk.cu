@@ -44,7 +44,7 @@ namespace ssmi_siso_bwd {
 
 namespace {
 
-static_assert(kBwdMaxChunk <= 32, "the dadt scans run over one warp's lanes");
+static_assert(kFmaChunk <= kBwdMaxChunk, "the dadt scan covers the chunk");
 static_assert(kBwdThreads % 32 == 0, "whole warps");
 
 /* A chunk's shared memory (chunk_smem_floats). */
@@ -401,9 +401,9 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_grads_kernel(const bw_a
         const int i = e / K2, p = e - i * K2, c0 = 2 * p;
         float2    f = make_float2(dqh[i * LK + c0], dqh[i * LK + c0 + 1]);
         float2    gk = make_float2(dks[i * LK + c0], dks[i * LK + c0 + 1]);
-        chain_pair(P, ch, w, h, i, p, seq_end && i == L - 1 && P.has_dfk, sig[i], s.dQK[i] * s.gam[i],
-                   make_float2(qh[i * LK + c0], qh[i * LK + c0 + 1]), make_float2(kh[i * LK + c0], kh[i * LK + c0 + 1]),
-                   f, gk);
+        chain_pair(P, ch, h, i, p, seq_end && i == L - 1 && P.has_dfk, sig[i], s.dQK[i] * s.gam[i],
+                   p < P.A ? theta_at(P, w, h, ch.tok + i, p) : 0.0f, make_float2(qh[i * LK + c0], qh[i * LK + c0 + 1]),
+                   make_float2(kh[i * LK + c0], kh[i * LK + c0 + 1]), f, gk);
         /* each thread owns its pair: the chunk sums below read them back */
         dqh[i * LK + c0] = f.x, dqh[i * LK + c0 + 1] = f.y;
         dks[i * LK + c0] = gk.x, dks[i * LK + c0 + 1] = gk.y;

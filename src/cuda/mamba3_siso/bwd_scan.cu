@@ -10,7 +10,8 @@
  * bwd_theta_kernel, one thread per (sequence, head, angle): θ entering each chunk (thb), from
  *   angle_state (or 0), θ ← wrap(θ + the chunk's total); θ of a token is then wrap(θ entering +
  *   its running sum) (theta_at), the same θ mod 2π as the token-by-token walk.
- * bwd_pass_kernel, one thread per (sequence, head, state element): forward, st[c] ← the state
+ * bwd_pass_kernel, one thread per (sequence, head, state element, walk; the two walks are
+ *   independent and share a launch): forward, st[c] ← the state
  *   entering chunk c (from H_in = S_in + dt_0(1 − λ_0)·V_in K_inᵀ, or 0) with S ← e^{c_last}·S +
  *   st[c]; reverse, dst[c] ← the carry dS of chunk c (from dfinal_ssm_state, or 0) with dS ←
  *   e^{c_last}·dS + dst[c], and dH_in after the first chunk. Each element reads its own
@@ -35,12 +36,13 @@ namespace ssmi_siso_bwd {
 namespace {
 
 const int kWalkBatch = 32; /* chunks whose loads a sequential walk issues together */
-static_assert(kBwdMaxChunk <= 32, "the prep's cumsum runs over one warp's lanes");
+static_assert(kBwdMaxChunk <= 64, "the prep's cumsum: two tokens per lane of one warp");
 
 /* One (chunk, head) per block: per token dt, λ = sigmoid(trap), γ = dt·λ, σ = γ + dt_{t+1}(1 −
- * λ_{t+1}) (0 after the sequence's last token) and the chunk-local inclusive cumsum of adt (warp 0,
- * a shuffle scan; L ≤ 32); per angle (a thread each, tokens in order) the chunk-local running sums
- * of π·tanh(raw)·dt into th and their total into thb. */
+ * λ_{t+1}) (0 after the sequence's last token) and the chunk-local inclusive cumsum of adt (warp 0:
+ * lane l takes tokens 2l and 2l + 1, a shuffle scan over the pair sums; L ≤ kBwdMaxChunk); per
+ * angle (a thread each, tokens in order) the chunk-local running sums of π·tanh(raw)·dt into th
+ * and their total into thb. */
 __global__ void __launch_bounds__(kSeqThreads) bwd_prep_kernel(const bw_args P) {
     __shared__ float s_dt[kBwdMaxChunk];
     __shared__ float s_rate[kBwdMaxChunk * (kMaxK / 2)]; /* π·tanh(raw), token-major */
@@ -48,24 +50,35 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_prep_kernel(const bw_args P) 
     const bw_chunk   ch = P.chunks[w];
     const int        L = ch.len;
     if (tid < 32) {
-        const int       i = tid;
-        const long long t = ch.t0 + i;
-        const bool      in = i < L, next = i + 1 < L || (i + 1 == L && !ch.last);
-        const float     dtv = in ? ld3(P.dt, ch.row, h, t) : 0.0f;
-        const float     lam = in ? sigmoidf(ld3(P.trap, ch.row, h, t)) : 0.0f;
-        const float     dtn = next ? ld3(P.dt, ch.row, h, t + 1) : 0.0f;
-        const float     lamn = next ? sigmoidf(ld3(P.trap, ch.row, h, t + 1)) : 0.0f;
-        float           cm = in ? ld3(P.adt, ch.row, h, t) : 0.0f;
+        float a[2], gam[2], sig[2], dtv[2], lam[2];
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int       i = 2 * tid + u;
+            const long long t = ch.t0 + i;
+            const bool      in = i < L, next = i + 1 < L || (i + 1 == L && !ch.last);
+            dtv[u] = in ? ld3(P.dt, ch.row, h, t) : 0.0f;
+            lam[u] = in ? sigmoidf(ld3(P.trap, ch.row, h, t)) : 0.0f;
+            const float dtn = next ? ld3(P.dt, ch.row, h, t + 1) : 0.0f;
+            const float lamn = next ? sigmoidf(ld3(P.trap, ch.row, h, t + 1)) : 0.0f;
+            a[u] = in ? ld3(P.adt, ch.row, h, t) : 0.0f;
+            gam[u] = dtv[u] * lam[u];
+            sig[u] = gam[u] + dtn * (1.0f - lamn);
+        }
+        float cs = a[0] + a[1];
 #pragma unroll
         for (int off = 1; off < 32; off <<= 1) {
-            const float up = __shfl_up_sync(0xffffffffu, cm, off);
-            if (i >= off) cm += up;
+            const float up = __shfl_up_sync(0xffffffffu, cs, off);
+            if (tid >= off) cs += up;
         }
-        if (in) {
-            const float gam = dtv * lam;
-            float *     o = P.sc + ((ch.tok + i) * H + h) * kScalWs;
-            o[0] = dtv, o[1] = lam, o[2] = gam, o[3] = gam + dtn * (1.0f - lamn), o[4] = cm;
-            s_dt[i] = dtv;
+        const float up = __shfl_up_sync(0xffffffffu, cs, 1), before = tid > 0 ? up : 0.0f;
+        const float cm[2] = {before + a[0], (before + a[0]) + a[1]};
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+            const int i = 2 * tid + u;
+            if (i >= L) continue;
+            float * o = P.sc + ((ch.tok + i) * H + h) * kScalWs;
+            o[0] = dtv[u], o[1] = lam[u], o[2] = gam[u], o[3] = sig[u], o[4] = cm[u];
+            s_dt[i] = dtv[u];
         }
     }
     load_rows(P.ang, ch.row, ch.t0, h, L, A, [&](int i, int p, float x) { s_rate[i * A + p] = kPi * tanhf(x); });
@@ -105,9 +118,10 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_theta_kernel(const bw_args P)
     }
 }
 
-/* One thread per (sequence, head, state element); the chunks in batches of kWalkBatch (the loads
- * of a batch first, then the steps in order). */
-__global__ void __launch_bounds__(kSeqThreads) bwd_pass_kernel(const bw_args P, int forward) {
+/* One thread per (sequence, head, state element) and walk (blockIdx.z: 0 forward, 1 reverse); the
+ * chunks in batches of kWalkBatch (the loads of a batch first, then the steps in order). */
+__global__ void __launch_bounds__(kSeqThreads) bwd_pass_kernel(const bw_args P) {
+    const bool   forward = blockIdx.z == 0;
     const int    n = blockIdx.x / P.H, h = blockIdx.x % P.H, VK = P.V * P.K;
     const int    e = blockIdx.y * blockDim.x + threadIdx.x;
     const bw_seg sg = P.segs[n];
@@ -224,9 +238,8 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_seq_kernel(const bw_args P) {
  * carry + Σ_{u≥t in the chunk} dθ_u, thread per angle, tokens last first; dangles and π·tanh(raw)·G
  * per token), then per token (a warp each) ddt and dtrap (spec §6.2). */
 __global__ void __launch_bounds__(kSeqThreads) bwd_tok_kernel(const bw_args P) {
-    __shared__ float s_g[kBwdMaxChunk * (kMaxK / 2)];  /* dθ, then π·tanh(raw)·G */
-    __shared__ float s_tn[kBwdMaxChunk * (kMaxK / 2)]; /* tanh(raw)               */
-    __shared__ float s_dt[kBwdMaxChunk];
+    extern __shared__ float tok_sm[]; /* launch_bwd_tok: C·A dθ, then π·tanh(raw)·G; C·A tanh(raw); C dt */
+    float * const    s_g = tok_sm, *const s_tn = s_g + P.C * P.A, *const s_dt = s_tn + P.C * P.A;
     const int        w = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
     const int        lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
     const int        H = P.H, A = P.A;
@@ -319,10 +332,10 @@ ssm_status launch_bwd_prep(ssm_context * ctx, const char * op, const bw_args & P
     return ssmi_cuda_status(ctx, op, "bwd_theta_kernel launch", cudaGetLastError());
 }
 
-ssm_status launch_bwd_passes(ssm_context * ctx, const char * op, const bw_args & P, bool forward) {
+ssm_status launch_bwd_passes(ssm_context * ctx, const char * op, const bw_args & P) {
     const int  VK = P.V * P.K;
-    const dim3 grid((unsigned)(P.NS * P.H), (unsigned)((VK + kSeqThreads - 1) / kSeqThreads));
-    bwd_pass_kernel<<<grid, kSeqThreads, 0, ssmi_cuda_stream(ctx)>>>(P, forward ? 1 : 0);
+    const dim3 grid((unsigned)(P.NS * P.H), (unsigned)((VK + kSeqThreads - 1) / kSeqThreads), 2);
+    bwd_pass_kernel<<<grid, kSeqThreads, 0, ssmi_cuda_stream(ctx)>>>(P);
     return ssmi_cuda_status(ctx, op, "bwd_pass_kernel launch", cudaGetLastError());
 }
 
@@ -332,7 +345,13 @@ ssm_status launch_bwd_seq(ssm_context * ctx, const char * op, const bw_args & P)
 }
 
 ssm_status launch_bwd_tok(ssm_context * ctx, const char * op, const bw_args & P) {
-    bwd_tok_kernel<<<dim3((unsigned)P.W, (unsigned)P.H), kSeqThreads, 0, ssmi_cuda_stream(ctx)>>>(P);
+    /* shared memory of bwd_tok_kernel: (2·A + 1)·C floats (past the default 48 KB for long chunks
+     * with many angles: opted in) */
+    const size_t bytes = sizeof(float) * (2 * (size_t)P.A + 1) * (size_t)P.C;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
+        ctx, op, "cudaFuncSetAttribute (bwd_tok_kernel)",
+        cudaFuncSetAttribute(bwd_tok_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes)));
+    bwd_tok_kernel<<<dim3((unsigned)P.W, (unsigned)P.H), kSeqThreads, bytes, ssmi_cuda_stream(ctx)>>>(P);
     return ssmi_cuda_status(ctx, op, "bwd_tok_kernel launch", cudaGetLastError());
 }
 
