@@ -131,8 +131,11 @@ def mimo_case():
 
 
 def ours_mimo(*args, **kw):
-    f = ssmops.autograd.mamba3_mimo if torch.is_grad_enabled() else ssmops.mamba3_mimo
-    return f(*args, **kw)
+    """With grad: the forward keeps its pregate_y (fp32, 4·B·S·H·R·P bytes) for the backward,
+    which then skips recomputing the pre-gate output."""
+    if torch.is_grad_enabled():
+        return ssmops.autograd.mamba3_mimo(*args, keep_pregate_y=True, **kw)
+    return ssmops.mamba3_mimo(*args, **kw)
 
 
 def peak_memory(label, leaves, g, call, impls, results):

@@ -14,7 +14,9 @@
  * every case runs chunk_parallel_planes (tensor-core chunk products) forced, chunk_parallel
  * (fp32) forced and the default, which must be chunk_parallel_planes; with fp32 the default is
  * chunk_parallel and chunk_parallel_planes forced must answer UNSUPPORTED without writing an
- * output. The worst errors are printed per entry.
+ * output. The worst errors are printed per entry. Every case also hands the CUDA forward's
+ * pregate_y to the backward (in place and strided): the same gradient bytes as without it, and a
+ * pregate_y of a wrong shape or dtype refused with nothing written.
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261208).
  */
@@ -185,6 +187,109 @@ static void device_runs(const dev_target * tg, const char * variant, const char 
     for (int g = 0; g < NGRADS; ++g) free(first[g]);
 }
 
+static ssm_mamba3_mimo_params g_params; /* the forward's parameters for run_fwd */
+static ssm_status              run_fwd(ssm_context * c, void * a) { return ssm_mamba3_mimo(c, &g_params, a); }
+
+/* One default backward run on poisoned gradients, with pregate_y = y (absent: a zeroed view);
+ * returns its status, the gradients in tg->got, a snapshot of each poisoned buffer in poison[]. */
+static ssm_status bwd_with_y(const dev_target * tg, const ssm_tensor * y, void ** poison) {
+    for (int g = 0; g < NGRADS; ++g) {
+        poison[g] = NULL;
+        if (tg->got[g].t.data == NULL) continue;
+        ssmt_poison(&tg->got[g].t);
+        poison[g] = ssmt_snapshot(&tg->got[g]);
+        TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, tg->dev[g].mem, tg->got[g].buf, tg->got[g].bytes), SSM_STATUS_OK);
+    }
+    ssm_mamba3_mimo_bwd_args db = *tg->da;
+    db.pregate_y = *y;
+    const ssm_status st = ssm_mamba3_mimo_bwd(ctx_cuda, tg->p, &db);
+    for (int g = 0; g < NGRADS; ++g)
+        if (tg->got[g].t.data != NULL) ssmt_to_host(&tg->got[g], &tg->dev[g]);
+    return st;
+}
+
+static void free_all(void ** v) {
+    for (int g = 0; g < NGRADS; ++g) free(v[g]), v[g] = NULL;
+}
+
+/* A refused pregate_y: the status, and no gradient written. */
+static void refused_y(const dev_target * tg, const ssm_tensor * y, ssm_status want, const char * what) {
+    void *           poison[NGRADS];
+    const ssm_status st = bwd_with_y(tg, y, poison);
+    TEST_CHECK(st == want, "%s: %s: %s, want %s", tg->tag, what, ssm_status_string(st), ssm_status_string(want));
+    for (int g = 0; g < NGRADS; ++g)
+        if (poison[g] != NULL)
+            TEST_CHECK(ssmt_unchanged(&tg->got[g], poison[g]), "%s: %s was refused but wrote %s", tg->tag, what,
+                       grad_names[g]);
+    free_all(poison);
+}
+
+/* The forward's pregate_y handed to the backward (docs/ops/mamba3_mimo.md §5): the CUDA forward
+ * writes it, in the Y workspace's own layout (used in place) and strided (copied out), within the
+ * bar of the reference's and with the same out bytes as without it; the backward given it (the
+ * default entry; its output tiles skipped, the strided one copied in) gives the same bytes as
+ * without it; a pregate_y of a wrong shape or dtype is refused with nothing written. fa: the
+ * forward's host inputs of the case. */
+static void saved_y_runs(const dev_target * tg, const ssm_mamba3_mimo_args * fa, const ssmt_mimo_config * cfg) {
+    const int64_t  yshape[5] = {fa->v.shape[0], fa->v.shape[1], fa->v.shape[2], cfg->rank, fa->v.shape[3]};
+    const ssmt_bar bar = ssmt_bar_for(tg->cd);
+    g_params = *tg->p;
+    /* the reference's pregate_y (F64) */
+    ssmt_host            yref = ssmt_alloc(SSM_DTYPE_F64, 5, yshape);
+    ssmt_host            oref = ssmt_alloc(SSM_DTYPE_F64, fa->out.ndim, fa->out.shape);
+    ssm_mamba3_mimo_args fr = *fa;
+    fr.out = oref.t, fr.pregate_y = yref.t;
+    TEST_CHECK_STATUS(ssm_mamba3_mimo(ctx_ref, tg->p, &fr), SSM_STATUS_OK);
+    /* out without pregate_y, and the default backward without it */
+    ssmt_host            out0 = ssmt_alloc(SSM_DTYPE_F32, fa->out.ndim, fa->out.shape);
+    ssm_mamba3_mimo_args fc = *fa;
+    fc.out = out0.t;
+    TEST_CHECK_STATUS(ssmt_run_on_device(ctx_cuda, "mamba3_mimo", &fc, 0, run_fwd), SSM_STATUS_OK);
+    void *           o0 = ssmt_snapshot(&out0);
+    void *           base[NGRADS], *poison[NGRADS];
+    const ssm_tensor none = {0};
+    TEST_CHECK_STATUS(bwd_with_y(tg, &none, poison), SSM_STATUS_OK);
+    free_all(poison);
+    for (int g = 0; g < NGRADS; ++g) base[g] = tg->got[g].t.data != NULL ? ssmt_snapshot(&tg->got[g]) : NULL;
+    for (int layout = 0; layout < 2; ++layout) {
+        const char * lname = layout ? "pregate_y strided (copied)" : "pregate_y in place";
+        ssmt_host    y = layout ? ssmt_alloc_layout(SSM_DTYPE_F32, 5, yshape, NULL, 3) : ssmt_alloc(SSM_DTYPE_F32, 5, yshape);
+        ssmt_host    out = ssmt_alloc(SSM_DTYPE_F32, fa->out.ndim, fa->out.shape);
+        fc.out = out.t;
+        fc.pregate_y = y.t;
+        const ssm_status fs = ssmt_run_on_device(ctx_cuda, "mamba3_mimo", &fc, 0, run_fwd);
+        TEST_CHECK(fs == SSM_STATUS_OK, "%s: forward with %s: %s (%s)", tg->tag, lname, ssm_status_string(fs),
+                   ssm_context_last_error(ctx_cuda));
+        ssmt_check_variant(tg->tag, "pregate_y", lname, &y.t, &yref.t, bar);
+        TEST_CHECK(ssmt_unchanged(&out, o0), "%s: forward out differs with %s", tg->tag, lname);
+        ssmt_dev         dy = ssmt_to_device(&y);
+        const ssm_status st = bwd_with_y(tg, &dy.view, poison);
+        TEST_CHECK(st == SSM_STATUS_OK, "%s: backward with %s: %s (%s)", tg->tag, lname, ssm_status_string(st),
+                   ssm_context_last_error(ctx_cuda));
+        for (int g = 0; g < NGRADS && st == SSM_STATUS_OK; ++g)
+            if (base[g] != NULL)
+                TEST_CHECK(ssmt_unchanged(&tg->got[g], base[g]), "%s: %s differs with %s", tg->tag, grad_names[g],
+                           lname);
+        free_all(poison);
+        if (layout == 0) {
+            ssm_tensor bad = dy.view;
+            bad.shape[4] -= 1;
+            refused_y(tg, &bad, SSM_STATUS_INVALID_SHAPE, "pregate_y with P - 1 columns");
+            bad = dy.view;
+            bad.dtype = SSM_DTYPE_BF16;
+            refused_y(tg, &bad, SSM_STATUS_INVALID_LAYOUT, "a bf16 pregate_y");
+        }
+        ssmt_dev_free(&dy);
+        ssmt_free(&out);
+        ssmt_free(&y);
+    }
+    free(o0);
+    free_all(base);
+    ssmt_free(&out0);
+    ssmt_free(&oref);
+    ssmt_free(&yref);
+}
+
 static void run_case(ssmt_rng * rng, const bwd_case * bc) {
     ssmt_mimo_config cfg = bc->cfg;
     const ssm_dtype  cd = cfg.dtype;
@@ -260,6 +365,10 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
         device_runs(&tg, NULL, kFp32);
         device_runs(&tg, kPlanes, NULL);
     }
+    ssm_mamba3_mimo_args fa = prob.args; /* the forward's inputs as the backward saw them */
+    fa.mimo_v = args.mimo_v, fa.angle_state = args.angle_state;
+    fa.final_angle_state = fa.final_ssm_state = fa.final_k_state = fa.final_v_state = (ssm_tensor){0};
+    saved_y_runs(&tg, &fa, &cfg);
     for (int g = 0; g < NGRADS; ++g) {
         ssmt_dev_free(&dgrad[g]);
         if (cpu[g].buf) ssmt_free(&cpu[g]);

@@ -365,6 +365,8 @@ int cli_m3_alloc(cli_problem * pb, int f64, const cli_sym * syms, int per_rank, 
         } else if (strncmp(arg->name, "final_", 6) == 0 && !cli_param_int(pb, "has_final")) {
             continue;
         }
+        /* mamba3_mimo's pregate_y (for its backward): only with save_y=1 */
+        if (strcmp(arg->name, "pregate_y") == 0 && !cli_param_or(pb, "save_y", 0)) continue;
         /* angle_cumsum_bwd has no angle_state input: its dangle_state follows has_states */
         if (strcmp(arg->name, "dangle_state") == 0 && !arg->needs && !cli_param_int(pb, "has_states")) continue;
         int64_t shp[SSM_MAX_DIMS];

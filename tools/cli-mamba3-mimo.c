@@ -6,7 +6,9 @@
  * divisor, A = N/div), has_d, has_z (z with mimo_z), reduce_o (mimo_o given: reduced out /
  * dout), fused (= fuse_pregate_headwise_rms_norm, the test vectors' name) with
  * has_norm_weight and outproj_norm_eps, has_states, has_final, has_dfinal, nseq (varlen),
- * and for the step slots and in_place.
+ * save_y (the forward also writes pregate_y, F32), saved_y (the backward also takes the
+ * pregate_y a CPU forward writes for its inputs, so that `bench` measures the backward that
+ * reads it), and for the step slots and in_place.
  *
  * Inputs (spec §5.5):
  *   forward, backward, step: upstream's test distributions: q, k, v, z, dout, the dfinal_*
@@ -54,6 +56,9 @@
 #define P_NORM_W CLI_KEY_INT("has_norm_weight", "1", "with fused: outproj_norm_weight (H,P) (0: all ones)")
 #define P_EPS    {"outproj_norm_eps", CLI_KEY_FLOAT, "1e-5", "eps of the fused norm", NULL}
 #define P_STATES CLI_KEY_INT("has_states", "1", "initial states in (angle, ssm, k, v)")
+#define P_SAVE_Y CLI_KEY_INT("save_y", "0", "also write pregate_y (B,S,H,R,P) F32, the input of the backward")
+#define P_SAVED_Y \
+    CLI_KEY_INT("saved_y", "0", "the forward's pregate_y as input (written by a CPU forward on the same inputs)")
 
 /* ---- dimensions and tensor shapes by argument name ---------------------------------- */
 
@@ -105,7 +110,7 @@ static ssm_mamba3_mimo_params params_of(const cli_problem * pb) {
 static int mimo_validate(const cli_problem * pb, char * err, size_t errlen) {
     static const char * const bools[] = {"has_d",   "has_z",      "reduce_o",   "fused", "fuse_pregate_headwise_rms_norm",
                                          "has_norm_weight", "has_states", "has_final", "has_dfinal", "in_place",
-                                         "consistent", NULL};
+                                         "consistent", "save_y", "saved_y", NULL};
     if (cli_check_shape_positive(pb, err, errlen) || cli_check_bools(pb, bools, err, errlen)) return -1;
     const mdims   d   = dims_of(pb);
     const int64_t div = cli_param_int(pb, "div");
@@ -218,11 +223,46 @@ static void fill_input(cli_problem * pb, const void * dims, const char * name, c
         fill_layer_input(d, name, t, rng);
 }
 
+/* saved_y=1: pregate_y as a CPU forward on the generated inputs writes it (F32). */
+static int saved_pregate_y(cli_problem * pb, const mdims * d, char * err, size_t errlen) {
+    const int64_t yshp[5] = {d->B, d->S, d->H, d->R, d->P};
+    if (cli_gen_arg(pb, "pregate_y", 5, yshp, err, errlen)) return -1;
+    /* the forward's arguments: every input of mamba3_mimo the problem has, by name */
+    const ssm_op_info *  fwd = ssm_op_get(ssm_op_find("mamba3_mimo"));
+    ssm_mamba3_mimo_args fa;
+    memset(&fa, 0, sizeof fa);
+    for (int32_t i = 0; i < fwd->nargs; ++i) {
+        const ssm_arg_info * arg = &fwd->args[i];
+        if ((arg->role & SSM_ARG_ROLE_OUTPUT) || !cli_has_arg(pb, arg->name) || !cli_present(pb, arg->name)) continue;
+        const ssm_tensor v = cli_view(pb, arg->name);
+        memcpy((char *)&fa + arg->offset, &v, sizeof v);
+    }
+    const int64_t oshp[5] = {d->B, d->S, d->R, d->H, d->P}, rshp[4] = {d->B, d->S, d->H, d->P};
+    cli_buf       out;
+    memset(&out, 0, sizeof out);
+    if (cli_buf_alloc(&out, SSM_DTYPE_F32, d->reduce ? 4 : 5, d->reduce ? rshp : oshp) != 0) {
+        snprintf(err, errlen, "%s: out of memory for the forward's output", pb->op->name);
+        return -1;
+    }
+    fa.out = out.view;
+    fa.pregate_y = cli_view(pb, "pregate_y");
+    const ssm_mamba3_mimo_params p = params_of(pb);
+    ssm_context *                ctx = NULL;
+    ssm_status                   st = cli_context_create(SSM_BACKEND_CPU, 0, &ctx);
+    if (st == SSM_STATUS_OK) st = ssm_mamba3_mimo(ctx, &p, &fa);
+    if (st != SSM_STATUS_OK)
+        snprintf(err, errlen, "%s: saved_y: the CPU forward failed: %s", pb->op->name, ssm_context_last_error(ctx));
+    ssm_context_free(ctx);
+    cli_buf_free(&out);
+    return st == SSM_STATUS_OK ? 0 : -1;
+}
+
 static int mimo_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
     const mdims d = dims_of(pb);
     cli_rng     rng;
     if (cli_m3_generate(pb, seed, d.syms, !d.reduce, fill_input, &d, &rng, err, errlen)) return -1;
     if (d.kind == OP_BWD_FWD && cli_param_int(pb, "consistent")) return consistent_decays(pb, &d, &rng, err, errlen);
+    if (d.kind == OP_BWD && cli_param_int(pb, "saved_y")) return saved_pregate_y(pb, &d, err, errlen);
     return 0;
 }
 
@@ -365,7 +405,7 @@ static const cli_key fwd_shape[] = {
 };
 static const cli_key fwd_param[] = {
     P_DIV, P_HAS_D, P_HAS_Z, P_REDUCE, P_FUSED, P_FUSED2, P_NORM_W, P_EPS, P_STATES, CLI_KEY_HAS_FINAL, CLI_KEY_NSEQ,
-    CLI_KEY_END,
+    P_SAVE_Y, CLI_KEY_END,
 };
 static const char * const fwd_cases[] = {
     "B=2,S=37,H=4,G=2,R=2,N=32,P=16,chunk=8;",
@@ -374,7 +414,8 @@ static const char * const fwd_cases[] = {
     "B=1,S=20,H=2,G=1,R=2,N=16,P=16,chunk=8;fused=1,has_norm_weight=0,has_states=0",
     "B=1,S=36,H=2,G=1,R=2,N=32,P=32,chunk=8;nseq=3",
     "B=2,S=20,H=4,G=2,R=4,N=32,P=16,chunk=8;has_d=0,has_z=0,has_states=0,has_final=0",
-    "B=1,S=13,H=2,G=1,R=3,N=16,P=16,chunk=6;", "B=1,S=1,H=1,G=1,R=1,N=2,P=1,chunk=1;div=2", NULL,
+    "B=1,S=13,H=2,G=1,R=3,N=16,P=16,chunk=6;", "B=1,S=1,H=1,G=1,R=1,N=2,P=1,chunk=1;div=2",
+    "B=1,S=36,H=2,G=1,R=2,N=32,P=16,chunk=8;nseq=3,fused=1,save_y=1", NULL,
 };
 
 CLI_DEFINE_CALL(mamba3_mimo, ssm_mamba3_mimo_params, params_of)
@@ -390,6 +431,7 @@ static double fwd_bytes(const cli_problem * pb) {
     n += 4.0 * T * (double)(d.H * d.A) + (8.0 + e) * BH * (double)d.S + head_param_bytes(pb, &d);
     n += out_elems(&d) * e;
     n += state_bytes_per_set(&d) * (double)(cli_param_int(pb, "has_states") + cli_param_int(pb, "has_final"));
+    if (cli_param_int(pb, "save_y")) n += 4.0 * T * (double)(d.H * d.R * d.P); /* pregate_y written */
     return n;
 }
 
@@ -411,7 +453,7 @@ static const cli_key bwd_shape[] = {
 };
 static const cli_key bwd_param[] = {
     P_DIV, P_HAS_D, P_HAS_Z, P_REDUCE, P_FUSED, P_FUSED2, P_NORM_W, P_EPS, P_STATES, CLI_KEY_HAS_DFINAL, CLI_KEY_NSEQ,
-    CLI_KEY_END,
+    P_SAVED_Y, CLI_KEY_END,
 };
 static const char * const bwd_cases[] = {
     "B=2,S=21,H=4,G=2,R=2,N=16,P=8,chunk=8;",
@@ -420,7 +462,8 @@ static const char * const bwd_cases[] = {
     "B=1,S=16,H=2,G=1,R=4,N=16,P=16,chunk=8;fused=1,has_states=0,has_dfinal=0",
     "B=1,S=24,H=2,G=1,R=2,N=16,P=8,chunk=8;nseq=3",
     "B=2,S=20,H=4,G=2,R=4,N=16,P=8,chunk=8;has_d=0,has_z=0,has_states=0,has_dfinal=0",
-    "B=1,S=13,H=1,G=1,R=3,N=16,P=16,chunk=6;", "B=1,S=1,H=1,G=1,R=1,N=2,P=1,chunk=1;div=2", NULL,
+    "B=1,S=13,H=1,G=1,R=3,N=16,P=16,chunk=6;", "B=1,S=1,H=1,G=1,R=1,N=2,P=1,chunk=1;div=2",
+    "B=1,S=24,H=2,G=1,R=4,N=16,P=16,chunk=8;nseq=3,fused=1,saved_y=1", NULL,
 };
 
 CLI_DEFINE_CALL(mamba3_mimo_bwd, ssm_mamba3_mimo_params, params_of)
@@ -449,6 +492,7 @@ static double bwd_bytes(const cli_problem * pb) {
     n += 2.0 * (8.0 + e) * BH * (double)d.S;                                /* adt, dt, trap + grads */
     n += 2.0 * head_param_bytes(pb, &d) + out_elems(&d) * e;               /* params + grads, dout */
     const double copies = 2.0 * (double)cli_param_int(pb, "has_states") + (double)cli_param_int(pb, "has_dfinal");
+    if (cli_param_int(pb, "saved_y")) n += 4.0 * T * (double)(d.H * d.R * d.P); /* pregate_y read */
     return n + copies * state_bytes_per_set(&d);
 }
 

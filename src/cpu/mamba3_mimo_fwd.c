@@ -10,7 +10,8 @@
  *   segsum[i][j] = cm[i] − cm[j] (j < i) — the decays of spec §2.4 formed here, unclamped;
  *   θ advanced token by token: θ = wrap(θ + π·tanh(raw)·dt) (the SISO angle kernels);
  *   tile rows q̃, k̂ = c·k̃, u, qkdot (ssmi_mimo_prep_token); Y by ssmi_mimo_chunk_y;
- *   output stage per token (ssmi_mimo_output_token: z gate or fused norm, mimo_o sum);
+ *   pregate_y (when given) and the output stage per token (ssmi_mimo_output_token: z gate or
+ *   fused norm, mimo_o sum);
  *   Ŝ ← e^{cm[n−1]}·Ŝ + (diag(e^{da_cs_rev})K̂)ᵀ·U.
  * Initial states (spec §2.3): Ŝ_0 = ssm_stateᵀ + dt_0(1−λ_0)·Σ_r k_state[r] ⊗ (v_state ⊙
  * mimo_v[r]), θ starts at angle_state. Final states: ssm = Ŝ after the last token (= h,
@@ -187,6 +188,10 @@ static void fw_chunk(const fw_job * job, fw_scratch * sc, int64_t row, int64_t h
     const float eps   = (float) job->p->norm_eps;
     for (int64_t i = 0; i < n; ++i) {
         const int64_t t = tc + i;
+        if (ssmi_present(&a->pregate_y))
+            for (int64_t r = 0; r < R; ++r)
+                kb->store_row(a->pregate_y.data, a->pregate_y.dtype, ssmi_off5(&a->pregate_y, row, t, h, r, 0),
+                              a->pregate_y.strides[4], tl->y + (i * R + r) * P, P);
         if (has_z) kb->load_row(sc->z, a->z.data, a->z.dtype, ssmi_off4(&a->z, row, t, h, 0), a->z.strides[3], P);
         ssmi_mimo_output_token(k, R, P, tl->y + i * R * P, has_z ? sc->z : NULL, &sc->hd, d->reduce_o, fused, eps,
                                sc->work, sc->out);

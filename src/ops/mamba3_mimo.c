@@ -245,6 +245,14 @@ static ssm_status validate_forward(ssm_context * ctx, const char * op, const ssm
     SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_initial_states(ctx, op, &a->angle_state, &a->ssm_state, &a->k_state,
                                                           &a->v_state, &sh, &d->has_states));
     SSM_FORWARD_IF_ERROR(check_out_like(ctx, op, "out", &a->out, 1, d)); /* absent in the backward's view */
+    /* the forward's output, the backward's input of the same name (the projection keeps it) */
+    SSMI_SHAPE(pregate_y, d->batch, d->seqlen, d->nheads, d->rank, d->headdim);
+    SSM_RETURN_IF(ssmi_present(&a->pregate_y) && a->pregate_y.dtype != SSM_DTYPE_F32 &&
+                      a->pregate_y.dtype != SSM_DTYPE_F64,
+                  ctx, SSM_STATUS_INVALID_LAYOUT,
+                  "%s: pregate_y has dtype %s; it must be F32 or F64 (the unrounded per-rank output the backward "
+                  "reads)",
+                  op, ssm_dtype_name((ssm_dtype)a->pregate_y.dtype));
     return ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_final_names, &a->final_angle_state, &a->final_ssm_state,
                                     &a->final_k_state, &a->final_v_state, &sh);
 }

@@ -140,6 +140,7 @@ static void run_chunk(const ssm_mamba3_mimo_params * prm, const ssmi_mimo_dims *
                 for (int64_t p = 0; p < P; ++p) y[p] += sc * w->u[(t * R + r2) * P + p];
             }
         }
+        ssmi_ref_mimo_write_y(&a->pregate_y, w->y, s->b, s->t0 + t, h, R, P);
         if (has_z) ssmi_ref_m3_read(w->z, &a->z, ssmi_off4(&a->z, s->b, s->t0 + t, h, 0), P);
         ssmi_ref_mimo_output(w->o, w->y, has_z ? w->z : NULL, hp, prm->fuse_pregate_norm, prm->norm_eps, R, P);
         ssmi_ref_mimo_write_out(&a->out, w->o, hp->has_o, s->b, s->t0 + t, h, R, P);
@@ -237,6 +238,7 @@ static void recurrent_head(const ssm_mamba3_mimo_params * prm, const ssmi_mimo_d
                 for (int64_t n = 0; n < N; ++n) sp += w->hs[n * P + p] * w->qt[r * N + n];
                 w->y[r * P + p] = sp + hp.dskip * w->u[r * P + p];
             }
+        ssmi_ref_mimo_write_y(&a->pregate_y, w->y, s->b, tt, h, R, P);
         if (has_z) ssmi_ref_m3_read(w->z, &a->z, ssmi_off4(&a->z, s->b, tt, h, 0), P);
         ssmi_ref_mimo_output(w->o, w->y, has_z ? w->z : NULL, &hp, prm->fuse_pregate_norm, prm->norm_eps, R, P);
         ssmi_ref_mimo_write_out(&a->out, w->o, hp.has_o, s->b, tt, h, R, P);

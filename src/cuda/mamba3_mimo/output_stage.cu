@@ -5,7 +5,9 @@
  *   output_stage_kernel    (forward) out from Y per (row, token, head): z gate or fused RMS
  *                          norm, the mimo_o sum over ranks (or the per-rank out);
  *   finals_kernel          (forward) v and θ of each sequence's last token, and every final of
- *                          an empty sequence.
+ *                          an empty sequence;
+ *   y_copy_kernel          pregate_y to or from the Y workspace (forward, backward) when it is
+ *                          not that workspace's layout.
  */
 #include "mimo.cuh"
 
@@ -112,7 +114,37 @@ __global__ void finals_kernel(const mc_args A) {
     }
 }
 
+/* pregate_y (B, S, H, R, P) ↔ the Y workspace [B·S][H][R][P], the same element order: to_view 1
+ * writes the view from the workspace (forward), 0 reads it into the workspace (backward). */
+__global__ void y_copy_kernel(ssmi_cu_view y, float * ws, long long total, int S, int H, int R, int P, int to_view) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
+        long long q = e;
+        const int p = (int)(q % P);
+        q /= P;
+        const int r = (int)(q % R);
+        q /= R;
+        const int h = (int)(q % H);
+        q /= H;
+        const long long t = q % S, b = q / S;
+        const long long off = o5(y, b, t, h, r, p);
+        if (to_view) stv(y, off, ws[e]);
+        else ws[e] = ldv(y, off);
+    }
+}
+
 } // namespace
+
+ssm_status launch_y_copy(ssm_context * ctx, const char * op, const mc_args & A, ssmi_cu_view y, float * ws,
+                         int to_view, cudaStream_t s) {
+    const long long total = (long long)A.B * A.S * A.H * A.R * A.P;
+    if (total == 0) return SSM_STATUS_OK;
+    const long long blocks = (total + kThreads - 1) / kThreads;
+    y_copy_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), kThreads, 0, s>>>(y, ws, total, A.S, A.H, A.R, A.P,
+                                                                                    to_view);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "y_copy_kernel");
+    return SSM_STATUS_OK;
+}
 
 ssm_status launch_partial_reduce(ssm_context * ctx, const char * op, const mc_args & A, int nc, ssmi_cu_view dmo,
                                  ssmi_cu_view dmz, cudaStream_t s) {
