@@ -118,8 +118,10 @@ __global__ void __launch_bounds__(kBwdThreads) tiles_kernel(const mb_args A) {
         [&](int nn, int p, float s) { X[(long long)nn * P + p] = s; });
 }
 
+/* The tensor-core form fits three blocks per SM (72 registers, no spills; 41 KB of static shared
+ * memory each, with the largest carveout); the fp32 form keeps two (128 registers). */
 template <bool PLANES>
-__global__ void __launch_bounds__(kBwdThreads) grads_kernel(const mb_args A) {
+__global__ void __launch_bounds__(kBwdThreads, PLANES ? 3 : 2) grads_kernel(const mb_args A) {
     __shared__ __align__(16) typename gemm_smem_of<PLANES>::type sm;
     __shared__ float gam[128], cfs[128], cmv[128], ecs[128], wrev[128], dcs[128], rowq[128], rowk[128], red[kWarps];
     const int       w = blockIdx.x, h = blockIdx.y;
@@ -364,20 +366,36 @@ __global__ void __launch_bounds__(kBwdThreads) grads_kernel(const mb_args A) {
     }
 }
 
+/* The largest shared-memory carveout, so that as many blocks share an SM as their registers and
+ * static shared memory allow. */
+ssm_status max_carveout(ssm_context * ctx, const char * op, const void * fn) {
+    return ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute (carveout)",
+                            cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                 (int)cudaSharedmemCarveoutMaxShared));
+}
+
 } // namespace
 
 ssm_status launch_bwd_tiles(ssm_context * ctx, const char * op, const mb_args & A, cudaStream_t s) {
     if (A.W == 0 || A.H == 0) return SSM_STATUS_OK;
-    if (A.planes) tiles_kernel<true><<<dim3((unsigned)A.W, (unsigned)A.H), kBwdThreads, 0, s>>>(A);
-    else tiles_kernel<false><<<dim3((unsigned)A.W, (unsigned)A.H), kBwdThreads, 0, s>>>(A);
+    if (A.planes) {
+        SSM_FORWARD_IF_ERROR(max_carveout(ctx, op, (const void *)tiles_kernel<true>));
+        tiles_kernel<true><<<dim3((unsigned)A.W, (unsigned)A.H), kBwdThreads, 0, s>>>(A);
+    } else {
+        tiles_kernel<false><<<dim3((unsigned)A.W, (unsigned)A.H), kBwdThreads, 0, s>>>(A);
+    }
     SSMI_CU_CHECK_LAUNCH(ctx, op, "tiles_kernel");
     return SSM_STATUS_OK;
 }
 
 ssm_status launch_bwd_chunk_grads(ssm_context * ctx, const char * op, const mb_args & A, cudaStream_t s) {
     if (A.W == 0 || A.H == 0) return SSM_STATUS_OK;
-    if (A.planes) grads_kernel<true><<<dim3((unsigned)A.W, (unsigned)A.H), kBwdThreads, 0, s>>>(A);
-    else grads_kernel<false><<<dim3((unsigned)A.W, (unsigned)A.H), kBwdThreads, 0, s>>>(A);
+    if (A.planes) {
+        SSM_FORWARD_IF_ERROR(max_carveout(ctx, op, (const void *)grads_kernel<true>));
+        grads_kernel<true><<<dim3((unsigned)A.W, (unsigned)A.H), kBwdThreads, 0, s>>>(A);
+    } else {
+        grads_kernel<false><<<dim3((unsigned)A.W, (unsigned)A.H), kBwdThreads, 0, s>>>(A);
+    }
     SSMI_CU_CHECK_LAUNCH(ctx, op, "grads_kernel");
     return SSM_STATUS_OK;
 }
