@@ -131,10 +131,11 @@ def mimo_case():
 
 
 def ours_mimo(*args, **kw):
-    """With grad: the forward keeps its pregate_y (fp32, 4·B·S·H·R·P bytes) for the backward,
-    which then skips recomputing the pre-gate output."""
+    """With grad: the forward keeps its pregate_y and chunk_states (fp32, 4·B·S·H·R·P and
+    4·NCS·H·N·P bytes: 134 + 134 MB here) for the backward, which then skips recomputing the
+    pre-gate output and the chunk states."""
     if torch.is_grad_enabled():
-        return ssmops.autograd.mamba3_mimo(*args, keep_pregate_y=True, **kw)
+        return ssmops.autograd.mamba3_mimo(*args, keep_pregate_y=True, keep_chunk_states=True, **kw)
     return ssmops.mamba3_mimo(*args, **kw)
 
 

@@ -945,7 +945,9 @@ SSM_API ssm_status ssm_mamba3_mimo_bwd_fwd(ssm_context * ctx, const ssm_mamba3_m
  * v — upstream returns the packed tensor's last token for every sequence).
  * pregate_y (optional, F32 or F64): y[t,r] of docs/ops/mamba3_mimo.md §1.3 per head and rank
  * (before the z gate, the fused norm and the mimo_o sum; d·u included), for
- * ssm_mamba3_mimo_bwd to take back. */
+ * ssm_mamba3_mimo_bwd to take back. chunk_states (optional, F32 or F64): the pre-loaded state
+ * Ŝ (N×P, §1.5) entering every chunk of params->chunk_size tokens, one row per chunk of each
+ * sequence in order (NCS = Σ ceil(len/C)), for the backward likewise. */
 typedef struct ssm_mamba3_mimo_args {
     ssm_tensor q, k;                /* in  (B,S,R,G,N)                                        */
     ssm_tensor v;                   /* in  (B,S,H,P)                                          */
@@ -972,6 +974,7 @@ typedef struct ssm_mamba3_mimo_args {
     ssm_tensor final_k_state;       /* out (NS,R,H,N)         optional                        */
     ssm_tensor final_v_state;       /* out (NS,H,P)           optional                        */
     ssm_tensor pregate_y;           /* out (B,S,H,R,P) F32/F64 optional: y[t,r] per head     */
+    ssm_tensor chunk_states;        /* out (NCS,H,N,P) F32/F64 optional: Ŝ entering chunks   */
 } ssm_mamba3_mimo_args;
 SSM_API ssm_status ssm_mamba3_mimo(ssm_context * ctx, const ssm_mamba3_mimo_params * params,
                                    const ssm_mamba3_mimo_args * args);
@@ -980,10 +983,10 @@ SSM_API ssm_status ssm_mamba3_mimo(ssm_context * ctx, const ssm_mamba3_mimo_para
  * inputs. dout required, dfinal_* optional (= 0); every gradient output optional (absent =
  * not written) and allowed only where its input exists. Parameter gradients are summed
  * over batch (and sequences) in a fixed order.
- * pregate_y (optional): the pregate_y the forward wrote for these inputs and params (F32 or
- * F64, (B,S,H,R,P)). A backend may read it instead of recomputing the forward's per-rank pre-gate
- * output (the CUDA backend does); the gradients are the same whether or not it is given
- * (docs/ops/mamba3_mimo.md §5, "Saved pre-gate output"). */
+ * pregate_y, chunk_states (optional): what the forward wrote into its tensors of these names for
+ * these inputs and params (F32 or F64). A backend may read them instead of recomputing the
+ * forward's per-rank pre-gate output and chunk states (the CUDA backend does); the gradients are
+ * the same whether or not they are given (docs/ops/mamba3_mimo.md §5, "Saved forward results"). */
 typedef struct ssm_mamba3_mimo_bwd_args {
     ssm_tensor q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_o, angles, d, z;
     ssm_tensor outproj_norm_weight, angle_state, ssm_state, k_state, v_state, cu_seqlens;
@@ -1002,6 +1005,7 @@ typedef struct ssm_mamba3_mimo_bwd_args {
     ssm_tensor doutproj_norm_weight; /* out (H,P)            fused norm only                  */
     ssm_tensor dangle_state, dssm_state, dk_state, dv_state; /* out, with the input states    */
     ssm_tensor pregate_y;            /* in  (B,S,H,R,P) F32/F64 optional: the forward's       */
+    ssm_tensor chunk_states;         /* in  (NCS,H,N,P) F32/F64 optional: the forward's       */
 } ssm_mamba3_mimo_bwd_args;
 SSM_API ssm_status ssm_mamba3_mimo_bwd(ssm_context * ctx, const ssm_mamba3_mimo_params * params,
                                        const ssm_mamba3_mimo_bwd_args * args);

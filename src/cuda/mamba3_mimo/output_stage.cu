@@ -6,8 +6,8 @@
  *                          norm, the mimo_o sum over ranks (or the per-rank out);
  *   finals_kernel          (forward) v and θ of each sequence's last token, and every final of
  *                          an empty sequence;
- *   y_copy_kernel          pregate_y to or from the Y workspace (forward, backward) when it is
- *                          not that workspace's layout.
+ *   dense_copy_kernel      a saved forward result (pregate_y, chunk_states) to or from its
+ *                          workspace (forward, backward) when it is not that workspace's layout.
  */
 #include "mimo.cuh"
 
@@ -114,35 +114,44 @@ __global__ void finals_kernel(const mc_args A) {
     }
 }
 
-/* pregate_y (B, S, H, R, P) ↔ the Y workspace [B·S][H][R][P], the same element order: to_view 1
- * writes the view from the workspace (forward), 0 reads it into the workspace (backward). */
-__global__ void y_copy_kernel(ssmi_cu_view y, float * ws, long long total, int S, int H, int R, int P, int to_view) {
+/* The extents of a view of up to 5 dims (the saved forward results: pregate_y, chunk_states). */
+struct dense_shape {
+    long long n[5];
+    int       nd;
+};
+
+/* A view ↔ the dense fp32 workspace of its shape (row-major: the same element order), one thread
+ * per element: to_view 1 writes the view from the workspace (forward), 0 reads it into the
+ * workspace (backward). */
+__global__ void dense_copy_kernel(ssmi_cu_view v, dense_shape d, float * ws, long long total, int to_view) {
     const long long stride = (long long)gridDim.x * blockDim.x;
     for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
-        long long q = e;
-        const int p = (int)(q % P);
-        q /= P;
-        const int r = (int)(q % R);
-        q /= R;
-        const int h = (int)(q % H);
-        q /= H;
-        const long long t = q % S, b = q / S;
-        const long long off = o5(y, b, t, h, r, p);
-        if (to_view) stv(y, off, ws[e]);
-        else ws[e] = ldv(y, off);
+        long long q = e, off = 0;
+#pragma unroll
+        for (int k = 4; k >= 0; --k) /* constant indices: the extents and strides stay in registers */
+            if (k < d.nd) {
+                off += (q % d.n[k]) * v.s[k];
+                q /= d.n[k];
+            }
+        if (to_view) stv(v, off, ws[e]);
+        else ws[e] = ldv(v, off);
     }
 }
 
 } // namespace
 
-ssm_status launch_y_copy(ssm_context * ctx, const char * op, const mc_args & A, ssmi_cu_view y, float * ws,
-                         int to_view, cudaStream_t s) {
-    const long long total = (long long)A.B * A.S * A.H * A.R * A.P;
+ssm_status launch_dense_copy(ssm_context * ctx, const char * op, const ssm_tensor * t, float * ws, int to_view,
+                             cudaStream_t s) {
+    dense_shape d;
+    long long   total = 1;
+    d.nd = t->ndim < 5 ? (int)t->ndim : 5;
+    for (int k = 0; k < 5; ++k) d.n[k] = k < d.nd ? (long long)t->shape[k] : 1;
+    for (int k = 0; k < d.nd; ++k) total *= d.n[k];
     if (total == 0) return SSM_STATUS_OK;
     const long long blocks = (total + kThreads - 1) / kThreads;
-    y_copy_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), kThreads, 0, s>>>(y, ws, total, A.S, A.H, A.R, A.P,
-                                                                                    to_view);
-    SSMI_CU_CHECK_LAUNCH(ctx, op, "y_copy_kernel");
+    dense_copy_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), kThreads, 0, s>>>(ssmi_cu_view_of(t), d, ws, total,
+                                                                                       to_view);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "dense_copy_kernel");
     return SSM_STATUS_OK;
 }
 
