@@ -131,8 +131,12 @@ def mimo_case():
 
 
 def ours_mimo(*args, **kw):
-    f = ssmops.autograd.mamba3_mimo if torch.is_grad_enabled() else ssmops.mamba3_mimo
-    return f(*args, **kw)
+    """With grad: the forward keeps its pregate_y and chunk_states (fp32, 4·B·S·H·R·P and
+    4·NCS·H·N·P bytes: 134 + 134 MB here) for the backward, which then skips recomputing the
+    pre-gate output and the chunk states."""
+    if torch.is_grad_enabled():
+        return ssmops.autograd.mamba3_mimo(*args, keep_pregate_y=True, keep_chunk_states=True, **kw)
+    return ssmops.mamba3_mimo(*args, **kw)
 
 
 def peak_memory(label, leaves, g, call, impls, results):

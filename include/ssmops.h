@@ -942,7 +942,12 @@ SSM_API ssm_status ssm_mamba3_mimo_bwd_fwd(ssm_context * ctx, const ssm_mamba3_m
 /* The MIMO forward a model calls (spec §3.3, §3.7): raw angles and adt in (the angle
  * cumsum and the chunk decays are formed inside, fp32), optional initial states (all four
  * or none), optional final states, varlen (each sequence's final_v_state is its own last
- * v — upstream returns the packed tensor's last token for every sequence). */
+ * v — upstream returns the packed tensor's last token for every sequence).
+ * pregate_y (optional, F32 or F64): y[t,r] of docs/ops/mamba3_mimo.md §1.3 per head and rank
+ * (before the z gate, the fused norm and the mimo_o sum; d·u included), for
+ * ssm_mamba3_mimo_bwd to take back. chunk_states (optional, F32 or F64): the pre-loaded state
+ * Ŝ (N×P, §1.5) entering every chunk of params->chunk_size tokens, one row per chunk of each
+ * sequence in order (NCS = Σ ceil(len/C)), for the backward likewise. */
 typedef struct ssm_mamba3_mimo_args {
     ssm_tensor q, k;                /* in  (B,S,R,G,N)                                        */
     ssm_tensor v;                   /* in  (B,S,H,P)                                          */
@@ -968,6 +973,8 @@ typedef struct ssm_mamba3_mimo_args {
     ssm_tensor final_ssm_state;     /* out (NS,H,P,N)         optional                        */
     ssm_tensor final_k_state;       /* out (NS,R,H,N)         optional                        */
     ssm_tensor final_v_state;       /* out (NS,H,P)           optional                        */
+    ssm_tensor pregate_y;           /* out (B,S,H,R,P) F32/F64 optional: y[t,r] per head     */
+    ssm_tensor chunk_states;        /* out (NCS,H,N,P) F32/F64 optional: Ŝ entering chunks   */
 } ssm_mamba3_mimo_args;
 SSM_API ssm_status ssm_mamba3_mimo(ssm_context * ctx, const ssm_mamba3_mimo_params * params,
                                    const ssm_mamba3_mimo_args * args);
@@ -975,7 +982,11 @@ SSM_API ssm_status ssm_mamba3_mimo(ssm_context * ctx, const ssm_mamba3_mimo_para
 /* Every gradient of ssm_mamba3_mimo (spec §3.5-§3.6, §4), recomputing the forward from its
  * inputs. dout required, dfinal_* optional (= 0); every gradient output optional (absent =
  * not written) and allowed only where its input exists. Parameter gradients are summed
- * over batch (and sequences) in a fixed order. */
+ * over batch (and sequences) in a fixed order.
+ * pregate_y, chunk_states (optional): what the forward wrote into its tensors of these names for
+ * these inputs and params (F32 or F64). A backend may read them instead of recomputing the
+ * forward's per-rank pre-gate output and chunk states (the CUDA backend does); the gradients are
+ * the same whether or not they are given (docs/ops/mamba3_mimo.md §5, "Saved forward results"). */
 typedef struct ssm_mamba3_mimo_bwd_args {
     ssm_tensor q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_o, angles, d, z;
     ssm_tensor outproj_norm_weight, angle_state, ssm_state, k_state, v_state, cu_seqlens;
@@ -993,6 +1004,8 @@ typedef struct ssm_mamba3_mimo_bwd_args {
     ssm_tensor dangles;              /* out (B,S,H,A)        w.r.t. the raw angles            */
     ssm_tensor doutproj_norm_weight; /* out (H,P)            fused norm only                  */
     ssm_tensor dangle_state, dssm_state, dk_state, dv_state; /* out, with the input states    */
+    ssm_tensor pregate_y;            /* in  (B,S,H,R,P) F32/F64 optional: the forward's       */
+    ssm_tensor chunk_states;         /* in  (NCS,H,N,P) F32/F64 optional: the forward's       */
 } ssm_mamba3_mimo_bwd_args;
 SSM_API ssm_status ssm_mamba3_mimo_bwd(ssm_context * ctx, const ssm_mamba3_mimo_params * params,
                                        const ssm_mamba3_mimo_bwd_args * args);

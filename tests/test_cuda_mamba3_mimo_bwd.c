@@ -14,7 +14,9 @@
  * every case runs chunk_parallel_planes (tensor-core chunk products) forced, chunk_parallel
  * (fp32) forced and the default, which must be chunk_parallel_planes; with fp32 the default is
  * chunk_parallel and chunk_parallel_planes forced must answer UNSUPPORTED without writing an
- * output. The worst errors are printed per entry.
+ * output. The worst errors are printed per entry. Every case also hands the CUDA forward's
+ * pregate_y and chunk_states to the backward (in place and strided, each alone and both): the
+ * same gradient bytes as without them, and a wrong shape or dtype refused with nothing written.
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261208).
  */
@@ -185,6 +187,128 @@ static void device_runs(const dev_target * tg, const char * variant, const char 
     for (int g = 0; g < NGRADS; ++g) free(first[g]);
 }
 
+static ssm_mamba3_mimo_params g_params; /* the forward's parameters for run_fwd */
+static ssm_status              run_fwd(ssm_context * c, void * a) { return ssm_mamba3_mimo(c, &g_params, a); }
+
+/* One default backward run on poisoned gradients given the forward's saved results y and cs
+ * (a zeroed view: absent); returns its status, the gradients in tg->got, a snapshot of each
+ * poisoned buffer in poison[]. */
+static ssm_status bwd_saved(const dev_target * tg, const ssm_tensor * y, const ssm_tensor * cs, void ** poison) {
+    for (int g = 0; g < NGRADS; ++g) {
+        poison[g] = NULL;
+        if (tg->got[g].t.data == NULL) continue;
+        ssmt_poison(&tg->got[g].t);
+        poison[g] = ssmt_snapshot(&tg->got[g]);
+        TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, tg->dev[g].mem, tg->got[g].buf, tg->got[g].bytes), SSM_STATUS_OK);
+    }
+    ssm_mamba3_mimo_bwd_args db = *tg->da;
+    db.pregate_y = *y, db.chunk_states = *cs;
+    const ssm_status st = ssm_mamba3_mimo_bwd(ctx_cuda, tg->p, &db);
+    for (int g = 0; g < NGRADS; ++g)
+        if (tg->got[g].t.data != NULL) ssmt_to_host(&tg->got[g], &tg->dev[g]);
+    return st;
+}
+
+static void free_all(void ** v) {
+    for (int g = 0; g < NGRADS; ++g) free(v[g]), v[g] = NULL;
+}
+
+/* A refused saved input: the status, and no gradient written. */
+static void refused(const dev_target * tg, const ssm_tensor * y, const ssm_tensor * cs, ssm_status want,
+                    const char * what) {
+    void *           poison[NGRADS];
+    const ssm_status st = bwd_saved(tg, y, cs, poison);
+    TEST_CHECK(st == want, "%s: %s: %s, want %s", tg->tag, what, ssm_status_string(st), ssm_status_string(want));
+    for (int g = 0; g < NGRADS; ++g)
+        if (poison[g] != NULL)
+            TEST_CHECK(ssmt_unchanged(&tg->got[g], poison[g]), "%s: %s was refused but wrote %s", tg->tag, what,
+                       grad_names[g]);
+    free_all(poison);
+}
+
+/* The forward's saved results handed to the backward (docs/ops/mamba3_mimo.md §5): the CUDA
+ * forward writes pregate_y (B, S, H, R, P) and chunk_states (NCS, H, N, P), in their workspaces'
+ * own layouts (used in place) and strided (copied out), within the bar of the reference's and
+ * with the same out bytes as without them; the backward given either or both (the default
+ * entry; the recompute's output tiles, chunk states and state pass skipped, strided ones copied
+ * in) gives the same bytes as without them; a wrong shape or dtype is refused with nothing
+ * written. fa: the forward's host inputs of the case; ncs: its chunk-state rows. */
+static void saved_runs(const dev_target * tg, const ssm_mamba3_mimo_args * fa, const ssmt_mimo_config * cfg,
+                       int64_t ncs) {
+    const int64_t    ys[5] = {fa->v.shape[0], fa->v.shape[1], fa->v.shape[2], cfg->rank, fa->v.shape[3]};
+    const int64_t    css[4] = {ncs, fa->v.shape[2], cfg->dstate, fa->v.shape[3]};
+    const ssmt_bar   bar = ssmt_bar_for(tg->cd);
+    const ssm_tensor none = {0};
+    g_params = *tg->p;
+    /* the reference's (F64) */
+    ssmt_host            yref = ssmt_alloc(SSM_DTYPE_F64, 5, ys), csref = ssmt_alloc(SSM_DTYPE_F64, 4, css);
+    ssmt_host            oref = ssmt_alloc(SSM_DTYPE_F64, fa->out.ndim, fa->out.shape);
+    ssm_mamba3_mimo_args fr = *fa;
+    fr.out = oref.t, fr.pregate_y = yref.t, fr.chunk_states = csref.t;
+    TEST_CHECK_STATUS(ssm_mamba3_mimo(ctx_ref, tg->p, &fr), SSM_STATUS_OK);
+    /* out without them, and the default backward without them */
+    ssmt_host            out0 = ssmt_alloc(SSM_DTYPE_F32, fa->out.ndim, fa->out.shape);
+    ssm_mamba3_mimo_args fc = *fa;
+    fc.out = out0.t;
+    TEST_CHECK_STATUS(ssmt_run_on_device(ctx_cuda, "mamba3_mimo", &fc, 0, run_fwd), SSM_STATUS_OK);
+    void * o0 = ssmt_snapshot(&out0);
+    void * base[NGRADS], *poison[NGRADS];
+    TEST_CHECK_STATUS(bwd_saved(tg, &none, &none, poison), SSM_STATUS_OK);
+    free_all(poison);
+    for (int g = 0; g < NGRADS; ++g) base[g] = tg->got[g].t.data != NULL ? ssmt_snapshot(&tg->got[g]) : NULL;
+    for (int layout = 0; layout < 2; ++layout) {
+        const char * lname = layout ? "strided (copied)" : "in place";
+        ssmt_host    y = layout ? ssmt_alloc_layout(SSM_DTYPE_F32, 5, ys, NULL, 3) : ssmt_alloc(SSM_DTYPE_F32, 5, ys);
+        ssmt_host    cs = layout ? ssmt_alloc_layout(SSM_DTYPE_F32, 4, css, NULL, 2) : ssmt_alloc(SSM_DTYPE_F32, 4, css);
+        ssmt_host    out = ssmt_alloc(SSM_DTYPE_F32, fa->out.ndim, fa->out.shape);
+        fc.out = out.t, fc.pregate_y = y.t, fc.chunk_states = cs.t;
+        const ssm_status fs = ssmt_run_on_device(ctx_cuda, "mamba3_mimo", &fc, 0, run_fwd);
+        TEST_CHECK(fs == SSM_STATUS_OK, "%s: forward with the saved results %s: %s (%s)", tg->tag, lname,
+                   ssm_status_string(fs), ssm_context_last_error(ctx_cuda));
+        char label[80];
+        snprintf(label, sizeof label, "cuda forward, %s", lname);
+        ssmt_check_variant(tg->tag, "pregate_y", label, &y.t, &yref.t, bar);
+        ssmt_check_variant(tg->tag, "chunk_states", label, &cs.t, &csref.t, bar);
+        TEST_CHECK(ssmt_unchanged(&out, o0), "%s: forward out differs with the saved results %s", tg->tag, lname);
+        ssmt_dev dy = ssmt_to_device(&y), dcs = ssmt_to_device(&cs);
+        for (int which = 1; which <= 3; ++which) { /* pregate_y, chunk_states, both */
+            const ssm_status st = bwd_saved(tg, which & 1 ? &dy.view : &none, which & 2 ? &dcs.view : &none, poison);
+            TEST_CHECK(st == SSM_STATUS_OK, "%s: backward with saved results %d %s: %s (%s)", tg->tag, which, lname,
+                       ssm_status_string(st), ssm_context_last_error(ctx_cuda));
+            for (int g = 0; g < NGRADS && st == SSM_STATUS_OK; ++g)
+                if (base[g] != NULL)
+                    TEST_CHECK(ssmt_unchanged(&tg->got[g], base[g]), "%s: %s differs with saved results %d %s",
+                               tg->tag, grad_names[g], which, lname);
+            free_all(poison);
+        }
+        if (layout == 0) {
+            ssm_tensor bad = dy.view;
+            bad.shape[4] -= 1;
+            refused(tg, &bad, &dcs.view, SSM_STATUS_INVALID_SHAPE, "pregate_y with P - 1 columns");
+            bad = dy.view;
+            bad.dtype = SSM_DTYPE_BF16;
+            refused(tg, &bad, &none, SSM_STATUS_INVALID_LAYOUT, "a bf16 pregate_y");
+            bad = dcs.view;
+            bad.shape[0] -= 1;
+            refused(tg, &dy.view, &bad, SSM_STATUS_INVALID_SHAPE, "chunk_states with a row too few");
+            bad = dcs.view;
+            bad.dtype = SSM_DTYPE_F16;
+            refused(tg, &none, &bad, SSM_STATUS_INVALID_LAYOUT, "an f16 chunk_states");
+        }
+        ssmt_dev_free(&dy);
+        ssmt_dev_free(&dcs);
+        ssmt_free(&out);
+        ssmt_free(&y);
+        ssmt_free(&cs);
+    }
+    free(o0);
+    free_all(base);
+    ssmt_free(&out0);
+    ssmt_free(&oref);
+    ssmt_free(&yref);
+    ssmt_free(&csref);
+}
+
 static void run_case(ssmt_rng * rng, const bwd_case * bc) {
     ssmt_mimo_config cfg = bc->cfg;
     const ssm_dtype  cd = cfg.dtype;
@@ -260,6 +384,15 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
         device_runs(&tg, NULL, kFp32);
         device_runs(&tg, kPlanes, NULL);
     }
+    ssm_mamba3_mimo_args fa = prob.args; /* the forward's inputs as the backward saw them */
+    fa.mimo_v = args.mimo_v, fa.angle_state = args.angle_state;
+    fa.final_angle_state = fa.final_ssm_state = fa.final_k_state = fa.final_v_state = (ssm_tensor){0};
+    int64_t ncs = 0; /* chunk_states rows: ceil(len / C) per sequence */
+    for (int64_t i = 0; i < (cfg.nseq > 0 ? cfg.nseq : cfg.batch); ++i) {
+        const int64_t len = cfg.nseq > 0 ? cfg.seqlens[i] : cfg.seqlen;
+        ncs += (len + cfg.chunk - 1) / cfg.chunk;
+    }
+    saved_runs(&tg, &fa, &cfg, ncs);
     for (int g = 0; g < NGRADS; ++g) {
         ssmt_dev_free(&dgrad[g]);
         if (cpu[g].buf) ssmt_free(&cpu[g]);

@@ -10,7 +10,9 @@
  *     dtype (f32, f16, bf16; the parameter-gradient reductions as whole vectors) over the
  *     issue's shapes (the seed's (N,P,R,C) list, tails S = 13/20/35, GQA, B = 2, several
  *     chunks, states, varlen), NaN-poisoned outputs, identical bytes for 1, 2 and 3 threads,
- *     and the scalar ISA. Prints the worst rel_rms per gradient and dtype.
+ *     and the scalar ISA. Prints the worst rel_rms per gradient and dtype;
+ *  4. the forward's pregate_y and chunk_states (reference and CPU) and the backwards given them
+ *     (the same bytes as without them), their shape and dtype rules.
  * Seed: SSMOPS_TEST_SEED (default 20261207).
  */
 #include <math.h>
@@ -361,6 +363,198 @@ static void cpu_against_reference(ssmt_rng * rng) {
     }
 }
 
+/* ---- 4. the forward's saved results --------------------------------------------------- */
+
+/* Rows of chunk_states: one per chunk of each sequence (ceil(len / C)). */
+static int64_t chunk_state_rows(const ssmt_mimo_problem * prob, const ssmt_mimo_config * cfg, int64_t * first_rows,
+                                int max_seqs) {
+    const ssm_tensor * cu = &prob->args.cu_seqlens;
+    const int64_t      ns = cu->data != NULL ? cu->shape[0] - 1 : prob->v.t.shape[0], C = cfg->chunk;
+    int64_t            rows = 0;
+    for (int64_t i = 0; i < ns; ++i) {
+        const int64_t len = cu->data != NULL ? (int64_t)(ssmt_get(cu, i + 1) - ssmt_get(cu, i)) : prob->v.t.shape[1];
+        if (i < max_seqs) first_rows[i] = len > 0 ? rows : -1;
+        rows += (len + C - 1) / C;
+    }
+    return rows;
+}
+
+/* The backward with and without the saved results, on the reference and the CPU (both ignore
+ * them: the same bytes), then refused ones (nothing written). */
+static void saved_backwards(const cpu_case * cc, const ssmt_mimo_problem * prob, ssmt_mimo_bwd_problem * bwd,
+                            const ssm_tensor * y, const ssm_tensor * cs, const ssm_tensor * const * bad,
+                            const ssm_status * bad_status, int nbad) {
+    for (int be = 0; be < 2; ++be) {
+        ssm_context *            ctx = be ? ctx_cpu[2] : ctx_ref;
+        ssm_mamba3_mimo_bwd_args a = bwd->args;
+        ssmt_host                g0[NGRADS], g1[NGRADS];
+        memset(g0, 0, sizeof g0), memset(g1, 0, sizeof g1);
+        for (int g = 0; g < NGRADS; ++g) {
+            ssm_tensor * slot = grad_slot(&a, g);
+            if (slot->data == NULL) continue;
+            g0[g] = ssmt_alloc(SSM_DTYPE_F32, slot->ndim, slot->shape);
+            g1[g] = ssmt_alloc(SSM_DTYPE_F32, slot->ndim, slot->shape);
+        }
+        /* pass 0: neither; 1: pregate_y; 2: chunk_states; 3: both; 4…: the refused ones */
+        for (int pass = 0; pass < 4 + nbad; ++pass) {
+            ssmt_host * got = pass == 0 ? g0 : g1;
+            void *      pg[NGRADS];
+            for (int g = 0; g < NGRADS; ++g) {
+                pg[g] = NULL;
+                if (!got[g].buf) continue;
+                ssmt_poison(&got[g].t);
+                *grad_slot(&a, g) = got[g].t;
+                pg[g] = ssmt_snapshot(&got[g]);
+            }
+            a.pregate_y = pass == 1 || pass == 3 ? *y : (ssm_tensor){0};
+            a.chunk_states = pass == 2 || pass == 3 ? *cs : (ssm_tensor){0};
+            if (pass >= 4) { /* a bad one replaces the field of its name */
+                const ssm_tensor * b = bad[pass - 4];
+                if (b->ndim == 5) a.pregate_y = *b;
+                else a.chunk_states = *b;
+            }
+            const ssm_status want = pass < 4 ? SSM_STATUS_OK : bad_status[pass - 4];
+            const ssm_status st = ssm_mamba3_mimo_bwd(ctx, &prob->params, &a);
+            TEST_CHECK(st == want, "%s %s backward, saved case %d: %s (%s)", cc->name, be ? "cpu" : "ref", pass,
+                       ssm_status_string(st), ssm_context_last_error(ctx));
+            for (int g = 0; g < NGRADS; ++g) {
+                if (!got[g].buf) continue;
+                if (pass >= 1 && pass < 4)
+                    TEST_CHECK(memcmp(g0[g].buf, g1[g].buf, g1[g].bytes) == 0, "%s %s: %s differs (saved case %d)",
+                               cc->name, be ? "cpu" : "ref", grad_names[g], pass);
+                if (pass >= 4)
+                    TEST_CHECK(ssmt_unchanged(&got[g], pg[g]), "%s %s: a refused saved input wrote %s", cc->name,
+                               be ? "cpu" : "ref", grad_names[g]);
+                free(pg[g]);
+            }
+        }
+        for (int g = 0; g < NGRADS; ++g) {
+            if (g0[g].buf) ssmt_free(&g0[g]);
+            if (g1[g].buf) ssmt_free(&g1[g]);
+        }
+    }
+}
+
+/* The forward's pregate_y and chunk_states (docs/ops/mamba3_mimo.md §4, §5): the reference and the
+ * CPU forward write y[t,r] per head and rank (B, S, H, R, P) — without z and mimo_o exactly the
+ * per-rank out (B, S, R, H, P) — and Ŝ entering every chunk (NCS, H, N, P) — zero at the first
+ * chunk of a sequence without initial states; the CPU's within the bar of the reference's, its
+ * out the same bytes as without them; both backwards given them give the same bytes as without;
+ * a wrong shape or a 16-bit dtype is refused with nothing written, by the forward and the
+ * backward. */
+static void run_saved(ssmt_rng * rng, const cpu_case * cc) {
+    ssmt_mimo_config cfg = cc->cfg;
+    cfg.out_dtype = SSM_DTYPE_F32;
+    ssmt_mimo_problem     prob;
+    ssmt_mimo_bwd_problem bwd;
+    if (ssmt_mimo_random_args(rng, &cfg, &prob) != 0) {
+        TEST_CHECK(0, "%s: allocation failed", cc->name);
+        return;
+    }
+    if (ssmt_mimo_bwd_alloc(rng, &cfg, &prob, cc->has_dfinal, &bwd) != 0) {
+        TEST_CHECK(0, "%s: allocation failed", cc->name);
+        ssmt_mimo_problem_free(&prob);
+        return;
+    }
+    int64_t       first[8];
+    const int64_t ncs = chunk_state_rows(&prob, &cfg, first, 8);
+    const int64_t ys[5] = {prob.v.t.shape[0], prob.v.t.shape[1], prob.v.t.shape[2], cfg.rank, prob.v.t.shape[3]};
+    const int64_t css[4] = {ncs, cfg.nheads, cfg.dstate, cfg.headdim};
+    ssmt_host     yref = ssmt_alloc(SSM_DTYPE_F64, 5, ys), csref = ssmt_alloc(SSM_DTYPE_F64, 4, css);
+    ssmt_host     oref = ssmt_alloc(SSM_DTYPE_F64, prob.out.t.ndim, prob.out.t.shape);
+    ssmt_host     ycpu = cfg.strided ? ssmt_alloc_layout(SSM_DTYPE_F32, 5, ys, NULL, 3) : ssmt_alloc(SSM_DTYPE_F32, 5, ys);
+    ssmt_host     cscpu = cfg.strided ? ssmt_alloc_layout(SSM_DTYPE_F32, 4, css, NULL, 2) : ssmt_alloc(SSM_DTYPE_F32, 4, css);
+    ssmt_host     out0 = ssmt_alloc(SSM_DTYPE_F32, prob.out.t.ndim, prob.out.t.shape);
+    ssm_mamba3_mimo_args fa = prob.args;
+    fa.out = oref.t, fa.pregate_y = yref.t, fa.chunk_states = csref.t;
+    TEST_CHECK_STATUS(ssm_mamba3_mimo(ctx_ref, &prob.params, &fa), SSM_STATUS_OK);
+    if (!cfg.reduce_o && !cfg.has_z) /* out[b,t,r,h,:] = y[t,r] of head h */
+        for (int64_t i = 0; i < ssmt_numel(&oref.t); ++i) {
+            int64_t ix[5], rem = i;
+            for (int k = 4; k >= 0; --k) ix[k] = rem % oref.t.shape[k], rem /= oref.t.shape[k];
+            const int64_t yl = (((ix[0] * ys[1] + ix[1]) * ys[2] + ix[3]) * ys[3] + ix[2]) * ys[4] + ix[4];
+            const double  o = ssmt_get(&oref.t, i), y = ssmt_get(&yref.t, yl);
+            if (o != y) {
+                TEST_CHECK(0, "%s: reference pregate_y[%lld] = %g differs from the per-rank out %g", cc->name,
+                           (long long)i, y, o);
+                break;
+            }
+        }
+    const int64_t per_row = cfg.nheads * cfg.dstate * cfg.headdim;
+    for (int i = 0; i < 8 && !cfg.has_states && i < (cfg.nseq > 0 ? cfg.nseq : cfg.batch); ++i) {
+        if (first[i] < 0) continue; /* an empty sequence has no row */
+        double m = 0.0;
+        for (int64_t e = 0; e < per_row; ++e) m = fmax(m, fabs(ssmt_get(&csref.t, first[i] * per_row + e)));
+        TEST_CHECK(m == 0.0, "%s: chunk_states row %lld (sequence %d starts, no initial state) is not 0: %g",
+                   cc->name, (long long)first[i], i, m);
+    }
+    fa.out = out0.t, fa.pregate_y = (ssm_tensor){0}, fa.chunk_states = (ssm_tensor){0};
+    TEST_CHECK_STATUS(ssm_mamba3_mimo(ctx_cpu[2], &prob.params, &fa), SSM_STATUS_OK);
+    void * o0 = ssmt_snapshot(&out0);
+    ssmt_poison(&out0.t);
+    fa.pregate_y = ycpu.t, fa.chunk_states = cscpu.t;
+    TEST_CHECK_STATUS(ssm_mamba3_mimo(ctx_cpu[2], &prob.params, &fa), SSM_STATUS_OK);
+    TEST_CHECK(ssmt_unchanged(&out0, o0), "%s: the CPU out differs with pregate_y and chunk_states", cc->name);
+    ssmt_check_variant(cc->name, "pregate_y", "cpu", &ycpu.t, &yref.t, ssmt_bar_for(cfg.dtype));
+    ssmt_check_variant(cc->name, "chunk_states", "cpu", &cscpu.t, &csref.t, ssmt_bar_for(cfg.dtype));
+    /* refused by the forward and the backward: P − 1 columns, one row too few, F16 */
+    ssmt_host  y16 = ssmt_alloc(SSM_DTYPE_F16, 5, ys), cs16 = ssmt_alloc(SSM_DTYPE_F16, 4, css);
+    ssm_tensor ybad = ycpu.t, csbad = cscpu.t;
+    ybad.shape[4] -= 1;
+    csbad.shape[0] -= 1;
+    const ssm_tensor * bad[4] = {&ybad, &csbad, &y16.t, &cs16.t};
+    const ssm_status   bad_status[4] = {SSM_STATUS_INVALID_SHAPE, SSM_STATUS_INVALID_SHAPE, SSM_STATUS_INVALID_LAYOUT,
+                                        SSM_STATUS_INVALID_LAYOUT};
+    ssmt_poison(&out0.t);
+    void * pz = ssmt_snapshot(&out0);
+    for (int k = 0; k < 4; ++k) {
+        fa.pregate_y = ycpu.t, fa.chunk_states = cscpu.t;
+        if (bad[k]->ndim == 5) fa.pregate_y = *bad[k];
+        else fa.chunk_states = *bad[k];
+        const ssm_status st = ssm_mamba3_mimo(ctx_cpu[2], &prob.params, &fa);
+        TEST_CHECK(st == bad_status[k], "%s: forward, bad saved case %d: %s", cc->name, k, ssm_status_string(st));
+    }
+    TEST_CHECK(ssmt_unchanged(&out0, pz), "%s: a refused forward wrote out", cc->name);
+    free(pz);
+    saved_backwards(cc, &prob, &bwd, &ycpu.t, &cscpu.t, bad, bad_status, 4);
+    free(o0);
+    ssmt_free(&y16);
+    ssmt_free(&cs16);
+    ssmt_free(&out0);
+    ssmt_free(&ycpu);
+    ssmt_free(&cscpu);
+    ssmt_free(&oref);
+    ssmt_free(&yref);
+    ssmt_free(&csref);
+    ssmt_mimo_bwd_free(&bwd);
+    ssmt_mimo_problem_free(&prob);
+}
+
+static void saved_results(ssmt_rng * rng) {
+    static const int64_t lens[4] = {23, 0, 41, 1};
+    const ssm_dtype      dtypes[2] = {SSM_DTYPE_F32, SSM_DTYPE_BF16};
+    for (int di = 0; di < 2; ++di) {
+        const ssm_dtype dt = dtypes[di];
+        cpu_case        c[6];
+        int             n = 0;
+        c[n] = (cpu_case){"saved_reduced_tail", config(1, 35, 2, 1, 4, 32, 32, 16, dt), 0, 0};
+        ++n;
+        c[n] = (cpu_case){"saved_per_rank_plain", config(2, 21, 4, 2, 2, 16, 24, 8, dt), 0, 0};
+        c[n].cfg.reduce_o = 0, c[n].cfg.has_z = 0;
+        ++n;
+        c[n] = (cpu_case){"saved_fused_states", config(1, 50, 2, 1, 4, 32, 32, 16, dt), 1, 0};
+        c[n].cfg.fused = 1, c[n].cfg.has_norm_weight = 1, c[n].cfg.has_states = 1;
+        ++n;
+        c[n] = (cpu_case){"saved_varlen", config(1, 0, 2, 1, 2, 16, 16, 8, dt), 0, 0};
+        c[n].cfg.nseq = 4, c[n].cfg.seqlens = lens;
+        ++n;
+        c[n] = (cpu_case){"saved_strided", config(2, 30, 4, 2, 2, 32, 16, 8, dt), 0, 0};
+        c[n].cfg.strided = 1;
+        ++n;
+        for (int i = 0; i < n; ++i) run_saved(rng, &c[i]);
+    }
+}
+
 int main(void) {
     ssmt_rng rng;
     ssmt_rng_from_env(&rng, 20261207ull);
@@ -379,6 +573,7 @@ int main(void) {
            "bf16");
     for (int g = 0; g < NGRADS; ++g)
         printf("%-22s %10.3g %10.3g %10.3g\n", grad_names[g], worst[0][g], worst[1][g], worst[2][g]);
+    saved_results(&rng);
 
     ssm_context_free(ctx_ref);
     for (int t = 1; t <= 3; ++t) ssm_context_free(ctx_cpu[t]);

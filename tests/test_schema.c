@@ -6,7 +6,8 @@
  *    name (with or without "ssm_"); the struct sizes are right;
  *  - each operator's args_size and params_size are those of its structs; its arguments are
  *    every field of the args struct in field order (offset i·sizeof(ssm_tensor)), spot
- *    checked against offsetof; names unique; inputs before outputs;
+ *    checked against offsetof; names unique; inputs before outputs (but the inputs appended
+ *    to a struct after its outputs, listed in appended_input);
  *  - roles, dtype classes, ranks and flags are in range; index tensors are inputs of rank 1
  *    or 2; each shape text's parenthesised lists have a rank the argument accepts; `needs`
  *    names an input of the same operator and belongs to an optional output; `in_place` names
@@ -67,6 +68,14 @@ static void test_list(void) {
     }
 }
 
+/* Inputs added to an args struct after its outputs: a struct only grows at its end. */
+static int appended_input(const char * op, const char * arg) {
+    static const char * const appended[][2] = {{"mamba3_mimo_bwd", "pregate_y"}, {"mamba3_mimo_bwd", "chunk_states"}};
+    for (size_t i = 0; i < sizeof appended / sizeof appended[0]; ++i)
+        if (strcmp(op, appended[i][0]) == 0 && strcmp(arg, appended[i][1]) == 0) return 1;
+    return 0;
+}
+
 static void test_op(int32_t i) {
     const ssm_op_info * op = ssm_op_get(i);
     const char *        n = op->name;
@@ -98,7 +107,8 @@ static void test_op(int32_t i) {
         if (a->dtype_class == SSM_DTYPE_CLASS_INDEX)
             TEST_CHECK(!out && (a->ranks & ~((1u << 1) | (1u << 2))) == 0 && !(a->flags & SSM_ARG_ACTIVATION),
                        "%s.%s: an index tensor is an input of rank 1 or 2", n, a->name);
-        TEST_CHECK(!out || k + 1 == op->nargs || (op->args[k + 1].role & SSM_ARG_ROLE_OUTPUT),
+        TEST_CHECK(!out || k + 1 == op->nargs || (op->args[k + 1].role & SSM_ARG_ROLE_OUTPUT) ||
+                       appended_input(n, op->args[k + 1].name),
                    "%s.%s: inputs come before outputs", n, a->name);
         outputs += out;
         for (int32_t j = 0; j < k; ++j)
@@ -127,6 +137,10 @@ static void test_spot_offsets(void) {
         {"mamba2_scan", "x", offsetof(ssm_mamba2_scan_args, x)},
         {"mamba2_scan", "final_states", offsetof(ssm_mamba2_scan_args, final_states)},
         {"mamba2_scan_bwd", "dinitial_states", offsetof(ssm_mamba2_scan_bwd_args, dinitial_states)},
+        {"mamba3_mimo", "pregate_y", offsetof(ssm_mamba3_mimo_args, pregate_y)},
+        {"mamba3_mimo_bwd", "pregate_y", offsetof(ssm_mamba3_mimo_bwd_args, pregate_y)},
+        {"mamba3_mimo", "chunk_states", offsetof(ssm_mamba3_mimo_args, chunk_states)},
+        {"mamba3_mimo_bwd", "chunk_states", offsetof(ssm_mamba3_mimo_bwd_args, chunk_states)},
         {"mamba2_step", "state_batch_indices", offsetof(ssm_mamba2_step_args, state_batch_indices)},
         {"causal_conv1d_update", "final_conv_state", offsetof(ssm_causal_conv1d_update_args, final_conv_state)},
         {"rmsnorm_gated_bwd", "dweight", offsetof(ssm_rmsnorm_gated_bwd_args, dweight)},

@@ -316,6 +316,8 @@ int cli_m3_wanted(const cli_problem * pb, const cli_arg * arg) {
     if (strcmp(n, "state_batch_indices") == 0) return cli_param_or(pb, "slots", 0) > 0;
     if (strncmp(n, "dfinal_", 7) == 0) return (int)cli_param_or(pb, "has_dfinal", 0);
     if (strstr(n, "_state_indices")) return 0; /* state pools: not drawn by the CLI */
+    /* mamba3_mimo_bwd's saved forward results: written by a forward (saved_y, saved_states) */
+    if (strcmp(n, "chunk_states") == 0 || strcmp(n, "pregate_y") == 0) return 0;
     if (strstr(n, "_state")) return (int)cli_param_or(pb, "has_states", 0);
     return 0;
 }
@@ -365,6 +367,9 @@ int cli_m3_alloc(cli_problem * pb, int f64, const cli_sym * syms, int per_rank, 
         } else if (strncmp(arg->name, "final_", 6) == 0 && !cli_param_int(pb, "has_final")) {
             continue;
         }
+        /* mamba3_mimo's saved results (for its backward): only with save_y=1 / save_states=1 */
+        if (strcmp(arg->name, "pregate_y") == 0 && !cli_param_or(pb, "save_y", 0)) continue;
+        if (strcmp(arg->name, "chunk_states") == 0 && !cli_param_or(pb, "save_states", 0)) continue;
         /* angle_cumsum_bwd has no angle_state input: its dangle_state follows has_states */
         if (strcmp(arg->name, "dangle_state") == 0 && !arg->needs && !cli_param_int(pb, "has_states")) continue;
         int64_t shp[SSM_MAX_DIMS];

@@ -6,7 +6,10 @@
  * divisor, A = N/div), has_d, has_z (z with mimo_z), reduce_o (mimo_o given: reduced out /
  * dout), fused (= fuse_pregate_headwise_rms_norm, the test vectors' name) with
  * has_norm_weight and outproj_norm_eps, has_states, has_final, has_dfinal, nseq (varlen),
- * and for the step slots and in_place.
+ * save_y / save_states (the forward also writes pregate_y / chunk_states, F32), saved_y /
+ * saved_states (the backward also takes the pregate_y / chunk_states a CPU forward writes for
+ * its inputs, so that `bench` measures the backward that reads them), and for the step slots
+ * and in_place.
  *
  * Inputs (spec §5.5):
  *   forward, backward, step: upstream's test distributions: q, k, v, z, dout, the dfinal_*
@@ -54,13 +57,19 @@
 #define P_NORM_W CLI_KEY_INT("has_norm_weight", "1", "with fused: outproj_norm_weight (H,P) (0: all ones)")
 #define P_EPS    {"outproj_norm_eps", CLI_KEY_FLOAT, "1e-5", "eps of the fused norm", NULL}
 #define P_STATES CLI_KEY_INT("has_states", "1", "initial states in (angle, ssm, k, v)")
+#define P_SAVE_Y CLI_KEY_INT("save_y", "0", "also write pregate_y (B,S,H,R,P) F32, the input of the backward")
+#define P_SAVED_Y \
+    CLI_KEY_INT("saved_y", "0", "the forward's pregate_y as input (written by a CPU forward on the same inputs)")
+#define P_SAVE_S CLI_KEY_INT("save_states", "0", "also write chunk_states (NCS,H,N,P) F32, the input of the backward")
+#define P_SAVED_S \
+    CLI_KEY_INT("saved_states", "0", "the forward's chunk_states as input (written by a CPU forward on the same inputs)")
 
 /* ---- dimensions and tensor shapes by argument name ---------------------------------- */
 
 typedef enum op_kind { OP_BWD_FWD, OP_FWD, OP_BWD, OP_STEP } op_kind;
 
 typedef struct mdims {
-    int64_t B, S, H, G, R, N, P, C, A, NS, nc;
+    int64_t B, S, H, G, R, N, P, C, A, NS, nc, NCS; /* NCS: chunks of all sequences */
     int     reduce;   /* out / dout without the rank axis                    */
     op_kind kind;
     cli_sym syms[CLI_MAX_SYMS]; /* the schema's dimension symbols: the shape keys, A, NS (slots), nc, C */
@@ -77,14 +86,23 @@ static op_kind kind_of(const cli_problem * pb) {
 static mdims dims_of(const cli_problem * pb) {
     mdims d = {cli_shape_or(pb, "B", 1), cli_shape_or(pb, "S", 1),     cli_shape_or(pb, "H", 1),
                cli_shape_or(pb, "G", 1), cli_shape_or(pb, "R", 1),     cli_shape_or(pb, "N", 2),
-               cli_shape_or(pb, "P", 1), cli_shape_or(pb, "chunk", 1), 0, 0, 0, 0, kind_of(pb), {{NULL, 0}}};
+               cli_shape_or(pb, "P", 1), cli_shape_or(pb, "chunk", 1), 0, 0, 0, 0, 0, kind_of(pb), {{NULL, 0}}};
     const int64_t div = cli_param_or(pb, "div", 4);
     d.A      = div > 0 ? d.N / div : 0;
     d.nc     = (d.S + d.C - 1) / d.C;
     d.reduce = cli_param_or(pb, "reduce_o", 1) != 0;
     d.NS     = cli_state_rows(pb, d.B);
-    const cli_sym derived[] = {{"A", d.A},  {"NS", d.NS}, {"slots", d.NS}, {"nc", d.nc},
-                               {"C", d.C},  {"rows", d.B}, {NULL, 0}}; /* rows: the step's batch rows */
+    d.NCS    = d.B * d.nc;
+    if (cli_has_arg(pb, "cu_seqlens") && cli_present(pb, "cu_seqlens")) {
+        const ssm_tensor cu = cli_view(pb, "cu_seqlens");
+        d.NCS = 0;
+        for (int64_t i = 0; i + 1 < cu.shape[0]; ++i) {
+            const int64_t len = (int64_t)cli_get(&cu, cli_offset(&cu, i + 1)) - (int64_t)cli_get(&cu, cli_offset(&cu, i));
+            d.NCS += (len + d.C - 1) / d.C;
+        }
+    }
+    const cli_sym derived[] = {{"A", d.A}, {"NS", d.NS}, {"slots", d.NS}, {"nc", d.nc}, {"C", d.C},
+                               {"NCS", d.NCS}, {"rows", d.B}, {NULL, 0}}; /* rows: the step's batch rows */
     cli_syms(pb, derived, d.syms, CLI_MAX_SYMS);
     return d;
 }
@@ -105,7 +123,7 @@ static ssm_mamba3_mimo_params params_of(const cli_problem * pb) {
 static int mimo_validate(const cli_problem * pb, char * err, size_t errlen) {
     static const char * const bools[] = {"has_d",   "has_z",      "reduce_o",   "fused", "fuse_pregate_headwise_rms_norm",
                                          "has_norm_weight", "has_states", "has_final", "has_dfinal", "in_place",
-                                         "consistent", NULL};
+                                         "consistent", "save_y", "saved_y", "save_states", "saved_states", NULL};
     if (cli_check_shape_positive(pb, err, errlen) || cli_check_bools(pb, bools, err, errlen)) return -1;
     const mdims   d   = dims_of(pb);
     const int64_t div = cli_param_int(pb, "div");
@@ -218,11 +236,54 @@ static void fill_input(cli_problem * pb, const void * dims, const char * name, c
         fill_layer_input(d, name, t, rng);
 }
 
+/* saved_y=1 / saved_states=1: pregate_y / chunk_states as a CPU forward on the generated inputs
+ * writes them (F32). */
+static int saved_results(cli_problem * pb, const mdims * d, char * err, size_t errlen) {
+    const int64_t yshp[5] = {d->B, d->S, d->H, d->R, d->P}, cshp[4] = {d->NCS, d->H, d->N, d->P};
+    const int     want_y = (int)cli_param_int(pb, "saved_y"), want_s = (int)cli_param_int(pb, "saved_states");
+    if (want_y && cli_gen_arg(pb, "pregate_y", 5, yshp, err, errlen)) return -1;
+    if (want_s && cli_gen_arg(pb, "chunk_states", 4, cshp, err, errlen)) return -1;
+    /* the forward's arguments: every input of mamba3_mimo the problem has, by name */
+    const ssm_op_info *  fwd = ssm_op_get(ssm_op_find("mamba3_mimo"));
+    ssm_mamba3_mimo_args fa;
+    memset(&fa, 0, sizeof fa);
+    for (int32_t i = 0; i < fwd->nargs; ++i) {
+        const ssm_arg_info * arg = &fwd->args[i];
+        if ((arg->role & SSM_ARG_ROLE_OUTPUT) || !cli_has_arg(pb, arg->name) || !cli_present(pb, arg->name)) continue;
+        const ssm_tensor v = cli_view(pb, arg->name);
+        memcpy((char *)&fa + arg->offset, &v, sizeof v);
+    }
+    const int64_t oshp[5] = {d->B, d->S, d->R, d->H, d->P}, rshp[4] = {d->B, d->S, d->H, d->P};
+    cli_buf       out;
+    memset(&out, 0, sizeof out);
+    if (cli_buf_alloc(&out, SSM_DTYPE_F32, d->reduce ? 4 : 5, d->reduce ? rshp : oshp) != 0) {
+        snprintf(err, errlen, "%s: out of memory for the forward's output", pb->op->name);
+        return -1;
+    }
+    fa.out = out.view;
+    if (want_y) fa.pregate_y = cli_view(pb, "pregate_y");
+    if (want_s) fa.chunk_states = cli_view(pb, "chunk_states");
+    const ssm_mamba3_mimo_params p = params_of(pb);
+    ssm_context *                ctx = NULL;
+    ssm_status                   st = cli_context_create(SSM_BACKEND_CPU, 0, &ctx);
+    if (st == SSM_STATUS_OK) st = ssm_mamba3_mimo(ctx, &p, &fa);
+    if (st != SSM_STATUS_OK)
+        snprintf(err, errlen, "%s: saved results: the CPU forward failed: %s", pb->op->name,
+                 ssm_context_last_error(ctx));
+    ssm_context_free(ctx);
+    cli_buf_free(&out);
+    return st == SSM_STATUS_OK ? 0 : -1;
+}
+
 static int mimo_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
     const mdims d = dims_of(pb);
     cli_rng     rng;
     if (cli_m3_generate(pb, seed, d.syms, !d.reduce, fill_input, &d, &rng, err, errlen)) return -1;
     if (d.kind == OP_BWD_FWD && cli_param_int(pb, "consistent")) return consistent_decays(pb, &d, &rng, err, errlen);
+    if (d.kind == OP_BWD && (cli_param_int(pb, "saved_y") || cli_param_int(pb, "saved_states"))) {
+        const mdims dv = dims_of(pb); /* NCS from the cu_seqlens just drawn */
+        return saved_results(pb, &dv, err, errlen);
+    }
     return 0;
 }
 
@@ -365,7 +426,7 @@ static const cli_key fwd_shape[] = {
 };
 static const cli_key fwd_param[] = {
     P_DIV, P_HAS_D, P_HAS_Z, P_REDUCE, P_FUSED, P_FUSED2, P_NORM_W, P_EPS, P_STATES, CLI_KEY_HAS_FINAL, CLI_KEY_NSEQ,
-    CLI_KEY_END,
+    P_SAVE_Y, P_SAVE_S, CLI_KEY_END,
 };
 static const char * const fwd_cases[] = {
     "B=2,S=37,H=4,G=2,R=2,N=32,P=16,chunk=8;",
@@ -374,7 +435,8 @@ static const char * const fwd_cases[] = {
     "B=1,S=20,H=2,G=1,R=2,N=16,P=16,chunk=8;fused=1,has_norm_weight=0,has_states=0",
     "B=1,S=36,H=2,G=1,R=2,N=32,P=32,chunk=8;nseq=3",
     "B=2,S=20,H=4,G=2,R=4,N=32,P=16,chunk=8;has_d=0,has_z=0,has_states=0,has_final=0",
-    "B=1,S=13,H=2,G=1,R=3,N=16,P=16,chunk=6;", "B=1,S=1,H=1,G=1,R=1,N=2,P=1,chunk=1;div=2", NULL,
+    "B=1,S=13,H=2,G=1,R=3,N=16,P=16,chunk=6;", "B=1,S=1,H=1,G=1,R=1,N=2,P=1,chunk=1;div=2",
+    "B=1,S=36,H=2,G=1,R=2,N=32,P=16,chunk=8;nseq=3,fused=1,save_y=1,save_states=1", NULL,
 };
 
 CLI_DEFINE_CALL(mamba3_mimo, ssm_mamba3_mimo_params, params_of)
@@ -390,6 +452,8 @@ static double fwd_bytes(const cli_problem * pb) {
     n += 4.0 * T * (double)(d.H * d.A) + (8.0 + e) * BH * (double)d.S + head_param_bytes(pb, &d);
     n += out_elems(&d) * e;
     n += state_bytes_per_set(&d) * (double)(cli_param_int(pb, "has_states") + cli_param_int(pb, "has_final"));
+    if (cli_param_int(pb, "save_y")) n += 4.0 * T * (double)(d.H * d.R * d.P); /* pregate_y written */
+    if (cli_param_int(pb, "save_states")) n += 4.0 * (double)(d.NCS * d.H * d.N * d.P); /* chunk_states written */
     return n;
 }
 
@@ -411,7 +475,7 @@ static const cli_key bwd_shape[] = {
 };
 static const cli_key bwd_param[] = {
     P_DIV, P_HAS_D, P_HAS_Z, P_REDUCE, P_FUSED, P_FUSED2, P_NORM_W, P_EPS, P_STATES, CLI_KEY_HAS_DFINAL, CLI_KEY_NSEQ,
-    CLI_KEY_END,
+    P_SAVED_Y, P_SAVED_S, CLI_KEY_END,
 };
 static const char * const bwd_cases[] = {
     "B=2,S=21,H=4,G=2,R=2,N=16,P=8,chunk=8;",
@@ -420,7 +484,9 @@ static const char * const bwd_cases[] = {
     "B=1,S=16,H=2,G=1,R=4,N=16,P=16,chunk=8;fused=1,has_states=0,has_dfinal=0",
     "B=1,S=24,H=2,G=1,R=2,N=16,P=8,chunk=8;nseq=3",
     "B=2,S=20,H=4,G=2,R=4,N=16,P=8,chunk=8;has_d=0,has_z=0,has_states=0,has_dfinal=0",
-    "B=1,S=13,H=1,G=1,R=3,N=16,P=16,chunk=6;", "B=1,S=1,H=1,G=1,R=1,N=2,P=1,chunk=1;div=2", NULL,
+    "B=1,S=13,H=1,G=1,R=3,N=16,P=16,chunk=6;", "B=1,S=1,H=1,G=1,R=1,N=2,P=1,chunk=1;div=2",
+    "B=1,S=24,H=2,G=1,R=4,N=16,P=16,chunk=8;nseq=3,fused=1,saved_y=1,saved_states=1",
+    "B=2,S=21,H=2,G=1,R=2,N=16,P=8,chunk=8;saved_states=1", NULL,
 };
 
 CLI_DEFINE_CALL(mamba3_mimo_bwd, ssm_mamba3_mimo_params, params_of)
@@ -449,6 +515,8 @@ static double bwd_bytes(const cli_problem * pb) {
     n += 2.0 * (8.0 + e) * BH * (double)d.S;                                /* adt, dt, trap + grads */
     n += 2.0 * head_param_bytes(pb, &d) + out_elems(&d) * e;               /* params + grads, dout */
     const double copies = 2.0 * (double)cli_param_int(pb, "has_states") + (double)cli_param_int(pb, "has_dfinal");
+    if (cli_param_int(pb, "saved_y")) n += 4.0 * T * (double)(d.H * d.R * d.P); /* pregate_y read */
+    if (cli_param_int(pb, "saved_states")) n += 4.0 * (double)(d.NCS * d.H * d.N * d.P); /* chunk_states read */
     return n + copies * state_bytes_per_set(&d);
 }
 

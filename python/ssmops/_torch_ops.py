@@ -68,7 +68,8 @@ def register(name, fwd, bwd):
     bwd_inputs = [a.name for a in bwd.schema if not a.output]
     bwd_required = {a.name for a in bwd.schema if not a.output and not a.optional}
     bwd_outputs = {a.name for a in bwd.schema if a.output}
-    douts = [n for n in bwd_inputs if n not in inputs]          # d<output> of the forward
+    # d<output> of the forward (not a forward output the backward takes back: pregate_y, chunk_states)
+    douts = [n for n in bwd_inputs if n not in inputs and n not in out_names]
     bwd_pnames = set(_schema.param_names(bwd.params_name))
     n_in, n_out = len(inputs), len(outputs)
 

@@ -2,7 +2,15 @@
 same arguments as ssmops.<op> (torch tensors), returns the same outputs, and its backward calls
 ssmops.<op>_bwd with the saved inputs and the incoming gradients (d<output>), giving d<input>
 for every float input that requires a gradient. Deterministic: the library's backward reduces
-in a fixed order."""
+in a fixed order.
+
+keep_pregate_y=True, keep_chunk_states=True (mamba3_mimo): the forward also writes that result
+(pregate_y: the per-rank pre-gate output, fp32 (B, S, H, R, P); chunk_states: the state entering
+every chunk, fp32 (NCS, H, N, P)) into an array it makes, not returned, unless the call passes
+its own array (returned as usual, not differentiable), and keeps it for mamba3_mimo_bwd, whose
+CUDA backend then skips recomputing it (docs/ops/mamba3_mimo.md §5, "Saved forward results"):
+less backward time for 4·B·S·H·R·P, 4·NCS·H·N·P bytes held from the forward to the backward.
+Such a call takes the torch.autograd.Function path."""
 import torch
 
 from . import _lib, _schema
@@ -11,16 +19,42 @@ OPS_WITH_BACKWARD = ("mamba2_scan", "causal_conv1d", "rmsnorm_gated", "mamba3_an
                      "mamba3_mimo")
 
 
+def _pregate_y_for(given, kw):
+    """An fp32 pregate_y array for a MIMO forward on these inputs: (B, S, H, R, P)."""
+    q, v = given["q"], given["v"]
+    return torch.empty((v.shape[0], v.shape[1], v.shape[2], q.shape[2], v.shape[3]), dtype=torch.float32,
+                       device=v.device)
+
+
+def _chunk_states_for(given, kw):
+    """An fp32 chunk_states array for a MIMO forward on these inputs: (NCS, H, N, P), one row per
+    chunk of chunk_size tokens of every sequence (batch row, or cu_seqlens sequence)."""
+    q, v = given["q"], given["v"]
+    c = kw.get("chunk_size", _schema.params_struct("ssm_mamba3_mimo_params").chunk_size)
+    cu = given.get("cu_seqlens")
+    if cu is not None:
+        rows = int(torch.div(cu[1:] - cu[:-1] + c - 1, c, rounding_mode="floor").sum().item())
+    else:
+        rows = v.shape[0] * ((v.shape[1] + c - 1) // c)
+    return torch.empty((rows, v.shape[2], q.shape[4], v.shape[3]), dtype=torch.float32, device=v.device)
+
+
+# the forward results a backward may take back, and how to make an array for each
+_SAVED = {"pregate_y": _pregate_y_for, "chunk_states": _chunk_states_for}
+
+
 def _make(name, fwd, bwd):
     fwd_inputs = [a for a in fwd.schema if not a.output]
     fwd_outputs = [a.name for a in fwd.schema if a.output]
     required_outputs = {a.name for a in fwd.schema if a.output and not a.optional}
     bwd_names = {a.name for a in bwd.schema}
+    # forward outputs the backward takes back as inputs (mamba3_mimo: pregate_y)
+    kept_outputs = [a.name for a in bwd.schema if not a.output and a.name in fwd_outputs]
 
     class Function(torch.autograd.Function):
         @staticmethod
         def forward(ctx, meta, *tensors):
-            names, kw, ctxt = meta
+            names, kw, ctxt, keep, hidden = meta
             given = dict(zip(names, tensors))
             outs = fwd(**given, **kw, ctx=ctxt)
             outs = outs if isinstance(outs, tuple) else (outs,)
@@ -31,7 +65,17 @@ def _make(name, fwd, bwd):
                              if o in required_outputs or kw.get(o) is not None and kw.get(o) is not False
                              or given.get(o) is not None]
             ctx.out0 = (tuple(outs[0].shape), outs[0].dtype, outs[0].device)
-            ctx.save_for_backward(*tensors)
+            # the kept outputs go to the backward (not differentiable); those made only for it
+            # are not returned
+            kept = [outs[ctx.out_names.index(o)] for o in keep]
+            ctx.kept_names = keep
+            if hidden:
+                outs = tuple(t for o, t in zip(ctx.out_names, outs) if o not in hidden)
+                ctx.out_names = [o for o in ctx.out_names if o not in hidden]
+            shown = [t for t in kept if any(t is u for u in outs)]
+            if shown:
+                ctx.mark_non_differentiable(*shown)
+            ctx.save_for_backward(*tensors, *kept)
             idx = [t for n, t in given.items() if t is not None and not t.is_floating_point()]
             if idx:
                 ctx.mark_non_differentiable(*idx)
@@ -39,11 +83,13 @@ def _make(name, fwd, bwd):
 
         @staticmethod
         def backward(ctx, *grads):
-            names, kw, ctxt = ctx.meta
-            tensors = ctx.saved_tensors
+            names, kw, ctxt = ctx.meta[:3]
+            saved = ctx.saved_tensors
+            tensors = saved[:len(saved) - len(ctx.kept_names)]
             _lib.check_backward_device(name, bwd, tensors)
             given = dict(zip(names, tensors))
             bkw = {n: t for n, t in given.items() if n in bwd_names}
+            bkw.update(zip(ctx.kept_names, saved[len(tensors):]))
             for o, g in zip(ctx.out_names, grads):
                 if "d" + o in bwd_names and g is not None:
                     bkw["d" + o] = g.contiguous()
@@ -66,7 +112,7 @@ def _make(name, fwd, bwd):
             by = dict(zip(made, res))
             return (None,) + tuple(by.get("d" + n) if n in wanted else None for n in names)
 
-    def op(*positional, ctx=None, **kw):
+    def op(*positional, ctx=None, keep_pregate_y=False, keep_chunk_states=False, **kw):
         required = [a.name for a in fwd_inputs if not a.optional]
         given = dict(zip(required, positional))
         given.update({k: v for k, v in kw.items() if k in {a.name for a in fwd_inputs}})
@@ -74,7 +120,17 @@ def _make(name, fwd, bwd):
         names = [a.name for a in fwd_inputs if given.get(a.name) is not None]
         tensors = [given[n] for n in names]
         call_kw = rest
-        meta = (names, call_kw, ctx)
+        keep, hidden = [], []
+        for saved, wanted in (("pregate_y", keep_pregate_y), ("chunk_states", keep_chunk_states)):
+            if not wanted:
+                continue
+            if saved not in kept_outputs:
+                raise TypeError("%s(): keep_%s: its backward takes no %s" % (name, saved, saved))
+            keep.append(saved)
+            if call_kw.get(saved) is None or call_kw.get(saved) is False:
+                call_kw = dict(call_kw, **{saved: _SAVED[saved](given, call_kw)})
+                hidden.append(saved)
+        meta = (names, call_kw, ctx, keep, hidden)
         outs = Function.apply(meta, *tensors)
         return outs[0] if len(outs) == 1 else outs
 
@@ -85,10 +141,14 @@ def _make(name, fwd, bwd):
 
 def _dispatch(name, function_path, library_path, outputs):
     """The custom-op path for plain calls; the autograd.Function path where the custom op
-    cannot carry the call (an explicit ctx=, or out= arrays to write into)."""
+    cannot carry the call (an explicit ctx=, out= arrays to write into, keep_pregate_y,
+    keep_chunk_states)."""
     def op(*positional, ctx=None, **kw):
-        if ctx is not None or any(isinstance(kw.get(o), torch.Tensor) for o in outputs):
+        if (ctx is not None or kw.get("keep_pregate_y") or kw.get("keep_chunk_states")
+                or any(isinstance(kw.get(o), torch.Tensor) for o in outputs)):
             return function_path(*positional, ctx=ctx, **kw)
+        kw.pop("keep_pregate_y", None)  # False: the default, which the custom op has
+        kw.pop("keep_chunk_states", None)
         return library_path(*positional, **kw)
 
     op.__name__ = name

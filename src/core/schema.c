@@ -341,6 +341,8 @@ static const ssm_arg_info siso_step_args[] = {
 #define MM_NSS  "(NS, H, P, N)"
 #define MM_NSK  "(NS, R, H, N)"
 #define MM_NSV  "(NS, H, P)"
+#define MM_YPRE "(B, S, H, R, P)"
+#define MM_CHST "(NCS, H, N, P)"
 
 /* The forward's inputs, which its backward takes too. */
 #define MIMO_INPUTS                                                                                            \
@@ -388,6 +390,8 @@ static const ssm_arg_info mimo_args[] = {
     F(final_ssm_state, OOPT, R(4), MM_NSS),
     F(final_k_state, OOPT, R(4), MM_NSK),
     F(final_v_state, OOPT, R(3), MM_NSV),
+    F(pregate_y, OOPT, R(5), MM_YPRE),
+    F(chunk_states, OOPT, R(4), MM_CHST),
 };
 #undef ARGS
 
@@ -418,6 +422,9 @@ static const ssm_arg_info mimo_bwd_args[] = {
     FN(dssm_state, R(4), MM_NSS, "ssm_state"),
     FN(dk_state, R(4), MM_NSK, "k_state"),
     FN(dv_state, R(3), MM_NSV, "v_state"),
+    /* inputs after the outputs: the args struct only grows at its end */
+    F(pregate_y, OPT, R(5), MM_YPRE),
+    F(chunk_states, OPT, R(4), MM_CHST),
 };
 #undef ARGS
 

@@ -10,7 +10,9 @@
  *   segsum[i][j] = cm[i] − cm[j] (j < i) — the decays of spec §2.4 formed here, unclamped;
  *   θ advanced token by token: θ = wrap(θ + π·tanh(raw)·dt) (the SISO angle kernels);
  *   tile rows q̃, k̂ = c·k̃, u, qkdot (ssmi_mimo_prep_token); Y by ssmi_mimo_chunk_y;
- *   output stage per token (ssmi_mimo_output_token: z gate or fused norm, mimo_o sum);
+ *   pregate_y (when given) and the output stage per token (ssmi_mimo_output_token: z gate or
+ *   fused norm, mimo_o sum); the entering Ŝ into chunk_states (when given, one row per chunk,
+ *   sequence after sequence);
  *   Ŝ ← e^{cm[n−1]}·Ŝ + (diag(e^{da_cs_rev})K̂)ᵀ·U.
  * Initial states (spec §2.3): Ŝ_0 = ssm_stateᵀ + dt_0(1−λ_0)·Σ_r k_state[r] ⊗ (v_state ⊙
  * mimo_v[r]), θ starts at angle_state. Final states: ssm = Ŝ after the last token (= h,
@@ -78,6 +80,7 @@ typedef struct fw_job {
     const ssm_mamba3_mimo_params * p;
     float *                        scratch;
     int64_t                        thread_floats;
+    const int64_t *                cs_row0; /* chunk_states: the first row of each sequence, or NULL */
 } fw_job;
 
 /* Rows [s, r, h, :] (r < R) of an (NS, R, H, N) tensor ↔ [R][N] fp32. */
@@ -135,9 +138,10 @@ static void start_head(const fw_job * job, fw_scratch * sc, int64_t s, int64_t r
     }
 }
 
-/* Chunk [tc, tc+n) of (row, h) of a sequence ending at t_end. */
+/* Chunk [tc, tc+n) of (row, h) of a sequence ending at t_end; its entering Ŝ goes to row cs_row
+ * of chunk_states (when given). */
 static void fw_chunk(const fw_job * job, fw_scratch * sc, int64_t row, int64_t h, int64_t tc, int64_t n,
-                     int64_t t_end) {
+                     int64_t t_end, int64_t cs_row) {
     const ssm_mamba3_mimo_args * a  = job->a;
     const ssmi_mimo_kernels *    k  = job->k;
     const ssmi_cpu_kernels *     kb = k->base;
@@ -147,6 +151,10 @@ static void fw_chunk(const fw_job * job, fw_scratch * sc, int64_t row, int64_t h
     ssmi_mimo_tile * tl   = &sc->tl;
     const int        last = tc + n == t_end;
 
+    if (job->cs_row0 != NULL)
+        for (int64_t x = 0; x < N; ++x)
+            kb->store_row(a->chunk_states.data, a->chunk_states.dtype, ssmi_off4(&a->chunk_states, cs_row, h, x, 0),
+                          a->chunk_states.strides[3], sc->s + x * P, P);
     ssmi_mimo_token_scalars(k, &a->dt, &a->trap, row, h, tc, n, t_end, sc->tmp, sc->dtv, sc->lam, tl->gamma, sc->cf);
     kb->load_row(sc->cm, a->adt.data, a->adt.dtype, ssmi_off3(&a->adt, row, h, tc), a->adt.strides[2], n);
     for (int64_t i = 1; i < n; ++i) sc->cm[i] += sc->cm[i - 1];
@@ -187,6 +195,10 @@ static void fw_chunk(const fw_job * job, fw_scratch * sc, int64_t row, int64_t h
     const float eps   = (float) job->p->norm_eps;
     for (int64_t i = 0; i < n; ++i) {
         const int64_t t = tc + i;
+        if (ssmi_present(&a->pregate_y))
+            for (int64_t r = 0; r < R; ++r)
+                kb->store_row(a->pregate_y.data, a->pregate_y.dtype, ssmi_off5(&a->pregate_y, row, t, h, r, 0),
+                              a->pregate_y.strides[4], tl->y + (i * R + r) * P, P);
         if (has_z) kb->load_row(sc->z, a->z.data, a->z.dtype, ssmi_off4(&a->z, row, t, h, 0), a->z.strides[3], P);
         ssmi_mimo_output_token(k, R, P, tl->y + i * R * P, has_z ? sc->z : NULL, &sc->hd, d->reduce_o, fused, eps,
                                sc->work, sc->out);
@@ -223,7 +235,7 @@ static void fw_task(void * arg, int64_t task, int32_t thread) {
     start_head(job, &sc, s, row, t0, h);
     for (int64_t c0 = 0; c0 < len; c0 += C) {
         const int64_t n = len - c0 < C ? len - c0 : C;
-        fw_chunk(job, &sc, row, h, t0 + c0, n, t0 + len);
+        fw_chunk(job, &sc, row, h, t0 + c0, n, t0 + len, job->cs_row0 != NULL ? job->cs_row0[s] + c0 / C : 0);
     }
     if (ssmi_present(&a->final_ssm_state)) ssmi_mimo_store_state_np(k, &a->final_ssm_state, s, h, N, P, sc.s);
     store_rhn(k, &a->final_k_state, s, h, R, N, sc.klast);
@@ -240,9 +252,28 @@ ssm_status ssmi_cpu_mamba3_mimo(ssm_context * ctx, const ssm_mamba3_mimo_params 
     job.a             = a;
     job.p             = p;
     job.thread_floats = fw_carve(NULL, NULL, d);
-    job.scratch       = ssmi_cpu_thread_scratch(ctx, "mamba3_mimo", job.thread_floats);
-    if (job.scratch == NULL) return SSM_STATUS_OUT_OF_MEMORY;
+    job.cs_row0       = NULL;
+    int64_t * row0    = NULL;
+    if (ssmi_present(&a->chunk_states)) { /* one row per chunk, sequence after sequence */
+        row0 = ssmi_alloc(ctx, (size_t) d->nseq * sizeof(int64_t));
+        if (row0 == NULL)
+            return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "mamba3_mimo: no memory for the chunk_states row plan");
+        int64_t rows = 0;
+        for (int64_t s = 0; s < d->nseq; ++s) {
+            int64_t r, t0, len;
+            ssmi_cpu_sequence(&a->cu_seqlens, d->seqlen, s, &r, &t0, &len);
+            row0[s] = rows;
+            rows += (len + d->chunk - 1) / d->chunk;
+        }
+        job.cs_row0 = row0;
+    }
+    job.scratch = ssmi_cpu_thread_scratch(ctx, "mamba3_mimo", job.thread_floats);
+    if (job.scratch == NULL) {
+        ssmi_free(ctx, row0);
+        return SSM_STATUS_OUT_OF_MEMORY;
+    }
     ssmi_parallel_for(ctx, d->nseq * d->nheads, fw_task, &job);
     ssmi_free(ctx, job.scratch);
+    ssmi_free(ctx, row0);
     return SSM_STATUS_OK;
 }

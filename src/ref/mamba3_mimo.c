@@ -3,8 +3,10 @@
  *    sum of π·tanh(angles)·Δ from angle_state (never wrapped inside: the rotation is
  *    periodic), da_cs / da_cs_rev / segsum are formed from adt inside each chunk, the
  *    carried state is the pre-loaded ĥ of §2.3 with the initial states folded into Ŝ_0;
+ *    pregate_y and chunk_states (Ŝ entering each chunk) are written when given;
  *  - ssmi_ref_mamba3_mimo_recurrent: the recurrence of §2.2 token by token (h, k̃_prev,
- *    u_prev), the same step the decode operator runs.
+ *    u_prev), the same step the decode operator runs (pregate_y, no chunk_states: it has no
+ *    chunks).
  * Final states: ssm = h of the last token (P, N), k = k̃ of the last token (not c-scaled),
  * v = raw v of the last token, angle = θ of the last token wrapped to [0, 2π). Varlen:
  * each sequence runs alone from its own states (chunks restart at its first token); an
@@ -140,6 +142,7 @@ static void run_chunk(const ssm_mamba3_mimo_params * prm, const ssmi_mimo_dims *
                 for (int64_t p = 0; p < P; ++p) y[p] += sc * w->u[(t * R + r2) * P + p];
             }
         }
+        ssmi_ref_mimo_write_y(&a->pregate_y, w->y, s->b, s->t0 + t, h, R, P);
         if (has_z) ssmi_ref_m3_read(w->z, &a->z, ssmi_off4(&a->z, s->b, s->t0 + t, h, 0), P);
         ssmi_ref_mimo_output(w->o, w->y, has_z ? w->z : NULL, hp, prm->fuse_pregate_norm, prm->norm_eps, R, P);
         ssmi_ref_mimo_write_out(&a->out, w->o, hp->has_o, s->b, s->t0 + t, h, R, P);
@@ -158,8 +161,15 @@ static void run_chunk(const ssm_mamba3_mimo_params * prm, const ssmi_mimo_dims *
     }
 }
 
+/* Ŝ (N×P) into row `row` of chunk_states (NCS, H, N, P) when it is given. */
+static void write_chunk_state(const ssm_tensor * cs, const double * hs, int64_t row, int64_t h, int64_t N, int64_t P) {
+    if (!ssmi_present(cs)) return;
+    for (int64_t n = 0; n < N; ++n) ssmi_ref_m3_write(cs, ssmi_off4(cs, row, h, n, 0), hs + n * P, P);
+}
+
+/* row0: the first chunk_states row of the sequence. */
 static void chunked_head(const ssm_mamba3_mimo_params * prm, const ssmi_mimo_dims * d, const ssm_mamba3_mimo_args * a,
-                         const ssmi_ref_mimo_seq * s, int64_t h, const fwd_scratch * w) {
+                         const ssmi_ref_mimo_seq * s, int64_t h, const fwd_scratch * w, int64_t row0) {
     const int64_t R = d->rank, N = d->dstate, P = d->headdim, A = d->nangles;
     ssmi_ref_mimo_head hp = head_of(w);
     ssmi_ref_mimo_load_head(&hp, d, h, &a->q_bias, &a->k_bias, &a->mimo_v, &a->mimo_z, &a->mimo_o,
@@ -171,6 +181,7 @@ static void chunked_head(const ssm_mamba3_mimo_params * prm, const ssmi_mimo_dim
         fold_initial(d, &hp, w);
         for (int64_t cs = 0; cs < s->len; cs += d->chunk) {
             const int64_t Lc = s->len - cs < d->chunk ? s->len - cs : d->chunk;
+            write_chunk_state(&a->chunk_states, w->hs, row0 + cs / d->chunk, h, N, P);
             run_chunk(prm, d, a, s, h, &hp, w, cs, Lc);
         }
         const int64_t last = s->len - 1;
@@ -186,9 +197,11 @@ ssm_status ssmi_ref_mamba3_mimo(ssm_context * ctx, const ssm_mamba3_mimo_params 
     fwd_scratch w;
     double *    block = NULL;
     SSM_FORWARD_IF_ERROR(alloc_scratch(ctx, d, max_len(d, &a->cu_seqlens), &w, &block));
+    int64_t row0 = 0; /* chunk_states: one row per chunk, sequence after sequence */
     for (int64_t i = 0; i < d->nseq; ++i) {
         const ssmi_ref_mimo_seq s = ssmi_ref_mimo_sequence(d, &a->cu_seqlens, i);
-        for (int64_t h = 0; h < d->nheads; ++h) chunked_head(p, d, a, &s, h, &w);
+        for (int64_t h = 0; h < d->nheads; ++h) chunked_head(p, d, a, &s, h, &w, row0);
+        row0 += (s.len + d->chunk - 1) / d->chunk;
     }
     ssmi_free(ctx, block);
     return SSM_STATUS_OK;
@@ -237,6 +250,7 @@ static void recurrent_head(const ssm_mamba3_mimo_params * prm, const ssmi_mimo_d
                 for (int64_t n = 0; n < N; ++n) sp += w->hs[n * P + p] * w->qt[r * N + n];
                 w->y[r * P + p] = sp + hp.dskip * w->u[r * P + p];
             }
+        ssmi_ref_mimo_write_y(&a->pregate_y, w->y, s->b, tt, h, R, P);
         if (has_z) ssmi_ref_m3_read(w->z, &a->z, ssmi_off4(&a->z, s->b, tt, h, 0), P);
         ssmi_ref_mimo_output(w->o, w->y, has_z ? w->z : NULL, &hp, prm->fuse_pregate_norm, prm->norm_eps, R, P);
         ssmi_ref_mimo_write_out(&a->out, w->o, hp.has_o, s->b, tt, h, R, P);

@@ -166,6 +166,13 @@ static inline void ssmi_ref_mimo_write_out(const ssm_tensor * out, const double 
     }
 }
 
+/* y[t,r] of token t, head h (R rows of P) into pregate_y (B, S, H, R, P) when it is given. */
+static inline void ssmi_ref_mimo_write_y(const ssm_tensor * y, const double * v, int64_t b, int64_t t, int64_t h,
+                                         int64_t R, int64_t P) {
+    if (!ssmi_present(y)) return;
+    for (int64_t r = 0; r < R; ++r) ssmi_ref_m3_write(y, ssmi_off5(y, b, t, h, r, 0), v + r * P, P);
+}
+
 /* Zeros for the output row of token t (padding rows of the step). */
 static inline void ssmi_ref_mimo_write_out_zero(const ssm_tensor * out, int reduced, int64_t b, int64_t h, int64_t R,
                                                 int64_t P) {

@@ -95,3 +95,58 @@ def test_gradients_are_deterministic():
             ssmops.autograd.causal_conv1d(x, w).sum().backward()
             grads.append((x.grad.clone(), w.grad.clone()))
         assert all(torch.equal(a, b) for a, b in zip(*grads))
+
+
+def _spy_mimo(calls):
+    """ssmops.autograd's mamba3_mimo over a backward that records the arrays it is given."""
+    real = ssmops.mamba3_mimo_bwd
+
+    def spy(**kw):
+        calls.append({k: v for k, v in kw.items() if isinstance(v, torch.Tensor)})
+        return real(**kw)
+    spy.schema, spy.params_name = real.schema, real.params_name
+    return ssmops._autograd_module._make("mamba3_mimo", ssmops.mamba3_mimo, spy)
+
+
+def test_mamba3_mimo_keep_saved():
+    """keep_pregate_y=True, keep_chunk_states=True: the forward's pregate_y (fp32, (B, S, H, R, P))
+    and chunk_states (fp32, (NCS, H, N, P)) reach the backward, the outputs are those of the call
+    without, and the gradients are the same bytes (the CPU backward does not read them); by
+    default the backward gets neither; a pregate_y= array of the call is returned, written and
+    kept; the public function takes the options."""
+    B, S, H, G, R, N, P = 2, 12, 2, 1, 2, 8, 4
+    gen = torch.Generator().manual_seed(5)
+    rn = lambda *s, scale=1.0: torch.randn(*s, generator=gen) * scale  # noqa: E731
+    ins = [rn(B, S, R, G, N), rn(B, S, R, G, N), rn(B, S, H, P), -torch.rand(B, H, S, generator=gen) * 0.5,
+           torch.rand(B, H, S, generator=gen) * 0.5, rn(B, H, S), rn(H, R, N, scale=0.3), rn(H, R, N, scale=0.3),
+           rn(H, R, P, scale=0.5), rn(B, S, H, N // 4, scale=0.5)]
+    extra = dict(mimo_z=rn(H, R, P, scale=0.5), mimo_o=rn(H, R, P, scale=0.5), d=rn(H), z=rn(B, S, H, P))
+    calls = []
+    mimo = _spy_mimo(calls)
+    outs, grads = [], []
+    with ssmops.Context(backend="cpu", threads=2):
+        for keep in (False, True):
+            leaves = [t.clone().requires_grad_(True) for t in ins]
+            out = mimo(*leaves, **extra, chunk_size=4, keep_pregate_y=keep, keep_chunk_states=keep)
+            out.square().sum().backward()
+            outs.append(out.detach())
+            grads.append([t.grad for t in leaves])
+        y = torch.full((B, S, H, R, P), float("nan"))
+        leaves = [t.clone().requires_grad_(True) for t in ins]
+        res = mimo(*leaves, **extra, pregate_y=y, chunk_size=4, keep_pregate_y=True)
+        assert len(res) == 2 and res[1] is y and not torch.isnan(y).any()
+        res[0].sum().backward()
+        assert calls[2]["pregate_y"].data_ptr() == y.data_ptr()
+        plain = ssmops.autograd.mamba3_mimo(*ins, **extra, chunk_size=4, keep_pregate_y=False,
+                                            keep_chunk_states=False)
+        assert torch.equal(plain, outs[0])
+    assert "pregate_y" not in calls[0] and "chunk_states" not in calls[0] and "chunk_states" not in calls[2]
+    assert calls[1]["pregate_y"].shape == (B, S, H, R, P) and calls[1]["pregate_y"].dtype == torch.float32
+    assert calls[1]["chunk_states"].shape == (B * 3, H, N, P) and calls[1]["chunk_states"].dtype == torch.float32
+    assert torch.equal(outs[0], outs[1])
+    for without, with_ in zip(*grads):
+        assert torch.equal(with_, without)
+    with pytest.raises(TypeError, match="pregate_y"):
+        ssmops.autograd.causal_conv1d(torch.randn(1, 4, 8), torch.randn(4, 3), keep_pregate_y=True)
+    with pytest.raises(TypeError, match="chunk_states"):
+        ssmops.autograd.causal_conv1d(torch.randn(1, 4, 8), torch.randn(4, 3), keep_chunk_states=True)

@@ -33,6 +33,7 @@ namespace ssmi_mimo {
 namespace {
 
 const int kWarps = kBwdThreads / 32;
+const int kMaxN = 128; /* the validation's limit of N (and P): at most four n per lane of a warp */
 
 template <bool PLANES>
 __global__ void __launch_bounds__(kBwdThreads) tiles_kernel(const mb_args A) {
@@ -72,22 +73,37 @@ __global__ void __launch_bounds__(kBwdThreads) tiles_kernel(const mb_args A) {
         KT[o + a] = ka, KT[o + a2] = kb;
         KH[o + a] = cf * ka, KH[o + a2] = cf * kb;
     }
+    /* u = v ⊙ mimo_v (unrolled: the loads of two elements in flight together) */
+#pragma unroll 2
     for (int e = threadIdx.x; e < L * P; e += blockDim.x) {
         const int x = e / P, p = e - x * P, i = x / R, r = x - i * R;
         U[e] = ldv(A.v, o4(A.v, ck.b, ck.t0 + i, h, p)) * ldv(A.mimo_v, o3(A.mimo_v, h, r, p));
     }
-    /* qkdot[x][r2] = q̄[x]·k̄[i, r2] (unrotated, biased): a warp per row x, lanes over n */
+    /* qkdot[x][r2] = q̄[x]·k̄[i, r2] (unrotated, biased): a warp per row x, lane l over n = l + 32j
+     * (N ≤ 128: j < 4), the row's q̄ loaded once, the loads of each k̄ row issued together */
+    static_assert(kMaxN == 128, "qkdot: four n per lane");
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     for (int x = warp; x < L; x += kWarps) {
         const int       i = x / R, r = x - i * R;
         const long long t = ck.t0 + i;
+        float           qv[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const int nn = lane + 32 * j;
+            qv[j] = nn < N ? ldv(A.q, o5(A.q, ck.b, t, r, g, nn)) + ldv(A.q_bias, o3(A.q_bias, h, r, nn)) : 0.0f;
+        }
+#pragma unroll 2
         for (int r2 = 0; r2 < R; ++r2) {
-            float s = 0.0f;
-            for (int nn = lane; nn < N; nn += 32) {
-                const float qb = ldv(A.q, o5(A.q, ck.b, t, r, g, nn)) + ldv(A.q_bias, o3(A.q_bias, h, r, nn));
-                const float kb = ldv(A.k, o5(A.k, ck.b, t, r2, g, nn)) + ldv(A.k_bias, o3(A.k_bias, h, r2, nn));
-                s = fmaf(qb, kb, s);
+            float kv[4];
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const int nn = lane + 32 * j;
+                kv[j] = nn < N ? ldv(A.k, o5(A.k, ck.b, t, r2, g, nn)) + ldv(A.k_bias, o3(A.k_bias, h, r2, nn)) : 0.0f;
             }
+            float s = 0.0f;
+#pragma unroll
+            for (int j = 0; j < 4; ++j)
+                if (lane + 32 * j < N) s = fmaf(qv[j], kv[j], s);
             s = warp_sum(s);
             if (lane == 0) QKD[x * R + r2] = s;
         }
@@ -102,8 +118,10 @@ __global__ void __launch_bounds__(kBwdThreads) tiles_kernel(const mb_args A) {
         [&](int nn, int p, float s) { X[(long long)nn * P + p] = s; });
 }
 
+/* The tensor-core form fits three blocks per SM (72 registers, no spills; 41 KB of static shared
+ * memory each, with the largest carveout); the fp32 form keeps two (128 registers). */
 template <bool PLANES>
-__global__ void __launch_bounds__(kBwdThreads) grads_kernel(const mb_args A) {
+__global__ void __launch_bounds__(kBwdThreads, PLANES ? 3 : 2) grads_kernel(const mb_args A) {
     __shared__ __align__(16) typename gemm_smem_of<PLANES>::type sm;
     __shared__ float gam[128], cfs[128], cmv[128], ecs[128], wrev[128], dcs[128], rowq[128], rowk[128], red[kWarps];
     const int       w = blockIdx.x, h = blockIdx.y;
@@ -175,10 +193,14 @@ __global__ void __launch_bounds__(kBwdThreads) grads_kernel(const mb_args A) {
         [&](int nn, int p) { return dS[(long long)nn * P + p]; },
         [&](int x, int p, float s) { DU[(long long)x * P + p] = wrev[x / R] * s; });
     __syncthreads();
-    /* rowq = q̃·dq̃_inter, rowk = k̂·dk̂_state per row: a warp per row, lanes over n */
+    /* rowq = q̃·dq̃_inter, rowk = k̂·dk̂_state per row: a warp per row, lane l over n = l + 32j (the
+     * row's loads issued together) */
     for (int x = warp; x < L; x += kWarps) {
         float sq = 0.0f, sk = 0.0f;
-        for (int nn = lane; nn < N; nn += 32) {
+#pragma unroll
+        for (int j = 0; j < kMaxN / 32; ++j) {
+            const int nn = lane + 32 * j;
+            if (nn >= N) continue;
             const long long o = (long long)x * N + nn;
             sq = fmaf(Q[o], DQ[o], sq);
             sk = fmaf(KH[o], DK[o], sk);
@@ -189,9 +211,11 @@ __global__ void __launch_bounds__(kBwdThreads) grads_kernel(const mb_args A) {
     }
     /* e^{cs_last}·<Ŝ, dŜ> (ddA) and Σ dY ⊙ U (dD), fixed-order block sums */
     float part = 0.0f;
+#pragma unroll 4
     for (int e = threadIdx.x; e < N * P; e += blockDim.x) part = fmaf(Sc[e], dS[e], part);
     const float sds = block_sum(part, red);
     part = 0.0f;
+#pragma unroll 4
     for (int e = threadIdx.x; e < L * P; e += blockDim.x) part = fmaf(DY[e], U[e], part);
     const float ddsum = block_sum(part, red);
     if (threadIdx.x == 0) A.p_dd[wh] = ddsum;
@@ -201,10 +225,12 @@ __global__ void __launch_bounds__(kBwdThreads) grads_kernel(const mb_args A) {
     for (int i = warp; i < n; i += kWarps) {
         const int iR = i * R, ncol = (L - iR - R) * R;
         float     p2 = 0.0f;
+#pragma unroll 4
         for (int e = lane; e < R * iR; e += 32) {
             const int r = e / iR, x2 = e - r * iR;
             p2 += WP[(long long)(iR + r) * CR + x2];
         }
+#pragma unroll 4
         for (int e = lane; e < ncol; e += 32) {
             const int x = iR + R + e / R, r2 = e - (e / R) * R;
             p2 -= WP[(long long)x * CR + iR + r2];
@@ -238,6 +264,7 @@ __global__ void __launch_bounds__(kBwdThreads) grads_kernel(const mb_args A) {
         [&](int x2, int nn) { return KH[(long long)x2 * N + nn]; },
         [&](int x, int nn, float s) {
             const int i = x / R, r = x - i * R;
+#pragma unroll 4
             for (int r2 = 0; r2 < R; ++r2)
                 s = fmaf(gam[i] * DQK[(i * R + r) * R + r2], KT[(long long)(i * R + r2) * N + nn], s);
             DQ[(long long)x * N + nn] += s;
@@ -254,6 +281,7 @@ __global__ void __launch_bounds__(kBwdThreads) grads_kernel(const mb_args A) {
     /* dfactor = Σ k̃ ⊙ dk̂ per token: a warp per token */
     for (int i = warp; i < n; i += kWarps) {
         float s = 0.0f;
+#pragma unroll 4
         for (int j = lane; j < R * N; j += 32) s = fmaf(KT[(long long)i * R * N + j], DK[(long long)i * R * N + j], s);
         s = warp_sum(s);
         if (lane == 0) A.dfac[tok + i] = s;
@@ -263,6 +291,7 @@ __global__ void __launch_bounds__(kBwdThreads) grads_kernel(const mb_args A) {
     for (int e = threadIdx.x; e < L * N; e += blockDim.x) {
         const int x = e / N, nn = e - x * N, i = x / R, r2 = x - i * R;
         float     s = cfs[i] * DK[e];
+#pragma unroll 4
         for (int r = 0; r < R; ++r) s = fmaf(gam[i] * DQK[(i * R + r) * R + r2], Q[(long long)(i * R + r) * N + nn], s);
         if (ck.last && i == n - 1 && A.dfinal_k.p != NULL) s += ldv(A.dfinal_k, o4(A.dfinal_k, ck.seq, r2, h, nn));
         DK[e] = s;
@@ -272,6 +301,7 @@ __global__ void __launch_bounds__(kBwdThreads) grads_kernel(const mb_args A) {
     for (int e = threadIdx.x; e < n * NA; e += blockDim.x) {
         const int i = e / NA, a = e - i * NA;
         float     s = 0.0f;
+#pragma unroll 2
         for (int r = 0; r < R; ++r) {
             const long long o = (long long)(i * R + r) * N;
             s += (DQ[o + a + half] * Q[o + a] - DQ[o + a] * Q[o + a + half]) +
@@ -302,12 +332,14 @@ __global__ void __launch_bounds__(kBwdThreads) grads_kernel(const mb_args A) {
         float           s = ck.last && i == n - 1 && A.dfinal_v.p != NULL
                                 ? ldv(A.dfinal_v, o3(A.dfinal_v, ck.seq, h, p))
                                 : 0.0f;
+#pragma unroll 4
         for (int r = 0; r < R; ++r) s = fmaf(DU[(long long)(i * R + r) * P + p], ldv(A.mimo_v, o3(A.mimo_v, h, r, p)), s);
         if (A.dv.p != NULL) stv(A.dv, o4(A.dv, ck.b, t, h, p), s);
     }
     for (int e = threadIdx.x; e < R * P; e += blockDim.x) {
         const int r = e / P, p = e - r * P;
         float     s = 0.0f;
+#pragma unroll 4
         for (int i = 0; i < n; ++i)
             s = fmaf(DU[(long long)(i * R + r) * P + p], ldv(A.v, o4(A.v, ck.b, ck.t0 + i, h, p)), s);
         A.p_mv[wh * R * P + e] = s;
@@ -316,6 +348,7 @@ __global__ void __launch_bounds__(kBwdThreads) grads_kernel(const mb_args A) {
     for (int e = threadIdx.x; e < R * N; e += blockDim.x) {
         const int r = e / N, nn = e - r * N;
         float     sq = 0.0f, sk = 0.0f;
+#pragma unroll 4
         for (int i = 0; i < n; ++i) {
             const long long o = ((((long long)ck.b * A.S + ck.t0 + i) * R + r) * A.H + h) * N + nn;
             sq += A.dqh[o];
@@ -327,25 +360,42 @@ __global__ void __launch_bounds__(kBwdThreads) grads_kernel(const mb_args A) {
     /* the chunk's sum of raw dθ per angle, tokens in reverse (the angle pass, bwd_seq.cu) */
     for (int a = threadIdx.x; a < NA; a += blockDim.x) {
         float s = 0.0f;
+#pragma unroll 4
         for (int i = n - 1; i >= 0; --i) s += A.dth[(tok + i) * NA + a];
         A.thc[wh * NA + a] = s;
     }
+}
+
+/* The largest shared-memory carveout, so that as many blocks share an SM as their registers and
+ * static shared memory allow. */
+ssm_status max_carveout(ssm_context * ctx, const char * op, const void * fn) {
+    return ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute (carveout)",
+                            cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                                 (int)cudaSharedmemCarveoutMaxShared));
 }
 
 } // namespace
 
 ssm_status launch_bwd_tiles(ssm_context * ctx, const char * op, const mb_args & A, cudaStream_t s) {
     if (A.W == 0 || A.H == 0) return SSM_STATUS_OK;
-    if (A.planes) tiles_kernel<true><<<dim3((unsigned)A.W, (unsigned)A.H), kBwdThreads, 0, s>>>(A);
-    else tiles_kernel<false><<<dim3((unsigned)A.W, (unsigned)A.H), kBwdThreads, 0, s>>>(A);
+    if (A.planes) {
+        SSM_FORWARD_IF_ERROR(max_carveout(ctx, op, (const void *)tiles_kernel<true>));
+        tiles_kernel<true><<<dim3((unsigned)A.W, (unsigned)A.H), kBwdThreads, 0, s>>>(A);
+    } else {
+        tiles_kernel<false><<<dim3((unsigned)A.W, (unsigned)A.H), kBwdThreads, 0, s>>>(A);
+    }
     SSMI_CU_CHECK_LAUNCH(ctx, op, "tiles_kernel");
     return SSM_STATUS_OK;
 }
 
 ssm_status launch_bwd_chunk_grads(ssm_context * ctx, const char * op, const mb_args & A, cudaStream_t s) {
     if (A.W == 0 || A.H == 0) return SSM_STATUS_OK;
-    if (A.planes) grads_kernel<true><<<dim3((unsigned)A.W, (unsigned)A.H), kBwdThreads, 0, s>>>(A);
-    else grads_kernel<false><<<dim3((unsigned)A.W, (unsigned)A.H), kBwdThreads, 0, s>>>(A);
+    if (A.planes) {
+        SSM_FORWARD_IF_ERROR(max_carveout(ctx, op, (const void *)grads_kernel<true>));
+        grads_kernel<true><<<dim3((unsigned)A.W, (unsigned)A.H), kBwdThreads, 0, s>>>(A);
+    } else {
+        grads_kernel<false><<<dim3((unsigned)A.W, (unsigned)A.H), kBwdThreads, 0, s>>>(A);
+    }
     SSMI_CU_CHECK_LAUNCH(ctx, op, "grads_kernel");
     return SSM_STATUS_OK;
 }

@@ -22,7 +22,7 @@
 namespace ssmi_mimo {
 namespace {
 
-const int kRevBatch = 8; /* chunks whose loads the sequential passes issue before their chain */
+const int kRevBatch = 16; /* chunks whose loads the sequential passes issue before their chain */
 
 __global__ void __launch_bounds__(kBwdThreads) state_reverse_kernel(const mb_args A) {
     const int e = blockIdx.z * blockDim.x + threadIdx.x;

@@ -169,12 +169,15 @@ __device__ void load_tile(const mc_args & A, const mc_chunk & ck, int h, float *
     const int g = h / (A.H / A.G);
     float *   Q = sm + l.q, *K = sm + l.k, *U = sm + l.u, *qkd = sm + l.qkd;
     tile_scalars(A, ck, h, sm, l);
+    /* the element loops unrolled: the loads of several elements in flight together */
+#pragma unroll 4
     for (int e = threadIdx.x; e < L * N; e += blockDim.x) {
         const int       x = e / N, nn = e - x * N, i = x / R, r = x - i * R;
         const long long t = ck.t0 + i;
         K[x * l.ldn + nn] = ldv(A.k, o5(A.k, ck.b, t, r, g, nn)) + ldv(A.k_bias, o3(A.k_bias, h, r, nn));
         if (with_q) Q[x * l.ldn + nn] = ldv(A.q, o5(A.q, ck.b, t, r, g, nn)) + ldv(A.q_bias, o3(A.q_bias, h, r, nn));
     }
+#pragma unroll 4
     for (int e = threadIdx.x; e < L * pu; e += blockDim.x) {
         const int x = e / pu, pp = e - x * pu, i = x / R, r = x - i * R;
         U[x * l.ldp + pp] = ldv(A.v, o4(A.v, ck.b, ck.t0 + i, h, p0 + pp)) * ldv(A.mimo_v, o3(A.mimo_v, h, r, p0 + pp));

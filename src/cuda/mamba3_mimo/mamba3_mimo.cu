@@ -27,8 +27,11 @@
  * Limits: those of the validation (N, P ≤ 128, C·R ≤ 128), H·(P tiles) ≤ 65535 blocks, the
  * chunk tile and the step within the 227 KB of shared memory of a block.
  *
- * The backward (mamba3_mimo_bwd, spec §4) runs kernels 0-3 of the forward for Ŝ and Y, then
- * the kernels of bwd.cuh (its own workspace layout: bwd_layout).
+ * The backward (mamba3_mimo_bwd, spec §4) runs kernels 0-3 of the forward for Ŝ and Y, then the
+ * kernels of bwd.cuh (its own workspace layout: bwd_layout); given the forward's chunk_states it
+ * skips kernels 1-2 (Ŝ is read from them), given its pregate_y kernel 3 (Y is read from it). The
+ * forward writes Ŝ and Y straight into a chunk_states / pregate_y that is F32 in its workspace's
+ * layout ([W][H][N][P], [B·S][H][R][P]: contiguous), else copies them there.
  *
  * Selection tables (mamba3_mimo_bwd_fwd and mamba3_mimo share the output-kernel table; the
  * backward's forward recompute takes the first output entry that applies; the other kernels
@@ -246,6 +249,19 @@ ssm_status run_chunks(ssm_context * ctx, const char * op, const mc_args & A, int
     return v->launch(ctx, op, A, s);
 }
 
+/* A saved forward result (pregate_y, chunk_states) that is F32 and row-major contiguous (4-byte
+ * aligned; a dim of extent 1 may have any stride) has its workspace's layout: the kernels then use
+ * its memory as that workspace, with no copy. */
+bool in_place_f32(const ssm_tensor * t) {
+    if (!ssmi_present(t) || t->dtype != SSM_DTYPE_F32 || ((uintptr_t)t->data & 3u) != 0) return false;
+    int64_t want = 1;
+    for (int i = t->ndim - 1; i >= 0; --i) {
+        if (t->shape[i] != 1 && t->strides[i] != want) return false;
+        want *= t->shape[i];
+    }
+    return true;
+}
+
 /* ---- selection table of the decode step --------------------------------------------------------- */
 
 /* The step's call: its arguments (index tensors on the host) and dims. */
@@ -423,14 +439,15 @@ struct ws_carver {
     }
 };
 
-/* Points the backward's arrays (and the forward recompute's) into one workspace; returns its floats. */
-size_t bwd_layout(float * base, const mc_args & F, mc_args * Fo, mb_args * B) {
+/* Points the backward's arrays (and the forward recompute's) into one workspace; returns its floats.
+ * ws_state, ws_y: the chunk states, Y have a workspace (not given, or given not in its layout). */
+size_t bwd_layout(float * base, const mc_args & F, mc_args * Fo, mb_args * B, bool ws_state, bool ws_y) {
     ws_carver     c = {base, 0};
     const size_t  W = (size_t)F.W, H = (size_t)F.H, R = (size_t)F.R, N = (size_t)F.N, P = (size_t)F.P;
     const size_t  NA = (size_t)F.A, BS = (size_t)F.B * (size_t)F.S, NS = (size_t)F.nseq;
     const size_t  TR = W * H * (size_t)F.C * R;
-    Fo->ws_state = c.take(W * H * N * P);
-    Fo->ws_y = c.take(BS * H * R * P);
+    Fo->ws_state = ws_state ? c.take(W * H * N * P) : NULL;
+    Fo->ws_y = ws_y ? c.take(BS * H * R * P) : NULL;
     Fo->ws_theta = c.take(BS * H * NA);
     Fo->ws_cm = c.take(BS * H);
     Fo->ws_seg = c.take(W * H * NA);
@@ -449,12 +466,21 @@ size_t bwd_layout(float * base, const mc_args & F, mc_args * Fo, mb_args * B) {
     return c.used;
 }
 
-/* The backward's kernels in order (the plan and workspace in place). */
+/* The backward's kernels in order (the plan and workspace in place). The forward recompute skips
+ * what the forward's saved results give: the chunk states (chunk_states) and the output tiles
+ * (pregate_y); each is read in place (F.ws_state / F.ws_y are it) or copied into its workspace. */
 ssm_status run_bwd(ssm_context * ctx, const char * op, const mc_args & F, const output_variant * ov,
                    const mb_args & B, const ssm_mamba3_mimo_bwd_args * a, cudaStream_t s) {
     if (F.W > 0) {
         SSM_FORWARD_IF_ERROR(launch_angle_prep(ctx, op, F, s));
-        SSM_FORWARD_IF_ERROR(run_chunks(ctx, op, F, 0, s, ov));
+        if (!ssmi_present(&a->chunk_states)) {
+            SSM_FORWARD_IF_ERROR(launch_chunk_state(ctx, op, F, s));
+            SSM_FORWARD_IF_ERROR(launch_state_pass(ctx, op, F, 0, s));
+        } else if (F.ws_state != a->chunk_states.data) {
+            SSM_FORWARD_IF_ERROR(launch_dense_copy(ctx, op, &a->chunk_states, F.ws_state, 0, s));
+        }
+        if (!ssmi_present(&a->pregate_y)) SSM_FORWARD_IF_ERROR(ov->launch(ctx, op, F, s));
+        else if (F.ws_y != a->pregate_y.data) SSM_FORWARD_IF_ERROR(launch_dense_copy(ctx, op, &a->pregate_y, F.ws_y, 0, s));
     }
     SSM_FORWARD_IF_ERROR(launch_bwd_dy(ctx, op, B, s));
     SSM_FORWARD_IF_ERROR(launch_bwd_tiles(ctx, op, B, s));
@@ -579,8 +605,11 @@ extern "C" ssm_status ssmi_cuda_mamba3_mimo(ssm_context * ctx, const ssm_mamba3_
     A.W = pl.W;
     if (st == SSM_STATUS_OK) st = mem_upload(ctx, op, &m, &dch, pl.chunks, sizeof(mc_chunk) * W, s);
     if (st == SSM_STATUS_OK) st = mem_upload(ctx, op, &m, &dsq, pl.seqs, sizeof(mc_seq) * (size_t)pl.nseq, s);
-    if (st == SSM_STATUS_OK) st = mem_alloc(ctx, op, &m, &wst, W * H * A.N * A.P * sizeof(float), s);
-    if (st == SSM_STATUS_OK) st = mem_alloc(ctx, op, &m, &wy, BS * H * A.R * A.P * sizeof(float), s);
+    /* Ŝ and Y: in chunk_states / pregate_y themselves when they have the workspaces' layout, else
+     * workspaces (copied out) */
+    const bool s_direct = in_place_f32(&a->chunk_states), y_direct = in_place_f32(&a->pregate_y);
+    if (st == SSM_STATUS_OK && !s_direct) st = mem_alloc(ctx, op, &m, &wst, W * H * A.N * A.P * sizeof(float), s);
+    if (st == SSM_STATUS_OK && !y_direct) st = mem_alloc(ctx, op, &m, &wy, BS * H * A.R * A.P * sizeof(float), s);
     if (st == SSM_STATUS_OK) st = mem_alloc(ctx, op, &m, &wth, BS * H * A.A * sizeof(float), s);
     if (st == SSM_STATUS_OK) st = mem_alloc(ctx, op, &m, &wcm, BS * H * sizeof(float), s);
     if (st == SSM_STATUS_OK) st = mem_alloc(ctx, op, &m, &wsg, W * H * A.A * sizeof(float), s);
@@ -590,13 +619,19 @@ extern "C" ssm_status ssmi_cuda_mamba3_mimo(ssm_context * ctx, const ssm_mamba3_
         st = ssmi_cuda_status(ctx, op, "cudaMemsetAsync (non-finite marks)", cudaMemsetAsync(wmk, 0, W * H * sizeof(int), s));
     free_plan(&pl);
     if (st == SSM_STATUS_OK) {
-        A.chunks = (const mc_chunk *)dch, A.seqs = (const mc_seq *)dsq, A.ws_state = (float *)wst;
-        A.ws_y = (float *)wy, A.ws_theta = (float *)wth, A.ws_cm = (float *)wcm, A.ws_seg = (float *)wsg;
+        A.chunks = (const mc_chunk *)dch, A.seqs = (const mc_seq *)dsq;
+        A.ws_state = s_direct ? (float *)a->chunk_states.data : (float *)wst;
+        A.ws_y = y_direct ? (float *)a->pregate_y.data : (float *)wy;
+        A.ws_theta = (float *)wth, A.ws_cm = (float *)wcm, A.ws_seg = (float *)wsg;
         A.nonfinite = (int *)wmk;
         st = launch_angle_prep(ctx, op, A, s);
     }
     if (st == SSM_STATUS_OK) st = run_chunks(ctx, op, A, 1, s, var);
     if (st == SSM_STATUS_OK) st = launch_output_stage(ctx, op, A, s);
+    if (st == SSM_STATUS_OK && ssmi_present(&a->pregate_y) && !y_direct)
+        st = launch_dense_copy(ctx, op, &a->pregate_y, A.ws_y, 1, s);
+    if (st == SSM_STATUS_OK && ssmi_present(&a->chunk_states) && !s_direct)
+        st = launch_dense_copy(ctx, op, &a->chunk_states, A.ws_state, 1, s);
     if (st == SSM_STATUS_OK && (A.final_v.p || A.final_angle.p || A.final_k.p)) st = launch_finals(ctx, op, A, s);
     return mem_free(ctx, op, &m, s, st);
 }
@@ -658,10 +693,13 @@ extern "C" ssm_status ssmi_cuda_mamba3_mimo_bwd(ssm_context * ctx, const ssm_mam
     if (st == SSM_STATUS_OK) st = mem_upload(ctx, op, &m, &dch, pl.chunks, sizeof(mc_chunk) * (size_t)pl.W, s);
     if (st == SSM_STATUS_OK) st = mem_upload(ctx, op, &m, &dsq, pl.seqs, sizeof(mc_seq) * (size_t)pl.nseq, s);
     free_plan(&pl);
-    const size_t floats = bwd_layout(NULL, F, &F, &B);
+    const bool   s_direct = in_place_f32(&a->chunk_states), y_direct = in_place_f32(&a->pregate_y);
+    const size_t floats = bwd_layout(NULL, F, &F, &B, !s_direct, !y_direct);
     if (st == SSM_STATUS_OK) st = mem_alloc(ctx, op, &m, &ws, floats * sizeof(float), s);
     if (st == SSM_STATUS_OK) {
-        bwd_layout((float *)ws, F, &F, &B);
+        bwd_layout((float *)ws, F, &F, &B, !s_direct, !y_direct);
+        if (s_direct) F.ws_state = (float *)a->chunk_states.data; /* read only: its kernels are skipped */
+        if (y_direct) F.ws_y = (float *)a->pregate_y.data;
         F.chunks = B.chunks = (const mc_chunk *)dch;
         F.seqs = B.seqs = (const mc_seq *)dsq;
         B.theta = F.ws_theta, B.cm = F.ws_cm, B.state = F.ws_state, B.y = F.ws_y;

@@ -4,7 +4,7 @@
  * Ŝ_0 = 0 or the folded initial state (spec §2.3); for each chunk w in order: states[c] = Ŝ
  * (bwd_fwd), ws_state[w] = Ŝ (the state ENTERING the chunk, over the chunk's ΔS_w from
  * chunk_gemm.cu), Ŝ ← e^{da_cs[last]}·Ŝ + ΔS_w; at the end the final ssm state (forward, P×N).
- * The ΔS_w and decays of 8 chunks are loaded ahead of the dependent chain.
+ * The ΔS_w and decays of 16 chunks are loaded ahead of the dependent chain.
  */
 #include "mimo.cuh"
 
@@ -38,7 +38,7 @@ __global__ void __launch_bounds__(kThreads) state_pass_kernel(const mc_args A, i
     }
     const long long hs = (long long)A.N * A.P;
     const int       end = sq.first + sq.count;
-    enum { U = 8 };
+    enum { U = 16 };
     for (int w0 = sq.first; w0 < end; w0 += U) {
         float ds[U], dec[U];
 #pragma unroll
