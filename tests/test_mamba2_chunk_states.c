@@ -207,19 +207,20 @@ static void run_case(const char * name, ssmt_mamba2_config * cfg, const int64_t 
 
     /* invalid calls write nothing */
     {
-        ssmt_host rows_bad = ssmt_alloc(SSM_DTYPE_F32, 4, csh);
+        const int64_t csh1[4] = {rows + 1, H, P, N}; /* room for the one-row-too-many view below */
+        ssmt_host     rows_bad = ssmt_alloc(SSM_DTYPE_F32, 4, csh1);
         ssmt_host o = ssmt_alloc(SSM_DTYPE_F32, 4, a.out.shape);
         ssm_mamba2_scan_args b = a;
         b.final_states = ssmt_absent();
         b.out = o.t;
-        b.chunk_states = rows_bad.t;
+        b.chunk_states = ssmt_reshaped(&rows_bad.t, 0, rows);
         void *     so = ssmt_snapshot(&o);
         void *     sr = ssmt_snapshot(&rows_bad);
         ssm_status st;
         b.chunk_states = ssmt_reshaped(&rows_bad.t, 0, rows + 1);
         st = run_scan(cpu1, &prm, &b, 0);
         TEST_CHECK(st == SSM_STATUS_INVALID_SHAPE, "%s: one row too many: %s", name, ssm_status_string(st));
-        b.chunk_states = rows_bad.t;
+        b.chunk_states = ssmt_reshaped(&rows_bad.t, 0, rows);
         ssmt_host neg = ssmt_clone(&computed.t, SSM_DTYPE_I64);
         ssmt_set(&neg.t, ns - 1, -1.0);
         b.num_computed_tokens = neg.t;
@@ -240,7 +241,7 @@ static void run_case(const char * name, ssmt_mamba2_config * cfg, const int64_t 
             ssmt_host     seq = ssmt_alloc(SSM_DTYPE_I32, 2, sq);
             ssmt_fill_value(&seq.t, 0.0);
             b.seq_idx = seq.t;
-            b.chunk_states = rows_bad.t;
+            b.chunk_states = ssmt_reshaped(&rows_bad.t, 0, rows);
             st = run_scan(cpu1, &prm, &b, 0);
             TEST_CHECK(st == SSM_STATUS_INVALID_ARGUMENT, "%s: chunk_states with seq_idx: %s", name,
                        ssm_status_string(st));

@@ -490,8 +490,14 @@ static void test_conv_varlen(ssm_context * ref, ssm_context * be, ssmt_rng * rng
     bad.x = x.t, bad.weight = w.t, bad.cu_seqlens = cu.t, bad.seq_idx = seq.t, bad.out = o_d.t;
     TEST_CHECK_STATUS(run_conv(be, &bad), SSM_STATUS_INVALID_ARGUMENT);
     bad.seq_idx = ssmt_absent();
-    bad.x = ssmt_reshaped(&x.t, 0, 2), bad.out = ssmt_reshaped(&o_d.t, 0, 2);
+    const int64_t xs2[3] = {2, D, S}; /* two rows with cu_seqlens: buffers of two rows */
+    ssmt_host     x2 = ssmt_alloc(SSM_DTYPE_F32, 3, xs2), o2 = ssmt_alloc(SSM_DTYPE_F32, 3, xs2);
+    ssmt_fill_normal(rng, &x2.t, 0.0, 1.0);
+    void * so2 = ssmt_snapshot(&o2);
+    bad.x = x2.t, bad.out = o2.t;
     TEST_CHECK_STATUS(run_conv(be, &bad), SSM_STATUS_INVALID_ARGUMENT);
+    TEST_CHECK(ssmt_unchanged(&o2, so2), "conv varlen with two rows: the failed call wrote");
+    free(so2), ssmt_free(&x2), ssmt_free(&o2);
 
     ssmt_free(&seq), ssmt_free(&o_d), ssmt_free(&f_d), ssmt_free(&o_p), ssmt_free(&dense), ssmt_free(&pool);
     ssmt_free(&ii), ssmt_free(&fi);

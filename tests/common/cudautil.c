@@ -96,10 +96,25 @@ ssm_status ssmt_run_on_device(ssm_context * ctx, const char * op, const void * a
             }
     }
     const ssm_status st = fn(ctx, dargs);
+    /* A successful call's outputs come back to the host buffers. A failed one must have written
+     * nothing: its device copies are compared with the host bytes they were made from, and the
+     * host is left alone (a test may pass a view larger than its buffer to provoke the failure). */
     for (int k = 0; k < n; ++k) {
         const size_t bytes = (size_t)(m[k].hi - m[k].lo);
-        if (m[k].out && m[k].mem != NULL && bytes > 0)
-            TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, m[k].lo, m[k].mem, bytes), SSM_STATUS_OK);
+        if (m[k].out && m[k].mem != NULL && bytes > 0) {
+            if (st == SSM_STATUS_OK) {
+                TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, m[k].lo, m[k].mem, bytes), SSM_STATUS_OK);
+            } else {
+                unsigned char * back = malloc(bytes);
+                TEST_CHECK(back != NULL, "%s: no memory to check the failed call's outputs", op);
+                if (back != NULL) {
+                    TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, back, m[k].mem, bytes), SSM_STATUS_OK);
+                    TEST_CHECK(memcmp(back, m[k].lo, bytes) == 0, "%s: the failed call (%s) wrote device memory", op,
+                               ssm_status_string(st));
+                    free(back);
+                }
+            }
+        }
         if (m[k].mem != NULL) TEST_CHECK_STATUS(ssm_cuda_free(NULL, m[k].mem), SSM_STATUS_OK);
     }
     free(dargs);

@@ -22,9 +22,10 @@ void ssmt_dev_free(ssmt_dev * d);
 /* fn(ctx, args') for operator op, where args' is a copy of args (its args struct, tensors in host
  * memory) whose present tensors — index tensors too when index_dev, else they stay on the host —
  * are device copies: views whose host byte ranges overlap share one copy (an in-place pool stays
- * in place, a slice stays inside its buffer). After the call, whatever its status, every range
- * holding an output is copied back over its host bytes (a failed call that wrote nothing leaves
- * them as they were). Returns fn's status. */
+ * in place, a slice stays inside its buffer; every view must lie inside its host buffer). After
+ * a successful call every range holding an output is copied back over its host bytes; after a
+ * failed one the host is left alone and a test check fails if the call changed any output range
+ * on the device. Returns fn's status. */
 ssm_status ssmt_run_on_device(ssm_context * ctx, const char * op, const void * args, int index_dev, ssmt_run_fn fn);
 
 /* 1 when a CUDA device is present; otherwise prints "<test>: no CUDA device: skipped". */
