@@ -137,6 +137,22 @@ static double loss(ssm_mamba3_mimo_args * fa, const ssm_mamba3_mimo_params * p, 
     return L;
 }
 
+/* The forward problem and its backward's buffers of one case; 0 on success, else a failed
+ * check and nothing left allocated. */
+static int alloc_problem(ssmt_rng * rng, const ssmt_mimo_config * cfg, int has_dfinal, const char * name,
+                         ssmt_mimo_problem * prob, ssmt_mimo_bwd_problem * bwd) {
+    if (ssmt_mimo_random_args(rng, cfg, prob) != 0) {
+        TEST_CHECK(0, "%s: allocation failed", name);
+        return -1;
+    }
+    if (ssmt_mimo_bwd_alloc(rng, cfg, prob, has_dfinal, bwd) != 0) {
+        TEST_CHECK(0, "%s: allocation failed", name);
+        ssmt_mimo_problem_free(prob);
+        return -1;
+    }
+    return 0;
+}
+
 typedef struct fd_case {
     const char *     name;
     ssmt_mimo_config cfg;
@@ -151,15 +167,7 @@ static void run_fd(ssmt_rng * rng, const fd_case * fc) {
     cfg.has_final = fc->has_dfinal;
     ssmt_mimo_problem     prob;
     ssmt_mimo_bwd_problem bwd;
-    if (ssmt_mimo_random_args(rng, &cfg, &prob) != 0) {
-        TEST_CHECK(0, "%s: allocation failed", fc->name);
-        return;
-    }
-    if (ssmt_mimo_bwd_alloc(rng, &cfg, &prob, fc->has_dfinal, &bwd) != 0) {
-        TEST_CHECK(0, "%s: allocation failed", fc->name);
-        ssmt_mimo_problem_free(&prob);
-        return;
-    }
+    if (alloc_problem(rng, &cfg, fc->has_dfinal, fc->name, &prob, &bwd) != 0) return;
     const ssm_status s = ssm_mamba3_mimo_bwd(ctx_ref, &prob.params, &bwd.args);
     TEST_CHECK(s == SSM_STATUS_OK, "%s: %s (%s)", fc->name, ssm_status_string(s), ssm_context_last_error(ctx_ref));
     ssm_mamba3_mimo_args fa = prob.args;
@@ -243,15 +251,7 @@ static void run_cpu(ssmt_rng * rng, const cpu_case * cc) {
     cfg.out_dtype = SSM_DTYPE_F64;
     ssmt_mimo_problem     prob;
     ssmt_mimo_bwd_problem bwd;
-    if (ssmt_mimo_random_args(rng, &cfg, &prob) != 0) {
-        TEST_CHECK(0, "%s: allocation failed", cc->name);
-        return;
-    }
-    if (ssmt_mimo_bwd_alloc(rng, &cfg, &prob, cc->has_dfinal, &bwd) != 0) {
-        TEST_CHECK(0, "%s: allocation failed", cc->name);
-        ssmt_mimo_problem_free(&prob);
-        return;
-    }
+    if (alloc_problem(rng, &cfg, cc->has_dfinal, cc->name, &prob, &bwd) != 0) return;
     ssm_mamba3_mimo_bwd_args args = bwd.args;
     if (cc->only_some)
         for (int g = 0; g < NGRADS; ++g)
@@ -447,15 +447,7 @@ static void run_saved(ssmt_rng * rng, const cpu_case * cc) {
     cfg.out_dtype = SSM_DTYPE_F32;
     ssmt_mimo_problem     prob;
     ssmt_mimo_bwd_problem bwd;
-    if (ssmt_mimo_random_args(rng, &cfg, &prob) != 0) {
-        TEST_CHECK(0, "%s: allocation failed", cc->name);
-        return;
-    }
-    if (ssmt_mimo_bwd_alloc(rng, &cfg, &prob, cc->has_dfinal, &bwd) != 0) {
-        TEST_CHECK(0, "%s: allocation failed", cc->name);
-        ssmt_mimo_problem_free(&prob);
-        return;
-    }
+    if (alloc_problem(rng, &cfg, cc->has_dfinal, cc->name, &prob, &bwd) != 0) return;
     int64_t       first[8];
     const int64_t ncs = chunk_state_rows(&prob, &cfg, first, 8);
     const int64_t ys[5] = {prob.v.t.shape[0], prob.v.t.shape[1], prob.v.t.shape[2], cfg.rank, prob.v.t.shape[3]};
