@@ -176,10 +176,6 @@ __device__ __forceinline__ void split_pair(float a, float b, bf16 * h, bf16 * l,
     split2<M_BF16>(a, b, hi, lo);
     *(uint32_t *)(h + o) = hi, *(uint32_t *)(l + o) = lo;
 }
-/* One value of a split pair of planes. */
-__device__ __forceinline__ float split1(const bf16 * h, const bf16 * l, int o) {
-    return __bfloat162float(h[o]) + __bfloat162float(l[o]);
-}
 
 } // namespace ssmi_mma
 

@@ -95,10 +95,11 @@ int plane_slice(long long nchunks, int G, int R) {
  * the batching changes no byte of the results. The rule: as many whole slices per batch as keep
  * the batch's states and state gradients within kStateBudget, at least one slice (the last
  * batch takes what is left). At B=1 S=8192 H=80 P=64 N=128 G=1 (128 chunks, 8 MiB per head,
- * slices of 10 heads) that is 8 batches of one slice: 80 MiB instead of 640 MiB. Per batch the
- * states kernels still launch 1280 blocks, and the chunk kernel 128 blocks (one per SM: on the
- * 132 SMs of an H100 SXM or H200 a single wave, so the 8 batches take the 8 waves that the
- * unbatched 1024 blocks took); the passes run 160 blocks of 128 threads per batch (bwd_pass.cu). */
+ * slices of 10 heads) that is 8 batches of one slice: 80 MiB instead of 640 MiB. The price is
+ * smaller launches: per batch the states kernels launch 1280 blocks, the chunk kernel 128 and
+ * the passes 160 blocks of 128 threads (bwd_pass.cu), which leaves the passes short of memory
+ * parallelism (docs/PERF.md §5 has the cost at that shape); the budget trades that time for
+ * memory. */
 const size_t kStateBudget = (size_t)128 << 20;
 
 /* Slices per head batch (at least 1; all of them where the states take no memory). */
