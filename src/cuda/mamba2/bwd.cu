@@ -95,12 +95,13 @@ int plane_slice(long long nchunks, int G, int R) {
  * the batching changes no byte of the results. The rule: as many whole slices per batch as keep
  * the batch's states and state gradients within kStateBudget, at least one slice (the last
  * batch takes what is left). At B=1 S=8192 H=80 P=64 N=128 G=1 (128 chunks, 8 MiB per head,
- * slices of 10 heads) that is 8 batches of one slice: 80 MiB instead of 640 MiB. The price is
- * smaller launches: per batch the states kernels launch 1280 blocks, the chunk kernel 128 and
- * the passes 160 blocks of 128 threads (bwd_pass.cu), which leaves the passes short of memory
- * parallelism (docs/PERF.md §5 has the cost at that shape); the budget trades that time for
- * memory. */
-const size_t kStateBudget = (size_t)128 << 20;
+ * slices of 10 heads) that is batches of 3 + 3 + 2 slices: 240 MiB instead of 640 MiB, which
+ * keeps the peak of one forward + backward there below that of upstream's Triton path (saved
+ * activations and its own workspace; docs/PERF.md §5). The price is smaller launches: per batch
+ * the states kernels launch 3840 blocks, the chunk kernel 384 and the passes 480 blocks of 128
+ * threads (bwd_pass.cu); fewer, fuller launches are faster (docs/PERF.md §5 has the time at
+ * budgets from 128 to 640 MiB), so the budget trades that time for memory. */
+const size_t kStateBudget = (size_t)240 << 20;
 
 /* Slices per head batch (at least 1; all of them where the states take no memory). */
 long long batch_slices(const bw_args & a) {

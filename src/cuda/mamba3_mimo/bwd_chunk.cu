@@ -9,7 +9,7 @@
  * thread's epilogue of an earlier product of the same shape wrote (grads_kernel's M). The row
  * sums go a warp per row with a fixed-order shuffle sum:
  *   tiles_kernel  q̃ = Rot(θ)(q + q_bias), k̃ = Rot(θ)(k + k_bias), k̂ = c·k̃, u = v ⊙ mimo_v,
- *                 qkdot = q̄·k̄ (same token, unrotated), and X_w = Q̃ᵀ·diag(e^{cs})·dY, the chunk's
+ *                 qkdot = q̄·k̄ (same token; computed as q̃·k̃), and X_w = Q̃ᵀ·diag(e^{cs})·dY, the chunk's
  *                 term of the reverse state recurrence (bwd_seq.cu);
  *   grads_kernel  with Ŝ (entering) and dŜ (leaving) of the chunk, spec §4.2, with cs the
  *                 chunk-local cumsum of adt, E[i][j] = e^{cs_i − cs_j}:
@@ -35,8 +35,10 @@ namespace {
 const int kWarps = kBwdThreads / 32;
 const int kMaxN = 128; /* the validation's limit of N (and P): at most four n per lane of a warp */
 
+/* Five blocks per SM (48 registers): the qkdot loop unrolled over four k̃ rows would
+ * otherwise take 61 registers and four blocks. */
 template <bool PLANES>
-__global__ void __launch_bounds__(kBwdThreads) tiles_kernel(const mb_args A) {
+__global__ void __launch_bounds__(kBwdThreads, 5) tiles_kernel(const mb_args A) {
     __shared__ __align__(16) typename gemm_smem_of<PLANES>::type sm;
     __shared__ float                   ecs[128], cfs[128];
     const int       w = blockIdx.x, h = blockIdx.y;
@@ -79,31 +81,25 @@ __global__ void __launch_bounds__(kBwdThreads) tiles_kernel(const mb_args A) {
         const int x = e / P, p = e - x * P, i = x / R, r = x - i * R;
         U[e] = ldv(A.v, o4(A.v, ck.b, ck.t0 + i, h, p)) * ldv(A.mimo_v, o3(A.mimo_v, h, r, p));
     }
-    /* qkdot[x][r2] = q̄[x]·k̄[i, r2] (unrotated, biased): a warp per row x, lane l over n = l + 32j
-     * (N ≤ 128: j < 4), the row's q̄ loaded once, the loads of each k̄ row issued together */
+    __syncthreads();
+    /* qkdot[x][r2] = q̄[x]·k̄[i, r2] (the same token's rows, biased) as q̃[x]·k̃[i, r2]: one angle
+     * rotates a column pair of both, an orthogonal map, so the dot products are the same. Read
+     * from the block's fp32 tiles just written: a warp per row x, lane l over n = l + 32j (N ≤ 128:
+     * j < 4), the loads of four k̃ rows issued together. */
     static_assert(kMaxN == 128, "qkdot: four n per lane");
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     for (int x = warp; x < L; x += kWarps) {
-        const int       i = x / R, r = x - i * R;
-        const long long t = ck.t0 + i;
-        float           qv[4];
+        const int    i = x / R;
+        const float *qr = Q + (long long)x * N, *kr = KT + (long long)i * R * N;
+        float        qv[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const int nn = lane + 32 * j;
-            qv[j] = nn < N ? ldv(A.q, o5(A.q, ck.b, t, r, g, nn)) + ldv(A.q_bias, o3(A.q_bias, h, r, nn)) : 0.0f;
-        }
-#pragma unroll 2
+        for (int j = 0; j < 4; ++j) qv[j] = lane + 32 * j < N ? qr[lane + 32 * j] : 0.0f;
+#pragma unroll 4
         for (int r2 = 0; r2 < R; ++r2) {
-            float kv[4];
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const int nn = lane + 32 * j;
-                kv[j] = nn < N ? ldv(A.k, o5(A.k, ck.b, t, r2, g, nn)) + ldv(A.k_bias, o3(A.k_bias, h, r2, nn)) : 0.0f;
-            }
             float s = 0.0f;
 #pragma unroll
             for (int j = 0; j < 4; ++j)
-                if (lane + 32 * j < N) s = fmaf(qv[j], kv[j], s);
+                if (lane + 32 * j < N) s = fmaf(qv[j], kr[(long long)r2 * N + lane + 32 * j], s);
             s = warp_sum(s);
             if (lane == 0) QKD[x * R + r2] = s;
         }
@@ -118,10 +114,11 @@ __global__ void __launch_bounds__(kBwdThreads) tiles_kernel(const mb_args A) {
         [&](int nn, int p, float s) { X[(long long)nn * P + p] = s; });
 }
 
-/* The tensor-core form fits three blocks per SM (72 registers, no spills; 41 KB of static shared
- * memory each, with the largest carveout); the fp32 form keeps two (128 registers). */
+/* The tensor-core form fits four blocks per SM (64 registers, 16 bytes spilled; 41 KB of static
+ * shared memory each, with the largest carveout): the kernel waits on loads, and the fourth
+ * block hides more of that than the spill costs. The fp32 form keeps two (128 registers). */
 template <bool PLANES>
-__global__ void __launch_bounds__(kBwdThreads, PLANES ? 3 : 2) grads_kernel(const mb_args A) {
+__global__ void __launch_bounds__(kBwdThreads, PLANES ? 4 : 2) grads_kernel(const mb_args A) {
     __shared__ __align__(16) typename gemm_smem_of<PLANES>::type sm;
     __shared__ float gam[128], cfs[128], cmv[128], ecs[128], wrev[128], dcs[128], rowq[128], rowk[128], red[kWarps];
     const int       w = blockIdx.x, h = blockIdx.y;

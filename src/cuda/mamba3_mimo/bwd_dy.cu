@@ -18,7 +18,9 @@ __device__ __forceinline__ long long y_off(const mb_args & A, int b, long long t
     return ((((long long)b * A.S + t) * A.H + h) * A.R + r) * A.P + p;
 }
 
-__global__ void __launch_bounds__(kBwdThreads) dy_kernel(const mb_args A) {
+/* Four blocks per SM (64 registers, no spills; 80 registers unbounded fit three): the token loop
+ * waits on loads, so more warps per SM hide more of that. */
+__global__ void __launch_bounds__(kBwdThreads, 4) dy_kernel(const mb_args A) {
     __shared__ float rstd[128], dm[128]; /* per row x = i·R + r (C·R ≤ 128) */
     const int      w = blockIdx.x, h = blockIdx.y;
     const mc_chunk ck = A.chunks[w];
