@@ -333,26 +333,27 @@ static void test_matrix(ssmt_rng * rng) {
  * slice). Many short varlen sequences (one internal chunk each) make those states large at a
  * small cost for the reference. Each case runs every entry against the bars, twice for equal
  * bytes, and one group alone (whose states fit one batch) for the bytes of its part of the whole:
- *   700 sequences (1–4 tokens, eight of 600: more chunks per segment than a pass loads at once,
- *   one empty), H22 G2 R11 P64 N32: 771 chunks of 64 (843 of 32), 12.0 MiB per head (13.2 MiB).
- *   chunked_planes: slices 6 + 5 per group, batches of 3 slices, heads 0–16 (across the group
- *   boundary) and the tail 17–21; chunked_mma 19 + 3 heads; chunked_fp32 18 + 4. Group 1 alone:
- *   one batch, the same slices (6 + 5), so its dB/dC sums are the same.
+ *   400 sequences (1–4 tokens, five of 600: more chunks per segment than a pass loads at once,
+ *   one empty), H20 G2 R10 P64 N64: 444 chunks of 64 (489 of 32), 13.9 MiB per head (15.3 MiB).
+ *   chunked_planes: slices 5 + 5 per group (888 chunk-group blocks, under plane_slice's block
+ *   target, so the whole and one group alone get the same slices), batches of 3 slices, heads
+ *   0–14 (across the group boundary) and the tail 15–19; chunked_mma 17 + 3 heads; chunked_fp32
+ *   15 + 5. Group 1 alone: one batch, the same slices (5 + 5), so its dB/dC sums are the same.
  *   3668 sequences of 3 tokens, H10 G5 R2 P31 N33 (P·N odd: the one-element passes; N % 4 ≠ 0:
  *   plain state loads): 28.6 MiB per head. Every entry: batches of 8 + 2 heads (the plane
  *   kernel's slices are its groups of 2, whose last head writes dB/dC). Group 4 alone is the
  *   tail batch of the whole. */
 static void test_head_batches(ssmt_rng * rng) {
-    static int64_t lens1[700], lens2[3668];
-    for (int s = 0; s < 700; ++s) lens1[s] = s == 200 ? 0 : s % 97 == 5 ? 600 : 1 + s % 4;
+    static int64_t lens1[400], lens2[3668];
+    for (int s = 0; s < 400; ++s) lens1[s] = s == 200 ? 0 : s % 97 == 5 ? 600 : 1 + s % 4;
     for (int s = 0; s < 3668; ++s) lens2[s] = 3;
     const int          planes_before = g_planes_runs;
     ssmt_mamba2_config cfg;
     ssmt_mamba2_config_init(&cfg);
-    cfg.batch = 1, cfg.nseq = 700, cfg.seqlens = lens1, cfg.nheads = 22, cfg.ngroups = 2, cfg.headdim = 64;
-    cfg.dstate = 32, cfg.dtype = SSM_DTYPE_BF16, cfg.out_dtype = SSM_DTYPE_F32, cfg.d_mode = 2, cfg.has_z = 1;
+    cfg.batch = 1, cfg.nseq = 400, cfg.seqlens = lens1, cfg.nheads = 20, cfg.ngroups = 2, cfg.headdim = 64;
+    cfg.dstate = 64, cfg.dtype = SSM_DTYPE_BF16, cfg.out_dtype = SSM_DTYPE_F32, cfg.d_mode = 2, cfg.has_z = 1;
     cfg.has_dt_bias = 1, cfg.has_initial = 1, cfg.dt_softplus = 1;
-    cuda_case(rng, &cfg, 64, 0, 1, 0, 1, 1, "varlen 700 H22 P64 N32 G2 bf16 head batches");
+    cuda_case(rng, &cfg, 64, 0, 1, 0, 1, 1, "varlen 400 H20 P64 N64 G2 bf16 head batches");
     cfg.nseq = 3668, cfg.seqlens = lens2, cfg.nheads = 10, cfg.ngroups = 5, cfg.headdim = 31, cfg.dstate = 33;
     cfg.d_mode = 1, cfg.has_initial = 0;
     cuda_case(rng, &cfg, 64, 0, 0, 0, 0, 4, "varlen 3668 H10 P31 N33 G5 bf16 head batches");
