@@ -83,19 +83,21 @@ __device__ __forceinline__ void prefetch_l2(const void * p) { asm volatile("pref
 __device__ __forceinline__ void prefetch_head(const bw_args & a, const bw_chunk & ck, int h, long long w, long long so,
                                               int L) {
     const long long PN = (long long)a.P * a.N, sn = (PN * 4 + 127) / 128, qn = ((long long)a.Q * 4 + 127) / 128;
-    for (long long e = threadIdx.x; e < 2 * sn; e += blockDim.x)
-        prefetch_l2((const char *)((e < sn ? a.st : a.gs) + so) + (e % sn) * 128);
-    for (long long e = threadIdx.x; e < 3 * qn; e += blockDim.x)
-        prefetch_l2((const char *)((e < qn ? a.dtv : e < 2 * qn ? a.cmv : a.dfac) + w * a.Q) + (e % qn) * 128);
+    for (long long e = threadIdx.x; e < 2 * sn; e += blockDim.x) /* line e of S, then line e − sn of G */
+        prefetch_l2((const char *)((e < sn ? a.st : a.gs) + so) + (e < sn ? e : e - sn) * 128);
+    for (long long e = threadIdx.x; e < 3 * qn; e += blockDim.x) /* lines of the dt, cm and dt-factor rows */
+        prefetch_l2((const char *)((e < qn ? a.dtv : e < 2 * qn ? a.cmv : a.dfac) + w * a.Q) +
+                    (e < qn ? e : e < 2 * qn ? e - qn : e - 2 * qn) * 128);
     const ssmi_cu_view * rows[3] = {&a.x, &a.dout, &a.z};
     for (int r = 0; r < (a.has_z ? 3 : 2); ++r) {
         const ssmi_cu_view & v = *rows[r];
         if (v.s[3] != 1) continue;
-        const int es = v.dtype == SSM_DTYPE_F64 ? 8 : v.dtype == SSM_DTYPE_F32 ? 4 : 2, per = 128 / es;
-        const int lines = (a.P + per - 1) / per;
+        const int       es = v.dtype == SSM_DTYPE_F64 ? 8 : v.dtype == SSM_DTYPE_F32 ? 4 : 2, per = 128 / es;
+        const int       lines = (a.P + per - 1) / per;
+        const long long base = off4(v.s, ck.row, ck.t0, h, 0); /* row i, element k at base + i·s[1] + k */
         for (int e = threadIdx.x; e < L * lines; e += blockDim.x) {
-            const int i = e / lines, k = (e % lines) * per;
-            prefetch_l2((const char *)v.p + off4(v.s, ck.row, ck.t0 + i, h, k) * es);
+            const int i = lines == 1 ? e : e / lines, k = lines == 1 ? 0 : (e % lines) * per;
+            prefetch_l2((const char *)v.p + (base + i * v.s[1] + k) * es);
         }
     }
 }
@@ -108,6 +110,7 @@ __device__ __forceinline__ void load_exact(bf16 * dst, int ld, int w, int qp, co
     const bf16 * src = (const bf16 *)v.p;
     const bool   vec = v.s[3] == 1 && n % 8 == 0 && v.s[0] % 8 == 0 && v.s[1] % 8 == 0 && v.s[2] % 8 == 0 &&
                      ((uintptr_t)v.p & 15) == 0;
+    const long long base = off4(v.s, ck.row, ck.t0, k, 0); /* element (i, j) at base + i·s[1] + j·s[3] */
     if (vec) {
         const int w8 = w / 8, total = qp * w8;
         for (int e0 = threadIdx.x; e0 < total; e0 += 2 * blockDim.x) {
@@ -115,7 +118,7 @@ __device__ __forceinline__ void load_exact(bf16 * dst, int ld, int w, int qp, co
 #pragma unroll
             for (int u = 0; u < 2; ++u) {
                 const int e = e0 + u * (int)blockDim.x, i = e / w8, j = (e % w8) * 8;
-                val[u] = (e < total && i < L && j < n) ? *(const uint4 *)(src + off4(v.s, ck.row, ck.t0 + i, k, j))
+                val[u] = (e < total && i < L && j < n) ? *(const uint4 *)(src + (base + i * v.s[1] + j))
                                                        : make_uint4(0u, 0u, 0u, 0u);
             }
 #pragma unroll
@@ -129,7 +132,7 @@ __device__ __forceinline__ void load_exact(bf16 * dst, int ld, int w, int qp, co
     const int total = qp * w;
     for (int e = threadIdx.x; e < total; e += blockDim.x) {
         const int i = e / w, j = e % w;
-        dst[i * ld + j] = (i < L && j < n) ? src[off4(v.s, ck.row, ck.t0 + i, k, j)] : __float2bfloat16_rn(0.0f);
+        dst[i * ld + j] = (i < L && j < n) ? src[base + i * v.s[1] + j * v.s[3]] : __float2bfloat16_rn(0.0f);
     }
 }
 
@@ -154,6 +157,8 @@ __device__ __forceinline__ void load_split(bf16 * hi, bf16 * lo, float * dzf, in
         *f = dv * sg * (1.0f + zv * (1.0f - sg));
         return dv * zv * sg;
     };
+    /* element (i, j) of d at dbase + i·d.s[1] + j·d.s[3], of z at zbase + i·z.s[1] + j·z.s[3] */
+    const long long dbase = off4(d.s, ck.row, ck.t0, h, 0), zbase = gated ? off4(z.s, ck.row, ck.t0, h, 0) : 0;
     if (n % 8 == 0 && aligned(d) && (!gated || (z.dtype == SSM_DTYPE_BF16 && aligned(z)))) {
         const int w8 = w / 8, total = qp * w8;
         for (int e0 = threadIdx.x; e0 < total; e0 += 2 * blockDim.x) {
@@ -162,9 +167,9 @@ __device__ __forceinline__ void load_split(bf16 * hi, bf16 * lo, float * dzf, in
             for (int u = 0; u < 2; ++u) {
                 const int  e = e0 + u * (int)blockDim.x, i = e / w8, j = (e % w8) * 8;
                 const bool in = e < total && i < L && j < n;
-                dv[u] = in ? *(const uint4 *)((const bf16 *)d.p + off4(d.s, ck.row, ck.t0 + i, h, j)) : make_uint4(0u, 0u, 0u, 0u);
-                zv[u] = in && gated ? *(const uint4 *)((const bf16 *)z.p + off4(z.s, ck.row, ck.t0 + i, h, j))
-                                           : make_uint4(0u, 0u, 0u, 0u);
+                dv[u] = in ? *(const uint4 *)((const bf16 *)d.p + (dbase + i * d.s[1] + j)) : make_uint4(0u, 0u, 0u, 0u);
+                zv[u] = in && gated ? *(const uint4 *)((const bf16 *)z.p + (zbase + i * z.s[1] + j))
+                                    : make_uint4(0u, 0u, 0u, 0u);
             }
 #pragma unroll
             for (int u = 0; u < 2; ++u) {
@@ -199,8 +204,8 @@ __device__ __forceinline__ void load_split(bf16 * hi, bf16 * lo, float * dzf, in
         for (int u = 0; u < 2; ++u) {
             g[u] = 0.0f, f[u] = 0.0f;
             if (i >= L || j + u >= n) continue;
-            const float dv = __bfloat162float(((const bf16 *)d.p)[off4(d.s, ck.row, ck.t0 + i, h, j + u)]);
-            const float zv = gated ? ssmi_cu_ld(z.p, z.dtype, off4(z.s, ck.row, ck.t0 + i, h, j + u)) : 0.0f;
+            const float dv = __bfloat162float(((const bf16 *)d.p)[dbase + i * d.s[1] + (j + u) * d.s[3]]);
+            const float zv = gated ? ssmi_cu_ld(z.p, z.dtype, zbase + i * z.s[1] + (j + u) * z.s[3]) : 0.0f;
             g[u] = gate(dv, zv, &f[u]) * (scale != nullptr ? scale[i] : 1.0f);
         }
         split_pair(g[0], g[1], hi, lo, i * ld + j);
@@ -382,16 +387,19 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
         if (!last) prefetch_head(a, ck, h + 1, w + 1, state_at(a, ci, h + 1), L);
 
         /* dD partials, part 1: segment sg of the rows of column p (nseg segments of consecutive rows)
-         * into red[sg·pp + p]; summed in segment order after A1's barrier */
-        const int nseg = max(1, (int)blockDim.x / gm.pp), rows = (L + nseg - 1) / nseg;
-        for (int e = threadIdx.x; e < nseg * gm.pp; e += blockDim.x) {
-            const int p = e % gm.pp, sg = e / gm.pp;
-            float     s = 0.0f;
+         * into red[sg·pp + p], columns p and p + 1 by one thread (32-bit plane reads); summed in
+         * segment order after A1's barrier */
+        const int nseg = max(1, (int)blockDim.x / gm.pp), rows = (L + nseg - 1) / nseg, pp2 = gm.pp / 2;
+        for (int e = threadIdx.x; e < nseg * pp2; e += blockDim.x) {
+            const int p = 2 * (e % pp2), sg = e / pp2;
+            float     s0 = 0.0f, s1 = 0.0f;
             for (int i = sg * rows; i < min(L, (sg + 1) * rows); ++i) {
-                const int o = i * gm.lp + p;
-                s += (__bfloat162float(dxh[o]) + __bfloat162float(dxl[o])) * __bfloat162float(xh[o]);
+                const int    o = i * gm.lp + p;
+                const float2 dh = exact_at(dxh, o), dl = exact_at(dxl, o), xv = exact_at(xh, o);
+                s0 += (dh.x + dl.x) * xv.x;
+                s1 += (dh.y + dl.y) * xv.y;
             }
-            red[e] = s;
+            *(float2 *)(red + sg * gm.pp + p) = make_float2(s0, s1);
         }
 
         /* A1: the [Q][Q] tables, tile (it, jt); tiles above the diagonal or past L are zeros */
@@ -404,6 +412,18 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
                 tile_mma<false, false, false, false>(cb, ch, nullptr, gm.ln, bh, nullptr, gm.ln, m0, n0, 0, gm.np);
                 tile_mma<false, false, true, false>(dc, dxh, dxl, gm.lp, xh, nullptr, gm.lp, m0, n0, 0, gm.pp);
             }
+            /* cm of the lane's rows m0 + g4 + 8hh, cm and dt of its columns n0 + 8j + 2t4 (+1), as pairs */
+            float  cmi[2] = {0.0f, 0.0f};
+            float2 cmj[2] = {}, dtj[2] = {};
+            if (live) {
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) cmi[hh] = cms[m0 + g4 + 8 * hh];
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    cmj[j] = *(const float2 *)(cms + n0 + 8 * j + 2 * t4);
+                    dtj[j] = *(const float2 *)(dtv + n0 + 8 * j + 2 * t4);
+                }
+            }
 #pragma unroll
             for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -412,13 +432,14 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
                     float     w1[2], w2[2], d[2], pr[2];
 #pragma unroll
                     for (int u = 0; u < 2; ++u) {
-                        const int jj = j0 + u;
+                        const int   jj = j0 + u;
+                        const float cmjj = u == 0 ? cmj[j].x : cmj[j].y, dtjj = u == 0 ? dtj[j].x : dtj[j].y;
                         w1[u] = w2[u] = d[u] = pr[u] = 0.0f;
                         if (live && jj <= i && i < L) {
-                            const float ex = expf(cms[i] - cms[jj]), cbx = cb[j][2 * hh + u] * ex;
+                            const float ex = expf(cmi[hh] - cmjj), cbx = cb[j][2 * hh + u] * ex;
                             w2[u] = cbx;
-                            w1[u] = cbx * dtv[jj];
-                            d[u] = dc[j][2 * hh + u] * (ex * dtv[jj]);
+                            w1[u] = cbx * dtjj;
+                            d[u] = dc[j][2 * hh + u] * (ex * dtjj);
                             pr[u] = cb[j][2 * hh + u] * d[u];
                         }
                     }
@@ -426,7 +447,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
                     split_pair(w1[0], w1[1], w1h, w1l, o);
                     split_pair(w2[0], w2[1], w2h, w2l, o);
                     split_pair(d[0], d[1], dch, dcl, o);
-                    prod[i * gm.lf + j0] = pr[0], prod[i * gm.lf + j0 + 1] = pr[1];
+                    *(float2 *)(prod + i * gm.lf + j0) = make_float2(pr[0], pr[1]);
                 }
         }
         __syncthreads();
@@ -459,7 +480,8 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
                         s[hh] += dx.x * c[j][2 * hh] + dx.y * c[j][2 * hh + 1];
                     } else { /* r: <x_i, e^{cl−cm_i}·(B·Gᵀ)_i> */
                         const float2 xv = exact_at(xh, o);
-                        c[j][2 * hh] *= eclm[i], c[j][2 * hh + 1] *= eclm[i];
+                        const float  ei = eclm[i];
+                        c[j][2 * hh] *= ei, c[j][2 * hh + 1] *= ei;
                         s[hh] += xv.x * c[j][2 * hh] + xv.y * c[j][2 * hh + 1];
                     }
                 }
@@ -476,6 +498,11 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
                     for (int j = 0; j < 2; ++j) c[j][2 * hh] *= e, c[j][2 * hh + 1] *= e;
                 }
                 tile_mma<false, true, true, false>(c, w1h, w1l, gm.lq, xh, nullptr, gm.lp, m0, p0, 0, min(m0 + 16, Kq));
+                /* element (m0 + g4 + 8hh, p0 + 2t4 + 8j) of dz at o00 + 8hh·s[1] + 8j·s[3] */
+                const long long o00 = off4(a.dz.s, ck.row, ck.t0 + m0 + g4, h, p0 + 2 * t4);
+                float2          dvj[2];
+#pragma unroll
+                for (int j = 0; j < 2; ++j) dvj[j] = *(const float2 *)(dvec + p0 + 8 * j + 2 * t4);
 #pragma unroll
                 for (int hh = 0; hh < 2; ++hh) {
                     const int i = m0 + g4 + 8 * hh;
@@ -484,26 +511,32 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
                         const int    p = p0 + 8 * j + 2 * t4;
                         const float2 xv = exact_at(xh, i * gm.lp + p);
                         if (i >= L || p >= P) continue;
-                        const float y0 = c[j][2 * hh] + dvec[p] * xv.x, y1 = c[j][2 * hh + 1] + dvec[p + 1] * xv.y;
-                        store_pair(a.dz, off4(a.dz.s, ck.row, ck.t0 + i, h, p), dzf[i * gm.lz + p] * y0,
-                                   dzf[i * gm.lz + p + 1] * y1, p + 1 < P);
+                        const float2 f = *(const float2 *)(dzf + i * gm.lz + p);
+                        const float  y0 = c[j][2 * hh] + dvj[j].x * xv.x, y1 = c[j][2 * hh + 1] + dvj[j].y * xv.y;
+                        store_pair(a.dz, o00 + 8 * hh * a.dz.s[1] + 8 * j * a.dz.s[3], f.x * y0, f.y * y1, p + 1 < P);
                     }
                 }
             } else {
                 tile_mma<true, true, true, true>(c, w2h, w2l, gm.lq, dxh, dxl, gm.lp, m0, p0, m0, Kq);
+                /* element (m0 + g4 + 8hh, p0 + 2t4 + 8j) of dx at o00 + 8hh·s[1] + 8j·s[3] */
+                const bool      want_dx = a.dx.p != NULL;
+                const long long o00 = off4(a.dx.s, ck.row, ck.t0 + m0 + g4, h, p0 + 2 * t4);
+                float2          dvj[2];
+#pragma unroll
+                for (int j = 0; j < 2; ++j) dvj[j] = *(const float2 *)(dvec + p0 + 8 * j + 2 * t4);
                 float d[2] = {0.0f, 0.0f};
 #pragma unroll
                 for (int hh = 0; hh < 2; ++hh) {
-                    const int i = m0 + g4 + 8 * hh;
+                    const int   i = m0 + g4 + 8 * hh;
+                    const float dti = dtv[i];
 #pragma unroll
                     for (int j = 0; j < 2; ++j) {
                         const int    p = p0 + 8 * j + 2 * t4, o = i * gm.lp + p;
                         const float2 xv = exact_at(xh, o), dx = split_at(dxh, dxl, o);
                         d[hh] += c[j][2 * hh] * xv.x + c[j][2 * hh + 1] * xv.y;
-                        if (a.dx.p != NULL && i < L && p < P)
-                            store_pair(a.dx, off4(a.dx.s, ck.row, ck.t0 + i, h, p),
-                                       c[j][2 * hh] * dtv[i] + dvec[p] * dx.x,
-                                       c[j][2 * hh + 1] * dtv[i] + dvec[p + 1] * dx.y, p + 1 < P);
+                        if (want_dx && i < L && p < P)
+                            store_pair(a.dx, o00 + 8 * hh * a.dx.s[1] + 8 * j * a.dx.s[3], c[j][2 * hh] * dti + dvj[j].x * dx.x,
+                                       c[j][2 * hh + 1] * dti + dvj[j].y * dx.y, p + 1 < P);
                     }
                     d[hh] = quad_sum(d[hh]);
                 }
@@ -522,10 +555,14 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
             const bool db = t < nT * nN;
             const int  tt = db ? t : t - nT * nN, m0 = (tt / nN) * 16, n0 = (tt % nN) * 16;
             if (m0 >= L || (db ? !a.want_db : !a.want_dc)) continue;
-            /* the running sum of element (i, n) in the workspace */
-            float * const part = db ? a.dbh : a.dch;
-            auto          part_at = [&](int i, int n) {
-                return part + (((ck.row * a.S + ck.t0 + i) * a.G + grp) * a.parts + slc) * (long long)N + n;
+            /* the running sum of element (i, n) in the workspace, [batch·S][G][parts][N]: this lane's
+             * element (m0 + g4 + 8hh, n0 + 2t4 + 8j) at part + p00 + 8hh·pitch + 8j */
+            float * const   part = db ? a.dbh : a.dch;
+            const long long pitch = (long long)a.G * a.parts * N;
+            auto            part_at = [&](int hh, int j) {
+                const long long p00 =
+                    (((ck.row * a.S + ck.t0 + m0 + g4) * a.G + grp) * a.parts + slc) * (long long)N + n0 + 2 * t4;
+                return part + (p00 + 8 * hh * pitch + 8 * j);
             };
             float prev[2][4];
             zero_acc(prev);
@@ -535,7 +572,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
 #pragma unroll
                     for (int j = 0; j < 2; ++j) {
                         const int i = m0 + g4 + 8 * hh, n = n0 + 8 * j + 2 * t4;
-                        if (i < L && n < N) load_pair(part_at(i, n), prev[j][2 * hh], prev[j][2 * hh + 1], n + 1 < N);
+                        if (i < L && n < N) load_pair(part_at(hh, j), prev[j][2 * hh], prev[j][2 * hh + 1], n + 1 < N);
                     }
             float c[2][4];
             zero_acc(c);
@@ -550,6 +587,9 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
             }
             if (db) tile_mma<true, true, true, false>(c, dch, dcl, gm.lq, ch, nullptr, gm.ln, m0, n0, m0, Kq);
             else tile_mma<false, true, true, false>(c, dch, dcl, gm.lq, bh, nullptr, gm.ln, m0, n0, 0, min(m0 + 16, Kq));
+            /* with direct, db or dc element (m0 + g4 + 8hh, n0 + 2t4 + 8j) at o00 + 8hh·s[1] + 8j·s[3] */
+            const bw_out &  out = db ? a.db : a.dc;
+            const long long o00 = direct ? off4(out.s, ck.row, ck.t0 + m0 + g4, grp, n0 + 2 * t4) : 0;
 #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
                 const int i = m0 + g4 + 8 * hh;
@@ -561,11 +601,9 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
                     float v0 = c[j][2 * hh], v1 = c[j][2 * hh + 1];
                     if (!first) v0 = prev[j][2 * hh] + v0, v1 = prev[j][2 * hh + 1] + v1;
                     if (!direct)
-                        store_pair(part_at(i, n), v0, v1, n + 1 < N);
-                    else if (db)
-                        store_pair(a.db, off4(a.db.s, ck.row, ck.t0 + i, grp, n), v0, v1, n + 1 < N);
+                        store_pair(part_at(hh, j), v0, v1, n + 1 < N);
                     else
-                        store_pair(a.dc, off4(a.dc.s, ck.row, ck.t0 + i, grp, n), v0, v1, n + 1 < N);
+                        store_pair(out, o00 + 8 * hh * out.s[1] + 8 * j * out.s[3], v0, v1, n + 1 < N);
                 }
             }
         }

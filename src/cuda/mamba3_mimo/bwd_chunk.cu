@@ -104,7 +104,6 @@ __global__ void __launch_bounds__(kBwdThreads, 5) tiles_kernel(const mb_args A) 
             if (lane == 0) QKD[x * R + r2] = s;
         }
     }
-    __syncthreads();
     /* X_w[n][p] = Σ_x q̃[x][n]·e^{cs_i}·dY[x][p] */
     const float * DY = A.dy + T * P;
     float *       X = A.dstate + ((long long)w * A.H + h) * N * P;

@@ -22,6 +22,8 @@
 #ifndef SSMI_CUDA_SISO_BWD_CUH
 #define SSMI_CUDA_SISO_BWD_CUH
 
+#include <type_traits>
+
 #include "siso.cuh"
 
 namespace ssmi_siso_bwd {
@@ -159,6 +161,21 @@ __host__ __device__ inline int planes_chunk(int K, int V) {
     return planes_geom_of(kBwdMaxChunk, K, V).total <= kPlanesSmemBudget ? kBwdMaxChunk : kBwdMaxChunk / 2;
 }
 
+/* The (row, column) = (e / cols, e mod cols) of a thread's elements e = e0, e0 + step, e0 + 2·step, …
+ * of a [rows][cols] grid, by additions: one division at the start, none per element (step and
+ * cols are runtime values). cols > 0, e0 ≥ 0, step ≥ 0. */
+struct grid_walk {
+    int i, c, di, dc, cols;
+    __device__ __forceinline__ grid_walk(int e0, int step, int cols_) : cols(cols_) {
+        i = e0 / cols, c = e0 - i * cols;
+        di = step / cols, dc = step - di * cols;
+    }
+    __device__ __forceinline__ void next() {
+        i += di, c += dc;
+        if (c >= cols) c -= cols, ++i;
+    }
+};
+
 /* f(i, c, x[row, t0 + i, hh, c]) for i < rows, c < cols, x a 4-D view of element type T; thread
  * e mod blockDim.x takes element e = i·cols + c. A thread issues kLoadBatch loads before it uses
  * their values (a block waits on memory once per batch, not once per element). */
@@ -169,18 +186,16 @@ __device__ __forceinline__ void rows_typed(const ssmi_cu_view & x, long long row
     const T *       base = (const T *)x.p + row * x.s[0] + t0 * x.s[1] + hh * x.s[2];
     const long long s1 = x.s[1], s3 = x.s[3];
     const int       n = rows * cols, nt = blockDim.x;
+    if ((int)threadIdx.x >= n) return; /* also keeps cols > 0 for the walk */
+    grid_walk at(threadIdx.x, nt, cols);
     for (int e0 = threadIdx.x; e0 < n; e0 += kLoadBatch * nt) {
-        T v[kLoadBatch];
+        T         v[kLoadBatch];
+        grid_walk ld = at;
 #pragma unroll
-        for (int u = 0; u < kLoadBatch; ++u) {
-            const int e = e0 + u * nt < n ? e0 + u * nt : 0, i = e / cols, c = e - i * cols;
-            v[u] = base[i * s1 + c * s3];
-        }
+        for (int u = 0; u < kLoadBatch; ++u, ld.next()) v[u] = base[e0 + u * nt < n ? ld.i * s1 + ld.c * s3 : 0];
 #pragma unroll
-        for (int u = 0; u < kLoadBatch; ++u) {
-            const int e = e0 + u * nt, i = e / cols, c = e - i * cols;
-            if (e < n) f(i, c, ssmi_siso::from_t(v[u]));
-        }
+        for (int u = 0; u < kLoadBatch; ++u, at.next())
+            if (e0 + u * nt < n) f(at.i, at.c, ssmi_siso::from_t(v[u]));
     }
 }
 /* rows_typed for the view's dtype. */
@@ -196,26 +211,51 @@ __device__ __forceinline__ void load_rows(const ssmi_cu_view & x, long long row,
     }
 }
 
+/* The loads of one batch of load_rows2: a[u], b[u] = x, y at element e0 + u·blockDim.x (element 0
+ * past n), walking from `at`. T: both views of that element type; void: any dtypes, ssmi_cu_ld
+ * each (the same values). */
+template <typename T>
+__device__ __forceinline__ void rows2_fetch(float (&a)[kLoadBatch], float (&b)[kLoadBatch], const ssmi_cu_view & x,
+                                            const ssmi_cu_view & y, long long xb, long long yb, int e0, int n,
+                                            grid_walk at) {
+    const int nt = blockDim.x;
+#pragma unroll
+    for (int u = 0; u < kLoadBatch; ++u, at.next()) {
+        const bool      in = e0 + u * nt < n;
+        const long long xo = in ? xb + at.i * x.s[1] + at.c * x.s[3] : xb;
+        const long long yo = in ? yb + at.i * y.s[1] + at.c * y.s[3] : yb;
+        if constexpr (std::is_void<T>::value) {
+            a[u] = ssmi_cu_ld(x.p, x.dtype, xo);
+            b[u] = ssmi_cu_ld(y.p, y.dtype, yo);
+        } else {
+            a[u] = ssmi_siso::from_t(((const T *)x.p)[xo]);
+            b[u] = ssmi_siso::from_t(((const T *)y.p)[yo]);
+        }
+    }
+}
+
 /* f(i, c, x[row, t0 + i, hh, c], y[row, t0 + i, hh, c]) for two views of the same rows (any dtype
- * each); thread e mod blockDim.x takes element e = i·cols + c, kLoadBatch elements' loads first. */
+ * each); thread e mod blockDim.x takes element e = i·cols + c, kLoadBatch elements' loads first
+ * (typed loads where both views have one dtype, the choice uniform over the block). */
 template <class F>
 __device__ __forceinline__ void load_rows2(const ssmi_cu_view & x, const ssmi_cu_view & y, long long row, long long t0,
                                            long long hh, int rows, int cols, F f) {
     const long long xb = row * x.s[0] + t0 * x.s[1] + hh * x.s[2], yb = row * y.s[0] + t0 * y.s[1] + hh * y.s[2];
     const int       n = rows * cols, nt = blockDim.x;
+    const int       dt = x.dtype == y.dtype ? x.dtype : -1;
+    if ((int)threadIdx.x >= n) return; /* also keeps cols > 0 for the walk */
+    grid_walk at(threadIdx.x, nt, cols);
     for (int e0 = threadIdx.x; e0 < n; e0 += kLoadBatch * nt) {
         float a[kLoadBatch], b[kLoadBatch];
-#pragma unroll
-        for (int u = 0; u < kLoadBatch; ++u) {
-            const int e = e0 + u * nt < n ? e0 + u * nt : 0, i = e / cols, c = e - i * cols;
-            a[u] = ssmi_cu_ld(x.p, x.dtype, xb + i * x.s[1] + c * x.s[3]);
-            b[u] = ssmi_cu_ld(y.p, y.dtype, yb + i * y.s[1] + c * y.s[3]);
+        switch (dt) {
+            case SSM_DTYPE_F32: rows2_fetch<float>(a, b, x, y, xb, yb, e0, n, at); break;
+            case SSM_DTYPE_F16: rows2_fetch<__half>(a, b, x, y, xb, yb, e0, n, at); break;
+            case SSM_DTYPE_BF16: rows2_fetch<__nv_bfloat16>(a, b, x, y, xb, yb, e0, n, at); break;
+            default: rows2_fetch<void>(a, b, x, y, xb, yb, e0, n, at); break;
         }
 #pragma unroll
-        for (int u = 0; u < kLoadBatch; ++u) {
-            const int e = e0 + u * nt, i = e / cols, c = e - i * cols;
-            if (e < n) f(i, c, a[u], b[u]);
-        }
+        for (int u = 0; u < kLoadBatch; ++u, at.next())
+            if (e0 + u * nt < n) f(at.i, at.c, a[u], b[u]);
     }
 }
 

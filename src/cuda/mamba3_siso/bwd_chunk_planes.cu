@@ -88,11 +88,47 @@ __device__ __forceinline__ float col_sum(float v) {
     return v + __shfl_xor_sync(0xffffffffu, v, 16);
 }
 
+/* A bf16 view or output (X: ssmi_cu_view, m3_out) whose pairs of columns (2p, 2p + 1) are aligned
+ * 4-byte words: unit inner stride, even outer strides, a 4-byte aligned base (uniform over the grid). */
+template <class X>
+__device__ __forceinline__ bool bf16_pairs(const X & x) {
+    return x.dtype == SSM_DTYPE_BF16 && x.s[3] == 1 && ((x.s[0] | x.s[1] | x.s[2]) & 1) == 0 &&
+           ((uintptr_t)x.p & 3) == 0;
+}
+
+/* The loads of one batch of load_qk: the q and k pairs (columns 2p, 2p + 1 of token i) and the θ
+ * terms of jobs e0 + u·blockDim.x (job 0 past n), (i, p) walked from `at`. T = __nv_bfloat162: q
+ * and k bf16, each pair one aligned 4-byte load (bf16_pairs); void: any dtypes and strides,
+ * ssmi_cu_ld each (the same values). */
+template <typename T, int B>
+__device__ __forceinline__ void qk_fetch(float2 (&qv)[B], float2 (&kv)[B], float (&tv)[B], const ssmi_cu_view & q,
+                                         const ssmi_cu_view & k, long long qb, long long kb, const float * thb,
+                                         const float * th, long long HA, int A, int e0, int n, grid_walk at) {
+    const int nt = blockDim.x;
+#pragma unroll
+    for (int u = 0; u < B; ++u, at.next()) {
+        const bool      in = e0 + u * nt < n;
+        const int       i = in ? at.i : 0, p = in ? at.c : 0, c = 2 * p;
+        const long long qo = qb + i * q.s[1] + c * q.s[3], ko = kb + i * k.s[1] + c * k.s[3];
+        if constexpr (std::is_void<T>::value) {
+            qv[u] = make_float2(ssmi_cu_ld(q.p, q.dtype, qo), ssmi_cu_ld(q.p, q.dtype, qo + q.s[3]));
+            kv[u] = make_float2(ssmi_cu_ld(k.p, k.dtype, ko), ssmi_cu_ld(k.p, k.dtype, ko + k.s[3]));
+        } else {
+            static_assert(std::is_same<T, __nv_bfloat162>::value, "pairs of bf16");
+            qv[u] = __bfloat1622float2(*reinterpret_cast<const T *>((const __nv_bfloat16 *)q.p + qo));
+            kv[u] = __bfloat1622float2(*reinterpret_cast<const T *>((const __nv_bfloat16 *)k.p + ko));
+        }
+        tv[u] = p < A ? thb[p] + th[i * HA + p] : 0.0f;
+    }
+}
+
 /* q̂ and k̂ of the chunk into their split planes, a job per (token, pair): q̃ = q + q_bias and
  * k̃ = k + k_bias, rotated by θ (theta_at) for pairs p < A and (SCALED) times e^c and
  * e^{c_last−c}·σ; a thread issues the loads of kPairBatch jobs before it uses them (a larger
  * batch spills: the sums kernel has 64 registers, the gradient kernel's products use all of its
- * 128). Needs the biases and the scalars in shared memory. */
+ * 128), one 4-byte load per pair where q and k allow it (bf16_pairs, uniform over the grid). The
+ * thread's (token, pair) of job e = i·K/2 + p is walked (grid_walk), not divided out per job.
+ * Needs the biases and the scalars in shared memory. */
 template <bool SCALED>
 __device__ __forceinline__ void load_qk(const bw_args & P, int w, const bw_chunk & ch, int h, const planes_geom & g,
                                         const pl_smem & s) {
@@ -103,22 +139,20 @@ __device__ __forceinline__ void load_qk(const bw_args & P, int w, const bw_chunk
     const long long      kb = ch.row * k.s[0] + ch.t0 * k.s[1] + grp * k.s[2];
     const long long      HA = (long long)P.H * A;
     const float *        thb = P.thb + ((long long)w * P.H + h) * A, *th = P.th + (ch.tok * P.H + h) * A;
+    const bool           pairs = bf16_pairs(q) && bf16_pairs(k);
+    if ((int)threadIdx.x >= n) return; /* also keeps K2 > 0 for the walk */
+    grid_walk at(threadIdx.x, nt, K2);
     for (int e0 = threadIdx.x; e0 < n; e0 += kPairBatch * nt) {
         float2 qv[kPairBatch], kv[kPairBatch];
         float  tv[kPairBatch];
+        if (pairs)
+            qk_fetch<__nv_bfloat162>(qv, kv, tv, q, k, qb, kb, thb, th, HA, A, e0, n, at);
+        else
+            qk_fetch<void>(qv, kv, tv, q, k, qb, kb, thb, th, HA, A, e0, n, at);
 #pragma unroll
-        for (int u = 0; u < kPairBatch; ++u) {
-            const int e = e0 + u * nt < n ? e0 + u * nt : 0, i = e / K2, p = e - i * K2, c = 2 * p;
-            qv[u] = make_float2(ssmi_cu_ld(q.p, q.dtype, qb + i * q.s[1] + c * q.s[3]),
-                                ssmi_cu_ld(q.p, q.dtype, qb + i * q.s[1] + (c + 1) * q.s[3]));
-            kv[u] = make_float2(ssmi_cu_ld(k.p, k.dtype, kb + i * k.s[1] + c * k.s[3]),
-                                ssmi_cu_ld(k.p, k.dtype, kb + i * k.s[1] + (c + 1) * k.s[3]));
-            tv[u] = p < A ? thb[p] + th[i * HA + p] : 0.0f;
-        }
-#pragma unroll
-        for (int u = 0; u < kPairBatch; ++u) {
-            const int e = e0 + u * nt, i = e / K2, p = e - i * K2, c = 2 * p;
-            if (e >= n) continue;
+        for (int u = 0; u < kPairBatch; ++u, at.next()) {
+            const int i = at.i, p = at.c, c = 2 * p;
+            if (e0 + u * nt >= n) continue;
             float q0 = qv[u].x + s.bq[c], q1 = qv[u].y + s.bq[c + 1];
             float k0 = kv[u].x + s.bk[c], k1 = kv[u].y + s.bk[c + 1];
             if (p < A) {
@@ -134,6 +168,43 @@ __device__ __forceinline__ void load_qk(const bw_args & P, int w, const bw_chunk
             }
             split_pair(q0, q1, s.qh, s.ql, i * lk + c);
             split_pair(k0, k1, s.kh, s.kl, i * lk + c);
+        }
+    }
+}
+
+/* f(i, c, a) for the column pairs c = 0, 2, … < cols of rows i < rows of NV bf16 views x[v]
+ * (bf16_pairs each, cols even) at (row, t0 + i, hh): a[v] = x[v][…, c] and x[v][…, c + 1], one
+ * 4-byte load each (the values of ssmi_cu_ld); thread e mod blockDim.x takes pair e, a batch of
+ * kLoadBatch / 2 pairs' loads first. */
+template <int NV, class F>
+__device__ __forceinline__ void rows_pairs(const ssmi_cu_view * const (&x)[NV], long long row, long long t0,
+                                           long long hh, int rows, int cols, F f) {
+    constexpr int         kBatch = kLoadBatch / 2;
+    const int             w2 = cols / 2, n = rows * w2, nt = blockDim.x;
+    const __nv_bfloat16 * base[NV];
+    long long             s1[NV];
+#pragma unroll
+    for (int v = 0; v < NV; ++v)
+        base[v] = (const __nv_bfloat16 *)x[v]->p + row * x[v]->s[0] + t0 * x[v]->s[1] + hh * x[v]->s[2],
+        s1[v] = x[v]->s[1];
+    if ((int)threadIdx.x >= n) return; /* also keeps w2 > 0 for the walk */
+    grid_walk at(threadIdx.x, nt, w2);
+    for (int e0 = threadIdx.x; e0 < n; e0 += kBatch * nt) {
+        __nv_bfloat162 b[kBatch][NV];
+        grid_walk      ld = at;
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u, ld.next())
+#pragma unroll
+            for (int v = 0; v < NV; ++v)
+                b[u][v] = *reinterpret_cast<const __nv_bfloat162 *>(
+                    base[v] + (e0 + u * nt < n ? ld.i * s1[v] + 2 * ld.c : 0));
+#pragma unroll
+        for (int u = 0; u < kBatch; ++u, at.next()) {
+            if (e0 + u * nt >= n) continue;
+            float2 a[NV];
+#pragma unroll
+            for (int v = 0; v < NV; ++v) a[v] = __bfloat1622float2(b[u][v]);
+            f(at.i, 2 * at.c, a);
         }
     }
 }
@@ -164,18 +235,42 @@ __device__ float load_planes(const bw_args & P, int w, const bw_chunk & ch, int 
     __syncthreads(); /* the zeros, the scalars and the biases */
     load_qk<SCALED>(P, w, ch, h, g, s);
     bf16 *vh = s.vh, *vl = s.vl, *dyh = s.dyh, *dyl = s.dyl;
-    load_rows(P.v, ch.row, ch.t0, h, L, V, [=](int i, int r, float x) {
-        if (VX)
-            vh[i * lv + r] = __float2bfloat16_rn(x); /* exact: x is a bf16 value */
-        else
-            split_one(x, vh, vl, i * lv + r);
-    });
-    if (P.has_z)
+    /* v, dout and z by 4-byte pairs where their layouts allow (bf16_pairs, V even), else by elements */
+    const bool pv = V % 2 == 0 && bf16_pairs(P.v);
+    const bool pd = V % 2 == 0 && bf16_pairs(P.dout) && (!P.has_z || bf16_pairs(P.z));
+    if (VX && pv) {
+        const ssmi_cu_view * const x[1] = {&P.v};
+        rows_pairs<1>(x, ch.row, ch.t0, h, L, V, [=](int i, int r, const float2 (&a)[1]) {
+            vh[i * lv + r] = __float2bfloat16_rn(a[0].x); /* exact: bf16 values */
+            vh[i * lv + r + 1] = __float2bfloat16_rn(a[0].y);
+        });
+    } else {
+        load_rows(P.v, ch.row, ch.t0, h, L, V, [=](int i, int r, float x) {
+            if (VX)
+                vh[i * lv + r] = __float2bfloat16_rn(x); /* exact: x is a bf16 value */
+            else
+                split_one(x, vh, vl, i * lv + r);
+        });
+    }
+    if (P.has_z && pd) {
+        const ssmi_cu_view * const x[2] = {&P.dout, &P.z};
+        rows_pairs<2>(x, ch.row, ch.t0, h, L, V, [=](int i, int r, const float2 (&a)[2]) {
+            split_one(a[0].x * a[1].x * sigmoidf(a[1].x), dyh, dyl, i * lv + r);
+            split_one(a[0].y * a[1].y * sigmoidf(a[1].y), dyh, dyl, i * lv + r + 1);
+        });
+    } else if (P.has_z) {
         load_rows2(P.dout, P.z, ch.row, ch.t0, h, L, V, [=](int i, int r, float dO, float z) {
             split_one(dO * z * sigmoidf(z), dyh, dyl, i * lv + r);
         });
-    else
+    } else if (pd) {
+        const ssmi_cu_view * const x[1] = {&P.dout};
+        rows_pairs<1>(x, ch.row, ch.t0, h, L, V, [=](int i, int r, const float2 (&a)[1]) {
+            split_one(a[0].x, dyh, dyl, i * lv + r);
+            split_one(a[0].y, dyh, dyl, i * lv + r + 1);
+        });
+    } else {
         load_rows(P.dout, ch.row, ch.t0, h, L, V, [=](int i, int r, float x) { split_one(x, dyh, dyl, i * lv + r); });
+    }
     __syncthreads();
     return cl;
 }
@@ -221,29 +316,30 @@ __global__ void __launch_bounds__(kPlanesThreads, 2) bwd_chunk_planes_sums_kerne
 }
 
 /* A batch of kStateBatch pairs of S_c and dS (fp32 [V][K] in the workspace): a thread's pairs
- * e0 + u·blockDim.x of the [vp][kp/2] pairs of the planes (zeros past V, K). */
+ * e0 + u·blockDim.x of the [vp][kp/2] pairs of the planes (zeros past V, K), (row, pair) walked
+ * from `at` (grid_walk over kp/2 pairs a row). */
 constexpr int kStateBatch = 4;
 struct state_batch {
     float2 s[kStateBatch], d[kStateBatch];
 };
-__device__ __forceinline__ void fetch_states(state_batch & b, int e0, const planes_geom & g, const float * Sc,
-                                             const float * dS, int V, int K) {
-    const int w2 = g.kp / 2, total = g.vp * w2;
+__device__ __forceinline__ void fetch_states(state_batch & b, int e0, grid_walk at, const planes_geom & g,
+                                             const float * Sc, const float * dS, int V, int K) {
+    const int total = g.vp * (g.kp / 2);
 #pragma unroll
-    for (int u = 0; u < kStateBatch; ++u) {
-        const int  e = e0 + u * (int)blockDim.x, r = e / w2, c = (e - r * w2) * 2;
+    for (int u = 0; u < kStateBatch; ++u, at.next()) {
+        const int  e = e0 + u * (int)blockDim.x, r = at.i, c = at.c * 2;
         const bool in = e < total && r < V && c < K; /* K even: the pair is whole */
         b.s[u] = in ? *reinterpret_cast<const float2 *>(Sc + (long long)r * K + c) : make_float2(0.0f, 0.0f);
         b.d[u] = in ? *reinterpret_cast<const float2 *>(dS + (long long)r * K + c) : make_float2(0.0f, 0.0f);
     }
 }
 /* A fetched batch into the split planes; adds its part of ⟨S_c, dS⟩ to part. */
-__device__ __forceinline__ void put_states(const state_batch & b, int e0, const pl_smem & s, const planes_geom & g,
-                                           float & part) {
-    const int w2 = g.kp / 2, total = g.vp * w2;
+__device__ __forceinline__ void put_states(const state_batch & b, int e0, grid_walk at, const pl_smem & s,
+                                           const planes_geom & g, float & part) {
+    const int total = g.vp * (g.kp / 2);
 #pragma unroll
-    for (int u = 0; u < kStateBatch; ++u) {
-        const int e = e0 + u * (int)blockDim.x, r = e / w2, c = (e - r * w2) * 2;
+    for (int u = 0; u < kStateBatch; ++u, at.next()) {
+        const int e = e0 + u * (int)blockDim.x, r = at.i, c = at.c * 2;
         if (e >= total) continue;
         part += b.s[u].x * b.d[u].x;
         part += b.s[u].y * b.d[u].y;
@@ -251,17 +347,24 @@ __device__ __forceinline__ void put_states(const state_batch & b, int e0, const 
         split_pair(b.d[u].x, b.d[u].y, s.dh, s.dl, r * g.lk + c);
     }
 }
+/* The walk of a thread's state pairs: from pair threadIdx.x in steps of blockDim.x. */
+__device__ __forceinline__ grid_walk state_walk(const planes_geom & g) {
+    return grid_walk(threadIdx.x, blockDim.x, g.kp / 2);
+}
 /* S_c and dS of the chunk into their split planes [vp][lk], the thread's first batch (first,
  * fetched earlier) then the rest; returns this thread's part of ⟨S_c, dS⟩ (pairs in order). */
 __device__ __forceinline__ float load_states(const state_batch & first, const pl_smem & s, const planes_geom & g,
                                              const float * Sc, const float * dS, int V, int K) {
     const int total = g.vp * (g.kp / 2), step = kStateBatch * (int)blockDim.x;
     float     part = 0.0f;
-    put_states(first, threadIdx.x, s, g, part);
+    grid_walk at = state_walk(g);
+    put_states(first, threadIdx.x, at, s, g, part);
     for (int e0 = threadIdx.x + step; e0 < total; e0 += step) {
+#pragma unroll
+        for (int u = 0; u < kStateBatch; ++u) at.next();
         state_batch b;
-        fetch_states(b, e0, g, Sc, dS, V, K);
-        put_states(b, e0, s, g, part);
+        fetch_states(b, e0, at, g, Sc, dS, V, K);
+        put_states(b, e0, at, s, g, part);
     }
     return part;
 }
@@ -281,7 +384,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
      * need them; their planes lie outside the zeroed region and the regions A1 writes */
     const float * const Sc = P.st + wh * VK, *const dS = P.dst + wh * VK;
     state_batch         sfirst;
-    fetch_states(sfirst, tid, g, Sc, dS, V, K);
+    fetch_states(sfirst, tid, state_walk(g), g, Sc, dS, V, K);
     const float cl = load_planes<VX, false>(P, w, ch, h, g, sm, s);
     const int   L = ch.len, Kq = (L + 15) / 16 * 16, nT = g.cp / 16, nK = g.kp / 16, nV = g.vp / 16, nTL = Kq / 16;
     const int   cp = g.cp, kp = g.kp, lk = g.lk, lv = g.lv, lc = g.lc;
@@ -301,34 +404,44 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
             tile_mma<false, false, true, !VX>(dv, s.dyh, s.dyl, lv, s.vh, s.vl, lv, m0, n0, 0, g.vp);
         }
         float wsum[2] = {0.0f, 0.0f}, zsum[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+        /* FULL: a tile strictly below the diagonal with every row a token (warp-uniform), where each
+         * entry is a j < i entry: the same arithmetic without the per-entry tests (bf16 v only: with
+         * a split v plane the second copy costs the kernel a spill) */
+        const auto tables = [&](auto full) {
+            constexpr bool FULL = decltype(full)::value;
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
+            for (int j = 0; j < 2; ++j)
 #pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                const int i = m0 + g4 + 8 * hh, j0 = n0 + 8 * j + 2 * t4;
-                float     pm[2], es[2];
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int i = m0 + g4 + 8 * hh, j0 = n0 + 8 * j + 2 * t4;
+                    float     pm[2], es[2];
 #pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const int jj = j0 + u;
-                    pm[u] = es[u] = 0.0f;
-                    if (live && i < L) {
-                        const float x = dv[j][2 * hh + u], y = qk[j][2 * hh + u];
-                        if (jj < i) {
-                            const float dec = expf(s.cm[i] - s.cm[jj]), sj = s.sig[jj], z = dec * x * y;
-                            pm[u] = dec * sj * y;
-                            es[u] = dec * x * sj;
-                            wsum[hh] += z * sj;
-                            zsum[j][u] += z;
-                        } else if (jj == i) {
-                            s.dQK[i] = x; /* dy_i·v_i */
-                            s.dqk[i] = y; /* d_i = q̂_i·k̂_i */
+                    for (int u = 0; u < 2; ++u) {
+                        const int jj = j0 + u;
+                        pm[u] = es[u] = 0.0f;
+                        if (FULL || (live && i < L)) {
+                            const float x = dv[j][2 * hh + u], y = qk[j][2 * hh + u];
+                            if (FULL || jj < i) {
+                                const float dec = expf(s.cm[i] - s.cm[jj]), sj = s.sig[jj], z = dec * x * y;
+                                pm[u] = dec * sj * y;
+                                es[u] = dec * x * sj;
+                                wsum[hh] += z * sj;
+                                zsum[j][u] += z;
+                            } else if (jj == i) {
+                                s.dQK[i] = x; /* dy_i·v_i */
+                                s.dqk[i] = y; /* d_i = q̂_i·k̂_i */
+                            }
                         }
                     }
+                    const int o = i * lc + j0;
+                    split_pair(pm[0], pm[1], s.pmh, s.pml, o);
+                    split_pair(es[0], es[1], s.esh, s.esl, o);
                 }
-                const int o = i * lc + j0;
-                split_pair(pm[0], pm[1], s.pmh, s.pml, o);
-                split_pair(es[0], es[1], s.esh, s.esl, o);
-            }
+        };
+        if (VX && live && n0 < m0 && m0 + 16 <= L)
+            tables(std::true_type());
+        else
+            tables(std::false_type());
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) wsum[hh] = quad_sum(wsum[hh]);
         if (t4 == 0) s.wrow[(n0 / 16) * cp + m0 + g4] = wsum[0], s.wrow[(n0 / 16) * cp + m0 + g4 + 8] = wsum[1];
@@ -428,19 +541,40 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
         const bool dvj = t < JQ + J;
         const int  tt = t - JQ - (dvj ? 0 : J), m0 = (tt / nV) * 16, r0 = (tt % nV) * 16;
         if (m0 >= L || (dvj ? !want_dv : !want_dz)) continue;
-        /* dz: dout and z of this lane's outputs, loaded ahead of the products */
+        /* the bf16 inputs and outputs of the tile by column pairs where every layout allows it
+         * (uniform over the grid; derived here, not held across the loop's other tiles) */
+        const bool io_pairs = !dvj && V % 2 == 0 && bf16_pairs(P.dout) && bf16_pairs(P.z) && bf16_pairs(P.dz);
+        const bool dv_pairs = dvj && V % 2 == 0 && bf16_pairs(P.dv);
+        const m3_out &  out = dvj ? P.dv : P.dz;
+        const long long ob = ch.row * out.s[0] + ch.t0 * out.s[1] + h * out.s[2];
+        /* dz: dout and z of this lane's outputs, loaded ahead of the products (a lane's two columns
+         * r, r + 1 of a row as one 4-byte word each where io_pairs) */
         float dO[2][2][2], zv[2][2][2];
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
-            for (int jn = 0; jn < 2; ++jn)
+            for (int jn = 0; jn < 2; ++jn) {
+                const int i = m0 + g4 + 8 * hh, r = r0 + 8 * jn + 2 * t4;
+                if (io_pairs) {
+                    const long long dob = ch.row * P.dout.s[0] + ch.t0 * P.dout.s[1] + h * P.dout.s[2];
+                    const long long zb = ch.row * P.z.s[0] + ch.t0 * P.z.s[1] + h * P.z.s[2];
+                    const bool      in = i < L && r < V; /* V even: r + 1 < V too */
+                    const float2 a = in ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(
+                                              (const __nv_bfloat16 *)P.dout.p + (dob + i * P.dout.s[1] + r)))
+                                        : make_float2(0.0f, 0.0f);
+                    const float2 b = in ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(
+                                              (const __nv_bfloat16 *)P.z.p + (zb + i * P.z.s[1] + r)))
+                                        : make_float2(0.0f, 0.0f);
+                    dO[hh][jn][0] = a.x, dO[hh][jn][1] = a.y, zv[hh][jn][0] = b.x, zv[hh][jn][1] = b.y;
+                } else {
 #pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    const int  i = m0 + g4 + 8 * hh, r = r0 + 8 * jn + 2 * t4 + u;
-                    const bool in = !dvj && i < L && r < V;
-                    dO[hh][jn][u] = in ? ld4(P.dout, ch.row, ch.t0 + i, h, r) : 0.0f;
-                    zv[hh][jn][u] = in ? ld4(P.z, ch.row, ch.t0 + i, h, r) : 0.0f;
+                    for (int u = 0; u < 2; ++u) {
+                        const bool in = !dvj && i < L && r + u < V;
+                        dO[hh][jn][u] = in ? ld4(P.dout, ch.row, ch.t0 + i, h, r + u) : 0.0f;
+                        zv[hh][jn][u] = in ? ld4(P.z, ch.row, ch.t0 + i, h, r + u) : 0.0f;
+                    }
                 }
+            }
         if (dvj) { /* e^{c_last−c_j}σ_j·K̂·dSᵀ + Pmᵀ·dY */
             tile_mma<false, false, true, true>(c, s.kh, s.kl, lk, s.dh, s.dl, lk, m0, r0, 0, kp);
 #pragma unroll
@@ -470,18 +604,24 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
             for (int jn = 0; jn < 2; ++jn) {
                 const int    r = r0 + 8 * jn + 2 * t4, o = i * lv + r;
                 const float2 x = dvj ? split_at(s.dyh, s.dyl, o) : VX ? exact_at(s.vh, o) : split_at(s.vh, s.vl, o);
+                const bool   pr = dvj ? dv_pairs : io_pairs;
+                float        yo[2];
 #pragma unroll
                 for (int u = 0; u < 2; ++u) {
                     if (r + u >= V) continue;
                     float y = c[jn][2 * hh + u] + dg * (u ? x.y : x.x);
                     if (dvj) {
                         if (seq_end && i == L - 1 && P.has_dfv) y += ld3(P.dfv, ch.seq, h, r + u);
-                        st4(P.dv, ch.row, ch.t0 + i, h, r + u, y);
                     } else {
                         const float z = zv[hh][jn][u], sg = sigmoidf(z);
-                        st4(P.dz, ch.row, ch.t0 + i, h, r + u, y * (dO[hh][jn][u] * sg * (1.0f + z * (1.0f - sg))));
+                        y = y * (dO[hh][jn][u] * sg * (1.0f + z * (1.0f - sg)));
                     }
+                    yo[u] = y;
+                    if (!pr) st4(out, ch.row, ch.t0 + i, h, r + u, y);
                 }
+                if (pr && r < V) /* V even: the pair is whole */
+                    *reinterpret_cast<__nv_bfloat162 *>((__nv_bfloat16 *)out.p + (ob + i * out.s[1] + r)) =
+                        __floats2bfloat162_rn(yo[0], yo[1]);
             }
         }
     }
