@@ -9,12 +9,14 @@ rounds. The shapes are the ones of record of the CUDA backward issue:
 
 Usage (GPU machine): PYTHONPATH=python:.upstream SSMOPS_LIBRARY=build/libssmops.so \
     python3 gpu/bench_train.py [--rounds 3] [--only mamba2,siso,mimo] [--json OUT] [--profile] [--memory]
+    [--kernels]
 Upstream comes from an ignored folder (.upstream/, see shared GPU.md); without it only ours is timed.
 Prints one line per (case, implementation, pass): the median ms of every round, and the ratio
 upstream / ours for each pass. --memory adds, after the timing, the peak device memory of one
 forward + backward per implementation above what was allocated before it (inputs, upstream's
 autotune done): torch's peak, with ours' device workspace routed through torch's allocator for
-that call so the peak counts it.
+that call so the peak counts it. --kernels adds each side's summed GPU kernel time (no host launch
+gaps; see kernel_times).
 """
 import argparse
 import json
@@ -224,6 +226,57 @@ def profile_ours(label, leaves, g, call, fn):
         print("  %8.3f ms %5.1f%%  x%-4d %s" % (us / 1e3, 100 * us / max(total, 1e-9), n, name[:90]))
 
 
+def kernel_times(label, leaves, g, call, impls, rounds, results):
+    """GPU kernel time of one forward and one forward + backward per implementation: the sum of the
+    durations of the CUDA kernels (and memory operations) it launched, from torch.profiler, median
+    over `rounds` repetitions each, an L2 clear (a bitwise_not over 256 MiB, left out of the sums)
+    before every repetition. Unlike do_bench's wall time between two events it does not count the
+    GPU waiting for the host to launch the next kernel, which a chain of many short kernels driven
+    from Python (upstream's backward) can make the larger part."""
+    from torch.profiler import ProfilerActivity, profile
+
+    flush = torch.empty(256 * 2**20, dtype=torch.uint8, device=DEV)
+
+    def fwd(fn):
+        with torch.no_grad():
+            call(fn)
+
+    def fwd_bwd(fn):
+        for t in leaves:
+            t.grad = None
+        out = call(fn)
+        out = out[0] if isinstance(out, tuple) else out
+        out.backward(g)
+
+    times = {}
+    for name, fn in impls:
+        for kind, run in (("fwd", fwd), ("fwd+bwd", fwd_bwd)):
+            run(fn)
+            torch.cuda.synchronize()
+            for _ in range(rounds):
+                flush.bitwise_not_()
+                torch.cuda.synchronize()
+                with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                    flush.bitwise_not_()
+                    run(fn)
+                    torch.cuda.synchronize()
+                us = 0.0
+                for e in prof.events():
+                    if e.device_type == torch.autograd.DeviceType.CUDA and "bitwise_not" not in e.name:
+                        us += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
+                times.setdefault((name, kind), []).append(us / 1e3)
+    for (name, kind), ms in sorted(times.items()):
+        med = sorted(ms)[len(ms) // 2]
+        print("%-8s %-9s %-8s kernel time median %.3f ms  reps %s" % (label, name, kind, med,
+                                                                        " ".join("%.3f" % m for m in ms)))
+        results.append({"case": label, "impl": name, "pass": kind + " kernels", "ms": med, "rounds": ms})
+    for kind in ("fwd", "fwd+bwd"):
+        if ("upstream", kind) in times and ("ssmops", kind) in times:
+            u = sorted(times[("upstream", kind)])[rounds // 2]
+            o = sorted(times[("ssmops", kind)])[rounds // 2]
+            print("%-8s %-9s kernel-time speedup upstream/ours = %.2f" % (label, kind, u / o))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -231,6 +284,8 @@ def main():
     ap.add_argument("--json")
     ap.add_argument("--profile", action="store_true", help="print ours' per-kernel times instead of timing")
     ap.add_argument("--memory", action="store_true", help="after the timing, the peak device memory of each side")
+    ap.add_argument("--kernels", action="store_true",
+                    help="after the timing, each side's summed GPU kernel time (torch.profiler; no host launch gaps)")
     args = ap.parse_args()
     up_m2, up_siso = try_upstream()
     print("device:", torch.cuda.get_device_name(), "torch", torch.__version__, "ssmops", ssmops.__version__)
@@ -246,17 +301,23 @@ def main():
         leaves, g, call = mamba2_case()
         impls = [("ssmops", ours_mamba2)] + ([("upstream", up_m2)] if up_m2 else [])
         time_pair("mamba2", leaves, g, call, impls, args.rounds, results)
+        if args.kernels:
+            kernel_times("mamba2", leaves, g, call, impls, max(args.rounds, 5), results)
         if args.memory:
             peak_memory("mamba2", leaves, g, call, impls, results)
     if "siso" in only:
         leaves, g, call = siso_case()
         impls = [("ssmops", ours_siso)] + ([("upstream", up_siso)] if up_siso else [])
         time_pair("siso", leaves, g, call, impls, args.rounds, results)
+        if args.kernels:
+            kernel_times("siso", leaves, g, call, impls, max(args.rounds, 5), results)
         if args.memory:
             peak_memory("siso", leaves, g, call, impls, results)
     if "mimo" in only:
         leaves, g, call = mimo_case()
         time_pair("mimo", leaves, g, call, [("ssmops", ours_mimo)], args.rounds, results)
+        if args.kernels:
+            kernel_times("mimo", leaves, g, call, [("ssmops", ours_mimo)], max(args.rounds, 5), results)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
