@@ -201,8 +201,9 @@ def time_pair(label, leaves, g, call, impls, rounds, results):
             print("%-8s %-9s speedup upstream/ours = %.2f" % (label, kind, u / o))
 
 
-def profile_ours(label, leaves, g, call, fn):
-    """Per-kernel CUDA time of one forward + backward of ours (torch.profiler), largest first."""
+def profile_one(label, leaves, g, call, fn, top=14):
+    """Per-kernel CUDA time of one forward + backward of one implementation (torch.profiler), the
+    `top` largest first."""
     from torch.profiler import ProfilerActivity, profile
 
     def fwd_bwd():
@@ -222,7 +223,7 @@ def profile_ours(label, leaves, g, call, fn):
             t[1] += e.device_time_total if hasattr(e, "device_time_total") else e.cuda_time_total
     total = sum(v[1] for v in rows.values())
     print("%s profile: %.3f ms in %d kernels" % (label, total / 1e3, sum(v[0] for v in rows.values())))
-    for name, (n, us) in sorted(rows.items(), key=lambda kv: -kv[1][1])[:14]:
+    for name, (n, us) in sorted(rows.items(), key=lambda kv: -kv[1][1])[:top]:
         print("  %8.3f ms %5.1f%%  x%-4d %s" % (us / 1e3, 100 * us / max(total, 1e-9), n, name[:90]))
 
 
@@ -282,7 +283,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", default="mamba2,siso,mimo")
     ap.add_argument("--json")
-    ap.add_argument("--profile", action="store_true", help="print ours' per-kernel times instead of timing")
+    ap.add_argument("--profile", action="store_true", help="print each side's per-kernel times of one forward + backward instead of timing")
     ap.add_argument("--memory", action="store_true", help="after the timing, the peak device memory of each side")
     ap.add_argument("--kernels", action="store_true",
                     help="after the timing, each side's summed GPU kernel time (torch.profiler; no host launch gaps)")
@@ -292,10 +293,13 @@ def main():
     results = []
     only = args.only.split(",")
     if args.profile:
-        cases = {"mamba2": (mamba2_case, ours_mamba2), "siso": (siso_case, ours_siso), "mimo": (mimo_case, ours_mimo)}
+        cases = {"mamba2": (mamba2_case, ours_mamba2, up_m2), "siso": (siso_case, ours_siso, up_siso),
+                 "mimo": (mimo_case, ours_mimo, None)}
         for name in only:
             leaves, g, call = cases[name][0]()
-            profile_ours(name, leaves, g, call, cases[name][1])
+            profile_one(name + " ssmops", leaves, g, call, cases[name][1])
+            if cases[name][2]:
+                profile_one(name + " upstream", leaves, g, call, cases[name][2], top=24)
         return
     if "mamba2" in only:
         leaves, g, call = mamba2_case()
