@@ -4,8 +4,8 @@
 # gpu/membench.cu (the in-place read-modify-write ceiling of a decode pool next to a copy).
 # Needs the build of gpu/gpu_check.sh (SSMOPS_GPU_BUILD, default build-gpu).
 # Writes OUTDIR/profile_<name>.txt (details page + warp-stall metrics per kernel),
-# OUTDIR/sass_<name>.csv.gz (per-instruction stall samples), OUTDIR/src_<name>.csv.gz (the same
-# per CUDA source line: the build has -lineinfo) and OUTDIR/membench.txt.
+# OUTDIR/sass_<name>.csv.gz (per-instruction stall samples), OUTDIR/src_<name>.csv.gz (the SASS
+# interleaved with the CUDA source lines it came from: the build has -lineinfo) and OUTDIR/membench.txt.
 # Environment: SSMOPS_PROFILE_CASES (space list of case names, default the forward and decode
 # cases; m2bwd, sisobwd and mimobwd profile the backwards' chunk kernels (and the SISO state chain)
 # at the #18 shapes).
@@ -43,7 +43,7 @@ prof() { # name, launch count, then the ssmops arguments (SSMOPS_PROFILE_KERNEL:
         ncu -i "$rep.ncu-rep" --page raw --csv --metrics regex:smsp__average_warps?_issue_stalled_.*_per_issue_active.ratio
     } >"$out/profile_$name.txt" 2>&1
     ncu -i "$rep.ncu-rep" --page source --csv --print-source sass 2>&1 | gzip -9 >"$out/sass_$name.csv.gz"
-    ncu -i "$rep.ncu-rep" --page source --csv --print-source cuda 2>&1 | gzip -9 >"$out/src_$name.csv.gz"
+    ncu -i "$rep.ncu-rep" --page source --csv --print-source cuda,sass 2>&1 | gzip -9 >"$out/src_$name.csv.gz"
     rm -f "$rep.ncu-rep"
     grep -E "^  [a-z_].*\(|Duration|Registers Per|Achieved Occupancy|Compute \(SM\) Throughput|DRAM Throughput|Memory Throughput" \
         "$out/profile_$name.txt" | head -60
