@@ -18,9 +18,9 @@
  * tokens as the inner dimension in order). Operands of chunk c + 1 are loaded into registers while
  * chunk c's product runs; the planes are double-buffered, so one block barrier per chunk. A walk's
  * time is its chunk count times a per-chunk latency, so the entry pays where the walks about fill
- * the SMs (the selection table's rule). The sum order differs from the sums kernel + pass pipeline
- * (the local product is folded in before the decay of the next chunk, as there, but with the
- * chain's own accumulator), so the bytes differ from chunked_planes; both are checked against the
+ * the SMs (the selection table's rule). The planes (load_qk's and load_planes' expressions), the
+ * tile products (the sums kernel's tile_mma call on a zeroed accumulator) and the fold (the pass's
+ * expression) are those of the sums kernel + pass pipeline; the test checks the result against the
  * float64 reference.
  */
 #include "bwd.cuh"
