@@ -264,27 +264,6 @@ __device__ __forceinline__ float theta_at(const bw_args & P, long long w, int h,
     return ssmi_siso::wrap2pi(P.thb[(w * P.H + h) * P.A + p] + P.th[(tok * P.H + h) * P.A + p]);
 }
 
-/* The operand helpers of the bf16-plane kernels (bwd_chunk_planes.cu, bwd_state_chain.cu). */
-
-/* x into the split planes h, l at element o (one value: bf16 and its rounded remainder). */
-__device__ __forceinline__ void split_one(float x, ssmi_mma::bf16 * h, ssmi_mma::bf16 * l, int o) {
-    const ssmi_mma::bf16 r = __float2bfloat16_rn(x);
-    h[o] = r;
-    l[o] = __float2bfloat16_rn(x - __bfloat162float(r));
-}
-
-/* The gated output gradient dy = dout ⊙ silu(z) of one element. */
-__device__ __forceinline__ float gated_dy(float dO, float z) { return dO * z * ssmi_siso::sigmoidf(z); }
-
-/* sin and cos of a token's raw angle sum tv (θ entering the chunk + the chunk-local sum, theta_at
- * unwrapped), and the pair (x0, x1) rotated by them. */
-__device__ __forceinline__ void theta_sincos(float tv, float * sn, float * cs) {
-    sincosf(ssmi_siso::wrap2pi(tv), sn, cs);
-}
-__device__ __forceinline__ float2 rotate_pair(float x0, float x1, float sn, float cs) {
-    return make_float2(x0 * cs - x1 * sn, x0 * sn + x1 * cs);
-}
-
 /* Σ_{c<n} f(c) over the 32 lanes of a warp (all lanes active): lane-strided partials in c order,
  * then an xor butterfly (every lane ends with the same bytes). */
 template <class F>
@@ -402,13 +381,6 @@ ssm_status launch_bwd_sums(ssm_context * ctx, const char * op, const bw_args & P
  * the kernels of bwd_chunk_planes.cu (launch_bwd_chunk_planes) */
 ssm_status launch_bwd_chunk(ssm_context * ctx, const char * op, const bw_args & P, bool grads);
 ssm_status launch_bwd_chunk_planes(ssm_context * ctx, const char * op, const bw_args & P, bool grads);
-/* bwd_state_chain.cu: both walks with the chunk sums of the plane entry folded in (entry
- * chained_planes; replaces launch_bwd_chunk(false) and launch_bwd_passes): P.st, P.dst, P.cl,
- * P.dhin as those two write them */
-const int kChainV = 64;  /* state rows (V) per chain block       */
-const int kChainK = 32;  /* state columns (K) per chain block    */
-ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_args & P);
-size_t     bwd_state_chain_smem();
 
 } /* namespace ssmi_siso_bwd */
 
