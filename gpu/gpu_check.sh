@@ -9,7 +9,9 @@
 # table last.
 # Environment:
 #   SSMOPS_GPU_BUILD   build directory (default build-gpu; kept between calls on a warm machine)
-#   SSMOPS_GPU_PHASES  comma list of phases to run (default all): tests,checks,sanitizer,bench
+#   SSMOPS_GPU_PHASES  comma list of phases to run (default all): build,tests,checks,sanitizer,bench;
+#                      without build, an existing build in SSMOPS_GPU_BUILD is used as it is (the
+#                      build phase configures with -Xptxas=-v, which rebuilds a build made without it)
 #   SSMOPS_GPU_OPS     space list of operators for checks/sanitizer/bench (default: all CUDA ops)
 #   SSMOPS_GPU_QUICK=1 sanitizer on bf16 only, no out-dtype checks, only the anchor benchmarks
 set -u
@@ -17,7 +19,7 @@ out=${1:?usage: gpu/gpu_check.sh OUTDIR}
 mkdir -p "$out"
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${SSMOPS_GPU_BUILD:-$src/build-gpu}
-phases=${SSMOPS_GPU_PHASES:-tests,checks,sanitizer,bench}
+phases=${SSMOPS_GPU_PHASES:-build,tests,checks,sanitizer,bench}
 all_ops="mamba2_chunk_state mamba2_scan mamba2_scan_bwd mamba2_step mamba3_siso_fwd mamba3_siso mamba3_siso_bwd
 mamba3_siso_step mamba3_mimo_bwd_fwd mamba3_mimo mamba3_mimo_bwd mamba3_mimo_step causal_conv1d causal_conv1d_bwd
 causal_conv1d_update rmsnorm_gated rmsnorm_gated_bwd mamba3_angle_cumsum mamba3_angle_cumsum_bwd"
@@ -38,15 +40,19 @@ nvcc --version 2>&1 | tail -1 | sed 's/^/nvcc: /' | tee -a "$summary"
 
 # ---- build --------------------------------------------------------------------------------
 t0=$(date +%s)
-if ! { cmake -S "$src" -B "$build" -DSSMOPS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_CUDA_FLAGS=-Xptxas=-v && cmake --build "$build" -j "$jobs"; } >"$out/build.log" 2>&1; then
-    grep -E "error|Error" "$out/build.log" | head -40
-    note "BUILD FAILED"
-    exit 1
+if want build || [ ! -x "$build/ssmops" ]; then
+    if ! { cmake -S "$src" -B "$build" -DSSMOPS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release \
+        -DCMAKE_CUDA_FLAGS=-Xptxas=-v && cmake --build "$build" -j "$jobs"; } >"$out/build.log" 2>&1; then
+        grep -E "error|Error" "$out/build.log" | head -40
+        note "BUILD FAILED"
+        exit 1
+    fi
+    note "build: $(($(date +%s) - t0)) s with $jobs jobs"
+    grep -E "spill stores [1-9]|bytes stack frame, [1-9]" "$out/build.log" | sort | uniq -c | head -20 |
+        sed 's/^/ptxas: /' | tee -a "$summary"
+else
+    note "build: using $build as it is"
 fi
-note "build: $(($(date +%s) - t0)) s with $jobs jobs"
-grep -E "spill stores [1-9]|bytes stack frame, [1-9]" "$out/build.log" | sort | uniq -c | head -20 |
-    sed 's/^/ptxas: /' | tee -a "$summary"
 cli=$build/ssmops
 
 # ---- SASS: tensor-core instructions per kernel ---------------------------------------------

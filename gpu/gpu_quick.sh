@@ -7,7 +7,7 @@ set -u
 out=${1:?usage: gpu/gpu_quick.sh OUTDIR TEST_REGEX BENCH_OPS [PROFILE_CASES]}
 src=$(cd "$(dirname "$0")/.." && pwd)
 work=$(mktemp -d)
-SSMOPS_GPU_PHASES=bench SSMOPS_GPU_OPS="$3" SSMOPS_GPU_QUICK=1 "$src/gpu/gpu_check.sh" "$work/check" >"$work/check.out" 2>&1
+SSMOPS_GPU_PHASES=build,bench SSMOPS_GPU_OPS="$3" SSMOPS_GPU_QUICK=1 "$src/gpu/gpu_check.sh" "$work/check" >"$work/check.out" 2>&1
 grep -E "^bench|BUILD FAILED|error" "$work/check.out"
 (cd "${SSMOPS_GPU_BUILD:-$src/build-gpu}" && ctest -R "$2" --output-on-failure >"$work/tests.log" 2>&1)
 grep -E "tests passed|tests failed|CHECK FAILED" "$work/tests.log" | head -20

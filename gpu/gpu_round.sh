@@ -14,7 +14,7 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 build=${SSMOPS_GPU_BUILD:-$src/build-gpu}
 log=$out/round.log
 say() { echo "$*" | tee -a "$log"; }
-SSMOPS_GPU_PHASES=none "$src/gpu/gpu_check.sh" "$out/.check" >/dev/null 2>&1 || { say "BUILD FAILED"; exit 1; }
+SSMOPS_GPU_PHASES=build "$src/gpu/gpu_check.sh" "$out/.check" >/dev/null 2>&1 || { say "BUILD FAILED"; exit 1; }
 say "built $(date -u +%H:%M:%S)"
 (cd "$build" && ctest -R "${SSMOPS_ROUND_TESTS:-cuda}" -j "${SSMOPS_ROUND_JOBS:-1}" --output-on-failure >"$out/tests.log" 2>&1)
 grep -E "tests passed|tests failed|Test +#" "$out/tests.log" | tee -a "$log"

@@ -21,7 +21,7 @@ say() { echo "$*" | tee -a "$log"; }
 t0=$(date +%s)
 el() { echo "$(($(date +%s) - t0)) s"; }
 command -v nvcc >/dev/null 2>&1 || PATH=/usr/local/cuda/bin:$PATH
-SSMOPS_GPU_PHASES=none "$src/gpu/gpu_check.sh" "$out/.check" >"$out/build.txt" 2>&1 || {
+SSMOPS_GPU_PHASES=build "$src/gpu/gpu_check.sh" "$out/.check" >"$out/build.txt" 2>&1 || {
     say "BUILD FAILED"
     grep -E "error" "$out/.check/build.log" | head -30 | tee -a "$log"
     exit 1
