@@ -14,10 +14,15 @@
  * regime; only some outputs requested. Outputs are F32, NaN-poisoned before each device run; a
  * second run on re-poisoned outputs must give identical bytes. Prints the worst rel_rms per
  * gradient and dtype. Selection table: with 16-bit q, k, v every case runs chunked_planes forced
- * (it may refuse where its shared memory does not fit, K = 256 with V = 200), chunked forced and
- * the default (chunked_planes where it ran, else chunked); with fp32 the default is chunked and
- * chunked_planes forced must answer UNSUPPORTED without writing an output; chunked_planes must
- * run on some case.
+ * (it may refuse where its shared memory does not fit, K = 256 with V = 200), chained_planes
+ * forced (it may run where chunked_planes ran with K % 32 == 0 and K <= 128 — it also needs 16-byte
+ * rows of one 16-bit dtype and 64-token chunks — and must refuse elsewhere), chunked
+ * forced and the default (chunked_planes where it ran, else chunked; chained_planes is accepted
+ * there too, since its rule depends on the device's SM count); with fp32 the default is chunked
+ * and both plane entries forced must answer UNSUPPORTED without writing an output; chunked_planes
+ * and chained_planes must each run on some case (ssm_context_last_variant names the entry that
+ * ran). A varlen case at K = V = 64 (empty sequences first and in the middle, a 2-token and a
+ * 17-token tail chunk, initial states and every dfinal_*) covers the chain's walk cases.
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261206).
  */
@@ -93,6 +98,10 @@ static void to_device(host_set * s, ssm_mamba3_siso_bwd_args * a) {
  * default there); the other entry, chunked, applies to every problem. */
 static const char kPlanes[] = "chunked_planes";
 static int        g_planes_runs; /* 16-bit cases the plane kernels ran */
+/* The state chain entry: chunked_planes' gradient kernel after one kernel for the chunk sums and
+ * both state walks; it applies where chunked_planes does and K % 32 == 0. */
+static const char kChain[] = "chained_planes";
+static int        g_chain_runs; /* 16-bit cases the state chain ran */
 
 /* What the device runs of one case compare: the case, its parameters, the device args (outputs
  * in the host buffers hs->h[first_out..] and their device copies), the reference and CPU results. */
@@ -150,8 +159,11 @@ static int device_runs(const dev_target * tg, const char * variant, const char *
         } else {
             TEST_CHECK(st == SSM_STATUS_OK, "%s: %s%s: %s (%s)", bc->name, tag, pass ? " (second run)" : "",
                        ssm_status_string(st), ssm_context_last_error(ctx_cuda));
-            TEST_CHECK(st != SSM_STATUS_OK || (last != NULL && strcmp(last, label) == 0), "%s: %s ran variant '%s'",
-                       bc->name, tag, last != NULL ? last : "(none)");
+            /* the default may be the state chain where chunked_planes is expected: its rule counts SMs */
+            const int same = last != NULL && (strcmp(last, label) == 0 ||
+                                              (variant == NULL && strcmp(label, kPlanes) == 0 && strcmp(last, kChain) == 0));
+            TEST_CHECK(st != SSM_STATUS_OK || same, "%s: %s ran variant '%s'", bc->name, tag,
+                       last != NULL ? last : "(none)");
             for (int g = 0; g < NGRADS && st == SSM_STATUS_OK; ++g) {
                 if (tg->got[g].t.data == NULL) continue;
                 if (pass == 0) {
@@ -238,11 +250,14 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
     if (x16) {
         const int planes = device_runs(&tg, kPlanes, NULL, 1);
         g_planes_runs += planes;
+        /* its rule adds 16-byte rows, 64-token chunks and K <= 128 to chunked_planes' and K % 32 == 0 */
+        g_chain_runs += device_runs(&tg, kChain, NULL, planes && cfg.dk % 32 == 0 && cfg.dk <= 128 ? 1 : 2);
         device_runs(&tg, "chunked", NULL, 0);
         device_runs(&tg, NULL, planes ? kPlanes : "chunked", 0);
     } else {
         device_runs(&tg, NULL, "chunked", 0);
         device_runs(&tg, kPlanes, NULL, 2);
+        device_runs(&tg, kChain, NULL, 2);
     }
     for (int g = 0; g < NGRADS; ++g) {
         ssmt_free(&cpu[g]);
@@ -277,6 +292,7 @@ int main(void) {
     static const int64_t lens_a[4] = {37, 0, 70, 1};
     static const int64_t lens_b[3] = {0, 65, 9};
     static const int64_t lens_c[5] = {64, 0, 129, 63, 0};
+    static const int64_t lens_d[6] = {0, 130, 64, 0, 17, 1};
     const ssm_dtype      dtypes[3] = {SSM_DTYPE_F32, SSM_DTYPE_F16, SSM_DTYPE_BF16};
     for (int di = 0; di < 3; ++di) {
         const ssm_dtype dt = dtypes[di];
@@ -333,6 +349,11 @@ int main(void) {
         cases[n] = (bwd_case){"varlen_k128", base_config(1, 0, 4, 2, 128, 64, 32, dt), 1, 0};
         cases[n].cfg.nseq = 5, cases[n].cfg.seqlens = lens_c, cases[n].cfg.has_states = 1;
         ++n;
+        /* the state chain's walk cases: empty sequences (first, middle), tails of 2 and 17 tokens, a
+         * whole chunk, one token; initial states and every dfinal_* */
+        cases[n] = (bwd_case){"varlen_chain", base_config(1, 0, 4, 1, 64, 64, 16, dt), 1, 0};
+        cases[n].cfg.nseq = 6, cases[n].cfg.seqlens = lens_d, cases[n].cfg.has_states = 1;
+        ++n;
         for (int c = 0; c < n; ++c) run_case(&rng, &cases[c]);
     }
 
@@ -341,6 +362,7 @@ int main(void) {
     for (int g = 0; g < NGRADS; ++g)
         printf("%-14s %10.3g %10.3g %10.3g\n", grad_names[g], worst[0][g], worst[1][g], worst[2][g]);
     TEST_CHECK(g_planes_runs > 0, "%s ran on none of the 16-bit cases", kPlanes);
+    TEST_CHECK(g_chain_runs > 0, "%s ran on none of the 16-bit cases", kChain);
     ssm_context_free(ctx_ref);
     ssm_context_free(ctx_cpu);
     ssm_context_free(ctx_cuda);

@@ -1,8 +1,10 @@
 /*
  * bwd.cu — CUDA Mamba-3 SISO backward (spec §6), the host side: the chunk plan, the workspace, the
- * selection table and the entry point. The table's entries differ only in the chunk kernels of
- * steps 2 and 4: chunked_planes (bf16 planes, tensor cores; bwd_chunk_planes.cu) for 16-bit q, k,
- * v where its shared memory fits, chunked (fp32 FFMA; bwd_chunk.cu) for every problem. Every
+ * selection table and the entry point. The table's entries differ only in steps 2 to 4:
+ * chained_planes (steps 2 and 3 as one walk per state slice, bwd_state_chain.cu, then
+ * chunked_planes' gradient kernel) for 16-bit q, k, v with K % 32 == 0 where its walks about fill
+ * the SMs, chunked_planes (bf16 planes, tensor cores; bwd_chunk_planes.cu) for 16-bit q, k, v where
+ * its shared memory fits, chunked (fp32 FFMA; bwd_chunk.cu) for every problem. Every
  * gradient of ssm_mamba3_siso is computed from the forward's inputs (nothing saved), in stream
  * order:
  *   1. bwd_prep_kernel: per (chunk, head) the per-token scalars and the chunk-local angle sums;
@@ -11,6 +13,7 @@
  *      contribution of the chunk, and c_last;
  *   3. bwd_pass_kernel, one launch for both walks: forward, the state entering every chunk (from
  *      H_in); reverse, the carry dS of every chunk (from dfinal_ssm_state) and dH_in;
+ *      chained_planes: bwd_chain_slot_kernel + bwd_walks_kernel do 2 and 3 (the same P.st, P.dst, P.cl, P.dhin);
  *   4. bwd_chunk_grads_kernel: per (chunk, head) dv, dz, dadt and the per-token chain into the
  *      workspace (dq̃, dk̃ per V-head, dθ, dσ, dγ, chunk sums of dq̃, dk̃, dQK, dθ);
  *   5. bwd_seq_kernel: per (sequence, head) the initial-state gradients (and dc of the t = 0 fold),
@@ -19,7 +22,7 @@
  *   6. bwd_qk_sum_kernel (dq, dk over the GQA heads in head order), bwd_param_sum_kernel (dq_bias,
  *      dk_bias, dd over the chunks in order).
  * Chunks of C tokens restart at every sequence start; C and whether the gradient kernel stages the
- * state in shared memory come from the entry and the shape only (chunked_planes: planes_chunk, 64
+ * state in shared memory come from the entry and the shape only (the plane entries: planes_chunk, 64
  * tokens where the gradient kernel's planes fit kPlanesSmemBudget, else 32; chunked: chunk_length),
  * so an entry's bytes are the same on every device and run.
  * params->chunk_size is not used (not semantic). No float atomics: every sum is a loop in a
@@ -56,37 +59,67 @@ int chunk_length(int K, int V, bool * staged) {
 }
 
 struct bwd_problem {
-    int    qkv16;  /* q, k and v are fp16 or bf16                                       */
-    size_t planes; /* shared memory of the bf16-plane gradient kernel (planes_chunk tokens) */
-    size_t optin;  /* the device's shared memory per block                               */
+    int       qkv16;  /* q, k and v are fp16 or bf16                                       */
+    size_t    planes; /* shared memory of the bf16-plane gradient kernel (planes_chunk tokens) */
+    size_t    optin;  /* the device's shared memory per block                               */
+    long long NS, H;  /* sequences, heads                                                   */
+    int       K, V, sms;
+    int       A, has_z;
+    int       rows16; /* q, k, v, dout (and z) of v's 16-bit dtype in 16-byte rows (the chain's copies) */
 };
 bool any_applies(const bwd_problem &) { return true; }
 bool planes_applies(const bwd_problem & pb) { return pb.qkv16 != 0 && pb.planes <= pb.optin; }
+/* The state chain's blocks: (sequence, head, V tile, K slice) per walk. */
+long long chain_walks(const bwd_problem & pb) {
+    return pb.NS * pb.H * ((pb.V + ssmi_siso::kTV - 1) / ssmi_siso::kTV) * (pb.K / bwd_chain_ks(pb.K));
+}
+/* the forward chain's operands: 64-token chunks (its kC), K % 32 == 0 up to 128, 16-byte rows */
+bool chain_applies(const bwd_problem & pb) {
+    return planes_applies(pb) && pb.rows16 && pb.K % 32 == 0 && pb.K <= 128 && planes_chunk(pb.K, pb.V) == ssmi_siso::kC &&
+           2LL * ((pb.V + ssmi_siso::kTV - 1) / ssmi_siso::kTV) * (pb.K / bwd_chain_ks(pb.K)) <= 65535 &&
+           bwd_state_chain_smem(pb.A, pb.K, pb.has_z != 0) <= pb.optin;
+}
+/* A walk's time is its chunk count times a per-chunk latency, while the sums kernel and the passes
+ * take time in proportion to all the work: the chain pays once its walks about fill the SMs (the
+ * forward's chain32 rule). */
+const double kBwdChainPerSm = 0.9;
+bool chain_pays(const bwd_problem & pb) { return (double)chain_walks(pb) >= kBwdChainPerSm * pb.sms; }
 struct bwd_variant {
     const char * name;
     const char * why;
     const char * rule;
     bool (*applies)(const bwd_problem &);
-    bool planes; /* the chunk kernels of bwd_chunk_planes.cu */
+    bool (*pays)(const bwd_problem &); /* the default's measured rule on top of applies; NULL: none */
+    bool planes;                       /* the chunk kernels of bwd_chunk_planes.cu */
+    bool chain;                        /* the slots + bwd_walks_kernel instead of the chunk sums and the passes */
 };
 /* The tensor-core entry serves 16-bit q, k, v only: its products keep ~2^-16 relative error
  * (fp32 operands split into two bf16 parts), inside the 16-bit bars of DESIGN §5, not the fp32 bar. */
 const bwd_variant kBwdTable[] = {
+    {"chained_planes",
+     "chunked_planes with its chunk sums and both state passes in one kernel: a block per (sequence, head, walk, "
+     "64 V rows, 64 K columns (32 where K % 64 != 0)) walks the chunks with the state in registers: the forward's "
+     "chain_state_kernel (cp.async operand ring, slots of the chunk scalars and angles); by default where those walks "
+     "give >= 0.9 per SM",
+     "q, k, v, dout (and z) of one 16-bit dtype in 16-byte rows, 64-token chunks, K % 32 == 0 and K <= 128",
+     chain_applies, chain_pays,
+     true, true},
     {"chunked_planes",
      "16-bit q, k, v: the chunk kernels' operands written once into shared memory as bf16 planes (fp32 values as a "
      "rounded plane and a remainder plane) and every product by ldmatrix + mma.sync m16n8k16 with fp32 accumulators, "
      "16 warps per block, 64-token chunks (32 where those do not fit)",
-     "q, k and v in fp16 or bf16, and the chunk's planes fit shared memory", planes_applies, true},
+     "q, k and v in fp16 or bf16, and the chunk's planes fit shared memory", planes_applies, NULL, true, false},
     {"chunked",
      "plain fp32 chunked backward: per-(chunk, head) blocks with register-tiled products from shared memory, "
      "state and state-gradient passes over the chunks, fixed-order sums; every dtype and layout, K <= 256",
-     "any problem", any_applies, false},
+     "any problem", any_applies, NULL, false, false},
 };
 
 struct bwd_plan {
     bw_chunk * chunks;
     bw_seg *   segs;
     long long  W;
+    bool       chain; /* the entry is chained_planes: the workspace has its slots and sequences */
 };
 
 void plan_free(bwd_plan * pl) {
@@ -137,7 +170,8 @@ ssm_status plan_bwd(ssm_context * ctx, const ssmi_mamba3_dims * d, const ssm_ten
 
 /* Workspace offsets (bytes, 128-aligned). */
 struct bwd_ws {
-    size_t chunks, segs, sc, th, thb, st, dst, cl, dhin, dqt, dkt, dth, dsg, dgm, qbp, kbp, ddp, thp, dcw, total;
+    size_t chunks, segs, sc, th, thb, st, dst, cl, dhin, dqt, dkt, dth, dsg, dgm, qbp, kbp, ddp, thp, dcw, slot, msegs,
+        total;
 };
 bwd_ws ws_layout(const ssmi_mamba3_dims * d, const bwd_plan * pl) {
     bwd_ws       l;
@@ -146,7 +180,7 @@ bwd_ws ws_layout(const ssmi_mamba3_dims * d, const bwd_plan * pl) {
     const size_t K = (size_t)d->dk, VK = (size_t)d->dv * K, A = (size_t)d->nangles, NS = (size_t)d->nseq;
     size_t * const fields[] = {&l.chunks, &l.segs, &l.sc, &l.th, &l.thb, &l.st,  &l.dst, &l.cl,  &l.dhin,
                                &l.dqt,    &l.dkt,  &l.dth, &l.dsg, &l.dgm, &l.qbp, &l.kbp, &l.ddp,
-                               &l.thp,    &l.dcw};
+                               &l.thp,    &l.dcw,  &l.slot, &l.msegs};
     const size_t   bytes[] = {sizeof(bw_chunk) * W,
                               sizeof(bw_seg) * NS,
                               sizeof(float) * T * H * kScalWs,
@@ -165,7 +199,9 @@ bwd_ws ws_layout(const ssmi_mamba3_dims * d, const bwd_plan * pl) {
                               sizeof(float) * W * H * K,
                               sizeof(float) * W * H,
                               sizeof(float) * W * H * A,
-                              sizeof(float) * NS * H};
+                              sizeof(float) * NS * H,
+                              pl->chain ? sizeof(float) * W * H * (size_t)ssmi_siso::prep_floats((int)A) : 0,
+                              pl->chain ? sizeof(ssmi_siso::m3_seg) * NS : 0};
     static_assert(sizeof fields / sizeof fields[0] == sizeof bytes / sizeof bytes[0], "one size per field");
     for (size_t i = 0; i < sizeof bytes / sizeof bytes[0]; ++i) {
         *fields[i] = o;
@@ -209,6 +245,14 @@ ssm_status check_pointers(ssm_context * ctx, const ssm_mamba3_siso_bwd_args * a)
     return SSM_STATUS_OK;
 }
 
+/* q, k, v, dout (and z) of v's dtype, 16-bit, in 16-byte rows (chained_planes' cp.async pieces). */
+int rows16(const ssm_mamba3_siso_bwd_args * a, const ssmi_mamba3_dims * d) {
+    const int32_t T = a->v.dtype;
+    if (T != SSM_DTYPE_F16 && T != SSM_DTYPE_BF16) return 0;
+    return ssmi_cu_vec_rows(&a->q, T, d->dk) && ssmi_cu_vec_rows(&a->k, T, d->dk) && ssmi_cu_vec_rows(&a->v, T, d->dv) &&
+           ssmi_cu_vec_rows(&a->dout, T, d->dv) && (!ssmi_present(&a->z) || ssmi_cu_vec_rows(&a->z, T, d->dv));
+}
+
 bw_args make_args(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_args * a, int C, bool staged, bool planes,
                   long long W) {
     bw_args P;
@@ -238,7 +282,7 @@ bw_args make_args(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_args * a
 }
 
 /* The kernels of the backward on the workspace ws (stream order). */
-ssm_status bwd_launch(ssm_context * ctx, const ssmi_mamba3_dims * d, const bwd_plan * pl, bw_args P,
+ssm_status bwd_launch(ssm_context * ctx, const ssmi_mamba3_dims * d, const bwd_plan * pl, bw_args P, bool chain,
                       unsigned char * ws) {
     const bwd_ws       l = ws_layout(d, pl);
     const cudaStream_t s = ssmi_cuda_stream(ctx);
@@ -258,12 +302,18 @@ ssm_status bwd_launch(ssm_context * ctx, const ssmi_mamba3_dims * d, const bwd_p
     P.dth = (float *)(ws + l.dth), P.dsg = (float *)(ws + l.dsg), P.dgm = (float *)(ws + l.dgm);
     P.qbp = (float *)(ws + l.qbp), P.kbp = (float *)(ws + l.kbp), P.ddp = (float *)(ws + l.ddp);
     P.thp = (float *)(ws + l.thp), P.dcw = (float *)(ws + l.dcw);
+    P.slot = chain ? (float *)(ws + l.slot) : NULL;
+    P.msegs = chain ? (ssmi_siso::m3_seg *)(ws + l.msegs) : NULL;
     /* Every token belongs to a sequence (cu_seqlens ends at S), so every (token, head) row of the
      * workspace is written before it is read. */
     if (P.H > 0 && P.NS > 0) {
         if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_prep(ctx, kOp, P));
-        if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_chunk(ctx, kOp, P, false));
-        SSM_FORWARD_IF_ERROR(launch_bwd_passes(ctx, kOp, P));
+        if (chain) {
+            SSM_FORWARD_IF_ERROR(launch_bwd_state_chain(ctx, kOp, P));
+        } else {
+            if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_chunk(ctx, kOp, P, false));
+            SSM_FORWARD_IF_ERROR(launch_bwd_passes(ctx, kOp, P));
+        }
         if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_chunk(ctx, kOp, P, true));
         SSM_FORWARD_IF_ERROR(launch_bwd_seq(ctx, kOp, P));
         if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_tok(ctx, kOp, P));
@@ -291,7 +341,15 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_bwd(ssm_context * ctx, const ssm_mam
                           a->v.dtype == SSM_DTYPE_F16 || a->v.dtype == SSM_DTYPE_BF16};
     const bwd_problem pb = {is16[0] && is16[1] && is16[2],
                             planes_geom_of(planes_chunk((int)d->dk, (int)d->dv), (int)d->dk, (int)d->dv).total,
-                            (size_t)dev.smem_optin};
+                            (size_t)dev.smem_optin,
+                            (long long)d->nseq,
+                            (long long)d->nheads,
+                            (int)d->dk,
+                            (int)d->dv,
+                            dev.sms,
+                            (int)d->nangles,
+                            ssmi_present(&a->z),
+                            rows16(a, d)};
     const bwd_variant * e = NULL;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_pick_variant(ctx, SSMI_OP_mamba3_siso_bwd, kBwdTable, pb, &e));
     SSM_RETURN_IF(e == NULL, ctx, SSM_STATUS_UNSUPPORTED, "%s: no CUDA kernel applies to this problem", kOp);
@@ -304,6 +362,7 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_bwd(ssm_context * ctx, const ssm_mam
                   (long long)d->dk, (long long)d->dv);
     bwd_plan pl;
     SSM_FORWARD_IF_ERROR(plan_bwd(ctx, d, &a->cu_seqlens, C, &pl));
+    pl.chain = e->chain;
     const bw_args      P = make_args(d, a, C, staged, e->planes, pl.W);
     const bwd_ws       l = ws_layout(d, &pl);
     const cudaStream_t s = ssmi_cuda_stream(ctx);
@@ -317,7 +376,7 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_bwd(ssm_context * ctx, const ssm_mam
                               l.total);
         return ssmi_cuda_status(ctx, kOp, "device allocation (workspace)", me);
     }
-    ssm_status st = bwd_launch(ctx, d, &pl, P, (unsigned char *)ws);
+    ssm_status st = bwd_launch(ctx, d, &pl, P, e->chain, (unsigned char *)ws);
     const ssm_status fs = ssmi_cuda_status(ctx, kOp, "device release (workspace)", ssmi_cuda_free_async(ctx, ws, s));
     if (st == SSM_STATUS_OK) st = fs;
     plan_free(&pl);

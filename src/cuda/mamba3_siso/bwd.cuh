@@ -82,6 +82,9 @@ struct bw_args {
     float * ddp;  /* (W, H) per-chunk sums of dQK                                            */
     float * thp;  /* (W, H, A) per-chunk sums of dθ, then the angle carry G entering each chunk from its end */
     float * dcw;  /* (NS, H) dc = ⟨dH_in, V_in K_inᵀ⟩ of each sequence (the t = 0 fold)               */
+    /* chained_planes only (else NULL) */
+    float *              slot;  /* (W, H, prep_floats(A)) chunk_prep_kernel's slots from sc, th, thb */
+    ssmi_siso::m3_seg *  msegs; /* (NS) the sequences as the chain reads them                      */
 };
 
 /* Leading dimensions of the chunk's shared-memory rows: odd, so that the rows a warp reads at one
@@ -264,6 +267,26 @@ __device__ __forceinline__ float theta_at(const bw_args & P, long long w, int h,
     return ssmi_siso::wrap2pi(P.thb[(w * P.H + h) * P.A + p] + P.th[(tok * P.H + h) * P.A + p]);
 }
 
+/* The operand helpers of the bf16-plane kernels (bwd_chunk_planes.cu, bwd_state_chain.cu). */
+
+/* x into the split planes h, l at element o (one value: bf16 and its rounded remainder). */
+__device__ __forceinline__ void split_one(float x, ssmi_mma::bf16 * h, ssmi_mma::bf16 * l, int o) {
+    const ssmi_mma::bf16 r = __float2bfloat16_rn(x);
+    h[o] = r;
+    l[o] = __float2bfloat16_rn(x - __bfloat162float(r));
+}
+
+using ssmi_siso::gated_dy; /* dy = dout ⊙ silu(z) of one element */
+
+/* sin and cos of a token's raw angle sum tv (θ entering the chunk + the chunk-local sum, theta_at
+ * unwrapped), and the pair (x0, x1) rotated by them. */
+__device__ __forceinline__ void theta_sincos(float tv, float * sn, float * cs) {
+    sincosf(ssmi_siso::wrap2pi(tv), sn, cs);
+}
+__device__ __forceinline__ float2 rotate_pair(float x0, float x1, float sn, float cs) {
+    return make_float2(x0 * cs - x1 * sn, x0 * sn + x1 * cs);
+}
+
 /* Σ_{c<n} f(c) over the 32 lanes of a warp (all lanes active): lane-strided partials in c order,
  * then an xor butterfly (every lane ends with the same bytes). */
 template <class F>
@@ -381,6 +404,13 @@ ssm_status launch_bwd_sums(ssm_context * ctx, const char * op, const bw_args & P
  * the kernels of bwd_chunk_planes.cu (launch_bwd_chunk_planes) */
 ssm_status launch_bwd_chunk(ssm_context * ctx, const char * op, const bw_args & P, bool grads);
 ssm_status launch_bwd_chunk_planes(ssm_context * ctx, const char * op, const bw_args & P, bool grads);
+/* bwd_state_chain.cu: both walks with the chunk sums of the plane entry folded in (entry
+ * chained_planes; replaces launch_bwd_chunk(false) and launch_bwd_passes): P.st, P.dst, P.cl,
+ * P.dhin as those two write them, by the forward's chain (state_chain.cu) on the slots P.slot and
+ * the sequences P.msegs; KS = bwd_chain_ks(K) state columns per block; its shared memory. */
+ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_args & P);
+int        bwd_chain_ks(int K);
+size_t     bwd_state_chain_smem(int A, int K, bool z);
 
 } /* namespace ssmi_siso_bwd */
 

@@ -73,13 +73,6 @@ __device__ inline pl_smem carve_planes(unsigned char * sm, const planes_geom & g
     return s;
 }
 
-/* x into the split planes h, l at element o (one value: bf16 and its rounded remainder). */
-__device__ __forceinline__ void split_one(float x, bf16 * h, bf16 * l, int o) {
-    const bf16 r = __float2bfloat16_rn(x);
-    h[o] = r;
-    l[o] = __float2bfloat16_rn(x - __bfloat162float(r));
-}
-
 /* Sum over the 8 lanes of a warp that share l % 4 (the lanes holding one accumulator column), a
  * fixed xor tree; every lane of the group ends with the same bytes. */
 __device__ __forceinline__ float col_sum(float v) {
@@ -157,10 +150,9 @@ __device__ __forceinline__ void load_qk(const bw_args & P, int w, const bw_chunk
             float k0 = kv[u].x + s.bk[c], k1 = kv[u].y + s.bk[c + 1];
             if (p < A) {
                 float sn, cs;
-                sincosf(wrap2pi(tv[u]), &sn, &cs); /* theta_at */
-                const float x0 = q0 * cs - q1 * sn, x1 = q0 * sn + q1 * cs;
-                const float y0 = k0 * cs - k1 * sn, y1 = k0 * sn + k1 * cs;
-                q0 = x0, q1 = x1, k0 = y0, k1 = y1;
+                theta_sincos(tv[u], &sn, &cs); /* theta_at */
+                const float2 x = rotate_pair(q0, q1, sn, cs), y = rotate_pair(k0, k1, sn, cs);
+                q0 = x.x, q1 = x.y, k0 = y.x, k1 = y.y;
             }
             if (SCALED) {
                 const float fq = s.ec[i], fk = s.wl[i] * s.sig[i];
@@ -255,12 +247,12 @@ __device__ float load_planes(const bw_args & P, int w, const bw_chunk & ch, int 
     if (P.has_z && pd) {
         const ssmi_cu_view * const x[2] = {&P.dout, &P.z};
         rows_pairs<2>(x, ch.row, ch.t0, h, L, V, [=](int i, int r, const float2 (&a)[2]) {
-            split_one(a[0].x * a[1].x * sigmoidf(a[1].x), dyh, dyl, i * lv + r);
-            split_one(a[0].y * a[1].y * sigmoidf(a[1].y), dyh, dyl, i * lv + r + 1);
+            split_one(gated_dy(a[0].x, a[1].x), dyh, dyl, i * lv + r);
+            split_one(gated_dy(a[0].y, a[1].y), dyh, dyl, i * lv + r + 1);
         });
     } else if (P.has_z) {
         load_rows2(P.dout, P.z, ch.row, ch.t0, h, L, V, [=](int i, int r, float dO, float z) {
-            split_one(dO * z * sigmoidf(z), dyh, dyl, i * lv + r);
+            split_one(gated_dy(dO, z), dyh, dyl, i * lv + r);
         });
     } else if (pd) {
         const ssmi_cu_view * const x[1] = {&P.dout};

@@ -122,6 +122,9 @@ __device__ __forceinline__ float wrap2pi(float x) {
 
 __device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+/* The gated output gradient dy = dout ⊙ silu(z) of one element (the backward's). */
+__device__ __forceinline__ float gated_dy(float dO, float z) { return dO * z * sigmoidf(z); }
+
 /* ---- the chunk plan and the kernel arguments ---------------------------------------------------- */
 
 /* One chunk: tokens [t0, t0 + len) of batch row `row`, sequence `seq`. */
@@ -346,8 +349,10 @@ struct wgmma_smem {
  * 8) tiles); KS: the block's K columns (rows of KS + 8 elements: 16-byte aligned, no ldmatrix bank
  * conflicts). */
 struct chain_smem {
-    int                 th, kraw, vs, stage, kh, kl, total; /* the scalars at 0 of a stage */
-    __host__ __device__ chain_smem(int A, int KS) {
+    int                 th, kraw, vs, zs, stage, kh, kl, total; /* the scalars at 0 of a stage */
+    /* zt (the backward's reverse walk with z): a z tile in every stage after the v (dout) tile (dy's
+     * two planes then lie over the dout and z tiles); stages: the ring's length */
+    __host__ __device__ chain_smem(int A, int KS, bool zt = false, int stages = kChainStages) {
         const int LK = KS + 8;
         th = (int)sizeof(float) * kPrepScal; /* 16-byte aligned (kPrepScal % 4 == 0) */
         int o = (int)align128(sizeof(float) * (size_t)prep_floats(A));
@@ -355,8 +360,10 @@ struct chain_smem {
         o += (int)align128(2 * kC * LK);
         vs = o;
         o += (int)align128(2 * kC * kFLd);
+        zs = o;
+        o += zt ? (int)align128(2 * kC * kFLd) : 0;
         stage = o;
-        kh = kChainStages * stage;
+        kh = stages * stage;
         kl = kh + (int)align128(2 * kC * LK);
         total = kl + (int)align128(2 * kC * LK);
     }
@@ -380,6 +387,17 @@ ssm_status launch_state_mma(ssm_context * ctx, const char * op, const m3_fwd_arg
 /* state_chain.cu: the chained state over KS = 32 or 64 K columns per block (entering and final
  * states; no pass). */
 ssm_status launch_state_chain(ssm_context * ctx, const char * op, const m3_fwd_args & P, int mode, int KS);
+/* state_chain.cu, for the backward (bwd_state_chain.cu): both state walks of the backward in one
+ * launch of the chain's template, a block per (sequence, head, V tile, KS columns, walk): F the
+ * forward walk (entering states into F.states), R the reverse walk (R.k = q, R.kb = q_bias, R.v =
+ * dout, R.z = z, R.ssm_in = dfinal_ssm_state, R.states = the carries, R.fin_ssm = dH_in); both
+ * read the slots in F.prep (= R.prep), two stages. The shared memory it needs: */
+ssm_status launch_bwd_walks(ssm_context * ctx, const char * op, const m3_fwd_args & F, const m3_fwd_args & R, int mode,
+                            int KS);
+inline int bwd_walks_smem(int A, int KS, bool z) {
+    const int f = chain_smem(A, KS, false, 2).total, r = chain_smem(A, KS, z, 2).total;
+    return f > r ? f : r;
+}
 /* state_pass.cu: the pass over every sequence's chunks; the final k / v states of empty sequences. */
 ssm_status launch_pass(ssm_context * ctx, const char * op, const m3_fwd_args & P);
 ssm_status launch_empty(ssm_context * ctx, const char * op, const m3_fwd_args & P);

@@ -46,8 +46,20 @@ __device__ __forceinline__ m3_chunk chain_chunk(const m3_seg & sg, int s, int c)
  * arithmetic). Pieces: the slot (prep_floats(A)/4 of them, threads in turn), NK of the raw k
  * columns (rows kr[u], KS/8 pieces per row) and NV of the v tile (rows vr[u], 8 pieces per row;
  * vin: this thread's v columns lie inside V, which is a multiple of 8 on this path). */
-template <int MODE, int KS>
-struct chain_copies {
+/* The z pieces of chain_copies (ZT): v's rows and columns in the stage's z tile, zoff bytes after
+ * the v tile; none without ZT. */
+template <typename T, int NV, bool ZT>
+struct chain_zpieces {
+    const T * z[NV];
+    long long zstep;
+    int       zoff;
+    bool      zon;
+};
+template <typename T, int NV>
+struct chain_zpieces<T, NV, false> {};
+
+template <int MODE, int KS, bool ZT = false> /* ZT: the z tile too (the backward's reverse walk) */
+struct chain_copies : chain_zpieces<typename cfg<MODE>::T, kC *(kTV / 8) / kChainThreads, ZT> {
     typedef typename cfg<MODE>::T T;
     static constexpr int          KP = KS / 8, NK = kC * KP / kChainThreads, NV = kC * (kTV / 8) / kChainThreads;
     const float *                 prep;
@@ -81,6 +93,18 @@ struct chain_copies {
             vdst[u] = L.vs + 2 * (r * kFLd + c);
         }
         vin = p0 + (tid % (kTV / 8)) * 8 < P.V;
+        if constexpr (ZT) { /* z: v's rows and columns in its own tile of the stage */
+            this->zon = P.has_z != 0;
+            this->zoff = L.zs - L.vs;
+            this->zstep = this->zon ? (long long)kC * P.z.s[1] : 0;
+            const T * zb =
+                this->zon ? (const T *)P.z.p + sg.row * P.z.s[0] + sg.t0 * P.z.s[1] + h * P.z.s[2] + p0 : nullptr;
+#pragma unroll
+            for (int u = 0; u < NV; ++u) {
+                const int o = tid + u * kChainThreads, r = o / (kTV / 8), c = (o % (kTV / 8)) * 8;
+                this->z[u] = this->zon ? zb + r * P.z.s[1] + c : nullptr;
+            }
+        }
     }
     /* chunk c (L tokens) into stage st; the caller commits the group */
     __device__ __forceinline__ void issue(unsigned char * st, int c, int L) const {
@@ -97,13 +121,24 @@ struct chain_copies {
             else /* zeros: the products read whole k-steps of 16 rows */
                 *reinterpret_cast<uint4 *>(st + vdst[u]) = make_uint4(0u, 0u, 0u, 0u);
         }
+        if constexpr (ZT) {
+            if (!this->zon) return;
+            const long long zt = c * this->zstep;
+#pragma unroll
+            for (int u = 0; u < NV; ++u) {
+                if (vin && vr[u] < L)
+                    cp_async16(st + vdst[u] + this->zoff, this->z[u] + zt);
+                else /* zeros: dy = 0 there */
+                    *reinterpret_cast<uint4 *>(st + vdst[u] + this->zoff) = make_uint4(0u, 0u, 0u, 0u);
+            }
+        }
     }
 };
 
 /* K̂ columns [kc0, kc0 + KS) of one chunk, weighted and split into kh/kl (rows ≥ L zero):
  * fast_prep_qk<MODE, 256>'s expressions for k with kscale = w_i = e^{c_L − c_i}·σ_i (state_prep's
  * wj), so the same values bit for bit; 8 threads per token, two passes of 32 tokens. */
-template <int MODE, int KS>
+template <int MODE, int KS, bool REV = false> /* REV: q̂e = rot(q + q_bias)·e^{c_i} (the backward's) */
 __device__ __forceinline__ void chain_prep_k(const m3_fwd_args & P, const m3_chunk & ch, int kc0, const m3_scal & sc,
                                              const float * th, const typename cfg<MODE>::T * kraw,
                                              typename cfg<MODE>::T * kh, typename cfg<MODE>::T * kl,
@@ -124,7 +159,7 @@ __device__ __forceinline__ void chain_prep_k(const m3_fwd_args & P, const m3_chu
             for (int e = 0; e < 8; ++e) k[e] += kbias[e]; /* K % 64 == 0: every column exists */
         }
         rotate_qk8<true>(q, k, P, th, nullptr, i, n0 / 2, live, false, rot0);
-        const float s = live ? expf(cl - sc.cm[i]) * sc.sig[i] : 0.0f;
+        const float s = live ? (REV ? expf(sc.cm[i]) : expf(cl - sc.cm[i]) * sc.sig[i]) : 0.0f;
         uint32_t    hi[4], lo[4];
 #pragma unroll
         for (int e = 0; e < 4; ++e) split2<MODE>(k[2 * e] * s, k[2 * e + 1] * s, hi[e], lo[e]);
@@ -147,15 +182,39 @@ __device__ __forceinline__ void chain_store_state(const float (&S)[TN][4], float
     }
 }
 
-template <int MODE, int KS>
-__global__ void __launch_bounds__(kChainThreads, 2) chain_state_kernel(const m3_fwd_args P) {
+/* dy = dout ⊙ silu(z) of the stage's dout tile (vs) and z tile (zs), split in place: the rounded
+ * part over dout, the remainder over z (zeros where both tiles hold zeros); each thread reads and
+ * writes its own 16-byte pieces. */
+template <int MODE>
+__device__ __forceinline__ void chain_gate_dy(typename cfg<MODE>::T * vs, typename cfg<MODE>::T * zs) {
+    for (int o = (int)threadIdx.x; o < kC * (kTV / 8); o += kChainThreads) {
+        const int r = o / (kTV / 8), e0 = r * kFLd + (o % (kTV / 8)) * 8;
+        float     d[8], zv[8];
+        unpack8<MODE>(d, *reinterpret_cast<const uint4 *>(&vs[e0]));
+        unpack8<MODE>(zv, *reinterpret_cast<const uint4 *>(&zs[e0]));
+        uint32_t hi[4], lo[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+            split2<MODE>(gated_dy(d[2 * e], zv[2 * e]), gated_dy(d[2 * e + 1], zv[2 * e + 1]), hi[e], lo[e]);
+        *reinterpret_cast<uint4 *>(&vs[e0]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+        *reinterpret_cast<uint4 *>(&zs[e0]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    }
+}
+
+/* One walk of block (blockIdx.x, blockIdx.y, z) (z: the V tile and the K slice). REV (the
+ * backward's reverse walk, on the arguments launch_bwd_walks builds): the chunks last to first,
+ * no k_in / v_in term in the start (ssm_in holds dfinal_ssm_state), q̂e for w∘K̂, the dout tile
+ * (times silu(z), split, where z is given) for v; the store before the fold is then the carry and
+ * the final store dH_in. NSTG: the stages of the ring. */
+template <int MODE, int KS, bool REV, int NSTG>
+__device__ __forceinline__ void chain_walk(const m3_fwd_args & P, unsigned z) {
     typedef typename cfg<MODE>::T T;
     extern __shared__ __align__(128) unsigned char smem[];
     constexpr int                                  TN = KS / 16, LK = KS + 8; /* 8-column tiles per warp */
-    const chain_smem                               L(P.A, KS);
+    const chain_smem                               L(P.A, KS, REV && P.has_z, NSTG);
     const int    lane = threadIdx.x & 31, warp = threadIdx.x >> 5, rb = warp & 3, upper = warp >> 2;
     const int    nks = P.K / KS;
-    const int    s = blockIdx.x, h = blockIdx.y, p0 = (int)(blockIdx.z / nks) * kTV, kc0 = (int)(blockIdx.z % nks) * KS;
+    const int    s = blockIdx.x, h = blockIdx.y, p0 = (int)(z / nks) * kTV, kc0 = (int)(z % nks) * KS;
     const m3_seg sg = P.segs[s];
 
     /* this thread's state elements: rows p0 + r0 (+8), columns c0 + 8t (+1), t < TN (warp: 16 rows × KS/2
@@ -167,7 +226,7 @@ __global__ void __launch_bounds__(kChainThreads, 2) chain_state_kernel(const m3_
 #pragma unroll
     for (int t = 0; t < TN; ++t) S[t][0] = S[t][1] = S[t][2] = S[t][3] = 0.0f;
     if (P.has_states) { /* pass_kernel's H_in = S_in + dt_0(1−λ_0)·v_in k_inᵀ (spec §3.5) */
-        const bool  add = sg.len > 0;
+        const bool  add = !REV && sg.len > 0;
         const float cz = add ? ld3(P.dt, sg.row, h, sg.t0) * (1.0f - sigmoidf(ld3(P.trap, sg.row, h, sg.t0))) : 0.0f;
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
@@ -186,10 +245,11 @@ __global__ void __launch_bounds__(kChainThreads, 2) chain_state_kernel(const m3_
         }
     }
 
-    const chain_copies<MODE, KS> cp(P, L, sg, h, p0, kc0);
+    const chain_copies<MODE, KS, REV> cp(P, L, sg, h, p0, kc0);
 #pragma unroll
-    for (int u = 0; u < kChainStages - 1; ++u) {
-        if (u < sg.count) cp.issue(smem + u * L.stage, u, min(kC, sg.len - u * kC));
+    for (int u = 0; u < NSTG - 1; ++u) {
+        const int ci = REV ? sg.count - 1 - u : u; /* the walk's u-th chunk */
+        if (u < sg.count) cp.issue(smem + u * L.stage, ci, min(kC, sg.len - ci * kC));
         cp_async_commit();
     }
     float kbias[8]; /* this thread's 8 k-bias entries of chain_prep_k, the same in every chunk */
@@ -198,22 +258,27 @@ __global__ void __launch_bounds__(kChainThreads, 2) chain_state_kernel(const m3_
     T *             kl = (T *)(smem + L.kl);
     const long long hvk = (long long)P.H * P.V * P.K;
     const bool      odd = lane & 1;
-    float *         d4 = P.states + (long long)sg.first * hvk + ((long long)h * P.V + p0) * P.K +
+    const long long dstep = REV ? -hvk : hvk; /* the walk's next chunk */
+    float *         d4 = P.states + (long long)(sg.first + (REV ? sg.count - 1 : 0)) * hvk +
+                 ((long long)h * P.V + p0) * P.K +
                  (odd ? (r0 + 8) * P.K + c0 - 2 : r0 * P.K + c0); /* 16-byte aligned: c0 − 2 or c0 is 4j */
-    for (int c = 0; c < sg.count; ++c, d4 += hvk) {
-        unsigned char * st = smem + (c % kChainStages) * L.stage;
-        cp_async_wait_group<kChainStages - 2>(); /* this thread's copies of chunk c */
+    for (int c = 0; c < sg.count; ++c, d4 += dstep) {
+        unsigned char * st = smem + (c % NSTG) * L.stage;
+        cp_async_wait_group<NSTG - 2>(); /* this thread's copies of chunk c */
         __syncthreads(); /* chunk c's operands visible; chunk c − 1's products done (its stage and kh/kl free) */
-        if (c + kChainStages - 1 < sg.count) {
-            const int cn = c + kChainStages - 1;
-            cp.issue(smem + (cn % kChainStages) * L.stage, cn, min(kC, sg.len - cn * kC));
+        if (c + NSTG - 1 < sg.count) {
+            const int cn = c + NSTG - 1, ci = REV ? sg.count - 1 - cn : cn;
+            cp.issue(smem + (cn % NSTG) * L.stage, ci, min(kC, sg.len - ci * kC));
         }
         cp_async_commit(); /* possibly empty: one group per chunk */
         chain_store_state<TN>(S, d4, odd, in0, in1);
-        const m3_chunk ch = chain_chunk(sg, s, c);
+        const m3_chunk ch = chain_chunk(sg, s, REV ? sg.count - 1 - c : c);
         const m3_scal  sc = carve_scal((float *)st);
-        chain_prep_k<MODE, KS>(P, ch, kc0, sc, (const float *)(st + L.th), (const T *)(st + L.kraw), kh, kl, kbias);
-        __syncthreads(); /* w∘K̂ */
+        chain_prep_k<MODE, KS, REV>(P, ch, kc0, sc, (const float *)(st + L.th), (const T *)(st + L.kraw), kh, kl,
+                                    kbias);
+        if constexpr (REV)
+            if (P.has_z) chain_gate_dy<MODE>((T *)(st + L.vs), (T *)(st + L.zs));
+        __syncthreads(); /* w∘K̂ (q̂e, dy) */
         float loc[8][4]; /* vk_product's accumulator; NB = 2 uses the first 4 */
 #pragma unroll
         for (int t = 0; t < 8; ++t) loc[t][0] = loc[t][1] = loc[t][2] = loc[t][3] = 0.0f;
@@ -222,6 +287,11 @@ __global__ void __launch_bounds__(kChainThreads, 2) chain_state_kernel(const m3_
             vk_product<MODE, KS / 32>(loc, vs + rb * 16 + a_trans_off(lane, kFLd),
                                       kh + upper * (KS / 2) + b_kn_off(lane, LK),
                                       kl + upper * (KS / 2) + b_kn_off(lane, LK), (ch.len + 15) / 16, LK);
+            if constexpr (REV) /* the dy remainder times the rounded q̂e: hi·hi + hi·lo + lo·hi */
+                if (P.has_z)
+                    vk_product<MODE, KS / 32, false>(loc, (const T *)(st + L.zs) + rb * 16 + a_trans_off(lane, kFLd),
+                                                     kh + upper * (KS / 2) + b_kn_off(lane, LK), nullptr,
+                                                     (ch.len + 15) / 16, LK);
         }
         const float decay = expf(sc.cm[ch.len - 1]);
 #pragma unroll
@@ -243,6 +313,21 @@ __global__ void __launch_bounds__(kChainThreads, 2) chain_state_kernel(const m3_
 }
 
 template <int MODE, int KS>
+__global__ void __launch_bounds__(kChainThreads, 2) chain_state_kernel(const m3_fwd_args P) {
+    chain_walk<MODE, KS, false, kChainStages>(P, blockIdx.z);
+}
+
+/* The backward's two walks: blockIdx.z = 2·(V tile · K/KS + K slice) + walk (1: reverse), two
+ * stages (with the reverse walk's z tiles, two blocks per SM: ~91 KB at A = 32, KS = 64). */
+template <int MODE, int KS>
+__global__ void __launch_bounds__(kChainThreads, 2) bwd_walks_kernel(const m3_fwd_args F, const m3_fwd_args R) {
+    if (blockIdx.z & 1)
+        chain_walk<MODE, KS, true, 2>(R, blockIdx.z >> 1);
+    else
+        chain_walk<MODE, KS, false, 2>(F, blockIdx.z >> 1);
+}
+
+template <int MODE, int KS>
 ssm_status launch_ks(ssm_context * ctx, const char * op, const m3_fwd_args & P) {
     const chain_smem Lc(P.A, KS);
     void (*kernel)(const m3_fwd_args) = chain_state_kernel<MODE, KS>;
@@ -255,7 +340,25 @@ ssm_status launch_ks(ssm_context * ctx, const char * op, const m3_fwd_args & P) 
     return SSM_STATUS_OK;
 }
 
+template <int MODE, int KS>
+ssm_status launch_walks(ssm_context * ctx, const char * op, const m3_fwd_args & F, const m3_fwd_args & R) {
+    const int bytes = bwd_walks_smem(F.A, KS, R.has_z != 0);
+    void (*kernel)(const m3_fwd_args, const m3_fwd_args) = bwd_walks_kernel<MODE, KS>;
+    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute (bwd_walks_kernel)",
+                                          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)));
+    kernel<<<dim3((unsigned)F.NS, (unsigned)F.H, (unsigned)(2 * ((F.V + kTV - 1) / kTV) * (F.K / KS))), kChainThreads,
+             (size_t)bytes, ssmi_cuda_stream(ctx)>>>(F, R);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "bwd_walks_kernel launch");
+    return SSM_STATUS_OK;
+}
+
 } /* namespace */
+
+ssm_status launch_bwd_walks(ssm_context * ctx, const char * op, const m3_fwd_args & F, const m3_fwd_args & R, int mode,
+                            int KS) {
+    if (mode == M_F16) return KS == 64 ? launch_walks<M_F16, 64>(ctx, op, F, R) : launch_walks<M_F16, 32>(ctx, op, F, R);
+    return KS == 64 ? launch_walks<M_BF16, 64>(ctx, op, F, R) : launch_walks<M_BF16, 32>(ctx, op, F, R);
+}
 
 ssm_status launch_state_chain(ssm_context * ctx, const char * op, const m3_fwd_args & P, int mode, int KS) {
     if (mode == M_F16) return KS == 64 ? launch_ks<M_F16, 64>(ctx, op, P) : launch_ks<M_F16, 32>(ctx, op, P);

@@ -563,7 +563,7 @@ __device__ __forceinline__ void out_exchange_epilogue(const m3_fwd_args & P, con
  * of the 8-warp state kernels; ab: this warp's transposed v fragment at k-step 0, kbh/kbl: its
  * first column block's split w∘K̂ at k-step 0, both at this lane's ldmatrix offset. NB is a
  * template argument so that the warp-uniform count is one branch outside the loop. */
-template <int MODE, int NB>
+template <int MODE, int NB, bool LO = true> /* LO false: the kbh products only (kbl unused) */
 __device__ __forceinline__ void vk_product(float (&acc)[8][4], const typename cfg<MODE>::T * ab,
                                            const typename cfg<MODE>::T * kbh, const typename cfg<MODE>::T * kbl,
                                            int ksteps, int LK) {
@@ -575,11 +575,13 @@ __device__ __forceinline__ void vk_product(float (&acc)[8][4], const typename cf
         for (int np = 0; np < NB; ++np) {
             uint32_t bh[4], bl[4];
             ldsm4_t(bh, kbh + ks * 16 * LK + np * 16);
-            ldsm4_t(bl, kbl + ks * 16 * LK + np * 16);
+            if (LO) ldsm4_t(bl, kbl + ks * 16 * LK + np * 16);
             mma16816<MODE>(acc[2 * np], a, bh[0], bh[1]);
             mma16816<MODE>(acc[2 * np + 1], a, bh[2], bh[3]);
-            mma16816<MODE>(acc[2 * np], a, bl[0], bl[1]);
-            mma16816<MODE>(acc[2 * np + 1], a, bl[2], bl[3]);
+            if (LO) {
+                mma16816<MODE>(acc[2 * np], a, bl[0], bl[1]);
+                mma16816<MODE>(acc[2 * np + 1], a, bl[2], bl[3]);
+            }
         }
     }
 }

@@ -1,0 +1,97 @@
+/*
+ * bwd_state_chain.cu — the state walks of the CUDA Mamba-3 SISO backward with the chunk sums folded
+ * in (entry chained_planes): what bwd_chunk_planes_sums_kernel and bwd_pass_kernel write (P.st,
+ * P.dst, P.cl, P.dhin), by the forward's chained state (state_chain.cu, chain_walk) in one launch.
+ *
+ * The bridge: chain_walk reads chunk_prep_kernel's slots (siso.cuh: the five scalar rows, then θ of
+ * every token) and m3_seg sequences. bwd_chain_slot_kernel writes those slots from what the
+ * backward's prep already holds — the scalars of P.sc (σ, cm are the ones the walks read; dt, λ, γ
+ * for a whole slot) and θ = theta_at (wrap(θ entering + the chunk-local sum)), so the walks rotate
+ * by the same angles as the gradient kernel (sincosf, P.fused = 0) — plus c_last into P.cl and the
+ * sequences as m3_seg. Running chunk_prep_kernel instead would need the forward's chunk table and
+ * would recompute tanh of every angle that bwd_prep_kernel already summed; the builder is a copy.
+ *
+ * bwd_walks_kernel (launch_bwd_walks): a block per (sequence, head, V tile of 64, KS = 64 K columns
+ * (32 where K % 64 != 0), walk). Forward walk: chain_state_kernel's body with the backward's
+ * operands (k, v, k_bias; H_in from the initial states) into P.st. Reverse walk: the same body on q
+ * (q̂e = rot(q + q_bias)·e^{c}), dout (times silu(z), split in two planes, where z is given), chunks
+ * last to first from dfinal_ssm_state, the carry stored before each fold into P.dst, dH_in at the
+ * end (also for a sequence without chunks). Two stages of cp.async operands (16-byte pieces: q, k,
+ * v, dout, z of v's 16-bit dtype in 16-byte rows, the entry's rule).
+ */
+#include "bwd.cuh"
+
+using namespace ssmi_siso;
+
+namespace ssmi_siso_bwd {
+
+namespace {
+
+/* blockIdx.x < W: chunk blockIdx.x, head blockIdx.y: its slot and c_last. blockIdx.x == W, head 0:
+ * the sequences as m3_seg. */
+__global__ void __launch_bounds__(kSeqThreads) bwd_chain_slot_kernel(const bw_args P) {
+    const int tid = (int)threadIdx.x, h = blockIdx.y;
+    if ((int)blockIdx.x == P.W) {
+        if (h != 0) return;
+        for (int s = tid; s < P.NS; s += kSeqThreads) {
+            const bw_seg b = P.segs[s];
+            m3_seg       m;
+            m.t0 = b.t0, m.row = b.row, m.len = b.len, m.first = b.first, m.count = b.count;
+            P.msegs[s] = m;
+        }
+        return;
+    }
+    const long long w = blockIdx.x;
+    const bw_chunk  ch = P.chunks[w];
+    const int       L = ch.len, A = P.A;
+    float *         dst = P.slot + (w * P.H + h) * prep_floats(A);
+    const m3_scal   sc = carve_scal(dst);
+    for (int i = tid; i <= kC; i += kSeqThreads) { /* entries past the chunk: 0 (never read) */
+        const bool    in = i < L;
+        const float * x = P.sc + ((ch.tok + (in ? i : 0)) * P.H + h) * kScalWs;
+        sc.dtv[i] = in ? x[0] : 0.0f;
+        sc.lam[i] = in ? x[1] : 0.0f;
+        sc.gam[i] = in ? x[2] : 0.0f;
+        sc.cm[i] = in ? x[4] : 0.0f;
+        if (i < kC) sc.sig[i] = in ? x[3] : 0.0f;
+    }
+    float *       th = dst + kPrepScal;
+    const float * tb = P.thb + (w * P.H + h) * A;
+    for (int e = tid; e < kC * A; e += kSeqThreads) {
+        const int i = e / A, m = e - i * A;
+        th[e] = i < L ? wrap2pi(tb[m] + P.th[((ch.tok + i) * P.H + h) * A + m]) : 0.0f; /* theta_at */
+    }
+    if (tid == 0) P.cl[w * P.H + h] = P.sc[((ch.tok + L - 1) * P.H + h) * kScalWs + 4];
+}
+
+} /* namespace */
+
+int bwd_chain_ks(int K) { return K % 64 == 0 ? 64 : 32; }
+
+size_t bwd_state_chain_smem(int A, int K, bool z) { return (size_t)bwd_walks_smem(A, bwd_chain_ks(K), z); }
+
+ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_args & P) {
+    if (P.W > 0 || P.NS > 0) {
+        bwd_chain_slot_kernel<<<dim3((unsigned)P.W + 1, (unsigned)P.H), kSeqThreads, 0, ssmi_cuda_stream(ctx)>>>(P);
+        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "bwd_chain_slot_kernel launch", cudaGetLastError()));
+    }
+    m3_fwd_args F;
+    memset(&F, 0, sizeof F);
+    F.segs = P.msegs;
+    F.H = P.H, F.G = P.G, F.K = P.K, F.Kp = P.K, F.V = P.V, F.A = P.A, F.NS = P.NS;
+    F.fused = 0; /* θ in the slots is wrapped already: sincosf, as the gradient kernel */
+    F.has_z = P.has_z, F.has_states = P.has_states;
+    F.q = P.q, F.k = P.k, F.v = P.v, F.adt = P.adt, F.dt = P.dt, F.trap = P.trap, F.qb = P.qb, F.kb = P.kb;
+    F.z = P.z, F.ssm_in = P.ssm_in, F.k_in = P.k_in, F.v_in = P.v_in;
+    F.states = P.st, F.prep = P.slot;
+    m3_fwd_args R = F;
+    R.k = P.q, R.kb = P.qb, R.v = P.dout;
+    R.has_states = P.has_dfs, R.ssm_in = P.dfs;
+    R.states = P.dst;
+    R.fin_ssm.p = P.dhin, R.fin_ssm.dtype = SSM_DTYPE_F32, R.fin_ssm.present = 1;
+    R.fin_ssm.s[0] = (long long)P.H * P.V * P.K, R.fin_ssm.s[1] = (long long)P.V * P.K, R.fin_ssm.s[2] = P.K;
+    R.fin_ssm.s[3] = 1;
+    return launch_bwd_walks(ctx, op, F, R, P.v.dtype == SSM_DTYPE_BF16 ? M_BF16 : M_F16, bwd_chain_ks(P.K));
+}
+
+} /* namespace ssmi_siso_bwd */
