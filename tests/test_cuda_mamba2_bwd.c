@@ -218,6 +218,7 @@ static void cuda_case(ssmt_rng * rng, ssmt_mamba2_config * cfg, int64_t chunk, i
             char label[400];
             snprintf(label, sizeof label, "cuda[%s] %s vs ref", vtag, gnames[k]);
             check_bar(label, &got[0][k].t, &ref[k].t, cfg->dtype);
+            ssmt_hash_log(label, &got[0][k].t);
             snprintf(label, sizeof label, "cuda[%s] %s vs cpu", vtag, gnames[k]);
             check_bar(label, &got[0][k].t, &cpu[k].t, cfg->dtype);
             TEST_CHECK(memcmp(got[0][k].buf, got[1][k].buf, got[0][k].bytes) == 0, "cuda[%s] %s: two runs differ",
@@ -325,6 +326,20 @@ static void test_matrix(ssmt_rng * rng) {
     cuda_case(rng, &cfg, 256, 0, 1, 0, 0, -1, "S8192 B2 H40 P8 N16 G4 bf16 R10 one slice of 10");
     TEST_CHECK(g_planes_runs == planes_before + 4, "chunked_planes ran on %d of the 4 slice cases",
                g_planes_runs - planes_before);
+
+    /* the plane kernels' compile-time instance (bwd_chunk_planes.cu kFixedQ/P/N: 64-token chunks,
+     * P = 64, N = 128): a tail chunk of 8 tokens and two slices of 6 heads; varlen with an empty
+     * sequence, R = 2 */
+    const int fixed_before = g_planes_runs;
+    ssmt_mamba2_config_init(&cfg);
+    cfg.batch = 1, cfg.seqlen = 200, cfg.nheads = 12, cfg.ngroups = 1, cfg.headdim = 64, cfg.dstate = 128;
+    cfg.dtype = SSM_DTYPE_BF16, cfg.out_dtype = SSM_DTYPE_F32, cfg.d_mode = 1, cfg.has_z = 1, cfg.has_dt_bias = 1;
+    cfg.has_initial = 1, cfg.dt_softplus = 1;
+    cuda_case(rng, &cfg, 256, 0, 1, 0, 0, -1, "S200 H12 P64 N128 G1 bf16 fixed dims");
+    cfg.nheads = 4, cfg.ngroups = 2, cfg.nseq = 3, cfg.seqlens = vl, cfg.d_mode = 2;
+    cuda_case(rng, &cfg, 64, 0, 1, 0, 1, -1, "varlen 70+0+75 H4 P64 N128 G2 bf16 fixed dims");
+    TEST_CHECK(g_planes_runs == fixed_before + 2, "chunked_planes ran on %d of the 2 fixed-dims cases",
+               g_planes_runs - fixed_before);
 }
 
 /* Head batches (bwd.cu batch_slices): the states kernels, both passes and the chunk kernel run

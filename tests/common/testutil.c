@@ -316,7 +316,7 @@ int ssmt_variant_forced = 0;
  * out: the test sets ssmt_variant_forced, SSMOPS_CUDA_PORTABLE=1 passes over the wgmma entries, or
  * (in builds older than the variant registry) an SSMOPS_CUDA_* environment knob is set to a value
  * other than its default's. */
-static void hash_log(const char * name, const ssm_tensor * y) {
+void ssmt_hash_log(const char * name, const ssm_tensor * y) {
     const char * path = getenv("SSMOPS_TEST_HASH_LOG");
     if (path == NULL || *path == '\0' || ssmt_variant_forced) return;
     static const char * const knobs[][2] = {
@@ -343,7 +343,7 @@ static void hash_log(const char * name, const ssm_tensor * y) {
 }
 
 static int check_line_cmp(const char * name, const ssm_tensor * y, const ssm_tensor * r, ssmt_bar bar, int rounded) {
-    hash_log(name, y);
+    ssmt_hash_log(name, y);
     if (!ssmt_same_shape(name, y, r)) {
         printf("%-48s shape mismatch FAIL\n", name);
         return 0;

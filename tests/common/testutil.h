@@ -58,6 +58,9 @@ extern int ssmt_failures; /* number of failed checks so far */
 extern int ssmt_checks;   /* number of checks run */
 /* Set while a test forces a kernel variant: its checked outputs stay out of the hash log. */
 extern int ssmt_variant_forced;
+/* With SSMOPS_TEST_HASH_LOG=FILE (and no variant forced), appends "name hash" of y's values to
+ * FILE; the ssmt_check_* functions call it for every output they check. */
+void ssmt_hash_log(const char * name, const ssm_tensor * y);
 
 #define TEST_CHECK(cond, ...)                                                         \
     do {                                                                              \

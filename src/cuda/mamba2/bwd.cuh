@@ -98,9 +98,13 @@ struct bw_args {
     long long tokens; /* batch·S */
 };
 
-/* Offset in st / gs of the [P][N] slot of chunk ci and head h (h in the current head batch). */
+/* Offset in st / gs of the [P][N] slot (PN = P·N floats) of chunk ci and head h (h in the
+ * current head batch). */
+__host__ __device__ inline long long state_at(const bw_args & a, long long ci, int h, long long PN) {
+    return (ci * a.hb + (h - a.h0)) * PN;
+}
 __host__ __device__ inline long long state_at(const bw_args & a, long long ci, int h) {
-    return (ci * a.hb + (h - a.h0)) * ((long long)a.P * a.N);
+    return state_at(a, ci, h, (long long)a.P * a.N);
 }
 
 /* Row stride of a shared-memory matrix with rows of d floats: a multiple of 4 floats (rows are

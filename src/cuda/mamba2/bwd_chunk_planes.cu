@@ -75,25 +75,27 @@ __device__ __forceinline__ void load_pair(const float * p, float & v0, float & v
 /* A prefetch of the 128-byte line holding p into L2 (a hint: nothing comes back, nothing waits). */
 __device__ __forceinline__ void prefetch_l2(const void * p) { asm volatile("prefetch.global.L2 [%0];" ::"l"(p)); }
 
-/* L2 prefetches of what the load step of head h (workspace slot w, S and G at offset so) reads
+/* L2 prefetches of what the load step of head h (workspace slot w, S and G at offset so; the
+ * chunk, head and state sizes Q, P, N) reads
  * from global memory: its dt, cm and dt-factor rows, S and G, and rows [0, L) of x, dout and z
  * (where present) where those rows have unit stride. The block issues them for its next head
  * before working on the current one, so the next load step finds its data in L2. Every address
  * lies inside its tensor. */
-__device__ __forceinline__ void prefetch_head(const bw_args & a, const bw_chunk & ck, int h, long long w, long long so,
-                                              int L) {
-    const long long PN = (long long)a.P * a.N, sn = (PN * 4 + 127) / 128, qn = ((long long)a.Q * 4 + 127) / 128;
+__device__ __forceinline__ void prefetch_head(const bw_args & a, int Q, int P, int N, const bw_chunk & ck, int h,
+                                              long long w, long long so, int L) {
+    const long long PN = (long long)P * N, sn = (PN * 4 + 127) / 128, qn = ((long long)Q * 4 + 127) / 128;
     for (long long e = threadIdx.x; e < 2 * sn; e += blockDim.x) /* line e of S, then line e − sn of G */
         prefetch_l2((const char *)((e < sn ? a.st : a.gs) + so) + (e < sn ? e : e - sn) * 128);
     for (long long e = threadIdx.x; e < 3 * qn; e += blockDim.x) /* lines of the dt, cm and dt-factor rows */
-        prefetch_l2((const char *)((e < qn ? a.dtv : e < 2 * qn ? a.cmv : a.dfac) + w * a.Q) +
+        prefetch_l2((const char *)((e < qn ? a.dtv : e < 2 * qn ? a.cmv : a.dfac) + w * Q) +
                     (e < qn ? e : e < 2 * qn ? e - qn : e - 2 * qn) * 128);
-    const ssmi_cu_view * rows[3] = {&a.x, &a.dout, &a.z};
-    for (int r = 0; r < (a.has_z ? 3 : 2); ++r) {
-        const ssmi_cu_view & v = *rows[r];
+#pragma unroll
+    for (int r = 0; r < 3; ++r) {
+        if (r == 2 && !a.has_z) break;
+        const ssmi_cu_view & v = r == 0 ? a.x : r == 1 ? a.dout : a.z;
         if (v.s[3] != 1) continue;
         const int       es = v.dtype == SSM_DTYPE_F64 ? 8 : v.dtype == SSM_DTYPE_F32 ? 4 : 2, per = 128 / es;
-        const int       lines = (a.P + per - 1) / per;
+        const int       lines = (P + per - 1) / per;
         const long long base = off4(v.s, ck.row, ck.t0, h, 0); /* row i, element k at base + i·s[1] + k */
         for (int e = threadIdx.x; e < L * lines; e += blockDim.x) {
             const int i = lines == 1 ? e : e / lines, k = lines == 1 ? 0 : (e % lines) * per;
@@ -213,12 +215,12 @@ __device__ __forceinline__ void load_split(bf16 * hi, bf16 * lo, float * dzf, in
     }
 }
 
-/* The workspace's S and G (at offset so of st and gs) into their split planes [pp][ln] (zeros
+/* The workspace's P × N S and G (at offset so of st and gs) into their split planes [pp][ln] (zeros
  * past P, N), as 16-byte pieces where N % 4 = 0 (the slots are 16-byte aligned then); returns
  * this thread's part of <G, S>. */
 __device__ __forceinline__ float load_states(bf16 * sh, bf16 * sl, bf16 * gh, bf16 * gl, const planes_geom & gm,
-                                             const bw_args & a, long long so) {
-    const int     P = a.P, N = a.N, w2 = gm.np / 2, total = gm.pp * w2;
+                                             const bw_args & a, int P, int N, long long so) {
+    const int     w2 = gm.np / 2, total = gm.pp * w2;
     const float * S = a.st + so, *G = a.gs + so;
     float         part = 0.0f;
     if (N % 4 == 0) { /* 16-byte pieces: a warp per row, kR rows of each in flight */
@@ -287,14 +289,16 @@ __host__ __device__ inline size_t states_planes_bytes(const planes_geom & gm) {
  * state s_c = Σ_j (e^{cl−cm_j}·dt_j·x_j)ᵀ·B_j (kDst false) or the state gradient through the
  * outputs dS_c = Σ_i (e^{cm_i}·δx_i)ᵀ·C_i (kDst true). The weighted rows go in as split planes,
  * B or C exact; warps take 16 × 16 tiles of the [P][N] output, tokens ascending. */
-template <bool kDst>
+template <bool kDst, int kQ, int kP, int kN> /* kQ, kP, kN as in bwd_chunk_planes_kernel */
 __global__ void __launch_bounds__(kThreads) bwd_states_planes_kernel(bw_args a) {
     extern __shared__ float4 sm4[];
-    const planes_geom gm = planes_geom_of(a.Q, a.P, a.N);
+    __builtin_assume(blockDim.x == kThreads);
+    const int         Q = kQ > 0 ? kQ : a.Q, P = kP > 0 ? kP : a.P, N = kN > 0 ? kN : a.N;
+    const planes_geom gm = planes_geom_of(Q, P, N);
     bf16 *            ah = (bf16 *)sm4, *al = ah + gm.qp * gm.lp, *bp = al + gm.qp * gm.lp;
     float *           wv = (float *)(bp + gm.qp * gm.ln);
     const long long   ci = blockIdx.x;
-    const int         h = a.h0 + blockIdx.y, Q = a.Q, P = a.P, N = a.N;
+    const int         h = a.h0 + blockIdx.y;
     const bw_chunk    ck = a.chunks[ci];
     const int         L = ck.len, Kq = (L + 15) / 16 * 16;
     const long long   w = ci * a.H + h;
@@ -311,7 +315,7 @@ __global__ void __launch_bounds__(kThreads) bwd_states_planes_kernel(bw_args a) 
         load_exact(bp, gm.ln, gm.np, gm.qp, a.b, ck, h / a.R, N, L);
     }
     __syncthreads();
-    float * const out = (kDst ? a.gs : a.st) + state_at(a, ci, h);
+    float * const out = (kDst ? a.gs : a.st) + state_at(a, ci, h, (long long)P * N);
     const int     lane = threadIdx.x & 31, g4 = lane >> 2, t4 = lane & 3, nN = gm.np / 16;
     for (int t = threadIdx.x >> 5; t < (gm.pp / 16) * nN; t += blockDim.x >> 5) {
         const int p0 = (t / nN) * 16, n0 = (t % nN) * 16;
@@ -332,10 +336,19 @@ __global__ void __launch_bounds__(kThreads) bwd_states_planes_kernel(bw_args a) 
     }
 }
 
+/* One block per (chunk, slice). kQ, kP, kN: the chunk, head and state sizes fixed at compile
+ * time (0: a.Q, a.P, a.N at run time). Fixed, the plane pitches, tile counts and loader widths
+ * are constants, which removes most of the kernel's integer work per tile (divisions by tile
+ * counts, runtime pitches). The products, their order and so the bytes are those of the runtime
+ * instance. */
+template <int kQ, int kP, int kN>
 __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_args a) {
     extern __shared__ float4 sm4[];
     unsigned char * const sm = (unsigned char *)sm4;
-    const planes_geom     gm = planes_geom_of(a.Q, a.P, a.N);
+    __builtin_assume(blockDim.x == kPlanesThreads);
+    const int         Q = kQ > 0 ? kQ : a.Q, P = kP > 0 ? kP : a.P, N = kN > 0 ? kN : a.N;
+    const long long   PN = (long long)P * N;
+    const planes_geom gm = planes_geom_of(Q, P, N);
     bf16 *xh = (bf16 *)(sm + gm.x), *dxh = (bf16 *)(sm + gm.dxh), *dxl = (bf16 *)(sm + gm.dxl);
     bf16 *bh = (bf16 *)(sm + gm.b), *ch = (bf16 *)(sm + gm.c);
     bf16 *sh = (bf16 *)(sm + gm.sh), *sl = (bf16 *)(sm + gm.sl), *gh = (bf16 *)(sm + gm.gh), *gl = (bf16 *)(sm + gm.gl);
@@ -349,7 +362,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
 
     const long long ci = blockIdx.x;
     const int       sk = a.s0 + blockIdx.y; /* the slice, numbered across groups */
-    const int       Q = a.Q, P = a.P, N = a.N, grp = sk / a.nslices, slc = sk % a.nslices;
+    const int       grp = sk / a.nslices, slc = sk % a.nslices;
     const int       h0 = grp * a.R + slc * a.slice, h1 = min(h0 + a.slice, (grp + 1) * a.R); /* the slice's heads */
     const bw_chunk  ck = a.chunks[ci];
     const int       L = ck.len, Kq = (L + 15) / 16 * 16;
@@ -383,8 +396,8 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
         load_exact(xh, gm.lp, gm.pp, gm.qp, a.x, ck, h, P, L);
         load_split(dxh, dxl, dzf, gm.lp, gm.lz, gm.pp, gm.qp, a.dout, a.has_z != 0, a.z, nullptr, ck, h, P, L);
         /* the block sum publishes the planes */
-        const float total = expf(cl) * block_sum(load_states(sh, sl, gh, gl, gm, a, state_at(a, ci, h)), red);
-        if (!last) prefetch_head(a, ck, h + 1, w + 1, state_at(a, ci, h + 1), L);
+        const float total = expf(cl) * block_sum(load_states(sh, sl, gh, gl, gm, a, P, N, state_at(a, ci, h, PN)), red);
+        if (!last) prefetch_head(a, Q, P, N, ck, h + 1, w + 1, state_at(a, ci, h + 1, PN), L);
 
         /* dD partials, part 1: segment sg of the rows of column p (nseg segments of consecutive rows)
          * into red[sg·pp + p], columns p and p + 1 by one thread (32-bit plane reads); summed in
@@ -650,12 +663,20 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
     }
 }
 
+/* The compile-time instance's dimensions: 64-token chunks (the entry's), P = 64 and N = 128, the
+ * heads of the Mamba-2 models of record (issue 18's shape); other sizes run the runtime instance. */
+constexpr int kFixedQ = 64, kFixedP = 64, kFixedN = 128;
+bool          fixed_dims(const bw_args & a) { return a.Q == kFixedQ && a.P == kFixedP && a.N == kFixedN; }
+
 } /* namespace */
 
 ssm_status launch_bwd_states_planes(ssm_context * ctx, const char * op, const bw_args & a, bool dstates) {
     if (a.nchunks == 0 || a.hb == 0) return SSM_STATUS_OK;
     const size_t bytes = states_planes_bytes(planes_geom_of(a.Q, a.P, a.N));
-    void (*fn)(bw_args) = dstates ? bwd_states_planes_kernel<true> : bwd_states_planes_kernel<false>;
+    void (*fn)(bw_args) = fixed_dims(a) ? (dstates ? bwd_states_planes_kernel<true, kFixedQ, kFixedP, kFixedN>
+                                                   : bwd_states_planes_kernel<false, kFixedQ, kFixedP, kFixedN>)
+                                        : (dstates ? bwd_states_planes_kernel<true, 0, 0, 0>
+                                                   : bwd_states_planes_kernel<false, 0, 0, 0>);
     SSM_FORWARD_IF_ERROR(smem_optin(ctx, op, (const void *)fn, bytes));
     fn<<<dim3((unsigned)a.nchunks, (unsigned)a.hb), kThreads, bytes, ssmi_cuda_stream(ctx)>>>(a);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "bwd_states_planes_kernel");
@@ -665,9 +686,11 @@ ssm_status launch_bwd_states_planes(ssm_context * ctx, const char * op, const bw
 ssm_status launch_bwd_chunk_planes(ssm_context * ctx, const char * op, const bw_args & a) {
     if (a.nchunks == 0 || a.sb == 0) return SSM_STATUS_OK;
     const size_t bytes = planes_geom_of(a.Q, a.P, a.N).total;
-    SSM_FORWARD_IF_ERROR(smem_optin(ctx, op, (const void *)bwd_chunk_planes_kernel, bytes));
+    void (*fn)(bw_args) = fixed_dims(a) ? bwd_chunk_planes_kernel<kFixedQ, kFixedP, kFixedN>
+                                        : bwd_chunk_planes_kernel<0, 0, 0>;
+    SSM_FORWARD_IF_ERROR(smem_optin(ctx, op, (const void *)fn, bytes));
     const dim3 grid((unsigned)a.nchunks, (unsigned)a.sb);
-    bwd_chunk_planes_kernel<<<grid, kPlanesThreads, bytes, ssmi_cuda_stream(ctx)>>>(a);
+    fn<<<grid, kPlanesThreads, bytes, ssmi_cuda_stream(ctx)>>>(a);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "bwd_chunk_planes_kernel");
     return SSM_STATUS_OK;
 }
