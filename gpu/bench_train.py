@@ -278,6 +278,20 @@ def kernel_times(label, leaves, g, call, impls, rounds, results):
             print("%-8s %-9s kernel-time speedup upstream/ours = %.2f" % (label, kind, u / o))
 
 
+def compare_grads(fa, fb):
+    a, b = torch.load(fa), torch.load(fb)
+    for name in sorted(set(a) & set(b)):
+        for i, (x, y) in enumerate(zip(a[name], b[name])):
+            what = "output" if i == 0 else "grad %d" % (i - 1)
+            if x is None or y is None:
+                print("%s %s: %s" % (name, what, "both absent" if x is None and y is None else "absent in one"))
+            elif torch.equal(x, y):
+                print("%s %s: equal bytes %s" % (name, what, tuple(x.shape)))
+            else:
+                d = (x.double() - y.double()).abs()
+                print("%s %s: DIFFERENT, max |a-b| %.3g, %d elements" % (name, what, d.max().item(), int((d > 0).sum())))
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=3)
@@ -287,11 +301,30 @@ def main():
     ap.add_argument("--memory", action="store_true", help="after the timing, the peak device memory of each side")
     ap.add_argument("--kernels", action="store_true",
                     help="after the timing, each side's summed GPU kernel time (torch.profiler; no host launch gaps)")
+    ap.add_argument("--save-grads", metavar="FILE",
+                    help="instead of timing, save ssmops' output and gradients of one forward + backward of each case "
+                         "(torch.save), to compare two builds byte for byte (--compare-grads)")
+    ap.add_argument("--compare-grads", nargs=2, metavar=("A", "B"),
+                    help="compare two --save-grads files: per tensor, equal bytes or the largest difference")
     args = ap.parse_args()
+    if args.compare_grads:
+        compare_grads(*args.compare_grads)
+        return
     up_m2, up_siso = try_upstream()
     print("device:", torch.cuda.get_device_name(), "torch", torch.__version__, "ssmops", ssmops.__version__)
     results = []
     only = args.only.split(",")
+    if args.save_grads:
+        cases = {"mamba2": (mamba2_case, ours_mamba2), "siso": (siso_case, ours_siso), "mimo": (mimo_case, ours_mimo)}
+        saved = {}
+        for name in only:
+            leaves, g, call = cases[name][0]()
+            out = call(cases[name][1])
+            out = out[0] if isinstance(out, tuple) else out
+            grads = torch.autograd.grad(out, leaves, g, allow_unused=True)
+            saved[name] = [out.detach().cpu()] + [t.cpu() if t is not None else None for t in grads]
+        torch.save(saved, args.save_grads)
+        return
     if args.profile:
         cases = {"mamba2": (mamba2_case, ours_mamba2, up_m2), "siso": (siso_case, ours_siso, up_siso),
                  "mimo": (mimo_case, ours_mimo, None)}

@@ -9,7 +9,8 @@
 #   sanitizer  compute-sanitizer memcheck and racecheck on every entry of every operator's
 #              selection table (`ssmops list --variants`), small shapes, this tree
 #   bench      `ssmops bench --backend cuda` of both builds interleaved (base, new, base, new,
-#              base, new) at the shapes of docs/PERF.md; prints new/base time ratios
+#              base, new) at the shapes of docs/PERF.md; prints new/base time ratios.
+#              SSMOPS_COMPARE_ONLY (an extended regex) keeps the rows whose label matches
 # Build directories: build-gpu-base and build-gpu-new in this tree (kept while the machine is).
 set -u
 phase=${1:?usage: gpu/compare_builds.sh build|hashes|sanitizer|bench BASE_SRC OUT}
@@ -122,6 +123,7 @@ bench)
     one() { # label, then bench arguments
         label=$1
         shift
+        echo "$label" | grep -Eq "${SSMOPS_COMPARE_ONLY:-.}" || return 0
         tb="" tn=""
         for round in 1 2 3; do
             "$bb/ssmops" bench "$@" --backend cuda --json "$out/.b.json" >>"$out/bench.log" 2>&1 && tb="$tb $(med "$out/.b.json")"
@@ -143,6 +145,8 @@ bench)
     one "chunk_state f16 CANN B1 S1024 H128 G8" mamba2_chunk_state --dtype f16 --shape B=1,S=1024,H=128,P=64,N=128,G=8,chunk=256 --param layout=cann
     one "siso bf16 B1 S8192 H64 K128 V64" mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso
     one "siso bf16 B4 S4096 H64 K128 V64" mamba3_siso --dtype bf16 --shape B=4,S=4096,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso
+    one "scan_bwd bf16 B1 S8192 H80 P64 N128" mamba2_scan_bwd --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param has_d=1,has_z=1,has_dt_bias=1,dt_softplus=1,has_init=0,has_dfinal=0
+    one "siso_bwd bf16 B1 S8192 H64 K128 V64" mamba3_siso_bwd --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param has_d=1,has_z=1,has_states=0,has_dfinal=0
     one "siso_fwd bf16 B1 S8192 H64 K128 V64" mamba3_siso_fwd --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso
     one "mimo_bwd_fwd bf16 B1 S8192 H16 R4" mamba3_mimo_bwd_fwd --dtype bf16 --shape B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16 --param $mimo
     one "mimo bf16 B1 S8192 H16 R4" mamba3_mimo --dtype bf16 --shape B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16 --param $mimo
