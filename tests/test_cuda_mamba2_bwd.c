@@ -263,6 +263,16 @@ static void cuda_case(ssmt_rng * rng, ssmt_mamba2_config * cfg, int64_t chunk, i
 }
 
 /* The matrix of test_mamba2_bwd.c's CPU sweep, plus stride-0 inputs and device index tensors. */
+/* A bf16 problem of B × S tokens, H heads in G groups, P × N states, d_mode (0 none, 1 per head, 2
+ * per channel), with z, dt_bias, softplus and initial states; F32 outputs. */
+static void plane_config(ssmt_mamba2_config * cfg, int64_t B, int64_t S, int64_t H, int64_t G, int64_t P, int64_t N,
+                         int d_mode) {
+    ssmt_mamba2_config_init(cfg);
+    cfg->batch = B, cfg->seqlen = S, cfg->nheads = H, cfg->ngroups = G, cfg->headdim = P, cfg->dstate = N;
+    cfg->dtype = SSM_DTYPE_BF16, cfg->out_dtype = SSM_DTYPE_F32, cfg->d_mode = d_mode, cfg->has_z = 1;
+    cfg->has_dt_bias = 1, cfg->has_initial = 1, cfg->dt_softplus = 1;
+}
+
 static void test_matrix(ssmt_rng * rng) {
     int k = 0;
     for (int si = 0; si < SSMT_MAMBA2_BWD_NSEQLENS; ++si) {
@@ -311,10 +321,7 @@ static void test_matrix(ssmt_rng * rng) {
      * with R = 10 (one slice of all 10 heads: its last head writes the group's dB/dC). */
     static const int64_t vl[3] = {70, 0, 75};
     const int            planes_before = g_planes_runs;
-    ssmt_mamba2_config_init(&cfg);
-    cfg.batch = 2, cfg.seqlen = 100, cfg.nheads = 4, cfg.ngroups = 4, cfg.headdim = 16, cfg.dstate = 32;
-    cfg.dtype = SSM_DTYPE_BF16, cfg.out_dtype = SSM_DTYPE_F32, cfg.d_mode = 2, cfg.has_z = 1, cfg.has_dt_bias = 1;
-    cfg.has_initial = 1, cfg.dt_softplus = 1;
+    plane_config(&cfg, 2, 100, 4, 4, 16, 32, 2);
     cuda_case(rng, &cfg, 64, 0, 1, 0, 1, -1, "S100 H4 P16 N32 G4 bf16 R1");
     cfg.batch = 1, cfg.nheads = 11, cfg.ngroups = 1, cfg.nseq = 3, cfg.seqlens = vl;
     cuda_case(rng, &cfg, 64, 0, 1, 0, 1, -1, "varlen 70+0+75 H11 P16 N32 G1 bf16 R11 two slices");
@@ -331,10 +338,7 @@ static void test_matrix(ssmt_rng * rng) {
      * P = 64, N = 128): a tail chunk of 8 tokens and two slices of 6 heads; varlen with an empty
      * sequence, R = 2 */
     const int fixed_before = g_planes_runs;
-    ssmt_mamba2_config_init(&cfg);
-    cfg.batch = 1, cfg.seqlen = 200, cfg.nheads = 12, cfg.ngroups = 1, cfg.headdim = 64, cfg.dstate = 128;
-    cfg.dtype = SSM_DTYPE_BF16, cfg.out_dtype = SSM_DTYPE_F32, cfg.d_mode = 1, cfg.has_z = 1, cfg.has_dt_bias = 1;
-    cfg.has_initial = 1, cfg.dt_softplus = 1;
+    plane_config(&cfg, 1, 200, 12, 1, 64, 128, 1);
     cuda_case(rng, &cfg, 256, 0, 1, 0, 0, -1, "S200 H12 P64 N128 G1 bf16 fixed dims");
     cfg.nheads = 4, cfg.ngroups = 2, cfg.nseq = 3, cfg.seqlens = vl, cfg.d_mode = 2;
     cuda_case(rng, &cfg, 64, 0, 1, 0, 1, -1, "varlen 70+0+75 H4 P64 N128 G2 bf16 fixed dims");

@@ -5,14 +5,15 @@
  * shape matrix of test_mamba3_siso_bwd_cpu.c: S = 1, below / at / above the CPU chunk and odd
  * (the CUDA chunks: 64 tokens in chunked_planes, 32 there for K = V = 96, 32 in chunked; several
  * chunks and tails, a length ending one token short of a 64-token chunk); Hq = 1, 1 < Hq < H,
- * Hq = H; K, V in {32, 64, 96}, a small odd V, K = 128 and K = 256 with V = 200 (the state outside
- * shared memory);
+ * Hq = H; K, V in {32, 64, 96}, a small odd V, K = 128 (V = 64: the gradient kernel's compile-time
+ * instance, also through strided views) and K = 256 with V = 200 (the state outside shared memory);
  * A = K/2, A < K/2, A = 1; d and z on and off; initial states on and off,
  * with and without the dfinal_* gradients; varlen with empty sequences (I32 and I64 cu_seqlens;
  * at K = 128, V = 64 sequences of exactly one 64-token chunk, of 2·64 + 1 and of 63 tokens);
  * f32 / f16 / bf16 inputs; strided views and angles broadcast over heads (stride 0); the seed
  * regime; only some outputs requested. Outputs are F32, NaN-poisoned before each device run; a
- * second run on re-poisoned outputs must give identical bytes. Prints the worst rel_rms per
+ * second run on re-poisoned outputs must give identical bytes; with SSMOPS_TEST_HASH_LOG every
+ * entry's gradients are hashed per case (two builds compared byte for byte). Prints the worst rel_rms per
  * gradient and dtype. Selection table: with 16-bit q, k, v every case runs chunked_planes forced
  * (it may refuse where its shared memory does not fit, K = 256 with V = 200), chained_planes
  * forced (it may run where chunked_planes ran with K % 32 == 0 and K <= 128 — it also needs 16-byte
@@ -174,6 +175,9 @@ static int device_runs(const dev_target * tg, const char * variant, const char *
                     /* against the CPU backend (an fp32 result within the same bar) */
                     ssmt_check_variant(bc->name, grad_names[g], cpu_tag, &tg->got[g].t, &tg->cpu[g].t, bar);
                     first[g] = ssmt_snapshot(&tg->got[g]);
+                    char hl[300]; /* SSMOPS_TEST_HASH_LOG: the bytes of every entry's gradients, per case */
+                    snprintf(hl, sizeof hl, "%s/%s/%s/dtype%d", bc->name, grad_names[g], tag, dtype_slot(tg->cd));
+                    ssmt_hash_log(hl, &tg->got[g].t);
                 } else {
                     TEST_CHECK(ssmt_unchanged(&tg->got[g], first[g]), "%s/%s: %s: the second run's bytes differ",
                                bc->name, grad_names[g], tag);
@@ -296,7 +300,7 @@ int main(void) {
     const ssm_dtype      dtypes[3] = {SSM_DTYPE_F32, SSM_DTYPE_F16, SSM_DTYPE_BF16};
     for (int di = 0; di < 3; ++di) {
         const ssm_dtype dt = dtypes[di];
-        bwd_case        cases[18];
+        bwd_case        cases[19];
         int             n = 0;
         cases[n] = (bwd_case){"s1_states", base_config(2, 1, 4, 2, 32, 32, 16, dt), 1, 0};
         cases[n].cfg.has_states = 1;
@@ -335,6 +339,11 @@ int main(void) {
         /* K = 128, V = 64 (the layer's shape), several chunks, GQA */
         cases[n] = (bwd_case){"k128_v64", base_config(1, 150, 4, 1, 128, 64, 32, dt), 1, 0};
         cases[n].cfg.has_states = 1;
+        ++n;
+        /* the layer's K, V (the gradient kernel's compile-time instance) through strided views: the
+         * loaders' element paths; no d, no z, a tail chunk */
+        cases[n] = (bwd_case){"k128_v64_strided", base_config(1, 77, 2, 2, 128, 64, 32, dt), 1, 0};
+        cases[n].cfg.strided = 1, cases[n].cfg.has_d = 0, cases[n].cfg.has_z = 0;
         ++n;
         /* K = 256, V = 200: the state is too large for the gradient kernel's shared memory (it reads
          * S_c and dS from global memory); a chunk tail */

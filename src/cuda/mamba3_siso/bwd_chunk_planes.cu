@@ -123,10 +123,10 @@ __device__ __forceinline__ void qk_fetch(float2 (&qv)[B], float2 (&kv)[B], float
  * thread's (token, pair) of job e = i·K/2 + p is walked (grid_walk), not divided out per job.
  * Needs the biases and the scalars in shared memory. */
 template <bool SCALED>
-__device__ __forceinline__ void load_qk(const bw_args & P, int w, const bw_chunk & ch, int h, const planes_geom & g,
-                                        const pl_smem & s) {
+__device__ __forceinline__ void load_qk(const bw_args & P, int K, int w, const bw_chunk & ch, int h,
+                                        const planes_geom & g, const pl_smem & s) {
     constexpr int        kPairBatch = 4;
-    const int            K2 = P.K / 2, A = P.A, n = ch.len * K2, nt = blockDim.x, grp = h / P.G, lk = g.lk;
+    const int            K2 = K / 2, A = P.A, n = ch.len * K2, nt = blockDim.x, grp = h / P.G, lk = g.lk;
     const ssmi_cu_view & q = P.q, &k = P.k;
     const long long      qb = ch.row * q.s[0] + ch.t0 * q.s[1] + grp * q.s[2];
     const long long      kb = ch.row * k.s[0] + ch.t0 * k.s[1] + grp * k.s[2];
@@ -203,11 +203,12 @@ __device__ __forceinline__ void rows_pairs(const ssmi_cu_view * const (&x)[NV], 
 
 /* The chunk into shared memory: the planes' zeros, the scalars (zeros past L), the biases, the
  * q̂ and k̂ planes (load_qk; SCALED: q̂·e^c and k̂·e^{c_last−c}·σ, as the sums kernel needs them),
- * the v plane(s) and the dy planes (dout ⊙ silu(z) with z). Ends with a barrier; returns c_last. */
+ * the v plane(s) and the dy planes (dout ⊙ silu(z) with z). K, V: P.K, P.V (compile-time
+ * constants in a fixed-dims instance). Ends with a barrier; returns c_last. */
 template <bool VX, bool SCALED>
-__device__ float load_planes(const bw_args & P, int w, const bw_chunk & ch, int h, const planes_geom & g,
-                             unsigned char * sm, const pl_smem & s) {
-    const int L = ch.len, K = P.K, V = P.V, tid = threadIdx.x, nt = blockDim.x, lv = g.lv;
+__device__ __forceinline__ float load_planes(const bw_args & P, int K, int V, int w, const bw_chunk & ch, int h,
+                                             const planes_geom & g, unsigned char * sm, const pl_smem & s) {
+    const int L = ch.len, tid = threadIdx.x, nt = blockDim.x, lv = g.lv;
     for (size_t e = tid; e < g.zero_end / 16; e += nt) ((uint4 *)sm)[e] = make_uint4(0u, 0u, 0u, 0u);
     const float cl = P.sc[((ch.tok + L - 1) * P.H + h) * kScalWs + 4];
     for (int i = tid; i < g.cp; i += nt) {
@@ -225,7 +226,7 @@ __device__ float load_planes(const bw_args & P, int w, const bw_chunk & ch, int 
         s.bk[c] = c < K ? ld2(P.kb, h, c) : 0.0f;
     }
     __syncthreads(); /* the zeros, the scalars and the biases */
-    load_qk<SCALED>(P, w, ch, h, g, s);
+    load_qk<SCALED>(P, K, w, ch, h, g, s);
     bf16 *vh = s.vh, *vl = s.vl, *dyh = s.dyh, *dyl = s.dyl;
     /* v, dout and z by 4-byte pairs where their layouts allow (bf16_pairs, V even), else by elements */
     const bool pv = V % 2 == 0 && bf16_pairs(P.v);
@@ -277,7 +278,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 2) bwd_chunk_planes_sums_kerne
     const int                w = blockIdx.x, h = blockIdx.y, lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     const int                nw = blockDim.x >> 5, g4 = lane >> 2, t4 = lane & 3;
     const bw_chunk           ch = P.chunks[w];
-    const float              cl = load_planes<VX, true>(P, w, ch, h, g, sm, s);
+    const float              cl = load_planes<VX, true>(P, P.K, P.V, w, ch, h, g, sm, s);
     const int                K = P.K, V = P.V, Kq = (ch.len + 15) / 16 * 16, nK = g.kp / 16, nV = g.vp / 16;
     const long long          base = ((long long)w * P.H + h) * V * K;
     /* jobs [0, nV·nK): st tiles (r, c) = Σ_i v[i][r]·k̂w[i][c]; [nV·nK, 2·nV·nK): dst = Σ_i dy[i][r]·q̂e[i][c] */
@@ -361,23 +362,30 @@ __device__ __forceinline__ float load_states(const state_batch & first, const pl
     return part;
 }
 
-template <bool VX>
+/* One block per (chunk, head). kC, kK, kV: the chunk length and the state sizes fixed at compile
+ * time (0: P.C, P.K, P.V at run time). Fixed, the plane pitches, the tile counts and the loaders'
+ * widths are constants, which removes most of the integer work per tile (divisions by tile
+ * counts, runtime pitches); the products, their order and so the bytes are the runtime
+ * instance's. */
+template <bool VX, int kC, int kK, int kV>
 __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kernel(const bw_args P) {
     extern __shared__ float4 sm4[];
     unsigned char * const    sm = (unsigned char *)sm4;
-    const planes_geom        g = planes_geom_of(P.C, P.K, P.V);
+    __builtin_assume(blockDim.x == kPlanesThreads);
+    const int                K = kK > 0 ? kK : P.K, V = kV > 0 ? kV : P.V;
+    const planes_geom        g = planes_geom_of(kC > 0 ? kC : P.C, K, V);
     const pl_smem            s = carve_planes(sm, g, true);
     const int                w = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
     const int                lane = tid & 31, warp = tid >> 5, nw = nt >> 5, g4 = lane >> 2, t4 = lane & 3;
     const bw_chunk           ch = P.chunks[w];
-    const int                K = P.K, V = P.V, A = P.A, VK = V * K;
+    const int                A = P.A, VK = V * K;
     const long long          wh = (long long)w * P.H + h;
     /* S_c, dS: the first batch's loads in flight across the chunk's loads and A1, which do not
      * need them; their planes lie outside the zeroed region and the regions A1 writes */
     const float * const Sc = P.st + wh * VK, *const dS = P.dst + wh * VK;
     state_batch         sfirst;
     fetch_states(sfirst, tid, state_walk(g), g, Sc, dS, V, K);
-    const float cl = load_planes<VX, false>(P, w, ch, h, g, sm, s);
+    const float cl = load_planes<VX, false>(P, K, V, w, ch, h, g, sm, s);
     const int   L = ch.len, Kq = (L + 15) / 16 * 16, nT = g.cp / 16, nK = g.kp / 16, nV = g.vp / 16, nTL = Kq / 16;
     const int   cp = g.cp, kp = g.kp, lk = g.lk, lv = g.lv, lc = g.lc;
     const float dskip = P.has_d ? ssmi_cu_ld(P.d.p, P.d.dtype, (long long)h * P.d.s[0]) : 0.0f;
@@ -649,6 +657,11 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
     if (warp == 0) dadt_tail(P, ch, h, wh, L, cl, s.red, nw, s.mm, s.rr, s.dQK);
 }
 
+/* The gradient kernel's compile-time instance: 64-token chunks (the entry's), K = 128 and V = 64,
+ * the heads of the Mamba-3 models of record (issue 18's shape); other sizes run the runtime one. */
+constexpr int kFixedC = 64, kFixedK = 128, kFixedV = 64;
+bool          fixed_dims(const bw_args & P) { return P.C == kFixedC && P.K == kFixedK && P.V == kFixedV; }
+
 } /* namespace */
 
 ssm_status launch_bwd_chunk_planes(ssm_context * ctx, const char * op, const bw_args & P, bool grads) {
@@ -656,8 +669,12 @@ ssm_status launch_bwd_chunk_planes(ssm_context * ctx, const char * op, const bw_
     const size_t       bytes = grads ? g.total : g.sums_total;
     const dim3         grid((unsigned)P.W, (unsigned)P.H);
     const cudaStream_t st = ssmi_cuda_stream(ctx);
+    const bool         fixed = fixed_dims(P);
     void (*kern)(const bw_args) =
-        grads ? (P.v_bf16 ? bwd_chunk_planes_grads_kernel<true> : bwd_chunk_planes_grads_kernel<false>)
+        grads ? (P.v_bf16 ? (fixed ? bwd_chunk_planes_grads_kernel<true, kFixedC, kFixedK, kFixedV>
+                                   : bwd_chunk_planes_grads_kernel<true, 0, 0, 0>)
+                          : (fixed ? bwd_chunk_planes_grads_kernel<false, kFixedC, kFixedK, kFixedV>
+                                   : bwd_chunk_planes_grads_kernel<false, 0, 0, 0>))
               : (P.v_bf16 ? bwd_chunk_planes_sums_kernel<true> : bwd_chunk_planes_sums_kernel<false>);
     SSM_FORWARD_IF_ERROR(
         ssmi_cuda_status(ctx, op,
