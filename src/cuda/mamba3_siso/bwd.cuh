@@ -279,9 +279,10 @@ __device__ __forceinline__ void split_one(float x, ssmi_mma::bf16 * h, ssmi_mma:
 using ssmi_siso::gated_dy; /* dy = dout ⊙ silu(z) of one element */
 
 /* sin and cos of a token's raw angle sum tv (θ entering the chunk + the chunk-local sum, theta_at
- * unwrapped), and the pair (x0, x1) rotated by them. */
+ * unwrapped) by the hardware approximations (the 16-bit kernels; ~1e-6 absolute), and the pair
+ * (x0, x1) rotated by them. */
 __device__ __forceinline__ void theta_sincos(float tv, float * sn, float * cs) {
-    sincosf(ssmi_siso::wrap2pi(tv), sn, cs);
+    ssmi_siso::sincos_wrapped_fast(ssmi_siso::wrap2pi(tv), sn, cs);
 }
 __device__ __forceinline__ float2 rotate_pair(float x0, float x1, float sn, float cs) {
     return make_float2(x0 * cs - x1 * sn, x0 * sn + x1 * cs);

@@ -21,8 +21,8 @@
  *   t = 0 fold, into dcw), then the angle carry (spec §6.6: G reverse-cumulated per angle from
  *   dfinal_angle_state over the chunks' dθ sums; each chunk's entering carry into thp,
  *   dangle_state). An empty sequence passes each dfinal_* to its d*_state (or 0).
- * bwd_tok_kernel, one block per (chunk, head): G inside the chunk from its carry, dangles, then
- *   per token ddt and dtrap (spec §6.2).
+ * bwd_tok_kernel, one block per (chunk, head): G inside the chunk from its carry (in shared
+ *   memory), dangles, then per token ddt and dtrap (spec §6.2).
  * bwd_qk_sum_kernel: dq, dk = Σ over the G V-heads of a group, in head order.
  * bwd_param_sum_kernel: dq_bias, dk_bias, dd = Σ over the chunks (sequence order, then chunk
  *   order) of the per-chunk sums.
@@ -235,16 +235,19 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_seq_kernel(const bw_args P) {
 }
 
 /* One block per (chunk, head): the angle backward inside the chunk (spec §6.6: G_t = the chunk's
- * carry + Σ_{u≥t in the chunk} dθ_u, thread per angle, tokens last first; dangles and π·tanh(raw)·G
- * per token), then per token (a warp each) ddt and dtrap (spec §6.2). */
+ * carry + Σ_{u≥t in the chunk} dθ_u, thread per angle, tokens last first, in shared memory only:
+ * dangles into s_tn, π·tanh(raw)·G into s_g); then the dangles stored by all threads (coalesced
+ * along the angles), the per-token sums of π·tanh(raw)·G (a warp each, into s_dt once dt is read)
+ * and per token (a thread each) ddt and dtrap (spec §6.2). */
 __global__ void __launch_bounds__(kSeqThreads) bwd_tok_kernel(const bw_args P) {
-    extern __shared__ float tok_sm[]; /* launch_bwd_tok: C·A dθ, then π·tanh(raw)·G; C·A tanh(raw); C dt */
-    float * const    s_g = tok_sm, *const s_tn = s_g + P.C * P.A, *const s_dt = s_tn + P.C * P.A;
-    const int        w = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
-    const int        lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
-    const int        H = P.H, A = P.A;
-    const bw_chunk   ch = P.chunks[w];
-    const int        L = ch.len;
+    extern __shared__ float tok_sm[]; /* launch_bwd_tok: C·A dθ, then π·tanh(raw)·G; C·A tanh(raw), then
+                                         the dangles; C dt, then the angle sums */
+    float * const  s_g = tok_sm, *const s_tn = s_g + P.C * P.A, *const s_dt = s_tn + P.C * P.A;
+    const int      w = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
+    const int      lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
+    const int      H = P.H, A = P.A;
+    const bw_chunk ch = P.chunks[w];
+    const int      L = ch.len;
     load_rows(P.ang, ch.row, ch.t0, h, L, A, [&](int i, int p, float x) { s_tn[i * A + p] = tanhf(x); });
     for (int e = tid; e < L * A; e += nt) {
         const int i = e / A, p = e - i * A;
@@ -257,21 +260,29 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_tok_kernel(const bw_args P) {
         for (int i = L - 1; i >= 0; --i) {
             G += s_g[i * A + p];
             const float tn = s_tn[i * A + p];
-            if (P.dang.present) st4(P.dang, ch.row, ch.t0 + i, h, p, kPi * s_dt[i] * (1.0f - tn * tn) * G);
+            s_tn[i * A + p] = kPi * s_dt[i] * (1.0f - tn * tn) * G;
             s_g[i * A + p] = kPi * tn * G;
         }
     }
     __syncthreads();
+    if (P.dang.present)
+        for (int e = tid; e < L * A; e += nt) {
+            const int i = e / A, p = e - i * A;
+            st4(P.dang, ch.row, ch.t0 + i, h, p, s_tn[e]);
+        }
     if (!P.ddt.present && !P.dtrap.present) return;
-    const bw_seg sg = P.segs[ch.seq];
-    const float  dc = P.has_states ? P.dcw[(long long)ch.seq * H + h] : 0.0f;
     for (int i = warp; i < L; i += nw) {
         const float ang = warp_sum(A, [&](int p) { return s_g[i * A + p]; });
-        if (lane != 0) continue;
+        if (lane == 0) s_dt[i] = ang; /* dt is read again from the scalars below */
+    }
+    __syncthreads();
+    const bw_seg sg = P.segs[ch.seq];
+    const float  dc = P.has_states ? P.dcw[(long long)ch.seq * H + h] : 0.0f;
+    for (int i = tid; i < L; i += nt) {
         const long long t = ch.t0 + i, o = (ch.tok + i) * H + h;
         const float *   sc = P.sc + o * kScalWs;
         const float     dtv = sc[0], lam = sc[1], dg = P.dgm[o];
-        float           ddt = dg * lam + ang, dlam = dg * dtv;
+        float           ddt = dg * lam + s_dt[i], dlam = dg * dtv;
         if (t > sg.t0) {
             const float ds = P.dsg[o - H]; /* dσ of the previous token (same row, same head) */
             ddt += ds * (1.0f - lam);

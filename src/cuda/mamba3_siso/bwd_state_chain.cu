@@ -7,7 +7,7 @@
  * every token) and m3_seg sequences. bwd_chain_slot_kernel writes those slots from what the
  * backward's prep already holds — the scalars of P.sc (σ, cm are the ones the walks read; dt, λ, γ
  * for a whole slot) and θ = theta_at (wrap(θ entering + the chunk-local sum)), so the walks rotate
- * by the same angles as the gradient kernel (sincosf, P.fused = 0) — plus c_last into P.cl and the
+ * by the same angles as the gradient kernel (sincos_wrapped_fast, P.fused = 1) — plus c_last into P.cl and the
  * sequences as m3_seg. Running chunk_prep_kernel instead would need the forward's chunk table and
  * would recompute tanh of every angle that bwd_prep_kernel already summed; the builder is a copy.
  *
@@ -79,7 +79,7 @@ ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_a
     memset(&F, 0, sizeof F);
     F.segs = P.msegs;
     F.H = P.H, F.G = P.G, F.K = P.K, F.Kp = P.K, F.V = P.V, F.A = P.A, F.NS = P.NS;
-    F.fused = 0; /* θ in the slots is wrapped already: sincosf, as the gradient kernel */
+    F.fused = 1; /* θ in the slots is wrapped: the fast sincos of the wrapped angle, as the gradient kernel's */
     F.has_z = P.has_z, F.has_states = P.has_states;
     F.q = P.q, F.k = P.k, F.v = P.v, F.adt = P.adt, F.dt = P.dt, F.trap = P.trap, F.qb = P.qb, F.kb = P.kb;
     F.z = P.z, F.ssm_in = P.ssm_in, F.k_in = P.k_in, F.v_in = P.v_in;

@@ -120,10 +120,20 @@ __device__ __forceinline__ float wrap2pi(float x) {
     return r < 0.0f ? r + kTwoPiHi : r;
 }
 
+/* sin and cos of a wrapped angle x ∈ [0, 2π] (the combined op's θ, the backward's θ) by the
+ * hardware approximations, after moving x to [−π, π] where their absolute error is ~1e-6. */
+__device__ __forceinline__ void sincos_wrapped_fast(float x, float * sn, float * cs) {
+    __sincosf(x >= kPi ? x - kTwoPiHi : x, sn, cs);
+}
+
 __device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-/* The gated output gradient dy = dout ⊙ silu(z) of one element (the backward's). */
-__device__ __forceinline__ float gated_dy(float dO, float z) { return dO * z * sigmoidf(z); }
+/* σ(x) by the fast exponential and division (relative error ~1e-6; x → −∞ gives 0, x → +∞ gives
+ * 1, NaN stays NaN): the 16-bit backward's gate, whose results go into split bf16 planes (2^-16). */
+__device__ __forceinline__ float sigmoid_fast(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
+
+/* The gated output gradient dy = dout ⊙ silu(z) of one element (the 16-bit backward's). */
+__device__ __forceinline__ float gated_dy(float dO, float z) { return dO * z * sigmoid_fast(z); }
 
 /* ---- the chunk plan and the kernel arguments ---------------------------------------------------- */
 

@@ -96,11 +96,6 @@ const float kLog2e = 1.4426950408889634f;
  * exact limits ±1 (the θ terms inside a chunk). */
 __device__ __forceinline__ float tanh_fast(float x) { return 1.0f - __fdividef(2.0f, 1.0f + __expf(2.0f * x)); }
 
-/* sin and cos of a wrapped angle x ∈ [0, 2π] (the combined op's θ) by the hardware
- * approximations, after moving x to [−π, π] where their absolute error is ~1e-6. */
-__device__ __forceinline__ void sincos_wrapped_fast(float x, float * sn, float * cs) {
-    __sincosf(x >= kPi ? x - kTwoPiHi : x, sn, cs);
-}
 
 /* The sin/cos table of a block's θ (n = L·A values): th[o] becomes cos θ, snt[o] sin θ, all threads
  * of the block busy; fast (the fused op, θ wrapped to [0, 2π]): sincos_wrapped_fast, else sincosf.
