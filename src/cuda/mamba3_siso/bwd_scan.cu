@@ -242,7 +242,7 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_seq_kernel(const bw_args P) {
 __global__ void __launch_bounds__(kSeqThreads) bwd_tok_kernel(const bw_args P) {
     extern __shared__ float tok_sm[]; /* launch_bwd_tok: C·A dθ, then π·tanh(raw)·G; C·A tanh(raw), then
                                          the dangles; C dt, then the angle sums */
-    float * const  s_g = tok_sm, *const s_tn = s_g + P.C * P.A, *const s_dt = s_tn + P.C * P.A;
+    float *const s_g = tok_sm, *const s_tn = s_g + P.C * P.A, *const s_dt = s_tn + P.C * P.A;
     const int      w = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
     const int      lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
     const int      H = P.H, A = P.A;

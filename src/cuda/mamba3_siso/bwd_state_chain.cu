@@ -7,8 +7,8 @@
  * every token) and m3_seg sequences. bwd_chain_slot_kernel writes those slots from what the
  * backward's prep already holds — the scalars of P.sc (σ, cm are the ones the walks read; dt, λ, γ
  * for a whole slot) and θ = theta_at (wrap(θ entering + the chunk-local sum)), so the walks rotate
- * by the same angles as the gradient kernel (sincos_wrapped_fast, P.fused = 1) — plus c_last into P.cl and the
- * sequences as m3_seg. Running chunk_prep_kernel instead would need the forward's chunk table and
+ * by the same angles as the gradient kernel (sincos_wrapped_fast, P.fused = 1) — plus c_last into
+ * P.cl and the sequences as m3_seg. Running chunk_prep_kernel instead would need the forward's chunk table and
  * would recompute tanh of every angle that bwd_prep_kernel already summed; the builder is a copy.
  *
  * bwd_walks_kernel (launch_bwd_walks): a block per (sequence, head, V tile of 64, KS = 64 K columns

@@ -320,9 +320,8 @@ __global__ void __launch_bounds__(kChainThreads, 2) chain_state_kernel(const m3_
 /* The backward's two walks, two stages (with the reverse walk's z tiles, two blocks per SM: ~91 KB
  * at A = 32, KS = 64). blockIdx.z < gridDim.z / 2: the reverse walk of slice blockIdx.z (V tile ·
  * K/KS + K slice), else the forward walk of slice blockIdx.z − gridDim.z / 2. The reverse walks
- * (the gated dy and a third product per chunk) take longer; ordered first, they are dispatched one
- * per SM ahead of the forward walks, so that an SM's two blocks are one of each rather than two
- * reverse walks on some SMs and two forward walks on others. */
+ * (the gated dy and a third product per chunk) take longer, so they come first in launch order and
+ * start first. */
 template <int MODE, int KS>
 __global__ void __launch_bounds__(kChainThreads, 2) bwd_walks_kernel(const m3_fwd_args F, const m3_fwd_args R) {
     const unsigned half = gridDim.z >> 1;
