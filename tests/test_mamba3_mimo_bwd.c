@@ -379,8 +379,9 @@ static int64_t chunk_state_rows(const ssmt_mimo_problem * prob, const ssmt_mimo_
     return rows;
 }
 
-/* The backward with and without the saved results, on the reference and the CPU (both ignore
- * them: the same bytes), then refused ones (nothing written). */
+/* The backward with and without the saved results, on the reference (which ignores them) and the
+ * CPU (which reads chunk_states where chunk_size is its own chunk, 64/R tokens): the same bytes
+ * either way; then refused ones (nothing written). */
 static void saved_backwards(const cpu_case * cc, const ssmt_mimo_problem * prob, ssmt_mimo_bwd_problem * bwd,
                             const ssm_tensor * y, const ssm_tensor * cs, const ssm_tensor * const * bad,
                             const ssm_status * bad_status, int nbad) {
@@ -527,7 +528,7 @@ static void saved_results(ssmt_rng * rng) {
     const ssm_dtype      dtypes[2] = {SSM_DTYPE_F32, SSM_DTYPE_BF16};
     for (int di = 0; di < 2; ++di) {
         const ssm_dtype dt = dtypes[di];
-        cpu_case        c[6];
+        cpu_case        c[8];
         int             n = 0;
         c[n] = (cpu_case){"saved_reduced_tail", config(1, 35, 2, 1, 4, 32, 32, 16, dt), 0, 0};
         ++n;
@@ -541,6 +542,14 @@ static void saved_results(ssmt_rng * rng) {
         c[n].cfg.nseq = 4, c[n].cfg.seqlens = lens;
         ++n;
         c[n] = (cpu_case){"saved_strided", config(2, 30, 4, 2, 2, 32, 16, 8, dt), 0, 0};
+        c[n].cfg.strided = 1;
+        ++n;
+        /* chunk_size = 64/R, the CPU backward's chunk: it reads the saved states (the cases above
+         * with R = 4 and chunk 16 do too; the others take the recompute) */
+        c[n] = (cpu_case){"saved_read_varlen", config(1, 0, 2, 1, 2, 16, 16, 32, dt), 1, 0};
+        c[n].cfg.nseq = 4, c[n].cfg.seqlens = lens, c[n].cfg.has_states = 1;
+        ++n;
+        c[n] = (cpu_case){"saved_read_strided", config(2, 40, 4, 2, 4, 32, 16, 16, dt), 0, 0};
         c[n].cfg.strided = 1;
         ++n;
         for (int i = 0; i < n; ++i) run_saved(rng, &c[i]);

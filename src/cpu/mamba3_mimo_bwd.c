@@ -7,7 +7,8 @@
  *   1. per-token scalars of the whole sequence (λ, γ, c = γ + σ̄, dt), the angle cumsum θ
  *      (wrapped, as the forward) and its cos/sin;
  *   2. forward over the chunks keeping only the state entering each chunk, Ŝ_c (N×P, in
- *      per-thread scratch), from Ŝ_0 = ssm_stateᵀ + the §2.3 fold, or 0;
+ *      per-thread scratch), from Ŝ_0 = ssm_stateᵀ + the §2.3 fold, or 0 — or, given the
+ *      forward's chunk_states at this backward's chunk length, those rows read instead;
  *   3. reverse over the chunks carrying dŜ (seeded by dfinal_ssm_state), spec §4.2: the
  *      chunk's y (ssmi_mimo_chunk_y, which also leaves the decayed score matrix), the
  *      output stage backward to dY (gate, fused norm, mimo_o; dz and the dmimo_o/z and norm
@@ -70,8 +71,9 @@ typedef struct bwd_job {
     float *                          dq_ws, *dk_ws;  /* nblocks × (B,S,R,G,N) or NULL */
     float *                          dqb, *dkb;      /* (NS,H,R,N) partials           */
     float *                          dmv, *dmz, *dmo; /* (NS,H,R,P)                  */
-    float *                          dw;             /* (NS,H,P)                      */
-    float *                          dd;             /* (NS,H)                        */
+    float *                          dw;              /* (NS,H,P)                      */
+    float *                          dd;              /* (NS,H)                        */
+    const int64_t *                  cs_row0;         /* chunk_states: each sequence's first row, or NULL */
 } bwd_job;
 
 /* One thread's scratch. */
@@ -197,6 +199,15 @@ typedef struct bwd_task_ctx {
     float *         slot_q, *slot_k; /* workspace slots of this block (or NULL)     */
 } bwd_task_ctx;
 
+/* e^{cs_last} by the vector exp, as the forward computes it (fw_chunk), so that step 2 recomputes
+ * the forward's states and the gradients are the same bytes with or without the forward's
+ * chunk_states (the test checks it on its saved-results cases). */
+static float chunk_decay(const ssmi_cpu_kernels * k, float last) {
+    float e = last;
+    k->vexp(1, &e, &e);
+    return e;
+}
+
 /* Chunk-local decay quantities of tokens [i0, i0+n): cs (inclusive cumsum of adt), the
  * tile's e[i][j] = e^{cs_i − cs_j} (j < i), ecs per row, wrev = e^{cs_last − cs_i} per token
  * and per row; returns e^{cs_last}. The forward state pass (full = 0) needs only wrev and
@@ -212,7 +223,7 @@ static float chunk_decays(bwd_task_ctx * x, int64_t i0, int64_t n, int full) {
     if (!full) {
         for (int64_t i = 0; i < n; ++i) tl->wrev[i] = last - s->cs[i];
         k->vexp(n, tl->wrev, tl->wrev);
-        return expf(last);
+        return chunk_decay(k, last);
     }
     for (int64_t i = 0; i < n; ++i)
         for (int64_t j = 0; j < C; ++j) tl->e[i * C + j] = j < i ? s->cs[i] - s->cs[j] : 0.0f;
@@ -232,7 +243,7 @@ static float chunk_decays(bwd_task_ctx * x, int64_t i0, int64_t n, int full) {
         tl->gamma[i] = s->gam[i0 + i];
         s->dcs[i] = 0.0f;
     }
-    return expf(last);
+    return chunk_decay(k, last);
 }
 
 /* k̂ and u of tokens [i0, i0+n) into the tile; in the reverse pass also q̃, k̃ and qkdot. */
@@ -344,6 +355,20 @@ static void forward_states(bwd_task_ctx * x) {
         memcpy(next, s->states + c * NP, (size_t)NP * sizeof(float));
         ssmi_mimo_state_update(k, &s->tl, n, ecl, next);
     }
+}
+
+/* Step 2 from the forward's chunk_states: the rows of this sequence and head into s->states (the
+ * forward writes Ŝ entering each of its chunks, chunk_size tokens, with the same fold). */
+static void saved_states(bwd_task_ctx * x) {
+    const ssm_tensor *       cs = &x->job->a->chunk_states;
+    const ssmi_cpu_kernels * kb = x->job->k->base;
+    const ssmi_mimo_dims *   d = x->job->d;
+    const int64_t            C = x->s.tl.C, N = d->dstate, P = d->headdim, row0 = x->job->cs_row0[x->n];
+    const int64_t            nchunks = (x->len + C - 1) / C;
+    for (int64_t c = 0; c < nchunks; ++c)
+        for (int64_t nn = 0; nn < N; ++nn)
+            kb->load_row(x->s.states + (c * N + nn) * P, cs->data, cs->dtype, ssmi_off4(cs, row0 + c, x->h, nn, 0),
+                         cs->strides[3], P);
 }
 
 /* dY of the chunk's rows from dout through the mimo_o reduction, the gate and the fused
@@ -791,7 +816,10 @@ static void head_grads(bwd_task_ctx * x) {
         ssmi_mimo_make_u(R, P, s->vrow, s->hd.mv, s->ust, P);
     }
     /* 2. states entering every chunk */
-    forward_states(x);
+    if (job->cs_row0 != NULL)
+        saved_states(x);
+    else
+        forward_states(x);
     /* 3. reverse over the chunks */
     if (ssmi_present(&a->dfinal_ssm_state))
         ssmi_mimo_load_state_np(mk, &a->dfinal_ssm_state, x->n, x->h, N, P, s->ds);
@@ -979,10 +1007,23 @@ ssm_status ssmi_cpu_mamba3_mimo_bwd(ssm_context * ctx, const ssm_mamba3_mimo_par
     job.dmo = q, q += NS * H * R * P;
     job.dw = q, q += NS * H * P;
     job.dd = q;
+    /* the forward's chunk_states replace step 2 where its chunks are this backward's (chunk_size
+     * = the backward's C): one row per chunk, sequence after sequence */
+    int64_t * row0 = NULL;
+    if (ssmi_present(&a->chunk_states) && d->chunk == job.l.C) {
+        row0 = ssmi_mimo_chunk_rows(ctx, k_op, &a->cu_seqlens, d->seqlen, NS, d->chunk);
+        if (row0 == NULL) {
+            ssmi_free(ctx, job.scratch);
+            ssmi_free(ctx, big);
+            return SSM_STATUS_OUT_OF_MEMORY;
+        }
+        job.cs_row0 = row0;
+    }
     ssmi_parallel_for(ctx, NS * d->ngroups * job.l.nblocks, bwd_task, &job);
     if (job.l.use_ws)
         ssmi_parallel_for(ctx, d->batch * ((d->seqlen + BWD_REDUCE_BLOCK - 1) / BWD_REDUCE_BLOCK), reduce_task, &job);
     reduce_params(&job);
+    ssmi_free(ctx, row0);
     ssmi_free(ctx, job.scratch);
     ssmi_free(ctx, big);
     return SSM_STATUS_OK;

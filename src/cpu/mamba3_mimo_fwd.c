@@ -254,17 +254,9 @@ ssm_status ssmi_cpu_mamba3_mimo(ssm_context * ctx, const ssm_mamba3_mimo_params 
     job.thread_floats = fw_carve(NULL, NULL, d);
     job.cs_row0       = NULL;
     int64_t * row0    = NULL;
-    if (ssmi_present(&a->chunk_states)) { /* one row per chunk, sequence after sequence */
-        row0 = ssmi_alloc(ctx, (size_t) d->nseq * sizeof(int64_t));
-        if (row0 == NULL)
-            return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "mamba3_mimo: no memory for the chunk_states row plan");
-        int64_t rows = 0;
-        for (int64_t s = 0; s < d->nseq; ++s) {
-            int64_t r, t0, len;
-            ssmi_cpu_sequence(&a->cu_seqlens, d->seqlen, s, &r, &t0, &len);
-            row0[s] = rows;
-            rows += (len + d->chunk - 1) / d->chunk;
-        }
+    if (ssmi_present(&a->chunk_states)) {
+        row0 = ssmi_mimo_chunk_rows(ctx, "mamba3_mimo", &a->cu_seqlens, d->seqlen, d->nseq, d->chunk);
+        if (row0 == NULL) return SSM_STATUS_OUT_OF_MEMORY;
         job.cs_row0 = row0;
     }
     job.scratch = ssmi_cpu_thread_scratch(ctx, "mamba3_mimo", job.thread_floats);
