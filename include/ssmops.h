@@ -985,7 +985,8 @@ SSM_API ssm_status ssm_mamba3_mimo(ssm_context * ctx, const ssm_mamba3_mimo_para
  * over batch (and sequences) in a fixed order.
  * pregate_y, chunk_states (optional): what the forward wrote into its tensors of these names for
  * these inputs and params (F32 or F64). A backend may read them instead of recomputing the
- * forward's per-rank pre-gate output and chunk states (the CUDA backend does); the gradients are
+ * forward's per-rank pre-gate output and chunk states (the CUDA backend does both; the CPU backend
+ * reads chunk_states where params->chunk_size is its own chunk, 64/R tokens); the gradients are
  * the same whether or not they are given (docs/ops/mamba3_mimo.md §5, "Saved forward results"). */
 typedef struct ssm_mamba3_mimo_bwd_args {
     ssm_tensor q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, mimo_z, mimo_o, angles, d, z;

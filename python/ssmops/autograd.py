@@ -8,7 +8,8 @@ keep_pregate_y=True, keep_chunk_states=True (mamba3_mimo): the forward also writ
 (pregate_y: the per-rank pre-gate output, fp32 (B, S, H, R, P); chunk_states: the state entering
 every chunk, fp32 (NCS, H, N, P)) into an array it makes, not returned, unless the call passes
 its own array (returned as usual, not differentiable), and keeps it for mamba3_mimo_bwd, whose
-CUDA backend then skips recomputing it (docs/ops/mamba3_mimo.md §5, "Saved forward results"):
+CUDA backend then skips recomputing it, and whose CPU backend skips its state pass given
+chunk_states where chunk_size is 64/R (docs/ops/mamba3_mimo.md §5, "Saved forward results"):
 less backward time for 4·B·S·H·R·P, 4·NCS·H·N·P bytes held from the forward to the backward.
 Such a call takes the torch.autograd.Function path."""
 import torch
