@@ -262,7 +262,6 @@ static void cuda_case(ssmt_rng * rng, ssmt_mamba2_config * cfg, int64_t chunk, i
     ssmt_mamba2_problem_free(&prob);
 }
 
-/* The matrix of test_mamba2_bwd.c's CPU sweep, plus stride-0 inputs and device index tensors. */
 /* A bf16 problem of B × S tokens, H heads in G groups, P × N states, d_mode (0 none, 1 per head, 2
  * per channel), with z, dt_bias, softplus and initial states; F32 outputs. */
 static void plane_config(ssmt_mamba2_config * cfg, int64_t B, int64_t S, int64_t H, int64_t G, int64_t P, int64_t N,
@@ -273,6 +272,7 @@ static void plane_config(ssmt_mamba2_config * cfg, int64_t B, int64_t S, int64_t
     cfg->has_dt_bias = 1, cfg->has_initial = 1, cfg->dt_softplus = 1;
 }
 
+/* The matrix of test_mamba2_bwd.c's CPU sweep, plus stride-0 inputs and device index tensors. */
 static void test_matrix(ssmt_rng * rng) {
     int k = 0;
     for (int si = 0; si < SSMT_MAMBA2_BWD_NSEQLENS; ++si) {

@@ -96,7 +96,6 @@ const float kLog2e = 1.4426950408889634f;
  * exact limits ±1 (the θ terms inside a chunk). */
 __device__ __forceinline__ float tanh_fast(float x) { return 1.0f - __fdividef(2.0f, 1.0f + __expf(2.0f * x)); }
 
-
 /* The sin/cos table of a block's θ (n = L·A values): th[o] becomes cos θ, snt[o] sin θ, all threads
  * of the block busy; fast (the fused op, θ wrapped to [0, 2π]): sincos_wrapped_fast, else sincosf.
  * fast is block-uniform. */
