@@ -345,7 +345,10 @@ __device__ __forceinline__ void dadt_tail(const bw_args & P, const bw_chunk & ch
  * q̂ (qv) and k̂ (kv) of the pair, σ_i, cqk = dQK_i·γ_i and, for a rotated pair (p < A), θ of the
  * pair (theta_at): dk̂ = σ·dK̂s (+ dfinal_k_state with fk), for a rotated pair the raw dθ into the
  * workspace and q̃, k̃, dq̂, dk̂ rotated back, then dq̃ = dq̂ + cqk·k̃ and dk̃ = dk̂ + cqk·q̃ into the
- * workspace and back into f, g. Returns the raw dθ (0 for an unrotated pair). */
+ * workspace and back into f, g. Returns the raw dθ (0 for an unrotated pair). FAST: sin and cos
+ * of θ by the hardware approximations (the 16-bit kernels, as their forward rotation), else
+ * sincosf. */
+template <bool FAST>
 __device__ __forceinline__ float chain_pair(const bw_args & P, const bw_chunk & ch, int h, int i, int p, bool fk,
                                             float sg, float cqk, float theta, float2 qv, float2 kv, float2 & f,
                                             float2 & g) {
@@ -358,7 +361,10 @@ __device__ __forceinline__ float chain_pair(const bw_args & P, const bw_chunk & 
         dth = -f0 * qt1 + f1 * qt0 - g0 * kt1 + g1 * kt0;
         P.dth[o * A + p] = dth;
         float sn, cs;
-        sincosf(theta, &sn, &cs);
+        if (FAST)
+            ssmi_siso::sincos_wrapped_fast(theta, &sn, &cs);
+        else
+            sincosf(theta, &sn, &cs);
         const float a0 = cs * f0 + sn * f1, a1 = -sn * f0 + cs * f1;
         const float b0 = cs * g0 + sn * g1, b1 = -sn * g0 + cs * g1;
         const float x0 = cs * qt0 + sn * qt1, x1 = -sn * qt0 + cs * qt1;

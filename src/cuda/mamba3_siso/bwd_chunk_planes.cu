@@ -519,7 +519,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
                     if (cc >= K) continue; /* K even: the pair is whole */
                     float2 f = make_float2(c[jn][2 * hh], c[jn][2 * hh + 1]);
                     float2 gk = make_float2(ck[jn][2 * hh], ck[jn][2 * hh + 1]);
-                    ts[jn] += chain_pair(P, ch, h, i, cc >> 1, fk, 1.0f, cqk, th[hh][jn], split_at(s.qh, s.ql, o),
+                    ts[jn] += chain_pair<true>(P, ch, h, i, cc >> 1, fk, 1.0f, cqk, th[hh][jn], split_at(s.qh, s.ql, o),
                                          split_at(s.kh, s.kl, o), f, gk);
                     qs[jn][0] += f.x, qs[jn][1] += f.y;
                     ks[jn][0] += gk.x, ks[jn][1] += gk.y;
