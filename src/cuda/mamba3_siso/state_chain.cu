@@ -71,7 +71,8 @@ struct chain_copies : chain_zpieces<typename cfg<MODE>::T, kC *(kTV / 8) / kChai
     __device__ __forceinline__    chain_copies(const m3_fwd_args & P, const chain_smem & L, const m3_seg & sg, int h,
                                                int p0, int kc0) {
            const int tid = (int)threadIdx.x;
-           npieces = (int)(prep_floats(P.A) / 4);
+           /* a K slice without a rotated pair (kc0/2 ≥ A) never reads θ: the scalars only */
+           npieces = (int)((kc0 / 2 >= P.A ? (long long)kPrepScal : prep_floats(P.A)) / 4);
            prep_step = (long long)P.H * prep_floats(P.A);
            prep = P.prep + ((long long)sg.first * P.H + h) * prep_floats(P.A);
            kstep = (long long)kC * P.k.s[1];
