@@ -23,7 +23,8 @@
  * and both plane entries forced must answer UNSUPPORTED without writing an output; chunked_planes
  * and chained_planes must each run on some case (ssm_context_last_variant names the entry that
  * ran). A varlen case at K = V = 64 (empty sequences first and in the middle, a 2-token and a
- * 17-token tail chunk, initial states and every dfinal_*) covers the chain's walk cases.
+ * 17-token tail chunk, initial states and every dfinal_*) covers the chain's walk cases; a GQA
+ * case of 20 chunks, Hq = 2 groups of 6 heads, the plane gradient kernel's multi-head slices.
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261206).
  */
@@ -300,7 +301,7 @@ int main(void) {
     const ssm_dtype      dtypes[3] = {SSM_DTYPE_F32, SSM_DTYPE_F16, SSM_DTYPE_BF16};
     for (int di = 0; di < 3; ++di) {
         const ssm_dtype dt = dtypes[di];
-        bwd_case        cases[19];
+        bwd_case        cases[20];
         int             n = 0;
         cases[n] = (bwd_case){"s1_states", base_config(2, 1, 4, 2, 32, 32, 16, dt), 1, 0};
         cases[n].cfg.has_states = 1;
@@ -362,6 +363,11 @@ int main(void) {
          * whole chunk, one token; initial states and every dfinal_* */
         cases[n] = (bwd_case){"varlen_chain", base_config(1, 0, 4, 1, 64, 64, 16, dt), 1, 0};
         cases[n].cfg.nseq = 6, cases[n].cfg.seqlens = lens_d, cases[n].cfg.has_states = 1;
+        ++n;
+        /* enough chunks (20, a tail) and GQA groups (Hq = 2 of 6 heads each) that the plane gradient
+         * kernel's blocks take slices of 2 heads, 3 parts per group (its rule in mamba3_siso/bwd.cu) */
+        cases[n] = (bwd_case){"gqa_slices", base_config(1, 1275, 12, 2, 128, 64, 32, dt), 1, 0};
+        cases[n].cfg.has_states = 1;
         ++n;
         for (int c = 0; c < n; ++c) run_case(&rng, &cases[c]);
     }

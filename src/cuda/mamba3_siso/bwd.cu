@@ -120,7 +120,28 @@ struct bwd_plan {
     bw_seg *   segs;
     long long  W;
     bool       chain; /* the entry is chained_planes: the workspace has its slots and sequences */
+    int        qslice, qparts; /* bw_args' parts of dq̃, dk̃ (grad_slices) */
 };
+
+/* The plane gradient kernel's slices: a block per (chunk, slice of a GQA group's heads) takes the
+ * slice's heads in turn and sums their dq̃, dk̃ in its part's rows of the workspace, so only
+ * qparts parts per group (not a row per head) are written and summed by bwd_qk_sum_kernel. The
+ * rule: the fewest slices per group that give the grid kGradBlocks blocks (the kernel runs one
+ * block per SM; about a wave on devices of 114–148 SMs), at most one per head. A function of the
+ * problem only (never of the device): the order of the sums, so the bytes, are the same on every
+ * device; with one slice per group the sum runs over the heads in order, as the per-head parts'
+ * sum does. The fp32 kernel keeps a part per head. */
+const long long kGradBlocks = 128;
+void grad_slices(bwd_plan * pl, long long Hq, int G, bool planes) {
+    long long n = G;
+    if (planes && pl->W * Hq > 0) {
+        n = (kGradBlocks + pl->W * Hq - 1) / (pl->W * Hq);
+        if (n > G) n = G;
+        if (n < 1) n = 1;
+    }
+    pl->qslice = G > 0 ? (int)((G + n - 1) / n) : 1;
+    pl->qparts = G > 0 ? (G + pl->qslice - 1) / pl->qslice : 0;
+}
 
 void plan_free(bwd_plan * pl) {
     free(pl->chunks);
@@ -190,8 +211,8 @@ bwd_ws ws_layout(const ssmi_mamba3_dims * d, const bwd_plan * pl) {
                               sizeof(float) * W * H * VK,
                               sizeof(float) * W * H,
                               sizeof(float) * NS * H * VK,
-                              sizeof(float) * T * H * K,
-                              sizeof(float) * T * H * K,
+                              sizeof(float) * T * (size_t)d->nheads_qk * (size_t)pl->qparts * K,
+                              sizeof(float) * T * (size_t)d->nheads_qk * (size_t)pl->qparts * K,
                               sizeof(float) * T * H * A,
                               sizeof(float) * T * H,
                               sizeof(float) * T * H,
@@ -363,7 +384,9 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_bwd(ssm_context * ctx, const ssm_mam
     bwd_plan pl;
     SSM_FORWARD_IF_ERROR(plan_bwd(ctx, d, &a->cu_seqlens, C, &pl));
     pl.chain = e->chain;
-    const bw_args      P = make_args(d, a, C, staged, e->planes, pl.W);
+    grad_slices(&pl, d->nheads_qk, d->nheads_qk > 0 ? (int)(d->nheads / d->nheads_qk) : 0, e->planes);
+    bw_args P = make_args(d, a, C, staged, e->planes, pl.W);
+    P.qslice = pl.qslice, P.qparts = pl.qparts;
     const bwd_ws       l = ws_layout(d, &pl);
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     void *             ws = NULL;

@@ -59,6 +59,11 @@ struct bw_args {
     int              planes;           /* the chunk kernels are the bf16-plane ones (bwd_chunk_planes.cu) */
     int              v_bf16;           /* v is bf16: exact in one plane                       */
     int              has_d, has_z, has_states, has_dfa, has_dfs, has_dfk, has_dfv;
+    /* dq̃ and dk̃ leave the gradient kernel as qparts parts per GQA group (rows of dqt/dkt): part j
+     * of group g is the sum, in head order from 0, of the group's heads [j·qslice, (j+1)·qslice)
+     * (the plane kernel takes a slice's heads in turn in one block; the fp32 kernel: qslice 1,
+     * qparts G, a part per head); bwd_qk_sum_kernel adds the parts in order */
+    int              qslice, qparts;
     ssmi_cu_view     q, k, v, adt, dt, trap, qb, kb, ang, d, z;   /* forward inputs            */
     ssmi_cu_view     ang_in, ssm_in, k_in, v_in;                  /* initial states            */
     ssmi_cu_view     dout, dfa, dfs, dfk, dfv;                    /* incoming gradients        */
@@ -72,8 +77,8 @@ struct bw_args {
     float * dst;  /* (W, H, V·K) chunk state-gradient contributions, then the carry dS of each chunk */
     float * cl;   /* (W, H) c_last of each chunk                                             */
     float * dhin; /* (NS, H, V·K) dH_in                                                      */
-    float * dqt;  /* (T, H, K) dq̃ per V-head (zeros where no token)                          */
-    float * dkt;  /* (T, H, K) dk̃ per V-head                                                 */
+    float * dqt;  /* (T, Hq·qparts, K) parts of dq̃ (row part_row: g·qparts + j)             */
+    float * dkt;  /* (T, Hq·qparts, K) parts of dk̃                                          */
     float * dth;  /* (T, H, A) dθ                                                            */
     float * dsg;  /* (T, H) dσ                                                               */
     float * dgm;  /* (T, H) dγ                                                               */
@@ -344,14 +349,15 @@ __device__ __forceinline__ void dadt_tail(const bw_args & P, const bw_chunk & ch
 /* The chain of token i, pair p (columns 2p, 2p + 1) of chunk w (spec §6.2): from dq̂ (f), dK̂s (g),
  * q̂ (qv) and k̂ (kv) of the pair, σ_i, cqk = dQK_i·γ_i and, for a rotated pair (p < A), θ of the
  * pair (theta_at): dk̂ = σ·dK̂s (+ dfinal_k_state with fk), for a rotated pair the raw dθ into the
- * workspace and q̃, k̃, dq̂, dk̂ rotated back, then dq̃ = dq̂ + cqk·k̃ and dk̃ = dk̂ + cqk·q̃ into the
- * workspace and back into f, g. Returns the raw dθ (0 for an unrotated pair). FAST: sin and cos
- * of θ by the hardware approximations (the 16-bit kernels, as their forward rotation), else
- * sincosf. */
+ * workspace and q̃, k̃, dq̂, dk̂ rotated back, then dq̃ = dq̂ + cqk·k̃ and dk̃ = dk̂ + cqk·q̃ back into
+ * f, g and, added to pq, pk (the part's sums of the slice's earlier heads; zeros for its first
+ * head), into the part's row qo of dqt, dkt. Returns the raw dθ (0 for an unrotated pair). FAST:
+ * sin and cos of θ by the hardware approximations (the 16-bit kernels, as their forward
+ * rotation), else sincosf. */
 template <bool FAST>
 __device__ __forceinline__ float chain_pair(const bw_args & P, const bw_chunk & ch, int h, int i, int p, bool fk,
                                             float sg, float cqk, float theta, float2 qv, float2 kv, float2 & f,
-                                            float2 & g) {
+                                            float2 & g, long long qo, float2 pq, float2 pk) {
     const long long o = (ch.tok + i) * P.H + h;
     const int       c0 = 2 * p, K = P.K, A = P.A;
     float           g0 = sg * g.x, g1 = sg * g.y, f0 = f.x, f1 = f.y, dth = 0.0f;
@@ -375,8 +381,8 @@ __device__ __forceinline__ float chain_pair(const bw_args & P, const bw_chunk & 
     f0 += cqk * kt0, f1 += cqk * kt1;
     g0 += cqk * qt0, g1 += cqk * qt1;
     /* one 8-byte store per pair (K even, 128-byte aligned workspace) */
-    *reinterpret_cast<float2 *>(P.dqt + o * K + c0) = make_float2(f0, f1);
-    *reinterpret_cast<float2 *>(P.dkt + o * K + c0) = make_float2(g0, g1);
+    *reinterpret_cast<float2 *>(P.dqt + qo * K + c0) = make_float2(pq.x + f0, pq.y + f1);
+    *reinterpret_cast<float2 *>(P.dkt + qo * K + c0) = make_float2(pk.x + g0, pk.y + g1);
     f = make_float2(f0, f1), g = make_float2(g0, g1);
     return dth;
 }

@@ -375,286 +375,309 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
     const int                K = kK > 0 ? kK : P.K, V = kV > 0 ? kV : P.V;
     const planes_geom        g = planes_geom_of(kC > 0 ? kC : P.C, K, V);
     const pl_smem            s = carve_planes(sm, g, true);
-    const int                w = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
+    const int                w = blockIdx.x, part = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
     const int                lane = tid & 31, warp = tid >> 5, nw = nt >> 5, g4 = lane >> 2, t4 = lane & 3;
     const bw_chunk           ch = P.chunks[w];
     const int                A = P.A, VK = V * K;
-    const long long          wh = (long long)w * P.H + h;
-    /* S_c, dS: the first batch's loads in flight across the chunk's loads and A1, which do not
-     * need them; their planes lie outside the zeroed region and the regions A1 writes */
-    const float * const Sc = P.st + wh * VK, *const dS = P.dst + wh * VK;
-    state_batch         sfirst;
-    fetch_states(sfirst, tid, state_walk(g), g, Sc, dS, V, K);
-    const float cl = load_planes<VX, false>(P, K, V, w, ch, h, g, sm, s);
     const int   L = ch.len, Kq = (L + 15) / 16 * 16, nT = g.cp / 16, nK = g.kp / 16, nV = g.vp / 16, nTL = Kq / 16;
     const int   cp = g.cp, kp = g.kp, lk = g.lk, lv = g.lv, lc = g.lc;
-    const float dskip = P.has_d ? ssmi_cu_ld(P.d.p, P.d.dtype, (long long)h * P.d.s[0]) : 0.0f;
     const bool  seq_end = ch.last != 0;
+    /* the slice of heads: part j of GQA group gq, dq̃ and dk̃ summed over its heads in head order
+     * into the part's rows (bw_args.qslice) */
+    const int       gq = part / P.qparts, hfirst = gq * P.G + (part % P.qparts) * P.qslice;
+    const int       hend = min(hfirst + P.qslice, (gq + 1) * P.G);
+    const long long qrows = (long long)(P.H / P.G) * P.qparts;
+    for (int h = hfirst; h < hend; ++h) {
+        const bool acc = h > hfirst; /* the part's rows hold the slice's earlier heads */
+        if (acc) __syncthreads(); /* the previous head's tail has read the block's scalars */
+        const long long          wh = (long long)w * P.H + h;
+        /* S_c, dS: the first batch's loads in flight across the chunk's loads and A1, which do not
+         * need them; their planes lie outside the zeroed region and the regions A1 writes */
+        const float * const Sc = P.st + wh * VK, *const dS = P.dst + wh * VK;
+        state_batch         sfirst;
+        fetch_states(sfirst, tid, state_walk(g), g, Sc, dS, V, K);
+        const float cl = load_planes<VX, false>(P, K, V, w, ch, h, g, sm, s);
+        const float dskip = P.has_d ? ssmi_cu_ld(P.d.p, P.d.dtype, (long long)h * P.d.s[0]) : 0.0f;
 
-    /* A1: tile (i, j) of Q̂·K̂ᵀ and dY·Vᵀ → Pm, Es (strictly lower; zeros elsewhere), d and dQK on
-     * the diagonal, the tile's row sums of W into wrow[j-tile] and column sums of Z into zcol[i-tile]
-     * (every tile writes its slots, zeros where it has no entries) */
-    for (int t = warp; t < nT * nT; t += nw) {
-        const int  m0 = (t / nT) * 16, n0 = (t % nT) * 16;
-        const bool live = n0 <= m0 && m0 < L;
-        float      qk[2][4], dv[2][4];
-        zero_acc(qk), zero_acc(dv);
-        if (live) {
-            tile_mma<false, false, true, true>(qk, s.qh, s.ql, lk, s.kh, s.kl, lk, m0, n0, 0, kp);
-            tile_mma<false, false, true, !VX>(dv, s.dyh, s.dyl, lv, s.vh, s.vl, lv, m0, n0, 0, g.vp);
-        }
-        float wsum[2] = {0.0f, 0.0f}, zsum[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
-        /* FULL: a tile strictly below the diagonal with every row a token (warp-uniform), where each
-         * entry is a j < i entry: the same arithmetic without the per-entry tests (bf16 v only: with
-         * a split v plane the second copy costs the kernel a spill) */
-        const auto tables = [&](auto full) {
-            constexpr bool FULL = decltype(full)::value;
-#pragma unroll
-            for (int j = 0; j < 2; ++j)
-#pragma unroll
-                for (int hh = 0; hh < 2; ++hh) {
-                    const int i = m0 + g4 + 8 * hh, j0 = n0 + 8 * j + 2 * t4;
-                    float     pm[2], es[2];
-#pragma unroll
-                    for (int u = 0; u < 2; ++u) {
-                        const int jj = j0 + u;
-                        pm[u] = es[u] = 0.0f;
-                        if (FULL || (live && i < L)) {
-                            const float x = dv[j][2 * hh + u], y = qk[j][2 * hh + u];
-                            if (FULL || jj < i) {
-                                const float dec = expf(s.cm[i] - s.cm[jj]), sj = s.sig[jj], z = dec * x * y;
-                                pm[u] = dec * sj * y;
-                                es[u] = dec * x * sj;
-                                wsum[hh] += z * sj;
-                                zsum[j][u] += z;
-                            } else if (jj == i) {
-                                s.dQK[i] = x; /* dy_i·v_i */
-                                s.dqk[i] = y; /* d_i = q̂_i·k̂_i */
+        /* A1: tile (i, j) of Q̂·K̂ᵀ and dY·Vᵀ → Pm, Es (strictly lower; zeros elsewhere), d and dQK on
+         * the diagonal, the tile's row sums of W into wrow[j-tile] and column sums of Z into zcol[i-tile]
+         * (every tile writes its slots, zeros where it has no entries) */
+        for (int t = warp; t < nT * nT; t += nw) {
+            const int  m0 = (t / nT) * 16, n0 = (t % nT) * 16;
+            const bool live = n0 <= m0 && m0 < L;
+            float      qk[2][4], dv[2][4];
+            zero_acc(qk), zero_acc(dv);
+            if (live) {
+                tile_mma<false, false, true, true>(qk, s.qh, s.ql, lk, s.kh, s.kl, lk, m0, n0, 0, kp);
+                tile_mma<false, false, true, !VX>(dv, s.dyh, s.dyl, lv, s.vh, s.vl, lv, m0, n0, 0, g.vp);
+            }
+            float wsum[2] = {0.0f, 0.0f}, zsum[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+            /* FULL: a tile strictly below the diagonal with every row a token (warp-uniform), where each
+             * entry is a j < i entry: the same arithmetic without the per-entry tests (bf16 v only: with
+             * a split v plane the second copy costs the kernel a spill) */
+            const auto tables = [&](auto full) {
+                constexpr bool FULL = decltype(full)::value;
+    #pragma unroll
+                for (int j = 0; j < 2; ++j)
+    #pragma unroll
+                    for (int hh = 0; hh < 2; ++hh) {
+                        const int i = m0 + g4 + 8 * hh, j0 = n0 + 8 * j + 2 * t4;
+                        float     pm[2], es[2];
+    #pragma unroll
+                        for (int u = 0; u < 2; ++u) {
+                            const int jj = j0 + u;
+                            pm[u] = es[u] = 0.0f;
+                            if (FULL || (live && i < L)) {
+                                const float x = dv[j][2 * hh + u], y = qk[j][2 * hh + u];
+                                if (FULL || jj < i) {
+                                    const float dec = expf(s.cm[i] - s.cm[jj]), sj = s.sig[jj], z = dec * x * y;
+                                    pm[u] = dec * sj * y;
+                                    es[u] = dec * x * sj;
+                                    wsum[hh] += z * sj;
+                                    zsum[j][u] += z;
+                                } else if (jj == i) {
+                                    s.dQK[i] = x; /* dy_i·v_i */
+                                    s.dqk[i] = y; /* d_i = q̂_i·k̂_i */
+                                }
                             }
                         }
+                        const int o = i * lc + j0;
+                        split_pair(pm[0], pm[1], s.pmh, s.pml, o);
+                        split_pair(es[0], es[1], s.esh, s.esl, o);
                     }
-                    const int o = i * lc + j0;
-                    split_pair(pm[0], pm[1], s.pmh, s.pml, o);
-                    split_pair(es[0], es[1], s.esh, s.esl, o);
+            };
+            if (VX && live && n0 < m0 && m0 + 16 <= L)
+                tables(std::true_type());
+            else
+                tables(std::false_type());
+    #pragma unroll
+            for (int hh = 0; hh < 2; ++hh) wsum[hh] = quad_sum(wsum[hh]);
+            if (t4 == 0) s.wrow[(n0 / 16) * cp + m0 + g4] = wsum[0], s.wrow[(n0 / 16) * cp + m0 + g4 + 8] = wsum[1];
+    #pragma unroll
+            for (int j = 0; j < 2; ++j)
+    #pragma unroll
+                for (int u = 0; u < 2; ++u) {
+                    const float z = col_sum(zsum[j][u]);
+                    if (g4 == 0) s.zcol[(m0 / 16) * cp + n0 + 8 * j + 2 * t4 + u] = z;
                 }
-        };
-        if (VX && live && n0 < m0 && m0 + 16 <= L)
-            tables(std::true_type());
-        else
-            tables(std::false_type());
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) wsum[hh] = quad_sum(wsum[hh]);
-        if (t4 == 0) s.wrow[(n0 / 16) * cp + m0 + g4] = wsum[0], s.wrow[(n0 / 16) * cp + m0 + g4 + 8] = wsum[1];
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int u = 0; u < 2; ++u) {
-                const float z = col_sum(zsum[j][u]);
-                if (g4 == 0) s.zcol[(m0 / 16) * cp + n0 + 8 * j + 2 * t4 + u] = z;
-            }
-    }
-    s.red[tid] = load_states(sfirst, s, g, Sc, dS, V, K);
-    __syncthreads(); /* the tables, the partials, the S_c and dS planes */
+        }
+        s.red[tid] = load_states(sfirst, s, g, Sc, dS, V, K);
+        __syncthreads(); /* the tables, the partials, the S_c and dS planes */
 
-    /* A2: jobs [0, JQ) the (i, c) tile pairs of dq̂ and dk̂ with the chain (JQ = nT·nK), then
-     * [JQ, JQ + J) dv tiles (j, r) and [JQ + J, JQ + 2J) y/dz tiles (j, r) (J = nT·nV) */
-    const bool want_dv = P.dv.present != 0, want_dz = P.dz.present != 0 && P.has_z;
-    const int  JQ = nT * nK, J = nT * nV;
-    for (int t = warp; t < JQ + 2 * J; t += nw) {
-        float c[2][4];
-        zero_acc(c);
-        if (t < JQ) {
-            const int mt = t / nK, kt = t % nK, m0 = mt * 16, c0 = kt * 16;
-            if (m0 >= L) continue;
-            /* θ of this lane's (token, pair) slots, loaded ahead of the products */
-            float th[2][2];
+        /* A2: jobs [0, JQ) the (i, c) tile pairs of dq̂ and dk̂ with the chain (JQ = nT·nK), then
+         * [JQ, JQ + J) dv tiles (j, r) and [JQ + J, JQ + 2J) y/dz tiles (j, r) (J = nT·nV) */
+        const bool want_dv = P.dv.present != 0, want_dz = P.dz.present != 0 && P.has_z;
+        const int  JQ = nT * nK, J = nT * nV;
+        for (int t = warp; t < JQ + 2 * J; t += nw) {
+            float c[2][4];
+            zero_acc(c);
+            if (t < JQ) {
+                const int mt = t / nK, kt = t % nK, m0 = mt * 16, c0 = kt * 16;
+                if (m0 >= L) continue;
+                /* θ of this lane's (token, pair) slots, loaded ahead of the products */
+                float th[2][2];
+    #pragma unroll
+                for (int hh = 0; hh < 2; ++hh)
+    #pragma unroll
+                    for (int jn = 0; jn < 2; ++jn) {
+                        const int i = m0 + g4 + 8 * hh, cc = c0 + 8 * jn + 2 * t4, p = cc >> 1;
+                        th[hh][jn] = i < L && cc < K && p < A ? theta_at(P, w, h, ch.tok + i, p) : 0.0f;
+                    }
+                /* the part's sums of the slice's earlier heads at this lane's pairs (this thread
+                 * wrote them for the previous head), loaded ahead of the products too */
+                float2 pq[2][2], pk[2][2];
 #pragma unroll
+                for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                    for (int jn = 0; jn < 2; ++jn) {
+                        const int       i = m0 + g4 + 8 * hh, cc = c0 + 8 * jn + 2 * t4;
+                        const bool      in = acc && i < L && cc < K;
+                        const long long qo = ((ch.tok + i) * qrows + part) * K + cc;
+                        pq[hh][jn] = in ? *reinterpret_cast<const float2 *>(P.dqt + qo) : make_float2(0.0f, 0.0f);
+                        pk[hh][jn] = in ? *reinterpret_cast<const float2 *>(P.dkt + qo) : make_float2(0.0f, 0.0f);
+                    }
+                /* the inter-chunk parts: e^{c}·dY·S_c (c) and e^{c_last−c}·V·dS (ck); their row sums
+                 * with q̂ (readout) and k̂ (m) */
+                float ck[2][4];
+                zero_acc(ck);
+                tile_mma<false, true, true, true>(c, s.dyh, s.dyl, lv, s.sh, s.sl, lk, m0, c0, 0, g.vp);
+                tile_mma<false, true, !VX, true>(ck, s.vh, s.vl, lv, s.dh, s.dl, lk, m0, c0, 0, g.vp);
+                float sq[2] = {0.0f, 0.0f}, sk[2] = {0.0f, 0.0f};
+    #pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int   i = m0 + g4 + 8 * hh;
+                    const float fq = s.ec[i], fk = s.wl[i], sg = s.sig[i];
+    #pragma unroll
+                    for (int jn = 0; jn < 2; ++jn) {
+                        const int    o = i * lk + c0 + 8 * jn + 2 * t4;
+                        const float2 xq = split_at(s.qh, s.ql, o), xk = split_at(s.kh, s.kl, o);
+                        c[jn][2 * hh] *= fq, c[jn][2 * hh + 1] *= fq;
+                        ck[jn][2 * hh] *= fk, ck[jn][2 * hh + 1] *= fk;
+                        sq[hh] += xq.x * c[jn][2 * hh] + xq.y * c[jn][2 * hh + 1];
+                        sk[hh] += xk.x * ck[jn][2 * hh] + xk.y * ck[jn][2 * hh + 1];
+                        ck[jn][2 * hh] *= sg, ck[jn][2 * hh + 1] *= sg; /* dk̂ = σ·dK̂s */
+                    }
+                    sq[hh] = quad_sum(sq[hh]), sk[hh] = quad_sum(sk[hh]);
+                }
+                if (t4 == 0) {
+                    s.rpart[kt * cp + m0 + g4] = sq[0], s.rpart[kt * cp + m0 + g4 + 8] = sq[1];
+                    s.mpart[kt * cp + m0 + g4] = sk[0], s.mpart[kt * cp + m0 + g4 + 8] = sk[1];
+                }
+                /* the intra-chunk parts: dq̂[i] += Σ_{j<i} Es[i][j]·k̂[j]; dk̂[j] += Σ_{i>j} Es[i][j]·q̂[i] */
+                tile_mma<false, true, true, true>(c, s.esh, s.esl, lc, s.kh, s.kl, lk, m0, c0, 0, min(m0 + 16, Kq));
+                tile_mma<true, true, true, true>(ck, s.esh, s.esl, lc, s.qh, s.ql, lk, m0, c0, m0, Kq);
+                /* the chain per (token, pair) of the tile, and the tile's column sums of dq̃, dk̃, dθ */
+                float qs[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}, ks[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}, ts[2] = {0.0f, 0.0f};
+    #pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int i = m0 + g4 + 8 * hh;
+                    if (i >= L) continue;
+                    const float cqk = s.dQK[i] * s.gam[i];
+                    const bool  fk = seq_end && i == L - 1 && P.has_dfk;
+    #pragma unroll
+                    for (int jn = 0; jn < 2; ++jn) {
+                        const int cc = c0 + 8 * jn + 2 * t4, o = i * lk + cc;
+                        if (cc >= K) continue; /* K even: the pair is whole */
+                        float2 f = make_float2(c[jn][2 * hh], c[jn][2 * hh + 1]);
+                        float2 gk = make_float2(ck[jn][2 * hh], ck[jn][2 * hh + 1]);
+                        ts[jn] += chain_pair<true>(P, ch, h, i, cc >> 1, fk, 1.0f, cqk, th[hh][jn], split_at(s.qh, s.ql, o),
+                                                   split_at(s.kh, s.kl, o), f, gk, (ch.tok + i) * qrows + part,
+                                                   pq[hh][jn], pk[hh][jn]);
+                        qs[jn][0] += f.x, qs[jn][1] += f.y;
+                        ks[jn][0] += gk.x, ks[jn][1] += gk.y;
+                    }
+                }
+    #pragma unroll
+                for (int jn = 0; jn < 2; ++jn) {
+                    const int   cc = c0 + 8 * jn + 2 * t4;
+                    const float q0 = col_sum(qs[jn][0]), q1 = col_sum(qs[jn][1]);
+                    const float k0 = col_sum(ks[jn][0]), k1 = col_sum(ks[jn][1]), d = col_sum(ts[jn]);
+                    if (g4 == 0) {
+                        s.qpart[mt * kp + cc] = q0, s.qpart[mt * kp + cc + 1] = q1;
+                        s.kpart[mt * kp + cc] = k0, s.kpart[mt * kp + cc + 1] = k1;
+                        s.tpart[mt * (kp / 2) + (cc >> 1)] = d;
+                    }
+                }
+                continue;
+            }
+            const bool dvj = t < JQ + J;
+            const int  tt = t - JQ - (dvj ? 0 : J), m0 = (tt / nV) * 16, r0 = (tt % nV) * 16;
+            if (m0 >= L || (dvj ? !want_dv : !want_dz)) continue;
+            /* the bf16 inputs and outputs of the tile by column pairs where every layout allows it
+             * (uniform over the grid; derived here, not held across the loop's other tiles) */
+            const bool io_pairs = !dvj && V % 2 == 0 && bf16_pairs(P.dout) && bf16_pairs(P.z) && bf16_pairs(P.dz);
+            const bool dv_pairs = dvj && V % 2 == 0 && bf16_pairs(P.dv);
+            const m3_out &  out = dvj ? P.dv : P.dz;
+            const long long ob = ch.row * out.s[0] + ch.t0 * out.s[1] + h * out.s[2];
+            /* dz: dout and z of this lane's outputs, loaded ahead of the products (a lane's two columns
+             * r, r + 1 of a row as one 4-byte word each where io_pairs) */
+            float dO[2][2][2], zv[2][2][2];
+    #pragma unroll
             for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
+    #pragma unroll
                 for (int jn = 0; jn < 2; ++jn) {
-                    const int i = m0 + g4 + 8 * hh, cc = c0 + 8 * jn + 2 * t4, p = cc >> 1;
-                    th[hh][jn] = i < L && cc < K && p < A ? theta_at(P, w, h, ch.tok + i, p) : 0.0f;
+                    const int i = m0 + g4 + 8 * hh, r = r0 + 8 * jn + 2 * t4;
+                    if (io_pairs) {
+                        const long long dob = ch.row * P.dout.s[0] + ch.t0 * P.dout.s[1] + h * P.dout.s[2];
+                        const long long zb = ch.row * P.z.s[0] + ch.t0 * P.z.s[1] + h * P.z.s[2];
+                        const bool      in = i < L && r < V; /* V even: r + 1 < V too */
+                        const float2 a = in ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(
+                                                  (const __nv_bfloat16 *)P.dout.p + (dob + i * P.dout.s[1] + r)))
+                                            : make_float2(0.0f, 0.0f);
+                        const float2 b = in ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(
+                                                  (const __nv_bfloat16 *)P.z.p + (zb + i * P.z.s[1] + r)))
+                                            : make_float2(0.0f, 0.0f);
+                        dO[hh][jn][0] = a.x, dO[hh][jn][1] = a.y, zv[hh][jn][0] = b.x, zv[hh][jn][1] = b.y;
+                    } else {
+    #pragma unroll
+                        for (int u = 0; u < 2; ++u) {
+                            const bool in = !dvj && i < L && r + u < V;
+                            dO[hh][jn][u] = in ? ld4(P.dout, ch.row, ch.t0 + i, h, r + u) : 0.0f;
+                            zv[hh][jn][u] = in ? ld4(P.z, ch.row, ch.t0 + i, h, r + u) : 0.0f;
+                        }
+                    }
                 }
-            /* the inter-chunk parts: e^{c}·dY·S_c (c) and e^{c_last−c}·V·dS (ck); their row sums
-             * with q̂ (readout) and k̂ (m) */
-            float ck[2][4];
-            zero_acc(ck);
-            tile_mma<false, true, true, true>(c, s.dyh, s.dyl, lv, s.sh, s.sl, lk, m0, c0, 0, g.vp);
-            tile_mma<false, true, !VX, true>(ck, s.vh, s.vl, lv, s.dh, s.dl, lk, m0, c0, 0, g.vp);
-            float sq[2] = {0.0f, 0.0f}, sk[2] = {0.0f, 0.0f};
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                const int   i = m0 + g4 + 8 * hh;
-                const float fq = s.ec[i], fk = s.wl[i], sg = s.sig[i];
-#pragma unroll
-                for (int jn = 0; jn < 2; ++jn) {
-                    const int    o = i * lk + c0 + 8 * jn + 2 * t4;
-                    const float2 xq = split_at(s.qh, s.ql, o), xk = split_at(s.kh, s.kl, o);
-                    c[jn][2 * hh] *= fq, c[jn][2 * hh + 1] *= fq;
-                    ck[jn][2 * hh] *= fk, ck[jn][2 * hh + 1] *= fk;
-                    sq[hh] += xq.x * c[jn][2 * hh] + xq.y * c[jn][2 * hh + 1];
-                    sk[hh] += xk.x * ck[jn][2 * hh] + xk.y * ck[jn][2 * hh + 1];
-                    ck[jn][2 * hh] *= sg, ck[jn][2 * hh + 1] *= sg; /* dk̂ = σ·dK̂s */
+            if (dvj) { /* e^{c_last−c_j}σ_j·K̂·dSᵀ + Pmᵀ·dY */
+                tile_mma<false, false, true, true>(c, s.kh, s.kl, lk, s.dh, s.dl, lk, m0, r0, 0, kp);
+    #pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int   i = m0 + g4 + 8 * hh;
+                    const float f = s.wl[i] * s.sig[i];
+    #pragma unroll
+                    for (int jn = 0; jn < 2; ++jn) c[jn][2 * hh] *= f, c[jn][2 * hh + 1] *= f;
                 }
-                sq[hh] = quad_sum(sq[hh]), sk[hh] = quad_sum(sk[hh]);
+                tile_mma<true, true, true, true>(c, s.pmh, s.pml, lc, s.dyh, s.dyl, lv, m0, r0, m0, Kq);
+            } else { /* e^{c_j}·Q̂·S_cᵀ + Pm·V */
+                tile_mma<false, false, true, true>(c, s.qh, s.ql, lk, s.sh, s.sl, lk, m0, r0, 0, kp);
+    #pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    const float f = s.ec[m0 + g4 + 8 * hh];
+    #pragma unroll
+                    for (int jn = 0; jn < 2; ++jn) c[jn][2 * hh] *= f, c[jn][2 * hh + 1] *= f;
+                }
+                tile_mma<false, true, true, !VX>(c, s.pmh, s.pml, lc, s.vh, s.vl, lv, m0, r0, 0, min(m0 + 16, Kq));
             }
-            if (t4 == 0) {
-                s.rpart[kt * cp + m0 + g4] = sq[0], s.rpart[kt * cp + m0 + g4 + 8] = sq[1];
-                s.mpart[kt * cp + m0 + g4] = sk[0], s.mpart[kt * cp + m0 + g4 + 8] = sk[1];
-            }
-            /* the intra-chunk parts: dq̂[i] += Σ_{j<i} Es[i][j]·k̂[j]; dk̂[j] += Σ_{i>j} Es[i][j]·q̂[i] */
-            tile_mma<false, true, true, true>(c, s.esh, s.esl, lc, s.kh, s.kl, lk, m0, c0, 0, min(m0 + 16, Kq));
-            tile_mma<true, true, true, true>(ck, s.esh, s.esl, lc, s.qh, s.ql, lk, m0, c0, m0, Kq);
-            /* the chain per (token, pair) of the tile, and the tile's column sums of dq̃, dk̃, dθ */
-            float qs[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}, ks[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}, ts[2] = {0.0f, 0.0f};
-#pragma unroll
+    #pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
                 const int i = m0 + g4 + 8 * hh;
                 if (i >= L) continue;
-                const float cqk = s.dQK[i] * s.gam[i];
-                const bool  fk = seq_end && i == L - 1 && P.has_dfk;
-#pragma unroll
+                const float dg = dskip + s.gam[i] * s.dqk[i];
+    #pragma unroll
                 for (int jn = 0; jn < 2; ++jn) {
-                    const int cc = c0 + 8 * jn + 2 * t4, o = i * lk + cc;
-                    if (cc >= K) continue; /* K even: the pair is whole */
-                    float2 f = make_float2(c[jn][2 * hh], c[jn][2 * hh + 1]);
-                    float2 gk = make_float2(ck[jn][2 * hh], ck[jn][2 * hh + 1]);
-                    ts[jn] += chain_pair<true>(P, ch, h, i, cc >> 1, fk, 1.0f, cqk, th[hh][jn], split_at(s.qh, s.ql, o),
-                                         split_at(s.kh, s.kl, o), f, gk);
-                    qs[jn][0] += f.x, qs[jn][1] += f.y;
-                    ks[jn][0] += gk.x, ks[jn][1] += gk.y;
-                }
-            }
-#pragma unroll
-            for (int jn = 0; jn < 2; ++jn) {
-                const int   cc = c0 + 8 * jn + 2 * t4;
-                const float q0 = col_sum(qs[jn][0]), q1 = col_sum(qs[jn][1]);
-                const float k0 = col_sum(ks[jn][0]), k1 = col_sum(ks[jn][1]), d = col_sum(ts[jn]);
-                if (g4 == 0) {
-                    s.qpart[mt * kp + cc] = q0, s.qpart[mt * kp + cc + 1] = q1;
-                    s.kpart[mt * kp + cc] = k0, s.kpart[mt * kp + cc + 1] = k1;
-                    s.tpart[mt * (kp / 2) + (cc >> 1)] = d;
-                }
-            }
-            continue;
-        }
-        const bool dvj = t < JQ + J;
-        const int  tt = t - JQ - (dvj ? 0 : J), m0 = (tt / nV) * 16, r0 = (tt % nV) * 16;
-        if (m0 >= L || (dvj ? !want_dv : !want_dz)) continue;
-        /* the bf16 inputs and outputs of the tile by column pairs where every layout allows it
-         * (uniform over the grid; derived here, not held across the loop's other tiles) */
-        const bool io_pairs = !dvj && V % 2 == 0 && bf16_pairs(P.dout) && bf16_pairs(P.z) && bf16_pairs(P.dz);
-        const bool dv_pairs = dvj && V % 2 == 0 && bf16_pairs(P.dv);
-        const m3_out &  out = dvj ? P.dv : P.dz;
-        const long long ob = ch.row * out.s[0] + ch.t0 * out.s[1] + h * out.s[2];
-        /* dz: dout and z of this lane's outputs, loaded ahead of the products (a lane's two columns
-         * r, r + 1 of a row as one 4-byte word each where io_pairs) */
-        float dO[2][2][2], zv[2][2][2];
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-            for (int jn = 0; jn < 2; ++jn) {
-                const int i = m0 + g4 + 8 * hh, r = r0 + 8 * jn + 2 * t4;
-                if (io_pairs) {
-                    const long long dob = ch.row * P.dout.s[0] + ch.t0 * P.dout.s[1] + h * P.dout.s[2];
-                    const long long zb = ch.row * P.z.s[0] + ch.t0 * P.z.s[1] + h * P.z.s[2];
-                    const bool      in = i < L && r < V; /* V even: r + 1 < V too */
-                    const float2 a = in ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(
-                                              (const __nv_bfloat16 *)P.dout.p + (dob + i * P.dout.s[1] + r)))
-                                        : make_float2(0.0f, 0.0f);
-                    const float2 b = in ? __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(
-                                              (const __nv_bfloat16 *)P.z.p + (zb + i * P.z.s[1] + r)))
-                                        : make_float2(0.0f, 0.0f);
-                    dO[hh][jn][0] = a.x, dO[hh][jn][1] = a.y, zv[hh][jn][0] = b.x, zv[hh][jn][1] = b.y;
-                } else {
-#pragma unroll
+                    const int    r = r0 + 8 * jn + 2 * t4, o = i * lv + r;
+                    const float2 x = dvj ? split_at(s.dyh, s.dyl, o) : VX ? exact_at(s.vh, o) : split_at(s.vh, s.vl, o);
+                    const bool   pr = dvj ? dv_pairs : io_pairs;
+                    float        yo[2];
+    #pragma unroll
                     for (int u = 0; u < 2; ++u) {
-                        const bool in = !dvj && i < L && r + u < V;
-                        dO[hh][jn][u] = in ? ld4(P.dout, ch.row, ch.t0 + i, h, r + u) : 0.0f;
-                        zv[hh][jn][u] = in ? ld4(P.z, ch.row, ch.t0 + i, h, r + u) : 0.0f;
+                        if (r + u >= V) continue;
+                        float y = c[jn][2 * hh + u] + dg * (u ? x.y : x.x);
+                        if (dvj) {
+                            if (seq_end && i == L - 1 && P.has_dfv) y += ld3(P.dfv, ch.seq, h, r + u);
+                        } else {
+                            const float z = zv[hh][jn][u], sg = sigmoid_fast(z);
+                            y = y * (dO[hh][jn][u] * sg * (1.0f + z * (1.0f - sg)));
+                        }
+                        yo[u] = y;
+                        if (!pr) st4(out, ch.row, ch.t0 + i, h, r + u, y);
                     }
+                    if (pr && r < V) /* V even: the pair is whole */
+                        *reinterpret_cast<__nv_bfloat162 *>((__nv_bfloat16 *)out.p + (ob + i * out.s[1] + r)) =
+                            __floats2bfloat162_rn(yo[0], yo[1]);
                 }
             }
-        if (dvj) { /* e^{c_last−c_j}σ_j·K̂·dSᵀ + Pmᵀ·dY */
-            tile_mma<false, false, true, true>(c, s.kh, s.kl, lk, s.dh, s.dl, lk, m0, r0, 0, kp);
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                const int   i = m0 + g4 + 8 * hh;
-                const float f = s.wl[i] * s.sig[i];
-#pragma unroll
-                for (int jn = 0; jn < 2; ++jn) c[jn][2 * hh] *= f, c[jn][2 * hh + 1] *= f;
-            }
-            tile_mma<true, true, true, true>(c, s.pmh, s.pml, lc, s.dyh, s.dyl, lv, m0, r0, m0, Kq);
-        } else { /* e^{c_j}·Q̂·S_cᵀ + Pm·V */
-            tile_mma<false, false, true, true>(c, s.qh, s.ql, lk, s.sh, s.sl, lk, m0, r0, 0, kp);
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                const float f = s.ec[m0 + g4 + 8 * hh];
-#pragma unroll
-                for (int jn = 0; jn < 2; ++jn) c[jn][2 * hh] *= f, c[jn][2 * hh + 1] *= f;
-            }
-            tile_mma<false, true, true, !VX>(c, s.pmh, s.pml, lc, s.vh, s.vl, lv, m0, r0, 0, min(m0 + 16, Kq));
         }
-#pragma unroll
-        for (int hh = 0; hh < 2; ++hh) {
-            const int i = m0 + g4 + 8 * hh;
-            if (i >= L) continue;
-            const float dg = dskip + s.gam[i] * s.dqk[i];
-#pragma unroll
-            for (int jn = 0; jn < 2; ++jn) {
-                const int    r = r0 + 8 * jn + 2 * t4, o = i * lv + r;
-                const float2 x = dvj ? split_at(s.dyh, s.dyl, o) : VX ? exact_at(s.vh, o) : split_at(s.vh, s.vl, o);
-                const bool   pr = dvj ? dv_pairs : io_pairs;
-                float        yo[2];
-#pragma unroll
-                for (int u = 0; u < 2; ++u) {
-                    if (r + u >= V) continue;
-                    float y = c[jn][2 * hh + u] + dg * (u ? x.y : x.x);
-                    if (dvj) {
-                        if (seq_end && i == L - 1 && P.has_dfv) y += ld3(P.dfv, ch.seq, h, r + u);
-                    } else {
-                        const float z = zv[hh][jn][u], sg = sigmoid_fast(z);
-                        y = y * (dO[hh][jn][u] * sg * (1.0f + z * (1.0f - sg)));
-                    }
-                    yo[u] = y;
-                    if (!pr) st4(out, ch.row, ch.t0 + i, h, r + u, y);
-                }
-                if (pr && r < V) /* V even: the pair is whole */
-                    *reinterpret_cast<__nv_bfloat162 *>((__nv_bfloat16 *)out.p + (ob + i * out.s[1] + r)) =
-                        __floats2bfloat162_rn(yo[0], yo[1]);
-            }
-        }
-    }
-    __syncthreads();
+        __syncthreads();
 
-    /* B: per token (a thread each) r_i, m_i, dσ, dγ from the partials in tile order */
-    for (int i = tid; i < L; i += nt) {
-        float ro = 0.0f, mk = 0.0f, rw = 0.0f, zc = 0.0f;
-        for (int kt = 0; kt < nK; ++kt) ro += s.rpart[kt * cp + i], mk += s.mpart[kt * cp + i];
-        for (int u = 0; u < nT; ++u) rw += s.wrow[u * cp + i], zc += s.zcol[u * cp + i];
-        const float     sg = s.sig[i], dsg = mk + zc;
-        const long long o = (ch.tok + i) * P.H + h;
-        s.rr[i] = ro + rw - sg * zc;
-        s.mm[i] = sg * mk;
-        P.dsg[o] = dsg;
-        P.dgm[o] = s.dQK[i] * s.dqk[i] + dsg;
-    }
-    /* the chunk sums of dq̃, dk̃ (per column) and of the raw dθ (per angle), tiles in order */
-    for (int c = tid; c < K + A; c += nt) {
-        float a = 0.0f, b = 0.0f;
-        if (c < K) {
-            for (int mt = 0; mt < nTL; ++mt) a += s.qpart[mt * kp + c], b += s.kpart[mt * kp + c];
-            P.qbp[wh * K + c] = a;
-            P.kbp[wh * K + c] = b;
-        } else {
-            const int p = c - K;
-            for (int mt = 0; mt < nTL; ++mt) a += s.tpart[mt * (kp / 2) + p];
-            P.thp[wh * A + p] = a;
+        /* B: per token (a thread each) r_i, m_i, dσ, dγ from the partials in tile order */
+        for (int i = tid; i < L; i += nt) {
+            float ro = 0.0f, mk = 0.0f, rw = 0.0f, zc = 0.0f;
+            for (int kt = 0; kt < nK; ++kt) ro += s.rpart[kt * cp + i], mk += s.mpart[kt * cp + i];
+            for (int u = 0; u < nT; ++u) rw += s.wrow[u * cp + i], zc += s.zcol[u * cp + i];
+            const float     sg = s.sig[i], dsg = mk + zc;
+            const long long o = (ch.tok + i) * P.H + h;
+            s.rr[i] = ro + rw - sg * zc;
+            s.mm[i] = sg * mk;
+            P.dsg[o] = dsg;
+            P.dgm[o] = s.dQK[i] * s.dqk[i] + dsg;
         }
+        /* the chunk sums of dq̃, dk̃ (per column) and of the raw dθ (per angle), tiles in order */
+        for (int c = tid; c < K + A; c += nt) {
+            float a = 0.0f, b = 0.0f;
+            if (c < K) {
+                for (int mt = 0; mt < nTL; ++mt) a += s.qpart[mt * kp + c], b += s.kpart[mt * kp + c];
+                P.qbp[wh * K + c] = a;
+                P.kbp[wh * K + c] = b;
+            } else {
+                const int p = c - K;
+                for (int mt = 0; mt < nTL; ++mt) a += s.tpart[mt * (kp / 2) + p];
+                P.thp[wh * A + p] = a;
+            }
+        }
+        __syncthreads();
+        /* warp 0: μ, dadt, the dd partial */
+        if (warp == 0) dadt_tail(P, ch, h, wh, L, cl, s.red, nw, s.mm, s.rr, s.dQK);
     }
-    __syncthreads();
-    /* warp 0: μ, dadt, the dd partial */
-    if (warp == 0) dadt_tail(P, ch, h, wh, L, cl, s.red, nw, s.mm, s.rr, s.dQK);
 }
 
 /* The gradient kernel's compile-time instance: 64-token chunks (the entry's), K = 128 and V = 64,
@@ -667,7 +690,8 @@ bool          fixed_dims(const bw_args & P) { return P.C == kFixedC && P.K == kF
 ssm_status launch_bwd_chunk_planes(ssm_context * ctx, const char * op, const bw_args & P, bool grads) {
     const planes_geom  g = planes_geom_of(P.C, P.K, P.V);
     const size_t       bytes = grads ? g.total : g.sums_total;
-    const dim3         grid((unsigned)P.W, (unsigned)P.H);
+    /* the gradient kernel: a block per (chunk, slice of a group's heads); the sums: per (chunk, head) */
+    const dim3         grid((unsigned)P.W, grads ? (unsigned)((P.H / P.G) * P.qparts) : (unsigned)P.H);
     const cudaStream_t st = ssmi_cuda_stream(ctx);
     const bool         fixed = fixed_dims(P);
     void (*kern)(const bw_args) =

@@ -23,7 +23,7 @@
  *   dangle_state). An empty sequence passes each dfinal_* to its d*_state (or 0).
  * bwd_tok_kernel, one block per (chunk, head): G inside the chunk from its carry (in shared
  *   memory), dangles, then per token ddt and dtrap (spec §6.2).
- * bwd_qk_sum_kernel: dq, dk = Σ over the G V-heads of a group, in head order.
+ * bwd_qk_sum_kernel: dq, dk = Σ of a group's qparts parts of dq̃, dk̃ (bw_args), in part order.
  * bwd_param_sum_kernel: dq_bias, dk_bias, dd = Σ over the chunks (sequence order, then chunk
  *   order) of the per-chunk sums.
  */
@@ -302,8 +302,8 @@ __global__ void bwd_qk_sum_kernel(const bw_args P, long long T, int Hq) {
         const int       c = (int)(e % P.K), g = (int)((e / P.K) % Hq);
         const long long tok = e / ((long long)P.K * Hq), b = tok / P.S, t = tok % P.S;
         float           a = 0.0f, d = 0.0f;
-        for (int j = 0; j < P.G; ++j) {
-            const long long o = (tok * P.H + (long long)g * P.G + j) * P.K + c;
+        for (int j = 0; j < P.qparts; ++j) {
+            const long long o = ((tok * Hq + g) * P.qparts + j) * P.K + c;
             a += P.dqt[o];
             d += P.dkt[o];
         }
