@@ -5,7 +5,8 @@
  * DESIGN §5 bars per compute dtype (v's dtype): S below / at / above the internal chunk
  * and odd, Hq = 1 / 1 < Hq < H / Hq = H, K and V in {32, 64, 96, 128} (and 256), A = K/2 and
  * A < K/2, d and z on and off, f32 / f16 / bf16, initial and final states, varlen with an
- * empty sequence, stride-0 angles over heads, padded/permuted layouts, the seed regime,
+ * empty sequence, stride-0 angles over heads, fp32 angles with 16-bit q, k, v,
+ * padded/permuted layouts, the seed regime,
  * NaN-poisoned outputs, identical bytes across two runs; the step with and without
  * state_batch_indices (padding rows), with separate and in-place final pools, with the
  * float4 and the generic state paths; the step's general form (cu_seqlens of one token per
@@ -456,6 +457,20 @@ static void forward_suite(ssmt_rng * rng, const char * vname, int with_explicit_
         cfg.has_states = cfg.has_final = 1;
         char tag[256];
         snprintf(tag, sizeof tag, "K256 V256 A128 %s states%s", di == 0 ? "f32" : "bf16", vname);
+        test_forward(rng, &cfg, tag);
+    }
+    /* fp32 angles with 16-bit q, k, v (upstream's dtypes): in 16-byte rows with A % 8 == 0 the
+     * angle sums read them by 16-byte pieces; strided, element by element */
+    for (int c = 0; c < 4; ++c) {
+        ssmt_mamba3_config cfg;
+        ssmt_mamba3_config_init(&cfg);
+        cfg.batch = 2, cfg.seqlen = 131, cfg.nheads = 4, cfg.nheads_qk = 1, cfg.dk = 128, cfg.dv = 64;
+        cfg.nangles = c == 3 ? 12 : 32, cfg.chunk = 64;
+        cfg.dtype = c == 1 ? SSM_DTYPE_F16 : SSM_DTYPE_BF16;
+        cfg.angles_f32 = 1, cfg.strided = c == 2, cfg.has_states = cfg.has_final = 1;
+        char tag[256];
+        snprintf(tag, sizeof tag, "K128 V64 A%lld %s f32-angles%s states%s", (long long)cfg.nangles,
+                 ssm_dtype_name(cfg.dtype), cfg.strided ? " strided" : "", vname);
         test_forward(rng, &cfg, tag);
     }
     /* The tensor-core kernels (fp16/bf16 with K <= 128; every 16-bit case above with K <= 128

@@ -824,8 +824,9 @@ int ssmt_mamba3_random_args(ssmt_rng * rng, const ssmt_mamba3_config * cfg, ssmt
     pr->trap = m3_alloc(cfg, dt_, 3, sh_s, 1);
     pr->q_bias = ssmt_alloc(pd, 2, sh_b);
     pr->k_bias = ssmt_alloc(pd, 2, sh_b);
-    pr->angles = m3_alloc_angles(cfg, dt_, sh_a);
-    pr->theta = m3_alloc_angles(cfg, dt_, sh_a);
+    const ssm_dtype at_ = cfg->angles_f32 ? SSM_DTYPE_F32 : dt_;
+    pr->angles = m3_alloc_angles(cfg, at_, sh_a);
+    pr->theta = m3_alloc_angles(cfg, at_, sh_a);
     pr->out = m3_alloc(cfg, od, 4, sh_v, 0);
     int ok = pr->q.t.data && pr->k.t.data && pr->v.t.data && pr->adt.t.data && pr->dt.t.data && pr->trap.t.data &&
              pr->q_bias.t.data && pr->k_bias.t.data && pr->angles.t.data && pr->theta.t.data && pr->out.t.data;

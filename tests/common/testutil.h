@@ -328,6 +328,7 @@ typedef struct ssmt_mamba3_config {
     int32_t angles_broadcast; /* angles and theta: one (B,S,1,A) buffer, stride 0 over H    */
     int32_t strided;          /* q, k, v, z, out, adt, dt, trap in padded/permuted layouts   */
     int32_t index_i64;        /* cu_seqlens as I64 instead of I32                            */
+    int32_t angles_f32;       /* angles and theta in F32 whatever dtype is (upstream's use)  */
 } ssmt_mamba3_config;
 
 /* Small defaults: B 2, S 40, H 4, Hq 2, K 16, V 8, A 4, chunk 16, F32 everywhere, d and z

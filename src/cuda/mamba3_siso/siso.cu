@@ -368,6 +368,8 @@ m3_fwd_args fwd_args(const ssmi_mamba3_dims * d, const fwd_io & io, const m3_pla
     /* 16-byte angle rows (angle sums, θ of the tensor-core kernels): 16-bit v, angles of its dtype;
      * A ≤ 64 keeps a chunk's pieces within load_angle_rows' registers */
     P.vang = mode != M_F32 && P.A > 0 && P.A <= 64 && ssmi_cu_vec_rows(io.ang, io.v->dtype, d->nangles);
+    /* the angle sums of the 16-bit paths read fp32 angles in 16-byte pieces too */
+    P.fang = !P.vang && mode != M_F32 && P.A > 0 && ssmi_cu_vec_rows(io.ang, SSM_DTYPE_F32, d->nangles);
     if (mode != M_F32 && d->dk <= kFastMaxK) { /* the layouts the tensor-core kernels read faster */
         const int32_t T = io.v->dtype;
         P.vq = ssmi_cu_vec_rows(io.q, T, d->dk);

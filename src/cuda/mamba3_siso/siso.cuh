@@ -182,6 +182,7 @@ struct m3_fwd_args {
     int              fused, has_d, has_z, has_states;
     int              vq, vk, vv, vz, vout; /* 16-byte q/k/v rows of v's dtype, z/out in pairs     */
     int              vang, vz16, vo16;     /* 16-byte rows of v's dtype: angles, z, out          */
+    int              fang;                 /* fp32 angles in 16-byte rows, A % 8 == 0 (angle sums)  */
     int              sct;                  /* the output kernels' sin/cos table (fast_smem::sn) */
     ssmi_cu_view     q, k, v, adt, dt, trap, qb, kb, ang, d, z; /* inputs                        */
     ssmi_cu_view     ssm_in, k_in, v_in, ang_in;                /* initial states                */
