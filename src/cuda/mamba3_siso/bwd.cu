@@ -132,6 +132,7 @@ struct bwd_plan {
  * device; with one slice per group the sum runs over the heads in order, as the per-head parts'
  * sum does. The fp32 kernel keeps a part per head. */
 const long long kGradBlocks = 128;
+
 void grad_slices(bwd_plan * pl, long long Hq, int G, bool planes) {
     long long n = G;
     if (planes && pl->W * Hq > 0) {

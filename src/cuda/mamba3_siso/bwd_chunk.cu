@@ -402,9 +402,10 @@ __global__ void __launch_bounds__(kBwdThreads) bwd_chunk_grads_kernel(const bw_a
         float2    f = make_float2(dqh[i * LK + c0], dqh[i * LK + c0 + 1]);
         float2    gk = make_float2(dks[i * LK + c0], dks[i * LK + c0 + 1]);
         chain_pair<false>(P, ch, h, i, p, seq_end && i == L - 1 && P.has_dfk, sig[i], s.dQK[i] * s.gam[i],
-                   p < P.A ? theta_at(P, w, h, ch.tok + i, p) : 0.0f, make_float2(qh[i * LK + c0], qh[i * LK + c0 + 1]),
-                   make_float2(kh[i * LK + c0], kh[i * LK + c0 + 1]), f, gk, (ch.tok + i) * P.H + h,
-                   make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)); /* a part per head (qparts = G) */
+                          p < P.A ? theta_at(P, w, h, ch.tok + i, p) : 0.0f,
+                          make_float2(qh[i * LK + c0], qh[i * LK + c0 + 1]),
+                          make_float2(kh[i * LK + c0], kh[i * LK + c0 + 1]), f, gk, (ch.tok + i) * P.H + h,
+                          make_float2(0.0f, 0.0f), make_float2(0.0f, 0.0f)); /* a part per head (qparts = G) */
         /* each thread owns its pair: the chunk sums below read them back */
         dqh[i * LK + c0] = f.x, dqh[i * LK + c0 + 1] = f.y;
         dks[i * LK + c0] = gk.x, dks[i * LK + c0 + 1] = gk.y;

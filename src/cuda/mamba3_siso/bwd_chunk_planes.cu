@@ -362,11 +362,12 @@ __device__ __forceinline__ float load_states(const state_batch & first, const pl
     return part;
 }
 
-/* One block per (chunk, head). kC, kK, kV: the chunk length and the state sizes fixed at compile
- * time (0: P.C, P.K, P.V at run time). Fixed, the plane pitches, the tile counts and the loaders'
- * widths are constants, which removes most of the integer work per tile (divisions by tile
- * counts, runtime pitches); the products, their order and so the bytes are the runtime
- * instance's. */
+/* One block per (chunk, slice of a GQA group's heads: bw_args.qslice), the slice's heads in turn,
+ * each as below, its dq̃ and dk̃ added to the part's rows of the earlier heads. kC, kK, kV: the
+ * chunk length and the state sizes fixed at compile time (0: P.C, P.K, P.V at run time). Fixed,
+ * the plane pitches, the tile counts and the loaders' widths are constants, which removes most of
+ * the integer work per tile (divisions by tile counts, runtime pitches); the products, their
+ * order and so the bytes are the runtime instance's. */
 template <bool VX, int kC, int kK, int kV>
 __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kernel(const bw_args P) {
     extern __shared__ float4 sm4[];
@@ -390,7 +391,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
     for (int h = hfirst; h < hend; ++h) {
         const bool acc = h > hfirst; /* the part's rows hold the slice's earlier heads */
         if (acc) __syncthreads(); /* the previous head's tail has read the block's scalars */
-        const long long          wh = (long long)w * P.H + h;
+        const long long wh = (long long)w * P.H + h;
         /* S_c, dS: the first batch's loads in flight across the chunk's loads and A1, which do not
          * need them; their planes lie outside the zeroed region and the regions A1 writes */
         const float * const Sc = P.st + wh * VK, *const dS = P.dst + wh * VK;
@@ -417,13 +418,13 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
              * a split v plane the second copy costs the kernel a spill) */
             const auto tables = [&](auto full) {
                 constexpr bool FULL = decltype(full)::value;
-    #pragma unroll
+#pragma unroll
                 for (int j = 0; j < 2; ++j)
-    #pragma unroll
+#pragma unroll
                     for (int hh = 0; hh < 2; ++hh) {
                         const int i = m0 + g4 + 8 * hh, j0 = n0 + 8 * j + 2 * t4;
                         float     pm[2], es[2];
-    #pragma unroll
+#pragma unroll
                         for (int u = 0; u < 2; ++u) {
                             const int jj = j0 + u;
                             pm[u] = es[u] = 0.0f;
@@ -450,12 +451,12 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
                 tables(std::true_type());
             else
                 tables(std::false_type());
-    #pragma unroll
+#pragma unroll
             for (int hh = 0; hh < 2; ++hh) wsum[hh] = quad_sum(wsum[hh]);
             if (t4 == 0) s.wrow[(n0 / 16) * cp + m0 + g4] = wsum[0], s.wrow[(n0 / 16) * cp + m0 + g4 + 8] = wsum[1];
-    #pragma unroll
+#pragma unroll
             for (int j = 0; j < 2; ++j)
-    #pragma unroll
+#pragma unroll
                 for (int u = 0; u < 2; ++u) {
                     const float z = col_sum(zsum[j][u]);
                     if (g4 == 0) s.zcol[(m0 / 16) * cp + n0 + 8 * j + 2 * t4 + u] = z;
@@ -476,9 +477,9 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
                 if (m0 >= L) continue;
                 /* θ of this lane's (token, pair) slots, loaded ahead of the products */
                 float th[2][2];
-    #pragma unroll
+#pragma unroll
                 for (int hh = 0; hh < 2; ++hh)
-    #pragma unroll
+#pragma unroll
                     for (int jn = 0; jn < 2; ++jn) {
                         const int i = m0 + g4 + 8 * hh, cc = c0 + 8 * jn + 2 * t4, p = cc >> 1;
                         th[hh][jn] = i < L && cc < K && p < A ? theta_at(P, w, h, ch.tok + i, p) : 0.0f;
@@ -503,11 +504,11 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
                 tile_mma<false, true, true, true>(c, s.dyh, s.dyl, lv, s.sh, s.sl, lk, m0, c0, 0, g.vp);
                 tile_mma<false, true, !VX, true>(ck, s.vh, s.vl, lv, s.dh, s.dl, lk, m0, c0, 0, g.vp);
                 float sq[2] = {0.0f, 0.0f}, sk[2] = {0.0f, 0.0f};
-    #pragma unroll
+#pragma unroll
                 for (int hh = 0; hh < 2; ++hh) {
                     const int   i = m0 + g4 + 8 * hh;
                     const float fq = s.ec[i], fk = s.wl[i], sg = s.sig[i];
-    #pragma unroll
+#pragma unroll
                     for (int jn = 0; jn < 2; ++jn) {
                         const int    o = i * lk + c0 + 8 * jn + 2 * t4;
                         const float2 xq = split_at(s.qh, s.ql, o), xk = split_at(s.kh, s.kl, o);
@@ -527,27 +528,28 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
                 tile_mma<false, true, true, true>(c, s.esh, s.esl, lc, s.kh, s.kl, lk, m0, c0, 0, min(m0 + 16, Kq));
                 tile_mma<true, true, true, true>(ck, s.esh, s.esl, lc, s.qh, s.ql, lk, m0, c0, m0, Kq);
                 /* the chain per (token, pair) of the tile, and the tile's column sums of dq̃, dk̃, dθ */
-                float qs[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}, ks[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}, ts[2] = {0.0f, 0.0f};
-    #pragma unroll
+                float qs[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}}, ks[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}},
+                      ts[2] = {0.0f, 0.0f};
+#pragma unroll
                 for (int hh = 0; hh < 2; ++hh) {
                     const int i = m0 + g4 + 8 * hh;
                     if (i >= L) continue;
                     const float cqk = s.dQK[i] * s.gam[i];
                     const bool  fk = seq_end && i == L - 1 && P.has_dfk;
-    #pragma unroll
+#pragma unroll
                     for (int jn = 0; jn < 2; ++jn) {
                         const int cc = c0 + 8 * jn + 2 * t4, o = i * lk + cc;
                         if (cc >= K) continue; /* K even: the pair is whole */
                         float2 f = make_float2(c[jn][2 * hh], c[jn][2 * hh + 1]);
                         float2 gk = make_float2(ck[jn][2 * hh], ck[jn][2 * hh + 1]);
-                        ts[jn] += chain_pair<true>(P, ch, h, i, cc >> 1, fk, 1.0f, cqk, th[hh][jn], split_at(s.qh, s.ql, o),
-                                                   split_at(s.kh, s.kl, o), f, gk, (ch.tok + i) * qrows + part,
-                                                   pq[hh][jn], pk[hh][jn]);
+                        ts[jn] += chain_pair<true>(P, ch, h, i, cc >> 1, fk, 1.0f, cqk, th[hh][jn],
+                                                   split_at(s.qh, s.ql, o), split_at(s.kh, s.kl, o), f, gk,
+                                                   (ch.tok + i) * qrows + part, pq[hh][jn], pk[hh][jn]);
                         qs[jn][0] += f.x, qs[jn][1] += f.y;
                         ks[jn][0] += gk.x, ks[jn][1] += gk.y;
                     }
                 }
-    #pragma unroll
+#pragma unroll
                 for (int jn = 0; jn < 2; ++jn) {
                     const int   cc = c0 + 8 * jn + 2 * t4;
                     const float q0 = col_sum(qs[jn][0]), q1 = col_sum(qs[jn][1]);
@@ -572,9 +574,9 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
             /* dz: dout and z of this lane's outputs, loaded ahead of the products (a lane's two columns
              * r, r + 1 of a row as one 4-byte word each where io_pairs) */
             float dO[2][2][2], zv[2][2][2];
-    #pragma unroll
+#pragma unroll
             for (int hh = 0; hh < 2; ++hh)
-    #pragma unroll
+#pragma unroll
                 for (int jn = 0; jn < 2; ++jn) {
                     const int i = m0 + g4 + 8 * hh, r = r0 + 8 * jn + 2 * t4;
                     if (io_pairs) {
@@ -589,7 +591,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
                                             : make_float2(0.0f, 0.0f);
                         dO[hh][jn][0] = a.x, dO[hh][jn][1] = a.y, zv[hh][jn][0] = b.x, zv[hh][jn][1] = b.y;
                     } else {
-    #pragma unroll
+#pragma unroll
                         for (int u = 0; u < 2; ++u) {
                             const bool in = !dvj && i < L && r + u < V;
                             dO[hh][jn][u] = in ? ld4(P.dout, ch.row, ch.t0 + i, h, r + u) : 0.0f;
@@ -599,36 +601,36 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
                 }
             if (dvj) { /* e^{c_last−c_j}σ_j·K̂·dSᵀ + Pmᵀ·dY */
                 tile_mma<false, false, true, true>(c, s.kh, s.kl, lk, s.dh, s.dl, lk, m0, r0, 0, kp);
-    #pragma unroll
+#pragma unroll
                 for (int hh = 0; hh < 2; ++hh) {
                     const int   i = m0 + g4 + 8 * hh;
                     const float f = s.wl[i] * s.sig[i];
-    #pragma unroll
+#pragma unroll
                     for (int jn = 0; jn < 2; ++jn) c[jn][2 * hh] *= f, c[jn][2 * hh + 1] *= f;
                 }
                 tile_mma<true, true, true, true>(c, s.pmh, s.pml, lc, s.dyh, s.dyl, lv, m0, r0, m0, Kq);
             } else { /* e^{c_j}·Q̂·S_cᵀ + Pm·V */
                 tile_mma<false, false, true, true>(c, s.qh, s.ql, lk, s.sh, s.sl, lk, m0, r0, 0, kp);
-    #pragma unroll
+#pragma unroll
                 for (int hh = 0; hh < 2; ++hh) {
                     const float f = s.ec[m0 + g4 + 8 * hh];
-    #pragma unroll
+#pragma unroll
                     for (int jn = 0; jn < 2; ++jn) c[jn][2 * hh] *= f, c[jn][2 * hh + 1] *= f;
                 }
                 tile_mma<false, true, true, !VX>(c, s.pmh, s.pml, lc, s.vh, s.vl, lv, m0, r0, 0, min(m0 + 16, Kq));
             }
-    #pragma unroll
+#pragma unroll
             for (int hh = 0; hh < 2; ++hh) {
                 const int i = m0 + g4 + 8 * hh;
                 if (i >= L) continue;
                 const float dg = dskip + s.gam[i] * s.dqk[i];
-    #pragma unroll
+#pragma unroll
                 for (int jn = 0; jn < 2; ++jn) {
                     const int    r = r0 + 8 * jn + 2 * t4, o = i * lv + r;
                     const float2 x = dvj ? split_at(s.dyh, s.dyl, o) : VX ? exact_at(s.vh, o) : split_at(s.vh, s.vl, o);
                     const bool   pr = dvj ? dv_pairs : io_pairs;
                     float        yo[2];
-    #pragma unroll
+#pragma unroll
                     for (int u = 0; u < 2; ++u) {
                         if (r + u >= V) continue;
                         float y = c[jn][2 * hh + u] + dg * (u ? x.y : x.x);

@@ -72,7 +72,8 @@ __global__ void __launch_bounds__(128) angle_sum_rows_kernel(const m3_fwd_args P
         const bool ok = live && i < ch.len;
 #pragma unroll
         for (int q = 0; q < NP; ++q)
-            raw[u][q] = ok ? __ldg(reinterpret_cast<const uint4 *>(ap + i * P.ang.s[1]) + q) : make_uint4(0u, 0u, 0u, 0u);
+            raw[u][q] = ok ? __ldg(reinterpret_cast<const uint4 *>(ap + i * P.ang.s[1]) + q)
+                           : make_uint4(0u, 0u, 0u, 0u);
         dtv[u] = ok ? ld3(P.dt, ch.row, h, ch.t0 + i) : 0.0f;
     }
 #pragma unroll
