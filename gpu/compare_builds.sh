@@ -146,6 +146,8 @@ bench)
     one "siso bf16 B1 S8192 H64 K128 V64" mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso
     one "siso bf16 B4 S4096 H64 K128 V64" mamba3_siso --dtype bf16 --shape B=4,S=4096,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso
     one "scan_bwd bf16 B1 S8192 H80 P64 N128" mamba2_scan_bwd --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param has_d=1,has_z=1,has_dt_bias=1,dt_softplus=1,has_init=0,has_dfinal=0
+    one "siso bf16 f32-angles B1 S8192 H64 K128 V64" mamba3_siso --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso,angles_f32=1
+    one "siso_bwd bf16 f32-angles B1 S8192 H64 K128 V64" mamba3_siso_bwd --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param has_d=1,has_z=1,has_states=0,has_dfinal=0,angles_f32=1
     one "siso_bwd bf16 B1 S8192 H64 K128 V64" mamba3_siso_bwd --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param has_d=1,has_z=1,has_states=0,has_dfinal=0
     one "siso_fwd bf16 B1 S8192 H64 K128 V64" mamba3_siso_fwd --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param $siso
     one "mimo_bwd_fwd bf16 B1 S8192 H16 R4" mamba3_mimo_bwd_fwd --dtype bf16 --shape B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16 --param $mimo

@@ -4,6 +4,9 @@
  * mamba3_siso_step. Shape keys B,S,H,Hq,K,V,A,chunk (DESIGN §7); params has_d, has_z,
  * has_states, has_final, has_dfinal, nseq (varlen), and for the step slots, in_place.
  *
+ * mamba3_siso and mamba3_siso_bwd also take angles_f32 (raw angles in f32 whatever the compute
+ * dtype: upstream's and the models' mix; the values drawn are the same).
+ *
  * Inputs follow the upstream test generators (spec §4.3): q, k = rms-normalised N(0,1)
  * rows; v, z N(0,1); dt = exp(U(ln 1e-3, ln 0.1)); adt = −U(1,16)·dt; trap U(0,1) logits;
  * biases, raw angles, d and the four states N(0,1). mamba3_siso_fwd takes cumulative
@@ -35,6 +38,7 @@
 #define P_HAS_D      CLI_KEY_INT("has_d", "1", "D skip term d (H)")
 #define P_HAS_Z      CLI_KEY_INT("has_z", "1", "gate z: out = y*silu(z)")
 #define P_HAS_STATES CLI_KEY_INT("has_states", "1", "initial states in (all of them)")
+#define P_ANGLES_F32 CLI_KEY_INT("angles_f32", "0", "raw angles in f32 whatever --dtype (upstream's and the models' mix)")
 
 static ssm_mamba3_params params_of(const cli_problem * pb) {
     ssm_mamba3_params p;
@@ -74,7 +78,8 @@ static double e_act(const cli_problem * pb) {
 /* ---- validation (usage errors; the library checks the rest) --------------------------- */
 
 static int m3_validate(const cli_problem * pb, char * err, size_t errlen) {
-    static const char * const bools[] = {"has_d", "has_z", "has_states", "has_final", "has_dfinal", "in_place", NULL};
+    static const char * const bools[] = {"has_d",    "has_z",      "has_states", "has_final",
+                                         "has_dfinal", "in_place", "angles_f32", NULL};
     if (cli_check_shape_positive(pb, err, errlen) || cli_check_bools(pb, bools, err, errlen)) return -1;
     const m3dims  d    = dims_of(pb);
     return cli_check_nseq_slots(pb, d.B, err, errlen);
@@ -158,10 +163,43 @@ static int cumulate_angles(cli_problem * pb, char * err, size_t errlen) {
     return 0;
 }
 
+/* 1 when the operator has the angles_f32 key and it is set. */
+static int angles_f32(const cli_problem * pb) {
+    return cli_key_index(pb->op->param_keys, "angles_f32") >= 0 && cli_param_int(pb, "angles_f32") != 0;
+}
+
+/* The raw angles, drawn in the compute dtype, widened to an f32 buffer of the same view (the
+ * values are those drawn, so the inputs are the same problem at either setting). */
+static int widen_angles(cli_problem * pb, char * err, size_t errlen) {
+    cli_buf * raw = cli_arg_buf(pb, "angles");
+    if (raw->mem == NULL || raw->view.dtype == SSM_DTYPE_F32) return 0;
+    cli_buf wide;
+    memset(&wide, 0, sizeof wide);
+    if (cli_buf_alloc(&wide, SSM_DTYPE_F32, raw->mem_ndim, raw->mem_shape) != 0) {
+        snprintf(err, errlen, "%s: out of memory", pb->op->name);
+        return -1;
+    }
+    const int64_t n = cli_numel(raw->mem_ndim, raw->mem_shape);
+    ssm_tensor    from = raw->view, to = wide.view; /* the memories as flat rows */
+    from.data = raw->mem, from.ndim = 1, from.shape[0] = n, from.strides[0] = 1;
+    to.ndim = 1, to.shape[0] = n, to.strides[0] = 1;
+    for (int64_t i = 0; i < n; ++i) cli_set(&to, i, cli_get(&from, i));
+    /* the same view (strides in elements) over the f32 memory */
+    const ptrdiff_t off = ((const char *)raw->view.data - (const char *)raw->mem) / (ptrdiff_t)ssm_dtype_size(raw->view.dtype);
+    to = raw->view;
+    to.dtype = SSM_DTYPE_F32;
+    to.data = (float *)wide.mem + off;
+    wide.view = to;
+    cli_buf_free(raw);
+    *raw = wide;
+    return 0;
+}
+
 static int m3_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
     const m3dims d = dims_of(pb);
     cli_rng      rng;
     if (cli_m3_generate(pb, seed, d.syms, 0, fill_input, &d, &rng, err, errlen)) return -1;
+    if (angles_f32(pb) && widen_angles(pb, err, errlen)) return -1;
     /* siso_fwd takes θ (fp32 "angles" argument), the other ops raw rates. */
     if (strcmp(pb->op->name, "mamba3_siso_fwd") == 0) return cumulate_angles(pb, err, errlen);
     return 0;
@@ -251,6 +289,8 @@ CLI_OP(mamba3_angle_cumsum_bwd, "gradients of mamba3_angle_cumsum: dangles, ddt,
 
 static const cli_key siso_shape[] = {K_B, K_S, K_H, K_HQ, K_K, K_V, K_A, K_CHUNK, CLI_KEY_END};
 static const cli_key siso_param[] = {P_HAS_D, P_HAS_Z, P_HAS_STATES, CLI_KEY_HAS_FINAL, CLI_KEY_NSEQ, CLI_KEY_END};
+static const cli_key comb_param[] = {P_HAS_D,      P_HAS_Z,      P_HAS_STATES, CLI_KEY_HAS_FINAL,
+                                     CLI_KEY_NSEQ, P_ANGLES_F32, CLI_KEY_END};
 static const char * const siso_cases[] = {
     "B=2,S=77,H=4,Hq=2,K=32,V=16,A=8,chunk=32;",
     "B=1,S=64,H=4,Hq=4,K=16,V=8,A=8,chunk=16;has_d=0,has_z=0,has_states=0",
@@ -303,11 +343,11 @@ static double siso_flops(const cli_problem * pb) {
 }
 
 static double siso_bytes(const cli_problem * pb) {
-    return fwd_bytes_of(pb, e_act(pb), 1); /* raw angles in the compute dtype */
+    return fwd_bytes_of(pb, angles_f32(pb) ? 4.0 : e_act(pb), 1); /* raw angles in the compute dtype or f32 */
 }
 
 CLI_OP(mamba3_siso, "SISO combined forward: raw angles, four states in/out, varlen (siso 2.4, 2.7)", siso_shape,
-       siso_param,
+       comb_param,
        CLI_BENCH("B=1,S=2048,H=32,Hq=1,K=128,V=64,A=32,chunk=64", "has_d=1,has_z=1,has_states=0,has_final=0", NULL),
        siso_cases, CLI_FNS(m3_validate, m3_generate, m3_bind, m3_alloc), NULL, siso_flops, siso_bytes);
 
@@ -319,7 +359,8 @@ static const cli_key bwd_shape[] = {
     K_B, CLI_KEY_INT("S", "64", "sequence length (the reference backward is O(S^2))"), K_H, K_HQ, K_K, K_V, K_A,
     K_CHUNK, CLI_KEY_END,
 };
-static const cli_key bwd_param[] = {P_HAS_D, P_HAS_Z, P_HAS_STATES, CLI_KEY_HAS_DFINAL, CLI_KEY_NSEQ, CLI_KEY_END};
+static const cli_key bwd_param[] = {P_HAS_D,      P_HAS_Z,      P_HAS_STATES, CLI_KEY_HAS_DFINAL,
+                                    CLI_KEY_NSEQ, P_ANGLES_F32, CLI_KEY_END};
 static const char * const bwd_cases[] = {
     "B=2,S=37,H=4,Hq=2,K=16,V=8,A=4,chunk=16;", "B=1,S=48,H=2,Hq=1,K=32,V=16,A=8,chunk=16;has_states=0,has_dfinal=0",
     "B=1,S=40,H=4,Hq=2,K=16,V=16,A=8,chunk=16;has_z=0,has_d=0", "B=1,S=30,H=2,Hq=2,K=8,V=8,A=2,chunk=8;nseq=4",
@@ -345,7 +386,8 @@ static double bwd_bytes(const cli_problem * pb) {
     const m3dims d = dims_of(pb);
     const double e = e_act(pb), H = (double)d.H, K = (double)d.K, V = (double)d.V, A = (double)d.A;
     const double z = (double)cli_param_int(pb, "has_z");
-    double n = tokens_of(&d) * (4.0 * (double)d.Hq * K * e + H * V * e * (3.0 + 2.0 * z) + 24.0 * H + 2.0 * H * A * e);
+    const double ea = angles_f32(pb) ? 4.0 : e; /* angles and dangles */
+    double n = tokens_of(&d) * (4.0 * (double)d.Hq * K * e + H * V * e * (3.0 + 2.0 * z) + 24.0 * H + 2.0 * H * A * ea);
     const double copies = 2.0 * (double)cli_param_int(pb, "has_states") + (double)cli_param_int(pb, "has_dfinal");
     n += copies * (double)d.NS * H * 4.0 * (K * V + K + V + A) + 16.0 * H * K;
     return n;
