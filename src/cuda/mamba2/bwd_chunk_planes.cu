@@ -26,6 +26,7 @@
  *   end   warp 0: the ddA recurrence, ddt, dA and ddt_bias partials.
  */
 #include "../../core/ssmi_scalar.h"
+#include "../common/device_math.cuh"
 #include "../common/mma.cuh"
 #include "bwd.cuh"
 
@@ -138,10 +139,6 @@ __device__ __forceinline__ void load_exact(bf16 * dst, int ld, int w, int qp, co
     }
 }
 
-/* σ(z) by the fast exponential and division (relative error ~1e-6; z → −∞ gives 0, z → +∞ gives 1,
- * NaN stays NaN): the gate of this 16-bit backward, whose results go into split bf16 planes (2^-16). */
-__device__ __forceinline__ float fast_sigmoid(float z) { return __fdividef(1.0f, 1.0f + __expf(-z)); }
-
 /* Rows [0, L) of head h of the bf16 view d, gated by z where given (d·silu(z)) and times
  * scale[i] where given, into the split planes hi/lo [qp][ld] of width w (zeros past L and n);
  * with dzf, the dz factor d·σ(z)(1 + z(1 − σ(z))) (0 without z) into dzf [qp][lz]. With unit
@@ -159,7 +156,7 @@ __device__ __forceinline__ void load_split(bf16 * hi, bf16 * lo, float * dzf, in
             *f = 0.0f;
             return dv;
         }
-        const float sg = fast_sigmoid(zv);
+        const float sg = ssmi_math::sigmoid_fast(zv); /* into split planes */
         *f = dv * sg * (1.0f + zv * (1.0f - sg));
         return dv * zv * sg;
     };

@@ -637,7 +637,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
                         if (dvj) {
                             if (seq_end && i == L - 1 && P.has_dfv) y += ld3(P.dfv, ch.seq, h, r + u);
                         } else {
-                            const float z = zv[hh][jn][u], sg = sigmoid_fast(z);
+                            const float z = zv[hh][jn][u], sg = ssmi_math::sigmoid_fast(z);
                             y = y * (dO[hh][jn][u] * sg * (1.0f + z * (1.0f - sg)));
                         }
                         yo[u] = y;

@@ -11,8 +11,6 @@
  * workspace slots (siso.cuh: cp_prep), for the chained state, the mma.sync state kernel (PRE) and
  * the wgmma output kernel to copy.
  */
-#include <type_traits>
-
 #include "tiles.cuh"
 
 namespace ssmi_siso {
@@ -43,18 +41,18 @@ __global__ void __launch_bounds__(128) angle_sum_kernel(const m3_fwd_args P) {
     P.theta0[((long long)w * P.H + h) * P.A + m] = run;
 }
 
-/* Angles in 16-byte rows, A % 8 == 0: of v's dtype (P.vang; FANG false) or fp32 (P.fang; FANG
- * true, two 16-byte pieces per 8 angles). 8 adjacent lanes share one (chunk, head, 8 angles): lane
+/* Angles in 16-byte rows, A % 8 == 0, AMODE their dtype: v's (P.vang) or fp32 (P.fang: two
+ * 16-byte pieces per 8 angles). 8 adjacent lanes share one (chunk, head, 8 angles): lane
  * g sums tokens g·8 … g·8 + 7 in order (the token's 8 angles in one or two 16-byte loads, one dt
  * load), then a 3-step xor butterfly adds the 8 partial sums (each step adds two values whose
  * order does not change a float sum, so all 8 lanes hold the same bits and the result is
  * deterministic); lane 0 stores. The sums differ from angle_sum_kernel's by fp32 rounding (another
  * association), and are wrapped by the angle scan. */
-template <int MODE, bool FANG>
+template <int AMODE>
 __global__ void __launch_bounds__(128) angle_sum_rows_kernel(const m3_fwd_args P) {
     static_assert(kC == 64, "8 lanes of 8 tokens cover one chunk");
-    typedef typename std::conditional<FANG, float, typename cfg<MODE>::T>::type T;
-    constexpr int                 NP = FANG ? 2 : 1; /* 16-byte pieces per 8 angles */
+    typedef typename cfg<AMODE>::T T;
+    constexpr int                 NP = (int)sizeof(T) / 2; /* 16-byte pieces per 8 angles */
     const int                     A8 = P.A / 8, w = blockIdx.x, g = threadIdx.x & 7;
     const int                     e = blockIdx.y * (blockDim.x / 8) + (threadIdx.x >> 3);
     const bool     live = e < P.H * A8; /* whole 8-lane groups: the butterfly below stays within live lanes */
@@ -80,14 +78,14 @@ __global__ void __launch_bounds__(128) angle_sum_rows_kernel(const m3_fwd_args P
     for (int u = 0; u < 8; ++u) {
         if (g * 8 + u >= ch.len) break;
         float x[8];
-        if (FANG) {
+        if constexpr (AMODE == M_F32) {
 #pragma unroll
             for (int q = 0; q < NP; ++q) {
                 x[4 * q] = __uint_as_float(raw[u][q].x), x[4 * q + 1] = __uint_as_float(raw[u][q].y);
                 x[4 * q + 2] = __uint_as_float(raw[u][q].z), x[4 * q + 3] = __uint_as_float(raw[u][q].w);
             }
         } else {
-            unpack8<MODE>(x, raw[u][0]);
+            unpack8<AMODE>(x, raw[u][0]);
         }
 #pragma unroll
         for (int c = 0; c < 8; ++c) run[c] += (kPi * tanhf(x[c])) * dtv[u];
@@ -278,11 +276,11 @@ ssm_status launch_angles(ssm_context * ctx, const char * op, const m3_fwd_args &
     if (W > 0 && (P.vang || P.fang)) {
         const dim3 grid((unsigned)W, (unsigned)((P.H * (P.A / 8) + 15) / 16));
         if (P.fang)
-            angle_sum_rows_kernel<M_BF16, true><<<grid, 128, 0, s>>>(P); /* MODE unused with fp32 angles */
+            angle_sum_rows_kernel<M_F32><<<grid, 128, 0, s>>>(P);
         else if (mode == M_F16)
-            angle_sum_rows_kernel<M_F16, false><<<grid, 128, 0, s>>>(P);
+            angle_sum_rows_kernel<M_F16><<<grid, 128, 0, s>>>(P);
         else
-            angle_sum_rows_kernel<M_BF16, false><<<grid, 128, 0, s>>>(P);
+            angle_sum_rows_kernel<M_BF16><<<grid, 128, 0, s>>>(P);
         SSMI_CU_CHECK_LAUNCH(ctx, op, "angle_sum_rows_kernel launch");
     } else if (W > 0) {
         angle_sum_kernel<<<dim3((unsigned)W, (unsigned)((P.H * P.A + 127) / 128)), 128, 0, s>>>(P);

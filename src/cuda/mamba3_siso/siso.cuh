@@ -29,6 +29,7 @@ extern "C" {
 #include "../../core/ssmi.h"
 }
 #include "../common/cuda_common.cuh"
+#include "../common/device_math.cuh"
 #include "../common/mma.cuh"
 #include "../common/wgmma.cuh"
 
@@ -128,12 +129,8 @@ __device__ __forceinline__ void sincos_wrapped_fast(float x, float * sn, float *
 
 __device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-/* σ(x) by the fast exponential and division (relative error ~1e-6; x → −∞ gives 0, x → +∞ gives
- * 1, NaN stays NaN): the 16-bit backward's gate, whose results go into split bf16 planes (2^-16). */
-__device__ __forceinline__ float sigmoid_fast(float x) { return __fdividef(1.0f, 1.0f + __expf(-x)); }
-
 /* The gated output gradient dy = dout ⊙ silu(z) of one element (the 16-bit backward's). */
-__device__ __forceinline__ float gated_dy(float dO, float z) { return dO * z * sigmoid_fast(z); }
+__device__ __forceinline__ float gated_dy(float dO, float z) { return dO * z * ssmi_math::sigmoid_fast(z); }
 
 /* ---- the chunk plan and the kernel arguments ---------------------------------------------------- */
 
