@@ -236,12 +236,17 @@ bwd_ws ws_layout(const bw_args & a) {
 ssm_status run_kernels(ssm_context * ctx, bw_args a) {
     SSM_FORWARD_IF_ERROR(launch_bwd_dt(ctx, kOp, a));
     const long long total = (long long)a.G * a.nslices, per = batch_slices(a);
+    const bool      chain = a.planes && chain_layout_ok(a);
     for (long long k0 = 0; k0 < total; k0 += per) {
         set_batch(a, k0, per);
-        SSM_FORWARD_IF_ERROR(a.planes ? launch_bwd_states_planes(ctx, kOp, a, false) : launch_bwd_states(ctx, kOp, a));
-        SSM_FORWARD_IF_ERROR(launch_state_pass(ctx, kOp, a));
-        SSM_FORWARD_IF_ERROR(a.planes ? launch_bwd_states_planes(ctx, kOp, a, true) : launch_bwd_dstates(ctx, kOp, a));
-        SSM_FORWARD_IF_ERROR(launch_state_grad_pass(ctx, kOp, a));
+        if (chain) {
+            SSM_FORWARD_IF_ERROR(launch_bwd_state_chain(ctx, kOp, a));
+        } else {
+            SSM_FORWARD_IF_ERROR(a.planes ? launch_bwd_states_planes(ctx, kOp, a, false) : launch_bwd_states(ctx, kOp, a));
+            SSM_FORWARD_IF_ERROR(launch_state_pass(ctx, kOp, a));
+            SSM_FORWARD_IF_ERROR(a.planes ? launch_bwd_states_planes(ctx, kOp, a, true) : launch_bwd_dstates(ctx, kOp, a));
+            SSM_FORWARD_IF_ERROR(launch_state_grad_pass(ctx, kOp, a));
+        }
         SSM_FORWARD_IF_ERROR(a.planes ? launch_bwd_chunk_planes(ctx, kOp, a) : launch_bwd_chunk(ctx, kOp, a));
     }
     return launch_bwd_reduce(ctx, kOp, a);

@@ -35,6 +35,7 @@ extern "C" {
 #include "../../core/ssmi.h"
 }
 #include "../common/cuda_common.cuh"
+#include "../common/device_math.cuh"
 
 namespace ssmi_m2bwd {
 
@@ -195,6 +196,10 @@ ssm_status launch_bwd_chunk(ssm_context * ctx, const char * op, const bw_args & 
 ssm_status launch_bwd_chunk_planes(ssm_context * ctx, const char * op, const bw_args & a);
 ssm_status launch_bwd_states_planes(ssm_context * ctx, const char * op, const bw_args & a, bool dstates);
 ssm_status launch_state_pass(ssm_context * ctx, const char * op, const bw_args & a);
+/* Steps 2–5 in one kernel (bwd_state_chain.cu) for the plane entry where chain_layout_ok holds:
+ * the same bytes in st, gs and dinitial_states as bwd_states_planes + the two passes. */
+bool       chain_layout_ok(const bw_args & a);
+ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_args & a);
 ssm_status launch_state_grad_pass(ssm_context * ctx, const char * op, const bw_args & a);
 ssm_status launch_bwd_reduce(ssm_context * ctx, const char * op, const bw_args & a);
 
@@ -205,6 +210,14 @@ __device__ __forceinline__ long long off3(const long long * s, long long i, long
 }
 __device__ __forceinline__ long long off4(const long long * s, long long i, long long j, long long k, long long l) {
     return i * s[0] + j * s[1] + k * s[2] + l * s[3];
+}
+
+/* δx = dout·silu(z) = dout·z·σ(z), σ by the fast form (the results go into split bf16 planes), and
+ * the dz factor dout·σ(z)·(1 + z·(1 − σ(z))) into *f. */
+__device__ __forceinline__ float silu_gate(float dv, float zv, float * f) {
+    const float sg = ssmi_math::sigmoid_fast(zv);
+    *f = dv * sg * (1.0f + zv * (1.0f - sg));
+    return dv * zv * sg;
 }
 
 /* Sum of v over the block (a power-of-two thread count; red holds one float per thread), a fixed

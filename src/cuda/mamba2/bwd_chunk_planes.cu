@@ -156,9 +156,7 @@ __device__ __forceinline__ void load_split(bf16 * hi, bf16 * lo, float * dzf, in
             *f = 0.0f;
             return dv;
         }
-        const float sg = ssmi_math::sigmoid_fast(zv); /* into split planes */
-        *f = dv * sg * (1.0f + zv * (1.0f - sg));
-        return dv * zv * sg;
+        return silu_gate(dv, zv, f);
     };
     /* element (i, j) of d at dbase + i·d.s[1] + j·d.s[3], of z at zbase + i·z.s[1] + j·z.s[3] */
     const long long dbase = off4(d.s, ck.row, ck.t0, h, 0), zbase = gated ? off4(z.s, ck.row, ck.t0, h, 0) : 0;

@@ -1,0 +1,242 @@
+/*
+ * bwd_state_chain.cu — steps 2–5 of the Mamba-2 combined backward (bwd.cuh) in one kernel for the
+ * bf16-plane entry where every operand row is a 16-byte aligned run (chain_layout_ok): the
+ * chunk-local states and their forward pass, and the state gradients through the outputs and
+ * their reverse pass. One block per (segment, head of the batch, direction, 32 × 128 tile of the
+ * P × N state) walks the segment's chunks in order (forward: S) or in reverse (G), keeping the
+ * running state of its tile in the warps' mma accumulators: per chunk it stores the entering
+ * state S_c (the state gradient G_c) into the workspace slot the chunk kernel reads, forms the
+ * chunk's product s_c = Σ_j (e^{cl−cm_j}·dt_j·x_j)ᵀ·B_j (dS_c = Σ_i (e^{cm_i}·δx_i)ᵀ·C_i) on
+ * the tensor cores, and updates run = e^{cl_c}·run + s_c. The chunk operands stream through a
+ * three-stage cp.async ring, two chunks ahead of the products, so a step waits on shared memory
+ * and the tensor cores, not on global memory. The products (tile_mma, tokens ascending) and the
+ * update are those of bwd_states_planes_kernel and the state passes (bwd_pass.cu), so the bytes
+ * of S, G and dinitial_states are theirs; the local states never go through global memory.
+ */
+#include "../common/device_math.cuh"
+#include "../common/mma.cuh"
+#include "bwd.cuh"
+
+namespace ssmi_m2bwd {
+namespace {
+
+using namespace ssmi_mma;
+
+constexpr int kChainThreads = 256; /* 8 warps: a 16 × 32 slab of the tile each */
+constexpr int kChainTP = 32;       /* state rows (p) per block */
+constexpr int kChainTN = 128;      /* state columns (n) per block */
+constexpr int kChainQ = kMaxQ;     /* the plane entry's chunk */
+constexpr int kChainStages = 3;
+constexpr int kRowLd = kChainTP + 8; /* bf16 pitch of the x / dout / z rows and the planes */
+constexpr int kColLd = kChainTN + 8; /* bf16 pitch of the B / C rows */
+constexpr int kXGroups = kChainTP / 8, kBGroups = kChainTN / 8; /* 16-byte pieces per row */
+constexpr int kBPer = kChainQ * kBGroups / kChainThreads;      /* B pieces per thread and chunk */
+static_assert(kChainQ * kXGroups == kChainThreads, "one x piece per thread and chunk");
+static_assert(kChainQ * kBGroups % kChainThreads == 0, "whole B pieces per thread");
+
+/* One ring stage: the chunk's rows of x (or dout) and z over the tile's p columns, of B (or C)
+ * over its n columns, and its cm and dt rows. */
+struct chain_stage {
+    bf16  x[kChainQ * kRowLd];
+    bf16  z[kChainQ * kRowLd];
+    bf16  b[kChainQ * kColLd];
+    float cm[kChainQ], dt[kChainQ];
+};
+struct chain_smem {
+    chain_stage st[kChainStages];
+    bf16        ah[kChainQ * kRowLd], al[kChainQ * kRowLd]; /* the weighted rows as split planes */
+};
+
+/* kRev false: the forward walk (S from x, B, the slots of st); true: the reverse walk (G from dout
+ * gated by z, C, the slots of gs, and dinitial_states). Thread t loads, every chunk, the x (and z)
+ * piece (row t / kXGroups, columns 8·(t % kXGroups)..) and kBPer B pieces, and converts its x
+ * piece; warp w owns rows 16·(w / 4).. and columns 32·(w % 4).. of the tile. */
+template <bool kRev>
+__device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, const bw_seg & sg, int h, int pt0,
+                                           int nt0) {
+    const int       tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g4 = lane >> 2, t4 = lane & 3;
+    const int       P = a.P, N = a.N;
+    const long long PN = (long long)P * N;
+    const bool      gated = kRev && a.has_z;
+    const ssmi_cu_view & xv = kRev ? a.dout : a.x;
+    const ssmi_cu_view & bv = kRev ? a.c : a.b;
+    const long long nc = sg.nc;
+    /* the segment's chunks: consecutive, of kChainQ tokens from its first, the last possibly shorter */
+    bw_chunk ck0 = {}, ckl = {};
+    if (nc > 0) ck0 = a.chunks[sg.c0], ckl = a.chunks[sg.c0 + nc - 1];
+    auto chunk_of = [&](long long k) { return kRev ? sg.c0 + nc - 1 - k : sg.c0 + k; };
+    auto len_of = [&](long long c) { return c == sg.c0 + nc - 1 ? ckl.len : kChainQ; };
+
+    /* this thread's pieces: x (and z) row xi, columns xj..; B rows bi + (kChainThreads / kBGroups)·u,
+     * columns bj..; the sources at the segment's first token (a chunk further: + kChainQ rows) */
+    const int  xi = tid / kXGroups, xj = (tid % kXGroups) * 8, bi = tid / kBGroups, bj = (tid % kBGroups) * 8;
+    const bool xin = pt0 + xj < P, bin = nt0 + bj < N; /* P, N multiples of 8: whole pieces */
+    const int  brs = kChainThreads / kBGroups;           /* B rows between a thread's pieces */
+    const bf16 * xs = (const bf16 *)xv.p + off4(xv.s, ck0.row, ck0.t0 + xi, h, pt0 + xj);
+    const bf16 * zs = gated ? (const bf16 *)a.z.p + off4(a.z.s, ck0.row, ck0.t0 + xi, h, pt0 + xj) : nullptr;
+    const bf16 * bs = (const bf16 *)bv.p + off4(bv.s, ck0.row, ck0.t0 + bi, h / a.R, nt0 + bj);
+
+    /* zeros everywhere once: columns past the tile's live ones are never loaded */
+    for (int e = tid; e < (int)(sizeof(chain_smem) / 16); e += kChainThreads) ((uint4 *)&sm)[e] = make_uint4(0u, 0u, 0u, 0u);
+    __syncthreads();
+
+    /* the k-th chunk of the walk into stage k % kChainStages (one commit group, empty past the walk) */
+    auto issue = [&](long long k) {
+        if (k < nc) {
+            chain_stage &   s = sm.st[k % kChainStages];
+            const long long c = chunk_of(k), w = c * a.H + h, r0 = (c - sg.c0) * kChainQ; /* first row */
+            const int       L = len_of(c);
+            if (xin && xi < L) {
+                cp_async16(&s.x[xi * kRowLd + xj], xs + r0 * xv.s[1]);
+                if (gated) cp_async16(&s.z[xi * kRowLd + xj], zs + r0 * a.z.s[1]);
+            }
+#pragma unroll
+            for (int u = 0; u < kBPer; ++u) {
+                const int i = bi + brs * u;
+                if (!bin) break;
+                if (i < L) cp_async16(&s.b[i * kColLd + bj], bs + (r0 + brs * u) * bv.s[1]);
+                else *(uint4 *)&s.b[i * kColLd + bj] = make_uint4(0u, 0u, 0u, 0u); /* rows past L take no part */
+            }
+            constexpr int q4 = kChainQ / 4; /* the workspace rows are 16-byte aligned (kChainQ floats) */
+            if (tid < q4) cp_async16(&s.cm[4 * tid], a.cmv + w * kChainQ + 4 * tid);
+            else if (!kRev && tid < 2 * q4) cp_async16(&s.dt[4 * (tid - q4)], a.dtv + w * kChainQ + 4 * (tid - q4));
+        }
+        cp_async_commit();
+    };
+
+    /* the running state of this lane's accumulator elements: element (p0 + g4 + 8hh, n0 + 16nt + 8j + 2t4 + u)
+     * of the tile in run[nt][j][2hh + u] */
+    const int p0 = 16 * (warp / 4), n0 = 32 * (warp % 4);
+    const bool live = pt0 + p0 < P && nt0 + n0 < N; /* the warp's slab holds state elements */
+    float     run[2][2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int  p = pt0 + p0 + g4 + 8 * (r >> 1), n = nt0 + n0 + 16 * nt + 8 * j + 2 * t4 + (r & 1);
+                const bool in = p < P && n < N;
+                float      v = 0.0f;
+                if (!kRev && in && sg.init >= 0) v = ssmi_cu_ld(a.init.p, a.init.dtype, off4(a.init.s, sg.init, h, p, n));
+                if (kRev && in && sg.fin >= 0) v = ssmi_cu_ld(a.dfin.p, a.dfin.dtype, off4(a.dfin.s, sg.fin, h, p, n));
+                run[nt][j][r] = v;
+            }
+    /* this lane's first state element (row p0 + g4, column n0 + 2t4) in a chunk's slot */
+    const long long so = (long long)(pt0 + p0 + g4) * N + nt0 + n0 + 2 * t4;
+
+#pragma unroll
+    for (int k = 0; k < kChainStages - 1; ++k) issue(k);
+    for (long long k = 0; k < nc; ++k) {
+        const long long c = chunk_of(k), w = c * a.H + h;
+        const int       L = len_of(c);
+        const float     f = a.ecl[w];
+        cp_async_wait_group<kChainStages - 2>(); /* this thread's part of chunk k has landed */
+        __syncthreads();                         /* everyone's; and the previous chunk's reads are done */
+        issue(k + kChainStages - 1);             /* into the stage the previous chunk used */
+        const chain_stage & s = sm.st[k % kChainStages];
+
+        /* this thread's x piece, weighted, into the split planes: row i times e^{cl−cm_i}·dt_i
+         * (forward) or e^{cm_i} (reverse, gated by z); zeros past L and past the tile's columns */
+        {
+            const int o = xi * kRowLd + xj;
+            uint4     hv = make_uint4(0u, 0u, 0u, 0u), lv = hv;
+            if (xin && xi < L) {
+                const float      sc = kRev ? expf(s.cm[xi]) : expf(s.cm[L - 1] - s.cm[xi]) * s.dt[xi];
+                const uint4      dv4 = *(const uint4 *)&s.x[o], zv4 = *(const uint4 *)&s.z[o];
+                const uint32_t * dw = (const uint32_t *)&dv4;
+                const uint32_t * zw = (const uint32_t *)&zv4;
+                uint32_t *       hw = (uint32_t *)&hv;
+                uint32_t *       lw = (uint32_t *)&lv;
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const float2 d2 = t2<M_BF16>::unpack(dw[q]), z2 = t2<M_BF16>::unpack(zw[q]);
+                    float        f0, f1;
+                    const float  g0 = (gated ? silu_gate(d2.x, z2.x, &f0) : d2.x) * sc;
+                    const float  g1 = (gated ? silu_gate(d2.y, z2.y, &f1) : d2.y) * sc;
+                    split2<M_BF16>(g0, g1, hw[q], lw[q]);
+                }
+            }
+            *(uint4 *)&sm.ah[o] = hv, *(uint4 *)&sm.al[o] = lv;
+        }
+        __syncthreads();
+        if (!live) continue;
+
+        float * const slot = (kRev ? a.gs : a.st) + state_at(a, c, h, PN) + so;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+            float acc[2][4];
+            zero_acc(acc);
+            if (L == kChainQ) tile_mma<true, true, true, false>(acc, sm.ah, sm.al, kRowLd, s.b, nullptr, kColLd, p0,
+                                                                n0 + 16 * nt, 0, kChainQ);
+            else tile_mma<true, true, true, false>(acc, sm.ah, sm.al, kRowLd, s.b, nullptr, kColLd, p0, n0 + 16 * nt,
+                                                   0, (L + 15) / 16 * 16);
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int p = pt0 + p0 + g4 + 8 * hh, n = nt0 + n0 + 16 * nt + 8 * j + 2 * t4;
+                    float &   r0 = run[nt][j][2 * hh], &r1 = run[nt][j][2 * hh + 1];
+                    float *   e = slot + (long long)(8 * hh) * N + 16 * nt + 8 * j;
+                    if (p < P && n + 1 < N) *(float2 *)e = make_float2(r0, r1);
+                    else if (p < P && n < N) *e = r0;
+                    r0 = f * r0 + acc[j][2 * hh];
+                    r1 = f * r1 + acc[j][2 * hh + 1];
+                }
+        }
+    }
+    cp_async_wait_all();
+    if (kRev && sg.dinit >= 0 && a.dinit.p != NULL)
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int r = 0; r < 4; ++r) {
+                    const int p = pt0 + p0 + g4 + 8 * (r >> 1), n = nt0 + n0 + 16 * nt + 8 * j + 2 * t4 + (r & 1);
+                    if (p < P && n < N)
+                        ssmi_cu_st(a.dinit.p, a.dinit.dtype, off4(a.dinit.s, sg.dinit, h, p, n),
+                                   sg.init >= 0 ? run[nt][j][r] : 0.0f);
+                }
+}
+
+/* Grid (segment, head of the batch, tile + direction): blockIdx.z = dir·tiles + tile, the tile
+ * (p tile) · n tiles + (n tile). */
+__global__ void __launch_bounds__(kChainThreads) bwd_state_chain_kernel(bw_args a) {
+    extern __shared__ float4 sm4[];
+    chain_smem &    sm = *(chain_smem *)sm4;
+    const bw_seg    sg = a.segs[blockIdx.x];
+    const int       h = a.h0 + blockIdx.y;
+    const int       ntn = (a.N + kChainTN - 1) / kChainTN, tiles = ((a.P + kChainTP - 1) / kChainTP) * ntn;
+    const int       z = blockIdx.z, tile = z % tiles;
+    const int       pt0 = (tile / ntn) * kChainTP, nt0 = (tile % ntn) * kChainTN;
+    if (z < tiles) chain_walk<false>(a, sm, sg, h, pt0, nt0);
+    else chain_walk<true>(a, sm, sg, h, pt0, nt0);
+}
+
+/* A bf16 view whose rows are 16-byte aligned runs of unit stride (the head or group dimension
+ * and the element dimension included). */
+bool rows16(const ssmi_cu_view & v) {
+    return v.dtype == SSM_DTYPE_BF16 && v.s[3] == 1 && v.s[0] % 8 == 0 && v.s[1] % 8 == 0 && v.s[2] % 8 == 0 &&
+           ((uintptr_t)v.p & 15) == 0;
+}
+
+} /* namespace */
+
+bool chain_layout_ok(const bw_args & a) {
+    return a.Q == kChainQ && a.P % 8 == 0 && a.N % 8 == 0 && rows16(a.x) && rows16(a.dout) && rows16(a.b) &&
+           rows16(a.c) && (!a.has_z || rows16(a.z));
+}
+
+ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_args & a) {
+    if (a.nsegs == 0 || a.hb == 0 || a.P == 0 || a.N == 0) return SSM_STATUS_OK;
+    const size_t bytes = sizeof(chain_smem);
+    SSM_FORWARD_IF_ERROR(smem_optin(ctx, op, (const void *)bwd_state_chain_kernel, bytes));
+    const int  tiles = ((a.P + kChainTP - 1) / kChainTP) * ((a.N + kChainTN - 1) / kChainTN);
+    const dim3 grid((unsigned)a.nsegs, (unsigned)a.hb, (unsigned)(2 * tiles));
+    bwd_state_chain_kernel<<<grid, kChainThreads, bytes, ssmi_cuda_stream(ctx)>>>(a);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "bwd_state_chain_kernel");
+    return SSM_STATUS_OK;
+}
+
+} /* namespace ssmi_m2bwd */
