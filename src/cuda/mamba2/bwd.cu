@@ -53,7 +53,8 @@ const bwd_entry bwd_table[] = {
      "exact; fp32 operands as a rounded plane and a remainder plane), products by ldmatrix + mma.sync m16n8k16 with "
      "fp32 accumulators and their epilogues in registers, 16 warps per block, 64-token chunks, a block per (chunk, "
      "group, slice of heads) loading the chunk's B and C once and summing its heads' dB/dC in head order (no "
-     "per-head dB/dC buffers); the chunk-local states and state gradients on the same planes",
+     "per-head dB/dC buffers); the chunk-local states and state gradients on the same planes, with the state "
+     "passes in the same kernel (the running state in registers) where the rows are 16-byte runs",
      "x, B, C and dout in bf16, and the chunk's planes fit shared memory", bwd_planes, true, true, false, 64},
     {"chunked_mma",
      "fp16/bf16 x: the chunk kernels' products on the tensor cores (mma.sync m16n8k16 bf16, fp32 accumulators, fp32 "

@@ -24,6 +24,9 @@
  *   7. reductions      dB/dC: the fp32 parts of a group (per head, or per slice of heads) summed
  *                      in order where there are several, and dA/ddt_bias/dD summed over chunks
  *                      in chunk order in float64.
+ * For the bf16-plane entry with operand rows of 16-byte runs (chain_layout_ok), steps 2–5 are one
+ * kernel (bwd_state_chain.cu) that walks the chunks with the running state in registers and
+ * writes only the entering states and the state gradients, with the bytes of steps 2–5.
  * Every output element is written by one thread; no atomics, so results are identical run to run.
  */
 #ifndef SSMI_CUDA_MAMBA2_BWD_CUH
