@@ -168,7 +168,7 @@ __device__ float load_chunk(const bw_args & P, int w, const bw_chunk & ch, int h
     load_rows(P.dout, ch.row, ch.t0, h, L, V, [=](int i, int r, float x) { dy[i * LV + r] = x; });
     if (P.has_z) /* the same thread mapping as dout's: each thread reads back its own dy */
         load_rows(P.z, ch.row, ch.t0, h, L, V, [=](int i, int r, float z) {
-            const float dO = dy[i * LV + r], sg = sigmoidf(z);
+            const float dO = dy[i * LV + r], sg = ssmi_math::sigmoid(z);
             dy[i * LV + r] = dO * z * sg;
             if (gz != nullptr) gz[i * LV + r] = dO * sg * (1.0f + z * (1.0f - sg));
         });

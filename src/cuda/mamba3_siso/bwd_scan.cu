@@ -57,9 +57,9 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_prep_kernel(const bw_args P) 
             const long long t = ch.t0 + i;
             const bool      in = i < L, next = i + 1 < L || (i + 1 == L && !ch.last);
             dtv[u] = in ? ld3(P.dt, ch.row, h, t) : 0.0f;
-            lam[u] = in ? sigmoidf(ld3(P.trap, ch.row, h, t)) : 0.0f;
+            lam[u] = in ? ssmi_math::sigmoid(ld3(P.trap, ch.row, h, t)) : 0.0f;
             const float dtn = next ? ld3(P.dt, ch.row, h, t + 1) : 0.0f;
-            const float lamn = next ? sigmoidf(ld3(P.trap, ch.row, h, t + 1)) : 0.0f;
+            const float lamn = next ? ssmi_math::sigmoid(ld3(P.trap, ch.row, h, t + 1)) : 0.0f;
             a[u] = in ? ld3(P.adt, ch.row, h, t) : 0.0f;
             gam[u] = dtv[u] * lam[u];
             sig[u] = gam[u] + dtn * (1.0f - lamn);

@@ -296,8 +296,8 @@ __global__ void __launch_bounds__(kFastThreads, 2) output_mma_any_kernel(const m
                     const float2 zz =
                         zsm ? t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&zs[i * kFLd + pl])) : zv[t][half];
                     const float z0 = zz.x, z1 = zz.y;
-                    v0 *= z0 * sigmoidf(z0);
-                    v1 *= z1 * sigmoidf(z1);
+                    v0 *= z0 * ssmi_math::sigmoid(z0);
+                    v1 *= z1 * ssmi_math::sigmoid(z1);
                 }
                 if (!isfinite(v0) || (two && !isfinite(v1))) mark_nonfinite(P);
                 const long long oo = ch.row * P.out.s[0] + t_ * P.out.s[1] + h * P.out.s[2] + p * P.out.s[3];

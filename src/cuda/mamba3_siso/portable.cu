@@ -364,7 +364,7 @@ __device__ __forceinline__ void output_block(const m3_fwd_args & P, unsigned cha
         float           y = scr[i * LF + pp];
         if (P.has_z) {
             const float zv = ld4(P.z, ch.row, t, h, p);
-            y *= zv * sigmoidf(zv);
+            y *= zv * ssmi_math::sigmoid(zv);
         }
         st4(P.out, ch.row, t, h, p, y);
         if (finals && i == L - 1 && P.fin_v.present) st3(P.fin_v, ch.seq, h, p, ld4(P.v, ch.row, t, h, p));

@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(32 * kPrepWarps, 2) chunk_prep_kernel(const m3
     for (int i = lane; i <= L; i += 32) {
         if (i < nload) {
             sc.dtv[i] = ld3(P.dt, ch.row, h, ch.t0 + i);
-            sc.lam[i] = sigmoidf(ld3(P.trap, ch.row, h, ch.t0 + i));
+            sc.lam[i] = ssmi_math::sigmoid(ld3(P.trap, ch.row, h, ch.t0 + i));
         } else {
             sc.dtv[i] = 0.0f;
             sc.lam[i] = 0.0f;

@@ -127,8 +127,6 @@ __device__ __forceinline__ void sincos_wrapped_fast(float x, float * sn, float *
     __sincosf(x >= kPi ? x - kTwoPiHi : x, sn, cs);
 }
 
-__device__ __forceinline__ float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-
 /* The gated output gradient dy = dout ⊙ silu(z) of one element (the 16-bit backward's). */
 __device__ __forceinline__ float gated_dy(float dO, float z) { return dO * z * ssmi_math::sigmoid_fast(z); }
 
@@ -228,7 +226,7 @@ __device__ inline void chunk_scalars(const m3_fwd_args & P, const m3_chunk & ch,
     for (int i = threadIdx.x; i <= L; i += blockDim.x) {
         if (i < nload) {
             s.dtv[i] = ld3(P.dt, ch.row, h, ch.t0 + i);
-            s.lam[i] = sigmoidf(ld3(P.trap, ch.row, h, ch.t0 + i));
+            s.lam[i] = ssmi_math::sigmoid(ld3(P.trap, ch.row, h, ch.t0 + i));
         } else {
             s.dtv[i] = 0.0f;
             s.lam[i] = 0.0f;

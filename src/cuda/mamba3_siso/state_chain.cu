@@ -228,7 +228,7 @@ __device__ __forceinline__ void chain_walk(const m3_fwd_args & P, unsigned z) {
     for (int t = 0; t < TN; ++t) S[t][0] = S[t][1] = S[t][2] = S[t][3] = 0.0f;
     if (P.has_states) { /* pass_kernel's H_in = S_in + dt_0(1−λ_0)·v_in k_inᵀ (spec §3.5) */
         const bool  add = !REV && sg.len > 0;
-        const float cz = add ? ld3(P.dt, sg.row, h, sg.t0) * (1.0f - sigmoidf(ld3(P.trap, sg.row, h, sg.t0))) : 0.0f;
+        const float cz = add ? ld3(P.dt, sg.row, h, sg.t0) * (1.0f - ssmi_math::sigmoid(ld3(P.trap, sg.row, h, sg.t0))) : 0.0f;
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
             const int p = p0 + r0 + 8 * hf;

@@ -28,7 +28,7 @@ __global__ void __launch_bounds__(kThreads, 4) pass_kernel(const m3_fwd_args P) 
     float        st[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     if (P.has_states) {
         const bool  add = sg.len > 0; /* H_in = S_in + dt_0(1−λ_0)·v_in k_inᵀ (spec §3.5) */
-        const float c0 = add ? ld3(P.dt, sg.row, h, sg.t0) * (1.0f - sigmoidf(ld3(P.trap, sg.row, h, sg.t0))) : 0.0f;
+        const float c0 = add ? ld3(P.dt, sg.row, h, sg.t0) * (1.0f - ssmi_math::sigmoid(ld3(P.trap, sg.row, h, sg.t0))) : 0.0f;
         const float vin = add ? ld3(P.v_in, s, h, p) : 0.0f;
 #pragma unroll
         for (int v = 0; v < 4; ++v) {
@@ -82,7 +82,7 @@ __global__ void __launch_bounds__(kThreads) pass_odd_kernel(const m3_fwd_args P)
     float        st = 0.0f;
     if (P.has_states) {
         const bool  add = sg.len > 0; /* H_in = S_in + dt_0(1−λ_0)·v_in k_inᵀ (spec §3.5) */
-        const float c0 = add ? ld3(P.dt, sg.row, h, sg.t0) * (1.0f - sigmoidf(ld3(P.trap, sg.row, h, sg.t0))) : 0.0f;
+        const float c0 = add ? ld3(P.dt, sg.row, h, sg.t0) * (1.0f - ssmi_math::sigmoid(ld3(P.trap, sg.row, h, sg.t0))) : 0.0f;
         const float vin = add ? ld3(P.v_in, s, h, p) : 0.0f;
         st = ld4(P.ssm_in, s, h, p, n);
         if (add) st += (c0 * ld3(P.k_in, s, h, n)) * vin;

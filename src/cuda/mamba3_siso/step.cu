@@ -38,7 +38,7 @@ __device__ __forceinline__ step_coefs step_stage(const m3_step_args & P, int t, 
                                                  float * th) {
     const int   K = P.K, V = P.V, A = P.A;
     const float dt = ld2(P.dt, t, h);
-    const float lam = sigmoidf(ld2(P.trap, t, h));
+    const float lam = ssmi_math::sigmoid(ld2(P.trap, t, h));
     const float alpha = expf(ld2(P.adt, t, h));
     const float beta = alpha * dt * (1.0f - lam);
     const float gamma = dt * lam;
@@ -94,7 +94,7 @@ __device__ __forceinline__ void store_out(const m3_step_args & P, int row, int h
     float y = dot + dh * v;
     if (P.has_z) {
         const float zv = ld3(P.z, row, h, p);
-        y *= zv * sigmoidf(zv);
+        y *= zv * ssmi_math::sigmoid(zv);
     }
     st3(P.out, row, h, p, y);
 }
@@ -416,7 +416,7 @@ __global__ void __launch_bounds__(kLanesMaxThreads, 3)
     }
 
     /* 5. the small math (step_warp_kernel's formulas) while the state loads are in flight */
-    const float lam = sigmoidf(trap);
+    const float lam = ssmi_math::sigmoid(trap);
     const float alpha = expf(adt);
     const float beta = alpha * dt * (1.0f - lam);
     const float gamma = dt * lam;
@@ -467,7 +467,7 @@ __global__ void __launch_bounds__(kLanesMaxThreads, 3)
     /* 7. out = (y + D·v)·silu(z) by the owners */
     if (owner) {
         float y = dot_own + dh * o_vv;
-        if (P.has_z) y *= o_z * sigmoidf(o_z);
+        if (P.has_z) y *= o_z * ssmi_math::sigmoid(o_z);
         st3(P.out, b, h, p0 + lane, y);
     }
 
