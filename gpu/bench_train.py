@@ -10,7 +10,8 @@ rounds. The shapes are the ones of record of the CUDA backward issue:
 Usage (GPU machine): PYTHONPATH=python:.upstream SSMOPS_LIBRARY=build/libssmops.so \
     python3 gpu/bench_train.py [--rounds 3] [--only mamba2,siso,mimo] [--json OUT] [--profile] [--memory]
     [--kernels]
-Upstream comes from an ignored folder (.upstream/, see shared GPU.md); without it only ours is timed.
+Upstream comes from an ignored folder (.upstream/, see shared GPU.md; gpu/upstream_copy.sh makes it from a
+git directory of state-spaces/mamba); without it only ours is timed.
 Prints one line per (case, implementation, pass): the median ms of every round, and the ratio
 upstream / ours for each pass. --memory adds, after the timing, the peak device memory of one
 forward + backward per implementation above what was allocated before it (inputs, upstream's
