@@ -13,7 +13,6 @@
  * update are those of bwd_states_planes_kernel and the state passes (bwd_pass.cu), so the bytes
  * of S, G and dinitial_states are theirs; the local states never go through global memory.
  */
-#include "../common/device_math.cuh"
 #include "../common/mma.cuh"
 #include "bwd.cuh"
 
