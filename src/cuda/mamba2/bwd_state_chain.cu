@@ -7,9 +7,10 @@
  * running state of its tile in the warps' mma accumulators: per chunk it stores the entering
  * state S_c (the state gradient G_c) into the workspace slot the chunk kernel reads, forms the
  * chunk's product s_c = Σ_j (e^{cl−cm_j}·dt_j·x_j)ᵀ·B_j (dS_c = Σ_i (e^{cm_i}·δx_i)ᵀ·C_i) on
- * the tensor cores, and updates run = e^{cl_c}·run + s_c. The chunk operands stream through a
- * three-stage cp.async ring, two chunks ahead of the products, so a step waits on shared memory
- * and the tensor cores, not on global memory. The products (tile_mma, tokens ascending) and the
+ * the tensor cores, and updates run = e^{cl_c}·run + s_c, while splitting the next chunk's rows
+ * into a second pair of planes (one barrier per chunk). The chunk operands stream through a
+ * four-stage cp.async ring, so a step waits on shared memory and the tensor cores, not on global
+ * memory. The products (tile_mma, tokens ascending) and the
  * update are those of bwd_states_planes_kernel and the state passes (bwd_pass.cu), so the bytes
  * of S, G and dinitial_states are theirs; the local states never go through global memory.
  */
@@ -25,7 +26,7 @@ constexpr int kChainThreads = 256; /* 8 warps: a 16 × 32 slab of the tile each 
 constexpr int kChainTP = 32;       /* state rows (p) per block */
 constexpr int kChainTN = 128;      /* state columns (n) per block */
 constexpr int kChainQ = kMaxQ;     /* the plane entry's chunk */
-constexpr int kChainStages = 3;
+constexpr int kChainStages = 4; /* chunk k's products, k + 1's split, k + 2 and k + 3 in flight */
 constexpr int kRowLd = kChainTP + 8; /* bf16 pitch of the x / dout / z rows and the planes */
 constexpr int kColLd = kChainTN + 8; /* bf16 pitch of the B / C rows */
 constexpr int kXGroups = kChainTP / 8, kBGroups = kChainTN / 8; /* 16-byte pieces per row */
@@ -43,7 +44,7 @@ struct chain_stage {
 };
 struct chain_smem {
     chain_stage st[kChainStages];
-    bf16        ah[kChainQ * kRowLd], al[kChainQ * kRowLd]; /* the weighted rows as split planes */
+    bf16        ah[2][kChainQ * kRowLd], al[2][kChainQ * kRowLd]; /* the weighted rows as split planes, two chunks */
 };
 
 /* kRev false: the forward walk (S from x, B, the slots of st); true: the reverse walk (G from dout
@@ -59,48 +60,57 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
     const bool      gated = kRev && a.has_z;
     const ssmi_cu_view & xv = kRev ? a.dout : a.x;
     const ssmi_cu_view & bv = kRev ? a.c : a.b;
-    const long long nc = sg.nc;
+    const long long nc = sg.nc, clast = sg.c0 + nc - 1; /* the segment's last chunk, the only short one */
     /* the segment's chunks: consecutive, of kChainQ tokens from its first, the last possibly shorter */
     bw_chunk ck0 = {}, ckl = {};
-    if (nc > 0) ck0 = a.chunks[sg.c0], ckl = a.chunks[sg.c0 + nc - 1];
-    auto chunk_of = [&](long long k) { return kRev ? sg.c0 + nc - 1 - k : sg.c0 + k; };
-    auto len_of = [&](long long c) { return c == sg.c0 + nc - 1 ? ckl.len : kChainQ; };
+    if (nc > 0) ck0 = a.chunks[sg.c0], ckl = a.chunks[clast];
+    const long long c1 = kRev ? clast : sg.c0, dir = kRev ? -1 : 1; /* the walk's first chunk, its step */
 
     /* this thread's pieces: x (and z) row xi, columns xj..; B rows bi + (kChainThreads / kBGroups)·u,
-     * columns bj..; the sources at the segment's first token (a chunk further: + kChainQ rows) */
+     * columns bj..; their sources, and those of the cm and dt rows, at the next chunk to issue,
+     * advanced by one chunk of the walk per issue */
     const int  xi = tid / kXGroups, xj = (tid % kXGroups) * 8, bi = tid / kBGroups, bj = (tid % kBGroups) * 8;
     const bool xin = pt0 + xj < P, bin = nt0 + bj < N; /* P, N multiples of 8: whole pieces */
     const int  brs = kChainThreads / kBGroups;           /* B rows between a thread's pieces */
-    const bf16 * xs = (const bf16 *)xv.p + off4(xv.s, ck0.row, ck0.t0 + xi, h, pt0 + xj);
-    const bf16 * zs = gated ? (const bf16 *)a.z.p + off4(a.z.s, ck0.row, ck0.t0 + xi, h, pt0 + xj) : nullptr;
-    const bf16 * bs = (const bf16 *)bv.p + off4(bv.s, ck0.row, ck0.t0 + bi, h / a.R, nt0 + bj);
+    const long long t1 = ck0.t0 + (c1 - sg.c0) * kChainQ; /* the first issued chunk's first token */
+    const bf16 *    xp = (const bf16 *)xv.p + off4(xv.s, ck0.row, t1 + xi, h, pt0 + xj);
+    const bf16 *    zp = gated ? (const bf16 *)a.z.p + off4(a.z.s, ck0.row, t1 + xi, h, pt0 + xj) : xp;
+    const bf16 *    bp = (const bf16 *)bv.p + off4(bv.s, ck0.row, t1 + bi, h / a.R, nt0 + bj);
+    const long long xd = dir * kChainQ * xv.s[1], zd = gated ? dir * kChainQ * a.z.s[1] : 0;
+    const long long bd = dir * kChainQ * bv.s[1], bu = brs * bv.s[1];
+    constexpr int   q4 = kChainQ / 4; /* the workspace rows are 16-byte aligned (kChainQ floats) */
+    const int       qv = tid < q4 ? tid : tid < 2 * q4 ? tid - q4 : 0; /* threads [0, q4) load cm, [q4, 2·q4) dt */
+    const float *   vp = (tid < q4 ? a.cmv : a.dtv) + (c1 * a.H + h) * kChainQ + 4 * qv;
+    const long long vd = dir * (long long)a.H * kChainQ;
+    long long       ic = c1; /* the next chunk to issue */
+    int             is = 0;  /* its stage */
 
     /* zeros everywhere once: columns past the tile's live ones are never loaded */
     for (int e = tid; e < (int)(sizeof(chain_smem) / 16); e += kChainThreads) ((uint4 *)&sm)[e] = make_uint4(0u, 0u, 0u, 0u);
     __syncthreads();
 
-    /* the k-th chunk of the walk into stage k % kChainStages (one commit group, empty past the walk) */
-    auto issue = [&](long long k) {
-        if (k < nc) {
-            chain_stage &   s = sm.st[k % kChainStages];
-            const long long c = chunk_of(k), w = c * a.H + h, r0 = (c - sg.c0) * kChainQ; /* first row */
-            const int       L = len_of(c);
+    /* the next chunk of the walk into its stage (one commit group, empty past the walk) */
+    auto issue = [&]() {
+        if (kRev ? ic >= sg.c0 : ic <= clast) {
+            chain_stage & s = sm.st[is];
+            const int     L = ic == clast ? ckl.len : kChainQ;
             if (xin && xi < L) {
-                cp_async16(&s.x[xi * kRowLd + xj], xs + r0 * xv.s[1]);
-                if (gated) cp_async16(&s.z[xi * kRowLd + xj], zs + r0 * a.z.s[1]);
+                cp_async16(&s.x[xi * kRowLd + xj], xp);
+                if (gated) cp_async16(&s.z[xi * kRowLd + xj], zp);
             }
 #pragma unroll
             for (int u = 0; u < kBPer; ++u) {
                 const int i = bi + brs * u;
                 if (!bin) break;
-                if (i < L) cp_async16(&s.b[i * kColLd + bj], bs + (r0 + brs * u) * bv.s[1]);
+                if (i < L) cp_async16(&s.b[i * kColLd + bj], bp + u * bu);
                 else *(uint4 *)&s.b[i * kColLd + bj] = make_uint4(0u, 0u, 0u, 0u); /* rows past L take no part */
             }
-            constexpr int q4 = kChainQ / 4; /* the workspace rows are 16-byte aligned (kChainQ floats) */
-            if (tid < q4) cp_async16(&s.cm[4 * tid], a.cmv + w * kChainQ + 4 * tid);
-            else if (!kRev && tid < 2 * q4) cp_async16(&s.dt[4 * (tid - q4)], a.dtv + w * kChainQ + 4 * (tid - q4));
+            if (tid < q4) cp_async16(&s.cm[4 * qv], vp);
+            else if (!kRev && tid < 2 * q4) cp_async16(&s.dt[4 * qv], vp);
+            xp += xd, zp += zd, bp += bd, vp += vd, ic += dir;
         }
         cp_async_commit();
+        is = is == kChainStages - 1 ? 0 : is + 1;
     };
 
     /* the running state of this lane's accumulator elements: element (p0 + g4 + 8hh, n0 + 16nt + 8j + 2t4 + u)
@@ -121,63 +131,80 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
                 if (kRev && in && sg.fin >= 0) v = ssmi_cu_ld(a.dfin.p, a.dfin.dtype, off4(a.dfin.s, sg.fin, h, p, n));
                 run[nt][j][r] = v;
             }
-    /* this lane's first state element (row p0 + g4, column n0 + 2t4) in a chunk's slot */
-    const long long so = (long long)(pt0 + p0 + g4) * N + nt0 + n0 + 2 * t4;
+    /* this lane's first state element (row p0 + g4, column n0 + 2t4) in the current chunk's slot;
+     * the warp's piece lies inside P × N (full) or is cut by it */
+    float *         slot = (kRev ? a.gs : a.st) + (nc > 0 ? state_at(a, c1, h, PN) : 0) +
+                   ((long long)(pt0 + p0 + g4) * N + nt0 + n0 + 2 * t4);
+    const long long sd = dir * (long long)a.hb * PN;
+    const float *   fp = a.ecl + (c1 * a.H + h); /* e^{cl} of the current chunk */
+    const long long fd = dir * (long long)a.H;
+    const int       n8 = 8 * N;
+    const bool      full = pt0 + p0 + 16 <= P && nt0 + n0 + 32 <= N;
 
+    /* the weighted rows of the chunk in stage s (length L) into the split planes pl: row i times
+     * e^{cl−cm_i}·dt_i (forward) or, gated, e^{cm_i} (reverse); zeros past L (the live columns are
+     * zero past the tile) */
+    auto split_rows = [&](const chain_stage & s, int L, int pl) {
+        const int o = xi * kRowLd + xj;
+        uint4     hv = make_uint4(0u, 0u, 0u, 0u), lv = hv;
+        if (xin && xi < L) {
+            const float      sc = kRev ? expf(s.cm[xi]) : expf(s.cm[L - 1] - s.cm[xi]) * s.dt[xi];
+            const uint4      dv4 = *(const uint4 *)&s.x[o], zv4 = *(const uint4 *)&s.z[o];
+            const uint32_t * dw = (const uint32_t *)&dv4;
+            const uint32_t * zw = (const uint32_t *)&zv4;
+            uint32_t *       hw = (uint32_t *)&hv;
+            uint32_t *       lw = (uint32_t *)&lv;
 #pragma unroll
-    for (int k = 0; k < kChainStages - 1; ++k) issue(k);
-    for (long long k = 0; k < nc; ++k) {
-        const long long c = chunk_of(k), w = c * a.H + h;
-        const int       L = len_of(c);
-        const float     f = a.ecl[w];
-        cp_async_wait_group<kChainStages - 2>(); /* this thread's part of chunk k has landed */
-        __syncthreads();                         /* everyone's; and the previous chunk's reads are done */
-        issue(k + kChainStages - 1);             /* into the stage the previous chunk used */
-        const chain_stage & s = sm.st[k % kChainStages];
-
-        /* this thread's x piece, weighted, into the split planes: row i times e^{cl−cm_i}·dt_i
-         * (forward) or e^{cm_i} (reverse, gated by z); zeros past L and past the tile's columns */
-        {
-            const int o = xi * kRowLd + xj;
-            uint4     hv = make_uint4(0u, 0u, 0u, 0u), lv = hv;
-            if (xin && xi < L) {
-                const float      sc = kRev ? expf(s.cm[xi]) : expf(s.cm[L - 1] - s.cm[xi]) * s.dt[xi];
-                const uint4      dv4 = *(const uint4 *)&s.x[o], zv4 = *(const uint4 *)&s.z[o];
-                const uint32_t * dw = (const uint32_t *)&dv4;
-                const uint32_t * zw = (const uint32_t *)&zv4;
-                uint32_t *       hw = (uint32_t *)&hv;
-                uint32_t *       lw = (uint32_t *)&lv;
-#pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                    const float2 d2 = t2<M_BF16>::unpack(dw[q]), z2 = t2<M_BF16>::unpack(zw[q]);
-                    float        f0, f1;
-                    const float  g0 = (gated ? silu_gate(d2.x, z2.x, &f0) : d2.x) * sc;
-                    const float  g1 = (gated ? silu_gate(d2.y, z2.y, &f1) : d2.y) * sc;
-                    split2<M_BF16>(g0, g1, hw[q], lw[q]);
-                }
+            for (int q = 0; q < 4; ++q) {
+                const float2 d2 = t2<M_BF16>::unpack(dw[q]), z2 = t2<M_BF16>::unpack(zw[q]);
+                float        f0, f1;
+                const float  g0 = (gated ? silu_gate(d2.x, z2.x, &f0) : d2.x) * sc;
+                const float  g1 = (gated ? silu_gate(d2.y, z2.y, &f1) : d2.y) * sc;
+                split2<M_BF16>(g0, g1, hw[q], lw[q]);
             }
-            *(uint4 *)&sm.ah[o] = hv, *(uint4 *)&sm.al[o] = lv;
         }
+        *(uint4 *)&sm.ah[pl][o] = hv, *(uint4 *)&sm.al[pl][o] = lv;
+    };
+    auto len_of = [&](long long c) { return c == clast ? ckl.len : kChainQ; };
+
+    /* Per chunk k, after one barrier: the split of chunk k + 1 into the other planes and the
+     * products of chunk k, independent work that the warps interleave. */
+#pragma unroll
+    for (int k = 0; k < kChainStages - 1; ++k) issue();
+    if (nc > 0) {
+        cp_async_wait_group<kChainStages - 2>(); /* chunk 0 */
         __syncthreads();
+        split_rows(sm.st[0], len_of(c1), 0);
+    }
+    long long c = c1;
+    int       cs = 0; /* the current chunk's stage */
+    for (long long k = 0; k < nc; ++k, c += dir, slot += sd, fp += fd) {
+        const int   L = len_of(c), pl = (int)(k & 1);
+        const float f = *fp;
+        cp_async_wait_group<kChainStages - 3>(); /* this thread's part of chunk k + 1 has landed */
+        __syncthreads(); /* everyone's; chunk k's planes are split; chunk k − 1's products are done */
+        issue();         /* chunk k + 3, into the stage chunk k − 1 used */
+        const chain_stage & s = sm.st[cs];
+        cs = cs == kChainStages - 1 ? 0 : cs + 1;
+        if (k + 1 < nc) split_rows(sm.st[cs], len_of(c + dir), pl ^ 1);
         if (!live) continue;
 
-        float * const slot = (kRev ? a.gs : a.st) + state_at(a, c, h, PN) + so;
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
             float acc[2][4];
             zero_acc(acc);
-            if (L == kChainQ) tile_mma<true, true, true, false>(acc, sm.ah, sm.al, kRowLd, s.b, nullptr, kColLd, p0,
-                                                                n0 + 16 * nt, 0, kChainQ);
-            else tile_mma<true, true, true, false>(acc, sm.ah, sm.al, kRowLd, s.b, nullptr, kColLd, p0, n0 + 16 * nt,
-                                                   0, (L + 15) / 16 * 16);
+            if (L == kChainQ) tile_mma<true, true, true, false>(acc, sm.ah[pl], sm.al[pl], kRowLd, s.b, nullptr, kColLd,
+                                                                p0, n0 + 16 * nt, 0, kChainQ);
+            else tile_mma<true, true, true, false>(acc, sm.ah[pl], sm.al[pl], kRowLd, s.b, nullptr, kColLd, p0,
+                                                   n0 + 16 * nt, 0, (L + 15) / 16 * 16);
 #pragma unroll
             for (int j = 0; j < 2; ++j)
 #pragma unroll
                 for (int hh = 0; hh < 2; ++hh) {
                     const int p = pt0 + p0 + g4 + 8 * hh, n = nt0 + n0 + 16 * nt + 8 * j + 2 * t4;
                     float &   r0 = run[nt][j][2 * hh], &r1 = run[nt][j][2 * hh + 1];
-                    float *   e = slot + (long long)(8 * hh) * N + 16 * nt + 8 * j;
-                    if (p < P && n + 1 < N) *(float2 *)e = make_float2(r0, r1);
+                    float *   e = slot + (hh * n8 + 16 * nt + 8 * j);
+                    if (full || (p < P && n + 1 < N)) *(float2 *)e = make_float2(r0, r1);
                     else if (p < P && n < N) *e = r0;
                     r0 = f * r0 + acc[j][2 * hh];
                     r1 = f * r1 + acc[j][2 * hh + 1];
