@@ -111,15 +111,15 @@ using bf16 = __nv_bfloat16;
  * tile at (m0, n0). A row-major [m][k] (kAT: stored [k][m], read transposed), B stored [n][k]
  * (kBKN: [k][n], read transposed); kAS/kBS: the operand has a remainder plane (al/bl), so a
  * product of two split operands is three bf16 products (lo·lo, ~2^-16 relative, dropped). The
- * sum runs in k order, each step's products in a fixed order. */
-template <bool kAT, bool kBKN, bool kAS, bool kBS>
+ * sum runs in k order, each step's products in a fixed order. kK > 0: k1 = k0 + kK, known at compile
+ * time, the loop unrolled whole (the same products in the same order). */
+template <bool kAT, bool kBKN, bool kAS, bool kBS, int kK = 0>
 __device__ __forceinline__ void tile_mma(float (&c)[2][4], const bf16 * ah, const bf16 * al, int lda, const bf16 * bh,
                                          const bf16 * bl, int ldb, int m0, int n0, int k0, int k1) {
     const int lane = threadIdx.x & 31;
     const int ao = kAT ? a_trans_off(lane, lda) : a_row_off(lane, lda);
     const int bo = kBKN ? b_kn_off(lane, ldb) : b_nk_off(lane, ldb);
-#pragma unroll 2
-    for (int k = k0; k < k1; k += 16) {
+    auto      step = [&](int k) {
         const int aoff = (kAT ? k * lda + m0 : m0 * lda + k) + ao;
         const int boff = (kBKN ? k * ldb + n0 : n0 * ldb + k) + bo;
         uint32_t  A[4], B[4], Al[4], Bl[4];
@@ -145,6 +145,13 @@ __device__ __forceinline__ void tile_mma(float (&c)[2][4], const bf16 * ah, cons
             mma16816<M_BF16>(c[0], Al, B[0], B[1]);
             mma16816<M_BF16>(c[1], Al, B[2], B[3]);
         }
+    };
+    if constexpr (kK > 0) {
+#pragma unroll
+        for (int k = 0; k < kK; k += 16) step(k0 + k);
+    } else {
+#pragma unroll 2
+        for (int k = k0; k < k1; k += 16) step(k);
     }
 }
 

@@ -223,16 +223,27 @@ __device__ __forceinline__ float silu_gate(float dv, float zv, float * f) {
     return dv * zv * sg;
 }
 
-/* Sum of v over the block (a power-of-two thread count; red holds one float per thread), a fixed
- * tree: the same bytes every run. Its barriers also publish every shared-memory write made
- * before it. */
+/* Sum of v over the block (a power-of-two thread count of at least 32; red holds one float per
+ * thread), a fixed tree: at level s = n/2, n/4, .., 1 element t < s adds element t + s, the same
+ * bytes every run. Warp 0 runs the tree: lane t owns the elements t + 32k of the levels s ≥ 32
+ * (no other lane touches them), shuffles take the levels below. Its first barrier also publishes
+ * every shared-memory write made before it. */
 __device__ __forceinline__ float block_sum(float v, float * red) {
-    red[threadIdx.x] = v;
+    const int t = (int)threadIdx.x;
+    red[t] = v;
     __syncthreads();
-    for (int s = (int)blockDim.x / 2; s > 0; s >>= 1) {
-        if ((int)threadIdx.x < s) red[threadIdx.x] += red[threadIdx.x + s];
-        __syncthreads();
+    if (t < 32) {
+        for (int s = (int)blockDim.x / 2; s >= 32; s >>= 1)
+            for (int k = t; k < s; k += 32) red[k] += red[k + s];
+        float x = red[t];
+#pragma unroll
+        for (int s = 16; s > 0; s >>= 1) {
+            const float y = __shfl_down_sync(0xffffffffu, x, s);
+            if (t < s) x += y;
+        }
+        if (t == 0) red[0] = x;
     }
+    __syncthreads();
     const float r = red[0];
     __syncthreads();
     return r;

@@ -30,6 +30,8 @@
 #include "../common/mma.cuh"
 #include "bwd.cuh"
 
+#include <type_traits>
+
 namespace ssmi_m2bwd {
 namespace {
 
@@ -53,6 +55,28 @@ __device__ __forceinline__ void store_pair(const bw_out & o, long long off, floa
     }
     ssmi_cu_st(o.p, o.dtype, off, v0);
     if (two) ssmi_cu_st(o.p, o.dtype, off + o.s[3], v1);
+}
+/* How pairs go into output o where every pair is aligned: 1 as bf16 pairs, 2 as fp32 pairs; 0 where
+ * that is not known for all of them (store_pair's own checks then, pair by pair). All are aligned
+ * where the row has unit stride, the other strides are even (an even column keeps an even offset)
+ * and the base is aligned to a pair. */
+__device__ __forceinline__ int pair_mode(const bw_out & o) {
+    if (o.s[3] != 1 || ((o.s[0] | o.s[1] | o.s[2]) & 1) != 0) return 0;
+    if (o.dtype == SSM_DTYPE_BF16 && ((uintptr_t)o.p & 3) == 0) return 1;
+    if (o.dtype == SSM_DTYPE_F32 && ((uintptr_t)o.p & 7) == 0) return 2;
+    return 0;
+}
+/* store_pair at an even column offset with the output's pair_mode: the same values, one store. */
+__device__ __forceinline__ void store_pair(const bw_out & o, int mode, long long off, float v0, float v1, bool two) {
+    if (two && mode == 1) {
+        *(uint32_t *)((bf16 *)o.p + off) = t2<M_BF16>::pack(v0, v1);
+        return;
+    }
+    if (two && mode == 2) {
+        *(float2 *)((float *)o.p + off) = make_float2(v0, v1);
+        return;
+    }
+    store_pair(o, off, v0, v1, two);
 }
 /* The same into a unit-stride fp32 row. */
 __device__ __forceinline__ void store_pair(float * p, float v0, float v1, bool two) {
@@ -368,6 +392,10 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
     const int       lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nwarps = blockDim.x >> 5;
     const int       g4 = lane >> 2, t4 = lane & 3;
     const int       nT = gm.qp / 16, nP = gm.pp / 16, nN = gm.np / 16;
+    /* P (N) fixed at a multiple of 16: every column of a tile lies inside P (N) */
+    constexpr bool kWholeP = kP > 0 && kP % 16 == 0, kWholeN = kN > 0 && kN % 16 == 0;
+    /* the products over all of P (N) padded to 16: trip counts known at compile time where P (N) is */
+    constexpr int kPp = kP > 0 ? (kP + 15) / 16 * 16 : 0, kNp = kN > 0 ? (kN + 15) / 16 * 16 : 0;
 
     /* the group's B and C, kept for every head of the slice (the first head's block_sum publishes them) */
     load_exact(bh, gm.ln, gm.np, gm.qp, a.b, ck, grp, N, L);
@@ -421,8 +449,8 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
             float      cb[2][4], dc[2][4];
             zero_acc(cb), zero_acc(dc);
             if (live) {
-                tile_mma<false, false, false, false>(cb, ch, nullptr, gm.ln, bh, nullptr, gm.ln, m0, n0, 0, gm.np);
-                tile_mma<false, false, true, false>(dc, dxh, dxl, gm.lp, xh, nullptr, gm.lp, m0, n0, 0, gm.pp);
+                tile_mma<false, false, false, false, kNp>(cb, ch, nullptr, gm.ln, bh, nullptr, gm.ln, m0, n0, 0, gm.np);
+                tile_mma<false, false, true, false, kPp>(dc, dxh, dxl, gm.lp, xh, nullptr, gm.lp, m0, n0, 0, gm.pp);
             }
             /* cm of the lane's rows m0 + g4 + 8hh, cm and dt of its columns n0 + 8j + 2t4 (+1), as pairs */
             float  cmi[2] = {0.0f, 0.0f};
@@ -470,155 +498,177 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
             a.ddp[w * P + p] = s;
         }
 
-        /* A2: jobs [0, nT·nP) the C·Sᵀ tiles (q, dz), [nT·nP, 2·nT·nP) the B·Gᵀ tiles (r, acc, dx, ddt_loc) */
+        /* A2, per kind (a compile-time pass each): the C·Sᵀ tiles (i, p) (q, dz), then the B·Gᵀ tiles
+         * (r, acc, dx, ddt_loc); warp w takes tiles w, w + nwarps, .. of each */
         const bool want_dz = a.has_z && a.want_dz;
-        for (int t = warp; t < 2 * nT * nP; t += nwarps) {
-            const bool ys = t < nT * nP;
-            const int  tt = ys ? t : t - nT * nP, pt = tt % nP, m0 = (tt / nP) * 16, p0 = pt * 16;
-            if (m0 >= L) continue;
-            float c[2][4];
-            zero_acc(c);
-            if (ys) tile_mma<false, false, false, true>(c, ch, nullptr, gm.ln, sh, sl, gm.ln, m0, p0, 0, gm.np);
-            else tile_mma<false, false, false, true>(c, bh, nullptr, gm.ln, gh, gl, gm.ln, m0, p0, 0, gm.np);
-            float s[2] = {0.0f, 0.0f}; /* rows m0 + g4 and m0 + g4 + 8 */
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                const int i = m0 + g4 + 8 * hh;
-#pragma unroll
-                for (int j = 0; j < 2; ++j) {
-                    const int o = i * gm.lp + p0 + 8 * j + 2 * t4;
-                    if (ys) { /* q: <δx_i, (C·Sᵀ)_i> */
-                        const float2 dx = split_at(dxh, dxl, o);
-                        s[hh] += dx.x * c[j][2 * hh] + dx.y * c[j][2 * hh + 1];
-                    } else { /* r: <x_i, e^{cl−cm_i}·(B·Gᵀ)_i> */
-                        const float2 xv = exact_at(xh, o);
-                        const float  ei = eclm[i];
-                        c[j][2 * hh] *= ei, c[j][2 * hh + 1] *= ei;
-                        s[hh] += xv.x * c[j][2 * hh] + xv.y * c[j][2 * hh + 1];
-                    }
-                }
-                s[hh] = quad_sum(s[hh]);
-            }
-            float * part = ys ? qpart : rpart;
-            if (t4 == 0) part[pt * gm.qp + m0 + g4] = s[0], part[pt * gm.qp + m0 + g4 + 8] = s[1];
-            if (ys) {
-                if (!want_dz) continue;
-#pragma unroll
-                for (int hh = 0; hh < 2; ++hh) {
-                    const float e = ecm[m0 + g4 + 8 * hh];
-#pragma unroll
-                    for (int j = 0; j < 2; ++j) c[j][2 * hh] *= e, c[j][2 * hh + 1] *= e;
-                }
-                tile_mma<false, true, true, false>(c, w1h, w1l, gm.lq, xh, nullptr, gm.lp, m0, p0, 0, min(m0 + 16, Kq));
-                /* element (m0 + g4 + 8hh, p0 + 2t4 + 8j) of dz at o00 + 8hh·s[1] + 8j·s[3] */
-                const long long o00 = off4(a.dz.s, ck.row, ck.t0 + m0 + g4, h, p0 + 2 * t4);
-                float2          dvj[2];
-#pragma unroll
-                for (int j = 0; j < 2; ++j) dvj[j] = *(const float2 *)(dvec + p0 + 8 * j + 2 * t4);
+        auto       a2_pass = [&](auto kind) {
+            constexpr bool ys = decltype(kind)::value;
+            const bw_out & out = ys ? a.dz : a.dx;
+            const int      mode = pair_mode(out);
+            /* element (m0 + g4 + 8hh, p0 + 2t4 + 8j) of dz (dx) at o0 + (m0 + 8hh)·s[1] + (p0 + 8j)·s[3] */
+            const long long o0 = off4(out.s, ck.row, ck.t0 + g4, h, 2 * t4);
+            for (int tt = warp; tt < nT * nP; tt += nwarps) {
+                const int pt = tt % nP, m0 = (tt / nP) * 16, p0 = pt * 16;
+                if (m0 >= L) continue;
+                float c[2][4];
+                zero_acc(c);
+                if constexpr (ys) tile_mma<false, false, false, true, kNp>(c, ch, nullptr, gm.ln, sh, sl, gm.ln, m0, p0, 0, gm.np);
+                else tile_mma<false, false, false, true, kNp>(c, bh, nullptr, gm.ln, gh, gl, gm.ln, m0, p0, 0, gm.np);
+                float s[2] = {0.0f, 0.0f}; /* rows m0 + g4 and m0 + g4 + 8 */
 #pragma unroll
                 for (int hh = 0; hh < 2; ++hh) {
                     const int i = m0 + g4 + 8 * hh;
 #pragma unroll
                     for (int j = 0; j < 2; ++j) {
-                        const int    p = p0 + 8 * j + 2 * t4;
-                        const float2 xv = exact_at(xh, i * gm.lp + p);
-                        if (i >= L || p >= P) continue;
-                        const float2 f = *(const float2 *)(dzf + i * gm.lz + p);
-                        const float  y0 = c[j][2 * hh] + dvj[j].x * xv.x, y1 = c[j][2 * hh + 1] + dvj[j].y * xv.y;
-                        store_pair(a.dz, o00 + 8 * hh * a.dz.s[1] + 8 * j * a.dz.s[3], f.x * y0, f.y * y1, p + 1 < P);
+                        const int o = i * gm.lp + p0 + 8 * j + 2 * t4;
+                        if constexpr (ys) { /* q: <δx_i, (C·Sᵀ)_i> */
+                            const float2 dx = split_at(dxh, dxl, o);
+                            s[hh] += dx.x * c[j][2 * hh] + dx.y * c[j][2 * hh + 1];
+                        } else { /* r: <x_i, e^{cl−cm_i}·(B·Gᵀ)_i> */
+                            const float2 xv = exact_at(xh, o);
+                            const float  ei = eclm[i];
+                            c[j][2 * hh] *= ei, c[j][2 * hh + 1] *= ei;
+                            s[hh] += xv.x * c[j][2 * hh] + xv.y * c[j][2 * hh + 1];
+                        }
                     }
+                    s[hh] = quad_sum(s[hh]);
                 }
-            } else {
-                tile_mma<true, true, true, true>(c, w2h, w2l, gm.lq, dxh, dxl, gm.lp, m0, p0, m0, Kq);
-                /* element (m0 + g4 + 8hh, p0 + 2t4 + 8j) of dx at o00 + 8hh·s[1] + 8j·s[3] */
-                const bool      want_dx = a.dx.p != NULL;
-                const long long o00 = off4(a.dx.s, ck.row, ck.t0 + m0 + g4, h, p0 + 2 * t4);
+                float * part = ys ? qpart : rpart;
+                if (t4 == 0) part[pt * gm.qp + m0 + g4] = s[0], part[pt * gm.qp + m0 + g4 + 8] = s[1];
+                const long long o00 = o0 + (long long)m0 * out.s[1] + (long long)p0 * out.s[3];
                 float2          dvj[2];
+                if constexpr (ys) {
+                    if (!want_dz) continue;
 #pragma unroll
-                for (int j = 0; j < 2; ++j) dvj[j] = *(const float2 *)(dvec + p0 + 8 * j + 2 * t4);
-                float d[2] = {0.0f, 0.0f};
+                    for (int hh = 0; hh < 2; ++hh) {
+                        const float e = ecm[m0 + g4 + 8 * hh];
+#pragma unroll
+                        for (int j = 0; j < 2; ++j) c[j][2 * hh] *= e, c[j][2 * hh + 1] *= e;
+                    }
+                    tile_mma<false, true, true, false>(c, w1h, w1l, gm.lq, xh, nullptr, gm.lp, m0, p0, 0, min(m0 + 16, Kq));
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) dvj[j] = *(const float2 *)(dvec + p0 + 8 * j + 2 * t4);
+#pragma unroll
+                    for (int hh = 0; hh < 2; ++hh) {
+                        const int i = m0 + g4 + 8 * hh;
+#pragma unroll
+                        for (int j = 0; j < 2; ++j) {
+                            const int    p = p0 + 8 * j + 2 * t4;
+                            const float2 xv = exact_at(xh, i * gm.lp + p);
+                            if (i >= L || (!kWholeP && p >= P)) continue;
+                            const float2 f = *(const float2 *)(dzf + i * gm.lz + p);
+                            const float  y0 = c[j][2 * hh] + dvj[j].x * xv.x, y1 = c[j][2 * hh + 1] + dvj[j].y * xv.y;
+                            store_pair(out, mode, o00 + 8 * hh * out.s[1] + 8 * j * out.s[3], f.x * y0, f.y * y1,
+                                       kWholeP || p + 1 < P);
+                        }
+                    }
+                } else {
+                    tile_mma<true, true, true, true>(c, w2h, w2l, gm.lq, dxh, dxl, gm.lp, m0, p0, m0, Kq);
+                    const bool want_dx = a.dx.p != NULL;
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) dvj[j] = *(const float2 *)(dvec + p0 + 8 * j + 2 * t4);
+                    float d[2] = {0.0f, 0.0f};
+#pragma unroll
+                    for (int hh = 0; hh < 2; ++hh) {
+                        const int   i = m0 + g4 + 8 * hh;
+                        const float dti = dtv[i];
+#pragma unroll
+                        for (int j = 0; j < 2; ++j) {
+                            const int    p = p0 + 8 * j + 2 * t4, o = i * gm.lp + p;
+                            const float2 xv = exact_at(xh, o), dx = split_at(dxh, dxl, o);
+                            d[hh] += c[j][2 * hh] * xv.x + c[j][2 * hh + 1] * xv.y;
+                            if (want_dx && i < L && (kWholeP || p < P))
+                                store_pair(out, mode, o00 + 8 * hh * out.s[1] + 8 * j * out.s[3],
+                                           c[j][2 * hh] * dti + dvj[j].x * dx.x, c[j][2 * hh + 1] * dti + dvj[j].y * dx.y,
+                                           kWholeP || p + 1 < P);
+                        }
+                        d[hh] = quad_sum(d[hh]);
+                    }
+                    if (t4 == 0) tpart[pt * gm.qp + m0 + g4] = d[0], tpart[pt * gm.qp + m0 + g4 + 8] = d[1];
+                }
+            }
+        };
+        a2_pass(std::true_type{});
+        a2_pass(std::false_type{});
+
+        /* C, per kind (a compile-time pass each): the dB tiles (j, n), then the dC tiles (i, n); warp w
+         * takes tiles w, w + nwarps, .. of each. dB: e^{cl−cm_j}·dt_j·x·G + dCBᵀ·C; dC: e^{cm_i}·δx·S +
+         * dCB·B. Summed over the slice's heads in head order: a tile's elements belong to one lane of one
+         * warp for every head, which keeps the running sum in the slice's part of the workspace (read
+         * back before this head's products, written after them); the last head writes the sum to db/dc
+         * where the slice is the whole group (parts = 1), else to the workspace part that the group sum
+         * adds up. Then the intra sums. */
+        const bool direct = last && a.parts == 1;
+        auto       c_pass = [&](auto kind) {
+            constexpr bool db = decltype(kind)::value;
+            if (!(db ? a.want_db : a.want_dc)) return;
+            /* the running sums, [batch·S][G][parts][N]: element (m0 + g4 + 8hh, n0 + 2t4 + 8j) at
+             * pl0 + (m0 + 8hh)·pitch + n0 + 8j; with direct, in db (dc) at o0 + (m0 + 8hh)·s[1] + (n0 + 8j)·s[3] */
+            float * const   part = db ? a.dbh : a.dch;
+            const long long pitch = (long long)a.G * a.parts * N;
+            float * const   pl0 = part + ((((ck.row * a.S + ck.t0 + g4) * a.G + grp) * a.parts + slc) * (long long)N + 2 * t4);
+            const bw_out &  out = db ? a.db : a.dc;
+            const long long o0 = direct ? off4(out.s, ck.row, ck.t0 + g4, grp, 2 * t4) : 0;
+            const int       mode = direct ? pair_mode(out) : 0;
+            /* N a multiple of 16: every pair of a tile lies inside N at an even offset, aligned with the part */
+            const bool pairs = kWholeN && ((uintptr_t)part & 7) == 0;
+            for (int tt = warp; tt < nT * nN; tt += nwarps) {
+                const int m0 = (tt / nN) * 16, n0 = (tt % nN) * 16;
+                if (m0 >= L) continue;
+                float * const pt = pl0 + ((long long)m0 * pitch + n0);
+                float         prev[2][4];
+                zero_acc(prev);
+                if (!first)
+#pragma unroll
+                    for (int hh = 0; hh < 2; ++hh)
+#pragma unroll
+                        for (int j = 0; j < 2; ++j) {
+                            const int     i = m0 + g4 + 8 * hh, n = n0 + 8 * j + 2 * t4;
+                            const float * e = pt + (8 * hh * pitch + 8 * j);
+                            if (i >= L) continue;
+                            if (pairs) {
+                                const float2 v = *(const float2 *)e;
+                                prev[j][2 * hh] = v.x, prev[j][2 * hh + 1] = v.y;
+                            } else if (n < N)
+                                load_pair(e, prev[j][2 * hh], prev[j][2 * hh + 1], n + 1 < N);
+                        }
+                float c[2][4];
+                zero_acc(c);
+                if constexpr (db) tile_mma<false, true, false, true, kPp>(c, xh, nullptr, gm.lp, gh, gl, gm.ln, m0, n0, 0, gm.pp);
+                else tile_mma<false, true, true, true, kPp>(c, dxh, dxl, gm.lp, sh, sl, gm.ln, m0, n0, 0, gm.pp);
 #pragma unroll
                 for (int hh = 0; hh < 2; ++hh) {
                     const int   i = m0 + g4 + 8 * hh;
-                    const float dti = dtv[i];
+                    const float sc = db ? eclm[i] * dtv[i] : ecm[i];
+#pragma unroll
+                    for (int j = 0; j < 2; ++j) c[j][2 * hh] *= sc, c[j][2 * hh + 1] *= sc;
+                }
+                if constexpr (db) tile_mma<true, true, true, false>(c, dch, dcl, gm.lq, ch, nullptr, gm.ln, m0, n0, m0, Kq);
+                else tile_mma<false, true, true, false>(c, dch, dcl, gm.lq, bh, nullptr, gm.ln, m0, n0, 0, min(m0 + 16, Kq));
+                const long long oo = o0 + (long long)m0 * out.s[1] + (long long)n0 * out.s[3];
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int i = m0 + g4 + 8 * hh;
+                    if (i >= L) continue;
 #pragma unroll
                     for (int j = 0; j < 2; ++j) {
-                        const int    p = p0 + 8 * j + 2 * t4, o = i * gm.lp + p;
-                        const float2 xv = exact_at(xh, o), dx = split_at(dxh, dxl, o);
-                        d[hh] += c[j][2 * hh] * xv.x + c[j][2 * hh + 1] * xv.y;
-                        if (want_dx && i < L && p < P)
-                            store_pair(a.dx, o00 + 8 * hh * a.dx.s[1] + 8 * j * a.dx.s[3], c[j][2 * hh] * dti + dvj[j].x * dx.x,
-                                       c[j][2 * hh + 1] * dti + dvj[j].y * dx.y, p + 1 < P);
+                        const int n = n0 + 8 * j + 2 * t4;
+                        if (!kWholeN && n >= N) continue;
+                        float v0 = c[j][2 * hh], v1 = c[j][2 * hh + 1];
+                        if (!first) v0 = prev[j][2 * hh] + v0, v1 = prev[j][2 * hh + 1] + v1;
+                        const bool two = kWholeN || n + 1 < N;
+                        if (direct)
+                            store_pair(out, mode, oo + 8 * hh * out.s[1] + 8 * j * out.s[3], v0, v1, two);
+                        else if (pairs)
+                            *(float2 *)(pt + (8 * hh * pitch + 8 * j)) = make_float2(v0, v1);
+                        else
+                            store_pair(pt + (8 * hh * pitch + 8 * j), v0, v1, two);
                     }
-                    d[hh] = quad_sum(d[hh]);
-                }
-                if (t4 == 0) tpart[pt * gm.qp + m0 + g4] = d[0], tpart[pt * gm.qp + m0 + g4 + 8] = d[1];
-            }
-        }
-
-        /* C: jobs [0, nT·nN) dB tiles (j, n), [nT·nN, 2·nT·nN) dC tiles (i, n), summed over the slice's
-         * heads in head order: a tile's elements belong to one lane of one warp for every head, which
-         * keeps the running sum in the slice's part of the workspace (read back before this head's
-         * products, written after them); the last head writes the sum to db/dc where the slice is the
-         * whole group (parts = 1), else to the workspace part that the group sum adds up. Then the
-         * intra sums. */
-        const bool direct = last && a.parts == 1;
-        for (int t = warp; t < 2 * nT * nN; t += nwarps) {
-            const bool db = t < nT * nN;
-            const int  tt = db ? t : t - nT * nN, m0 = (tt / nN) * 16, n0 = (tt % nN) * 16;
-            if (m0 >= L || (db ? !a.want_db : !a.want_dc)) continue;
-            /* the running sum of element (i, n) in the workspace, [batch·S][G][parts][N]: this lane's
-             * element (m0 + g4 + 8hh, n0 + 2t4 + 8j) at part + p00 + 8hh·pitch + 8j */
-            float * const   part = db ? a.dbh : a.dch;
-            const long long pitch = (long long)a.G * a.parts * N;
-            auto            part_at = [&](int hh, int j) {
-                const long long p00 =
-                    (((ck.row * a.S + ck.t0 + m0 + g4) * a.G + grp) * a.parts + slc) * (long long)N + n0 + 2 * t4;
-                return part + (p00 + 8 * hh * pitch + 8 * j);
-            };
-            float prev[2][4];
-            zero_acc(prev);
-            if (!first)
-#pragma unroll
-                for (int hh = 0; hh < 2; ++hh)
-#pragma unroll
-                    for (int j = 0; j < 2; ++j) {
-                        const int i = m0 + g4 + 8 * hh, n = n0 + 8 * j + 2 * t4;
-                        if (i < L && n < N) load_pair(part_at(hh, j), prev[j][2 * hh], prev[j][2 * hh + 1], n + 1 < N);
-                    }
-            float c[2][4];
-            zero_acc(c);
-            if (db) tile_mma<false, true, false, true>(c, xh, nullptr, gm.lp, gh, gl, gm.ln, m0, n0, 0, gm.pp);
-            else tile_mma<false, true, true, true>(c, dxh, dxl, gm.lp, sh, sl, gm.ln, m0, n0, 0, gm.pp);
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                const int   i = m0 + g4 + 8 * hh;
-                const float sc = db ? eclm[i] * dtv[i] : ecm[i];
-#pragma unroll
-                for (int j = 0; j < 2; ++j) c[j][2 * hh] *= sc, c[j][2 * hh + 1] *= sc;
-            }
-            if (db) tile_mma<true, true, true, false>(c, dch, dcl, gm.lq, ch, nullptr, gm.ln, m0, n0, m0, Kq);
-            else tile_mma<false, true, true, false>(c, dch, dcl, gm.lq, bh, nullptr, gm.ln, m0, n0, 0, min(m0 + 16, Kq));
-            /* with direct, db or dc element (m0 + g4 + 8hh, n0 + 2t4 + 8j) at o00 + 8hh·s[1] + 8j·s[3] */
-            const bw_out &  out = db ? a.db : a.dc;
-            const long long o00 = direct ? off4(out.s, ck.row, ck.t0 + m0 + g4, grp, n0 + 2 * t4) : 0;
-#pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                const int i = m0 + g4 + 8 * hh;
-                if (i >= L) continue;
-#pragma unroll
-                for (int j = 0; j < 2; ++j) {
-                    const int n = n0 + 8 * j + 2 * t4;
-                    if (n >= N) continue;
-                    float v0 = c[j][2 * hh], v1 = c[j][2 * hh + 1];
-                    if (!first) v0 = prev[j][2 * hh] + v0, v1 = prev[j][2 * hh + 1] + v1;
-                    if (!direct)
-                        store_pair(part_at(hh, j), v0, v1, n + 1 < N);
-                    else
-                        store_pair(out, o00 + 8 * hh * out.s[1] + 8 * j * out.s[3], v0, v1, n + 1 < N);
                 }
             }
-        }
+        };
+        c_pass(std::true_type{});
+        c_pass(std::false_type{});
         /* intra_k = Σ_{i≥k} Σ_{j<k} (CB·dCB)_ij: each row i < L becomes its exclusive prefix sums over j
          * (a warp per row, two columns per lane, a fixed shuffle scan), then thread k sums column k
          * over rows k..L−1 in order */

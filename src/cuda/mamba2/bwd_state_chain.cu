@@ -193,7 +193,7 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
         for (int nt = 0; nt < 2; ++nt) {
             float acc[2][4];
             zero_acc(acc);
-            if (L == kChainQ) tile_mma<true, true, true, false>(acc, sm.ah[pl], sm.al[pl], kRowLd, s.b, nullptr, kColLd,
+            if (L == kChainQ) tile_mma<true, true, true, false, kChainQ>(acc, sm.ah[pl], sm.al[pl], kRowLd, s.b, nullptr, kColLd,
                                                                 p0, n0 + 16 * nt, 0, kChainQ);
             else tile_mma<true, true, true, false>(acc, sm.ah[pl], sm.al[pl], kRowLd, s.b, nullptr, kColLd, p0,
                                                    n0 + 16 * nt, 0, (L + 15) / 16 * 16);
