@@ -1,0 +1,69 @@
+#!/bin/bash
+# gpu/compare_trees.sh OUT NAME=SRC... — several source trees of ssmops side by side in one run on
+# a GPU machine (developer tool): the first tree is the base, the others are candidates (kept
+# branches exported with `git archive`, or scratch trees with a piece removed to time what it
+# costs). For each tree: a Release build (sm_90a) of the CLI, the library and one test; the test
+# with SSMOPS_TEST_HASH_LOG, its hashed outputs compared with the base's (a candidate meant to keep
+# the arithmetic must show 0 differing); `ssmops bench` of one command, the trees interleaved,
+# three rounds; Nsight per-launch kernel durations of that command (one call).
+# Environment: SSMOPS_TREES_TEST (the test target, default test_cuda_mamba2_bwd),
+# SSMOPS_TREES_BENCH (the bench arguments, default the Mamba-2 backward at the shape of record),
+# SSMOPS_TREES_KERNELS (an extended regex of the kernels whose durations are printed, default all).
+# Builds go to build-tree-NAME in this tree. Results: OUT/summary.txt (printed as it grows).
+set -u
+out=${1:?usage: gpu/compare_trees.sh OUT NAME=SRC...}
+shift
+mkdir -p "$out"
+command -v nvcc >/dev/null 2>&1 || PATH=/usr/local/cuda/bin:$PATH
+src=$(cd "$(dirname "$0")/.." && pwd)
+test=${SSMOPS_TREES_TEST:-test_cuda_mamba2_bwd}
+bench=${SSMOPS_TREES_BENCH:-"mamba2_scan_bwd --backend cuda --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param has_d=1,has_z=1,has_dt_bias=1,dt_softplus=1"}
+kernels=${SSMOPS_TREES_KERNELS:-.}
+sum=$out/summary.txt
+: >"$sum"
+say() { echo "$*" | tee -a "$sum"; }
+names=()
+for t in "$@"; do names+=("${t%%=*}"); done
+jobs=$(($(nproc 2>/dev/null || echo 8) / $#))
+[ "$jobs" -ge 1 ] || jobs=1
+t0=$(date +%s)
+for t in "$@"; do
+    name=${t%%=*} dir=$(cd "${t#*=}" && pwd)
+    (cmake -S "$dir" -B "$src/build-tree-$name" -DSSMOPS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
+        -DCMAKE_BUILD_TYPE=Release >"$out/build-$name.log" 2>&1 &&
+        cmake --build "$src/build-tree-$name" -j "$jobs" --target ssmops_cli ssmops "$test" >>"$out/build-$name.log" 2>&1
+    echo "build $name rc=$?" >>"$sum") &
+done
+wait
+cat "$sum"
+say "built in $(($(date +%s) - t0)) s"
+base=${names[0]}
+for name in "${names[@]}"; do
+    (cd "$src/build-tree-$name" && SSMOPS_TEST_HASH_LOG="$out/hash-$name.txt" ./tests/"$test" >"$out/test-$name.log" 2>&1
+    echo "$name $test rc=$? $(tail -1 "$out/test-$name.log")" >>"$sum") &
+done
+wait
+grep " $test rc=" "$sum"
+for name in "${names[@]}"; do sort "$out/hash-$name.txt" >"$out/hash-$name.sorted" 2>/dev/null; done
+for name in "${names[@]:1}"; do
+    say "$name: $(wc -l <"$out/hash-$name.sorted") hashed outputs, $(diff "$out/hash-$base.sorted" "$out/hash-$name.sorted" |
+        grep -c '^[<>]') lines differing from $base"
+done
+# shellcheck disable=SC2086
+for _ in 1 2 3; do
+    for name in "${names[@]}"; do
+        "$src/build-tree-$name/ssmops" bench $bench --json "$out/.bench.json" >/dev/null 2>&1 &&
+            echo "$name $(sed -n 's/.*"median_s": \([^,]*\),.*/\1/p' "$out/.bench.json")" >>"$out/bench.txt"
+    done
+done
+for name in "${names[@]}"; do
+    say "bench $name (ms): $(awk -v n="$name" '$1 == n {printf " %.4f", $2 * 1000}' "$out/bench.txt")"
+done
+for name in "${names[@]}"; do
+    # shellcheck disable=SC2086
+    timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum "$src/build-tree-$name/ssmops" bench $bench \
+        --reps 1 >"$out/ncu-$name.log" 2>&1
+    say "kernels $name (us): $(awk '/\(.*\) \(/ {k = $1; if (k == "void") k = $2; sub(/\(.*/, "", k); sub(/.*::/, "", k)}
+        /gpu__time_duration/ {print k, $NF}' "$out/ncu-$name.log" | grep -E "$kernels" | tr '\n' ';')"
+done
+say "done in $(($(date +%s) - t0)) s"
