@@ -1,19 +1,24 @@
 #!/bin/bash
 # gpu/compare_trees.sh OUT NAME=SRC... — several source trees of ssmops side by side in one run on
-# a GPU machine (developer tool): the first tree is the base, the others are candidates (kept
-# branches exported with `git archive`, or scratch trees with a piece removed to time what it
-# costs). For each tree: a Release build (sm_90a) of the CLI, the library and one test; the test
-# with SSMOPS_TEST_HASH_LOG, its hashed outputs compared with the base's (a candidate meant to keep
-# the arithmetic must show 0 differing); `ssmops bench` of one command, the trees interleaved,
-# three rounds; Nsight per-launch kernel durations of that command (one call).
+# a GPU machine (developer tool): the first is the base, the others are candidates (kept branches,
+# or scratch trees with a piece removed to time what it costs). SRC is a directory (a whole tree,
+# exported with `git archive`) or, for a candidate, a patch file (*.patch, *.diff: `git diff` of
+# the base, applied to the first tree and built incrementally in its build folder, one candidate
+# at a time, which costs one file's compile instead of a whole build). For each: a Release build
+# (sm_90a) of the CLI, the library and one test; the test with SSMOPS_TEST_HASH_LOG, its hashed
+# outputs compared with the base's (a candidate meant to keep the arithmetic must show 0 differing);
+# `ssmops bench` of one command, the trees interleaved, three rounds; Nsight per-launch kernel
+# durations of that command (one call).
 # Environment: SSMOPS_TREES_TEST (the test target, default test_cuda_mamba2_bwd),
 # SSMOPS_TREES_BENCH (the bench arguments, default the Mamba-2 backward at the shape of record),
 # SSMOPS_TREES_KERNELS (an extended regex of the kernels whose durations are printed, default all).
-# Builds go to build-tree-NAME in this tree. Results: OUT/summary.txt (printed as it grows).
+# Builds go to build-tree-NAME in this tree (for a patch: its binaries alone, copied there).
+# Results: OUT/summary.txt (printed as it grows).
 set -u
 out=${1:?usage: gpu/compare_trees.sh OUT NAME=SRC...}
 shift
 mkdir -p "$out"
+out=$(cd "$out" && pwd)
 command -v nvcc >/dev/null 2>&1 || PATH=/usr/local/cuda/bin:$PATH
 src=$(cd "$(dirname "$0")/.." && pwd)
 test=${SSMOPS_TREES_TEST:-test_cuda_mamba2_bwd}
@@ -22,22 +27,58 @@ kernels=${SSMOPS_TREES_KERNELS:-.}
 sum=$out/summary.txt
 : >"$sum"
 say() { echo "$*" | tee -a "$sum"; }
-names=()
-for t in "$@"; do names+=("${t%%=*}"); done
-jobs=$(($(nproc 2>/dev/null || echo 8) / $#))
+is_patch() { case "$1" in *.patch | *.diff) return 0 ;; esac; return 1; }
+names=() dirs=() patches=()
+for t in "$@"; do
+    names+=("${t%%=*}")
+    if is_patch "${t#*=}"; then
+        patches+=("${t%%=*}=$(cd "$(dirname "${t#*=}")" && pwd)/$(basename "${t#*=}")")
+    else
+        dirs+=("${t%%=*}=$(cd "${t#*=}" && pwd)")
+    fi
+done
+is_patch "${1#*=}" && { echo "the first tree (the base) must be a directory" >&2; exit 2; }
+base=${names[0]} basedir=${dirs[0]#*=}
+jobs=$(($(nproc 2>/dev/null || echo 8) / ${#dirs[@]}))
 [ "$jobs" -ge 1 ] || jobs=1
 t0=$(date +%s)
-for t in "$@"; do
-    name=${t%%=*} dir=$(cd "${t#*=}" && pwd)
-    (cmake -S "$dir" -B "$src/build-tree-$name" -DSSMOPS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
-        -DCMAKE_BUILD_TYPE=Release >"$out/build-$name.log" 2>&1 &&
-        cmake --build "$src/build-tree-$name" -j "$jobs" --target ssmops_cli ssmops "$test" >>"$out/build-$name.log" 2>&1
-    echo "build $name rc=$?" >>"$sum") &
+build() { # build NAME DIR JOBS
+    cmake -S "$2" -B "$src/build-tree-$1" -DSSMOPS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
+        -DCMAKE_BUILD_TYPE=Release >>"$out/build-$1.log" 2>&1 &&
+        cmake --build "$src/build-tree-$1" -j "$3" --target ssmops_cli ssmops "$test" >>"$out/build-$1.log" 2>&1
+}
+for t in "${dirs[@]}"; do
+    (build "${t%%=*}" "${t#*=}" "$jobs"
+    echo "build ${t%%=*} rc=$?" >>"$sum") &
 done
 wait
 cat "$sum"
+# patches: applied to the base tree one at a time, built in its build folder, binaries copied out
+if [ ${#patches[@]} -gt 0 ]; then
+    keep=$src/build-tree-$base.keep
+    rm -rf "$keep" && mkdir -p "$keep/tests"
+    cp "$src/build-tree-$base/ssmops" "$src/build-tree-$base"/libssmops.so* "$keep/" 2>/dev/null
+    cp "$src/build-tree-$base/tests/$test" "$keep/tests/"
+    for t in "${patches[@]}"; do
+        name=${t%%=*} p=${t#*=} b=$src/build-tree-$name
+        if (cd "$basedir" && git apply "$p") >"$out/build-$name.log" 2>&1; then
+            build "$base" "$basedir" "$(nproc 2>/dev/null || echo 8)" >/dev/null 2>&1
+            rc=$?
+            rm -rf "$b" && mkdir -p "$b/tests"
+            cp "$src/build-tree-$base/ssmops" "$src/build-tree-$base"/libssmops.so* "$b/" 2>/dev/null
+            cp "$src/build-tree-$base/tests/$test" "$b/tests/"
+            (cd "$basedir" && git apply -R "$p") >>"$out/build-$name.log" 2>&1 || rc=99
+            say "build $name (patch) rc=$rc"
+            [ $rc = 99 ] && { say "the patch of $name did not come off the base tree cleanly: stopping"; exit 1; }
+        else
+            say "build $name (patch) did not apply: $(tail -1 "$out/build-$name.log")"
+        fi
+    done
+    # the base's own binaries back in its build folder (its sources are as they were)
+    cp "$keep/ssmops" "$keep"/libssmops.so* "$src/build-tree-$base/" 2>/dev/null
+    cp "$keep/tests/$test" "$src/build-tree-$base/tests/"
+fi
 say "built in $(($(date +%s) - t0)) s"
-base=${names[0]}
 for name in "${names[@]}"; do
     (cd "$src/build-tree-$name" && SSMOPS_TEST_HASH_LOG="$out/hash-$name.txt" ./tests/"$test" >"$out/test-$name.log" 2>&1
     echo "$name $test rc=$? $(tail -1 "$out/test-$name.log")" >>"$sum") &
