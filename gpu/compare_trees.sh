@@ -28,6 +28,10 @@ sum=$out/summary.txt
 : >"$sum"
 say() { echo "$*" | tee -a "$sum"; }
 is_patch() { case "$1" in *.patch | *.diff) return 0 ;; esac; return 1; }
+# patch_in DIR PATCH [-R]: the patch applied (reversed with -R) in DIR, by git apply or patch
+patch_in() {
+    if command -v git >/dev/null 2>&1; then (cd "$1" && git apply ${3:+"$3"} "$2"); else (cd "$1" && patch -p1 ${3:+"$3"} <"$2"); fi
+}
 names=() dirs=() patches=()
 for t in "$@"; do
     names+=("${t%%=*}")
@@ -61,13 +65,13 @@ if [ ${#patches[@]} -gt 0 ]; then
     cp "$src/build-tree-$base/tests/$test" "$keep/tests/"
     for t in "${patches[@]}"; do
         name=${t%%=*} p=${t#*=} b=$src/build-tree-$name
-        if (cd "$basedir" && git apply "$p") >"$out/build-$name.log" 2>&1; then
+        if patch_in "$basedir" "$p" >"$out/build-$name.log" 2>&1; then
             build "$base" "$basedir" "$(nproc 2>/dev/null || echo 8)" >/dev/null 2>&1
             rc=$?
             rm -rf "$b" && mkdir -p "$b/tests"
             cp "$src/build-tree-$base/ssmops" "$src/build-tree-$base"/libssmops.so* "$b/" 2>/dev/null
             cp "$src/build-tree-$base/tests/$test" "$b/tests/"
-            (cd "$basedir" && git apply -R "$p") >>"$out/build-$name.log" 2>&1 || rc=99
+            patch_in "$basedir" "$p" -R >>"$out/build-$name.log" 2>&1 || rc=99
             say "build $name (patch) rc=$rc"
             [ $rc = 99 ] && { say "the patch of $name did not come off the base tree cleanly: stopping"; exit 1; }
         else
