@@ -380,6 +380,71 @@ static void test_head_batches(ssmt_rng * rng) {
                g_planes_runs - planes_before);
 }
 
+/* chunked_planes on bf16 rows of 16-byte runs (its state chain walks steps 2–5) and on the same
+ * values in padded rows (odd strides: the states kernels and the passes): the same bytes in every
+ * gradient. At the chunk kernel's compile-time dimensions (P = 64, N = 128) and at runtime ones
+ * (P = 24, N = 40), with varlen segments, G < H, D per channel, z, initial states and
+ * dfinal_states. */
+static void test_layout_bytes(ssmt_rng * rng) {
+    static const int64_t dims[2][2] = {{64, 128}, {24, 40}};
+    static const int64_t vl[3] = {150, 0, 77};
+    for (int c = 0; c < 2; ++c) {
+        ssmt_mamba2_config cfg;
+        plane_config(&cfg, 1, 0, 4, 2, dims[c][0], dims[c][1], 2);
+        cfg.nseq = 3, cfg.seqlens = vl;
+        char tag[120];
+        snprintf(tag, sizeof tag, "layouts P%lld N%lld", (long long)dims[c][0], (long long)dims[c][1]);
+        ssmt_mamba2_problem prob;
+        if (ssmt_mamba2_random_args(rng, &cfg, &prob) != 0) {
+            TEST_CHECK(0, "%s: could not build the problem", tag);
+            continue;
+        }
+        ssm_mamba2_params p;
+        ssm_mamba2_params_init(&p);
+        p.chunk_size = 64, p.dt_softplus = 1;
+        ssmt_host     dout = ssmt_alloc(cfg.dtype, 4, prob.x.t.shape);
+        const int64_t sst[4] = {cfg.nseq, cfg.nheads, cfg.headdim, cfg.dstate};
+        ssmt_host     dfinal = ssmt_alloc(SSM_DTYPE_F32, 4, sst);
+        ssmt_fill_normal(rng, &dout.t, 0.0, 1.0);
+        ssmt_fill_normal(rng, &dfinal.t, 0.0, 1.0);
+        ssm_mamba2_scan_bwd_args a;
+        memset(&a, 0, sizeof a);
+        a.x = prob.x.t, a.dt = prob.dt.t, a.a = prob.a.t, a.b = prob.b.t, a.c = prob.c.t, a.d = prob.d.t, a.z = prob.z.t;
+        a.dt_bias = prob.dt_bias.t, a.initial_states = prob.initial_states.t, a.cu_seqlens = prob.cu_seqlens.t;
+        a.dout = dout.t, a.dfinal_states = dfinal.t;
+        /* the row operands (x, z, B, C, dout), then the rest, on the device: aligned and padded */
+        ssmt_host * hin[11] = {&prob.x, &prob.z, &prob.b, &prob.c, &dout, &prob.dt, &prob.a, &prob.d,
+                               &prob.dt_bias, &prob.initial_states, &dfinal};
+        ssmt_host   pad[5];
+        ssmt_dev    dv[11], dp[5];
+        for (int i = 0; i < 11; ++i) dv[i] = ssmt_to_device(hin[i]);
+        for (int i = 0; i < 5; ++i) {
+            pad[i] = ssmt_alloc_layout(hin[i]->t.dtype, hin[i]->t.ndim, hin[i]->t.shape, NULL, 1);
+            ssmt_copy(&pad[i].t, &hin[i]->t);
+            dp[i] = ssmt_to_device(&pad[i]);
+        }
+        ssm_mamba2_scan_bwd_args da = a, dpa;
+        ssm_tensor * din[11] = {&da.x, &da.z, &da.b, &da.c, &da.dout, &da.dt, &da.a, &da.d, &da.dt_bias,
+                                &da.initial_states, &da.dfinal_states};
+        for (int i = 0; i < 11; ++i) *din[i] = dv[i].view;
+        dpa = da;
+        dpa.x = dp[0].view, dpa.z = dp[1].view, dpa.b = dp[2].view, dpa.c = dp[3].view, dpa.dout = dp[4].view;
+        ssmt_host got[2][NGRAD];
+        const int ran = cuda_run(&p, &da, &a, SSM_DTYPE_F32, 0, kMmaEntries[0], kMmaEntries[0], 0, got[0], tag) &&
+                        cuda_run(&p, &dpa, &a, SSM_DTYPE_F32, 0, kMmaEntries[0], kMmaEntries[0], 0, got[1], tag);
+        for (int k = 0; ran && k < NGRAD; ++k) {
+            if (got[0][k].t.data == NULL) continue;
+            TEST_CHECK(memcmp(got[0][k].buf, got[1][k].buf, got[0][k].bytes) == 0,
+                       "%s %s: aligned and padded rows give different bytes", tag, gnames[k]);
+        }
+        free_grads(got[0]), free_grads(got[1]);
+        for (int i = 0; i < 11; ++i) ssmt_dev_free(&dv[i]);
+        for (int i = 0; i < 5; ++i) ssmt_dev_free(&dp[i]), ssmt_free(&pad[i]);
+        ssmt_free(&dout), ssmt_free(&dfinal);
+        ssmt_mamba2_problem_free(&prob);
+    }
+}
+
 /* Host tensors with the CUDA backend are refused; a call with every output absent succeeds. */
 static void test_rules(ssmt_rng * rng) {
     ssmt_mamba2_config cfg;
@@ -419,6 +484,7 @@ int main(void) {
     if (ssmt_failures) TEST_EXIT();
     test_matrix(&rng);
     test_head_batches(&rng);
+    test_layout_bytes(&rng);
     TEST_CHECK(g_planes_runs > 0, "chunked_planes ran on none of the bf16 cases");
     test_rules(&rng);
     ssm_context_free(ctx_ref);

@@ -168,7 +168,7 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
     auto len_of = [&](long long c) { return c == clast ? ckl.len : kChainQ; };
 
     /* Per chunk k, after one barrier: the split of chunk k + 1 into the other planes and the
-     * products of chunk k, independent work that the warps interleave. */
+     * products of chunk k, independent work (each half of the warps in its own order, below). */
 #pragma unroll
     for (int k = 0; k < kChainStages - 1; ++k) issue();
     if (nc > 0) {
@@ -186,17 +186,26 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
         issue();         /* chunk k + 3, into the stage chunk k − 1 used */
         const chain_stage & s = sm.st[cs];
         cs = cs == kChainStages - 1 ? 0 : cs + 1;
-        if (k + 1 < nc) split_rows(sm.st[cs], len_of(c + dir), pl ^ 1);
-        if (!live) continue;
-
+        /* warps w and w + 4 share an SM sub-partition (its scheduler takes warp ids mod 4): warps 4–7
+         * split first and then issue their products, warps 0–3 the other way round, so after each
+         * barrier a scheduler holds one warp doing arithmetic and one waiting on ldmatrix/mma instead
+         * of two with the same stalls; then every warp's updates */
+        const bool split_first = (warp >> 2) != 0;
+        if (split_first && k + 1 < nc) split_rows(sm.st[cs], len_of(c + dir), pl ^ 1);
+        float acc[2][2][4];
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
-            float acc[2][4];
-            zero_acc(acc);
-            if (L == kChainQ) tile_mma<true, true, true, false, kChainQ>(acc, sm.ah[pl], sm.al[pl], kRowLd, s.b, nullptr, kColLd,
-                                                                p0, n0 + 16 * nt, 0, kChainQ);
-            else tile_mma<true, true, true, false>(acc, sm.ah[pl], sm.al[pl], kRowLd, s.b, nullptr, kColLd, p0,
+            zero_acc(acc[nt]);
+            if (!live) continue;
+            if (L == kChainQ) tile_mma<true, true, true, false, kChainQ>(acc[nt], sm.ah[pl], sm.al[pl], kRowLd, s.b, nullptr,
+                                                                         kColLd, p0, n0 + 16 * nt, 0, kChainQ);
+            else tile_mma<true, true, true, false>(acc[nt], sm.ah[pl], sm.al[pl], kRowLd, s.b, nullptr, kColLd, p0,
                                                    n0 + 16 * nt, 0, (L + 15) / 16 * 16);
+        }
+        if (!split_first && k + 1 < nc) split_rows(sm.st[cs], len_of(c + dir), pl ^ 1);
+        if (!live) continue;
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
             for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -206,10 +215,9 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
                     float *   e = slot + (hh * n8 + 16 * nt + 8 * j);
                     if (full || (p < P && n + 1 < N)) *(float2 *)e = make_float2(r0, r1);
                     else if (p < P && n < N) *e = r0;
-                    r0 = f * r0 + acc[j][2 * hh];
-                    r1 = f * r1 + acc[j][2 * hh + 1];
+                    r0 = f * r0 + acc[nt][j][2 * hh];
+                    r1 = f * r1 + acc[nt][j][2 * hh + 1];
                 }
-        }
     }
     cp_async_wait_all();
     if (kRev && sg.dinit >= 0 && a.dinit.p != NULL)
