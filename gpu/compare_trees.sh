@@ -11,7 +11,11 @@
 # durations of that command (one call).
 # Environment: SSMOPS_TREES_TEST (the test target, default test_cuda_mamba2_bwd),
 # SSMOPS_TREES_BENCH (the bench arguments, default the Mamba-2 backward at the shape of record),
-# SSMOPS_TREES_KERNELS (an extended regex of the kernels whose durations are printed, default all).
+# SSMOPS_TREES_KERNELS (an extended regex of the kernels whose durations are printed, default all),
+# SSMOPS_TREES_SANITIZE (candidate names, space-separated: compute-sanitizer memcheck and racecheck of
+# each `ssmops check` in SSMOPS_TREES_CHECKS, `;`-separated, default two Mamba-2 backward checks),
+# SSMOPS_TREES_TRAIN (tree names: gpu/bench_train.py side by side with upstream for each, arguments
+# SSMOPS_TREES_TRAIN_ARGS, default the Mamba-2 number of record; needs .upstream/).
 # Builds go to build-tree-NAME in this tree (for a patch: its binaries alone, copied there).
 # Results: OUT/summary.txt (printed as it grows).
 set -u
@@ -110,5 +114,25 @@ for name in "${names[@]}"; do
         --reps 1 >"$out/ncu-$name.log" 2>&1
     say "kernels $name (us): $(awk '/\(.*\) \(/ {k = $1; if (k == "void") k = $2; sub(/\(.*/, "", k); sub(/.*::/, "", k)}
         /gpu__time_duration/ {print k, $NF}' "$out/ncu-$name.log" | grep -E "$kernels" | tr '\n' ';')"
+done
+checks=${SSMOPS_TREES_CHECKS:-"mamba2_scan_bwd --backend cuda --dtype bf16 --out-dtype f32 --shape B=1,S=333,H=2,P=72,N=40,G=1,chunk=64 --param nseq=2,has_d=1,has_z=1,has_init=1,has_dfinal=1;mamba2_scan_bwd --backend cuda --dtype bf16 --out-dtype f32 --shape B=2,S=200,H=4,P=64,N=128,G=2,chunk=64 --param has_d=1,has_z=1,has_init=1,has_dfinal=1"}
+for name in ${SSMOPS_TREES_SANITIZE:-}; do
+    IFS=';' read -r -a cks <<<"$checks"
+    for tool in memcheck racecheck; do
+        for ck in "${cks[@]}"; do
+            # shellcheck disable=SC2086
+            timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$src/build-tree-$name/ssmops" check $ck \
+                >"$out/san.log" 2>&1
+            say "sanitize $name $tool rc=$? [$ck] $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/san.log" | tail -1)"
+        done
+    done
+done
+train=${SSMOPS_TREES_TRAIN_ARGS:-"--only mamba2 --rounds 3 --kernels --memory"}
+for name in ${SSMOPS_TREES_TRAIN:-}; do
+    # shellcheck disable=SC2086
+    (cd "$src" && PYTHONPATH=python:.upstream SSMOPS_LIBRARY="$src/build-tree-$name/libssmops.so" \
+        timeout 400 python3 gpu/bench_train.py $train) >"$out/train-$name.log" 2>&1
+    say "bench_train $name rc=$? ($train):"
+    grep -vE '^\s*$' "$out/train-$name.log" | tail -12 | tee -a "$sum"
 done
 say "done in $(($(date +%s) - t0)) s"
