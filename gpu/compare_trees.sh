@@ -57,7 +57,9 @@ build() { # build NAME DIR JOBS
 }
 for t in "${dirs[@]}"; do
     (build "${t%%=*}" "${t#*=}" "$jobs"
-    echo "build ${t%%=*} rc=$?" >>"$sum") &
+    rc=$?
+    [ $rc = 0 ] || : >"$out/failed-${t%%=*}"
+    echo "build ${t%%=*} rc=$rc" >>"$sum") &
 done
 wait
 cat "$sum"
@@ -70,16 +72,22 @@ if [ ${#patches[@]} -gt 0 ]; then
     for t in "${patches[@]}"; do
         name=${t%%=*} p=${t#*=} b=$src/build-tree-$name
         if patch_in "$basedir" "$p" >"$out/build-$name.log" 2>&1; then
-            build "$base" "$basedir" "$(nproc 2>/dev/null || echo 8)" >/dev/null 2>&1
+            build "$base" "$basedir" "$(nproc 2>/dev/null || echo 8)" >>"$out/build-$name.log" 2>&1
             rc=$?
-            rm -rf "$b" && mkdir -p "$b/tests"
-            cp "$src/build-tree-$base/ssmops" "$src/build-tree-$base"/libssmops.so* "$b/" 2>/dev/null
-            cp "$src/build-tree-$base/tests/$test" "$b/tests/"
+            rm -rf "$b"
+            if [ $rc = 0 ]; then # a failed build leaves no binaries: the candidate is skipped below
+                mkdir -p "$b/tests"
+                cp "$src/build-tree-$base/ssmops" "$src/build-tree-$base"/libssmops.so* "$b/" 2>/dev/null
+                cp "$src/build-tree-$base/tests/$test" "$b/tests/"
+            else
+                : >"$out/failed-$name"
+            fi
             patch_in "$basedir" "$p" -R >>"$out/build-$name.log" 2>&1 || rc=99
             say "build $name (patch) rc=$rc"
             [ $rc = 99 ] && { say "the patch of $name did not come off the base tree cleanly: stopping"; exit 1; }
         else
             say "build $name (patch) did not apply: $(tail -1 "$out/build-$name.log")"
+            : >"$out/failed-$name"
         fi
     done
     # the base's own binaries back in its build folder (its sources are as they were)
@@ -87,6 +95,13 @@ if [ ${#patches[@]} -gt 0 ]; then
     cp "$keep/tests/$test" "$src/build-tree-$base/tests/"
 fi
 say "built in $(($(date +%s) - t0)) s"
+# the trees that built; the others are named once and left out of every step below
+built=()
+for name in "${names[@]}"; do
+    if [ -e "$out/failed-$name" ]; then say "$name: no build, left out"; else built+=("$name"); fi
+done
+[ "${built[0]:-}" = "$base" ] || { say "the base did not build: stopping"; exit 1; }
+names=("${built[@]}")
 for name in "${names[@]}"; do
     (cd "$src/build-tree-$name" && SSMOPS_TEST_HASH_LOG="$out/hash-$name.txt" ./tests/"$test" >"$out/test-$name.log" 2>&1
     echo "$name $test rc=$? $(tail -1 "$out/test-$name.log")" >>"$sum") &
@@ -117,6 +132,7 @@ for name in "${names[@]}"; do
 done
 checks=${SSMOPS_TREES_CHECKS:-"mamba2_scan_bwd --backend cuda --dtype bf16 --out-dtype f32 --shape B=1,S=333,H=2,P=72,N=40,G=1,chunk=64 --param nseq=2,has_d=1,has_z=1,has_init=1,has_dfinal=1;mamba2_scan_bwd --backend cuda --dtype bf16 --out-dtype f32 --shape B=2,S=200,H=4,P=64,N=128,G=2,chunk=64 --param has_d=1,has_z=1,has_init=1,has_dfinal=1"}
 for name in ${SSMOPS_TREES_SANITIZE:-}; do
+    [ -e "$out/failed-$name" ] && continue
     IFS=';' read -r -a cks <<<"$checks"
     for tool in memcheck racecheck; do
         for ck in "${cks[@]}"; do
@@ -129,6 +145,7 @@ for name in ${SSMOPS_TREES_SANITIZE:-}; do
 done
 train=${SSMOPS_TREES_TRAIN_ARGS:-"--only mamba2 --rounds 3 --kernels --memory"}
 for name in ${SSMOPS_TREES_TRAIN:-}; do
+    [ -e "$out/failed-$name" ] && continue
     # shellcheck disable=SC2086
     (cd "$src" && PYTHONPATH=python:.upstream SSMOPS_LIBRARY="$src/build-tree-$name/libssmops.so" \
         timeout 400 python3 gpu/bench_train.py $train) >"$out/train-$name.log" 2>&1
