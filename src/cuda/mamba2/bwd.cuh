@@ -216,10 +216,10 @@ __device__ __forceinline__ long long off4(const long long * s, long long i, long
 }
 
 /* δx = dout·silu(z) = dout·z·σ(z), σ by the fast form (the results go into split bf16 planes), and
- * the dz factor dout·σ(z)·(1 + z·(1 − σ(z))) into *f. */
-__device__ __forceinline__ float silu_gate(float dv, float zv, float * f) {
+ * where f is given the dz factor dout·σ(z)·(1 + z·(1 − σ(z))) into *f. */
+__device__ __forceinline__ float silu_gate(float dv, float zv, float * f = nullptr) {
     const float sg = ssmi_math::sigmoid_fast(zv);
-    *f = dv * sg * (1.0f + zv * (1.0f - sg));
+    if (f != nullptr) *f = dv * sg * (1.0f + zv * (1.0f - sg));
     return dv * zv * sg;
 }
 

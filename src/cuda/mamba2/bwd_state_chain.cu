@@ -157,9 +157,8 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
                 const float2 d2 = t2<M_BF16>::unpack(dw[q]), z2 = t2<M_BF16>::unpack(zw[q]);
-                float        f0, f1;
-                const float  g0 = (gated ? silu_gate(d2.x, z2.x, &f0) : d2.x) * sc;
-                const float  g1 = (gated ? silu_gate(d2.y, z2.y, &f1) : d2.y) * sc;
+                const float  g0 = (gated ? silu_gate(d2.x, z2.x) : d2.x) * sc;
+                const float  g1 = (gated ? silu_gate(d2.y, z2.y) : d2.y) * sc;
                 split2<M_BF16>(g0, g1, hw[q], lw[q]);
             }
         }
