@@ -8,7 +8,9 @@
 # (sm_90a) of the CLI, the library and one test; the test with SSMOPS_TEST_HASH_LOG, its hashed
 # outputs compared with the base's (a candidate meant to keep the arithmetic must show 0 differing);
 # `ssmops bench` of one command, the trees interleaved, three rounds; Nsight per-launch kernel
-# durations of that command (one call).
+# durations of that command (one call). For this tree against one base over every operator (all
+# CUDA tests' hashes, the sanitizer sweep of every selection-table entry, the PERF.md bench rows):
+# gpu/compare_builds.sh.
 # Environment: SSMOPS_TREES_TEST (the test target, default test_cuda_mamba2_bwd),
 # SSMOPS_TREES_BENCH (the bench arguments, default the Mamba-2 backward at the shape of record),
 # SSMOPS_TREES_KERNELS (an extended regex of the kernels whose durations are printed, default all),
