@@ -7,10 +7,10 @@
  * running state of its tile in the warps' mma accumulators: per chunk it stores the entering
  * state S_c (the state gradient G_c) into the workspace slot the chunk kernel reads, forms the
  * chunk's product s_c = Σ_j (e^{cl−cm_j}·dt_j·x_j)ᵀ·B_j (dS_c = Σ_i (e^{cm_i}·δx_i)ᵀ·C_i) on
- * the tensor cores, and updates run = e^{cl_c}·run + s_c, while splitting the next chunk's rows
- * into a second pair of planes (one barrier per chunk). The chunk operands stream through a
- * four-stage cp.async ring, so a step waits on shared memory and the tensor cores, not on global
- * memory. The products (tile_mma, tokens ascending) and the
+ * the tensor cores, and updates run = e^{cl_c}·run + s_c; beside them, warps of their own load
+ * the ring and split the next chunk's rows into a second pair of planes (one barrier per chunk).
+ * The chunk operands stream through a four-stage cp.async ring, so a step waits on shared memory
+ * and the tensor cores, not on global memory. The products (tile_mma, tokens ascending) and the
  * update are those of bwd_states_planes_kernel and the state passes (bwd_pass.cu), so the bytes
  * of S, G and dinitial_states are theirs; the local states never go through global memory.
  */
@@ -22,17 +22,24 @@ namespace {
 
 using namespace ssmi_mma;
 
-constexpr int kChainThreads = 256; /* 8 warps: a 16 × 32 slab of the tile each */
-constexpr int kChainTP = 32;       /* state rows (p) per block */
-constexpr int kChainTN = 128;      /* state columns (n) per block */
-constexpr int kChainQ = kMaxQ;     /* the plane entry's chunk */
+constexpr int kMmaWarps = 8; /* the products, the running state and the stores: a 16 × 32 slab of the tile each */
+/* the loads of the ring and the split of the next chunk: as many as the mma warps, so each SM
+ * sub-partition holds two warps of each kind (with 4 the split, not the products, sets the pace) */
+constexpr int kSplitWarps = 8;
+constexpr int kMmaThreads = 32 * kMmaWarps, kSplitThreads = 32 * kSplitWarps;
+constexpr int kChainThreads = kMmaThreads + kSplitThreads;
+constexpr int kChainTP = 32;    /* state rows (p) per block */
+constexpr int kChainTN = 128;   /* state columns (n) per block */
+constexpr int kChainQ = kMaxQ;  /* the plane entry's chunk */
 constexpr int kChainStages = 4; /* chunk k's products, k + 1's split, k + 2 and k + 3 in flight */
 constexpr int kRowLd = kChainTP + 8; /* bf16 pitch of the x / dout / z rows and the planes */
 constexpr int kColLd = kChainTN + 8; /* bf16 pitch of the B / C rows */
 constexpr int kXGroups = kChainTP / 8, kBGroups = kChainTN / 8; /* 16-byte pieces per row */
-constexpr int kBPer = kChainQ * kBGroups / kChainThreads;      /* B pieces per thread and chunk */
-static_assert(kChainQ * kXGroups == kChainThreads, "one x piece per thread and chunk");
-static_assert(kChainQ * kBGroups % kChainThreads == 0, "whole B pieces per thread");
+constexpr int kXPer = kChainQ * kXGroups / kSplitThreads;       /* x pieces per split thread and chunk */
+constexpr int kBPer = kChainQ * kBGroups / kSplitThreads;       /* B pieces per split thread and chunk */
+static_assert(kChainQ * kXGroups % kSplitThreads == 0 && kXPer >= 1, "whole x pieces per split thread");
+static_assert(kChainQ * kBGroups % kSplitThreads == 0, "whole B pieces per split thread");
+static_assert(kMmaWarps == 8 && kChainTP == 32 && kChainTN == 128, "the slabs: 2 × 4 warps of 16 × 32");
 
 /* One ring stage: the chunk's rows of x (or dout) and z over the tile's p columns, of B (or C)
  * over its n columns, and its cm and dt rows. */
@@ -48,13 +55,18 @@ struct chain_smem {
 };
 
 /* kRev false: the forward walk (S from x, B, the slots of st); true: the reverse walk (G from dout
- * gated by z, C, the slots of gs, and dinitial_states). Thread t loads, every chunk, the x (and z)
- * piece (row t / kXGroups, columns 8·(t % kXGroups)..) and kBPer B pieces, and converts its x
- * piece; warp w owns rows 16·(w / 4).. and columns 32·(w % 4).. of the tile. */
+ * gated by z, C, the slots of gs, and dinitial_states). Two kinds of warps, joined by one barrier
+ * per chunk: the split warps load the ring (split thread u: the x and z pieces of rows
+ * u / kXGroups + (kSplitThreads / kXGroups)·r, columns 8·(u % kXGroups).., and kBPer B pieces)
+ * and convert their x pieces of chunk k + 1 into planes while the mma warps (warp w: rows
+ * 16·(w / 4).., columns 32·(w % 4).. of the tile) run chunk k's products and updates, so neither
+ * kind's latency waits behind the other's. */
 template <bool kRev>
 __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, const bw_seg & sg, int h, int pt0,
                                            int nt0) {
     const int       tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g4 = lane >> 2, t4 = lane & 3;
+    const bool      mma = warp < kMmaWarps;
+    const int       u = mma ? 0 : tid - kMmaThreads; /* the split thread's number */
     const int       P = a.P, N = a.N;
     const long long PN = (long long)P * N;
     const bool      gated = kRev && a.has_z;
@@ -66,21 +78,22 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
     if (nc > 0) ck0 = a.chunks[sg.c0], ckl = a.chunks[clast];
     const long long c1 = kRev ? clast : sg.c0, dir = kRev ? -1 : 1; /* the walk's first chunk, its step */
 
-    /* this thread's pieces: x (and z) row xi, columns xj..; B rows bi + (kChainThreads / kBGroups)·u,
-     * columns bj..; their sources, and those of the cm and dt rows, at the next chunk to issue,
-     * advanced by one chunk of the walk per issue */
-    const int  xi = tid / kXGroups, xj = (tid % kXGroups) * 8, bi = tid / kBGroups, bj = (tid % kBGroups) * 8;
-    const bool xin = pt0 + xj < P, bin = nt0 + bj < N; /* P, N multiples of 8: whole pieces */
-    const int  brs = kChainThreads / kBGroups;           /* B rows between a thread's pieces */
-    const long long t1 = ck0.t0 + (c1 - sg.c0) * kChainQ; /* the first issued chunk's first token */
+    /* a split thread's pieces: x (and z) rows xi + xrs·r, columns xj..; B rows bi + brs·r, columns
+     * bj..; their sources, and those of the cm and dt rows, at the next chunk to issue, advanced by
+     * one chunk of the walk per issue */
+    constexpr int   xrs = kSplitThreads / kXGroups, brs = kSplitThreads / kBGroups; /* rows between pieces */
+    const int       xi = u / kXGroups, xj = (u % kXGroups) * 8, bi = u / kBGroups, bj = (u % kBGroups) * 8;
+    const bool      xin = pt0 + xj < P, bin = nt0 + bj < N; /* P, N multiples of 8: whole pieces */
+    const long long t1 = ck0.t0 + (c1 - sg.c0) * kChainQ;   /* the first issued chunk's first token */
     const bf16 *    xp = (const bf16 *)xv.p + off4(xv.s, ck0.row, t1 + xi, h, pt0 + xj);
     const bf16 *    zp = gated ? (const bf16 *)a.z.p + off4(a.z.s, ck0.row, t1 + xi, h, pt0 + xj) : xp;
     const bf16 *    bp = (const bf16 *)bv.p + off4(bv.s, ck0.row, t1 + bi, h / a.R, nt0 + bj);
     const long long xd = dir * kChainQ * xv.s[1], zd = gated ? dir * kChainQ * a.z.s[1] : 0;
+    const long long xu = xrs * xv.s[1], zu = gated ? xrs * a.z.s[1] : 0;
     const long long bd = dir * kChainQ * bv.s[1], bu = brs * bv.s[1];
     constexpr int   q4 = kChainQ / 4; /* the workspace rows are 16-byte aligned (kChainQ floats) */
-    const int       qv = tid < q4 ? tid : tid < 2 * q4 ? tid - q4 : 0; /* threads [0, q4) load cm, [q4, 2·q4) dt */
-    const float *   vp = (tid < q4 ? a.cmv : a.dtv) + (c1 * a.H + h) * kChainQ + 4 * qv;
+    const int       qv = u < q4 ? u : u < 2 * q4 ? u - q4 : 0; /* split threads [0, q4) load cm, [q4, 2·q4) dt */
+    const float *   vp = (u < q4 ? a.cmv : a.dtv) + (c1 * a.H + h) * kChainQ + 4 * qv;
     const long long vd = dir * (long long)a.H * kChainQ;
     long long       ic = c1; /* the next chunk to issue */
     int             is = 0;  /* its stage */
@@ -89,48 +102,55 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
     for (int e = tid; e < (int)(sizeof(chain_smem) / 16); e += kChainThreads) ((uint4 *)&sm)[e] = make_uint4(0u, 0u, 0u, 0u);
     __syncthreads();
 
-    /* the next chunk of the walk into its stage (one commit group, empty past the walk) */
+    /* (split warps) the next chunk of the walk into its stage (one commit group, empty past the walk) */
     auto issue = [&]() {
         if (kRev ? ic >= sg.c0 : ic <= clast) {
             chain_stage & s = sm.st[is];
             const int     L = ic == clast ? ckl.len : kChainQ;
-            if (xin && xi < L) {
-                cp_async16(&s.x[xi * kRowLd + xj], xp);
-                if (gated) cp_async16(&s.z[xi * kRowLd + xj], zp);
+#pragma unroll
+            for (int r = 0; r < kXPer; ++r) {
+                const int i = xi + xrs * r;
+                if (!xin || i >= L) continue;
+                cp_async16(&s.x[i * kRowLd + xj], xp + r * xu);
+                if (gated) cp_async16(&s.z[i * kRowLd + xj], zp + r * zu);
             }
 #pragma unroll
-            for (int u = 0; u < kBPer; ++u) {
-                const int i = bi + brs * u;
+            for (int r = 0; r < kBPer; ++r) {
+                const int i = bi + brs * r;
                 if (!bin) break;
-                if (i < L) cp_async16(&s.b[i * kColLd + bj], bp + u * bu);
+                if (i < L) cp_async16(&s.b[i * kColLd + bj], bp + r * bu);
                 else *(uint4 *)&s.b[i * kColLd + bj] = make_uint4(0u, 0u, 0u, 0u); /* rows past L take no part */
             }
-            if (tid < q4) cp_async16(&s.cm[4 * qv], vp);
-            else if (!kRev && tid < 2 * q4) cp_async16(&s.dt[4 * qv], vp);
+            if (u < q4) cp_async16(&s.cm[4 * qv], vp);
+            else if (!kRev && u < 2 * q4) cp_async16(&s.dt[4 * qv], vp);
             xp += xd, zp += zd, bp += bd, vp += vd, ic += dir;
         }
         cp_async_commit();
         is = is == kChainStages - 1 ? 0 : is + 1;
     };
 
-    /* the running state of this lane's accumulator elements: element (p0 + g4 + 8hh, n0 + 16nt + 8j + 2t4 + u)
-     * of the tile in run[nt][j][2hh + u] */
-    const int p0 = 16 * (warp / 4), n0 = 32 * (warp % 4);
-    const bool live = pt0 + p0 < P && nt0 + n0 < N; /* the warp's slab holds state elements */
-    float     run[2][2][4];
+    /* (mma warps) the running state of this lane's accumulator elements: element
+     * (p0 + g4 + 8hh, n0 + 16nt + 8j + 2t4 + u) of the tile in run[nt][j][2hh + u] */
+    const int  p0 = 16 * (warp / 4), n0 = 32 * (warp % 4);
+    const bool live = mma && pt0 + p0 < P && nt0 + n0 < N; /* the warp's slab holds state elements */
+    float      run[2][2][4];
+    /* fn(run element, p, n) for each of this lane's running-state elements */
+    auto each_run = [&](auto fn) {
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
+        for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
+            for (int j = 0; j < 2; ++j)
 #pragma unroll
-            for (int r = 0; r < 4; ++r) {
-                const int  p = pt0 + p0 + g4 + 8 * (r >> 1), n = nt0 + n0 + 16 * nt + 8 * j + 2 * t4 + (r & 1);
-                const bool in = p < P && n < N;
-                float      v = 0.0f;
-                if (!kRev && in && sg.init >= 0) v = ssmi_cu_ld(a.init.p, a.init.dtype, off4(a.init.s, sg.init, h, p, n));
-                if (kRev && in && sg.fin >= 0) v = ssmi_cu_ld(a.dfin.p, a.dfin.dtype, off4(a.dfin.s, sg.fin, h, p, n));
-                run[nt][j][r] = v;
-            }
+                for (int r = 0; r < 4; ++r)
+                    fn(run[nt][j][r], pt0 + p0 + g4 + 8 * (r >> 1), nt0 + n0 + 16 * nt + 8 * j + 2 * t4 + (r & 1));
+    };
+    each_run([&](float & rv, int p, int n) {
+        const bool in = mma && p < P && n < N;
+        float      v = 0.0f;
+        if (!kRev && in && sg.init >= 0) v = ssmi_cu_ld(a.init.p, a.init.dtype, off4(a.init.s, sg.init, h, p, n));
+        if (kRev && in && sg.fin >= 0) v = ssmi_cu_ld(a.dfin.p, a.dfin.dtype, off4(a.dfin.s, sg.fin, h, p, n));
+        rv = v;
+    });
     /* this lane's first state element (row p0 + g4, column n0 + 2t4) in the current chunk's slot;
      * the warp's piece lies inside P × N (full) or is cut by it */
     float *         slot = (kRev ? a.gs : a.st) + (nc > 0 ? state_at(a, c1, h, PN) : 0) +
@@ -141,70 +161,69 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
     const int       n8 = 8 * N;
     const bool      full = pt0 + p0 + 16 <= P && nt0 + n0 + 32 <= N;
 
-    /* the weighted rows of the chunk in stage s (length L) into the split planes pl: row i times
-     * e^{cl−cm_i}·dt_i (forward) or, gated, e^{cm_i} (reverse); zeros past L (the live columns are
-     * zero past the tile) */
+    /* (split warps) the weighted rows of the chunk in stage s (length L) into the split planes pl:
+     * row i times e^{cl−cm_i}·dt_i (forward) or, gated, e^{cm_i} (reverse); zeros past L (the live
+     * columns are zero past the tile) */
     auto split_rows = [&](const chain_stage & s, int L, int pl) {
-        const int o = xi * kRowLd + xj;
-        uint4     hv = make_uint4(0u, 0u, 0u, 0u), lv = hv;
-        if (xin && xi < L) {
-            const float      sc = kRev ? expf(s.cm[xi]) : expf(s.cm[L - 1] - s.cm[xi]) * s.dt[xi];
-            const uint4      dv4 = *(const uint4 *)&s.x[o], zv4 = *(const uint4 *)&s.z[o];
-            const uint32_t * dw = (const uint32_t *)&dv4;
-            const uint32_t * zw = (const uint32_t *)&zv4;
-            uint32_t *       hw = (uint32_t *)&hv;
-            uint32_t *       lw = (uint32_t *)&lv;
 #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                const float2 d2 = t2<M_BF16>::unpack(dw[q]), z2 = t2<M_BF16>::unpack(zw[q]);
-                const float  g0 = (gated ? silu_gate(d2.x, z2.x) : d2.x) * sc;
-                const float  g1 = (gated ? silu_gate(d2.y, z2.y) : d2.y) * sc;
-                split2<M_BF16>(g0, g1, hw[q], lw[q]);
+        for (int r = 0; r < kXPer; ++r) {
+            const int i = xi + xrs * r, o = i * kRowLd + xj;
+            uint4     hv = make_uint4(0u, 0u, 0u, 0u), lv = hv;
+            if (xin && i < L) {
+                const float      sc = kRev ? expf(s.cm[i]) : expf(s.cm[L - 1] - s.cm[i]) * s.dt[i];
+                const uint4      dv4 = *(const uint4 *)&s.x[o], zv4 = *(const uint4 *)&s.z[o];
+                const uint32_t * dw = (const uint32_t *)&dv4;
+                const uint32_t * zw = (const uint32_t *)&zv4;
+                uint32_t *       hw = (uint32_t *)&hv;
+                uint32_t *       lw = (uint32_t *)&lv;
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    const float2 d2 = t2<M_BF16>::unpack(dw[q]), z2 = t2<M_BF16>::unpack(zw[q]);
+                    const float  g0 = (gated ? silu_gate(d2.x, z2.x) : d2.x) * sc;
+                    const float  g1 = (gated ? silu_gate(d2.y, z2.y) : d2.y) * sc;
+                    split2<M_BF16>(g0, g1, hw[q], lw[q]);
+                }
             }
+            *(uint4 *)&sm.ah[pl][o] = hv, *(uint4 *)&sm.al[pl][o] = lv;
         }
-        *(uint4 *)&sm.ah[pl][o] = hv, *(uint4 *)&sm.al[pl][o] = lv;
     };
     auto len_of = [&](long long c) { return c == clast ? ckl.len : kChainQ; };
 
-    /* Per chunk k, after one barrier: the split of chunk k + 1 into the other planes and the
-     * products of chunk k, independent work (each half of the warps in its own order, below). */
+    /* Per chunk k, after one barrier: the split warps issue chunk k + 3 and split chunk k + 1 into
+     * the other planes, the mma warps run chunk k's products and updates. */
+    if (!mma) {
 #pragma unroll
-    for (int k = 0; k < kChainStages - 1; ++k) issue();
+        for (int k = 0; k < kChainStages - 1; ++k) issue();
+    }
     if (nc > 0) {
-        cp_async_wait_group<kChainStages - 2>(); /* chunk 0 */
+        if (!mma) cp_async_wait_group<kChainStages - 2>(); /* chunk 0 */
         __syncthreads();
-        split_rows(sm.st[0], len_of(c1), 0);
+        if (!mma) split_rows(sm.st[0], len_of(c1), 0);
     }
     long long c = c1;
     int       cs = 0; /* the current chunk's stage */
     for (long long k = 0; k < nc; ++k, c += dir, slot += sd, fp += fd) {
-        const int   L = len_of(c), pl = (int)(k & 1);
-        const float f = *fp;
-        cp_async_wait_group<kChainStages - 3>(); /* this thread's part of chunk k + 1 has landed */
+        const int pl = (int)(k & 1);
+        if (!mma) cp_async_wait_group<kChainStages - 3>(); /* this thread's part of chunk k + 1 has landed */
         __syncthreads(); /* everyone's; chunk k's planes are split; chunk k − 1's products are done */
-        issue();         /* chunk k + 3, into the stage chunk k − 1 used */
         const chain_stage & s = sm.st[cs];
         cs = cs == kChainStages - 1 ? 0 : cs + 1;
-        /* warps w and w + 4 share an SM sub-partition (its scheduler takes warp ids mod 4): warps 4–7
-         * split first and then issue their products, warps 0–3 the other way round, so after each
-         * barrier a scheduler holds one warp doing arithmetic and one waiting on ldmatrix/mma instead
-         * of two with the same stalls; then every warp's updates */
-        const bool split_first = (warp >> 2) != 0;
-        if (split_first && k + 1 < nc) split_rows(sm.st[cs], len_of(c + dir), pl ^ 1);
-        float acc[2][2][4];
+        if (!mma) {
+            issue(); /* chunk k + 3, into the stage chunk k − 1 used */
+            if (k + 1 < nc) split_rows(sm.st[cs], len_of(c + dir), pl ^ 1);
+            continue;
+        }
+        if (!live) continue;
+        const int   L = len_of(c);
+        const float f = *fp;
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
-            zero_acc(acc[nt]);
-            if (!live) continue;
-            if (L == kChainQ) tile_mma<true, true, true, false, kChainQ>(acc[nt], sm.ah[pl], sm.al[pl], kRowLd, s.b, nullptr,
+            float acc[2][4];
+            zero_acc(acc);
+            if (L == kChainQ) tile_mma<true, true, true, false, kChainQ>(acc, sm.ah[pl], sm.al[pl], kRowLd, s.b, nullptr,
                                                                          kColLd, p0, n0 + 16 * nt, 0, kChainQ);
-            else tile_mma<true, true, true, false>(acc[nt], sm.ah[pl], sm.al[pl], kRowLd, s.b, nullptr, kColLd, p0,
+            else tile_mma<true, true, true, false>(acc, sm.ah[pl], sm.al[pl], kRowLd, s.b, nullptr, kColLd, p0,
                                                    n0 + 16 * nt, 0, (L + 15) / 16 * 16);
-        }
-        if (!split_first && k + 1 < nc) split_rows(sm.st[cs], len_of(c + dir), pl ^ 1);
-        if (!live) continue;
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
             for (int j = 0; j < 2; ++j)
 #pragma unroll
@@ -214,23 +233,17 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
                     float *   e = slot + (hh * n8 + 16 * nt + 8 * j);
                     if (full || (p < P && n + 1 < N)) *(float2 *)e = make_float2(r0, r1);
                     else if (p < P && n < N) *e = r0;
-                    r0 = f * r0 + acc[nt][j][2 * hh];
-                    r1 = f * r1 + acc[nt][j][2 * hh + 1];
+                    r0 = f * r0 + acc[j][2 * hh];
+                    r1 = f * r1 + acc[j][2 * hh + 1];
                 }
+        }
     }
     cp_async_wait_all();
-    if (kRev && sg.dinit >= 0 && a.dinit.p != NULL)
-#pragma unroll
-        for (int nt = 0; nt < 2; ++nt)
-#pragma unroll
-            for (int j = 0; j < 2; ++j)
-#pragma unroll
-                for (int r = 0; r < 4; ++r) {
-                    const int p = pt0 + p0 + g4 + 8 * (r >> 1), n = nt0 + n0 + 16 * nt + 8 * j + 2 * t4 + (r & 1);
-                    if (p < P && n < N)
-                        ssmi_cu_st(a.dinit.p, a.dinit.dtype, off4(a.dinit.s, sg.dinit, h, p, n),
-                                   sg.init >= 0 ? run[nt][j][r] : 0.0f);
-                }
+    if (mma && kRev && sg.dinit >= 0 && a.dinit.p != NULL)
+        each_run([&](float & rv, int p, int n) {
+            if (p < P && n < N)
+                ssmi_cu_st(a.dinit.p, a.dinit.dtype, off4(a.dinit.s, sg.dinit, h, p, n), sg.init >= 0 ? rv : 0.0f);
+        });
 }
 
 /* Grid (segment, head of the batch, tile + direction): blockIdx.z = dir·tiles + tile, the tile
