@@ -588,8 +588,6 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
                 }
             }
         };
-        a2_pass(std::true_type{});
-        a2_pass(std::false_type{});
 
         /* C, per kind (a compile-time pass each): the dB tiles (j, n), then the dC tiles (i, n); warp w
          * takes tiles w, w + nwarps, .. of each. dB: e^{cl−cm_j}·dt_j·x·G + dCBᵀ·C; dC: e^{cm_i}·δx·S +
@@ -667,8 +665,20 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
                 }
             }
         };
-        c_pass(std::true_type{});
-        c_pass(std::false_type{});
+        /* A2 and C share no output (A2: dz, dx and the q, r, ddt_loc partials; C: the running sums and
+         * dB, dC), so their order is free: warps 0–7 run A2 first, warps 8–15 C first, and each SM
+         * sub-partition (warp ids mod 4) holds warps of both phases — C's running-sum loads wait
+         * beside A2's products instead of all warps waiting at once. One copy of each pass's code. */
+#pragma unroll 1
+        for (int ph = 0; ph < 2; ++ph) {
+            if ((ph == 0) == ((warp & 8) == 0)) {
+                a2_pass(std::true_type{});
+                a2_pass(std::false_type{});
+            } else {
+                c_pass(std::true_type{});
+                c_pass(std::false_type{});
+            }
+        }
         /* intra_k = Σ_{i≥k} Σ_{j<k} (CB·dCB)_ij: each row i < L becomes its exclusive prefix sums over j
          * (a warp per row, two columns per lane, a fixed shuffle scan), then thread k sums column k
          * over rows k..L−1 in order */
