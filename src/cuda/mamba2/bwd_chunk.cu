@@ -30,30 +30,46 @@ __device__ __forceinline__ float process_dt(const bw_args & a, float pre, float 
     return v;
 }
 
-/* One thread per (chunk, head): dt, its inclusive fp32 cumsum times A, the chain factor, and
- * the chunk's total decay e^{cl} (cl = the cumsum at its last token) for the state passes. */
-__global__ void bwd_dt_kernel(bw_args a) {
-    const long long w = (long long)blockIdx.x * blockDim.x + threadIdx.x;
-    if (w >= a.nchunks * a.H) return;
-    const long long ci = w / a.H;
-    const int       h = (int)(w % a.H);
+/* dt of a block of kDtHeads heads over one chunk, its inclusive fp32 cumsum times A, the chain
+ * factor, and the chunk's total decay e^{cl} (cl = the cumsum at its last token) for the state
+ * passes. Block (chunk, head tile): the threads first process every (token, head) element (a token's
+ * heads are adjacent in dt), then thread j sums head j's tokens in order (the one serial part, from
+ * shared memory), then the block writes the tile's [heads][Q] rows of dt, cm and the factor, which
+ * are contiguous in the workspace. Each value is the one-thread-per-(chunk, head) loop's: the same
+ * process_dt, the same running sum in token order. */
+constexpr int kDtHeads = 32;
+__global__ void __launch_bounds__(kThreads) bwd_dt_kernel(bw_args a) {
+    /* dt, cm and the factor per (head, token); the + 1 keeps the per-head columns off one bank */
+    __shared__ float sv[kDtHeads][kMaxQ + 1], sc[kDtHeads][kMaxQ + 1], sf[kDtHeads][kMaxQ + 1];
+    const long long ci = blockIdx.x;
+    const int       h0 = (int)blockIdx.y * kDtHeads, nh = min(kDtHeads, a.H - h0), Q = a.Q;
     const bw_chunk  ck = a.chunks[ci];
-    const float     ah = ssmi_cu_ld(a.a.p, a.a.dtype, (long long)h * a.a.s[0]);
-    const float     bias = a.has_bias ? ssmi_cu_ld(a.bias.p, a.bias.dtype, (long long)h * a.bias.s[0]) : 0.0f;
-    float           run = 0.0f;
-    float *         dtv = a.dtv + w * a.Q, *cmv = a.cmv + w * a.Q, *dfac = a.dfac + w * a.Q;
-    for (int i = 0; i < a.Q; ++i) {
-        if (i >= ck.len) {
-            dtv[i] = 0.0f, cmv[i] = run, dfac[i] = 0.0f;
-            continue;
+    for (int e = threadIdx.x; e < Q * nh; e += blockDim.x) { /* element (token i, head h0 + j) */
+        const int i = e / nh, j = e % nh, h = h0 + j;
+        float     v = 0.0f, f = 0.0f;
+        if (i < ck.len) {
+            const float bias = a.has_bias ? ssmi_cu_ld(a.bias.p, a.bias.dtype, (long long)h * a.bias.s[0]) : 0.0f;
+            v = process_dt(a, ssmi_cu_ld(a.dt.p, a.dt.dtype, off3(a.dt.s, ck.row, ck.t0 + i, h)) + bias, &f);
         }
-        const float pre = ssmi_cu_ld(a.dt.p, a.dt.dtype, off3(a.dt.s, ck.row, ck.t0 + i, h)) + bias;
-        float       f;
-        const float v = process_dt(a, pre, &f);
-        run += v * ah;
-        dtv[i] = v, cmv[i] = run, dfac[i] = f;
+        sv[j][i] = v, sf[j][i] = f;
     }
-    a.ecl[w] = expf(run); /* run = cm at the last token: tokens ≥ len add nothing */
+    __syncthreads();
+    if (threadIdx.x < nh) {
+        const int   j = threadIdx.x;
+        const float ah = ssmi_cu_ld(a.a.p, a.a.dtype, (long long)(h0 + j) * a.a.s[0]);
+        float       run = 0.0f;
+        for (int i = 0; i < Q; ++i) {
+            if (i < ck.len) run += sv[j][i] * ah;
+            sc[j][i] = run;
+        }
+        a.ecl[ci * a.H + h0 + j] = expf(run); /* run = cm at the last token: tokens ≥ len add nothing */
+    }
+    __syncthreads();
+    const long long base = (ci * a.H + h0) * Q; /* rows h0 .. h0 + nh − 1 of the chunk, [Q] each */
+    for (int e = threadIdx.x; e < nh * Q; e += blockDim.x) {
+        const int j = e / Q, i = e % Q;
+        a.dtv[base + e] = sv[j][i], a.cmv[base + e] = sc[j][i], a.dfac[base + e] = sf[j][i];
+    }
 }
 
 /* Loads a thread keeps in flight while filling shared memory: all of a batch are issued before
@@ -834,7 +850,8 @@ ssm_status smem_optin(ssm_context * ctx, const char * op, const void * fn, size_
 ssm_status launch_bwd_dt(ssm_context * ctx, const char * op, const bw_args & a) {
     const long long n = a.nchunks * a.H;
     if (n == 0) return SSM_STATUS_OK;
-    bwd_dt_kernel<<<(unsigned)((n + kThreads - 1) / kThreads), kThreads, 0, ssmi_cuda_stream(ctx)>>>(a);
+    const dim3 grid((unsigned)a.nchunks, (unsigned)((a.H + kDtHeads - 1) / kDtHeads));
+    bwd_dt_kernel<<<grid, kThreads, 0, ssmi_cuda_stream(ctx)>>>(a);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "bwd_dt_kernel");
     return SSM_STATUS_OK;
 }

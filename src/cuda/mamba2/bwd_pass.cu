@@ -173,33 +173,49 @@ __global__ void group_sum_kernel(bw_args a) {
 }
 
 /* One block per head: dA, ddt_bias and dD from the (chunk, head) partials, chunks in order, in
- * float64: a thread per channel sums its dD partials; a 1-D dD then sums the P channel sums in
- * channel order (thread 0, from shared memory). */
+ * float64: a thread per channel sums its dD partials (kReduceBatch chunks' loads in flight, then
+ * their adds in order); a 1-D dD then sums the P channel sums in channel order (thread 0, from
+ * shared memory). dA and ddt_bias: the block loads a batch of chunks' partials into shared memory
+ * (a thread each), thread 0 adds them in chunk order. */
+constexpr int kReduceBatch = 16;
 __global__ void reduce_kernel(bw_args a) {
     __shared__ double chan[kThreads];
-    const int h = blockIdx.x;
+    __shared__ float  pa[kThreads], pb[kThreads];
+    const int h = blockIdx.x, tid = threadIdx.x;
     double    all = 0.0; /* thread 0: the channel sums, in channel order */
     for (int p0 = 0; p0 < a.P && a.dd.p != NULL; p0 += blockDim.x) {
-        const int p = p0 + threadIdx.x;
+        const int p = p0 + tid;
         double    s = 0.0;
         if (p < a.P)
-            for (long long c = 0; c < a.nchunks; ++c) s += (double)a.ddp[(c * a.H + h) * a.P + p];
+            for (long long c0 = 0; c0 < a.nchunks; c0 += kReduceBatch) {
+                float v[kReduceBatch];
+#pragma unroll
+                for (int u = 0; u < kReduceBatch; ++u)
+                    v[u] = c0 + u < a.nchunks ? a.ddp[((c0 + u) * a.H + h) * a.P + p] : 0.0f;
+#pragma unroll
+                for (int u = 0; u < kReduceBatch; ++u)
+                    if (c0 + u < a.nchunks) s += (double)v[u];
+            }
         if (a.d2) {
             if (p < a.P) store_sum(a.dd, off2(a.dd.s, h, p), s);
             continue;
         }
-        chan[threadIdx.x] = s;
+        chan[tid] = s;
         __syncthreads();
-        if (threadIdx.x == 0)
+        if (tid == 0)
             for (int k = 0; k < (int)blockDim.x && p0 + k < a.P; ++k) all += chan[k];
         __syncthreads();
     }
-    if (threadIdx.x != 0) return;
-    double da = 0.0, db = 0.0;
-    for (long long c = 0; c < a.nchunks; ++c) {
-        da += (double)a.dap[c * a.H + h];
-        db += (double)a.dbp[c * a.H + h];
+    double da = 0.0, db = 0.0; /* thread 0 */
+    for (long long c0 = 0; c0 < a.nchunks; c0 += blockDim.x) {
+        const long long c = c0 + tid;
+        if (c < a.nchunks) pa[tid] = a.dap[c * a.H + h], pb[tid] = a.dbp[c * a.H + h];
+        __syncthreads();
+        if (tid == 0)
+            for (int k = 0; k < (int)blockDim.x && c0 + k < a.nchunks; ++k) da += (double)pa[k], db += (double)pb[k];
+        __syncthreads(); /* the batch is read before the next one is stored */
     }
+    if (tid != 0) return;
     if (a.da.p != NULL) store_sum(a.da, (long long)h * a.da.s[0], da);
     if (a.dbias.p != NULL) store_sum(a.dbias, (long long)h * a.dbias.s[0], db);
     if (a.dd.p != NULL && !a.d2) store_sum(a.dd, (long long)h * a.dd.s[0], all);
