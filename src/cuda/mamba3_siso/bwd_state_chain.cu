@@ -57,9 +57,21 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_chain_slot_kernel(const bw_ar
     }
     float *       th = dst + kPrepScal;
     const float * tb = P.thb + (w * P.H + h) * A;
-    for (int e = tid; e < kC * A; e += kSeqThreads) {
-        const int i = e / A, m = e - i * A;
-        th[e] = i < L ? wrap2pi(tb[m] + P.th[((ch.tok + i) * P.H + h) * A + m]) : 0.0f; /* theta_at */
+    /* θ = theta_at: kSlotBatch loads of the chunk-local sums in flight per thread before their
+     * stores (the slot and P.th may alias as far as the compiler knows, so it would not hoist them) */
+    constexpr int kSlotBatch = 8;
+    for (int e0 = tid; e0 < kC * A; e0 += kSlotBatch * kSeqThreads) {
+        float v[kSlotBatch];
+#pragma unroll
+        for (int u = 0; u < kSlotBatch; ++u) {
+            const int e = e0 + u * kSeqThreads, i = e / A, m = e - i * A;
+            v[u] = e < kC * A && i < L ? P.th[((ch.tok + i) * P.H + h) * A + m] : 0.0f;
+        }
+#pragma unroll
+        for (int u = 0; u < kSlotBatch; ++u) {
+            const int e = e0 + u * kSeqThreads, i = e / A, m = e - i * A;
+            if (e < kC * A) th[e] = i < L ? wrap2pi(tb[m] + v[u]) : 0.0f;
+        }
     }
     if (tid == 0) P.cl[w * P.H + h] = P.sc[((ch.tok + L - 1) * P.H + h) * kScalWs + 4];
 }
