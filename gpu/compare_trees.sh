@@ -17,7 +17,8 @@
 # SSMOPS_TREES_SANITIZE (candidate names, space-separated: compute-sanitizer memcheck and racecheck of
 # each `ssmops check` in SSMOPS_TREES_CHECKS, `;`-separated, default two Mamba-2 backward checks),
 # SSMOPS_TREES_TRAIN (tree names: gpu/bench_train.py side by side with upstream for each, arguments
-# SSMOPS_TREES_TRAIN_ARGS, default the Mamba-2 number of record; needs .upstream/).
+# SSMOPS_TREES_TRAIN_ARGS, default the Mamba-2 number of record; needs .upstream/; runs before the
+# sanitizers). Kernel durations are printed in µs whatever unit Nsight chose.
 # Builds go to build-tree-NAME in this tree (for a patch: its binaries alone, copied there).
 # Results: OUT/summary.txt (printed as it grows).
 set -u
@@ -130,7 +131,21 @@ for name in "${names[@]}"; do
     timeout 120 ncu --clock-control none --metrics gpu__time_duration.sum "$src/build-tree-$name/ssmops" bench $bench \
         --reps 1 >"$out/ncu-$name.log" 2>&1
     say "kernels $name (us): $(awk '/\(.*\) \(/ {k = $1; if (k == "void") k = $2; sub(/\(.*/, "", k); sub(/.*::/, "", k)}
-        /gpu__time_duration/ {print k, $NF}' "$out/ncu-$name.log" | grep -E "$kernels" | tr '\n' ';')"
+        /gpu__time_duration/ {v = $NF; gsub(",", "", v); u = $(NF - 1)
+            if (u == "ms" || u == "msecond") v *= 1000
+            else if (u == "ns" || u == "nsecond") v /= 1000
+            else if (u == "s" || u == "second") v *= 1e6
+            print k, v}' "$out/ncu-$name.log" | grep -E "$kernels" | tr '\n' ';')"
+done
+# the side by side first: it is the number of record, and the sanitizers can take the rest of a call
+train=${SSMOPS_TREES_TRAIN_ARGS:-"--only mamba2 --rounds 3 --kernels --memory"}
+for name in ${SSMOPS_TREES_TRAIN:-}; do
+    [ -e "$out/failed-$name" ] && continue
+    # shellcheck disable=SC2086
+    (cd "$src" && PYTHONPATH=python:.upstream SSMOPS_LIBRARY="$src/build-tree-$name/libssmops.so" \
+        timeout 400 python3 gpu/bench_train.py $train) >"$out/train-$name.log" 2>&1
+    say "bench_train $name rc=$? ($train):"
+    grep -vE '^\s*$' "$out/train-$name.log" | tail -12 | tee -a "$sum"
 done
 checks=${SSMOPS_TREES_CHECKS:-"mamba2_scan_bwd --backend cuda --dtype bf16 --out-dtype f32 --shape B=1,S=333,H=2,P=72,N=40,G=1,chunk=64 --param nseq=2,has_d=1,has_z=1,has_init=1,has_dfinal=1;mamba2_scan_bwd --backend cuda --dtype bf16 --out-dtype f32 --shape B=2,S=200,H=4,P=64,N=128,G=2,chunk=64 --param has_d=1,has_z=1,has_init=1,has_dfinal=1"}
 for name in ${SSMOPS_TREES_SANITIZE:-}; do
@@ -144,14 +159,5 @@ for name in ${SSMOPS_TREES_SANITIZE:-}; do
             say "sanitize $name $tool rc=$? [$ck] $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$out/san.log" | tail -1)"
         done
     done
-done
-train=${SSMOPS_TREES_TRAIN_ARGS:-"--only mamba2 --rounds 3 --kernels --memory"}
-for name in ${SSMOPS_TREES_TRAIN:-}; do
-    [ -e "$out/failed-$name" ] && continue
-    # shellcheck disable=SC2086
-    (cd "$src" && PYTHONPATH=python:.upstream SSMOPS_LIBRARY="$src/build-tree-$name/libssmops.so" \
-        timeout 400 python3 gpu/bench_train.py $train) >"$out/train-$name.log" 2>&1
-    say "bench_train $name rc=$? ($train):"
-    grep -vE '^\s*$' "$out/train-$name.log" | tail -12 | tee -a "$sum"
 done
 say "done in $(($(date +%s) - t0)) s"
