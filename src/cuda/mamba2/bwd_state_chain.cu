@@ -24,7 +24,7 @@ using namespace ssmi_mma;
 
 constexpr int kMmaWarps = 8; /* the products, the running state and the stores: a 16 × 32 slab of the tile each */
 /* the loads of the ring and the split of the next chunk: as many as the mma warps, so each SM
- * sub-partition holds two warps of each kind (with 4 the split, not the products, sets the pace) */
+ * sub-partition holds two warps of each kind and the split keeps pace with the products */
 constexpr int kSplitWarps = 8;
 constexpr int kMmaThreads = 32 * kMmaWarps, kSplitThreads = 32 * kSplitWarps;
 constexpr int kChainThreads = kMmaThreads + kSplitThreads;
