@@ -156,8 +156,6 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
     float *         slot = (kRev ? a.gs : a.st) + (nc > 0 ? state_at(a, c1, h, PN) : 0) +
                    ((long long)(pt0 + p0 + g4) * N + nt0 + n0 + 2 * t4);
     const long long sd = dir * (long long)a.hb * PN;
-    const float *   fp = a.ecl + (c1 * a.H + h); /* e^{cl} of the current chunk */
-    const long long fd = dir * (long long)a.H;
     const int       n8 = 8 * N;
     const bool      full = pt0 + p0 + 16 <= P && nt0 + n0 + 32 <= N;
 
@@ -202,7 +200,7 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
     }
     long long c = c1;
     int       cs = 0; /* the current chunk's stage */
-    for (long long k = 0; k < nc; ++k, c += dir, slot += sd, fp += fd) {
+    for (long long k = 0; k < nc; ++k, c += dir, slot += sd) {
         const int pl = (int)(k & 1);
         if (!mma) cp_async_wait_group<kChainStages - 3>(); /* this thread's part of chunk k + 1 has landed */
         __syncthreads(); /* everyone's; chunk k's planes are split; chunk k − 1's products are done */
@@ -215,7 +213,9 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
         }
         if (!live) continue;
         const int   L = len_of(c);
-        const float f = *fp;
+        /* the chunk's decay e^{cl} from its cm row in the stage: the bits of the workspace's ecl
+         * (bwd_dt_kernel's expf of the same cm), without a global load after every barrier */
+        const float f = expf(s.cm[L - 1]);
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
             float acc[2][4];
