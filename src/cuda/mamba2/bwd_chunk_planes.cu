@@ -129,14 +129,67 @@ __device__ __forceinline__ void prefetch_head(const bw_args & a, int Q, int P, i
     }
 }
 
+/* A view's rows are whole 16-byte pieces: unit stride, the other strides multiples of 8 elements,
+ * a 16-byte aligned base. */
+__device__ __forceinline__ bool rows16(const ssmi_cu_view & v) {
+    return v.s[3] == 1 && v.s[0] % 8 == 0 && v.s[1] % 8 == 0 && v.s[2] % 8 == 0 && ((uintptr_t)v.p & 15) == 0;
+}
+/* load_exact takes 16-byte pieces of v (n columns). */
+__device__ __forceinline__ bool exact_vec_ok(const ssmi_cu_view & v, int n) { return n % 8 == 0 && rows16(v); }
+/* load_split takes 16-byte pieces of d (and z, gated). */
+__device__ __forceinline__ bool split_vec_ok(const ssmi_cu_view & d, bool gated, const ssmi_cu_view & z, int n) {
+    return n % 8 == 0 && rows16(d) && (!gated || (z.dtype == SSM_DTYPE_BF16 && rows16(z)));
+}
+/* One element of load_split: the gated value d·silu(z) (d without z) and its dz factor into *f (0
+ * without z). */
+__device__ __forceinline__ float gate_one(float dv, float zv, bool gated, float * f) {
+    if (!gated) {
+        *f = 0.0f;
+        return dv;
+    }
+    return silu_gate(dv, zv, f);
+}
+/* One 16-byte piece of load_split (8 bf16 of d and of z at row i, column j), gated, times sc and
+ * split into hi/lo; with dzf, the dz factors into dzf. */
+__device__ __forceinline__ void put_split8(uint4 dv, uint4 zv, float sc, bool gated, bf16 * hi, bf16 * lo, float * dzf,
+                                           int ld, int lz, int i, int j) {
+    const uint32_t * dw = (const uint32_t *)&dv;
+    const uint32_t * zw = (const uint32_t *)&zv;
+    uint32_t         hv[4], lv[4];
+    float            f[8];
+#pragma unroll
+    for (int c = 0; c < 4; ++c) {
+        const float2 a2 = unpack_bf2(dw[c]), z2 = unpack_bf2(zw[c]);
+        const float  g0 = gate_one(a2.x, z2.x, gated, &f[2 * c]) * sc, g1 = gate_one(a2.y, z2.y, gated, &f[2 * c + 1]) * sc;
+        split2<M_BF16>(g0, g1, hv[c], lv[c]);
+    }
+    *(uint4 *)(hi + i * ld + j) = make_uint4(hv[0], hv[1], hv[2], hv[3]);
+    *(uint4 *)(lo + i * ld + j) = make_uint4(lv[0], lv[1], lv[2], lv[3]);
+    if (dzf != nullptr) {
+        *(float4 *)(dzf + i * lz + j) = make_float4(f[0], f[1], f[2], f[3]);
+        *(float4 *)(dzf + i * lz + j + 4) = make_float4(f[4], f[5], f[6], f[7]);
+    }
+}
+/* Four S and four G elements (a 16-byte piece of each, row p, columns 4c..) of load_states into
+ * their split planes at o; returns their part of <G, S>. */
+__device__ __forceinline__ float put_state4(float4 sv, float4 gv, bf16 * sh, bf16 * sl, bf16 * gh, bf16 * gl, int o) {
+    uint32_t h0, l0, h1, l1;
+    split2<M_BF16>(sv.x, sv.y, h0, l0);
+    split2<M_BF16>(sv.z, sv.w, h1, l1);
+    *(uint2 *)(sh + o) = make_uint2(h0, h1), *(uint2 *)(sl + o) = make_uint2(l0, l1);
+    split2<M_BF16>(gv.x, gv.y, h0, l0);
+    split2<M_BF16>(gv.z, gv.w, h1, l1);
+    *(uint2 *)(gh + o) = make_uint2(h0, h1), *(uint2 *)(gl + o) = make_uint2(l0, l1);
+    return gv.x * sv.x + gv.y * sv.y + gv.z * sv.z + gv.w * sv.w;
+}
+
 /* Rows [0, L) of a bf16 (batch, S, K, n) view (head/group k) into an exact plane [qp][ld] of
  * width w (zeros for rows ≥ L and columns ≥ n): with unit stride, n % 8 = 0 and 16-byte aligned
  * rows as 16-byte copies, else element by element. */
 __device__ __forceinline__ void load_exact(bf16 * dst, int ld, int w, int qp, const ssmi_cu_view & v, const bw_chunk & ck,
                                            int k, int n, int L) {
     const bf16 * src = (const bf16 *)v.p;
-    const bool   vec = v.s[3] == 1 && n % 8 == 0 && v.s[0] % 8 == 0 && v.s[1] % 8 == 0 && v.s[2] % 8 == 0 &&
-                     ((uintptr_t)v.p & 15) == 0;
+    const bool   vec = exact_vec_ok(v, n);
     const long long base = off4(v.s, ck.row, ck.t0, k, 0); /* element (i, j) at base + i·s[1] + j·s[3] */
     if (vec) {
         const int w8 = w / 8, total = qp * w8;
@@ -171,20 +224,10 @@ __device__ __forceinline__ void load_exact(bf16 * dst, int ld, int w, int qp, co
 __device__ __forceinline__ void load_split(bf16 * hi, bf16 * lo, float * dzf, int ld, int lz, int w, int qp,
                                            const ssmi_cu_view & d, bool gated, const ssmi_cu_view & z,
                                            const float * scale, const bw_chunk & ck, int h, int n, int L) {
-    auto aligned = [&](const ssmi_cu_view & v) {
-        return v.s[3] == 1 && v.s[0] % 8 == 0 && v.s[1] % 8 == 0 && v.s[2] % 8 == 0 && ((uintptr_t)v.p & 15) == 0;
-    };
-    /* one element: the gated value and the dz factor */
-    auto gate = [&](float dv, float zv, float * f) {
-        if (!gated) {
-            *f = 0.0f;
-            return dv;
-        }
-        return silu_gate(dv, zv, f);
-    };
+    auto gate = [&](float dv, float zv, float * f) { return gate_one(dv, zv, gated, f); };
     /* element (i, j) of d at dbase + i·d.s[1] + j·d.s[3], of z at zbase + i·z.s[1] + j·z.s[3] */
     const long long dbase = off4(d.s, ck.row, ck.t0, h, 0), zbase = gated ? off4(z.s, ck.row, ck.t0, h, 0) : 0;
-    if (n % 8 == 0 && aligned(d) && (!gated || (z.dtype == SSM_DTYPE_BF16 && aligned(z)))) {
+    if (split_vec_ok(d, gated, z, n)) {
         const int w8 = w / 8, total = qp * w8;
         for (int e0 = threadIdx.x; e0 < total; e0 += 2 * blockDim.x) {
             uint4 dv[2], zv[2];
@@ -200,23 +243,7 @@ __device__ __forceinline__ void load_split(bf16 * hi, bf16 * lo, float * dzf, in
             for (int u = 0; u < 2; ++u) {
                 const int e = e0 + u * (int)blockDim.x, i = e / w8, j = (e % w8) * 8;
                 if (e >= total) continue;
-                const uint32_t * dw = (const uint32_t *)&dv[u];
-                const uint32_t * zw = (const uint32_t *)&zv[u];
-                const float      sc = scale != nullptr ? scale[i] : 1.0f;
-                uint32_t         hv[4], lv[4];
-                float            f[8];
-#pragma unroll
-                for (int c = 0; c < 4; ++c) {
-                    const float2 a2 = unpack_bf2(dw[c]), z2 = unpack_bf2(zw[c]);
-                    const float  g0 = gate(a2.x, z2.x, &f[2 * c]) * sc, g1 = gate(a2.y, z2.y, &f[2 * c + 1]) * sc;
-                    split2<M_BF16>(g0, g1, hv[c], lv[c]);
-                }
-                *(uint4 *)(hi + i * ld + j) = make_uint4(hv[0], hv[1], hv[2], hv[3]);
-                *(uint4 *)(lo + i * ld + j) = make_uint4(lv[0], lv[1], lv[2], lv[3]);
-                if (dzf != nullptr) {
-                    *(float4 *)(dzf + i * lz + j) = make_float4(f[0], f[1], f[2], f[3]);
-                    *(float4 *)(dzf + i * lz + j + 4) = make_float4(f[4], f[5], f[6], f[7]);
-                }
+                put_split8(dv[u], zv[u], scale != nullptr ? scale[i] : 1.0f, gated, hi, lo, dzf, ld, lz, i, j);
             }
         }
         return;
@@ -263,15 +290,7 @@ __device__ __forceinline__ float load_states(bf16 * sh, bf16 * sl, bf16 * gh, bf
                 for (int r = 0; r < kR; ++r) {
                     const int p = p0 + r * nw;
                     if (p >= gm.pp) continue;
-                    part += gv[r].x * sv[r].x + gv[r].y * sv[r].y + gv[r].z * sv[r].z + gv[r].w * sv[r].w;
-                    uint32_t  h0, l0, h1, l1;
-                    const int o = p * gm.ln + 4 * c;
-                    split2<M_BF16>(sv[r].x, sv[r].y, h0, l0);
-                    split2<M_BF16>(sv[r].z, sv[r].w, h1, l1);
-                    *(uint2 *)(sh + o) = make_uint2(h0, h1), *(uint2 *)(sl + o) = make_uint2(l0, l1);
-                    split2<M_BF16>(gv[r].x, gv[r].y, h0, l0);
-                    split2<M_BF16>(gv[r].z, gv[r].w, h1, l1);
-                    *(uint2 *)(gh + o) = make_uint2(h0, h1), *(uint2 *)(gl + o) = make_uint2(l0, l1);
+                    part += put_state4(sv[r], gv[r], sh, sl, gh, gl, p * gm.ln + 4 * c);
                 }
             }
         return part;
@@ -397,6 +416,13 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
     /* the products over all of P (N) padded to 16: trip counts known at compile time where P (N) is */
     constexpr int kPp = kP > 0 ? (kP + 15) / 16 * 16 : 0, kNp = kN > 0 ? (kN + 15) / 16 * 16 : 0;
 
+    /* The fixed instance loads a head in one pass where every loader would take its 16-byte path
+     * with one piece per thread: x, dout and z rows of P/8 pieces for Q rows over 512 threads, S and
+     * G rows of 32 pieces, four rows per warp. */
+    constexpr bool kOnePass = kQ > 0 && kP > 0 && kN > 0 && kQ * (kP / 8) == kPlanesThreads && kP % 16 == 0 &&
+                              kP == 4 * (kPlanesThreads / 32) && kN == 4 * 32 && kQ <= kMaxQ;
+    const bool     gated = a.has_z != 0;
+    const bool     one_pass = kOnePass && exact_vec_ok(a.x, P) && split_vec_ok(a.dout, gated, a.z, P);
     /* the group's B and C, kept for every head of the slice (the first head's block_sum publishes them) */
     load_exact(bh, gm.ln, gm.np, gm.qp, a.b, ck, grp, N, L);
     load_exact(ch, gm.ln, gm.np, gm.qp, a.c, ck, grp, N, L);
@@ -407,23 +433,59 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
         /* load */
         const float * cmg = a.cmv + w * Q;
         const float   cl = cmg[L - 1];
-        for (int i = threadIdx.x; i < gm.qp; i += blockDim.x) {
-            const float c = i < Q ? cmg[i] : cl;
-            dtv[i] = i < Q ? a.dtv[w * Q + i] : 0.0f, fac[i] = i < Q ? a.dfac[w * Q + i] : 0.0f, cms[i] = c;
+        /* the [Q] vectors at i from cm, dt and the dt factor; D of channel p */
+        auto put_vec = [&](int i, float c, float dt, float f) {
+            dtv[i] = dt, fac[i] = f, cms[i] = c;
             ecm[i] = i < L ? expf(c) : 0.0f;
             eclm[i] = i < L ? expf(cl - c) : 0.0f;
+        };
+        auto d_of = [&](int p) {
+            if (!a.has_d || p >= P) return 0.0f;
+            return a.d2 ? ssmi_cu_ld(a.d.p, a.d.dtype, off2(a.d.s, h, p)) : ssmi_cu_ld(a.d.p, a.d.dtype, (long long)h * a.d.s[0]);
+        };
+        float part; /* this thread's part of <G, S> */
+        if (kOnePass && one_pass) {
+            /* every load of the head first, then the conversions: one wait on memory instead of one per
+             * loader. Thread t's pieces are those the loaders' loops give it (one of each at this size):
+             * the vectors and D at t < Q, x, dout and z at row t / (P/8), columns 8·(t % (P/8)); S and G
+             * at rows warp + 16r (r < 4), columns 4·lane. */
+            constexpr int   kX8 = kP > 0 ? kP / 8 : 1; /* 16-byte pieces per x row */
+            const int       t = threadIdx.x, xi = t / kX8, xj = (t % kX8) * 8;
+            const bool      xin = xi < L;
+            const long long xo = off4(a.x.s, ck.row, ck.t0, h, 0) + xi * a.x.s[1] + xj;
+            const long long dof = off4(a.dout.s, ck.row, ck.t0, h, 0) + xi * a.dout.s[1] + xj;
+            const long long zo = gated ? off4(a.z.s, ck.row, ck.t0, h, 0) + xi * a.z.s[1] + xj : 0;
+            const float *   S = a.st + state_at(a, ci, h, PN), *G = a.gs + state_at(a, ci, h, PN);
+            float           c = 0.0f, dt = 0.0f, f = 0.0f, dd = 0.0f;
+            if (t < kQ) c = cmg[t], dt = a.dtv[w * Q + t], f = a.dfac[w * Q + t];
+            if (t < kP) dd = d_of(t);
+            const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+            const uint4 xv = xin ? *(const uint4 *)((const bf16 *)a.x.p + xo) : zero;
+            const uint4 dv = xin ? *(const uint4 *)((const bf16 *)a.dout.p + dof) : zero;
+            const uint4 zv = xin && gated ? *(const uint4 *)((const bf16 *)a.z.p + zo) : zero;
+            float4      sv[4], gv[4];
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const long long o = (long long)(warp + 16 * r) * kN + 4 * lane;
+                sv[r] = *(const float4 *)(S + o), gv[r] = *(const float4 *)(G + o);
+            }
+            if (t < kQ) put_vec(t, c, dt, f);
+            if (t < kP) dvec[t] = dd;
+            *(uint4 *)(xh + xi * gm.lp + xj) = xv;
+            put_split8(dv, zv, 1.0f, gated, dxh, dxl, dzf, gm.lp, gm.lz, xi, xj);
+            part = 0.0f;
+#pragma unroll
+            for (int r = 0; r < 4; ++r) part += put_state4(sv[r], gv[r], sh, sl, gh, gl, (warp + 16 * r) * gm.ln + 4 * lane);
+        } else {
+            for (int i = threadIdx.x; i < gm.qp; i += blockDim.x)
+                put_vec(i, i < Q ? cmg[i] : cl, i < Q ? a.dtv[w * Q + i] : 0.0f, i < Q ? a.dfac[w * Q + i] : 0.0f);
+            for (int p = threadIdx.x; p < gm.pp; p += blockDim.x) dvec[p] = d_of(p);
+            load_exact(xh, gm.lp, gm.pp, gm.qp, a.x, ck, h, P, L);
+            load_split(dxh, dxl, dzf, gm.lp, gm.lz, gm.pp, gm.qp, a.dout, gated, a.z, nullptr, ck, h, P, L);
+            part = load_states(sh, sl, gh, gl, gm, a, P, N, state_at(a, ci, h, PN));
         }
-        for (int p = threadIdx.x; p < gm.pp; p += blockDim.x) {
-            float dv = 0.0f;
-            if (a.has_d && p < P)
-                dv = a.d2 ? ssmi_cu_ld(a.d.p, a.d.dtype, off2(a.d.s, h, p))
-                          : ssmi_cu_ld(a.d.p, a.d.dtype, (long long)h * a.d.s[0]);
-            dvec[p] = dv;
-        }
-        load_exact(xh, gm.lp, gm.pp, gm.qp, a.x, ck, h, P, L);
-        load_split(dxh, dxl, dzf, gm.lp, gm.lz, gm.pp, gm.qp, a.dout, a.has_z != 0, a.z, nullptr, ck, h, P, L);
         /* the block sum publishes the planes */
-        const float total = expf(cl) * block_sum(load_states(sh, sl, gh, gl, gm, a, P, N, state_at(a, ci, h, PN)), red);
+        const float total = expf(cl) * block_sum(part, red);
         if (!last) prefetch_head(a, Q, P, N, ck, h + 1, w + 1, state_at(a, ci, h + 1, PN), L);
 
         /* dD partials, part 1: segment sg of the rows of column p (nseg segments of consecutive rows)
