@@ -184,16 +184,13 @@ struct grid_walk {
     }
 };
 
-/* f(i, c, x[row, t0 + i, hh, c]) for i < rows, c < cols, x a 4-D view of element type T; thread
- * e mod blockDim.x takes element e = i·cols + c. A thread issues kLoadBatch loads before it uses
- * their values (a block waits on memory once per batch, not once per element). */
+/* f(i, c, base[i·s1 + c·s3]) for i < rows, c < cols; thread e mod blockDim.x takes element
+ * e = i·cols + c. A thread issues kLoadBatch loads before it uses their values (a block waits on
+ * memory once per batch, not once per element). */
 const int kLoadBatch = 8;
 template <typename T, class F>
-__device__ __forceinline__ void rows_typed(const ssmi_cu_view & x, long long row, long long t0, long long hh, int rows,
-                                           int cols, F f) {
-    const T *       base = (const T *)x.p + row * x.s[0] + t0 * x.s[1] + hh * x.s[2];
-    const long long s1 = x.s[1], s3 = x.s[3];
-    const int       n = rows * cols, nt = blockDim.x;
+__device__ __forceinline__ void rows_at(const T * base, long long s1, long long s3, int rows, int cols, F f) {
+    const int n = rows * cols, nt = blockDim.x;
     if ((int)threadIdx.x >= n) return; /* also keeps cols > 0 for the walk */
     grid_walk at(threadIdx.x, nt, cols);
     for (int e0 = threadIdx.x; e0 < n; e0 += kLoadBatch * nt) {
@@ -205,6 +202,12 @@ __device__ __forceinline__ void rows_typed(const ssmi_cu_view & x, long long row
         for (int u = 0; u < kLoadBatch; ++u, at.next())
             if (e0 + u * nt < n) f(at.i, at.c, ssmi_siso::from_t(v[u]));
     }
+}
+/* f(i, c, x[row, t0 + i, hh, c]) for i < rows, c < cols, x a 4-D view of element type T (rows_at). */
+template <typename T, class F>
+__device__ __forceinline__ void rows_typed(const ssmi_cu_view & x, long long row, long long t0, long long hh, int rows,
+                                           int cols, F f) {
+    rows_at((const T *)x.p + row * x.s[0] + t0 * x.s[1] + hh * x.s[2], x.s[1], x.s[3], rows, cols, f);
 }
 /* rows_typed for the view's dtype. */
 template <class F>

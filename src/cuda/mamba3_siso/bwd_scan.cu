@@ -249,10 +249,7 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_tok_kernel(const bw_args P) {
     const bw_chunk ch = P.chunks[w];
     const int      L = ch.len;
     load_rows(P.ang, ch.row, ch.t0, h, L, A, [&](int i, int p, float x) { s_tn[i * A + p] = tanhf(x); });
-    for (int e = tid; e < L * A; e += nt) {
-        const int i = e / A, p = e - i * A;
-        s_g[e] = P.dth[((ch.tok + i) * H + h) * A + p];
-    }
+    rows_at(P.dth + (ch.tok * H + h) * A, (long long)H * A, 1, L, A, [&](int i, int p, float x) { s_g[i * A + p] = x; });
     for (int i = tid; i < L; i += nt) s_dt[i] = P.sc[((ch.tok + i) * H + h) * kScalWs];
     __syncthreads();
     for (int p = tid; p < A; p += nt) {
