@@ -40,6 +40,7 @@ constexpr int kBPer = kChainQ * kBGroups / kSplitThreads;       /* B pieces per 
 static_assert(kChainQ * kXGroups % kSplitThreads == 0 && kXPer >= 1, "whole x pieces per split thread");
 static_assert(kChainQ * kBGroups % kSplitThreads == 0, "whole B pieces per split thread");
 static_assert(kMmaWarps == 8 && kChainTP == 32 && kChainTN == 128, "the slabs: 2 × 4 warps of 16 × 32");
+static_assert(kXGroups == 4, "a warp's x pieces: 8 rows × 4 columns");
 
 /* One ring stage: the chunk's rows of x (or dout) and z over the tile's p columns, of B (or C)
  * over its n columns, and its cm and dt rows. */
@@ -57,7 +58,7 @@ struct chain_smem {
 /* kRev false: the forward walk (S from x, B, the slots of st); true: the reverse walk (G from dout
  * gated by z, C, the slots of gs, and dinitial_states). Two kinds of warps, joined by one barrier
  * per chunk: the split warps load the ring (split thread u: the x and z pieces of rows
- * u / kXGroups + (kSplitThreads / kXGroups)·r, columns 8·(u % kXGroups).., and kBPer B pieces)
+ * (u mod 8) + 8·(u / 32) + (kSplitThreads / kXGroups)·r, columns 8·((u / 8) mod 4).., and kBPer B pieces)
  * and convert their x pieces of chunk k + 1 into planes while the mma warps (warp w: rows
  * 16·(w / 4).., columns 32·(w % 4).. of the tile) run chunk k's products and updates, so neither
  * kind's latency waits behind the other's. */
@@ -82,7 +83,10 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
      * bj..; their sources, and those of the cm and dt rows, at the next chunk to issue, advanced by
      * one chunk of the walk per issue */
     constexpr int   xrs = kSplitThreads / kXGroups, brs = kSplitThreads / kBGroups; /* rows between pieces */
-    const int       xi = u / kXGroups, xj = (u % kXGroups) * 8, bi = u / kBGroups, bj = (u % kBGroups) * 8;
+    /* x (z) pieces: the eight lanes of a quarter warp take eight rows at one column, so their 16-byte
+     * shared accesses at the kRowLd pitch fall on distinct banks (the rows of ldmatrix's pattern);
+     * a warp still covers rows 8·(u / 32).. whole, the same global sectors as row-major lanes */
+    const int       xi = (u & 7) + 8 * (u >> 5), xj = ((u >> 3) & 3) * 8, bi = u / kBGroups, bj = (u % kBGroups) * 8;
     const bool      xin = pt0 + xj < P, bin = nt0 + bj < N; /* P, N multiples of 8: whole pieces */
     const long long t1 = ck0.t0 + (c1 - sg.c0) * kChainQ;   /* the first issued chunk's first token */
     const bf16 *    xp = (const bf16 *)xv.p + off4(xv.s, ck0.row, t1 + xi, h, pt0 + xj);
