@@ -111,6 +111,12 @@ __host__ __device__ inline long long state_at(const bw_args & a, long long ci, i
     return state_at(a, ci, h, (long long)a.P * a.N);
 }
 
+/* A view of 16-bit elements whose rows are 16-byte aligned runs: unit element stride, the other
+ * strides multiples of 8 elements, a 16-byte aligned base (the 16-byte copy paths). */
+__host__ __device__ __forceinline__ bool rows16(const ssmi_cu_view & v) {
+    return v.s[3] == 1 && v.s[0] % 8 == 0 && v.s[1] % 8 == 0 && v.s[2] % 8 == 0 && ((uintptr_t)v.p & 15) == 0;
+}
+
 /* Row stride of a shared-memory matrix with rows of d floats: a multiple of 4 floats (rows are
  * read as float4) holding an odd number of float4s, so 8 consecutive rows start in distinct
  * 16-byte bank groups (a float4 walk down a column is conflict-free) and rows a few apart start

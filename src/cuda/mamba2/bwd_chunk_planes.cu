@@ -129,11 +129,6 @@ __device__ __forceinline__ void prefetch_head(const bw_args & a, int Q, int P, i
     }
 }
 
-/* A view's rows are whole 16-byte pieces: unit stride, the other strides multiples of 8 elements,
- * a 16-byte aligned base. */
-__device__ __forceinline__ bool rows16(const ssmi_cu_view & v) {
-    return v.s[3] == 1 && v.s[0] % 8 == 0 && v.s[1] % 8 == 0 && v.s[2] % 8 == 0 && ((uintptr_t)v.p & 15) == 0;
-}
 /* load_exact takes 16-byte pieces of v (n columns). */
 __device__ __forceinline__ bool exact_vec_ok(const ssmi_cu_view & v, int n) { return n % 8 == 0 && rows16(v); }
 /* load_split takes 16-byte pieces of d (and z, gated). */

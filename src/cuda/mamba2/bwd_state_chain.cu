@@ -24,7 +24,8 @@ using namespace ssmi_mma;
 
 constexpr int kMmaWarps = 8; /* the products, the running state and the stores: a 16 × 32 slab of the tile each */
 /* the loads of the ring and the split of the next chunk: as many as the mma warps, so each SM
- * sub-partition holds two warps of each kind and the split keeps pace with the products */
+ * sub-partition holds two warps of each kind (with half as many the split was slower still; it
+ * remains the longer of the two kinds' work per chunk) */
 constexpr int kSplitWarps = 8;
 constexpr int kMmaThreads = 32 * kMmaWarps, kSplitThreads = 32 * kSplitWarps;
 constexpr int kChainThreads = kMmaThreads + kSplitThreads;
@@ -264,18 +265,14 @@ __global__ void __launch_bounds__(kChainThreads) bwd_state_chain_kernel(bw_args 
     else chain_walk<true>(a, sm, sg, h, pt0, nt0);
 }
 
-/* A bf16 view whose rows are 16-byte aligned runs of unit stride (the head or group dimension
- * and the element dimension included). */
-bool rows16(const ssmi_cu_view & v) {
-    return v.dtype == SSM_DTYPE_BF16 && v.s[3] == 1 && v.s[0] % 8 == 0 && v.s[1] % 8 == 0 && v.s[2] % 8 == 0 &&
-           ((uintptr_t)v.p & 15) == 0;
-}
+/* A bf16 view in 16-byte runs (rows16). */
+bool bf16_rows16(const ssmi_cu_view & v) { return v.dtype == SSM_DTYPE_BF16 && rows16(v); }
 
 } /* namespace */
 
 bool chain_layout_ok(const bw_args & a) {
-    return a.Q == kChainQ && a.P % 8 == 0 && a.N % 8 == 0 && rows16(a.x) && rows16(a.dout) && rows16(a.b) &&
-           rows16(a.c) && (!a.has_z || rows16(a.z));
+    return a.Q == kChainQ && a.P % 8 == 0 && a.N % 8 == 0 && bf16_rows16(a.x) && bf16_rows16(a.dout) &&
+           bf16_rows16(a.b) && bf16_rows16(a.c) && (!a.has_z || bf16_rows16(a.z));
 }
 
 ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_args & a) {
