@@ -5,7 +5,8 @@
 # Needs the build of gpu/gpu_check.sh (SSMOPS_GPU_BUILD, default build-gpu).
 # Writes OUTDIR/profile_<name>.txt (details page + warp-stall metrics per kernel),
 # OUTDIR/sass_<name>.csv.gz (per-instruction stall samples), OUTDIR/src_<name>.csv.gz (the SASS
-# interleaved with the CUDA source lines it came from: the build has -lineinfo) and OUTDIR/membench.txt.
+# interleaved with the CUDA source lines it came from: gpu_check.sh builds with
+# SSMOPS_CUDA_LINEINFO=ON) and OUTDIR/membench.txt.
 # Environment: SSMOPS_PROFILE_CASES (space list of case names, default the forward and decode
 # cases; m2bwd, sisobwd and mimobwd profile the backwards' chunk kernels at the #18 shapes,
 # m2chain the Mamba-2 backward's state chain, sisosmall the SISO backward's prep and token kernels).
