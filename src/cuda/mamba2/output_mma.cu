@@ -90,6 +90,50 @@ __device__ __forceinline__ void generic_epilogue(const m2_fast_args & A, const m
     }
 }
 
+/* A warp's 16 × 64 product step acc += a·Bᵀ for one 16-deep k slice ks: a the warp's A fragment of
+ * that slice (ldsm4), B as 64 rows of k, LN apart, in four 16-row n blocks. */
+template <int MODE>
+__device__ __forceinline__ void mma_nk_step(float (&acc)[8][4], const uint32_t (&a)[4],
+                                            const typename cfg<MODE>::T * bm, int LN, int ks, int lane) {
+    uint32_t b[4][4];
+#pragma unroll
+    for (int np = 0; np < 4; ++np) ldsm4(b[np], &bm[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+        mma16816<MODE>(acc[2 * np], a, b[np][0], b[np][1]);
+        mma16816<MODE>(acc[2 * np + 1], a, b[np][2], b[np][3]);
+    }
+}
+
+/* y (16 rows × 64 p) += scores (16 rows × 64 tokens, fp32, split hi/lo: two products) · x (64 tokens
+ * × 64 p, rows kFLd apart); where diag, the token blocks after `last` are left out. */
+template <int MODE>
+__device__ __forceinline__ void scores_times_x(float (&y)[8][4], const float (&sc)[8][4],
+                                               const typename cfg<MODE>::T * xs, int lane, bool diag, int last) {
+#pragma unroll
+    for (int ks = 0; ks < 4; ++ks) {
+        if (diag && ks > last) continue;
+        uint32_t ah[4], al[4];
+        split2<MODE>(sc[2 * ks][0], sc[2 * ks][1], ah[0], al[0]);
+        split2<MODE>(sc[2 * ks][2], sc[2 * ks][3], ah[1], al[1]);
+        split2<MODE>(sc[2 * ks + 1][0], sc[2 * ks + 1][1], ah[2], al[2]);
+        split2<MODE>(sc[2 * ks + 1][2], sc[2 * ks + 1][3], ah[3], al[3]);
+        uint32_t b[4][4];
+#pragma unroll
+        for (int np = 0; np < 4; ++np) ldsm4_t(b[np], &xs[ks * 16 * kFLd + np * 16 + b_kn_off(lane, kFLd)]);
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+            mma16816<MODE>(y[2 * np], ah, b[np][0], b[np][1]);
+            mma16816<MODE>(y[2 * np + 1], ah, b[np][2], b[np][3]);
+        }
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+            mma16816<MODE>(y[2 * np], al, b[np][0], b[np][1]);
+            mma16816<MODE>(y[2 * np + 1], al, b[np][2], b[np][3]);
+        }
+    }
+}
+
 /* The entering state of a block's 64-wide P tile (P tile x N, fp32, from A.states at row wh) into
  * shared memory as hi/lo planes of T (rows LN apart), by THREADS threads with 4 loads in flight
  * each: for the layouts without the split planes of state_pass_split_kernel. */
@@ -186,22 +230,10 @@ template <int MODE> __global__ void __launch_bounds__(kFastThreads, 4) output_mm
     for (int i = 0; i < 8; ++i) y[i][0] = y[i][1] = y[i][2] = y[i][3] = 0.0f;
     const T * crow = cs + warp * 16 * LN + a_row_off(lane, LN);
     for (int ks = 0; ks < KS; ++ks) {
-        uint32_t a[4], b[4][4];
+        uint32_t a[4];
         ldsm4(a, crow + ks * 16);
-#pragma unroll
-        for (int np = 0; np < 4; ++np) ldsm4(b[np], &ss_hi[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
-#pragma unroll
-        for (int np = 0; np < 4; ++np) {
-            mma16816<MODE>(y[2 * np], a, b[np][0], b[np][1]);
-            mma16816<MODE>(y[2 * np + 1], a, b[np][2], b[np][3]);
-        }
-#pragma unroll
-        for (int np = 0; np < 4; ++np) ldsm4(b[np], &ss_lo[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
-#pragma unroll
-        for (int np = 0; np < 4; ++np) {
-            mma16816<MODE>(y[2 * np], a, b[np][0], b[np][1]);
-            mma16816<MODE>(y[2 * np + 1], a, b[np][2], b[np][3]);
-        }
+        mma_nk_step<MODE>(y, a, ss_hi, LN, ks, lane);
+        mma_nk_step<MODE>(y, a, ss_lo, LN, ks, lane);
     }
     const int   ri0 = i0 + warp * 16 + (lane >> 2), ri1 = ri0 + 8; /* this thread's rows (chunk index) */
     const float ci0 = ri0 < nlen ? cums[ri0] : 0.0f, ci1 = ri1 < nlen ? cums[ri1] : 0.0f;
@@ -227,8 +259,9 @@ template <int MODE> __global__ void __launch_bounds__(kFastThreads, 4) output_mm
 #pragma unroll
         for (int i = 0; i < 8; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
         for (int ks = 0; ks < KS; ++ks) {
-            uint32_t a[4], b[4][4];
+            uint32_t a[4];
             ldsm4(a, crow + ks * 16);
+            uint32_t b[4][4];
 #pragma unroll
             for (int np = 0; np < 4; ++np)
                 if (!diag || np <= warp) ldsm4(b[np], &bs[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
@@ -251,28 +284,7 @@ template <int MODE> __global__ void __launch_bounds__(kFastThreads, 4) output_mm
             }
         }
         /* y += scores · x (tokens x p) */
-#pragma unroll
-        for (int ks = 0; ks < 4; ++ks) {
-            if (diag && ks > warp) continue;
-            uint32_t ah[4], al[4];
-            split2<MODE>(sc[2 * ks][0], sc[2 * ks][1], ah[0], al[0]);
-            split2<MODE>(sc[2 * ks][2], sc[2 * ks][3], ah[1], al[1]);
-            split2<MODE>(sc[2 * ks + 1][0], sc[2 * ks + 1][1], ah[2], al[2]);
-            split2<MODE>(sc[2 * ks + 1][2], sc[2 * ks + 1][3], ah[3], al[3]);
-            uint32_t b[4][4];
-#pragma unroll
-            for (int np = 0; np < 4; ++np) ldsm4_t(b[np], &xs[ks * 16 * kFLd + np * 16 + b_kn_off(lane, kFLd)]);
-#pragma unroll
-            for (int np = 0; np < 4; ++np) {
-                mma16816<MODE>(y[2 * np], ah, b[np][0], b[np][1]);
-                mma16816<MODE>(y[2 * np + 1], ah, b[np][2], b[np][3]);
-            }
-#pragma unroll
-            for (int np = 0; np < 4; ++np) {
-                mma16816<MODE>(y[2 * np], al, b[np][0], b[np][1]);
-                mma16816<MODE>(y[2 * np + 1], al, b[np][2], b[np][3]);
-            }
-        }
+        scores_times_x<MODE>(y, sc, xs, lane, diag, warp);
         if (!diag) __syncthreads(); /* the next step overwrites the tiles; the last x tile stays for D */
     }
 
@@ -347,22 +359,10 @@ template <int MODE> __global__ void __launch_bounds__(kWideThreads, 2) output_mm
     if (active) {
 #pragma unroll 2
         for (int ks = 0; ks < KS; ++ks) {
-            uint32_t a[4], b[4][4];
+            uint32_t a[4];
             ldsm4(a, crow + ks * 16);
-#pragma unroll
-            for (int np = 0; np < 4; ++np) ldsm4(b[np], &ss_hi[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
-#pragma unroll
-            for (int np = 0; np < 4; ++np) {
-                mma16816<MODE>(y[2 * np], a, b[np][0], b[np][1]);
-                mma16816<MODE>(y[2 * np + 1], a, b[np][2], b[np][3]);
-            }
-#pragma unroll
-            for (int np = 0; np < 4; ++np) ldsm4(b[np], &ss_lo[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
-#pragma unroll
-            for (int np = 0; np < 4; ++np) {
-                mma16816<MODE>(y[2 * np], a, b[np][0], b[np][1]);
-                mma16816<MODE>(y[2 * np + 1], a, b[np][2], b[np][3]);
-            }
+            mma_nk_step<MODE>(y, a, ss_hi, LN, ks, lane);
+            mma_nk_step<MODE>(y, a, ss_lo, LN, ks, lane);
         }
     }
     const int   ri0 = iw + wq * 16 + (lane >> 2), ri1 = ri0 + 8; /* this thread's rows (chunk index) */
@@ -397,15 +397,9 @@ template <int MODE> __global__ void __launch_bounds__(kWideThreads, 2) output_mm
             for (int i = 0; i < 8; ++i) sc[i][0] = sc[i][1] = sc[i][2] = sc[i][3] = 0.0f;
 #pragma unroll 2
             for (int ks = 0; ks < KS; ++ks) {
-                uint32_t a[4], b[4][4];
+                uint32_t a[4];
                 ldsm4(a, crow + ks * 16);
-#pragma unroll
-                for (int np = 0; np < 4; ++np) ldsm4(b[np], &bs[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
-#pragma unroll
-                for (int np = 0; np < 4; ++np) {
-                    mma16816<MODE>(sc[2 * np], a, b[np][0], b[np][1]);
-                    mma16816<MODE>(sc[2 * np + 1], a, b[np][2], b[np][3]);
-                }
+                mma_nk_step<MODE>(sc, a, bs, LN, ks, lane);
             }
             if (diag && zstage) {
                 /* this warp's C rows are no longer read: its 16 z rows (64 p) go there, in flight
@@ -430,28 +424,7 @@ template <int MODE> __global__ void __launch_bounds__(kWideThreads, 2) output_mm
             else
                 mask_scores<false>(sc, cums, dts, jb, ri0, ri1, ci0, ci1);
             /* y += scores · x (tokens x p); on the diagonal, token blocks after the warp's rows are 0 */
-#pragma unroll
-            for (int ks = 0; ks < 4; ++ks) {
-                if (diag && ks > wq) continue;
-                uint32_t ah[4], al[4];
-                split2<MODE>(sc[2 * ks][0], sc[2 * ks][1], ah[0], al[0]);
-                split2<MODE>(sc[2 * ks][2], sc[2 * ks][3], ah[1], al[1]);
-                split2<MODE>(sc[2 * ks + 1][0], sc[2 * ks + 1][1], ah[2], al[2]);
-                split2<MODE>(sc[2 * ks + 1][2], sc[2 * ks + 1][3], ah[3], al[3]);
-                uint32_t b[4][4];
-#pragma unroll
-                for (int np = 0; np < 4; ++np) ldsm4_t(b[np], &xs[ks * 16 * kFLd + np * 16 + b_kn_off(lane, kFLd)]);
-#pragma unroll
-                for (int np = 0; np < 4; ++np) {
-                    mma16816<MODE>(y[2 * np], ah, b[np][0], b[np][1]);
-                    mma16816<MODE>(y[2 * np + 1], ah, b[np][2], b[np][3]);
-                }
-#pragma unroll
-                for (int np = 0; np < 4; ++np) {
-                    mma16816<MODE>(y[2 * np], al, b[np][0], b[np][1]);
-                    mma16816<MODE>(y[2 * np + 1], al, b[np][2], b[np][3]);
-                }
-            }
+            scores_times_x<MODE>(y, sc, xs, lane, diag, wq);
         }
         /* the next step prefetches tile jt+2 into this buffer: everybody must be done with it.
          * The last two tiles are never overwritten: they hold the diagonal x rows used for D. */
@@ -476,32 +449,18 @@ template <int MODE> __global__ void __launch_bounds__(kWideThreads, 2) output_mm
 
 ssm_status launch_output_mma(ssm_context * ctx, const char * op, int mode, const m2_fast_args & A, long long W) {
     if (W == 0 || A.H == 0 || A.P == 0) return SSM_STATUS_OK;
-    const long long blocks = W * A.H * (long long)kWideRowTiles * A.n_ptiles;
-    SSM_RETURN_IF(blocks > INT32_MAX, ctx, SSM_STATUS_UNSUPPORTED, "%s: %lld blocks exceed the CUDA backend's grid limit",
-                  op, blocks);
     void (*kernel)(const m2_fast_args) = mode == M_F16 ? output_mma_kernel<M_F16> : output_mma_kernel<M_BF16>;
     const size_t smem = mode == M_F16 ? wide_out_smem<M_F16>(A.Np).total : wide_out_smem<M_BF16>(A.Np).total;
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
-        ctx, op, "cudaFuncSetAttribute",
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)));
-    kernel<<<(unsigned)blocks, kWideThreads, smem, ssmi_cuda_stream(ctx)>>>(A);
-    SSMI_CU_CHECK_LAUNCH(ctx, op, "output_mma_kernel launch");
-    return SSM_STATUS_OK;
+    return launch_blocks(ctx, op, kernel, A, W * A.H * (long long)kWideRowTiles * A.n_ptiles, kWideThreads, (int)smem,
+                         "output_mma_kernel launch");
 }
 
 ssm_status launch_output_mma64(ssm_context * ctx, const char * op, int mode, const m2_fast_args & A, long long W) {
     if (W == 0 || A.H == 0 || A.P == 0) return SSM_STATUS_OK;
-    const long long blocks = W * A.H * (long long)A.n_itiles * A.n_ptiles;
-    SSM_RETURN_IF(blocks > INT32_MAX, ctx, SSM_STATUS_UNSUPPORTED, "%s: %lld blocks exceed the CUDA backend's grid limit",
-                  op, blocks);
     void (*kernel)(const m2_fast_args) = mode == M_F16 ? output_mma64_kernel<M_F16> : output_mma64_kernel<M_BF16>;
     const size_t smem = mode == M_F16 ? out64_smem<M_F16>(A.Np).total : out64_smem<M_BF16>(A.Np).total;
-    SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
-        ctx, op, "cudaFuncSetAttribute",
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem)));
-    kernel<<<(unsigned)blocks, kFastThreads, smem, ssmi_cuda_stream(ctx)>>>(A);
-    SSMI_CU_CHECK_LAUNCH(ctx, op, "output_mma64_kernel launch");
-    return SSM_STATUS_OK;
+    return launch_blocks(ctx, op, kernel, A, W * A.H * (long long)A.n_itiles * A.n_ptiles, kFastThreads, (int)smem,
+                         "output_mma64_kernel launch");
 }
 
 } /* namespace ssmi_m2 */

@@ -273,8 +273,8 @@ ssm_status launch_output_wgmma(ssm_context * ctx, const char * op, int mode, con
     void (*kernel)(const m2_fast_args) =
         mode == M_F16 ? (A.N == 128 ? output_wgmma_kernel<M_F16, 2> : output_wgmma_kernel<M_F16, 1>)
                       : (A.N == 128 ? output_wgmma_kernel<M_BF16, 2> : output_wgmma_kernel<M_BF16, 1>);
-    return launch_wg(ctx, op, kernel, A, W * A.H * (long long)kWideRowTiles * A.n_ptiles, (int)L.total,
-                     "output_wgmma_kernel launch");
+    return launch_blocks(ctx, op, kernel, A, W * A.H * (long long)kWideRowTiles * A.n_ptiles, kWideThreads,
+                         (int)L.total, "output_wgmma_kernel launch");
 }
 
 } /* namespace ssmi_m2 */

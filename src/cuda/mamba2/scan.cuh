@@ -329,16 +329,17 @@ ssm_status launch_output_wgmma(ssm_context * ctx, const char * op, int mode, con
 ssm_status launch_state_chain(ssm_context * ctx, const char * op, int mode, const m2_fast_args & A,
                               const m2_pass_args & S, long long W, long long nseg, int two);
 
-/* One launch of a kernel of the wgmma files: `blocks` blocks of kWideThreads (checked against the
- * grid limit) with smem bytes of dynamic shared memory (opted in), on the context's stream. */
-inline ssm_status launch_wg(ssm_context * ctx, const char * op, void (*kernel)(const m2_fast_args),
-                            const m2_fast_args & A, long long blocks, int smem, const char * what) {
+/* One launch of a kernel of the output and state files: `blocks` blocks (checked against the grid
+ * limit) of `threads` threads with smem bytes of dynamic shared memory (opted in), on the context's
+ * stream. */
+inline ssm_status launch_blocks(ssm_context * ctx, const char * op, void (*kernel)(const m2_fast_args),
+                                const m2_fast_args & A, long long blocks, int threads, int smem, const char * what) {
     SSM_RETURN_IF(blocks > INT32_MAX, ctx, SSM_STATUS_UNSUPPORTED,
                   "%s: %lld blocks exceed the CUDA backend's grid limit", op, blocks);
     SSM_FORWARD_IF_ERROR(
         ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute",
                          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem)));
-    kernel<<<(unsigned)blocks, kWideThreads, (size_t)smem, ssmi_cuda_stream(ctx)>>>(A);
+    kernel<<<(unsigned)blocks, threads, (size_t)smem, ssmi_cuda_stream(ctx)>>>(A);
     SSMI_CU_CHECK_LAUNCH(ctx, op, what);
     return SSM_STATUS_OK;
 }

@@ -197,7 +197,8 @@ ssm_status launch_state_wgmma(ssm_context * ctx, const char * op, int mode, cons
     void (*kernel)(const m2_fast_args) =
         mode == M_F16 ? (A.N == 128 ? state_wgmma_kernel<M_F16, 2> : state_wgmma_kernel<M_F16, 1>)
                       : (A.N == 128 ? state_wgmma_kernel<M_BF16, 2> : state_wgmma_kernel<M_BF16, 1>);
-    return launch_wg(ctx, op, kernel, A, W * A.H * (long long)A.n_ptiles, (int)L.total, "state_wgmma_kernel launch");
+    return launch_blocks(ctx, op, kernel, A, W * A.H * (long long)A.n_ptiles, kWideThreads, (int)L.total,
+                         "state_wgmma_kernel launch");
 }
 
 } /* namespace ssmi_m2 */
