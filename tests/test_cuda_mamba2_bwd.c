@@ -23,37 +23,9 @@
 #include <string.h>
 
 #include "cudautil.h"
+#include "grads.h"
 
 static ssm_context *ctx_ref, *ctx_cpu, *ctx_cuda;
-
-enum { GX, GDT, GA, GB, GC, GD, GZ, GBIAS, GINIT, NGRAD };
-static const char * const gnames[NGRAD] = {"dx", "ddt", "da", "db", "dc", "dd", "dz", "ddt_bias", "dinitial_states"};
-
-static ssm_tensor * grad_slot(ssm_mamba2_scan_bwd_args * a, int k) {
-    ssm_tensor * s[NGRAD] = {&a->dx, &a->ddt, &a->da, &a->db, &a->dc, &a->dd, &a->dz, &a->ddt_bias, &a->dinitial_states};
-    return s[k];
-}
-static ssm_tensor * input_of(ssm_mamba2_scan_bwd_args * a, int k) {
-    ssm_tensor * s[NGRAD] = {&a->x, &a->dt, &a->a, &a->b, &a->c, &a->d, &a->z, &a->dt_bias, &a->initial_states};
-    return s[k];
-}
-
-/* Host outputs (NaN-poisoned) for every gradient whose input is present, in dtype. */
-static void alloc_grads(ssm_mamba2_scan_bwd_args * a, ssm_dtype dtype, ssmt_host h[NGRAD], int strided_dx) {
-    for (int k = 0; k < NGRAD; ++k) {
-        memset(&h[k], 0, sizeof h[k]);
-        const ssm_tensor * in = input_of(a, k);
-        if (in->data != NULL) {
-            h[k] = (k == GX && strided_dx) ? ssmt_alloc_layout(dtype, in->ndim, in->shape, NULL, 2)
-                                           : ssmt_alloc(dtype, in->ndim, in->shape);
-            ssmt_poison(&h[k].t);
-        }
-        *grad_slot(a, k) = h[k].t;
-    }
-}
-static void free_grads(ssmt_host h[NGRAD]) {
-    for (int k = 0; k < NGRAD; ++k) ssmt_free(&h[k]);
-}
 
 /* The tensor-core entries of the selection table in its order: chunked_planes (bf16 x, B, C and
  * dout, where its shared memory fits: the default there), chunked_mma (the default for other
@@ -71,10 +43,10 @@ static int cuda_run(const ssm_mamba2_params * p, const ssm_mamba2_scan_bwd_args 
                     const char * expect, int may_refuse, ssmt_host got[NGRAD], const char * tag) {
     ssm_mamba2_scan_bwd_args a = *dev_in;
     ssmt_dev                 dg[NGRAD];
-    alloc_grads(host_a, od, got, strided);
+    ssmt_m2_alloc_grads(host_a, od, got, strided);
     for (int k = 0; k < NGRAD; ++k) {
         dg[k] = ssmt_to_device(&got[k]);
-        *grad_slot(&a, k) = got[k].t.data != NULL ? dg[k].view : (ssm_tensor){0};
+        *ssmt_m2_grad_slot(&a, k) = got[k].t.data != NULL ? dg[k].view : (ssm_tensor){0};
     }
     TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba2_scan_bwd", variant), SSM_STATUS_OK);
     const ssm_status st = ssm_mamba2_scan_bwd(ctx_cuda, p, &a);
@@ -110,8 +82,8 @@ static ssm_mamba2_scan_bwd_args group_alone(const ssm_mamba2_scan_bwd_args * a, 
     ssm_mamba2_scan_bwd_args s = *a;
     for (int k = 0; k < NGRAD; ++k) {
         const int64_t at = (k == GB || k == GC) ? g : g * R, n = (k == GB || k == GC) ? 1 : R;
-        *input_of(&s, k) = ssmt_slice(input_of(&s, k), kHeadDim[k], at, n);
-        *grad_slot(&s, k) = ssmt_slice(grad_slot(&s, k), kHeadDim[k], at, n);
+        *ssmt_m2_grad_input(&s, k) = ssmt_slice(ssmt_m2_grad_input(&s, k), kHeadDim[k], at, n);
+        *ssmt_m2_grad_slot(&s, k) = ssmt_slice(ssmt_m2_grad_slot(&s, k), kHeadDim[k], at, n);
     }
     s.dout = ssmt_slice(&a->dout, 2, g * R, R);
     s.dfinal_states = ssmt_slice(&a->dfinal_states, 1, g * R, R);
@@ -124,10 +96,10 @@ static ssm_mamba2_scan_bwd_args group_alone(const ssm_mamba2_scan_bwd_args * a, 
 static void check_alone_bytes(const char * tag, const ssm_mamba2_scan_bwd_args * a, const ssmt_host whole[NGRAD],
                               const ssmt_host alone[NGRAD], int64_t g, int64_t R) {
     ssm_mamba2_scan_bwd_args w = *a;
-    for (int k = 0; k < NGRAD; ++k) *grad_slot(&w, k) = whole[k].t;
+    for (int k = 0; k < NGRAD; ++k) *ssmt_m2_grad_slot(&w, k) = whole[k].t;
     ssm_mamba2_scan_bwd_args cut = group_alone(&w, g, R);
     for (int k = 0; k < NGRAD; ++k) {
-        const ssm_tensor * x = grad_slot(&cut, k);
+        const ssm_tensor * x = ssmt_m2_grad_slot(&cut, k);
         if (x->data == NULL || alone[k].t.data == NULL) continue;
         int64_t       differ = 0;
         const int64_t n = ssmt_numel(&alone[k].t);
@@ -136,7 +108,7 @@ static void check_alone_bytes(const char * tag, const ssm_mamba2_scan_bwd_args *
             differ += memcmp(&u, &v, sizeof u) != 0;
         }
         TEST_CHECK(differ == 0, "%s %s: group %lld alone differs from the whole problem in %lld of %lld elements", tag,
-                   gnames[k], (long long)g, (long long)differ, (long long)n);
+                   ssmt_m2_grad_names[k], (long long)g, (long long)differ, (long long)n);
     }
 }
 
@@ -174,10 +146,10 @@ static void cuda_case(ssmt_rng * rng, ssmt_mamba2_config * cfg, int64_t chunk, i
     a.cu_seqlens = prob.cu_seqlens.t, a.dout = dout.t, a.dfinal_states = dfinal.t;
 
     ssmt_host ref[NGRAD], cpu[NGRAD], got[2][NGRAD];
-    alloc_grads(&a, SSM_DTYPE_F64, ref, 0);
+    ssmt_m2_alloc_grads(&a, SSM_DTYPE_F64, ref, 0);
     TEST_CHECK_STATUS(ssm_mamba2_scan_bwd(ctx_ref, &p, &a), SSM_STATUS_OK);
     const ssm_dtype od = cfg->out_dtype;
-    alloc_grads(&a, od, cpu, 0);
+    ssmt_m2_alloc_grads(&a, od, cpu, 0);
     TEST_CHECK_STATUS(ssm_mamba2_scan_bwd(ctx_cpu, &p, &a), SSM_STATUS_OK);
 
     /* device copies of the inputs; index tensors on the device or left on the host */
@@ -216,32 +188,32 @@ static void cuda_case(ssmt_rng * rng, ssmt_mamba2_config * cfg, int64_t chunk, i
         for (int k = 0; ran && k < NGRAD; ++k) {
             if (got[0][k].t.data == NULL) continue;
             char label[400];
-            snprintf(label, sizeof label, "cuda[%s] %s vs ref", vtag, gnames[k]);
+            snprintf(label, sizeof label, "cuda[%s] %s vs ref", vtag, ssmt_m2_grad_names[k]);
             check_bar(label, &got[0][k].t, &ref[k].t, cfg->dtype);
             ssmt_hash_log(label, &got[0][k].t);
-            snprintf(label, sizeof label, "cuda[%s] %s vs cpu", vtag, gnames[k]);
+            snprintf(label, sizeof label, "cuda[%s] %s vs cpu", vtag, ssmt_m2_grad_names[k]);
             check_bar(label, &got[0][k].t, &cpu[k].t, cfg->dtype);
-            TEST_CHECK(memcmp(got[0][k].buf, got[1][k].buf, got[0][k].bytes) == 0, "cuda[%s] %s: two runs differ",
-                       vtag, gnames[k]);
+            TEST_CHECK(memcmp(got[0][k].buf, got[1][k].buf, got[0][k].bytes) == 0, "cuda[%s] %s: two runs differ", vtag,
+                       ssmt_m2_grad_names[k]);
         }
         if (ran && alone >= 0) { /* the entry that ran, forced for the group alone */
             char used[64], atag[300];
             snprintf(used, sizeof used, "%s", runs[v] != NULL ? runs[v] : expect);
             snprintf(atag, sizeof atag, "cuda[%s] group %lld alone", vtag, (long long)alone);
-            free_grads(got[1]);
+            ssmt_free_all(got[1], NGRAD);
             if (cuda_run(&p, &sub_dev, &sub_host, od, 0, used, used, 0, got[1], atag))
                 check_alone_bytes(atag, &a, got[0], got[1], alone, R);
         }
-        free_grads(got[0]), free_grads(got[1]);
+        ssmt_free_all(got[0], NGRAD), ssmt_free_all(got[1], NGRAD);
     }
     for (int m = 0; m < NMMA; ++m) { /* forced where the rule refuses: UNSUPPORTED, nothing written */
         if (x16 && (bf16 || m > 0)) continue;
         ssm_mamba2_scan_bwd_args fa = da;
-        alloc_grads(&a, od, got[0], 0);
+        ssmt_m2_alloc_grads(&a, od, got[0], 0);
         ssmt_dev dg[NGRAD];
         for (int k = 0; k < NGRAD; ++k) {
             dg[k] = ssmt_to_device(&got[0][k]);
-            *grad_slot(&fa, k) = got[0][k].t.data != NULL ? dg[k].view : (ssm_tensor){0};
+            *ssmt_m2_grad_slot(&fa, k) = got[0][k].t.data != NULL ? dg[k].view : (ssm_tensor){0};
         }
         TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba2_scan_bwd", kMmaEntries[m]), SSM_STATUS_OK);
         TEST_CHECK_STATUS(ssm_mamba2_scan_bwd(ctx_cuda, &p, &fa), SSM_STATUS_UNSUPPORTED);
@@ -250,14 +222,14 @@ static void cuda_case(ssmt_rng * rng, ssmt_mamba2_config * cfg, int64_t chunk, i
             void * before = ssmt_snapshot(&got[0][k]);
             ssmt_to_host(&got[0][k], &dg[k]);
             ssmt_dev_free(&dg[k]);
-            TEST_CHECK(got[0][k].t.data == NULL || ssmt_unchanged(&got[0][k], before), "%s: forced %s wrote %s",
-                       tag, kMmaEntries[m], gnames[k]);
+            TEST_CHECK(got[0][k].t.data == NULL || ssmt_unchanged(&got[0][k], before), "%s: forced %s wrote %s", tag,
+                       kMmaEntries[m], ssmt_m2_grad_names[k]);
             free(before);
         }
-        free_grads(got[0]);
+        ssmt_free_all(got[0], NGRAD);
     }
     for (int i = 0; i < 13; ++i) ssmt_dev_free(&dv[i]);
-    free_grads(cpu), free_grads(ref);
+    ssmt_free_all(cpu, NGRAD), ssmt_free_all(ref, NGRAD);
     ssmt_free(&dout), ssmt_free(&dfinal);
     ssmt_mamba2_problem_free(&prob);
 }
@@ -435,9 +407,9 @@ static void test_layout_bytes(ssmt_rng * rng) {
         for (int k = 0; ran && k < NGRAD; ++k) {
             if (got[0][k].t.data == NULL) continue;
             TEST_CHECK(memcmp(got[0][k].buf, got[1][k].buf, got[0][k].bytes) == 0,
-                       "%s %s: aligned and padded rows give different bytes", tag, gnames[k]);
+                       "%s %s: aligned and padded rows give different bytes", tag, ssmt_m2_grad_names[k]);
         }
-        free_grads(got[0]), free_grads(got[1]);
+        ssmt_free_all(got[0], NGRAD), ssmt_free_all(got[1], NGRAD);
         for (int i = 0; i < 11; ++i) ssmt_dev_free(&dv[i]);
         for (int i = 0; i < 5; ++i) ssmt_dev_free(&dp[i]), ssmt_free(&pad[i]);
         ssmt_free(&dout), ssmt_free(&dfinal);
@@ -458,7 +430,7 @@ static void test_rules(ssmt_rng * rng) {
     memset(&a, 0, sizeof a);
     a.x = prob.x.t, a.dt = prob.dt.t, a.a = prob.a.t, a.b = prob.b.t, a.c = prob.c.t, a.dout = dout.t;
     ssmt_host g[NGRAD];
-    alloc_grads(&a, SSM_DTYPE_F32, g, 0);
+    ssmt_m2_alloc_grads(&a, SSM_DTYPE_F32, g, 0);
     ssmt_expect_cuda_refusal("mamba2_scan_bwd", ctx_cuda, ssm_mamba2_scan_bwd(ctx_cuda, &p, &a));
     ssmt_host * hin[6] = {&prob.x, &prob.dt, &prob.a, &prob.b, &prob.c, &dout};
     ssmt_dev    dv[6];
@@ -468,7 +440,7 @@ static void test_rules(ssmt_rng * rng) {
     da.x = dv[0].view, da.dt = dv[1].view, da.a = dv[2].view, da.b = dv[3].view, da.c = dv[4].view, da.dout = dv[5].view;
     TEST_CHECK_STATUS(ssm_mamba2_scan_bwd(ctx_cuda, &p, &da), SSM_STATUS_OK);
     for (int i = 0; i < 6; ++i) ssmt_dev_free(&dv[i]);
-    free_grads(g);
+    ssmt_free_all(g, NGRAD);
     ssmt_free(&dout);
     ssmt_mamba2_problem_free(&prob);
 }

@@ -25,20 +25,7 @@
 #include <string.h>
 
 #include "cudautil.h"
-
-#define NGRADS 19
-
-static const char * const grad_names[NGRADS] = {
-    "dq",   "dk",  "dv",    "dz",      "dq_bias",              "dk_bias",      "dmimo_v",    "dmimo_z",  "dmimo_o", "dd",
-    "dadt", "ddt", "dtrap", "dangles", "doutproj_norm_weight", "dangle_state", "dssm_state", "dk_state", "dv_state"};
-
-static ssm_tensor * grad_slot(ssm_mamba3_mimo_bwd_args * a, int i) {
-    ssm_tensor * s[NGRADS] = {&a->dq,           &a->dk,         &a->dv,       &a->dz,      &a->dq_bias,
-                              &a->dk_bias,      &a->dmimo_v,    &a->dmimo_z,  &a->dmimo_o, &a->dd,
-                              &a->dadt,         &a->ddt,        &a->dtrap,    &a->dangles, &a->doutproj_norm_weight,
-                              &a->dangle_state, &a->dssm_state, &a->dk_state, &a->dv_state};
-    return s[i];
-}
+#include "grads.h"
 
 /* The input tensors of the backward that travel to the device (cu_seqlens stays on the host). */
 #define NIN 24
@@ -61,7 +48,7 @@ static ssm_tensor * input_slot(ssm_mamba3_mimo_bwd_args * a, int i) {
 }
 
 static ssm_context *ctx_ref, *ctx_cpu, *ctx_cuda;
-static double       worst[2][3][NGRADS]; /* [fp32 entry, tensor-core entry][f32, f16, bf16]: vs reference */
+static double       worst[2][3][SSMT_MIMO_NGRADS]; /* [fp32 entry, tensor-core entry][f32, f16, bf16]: vs reference */
 static int          dtype_slot(ssm_dtype t) { return t == SSM_DTYPE_F16 ? 1 : t == SSM_DTYPE_BF16 ? 2 : 0; }
 
 typedef struct bwd_case {
@@ -109,9 +96,9 @@ typedef struct dev_target {
     const ssm_mamba3_mimo_params *   p;
     const ssm_mamba3_mimo_bwd_args * da;
     ssm_mamba3_mimo_bwd_args *       ref;
-    ssmt_host *                      got; /* [NGRADS] */
-    ssmt_host *                      cpu; /* [NGRADS] */
-    ssmt_dev *                       dev; /* [NGRADS] */
+    ssmt_host *                      got; /* [SSMT_MIMO_NGRADS] */
+    ssmt_host *                      cpu; /* [SSMT_MIMO_NGRADS] */
+    ssmt_dev *                       dev; /* [SSMT_MIMO_NGRADS] */
     ssm_dtype                        cd;
 } dev_target;
 
@@ -130,12 +117,12 @@ static void device_runs(const dev_target * tg, const char * variant, const char 
     char             tag[500], cpu_tag[520];
     snprintf(tag, sizeof tag, "cuda[%s%s]", label, variant != NULL ? ", forced" : "");
     snprintf(cpu_tag, sizeof cpu_tag, "%s vs cpu", tag);
-    void * first[NGRADS];
+    void * first[SSMT_MIMO_NGRADS];
     memset(first, 0, sizeof first);
     for (int pass = 0; pass < 2; ++pass) {
-        void * poison[NGRADS];
+        void * poison[SSMT_MIMO_NGRADS];
         memset(poison, 0, sizeof poison);
-        for (int g = 0; g < NGRADS; ++g) {
+        for (int g = 0; g < SSMT_MIMO_NGRADS; ++g) {
             if (tg->got[g].t.data == NULL) continue;
             ssmt_poison(&tg->got[g].t);
             poison[g] = ssmt_snapshot(&tg->got[g]);
@@ -147,44 +134,44 @@ static void device_runs(const dev_target * tg, const char * variant, const char 
         TEST_CHECK(st != SSM_STATUS_OK || (last != NULL && strcmp(last, label) == 0), "%s: %s ran entry '%s'",
                    tg->tag, tag, last != NULL ? last : "(none)");
         TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba3_mimo_bwd", NULL), SSM_STATUS_OK);
-        for (int g = 0; g < NGRADS; ++g)
+        for (int g = 0; g < SSMT_MIMO_NGRADS; ++g)
             if (tg->got[g].t.data != NULL) ssmt_to_host(&tg->got[g], &tg->dev[g]);
         if (refuse) {
             TEST_CHECK(st == SSM_STATUS_UNSUPPORTED, "%s: %s: expected UNSUPPORTED, got %s", tg->tag, tag,
                        ssm_status_string(st));
-            for (int g = 0; g < NGRADS; ++g)
+            for (int g = 0; g < SSMT_MIMO_NGRADS; ++g)
                 if (poison[g] != NULL)
                     TEST_CHECK(ssmt_unchanged(&tg->got[g], poison[g]), "%s: %s refused but wrote %s", tg->tag, tag,
-                               grad_names[g]);
+                               ssmt_mimo_grad_names[g]);
         } else {
             TEST_CHECK(st == SSM_STATUS_OK, "%s: %s%s: %s (%s)", tg->tag, tag, pass ? " (second run)" : "",
                        ssm_status_string(st), ssm_context_last_error(ctx_cuda));
-            for (int g = 0; g < NGRADS && st == SSM_STATUS_OK; ++g) {
+            for (int g = 0; g < SSMT_MIMO_NGRADS && st == SSM_STATUS_OK; ++g) {
                 if (tg->got[g].t.data == NULL) continue;
                 if (pass == 1) {
                     TEST_CHECK(ssmt_unchanged(&tg->got[g], first[g]), "%s: %s: %s differs between two runs", tg->tag,
-                               tag, grad_names[g]);
+                               tag, ssmt_mimo_grad_names[g]);
                     continue;
                 }
                 first[g] = ssmt_snapshot(&tg->got[g]);
                 char label_g[560];
-                snprintf(label_g, sizeof label_g, "%s %s %s", tg->tag, tag, grad_names[g]);
+                snprintf(label_g, sizeof label_g, "%s %s %s", tg->tag, tag, ssmt_mimo_grad_names[g]);
                 if (bc->grad_compute && x16) {
-                    ssmt_check_bar_rounded(label_g, &tg->got[g].t, grad_slot(tg->ref, g), cd);
+                    ssmt_check_bar_rounded(label_g, &tg->got[g].t, ssmt_mimo_grad_slot(tg->ref, g), cd);
                 } else {
-                    const double rr =
-                        ssmt_check_variant(tg->tag, grad_names[g], tag, &tg->got[g].t, grad_slot(tg->ref, g), bar);
+                    const double rr = ssmt_check_variant(tg->tag, ssmt_mimo_grad_names[g], tag, &tg->got[g].t,
+                                                         ssmt_mimo_grad_slot(tg->ref, g), bar);
                     double * w = &worst[strcmp(label, kPlanes) == 0][dtype_slot(cd)][g];
                     if (rr > *w || rr != rr) *w = rr;
                     /* against the CPU: both within the bar of the reference, so within twice it of each other */
-                    ssmt_check_variant(tg->tag, grad_names[g], cpu_tag, &tg->got[g].t, &tg->cpu[g].t, two);
+                    ssmt_check_variant(tg->tag, ssmt_mimo_grad_names[g], cpu_tag, &tg->got[g].t, &tg->cpu[g].t, two);
                 }
             }
         }
-        for (int g = 0; g < NGRADS; ++g) free(poison[g]);
+        for (int g = 0; g < SSMT_MIMO_NGRADS; ++g) free(poison[g]);
         if (refuse || st != SSM_STATUS_OK) break;
     }
-    for (int g = 0; g < NGRADS; ++g) free(first[g]);
+    for (int g = 0; g < SSMT_MIMO_NGRADS; ++g) free(first[g]);
 }
 
 static ssm_mamba3_mimo_params g_params; /* the forward's parameters for run_fwd */
@@ -194,7 +181,7 @@ static ssm_status              run_fwd(ssm_context * c, void * a) { return ssm_m
  * (a zeroed view: absent); returns its status, the gradients in tg->got, a snapshot of each
  * poisoned buffer in poison[]. */
 static ssm_status bwd_saved(const dev_target * tg, const ssm_tensor * y, const ssm_tensor * cs, void ** poison) {
-    for (int g = 0; g < NGRADS; ++g) {
+    for (int g = 0; g < SSMT_MIMO_NGRADS; ++g) {
         poison[g] = NULL;
         if (tg->got[g].t.data == NULL) continue;
         ssmt_poison(&tg->got[g].t);
@@ -204,25 +191,25 @@ static ssm_status bwd_saved(const dev_target * tg, const ssm_tensor * y, const s
     ssm_mamba3_mimo_bwd_args db = *tg->da;
     db.pregate_y = *y, db.chunk_states = *cs;
     const ssm_status st = ssm_mamba3_mimo_bwd(ctx_cuda, tg->p, &db);
-    for (int g = 0; g < NGRADS; ++g)
+    for (int g = 0; g < SSMT_MIMO_NGRADS; ++g)
         if (tg->got[g].t.data != NULL) ssmt_to_host(&tg->got[g], &tg->dev[g]);
     return st;
 }
 
 static void free_all(void ** v) {
-    for (int g = 0; g < NGRADS; ++g) free(v[g]), v[g] = NULL;
+    for (int g = 0; g < SSMT_MIMO_NGRADS; ++g) free(v[g]), v[g] = NULL;
 }
 
 /* A refused saved input: the status, and no gradient written. */
 static void refused(const dev_target * tg, const ssm_tensor * y, const ssm_tensor * cs, ssm_status want,
                     const char * what) {
-    void *           poison[NGRADS];
+    void *           poison[SSMT_MIMO_NGRADS];
     const ssm_status st = bwd_saved(tg, y, cs, poison);
     TEST_CHECK(st == want, "%s: %s: %s, want %s", tg->tag, what, ssm_status_string(st), ssm_status_string(want));
-    for (int g = 0; g < NGRADS; ++g)
+    for (int g = 0; g < SSMT_MIMO_NGRADS; ++g)
         if (poison[g] != NULL)
             TEST_CHECK(ssmt_unchanged(&tg->got[g], poison[g]), "%s: %s was refused but wrote %s", tg->tag, what,
-                       grad_names[g]);
+                       ssmt_mimo_grad_names[g]);
     free_all(poison);
 }
 
@@ -252,10 +239,10 @@ static void saved_runs(const dev_target * tg, const ssm_mamba3_mimo_args * fa, c
     fc.out = out0.t;
     TEST_CHECK_STATUS(ssmt_run_on_device(ctx_cuda, "mamba3_mimo", &fc, 0, run_fwd), SSM_STATUS_OK);
     void * o0 = ssmt_snapshot(&out0);
-    void * base[NGRADS], *poison[NGRADS];
+    void * base[SSMT_MIMO_NGRADS], *poison[SSMT_MIMO_NGRADS];
     TEST_CHECK_STATUS(bwd_saved(tg, &none, &none, poison), SSM_STATUS_OK);
     free_all(poison);
-    for (int g = 0; g < NGRADS; ++g) base[g] = tg->got[g].t.data != NULL ? ssmt_snapshot(&tg->got[g]) : NULL;
+    for (int g = 0; g < SSMT_MIMO_NGRADS; ++g) base[g] = tg->got[g].t.data != NULL ? ssmt_snapshot(&tg->got[g]) : NULL;
     for (int layout = 0; layout < 2; ++layout) {
         const char * lname = layout ? "strided (copied)" : "in place";
         ssmt_host    y = layout ? ssmt_alloc_layout(SSM_DTYPE_F32, 5, ys, NULL, 3) : ssmt_alloc(SSM_DTYPE_F32, 5, ys);
@@ -275,10 +262,10 @@ static void saved_runs(const dev_target * tg, const ssm_mamba3_mimo_args * fa, c
             const ssm_status st = bwd_saved(tg, which & 1 ? &dy.view : &none, which & 2 ? &dcs.view : &none, poison);
             TEST_CHECK(st == SSM_STATUS_OK, "%s: backward with saved results %d %s: %s (%s)", tg->tag, which, lname,
                        ssm_status_string(st), ssm_context_last_error(ctx_cuda));
-            for (int g = 0; g < NGRADS && st == SSM_STATUS_OK; ++g)
+            for (int g = 0; g < SSMT_MIMO_NGRADS && st == SSM_STATUS_OK; ++g)
                 if (base[g] != NULL)
-                    TEST_CHECK(ssmt_unchanged(&tg->got[g], base[g]), "%s: %s differs with saved results %d %s",
-                               tg->tag, grad_names[g], which, lname);
+                    TEST_CHECK(ssmt_unchanged(&tg->got[g], base[g]), "%s: %s differs with saved results %d %s", tg->tag,
+                               ssmt_mimo_grad_names[g], which, lname);
             free_all(poison);
         }
         if (layout == 0) {
@@ -338,8 +325,8 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
         }
     }
     if (bc->only_some)
-        for (int g = 0; g < NGRADS; ++g)
-            if (g != 2 && g != 4 && g != 11 && g != 13) memset(grad_slot(&args, g), 0, sizeof(ssm_tensor));
+        for (int g = 0; g < SSMT_MIMO_NGRADS; ++g)
+            if (g != 2 && g != 4 && g != 11 && g != 13) memset(ssmt_mimo_grad_slot(&args, g), 0, sizeof(ssm_tensor));
     const ssm_status rs = ssm_mamba3_mimo_bwd(ctx_ref, &prob.params, &args);
     TEST_CHECK(rs == SSM_STATUS_OK, "%s: reference: %s (%s)", tag, ssm_status_string(rs),
                ssm_context_last_error(ctx_ref));
@@ -347,20 +334,20 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
     /* CPU and CUDA outputs: F32 (or the compute dtype), strided when the case is */
     const ssm_dtype gd = bc->grad_compute ? cd : SSM_DTYPE_F32;
     ssm_mamba3_mimo_bwd_args ca = args, da = args;
-    ssmt_host                cpu[NGRADS], gpu[NGRADS];
-    ssmt_dev                 dgrad[NGRADS], din[NIN];
+    ssmt_host                cpu[SSMT_MIMO_NGRADS], gpu[SSMT_MIMO_NGRADS];
+    ssmt_dev                 dgrad[SSMT_MIMO_NGRADS], din[NIN];
     memset(cpu, 0, sizeof cpu), memset(gpu, 0, sizeof gpu), memset(dgrad, 0, sizeof dgrad), memset(din, 0, sizeof din);
-    for (int g = 0; g < NGRADS; ++g) {
-        const ssm_tensor * slot = grad_slot(&args, g);
+    for (int g = 0; g < SSMT_MIMO_NGRADS; ++g) {
+        const ssm_tensor * slot = ssmt_mimo_grad_slot(&args, g);
         if (slot->data == NULL) continue;
         cpu[g] = cfg.strided ? ssmt_alloc_layout(gd, slot->ndim, slot->shape, NULL, 3)
                              : ssmt_alloc(gd, slot->ndim, slot->shape);
         gpu[g] = cfg.strided ? ssmt_alloc_layout(gd, slot->ndim, slot->shape, NULL, 3)
                              : ssmt_alloc(gd, slot->ndim, slot->shape);
         ssmt_poison(&gpu[g].t);
-        *grad_slot(&ca, g) = cpu[g].t;
+        *ssmt_mimo_grad_slot(&ca, g) = cpu[g].t;
         dgrad[g] = ssmt_to_device(&gpu[g]);
-        *grad_slot(&da, g) = dgrad[g].view;
+        *ssmt_mimo_grad_slot(&da, g) = dgrad[g].view;
     }
     for (int i = 0; i < NIN; ++i) {
         ssmt_host * h = input_host(&prob, &bwd, i);
@@ -393,7 +380,7 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
         ncs += (len + cfg.chunk - 1) / cfg.chunk;
     }
     saved_runs(&tg, &fa, &cfg, ncs);
-    for (int g = 0; g < NGRADS; ++g) {
+    for (int g = 0; g < SSMT_MIMO_NGRADS; ++g) {
         ssmt_dev_free(&dgrad[g]);
         if (cpu[g].buf) ssmt_free(&cpu[g]);
         if (gpu[g].buf) ssmt_free(&gpu[g]);
@@ -505,8 +492,8 @@ int main(void) {
     printf("worst rel_rms per gradient (CUDA vs reference; %s on f32, %s on 16-bit):\n%-22s %10s %10s %10s %10s "
            "%10s\n",
            kFp32, kPlanes, "gradient", "f32", "f16", "bf16", "f16 tc", "bf16 tc");
-    for (int g = 0; g < NGRADS; ++g)
-        printf("%-22s %10.3g %10.3g %10.3g %10.3g %10.3g\n", grad_names[g], worst[0][0][g], worst[0][1][g],
+    for (int g = 0; g < SSMT_MIMO_NGRADS; ++g)
+        printf("%-22s %10.3g %10.3g %10.3g %10.3g %10.3g\n", ssmt_mimo_grad_names[g], worst[0][0][g], worst[0][1][g],
                worst[0][2][g], worst[1][1][g], worst[1][2][g]);
     ssm_context_free(ctx_ref);
     ssm_context_free(ctx_cpu);

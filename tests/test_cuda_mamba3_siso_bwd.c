@@ -32,22 +32,10 @@
 #include <string.h>
 
 #include "cudautil.h"
-
-#define NGRADS 15
-
-static const char * const grad_names[NGRADS] = {"dq",    "dk",           "dv",         "dadt",     "ddt",
-                                                "dtrap", "dq_bias",      "dk_bias",    "dangles",  "dd",
-                                                "dz",    "dangle_state", "dssm_state", "dk_state", "dv_state"};
-
-static ssm_tensor * grad_slot(ssm_mamba3_siso_bwd_args * a, int i) {
-    ssm_tensor * slots[NGRADS] = {&a->dq,    &a->dk,           &a->dv,         &a->dadt,     &a->ddt,
-                                  &a->dtrap, &a->dq_bias,      &a->dk_bias,    &a->dangles,  &a->dd,
-                                  &a->dz,    &a->dangle_state, &a->dssm_state, &a->dk_state, &a->dv_state};
-    return slots[i];
-}
+#include "grads.h"
 
 static ssm_context *ctx_ref, *ctx_cpu, *ctx_cuda;
-static double       worst[3][NGRADS]; /* per compute dtype (0 f32, 1 f16, 2 bf16), vs the reference */
+static double       worst[3][SSMT_SISO_NGRADS]; /* per compute dtype (0 f32, 1 f16, 2 bf16), vs the reference */
 static int          dtype_slot(ssm_dtype t) { return t == SSM_DTYPE_F16 ? 1 : t == SSM_DTYPE_BF16 ? 2 : 0; }
 
 typedef struct bwd_case {
@@ -114,8 +102,8 @@ typedef struct dev_target {
     ssm_mamba3_siso_bwd_args *       ref;
     host_set *                       hs;
     int                              first_out;
-    ssmt_host *                      got; /* [NGRADS], views of hs's output buffers */
-    ssmt_host *                      cpu; /* [NGRADS] */
+    ssmt_host *                      got; /* [SSMT_SISO_NGRADS], views of hs's output buffers */
+    ssmt_host *                      cpu; /* [SSMT_SISO_NGRADS] */
     ssm_dtype                        cd;
 } dev_target;
 
@@ -131,18 +119,18 @@ static int device_runs(const dev_target * tg, const char * variant, const char *
     char             tag[160], cpu_tag[180];
     snprintf(tag, sizeof tag, "cuda[%s%s]", label, variant != NULL ? ", forced" : "");
     snprintf(cpu_tag, sizeof cpu_tag, "%s-vs-cpu", tag);
-    void * first[NGRADS];
+    void * first[SSMT_SISO_NGRADS];
     memset(first, 0, sizeof first);
     int ran = 1;
     for (int pass = 0; pass < 2 && ran; ++pass) {
-        void * poison[NGRADS];
+        void * poison[SSMT_SISO_NGRADS];
         memset(poison, 0, sizeof poison);
         for (int j = tg->first_out; j < hs->n; ++j) {
             ssmt_poison(&hs->h[j]->t);
             if (hs->dev[j].mem)
                 TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, hs->dev[j].mem, hs->h[j]->buf, hs->h[j]->bytes), SSM_STATUS_OK);
         }
-        for (int g = 0; g < NGRADS; ++g)
+        for (int g = 0; g < SSMT_SISO_NGRADS; ++g)
             if (tg->got[g].t.data != NULL) poison[g] = ssmt_snapshot(&tg->got[g]);
         TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba3_siso_bwd", variant), SSM_STATUS_OK);
         const ssm_status st = ssm_mamba3_siso_bwd(ctx_cuda, tg->p, tg->da);
@@ -153,10 +141,10 @@ static int device_runs(const dev_target * tg, const char * variant, const char *
         if (refuse == 2 && !refused)
             TEST_CHECK(0, "%s: %s: expected UNSUPPORTED, got %s", bc->name, tag, ssm_status_string(st));
         if (refused || refuse == 2) {
-            for (int g = 0; g < NGRADS; ++g)
+            for (int g = 0; g < SSMT_SISO_NGRADS; ++g)
                 if (poison[g] != NULL)
                     TEST_CHECK(ssmt_unchanged(&tg->got[g], poison[g]), "%s: %s refused but wrote %s", bc->name, tag,
-                               grad_names[g]);
+                               ssmt_siso_grad_names[g]);
             ran = 0;
         } else {
             TEST_CHECK(st == SSM_STATUS_OK, "%s: %s%s: %s (%s)", bc->name, tag, pass ? " (second run)" : "",
@@ -166,29 +154,30 @@ static int device_runs(const dev_target * tg, const char * variant, const char *
                                               (variant == NULL && strcmp(label, kPlanes) == 0 && strcmp(last, kChain) == 0));
             TEST_CHECK(st != SSM_STATUS_OK || same, "%s: %s ran variant '%s'", bc->name, tag,
                        last != NULL ? last : "(none)");
-            for (int g = 0; g < NGRADS && st == SSM_STATUS_OK; ++g) {
+            for (int g = 0; g < SSMT_SISO_NGRADS && st == SSM_STATUS_OK; ++g) {
                 if (tg->got[g].t.data == NULL) continue;
                 if (pass == 0) {
-                    const double rr = ssmt_check_variant(bc->name, grad_names[g], tag, &tg->got[g].t,
-                                                         grad_slot(tg->ref, g), bar);
+                    const double rr = ssmt_check_variant(bc->name, ssmt_siso_grad_names[g], tag, &tg->got[g].t,
+                                                         ssmt_siso_grad_slot(tg->ref, g), bar);
                     double *     w = &worst[dtype_slot(tg->cd)][g];
                     if (rr > *w || rr != rr) *w = rr;
                     /* against the CPU backend (an fp32 result within the same bar) */
-                    ssmt_check_variant(bc->name, grad_names[g], cpu_tag, &tg->got[g].t, &tg->cpu[g].t, bar);
+                    ssmt_check_variant(bc->name, ssmt_siso_grad_names[g], cpu_tag, &tg->got[g].t, &tg->cpu[g].t, bar);
                     first[g] = ssmt_snapshot(&tg->got[g]);
                     char hl[300]; /* SSMOPS_TEST_HASH_LOG: the bytes of every entry's gradients, per case */
-                    snprintf(hl, sizeof hl, "%s/%s/%s/dtype%d", bc->name, grad_names[g], tag, dtype_slot(tg->cd));
+                    snprintf(hl, sizeof hl, "%s/%s/%s/dtype%d", bc->name, ssmt_siso_grad_names[g], tag,
+                             dtype_slot(tg->cd));
                     ssmt_hash_log(hl, &tg->got[g].t);
                 } else {
                     TEST_CHECK(ssmt_unchanged(&tg->got[g], first[g]), "%s/%s: %s: the second run's bytes differ",
-                               bc->name, grad_names[g], tag);
+                               bc->name, ssmt_siso_grad_names[g], tag);
                 }
             }
             if (st != SSM_STATUS_OK) ran = 0;
         }
-        for (int g = 0; g < NGRADS; ++g) free(poison[g]);
+        for (int g = 0; g < SSMT_SISO_NGRADS; ++g) free(poison[g]);
     }
-    for (int g = 0; g < NGRADS; ++g) free(first[g]);
+    for (int g = 0; g < SSMT_SISO_NGRADS; ++g) free(first[g]);
     return ran;
 }
 
@@ -211,23 +200,23 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
     ssmt_mamba3_params(&cfg, &p);
     ssm_mamba3_siso_bwd_args args = bwd.args;
     if (bc->only_some)
-        for (int g = 0; g < NGRADS; ++g)
-            if (g != 2 && g != 4 && g != 6 && g != 8) memset(grad_slot(&args, g), 0, sizeof(ssm_tensor));
+        for (int g = 0; g < SSMT_SISO_NGRADS; ++g)
+            if (g != 2 && g != 4 && g != 6 && g != 8) memset(ssmt_siso_grad_slot(&args, g), 0, sizeof(ssm_tensor));
 
     /* the reference (F64 outputs) and the CPU backend (F32 outputs) */
     ssm_status st = ssm_mamba3_siso_bwd(ctx_ref, &p, &args);
     TEST_CHECK(st == SSM_STATUS_OK, "%s: reference: %s (%s)", bc->name, ssm_status_string(st),
                ssm_context_last_error(ctx_ref));
-    ssmt_host                cpu[NGRADS], got[NGRADS];
+    ssmt_host                cpu[SSMT_SISO_NGRADS], got[SSMT_SISO_NGRADS];
     ssm_mamba3_siso_bwd_args ca = args, da = args;
     memset(cpu, 0, sizeof cpu);
     memset(got, 0, sizeof got);
-    for (int g = 0; g < NGRADS; ++g) {
-        if (grad_slot(&args, g)->data == NULL) continue;
-        cpu[g] = out_like(grad_slot(&args, g), cfg.strided);
-        got[g] = out_like(grad_slot(&args, g), cfg.strided);
-        *grad_slot(&ca, g) = cpu[g].t;
-        *grad_slot(&da, g) = got[g].t;
+    for (int g = 0; g < SSMT_SISO_NGRADS; ++g) {
+        if (ssmt_siso_grad_slot(&args, g)->data == NULL) continue;
+        cpu[g] = out_like(ssmt_siso_grad_slot(&args, g), cfg.strided);
+        got[g] = out_like(ssmt_siso_grad_slot(&args, g), cfg.strided);
+        *ssmt_siso_grad_slot(&ca, g) = cpu[g].t;
+        *ssmt_siso_grad_slot(&da, g) = got[g].t;
     }
     st = ssm_mamba3_siso_bwd(ctx_cpu, &p, &ca);
     TEST_CHECK(st == SSM_STATUS_OK, "%s: cpu: %s (%s)", bc->name, ssm_status_string(st),
@@ -244,7 +233,7 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
                             &bwd.dfinal_k_state, &bwd.dfinal_v_state};
     for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; ++i) add_host(&hs, inputs[i]);
     const int first_out = hs.n;
-    for (int g = 0; g < NGRADS; ++g) add_host(&hs, &got[g]);
+    for (int g = 0; g < SSMT_SISO_NGRADS; ++g) add_host(&hs, &got[g]);
     to_device(&hs, &da);
 
     /* 16-bit q, k, v: each entry forced (chunked_planes may refuse where its shared memory does
@@ -264,7 +253,7 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
         device_runs(&tg, kPlanes, NULL, 2);
         device_runs(&tg, kChain, NULL, 2);
     }
-    for (int g = 0; g < NGRADS; ++g) {
+    for (int g = 0; g < SSMT_SISO_NGRADS; ++g) {
         ssmt_free(&cpu[g]);
         ssmt_free(&got[g]);
     }
@@ -374,8 +363,8 @@ int main(void) {
 
     printf("worst rel_rms per gradient (CUDA vs reference):\n%-14s %10s %10s %10s\n", "gradient", "f32", "f16",
            "bf16");
-    for (int g = 0; g < NGRADS; ++g)
-        printf("%-14s %10.3g %10.3g %10.3g\n", grad_names[g], worst[0][g], worst[1][g], worst[2][g]);
+    for (int g = 0; g < SSMT_SISO_NGRADS; ++g)
+        printf("%-14s %10.3g %10.3g %10.3g\n", ssmt_siso_grad_names[g], worst[0][g], worst[1][g], worst[2][g]);
     TEST_CHECK(g_planes_runs > 0, "%s ran on none of the 16-bit cases", kPlanes);
     TEST_CHECK(g_chain_runs > 0, "%s ran on none of the 16-bit cases", kChain);
     ssm_context_free(ctx_ref);

@@ -16,38 +16,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grads.h"
 #include "testutil.h"
 
 static ssm_context *g_ref, *g_cpu[4], *g_scalar, *g_cuda;
 
 /* ---- gradient slots ------------------------------------------------------------------- */
-enum { GX, GDT, GA, GB, GC, GD, GZ, GBIAS, GINIT, NGRAD };
-static const char * const gnames[NGRAD] = {"dx", "ddt", "da", "db", "dc", "dd", "dz", "ddt_bias", "dinitial_states"};
-
-static ssm_tensor * grad_slot(ssm_mamba2_scan_bwd_args * a, int k) {
-    ssm_tensor * s[NGRAD] = {&a->dx, &a->ddt, &a->da, &a->db, &a->dc, &a->dd, &a->dz, &a->ddt_bias, &a->dinitial_states};
-    return s[k];
-}
-static ssm_tensor * input_of(ssm_mamba2_scan_bwd_args * a, int k) {
-    ssm_tensor * s[NGRAD] = {&a->x, &a->dt, &a->a, &a->b, &a->c, &a->d, &a->z, &a->dt_bias, &a->initial_states};
-    return s[k];
-}
-
-/* Outputs for every gradient whose input is present, in dtype (poisoned); others absent. */
-static void alloc_grads(ssm_mamba2_scan_bwd_args * a, ssm_dtype dtype, ssmt_host h[NGRAD], int strided_dx) {
-    for (int k = 0; k < NGRAD; ++k) {
-        memset(&h[k], 0, sizeof h[k]);
-        const ssm_tensor * in = input_of(a, k);
-        if (in->data != NULL) {
-            h[k] = (k == GX && strided_dx) ? ssmt_alloc_layout(dtype, in->ndim, in->shape, NULL, 2)
-                                           : ssmt_alloc(dtype, in->ndim, in->shape);
-        }
-        *grad_slot(a, k) = h[k].t;
-    }
-}
-static void free_grads(ssmt_host h[NGRAD]) {
-    for (int k = 0; k < NGRAD; ++k) ssmt_free(&h[k]);
-}
 
 /* ---- (a) stored test vectors ------------------------------------------------------------ */
 
@@ -73,17 +47,17 @@ static void data_case(const char * name) {
     a.seq_idx = seq.t, a.cu_seqlens = cu.t;
     for (int pass = 0; pass < 2; ++pass) {
         ssmt_host g[NGRAD];
-        alloc_grads(&a, pass == 0 ? SSM_DTYPE_F64 : SSM_DTYPE_F32, g, 0);
+        ssmt_m2_alloc_grads(&a, pass == 0 ? SSM_DTYPE_F64 : SSM_DTYPE_F32, g, 0);
         ssm_context * ctx = pass == 0 ? g_ref : g_cpu[2];
         const ssm_status st = ssm_mamba2_scan_bwd(ctx, &p, &a);
         TEST_CHECK(st == SSM_STATUS_OK, "data %s: %s", name, ssm_context_last_error(ctx));
         int ngot = 0;
         for (int k = 0; k < NGRAD; ++k) {
-            if (!ssmt_case_has(&c, gnames[k])) continue;
+            if (!ssmt_case_has(&c, ssmt_m2_grad_names[k])) continue;
             ++ngot;
-            ssmt_host want = ssmt_case_tensor(&c, gnames[k], SSM_DTYPE_F64);
+            ssmt_host want = ssmt_case_tensor(&c, ssmt_m2_grad_names[k], SSM_DTYPE_F64);
             char      label[200];
-            snprintf(label, sizeof label, "data bwd/%s %s %s", name, pass == 0 ? "ref" : "cpu", gnames[k]);
+            snprintf(label, sizeof label, "data bwd/%s %s %s", name, pass == 0 ? "ref" : "cpu", ssmt_m2_grad_names[k]);
             if (pass == 0) {
                 const ssmt_bar bar = {1e-10, 1e-8};
                 ssmt_check_within(label, &g[k].t, &want.t, bar);
@@ -93,7 +67,7 @@ static void data_case(const char * name) {
             ssmt_free(&want);
         }
         TEST_CHECK(ngot >= 8, "data %s: only %d stored gradients", name, ngot);
-        free_grads(g);
+        ssmt_free_all(g, NGRAD);
     }
     for (int i = 0; i < 11; ++i) ssmt_free(&in[i]);
     ssmt_free(&seq), ssmt_free(&cu);
@@ -169,13 +143,13 @@ static void fd_check(ssmt_rng * rng, ssmt_mamba2_config * cfg, int64_t chunk, in
     a.dt_bias = fa->dt_bias, a.initial_states = fa->initial_states, a.seq_idx = fa->seq_idx;
     a.cu_seqlens = fa->cu_seqlens, a.dout = f.dout.t, a.dfinal_states = f.dfinal.t;
     ssmt_host g[NGRAD];
-    alloc_grads(&a, SSM_DTYPE_F64, g, 0);
+    ssmt_m2_alloc_grads(&a, SSM_DTYPE_F64, g, 0);
     TEST_CHECK_STATUS(ssm_mamba2_scan_bwd(g_ref, &f.params, &a), SSM_STATUS_OK);
 
     /* five-point central differences: O(h^4) truncation, ~1e-9 relative rounding */
     const double h = 1e-5;
     for (int k = 0; k < NGRAD; ++k) {
-        const ssm_tensor * in = input_of(&a, k);
+        const ssm_tensor * in = ssmt_m2_grad_input(&a, k);
         if (in->data == NULL) continue;
         ssmt_host     fd = ssmt_alloc(SSM_DTYPE_F64, in->ndim, in->shape);
         const int64_t n = ssmt_numel(in);
@@ -191,7 +165,7 @@ static void fd_check(ssmt_rng * rng, ssmt_mamba2_config * cfg, int64_t chunk, in
             ssmt_set(&fd.t, i, (l[0] - 8.0 * l[1] + 8.0 * l[2] - l[3]) / (12.0 * h));
         }
         char label[200];
-        snprintf(label, sizeof label, "fd[%s] %s", tag, gnames[k]);
+        snprintf(label, sizeof label, "fd[%s] %s", tag, ssmt_m2_grad_names[k]);
         const ssmt_bar bar = {1e-7, 1e-5};
         ssmt_check_within(label, &g[k].t, &fd.t, bar);
         ssmt_free(&fd);
@@ -202,7 +176,7 @@ static void fd_check(ssmt_rng * rng, ssmt_mamba2_config * cfg, int64_t chunk, in
         TEST_CHECK(zeros > 0 && zeros < n, "fd[%s]: %lld of %lld ddt are 0; want some clamped, some not", tag,
                    (long long)zeros, (long long)n);
     }
-    free_grads(g);
+    ssmt_free_all(g, NGRAD);
     ssmt_free(&f.dout), ssmt_free(&f.dfinal);
     ssmt_mamba2_problem_free(&f.prob);
 }
@@ -262,19 +236,19 @@ static void cpu_case(ssmt_rng * rng, ssmt_mamba2_config * cfg, int64_t chunk, in
     a.cu_seqlens = fa->cu_seqlens, a.dout = dout.t, a.dfinal_states = dfinal.t;
 
     ssmt_host ref[NGRAD], first[NGRAD];
-    alloc_grads(&a, SSM_DTYPE_F64, ref, 0);
+    ssmt_m2_alloc_grads(&a, SSM_DTYPE_F64, ref, 0);
     TEST_CHECK_STATUS(ssm_mamba2_scan_bwd(g_ref, &p, &a), SSM_STATUS_OK);
     const ssm_dtype od = cfg->out_dtype;
     for (int v = 0; v < 4; ++v) {
         ssm_context * ctx = v < 3 ? g_cpu[v + 1] : g_scalar;
         ssmt_host     got[NGRAD];
-        alloc_grads(&a, od, got, cfg->strided);
+        ssmt_m2_alloc_grads(&a, od, got, cfg->strided);
         const ssm_status st = ssm_mamba2_scan_bwd(ctx, &p, &a);
         TEST_CHECK(st == SSM_STATUS_OK, "%s variant %d: %s", tag, v, ssm_context_last_error(ctx));
         for (int k = 0; k < NGRAD; ++k) {
             if (got[k].t.data == NULL) continue;
             char label[256];
-            snprintf(label, sizeof label, "cpu[%s] %s %s", tag, v < 3 ? "avx/auto" : "scalar", gnames[k]);
+            snprintf(label, sizeof label, "cpu[%s] %s %s", tag, v < 3 ? "avx/auto" : "scalar", ssmt_m2_grad_names[k]);
             if (v == 0 || v == 3) {
                 const ssmt_cmp cmp = ssmt_compare(&got[k].t, &ref[k].t);
                 const ssmt_bar bar = ssmt_bar_for(cfg->dtype);
@@ -291,11 +265,11 @@ static void cpu_case(ssmt_rng * rng, ssmt_mamba2_config * cfg, int64_t chunk, in
         if (v == 0) {
             for (int k = 0; k < NGRAD; ++k) first[k] = got[k];
         } else {
-            free_grads(got);
+            ssmt_free_all(got, NGRAD);
         }
     }
-    free_grads(first);
-    free_grads(ref);
+    ssmt_free_all(first, NGRAD);
+    ssmt_free_all(ref, NGRAD);
     ssmt_free(&dout), ssmt_free(&dfinal);
     ssmt_mamba2_problem_free(&prob);
 }
@@ -349,8 +323,10 @@ static void vfix_init(vfix * f, ssmt_rng * rng) {
     a->initial_states = vt(f, SSM_DTYPE_F32, 4, sst, rng), a->seq_idx = vt(f, SSM_DTYPE_I32, 2, sseq, rng);
     for (int64_t i = 0; i < VB * VS; ++i) ssmt_set(&a->seq_idx, i, (double)((i % VS) / 4));
     a->dout = vt(f, SSM_DTYPE_F32, 4, sx, rng), a->dfinal_states = vt(f, SSM_DTYPE_F32, 4, sst, rng);
-    for (int k = 0; k < NGRAD; ++k) *grad_slot(a, k) = vt(f, SSM_DTYPE_F32, input_of(a, k)->ndim, input_of(a, k)->shape, rng);
-    for (int k = 0; k < NGRAD; ++k) ssmt_poison(grad_slot(a, k));
+    for (int k = 0; k < NGRAD; ++k)
+        *ssmt_m2_grad_slot(a, k) =
+            vt(f, SSM_DTYPE_F32, ssmt_m2_grad_input(a, k)->ndim, ssmt_m2_grad_input(a, k)->shape, rng);
+    for (int k = 0; k < NGRAD; ++k) ssmt_poison(ssmt_m2_grad_slot(a, k));
     ssm_mamba2_params_init(&f->p);
     f->p.chunk_size = 4;
 }
@@ -408,7 +384,7 @@ static void test_validation(ssmt_rng * rng) {
     const ssm_mamba2_scan_bwd_args ok = f.a;
     TEST_CHECK_STATUS(ssm_mamba2_scan_bwd(g_ref, &f.p, &ok), SSM_STATUS_OK);
     TEST_CHECK_STATUS(ssm_mamba2_scan_bwd(NULL, &f.p, &ok), SSM_STATUS_OK);
-    for (int k = 0; k < NGRAD; ++k) ssmt_poison(grad_slot(&f.a, k));
+    for (int k = 0; k < NGRAD; ++k) ssmt_poison(ssmt_m2_grad_slot(&f.a, k));
     ssm_mamba2_scan_bwd_args a;
     ssm_mamba2_params        q;
 
@@ -497,20 +473,20 @@ static void test_validation(ssmt_rng * rng) {
     for (int k = 0; k < NGRAD; ++k) {
         char what[120];
         a = ok;
-        ssm_tensor * t = grad_slot(&a, k);
+        ssm_tensor * t = ssmt_m2_grad_slot(&a, k);
         t->shape[0] += 1;
-        snprintf(what, sizeof what, "%s shape", gnames[k]);
-        expect_fail(&f, &f.p, &a, SSM_STATUS_INVALID_SHAPE, what, gnames[k]);
+        snprintf(what, sizeof what, "%s shape", ssmt_m2_grad_names[k]);
+        expect_fail(&f, &f.p, &a, SSM_STATUS_INVALID_SHAPE, what, ssmt_m2_grad_names[k]);
         a = ok;
-        t = grad_slot(&a, k);
+        t = ssmt_m2_grad_slot(&a, k);
         t->dtype = SSM_DTYPE_I64;
-        snprintf(what, sizeof what, "%s integer", gnames[k]);
-        expect_fail(&f, &f.p, &a, SSM_STATUS_INVALID_LAYOUT, what, gnames[k]);
+        snprintf(what, sizeof what, "%s integer", ssmt_m2_grad_names[k]);
+        expect_fail(&f, &f.p, &a, SSM_STATUS_INVALID_LAYOUT, what, ssmt_m2_grad_names[k]);
         a = ok;
-        t = grad_slot(&a, k);
+        t = ssmt_m2_grad_slot(&a, k);
         t->strides[0] = 0;
-        snprintf(what, sizeof what, "%s stride 0", gnames[k]);
-        if (t->shape[0] > 1) expect_fail(&f, &f.p, &a, SSM_STATUS_INVALID_LAYOUT, what, gnames[k]);
+        snprintf(what, sizeof what, "%s stride 0", ssmt_m2_grad_names[k]);
+        if (t->shape[0] > 1) expect_fail(&f, &f.p, &a, SSM_STATUS_INVALID_LAYOUT, what, ssmt_m2_grad_names[k]);
     }
     {
         /* dd must have d's shape: (H, P) d with an (H) dd */
@@ -542,7 +518,7 @@ static void test_validation(ssmt_rng * rng) {
     if (g_cuda != NULL) ssmt_expect_cuda_refusal("mamba2_scan_bwd", g_cuda, ssm_mamba2_scan_bwd(g_cuda, &f.p, &ok));
     /* every output absent is a valid (empty) call */
     a = ok;
-    for (int k = 0; k < NGRAD; ++k) memset(grad_slot(&a, k), 0, sizeof(ssm_tensor));
+    for (int k = 0; k < NGRAD; ++k) memset(ssmt_m2_grad_slot(&a, k), 0, sizeof(ssm_tensor));
     TEST_CHECK_STATUS(ssm_mamba2_scan_bwd(NULL, &f.p, &a), SSM_STATUS_OK);
     vfix_free(&f);
 }
@@ -565,8 +541,9 @@ static void test_empty_views(ssmt_rng * rng) {
     a->z = vt(&f, SSM_DTYPE_F32, 4, sx, rng), a->dt_bias = vt(&f, SSM_DTYPE_F32, 1, sh, rng);
     a->dout = vt(&f, SSM_DTYPE_F32, 4, sx, rng);
     for (int k = 0; k < NGRAD; ++k)
-        if (input_of(a, k)->data != NULL)
-            *grad_slot(a, k) = vt(&f, SSM_DTYPE_F32, input_of(a, k)->ndim, input_of(a, k)->shape, rng);
+        if (ssmt_m2_grad_input(a, k)->data != NULL)
+            *ssmt_m2_grad_slot(a, k) =
+                vt(&f, SSM_DTYPE_F32, ssmt_m2_grad_input(a, k)->ndim, ssmt_m2_grad_input(a, k)->shape, rng);
     ssm_tensor * huge[] = {&a->x, &a->z, &a->dout, &a->dx, &a->dz};
     for (size_t i = 0; i < sizeof huge / sizeof huge[0]; ++i) huge[i]->strides[1] = INT64_C(1) << 62;
     ssm_mamba2_params_init(&f.p);
@@ -574,7 +551,7 @@ static void test_empty_views(ssmt_rng * rng) {
     ssm_context * ctxs[3] = {g_ref, g_cpu[2], g_scalar};
     for (int c = 0; c < 3; ++c) {
         for (int k = 0; k < NGRAD; ++k)
-            if (grad_slot(a, k)->data != NULL) ssmt_poison(grad_slot(a, k));
+            if (ssmt_m2_grad_slot(a, k)->data != NULL) ssmt_poison(ssmt_m2_grad_slot(a, k));
         TEST_CHECK_STATUS(ssm_mamba2_scan_bwd(ctxs[c], &f.p, a), SSM_STATUS_OK);
         ssm_tensor * zero[] = {&a->ddt, &a->da, &a->db, &a->dc, &a->dd, &a->ddt_bias};
         for (size_t i = 0; i < sizeof zero / sizeof zero[0]; ++i)

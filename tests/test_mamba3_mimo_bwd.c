@@ -19,28 +19,16 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grads.h"
 #include "testutil.h"
-
-#define NGRADS 19
-
-static const char * const grad_names[NGRADS] = {
-    "dq",     "dk",   "dv",    "dz",      "dq_bias", "dk_bias",              "dmimo_v",      "dmimo_z",    "dmimo_o", "dd",
-    "dadt",   "ddt",  "dtrap", "dangles", "doutproj_norm_weight", "dangle_state", "dssm_state", "dk_state", "dv_state"};
-
-static ssm_tensor * grad_slot(ssm_mamba3_mimo_bwd_args * a, int i) {
-    ssm_tensor * s[NGRADS] = {&a->dq,      &a->dk,        &a->dv,         &a->dz,       &a->dq_bias,
-                              &a->dk_bias, &a->dmimo_v,   &a->dmimo_z,    &a->dmimo_o,  &a->dd,
-                              &a->dadt,    &a->ddt,       &a->dtrap,      &a->dangles,  &a->doutproj_norm_weight,
-                              &a->dangle_state, &a->dssm_state, &a->dk_state, &a->dv_state};
-    return s[i];
-}
 
 /* The forward input each gradient belongs to (a slot of the forward args). */
 static ssm_tensor * input_slot(ssm_mamba3_mimo_args * a, int i) {
-    ssm_tensor * s[NGRADS] = {&a->q,      &a->k,      &a->v,     &a->z,      &a->q_bias,
-                              &a->k_bias, &a->mimo_v, &a->mimo_z, &a->mimo_o, &a->d,
-                              &a->adt,    &a->dt,     &a->trap,  &a->angles, &a->outproj_norm_weight,
-                              &a->angle_state, &a->ssm_state, &a->k_state, &a->v_state};
+    ssm_tensor * s[SSMT_MIMO_NGRADS] = {
+        &a->q,           &a->k,         &a->v,       &a->z,      &a->q_bias,
+        &a->k_bias,      &a->mimo_v,    &a->mimo_z,  &a->mimo_o, &a->d,
+        &a->adt,         &a->dt,        &a->trap,    &a->angles, &a->outproj_norm_weight,
+        &a->angle_state, &a->ssm_state, &a->k_state, &a->v_state};
     return s[i];
 }
 
@@ -83,7 +71,7 @@ static void stored_vectors(void) {
             continue;
         }
         ssm_mamba3_mimo_bwd_args a;
-        ssmt_host                hin[NIN], ref[NGRADS], got[NGRADS];
+        ssmt_host                hin[NIN], ref[SSMT_MIMO_NGRADS], got[SSMT_MIMO_NGRADS];
         memset(&a, 0, sizeof a);
         memset(hin, 0, sizeof hin);
         memset(ref, 0, sizeof ref);
@@ -93,11 +81,11 @@ static void stored_vectors(void) {
                 hin[i] = ssmt_case_tensor(&cs, in_names[i], i == 19 ? SSM_DTYPE_I32 : SSM_DTYPE_F64);
                 *case_input(&a, i) = hin[i].t;
             }
-        for (int g = 0; g < NGRADS; ++g)
-            if (ssmt_case_has(&cs, grad_names[g])) {
-                ref[g] = ssmt_case_tensor(&cs, grad_names[g], SSM_DTYPE_F64);
+        for (int g = 0; g < SSMT_MIMO_NGRADS; ++g)
+            if (ssmt_case_has(&cs, ssmt_mimo_grad_names[g])) {
+                ref[g] = ssmt_case_tensor(&cs, ssmt_mimo_grad_names[g], SSM_DTYPE_F64);
                 got[g] = ssmt_alloc(SSM_DTYPE_F64, ref[g].t.ndim, ref[g].t.shape);
-                *grad_slot(&a, g) = got[g].t;
+                *ssmt_mimo_grad_slot(&a, g) = got[g].t;
             }
         ssm_mamba3_mimo_params p;
         ssm_mamba3_mimo_params_init(&p);
@@ -106,10 +94,10 @@ static void stored_vectors(void) {
         p.fuse_pregate_norm = ssmt_case_has(&cs, "outproj_norm_weight");
         const ssm_status s = ssm_mamba3_mimo_bwd(ctx_ref, &p, &a);
         TEST_CHECK(s == SSM_STATUS_OK, "%s: %s (%s)", names[c], ssm_status_string(s), ssm_context_last_error(ctx_ref));
-        for (int g = 0; g < NGRADS; ++g) {
+        for (int g = 0; g < SSMT_MIMO_NGRADS; ++g) {
             if (got[g].t.data == NULL) continue;
             char label[200];
-            snprintf(label, sizeof label, "stored %s/%s", names[c], grad_names[g]);
+            snprintf(label, sizeof label, "stored %s/%s", names[c], ssmt_mimo_grad_names[g]);
             const ssmt_cmp cmp = ssmt_compare(&got[g].t, &ref[g].t);
             TEST_CHECK(cmp.nonfinite == 0 && cmp.rel_rms <= 1e-10, "%s: rel_rms %.3g", label, cmp.rel_rms);
             ssmt_free(&got[g]);
@@ -159,7 +147,7 @@ typedef struct fd_case {
     int              has_dfinal;
 } fd_case;
 
-static double worst_fd[NGRADS];
+static double worst_fd[SSMT_MIMO_NGRADS];
 
 static void run_fd(ssmt_rng * rng, const fd_case * fc) {
     ssmt_mimo_config cfg = fc->cfg;
@@ -171,15 +159,15 @@ static void run_fd(ssmt_rng * rng, const fd_case * fc) {
     const ssm_status s = ssm_mamba3_mimo_bwd(ctx_ref, &prob.params, &bwd.args);
     TEST_CHECK(s == SSM_STATUS_OK, "%s: %s (%s)", fc->name, ssm_status_string(s), ssm_context_last_error(ctx_ref));
     ssm_mamba3_mimo_args fa = prob.args;
-    for (int g = 0; g < NGRADS; ++g) {
-        const ssm_tensor * gr = grad_slot(&bwd.args, g);
+    for (int g = 0; g < SSMT_MIMO_NGRADS; ++g) {
+        const ssm_tensor * gr = ssmt_mimo_grad_slot(&bwd.args, g);
         const ssm_tensor * in = input_slot(&fa, g);
         /* a gradient without its input: only the fused norm's implicit all-ones weight */
         if (gr->data == NULL || in->data == NULL) continue;
         const int64_t n = ssmt_numel(gr);
         double        gmax = 0.0;
         for (int64_t j = 0; j < n; ++j) gmax = fmax(gmax, fabs(ssmt_get(gr, j)));
-        TEST_CHECK(isfinite(gmax), "%s/%s: non-finite gradient", fc->name, grad_names[g]);
+        TEST_CHECK(isfinite(gmax), "%s/%s: non-finite gradient", fc->name, ssmt_mimo_grad_names[g]);
         const int samples = n < 6 ? (int)n : 6;
         double    err = 0.0;
         for (int k = 0; k < samples; ++k) {
@@ -194,7 +182,7 @@ static void run_fd(ssmt_rng * rng, const fd_case * fc) {
             err = fmax(err, fabs(fd - ssmt_get(gr, j)) / fmax(gmax, 1e-6));
         }
         TEST_CHECK(err <= 1e-6, "%s/%s: finite differences differ by %.3g (relative to max|grad| %.3g)", fc->name,
-                   grad_names[g], err, gmax);
+                   ssmt_mimo_grad_names[g], err, gmax);
         if (err > worst_fd[g] || err != err) worst_fd[g] = err;
     }
     ssmt_mimo_bwd_free(&bwd);
@@ -235,7 +223,7 @@ static void finite_differences(ssmt_rng * rng) {
 }
 
 /* ---- 3. CPU against the reference ------------------------------------------------------ */
-static double worst[3][NGRADS]; /* f32, f16, bf16 */
+static double worst[3][SSMT_MIMO_NGRADS]; /* f32, f16, bf16 */
 static int    dtype_slot(ssm_dtype t) { return t == SSM_DTYPE_F16 ? 1 : t == SSM_DTYPE_BF16 ? 2 : 0; }
 
 typedef struct cpu_case {
@@ -254,22 +242,22 @@ static void run_cpu(ssmt_rng * rng, const cpu_case * cc) {
     if (alloc_problem(rng, &cfg, cc->has_dfinal, cc->name, &prob, &bwd) != 0) return;
     ssm_mamba3_mimo_bwd_args args = bwd.args;
     if (cc->only_some)
-        for (int g = 0; g < NGRADS; ++g)
-            if (g != 2 && g != 4 && g != 11 && g != 13) memset(grad_slot(&args, g), 0, sizeof(ssm_tensor));
+        for (int g = 0; g < SSMT_MIMO_NGRADS; ++g)
+            if (g != 2 && g != 4 && g != 11 && g != 13) memset(ssmt_mimo_grad_slot(&args, g), 0, sizeof(ssm_tensor));
     const ssm_status rs = ssm_mamba3_mimo_bwd(ctx_ref, &prob.params, &args);
     TEST_CHECK(rs == SSM_STATUS_OK, "%s: reference: %s (%s)", cc->name, ssm_status_string(rs),
                ssm_context_last_error(ctx_ref));
     const ssmt_bar bar = ssmt_bar_for(cd);
-    ssmt_host      first[NGRADS];
+    ssmt_host      first[SSMT_MIMO_NGRADS];
     memset(first, 0, sizeof first);
     for (int variant = 0; variant < 4; ++variant) {
         ssm_context * ctx = variant < 3 ? ctx_cpu[variant + 1] : ctx_scalar;
         if (ctx == NULL) continue;
         ssm_mamba3_mimo_bwd_args ca = args;
-        ssmt_host                got[NGRADS];
+        ssmt_host                got[SSMT_MIMO_NGRADS];
         memset(got, 0, sizeof got);
-        for (int g = 0; g < NGRADS; ++g) {
-            ssm_tensor * slot = grad_slot(&ca, g);
+        for (int g = 0; g < SSMT_MIMO_NGRADS; ++g) {
+            ssm_tensor * slot = ssmt_mimo_grad_slot(&ca, g);
             if (slot->data == NULL) continue;
             got[g] = cfg.strided ? ssmt_alloc_layout(SSM_DTYPE_F32, slot->ndim, slot->shape, NULL, 3)
                                  : ssmt_alloc(SSM_DTYPE_F32, slot->ndim, slot->shape);
@@ -278,11 +266,11 @@ static void run_cpu(ssmt_rng * rng, const cpu_case * cc) {
         const ssm_status s = ssm_mamba3_mimo_bwd(ctx, &prob.params, &ca);
         TEST_CHECK(s == SSM_STATUS_OK, "%s variant %d: %s (%s)", cc->name, variant, ssm_status_string(s),
                    ssm_context_last_error(ctx));
-        for (int g = 0; g < NGRADS; ++g) {
+        for (int g = 0; g < SSMT_MIMO_NGRADS; ++g) {
             if (got[g].t.data == NULL) continue;
             if (variant == 0 || variant == 3) {
-                const double rr = ssmt_check_variant(cc->name, grad_names[g], variant == 0 ? "cpu" : "scalar",
-                                                     &got[g].t, grad_slot(&args, g), bar);
+                const double rr = ssmt_check_variant(cc->name, ssmt_mimo_grad_names[g], variant == 0 ? "cpu" : "scalar",
+                                                     &got[g].t, ssmt_mimo_grad_slot(&args, g), bar);
                 double *     w  = &worst[dtype_slot(cd)][g];
                 if (rr > *w || rr != rr) *w = rr;
             }
@@ -291,12 +279,12 @@ static void run_cpu(ssmt_rng * rng, const cpu_case * cc) {
             } else {
                 if (variant < 3)
                     TEST_CHECK(memcmp(first[g].buf, got[g].buf, got[g].bytes) == 0, "%s/%s: %d threads differ from 1",
-                               cc->name, grad_names[g], variant + 1);
+                               cc->name, ssmt_mimo_grad_names[g], variant + 1);
                 ssmt_free(&got[g]);
             }
         }
     }
-    for (int g = 0; g < NGRADS; ++g)
+    for (int g = 0; g < SSMT_MIMO_NGRADS; ++g)
         if (first[g].buf) ssmt_free(&first[g]);
     ssmt_mimo_bwd_free(&bwd);
     ssmt_mimo_problem_free(&prob);
@@ -388,10 +376,10 @@ static void saved_backwards(const cpu_case * cc, const ssmt_mimo_problem * prob,
     for (int be = 0; be < 2; ++be) {
         ssm_context *            ctx = be ? ctx_cpu[2] : ctx_ref;
         ssm_mamba3_mimo_bwd_args a = bwd->args;
-        ssmt_host                g0[NGRADS], g1[NGRADS];
+        ssmt_host                g0[SSMT_MIMO_NGRADS], g1[SSMT_MIMO_NGRADS];
         memset(g0, 0, sizeof g0), memset(g1, 0, sizeof g1);
-        for (int g = 0; g < NGRADS; ++g) {
-            ssm_tensor * slot = grad_slot(&a, g);
+        for (int g = 0; g < SSMT_MIMO_NGRADS; ++g) {
+            ssm_tensor * slot = ssmt_mimo_grad_slot(&a, g);
             if (slot->data == NULL) continue;
             g0[g] = ssmt_alloc(SSM_DTYPE_F32, slot->ndim, slot->shape);
             g1[g] = ssmt_alloc(SSM_DTYPE_F32, slot->ndim, slot->shape);
@@ -399,12 +387,12 @@ static void saved_backwards(const cpu_case * cc, const ssmt_mimo_problem * prob,
         /* pass 0: neither; 1: pregate_y; 2: chunk_states; 3: both; 4…: the refused ones */
         for (int pass = 0; pass < 4 + nbad; ++pass) {
             ssmt_host * got = pass == 0 ? g0 : g1;
-            void *      pg[NGRADS];
-            for (int g = 0; g < NGRADS; ++g) {
+            void *      pg[SSMT_MIMO_NGRADS];
+            for (int g = 0; g < SSMT_MIMO_NGRADS; ++g) {
                 pg[g] = NULL;
                 if (!got[g].buf) continue;
                 ssmt_poison(&got[g].t);
-                *grad_slot(&a, g) = got[g].t;
+                *ssmt_mimo_grad_slot(&a, g) = got[g].t;
                 pg[g] = ssmt_snapshot(&got[g]);
             }
             a.pregate_y = pass == 1 || pass == 3 ? *y : (ssm_tensor){0};
@@ -418,18 +406,18 @@ static void saved_backwards(const cpu_case * cc, const ssmt_mimo_problem * prob,
             const ssm_status st = ssm_mamba3_mimo_bwd(ctx, &prob->params, &a);
             TEST_CHECK(st == want, "%s %s backward, saved case %d: %s (%s)", cc->name, be ? "cpu" : "ref", pass,
                        ssm_status_string(st), ssm_context_last_error(ctx));
-            for (int g = 0; g < NGRADS; ++g) {
+            for (int g = 0; g < SSMT_MIMO_NGRADS; ++g) {
                 if (!got[g].buf) continue;
                 if (pass >= 1 && pass < 4)
                     TEST_CHECK(memcmp(g0[g].buf, g1[g].buf, g1[g].bytes) == 0, "%s %s: %s differs (saved case %d)",
-                               cc->name, be ? "cpu" : "ref", grad_names[g], pass);
+                               cc->name, be ? "cpu" : "ref", ssmt_mimo_grad_names[g], pass);
                 if (pass >= 4)
                     TEST_CHECK(ssmt_unchanged(&got[g], pg[g]), "%s %s: a refused saved input wrote %s", cc->name,
-                               be ? "cpu" : "ref", grad_names[g]);
+                               be ? "cpu" : "ref", ssmt_mimo_grad_names[g]);
                 free(pg[g]);
             }
         }
-        for (int g = 0; g < NGRADS; ++g) {
+        for (int g = 0; g < SSMT_MIMO_NGRADS; ++g) {
             if (g0[g].buf) ssmt_free(&g0[g]);
             if (g1[g].buf) ssmt_free(&g1[g]);
         }
@@ -568,12 +556,12 @@ int main(void) {
     stored_vectors();
     finite_differences(&rng);
     printf("worst finite-difference error (relative to max|grad|):\n");
-    for (int g = 0; g < NGRADS; ++g) printf("  %-22s %.3g\n", grad_names[g], worst_fd[g]);
+    for (int g = 0; g < SSMT_MIMO_NGRADS; ++g) printf("  %-22s %.3g\n", ssmt_mimo_grad_names[g], worst_fd[g]);
     cpu_against_reference(&rng);
     printf("worst rel_rms per gradient (CPU and scalar vs reference):\n%-22s %10s %10s %10s\n", "gradient", "f32", "f16",
            "bf16");
-    for (int g = 0; g < NGRADS; ++g)
-        printf("%-22s %10.3g %10.3g %10.3g\n", grad_names[g], worst[0][g], worst[1][g], worst[2][g]);
+    for (int g = 0; g < SSMT_MIMO_NGRADS; ++g)
+        printf("%-22s %10.3g %10.3g %10.3g\n", ssmt_mimo_grad_names[g], worst[0][g], worst[1][g], worst[2][g]);
     saved_results(&rng);
 
     ssm_context_free(ctx_ref);

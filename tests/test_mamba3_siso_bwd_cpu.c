@@ -14,26 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "grads.h"
 #include "testutil.h"
-
-#define NGRADS 15
-
-static const char * const grad_names[NGRADS] = {"dq",    "dk",           "dv",         "dadt",     "ddt",
-                                                "dtrap", "dq_bias",      "dk_bias",    "dangles",  "dd",
-                                                "dz",    "dangle_state", "dssm_state", "dk_state", "dv_state"};
-
-/* The gradient output slots of an args struct, in grad_names order. */
-static ssm_tensor * grad_slot(ssm_mamba3_siso_bwd_args * a, int i) {
-    ssm_tensor * slots[NGRADS] = {&a->dq,    &a->dk,           &a->dv,         &a->dadt,     &a->ddt,
-                                  &a->dtrap, &a->dq_bias,      &a->dk_bias,    &a->dangles,  &a->dd,
-                                  &a->dz,    &a->dangle_state, &a->dssm_state, &a->dk_state, &a->dv_state};
-    return slots[i];
-}
 
 static ssm_context *ctx_ref, *ctx_cpu[4], *ctx_scalar;
 
 /* worst rel_rms per gradient, per compute dtype (0 f32, 1 f16, 2 bf16) */
-static double worst[3][NGRADS];
+static double worst[3][SSMT_SISO_NGRADS];
 static int    dtype_slot(ssm_dtype t) { return t == SSM_DTYPE_F16 ? 1 : t == SSM_DTYPE_BF16 ? 2 : 0; }
 
 typedef struct bwd_case {
@@ -56,10 +43,10 @@ static ssmt_host out_like(const ssm_tensor * like, ssm_dtype dtype, int strided)
 static void check_rounded_outputs(const bwd_case * bc, const ssm_mamba3_params * p,
                                   const ssm_mamba3_siso_bwd_args * args, const ssmt_host * f32, ssm_dtype dt) {
     ssm_mamba3_siso_bwd_args ca = *args;
-    ssmt_host                got[NGRADS];
+    ssmt_host                got[SSMT_SISO_NGRADS];
     memset(got, 0, sizeof got);
-    for (int g = 0; g < NGRADS; ++g) {
-        ssm_tensor * slot = grad_slot(&ca, g);
+    for (int g = 0; g < SSMT_SISO_NGRADS; ++g) {
+        ssm_tensor * slot = ssmt_siso_grad_slot(&ca, g);
         if (slot->data == NULL) continue;
         got[g] = out_like(slot, dt, bc->cfg.strided);
         *slot = got[g].t;
@@ -67,13 +54,13 @@ static void check_rounded_outputs(const bwd_case * bc, const ssm_mamba3_params *
     const ssm_status s = ssm_mamba3_siso_bwd(ctx_cpu[2], p, &ca);
     TEST_CHECK(s == SSM_STATUS_OK, "%s 16-bit outputs: %s (%s)", bc->name, ssm_status_string(s),
                ssm_context_last_error(ctx_cpu[2]));
-    for (int g = 0; g < NGRADS; ++g) {
+    for (int g = 0; g < SSMT_SISO_NGRADS; ++g) {
         if (got[g].t.data == NULL) continue;
         int64_t bad = 0, n = ssmt_numel(&got[g].t);
         for (int64_t i = 0; i < n; ++i)
             if (ssmt_get(&got[g].t, i) != ssmt_round_to(dt, ssmt_get(&f32[g].t, i))) ++bad;
         TEST_CHECK(bad == 0, "%s/%s: %lld of %lld 16-bit outputs are not the rounded F32 result", bc->name,
-                   grad_names[g], (long long)bad, (long long)n);
+                   ssmt_siso_grad_names[g], (long long)bad, (long long)n);
         ssmt_free(&got[g]);
     }
 }
@@ -97,36 +84,36 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
     ssmt_mamba3_params(&cfg, &p);
     ssm_mamba3_siso_bwd_args args = bwd.args;
     if (bc->only_some)
-        for (int g = 0; g < NGRADS; ++g)
-            if (g != 2 && g != 4 && g != 6 && g != 8) memset(grad_slot(&args, g), 0, sizeof(ssm_tensor));
+        for (int g = 0; g < SSMT_SISO_NGRADS; ++g)
+            if (g != 2 && g != 4 && g != 6 && g != 8) memset(ssmt_siso_grad_slot(&args, g), 0, sizeof(ssm_tensor));
 
     const ssm_status rs = ssm_mamba3_siso_bwd(ctx_ref, &p, &args);
     TEST_CHECK(rs == SSM_STATUS_OK, "%s: reference: %s (%s)", bc->name, ssm_status_string(rs),
                ssm_context_last_error(ctx_ref));
 
-    ssmt_host first[NGRADS];
+    ssmt_host first[SSMT_SISO_NGRADS];
     memset(first, 0, sizeof first);
     const ssmt_bar bar = ssmt_bar_for(cd);
     for (int variant = 0; variant < 4; ++variant) {
         ssm_context * ctx = variant < 3 ? ctx_cpu[variant + 1] : ctx_scalar;
         if (ctx == NULL) continue;
         ssm_mamba3_siso_bwd_args ca = args;
-        ssmt_host                got[NGRADS];
+        ssmt_host                got[SSMT_SISO_NGRADS];
         memset(got, 0, sizeof got);
-        for (int g = 0; g < NGRADS; ++g) {
-            ssm_tensor * slot = grad_slot(&ca, g);
+        for (int g = 0; g < SSMT_SISO_NGRADS; ++g) {
+            ssm_tensor * slot = ssmt_siso_grad_slot(&ca, g);
             if (slot->data == NULL) continue;
-            got[g] = out_like(grad_slot(&args, g), SSM_DTYPE_F32, cfg.strided);
+            got[g] = out_like(ssmt_siso_grad_slot(&args, g), SSM_DTYPE_F32, cfg.strided);
             *slot = got[g].t;
         }
         const ssm_status s = ssm_mamba3_siso_bwd(ctx, &p, &ca);
         TEST_CHECK(s == SSM_STATUS_OK, "%s variant %d: %s (%s)", bc->name, variant, ssm_status_string(s),
                    ssm_context_last_error(ctx));
-        for (int g = 0; g < NGRADS; ++g) {
+        for (int g = 0; g < SSMT_SISO_NGRADS; ++g) {
             if (got[g].t.data == NULL) continue;
             if (variant == 0 || variant == 3) {
-                const double rr = ssmt_check_variant(bc->name, grad_names[g], variant == 0 ? "cpu" : "scalar",
-                                                     &got[g].t, grad_slot(&args, g), bar);
+                const double rr = ssmt_check_variant(bc->name, ssmt_siso_grad_names[g], variant == 0 ? "cpu" : "scalar",
+                                                     &got[g].t, ssmt_siso_grad_slot(&args, g), bar);
                 double *     w  = &worst[dtype_slot(cd)][g];
                 if (rr > *w || rr != rr) *w = rr;
             }
@@ -135,13 +122,13 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
             } else {
                 if (variant < 3)
                     TEST_CHECK(memcmp(first[g].buf, got[g].buf, got[g].bytes) == 0, "%s/%s: %d threads differ from 1",
-                               bc->name, grad_names[g], variant + 1);
+                               bc->name, ssmt_siso_grad_names[g], variant + 1);
                 ssmt_free(&got[g]);
             }
         }
     }
     if (bc->out_16bit && cd != SSM_DTYPE_F32) check_rounded_outputs(bc, &p, &args, first, cd);
-    for (int g = 0; g < NGRADS; ++g)
+    for (int g = 0; g < SSMT_SISO_NGRADS; ++g)
         if (first[g].buf) ssmt_free(&first[g]);
     ssmt_mamba3_bwd_free(&bwd);
     ssmt_mamba3_problem_free(&prob);
@@ -229,8 +216,8 @@ int main(void) {
 
     printf("worst rel_rms per gradient (CPU and scalar vs reference):\n%-14s %10s %10s %10s\n", "gradient", "f32",
            "f16", "bf16");
-    for (int g = 0; g < NGRADS; ++g)
-        printf("%-14s %10.3g %10.3g %10.3g\n", grad_names[g], worst[0][g], worst[1][g], worst[2][g]);
+    for (int g = 0; g < SSMT_SISO_NGRADS; ++g)
+        printf("%-14s %10.3g %10.3g %10.3g\n", ssmt_siso_grad_names[g], worst[0][g], worst[1][g], worst[2][g]);
 
     ssm_context_free(ctx_ref);
     for (int t = 1; t <= 3; ++t) ssm_context_free(ctx_cpu[t]);
