@@ -41,8 +41,9 @@ nvcc --version 2>&1 | tail -1 | sed 's/^/nvcc: /' | tee -a "$summary"
 # ---- build --------------------------------------------------------------------------------
 t0=$(date +%s)
 if want build || [ ! -x "$build/ssmops" ]; then
-    if ! { cmake -S "$src" -B "$build" -DSSMOPS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DSSMOPS_CUDA_LINEINFO=ON -DCMAKE_BUILD_TYPE=Release \
-        -DCMAKE_CUDA_FLAGS=-Xptxas=-v && cmake --build "$build" -j "$jobs"; } >"$out/build.log" 2>&1; then
+    if ! { cmake -S "$src" -B "$build" -DSSMOPS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a -DCMAKE_BUILD_TYPE=Release \
+        -DSSMOPS_CUDA_LINEINFO=ON -DCMAKE_CUDA_FLAGS=-Xptxas=-v &&
+        cmake --build "$build" -j "$jobs"; } >"$out/build.log" 2>&1; then
         grep -E "error|Error" "$out/build.log" | head -40
         note "BUILD FAILED"
         exit 1

@@ -63,6 +63,17 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
             : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+/* A warp's row of eight n8 tiles: acc[2·np + j] += a·(n8 tile j of b[np]) for np = 0..3, b[np] one
+ * ldmatrix x4 of two n8 tiles (registers 0, 1: tile 0; 2, 3: tile 1). */
+template <int MODE>
+__device__ __forceinline__ void mma_row4(float (&acc)[8][4], const uint32_t (&a)[4], const uint32_t (&b)[4][4]) {
+#pragma unroll
+    for (int np = 0; np < 4; ++np) {
+        mma16816<MODE>(acc[2 * np], a, b[np][0], b[np][1]);
+        mma16816<MODE>(acc[2 * np + 1], a, b[np][2], b[np][3]);
+    }
+}
+
 __device__ __forceinline__ unsigned smem_addr(const void * p) { return (unsigned)__cvta_generic_to_shared(p); }
 
 /* Four 8x8 b16 matrices; lane l gives the row address of matrix l/8. */

@@ -98,11 +98,7 @@ __device__ __forceinline__ void mma_nk_step(float (&acc)[8][4], const uint32_t (
     uint32_t b[4][4];
 #pragma unroll
     for (int np = 0; np < 4; ++np) ldsm4(b[np], &bm[np * 16 * LN + ks * 16 + b_nk_off(lane, LN)]);
-#pragma unroll
-    for (int np = 0; np < 4; ++np) {
-        mma16816<MODE>(acc[2 * np], a, b[np][0], b[np][1]);
-        mma16816<MODE>(acc[2 * np + 1], a, b[np][2], b[np][3]);
-    }
+    mma_row4<MODE>(acc, a, b);
 }
 
 /* y (16 rows × 64 p) += scores (16 rows × 64 tokens, fp32, split hi/lo: two products) · x (64 tokens
@@ -121,16 +117,8 @@ __device__ __forceinline__ void scores_times_x(float (&y)[8][4], const float (&s
         uint32_t b[4][4];
 #pragma unroll
         for (int np = 0; np < 4; ++np) ldsm4_t(b[np], &xs[ks * 16 * kFLd + np * 16 + b_kn_off(lane, kFLd)]);
-#pragma unroll
-        for (int np = 0; np < 4; ++np) {
-            mma16816<MODE>(y[2 * np], ah, b[np][0], b[np][1]);
-            mma16816<MODE>(y[2 * np + 1], ah, b[np][2], b[np][3]);
-        }
-#pragma unroll
-        for (int np = 0; np < 4; ++np) {
-            mma16816<MODE>(y[2 * np], al, b[np][0], b[np][1]);
-            mma16816<MODE>(y[2 * np + 1], al, b[np][2], b[np][3]);
-        }
+        mma_row4<MODE>(y, ah, b);
+        mma_row4<MODE>(y, al, b);
     }
 }
 

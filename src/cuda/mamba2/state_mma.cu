@@ -160,18 +160,10 @@ template <int MODE> __global__ void __launch_bounds__(kFastThreads) state_mma_bw
             ldsm4_t(a, &xcur[ks * 16 * kFLd + warp * 16 + a_trans_off(lane, kFLd)]);
 #pragma unroll
             for (int np = 0; np < 4; ++np) ldsm4_t(b[np], &bh[ks * 16 * kFLd + np * 16 + b_kn_off(lane, kFLd)]);
-#pragma unroll
-            for (int np = 0; np < 4; ++np) {
-                mma16816<MODE>(acc[2 * np], a, b[np][0], b[np][1]);
-                mma16816<MODE>(acc[2 * np + 1], a, b[np][2], b[np][3]);
-            }
+            mma_row4<MODE>(acc, a, b);
 #pragma unroll
             for (int np = 0; np < 4; ++np) ldsm4_t(b[np], &bl[ks * 16 * kFLd + np * 16 + b_kn_off(lane, kFLd)]);
-#pragma unroll
-            for (int np = 0; np < 4; ++np) {
-                mma16816<MODE>(acc[2 * np], a, b[np][0], b[np][1]);
-                mma16816<MODE>(acc[2 * np + 1], a, b[np][2], b[np][3]);
-            }
+            mma_row4<MODE>(acc, a, b);
         }
         __syncthreads(); /* bh, bl and this x buffer are rewritten in the next step */
     }
@@ -301,16 +293,8 @@ template <int MODE> __global__ void __launch_bounds__(kWideThreads, kStateMinBlo
                 ldsm4_t(al, &xl[ks * 16 * kFLd + wp + a_trans_off(lane, kFLd)]);
 #pragma unroll
                 for (int np = 0; np < 4; ++np) ldsm4_t(b[np], &bs[ks * 16 * kXwLd + wn + np * 16 + b_kn_off(lane, kXwLd)]);
-#pragma unroll
-                for (int np = 0; np < 4; ++np) {
-                    mma16816<MODE>(acc[2 * np], ah, b[np][0], b[np][1]);
-                    mma16816<MODE>(acc[2 * np + 1], ah, b[np][2], b[np][3]);
-                }
-#pragma unroll
-                for (int np = 0; np < 4; ++np) {
-                    mma16816<MODE>(acc[2 * np], al, b[np][0], b[np][1]);
-                    mma16816<MODE>(acc[2 * np + 1], al, b[np][2], b[np][3]);
-                }
+                mma_row4<MODE>(acc, ah, b);
+                mma_row4<MODE>(acc, al, b);
             }
         }
         __syncthreads(); /* the next step rewrites xl and, one step later, these buffers */
