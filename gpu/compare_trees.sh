@@ -106,8 +106,11 @@ done
 [ "${built[0]:-}" = "$base" ] || { say "the base did not build: stopping"; exit 1; }
 names=("${built[@]}")
 for name in "${names[@]}"; do
-    (cd "$src/build-tree-$name" && SSMOPS_TEST_HASH_LOG="$out/hash-$name.txt" ./tests/"$test" >"$out/test-$name.log" 2>&1
-    echo "$name $test rc=$? $(tail -1 "$out/test-$name.log")" >>"$sum") &
+    # the test links libssmops.so: a patch candidate's binary carries the base's build path, so the
+    # tree's own copy of the library is named first (and the one the loader picks is recorded)
+    (cd "$src/build-tree-$name" && export LD_LIBRARY_PATH="$PWD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" &&
+        SSMOPS_TEST_HASH_LOG="$out/hash-$name.txt" ./tests/"$test" >"$out/test-$name.log" 2>&1
+    echo "$name $test rc=$? $(tail -1 "$out/test-$name.log") [$(ldd ./tests/"$test" | grep -o 'libssmops[^ ]* => [^ ]*')]" >>"$sum") &
 done
 wait
 grep " $test rc=" "$sum"
