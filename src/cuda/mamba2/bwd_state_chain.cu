@@ -24,8 +24,8 @@ using namespace ssmi_mma;
 
 constexpr int kMmaWarps = 8; /* the products, the running state and the stores: a 16 × 32 slab of the tile each */
 /* the loads of the ring and the split of the next chunk: as many as the mma warps, so each SM
- * sub-partition holds two warps of each kind (with half as many the split was slower still; it
- * remains the longer of the two kinds' work per chunk) */
+ * sub-partition holds two warps of each kind; the split is the longer of the two kinds' work per
+ * chunk, and with fewer warps it would set the pace alone */
 constexpr int kSplitWarps = 8;
 constexpr int kMmaThreads = 32 * kMmaWarps, kSplitThreads = 32 * kSplitWarps;
 constexpr int kChainThreads = kMmaThreads + kSplitThreads;
