@@ -92,8 +92,7 @@ __device__ __forceinline__ void load_rows_of(float * const (&dst)[NV], int ld, c
         bool vec = n % 8 == 0 && ld % 4 == 0;
 #pragma unroll
         for (int s = 0; s < NV; ++s)
-            vec = vec && v[s].s[3] == 1 && v[s].s[0] % 8 == 0 && v[s].s[1] % 8 == 0 && v[s].s[2] % 8 == 0 &&
-                  ((uintptr_t)v[s].p & 15) == 0 && ((uintptr_t)dst[s] & 15) == 0;
+            vec = vec && rows16(v[s]) && ((uintptr_t)dst[s] & 15) == 0;
         if (vec) {
             constexpr int kV = 4; /* pieces of each view in flight per thread */
             const int     n8 = n / 8, total8 = Q * n8;
