@@ -249,6 +249,7 @@ ssm_status run_kernels(ssm_context * ctx, bw_args a) {
             SSM_FORWARD_IF_ERROR(launch_state_grad_pass(ctx, kOp, a));
         }
         SSM_FORWARD_IF_ERROR(a.planes ? launch_bwd_chunk_planes(ctx, kOp, a) : launch_bwd_chunk(ctx, kOp, a));
+        if (a.sparts) SSM_FORWARD_IF_ERROR(launch_bwd_state_parts(ctx, kOp, a));
     }
     return launch_bwd_reduce(ctx, kOp, a);
 }
@@ -341,6 +342,7 @@ extern "C" ssm_status ssmi_cuda_mamba2_scan_bwd(ssm_context * ctx, const ssm_mam
         set_batch(b, k0, per);
         if (b.hb > ar.hb) ar.hb = b.hb;
     }
+    ar.sparts = ar.planes && state_parts_ok(ar, optin);
 
     const bwd_ws       l = ws_layout(ar);
     const cudaStream_t s = ssmi_cuda_stream(ctx);

@@ -89,6 +89,11 @@ struct bw_args {
      * slices [s0, s0 + sb) (slices numbered across groups, g·nslices + slice; the per-head chunk
      * kernels' slices are single heads); st and gs hold this batch's slots only (state_at) */
     int       h0, hb, s0, sb;
+    /* sparts (state_parts_ok): the state parts of dB and dC come from bwd_state_parts.cu, one
+     * product over a slice's heads added into the slice's part after the chunk kernel; the chunk
+     * kernel keeps Σ_h dCB_h of the slice's heads in registers (one A1 tile per warp) and
+     * writes only its terms (Σ dCBᵀ·C, Σ dCB·B) into the part, at the slice's last head */
+    int       sparts;
     ssmi_cu_view x, dt, a, b, c, d, z, bias, init, dout, dfin;
     bw_out       dx, ddt, dz, db, dc, da, dd, dbias, dinit;
     const bw_chunk * chunks;
@@ -202,6 +207,10 @@ ssm_status launch_bwd_dt(ssm_context * ctx, const char * op, const bw_args & a);
 ssm_status launch_bwd_states(ssm_context * ctx, const char * op, const bw_args & a);
 ssm_status launch_bwd_dstates(ssm_context * ctx, const char * op, const bw_args & a);
 ssm_status launch_bwd_chunk(ssm_context * ctx, const char * op, const bw_args & a);
+/* bwd_state_parts.cu (mamba2-bwd-design §10): where state_parts_ok (bw_args.sparts), the state parts
+ * of dB and dC as one product over each slice's heads, added into the slice's part. */
+bool       state_parts_ok(const bw_args & a, size_t optin);
+ssm_status launch_bwd_state_parts(ssm_context * ctx, const char * op, const bw_args & a);
 ssm_status launch_bwd_chunk_planes(ssm_context * ctx, const char * op, const bw_args & a);
 ssm_status launch_bwd_states_planes(ssm_context * ctx, const char * op, const bw_args & a, bool dstates);
 ssm_status launch_state_pass(ssm_context * ctx, const char * op, const bw_args & a);

@@ -22,7 +22,9 @@
  *   A2    per (i, p) tile: C·Sᵀ → q partials, then (dz) e^{cm}·C·Sᵀ + W1·x + D·x → dz;
  *         e^{cl−cm}·B·Gᵀ → r partials, + W2ᵀ·δx = acc → dx, ddt_loc partials
  *   C     per (j, n) tile: e^{cl−cm_j}·dt_j·x·G + dCBᵀ·C → dB;  per (i, n): e^{cm_i}·δx·S + dCB·B → dC;
- *         each added to the slice's running sum of the earlier heads; intra sums from CB·dCB
+ *         each added to the slice's running sum of the earlier heads; intra sums from CB·dCB. With
+ *         bw_args.sparts, A1 sums dCB over the slice's heads instead (in registers) and C runs at the
+ *         slice's last head only, with Σ dCB's two products: bwd_state_parts.cu adds the state parts
  *   end   warp 0: the ddA recurrence, ddt, dA and ddt_bias partials.
  */
 #include "../../core/ssmi_scalar.h"
@@ -421,6 +423,10 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
     /* the group's B and C, kept for every head of the slice (the first head's block_sum publishes them) */
     load_exact(bh, gm.ln, gm.np, gm.qp, a.b, ck, grp, N, L);
     load_exact(ch, gm.ln, gm.np, gm.qp, a.c, ck, grp, N, L);
+    /* with sparts, Σ_h dCB_h of the slice's heads so far: warp w owns A1 tile w in every head (Q = 64:
+     * 16 tiles, 16 warps), this lane its pairs (j, hh) of it */
+    static_assert(kPlanesThreads / 32 == (64 / 16) * (64 / 16), "sparts: one A1 tile per warp at Q = 64");
+    float dcb_run[2][2][2] = {};
     for (int h = h0; h < h1; ++h) {
         if (h > h0) __syncthreads(); /* the previous head's last reads of shared memory are done */
         const long long w = ci * a.H + h;
@@ -543,7 +549,13 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
                     const int o = i * gm.lq + j0;
                     split_pair(w1[0], w1[1], w1h, w1l, o);
                     split_pair(w2[0], w2[1], w2h, w2l, o);
-                    split_pair(d[0], d[1], dch, dcl, o);
+                    if (a.sparts) { /* Σ_h dCB_h, in head order; its planes at the slice's last head */
+                        d[0] += dcb_run[j][hh][0], d[1] += dcb_run[j][hh][1];
+                        dcb_run[j][hh][0] = d[0], dcb_run[j][hh][1] = d[1];
+                        if (last) split_pair(d[0], d[1], dch, dcl, o);
+                    } else {
+                        split_pair(d[0], d[1], dch, dcl, o);
+                    }
                     *(float2 *)(prod + i * gm.lf + j0) = make_float2(pr[0], pr[1]);
                 }
         }
@@ -653,10 +665,11 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
          * back before this head's products, written after them); the last head writes the sum to db/dc
          * where the slice is the whole group (parts = 1), else to the workspace part that the group sum
          * adds up. Then the intra sums. */
-        const bool direct = last && a.parts == 1;
+        const bool direct = last && a.parts == 1 && !a.sparts;
         auto       c_pass = [&](auto kind) {
             constexpr bool db = decltype(kind)::value;
             if (!(db ? a.want_db : a.want_dc)) return;
+            if (a.sparts && !last) return; /* Σ dCB's terms once, at the slice's last head */
             /* the running sums, [batch·S][G][parts][N]: element (m0 + g4 + 8hh, n0 + 2t4 + 8j) at
              * pl0 + (m0 + 8hh)·pitch + n0 + 8j; with direct, in db (dc) at o0 + (m0 + 8hh)·s[1] + (n0 + 8j)·s[3] */
             float * const   part = db ? a.dbh : a.dch;
@@ -673,7 +686,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
                 float * const pt = pl0 + ((long long)m0 * pitch + n0);
                 float         prev[2][4];
                 zero_acc(prev);
-                if (!first)
+                if (!first && !a.sparts)
 #pragma unroll
                     for (int hh = 0; hh < 2; ++hh)
 #pragma unroll
@@ -689,14 +702,16 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
                         }
                 float c[2][4];
                 zero_acc(c);
-                if constexpr (db) tile_mma<false, true, false, true, kPp>(c, xh, nullptr, gm.lp, gh, gl, gm.ln, m0, n0, 0, gm.pp);
-                else tile_mma<false, true, true, true, kPp>(c, dxh, dxl, gm.lp, sh, sl, gm.ln, m0, n0, 0, gm.pp);
+                if (!a.sparts) { /* the head's state part (with sparts: bwd_state_parts.cu's, after this kernel) */
+                    if constexpr (db) tile_mma<false, true, false, true, kPp>(c, xh, nullptr, gm.lp, gh, gl, gm.ln, m0, n0, 0, gm.pp);
+                    else tile_mma<false, true, true, true, kPp>(c, dxh, dxl, gm.lp, sh, sl, gm.ln, m0, n0, 0, gm.pp);
 #pragma unroll
-                for (int hh = 0; hh < 2; ++hh) {
-                    const int   i = m0 + g4 + 8 * hh;
-                    const float sc = db ? eclm[i] * dtv[i] : ecm[i];
+                    for (int hh = 0; hh < 2; ++hh) {
+                        const int   i = m0 + g4 + 8 * hh;
+                        const float sc = db ? eclm[i] * dtv[i] : ecm[i];
 #pragma unroll
-                    for (int j = 0; j < 2; ++j) c[j][2 * hh] *= sc, c[j][2 * hh + 1] *= sc;
+                        for (int j = 0; j < 2; ++j) c[j][2 * hh] *= sc, c[j][2 * hh + 1] *= sc;
+                    }
                 }
                 if constexpr (db) tile_mma<true, true, true, false>(c, dch, dcl, gm.lq, ch, nullptr, gm.ln, m0, n0, m0, Kq);
                 else tile_mma<false, true, true, false>(c, dch, dcl, gm.lq, bh, nullptr, gm.ln, m0, n0, 0, min(m0 + 16, Kq));
@@ -710,7 +725,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
                         const int n = n0 + 8 * j + 2 * t4;
                         if (!kWholeN && n >= N) continue;
                         float v0 = c[j][2 * hh], v1 = c[j][2 * hh + 1];
-                        if (!first) v0 = prev[j][2 * hh] + v0, v1 = prev[j][2 * hh + 1] + v1;
+                        if (!first && !a.sparts) v0 = prev[j][2 * hh] + v0, v1 = prev[j][2 * hh + 1] + v1;
                         const bool two = kWholeN || n + 1 < N;
                         if (direct)
                             store_pair(out, mode, oo + 8 * hh * out.s[1] + 8 * j * out.s[3], v0, v1, two);

@@ -248,7 +248,7 @@ ssm_status launch_state_grad_pass(ssm_context * ctx, const char * op, const bw_a
 ssm_status launch_bwd_reduce(ssm_context * ctx, const char * op, const bw_args & a) {
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     const long long    n = a.tokens * a.G * a.N;
-    if (a.parts != 1 && (a.want_db || a.want_dc) && n > 0) {
+    if ((a.parts != 1 || a.sparts) && (a.want_db || a.want_dc) && n > 0) {
         group_sum_kernel<<<(unsigned)((n + kThreads - 1) / kThreads), kThreads, 0, s>>>(a);
         SSMI_CU_CHECK_LAUNCH(ctx, op, "group_sum_kernel");
     }
