@@ -314,7 +314,17 @@ static void test_matrix(ssmt_rng * rng) {
     cuda_case(rng, &cfg, 256, 0, 1, 0, 0, -1, "S200 H12 P64 N128 G1 bf16 fixed dims");
     cfg.nheads = 4, cfg.ngroups = 2, cfg.nseq = 3, cfg.seqlens = vl, cfg.d_mode = 2;
     cuda_case(rng, &cfg, 64, 0, 1, 0, 1, -1, "varlen 70+0+75 H4 P64 N128 G2 bf16 fixed dims");
-    TEST_CHECK(g_planes_runs == fixed_before + 2, "chunked_planes ran on %d of the 2 fixed-dims cases",
+    /* the state-parts kernel (bwd_state_parts.cu) over more (chunk, slice) items than a device has
+     * SMs, most chunks short (1–100 tokens: rows past a chunk's length) and slices of unequal heads
+     * (R = 9: 5 + 4), with z (the gated dC) and without */
+    static int64_t many[150], few[150];
+    for (int s = 0; s < 150; ++s) many[s] = 1 + (s * 37) % 100, few[s] = 1 + s % 17;
+    plane_config(&cfg, 1, 0, 9, 1, 64, 128, 1);
+    cfg.nseq = 150, cfg.seqlens = many;
+    cuda_case(rng, &cfg, 64, 0, 1, 0, 1, -1, "varlen 150 (1-100) H9 P64 N128 G1 bf16 state-parts items");
+    cfg.seqlens = few, cfg.has_z = 0, cfg.d_mode = 0;
+    cuda_case(rng, &cfg, 64, 0, 1, 0, 0, -1, "varlen 150 (1-17) H9 P64 N128 G1 bf16 no z state-parts items");
+    TEST_CHECK(g_planes_runs == fixed_before + 4, "chunked_planes ran on %d of the 4 fixed-dims cases",
                g_planes_runs - fixed_before);
 }
 
