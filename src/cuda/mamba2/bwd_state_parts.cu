@@ -155,6 +155,24 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_state_parts_kernel(bw_args a)
         if (k < nh) sp_issue<DB, GATED>(sm + k * lay::kSlot, a, ck, ci, h0 + k, L, vec);
         cp_async_commit();
     }
+    /* this thread's elements of the slice's part of the dB (dC) parts, [batch·S][G][parts][N], where
+     * the chunk kernel has written the slice's intra-chunk terms: loaded now, so their latency hides
+     * behind the heads' products instead of following them */
+    float * const   part = DB ? a.dbh : a.dch;
+    const long long pitch = (long long)a.G * a.parts * a.N;
+    auto            part_row = [&](int i) {
+        return part + (ck.row * a.S + ck.t0 + i) * pitch + ((long long)grp * a.parts + slc) * a.N + nw + 2 * t4;
+    };
+    float2 prev[2][2][4];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt)
+#pragma unroll
+        for (int hh = 0; hh < 2; ++hh) {
+            const int i = m0 + mt * 16 + g4 + 8 * hh;
+#pragma unroll
+            for (int t = 0; t < 4; ++t)
+                prev[mt][hh][t] = i < L ? *(const float2 *)(part_row(i) + 8 * t) : make_float2(0.0f, 0.0f);
+        }
     for (int k = 0; k < nh; ++k) {
         const char * slot = sm + (k % kStages) * lay::kSlot;
         bf16 * const bp = (bf16 *)(sm + lay::kBPlanes + (k & 1) * 2 * kSpBPlane);
@@ -219,20 +237,16 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_state_parts_kernel(bw_args a)
                 for (int e = 0; e < 4; ++e) acc[mt][t][e] = fmaf(sc[mt][e >> 1], tmp[mt][t][e], acc[mt][t][e]);
     }
     cp_async_wait_all();
-    /* added to the slice's part of the dB (dC) parts, [batch·S][G][parts][N], after the chunk kernel
-     * has written the slice's intra-chunk terms there */
-    float * const   part = DB ? a.dbh : a.dch;
-    const long long pitch = (long long)a.G * a.parts * a.N;
 #pragma unroll
     for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
         for (int hh = 0; hh < 2; ++hh) {
             const int i = m0 + mt * 16 + g4 + 8 * hh;
             if (i >= L) continue;
-            float * row = part + (ck.row * a.S + ck.t0 + i) * pitch + ((long long)grp * a.parts + slc) * a.N + nw + 2 * t4;
+            float * const row = part_row(i);
 #pragma unroll
             for (int t = 0; t < 4; ++t) {
-                const float2 v = *(const float2 *)(row + 8 * t);
+                const float2 v = prev[mt][hh][t];
                 *(float2 *)(row + 8 * t) = make_float2(v.x + acc[mt][t][2 * hh], v.y + acc[mt][t][2 * hh + 1]);
             }
         }
