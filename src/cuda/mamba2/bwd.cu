@@ -201,7 +201,7 @@ bw_out out_of(const ssm_tensor * t) {
 /* Byte offsets of the workspace pieces, each 256-byte aligned; st and gs for a.hb heads (the
  * largest head batch). */
 struct bwd_ws {
-    size_t chunks, segs, dtv, cmv, dfac, ecl, st, gs, ddp, dap, dbp, dbh, dch, total;
+    size_t chunks, segs, dtv, cmv, dfac, wdb, wdc, ecl, st, gs, ddp, dap, dbp, dbh, dch, total;
 };
 
 size_t take(size_t * at, size_t bytes) {
@@ -219,6 +219,8 @@ bwd_ws ws_layout(const bw_args & a) {
     l.dtv = take(&at, w * (size_t)a.Q * f);
     l.cmv = take(&at, w * (size_t)a.Q * f);
     l.dfac = take(&at, w * (size_t)a.Q * f);
+    l.wdb = take(&at, w * (size_t)a.Q * f);
+    l.wdc = take(&at, w * (size_t)a.Q * f);
     l.ecl = take(&at, w * f);
     const size_t wb = (size_t)a.nchunks * (size_t)a.hb;
     l.st = take(&at, wb * (size_t)a.P * (size_t)a.N * f);
@@ -372,7 +374,7 @@ extern "C" ssm_status ssmi_cuda_mamba2_scan_bwd(ssm_context * ctx, const ssm_mam
     if (st == SSM_STATUS_OK) {
         ar.chunks = (const bw_chunk *)(ws + l.chunks), ar.segs = (const bw_seg *)(ws + l.segs);
         ar.dtv = (float *)(ws + l.dtv), ar.cmv = (float *)(ws + l.cmv), ar.dfac = (float *)(ws + l.dfac);
-        ar.ecl = (float *)(ws + l.ecl);
+        ar.wdb = (float *)(ws + l.wdb), ar.wdc = (float *)(ws + l.wdc), ar.ecl = (float *)(ws + l.ecl);
         ar.st = (float *)(ws + l.st), ar.gs = (float *)(ws + l.gs), ar.ddp = (float *)(ws + l.ddp);
         ar.dap = (float *)(ws + l.dap), ar.dbp = (float *)(ws + l.dbp);
         ar.dbh = (float *)(ws + l.dbh), ar.dch = (float *)(ws + l.dch);

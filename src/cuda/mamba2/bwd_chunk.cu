@@ -31,8 +31,9 @@ __device__ __forceinline__ float process_dt(const bw_args & a, float pre, float 
 }
 
 /* dt of a block of kDtHeads heads over one chunk, its inclusive fp32 cumsum times A, the chain
- * factor, and the chunk's total decay e^{cl} (cl = the cumsum at its last token) for the state
- * passes. Block (chunk, head tile): the threads first process every (token, head) element (a token's
+ * factor, the row weights of the state products (e^{cl−cm}·dt and e^{cm}: the expressions the state
+ * chain and the state-parts kernel would form per row, once) and the chunk's total decay e^{cl}
+ * (cl = the cumsum at its last token) for the state passes. Block (chunk, head tile): the threads first process every (token, head) element (a token's
  * heads are adjacent in dt), then thread j sums head j's tokens in order (the one serial part, from
  * shared memory), then the block writes the tile's [heads][Q] rows of dt, cm and the factor, which
  * are contiguous in the workspace. Every value depends on its (chunk, head) alone (process_dt, then
@@ -67,8 +68,11 @@ __global__ void __launch_bounds__(kThreads) bwd_dt_kernel(bw_args a) {
     __syncthreads();
     const long long base = (ci * a.H + h0) * Q; /* rows h0 .. h0 + nh − 1 of the chunk, [Q] each */
     for (int e = threadIdx.x; e < nh * Q; e += blockDim.x) {
-        const int j = e / Q, i = e % Q;
+        const int  j = e / Q, i = e % Q;
+        const bool in = i < ck.len;
         a.dtv[base + e] = sv[j][i], a.cmv[base + e] = sc[j][i], a.dfac[base + e] = sf[j][i];
+        a.wdb[base + e] = in ? expf(sc[j][Q - 1] - sc[j][i]) * sv[j][i] : 0.0f; /* sc[j][Q − 1] = cl */
+        a.wdc[base + e] = in ? expf(sc[j][i]) : 0.0f;
     }
 }
 

@@ -31,7 +31,7 @@ constexpr int kSpLdB = 136; /* B plane row pitch (bf16): 272 bytes, likewise */
 constexpr int kSpA = kSpQ * kSpLdA * 2;           /* bytes of one A plane (raw rows or hi/lo) */
 constexpr int kSpBRaw = kSpP * kSpN * 4;          /* bytes of a head's fp32 slot */
 constexpr int kSpBPlane = kSpP * kSpLdB * 2;      /* bytes of one B plane */
-constexpr int kSpScales = 2 * kSpQ * 4;           /* cm and dt rows of a head */
+constexpr int kSpScales = kSpQ * 4;               /* a head's row weights (wdb or wdc) */
 
 /* The shared-memory layout of a kind: GATED (dC with z) has a z row plane in each ring slot and
  * its δx hi/lo planes, and a shallower ring to fit. */
@@ -88,8 +88,7 @@ __device__ __forceinline__ void sp_issue(char * slot, const bw_args & a, const b
     }
     float *         sc = (float *)(slot + kSpBRaw + (GATED ? 2 : 1) * kSpA);
     const long long w = ci * a.H + h;
-    if (tid < kSpQ / 4) cp_async16(sc + 4 * tid, a.cmv + w * kSpQ + 4 * tid);
-    else if (DB && tid < kSpQ / 2) cp_async16(sc + kSpQ + 4 * (tid - kSpQ / 4), a.dtv + w * kSpQ + 4 * (tid - kSpQ / 4));
+    if (tid < kSpQ / 4) cp_async16(sc + 4 * tid, (DB ? a.wdb : a.wdc) + w * kSpQ + 4 * tid);
 }
 
 /* This thread's pieces of a ring slot split into the head's planes: the fp32 slot into B hi/lo and,
@@ -187,16 +186,12 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_state_parts_kernel(bw_args a)
                                 vec);
         cp_async_commit();
 
-        const float * cm = (const float *)(slot + kSpBRaw + (GATED ? 2 : 1) * kSpA), *dt = cm + kSpQ;
-        const float   cl = cm[L - 1];
+        const float * wr = (const float *)(slot + kSpBRaw + (GATED ? 2 : 1) * kSpA); /* zero past L */
         float         sc[2][2];
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
 #pragma unroll
-            for (int hh = 0; hh < 2; ++hh) {
-                const int i = m0 + mt * 16 + g4 + 8 * hh;
-                sc[mt][hh] = i < L ? (DB ? expf(cl - cm[i]) * dt[i] : expf(cm[i])) : 0.0f;
-            }
+            for (int hh = 0; hh < 2; ++hh) sc[mt][hh] = wr[m0 + mt * 16 + g4 + 8 * hh];
         float tmp[2][4][4];
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt)
