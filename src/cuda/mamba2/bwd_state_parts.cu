@@ -7,10 +7,12 @@
  * A rows are bf16 inputs (x; dout without z) they enter the product exactly, as one plane (two mma
  * per product: A·G_hi + A·G_lo); δx is fp32 and takes two planes (three mma). A block per (chunk,
  * slice of heads) and kind, all N = 128 columns (the A rows loaded once), 8 warps of 32 × 32
- * outputs. The raw operands of a head (the fp32 slot of the chain, the bf16 rows, the token scales)
- * come by cp.async into a ring of kStages slots, kStages − 1 heads ahead of the products; each
- * thread splits the slot pieces (and gates the δx pieces) it copied itself into bf16 hi/lo planes
- * (two buffers), so one barrier per head orders everything.
+ * outputs. The raw operands of a head (the fp32 slot of the chain, the bf16 rows, the row scales s_h
+ * that bwd_dt_kernel forms once as wdb and wdc) come by cp.async into a ring of kStages slots,
+ * kStages − 1 heads ahead of the products; each thread splits the slot pieces (and gates the δx
+ * pieces) it copied itself into bf16 hi/lo planes (two buffers), so one barrier per head orders
+ * everything. Each thread loads its elements of the part before the first head, so the part's
+ * read-modify-write at the end waits on no load.
  *
  * Where state_parts_ok (Q = 64, P = 64, N = 128, bf16 x, dout and z, more than one head per group):
  * launched after each head batch's chunk kernel, which has written the slice's dCB terms into the
