@@ -100,8 +100,8 @@ struct bw_args {
     const bw_seg *   segs;
     /* workspace (fp32): [nchunks][H][Q] dt, cm, dfac, and the row weights of the state products,
      * wdb = e^{cl−cm}·dt (x rows) and wdc = e^{cm} (δx rows), zero past the chunk's length;
-     * [nchunks][H] e^{cl} (the chunk's total decay); [nchunks][hb][P][N] states and state gradients of the head batch (the largest
-     * batch's size, reused by every batch); [nchunks][H][P] dD partials;
+     * [nchunks][H] e^{cl} (the chunk's total decay); [nchunks][hb][P][N] states and state
+     * gradients of the head batch (the largest batch's size, reused by every batch); [nchunks][H][P] dD partials;
      * [nchunks][H] dA and ddt_bias partials; with R > 1, [batch·S][G][parts][N] parts of dB and
      * dC (the plane kernel's running sums of a slice's heads, the per-head kernels' heads) */
     float *dtv, *cmv, *dfac, *wdb, *wdc, *ecl, *st, *gs, *ddp, *dap, *dbp, *dbh, *dch;

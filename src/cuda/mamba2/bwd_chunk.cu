@@ -31,12 +31,12 @@ __device__ __forceinline__ float process_dt(const bw_args & a, float pre, float 
 }
 
 /* dt of a block of kDtHeads heads over one chunk, its inclusive fp32 cumsum times A, the chain
- * factor, the row weights of the state products (e^{cl−cm}·dt and e^{cm}: the expressions the state
- * chain and the state-parts kernel would form per row, once) and the chunk's total decay e^{cl}
- * (cl = the cumsum at its last token) for the state passes. Block (chunk, head tile): the threads first process every (token, head) element (a token's
- * heads are adjacent in dt), then thread j sums head j's tokens in order (the one serial part, from
- * shared memory), then the block writes the tile's [heads][Q] rows of dt, cm and the factor, which
- * are contiguous in the workspace. Every value depends on its (chunk, head) alone (process_dt, then
+ * factor, the row weights of the state products (e^{cl−cm}·dt and e^{cm}, which the state-parts
+ * kernel reads once per head instead of forming them) and the chunk's total decay e^{cl} (cl = the
+ * cumsum at its last token) for the state passes. Block (chunk, head tile): the threads first
+ * process every (token, head) element (a token's heads are adjacent in dt), then thread j sums head
+ * j's tokens in order (the one serial part, from shared memory), then the block writes the tile's
+ * [heads][Q] rows of dt, cm, the factor and the weights, which are contiguous in the workspace. Every value depends on its (chunk, head) alone (process_dt, then
  * the running sum in token order), so the bytes depend on neither the grid nor the head tile. */
 constexpr int kDtHeads = 32;
 __global__ void __launch_bounds__(kThreads) bwd_dt_kernel(bw_args a) {
