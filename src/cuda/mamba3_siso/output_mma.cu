@@ -335,30 +335,33 @@ __global__ void __launch_bounds__(kFastThreads, 2) output_mma_any_kernel(const m
 
 /* ---- the 8-warp kernel ---------------------------------------------------------------------------- */
 
-/* s (16 rows × NB·16 tokens) = Q̂·K̂ᵀ over all KS k-steps; qrh/qrl: this lane's A fragment rows,
- * kbh/kbl: the first column block's K̂ rows at this lane's ldmatrix offset. NB is a template
- * argument so that the caller's warp-uniform choice is one branch outside the loop (no per-mma
- * convergence guard). */
-template <int MODE, int NB>
-__device__ __forceinline__ void scores_pair(float (&s)[4][4], const typename cfg<MODE>::T * qrh,
-                                            const typename cfg<MODE>::T * qrl, const typename cfg<MODE>::T * kbh,
-                                            const typename cfg<MODE>::T * kbl, int KS, int LK) {
+/* acc (16 rows × NB·16 columns) += A·Bᵀ over k-steps [ks0, ks1) of split operands: three products per
+ * k-step (hi·hi, lo·hi, hi·lo; lo·lo is dropped), two k-steps per iteration so that step k+1's fragment
+ * loads overlap step k's products. arh/arl: this lane's A fragment rows of the hi and lo planes; bh/bl:
+ * the first column block's B rows at this lane's ldmatrix offset (pitch LK), block np at np·16 rows. NB
+ * is a template argument so that a caller's warp-uniform choice is one branch outside the loop (no
+ * per-mma convergence guard). */
+template <int MODE, int NB, int NACC>
+__device__ __forceinline__ void split_product(float (&acc)[NACC][4], const typename cfg<MODE>::T * arh,
+                                              const typename cfg<MODE>::T * arl, const typename cfg<MODE>::T * bh,
+                                              const typename cfg<MODE>::T * bl, int ks0, int ks1, int LK) {
+    static_assert(2 * NB <= NACC, "two accumulator tiles per column block");
 #pragma unroll 2
-    for (int ks = 0; ks < KS; ++ks) {
+    for (int ks = ks0; ks < ks1; ++ks) {
         uint32_t ah[4], al[4];
-        ldsm4(ah, qrh + ks * 16);
-        ldsm4(al, qrl + ks * 16);
+        ldsm4(ah, arh + ks * 16);
+        ldsm4(al, arl + ks * 16);
 #pragma unroll
         for (int np = 0; np < NB; ++np) {
-            uint32_t kb[4], kl[4];
-            ldsm4(kb, kbh + np * 16 * LK + ks * 16);
-            ldsm4(kl, kbl + np * 16 * LK + ks * 16);
-            mma16816<MODE>(s[2 * np], ah, kb[0], kb[1]);
-            mma16816<MODE>(s[2 * np + 1], ah, kb[2], kb[3]);
-            mma16816<MODE>(s[2 * np], al, kb[0], kb[1]);
-            mma16816<MODE>(s[2 * np + 1], al, kb[2], kb[3]);
-            mma16816<MODE>(s[2 * np], ah, kl[0], kl[1]);
-            mma16816<MODE>(s[2 * np + 1], ah, kl[2], kl[3]);
+            uint32_t b[4], bq[4];
+            ldsm4(b, bh + np * 16 * LK + ks * 16);
+            ldsm4(bq, bl + np * 16 * LK + ks * 16);
+            mma16816<MODE>(acc[2 * np], ah, b[0], b[1]);
+            mma16816<MODE>(acc[2 * np + 1], ah, b[2], b[3]);
+            mma16816<MODE>(acc[2 * np], al, b[0], b[1]);
+            mma16816<MODE>(acc[2 * np + 1], al, b[2], b[3]);
+            mma16816<MODE>(acc[2 * np], ah, bq[0], bq[1]);
+            mma16816<MODE>(acc[2 * np + 1], ah, bq[2], bq[3]);
         }
     }
 }
@@ -378,32 +381,6 @@ __device__ __forceinline__ void pv_pair(float (&y)[8][4], const uint32_t (&ph)[2
             mma16816<MODE>(y[2 * n + 1], ph[np], b[2], b[3]);
             mma16816<MODE>(y[2 * n], pl[np], b[0], b[1]);
             mma16816<MODE>(y[2 * n + 1], pl[np], b[2], b[3]);
-        }
-    }
-}
-
-/* u (16 rows × 64 state rows) += Q̂·S_enterᵀ over k-steps [ks0, ks1); sbh/sbl: the split state at
- * this lane's ldmatrix offset. */
-template <int MODE>
-__device__ __forceinline__ void qs_pair(float (&u)[8][4], const typename cfg<MODE>::T * qrh,
-                                        const typename cfg<MODE>::T * qrl, const typename cfg<MODE>::T * sbh,
-                                        const typename cfg<MODE>::T * sbl, int ks0, int ks1, int LK) {
-#pragma unroll 2
-    for (int ks = ks0; ks < ks1; ++ks) {
-        uint32_t ah[4], al[4];
-        ldsm4(ah, qrh + ks * 16);
-        ldsm4(al, qrl + ks * 16);
-#pragma unroll
-        for (int np = 0; np < 4; ++np) {
-            uint32_t sb[4], sl[4];
-            ldsm4(sb, sbh + np * 16 * LK + ks * 16);
-            ldsm4(sl, sbl + np * 16 * LK + ks * 16);
-            mma16816<MODE>(u[2 * np], ah, sb[0], sb[1]);
-            mma16816<MODE>(u[2 * np + 1], ah, sb[2], sb[3]);
-            mma16816<MODE>(u[2 * np], al, sb[0], sb[1]);
-            mma16816<MODE>(u[2 * np + 1], al, sb[2], sb[3]);
-            mma16816<MODE>(u[2 * np], ah, sl[0], sl[1]);
-            mma16816<MODE>(u[2 * np + 1], ah, sl[2], sl[3]);
         }
     }
 }
@@ -481,9 +458,9 @@ __global__ void __launch_bounds__(kOutMmaThreads, 2) output_mma_kernel(const m3_
         const T * kbh = bh + cb0 * 16 * LK + b_nk_off(lane, LK);
         const T * kbl = bl + cb0 * 16 * LK + b_nk_off(lane, LK);
         if (nb == 2)
-            scores_pair<MODE, 2>(s, qrh, qrl, kbh, kbl, KS, LK);
+            split_product<MODE, 2>(s, qrh, qrl, kbh, kbl, 0, KS, LK);
         else if (nb == 1)
-            scores_pair<MODE, 1>(s, qrh, qrl, kbh, kbl, KS, LK);
+            split_product<MODE, 1>(s, qrh, qrl, kbh, kbl, 0, KS, LK);
     }
     /* P_ij = score · e^{c_i − c_j} · σ_j for j < i < L (ex2.approx decay); j < 64 since cb0 ≤ 2 */
     mask_scores<4>(s, cb0 * 16 + 2 * (lane & 3), ri0, ri1, ci0, ci1, L, sc);
@@ -532,7 +509,7 @@ __global__ void __launch_bounds__(kOutMmaThreads, 2) output_mma_kernel(const m3_
 #pragma unroll
         for (int t = 0; t < 8; ++t) u[t][0] = u[t][1] = u[t][2] = u[t][3] = 0.0f;
         const int half = KS / 2;
-        qs_pair<MODE>(u, qrh, qrl, bh + b_nk_off(lane, LK), bl + b_nk_off(lane, LK), upper ? half : 0,
+        split_product<MODE, 4>(u, qrh, qrl, bh + b_nk_off(lane, LK), bl + b_nk_off(lane, LK), upper ? half : 0,
                       upper ? KS : half, LK);
         const float e0 = ecm[ri0], e1 = ecm[ri1];
 #pragma unroll
