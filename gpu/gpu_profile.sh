@@ -6,7 +6,8 @@
 # Writes OUTDIR/profile_<name>.txt (details page + warp-stall metrics per kernel),
 # OUTDIR/sass_<name>.csv.gz (per-instruction stall samples), OUTDIR/src_<name>.csv.gz (the SASS
 # interleaved with the CUDA source lines it came from: gpu_check.sh builds with
-# SSMOPS_CUDA_LINEINFO=ON) and OUTDIR/membench.txt.
+# SSMOPS_CUDA_LINEINFO=ON; gpu/profile_lines.py sums its stall samples per source line) and
+# OUTDIR/membench.txt.
 # Environment: SSMOPS_PROFILE_CASES (space list of case names, default the forward and decode
 # cases; m2bwd, sisobwd and mimobwd profile the backwards' chunk kernels at the #18 shapes,
 # m2chain the Mamba-2 backward's state chain, m2parts its state-parts kernel (dB and dC of the first
