@@ -278,6 +278,20 @@ static void load_chunk(const bf_job * job, bf_scratch * sc, int64_t b, int64_t h
     }
 }
 
+/* zz = z·mimo_z per (token, rank) of the chunk's n tokens and e^{−zz}, for the whole chunk at once
+ * (sc->zz, sc->ex). */
+static void gate_exps(const bf_job * job, bf_scratch * sc, int64_t n) {
+    const int64_t R = job->d->rank, P = job->d->headdim;
+    const float * mz = sc->hd.mz;
+    for (int64_t i = 0; i < n; ++i)
+        for (int64_t r = 0; r < R; ++r) {
+            const float * z  = sc->z + i * P, *mzr = mz + r * P;
+            float *       zz = sc->zz + (i * R + r) * P, *ex = sc->ex + (i * R + r) * P;
+            for (int64_t p = 0; p < P; ++p) zz[p] = z[p] * mzr[p], ex[p] = -zz[p];
+        }
+    job->k->base->vexp(n * R * P, sc->ex, sc->ex);
+}
+
 /* dmimo_o, dz, dmimo_z contributions of the chunk's n tokens (tl->y holds Y). */
 static void chunk_grads(const bf_job * job, bf_scratch * sc, int64_t b, int64_t h, int64_t tc, int64_t n) {
     const ssm_mamba3_mimo_bwd_fwd_args * a  = job->a;
@@ -286,16 +300,7 @@ static void chunk_grads(const bf_job * job, bf_scratch * sc, int64_t b, int64_t 
     const int     has_z = ssmi_present(&a->z), reduce = job->d->reduce_o;
     const float * mz = sc->hd.mz, *mo = sc->hd.mo;
     if (!has_z && !reduce) return;
-    if (has_z) {
-        /* zz, e^{−zz} for the whole chunk at once */
-        for (int64_t i = 0; i < n; ++i)
-            for (int64_t r = 0; r < R; ++r) {
-                const float * z  = sc->z + i * P, *mzr = mz + r * P;
-                float *       zz = sc->zz + (i * R + r) * P, *ex = sc->ex + (i * R + r) * P;
-                for (int64_t p = 0; p < P; ++p) zz[p] = z[p] * mzr[p], ex[p] = -zz[p];
-            }
-        kb->vexp(n * RP, sc->ex, sc->ex);
-    }
+    if (has_z) gate_exps(job, sc, n);
     for (int64_t i = 0; i < n; ++i) {
         const float * z = sc->z + i * P;
         for (int64_t r = 0; r < R; ++r) {
@@ -398,15 +403,7 @@ static void chunk_grads_act(const bf_job * job, bf_scratch * sc, int64_t b, int6
     const float * mz = sc->hd.mz, *mo = sc->hd.mo;
     float *       yb = sc->yb, *t1 = sc->prod, *acc = sc->acc;
     if (!has_z && !reduce) return;
-    if (has_z) {
-        for (int64_t i = 0; i < n; ++i)
-            for (int64_t r = 0; r < R; ++r) {
-                const float * z  = sc->z + i * P, *mzr = mz + r * P;
-                float *       zz = sc->zz + (i * R + r) * P, *ex = sc->ex + (i * R + r) * P;
-                for (int64_t p = 0; p < P; ++p) zz[p] = z[p] * mzr[p], ex[p] = -zz[p];
-            }
-        kb->vexp(n * RP, sc->ex, sc->ex);
-    }
+    if (has_z) gate_exps(job, sc, n);
     for (int64_t i = 0; i < n; ++i) {
         const float * z = sc->z + i * P;
         for (int64_t r = 0; r < R; ++r) {
