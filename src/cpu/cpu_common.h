@@ -70,6 +70,15 @@ static inline int64_t ssmi_cpu_seq_at(const ssm_tensor * seq_idx, int64_t b, int
 /* Floats rounded up to a whole cache line, so every carved buffer stays 64-byte aligned. */
 static inline int64_t ssmi_cpu_lines(int64_t floats) { return (floats + 15) & ~(int64_t) 15; }
 
+/* One buffer of a scratch carver, which carves a block of floats or, with base NULL, only counts
+ * them: dst->field = base + used (NULL when counting; nothing when dst is NULL), then used grows by
+ * cnt floats rounded up to whole cache lines. A carver names it TAKE over its own variables. */
+#define SSMI_CPU_TAKE(dst, base, used, field, cnt)                     \
+    do {                                                               \
+        if (dst) (dst)->field = (base) != NULL ? (base) + (used) : NULL; \
+        (used) += ssmi_cpu_lines(cnt);                                 \
+    } while (0)
+
 /* Per-thread scratch for the standalone ops (which take no workspace): one block of
  * `floats_per_thread` floats per context thread from the context allocator. NULL with an
  * OUT_OF_MEMORY error set on failure. */

@@ -84,11 +84,7 @@ typedef struct bwd_tiles {
 static int64_t carve_tiles(float * base, int64_t N, int64_t P, int64_t ncm, bwd_tiles * t) {
     const int64_t Q   = BWD_CHUNK;
     int64_t       off = 0;
-#define TAKE(field, floats)                                 \
-    do {                                                    \
-        t->field = base != NULL ? base + off : NULL;        \
-        off += ssmi_cpu_lines(floats);                      \
-    } while (0)
+#define TAKE(field, floats) SSMI_CPU_TAKE(t, base, off, field, floats)
     TAKE(states, ncm * ssmi_cpu_lines(N * P));
     TAKE(cbs, ncm * Q * Q);
     TAKE(dcbs, ncm * Q * Q);

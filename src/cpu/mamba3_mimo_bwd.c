@@ -110,11 +110,7 @@ static int64_t carve(const ssmi_mimo_dims * d, const bwd_plan * l, float * base,
     const int64_t C = l->C, R = d->rank, N = d->dstate, P = d->headdim, A = d->nangles, L = l->max_len;
     const int64_t CR = C * R, NPmax = N > P ? N : P;
     int64_t       used = 0;
-#define TAKE(field, n)                    \
-    do {                                  \
-        if (base) s->field = base + used; \
-        used += ssmi_cpu_lines(n);        \
-    } while (0)
+#define TAKE(field, n) SSMI_CPU_TAKE(s, base, used, field, n)
     TAKE(dtv, L + 1);
     TAKE(lam, L + 1);
     TAKE(gam, L);

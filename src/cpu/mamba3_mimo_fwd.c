@@ -41,11 +41,7 @@ typedef struct fw_scratch {
 static int64_t fw_carve(fw_scratch * sc, float * base, const ssmi_mimo_dims * d) {
     const int64_t R = d->rank, N = d->dstate, P = d->headdim, C = d->chunk, A = d->nangles;
     int64_t used = 0; /* floats, counted as offsets: base may be NULL */
-#define TAKE(field, cnt)          \
-    do {                          \
-        if (sc) sc->field = base + used;    \
-        used += ssmi_cpu_lines(cnt); \
-    } while (0)
+#define TAKE(field, cnt) SSMI_CPU_TAKE(sc, base, used, field, cnt)
     if (sc) ssmi_mimo_head_carve(&sc->hd, base + used, R, N, P);
     used += ssmi_mimo_head_floats(R, N, P);
     if (sc) ssmi_mimo_tile_carve(&sc->tl, base + used, R, N, P, C);

@@ -137,11 +137,7 @@ typedef struct bwd_scratch {
     float * buf;                                         /* [max(K, V)]                */
 } bwd_scratch;
 
-#define TAKE(field, n)                    \
-    do {                                  \
-        if (base) s->field = base + used; \
-        used += ssmi_cpu_lines(n);        \
-    } while (0)
+#define TAKE(field, n) SSMI_CPU_TAKE(s, base, used, field, n)
 
 /* Carves (or, with base NULL, only counts) the part of a thread's scratch that belongs to
  * one head: its whole-sequence tables and the carries of its reverse pass; returns the

@@ -72,11 +72,7 @@ typedef struct fwd_scratch {
 static int64_t carve(fwd_scratch * sc, float * base, int64_t hb, int64_t K, int64_t V, int64_t A) {
     const int64_t Q = SISO_CHUNK;
     int64_t used = 0; /* floats, counted as offsets: base may be NULL */
-#define TAKE(field, n)                 \
-    do {                               \
-        if (sc) sc->field = base + used;         \
-        used += ssmi_cpu_lines(n);        \
-    } while (0)
+#define TAKE(field, n) SSMI_CPU_TAKE(sc, base, used, field, n)
     TAKE(s, hb * ssmi_cpu_lines(K * V));
     TAKE(theta, hb * ssmi_cpu_lines(A));
     TAKE(bq, hb * ssmi_cpu_lines(K));

@@ -47,11 +47,7 @@ typedef struct step_scratch {
 
 static int64_t step_carve(step_scratch * sc, float * base, int64_t K, int64_t V, int64_t A) {
     int64_t used = 0; /* floats, counted as offsets: base may be NULL */
-#define TAKE(field, n)          \
-    do {                        \
-        if (sc) sc->field = base + used;  \
-        used += ssmi_cpu_lines(n); \
-    } while (0)
+#define TAKE(field, n) SSMI_CPU_TAKE(sc, base, used, field, n)
     TAKE(qraw, K);
     TAKE(kraw, K);
     TAKE(bq, K);
