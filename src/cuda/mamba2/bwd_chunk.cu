@@ -36,8 +36,9 @@ __device__ __forceinline__ float process_dt(const bw_args & a, float pre, float 
  * cumsum at its last token) for the state passes. Block (chunk, head tile): the threads first
  * process every (token, head) element (a token's heads are adjacent in dt), then thread j sums head
  * j's tokens in order (the one serial part, from shared memory), then the block writes the tile's
- * [heads][Q] rows of dt, cm, the factor and the weights, which are contiguous in the workspace. Every value depends on its (chunk, head) alone (process_dt, then
- * the running sum in token order), so the bytes depend on neither the grid nor the head tile. */
+ * [heads][Q] rows of dt, cm, the factor and the weights, which are contiguous in the workspace.
+ * Every value depends on its (chunk, head) alone (process_dt, then the running sum in token order),
+ * so the bytes depend on neither the grid nor the head tile. */
 constexpr int kDtHeads = 32;
 __global__ void __launch_bounds__(kThreads) bwd_dt_kernel(bw_args a) {
     /* dt, cm and the factor per (head, token); the + 1 keeps the per-head columns off one bank */
