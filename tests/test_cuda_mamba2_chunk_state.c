@@ -145,7 +145,7 @@ static void run_case(ssmt_rng * rng, const cs_case * c) {
     TEST_CHECK(st == SSM_STATUS_OK, "%s: default %s (%s)", tag, ssm_status_string(st), ssm_context_last_error(ctx_cuda));
     if (st == SSM_STATUS_OK) {
         snprintf(def, sizeof def, "%s", ssm_context_last_variant(ctx_cuda));
-        char label[320];
+        char label[352]; /* "chunk_state[" tag "] default=" def */
         snprintf(label, sizeof label, "chunk_state[%s] default=%s", tag, def);
         check_states(label, &got, &ref, c);
     }
@@ -174,7 +174,7 @@ static void run_case(ssmt_rng * rng, const cs_case * c) {
         if (first_runs < 0) first_runs = (int)i;
         TEST_CHECK(strcmp(ssm_context_last_variant(ctx_cuda), name) == 0, "%s: ran %s, forced %s", tag,
                    ssm_context_last_variant(ctx_cuda), name);
-        char label[320];
+        char label[352];
         snprintf(label, sizeof label, "chunk_state[%s] %s", tag, name);
         check_states(label, &got, &ref, c);
         void * once = ssmt_snapshot(&got);
