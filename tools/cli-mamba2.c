@@ -164,7 +164,7 @@ static int raw_alloc(const cli_problem * pb, cli_buf * buf, ssm_dtype dtype, int
 }
 
 /* Draws the raw inputs named in `which` (the ones the op's params switch on). */
-static int gen_raw(const cli_problem * pb, unsigned which, uint64_t seed, m2raw * r, char * err, size_t errlen) {
+static int draw_raw(const cli_problem * pb, unsigned which, uint64_t seed, m2raw * r, char * err, size_t errlen) {
     const m2dims    d        = dims_of(pb);
     const ssm_dtype act      = pb->dtype;
     const int       softplus = (int)cli_param_or(pb, "dt_softplus", 1);
@@ -250,11 +250,25 @@ static int gen_raw(const cli_problem * pb, unsigned which, uint64_t seed, m2raw 
     return 0;
 }
 
+/* draw_raw, and on failure the inputs drawn so far freed (r holds none). */
+static int gen_raw(const cli_problem * pb, unsigned which, uint64_t seed, m2raw * r, char * err, size_t errlen) {
+    if (draw_raw(pb, which, seed, r, err, errlen) == 0) return 0;
+    raw_free(r);
+    return -1;
+}
+
 /* ---- intermediates with the reference backend (fp32, as upstream materialises them) ------------ */
 
 static int ref_failed(ssm_context * ctx, ssm_status st, const char * what, char * err, size_t errlen) {
     snprintf(err, errlen, "making inputs: reference %s failed: %s: %s", what, ssm_status_string(st),
              ssm_context_last_error(ctx));
+    return -1;
+}
+
+/* A zeroed fp32 buffer for an intermediate; −1 with a message. */
+static int alloc_intermediate(cli_buf * buf, int32_t ndim, const int64_t * shape, char * err, size_t errlen) {
+    if (cli_buf_alloc(buf, SSM_DTYPE_F32, ndim, shape) == 0) return 0;
+    snprintf(err, errlen, "out of memory");
     return -1;
 }
 
@@ -265,10 +279,7 @@ static int ref_cumsum(ssm_context * ctx, const cli_problem * pb, const m2raw * r
     const int64_t     shp[4] = {d.B, d.H, d.NC, d.Q};
     ssm_mamba2_params p      = params_of(pb);
     p.dt_softplus            = (int32_t)cli_param_or(pb, "dt_softplus", 1);
-    if (cli_buf_alloc(dt_out, SSM_DTYPE_F32, 4, shp) || cli_buf_alloc(dacs, SSM_DTYPE_F32, 4, shp)) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (alloc_intermediate(dt_out, 4, shp, err, errlen) || alloc_intermediate(dacs, 4, shp, err, errlen)) return -1;
     ssm_mamba2_chunk_cumsum_args a;
     memset(&a, 0, sizeof a);
     a.dt        = r->dt.view;
@@ -286,10 +297,7 @@ static int ref_chunk_state(ssm_context * ctx, const cli_problem * pb, const m2ra
     const m2dims      d      = dims_of(pb);
     const int64_t     shp[5] = {d.B, d.NC, d.H, d.P, d.N};
     ssm_mamba2_params p      = params_of(pb);
-    if (cli_buf_alloc(states, SSM_DTYPE_F32, 5, shp)) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (alloc_intermediate(states, 5, shp, err, errlen)) return -1;
     ssm_mamba2_chunk_state_args a;
     memset(&a, 0, sizeof a);
     a.b         = r->b.view;
@@ -323,10 +331,7 @@ static int ref_state_passing(ssm_context * ctx, const cli_problem * pb, const m2
     const m2dims      d      = dims_of(pb);
     const int64_t     shp[5] = {d.B, d.NC, d.H, d.P, d.N};
     ssm_mamba2_params p      = params_of(pb);
-    if (cli_buf_alloc(states_in, SSM_DTYPE_F32, 5, shp)) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (alloc_intermediate(states_in, 5, shp, err, errlen)) return -1;
     ssm_mamba2_state_passing_args a;
     memset(&a, 0, sizeof a);
     a.states          = states->view;
@@ -343,10 +348,7 @@ static int ref_bmm(ssm_context * ctx, const cli_problem * pb, const m2raw * r, c
     const m2dims      d      = dims_of(pb);
     const int64_t     shp[5] = {d.B, d.NC, d.G, d.Q, d.Q};
     ssm_mamba2_params p      = params_of(pb);
-    if (cli_buf_alloc(cb, SSM_DTYPE_F32, 5, shp)) {
-        snprintf(err, errlen, "out of memory");
-        return -1;
-    }
+    if (alloc_intermediate(cb, 5, shp, err, errlen)) return -1;
     ssm_mamba2_bmm_args a;
     memset(&a, 0, sizeof a);
     a.c = r->c.view;
@@ -362,6 +364,41 @@ static int ref_context(ssm_context ** ctx, char * err, size_t errlen) {
     if (st == SSM_STATUS_OK) return 0;
     snprintf(err, errlen, "cannot create a reference context: %s: %s", ssm_status_string(st),
              ssm_context_last_error(NULL));
+    return -1;
+}
+
+/* What the generators of the middle operators hold: the raw inputs, a reference context and
+ * the fp32 intermediates of the chain computed from them (each absent until computed). */
+typedef struct m2chain {
+    m2raw         r;
+    ssm_context * ctx;
+    cli_buf       dt_out, dacs, states, totals, states_in, cb;
+} m2chain;
+
+/* Draws the raw inputs named in `which` and creates the reference context; chain_end frees c
+ * whether this fails or not. */
+static int chain_begin(m2chain * c, const cli_problem * pb, unsigned which, uint64_t seed, char * err, size_t errlen) {
+    memset(c, 0, sizeof *c);
+    if (gen_raw(pb, which, seed, &c->r, err, errlen) != 0) return -1;
+    return ref_context(&c->ctx, err, errlen);
+}
+
+/* Frees what c still holds (what was not given to the problem); returns rc. */
+static int chain_end(m2chain * c, int rc) {
+    ssm_context_free(c->ctx);
+    cli_buf * all[] = {&c->dt_out, &c->dacs, &c->states, &c->totals, &c->states_in, &c->cb};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) cli_buf_free(all[i]);
+    raw_free(&c->r);
+    return rc;
+}
+
+/* dt_out and da_cumsum, the chunk-local states and their totals da_chunk_cumsum. */
+static int ref_chunk_states(m2chain * c, const cli_problem * pb, char * err, size_t errlen) {
+    if (ref_cumsum(c->ctx, pb, &c->r, &c->dt_out, &c->dacs, err, errlen) ||
+        ref_chunk_state(c->ctx, pb, &c->r, &c->dt_out, &c->dacs, &c->states, err, errlen))
+        return -1;
+    if (chunk_totals(&c->dacs, &c->totals) == 0) return 0;
+    snprintf(err, errlen, "out of memory");
     return -1;
 }
 
@@ -409,6 +446,12 @@ int cli_mamba2_bind(cli_problem * pb, char * err, size_t errlen) {
     return 0;
 }
 
+/* An alloc_outputs' failure: the message, −1. */
+static int outputs_oom(char * err, size_t errlen) {
+    snprintf(err, errlen, "out of memory for the outputs");
+    return -1;
+}
+
 static double e_act(const cli_problem * pb) {
     return (double)ssm_dtype_size(pb->dtype);
 }
@@ -427,10 +470,7 @@ static const char * const cumsum_cases[] = {
 static int cumsum_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
     m2raw    r;
     unsigned which = RAW_DT | RAW_A | (cli_param_int(pb, "has_dt_bias") ? RAW_DT_BIAS : 0);
-    if (gen_raw(pb, which, seed, &r, err, errlen) != 0) {
-        raw_free(&r);
-        return -1;
-    }
+    if (gen_raw(pb, which, seed, &r, err, errlen) != 0) return -1;
     give(pb, "dt", &r.dt);
     give(pb, "a", &r.a);
     give(pb, "dt_bias", &r.dt_bias);
@@ -442,10 +482,8 @@ static int cumsum_generate(cli_problem * pb, uint64_t seed, char * err, size_t e
 static int cumsum_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     const m2dims  d      = dims_of(pb);
     const int64_t shp[4] = {d.B, d.H, d.NC, d.Q};
-    if (cli_alloc_arg(pb, "dt_out", f64, 4, shp) || cli_alloc_arg(pb, "da_cumsum", f64, 4, shp)) {
-        snprintf(err, errlen, "out of memory for the outputs");
-        return -1;
-    }
+    if (cli_alloc_arg(pb, "dt_out", f64, 4, shp) || cli_alloc_arg(pb, "da_cumsum", f64, 4, shp))
+        return outputs_oom(err, errlen);
     return 0;
 }
 
@@ -518,36 +556,28 @@ static int cann_time_major(cli_buf * buf, const m2dims * d) {
 }
 
 static int cstate_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
-    m2raw        r;
-    cli_buf      dt_out, dacs;
-    ssm_context * ctx = NULL;
-    int          rc   = -1;
-    memset(&dt_out, 0, sizeof dt_out);
-    memset(&dacs, 0, sizeof dacs);
-    if (gen_raw(pb, RAW_X | RAW_B | RAW_DT | RAW_A | RAW_DT_BIAS | RAW_SEQ_IDX, seed, &r, err, errlen) == 0 &&
-        ref_context(&ctx, err, errlen) == 0 && ref_cumsum(ctx, pb, &r, &dt_out, &dacs, err, errlen) == 0) {
+    m2chain c;
+    int     rc = -1;
+    if (chain_begin(&c, pb, RAW_X | RAW_B | RAW_DT | RAW_A | RAW_DT_BIAS | RAW_SEQ_IDX, seed, err, errlen) == 0 &&
+        ref_cumsum(c.ctx, pb, &c.r, &c.dt_out, &c.dacs, err, errlen) == 0) {
         rc = 0;
         if (is_cann(pb)) {
             /* CANN pads the sequence with zeros to NC·Q tokens; dt_out is 0 there already. */
             const m2dims d = dims_of(pb);
-            if (cann_activation(&r.x, &d) || cann_activation(&r.b, &d) || cann_time_major(&dt_out, &d) ||
-                cann_time_major(&dacs, &d)) {
+            if (cann_activation(&c.r.x, &d) || cann_activation(&c.r.b, &d) || cann_time_major(&c.dt_out, &d) ||
+                cann_time_major(&c.dacs, &d)) {
                 snprintf(err, errlen, "out of memory");
                 rc = -1;
             }
             cli_set_shape(pb, "S", d.NC * d.Q);
         }
-        give(pb, "x", &r.x);
-        give(pb, "b", &r.b);
-        give(pb, "seq_idx", &r.seq_idx);
-        give(pb, "dt", &dt_out);
-        give(pb, "da_cumsum", &dacs);
+        give(pb, "x", &c.r.x);
+        give(pb, "b", &c.r.b);
+        give(pb, "seq_idx", &c.r.seq_idx);
+        give(pb, "dt", &c.dt_out);
+        give(pb, "da_cumsum", &c.dacs);
     }
-    ssm_context_free(ctx);
-    cli_buf_free(&dt_out);
-    cli_buf_free(&dacs);
-    raw_free(&r);
-    return rc;
+    return chain_end(&c, rc);
 }
 
 static int cstate_bind(cli_problem * pb, char * err, size_t errlen) {
@@ -578,17 +608,15 @@ static int cstate_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     if (is_cann(pb)) {
         /* states [B,NC,H,N,P] in memory, seen as (B,NC,H,P,N) */
         const int64_t mem[5] = {d.B, d.NC, d.H, d.N, d.P};
-        if (cli_alloc_arg(pb, "states", f64, 5, mem)) goto oom;
+        if (cli_alloc_arg(pb, "states", f64, 5, mem)) return outputs_oom(err, errlen);
         const int64_t shape[5]   = {d.B, d.NC, d.H, d.P, d.N};
         const int64_t strides[5] = {d.NC * d.H * d.N * d.P, d.H * d.N * d.P, d.N * d.P, 1, d.P};
         cli_buf_set_view(cli_arg_buf(pb, "states"), 5, shape, strides);
         return 0;
     }
     const int64_t shp[5] = {d.B, d.NC, d.H, d.P, d.N};
-    if (cli_alloc_arg(pb, "states", f64, 5, shp) == 0) return 0;
-oom:
-    snprintf(err, errlen, "out of memory for the outputs");
-    return -1;
+    if (cli_alloc_arg(pb, "states", f64, 5, shp)) return outputs_oom(err, errlen);
+    return 0;
 }
 
 CLI_DEFINE_CALL(mamba2_chunk_state, ssm_mamba2_params, params_of)
@@ -624,36 +652,18 @@ static const char * const spass_cases[] = {
 };
 
 static int spass_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
-    m2raw         r;
-    cli_buf       dt_out, dacs, states, totals;
-    ssm_context * ctx = NULL;
-    int           rc  = -1;
-    memset(&dt_out, 0, sizeof dt_out);
-    memset(&dacs, 0, sizeof dacs);
-    memset(&states, 0, sizeof states);
-    memset(&totals, 0, sizeof totals);
+    m2chain        c;
+    int            rc = -1;
     const unsigned which = RAW_X | RAW_B | RAW_DT | RAW_A | RAW_DT_BIAS | RAW_SEQ_IDX |
                            (cli_param_int(pb, "has_init") ? RAW_INIT : 0);
-    if (gen_raw(pb, which, seed, &r, err, errlen) == 0 && ref_context(&ctx, err, errlen) == 0 &&
-        ref_cumsum(ctx, pb, &r, &dt_out, &dacs, err, errlen) == 0 &&
-        ref_chunk_state(ctx, pb, &r, &dt_out, &dacs, &states, err, errlen) == 0) {
-        if (chunk_totals(&dacs, &totals) == 0) {
-            give(pb, "states", &states);
-            give(pb, "da_chunk_cumsum", &totals);
-            give(pb, "initial_states", &r.init);
-            give(pb, "seq_idx", &r.seq_idx);
-            rc = 0;
-        } else {
-            snprintf(err, errlen, "out of memory");
-        }
+    if (chain_begin(&c, pb, which, seed, err, errlen) == 0 && ref_chunk_states(&c, pb, err, errlen) == 0) {
+        give(pb, "states", &c.states);
+        give(pb, "da_chunk_cumsum", &c.totals);
+        give(pb, "initial_states", &c.r.init);
+        give(pb, "seq_idx", &c.r.seq_idx);
+        rc = 0;
     }
-    ssm_context_free(ctx);
-    cli_buf_free(&dt_out);
-    cli_buf_free(&dacs);
-    cli_buf_free(&states);
-    cli_buf_free(&totals);
-    raw_free(&r);
-    return rc;
+    return chain_end(&c, rc);
 }
 
 static int spass_bind(cli_problem * pb, char * err, size_t errlen) {
@@ -669,10 +679,8 @@ static int spass_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     const int64_t shp[5]   = {d.B, NC, d.H, d.P, d.N};
     const int64_t fshp[4]  = {d.B, d.H, d.P, d.N};
     if (cli_alloc_arg(pb, "states_in", f64, 5, shp) ||
-        (cli_param_int(pb, "has_final") && cli_alloc_arg(pb, "final_states", f64, 4, fshp))) {
-        snprintf(err, errlen, "out of memory for the outputs");
-        return -1;
-    }
+        (cli_param_int(pb, "has_final") && cli_alloc_arg(pb, "final_states", f64, 4, fshp)))
+        return outputs_oom(err, errlen);
     return 0;
 }
 
@@ -706,10 +714,7 @@ static const char * const bmm_cases[] = {
 
 static int bmm_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
     m2raw r;
-    if (gen_raw(pb, RAW_B | RAW_C | RAW_SEQ_IDX, seed, &r, err, errlen) != 0) {
-        raw_free(&r);
-        return -1;
-    }
+    if (gen_raw(pb, RAW_B | RAW_C | RAW_SEQ_IDX, seed, &r, err, errlen) != 0) return -1;
     give(pb, "c", &r.c);
     give(pb, "b", &r.b);
     give(pb, "seq_idx", &r.seq_idx);
@@ -721,10 +726,7 @@ static int bmm_generate(cli_problem * pb, uint64_t seed, char * err, size_t errl
 static int bmm_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     const m2dims  d      = dims_of(pb);
     const int64_t shp[5] = {d.B, d.NC, d.G, d.Q, d.Q};
-    if (cli_alloc_arg(pb, "cb", f64, 5, shp)) {
-        snprintf(err, errlen, "out of memory for the outputs");
-        return -1;
-    }
+    if (cli_alloc_arg(pb, "cb", f64, 5, shp)) return outputs_oom(err, errlen);
     return 0;
 }
 
@@ -757,53 +759,34 @@ static const char * const cscan_cases[] = {
 };
 
 static int cscan_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
-    m2raw         r;
-    cli_buf       dt_out, dacs, states, totals, states_in, cb;
-    ssm_context * ctx = NULL;
-    int           rc  = -1;
-    memset(&dt_out, 0, sizeof dt_out);
-    memset(&dacs, 0, sizeof dacs);
-    memset(&states, 0, sizeof states);
-    memset(&totals, 0, sizeof totals);
-    memset(&states_in, 0, sizeof states_in);
-    memset(&cb, 0, sizeof cb);
+    m2chain        c;
+    int            rc = -1;
     const unsigned which = RAW_X | RAW_B | RAW_C | RAW_DT | RAW_A | RAW_DT_BIAS | RAW_SEQ_IDX |
                            (cli_param_int(pb, "has_init") ? RAW_INIT : 0) |
                            (cli_param_int(pb, "has_d") ? RAW_D : 0) | (cli_param_int(pb, "has_z") ? RAW_Z : 0);
-    if (gen_raw(pb, which, seed, &r, err, errlen) == 0 && ref_context(&ctx, err, errlen) == 0 &&
-        ref_cumsum(ctx, pb, &r, &dt_out, &dacs, err, errlen) == 0 &&
-        ref_chunk_state(ctx, pb, &r, &dt_out, &dacs, &states, err, errlen) == 0) {
-        if (chunk_totals(&dacs, &totals) != 0) {
-            snprintf(err, errlen, "out of memory");
-        } else if (ref_state_passing(ctx, pb, &r, &states, &totals, &states_in, err, errlen) == 0 &&
-                   ref_bmm(ctx, pb, &r, &cb, err, errlen) == 0) {
-            give(pb, "cb", &cb);
-            give(pb, "x", &r.x);
-            give(pb, "dt", &dt_out);
-            give(pb, "da_cumsum", &dacs);
-            give(pb, "c", &r.c);
-            give(pb, "states_in", &states_in);
-            give(pb, "d", &r.d);
-            give(pb, "z", &r.z);
-            give(pb, "seq_idx", &r.seq_idx);
-            rc = 0;
-        }
+    if (chain_begin(&c, pb, which, seed, err, errlen) == 0 && ref_chunk_states(&c, pb, err, errlen) == 0 &&
+        ref_state_passing(c.ctx, pb, &c.r, &c.states, &c.totals, &c.states_in, err, errlen) == 0 &&
+        ref_bmm(c.ctx, pb, &c.r, &c.cb, err, errlen) == 0) {
+        give(pb, "cb", &c.cb);
+        give(pb, "x", &c.r.x);
+        give(pb, "dt", &c.dt_out);
+        give(pb, "da_cumsum", &c.dacs);
+        give(pb, "c", &c.r.c);
+        give(pb, "states_in", &c.states_in);
+        give(pb, "d", &c.r.d);
+        give(pb, "z", &c.r.z);
+        give(pb, "seq_idx", &c.r.seq_idx);
+        rc = 0;
     }
-    ssm_context_free(ctx);
-    cli_buf * tmp[] = {&dt_out, &dacs, &states, &totals, &states_in, &cb};
-    for (size_t i = 0; i < sizeof tmp / sizeof tmp[0]; ++i) cli_buf_free(tmp[i]);
-    raw_free(&r);
-    return rc;
+    return chain_end(&c, rc);
 }
 
 
 static int cscan_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     const m2dims  d      = dims_of(pb);
     const int64_t shp[4] = {d.B, d.S, d.H, d.P};
-    if (cli_alloc_arg(pb, "out", f64, 4, shp) || (cli_present(pb, "z") && cli_alloc_arg(pb, "out_x", f64, 4, shp))) {
-        snprintf(err, errlen, "out of memory for the outputs");
-        return -1;
-    }
+    if (cli_alloc_arg(pb, "out", f64, 4, shp) || (cli_present(pb, "z") && cli_alloc_arg(pb, "out_x", f64, 4, shp)))
+        return outputs_oom(err, errlen);
     return 0;
 }
 
@@ -853,10 +836,7 @@ static int scan_generate(cli_problem * pb, uint64_t seed, char * err, size_t err
                            (cli_param_int(pb, "has_d") ? RAW_D : 0) | (cli_param_int(pb, "has_z") ? RAW_Z : 0) |
                            (cli_param_int(pb, "has_dt_bias") ? RAW_DT_BIAS : 0) |
                            (cli_param_int(pb, "has_init") ? RAW_INIT : 0);
-    if (gen_raw(pb, which, seed, &r, err, errlen) != 0) {
-        raw_free(&r);
-        return -1;
-    }
+    if (gen_raw(pb, which, seed, &r, err, errlen) != 0) return -1;
     give(pb, "x", &r.x);
     give(pb, "dt", &r.dt);
     give(pb, "a", &r.a);
@@ -879,10 +859,8 @@ static int scan_alloc(cli_problem * pb, int f64, char * err, size_t errlen) {
     const int64_t shp[4]  = {d.B, d.S, d.H, d.P};
     const int64_t fshp[4] = {nseq > 0 ? nseq : d.B, d.H, d.P, d.N};
     if (cli_alloc_arg(pb, "out", f64, 4, shp) ||
-        (cli_param_int(pb, "has_final") && cli_alloc_arg(pb, "final_states", f64, 4, fshp))) {
-        snprintf(err, errlen, "out of memory for the outputs");
-        return -1;
-    }
+        (cli_param_int(pb, "has_final") && cli_alloc_arg(pb, "final_states", f64, 4, fshp)))
+        return outputs_oom(err, errlen);
     return 0;
 }
 
