@@ -81,32 +81,32 @@ cli_arg_kind cli_arg_kind_of(const cli_arg * arg) {
     return (arg->flags & SSM_ARG_ACTIVATION) ? CLI_ARG_ACT : CLI_ARG_F32;
 }
 
-/* A key the operator code asks for but the table lacks is a bug in the table. */
-static void missing_key(const cli_problem * pb, const char * what, const char * key) {
+/* The index of `key` in keys (the operator's shape or param table, what = "shape" or
+ * "param"). A key the operator code asks for but the table lacks is a bug in the table. */
+static int key_index_checked(const cli_problem * pb, const cli_key * keys, const char * what, const char * key) {
+    const int i = cli_key_index(keys, key);
+    if (i >= 0) return i;
     fprintf(stderr, "ssmops: internal error: %s has no %s key '%s'\n", pb->op->name, what, key);
     abort();
 }
 
+/* Sets an integer value: the number, as double and as text. */
+static void set_int_value(cli_value * v, int64_t value) {
+    v->i = value;
+    v->f = (double)value;
+    snprintf(v->text, sizeof v->text, "%lld", (long long)value);
+}
+
 int64_t cli_shape(const cli_problem * pb, const char * key) {
-    const int i = cli_key_index(pb->op->shape_keys, key);
-    if (i < 0) missing_key(pb, "shape", key);
-    return pb->shape[i].i;
+    return pb->shape[key_index_checked(pb, pb->op->shape_keys, "shape", key)].i;
 }
 
 void cli_set_shape(cli_problem * pb, const char * key, int64_t value) {
-    const int i = cli_key_index(pb->op->shape_keys, key);
-    if (i < 0) missing_key(pb, "shape", key);
-    pb->shape[i].i = value;
-    pb->shape[i].f = (double)value;
-    snprintf(pb->shape[i].text, sizeof pb->shape[i].text, "%lld", (long long)value);
+    set_int_value(&pb->shape[key_index_checked(pb, pb->op->shape_keys, "shape", key)], value);
 }
 
 void cli_set_param_int(cli_problem * pb, const char * key, int64_t value) {
-    const int i = cli_key_index(pb->op->param_keys, key);
-    if (i < 0) missing_key(pb, "param", key);
-    pb->param[i].i = value;
-    pb->param[i].f = (double)value;
-    snprintf(pb->param[i].text, sizeof pb->param[i].text, "%lld", (long long)value);
+    set_int_value(&pb->param[key_index_checked(pb, pb->op->param_keys, "param", key)], value);
 }
 
 int cli_has_param(const cli_problem * pb, const char * key) {
@@ -114,9 +114,7 @@ int cli_has_param(const cli_problem * pb, const char * key) {
 }
 
 static const cli_value * param_value(const cli_problem * pb, const char * key) {
-    const int i = cli_key_index(pb->op->param_keys, key);
-    if (i < 0) missing_key(pb, "param", key);
-    return &pb->param[i];
+    return &pb->param[key_index_checked(pb, pb->op->param_keys, "param", key)];
 }
 
 int64_t cli_param_int(const cli_problem * pb, const char * key) {
