@@ -207,6 +207,13 @@ static int matches(const char * arg, const char * name) {
     return strncmp(arg, name, n) == 0 && (arg[n] == '\0' || arg[n] == '=');
 }
 
+/* The value of a text option (--shape, --in, ...) into *out; a usage error saying what the
+ * option needs when it has no value. */
+static int text_option(arg_cursor * c, const char * name, const char * arg, const char ** out, const char * needs) {
+    if ((*out = option_value(c, name, arg)) != NULL) return 0;
+    return cli_usage_error("%s needs %s", name, needs);
+}
+
 static int parse_positive(const char * name, const char * text, int64_t max, int64_t * out) {
     if (!text || cli_parse_int64(text, out) != 0 || *out < 1 || *out > max) {
         cli_usage_error("%s expects an integer in [1, %lld], got '%s'", name, (long long)max, text ? text : "");
@@ -276,11 +283,9 @@ static int parse_options(const char * command, unsigned allowed, int argc, char 
                 return cli_usage_error("--out-dtype expects same, f32, f16 or bf16, got '%s'", v ? v : "");
             opt->out_dtype_given = 1;
         } else if ((k = option_is(command, allowed, O_SHAPE, a, "--shape"))) {
-            if (k < 0) return -1;
-            if (!(opt->shape = option_value(&c, "--shape", a))) return cli_usage_error("--shape needs k=v,...");
+            if (k < 0 || text_option(&c, "--shape", a, &opt->shape, "k=v,...")) return -1;
         } else if ((k = option_is(command, allowed, O_PARAM, a, "--param"))) {
-            if (k < 0) return -1;
-            if (!(opt->params = option_value(&c, "--param", a))) return cli_usage_error("--param needs k=v,...");
+            if (k < 0 || text_option(&c, "--param", a, &opt->params, "k=v,...")) return -1;
         } else if ((k = option_is(command, allowed, O_SEED, a, "--seed"))) {
             if (k < 0) return -1;
             v = option_value(&c, "--seed", a);
@@ -294,14 +299,11 @@ static int parse_options(const char * command, unsigned allowed, int argc, char 
             if (k < 0 || parse_positive("--threads", option_value(&c, "--threads", a), 1024, &n) != 0) return -1;
             opt->threads = (int)n;
         } else if ((k = option_is(command, allowed, O_IN, a, "--in"))) {
-            if (k < 0) return -1;
-            if (!(opt->in_dir = option_value(&c, "--in", a))) return cli_usage_error("--in needs a directory");
+            if (k < 0 || text_option(&c, "--in", a, &opt->in_dir, "a directory")) return -1;
         } else if ((k = option_is(command, allowed, O_OUT, a, "--out"))) {
-            if (k < 0) return -1;
-            if (!(opt->out_dir = option_value(&c, "--out", a))) return cli_usage_error("--out needs a directory");
+            if (k < 0 || text_option(&c, "--out", a, &opt->out_dir, "a directory")) return -1;
         } else if ((k = option_is(command, allowed, O_JSON, a, "--json"))) {
-            if (k < 0) return -1;
-            if (!(opt->json = option_value(&c, "--json", a))) return cli_usage_error("--json needs a file name");
+            if (k < 0 || text_option(&c, "--json", a, &opt->json, "a file name")) return -1;
         } else if ((k = option_is(command, allowed, O_REPS, a, "--reps"))) {
             if (k < 0 || parse_positive("--reps", option_value(&c, "--reps", a), 100000, &n) != 0) return -1;
             opt->reps = (int)n;
@@ -323,9 +325,8 @@ static int parse_options(const char * command, unsigned allowed, int argc, char 
             if (!v || cli_parse_double(v, &opt->max_rel) != 0 || !(opt->max_rel > 0))
                 return cli_usage_error("--max-rel expects a positive number, got '%s'", v ? v : "");
         } else if ((k = option_is(command, allowed, O_VARIANT, a, "--variant"))) {
-            if (k < 0) return -1;
-            if (!(opt->variant = option_value(&c, "--variant", a)))
-                return cli_usage_error("--variant needs a name (ssmops list --variants shows them)");
+            if (k < 0 || text_option(&c, "--variant", a, &opt->variant, "a name (ssmops list --variants shows them)"))
+                return -1;
         } else if ((k = option_is(command, allowed, O_REFMODE, a, "--ref-mode"))) {
             if (k < 0) return -1;
             v = option_value(&c, "--ref-mode", a);
