@@ -2,17 +2,7 @@
 # The ssmops CLI's plumbing: list, help, version, and usage errors (exit 2 + a message on
 # stderr), run's input errors (exit 1), compare's verdicts.
 # usage: basic.sh SSMOPS TMP_DIR
-set -u
-ssmops=$1
-tmp=$2
-failed=0
-rm -rf "$tmp"
-mkdir -p "$tmp"
-
-fail() {
-    echo "FAIL: $*"
-    failed=$((failed + 1))
-}
+. "$(dirname "$0")/common.sh"
 
 # expect STATUS PATTERN ARGS...: exit status STATUS and PATTERN (grep -E) in stdout+stderr
 expect() {

@@ -2,17 +2,7 @@
 # `ssmops bench` at a tiny shape writes one JSON measurement with the documented keys, and
 # `ssmops bench --ceilings` prints and writes both ceilings (small buffers to stay quick).
 # usage: bench.sh SSMOPS TMP_DIR
-set -u
-ssmops=$1
-tmp=$2
-failed=0
-rm -rf "$tmp"
-mkdir -p "$tmp"
-
-fail() {
-    echo "FAIL: $*"
-    failed=$((failed + 1))
-}
+. "$(dirname "$0")/common.sh"
 
 "$ssmops" bench mamba2_scan --shape B=1,S=128,H=4,P=16,N=16,G=1,chunk=64 --reps 2 --threads 2 \
     --buffer-mib 16 --json "$tmp/scan.json" > "$tmp/scan.txt" 2>&1 || fail "bench mamba2_scan"
