@@ -12,62 +12,31 @@ from pathlib import Path
 import pytest
 
 torch = pytest.importorskip("torch")
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "examples" / "python"))
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "python"
+sys.path.insert(0, str(EXAMPLES))
 import mamba2_block  # noqa: E402
 import mamba3_block  # noqa: E402
 
 
-def test_mamba2_block_trains():
-    block, losses = mamba2_block.train_steps(steps=4)
+def check_trained(block, losses):
+    """The loss fell over the steps and every parameter got a finite gradient."""
     assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]
     for name, p in block.named_parameters():
         assert p.grad is not None and torch.isfinite(p.grad).all(), name
 
 
-def test_mamba2_block_gradient_probe():
-    import ssmops
-    with ssmops.Context(backend="ref"):  # float64 end to end: a finite difference resolves it
-        probe()
-
-
-def probe():
-    torch.manual_seed(3)
-    block = mamba2_block.Mamba2Block().double()
-    u = torch.randn(1, 40, 64, dtype=torch.float64)
-    block.zero_grad()
-    block(u).square().sum().backward()
-    for name in ("conv_weight", "conv_bias", "dt_bias", "A_log", "D", "norm_weight", "in_proj.weight",
-                 "out_proj.weight"):
-        w = dict(block.named_parameters())[name]
-        flat, gflat = w.detach().view(-1), w.grad.view(-1)
-        i = 1 % flat.numel()
-        eps = 1e-6
-        with torch.no_grad():
-            flat[i] += eps
-            up = block(u).square().sum().item()
-            flat[i] -= 2 * eps
-            down = block(u).square().sum().item()
-            flat[i] += eps
-        fd = (up - down) / (2 * eps)
-        assert abs(fd - gflat[i].item()) <= 1e-5 * max(1.0, abs(fd)), (name, fd, gflat[i].item())
-
-
-def test_mamba3_block_trains():
-    block, losses = mamba3_block.train_steps(steps=4)
-    assert all(torch.isfinite(torch.tensor(losses))) and losses[-1] < losses[0]
-    for name, p in block.named_parameters():
-        assert p.grad is not None and torch.isfinite(p.grad).all(), name
-
-
-def test_mamba3_block_gradient_probe():
+def check_gradient_probe(make_block, seed, names):
+    """Autograd's gradient of sum(block(u)^2) against a central finite difference, for one
+    element of each named parameter. Float64 end to end on the reference backend, where a
+    finite difference resolves it."""
     import ssmops
     with ssmops.Context(backend="ref"):
-        torch.manual_seed(4)
-        block = mamba3_block.Mamba3SisoBlock().double()
+        torch.manual_seed(seed)
+        block = make_block().double()
         u = torch.randn(1, 40, 64, dtype=torch.float64)
         block.zero_grad()
         block(u).square().sum().backward()
-        for name in ("dt_bias", "A_log", "q_bias", "k_bias", "D", "in_proj.weight", "out_proj.weight"):
+        for name in names:
             w = dict(block.named_parameters())[name]
             flat, gflat = w.detach().view(-1), w.grad.view(-1)
             i = 1 % flat.numel()
@@ -82,8 +51,27 @@ def test_mamba3_block_gradient_probe():
             assert abs(fd - gflat[i].item()) <= 1e-5 * max(1.0, abs(fd)), (name, fd, gflat[i].item())
 
 
+def test_mamba2_block_trains():
+    check_trained(*mamba2_block.train_steps(steps=4))
+
+
+def test_mamba2_block_gradient_probe():
+    check_gradient_probe(mamba2_block.Mamba2Block, 3,
+                         ("conv_weight", "conv_bias", "dt_bias", "A_log", "D", "norm_weight", "in_proj.weight",
+                          "out_proj.weight"))
+
+
+def test_mamba3_block_trains():
+    check_trained(*mamba3_block.train_steps(steps=4))
+
+
+def test_mamba3_block_gradient_probe():
+    check_gradient_probe(mamba3_block.Mamba3SisoBlock, 4,
+                         ("dt_bias", "A_log", "q_bias", "k_bias", "D", "in_proj.weight", "out_proj.weight"))
+
+
 def run_train_steps(device):
-    script = Path(__file__).resolve().parents[2] / "examples" / "python" / "train_steps.py"
+    script = EXAMPLES / "train_steps.py"
     res = subprocess.run([sys.executable, str(script), "--device", device, "--steps", "10"], capture_output=True,
                          text=True, timeout=600)
     assert res.returncode == 0, res.stderr
@@ -129,7 +117,7 @@ def test_train_steps_cuda_matches_cpu():
 
 def test_hf_mamba2_compare():
     pytest.importorskip("transformers", reason="transformers is not installed: the Hugging Face comparison is skipped")
-    script = Path(__file__).resolve().parents[2] / "examples" / "python" / "hf_mamba2_compare.py"
+    script = EXAMPLES / "hf_mamba2_compare.py"
     dev = "cuda" if torch.cuda.is_available() else "cpu"
     for dtype in ("float32", "bfloat16"):
         res = subprocess.run([sys.executable, str(script), "--device", dev, "--dtype", dtype, "--layers", "4",
@@ -138,7 +126,7 @@ def test_hf_mamba2_compare():
 
 
 def test_hf_mamba2_compare_without_transformers():
-    script = Path(__file__).resolve().parents[2] / "examples" / "python" / "hf_mamba2_compare.py"
+    script = EXAMPLES / "hf_mamba2_compare.py"
     try:
         import transformers  # noqa: F401
         pytest.skip("transformers is installed: test_hf_mamba2_compare runs the comparison")
