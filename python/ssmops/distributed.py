@@ -323,6 +323,21 @@ SISO_STATES = ("angle_state", "ssm_state", "k_state", "v_state")
 SISO_FINALS = ("final_angle_state", "final_ssm_state", "final_k_state", "final_v_state")
 
 
+def _m3_sharded_states(name, other, given, finals, group):
+    """What the sharded Mamba-3 forwards check alike: no packed sequences or state pools, the
+    four initial states `given` all or none and, being those before the whole sequence, on
+    rank 0 only. Returns the world size and which of the four final states `finals` asks for."""
+    _no_packing(name, other, ("cu_seqlens", "initial_state_indices", "final_state_indices"))
+    wanted = [f is True for f in finals]
+    if any(s is None for s in given) and any(s is not None for s in given):
+        raise ValueError("ssmops.distributed.%s: give the four initial states together or none" % name)
+    n, rank = world(group)
+    if given[0] is not None and rank != 0:
+        raise ValueError("ssmops.distributed.%s: the initial states are those before the whole sequence; "
+                         "give them on rank 0 only (rank %d got them)" % (name, rank))
+    return n, wanted
+
+
 def mamba3_siso(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d=None, z=None, angle_state=None, ssm_state=None,
                 k_state=None, v_state=None, final_angle_state=None, final_ssm_state=None, final_k_state=None,
                 final_v_state=None, chunk_size=64, ctx=None, group=None, **other):
@@ -333,20 +348,14 @@ def mamba3_siso(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d=None, z=None, 
     sequence (all four or none, rank 0 only). Each final_*=True returns the state after this
     rank's piece (on the last rank: the sequence's), in the order of the operator. Returns
     out (batch, S_r, H, V) in v's dtype, then the final states asked for."""
-    _no_packing("mamba3_siso", other, ("cu_seqlens", "initial_state_indices", "final_state_indices"))
     given = (angle_state, ssm_state, k_state, v_state)
-    wanted = [f is True for f in (final_angle_state, final_ssm_state, final_k_state, final_v_state)]
-    if any(s is None for s in given) and any(s is not None for s in given):
-        raise ValueError("ssmops.distributed.mamba3_siso: give the four initial states together or none")
-    n, rank = world(group)
+    n, wanted = _m3_sharded_states("mamba3_siso", other, given,
+                                   (final_angle_state, final_ssm_state, final_k_state, final_v_state), group)
     if n == 1:
         finals = {f: True if w else None for f, w in zip(SISO_FINALS, wanted)}
         return ssmops.autograd.mamba3_siso(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d=d, z=z,
                                            **dict(zip(SISO_STATES, given)), **finals,
                                            chunk_size=int(chunk_size), ctx=ctx)
-    if angle_state is not None and rank != 0:
-        raise ValueError("ssmops.distributed.mamba3_siso: the initial states are those before the whole sequence; "
-                         "give them on rank 0 only (rank %d got them)" % rank)
     sdt = _state_dtype(v)
     q, adt, dt, trap, angles = _widened(q, adt, dt, trap, angles)
     y_loc, piece, aux = _siso_local(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, chunk_size, ctx)
@@ -479,20 +488,14 @@ def mamba3_mimo(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, angles, mimo_z=N
     its output stage (per-rank pre-gate y); the entering state's part, the gate, the fused
     norm and the rank reduction are torch ops. Returns out, then the final states asked for."""
     params = {k_: other.pop(k_) for k_ in MIMO_PARAMS if k_ in other}
-    _no_packing("mamba3_mimo", other, ("cu_seqlens", "initial_state_indices", "final_state_indices"))
     given = (angle_state, ssm_state, k_state, v_state)
-    wanted = [f is True for f in (final_angle_state, final_ssm_state, final_k_state, final_v_state)]
-    if any(s is None for s in given) and any(s is not None for s in given):
-        raise ValueError("ssmops.distributed.mamba3_mimo: give the four initial states together or none")
-    n, rank = world(group)
+    n, wanted = _m3_sharded_states("mamba3_mimo", other, given,
+                                   (final_angle_state, final_ssm_state, final_k_state, final_v_state), group)
     if n == 1:
         finals = {f: True if w else None for f, w in zip(SISO_FINALS, wanted)}
         return ssmops.autograd.mamba3_mimo(q, k, v, adt, dt, trap, q_bias, k_bias, mimo_v, angles, mimo_z=mimo_z,
                                            mimo_o=mimo_o, d=d, z=z, outproj_norm_weight=outproj_norm_weight,
                                            **dict(zip(SISO_STATES, given)), **finals, **params, ctx=ctx)
-    if angle_state is not None and rank != 0:
-        raise ValueError("ssmops.distributed.mamba3_mimo: the initial states are those before the whole sequence; "
-                         "give them on rank 0 only (rank %d got them)" % rank)
     from . import _schema
     struct = _schema.params_struct("ssm_mamba3_mimo_params")
     fused = int(params.get("fuse_pregate_norm", struct.fuse_pregate_norm))
