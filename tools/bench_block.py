@@ -20,7 +20,6 @@ sys.path.insert(0, str(ROOT / "python"))
 sys.path.insert(0, str(ROOT / "examples" / "python"))
 import mamba2_block  # noqa: E402
 import ssmops  # noqa: E402
-from ssmops import compat  # noqa: E402
 
 
 def segsum(x):
@@ -60,7 +59,7 @@ def ssd_chunked(x, dt, A, B, C, chunk):
 
 
 def torch_core(m, zxbcdt):
-    """Mamba2Block.forward between the projections, in plain torch ops."""
+    """Mamba2Block.core (the block between its projections) in plain torch ops."""
     batch, seqlen, _ = zxbcdt.shape
     z, xbc, dt = torch.split(zxbcdt, [m.d_inner, m.d_inner + 2 * m.ngroups * m.d_state, m.nheads], dim=-1)
     width = m.conv_weight.shape[1]
@@ -74,21 +73,6 @@ def torch_core(m, zxbcdt):
     y = (y + x * m.D[:, None]).reshape(batch, seqlen, m.d_inner)
     g = y * F.silu(z)
     return g * torch.rsqrt(g.square().mean(-1, keepdim=True) + 1e-5) * m.norm_weight
-
-
-def ssmops_core(m, zxbcdt):
-    """Mamba2Block.forward between the projections, on ssmops (as the block calls it)."""
-    batch, seqlen, _ = zxbcdt.shape
-    z, xbc, dt = torch.split(zxbcdt, [m.d_inner, m.d_inner + 2 * m.ngroups * m.d_state, m.nheads], dim=-1)
-    xbc = compat.causal_conv1d_fn(xbc.transpose(1, 2).contiguous(), m.conv_weight, m.conv_bias,
-                                  activation="silu").transpose(1, 2)
-    x, b, c = torch.split(xbc, [m.d_inner, m.ngroups * m.d_state, m.ngroups * m.d_state], dim=-1)
-    y = compat.mamba_chunk_scan_combined(
-        x.reshape(batch, seqlen, m.nheads, m.headdim), dt.contiguous(), -torch.exp(m.A_log),
-        b.reshape(batch, seqlen, m.ngroups, m.d_state), c.reshape(batch, seqlen, m.ngroups, m.d_state),
-        m.chunk_size, D=m.D, dt_bias=m.dt_bias, dt_softplus=True)
-    return compat.rmsnorm_fn(y.reshape(batch, seqlen, m.d_inner), m.norm_weight, None, z=z, eps=1e-5,
-                             norm_before_gate=False)
 
 
 def torch_block_forward(m, u):
@@ -123,7 +107,7 @@ def main():
         # the whole block, and its core between the projections (the projections are the same
         # torch matmuls in both, and dominate where torch's BLAS is slow)
         runs = (("ssmops block", lambda: m(u)), ("plain torch block", lambda: torch_block_forward(m, u)),
-                ("ssmops core", lambda: ssmops_core(m, zx)), ("plain torch core", lambda: torch_core(m, zx)))
+                ("ssmops core", lambda: m.core(zx)), ("plain torch core", lambda: torch_core(m, zx)))
         for _, f in runs:
             f()
         times = {k: [] for k, _ in runs}

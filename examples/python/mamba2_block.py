@@ -32,8 +32,11 @@ class Mamba2Block(nn.Module):
         self.out_proj = nn.Linear(self.d_inner, d_model, bias=False)
 
     def forward(self, u):  # u (batch, seqlen, d_model)
-        batch, seqlen, _ = u.shape
-        zxbcdt = self.in_proj(u)
+        return self.out_proj(self.core(self.in_proj(u)))
+
+    def core(self, zxbcdt):
+        """The block between its projections: conv, scan and gated norm of in_proj's output."""
+        batch, seqlen, _ = zxbcdt.shape
         z, xbc, dt = torch.split(zxbcdt, [self.d_inner, self.d_inner + 2 * self.ngroups * self.d_state,
                                           self.nheads], dim=-1)
         xbc = compat.causal_conv1d_fn(xbc.transpose(1, 2).contiguous(), self.conv_weight, self.conv_bias,
@@ -43,9 +46,8 @@ class Mamba2Block(nn.Module):
             x.reshape(batch, seqlen, self.nheads, self.headdim), dt.contiguous(), -torch.exp(self.A_log),
             b.reshape(batch, seqlen, self.ngroups, self.d_state), c.reshape(batch, seqlen, self.ngroups, self.d_state),
             self.chunk_size, D=self.D, dt_bias=self.dt_bias, dt_softplus=True)
-        y = compat.rmsnorm_fn(y.reshape(batch, seqlen, self.d_inner), self.norm_weight, None, z=z, eps=1e-5,
-                              norm_before_gate=False)
-        return self.out_proj(y)
+        return compat.rmsnorm_fn(y.reshape(batch, seqlen, self.d_inner), self.norm_weight, None, z=z, eps=1e-5,
+                                 norm_before_gate=False)
 
 
 def train_steps(steps=3, seed=0, device="cpu"):
