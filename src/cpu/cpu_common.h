@@ -67,6 +67,15 @@ static inline int64_t ssmi_cpu_seq_at(const ssm_tensor * seq_idx, int64_t b, int
     return ssmi_get_i64(seq_idx, ssmi_off2(seq_idx, b, t));
 }
 
+/* The run of equal seq_idx ids of row b that starts at token t0 < S: sets *id to its id and returns its end (the
+ * first later token with another id, or S). The scan drivers make one segment of each run. */
+static inline int64_t ssmi_cpu_seq_run(const ssm_tensor * seq_idx, int64_t b, int64_t t0, int64_t S, int64_t * id) {
+    *id = ssmi_cpu_seq_at(seq_idx, b, t0);
+    int64_t t = t0 + 1;
+    while (t < S && ssmi_cpu_seq_at(seq_idx, b, t) == *id) ++t;
+    return t;
+}
+
 /* Floats rounded up to a whole cache line, so every carved buffer stays 64-byte aligned. */
 static inline int64_t ssmi_cpu_lines(int64_t floats) { return (floats + 15) & ~(int64_t) 15; }
 

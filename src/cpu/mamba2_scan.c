@@ -125,17 +125,10 @@ static int64_t build_segments(const ssm_mamba2_params * p, const ssmi_mamba2_dim
             crow += has_chunks ? ssmi_chunk_state_rows(start, d->seqlen, p->chunk_size) : 0;
             continue;
         }
-        int64_t t0 = 0, id = ssmi_cpu_seq_at(&a->seq_idx, b, 0);
-        int     first = 1;
-        for (int64_t t = 1; t <= d->seqlen; ++t) {
-            const int64_t next = t < d->seqlen ? ssmi_cpu_seq_at(&a->seq_idx, b, t) : id;
-            if (t < d->seqlen && next == id) continue;
-            const int last = t == d->seqlen;
-            seg[count++]   = (scan_segment) { b, t0, t - t0, (first && has_init && id == 0) ? b : -1,
-                                              (last && has_final) ? b : -1, 0, -1 };
-            first          = 0;
-            t0             = t;
-            id             = next;
+        for (int64_t t0 = 0, t1, id; t0 < d->seqlen; t0 = t1) {
+            t1 = ssmi_cpu_seq_run(&a->seq_idx, b, t0, d->seqlen, &id);
+            seg[count++] = (scan_segment) { b, t0, t1 - t0, (t0 == 0 && has_init && id == 0) ? b : -1,
+                                            (t1 == d->seqlen && has_final) ? b : -1, 0, -1 };
         }
     }
     return count;

@@ -176,18 +176,11 @@ static int64_t build_segments(const ssmi_mamba2_dims * d, const ssm_mamba2_scan_
                                            has_dfinal ? b : -1 };
             continue;
         }
-        int64_t t0 = 0, id = ssmi_cpu_seq_at(&a->seq_idx, b, 0);
-        int     first = 1;
-        for (int64_t t = 1; t <= d->seqlen; ++t) {
-            const int64_t next = t < d->seqlen ? ssmi_cpu_seq_at(&a->seq_idx, b, t) : id;
-            if (t < d->seqlen && next == id) continue;
-            const int last = t == d->seqlen;
+        for (int64_t t0 = 0, t1, id; t0 < d->seqlen; t0 = t1) {
+            t1 = ssmi_cpu_seq_run(&a->seq_idx, b, t0, d->seqlen, &id);
             /* the recurrence starts with seq_{−1} := 0: the initial state feeds id 0 only */
-            seg[count++] = (bwd_segment) { b, b, t0, t - t0, (first && has_init && id == 0) ? b : -1,
-                                           (first && has_init) ? b : -1, (last && has_dfinal) ? b : -1 };
-            first        = 0;
-            t0           = t;
-            id           = next;
+            seg[count++] = (bwd_segment) { b, b, t0, t1 - t0, (t0 == 0 && has_init && id == 0) ? b : -1,
+                                           (t0 == 0 && has_init) ? b : -1, (t1 == d->seqlen && has_dfinal) ? b : -1 };
         }
     }
     unit_start[d->batch] = count;
