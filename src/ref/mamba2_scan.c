@@ -322,16 +322,10 @@ static void recurrent_segment(const ssm_mamba2_params * p, const ssmi_mamba2_dim
         for (int64_t pp = 0; pp < P; ++pp)
             for (int64_t n = 0; n < N; ++n)
                 h[pp * N + n] = ssmi_present(init) ? ssmi_get_f64(init, ssmi_off4(init, ii, hh, pp, n)) : 0.0;
-        int64_t prev_id = 0;
         for (int64_t t = t0; t < t1; ++t) {
             const double dt = ssmi_ref_process_dt(p, ssmi_get_f64(&a->dt, ssmi_off3(&a->dt, b, t, hh)), bias);
             const double decay = exp(dt * ah);
-            int          keep = 1;
-            if (seq != NULL) {
-                const int64_t id = ssmi_ref_seq(seq, b, t);
-                keep = id == prev_id;
-                prev_id = id;
-            }
+            const int    keep = ssmi_ref_seq_keeps(seq, b, t0, t);
             for (int64_t pp = 0; pp < P; ++pp) {
                 const double xt = ssmi_get_f64(&a->x, ssmi_off4(&a->x, b, t, hh, pp));
                 double       y = 0.0;

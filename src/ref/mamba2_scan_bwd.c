@@ -118,16 +118,10 @@ static void backprop_run(const ssm_mamba2_params * p, const ssmi_mamba2_dims * d
             hist[e] = (ii >= 0 && ssmi_present(init)) ? ssmi_get_f64(init, ssmi_off4(init, ii, hh, pp, n)) : 0.0;
         }
         /* forward: every state kept */
-        int64_t prev_id = 0;
         for (int64_t t = t0; t < t1; ++t) {
             const double dt = ssmi_ref_process_dt(p, ssmi_get_f64(&a->dt, ssmi_off3(&a->dt, b, t, hh)), bias);
             const double decay = exp(dt * ah);
-            int          keep = 1;
-            if (seq != NULL) {
-                const int64_t id = ssmi_ref_seq(seq, b, t);
-                keep = id == prev_id;
-                prev_id = id;
-            }
+            const int      keep = ssmi_ref_seq_keeps(seq, b, t0, t);
             const double * hp = hist + (t - t0) * PN;
             double *       hc = hist + (t - t0 + 1) * PN;
             load_row(s->bn, &a->b, ssmi_off4(&a->b, b, t, g, 0), N);
@@ -150,8 +144,7 @@ static void backprop_run(const ssm_mamba2_params * p, const ssmi_mamba2_dims * d
             const double vsp = p->dt_softplus ? ssmi_ref_softplus_thresh(pre) : pre; /* before the clamp */
             const double dt = ssmi_ref_process_dt(p, raw, bias);
             const double decay = exp(dt * ah);
-            int          keep = 1;
-            if (seq != NULL) keep = ssmi_ref_seq(seq, b, t) == (t > t0 ? ssmi_ref_seq(seq, b, t - 1) : 0);
+            const int      keep = ssmi_ref_seq_keeps(seq, b, t0, t);
             const double * hp = hist + (t - t0) * PN;
             const double * hc = hist + (t - t0 + 1) * PN;
             load_row(s->bn, &a->b, ssmi_off4(&a->b, b, t, g, 0), N);

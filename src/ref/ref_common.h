@@ -45,6 +45,12 @@ static inline int64_t ssmi_ref_seq(const ssm_tensor * s, int64_t b, int64_t t) {
     return ssmi_get_i64(s, ssmi_off2(s, b, t));
 }
 
+/* Whether token t of a run that starts at t0 (row b) keeps the state of token t − 1 in the Mamba-2 recurrence:
+ * seq_idx[b, t] equals the id of token t − 1, with seq_{t0−1} := 0; always without seq_idx (seq NULL). */
+static inline int ssmi_ref_seq_keeps(const ssm_tensor * seq, int64_t b, int64_t t0, int64_t t) {
+    return seq == NULL || ssmi_ref_seq(seq, b, t) == (t > t0 ? ssmi_ref_seq(seq, b, t - 1) : 0);
+}
+
 /* One sequence of a varlen-capable call: tokens [t0, t0 + len) of row b; its states are
  * row n of the (nseq or batch, ...) state tensors. */
 typedef struct ssmi_ref_span {
