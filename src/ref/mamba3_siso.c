@@ -66,11 +66,6 @@ ssm_status ssmi_ref_mamba3_siso(ssm_context * ctx, const ssm_mamba3_params * p, 
     return st;
 }
 
-/* Float64 state of one head: θ (A), h (V×K), k_prev (K), v_prev (V), plus per-token rows. */
-typedef struct rec_scratch {
-    double *theta, *hs, *kprev, *vprev, *qt, *kt, *v, *z, *raw, *qhat, *y;
-} rec_scratch;
-
 /* Reads row n of a state (rank 3 over its last dim, or the V×K matrix) or zeros. */
 static void read_state3(double * dst, const ssm_tensor * t, int64_t n, int64_t h, int64_t len) {
     if (!ssmi_present(t)) {
@@ -81,7 +76,7 @@ static void read_state3(double * dst, const ssm_tensor * t, int64_t n, int64_t h
 }
 
 static void recurrent_head(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_args * a, const ssmi_ref_m3_seq * s,
-                           int64_t h, const rec_scratch * w) {
+                           int64_t h, const ssmi_ref_m3_token_scratch * w) {
     const int64_t K = d->dk, V = d->dv, A = d->nangles, g = h / (d->nheads / d->nheads_qk);
     const double  dskip = ssmi_present(&a->d) ? ssmi_get_f64(&a->d, ssmi_off1(&a->d, h)) : 0.0;
     read_state3(w->theta, &a->angle_state, s->n, h, A);
@@ -124,14 +119,9 @@ static void recurrent_head(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_arg
 ssm_status ssmi_ref_mamba3_siso_recurrent(ssm_context * ctx, const ssm_mamba3_params * p, const ssmi_mamba3_dims * d,
                                           const ssm_mamba3_siso_args * a) {
     (void)p;
-    int          ok = 1;
-    const size_t K = (size_t)d->dk, V = (size_t)d->dv, A = (size_t)d->nangles;
-    const size_t sizes[11] = {A, ssmi_ref_m3_mul(V, K, &ok), K, V, K, K, V, V, A, K, V};
-    rec_scratch  w;
-    double **    ptrs[11] = {&w.theta, &w.hs, &w.kprev, &w.vprev, &w.qt, &w.kt, &w.v, &w.z, &w.raw, &w.qhat, &w.y};
-    double *     block = NULL;
-    SSM_RETURN_IF(!ok, ctx, SSM_STATUS_OUT_OF_MEMORY, "mamba3_siso: reference scratch size overflows size_t");
-    SSM_FORWARD_IF_ERROR(ssmi_ref_m3_scratch(ctx, "mamba3_siso", 11, sizes, ptrs, &block));
+    ssmi_ref_m3_token_scratch w;
+    double *                  block;
+    SSM_FORWARD_IF_ERROR(ssmi_ref_m3_token_scratch_alloc(ctx, "mamba3_siso", d, &w, &block));
     for (int64_t q = 0; q < d->nseq; ++q) {
         const ssmi_ref_m3_seq s = ssmi_ref_m3_sequence(d, &a->cu_seqlens, q);
         for (int64_t h = 0; h < d->nheads; ++h) recurrent_head(d, a, &s, h, &w);

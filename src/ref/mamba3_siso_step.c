@@ -12,15 +12,11 @@
 #include "ref_mamba3_common.h"
 #include "ssmi_ref_mamba3.h"
 
-typedef struct step_scratch {
-    double *theta, *hs, *kprev, *vprev, *qt, *kt, *v, *z, *raw, *qhat, *y;
-} step_scratch;
-
 /* The four states of head h (w) to row `row` of the pools angle, ssm, k, v (each may be
  * absent); zero: zeros instead. */
 static void store_states(const ssmi_mamba3_dims * d, const ssm_tensor * angle, const ssm_tensor * ssm,
-                         const ssm_tensor * k, const ssm_tensor * v, int64_t row, int64_t h, const step_scratch * w,
-                         int zero) {
+                         const ssm_tensor * k, const ssm_tensor * v, int64_t row, int64_t h,
+                         const ssmi_ref_m3_token_scratch * w, int zero) {
     const int64_t K = d->dk, V = d->dv, A = d->nangles;
     if (ssmi_present(angle) && A > 0) {
         if (zero) ssmi_ref_m3_write_zero(angle, ssmi_off3(angle, row, h, 0), A);
@@ -42,19 +38,19 @@ static void store_states(const ssmi_mamba3_dims * d, const ssm_tensor * angle, c
 }
 
 static void store_intermediate(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_step_args * a, int64_t t, int64_t h,
-                               const step_scratch * w, int zero) {
+                               const ssmi_ref_m3_token_scratch * w, int zero) {
     store_states(d, &a->intermediate_angle_state, &a->intermediate_ssm_state, &a->intermediate_k_state,
                  &a->intermediate_v_state, t, h, w, zero);
 }
 
 static void store_final(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_step_args * a, int64_t slot, int64_t h,
-                        const step_scratch * w) {
+                        const ssmi_ref_m3_token_scratch * w) {
     store_states(d, &a->final_angle_state, &a->final_ssm_state, &a->final_k_state, &a->final_v_state, slot, h, w, 0);
 }
 
 /* Token t of head h on the carried states in w; writes out[t, h]. */
 static void step_token(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_step_args * a, int64_t t, int64_t h,
-                       const step_scratch * w) {
+                       const ssmi_ref_m3_token_scratch * w) {
     const int64_t K = d->dk, V = d->dv, A = d->nangles, g = h / (d->nheads / d->nheads_qk);
     const double  dskip = ssmi_present(&a->d) ? ssmi_get_f64(&a->d, ssmi_off1(&a->d, h)) : 0.0;
     for (int64_t c = 0; c < K; ++c) {
@@ -76,7 +72,7 @@ static void step_token(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_step_ar
 
 /* Row b, head h over its tokens [t0, t1) from read slot n. */
 static void step_head(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_step_args * a, const ssmi_step_slots * sl,
-                      int64_t b, int64_t t0, int64_t t1, int64_t n, int64_t h, const step_scratch * w) {
+                      int64_t b, int64_t t0, int64_t t1, int64_t n, int64_t h, const ssmi_ref_m3_token_scratch * w) {
     const int64_t      K = d->dk, V = d->dv, A = d->nangles;
     const ssm_tensor * table = ssmi_step_token_table(sl);
     if (A > 0) ssmi_ref_m3_read(w->theta, &a->angle_state, ssmi_off3(&a->angle_state, n, h, 0), A);
@@ -99,14 +95,9 @@ static void step_head(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_step_arg
 ssm_status ssmi_ref_mamba3_siso_step(ssm_context * ctx, const ssm_mamba3_params * p, const ssmi_mamba3_dims * d,
                                      const ssm_mamba3_siso_step_args * a) {
     (void)p;
-    int          ok = 1;
-    const size_t K = (size_t)d->dk, V = (size_t)d->dv, A = (size_t)d->nangles;
-    const size_t sizes[11] = {A, ssmi_ref_m3_mul(V, K, &ok), K, V, K, K, V, V, A, K, V};
-    step_scratch w;
-    double **    ptrs[11] = {&w.theta, &w.hs, &w.kprev, &w.vprev, &w.qt, &w.kt, &w.v, &w.z, &w.raw, &w.qhat, &w.y};
-    double *     block = NULL;
-    SSM_RETURN_IF(!ok, ctx, SSM_STATUS_OUT_OF_MEMORY, "mamba3_siso_step: reference scratch size overflows size_t");
-    SSM_FORWARD_IF_ERROR(ssmi_ref_m3_scratch(ctx, "mamba3_siso_step", 11, sizes, ptrs, &block));
+    ssmi_ref_m3_token_scratch w;
+    double *                  block;
+    SSM_FORWARD_IF_ERROR(ssmi_ref_m3_token_scratch_alloc(ctx, "mamba3_siso_step", d, &w, &block));
     const ssmi_step_slots sl = {&a->state_batch_indices, &a->dst_state_batch_indices, &a->cu_seqlens,
                                 &a->num_accepted_tokens};
     for (int64_t b = 0; b < d->batch; ++b) {

@@ -1,8 +1,8 @@
 /* ref_mamba3_common.h — float64 helpers shared by the Mamba-3 SISO reference files
  * (src/ref/mamba3_*.c): the per-token scalars (spec §3.1), the angle wrap (§3.2), the
  * interleaved-pair rotation (§3.3), the sequence walk (batched rows or cu_seqlens) and one
- * step of the recurrence (§3.4). Everything is static inline, in the reference's plain
- * loop style; nothing here allocates. */
+ * step of the recurrence (§3.4), and the float64 scratch blocks the files carve. Everything
+ * is static inline, in the reference's plain loop style. */
 #ifndef SSMI_REF_MAMBA3_COMMON_H
 #define SSMI_REF_MAMBA3_COMMON_H
 
@@ -219,6 +219,27 @@ static inline ssm_status ssmi_ref_m3_scratch(ssm_context * ctx, const char * op,
         q += sizes[i] > 0 ? sizes[i] : 1;
     }
     return SSM_STATUS_OK;
+}
+
+/* Float64 scratch of one head of the token-by-token recurrence (the recurrent forward and the
+ * decode step): the states θ (A), h (V×K), k_prev (K), v_prev (V) and the per-token rows
+ * q̃, k̃ (K), v, z (V), raw (A), q̂ (K), y (V). */
+typedef struct ssmi_ref_m3_token_scratch {
+    double *theta, *hs, *kprev, *vprev, *qt, *kt, *v, *z, *raw, *qhat, *y;
+} ssmi_ref_m3_token_scratch;
+
+/* Carves w from one new scratch block *block (the caller frees it); OUT_OF_MEMORY naming op
+ * as ssmi_ref_m3_scratch. */
+static inline ssm_status ssmi_ref_m3_token_scratch_alloc(ssm_context * ctx, const char * op, const ssmi_mamba3_dims * d,
+                                                         ssmi_ref_m3_token_scratch * w, double ** block) {
+    int          ok = 1;
+    const size_t K = (size_t)d->dk, V = (size_t)d->dv, A = (size_t)d->nangles;
+    const size_t sizes[11] = {A, ssmi_ref_m3_mul(V, K, &ok), K, V, K, K, V, V, A, K, V};
+    double **    ptrs[11] = {&w->theta, &w->hs, &w->kprev, &w->vprev, &w->qt, &w->kt,
+                             &w->v,     &w->z,  &w->raw,   &w->qhat,  &w->y};
+    *block = NULL;
+    SSM_RETURN_IF(!ok, ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: reference scratch size overflows size_t", op);
+    return ssmi_ref_m3_scratch(ctx, op, 11, sizes, ptrs, block);
 }
 
 #endif /* SSMI_REF_MAMBA3_COMMON_H */
