@@ -11,6 +11,9 @@
  *   ssmi_cpu_m3_load_state_kv / store_state_kv   a (V, K) state slice ↔ K×V fp32 scratch
  *   ssmi_cpu_m3_fold_initial    H_in = S_in + dt_0(1−λ_0)·V_in K_inᵀ (spec §3.5)
  *   ssmi_cpu_m3_copy_row        a row of floats between two tensors (or zeros)
+ *   ssmi_cpu_m3_gemm_lower_t    C += Eᵀ·B for a strictly lower E (the backwards' intra-chunk sums)
+ *   ssmi_cpu_m3_reduce_tasks / reduce_span / sum_slots   the backwards' dq/dk reduction over the
+ *                               head-block slots of their workspace
  *
  * Symbols: λ_t = sigmoid(trap_t), γ_t = dt_t·λ_t, γ'_t = dt_{t+1}(1 − λ_{t+1}) inside the
  * sequence and 0 at its last token, σ_t = γ_t + γ'_t (spec §3.1).
@@ -19,6 +22,7 @@
 #define SSMI_CPU_MAMBA3_COMMON_H
 
 #include <math.h>
+#include <string.h>
 
 #include "../core/ssmi.h"
 #include "cpu_common.h"
@@ -88,5 +92,40 @@ void ssmi_cpu_m3_load_row3(const ssmi_cpu_m3_kernels * k, const ssm_tensor * t, 
 /* Stores n floats into row [i0, i1, :] of a rank-3 tensor (nothing if absent). */
 void ssmi_cpu_m3_store_row3(const ssmi_cpu_m3_kernels * k, const ssm_tensor * t, int64_t i0, int64_t i1,
                             int64_t n, const float * src);
+
+/* C[j][:] += Σ_{i>j} E[i][j]·B[i][:] for an L×L E that is zero on and above its diagonal:
+ * on the reversed view (i' = L−1−i) Eᵀ is strictly lower, so the causal kernel skips the
+ * zero half. */
+static inline void ssmi_cpu_m3_gemm_lower_t(const ssmi_cpu_kernels * k, int64_t L, int64_t n, const float * e,
+                                            int64_t lde, const float * b, int64_t ldb, float * c, int64_t ldc) {
+    if (L <= 1) return;
+    k->gemm(L, n, L, e + (L - 1) * lde + (L - 1), -1, -lde, b + (L - 1) * ldb, -ldb, c + (L - 1) * ldc, -ldc, NULL,
+            1.0f, 1);
+}
+
+/* The backwards' dq/dk reduction (the sum over the head-block slots of their workspace) runs one task per (batch
+ * row, block of SSMI_CPU_M3_REDUCE_BLOCK tokens). */
+#define SSMI_CPU_M3_REDUCE_BLOCK 64
+
+/* The reduction's task count for B rows of S tokens. */
+static inline int64_t ssmi_cpu_m3_reduce_tasks(int64_t B, int64_t S) {
+    return B * ((S + SSMI_CPU_M3_REDUCE_BLOCK - 1) / SSMI_CPU_M3_REDUCE_BLOCK);
+}
+
+/* Tokens [*t0, *t1) of reduction task `task` (rows of S tokens); returns its batch row. */
+static inline int64_t ssmi_cpu_m3_reduce_span(int64_t task, int64_t S, int64_t * t0, int64_t * t1) {
+    const int64_t blocks = (S + SSMI_CPU_M3_REDUCE_BLOCK - 1) / SSMI_CPU_M3_REDUCE_BLOCK;
+    *t0 = (task % blocks) * SSMI_CPU_M3_REDUCE_BLOCK;
+    *t1 = *t0 + SSMI_CPU_M3_REDUCE_BLOCK < S ? *t0 + SSMI_CPU_M3_REDUCE_BLOCK : S;
+    return task / blocks;
+}
+
+/* acc[i] = Σ_{j<nb} src[j·slot + i] for i < n, summed in slot order: one row of dq or dk from the nb head-block
+ * slots (slot floats apart) of the workspace. */
+static inline void ssmi_cpu_m3_sum_slots(float * acc, const float * src, int64_t nb, int64_t slot, int64_t n) {
+    memcpy(acc, src, (size_t) n * sizeof(float));
+    for (int64_t j = 1; j < nb; ++j)
+        for (int64_t i = 0; i < n; ++i) acc[i] += src[j * slot + i];
+}
 
 #endif

@@ -44,7 +44,6 @@
 #include "ssmi_cpu_mimo.h"
 
 #define BWD_ROWS 64         /* fused rows (tokens × rank) per chunk                        */
-#define BWD_REDUCE_BLOCK 64 /* tokens per task of the group reduction                      */
 #define BWD_MIN_TASKS 2     /* fewest pass-1 tasks the head blocking aims for (plan)       */
 #define BWD_PI 3.14159265358979323846f
 
@@ -171,17 +170,6 @@ static int64_t carve(const ssmi_mimo_dims * d, const bwd_plan * l, float * base,
         ssmi_mimo_head_carve(&s->hd, s->hdbase, R, N, P);
     }
     return used + ssmi_cpu_lines(tile);
-}
-
-/* ---- small helpers ---------------------------------------------------------------------- */
-/* C[j][:] += Σ_{i>j} E[i][j]·B[i][:] for an L×L E that is zero on and above its diagonal:
- * on the reversed view (i' = L−1−i) Eᵀ is strictly lower, so the causal kernel skips the
- * zero half. */
-static void gemm_lower_t(const ssmi_cpu_kernels * k, int64_t L, int64_t n, const float * e, int64_t lde,
-                         const float * b, int64_t ldb, float * c, int64_t ldc) {
-    if (L <= 1) return;
-    k->gemm(L, n, L, e + (L - 1) * lde + (L - 1), -1, -lde, b + (L - 1) * ldb, -ldb, c + (L - 1) * ldc, -ldc, NULL,
-            1.0f, 1);
 }
 
 /* ---- per task ------------------------------------------------------------------------- */
@@ -523,7 +511,7 @@ static void chunk_grads(bwd_task_ctx * x, int64_t i0, int64_t n, const float * s
     }
     /* ddA: e^{cs_last}·<Ŝ_c, dŜ> */
     s->dcs[n - 1] += xs + ecl * ssmi_mimo_dot(NP, sc, s->ds);
-    gemm_lower_t(k, L, N, s->d2, ld, tl->qt, N, s->dkh, N);
+    ssmi_cpu_m3_gemm_lower_t(k, L, N, s->d2, ld, tl->qt, N, s->dkh, N);
 
     /* dU = diag(e^{rev})·K̂·dŜ + Mᵀ·dY (Mᵀ block-upper: each token block from its own
      * diagonal block on) */
@@ -874,9 +862,8 @@ static void reduce_task(void * arg, int64_t task, int32_t thread) {
     const ssmi_mimo_dims * d = job->d;
     const int64_t          S = d->seqlen, R = d->rank, G = d->ngroups, N = d->dstate, nb = job->l.nblocks;
     const int64_t          slot = d->batch * S * R * G * N;
-    const int64_t          blocks = (S + BWD_REDUCE_BLOCK - 1) / BWD_REDUCE_BLOCK;
-    const int64_t          b = task / blocks, tb = (task % blocks) * BWD_REDUCE_BLOCK;
-    const int64_t          te = tb + BWD_REDUCE_BLOCK < S ? tb + BWD_REDUCE_BLOCK : S;
+    int64_t                tb, te;
+    const int64_t          b = ssmi_cpu_m3_reduce_span(task, S, &tb, &te);
     float *                acc = job->scratch + (int64_t)thread * job->l.thread_floats;
     for (int which = 0; which < 2; ++which) {
         const float *      ws = which == 0 ? job->dq_ws : job->dk_ws;
@@ -885,10 +872,7 @@ static void reduce_task(void * arg, int64_t task, int32_t thread) {
         for (int64_t t = tb; t < te; ++t)
             for (int64_t r = 0; r < R; ++r)
                 for (int64_t g = 0; g < G; ++g) {
-                    const int64_t off = (((b * S + t) * R + r) * G + g) * N;
-                    memcpy(acc, ws + off, (size_t)N * sizeof(float));
-                    for (int64_t j = 1; j < nb; ++j)
-                        for (int64_t nn = 0; nn < N; ++nn) acc[nn] += ws[j * slot + off + nn];
+                    ssmi_cpu_m3_sum_slots(acc, ws + (((b * S + t) * R + r) * G + g) * N, nb, slot, N);
                     job->k->base->store_row(out->data, out->dtype, ssmi_off5(out, b, t, r, g, 0), out->strides[4], acc, N);
                 }
     }
@@ -1016,8 +1000,7 @@ ssm_status ssmi_cpu_mamba3_mimo_bwd(ssm_context * ctx, const ssm_mamba3_mimo_par
         job.cs_row0 = row0;
     }
     ssmi_parallel_for(ctx, NS * d->ngroups * job.l.nblocks, bwd_task, &job);
-    if (job.l.use_ws)
-        ssmi_parallel_for(ctx, d->batch * ((d->seqlen + BWD_REDUCE_BLOCK - 1) / BWD_REDUCE_BLOCK), reduce_task, &job);
+    if (job.l.use_ws) ssmi_parallel_for(ctx, ssmi_cpu_m3_reduce_tasks(d->batch, d->seqlen), reduce_task, &job);
     reduce_params(&job);
     ssmi_free(ctx, row0);
     ssmi_free(ctx, job.scratch);

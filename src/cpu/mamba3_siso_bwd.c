@@ -77,7 +77,6 @@
 
 #define BWD_CHUNK 32        /* tokens per chunk                                             */
 #define BWD_TRI_BLOCK 16    /* row block of the lower-triangle-only C×C products            */
-#define BWD_REDUCE_BLOCK 64 /* tokens per task of the GQA reduction                         */
 #define BWD_MIN_TASKS 4     /* fewest pass-1 tasks the GQA head blocking aims for (plan_bwd) */
 #define BWD_INTERLEAVE 1    /* heads whose reverse passes go chunk by chunk together (GQA)  */
 
@@ -220,16 +219,6 @@ static float sum(const float * x, int64_t n) {
         for (int j = 0; j < 8; ++j) acc[j] += x[i + j];
     for (int j = 0; i < n; ++i, ++j) acc[j] += x[i];
     return ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
-}
-
-/* C[j][:] += Σ_{i>j} E[i][j]·B[i][:] for a strictly lower E (zeros on and above the
- * diagonal): on the reversed view (i' = L−1−i) Eᵀ is strictly lower, so the causal
- * kernel skips the zero half. */
-static void gemm_lower_t(const ssmi_cpu_kernels * k, int64_t L, int64_t n, const float * e, int64_t lde,
-                         const float * b, int64_t ldb, float * c, int64_t ldc) {
-    if (L <= 1) return;
-    k->gemm(L, n, L, e + (L - 1) * lde + (L - 1), -1, -lde, b + (L - 1) * ldb, -ldb, c + (L - 1) * ldc, -ldc, NULL,
-            1.0f, 1);
 }
 
 /* C = A·B restricted to the lower triangle (C[i][j] for j ≤ i, computed in row blocks up
@@ -524,7 +513,7 @@ static void chunk_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc, const float * 
 
     /* dK̂s = diag(w)·Vc·dS + Eᵀ·Q̂ */
     k->gemm(Lc, K, V, s->vc, V, 1, s->ds, K, s->dks, K, s->wv, 0.0f, 0);
-    gemm_lower_t(k, Lc, K, s->ee, C, s->qh, K, s->dks, K);
+    ssmi_cpu_m3_gemm_lower_t(k, Lc, K, s->ee, C, s->qh, K, s->dks, K);
 
     /* dVc = diag(w)·K̂s·dSᵀ + Pmᵀ·dY + diag(D + γd)·dY (+ dfinal_v at the last token);
      * the first term dotted with v is m. It is computed transposed, dS·K̂sᵀ (V×C, B = the
@@ -537,7 +526,7 @@ static void chunk_grads(bwd_task_ctx * x, int64_t i0, int64_t Lc, const float * 
         for (int64_t j = 0; j < V; ++j) dv[j] *= s->wv[i];
         s->mv[i] = x->job->bk->dot(V, s->vc + i * V, dv);
     }
-    gemm_lower_t(k, Lc, V, s->cb, C, s->dy, V, s->dvc, V);
+    ssmi_cpu_m3_gemm_lower_t(k, Lc, V, s->cb, C, s->dy, V, s->dvc, V);
     for (int64_t i = 0; i < Lc; ++i) {
         const float   coef = x->dh + s->gam[i0 + i] * s->dcoef[i];
         float *       dv = s->dvc + i * V;
@@ -834,9 +823,8 @@ static void reduce_task(void * arg, int64_t task, int32_t thread) {
     const ssmi_mamba3_dims * d = job->d;
     const int64_t            S = d->seqlen, Hq = d->nheads_qk, K = d->dk, nb = job->l.nblocks;
     const int64_t            slot = d->batch * S * Hq * K; /* floats per head-block slot */
-    const int64_t            blocks = (S + BWD_REDUCE_BLOCK - 1) / BWD_REDUCE_BLOCK;
-    const int64_t            b = task / blocks, tb = (task % blocks) * BWD_REDUCE_BLOCK;
-    const int64_t            te = tb + BWD_REDUCE_BLOCK < S ? tb + BWD_REDUCE_BLOCK : S;
+    int64_t                  tb, te;
+    const int64_t            b = ssmi_cpu_m3_reduce_span(task, S, &tb, &te);
     float *                  acc = job->scratch + (int64_t)thread * job->l.thread_floats;
     for (int which = 0; which < 2; ++which) {
         const float *      ws = which == 0 ? job->dq_ws : job->dk_ws;
@@ -844,10 +832,7 @@ static void reduce_task(void * arg, int64_t task, int32_t thread) {
         if (ws == NULL) continue;
         for (int64_t t = tb; t < te; ++t)
             for (int64_t g = 0; g < Hq; ++g) {
-                const float * src = ws + ((b * S + t) * Hq + g) * K;
-                memcpy(acc, src, (size_t)K * sizeof(float));
-                for (int64_t blk = 1; blk < nb; ++blk)
-                    for (int64_t j = 0; j < K; ++j) acc[j] += src[blk * slot + j];
+                ssmi_cpu_m3_sum_slots(acc, ws + ((b * S + t) * Hq + g) * K, nb, slot, K);
                 job->k->store_row(out->data, out->dtype, ssmi_off4(out, b, t, g, 0), out->strides[3], acc, K);
             }
     }
@@ -966,7 +951,7 @@ ssm_status ssmi_cpu_mamba3_siso_bwd(ssm_context * ctx, const ssm_mamba3_params *
 
     ssmi_parallel_for(ctx, d->nseq * d->nheads_qk * job.l.nblocks, bwd_task, &job);
     if (job.l.gqa_ws && d->seqlen > 0)
-        ssmi_parallel_for(ctx, d->batch * ((d->seqlen + BWD_REDUCE_BLOCK - 1) / BWD_REDUCE_BLOCK), reduce_task, &job);
+        ssmi_parallel_for(ctx, ssmi_cpu_m3_reduce_tasks(d->batch, d->seqlen), reduce_task, &job);
     reduce_over_sequences(&job);
     ssmi_free(ctx, base);
     return SSM_STATUS_OK;
