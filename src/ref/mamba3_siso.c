@@ -66,28 +66,14 @@ ssm_status ssmi_ref_mamba3_siso(ssm_context * ctx, const ssm_mamba3_params * p, 
     return st;
 }
 
-/* Reads row n of a state (rank 3 over its last dim, or the V×K matrix) or zeros. */
-static void read_state3(double * dst, const ssm_tensor * t, int64_t n, int64_t h, int64_t len) {
-    if (!ssmi_present(t)) {
-        for (int64_t i = 0; i < len; ++i) dst[i] = 0.0;
-        return;
-    }
-    ssmi_ref_m3_read(dst, t, ssmi_off3(t, n, h, 0), len);
-}
-
 static void recurrent_head(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_args * a, const ssmi_ref_m3_seq * s,
                            int64_t h, const ssmi_ref_m3_token_scratch * w) {
     const int64_t K = d->dk, V = d->dv, A = d->nangles, g = h / (d->nheads / d->nheads_qk);
     const double  dskip = ssmi_present(&a->d) ? ssmi_get_f64(&a->d, ssmi_off1(&a->d, h)) : 0.0;
-    read_state3(w->theta, &a->angle_state, s->n, h, A);
-    read_state3(w->kprev, &a->k_state, s->n, h, K);
-    read_state3(w->vprev, &a->v_state, s->n, h, V);
-    for (int64_t r = 0; r < V; ++r) {
-        if (ssmi_present(&a->ssm_state))
-            ssmi_ref_m3_read(w->hs + r * K, &a->ssm_state, ssmi_off4(&a->ssm_state, s->n, h, r, 0), K);
-        else
-            memset(w->hs + r * K, 0, (size_t)K * sizeof(double));
-    }
+    ssmi_ref_m3_read_state3(w->theta, &a->angle_state, s->n, h, A);
+    ssmi_ref_m3_read_state3(w->kprev, &a->k_state, s->n, h, K);
+    ssmi_ref_m3_read_state3(w->vprev, &a->v_state, s->n, h, V);
+    ssmi_ref_m3_read_state4(w->hs, &a->ssm_state, s->n, h, V, K);
     for (int64_t t = s->t0; t < s->t0 + s->len; ++t) {
         for (int64_t c = 0; c < K; ++c) {
             w->qt[c] = ssmi_get_f64(&a->q, ssmi_off4(&a->q, s->b, t, g, c)) +

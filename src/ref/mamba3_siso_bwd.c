@@ -57,25 +57,6 @@ static ssm_status bwd_alloc(ssm_context * ctx, const ssmi_mamba3_dims * d, int64
     return SSM_STATUS_OK;
 }
 
-/* Row n, head h of an optional (NS, H, N) tensor into dst, zeros when absent. */
-static void read_opt3(double * dst, const ssm_tensor * t, int64_t n, int64_t h, int64_t len) {
-    if (!ssmi_present(t)) {
-        for (int64_t i = 0; i < len; ++i) dst[i] = 0.0;
-        return;
-    }
-    ssmi_ref_m3_read(dst, t, ssmi_off3(t, n, h, 0), len);
-}
-
-/* (NS, H, V, K) matrix of row n, head h into dst (V×K), zeros when absent. */
-static void read_opt4(double * dst, const ssm_tensor * t, int64_t n, int64_t h, int64_t V, int64_t K) {
-    for (int64_t r = 0; r < V; ++r) {
-        if (ssmi_present(t))
-            ssmi_ref_m3_read(dst + r * K, t, ssmi_off4(t, n, h, r, 0), K);
-        else
-            memset(dst + r * K, 0, (size_t)K * sizeof(double));
-    }
-}
-
 static void write_opt3(const ssm_tensor * t, int64_t n, int64_t h, const double * src, int64_t len) {
     if (ssmi_present(t) && len > 0) ssmi_ref_m3_write(t, ssmi_off3(t, n, h, 0), src, len);
 }
@@ -94,7 +75,7 @@ static void recompute_forward(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_
     double run = 0.0;
     for (int64_t t = 0; t < L; ++t) w->cs[t] = run += w->sc.adt[t];
     /* θ_t = wrap(θ_{t−1} + π·tanh(raw)·dt), as the angle cumsum reference */
-    read_opt3(w->tk, &a->angle_state, s->n, h, A); /* tk holds the running θ (A ≤ K/2) */
+    ssmi_ref_m3_read_state3(w->tk, &a->angle_state, s->n, h, A); /* tk holds the running θ (A ≤ K/2) */
     for (int64_t t = 0; t < L; ++t)
         for (int64_t i = 0; i < A; ++i) {
             const double raw = ssmi_get_f64(&a->angles, ssmi_off4(&a->angles, s->b, s->t0 + t, h, i));
@@ -114,9 +95,9 @@ static void recompute_forward(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_
     /* H_in = S_in + DT_0(1−λ_0)·V_in K_inᵀ */
     if (d->has_states) {
         const double c0 = w->sc.dt[0] * (1.0 - w->sc.lam[0]);
-        read_opt4(w->hin, &a->ssm_state, s->n, h, V, K);
-        read_opt3(w->tk, &a->k_state, s->n, h, K);
-        read_opt3(w->tv, &a->v_state, s->n, h, V);
+        ssmi_ref_m3_read_state4(w->hin, &a->ssm_state, s->n, h, V, K);
+        ssmi_ref_m3_read_state3(w->tk, &a->k_state, s->n, h, K);
+        ssmi_ref_m3_read_state3(w->tv, &a->v_state, s->n, h, V);
         for (int64_t r = 0; r < V; ++r)
             for (int64_t c = 0; c < K; ++c) w->hin[r * K + c] += c0 * w->tv[r] * w->tk[c];
     } else {
@@ -196,7 +177,7 @@ static void core_backward(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_
     }
     /* final SSM state S_out = e^{cs_last}·H_in + Σ_s e^{cs_last−cs_s}·σ_s·v_s k̂_sᵀ */
     if (ssmi_present(&a->dfinal_ssm_state)) {
-        read_opt4(w->dsout, &a->dfinal_ssm_state, s->n, h, V, K);
+        ssmi_ref_m3_read_state4(w->dsout, &a->dfinal_ssm_state, s->n, h, V, K);
         const double el = exp(w->cs[last]);
         double       dot = 0.0;
         for (int64_t i = 0; i < V * K; ++i) {
@@ -218,7 +199,7 @@ static void core_backward(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_
         }
     }
     /* final V state = v_last */
-    read_opt3(w->dvout, &a->dfinal_v_state, s->n, h, d->dv);
+    ssmi_ref_m3_read_state3(w->dvout, &a->dfinal_v_state, s->n, h, d->dv);
     for (int64_t r = 0; r < V; ++r) w->dvv[last * V + r] += w->dvout[r];
 }
 
@@ -226,7 +207,7 @@ static void core_backward(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_
 static void preprocess_backward(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_args * a,
                                 const ssmi_ref_m3_seq * s, int64_t h, bwd_scratch * w, bwd_acc * acc) {
     const int64_t L = s->len, K = d->dk, A = d->nangles, Hq = d->nheads_qk, g = h / (d->nheads / Hq), last = L - 1;
-    read_opt3(w->dkout, &a->dfinal_k_state, s->n, h, K);
+    ssmi_ref_m3_read_state3(w->dkout, &a->dfinal_k_state, s->n, h, K);
     for (int64_t t = 0; t < L; ++t) {
         double *dks = w->dks + t * K, *dkh = w->dks + t * K; /* dk̂ overwrites dKs in place */
         w->dsig[t] = ssmi_ref_m3_dot(dks, w->kh + t * K, K);
@@ -277,8 +258,8 @@ static void scalar_backward(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bw
     double dc = 0.0;
     if (d->has_states) {
         const double c0 = w->sc.dt[0] * (1.0 - w->sc.lam[0]);
-        read_opt3(w->tk, &a->k_state, s->n, h, K);
-        read_opt3(w->tv, &a->v_state, s->n, h, V);
+        ssmi_ref_m3_read_state3(w->tk, &a->k_state, s->n, h, K);
+        ssmi_ref_m3_read_state3(w->tv, &a->v_state, s->n, h, V);
         for (int64_t r = 0; r < V; ++r)
             for (int64_t c = 0; c < K; ++c) dc += w->dhin[r * K + c] * w->tv[r] * w->tk[c];
         write_opt4(&a->dssm_state, s->n, h, w->dhin, V, K);
@@ -294,7 +275,7 @@ static void scalar_backward(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bw
             }
     }
     /* angle cumsum backward: G_t = Σ_{u≥t} dθ_u + dθ_final */
-    read_opt3(w->dthout, &a->dfinal_angle_state, s->n, h, A);
+    ssmi_ref_m3_read_state3(w->dthout, &a->dfinal_angle_state, s->n, h, A);
     for (int64_t t = L - 1; t >= 0; --t) {
         double ddt_angle = 0.0;
         for (int64_t i = 0; i < A; ++i) {

@@ -89,6 +89,26 @@ static inline void ssmi_ref_m3_read(double * dst, const ssm_tensor * t, int64_t 
     for (int64_t i = 0; i < n; ++i) dst[i] = ssmi_get_f64(t, off + i * st);
 }
 
+/* Row [n, h, :] (len elements) of an optional (NS, H, len) state into dst; zeros when absent. */
+static inline void ssmi_ref_m3_read_state3(double * dst, const ssm_tensor * t, int64_t n, int64_t h, int64_t len) {
+    if (!ssmi_present(t)) {
+        for (int64_t i = 0; i < len; ++i) dst[i] = 0.0;
+        return;
+    }
+    ssmi_ref_m3_read(dst, t, ssmi_off3(t, n, h, 0), len);
+}
+
+/* Matrix [n, h] of an optional (NS, H, V, K) state into dst (V×K); zeros when absent. */
+static inline void ssmi_ref_m3_read_state4(double * dst, const ssm_tensor * t, int64_t n, int64_t h, int64_t V,
+                                           int64_t K) {
+    for (int64_t r = 0; r < V; ++r) {
+        if (ssmi_present(t))
+            ssmi_ref_m3_read(dst + r * K, t, ssmi_off4(t, n, h, r, 0), K);
+        else
+            memset(dst + r * K, 0, (size_t)K * sizeof(double));
+    }
+}
+
 /* Writes `n` elements along the last dim (rounded to the tensor's dtype). */
 static inline void ssmi_ref_m3_write(const ssm_tensor * t, int64_t off, const double * src, int64_t n) {
     const int64_t st = t->strides[t->ndim - 1];
