@@ -76,6 +76,14 @@ static inline int64_t ssmi_cpu_seq_run(const ssm_tensor * seq_idx, int64_t b, in
     return t;
 }
 
+/* The heads per task of a driver that runs one task per (unit, block of heads) over `heads` heads: halved from `start`
+ * while the tasks (units × blocks) number fewer than min_tasks and a block holds more than one head. */
+static inline int64_t ssmi_cpu_head_block(int64_t heads, int64_t start, int64_t units, int64_t min_tasks) {
+    int64_t hb = start;
+    while (hb > 1 && units * ((heads + hb - 1) / hb) < min_tasks) hb = (hb + 1) / 2;
+    return hb;
+}
+
 /* Floats rounded up to a whole cache line, so every carved buffer stays 64-byte aligned. */
 static inline int64_t ssmi_cpu_lines(int64_t floats) { return (floats + 15) & ~(int64_t) 15; }
 

@@ -98,10 +98,7 @@ ssm_status ssmi_cpu_mamba2_chunk_state(ssm_context * ctx, const ssm_mamba2_param
     const int64_t threads = ssmi_num_threads(ctx);
     state_job     job;
     /* whole groups per task when that gives a few tasks per thread, else split the heads */
-    job.head_block = R;
-    while (job.head_block > 1 && d->batch * d->nchunks * d->ngroups * ((R + job.head_block - 1) / job.head_block) <
-                                     4 * threads)
-        job.head_block = (job.head_block + 1) / 2;
+    job.head_block = ssmi_cpu_head_block(R, R, d->batch * d->nchunks * d->ngroups, 4 * threads);
     job.blocks = (R + job.head_block - 1) / job.head_block;
     const int64_t ntasks = d->batch * d->nchunks * d->ngroups * job.blocks;
     job.dims           = d;

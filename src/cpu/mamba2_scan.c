@@ -77,7 +77,7 @@ static scan_layout plan_scan(const ssm_context * ctx, const ssmi_mamba2_dims * d
     const int64_t cap     = state_b > 0 && SCAN_STATE_BUDGET / state_b > 1 ? SCAN_STATE_BUDGET / state_b : 1;
     if (hb > cap) hb = cap;
     /* enough tasks to keep every thread busy, twice over, when the shape allows it */
-    while (hb > 1 && rows * d->ngroups * ((R + hb - 1) / hb) < 2 * threads) hb = (hb + 1) / 2;
+    hb = ssmi_cpu_head_block(R, hb, rows * d->ngroups, 2 * threads);
     scan_layout l;
     l.head_block    = hb;
     l.max_segments  = max_segments(d, a);

@@ -12,6 +12,7 @@
  *   ssmi_cpu_m3_fold_initial    H_in = S_in + dt_0(1−λ_0)·V_in K_inᵀ (spec §3.5)
  *   ssmi_cpu_m3_copy_row        a row of floats between two tensors (or zeros)
  *   ssmi_cpu_m3_gemm_lower_t    C += Eᵀ·B for a strictly lower E (the backwards' intra-chunk sums)
+ *   ssmi_cpu_m3_head_blocks     the backwards' head blocks per q/k head (shape-only)
  *   ssmi_cpu_m3_reduce_tasks / reduce_span / sum_slots   the backwards' dq/dk reduction over the
  *                               head-block slots of their workspace
  *
@@ -101,6 +102,15 @@ static inline void ssmi_cpu_m3_gemm_lower_t(const ssmi_cpu_kernels * k, int64_t 
     if (L <= 1) return;
     k->gemm(L, n, L, e + (L - 1) * lde + (L - 1), -1, -lde, b + (L - 1) * ldb, -ldb, c + (L - 1) * ldc, -ldc, NULL,
             1.0f, 1);
+}
+
+/* The backwards' head blocking: the smallest block count nb, a divisor of the G heads that share q/k, giving at
+ * least min_tasks tasks (units · nb), else G. It depends on the shape only, so every sum over the blocks keeps its
+ * order whatever the thread count. */
+static inline int64_t ssmi_cpu_m3_head_blocks(int64_t G, int64_t units, int64_t min_tasks) {
+    for (int64_t nb = 1; nb < G; ++nb)
+        if (G % nb == 0 && units * nb >= min_tasks) return nb;
+    return G;
 }
 
 /* The backwards' dq/dk reduction (the sum over the head-block slots of their workspace) runs one task per (batch

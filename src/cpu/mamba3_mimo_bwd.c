@@ -935,14 +935,7 @@ static bwd_plan plan_bwd(const ssmi_mimo_dims * d, const ssm_mamba3_mimo_bwd_arg
     if (l.max_chunks < 1) l.max_chunks = 1;
     const int64_t Hg = d->nheads / d->ngroups;
     l.use_ws = Hg > 1 && (ssmi_present(&a->dq) || ssmi_present(&a->dk));
-    /* the smallest number of blocks (a divisor of Hg) giving BWD_MIN_TASKS tasks: depends on
-     * the shape only, so every sum keeps its order whatever the thread count */
-    l.nblocks = Hg;
-    for (int64_t nb = 1; nb <= Hg; ++nb)
-        if (Hg % nb == 0 && (d->nseq * d->ngroups * nb >= BWD_MIN_TASKS || nb == Hg)) {
-            l.nblocks = nb;
-            break;
-        }
+    l.nblocks = ssmi_cpu_m3_head_blocks(Hg, d->nseq * d->ngroups, BWD_MIN_TASKS);
     l.head_block = Hg / l.nblocks;
     bwd_scratch s;
     l.thread_floats = ssmi_cpu_lines(carve(d, &l, NULL, &s));

@@ -236,10 +236,8 @@ static void st_task(void * arg, int64_t task, int32_t thread) {
 ssm_status ssmi_cpu_mamba3_mimo_step(ssm_context * ctx, const ssm_mamba3_mimo_params * p, const ssmi_mimo_dims * d,
                                     const ssm_mamba3_mimo_step_args * a) {
     if (d->batch == 0 || d->nheads == 0) return SSM_STATUS_OK;
-    const int64_t threads = ssmi_num_threads(ctx);
-    int64_t       hb      = d->nheads;
     /* a few tasks per thread when the batch alone does not give them */
-    while (hb > 1 && d->batch * ((d->nheads + hb - 1) / hb) < 4 * threads) hb = (hb + 1) / 2;
+    const int64_t hb = ssmi_cpu_head_block(d->nheads, d->nheads, d->batch, 4 * ssmi_num_threads(ctx));
     st_job job;
     job.d             = d;
     job.k             = ssmi_mimo_kernels_for(ctx);

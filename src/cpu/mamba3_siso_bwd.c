@@ -878,18 +878,10 @@ static bwd_layout plan_bwd(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd
     l.max_chunks = (l.max_len + BWD_CHUNK - 1) / BWD_CHUNK;
     if (l.max_chunks < 1) l.max_chunks = 1;
     l.gqa_ws = d->nheads_qk < d->nheads && (ssmi_present(&a->dq) || ssmi_present(&a->dk));
-    /* Heads per task: the smallest block count nb (a divisor of G) giving at least
-     * BWD_MIN_TASKS tasks. Fewer blocks = a smaller workspace (nb slots of (B, S, Hq, K)
-     * fp32 instead of G) and fewer partial sums; the choice depends on the shape only, so
-     * the summation order, and the result, is the same for every thread count. */
+    /* Heads per task: fewer blocks = a smaller workspace (nb slots of (B, S, Hq, K) fp32
+     * instead of G) and fewer partial sums. */
     const int64_t G = d->nheads / d->nheads_qk;
-    l.nblocks = G;
-    if (l.gqa_ws)
-        for (int64_t nb = 1; nb <= G; ++nb)
-            if (G % nb == 0 && (d->nseq * d->nheads_qk * nb >= BWD_MIN_TASKS || nb == G)) {
-                l.nblocks = nb;
-                break;
-            }
+    l.nblocks = l.gqa_ws ? ssmi_cpu_m3_head_blocks(G, d->nseq * d->nheads_qk, BWD_MIN_TASKS) : G;
     l.head_block = G / l.nblocks;
     /* Interleaving lets the heads of a block that share workspace rows add to them while
      * they are in cache, but each interleaved head needs its own whole-sequence tables

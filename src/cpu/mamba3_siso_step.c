@@ -245,10 +245,8 @@ ssm_status ssmi_cpu_mamba3_siso_step(ssm_context * ctx, const ssm_mamba3_params 
                                      const ssm_mamba3_siso_step_args * a) {
     (void) p;
     if (d->batch == 0 || d->nheads == 0 || d->dv == 0) return SSM_STATUS_OK;
-    const int64_t threads = ssmi_num_threads(ctx);
-    int64_t       hb      = d->nheads;
     /* a few tasks per thread when the batch alone does not give them */
-    while (hb > 1 && d->batch * ((d->nheads + hb - 1) / hb) < 4 * threads) hb = (hb + 1) / 2;
+    const int64_t hb = ssmi_cpu_head_block(d->nheads, d->nheads, d->batch, 4 * ssmi_num_threads(ctx));
     step_job job;
     job.d             = d;
     job.k             = ssmi_cpu_m3_kernels_for(ctx);
