@@ -129,10 +129,7 @@ static void test_m2_tokens(ssmt_rng * rng) {
         ssmt_host            fin = ssmt_alloc(sdt, 4, q.state.t.shape), inter = ssmt_alloc(sdt, 4, si);
         ssmt_host            out = ssmt_alloc(dt, 3, q.x.t.shape);
         a.out = out.t, a.final_state = fin.t, a.intermediate_states = inter.t;
-        ssmt_op_case oc = {0};
-        oc.name = tag, oc.args = &a, oc.args_size = sizeof a, oc.compute = dt, oc.out_dtype = SSM_DTYPE_F32;
-        oc.run = ssmt_ds_run_m2;
-        ssmt_op_add_outs(&oc, "mamba2_step");
+        ssmt_op_case oc = ssmt_op_case_make(tag, "mamba2_step", &a, sizeof a, dt, SSM_DTYPE_F32, ssmt_ds_run_m2);
         TEST_CHECK(oc.nouts == 3, "%s: %d outputs", tag, oc.nouts);
         ssmt_op_run(&oc, ctx_ref, ctx_cpu, ctx_scalar);
         ssmt_free(&fin), ssmt_free(&inter), ssmt_free(&out);
@@ -262,10 +259,8 @@ static void test_m2_rules(ssmt_rng * rng) {
 static void m3_check(const char * tag, void * args, size_t args_size, ssmt_ds_fields f, ssmt_run_fn run, ssm_dtype compute,
                      ssm_dtype out_dtype, unsigned angle_outs, const char * op, int64_t B, int64_t slots) {
     /* the CPU against the reference (out and the four separate final pools) */
-    ssmt_op_case oc = {0};
-    oc.name = tag, oc.args = args, oc.args_size = args_size, oc.compute = compute, oc.out_dtype = out_dtype;
-    oc.run = run, oc.angle_outs = angle_outs;
-    ssmt_op_add_outs(&oc, op);
+    ssmt_op_case oc = ssmt_op_case_make(tag, op, args, args_size, compute, out_dtype, run);
+    oc.angle_outs = angle_outs;
     TEST_CHECK(oc.nouts == 5, "%s: %d outputs", tag, oc.nouts);
     ssmt_op_run(&oc, ctx_ref, ctx_cpu, ctx_scalar);
     /* with dst against without: what a row puts in its write slot is what it would put in its
@@ -526,10 +521,8 @@ static void test_m3_tokens(ssmt_rng * rng, const ssmt_ds_layout * L) {
             inter[i] = ssmt_ds_inter_alloc(ssmt_ds_fld(&a, L->in[i]), q.T, SSM_DTYPE_F32);
             *ssmt_ds_fld(&a, L->inter[i]) = inter[i].t;
         }
-        ssmt_op_case oc = {0};
-        oc.name = tag, oc.args = &a, oc.args_size = L->size, oc.compute = dt, oc.out_dtype = SSM_DTYPE_F32;
-        oc.run = L->run, oc.angle_outs = L->angle_outs;
-        ssmt_op_add_outs(&oc, L->op);
+        ssmt_op_case oc = ssmt_op_case_make(tag, L->op, &a, L->size, dt, SSM_DTYPE_F32, L->run);
+        oc.angle_outs = L->angle_outs;
         TEST_CHECK(oc.nouts >= 7, "%s: %d outputs", tag, oc.nouts);
         ssmt_op_run(&oc, ctx_ref, ctx_cpu, ctx_scalar);
         for (int i = 0; i < 4; ++i) ssmt_free(&inter[i]);

@@ -74,13 +74,10 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba2_config * cfg, int64_t 
     /* combined scan */
     {
         ssm_mamba2_scan_args a = prob.args;
-        ssmt_op_case              oc = { 0 };
         snprintf(name, sizeof name, "scan[%s]", tag);
-        oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
-        oc.run     = run_scan;
-        oc.outs[0] = &a.out;
-        oc.nouts   = 1;
-        if (a.final_states.data) oc.outs[oc.nouts++] = &a.final_states;
+        ssmt_op_case oc = ssmt_op_case_make(name, NULL, &a, sizeof a, cfg->dtype, cfg->out_dtype, run_scan);
+        ssmt_op_add_out(&oc, &a.out);
+        ssmt_op_add_out(&oc, &a.final_states);
         run_case(&oc);
     }
     if (prob.nseq > 0) { /* the standalone ops have no varlen form */
@@ -97,10 +94,10 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba2_config * cfg, int64_t 
     {
         ssm_mamba2_chunk_cumsum_args a = { 0 };
         a.dt = prob.dt.t, a.a = prob.a.t, a.dt_bias = prob.dt_bias.t, a.dt_out = dt_out.t, a.da_cumsum = dacs.t;
-        ssmt_op_case oc = { 0 };
         snprintf(name, sizeof name, "chunk_cumsum[%s]", tag);
-        oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = SSM_DTYPE_F32, oc.out_dtype = SSM_DTYPE_F32;
-        oc.run = run_cumsum, oc.outs[0] = &a.dt_out, oc.outs[1] = &a.da_cumsum, oc.nouts = 2;
+        ssmt_op_case oc = ssmt_op_case_make(name, NULL, &a, sizeof a, SSM_DTYPE_F32, SSM_DTYPE_F32, run_cumsum);
+        ssmt_op_add_out(&oc, &a.dt_out);
+        ssmt_op_add_out(&oc, &a.da_cumsum);
         run_case(&oc);
         TEST_CHECK_STATUS(ssm_mamba2_chunk_cumsum(ctx_ref, &g_params, &a), SSM_STATUS_OK);
     }
@@ -111,10 +108,9 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba2_config * cfg, int64_t 
         ssm_mamba2_chunk_state_args a = { 0 };
         a.b = prob.b.t, a.x = prob.x.t, a.dt = dt_out.t, a.da_cumsum = dacs.t, a.states = states.t;
         if (seq) a.seq_idx = *seq;
-        ssmt_op_case oc = { 0 };
         snprintf(name, sizeof name, "chunk_state[%s]", tag);
-        oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
-        oc.run = run_state, oc.outs[0] = &a.states, oc.nouts = 1;
+        ssmt_op_case oc = ssmt_op_case_make(name, NULL, &a, sizeof a, cfg->dtype, cfg->out_dtype, run_state);
+        ssmt_op_add_out(&oc, &a.states);
         run_case(&oc);
         TEST_CHECK_STATUS(ssm_mamba2_chunk_state(ctx_ref, &g_params, &a), SSM_STATUS_OK);
     }
@@ -132,11 +128,10 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba2_config * cfg, int64_t 
         const int64_t fshape[4] = { B, H, P, N };
         ssmt_host     fin       = ssmt_alloc(SSM_DTYPE_F32, 4, fshape);
         if (cfg->has_final) a.final_states = fin.t;
-        ssmt_op_case oc = { 0 };
         snprintf(name, sizeof name, "state_passing[%s]", tag);
-        oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
-        oc.run = run_passing, oc.outs[0] = &a.states_in, oc.nouts = 1;
-        if (cfg->has_final) oc.outs[oc.nouts++] = &a.final_states;
+        ssmt_op_case oc = ssmt_op_case_make(name, NULL, &a, sizeof a, cfg->dtype, cfg->out_dtype, run_passing);
+        ssmt_op_add_out(&oc, &a.states_in);
+        ssmt_op_add_out(&oc, &a.final_states);
         run_case(&oc);
         TEST_CHECK_STATUS(ssm_mamba2_state_passing(ctx_ref, &g_params, &a), SSM_STATUS_OK);
         ssmt_free(&fin);
@@ -148,10 +143,9 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba2_config * cfg, int64_t 
         ssm_mamba2_bmm_args a = { 0 };
         a.c = prob.c.t, a.b = prob.b.t, a.cb = cb.t;
         if (seq) a.seq_idx = *seq;
-        ssmt_op_case oc = { 0 };
         snprintf(name, sizeof name, "bmm[%s]", tag);
-        oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
-        oc.run = run_bmm, oc.outs[0] = &a.cb, oc.nouts = 1;
+        ssmt_op_case oc = ssmt_op_case_make(name, NULL, &a, sizeof a, cfg->dtype, cfg->out_dtype, run_bmm);
+        ssmt_op_add_out(&oc, &a.cb);
         run_case(&oc);
         TEST_CHECK_STATUS(ssm_mamba2_bmm(ctx_ref, &g_params, &a), SSM_STATUS_OK);
     }
@@ -165,11 +159,10 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba2_config * cfg, int64_t 
         ssmt_host out  = ssmt_alloc(cfg->out_dtype, 4, prob.x.t.shape);
         a.out          = out.t;
         if (cfg->has_z) a.out_x = outx.t;
-        ssmt_op_case oc = { 0 };
         snprintf(name, sizeof name, "chunk_scan[%s]", tag);
-        oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
-        oc.run = run_chunk_scan, oc.outs[0] = &a.out, oc.nouts = 1;
-        if (cfg->has_z) oc.outs[oc.nouts++] = &a.out_x;
+        ssmt_op_case oc = ssmt_op_case_make(name, NULL, &a, sizeof a, cfg->dtype, cfg->out_dtype, run_chunk_scan);
+        ssmt_op_add_out(&oc, &a.out);
+        ssmt_op_add_out(&oc, &a.out_x);
         run_case(&oc);
         ssmt_free(&outx);
         ssmt_free(&out);

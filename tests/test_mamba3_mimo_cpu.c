@@ -138,10 +138,8 @@ static void test_bwd_fwd(ssmt_rng * rng, const ssmt_mimo_config * cfg) {
     }
     g_params                         = pr.params;
     ssm_mamba3_mimo_bwd_fwd_args a   = pr.args;
-    ssmt_op_case                      oc  = { 0 };
-    oc.name = tag, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
-    oc.run = run_bwd_fwd;
-    ssmt_op_add_outs(&oc, "mamba3_mimo_bwd_fwd");
+    ssmt_op_case oc = ssmt_op_case_make(tag, "mamba3_mimo_bwd_fwd", &a, sizeof a, cfg->dtype, cfg->out_dtype,
+                                        run_bwd_fwd);
     run_case(&oc);
     check_bf16_mode(tag, &pr.args);
     ssmt_mimo_bwd_fwd_free(&pr);
@@ -264,10 +262,7 @@ static void test_fwd(ssmt_rng * rng, const ssmt_mimo_config * cfg) {
     }
     g_params                 = pr.params;
     ssm_mamba3_mimo_args a   = pr.args;
-    ssmt_op_case              oc  = { 0 };
-    oc.name = tag, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
-    oc.run = run_fwd;
-    ssmt_op_add_outs(&oc, "mamba3_mimo");
+    ssmt_op_case oc = ssmt_op_case_make(tag, "mamba3_mimo", &a, sizeof a, cfg->dtype, cfg->out_dtype, run_fwd);
     if (a.final_angle_state.data) oc.angle_outs = 1u << 1;
     run_case(&oc);
     ssmt_mimo_problem_free(&pr);
@@ -437,10 +432,7 @@ static void test_step(ssmt_rng * rng, ssmt_mimo_config cfg, int64_t slots, int w
     }
     g_params                      = pr.params;
     ssm_mamba3_mimo_step_args a   = pr.args;
-    ssmt_op_case                   oc  = { 0 };
-    oc.name = tag, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg.dtype, oc.out_dtype = cfg.out_dtype;
-    oc.run = run_step;
-    ssmt_op_add_outs(&oc, "mamba3_mimo_step");
+    ssmt_op_case oc = ssmt_op_case_make(tag, "mamba3_mimo_step", &a, sizeof a, cfg.dtype, cfg.out_dtype, run_step);
     run_case(&oc);
     /* in place on an fp32 pool == separate final buffers; padding rows' out == 0 */
     const ssm_tensor * st[4] = { &pr.args.angle_state, &pr.args.ssm_state, &pr.args.k_state, &pr.args.v_state };

@@ -40,30 +40,22 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const ch
     char name[300];
     {
         ssm_mamba3_siso_args a  = pr.args;
-        ssmt_op_case              oc = { 0 };
         snprintf(name, sizeof name, "siso[%s]", tag);
-        oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
-        oc.run = run_siso;
-        ssmt_op_add_outs(&oc, "mamba3_siso");
+        ssmt_op_case oc = ssmt_op_case_make(name, "mamba3_siso", &a, sizeof a, cfg->dtype, cfg->out_dtype, run_siso);
         if (a.final_angle_state.data) oc.angle_outs = 1u << 1;
         run_case(&oc);
     }
     {
         ssm_mamba3_siso_fwd_args a  = pr.fwd_args;
-        ssmt_op_case                  oc = { 0 };
         snprintf(name, sizeof name, "siso_fwd[%s]", tag);
-        oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
-        oc.run = run_fwd;
-        ssmt_op_add_outs(&oc, "mamba3_siso_fwd");
+        ssmt_op_case oc = ssmt_op_case_make(name, "mamba3_siso_fwd", &a, sizeof a, cfg->dtype, cfg->out_dtype, run_fwd);
         run_case(&oc);
     }
     if (pr.angle_args.angles_cumsum.data) {
         ssm_mamba3_angle_cumsum_args a  = pr.angle_args;
-        ssmt_op_case                      oc = { 0 };
         snprintf(name, sizeof name, "angle_cumsum[%s]", tag);
-        oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
-        oc.run = run_angle;
-        ssmt_op_add_outs(&oc, "mamba3_angle_cumsum");
+        ssmt_op_case oc = ssmt_op_case_make(name, "mamba3_angle_cumsum", &a, sizeof a, cfg->dtype, cfg->out_dtype,
+                                            run_angle);
         oc.angle_outs = 3u;
         run_case(&oc);
     }
@@ -79,11 +71,9 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const ch
         if (cfg->has_states) a.dfinal_angle_state = dfin.t;
         a.dangles = dang.t, a.ddt = ddt.t;
         if (cfg->has_final) a.dangle_state = dst.t;
-        ssmt_op_case oc = { 0 };
         snprintf(name, sizeof name, "angle_cumsum_bwd[%s]", tag);
-        oc.name = name, oc.args = &a, oc.args_size = sizeof a, oc.compute = cfg->dtype, oc.out_dtype = cfg->out_dtype;
-        oc.run = run_angle_bwd;
-        ssmt_op_add_outs(&oc, "mamba3_angle_cumsum_bwd");
+        ssmt_op_case oc = ssmt_op_case_make(name, "mamba3_angle_cumsum_bwd", &a, sizeof a, cfg->dtype, cfg->out_dtype,
+                                            run_angle_bwd);
         run_case(&oc);
         ssmt_free(&dth), ssmt_free(&dfin), ssmt_free(&dang), ssmt_free(&ddt), ssmt_free(&dst);
     }
@@ -275,10 +265,7 @@ static void test_step(ssmt_rng * rng, int64_t B, int64_t H, int64_t Hq, int64_t 
              (long long) H, (long long) Hq, (long long) K, (long long) V, (long long) A, ssm_dtype_name(dt),
              (long long) slots, with_indices);
     ssm_mamba3_siso_step_args a  = pr.args;
-    ssmt_op_case                   oc = { 0 };
-    oc.name = tag, oc.args = &a, oc.args_size = sizeof a, oc.compute = dt, oc.out_dtype = cfg.out_dtype;
-    oc.run = run_step;
-    ssmt_op_add_outs(&oc, "mamba3_siso_step");
+    ssmt_op_case oc = ssmt_op_case_make(tag, "mamba3_siso_step", &a, sizeof a, dt, cfg.out_dtype, run_step);
     oc.angle_outs = 1u << 1;
     run_case(&oc);
 

@@ -532,6 +532,42 @@ void ssmt_case_mamba2_params(const ssmt_case * c, ssm_mamba2_params * p) {
     p->dt_limit_hi = c->dt_hi;
 }
 
+int ssmt_bag_load(ssmt_bag * g, const char * op, const char * name, const char * const * list,
+                  ssmt_bag_dtype_fn dtype_of, void * arg) {
+    memset(g, 0, sizeof *g);
+    if (ssmt_case_load(&g->c, op, name) != 0) {
+        TEST_CHECK(0, "cannot load %s/%s", op, name);
+        return -1;
+    }
+    for (int i = 0; list[i] != NULL && g->n < SSMT_BAG_MAX; ++i) {
+        const int    want = strncmp(list[i], "want:", 5) == 0;
+        const char * file = want ? list[i] + 5 : list[i];
+        if (!ssmt_case_has(&g->c, file)) continue;
+        snprintf(g->names[g->n], sizeof g->names[0], "%s", list[i]);
+        g->h[g->n] = ssmt_case_tensor(&g->c, file, want ? SSM_DTYPE_F64 : dtype_of(&g->c, file, arg));
+        ++g->n;
+    }
+    return 0;
+}
+
+ssm_tensor ssmt_bag_get(const ssmt_bag * g, const char * name) {
+    for (int i = 0; i < g->n; ++i)
+        if (strcmp(g->names[i], name) == 0) return g->h[i].t;
+    return ssmt_absent();
+}
+
+ssmt_host ssmt_bag_out_like(const ssmt_bag * g, const char * name) {
+    char key[60];
+    snprintf(key, sizeof key, "want:%s", name);
+    const ssm_tensor w = ssmt_bag_get(g, key);
+    if (w.data == NULL) return (ssmt_host){0};
+    return ssmt_alloc(SSM_DTYPE_F64, w.ndim, w.shape);
+}
+
+void ssmt_bag_free(ssmt_bag * g) {
+    for (int i = 0; i < g->n; ++i) ssmt_free(&g->h[i]);
+}
+
 /* ---- Mamba-2 random problems --------------------------------------------------------- */
 void ssmt_mamba2_config_init(ssmt_mamba2_config * cfg) {
     memset(cfg, 0, sizeof *cfg);
@@ -568,26 +604,41 @@ static ssmt_host alloc_act(const ssmt_mamba2_config * cfg, ssm_dtype dtype, int3
     const int32_t *      order = variant == 1 ? (ndim == 4 ? t_inner4 : t_inner3) : NULL;
     return ssmt_alloc_layout(dtype, ndim, shape, order, variant == 1 ? 1 : 3);
 }
-/* cu_seqlens = 0, then the running sums of the nseq sequence lengths. */
-static void fill_cu_seqlens(const ssm_tensor * cu, int32_t nseq, const int64_t * seqlens) {
+/* The (batch, S) a problem is laid out with: the config's, or with varlen (nseq > 0) one row
+ * holding the nseq sequences end to end. */
+static void varlen_rows(int64_t batch, int64_t seqlen, int32_t nseq, const int64_t * seqlens, int64_t * rows,
+                        int64_t * S) {
+    *rows = batch;
+    *S = seqlen;
+    if (nseq > 0) {
+        *rows = 1;
+        *S = 0;
+        for (int32_t s = 0; s < nseq; ++s) *S += seqlens[s];
+    }
+}
+
+/* With varlen (nseq > 0): cu (nseq + 1) of the index dtype = 0, then the running sums of the
+ * sequence lengths. Returns 0 when the allocation failed, 1 otherwise. */
+static int alloc_cu_seqlens(ssmt_host * cu, int32_t nseq, const int64_t * seqlens, int32_t index_i64) {
+    if (nseq <= 0) return 1;
+    const int64_t sh_cu[1] = {nseq + 1};
+    *cu = ssmt_alloc(index_i64 ? SSM_DTYPE_I64 : SSM_DTYPE_I32, 1, sh_cu);
+    if (cu->t.data == NULL) return 0;
     int64_t acc = 0;
-    ssmt_set(cu, 0, 0.0);
+    ssmt_set(&cu->t, 0, 0.0);
     for (int32_t s = 0; s < nseq; ++s) {
         acc += seqlens[s];
-        ssmt_set(cu, s + 1, (double)acc);
+        ssmt_set(&cu->t, s + 1, (double)acc);
     }
+    return 1;
 }
 
 
 int ssmt_mamba2_random_args(ssmt_rng * rng, const ssmt_mamba2_config * cfg, ssmt_mamba2_problem * pr) {
     memset(pr, 0, sizeof *pr);
-    int64_t batch = cfg->batch, S = cfg->seqlen;
-    if (cfg->nseq > 0) {
-        batch = 1;
-        S = 0;
-        for (int32_t s = 0; s < cfg->nseq; ++s) S += cfg->seqlens[s];
-        pr->nseq = cfg->nseq;
-    }
+    int64_t batch, S;
+    varlen_rows(cfg->batch, cfg->seqlen, cfg->nseq, cfg->seqlens, &batch, &S);
+    if (cfg->nseq > 0) pr->nseq = cfg->nseq;
     const int64_t   H = cfg->nheads, P = cfg->headdim, N = cfg->dstate, G = cfg->ngroups;
     const int64_t   sh_x[4] = {batch, S, H, P}, sh_b[4] = {batch, S, G, N}, sh_dt[3] = {batch, S, H};
     const int64_t   sh_h[1] = {H}, sh_hp[2] = {H, P};
@@ -613,10 +664,7 @@ int ssmt_mamba2_random_args(ssmt_rng * rng, const ssmt_mamba2_config * cfg, ssmt
         const int64_t sh_s[2] = {batch, S};
         ok = ok && (pr->seq_idx = ssmt_alloc(idx_dtype, 2, sh_s)).t.data;
     }
-    if (cfg->nseq > 0) {
-        const int64_t sh_cu[1] = {cfg->nseq + 1};
-        ok = ok && (pr->cu_seqlens = ssmt_alloc(idx_dtype, 1, sh_cu)).t.data;
-    }
+    ok = ok && alloc_cu_seqlens(&pr->cu_seqlens, cfg->nseq, cfg->seqlens, cfg->index_i64);
     if (!ok) {
         ssmt_mamba2_problem_free(pr);
         return -1;
@@ -659,7 +707,6 @@ int ssmt_mamba2_random_args(ssmt_rng * rng, const ssmt_mamba2_config * cfg, ssmt
             }
         }
     }
-    if (pr->cu_seqlens.t.data != NULL) fill_cu_seqlens(&pr->cu_seqlens.t, cfg->nseq, cfg->seqlens);
 
     ssm_mamba2_scan_args * a = &pr->args;
     a->x = pr->x.t;
@@ -711,17 +758,29 @@ void ssmt_mamba3_params(const ssmt_mamba3_config * cfg, ssm_mamba3_params * p) {
     if (cfg->chunk > 0) p->chunk_size = cfg->chunk;
 }
 
-/* A tensor in the config's layout: contiguous, or (strided) variant 0 = padded row-major,
- * variant 1 = dims 1 and 2 swapped in memory (heads outside time), padded. */
-/* The four Mamba-3 state tensors (angle, ssm, k, v) of one problem, allocated together;
- * filled with N(0,1) when rng is given. Returns 1 when all four exist. */
-static int alloc_state_set(ssmt_rng * rng, ssm_dtype dtype, ssmt_host * angle, ssmt_host * ssm, ssmt_host * k,
-                           ssmt_host * v, const int64_t * sh_a, const int64_t * sh_s, int32_t nd_k,
-                           const int64_t * sh_k, const int64_t * sh_v) {
-    *angle = ssmt_alloc(dtype, 3, sh_a);
-    *ssm   = ssmt_alloc(dtype, 4, sh_s);
-    *k     = ssmt_alloc(dtype, nd_k, sh_k);
-    *v     = ssmt_alloc(dtype, 3, sh_v);
+/* Shapes of the four Mamba-3 state tensors of n rows (sequences or pool slots): angle, ssm,
+ * k (k_ndim dims: 3 for SISO, 4 for MIMO) and v. */
+typedef struct state_shapes {
+    int64_t angle[3], ssm[4], k[4], v[3];
+    int32_t k_ndim;
+} state_shapes;
+
+/* SISO: angle (n, H, A), ssm (n, H, V, K), k (n, H, K), v (n, H, V). */
+static state_shapes siso_state_shapes(const ssmt_mamba3_config * cfg, int64_t n) {
+    const int64_t      H = cfg->nheads, K = cfg->dk, V = cfg->dv;
+    const state_shapes sh = {{n, H, cfg->nangles}, {n, H, V, K}, {n, H, K, 0}, {n, H, V}, 3};
+    return sh;
+}
+
+/* The four Mamba-3 state tensors (angle, ssm, k, v) of one problem when `want`, allocated
+ * together; filled with N(0,1) when rng is given. Returns 0 when an allocation failed. */
+static int alloc_state_set(ssmt_rng * rng, int want, ssm_dtype dtype, const state_shapes * sh, ssmt_host * angle,
+                           ssmt_host * ssm, ssmt_host * k, ssmt_host * v) {
+    if (!want) return 1;
+    *angle = ssmt_alloc(dtype, 3, sh->angle);
+    *ssm   = ssmt_alloc(dtype, 4, sh->ssm);
+    *k     = ssmt_alloc(dtype, sh->k_ndim, sh->k);
+    *v     = ssmt_alloc(dtype, 3, sh->v);
     ssmt_host * all[4] = {angle, ssm, k, v};
     for (int i = 0; i < 4; ++i) {
         if (all[i]->t.data == NULL) return 0;
@@ -730,6 +789,35 @@ static int alloc_state_set(ssmt_rng * rng, ssm_dtype dtype, ssmt_host * angle, s
     return 1;
 }
 
+/* A pool of decode states (or initial states of the MIMO forward): angle U(0, 2π), ssm, k, v
+ * N(0, 1). */
+static void fill_state_pool(ssmt_rng * rng, const ssmt_host * angle, const ssmt_host * ssm, const ssmt_host * k,
+                            const ssmt_host * v) {
+    ssmt_fill_uniform(rng, &angle->t, 0.0, 6.283185307179586);
+    ssmt_fill_normal(rng, &ssm->t, 0.0, 1.0);
+    ssmt_fill_normal(rng, &k->t, 0.0, 1.0);
+    ssmt_fill_normal(rng, &v->t, 0.0, 1.0);
+}
+
+/* state_batch_indices of a decode problem of B rows: row b takes entry b of a random
+ * permutation of the slots, every third row (b % 3 == 2) is padding (−1). Returns 0 when out
+ * of memory. */
+static int fill_state_batch_indices(ssmt_rng * rng, const ssm_tensor * idx, int64_t B, int64_t slots) {
+    int64_t * perm = malloc((size_t)slots * sizeof *perm);
+    if (perm == NULL) return 0;
+    for (int64_t i = 0; i < slots; ++i) perm[i] = i;
+    for (int64_t i = slots - 1; i > 0; --i) {
+        const int64_t j = ssmt_randint(rng, 0, i), tmp = perm[i];
+        perm[i] = perm[j];
+        perm[j] = tmp;
+    }
+    for (int64_t b = 0; b < B; ++b) ssmt_set(idx, b, b % 3 == 2 ? -1.0 : (double)perm[b]);
+    free(perm);
+    return 1;
+}
+
+/* A tensor in the config's layout: contiguous, or (strided) variant 0 = padded row-major,
+ * variant 1 = dims 1 and 2 swapped in memory (heads outside time), padded. */
 static ssmt_host m3_alloc(const ssmt_mamba3_config * cfg, ssm_dtype dtype, int32_t ndim, const int64_t * shape,
                           int variant) {
     if (!cfg->strided) return ssmt_alloc(dtype, ndim, shape);
@@ -803,17 +891,13 @@ static void fill_m3_params(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const
 
 int ssmt_mamba3_random_args(ssmt_rng * rng, const ssmt_mamba3_config * cfg, ssmt_mamba3_problem * pr) {
     memset(pr, 0, sizeof *pr);
-    int64_t batch = cfg->batch, S = cfg->seqlen;
-    if (cfg->nseq > 0) {
-        batch = 1;
-        S = 0;
-        for (int32_t s = 0; s < cfg->nseq; ++s) S += cfg->seqlens[s];
-    }
+    int64_t batch, S;
+    varlen_rows(cfg->batch, cfg->seqlen, cfg->nseq, cfg->seqlens, &batch, &S);
     pr->nseq = cfg->nseq > 0 ? cfg->nseq : batch;
     const int64_t H = cfg->nheads, Hq = cfg->nheads_qk, K = cfg->dk, V = cfg->dv, A = cfg->nangles, NS = pr->nseq;
     const int64_t sh_q[4] = {batch, S, Hq, K}, sh_v[4] = {batch, S, H, V}, sh_s[3] = {batch, H, S};
     const int64_t sh_a[4] = {batch, S, H, A}, sh_b[2] = {H, K}, sh_h[1] = {H};
-    const int64_t sh_sa[3] = {NS, H, A}, sh_ss[4] = {NS, H, V, K}, sh_sk[3] = {NS, H, K}, sh_sv[3] = {NS, H, V};
+    const state_shapes sh_st = siso_state_shapes(cfg, NS);
     const ssm_dtype dt_ = cfg->dtype, pd = cfg->param_dtype, od = cfg->out_dtype;
 
     pr->q = m3_alloc(cfg, dt_, 4, sh_q, 0);
@@ -832,22 +916,11 @@ int ssmt_mamba3_random_args(ssmt_rng * rng, const ssmt_mamba3_config * cfg, ssmt
              pr->q_bias.t.data && pr->k_bias.t.data && pr->angles.t.data && pr->theta.t.data && pr->out.t.data;
     if (cfg->has_d) ok = ok && (pr->d = ssmt_alloc(pd, 1, sh_h)).t.data;
     if (cfg->has_z) ok = ok && (pr->z = m3_alloc(cfg, dt_, 4, sh_v, 0)).t.data;
-    if (cfg->has_states) {
-        ok = ok && (pr->angle_state = ssmt_alloc(pd, 3, sh_sa)).t.data;
-        ok = ok && (pr->ssm_state = ssmt_alloc(pd, 4, sh_ss)).t.data;
-        ok = ok && (pr->k_state = ssmt_alloc(pd, 3, sh_sk)).t.data;
-        ok = ok && (pr->v_state = ssmt_alloc(pd, 3, sh_sv)).t.data;
-    }
-    if (cfg->has_final) {
-        ok = ok && (pr->final_angle_state = ssmt_alloc(od, 3, sh_sa)).t.data;
-        ok = ok && (pr->final_ssm_state = ssmt_alloc(od, 4, sh_ss)).t.data;
-        ok = ok && (pr->final_k_state = ssmt_alloc(od, 3, sh_sk)).t.data;
-        ok = ok && (pr->final_v_state = ssmt_alloc(od, 3, sh_sv)).t.data;
-    }
-    if (cfg->nseq > 0) {
-        const int64_t sh_cu[1] = {cfg->nseq + 1};
-        ok = ok && (pr->cu_seqlens = ssmt_alloc(cfg->index_i64 ? SSM_DTYPE_I64 : SSM_DTYPE_I32, 1, sh_cu)).t.data;
-    }
+    ok = ok && alloc_state_set(NULL, cfg->has_states, pd, &sh_st, &pr->angle_state, &pr->ssm_state, &pr->k_state,
+                               &pr->v_state);
+    ok = ok && alloc_state_set(NULL, cfg->has_final, od, &sh_st, &pr->final_angle_state, &pr->final_ssm_state,
+                               &pr->final_k_state, &pr->final_v_state);
+    ok = ok && alloc_cu_seqlens(&pr->cu_seqlens, cfg->nseq, cfg->seqlens, cfg->index_i64);
     if (!ok) {
         ssmt_mamba3_problem_free(pr);
         return -1;
@@ -872,7 +945,6 @@ int ssmt_mamba3_random_args(ssmt_rng * rng, const ssmt_mamba3_config * cfg, ssmt
         ssmt_fill_normal(rng, &pr->k_state.t, 0.0, 1.0);
         ssmt_fill_normal(rng, &pr->v_state.t, 0.0, 1.0);
     }
-    if (cfg->nseq > 0) fill_cu_seqlens(&pr->cu_seqlens.t, cfg->nseq, cfg->seqlens);
 
     ssm_mamba3_siso_args * a = &pr->args;
     a->q = pr->q.t;
@@ -951,9 +1023,9 @@ int ssmt_mamba3_bwd_alloc(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const 
                           int has_dfinal, ssmt_mamba3_bwd_problem * w) {
     memset(w, 0, sizeof *w);
     const ssm_mamba3_siso_args * a = &pr->args;
-    const int64_t                NS = pr->nseq, H = cfg->nheads, K = cfg->dk, V = cfg->dv, A = cfg->nangles;
-    const int64_t sh_sa[3] = {NS, H, A}, sh_ss[4] = {NS, H, V, K}, sh_sk[3] = {NS, H, K}, sh_sv[3] = {NS, H, V};
-    const int64_t sh_b[2] = {H, K}, sh_h[1] = {H};
+    const int64_t                H = cfg->nheads, K = cfg->dk;
+    const state_shapes           sh_st = siso_state_shapes(cfg, pr->nseq);
+    const int64_t                sh_b[2] = {H, K}, sh_h[1] = {H};
     const ssm_dtype od = cfg->out_dtype;
     ssmt_mamba3_config full = *cfg; /* gradient outputs never broadcast */
     full.angles_broadcast = 0;
@@ -971,13 +1043,11 @@ int ssmt_mamba3_bwd_alloc(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const 
              w->dtrap.t.data && w->dq_bias.t.data && w->dk_bias.t.data && w->dangles.t.data;
     if (cfg->has_d) ok = ok && (w->dd = ssmt_alloc(od, 1, sh_h)).t.data;
     if (cfg->has_z) ok = ok && (w->dz = m3_alloc(cfg, od, 4, a->v.shape, 0)).t.data;
-    if (cfg->has_states)
-        ok = ok && alloc_state_set(NULL, od, &w->dangle_state, &w->dssm_state, &w->dk_state, &w->dv_state, sh_sa,
-                                   sh_ss, 3, sh_sk, sh_sv);
+    ok = ok && alloc_state_set(NULL, cfg->has_states, od, &sh_st, &w->dangle_state, &w->dssm_state, &w->dk_state,
+                               &w->dv_state);
     if (ok) ssmt_fill_normal(rng, &w->dout.t, 0.0, 1.0);
-    if (has_dfinal)
-        ok = ok && alloc_state_set(rng, SSM_DTYPE_F32, &w->dfinal_angle_state, &w->dfinal_ssm_state,
-                                   &w->dfinal_k_state, &w->dfinal_v_state, sh_sa, sh_ss, 3, sh_sk, sh_sv);
+    ok = ok && alloc_state_set(rng, has_dfinal, SSM_DTYPE_F32, &sh_st, &w->dfinal_angle_state, &w->dfinal_ssm_state,
+                               &w->dfinal_k_state, &w->dfinal_v_state);
     if (!ok) {
         ssmt_mamba3_bwd_free(w);
         return -1;
@@ -1040,8 +1110,7 @@ int ssmt_mamba3_random_step(ssmt_rng * rng, const ssmt_mamba3_config * cfg, int6
     pr->slots = slots;
     const int64_t sh_q[3] = {B, Hq, K}, sh_v[3] = {B, H, V}, sh_s[2] = {B, H}, sh_a[3] = {B, H, A};
     const int64_t sh_b[2] = {H, K}, sh_h[1] = {H}, sh_i[1] = {B};
-    const int64_t sh_sa[3] = {slots, H, A}, sh_ss[4] = {slots, H, V, K}, sh_sk[3] = {slots, H, K},
-                  sh_sv[3] = {slots, H, V};
+    const state_shapes sh_st = siso_state_shapes(cfg, slots);
     const ssm_dtype dt_ = cfg->dtype, pd = cfg->param_dtype, od = cfg->out_dtype;
     pr->q = ssmt_alloc(dt_, 3, sh_q);
     pr->k = ssmt_alloc(dt_, 3, sh_q);
@@ -1052,20 +1121,12 @@ int ssmt_mamba3_random_step(ssmt_rng * rng, const ssmt_mamba3_config * cfg, int6
     pr->q_bias = ssmt_alloc(pd, 2, sh_b);
     pr->k_bias = ssmt_alloc(pd, 2, sh_b);
     pr->angles = ssmt_alloc(dt_, 3, sh_a);
-    pr->angle_state = ssmt_alloc(pd, 3, sh_sa);
-    pr->ssm_state = ssmt_alloc(pd, 4, sh_ss);
-    pr->k_state = ssmt_alloc(pd, 3, sh_sk);
-    pr->v_state = ssmt_alloc(pd, 3, sh_sv);
     pr->out = ssmt_alloc(od, 3, sh_v);
-    pr->final_angle_state = ssmt_alloc(od, 3, sh_sa);
-    pr->final_ssm_state = ssmt_alloc(od, 4, sh_ss);
-    pr->final_k_state = ssmt_alloc(od, 3, sh_sk);
-    pr->final_v_state = ssmt_alloc(od, 3, sh_sv);
     int ok = pr->q.t.data && pr->k.t.data && pr->v.t.data && pr->adt.t.data && pr->dt.t.data && pr->trap.t.data &&
-             pr->q_bias.t.data && pr->k_bias.t.data && pr->angles.t.data && pr->angle_state.t.data &&
-             pr->ssm_state.t.data && pr->k_state.t.data && pr->v_state.t.data && pr->out.t.data &&
-             pr->final_angle_state.t.data && pr->final_ssm_state.t.data && pr->final_k_state.t.data &&
-             pr->final_v_state.t.data;
+             pr->q_bias.t.data && pr->k_bias.t.data && pr->angles.t.data && pr->out.t.data;
+    ok = ok && alloc_state_set(NULL, 1, pd, &sh_st, &pr->angle_state, &pr->ssm_state, &pr->k_state, &pr->v_state);
+    ok = ok && alloc_state_set(NULL, 1, od, &sh_st, &pr->final_angle_state, &pr->final_ssm_state, &pr->final_k_state,
+                               &pr->final_v_state);
     if (cfg->has_d) ok = ok && (pr->d = ssmt_alloc(pd, 1, sh_h)).t.data;
     if (cfg->has_z) ok = ok && (pr->z = ssmt_alloc(dt_, 3, sh_v)).t.data;
     if (with_indices)
@@ -1081,25 +1142,10 @@ int ssmt_mamba3_random_step(ssmt_rng * rng, const ssmt_mamba3_config * cfg, int6
     fill_m3_scalars(rng, cfg, &pr->dt.t, &pr->adt.t, &pr->trap.t);
     fill_m3_params(rng, cfg, &pr->q_bias.t, &pr->k_bias.t, cfg->has_d ? &pr->d.t : NULL);
     ssmt_fill_normal(rng, &pr->angles.t, 0.0, cfg->seed_regime ? 0.1 : 1.0);
-    ssmt_fill_uniform(rng, &pr->angle_state.t, 0.0, 6.283185307179586);
-    ssmt_fill_normal(rng, &pr->ssm_state.t, 0.0, 1.0);
-    ssmt_fill_normal(rng, &pr->k_state.t, 0.0, 1.0);
-    ssmt_fill_normal(rng, &pr->v_state.t, 0.0, 1.0);
-    if (with_indices) {
-        /* a random permutation of the slots; rows take its first B entries */
-        int64_t * perm = malloc((size_t)slots * sizeof *perm);
-        if (perm == NULL) {
-            ssmt_mamba3_step_free(pr);
-            return -1;
-        }
-        for (int64_t i = 0; i < slots; ++i) perm[i] = i;
-        for (int64_t i = slots - 1; i > 0; --i) {
-            const int64_t j = ssmt_randint(rng, 0, i), tmp = perm[i];
-            perm[i] = perm[j];
-            perm[j] = tmp;
-        }
-        for (int64_t b = 0; b < B; ++b) ssmt_set(&pr->state_batch_indices.t, b, b % 3 == 2 ? -1.0 : (double)perm[b]);
-        free(perm);
+    fill_state_pool(rng, &pr->angle_state, &pr->ssm_state, &pr->k_state, &pr->v_state);
+    if (with_indices && !fill_state_batch_indices(rng, &pr->state_batch_indices.t, B, slots)) {
+        ssmt_mamba3_step_free(pr);
+        return -1;
     }
     ssm_mamba3_siso_step_args * a = &pr->args;
     a->q = pr->q.t;
@@ -1184,6 +1230,14 @@ static void fill_scaled_normal(ssmt_rng * rng, const ssm_tensor * t, double scal
     ssmt_fill_normal(rng, t, 0.0, scale);
 }
 
+/* MIMO: angle (n, H, N/div), ssm (n, H, P, N), k (n, R, H, N), v (n, H, P). */
+static state_shapes mimo_state_shapes(const ssmt_mimo_config * cfg, int64_t n) {
+    const int64_t      H = cfg->nheads, R = cfg->rank, N = cfg->dstate, P = cfg->headdim;
+    const int64_t      A = N / (cfg->div > 0 ? cfg->div : 4);
+    const state_shapes sh = {{n, H, A}, {n, H, P, N}, {n, R, H, N}, {n, H, P}, 4};
+    return sh;
+}
+
 /* dt = softplus(−3 + N(0,1)), adt = −dt·U(0,1), trap ~ U(0,1) (upstream's test inputs). */
 static void fill_mimo_scalars(ssmt_rng * rng, const ssmt_mimo_config * cfg, const ssm_tensor * dt,
                               const ssm_tensor * adt, const ssm_tensor * trap) {
@@ -1230,18 +1284,14 @@ static void fill_mimo_params(ssmt_rng * rng, const ssmt_mimo_config * cfg, ssmt_
 int ssmt_mimo_random_args(ssmt_rng * rng, const ssmt_mimo_config * cfg, ssmt_mimo_problem * pr) {
     memset(pr, 0, sizeof *pr);
     ssmt_mimo_params(cfg, &pr->params);
-    int64_t batch = cfg->batch, S = cfg->seqlen;
-    if (cfg->nseq > 0) {
-        batch = 1;
-        S = 0;
-        for (int32_t s = 0; s < cfg->nseq; ++s) S += cfg->seqlens[s];
-    }
+    int64_t batch, S;
+    varlen_rows(cfg->batch, cfg->seqlen, cfg->nseq, cfg->seqlens, &batch, &S);
     pr->nseq = cfg->nseq > 0 ? cfg->nseq : batch;
     const int64_t H = cfg->nheads, G = cfg->ngroups, R = cfg->rank, N = cfg->dstate, P = cfg->headdim;
-    const int64_t A = N / (cfg->div > 0 ? cfg->div : 4), NS = pr->nseq;
+    const int64_t A = N / (cfg->div > 0 ? cfg->div : 4);
     const int64_t sh_q[5] = {batch, S, R, G, N}, sh_v[4] = {batch, S, H, P}, sh_s[3] = {batch, H, S};
     const int64_t sh_a[4] = {batch, S, H, A}, sh_raw[5] = {batch, S, R, H, P};
-    const int64_t sh_sa[3] = {NS, H, A}, sh_ss[4] = {NS, H, P, N}, sh_sk[4] = {NS, R, H, N}, sh_sv[3] = {NS, H, P};
+    const state_shapes sh_st = mimo_state_shapes(cfg, pr->nseq);
     const ssm_dtype act = cfg->dtype, pd = cfg->param_dtype, od = cfg->out_dtype;
 
     pr->q = mimo_alloc(cfg, act, 5, sh_q, 0);
@@ -1257,22 +1307,11 @@ int ssmt_mimo_random_args(ssmt_rng * rng, const ssmt_mimo_config * cfg, ssmt_mim
     ok = ok && alloc_mimo_params(cfg, &pr->q_bias, &pr->k_bias, &pr->mimo_v, &pr->mimo_z, &pr->mimo_o, &pr->d,
                                  &pr->norm_weight);
     if (cfg->has_z) ok = ok && (pr->z = mimo_alloc(cfg, act, 4, sh_v, 0)).t.data;
-    if (cfg->has_states) {
-        ok = ok && (pr->angle_state = ssmt_alloc(pd, 3, sh_sa)).t.data;
-        ok = ok && (pr->ssm_state = ssmt_alloc(pd, 4, sh_ss)).t.data;
-        ok = ok && (pr->k_state = ssmt_alloc(pd, 4, sh_sk)).t.data;
-        ok = ok && (pr->v_state = ssmt_alloc(pd, 3, sh_sv)).t.data;
-    }
-    if (cfg->has_final) {
-        ok = ok && (pr->final_angle_state = ssmt_alloc(od, 3, sh_sa)).t.data;
-        ok = ok && (pr->final_ssm_state = ssmt_alloc(od, 4, sh_ss)).t.data;
-        ok = ok && (pr->final_k_state = ssmt_alloc(od, 4, sh_sk)).t.data;
-        ok = ok && (pr->final_v_state = ssmt_alloc(od, 3, sh_sv)).t.data;
-    }
-    if (cfg->nseq > 0) {
-        const int64_t sh_cu[1] = {cfg->nseq + 1};
-        ok = ok && (pr->cu_seqlens = ssmt_alloc(cfg->index_i64 ? SSM_DTYPE_I64 : SSM_DTYPE_I32, 1, sh_cu)).t.data;
-    }
+    ok = ok && alloc_state_set(NULL, cfg->has_states, pd, &sh_st, &pr->angle_state, &pr->ssm_state, &pr->k_state,
+                               &pr->v_state);
+    ok = ok && alloc_state_set(NULL, cfg->has_final, od, &sh_st, &pr->final_angle_state, &pr->final_ssm_state,
+                               &pr->final_k_state, &pr->final_v_state);
+    ok = ok && alloc_cu_seqlens(&pr->cu_seqlens, cfg->nseq, cfg->seqlens, cfg->index_i64);
     if (!ok) {
         ssmt_mimo_problem_free(pr);
         return -1;
@@ -1286,13 +1325,7 @@ int ssmt_mimo_random_args(ssmt_rng * rng, const ssmt_mimo_config * cfg, ssmt_mim
     ssmt_fill_uniform(rng, &pr->angles.t, 0.0, 1.0);
     fill_mimo_params(rng, cfg, &pr->q_bias, &pr->k_bias, &pr->mimo_v, &pr->mimo_z, &pr->mimo_o, &pr->d,
                      &pr->norm_weight);
-    if (cfg->has_states) {
-        ssmt_fill_uniform(rng, &pr->angle_state.t, 0.0, 6.283185307179586);
-        ssmt_fill_normal(rng, &pr->ssm_state.t, 0.0, 1.0);
-        ssmt_fill_normal(rng, &pr->k_state.t, 0.0, 1.0);
-        ssmt_fill_normal(rng, &pr->v_state.t, 0.0, 1.0);
-    }
-    if (cfg->nseq > 0) fill_cu_seqlens(&pr->cu_seqlens.t, cfg->nseq, cfg->seqlens);
+    if (cfg->has_states) fill_state_pool(rng, &pr->angle_state, &pr->ssm_state, &pr->k_state, &pr->v_state);
 
     ssm_mamba3_mimo_args * a = &pr->args;
     a->q = pr->q.t;
@@ -1339,9 +1372,8 @@ int ssmt_mimo_bwd_alloc(ssmt_rng * rng, const ssmt_mimo_config * cfg, const ssmt
                         ssmt_mimo_bwd_problem * w) {
     memset(w, 0, sizeof *w);
     const ssm_mamba3_mimo_args * a = &pr->args;
-    const int64_t NS = pr->nseq, H = cfg->nheads, R = cfg->rank, N = cfg->dstate, P = cfg->headdim;
-    const int64_t A = N / (cfg->div > 0 ? cfg->div : 4);
-    const int64_t sh_sa[3] = {NS, H, A}, sh_ss[4] = {NS, H, P, N}, sh_sk[4] = {NS, R, H, N}, sh_sv[3] = {NS, H, P};
+    const int64_t H = cfg->nheads, R = cfg->rank, N = cfg->dstate, P = cfg->headdim;
+    const state_shapes sh_st = mimo_state_shapes(cfg, pr->nseq);
     const int64_t sh_n[3] = {H, R, N}, sh_p[3] = {H, R, P}, sh_h[1] = {H}, sh_w[2] = {H, P};
     const ssm_dtype od = cfg->out_dtype, pd = cfg->param_dtype;
     w->dout = mimo_alloc(cfg, cfg->dtype, a->out.ndim, a->out.shape, 1);
@@ -1365,13 +1397,11 @@ int ssmt_mimo_bwd_alloc(ssmt_rng * rng, const ssmt_mimo_config * cfg, const ssmt
     if (cfg->reduce_o) ok = ok && (w->dmimo_o = ssmt_alloc(od, 3, sh_p)).t.data;
     if (cfg->has_d) ok = ok && (w->dd = ssmt_alloc(od, 1, sh_h)).t.data;
     if (cfg->fused) ok = ok && (w->doutproj_norm_weight = ssmt_alloc(od, 2, sh_w)).t.data;
-    if (cfg->has_states)
-        ok = ok && alloc_state_set(NULL, od, &w->dangle_state, &w->dssm_state, &w->dk_state, &w->dv_state, sh_sa,
-                                   sh_ss, 4, sh_sk, sh_sv);
+    ok = ok && alloc_state_set(NULL, cfg->has_states, od, &sh_st, &w->dangle_state, &w->dssm_state, &w->dk_state,
+                               &w->dv_state);
     if (ok) ssmt_fill_normal(rng, &w->dout.t, 0.0, 1.0);
-    if (has_dfinal)
-        ok = ok && alloc_state_set(rng, pd, &w->dfinal_angle_state, &w->dfinal_ssm_state, &w->dfinal_k_state,
-                                   &w->dfinal_v_state, sh_sa, sh_ss, 4, sh_sk, sh_sv);
+    ok = ok && alloc_state_set(rng, has_dfinal, pd, &sh_st, &w->dfinal_angle_state, &w->dfinal_ssm_state,
+                               &w->dfinal_k_state, &w->dfinal_v_state);
     if (!ok) {
         ssmt_mimo_bwd_free(w);
         return -1;
@@ -1578,8 +1608,7 @@ int ssmt_mimo_random_step(ssmt_rng * rng, const ssmt_mimo_config * cfg, int64_t 
     const int64_t P = cfg->headdim, A = N / (cfg->div > 0 ? cfg->div : 4);
     const int64_t sh_q[4] = {B, R, G, N}, sh_v[3] = {B, H, P}, sh_s[2] = {B, H}, sh_a[3] = {B, H, A};
     const int64_t sh_raw[4] = {B, R, H, P}, sh_b[1] = {B};
-    const int64_t sh_sa[3] = {slots, H, A}, sh_ss[4] = {slots, H, P, N}, sh_sk[4] = {slots, R, H, N};
-    const int64_t sh_sv[3] = {slots, H, P};
+    const state_shapes sh_st = mimo_state_shapes(cfg, slots);
     const ssm_dtype act = cfg->dtype, pd = cfg->param_dtype, od = cfg->out_dtype;
     pr->q = ssmt_alloc(act, 4, sh_q);
     pr->k = ssmt_alloc(act, 4, sh_q);
@@ -1588,19 +1617,12 @@ int ssmt_mimo_random_step(ssmt_rng * rng, const ssmt_mimo_config * cfg, int64_t 
     pr->dt = ssmt_alloc(pd, 2, sh_s);
     pr->trap = ssmt_alloc(act, 2, sh_s);
     pr->angles = ssmt_alloc(pd, 3, sh_a);
-    pr->angle_state = ssmt_alloc(pd, 3, sh_sa);
-    pr->ssm_state = ssmt_alloc(pd, 4, sh_ss);
-    pr->k_state = ssmt_alloc(pd, 4, sh_sk);
-    pr->v_state = ssmt_alloc(pd, 3, sh_sv);
     pr->out = cfg->reduce_o ? ssmt_alloc(od, 3, sh_v) : ssmt_alloc(od, 4, sh_raw);
-    pr->final_angle_state = ssmt_alloc(od, 3, sh_sa);
-    pr->final_ssm_state = ssmt_alloc(od, 4, sh_ss);
-    pr->final_k_state = ssmt_alloc(od, 4, sh_sk);
-    pr->final_v_state = ssmt_alloc(od, 3, sh_sv);
     int ok = pr->q.t.data && pr->k.t.data && pr->v.t.data && pr->adt.t.data && pr->dt.t.data && pr->trap.t.data &&
-             pr->angles.t.data && pr->angle_state.t.data && pr->ssm_state.t.data && pr->k_state.t.data &&
-             pr->v_state.t.data && pr->out.t.data && pr->final_angle_state.t.data && pr->final_ssm_state.t.data &&
-             pr->final_k_state.t.data && pr->final_v_state.t.data;
+             pr->angles.t.data && pr->out.t.data;
+    ok = ok && alloc_state_set(NULL, 1, pd, &sh_st, &pr->angle_state, &pr->ssm_state, &pr->k_state, &pr->v_state);
+    ok = ok && alloc_state_set(NULL, 1, od, &sh_st, &pr->final_angle_state, &pr->final_ssm_state, &pr->final_k_state,
+                               &pr->final_v_state);
     ok = ok && alloc_mimo_params(cfg, &pr->q_bias, &pr->k_bias, &pr->mimo_v, &pr->mimo_z, &pr->mimo_o, &pr->d,
                                  &pr->norm_weight);
     if (cfg->has_z) ok = ok && (pr->z = ssmt_alloc(act, 3, sh_v)).t.data;
@@ -1618,25 +1640,10 @@ int ssmt_mimo_random_step(ssmt_rng * rng, const ssmt_mimo_config * cfg, int64_t 
     ssmt_fill_uniform(rng, &pr->angles.t, 0.0, 1.0);
     fill_mimo_params(rng, cfg, &pr->q_bias, &pr->k_bias, &pr->mimo_v, &pr->mimo_z, &pr->mimo_o, &pr->d,
                      &pr->norm_weight);
-    ssmt_fill_uniform(rng, &pr->angle_state.t, 0.0, 6.283185307179586);
-    ssmt_fill_normal(rng, &pr->ssm_state.t, 0.0, 1.0);
-    ssmt_fill_normal(rng, &pr->k_state.t, 0.0, 1.0);
-    ssmt_fill_normal(rng, &pr->v_state.t, 0.0, 1.0);
-    if (with_indices) {
-        /* a random permutation of the slots; rows take its first B entries */
-        int64_t * perm = malloc((size_t)slots * sizeof(int64_t));
-        if (perm == NULL) {
-            ssmt_mimo_step_free(pr);
-            return -1;
-        }
-        for (int64_t s = 0; s < slots; ++s) perm[s] = s;
-        for (int64_t s = slots - 1; s > 0; --s) {
-            const int64_t j = ssmt_randint(rng, 0, s), tmp = perm[s];
-            perm[s] = perm[j];
-            perm[j] = tmp;
-        }
-        for (int64_t b = 0; b < B; ++b) ssmt_set(&pr->state_batch_indices.t, b, b % 3 == 2 ? -1.0 : (double)perm[b]);
-        free(perm);
+    fill_state_pool(rng, &pr->angle_state, &pr->ssm_state, &pr->k_state, &pr->v_state);
+    if (with_indices && !fill_state_batch_indices(rng, &pr->state_batch_indices.t, B, slots)) {
+        ssmt_mimo_step_free(pr);
+        return -1;
     }
     ssm_mamba3_mimo_step_args * a = &pr->args;
     a->q = pr->q.t;
@@ -1704,6 +1711,31 @@ ssm_context * ssmt_make_ctx(ssm_backend backend, int threads, ssm_isa isa) {
     return ssmt_make_ctx_mode(backend, threads, isa, SSM_REF_EXACT);
 }
 
+ssm_context * ssmt_ref_ctx_or_exit(ssm_ref_mode mode) {
+    ssm_context_params cp;
+    ssm_context_params_init(&cp);
+    cp.backend = SSM_BACKEND_REF;
+    cp.ref_mode = mode;
+    ssm_context * ctx = NULL;
+    if (ssm_context_create(&cp, &ctx) != SSM_STATUS_OK) {
+        fprintf(stderr, "cannot create a REF%s context\n", mode == SSM_REF_EXACT ? "" : " bf16");
+        exit(1);
+    }
+    return ctx;
+}
+
+ssm_context * ssmt_cuda_ctx_or_null(const char * note) {
+    ssm_context_params cp;
+    ssm_context_params_init(&cp);
+    cp.backend = SSM_BACKEND_CUDA;
+    ssm_context * ctx = NULL;
+    if (ssm_context_create(&cp, &ctx) != SSM_STATUS_OK) {
+        if (note != NULL) printf("%s\n", note);
+        return NULL;
+    }
+    return ctx;
+}
+
 void ssmt_expect_cuda_refusal(const char * op, ssm_context * cuda_ctx, ssm_status got) {
     /* the operators with a CUDA path: the schema says which (the workspace query is its op's) */
     char name[64];
@@ -1730,6 +1762,15 @@ void ssmt_op_add_outs(ssmt_op_case * oc, const char * op) {
     for (int32_t i = 0; info != NULL && i < info->nargs; ++i)
         if (info->args[i].role & SSM_ARG_ROLE_OUTPUT)
             ssmt_op_add_out(oc, (ssm_tensor *)(void *)((char *)oc->args + info->args[i].offset));
+}
+
+ssmt_op_case ssmt_op_case_make(const char * name, const char * op, void * args, size_t args_size, ssm_dtype compute,
+                               ssm_dtype out_dtype, ssmt_run_fn run) {
+    ssmt_op_case oc = {0};
+    oc.name = name, oc.args = args, oc.args_size = args_size, oc.compute = compute, oc.out_dtype = out_dtype;
+    oc.run = run;
+    if (op != NULL) ssmt_op_add_outs(&oc, op);
+    return oc;
 }
 
 ssmt_host ssmt_unwrap_angles(const ssm_tensor * got, const ssm_tensor * ref) {

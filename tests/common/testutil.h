@@ -24,7 +24,8 @@
  *              Both print one line "name rel_rms max_rel bar PASS|FAIL" and return 1 on pass.
  *  Cases       ssmt_case_load reads tests/data/<op>/<case>/case.json (dtype, params.chunk,
  *              params.dt_softplus, params.dt_limit "lo:hi", params.layout); ssmt_case_tensor
- *              loads <name>.npy converted to a dtype; ssmt_case_list lists the cases of an op.
+ *              loads <name>.npy converted to a dtype; ssmt_case_list lists the cases of an op;
+ *              ssmt_bag_load loads the listed tensors of a case, ssmt_bag_get finds one by name.
  *  Mamba-2     ssmt_mamba2_random_args builds realistic mamba2_scan inputs (spec ranges) for a
  *              configuration, with poisoned outputs and ready-to-use ssm_mamba2_scan_args.
  *  Mamba-3     ssmt_mamba3_random_args builds realistic Mamba-3 SISO inputs (spec §4.3, or the
@@ -108,6 +109,12 @@ uint64_t ssmt_rng_from_env(ssmt_rng * rng, uint64_t default_seed);
 ssm_context * ssmt_make_ctx_mode(ssm_backend backend, int threads, ssm_isa isa, ssm_ref_mode mode);
 /* The same in the default reference mode (SSM_REF_EXACT). */
 ssm_context * ssmt_make_ctx(ssm_backend backend, int threads, ssm_isa isa);
+/* A REF-backend context in ref mode `mode`, its other params the defaults; when it cannot be
+ * created the test ends (exit 1) after saying so on stderr. */
+ssm_context * ssmt_ref_ctx_or_exit(ssm_ref_mode mode);
+/* A CUDA-backend context with the default params, or NULL (after printing `note`, unless NULL)
+ * where none can be created. */
+ssm_context * ssmt_cuda_ctx_or_null(const char * note);
 /* What a CUDA-backend context must answer for an operator called with host tensors: with the
  * CUDA backend built, an operator with a CUDA path rejects them (INVALID_LAYOUT: mixed
  * devices); every other operator, and every operator without the backend built, is
@@ -231,6 +238,10 @@ typedef struct ssmt_op_case {
 void ssmt_op_add_out(ssmt_op_case * oc, ssm_tensor * t);
 /* Adds every present output of oc->args, operator op's args struct, in the schema's order. */
 void ssmt_op_add_outs(ssmt_op_case * oc, const char * op);
+/* A case `name` running `run` on args (args_size bytes) with the compute and output dtypes; with
+ * op (not NULL) its output slots are op's present outputs (ssmt_op_add_outs), without none. */
+ssmt_op_case ssmt_op_case_make(const char * name, const char * op, void * args, size_t args_size, ssm_dtype compute,
+                               ssm_dtype out_dtype, ssmt_run_fn run);
 /* Runs the case on ref, cpu[1..3] and scalar (cpu[0] is not used). */
 void ssmt_op_run(const ssmt_op_case * oc, ssm_context * ref, ssm_context * const cpu[4], ssm_context * scalar);
 /* An F64 copy of an angle output with each element moved by ±2π to the side of the
@@ -261,6 +272,26 @@ int ssmt_case_has(const ssmt_case * c, const char * tensor);
 ssmt_host ssmt_case_tensor(const ssmt_case * c, const char * tensor, ssm_dtype dtype);
 /* ssm_mamba2_params from the case (chunk, dt_softplus, dt_limit). */
 void ssmt_case_mamba2_params(const ssmt_case * c, ssm_mamba2_params * p);
+
+/* A case's tensors by name. ssmt_bag_load loads case `name` of op and every listed tensor the
+ * case has: a name "want:x" is x.npy as an F64 reference output, any other name x.npy in the
+ * dtype that dtype_of(case, "x", arg) gives. A counted failure "cannot load op/name" and −1
+ * when the case cannot be loaded (nothing to free then). */
+#define SSMT_BAG_MAX 48
+typedef struct ssmt_bag {
+    ssmt_case c;
+    int       n;
+    char      names[SSMT_BAG_MAX][40];
+    ssmt_host h[SSMT_BAG_MAX];
+} ssmt_bag;
+typedef ssm_dtype (*ssmt_bag_dtype_fn)(const ssmt_case * c, const char * file, void * arg);
+int ssmt_bag_load(ssmt_bag * g, const char * op, const char * name, const char * const * list,
+                  ssmt_bag_dtype_fn dtype_of, void * arg);
+/* The tensor loaded under name (absent if the case lacks it). */
+ssm_tensor ssmt_bag_get(const ssmt_bag * g, const char * name);
+/* An F64 output shaped like the stored reference "want:name" (absent if the case lacks it). */
+ssmt_host ssmt_bag_out_like(const ssmt_bag * g, const char * name);
+void      ssmt_bag_free(ssmt_bag * g);
 
 /* ---- Mamba-2 random problems --------------------------------------------------------- */
 typedef struct ssmt_mamba2_config {
