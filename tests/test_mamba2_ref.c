@@ -16,11 +16,6 @@
 
 #define DATA_TOL 1e-10
 #define EXACT_TOL 1e-12
-static void check_data(const char * label, const ssm_tensor * y, const ssm_tensor * r, double tol) {
-    /* max_rel: 100x (rms vs max over a few thousand values) */
-    const ssmt_bar bar = {tol, 100.0 * tol};
-    ssmt_check_within(label, y, r, bar);
-}
 
 static ssm_context * g_ref; /* REF backend context */
 
@@ -44,14 +39,22 @@ static ssmi_mamba2_dims scan_dims(const ssm_mamba2_scan_args * a, int64_t chunk)
 
 /* ---- (a) stored test vectors ------------------------------------------------------------ */
 
-static void data_chunk_cumsum(const char * name) {
-    ssmt_case c;
-    if (ssmt_case_load(&c, "mamba2_chunk_cumsum", name) != 0) {
+/* Loads case `name` of op and its params; a counted failure and −1 when it cannot be loaded.
+ * The stored outputs are checked with ssmt_check_tol (max_rel 100x: rms vs max over a few
+ * thousand values). */
+static int load_case(ssmt_case * c, const char * op, const char * name, ssm_mamba2_params * p) {
+    if (ssmt_case_load(c, op, name) != 0) {
         TEST_CHECK(0, "cannot load case %s", name);
-        return;
+        return -1;
     }
+    ssmt_case_mamba2_params(c, p);
+    return 0;
+}
+
+static void data_chunk_cumsum(const char * name) {
+    ssmt_case         c;
     ssm_mamba2_params p;
-    ssmt_case_mamba2_params(&c, &p);
+    if (load_case(&c, "mamba2_chunk_cumsum", name, &p) != 0) return;
     ssmt_host dt = ssmt_case_tensor(&c, "dt", SSM_DTYPE_F32), a = ssmt_case_tensor(&c, "a", SSM_DTYPE_F32);
     ssmt_host bias = ssmt_case_has(&c, "dt_bias") ? ssmt_case_tensor(&c, "dt_bias", SSM_DTYPE_F32) : (ssmt_host){0};
     ssmt_host want_dt = ssmt_case_tensor(&c, "dt_out", SSM_DTYPE_F64);
@@ -64,9 +67,9 @@ static void data_chunk_cumsum(const char * name) {
     char         label[200];
     const double tol = DATA_TOL;
     snprintf(label, sizeof label, "data chunk_cumsum/%s dt_out", name);
-    check_data(label, &dt_out.t, &want_dt.t, tol);
+    ssmt_check_tol(label, &dt_out.t, &want_dt.t, tol);
     snprintf(label, sizeof label, "data chunk_cumsum/%s da_cumsum", name);
-    check_data(label, &da.t, &want_da.t, tol);
+    ssmt_check_tol(label, &da.t, &want_da.t, tol);
     ssmt_host * all[] = {&dt, &a, &bias, &want_dt, &want_da, &dt_out, &da};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) ssmt_free(all[i]);
 }
@@ -97,13 +100,9 @@ static void cann_views(ssm_mamba2_chunk_state_args * args, const ssmt_host * x, 
 }
 
 static void data_chunk_state(const char * name) {
-    ssmt_case c;
-    if (ssmt_case_load(&c, "mamba2_chunk_state", name) != 0) {
-        TEST_CHECK(0, "cannot load case %s", name);
-        return;
-    }
+    ssmt_case         c;
     ssm_mamba2_params p;
-    ssmt_case_mamba2_params(&c, &p);
+    if (load_case(&c, "mamba2_chunk_state", name, &p) != 0) return;
     ssmt_host x = ssmt_case_tensor(&c, "x", SSM_DTYPE_F32), b = ssmt_case_tensor(&c, "b", SSM_DTYPE_F32);
     ssmt_host dt = ssmt_case_tensor(&c, "dt", SSM_DTYPE_F32), da = ssmt_case_tensor(&c, "da_cumsum", SSM_DTYPE_F32);
     ssmt_host seq = ssmt_case_has(&c, "seq_idx") ? ssmt_case_tensor(&c, "seq_idx", SSM_DTYPE_I32) : (ssmt_host){0};
@@ -115,19 +114,15 @@ static void data_chunk_state(const char * name) {
     TEST_CHECK_STATUS(ssm_mamba2_chunk_state(g_ref, &p, &args), SSM_STATUS_OK);
     char label[200];
     snprintf(label, sizeof label, "data chunk_state/%s%s", name, c.layout[0] ? " (cann)" : "");
-    check_data(label, &st.t, &want.t, DATA_TOL);
+    ssmt_check_tol(label, &st.t, &want.t, DATA_TOL);
     ssmt_host * all[] = {&x, &b, &dt, &da, &seq, &want, &st};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) ssmt_free(all[i]);
 }
 
 static void data_scan(const char * name, int index_i64) {
-    ssmt_case c;
-    if (ssmt_case_load(&c, "mamba2_scan", name) != 0) {
-        TEST_CHECK(0, "cannot load case %s", name);
-        return;
-    }
+    ssmt_case         c;
     ssm_mamba2_params p;
-    ssmt_case_mamba2_params(&c, &p);
+    if (load_case(&c, "mamba2_scan", name, &p) != 0) return;
     static const char * const fl[] = {"x", "dt", "a", "b", "c", "d", "z", "dt_bias", "initial_states"};
     ssmt_host                 in[9], seq = {0}, cu = {0};
     for (int i = 0; i < 9; ++i)
@@ -156,9 +151,9 @@ static void data_scan(const char * name, int index_i64) {
     const double tol = DATA_TOL;
     char         label[200];
     snprintf(label, sizeof label, "data scan/%s%s out", name, index_i64 ? " (i64)" : "");
-    check_data(label, &out.t, &want_out.t, tol);
+    ssmt_check_tol(label, &out.t, &want_out.t, tol);
     snprintf(label, sizeof label, "data scan/%s%s final_states", name, index_i64 ? " (i64)" : "");
-    check_data(label, &fin.t, &want_fin.t, tol);
+    ssmt_check_tol(label, &fin.t, &want_fin.t, tol);
 
     /* The recurrent reference must match the stored outputs as well. */
     ssmt_poison(&out.t);
@@ -166,9 +161,9 @@ static void data_scan(const char * name, int index_i64) {
     const ssmi_mamba2_dims d = scan_dims(&args, p.chunk_size);
     TEST_CHECK_STATUS(ssmi_ref_mamba2_scan_recurrent(NULL, &p, &d, &args), SSM_STATUS_OK);
     snprintf(label, sizeof label, "data scan/%s recurrent out", name);
-    check_data(label, &out.t, &want_out.t, tol);
+    ssmt_check_tol(label, &out.t, &want_out.t, tol);
     snprintf(label, sizeof label, "data scan/%s recurrent final_states", name);
-    check_data(label, &fin.t, &want_fin.t, tol);
+    ssmt_check_tol(label, &fin.t, &want_fin.t, tol);
 
     for (int i = 0; i < 9; ++i) ssmt_free(&in[i]);
     ssmt_host * all[] = {&seq, &cu, &want_out, &want_fin, &out, &fin};
@@ -446,13 +441,7 @@ static void varlen_vs_separate(ssmt_rng * rng, int with_initial) {
 }
 
 int main(void) {
-    ssm_context_params cp;
-    ssm_context_params_init(&cp);
-    cp.backend = SSM_BACKEND_REF;
-    if (ssm_context_create(&cp, &g_ref) != SSM_STATUS_OK) {
-        fprintf(stderr, "cannot create the REF context\n");
-        return 1;
-    }
+    g_ref = ssmt_ref_ctx_or_exit(SSM_REF_EXACT);
     ssmt_rng rng;
     ssmt_rng_seed(&rng, 20261129);
 

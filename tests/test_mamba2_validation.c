@@ -568,18 +568,9 @@ static void varlen_rules(int op) {
 }
 
 int main(void) {
-    ssm_context_params cp;
-    ssm_context_params_init(&cp);
-    cp.backend = SSM_BACKEND_REF;
-    if (ssm_context_create(&cp, &g_ref) != SSM_STATUS_OK) {
-        fprintf(stderr, "cannot create the REF context\n");
-        return 1;
-    }
-    cp.backend = SSM_BACKEND_CUDA;
-    if (ssm_context_create(&cp, &g_cuda) != SSM_STATUS_OK) {
-        printf("note: a CUDA-backend context cannot be created; the UNSUPPORTED dispatch case is skipped\n");
-        g_cuda = NULL;
-    }
+    g_ref = ssmt_ref_ctx_or_exit(SSM_REF_EXACT);
+    g_cuda = ssmt_cuda_ctx_or_null("note: a CUDA-backend context cannot be created; the UNSUPPORTED dispatch case is "
+                                   "skipped");
     ssmt_rng_seed(&g_rng, 7);
     test_chunk_cumsum();
     test_chunk_state();

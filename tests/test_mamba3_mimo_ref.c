@@ -75,16 +75,6 @@ static ssmi_mimo_dims fwd_dims(const ssm_mamba3_mimo_args * a, const ssm_mamba3_
 
 /* ---- (a) stored test vectors ------------------------------------------------------------ */
 
-#define MAX_T 48
-typedef struct case_bag {
-    ssmt_case c;
-    int       n;
-    char      names[MAX_T][40];
-    ssmt_host h[MAX_T];
-    int32_t   div, fused;
-    double    eps;
-} case_bag;
-
 static int is_act(const char * name) {
     static const char * const act[] = {"q", "k", "v", "z", "trap", "dout", NULL};
     for (int i = 0; act[i] != NULL; ++i)
@@ -107,50 +97,19 @@ static double json_number(const ssmt_case * c, const char * key, double def) {
     return at != NULL ? strtod(at + strlen(pat), NULL) : def;
 }
 
-/* Loads every listed tensor the case has: activations (q, k, v, z, trap, dout) as the case
- * dtype, other floats as F32 (their stored values), cu_seqlens as I32, names starting with
- * "want:" as F64 reference outputs. */
-static int bag_load(case_bag * g, const char * op, const char * name, const char * const * list) {
-    memset(g, 0, sizeof *g);
-    if (ssmt_case_load(&g->c, op, name) != 0) return -1;
-    g->div = (int32_t)json_number(&g->c, "div", 4);
-    g->fused = (int32_t)json_number(&g->c, "fuse_pregate_headwise_rms_norm", 0);
-    g->eps = json_number(&g->c, "outproj_norm_eps", 1e-5);
-    for (int i = 0; list[i] != NULL && g->n < MAX_T; ++i) {
-        const int    want = strncmp(list[i], "want:", 5) == 0;
-        const char * file = want ? list[i] + 5 : list[i];
-        if (!ssmt_case_has(&g->c, file)) continue;
-        ssm_dtype dt = SSM_DTYPE_F32;
-        if (want) dt = SSM_DTYPE_F64;
-        else if (strcmp(file, "cu_seqlens") == 0) dt = SSM_DTYPE_I32;
-        else if (is_act(file)) dt = g->c.dtype;
-        snprintf(g->names[g->n], sizeof g->names[0], "%s", list[i]);
-        g->h[g->n] = ssmt_case_tensor(&g->c, file, dt);
-        ++g->n;
-    }
-    return 0;
+/* Short names for the many initialisers below. */
+static ssm_tensor bag(const ssmt_bag * g, const char * name) { return ssmt_bag_get(g, name); }
+static ssmt_host  out_like(const ssmt_bag * g, const char * name) { return ssmt_bag_out_like(g, name); }
+
+/* Inputs of the stored cases: activations (q, k, v, z, trap, dout) in the case dtype,
+ * cu_seqlens I32, other floats F32 (their stored values). */
+static ssm_dtype input_dtype(const ssmt_case * c, const char * file, void * arg) {
+    (void)arg;
+    if (strcmp(file, "cu_seqlens") == 0) return SSM_DTYPE_I32;
+    return is_act(file) ? c->dtype : SSM_DTYPE_F32;
 }
 
-static ssm_tensor bag(const case_bag * g, const char * name) {
-    for (int i = 0; i < g->n; ++i)
-        if (strcmp(g->names[i], name) == 0) return g->h[i].t;
-    return ssmt_absent();
-}
-
-static void bag_free(case_bag * g) {
-    for (int i = 0; i < g->n; ++i) ssmt_free(&g->h[i]);
-}
-
-/* An F64 output shaped like the stored reference `want:name` (absent if the case lacks it). */
-static ssmt_host out_like(const case_bag * g, const char * name) {
-    char key[60];
-    snprintf(key, sizeof key, "want:%s", name);
-    const ssm_tensor w = bag(g, key);
-    if (w.data == NULL) return (ssmt_host){0};
-    return ssmt_alloc(SSM_DTYPE_F64, w.ndim, w.shape);
-}
-
-static void compare_out(const case_bag * g, const char * op, const char * name, const ssmt_host * got, double tol) {
+static void compare_out(const ssmt_bag * g, const char * op, const char * name, const ssmt_host * got, double tol) {
     char key[60], label[240];
     snprintf(key, sizeof key, "want:%s", name);
     const ssm_tensor w = bag(g, key);
@@ -161,12 +120,27 @@ static void compare_out(const case_bag * g, const char * op, const char * name, 
     ssmt_check_tol(label, &got->t, &w, tol);
 }
 
-static void params_of(const case_bag * g, ssm_mamba3_mimo_params * p) {
+static void params_of(const ssmt_bag * g, ssm_mamba3_mimo_params * p) {
     ssm_mamba3_mimo_params_init(p);
     if (g->c.chunk > 0) p->chunk_size = g->c.chunk;
-    p->rotary_dim_divisor = g->div;
-    p->fuse_pregate_norm = g->fused;
-    p->norm_eps = g->eps;
+    p->rotary_dim_divisor = (int32_t)json_number(&g->c, "div", 4);
+    p->fuse_pregate_norm = (int32_t)json_number(&g->c, "fuse_pregate_headwise_rms_norm", 0);
+    p->norm_eps = json_number(&g->c, "outproj_norm_eps", 1e-5);
+}
+
+/* The outputs of a forward or step case: out and the four final states. */
+static const char * const k_fwd_outs[5] = {"out", "final_angle_state", "final_ssm_state", "final_k_state",
+                                           "final_v_state"};
+
+/* The status st of op on case `name` (a counted check), then, when it is OK, each stored output
+ * against *o[i]; the outputs are freed. */
+static void check_fwd_outs(const ssmt_bag * g, const char * op, const char * name, ssm_status st,
+                           ssmt_host * const o[5]) {
+    TEST_CHECK(st == SSM_STATUS_OK, "%s/%s: %s (%s)", op, name, ssm_status_string(st), ssm_context_last_error(g_ref));
+    for (int i = 0; i < 5; ++i) {
+        if (st == SSM_STATUS_OK) compare_out(g, op, k_fwd_outs[i], o[i], DATA_TOL);
+        ssmt_free(o[i]);
+    }
 }
 
 static void data_forward(const char * name) {
@@ -176,11 +150,8 @@ static void data_forward(const char * name) {
         "outproj_norm_weight",      "angle_state", "ssm_state", "k_state",    "v_state",       "cu_seqlens",
         "want:out",   "want:final_angle_state",   "want:final_ssm_state",     "want:final_k_state",
         "want:final_v_state",       NULL};
-    case_bag g;
-    if (bag_load(&g, "mamba3_mimo", name, list) != 0) {
-        TEST_CHECK(0, "cannot load mamba3_mimo/%s", name);
-        return;
-    }
+    ssmt_bag g;
+    if (ssmt_bag_load(&g, "mamba3_mimo", name, list, input_dtype, NULL) != 0) return;
     ssm_mamba3_mimo_params p;
     params_of(&g, &p);
     ssmt_host out = out_like(&g, "out"), fa = out_like(&g, "final_angle_state"), fs = out_like(&g, "final_ssm_state");
@@ -210,22 +181,9 @@ static void data_forward(const char * name) {
                               .final_ssm_state = fs.t,
                               .final_k_state = fk.t,
                               .final_v_state = fv.t};
-    const ssm_status st = ssm_mamba3_mimo(g_ref, &p, &a);
-    TEST_CHECK(st == SSM_STATUS_OK, "mamba3_mimo/%s: %s (%s)", name, ssm_status_string(st),
-               ssm_context_last_error(g_ref));
-    if (st == SSM_STATUS_OK) {
-        compare_out(&g, "mamba3_mimo", "out", &out, DATA_TOL);
-        compare_out(&g, "mamba3_mimo", "final_angle_state", &fa, DATA_TOL);
-        compare_out(&g, "mamba3_mimo", "final_ssm_state", &fs, DATA_TOL);
-        compare_out(&g, "mamba3_mimo", "final_k_state", &fk, DATA_TOL);
-        compare_out(&g, "mamba3_mimo", "final_v_state", &fv, DATA_TOL);
-    }
-    ssmt_free(&out);
-    ssmt_free(&fa);
-    ssmt_free(&fs);
-    ssmt_free(&fk);
-    ssmt_free(&fv);
-    bag_free(&g);
+    ssmt_host * const o[5] = {&out, &fa, &fs, &fk, &fv};
+    check_fwd_outs(&g, "mamba3_mimo", name, ssm_mamba3_mimo(g_ref, &p, &a), o);
+    ssmt_bag_free(&g);
 }
 
 static void data_bwd_fwd(const char * name) {
@@ -236,11 +194,8 @@ static void data_bwd_fwd(const char * name) {
         "want:dmimo_o__bf16ref",    "want:states__bf16ref", "want:dz__bf16ref", "want:dmimo_z__bf16ref",
         "want:qk_dot__bf16ref",     NULL};
     static const char * const outs[5] = {"dmimo_o", "states", "dz", "dmimo_z", "qk_dot"};
-    case_bag g;
-    if (bag_load(&g, "mamba3_mimo_bwd_fwd", name, list) != 0) {
-        TEST_CHECK(0, "cannot load mamba3_mimo_bwd_fwd/%s", name);
-        return;
-    }
+    ssmt_bag g;
+    if (ssmt_bag_load(&g, "mamba3_mimo_bwd_fwd", name, list, input_dtype, NULL) != 0) return;
     ssm_mamba3_mimo_params p;
     params_of(&g, &p);
     for (int mode = 0; mode < 2; ++mode) {
@@ -282,7 +237,7 @@ static void data_bwd_fwd(const char * name) {
             }
         for (int i = 0; i < 5; ++i) ssmt_free(&o[i]);
     }
-    bag_free(&g);
+    ssmt_bag_free(&g);
 }
 
 static void data_step(const char * name) {
@@ -291,11 +246,8 @@ static void data_step(const char * name) {
         "q_bias",     "k_bias",     "mimo_v",    "mimo_z",    "mimo_o",  "d",       "outproj_norm_weight",
         "angle_state", "ssm_state", "k_state",   "v_state",   "want:out", "want:final_angle_state",
         "want:final_ssm_state",     "want:final_k_state",     "want:final_v_state", NULL};
-    case_bag g;
-    if (bag_load(&g, "mamba3_mimo_step", name, list) != 0) {
-        TEST_CHECK(0, "cannot load mamba3_mimo_step/%s", name);
-        return;
-    }
+    ssmt_bag g;
+    if (ssmt_bag_load(&g, "mamba3_mimo_step", name, list, input_dtype, NULL) != 0) return;
     ssm_mamba3_mimo_params p;
     params_of(&g, &p);
     ssmt_host out = out_like(&g, "out"), fa = out_like(&g, "final_angle_state"), fs = out_like(&g, "final_ssm_state");
@@ -324,22 +276,9 @@ static void data_step(const char * name) {
                                    .final_ssm_state = fs.t,
                                    .final_k_state = fk.t,
                                    .final_v_state = fv.t};
-    const ssm_status st = ssm_mamba3_mimo_step(g_ref, &p, &a);
-    TEST_CHECK(st == SSM_STATUS_OK, "mamba3_mimo_step/%s: %s (%s)", name, ssm_status_string(st),
-               ssm_context_last_error(g_ref));
-    if (st == SSM_STATUS_OK) {
-        compare_out(&g, "mamba3_mimo_step", "out", &out, DATA_TOL);
-        compare_out(&g, "mamba3_mimo_step", "final_angle_state", &fa, DATA_TOL);
-        compare_out(&g, "mamba3_mimo_step", "final_ssm_state", &fs, DATA_TOL);
-        compare_out(&g, "mamba3_mimo_step", "final_k_state", &fk, DATA_TOL);
-        compare_out(&g, "mamba3_mimo_step", "final_v_state", &fv, DATA_TOL);
-    }
-    ssmt_free(&out);
-    ssmt_free(&fa);
-    ssmt_free(&fs);
-    ssmt_free(&fk);
-    ssmt_free(&fv);
-    bag_free(&g);
+    ssmt_host * const o[5] = {&out, &fa, &fs, &fk, &fv};
+    check_fwd_outs(&g, "mamba3_mimo_step", name, ssm_mamba3_mimo_step(g_ref, &p, &a), o);
+    ssmt_bag_free(&g);
 }
 
 static void test_data(void) {
@@ -1132,18 +1071,8 @@ static void test_bf16_mode_random(void) {
 }
 
 int main(void) {
-    ssm_context_params cp;
-    ssm_context_params_init(&cp);
-    cp.backend = SSM_BACKEND_REF;
-    if (ssm_context_create(&cp, &g_ref) != SSM_STATUS_OK) {
-        fprintf(stderr, "cannot create a REF context\n");
-        return 1;
-    }
-    cp.ref_mode = SSM_REF_UPSTREAM_BF16;
-    if (ssm_context_create(&cp, &g_bf16) != SSM_STATUS_OK) {
-        fprintf(stderr, "cannot create a REF bf16 context\n");
-        return 1;
-    }
+    g_ref = ssmt_ref_ctx_or_exit(SSM_REF_EXACT);
+    g_bf16 = ssmt_ref_ctx_or_exit(SSM_REF_UPSTREAM_BF16);
     test_data();
     test_recurrent_and_chunks();
     test_split_varlen();

@@ -635,15 +635,8 @@ static void test_huge_rank(void) {
 }
 
 int main(void) {
-    ssm_context_params cp;
-    ssm_context_params_init(&cp);
-    cp.backend = SSM_BACKEND_REF;
-    if (ssm_context_create(&cp, &g_ref) != SSM_STATUS_OK) {
-        fprintf(stderr, "cannot create a REF context\n");
-        return 1;
-    }
-    cp.backend = SSM_BACKEND_CUDA;
-    if (ssm_context_create(&cp, &g_cuda) != SSM_STATUS_OK) g_cuda = NULL;
+    g_ref = ssmt_ref_ctx_or_exit(SSM_REF_EXACT);
+    g_cuda = ssmt_cuda_ctx_or_null(NULL);
     ssmt_rng_seed(&g_rng, 11);
     ssm_mamba3_mimo_params_init(&g_params);
     TEST_CHECK(g_params.size == sizeof g_params && g_params.chunk_size == 16 && g_params.rotary_dim_divisor == 4 &&

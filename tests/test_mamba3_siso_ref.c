@@ -55,51 +55,17 @@ static ssmi_mamba3_dims siso_dims(const ssm_mamba3_siso_args * a, int64_t chunk)
 
 /* ---- (a) stored test vectors ------------------------------------------------------------ */
 
-#define MAX_T 48
-typedef struct case_bag {
-    ssmt_case c;
-    int       n;
-    char      names[MAX_T][32];
-    ssmt_host h[MAX_T];
-} case_bag;
+/* Short names for the many initialisers below. */
+static ssm_tensor bag(const ssmt_bag * g, const char * name) { return ssmt_bag_get(g, name); }
+static ssmt_host  out_like(const ssmt_bag * g, const char * name) { return ssmt_bag_out_like(g, name); }
 
-/* Loads every listed tensor that the case has: floats as the case dtype (their values are
- * exact in it), indices as `idx`, names starting with "want:" as F64 reference outputs. */
-static int bag_load(case_bag * g, const char * op, const char * name, const char * const * list, ssm_dtype idx) {
-    memset(g, 0, sizeof *g);
-    if (ssmt_case_load(&g->c, op, name) != 0) return -1;
-    for (int i = 0; list[i] != NULL && g->n < MAX_T; ++i) {
-        const int    want = strncmp(list[i], "want:", 5) == 0;
-        const char * file = want ? list[i] + 5 : list[i];
-        if (!ssmt_case_has(&g->c, file)) continue;
-        const int is_idx = strcmp(file, "cu_seqlens") == 0;
-        snprintf(g->names[g->n], sizeof g->names[0], "%s", list[i]);
-        g->h[g->n] = ssmt_case_tensor(&g->c, file, want ? SSM_DTYPE_F64 : is_idx ? idx : g->c.dtype);
-        ++g->n;
-    }
-    return 0;
+/* Inputs of the stored cases: cu_seqlens in the index dtype *arg, other floats in the case
+ * dtype (their values are exact in it). */
+static ssm_dtype input_dtype(const ssmt_case * c, const char * file, void * arg) {
+    return strcmp(file, "cu_seqlens") == 0 ? *(const ssm_dtype *)arg : c->dtype;
 }
 
-static ssm_tensor bag(const case_bag * g, const char * name) {
-    for (int i = 0; i < g->n; ++i)
-        if (strcmp(g->names[i], name) == 0) return g->h[i].t;
-    return ssmt_absent();
-}
-
-static void bag_free(case_bag * g) {
-    for (int i = 0; i < g->n; ++i) ssmt_free(&g->h[i]);
-}
-
-/* An F64 output shaped like the stored reference `want:name` (absent if the case lacks it). */
-static ssmt_host out_like(const case_bag * g, const char * name) {
-    char key[40];
-    snprintf(key, sizeof key, "want:%s", name);
-    const ssm_tensor w = bag(g, key);
-    if (w.data == NULL) return (ssmt_host){0};
-    return ssmt_alloc(SSM_DTYPE_F64, w.ndim, w.shape);
-}
-
-static void compare_out(const case_bag * g, const char * op, const char * name, const ssmt_host * got) {
+static void compare_out(const ssmt_bag * g, const char * op, const char * name, const ssmt_host * got) {
     char key[40], label[200];
     snprintf(key, sizeof key, "want:%s", name);
     const ssm_tensor w = bag(g, key);
@@ -108,7 +74,7 @@ static void compare_out(const case_bag * g, const char * op, const char * name, 
     ssmt_check_tol(label, &got->t, &w, DATA_TOL);
 }
 
-static void case_params(const case_bag * g, ssm_mamba3_params * p) {
+static void case_params(const ssmt_bag * g, ssm_mamba3_params * p) {
     ssm_mamba3_params_init(p);
     if (g->c.chunk > 0) p->chunk_size = g->c.chunk;
 }
@@ -116,11 +82,8 @@ static void case_params(const case_bag * g, ssm_mamba3_params * p) {
 static void data_angle_cumsum(const char * name, ssm_dtype idx) {
     static const char * const list[] = {
         "angles", "dt", "angle_state", "cu_seqlens", "want:angles_cumsum", "want:final_angle_state", NULL};
-    case_bag g;
-    if (bag_load(&g, "mamba3_angle_cumsum", name, list, idx) != 0) {
-        TEST_CHECK(0, "cannot load mamba3_angle_cumsum/%s", name);
-        return;
-    }
+    ssmt_bag g;
+    if (ssmt_bag_load(&g, "mamba3_angle_cumsum", name, list, input_dtype, &idx) != 0) return;
     ssm_mamba3_params p;
     case_params(&g, &p);
     ssmt_host                    th = out_like(&g, "angles_cumsum"), fin = out_like(&g, "final_angle_state");
@@ -135,7 +98,7 @@ static void data_angle_cumsum(const char * name, ssm_dtype idx) {
     compare_out(&g, "angle_cumsum", "final_angle_state", &fin);
     ssmt_free(&th);
     ssmt_free(&fin);
-    bag_free(&g);
+    ssmt_bag_free(&g);
 }
 
 static const char * const k_siso_inputs[] = {"q",         "k",       "v",       "adt",       "dt", "trap",
@@ -163,11 +126,8 @@ static void data_siso_fwd(const char * name, ssm_dtype idx) {
                                         "want:final_k_state",
                                         "want:final_v_state",
                                         NULL};
-    case_bag                  g;
-    if (bag_load(&g, "mamba3_siso_fwd", name, list, idx) != 0) {
-        TEST_CHECK(0, "cannot load mamba3_siso_fwd/%s", name);
-        return;
-    }
+    ssmt_bag                  g;
+    if (ssmt_bag_load(&g, "mamba3_siso_fwd", name, list, input_dtype, &idx) != 0) return;
     ssm_mamba3_params p;
     case_params(&g, &p);
     ssmt_host                out = out_like(&g, "out"), fs = out_like(&g, "final_ssm_state");
@@ -198,10 +158,10 @@ static void data_siso_fwd(const char * name, ssm_dtype idx) {
     compare_out(&g, "siso_fwd", "final_v_state", &fv);
     ssmt_host * all[] = {&out, &fs, &fk, &fv};
     for (size_t i = 0; i < 4; ++i) ssmt_free(all[i]);
-    bag_free(&g);
+    ssmt_bag_free(&g);
 }
 
-static ssm_mamba3_siso_args siso_args_from(const case_bag * g) {
+static ssm_mamba3_siso_args siso_args_from(const ssmt_bag * g) {
     ssm_mamba3_siso_args a = {.q = bag(g, "q"),
                               .k = bag(g, "k"),
                               .v = bag(g, "v"),
@@ -233,11 +193,8 @@ static void data_siso(const char * name, ssm_dtype idx) {
         list[n++] = keys[i];
     }
     list[n] = NULL;
-    case_bag g;
-    if (bag_load(&g, "mamba3_siso", name, list, idx) != 0) {
-        TEST_CHECK(0, "cannot load mamba3_siso/%s", name);
-        return;
-    }
+    ssmt_bag g;
+    if (ssmt_bag_load(&g, "mamba3_siso", name, list, input_dtype, &idx) != 0) return;
     ssm_mamba3_params p;
     case_params(&g, &p);
     ssmt_host o[5];
@@ -264,7 +221,7 @@ static void data_siso(const char * name, ssm_dtype idx) {
         ssmt_check_tol(lab, &o[i].t, &w, DATA_TOL);
     }
     for (int i = 0; i < 5; ++i) ssmt_free(&o[i]);
-    bag_free(&g);
+    ssmt_bag_free(&g);
 }
 
 static const char * const k_bwd_outs[] = {"dq",    "dk",           "dv",         "dadt",     "ddt",
@@ -325,11 +282,8 @@ static void data_siso_bwd(const char * name, ssm_dtype idx) {
         list[n++] = keys[i];
     }
     list[n] = NULL;
-    case_bag g;
-    if (bag_load(&g, "mamba3_siso_bwd", name, list, idx) != 0) {
-        TEST_CHECK(0, "cannot load mamba3_siso_bwd/%s", name);
-        return;
-    }
+    ssmt_bag g;
+    if (ssmt_bag_load(&g, "mamba3_siso_bwd", name, list, input_dtype, &idx) != 0) return;
     ssm_mamba3_params p;
     case_params(&g, &p);
     const ssm_mamba3_siso_args s = siso_args_from(&g);
@@ -352,7 +306,7 @@ static void data_siso_bwd(const char * name, ssm_dtype idx) {
     TEST_CHECK_STATUS(ssm_mamba3_siso_bwd(g_ref, &p, &a), SSM_STATUS_OK);
     for (int i = 0; i < N_BWD_OUTS; ++i) compare_out(&g, "siso_bwd", k_bwd_outs[i], &o[i]);
     for (int i = 0; i < N_BWD_OUTS; ++i) ssmt_free(&o[i]);
-    bag_free(&g);
+    ssmt_bag_free(&g);
 }
 
 static void data_step(const char * name) {
@@ -377,11 +331,9 @@ static void data_step(const char * name) {
                                         "want:final_k_state",
                                         "want:final_v_state",
                                         NULL};
-    case_bag                  g;
-    if (bag_load(&g, "mamba3_siso_step", name, list, SSM_DTYPE_I32) != 0) {
-        TEST_CHECK(0, "cannot load mamba3_siso_step/%s", name);
-        return;
-    }
+    ssmt_bag                  g;
+    ssm_dtype                 idx = SSM_DTYPE_I32;
+    if (ssmt_bag_load(&g, "mamba3_siso_step", name, list, input_dtype, &idx) != 0) return;
     ssm_mamba3_params p;
     case_params(&g, &p);
     static const char * const outs[] = {"out", "final_angle_state", "final_ssm_state", "final_k_state",
@@ -411,7 +363,7 @@ static void data_step(const char * name) {
     TEST_CHECK_STATUS(ssm_mamba3_siso_step(g_ref, &p, &a), SSM_STATUS_OK);
     for (int i = 0; i < 5; ++i) compare_out(&g, "siso_step", outs[i], &o[i]);
     for (int i = 0; i < 5; ++i) ssmt_free(&o[i]);
-    bag_free(&g);
+    ssmt_bag_free(&g);
 }
 
 static void test_data(void) {
@@ -1221,13 +1173,7 @@ static void test_step_indexed(int in_place) {
 }
 
 int main(void) {
-    ssm_context_params cp;
-    ssm_context_params_init(&cp);
-    cp.backend = SSM_BACKEND_REF;
-    if (ssm_context_create(&cp, &g_ref) != SSM_STATUS_OK) {
-        fprintf(stderr, "cannot create a REF context\n");
-        return 1;
-    }
+    g_ref = ssmt_ref_ctx_or_exit(SSM_REF_EXACT);
     test_data();
     test_example();
     ssmt_rng_seed(&g_rng, 20260301);

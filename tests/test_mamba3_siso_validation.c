@@ -652,18 +652,9 @@ static void test_step(void) {
 }
 
 int main(void) {
-    ssm_context_params cp;
-    ssm_context_params_init(&cp);
-    cp.backend = SSM_BACKEND_REF;
-    if (ssm_context_create(&cp, &g_ref) != SSM_STATUS_OK) {
-        fprintf(stderr, "cannot create a REF context\n");
-        return 1;
-    }
-    cp.backend = SSM_BACKEND_CUDA;
-    if (ssm_context_create(&cp, &g_cuda) != SSM_STATUS_OK) {
-        printf("note: a CUDA-backend context cannot be created; the UNSUPPORTED dispatch case is skipped\n");
-        g_cuda = NULL;
-    }
+    g_ref = ssmt_ref_ctx_or_exit(SSM_REF_EXACT);
+    g_cuda = ssmt_cuda_ctx_or_null("note: a CUDA-backend context cannot be created; the UNSUPPORTED dispatch case is "
+                                   "skipped");
     ssmt_rng_seed(&g_rng, 11);
     ssm_mamba3_params_init(&g_params);
     g_params.chunk_size = 8;
