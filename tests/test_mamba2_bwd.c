@@ -566,11 +566,8 @@ static void test_empty_views(ssmt_rng * rng) {
 int main(void) {
     ssmt_rng rng;
     ssmt_rng_from_env(&rng, 20261202u);
-    g_ref = ssmt_make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
-    for (int t = 1; t <= 3; ++t) g_cpu[t] = ssmt_make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
-    g_scalar = ssmt_make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
+    ssmt_make_cpu_ctxs(&g_ref, g_cpu, &g_scalar);
     g_cuda = ssmt_make_ctx(SSM_BACKEND_CUDA, 1, SSM_ISA_AUTO);
-    TEST_CHECK(g_ref && g_cpu[1] && g_cpu[2] && g_cpu[3] && g_scalar, "context creation failed");
     if (ssmt_failures) TEST_EXIT();
     printf("cpu isa %s\n", ssm_isa_name(ssm_context_isa(g_cpu[1])));
 
@@ -583,9 +580,7 @@ int main(void) {
     test_validation(&rng);
     test_empty_views(&rng);
 
-    for (int t = 1; t <= 3; ++t) ssm_context_free(g_cpu[t]);
-    ssm_context_free(g_ref);
-    ssm_context_free(g_scalar);
+    ssmt_free_cpu_ctxs(g_ref, g_cpu, g_scalar);
     ssm_context_free(g_cuda);
     TEST_EXIT();
 }

@@ -201,13 +201,10 @@ static void test_cann_chunk_state(ssmt_rng * rng) {
 int main(void) {
     ssmt_rng rng;
     ssmt_rng_from_env(&rng, 20261201u);
-    ctx_ref = ssmt_make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
-    for (int t = 1; t <= 3; ++t) ctx_cpu[t] = ssmt_make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
-    ctx_scalar = ssmt_make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
-    have_avx2  = ctx_cpu[1] && ssm_context_isa(ctx_cpu[1]) == SSM_ISA_AVX2;
+    const int ctxs_ok = ssmt_make_cpu_ctxs(&ctx_ref, ctx_cpu, &ctx_scalar);
+    have_avx2 = ctx_cpu[1] && ssm_context_isa(ctx_cpu[1]) == SSM_ISA_AVX2;
     printf("cpu isa %s\n", ctx_cpu[1] ? ssm_isa_name(ssm_context_isa(ctx_cpu[1])) : "?");
-    TEST_CHECK(ctx_ref && ctx_cpu[1] && ctx_cpu[2] && ctx_cpu[3] && ctx_scalar, "context creation failed");
-    if (ssmt_failures) TEST_EXIT();
+    if (!ctxs_ok) TEST_EXIT();
 
     /* shape sweep: S around the chunk and the internal chunk 64 */
     static const int64_t seqlens[] = { 1, 7, 31, 64, 65, 200, 257 };
@@ -254,8 +251,6 @@ int main(void) {
     }
     test_cann_chunk_state(&rng);
     (void) have_avx2;
-    for (int t = 1; t <= 3; ++t) ssm_context_free(ctx_cpu[t]);
-    ssm_context_free(ctx_ref);
-    ssm_context_free(ctx_scalar);
+    ssmt_free_cpu_ctxs(ctx_ref, ctx_cpu, ctx_scalar);
     TEST_EXIT();
 }

@@ -416,11 +416,7 @@ static void test_validation(ssmt_rng * rng) {
 int main(void) {
     ssmt_rng rng;
     ssmt_rng_from_env(&rng, 20261202u);
-    ctx_ref = ssmt_make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
-    for (int t = 1; t <= 3; ++t) ctx_cpu[t] = ssmt_make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
-    ctx_scalar = ssmt_make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
-    TEST_CHECK(ctx_ref && ctx_cpu[1] && ctx_cpu[2] && ctx_cpu[3] && ctx_scalar, "context creation failed");
-    if (ssmt_failures) TEST_EXIT();
+    if (!ssmt_make_cpu_ctxs(&ctx_ref, ctx_cpu, &ctx_scalar)) TEST_EXIT();
     run_vector("per_head_pool");
     run_vector("general_bf16_noz");
     test_scan_equals_steps(&rng, 0);
@@ -428,7 +424,6 @@ int main(void) {
     test_random(&rng);
     test_empty_state(&rng);
     test_validation(&rng);
-    for (int t = 1; t <= 3; ++t) ssm_context_free(ctx_cpu[t]);
-    ssm_context_free(ctx_ref), ssm_context_free(ctx_scalar);
+    ssmt_free_cpu_ctxs(ctx_ref, ctx_cpu, ctx_scalar);
     TEST_EXIT();
 }

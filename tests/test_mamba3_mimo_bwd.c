@@ -547,10 +547,7 @@ static void saved_results(ssmt_rng * rng) {
 int main(void) {
     ssmt_rng rng;
     ssmt_rng_from_env(&rng, 20261207ull);
-    ctx_ref = ssmt_make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
-    for (int t = 1; t <= 3; ++t) ctx_cpu[t] = ssmt_make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
-    ctx_scalar = ssmt_make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
-    TEST_CHECK(ctx_ref && ctx_cpu[1] && ctx_cpu[2] && ctx_cpu[3] && ctx_scalar, "context creation failed");
+    ssmt_make_cpu_ctxs(&ctx_ref, ctx_cpu, &ctx_scalar);
     if (!(ctx_ref && ctx_cpu[1] && ctx_cpu[2] && ctx_cpu[3])) TEST_EXIT();
 
     stored_vectors();
@@ -564,8 +561,6 @@ int main(void) {
         printf("%-22s %10.3g %10.3g %10.3g\n", ssmt_mimo_grad_names[g], worst[0][g], worst[1][g], worst[2][g]);
     saved_results(&rng);
 
-    ssm_context_free(ctx_ref);
-    for (int t = 1; t <= 3; ++t) ssm_context_free(ctx_cpu[t]);
-    ssm_context_free(ctx_scalar);
+    ssmt_free_cpu_ctxs(ctx_ref, ctx_cpu, ctx_scalar);
     TEST_EXIT();
 }

@@ -149,10 +149,7 @@ int main(void) {
     ssmt_rng rng;
     ssmt_rng_from_env(&rng, 20261205ull);
 
-    ctx_ref = ssmt_make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
-    for (int t = 1; t <= 3; ++t) ctx_cpu[t] = ssmt_make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
-    ctx_scalar = ssmt_make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
-    TEST_CHECK(ctx_ref && ctx_cpu[1] && ctx_cpu[2] && ctx_cpu[3] && ctx_scalar, "context creation failed");
+    ssmt_make_cpu_ctxs(&ctx_ref, ctx_cpu, &ctx_scalar);
     if (!(ctx_ref && ctx_cpu[1] && ctx_cpu[2] && ctx_cpu[3])) TEST_EXIT();
 
     static const int64_t lens_a[4] = {37, 0, 70, 1};
@@ -219,8 +216,6 @@ int main(void) {
     for (int g = 0; g < SSMT_SISO_NGRADS; ++g)
         printf("%-14s %10.3g %10.3g %10.3g\n", ssmt_siso_grad_names[g], worst[0][g], worst[1][g], worst[2][g]);
 
-    ssm_context_free(ctx_ref);
-    for (int t = 1; t <= 3; ++t) ssm_context_free(ctx_cpu[t]);
-    ssm_context_free(ctx_scalar);
+    ssmt_free_cpu_ctxs(ctx_ref, ctx_cpu, ctx_scalar);
     TEST_EXIT();
 }

@@ -305,11 +305,7 @@ static void test_step(ssmt_rng * rng, int64_t B, int64_t H, int64_t Hq, int64_t 
 int main(void) {
     ssmt_rng rng;
     ssmt_rng_from_env(&rng, 20261201u);
-    ctx_ref = ssmt_make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
-    for (int t = 1; t <= 3; ++t) ctx_cpu[t] = ssmt_make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
-    ctx_scalar = ssmt_make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
-    TEST_CHECK(ctx_ref && ctx_cpu[1] && ctx_cpu[2] && ctx_cpu[3] && ctx_scalar, "context creation failed");
-    if (ssmt_failures) TEST_EXIT();
+    if (!ssmt_make_cpu_ctxs(&ctx_ref, ctx_cpu, &ctx_scalar)) TEST_EXIT();
     printf("cpu isa %s\n", ssm_isa_name(ssm_context_isa(ctx_cpu[1])));
 
     /* shape sweep: S around the chunk (the internal one is 64) and odd; Hq = 1, H, between;
@@ -372,8 +368,6 @@ int main(void) {
     test_step(&rng, 5, 6, 3, 64, 24, 31, SSM_DTYPE_BF16, 9, 1, 1, 0);
     test_step(&rng, 7, 4, 4, 128, 64, 64, SSM_DTYPE_F16, 7, 1, 0, 1);
     test_step(&rng, 4, 2, 1, 96, 5, 0, SSM_DTYPE_F32, 4, 0, 0, 0);
-    for (int t = 1; t <= 3; ++t) ssm_context_free(ctx_cpu[t]);
-    ssm_context_free(ctx_ref);
-    ssm_context_free(ctx_scalar);
+    ssmt_free_cpu_ctxs(ctx_ref, ctx_cpu, ctx_scalar);
     TEST_EXIT();
 }

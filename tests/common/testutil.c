@@ -1711,6 +1711,21 @@ ssm_context * ssmt_make_ctx(ssm_backend backend, int threads, ssm_isa isa) {
     return ssmt_make_ctx_mode(backend, threads, isa, SSM_REF_EXACT);
 }
 
+int ssmt_make_cpu_ctxs(ssm_context ** ref, ssm_context * cpu[4], ssm_context ** scalar) {
+    *ref = ssmt_make_ctx(SSM_BACKEND_REF, 1, SSM_ISA_AUTO);
+    for (int t = 1; t <= 3; ++t) cpu[t] = ssmt_make_ctx(SSM_BACKEND_CPU, t, SSM_ISA_AUTO);
+    *scalar = ssmt_make_ctx(SSM_BACKEND_CPU, 2, SSM_ISA_SCALAR);
+    const int all = *ref && cpu[1] && cpu[2] && cpu[3] && *scalar;
+    TEST_CHECK(all, "context creation failed");
+    return all;
+}
+
+void ssmt_free_cpu_ctxs(ssm_context * ref, ssm_context * const cpu[4], ssm_context * scalar) {
+    ssm_context_free(ref);
+    for (int t = 1; t <= 3; ++t) ssm_context_free(cpu[t]);
+    ssm_context_free(scalar);
+}
+
 ssm_context * ssmt_ref_ctx_or_exit(ssm_ref_mode mode) {
     ssm_context_params cp;
     ssm_context_params_init(&cp);

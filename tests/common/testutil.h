@@ -109,6 +109,12 @@ uint64_t ssmt_rng_from_env(ssmt_rng * rng, uint64_t default_seed);
 ssm_context * ssmt_make_ctx_mode(ssm_backend backend, int threads, ssm_isa isa, ssm_ref_mode mode);
 /* The same in the default reference mode (SSM_REF_EXACT). */
 ssm_context * ssmt_make_ctx(ssm_backend backend, int threads, ssm_isa isa);
+/* The contexts of the CPU-vs-reference tests: *ref (REF, 1 thread), cpu[1], cpu[2], cpu[3]
+ * (CPU with that many threads, AUTO ISA; cpu[0] is left alone) and *scalar (CPU, 2 threads,
+ * scalar ISA), created in that order. Counts a failure "context creation failed" unless all
+ * five exist; returns 1 when they do. ssmt_free_cpu_ctxs frees them. */
+int  ssmt_make_cpu_ctxs(ssm_context ** ref, ssm_context * cpu[4], ssm_context ** scalar);
+void ssmt_free_cpu_ctxs(ssm_context * ref, ssm_context * const cpu[4], ssm_context * scalar);
 /* A REF-backend context in ref mode `mode`, its other params the defaults; when it cannot be
  * created the test ends (exit 1) after saying so on stderr. */
 ssm_context * ssmt_ref_ctx_or_exit(ssm_ref_mode mode);
