@@ -185,28 +185,14 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
     ssmt_mamba3_config cfg = bc->cfg;
     const ssm_dtype    cd = cfg.dtype;
     cfg.out_dtype = SSM_DTYPE_F64;
-    ssmt_mamba3_problem     prob;
-    ssmt_mamba3_bwd_problem bwd;
-    if (ssmt_mamba3_random_args(rng, &cfg, &prob) != 0) {
-        TEST_CHECK(0, "%s: allocation failed", bc->name);
+    ssmt_mamba3_problem      prob;
+    ssmt_mamba3_bwd_problem  bwd;
+    ssm_mamba3_params        p;
+    ssm_mamba3_siso_bwd_args args;
+    if (ssmt_siso_bwd_reference(rng, ctx_ref, bc->name, &cfg, bc->has_dfinal, bc->only_some, &prob, &bwd, &p, &args))
         return;
-    }
-    if (ssmt_mamba3_bwd_alloc(rng, &cfg, &prob, bc->has_dfinal, &bwd) != 0) {
-        TEST_CHECK(0, "%s: allocation failed", bc->name);
-        ssmt_mamba3_problem_free(&prob);
-        return;
-    }
-    ssm_mamba3_params p;
-    ssmt_mamba3_params(&cfg, &p);
-    ssm_mamba3_siso_bwd_args args = bwd.args;
-    if (bc->only_some)
-        for (int g = 0; g < SSMT_SISO_NGRADS; ++g)
-            if (g != 2 && g != 4 && g != 6 && g != 8) memset(ssmt_siso_grad_slot(&args, g), 0, sizeof(ssm_tensor));
 
-    /* the reference (F64 outputs) and the CPU backend (F32 outputs) */
-    ssm_status st = ssm_mamba3_siso_bwd(ctx_ref, &p, &args);
-    TEST_CHECK(st == SSM_STATUS_OK, "%s: reference: %s (%s)", bc->name, ssm_status_string(st),
-               ssm_context_last_error(ctx_ref));
+    /* the CPU backend, F32 outputs (the reference's are F64) */
     ssmt_host                cpu[SSMT_SISO_NGRADS], got[SSMT_SISO_NGRADS];
     ssm_mamba3_siso_bwd_args ca = args, da = args;
     memset(cpu, 0, sizeof cpu);
@@ -218,7 +204,7 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
         *ssmt_siso_grad_slot(&ca, g) = cpu[g].t;
         *ssmt_siso_grad_slot(&da, g) = got[g].t;
     }
-    st = ssm_mamba3_siso_bwd(ctx_cpu, &p, &ca);
+    ssm_status st = ssm_mamba3_siso_bwd(ctx_cpu, &p, &ca);
     TEST_CHECK(st == SSM_STATUS_OK, "%s: cpu: %s (%s)", bc->name, ssm_status_string(st),
                ssm_context_last_error(ctx_cpu));
 

@@ -247,43 +247,9 @@ static void run_cpu(ssmt_rng * rng, const cpu_case * cc) {
     const ssm_status rs = ssm_mamba3_mimo_bwd(ctx_ref, &prob.params, &args);
     TEST_CHECK(rs == SSM_STATUS_OK, "%s: reference: %s (%s)", cc->name, ssm_status_string(rs),
                ssm_context_last_error(ctx_ref));
-    const ssmt_bar bar = ssmt_bar_for(cd);
-    ssmt_host      first[SSMT_MIMO_NGRADS];
-    memset(first, 0, sizeof first);
-    for (int variant = 0; variant < 4; ++variant) {
-        ssm_context * ctx = variant < 3 ? ctx_cpu[variant + 1] : ctx_scalar;
-        if (ctx == NULL) continue;
-        ssm_mamba3_mimo_bwd_args ca = args;
-        ssmt_host                got[SSMT_MIMO_NGRADS];
-        memset(got, 0, sizeof got);
-        for (int g = 0; g < SSMT_MIMO_NGRADS; ++g) {
-            ssm_tensor * slot = ssmt_mimo_grad_slot(&ca, g);
-            if (slot->data == NULL) continue;
-            got[g] = cfg.strided ? ssmt_alloc_layout(SSM_DTYPE_F32, slot->ndim, slot->shape, NULL, 3)
-                                 : ssmt_alloc(SSM_DTYPE_F32, slot->ndim, slot->shape);
-            *slot = got[g].t;
-        }
-        const ssm_status s = ssm_mamba3_mimo_bwd(ctx, &prob.params, &ca);
-        TEST_CHECK(s == SSM_STATUS_OK, "%s variant %d: %s (%s)", cc->name, variant, ssm_status_string(s),
-                   ssm_context_last_error(ctx));
-        for (int g = 0; g < SSMT_MIMO_NGRADS; ++g) {
-            if (got[g].t.data == NULL) continue;
-            if (variant == 0 || variant == 3) {
-                const double rr = ssmt_check_variant(cc->name, ssmt_mimo_grad_names[g], variant == 0 ? "cpu" : "scalar",
-                                                     &got[g].t, ssmt_mimo_grad_slot(&args, g), bar);
-                double *     w  = &worst[dtype_slot(cd)][g];
-                if (rr > *w || rr != rr) *w = rr;
-            }
-            if (variant == 0) {
-                first[g] = got[g];
-            } else {
-                if (variant < 3)
-                    TEST_CHECK(memcmp(first[g].buf, got[g].buf, got[g].bytes) == 0, "%s/%s: %d threads differ from 1",
-                               cc->name, ssmt_mimo_grad_names[g], variant + 1);
-                ssmt_free(&got[g]);
-            }
-        }
-    }
+    ssmt_host first[SSMT_MIMO_NGRADS];
+    ssmt_bwd_cpu_variants(&ssmt_mimo_bwd_op, cc->name, &prob.params, &args, cfg.strided, ssmt_bar_for(cd), ctx_cpu,
+                          ctx_scalar, worst[dtype_slot(cd)], first);
     for (int g = 0; g < SSMT_MIMO_NGRADS; ++g)
         if (first[g].buf) ssmt_free(&first[g]);
     ssmt_mimo_bwd_free(&bwd);

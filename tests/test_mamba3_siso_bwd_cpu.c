@@ -69,64 +69,16 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
     ssmt_mamba3_config cfg = bc->cfg;
     const ssm_dtype    cd = cfg.dtype;
     cfg.out_dtype = SSM_DTYPE_F64;
-    ssmt_mamba3_problem     prob;
-    ssmt_mamba3_bwd_problem bwd;
-    if (ssmt_mamba3_random_args(rng, &cfg, &prob) != 0) {
-        TEST_CHECK(0, "%s: allocation failed", bc->name);
+    ssmt_mamba3_problem      prob;
+    ssmt_mamba3_bwd_problem  bwd;
+    ssm_mamba3_params        p;
+    ssm_mamba3_siso_bwd_args args;
+    if (ssmt_siso_bwd_reference(rng, ctx_ref, bc->name, &cfg, bc->has_dfinal, bc->only_some, &prob, &bwd, &p, &args))
         return;
-    }
-    if (ssmt_mamba3_bwd_alloc(rng, &cfg, &prob, bc->has_dfinal, &bwd) != 0) {
-        TEST_CHECK(0, "%s: allocation failed", bc->name);
-        ssmt_mamba3_problem_free(&prob);
-        return;
-    }
-    ssm_mamba3_params p;
-    ssmt_mamba3_params(&cfg, &p);
-    ssm_mamba3_siso_bwd_args args = bwd.args;
-    if (bc->only_some)
-        for (int g = 0; g < SSMT_SISO_NGRADS; ++g)
-            if (g != 2 && g != 4 && g != 6 && g != 8) memset(ssmt_siso_grad_slot(&args, g), 0, sizeof(ssm_tensor));
-
-    const ssm_status rs = ssm_mamba3_siso_bwd(ctx_ref, &p, &args);
-    TEST_CHECK(rs == SSM_STATUS_OK, "%s: reference: %s (%s)", bc->name, ssm_status_string(rs),
-               ssm_context_last_error(ctx_ref));
 
     ssmt_host first[SSMT_SISO_NGRADS];
-    memset(first, 0, sizeof first);
-    const ssmt_bar bar = ssmt_bar_for(cd);
-    for (int variant = 0; variant < 4; ++variant) {
-        ssm_context * ctx = variant < 3 ? ctx_cpu[variant + 1] : ctx_scalar;
-        if (ctx == NULL) continue;
-        ssm_mamba3_siso_bwd_args ca = args;
-        ssmt_host                got[SSMT_SISO_NGRADS];
-        memset(got, 0, sizeof got);
-        for (int g = 0; g < SSMT_SISO_NGRADS; ++g) {
-            ssm_tensor * slot = ssmt_siso_grad_slot(&ca, g);
-            if (slot->data == NULL) continue;
-            got[g] = out_like(ssmt_siso_grad_slot(&args, g), SSM_DTYPE_F32, cfg.strided);
-            *slot = got[g].t;
-        }
-        const ssm_status s = ssm_mamba3_siso_bwd(ctx, &p, &ca);
-        TEST_CHECK(s == SSM_STATUS_OK, "%s variant %d: %s (%s)", bc->name, variant, ssm_status_string(s),
-                   ssm_context_last_error(ctx));
-        for (int g = 0; g < SSMT_SISO_NGRADS; ++g) {
-            if (got[g].t.data == NULL) continue;
-            if (variant == 0 || variant == 3) {
-                const double rr = ssmt_check_variant(bc->name, ssmt_siso_grad_names[g], variant == 0 ? "cpu" : "scalar",
-                                                     &got[g].t, ssmt_siso_grad_slot(&args, g), bar);
-                double *     w  = &worst[dtype_slot(cd)][g];
-                if (rr > *w || rr != rr) *w = rr;
-            }
-            if (variant == 0) {
-                first[g] = got[g];
-            } else {
-                if (variant < 3)
-                    TEST_CHECK(memcmp(first[g].buf, got[g].buf, got[g].bytes) == 0, "%s/%s: %d threads differ from 1",
-                               bc->name, ssmt_siso_grad_names[g], variant + 1);
-                ssmt_free(&got[g]);
-            }
-        }
-    }
+    ssmt_bwd_cpu_variants(&ssmt_siso_bwd_op, bc->name, &p, &args, cfg.strided, ssmt_bar_for(cd), ctx_cpu, ctx_scalar,
+                          worst[dtype_slot(cd)], first);
     if (bc->out_16bit && cd != SSM_DTYPE_F32) check_rounded_outputs(bc, &p, &args, first, cd);
     for (int g = 0; g < SSMT_SISO_NGRADS; ++g)
         if (first[g].buf) ssmt_free(&first[g]);
