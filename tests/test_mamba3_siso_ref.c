@@ -653,11 +653,14 @@ static void test_example(void) {
 static ssmt_rng g_rng;
 
 /* Float64 everything (the reference comparisons are exact up to rounding). */
-static void cfg_f64(ssmt_mamba3_config * c) {
-    c->dtype = SSM_DTYPE_F64;
-    c->param_dtype = SSM_DTYPE_F64;
-    c->out_dtype = SSM_DTYPE_F64;
-    c->has_final = 1;
+static ssmt_mamba3_config f64_config(void) {
+    ssmt_mamba3_config c;
+    ssmt_mamba3_config_init(&c);
+    c.dtype = SSM_DTYPE_F64;
+    c.param_dtype = SSM_DTYPE_F64;
+    c.out_dtype = SSM_DTYPE_F64;
+    c.has_final = 1;
+    return c;
 }
 
 /* The five forward outputs of a problem as a list. */
@@ -720,9 +723,7 @@ static void test_recurrent(void) {
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) {
         const shape *      s = &shapes[i];
-        ssmt_mamba3_config c;
-        ssmt_mamba3_config_init(&c);
-        cfg_f64(&c);
+        ssmt_mamba3_config c = f64_config();
         c.batch = s->B;
         c.seqlen = s->S;
         c.nheads = s->H;
@@ -738,9 +739,7 @@ static void test_recurrent(void) {
     }
     static const int64_t lens[] = {5, 0, 17, 1};
     for (int st = 0; st < 2; ++st) {
-        ssmt_mamba3_config c;
-        ssmt_mamba3_config_init(&c);
-        cfg_f64(&c);
+        ssmt_mamba3_config c = f64_config();
         c.nseq = 4;
         c.seqlens = lens;
         c.chunk = 4;
@@ -748,9 +747,7 @@ static void test_recurrent(void) {
         c.index_i64 = st;
         chunked_vs_recurrent(st ? "varlen states" : "varlen", &c);
     }
-    ssmt_mamba3_config c;
-    ssmt_mamba3_config_init(&c);
-    cfg_f64(&c);
+    ssmt_mamba3_config c = f64_config();
     c.seed_regime = 1;
     c.angles_broadcast = 1;
     c.strided = 1;
@@ -765,9 +762,7 @@ static void test_recurrent(void) {
 /* ---- (d) chunk size is not semantic -------------------------------------------------------- */
 
 static void test_chunk_sizes(void) {
-    ssmt_mamba3_config c;
-    ssmt_mamba3_config_init(&c);
-    cfg_f64(&c);
+    ssmt_mamba3_config c = f64_config();
     c.seqlen = 70;
     c.has_states = 1;
     ssmt_mamba3_problem pr;
@@ -816,9 +811,7 @@ static ssm_mamba3_siso_args token_slice(const ssm_mamba3_siso_args * a, int64_t 
 }
 
 static void test_split(void) {
-    ssmt_mamba3_config c;
-    ssmt_mamba3_config_init(&c);
-    cfg_f64(&c);
+    ssmt_mamba3_config c = f64_config();
     c.seqlen = 31;
     c.has_states = 1;
     ssmt_mamba3_problem pr;
@@ -861,9 +854,7 @@ static void test_split(void) {
 
 static void test_varlen(void) {
     static const int64_t lens[] = {7, 0, 20, 1, 9};
-    ssmt_mamba3_config   c;
-    ssmt_mamba3_config_init(&c);
-    cfg_f64(&c);
+    ssmt_mamba3_config   c = f64_config();
     c.nseq = 5;
     c.seqlens = lens;
     c.chunk = 8;
@@ -983,9 +974,7 @@ static void fd_case(const char * name, ssmt_mamba3_config * c) {
 }
 
 static void test_finite_differences(void) {
-    ssmt_mamba3_config c;
-    ssmt_mamba3_config_init(&c);
-    cfg_f64(&c);
+    ssmt_mamba3_config c = f64_config();
     c.batch = 2;
     c.seqlen = 5;
     c.nheads = 2;
@@ -1014,9 +1003,7 @@ static void test_finite_differences(void) {
 
 /* S in-place steps == the forward over S tokens. */
 static void test_step_vs_forward(void) {
-    ssmt_mamba3_config c;
-    ssmt_mamba3_config_init(&c);
-    cfg_f64(&c);
+    ssmt_mamba3_config c = f64_config();
     c.batch = 3;
     c.seqlen = 6;
     c.has_states = 1;
@@ -1075,9 +1062,7 @@ static void gather_rows(const ssm_tensor * dst, const ssm_tensor * pool, const s
 }
 
 static void test_step_indexed(int in_place) {
-    ssmt_mamba3_config c;
-    ssmt_mamba3_config_init(&c);
-    cfg_f64(&c);
+    ssmt_mamba3_config c = f64_config();
     c.batch = 5;
     c.nheads = 4;
     c.nheads_qk = 2;
