@@ -44,13 +44,10 @@ ssm_tensor * ssmt_siso_grad_slot(ssm_mamba3_siso_bwd_args * a, int i) {
 int ssmt_siso_bwd_reference(ssmt_rng * rng, ssm_context * ref, const char * name, const ssmt_mamba3_config * cfg,
                             int has_dfinal, int only_some, ssmt_mamba3_problem * prob, ssmt_mamba3_bwd_problem * bwd,
                             ssm_mamba3_params * p, ssm_mamba3_siso_bwd_args * args) {
-    if (ssmt_mamba3_random_args(rng, cfg, prob) != 0) {
+    const int have_prob = ssmt_mamba3_random_args(rng, cfg, prob) == 0;
+    if (!have_prob || ssmt_mamba3_bwd_alloc(rng, cfg, prob, has_dfinal, bwd) != 0) {
+        if (have_prob) ssmt_mamba3_problem_free(prob);
         TEST_CHECK(0, "%s: allocation failed", name);
-        return -1;
-    }
-    if (ssmt_mamba3_bwd_alloc(rng, cfg, prob, has_dfinal, bwd) != 0) {
-        TEST_CHECK(0, "%s: allocation failed", name);
-        ssmt_mamba3_problem_free(prob);
         return -1;
     }
     ssmt_mamba3_params(cfg, p);
