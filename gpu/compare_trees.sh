@@ -11,7 +11,7 @@
 # durations of that command (one call). For this tree against one base over every operator (all
 # CUDA tests' hashes, the sanitizer sweep of every selection-table entry, the PERF.md bench rows):
 # gpu/compare_builds.sh.
-# Environment: SSMOPS_TREES_TEST (the test target, default test_cuda_mamba2_bwd),
+# Environment: SSMOPS_TREES_TEST (the test targets, space-separated, default test_cuda_mamba2_bwd),
 # SSMOPS_TREES_BENCH (the bench arguments, default the Mamba-2 backward at the shape of record),
 # SSMOPS_TREES_KERNELS (an extended regex of the kernels whose durations are printed, default all),
 # SSMOPS_TREES_SANITIZE (candidate names, space-separated: compute-sanitizer memcheck and racecheck of
@@ -29,6 +29,7 @@ out=$(cd "$out" && pwd)
 command -v nvcc >/dev/null 2>&1 || PATH=/usr/local/cuda/bin:$PATH
 src=$(cd "$(dirname "$0")/.." && pwd)
 test=${SSMOPS_TREES_TEST:-test_cuda_mamba2_bwd}
+read -r -a tests <<<"$test"
 bench=${SSMOPS_TREES_BENCH:-"mamba2_scan_bwd --backend cuda --dtype bf16 --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param has_d=1,has_z=1,has_dt_bias=1,dt_softplus=1"}
 kernels=${SSMOPS_TREES_KERNELS:-.}
 sum=$out/summary.txt
@@ -56,7 +57,7 @@ t0=$(date +%s)
 build() { # build NAME DIR JOBS
     cmake -S "$2" -B "$src/build-tree-$1" -DSSMOPS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
         -DCMAKE_BUILD_TYPE=Release >>"$out/build-$1.log" 2>&1 &&
-        cmake --build "$src/build-tree-$1" -j "$3" --target ssmops_cli ssmops "$test" >>"$out/build-$1.log" 2>&1
+        cmake --build "$src/build-tree-$1" -j "$3" --target ssmops_cli ssmops "${tests[@]}" >>"$out/build-$1.log" 2>&1
 }
 for t in "${dirs[@]}"; do
     (build "${t%%=*}" "${t#*=}" "$jobs"
@@ -71,7 +72,7 @@ if [ ${#patches[@]} -gt 0 ]; then
     keep=$src/build-tree-$base.keep
     rm -rf "$keep" && mkdir -p "$keep/tests"
     cp "$src/build-tree-$base/ssmops" "$src/build-tree-$base"/libssmops.so* "$keep/" 2>/dev/null
-    cp "$src/build-tree-$base/tests/$test" "$keep/tests/"
+    for t in "${tests[@]}"; do cp "$src/build-tree-$base/tests/$t" "$keep/tests/"; done
     for t in "${patches[@]}"; do
         name=${t%%=*} p=${t#*=} b=$src/build-tree-$name
         if patch_in "$basedir" "$p" >"$out/build-$name.log" 2>&1; then
@@ -81,7 +82,7 @@ if [ ${#patches[@]} -gt 0 ]; then
             if [ $rc = 0 ]; then # a failed build leaves no binaries: the candidate is skipped below
                 mkdir -p "$b/tests"
                 cp "$src/build-tree-$base/ssmops" "$src/build-tree-$base"/libssmops.so* "$b/" 2>/dev/null
-                cp "$src/build-tree-$base/tests/$test" "$b/tests/"
+                for t in "${tests[@]}"; do cp "$src/build-tree-$base/tests/$t" "$b/tests/"; done
             else
                 : >"$out/failed-$name"
             fi
@@ -95,7 +96,7 @@ if [ ${#patches[@]} -gt 0 ]; then
     done
     # the base's own binaries back in its build folder (its sources are as they were)
     cp "$keep/ssmops" "$keep"/libssmops.so* "$src/build-tree-$base/" 2>/dev/null
-    cp "$keep/tests/$test" "$src/build-tree-$base/tests/"
+    for t in "${tests[@]}"; do cp "$keep/tests/$t" "$src/build-tree-$base/tests/"; done
 fi
 say "built in $(($(date +%s) - t0)) s"
 # the trees that built; the others are named once and left out of every step below
@@ -109,11 +110,15 @@ for name in "${names[@]}"; do
     # the test links libssmops.so: a patch candidate's binary carries the base's build path, so the
     # tree's own copy of the library is named first (and the one the loader picks is recorded)
     (cd "$src/build-tree-$name" && export LD_LIBRARY_PATH="$PWD${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" &&
-        SSMOPS_TEST_HASH_LOG="$out/hash-$name.txt" ./tests/"$test" >"$out/test-$name.log" 2>&1
-    echo "$name $test rc=$? $(tail -1 "$out/test-$name.log") [$(ldd ./tests/"$test" | grep -o 'libssmops[^ ]* => [^ ]*')]" >>"$sum") &
+        for t in "${tests[@]}"; do
+            SSMOPS_TEST_HASH_LOG="$out/hash-$name.txt" ./tests/"$t" >"$out/test-$name-$t.log" 2>&1
+            rc=$?
+            echo "$name $t rc=$rc $(tail -1 "$out/test-$name-$t.log")" \
+                "[$(ldd ./tests/"$t" | grep -o 'libssmops[^ ]* => [^ ]*')]" >>"$sum"
+        done) &
 done
 wait
-grep " $test rc=" "$sum"
+grep -E " ($(echo "${tests[@]}" | tr ' ' '|')) rc=" "$sum"
 for name in "${names[@]}"; do sort "$out/hash-$name.txt" >"$out/hash-$name.sorted" 2>/dev/null; done
 for name in "${names[@]:1}"; do
     say "$name: $(wc -l <"$out/hash-$name.sorted") hashed outputs, $(diff "$out/hash-$base.sorted" "$out/hash-$name.sorted" |
