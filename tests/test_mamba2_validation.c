@@ -19,10 +19,11 @@ static const char * const op_names[] = {
 
 #define MAXH 40
 typedef struct fixture {
-    ssmt_host h[MAXH];
-    int       nh;
-    void *    ws_buf; /* 64-aligned workspace, also snapshotted */
-    size_t    ws_size;
+    ssmt_host   own[MAXH]; /* the fixture's own buffers (fx_tensor) */
+    int         nown;
+    ssmt_bufset set;    /* every buffer a call could touch: own and borrowed, snapshotted */
+    void *      ws_buf; /* 64-aligned workspace, also snapshotted */
+    size_t      ws_size;
 } fixture;
 
 static ssm_context * g_ref;
@@ -32,14 +33,15 @@ static ssmt_rng      g_rng;
 enum { B = 2, S = 20, H = 4, P = 4, N = 4, G = 2, Q = 8, NC = 3 };
 
 static ssm_tensor fx_tensor(fixture * f, ssm_dtype dt, int32_t ndim, const int64_t * shape) {
-    ssmt_host * h = &f->h[f->nh++];
+    ssmt_host * h = &f->own[f->nown++];
     *h = ssmt_alloc(dt, ndim, shape);
+    ssmt_bufset_add(&f->set, h);
     if (dt == SSM_DTYPE_F32) ssmt_fill_normal(&g_rng, &h->t, 0.0, 1.0);
     return h->t;
 }
 
 static void fx_free(fixture * f) {
-    for (int i = 0; i < f->nh; ++i) ssmt_free(&f->h[i]);
+    for (int i = 0; i < f->nown; ++i) ssmt_free(&f->own[i]);
     free(f->ws_buf);
     memset(f, 0, sizeof *f);
 }
@@ -65,8 +67,8 @@ static void expect_ex(fixture * f, int op, const ssm_mamba2_params * p, const vo
                       ssm_status want, const char * what, const char * must_mention, int ref_too) {
     for (int k = 0; k < 1 + (ref_too ? 1 : 0); ++k) {
         ssm_context * ctx = k == 0 ? NULL : g_ref;
-        void *        snaps[MAXH];
-        for (int i = 0; i < f->nh; ++i) snaps[i] = ssmt_snapshot(&f->h[i]);
+        void *        snaps[SSMT_BUFSET_MAX];
+        ssmt_bufset_snapshot(&f->set, snaps);
         void * ws_snap = NULL;
         if (f->ws_buf != NULL) {
             ws_snap = malloc(f->ws_size);
@@ -74,21 +76,10 @@ static void expect_ex(fixture * f, int op, const ssm_mamba2_params * p, const vo
         }
         const ssm_status got = call_op(op, ctx, p, args, ws, wss);
         const char *     msg = ssm_context_last_error(ctx);
-        TEST_CHECK(got == want, "%s / %s (ctx %s): got %s, want %s [%s]", op_names[op], what, k ? "REF" : "NULL",
-                   ssm_status_string(got), ssm_status_string(want), msg);
-        TEST_CHECK(msg != NULL && msg[0] != '\0', "%s / %s: empty last error", op_names[op], what);
-        if (msg != NULL) {
-            const char * opname = op == OP_WSSIZE ? "mamba2_scan" : op_names[op];
-            TEST_CHECK(strstr(msg, opname) != NULL, "%s / %s: message does not name the op: %s", op_names[op], what,
-                       msg);
-            if (must_mention != NULL)
-                TEST_CHECK(strstr(msg, must_mention) != NULL, "%s / %s: message lacks '%s': %s", op_names[op], what,
-                           must_mention, msg);
-        }
-        for (int i = 0; i < f->nh; ++i) {
-            TEST_CHECK(ssmt_unchanged(&f->h[i], snaps[i]), "%s / %s: buffer %d was modified", op_names[op], what, i);
-            free(snaps[i]);
-        }
+        const char *     opname = op == OP_WSSIZE ? "mamba2_scan" : op_names[op];
+        ssmt_check_refusal(op_names[op], what, k ? "REF" : "NULL", got, want, msg, opname, SSMT_NAME_ANYWHERE,
+                           must_mention);
+        ssmt_bufset_check_unchanged(&f->set, snaps, op_names[op], what);
         if (ws_snap != NULL) {
             TEST_CHECK(memcmp(ws_snap, f->ws_buf, f->ws_size) == 0, "%s / %s: workspace was modified", op_names[op],
                        what);
@@ -446,7 +437,7 @@ static void scan_fixture(fixture * f, ssmt_mamba2_problem * pr, int varlen) {
                          &pr->seq_idx,     &pr->cu_seqlens, &pr->out,
                          &pr->final_states};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i)
-        if (all[i]->t.data != NULL) f->h[f->nh++] = *all[i]; /* borrowed: freed with the problem */
+        if (all[i]->t.data != NULL) ssmt_bufset_add(&f->set, all[i]); /* borrowed: freed with the problem */
 }
 
 static void scan_rules(int op) {
@@ -492,7 +483,7 @@ static void scan_rules(int op) {
     /* cu_seqlens on this batch-2 fixture, with and without seq_idx. */
     const int64_t scu[1] = {3};
     ssmt_host     cu = ssmt_alloc(SSM_DTYPE_I32, 1, scu);
-    f.h[f.nh++] = cu;
+    ssmt_bufset_add(&f.set, &cu);
     ssmt_set(&cu.t, 0, 0.0);
     ssmt_set(&cu.t, 1, 5.0);
     ssmt_set(&cu.t, 2, S);
@@ -521,8 +512,7 @@ static void scan_rules(int op) {
         TEST_CHECK(st == SSM_STATUS_INVALID_ARGUMENT, "workspace_size(bytes NULL) gives %s", ssm_status_string(st));
     }
     expect_ok(OP_SCAN, &p, &a);
-    f.nh = 0; /* the borrowed buffers belong to pr; cu is freed below */
-    free(f.ws_buf);
+    free(f.ws_buf); /* the borrowed buffers belong to pr; cu is freed below */
     ssmt_free(&cu);
     ssmt_mamba2_problem_free(&pr);
 }
@@ -563,7 +553,6 @@ static void varlen_rules(int op) {
     m.final_states.shape[0] = 2;
     expect(&f, op, &p, &m, SSM_STATUS_INVALID_SHAPE, "final_states leading dim 2 (nseq 3)");
     expect_ok(OP_SCAN, &p, &a);
-    f.nh = 0;
     ssmt_mamba2_problem_free(&pr);
 }
 

@@ -23,18 +23,11 @@ static ssm_context *          g_cuda; /* may be NULL */
 static ssmt_rng               g_rng;
 static ssm_mamba3_mimo_params g_params;
 
-#define MAXB 160
-typedef struct fixture {
-    ssmt_host * h[MAXB];
-    int         nh;
-} fixture;
-
-static void fx_add(fixture * f, ssmt_host * h) {
-    if (h->buf != NULL && f->nh < MAXB) f->h[f->nh++] = h;
-}
+/* Every buffer a call could touch, for the byte snapshots. */
+typedef ssmt_bufset fixture;
 
 static void fx_add_many(fixture * f, ssmt_host * first, size_t count) {
-    for (size_t i = 0; i < count; ++i) fx_add(f, first + i);
+    for (size_t i = 0; i < count; ++i) ssmt_bufset_add(f, first + i);
 }
 
 static ssm_status call_op(int op, ssm_context * ctx, const ssm_mamba3_mimo_params * p, const void * args) {
@@ -49,27 +42,16 @@ static ssm_status call_op(int op, ssm_context * ctx, const ssm_mamba3_mimo_param
 /* One invalid call with ctx NULL and REF: status, message, untouched memory. */
 static void expect_p(fixture * f, int op, const ssm_mamba3_mimo_params * p, const void * args, ssm_status want,
                      const char * what, const char * must_mention) {
-    char prefix[64];
-    snprintf(prefix, sizeof prefix, "%s:", op_names[op]);
     for (int k = 0; k < 2; ++k) {
         ssm_context * ctx = k == 0 ? NULL : g_ref;
-        void *        snaps[MAXB];
-        for (int i = 0; i < f->nh; ++i) snaps[i] = ssmt_snapshot(f->h[i]);
-        const ssm_status got = call_op(op, ctx, p, args);
+        void *        snaps[SSMT_BUFSET_MAX];
+        ssmt_bufset_snapshot(f, snaps);
+        const ssm_status got  = call_op(op, ctx, p, args);
         const char *     last = ssm_context_last_error(ctx);
-        const char *     msg  = last != NULL ? last : "(null)";
-        TEST_CHECK(got == want, "%s / %s (ctx %s): got %s, want %s [%s]", op_names[op], what, k ? "REF" : "NULL",
-                   ssm_status_string(got), ssm_status_string(want), msg);
-        TEST_CHECK(last != NULL && strncmp(msg, prefix, strlen(prefix)) == 0, "%s / %s: message does not name the op: %s",
-                   op_names[op], what, msg);
-        if (must_mention != NULL)
-            TEST_CHECK(strstr(msg, must_mention) != NULL, "%s / %s: message lacks '%s': %s", op_names[op], what,
-                       must_mention, msg);
-        for (int i = 0; i < f->nh; ++i) {
-            TEST_CHECK(ssmt_unchanged(f->h[i], snaps[i]), "%s / %s: buffer %d was modified", op_names[op], what, i);
-            free(snaps[i]);
-        }
-        if (k == 0 && got == want) printf("ok  %-20s %-44s %s\n", op_names[op], what, msg);
+        ssmt_check_refusal(op_names[op], what, k ? "REF" : "NULL", got, want, last, op_names[op], SSMT_NAME_PREFIX,
+                           must_mention);
+        ssmt_bufset_check_unchanged(f, snaps, op_names[op], what);
+        if (k == 0 && got == want) printf("ok  %-20s %-44s %s\n", op_names[op], what, last != NULL ? last : "(null)");
     }
 }
 
@@ -353,7 +335,7 @@ static void test_forward(fixtures * x) {
     const int64_t whp[2] = {4, 8};
     x->extra[0] = ssmt_alloc(SSM_DTYPE_F32, 2, whp);
     ssmt_fill_value(&x->extra[0].t, 1.0);
-    fx_add(f, &x->extra[0]);
+    ssmt_bufset_add(f, &x->extra[0]);
     a.outproj_norm_weight = x->extra[0].t;
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "outproj_norm_weight without fused", "fuse_pregate_norm");
     expect_ok(op, &fp, &a, "fused norm with an (H, P) weight");
@@ -398,7 +380,7 @@ static void test_forward(fixtures * x) {
     x->extra[1] = ssmt_alloc(SSM_DTYPE_I32, 1, sh1);
     const double bad[4] = {0, 5, 4, 12};
     for (int i = 0; i < 4; ++i) ssmt_set(&x->extra[1].t, i, bad[i]);
-    fx_add(f, &x->extra[1]);
+    ssmt_bufset_add(f, &x->extra[1]);
     v.cu_seqlens = x->extra[1].t;
     expect(f, op, &x->vpr.params, &v, SSM_STATUS_INVALID_ARGUMENT, "cu_seqlens decreasing", "non-decreasing");
     v = x->vpr.args;
@@ -461,7 +443,7 @@ static void test_bwd(fixtures * x) {
     a = x->bw.args;
     const int64_t whp[2] = {4, 8};
     x->extra[2] = ssmt_alloc(SSM_DTYPE_F32, 2, whp);
-    fx_add(f, &x->extra[2]);
+    ssmt_bufset_add(f, &x->extra[2]);
     a.doutproj_norm_weight = x->extra[2].t;
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "doutproj_norm_weight without fused", "fuse_pregate_norm");
     a = x->bw.args;
@@ -538,8 +520,8 @@ static void test_step(fixtures * x) {
         ssmt_set(&x->extra[3].t, i, dup[i]);
         ssmt_set(&x->extra[4].t, i, big[i]);
     }
-    fx_add(f, &x->extra[3]);
-    fx_add(f, &x->extra[4]);
+    ssmt_bufset_add(f, &x->extra[3]);
+    ssmt_bufset_add(f, &x->extra[4]);
     a.state_batch_indices = x->extra[3].t;
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "two rows share a slot", "share");
     a.state_batch_indices = x->extra[4].t;

@@ -23,15 +23,7 @@ static ssm_context * g_cuda; /* may be NULL */
 static ssmt_rng      g_rng;
 
 /* Every buffer a call could touch, for the byte snapshots. */
-#define MAXB 96
-typedef struct fixture {
-    ssmt_host * h[MAXB];
-    int         nh;
-} fixture;
-
-static void fx_add(fixture * f, ssmt_host * h) {
-    if (h->buf != NULL && f->nh < MAXB) f->h[f->nh++] = h;
-}
+typedef ssmt_bufset fixture;
 
 static void fx_add_problem(fixture * f, ssmt_mamba3_problem * p) {
     ssmt_host * all[] = {&p->q,
@@ -56,7 +48,7 @@ static void fx_add_problem(fixture * f, ssmt_mamba3_problem * p) {
                          &p->final_ssm_state,
                          &p->final_k_state,
                          &p->final_v_state};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) fx_add(f, all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) ssmt_bufset_add(f, all[i]);
 }
 
 static void fx_add_bwd(fixture * f, ssmt_mamba3_bwd_problem * w) {
@@ -80,7 +72,7 @@ static void fx_add_bwd(fixture * f, ssmt_mamba3_bwd_problem * w) {
                          &w->dssm_state,
                          &w->dk_state,
                          &w->dv_state};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) fx_add(f, all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) ssmt_bufset_add(f, all[i]);
 }
 
 static void fx_add_step(fixture * f, ssmt_mamba3_step_problem * p) {
@@ -105,7 +97,7 @@ static void fx_add_step(fixture * f, ssmt_mamba3_step_problem * p) {
                          &p->final_ssm_state,
                          &p->final_k_state,
                          &p->final_v_state};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) fx_add(f, all[i]);
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) ssmt_bufset_add(f, all[i]);
 }
 
 static ssm_status call_op(int op, ssm_context * ctx, const ssm_mamba3_params * p, const void * args) {
@@ -126,24 +118,13 @@ static void expect_p(fixture * f, int op, const ssm_mamba3_params * p, const voi
                      const char * what, const char * must_mention) {
     for (int k = 0; k < 2; ++k) {
         ssm_context * ctx = k == 0 ? NULL : g_ref;
-        void *        snaps[MAXB];
-        for (int i = 0; i < f->nh; ++i) snaps[i] = ssmt_snapshot(f->h[i]);
+        void *        snaps[SSMT_BUFSET_MAX];
+        ssmt_bufset_snapshot(f, snaps);
         const ssm_status got = call_op(op, ctx, p, args);
         const char *     msg = ssm_context_last_error(ctx);
-        TEST_CHECK(got == want, "%s / %s (ctx %s): got %s, want %s [%s]", op_names[op], what, k ? "REF" : "NULL",
-                   ssm_status_string(got), ssm_status_string(want), msg);
-        TEST_CHECK(msg != NULL && msg[0] != '\0', "%s / %s: empty last error", op_names[op], what);
-        if (msg != NULL) {
-            TEST_CHECK(strstr(msg, op_names[op]) != NULL, "%s / %s: message does not name the op: %s", op_names[op],
-                       what, msg);
-            if (must_mention != NULL)
-                TEST_CHECK(strstr(msg, must_mention) != NULL, "%s / %s: message lacks '%s': %s", op_names[op], what,
-                           must_mention, msg);
-        }
-        for (int i = 0; i < f->nh; ++i) {
-            TEST_CHECK(ssmt_unchanged(f->h[i], snaps[i]), "%s / %s: buffer %d was modified", op_names[op], what, i);
-            free(snaps[i]);
-        }
+        ssmt_check_refusal(op_names[op], what, k ? "REF" : "NULL", got, want, msg, op_names[op], SSMT_NAME_ANYWHERE,
+                           must_mention);
+        ssmt_bufset_check_unchanged(f, snaps, op_names[op], what);
         if (k == 0 && got == want) printf("ok  %-24s %-46s %s\n", op_names[op], what, msg);
     }
 }
@@ -182,7 +163,7 @@ static ssm_tensor make_cu(fixture * f, ssmt_host * h, const int64_t * vals, int6
     const int64_t sh[1] = {n};
     *h = ssmt_alloc(SSM_DTYPE_I32, 1, sh);
     for (int64_t i = 0; i < n; ++i) ssmt_set(&h->t, i, (double)vals[i]);
-    fx_add(f, h);
+    ssmt_bufset_add(f, h);
     return h->t;
 }
 
@@ -593,7 +574,7 @@ static void test_step(void) {
     for (int i = 0; i < 3; ++i) {
         ih[i] = ssmt_alloc(i == 2 ? SSM_DTYPE_F32 : SSM_DTYPE_I64, 1, sh);
         for (int b = 0; b < 4; ++b) ssmt_set(&ih[i].t, b, bad[i][b]);
-        fx_add(&f, &ih[i]);
+        ssmt_bufset_add(&f, &ih[i]);
     }
     a = oki;
     a.state_batch_indices = ih[0].t;

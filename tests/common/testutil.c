@@ -234,6 +234,21 @@ int ssmt_unchanged(const ssmt_host * h, const void * snapshot) {
     return h->bytes == 0 || memcmp(h->buf, snapshot, h->bytes) == 0;
 }
 
+void ssmt_bufset_add(ssmt_bufset * s, ssmt_host * h) {
+    if (h->buf != NULL && s->n < SSMT_BUFSET_MAX) s->h[s->n++] = h;
+}
+
+void ssmt_bufset_snapshot(const ssmt_bufset * s, void ** snaps) {
+    for (int i = 0; i < s->n; ++i) snaps[i] = ssmt_snapshot(s->h[i]);
+}
+
+void ssmt_bufset_check_unchanged(const ssmt_bufset * s, void ** snaps, const char * op, const char * what) {
+    for (int i = 0; i < s->n; ++i) {
+        TEST_CHECK(ssmt_unchanged(s->h[i], snaps[i]), "%s / %s: buffer %d was modified", op, what, i);
+        free(snaps[i]);
+    }
+}
+
 /* ---- comparisons --------------------------------------------------------------------- */
 /* Half the spacing of the 16-bit dtype dt at |v|: the largest error of rounding v to dt
  * (normal range; below it, the subnormal spacing). */
@@ -1764,6 +1779,26 @@ void ssmt_expect_cuda_refusal(const char * op, ssm_context * cuda_ctx, ssm_statu
                "%s: CUDA backend with host tensors gives %s", op, ssm_status_string(got));
     TEST_CHECK(strstr(ssm_context_last_error(cuda_ctx), "CUDA") != NULL, "%s: CUDA message: %s", op,
                ssm_context_last_error(cuda_ctx));
+}
+
+void ssmt_check_refusal(const char * op, const char * what, const char * ctx, ssm_status got, ssm_status want,
+                        const char * msg, const char * name, ssmt_name_rule rule, const char * must_mention) {
+    const char * shown = msg != NULL ? msg : "(null)";
+    TEST_CHECK(got == want, "%s / %s (ctx %s): got %s, want %s [%s]", op, what, ctx, ssm_status_string(got),
+               ssm_status_string(want), shown);
+    if (rule == SSMT_NAME_PREFIX) {
+        char prefix[64];
+        snprintf(prefix, sizeof prefix, "%s:", name);
+        TEST_CHECK(msg != NULL && strncmp(msg, prefix, strlen(prefix)) == 0, "%s / %s: message does not name the op: %s",
+                   op, what, shown);
+    } else {
+        TEST_CHECK(msg != NULL && msg[0] != '\0', "%s / %s: empty last error", op, what);
+        if (msg == NULL) return;
+        TEST_CHECK(strstr(msg, name) != NULL, "%s / %s: message does not name the op: %s", op, what, msg);
+    }
+    if (must_mention != NULL)
+        TEST_CHECK(strstr(shown, must_mention) != NULL, "%s / %s: message lacks '%s': %s", op, what, must_mention,
+                   shown);
 }
 
 /* ---- the CPU-vs-reference harness of the operator tests ----------------------------- */

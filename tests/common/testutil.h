@@ -126,6 +126,16 @@ ssm_context * ssmt_cuda_ctx_or_null(const char * note);
  * devices); every other operator, and every operator without the backend built, is
  * UNSUPPORTED. Checks `got` and that the message names CUDA. */
 void ssmt_expect_cuda_refusal(const char * op, ssm_context * cuda_ctx, ssm_status got);
+/* How the last error of a refused call must name its operator (ssmt_check_refusal). */
+typedef enum ssmt_name_rule {
+    SSMT_NAME_PREFIX,  /* the message starts with "<name>:"                 */
+    SSMT_NAME_ANYWHERE /* the message is not empty and contains <name>      */
+} ssmt_name_rule;
+/* The checks on one call that validation must refuse: status `got` is `want`; the last error
+ * `msg` names the operator `name` by `rule` and mentions `must_mention` (unless NULL). `op`,
+ * `what` and `ctx` ("NULL", "REF") label the failure messages. */
+void ssmt_check_refusal(const char * op, const char * what, const char * ctx, ssm_status got, ssm_status want,
+                        const char * msg, const char * name, ssmt_name_rule rule, const char * must_mention);
 
 /* ---- host tensors -------------------------------------------------------------------- */
 typedef struct ssmt_host {
@@ -182,6 +192,20 @@ ssm_tensor ssmt_broadcast(const ssm_tensor * h, int32_t ndim, const int64_t * sh
 /* Byte snapshot of a whole buffer (padding included); free with free(). */
 void * ssmt_snapshot(const ssmt_host * h);
 int    ssmt_unchanged(const ssmt_host * h, const void * snapshot);
+
+/* The buffers a call could touch (the validation tests' fixtures), for byte snapshots. */
+#define SSMT_BUFSET_MAX 160
+typedef struct ssmt_bufset {
+    ssmt_host * h[SSMT_BUFSET_MAX];
+    int         n;
+} ssmt_bufset;
+/* Adds h unless it has no buffer (absent) or the set is full. */
+void ssmt_bufset_add(ssmt_bufset * s, ssmt_host * h);
+/* Snapshots of every buffer of s into snaps[0 .. s->n). */
+void ssmt_bufset_snapshot(const ssmt_bufset * s, void ** snaps);
+/* Checks every buffer of s against its snapshot ("<op> / <what>: buffer i was modified") and
+ * frees the snapshots. */
+void ssmt_bufset_check_unchanged(const ssmt_bufset * s, void ** snaps, const char * op, const char * what);
 
 /* ---- comparisons --------------------------------------------------------------------- */
 typedef struct ssmt_cmp {
