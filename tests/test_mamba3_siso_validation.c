@@ -140,6 +140,15 @@ static void expect_ok(int op, const void * args, const char * what) {
     if (st == SSM_STATUS_OK) printf("ok  %-24s %-46s (valid call succeeds)\n", op_names[op], what);
 }
 
+/* One case of a test: `a` = `ok`, then the mutation (an expression), then one expect() on the
+ * test's fixture `f` and operator `op`. */
+#define CASE(mutation, want, what, mention)     \
+    do {                                        \
+        a = ok;                                 \
+        mutation;                               \
+        expect(f, op, &a, want, what, mention); \
+    } while (0)
+
 /* params NULL / size / chunk range, args NULL, CUDA backend. */
 static void params_rules(fixture * f, int op, const void * args) {
     expect_p(f, op, NULL, args, SSM_STATUS_INVALID_ARGUMENT, "params NULL", "params");
@@ -231,53 +240,37 @@ static void fixtures_free(fixtures * x) {
 /* ---- angle cumsum ---------------------------------------------------------------------------- */
 
 static void test_angle(fixtures * x) {
+    const int                          op = OP_ANGLE;
     fixture *                          f = &x->f;
     const ssm_mamba3_angle_cumsum_args ok = x->pr.angle_args;
-    expect_ok(OP_ANGLE, &ok, "batched");
-    expect_ok(OP_ANGLE, &x->vpr.angle_args, "varlen");
-    params_rules(f, OP_ANGLE, &ok);
-    ssm_mamba3_angle_cumsum_args a = ok;
-    a.angles = ssmt_absent();
-    expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_ARGUMENT, "angles absent", "angles");
-    a = ok;
-    a.angles = ssmt_reshaped(&ok.angles, 1, 19);
-    expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_SHAPE, "dt S differs from angles S", "dt");
-    a = ok;
-    a.angles.ndim = 3;
-    expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_SHAPE, "angles 3-D", "angles");
-    a = ok;
-    a.dt = ssmt_retyped(&ok.dt, SSM_DTYPE_I32);
-    expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_LAYOUT, "dt i32", "dt");
-    a = ok;
-    a.angle_state = ssmt_reshaped(&ok.angle_state, 2, 3);
-    expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_SHAPE, "angle_state A wrong", "angle_state");
-    a = ok;
-    a.angles_cumsum = ssmt_absent();
-    expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_ARGUMENT, "angles_cumsum absent", "angles_cumsum");
-    a = ok;
-    a.angles_cumsum.strides[2] = 0;
-    expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_LAYOUT, "angles_cumsum stride 0", "angles_cumsum");
-    a = ok;
-    a.angles_cumsum.data = ok.angles.data;
-    a.angles_cumsum.dtype = ok.angles.dtype;
-    expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_LAYOUT, "angles_cumsum overlaps angles", "overlaps");
-    a = ok;
-    a.final_angle_state.data = ok.angles_cumsum.data;
-    expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_LAYOUT, "final overlaps angles_cumsum", "overlaps");
-    a = ok;
-    a.final_angle_state.data = ok.angle_state.data;
-    expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_LAYOUT, "final overlaps angle_state", "overlaps");
-    a = ok;
-    a.cu_seqlens = x->vpr.cu_seqlens.t;
-    expect(f, OP_ANGLE, &a, SSM_STATUS_INVALID_ARGUMENT, "cu_seqlens with B=2", "must be 1");
+    expect_ok(op, &ok, "batched");
+    expect_ok(op, &x->vpr.angle_args, "varlen");
+    params_rules(f, op, &ok);
+    ssm_mamba3_angle_cumsum_args a;
+    CASE(a.angles = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "angles absent", "angles");
+    CASE(a.angles = ssmt_reshaped(&ok.angles, 1, 19), SSM_STATUS_INVALID_SHAPE, "dt S differs from angles S", "dt");
+    CASE(a.angles.ndim = 3, SSM_STATUS_INVALID_SHAPE, "angles 3-D", "angles");
+    CASE(a.dt = ssmt_retyped(&ok.dt, SSM_DTYPE_I32), SSM_STATUS_INVALID_LAYOUT, "dt i32", "dt");
+    CASE(a.angle_state = ssmt_reshaped(&ok.angle_state, 2, 3), SSM_STATUS_INVALID_SHAPE, "angle_state A wrong",
+         "angle_state");
+    CASE(a.angles_cumsum = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "angles_cumsum absent", "angles_cumsum");
+    CASE(a.angles_cumsum.strides[2] = 0, SSM_STATUS_INVALID_LAYOUT, "angles_cumsum stride 0", "angles_cumsum");
+    CASE((a.angles_cumsum.data = ok.angles.data, a.angles_cumsum.dtype = ok.angles.dtype), SSM_STATUS_INVALID_LAYOUT,
+         "angles_cumsum overlaps angles", "overlaps");
+    CASE(a.final_angle_state.data = ok.angles_cumsum.data, SSM_STATUS_INVALID_LAYOUT, "final overlaps angles_cumsum",
+         "overlaps");
+    CASE(a.final_angle_state.data = ok.angle_state.data, SSM_STATUS_INVALID_LAYOUT, "final overlaps angle_state",
+         "overlaps");
+    CASE(a.cu_seqlens = x->vpr.cu_seqlens.t, SSM_STATUS_INVALID_ARGUMENT, "cu_seqlens with B=2", "must be 1");
     ssm_mamba3_angle_cumsum_args v = x->vpr.angle_args;
-    cu_rules(f, OP_ANGLE, &v, &v.cu_seqlens, x->vpr.args.q.shape[1], x->cu_bad);
+    cu_rules(f, op, &v, &v.cu_seqlens, x->vpr.args.q.shape[1], x->cu_bad);
     v = x->vpr.angle_args;
     v.angle_state = x->pr.angle_state.t; /* (2, H, A) but nseq = 3 */
-    expect(f, OP_ANGLE, &v, SSM_STATUS_INVALID_SHAPE, "varlen angle_state rows != nseq", "angle_state");
+    expect(f, op, &v, SSM_STATUS_INVALID_SHAPE, "varlen angle_state rows != nseq", "angle_state");
 }
 
 static void test_angle_bwd(fixtures * x) {
+    const int                        op = OP_ANGLE_BWD;
     fixture *                        f = &x->f;
     ssm_mamba3_angle_cumsum_bwd_args ok = {.dangles_cumsum = x->pr.theta.t,
                                            .dfinal_angle_state = x->bw.dfinal_angle_state.t,
@@ -287,236 +280,149 @@ static void test_angle_bwd(fixtures * x) {
                                            .ddt = x->bw.ddt.t,
                                            .dangle_state = x->bw.dangle_state.t};
     /* the valid call writes its outputs; run it first and re-poison */
-    expect_ok(OP_ANGLE_BWD, &ok, "batched");
+    expect_ok(op, &ok, "batched");
     ssmt_poison(&ok.dangles);
     ssmt_poison(&ok.ddt);
     ssmt_poison(&ok.dangle_state);
-    params_rules(f, OP_ANGLE_BWD, &ok);
-    ssm_mamba3_angle_cumsum_bwd_args a = ok;
-    a.dangles_cumsum = ssmt_absent();
-    expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "dangles_cumsum absent", "dangles_cumsum");
-    a = ok;
-    a.dangles_cumsum = ssmt_reshaped(&ok.dangles_cumsum, 3, 5);
-    expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_SHAPE, "dangles_cumsum A wrong", "dangles_cumsum");
-    a = ok;
-    a.dfinal_angle_state = ssmt_reshaped(&ok.dfinal_angle_state, 0, 1);
-    expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_SHAPE, "dfinal_angle_state rows wrong", "dfinal_angle_state");
-    a = ok;
-    a.dangles = ssmt_absent();
-    expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "dangles absent", "dangles");
-    a = ok;
-    a.ddt = ssmt_absent();
-    expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "ddt absent", "ddt");
-    a = ok;
-    a.ddt = ssmt_reshaped(&ok.ddt, 2, 19);
-    expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_SHAPE, "ddt S wrong", "ddt");
-    a = ok;
-    a.dangles.data = ok.angles.data;
-    a.dangles.dtype = ok.angles.dtype;
-    expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_LAYOUT, "dangles overlaps angles", "overlaps");
-    a = ok;
-    a.dangle_state.data = ok.ddt.data;
-    expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_LAYOUT, "dangle_state overlaps ddt", "overlaps");
-    a = ok;
-    a.cu_seqlens = ssmt_retyped(&x->vpr.cu_seqlens.t, SSM_DTYPE_F16);
-    expect(f, OP_ANGLE_BWD, &a, SSM_STATUS_INVALID_LAYOUT, "cu_seqlens f16", "cu_seqlens");
+    params_rules(f, op, &ok);
+    ssm_mamba3_angle_cumsum_bwd_args a;
+    CASE(a.dangles_cumsum = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "dangles_cumsum absent", "dangles_cumsum");
+    CASE(a.dangles_cumsum = ssmt_reshaped(&ok.dangles_cumsum, 3, 5), SSM_STATUS_INVALID_SHAPE, "dangles_cumsum A wrong",
+         "dangles_cumsum");
+    CASE(a.dfinal_angle_state = ssmt_reshaped(&ok.dfinal_angle_state, 0, 1), SSM_STATUS_INVALID_SHAPE,
+         "dfinal_angle_state rows wrong", "dfinal_angle_state");
+    CASE(a.dangles = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "dangles absent", "dangles");
+    CASE(a.ddt = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "ddt absent", "ddt");
+    CASE(a.ddt = ssmt_reshaped(&ok.ddt, 2, 19), SSM_STATUS_INVALID_SHAPE, "ddt S wrong", "ddt");
+    CASE((a.dangles.data = ok.angles.data, a.dangles.dtype = ok.angles.dtype), SSM_STATUS_INVALID_LAYOUT,
+         "dangles overlaps angles", "overlaps");
+    CASE(a.dangle_state.data = ok.ddt.data, SSM_STATUS_INVALID_LAYOUT, "dangle_state overlaps ddt", "overlaps");
+    CASE(a.cu_seqlens = ssmt_retyped(&x->vpr.cu_seqlens.t, SSM_DTYPE_F16), SSM_STATUS_INVALID_LAYOUT, "cu_seqlens f16",
+         "cu_seqlens");
 }
 
 /* ---- the sequence forwards ---------------------------------------------------------------- */
 
-/* Rules shared by siso_fwd and siso: the q/k/v/scalar/bias/angles/d/z shapes and outputs. */
-#define SEQ_RULES(OP, ok, a)                                                                                   \
-    do {                                                                                                       \
-        a = ok;                                                                                                \
-        a.q = ssmt_absent();                                                                                        \
-        expect(f, OP, &a, SSM_STATUS_INVALID_ARGUMENT, "q absent", "q");                                       \
-        a = ok;                                                                                                \
-        a.k = ssmt_reshaped(&ok.k, 3, 8);                                                                           \
-        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "k shape != q shape", "k");                                \
-        a = ok;                                                                                                \
-        a.q = ssmt_reshaped(&ok.q, 2, 3);                                                                           \
-        a.k = ssmt_reshaped(&ok.k, 2, 3);                                                                           \
-        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "H % Hq != 0", "multiple");                                \
-        a = ok;                                                                                                \
-        a.q = ssmt_reshaped(&ok.q, 3, 15);                                                                          \
-        a.k = ssmt_reshaped(&ok.k, 3, 15);                                                                          \
-        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "K odd", "even");                                          \
-        a = ok;                                                                                                \
-        a.v = ssmt_reshaped(&ok.v, 3, 0);                                                                           \
-        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "V = 0", "V");                                             \
-        a = ok;                                                                                                \
-        a.v = ssmt_reshaped(&ok.v, 1, 19);                                                                          \
-        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "v S != q S", "v");                                        \
-        a = ok;                                                                                                \
-        a.angles = ssmt_reshaped(&ok.angles, 3, 9);                                                                 \
-        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "A > K/2", "K/2");                                         \
-        a = ok;                                                                                                \
-        a.adt = ssmt_reshaped(&ok.adt, 2, 19);                                                                      \
-        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "adt S wrong", "adt");                                     \
-        a = ok;                                                                                                \
-        a.dt = ssmt_absent();                                                                                       \
-        expect(f, OP, &a, SSM_STATUS_INVALID_ARGUMENT, "dt absent", "dt");                                     \
-        a = ok;                                                                                                \
-        a.trap = ssmt_reshaped(&ok.trap, 1, 3);                                                                     \
-        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "trap H wrong", "trap");                                   \
-        a = ok;                                                                                                \
-        a.q_bias = ssmt_reshaped(&ok.q_bias, 1, 8);                                                                 \
-        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "q_bias K wrong", "q_bias");                               \
-        a = ok;                                                                                                \
-        a.k_bias = ssmt_absent();                                                                                   \
-        expect(f, OP, &a, SSM_STATUS_INVALID_ARGUMENT, "k_bias absent", "k_bias");                             \
-        a = ok;                                                                                                \
-        a.d = ssmt_reshaped(&ok.d, 0, 3);                                                                           \
-        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "d shape wrong", "d");                                     \
-        a = ok;                                                                                                \
-        a.z = ssmt_reshaped(&ok.z, 3, 4);                                                                           \
-        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "z shape wrong", "z");                                     \
-        a = ok;                                                                                                \
-        a.z = ssmt_retyped(&ok.z, SSM_DTYPE_I64);                                                                   \
-        expect(f, OP, &a, SSM_STATUS_INVALID_LAYOUT, "z i64", "z");                                            \
-        a = ok;                                                                                                \
-        a.ssm_state = ssmt_absent();                                                                                \
-        expect(f, OP, &a, SSM_STATUS_INVALID_ARGUMENT, "ssm_state missing from the states", "initial states"); \
-        a = ok;                                                                                                \
-        a.k_state = ssmt_reshaped(&ok.k_state, 2, 8);                                                               \
-        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "k_state K wrong", "k_state");                             \
-        a = ok;                                                                                                \
-        a.out = ssmt_absent();                                                                                      \
-        expect(f, OP, &a, SSM_STATUS_INVALID_ARGUMENT, "out absent", "out");                                   \
-        a = ok;                                                                                                \
-        a.out = ssmt_reshaped(&ok.out, 3, 4);                                                                       \
-        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "out V wrong", "out");                                     \
-        a = ok;                                                                                                \
-        a.out.strides[0] = 0;                                                                                  \
-        expect(f, OP, &a, SSM_STATUS_INVALID_LAYOUT, "out stride 0", "out");                                   \
-        a = ok;                                                                                                \
-        a.out.data = ok.v.data;                                                                                \
-        expect(f, OP, &a, SSM_STATUS_INVALID_LAYOUT, "out overlaps v", "overlaps");                            \
-        a = ok;                                                                                                \
-        a.final_k_state.data = ok.final_ssm_state.data;                                                        \
-        expect(f, OP, &a, SSM_STATUS_INVALID_LAYOUT, "final_k_state overlaps final_ssm_state", "overlaps");    \
-        a = ok;                                                                                                \
-        a.final_v_state.data = ok.v_state.data;                                                                \
-        expect(f, OP, &a, SSM_STATUS_INVALID_LAYOUT, "final_v_state overlaps v_state", "overlaps");            \
-        a = ok;                                                                                                \
-        a.final_ssm_state = ssmt_reshaped(&ok.final_ssm_state, 0, 3);                                               \
-        expect(f, OP, &a, SSM_STATUS_INVALID_SHAPE, "final_ssm_state rows wrong", "final_ssm_state");          \
-        a = ok;                                                                                                \
-        a.cu_seqlens = x->vpr.cu_seqlens.t;                                                                    \
-        expect(f, OP, &a, SSM_STATUS_INVALID_ARGUMENT, "cu_seqlens with B=2", "must be 1");                    \
+/* Rules shared by siso_fwd and siso: the q/k/v/scalar/bias/angles/d/z shapes and outputs
+ * (CASEs on the caller's f, op, a, ok; x the fixtures). */
+#define SEQ_RULES()                                                                                                 \
+    do {                                                                                                            \
+        CASE(a.q = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "q absent", "q");                                    \
+        CASE(a.k = ssmt_reshaped(&ok.k, 3, 8), SSM_STATUS_INVALID_SHAPE, "k shape != q shape", "k");                \
+        CASE((a.q = ssmt_reshaped(&ok.q, 2, 3), a.k = ssmt_reshaped(&ok.k, 2, 3)), SSM_STATUS_INVALID_SHAPE,        \
+             "H % Hq != 0", "multiple");                                                                            \
+        CASE((a.q = ssmt_reshaped(&ok.q, 3, 15), a.k = ssmt_reshaped(&ok.k, 3, 15)), SSM_STATUS_INVALID_SHAPE,      \
+             "K odd", "even");                                                                                      \
+        CASE(a.v = ssmt_reshaped(&ok.v, 3, 0), SSM_STATUS_INVALID_SHAPE, "V = 0", "V");                             \
+        CASE(a.v = ssmt_reshaped(&ok.v, 1, 19), SSM_STATUS_INVALID_SHAPE, "v S != q S", "v");                       \
+        CASE(a.angles = ssmt_reshaped(&ok.angles, 3, 9), SSM_STATUS_INVALID_SHAPE, "A > K/2", "K/2");               \
+        CASE(a.adt = ssmt_reshaped(&ok.adt, 2, 19), SSM_STATUS_INVALID_SHAPE, "adt S wrong", "adt");                \
+        CASE(a.dt = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "dt absent", "dt");                                 \
+        CASE(a.trap = ssmt_reshaped(&ok.trap, 1, 3), SSM_STATUS_INVALID_SHAPE, "trap H wrong", "trap");             \
+        CASE(a.q_bias = ssmt_reshaped(&ok.q_bias, 1, 8), SSM_STATUS_INVALID_SHAPE, "q_bias K wrong", "q_bias");     \
+        CASE(a.k_bias = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "k_bias absent", "k_bias");                     \
+        CASE(a.d = ssmt_reshaped(&ok.d, 0, 3), SSM_STATUS_INVALID_SHAPE, "d shape wrong", "d");                     \
+        CASE(a.z = ssmt_reshaped(&ok.z, 3, 4), SSM_STATUS_INVALID_SHAPE, "z shape wrong", "z");                     \
+        CASE(a.z = ssmt_retyped(&ok.z, SSM_DTYPE_I64), SSM_STATUS_INVALID_LAYOUT, "z i64", "z");                    \
+        CASE(a.ssm_state = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "ssm_state missing from the states",         \
+             "initial states");                                                                                     \
+        CASE(a.k_state = ssmt_reshaped(&ok.k_state, 2, 8), SSM_STATUS_INVALID_SHAPE, "k_state K wrong", "k_state"); \
+        CASE(a.out = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "out absent", "out");                              \
+        CASE(a.out = ssmt_reshaped(&ok.out, 3, 4), SSM_STATUS_INVALID_SHAPE, "out V wrong", "out");                 \
+        CASE(a.out.strides[0] = 0, SSM_STATUS_INVALID_LAYOUT, "out stride 0", "out");                               \
+        CASE(a.out.data = ok.v.data, SSM_STATUS_INVALID_LAYOUT, "out overlaps v", "overlaps");                      \
+        CASE(a.final_k_state.data = ok.final_ssm_state.data, SSM_STATUS_INVALID_LAYOUT,                             \
+             "final_k_state overlaps final_ssm_state", "overlaps");                                                 \
+        CASE(a.final_v_state.data = ok.v_state.data, SSM_STATUS_INVALID_LAYOUT, "final_v_state overlaps v_state",   \
+             "overlaps");                                                                                           \
+        CASE(a.final_ssm_state = ssmt_reshaped(&ok.final_ssm_state, 0, 3), SSM_STATUS_INVALID_SHAPE,                \
+             "final_ssm_state rows wrong", "final_ssm_state");                                                      \
+        CASE(a.cu_seqlens = x->vpr.cu_seqlens.t, SSM_STATUS_INVALID_ARGUMENT, "cu_seqlens with B=2", "must be 1");  \
     } while (0)
 
 static void test_siso_fwd(fixtures * x) {
+    const int                      op = OP_FWD;
     fixture *                      f = &x->f;
     const ssm_mamba3_siso_fwd_args ok = x->pr.fwd_args;
-    expect_ok(OP_FWD, &ok, "batched");
-    expect_ok(OP_FWD, &x->vpr.fwd_args, "varlen");
-    params_rules(f, OP_FWD, &ok);
+    expect_ok(op, &ok, "batched");
+    expect_ok(op, &x->vpr.fwd_args, "varlen");
+    params_rules(f, op, &ok);
     ssm_mamba3_siso_fwd_args a;
-    SEQ_RULES(OP_FWD, ok, a);
+    SEQ_RULES();
     a = ok;
     a.ssm_state = a.k_state = a.v_state = ssmt_absent();
-    expect_ok(OP_FWD, &a, "no states");
+    expect_ok(op, &a, "no states");
     ssm_mamba3_siso_fwd_args v = x->vpr.fwd_args;
-    cu_rules(f, OP_FWD, &v, &v.cu_seqlens, x->vpr.args.q.shape[1], x->cu_bad + 4);
+    cu_rules(f, op, &v, &v.cu_seqlens, x->vpr.args.q.shape[1], x->cu_bad + 4);
 }
 
 static void test_siso(fixtures * x) {
+    const int                  op = OP_SISO;
     fixture *                  f = &x->f;
     const ssm_mamba3_siso_args ok = x->pr.args;
-    expect_ok(OP_SISO, &ok, "batched");
-    expect_ok(OP_SISO, &x->vpr.args, "varlen with an empty sequence");
-    params_rules(f, OP_SISO, &ok);
+    expect_ok(op, &ok, "batched");
+    expect_ok(op, &x->vpr.args, "varlen with an empty sequence");
+    params_rules(f, op, &ok);
     ssm_mamba3_siso_args a;
-    SEQ_RULES(OP_SISO, ok, a);
-    a = ok;
-    a.angle_state = ssmt_absent();
-    expect(f, OP_SISO, &a, SSM_STATUS_INVALID_ARGUMENT, "angle_state missing from the states", "initial states");
-    a = ok;
-    a.angle_state = ssmt_reshaped(&ok.angle_state, 2, 3);
-    expect(f, OP_SISO, &a, SSM_STATUS_INVALID_SHAPE, "angle_state A wrong", "angle_state");
-    a = ok;
-    a.final_angle_state.data = ok.out.data;
-    expect(f, OP_SISO, &a, SSM_STATUS_INVALID_LAYOUT, "final_angle_state overlaps out", "overlaps");
+    SEQ_RULES();
+    CASE(a.angle_state = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "angle_state missing from the states",
+         "initial states");
+    CASE(a.angle_state = ssmt_reshaped(&ok.angle_state, 2, 3), SSM_STATUS_INVALID_SHAPE, "angle_state A wrong",
+         "angle_state");
+    CASE(a.final_angle_state.data = ok.out.data, SSM_STATUS_INVALID_LAYOUT, "final_angle_state overlaps out",
+         "overlaps");
     a = ok;
     a.angles.strides[2] = 0; /* head broadcast of the raw angles is allowed */
-    expect_ok(OP_SISO, &a, "angles stride 0 over H");
+    expect_ok(op, &a, "angles stride 0 over H");
     a = ok;
     a.angle_state = a.ssm_state = a.k_state = a.v_state = ssmt_absent();
-    expect_ok(OP_SISO, &a, "no states");
+    expect_ok(op, &a, "no states");
 }
 
 /* ---- backward -------------------------------------------------------------------------------- */
 
 static void test_siso_bwd(fixtures * x) {
+    const int                      op = OP_BWD;
     fixture *                      f = &x->f;
     const ssm_mamba3_siso_bwd_args ok = x->bw.args;
-    expect_ok(OP_BWD, &ok, "batched");
-    expect_ok(OP_BWD, &x->vbw.args, "varlen");
+    expect_ok(op, &ok, "batched");
+    expect_ok(op, &x->vbw.args, "varlen");
     /* the valid calls wrote the gradients: poison them again for the byte comparisons */
     ssmt_host * outs[] = {&x->bw.dq,    &x->bw.dk,           &x->bw.dv,         &x->bw.dadt,     &x->bw.ddt,
                           &x->bw.dtrap, &x->bw.dq_bias,      &x->bw.dk_bias,    &x->bw.dangles,  &x->bw.dd,
                           &x->bw.dz,    &x->bw.dangle_state, &x->bw.dssm_state, &x->bw.dk_state, &x->bw.dv_state};
     for (size_t i = 0; i < sizeof outs / sizeof outs[0]; ++i) ssmt_poison(&outs[i]->t);
-    params_rules(f, OP_BWD, &ok);
-    ssm_mamba3_siso_bwd_args a = ok;
-    a.dout = ssmt_absent();
-    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "dout absent", "dout");
-    a = ok;
-    a.dout = ssmt_reshaped(&ok.dout, 3, 4);
-    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_SHAPE, "dout V wrong", "dout");
-    a = ok;
-    a.dfinal_ssm_state = ssmt_reshaped(&ok.dfinal_ssm_state, 3, 8);
-    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_SHAPE, "dfinal_ssm_state K wrong", "dfinal_ssm_state");
-    a = ok;
-    a.dfinal_angle_state = ssmt_retyped(&ok.dfinal_angle_state, SSM_DTYPE_I32);
-    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_LAYOUT, "dfinal_angle_state i32", "dfinal_angle_state");
-    a = ok;
-    a.d = ssmt_absent();
-    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "dd without d", "dd");
-    a = ok;
-    a.z = ssmt_absent();
-    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "dz without z", "dz");
-    a = ok;
-    a.angle_state = a.ssm_state = a.k_state = a.v_state = ssmt_absent();
-    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "state gradients without states", "dangle_state");
+    params_rules(f, op, &ok);
+    ssm_mamba3_siso_bwd_args a;
+    CASE(a.dout = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "dout absent", "dout");
+    CASE(a.dout = ssmt_reshaped(&ok.dout, 3, 4), SSM_STATUS_INVALID_SHAPE, "dout V wrong", "dout");
+    CASE(a.dfinal_ssm_state = ssmt_reshaped(&ok.dfinal_ssm_state, 3, 8), SSM_STATUS_INVALID_SHAPE,
+         "dfinal_ssm_state K wrong", "dfinal_ssm_state");
+    CASE(a.dfinal_angle_state = ssmt_retyped(&ok.dfinal_angle_state, SSM_DTYPE_I32), SSM_STATUS_INVALID_LAYOUT,
+         "dfinal_angle_state i32", "dfinal_angle_state");
+    CASE(a.d = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "dd without d", "dd");
+    CASE(a.z = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "dz without z", "dz");
+    CASE(a.angle_state = a.ssm_state = a.k_state = a.v_state = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT,
+         "state gradients without states", "dangle_state");
     a.dangle_state = ssmt_absent();
-    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "dssm_state without states", "dssm_state");
-    a = ok;
-    a.k_state = ssmt_absent();
-    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "k_state missing from the states", "initial states");
-    a = ok;
-    a.dq = ssmt_reshaped(&ok.dq, 2, 4);
-    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_SHAPE, "dq Hq wrong", "dq");
-    a = ok;
-    a.dangles = ssmt_reshaped(&ok.dangles, 3, 2);
-    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_SHAPE, "dangles A wrong", "dangles");
-    a = ok;
-    a.dd = ssmt_reshaped(&ok.dd, 0, 2);
-    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_SHAPE, "dd H wrong", "dd");
-    a = ok;
-    a.dq_bias.strides[1] = 0;
-    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_LAYOUT, "dq_bias stride 0", "dq_bias");
-    a = ok;
-    a.dv.data = ok.dout.data;
-    a.dv.dtype = ok.dout.dtype;
-    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_LAYOUT, "dv overlaps dout", "overlaps");
-    a = ok;
-    a.dk.data = ok.dq.data;
-    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_LAYOUT, "dk overlaps dq", "overlaps");
-    a = ok;
-    a.dssm_state.data = ok.dfinal_ssm_state.data;
-    a.dssm_state.dtype = ok.dfinal_ssm_state.dtype;
-    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_LAYOUT, "dssm_state overlaps dfinal_ssm_state", "overlaps");
-    a = ok;
-    a.cu_seqlens = x->vpr.cu_seqlens.t;
-    expect(f, OP_BWD, &a, SSM_STATUS_INVALID_ARGUMENT, "cu_seqlens with B=2", "must be 1");
+    expect(f, op, &a, SSM_STATUS_INVALID_ARGUMENT, "dssm_state without states", "dssm_state");
+    CASE(a.k_state = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "k_state missing from the states", "initial states");
+    CASE(a.dq = ssmt_reshaped(&ok.dq, 2, 4), SSM_STATUS_INVALID_SHAPE, "dq Hq wrong", "dq");
+    CASE(a.dangles = ssmt_reshaped(&ok.dangles, 3, 2), SSM_STATUS_INVALID_SHAPE, "dangles A wrong", "dangles");
+    CASE(a.dd = ssmt_reshaped(&ok.dd, 0, 2), SSM_STATUS_INVALID_SHAPE, "dd H wrong", "dd");
+    CASE(a.dq_bias.strides[1] = 0, SSM_STATUS_INVALID_LAYOUT, "dq_bias stride 0", "dq_bias");
+    CASE((a.dv.data = ok.dout.data, a.dv.dtype = ok.dout.dtype), SSM_STATUS_INVALID_LAYOUT, "dv overlaps dout",
+         "overlaps");
+    CASE(a.dk.data = ok.dq.data, SSM_STATUS_INVALID_LAYOUT, "dk overlaps dq", "overlaps");
+    CASE((a.dssm_state.data = ok.dfinal_ssm_state.data, a.dssm_state.dtype = ok.dfinal_ssm_state.dtype),
+         SSM_STATUS_INVALID_LAYOUT, "dssm_state overlaps dfinal_ssm_state", "overlaps");
+    CASE(a.cu_seqlens = x->vpr.cu_seqlens.t, SSM_STATUS_INVALID_ARGUMENT, "cu_seqlens with B=2", "must be 1");
     /* every gradient output absent, no dfinal: valid */
     a = ok;
     a.dq = a.dk = a.dv = a.dadt = a.ddt = a.dtrap = a.dq_bias = a.dk_bias = a.dangles = a.dd = a.dz = ssmt_absent();
     a.dangle_state = a.dssm_state = a.dk_state = a.dv_state = ssmt_absent();
     a.dfinal_angle_state = a.dfinal_ssm_state = a.dfinal_k_state = a.dfinal_v_state = ssmt_absent();
-    expect_ok(OP_BWD, &a, "no gradient outputs, no dfinal");
+    expect_ok(op, &a, "no gradient outputs, no dfinal");
 }
 
 /* ---- step ------------------------------------------------------------------------------------ */
@@ -530,43 +436,31 @@ static void test_step(void) {
         TEST_CHECK(0, "step fixtures");
         return;
     }
-    fixture f;
-    memset(&f, 0, sizeof f);
-    fx_add_step(&f, &pr);
-    fx_add_step(&f, &pi);
+    const int op = OP_STEP;
+    fixture   fx;
+    memset(&fx, 0, sizeof fx);
+    fixture * f = &fx;
+    fx_add_step(f, &pr);
+    fx_add_step(f, &pi);
     const ssm_mamba3_siso_step_args ok = pr.args, oki = pi.args;
-    expect_ok(OP_STEP, &ok, "unindexed");
-    expect_ok(OP_STEP, &oki, "indexed with padding");
-    params_rules(&f, OP_STEP, &ok);
-    ssm_mamba3_siso_step_args a = ok;
-    a.q = ssmt_reshaped(&ok.q, 1, 3);
-    a.k = ssmt_reshaped(&ok.k, 1, 3);
-    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "H % Hq != 0", "multiple");
-    a = ok;
-    a.q.ndim = 4;
-    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "q 4-D", "q");
-    a = ok;
-    a.angles = ssmt_reshaped(&ok.angles, 2, 9);
-    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "A > K/2", "K/2");
-    a = ok;
-    a.adt = ssmt_reshaped(&ok.adt, 1, 3);
-    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "adt H wrong", "adt");
-    a = ok;
-    a.z = ssmt_reshaped(&ok.z, 2, 3);
-    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "z V wrong", "z");
-    a = ok;
-    a.angle_state = ssmt_absent();
-    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_ARGUMENT, "angle_state absent", "angle_state");
-    a = ok;
-    a.v_state = ssmt_absent();
-    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_ARGUMENT, "v_state absent", "v_state");
-    a = ok;
-    a.ssm_state = ssmt_reshaped(&ok.ssm_state, 0, 3);
-    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "ssm_state slots differ", "ssm_state");
+    expect_ok(op, &ok, "unindexed");
+    expect_ok(op, &oki, "indexed with padding");
+    params_rules(f, op, &ok);
+    ssm_mamba3_siso_step_args a;
+    CASE((a.q = ssmt_reshaped(&ok.q, 1, 3), a.k = ssmt_reshaped(&ok.k, 1, 3)), SSM_STATUS_INVALID_SHAPE, "H % Hq != 0",
+         "multiple");
+    CASE(a.q.ndim = 4, SSM_STATUS_INVALID_SHAPE, "q 4-D", "q");
+    CASE(a.angles = ssmt_reshaped(&ok.angles, 2, 9), SSM_STATUS_INVALID_SHAPE, "A > K/2", "K/2");
+    CASE(a.adt = ssmt_reshaped(&ok.adt, 1, 3), SSM_STATUS_INVALID_SHAPE, "adt H wrong", "adt");
+    CASE(a.z = ssmt_reshaped(&ok.z, 2, 3), SSM_STATUS_INVALID_SHAPE, "z V wrong", "z");
+    CASE(a.angle_state = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "angle_state absent", "angle_state");
+    CASE(a.v_state = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "v_state absent", "v_state");
+    CASE(a.ssm_state = ssmt_reshaped(&ok.ssm_state, 0, 3), SSM_STATUS_INVALID_SHAPE, "ssm_state slots differ",
+         "ssm_state");
     /* slots != B without indices */
     a = oki;
     a.state_batch_indices = ssmt_absent();
-    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "slots != B without indices", "slots");
+    expect(f, op, &a, SSM_STATUS_INVALID_SHAPE, "slots != B without indices", "slots");
     /* index values and dtype (own buffers) */
     ssmt_host           ih[3];
     const int64_t       sh[1] = {c.batch};
@@ -574,59 +468,44 @@ static void test_step(void) {
     for (int i = 0; i < 3; ++i) {
         ih[i] = ssmt_alloc(i == 2 ? SSM_DTYPE_F32 : SSM_DTYPE_I64, 1, sh);
         for (int b = 0; b < 4; ++b) ssmt_set(&ih[i].t, b, bad[i][b]);
-        ssmt_bufset_add(&f, &ih[i]);
+        ssmt_bufset_add(f, &ih[i]);
     }
     a = oki;
     a.state_batch_indices = ih[0].t;
-    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_ARGUMENT, "index >= slots", "state_batch_indices");
+    expect(f, op, &a, SSM_STATUS_INVALID_ARGUMENT, "index >= slots", "state_batch_indices");
     a.state_batch_indices = ih[1].t;
-    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_ARGUMENT, "duplicate slot", "share");
+    expect(f, op, &a, SSM_STATUS_INVALID_ARGUMENT, "duplicate slot", "share");
     a.state_batch_indices = ih[2].t;
-    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_LAYOUT, "indices f32", "state_batch_indices");
+    expect(f, op, &a, SSM_STATUS_INVALID_LAYOUT, "indices f32", "state_batch_indices");
     a.state_batch_indices = ssmt_reshaped(&oki.state_batch_indices, 0, 3);
-    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "indices length != B", "state_batch_indices");
+    expect(f, op, &a, SSM_STATUS_INVALID_SHAPE, "indices length != B", "state_batch_indices");
     /* outputs */
-    a = ok;
-    a.out = ssmt_absent();
-    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_ARGUMENT, "out absent", "out");
-    a = ok;
-    a.out.data = ok.v.data;
-    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_LAYOUT, "out overlaps v", "overlaps");
-    a = ok;
-    a.out.data = ok.v_state.data;
-    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_LAYOUT, "out overlaps v_state", "overlaps");
+    CASE(a.out = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "out absent", "out");
+    CASE(a.out.data = ok.v.data, SSM_STATUS_INVALID_LAYOUT, "out overlaps v", "overlaps");
+    CASE(a.out.data = ok.v_state.data, SSM_STATUS_INVALID_LAYOUT, "out overlaps v_state", "overlaps");
     a = ok;
     /* rows in reverse order: a valid output view over the same bytes, but not the same view */
     a.final_ssm_state = ok.ssm_state;
     a.final_ssm_state.data = (float *)ok.ssm_state.data + (ok.ssm_state.shape[2] - 1) * ok.ssm_state.strides[2];
     a.final_ssm_state.strides[2] = -ok.ssm_state.strides[2];
-    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_LAYOUT, "final_ssm_state reversed view of ssm_state", "overlaps");
-    a = ok;
-    a.final_k_state = ok.k_state;
-    a.final_k_state.data = (float *)ok.k_state.data + 1;
-    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_LAYOUT, "final_k_state shifted view of k_state", "overlaps");
-    a = ok;
-    a.final_v_state = ok.k_state;
-    a.final_v_state.shape[2] = ok.v_state.shape[2];
-    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_LAYOUT, "final_v_state on k_state", "overlaps");
-    a = ok;
-    a.final_angle_state = ok.angle_state;
-    a.final_angle_state.dtype = SSM_DTYPE_F16;
-    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_LAYOUT, "final_angle_state same data, other dtype", "overlaps");
-    a = ok;
-    a.final_ssm_state.data = ok.final_k_state.data;
-    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_LAYOUT, "final_ssm_state overlaps final_k_state", "overlaps");
-    a = ok;
-    a.final_v_state = ok.v_state;
-    a.final_v_state.shape[0] = 5;
-    expect(&f, OP_STEP, &a, SSM_STATUS_INVALID_SHAPE, "final_v_state slots wrong", "final_v_state");
+    expect(f, op, &a, SSM_STATUS_INVALID_LAYOUT, "final_ssm_state reversed view of ssm_state", "overlaps");
+    CASE((a.final_k_state = ok.k_state, a.final_k_state.data = (float *)ok.k_state.data + 1), SSM_STATUS_INVALID_LAYOUT,
+         "final_k_state shifted view of k_state", "overlaps");
+    CASE((a.final_v_state = ok.k_state, a.final_v_state.shape[2] = ok.v_state.shape[2]), SSM_STATUS_INVALID_LAYOUT,
+         "final_v_state on k_state", "overlaps");
+    CASE((a.final_angle_state = ok.angle_state, a.final_angle_state.dtype = SSM_DTYPE_F16), SSM_STATUS_INVALID_LAYOUT,
+         "final_angle_state same data, other dtype", "overlaps");
+    CASE(a.final_ssm_state.data = ok.final_k_state.data, SSM_STATUS_INVALID_LAYOUT,
+         "final_ssm_state overlaps final_k_state", "overlaps");
+    CASE((a.final_v_state = ok.v_state, a.final_v_state.shape[0] = 5), SSM_STATUS_INVALID_SHAPE,
+         "final_v_state slots wrong", "final_v_state");
     /* exactly the same views: in place, valid (last: it changes the pools) */
     a = oki;
     a.final_angle_state = oki.angle_state;
     a.final_ssm_state = oki.ssm_state;
     a.final_k_state = oki.k_state;
     a.final_v_state = oki.v_state;
-    expect_ok(OP_STEP, &a, "in place, indexed");
+    expect_ok(op, &a, "in place, indexed");
     for (int i = 0; i < 3; ++i) ssmt_free(&ih[i]);
     ssmt_mamba3_step_free(&pr);
     ssmt_mamba3_step_free(&pi);
