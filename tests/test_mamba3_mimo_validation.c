@@ -67,6 +67,15 @@ static void expect_ok(int op, const ssm_mamba3_mimo_params * p, const void * arg
     if (st == SSM_STATUS_OK) printf("ok  %-20s %-44s (valid call succeeds)\n", op_names[op], what);
 }
 
+/* One case of a test: `a` = `ok`, then the mutation (an expression), then one expect() on the
+ * test's fixture `f`, operator `op` and params `p`. */
+#define CASE(mutation, want, what, mention)         \
+    do {                                            \
+        a = ok;                                     \
+        mutation;                                   \
+        expect(f, op, &p, &a, want, what, mention); \
+    } while (0)
+
 /* params NULL / size / chunk / divisor / fused flag / eps, args NULL, CUDA backend. */
 static void params_rules(fixture * f, int op, const ssm_mamba3_mimo_params * base, const void * args) {
     expect(f, op, NULL, args, SSM_STATUS_INVALID_ARGUMENT, "params NULL", "params");
@@ -228,10 +237,11 @@ static void fixtures_free(fixtures * x) {
 /* ---- bwd_fwd ---------------------------------------------------------------------------------- */
 
 static void test_bwd_fwd(fixtures * x) {
-    fixture *                    f = &x->f;
-    const int                    op = OP_BWD_FWD;
-    ssm_mamba3_mimo_bwd_fwd_args a = x->bf.args;
-    const ssm_mamba3_mimo_params p = x->bf.params;
+    fixture *                          f = &x->f;
+    const int                          op = OP_BWD_FWD;
+    const ssm_mamba3_mimo_bwd_fwd_args ok = x->bf.args;
+    ssm_mamba3_mimo_bwd_fwd_args       a = ok;
+    const ssm_mamba3_mimo_params       p = x->bf.params;
     expect_ok(op, &p, &a, "fixture (reduced, z, d)");
     expect_ok(op, &x->nbf.params, &x->nbf.args, "fixture (per-rank dout, z)");
     params_rules(f, op, &p, &a);
@@ -245,67 +255,32 @@ static void test_bwd_fwd(fixtures * x) {
     a = x->nbf.args;
     a.dout = x->bf.args.dout;
     expect(f, op, &x->nbf.params, &a, SSM_STATUS_INVALID_SHAPE, "4-D dout without mimo_o (per-rank)", "dout");
-    a = x->bf.args;
-    a.dout = ssmt_absent();
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dout missing", "dout");
-    a = x->bf.args;
+    CASE(a.dout = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "dout missing", "dout");
     /* per-token and chunk tensors */
-    a.angles = ssmt_reshaped(&x->bf.args.angles, 3, 3);
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "angles A != N/div", "angles");
-    a = x->bf.args;
-    a.da_cs = ssmt_reshaped(&x->bf.args.da_cs, 2, 19);
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "da_cs S wrong", "da_cs");
-    a = x->bf.args;
-    a.da_cs_rev = ssmt_absent();
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "da_cs_rev missing", "da_cs_rev");
-    a = x->bf.args;
-    a.segsum = ssmt_reshaped(&x->bf.args.segsum, 2, 2);
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "segsum nc wrong", "segsum");
-    a = x->bf.args;
-    a.segsum = ssmt_reshaped(&x->bf.args.segsum, 4, 4);
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "segsum C wrong", "segsum");
-    a = x->bf.args;
-    a.q_bias = ssmt_reshaped(&x->bf.args.q_bias, 1, 3);
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "q_bias R wrong", "q_bias");
-    a = x->bf.args;
-    a.mimo_v = ssmt_absent();
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "mimo_v missing", "mimo_v");
-    a = x->bf.args;
-    a.d = ssmt_reshaped(&x->bf.args.d, 0, 5);
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "d wrong length", "d");
-    a = x->bf.args;
+    CASE(a.angles = ssmt_reshaped(&ok.angles, 3, 3), SSM_STATUS_INVALID_SHAPE, "angles A != N/div", "angles");
+    CASE(a.da_cs = ssmt_reshaped(&ok.da_cs, 2, 19), SSM_STATUS_INVALID_SHAPE, "da_cs S wrong", "da_cs");
+    CASE(a.da_cs_rev = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "da_cs_rev missing", "da_cs_rev");
+    CASE(a.segsum = ssmt_reshaped(&ok.segsum, 2, 2), SSM_STATUS_INVALID_SHAPE, "segsum nc wrong", "segsum");
+    CASE(a.segsum = ssmt_reshaped(&ok.segsum, 4, 4), SSM_STATUS_INVALID_SHAPE, "segsum C wrong", "segsum");
+    CASE(a.q_bias = ssmt_reshaped(&ok.q_bias, 1, 3), SSM_STATUS_INVALID_SHAPE, "q_bias R wrong", "q_bias");
+    CASE(a.mimo_v = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "mimo_v missing", "mimo_v");
+    CASE(a.d = ssmt_reshaped(&ok.d, 0, 5), SSM_STATUS_INVALID_SHAPE, "d wrong length", "d");
     /* outputs without their inputs */
     a = x->nbf.args;
     a.dmimo_o = x->bf.args.dmimo_o;
     expect(f, op, &x->nbf.params, &a, SSM_STATUS_INVALID_ARGUMENT, "dmimo_o without mimo_o", "mimo_o");
-    a = x->bf.args;
-    a.z = ssmt_absent();
-    a.mimo_z = ssmt_absent();
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dz / dmimo_z without z", "z");
+    CASE((a.z = ssmt_absent(), a.mimo_z = ssmt_absent()), SSM_STATUS_INVALID_ARGUMENT, "dz / dmimo_z without z", "z");
     a.dz = ssmt_absent();
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dmimo_z without z", "dmimo_z");
     a.dmimo_z = ssmt_absent();
     expect_ok(op, &p, &a, "no z, no dz / dmimo_z");
-    a = x->bf.args;
     /* output shapes, strides, overlaps */
-    a.states = ssmt_reshaped(&x->bf.args.states, 2, 4);
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "states nc wrong", "states");
-    a = x->bf.args;
-    a.qk_dot = ssmt_reshaped(&x->bf.args.qk_dot, 3, 3);
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "qk_dot R wrong", "qk_dot");
-    a = x->bf.args;
-    a.dz.strides[3] = 0;
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "dz with a 0 stride", "dz");
-    a = x->bf.args;
-    a.dz.data = x->bf.args.v.data;
-    a.dz.dtype = x->bf.args.v.dtype;
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "dz overlaps v", "v");
-    a = x->bf.args;
-    a.dmimo_z.data = x->bf.args.dmimo_o.data;
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "dmimo_z overlaps dmimo_o", "dmimo_o");
-    a = x->bf.args;
-    a.qk_dot = ssmt_retyped(&x->bf.args.qk_dot, SSM_DTYPE_I64);
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "qk_dot int64", "qk_dot");
+    CASE(a.states = ssmt_reshaped(&ok.states, 2, 4), SSM_STATUS_INVALID_SHAPE, "states nc wrong", "states");
+    CASE(a.qk_dot = ssmt_reshaped(&ok.qk_dot, 3, 3), SSM_STATUS_INVALID_SHAPE, "qk_dot R wrong", "qk_dot");
+    CASE(a.dz.strides[3] = 0, SSM_STATUS_INVALID_LAYOUT, "dz with a 0 stride", "dz");
+    CASE((a.dz.data = ok.v.data, a.dz.dtype = ok.v.dtype), SSM_STATUS_INVALID_LAYOUT, "dz overlaps v", "v");
+    CASE(a.dmimo_z.data = ok.dmimo_o.data, SSM_STATUS_INVALID_LAYOUT, "dmimo_z overlaps dmimo_o", "dmimo_o");
+    CASE(a.qk_dot = ssmt_retyped(&ok.qk_dot, SSM_DTYPE_I64), SSM_STATUS_INVALID_LAYOUT, "qk_dot int64", "qk_dot");
 }
 
 /* ---- forward ----------------------------------------------------------------------------- */
@@ -313,7 +288,8 @@ static void test_bwd_fwd(fixtures * x) {
 static void test_forward(fixtures * x) {
     fixture *                    f = &x->f;
     const int                    op = OP_FWD;
-    ssm_mamba3_mimo_args         a = x->pr.args;
+    const ssm_mamba3_mimo_args   ok = x->pr.args;
+    ssm_mamba3_mimo_args         a = ok;
     const ssm_mamba3_mimo_params p = x->pr.params;
     expect_ok(op, &p, &a, "fixture (reduced, z, d, states)");
     expect_ok(op, &x->vpr.params, &x->vpr.args, "varlen fixture (empty sequence)");
@@ -341,40 +317,24 @@ static void test_forward(fixtures * x) {
     expect_ok(op, &fp, &a, "fused norm with an (H, P) weight");
     a.outproj_norm_weight = ssmt_reshaped(&x->extra[0].t, 1, 7);
     expect(f, op, &fp, &a, SSM_STATUS_INVALID_SHAPE, "norm weight (H, 7)", "outproj_norm_weight");
-    a = x->pr.args;
     /* out rank follows mimo_o */
-    a.out = x->npr.args.out;
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "5-D out with mimo_o", "out");
+    CASE(a.out = x->npr.args.out, SSM_STATUS_INVALID_SHAPE, "5-D out with mimo_o", "out");
     n = x->npr.args;
     n.out = x->pr.args.out;
     expect(f, op, &x->npr.params, &n, SSM_STATUS_INVALID_SHAPE, "4-D out without mimo_o", "out");
-    a = x->pr.args;
-    a.out = ssmt_absent();
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "out missing", "out");
-    a = x->pr.args;
+    CASE(a.out = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "out missing", "out");
     /* per-token tensors */
-    a.adt = ssmt_reshaped(&x->pr.args.adt, 1, 3);
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "adt H wrong", "adt");
-    a = x->pr.args;
-    a.trap = ssmt_absent();
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "trap missing", "trap");
-    a = x->pr.args;
-    a.angles = ssmt_reshaped(&x->pr.args.angles, 3, 8);
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "angles A = N/2 with divisor 4", "angles");
-    a = x->pr.args;
+    CASE(a.adt = ssmt_reshaped(&ok.adt, 1, 3), SSM_STATUS_INVALID_SHAPE, "adt H wrong", "adt");
+    CASE(a.trap = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "trap missing", "trap");
+    CASE(a.angles = ssmt_reshaped(&ok.angles, 3, 8), SSM_STATUS_INVALID_SHAPE, "angles A = N/2 with divisor 4",
+         "angles");
     /* initial states: all four or none, shapes */
-    a.v_state = ssmt_absent();
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "3 of 4 initial states", "initial states");
-    a = x->pr.args;
-    a.k_state = ssmt_reshaped(&x->pr.args.k_state, 1, 3);
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "k_state R wrong", "k_state");
-    a = x->pr.args;
-    a.final_ssm_state = ssmt_reshaped(&x->pr.args.final_ssm_state, 2, 16);
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "final_ssm_state (N,P) order", "final_ssm_state");
-    a = x->pr.args;
+    CASE(a.v_state = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "3 of 4 initial states", "initial states");
+    CASE(a.k_state = ssmt_reshaped(&ok.k_state, 1, 3), SSM_STATUS_INVALID_SHAPE, "k_state R wrong", "k_state");
+    CASE(a.final_ssm_state = ssmt_reshaped(&ok.final_ssm_state, 2, 16), SSM_STATUS_INVALID_SHAPE,
+         "final_ssm_state (N,P) order", "final_ssm_state");
     /* varlen */
-    a.cu_seqlens = x->vpr.args.cu_seqlens;
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "varlen with B=2", "cu_seqlens");
+    CASE(a.cu_seqlens = x->vpr.args.cu_seqlens, SSM_STATUS_INVALID_ARGUMENT, "varlen with B=2", "cu_seqlens");
     ssm_mamba3_mimo_args v = x->vpr.args;
     const int64_t        sh1[1] = {4};
     x->extra[1] = ssmt_alloc(SSM_DTYPE_I32, 1, sh1);
@@ -390,25 +350,21 @@ static void test_forward(fixtures * x) {
     v.cu_seqlens = ssmt_retyped(&x->vpr.args.cu_seqlens, SSM_DTYPE_F32);
     expect(f, op, &x->vpr.params, &v, SSM_STATUS_INVALID_LAYOUT, "cu_seqlens f32", "cu_seqlens");
     /* overlaps */
-    a = x->pr.args;
-    a.out.data = x->pr.args.q.data;
-    a.out.dtype = x->pr.args.q.dtype;
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "out overlaps q", "q");
-    a = x->pr.args;
-    a.final_ssm_state = x->pr.args.ssm_state;
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "final_ssm_state = ssm_state (no in place)", "ssm_state");
-    a = x->pr.args;
-    a.final_k_state.data = x->pr.args.final_ssm_state.data;
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "final_k_state overlaps final_ssm_state", "final_ssm_state");
+    CASE((a.out.data = ok.q.data, a.out.dtype = ok.q.dtype), SSM_STATUS_INVALID_LAYOUT, "out overlaps q", "q");
+    CASE(a.final_ssm_state = ok.ssm_state, SSM_STATUS_INVALID_LAYOUT, "final_ssm_state = ssm_state (no in place)",
+         "ssm_state");
+    CASE(a.final_k_state.data = ok.final_ssm_state.data, SSM_STATUS_INVALID_LAYOUT,
+         "final_k_state overlaps final_ssm_state", "final_ssm_state");
 }
 
 /* ---- backward ---------------------------------------------------------------------------- */
 
 static void test_bwd(fixtures * x) {
-    fixture *                    f = &x->f;
-    const int                    op = OP_BWD;
-    ssm_mamba3_mimo_bwd_args     a = x->bw.args;
-    const ssm_mamba3_mimo_params p = x->pr.params;
+    fixture *                      f = &x->f;
+    const int                      op = OP_BWD;
+    const ssm_mamba3_mimo_bwd_args ok = x->bw.args;
+    ssm_mamba3_mimo_bwd_args       a = ok;
+    const ssm_mamba3_mimo_params   p = x->pr.params;
     /* the valid calls: the backward itself is another helper's; only validation is tested
        here, so only the invalid calls are required to behave */
     params_rules(f, op, &p, &a);
@@ -418,23 +374,13 @@ static void test_bwd(fixtures * x) {
     ssm_mamba3_mimo_bwd_args n = x->nbw.args;
     n.dout = x->bw.args.dout;
     expect(f, op, &x->npr.params, &n, SSM_STATUS_INVALID_SHAPE, "4-D dout without mimo_o", "dout");
-    a = x->bw.args;
-    a.dout = ssmt_absent();
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dout missing", "dout");
-    a = x->bw.args;
-    a.dfinal_k_state = ssmt_reshaped(&x->bw.args.dfinal_k_state, 2, 3);
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "dfinal_k_state H wrong", "dfinal_k_state");
-    a = x->bw.args;
-    a.dq = ssmt_reshaped(&x->bw.args.dq, 3, 4);
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "dq per value head (not G)", "dq");
-    a = x->bw.args;
+    CASE(a.dout = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "dout missing", "dout");
+    CASE(a.dfinal_k_state = ssmt_reshaped(&ok.dfinal_k_state, 2, 3), SSM_STATUS_INVALID_SHAPE, "dfinal_k_state H wrong",
+         "dfinal_k_state");
+    CASE(a.dq = ssmt_reshaped(&ok.dq, 3, 4), SSM_STATUS_INVALID_SHAPE, "dq per value head (not G)", "dq");
     /* gradients without their inputs */
-    a.d = ssmt_absent();
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dd without d", "dd");
-    a = x->bw.args;
-    a.z = ssmt_absent();
-    a.mimo_z = ssmt_absent();
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dz without z", "dz");
+    CASE(a.d = ssmt_absent(), SSM_STATUS_INVALID_ARGUMENT, "dd without d", "dd");
+    CASE((a.z = ssmt_absent(), a.mimo_z = ssmt_absent()), SSM_STATUS_INVALID_ARGUMENT, "dz without z", "dz");
     a.dz = ssmt_absent();
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dmimo_z without z", "dmimo_z");
     n = x->nbw.args;
@@ -454,8 +400,8 @@ static void test_bwd(fixtures * x) {
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dangle_state without initial states", "angle_state");
     a.dangle_state = ssmt_absent();
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "dssm_state without initial states", "ssm_state");
-    a = x->bw.args;
     /* fused norm rules hold for the backward too */
+    a = x->bw.args;
     ssm_mamba3_mimo_params fnp = x->npr.params;
     fnp.fuse_pregate_norm = 1;
     n = x->nbw.args;
@@ -463,26 +409,19 @@ static void test_bwd(fixtures * x) {
     /* varlen with B = 2, overlaps */
     a.cu_seqlens = x->vpr.args.cu_seqlens;
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "varlen with B=2", "cu_seqlens");
-    a = x->bw.args;
-    a.dq.data = x->bw.args.q.data;
-    a.dq.dtype = x->bw.args.q.dtype;
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "dq overlaps q", "q");
-    a = x->bw.args;
-    a.dk = x->bw.args.dq;
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "dk overlaps dq", "dq");
-    a = x->bw.args;
-    a.dv.data = x->bw.args.dout.data;
-    a.dv.dtype = x->bw.args.dout.dtype;
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "dv overlaps dout", "dout");
+    CASE((a.dq.data = ok.q.data, a.dq.dtype = ok.q.dtype), SSM_STATUS_INVALID_LAYOUT, "dq overlaps q", "q");
+    CASE(a.dk = ok.dq, SSM_STATUS_INVALID_LAYOUT, "dk overlaps dq", "dq");
+    CASE((a.dv.data = ok.dout.data, a.dv.dtype = ok.dout.dtype), SSM_STATUS_INVALID_LAYOUT, "dv overlaps dout", "dout");
 }
 
 /* ---- step ------------------------------------------------------------------------------- */
 
 static void test_step(fixtures * x) {
-    fixture *                    f = &x->f;
-    const int                    op = OP_STEP;
-    ssm_mamba3_mimo_step_args    a = x->st.args;
-    const ssm_mamba3_mimo_params p = x->st.params;
+    fixture *                       f = &x->f;
+    const int                       op = OP_STEP;
+    const ssm_mamba3_mimo_step_args ok = x->st.args;
+    ssm_mamba3_mimo_step_args       a = ok;
+    const ssm_mamba3_mimo_params    p = x->st.params;
     expect_ok(op, &p, &a, "indexed pool fixture");
     expect_ok(op, &x->nst.params, &x->nst.args, "per-rank fixture");
     params_rules(f, op, &p, &a);
@@ -493,24 +432,20 @@ static void test_step(fixtures * x) {
     ssm_mamba3_mimo_step_args n = x->nst.args;
     n.out = x->st.args.out;
     expect(f, op, &x->nst.params, &n, SSM_STATUS_INVALID_SHAPE, "3-D out without mimo_o", "out");
-    a = x->st.args;
     /* fused */
+    a = x->st.args;
     ssm_mamba3_mimo_params fnp = x->nst.params;
     fnp.fuse_pregate_norm = 1;
     expect(f, op, &fnp, &x->nst.args, SSM_STATUS_INVALID_ARGUMENT, "fused without mimo_o", "mimo_o");
     /* states required, shapes */
     a.k_state = ssmt_absent();
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "k_state missing", "k_state");
-    a = x->st.args;
-    a.ssm_state = ssmt_reshaped(&x->st.args.ssm_state, 0, 4);
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "ssm_state slots differ", "ssm_state");
-    a = x->st.args;
-    a.adt = ssmt_reshaped(&x->st.args.adt, 1, 3);
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "adt H wrong", "adt");
-    a = x->st.args;
+    CASE(a.ssm_state = ssmt_reshaped(&ok.ssm_state, 0, 4), SSM_STATUS_INVALID_SHAPE, "ssm_state slots differ",
+         "ssm_state");
+    CASE(a.adt = ssmt_reshaped(&ok.adt, 1, 3), SSM_STATUS_INVALID_SHAPE, "adt H wrong", "adt");
     /* state_batch_indices */
-    a.state_batch_indices = ssmt_absent();
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "5 slots for 3 rows without indices", "slots");
+    CASE(a.state_batch_indices = ssmt_absent(), SSM_STATUS_INVALID_SHAPE, "5 slots for 3 rows without indices",
+         "slots");
     a = x->st.args;
     const int64_t sh3[1] = {3};
     x->extra[3] = ssmt_alloc(SSM_DTYPE_I32, 1, sh3);
@@ -528,8 +463,8 @@ static void test_step(fixtures * x) {
     expect(f, op, &p, &a, SSM_STATUS_INVALID_ARGUMENT, "index 5 of 5 slots", "slots");
     a.state_batch_indices = ssmt_retyped(&x->extra[4].t, SSM_DTYPE_F32);
     expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "indices f32", "state_batch_indices");
-    a = x->st.args;
     /* in-place rule: exactly the same view is allowed, any other overlap is not */
+    a = x->st.args;
     a.final_angle_state = a.angle_state;
     a.final_ssm_state = a.ssm_state;
     a.final_k_state = a.k_state;
@@ -556,14 +491,12 @@ static void test_step(fixtures * x) {
     /* the same memory through a different view (another dtype): not the in-place case */
     a.final_ssm_state = ssmt_retyped(&x->st.args.ssm_state, SSM_DTYPE_BF16); /* inside the pool's bytes */
     expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "final_ssm_state another view of ssm_state", "overlaps ssm_state");
-    a = x->st.args;
-    a.final_k_state = x->st.args.k_state;
-    a.final_k_state.data = (char *)x->st.args.k_state.data + ssm_dtype_size((ssm_dtype)a.k_state.dtype);
+    a = ok;
+    a.final_k_state = ok.k_state;
+    a.final_k_state.data = (char *)ok.k_state.data + ssm_dtype_size((ssm_dtype)a.k_state.dtype);
     expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "final_k_state = k_state shifted by one element", "k_state");
-    a = x->st.args;
-    a.out.data = x->st.args.k_state.data;
-    a.out.dtype = x->st.args.k_state.dtype;
-    expect(f, op, &p, &a, SSM_STATUS_INVALID_LAYOUT, "out overlaps k_state", "k_state");
+    CASE((a.out.data = ok.k_state.data, a.out.dtype = ok.k_state.dtype), SSM_STATUS_INVALID_LAYOUT,
+         "out overlaps k_state", "k_state");
 }
 
 /* R = 2^61 - 1 as stride-0 views over one-element buffers, with q/k (1,1,R,1,2) small enough
