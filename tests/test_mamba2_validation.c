@@ -32,6 +32,14 @@ static ssmt_rng      g_rng;
 
 enum { B = 2, S = 20, H = 4, P = 4, N = 4, G = 2, Q = 8, NC = 3 };
 
+/* The params every case starts from: the defaults with chunk_size Q. */
+static ssm_mamba2_params chunk_params(void) {
+    ssm_mamba2_params p;
+    ssm_mamba2_params_init(&p);
+    p.chunk_size = Q;
+    return p;
+}
+
 static ssm_tensor fx_tensor(fixture * f, ssm_dtype dt, int32_t ndim, const int64_t * shape) {
     ssmt_host * h = &f->own[f->nown++];
     *h = ssmt_alloc(dt, ndim, shape);
@@ -100,12 +108,19 @@ static void expect_ok(int op, const ssm_mamba2_params * p, const void * args) {
     TEST_CHECK(st == SSM_STATUS_OK, "%s: the valid fixture fails: %s", op_names[op], ssm_context_last_error(g_ref));
 }
 
+/* One case of a test: `m` = `a`, then the mutation (an expression), then one expect() on the
+ * test's fixture `f`, operator `op` and params `p`. */
+#define CASE(mutation, want, what)          \
+    do {                                    \
+        m = a;                              \
+        mutation;                           \
+        expect(&f, op, &p, &m, want, what); \
+    } while (0)
+
 /* ---- generic rules -------------------------------------------------------------------- */
 
 static void params_rules(fixture * f, int op, const void * args) {
-    ssm_mamba2_params p;
-    ssm_mamba2_params_init(&p);
-    p.chunk_size = Q;
+    ssm_mamba2_params p = chunk_params();
     expect(f, op, NULL, args, SSM_STATUS_INVALID_ARGUMENT, "params NULL");
     expect(f, op, &p, NULL, SSM_STATUS_INVALID_ARGUMENT, "args NULL");
     ssm_mamba2_params q = p;
@@ -136,9 +151,7 @@ static void params_rules(fixture * f, int op, const void * args) {
 /* Mutations of one tensor field (at byte offset `off` of the args struct). */
 static void tensor_rules(fixture * f, int op, const void * args, size_t args_size, size_t off, const char * name,
                          int is_output, int is_index, int optional) {
-    ssm_mamba2_params p;
-    ssm_mamba2_params_init(&p);
-    p.chunk_size = Q;
+    ssm_mamba2_params p = chunk_params();
     unsigned char buf[sizeof(ssm_mamba2_chunk_scan_args) + sizeof(ssm_mamba2_scan_args)];
     ssm_tensor *  t = (ssm_tensor *)(void *)(buf + off);
     char          what[128];
@@ -188,9 +201,7 @@ static void tensor_rules(fixture * f, int op, const void * args, size_t args_siz
 /* out (at out_off) placed on top of the input at in_off (same bytes). */
 static void overlap_rule(fixture * f, int op, const void * args, size_t args_size, size_t out_off, size_t in_off,
                          const char * what) {
-    ssm_mamba2_params p;
-    ssm_mamba2_params_init(&p);
-    p.chunk_size = Q;
+    ssm_mamba2_params p = chunk_params();
     unsigned char buf[sizeof(ssm_mamba2_chunk_scan_args) + sizeof(ssm_mamba2_scan_args)];
     memcpy(buf, args, args_size);
     ssm_tensor *       out = (ssm_tensor *)(void *)(buf + out_off);
@@ -215,9 +226,7 @@ static ssm_tensor fx_seq_idx(fixture * f) {
 
 /* seq_idx value rules (decreasing, negative); works on any args struct holding seq_idx. */
 static void seq_idx_rules(fixture * f, int op, const void * args, const ssm_tensor * seq) {
-    ssm_mamba2_params p;
-    ssm_mamba2_params_init(&p);
-    p.chunk_size = Q;
+    ssm_mamba2_params p = chunk_params();
     const double keep5 = ssmt_get(seq, 5), keep6 = ssmt_get(seq, 6), keep_b1 = ssmt_get(seq, S);
     ssmt_set(seq, 5, 3.0);
     ssmt_set(seq, 6, 2.0);
@@ -248,8 +257,7 @@ static void test_chunk_cumsum(void) {
     TENSOR_RULES(op, ssm_mamba2_chunk_cumsum_args, da_cumsum, 1, 0, 0);
     OVERLAP(op, ssm_mamba2_chunk_cumsum_args, dt_out, dt);
     OVERLAP(op, ssm_mamba2_chunk_cumsum_args, da_cumsum, dt_out);
-    ssm_mamba2_params p;
-    ssm_mamba2_params_init(&p);
+    ssm_mamba2_params p = chunk_params();
     p.chunk_size = 16; /* NC would be 2, Q 16 */
     expect(&f, op, &p, &a, SSM_STATUS_INVALID_SHAPE, "chunk_size differs from dt_out Q");
     p.chunk_size = Q;
@@ -277,9 +285,7 @@ static void test_chunk_state(void) {
     OVERLAP(op, ssm_mamba2_chunk_state_args, states, x);
     OVERLAP(op, ssm_mamba2_chunk_state_args, states, da_cumsum);
     seq_idx_rules(&f, op, &a, &a.seq_idx);
-    ssm_mamba2_params p;
-    ssm_mamba2_params_init(&p);
-    p.chunk_size = Q;
+    ssm_mamba2_params           p = chunk_params();
     ssm_mamba2_chunk_state_args m = a;
     m.b.shape[2] = 3; /* H=4 not a multiple of G=3 */
     expect_ex(&f, op, &p, &m, NULL, 0, SSM_STATUS_INVALID_SHAPE, "H % G != 0", "multiple", 1);
@@ -315,17 +321,13 @@ static void test_state_passing(void) {
     OVERLAP(op, ssm_mamba2_state_passing_args, final_states, initial_states);
     OVERLAP(op, ssm_mamba2_state_passing_args, final_states, states_in);
     seq_idx_rules(&f, op, &a, &a.seq_idx);
-    ssm_mamba2_params p;
-    ssm_mamba2_params_init(&p);
-    p.chunk_size = Q;
+    ssm_mamba2_params             p = chunk_params();
     ssm_mamba2_state_passing_args m = a;
     m.seq_idx.shape[1] = 25; /* needs 4 chunks */
     expect(&f, op, &p, &m, SSM_STATUS_INVALID_SHAPE, "seq_idx S beyond NC*Q");
     m.seq_idx.shape[1] = 16; /* needs 2 chunks */
     expect(&f, op, &p, &m, SSM_STATUS_INVALID_SHAPE, "seq_idx S below (NC-1)*Q");
-    m = a;
-    m.seq_idx.dtype = SSM_DTYPE_F32;
-    expect(&f, op, &p, &m, SSM_STATUS_INVALID_LAYOUT, "seq_idx F32");
+    CASE(m.seq_idx.dtype = SSM_DTYPE_F32, SSM_STATUS_INVALID_LAYOUT, "seq_idx F32");
     expect_ok(op, &p, &a);
     fx_free(&f);
 }
@@ -346,9 +348,7 @@ static void test_bmm(void) {
     OVERLAP(op, ssm_mamba2_bmm_args, cb, c);
     OVERLAP(op, ssm_mamba2_bmm_args, cb, b);
     seq_idx_rules(&f, op, &a, &a.seq_idx);
-    ssm_mamba2_params p;
-    ssm_mamba2_params_init(&p);
-    p.chunk_size = Q;
+    ssm_mamba2_params p = chunk_params();
     expect_ok(op, &p, &a);
     fx_free(&f);
 }
@@ -385,18 +385,12 @@ static void test_chunk_scan(void) {
     OVERLAP(op, ssm_mamba2_chunk_scan_args, out_x, states_in);
     OVERLAP(op, ssm_mamba2_chunk_scan_args, out_x, out);
     seq_idx_rules(&f, op, &a, &a.seq_idx);
-    ssm_mamba2_params p;
-    ssm_mamba2_params_init(&p);
-    p.chunk_size = Q;
+    ssm_mamba2_params          p = chunk_params();
     ssm_mamba2_chunk_scan_args m = a;
     m.z = (ssm_tensor){0};
     expect_ex(&f, op, &p, &m, NULL, 0, SSM_STATUS_INVALID_ARGUMENT, "out_x without z", "out_x", 1);
-    m = a;
-    m.d.ndim = 3;
-    expect(&f, op, &p, &m, SSM_STATUS_INVALID_SHAPE, "d with 3 dims");
-    m = a;
-    m.d.shape[1] = P + 1;
-    expect(&f, op, &p, &m, SSM_STATUS_INVALID_SHAPE, "d (H, P+1)");
+    CASE(m.d.ndim = 3, SSM_STATUS_INVALID_SHAPE, "d with 3 dims");
+    CASE(m.d.shape[1] = P + 1, SSM_STATUS_INVALID_SHAPE, "d (H, P+1)");
     m = a;
     m.d.ndim = 1; /* (H) is fine */
     expect_ok(op, &p, &m);
@@ -462,23 +456,15 @@ static void scan_rules(int op) {
     OVERLAP(op, ssm_mamba2_scan_args, final_states, initial_states);
     OVERLAP(op, ssm_mamba2_scan_args, final_states, out);
     seq_idx_rules(&f, op, &a, &pr.seq_idx.t);
-    ssm_mamba2_params p;
-    ssm_mamba2_params_init(&p);
-    p.chunk_size = Q;
+    ssm_mamba2_params p = chunk_params();
     p.dt_softplus = 1;
     ssm_mamba2_scan_args m = a;
     m.b.shape[2] = 3;
     m.c.shape[2] = 3;
     expect_ex(&f, op, &p, &m, NULL, 0, SSM_STATUS_INVALID_SHAPE, "H % G != 0", "multiple", 1);
-    m = a;
-    m.d.ndim = 3;
-    expect(&f, op, &p, &m, SSM_STATUS_INVALID_SHAPE, "d with 3 dims");
-    m = a;
-    m.x.dtype = SSM_DTYPE_I32;
-    expect(&f, op, &p, &m, SSM_STATUS_INVALID_LAYOUT, "x I32");
-    m = a;
-    m.seq_idx.dtype = SSM_DTYPE_F32;
-    expect(&f, op, &p, &m, SSM_STATUS_INVALID_LAYOUT, "seq_idx F32");
+    CASE(m.d.ndim = 3, SSM_STATUS_INVALID_SHAPE, "d with 3 dims");
+    CASE(m.x.dtype = SSM_DTYPE_I32, SSM_STATUS_INVALID_LAYOUT, "x I32");
+    CASE(m.seq_idx.dtype = SSM_DTYPE_F32, SSM_STATUS_INVALID_LAYOUT, "seq_idx F32");
 
     /* cu_seqlens on this batch-2 fixture, with and without seq_idx. */
     const int64_t scu[1] = {3};
@@ -487,9 +473,7 @@ static void scan_rules(int op) {
     ssmt_set(&cu.t, 0, 0.0);
     ssmt_set(&cu.t, 1, 5.0);
     ssmt_set(&cu.t, 2, S);
-    m = a;
-    m.cu_seqlens = cu.t;
-    expect(&f, op, &p, &m, SSM_STATUS_INVALID_ARGUMENT, "cu_seqlens with seq_idx");
+    CASE(m.cu_seqlens = cu.t, SSM_STATUS_INVALID_ARGUMENT, "cu_seqlens with seq_idx");
     m.seq_idx = (ssm_tensor){0};
     expect_ex(&f, op, &p, &m, NULL, 0, SSM_STATUS_INVALID_ARGUMENT, "cu_seqlens with batch 2", "x.shape[0]", 1);
 
@@ -522,9 +506,7 @@ static void varlen_rules(int op) {
     ssmt_mamba2_problem pr;
     scan_fixture(&f, &pr, 1);
     const ssm_mamba2_scan_args a = pr.args;
-    ssm_mamba2_params          p;
-    ssm_mamba2_params_init(&p);
-    p.chunk_size = Q;
+    ssm_mamba2_params          p = chunk_params();
     p.dt_softplus = 1;
     const ssm_tensor * cu = &pr.cu_seqlens.t;
     const double       c0 = ssmt_get(cu, 0), c1 = ssmt_get(cu, 1), c2 = ssmt_get(cu, 2), c3 = ssmt_get(cu, 3);
@@ -537,21 +519,13 @@ static void varlen_rules(int op) {
     ssmt_set(cu, 3, c3 - 1);
     expect_ex(&f, op, &p, &a, NULL, 0, SSM_STATUS_INVALID_ARGUMENT, "cu_seqlens last != S", "cu_seqlens[3]", 1);
     ssmt_set(cu, 3, c3);
-    ssm_mamba2_scan_args m = a;
-    m.cu_seqlens.shape[0] = 1;
-    expect(&f, op, &p, &m, SSM_STATUS_INVALID_SHAPE, "cu_seqlens length 1");
-    m = a;
-    m.cu_seqlens.dtype = SSM_DTYPE_F32;
-    expect(&f, op, &p, &m, SSM_STATUS_INVALID_LAYOUT, "cu_seqlens F32");
-    m = a;
-    m.cu_seqlens.ndim = 2;
-    expect(&f, op, &p, &m, SSM_STATUS_INVALID_SHAPE, "cu_seqlens 2-D");
-    m = a;
-    m.initial_states.shape[0] = 1; /* batch, not nseq */
-    expect(&f, op, &p, &m, SSM_STATUS_INVALID_SHAPE, "initial_states leading dim batch (varlen)");
-    m = a;
-    m.final_states.shape[0] = 2;
-    expect(&f, op, &p, &m, SSM_STATUS_INVALID_SHAPE, "final_states leading dim 2 (nseq 3)");
+    ssm_mamba2_scan_args m;
+    CASE(m.cu_seqlens.shape[0] = 1, SSM_STATUS_INVALID_SHAPE, "cu_seqlens length 1");
+    CASE(m.cu_seqlens.dtype = SSM_DTYPE_F32, SSM_STATUS_INVALID_LAYOUT, "cu_seqlens F32");
+    CASE(m.cu_seqlens.ndim = 2, SSM_STATUS_INVALID_SHAPE, "cu_seqlens 2-D");
+    CASE(m.initial_states.shape[0] = 1 /* batch, not nseq */, SSM_STATUS_INVALID_SHAPE,
+         "initial_states leading dim batch (varlen)");
+    CASE(m.final_states.shape[0] = 2, SSM_STATUS_INVALID_SHAPE, "final_states leading dim 2 (nseq 3)");
     expect_ok(OP_SCAN, &p, &a);
     ssmt_mamba2_problem_free(&pr);
 }
