@@ -26,10 +26,6 @@ static ssm_mamba3_mimo_params g_params;
 /* Every buffer a call could touch, for the byte snapshots. */
 typedef ssmt_bufset fixture;
 
-static void fx_add_many(fixture * f, ssmt_host * first, size_t count) {
-    for (size_t i = 0; i < count; ++i) ssmt_bufset_add(f, first + i);
-}
-
 static ssm_status call_op(int op, ssm_context * ctx, const ssm_mamba3_mimo_params * p, const void * args) {
     switch (op) {
         case OP_BWD_FWD: return ssm_mamba3_mimo_bwd_fwd(ctx, p, args);
@@ -182,10 +178,6 @@ typedef struct fixtures {
 
 static const int64_t k_lens[] = {5, 0, 7};
 
-static void add_problem(fixture * f, ssmt_mimo_problem * p) {
-    fx_add_many(f, &p->q, (size_t)(&p->final_v_state - &p->q) + 1);
-}
-
 static int fixtures_make(fixtures * x) {
     memset(x, 0, sizeof *x);
     ssmt_mimo_config_init(&x->cfg); /* B 2, S 20, H 4, G 2, R 2, N 16, P 8, C 8, div 4 */
@@ -208,15 +200,14 @@ static int fixtures_make(fixtures * x) {
     sc.batch = 3;
     if (ssmt_mimo_random_step(&g_rng, &sc, 5, 1, &x->st) != 0) return -1;
     if (ssmt_mimo_random_step(&g_rng, &x->ncfg, x->ncfg.batch, 0, &x->nst) != 0) return -1;
-    add_problem(&x->f, &x->pr);
-    add_problem(&x->f, &x->vpr);
-    add_problem(&x->f, &x->npr);
+    ssmt_mimo_problem * prs[3] = {&x->pr, &x->vpr, &x->npr};
+    for (int i = 0; i < 3; ++i) ssmt_bufset_add_members(&x->f, &prs[i]->q, &prs[i]->final_v_state);
     ssmt_mimo_bwd_problem * bws[3] = {&x->bw, &x->vbw, &x->nbw};
-    for (int i = 0; i < 3; ++i) fx_add_many(&x->f, &bws[i]->dout, (size_t)(&bws[i]->dv_state - &bws[i]->dout) + 1);
+    for (int i = 0; i < 3; ++i) ssmt_bufset_add_members(&x->f, &bws[i]->dout, &bws[i]->dv_state);
     ssmt_mimo_bwd_fwd_problem * bfs[2] = {&x->bf, &x->nbf};
-    for (int i = 0; i < 2; ++i) fx_add_many(&x->f, &bfs[i]->dout, (size_t)(&bfs[i]->qk_dot - &bfs[i]->dout) + 1);
+    for (int i = 0; i < 2; ++i) ssmt_bufset_add_members(&x->f, &bfs[i]->dout, &bfs[i]->qk_dot);
     ssmt_mimo_step_problem * sts[2] = {&x->st, &x->nst};
-    for (int i = 0; i < 2; ++i) fx_add_many(&x->f, &sts[i]->q, (size_t)(&sts[i]->final_v_state - &sts[i]->q) + 1);
+    for (int i = 0; i < 2; ++i) ssmt_bufset_add_members(&x->f, &sts[i]->q, &sts[i]->final_v_state);
     return 0;
 }
 

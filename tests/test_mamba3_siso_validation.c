@@ -25,81 +25,6 @@ static ssmt_rng      g_rng;
 /* Every buffer a call could touch, for the byte snapshots. */
 typedef ssmt_bufset fixture;
 
-static void fx_add_problem(fixture * f, ssmt_mamba3_problem * p) {
-    ssmt_host * all[] = {&p->q,
-                         &p->k,
-                         &p->v,
-                         &p->adt,
-                         &p->dt,
-                         &p->trap,
-                         &p->q_bias,
-                         &p->k_bias,
-                         &p->angles,
-                         &p->theta,
-                         &p->d,
-                         &p->z,
-                         &p->angle_state,
-                         &p->ssm_state,
-                         &p->k_state,
-                         &p->v_state,
-                         &p->cu_seqlens,
-                         &p->out,
-                         &p->final_angle_state,
-                         &p->final_ssm_state,
-                         &p->final_k_state,
-                         &p->final_v_state};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) ssmt_bufset_add(f, all[i]);
-}
-
-static void fx_add_bwd(fixture * f, ssmt_mamba3_bwd_problem * w) {
-    ssmt_host * all[] = {&w->dout,
-                         &w->dfinal_angle_state,
-                         &w->dfinal_ssm_state,
-                         &w->dfinal_k_state,
-                         &w->dfinal_v_state,
-                         &w->dq,
-                         &w->dk,
-                         &w->dv,
-                         &w->dadt,
-                         &w->ddt,
-                         &w->dtrap,
-                         &w->dq_bias,
-                         &w->dk_bias,
-                         &w->dangles,
-                         &w->dd,
-                         &w->dz,
-                         &w->dangle_state,
-                         &w->dssm_state,
-                         &w->dk_state,
-                         &w->dv_state};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) ssmt_bufset_add(f, all[i]);
-}
-
-static void fx_add_step(fixture * f, ssmt_mamba3_step_problem * p) {
-    ssmt_host * all[] = {&p->q,
-                         &p->k,
-                         &p->v,
-                         &p->adt,
-                         &p->dt,
-                         &p->trap,
-                         &p->q_bias,
-                         &p->k_bias,
-                         &p->angles,
-                         &p->d,
-                         &p->z,
-                         &p->angle_state,
-                         &p->ssm_state,
-                         &p->k_state,
-                         &p->v_state,
-                         &p->state_batch_indices,
-                         &p->out,
-                         &p->final_angle_state,
-                         &p->final_ssm_state,
-                         &p->final_k_state,
-                         &p->final_v_state};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; ++i) ssmt_bufset_add(f, all[i]);
-}
-
 static ssm_status call_op(int op, ssm_context * ctx, const ssm_mamba3_params * p, const void * args) {
     switch (op) {
         case OP_ANGLE: return ssm_mamba3_angle_cumsum(ctx, p, args);
@@ -222,10 +147,10 @@ static int fixtures_make(fixtures * x) {
     if (ssmt_mamba3_random_args(&g_rng, &x->vcfg, &x->vpr) != 0) return -1;
     if (ssmt_mamba3_bwd_alloc(&g_rng, &x->cfg, &x->pr, 1, &x->bw) != 0) return -1;
     if (ssmt_mamba3_bwd_alloc(&g_rng, &x->vcfg, &x->vpr, 1, &x->vbw) != 0) return -1;
-    fx_add_problem(&x->f, &x->pr);
-    fx_add_problem(&x->f, &x->vpr);
-    fx_add_bwd(&x->f, &x->bw);
-    fx_add_bwd(&x->f, &x->vbw);
+    ssmt_bufset_add_members(&x->f, &x->pr.q, &x->pr.final_v_state);
+    ssmt_bufset_add_members(&x->f, &x->vpr.q, &x->vpr.final_v_state);
+    ssmt_bufset_add_members(&x->f, &x->bw.dout, &x->bw.dv_state);
+    ssmt_bufset_add_members(&x->f, &x->vbw.dout, &x->vbw.dv_state);
     return 0;
 }
 
@@ -440,8 +365,8 @@ static void test_step(void) {
     fixture   fx;
     memset(&fx, 0, sizeof fx);
     fixture * f = &fx;
-    fx_add_step(f, &pr);
-    fx_add_step(f, &pi);
+    ssmt_bufset_add_members(f, &pr.q, &pr.final_v_state);
+    ssmt_bufset_add_members(f, &pi.q, &pi.final_v_state);
     const ssm_mamba3_siso_step_args ok = pr.args, oki = pi.args;
     expect_ok(op, &ok, "unindexed");
     expect_ok(op, &oki, "indexed with padding");

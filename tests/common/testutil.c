@@ -238,6 +238,10 @@ void ssmt_bufset_add(ssmt_bufset * s, ssmt_host * h) {
     if (h->buf != NULL && s->n < SSMT_BUFSET_MAX) s->h[s->n++] = h;
 }
 
+void ssmt_bufset_add_members(ssmt_bufset * s, ssmt_host * first, ssmt_host * last) {
+    for (ssmt_host * h = first; h <= last; ++h) ssmt_bufset_add(s, h);
+}
+
 void ssmt_bufset_snapshot(const ssmt_bufset * s, void ** snaps) {
     for (int i = 0; i < s->n; ++i) snaps[i] = ssmt_snapshot(s->h[i]);
 }
