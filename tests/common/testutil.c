@@ -777,6 +777,74 @@ void ssmt_mamba3_params(const ssmt_mamba3_config * cfg, ssm_mamba3_params * p) {
     if (cfg->chunk > 0) p->chunk_size = cfg->chunk;
 }
 
+/* The tensors the Mamba-3 args structs (SISO and MIMO, forward and step) name alike: a->x =
+ * pr->x.t for each, pr the problem holding them. */
+#define M3_SET_SHARED_ARGS(a, pr)                           \
+    do {                                                    \
+        (a)->q = (pr)->q.t;                                 \
+        (a)->k = (pr)->k.t;                                 \
+        (a)->v = (pr)->v.t;                                 \
+        (a)->adt = (pr)->adt.t;                             \
+        (a)->dt = (pr)->dt.t;                               \
+        (a)->trap = (pr)->trap.t;                           \
+        (a)->q_bias = (pr)->q_bias.t;                       \
+        (a)->k_bias = (pr)->k_bias.t;                       \
+        (a)->angles = (pr)->angles.t;                       \
+        (a)->d = (pr)->d.t;                                 \
+        (a)->z = (pr)->z.t;                                 \
+        (a)->angle_state = (pr)->angle_state.t;             \
+        (a)->ssm_state = (pr)->ssm_state.t;                 \
+        (a)->k_state = (pr)->k_state.t;                     \
+        (a)->v_state = (pr)->v_state.t;                     \
+        (a)->out = (pr)->out.t;                             \
+        (a)->final_angle_state = (pr)->final_angle_state.t; \
+        (a)->final_ssm_state = (pr)->final_ssm_state.t;     \
+        (a)->final_k_state = (pr)->final_k_state.t;         \
+        (a)->final_v_state = (pr)->final_v_state.t;         \
+    } while (0)
+
+/* The tensors the Mamba-3 backward args (SISO and MIMO) name alike: the forward inputs from
+ * the forward args a, dout, dfinal_* and the gradient outputs from the backward problem w. */
+#define M3_SET_SHARED_BWD_ARGS(b, a, w)                      \
+    do {                                                     \
+        (b)->q = (a)->q;                                     \
+        (b)->k = (a)->k;                                     \
+        (b)->v = (a)->v;                                     \
+        (b)->adt = (a)->adt;                                 \
+        (b)->dt = (a)->dt;                                   \
+        (b)->trap = (a)->trap;                               \
+        (b)->q_bias = (a)->q_bias;                           \
+        (b)->k_bias = (a)->k_bias;                           \
+        (b)->angles = (a)->angles;                           \
+        (b)->d = (a)->d;                                     \
+        (b)->z = (a)->z;                                     \
+        (b)->angle_state = (a)->angle_state;                 \
+        (b)->ssm_state = (a)->ssm_state;                     \
+        (b)->k_state = (a)->k_state;                         \
+        (b)->v_state = (a)->v_state;                         \
+        (b)->cu_seqlens = (a)->cu_seqlens;                   \
+        (b)->dout = (w)->dout.t;                             \
+        (b)->dfinal_angle_state = (w)->dfinal_angle_state.t; \
+        (b)->dfinal_ssm_state = (w)->dfinal_ssm_state.t;     \
+        (b)->dfinal_k_state = (w)->dfinal_k_state.t;         \
+        (b)->dfinal_v_state = (w)->dfinal_v_state.t;         \
+        (b)->dq = (w)->dq.t;                                 \
+        (b)->dk = (w)->dk.t;                                 \
+        (b)->dv = (w)->dv.t;                                 \
+        (b)->dadt = (w)->dadt.t;                             \
+        (b)->ddt = (w)->ddt.t;                               \
+        (b)->dtrap = (w)->dtrap.t;                           \
+        (b)->dq_bias = (w)->dq_bias.t;                       \
+        (b)->dk_bias = (w)->dk_bias.t;                       \
+        (b)->dangles = (w)->dangles.t;                       \
+        (b)->dd = (w)->dd.t;                                 \
+        (b)->dz = (w)->dz.t;                                 \
+        (b)->dangle_state = (w)->dangle_state.t;             \
+        (b)->dssm_state = (w)->dssm_state.t;                 \
+        (b)->dk_state = (w)->dk_state.t;                     \
+        (b)->dv_state = (w)->dv_state.t;                     \
+    } while (0)
+
 /* Shapes of the four Mamba-3 state tensors of n rows (sequences or pool slots): angle, ssm,
  * k (k_ndim dims: 3 for SISO, 4 for MIMO) and v. */
 typedef struct state_shapes {
@@ -966,27 +1034,8 @@ int ssmt_mamba3_random_args(ssmt_rng * rng, const ssmt_mamba3_config * cfg, ssmt
     }
 
     ssm_mamba3_siso_args * a = &pr->args;
-    a->q = pr->q.t;
-    a->k = pr->k.t;
-    a->v = pr->v.t;
-    a->adt = pr->adt.t;
-    a->dt = pr->dt.t;
-    a->trap = pr->trap.t;
-    a->q_bias = pr->q_bias.t;
-    a->k_bias = pr->k_bias.t;
-    a->angles = pr->angles.t;
-    a->d = pr->d.t;
-    a->z = pr->z.t;
-    a->angle_state = pr->angle_state.t;
-    a->ssm_state = pr->ssm_state.t;
-    a->k_state = pr->k_state.t;
-    a->v_state = pr->v_state.t;
+    M3_SET_SHARED_ARGS(a, pr);
     a->cu_seqlens = pr->cu_seqlens.t;
-    a->out = pr->out.t;
-    a->final_angle_state = pr->final_angle_state.t;
-    a->final_ssm_state = pr->final_ssm_state.t;
-    a->final_k_state = pr->final_k_state.t;
-    a->final_v_state = pr->final_v_state.t;
 
     ssm_mamba3_siso_fwd_args * f = &pr->fwd_args;
     f->q = a->q;
@@ -1072,42 +1121,7 @@ int ssmt_mamba3_bwd_alloc(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const 
         return -1;
     }
     ssm_mamba3_siso_bwd_args * b = &w->args;
-    b->q = a->q;
-    b->k = a->k;
-    b->v = a->v;
-    b->adt = a->adt;
-    b->dt = a->dt;
-    b->trap = a->trap;
-    b->q_bias = a->q_bias;
-    b->k_bias = a->k_bias;
-    b->angles = a->angles;
-    b->d = a->d;
-    b->z = a->z;
-    b->angle_state = a->angle_state;
-    b->ssm_state = a->ssm_state;
-    b->k_state = a->k_state;
-    b->v_state = a->v_state;
-    b->cu_seqlens = a->cu_seqlens;
-    b->dout = w->dout.t;
-    b->dfinal_angle_state = w->dfinal_angle_state.t;
-    b->dfinal_ssm_state = w->dfinal_ssm_state.t;
-    b->dfinal_k_state = w->dfinal_k_state.t;
-    b->dfinal_v_state = w->dfinal_v_state.t;
-    b->dq = w->dq.t;
-    b->dk = w->dk.t;
-    b->dv = w->dv.t;
-    b->dadt = w->dadt.t;
-    b->ddt = w->ddt.t;
-    b->dtrap = w->dtrap.t;
-    b->dq_bias = w->dq_bias.t;
-    b->dk_bias = w->dk_bias.t;
-    b->dangles = w->dangles.t;
-    b->dd = w->dd.t;
-    b->dz = w->dz.t;
-    b->dangle_state = w->dangle_state.t;
-    b->dssm_state = w->dssm_state.t;
-    b->dk_state = w->dk_state.t;
-    b->dv_state = w->dv_state.t;
+    M3_SET_SHARED_BWD_ARGS(b, a, w);
     return 0;
 }
 
@@ -1167,27 +1181,8 @@ int ssmt_mamba3_random_step(ssmt_rng * rng, const ssmt_mamba3_config * cfg, int6
         return -1;
     }
     ssm_mamba3_siso_step_args * a = &pr->args;
-    a->q = pr->q.t;
-    a->k = pr->k.t;
-    a->v = pr->v.t;
-    a->adt = pr->adt.t;
-    a->dt = pr->dt.t;
-    a->trap = pr->trap.t;
-    a->q_bias = pr->q_bias.t;
-    a->k_bias = pr->k_bias.t;
-    a->angles = pr->angles.t;
-    a->d = pr->d.t;
-    a->z = pr->z.t;
-    a->angle_state = pr->angle_state.t;
-    a->ssm_state = pr->ssm_state.t;
-    a->k_state = pr->k_state.t;
-    a->v_state = pr->v_state.t;
+    M3_SET_SHARED_ARGS(a, pr);
     a->state_batch_indices = pr->state_batch_indices.t;
-    a->out = pr->out.t;
-    a->final_angle_state = pr->final_angle_state.t;
-    a->final_ssm_state = pr->final_ssm_state.t;
-    a->final_k_state = pr->final_k_state.t;
-    a->final_v_state = pr->final_v_state.t;
     return 0;
 }
 
@@ -1347,31 +1342,12 @@ int ssmt_mimo_random_args(ssmt_rng * rng, const ssmt_mimo_config * cfg, ssmt_mim
     if (cfg->has_states) fill_state_pool(rng, &pr->angle_state, &pr->ssm_state, &pr->k_state, &pr->v_state);
 
     ssm_mamba3_mimo_args * a = &pr->args;
-    a->q = pr->q.t;
-    a->k = pr->k.t;
-    a->v = pr->v.t;
-    a->adt = pr->adt.t;
-    a->dt = pr->dt.t;
-    a->trap = pr->trap.t;
-    a->q_bias = pr->q_bias.t;
-    a->k_bias = pr->k_bias.t;
+    M3_SET_SHARED_ARGS(a, pr);
     a->mimo_v = pr->mimo_v.t;
     a->mimo_z = pr->mimo_z.t;
     a->mimo_o = pr->mimo_o.t;
-    a->angles = pr->angles.t;
-    a->d = pr->d.t;
-    a->z = pr->z.t;
     a->outproj_norm_weight = pr->norm_weight.t;
-    a->angle_state = pr->angle_state.t;
-    a->ssm_state = pr->ssm_state.t;
-    a->k_state = pr->k_state.t;
-    a->v_state = pr->v_state.t;
     a->cu_seqlens = pr->cu_seqlens.t;
-    a->out = pr->out.t;
-    a->final_angle_state = pr->final_angle_state.t;
-    a->final_ssm_state = pr->final_ssm_state.t;
-    a->final_k_state = pr->final_k_state.t;
-    a->final_v_state = pr->final_v_state.t;
     return 0;
 }
 
@@ -1426,50 +1402,15 @@ int ssmt_mimo_bwd_alloc(ssmt_rng * rng, const ssmt_mimo_config * cfg, const ssmt
         return -1;
     }
     ssm_mamba3_mimo_bwd_args * b = &w->args;
-    b->q = a->q;
-    b->k = a->k;
-    b->v = a->v;
-    b->adt = a->adt;
-    b->dt = a->dt;
-    b->trap = a->trap;
-    b->q_bias = a->q_bias;
-    b->k_bias = a->k_bias;
+    M3_SET_SHARED_BWD_ARGS(b, a, w);
     b->mimo_v = a->mimo_v;
     b->mimo_z = a->mimo_z;
     b->mimo_o = a->mimo_o;
-    b->angles = a->angles;
-    b->d = a->d;
-    b->z = a->z;
     b->outproj_norm_weight = a->outproj_norm_weight;
-    b->angle_state = a->angle_state;
-    b->ssm_state = a->ssm_state;
-    b->k_state = a->k_state;
-    b->v_state = a->v_state;
-    b->cu_seqlens = a->cu_seqlens;
-    b->dout = w->dout.t;
-    b->dfinal_angle_state = w->dfinal_angle_state.t;
-    b->dfinal_ssm_state = w->dfinal_ssm_state.t;
-    b->dfinal_k_state = w->dfinal_k_state.t;
-    b->dfinal_v_state = w->dfinal_v_state.t;
-    b->dq = w->dq.t;
-    b->dk = w->dk.t;
-    b->dv = w->dv.t;
-    b->dz = w->dz.t;
-    b->dq_bias = w->dq_bias.t;
-    b->dk_bias = w->dk_bias.t;
     b->dmimo_v = w->dmimo_v.t;
     b->dmimo_z = w->dmimo_z.t;
     b->dmimo_o = w->dmimo_o.t;
-    b->dd = w->dd.t;
-    b->dadt = w->dadt.t;
-    b->ddt = w->ddt.t;
-    b->dtrap = w->dtrap.t;
-    b->dangles = w->dangles.t;
     b->doutproj_norm_weight = w->doutproj_norm_weight.t;
-    b->dangle_state = w->dangle_state.t;
-    b->dssm_state = w->dssm_state.t;
-    b->dk_state = w->dk_state.t;
-    b->dv_state = w->dv_state.t;
     return 0;
 }
 
@@ -1665,31 +1606,12 @@ int ssmt_mimo_random_step(ssmt_rng * rng, const ssmt_mimo_config * cfg, int64_t 
         return -1;
     }
     ssm_mamba3_mimo_step_args * a = &pr->args;
-    a->q = pr->q.t;
-    a->k = pr->k.t;
-    a->v = pr->v.t;
-    a->z = pr->z.t;
-    a->adt = pr->adt.t;
-    a->dt = pr->dt.t;
-    a->trap = pr->trap.t;
-    a->angles = pr->angles.t;
-    a->q_bias = pr->q_bias.t;
-    a->k_bias = pr->k_bias.t;
+    M3_SET_SHARED_ARGS(a, pr);
     a->mimo_v = pr->mimo_v.t;
     a->mimo_z = pr->mimo_z.t;
     a->mimo_o = pr->mimo_o.t;
-    a->d = pr->d.t;
     a->outproj_norm_weight = pr->norm_weight.t;
-    a->angle_state = pr->angle_state.t;
-    a->ssm_state = pr->ssm_state.t;
-    a->k_state = pr->k_state.t;
-    a->v_state = pr->v_state.t;
     a->state_batch_indices = pr->state_batch_indices.t;
-    a->out = pr->out.t;
-    a->final_angle_state = pr->final_angle_state.t;
-    a->final_ssm_state = pr->final_ssm_state.t;
-    a->final_k_state = pr->final_k_state.t;
-    a->final_v_state = pr->final_v_state.t;
     return 0;
 }
 
