@@ -976,6 +976,18 @@ static void fill_m3_params(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const
     }
 }
 
+/* The draws of a SISO problem and a SISO step problem `pr` that come first, in this order:
+ * q and k (unit-rms rows), v, z, dt / adt / trap, the biases and d. */
+#define FILL_SISO_INPUTS(rng, cfg, pr)                                                                    \
+    do {                                                                                                  \
+        fill_rms_rows((rng), &(pr)->q.t);                                                                 \
+        fill_rms_rows((rng), &(pr)->k.t);                                                                 \
+        ssmt_fill_normal((rng), &(pr)->v.t, 0.0, 1.0);                                                    \
+        if ((cfg)->has_z) ssmt_fill_normal((rng), &(pr)->z.t, 0.0, 1.0);                                  \
+        fill_m3_scalars((rng), (cfg), &(pr)->dt.t, &(pr)->adt.t, &(pr)->trap.t);                          \
+        fill_m3_params((rng), (cfg), &(pr)->q_bias.t, &(pr)->k_bias.t, (cfg)->has_d ? &(pr)->d.t : NULL); \
+    } while (0)
+
 int ssmt_mamba3_random_args(ssmt_rng * rng, const ssmt_mamba3_config * cfg, ssmt_mamba3_problem * pr) {
     memset(pr, 0, sizeof *pr);
     int64_t batch, S;
@@ -1013,12 +1025,7 @@ int ssmt_mamba3_random_args(ssmt_rng * rng, const ssmt_mamba3_config * cfg, ssmt
         return -1;
     }
 
-    fill_rms_rows(rng, &pr->q.t);
-    fill_rms_rows(rng, &pr->k.t);
-    ssmt_fill_normal(rng, &pr->v.t, 0.0, 1.0);
-    if (cfg->has_z) ssmt_fill_normal(rng, &pr->z.t, 0.0, 1.0);
-    fill_m3_scalars(rng, cfg, &pr->dt.t, &pr->adt.t, &pr->trap.t);
-    fill_m3_params(rng, cfg, &pr->q_bias.t, &pr->k_bias.t, cfg->has_d ? &pr->d.t : NULL);
+    FILL_SISO_INPUTS(rng, cfg, pr);
     if (cfg->seed_regime) {
         ssmt_fill_normal(rng, &pr->angles.t, 0.0, 0.1);
         ssmt_fill_uniform(rng, &pr->theta.t, 0.0, 0.25);
@@ -1168,12 +1175,7 @@ int ssmt_mamba3_random_step(ssmt_rng * rng, const ssmt_mamba3_config * cfg, int6
         ssmt_mamba3_step_free(pr);
         return -1;
     }
-    fill_rms_rows(rng, &pr->q.t);
-    fill_rms_rows(rng, &pr->k.t);
-    ssmt_fill_normal(rng, &pr->v.t, 0.0, 1.0);
-    if (cfg->has_z) ssmt_fill_normal(rng, &pr->z.t, 0.0, 1.0);
-    fill_m3_scalars(rng, cfg, &pr->dt.t, &pr->adt.t, &pr->trap.t);
-    fill_m3_params(rng, cfg, &pr->q_bias.t, &pr->k_bias.t, cfg->has_d ? &pr->d.t : NULL);
+    FILL_SISO_INPUTS(rng, cfg, pr);
     ssmt_fill_normal(rng, &pr->angles.t, 0.0, cfg->seed_regime ? 0.1 : 1.0);
     fill_state_pool(rng, &pr->angle_state, &pr->ssm_state, &pr->k_state, &pr->v_state);
     if (with_indices && !fill_state_batch_indices(rng, &pr->state_batch_indices.t, B, slots)) {
@@ -1295,6 +1297,20 @@ static void fill_mimo_params(ssmt_rng * rng, const ssmt_mimo_config * cfg, ssmt_
     if (w->t.data) ssmt_fill_normal(rng, &w->t, 1.0, 0.1);
 }
 
+/* The draws of a MIMO problem and a MIMO step problem `pr` that come first, in this order:
+ * q, k, v, z, dt / adt / trap, angles, the per-head parameters. */
+#define FILL_MIMO_INPUTS(rng, cfg, pr)                                                                            \
+    do {                                                                                                          \
+        ssmt_fill_normal((rng), &(pr)->q.t, 0.0, 1.0);                                                            \
+        ssmt_fill_normal((rng), &(pr)->k.t, 0.0, 1.0);                                                            \
+        ssmt_fill_normal((rng), &(pr)->v.t, 0.0, 1.0);                                                            \
+        if ((cfg)->has_z) ssmt_fill_normal((rng), &(pr)->z.t, 0.0, 1.0);                                          \
+        fill_mimo_scalars((rng), (cfg), &(pr)->dt.t, &(pr)->adt.t, &(pr)->trap.t);                                \
+        ssmt_fill_uniform((rng), &(pr)->angles.t, 0.0, 1.0);                                                      \
+        fill_mimo_params((rng), (cfg), &(pr)->q_bias, &(pr)->k_bias, &(pr)->mimo_v, &(pr)->mimo_z, &(pr)->mimo_o, \
+                         &(pr)->d, &(pr)->norm_weight);                                                           \
+    } while (0)
+
 int ssmt_mimo_random_args(ssmt_rng * rng, const ssmt_mimo_config * cfg, ssmt_mimo_problem * pr) {
     memset(pr, 0, sizeof *pr);
     ssmt_mimo_params(cfg, &pr->params);
@@ -1331,14 +1347,7 @@ int ssmt_mimo_random_args(ssmt_rng * rng, const ssmt_mimo_config * cfg, ssmt_mim
         return -1;
     }
 
-    ssmt_fill_normal(rng, &pr->q.t, 0.0, 1.0);
-    ssmt_fill_normal(rng, &pr->k.t, 0.0, 1.0);
-    ssmt_fill_normal(rng, &pr->v.t, 0.0, 1.0);
-    if (cfg->has_z) ssmt_fill_normal(rng, &pr->z.t, 0.0, 1.0);
-    fill_mimo_scalars(rng, cfg, &pr->dt.t, &pr->adt.t, &pr->trap.t);
-    ssmt_fill_uniform(rng, &pr->angles.t, 0.0, 1.0);
-    fill_mimo_params(rng, cfg, &pr->q_bias, &pr->k_bias, &pr->mimo_v, &pr->mimo_z, &pr->mimo_o, &pr->d,
-                     &pr->norm_weight);
+    FILL_MIMO_INPUTS(rng, cfg, pr);
     if (cfg->has_states) fill_state_pool(rng, &pr->angle_state, &pr->ssm_state, &pr->k_state, &pr->v_state);
 
     ssm_mamba3_mimo_args * a = &pr->args;
@@ -1592,14 +1601,7 @@ int ssmt_mimo_random_step(ssmt_rng * rng, const ssmt_mimo_config * cfg, int64_t 
         ssmt_mimo_step_free(pr);
         return -1;
     }
-    ssmt_fill_normal(rng, &pr->q.t, 0.0, 1.0);
-    ssmt_fill_normal(rng, &pr->k.t, 0.0, 1.0);
-    ssmt_fill_normal(rng, &pr->v.t, 0.0, 1.0);
-    if (cfg->has_z) ssmt_fill_normal(rng, &pr->z.t, 0.0, 1.0);
-    fill_mimo_scalars(rng, cfg, &pr->dt.t, &pr->adt.t, &pr->trap.t);
-    ssmt_fill_uniform(rng, &pr->angles.t, 0.0, 1.0);
-    fill_mimo_params(rng, cfg, &pr->q_bias, &pr->k_bias, &pr->mimo_v, &pr->mimo_z, &pr->mimo_o, &pr->d,
-                     &pr->norm_weight);
+    FILL_MIMO_INPUTS(rng, cfg, pr);
     fill_state_pool(rng, &pr->angle_state, &pr->ssm_state, &pr->k_state, &pr->v_state);
     if (with_indices && !fill_state_batch_indices(rng, &pr->state_batch_indices.t, B, slots)) {
         ssmt_mimo_step_free(pr);
