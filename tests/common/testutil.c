@@ -777,72 +777,40 @@ void ssmt_mamba3_params(const ssmt_mamba3_config * cfg, ssm_mamba3_params * p) {
     if (cfg->chunk > 0) p->chunk_size = cfg->chunk;
 }
 
-/* The tensors the Mamba-3 args structs (SISO and MIMO, forward and step) name alike: a->x =
- * pr->x.t for each, pr the problem holding them. */
-#define M3_SET_SHARED_ARGS(a, pr)                           \
-    do {                                                    \
-        (a)->q = (pr)->q.t;                                 \
-        (a)->k = (pr)->k.t;                                 \
-        (a)->v = (pr)->v.t;                                 \
-        (a)->adt = (pr)->adt.t;                             \
-        (a)->dt = (pr)->dt.t;                               \
-        (a)->trap = (pr)->trap.t;                           \
-        (a)->q_bias = (pr)->q_bias.t;                       \
-        (a)->k_bias = (pr)->k_bias.t;                       \
-        (a)->angles = (pr)->angles.t;                       \
-        (a)->d = (pr)->d.t;                                 \
-        (a)->z = (pr)->z.t;                                 \
-        (a)->angle_state = (pr)->angle_state.t;             \
-        (a)->ssm_state = (pr)->ssm_state.t;                 \
-        (a)->k_state = (pr)->k_state.t;                     \
-        (a)->v_state = (pr)->v_state.t;                     \
-        (a)->out = (pr)->out.t;                             \
-        (a)->final_angle_state = (pr)->final_angle_state.t; \
-        (a)->final_ssm_state = (pr)->final_ssm_state.t;     \
-        (a)->final_k_state = (pr)->final_k_state.t;         \
-        (a)->final_v_state = (pr)->final_v_state.t;         \
+/* The tensors the Mamba-3 args structs (SISO and MIMO) and the problems holding them name
+ * alike, as X-macro lists: X(dst, src, name) for the forward inputs, the forward outputs and the
+ * backward's own tensors (dout, dfinal_*, the gradient outputs). */
+/* clang-format off */
+#define M3_INPUTS(X, dst, src)                                                                                 \
+    X(dst, src, q) X(dst, src, k) X(dst, src, v) X(dst, src, adt) X(dst, src, dt) X(dst, src, trap)            \
+    X(dst, src, q_bias) X(dst, src, k_bias) X(dst, src, angles) X(dst, src, d) X(dst, src, z)                  \
+    X(dst, src, angle_state) X(dst, src, ssm_state) X(dst, src, k_state) X(dst, src, v_state)
+#define M3_OUTPUTS(X, dst, src)                                                                                \
+    X(dst, src, out) X(dst, src, final_angle_state) X(dst, src, final_ssm_state) X(dst, src, final_k_state)    \
+    X(dst, src, final_v_state)
+#define M3_BWD_TENSORS(X, dst, src)                                                                            \
+    X(dst, src, dout) X(dst, src, dfinal_angle_state) X(dst, src, dfinal_ssm_state)                            \
+    X(dst, src, dfinal_k_state) X(dst, src, dfinal_v_state) X(dst, src, dq) X(dst, src, dk) X(dst, src, dv)    \
+    X(dst, src, dadt) X(dst, src, ddt) X(dst, src, dtrap) X(dst, src, dq_bias) X(dst, src, dk_bias)            \
+    X(dst, src, dangles) X(dst, src, dd) X(dst, src, dz) X(dst, src, dangle_state) X(dst, src, dssm_state)     \
+    X(dst, src, dk_state) X(dst, src, dv_state)
+/* clang-format on */
+/* dst->name = the view of the host src->name; dst->name = src->name. */
+#define M3_FROM_HOST(dst, src, name) (dst)->name = (src)->name.t;
+#define M3_COPY(dst, src, name) (dst)->name = (src)->name;
+/* Forward or step args a from the problem pr: the fields SISO and MIMO share. */
+#define M3_SET_SHARED_ARGS(a, pr)       \
+    do {                                \
+        M3_INPUTS(M3_FROM_HOST, a, pr)  \
+        M3_OUTPUTS(M3_FROM_HOST, a, pr) \
     } while (0)
-
-/* The tensors the Mamba-3 backward args (SISO and MIMO) name alike: the forward inputs from
- * the forward args a, dout, dfinal_* and the gradient outputs from the backward problem w. */
-#define M3_SET_SHARED_BWD_ARGS(b, a, w)                      \
-    do {                                                     \
-        (b)->q = (a)->q;                                     \
-        (b)->k = (a)->k;                                     \
-        (b)->v = (a)->v;                                     \
-        (b)->adt = (a)->adt;                                 \
-        (b)->dt = (a)->dt;                                   \
-        (b)->trap = (a)->trap;                               \
-        (b)->q_bias = (a)->q_bias;                           \
-        (b)->k_bias = (a)->k_bias;                           \
-        (b)->angles = (a)->angles;                           \
-        (b)->d = (a)->d;                                     \
-        (b)->z = (a)->z;                                     \
-        (b)->angle_state = (a)->angle_state;                 \
-        (b)->ssm_state = (a)->ssm_state;                     \
-        (b)->k_state = (a)->k_state;                         \
-        (b)->v_state = (a)->v_state;                         \
-        (b)->cu_seqlens = (a)->cu_seqlens;                   \
-        (b)->dout = (w)->dout.t;                             \
-        (b)->dfinal_angle_state = (w)->dfinal_angle_state.t; \
-        (b)->dfinal_ssm_state = (w)->dfinal_ssm_state.t;     \
-        (b)->dfinal_k_state = (w)->dfinal_k_state.t;         \
-        (b)->dfinal_v_state = (w)->dfinal_v_state.t;         \
-        (b)->dq = (w)->dq.t;                                 \
-        (b)->dk = (w)->dk.t;                                 \
-        (b)->dv = (w)->dv.t;                                 \
-        (b)->dadt = (w)->dadt.t;                             \
-        (b)->ddt = (w)->ddt.t;                               \
-        (b)->dtrap = (w)->dtrap.t;                           \
-        (b)->dq_bias = (w)->dq_bias.t;                       \
-        (b)->dk_bias = (w)->dk_bias.t;                       \
-        (b)->dangles = (w)->dangles.t;                       \
-        (b)->dd = (w)->dd.t;                                 \
-        (b)->dz = (w)->dz.t;                                 \
-        (b)->dangle_state = (w)->dangle_state.t;             \
-        (b)->dssm_state = (w)->dssm_state.t;                 \
-        (b)->dk_state = (w)->dk_state.t;                     \
-        (b)->dv_state = (w)->dv_state.t;                     \
+/* Backward args b: the forward inputs from the forward args a, the rest from the backward
+ * problem w (the fields SISO and MIMO share). */
+#define M3_SET_SHARED_BWD_ARGS(b, a, w)    \
+    do {                                   \
+        M3_INPUTS(M3_COPY, b, a)           \
+        (b)->cu_seqlens = (a)->cu_seqlens; \
+        M3_BWD_TENSORS(M3_FROM_HOST, b, w) \
     } while (0)
 
 /* Shapes of the four Mamba-3 state tensors of n rows (sequences or pool slots): angle, ssm,
