@@ -306,85 +306,56 @@ static ssmt_mimo_config base_cfg(void) {
     return c;
 }
 
-/* The shapes of (b): name + config. */
-typedef struct named_cfg {
-    const char *     name;
-    ssmt_mimo_config cfg;
-} named_cfg;
+/* A config as base_cfg() with the fields named here changed: a nonzero number replaces base_cfg's,
+ * a flag switches its default (reduce_o, z, d on; the rest off) the other way. */
+typedef struct cfg_delta {
+    const char * name;
+    int64_t      seqlen, rank, chunk, nheads, ngroups, dstate, headdim;
+    int32_t      div;
+    int          per_rank, no_z, no_d, fused, norm_weight, states, final, varlen_empty, index_i64, strided, bf16;
+} cfg_delta;
 
-static int build_cfgs(named_cfg * out) {
-    int              n = 0;
+static ssmt_mimo_config cfg_of(const cfg_delta * d) {
     ssmt_mimo_config c = base_cfg();
-    out[n++] = (named_cfg){"default reduced z d gqa", c};
-    c = base_cfg();
-    c.seqlen = 13;
-    c.rank = 3;
-    c.chunk = 6;
-    c.nheads = 2;
-    c.ngroups = 1;
-    out[n++] = (named_cfg){"tail S13 R3 C6 GQA h2g1", c};
-    c = base_cfg();
-    c.rank = 1;
-    c.reduce_o = 0;
-    c.has_z = 0;
-    c.seqlen = 35;
-    c.chunk = 16;
-    out[n++] = (named_cfg){"R1 per-rank no z S35", c};
-    c = base_cfg();
-    c.rank = 8;
-    c.chunk = 4;
-    c.div = 2;
-    c.has_d = 0;
-    c.seqlen = 21;
-    out[n++] = (named_cfg){"R8 C4 div2 no d", c};
-    c = base_cfg();
-    c.reduce_o = 0;
-    c.seqlen = 20;
-    c.div = 2;
-    c.has_states = 1;
-    c.has_final = 1;
-    out[n++] = (named_cfg){"per-rank z div2 states", c};
-    c = base_cfg();
-    c.fused = 1;
-    c.has_norm_weight = 1;
-    c.has_states = 1;
-    c.has_final = 1;
-    c.rank = 4;
-    c.seqlen = 19;
-    c.chunk = 5;
-    out[n++] = (named_cfg){"fused norm weight states R4 C5", c};
-    c = base_cfg();
-    c.fused = 1;
-    c.rank = 2;
-    out[n++] = (named_cfg){"fused norm default weight", c};
-    c = base_cfg();
-    c.nseq = 4;
-    c.seqlens = k_lens_empty;
-    c.has_states = 1;
-    c.has_final = 1;
-    c.index_i64 = 1;
-    out[n++] = (named_cfg){"varlen with empty sequence, states", c};
-    c = base_cfg();
-    c.nseq = 4;
-    c.seqlens = k_lens_empty;
-    c.has_final = 1;
-    c.reduce_o = 0;
-    c.has_z = 0;
-    c.has_d = 0;
-    out[n++] = (named_cfg){"varlen no states per-rank no z no d", c};
-    c = base_cfg();
-    c.strided = 1;
-    c.has_states = 1;
-    c.has_final = 1;
-    c.dtype = SSM_DTYPE_BF16;
-    c.dstate = 32;
-    c.headdim = 16;
-    c.rank = 4;
-    c.nheads = 4;
-    c.ngroups = 4;
-    out[n++] = (named_cfg){"strided bf16 inputs G=H", c};
-    return n;
+    if (d->seqlen) c.seqlen = d->seqlen;
+    if (d->rank) c.rank = d->rank;
+    if (d->chunk) c.chunk = d->chunk;
+    if (d->nheads) c.nheads = d->nheads;
+    if (d->ngroups) c.ngroups = d->ngroups;
+    if (d->dstate) c.dstate = d->dstate;
+    if (d->headdim) c.headdim = d->headdim;
+    if (d->div) c.div = d->div;
+    if (d->per_rank) c.reduce_o = 0;
+    if (d->no_z) c.has_z = 0;
+    if (d->no_d) c.has_d = 0;
+    if (d->fused) c.fused = 1;
+    if (d->norm_weight) c.has_norm_weight = 1;
+    if (d->states) c.has_states = 1;
+    if (d->final) c.has_final = 1;
+    if (d->varlen_empty) c.nseq = 4, c.seqlens = k_lens_empty;
+    if (d->index_i64) c.index_i64 = 1;
+    if (d->strided) c.strided = 1;
+    if (d->bf16) c.dtype = SSM_DTYPE_BF16;
+    return c;
 }
+
+/* The shapes of (b). */
+static const cfg_delta k_shapes[] = {
+    {.name = "default reduced z d gqa"},
+    {.name = "tail S13 R3 C6 GQA h2g1", .seqlen = 13, .rank = 3, .chunk = 6, .nheads = 2, .ngroups = 1},
+    {.name = "R1 per-rank no z S35", .rank = 1, .per_rank = 1, .no_z = 1, .seqlen = 35, .chunk = 16},
+    {.name = "R8 C4 div2 no d", .rank = 8, .chunk = 4, .div = 2, .no_d = 1, .seqlen = 21},
+    {.name = "per-rank z div2 states", .per_rank = 1, .seqlen = 20, .div = 2, .states = 1, .final = 1},
+    {.name = "fused norm weight states R4 C5",
+     .fused = 1, .norm_weight = 1, .states = 1, .final = 1, .rank = 4, .seqlen = 19, .chunk = 5},
+    {.name = "fused norm default weight", .fused = 1, .rank = 2},
+    {.name = "varlen with empty sequence, states", .varlen_empty = 1, .states = 1, .final = 1, .index_i64 = 1},
+    {.name = "varlen no states per-rank no z no d",
+     .varlen_empty = 1, .final = 1, .per_rank = 1, .no_z = 1, .no_d = 1},
+    {.name = "strided bf16 inputs G=H",
+     .strided = 1, .states = 1, .final = 1, .bf16 = 1, .dstate = 32, .headdim = 16, .rank = 4, .nheads = 4,
+     .ngroups = 4},
+};
 
 /* F64 copies of every output of a forward problem, poisoned, with a's shapes. */
 typedef struct fwd_outs {
@@ -449,14 +420,13 @@ static ssm_status run_fwd(const ssm_mamba3_mimo_params * p, ssm_mamba3_mimo_args
 
 /* (b) chunked == recurrent, (c) chunk-size independence. */
 static void test_recurrent_and_chunks(void) {
-    named_cfg cfgs[16];
-    const int n = build_cfgs(cfgs);
-    for (int i = 0; i < n; ++i) {
+    for (int i = 0; i < (int)(sizeof k_shapes / sizeof k_shapes[0]); ++i) {
+        const ssmt_mimo_config cfg = cfg_of(&k_shapes[i]);
         ssmt_rng rng;
         ssmt_rng_seed(&rng, 100 + (uint64_t)i);
         ssmt_mimo_problem pr;
-        if (ssmt_mimo_random_args(&rng, &cfgs[i].cfg, &pr) != 0) {
-            TEST_CHECK(0, "alloc %s", cfgs[i].name);
+        if (ssmt_mimo_random_args(&rng, &cfg, &pr) != 0) {
+            TEST_CHECK(0, "alloc %s", k_shapes[i].name);
             continue;
         }
         fwd_outs chunked = alloc_outs(&pr.args), rec = alloc_outs(&pr.args);
@@ -466,18 +436,18 @@ static void test_recurrent_and_chunks(void) {
             const ssmi_mimo_dims d = fwd_dims(&a, &pr.params);
             TEST_CHECK_STATUS(ssmi_ref_mamba3_mimo_recurrent(NULL, &pr.params, &d, &a), SSM_STATUS_OK);
             char label[160];
-            snprintf(label, sizeof label, "(b) chunked==recurrent [%s]", cfgs[i].name);
+            snprintf(label, sizeof label, "(b) chunked==recurrent [%s]", k_shapes[i].name);
             compare_outs(label, &chunked, &rec, EXACT_TOL);
             /* (c) chunk sizes 1, 3, 8, 16 (C·R ≤ 128) */
             static const int64_t chunks[4] = {1, 3, 8, 16};
             for (int c = 0; c < 4; ++c) {
-                if (chunks[c] * cfgs[i].cfg.rank > 128) continue;
+                if (chunks[c] * cfg.rank > 128) continue;
                 ssm_mamba3_mimo_params pc = pr.params;
                 pc.chunk_size = chunks[c];
                 fwd_outs o = alloc_outs(&pr.args);
                 if (run_fwd(&pc, &a, &o) == SSM_STATUS_OK) {
                     snprintf(label, sizeof label, "(c) C=%lld vs C=%lld [%s]", (long long)chunks[c],
-                             (long long)pr.params.chunk_size, cfgs[i].name);
+                             (long long)pr.params.chunk_size, k_shapes[i].name);
                     compare_outs(label, &o, &chunked, EXACT_TOL);
                 }
                 free_outs(&o);
@@ -609,18 +579,12 @@ static void test_split_varlen(void) {
 /* ---- (e) steps == forward ------------------------------------------------------------------ */
 
 static void test_steps(void) {
-    ssmt_mimo_config cfgs[3];
-    cfgs[0] = base_cfg();
-    cfgs[1] = base_cfg();
-    cfgs[1].reduce_o = 0;
-    cfgs[1].div = 2;
-    cfgs[1].rank = 3;
-    cfgs[2] = base_cfg();
-    cfgs[2].fused = 1;
-    cfgs[2].has_norm_weight = 1;
-    cfgs[2].rank = 4;
+    static const cfg_delta cfgs[3] = {
+        {.name = "default"},
+        {.name = "per-rank div2 R3", .per_rank = 1, .div = 2, .rank = 3},
+        {.name = "fused norm weight R4", .fused = 1, .norm_weight = 1, .rank = 4}};
     for (int ci = 0; ci < 3; ++ci) {
-        ssmt_mimo_config c = cfgs[ci];
+        ssmt_mimo_config c = cfg_of(&cfgs[ci]);
         c.seqlen = 11;
         c.has_states = 1;
         c.has_final = 1;
