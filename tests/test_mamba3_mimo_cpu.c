@@ -22,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixtures.h"
 #include "testutil.h"
 
 static ssm_context *ctx_ref, *ctx_cpu[4], *ctx_scalar;
@@ -340,10 +341,8 @@ static void test_fwd_vs_steps(ssmt_rng * rng, int reduce, int has_states) {
 /* Tokens [t0, t0+len) of the forward args, writing out's slice. */
 static ssm_mamba3_mimo_args slice_args(const ssm_mamba3_mimo_args * a, int64_t t0, int64_t len, const ssm_tensor * out) {
     ssm_mamba3_mimo_args s = *a;
-    s.q = ssmt_slice(&a->q, 1, t0, len), s.k = ssmt_slice(&a->k, 1, t0, len), s.v = ssmt_slice(&a->v, 1, t0, len);
-    s.z = ssmt_slice(&a->z, 1, t0, len), s.angles = ssmt_slice(&a->angles, 1, t0, len);
-    s.adt = ssmt_slice(&a->adt, 2, t0, len), s.dt = ssmt_slice(&a->dt, 2, t0, len);
-    s.trap = ssmt_slice(&a->trap, 2, t0, len), s.out = ssmt_slice(out, 1, t0, len);
+    SSMT_M3_TOKEN_SLICE(s, *a, t0, len);
+    s.out = ssmt_slice(out, 1, t0, len);
     return s;
 }
 

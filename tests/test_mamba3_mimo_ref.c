@@ -25,6 +25,7 @@
 #include <string.h>
 
 #include "ref/ssmi_ref_mimo.h"
+#include "fixtures.h"
 #include "testutil.h"
 
 #define DATA_TOL 1e-10
@@ -462,15 +463,7 @@ static void test_recurrent_and_chunks(void) {
 /* The forward arguments of tokens [t0, t0+len) of a dense problem (rows all batch rows). */
 static ssm_mamba3_mimo_args time_slice(const ssm_mamba3_mimo_args * a, int64_t t0, int64_t len) {
     ssm_mamba3_mimo_args s = *a;
-    s.q = ssmt_slice(&a->q, 1, t0, len);
-    s.k = ssmt_slice(&a->k, 1, t0, len);
-    s.v = ssmt_slice(&a->v, 1, t0, len);
-    s.z = ssmt_slice(&a->z, 1, t0, len);
-    s.angles = ssmt_slice(&a->angles, 1, t0, len);
-    s.adt = ssmt_slice(&a->adt, 2, t0, len);
-    s.dt = ssmt_slice(&a->dt, 2, t0, len);
-    s.trap = ssmt_slice(&a->trap, 2, t0, len);
-    s.out = ssmt_slice(&a->out, 1, t0, len);
+    SSMT_M3_TOKEN_SLICE(s, *a, t0, len);
     return s;
 }
 

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "fixtures.h"
 #include "testutil.h"
 
 static ssm_context *ctx_ref, *ctx_cpu[4], *ctx_scalar;
@@ -162,10 +163,8 @@ static void test_fwd_vs_steps(ssmt_rng * rng, int has_states) {
 /* Tokens [t0, t0+len) of the combined args (batched), with the given states in and out. */
 static ssm_mamba3_siso_args slice_args(const ssm_mamba3_siso_args * a, int64_t t0, int64_t len, const ssm_tensor * out) {
     ssm_mamba3_siso_args s = *a;
-    s.q = ssmt_slice(&a->q, 1, t0, len), s.k = ssmt_slice(&a->k, 1, t0, len), s.v = ssmt_slice(&a->v, 1, t0, len);
-    s.adt = ssmt_slice(&a->adt, 2, t0, len), s.dt = ssmt_slice(&a->dt, 2, t0, len);
-    s.trap = ssmt_slice(&a->trap, 2, t0, len), s.angles = ssmt_slice(&a->angles, 1, t0, len);
-    s.z = ssmt_slice(&a->z, 1, t0, len), s.out = ssmt_slice(out, 1, t0, len);
+    SSMT_M3_TOKEN_SLICE(s, *a, t0, len);
+    s.out = ssmt_slice(out, 1, t0, len);
     return s;
 }
 

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "ref/ssmi_ref_mamba3.h"
+#include "fixtures.h"
 #include "testutil.h"
 
 #define DATA_TOL 1e-10
@@ -798,15 +799,7 @@ static void test_chunk_sizes(void) {
 /* Tokens [t0, t0+len) of a combined-forward call (token tensors dim 1, scalars dim 2). */
 static ssm_mamba3_siso_args token_slice(const ssm_mamba3_siso_args * a, int64_t t0, int64_t len) {
     ssm_mamba3_siso_args s = *a;
-    s.q = ssmt_slice(&a->q, 1, t0, len);
-    s.k = ssmt_slice(&a->k, 1, t0, len);
-    s.v = ssmt_slice(&a->v, 1, t0, len);
-    s.z = ssmt_slice(&a->z, 1, t0, len);
-    s.angles = ssmt_slice(&a->angles, 1, t0, len);
-    s.out = ssmt_slice(&a->out, 1, t0, len);
-    s.adt = ssmt_slice(&a->adt, 2, t0, len);
-    s.dt = ssmt_slice(&a->dt, 2, t0, len);
-    s.trap = ssmt_slice(&a->trap, 2, t0, len);
+    SSMT_M3_TOKEN_SLICE(s, *a, t0, len);
     return s;
 }
 

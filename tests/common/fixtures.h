@@ -99,6 +99,18 @@ void ssmt_fixture_load(const ssmt_fixture * f, const void * src);
 /* Index of the first output whose bytes differ from the saved ones, or −1. */
 int ssmt_fixture_diff(const ssmt_fixture * f, const void * saved);
 
+/* ---- Mamba-3 forward arguments, SISO and MIMO alike (the macros take either args struct) ---- */
+
+/* s gets a's tokens [t0, t0+len): q, k, v, z, angles, out sliced along dim 1, adt, dt, trap along dim 2. */
+#define SSMT_M3_TOKEN_SLICE(s, a, t0, len)                                                                    \
+    do {                                                                                                      \
+        (s).q = ssmt_slice(&(a).q, 1, t0, len), (s).k = ssmt_slice(&(a).k, 1, t0, len);                      \
+        (s).v = ssmt_slice(&(a).v, 1, t0, len), (s).z = ssmt_slice(&(a).z, 1, t0, len);                      \
+        (s).angles = ssmt_slice(&(a).angles, 1, t0, len), (s).out = ssmt_slice(&(a).out, 1, t0, len);        \
+        (s).adt = ssmt_slice(&(a).adt, 2, t0, len), (s).dt = ssmt_slice(&(a).dt, 2, t0, len);                \
+        (s).trap = ssmt_slice(&(a).trap, 2, t0, len);                                                         \
+    } while (0)
+
 #ifdef __cplusplus
 }
 #endif
