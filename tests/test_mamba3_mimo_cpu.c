@@ -301,24 +301,15 @@ static void test_fwd_vs_steps(ssmt_rng * rng, int reduce, int has_states) {
     g_params = pr.params;
     TEST_CHECK_STATUS(ssm_mamba3_mimo(ctx_cpu[2], &g_params, &pr.args), SSM_STATUS_OK);
     const ssm_mamba3_mimo_args * a = &pr.args;
-    ssmt_host pa = f32_like(&a->final_angle_state), ps = f32_like(&a->final_ssm_state);
-    ssmt_host pk = f32_like(&a->final_k_state), pv = f32_like(&a->final_v_state), out = f32_like(&a->out);
-    if (has_states) {
-        ssmt_copy(&pa.t, &a->angle_state), ssmt_copy(&ps.t, &a->ssm_state);
-        ssmt_copy(&pk.t, &a->k_state), ssmt_copy(&pv.t, &a->v_state);
-    } else {
-        ssmt_fill_value(&pa.t, 0), ssmt_fill_value(&ps.t, 0), ssmt_fill_value(&pk.t, 0), ssmt_fill_value(&pv.t, 0);
-    }
+    const ssm_tensor * fin[4] = { &a->final_angle_state, &a->final_ssm_state, &a->final_k_state, &a->final_v_state };
+    const ssm_tensor * init[4] = { &a->angle_state, &a->ssm_state, &a->k_state, &a->v_state };
+    ssmt_host          p[4], out = f32_like(&a->out);
+    ssmt_f32_pools(p, fin, has_states ? init : NULL, 4);
     for (int64_t t = 0; t < cfg.seqlen; ++t) {
         ssm_mamba3_mimo_step_args s = { 0 };
-        s.q = ssmt_pick(&a->q, 1, t), s.k = ssmt_pick(&a->k, 1, t), s.v = ssmt_pick(&a->v, 1, t), s.z = ssmt_pick(&a->z, 1, t);
-        s.adt = ssmt_pick(&a->adt, 2, t), s.dt = ssmt_pick(&a->dt, 2, t), s.trap = ssmt_pick(&a->trap, 2, t);
-        s.angles = ssmt_pick(&a->angles, 1, t), s.q_bias = a->q_bias, s.k_bias = a->k_bias;
-        s.mimo_v = a->mimo_v, s.mimo_z = a->mimo_z, s.mimo_o = a->mimo_o, s.d = a->d;
-        s.angle_state = s.final_angle_state = pa.t;
-        s.ssm_state = s.final_ssm_state = ps.t;
-        s.k_state = s.final_k_state = pk.t;
-        s.v_state = s.final_v_state = pv.t;
+        SSMT_M3_STEP_AT(s, *a, t);
+        s.mimo_v = a->mimo_v, s.mimo_z = a->mimo_z, s.mimo_o = a->mimo_o;
+        SSMT_M3_STEP_IN_PLACE(s, p);
         s.out = ssmt_pick(&out.t, 1, t);
         const ssm_status st = ssm_mamba3_mimo_step(ctx_cpu[t % 3 + 1], &g_params, &s);
         TEST_CHECK(st == SSM_STATUS_OK, "step %lld: %s", (long long) t, ssm_context_last_error(ctx_cpu[t % 3 + 1]));
@@ -327,14 +318,15 @@ static void test_fwd_vs_steps(ssmt_rng * rng, int reduce, int has_states) {
     snprintf(n, sizeof n, "fwd==steps red%d st%d out", reduce, has_states);
     ssmt_expect_close(n, &out.t, &a->out, 1e-5);
     snprintf(n, sizeof n, "fwd==steps red%d st%d final_ssm", reduce, has_states);
-    ssmt_expect_close(n, &ps.t, &a->final_ssm_state, 1e-5);
+    ssmt_expect_close(n, &p[1].t, &a->final_ssm_state, 1e-5);
     snprintf(n, sizeof n, "fwd==steps red%d st%d final_k", reduce, has_states);
-    ssmt_expect_close(n, &pk.t, &a->final_k_state, 1e-5);
+    ssmt_expect_close(n, &p[2].t, &a->final_k_state, 1e-5);
     snprintf(n, sizeof n, "fwd==steps red%d st%d final_v", reduce, has_states);
-    ssmt_expect_close(n, &pv.t, &a->final_v_state, 1e-5);
+    ssmt_expect_close(n, &p[3].t, &a->final_v_state, 1e-5);
     snprintf(n, sizeof n, "fwd==steps red%d st%d final_angle", reduce, has_states);
-    expect_close_angle(n, &pa.t, &a->final_angle_state);
-    ssmt_free(&pa), ssmt_free(&ps), ssmt_free(&pk), ssmt_free(&pv), ssmt_free(&out);
+    expect_close_angle(n, &p[0].t, &a->final_angle_state);
+    for (int i = 0; i < 4; ++i) ssmt_free(&p[i]);
+    ssmt_free(&out);
     ssmt_mimo_problem_free(&pr);
 }
 

@@ -593,28 +593,16 @@ static void test_steps(void) {
         ssmt_copy(&stp.fs.t, &pr.ssm_state.t);
         ssmt_copy(&stp.fk.t, &pr.k_state.t);
         ssmt_copy(&stp.fv.t, &pr.v_state.t);
+        const ssmt_host pool[4] = {stp.fa, stp.fs, stp.fk, stp.fv};
         for (int64_t t = 0; t < c.seqlen; ++t) {
             ssm_mamba3_mimo_step_args s;
             memset(&s, 0, sizeof s);
-            s.q = ssmt_pick(&pr.q.t, 1, t);
-            s.k = ssmt_pick(&pr.k.t, 1, t);
-            s.v = ssmt_pick(&pr.v.t, 1, t);
-            s.z = ssmt_pick(&pr.z.t, 1, t);
-            s.adt = ssmt_pick(&pr.adt.t, 2, t);
-            s.dt = ssmt_pick(&pr.dt.t, 2, t);
-            s.trap = ssmt_pick(&pr.trap.t, 2, t);
-            s.angles = ssmt_pick(&pr.angles.t, 1, t);
-            s.q_bias = pr.q_bias.t;
-            s.k_bias = pr.k_bias.t;
+            SSMT_M3_STEP_AT(s, pr.args, t);
             s.mimo_v = pr.mimo_v.t;
             s.mimo_z = pr.mimo_z.t;
             s.mimo_o = pr.mimo_o.t;
-            s.d = pr.d.t;
             s.outproj_norm_weight = pr.norm_weight.t;
-            s.angle_state = s.final_angle_state = stp.fa.t;
-            s.ssm_state = s.final_ssm_state = stp.fs.t;
-            s.k_state = s.final_k_state = stp.fk.t;
-            s.v_state = s.final_v_state = stp.fv.t;
+            SSMT_M3_STEP_IN_PLACE(s, pool);
             s.out = ssmt_pick(&stp.out.t, 1, t);
             const ssm_status st = ssm_mamba3_mimo_step(g_ref, &pr.params, &s);
             TEST_CHECK(st == SSM_STATUS_OK, "step %lld: %s (%s)", (long long)t, ssm_status_string(st),

@@ -122,25 +122,16 @@ static void test_fwd_vs_steps(ssmt_rng * rng, int has_states) {
     ssmt_mamba3_params(&cfg, &g_params);
     TEST_CHECK_STATUS(ssm_mamba3_siso(ctx_cpu[2], &g_params, &pr.args), SSM_STATUS_OK);
     /* the pool starts as the initial states (zeros without) */
-    ssmt_host pa = f32_like(&pr.final_angle_state.t), ps = f32_like(&pr.final_ssm_state.t);
-    ssmt_host pk = f32_like(&pr.final_k_state.t), pv = f32_like(&pr.final_v_state.t), out = f32_like(&pr.out.t);
-    if (has_states) {
-        ssmt_copy(&pa.t, &pr.angle_state.t), ssmt_copy(&ps.t, &pr.ssm_state.t);
-        ssmt_copy(&pk.t, &pr.k_state.t), ssmt_copy(&pv.t, &pr.v_state.t);
-    } else {
-        ssmt_fill_value(&pa.t, 0), ssmt_fill_value(&ps.t, 0), ssmt_fill_value(&pk.t, 0), ssmt_fill_value(&pv.t, 0);
-    }
+    const ssm_tensor * fin[4] = { &pr.final_angle_state.t, &pr.final_ssm_state.t, &pr.final_k_state.t,
+                                  &pr.final_v_state.t };
+    const ssm_tensor * init[4] = { &pr.angle_state.t, &pr.ssm_state.t, &pr.k_state.t, &pr.v_state.t };
+    ssmt_host          p[4], out = f32_like(&pr.out.t);
+    ssmt_f32_pools(p, fin, has_states ? init : NULL, 4);
     const ssm_mamba3_siso_args * a = &pr.args;
     for (int64_t t = 0; t < cfg.seqlen; ++t) {
         ssm_mamba3_siso_step_args s = { 0 };
-        s.q = ssmt_pick(&a->q, 1, t), s.k = ssmt_pick(&a->k, 1, t), s.v = ssmt_pick(&a->v, 1, t);
-        s.adt = ssmt_pick(&a->adt, 2, t), s.dt = ssmt_pick(&a->dt, 2, t), s.trap = ssmt_pick(&a->trap, 2, t);
-        s.q_bias = a->q_bias, s.k_bias = a->k_bias, s.angles = ssmt_pick(&a->angles, 1, t), s.d = a->d;
-        s.z = ssmt_pick(&a->z, 1, t);
-        s.angle_state = s.final_angle_state = pa.t;
-        s.ssm_state = s.final_ssm_state = ps.t;
-        s.k_state = s.final_k_state = pk.t;
-        s.v_state = s.final_v_state = pv.t;
+        SSMT_M3_STEP_AT(s, *a, t);
+        SSMT_M3_STEP_IN_PLACE(s, p);
         s.out = ssmt_pick(&out.t, 1, t);
         const ssm_status st = ssm_mamba3_siso_step(ctx_cpu[t % 3 + 1], &g_params, &s);
         TEST_CHECK(st == SSM_STATUS_OK, "step %lld: %s", (long long) t, ssm_context_last_error(ctx_cpu[t % 3 + 1]));
@@ -149,14 +140,15 @@ static void test_fwd_vs_steps(ssmt_rng * rng, int has_states) {
     snprintf(n, sizeof n, "fwd==steps%s out", has_states ? "+states" : "");
     ssmt_expect_close(n, &out.t, &pr.out.t, 1e-5);
     snprintf(n, sizeof n, "fwd==steps%s final_ssm", has_states ? "+states" : "");
-    ssmt_expect_close(n, &ps.t, &pr.final_ssm_state.t, 1e-5);
+    ssmt_expect_close(n, &p[1].t, &pr.final_ssm_state.t, 1e-5);
     snprintf(n, sizeof n, "fwd==steps%s final_k", has_states ? "+states" : "");
-    ssmt_expect_close(n, &pk.t, &pr.final_k_state.t, 1e-5);
+    ssmt_expect_close(n, &p[2].t, &pr.final_k_state.t, 1e-5);
     snprintf(n, sizeof n, "fwd==steps%s final_v", has_states ? "+states" : "");
-    ssmt_expect_close(n, &pv.t, &pr.final_v_state.t, 1e-5);
+    ssmt_expect_close(n, &p[3].t, &pr.final_v_state.t, 1e-5);
     snprintf(n, sizeof n, "fwd==steps%s final_angle", has_states ? "+states" : "");
-    ssmt_expect_close(n, &pa.t, &pr.final_angle_state.t, 1e-5);
-    ssmt_free(&pa), ssmt_free(&ps), ssmt_free(&pk), ssmt_free(&pv), ssmt_free(&out);
+    ssmt_expect_close(n, &p[0].t, &pr.final_angle_state.t, 1e-5);
+    for (int i = 0; i < 4; ++i) ssmt_free(&p[i]);
+    ssmt_free(&out);
     ssmt_mamba3_problem_free(&pr);
 }
 

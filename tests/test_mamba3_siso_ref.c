@@ -1010,26 +1010,9 @@ static void test_step_vs_forward(void) {
                          ssmt_clone(&pr.k_state.t, SSM_DTYPE_F64), ssmt_clone(&pr.v_state.t, SSM_DTYPE_F64)};
     ssmt_host outs = ssmt_alloc(SSM_DTYPE_F64, 4, pr.out.t.shape);
     for (int64_t t = 0; t < c.seqlen; ++t) {
-        ssm_mamba3_siso_step_args a = {.q = ssmt_pick(&pr.args.q, 1, t),
-                                       .k = ssmt_pick(&pr.args.k, 1, t),
-                                       .v = ssmt_pick(&pr.args.v, 1, t),
-                                       .adt = ssmt_pick(&pr.args.adt, 2, t),
-                                       .dt = ssmt_pick(&pr.args.dt, 2, t),
-                                       .trap = ssmt_pick(&pr.args.trap, 2, t),
-                                       .q_bias = pr.args.q_bias,
-                                       .k_bias = pr.args.k_bias,
-                                       .angles = ssmt_pick(&pr.args.angles, 1, t),
-                                       .d = pr.args.d,
-                                       .z = ssmt_pick(&pr.args.z, 1, t),
-                                       .angle_state = pool[0].t,
-                                       .ssm_state = pool[1].t,
-                                       .k_state = pool[2].t,
-                                       .v_state = pool[3].t,
-                                       .out = ssmt_pick(&outs.t, 1, t),
-                                       .final_angle_state = pool[0].t,
-                                       .final_ssm_state = pool[1].t,
-                                       .final_k_state = pool[2].t,
-                                       .final_v_state = pool[3].t};
+        ssm_mamba3_siso_step_args a = {.out = ssmt_pick(&outs.t, 1, t)};
+        SSMT_M3_STEP_AT(a, pr.args, t);
+        SSMT_M3_STEP_IN_PLACE(a, pool);
         TEST_CHECK_STATUS(ssm_mamba3_siso_step(g_ref, &p, &a), SSM_STATUS_OK);
     }
     const ssm_tensor * o[5];

@@ -693,3 +693,13 @@ int ssmt_fixture_diff(const ssmt_fixture * f, const void * saved) {
     }
     return -1;
 }
+
+void ssmt_f32_pools(ssmt_host * pool, const ssm_tensor * const * like, const ssm_tensor * const * init, int n) {
+    for (int i = 0; i < n; ++i) {
+        pool[i] = ssmt_alloc(SSM_DTYPE_F32, like[i]->ndim, like[i]->shape);
+        if (init != NULL)
+            ssmt_copy(&pool[i].t, init[i]);
+        else
+            ssmt_fill_value(&pool[i].t, 0);
+    }
+}

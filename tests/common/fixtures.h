@@ -111,6 +111,26 @@ int ssmt_fixture_diff(const ssmt_fixture * f, const void * saved);
         (s).trap = ssmt_slice(&(a).trap, 2, t0, len);                                                         \
     } while (0)
 
+/* Step args s get forward args a's token t: q, k, v, z, angles picked along dim 1, adt, dt, trap along dim 2;
+ * q_bias, k_bias and d as they are. */
+#define SSMT_M3_STEP_AT(s, a, t)                                                                              \
+    do {                                                                                                      \
+        (s).q = ssmt_pick(&(a).q, 1, t), (s).k = ssmt_pick(&(a).k, 1, t), (s).v = ssmt_pick(&(a).v, 1, t);    \
+        (s).z = ssmt_pick(&(a).z, 1, t), (s).angles = ssmt_pick(&(a).angles, 1, t);                           \
+        (s).adt = ssmt_pick(&(a).adt, 2, t), (s).dt = ssmt_pick(&(a).dt, 2, t);                               \
+        (s).trap = ssmt_pick(&(a).trap, 2, t), (s).q_bias = (a).q_bias, (s).k_bias = (a).k_bias, (s).d = (a).d; \
+    } while (0)
+
+/* Step args s read and write their four states (angle, ssm, k, v) in place in pool[0..3]. */
+#define SSMT_M3_STEP_IN_PLACE(s, pool)                                                                        \
+    do {                                                                                                      \
+        (s).angle_state = (s).final_angle_state = (pool)[0].t, (s).ssm_state = (s).final_ssm_state = (pool)[1].t; \
+        (s).k_state = (s).final_k_state = (pool)[2].t, (s).v_state = (s).final_v_state = (pool)[3].t;         \
+    } while (0)
+
+/* pool[i]: an F32 tensor shaped like *like[i] holding a copy of *init[i], or zeros where init is NULL. */
+void ssmt_f32_pools(ssmt_host * pool, const ssm_tensor * const * like, const ssm_tensor * const * init, int n);
+
 #ifdef __cplusplus
 }
 #endif
