@@ -102,6 +102,12 @@ static double json_number(const ssmt_case * c, const char * key, double def) {
 static ssm_tensor bag(const ssmt_bag * g, const char * name) { return ssmt_bag_get(g, name); }
 static ssmt_host  out_like(const ssmt_bag * g, const char * name) { return ssmt_bag_out_like(g, name); }
 
+/* Designated initialisers of the inputs that the forward and the step name alike, from the bag *g. */
+#define MIMO_BAG_INPUTS(g)                                                                                         \
+    SSMT_M3_BAG_INPUTS(g), .mimo_v = bag(g, "mimo_v"), .mimo_z = bag(g, "mimo_z"), .mimo_o = bag(g, "mimo_o"),     \
+        .outproj_norm_weight = bag(g, "outproj_norm_weight"), .angle_state = bag(g, "angle_state"),                \
+        .ssm_state = bag(g, "ssm_state"), .k_state = bag(g, "k_state"), .v_state = bag(g, "v_state")
+
 /* Inputs of the stored cases: activations (q, k, v, z, trap, dout) in the case dtype,
  * cu_seqlens I32, other floats F32 (their stored values). */
 static ssm_dtype input_dtype(const ssmt_case * c, const char * file, void * arg) {
@@ -157,25 +163,7 @@ static void data_forward(const char * name) {
     params_of(&g, &p);
     ssmt_host out = out_like(&g, "out"), fa = out_like(&g, "final_angle_state"), fs = out_like(&g, "final_ssm_state");
     ssmt_host fk = out_like(&g, "final_k_state"), fv = out_like(&g, "final_v_state");
-    ssm_mamba3_mimo_args a = {.q = bag(&g, "q"),
-                              .k = bag(&g, "k"),
-                              .v = bag(&g, "v"),
-                              .adt = bag(&g, "adt"),
-                              .dt = bag(&g, "dt"),
-                              .trap = bag(&g, "trap"),
-                              .q_bias = bag(&g, "q_bias"),
-                              .k_bias = bag(&g, "k_bias"),
-                              .mimo_v = bag(&g, "mimo_v"),
-                              .mimo_z = bag(&g, "mimo_z"),
-                              .mimo_o = bag(&g, "mimo_o"),
-                              .angles = bag(&g, "angles"),
-                              .d = bag(&g, "d"),
-                              .z = bag(&g, "z"),
-                              .outproj_norm_weight = bag(&g, "outproj_norm_weight"),
-                              .angle_state = bag(&g, "angle_state"),
-                              .ssm_state = bag(&g, "ssm_state"),
-                              .k_state = bag(&g, "k_state"),
-                              .v_state = bag(&g, "v_state"),
+    ssm_mamba3_mimo_args a = {MIMO_BAG_INPUTS(&g),
                               .cu_seqlens = bag(&g, "cu_seqlens"),
                               .out = out.t,
                               .final_angle_state = fa.t,
@@ -253,25 +241,7 @@ static void data_step(const char * name) {
     params_of(&g, &p);
     ssmt_host out = out_like(&g, "out"), fa = out_like(&g, "final_angle_state"), fs = out_like(&g, "final_ssm_state");
     ssmt_host fk = out_like(&g, "final_k_state"), fv = out_like(&g, "final_v_state");
-    ssm_mamba3_mimo_step_args a = {.q = bag(&g, "q"),
-                                   .k = bag(&g, "k"),
-                                   .v = bag(&g, "v"),
-                                   .z = bag(&g, "z"),
-                                   .adt = bag(&g, "adt"),
-                                   .dt = bag(&g, "dt"),
-                                   .trap = bag(&g, "trap"),
-                                   .angles = bag(&g, "angles"),
-                                   .q_bias = bag(&g, "q_bias"),
-                                   .k_bias = bag(&g, "k_bias"),
-                                   .mimo_v = bag(&g, "mimo_v"),
-                                   .mimo_z = bag(&g, "mimo_z"),
-                                   .mimo_o = bag(&g, "mimo_o"),
-                                   .d = bag(&g, "d"),
-                                   .outproj_norm_weight = bag(&g, "outproj_norm_weight"),
-                                   .angle_state = bag(&g, "angle_state"),
-                                   .ssm_state = bag(&g, "ssm_state"),
-                                   .k_state = bag(&g, "k_state"),
-                                   .v_state = bag(&g, "v_state"),
+    ssm_mamba3_mimo_step_args a = {MIMO_BAG_INPUTS(&g),
                                    .out = out.t,
                                    .final_angle_state = fa.t,
                                    .final_ssm_state = fs.t,

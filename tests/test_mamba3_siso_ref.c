@@ -102,48 +102,20 @@ static void data_angle_cumsum(const char * name, ssm_dtype idx) {
     ssmt_bag_free(&g);
 }
 
-static const char * const k_siso_inputs[] = {"q",         "k",       "v",       "adt",       "dt", "trap",
-                                             "q_bias",    "k_bias",  "angles",  "d",         "z",  "angle_state",
-                                             "ssm_state", "k_state", "v_state", "cu_seqlens"};
+static const char * const k_siso_inputs[] = {SSMT_M3_INPUT_NAMES, "angle_state", "ssm_state", "k_state", "v_state",
+                                             "cu_seqlens"};
 
 static void data_siso_fwd(const char * name, ssm_dtype idx) {
-    static const char * const list[] = {"q",
-                                        "k",
-                                        "v",
-                                        "adt",
-                                        "dt",
-                                        "trap",
-                                        "q_bias",
-                                        "k_bias",
-                                        "angles",
-                                        "d",
-                                        "z",
-                                        "ssm_state",
-                                        "k_state",
-                                        "v_state",
-                                        "cu_seqlens",
-                                        "want:out",
-                                        "want:final_ssm_state",
-                                        "want:final_k_state",
-                                        "want:final_v_state",
-                                        NULL};
+    static const char * const list[] = {SSMT_M3_INPUT_NAMES,    "ssm_state",  "k_state", "v_state", "cu_seqlens",
+                                        "want:out",             "want:final_ssm_state", "want:final_k_state",
+                                        "want:final_v_state",   NULL};
     ssmt_bag                  g;
     if (ssmt_bag_load(&g, "mamba3_siso_fwd", name, list, input_dtype, &idx) != 0) return;
     ssm_mamba3_params p;
     case_params(&g, &p);
     ssmt_host                out = out_like(&g, "out"), fs = out_like(&g, "final_ssm_state");
     ssmt_host                fk = out_like(&g, "final_k_state"), fv = out_like(&g, "final_v_state");
-    ssm_mamba3_siso_fwd_args a = {.q = bag(&g, "q"),
-                                  .k = bag(&g, "k"),
-                                  .v = bag(&g, "v"),
-                                  .adt = bag(&g, "adt"),
-                                  .dt = bag(&g, "dt"),
-                                  .trap = bag(&g, "trap"),
-                                  .q_bias = bag(&g, "q_bias"),
-                                  .k_bias = bag(&g, "k_bias"),
-                                  .angles = bag(&g, "angles"),
-                                  .d = bag(&g, "d"),
-                                  .z = bag(&g, "z"),
+    ssm_mamba3_siso_fwd_args a = {SSMT_M3_BAG_INPUTS(&g),
                                   .ssm_state = bag(&g, "ssm_state"),
                                   .k_state = bag(&g, "k_state"),
                                   .v_state = bag(&g, "v_state"),
@@ -163,17 +135,7 @@ static void data_siso_fwd(const char * name, ssm_dtype idx) {
 }
 
 static ssm_mamba3_siso_args siso_args_from(const ssmt_bag * g) {
-    ssm_mamba3_siso_args a = {.q = bag(g, "q"),
-                              .k = bag(g, "k"),
-                              .v = bag(g, "v"),
-                              .adt = bag(g, "adt"),
-                              .dt = bag(g, "dt"),
-                              .trap = bag(g, "trap"),
-                              .q_bias = bag(g, "q_bias"),
-                              .k_bias = bag(g, "k_bias"),
-                              .angles = bag(g, "angles"),
-                              .d = bag(g, "d"),
-                              .z = bag(g, "z"),
+    ssm_mamba3_siso_args a = {SSMT_M3_BAG_INPUTS(g),
                               .angle_state = bag(g, "angle_state"),
                               .ssm_state = bag(g, "ssm_state"),
                               .k_state = bag(g, "k_state"),
@@ -311,27 +273,9 @@ static void data_siso_bwd(const char * name, ssm_dtype idx) {
 }
 
 static void data_step(const char * name) {
-    static const char * const list[] = {"q",
-                                        "k",
-                                        "v",
-                                        "adt",
-                                        "dt",
-                                        "trap",
-                                        "q_bias",
-                                        "k_bias",
-                                        "angles",
-                                        "d",
-                                        "z",
-                                        "angle_state",
-                                        "ssm_state",
-                                        "k_state",
-                                        "v_state",
-                                        "want:out",
-                                        "want:final_angle_state",
-                                        "want:final_ssm_state",
-                                        "want:final_k_state",
-                                        "want:final_v_state",
-                                        NULL};
+    static const char * const list[] = {SSMT_M3_INPUT_NAMES,    "angle_state",  "ssm_state",  "k_state", "v_state",
+                                        "want:out",             "want:final_angle_state",     "want:final_ssm_state",
+                                        "want:final_k_state",   "want:final_v_state",         NULL};
     ssmt_bag                  g;
     ssm_dtype                 idx = SSM_DTYPE_I32;
     if (ssmt_bag_load(&g, "mamba3_siso_step", name, list, input_dtype, &idx) != 0) return;
@@ -341,17 +285,7 @@ static void data_step(const char * name) {
                                         "final_v_state"};
     ssmt_host                 o[5];
     for (int i = 0; i < 5; ++i) o[i] = out_like(&g, outs[i]);
-    ssm_mamba3_siso_step_args a = {.q = bag(&g, "q"),
-                                   .k = bag(&g, "k"),
-                                   .v = bag(&g, "v"),
-                                   .adt = bag(&g, "adt"),
-                                   .dt = bag(&g, "dt"),
-                                   .trap = bag(&g, "trap"),
-                                   .q_bias = bag(&g, "q_bias"),
-                                   .k_bias = bag(&g, "k_bias"),
-                                   .angles = bag(&g, "angles"),
-                                   .d = bag(&g, "d"),
-                                   .z = bag(&g, "z"),
+    ssm_mamba3_siso_step_args a = {SSMT_M3_BAG_INPUTS(&g),
                                    .angle_state = bag(&g, "angle_state"),
                                    .ssm_state = bag(&g, "ssm_state"),
                                    .k_state = bag(&g, "k_state"),

@@ -111,6 +111,16 @@ int ssmt_fixture_diff(const ssmt_fixture * f, const void * saved);
         (s).trap = ssmt_slice(&(a).trap, 2, t0, len);                                                         \
     } while (0)
 
+/* The names of those inputs, in the order of the stored cases' file lists. */
+#define SSMT_M3_INPUT_NAMES "q", "k", "v", "adt", "dt", "trap", "q_bias", "k_bias", "angles", "d", "z"
+
+/* Designated initialisers of the inputs that every Mamba-3 forward and step names alike, from the ssmt_bag *g. */
+#define SSMT_M3_BAG_INPUTS(g)                                                                                 \
+    .q = ssmt_bag_get(g, "q"), .k = ssmt_bag_get(g, "k"), .v = ssmt_bag_get(g, "v"),                          \
+    .adt = ssmt_bag_get(g, "adt"), .dt = ssmt_bag_get(g, "dt"), .trap = ssmt_bag_get(g, "trap"),              \
+    .q_bias = ssmt_bag_get(g, "q_bias"), .k_bias = ssmt_bag_get(g, "k_bias"),                                 \
+    .angles = ssmt_bag_get(g, "angles"), .d = ssmt_bag_get(g, "d"), .z = ssmt_bag_get(g, "z")
+
 /* Step args s get forward args a's token t: q, k, v, z, angles picked along dim 1, adt, dt, trap along dim 2;
  * q_bias, k_bias and d as they are. */
 #define SSMT_M3_STEP_AT(s, a, t)                                                                              \
