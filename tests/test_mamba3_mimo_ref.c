@@ -361,24 +361,14 @@ static void free_outs(fwd_outs * o) {
 }
 
 static void compare_outs(const char * what, const fwd_outs * y, const fwd_outs * r, double tol) {
-    char label[200];
-    snprintf(label, sizeof label, "%s out", what);
-    ssmt_check_tol(label, &y->out.t, &r->out.t, tol);
-    if (r->fa.t.data) {
-        snprintf(label, sizeof label, "%s final_angle", what);
-        ssmt_check_tol(label, &y->fa.t, &r->fa.t, tol);
-    }
-    if (r->fs.t.data) {
-        snprintf(label, sizeof label, "%s final_ssm", what);
-        ssmt_check_tol(label, &y->fs.t, &r->fs.t, tol);
-    }
-    if (r->fk.t.data) {
-        snprintf(label, sizeof label, "%s final_k", what);
-        ssmt_check_tol(label, &y->fk.t, &r->fk.t, tol);
-    }
-    if (r->fv.t.data) {
-        snprintf(label, sizeof label, "%s final_v", what);
-        ssmt_check_tol(label, &y->fv.t, &r->fv.t, tol);
+    static const char * const names[5] = {"out", "final_angle", "final_ssm", "final_k", "final_v"};
+    const ssmt_host * const   ys[5] = {&y->out, &y->fa, &y->fs, &y->fk, &y->fv};
+    const ssmt_host * const   rs[5] = {&r->out, &r->fa, &r->fs, &r->fk, &r->fv};
+    for (int i = 0; i < 5; ++i) {
+        if (i > 0 && !rs[i]->t.data) continue; /* out always, the finals where r has them */
+        char label[200];
+        snprintf(label, sizeof label, "%s %s", what, names[i]);
+        ssmt_check_tol(label, &ys[i]->t, &rs[i]->t, tol);
     }
 }
 

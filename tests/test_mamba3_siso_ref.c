@@ -639,12 +639,22 @@ static void chunked_vs_recurrent(const char * name, const ssmt_mamba3_config * c
     ssmt_mamba3_problem_free(&pr);
 }
 
+/* A named float64 problem shape: B, S, H, Hq, K, V, A, chunk; d, z, initial states on or off. */
+typedef struct shape {
+    const char * name;
+    int64_t      B, S, H, Hq, K, V, A, C;
+    int          d, z, st;
+} shape;
+
+static ssmt_mamba3_config shape_config(const shape * s) {
+    ssmt_mamba3_config c = f64_config();
+    c.batch = s->B, c.seqlen = s->S, c.nheads = s->H, c.nheads_qk = s->Hq;
+    c.dk = s->K, c.dv = s->V, c.nangles = s->A, c.chunk = s->C;
+    c.has_d = s->d, c.has_z = s->z, c.has_states = s->st;
+    return c;
+}
+
 static void test_recurrent(void) {
-    typedef struct shape {
-        const char * name;
-        int64_t      B, S, H, Hq, K, V, A, C;
-        int          d, z, st;
-    } shape;
     static const shape shapes[] = {
         {"S1", 2, 1, 4, 2, 16, 8, 4, 16, 1, 1, 1},
         {"S=C Hq1 A=K/2 bare", 2, 16, 4, 1, 16, 8, 8, 16, 0, 0, 0},
@@ -657,20 +667,8 @@ static void test_recurrent(void) {
         {"S64 C16 GQA", 2, 64, 4, 2, 16, 16, 4, 16, 1, 1, 1},
     };
     for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; ++i) {
-        const shape *      s = &shapes[i];
-        ssmt_mamba3_config c = f64_config();
-        c.batch = s->B;
-        c.seqlen = s->S;
-        c.nheads = s->H;
-        c.nheads_qk = s->Hq;
-        c.dk = s->K;
-        c.dv = s->V;
-        c.nangles = s->A;
-        c.chunk = s->C;
-        c.has_d = s->d;
-        c.has_z = s->z;
-        c.has_states = s->st;
-        chunked_vs_recurrent(s->name, &c);
+        const ssmt_mamba3_config c = shape_config(&shapes[i]);
+        chunked_vs_recurrent(shapes[i].name, &c);
     }
     static const int64_t lens[] = {5, 0, 17, 1};
     for (int st = 0; st < 2; ++st) {
@@ -901,29 +899,17 @@ static void fd_case(const char * name, ssmt_mamba3_config * c) {
 }
 
 static void test_finite_differences(void) {
-    ssmt_mamba3_config c = f64_config();
-    c.batch = 2;
-    c.seqlen = 5;
-    c.nheads = 2;
-    c.nheads_qk = 1;
-    c.dk = 4;
-    c.dv = 3;
-    c.nangles = 2;
-    c.has_states = 1;
-    fd_case("batched states Hq1", &c);
-    c.nheads = 4;
-    c.nheads_qk = 2;
-    c.nangles = 1;
-    c.has_states = 0;
-    c.has_z = 0;
-    fd_case("GQA no states no z", &c);
+    static const shape shapes[] = {
+        {"batched states Hq1", 2, 5, 2, 1, 4, 3, 2, 16, 1, 1, 1},
+        {"GQA no states no z", 2, 5, 4, 2, 4, 3, 1, 16, 1, 0, 0},
+        {"varlen empty states", 2, 5, 4, 2, 4, 3, 1, 16, 1, 1, 1}, /* with the lengths below */
+    };
     static const int64_t lens[] = {3, 0, 4};
-    c.nseq = 3;
-    c.seqlens = lens;
-    c.has_states = 1;
-    c.has_z = 1;
-    c.has_d = 1;
-    fd_case("varlen empty states", &c);
+    for (int i = 0; i < 3; ++i) {
+        ssmt_mamba3_config c = shape_config(&shapes[i]);
+        if (i == 2) c.nseq = 3, c.seqlens = lens;
+        fd_case(shapes[i].name, &c);
+    }
 }
 
 /* ---- (h) the step --------------------------------------------------------------------------- */
