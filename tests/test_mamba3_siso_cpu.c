@@ -84,15 +84,27 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const ch
 /* ---- CPU self-consistency (fp32) --------------------------------------------------------- */
 static ssmt_host f32_like(const ssm_tensor * t) { return ssmt_alloc(SSM_DTYPE_F32, t->ndim, t->shape); }
 
-/* fused combined == angle_cumsum then siso_fwd */
-static void test_fused_vs_chained(ssmt_rng * rng) {
+/* The config of the self-consistency tests: these B, S, H, Hq, K, V, A; initial and final states. */
+static ssmt_mamba3_config sc_config(int64_t B, int64_t S, int64_t H, int64_t Hq, int64_t K, int64_t V, int64_t A) {
     ssmt_mamba3_config cfg;
     ssmt_mamba3_config_init(&cfg);
-    cfg.batch = 2, cfg.seqlen = 150, cfg.nheads = 4, cfg.nheads_qk = 2, cfg.dk = 32, cfg.dv = 24, cfg.nangles = 16;
+    cfg.batch = B, cfg.seqlen = S, cfg.nheads = H, cfg.nheads_qk = Hq, cfg.dk = K, cfg.dv = V, cfg.nangles = A;
     cfg.has_states = 1, cfg.has_final = 1;
-    ssmt_mamba3_problem pr;
-    if (ssmt_mamba3_random_args(rng, &cfg, &pr) != 0) return;
-    ssmt_mamba3_params(&cfg, &g_params);
+    return cfg;
+}
+
+/* A random problem of cfg, and g_params from it; 0, or -1 when it could not be built. */
+static int sc_problem(ssmt_rng * rng, const ssmt_mamba3_config * cfg, ssmt_mamba3_problem * pr) {
+    if (ssmt_mamba3_random_args(rng, cfg, pr) != 0) return -1;
+    ssmt_mamba3_params(cfg, &g_params);
+    return 0;
+}
+
+/* fused combined == angle_cumsum then siso_fwd */
+static void test_fused_vs_chained(ssmt_rng * rng) {
+    const ssmt_mamba3_config cfg = sc_config(2, 150, 4, 2, 32, 24, 16);
+    ssmt_mamba3_problem      pr;
+    if (sc_problem(rng, &cfg, &pr) != 0) return;
     TEST_CHECK_STATUS(ssm_mamba3_siso(ctx_cpu[2], &g_params, &pr.args), SSM_STATUS_OK);
     ssmt_host out2 = f32_like(&pr.out.t), fs2 = f32_like(&pr.final_ssm_state.t), fk2 = f32_like(&pr.final_k_state.t);
     ssmt_host fv2 = f32_like(&pr.final_v_state.t), fa2 = f32_like(&pr.final_angle_state.t);
@@ -113,13 +125,10 @@ static void test_fused_vs_chained(ssmt_rng * rng) {
 
 /* forward over S tokens == S decode steps on an fp32 pool updated in place */
 static void test_fwd_vs_steps(ssmt_rng * rng, int has_states) {
-    ssmt_mamba3_config cfg;
-    ssmt_mamba3_config_init(&cfg);
-    cfg.batch = 2, cfg.seqlen = 45, cfg.nheads = 6, cfg.nheads_qk = 3, cfg.dk = 32, cfg.dv = 8, cfg.nangles = 8;
-    cfg.has_states = has_states, cfg.has_final = 1, cfg.strided = 1;
+    ssmt_mamba3_config cfg = sc_config(2, 45, 6, 3, 32, 8, 8);
+    cfg.has_states = has_states, cfg.strided = 1;
     ssmt_mamba3_problem pr;
-    if (ssmt_mamba3_random_args(rng, &cfg, &pr) != 0) return;
-    ssmt_mamba3_params(&cfg, &g_params);
+    if (sc_problem(rng, &cfg, &pr) != 0) return;
     TEST_CHECK_STATUS(ssm_mamba3_siso(ctx_cpu[2], &g_params, &pr.args), SSM_STATUS_OK);
     /* the pool starts as the initial states (zeros without) */
     const ssm_tensor * fin[4] = { &pr.final_angle_state.t, &pr.final_ssm_state.t, &pr.final_k_state.t,
@@ -162,13 +171,9 @@ static ssm_mamba3_siso_args slice_args(const ssm_mamba3_siso_args * a, int64_t t
 
 /* two calls chained through the final states == one call */
 static void test_split(ssmt_rng * rng) {
-    ssmt_mamba3_config cfg;
-    ssmt_mamba3_config_init(&cfg);
-    cfg.batch = 2, cfg.seqlen = 200, cfg.nheads = 4, cfg.nheads_qk = 1, cfg.dk = 64, cfg.dv = 32, cfg.nangles = 16;
-    cfg.has_states = 1, cfg.has_final = 1;
-    ssmt_mamba3_problem pr;
-    if (ssmt_mamba3_random_args(rng, &cfg, &pr) != 0) return;
-    ssmt_mamba3_params(&cfg, &g_params);
+    const ssmt_mamba3_config cfg = sc_config(2, 200, 4, 1, 64, 32, 16);
+    ssmt_mamba3_problem      pr;
+    if (sc_problem(rng, &cfg, &pr) != 0) return;
     TEST_CHECK_STATUS(ssm_mamba3_siso(ctx_cpu[2], &g_params, &pr.args), SSM_STATUS_OK);
     const ssm_mamba3_siso_args * a = &pr.args;
     ssmt_host out = f32_like(&pr.out.t);
@@ -197,13 +202,10 @@ static void test_split(ssmt_rng * rng) {
 /* varlen (with an empty sequence) == one call per sequence */
 static void test_varlen_vs_separate(ssmt_rng * rng) {
     static const int64_t lens[5] = { 70, 0, 5, 129, 33 };
-    ssmt_mamba3_config   cfg;
-    ssmt_mamba3_config_init(&cfg);
-    cfg.nheads = 4, cfg.nheads_qk = 2, cfg.dk = 32, cfg.dv = 16, cfg.nangles = 8;
-    cfg.has_states = 1, cfg.has_final = 1, cfg.nseq = 5, cfg.seqlens = lens;
+    ssmt_mamba3_config   cfg = sc_config(2, 40, 4, 2, 32, 16, 8); /* B, S: the defaults; nseq below */
+    cfg.nseq = 5, cfg.seqlens = lens;
     ssmt_mamba3_problem pr;
-    if (ssmt_mamba3_random_args(rng, &cfg, &pr) != 0) return;
-    ssmt_mamba3_params(&cfg, &g_params);
+    if (sc_problem(rng, &cfg, &pr) != 0) return;
     TEST_CHECK_STATUS(ssm_mamba3_siso(ctx_cpu[2], &g_params, &pr.args), SSM_STATUS_OK);
     const ssm_mamba3_siso_args * a = &pr.args;
     ssmt_host out = f32_like(&pr.out.t);
