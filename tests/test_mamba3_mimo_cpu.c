@@ -347,24 +347,22 @@ static void test_split(ssmt_rng * rng) {
     g_params = pr.params;
     TEST_CHECK_STATUS(ssm_mamba3_mimo(ctx_cpu[2], &g_params, &pr.args), SSM_STATUS_OK);
     const ssm_mamba3_mimo_args * a = &pr.args;
-    ssmt_host out = f32_like(&a->out);
-    ssmt_host m[4] = { f32_like(&a->final_angle_state), f32_like(&a->final_ssm_state), f32_like(&a->final_k_state),
-                       f32_like(&a->final_v_state) };
-    ssmt_host e[4] = { f32_like(&a->final_angle_state), f32_like(&a->final_ssm_state), f32_like(&a->final_k_state),
-                       f32_like(&a->final_v_state) };
+    ssmt_host          out = f32_like(&a->out), m[4], e[4];
+    const ssm_tensor * fin[4] = SSMT_M3_FINALS(*a);
+    ssmt_f32_alloc(m, fin, 4);
+    ssmt_f32_alloc(e, fin, 4);
     const int64_t        s1 = 27;
     ssm_mamba3_mimo_args p1 = slice_args(a, 0, s1, &out.t);
-    p1.final_angle_state = m[0].t, p1.final_ssm_state = m[1].t, p1.final_k_state = m[2].t, p1.final_v_state = m[3].t;
+    SSMT_M3_FINALS_TO(p1, m);
     TEST_CHECK_STATUS(ssm_mamba3_mimo(ctx_cpu[1], &g_params, &p1), SSM_STATUS_OK);
     ssm_mamba3_mimo_args p2 = slice_args(a, s1, cfg.seqlen - s1, &out.t);
-    p2.angle_state = m[0].t, p2.ssm_state = m[1].t, p2.k_state = m[2].t, p2.v_state = m[3].t;
-    p2.final_angle_state = e[0].t, p2.final_ssm_state = e[1].t, p2.final_k_state = e[2].t, p2.final_v_state = e[3].t;
+    SSMT_M3_STATES_FROM(p2, m);
+    SSMT_M3_FINALS_TO(p2, e);
     TEST_CHECK_STATUS(ssm_mamba3_mimo(ctx_cpu[3], &g_params, &p2), SSM_STATUS_OK);
-    ssmt_expect_close("split out", &out.t, &a->out, 1e-5);
-    expect_close_angle("split final_angle", &e[0].t, &a->final_angle_state);
-    ssmt_expect_close("split final_ssm", &e[1].t, &a->final_ssm_state, 1e-5);
-    ssmt_expect_close("split final_k", &e[2].t, &a->final_k_state, 1e-5);
-    ssmt_expect_close("split final_v", &e[3].t, &a->final_v_state, 1e-5);
+    const ssm_tensor * got[5] = { &out.t, &e[0].t, &e[1].t, &e[2].t, &e[3].t };
+    const ssm_tensor * want[5] = { &a->out, &a->final_angle_state, &a->final_ssm_state, &a->final_k_state,
+                                   &a->final_v_state };
+    ssmt_m3_expect_outs("split", got, want, 1e-5, expect_close_angle);
     ssmt_free(&out);
     for (int i = 0; i < 4; ++i) ssmt_free(&m[i]), ssmt_free(&e[i]);
     ssmt_mimo_problem_free(&pr);
@@ -380,9 +378,9 @@ static void test_varlen_vs_separate(ssmt_rng * rng) {
     g_params = pr.params;
     TEST_CHECK_STATUS(ssm_mamba3_mimo(ctx_cpu[2], &g_params, &pr.args), SSM_STATUS_OK);
     const ssm_mamba3_mimo_args * a = &pr.args;
-    ssmt_host out = f32_like(&a->out);
-    ssmt_host e[4] = { f32_like(&a->final_angle_state), f32_like(&a->final_ssm_state), f32_like(&a->final_k_state),
-                       f32_like(&a->final_v_state) };
+    ssmt_host          out = f32_like(&a->out), e[4];
+    const ssm_tensor * fin[4] = SSMT_M3_FINALS(*a);
+    ssmt_f32_alloc(e, fin, 4);
     const ssm_tensor * init[4] = { &a->angle_state, &a->ssm_state, &a->k_state, &a->v_state };
     int64_t t0 = 0;
     for (int s = 0; s < 5; ++s) {
@@ -402,11 +400,10 @@ static void test_varlen_vs_separate(ssmt_rng * rng) {
         TEST_CHECK_STATUS(ssm_mamba3_mimo(ctx_cpu[1], &g_params, &p), SSM_STATUS_OK);
         t0 += lens[s];
     }
-    ssmt_expect_close("varlen==separate out", &out.t, &a->out, 1e-5);
-    expect_close_angle("varlen==separate final_angle", &e[0].t, &a->final_angle_state);
-    ssmt_expect_close("varlen==separate final_ssm", &e[1].t, &a->final_ssm_state, 1e-5);
-    ssmt_expect_close("varlen==separate final_k", &e[2].t, &a->final_k_state, 1e-5);
-    ssmt_expect_close("varlen==separate final_v", &e[3].t, &a->final_v_state, 1e-5);
+    const ssm_tensor * got[5] = { &out.t, &e[0].t, &e[1].t, &e[2].t, &e[3].t };
+    const ssm_tensor * want[5] = { &a->out, &a->final_angle_state, &a->final_ssm_state, &a->final_k_state,
+                                   &a->final_v_state };
+    ssmt_m3_expect_outs("varlen==separate", got, want, 1e-5, expect_close_angle);
     ssmt_free(&out);
     for (int i = 0; i < 4; ++i) ssmt_free(&e[i]);
     ssmt_mimo_problem_free(&pr);

@@ -1,6 +1,7 @@
 /* fixtures.c — every public operator as a ready-to-run fixture; see fixtures.h. */
 #include "fixtures.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -694,9 +695,26 @@ int ssmt_fixture_diff(const ssmt_fixture * f, const void * saved) {
     return -1;
 }
 
+void ssmt_m3_expect_outs(const char * what, const ssm_tensor * const got[5], const ssm_tensor * const want[5], double tol,
+                         void (*angle_check)(const char * name, const ssm_tensor * y, const ssm_tensor * r)) {
+    static const char * const names[5] = {"out", "final_angle", "final_ssm", "final_k", "final_v"};
+    for (int i = 0; i < 5; ++i) {
+        char label[200];
+        snprintf(label, sizeof label, "%s %s", what, names[i]);
+        if (i == 1 && angle_check != NULL)
+            angle_check(label, got[i], want[i]);
+        else
+            ssmt_expect_close(label, got[i], want[i], tol);
+    }
+}
+
+void ssmt_f32_alloc(ssmt_host * h, const ssm_tensor * const * like, int n) {
+    for (int i = 0; i < n; ++i) h[i] = ssmt_alloc(SSM_DTYPE_F32, like[i]->ndim, like[i]->shape);
+}
+
 void ssmt_f32_pools(ssmt_host * pool, const ssm_tensor * const * like, const ssm_tensor * const * init, int n) {
+    ssmt_f32_alloc(pool, like, n);
     for (int i = 0; i < n; ++i) {
-        pool[i] = ssmt_alloc(SSM_DTYPE_F32, like[i]->ndim, like[i]->shape);
         if (init != NULL)
             ssmt_copy(&pool[i].t, init[i]);
         else

@@ -138,6 +138,26 @@ int ssmt_fixture_diff(const ssmt_fixture * f, const void * saved);
         (s).k_state = (s).final_k_state = (pool)[2].t, (s).v_state = (s).final_v_state = (pool)[3].t;         \
     } while (0)
 
+/* s reads its four initial states (angle, ssm, k, v) from h[0..3]. */
+#define SSMT_M3_STATES_FROM(s, h) \
+    ((s).angle_state = (h)[0].t, (s).ssm_state = (h)[1].t, (s).k_state = (h)[2].t, (s).v_state = (h)[3].t)
+
+/* s writes its four final states (angle, ssm, k, v) to h[0..3]. */
+#define SSMT_M3_FINALS_TO(s, h)                                                                  \
+    ((s).final_angle_state = (h)[0].t, (s).final_ssm_state = (h)[1].t, (s).final_k_state = (h)[2].t, \
+     (s).final_v_state = (h)[3].t)
+
+/* Initialiser of an array of the four final-state views of a (angle, ssm, k, v). */
+#define SSMT_M3_FINALS(a) {&(a).final_angle_state, &(a).final_ssm_state, &(a).final_k_state, &(a).final_v_state}
+
+/* ssmt_expect_close(tol) of got[i] vs want[i], labelled "<what> out", "<what> final_angle", "<what> final_ssm",
+ * "<what> final_k", "<what> final_v" in that order; the angle with angle_check instead where it is not NULL. */
+void ssmt_m3_expect_outs(const char * what, const ssm_tensor * const got[5], const ssm_tensor * const want[5], double tol,
+                         void (*angle_check)(const char * name, const ssm_tensor * y, const ssm_tensor * r));
+
+/* h[i]: an F32 tensor shaped like *like[i] (contents undefined). */
+void ssmt_f32_alloc(ssmt_host * h, const ssm_tensor * const * like, int n);
+
 /* pool[i]: an F32 tensor shaped like *like[i] holding a copy of *init[i], or zeros where init is NULL. */
 void ssmt_f32_pools(ssmt_host * pool, const ssm_tensor * const * like, const ssm_tensor * const * init, int n);
 
