@@ -45,6 +45,25 @@ static ssmt_mimo_config config(int64_t B, int64_t S, int64_t H, int64_t G, int64
     return c;
 }
 
+/* Switches of a case's config beyond config()'s sizes (the others keep ssmt_mimo_config_init's defaults). */
+enum {
+    PER_RANK = 1, NO_Z = 2, NO_D = 4, DIV2 = 8, FUSED = 16, NORM_WEIGHT = 32, STATES = 64, STRIDED = 128, I64 = 256
+};
+
+static ssmt_mimo_config with(ssmt_mimo_config c, unsigned f) {
+    c.reduce_o = f & PER_RANK ? 0 : c.reduce_o, c.has_z = f & NO_Z ? 0 : c.has_z, c.has_d = f & NO_D ? 0 : c.has_d;
+    c.div = f & DIV2 ? 2 : c.div, c.fused = f & FUSED ? 1 : c.fused;
+    c.has_norm_weight = f & NORM_WEIGHT ? 1 : c.has_norm_weight, c.has_states = f & STATES ? 1 : c.has_states;
+    c.strided = f & STRIDED ? 1 : c.strided, c.index_i64 = f & I64 ? 1 : c.index_i64;
+    return c;
+}
+
+/* c as varlen over the nseq lengths lens. */
+static ssmt_mimo_config varlen(ssmt_mimo_config c, int32_t nseq, const int64_t * lens) {
+    c.nseq = nseq, c.seqlens = lens;
+    return c;
+}
+
 /* ---- 1. stored vectors ------------------------------------------------------------------ */
 #define NIN 21
 static const char * const in_names[NIN] = {"q",      "k",      "v",       "adt",       "dt",        "trap",
@@ -191,35 +210,19 @@ static void run_fd(ssmt_rng * rng, const fd_case * fc) {
 
 static void finite_differences(ssmt_rng * rng) {
     static const int64_t lens[3] = {5, 0, 7};
-    fd_case              c[10];
-    int                  n = 0;
-    c[n] = (fd_case){"fd_reduced_z_d", config(1, 10, 2, 1, 2, 8, 4, 4, SSM_DTYPE_F64), 0};
-    ++n;
-    c[n] = (fd_case){"fd_nonreduced_noz_nod_div2", config(1, 9, 2, 2, 3, 8, 4, 3, SSM_DTYPE_F64), 0};
-    c[n].cfg.reduce_o = 0, c[n].cfg.has_z = 0, c[n].cfg.has_d = 0, c[n].cfg.div = 2;
-    ++n;
-    c[n] = (fd_case){"fd_nonreduced_z", config(1, 7, 2, 1, 2, 8, 4, 4, SSM_DTYPE_F64), 0};
-    c[n].cfg.reduce_o = 0;
-    ++n;
-    c[n] = (fd_case){"fd_reduced_noz", config(2, 6, 4, 2, 2, 8, 4, 4, SSM_DTYPE_F64), 0};
-    c[n].cfg.has_z = 0;
-    ++n;
-    c[n] = (fd_case){"fd_fused_weight", config(1, 9, 2, 1, 2, 8, 6, 4, SSM_DTYPE_F64), 0};
-    c[n].cfg.fused = 1, c[n].cfg.has_norm_weight = 1;
-    ++n;
-    c[n] = (fd_case){"fd_fused_noweight_gqa", config(1, 6, 4, 2, 1, 8, 4, 4, SSM_DTYPE_F64), 0};
-    c[n].cfg.fused = 1;
-    ++n;
-    c[n] = (fd_case){"fd_states_dfinal", config(2, 8, 2, 1, 2, 8, 4, 3, SSM_DTYPE_F64), 1};
-    c[n].cfg.has_states = 1;
-    ++n;
-    c[n] = (fd_case){"fd_varlen_empty", config(1, 0, 2, 1, 2, 8, 4, 4, SSM_DTYPE_F64), 1};
-    c[n].cfg.nseq = 3, c[n].cfg.seqlens = lens, c[n].cfg.has_states = 1;
-    ++n;
-    c[n] = (fd_case){"fd_varlen_nostates", config(1, 0, 2, 1, 2, 8, 4, 4, SSM_DTYPE_F64), 0};
-    c[n].cfg.nseq = 3, c[n].cfg.seqlens = lens;
-    ++n;
-    for (int i = 0; i < n; ++i) run_fd(rng, &c[i]);
+    const ssm_dtype      f64 = SSM_DTYPE_F64;
+    const fd_case        c[] = {
+        {"fd_reduced_z_d", config(1, 10, 2, 1, 2, 8, 4, 4, f64), 0},
+        {"fd_nonreduced_noz_nod_div2", with(config(1, 9, 2, 2, 3, 8, 4, 3, f64), PER_RANK | NO_Z | NO_D | DIV2), 0},
+        {"fd_nonreduced_z", with(config(1, 7, 2, 1, 2, 8, 4, 4, f64), PER_RANK), 0},
+        {"fd_reduced_noz", with(config(2, 6, 4, 2, 2, 8, 4, 4, f64), NO_Z), 0},
+        {"fd_fused_weight", with(config(1, 9, 2, 1, 2, 8, 6, 4, f64), FUSED | NORM_WEIGHT), 0},
+        {"fd_fused_noweight_gqa", with(config(1, 6, 4, 2, 1, 8, 4, 4, f64), FUSED), 0},
+        {"fd_states_dfinal", with(config(2, 8, 2, 1, 2, 8, 4, 3, f64), STATES), 1},
+        {"fd_varlen_empty", varlen(with(config(1, 0, 2, 1, 2, 8, 4, 4, f64), STATES), 3, lens), 1},
+        {"fd_varlen_nostates", varlen(config(1, 0, 2, 1, 2, 8, 4, 4, f64), 3, lens), 0},
+    };
+    for (size_t i = 0; i < sizeof c / sizeof c[0]; ++i) run_fd(rng, &c[i]);
 }
 
 /* ---- 3. CPU against the reference ------------------------------------------------------ */
@@ -270,49 +273,29 @@ static void cpu_against_reference(ssmt_rng * rng) {
             c[n] = (cpu_case){"seed_shape", config(1, 2 * sh[3], 2, 1, sh[2], sh[0], sh[1], sh[3], dt), 0, 0};
             ++n;
         }
-        /* the seed's tail shapes: S = 35 (H = 2), S = 13 (R = 3, C = 6), S = 20 (B = 2, H = 4, G = 2) */
-        c[n] = (cpu_case){"tail_s35", config(1, 35, 2, 1, 4, 64, 64, 16, dt), 0, 0};
-        ++n;
-        c[n] = (cpu_case){"tail_s13_r3", config(1, 13, 2, 1, 3, 64, 64, 6, dt), 0, 0};
-        ++n;
-        c[n] = (cpu_case){"tail_s20_b2_gqa", config(2, 20, 4, 2, 4, 32, 32, 8, dt), 0, 0};
-        ++n;
-        /* non-reduced with z, non-reduced without z or d, reduced without z */
-        c[n] = (cpu_case){"nonreduced_z_div2", config(1, 40, 2, 1, 2, 32, 16, 8, dt), 0, 0};
-        c[n].cfg.reduce_o = 0, c[n].cfg.div = 2;
-        ++n;
-        c[n] = (cpu_case){"nonreduced_plain", config(1, 45, 2, 2, 4, 32, 32, 16, dt), 0, 0};
-        c[n].cfg.reduce_o = 0, c[n].cfg.has_z = 0, c[n].cfg.has_d = 0;
-        ++n;
-        c[n] = (cpu_case){"reduced_noz_gqa", config(1, 33, 4, 1, 4, 32, 32, 16, dt), 0, 0};
-        c[n].cfg.has_z = 0;
-        ++n;
-        /* fused norm, with and without its weight */
-        c[n] = (cpu_case){"fused_weight", config(1, 50, 2, 1, 4, 32, 32, 16, dt), 0, 0};
-        c[n].cfg.fused = 1, c[n].cfg.has_norm_weight = 1;
-        ++n;
-        c[n] = (cpu_case){"fused_noweight", config(2, 21, 2, 2, 2, 16, 32, 8, dt), 0, 0};
-        c[n].cfg.fused = 1;
-        ++n;
-        /* several CPU chunks (64 rows each), initial states with dfinal */
-        c[n] = (cpu_case){"states_multichunk", config(2, 150, 4, 2, 2, 32, 32, 16, dt), 1, 0};
-        c[n].cfg.has_states = 1;
-        ++n;
-        /* varlen with an empty sequence, states, dfinal; and without states */
-        c[n] = (cpu_case){"varlen_states", config(1, 0, 4, 1, 4, 32, 16, 16, dt), 1, 0};
-        c[n].cfg.nseq = 4, c[n].cfg.seqlens = lens, c[n].cfg.has_states = 1;
-        ++n;
-        c[n] = (cpu_case){"varlen_nostates_i64", config(1, 0, 2, 1, 2, 16, 32, 8, dt), 0, 0};
-        c[n].cfg.nseq = 4, c[n].cfg.seqlens = lens, c[n].cfg.index_i64 = 1;
-        ++n;
-        /* strided views, states without dfinal */
-        c[n] = (cpu_case){"strided_states", config(2, 30, 4, 2, 2, 32, 16, 8, dt), 0, 0};
-        c[n].cfg.strided = 1, c[n].cfg.has_states = 1;
-        ++n;
-        /* only some outputs */
-        c[n] = (cpu_case){"some_outputs", config(1, 70, 4, 2, 4, 32, 32, 16, dt), 1, 1};
-        c[n].cfg.has_states = 1;
-        ++n;
+        const cpu_case more[] = {
+            /* the seed's tail shapes: S = 35 (H = 2), S = 13 (R = 3, C = 6), S = 20 (B = 2, H = 4, G = 2) */
+            {"tail_s35", config(1, 35, 2, 1, 4, 64, 64, 16, dt), 0, 0},
+            {"tail_s13_r3", config(1, 13, 2, 1, 3, 64, 64, 6, dt), 0, 0},
+            {"tail_s20_b2_gqa", config(2, 20, 4, 2, 4, 32, 32, 8, dt), 0, 0},
+            /* non-reduced with z, non-reduced without z or d, reduced without z */
+            {"nonreduced_z_div2", with(config(1, 40, 2, 1, 2, 32, 16, 8, dt), PER_RANK | DIV2), 0, 0},
+            {"nonreduced_plain", with(config(1, 45, 2, 2, 4, 32, 32, 16, dt), PER_RANK | NO_Z | NO_D), 0, 0},
+            {"reduced_noz_gqa", with(config(1, 33, 4, 1, 4, 32, 32, 16, dt), NO_Z), 0, 0},
+            /* fused norm, with and without its weight */
+            {"fused_weight", with(config(1, 50, 2, 1, 4, 32, 32, 16, dt), FUSED | NORM_WEIGHT), 0, 0},
+            {"fused_noweight", with(config(2, 21, 2, 2, 2, 16, 32, 8, dt), FUSED), 0, 0},
+            /* several CPU chunks (64 rows each), initial states with dfinal */
+            {"states_multichunk", with(config(2, 150, 4, 2, 2, 32, 32, 16, dt), STATES), 1, 0},
+            /* varlen with an empty sequence, states, dfinal; and without states */
+            {"varlen_states", varlen(with(config(1, 0, 4, 1, 4, 32, 16, 16, dt), STATES), 4, lens), 1, 0},
+            {"varlen_nostates_i64", varlen(with(config(1, 0, 2, 1, 2, 16, 32, 8, dt), I64), 4, lens), 0, 0},
+            /* strided views, states without dfinal */
+            {"strided_states", with(config(2, 30, 4, 2, 2, 32, 16, 8, dt), STRIDED | STATES), 0, 0},
+            /* only some outputs */
+            {"some_outputs", with(config(1, 70, 4, 2, 4, 32, 32, 16, dt), STATES), 1, 1},
+        };
+        for (size_t i = 0; i < sizeof more / sizeof more[0]; ++i) c[n++] = more[i];
         for (int i = 0; i < n; ++i) run_cpu(rng, &c[i]);
     }
 }
@@ -482,31 +465,18 @@ static void saved_results(ssmt_rng * rng) {
     const ssm_dtype      dtypes[2] = {SSM_DTYPE_F32, SSM_DTYPE_BF16};
     for (int di = 0; di < 2; ++di) {
         const ssm_dtype dt = dtypes[di];
-        cpu_case        c[8];
-        int             n = 0;
-        c[n] = (cpu_case){"saved_reduced_tail", config(1, 35, 2, 1, 4, 32, 32, 16, dt), 0, 0};
-        ++n;
-        c[n] = (cpu_case){"saved_per_rank_plain", config(2, 21, 4, 2, 2, 16, 24, 8, dt), 0, 0};
-        c[n].cfg.reduce_o = 0, c[n].cfg.has_z = 0;
-        ++n;
-        c[n] = (cpu_case){"saved_fused_states", config(1, 50, 2, 1, 4, 32, 32, 16, dt), 1, 0};
-        c[n].cfg.fused = 1, c[n].cfg.has_norm_weight = 1, c[n].cfg.has_states = 1;
-        ++n;
-        c[n] = (cpu_case){"saved_varlen", config(1, 0, 2, 1, 2, 16, 16, 8, dt), 0, 0};
-        c[n].cfg.nseq = 4, c[n].cfg.seqlens = lens;
-        ++n;
-        c[n] = (cpu_case){"saved_strided", config(2, 30, 4, 2, 2, 32, 16, 8, dt), 0, 0};
-        c[n].cfg.strided = 1;
-        ++n;
-        /* chunk_size = 64/R, the CPU backward's chunk: it reads the saved states (the cases above
-         * with R = 4 and chunk 16 do too; the others take the recompute) */
-        c[n] = (cpu_case){"saved_read_varlen", config(1, 0, 2, 1, 2, 16, 16, 32, dt), 1, 0};
-        c[n].cfg.nseq = 4, c[n].cfg.seqlens = lens, c[n].cfg.has_states = 1;
-        ++n;
-        c[n] = (cpu_case){"saved_read_strided", config(2, 40, 4, 2, 4, 32, 16, 16, dt), 0, 0};
-        c[n].cfg.strided = 1;
-        ++n;
-        for (int i = 0; i < n; ++i) run_saved(rng, &c[i]);
+        const cpu_case  c[] = {
+            {"saved_reduced_tail", config(1, 35, 2, 1, 4, 32, 32, 16, dt), 0, 0},
+            {"saved_per_rank_plain", with(config(2, 21, 4, 2, 2, 16, 24, 8, dt), PER_RANK | NO_Z), 0, 0},
+            {"saved_fused_states", with(config(1, 50, 2, 1, 4, 32, 32, 16, dt), FUSED | NORM_WEIGHT | STATES), 1, 0},
+            {"saved_varlen", varlen(config(1, 0, 2, 1, 2, 16, 16, 8, dt), 4, lens), 0, 0},
+            {"saved_strided", with(config(2, 30, 4, 2, 2, 32, 16, 8, dt), STRIDED), 0, 0},
+            /* chunk_size = 64/R, the CPU backward's chunk: it reads the saved states (the cases above
+             * with R = 4 and chunk 16 do too; the others take the recompute) */
+            {"saved_read_varlen", varlen(with(config(1, 0, 2, 1, 2, 16, 16, 32, dt), STATES), 4, lens), 1, 0},
+            {"saved_read_strided", with(config(2, 40, 4, 2, 4, 32, 16, 16, dt), STRIDED), 0, 0},
+        };
+        for (size_t i = 0; i < sizeof c / sizeof c[0]; ++i) run_saved(rng, &c[i]);
     }
 }
 
