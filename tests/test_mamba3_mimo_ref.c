@@ -139,14 +139,18 @@ static void params_of(const ssmt_bag * g, ssm_mamba3_mimo_params * p) {
 static const char * const k_fwd_outs[5] = {"out", "final_angle_state", "final_ssm_state", "final_k_state",
                                            "final_v_state"};
 
+/* The five outputs of case g, shaped like its stored ones, in the order of k_fwd_outs. */
+static void fwd_outs_like(const ssmt_bag * g, ssmt_host o[5]) {
+    for (int i = 0; i < 5; ++i) o[i] = out_like(g, k_fwd_outs[i]);
+}
+
 /* The status st of op on case `name` (a counted check), then, when it is OK, each stored output
- * against *o[i]; the outputs are freed. */
-static void check_fwd_outs(const ssmt_bag * g, const char * op, const char * name, ssm_status st,
-                           ssmt_host * const o[5]) {
+ * against o[i]; the outputs are freed. */
+static void check_fwd_outs(const ssmt_bag * g, const char * op, const char * name, ssm_status st, ssmt_host o[5]) {
     TEST_CHECK(st == SSM_STATUS_OK, "%s/%s: %s (%s)", op, name, ssm_status_string(st), ssm_context_last_error(g_ref));
     for (int i = 0; i < 5; ++i) {
-        if (st == SSM_STATUS_OK) compare_out(g, op, k_fwd_outs[i], o[i], DATA_TOL);
-        ssmt_free(o[i]);
+        if (st == SSM_STATUS_OK) compare_out(g, op, k_fwd_outs[i], &o[i], DATA_TOL);
+        ssmt_free(&o[i]);
     }
 }
 
@@ -161,16 +165,11 @@ static void data_forward(const char * name) {
     if (ssmt_bag_load(&g, "mamba3_mimo", name, list, input_dtype, NULL) != 0) return;
     ssm_mamba3_mimo_params p;
     params_of(&g, &p);
-    ssmt_host out = out_like(&g, "out"), fa = out_like(&g, "final_angle_state"), fs = out_like(&g, "final_ssm_state");
-    ssmt_host fk = out_like(&g, "final_k_state"), fv = out_like(&g, "final_v_state");
+    ssmt_host o[5];
+    fwd_outs_like(&g, o);
     ssm_mamba3_mimo_args a = {MIMO_BAG_INPUTS(&g),
                               .cu_seqlens = bag(&g, "cu_seqlens"),
-                              .out = out.t,
-                              .final_angle_state = fa.t,
-                              .final_ssm_state = fs.t,
-                              .final_k_state = fk.t,
-                              .final_v_state = fv.t};
-    ssmt_host * const o[5] = {&out, &fa, &fs, &fk, &fv};
+                              SSMT_M3_OUTS_FROM(o)};
     check_fwd_outs(&g, "mamba3_mimo", name, ssm_mamba3_mimo(g_ref, &p, &a), o);
     ssmt_bag_free(&g);
 }
@@ -239,15 +238,10 @@ static void data_step(const char * name) {
     if (ssmt_bag_load(&g, "mamba3_mimo_step", name, list, input_dtype, NULL) != 0) return;
     ssm_mamba3_mimo_params p;
     params_of(&g, &p);
-    ssmt_host out = out_like(&g, "out"), fa = out_like(&g, "final_angle_state"), fs = out_like(&g, "final_ssm_state");
-    ssmt_host fk = out_like(&g, "final_k_state"), fv = out_like(&g, "final_v_state");
+    ssmt_host o[5];
+    fwd_outs_like(&g, o);
     ssm_mamba3_mimo_step_args a = {MIMO_BAG_INPUTS(&g),
-                                   .out = out.t,
-                                   .final_angle_state = fa.t,
-                                   .final_ssm_state = fs.t,
-                                   .final_k_state = fk.t,
-                                   .final_v_state = fv.t};
-    ssmt_host * const o[5] = {&out, &fa, &fs, &fk, &fv};
+                                   SSMT_M3_OUTS_FROM(o)};
     check_fwd_outs(&g, "mamba3_mimo_step", name, ssm_mamba3_mimo_step(g_ref, &p, &a), o);
     ssmt_bag_free(&g);
 }

@@ -105,6 +105,20 @@ static void data_angle_cumsum(const char * name, ssm_dtype idx) {
 static const char * const k_siso_inputs[] = {SSMT_M3_INPUT_NAMES, "angle_state", "ssm_state", "k_state", "v_state",
                                              "cu_seqlens"};
 
+/* The bag list of a case: k_siso_inputs, extra[0..nextra), then "want:<outs[i]>" for i < nouts (spelled in
+ * keys); NULL-terminated. */
+static void case_list(const char ** list, char (*keys)[40], const char * const * extra, int nextra,
+                      const char * const * outs, int nouts) {
+    int n = 0;
+    for (size_t i = 0; i < sizeof k_siso_inputs / sizeof k_siso_inputs[0]; ++i) list[n++] = k_siso_inputs[i];
+    for (int i = 0; i < nextra; ++i) list[n++] = extra[i];
+    for (int i = 0; i < nouts; ++i) {
+        snprintf(keys[i], sizeof keys[i], "want:%s", outs[i]);
+        list[n++] = keys[i];
+    }
+    list[n] = NULL;
+}
+
 static void data_siso_fwd(const char * name, ssm_dtype idx) {
     static const char * const list[] = {SSMT_M3_INPUT_NAMES,    "ssm_state",  "k_state", "v_state", "cu_seqlens",
                                         "want:out",             "want:final_ssm_state", "want:final_k_state",
@@ -145,17 +159,11 @@ static ssm_mamba3_siso_args siso_args_from(const ssmt_bag * g) {
 }
 
 static void data_siso(const char * name, ssm_dtype idx) {
-    const char * list[40];
-    int          n = 0;
-    for (size_t i = 0; i < sizeof k_siso_inputs / sizeof k_siso_inputs[0]; ++i) list[n++] = k_siso_inputs[i];
     static const char * const outs[] = {"out", "final_angle_state", "final_ssm_state", "final_k_state",
                                         "final_v_state"};
+    const char *              list[40];
     char                      keys[5][40];
-    for (int i = 0; i < 5; ++i) {
-        snprintf(keys[i], sizeof keys[i], "want:%s", outs[i]);
-        list[n++] = keys[i];
-    }
-    list[n] = NULL;
+    case_list(list, keys, NULL, 0, outs, 5);
     ssmt_bag g;
     if (ssmt_bag_load(&g, "mamba3_siso", name, list, input_dtype, &idx) != 0) return;
     ssm_mamba3_params p;
@@ -164,10 +172,7 @@ static void data_siso(const char * name, ssm_dtype idx) {
     for (int i = 0; i < 5; ++i) o[i] = out_like(&g, outs[i]);
     ssm_mamba3_siso_args a = siso_args_from(&g);
     a.out = o[0].t;
-    a.final_angle_state = o[1].t;
-    a.final_ssm_state = o[2].t;
-    a.final_k_state = o[3].t;
-    a.final_v_state = o[4].t;
+    SSMT_M3_FINALS_TO(a, o + 1);
     TEST_CHECK_STATUS(ssm_mamba3_siso(g_ref, &p, &a), SSM_STATUS_OK);
     for (int i = 0; i < 5; ++i) compare_out(&g, "siso", outs[i], &o[i]);
     /* the recurrent reference must match the stored outputs as well */
@@ -233,18 +238,11 @@ static ssm_mamba3_siso_bwd_args bwd_from_siso(const ssm_mamba3_siso_args * s) {
 }
 
 static void data_siso_bwd(const char * name, ssm_dtype idx) {
-    const char * list[48];
-    int          n = 0;
-    for (size_t i = 0; i < sizeof k_siso_inputs / sizeof k_siso_inputs[0]; ++i) list[n++] = k_siso_inputs[i];
     static const char * const gin[] = {"dout", "dfinal_angle_state", "dfinal_ssm_state", "dfinal_k_state",
                                        "dfinal_v_state"};
-    for (int i = 0; i < 5; ++i) list[n++] = gin[i];
-    char keys[N_BWD_OUTS][40];
-    for (int i = 0; i < N_BWD_OUTS; ++i) {
-        snprintf(keys[i], sizeof keys[i], "want:%s", k_bwd_outs[i]);
-        list[n++] = keys[i];
-    }
-    list[n] = NULL;
+    const char *              list[48];
+    char                      keys[N_BWD_OUTS][40];
+    case_list(list, keys, gin, 5, k_bwd_outs, N_BWD_OUTS);
     ssmt_bag g;
     if (ssmt_bag_load(&g, "mamba3_siso_bwd", name, list, input_dtype, &idx) != 0) return;
     ssm_mamba3_params p;
@@ -290,11 +288,7 @@ static void data_step(const char * name) {
                                    .ssm_state = bag(&g, "ssm_state"),
                                    .k_state = bag(&g, "k_state"),
                                    .v_state = bag(&g, "v_state"),
-                                   .out = o[0].t,
-                                   .final_angle_state = o[1].t,
-                                   .final_ssm_state = o[2].t,
-                                   .final_k_state = o[3].t,
-                                   .final_v_state = o[4].t};
+                                   SSMT_M3_OUTS_FROM(o)};
     TEST_CHECK_STATUS(ssm_mamba3_siso_step(g_ref, &p, &a), SSM_STATUS_OK);
     for (int i = 0; i < 5; ++i) compare_out(&g, "siso_step", outs[i], &o[i]);
     for (int i = 0; i < 5; ++i) ssmt_free(&o[i]);

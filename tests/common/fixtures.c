@@ -695,8 +695,8 @@ int ssmt_fixture_diff(const ssmt_fixture * f, const void * saved) {
     return -1;
 }
 
-void ssmt_m3_expect_outs(const char * what, const ssm_tensor * const got[5], const ssm_tensor * const want[5], double tol,
-                         void (*angle_check)(const char * name, const ssm_tensor * y, const ssm_tensor * r)) {
+void ssmt_m3_expect_outs(const char * what, const ssm_tensor * const got[5], const ssm_tensor * const want[5],
+                         double tol, void (*angle_check)(const char *, const ssm_tensor *, const ssm_tensor *)) {
     static const char * const names[5] = {"out", "final_angle", "final_ssm", "final_k", "final_v"};
     for (int i = 0; i < 5; ++i) {
         char label[200];

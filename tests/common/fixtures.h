@@ -121,6 +121,12 @@ int ssmt_fixture_diff(const ssmt_fixture * f, const void * saved);
     .q_bias = ssmt_bag_get(g, "q_bias"), .k_bias = ssmt_bag_get(g, "k_bias"),                                 \
     .angles = ssmt_bag_get(g, "angles"), .d = ssmt_bag_get(g, "d"), .z = ssmt_bag_get(g, "z")
 
+/* Designated initialisers of the five forward or step outputs from o[0..4]: out, then the final angle, ssm, k and
+ * v states. */
+#define SSMT_M3_OUTS_FROM(o)                                                                                  \
+    .out = (o)[0].t, .final_angle_state = (o)[1].t, .final_ssm_state = (o)[2].t, .final_k_state = (o)[3].t,   \
+    .final_v_state = (o)[4].t
+
 /* Step args s get forward args a's token t: q, k, v, z, angles picked along dim 1, adt, dt, trap along dim 2;
  * q_bias, k_bias and d as they are. */
 #define SSMT_M3_STEP_AT(s, a, t)                                                                              \
@@ -152,8 +158,8 @@ int ssmt_fixture_diff(const ssmt_fixture * f, const void * saved);
 
 /* ssmt_expect_close(tol) of got[i] vs want[i], labelled "<what> out", "<what> final_angle", "<what> final_ssm",
  * "<what> final_k", "<what> final_v" in that order; the angle with angle_check instead where it is not NULL. */
-void ssmt_m3_expect_outs(const char * what, const ssm_tensor * const got[5], const ssm_tensor * const want[5], double tol,
-                         void (*angle_check)(const char * name, const ssm_tensor * y, const ssm_tensor * r));
+void ssmt_m3_expect_outs(const char * what, const ssm_tensor * const got[5], const ssm_tensor * const want[5],
+                         double tol, void (*angle_check)(const char *, const ssm_tensor *, const ssm_tensor *));
 
 /* h[i]: an F32 tensor shaped like *like[i] (contents undefined). */
 void ssmt_f32_alloc(ssmt_host * h, const ssm_tensor * const * like, int n);
