@@ -258,24 +258,31 @@ static void chained_vs_recurrent(int iter, ssmt_rng * rng) {
 
 /* ---- (c) the five public ops == scan ------------------------------------------------------ */
 
-static void five_ops_vs_scan(ssmt_rng * rng, int with_seq) {
+/* The config of (c)-(e): z, dt_bias, dt_softplus and final states on, F64 outputs; d_mode and the
+ * initial states as given. */
+static ssmt_mamba2_config full_config(int32_t d_mode, int32_t has_initial) {
     ssmt_mamba2_config cfg;
     ssmt_mamba2_config_init(&cfg);
+    cfg.d_mode = d_mode, cfg.has_initial = has_initial, cfg.out_dtype = SSM_DTYPE_F64;
+    cfg.has_z = 1, cfg.has_dt_bias = 1, cfg.dt_softplus = 1, cfg.has_final = 1;
+    return cfg;
+}
+
+/* Params with chunk size Q and dt_softplus (as full_config's problems are drawn). */
+static ssm_mamba2_params softplus_params(int64_t Q) {
+    ssm_mamba2_params p;
+    ssm_mamba2_params_init(&p);
+    p.chunk_size = Q, p.dt_softplus = 1;
+    return p;
+}
+
+static void five_ops_vs_scan(ssmt_rng * rng, int with_seq) {
+    ssmt_mamba2_config cfg = full_config(2, 1);
     cfg.batch = 2;
     cfg.seqlen = 45;
     cfg.ngroups = 2;
-    cfg.d_mode = 2;
-    cfg.has_z = 1;
-    cfg.has_dt_bias = 1;
-    cfg.dt_softplus = 1;
-    cfg.has_initial = 1;
-    cfg.has_final = 1;
-    cfg.out_dtype = SSM_DTYPE_F64;
     cfg.seq_segments = with_seq ? 3 : 0;
-    ssm_mamba2_params p;
-    ssm_mamba2_params_init(&p);
-    p.chunk_size = 16;
-    p.dt_softplus = 1;
+    const ssm_mamba2_params p = softplus_params(16);
     ssmt_mamba2_problem pr;
     if (ssmt_mamba2_random_args(rng, &cfg, &pr) != 0) return;
     const ssm_mamba2_scan_args * a = &pr.args;
@@ -337,20 +344,9 @@ static void five_ops_vs_scan(ssmt_rng * rng, int with_seq) {
 /* ---- (d) split == one call ---------------------------------------------------------------- */
 
 static void split_vs_one(ssmt_rng * rng, int64_t S, int64_t split, int64_t Q) {
-    ssmt_mamba2_config cfg;
-    ssmt_mamba2_config_init(&cfg);
+    ssmt_mamba2_config cfg = full_config(1, 1);
     cfg.seqlen = S;
-    cfg.d_mode = 1;
-    cfg.has_z = 1;
-    cfg.has_dt_bias = 1;
-    cfg.dt_softplus = 1;
-    cfg.has_initial = 1;
-    cfg.has_final = 1;
-    cfg.out_dtype = SSM_DTYPE_F64;
-    ssm_mamba2_params p;
-    ssm_mamba2_params_init(&p);
-    p.chunk_size = Q;
-    p.dt_softplus = 1;
+    const ssm_mamba2_params p = softplus_params(Q);
     ssmt_mamba2_problem pr;
     if (ssmt_mamba2_random_args(rng, &cfg, &pr) != 0) return;
     TEST_CHECK_STATUS(ssm_mamba2_scan(g_ref, &p, &pr.args, NULL, 0), SSM_STATUS_OK);
@@ -388,21 +384,10 @@ static void split_vs_one(ssmt_rng * rng, int64_t S, int64_t split, int64_t Q) {
 static void varlen_vs_separate(ssmt_rng * rng, int with_initial) {
     static const int64_t lens[] = {5, 0, 37, 16, 0, 1};
     const int            nseq = 6;
-    ssmt_mamba2_config   cfg;
-    ssmt_mamba2_config_init(&cfg);
+    ssmt_mamba2_config   cfg = full_config(2, with_initial);
     cfg.nseq = nseq;
     cfg.seqlens = lens;
-    cfg.d_mode = 2;
-    cfg.has_z = 1;
-    cfg.has_dt_bias = 1;
-    cfg.dt_softplus = 1;
-    cfg.has_initial = with_initial;
-    cfg.has_final = 1;
-    cfg.out_dtype = SSM_DTYPE_F64;
-    ssm_mamba2_params p;
-    ssm_mamba2_params_init(&p);
-    p.chunk_size = 16;
-    p.dt_softplus = 1;
+    const ssm_mamba2_params p = softplus_params(16);
     ssmt_mamba2_problem pr;
     if (ssmt_mamba2_random_args(rng, &cfg, &pr) != 0) return;
     TEST_CHECK_STATUS(ssm_mamba2_scan(g_ref, &p, &pr.args, NULL, 0), SSM_STATUS_OK);
