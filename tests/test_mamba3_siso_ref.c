@@ -604,6 +604,24 @@ static void prob_outs(const ssmt_mamba3_problem * pr, const ssm_tensor * o[5]) {
 static const char * const k_fwd_names[5] = {"out", "final_angle_state", "final_ssm_state", "final_k_state",
                                             "final_v_state"};
 
+/* ref[i] = an F64 copy of *o[i], then o[i] poisoned for a second computation into it. */
+static void keep_and_poison(const ssm_tensor * const o[5], ssmt_host ref[5]) {
+    for (int i = 0; i < 5; ++i) {
+        ref[i] = ssmt_clone(o[i], SSM_DTYPE_F64);
+        ssmt_poison(o[i]);
+    }
+}
+
+/* Each *o[i] against ref[i] within EXACT_TOL, labelled "<what> <output name>"; ref is freed. */
+static void check_and_free(const char * what, const ssm_tensor * const o[5], ssmt_host ref[5]) {
+    for (int i = 0; i < 5; ++i) {
+        char label[200];
+        snprintf(label, sizeof label, "%s %s", what, k_fwd_names[i]);
+        ssmt_check_tol(label, o[i], &ref[i].t, EXACT_TOL);
+        ssmt_free(&ref[i]);
+    }
+}
+
 /* ---- (c) chunked == recurrent ------------------------------------------------------------ */
 
 static void chunked_vs_recurrent(const char * name, const ssmt_mamba3_config * cfg) {
@@ -618,18 +636,12 @@ static void chunked_vs_recurrent(const char * name, const ssmt_mamba3_config * c
     const ssm_tensor * o[5];
     prob_outs(&pr, o);
     ssmt_host ref[5];
-    for (int i = 0; i < 5; ++i) {
-        ref[i] = ssmt_clone(o[i], SSM_DTYPE_F64);
-        ssmt_poison(o[i]);
-    }
+    keep_and_poison(o, ref);
     const ssmi_mamba3_dims d = siso_dims(&pr.args, p.chunk_size);
     TEST_CHECK_STATUS(ssmi_ref_mamba3_siso_recurrent(NULL, &p, &d, &pr.args), SSM_STATUS_OK);
-    for (int i = 0; i < 5; ++i) {
-        char label[160];
-        snprintf(label, sizeof label, "recurrent %s %s", name, k_fwd_names[i]);
-        ssmt_check_tol(label, o[i], &ref[i].t, EXACT_TOL);
-        ssmt_free(&ref[i]);
-    }
+    char what[160];
+    snprintf(what, sizeof what, "recurrent %s", name);
+    check_and_free(what, o, ref);
     ssmt_mamba3_problem_free(&pr);
 }
 
@@ -741,30 +753,16 @@ static void test_split(void) {
     const ssm_tensor * o[5];
     prob_outs(&pr, o);
     ssmt_host ref[5], mid[4];
-    for (int i = 0; i < 5; ++i) {
-        ref[i] = ssmt_clone(o[i], SSM_DTYPE_F64);
-        ssmt_poison(o[i]);
-    }
+    keep_and_poison(o, ref);
     for (int i = 0; i < 4; ++i) mid[i] = ssmt_alloc(SSM_DTYPE_F64, o[i + 1]->ndim, o[i + 1]->shape);
     const int64_t        cut = 13;
     ssm_mamba3_siso_args a1 = token_slice(&pr.args, 0, cut);
-    a1.final_angle_state = mid[0].t;
-    a1.final_ssm_state = mid[1].t;
-    a1.final_k_state = mid[2].t;
-    a1.final_v_state = mid[3].t;
+    SSMT_M3_FINALS_TO(a1, mid);
     TEST_CHECK_STATUS(ssm_mamba3_siso(g_ref, &p, &a1), SSM_STATUS_OK);
     ssm_mamba3_siso_args a2 = token_slice(&pr.args, cut, c.seqlen - cut);
-    a2.angle_state = mid[0].t;
-    a2.ssm_state = mid[1].t;
-    a2.k_state = mid[2].t;
-    a2.v_state = mid[3].t;
+    SSMT_M3_STATES_FROM(a2, mid);
     TEST_CHECK_STATUS(ssm_mamba3_siso(g_ref, &p, &a2), SSM_STATUS_OK);
-    for (int i = 0; i < 5; ++i) {
-        char label[120];
-        snprintf(label, sizeof label, "split 13+18 == one call %s", k_fwd_names[i]);
-        ssmt_check_tol(label, o[i], &ref[i].t, EXACT_TOL);
-        ssmt_free(&ref[i]);
-    }
+    check_and_free("split 13+18 == one call", o, ref);
     for (int i = 0; i < 4; ++i) ssmt_free(&mid[i]);
     ssmt_mamba3_problem_free(&pr);
 }
@@ -786,10 +784,7 @@ static void test_varlen(void) {
     const ssm_tensor * o[5];
     prob_outs(&pr, o);
     ssmt_host ref[5];
-    for (int i = 0; i < 5; ++i) {
-        ref[i] = ssmt_clone(o[i], SSM_DTYPE_F64);
-        ssmt_poison(o[i]);
-    }
+    keep_and_poison(o, ref);
     /* the empty sequence (index 1): all four final states equal the initial ones exactly */
     const ssm_tensor ins[4] = {pr.args.angle_state, pr.args.ssm_state, pr.args.k_state, pr.args.v_state};
     for (int i = 0; i < 4; ++i) {
@@ -813,12 +808,7 @@ static void test_varlen(void) {
         TEST_CHECK_STATUS(ssm_mamba3_siso(g_ref, &p, &a), SSM_STATUS_OK);
         t0 += lens[s];
     }
-    for (int i = 0; i < 5; ++i) {
-        char label[120];
-        snprintf(label, sizeof label, "varlen == separate calls %s", k_fwd_names[i]);
-        ssmt_check_tol(label, o[i], &ref[i].t, EXACT_TOL);
-        ssmt_free(&ref[i]);
-    }
+    check_and_free("varlen == separate calls", o, ref);
     ssmt_mamba3_problem_free(&pr);
 }
 
