@@ -239,7 +239,9 @@ void ssmt_bufset_add(ssmt_bufset * s, ssmt_host * h) {
 }
 
 void ssmt_bufset_add_members(ssmt_bufset * s, ssmt_host * first, ssmt_host * last) {
-    for (ssmt_host * h = first; h <= last; ++h) ssmt_bufset_add(s, h);
+    /* Walked as bytes of the enclosing struct: members of one type lie sizeof apart, while
+     * ssmt_host pointer arithmetic past `first` would leave the one-element object it points to. */
+    for (char * p = (char *)first; p <= (char *)last; p += sizeof(ssmt_host)) ssmt_bufset_add(s, (ssmt_host *)p);
 }
 
 void ssmt_bufset_snapshot(const ssmt_bufset * s, void ** snaps) {

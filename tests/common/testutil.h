@@ -201,7 +201,7 @@ typedef struct ssmt_bufset {
 } ssmt_bufset;
 /* Adds h unless it has no buffer (absent) or the set is full. */
 void ssmt_bufset_add(ssmt_bufset * s, ssmt_host * h);
-/* Adds first, first + 1, ..., last in order: consecutive ssmt_host members of one struct. */
+/* Adds the members first .. last of one struct in order, all of them ssmt_host (a run of members). */
 void ssmt_bufset_add_members(ssmt_bufset * s, ssmt_host * first, ssmt_host * last);
 /* Snapshots of every buffer of s into snaps[0 .. s->n). */
 void ssmt_bufset_snapshot(const ssmt_bufset * s, void ** snaps);
