@@ -36,9 +36,13 @@ sum=$out/summary.txt
 : >"$sum"
 say() { echo "$*" | tee -a "$sum"; }
 is_patch() { case "$1" in *.patch | *.diff) return 0 ;; esac; return 1; }
-# patch_in DIR PATCH [-R]: the patch applied (reversed with -R) in DIR, by git apply or patch
+# patch_in DIR PATCH [-R]: the patch applied (reversed with -R) in DIR, by git apply or patch; git
+# is kept from finding a repository above DIR (inside one, git apply skips every path outside the
+# current folder and still succeeds, so a tree under this checkout would get nothing applied)
 patch_in() {
-    if command -v git >/dev/null 2>&1; then (cd "$1" && git apply ${3:+"$3"} "$2"); else (cd "$1" && patch -p1 ${3:+"$3"} <"$2"); fi
+    if command -v git >/dev/null 2>&1; then
+        (cd "$1" && GIT_CEILING_DIRECTORIES=$(dirname "$(pwd)") git apply ${3:+"$3"} "$2")
+    else (cd "$1" && patch -p1 ${3:+"$3"} <"$2"); fi
 }
 names=() dirs=() patches=()
 for t in "$@"; do
@@ -153,7 +157,7 @@ for name in ${SSMOPS_TREES_TRAIN:-}; do
     (cd "$src" && PYTHONPATH=python:.upstream SSMOPS_LIBRARY="$src/build-tree-$name/libssmops.so" \
         timeout 400 python3 gpu/bench_train.py $train) >"$out/train-$name.log" 2>&1
     say "bench_train $name rc=$? ($train):"
-    grep -vE '^\s*$' "$out/train-$name.log" | tail -12 | tee -a "$sum"
+    grep -E 'median|speedup|peak|rror' "$out/train-$name.log" | tee -a "$sum"
 done
 checks=${SSMOPS_TREES_CHECKS:-"mamba2_scan_bwd --backend cuda --dtype bf16 --out-dtype f32 --shape B=1,S=333,H=2,P=72,N=40,G=1,chunk=64 --param nseq=2,has_d=1,has_z=1,has_init=1,has_dfinal=1;mamba2_scan_bwd --backend cuda --dtype bf16 --out-dtype f32 --shape B=2,S=200,H=4,P=64,N=128,G=2,chunk=64 --param has_d=1,has_z=1,has_init=1,has_dfinal=1"}
 for name in ${SSMOPS_TREES_SANITIZE:-}; do

@@ -81,7 +81,7 @@ struct bw_args {
     int       has_z, has_d, d2, has_bias, want_dz, want_db, want_dc;
     /* dB and dC of a (token, group) are the sum of `parts` fp32 parts in dbh/dch (the group's
      * heads, R of them, in the per-head chunk kernels; its slices of heads, nslices, in the plane
-     * kernel), added up in part order by group_sum_kernel (parts = 0, no heads: zeros); with
+     * kernel), added up in part order by bwd_sums_kernel (parts = 0, no heads: zeros); with
      * parts = 1 the chunk kernel writes db/dc itself */
     int       parts;
     int       slice, nslices; /* the plane kernel: heads per block, blocks per (chunk, group) */

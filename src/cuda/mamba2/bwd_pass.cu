@@ -152,10 +152,9 @@ __global__ void __launch_bounds__(kPass4Threads) state_pass4_kernel(bw_args a) {
         }
 }
 
-/* dB and dC of every (token, group, n): the group's parts (bw_args.parts) summed in part order. */
-__global__ void group_sum_kernel(bw_args a) {
+/* dB and dC of (token, group, n) element e: the group's parts (bw_args.parts) summed in part order. */
+__device__ __forceinline__ void group_sum(const bw_args & a, long long e) {
     const long long GN = (long long)a.G * a.N;
-    const long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (e >= a.tokens * GN) return;
     const long long t = e / GN;
     const int       g = (int)((e % GN) / a.N), n = (int)(e % a.N);
@@ -172,16 +171,16 @@ __global__ void group_sum_kernel(bw_args a) {
     }
 }
 
-/* One block per head: dA, ddt_bias and dD from the (chunk, head) partials, chunks in order, in
+/* Head h's dA, ddt_bias and dD from the (chunk, head) partials (a whole block), chunks in order, in
  * float64: a thread per channel sums its dD partials (kReduceBatch chunks' loads in flight, then
  * their adds in order); a 1-D dD then sums the P channel sums in channel order (thread 0, from
  * shared memory). dA and ddt_bias: the block loads a batch of chunks' partials into shared memory
  * (a thread each), thread 0 adds them in chunk order. */
 constexpr int kReduceBatch = 16;
-__global__ void reduce_kernel(bw_args a) {
+__device__ __forceinline__ void reduce_head(const bw_args & a, int h) {
     __shared__ double chan[kThreads];
     __shared__ float  pa[kThreads], pb[kThreads];
-    const int h = blockIdx.x, tid = threadIdx.x;
+    const int tid = threadIdx.x;
     double    all = 0.0; /* thread 0: the channel sums, in channel order */
     for (int p0 = 0; p0 < a.P && a.dd.p != NULL; p0 += blockDim.x) {
         const int p = p0 + tid;
@@ -221,6 +220,16 @@ __global__ void reduce_kernel(bw_args a) {
     if (a.dd.p != NULL && !a.d2) store_sum(a.dd, (long long)h * a.dd.s[0], all);
 }
 
+/* Step 7 in one launch: blocks [0, nred) reduce head blockIdx.x (nred = H where dA, ddt_bias or
+ * dD is wanted, else 0), the rest sum the dB/dC parts (where there are parts to sum), kThreads
+ * elements each. The heads' blocks come first so they are dispatched first: their chains of
+ * dependent loads and float64 adds then run beside the bandwidth-bound part sums instead of after
+ * them. */
+__global__ void __launch_bounds__(kThreads) bwd_sums_kernel(bw_args a, int nred) {
+    if ((int)blockIdx.x < nred) reduce_head(a, (int)blockIdx.x);
+    else group_sum(a, ((long long)blockIdx.x - nred) * kThreads + threadIdx.x);
+}
+
 /* A (segment, head of the batch, element group) grid launch: fn4 (4 elements per thread) where
  * P·N % 4 = 0, else fn1 (one). */
 ssm_status launch_segment_grid(ssm_context * ctx, const char * op, const char * name, void (*fn4)(bw_args),
@@ -246,16 +255,12 @@ ssm_status launch_state_grad_pass(ssm_context * ctx, const char * op, const bw_a
 }
 
 ssm_status launch_bwd_reduce(ssm_context * ctx, const char * op, const bw_args & a) {
-    const cudaStream_t s = ssmi_cuda_stream(ctx);
-    const long long    n = a.tokens * a.G * a.N;
-    if ((a.parts != 1 || a.sparts) && (a.want_db || a.want_dc) && n > 0) {
-        group_sum_kernel<<<(unsigned)((n + kThreads - 1) / kThreads), kThreads, 0, s>>>(a);
-        SSMI_CU_CHECK_LAUNCH(ctx, op, "group_sum_kernel");
-    }
-    if (a.H > 0 && (a.da.p != NULL || a.dbias.p != NULL || a.dd.p != NULL)) {
-        reduce_kernel<<<(unsigned)a.H, kThreads, 0, s>>>(a);
-        SSMI_CU_CHECK_LAUNCH(ctx, op, "reduce_kernel");
-    }
+    const long long n = a.tokens * a.G * a.N;
+    const long long sums = (a.parts != 1 || a.sparts) && (a.want_db || a.want_dc) && n > 0 ? (n + kThreads - 1) / kThreads : 0;
+    const int       nred = a.H > 0 && (a.da.p != NULL || a.dbias.p != NULL || a.dd.p != NULL) ? a.H : 0;
+    if (sums + nred == 0) return SSM_STATUS_OK;
+    bwd_sums_kernel<<<(unsigned)(sums + nred), kThreads, 0, ssmi_cuda_stream(ctx)>>>(a, nred);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "bwd_sums_kernel");
     return SSM_STATUS_OK;
 }
 
