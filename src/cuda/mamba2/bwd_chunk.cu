@@ -39,9 +39,9 @@ __device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162flo
  * factor, the row weights of the state products (e^{cl−cm}·dt and e^{cm}, which the state-parts
  * kernel reads once per head instead of forming them) and the chunk's total decay e^{cl} (cl = the
  * cumsum at its last token) for the state passes. Block (chunk, head tile): every global load is
- * issued before any is used (thread e mod kThreads takes the (token, head) elements e, a token's
- * heads adjacent in dt; threads j < nh also A and dt_bias of head j), since the block's time is its
- * chain of load latencies; then the elements are processed, thread j sums head j's tokens in order
+ * issued before any is used, so their latencies overlap (thread e mod kThreads takes the (token,
+ * head) elements e, a token's heads adjacent in dt; threads j < nh also A and dt_bias of head j);
+ * then the elements are processed, thread j sums head j's tokens in order
  * (the one serial part, from shared memory), and the block writes the tile's [heads][Q] rows of dt,
  * cm, the factor and the weights, which are contiguous in the workspace. Every value depends on its
  * (chunk, head) alone (process_dt of dt + dt_bias, then the running sum in token order), so the
@@ -78,7 +78,8 @@ __global__ void __launch_bounds__(kThreads) bwd_dt_kernel(bw_args a) {
         case SSM_DTYPE_F32: dt_gather<float>(raw, a, ck, h0, nh); break;
         case SSM_DTYPE_F16: dt_gather<__half>(raw, a, ck, h0, nh); break;
         case SSM_DTYPE_BF16: dt_gather<__nv_bfloat16>(raw, a, ck, h0, nh); break;
-        default: dt_gather<double>(raw, a, ck, h0, nh); break;
+        case SSM_DTYPE_F64:
+        default: dt_gather<double>(raw, a, ck, h0, nh); break; /* the float dtypes are the only ones validated */
     }
     if (tid < nh) sb[tid] = bias;
     __syncthreads();
@@ -114,7 +115,6 @@ __global__ void __launch_bounds__(kThreads) bwd_dt_kernel(bw_args a) {
 /* Loads a thread keeps in flight while filling shared memory: all of a batch are issued before
  * any is stored (the kernels run few blocks per SM, so latency is hidden by batching). */
 const int kLoadBatch = 16;
-
 
 /* load_rows of NV views of one element type and the same row length n: 16-bit rows with unit
  * stride, n % 8 = 0 and 16-byte aligned row starts as 16-byte loads (8 elements per thread and
