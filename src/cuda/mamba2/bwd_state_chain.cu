@@ -8,11 +8,13 @@
  * state S_c (the state gradient G_c) into the workspace slot the chunk kernel reads, forms the
  * chunk's product s_c = Σ_j (e^{cl−cm_j}·dt_j·x_j)ᵀ·B_j (dS_c = Σ_i (e^{cm_i}·δx_i)ᵀ·C_i) on
  * the tensor cores, and updates run = e^{cl_c}·run + s_c; beside them, warps of their own load
- * the ring and split the next chunk's rows into a second pair of planes (one barrier per chunk).
- * The chunk operands stream through a four-stage cp.async ring, so a step waits on shared memory
- * and the tensor cores, not on global memory. The products (tile_mma, tokens ascending) and the
- * update are those of bwd_states_planes_kernel and the state passes (bwd_pass.cu), so the bytes
- * of S, G and dinitial_states are theirs; the local states never go through global memory.
+ * the ring and split the next step's rows into a second set of planes. A step is kChainStep
+ * chunks between two barriers: their products do not depend on each other (only the updates
+ * chain), so one barrier serves several chunks and a warp has several products in flight.
+ * The chunk operands stream through a cp.async ring of three steps, so a step waits on shared
+ * memory and the tensor cores, not on global memory. The products (tile_mma, tokens ascending)
+ * and the update are those of bwd_states_planes_kernel and the state passes (bwd_pass.cu), so the
+ * bytes of S, G and dinitial_states are theirs; the local states never go through global memory.
  */
 #include "../common/mma.cuh"
 #include "bwd.cuh"
@@ -32,7 +34,9 @@ constexpr int kChainThreads = kMmaThreads + kSplitThreads;
 constexpr int kChainTP = 32;    /* state rows (p) per block */
 constexpr int kChainTN = 128;   /* state columns (n) per block */
 constexpr int kChainQ = kMaxQ;  /* the plane entry's chunk */
-constexpr int kChainStages = 4; /* chunk k's products, k + 1's split, k + 2 and k + 3 in flight */
+constexpr int kChainStep = 2;   /* chunks per barrier step */
+/* ring stages: step m's products, step m + 1's split, step m + 2's copies in flight */
+constexpr int kChainStages = 3 * kChainStep;
 constexpr int kRowLd = kChainTP + 8; /* bf16 pitch of the x / dout / z rows and the planes */
 constexpr int kColLd = kChainTN + 8; /* bf16 pitch of the B / C rows */
 constexpr int kXGroups = kChainTP / 8, kBGroups = kChainTN / 8; /* 16-byte pieces per row */
@@ -53,7 +57,8 @@ struct chain_stage {
 };
 struct chain_smem {
     chain_stage st[kChainStages];
-    bf16        ah[2][kChainQ * kRowLd], al[2][kChainQ * kRowLd]; /* the weighted rows as split planes, two chunks */
+    /* the weighted rows as split planes, two steps: chunk q of a step in set·kChainStep + q */
+    bf16 ah[2 * kChainStep][kChainQ * kRowLd], al[2 * kChainStep][kChainQ * kRowLd];
 };
 
 /* kRev false: the forward walk (S from x, B, the slots of st); true: the reverse walk (G from dout
@@ -192,55 +197,82 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
     };
     auto len_of = [&](long long c) { return c == clast ? ckl.len : kChainQ; };
 
-    /* Per chunk k, after one barrier: the split warps issue chunk k + 3 and split chunk k + 1 into
-     * the other planes, the mma warps run chunk k's products and updates. */
+    /* Per step (chunks k .. k + kChainStep − 1), after one barrier: the split warps issue the step
+     * after next and split the next step's chunks into the other plane set, the mma warps run the
+     * step's products, then its stores and updates in chunk order. */
     if (!mma) {
 #pragma unroll
-        for (int k = 0; k < kChainStages - 1; ++k) issue();
+        for (int q = 0; q < 2 * kChainStep; ++q) issue(); /* steps 0 and 1 */
     }
     if (nc > 0) {
-        if (!mma) cp_async_wait_group<kChainStages - 2>(); /* chunk 0 */
+        if (!mma) cp_async_wait_group<kChainStep>(); /* step 0 */
         __syncthreads();
-        if (!mma) split_rows(sm.st[0], len_of(c1), 0);
+        if (!mma) {
+#pragma unroll
+            for (int q = 0; q < kChainStep; ++q)
+                if (q < nc) split_rows(sm.st[q], len_of(c1 + q * dir), q);
+        }
     }
     long long c = c1;
-    int       cs = 0; /* the current chunk's stage */
-    for (long long k = 0; k < nc; ++k, c += dir, slot += sd) {
-        const int pl = (int)(k & 1);
-        if (!mma) cp_async_wait_group<kChainStages - 3>(); /* this thread's part of chunk k + 1 has landed */
-        __syncthreads(); /* everyone's; chunk k's planes are split; chunk k − 1's products are done */
-        const chain_stage & s = sm.st[cs];
-        cs = cs == kChainStages - 1 ? 0 : cs + 1;
+    int       cs = 0; /* the stage of the step's first chunk */
+    for (long long k = 0; k < nc; k += kChainStep, c += kChainStep * dir, slot += kChainStep * sd) {
+        const int ps = (int)((k / kChainStep) & 1) * kChainStep; /* the step's plane set */
+        const int ns = cs + kChainStep == kChainStages ? 0 : cs + kChainStep; /* the next step's stages */
+        if (!mma) cp_async_wait_group<0>(); /* this thread's part of the next step has landed */
+        __syncthreads(); /* everyone's; this step's planes are split; the previous step's products are done */
         if (!mma) {
-            issue(); /* chunk k + 3, into the stage chunk k − 1 used */
-            if (k + 1 < nc) split_rows(sm.st[cs], len_of(c + dir), pl ^ 1);
+#pragma unroll
+            for (int q = 0; q < kChainStep; ++q) issue(); /* the step after next, into the previous step's stages */
+#pragma unroll
+            for (int q = 0; q < kChainStep; ++q)
+                if (k + kChainStep + q < nc)
+                    split_rows(sm.st[ns + q], len_of(c + (kChainStep + q) * dir), (kChainStep - ps) + q);
+            cs = ns;
             continue;
         }
+        const int ccs = cs;
+        cs = ns;
         if (!live) continue;
-        const int   L = len_of(c);
-        /* the chunk's decay e^{cl} from its cm row in the stage: the bits of the workspace's ecl
+        /* the step's products first (they do not depend on the running state) */
+        float acc[kChainStep][2][2][4];
+#pragma unroll
+        for (int q = 0; q < kChainStep; ++q) {
+            if (k + q >= nc) break;
+            const chain_stage & s = sm.st[ccs + q];
+            const int           L = len_of(c + q * dir);
+#pragma unroll
+            for (int nt = 0; nt < 2; ++nt) {
+                zero_acc(acc[q][nt]);
+                if (L == kChainQ)
+                    tile_mma<true, true, true, false, kChainQ>(acc[q][nt], sm.ah[ps + q], sm.al[ps + q], kRowLd, s.b,
+                                                               nullptr, kColLd, p0, n0 + 16 * nt, 0, kChainQ);
+                else tile_mma<true, true, true, false>(acc[q][nt], sm.ah[ps + q], sm.al[ps + q], kRowLd, s.b, nullptr,
+                                                       kColLd, p0, n0 + 16 * nt, 0, (L + 15) / 16 * 16);
+            }
+        }
+        /* then per chunk, in walk order: store the entering state, run = e^{cl}·run + product; the
+         * decay e^{cl} from the chunk's cm row in its stage: the bits of the workspace's ecl
          * (bwd_dt_kernel's expf of the same cm), without a global load after every barrier */
-        const float f = expf(s.cm[L - 1]);
 #pragma unroll
-        for (int nt = 0; nt < 2; ++nt) {
-            float acc[2][4];
-            zero_acc(acc);
-            if (L == kChainQ) tile_mma<true, true, true, false, kChainQ>(acc, sm.ah[pl], sm.al[pl], kRowLd, s.b, nullptr,
-                                                                         kColLd, p0, n0 + 16 * nt, 0, kChainQ);
-            else tile_mma<true, true, true, false>(acc, sm.ah[pl], sm.al[pl], kRowLd, s.b, nullptr, kColLd, p0,
-                                                   n0 + 16 * nt, 0, (L + 15) / 16 * 16);
+        for (int q = 0; q < kChainStep; ++q) {
+            if (k + q >= nc) break;
+            const chain_stage & s = sm.st[ccs + q];
+            const float         f = expf(s.cm[len_of(c + q * dir) - 1]);
+            float * const       sl = slot + q * sd;
 #pragma unroll
-            for (int j = 0; j < 2; ++j)
+            for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
-                for (int hh = 0; hh < 2; ++hh) {
-                    const int p = pt0 + p0 + g4 + 8 * hh, n = nt0 + n0 + 16 * nt + 8 * j + 2 * t4;
-                    float &   r0 = run[nt][j][2 * hh], &r1 = run[nt][j][2 * hh + 1];
-                    float *   e = slot + (hh * n8 + 16 * nt + 8 * j);
-                    if (full || (p < P && n + 1 < N)) *(float2 *)e = make_float2(r0, r1);
-                    else if (p < P && n < N) *e = r0;
-                    r0 = f * r0 + acc[j][2 * hh];
-                    r1 = f * r1 + acc[j][2 * hh + 1];
-                }
+                for (int j = 0; j < 2; ++j)
+#pragma unroll
+                    for (int hh = 0; hh < 2; ++hh) {
+                        const int p = pt0 + p0 + g4 + 8 * hh, n = nt0 + n0 + 16 * nt + 8 * j + 2 * t4;
+                        float &   r0 = run[nt][j][2 * hh], &r1 = run[nt][j][2 * hh + 1];
+                        float *   e = sl + (hh * n8 + 16 * nt + 8 * j);
+                        if (full || (p < P && n + 1 < N)) *(float2 *)e = make_float2(r0, r1);
+                        else if (p < P && n < N) *e = r0;
+                        r0 = f * r0 + acc[q][nt][j][2 * hh];
+                        r1 = f * r1 + acc[q][nt][j][2 * hh + 1];
+                    }
         }
     }
     cp_async_wait_all();
