@@ -10,8 +10,9 @@
 # OUTDIR/membench.txt.
 # Environment: SSMOPS_PROFILE_CASES (space list of case names, default the forward and decode
 # cases; m2bwd, sisobwd and mimobwd profile the backwards' chunk kernels at the #18 shapes,
-# m2chain the Mamba-2 backward's state chain, m2parts its state-parts kernel (dB and dC of the first
-# head batch), sisosmall the SISO backward's prep and token kernels).
+# m2chain the Mamba-2 backward's state chain (its three launches: 30, 30 and 20 heads), m2parts
+# its state-parts kernel (dB and dC of the first head batch), sisosmall the SISO backward's prep
+# and token kernels).
 set -u
 out=${1:?usage: gpu/gpu_profile.sh OUTDIR}
 mkdir -p "$out"
@@ -62,7 +63,7 @@ want sisostep && prof sisostep 3 bench mamba3_siso_step --backend cuda --reps 1 
     --shape B=128,H=64,Hq=1,K=128,V=64,A=32
 want m2bwd && SSMOPS_PROFILE_KERNEL=bwd_chunk prof m2bwd 1 bench mamba2_scan_bwd --backend cuda --reps 1 --dtype bf16 \
     --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param has_d=1,has_z=1,has_dt_bias=1,dt_softplus=1,has_init=0,has_dfinal=0
-want m2chain && SSMOPS_PROFILE_KERNEL=bwd_state_chain prof m2chain 1 bench mamba2_scan_bwd --backend cuda --reps 1 --dtype bf16 \
+want m2chain && SSMOPS_PROFILE_KERNEL=bwd_state_chain prof m2chain 3 bench mamba2_scan_bwd --backend cuda --reps 1 --dtype bf16 \
     --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param has_d=1,has_z=1,has_dt_bias=1,dt_softplus=1,has_init=0,has_dfinal=0
 want m2parts && SSMOPS_PROFILE_KERNEL=bwd_state_parts prof m2parts 2 bench mamba2_scan_bwd --backend cuda --reps 1 --dtype bf16 \
     --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param has_d=1,has_z=1,has_dt_bias=1,dt_softplus=1,has_init=0,has_dfinal=0
