@@ -235,11 +235,11 @@ bwd_ws ws_layout(const bw_args & a) {
     return l;
 }
 
-/* The kernels of bwd.cuh: dt for every head, steps 2–6 per head batch, then the reductions. */
-ssm_status run_kernels(ssm_context * ctx, bw_args a) {
+/* The kernels of bwd.cuh: dt for every head, steps 2–6 per head batch (steps 2–5 as the state chain
+ * where `chain`), then the reductions. */
+ssm_status run_kernels(ssm_context * ctx, bw_args a, bool chain) {
     SSM_FORWARD_IF_ERROR(launch_bwd_dt(ctx, kOp, a));
     const long long total = (long long)a.G * a.nslices, per = batch_slices(a);
-    const bool      chain = a.planes && chain_layout_ok(a);
     for (long long k0 = 0; k0 < total; k0 += per) {
         set_batch(a, k0, per);
         if (chain) {
@@ -378,7 +378,7 @@ extern "C" ssm_status ssmi_cuda_mamba2_scan_bwd(ssm_context * ctx, const ssm_mam
         ar.st = (float *)(ws + l.st), ar.gs = (float *)(ws + l.gs), ar.ddp = (float *)(ws + l.ddp);
         ar.dap = (float *)(ws + l.dap), ar.dbp = (float *)(ws + l.dbp);
         ar.dbh = (float *)(ws + l.dbh), ar.dch = (float *)(ws + l.dch);
-        st = run_kernels(ctx, ar);
+        st = run_kernels(ctx, ar, ar.planes && chain_ok(ar, optin));
     }
     if (ws != NULL) {
         const ssm_status fs = ssmi_cuda_status(ctx, kOp, "device release (workspace)", ssmi_cuda_free_async(ctx, ws, s));

@@ -24,7 +24,7 @@
  *   7. reductions      dB/dC: the fp32 parts of a group (per head, or per slice of heads) summed
  *                      in order where there are several, and dA/ddt_bias/dD summed over chunks
  *                      in chunk order in float64.
- * For the bf16-plane entry with operand rows of 16-byte runs (chain_layout_ok), steps 2–5 are one
+ * For the bf16-plane entry with operand rows of 16-byte runs, where the kernel fits (chain_ok), steps 2–5 are one
  * kernel (bwd_state_chain.cu) that walks the chunks with the running state in registers and
  * writes only the entering states and the state gradients, with the bytes of steps 2–5.
  * Every output element is written by one thread; no atomics, so results are identical run to run.
@@ -215,9 +215,10 @@ ssm_status launch_bwd_state_parts(ssm_context * ctx, const char * op, const bw_a
 ssm_status launch_bwd_chunk_planes(ssm_context * ctx, const char * op, const bw_args & a);
 ssm_status launch_bwd_states_planes(ssm_context * ctx, const char * op, const bw_args & a, bool dstates);
 ssm_status launch_state_pass(ssm_context * ctx, const char * op, const bw_args & a);
-/* Steps 2–5 in one kernel (bwd_state_chain.cu) for the plane entry where chain_layout_ok holds:
- * the same bytes in st, gs and dinitial_states as bwd_states_planes + the two passes. */
-bool       chain_layout_ok(const bw_args & a);
+/* Steps 2–5 in one kernel (bwd_state_chain.cu) for the plane entry where chain_ok holds (operand
+ * rows of 16-byte runs, and the kernel's shared memory, which does not depend on P and N, within the
+ * device's optin): the same bytes in st, gs and dinitial_states as bwd_states_planes + the two passes. */
+bool       chain_ok(const bw_args & a, size_t optin);
 ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_args & a);
 ssm_status launch_state_grad_pass(ssm_context * ctx, const char * op, const bw_args & a);
 ssm_status launch_bwd_reduce(ssm_context * ctx, const char * op, const bw_args & a);

@@ -1,6 +1,6 @@
 /*
  * bwd_state_chain.cu — steps 2–5 of the Mamba-2 combined backward (bwd.cuh) in one kernel for the
- * bf16-plane entry where every operand row is a 16-byte aligned run (chain_layout_ok): the
+ * bf16-plane entry where every operand row is a 16-byte aligned run (chain_ok): the
  * chunk-local states and their forward pass, and the state gradients through the outputs and
  * their reverse pass. One block per (segment, head of the batch, direction, 32 × 128 tile of the
  * P × N state) walks the segment's chunks in order (forward: S) or in reverse (G), keeping the
@@ -302,8 +302,8 @@ bool bf16_rows16(const ssmi_cu_view & v) { return v.dtype == SSM_DTYPE_BF16 && r
 
 } /* namespace */
 
-bool chain_layout_ok(const bw_args & a) {
-    return a.Q == kChainQ && a.P % 8 == 0 && a.N % 8 == 0 && bf16_rows16(a.x) && bf16_rows16(a.dout) &&
+bool chain_ok(const bw_args & a, size_t optin) {
+    return sizeof(chain_smem) <= optin && a.Q == kChainQ && a.P % 8 == 0 && a.N % 8 == 0 && bf16_rows16(a.x) && bf16_rows16(a.dout) &&
            bf16_rows16(a.b) && bf16_rows16(a.c) && (!a.has_z || bf16_rows16(a.z));
 }
 
