@@ -126,24 +126,10 @@ static void cuda_case(ssmt_rng * rng, ssmt_mamba2_config * cfg, int64_t chunk, i
         prob.a.t.strides[0] = 0;
         if (prob.dt_bias.t.data != NULL) prob.dt_bias.t.strides[0] = 0;
     }
-    ssm_mamba2_params p;
-    ssm_mamba2_params_init(&p);
-    p.chunk_size = chunk;
-    p.dt_softplus = cfg->dt_softplus;
-    if (limit) p.dt_limit_lo = 0.002, p.dt_limit_hi = 0.08;
-    ssmt_host dout = ssmt_alloc(cfg->dtype, 4, prob.x.t.shape), dfinal = {0};
-    ssmt_fill_normal(rng, &dout.t, 0.0, 1.0);
-    const int64_t lead = prob.nseq > 0 ? prob.nseq : cfg->batch;
-    const int64_t sst[4] = {lead, cfg->nheads, cfg->headdim, cfg->dstate};
-    if (with_dfinal) {
-        dfinal = ssmt_alloc(SSM_DTYPE_F32, 4, sst);
-        ssmt_fill_normal(rng, &dfinal.t, 0.0, 1.0);
-    }
+    ssm_mamba2_params        p;
+    ssmt_host                dout, dfinal;
     ssm_mamba2_scan_bwd_args a;
-    memset(&a, 0, sizeof a);
-    a.x = prob.x.t, a.dt = prob.dt.t, a.a = prob.a.t, a.b = prob.b.t, a.c = prob.c.t, a.d = prob.d.t, a.z = prob.z.t;
-    a.dt_bias = prob.dt_bias.t, a.initial_states = prob.initial_states.t, a.seq_idx = prob.seq_idx.t;
-    a.cu_seqlens = prob.cu_seqlens.t, a.dout = dout.t, a.dfinal_states = dfinal.t;
+    ssmt_m2_bwd_args(rng, cfg, &prob, chunk, limit, with_dfinal, &p, &dout, &dfinal, &a);
 
     ssmt_host ref[NGRAD], cpu[NGRAD], got[2][NGRAD];
     ssmt_m2_alloc_grads(&a, SSM_DTYPE_F64, ref, 0);
@@ -381,19 +367,10 @@ static void test_layout_bytes(ssmt_rng * rng) {
             TEST_CHECK(0, "%s: could not build the problem", tag);
             continue;
         }
-        ssm_mamba2_params p;
-        ssm_mamba2_params_init(&p);
-        p.chunk_size = 64, p.dt_softplus = 1;
-        ssmt_host     dout = ssmt_alloc(cfg.dtype, 4, prob.x.t.shape);
-        const int64_t sst[4] = {cfg.nseq, cfg.nheads, cfg.headdim, cfg.dstate};
-        ssmt_host     dfinal = ssmt_alloc(SSM_DTYPE_F32, 4, sst);
-        ssmt_fill_normal(rng, &dout.t, 0.0, 1.0);
-        ssmt_fill_normal(rng, &dfinal.t, 0.0, 1.0);
+        ssm_mamba2_params        p; /* chunk 64, softplus (plane_config), no limit; dfinal_states */
+        ssmt_host                dout, dfinal;
         ssm_mamba2_scan_bwd_args a;
-        memset(&a, 0, sizeof a);
-        a.x = prob.x.t, a.dt = prob.dt.t, a.a = prob.a.t, a.b = prob.b.t, a.c = prob.c.t, a.d = prob.d.t, a.z = prob.z.t;
-        a.dt_bias = prob.dt_bias.t, a.initial_states = prob.initial_states.t, a.cu_seqlens = prob.cu_seqlens.t;
-        a.dout = dout.t, a.dfinal_states = dfinal.t;
+        ssmt_m2_bwd_args(rng, &cfg, &prob, 64, 0, 1, &p, &dout, &dfinal, &a);
         /* the row operands (x, z, B, C, dout), then the rest, on the device: aligned and padded */
         ssmt_host * hin[11] = {&prob.x, &prob.z, &prob.b, &prob.c, &dout, &prob.dt, &prob.a, &prob.d,
                                &prob.dt_bias, &prob.initial_states, &dfinal};

@@ -215,25 +215,10 @@ static void cpu_case(ssmt_rng * rng, ssmt_mamba2_config * cfg, int64_t chunk, in
         TEST_CHECK(0, "%s: could not build the problem", tag);
         return;
     }
-    ssm_mamba2_params p;
-    ssm_mamba2_params_init(&p);
-    p.chunk_size = chunk;
-    p.dt_softplus = cfg->dt_softplus;
-    if (limit) p.dt_limit_lo = 0.002, p.dt_limit_hi = 0.08;
-    ssmt_host dout = ssmt_alloc(cfg->dtype, 4, prob.x.t.shape), dfinal = {0};
-    ssmt_fill_normal(rng, &dout.t, 0.0, 1.0);
-    const int64_t lead = prob.nseq > 0 ? prob.nseq : cfg->batch;
-    const int64_t sst[4] = {lead, cfg->nheads, cfg->headdim, cfg->dstate};
-    if (with_dfinal) {
-        dfinal = ssmt_alloc(SSM_DTYPE_F32, 4, sst);
-        ssmt_fill_normal(rng, &dfinal.t, 0.0, 1.0);
-    }
+    ssm_mamba2_params        p;
+    ssmt_host                dout, dfinal;
     ssm_mamba2_scan_bwd_args a;
-    memset(&a, 0, sizeof a);
-    const ssm_mamba2_scan_args * fa = &prob.args;
-    a.x = fa->x, a.dt = fa->dt, a.a = fa->a, a.b = fa->b, a.c = fa->c, a.d = fa->d, a.z = fa->z;
-    a.dt_bias = fa->dt_bias, a.initial_states = fa->initial_states, a.seq_idx = fa->seq_idx;
-    a.cu_seqlens = fa->cu_seqlens, a.dout = dout.t, a.dfinal_states = dfinal.t;
+    ssmt_m2_bwd_args(rng, cfg, &prob, chunk, limit, with_dfinal, &p, &dout, &dfinal, &a);
 
     ssmt_host ref[NGRAD], first[NGRAD];
     ssmt_m2_alloc_grads(&a, SSM_DTYPE_F64, ref, 0);

@@ -30,6 +30,28 @@ void ssmt_m2_alloc_grads(ssm_mamba2_scan_bwd_args * a, ssm_dtype dtype, ssmt_hos
     }
 }
 
+void ssmt_m2_bwd_args(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const ssmt_mamba2_problem * prob, int64_t chunk,
+                      int limit, int with_dfinal, ssm_mamba2_params * p, ssmt_host * dout, ssmt_host * dfinal,
+                      ssm_mamba2_scan_bwd_args * a) {
+    ssm_mamba2_params_init(p);
+    p->chunk_size = chunk;
+    p->dt_softplus = cfg->dt_softplus;
+    if (limit) p->dt_limit_lo = 0.002, p->dt_limit_hi = 0.08;
+    *dout = ssmt_alloc(cfg->dtype, 4, prob->x.t.shape);
+    ssmt_fill_normal(rng, &dout->t, 0.0, 1.0);
+    memset(dfinal, 0, sizeof *dfinal);
+    if (with_dfinal) {
+        const int64_t lead = prob->nseq > 0 ? prob->nseq : cfg->batch;
+        const int64_t sst[4] = {lead, cfg->nheads, cfg->headdim, cfg->dstate};
+        *dfinal = ssmt_alloc(SSM_DTYPE_F32, 4, sst);
+        ssmt_fill_normal(rng, &dfinal->t, 0.0, 1.0);
+    }
+    memset(a, 0, sizeof *a);
+    a->x = prob->x.t, a->dt = prob->dt.t, a->a = prob->a.t, a->b = prob->b.t, a->c = prob->c.t, a->d = prob->d.t;
+    a->z = prob->z.t, a->dt_bias = prob->dt_bias.t, a->initial_states = prob->initial_states.t;
+    a->seq_idx = prob->seq_idx.t, a->cu_seqlens = prob->cu_seqlens.t, a->dout = dout->t, a->dfinal_states = dfinal->t;
+}
+
 const char * const ssmt_siso_grad_names[SSMT_SISO_NGRADS] = {
     "dq",      "dk", "dv", "dadt",         "ddt",        "dtrap",    "dq_bias", "dk_bias",
     "dangles", "dd", "dz", "dangle_state", "dssm_state", "dk_state", "dv_state"};

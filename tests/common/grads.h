@@ -14,6 +14,14 @@ ssm_tensor *              ssmt_m2_grad_input(ssm_mamba2_scan_bwd_args * a, int k
 /* Host outputs (poisoned) for every gradient whose input is present, in dtype, set into a's slots;
  * the others absent. strided_dx: dx in a padded layout. */
 void ssmt_m2_alloc_grads(ssm_mamba2_scan_bwd_args * a, ssm_dtype dtype, ssmt_host h[NGRAD], int strided_dx);
+/* The backward call on a random problem's tensors (as they are now: a caller may have changed their
+ * strides): *p for chunk with cfg's dt_softplus and, with limit, dt_limit [0.002, 0.08]; *dout
+ * N(0, 1) in cfg's dtype; *dfinal N(0, 1) F32 with with_dfinal, else absent (drawn in that order);
+ * *a over the problem's inputs, dout and dfinal, no gradient requested. The caller frees dout and
+ * dfinal. */
+void ssmt_m2_bwd_args(ssmt_rng * rng, const ssmt_mamba2_config * cfg, const ssmt_mamba2_problem * prob, int64_t chunk,
+                      int limit, int with_dfinal, ssm_mamba2_params * p, ssmt_host * dout, ssmt_host * dfinal,
+                      ssm_mamba2_scan_bwd_args * a);
 
 /* ssm_mamba3_siso_bwd */
 #define SSMT_SISO_NGRADS 15
