@@ -276,35 +276,21 @@ static void test_chunk_state(ssmt_rng * rng, const ssmt_mamba2_config * cfg, int
 
 /* ---- chunk_state on the CANN layout at the CANN shape -------------------------------------- */
 static void test_cann_chunk_state(ssmt_rng * rng) {
-    const int64_t B = 1, NC = 4, L = 256, H = 128, G = 8, N = 128, P = 64, S = NC * L;
-    const int64_t xs[4] = {B, S, H, P}, bs[4] = {B, S, G, N}, tm[4] = {B, NC, L, H}, st[5] = {B, NC, H, N, P};
-    ssmt_host     x = ssmt_alloc(SSM_DTYPE_F16, 4, xs), bb = ssmt_alloc(SSM_DTYPE_F16, 4, bs);
-    ssmt_host     dt = ssmt_alloc(SSM_DTYPE_F32, 4, tm), dacs = ssmt_alloc(SSM_DTYPE_F32, 4, tm);
-    ssmt_host     out = ssmt_alloc(SSM_DTYPE_F32, 5, st), ref = ssmt_alloc(SSM_DTYPE_F64, 5, st);
-    ssmt_fill_normal(rng, &x.t, 0, 0.2), ssmt_fill_normal(rng, &bb.t, 0, 0.2);
-    ssmt_fill_normal(rng, &dt.t, 0, 0.2), ssmt_fill_normal(rng, &dacs.t, 0, 0.2);
-    /* views: [B,NC,L,H] as (B,H,NC,Q); [B,NC,H,N,P] as (B,NC,H,P,N) */
-    ssm_tensor    dtv = dt.t, dav = dacs.t, sv = out.t, rv = ref.t;
-    const int64_t hv[4] = {B, H, NC, L}, hs[4] = {NC * L * H, 1, L * H, H};
-    for (int i = 0; i < 4; ++i) dtv.shape[i] = dav.shape[i] = hv[i], dtv.strides[i] = dav.strides[i] = hs[i];
-    const int64_t pv[5] = {B, NC, H, P, N}, ps[5] = {NC * H * N * P, H * N * P, N * P, 1, P};
-    for (int i = 0; i < 5; ++i) sv.shape[i] = rv.shape[i] = pv[i], sv.strides[i] = rv.strides[i] = ps[i];
-    ssm_mamba2_params p;
-    ssm_mamba2_params_init(&p);
-    p.chunk_size = L;
-    ssm_mamba2_chunk_state_args a = {0};
-    a.b = bb.t, a.x = x.t, a.dt = dtv, a.da_cumsum = dav, a.states = rv;
-    TEST_CHECK_STATUS(ssm_mamba2_chunk_state(ctx_ref, &p, &a), SSM_STATUS_OK);
-    ssmt_dev dx = ssmt_to_device(&x), db = ssmt_to_device(&bb), ddt = ssmt_to_device(&dt), dda = ssmt_to_device(&dacs), ds = ssmt_to_device(&out);
-    ssm_tensor dtv_d = dtv, dav_d = dav, sv_d = sv;
+    ssmt_cann_chunk_state c;
+    ssmt_cann_chunk_state_make(rng, &c);
+    ssm_mamba2_chunk_state_args a = c.args;
+    TEST_CHECK_STATUS(ssm_mamba2_chunk_state(ctx_ref, &c.params, &a), SSM_STATUS_OK);
+    ssmt_dev   dx = ssmt_to_device(&c.x), db = ssmt_to_device(&c.b), ddt = ssmt_to_device(&c.dt);
+    ssmt_dev   dda = ssmt_to_device(&c.dacs), ds = ssmt_to_device(&c.out);
+    ssm_tensor dtv_d = c.dtv, dav_d = c.dav, sv_d = c.outv;
     dtv_d.data = ddt.view.data, dav_d.data = dda.view.data, sv_d.data = ds.view.data;
     dtv_d.device = dav_d.device = sv_d.device = dx.view.device;
     a.b = db.view, a.x = dx.view, a.dt = dtv_d, a.da_cumsum = dav_d, a.states = sv_d;
-    TEST_CHECK_STATUS(ssm_mamba2_chunk_state(ctx_cuda, &p, &a), SSM_STATUS_OK);
-    ssmt_to_host(&out, &ds);
-    ssmt_check_bar("chunk_state[cann B1 NC4 L256 H128 G8 N128 P64 f16]", &out.t, &ref.t, SSM_DTYPE_F16);
+    TEST_CHECK_STATUS(ssm_mamba2_chunk_state(ctx_cuda, &c.params, &a), SSM_STATUS_OK);
+    ssmt_to_host(&c.out, &ds);
+    ssmt_check_bar("chunk_state[cann B1 NC4 L256 H128 G8 N128 P64 f16]", &c.out.t, &c.ref.t, SSM_DTYPE_F16);
     ssmt_dev_free(&dx), ssmt_dev_free(&db), ssmt_dev_free(&ddt), ssmt_dev_free(&dda), ssmt_dev_free(&ds);
-    ssmt_free(&x), ssmt_free(&bb), ssmt_free(&dt), ssmt_free(&dacs), ssmt_free(&out), ssmt_free(&ref);
+    ssmt_cann_chunk_state_free(&c);
 }
 
 /* ---- variant names -------------------------------------------------------------------------- */

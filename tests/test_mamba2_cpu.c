@@ -173,29 +173,15 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba2_config * cfg, int64_t 
 
 /* ---- CANN-layout chunk_state at the CANN shape ---------------------------------------- */
 static void test_cann_chunk_state(ssmt_rng * rng) {
-    const int64_t B = 1, NC = 4, L = 256, H = 128, G = 8, N = 128, P = 64, S = NC * L;
-    const int64_t xs[4] = { B, S, H, P }, bs[4] = { B, S, G, N }, tm[4] = { B, NC, L, H }, st[5] = { B, NC, H, N, P };
-    ssmt_host x = ssmt_alloc(SSM_DTYPE_F16, 4, xs), bb = ssmt_alloc(SSM_DTYPE_F16, 4, bs);
-    ssmt_host dt = ssmt_alloc(SSM_DTYPE_F32, 4, tm), dacs = ssmt_alloc(SSM_DTYPE_F32, 4, tm);
-    ssmt_host out = ssmt_alloc(SSM_DTYPE_F32, 5, st), ref = ssmt_alloc(SSM_DTYPE_F64, 5, st);
-    ssmt_fill_normal(rng, &x.t, 0, 0.2), ssmt_fill_normal(rng, &bb.t, 0, 0.2);
-    ssmt_fill_normal(rng, &dt.t, 0, 0.2), ssmt_fill_normal(rng, &dacs.t, 0, 0.2);
-    /* views: [B,NC,L,H] as (B,H,NC,Q); [B,NC,H,N,P] as (B,NC,H,P,N) */
-    ssm_tensor dtv = dt.t, dav = dacs.t, sv = out.t, rv = ref.t;
-    const int64_t hv[4] = { B, H, NC, L }, hs[4] = { NC * L * H, 1, L * H, H };
-    for (int i = 0; i < 4; ++i) dtv.shape[i] = dav.shape[i] = hv[i], dtv.strides[i] = dav.strides[i] = hs[i];
-    const int64_t pv[5] = { B, NC, H, P, N }, ps[5] = { NC * H * N * P, H * N * P, N * P, 1, P };
-    for (int i = 0; i < 5; ++i) sv.shape[i] = rv.shape[i] = pv[i], sv.strides[i] = rv.strides[i] = ps[i];
-    ssm_mamba2_params_init(&g_params);
-    g_params.chunk_size = L;
-    ssm_mamba2_chunk_state_args a = { 0 };
-    a.b = bb.t, a.x = x.t, a.dt = dtv, a.da_cumsum = dav, a.states = rv;
+    ssmt_cann_chunk_state c;
+    ssmt_cann_chunk_state_make(rng, &c);
+    g_params = c.params;
+    ssm_mamba2_chunk_state_args a = c.args;
     TEST_CHECK_STATUS(ssm_mamba2_chunk_state(ctx_ref, &g_params, &a), SSM_STATUS_OK);
-    a.states = sv;
+    a.states = c.outv;
     TEST_CHECK_STATUS(ssm_mamba2_chunk_state(ctx_cpu[2], &g_params, &a), SSM_STATUS_OK);
-    ssmt_check_bar("chunk_state[cann B1 NC4 L256 H128 G8 N128 P64 f16]", &out.t, &ref.t, SSM_DTYPE_F16) ? (void) 0
-                                                                                                          : (void) ++ssmt_failures;
-    ssmt_free(&x), ssmt_free(&bb), ssmt_free(&dt), ssmt_free(&dacs), ssmt_free(&out), ssmt_free(&ref);
+    ssmt_check_bar("chunk_state[cann B1 NC4 L256 H128 G8 N128 P64 f16]", &c.out.t, &c.ref.t, SSM_DTYPE_F16);
+    ssmt_cann_chunk_state_free(&c);
 }
 
 int main(void) {

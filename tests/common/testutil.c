@@ -756,6 +756,32 @@ void ssmt_mamba2_problem_free(ssmt_mamba2_problem * pr) {
     memset(&pr->args, 0, sizeof pr->args);
 }
 
+void ssmt_cann_chunk_state_make(ssmt_rng * rng, ssmt_cann_chunk_state * c) {
+    const int64_t B = 1, NC = 4, L = 256, H = 128, G = 8, N = 128, P = 64, S = NC * L;
+    const int64_t xs[4] = {B, S, H, P}, bs[4] = {B, S, G, N}, tm[4] = {B, NC, L, H}, st[5] = {B, NC, H, N, P};
+    c->x = ssmt_alloc(SSM_DTYPE_F16, 4, xs), c->b = ssmt_alloc(SSM_DTYPE_F16, 4, bs);
+    c->dt = ssmt_alloc(SSM_DTYPE_F32, 4, tm), c->dacs = ssmt_alloc(SSM_DTYPE_F32, 4, tm);
+    c->out = ssmt_alloc(SSM_DTYPE_F32, 5, st), c->ref = ssmt_alloc(SSM_DTYPE_F64, 5, st);
+    ssmt_fill_normal(rng, &c->x.t, 0, 0.2), ssmt_fill_normal(rng, &c->b.t, 0, 0.2);
+    ssmt_fill_normal(rng, &c->dt.t, 0, 0.2), ssmt_fill_normal(rng, &c->dacs.t, 0, 0.2);
+    c->dtv = c->dt.t, c->dav = c->dacs.t, c->outv = c->out.t, c->refv = c->ref.t;
+    const int64_t hv[4] = {B, H, NC, L}, hs[4] = {NC * L * H, 1, L * H, H};
+    for (int i = 0; i < 4; ++i)
+        c->dtv.shape[i] = c->dav.shape[i] = hv[i], c->dtv.strides[i] = c->dav.strides[i] = hs[i];
+    const int64_t pv[5] = {B, NC, H, P, N}, ps[5] = {NC * H * N * P, H * N * P, N * P, 1, P};
+    for (int i = 0; i < 5; ++i)
+        c->outv.shape[i] = c->refv.shape[i] = pv[i], c->outv.strides[i] = c->refv.strides[i] = ps[i];
+    ssm_mamba2_params_init(&c->params);
+    c->params.chunk_size = L;
+    memset(&c->args, 0, sizeof c->args);
+    c->args.b = c->b.t, c->args.x = c->x.t, c->args.dt = c->dtv, c->args.da_cumsum = c->dav, c->args.states = c->refv;
+}
+
+void ssmt_cann_chunk_state_free(ssmt_cann_chunk_state * c) {
+    ssmt_free(&c->x), ssmt_free(&c->b), ssmt_free(&c->dt), ssmt_free(&c->dacs), ssmt_free(&c->out);
+    ssmt_free(&c->ref);
+}
+
 /* ---- Mamba-3 SISO random problems ---------------------------------------------------- */
 void ssmt_mamba3_config_init(ssmt_mamba3_config * cfg) {
     memset(cfg, 0, sizeof *cfg);

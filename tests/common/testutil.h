@@ -373,6 +373,19 @@ typedef struct ssmt_mamba2_problem {
 int  ssmt_mamba2_random_args(ssmt_rng * rng, const ssmt_mamba2_config * cfg, ssmt_mamba2_problem * prob);
 void ssmt_mamba2_problem_free(ssmt_mamba2_problem * prob);
 
+/* mamba2_chunk_state on the CANN layout at the CANN shape (B 1, 4 chunks of L 256, H 128, G 8, N 128,
+ * P 64; f16 x and b, N(0, 0.2) inputs drawn x, b, dt, da_cumsum): dt and da_cumsum [B,NC,L,H] seen as
+ * (B,H,NC,Q) in dtv/dav, the states [B,NC,H,N,P] seen as (B,NC,H,P,N) in outv (F32 out) and refv (F64
+ * ref); args over x, b, dtv, dav with states = refv; params with chunk_size L. */
+typedef struct ssmt_cann_chunk_state {
+    ssmt_host                   x, b, dt, dacs, out, ref;
+    ssm_tensor                  dtv, dav, outv, refv;
+    ssm_mamba2_params           params;
+    ssm_mamba2_chunk_state_args args;
+} ssmt_cann_chunk_state;
+void ssmt_cann_chunk_state_make(ssmt_rng * rng, ssmt_cann_chunk_state * c);
+void ssmt_cann_chunk_state_free(ssmt_cann_chunk_state * c);
+
 /* ---- Mamba-3 SISO random problems ---------------------------------------------------- */
 typedef struct ssmt_mamba3_config {
     int64_t   batch, seqlen, nheads, nheads_qk, dk, dv, nangles; /* B, S, H, Hq, K, V, A     */
