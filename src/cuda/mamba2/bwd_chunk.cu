@@ -30,71 +30,36 @@ __device__ __forceinline__ float process_dt(const bw_args & a, float pre, float 
     return v;
 }
 
-__device__ __forceinline__ float to_f32(float v) { return v; }
-__device__ __forceinline__ float to_f32(double v) { return (float)v; }
-__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-
 /* dt of a block of kDtHeads heads over one chunk, its inclusive fp32 cumsum times A, the chain
  * factor, the row weights of the state products (e^{cl−cm}·dt and e^{cm}, which the state-parts
  * kernel reads once per head instead of forming them) and the chunk's total decay e^{cl} (cl = the
- * cumsum at its last token) for the state passes. Block (chunk, head tile): every global load is
- * issued before any is used, so their latencies overlap (thread e mod kThreads takes the (token,
- * head) elements e, a token's heads adjacent in dt; threads j < nh also A and dt_bias of head j);
- * then the elements are processed, thread j sums head j's tokens in order
- * (the one serial part, from shared memory), and the block writes the tile's [heads][Q] rows of dt,
- * cm, the factor and the weights, which are contiguous in the workspace. Every value depends on its
- * (chunk, head) alone (process_dt of dt + dt_bias, then the running sum in token order), so the
- * bytes depend on neither the grid nor the head tile. */
+ * cumsum at its last token) for the state passes. Block (chunk, head tile): the threads first
+ * process every (token, head) element (a token's heads are adjacent in dt), then thread j sums head
+ * j's tokens in order (the one serial part, from shared memory), then the block writes the tile's
+ * [heads][Q] rows of dt, cm, the factor and the weights, which are contiguous in the workspace.
+ * Every value depends on its (chunk, head) alone (process_dt, then the running sum in token order),
+ * so the bytes depend on neither the grid nor the head tile. */
 constexpr int kDtHeads = 32;
-constexpr int kDtPer = kMaxQ * kDtHeads / kThreads; /* elements per thread */
-static_assert(kMaxQ * kDtHeads % kThreads == 0, "whole elements per thread");
-
-/* This thread's raw dt elements (0 past the chunk), T the view's element type. */
-template <class T>
-__device__ __forceinline__ void dt_gather(float (&raw)[kDtPer], const bw_args & a, const bw_chunk & ck, int h0,
-                                          int nh) {
-    const T * p = (const T *)a.dt.p;
-#pragma unroll
-    for (int u = 0; u < kDtPer; ++u) {
-        const int e = (int)threadIdx.x + u * kThreads, i = e / nh;
-        raw[u] = e < a.Q * nh && i < ck.len ? to_f32(p[off3(a.dt.s, ck.row, ck.t0 + i, h0 + e % nh)]) : 0.0f;
-    }
-}
-
 __global__ void __launch_bounds__(kThreads) bwd_dt_kernel(bw_args a) {
     /* dt, cm and the factor per (head, token); the + 1 keeps the per-head columns off one bank */
-    __shared__ float sv[kDtHeads][kMaxQ + 1], sc[kDtHeads][kMaxQ + 1], sf[kDtHeads][kMaxQ + 1], sb[kDtHeads];
+    __shared__ float sv[kDtHeads][kMaxQ + 1], sc[kDtHeads][kMaxQ + 1], sf[kDtHeads][kMaxQ + 1];
     const long long ci = blockIdx.x;
-    const int       h0 = (int)blockIdx.y * kDtHeads, nh = min(kDtHeads, a.H - h0), Q = a.Q, tid = threadIdx.x;
-    float           ah = 0.0f, bias = 0.0f;
-    if (tid < nh) {
-        ah = ssmi_cu_ld(a.a.p, a.a.dtype, (long long)(h0 + tid) * a.a.s[0]);
-        if (a.has_bias) bias = ssmi_cu_ld(a.bias.p, a.bias.dtype, (long long)(h0 + tid) * a.bias.s[0]);
-    }
-    const bw_chunk ck = a.chunks[ci];
-    float          raw[kDtPer];
-    switch (a.dt.dtype) {
-        case SSM_DTYPE_F32: dt_gather<float>(raw, a, ck, h0, nh); break;
-        case SSM_DTYPE_F16: dt_gather<__half>(raw, a, ck, h0, nh); break;
-        case SSM_DTYPE_BF16: dt_gather<__nv_bfloat16>(raw, a, ck, h0, nh); break;
-        case SSM_DTYPE_F64:
-        default: dt_gather<double>(raw, a, ck, h0, nh); break; /* the float dtypes are the only ones validated */
-    }
-    if (tid < nh) sb[tid] = bias;
-    __syncthreads();
-#pragma unroll
-    for (int u = 0; u < kDtPer; ++u) { /* element (token i, head h0 + j) */
-        const int e = tid + u * kThreads, i = e / nh, j = e % nh;
-        if (e >= Q * nh) break;
-        float v = 0.0f, f = 0.0f;
-        if (i < ck.len) v = process_dt(a, raw[u] + sb[j], &f);
+    const int       h0 = (int)blockIdx.y * kDtHeads, nh = min(kDtHeads, a.H - h0), Q = a.Q;
+    const bw_chunk  ck = a.chunks[ci];
+    for (int e = threadIdx.x; e < Q * nh; e += blockDim.x) { /* element (token i, head h0 + j) */
+        const int i = e / nh, j = e % nh, h = h0 + j;
+        float     v = 0.0f, f = 0.0f;
+        if (i < ck.len) {
+            const float bias = a.has_bias ? ssmi_cu_ld(a.bias.p, a.bias.dtype, (long long)h * a.bias.s[0]) : 0.0f;
+            v = process_dt(a, ssmi_cu_ld(a.dt.p, a.dt.dtype, off3(a.dt.s, ck.row, ck.t0 + i, h)) + bias, &f);
+        }
         sv[j][i] = v, sf[j][i] = f;
     }
     __syncthreads();
-    if (tid < nh) {
-        const int j = tid;
-        float     run = 0.0f;
+    if (threadIdx.x < nh) {
+        const int   j = threadIdx.x;
+        const float ah = ssmi_cu_ld(a.a.p, a.a.dtype, (long long)(h0 + j) * a.a.s[0]);
+        float       run = 0.0f;
         for (int i = 0; i < Q; ++i) {
             if (i < ck.len) run += sv[j][i] * ah;
             sc[j][i] = run;
@@ -103,7 +68,7 @@ __global__ void __launch_bounds__(kThreads) bwd_dt_kernel(bw_args a) {
     }
     __syncthreads();
     const long long base = (ci * a.H + h0) * Q; /* rows h0 .. h0 + nh − 1 of the chunk, [Q] each */
-    for (int e = tid; e < nh * Q; e += kThreads) {
+    for (int e = threadIdx.x; e < nh * Q; e += blockDim.x) {
         const int  j = e / Q, i = e % Q;
         const bool in = i < ck.len;
         a.dtv[base + e] = sv[j][i], a.cmv[base + e] = sc[j][i], a.dfac[base + e] = sf[j][i];
@@ -115,6 +80,11 @@ __global__ void __launch_bounds__(kThreads) bwd_dt_kernel(bw_args a) {
 /* Loads a thread keeps in flight while filling shared memory: all of a batch are issued before
  * any is stored (the kernels run few blocks per SM, so latency is hidden by batching). */
 const int kLoadBatch = 16;
+
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(double v) { return (float)v; }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 /* load_rows of NV views of one element type and the same row length n: 16-bit rows with unit
  * stride, n % 8 = 0 and 16-byte aligned row starts as 16-byte loads (8 elements per thread and

@@ -256,7 +256,8 @@ ssm_status launch_state_grad_pass(ssm_context * ctx, const char * op, const bw_a
 
 ssm_status launch_bwd_reduce(ssm_context * ctx, const char * op, const bw_args & a) {
     const long long n = a.tokens * a.G * a.N;
-    const long long sums = (a.parts != 1 || a.sparts) && (a.want_db || a.want_dc) && n > 0 ? (n + kThreads - 1) / kThreads : 0;
+    const bool      any = (a.parts != 1 || a.sparts) && (a.want_db || a.want_dc) && n > 0;
+    const long long sums = any ? (n + kThreads - 1) / kThreads : 0;
     const int       nred = a.H > 0 && (a.da.p != NULL || a.dbias.p != NULL || a.dd.p != NULL) ? a.H : 0;
     if (sums + nred == 0) return SSM_STATUS_OK;
     bwd_sums_kernel<<<(unsigned)(sums + nred), kThreads, 0, ssmi_cuda_stream(ctx)>>>(a, nred);

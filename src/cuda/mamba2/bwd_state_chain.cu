@@ -63,11 +63,11 @@ struct chain_smem {
 
 /* kRev false: the forward walk (S from x, B, the slots of st); true: the reverse walk (G from dout
  * gated by z, C, the slots of gs, and dinitial_states). Two kinds of warps, joined by one barrier
- * per chunk: the split warps load the ring (split thread u: the x and z pieces of rows
- * (u mod 8) + 8·(u / 32) + (kSplitThreads / kXGroups)·r, columns 8·((u / 8) mod 4).., and kBPer B pieces)
- * and convert their x pieces of chunk k + 1 into planes while the mma warps (warp w: rows
- * 16·(w / 4).., columns 32·(w % 4).. of the tile) run chunk k's products and updates, so neither
- * kind's latency waits behind the other's. */
+ * per step of kChainStep chunks: the split warps load the ring (split thread u: the x and z pieces
+ * of rows (u mod 8) + 8·(u / 32) + (kSplitThreads / kXGroups)·r, columns 8·((u / 8) mod 4).., and
+ * kBPer B pieces) and convert their x pieces of the next step's chunks into planes while the mma
+ * warps (warp w: rows 16·(w / 4).., columns 32·(w % 4).. of the tile) run this step's products
+ * and updates, so neither kind's latency waits behind the other's. */
 template <bool kRev>
 __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, const bw_seg & sg, int h, int pt0,
                                            int nt0) {
@@ -220,6 +220,8 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
         const int ns = cs + kChainStep == kChainStages ? 0 : cs + kChainStep; /* the next step's stages */
         if (!mma) cp_async_wait_group<0>(); /* this thread's part of the next step has landed */
         __syncthreads(); /* everyone's; this step's planes are split; the previous step's products are done */
+        const int ccs = cs; /* this step's stages */
+        cs = ns;
         if (!mma) {
 #pragma unroll
             for (int q = 0; q < kChainStep; ++q) issue(); /* the step after next, into the previous step's stages */
@@ -227,11 +229,8 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
             for (int q = 0; q < kChainStep; ++q)
                 if (k + kChainStep + q < nc)
                     split_rows(sm.st[ns + q], len_of(c + (kChainStep + q) * dir), (kChainStep - ps) + q);
-            cs = ns;
             continue;
         }
-        const int ccs = cs;
-        cs = ns;
         if (!live) continue;
         /* the step's products first (they do not depend on the running state) */
         float acc[kChainStep][2][2][4];
@@ -303,8 +302,8 @@ bool bf16_rows16(const ssmi_cu_view & v) { return v.dtype == SSM_DTYPE_BF16 && r
 } /* namespace */
 
 bool chain_ok(const bw_args & a, size_t optin) {
-    return sizeof(chain_smem) <= optin && a.Q == kChainQ && a.P % 8 == 0 && a.N % 8 == 0 && bf16_rows16(a.x) && bf16_rows16(a.dout) &&
-           bf16_rows16(a.b) && bf16_rows16(a.c) && (!a.has_z || bf16_rows16(a.z));
+    return sizeof(chain_smem) <= optin && a.Q == kChainQ && a.P % 8 == 0 && a.N % 8 == 0 && bf16_rows16(a.x) &&
+           bf16_rows16(a.dout) && bf16_rows16(a.b) && bf16_rows16(a.c) && (!a.has_z || bf16_rows16(a.z));
 }
 
 ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_args & a) {
