@@ -21,6 +21,11 @@
 # sanitizers). Kernel durations are printed in µs whatever unit Nsight chose.
 # Builds go to build-tree-NAME in this tree (for a patch: its binaries alone, copied there).
 # Results: OUT/summary.txt (printed as it grows).
+# Building away from the device: SSMOPS_TREES_PACK=FILE.tar.xz builds every tree as above (needs nvcc,
+# no GPU), packs each tree's CLI, library (libssmops.so.0) and tests into FILE and stops; on the device,
+# SSMOPS_TREES_PREBUILT=FILE.tar.xz unpacks it into the build folders and skips the builds (the same
+# NAME=SRC arguments; the sources are not read then). A device call then spends no time building, and
+# the archive of two trees is about the size of one tree's binaries (xz finds the shared bytes).
 set -u
 out=${1:?usage: gpu/compare_trees.sh OUT NAME=SRC...}
 shift
@@ -47,7 +52,9 @@ patch_in() {
 names=() dirs=() patches=()
 for t in "$@"; do
     names+=("${t%%=*}")
-    if is_patch "${t#*=}"; then
+    if [ -n "${SSMOPS_TREES_PREBUILT:-}" ]; then
+        dirs+=("${t%%=*}=-") # every tree's binaries come from the archive
+    elif is_patch "${t#*=}"; then
         patches+=("${t%%=*}=$(cd "$(dirname "${t#*=}")" && pwd)/$(basename "${t#*=}")")
     else
         dirs+=("${t%%=*}=$(cd "${t#*=}" && pwd)")
@@ -58,11 +65,16 @@ base=${names[0]} basedir=${dirs[0]#*=}
 jobs=$(($(nproc 2>/dev/null || echo 8) / ${#dirs[@]}))
 [ "$jobs" -ge 1 ] || jobs=1
 t0=$(date +%s)
-build() { # build NAME DIR JOBS
+prebuilt=${SSMOPS_TREES_PREBUILT:-} pack=${SSMOPS_TREES_PACK:-}
+build() { # build NAME DIR JOBS (with a prebuilt archive: its binaries are already in place)
+    [ -n "$prebuilt" ] && { [ -x "$src/build-tree-$1/ssmops" ]; return; }
     cmake -S "$2" -B "$src/build-tree-$1" -DSSMOPS_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90a \
         -DCMAKE_BUILD_TYPE=Release >>"$out/build-$1.log" 2>&1 &&
         cmake --build "$src/build-tree-$1" -j "$3" --target ssmops_cli ssmops "${tests[@]}" >>"$out/build-$1.log" 2>&1
 }
+if [ -n "$prebuilt" ]; then
+    tar -xJf "$prebuilt" -C "$src" || { echo "cannot unpack $prebuilt" >&2; exit 2; }
+fi
 for t in "${dirs[@]}"; do
     (build "${t%%=*}" "${t#*=}" "$jobs"
     rc=$?
@@ -103,6 +115,19 @@ if [ ${#patches[@]} -gt 0 ]; then
     for t in "${tests[@]}"; do cp "$keep/tests/$t" "$src/build-tree-$base/tests/"; done
 fi
 say "built in $(($(date +%s) - t0)) s"
+if [ -n "$pack" ]; then # the binaries only: the library once, by its soname (the CLI links it statically)
+    files=()
+    for name in "${names[@]}"; do
+        [ -e "$out/failed-$name" ] && continue
+        d=build-tree-$name
+        files+=("$d/ssmops" "$d/libssmops.so.0")
+        for t in "${tests[@]}"; do files+=("$d/tests/$t"); done
+    done
+    # one xz stream whose window spans every tree: the trees' binaries share most of their bytes
+    tar -c -C "$src" --dereference "${files[@]}" | xz -T1 --lzma2=preset=6,dict=256MiB >"$pack" &&
+        say "packed ${#files[@]} files into $pack ($(du -h "$pack" | cut -f1))"
+    exit $?
+fi
 # the trees that built; the others are named once and left out of every step below
 built=()
 for name in "${names[@]}"; do
