@@ -427,6 +427,39 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
      * 16 tiles, 16 warps), this lane its pairs (j, hh) of it */
     static_assert(kPlanesThreads / 32 == (64 / 16) * (64 / 16), "sparts: one A1 tile per warp at Q = 64");
     float dcb_run[2][2][2] = {};
+    /* The fixed instance loads a head's pieces into registers before the barrier that opens the head
+     * (issued at the end of the head before, after this thread's last work in it): the warps that
+     * wait there for warp 0's tail have their loads in flight meanwhile. Thread t's pieces are those
+     * the loaders' loops give it (one of each at this size): the vectors and D at t < Q, x, dout and
+     * z at row t / (P/8), columns 8·(t % (P/8)); S and G at rows warp + 16r (r < 4), columns 4·lane. */
+    constexpr int kX8 = kP > 0 ? kP / 8 : 1; /* 16-byte pieces per x row */
+    const int     xt = threadIdx.x, xi = xt / kX8, xj = (xt % kX8) * 8;
+    const bool    xin = xi < L;
+    struct head_pieces {
+        float c, dt, f, dd;
+        uint4 xv, dv, zv;
+    };
+    auto d_of = [&](int h, int p) {
+        if (!a.has_d || p >= P) return 0.0f;
+        return a.d2 ? ssmi_cu_ld(a.d.p, a.d.dtype, off2(a.d.s, h, p)) : ssmi_cu_ld(a.d.p, a.d.dtype, (long long)h * a.d.s[0]);
+    };
+    auto issue = [&](int h) {
+        head_pieces     nx;
+        const long long w = ci * a.H + h;
+        const long long xo = off4(a.x.s, ck.row, ck.t0, h, 0) + xi * a.x.s[1] + xj;
+        const long long dof = off4(a.dout.s, ck.row, ck.t0, h, 0) + xi * a.dout.s[1] + xj;
+        const long long zo = gated ? off4(a.z.s, ck.row, ck.t0, h, 0) + xi * a.z.s[1] + xj : 0;
+        const uint4     zero = make_uint4(0u, 0u, 0u, 0u);
+        nx.c = nx.dt = nx.f = nx.dd = 0.0f;
+        if (xt < kQ) nx.c = a.cmv[w * Q + xt], nx.dt = a.dtv[w * Q + xt], nx.f = a.dfac[w * Q + xt];
+        if (xt < kP) nx.dd = d_of(h, xt);
+        nx.xv = xin ? *(const uint4 *)((const bf16 *)a.x.p + xo) : zero;
+        nx.dv = xin ? *(const uint4 *)((const bf16 *)a.dout.p + dof) : zero;
+        nx.zv = xin && gated ? *(const uint4 *)((const bf16 *)a.z.p + zo) : zero;
+        return nx;
+    };
+    head_pieces nx{};
+    if (kOnePass && one_pass) nx = issue(h0);
     for (int h = h0; h < h1; ++h) {
         if (h > h0) __syncthreads(); /* the previous head's last reads of shared memory are done */
         const long long w = ci * a.H + h;
@@ -440,47 +473,28 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
             ecm[i] = i < L ? expf(c) : 0.0f;
             eclm[i] = i < L ? expf(cl - c) : 0.0f;
         };
-        auto d_of = [&](int p) {
-            if (!a.has_d || p >= P) return 0.0f;
-            return a.d2 ? ssmi_cu_ld(a.d.p, a.d.dtype, off2(a.d.s, h, p)) : ssmi_cu_ld(a.d.p, a.d.dtype, (long long)h * a.d.s[0]);
-        };
         float part; /* this thread's part of <G, S> */
         if (kOnePass && one_pass) {
-            /* every load of the head first, then the conversions: one wait on memory instead of one per
-             * loader. Thread t's pieces are those the loaders' loops give it (one of each at this size):
-             * the vectors and D at t < Q, x, dout and z at row t / (P/8), columns 8·(t % (P/8)); S and G
-             * at rows warp + 16r (r < 4), columns 4·lane. */
-            constexpr int   kX8 = kP > 0 ? kP / 8 : 1; /* 16-byte pieces per x row */
-            const int       t = threadIdx.x, xi = t / kX8, xj = (t % kX8) * 8;
-            const bool      xin = xi < L;
-            const long long xo = off4(a.x.s, ck.row, ck.t0, h, 0) + xi * a.x.s[1] + xj;
-            const long long dof = off4(a.dout.s, ck.row, ck.t0, h, 0) + xi * a.dout.s[1] + xj;
-            const long long zo = gated ? off4(a.z.s, ck.row, ck.t0, h, 0) + xi * a.z.s[1] + xj : 0;
-            const float *   S = a.st + state_at(a, ci, h, PN), *G = a.gs + state_at(a, ci, h, PN);
-            float           c = 0.0f, dt = 0.0f, f = 0.0f, dd = 0.0f;
-            if (t < kQ) c = cmg[t], dt = a.dtv[w * Q + t], f = a.dfac[w * Q + t];
-            if (t < kP) dd = d_of(t);
-            const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-            const uint4 xv = xin ? *(const uint4 *)((const bf16 *)a.x.p + xo) : zero;
-            const uint4 dv = xin ? *(const uint4 *)((const bf16 *)a.dout.p + dof) : zero;
-            const uint4 zv = xin && gated ? *(const uint4 *)((const bf16 *)a.z.p + zo) : zero;
-            float4      sv[4], gv[4];
+            /* the head's pieces: S and G loaded now, the others by issue(h); into shared memory */
+            const float * S = a.st + state_at(a, ci, h, PN), *G = a.gs + state_at(a, ci, h, PN);
+            float4        sv[4], gv[4];
 #pragma unroll
             for (int r = 0; r < 4; ++r) {
                 const long long o = (long long)(warp + 16 * r) * kN + 4 * lane;
                 sv[r] = *(const float4 *)(S + o), gv[r] = *(const float4 *)(G + o);
             }
-            if (t < kQ) put_vec(t, c, dt, f);
-            if (t < kP) dvec[t] = dd;
-            *(uint4 *)(xh + xi * gm.lp + xj) = xv;
-            put_split8(dv, zv, 1.0f, gated, dxh, dxl, dzf, gm.lp, gm.lz, xi, xj);
+            if (xt < kQ) put_vec(xt, nx.c, nx.dt, nx.f);
+            if (xt < kP) dvec[xt] = nx.dd;
+            *(uint4 *)(xh + xi * gm.lp + xj) = nx.xv;
+            put_split8(nx.dv, nx.zv, 1.0f, gated, dxh, dxl, dzf, gm.lp, gm.lz, xi, xj);
             part = 0.0f;
 #pragma unroll
-            for (int r = 0; r < 4; ++r) part += put_state4(sv[r], gv[r], sh, sl, gh, gl, (warp + 16 * r) * gm.ln + 4 * lane);
+            for (int r = 0; r < 4; ++r)
+                part += put_state4(sv[r], gv[r], sh, sl, gh, gl, (warp + 16 * r) * gm.ln + 4 * lane);
         } else {
             for (int i = threadIdx.x; i < gm.qp; i += blockDim.x)
                 put_vec(i, i < Q ? cmg[i] : cl, i < Q ? a.dtv[w * Q + i] : 0.0f, i < Q ? a.dfac[w * Q + i] : 0.0f);
-            for (int p = threadIdx.x; p < gm.pp; p += blockDim.x) dvec[p] = d_of(p);
+            for (int p = threadIdx.x; p < gm.pp; p += blockDim.x) dvec[p] = d_of(h, p);
             load_exact(xh, gm.lp, gm.pp, gm.qp, a.x, ck, h, P, L);
             load_split(dxh, dxl, dzf, gm.lp, gm.lz, gm.pp, gm.qp, a.dout, gated, a.z, nullptr, ck, h, P, L);
             part = load_states(sh, sl, gh, gl, gm, a, P, N, state_at(a, ci, h, PN));
@@ -791,6 +805,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
             }
             dda_tail(a, ck, h, w, L, total, qv, rv, tv, intra, fac, dtv);
         }
+        if (kOnePass && one_pass && h + 1 < h1) nx = issue(h + 1);
     }
 }
 
