@@ -427,11 +427,12 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
      * 16 tiles, 16 warps), this lane its pairs (j, hh) of it */
     static_assert(kPlanesThreads / 32 == (64 / 16) * (64 / 16), "sparts: one A1 tile per warp at Q = 64");
     float dcb_run[2][2][2] = {};
-    /* The fixed instance loads a head's pieces into registers before the barrier that opens the head
-     * (issued at the end of the head before, after this thread's last work in it): the warps that
-     * wait there for warp 0's tail have their loads in flight meanwhile. Thread t's pieces are those
-     * the loaders' loops give it (one of each at this size): the vectors and D at t < Q, x, dout and
-     * z at row t / (P/8), columns 8·(t % (P/8)); S and G at rows warp + 16r (r < 4), columns 4·lane. */
+    /* The fixed instance loads a head's x, dout, z, [Q] vectors and D into registers before the barrier
+     * that opens the head (issued at the end of the head before, after this thread's last work in
+     * it): the warps that wait there for warp 0's tail have those loads in flight meanwhile; S and G
+     * (32 more registers) load after the barrier. Thread t's pieces are those the loaders' loops give
+     * it (one of each at this size): the vectors and D at t < Q, x, dout and z at row t / (P/8),
+     * columns 8·(t % (P/8)); S and G at rows warp + 16r (r < 4), columns 4·lane. */
     constexpr int kX8 = kP > 0 ? kP / 8 : 1; /* 16-byte pieces per x row */
     const int     xt = threadIdx.x, xi = xt / kX8, xj = (xt % kX8) * 8;
     const bool    xin = xi < L;
