@@ -744,7 +744,8 @@ SSM_API ssm_status ssm_mamba3_angle_cumsum_bwd(ssm_context * ctx, const ssm_mamb
 
 /* The chunked core forward with cumulative angles in (spec §2.3, §3.6): the seed NPU
  * operator's interface plus initial/final states and varlen. The three initial states
- * are all present or all absent; each final state is optional. */
+ * are all present or all absent; each final state is optional; pregate_y as in
+ * ssm_mamba3_siso. */
 typedef struct ssm_mamba3_siso_fwd_args {
     ssm_tensor q;               /* in  (B, S, Hq, K)                                         */
     ssm_tensor k;               /* in  (B, S, Hq, K)                                         */
@@ -765,12 +766,15 @@ typedef struct ssm_mamba3_siso_fwd_args {
     ssm_tensor final_ssm_state; /* out (NS, H, V, K)     optional                            */
     ssm_tensor final_k_state;   /* out (NS, H, K)        optional                            */
     ssm_tensor final_v_state;   /* out (NS, H, V)        optional                            */
+    ssm_tensor pregate_y;       /* out (B, S, H, V) F32/F64 optional: y before the z gate    */
 } ssm_mamba3_siso_fwd_args;
 SSM_API ssm_status ssm_mamba3_siso_fwd(ssm_context * ctx, const ssm_mamba3_params * params,
                                        const ssm_mamba3_siso_fwd_args * args);
 
 /* The combined forward a model calls (spec §2.4): raw angles in, angle cumsum fused,
- * four states in (all or none) and out (each optional), varlen. θ stays fp32 inside. */
+ * four states in (all or none) and out (each optional), varlen. θ stays fp32 inside.
+ * pregate_y (optional, F32 or F64): y_t of docs/ops/mamba3_siso.md §1.4 (d·v included,
+ * before the z gate), for ssm_mamba3_siso_bwd to take back. */
 typedef struct ssm_mamba3_siso_args {
     ssm_tensor q, k;              /* in  (B, S, Hq, K)                                       */
     ssm_tensor v;                 /* in  (B, S, H, V)                                        */
@@ -792,6 +796,7 @@ typedef struct ssm_mamba3_siso_args {
     ssm_tensor final_ssm_state;   /* out (NS, H, V, K)     optional                          */
     ssm_tensor final_k_state;     /* out (NS, H, K)        optional                          */
     ssm_tensor final_v_state;     /* out (NS, H, V)        optional                          */
+    ssm_tensor pregate_y;         /* out (B, S, H, V) F32/F64 optional: y before the z gate  */
 } ssm_mamba3_siso_args;
 SSM_API ssm_status ssm_mamba3_siso(ssm_context * ctx, const ssm_mamba3_params * params,
                                    const ssm_mamba3_siso_args * args);
@@ -800,7 +805,10 @@ SSM_API ssm_status ssm_mamba3_siso(ssm_context * ctx, const ssm_mamba3_params * 
  * inputs (nothing is saved between the calls). Incoming gradients: dout (required) and
  * each dfinal_* (optional = 0). Every gradient output is optional (absent = not
  * written); dd needs d, dz needs z, the four state gradients need the input states.
- * Reductions (dq_bias, dk_bias, dd, dq/dk over GQA groups) have a fixed order. */
+ * Reductions (dq_bias, dk_bias, dd, dq/dk over GQA groups) have a fixed order.
+ * pregate_y (optional): what ssm_mamba3_siso wrote into its tensor of this name for these
+ * inputs (F32 or F64). A backend may read it for dz instead of recomputing y (the CUDA
+ * backend does); the gradients are the same whether or not it is given. */
 typedef struct ssm_mamba3_siso_bwd_args {
     ssm_tensor q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z; /* forward inputs      */
     ssm_tensor angle_state, ssm_state, k_state, v_state, cu_seqlens; /* forward inputs      */
@@ -820,6 +828,7 @@ typedef struct ssm_mamba3_siso_bwd_args {
     ssm_tensor dssm_state;         /* out (NS, H, V, K)                                      */
     ssm_tensor dk_state;           /* out (NS, H, K)                                         */
     ssm_tensor dv_state;           /* out (NS, H, V)                                         */
+    ssm_tensor pregate_y;          /* in  (B, S, H, V) F32/F64 optional: the forward's       */
 } ssm_mamba3_siso_bwd_args;
 SSM_API ssm_status ssm_mamba3_siso_bwd(ssm_context * ctx, const ssm_mamba3_params * params,
                                        const ssm_mamba3_siso_bwd_args * args);

@@ -25,6 +25,8 @@
  * ran). A varlen case at K = V = 64 (empty sequences first and in the middle, a 2-token and a
  * 17-token tail chunk, initial states and every dfinal_*) covers the chain's walk cases; a GQA
  * case of 20 chunks, Hq = 2 groups of 6 heads, the plane gradient kernel's multi-head slices.
+ * Six cases with z run again given the CUDA forward's pregate_y (the entries forced and the default,
+ * the same bars against the reference and the CPU backend, which ignores it).
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261206).
  */
@@ -43,6 +45,7 @@ typedef struct bwd_case {
     ssmt_mamba3_config cfg;
     int                has_dfinal;
     int                only_some; /* request dv, ddt, dq_bias and dangles only */
+    int                saved_y;   /* also with the CUDA forward's pregate_y given (z on) */
 } bwd_case;
 
 static ssmt_host out_like(const ssm_tensor * like, int strided) {
@@ -64,11 +67,11 @@ static void add_host(host_set * s, ssmt_host * h) {
     if (h->t.data != NULL && s->n < MAX_HOSTS) s->h[s->n++] = h;
 }
 
-/* Every view of a (the args struct holds only ssm_tensor fields) re-pointed into the device
- * copy of the host buffer it lies in; buffers are uploaded once. */
-static void to_device(host_set * s, ssm_mamba3_siso_bwd_args * a) {
+/* Every view of an args struct (of size bytes; it holds only ssm_tensor fields) re-pointed into
+ * the device copy of the host buffer it lies in; buffers are uploaded once. */
+static void to_device(host_set * s, void * a, size_t size) {
     ssm_tensor * f = (ssm_tensor *)a;
-    const int    nf = (int)(sizeof *a / sizeof(ssm_tensor));
+    const int    nf = (int)(size / sizeof(ssm_tensor));
     for (int i = 0; i < nf; ++i) {
         if (f[i].data == NULL) continue;
         int found = -1;
@@ -92,6 +95,7 @@ static int        g_planes_runs; /* 16-bit cases the plane kernels ran */
  * both state walks; it applies where chunked_planes does and K % 32 == 0. */
 static const char kChain[] = "chained_planes";
 static int        g_chain_runs; /* 16-bit cases the state chain ran */
+static int        g_saved_y_runs; /* 16-bit cases chunked_planes ran given pregate_y */
 
 /* What the device runs of one case compare: the case, its parameters, the device args (outputs
  * in the host buffers hs->h[first_out..] and their device copies), the reference and CPU results. */
@@ -105,6 +109,7 @@ typedef struct dev_target {
     ssmt_host *                      got; /* [SSMT_SISO_NGRADS], views of hs's output buffers */
     ssmt_host *                      cpu; /* [SSMT_SISO_NGRADS] */
     ssm_dtype                        cd;
+    const char *                     suffix; /* of the tags: "" or ", pregate_y" */
 } dev_target;
 
 /* Two device runs on NaN-poisoned outputs: the entry `variant` forced, or the default (variant
@@ -117,7 +122,7 @@ static int device_runs(const dev_target * tg, const char * variant, const char *
     const ssmt_bar   bar = ssmt_bar_for(tg->cd);
     const char *     label = variant != NULL ? variant : expect;
     char             tag[160], cpu_tag[180];
-    snprintf(tag, sizeof tag, "cuda[%s%s]", label, variant != NULL ? ", forced" : "");
+    snprintf(tag, sizeof tag, "cuda[%s%s%s]", label, variant != NULL ? ", forced" : "", tg->suffix);
     snprintf(cpu_tag, sizeof cpu_tag, "%s-vs-cpu", tag);
     void * first[SSMT_SISO_NGRADS];
     memset(first, 0, sizeof first);
@@ -218,17 +223,31 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
                             &bwd.dout,        &bwd.dfinal_angle_state, &bwd.dfinal_ssm_state,
                             &bwd.dfinal_k_state, &bwd.dfinal_v_state};
     for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; ++i) add_host(&hs, inputs[i]);
+    /* saved_y: the CUDA forward's out and pregate_y (F32, padded where the case is strided), inputs
+     * of the backward runs below (so not poisoned by them) */
+    const int saved_y = bc->saved_y && cfg.has_z;
+    ssmt_host yo, y;
+    memset(&yo, 0, sizeof yo), memset(&y, 0, sizeof y);
+    if (saved_y) {
+        yo = ssmt_alloc(prob.args.out.dtype, 4, prob.args.v.shape);
+        y = cfg.strided ? ssmt_alloc_layout(SSM_DTYPE_F32, 4, prob.args.v.shape, NULL, 3)
+                        : ssmt_alloc(SSM_DTYPE_F32, 4, prob.args.v.shape);
+        TEST_CHECK(yo.t.data && y.t.data, "%s: no memory for pregate_y", bc->name);
+        if (y.t.data) ssmt_poison(&y.t);
+        add_host(&hs, &yo), add_host(&hs, &y);
+    }
     const int first_out = hs.n;
     for (int g = 0; g < SSMT_SISO_NGRADS; ++g) add_host(&hs, &got[g]);
-    to_device(&hs, &da);
+    to_device(&hs, &da, sizeof da);
 
     /* 16-bit q, k, v: each entry forced (chunked_planes may refuse where its shared memory does
      * not fit), then the default (chunked_planes where it ran); fp32: the default is chunked and
      * chunked_planes forced refuses without writing anything */
     const int   x16 = cd == SSM_DTYPE_F16 || cd == SSM_DTYPE_BF16;
-    dev_target  tg = {bc, &p, &da, &args, &hs, first_out, got, cpu, cd};
+    dev_target  tg = {bc, &p, &da, &args, &hs, first_out, got, cpu, cd, ""};
+    int         planes = 0;
     if (x16) {
-        const int planes = device_runs(&tg, kPlanes, NULL, 1);
+        planes = device_runs(&tg, kPlanes, NULL, 1);
         g_planes_runs += planes;
         /* its rule adds 16-byte rows, 64-token chunks and K <= 128 to chunked_planes' and K % 32 == 0 */
         g_chain_runs += device_runs(&tg, kChain, NULL, planes && cfg.dk % 32 == 0 && cfg.dk <= 128 ? 1 : 2);
@@ -239,6 +258,29 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
         device_runs(&tg, kPlanes, NULL, 2);
         device_runs(&tg, kChain, NULL, 2);
     }
+    if (saved_y && yo.t.data && y.t.data) {
+        /* the CUDA forward on the case's inputs writes pregate_y; the backward given it (the plane
+         * gradient kernel's dz tiles read y instead of recomputing it) within the same bars */
+        ssm_mamba3_siso_args fa = prob.args;
+        fa.out = yo.t, fa.pregate_y = y.t;
+        fa.final_angle_state = fa.final_ssm_state = fa.final_k_state = fa.final_v_state = (ssm_tensor){0};
+        to_device(&hs, &fa, sizeof fa);
+        const ssm_status fs = ssm_mamba3_siso(ctx_cuda, &p, &fa);
+        TEST_CHECK(fs == SSM_STATUS_OK, "%s: the CUDA forward for pregate_y: %s (%s)", bc->name,
+                   ssm_status_string(fs), ssm_context_last_error(ctx_cuda));
+        ssm_mamba3_siso_bwd_args dy = da;
+        dy.pregate_y = fa.pregate_y;
+        dev_target ty = tg;
+        ty.da = &dy, ty.suffix = ", pregate_y";
+        if (fs == SSM_STATUS_OK && x16) {
+            g_saved_y_runs += device_runs(&ty, kPlanes, NULL, 1);
+            device_runs(&ty, kChain, NULL, planes && cfg.dk % 32 == 0 && cfg.dk <= 128 ? 1 : 2);
+            device_runs(&ty, NULL, planes ? kPlanes : "chunked", 0);
+        } else if (fs == SSM_STATUS_OK) {
+            device_runs(&ty, NULL, "chunked", 0);
+        }
+    }
+    ssmt_free(&yo), ssmt_free(&y);
     for (int g = 0; g < SSMT_SISO_NGRADS; ++g) {
         ssmt_free(&cpu[g]);
         ssmt_free(&got[g]);
@@ -278,72 +320,78 @@ int main(void) {
         const ssm_dtype dt = dtypes[di];
         bwd_case        cases[20];
         int             n = 0;
-        cases[n] = (bwd_case){"s1_states", base_config(2, 1, 4, 2, 32, 32, 16, dt), 1, 0};
+        cases[n] = (bwd_case){"s1_states", base_config(2, 1, 4, 2, 32, 32, 16, dt), 1, 0, 0};
         cases[n].cfg.has_states = 1;
         ++n;
-        cases[n++] = (bwd_case){"s50_hq1", base_config(1, 50, 4, 1, 64, 64, 32, dt), 0, 0};
-        cases[n] = (bwd_case){"s64_hqh", base_config(1, 64, 3, 3, 96, 96, 20, dt), 0, 0};
+        cases[n++] = (bwd_case){"s50_hq1", base_config(1, 50, 4, 1, 64, 64, 32, dt), 0, 0, 0};
+        cases[n] = (bwd_case){"s64_hqh", base_config(1, 64, 3, 3, 96, 96, 20, dt), 0, 0, 0};
         cases[n].cfg.has_d = 0, cases[n].cfg.has_states = 1;
         ++n;
-        cases[n] = (bwd_case){"s131_v7", base_config(2, 131, 6, 2, 32, 7, 5, dt), 1, 0};
+        cases[n] = (bwd_case){"s131_v7", base_config(2, 131, 6, 2, 32, 7, 5, dt), 1, 0, 0};
         cases[n].cfg.has_z = 0, cases[n].cfg.has_states = 1, cases[n].cfg.trap_randn = 1;
         ++n;
-        cases[n] = (bwd_case){"s200_plain", base_config(1, 200, 2, 1, 64, 32, 1, dt), 1, 0};
+        cases[n] = (bwd_case){"s200_plain", base_config(1, 200, 2, 1, 64, 32, 1, dt), 1, 0, 0};
         cases[n].cfg.has_d = 0, cases[n].cfg.has_z = 0;
         ++n;
-        cases[n] = (bwd_case){"varlen_states", base_config(1, 0, 4, 1, 64, 32, 16, dt), 1, 0};
+        cases[n] = (bwd_case){"varlen_states", base_config(1, 0, 4, 1, 64, 32, 16, dt), 1, 0, 0};
         cases[n].cfg.nseq = 4, cases[n].cfg.seqlens = lens_a, cases[n].cfg.has_states = 1;
         ++n;
-        cases[n] = (bwd_case){"varlen_nostates", base_config(1, 0, 4, 2, 32, 64, 8, dt), 0, 0};
+        cases[n] = (bwd_case){"varlen_nostates", base_config(1, 0, 4, 2, 32, 64, 8, dt), 0, 0, 0};
         cases[n].cfg.nseq = 3, cases[n].cfg.seqlens = lens_b, cases[n].cfg.index_i64 = 1;
         ++n;
-        cases[n] = (bwd_case){"strided_bcast", base_config(2, 70, 4, 2, 32, 32, 8, dt), 1, 0};
+        cases[n] = (bwd_case){"strided_bcast", base_config(2, 70, 4, 2, 32, 32, 8, dt), 1, 0, 0};
         cases[n].cfg.strided = 1, cases[n].cfg.angles_broadcast = 1, cases[n].cfg.has_states = 1;
         ++n;
-        cases[n] = (bwd_case){"seed_regime", base_config(1, 100, 4, 2, 64, 96, 16, dt), 1, 0};
+        cases[n] = (bwd_case){"seed_regime", base_config(1, 100, 4, 2, 64, 96, 16, dt), 1, 0, 0};
         cases[n].cfg.seed_regime = 1, cases[n].cfg.has_states = 1;
         ++n;
-        cases[n] = (bwd_case){"varlen_nodfinal", base_config(1, 0, 2, 1, 32, 32, 16, dt), 0, 0};
+        cases[n] = (bwd_case){"varlen_nodfinal", base_config(1, 0, 2, 1, 32, 32, 16, dt), 0, 0, 0};
         cases[n].cfg.nseq = 3, cases[n].cfg.seqlens = lens_b, cases[n].cfg.has_states = 1;
         ++n;
-        cases[n] = (bwd_case){"batch8", base_config(8, 20, 4, 2, 32, 16, 4, dt), 1, 0};
+        cases[n] = (bwd_case){"batch8", base_config(8, 20, 4, 2, 32, 16, 4, dt), 1, 0, 0};
         cases[n].cfg.has_states = 1;
         ++n;
-        cases[n] = (bwd_case){"some_outputs", base_config(1, 90, 4, 2, 32, 32, 8, dt), 1, 1};
+        cases[n] = (bwd_case){"some_outputs", base_config(1, 90, 4, 2, 32, 32, 8, dt), 1, 1, 0};
         cases[n].cfg.has_states = 1;
         ++n;
         /* K = 128, V = 64 (the layer's shape), several chunks, GQA */
-        cases[n] = (bwd_case){"k128_v64", base_config(1, 150, 4, 1, 128, 64, 32, dt), 1, 0};
+        cases[n] = (bwd_case){"k128_v64", base_config(1, 150, 4, 1, 128, 64, 32, dt), 1, 0, 0};
         cases[n].cfg.has_states = 1;
         ++n;
         /* the layer's K, V (the gradient kernel's compile-time instance) through strided views: the
          * loaders' element paths; no d, no z, a tail chunk */
-        cases[n] = (bwd_case){"k128_v64_strided", base_config(1, 77, 2, 2, 128, 64, 32, dt), 1, 0};
+        cases[n] = (bwd_case){"k128_v64_strided", base_config(1, 77, 2, 2, 128, 64, 32, dt), 1, 0, 0};
         cases[n].cfg.strided = 1, cases[n].cfg.has_d = 0, cases[n].cfg.has_z = 0;
         ++n;
         /* K = 256, V = 200: the state is too large for the gradient kernel's shared memory (it reads
          * S_c and dS from global memory); a chunk tail */
-        cases[n] = (bwd_case){"k256_v200", base_config(1, 45, 2, 1, 256, 200, 64, dt), 1, 0};
+        cases[n] = (bwd_case){"k256_v200", base_config(1, 45, 2, 1, 256, 200, 64, dt), 1, 0, 0};
         cases[n].cfg.has_states = 1;
         ++n;
         /* one token short of two 64-token chunks: the last chunk's length is odd (63) */
-        cases[n] = (bwd_case){"s127_odd", base_config(1, 127, 2, 1, 64, 32, 16, dt), 1, 0};
+        cases[n] = (bwd_case){"s127_odd", base_config(1, 127, 2, 1, 64, 32, 16, dt), 1, 0, 0};
         cases[n].cfg.has_states = 1;
         ++n;
         /* the layer's K, V over varlen sequences: a whole chunk, empty ones (also last), a 1-token tail */
-        cases[n] = (bwd_case){"varlen_k128", base_config(1, 0, 4, 2, 128, 64, 32, dt), 1, 0};
+        cases[n] = (bwd_case){"varlen_k128", base_config(1, 0, 4, 2, 128, 64, 32, dt), 1, 0, 0};
         cases[n].cfg.nseq = 5, cases[n].cfg.seqlens = lens_c, cases[n].cfg.has_states = 1;
         ++n;
         /* the state chain's walk cases: empty sequences (first, middle), tails of 2 and 17 tokens, a
          * whole chunk, one token; initial states and every dfinal_* */
-        cases[n] = (bwd_case){"varlen_chain", base_config(1, 0, 4, 1, 64, 64, 16, dt), 1, 0};
+        cases[n] = (bwd_case){"varlen_chain", base_config(1, 0, 4, 1, 64, 64, 16, dt), 1, 0, 0};
         cases[n].cfg.nseq = 6, cases[n].cfg.seqlens = lens_d, cases[n].cfg.has_states = 1;
         ++n;
         /* enough chunks (20, a tail) and GQA groups (Hq = 2 of 6 heads each) that the plane gradient
          * kernel's blocks take slices of 2 heads, 3 parts per group (its rule in mamba3_siso/bwd.cu) */
-        cases[n] = (bwd_case){"gqa_slices", base_config(1, 1275, 12, 2, 128, 64, 32, dt), 1, 0};
+        cases[n] = (bwd_case){"gqa_slices", base_config(1, 1275, 12, 2, 128, 64, 32, dt), 1, 0, 0};
         cases[n].cfg.has_states = 1;
         ++n;
+        /* these also run given the CUDA forward's pregate_y */
+        static const char * const with_y[] = {"s50_hq1",  "strided_bcast", "seed_regime",
+                                              "k128_v64", "varlen_k128",   "gqa_slices"};
+        for (int c = 0; c < n; ++c)
+            for (size_t j = 0; j < sizeof with_y / sizeof with_y[0]; ++j)
+                if (strcmp(cases[c].name, with_y[j]) == 0) cases[c].saved_y = 1;
         for (int c = 0; c < n; ++c) run_case(&rng, &cases[c]);
     }
 
@@ -353,6 +401,7 @@ int main(void) {
         printf("%-14s %10.3g %10.3g %10.3g\n", ssmt_siso_grad_names[g], worst[0][g], worst[1][g], worst[2][g]);
     TEST_CHECK(g_planes_runs > 0, "%s ran on none of the 16-bit cases", kPlanes);
     TEST_CHECK(g_chain_runs > 0, "%s ran on none of the 16-bit cases", kChain);
+    TEST_CHECK(g_saved_y_runs > 0, "%s ran on none of the 16-bit cases given pregate_y", kPlanes);
     ssm_context_free(ctx_ref);
     ssm_context_free(ctx_cpu);
     ssm_context_free(ctx_cuda);

@@ -3,7 +3,8 @@
  * (combined forward, core forward, angle cumsum and its backward, decode step) against the
  * float64 reference (run with F64 outputs), on seeded random shapes around the chunk and
  * tile edges, every optional input on and off, f32/f16/bf16, strided views, stride-0 angles
- * over heads, varlen with an empty sequence, NaN-poisoned outputs. Also: 1, 2 and 3 threads
+ * over heads, varlen with an empty sequence, pregate_y on every second configuration,
+ * NaN-poisoned outputs. Also: 1, 2 and 3 threads
  * give identical bytes, the scalar ISA passes the same bars, and CPU self-consistency in
  * fp32 (rel_rms ≤ 1e-5): fused combined == angle_cumsum then siso_fwd; forward over S
  * tokens == S decode steps (in place on the pool); two calls chained through the final
@@ -38,6 +39,15 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const ch
         return;
     }
     ssmt_mamba3_params(cfg, &g_params);
+    /* every second configuration also asks both forwards for pregate_y (F32) */
+    static int calls;
+    ssmt_host  y;
+    memset(&y, 0, sizeof y);
+    if (calls++ % 2 == 1) {
+        y = ssmt_alloc(SSM_DTYPE_F32, 4, pr.args.v.shape);
+        TEST_CHECK(y.t.data != NULL, "%s: no memory for pregate_y", tag);
+        pr.args.pregate_y = y.t, pr.fwd_args.pregate_y = y.t;
+    }
     char name[300];
     {
         ssm_mamba3_siso_args a  = pr.args;
@@ -78,6 +88,7 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const ch
         run_case(&oc);
         ssmt_free(&dth), ssmt_free(&dfin), ssmt_free(&dang), ssmt_free(&ddt), ssmt_free(&dst);
     }
+    ssmt_free(&y);
     ssmt_mamba3_problem_free(&pr);
 }
 

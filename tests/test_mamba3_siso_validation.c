@@ -281,6 +281,37 @@ static void test_siso_fwd(fixtures * x) {
     cu_rules(f, op, &v, &v.cu_seqlens, x->vpr.args.q.shape[1], x->cu_bad + 4);
 }
 
+/* pregate_y (the forward's output, the backward's input; slot is its field in ok, v the shape it
+ * takes): F32 and F64 accepted, a 16-bit one and a wrong shape refused. */
+static void pregate_rules(fixture * f, int op, const void * ok, const ssm_tensor * slot, size_t size,
+                          const ssm_tensor * v) {
+    union {
+        ssm_mamba3_siso_args     fwd;
+        ssm_mamba3_siso_bwd_args bwd;
+    } u;
+    unsigned char * a = (unsigned char *)&u;
+    const size_t  off = (size_t)((const unsigned char *)slot - (const unsigned char *)ok);
+    ssmt_host     y32 = ssmt_alloc(SSM_DTYPE_F32, 4, v->shape), y64 = ssmt_alloc(SSM_DTYPE_F64, 4, v->shape);
+    const struct {
+        ssm_tensor   t;
+        ssm_status   want;
+        const char * what;
+    } cases[] = {{y32.t, SSM_STATUS_OK, "pregate_y f32"},
+                 {y64.t, SSM_STATUS_OK, "pregate_y f64"},
+                 {ssmt_retyped(&y32.t, SSM_DTYPE_BF16), SSM_STATUS_INVALID_LAYOUT, "pregate_y bf16"},
+                 {ssmt_reshaped(&y32.t, 3, v->shape[3] - 1), SSM_STATUS_INVALID_SHAPE, "pregate_y V wrong"}};
+    TEST_CHECK(y32.t.data && y64.t.data, "pregate_y: allocation failed");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0] && y32.t.data && y64.t.data; ++i) {
+        memcpy(a, ok, size);
+        memcpy(a + off, &cases[i].t, sizeof(ssm_tensor));
+        if (cases[i].want == SSM_STATUS_OK)
+            expect_ok(op, a, cases[i].what);
+        else
+            expect(f, op, a, cases[i].want, cases[i].what, "pregate_y");
+    }
+    ssmt_free(&y32), ssmt_free(&y64);
+}
+
 static void test_siso(fixtures * x) {
     const int                  op = OP_SISO;
     fixture *                  f = &x->f;
@@ -302,6 +333,7 @@ static void test_siso(fixtures * x) {
     a = ok;
     a.angle_state = a.ssm_state = a.k_state = a.v_state = ssmt_absent();
     expect_ok(op, &a, "no states");
+    pregate_rules(f, op, &ok, &ok.pregate_y, sizeof ok, &ok.v);
 }
 
 /* ---- backward -------------------------------------------------------------------------------- */
@@ -348,6 +380,7 @@ static void test_siso_bwd(fixtures * x) {
     a.dangle_state = a.dssm_state = a.dk_state = a.dv_state = ssmt_absent();
     a.dfinal_angle_state = a.dfinal_ssm_state = a.dfinal_k_state = a.dfinal_v_state = ssmt_absent();
     expect_ok(op, &a, "no gradient outputs, no dfinal");
+    pregate_rules(f, op, &ok, &ok.pregate_y, sizeof ok, &ok.v);
 }
 
 /* ---- step ------------------------------------------------------------------------------------ */

@@ -70,7 +70,8 @@ static void test_list(void) {
 
 /* Inputs added to an args struct after its outputs: a struct only grows at its end. */
 static int appended_input(const char * op, const char * arg) {
-    static const char * const appended[][2] = {{"mamba3_mimo_bwd", "pregate_y"}, {"mamba3_mimo_bwd", "chunk_states"}};
+    static const char * const appended[][2] = {
+        {"mamba3_mimo_bwd", "pregate_y"}, {"mamba3_mimo_bwd", "chunk_states"}, {"mamba3_siso_bwd", "pregate_y"}};
     for (size_t i = 0; i < sizeof appended / sizeof appended[0]; ++i)
         if (strcmp(op, appended[i][0]) == 0 && strcmp(arg, appended[i][1]) == 0) return 1;
     return 0;

@@ -350,6 +350,10 @@ int    cli_out_arg(cli_problem * pb, const char * name, int f64, int32_t ndim, c
  * (converted to f64 first when f64 is set, so the reference writes exact values). */
 int    cli_in_place(cli_problem * pb, const char * out, const char * in, int f64, char * err, size_t errlen);
 int    cli_present(const cli_problem * pb, const char * name);
+/* *args (the args struct of forward operator fwd, size bytes) zeroed, then every input of fwd that
+ * the problem has, by name, as a view of the problem's tensor (a backward's saved forward results
+ * are written by its forward on these inputs). */
+void   cli_forward_inputs(const cli_problem * pb, const char * fwd, void * args, size_t size);
 int64_t cli_dim(const cli_problem * pb, const char * name, int i);
 /* `run`: input `name` is present with `ndim` dims (else −1 + message). */
 int    cli_need_ndim(const cli_problem * pb, const char * name, int32_t ndim, char * err, size_t errlen);

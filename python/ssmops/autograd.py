@@ -4,14 +4,15 @@ ssmops.<op>_bwd with the saved inputs and the incoming gradients (d<output>), gi
 for every float input that requires a gradient. Deterministic: the library's backward reduces
 in a fixed order.
 
-keep_pregate_y=True, keep_chunk_states=True (mamba3_mimo): the forward also writes that result
-(pregate_y: the per-rank pre-gate output, fp32 (B, S, H, R, P); chunk_states: the state entering
-every chunk, fp32 (NCS, H, N, P)) into an array it makes, not returned, unless the call passes
-its own array (returned as usual, not differentiable), and keeps it for mamba3_mimo_bwd, whose
-CUDA backend then skips recomputing it, and whose CPU backend skips its state pass given
-chunk_states where chunk_size is 64/R (docs/ops/mamba3_mimo.md §5, "Saved forward results"):
-less backward time for 4·B·S·H·R·P, 4·NCS·H·N·P bytes held from the forward to the backward.
-Such a call takes the torch.autograd.Function path."""
+keep_pregate_y=True (mamba3_siso, mamba3_mimo), keep_chunk_states=True (mamba3_mimo): the forward
+also writes that result (pregate_y: the pre-gate output, fp32 (B, S, H, V) for SISO, per rank
+(B, S, H, R, P) for MIMO; chunk_states: the state entering every chunk, fp32 (NCS, H, N, P)) into
+an array it makes, not returned, unless the call passes its own array (returned as usual, not
+differentiable), and keeps it for the backward, whose CUDA backend then skips recomputing it, and
+whose CPU backend skips its state pass given chunk_states where chunk_size is 64/R
+(docs/ops/mamba3_siso.md §7 and docs/ops/mamba3_mimo.md §5, "Saved forward results"): less backward
+time for 4·B·S·H·V (SISO), 4·B·S·H·R·P and 4·NCS·H·N·P (MIMO) bytes held from the forward to the
+backward. Such a call takes the torch.autograd.Function path."""
 import torch
 
 from . import _lib, _schema
@@ -21,10 +22,11 @@ OPS_WITH_BACKWARD = ("mamba2_scan", "causal_conv1d", "rmsnorm_gated", "mamba3_an
 
 
 def _pregate_y_for(given, kw):
-    """An fp32 pregate_y array for a MIMO forward on these inputs: (B, S, H, R, P)."""
+    """An fp32 pregate_y array for a forward on these inputs: (B, S, H, V) for mamba3_siso (q is
+    (B, S, Hq, K)), (B, S, H, R, P) for mamba3_mimo (q is (B, S, R, G, N))."""
     q, v = given["q"], given["v"]
-    return torch.empty((v.shape[0], v.shape[1], v.shape[2], q.shape[2], v.shape[3]), dtype=torch.float32,
-                       device=v.device)
+    shape = tuple(v.shape) if q.dim() == 4 else (v.shape[0], v.shape[1], v.shape[2], q.shape[2], v.shape[3])
+    return torch.empty(shape, dtype=torch.float32, device=v.device)
 
 
 def _chunk_states_for(given, kw):

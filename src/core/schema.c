@@ -254,6 +254,7 @@ static const ssm_arg_info siso_fwd_args[] = {
     F(final_ssm_state, OOPT, R(4), S3_NSS),
     F(final_k_state, OOPT, R(3), S3_NSK),
     F(final_v_state, OOPT, R(3), S3_NSV),
+    F(pregate_y, OOPT, R(4), S3_V),
 };
 #undef ARGS
 
@@ -266,6 +267,7 @@ static const ssm_arg_info siso_args[] = {
     F(final_ssm_state, OOPT, R(4), S3_NSS),
     F(final_k_state, OOPT, R(3), S3_NSK),
     F(final_v_state, OOPT, R(3), S3_NSV),
+    F(pregate_y, OOPT, R(4), S3_V),
 };
 #undef ARGS
 
@@ -292,6 +294,8 @@ static const ssm_arg_info siso_bwd_args[] = {
     FN(dssm_state, R(4), S3_NSS, "ssm_state"),
     FN(dk_state, R(3), S3_NSK, "k_state"),
     FN(dv_state, R(3), S3_NSV, "v_state"),
+    /* inputs after the outputs: the args struct only grows at its end */
+    F(pregate_y, OPT, R(4), S3_V),
 };
 #undef ARGS
 

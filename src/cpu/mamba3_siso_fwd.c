@@ -45,7 +45,7 @@
 typedef struct fwd_io {
     ssm_tensor q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z;
     ssm_tensor angle_state, ssm_state, k_state, v_state, cu_seqlens;
-    ssm_tensor out, final_angle_state, final_ssm_state, final_k_state, final_v_state;
+    ssm_tensor out, final_angle_state, final_ssm_state, final_k_state, final_v_state, pregate_y;
     int        fused; /* angles are raw rates (the combined op) */
 } fwd_io;
 
@@ -266,7 +266,8 @@ static void load_v_tiles(const fwd_job * job, fwd_scratch * sc, int64_t row, int
                         v->strides[3], V);
 }
 
-/* out = Y·silu(z) for the chunk's tokens and the block's heads, token-major as above. */
+/* out = Y·silu(z) (and Y into pregate_y) for the chunk's tokens and the block's heads,
+ * token-major as above. */
 static void store_outputs(const fwd_job * job, fwd_scratch * sc, int64_t row, int64_t tc, int64_t L, int64_t h0,
                           int64_t nh) {
     const fwd_io *           io = job->io;
@@ -275,6 +276,9 @@ static void store_outputs(const fwd_job * job, fwd_scratch * sc, int64_t row, in
     for (int64_t i = 0; i < L; ++i)
         for (int64_t hh = 0; hh < nh; ++hh) {
             float * y = sc->y + hh * Q * V + i * V;
+            if (ssmi_present(&io->pregate_y))
+                b->store_row(io->pregate_y.data, io->pregate_y.dtype,
+                             ssmi_off4(&io->pregate_y, row, tc + i, h0 + hh, 0), io->pregate_y.strides[3], y, V);
             if (ssmi_present(&io->z)) {
                 b->load_row(sc->zrow, io->z.data, io->z.dtype, ssmi_off4(&io->z, row, tc + i, h0 + hh, 0),
                             io->z.strides[3], V);
@@ -392,7 +396,7 @@ ssm_status ssmi_cpu_mamba3_siso_fwd(ssm_context * ctx, const ssm_mamba3_params *
     io.q_bias = a->q_bias, io.k_bias = a->k_bias, io.angles = a->angles, io.d = a->d, io.z = a->z;
     io.ssm_state = a->ssm_state, io.k_state = a->k_state, io.v_state = a->v_state, io.cu_seqlens = a->cu_seqlens;
     io.out = a->out, io.final_ssm_state = a->final_ssm_state, io.final_k_state = a->final_k_state;
-    io.final_v_state = a->final_v_state;
+    io.final_v_state = a->final_v_state, io.pregate_y = a->pregate_y;
     io.fused         = 0;
     return run_fwd(ctx, "mamba3_siso_fwd", d, &io);
 }
@@ -407,7 +411,7 @@ ssm_status ssmi_cpu_mamba3_siso(ssm_context * ctx, const ssm_mamba3_params * p, 
     io.angle_state = a->angle_state, io.ssm_state = a->ssm_state, io.k_state = a->k_state, io.v_state = a->v_state;
     io.cu_seqlens = a->cu_seqlens, io.out = a->out, io.final_angle_state = a->final_angle_state;
     io.final_ssm_state = a->final_ssm_state, io.final_k_state = a->final_k_state;
-    io.final_v_state   = a->final_v_state;
+    io.final_v_state   = a->final_v_state, io.pregate_y = a->pregate_y;
     io.fused           = 1;
     return run_fwd(ctx, "mamba3_siso", d, &io);
 }

@@ -446,3 +446,10 @@ ssm_status ssmi_mamba3_take_nseq(ssm_context * ctx, const char * op, const ssm_t
     return SSM_STATUS_OK;
 }
 
+ssm_status ssmi_check_saved_dtype(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t) {
+    SSM_RETURN_IF(ssmi_present(t) && t->dtype != SSM_DTYPE_F32 && t->dtype != SSM_DTYPE_F64, ctx,
+                  SSM_STATUS_INVALID_LAYOUT,
+                  "%s: %s has dtype %s; it must be F32 or F64 (the unrounded values the backward reads)", op, name,
+                  ssm_dtype_name((ssm_dtype)t->dtype));
+    return SSM_STATUS_OK;
+}

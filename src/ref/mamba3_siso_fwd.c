@@ -81,6 +81,8 @@ static void run_chunk(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_fwd_args
         const double diag = dskip + w->sc.gam[ti] * w->dqk[ti];
         for (int64_t r = 0; r < V; ++r) {
             double yr = w->y[r] + diag * w->v[ti * V + r];
+            if (ssmi_present(&a->pregate_y))
+                ssmi_set_f64(&a->pregate_y, ssmi_off4(&a->pregate_y, s->b, s->t0 + ti, h, r), yr);
             if (ssmi_present(&a->z))
                 yr *= ssmi_ref_m3_silu(ssmi_get_f64(&a->z, ssmi_off4(&a->z, s->b, s->t0 + ti, h, r)));
             ssmi_set_f64(&a->out, ssmi_off4(&a->out, s->b, s->t0 + ti, h, r), yr);

@@ -251,7 +251,7 @@ ssm_status check_pointers(ssm_context * ctx, const ssm_mamba3_siso_bwd_args * a)
                                &a->dangles,     &a->dd,
                                &a->dz,          &a->dangle_state,
                                &a->dssm_state,  &a->dk_state,
-                               &a->dv_state};
+                               &a->dv_state,    &a->pregate_y};
     static const char * const names[] = {"q",          "k",           "v",          "adt",
                                          "dt",         "trap",        "q_bias",     "k_bias",
                                          "angles",     "d",           "z",          "angle_state",
@@ -260,7 +260,7 @@ ssm_status check_pointers(ssm_context * ctx, const ssm_mamba3_siso_bwd_args * a)
                                          "dq",         "dk",          "dv",         "dadt",
                                          "ddt",        "dtrap",       "dq_bias",    "dk_bias",
                                          "dangles",    "dd",          "dz",         "dangle_state",
-                                         "dssm_state", "dk_state",    "dv_state"};
+                                         "dssm_state", "dk_state",    "dv_state",   "pregate_y"};
     static_assert(sizeof ts / sizeof ts[0] == sizeof names / sizeof names[0], "one name per tensor");
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; ++i)
         if (ssmi_present(ts[i])) SSM_FORWARD_IF_ERROR(ssmi_cuda_check_pointer(ctx, kOp, names[i], ts[i]));
@@ -294,6 +294,7 @@ bw_args make_args(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_args * a
     P.k_in = ssmi_cu_view_or_null(&a->k_state), P.v_in = ssmi_cu_view_or_null(&a->v_state);
     P.dout = ssmi_cu_view_or_null(&a->dout), P.dfa = ssmi_cu_view_or_null(&a->dfinal_angle_state), P.dfs = ssmi_cu_view_or_null(&a->dfinal_ssm_state);
     P.dfk = ssmi_cu_view_or_null(&a->dfinal_k_state), P.dfv = ssmi_cu_view_or_null(&a->dfinal_v_state);
+    P.ypre = ssmi_cu_view_or_null(&a->pregate_y);
     P.dq = out_of(&a->dq), P.dk = out_of(&a->dk), P.dv = out_of(&a->dv);
     P.dadt = out_of(&a->dadt), P.ddt = out_of(&a->ddt), P.dtrap = out_of(&a->dtrap);
     P.dqb = out_of(&a->dq_bias), P.dkb = out_of(&a->dk_bias), P.dang = out_of(&a->dangles);

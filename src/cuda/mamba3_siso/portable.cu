@@ -362,6 +362,7 @@ __device__ __forceinline__ void output_block(const m3_fwd_args & P, unsigned cha
         if (p >= P.V) continue;
         const long long t = ch.t0 + i;
         float           y = scr[i * LF + pp];
+        store_ypre(P, ch.row, t, h, p, y, 0.0f, false);
         if (P.has_z) {
             const float zv = ld4(P.z, ch.row, t, h, p);
             y *= zv * ssmi_math::sigmoid(zv);

@@ -46,8 +46,8 @@ namespace {
 int compute_mode(int32_t dtype) { return dtype == SSM_DTYPE_F16 ? M_F16 : dtype == SSM_DTYPE_BF16 ? M_BF16 : M_F32; }
 
 /* The tensors of every SISO operator in the order of the forward's and the step's argument lists
- * (the core forward has no angle states: those are NULL). */
-const int          kTensors = 20;
+ * (the core forward has no angle states, the step no pregate_y: those are NULL). */
+const int          kTensors = 21;
 const char * const kTensorNames[kTensors] = {"q",
                                              "k",
                                              "v",
@@ -67,7 +67,8 @@ const char * const kTensorNames[kTensors] = {"q",
                                              "final_angle_state",
                                              "final_ssm_state",
                                              "final_k_state",
-                                             "final_v_state"};
+                                             "final_v_state",
+                                             "pregate_y"};
 
 ssm_status check_pointers(ssm_context * ctx, const char * op, const ssm_tensor * const * ts) {
     for (int i = 0; i < kTensors; ++i)
@@ -194,7 +195,7 @@ fwd_ws fwd_ws_layout(const ssmi_mamba3_dims * d, const m3_plan * pl, int fused, 
 struct fwd_io {
     const ssm_tensor *q, *k, *v, *adt, *dt, *trap, *qb, *kb, *ang, *d, *z;
     const ssm_tensor *ang_in, *ssm_in, *k_in, *v_in, *cu;
-    const ssm_tensor *out, *fin_ang, *fin_ssm, *fin_k, *fin_v;
+    const ssm_tensor *out, *fin_ang, *fin_ssm, *fin_k, *fin_v, *ypre;
     int               fused;
 };
 
@@ -365,6 +366,7 @@ m3_fwd_args fwd_args(const ssmi_mamba3_dims * d, const fwd_io & io, const m3_pla
     P.out = out_of(io.out);
     P.fin_ssm = out_of(io.fin_ssm), P.fin_k = out_of(io.fin_k), P.fin_v = out_of(io.fin_v);
     if (io.fused) P.fin_ang = out_of(io.fin_ang);
+    P.ypre = out_of(io.ypre);
     /* 16-byte angle rows (angle sums, θ of the tensor-core kernels): 16-bit v, angles of its dtype;
      * A ≤ 64 keeps a chunk's pieces within load_angle_rows' registers */
     P.vang = mode != M_F32 && P.A > 0 && P.A <= 64 && ssmi_cu_vec_rows(io.ang, io.v->dtype, d->nangles);
@@ -427,7 +429,8 @@ ssm_status run_fwd(ssm_context * ctx, ssmi_op opid, const ssmi_mamba3_dims * d, 
     {
         const ssm_tensor * ts[kTensors] = {io.q,    io.k,   io.v,       io.adt,     io.dt,     io.trap,   io.qb,
                                            io.kb,   io.ang, io.d,       io.z,       io.ang_in, io.ssm_in, io.k_in,
-                                           io.v_in, io.out, io.fin_ang, io.fin_ssm, io.fin_k,  io.fin_v};
+                                           io.v_in, io.out, io.fin_ang, io.fin_ssm, io.fin_k,  io.fin_v,
+                                           io.ypre};
         SSM_FORWARD_IF_ERROR(check_pointers(ctx, op, ts));
     }
     ssmi_variant_ran(ctx, "");
@@ -685,6 +688,7 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_fwd(ssm_context * ctx, const ssm_mam
     io.qb = &a->q_bias, io.kb = &a->k_bias, io.ang = &a->angles, io.d = &a->d, io.z = &a->z;
     io.ssm_in = &a->ssm_state, io.k_in = &a->k_state, io.v_in = &a->v_state, io.cu = &a->cu_seqlens;
     io.out = &a->out, io.fin_ssm = &a->final_ssm_state, io.fin_k = &a->final_k_state, io.fin_v = &a->final_v_state;
+    io.ypre = &a->pregate_y;
     io.fused = 0;
     return run_fwd(ctx, SSMI_OP_mamba3_siso_fwd, d, io);
 }
@@ -699,6 +703,7 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso(ssm_context * ctx, const ssm_mamba3_
     io.ang_in = &a->angle_state, io.ssm_in = &a->ssm_state, io.k_in = &a->k_state, io.v_in = &a->v_state;
     io.cu = &a->cu_seqlens, io.out = &a->out, io.fin_ang = &a->final_angle_state;
     io.fin_ssm = &a->final_ssm_state, io.fin_k = &a->final_k_state, io.fin_v = &a->final_v_state;
+    io.ypre = &a->pregate_y;
     io.fused = 1;
     return run_fwd(ctx, SSMI_OP_mamba3_siso, d, io);
 }

@@ -187,6 +187,7 @@ struct m3_fwd_args {
     float *          prep;    /* (W, H, prep_floats(A)) chunk_prep_kernel's slots, or NULL      */
     int *            nonfinite; /* (W, H): set to 1 where an output kernel stores a non-finite value */
     m3_out           out, fin_ssm, fin_k, fin_v, fin_ang;
+    m3_out           ypre; /* pregate_y (B, S, H, V) f32/f64: y before the gate, or absent     */
 };
 
 /* The output kernels' mark (grid: blockIdx.x = chunk, blockIdx.y = head): the (chunk, head) holds a
@@ -211,6 +212,14 @@ __device__ __forceinline__ void st3(const m3_out & o, long long i0, long long i1
 }
 __device__ __forceinline__ void st4(const m3_out & o, long long i0, long long i1, long long i2, long long i3, float v) {
     ssmi_cu_st(o.p, o.dtype, i0 * o.s[0] + i1 * o.s[1] + i2 * o.s[2] + i3 * o.s[3], v);
+}
+
+/* y (before the gate) of outputs p and, with two, p + 1 of token t into pregate_y, where given. */
+__device__ __forceinline__ void store_ypre(const m3_fwd_args & P, long long row, long long t, int h, int p, float y0,
+                                           float y1, bool two) {
+    if (!P.ypre.present) return;
+    st4(P.ypre, row, t, h, p, y0);
+    if (two) st4(P.ypre, row, t, h, p + 1, y1);
 }
 
 /* ---- the chunk scalars (shared by the state and output kernels) -------------------------------- */
