@@ -802,13 +802,14 @@ SSM_API ssm_status ssm_mamba3_siso(ssm_context * ctx, const ssm_mamba3_params * 
                                    const ssm_mamba3_siso_args * args);
 
 /* Every gradient of ssm_mamba3_siso (spec §2.5, §6), recomputing the forward from its
- * inputs (nothing is saved between the calls). Incoming gradients: dout (required) and
+ * inputs (only pregate_y, below, may be kept from the forward). Incoming gradients: dout (required) and
  * each dfinal_* (optional = 0). Every gradient output is optional (absent = not
  * written); dd needs d, dz needs z, the four state gradients need the input states.
  * Reductions (dq_bias, dk_bias, dd, dq/dk over GQA groups) have a fixed order.
  * pregate_y (optional): what ssm_mamba3_siso wrote into its tensor of this name for these
- * inputs (F32 or F64). A backend may read it for dz instead of recomputing y (the CUDA
- * backend does); the gradients are the same whether or not it is given. */
+ * inputs (F32 or F64). A backend may read it for dz instead of recomputing y (the CPU
+ * backend and the CUDA plane entries do); every gradient but dz is the same bytes whether
+ * or not it is given, dz the same up to rounding. */
 typedef struct ssm_mamba3_siso_bwd_args {
     ssm_tensor q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z; /* forward inputs      */
     ssm_tensor angle_state, ssm_state, k_state, v_state, cu_seqlens; /* forward inputs      */

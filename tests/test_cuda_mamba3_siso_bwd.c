@@ -26,7 +26,8 @@
  * 17-token tail chunk, initial states and every dfinal_*) covers the chain's walk cases; a GQA
  * case of 20 chunks, Hq = 2 groups of 6 heads, the plane gradient kernel's multi-head slices.
  * Six cases with z run again given the CUDA forward's pregate_y (the entries forced and the default,
- * the same bars against the reference and the CPU backend, which ignores it).
+ * the same bars against the reference and the CPU backend run without it), and with it doubled on
+ * the device chunked_planes' dz must double to the bit (it reads y, not a recompute).
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261206).
  */
@@ -186,6 +187,48 @@ static int device_runs(const dev_target * tg, const char * variant, const char *
     return ran;
 }
 
+/* After chunked_planes ran given pregate_y (tg->da, its device copy in tg->hs): every gradient but
+ * dz is the bytes of its run without it (noy: snapshots of tg->got then, NULL where absent); dz is
+ * read from it, not recomputed: with pregate_y doubled on the device, a dz-only run gives twice the run's dz
+ * (the host copy in tg->got) to the bit. pregate_y is restored afterwards for the runs that follow. */
+static void doubled_y_check(const dev_target * tg, ssmt_host * y, void * const * noy) {
+    const int gz = 10; /* dz in ssmt_siso_grad_names */
+    int       j = -1;
+    for (int i = 0; i < tg->hs->n; ++i)
+        if (tg->hs->h[i] == y) j = i;
+    TEST_CHECK(strcmp(ssmt_siso_grad_names[gz], "dz") == 0, "grad %d is %s, not dz", gz, ssmt_siso_grad_names[gz]);
+    /* only dz depends on pregate_y: every other gradient is the bytes of the run without it */
+    for (int g = 0; g < SSMT_SISO_NGRADS; ++g)
+        if (g != gz && noy[g] != NULL)
+            TEST_CHECK(ssmt_unchanged(&tg->got[g], noy[g]), "%s/%s: %s given pregate_y: the bytes differ from the run "
+                       "without it", tg->bc->name, ssmt_siso_grad_names[g], kPlanes);
+    if (j < 0 || tg->got[gz].t.data == NULL) return;
+    ssmt_dev * yd = &tg->hs->dev[j];
+    ssmt_to_host(y, yd);
+    void * saved = ssmt_snapshot(y);
+    for (int64_t i = 0, n = ssmt_numel(&y->t); i < n; ++i) ssmt_set(&y->t, i, 2.0 * ssmt_get(&y->t, i));
+    TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, yd->mem, y->buf, y->bytes), SSM_STATUS_OK);
+    ssmt_host                dz2 = out_like(&tg->got[gz].t, 0);
+    ssmt_dev                 dd = ssmt_to_device(&dz2);
+    ssm_mamba3_siso_bwd_args a = *tg->da;
+    for (int g = 0; g < SSMT_SISO_NGRADS; ++g) *ssmt_siso_grad_slot(&a, g) = (ssm_tensor){0};
+    a.dz = dd.view;
+    TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba3_siso_bwd", kPlanes), SSM_STATUS_OK);
+    TEST_CHECK_STATUS(ssm_mamba3_siso_bwd(ctx_cuda, tg->p, &a), SSM_STATUS_OK);
+    TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba3_siso_bwd", NULL), SSM_STATUS_OK);
+    ssmt_to_host(&dz2, &dd);
+    int64_t bad = 0;
+    for (int64_t i = 0, n = ssmt_numel(&dz2.t); i < n; ++i)
+        bad += ssmt_get(&dz2.t, i) != 2.0 * ssmt_get(&tg->got[gz].t, i);
+    TEST_CHECK(bad == 0, "%s: %lld dz elements are not twice the run's with pregate_y doubled", tg->bc->name,
+               (long long)bad);
+    memcpy(y->buf, saved, y->bytes);
+    TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, yd->mem, y->buf, y->bytes), SSM_STATUS_OK);
+    free(saved);
+    ssmt_dev_free(&dd);
+    ssmt_free(&dz2);
+}
+
 static void run_case(ssmt_rng * rng, const bwd_case * bc) {
     ssmt_mamba3_config cfg = bc->cfg;
     const ssm_dtype    cd = cfg.dtype;
@@ -246,9 +289,13 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
     const int   x16 = cd == SSM_DTYPE_F16 || cd == SSM_DTYPE_BF16;
     dev_target  tg = {bc, &p, &da, &args, &hs, first_out, got, cpu, cd, ""};
     int         planes = 0;
+    void * noy[SSMT_SISO_NGRADS]; /* chunked_planes' gradients without pregate_y */
+    memset(noy, 0, sizeof noy);
     if (x16) {
         planes = device_runs(&tg, kPlanes, NULL, 1);
         g_planes_runs += planes;
+        for (int g = 0; g < SSMT_SISO_NGRADS && planes && saved_y; ++g)
+            if (got[g].t.data != NULL) noy[g] = ssmt_snapshot(&got[g]);
         /* its rule adds 16-byte rows, 64-token chunks and K <= 128 to chunked_planes' and K % 32 == 0 */
         g_chain_runs += device_runs(&tg, kChain, NULL, planes && cfg.dk % 32 == 0 && cfg.dk <= 128 ? 1 : 2);
         device_runs(&tg, "chunked", NULL, 0);
@@ -273,7 +320,9 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
         dev_target ty = tg;
         ty.da = &dy, ty.suffix = ", pregate_y";
         if (fs == SSM_STATUS_OK && x16) {
-            g_saved_y_runs += device_runs(&ty, kPlanes, NULL, 1);
+            const int ran = device_runs(&ty, kPlanes, NULL, 1);
+            g_saved_y_runs += ran;
+            if (ran) doubled_y_check(&ty, &y, noy);
             device_runs(&ty, kChain, NULL, planes && cfg.dk % 32 == 0 && cfg.dk <= 128 ? 1 : 2);
             device_runs(&ty, NULL, planes ? kPlanes : "chunked", 0);
         } else if (fs == SSM_STATUS_OK) {
@@ -281,6 +330,7 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
         }
     }
     ssmt_free(&yo), ssmt_free(&y);
+    for (int g = 0; g < SSMT_SISO_NGRADS; ++g) free(noy[g]);
     for (int g = 0; g < SSMT_SISO_NGRADS; ++g) {
         ssmt_free(&cpu[g]);
         ssmt_free(&got[g]);

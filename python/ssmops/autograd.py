@@ -8,8 +8,9 @@ keep_pregate_y=True (mamba3_siso, mamba3_mimo), keep_chunk_states=True (mamba3_m
 also writes that result (pregate_y: the pre-gate output, fp32 (B, S, H, V) for SISO, per rank
 (B, S, H, R, P) for MIMO; chunk_states: the state entering every chunk, fp32 (NCS, H, N, P)) into
 an array it makes, not returned, unless the call passes its own array (returned as usual, not
-differentiable), and keeps it for the backward, whose CUDA backend then skips recomputing it, and
-whose CPU backend skips its state pass given chunk_states where chunk_size is 64/R
+differentiable), and keeps it for the backward, whose CUDA backend then skips recomputing it (and
+SISO's CPU backend too), and whose MIMO CPU backend skips its state pass given chunk_states where
+chunk_size is 64/R
 (docs/ops/mamba3_siso.md §7 and docs/ops/mamba3_mimo.md §5, "Saved forward results"): less backward
 time for 4·B·S·H·V (SISO), 4·B·S·H·R·P and 4·NCS·H·N·P (MIMO) bytes held from the forward to the
 backward. Such a call takes the torch.autograd.Function path."""

@@ -28,7 +28,7 @@
  *   built for Q̂·K̂sᵀ), and turned back (V×C), so dS needs no V×K transpose per chunk; the
  *   dS update takes its e^c scale on dY (C×V) rather than Q̂ (C×K).
  *   The pre-gate output y (for dz) costs Q̂·S_cᵀ and Pm·Vc and is computed only when dz is
- *   asked for.
+ *   asked for and the forward's pregate_y is not given (given, it is read instead).
  *   dq̃, dk̃ of a block's heads are summed into the block's fp32 workspace slot
  *   (B, S, Hq, K) by the token chain itself: the block's first head writes a row, the
  *   next ones add to it, in head order; with G = 1 they go straight to dq, dk. (Adding a
@@ -480,12 +480,23 @@ static void chunk_scores(bwd_task_ctx * x, int64_t Lc) {
     for (int64_t i = 0; i < Lc; ++i) s->rr[i] -= s->colw[i];
 }
 
-/* Pre-gate y of the chunk and dz = dout·y·σ(z)(1 + z(1 − σ(z))). */
+/* Pre-gate y of the chunk (the forward's pregate_y where given, else recomputed) and
+ * dz = dout·y·σ(z)(1 + z(1 − σ(z))). */
 static void chunk_dz(bwd_task_ctx * x, int64_t i0, int64_t Lc, const float * sc) {
     const ssm_mamba3_siso_bwd_args * a = x->job->a;
     const ssmi_cpu_kernels *         k = x->job->k;
     const int64_t                    K = x->job->d->dk, V = x->job->d->dv, C = BWD_CHUNK;
     bwd_scratch *                    s = &x->s;
+    if (ssmi_present(&a->pregate_y)) {
+        load_tokens(x, &a->pregate_y, i0, Lc, s->yc);
+        for (int64_t i = 0; i < Lc; ++i) {
+            float *       y = s->yc + i * V;
+            const float * z = s->zc + i * V, *go = s->dout + i * V, *zs = s->zs + i * V;
+            for (int64_t j = 0; j < V; ++j) y[j] = go[j] * y[j] * zs[j] * (1.0f + z[j] * (1.0f - zs[j]));
+        }
+        store_tokens(x, &a->dz, i0, Lc, s->yc);
+        return;
+    }
     x->job->bk->transpose(V, K, sc, K, NULL, s->st, V);
     k->gemm(Lc, V, K, s->qh, K, 1, s->st, V, s->yc, V, s->ec, 0.0f, 0);
     k->gemm(Lc, V, Lc, s->cb, C, 1, s->vc, V, s->yc, V, NULL, 1.0f, 1);

@@ -165,8 +165,8 @@ static ssm_status validate_seq(ssm_context * ctx, const char * op, const ssm_mam
     SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_initial_states(ctx, op, with_angle ? &a->angle_state : NULL, &a->ssm_state,
                                                           &a->k_state, &a->v_state, &sh, &d->has_states));
     SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "out", &a->out, a->v.shape));
-    /* the forward's saved pre-gate output, the backward's input of the same name (the projection
-     * keeps it; siso_fwd has none) */
+    /* the forwards' saved pre-gate output, the backward's input of the same name (the projection
+     * keeps it) */
     SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "pregate_y", &a->pregate_y, a->v.shape));
     SSM_FORWARD_IF_ERROR(ssmi_check_saved_dtype(ctx, op, "pregate_y", &a->pregate_y));
     return ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_final_names, with_angle ? &a->final_angle_state : NULL,

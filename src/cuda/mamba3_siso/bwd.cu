@@ -295,6 +295,7 @@ bw_args make_args(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_args * a
     P.dout = ssmi_cu_view_or_null(&a->dout), P.dfa = ssmi_cu_view_or_null(&a->dfinal_angle_state), P.dfs = ssmi_cu_view_or_null(&a->dfinal_ssm_state);
     P.dfk = ssmi_cu_view_or_null(&a->dfinal_k_state), P.dfv = ssmi_cu_view_or_null(&a->dfinal_v_state);
     P.ypre = ssmi_cu_view_or_null(&a->pregate_y);
+    P.vy = ssmi_present(&a->pregate_y) && a->pregate_y.dtype == SSM_DTYPE_F32 && ssmi_cu_vec_pairs(&a->pregate_y, d->dv);
     P.dq = out_of(&a->dq), P.dk = out_of(&a->dk), P.dv = out_of(&a->dv);
     P.dadt = out_of(&a->dadt), P.ddt = out_of(&a->ddt), P.dtrap = out_of(&a->dtrap);
     P.dqb = out_of(&a->dq_bias), P.dkb = out_of(&a->dk_bias), P.dang = out_of(&a->dangles);

@@ -68,6 +68,7 @@ struct bw_args {
     ssmi_cu_view     ang_in, ssm_in, k_in, v_in;                  /* initial states            */
     ssmi_cu_view     dout, dfa, dfs, dfk, dfv;                    /* incoming gradients        */
     ssmi_cu_view     ypre;    /* the forward's pregate_y (f32/f64), p == NULL when not given      */
+    int              vy;      /* pregate_y f32 in pairs (ssmi_cu_vec_pairs): 8-byte loads         */
     m3_out           dq, dk, dv, dadt, ddt, dtrap, dqb, dkb, dang, dd, dz;
     m3_out           dang_st, dssm_st, dk_st, dv_st;
     /* workspace (fp32); T = B·S flat tokens */

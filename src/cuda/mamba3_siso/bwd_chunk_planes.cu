@@ -601,10 +601,18 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
                             zv[hh][jn][u] = in ? ld4(P.z, ch.row, ch.t0 + i, h, r + u) : 0.0f;
                         }
                     }
-                    if (yk)
+                    if (yk && P.vy) { /* V even: r + 1 < V with r */
+                        const float2 yv = i < L && r < V ? *reinterpret_cast<const float2 *>(
+                                                               (const float *)P.ypre.p + (ch.row * P.ypre.s[0] +
+                                                                                          (ch.t0 + i) * P.ypre.s[1] +
+                                                                                          h * P.ypre.s[2] + r))
+                                                         : make_float2(0.0f, 0.0f);
+                        c[jn][2 * hh] = yv.x, c[jn][2 * hh + 1] = yv.y;
+                    } else if (yk) {
 #pragma unroll
                         for (int u = 0; u < 2; ++u)
                             c[jn][2 * hh + u] = i < L && r + u < V ? ld4(P.ypre, ch.row, ch.t0 + i, h, r + u) : 0.0f;
+                    }
                 }
             if (dvj) { /* e^{c_last−c_j}σ_j·K̂·dSᵀ + Pmᵀ·dY */
                 tile_mma<false, false, true, true>(c, s.kh, s.kl, lk, s.dh, s.dl, lk, m0, r0, 0, kp);

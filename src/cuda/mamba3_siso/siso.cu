@@ -367,6 +367,7 @@ m3_fwd_args fwd_args(const ssmi_mamba3_dims * d, const fwd_io & io, const m3_pla
     P.fin_ssm = out_of(io.fin_ssm), P.fin_k = out_of(io.fin_k), P.fin_v = out_of(io.fin_v);
     if (io.fused) P.fin_ang = out_of(io.fin_ang);
     P.ypre = out_of(io.ypre);
+    P.vy = P.ypre.present && io.ypre->dtype == SSM_DTYPE_F32 && ssmi_cu_vec_pairs(io.ypre, d->dv);
     /* 16-byte angle rows (angle sums, θ of the tensor-core kernels): 16-bit v, angles of its dtype;
      * A ≤ 64 keeps a chunk's pieces within load_angle_rows' registers */
     P.vang = mode != M_F32 && P.A > 0 && P.A <= 64 && ssmi_cu_vec_rows(io.ang, io.v->dtype, d->nangles);

@@ -188,6 +188,7 @@ struct m3_fwd_args {
     int *            nonfinite; /* (W, H): set to 1 where an output kernel stores a non-finite value */
     m3_out           out, fin_ssm, fin_k, fin_v, fin_ang;
     m3_out           ypre; /* pregate_y (B, S, H, V) f32/f64: y before the gate, or absent     */
+    int              vy;   /* pregate_y f32 in pairs (ssmi_cu_vec_pairs): 8-byte stores        */
 };
 
 /* The output kernels' mark (grid: blockIdx.x = chunk, blockIdx.y = head): the (chunk, head) holds a
@@ -218,6 +219,11 @@ __device__ __forceinline__ void st4(const m3_out & o, long long i0, long long i1
 __device__ __forceinline__ void store_ypre(const m3_fwd_args & P, long long row, long long t, int h, int p, float y0,
                                            float y1, bool two) {
     if (!P.ypre.present) return;
+    if (P.vy && two && p % 2 == 0) {
+        const m3_out & o = P.ypre;
+        *reinterpret_cast<float2 *>((float *)o.p + (row * o.s[0] + t * o.s[1] + h * o.s[2] + p)) = make_float2(y0, y1);
+        return;
+    }
     st4(P.ypre, row, t, h, p, y0);
     if (two) st4(P.ypre, row, t, h, p + 1, y1);
 }
