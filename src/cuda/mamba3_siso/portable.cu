@@ -356,13 +356,19 @@ __device__ __forceinline__ void output_block(const m3_fwd_args & P, unsigned cha
         /* Y += P (i × j) · V (j × p) */
         block_gemm<MODE, true, true>(scr, LF, ph, pl, LP, vs, nullptr, LV, kC, kTV, kC, true);
     }
+    /* pregate_y: Y before the gate, in a loop of its own (as the mark below) so that the epilogue
+     * keeps its registers */
+    if (P.ypre.present)
+        for (int o = threadIdx.x; o < L * kTV; o += blockDim.x) {
+            const int i = o / kTV, pp = o - (o / kTV) * kTV;
+            if (p0 + pp < P.V) store_ypre(P, ch.row, ch.t0 + i, h, p0 + pp, scr[i * LF + pp], 0.0f, false);
+        }
     /* epilogue: gate, store; the final v state from the last token */
     for (int o = threadIdx.x; o < L * kTV; o += blockDim.x) {
         const int i = o / kTV, pp = o - (o / kTV) * kTV, p = p0 + pp;
         if (p >= P.V) continue;
         const long long t = ch.t0 + i;
         float           y = scr[i * LF + pp];
-        store_ypre(P, ch.row, t, h, p, y, 0.0f, false);
         if (P.has_z) {
             const float zv = ld4(P.z, ch.row, t, h, p);
             y *= zv * ssmi_math::sigmoid(zv);
