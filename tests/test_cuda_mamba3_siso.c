@@ -7,6 +7,8 @@
  * A < K/2, d and z on and off, f32 / f16 / bf16, initial and final states, varlen with an
  * empty sequence, stride-0 angles over heads, fp32 angles with 16-bit q, k, v,
  * padded/permuted layouts, the seed regime, pregate_y asked for on every second pair of cases,
+ * chunk_states on every second case of 64-token chunks (F32 dense: the entries write the states
+ * there; F64 padded where the case is strided: the copy), chunk_states at chunk 16 refused,
  * NaN-poisoned outputs, identical bytes across two runs; the step with and without
  * state_batch_indices (padding rows), with separate and in-place final pools, with the
  * float4 and the generic state paths; the step's general form (cu_seqlens of one token per
@@ -224,6 +226,13 @@ static void test_forward(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const c
         if (y.t.data) ssmt_poison(&y.t);
         pr.args.pregate_y = y.t, pr.fwd_args.pregate_y = y.t;
     }
+    ssmt_host cs;
+    memset(&cs, 0, sizeof cs);
+    if (calls % 2 == 0 && cfg->chunk % 64 == 0) {
+        cs = ssmt_mamba3_chunk_states(&pr, cfg->chunk, cfg->strided ? SSM_DTYPE_F64 : SSM_DTYPE_F32, cfg->strided);
+        TEST_CHECK(cs.t.data != NULL, "%s: no memory for chunk_states", tag);
+        pr.args.chunk_states = cs.t, pr.fwd_args.chunk_states = cs.t;
+    }
     char name[320];
     {
         typedef ssm_mamba3_siso_args S;
@@ -235,8 +244,9 @@ static void test_forward(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const c
             BIND(S, &pr, ssm_state, 0, 0),   BIND(S, &pr, k_state, 0, 0),     BIND(S, &pr, v_state, 0, 0),
             BIND(S, &pr, cu_seqlens, 0, 0),  BIND(S, &pr, out, 1, 0),         BIND(S, &pr, final_angle_state, 1, 1),
             BIND(S, &pr, final_ssm_state, 1, 0), BIND(S, &pr, final_k_state, 1, 0), BIND(S, &pr, final_v_state, 1, 0),
-            {&y, offsetof(S, pregate_y), 1, 0, -1}};
-        snprintf(name, sizeof name, "siso[%s%s]", tag, y.t.data ? ", pregate_y" : "");
+            {&y, offsetof(S, pregate_y), 1, 0, -1}, {&cs, offsetof(S, chunk_states), 1, 0, -1}};
+        snprintf(name, sizeof name, "siso[%s%s%s]", tag, y.t.data ? ", pregate_y" : "",
+                 cs.t.data ? ", chunk_states" : "");
         run_dev_case(name, "mamba3_siso", run_siso, &pr.args, sizeof pr.args, b, (int)(sizeof b / sizeof b[0]), cfg->dtype);
     }
     {
@@ -249,15 +259,18 @@ static void test_forward(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const c
             BIND(S, &pr, d, 0, 0),         BIND(S, &pr, z, 0, 0),          BIND(S, &pr, ssm_state, 0, 0),
             BIND(S, &pr, k_state, 0, 0),   BIND(S, &pr, v_state, 0, 0),    BIND(S, &pr, cu_seqlens, 0, 0),
             BIND(S, &pr, out, 1, 0),       BIND(S, &pr, final_ssm_state, 1, 0), BIND(S, &pr, final_k_state, 1, 0),
-            BIND(S, &pr, final_v_state, 1, 0), {&y, offsetof(S, pregate_y), 1, 0, -1}};
+            BIND(S, &pr, final_v_state, 1, 0), {&y, offsetof(S, pregate_y), 1, 0, -1},
+            {&cs, offsetof(S, chunk_states), 1, 0, -1}};
         /* the outputs were written by the first case: poison them again */
-        ssmt_host * outs[] = {&pr.out, &pr.final_ssm_state, &pr.final_k_state, &pr.final_v_state, &y};
-        for (int i = 0; i < 5; ++i)
+        ssmt_host * outs[] = {&pr.out, &pr.final_ssm_state, &pr.final_k_state, &pr.final_v_state, &y, &cs};
+        for (int i = 0; i < 6; ++i)
             if (outs[i]->t.data) ssmt_poison(&outs[i]->t);
-        snprintf(name, sizeof name, "siso_fwd[%s%s]", tag, y.t.data ? ", pregate_y" : "");
+        snprintf(name, sizeof name, "siso_fwd[%s%s%s]", tag, y.t.data ? ", pregate_y" : "",
+                 cs.t.data ? ", chunk_states" : "");
         run_dev_case(name, "mamba3_siso_fwd", run_fwd, &pr.fwd_args, sizeof pr.fwd_args, b, (int)(sizeof b / sizeof b[0]), cfg->dtype);
     }
     ssmt_free(&y);
+    ssmt_free(&cs);
     ssmt_mamba3_problem_free(&pr);
 }
 
@@ -322,6 +335,18 @@ static void test_device_rules(ssmt_rng * rng) {
     TEST_CHECK(strstr(ssm_context_last_error(ctx_cuda), "CUDA") != NULL, "message: %s",
                ssm_context_last_error(ctx_cuda));
     TEST_CHECK_STATUS(ssm_mamba3_siso_fwd(ctx_cuda, &g_params, &pr.fwd_args), SSM_STATUS_INVALID_LAYOUT);
+    /* chunk_states at a chunk size that is not a multiple of the backend's 64: UNSUPPORTED saying
+     * so, before anything runs (nothing written) */
+    g_params.chunk_size = 16;
+    ssmt_host cs = ssmt_mamba3_chunk_states(&pr, 16, SSM_DTYPE_F32, 0);
+    void *    cs0 = ssmt_snapshot(&cs);
+    pr.args.chunk_states = cs.t;
+    TEST_CHECK_STATUS(ssm_mamba3_siso(ctx_cuda, &g_params, &pr.args), SSM_STATUS_UNSUPPORTED);
+    TEST_CHECK(strstr(ssm_context_last_error(ctx_cuda), "multiple of 64") != NULL, "message: %s",
+               ssm_context_last_error(ctx_cuda));
+    TEST_CHECK(ssmt_unchanged(&cs, cs0), "chunk_states written by a refused call");
+    free(cs0);
+    ssmt_free(&cs);
     ssmt_mamba3_problem_free(&pr);
     /* the general form (test_cuda_decode_slots covers it in full): cu_seqlens of one token per
      * row, dst_state_batch_indices naming the read slots, an intermediate state give the plain

@@ -25,9 +25,11 @@
  * ran). A varlen case at K = V = 64 (empty sequences first and in the middle, a 2-token and a
  * 17-token tail chunk, initial states and every dfinal_*) covers the chain's walk cases; a GQA
  * case of 20 chunks, Hq = 2 groups of 6 heads, the plane gradient kernel's multi-head slices.
- * Six cases with z run again given the CUDA forward's pregate_y (the entries forced and the default,
- * the same bars against the reference and the CPU backend run without it), and with it doubled on
- * the device chunked_planes' dz must double to the bit (it reads y, not a recompute).
+ * Six cases run again given the CUDA forward's saved results, chunk_states (F32 dense: used in
+ * place; F64 padded where the case is strided: copied) and pregate_y (with z): chained_planes
+ * reads chunk_states instead of its forward walk (the same bars against the reference and the CPU
+ * backend run without them; with chunk_states doubled on the device its gradients change);
+ * chunked_planes reads neither (every gradient the bytes of its run without them).
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261206).
  */
@@ -46,7 +48,7 @@ typedef struct bwd_case {
     ssmt_mamba3_config cfg;
     int                has_dfinal;
     int                only_some; /* request dv, ddt, dq_bias and dangles only */
-    int                saved_y;   /* also with the CUDA forward's pregate_y given (z on) */
+    int                saved;     /* also with the CUDA forward's chunk_states and pregate_y given */
 } bwd_case;
 
 static ssmt_host out_like(const ssm_tensor * like, int strided) {
@@ -96,7 +98,7 @@ static int        g_planes_runs; /* 16-bit cases the plane kernels ran */
  * both state walks; it applies where chunked_planes does and K % 32 == 0. */
 static const char kChain[] = "chained_planes";
 static int        g_chain_runs; /* 16-bit cases the state chain ran */
-static int        g_saved_y_runs; /* 16-bit cases chunked_planes ran given pregate_y */
+static int        g_saved_runs; /* 16-bit cases the state chain ran given chunk_states */
 
 /* What the device runs of one case compare: the case, its parameters, the device args (outputs
  * in the host buffers hs->h[first_out..] and their device copies), the reference and CPU results. */
@@ -110,7 +112,7 @@ typedef struct dev_target {
     ssmt_host *                      got; /* [SSMT_SISO_NGRADS], views of hs's output buffers */
     ssmt_host *                      cpu; /* [SSMT_SISO_NGRADS] */
     ssm_dtype                        cd;
-    const char *                     suffix; /* of the tags: "" or ", pregate_y" */
+    const char *                     suffix; /* of the tags: "" or ", saved" */
 } dev_target;
 
 /* Two device runs on NaN-poisoned outputs: the entry `variant` forced, or the default (variant
@@ -187,46 +189,42 @@ static int device_runs(const dev_target * tg, const char * variant, const char *
     return ran;
 }
 
-/* After chunked_planes ran given pregate_y (tg->da, its device copy in tg->hs): every gradient but
- * dz is the bytes of its run without it (noy: snapshots of tg->got then, NULL where absent); dz is
- * read from it, not recomputed: with pregate_y doubled on the device, a dz-only run gives twice the run's dz
- * (the host copy in tg->got) to the bit. pregate_y is restored afterwards for the runs that follow. */
-static void doubled_y_check(const dev_target * tg, ssmt_host * y, void * const * noy) {
-    const int gz = 10; /* dz in ssmt_siso_grad_names */
-    int       j = -1;
-    for (int i = 0; i < tg->hs->n; ++i)
-        if (tg->hs->h[i] == y) j = i;
-    TEST_CHECK(strcmp(ssmt_siso_grad_names[gz], "dz") == 0, "grad %d is %s, not dz", gz, ssmt_siso_grad_names[gz]);
-    /* only dz depends on pregate_y: every other gradient is the bytes of the run without it */
+/* After an entry that reads neither saved result ran given them (tg->da): every gradient is the
+ * bytes of its run without them (noy: snapshots of tg->got then, NULL where absent). */
+static void unread_check(const dev_target * tg, const char * entry, void * const * noy) {
     for (int g = 0; g < SSMT_SISO_NGRADS; ++g)
-        if (g != gz && noy[g] != NULL)
-            TEST_CHECK(ssmt_unchanged(&tg->got[g], noy[g]), "%s/%s: %s given pregate_y: the bytes differ from the run "
-                       "without it", tg->bc->name, ssmt_siso_grad_names[g], kPlanes);
-    if (j < 0 || tg->got[gz].t.data == NULL) return;
-    ssmt_dev * yd = &tg->hs->dev[j];
-    ssmt_to_host(y, yd);
-    void * saved = ssmt_snapshot(y);
-    for (int64_t i = 0, n = ssmt_numel(&y->t); i < n; ++i) ssmt_set(&y->t, i, 2.0 * ssmt_get(&y->t, i));
-    TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, yd->mem, y->buf, y->bytes), SSM_STATUS_OK);
-    ssmt_host                dz2 = out_like(&tg->got[gz].t, 0);
-    ssmt_dev                 dd = ssmt_to_device(&dz2);
-    ssm_mamba3_siso_bwd_args a = *tg->da;
-    for (int g = 0; g < SSMT_SISO_NGRADS; ++g) *ssmt_siso_grad_slot(&a, g) = (ssm_tensor){0};
-    a.dz = dd.view;
-    TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba3_siso_bwd", kPlanes), SSM_STATUS_OK);
-    TEST_CHECK_STATUS(ssm_mamba3_siso_bwd(ctx_cuda, tg->p, &a), SSM_STATUS_OK);
+        if (noy[g] != NULL)
+            TEST_CHECK(ssmt_unchanged(&tg->got[g], noy[g]), "%s/%s: %s given the saved results: the bytes differ "
+                       "from the run without them", tg->bc->name, ssmt_siso_grad_names[g], entry);
+}
+
+/* After chained_planes ran given chunk_states (tg->da, the device copy cs of the host buffer in
+ * tg->hs): with chunk_states doubled on the device its gradients change (it reads them, not a
+ * recompute). chunk_states is restored afterwards for the runs that follow. */
+static void doubled_states_check(const dev_target * tg, ssmt_host * cs) {
+    int j = -1;
+    for (int i = 0; i < tg->hs->n; ++i)
+        if (tg->hs->h[i] == cs) j = i;
+    if (j < 0) return;
+    void * run[SSMT_SISO_NGRADS];
+    for (int g = 0; g < SSMT_SISO_NGRADS; ++g) run[g] = tg->got[g].t.data ? ssmt_snapshot(&tg->got[g]) : NULL;
+    ssmt_dev * cd = &tg->hs->dev[j];
+    ssmt_to_host(cs, cd);
+    void * saved = ssmt_snapshot(cs);
+    for (int64_t i = 0, n = ssmt_numel(&cs->t); i < n; ++i) ssmt_set(&cs->t, i, 2.0 * ssmt_get(&cs->t, i));
+    TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, cd->mem, cs->buf, cs->bytes), SSM_STATUS_OK);
+    TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba3_siso_bwd", kChain), SSM_STATUS_OK);
+    TEST_CHECK_STATUS(ssm_mamba3_siso_bwd(ctx_cuda, tg->p, tg->da), SSM_STATUS_OK);
     TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba3_siso_bwd", NULL), SSM_STATUS_OK);
-    ssmt_to_host(&dz2, &dd);
-    int64_t bad = 0;
-    for (int64_t i = 0, n = ssmt_numel(&dz2.t); i < n; ++i)
-        bad += ssmt_get(&dz2.t, i) != 2.0 * ssmt_get(&tg->got[gz].t, i);
-    TEST_CHECK(bad == 0, "%s: %lld dz elements are not twice the run's with pregate_y doubled", tg->bc->name,
-               (long long)bad);
-    memcpy(y->buf, saved, y->bytes);
-    TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, yd->mem, y->buf, y->bytes), SSM_STATUS_OK);
+    int changed = 0;
+    for (int k = tg->first_out; k < tg->hs->n; ++k) ssmt_to_host(tg->hs->h[k], &tg->hs->dev[k]);
+    for (int g = 0; g < SSMT_SISO_NGRADS; ++g)
+        if (run[g] != NULL) changed += !ssmt_unchanged(&tg->got[g], run[g]);
+    TEST_CHECK(changed > 0, "%s: %s: no gradient changed with chunk_states doubled (not read)", tg->bc->name, kChain);
+    memcpy(cs->buf, saved, cs->bytes);
+    TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, cd->mem, cs->buf, cs->bytes), SSM_STATUS_OK);
     free(saved);
-    ssmt_dev_free(&dd);
-    ssmt_free(&dz2);
+    for (int g = 0; g < SSMT_SISO_NGRADS; ++g) free(run[g]);
 }
 
 static void run_case(ssmt_rng * rng, const bwd_case * bc) {
@@ -266,18 +264,22 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
                             &bwd.dout,        &bwd.dfinal_angle_state, &bwd.dfinal_ssm_state,
                             &bwd.dfinal_k_state, &bwd.dfinal_v_state};
     for (size_t i = 0; i < sizeof inputs / sizeof inputs[0]; ++i) add_host(&hs, inputs[i]);
-    /* saved_y: the CUDA forward's out and pregate_y (F32, padded where the case is strided), inputs
-     * of the backward runs below (so not poisoned by them) */
-    const int saved_y = bc->saved_y && cfg.has_z;
-    ssmt_host yo, y;
-    memset(&yo, 0, sizeof yo), memset(&y, 0, sizeof y);
-    if (saved_y) {
+    /* saved: the CUDA forward's out, chunk_states (F32 dense, or F64 padded where the case is
+     * strided) and pregate_y (F32, with z), inputs of the backward runs below (so not poisoned by
+     * them) */
+    ssmt_host yo, y, cs;
+    memset(&yo, 0, sizeof yo), memset(&y, 0, sizeof y), memset(&cs, 0, sizeof cs);
+    if (bc->saved) {
         yo = ssmt_alloc(prob.args.out.dtype, 4, prob.args.v.shape);
-        y = cfg.strided ? ssmt_alloc_layout(SSM_DTYPE_F32, 4, prob.args.v.shape, NULL, 3)
-                        : ssmt_alloc(SSM_DTYPE_F32, 4, prob.args.v.shape);
-        TEST_CHECK(yo.t.data && y.t.data, "%s: no memory for pregate_y", bc->name);
-        if (y.t.data) ssmt_poison(&y.t);
-        add_host(&hs, &yo), add_host(&hs, &y);
+        cs = ssmt_mamba3_chunk_states(&prob, cfg.chunk, cfg.strided ? SSM_DTYPE_F64 : SSM_DTYPE_F32, cfg.strided);
+        if (cfg.has_z) {
+            y = cfg.strided ? ssmt_alloc_layout(SSM_DTYPE_F32, 4, prob.args.v.shape, NULL, 3)
+                            : ssmt_alloc(SSM_DTYPE_F32, 4, prob.args.v.shape);
+            if (y.t.data) ssmt_poison(&y.t);
+        }
+        TEST_CHECK(yo.t.data && cs.t.data && (y.t.data || !cfg.has_z), "%s: no memory for the saved results",
+                   bc->name);
+        add_host(&hs, &yo), add_host(&hs, &y), add_host(&hs, &cs);
     }
     const int first_out = hs.n;
     for (int g = 0; g < SSMT_SISO_NGRADS; ++g) add_host(&hs, &got[g]);
@@ -294,7 +296,7 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
     if (x16) {
         planes = device_runs(&tg, kPlanes, NULL, 1);
         g_planes_runs += planes;
-        for (int g = 0; g < SSMT_SISO_NGRADS && planes && saved_y; ++g)
+        for (int g = 0; g < SSMT_SISO_NGRADS && planes && bc->saved; ++g)
             if (got[g].t.data != NULL) noy[g] = ssmt_snapshot(&got[g]);
         /* its rule adds 16-byte rows, 64-token chunks and K <= 128 to chunked_planes' and K % 32 == 0 */
         g_chain_runs += device_runs(&tg, kChain, NULL, planes && cfg.dk % 32 == 0 && cfg.dk <= 128 ? 1 : 2);
@@ -305,31 +307,31 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
         device_runs(&tg, kPlanes, NULL, 2);
         device_runs(&tg, kChain, NULL, 2);
     }
-    if (saved_y && yo.t.data && y.t.data) {
-        /* the CUDA forward on the case's inputs writes pregate_y; the backward given it (the plane
-         * gradient kernel's dz tiles read y instead of recomputing it) within the same bars */
+    if (bc->saved && yo.t.data && cs.t.data) {
+        /* the CUDA forward on the case's inputs writes the saved results; the backward given them
+         * within the same bars */
         ssm_mamba3_siso_args fa = prob.args;
-        fa.out = yo.t, fa.pregate_y = y.t;
+        fa.out = yo.t, fa.pregate_y = y.t, fa.chunk_states = cs.t;
         fa.final_angle_state = fa.final_ssm_state = fa.final_k_state = fa.final_v_state = (ssm_tensor){0};
         to_device(&hs, &fa, sizeof fa);
         const ssm_status fs = ssm_mamba3_siso(ctx_cuda, &p, &fa);
-        TEST_CHECK(fs == SSM_STATUS_OK, "%s: the CUDA forward for pregate_y: %s (%s)", bc->name,
+        TEST_CHECK(fs == SSM_STATUS_OK, "%s: the CUDA forward for the saved results: %s (%s)", bc->name,
                    ssm_status_string(fs), ssm_context_last_error(ctx_cuda));
         ssm_mamba3_siso_bwd_args dy = da;
-        dy.pregate_y = fa.pregate_y;
+        dy.pregate_y = fa.pregate_y, dy.chunk_states = fa.chunk_states;
         dev_target ty = tg;
-        ty.da = &dy, ty.suffix = ", pregate_y";
+        ty.da = &dy, ty.suffix = ", saved";
         if (fs == SSM_STATUS_OK && x16) {
-            const int ran = device_runs(&ty, kPlanes, NULL, 1);
-            g_saved_y_runs += ran;
-            if (ran) doubled_y_check(&ty, &y, noy);
-            device_runs(&ty, kChain, NULL, planes && cfg.dk % 32 == 0 && cfg.dk <= 128 ? 1 : 2);
+            if (device_runs(&ty, kPlanes, NULL, 1)) unread_check(&ty, kPlanes, noy);
+            const int ran = device_runs(&ty, kChain, NULL, planes && cfg.dk % 32 == 0 && cfg.dk <= 128 ? 1 : 2);
+            g_saved_runs += ran;
+            if (ran) doubled_states_check(&ty, &cs);
             device_runs(&ty, NULL, planes ? kPlanes : "chunked", 0);
         } else if (fs == SSM_STATUS_OK) {
             device_runs(&ty, NULL, "chunked", 0);
         }
     }
-    ssmt_free(&yo), ssmt_free(&y);
+    ssmt_free(&yo), ssmt_free(&y), ssmt_free(&cs);
     for (int g = 0; g < SSMT_SISO_NGRADS; ++g) free(noy[g]);
     for (int g = 0; g < SSMT_SISO_NGRADS; ++g) {
         ssmt_free(&cpu[g]);
@@ -436,12 +438,12 @@ int main(void) {
         cases[n] = (bwd_case){"gqa_slices", base_config(1, 1275, 12, 2, 128, 64, 32, dt), 1, 0, 0};
         cases[n].cfg.has_states = 1;
         ++n;
-        /* these also run given the CUDA forward's pregate_y */
-        static const char * const with_y[] = {"s50_hq1",  "strided_bcast", "seed_regime",
-                                              "k128_v64", "varlen_k128",   "gqa_slices"};
+        /* these also run given the CUDA forward's saved results */
+        static const char * const with_saved[] = {"s50_hq1",  "strided_bcast", "seed_regime",
+                                                  "k128_v64", "varlen_k128",   "gqa_slices"};
         for (int c = 0; c < n; ++c)
-            for (size_t j = 0; j < sizeof with_y / sizeof with_y[0]; ++j)
-                if (strcmp(cases[c].name, with_y[j]) == 0) cases[c].saved_y = 1;
+            for (size_t j = 0; j < sizeof with_saved / sizeof with_saved[0]; ++j)
+                if (strcmp(cases[c].name, with_saved[j]) == 0) cases[c].saved = 1;
         for (int c = 0; c < n; ++c) run_case(&rng, &cases[c]);
     }
 
@@ -451,7 +453,7 @@ int main(void) {
         printf("%-14s %10.3g %10.3g %10.3g\n", ssmt_siso_grad_names[g], worst[0][g], worst[1][g], worst[2][g]);
     TEST_CHECK(g_planes_runs > 0, "%s ran on none of the 16-bit cases", kPlanes);
     TEST_CHECK(g_chain_runs > 0, "%s ran on none of the 16-bit cases", kChain);
-    TEST_CHECK(g_saved_y_runs > 0, "%s ran on none of the 16-bit cases given pregate_y", kPlanes);
+    TEST_CHECK(g_saved_runs > 0, "%s ran on none of the 16-bit cases given chunk_states", kChain);
     ssm_context_free(ctx_ref);
     ssm_context_free(ctx_cpu);
     ssm_context_free(ctx_cuda);

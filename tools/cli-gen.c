@@ -211,6 +211,17 @@ int64_t cli_state_rows(const cli_problem * pb, int64_t batch) {
     return slots > 0 ? slots : nseq > 0 ? nseq : batch;
 }
 
+int64_t cli_chunk_rows(const cli_problem * pb, int64_t batch, int64_t seqlen, int64_t chunk) {
+    if (!cli_has_arg(pb, "cu_seqlens") || !cli_present(pb, "cu_seqlens")) return batch * ((seqlen + chunk - 1) / chunk);
+    const ssm_tensor cu = cli_view(pb, "cu_seqlens");
+    int64_t          rows = 0;
+    for (int64_t i = 0; i + 1 < cu.shape[0]; ++i) {
+        const int64_t len = (int64_t)cli_get(&cu, cli_offset(&cu, i + 1)) - (int64_t)cli_get(&cu, cli_offset(&cu, i));
+        rows += (len + chunk - 1) / chunk;
+    }
+    return rows;
+}
+
 /* ---- shapes from the schema ------------------------------------------------------------ */
 
 /* The value of the symbol text[0..len) in syms; 0 and *ok = 0 when it is not there. */

@@ -92,15 +92,7 @@ static mdims dims_of(const cli_problem * pb) {
     d.nc     = (d.S + d.C - 1) / d.C;
     d.reduce = cli_param_or(pb, "reduce_o", 1) != 0;
     d.NS     = cli_state_rows(pb, d.B);
-    d.NCS    = d.B * d.nc;
-    if (cli_has_arg(pb, "cu_seqlens") && cli_present(pb, "cu_seqlens")) {
-        const ssm_tensor cu = cli_view(pb, "cu_seqlens");
-        d.NCS = 0;
-        for (int64_t i = 0; i + 1 < cu.shape[0]; ++i) {
-            const int64_t len = (int64_t)cli_get(&cu, cli_offset(&cu, i + 1)) - (int64_t)cli_get(&cu, cli_offset(&cu, i));
-            d.NCS += (len + d.C - 1) / d.C;
-        }
-    }
+    d.NCS    = cli_chunk_rows(pb, d.B, d.S, d.C);
     const cli_sym derived[] = {{"A", d.A}, {"NS", d.NS}, {"slots", d.NS}, {"nc", d.nc}, {"C", d.C},
                                {"NCS", d.NCS}, {"rows", d.B}, {NULL, 0}}; /* rows: the step's batch rows */
     cli_syms(pb, derived, d.syms, CLI_MAX_SYMS);

@@ -363,6 +363,9 @@ int64_t cli_param_or(const cli_problem * pb, const char * key, int64_t def);
 /* Rows of the recurrent states: slots (a decode step's pool with indices), else nseq
  * (varlen), else batch. */
 int64_t cli_state_rows(const cli_problem * pb, int64_t batch);
+/* Rows of a saved chunk_states: Σ ceil(len/chunk) over the drawn cu_seqlens sequences, else
+ * batch · ceil(seqlen/chunk). */
+int64_t cli_chunk_rows(const cli_problem * pb, int64_t batch, int64_t seqlen, int64_t chunk);
 /* Every shape key >= 1 and every listed 0/1 param in range (usage errors). */
 int    cli_check_shape_positive(const cli_problem * pb, char * err, size_t errlen);
 int    cli_check_bools(const cli_problem * pb, const char * const * names, char * err, size_t errlen);

@@ -250,12 +250,7 @@ static ssm_status validate_forward(ssm_context * ctx, const char * op, const ssm
     SSMI_SHAPE(pregate_y, d->batch, d->seqlen, d->nheads, d->rank, d->headdim);
     SSM_FORWARD_IF_ERROR(ssmi_check_saved_dtype(ctx, op, "pregate_y", &a->pregate_y));
     if (ssmi_present(&a->chunk_states)) {
-        int64_t rows = d->varlen ? 0 : d->batch * d->nchunks;
-        for (int64_t i = 0; d->varlen && i < d->nseq; ++i) {
-            const int64_t len = ssmi_get_i64(&a->cu_seqlens, ssmi_off1(&a->cu_seqlens, i + 1)) -
-                                ssmi_get_i64(&a->cu_seqlens, ssmi_off1(&a->cu_seqlens, i));
-            rows += len / d->chunk + (len % d->chunk != 0);
-        }
+        const int64_t rows = ssmi_saved_chunk_rows(&a->cu_seqlens, d->varlen, d->nseq, d->batch, d->seqlen, d->chunk);
         SSMI_SHAPE(chunk_states, rows, d->nheads, d->dstate, d->headdim);
         SSM_FORWARD_IF_ERROR(ssmi_check_saved_dtype(ctx, op, "chunk_states", &a->chunk_states));
     }

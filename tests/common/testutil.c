@@ -1075,6 +1075,25 @@ int ssmt_mamba3_random_args(ssmt_rng * rng, const ssmt_mamba3_config * cfg, ssmt
     return 0;
 }
 
+int64_t ssmt_mamba3_chunk_rows(const ssmt_mamba3_problem * pr, int64_t chunk) {
+    const ssm_tensor * v = &pr->args.v;
+    if (pr->cu_seqlens.t.data == NULL) return v->shape[0] * ((v->shape[1] + chunk - 1) / chunk);
+    int64_t rows = 0;
+    for (int64_t i = 0; i < pr->nseq; ++i) {
+        const int64_t len = (int64_t)ssmt_get(&pr->cu_seqlens.t, i + 1) - (int64_t)ssmt_get(&pr->cu_seqlens.t, i);
+        rows += (len + chunk - 1) / chunk;
+    }
+    return rows;
+}
+
+ssmt_host ssmt_mamba3_chunk_states(const ssmt_mamba3_problem * pr, int64_t chunk, ssm_dtype dtype, int strided) {
+    const ssm_tensor * v = &pr->args.v;
+    const int64_t      shape[4] = {ssmt_mamba3_chunk_rows(pr, chunk), v->shape[2], v->shape[3], pr->args.q.shape[3]};
+    ssmt_host          h = strided ? ssmt_alloc_layout(dtype, 4, shape, NULL, 3) : ssmt_alloc(dtype, 4, shape);
+    if (h.t.data != NULL) ssmt_poison(&h.t);
+    return h;
+}
+
 void ssmt_mamba3_problem_free(ssmt_mamba3_problem * pr) {
     ssmt_host * all[] = {&pr->q,           &pr->k,           &pr->v,
                          &pr->adt,         &pr->dt,          &pr->trap,

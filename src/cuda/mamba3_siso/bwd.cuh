@@ -67,8 +67,6 @@ struct bw_args {
     ssmi_cu_view     q, k, v, adt, dt, trap, qb, kb, ang, d, z;   /* forward inputs            */
     ssmi_cu_view     ang_in, ssm_in, k_in, v_in;                  /* initial states            */
     ssmi_cu_view     dout, dfa, dfs, dfk, dfv;                    /* incoming gradients        */
-    ssmi_cu_view     ypre;    /* the forward's pregate_y (f32/f64), p == NULL when not given      */
-    int              vy;      /* pregate_y f32 in pairs (ssmi_cu_vec_pairs): 8-byte loads         */
     m3_out           dq, dk, dv, dadt, ddt, dtrap, dqb, dkb, dang, dd, dz;
     m3_out           dang_st, dssm_st, dk_st, dv_st;
     /* workspace (fp32); T = B·S flat tokens */
@@ -425,8 +423,9 @@ ssm_status launch_bwd_chunk_planes(ssm_context * ctx, const char * op, const bw_
 /* bwd_state_chain.cu: both walks with the chunk sums of the plane entry folded in (entry
  * chained_planes; replaces launch_bwd_chunk(false) and launch_bwd_passes): P.st, P.dst, P.cl,
  * P.dhin as those two write them, by the forward's chain (state_chain.cu) on the slots P.slot and
- * the sequences P.msegs; KS = bwd_chain_ks(K) state columns per block; its shared memory. */
-ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_args & P);
+ * the sequences P.msegs; KS = bwd_chain_ks(K) state columns per block; its shared memory. forward
+ * false: the reverse walk alone (P.st holds the forward's chunk_states already). */
+ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_args & P, bool forward);
 int        bwd_chain_ks(int K);
 size_t     bwd_state_chain_smem(int A, int K, bool z);
 

@@ -27,8 +27,7 @@
  *         m partials, ·σ + Esᵀ·Q̂ → dk̂ = σ·dK̂s; then the chain per (token, pair) on the
  *         accumulators (dθ, dq̃, dk̃ into the workspace) and their per-tile column sums;
  *         per (j, r): e^{c_last−c}·σ·K̂·dSᵀ + Pmᵀ·dY + (D + γd)·dy → dv;
- *         per (j, r) (dz): e^{c}·Q̂·S_cᵀ + Pm·V + (D + γd)·v → y (or the forward's pregate_y),
- *         dz = y·dout·σ(z)(1 + z(1 − σ(z)))
+ *         per (j, r) (dz): e^{c}·Q̂·S_cᵀ + Pm·V + (D + γd)·v → y, dz = y·dout·σ(z)(1 + z(1 − σ(z)))
  *   B     per token r = readout + Σ_j W_ij − σ_i·Σ_u Z_ui, m = σ·(m partials), dσ = (m partials) +
  *         Σ_u Z_ui (the intra part of dK̂s·k̂), dγ; the chunk sums of dq̃, dk̃, dθ; warp 0: μ and
  *         the dadt scan.
@@ -572,8 +571,6 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
             const bool dv_pairs = dvj && V % 2 == 0 && bf16_pairs(P.dv);
             const m3_out &  out = dvj ? P.dv : P.dz;
             const long long ob = ch.row * out.s[0] + ch.t0 * out.s[1] + h * out.s[2];
-            /* dz with the forward's pregate_y: y loaded into the accumulators, no products */
-            const bool yk = !dvj && P.ypre.p != nullptr;
             /* dz: dout and z of this lane's outputs, loaded ahead of the products (a lane's two columns
              * r, r + 1 of a row as one 4-byte word each where io_pairs) */
             float dO[2][2][2], zv[2][2][2];
@@ -601,18 +598,6 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
                             zv[hh][jn][u] = in ? ld4(P.z, ch.row, ch.t0 + i, h, r + u) : 0.0f;
                         }
                     }
-                    if (yk && P.vy) { /* V even: r + 1 < V with r */
-                        const float2 yv = i < L && r < V ? *reinterpret_cast<const float2 *>(
-                                                               (const float *)P.ypre.p + (ch.row * P.ypre.s[0] +
-                                                                                          (ch.t0 + i) * P.ypre.s[1] +
-                                                                                          h * P.ypre.s[2] + r))
-                                                         : make_float2(0.0f, 0.0f);
-                        c[jn][2 * hh] = yv.x, c[jn][2 * hh + 1] = yv.y;
-                    } else if (yk) {
-#pragma unroll
-                        for (int u = 0; u < 2; ++u)
-                            c[jn][2 * hh + u] = i < L && r + u < V ? ld4(P.ypre, ch.row, ch.t0 + i, h, r + u) : 0.0f;
-                    }
                 }
             if (dvj) { /* e^{c_last−c_j}σ_j·K̂·dSᵀ + Pmᵀ·dY */
                 tile_mma<false, false, true, true>(c, s.kh, s.kl, lk, s.dh, s.dl, lk, m0, r0, 0, kp);
@@ -624,7 +609,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
                     for (int jn = 0; jn < 2; ++jn) c[jn][2 * hh] *= f, c[jn][2 * hh + 1] *= f;
                 }
                 tile_mma<true, true, true, true>(c, s.pmh, s.pml, lc, s.dyh, s.dyl, lv, m0, r0, m0, Kq);
-            } else if (!yk) { /* e^{c_j}·Q̂·S_cᵀ + Pm·V */
+            } else { /* e^{c_j}·Q̂·S_cᵀ + Pm·V */
                 tile_mma<false, false, true, true>(c, s.qh, s.ql, lk, s.sh, s.sl, lk, m0, r0, 0, kp);
 #pragma unroll
                 for (int hh = 0; hh < 2; ++hh) {
@@ -648,7 +633,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
 #pragma unroll
                     for (int u = 0; u < 2; ++u) {
                         if (r + u >= V) continue;
-                        float y = yk ? c[jn][2 * hh + u] : c[jn][2 * hh + u] + dg * (u ? x.y : x.x);
+                        float y = c[jn][2 * hh + u] + dg * (u ? x.y : x.x);
                         if (dvj) {
                             if (seq_end && i == L - 1 && P.has_dfv) y += ld3(P.dfv, ch.seq, h, r + u);
                         } else {

@@ -144,6 +144,7 @@ struct m3_chunk {
 struct m3_seg {
     long long t0;
     int       row, len, first, count;
+    int       srow; /* the forward's chunk_states row of the sequence's first chunk */
 };
 
 struct m3_out {
@@ -189,6 +190,8 @@ struct m3_fwd_args {
     m3_out           out, fin_ssm, fin_k, fin_v, fin_ang;
     m3_out           ypre; /* pregate_y (B, S, H, V) f32/f64: y before the gate, or absent     */
     int              vy;   /* pregate_y f32 in pairs (ssmi_cu_vec_pairs): 8-byte stores        */
+    m3_out           chst; /* chunk_states (NCS, H, V, K) f32/f64 from states, or absent         */
+    int              chm;  /* chunk_states rows every chm chunks (params->chunk_size / kC)       */
 };
 
 /* The output kernels' mark (grid: blockIdx.x = chunk, blockIdx.y = head): the (chunk, head) holds a
@@ -412,7 +415,8 @@ ssm_status launch_state_chain(ssm_context * ctx, const char * op, const m3_fwd_a
  * launch of the chain's template, a block per (sequence, head, V tile, KS columns, walk): F the
  * forward walk (entering states into F.states), R the reverse walk (R.k = q, R.kb = q_bias, R.v =
  * dout, R.z = z, R.ssm_in = dfinal_ssm_state, R.states = the carries, R.fin_ssm = dH_in); both
- * read the slots in F.prep (= R.prep), two stages. The shared memory it needs: */
+ * read the slots in F.prep (= R.prep), two stages; F.states == NULL: the reverse walk alone. The
+ * shared memory it needs: */
 ssm_status launch_bwd_walks(ssm_context * ctx, const char * op, const m3_fwd_args & F, const m3_fwd_args & R, int mode,
                             int KS);
 inline int bwd_walks_smem(int A, int KS, bool z) {
@@ -422,6 +426,8 @@ inline int bwd_walks_smem(int A, int KS, bool z) {
 /* state_pass.cu: the pass over every sequence's chunks; the final k / v states of empty sequences. */
 ssm_status launch_pass(ssm_context * ctx, const char * op, const m3_fwd_args & P);
 ssm_status launch_empty(ssm_context * ctx, const char * op, const m3_fwd_args & P);
+/* The entering states of every chm-th chunk of each sequence (P.states) into P.chst. */
+ssm_status launch_chunk_states(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W);
 /* output_mma.cu: 8 warps with the shared-memory epilogue (out_mma_applies), or 4 warps for any
  * output layout. */
 ssm_status launch_output_mma(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W, int mode);
