@@ -229,7 +229,7 @@ static void test_forward(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const c
     ssmt_host cs;
     memset(&cs, 0, sizeof cs);
     if (calls % 2 == 0 && cfg->chunk % 64 == 0) {
-        cs = ssmt_mamba3_chunk_states(&pr, cfg->chunk, cfg->strided ? SSM_DTYPE_F64 : SSM_DTYPE_F32, cfg->strided);
+        cs = ssmt_mamba3_chunk_states(cfg, cfg->chunk, cfg->strided ? SSM_DTYPE_F64 : SSM_DTYPE_F32, cfg->strided);
         TEST_CHECK(cs.t.data != NULL, "%s: no memory for chunk_states", tag);
         pr.args.chunk_states = cs.t, pr.fwd_args.chunk_states = cs.t;
     }
@@ -338,7 +338,7 @@ static void test_device_rules(ssmt_rng * rng) {
     /* chunk_states at a chunk size that is not a multiple of the backend's 64: UNSUPPORTED saying
      * so, before anything runs (nothing written) */
     g_params.chunk_size = 16;
-    ssmt_host cs = ssmt_mamba3_chunk_states(&pr, 16, SSM_DTYPE_F32, 0);
+    ssmt_host cs = ssmt_mamba3_chunk_states(&cfg, 16, SSM_DTYPE_F32, 0);
     void *    cs0 = ssmt_snapshot(&cs);
     pr.args.chunk_states = cs.t;
     TEST_CHECK_STATUS(ssm_mamba3_siso(ctx_cuda, &g_params, &pr.args), SSM_STATUS_UNSUPPORTED);

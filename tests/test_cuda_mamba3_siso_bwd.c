@@ -271,7 +271,7 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
     memset(&yo, 0, sizeof yo), memset(&y, 0, sizeof y), memset(&cs, 0, sizeof cs);
     if (bc->saved) {
         yo = ssmt_alloc(prob.args.out.dtype, 4, prob.args.v.shape);
-        cs = ssmt_mamba3_chunk_states(&prob, cfg.chunk, cfg.strided ? SSM_DTYPE_F64 : SSM_DTYPE_F32, cfg.strided);
+        cs = ssmt_mamba3_chunk_states(&cfg, cfg.chunk, cfg.strided ? SSM_DTYPE_F64 : SSM_DTYPE_F32, cfg.strided);
         if (cfg.has_z) {
             y = cfg.strided ? ssmt_alloc_layout(SSM_DTYPE_F32, 4, prob.args.v.shape, NULL, 3)
                             : ssmt_alloc(SSM_DTYPE_F32, 4, prob.args.v.shape);

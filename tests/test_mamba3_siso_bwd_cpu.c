@@ -131,14 +131,6 @@ static void saved_y_runs(const bwd_case * bc, const ssm_mamba3_params * p, const
 static double  cs_worst_rms[3], cs_worst_max[3];
 static int64_t cs_compared[3], cs_identical[3];
 
-/* Rows of chunk_states at chunk size C: ceil(len / C) per sequence (none for an empty one). */
-static int64_t cs_rows(const ssmt_mamba3_config * cfg, int64_t C) {
-    if (cfg->nseq == 0) return cfg->batch * ((cfg->seqlen + C - 1) / C);
-    int64_t rows = 0;
-    for (int32_t i = 0; i < cfg->nseq; ++i) rows += (cfg->seqlens[i] + C - 1) / C;
-    return rows;
-}
-
 /* The backward given chunk_states at chunk size C, from the CPU forward where C % 32 == 0 (F32
  * rows, F64 at C = 64; K outside V in memory and padded where the case is strided), else from
  * the reference forward (the CPU forward refuses such a C). The gradients within the bars
@@ -148,7 +140,6 @@ static int64_t cs_rows(const ssmt_mamba3_config * cfg, int64_t C) {
 static void chunk_states_runs(const bwd_case * bc, const ssm_mamba3_params * p, const ssmt_mamba3_problem * prob,
                               ssm_mamba3_siso_bwd_args * args, const ssmt_host * first) {
     static const int64_t chunks[3] = {32, 64, 48};
-    static const int32_t order[4] = {0, 1, 3, 2};
     const int            slot = dtype_slot(bc->cfg.dtype);
     const ssmt_bar       bar = ssmt_bar_for(bc->cfg.dtype);
     for (int ci = 0; ci < 3; ++ci) {
@@ -156,9 +147,8 @@ static void chunk_states_runs(const bwd_case * bc, const ssm_mamba3_params * p, 
         const int         read = C % 32 == 0;
         ssm_mamba3_params pc = *p;
         pc.chunk_size = C;
-        const int64_t   shape[4] = {cs_rows(&bc->cfg, C), bc->cfg.nheads, bc->cfg.dv, bc->cfg.dk};
         const ssm_dtype dt = C == 64 ? SSM_DTYPE_F64 : SSM_DTYPE_F32;
-        ssmt_host       cs = bc->cfg.strided ? ssmt_alloc_layout(dt, 4, shape, order, 3) : ssmt_alloc(dt, 4, shape);
+        ssmt_host       cs = ssmt_mamba3_chunk_states(&bc->cfg, C, dt, bc->cfg.strided);
         ssmt_host       out = ssmt_alloc(SSM_DTYPE_F32, 4, prob->args.v.shape);
         char            name[200];
         snprintf(name, sizeof name, "%s+chunk_states C%lld", bc->name, (long long)C);

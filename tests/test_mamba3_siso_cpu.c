@@ -254,22 +254,6 @@ static void test_varlen_vs_separate(ssmt_rng * rng) {
 
 /* ---- chunk_states ------------------------------------------------------------------------- */
 
-/* Rows of chunk_states for cfg at chunk size C: ceil(len / C) per sequence (none for an empty one). */
-static int64_t cs_rows(const ssmt_mamba3_config * cfg, int64_t C) {
-    if (cfg->nseq == 0) return cfg->batch * ((cfg->seqlen + C - 1) / C);
-    int64_t rows = 0;
-    for (int32_t i = 0; i < cfg->nseq; ++i) rows += (cfg->seqlens[i] + C - 1) / C;
-    return rows;
-}
-
-/* A poisoned chunk_states (rows, H, V, K) for cfg at chunk size C; strided: K outside V in
- * memory (V not unit-stride) and every dim padded. */
-static ssmt_host cs_alloc(const ssmt_mamba3_config * cfg, int64_t C, ssm_dtype dt, int strided) {
-    const int64_t        shape[4] = { cs_rows(cfg, C), cfg->nheads, cfg->dv, cfg->dk };
-    static const int32_t order[4] = { 0, 1, 3, 2 };
-    return strided ? ssmt_alloc_layout(dt, 4, shape, order, 2) : ssmt_alloc(dt, 4, shape);
-}
-
 /* NaN elements of an F32 or F64 buffer, padding included. */
 static int64_t nan_count(const ssmt_host * h) {
     int64_t n = 0;
@@ -302,6 +286,14 @@ static void fwd_outputs(int fused, fwd_any * a, ssm_tensor * o[5]) {
         if (o[i] != NULL && o[i]->data == NULL) o[i] = NULL;
 }
 
+/* a: the args of pr's forward (fused or not); o: its outputs. */
+static void fwd_of(const ssmt_mamba3_problem * pr, int fused, fwd_any * a, ssm_tensor * o[5]) {
+    memset(a, 0, sizeof *a);
+    if (fused) a->siso = pr->args;
+    else a->fwd = pr->fwd_args;
+    fwd_outputs(fused, a, o);
+}
+
 typedef struct cs_case {
     const char *       name;
     ssmt_mamba3_config cfg;
@@ -316,16 +308,13 @@ typedef struct cs_case {
  * without chunk_states. */
 static void chunk_states_entry(const cs_case * cc, const ssmt_mamba3_problem * pr, int fused) {
     const int64_t C = cc->cfg.chunk;
-    fwd_any       a;
-    memset(&a, 0, sizeof a);
-    if (fused) a.siso = pr->args;
-    else a.fwd = pr->fwd_args;
+    fwd_any      a;
     ssm_tensor * o[5];
-    fwd_outputs(fused, &a, o);
+    fwd_of(pr, fused, &a, o);
     char name[200];
     snprintf(name, sizeof name, "chunk_states %s[%s]", fused ? "siso" : "siso_fwd", cc->name);
 
-    ssmt_host ref = cs_alloc(&cc->cfg, C, SSM_DTYPE_F64, 0);
+    ssmt_host ref = ssmt_mamba3_chunk_states(&cc->cfg, C, SSM_DTYPE_F64, 0);
     *cs_slot(fused, &a) = ref.t;
     ssm_status st = run_any(fused, ctx_ref, &a);
     TEST_CHECK(st == SSM_STATUS_OK, "%s ref: %s", name, ssm_context_last_error(ctx_ref));
@@ -343,7 +332,7 @@ static void chunk_states_entry(const cs_case * cc, const ssmt_mamba3_problem * p
     memset(&first, 0, sizeof first);
     for (int variant = 0; variant < 4; ++variant) {
         ssm_context * ctx = variant < 3 ? ctx_cpu[variant + 1] : ctx_scalar;
-        ssmt_host     cs = cs_alloc(&cc->cfg, C, cc->cs_dtype, cc->strided);
+        ssmt_host     cs = ssmt_mamba3_chunk_states(&cc->cfg, C, cc->cs_dtype, cc->strided);
         for (int i = 0; i < 5; ++i)
             if (o[i]) ssmt_poison(o[i]);
         *cs_slot(fused, &a) = cs.t;
@@ -379,13 +368,10 @@ static void chunk_states_entry(const cs_case * cc, const ssmt_mamba3_problem * p
  * UNSUPPORTED, and out, the finals and chunk_states untouched (still the poison). */
 static void chunk_states_unsupported(const ssmt_mamba3_problem * pr, const ssmt_mamba3_config * cfg, int64_t C,
                                      int fused) {
-    fwd_any a;
-    memset(&a, 0, sizeof a);
-    if (fused) a.siso = pr->args;
-    else a.fwd = pr->fwd_args;
+    fwd_any      a;
     ssm_tensor * o[5];
-    fwd_outputs(fused, &a, o);
-    ssmt_host cs = cs_alloc(cfg, C, SSM_DTYPE_F32, 0);
+    fwd_of(pr, fused, &a, o);
+    ssmt_host cs = ssmt_mamba3_chunk_states(cfg, C, SSM_DTYPE_F32, 0);
     *cs_slot(fused, &a) = cs.t;
     ssmt_host snap[5];
     memset(snap, 0, sizeof snap);

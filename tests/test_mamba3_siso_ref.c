@@ -1047,18 +1047,10 @@ static void test_step_indexed(int in_place) {
 static int64_t cfg_len(const ssmt_mamba3_config * c, int64_t n) { return c->nseq > 0 ? c->seqlens[n] : c->seqlen; }
 static int64_t cfg_nseq(const ssmt_mamba3_config * c) { return c->nseq > 0 ? c->nseq : c->batch; }
 
-/* Rows of chunk_states at chunk size C: ceil(len / C) per sequence. */
-static int64_t cs_rows(const ssmt_mamba3_config * c, int64_t C) {
-    int64_t rows = 0;
-    for (int64_t n = 0; n < cfg_nseq(c); ++n) rows += (cfg_len(c, n) + C - 1) / C;
-    return rows;
-}
-
 /* The reference combined forward at chunk size C with chunk_states into a new F64 tensor; its
  * out and finals go to the problem's (poisoned first) buffers. */
 static ssmt_host ref_chunk_states(ssmt_mamba3_problem * pr, const ssmt_mamba3_config * c, int64_t C) {
-    const int64_t     shape[4] = {cs_rows(c, C), c->nheads, c->dv, c->dk};
-    ssmt_host         cs = ssmt_alloc(SSM_DTYPE_F64, 4, shape);
+    ssmt_host         cs = ssmt_mamba3_chunk_states(c, C, SSM_DTYPE_F64, 0);
     ssm_mamba3_params p;
     ssmt_mamba3_params(c, &p);
     p.chunk_size = C;

@@ -1075,21 +1075,17 @@ int ssmt_mamba3_random_args(ssmt_rng * rng, const ssmt_mamba3_config * cfg, ssmt
     return 0;
 }
 
-int64_t ssmt_mamba3_chunk_rows(const ssmt_mamba3_problem * pr, int64_t chunk) {
-    const ssm_tensor * v = &pr->args.v;
-    if (pr->cu_seqlens.t.data == NULL) return v->shape[0] * ((v->shape[1] + chunk - 1) / chunk);
+int64_t ssmt_mamba3_chunk_rows(const ssmt_mamba3_config * cfg, int64_t chunk) {
+    if (cfg->nseq == 0) return cfg->batch * ((cfg->seqlen + chunk - 1) / chunk);
     int64_t rows = 0;
-    for (int64_t i = 0; i < pr->nseq; ++i) {
-        const int64_t len = (int64_t)ssmt_get(&pr->cu_seqlens.t, i + 1) - (int64_t)ssmt_get(&pr->cu_seqlens.t, i);
-        rows += (len + chunk - 1) / chunk;
-    }
+    for (int32_t i = 0; i < cfg->nseq; ++i) rows += (cfg->seqlens[i] + chunk - 1) / chunk;
     return rows;
 }
 
-ssmt_host ssmt_mamba3_chunk_states(const ssmt_mamba3_problem * pr, int64_t chunk, ssm_dtype dtype, int strided) {
-    const ssm_tensor * v = &pr->args.v;
-    const int64_t      shape[4] = {ssmt_mamba3_chunk_rows(pr, chunk), v->shape[2], v->shape[3], pr->args.q.shape[3]};
-    ssmt_host          h = strided ? ssmt_alloc_layout(dtype, 4, shape, NULL, 3) : ssmt_alloc(dtype, 4, shape);
+ssmt_host ssmt_mamba3_chunk_states(const ssmt_mamba3_config * cfg, int64_t chunk, ssm_dtype dtype, int strided) {
+    const int64_t        shape[4] = {ssmt_mamba3_chunk_rows(cfg, chunk), cfg->nheads, cfg->dv, cfg->dk};
+    static const int32_t order[4] = {0, 1, 3, 2};
+    ssmt_host h = strided ? ssmt_alloc_layout(dtype, 4, shape, order, 2) : ssmt_alloc(dtype, 4, shape);
     if (h.t.data != NULL) ssmt_poison(&h.t);
     return h;
 }
