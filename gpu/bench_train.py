@@ -101,12 +101,13 @@ def ours_siso(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, Z, chunk_size=6
     return f(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d=D, z=Z, chunk_size=chunk_size)
 
 
-def ours_siso_keep_states(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, Z, chunk_size=64):
-    """With grad: the forward keeps its chunk_states (fp32, 4·NCS·H·V·K bytes: 268 MB here) for the
-    backward, whose state chain then skips its forward walk."""
+def ours_siso_keep(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, Z, chunk_size=64):
+    """With grad: the forward keeps its pregate_y (fp32, 4·B·S·H·V bytes: 134 MB here) and chunk_states
+    (fp32, 4·NCS·H·V·K bytes: 268 MB) for the backward, which then forms dz from y and runs the
+    state chain's reverse walk only (upstream's forward saves its pre-gate output too)."""
     if torch.is_grad_enabled():
         return ssmops.autograd.mamba3_siso(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d=D, z=Z,
-                                           chunk_size=chunk_size, keep_chunk_states=True)
+                                           chunk_size=chunk_size, keep_pregate_y=True, keep_chunk_states=True)
     return ssmops.mamba3_siso(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d=D, z=Z, chunk_size=chunk_size)
 
 
@@ -181,7 +182,7 @@ def peak_memory(label, leaves, g, call, impls, results):
 
 
 def print_speedups(label, times, rounds, what):
-    """upstream's median over each of ours (ssmops, ssmops_keep_states) per pass, where both ran."""
+    """upstream's median over each of ours (ssmops, ssmops_keep) per pass, where both ran."""
     ours = sorted({name for name, _ in times if name.startswith("ssmops")})
     for kind in ("fwd", "fwd+bwd"):
         for name in ours:
@@ -360,7 +361,7 @@ def main():
             peak_memory("mamba2", leaves, g, call, impls, results)
     if "siso" in only:
         leaves, g, call = siso_case()
-        impls = [("ssmops", ours_siso), ("ssmops_keep_states", ours_siso_keep_states)] + \
+        impls = [("ssmops", ours_siso), ("ssmops_keep", ours_siso_keep)] + \
             ([("upstream", up_siso)] if up_siso else [])
         time_pair("siso", leaves, g, call, impls, args.rounds, results)
         if args.kernels:

@@ -816,8 +816,8 @@ SSM_API ssm_status ssm_mamba3_siso(ssm_context * ctx, const ssm_mamba3_params * 
  * pregate_y, chunk_states (optional): what ssm_mamba3_siso wrote into its tensors of these
  * names for these inputs and params (F32 or F64). A backend may read them instead of
  * recomputing y for dz and the states entering the chunks: the CPU backend reads pregate_y, and
- * chunk_states where chunk_size is a multiple of 32; the CUDA backend reads chunk_states where
- * chunk_size is 64 and its entry chains the states (chained_planes), never pregate_y. The
+ * chunk_states where chunk_size is a multiple of 32; the CUDA plane entries read pregate_y, and
+ * chunk_states where chunk_size is their chunk and the entry chains the states (chained_planes). The
  * gradients are the same up to rounding whether or not they are given (docs/ops/mamba3_siso.md
  * §7, "Saved forward results"). */
 typedef struct ssm_mamba3_siso_bwd_args {

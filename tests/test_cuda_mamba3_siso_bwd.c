@@ -26,10 +26,11 @@
  * 17-token tail chunk, initial states and every dfinal_*) covers the chain's walk cases; a GQA
  * case of 20 chunks, Hq = 2 groups of 6 heads, the plane gradient kernel's multi-head slices.
  * Six cases run again given the CUDA forward's saved results, chunk_states (F32 dense: used in
- * place; F64 padded where the case is strided: copied) and pregate_y (with z): chained_planes
- * reads chunk_states instead of its forward walk (the same bars against the reference and the CPU
- * backend run without them; with chunk_states doubled on the device its gradients change);
- * chunked_planes reads neither (every gradient the bytes of its run without them).
+ * place; F64 padded where the case is strided: copied) and pregate_y (with z), within the same
+ * bars against the reference and the CPU backend run without them: chained_planes reads
+ * chunk_states instead of its forward walk (with them doubled on the device its gradients
+ * change); chunked_planes reads pregate_y only (every gradient but dz the bytes of its run
+ * without them, and dz doubled to the bit with pregate_y doubled).
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261206).
  */
@@ -189,13 +190,46 @@ static int device_runs(const dev_target * tg, const char * variant, const char *
     return ran;
 }
 
-/* After an entry that reads neither saved result ran given them (tg->da): every gradient is the
- * bytes of its run without them (noy: snapshots of tg->got then, NULL where absent). */
-static void unread_check(const dev_target * tg, const char * entry, void * const * noy) {
+/* After chunked_planes ran given the saved results (tg->da; it reads pregate_y, not chunk_states):
+ * every gradient but dz is the bytes of its run without them (noy: snapshots of tg->got then, NULL
+ * where absent); dz is formed from y, not recomputed: with pregate_y doubled on the device, a
+ * dz-only run gives twice the run's dz (the host copy in tg->got) to the bit. pregate_y is
+ * restored afterwards for the runs that follow. */
+static void y_read_check(const dev_target * tg, ssmt_host * y, void * const * noy) {
+    const int gz = 10; /* dz in ssmt_siso_grad_names */
+    TEST_CHECK(strcmp(ssmt_siso_grad_names[gz], "dz") == 0, "grad %d is %s, not dz", gz, ssmt_siso_grad_names[gz]);
     for (int g = 0; g < SSMT_SISO_NGRADS; ++g)
-        if (noy[g] != NULL)
+        if (g != gz && noy[g] != NULL)
             TEST_CHECK(ssmt_unchanged(&tg->got[g], noy[g]), "%s/%s: %s given the saved results: the bytes differ "
-                       "from the run without them", tg->bc->name, ssmt_siso_grad_names[g], entry);
+                       "from the run without them", tg->bc->name, ssmt_siso_grad_names[g], kPlanes);
+    int j = -1;
+    for (int i = 0; i < tg->hs->n; ++i)
+        if (tg->hs->h[i] == y) j = i;
+    if (j < 0 || tg->got[gz].t.data == NULL) return;
+    ssmt_dev * yd = &tg->hs->dev[j];
+    ssmt_to_host(y, yd);
+    void * saved = ssmt_snapshot(y);
+    for (int64_t i = 0, n = ssmt_numel(&y->t); i < n; ++i) ssmt_set(&y->t, i, 2.0 * ssmt_get(&y->t, i));
+    TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, yd->mem, y->buf, y->bytes), SSM_STATUS_OK);
+    ssmt_host                dz2 = out_like(&tg->got[gz].t, 0);
+    ssmt_dev                 dd = ssmt_to_device(&dz2);
+    ssm_mamba3_siso_bwd_args a = *tg->da;
+    for (int g = 0; g < SSMT_SISO_NGRADS; ++g) *ssmt_siso_grad_slot(&a, g) = (ssm_tensor){0};
+    a.dz = dd.view;
+    TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba3_siso_bwd", kPlanes), SSM_STATUS_OK);
+    TEST_CHECK_STATUS(ssm_mamba3_siso_bwd(ctx_cuda, tg->p, &a), SSM_STATUS_OK);
+    TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba3_siso_bwd", NULL), SSM_STATUS_OK);
+    ssmt_to_host(&dz2, &dd);
+    int64_t bad = 0;
+    for (int64_t i = 0, n = ssmt_numel(&dz2.t); i < n; ++i)
+        bad += ssmt_get(&dz2.t, i) != 2.0 * ssmt_get(&tg->got[gz].t, i);
+    TEST_CHECK(bad == 0, "%s: %lld dz elements are not twice the run's with pregate_y doubled", tg->bc->name,
+               (long long)bad);
+    memcpy(y->buf, saved, y->bytes);
+    TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, yd->mem, y->buf, y->bytes), SSM_STATUS_OK);
+    free(saved);
+    ssmt_dev_free(&dd);
+    ssmt_free(&dz2);
 }
 
 /* After chained_planes ran given chunk_states (tg->da, the device copy cs of the host buffer in
@@ -322,7 +356,7 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
         dev_target ty = tg;
         ty.da = &dy, ty.suffix = ", saved";
         if (fs == SSM_STATUS_OK && x16) {
-            if (device_runs(&ty, kPlanes, NULL, 1)) unread_check(&ty, kPlanes, noy);
+            if (device_runs(&ty, kPlanes, NULL, 1)) y_read_check(&ty, &y, noy);
             const int ran = device_runs(&ty, kChain, NULL, planes && cfg.dk % 32 == 0 && cfg.dk <= 128 ? 1 : 2);
             g_saved_runs += ran;
             if (ran) doubled_states_check(&ty, &cs);

@@ -5,8 +5,8 @@
  * chunked_planes' gradient kernel) for 16-bit q, k, v with K % 32 == 0 where its walks about fill
  * the SMs, chunked_planes (bf16 planes, tensor cores; bwd_chunk_planes.cu) for 16-bit q, k, v where
  * its shared memory fits, chunked (fp32 FFMA; bwd_chunk.cu) for every problem. Every
- * gradient of ssm_mamba3_siso is computed from the forward's inputs (nothing saved), in stream
- * order:
+ * gradient of ssm_mamba3_siso is computed from the forward's inputs, or, on the plane entries, from
+ * what the forward saved (below), in stream order:
  *   1. bwd_prep_kernel: per (chunk, head) the per-token scalars and the chunk-local angle sums;
  *      bwd_theta_kernel: per (sequence, head, angle) θ entering every chunk;
  *   2. bwd_chunk_sums_kernel: per (chunk, head) the state contribution and the state-gradient
@@ -16,6 +16,8 @@
  *      chained_planes: bwd_chain_slot_kernel + bwd_walks_kernel do 2 and 3 (the same P.st, P.dst, P.cl, P.dhin);
  *   4. bwd_chunk_grads_kernel: per (chunk, head) dv, dz, dadt and the per-token chain into the
  *      workspace (dq̃, dk̃ per V-head, dθ, dσ, dγ, chunk sums of dq̃, dk̃, dQK, dθ);
+ *      given pregate_y, the plane entries' gradient kernel skips its dz tiles and bwd_dz_kernel
+ *      forms dz from y element by element;
  *   5. bwd_seq_kernel: per (sequence, head) the initial-state gradients (and dc of the t = 0 fold),
  *      the angle carry over the chunks and dangle_state; empty sequences pass dfinal_* through;
  *      bwd_tok_kernel: per (chunk, head) the angle backward inside the chunk (dangles), ddt, dtrap;
@@ -25,7 +27,10 @@
  * state in shared memory come from the entry and the shape only (the plane entries: planes_chunk, 64
  * tokens where the gradient kernel's planes fit kPlanesSmemBudget, else 32; chunked: chunk_length),
  * so an entry's bytes are the same on every device and run.
- * params->chunk_size is not used (not semantic). No float atomics: every sum is a loop in a
+ * Saved results: chained_planes reads the forward's chunk_states where params->chunk_size is its
+ * chunk (the walks then run the reverse walk alone; P.st is chunk_states itself where it is F32
+ * dense, else its copy); the plane entries read pregate_y for dz. Otherwise params->chunk_size is
+ * not used (not semantic). No float atomics: every sum is a loop in a
  * fixed order. Any strides (0 too), any float dtype per tensor.
  * Limits: K ≤ 256, H ≤ 65535, sequences ≤ 65535 (UNSUPPORTED beyond).
  */
@@ -253,7 +258,7 @@ ssm_status check_pointers(ssm_context * ctx, const ssm_mamba3_siso_bwd_args * a)
                                &a->dangles,     &a->dd,
                                &a->dz,          &a->dangle_state,
                                &a->dssm_state,  &a->dk_state,
-                               &a->dv_state,    &a->chunk_states};
+                               &a->dv_state,    &a->chunk_states, &a->pregate_y};
     static const char * const names[] = {"q",          "k",           "v",          "adt",
                                          "dt",         "trap",        "q_bias",     "k_bias",
                                          "angles",     "d",           "z",          "angle_state",
@@ -262,7 +267,7 @@ ssm_status check_pointers(ssm_context * ctx, const ssm_mamba3_siso_bwd_args * a)
                                          "dq",         "dk",          "dv",         "dadt",
                                          "ddt",        "dtrap",       "dq_bias",    "dk_bias",
                                          "dangles",    "dd",          "dz",         "dangle_state",
-                                         "dssm_state", "dk_state",    "dv_state",   "chunk_states"};
+                                         "dssm_state", "dk_state",    "dv_state",   "chunk_states", "pregate_y"};
     static_assert(sizeof ts / sizeof ts[0] == sizeof names / sizeof names[0], "one name per tensor");
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; ++i)
         if (ssmi_present(ts[i])) SSM_FORWARD_IF_ERROR(ssmi_cuda_check_pointer(ctx, kOp, names[i], ts[i]));
@@ -296,6 +301,13 @@ bw_args make_args(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_args * a
     P.k_in = ssmi_cu_view_or_null(&a->k_state), P.v_in = ssmi_cu_view_or_null(&a->v_state);
     P.dout = ssmi_cu_view_or_null(&a->dout), P.dfa = ssmi_cu_view_or_null(&a->dfinal_angle_state), P.dfs = ssmi_cu_view_or_null(&a->dfinal_ssm_state);
     P.dfk = ssmi_cu_view_or_null(&a->dfinal_k_state), P.dfv = ssmi_cu_view_or_null(&a->dfinal_v_state);
+    if (planes && ssmi_present(&a->pregate_y)) { /* dz from y by bwd_dz_kernel (the plane entries) */
+        P.ypre = ssmi_cu_view_of(&a->pregate_y);
+        P.dz_pairs = d->dv % 2 == 0 && a->pregate_y.dtype == SSM_DTYPE_F32 && ssmi_cu_vec_pairs(&a->pregate_y, d->dv) &&
+                     a->dout.dtype == SSM_DTYPE_BF16 && ssmi_cu_vec_pairs(&a->dout, d->dv) &&
+                     a->z.dtype == SSM_DTYPE_BF16 && ssmi_cu_vec_pairs(&a->z, d->dv) &&
+                     a->dz.dtype == SSM_DTYPE_BF16 && ssmi_present(&a->dz) && ssmi_cu_vec_pairs(&a->dz, d->dv);
+    }
     P.dq = out_of(&a->dq), P.dk = out_of(&a->dk), P.dv = out_of(&a->dv);
     P.dadt = out_of(&a->dadt), P.ddt = out_of(&a->ddt), P.dtrap = out_of(&a->dtrap);
     P.dqb = out_of(&a->dq_bias), P.dkb = out_of(&a->dk_bias), P.dang = out_of(&a->dangles);
@@ -343,6 +355,7 @@ ssm_status bwd_launch(ssm_context * ctx, const ssmi_mamba3_dims * d, const ssm_m
             SSM_FORWARD_IF_ERROR(launch_bwd_passes(ctx, kOp, P));
         }
         if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_chunk(ctx, kOp, P, true));
+        if (P.ypre.p != nullptr && P.dz.present && P.has_z) SSM_FORWARD_IF_ERROR(launch_bwd_dz(ctx, kOp, P, T));
         SSM_FORWARD_IF_ERROR(launch_bwd_seq(ctx, kOp, P));
         if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_tok(ctx, kOp, P));
     }
