@@ -303,8 +303,10 @@ bw_args make_args(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_args * a
     P.dfk = ssmi_cu_view_or_null(&a->dfinal_k_state), P.dfv = ssmi_cu_view_or_null(&a->dfinal_v_state);
     if (planes && ssmi_present(&a->pregate_y)) { /* dz from y by bwd_dz_kernel (the plane entries) */
         P.ypre = ssmi_cu_view_of(&a->pregate_y);
-        P.dz_vec = ssmi_cu_vec_rows(&a->pregate_y, SSM_DTYPE_F32, d->dv) && ssmi_cu_vec_rows(&a->dout, SSM_DTYPE_BF16, d->dv) &&
-                   ssmi_cu_vec_rows(&a->z, SSM_DTYPE_BF16, d->dv) && ssmi_cu_vec_rows(&a->dz, SSM_DTYPE_BF16, d->dv);
+        P.dz_pairs = d->dv % 2 == 0 && a->pregate_y.dtype == SSM_DTYPE_F32 && ssmi_cu_vec_pairs(&a->pregate_y, d->dv) &&
+                     a->dout.dtype == SSM_DTYPE_BF16 && ssmi_cu_vec_pairs(&a->dout, d->dv) &&
+                     a->z.dtype == SSM_DTYPE_BF16 && ssmi_cu_vec_pairs(&a->z, d->dv) &&
+                     a->dz.dtype == SSM_DTYPE_BF16 && ssmi_present(&a->dz) && ssmi_cu_vec_pairs(&a->dz, d->dv);
     }
     P.dq = out_of(&a->dq), P.dk = out_of(&a->dk), P.dv = out_of(&a->dv);
     P.dadt = out_of(&a->dadt), P.ddt = out_of(&a->ddt), P.dtrap = out_of(&a->dtrap);

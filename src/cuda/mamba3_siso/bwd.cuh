@@ -68,9 +68,9 @@ struct bw_args {
     ssmi_cu_view     ang_in, ssm_in, k_in, v_in;                  /* initial states            */
     ssmi_cu_view     dout, dfa, dfs, dfk, dfv;                    /* incoming gradients        */
     /* the forward's pregate_y (plane entries; p == NULL otherwise): dz by bwd_dz_kernel, not by the
-     * gradient kernel's dz tiles; dz_vec: y f32, dout, z, dz bf16, each in 16-byte rows of 8 */
+     * gradient kernel's dz tiles; dz_pairs: y f32, dout, z, dz bf16, each in aligned pairs */
     ssmi_cu_view     ypre;
-    int              dz_vec;
+    int              dz_pairs;
     m3_out           dq, dk, dv, dadt, ddt, dtrap, dqb, dkb, dang, dd, dz;
     m3_out           dang_st, dssm_st, dk_st, dv_st;
     /* workspace (fp32); T = B·S flat tokens */
