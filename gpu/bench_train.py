@@ -101,6 +101,16 @@ def ours_siso(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, Z, chunk_size=6
     return f(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d=D, z=Z, chunk_size=chunk_size)
 
 
+def ours_siso_keep(q, k, v, adt, dt, trap, q_bias, k_bias, angles, D, Z, chunk_size=64):
+    """With grad: the forward keeps its pregate_y (fp32, 4·B·S·H·V bytes: 134 MB here) and chunk_states
+    (fp32, 4·NCS·H·V·K bytes: 268 MB) for the backward, which then forms dz from y and runs the
+    state chain's reverse walk only (upstream's forward saves its pre-gate output too)."""
+    if torch.is_grad_enabled():
+        return ssmops.autograd.mamba3_siso(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d=D, z=Z,
+                                           chunk_size=chunk_size, keep_pregate_y=True, keep_chunk_states=True)
+    return ssmops.mamba3_siso(q, k, v, adt, dt, trap, q_bias, k_bias, angles, d=D, z=Z, chunk_size=chunk_size)
+
+
 def mimo_case():
     """Ours only (upstream's TileLang MIMO does not run here): forward and forward + backward
     through the autograd Function, D, z and the reduced output (mimo_o)."""
@@ -171,6 +181,18 @@ def peak_memory(label, leaves, g, call, impls, results):
         results.append({"case": label, "impl": name, "pass": "peak_bytes", "bytes": peak})
 
 
+def print_speedups(label, times, rounds, what):
+    """upstream's median over each of ours (ssmops, ssmops_keep) per pass, where both ran."""
+    ours = sorted({name for name, _ in times if name.startswith("ssmops")})
+    for kind in ("fwd", "fwd+bwd"):
+        for name in ours:
+            if ("upstream", kind) in times and (name, kind) in times:
+                u = sorted(times[("upstream", kind)])[rounds // 2]
+                o = sorted(times[(name, kind)])[rounds // 2]
+                tail = "" if name == "ssmops" else " (%s)" % name
+                print("%-8s %-9s %s upstream/ours = %.2f%s" % (label, kind, what, u / o, tail))
+
+
 def time_pair(label, leaves, g, call, impls, rounds, results):
     def fwd(fn):
         with torch.no_grad():
@@ -195,11 +217,7 @@ def time_pair(label, leaves, g, call, impls, rounds, results):
         med = sorted(ms)[len(ms) // 2]
         print("%-8s %-9s %-8s median %.3f ms  rounds %s" % (label, name, kind, med, " ".join("%.3f" % m for m in ms)))
         results.append({"case": label, "impl": name, "pass": kind, "ms": med, "rounds": ms})
-    for kind in ("fwd", "fwd+bwd"):
-        if ("upstream", kind) in times and ("ssmops", kind) in times:
-            u = sorted(times[("upstream", kind)])[rounds // 2]
-            o = sorted(times[("ssmops", kind)])[rounds // 2]
-            print("%-8s %-9s speedup upstream/ours = %.2f" % (label, kind, u / o))
+    print_speedups(label, times, rounds, "speedup")
 
 
 def profile_one(label, leaves, g, call, fn, top=14):
@@ -274,11 +292,7 @@ def kernel_times(label, leaves, g, call, impls, rounds, results):
         print("%-8s %-9s %-8s kernel time median %.3f ms  reps %s" % (label, name, kind, med,
                                                                         " ".join("%.3f" % m for m in ms)))
         results.append({"case": label, "impl": name, "pass": kind + " kernels", "ms": med, "rounds": ms})
-    for kind in ("fwd", "fwd+bwd"):
-        if ("upstream", kind) in times and ("ssmops", kind) in times:
-            u = sorted(times[("upstream", kind)])[rounds // 2]
-            o = sorted(times[("ssmops", kind)])[rounds // 2]
-            print("%-8s %-9s kernel-time speedup upstream/ours = %.2f" % (label, kind, u / o))
+    print_speedups(label, times, rounds, "kernel-time speedup")
 
 
 def compare_grads(fa, fb):
@@ -347,7 +361,8 @@ def main():
             peak_memory("mamba2", leaves, g, call, impls, results)
     if "siso" in only:
         leaves, g, call = siso_case()
-        impls = [("ssmops", ours_siso)] + ([("upstream", up_siso)] if up_siso else [])
+        impls = [("ssmops", ours_siso), ("ssmops_keep", ours_siso_keep)] + \
+            ([("upstream", up_siso)] if up_siso else [])
         time_pair("siso", leaves, g, call, impls, args.rounds, results)
         if args.kernels:
             kernel_times("siso", leaves, g, call, impls, max(args.rounds, 5), results)

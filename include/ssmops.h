@@ -744,7 +744,8 @@ SSM_API ssm_status ssm_mamba3_angle_cumsum_bwd(ssm_context * ctx, const ssm_mamb
 
 /* The chunked core forward with cumulative angles in (spec §2.3, §3.6): the seed NPU
  * operator's interface plus initial/final states and varlen. The three initial states
- * are all present or all absent; each final state is optional. */
+ * are all present or all absent; each final state is optional; pregate_y and chunk_states
+ * as in ssm_mamba3_siso. */
 typedef struct ssm_mamba3_siso_fwd_args {
     ssm_tensor q;               /* in  (B, S, Hq, K)                                         */
     ssm_tensor k;               /* in  (B, S, Hq, K)                                         */
@@ -765,12 +766,21 @@ typedef struct ssm_mamba3_siso_fwd_args {
     ssm_tensor final_ssm_state; /* out (NS, H, V, K)     optional                            */
     ssm_tensor final_k_state;   /* out (NS, H, K)        optional                            */
     ssm_tensor final_v_state;   /* out (NS, H, V)        optional                            */
+    ssm_tensor pregate_y;       /* out (B, S, H, V) F32/F64 optional: y before the z gate    */
+    ssm_tensor chunk_states;    /* out (NCS, H, V, K) F32/F64 optional: 𝐒 entering chunks   */
 } ssm_mamba3_siso_fwd_args;
 SSM_API ssm_status ssm_mamba3_siso_fwd(ssm_context * ctx, const ssm_mamba3_params * params,
                                        const ssm_mamba3_siso_fwd_args * args);
 
 /* The combined forward a model calls (spec §2.4): raw angles in, angle cumsum fused,
- * four states in (all or none) and out (each optional), varlen. θ stays fp32 inside. */
+ * four states in (all or none) and out (each optional), varlen. θ stays fp32 inside.
+ * pregate_y (optional, F32 or F64): y_t of docs/ops/mamba3_siso.md §1.4 (d·v included,
+ * before the z gate), for ssm_mamba3_siso_bwd to take back. chunk_states (optional, F32 or
+ * F64): the V×K carry 𝐒 (spec §3.6) entering every chunk of params->chunk_size tokens, one row
+ * per chunk of each sequence in order (NCS = Σ ceil(len/chunk_size); a sequence's first row is
+ * H_in, 0 without initial states), for the backward likewise. A backend writes it where
+ * chunk_size is a multiple of its own chunk (CPU 32, CUDA 64 tokens), else the call returns
+ * SSM_STATUS_UNSUPPORTED. */
 typedef struct ssm_mamba3_siso_args {
     ssm_tensor q, k;              /* in  (B, S, Hq, K)                                       */
     ssm_tensor v;                 /* in  (B, S, H, V)                                        */
@@ -792,15 +802,24 @@ typedef struct ssm_mamba3_siso_args {
     ssm_tensor final_ssm_state;   /* out (NS, H, V, K)     optional                          */
     ssm_tensor final_k_state;     /* out (NS, H, K)        optional                          */
     ssm_tensor final_v_state;     /* out (NS, H, V)        optional                          */
+    ssm_tensor pregate_y;         /* out (B, S, H, V) F32/F64 optional: y before the z gate  */
+    ssm_tensor chunk_states;      /* out (NCS, H, V, K) F32/F64 optional: 𝐒 entering chunks */
 } ssm_mamba3_siso_args;
 SSM_API ssm_status ssm_mamba3_siso(ssm_context * ctx, const ssm_mamba3_params * params,
                                    const ssm_mamba3_siso_args * args);
 
 /* Every gradient of ssm_mamba3_siso (spec §2.5, §6), recomputing the forward from its
- * inputs (nothing is saved between the calls). Incoming gradients: dout (required) and
+ * inputs (only pregate_y and chunk_states, below, may be kept from the forward). Incoming gradients: dout (required) and
  * each dfinal_* (optional = 0). Every gradient output is optional (absent = not
  * written); dd needs d, dz needs z, the four state gradients need the input states.
- * Reductions (dq_bias, dk_bias, dd, dq/dk over GQA groups) have a fixed order. */
+ * Reductions (dq_bias, dk_bias, dd, dq/dk over GQA groups) have a fixed order.
+ * pregate_y, chunk_states (optional): what ssm_mamba3_siso wrote into its tensors of these
+ * names for these inputs and params (F32 or F64). A backend may read them instead of
+ * recomputing y for dz and the states entering the chunks: the CPU backend reads pregate_y, and
+ * chunk_states where chunk_size is a multiple of 32; the CUDA plane entries read pregate_y, and
+ * chunk_states where chunk_size is their chunk and the entry chains the states (chained_planes). The
+ * gradients are the same up to rounding whether or not they are given (docs/ops/mamba3_siso.md
+ * §7, "Saved forward results"). */
 typedef struct ssm_mamba3_siso_bwd_args {
     ssm_tensor q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z; /* forward inputs      */
     ssm_tensor angle_state, ssm_state, k_state, v_state, cu_seqlens; /* forward inputs      */
@@ -820,6 +839,8 @@ typedef struct ssm_mamba3_siso_bwd_args {
     ssm_tensor dssm_state;         /* out (NS, H, V, K)                                      */
     ssm_tensor dk_state;           /* out (NS, H, K)                                         */
     ssm_tensor dv_state;           /* out (NS, H, V)                                         */
+    ssm_tensor pregate_y;          /* in  (B, S, H, V) F32/F64 optional: the forward's       */
+    ssm_tensor chunk_states;       /* in  (NCS, H, V, K) F32/F64 optional: the forward's     */
 } ssm_mamba3_siso_bwd_args;
 SSM_API ssm_status ssm_mamba3_siso_bwd(ssm_context * ctx, const ssm_mamba3_params * params,
                                        const ssm_mamba3_siso_bwd_args * args);

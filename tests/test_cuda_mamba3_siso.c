@@ -6,7 +6,9 @@
  * and odd, Hq = 1 / 1 < Hq < H / Hq = H, K and V in {32, 64, 96, 128} (and 256), A = K/2 and
  * A < K/2, d and z on and off, f32 / f16 / bf16, initial and final states, varlen with an
  * empty sequence, stride-0 angles over heads, fp32 angles with 16-bit q, k, v,
- * padded/permuted layouts, the seed regime,
+ * padded/permuted layouts, the seed regime, pregate_y asked for on every second pair of cases,
+ * chunk_states on every second case of 64-token chunks (F32 dense: the entries write the states
+ * there; F64 padded where the case is strided: the copy), chunk_states at chunk 16 refused,
  * NaN-poisoned outputs, identical bytes across two runs; the step with and without
  * state_batch_indices (padding rows), with separate and in-place final pools, with the
  * float4 and the generic state paths; the step's general form (cu_seqlens of one token per
@@ -211,6 +213,26 @@ static void test_forward(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const c
         return;
     }
     ssmt_mamba3_params(cfg, &g_params);
+    /* every second pair of cases also asks both forwards for pregate_y (F32, padded where the case is
+     * strided): checked against the reference's like out, on every entry the case runs */
+    static int calls;
+    ssmt_host  y;
+    memset(&y, 0, sizeof y);
+    if (calls++ / 2 % 2 == 1) {
+        const ssm_tensor * v = &pr.args.v;
+        y = cfg->strided ? ssmt_alloc_layout(SSM_DTYPE_F32, 4, v->shape, NULL, 3)
+                         : ssmt_alloc(SSM_DTYPE_F32, 4, v->shape);
+        TEST_CHECK(y.t.data != NULL, "%s: no memory for pregate_y", tag);
+        if (y.t.data) ssmt_poison(&y.t);
+        pr.args.pregate_y = y.t, pr.fwd_args.pregate_y = y.t;
+    }
+    ssmt_host cs;
+    memset(&cs, 0, sizeof cs);
+    if (calls % 2 == 0 && cfg->chunk % 64 == 0) {
+        cs = ssmt_mamba3_chunk_states(cfg, cfg->chunk, cfg->strided ? SSM_DTYPE_F64 : SSM_DTYPE_F32, cfg->strided);
+        TEST_CHECK(cs.t.data != NULL, "%s: no memory for chunk_states", tag);
+        pr.args.chunk_states = cs.t, pr.fwd_args.chunk_states = cs.t;
+    }
     char name[320];
     {
         typedef ssm_mamba3_siso_args S;
@@ -221,8 +243,10 @@ static void test_forward(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const c
             BIND(S, &pr, d, 0, 0),           BIND(S, &pr, z, 0, 0),           BIND(S, &pr, angle_state, 0, 0),
             BIND(S, &pr, ssm_state, 0, 0),   BIND(S, &pr, k_state, 0, 0),     BIND(S, &pr, v_state, 0, 0),
             BIND(S, &pr, cu_seqlens, 0, 0),  BIND(S, &pr, out, 1, 0),         BIND(S, &pr, final_angle_state, 1, 1),
-            BIND(S, &pr, final_ssm_state, 1, 0), BIND(S, &pr, final_k_state, 1, 0), BIND(S, &pr, final_v_state, 1, 0)};
-        snprintf(name, sizeof name, "siso[%s]", tag);
+            BIND(S, &pr, final_ssm_state, 1, 0), BIND(S, &pr, final_k_state, 1, 0), BIND(S, &pr, final_v_state, 1, 0),
+            {&y, offsetof(S, pregate_y), 1, 0, -1}, {&cs, offsetof(S, chunk_states), 1, 0, -1}};
+        snprintf(name, sizeof name, "siso[%s%s%s]", tag, y.t.data ? ", pregate_y" : "",
+                 cs.t.data ? ", chunk_states" : "");
         run_dev_case(name, "mamba3_siso", run_siso, &pr.args, sizeof pr.args, b, (int)(sizeof b / sizeof b[0]), cfg->dtype);
     }
     {
@@ -235,14 +259,18 @@ static void test_forward(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const c
             BIND(S, &pr, d, 0, 0),         BIND(S, &pr, z, 0, 0),          BIND(S, &pr, ssm_state, 0, 0),
             BIND(S, &pr, k_state, 0, 0),   BIND(S, &pr, v_state, 0, 0),    BIND(S, &pr, cu_seqlens, 0, 0),
             BIND(S, &pr, out, 1, 0),       BIND(S, &pr, final_ssm_state, 1, 0), BIND(S, &pr, final_k_state, 1, 0),
-            BIND(S, &pr, final_v_state, 1, 0)};
+            BIND(S, &pr, final_v_state, 1, 0), {&y, offsetof(S, pregate_y), 1, 0, -1},
+            {&cs, offsetof(S, chunk_states), 1, 0, -1}};
         /* the outputs were written by the first case: poison them again */
-        ssmt_host * outs[] = {&pr.out, &pr.final_ssm_state, &pr.final_k_state, &pr.final_v_state};
-        for (int i = 0; i < 4; ++i)
+        ssmt_host * outs[] = {&pr.out, &pr.final_ssm_state, &pr.final_k_state, &pr.final_v_state, &y, &cs};
+        for (int i = 0; i < 6; ++i)
             if (outs[i]->t.data) ssmt_poison(&outs[i]->t);
-        snprintf(name, sizeof name, "siso_fwd[%s]", tag);
+        snprintf(name, sizeof name, "siso_fwd[%s%s%s]", tag, y.t.data ? ", pregate_y" : "",
+                 cs.t.data ? ", chunk_states" : "");
         run_dev_case(name, "mamba3_siso_fwd", run_fwd, &pr.fwd_args, sizeof pr.fwd_args, b, (int)(sizeof b / sizeof b[0]), cfg->dtype);
     }
+    ssmt_free(&y);
+    ssmt_free(&cs);
     ssmt_mamba3_problem_free(&pr);
 }
 
@@ -307,6 +335,15 @@ static void test_device_rules(ssmt_rng * rng) {
     TEST_CHECK(strstr(ssm_context_last_error(ctx_cuda), "CUDA") != NULL, "message: %s",
                ssm_context_last_error(ctx_cuda));
     TEST_CHECK_STATUS(ssm_mamba3_siso_fwd(ctx_cuda, &g_params, &pr.fwd_args), SSM_STATUS_INVALID_LAYOUT);
+    /* chunk_states at a chunk size that is not a multiple of the backend's 64: UNSUPPORTED saying
+     * so, with no output changed on the device (ssmt_run_on_device checks) */
+    g_params.chunk_size = 16;
+    ssmt_host cs = ssmt_mamba3_chunk_states(&cfg, 16, SSM_DTYPE_F32, 0);
+    pr.args.chunk_states = cs.t;
+    TEST_CHECK_STATUS(ssmt_run_on_device(ctx_cuda, "mamba3_siso", &pr.args, 0, run_siso), SSM_STATUS_UNSUPPORTED);
+    TEST_CHECK(strstr(ssm_context_last_error(ctx_cuda), "multiple of 64") != NULL, "message: %s",
+               ssm_context_last_error(ctx_cuda));
+    ssmt_free(&cs);
     ssmt_mamba3_problem_free(&pr);
     /* the general form (test_cuda_decode_slots covers it in full): cu_seqlens of one token per
      * row, dst_state_batch_indices naming the read slots, an intermediate state give the plain

@@ -3,12 +3,16 @@
  * (combined forward, core forward, angle cumsum and its backward, decode step) against the
  * float64 reference (run with F64 outputs), on seeded random shapes around the chunk and
  * tile edges, every optional input on and off, f32/f16/bf16, strided views, stride-0 angles
- * over heads, varlen with an empty sequence, NaN-poisoned outputs. Also: 1, 2 and 3 threads
+ * over heads, varlen with an empty sequence, pregate_y on every second pair of configurations,
+ * NaN-poisoned outputs. Also: 1, 2 and 3 threads
  * give identical bytes, the scalar ISA passes the same bars, and CPU self-consistency in
  * fp32 (rel_rms ≤ 1e-5): fused combined == angle_cumsum then siso_fwd; forward over S
  * tokens == S decode steps (in place on the pool); two calls chained through the final
  * states == one call; varlen == one call per sequence; step with a permuted slot map,
- * padding rows and an in-place pool.
+ * padding rows and an in-place pool. chunk_states of both forwards (C = 32, 64, 96; varlen with
+ * an empty sequence, initial states on and off, GQA, tails, F32 and F64 rows, a strided view)
+ * against the reference within the bars, with out and the finals unchanged by asking for them;
+ * a chunk_size that is not a multiple of 32 is UNSUPPORTED with nothing written.
  * Seed: SSMOPS_TEST_SEED (default 20261201). SHOWCMP=1 prints every comparison.
  */
 #include <math.h>
@@ -38,6 +42,16 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const ch
         return;
     }
     ssmt_mamba3_params(cfg, &g_params);
+    /* every second pair of configurations also asks both forwards for pregate_y (F32): pairs,
+     * since neighbouring configurations often differ in z alone */
+    static int calls;
+    ssmt_host  y;
+    memset(&y, 0, sizeof y);
+    if (calls++ / 2 % 2 == 1) {
+        y = ssmt_alloc(SSM_DTYPE_F32, 4, pr.args.v.shape);
+        TEST_CHECK(y.t.data != NULL, "%s: no memory for pregate_y", tag);
+        pr.args.pregate_y = y.t, pr.fwd_args.pregate_y = y.t;
+    }
     char name[300];
     {
         ssm_mamba3_siso_args a  = pr.args;
@@ -78,6 +92,7 @@ static void test_config(ssmt_rng * rng, const ssmt_mamba3_config * cfg, const ch
         run_case(&oc);
         ssmt_free(&dth), ssmt_free(&dfin), ssmt_free(&dang), ssmt_free(&ddt), ssmt_free(&dst);
     }
+    ssmt_free(&y);
     ssmt_mamba3_problem_free(&pr);
 }
 
@@ -237,6 +252,195 @@ static void test_varlen_vs_separate(ssmt_rng * rng) {
     ssmt_mamba3_problem_free(&pr);
 }
 
+/* ---- chunk_states ------------------------------------------------------------------------- */
+
+/* NaN elements of an F32 or F64 buffer, padding included. */
+static int64_t nan_count(const ssmt_host * h) {
+    int64_t n = 0;
+    if (h->t.dtype == SSM_DTYPE_F64)
+        for (size_t i = 0; i < h->bytes / sizeof(double); ++i) n += isnan(((const double *) h->buf)[i]) != 0;
+    else
+        for (size_t i = 0; i < h->bytes / sizeof(float); ++i) n += isnan(((const float *) h->buf)[i]) != 0;
+    return n;
+}
+
+/* The two forwards seen together: args of either, its chunk_states slot and its outputs. */
+typedef union fwd_any {
+    ssm_mamba3_siso_args     siso;
+    ssm_mamba3_siso_fwd_args fwd;
+} fwd_any;
+
+static ssm_tensor * cs_slot(int fused, fwd_any * a) { return fused ? &a->siso.chunk_states : &a->fwd.chunk_states; }
+static ssm_status   run_any(int fused, ssm_context * c, fwd_any * a) { return fused ? run_siso(c, a) : run_fwd(c, a); }
+
+/* out and the finals (the combined op's angle state too); absent ones are NULL. */
+static void fwd_outputs(int fused, fwd_any * a, ssm_tensor * o[5]) {
+    if (fused) {
+        o[0] = &a->siso.out, o[1] = &a->siso.final_ssm_state, o[2] = &a->siso.final_k_state;
+        o[3] = &a->siso.final_v_state, o[4] = &a->siso.final_angle_state;
+    } else {
+        o[0] = &a->fwd.out, o[1] = &a->fwd.final_ssm_state, o[2] = &a->fwd.final_k_state;
+        o[3] = &a->fwd.final_v_state, o[4] = NULL;
+    }
+    for (int i = 0; i < 5; ++i)
+        if (o[i] != NULL && o[i]->data == NULL) o[i] = NULL;
+}
+
+/* a: the args of pr's forward (fused or not); o: its outputs. */
+static void fwd_of(const ssmt_mamba3_problem * pr, int fused, fwd_any * a, ssm_tensor * o[5]) {
+    memset(a, 0, sizeof *a);
+    if (fused) a->siso = pr->args;
+    else a->fwd = pr->fwd_args;
+    fwd_outputs(fused, a, o);
+}
+
+typedef struct cs_case {
+    const char *       name;
+    ssmt_mamba3_config cfg;
+    ssm_dtype          cs_dtype;
+    int                strided; /* chunk_states in a permuted, padded layout */
+} cs_case;
+
+/* One forward (fused or not) of a problem with chunk_states: the reference's rows (F64), then
+ * the CPU's with 1, 2, 3 threads and the scalar ISA into poisoned buffers: within the bar of
+ * the compute dtype (as final_ssm_state), every row written and nothing around it (padding
+ * still NaN), the bytes of 1 thread for 2 and 3, and out and the finals the bytes of the run
+ * without chunk_states. */
+static void chunk_states_entry(const cs_case * cc, const ssmt_mamba3_problem * pr, int fused) {
+    const int64_t C = cc->cfg.chunk;
+    fwd_any      a;
+    ssm_tensor * o[5];
+    fwd_of(pr, fused, &a, o);
+    char name[200];
+    snprintf(name, sizeof name, "chunk_states %s[%s]", fused ? "siso" : "siso_fwd", cc->name);
+
+    ssmt_host ref = ssmt_mamba3_chunk_states(&cc->cfg, C, SSM_DTYPE_F64, 0);
+    *cs_slot(fused, &a) = ref.t;
+    ssm_status st = run_any(fused, ctx_ref, &a);
+    TEST_CHECK(st == SSM_STATUS_OK, "%s ref: %s", name, ssm_context_last_error(ctx_ref));
+    /* the CPU without chunk_states: its out and finals */
+    *cs_slot(fused, &a) = ssmt_absent();
+    ssmt_host base[5];
+    memset(base, 0, sizeof base);
+    for (int i = 0; i < 5; ++i)
+        if (o[i]) ssmt_poison(o[i]);
+    TEST_CHECK_STATUS(run_any(fused, ctx_cpu[1], &a), SSM_STATUS_OK);
+    for (int i = 0; i < 5; ++i)
+        if (o[i]) base[i] = ssmt_clone(o[i], (ssm_dtype) o[i]->dtype);
+
+    ssmt_host first;
+    memset(&first, 0, sizeof first);
+    for (int variant = 0; variant < 4; ++variant) {
+        ssm_context * ctx = variant < 3 ? ctx_cpu[variant + 1] : ctx_scalar;
+        ssmt_host     cs = ssmt_mamba3_chunk_states(&cc->cfg, C, cc->cs_dtype, cc->strided);
+        for (int i = 0; i < 5; ++i)
+            if (o[i]) ssmt_poison(o[i]);
+        *cs_slot(fused, &a) = cs.t;
+        st = run_any(fused, ctx, &a);
+        TEST_CHECK(st == SSM_STATUS_OK, "%s variant %d: %s", name, variant, ssm_context_last_error(ctx));
+        char label[260];
+        snprintf(label, sizeof label, "%s/%s", name, variant < 3 ? "cpu" : "scalar");
+        if (variant == 0 || variant == 3) ssmt_check_bar(label, &cs.t, &ref.t, cc->cfg.dtype);
+        const int64_t pad = (int64_t) (cs.bytes / ssm_dtype_size(cc->cs_dtype)) - ssmt_numel(&cs.t);
+        TEST_CHECK(nan_count(&cs) == pad, "%s: %lld NaN elements, want the %lld of the padding", label,
+                   (long long) nan_count(&cs), (long long) pad);
+        for (int i = 0; i < 5 && variant < 3; ++i) {
+            if (!o[i]) continue;
+            ssmt_host now = ssmt_clone(o[i], (ssm_dtype) o[i]->dtype);
+            TEST_CHECK(memcmp(now.buf, base[i].buf, now.bytes) == 0,
+                       "%s: output %d differs from the run without chunk_states", label, i);
+            ssmt_free(&now);
+        }
+        if (variant == 0) {
+            first = cs;
+        } else {
+            if (variant < 3)
+                TEST_CHECK(memcmp(first.buf, cs.buf, cs.bytes) == 0, "%s: %d threads differ from 1", label,
+                           variant + 1);
+            ssmt_free(&cs);
+        }
+    }
+    ssmt_free(&first), ssmt_free(&ref);
+    for (int i = 0; i < 5; ++i) ssmt_free(&base[i]);
+}
+
+/* params->chunk_size not a multiple of the CPU's internal chunk (32) with chunk_states:
+ * UNSUPPORTED, and out, the finals and chunk_states untouched (still the poison). */
+static void chunk_states_unsupported(const ssmt_mamba3_problem * pr, const ssmt_mamba3_config * cfg, int64_t C,
+                                     int fused) {
+    fwd_any      a;
+    ssm_tensor * o[5];
+    fwd_of(pr, fused, &a, o);
+    ssmt_host cs = ssmt_mamba3_chunk_states(cfg, C, SSM_DTYPE_F32, 0);
+    *cs_slot(fused, &a) = cs.t;
+    ssmt_host snap[5];
+    memset(snap, 0, sizeof snap);
+    for (int i = 0; i < 5; ++i)
+        if (o[i]) ssmt_poison(o[i]), snap[i] = ssmt_clone(o[i], (ssm_dtype) o[i]->dtype);
+    const int64_t keep  = g_params.chunk_size;
+    g_params.chunk_size = C;
+    const ssm_status st  = run_any(fused, ctx_cpu[2], &a);
+    const char *     msg = ssm_context_last_error(ctx_cpu[2]);
+    g_params.chunk_size  = keep;
+    TEST_CHECK(st == SSM_STATUS_UNSUPPORTED, "%s chunk_size %lld with chunk_states: %s (%s), want UNSUPPORTED",
+               fused ? "siso" : "siso_fwd", (long long) C, ssm_status_string(st), msg);
+    TEST_CHECK(msg != NULL && strstr(msg, "chunk_states") != NULL, "the message does not name chunk_states: %s",
+               msg ? msg : "(null)");
+    TEST_CHECK(nan_count(&cs) == (int64_t) (cs.bytes / sizeof(float)), "chunk_size %lld: chunk_states was written",
+               (long long) C);
+    for (int i = 0; i < 5; ++i) {
+        if (!o[i]) continue;
+        ssmt_host now = ssmt_clone(o[i], (ssm_dtype) o[i]->dtype);
+        TEST_CHECK(memcmp(now.buf, snap[i].buf, now.bytes) == 0, "chunk_size %lld: output %d was written",
+                   (long long) C, i);
+        ssmt_free(&now), ssmt_free(&snap[i]);
+    }
+    if (st == SSM_STATUS_UNSUPPORTED) printf("ok  chunk_size %lld with chunk_states: %s\n", (long long) C, msg);
+    ssmt_free(&cs);
+}
+
+static void test_chunk_states(ssmt_rng * rng) {
+    static const int64_t lens_a[5] = { 70, 0, 5, 129, 33 };
+    static const int64_t lens_b[4] = { 0, 100, 64, 31 };
+    cs_case              cases[6];
+    int                  n = 0;
+    /* varlen with an empty sequence, initial states, GQA, tails; C = 32 */
+    cases[n] = (cs_case){ "varlen states gqa C32", sc_config(1, 0, 4, 2, 32, 16, 8), SSM_DTYPE_F32, 0 };
+    cases[n].cfg.nseq = 5, cases[n].cfg.seqlens = lens_a, cases[n].cfg.chunk = 32;
+    ++n;
+    /* varlen starting empty, no initial states, C = 64, F64 rows in a strided view */
+    cases[n] = (cs_case){ "varlen nostates C64 f64 strided", sc_config(1, 0, 6, 3, 64, 24, 16), SSM_DTYPE_F64, 1 };
+    cases[n].cfg.nseq = 4, cases[n].cfg.seqlens = lens_b, cases[n].cfg.chunk = 64, cases[n].cfg.has_states = 0;
+    ++n;
+    /* batched, S not a multiple of the chunk, C = 96, strided inputs and rows */
+    cases[n] = (cs_case){ "batch tail C96 strided", sc_config(2, 200, 6, 2, 64, 24, 16), SSM_DTYPE_F32, 1 };
+    cases[n].cfg.chunk = 96, cases[n].cfg.strided = 1;
+    ++n;
+    /* the layer's head shape in bf16, angles broadcast over heads, C = 64, F64 rows */
+    cases[n] = (cs_case){ "layer shape bf16 C64", sc_config(1, 150, 4, 1, 128, 64, 32), SSM_DTYPE_F64, 0 };
+    cases[n].cfg.chunk = 64, cases[n].cfg.dtype = SSM_DTYPE_BF16, cases[n].cfg.angles_broadcast = 1;
+    ++n;
+    /* Hq = H, no states, C = 32, S a multiple of it */
+    cases[n] = (cs_case){ "hq=h nostates C32", sc_config(2, 96, 3, 3, 32, 8, 16), SSM_DTYPE_F32, 0 };
+    cases[n].cfg.chunk = 32, cases[n].cfg.has_states = 0;
+    ++n;
+    for (int c = 0; c < n; ++c) {
+        ssmt_mamba3_problem pr;
+        if (sc_problem(rng, &cases[c].cfg, &pr) != 0) {
+            TEST_CHECK(0, "chunk_states %s: could not build the problem", cases[c].name);
+            continue;
+        }
+        chunk_states_entry(&cases[c], &pr, 1);
+        chunk_states_entry(&cases[c], &pr, 0);
+        if (c == 0)
+            for (int fused = 0; fused < 2; ++fused) {
+                chunk_states_unsupported(&pr, &cases[c].cfg, 48, fused);
+                chunk_states_unsupported(&pr, &cases[c].cfg, 16, fused);
+            }
+        ssmt_mamba3_problem_free(&pr);
+    }
+}
+
 /* ---- decode step ------------------------------------------------------------------------ */
 static void test_step(ssmt_rng * rng, int64_t B, int64_t H, int64_t Hq, int64_t K, int64_t V, int64_t A, ssm_dtype dt,
                       int64_t slots, int with_indices, int has_d, int has_z) {
@@ -354,6 +558,7 @@ int main(void) {
     test_fwd_vs_steps(&rng, 0);
     test_split(&rng);
     test_varlen_vs_separate(&rng);
+    test_chunk_states(&rng);
     test_step(&rng, 1, 4, 1, 32, 16, 8, SSM_DTYPE_F32, 1, 0, 1, 1);
     test_step(&rng, 5, 6, 3, 64, 24, 31, SSM_DTYPE_BF16, 9, 1, 1, 0);
     test_step(&rng, 7, 4, 4, 128, 64, 64, SSM_DTYPE_F16, 7, 1, 0, 1);

@@ -19,7 +19,11 @@
  *      2π; with h = 1e-6 and random states that has probability ~1e-6 per element;
  *  (h) S reference steps == the reference forward over S tokens (outputs and final
  *      states); indexed step (padding rows, permuted slots) == the unindexed step on the
- *      gathered states, untouched pool rows stay untouched; in place == separate buffers.
+ *      gathered states, untouched pool rows stay untouched; in place == separate buffers;
+ *  (i) chunk_states: asking for them changes no other output; each sequence's first row is
+ *      H_in (0 without initial states) exactly; the rows at chunk size C are every other row
+ *      at C/2 (the boundary state does not depend on the chunk), ≤ 1e-12; varlen with an
+ *      empty sequence, GQA, tails, strided inputs.
  */
 #include <math.h>
 #include <stdio.h>
@@ -1037,6 +1041,106 @@ static void test_step_indexed(int in_place) {
     ssmt_mamba3_step_free(&pr);
 }
 
+/* ---- (i) chunk_states -------------------------------------------------------------------- */
+
+/* Length of sequence n of a config (a batch row or a varlen sequence) and the sequence count. */
+static int64_t cfg_len(const ssmt_mamba3_config * c, int64_t n) { return c->nseq > 0 ? c->seqlens[n] : c->seqlen; }
+static int64_t cfg_nseq(const ssmt_mamba3_config * c) { return c->nseq > 0 ? c->nseq : c->batch; }
+
+/* The reference combined forward at chunk size C with chunk_states into a new F64 tensor; its
+ * out and finals go to the problem's (poisoned first) buffers. */
+static ssmt_host ref_chunk_states(ssmt_mamba3_problem * pr, const ssmt_mamba3_config * c, int64_t C) {
+    ssmt_host         cs = ssmt_mamba3_chunk_states(c, C, SSM_DTYPE_F64, 0);
+    ssm_mamba3_params p;
+    ssmt_mamba3_params(c, &p);
+    p.chunk_size = C;
+    ssm_mamba3_siso_args a = pr->args;
+    a.chunk_states = cs.t;
+    const ssm_tensor * o[5];
+    prob_outs(pr, o);
+    for (int i = 0; i < 5; ++i) ssmt_poison(o[i]);
+    TEST_CHECK_STATUS(ssm_mamba3_siso(g_ref, &p, &a), SSM_STATUS_OK);
+    return cs;
+}
+
+/* chunk_states of the reference (spec §3.6: 𝐒 entering every chunk): asking for them leaves out
+ * and the finals bit for bit; the first row of each sequence is H_in = S_in + DT_0(1−λ_0)·V_in
+ * K_inᵀ (0 without initial states) exactly; and the boundary state does not depend on the chunk
+ * size: the rows at C are every other row at C/2, ≤ EXACT_TOL. */
+static void chunk_states_case(const char * name, const ssmt_mamba3_config * c, int64_t C) {
+    ssmt_mamba3_problem pr;
+    if (ssmt_mamba3_random_args(&g_rng, c, &pr) != 0) {
+        TEST_CHECK(0, "%s: allocation failed", name);
+        return;
+    }
+    ssm_mamba3_params p;
+    ssmt_mamba3_params(c, &p);
+    p.chunk_size = C;
+    TEST_CHECK_STATUS(ssm_mamba3_siso(g_ref, &p, &pr.args), SSM_STATUS_OK);
+    const ssm_tensor * o[5];
+    prob_outs(&pr, o);
+    ssmt_host base[5];
+    for (int i = 0; i < 5; ++i) base[i] = ssmt_clone(o[i], SSM_DTYPE_F64);
+    ssmt_host rows = ref_chunk_states(&pr, c, C);
+    for (int i = 0; i < 5; ++i) {
+        ssmt_host now = ssmt_clone(o[i], SSM_DTYPE_F64);
+        TEST_CHECK(memcmp(now.buf, base[i].buf, now.bytes) == 0, "%s: %s changes when chunk_states is asked for", name,
+                   k_fwd_names[i]);
+        ssmt_free(&now), ssmt_free(&base[i]);
+    }
+    ssmt_host half = ref_chunk_states(&pr, c, C / 2);
+
+    const int64_t H = c->nheads, V = c->dv, K = c->dk, S = pr.args.dt.shape[2];
+    ssmt_host     want = ssmt_alloc(SSM_DTYPE_F64, 4, rows.t.shape);
+    int64_t       row = 0, hrow = 0, t0 = 0, bad = 0;
+    for (int64_t n = 0; n < cfg_nseq(c); ++n) {
+        const int64_t len = cfg_len(c, n), b = c->nseq > 0 ? 0 : n, nc = (len + C - 1) / C;
+        for (int64_t j = 0; j < nc; ++j) {
+            const ssm_tensor dst = ssmt_slice(&want.t, 0, row + j, 1), src = ssmt_slice(&half.t, 0, hrow + 2 * j, 1);
+            ssmt_copy(&dst, &src);
+        }
+        for (int64_t h = 0; h < H && len > 0; ++h) {
+            const double trap = ssmt_get(&pr.args.trap, (b * H + h) * S + t0);
+            const double dt = ssmt_get(&pr.args.dt, (b * H + h) * S + t0);
+            const double c0 = dt * (1.0 - 1.0 / (1.0 + exp(-trap)));
+            for (int64_t v = 0; v < V; ++v)
+                for (int64_t k = 0; k < K; ++k) {
+                    double hin = 0.0;
+                    if (c->has_states) {
+                        const double sin_ = ssmt_get(&pr.args.ssm_state, ((n * H + h) * V + v) * K + k);
+                        const double vin = ssmt_get(&pr.args.v_state, (n * H + h) * V + v);
+                        const double kin = ssmt_get(&pr.args.k_state, (n * H + h) * K + k);
+                        hin = sin_ + c0 * vin * kin;
+                    }
+                    bad += ssmt_get(&rows.t, ((row * H + h) * V + v) * K + k) != hin;
+                }
+        }
+        row += nc, hrow += (len + C / 2 - 1) / (C / 2), t0 += c->nseq > 0 ? len : 0;
+    }
+    TEST_CHECK(bad == 0, "%s: %lld elements of the sequences' first chunk_states rows are not H_in", name,
+               (long long)bad);
+    char label[160];
+    snprintf(label, sizeof label, "%s chunk_states C=%lld vs every other row of C=%lld", name, (long long)C,
+             (long long)(C / 2));
+    ssmt_check_tol(label, &rows.t, &want.t, EXACT_TOL);
+    ssmt_free(&want), ssmt_free(&half), ssmt_free(&rows);
+    ssmt_mamba3_problem_free(&pr);
+}
+
+static void test_chunk_states(void) {
+    static const int64_t lens[5] = {37, 0, 64, 5, 100};
+    ssmt_mamba3_config   c = f64_config();
+    c.nheads = 4, c.nheads_qk = 2, c.nseq = 5, c.seqlens = lens, c.has_states = 1;
+    chunk_states_case("varlen states gqa", &c, 16);
+    c.has_states = 0, c.index_i64 = 1;
+    chunk_states_case("varlen nostates", &c, 32);
+    c = f64_config();
+    c.batch = 2, c.seqlen = 70, c.nheads = 3, c.nheads_qk = 1, c.has_states = 1, c.strided = 1;
+    chunk_states_case("batch tail strided", &c, 64);
+    c.seqlen = 50, c.has_states = 0, c.strided = 0, c.seed_regime = 1;
+    chunk_states_case("batch seed regime", &c, 32);
+}
+
 int main(void) {
     g_ref = ssmt_ref_ctx_or_exit(SSM_REF_EXACT);
     test_data();
@@ -1050,6 +1154,7 @@ int main(void) {
     test_step_vs_forward();
     test_step_indexed(0);
     test_step_indexed(1);
+    test_chunk_states();
     ssm_context_free(g_ref);
     TEST_EXIT();
 }

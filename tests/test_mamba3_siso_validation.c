@@ -265,6 +265,48 @@ static void test_angle_bwd(fixtures * x) {
         CASE(a.cu_seqlens = x->vpr.cu_seqlens.t, SSM_STATUS_INVALID_ARGUMENT, "cu_seqlens with B=2", "must be 1");  \
     } while (0)
 
+/* chunk_states (the forwards' output, the backward's input; slot is its field in ok): one row per
+ * chunk of chunk_size tokens of each sequence, `rows` in all. F32 and F64 accepted (on REF: the
+ * CPU backend writes them only for a chunk_size that is a multiple of 32), a 16-bit one, a row
+ * too few or too many and V, K swapped refused. */
+static void chunk_states_rules(fixture * f, int op, const void * ok, const ssm_tensor * slot, size_t size, int64_t rows,
+                               const ssm_tensor * v, int64_t K, const char * tag) {
+    union {
+        ssm_mamba3_siso_args     fwd;
+        ssm_mamba3_siso_fwd_args core;
+        ssm_mamba3_siso_bwd_args bwd;
+    } u;
+    unsigned char *  a = (unsigned char *)&u;
+    const size_t     off = (size_t)((const unsigned char *)slot - (const unsigned char *)ok);
+    const int64_t    H = v->shape[2], V = v->shape[3];
+    const int64_t    sh[4] = {rows + 1, H, V, K}, swapped[4] = {rows, H, K, V};
+    ssmt_host        c32 = ssmt_alloc(SSM_DTYPE_F32, 4, sh), c64 = ssmt_alloc(SSM_DTYPE_F64, 4, sh);
+    ssmt_host        cvk = ssmt_alloc(SSM_DTYPE_F32, 4, swapped);
+    const ssm_tensor c32r = ssmt_reshaped(&c32.t, 0, rows);
+    const struct {
+        ssm_tensor   t;
+        ssm_status   want;
+        const char * what;
+    } cases[] = {{c32r, SSM_STATUS_OK, "chunk_states f32"},
+                 {ssmt_reshaped(&c64.t, 0, rows), SSM_STATUS_OK, "chunk_states f64"},
+                 {ssmt_retyped(&c32r, SSM_DTYPE_BF16), SSM_STATUS_INVALID_LAYOUT, "chunk_states bf16"},
+                 {ssmt_reshaped(&c32.t, 0, rows - 1), SSM_STATUS_INVALID_SHAPE, "chunk_states a row too few"},
+                 {c32.t, SSM_STATUS_INVALID_SHAPE, "chunk_states a row too many"},
+                 {cvk.t, SSM_STATUS_INVALID_SHAPE, "chunk_states (NCS, H, K, V)"}};
+    TEST_CHECK(c32.t.data && c64.t.data && cvk.t.data, "chunk_states: allocation failed");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0] && c32.t.data && c64.t.data && cvk.t.data; ++i) {
+        char what[120];
+        snprintf(what, sizeof what, "%s, %s", cases[i].what, tag);
+        memcpy(a, ok, size);
+        memcpy(a + off, &cases[i].t, sizeof(ssm_tensor));
+        if (cases[i].want == SSM_STATUS_OK)
+            expect_ok(op, a, what);
+        else
+            expect(f, op, a, cases[i].want, what, "chunk_states");
+    }
+    ssmt_free(&c32), ssmt_free(&c64), ssmt_free(&cvk);
+}
+
 static void test_siso_fwd(fixtures * x) {
     const int                      op = OP_FWD;
     fixture *                      f = &x->f;
@@ -279,6 +321,40 @@ static void test_siso_fwd(fixtures * x) {
     expect_ok(op, &a, "no states");
     ssm_mamba3_siso_fwd_args v = x->vpr.fwd_args;
     cu_rules(f, op, &v, &v.cu_seqlens, x->vpr.args.q.shape[1], x->cu_bad + 4);
+    chunk_states_rules(f, op, &ok, &ok.chunk_states, sizeof ok, 6, &ok.v, ok.q.shape[3], "batched");
+    v = x->vpr.fwd_args;
+    chunk_states_rules(f, op, &v, &v.chunk_states, sizeof v, 2, &v.v, v.q.shape[3], "varlen");
+}
+
+/* pregate_y (the forward's output, the backward's input; slot is its field in ok, v the shape it
+ * takes): F32 and F64 accepted, a 16-bit one and a wrong shape refused. */
+static void pregate_rules(fixture * f, int op, const void * ok, const ssm_tensor * slot, size_t size,
+                          const ssm_tensor * v) {
+    union {
+        ssm_mamba3_siso_args     fwd;
+        ssm_mamba3_siso_bwd_args bwd;
+    } u;
+    unsigned char * a = (unsigned char *)&u;
+    const size_t  off = (size_t)((const unsigned char *)slot - (const unsigned char *)ok);
+    ssmt_host     y32 = ssmt_alloc(SSM_DTYPE_F32, 4, v->shape), y64 = ssmt_alloc(SSM_DTYPE_F64, 4, v->shape);
+    const struct {
+        ssm_tensor   t;
+        ssm_status   want;
+        const char * what;
+    } cases[] = {{y32.t, SSM_STATUS_OK, "pregate_y f32"},
+                 {y64.t, SSM_STATUS_OK, "pregate_y f64"},
+                 {ssmt_retyped(&y32.t, SSM_DTYPE_BF16), SSM_STATUS_INVALID_LAYOUT, "pregate_y bf16"},
+                 {ssmt_reshaped(&y32.t, 3, v->shape[3] - 1), SSM_STATUS_INVALID_SHAPE, "pregate_y V wrong"}};
+    TEST_CHECK(y32.t.data && y64.t.data, "pregate_y: allocation failed");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0] && y32.t.data && y64.t.data; ++i) {
+        memcpy(a, ok, size);
+        memcpy(a + off, &cases[i].t, sizeof(ssm_tensor));
+        if (cases[i].want == SSM_STATUS_OK)
+            expect_ok(op, a, cases[i].what);
+        else
+            expect(f, op, a, cases[i].want, cases[i].what, "pregate_y");
+    }
+    ssmt_free(&y32), ssmt_free(&y64);
 }
 
 static void test_siso(fixtures * x) {
@@ -302,6 +378,10 @@ static void test_siso(fixtures * x) {
     a = ok;
     a.angle_state = a.ssm_state = a.k_state = a.v_state = ssmt_absent();
     expect_ok(op, &a, "no states");
+    pregate_rules(f, op, &ok, &ok.pregate_y, sizeof ok, &ok.v);
+    chunk_states_rules(f, op, &ok, &ok.chunk_states, sizeof ok, 6, &ok.v, ok.q.shape[3], "batched");
+    const ssm_mamba3_siso_args v = x->vpr.args;
+    chunk_states_rules(f, op, &v, &v.chunk_states, sizeof v, 2, &v.v, v.q.shape[3], "varlen with an empty sequence");
 }
 
 /* ---- backward -------------------------------------------------------------------------------- */
@@ -348,6 +428,10 @@ static void test_siso_bwd(fixtures * x) {
     a.dangle_state = a.dssm_state = a.dk_state = a.dv_state = ssmt_absent();
     a.dfinal_angle_state = a.dfinal_ssm_state = a.dfinal_k_state = a.dfinal_v_state = ssmt_absent();
     expect_ok(op, &a, "no gradient outputs, no dfinal");
+    pregate_rules(f, op, &ok, &ok.pregate_y, sizeof ok, &ok.v);
+    chunk_states_rules(f, op, &ok, &ok.chunk_states, sizeof ok, 6, &ok.v, ok.q.shape[3], "batched");
+    const ssm_mamba3_siso_bwd_args v = x->vbw.args;
+    chunk_states_rules(f, op, &v, &v.chunk_states, sizeof v, 2, &v.v, v.q.shape[3], "varlen");
 }
 
 /* ---- step ------------------------------------------------------------------------------------ */

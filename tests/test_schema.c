@@ -70,7 +70,9 @@ static void test_list(void) {
 
 /* Inputs added to an args struct after its outputs: a struct only grows at its end. */
 static int appended_input(const char * op, const char * arg) {
-    static const char * const appended[][2] = {{"mamba3_mimo_bwd", "pregate_y"}, {"mamba3_mimo_bwd", "chunk_states"}};
+    static const char * const appended[][2] = {
+        {"mamba3_mimo_bwd", "pregate_y"}, {"mamba3_mimo_bwd", "chunk_states"}, {"mamba3_siso_bwd", "pregate_y"},
+        {"mamba3_siso_bwd", "chunk_states"}};
     for (size_t i = 0; i < sizeof appended / sizeof appended[0]; ++i)
         if (strcmp(op, appended[i][0]) == 0 && strcmp(arg, appended[i][1]) == 0) return 1;
     return 0;
@@ -141,6 +143,8 @@ static void test_spot_offsets(void) {
         {"mamba3_mimo_bwd", "pregate_y", offsetof(ssm_mamba3_mimo_bwd_args, pregate_y)},
         {"mamba3_mimo", "chunk_states", offsetof(ssm_mamba3_mimo_args, chunk_states)},
         {"mamba3_mimo_bwd", "chunk_states", offsetof(ssm_mamba3_mimo_bwd_args, chunk_states)},
+        {"mamba3_siso", "chunk_states", offsetof(ssm_mamba3_siso_args, chunk_states)},
+        {"mamba3_siso_bwd", "chunk_states", offsetof(ssm_mamba3_siso_bwd_args, chunk_states)},
         {"mamba2_step", "state_batch_indices", offsetof(ssm_mamba2_step_args, state_batch_indices)},
         {"causal_conv1d_update", "final_conv_state", offsetof(ssm_causal_conv1d_update_args, final_conv_state)},
         {"rmsnorm_gated_bwd", "dweight", offsetof(ssm_rmsnorm_gated_bwd_args, dweight)},

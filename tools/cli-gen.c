@@ -211,6 +211,17 @@ int64_t cli_state_rows(const cli_problem * pb, int64_t batch) {
     return slots > 0 ? slots : nseq > 0 ? nseq : batch;
 }
 
+int64_t cli_chunk_rows(const cli_problem * pb, int64_t batch, int64_t seqlen, int64_t chunk) {
+    if (!cli_has_arg(pb, "cu_seqlens") || !cli_present(pb, "cu_seqlens")) return batch * ((seqlen + chunk - 1) / chunk);
+    const ssm_tensor cu = cli_view(pb, "cu_seqlens");
+    int64_t          rows = 0;
+    for (int64_t i = 0; i + 1 < cu.shape[0]; ++i) {
+        const int64_t len = (int64_t)cli_get(&cu, cli_offset(&cu, i + 1)) - (int64_t)cli_get(&cu, cli_offset(&cu, i));
+        rows += (len + chunk - 1) / chunk;
+    }
+    return rows;
+}
+
 /* ---- shapes from the schema ------------------------------------------------------------ */
 
 /* The value of the symbol text[0..len) in syms; 0 and *ok = 0 when it is not there. */
@@ -316,7 +327,7 @@ int cli_m3_wanted(const cli_problem * pb, const cli_arg * arg) {
     if (strcmp(n, "state_batch_indices") == 0) return cli_param_or(pb, "slots", 0) > 0;
     if (strncmp(n, "dfinal_", 7) == 0) return (int)cli_param_or(pb, "has_dfinal", 0);
     if (strstr(n, "_state_indices")) return 0; /* state pools: not drawn by the CLI */
-    /* mamba3_mimo_bwd's saved forward results: written by a forward (saved_y, saved_states) */
+    /* the Mamba-3 backwards' saved forward results: written by a forward (saved_y, saved_states) */
     if (strcmp(n, "chunk_states") == 0 || strcmp(n, "pregate_y") == 0) return 0;
     if (strstr(n, "_state")) return (int)cli_param_or(pb, "has_states", 0);
     return 0;
@@ -367,7 +378,7 @@ int cli_m3_alloc(cli_problem * pb, int f64, const cli_sym * syms, int per_rank, 
         } else if (strncmp(arg->name, "final_", 6) == 0 && !cli_param_int(pb, "has_final")) {
             continue;
         }
-        /* mamba3_mimo's saved results (for its backward): only with save_y=1 / save_states=1 */
+        /* the Mamba-3 forwards' saved results (for the backward): only with save_y=1 / save_states=1 */
         if (strcmp(arg->name, "pregate_y") == 0 && !cli_param_or(pb, "save_y", 0)) continue;
         if (strcmp(arg->name, "chunk_states") == 0 && !cli_param_or(pb, "save_states", 0)) continue;
         /* angle_cumsum_bwd has no angle_state input: its dangle_state follows has_states */
@@ -475,4 +486,15 @@ void cli_bind_flags(cli_problem * pb) {
             set_param_if(pb, "slots", slots);
             break;
         }
+}
+
+void cli_forward_inputs(const cli_problem * pb, const char * fwd, void * args, size_t size) {
+    const ssm_op_info * info = ssm_op_get(ssm_op_find(fwd));
+    memset(args, 0, size);
+    for (int32_t i = 0; info != NULL && i < info->nargs; ++i) {
+        const ssm_arg_info * arg = &info->args[i];
+        if ((arg->role & SSM_ARG_ROLE_OUTPUT) || !cli_has_arg(pb, arg->name) || !cli_present(pb, arg->name)) continue;
+        const ssm_tensor v = cli_view(pb, arg->name);
+        memcpy((char *)args + arg->offset, &v, sizeof v);
+    }
 }

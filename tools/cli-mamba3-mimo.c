@@ -92,15 +92,7 @@ static mdims dims_of(const cli_problem * pb) {
     d.nc     = (d.S + d.C - 1) / d.C;
     d.reduce = cli_param_or(pb, "reduce_o", 1) != 0;
     d.NS     = cli_state_rows(pb, d.B);
-    d.NCS    = d.B * d.nc;
-    if (cli_has_arg(pb, "cu_seqlens") && cli_present(pb, "cu_seqlens")) {
-        const ssm_tensor cu = cli_view(pb, "cu_seqlens");
-        d.NCS = 0;
-        for (int64_t i = 0; i + 1 < cu.shape[0]; ++i) {
-            const int64_t len = (int64_t)cli_get(&cu, cli_offset(&cu, i + 1)) - (int64_t)cli_get(&cu, cli_offset(&cu, i));
-            d.NCS += (len + d.C - 1) / d.C;
-        }
-    }
+    d.NCS    = cli_chunk_rows(pb, d.B, d.S, d.C);
     const cli_sym derived[] = {{"A", d.A}, {"NS", d.NS}, {"slots", d.NS}, {"nc", d.nc}, {"C", d.C},
                                {"NCS", d.NCS}, {"rows", d.B}, {NULL, 0}}; /* rows: the step's batch rows */
     cli_syms(pb, derived, d.syms, CLI_MAX_SYMS);
@@ -243,16 +235,8 @@ static int saved_results(cli_problem * pb, const mdims * d, char * err, size_t e
     const int     want_y = (int)cli_param_int(pb, "saved_y"), want_s = (int)cli_param_int(pb, "saved_states");
     if (want_y && cli_gen_arg(pb, "pregate_y", 5, yshp, err, errlen)) return -1;
     if (want_s && cli_gen_arg(pb, "chunk_states", 4, cshp, err, errlen)) return -1;
-    /* the forward's arguments: every input of mamba3_mimo the problem has, by name */
-    const ssm_op_info *  fwd = ssm_op_get(ssm_op_find("mamba3_mimo"));
     ssm_mamba3_mimo_args fa;
-    memset(&fa, 0, sizeof fa);
-    for (int32_t i = 0; i < fwd->nargs; ++i) {
-        const ssm_arg_info * arg = &fwd->args[i];
-        if ((arg->role & SSM_ARG_ROLE_OUTPUT) || !cli_has_arg(pb, arg->name) || !cli_present(pb, arg->name)) continue;
-        const ssm_tensor v = cli_view(pb, arg->name);
-        memcpy((char *)&fa + arg->offset, &v, sizeof v);
-    }
+    cli_forward_inputs(pb, "mamba3_mimo", &fa, sizeof fa);
     const int64_t oshp[5] = {d->B, d->S, d->R, d->H, d->P}, rshp[4] = {d->B, d->S, d->H, d->P};
     cli_buf       out;
     memset(&out, 0, sizeof out);

@@ -4,6 +4,10 @@
  * mamba3_siso_step. Shape keys B,S,H,Hq,K,V,A,chunk (DESIGN §7); params has_d, has_z,
  * has_states, has_final, has_dfinal, nseq (varlen), and for the step slots, in_place.
  *
+ * The forwards take save_y / save_states (they also write pregate_y / chunk_states, F32), the
+ * backward saved_y / saved_states (it also takes the pregate_y / chunk_states a CPU forward writes
+ * for the generated inputs; chunk_states needs chunk a multiple of 32 there).
+ *
  * mamba3_siso and mamba3_siso_bwd also take angles_f32 (raw angles in f32 whatever the compute
  * dtype: upstream's and the models' mix; the values drawn are the same).
  *
@@ -38,6 +42,13 @@
 #define P_HAS_D      CLI_KEY_INT("has_d", "1", "D skip term d (H)")
 #define P_HAS_Z      CLI_KEY_INT("has_z", "1", "gate z: out = y*silu(z)")
 #define P_HAS_STATES CLI_KEY_INT("has_states", "1", "initial states in (all of them)")
+#define P_SAVE_Y     CLI_KEY_INT("save_y", "0", "also write pregate_y (B,S,H,V) F32, the input of the backward")
+#define P_SAVED_Y \
+    CLI_KEY_INT("saved_y", "0", "the forward's pregate_y as input (written by a CPU forward on the same inputs)")
+#define P_SAVE_S \
+    CLI_KEY_INT("save_states", "0", "also write chunk_states (NCS,H,V,K) F32, the input of the backward")
+#define P_SAVED_S \
+    CLI_KEY_INT("saved_states", "0", "the forward's chunk_states as input (written by a CPU forward on the same inputs)")
 #define P_ANGLES_F32 CLI_KEY_INT("angles_f32", "0", "raw angles in f32 whatever --dtype (upstream's and the models' mix)")
 
 static ssm_mamba3_params params_of(const cli_problem * pb) {
@@ -51,6 +62,7 @@ static ssm_mamba3_params params_of(const cli_problem * pb) {
 
 typedef struct m3dims {
     int64_t B, S, H, Hq, K, V, A, NS;
+    int64_t NCS;      /* rows of chunk_states: chunks of all sequences */
     int     step;     /* one token per row: no S axis */
     cli_sym syms[CLI_MAX_SYMS]; /* the schema's dimension symbols: the shape keys, NS (slots) */
 } m3dims;
@@ -62,9 +74,10 @@ static int is_step(const cli_problem * pb) {
 static m3dims dims_of(const cli_problem * pb) {
     m3dims d = {cli_shape_or(pb, "B", 1),  cli_shape_or(pb, "S", 1), cli_shape_or(pb, "H", 1),
                 cli_shape_or(pb, "Hq", 1), cli_shape_or(pb, "K", 2), cli_shape_or(pb, "V", 1),
-                cli_shape_or(pb, "A", 1),  0,                        is_step(pb), {{NULL, 0}}};
+                cli_shape_or(pb, "A", 1),  0,                        0,           is_step(pb), {{NULL, 0}}};
     d.NS = cli_state_rows(pb, d.B);
-    const cli_sym derived[] = {{"NS", d.NS}, {"slots", d.NS}, {"rows", d.B}, {NULL, 0}}; /* rows: the step's batch rows */
+    d.NCS = cli_chunk_rows(pb, d.B, d.S, cli_shape_or(pb, "chunk", 1));
+    const cli_sym derived[] = {{"NS", d.NS}, {"slots", d.NS}, {"NCS", d.NCS}, {"rows", d.B}, {NULL, 0}}; /* rows: the step's batch rows */
     cli_syms(pb, derived, d.syms, CLI_MAX_SYMS);
     return d;
 }
@@ -78,8 +91,9 @@ static double e_act(const cli_problem * pb) {
 /* ---- validation (usage errors; the library checks the rest) --------------------------- */
 
 static int m3_validate(const cli_problem * pb, char * err, size_t errlen) {
-    static const char * const bools[] = {"has_d",    "has_z",      "has_states", "has_final",
-                                         "has_dfinal", "in_place", "angles_f32", NULL};
+    static const char * const bools[] = {"has_d",      "has_z",    "has_states", "has_final", "has_dfinal",
+                                         "in_place",   "angles_f32", "save_y",   "saved_y",    "save_states",
+                                         "saved_states", NULL};
     if (cli_check_shape_positive(pb, err, errlen) || cli_check_bools(pb, bools, err, errlen)) return -1;
     const m3dims  d    = dims_of(pb);
     return cli_check_nseq_slots(pb, d.B, err, errlen);
@@ -195,11 +209,45 @@ static int widen_angles(cli_problem * pb, char * err, size_t errlen) {
     return 0;
 }
 
+/* saved_y=1 / saved_states=1 (the backward): pregate_y / chunk_states as a CPU forward on the
+ * generated inputs writes them (F32). */
+static int saved_results(cli_problem * pb, char * err, size_t errlen) {
+    const ssm_tensor v = cli_view(pb, "v");
+    const m3dims     d = dims_of(pb); /* NCS from the cu_seqlens just drawn */
+    const int64_t    cshp[4] = {d.NCS, d.H, d.V, d.K};
+    const int        want_y = (int)cli_param_int(pb, "saved_y"), want_s = (int)cli_param_int(pb, "saved_states");
+    if (want_y && cli_gen_arg(pb, "pregate_y", 4, v.shape, err, errlen)) return -1;
+    if (want_s && cli_gen_arg(pb, "chunk_states", 4, cshp, err, errlen)) return -1;
+    ssm_mamba3_siso_args fa;
+    cli_forward_inputs(pb, "mamba3_siso", &fa, sizeof fa);
+    cli_buf out;
+    memset(&out, 0, sizeof out);
+    if (cli_buf_alloc(&out, SSM_DTYPE_F32, 4, v.shape) != 0) {
+        snprintf(err, errlen, "%s: out of memory for the forward's output", pb->op->name);
+        return -1;
+    }
+    fa.out = out.view;
+    if (want_y) fa.pregate_y = cli_view(pb, "pregate_y");
+    if (want_s) fa.chunk_states = cli_view(pb, "chunk_states");
+    const ssm_mamba3_params p = params_of(pb);
+    ssm_context *           ctx = NULL;
+    ssm_status              st = cli_context_create(SSM_BACKEND_CPU, 0, &ctx);
+    if (st == SSM_STATUS_OK) st = ssm_mamba3_siso(ctx, &p, &fa);
+    if (st != SSM_STATUS_OK)
+        snprintf(err, errlen, "%s: saved results: the CPU forward failed: %s", pb->op->name,
+                 ssm_context_last_error(ctx));
+    ssm_context_free(ctx);
+    cli_buf_free(&out);
+    return st == SSM_STATUS_OK ? 0 : -1;
+}
+
 static int m3_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {
     const m3dims d = dims_of(pb);
     cli_rng      rng;
     if (cli_m3_generate(pb, seed, d.syms, 0, fill_input, &d, &rng, err, errlen)) return -1;
     if (angles_f32(pb) && widen_angles(pb, err, errlen)) return -1;
+    if (strcmp(pb->op->name, "mamba3_siso_bwd") == 0 && (cli_param_int(pb, "saved_y") || cli_param_int(pb, "saved_states")))
+        return saved_results(pb, err, errlen);
     /* siso_fwd takes θ (fp32 "angles" argument), the other ops raw rates. */
     if (strcmp(pb->op->name, "mamba3_siso_fwd") == 0) return cumulate_angles(pb, err, errlen);
     return 0;
@@ -288,14 +336,16 @@ CLI_OP(mamba3_angle_cumsum_bwd, "gradients of mamba3_angle_cumsum: dangles, ddt,
  * ====================================================================================== */
 
 static const cli_key siso_shape[] = {K_B, K_S, K_H, K_HQ, K_K, K_V, K_A, K_CHUNK, CLI_KEY_END};
-static const cli_key siso_param[] = {P_HAS_D, P_HAS_Z, P_HAS_STATES, CLI_KEY_HAS_FINAL, CLI_KEY_NSEQ, CLI_KEY_END};
+static const cli_key siso_param[] = {P_HAS_D,      P_HAS_Z,  P_HAS_STATES, CLI_KEY_HAS_FINAL,
+                                     CLI_KEY_NSEQ, P_SAVE_Y, P_SAVE_S,     CLI_KEY_END};
 static const cli_key comb_param[] = {P_HAS_D,      P_HAS_Z,      P_HAS_STATES, CLI_KEY_HAS_FINAL,
-                                     CLI_KEY_NSEQ, P_ANGLES_F32, CLI_KEY_END};
+                                     CLI_KEY_NSEQ, P_ANGLES_F32, P_SAVE_Y,     P_SAVE_S, CLI_KEY_END};
 static const char * const siso_cases[] = {
     "B=2,S=77,H=4,Hq=2,K=32,V=16,A=8,chunk=32;",
     "B=1,S=64,H=4,Hq=4,K=16,V=8,A=8,chunk=16;has_d=0,has_z=0,has_states=0",
-    "B=2,S=50,H=4,Hq=1,K=32,V=16,A=8,chunk=16;has_final=0", "B=1,S=60,H=4,Hq=2,K=16,V=16,A=4,chunk=16;nseq=4",
-    "B=1,S=40,H=2,Hq=1,K=64,V=32,A=16,chunk=64;has_z=0", "B=1,S=1,H=1,Hq=1,K=2,V=1,A=1,chunk=1;", NULL,
+    "B=2,S=50,H=4,Hq=1,K=32,V=16,A=8,chunk=16;has_final=0,save_y=1", "B=1,S=60,H=4,Hq=2,K=16,V=16,A=4,chunk=16;nseq=4",
+    "B=1,S=40,H=2,Hq=1,K=64,V=32,A=16,chunk=64;has_z=0", "B=1,S=1,H=1,Hq=1,K=2,V=1,A=1,chunk=1;",
+    "B=1,S=150,H=2,Hq=1,K=32,V=16,A=8,chunk=64;nseq=3,save_states=1", NULL,
 };
 
 
@@ -311,7 +361,8 @@ static double fwd_flops(const cli_problem * pb) {
 }
 
 /* Spec §7 minimal fused traffic: T·[2·Hq·K·e + H·V·(e·(1+[z]) + e_out) + H·(2·4 + e_trap)
- * + H·A·e_ang] + H·(2K+1)·4 + NS·H·(4KV + 4K + 4V + 4A·[angle state])·([init] + [final]). */
+ * + H·A·e_ang] + H·(2K+1)·4 + NS·H·(4KV + 4K + 4V + 4A·[angle state])·([init] + [final]),
+ * + 4·T·H·V with save_y (pregate_y), + 4·NCS·H·V·K with save_states (chunk_states). */
 static double fwd_bytes_of(const cli_problem * pb, double e_ang, int angle_state) {
     const m3dims d = dims_of(pb);
     const double e = e_act(pb), T = tokens_of(&d), H = (double)d.H, K = (double)d.K, V = (double)d.V;
@@ -319,6 +370,8 @@ static double fwd_bytes_of(const cli_problem * pb, double e_ang, int angle_state
     double       n = T * (2.0 * (double)d.Hq * K * e + H * V * (e * (1.0 + z) + e) + H * (8.0 + e) +
                     H * (double)d.A * e_ang);
     n += H * (2.0 * K + 1.0) * 4.0;
+    n += 4.0 * T * H * V * (double)cli_param_or(pb, "save_y", 0); /* pregate_y written */
+    n += 4.0 * (double)d.NCS * H * K * V * (double)cli_param_or(pb, "save_states", 0); /* chunk_states written */
     const double states = (double)(cli_param_int(pb, "has_states") + cli_param_int(pb, "has_final"));
     n += (double)d.NS * H * (4.0 * K * V + 4.0 * K + 4.0 * V + (angle_state ? 4.0 * (double)d.A : 0.0)) * states;
     return n;
@@ -360,11 +413,12 @@ static const cli_key bwd_shape[] = {
     K_CHUNK, CLI_KEY_END,
 };
 static const cli_key bwd_param[] = {P_HAS_D,      P_HAS_Z,      P_HAS_STATES, CLI_KEY_HAS_DFINAL,
-                                    CLI_KEY_NSEQ, P_ANGLES_F32, CLI_KEY_END};
+                                    CLI_KEY_NSEQ, P_ANGLES_F32, P_SAVED_Y,    P_SAVED_S, CLI_KEY_END};
 static const char * const bwd_cases[] = {
     "B=2,S=37,H=4,Hq=2,K=16,V=8,A=4,chunk=16;", "B=1,S=48,H=2,Hq=1,K=32,V=16,A=8,chunk=16;has_states=0,has_dfinal=0",
     "B=1,S=40,H=4,Hq=2,K=16,V=16,A=8,chunk=16;has_z=0,has_d=0", "B=1,S=30,H=2,Hq=2,K=8,V=8,A=2,chunk=8;nseq=4",
-    "B=1,S=1,H=1,Hq=1,K=2,V=1,A=1,chunk=1;", NULL,
+    "B=1,S=1,H=1,Hq=1,K=2,V=1,A=1,chunk=1;", "B=1,S=70,H=4,Hq=2,K=32,V=16,A=8,chunk=16;nseq=3,saved_y=1",
+    "B=1,S=150,H=2,Hq=1,K=32,V=16,A=8,chunk=64;nseq=3,saved_states=1,saved_y=1", NULL,
 };
 
 CLI_DEFINE_CALL(mamba3_siso_bwd, ssm_mamba3_params, params_of)
@@ -381,7 +435,8 @@ static double bwd_flops(const cli_problem * pb) {
 /* Every input read once and every gradient written once: per token 4·Hq·K·e (q, k, dq,
  * dk) + H·V·e·(3 + 2[z]) (v, dout, dv, z, dz) + 24·H (adt, dt, trap and their gradients)
  * + 2·H·A·e (angles, dangles); the states and their gradients (2 + [dfinal]) × NS·H·4·(KV
- * + K + V + A) when given; the biases and their gradients 16·H·K. */
+ * + K + V + A) when given; the biases and their gradients 16·H·K; 4·T·H·V with saved_y, 4·NCS·H·V·K
+ * with saved_states. */
 static double bwd_bytes(const cli_problem * pb) {
     const m3dims d = dims_of(pb);
     const double e = e_act(pb), H = (double)d.H, K = (double)d.K, V = (double)d.V, A = (double)d.A;
@@ -390,6 +445,8 @@ static double bwd_bytes(const cli_problem * pb) {
     double n = tokens_of(&d) * (4.0 * (double)d.Hq * K * e + H * V * e * (3.0 + 2.0 * z) + 24.0 * H + 2.0 * H * A * ea);
     const double copies = 2.0 * (double)cli_param_int(pb, "has_states") + (double)cli_param_int(pb, "has_dfinal");
     n += copies * (double)d.NS * H * 4.0 * (K * V + K + V + A) + 16.0 * H * K;
+    n += 4.0 * tokens_of(&d) * H * V * (double)cli_param_int(pb, "saved_y"); /* pregate_y read */
+    n += 4.0 * (double)d.NCS * H * K * V * (double)cli_param_int(pb, "saved_states"); /* chunk_states read */
     return n;
 }
 

@@ -350,6 +350,10 @@ int    cli_out_arg(cli_problem * pb, const char * name, int f64, int32_t ndim, c
  * (converted to f64 first when f64 is set, so the reference writes exact values). */
 int    cli_in_place(cli_problem * pb, const char * out, const char * in, int f64, char * err, size_t errlen);
 int    cli_present(const cli_problem * pb, const char * name);
+/* *args (the args struct of forward operator fwd, size bytes) zeroed, then every input of fwd that
+ * the problem has, by name, as a view of the problem's tensor (a backward's saved forward results
+ * are written by its forward on these inputs). */
+void   cli_forward_inputs(const cli_problem * pb, const char * fwd, void * args, size_t size);
 int64_t cli_dim(const cli_problem * pb, const char * name, int i);
 /* `run`: input `name` is present with `ndim` dims (else −1 + message). */
 int    cli_need_ndim(const cli_problem * pb, const char * name, int32_t ndim, char * err, size_t errlen);
@@ -359,6 +363,9 @@ int64_t cli_param_or(const cli_problem * pb, const char * key, int64_t def);
 /* Rows of the recurrent states: slots (a decode step's pool with indices), else nseq
  * (varlen), else batch. */
 int64_t cli_state_rows(const cli_problem * pb, int64_t batch);
+/* Rows of a saved chunk_states: Σ ceil(len/chunk) over the drawn cu_seqlens sequences, else
+ * batch · ceil(seqlen/chunk). */
+int64_t cli_chunk_rows(const cli_problem * pb, int64_t batch, int64_t seqlen, int64_t chunk);
 /* Every shape key >= 1 and every listed 0/1 param in range (usage errors). */
 int    cli_check_shape_positive(const cli_problem * pb, char * err, size_t errlen);
 int    cli_check_bools(const cli_problem * pb, const char * const * names, char * err, size_t errlen);

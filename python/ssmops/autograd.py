@@ -4,14 +4,15 @@ ssmops.<op>_bwd with the saved inputs and the incoming gradients (d<output>), gi
 for every float input that requires a gradient. Deterministic: the library's backward reduces
 in a fixed order.
 
-keep_pregate_y=True, keep_chunk_states=True (mamba3_mimo): the forward also writes that result
-(pregate_y: the per-rank pre-gate output, fp32 (B, S, H, R, P); chunk_states: the state entering
-every chunk, fp32 (NCS, H, N, P)) into an array it makes, not returned, unless the call passes
-its own array (returned as usual, not differentiable), and keeps it for mamba3_mimo_bwd, whose
-CUDA backend then skips recomputing it, and whose CPU backend skips its state pass given
-chunk_states where chunk_size is 64/R (docs/ops/mamba3_mimo.md §5, "Saved forward results"):
-less backward time for 4·B·S·H·R·P, 4·NCS·H·N·P bytes held from the forward to the backward.
-Such a call takes the torch.autograd.Function path."""
+keep_pregate_y=True, keep_chunk_states=True (mamba3_siso, mamba3_mimo): the forward also writes
+that result (pregate_y: the pre-gate output, fp32 (B, S, H, V) for SISO, per rank (B, S, H, R, P)
+for MIMO; chunk_states: the state entering every chunk of chunk_size tokens, fp32 (NCS, H, V, K)
+for SISO, (NCS, H, N, P) for MIMO) into an array it makes, not returned, unless the call passes its
+own array (returned as usual, not differentiable), and keeps it for the backward, which may read it
+instead of recomputing it (docs/ops/mamba3_siso.md §7 and docs/ops/mamba3_mimo.md §5, "Saved
+forward results", say which backend reads what, and when): less backward time for 4·B·S·H·V and
+4·NCS·H·V·K (SISO), 4·B·S·H·R·P and 4·NCS·H·N·P (MIMO) bytes held from the forward to the
+backward. Such a call takes the torch.autograd.Function path."""
 import torch
 
 from . import _lib, _schema
@@ -21,23 +22,28 @@ OPS_WITH_BACKWARD = ("mamba2_scan", "causal_conv1d", "rmsnorm_gated", "mamba3_an
 
 
 def _pregate_y_for(given, kw):
-    """An fp32 pregate_y array for a MIMO forward on these inputs: (B, S, H, R, P)."""
+    """An fp32 pregate_y array for a forward on these inputs: (B, S, H, V) for mamba3_siso (q is
+    (B, S, Hq, K)), (B, S, H, R, P) for mamba3_mimo (q is (B, S, R, G, N))."""
     q, v = given["q"], given["v"]
-    return torch.empty((v.shape[0], v.shape[1], v.shape[2], q.shape[2], v.shape[3]), dtype=torch.float32,
-                       device=v.device)
+    shape = tuple(v.shape) if q.dim() == 4 else (v.shape[0], v.shape[1], v.shape[2], q.shape[2], v.shape[3])
+    return torch.empty(shape, dtype=torch.float32, device=v.device)
 
 
 def _chunk_states_for(given, kw):
-    """An fp32 chunk_states array for a MIMO forward on these inputs: (NCS, H, N, P), one row per
-    chunk of chunk_size tokens of every sequence (batch row, or cu_seqlens sequence)."""
+    """An fp32 chunk_states array for a forward on these inputs, one row per chunk of chunk_size
+    tokens of every sequence (batch row, or cu_seqlens sequence): (NCS, H, V, K) for mamba3_siso
+    (q is (B, S, Hq, K)), (NCS, H, N, P) for mamba3_mimo (q is (B, S, R, G, N))."""
     q, v = given["q"], given["v"]
-    c = kw.get("chunk_size", _schema.params_struct("ssm_mamba3_mimo_params").chunk_size)
+    siso = q.dim() == 4
+    params = "ssm_mamba3_params" if siso else "ssm_mamba3_mimo_params"
+    c = kw.get("chunk_size", _schema.params_struct(params).chunk_size)
     cu = given.get("cu_seqlens")
     if cu is not None:
         rows = int(torch.div(cu[1:] - cu[:-1] + c - 1, c, rounding_mode="floor").sum().item())
     else:
         rows = v.shape[0] * ((v.shape[1] + c - 1) // c)
-    return torch.empty((rows, v.shape[2], q.shape[4], v.shape[3]), dtype=torch.float32, device=v.device)
+    tail = (v.shape[3], q.shape[3]) if siso else (q.shape[4], v.shape[3])
+    return torch.empty((rows, v.shape[2]) + tail, dtype=torch.float32, device=v.device)
 
 
 # the forward results a backward may take back, and how to make an array for each
@@ -49,7 +55,7 @@ def _make(name, fwd, bwd):
     fwd_outputs = [a.name for a in fwd.schema if a.output]
     required_outputs = {a.name for a in fwd.schema if a.output and not a.optional}
     bwd_names = {a.name for a in bwd.schema}
-    # forward outputs the backward takes back as inputs (mamba3_mimo: pregate_y)
+    # forward outputs the backward takes back as inputs (pregate_y, chunk_states)
     kept_outputs = [a.name for a in bwd.schema if not a.output and a.name in fwd_outputs]
 
     class Function(torch.autograd.Function):

@@ -212,6 +212,7 @@ static const ssm_arg_info rmsnorm_bwd_args[] = {
 #define S3_NSS  "(NS, H, V, K)"
 #define S3_NSK  "(NS, H, K)"
 #define S3_NSV  "(NS, H, V)"
+#define S3_CHST "(NCS, H, V, K)"
 
 /* q … k_bias of the sequence operators; then angles (raw or cumulative: their own flag). */
 #define SISO_QKV                                                                                             \
@@ -254,6 +255,8 @@ static const ssm_arg_info siso_fwd_args[] = {
     F(final_ssm_state, OOPT, R(4), S3_NSS),
     F(final_k_state, OOPT, R(3), S3_NSK),
     F(final_v_state, OOPT, R(3), S3_NSV),
+    F(pregate_y, OOPT, R(4), S3_V),
+    F(chunk_states, OOPT, R(4), S3_CHST),
 };
 #undef ARGS
 
@@ -266,6 +269,8 @@ static const ssm_arg_info siso_args[] = {
     F(final_ssm_state, OOPT, R(4), S3_NSS),
     F(final_k_state, OOPT, R(3), S3_NSK),
     F(final_v_state, OOPT, R(3), S3_NSV),
+    F(pregate_y, OOPT, R(4), S3_V),
+    F(chunk_states, OOPT, R(4), S3_CHST),
 };
 #undef ARGS
 
@@ -292,6 +297,9 @@ static const ssm_arg_info siso_bwd_args[] = {
     FN(dssm_state, R(4), S3_NSS, "ssm_state"),
     FN(dk_state, R(3), S3_NSK, "k_state"),
     FN(dv_state, R(3), S3_NSV, "v_state"),
+    /* inputs after the outputs: the args struct only grows at its end */
+    F(pregate_y, OPT, R(4), S3_V),
+    F(chunk_states, OPT, R(4), S3_CHST),
 };
 #undef ARGS
 

@@ -85,3 +85,20 @@ float * ssmi_cpu_thread_scratch(ssm_context * ctx, const char * op, int64_t floa
     if (p == NULL) ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: could not allocate %zu bytes of scratch", op, bytes);
     return p;
 }
+
+int64_t * ssmi_cpu_chunk_rows(ssm_context * ctx, const char * op, const ssm_tensor * cu_seqlens, int64_t seqlen,
+                              int64_t nseq, int64_t chunk) {
+    int64_t * row0 = (int64_t *)ssmi_alloc(ctx, (size_t)(nseq > 0 ? nseq : 1) * sizeof(int64_t));
+    if (row0 == NULL) {
+        ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: no memory for the chunk_states row plan", op);
+        return NULL;
+    }
+    int64_t rows = 0;
+    for (int64_t s = 0; s < nseq; ++s) {
+        int64_t r, t0, len;
+        ssmi_cpu_sequence(cu_seqlens, seqlen, s, &r, &t0, &len);
+        row0[s] = rows;
+        rows += (len + chunk - 1) / chunk;
+    }
+    return row0;
+}

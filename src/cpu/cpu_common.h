@@ -34,6 +34,12 @@ extern const ssmi_cpu_kernels ssmi_cpu_avx512_kernels;
  * cu_seqlens row 0 from cu[s] (len = cu[s+1] − cu[s]). */
 void ssmi_cpu_sequence(const ssm_tensor * cu_seqlens, int64_t seqlen, int64_t s, int64_t * row, int64_t * t0,
                        int64_t * len);
+/* The rows of chunk_states (one per chunk of chunk tokens, sequence after sequence): the first
+ * row of each of the nseq sequences, in an array from ssmi_alloc (the caller frees it), or NULL
+ * with OUT_OF_MEMORY set on ctx. */
+int64_t * ssmi_cpu_chunk_rows(ssm_context * ctx, const char * op, const ssm_tensor * cu_seqlens, int64_t seqlen,
+                              int64_t nseq, int64_t chunk);
+
 
 /* The layer ops' row kernels (kernels/layer), chosen the same way. A table of its own so
  * the tables that extend ssmi_cpu_kernels (mamba3_common.c) need none of these. */

@@ -984,7 +984,7 @@ ssm_status ssmi_cpu_mamba3_mimo_bwd(ssm_context * ctx, const ssm_mamba3_mimo_par
      * = the backward's C): one row per chunk, sequence after sequence */
     int64_t * row0 = NULL;
     if (ssmi_present(&a->chunk_states) && d->chunk == job.l.C) {
-        row0 = ssmi_mimo_chunk_rows(ctx, k_op, &a->cu_seqlens, d->seqlen, NS, d->chunk);
+        row0 = ssmi_cpu_chunk_rows(ctx, k_op, &a->cu_seqlens, d->seqlen, NS, d->chunk);
         if (row0 == NULL) {
             ssmi_free(ctx, job.scratch);
             ssmi_free(ctx, big);

@@ -251,7 +251,7 @@ ssm_status ssmi_cpu_mamba3_mimo(ssm_context * ctx, const ssm_mamba3_mimo_params 
     job.cs_row0       = NULL;
     int64_t * row0    = NULL;
     if (ssmi_present(&a->chunk_states)) {
-        row0 = ssmi_mimo_chunk_rows(ctx, "mamba3_mimo", &a->cu_seqlens, d->seqlen, d->nseq, d->chunk);
+        row0 = ssmi_cpu_chunk_rows(ctx, "mamba3_mimo", &a->cu_seqlens, d->seqlen, d->nseq, d->chunk);
         if (row0 == NULL) return SSM_STATUS_OUT_OF_MEMORY;
         job.cs_row0 = row0;
     }

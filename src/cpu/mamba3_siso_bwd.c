@@ -9,7 +9,12 @@
  *   1. per-token scalars of the whole sequence (λ, γ, σ, dt) and the angle cumsum θ
  *      (cos θ, sin θ and tanh of the raw rates are kept: the backward needs them again);
  *   2. forward over the chunks keeping only the state entering every chunk, S_c (V×K):
- *      S ← e^{c_last}·S + Vcᵀ·diag(e^{c_last−c}·σ)·K̂ (spec §3.6), from H_in or 0;
+ *      S ← e^{c_last}·S + Vcᵀ·diag(e^{c_last−c}·σ)·K̂ (spec §3.6), from H_in or 0. Given the
+ *      forward's chunk_states with params->chunk_size a multiple of BWD_CHUNK, the chunks
+ *      that start a chunk_size chunk take their S_c from its row (converted to fp32) and
+ *      only those in between are recomputed from the state before them (none at
+ *      chunk_size = BWD_CHUNK): this step is ~8% of the time (below). With another
+ *      chunk_size the rows are not at chunk boundaries of this pass and are not read;
  *   3. reverse over the chunks (spec §6.3) with the carry dS (V×K, seeded by
  *      dfinal_ssm_state): E = (dY·Vcᵀ)⊙M, Pm = (Q̂·K̂sᵀ)⊙M, dQ̂, dK̂s, dVc, dADT via
  *      r/m/μ, dS ← e^{c_last}·dS + dYᵀ·diag(e^c)·Q̂; then, token by token in reverse, the
@@ -28,7 +33,7 @@
  *   built for Q̂·K̂sᵀ), and turned back (V×C), so dS needs no V×K transpose per chunk; the
  *   dS update takes its e^c scale on dY (C×V) rather than Q̂ (C×K).
  *   The pre-gate output y (for dz) costs Q̂·S_cᵀ and Pm·Vc and is computed only when dz is
- *   asked for.
+ *   asked for and the forward's pregate_y is not given (given, it is read instead).
  *   dq̃, dk̃ of a block's heads are summed into the block's fp32 workspace slot
  *   (B, S, Hq, K) by the token chain itself: the block's first head writes a row, the
  *   next ones add to it, in head order; with G = 1 they go straight to dq, dk. (Adding a
@@ -53,11 +58,12 @@
  * bitwise identical for any thread count.
  *
  * The chunk is BWD_CHUNK whatever params->chunk_size says (the header allows it: the chunk
- * only changes rounding). 32, not 64: the C²-shaped products (Q̂·K̂sᵀ, dY·Vcᵀ, E·K̂s, Eᵀ·Q̂,
- * Pm·Vc, Pmᵀ·dY: ~30% of the matrix work at C = 64) halve, against twice as many per-chunk
- * V×K steps (state copy, S_c transpose, μ) and a state table twice as long. At B=1 S=2048
- * H=32 Hq=1 K=128 V=64 A=32 (AMD EPYC, AVX2, interleaved A/B, minima) C = 32 takes
- * 105–108 ms on 1 thread and 53–56 ms on 2, C = 64 116 and 61–63 ms.
+ * only changes rounding; chunk_size only places the chunk_states rows of step 2). 32, not
+ * 64: the C²-shaped products (Q̂·K̂sᵀ, dY·Vcᵀ, E·K̂s, Eᵀ·Q̂, Pm·Vc, Pmᵀ·dY: ~30% of the
+ * matrix work at C = 64) halve, against twice as many per-chunk V×K steps (state copy, S_c
+ * transpose, μ) and a state table twice as long. At B=1 S=2048 H=32 Hq=1 K=128 V=64 A=32
+ * (AMD EPYC, AVX2, interleaved A/B, minima) C = 32 takes 105–108 ms on 1 thread and
+ * 53–56 ms on 2, C = 64 116 and 61–63 ms.
  *
  * Where the time goes there (f32, 1 thread, rdtsc around each step of a scratch copy,
  * ~100 ms per call): the six C·V·K products run at ~93% of the FMA peak and are ~45% of
@@ -106,6 +112,7 @@ typedef struct bwd_job {
     float *                          dkb_part; /* (NS, H, K)                         */
     float *                          dd_part;  /* (NS, H)                            */
     int                              want_y;   /* dz asked for (and z given)         */
+    const int64_t *                  cs_row0;  /* chunk_states read: each sequence's first row, or NULL */
 } bwd_job;
 
 /* ---- one thread's scratch -------------------------------------------------------------- */
@@ -400,14 +407,28 @@ static void store_tokens(bwd_task_ctx * x, const ssm_tensor * t, int64_t i0, int
                              src + i * V, V);
 }
 
-/* States entering every chunk: S_0 = H_in (or 0), S_{c+1} = e^{c_last}·S_c + Vcᵀ·diag(w·σ)·K̂. */
+/* S_c of chunk c from the forward's chunk_states row that holds it (c starts a chunk_size chunk). */
+static void saved_state(bwd_task_ctx * x, int64_t c) {
+    const ssm_tensor * cs = &x->job->a->chunk_states;
+    const int64_t      K = x->job->d->dk, V = x->job->d->dv;
+    const int64_t      row = x->job->cs_row0[x->n] + c * BWD_CHUNK / x->job->d->chunk;
+    float *            dst = x->s.states + c * V * K;
+    for (int64_t v = 0; v < V; ++v)
+        x->job->k->load_row(dst + v * K, cs->data, cs->dtype, ssmi_off4(cs, row, x->h, v, 0), cs->strides[3], K);
+}
+
+/* States entering every chunk: S_0 = H_in (or 0), S_{c+1} = e^{c_last}·S_c + Vcᵀ·diag(w·σ)·K̂;
+ * with chunk_states read, S_c of every chunk that starts a chunk_size chunk is its row. */
 static void forward_states(bwd_task_ctx * x) {
     const ssm_mamba3_siso_bwd_args * a = x->job->a;
     const ssmi_cpu_kernels *         k = x->job->k;
     const int64_t                    K = x->job->d->dk, V = x->job->d->dv, C = BWD_CHUNK, VK = V * K;
+    const int64_t                    per = x->job->cs_row0 ? x->job->d->chunk / C : 0; /* chunks per row */
     bwd_scratch *                    s = &x->s;
     float *                          s0 = s->states;
-    if (x->job->d->has_states) {
+    if (per > 0) {
+        saved_state(x, 0);
+    } else if (x->job->d->has_states) {
         const ssm_tensor *st = &a->ssm_state, *ks = &a->k_state, *vs = &a->v_state;
         const float       c0 = s->dtv[0] * (1.0f - s->lam[0]);
         k->load_row(s->krow, ks->data, ks->dtype, ssmi_off3(ks, x->n, x->h, 0), ks->strides[2], K);
@@ -422,6 +443,10 @@ static void forward_states(bwd_task_ctx * x) {
         memset(s0, 0, (size_t)VK * sizeof(float));
     }
     for (int64_t i0 = 0, c = 0; i0 + C < x->len; i0 += C, ++c) {
+        if (per > 0 && (c + 1) % per == 0) {
+            saved_state(x, c + 1);
+            continue;
+        }
         const int64_t Lc = C;
         const float   ecl = chunk_decays(x, i0, Lc);
         chunk_qk(x, i0, Lc, 0, i0 + 2 * C < x->len ? s->states + (c + 2) * VK : NULL);
@@ -480,12 +505,23 @@ static void chunk_scores(bwd_task_ctx * x, int64_t Lc) {
     for (int64_t i = 0; i < Lc; ++i) s->rr[i] -= s->colw[i];
 }
 
-/* Pre-gate y of the chunk and dz = dout·y·σ(z)(1 + z(1 − σ(z))). */
+/* Pre-gate y of the chunk (the forward's pregate_y where given, else recomputed) and
+ * dz = dout·y·σ(z)(1 + z(1 − σ(z))). */
 static void chunk_dz(bwd_task_ctx * x, int64_t i0, int64_t Lc, const float * sc) {
     const ssm_mamba3_siso_bwd_args * a = x->job->a;
     const ssmi_cpu_kernels *         k = x->job->k;
     const int64_t                    K = x->job->d->dk, V = x->job->d->dv, C = BWD_CHUNK;
     bwd_scratch *                    s = &x->s;
+    if (ssmi_present(&a->pregate_y)) {
+        load_tokens(x, &a->pregate_y, i0, Lc, s->yc);
+        for (int64_t i = 0; i < Lc; ++i) {
+            float *       y = s->yc + i * V;
+            const float * z = s->zc + i * V, *go = s->dout + i * V, *zs = s->zs + i * V;
+            for (int64_t j = 0; j < V; ++j) y[j] = go[j] * y[j] * zs[j] * (1.0f + z[j] * (1.0f - zs[j]));
+        }
+        store_tokens(x, &a->dz, i0, Lc, s->yc);
+        return;
+    }
     x->job->bk->transpose(V, K, sc, K, NULL, s->st, V);
     k->gemm(Lc, V, K, s->qh, K, 1, s->st, V, s->yc, V, s->ec, 0.0f, 0);
     k->gemm(Lc, V, Lc, s->cb, C, 1, s->vc, V, s->yc, V, NULL, 1.0f, 1);
@@ -940,11 +976,24 @@ ssm_status ssmi_cpu_mamba3_siso_bwd(ssm_context * ctx, const ssm_mamba3_params *
     job.dkb_part = cur;
     cur += part;
     job.dd_part = cur;
+    /* the forward's chunk_states replace the recompute at the chunks that start a chunk_size
+     * chunk when those are chunks of this pass: one row per chunk_size chunk, sequence after
+     * sequence */
+    int64_t * row0 = NULL;
+    if (ssmi_present(&a->chunk_states) && d->chunk % BWD_CHUNK == 0) {
+        row0 = ssmi_cpu_chunk_rows(ctx, "mamba3_siso_bwd", &a->cu_seqlens, d->seqlen, d->nseq, d->chunk);
+        if (row0 == NULL) {
+            ssmi_free(ctx, base);
+            return SSM_STATUS_OUT_OF_MEMORY;
+        }
+        job.cs_row0 = row0;
+    }
 
     ssmi_parallel_for(ctx, d->nseq * d->nheads_qk * job.l.nblocks, bwd_task, &job);
     if (job.l.gqa_ws && d->seqlen > 0)
         ssmi_parallel_for(ctx, ssmi_cpu_m3_reduce_tasks(d->batch, d->seqlen), reduce_task, &job);
     reduce_over_sequences(&job);
+    ssmi_free(ctx, row0);
     ssmi_free(ctx, base);
     return SSM_STATUS_OK;
 }

@@ -23,14 +23,21 @@
  * β-term), k̂ of the last token (not σ-scaled), the raw v of the last token, θ of the last
  * token. An empty sequence copies its initial states to the final ones (zeros without).
  *
- * params->chunk_size is not semantic and is not used: SISO_CHUNK is the fastest at B=1
+ * chunk_states (optional): the state entering every chunk of params->chunk_size tokens of
+ * each sequence (spec §3.6), S transposed into its (V, K) row, stored before the internal
+ * chunk that starts it; one row per chunk_size chunk, sequence after sequence (the first row
+ * of each sequence from ssmi_cpu_chunk_rows). Those boundaries must be internal chunk
+ * boundaries: a chunk_size that is not a multiple of SISO_CHUNK is UNSUPPORTED with
+ * chunk_states (checked before anything is written).
+ *
+ * params->chunk_size is otherwise not semantic and not used: SISO_CHUNK is the fastest at B=1
  * S=2048 H=32 Hq=1 K=128 V=64 A=32 fp32 with z, one thread, CPU time of the best of 30
  * (AMD EPYC, AVX2): C=32 34.9 ms, 48 36.9 ms, 64 37.8 ms, 96 41.8 ms, 128 62.9 ms — the
  * smaller lower-triangular work wins over the shorter k of the state GEMM, as for Mamba-2.
  *
- * Threads: every output element and final state is written by exactly one task whose
- * arithmetic does not depend on the head-block size, so results are bitwise identical for
- * any thread count.
+ * Threads: every output element, final state and chunk_states row is written by exactly one
+ * task (that of its sequence and head) whose arithmetic does not depend on the head-block
+ * size, so results are bitwise identical for any thread count.
  */
 #include <string.h>
 
@@ -45,7 +52,7 @@
 typedef struct fwd_io {
     ssm_tensor q, k, v, adt, dt, trap, q_bias, k_bias, angles, d, z;
     ssm_tensor angle_state, ssm_state, k_state, v_state, cu_seqlens;
-    ssm_tensor out, final_angle_state, final_ssm_state, final_k_state, final_v_state;
+    ssm_tensor out, final_angle_state, final_ssm_state, final_k_state, final_v_state, pregate_y, chunk_states;
     int        fused; /* angles are raw rates (the combined op) */
 } fwd_io;
 
@@ -130,6 +137,7 @@ typedef struct fwd_job {
     int64_t                     head_block, blocks;
     float *                     scratch;
     int64_t                     thread_floats;
+    const int64_t *             cs_row0; /* chunk_states: the first row of each sequence, or NULL */
 } fwd_job;
 
 /* An empty sequence: every final state is its initial state (zeros without). */
@@ -266,7 +274,8 @@ static void load_v_tiles(const fwd_job * job, fwd_scratch * sc, int64_t row, int
                         v->strides[3], V);
 }
 
-/* out = Y·silu(z) for the chunk's tokens and the block's heads, token-major as above. */
+/* out = Y·silu(z) (and Y into pregate_y) for the chunk's tokens and the block's heads,
+ * token-major as above. */
 static void store_outputs(const fwd_job * job, fwd_scratch * sc, int64_t row, int64_t tc, int64_t L, int64_t h0,
                           int64_t nh) {
     const fwd_io *           io = job->io;
@@ -275,6 +284,9 @@ static void store_outputs(const fwd_job * job, fwd_scratch * sc, int64_t row, in
     for (int64_t i = 0; i < L; ++i)
         for (int64_t hh = 0; hh < nh; ++hh) {
             float * y = sc->y + hh * Q * V + i * V;
+            if (ssmi_present(&io->pregate_y))
+                b->store_row(io->pregate_y.data, io->pregate_y.dtype,
+                             ssmi_off4(&io->pregate_y, row, tc + i, h0 + hh, 0), io->pregate_y.strides[3], y, V);
             if (ssmi_present(&io->z)) {
                 b->load_row(sc->zrow, io->z.data, io->z.dtype, ssmi_off4(&io->z, row, tc + i, h0 + hh, 0),
                             io->z.strides[3], V);
@@ -340,6 +352,10 @@ static void fwd_task(void * arg, int64_t task, int32_t thread) {
     for (int64_t c0 = 0; c0 < len; c0 += SISO_CHUNK) {
         const int64_t L  = len - c0 < SISO_CHUNK ? len - c0 : SISO_CHUNK;
         const int64_t tc = t0 + c0;
+        if (job->cs_row0 != NULL && c0 % d->chunk == 0) /* the state entering a chunk_size chunk */
+            for (int64_t hh = 0; hh < nh; ++hh)
+                ssmi_cpu_m3_store_state_kv(k, &io->chunk_states, job->cs_row0[s] + c0 / d->chunk, h0 + hh, K, d->dv,
+                                           sc.s + hh * ssmi_cpu_lines(K * d->dv));
         for (int64_t i = 0; i < L; ++i) {
             k->base->load_row(sc.qraw + i * K, io->q.data, io->q.dtype, ssmi_off4(&io->q, row, tc + i, g, 0),
                               io->q.strides[3], K);
@@ -367,6 +383,11 @@ static void fwd_task(void * arg, int64_t task, int32_t thread) {
 }
 
 static ssm_status run_fwd(ssm_context * ctx, const char * op, const ssmi_mamba3_dims * d, const fwd_io * io) {
+    const int with_cs = ssmi_present(&io->chunk_states);
+    SSM_RETURN_IF(with_cs && d->chunk % SISO_CHUNK != 0, ctx, SSM_STATUS_UNSUPPORTED,
+                  "%s: the CPU backend writes chunk_states only for a params->chunk_size that is a multiple of %d "
+                  "(its internal chunk), not %lld",
+                  op, SISO_CHUNK, (long long) d->chunk);
     if (d->nheads == 0 || d->nheads_qk == 0 || d->nseq == 0) return SSM_STATUS_OK;
     const fwd_layout l = plan_fwd(ctx, d);
     fwd_job          job;
@@ -376,10 +397,21 @@ static ssm_status run_fwd(ssm_context * ctx, const char * op, const ssmi_mamba3_
     job.head_block    = l.head_block;
     job.blocks        = (d->nheads / d->nheads_qk + l.head_block - 1) / l.head_block;
     job.thread_floats = l.thread_floats;
-    job.scratch       = ssmi_cpu_thread_scratch(ctx, op, l.thread_floats);
-    if (job.scratch == NULL) return SSM_STATUS_OUT_OF_MEMORY;
+    job.cs_row0       = NULL;
+    int64_t * row0    = NULL;
+    if (with_cs) {
+        row0 = ssmi_cpu_chunk_rows(ctx, op, &io->cu_seqlens, d->seqlen, d->nseq, d->chunk);
+        if (row0 == NULL) return SSM_STATUS_OUT_OF_MEMORY;
+        job.cs_row0 = row0;
+    }
+    job.scratch = ssmi_cpu_thread_scratch(ctx, op, l.thread_floats);
+    if (job.scratch == NULL) {
+        ssmi_free(ctx, row0);
+        return SSM_STATUS_OUT_OF_MEMORY;
+    }
     ssmi_parallel_for(ctx, d->nseq * d->nheads_qk * job.blocks, fwd_task, &job);
     ssmi_free(ctx, job.scratch);
+    ssmi_free(ctx, row0);
     return SSM_STATUS_OK;
 }
 
@@ -392,7 +424,7 @@ ssm_status ssmi_cpu_mamba3_siso_fwd(ssm_context * ctx, const ssm_mamba3_params *
     io.q_bias = a->q_bias, io.k_bias = a->k_bias, io.angles = a->angles, io.d = a->d, io.z = a->z;
     io.ssm_state = a->ssm_state, io.k_state = a->k_state, io.v_state = a->v_state, io.cu_seqlens = a->cu_seqlens;
     io.out = a->out, io.final_ssm_state = a->final_ssm_state, io.final_k_state = a->final_k_state;
-    io.final_v_state = a->final_v_state;
+    io.final_v_state = a->final_v_state, io.pregate_y = a->pregate_y, io.chunk_states = a->chunk_states;
     io.fused         = 0;
     return run_fwd(ctx, "mamba3_siso_fwd", d, &io);
 }
@@ -407,7 +439,7 @@ ssm_status ssmi_cpu_mamba3_siso(ssm_context * ctx, const ssm_mamba3_params * p, 
     io.angle_state = a->angle_state, io.ssm_state = a->ssm_state, io.k_state = a->k_state, io.v_state = a->v_state;
     io.cu_seqlens = a->cu_seqlens, io.out = a->out, io.final_angle_state = a->final_angle_state;
     io.final_ssm_state = a->final_ssm_state, io.final_k_state = a->final_k_state;
-    io.final_v_state   = a->final_v_state;
+    io.final_v_state   = a->final_v_state, io.pregate_y = a->pregate_y, io.chunk_states = a->chunk_states;
     io.fused           = 1;
     return run_fwd(ctx, "mamba3_siso", d, &io);
 }

@@ -221,23 +221,6 @@ void ssmi_mimo_store_state_np(const ssmi_mimo_kernels * k, const ssm_tensor * st
     ssmi_cpu_m3_store_state_kv(k, st, s, h, N, P, s_np);
 }
 
-int64_t * ssmi_mimo_chunk_rows(ssm_context * ctx, const char * op, const ssm_tensor * cu_seqlens, int64_t seqlen,
-                               int64_t nseq, int64_t chunk) {
-    int64_t * row0 = (int64_t *)ssmi_alloc(ctx, (size_t)(nseq > 0 ? nseq : 1) * sizeof(int64_t));
-    if (row0 == NULL) {
-        ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: no memory for the chunk_states row plan", op);
-        return NULL;
-    }
-    int64_t rows = 0;
-    for (int64_t s = 0; s < nseq; ++s) {
-        int64_t r, t0, len;
-        ssmi_cpu_sequence(cu_seqlens, seqlen, s, &r, &t0, &len);
-        row0[s] = rows;
-        rows += (len + chunk - 1) / chunk;
-    }
-    return row0;
-}
-
 void ssmi_mimo_round_act(int32_t act, float * x, int64_t n) {
     if (act == SSM_DTYPE_BF16) {
         for (int64_t i = 0; i < n; ++i) x[i] = ssmi_mimo_round_bf16(x[i]);

@@ -162,12 +162,6 @@ void ssmi_mimo_load_state_np(const ssmi_mimo_kernels * k, const ssm_tensor * st,
 void ssmi_mimo_store_state_np(const ssmi_mimo_kernels * k, const ssm_tensor * st, int64_t s, int64_t h, int64_t N,
                               int64_t P, const float * s_np);
 
-/* The rows of chunk_states (one per chunk of chunk tokens, sequence after sequence): the first
- * row of each of the nseq sequences, in an array from ssmi_alloc (the caller frees it), or NULL
- * with OUT_OF_MEMORY set on ctx. */
-int64_t * ssmi_mimo_chunk_rows(ssm_context * ctx, const char * op, const ssm_tensor * cu_seqlens, int64_t seqlen,
-                               int64_t nseq, int64_t chunk);
-
 /* ---- ρ (spec §0, §5.1): round to the activation dtype and back ------------------------- */
 
 /* bf16 round-to-nearest-even on fp32 bits (a NaN stays a quiet NaN, as ssmi_f32_to_bf16),

@@ -170,16 +170,6 @@ static ssmi_mamba3_state_shapes state_shapes(const ssmi_mimo_dims * d, int64_t l
     return s;
 }
 
-/* A forward result saved for the backward (pregate_y, chunk_states): F32 or F64, the unrounded
- * fp32 values the backward would recompute. */
-static ssm_status check_saved_dtype(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t) {
-    SSM_RETURN_IF(ssmi_present(t) && t->dtype != SSM_DTYPE_F32 && t->dtype != SSM_DTYPE_F64, ctx,
-                  SSM_STATUS_INVALID_LAYOUT,
-                  "%s: %s has dtype %s; it must be F32 or F64 (the unrounded values the backward reads)", op, name,
-                  ssm_dtype_name((ssm_dtype)t->dtype));
-    return SSM_STATUS_OK;
-}
-
 /* out / dout: (B, S, H, P) with mimo_o, else (B, S, R, H, P) [step: drop S]. */
 static ssm_status check_out_like(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t, int seq,
                                  const ssmi_mimo_dims * d) {
@@ -258,16 +248,11 @@ static ssm_status validate_forward(ssm_context * ctx, const char * op, const ssm
     /* the forward's saved results, the backward's inputs of the same names (the projection keeps
      * them): one row of chunk_states per chunk of each sequence */
     SSMI_SHAPE(pregate_y, d->batch, d->seqlen, d->nheads, d->rank, d->headdim);
-    SSM_FORWARD_IF_ERROR(check_saved_dtype(ctx, op, "pregate_y", &a->pregate_y));
+    SSM_FORWARD_IF_ERROR(ssmi_check_saved_dtype(ctx, op, "pregate_y", &a->pregate_y));
     if (ssmi_present(&a->chunk_states)) {
-        int64_t rows = d->varlen ? 0 : d->batch * d->nchunks;
-        for (int64_t i = 0; d->varlen && i < d->nseq; ++i) {
-            const int64_t len = ssmi_get_i64(&a->cu_seqlens, ssmi_off1(&a->cu_seqlens, i + 1)) -
-                                ssmi_get_i64(&a->cu_seqlens, ssmi_off1(&a->cu_seqlens, i));
-            rows += len / d->chunk + (len % d->chunk != 0);
-        }
+        const int64_t rows = ssmi_saved_chunk_rows(&a->cu_seqlens, d->varlen, d->nseq, d->batch, d->seqlen, d->chunk);
         SSMI_SHAPE(chunk_states, rows, d->nheads, d->dstate, d->headdim);
-        SSM_FORWARD_IF_ERROR(check_saved_dtype(ctx, op, "chunk_states", &a->chunk_states));
+        SSM_FORWARD_IF_ERROR(ssmi_check_saved_dtype(ctx, op, "chunk_states", &a->chunk_states));
     }
     return ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_final_names, &a->final_angle_state, &a->final_ssm_state,
                                     &a->final_k_state, &a->final_v_state, &sh);

@@ -165,6 +165,15 @@ static ssm_status validate_seq(ssm_context * ctx, const char * op, const ssm_mam
     SSM_FORWARD_IF_ERROR(ssmi_mamba3_check_initial_states(ctx, op, with_angle ? &a->angle_state : NULL, &a->ssm_state,
                                                           &a->k_state, &a->v_state, &sh, &d->has_states));
     SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "out", &a->out, a->v.shape));
+    /* the forwards' saved pre-gate output and chunk states, the backward's inputs of the same names
+     * (the projection keeps them): one row of chunk_states per chunk of each sequence */
+    SSM_FORWARD_IF_ERROR(ssmi_check_shape(ctx, op, "pregate_y", &a->pregate_y, a->v.shape));
+    SSM_FORWARD_IF_ERROR(ssmi_check_saved_dtype(ctx, op, "pregate_y", &a->pregate_y));
+    if (ssmi_present(&a->chunk_states)) {
+        const int64_t rows = ssmi_saved_chunk_rows(&a->cu_seqlens, d->varlen, d->nseq, d->batch, d->seqlen, d->chunk);
+        SSMI_SHAPE(chunk_states, rows, d->nheads, d->dv, d->dk);
+        SSM_FORWARD_IF_ERROR(ssmi_check_saved_dtype(ctx, op, "chunk_states", &a->chunk_states));
+    }
     return ssmi_mamba3_check_states(ctx, op, ssmi_mamba3_final_names, with_angle ? &a->final_angle_state : NULL,
                                     &a->final_ssm_state, &a->final_k_state, &a->final_v_state, &sh);
 }

@@ -446,3 +446,21 @@ ssm_status ssmi_mamba3_take_nseq(ssm_context * ctx, const char * op, const ssm_t
     return SSM_STATUS_OK;
 }
 
+ssm_status ssmi_check_saved_dtype(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t) {
+    SSM_RETURN_IF(ssmi_present(t) && t->dtype != SSM_DTYPE_F32 && t->dtype != SSM_DTYPE_F64, ctx,
+                  SSM_STATUS_INVALID_LAYOUT,
+                  "%s: %s has dtype %s; it must be F32 or F64 (the unrounded values the backward reads)", op, name,
+                  ssm_dtype_name((ssm_dtype)t->dtype));
+    return SSM_STATUS_OK;
+}
+
+int64_t ssmi_saved_chunk_rows(const ssm_tensor * cu, int32_t varlen, int64_t nseq, int64_t batch, int64_t seqlen,
+                              int64_t chunk) {
+    if (!varlen) return batch * (seqlen / chunk + (seqlen % chunk != 0));
+    int64_t rows = 0;
+    for (int64_t i = 0; i < nseq; ++i) {
+        const int64_t len = ssmi_get_i64(cu, ssmi_off1(cu, i + 1)) - ssmi_get_i64(cu, ssmi_off1(cu, i));
+        rows += len / chunk + (len % chunk != 0);
+    }
+    return rows;
+}

@@ -262,5 +262,12 @@ ssm_status ssmi_mamba3_check_step_states(ssm_context * ctx, const char * op, con
 /* ssmi_check_cu_seqlens, then *varlen (cu given) and *nseq (nseq with cu, else batch). */
 ssm_status ssmi_mamba3_take_nseq(ssm_context * ctx, const char * op, const ssm_tensor * cu, const char * batch_name,
                                  int64_t batch, int64_t seqlen, int64_t * nseq, int32_t * varlen);
+/* A forward result saved for the backward (pregate_y, chunk_states): absent, or F32 or F64, the
+ * unrounded fp32 values the backward would recompute. */
+ssm_status ssmi_check_saved_dtype(ssm_context * ctx, const char * op, const char * name, const ssm_tensor * t);
+/* Rows of a saved chunk_states: one per chunk of `chunk` tokens of each sequence, Σ ceil(len/chunk)
+ * over the cu_seqlens sequences (varlen), else batch · ceil(seqlen/chunk). */
+int64_t ssmi_saved_chunk_rows(const ssm_tensor * cu, int32_t varlen, int64_t nseq, int64_t batch, int64_t seqlen,
+                              int64_t chunk);
 
 #endif /* SSMI_OPS_COMMON_H */

@@ -46,7 +46,9 @@ ssm_status ssmi_ref_mamba3_siso(ssm_context * ctx, const ssm_mamba3_params * p, 
                                                .out = a->out,
                                                .final_ssm_state = a->final_ssm_state,
                                                .final_k_state = a->final_k_state,
-                                               .final_v_state = a->final_v_state};
+                                               .final_v_state = a->final_v_state,
+                                               .pregate_y = a->pregate_y,
+                                               .chunk_states = a->chunk_states};
     /* final_angle_state is written last, once the core (which allocates) has succeeded: a
      * failed call leaves every output untouched. The forward cumsum allocates nothing. */
     ssm_mamba3_angle_cumsum_args theta_only = ang;

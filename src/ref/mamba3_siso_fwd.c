@@ -5,6 +5,7 @@
  *     y_i = e^{c_i}·𝐒 q̂_i + Σ_{j<i} e^{c_i−c_j}·σ_j·(q̂_i·k̂_j)·v_j + (D + γ_i·d_i)·v_i
  *     out_i = y_i·silu(z_i);   𝐒 ← e^{c_last}·𝐒 + Σ_j e^{c_last−c_j}·σ_j·v_j k̂_jᵀ
  *   final: 𝐒, k̂ and v of the last token. An empty sequence passes its states through.
+ * chunk_states: 𝐒 entering every chunk, rows in sequence and chunk order (none for an empty one).
  * No decay exponent is clamped. */
 #include "ref_mamba3_common.h"
 #include "ssmi_ref_mamba3.h"
@@ -81,6 +82,8 @@ static void run_chunk(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_fwd_args
         const double diag = dskip + w->sc.gam[ti] * w->dqk[ti];
         for (int64_t r = 0; r < V; ++r) {
             double yr = w->y[r] + diag * w->v[ti * V + r];
+            if (ssmi_present(&a->pregate_y))
+                ssmi_set_f64(&a->pregate_y, ssmi_off4(&a->pregate_y, s->b, s->t0 + ti, h, r), yr);
             if (ssmi_present(&a->z))
                 yr *= ssmi_ref_m3_silu(ssmi_get_f64(&a->z, ssmi_off4(&a->z, s->b, s->t0 + ti, h, r)));
             ssmi_set_f64(&a->out, ssmi_off4(&a->out, s->b, s->t0 + ti, h, r), yr);
@@ -116,6 +119,7 @@ ssm_status ssmi_ref_mamba3_siso_fwd(ssm_context * ctx, const ssm_mamba3_params *
     fwd_scratch w;
     double *    block = NULL;
     SSM_FORWARD_IF_ERROR(fwd_alloc(ctx, d, ssmi_ref_m3_max_len(d, &a->cu_seqlens), &w, &block));
+    int64_t row0 = 0; /* chunk_states row of the sequence's first chunk */
     for (int64_t q = 0; q < d->nseq; ++q) {
         const ssmi_ref_m3_seq s = ssmi_ref_m3_sequence(d, &a->cu_seqlens, q);
         if (s.len == 0) { /* identity on the states */
@@ -131,10 +135,16 @@ ssm_status ssmi_ref_mamba3_siso_fwd(ssm_context * ctx, const ssm_mamba3_params *
             init_carry(d, a, &s, h, &w);
             for (int64_t c0 = 0; c0 < s.len; c0 += d->chunk) {
                 const int64_t lc = s.len - c0 < d->chunk ? s.len - c0 : d->chunk;
+                if (ssmi_present(&a->chunk_states))
+                    for (int64_t r = 0; r < d->dv; ++r)
+                        ssmi_ref_m3_write(&a->chunk_states,
+                                          ssmi_off4(&a->chunk_states, row0 + c0 / d->chunk, h, r, 0),
+                                          w.carry + r * d->dk, d->dk);
                 run_chunk(d, a, &s, h, c0, lc, &w);
             }
             write_finals(d, a, &s, h, &w);
         }
+        row0 += (s.len + d->chunk - 1) / d->chunk;
     }
     ssmi_free(ctx, block);
     return SSM_STATUS_OK;

@@ -1075,6 +1075,21 @@ int ssmt_mamba3_random_args(ssmt_rng * rng, const ssmt_mamba3_config * cfg, ssmt
     return 0;
 }
 
+int64_t ssmt_mamba3_chunk_rows(const ssmt_mamba3_config * cfg, int64_t chunk) {
+    if (cfg->nseq == 0) return cfg->batch * ((cfg->seqlen + chunk - 1) / chunk);
+    int64_t rows = 0;
+    for (int32_t i = 0; i < cfg->nseq; ++i) rows += (cfg->seqlens[i] + chunk - 1) / chunk;
+    return rows;
+}
+
+ssmt_host ssmt_mamba3_chunk_states(const ssmt_mamba3_config * cfg, int64_t chunk, ssm_dtype dtype, int strided) {
+    const int64_t        shape[4] = {ssmt_mamba3_chunk_rows(cfg, chunk), cfg->nheads, cfg->dv, cfg->dk};
+    static const int32_t order[4] = {0, 1, 3, 2};
+    ssmt_host h = strided ? ssmt_alloc_layout(dtype, 4, shape, order, 2) : ssmt_alloc(dtype, 4, shape);
+    if (h.t.data != NULL) ssmt_poison(&h.t);
+    return h;
+}
+
 void ssmt_mamba3_problem_free(ssmt_mamba3_problem * pr) {
     ssmt_host * all[] = {&pr->q,           &pr->k,           &pr->v,
                          &pr->adt,         &pr->dt,          &pr->trap,

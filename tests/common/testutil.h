@@ -438,6 +438,12 @@ typedef struct ssmt_mamba3_problem {
  * Returns 0, or −1 on allocation failure (the problem is freed). */
 int  ssmt_mamba3_random_args(ssmt_rng * rng, const ssmt_mamba3_config * cfg, ssmt_mamba3_problem * prob);
 void ssmt_mamba3_problem_free(ssmt_mamba3_problem * prob);
+/* Rows of a chunk_states for cfg's sequences (cu_seqlens, or the batch rows) at chunks of `chunk`
+ * tokens: Σ ceil(len/chunk), none for an empty sequence. */
+int64_t ssmt_mamba3_chunk_rows(const ssmt_mamba3_config * cfg, int64_t chunk);
+/* A chunk_states (NCS, H, V, K) for cfg at chunks of `chunk` tokens, NaN-poisoned: dense, or
+ * strided (K outside V in memory, every dim padded); data NULL when out of memory. */
+ssmt_host ssmt_mamba3_chunk_states(const ssmt_mamba3_config * cfg, int64_t chunk, ssm_dtype dtype, int strided);
 
 typedef struct ssmt_mamba3_bwd_problem {
     ssmt_host dout, dfinal_angle_state, dfinal_ssm_state, dfinal_k_state, dfinal_v_state;

@@ -97,15 +97,53 @@ def test_gradients_are_deterministic():
         assert all(torch.equal(a, b) for a, b in zip(*grads))
 
 
-def _spy_mimo(calls):
-    """ssmops.autograd's mamba3_mimo over a backward that records the arrays it is given."""
-    real = ssmops.mamba3_mimo_bwd
+def _spy(name, calls):
+    """ssmops.autograd's operator `name` over a backward that records the arrays it is given."""
+    real = getattr(ssmops, name + "_bwd")
 
     def spy(**kw):
         calls.append({k: v for k, v in kw.items() if isinstance(v, torch.Tensor)})
         return real(**kw)
     spy.schema, spy.params_name = real.schema, real.params_name
-    return ssmops._autograd_module._make("mamba3_mimo", ssmops.mamba3_mimo, spy)
+    return ssmops._autograd_module._make(name, getattr(ssmops, name), spy)
+
+
+def test_mamba3_siso_keep_saved():
+    """keep_pregate_y=True: the forward's pregate_y (fp32, (B, S, H, V)) reaches the backward, the
+    output is that of the call without, every gradient but dz is the same bytes and dz (read from
+    pregate_y by the CPU backward instead of recomputed) the same up to rounding;
+    keep_chunk_states=True: the forward's chunk_states (fp32, (NCS, H, V, K), chunks of chunk_size
+    tokens) reach the backward, which reads them (chunk_size a multiple of 32 on the CPU): every
+    gradient the same up to rounding; by default the backward gets neither."""
+    B, S, H, Hq, K, V, A = 1, 70, 4, 2, 8, 6, 2
+    gen = torch.Generator().manual_seed(9)
+    rn = lambda *s, scale=1.0: torch.randn(*s, generator=gen) * scale  # noqa: E731
+    ins = [rn(B, S, Hq, K), rn(B, S, Hq, K), rn(B, S, H, V), -torch.rand(B, H, S, generator=gen) * 0.5,
+           torch.rand(B, H, S, generator=gen) * 0.5 + 0.1, rn(B, H, S), rn(H, K, scale=0.3), rn(H, K, scale=0.3),
+           rn(B, S, H, A, scale=0.5)]
+    ins += [rn(H), rn(B, S, H, V)]  # d, z
+    calls, outs, grads = [], [], []
+    siso = _spy("mamba3_siso", calls)
+    modes = ((False, False), (True, False), (False, True))
+    with ssmops.Context(backend="cpu", threads=2):
+        for keep_y, keep_s in modes:
+            leaves = [t.clone().requires_grad_(True) for t in ins]
+            out = siso(*leaves[:9], d=leaves[9], z=leaves[10], chunk_size=32, keep_pregate_y=keep_y,
+                       keep_chunk_states=keep_s)
+            out.square().sum().backward()
+            outs.append(out.detach())
+            grads.append([t.grad for t in leaves])
+    assert "pregate_y" not in calls[0] and "chunk_states" not in calls[0]
+    assert calls[1]["pregate_y"].shape == (B, S, H, V) and calls[1]["pregate_y"].dtype == torch.float32
+    assert not torch.isnan(calls[1]["pregate_y"]).any() and "chunk_states" not in calls[1]
+    assert calls[2]["chunk_states"].shape == (B * 3, H, V, K) and calls[2]["chunk_states"].dtype == torch.float32
+    assert not torch.isnan(calls[2]["chunk_states"]).any() and "pregate_y" not in calls[2]
+    assert torch.equal(outs[0], outs[1]) and torch.equal(outs[0], outs[2])
+    for without, with_ in zip(grads[0][:10], grads[1][:10]):
+        assert torch.equal(with_, without)
+    assert torch.allclose(grads[1][10], grads[0][10], rtol=1e-5, atol=1e-6)
+    for without, with_ in zip(grads[0], grads[2]):
+        assert torch.allclose(with_, without, rtol=1e-4, atol=1e-5)
 
 
 def test_mamba3_mimo_keep_saved():
@@ -122,7 +160,7 @@ def test_mamba3_mimo_keep_saved():
            rn(H, R, P, scale=0.5), rn(B, S, H, N // 4, scale=0.5)]
     extra = dict(mimo_z=rn(H, R, P, scale=0.5), mimo_o=rn(H, R, P, scale=0.5), d=rn(H), z=rn(B, S, H, P))
     calls = []
-    mimo = _spy_mimo(calls)
+    mimo = _spy("mamba3_mimo", calls)
     outs, grads = [], []
     with ssmops.Context(backend="cpu", threads=2):
         for keep in (False, True):

@@ -179,6 +179,45 @@ cudaError_t ssmi_cuda_device_slots(const ssm_tensor * idx, long long batch, long
     return device_slots(idx, batch, slots, out, s);
 }
 
+namespace {
+/* The extents of a view of up to 5 dims. */
+struct dense_shape {
+    long long n[5];
+    int       nd;
+};
+
+/* One thread per element, in the workspace's order. */
+__global__ void dense_copy_kernel(ssmi_cu_view v, dense_shape d, float * ws, long long total, int to_view) {
+    const long long stride = (long long)gridDim.x * blockDim.x;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
+        long long q = e, off = 0;
+#pragma unroll
+        for (int k = 4; k >= 0; --k) /* constant indices: the extents and strides stay in registers */
+            if (k < d.nd) {
+                off += (q % d.n[k]) * v.s[k];
+                q /= d.n[k];
+            }
+        if (to_view) ssmi_cu_st(const_cast<void *>(v.p), v.dtype, off, ws[e]);
+        else ws[e] = ssmi_cu_ld(v.p, v.dtype, off);
+    }
+}
+} /* namespace */
+
+ssm_status ssmi_cuda_dense_copy(ssm_context * ctx, const char * op, const ssm_tensor * t, float * ws, int to_view,
+                                cudaStream_t s) {
+    dense_shape d;
+    long long   total = 1;
+    d.nd = t->ndim < 5 ? (int)t->ndim : 5;
+    for (int k = 0; k < 5; ++k) d.n[k] = k < d.nd ? (long long)t->shape[k] : 1;
+    for (int k = 0; k < d.nd; ++k) total *= d.n[k];
+    if (total == 0) return SSM_STATUS_OK;
+    const long long blocks = (total + 255) / 256;
+    dense_copy_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, s>>>(ssmi_cu_view_of(t), d, ws, total,
+                                                                                   to_view);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "dense_copy_kernel");
+    return SSM_STATUS_OK;
+}
+
 extern "C" ssm_status ssmi_cuda_malloc(ssm_context * ctx, void ** ptr, size_t bytes) {
     *ptr = NULL;
     if (bytes == 0) return SSM_STATUS_OK;

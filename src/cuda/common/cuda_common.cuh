@@ -130,6 +130,25 @@ static inline int ssmi_cu_vec_pairs(const ssm_tensor * t, int64_t inner) {
     return 1;
 }
 
+/* 1: t is F32, row-major contiguous (a dim of extent 1 may have any stride) and its base aligned to
+ * `align` bytes: it has a dense fp32 workspace's layout, so kernels may use its memory as that
+ * workspace (a saved forward result the backward reads, say). */
+static inline int ssmi_cu_dense_f32(const ssm_tensor * t, uintptr_t align) {
+    if (t->data == NULL || t->dtype != SSM_DTYPE_F32 || ((uintptr_t)t->data % align) != 0) return 0;
+    int64_t want = 1;
+    for (int i = t->ndim - 1; i >= 0; --i) {
+        if (t->shape[i] != 1 && t->strides[i] != want) return 0;
+        want *= t->shape[i];
+    }
+    return 1;
+}
+
+/* A view of up to 5 dims (any float dtype, any strides) ↔ the dense fp32 workspace of its shape
+ * (row-major: the same element order): to_view 1 writes t from ws, 0 reads t into ws. One kernel
+ * on s (a saved forward result when it does not have its workspace's layout: ssmi_cu_dense_f32). */
+ssm_status ssmi_cuda_dense_copy(ssm_context * ctx, const char * op, const ssm_tensor * t, float * ws, int to_view,
+                                cudaStream_t s);
+
 #define SSMI_CU_CHECK_LAUNCH(ctx, op, name)                                                   \
     do {                                                                                    \
         const cudaError_t ssmi_e_ = cudaGetLastError();                                     \

@@ -250,17 +250,9 @@ ssm_status run_chunks(ssm_context * ctx, const char * op, const mc_args & A, int
 }
 
 /* A saved forward result (pregate_y, chunk_states) that is F32 and row-major contiguous (4-byte
- * aligned; a dim of extent 1 may have any stride) has its workspace's layout: the kernels then use
- * its memory as that workspace, with no copy. */
-bool in_place_f32(const ssm_tensor * t) {
-    if (!ssmi_present(t) || t->dtype != SSM_DTYPE_F32 || ((uintptr_t)t->data & 3u) != 0) return false;
-    int64_t want = 1;
-    for (int i = t->ndim - 1; i >= 0; --i) {
-        if (t->shape[i] != 1 && t->strides[i] != want) return false;
-        want *= t->shape[i];
-    }
-    return true;
-}
+ * aligned) has its workspace's layout: the kernels then use its memory as that workspace, with no
+ * copy. */
+bool in_place_f32(const ssm_tensor * t) { return ssmi_present(t) && ssmi_cu_dense_f32(t, 4); }
 
 /* ---- selection table of the decode step --------------------------------------------------------- */
 
@@ -477,10 +469,10 @@ ssm_status run_bwd(ssm_context * ctx, const char * op, const mc_args & F, const 
             SSM_FORWARD_IF_ERROR(launch_chunk_state(ctx, op, F, s));
             SSM_FORWARD_IF_ERROR(launch_state_pass(ctx, op, F, 0, s));
         } else if (F.ws_state != a->chunk_states.data) {
-            SSM_FORWARD_IF_ERROR(launch_dense_copy(ctx, op, &a->chunk_states, F.ws_state, 0, s));
+            SSM_FORWARD_IF_ERROR(ssmi_cuda_dense_copy(ctx, op, &a->chunk_states, F.ws_state, 0, s));
         }
         if (!ssmi_present(&a->pregate_y)) SSM_FORWARD_IF_ERROR(ov->launch(ctx, op, F, s));
-        else if (F.ws_y != a->pregate_y.data) SSM_FORWARD_IF_ERROR(launch_dense_copy(ctx, op, &a->pregate_y, F.ws_y, 0, s));
+        else if (F.ws_y != a->pregate_y.data) SSM_FORWARD_IF_ERROR(ssmi_cuda_dense_copy(ctx, op, &a->pregate_y, F.ws_y, 0, s));
     }
     SSM_FORWARD_IF_ERROR(launch_bwd_dy(ctx, op, B, s));
     SSM_FORWARD_IF_ERROR(launch_bwd_tiles(ctx, op, B, s));
@@ -629,9 +621,9 @@ extern "C" ssm_status ssmi_cuda_mamba3_mimo(ssm_context * ctx, const ssm_mamba3_
     if (st == SSM_STATUS_OK) st = run_chunks(ctx, op, A, 1, s, var);
     if (st == SSM_STATUS_OK) st = launch_output_stage(ctx, op, A, s);
     if (st == SSM_STATUS_OK && ssmi_present(&a->pregate_y) && !y_direct)
-        st = launch_dense_copy(ctx, op, &a->pregate_y, A.ws_y, 1, s);
+        st = ssmi_cuda_dense_copy(ctx, op, &a->pregate_y, A.ws_y, 1, s);
     if (st == SSM_STATUS_OK && ssmi_present(&a->chunk_states) && !s_direct)
-        st = launch_dense_copy(ctx, op, &a->chunk_states, A.ws_state, 1, s);
+        st = ssmi_cuda_dense_copy(ctx, op, &a->chunk_states, A.ws_state, 1, s);
     if (st == SSM_STATUS_OK && (A.final_v.p || A.final_angle.p || A.final_k.p)) st = launch_finals(ctx, op, A, s);
     return mem_free(ctx, op, &m, s, st);
 }

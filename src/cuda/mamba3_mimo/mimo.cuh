@@ -189,10 +189,6 @@ ssm_status launch_partial_reduce(ssm_context * ctx, const char * op, const mc_ar
 /* output_stage.cu: out from Y (forward), then the finals of v, θ and empty sequences. */
 ssm_status launch_output_stage(ssm_context * ctx, const char * op, const mc_args & A, cudaStream_t s);
 ssm_status launch_finals(ssm_context * ctx, const char * op, const mc_args & A, cudaStream_t s);
-/* output_stage.cu: a view of up to 5 dims ↔ the dense fp32 workspace of its shape (pregate_y and
- * Y, chunk_states and the chunk states; to_view 1: into t; 0: from t). */
-ssm_status launch_dense_copy(ssm_context * ctx, const char * op, const ssm_tensor * t, float * ws, int to_view,
-                             cudaStream_t s);
 /* step_kernel.cu: one block per (row, head), smem bytes of dynamic shared memory (with A.keep:
  * step_smem_floats and the P×N state); A.general: the general form over the plan's rows. */
 ssm_status launch_step(ssm_context * ctx, const char * op, const st_args & A, long long batch, long long nheads,

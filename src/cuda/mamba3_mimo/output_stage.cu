@@ -6,8 +6,6 @@
  *                          norm, the mimo_o sum over ranks (or the per-rank out);
  *   finals_kernel          (forward) v and θ of each sequence's last token, and every final of
  *                          an empty sequence;
- *   dense_copy_kernel      a saved forward result (pregate_y, chunk_states) to or from its
- *                          workspace (forward, backward) when it is not that workspace's layout.
  */
 #include "mimo.cuh"
 
@@ -114,46 +112,7 @@ __global__ void finals_kernel(const mc_args A) {
     }
 }
 
-/* The extents of a view of up to 5 dims (the saved forward results: pregate_y, chunk_states). */
-struct dense_shape {
-    long long n[5];
-    int       nd;
-};
-
-/* A view ↔ the dense fp32 workspace of its shape (row-major: the same element order), one thread
- * per element: to_view 1 writes the view from the workspace (forward), 0 reads it into the
- * workspace (backward). */
-__global__ void dense_copy_kernel(ssmi_cu_view v, dense_shape d, float * ws, long long total, int to_view) {
-    const long long stride = (long long)gridDim.x * blockDim.x;
-    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < total; e += stride) {
-        long long q = e, off = 0;
-#pragma unroll
-        for (int k = 4; k >= 0; --k) /* constant indices: the extents and strides stay in registers */
-            if (k < d.nd) {
-                off += (q % d.n[k]) * v.s[k];
-                q /= d.n[k];
-            }
-        if (to_view) stv(v, off, ws[e]);
-        else ws[e] = ldv(v, off);
-    }
-}
-
 } // namespace
-
-ssm_status launch_dense_copy(ssm_context * ctx, const char * op, const ssm_tensor * t, float * ws, int to_view,
-                             cudaStream_t s) {
-    dense_shape d;
-    long long   total = 1;
-    d.nd = t->ndim < 5 ? (int)t->ndim : 5;
-    for (int k = 0; k < 5; ++k) d.n[k] = k < d.nd ? (long long)t->shape[k] : 1;
-    for (int k = 0; k < d.nd; ++k) total *= d.n[k];
-    if (total == 0) return SSM_STATUS_OK;
-    const long long blocks = (total + kThreads - 1) / kThreads;
-    dense_copy_kernel<<<(unsigned)(blocks < 65536 ? blocks : 65536), kThreads, 0, s>>>(ssmi_cu_view_of(t), d, ws, total,
-                                                                                       to_view);
-    SSMI_CU_CHECK_LAUNCH(ctx, op, "dense_copy_kernel");
-    return SSM_STATUS_OK;
-}
 
 ssm_status launch_partial_reduce(ssm_context * ctx, const char * op, const mc_args & A, int nc, ssmi_cu_view dmo,
                                  ssmi_cu_view dmz, cudaStream_t s) {

@@ -5,8 +5,8 @@
  * chunked_planes' gradient kernel) for 16-bit q, k, v with K % 32 == 0 where its walks about fill
  * the SMs, chunked_planes (bf16 planes, tensor cores; bwd_chunk_planes.cu) for 16-bit q, k, v where
  * its shared memory fits, chunked (fp32 FFMA; bwd_chunk.cu) for every problem. Every
- * gradient of ssm_mamba3_siso is computed from the forward's inputs (nothing saved), in stream
- * order:
+ * gradient of ssm_mamba3_siso is computed from the forward's inputs, or, on the plane entries, from
+ * what the forward saved (below), in stream order:
  *   1. bwd_prep_kernel: per (chunk, head) the per-token scalars and the chunk-local angle sums;
  *      bwd_theta_kernel: per (sequence, head, angle) θ entering every chunk;
  *   2. bwd_chunk_sums_kernel: per (chunk, head) the state contribution and the state-gradient
@@ -16,6 +16,8 @@
  *      chained_planes: bwd_chain_slot_kernel + bwd_walks_kernel do 2 and 3 (the same P.st, P.dst, P.cl, P.dhin);
  *   4. bwd_chunk_grads_kernel: per (chunk, head) dv, dz, dadt and the per-token chain into the
  *      workspace (dq̃, dk̃ per V-head, dθ, dσ, dγ, chunk sums of dq̃, dk̃, dQK, dθ);
+ *      given pregate_y, the plane entries' gradient kernel skips its dz tiles and bwd_dz_kernel
+ *      forms dz from y element by element;
  *   5. bwd_seq_kernel: per (sequence, head) the initial-state gradients (and dc of the t = 0 fold),
  *      the angle carry over the chunks and dangle_state; empty sequences pass dfinal_* through;
  *      bwd_tok_kernel: per (chunk, head) the angle backward inside the chunk (dangles), ddt, dtrap;
@@ -25,7 +27,10 @@
  * state in shared memory come from the entry and the shape only (the plane entries: planes_chunk, 64
  * tokens where the gradient kernel's planes fit kPlanesSmemBudget, else 32; chunked: chunk_length),
  * so an entry's bytes are the same on every device and run.
- * params->chunk_size is not used (not semantic). No float atomics: every sum is a loop in a
+ * Saved results: chained_planes reads the forward's chunk_states where params->chunk_size is its
+ * chunk (the walks then run the reverse walk alone; P.st is chunk_states itself where it is F32
+ * dense, else its copy); the plane entries read pregate_y for dz. Otherwise params->chunk_size is
+ * not used (not semantic). No float atomics: every sum is a loop in a
  * fixed order. Any strides (0 too), any float dtype per tensor.
  * Limits: K ≤ 256, H ≤ 65535, sequences ≤ 65535 (UNSUPPORTED beyond).
  */
@@ -120,6 +125,8 @@ struct bwd_plan {
     bw_seg *   segs;
     long long  W;
     bool       chain; /* the entry is chained_planes: the workspace has its slots and sequences */
+    bool       saved; /* chained_planes reads the states entering the chunks from chunk_states */
+    bool       st_in_place; /* ... and uses its memory as P.st (saved_states_in_place): no st workspace */
     int        qslice, qparts; /* bw_args' parts of dq̃, dk̃ (grad_slices) */
 };
 
@@ -208,7 +215,7 @@ bwd_ws ws_layout(const ssmi_mamba3_dims * d, const bwd_plan * pl) {
                               sizeof(float) * T * H * kScalWs,
                               sizeof(float) * T * H * A,
                               sizeof(float) * W * H * A,
-                              sizeof(float) * W * H * VK,
+                              pl->st_in_place ? 0 : sizeof(float) * W * H * VK,
                               sizeof(float) * W * H * VK,
                               sizeof(float) * W * H,
                               sizeof(float) * NS * H * VK,
@@ -251,7 +258,7 @@ ssm_status check_pointers(ssm_context * ctx, const ssm_mamba3_siso_bwd_args * a)
                                &a->dangles,     &a->dd,
                                &a->dz,          &a->dangle_state,
                                &a->dssm_state,  &a->dk_state,
-                               &a->dv_state};
+                               &a->dv_state,    &a->chunk_states, &a->pregate_y};
     static const char * const names[] = {"q",          "k",           "v",          "adt",
                                          "dt",         "trap",        "q_bias",     "k_bias",
                                          "angles",     "d",           "z",          "angle_state",
@@ -260,7 +267,7 @@ ssm_status check_pointers(ssm_context * ctx, const ssm_mamba3_siso_bwd_args * a)
                                          "dq",         "dk",          "dv",         "dadt",
                                          "ddt",        "dtrap",       "dq_bias",    "dk_bias",
                                          "dangles",    "dd",          "dz",         "dangle_state",
-                                         "dssm_state", "dk_state",    "dv_state"};
+                                         "dssm_state", "dk_state",    "dv_state",   "chunk_states", "pregate_y"};
     static_assert(sizeof ts / sizeof ts[0] == sizeof names / sizeof names[0], "one name per tensor");
     for (size_t i = 0; i < sizeof ts / sizeof ts[0]; ++i)
         if (ssmi_present(ts[i])) SSM_FORWARD_IF_ERROR(ssmi_cuda_check_pointer(ctx, kOp, names[i], ts[i]));
@@ -294,6 +301,13 @@ bw_args make_args(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_args * a
     P.k_in = ssmi_cu_view_or_null(&a->k_state), P.v_in = ssmi_cu_view_or_null(&a->v_state);
     P.dout = ssmi_cu_view_or_null(&a->dout), P.dfa = ssmi_cu_view_or_null(&a->dfinal_angle_state), P.dfs = ssmi_cu_view_or_null(&a->dfinal_ssm_state);
     P.dfk = ssmi_cu_view_or_null(&a->dfinal_k_state), P.dfv = ssmi_cu_view_or_null(&a->dfinal_v_state);
+    if (planes && ssmi_present(&a->pregate_y)) { /* dz from y by bwd_dz_kernel (the plane entries) */
+        P.ypre = ssmi_cu_view_of(&a->pregate_y);
+        P.dz_pairs = d->dv % 2 == 0 && a->pregate_y.dtype == SSM_DTYPE_F32 && ssmi_cu_vec_pairs(&a->pregate_y, d->dv) &&
+                     a->dout.dtype == SSM_DTYPE_BF16 && ssmi_cu_vec_pairs(&a->dout, d->dv) &&
+                     a->z.dtype == SSM_DTYPE_BF16 && ssmi_cu_vec_pairs(&a->z, d->dv) &&
+                     a->dz.dtype == SSM_DTYPE_BF16 && ssmi_present(&a->dz) && ssmi_cu_vec_pairs(&a->dz, d->dv);
+    }
     P.dq = out_of(&a->dq), P.dk = out_of(&a->dk), P.dv = out_of(&a->dv);
     P.dadt = out_of(&a->dadt), P.ddt = out_of(&a->ddt), P.dtrap = out_of(&a->dtrap);
     P.dqb = out_of(&a->dq_bias), P.dkb = out_of(&a->dk_bias), P.dang = out_of(&a->dangles);
@@ -303,9 +317,10 @@ bw_args make_args(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_args * a
     return P;
 }
 
-/* The kernels of the backward on the workspace ws (stream order). */
-ssm_status bwd_launch(ssm_context * ctx, const ssmi_mamba3_dims * d, const bwd_plan * pl, bw_args P, bool chain,
-                      unsigned char * ws) {
+/* The kernels of the backward on the workspace ws (stream order). With pl->saved the chain's forward
+ * walk is not run: P.st is chunk_states itself (pl->st_in_place) or its copy. */
+ssm_status bwd_launch(ssm_context * ctx, const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_args * a,
+                      const bwd_plan * pl, bw_args P, bool chain, unsigned char * ws) {
     const bwd_ws       l = ws_layout(d, pl);
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     const long long    T = (long long)d->batch * d->seqlen;
@@ -319,7 +334,8 @@ ssm_status bwd_launch(ssm_context * ctx, const ssmi_mamba3_dims * d, const bwd_p
     P.chunks = (const bw_chunk *)(ws + l.chunks);
     P.segs = (const bw_seg *)(ws + l.segs);
     P.sc = (float *)(ws + l.sc), P.th = (float *)(ws + l.th), P.thb = (float *)(ws + l.thb);
-    P.st = (float *)(ws + l.st), P.dst = (float *)(ws + l.dst), P.cl = (float *)(ws + l.cl);
+    P.st = pl->st_in_place ? (float *)a->chunk_states.data : (float *)(ws + l.st);
+    P.dst = (float *)(ws + l.dst), P.cl = (float *)(ws + l.cl);
     P.dhin = (float *)(ws + l.dhin), P.dqt = (float *)(ws + l.dqt), P.dkt = (float *)(ws + l.dkt);
     P.dth = (float *)(ws + l.dth), P.dsg = (float *)(ws + l.dsg), P.dgm = (float *)(ws + l.dgm);
     P.qbp = (float *)(ws + l.qbp), P.kbp = (float *)(ws + l.kbp), P.ddp = (float *)(ws + l.ddp);
@@ -331,12 +347,15 @@ ssm_status bwd_launch(ssm_context * ctx, const ssmi_mamba3_dims * d, const bwd_p
     if (P.H > 0 && P.NS > 0) {
         if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_prep(ctx, kOp, P));
         if (chain) {
-            SSM_FORWARD_IF_ERROR(launch_bwd_state_chain(ctx, kOp, P));
+            if (pl->saved && !pl->st_in_place)
+                SSM_FORWARD_IF_ERROR(ssmi_cuda_dense_copy(ctx, kOp, &a->chunk_states, P.st, 0, s));
+            SSM_FORWARD_IF_ERROR(launch_bwd_state_chain(ctx, kOp, P, !pl->saved));
         } else {
             if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_chunk(ctx, kOp, P, false));
             SSM_FORWARD_IF_ERROR(launch_bwd_passes(ctx, kOp, P));
         }
         if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_chunk(ctx, kOp, P, true));
+        if (P.ypre.p != nullptr && P.dz.present && P.has_z) SSM_FORWARD_IF_ERROR(launch_bwd_dz(ctx, kOp, P, T));
         SSM_FORWARD_IF_ERROR(launch_bwd_seq(ctx, kOp, P));
         if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_tok(ctx, kOp, P));
     }
@@ -348,7 +367,8 @@ ssm_status bwd_launch(ssm_context * ctx, const ssmi_mamba3_dims * d, const bwd_p
 
 extern "C" ssm_status ssmi_cuda_mamba3_siso_bwd(ssm_context * ctx, const ssm_mamba3_params * p,
                                                 const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_args * a) {
-    (void)p; /* the chunk size is not semantic; the backend picks its own (chunk_length) */
+    /* the chunk size is not semantic; the backend picks its own (planes_chunk, chunk_length) and reads
+     * chunk_states only where params->chunk_size is that chunk */
     SSM_RETURN_IF(d->dk > kMaxK, ctx, SSM_STATUS_UNSUPPORTED, "%s: K=%lld is larger than the CUDA backend's limit of %d",
                   kOp, (long long)d->dk, kMaxK);
     SSM_RETURN_IF(d->nheads > 65535, ctx, SSM_STATUS_UNSUPPORTED,
@@ -385,6 +405,9 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_bwd(ssm_context * ctx, const ssm_mam
     bwd_plan pl;
     SSM_FORWARD_IF_ERROR(plan_bwd(ctx, d, &a->cu_seqlens, C, &pl));
     pl.chain = e->chain;
+    /* the forward's chunk_states are the chain's forward walk where their chunks are the entry's */
+    pl.saved = e->chain && ssmi_present(&a->chunk_states) && p->chunk_size == C;
+    pl.st_in_place = pl.saved && ssmi_cu_dense_f32(&a->chunk_states, 256);
     grad_slices(&pl, d->nheads_qk, d->nheads_qk > 0 ? (int)(d->nheads / d->nheads_qk) : 0, e->planes);
     bw_args P = make_args(d, a, C, staged, e->planes, pl.W);
     P.qslice = pl.qslice, P.qparts = pl.qparts;
@@ -400,7 +423,7 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_bwd(ssm_context * ctx, const ssm_mam
                               l.total);
         return ssmi_cuda_status(ctx, kOp, "device allocation (workspace)", me);
     }
-    ssm_status st = bwd_launch(ctx, d, &pl, P, e->chain, (unsigned char *)ws);
+    ssm_status st = bwd_launch(ctx, d, a, &pl, P, e->chain, (unsigned char *)ws);
     const ssm_status fs = ssmi_cuda_status(ctx, kOp, "device release (workspace)", ssmi_cuda_free_async(ctx, ws, s));
     if (st == SSM_STATUS_OK) st = fs;
     plan_free(&pl);

@@ -67,6 +67,10 @@ struct bw_args {
     ssmi_cu_view     q, k, v, adt, dt, trap, qb, kb, ang, d, z;   /* forward inputs            */
     ssmi_cu_view     ang_in, ssm_in, k_in, v_in;                  /* initial states            */
     ssmi_cu_view     dout, dfa, dfs, dfk, dfv;                    /* incoming gradients        */
+    /* the forward's pregate_y (plane entries; p == NULL otherwise): dz by bwd_dz_kernel, not by the
+     * gradient kernel's dz tiles; dz_pairs: y f32, dout, z, dz bf16, each in aligned pairs */
+    ssmi_cu_view     ypre;
+    int              dz_pairs;
     m3_out           dq, dk, dv, dadt, ddt, dtrap, dqb, dkb, dang, dd, dz;
     m3_out           dang_st, dssm_st, dk_st, dv_st;
     /* workspace (fp32); T = B·S flat tokens */
@@ -415,6 +419,8 @@ ssm_status launch_bwd_prep(ssm_context * ctx, const char * op, const bw_args & P
 ssm_status launch_bwd_passes(ssm_context * ctx, const char * op, const bw_args & P); /* both walks */
 ssm_status launch_bwd_seq(ssm_context * ctx, const char * op, const bw_args & P);
 ssm_status launch_bwd_tok(ssm_context * ctx, const char * op, const bw_args & P);
+/* bwd_scan.cu: dz from the forward's pregate_y (P.ypre), T = B·S tokens. */
+ssm_status launch_bwd_dz(ssm_context * ctx, const char * op, const bw_args & P, long long T);
 ssm_status launch_bwd_sums(ssm_context * ctx, const char * op, const bw_args & P, long long T, int Hq);
 /* bwd_chunk.cu: the chunk sums (grads false) or the chunk gradients (grads true); with P.planes
  * the kernels of bwd_chunk_planes.cu (launch_bwd_chunk_planes) */
@@ -423,8 +429,9 @@ ssm_status launch_bwd_chunk_planes(ssm_context * ctx, const char * op, const bw_
 /* bwd_state_chain.cu: both walks with the chunk sums of the plane entry folded in (entry
  * chained_planes; replaces launch_bwd_chunk(false) and launch_bwd_passes): P.st, P.dst, P.cl,
  * P.dhin as those two write them, by the forward's chain (state_chain.cu) on the slots P.slot and
- * the sequences P.msegs; KS = bwd_chain_ks(K) state columns per block; its shared memory. */
-ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_args & P);
+ * the sequences P.msegs; KS = bwd_chain_ks(K) state columns per block; its shared memory. forward
+ * false: the reverse walk alone (P.st holds the forward's chunk_states already). */
+ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_args & P, bool forward);
 int        bwd_chain_ks(int K);
 size_t     bwd_state_chain_smem(int A, int K, bool z);
 

@@ -467,7 +467,8 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_grads_kern
 
         /* A2: jobs [0, JQ) the (i, c) tile pairs of dq̂ and dk̂ with the chain (JQ = nT·nK), then
          * [JQ, JQ + J) dv tiles (j, r) and [JQ + J, JQ + 2J) y/dz tiles (j, r) (J = nT·nV) */
-        const bool want_dv = P.dv.present != 0, want_dz = P.dz.present != 0 && P.has_z;
+        /* dz: by bwd_dz_kernel instead where the forward's pregate_y is given */
+        const bool want_dv = P.dv.present != 0, want_dz = P.dz.present != 0 && P.has_z && P.ypre.p == nullptr;
         const int  JQ = nT * nK, J = nT * nV;
         for (int t = warp; t < JQ + 2 * J; t += nw) {
             float c[2][4];

@@ -23,6 +23,8 @@
  *   dangle_state). An empty sequence passes each dfinal_* to its d*_state (or 0).
  * bwd_tok_kernel, one block per (chunk, head): G inside the chunk from its carry (in shared
  *   memory), dangles, then per token ddt and dtrap (spec §6.2).
+ * bwd_dz_kernel (the plane entries given pregate_y): dz = y·dout·σ(z)(1 + z(1 − σ(z))) element by
+ *   element from the forward's y, the gradient kernel's expression; a thread per pair of a row.
  * bwd_qk_sum_kernel: dq, dk = Σ of a group's qparts parts of dq̃, dk̃ (bw_args), in part order.
  * bwd_param_sum_kernel: dq_bias, dk_bias, dd = Σ over the chunks (sequence order, then chunk
  *   order) of the per-chunk sums.
@@ -293,6 +295,35 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_tok_kernel(const bw_args P) {
     }
 }
 
+__device__ __forceinline__ float dz_of(float y, float dout, float z) {
+    const float sg = ssmi_math::sigmoid_fast(z);
+    return y * (dout * sg * (1.0f + z * (1.0f - sg)));
+}
+
+__global__ void bwd_dz_kernel(const bw_args P, long long T) {
+    const int       V2 = (P.V + 1) / 2;
+    const long long n = T * P.H * V2, step = (long long)gridDim.x * blockDim.x;
+    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += step) {
+        const long long rowh = e / V2, tok = rowh / P.H, b = tok / P.S, t = tok % P.S;
+        const int       h = (int)(rowh % P.H), r = 2 * (int)(e % V2);
+        if (P.dz_pairs) { /* V even */
+            const float2 y = *reinterpret_cast<const float2 *>((const float *)P.ypre.p +
+                                                               (b * P.ypre.s[0] + t * P.ypre.s[1] + h * P.ypre.s[2] + r));
+            const float2 d = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(
+                (const __nv_bfloat16 *)P.dout.p + (b * P.dout.s[0] + t * P.dout.s[1] + h * P.dout.s[2] + r)));
+            const float2 z = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(
+                (const __nv_bfloat16 *)P.z.p + (b * P.z.s[0] + t * P.z.s[1] + h * P.z.s[2] + r)));
+            *reinterpret_cast<__nv_bfloat162 *>((__nv_bfloat16 *)P.dz.p +
+                                                (b * P.dz.s[0] + t * P.dz.s[1] + h * P.dz.s[2] + r)) =
+                __floats2bfloat162_rn(dz_of(y.x, d.x, z.x), dz_of(y.y, d.y, z.y));
+        } else {
+            for (int u = 0; u < 2 && r + u < P.V; ++u)
+                st4(P.dz, b, t, h, r + u,
+                    dz_of(ld4(P.ypre, b, t, h, r + u), ld4(P.dout, b, t, h, r + u), ld4(P.z, b, t, h, r + u)));
+        }
+    }
+}
+
 __global__ void bwd_qk_sum_kernel(const bw_args P, long long T, int Hq) {
     const long long n = T * Hq * P.K;
     for (long long e = blockIdx.x * (long long)blockDim.x + threadIdx.x; e < n; e += (long long)gridDim.x * blockDim.x) {
@@ -361,6 +392,14 @@ ssm_status launch_bwd_tok(ssm_context * ctx, const char * op, const bw_args & P)
         cudaFuncSetAttribute(bwd_tok_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes)));
     bwd_tok_kernel<<<dim3((unsigned)P.W, (unsigned)P.H), kSeqThreads, bytes, ssmi_cuda_stream(ctx)>>>(P);
     return ssmi_cuda_status(ctx, op, "bwd_tok_kernel launch", cudaGetLastError());
+}
+
+ssm_status launch_bwd_dz(ssm_context * ctx, const char * op, const bw_args & P, long long T) {
+    const long long n = T * P.H * ((P.V + 1) / 2);
+    if (n == 0) return SSM_STATUS_OK;
+    const long long blocks = (n + 255) / 256;
+    bwd_dz_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, ssmi_cuda_stream(ctx)>>>(P, T);
+    return ssmi_cuda_status(ctx, op, "bwd_dz_kernel launch", cudaGetLastError());
 }
 
 ssm_status launch_bwd_sums(ssm_context * ctx, const char * op, const bw_args & P, long long T, int Hq) {

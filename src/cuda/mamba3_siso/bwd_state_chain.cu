@@ -36,7 +36,7 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_chain_slot_kernel(const bw_ar
         for (int s = tid; s < P.NS; s += kSeqThreads) {
             const bw_seg b = P.segs[s];
             m3_seg       m;
-            m.t0 = b.t0, m.row = b.row, m.len = b.len, m.first = b.first, m.count = b.count;
+            m.t0 = b.t0, m.row = b.row, m.len = b.len, m.first = b.first, m.count = b.count, m.srow = 0;
             P.msegs[s] = m;
         }
         return;
@@ -82,7 +82,7 @@ int bwd_chain_ks(int K) { return K % 64 == 0 ? 64 : 32; }
 
 size_t bwd_state_chain_smem(int A, int K, bool z) { return (size_t)bwd_walks_smem(A, bwd_chain_ks(K), z); }
 
-ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_args & P) {
+ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_args & P, bool forward) {
     if (P.W > 0 || P.NS > 0) {
         bwd_chain_slot_kernel<<<dim3((unsigned)P.W + 1, (unsigned)P.H), kSeqThreads, 0, ssmi_cuda_stream(ctx)>>>(P);
         SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "bwd_chain_slot_kernel launch", cudaGetLastError()));
@@ -95,7 +95,7 @@ ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_a
     F.has_z = P.has_z, F.has_states = P.has_states;
     F.q = P.q, F.k = P.k, F.v = P.v, F.adt = P.adt, F.dt = P.dt, F.trap = P.trap, F.qb = P.qb, F.kb = P.kb;
     F.z = P.z, F.ssm_in = P.ssm_in, F.k_in = P.k_in, F.v_in = P.v_in;
-    F.states = P.st, F.prep = P.slot;
+    F.states = forward ? P.st : nullptr, F.prep = P.slot; /* no forward walk: the reverse walks alone */
     m3_fwd_args R = F;
     R.k = P.q, R.kb = P.qb, R.v = P.dout;
     R.has_states = P.has_dfs, R.ssm_in = P.dfs;

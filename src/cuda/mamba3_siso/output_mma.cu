@@ -292,6 +292,7 @@ __global__ void __launch_bounds__(kFastThreads, 2) output_mma_any_kernel(const m
                 const bool   two = p + 1 < P.V;
                 const float2 xv = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&vs[i * kFLd + pl]));
                 float        v0 = fmaf(diag, xv.x, y[t][2 * half]), v1 = fmaf(diag, xv.y, y[t][2 * half + 1]);
+                store_ypre(P, ch.row, t_, h, p, v0, v1, two);
                 if (P.has_z) {
                     const float2 zz =
                         zsm ? t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&zs[i * kFLd + pl])) : zv[t][half];

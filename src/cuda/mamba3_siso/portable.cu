@@ -356,6 +356,13 @@ __device__ __forceinline__ void output_block(const m3_fwd_args & P, unsigned cha
         /* Y += P (i × j) · V (j × p) */
         block_gemm<MODE, true, true>(scr, LF, ph, pl, LP, vs, nullptr, LV, kC, kTV, kC, true);
     }
+    /* pregate_y: Y before the gate, in a loop of its own (as the mark below) so that the epilogue
+     * keeps its registers */
+    if (P.ypre.present)
+        for (int o = threadIdx.x; o < L * kTV; o += blockDim.x) {
+            const int i = o / kTV, pp = o - (o / kTV) * kTV;
+            if (p0 + pp < P.V) store_ypre(P, ch.row, ch.t0 + i, h, p0 + pp, scr[i * LF + pp], 0.0f, false);
+        }
     /* epilogue: gate, store; the final v state from the last token */
     for (int o = threadIdx.x; o < L * kTV; o += blockDim.x) {
         const int i = o / kTV, pp = o - (o / kTV) * kTV, p = p0 + pp;

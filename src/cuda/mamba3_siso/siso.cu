@@ -18,6 +18,10 @@
  *      terms (0·v of a later token is NaN), so that a non-finite input reaches only the outputs the
  *      formula gives it (portable.cu); unmarked blocks exit at once;
  *   4. the final k / v states of empty sequences.
+ * chunk_states (kept for the backward): the S_enter of every (chunk_size / kC)-th chunk of each
+ * sequence, so chunk_size must be a multiple of kC (UNSUPPORTED otherwise); at chunk_size = kC an
+ * F32 dense chunk_states is the states workspace itself (states_in_place), else chunk_states_kernel
+ * copies them after step 3.
  * No decay exponent is clamped: e^{c_i−c_j} is evaluated as written. Any strides (stride 0 too,
  * e.g. angles broadcast over heads) and any float dtype per tensor: every load goes through the
  * strides and converts, with faster loads where a layout allows them. Limits: K ≤ 256
@@ -46,8 +50,8 @@ namespace {
 int compute_mode(int32_t dtype) { return dtype == SSM_DTYPE_F16 ? M_F16 : dtype == SSM_DTYPE_BF16 ? M_BF16 : M_F32; }
 
 /* The tensors of every SISO operator in the order of the forward's and the step's argument lists
- * (the core forward has no angle states: those are NULL). */
-const int          kTensors = 20;
+ * (the core forward has no angle states, the step no pregate_y or chunk_states: those are NULL). */
+const int          kTensors = 22;
 const char * const kTensorNames[kTensors] = {"q",
                                              "k",
                                              "v",
@@ -67,7 +71,9 @@ const char * const kTensorNames[kTensors] = {"q",
                                              "final_angle_state",
                                              "final_ssm_state",
                                              "final_k_state",
-                                             "final_v_state"};
+                                             "final_v_state",
+                                             "pregate_y",
+                                             "chunk_states"};
 
 ssm_status check_pointers(ssm_context * ctx, const char * op, const ssm_tensor * const * ts) {
     for (int i = 0; i < kTensors; ++i)
@@ -134,6 +140,7 @@ ssm_status plan_fwd(ssm_context * ctx, const char * op, const ssmi_mamba3_dims *
         return ssmi_error(ctx, SSM_STATUS_OUT_OF_MEMORY, "%s: no host memory for the chunk plan", op);
     }
     pl->NS = NS;
+    int64_t srow = 0; /* chunk_states rows: chunks of params->chunk_size tokens */
     for (int64_t s = 0; s < NS; ++s) {
         int64_t row = s, t0 = 0, len = S;
         if (d->varlen) {
@@ -147,6 +154,8 @@ ssm_status plan_fwd(ssm_context * ctx, const char * op, const ssmi_mamba3_dims *
         sg->len = (int)len;
         sg->first = (int)pl->W;
         sg->count = (int)((len + kC - 1) / kC);
+        sg->srow = (int)srow;
+        srow += (len + d->chunk - 1) / d->chunk;
         for (int64_t c = 0; c < sg->count; ++c) {
             m3_chunk * ch = &pl->chunks[pl->W++];
             memset(ch, 0, sizeof *ch);
@@ -162,12 +171,13 @@ ssm_status plan_fwd(ssm_context * ctx, const char * op, const ssmi_mamba3_dims *
     return SSM_STATUS_OK;
 }
 
-/* Workspace: chunks | segs | lastcum (W,H) | theta0 (W,H,A) | states (W,H,V,K) | prep (W,H,
- * prep_floats(A), the entries that run chunk_prep_kernel) | the non-finite marks (W,H ints). */
+/* Workspace: chunks | segs | lastcum (W,H) | theta0 (W,H,A) | states (W,H,V,K; not there when they go
+ * straight into chunk_states: states_in_place) | prep (W,H, prep_floats(A), the entries that run
+ * chunk_prep_kernel) | the non-finite marks (W,H ints). */
 struct fwd_ws {
     size_t chunks, segs, lastcum, theta0, states, prep, prep_bytes, marks, total;
 };
-fwd_ws fwd_ws_layout(const ssmi_mamba3_dims * d, const m3_plan * pl, int fused, bool prep) {
+fwd_ws fwd_ws_layout(const ssmi_mamba3_dims * d, const m3_plan * pl, int fused, bool prep, bool own_states) {
     fwd_ws       l;
     size_t       o = 0;
     const size_t WH = (size_t)pl->W * (size_t)d->nheads;
@@ -180,7 +190,7 @@ fwd_ws fwd_ws_layout(const ssmi_mamba3_dims * d, const m3_plan * pl, int fused, 
     l.theta0 = o;
     o += fused ? align128(sizeof(float) * WH * (size_t)d->nangles) : 0;
     l.states = o;
-    o += align128(sizeof(float) * WH * (size_t)d->dv * (size_t)d->dk);
+    o += own_states ? align128(sizeof(float) * WH * (size_t)d->dv * (size_t)d->dk) : 0;
     l.prep = o;
     l.prep_bytes = prep ? align128(sizeof(float) * WH * (size_t)prep_floats((int)d->nangles)) : 0;
     o += l.prep_bytes;
@@ -190,11 +200,17 @@ fwd_ws fwd_ws_layout(const ssmi_mamba3_dims * d, const m3_plan * pl, int fused, 
     return l;
 }
 
+/* chunk_states with the states workspace's layout (chunks of kC tokens, F32, dense, 256-byte aligned as
+ * the kernels' 16-byte state rows need): the entry writes the states there, with no copy. */
+bool states_in_place(const ssmi_mamba3_dims * d, const ssm_tensor * t) {
+    return t != NULL && ssmi_present(t) && d->chunk == kC && ssmi_cu_dense_f32(t, 256);
+}
+
 /* Everything the two forward entry points share, from tensor views. */
 struct fwd_io {
     const ssm_tensor *q, *k, *v, *adt, *dt, *trap, *qb, *kb, *ang, *d, *z;
     const ssm_tensor *ang_in, *ssm_in, *k_in, *v_in, *cu;
-    const ssm_tensor *out, *fin_ang, *fin_ssm, *fin_k, *fin_v;
+    const ssm_tensor *out, *fin_ang, *fin_ssm, *fin_k, *fin_v, *ypre, *chst;
     int               fused;
 };
 
@@ -365,6 +381,10 @@ m3_fwd_args fwd_args(const ssmi_mamba3_dims * d, const fwd_io & io, const m3_pla
     P.out = out_of(io.out);
     P.fin_ssm = out_of(io.fin_ssm), P.fin_k = out_of(io.fin_k), P.fin_v = out_of(io.fin_v);
     if (io.fused) P.fin_ang = out_of(io.fin_ang);
+    P.ypre = out_of(io.ypre);
+    P.vy = P.ypre.present && io.ypre->dtype == SSM_DTYPE_F32 && ssmi_cu_vec_pairs(io.ypre, d->dv);
+    if (io.chst != NULL) P.chst = out_of(io.chst);
+    P.chm = (int)(d->chunk / kC);
     /* 16-byte angle rows (angle sums, θ of the tensor-core kernels): 16-bit v, angles of its dtype;
      * A ≤ 64 keeps a chunk's pieces within load_angle_rows' registers */
     P.vang = mode != M_F32 && P.A > 0 && P.A <= 64 && ssmi_cu_vec_rows(io.ang, io.v->dtype, d->nangles);
@@ -389,7 +409,8 @@ m3_fwd_args fwd_args(const ssmi_mamba3_dims * d, const fwd_io & io, const m3_pla
 /* The plan and the workspace pointers into P, then the kernels of the entry e. */
 ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims * d, const fwd_io & io,
                       const m3_plan * pl, unsigned char * ws, m3_fwd_args P, int mode, const fwd_variant * e) {
-    const fwd_ws       l = fwd_ws_layout(d, pl, io.fused, e->prep);
+    const bool         direct = states_in_place(d, io.chst);
+    const fwd_ws       l = fwd_ws_layout(d, pl, io.fused, e->prep, !direct);
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     /* Pageable sources: cudaMemcpyAsync returns once they are staged, so the plan may be freed. */
     if (pl->W > 0)
@@ -401,7 +422,7 @@ ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims
                          ssmi_cuda_memcpy_async(ws + l.segs, pl->segs, sizeof(m3_seg) * pl->NS, cudaMemcpyHostToDevice, s)));
     P.chunks = (const m3_chunk *)(ws + l.chunks);
     P.segs = (const m3_seg *)(ws + l.segs);
-    P.states = (float *)(ws + l.states);
+    P.states = direct ? (float *)io.chst->data : (float *)(ws + l.states);
     P.lastcum = (float *)(ws + l.lastcum);
     P.theta0 = io.fused ? (float *)(ws + l.theta0) : nullptr;
     P.prep = l.prep_bytes > 0 ? (float *)(ws + l.prep) : nullptr;
@@ -415,6 +436,7 @@ ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims
             cudaMemsetAsync(P.nonfinite, 0, sizeof(int) * (size_t)pl->W * (size_t)d->nheads, s)));
         SSM_FORWARD_IF_ERROR(e->launch(ctx, op, P, pl->W, mode));
         SSM_FORWARD_IF_ERROR(launch_nonfinite_fix(ctx, op, P, pl->W, mode));
+        if (P.chst.present && !direct) SSM_FORWARD_IF_ERROR(launch_chunk_states(ctx, op, P, pl->W));
     } else /* no tokens: the pass carries the initial states to the finals */
         SSM_FORWARD_IF_ERROR(launch_pass(ctx, op, P));
     if (P.fin_k.present || P.fin_v.present) SSM_FORWARD_IF_ERROR(launch_empty(ctx, op, P));
@@ -424,10 +446,14 @@ ssm_status fwd_launch(ssm_context * ctx, const char * op, const ssmi_mamba3_dims
 ssm_status run_fwd(ssm_context * ctx, ssmi_op opid, const ssmi_mamba3_dims * d, const fwd_io & io) {
     const char * op = ssmi_op_name(opid);
     SSM_FORWARD_IF_ERROR(check_limits(ctx, op, d));
+    SSM_RETURN_IF(io.chst != NULL && ssmi_present(io.chst) && d->chunk % kC != 0, ctx, SSM_STATUS_UNSUPPORTED,
+                  "%s: chunk_states needs params->chunk_size a multiple of %d on the CUDA backend (it is %lld)", op,
+                  kC, (long long)d->chunk);
     {
         const ssm_tensor * ts[kTensors] = {io.q,    io.k,   io.v,       io.adt,     io.dt,     io.trap,   io.qb,
                                            io.kb,   io.ang, io.d,       io.z,       io.ang_in, io.ssm_in, io.k_in,
-                                           io.v_in, io.out, io.fin_ang, io.fin_ssm, io.fin_k,  io.fin_v};
+                                           io.v_in, io.out, io.fin_ang, io.fin_ssm, io.fin_k,  io.fin_v,
+                                           io.ypre, io.chst};
         SSM_FORWARD_IF_ERROR(check_pointers(ctx, op, ts));
     }
     ssmi_variant_ran(ctx, "");
@@ -444,7 +470,7 @@ ssm_status run_fwd(ssm_context * ctx, ssmi_op opid, const ssmi_mamba3_dims * d, 
     ssm_status st = choose(ctx, opid, kFwdTable, pb, &e);
     void *     ws = NULL;
     if (st == SSM_STATUS_OK) {
-        const fwd_ws       l = fwd_ws_layout(d, &pl, io.fused, e->prep);
+        const fwd_ws       l = fwd_ws_layout(d, &pl, io.fused, e->prep, !states_in_place(d, io.chst));
         const cudaStream_t s = ssmi_cuda_stream(ctx);
         st = ssmi_cuda_status(ctx, op, "device allocation (workspace)", ssmi_cuda_alloc_async(ctx, &ws, l.total, s));
         if (st == SSM_STATUS_OK) {
@@ -678,13 +704,14 @@ const step_variant kStepTable[] = {
 
 extern "C" ssm_status ssmi_cuda_mamba3_siso_fwd(ssm_context * ctx, const ssm_mamba3_params * p,
                                                 const ssmi_mamba3_dims * d, const ssm_mamba3_siso_fwd_args * a) {
-    (void)p; /* the chunk size is not semantic; the backend uses kC */
+    (void)p; /* the chunk size is not semantic (d->chunk only sets the chunk_states rows); the backend uses kC */
     fwd_io io;
     memset(&io, 0, sizeof io);
     io.q = &a->q, io.k = &a->k, io.v = &a->v, io.adt = &a->adt, io.dt = &a->dt, io.trap = &a->trap;
     io.qb = &a->q_bias, io.kb = &a->k_bias, io.ang = &a->angles, io.d = &a->d, io.z = &a->z;
     io.ssm_in = &a->ssm_state, io.k_in = &a->k_state, io.v_in = &a->v_state, io.cu = &a->cu_seqlens;
     io.out = &a->out, io.fin_ssm = &a->final_ssm_state, io.fin_k = &a->final_k_state, io.fin_v = &a->final_v_state;
+    io.ypre = &a->pregate_y, io.chst = &a->chunk_states;
     io.fused = 0;
     return run_fwd(ctx, SSMI_OP_mamba3_siso_fwd, d, io);
 }
@@ -699,6 +726,7 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso(ssm_context * ctx, const ssm_mamba3_
     io.ang_in = &a->angle_state, io.ssm_in = &a->ssm_state, io.k_in = &a->k_state, io.v_in = &a->v_state;
     io.cu = &a->cu_seqlens, io.out = &a->out, io.fin_ang = &a->final_angle_state;
     io.fin_ssm = &a->final_ssm_state, io.fin_k = &a->final_k_state, io.fin_v = &a->final_v_state;
+    io.ypre = &a->pregate_y, io.chst = &a->chunk_states;
     io.fused = 1;
     return run_fwd(ctx, SSMI_OP_mamba3_siso, d, io);
 }

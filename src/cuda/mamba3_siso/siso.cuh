@@ -144,6 +144,7 @@ struct m3_chunk {
 struct m3_seg {
     long long t0;
     int       row, len, first, count;
+    int       srow; /* the forward's chunk_states row of the sequence's first chunk */
 };
 
 struct m3_out {
@@ -187,6 +188,10 @@ struct m3_fwd_args {
     float *          prep;    /* (W, H, prep_floats(A)) chunk_prep_kernel's slots, or NULL      */
     int *            nonfinite; /* (W, H): set to 1 where an output kernel stores a non-finite value */
     m3_out           out, fin_ssm, fin_k, fin_v, fin_ang;
+    m3_out           ypre; /* pregate_y (B, S, H, V) f32/f64: y before the gate, or absent     */
+    int              vy;   /* pregate_y f32 in pairs (ssmi_cu_vec_pairs): 8-byte stores        */
+    m3_out           chst; /* chunk_states (NCS, H, V, K) f32/f64 from states, or absent         */
+    int              chm;  /* chunk_states rows every chm chunks (params->chunk_size / kC)       */
 };
 
 /* The output kernels' mark (grid: blockIdx.x = chunk, blockIdx.y = head): the (chunk, head) holds a
@@ -211,6 +216,19 @@ __device__ __forceinline__ void st3(const m3_out & o, long long i0, long long i1
 }
 __device__ __forceinline__ void st4(const m3_out & o, long long i0, long long i1, long long i2, long long i3, float v) {
     ssmi_cu_st(o.p, o.dtype, i0 * o.s[0] + i1 * o.s[1] + i2 * o.s[2] + i3 * o.s[3], v);
+}
+
+/* y (before the gate) of outputs p and, with two, p + 1 of token t into pregate_y, where given. */
+__device__ __forceinline__ void store_ypre(const m3_fwd_args & P, long long row, long long t, int h, int p, float y0,
+                                           float y1, bool two) {
+    if (!P.ypre.present) return;
+    if (P.vy && two && p % 2 == 0) {
+        const m3_out & o = P.ypre;
+        *reinterpret_cast<float2 *>((float *)o.p + (row * o.s[0] + t * o.s[1] + h * o.s[2] + p)) = make_float2(y0, y1);
+        return;
+    }
+    st4(P.ypre, row, t, h, p, y0);
+    if (two) st4(P.ypre, row, t, h, p + 1, y1);
 }
 
 /* ---- the chunk scalars (shared by the state and output kernels) -------------------------------- */
@@ -397,7 +415,8 @@ ssm_status launch_state_chain(ssm_context * ctx, const char * op, const m3_fwd_a
  * launch of the chain's template, a block per (sequence, head, V tile, KS columns, walk): F the
  * forward walk (entering states into F.states), R the reverse walk (R.k = q, R.kb = q_bias, R.v =
  * dout, R.z = z, R.ssm_in = dfinal_ssm_state, R.states = the carries, R.fin_ssm = dH_in); both
- * read the slots in F.prep (= R.prep), two stages. The shared memory it needs: */
+ * read the slots in F.prep (= R.prep), two stages; F.states == NULL: the reverse walk alone. The
+ * shared memory it needs: */
 ssm_status launch_bwd_walks(ssm_context * ctx, const char * op, const m3_fwd_args & F, const m3_fwd_args & R, int mode,
                             int KS);
 inline int bwd_walks_smem(int A, int KS, bool z) {
@@ -407,6 +426,8 @@ inline int bwd_walks_smem(int A, int KS, bool z) {
 /* state_pass.cu: the pass over every sequence's chunks; the final k / v states of empty sequences. */
 ssm_status launch_pass(ssm_context * ctx, const char * op, const m3_fwd_args & P);
 ssm_status launch_empty(ssm_context * ctx, const char * op, const m3_fwd_args & P);
+/* The entering states of every chm-th chunk of each sequence (P.states) into P.chst. */
+ssm_status launch_chunk_states(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W);
 /* output_mma.cu: 8 warps with the shared-memory epilogue (out_mma_applies), or 4 warps for any
  * output layout. */
 ssm_status launch_output_mma(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W, int mode);

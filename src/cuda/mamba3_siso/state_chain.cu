@@ -322,10 +322,11 @@ __global__ void __launch_bounds__(kChainThreads, 2) chain_state_kernel(const m3_
  * at A = 32, KS = 64). blockIdx.z < gridDim.z / 2: the reverse walk of slice blockIdx.z (V tile ·
  * K/KS + K slice), else the forward walk of slice blockIdx.z − gridDim.z / 2. The reverse walks
  * (the gated dy and a third product per chunk) take longer, so they come first in launch order and
- * start first. */
+ * start first. F.states == NULL (the forward's states given): the reverse walks alone, one per
+ * blockIdx.z. */
 template <int MODE, int KS>
 __global__ void __launch_bounds__(kChainThreads, 2) bwd_walks_kernel(const m3_fwd_args F, const m3_fwd_args R) {
-    const unsigned half = gridDim.z >> 1;
+    const unsigned half = F.states != nullptr ? gridDim.z >> 1 : gridDim.z;
     if (blockIdx.z < half)
         chain_walk<MODE, KS, true, 2>(R, blockIdx.z);
     else
@@ -351,8 +352,9 @@ ssm_status launch_walks(ssm_context * ctx, const char * op, const m3_fwd_args & 
     void (*kernel)(const m3_fwd_args, const m3_fwd_args) = bwd_walks_kernel<MODE, KS>;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "cudaFuncSetAttribute (bwd_walks_kernel)",
                                           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes)));
-    kernel<<<dim3((unsigned)F.NS, (unsigned)F.H, (unsigned)(2 * ((F.V + kTV - 1) / kTV) * (F.K / KS))), kChainThreads,
-             (size_t)bytes, ssmi_cuda_stream(ctx)>>>(F, R);
+    const int walks = F.states != nullptr ? 2 : 1;
+    kernel<<<dim3((unsigned)F.NS, (unsigned)F.H, (unsigned)(walks * ((F.V + kTV - 1) / kTV) * (F.K / KS))),
+             kChainThreads, (size_t)bytes, ssmi_cuda_stream(ctx)>>>(F, R);
     SSMI_CU_CHECK_LAUNCH(ctx, op, "bwd_walks_kernel launch");
     return SSM_STATUS_OK;
 }

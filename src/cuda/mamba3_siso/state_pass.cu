@@ -124,6 +124,20 @@ __global__ void __launch_bounds__(kThreads) empty_kernel(const m3_fwd_args P) {
         }
 }
 
+/* A block per (chunk, head): a chunk whose index in its sequence is a multiple of P.chm copies its
+ * entering state to chunk_states row srow + index / chm. */
+__global__ void __launch_bounds__(kThreads) chunk_states_kernel(const m3_fwd_args P) {
+    const long long w = blockIdx.x;
+    const int       h = blockIdx.y;
+    const m3_chunk  ch = P.chunks[w];
+    const m3_seg    sg = P.segs[ch.seq];
+    const int       j = (int)w - sg.first;
+    if (j % P.chm != 0) return;
+    const long long row = sg.srow + j / P.chm, vk = (long long)P.V * P.K;
+    const float *   src = P.states + (w * P.H + h) * vk;
+    for (long long e = threadIdx.x; e < vk; e += kThreads) st4(P.chst, row, h, e / P.K, e % P.K, src[e]);
+}
+
 } /* namespace */
 
 /* The pass over every sequence: 4 elements per thread when K % 4 == 0, one otherwise. */
@@ -138,6 +152,12 @@ ssm_status launch_pass(ssm_context * ctx, const char * op, const m3_fwd_args & P
         pass_odd_kernel<<<dim3((unsigned)((hvk + kThreads - 1) / kThreads), (unsigned)P.NS), kThreads, 0, s>>>(P);
         SSMI_CU_CHECK_LAUNCH(ctx, op, "pass_odd_kernel launch");
     }
+    return SSM_STATUS_OK;
+}
+
+ssm_status launch_chunk_states(ssm_context * ctx, const char * op, const m3_fwd_args & P, long long W) {
+    chunk_states_kernel<<<dim3((unsigned)W, (unsigned)P.H), kThreads, 0, ssmi_cuda_stream(ctx)>>>(P);
+    SSMI_CU_CHECK_LAUNCH(ctx, op, "chunk_states_kernel launch");
     return SSM_STATUS_OK;
 }
 

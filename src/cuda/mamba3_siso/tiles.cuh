@@ -472,6 +472,7 @@ __device__ __forceinline__ void staged_epilogue(const m3_fwd_args & P, const m3_
             const float2 xv =
                 t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(v_tile_at<MODE, VSWZ>(vt, i, cbase, pc)));
             float v0 = fmaf(diag, xv.x, y[t][2 * hf]), v1 = fmaf(diag, xv.y, y[t][2 * hf + 1]);
+            store_ypre(P, ch.row, ch.t0 + i, h, p0 + cbase + pc, v0, v1, true);
             if (P.has_z) {
                 const float2 zz = t2<MODE>::unpack(*reinterpret_cast<const uint32_t *>(&zrow[pc]));
                 v0 *= silu_fast(zz.x);
