@@ -498,3 +498,28 @@ void cli_forward_inputs(const cli_problem * pb, const char * fwd, void * args, s
         memcpy((char *)args + arg->offset, &v, sizeof v);
     }
 }
+
+int cli_m3_saved_results(cli_problem * pb, const cli_m3_saved * s, char * err, size_t errlen) {
+    const int want_y = (int)cli_param_int(pb, "saved_y"), want_s = (int)cli_param_int(pb, "saved_states");
+    if (want_y && cli_gen_arg(pb, "pregate_y", s->yndim, s->yshp, err, errlen)) return -1;
+    if (want_s && cli_gen_arg(pb, "chunk_states", 4, s->cshp, err, errlen)) return -1;
+    cli_forward_inputs(pb, s->fwd, s->args, s->size);
+    cli_buf out;
+    memset(&out, 0, sizeof out);
+    if (cli_buf_alloc(&out, SSM_DTYPE_F32, s->ondim, s->oshp) != 0) {
+        snprintf(err, errlen, "%s: out of memory for the forward's output", pb->op->name);
+        return -1;
+    }
+    *s->out = out.view;
+    if (want_y) *s->y = cli_view(pb, "pregate_y");
+    if (want_s) *s->cs = cli_view(pb, "chunk_states");
+    ssm_context * ctx = NULL;
+    ssm_status    st = cli_context_create(SSM_BACKEND_CPU, 0, &ctx);
+    if (st == SSM_STATUS_OK) st = s->run(ctx, pb, s->args);
+    if (st != SSM_STATUS_OK)
+        snprintf(err, errlen, "%s: saved results: the CPU forward failed: %s", pb->op->name,
+                 ssm_context_last_error(ctx));
+    ssm_context_free(ctx);
+    cli_buf_free(&out);
+    return st == SSM_STATUS_OK ? 0 : -1;
+}

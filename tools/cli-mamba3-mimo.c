@@ -228,35 +228,20 @@ static void fill_input(cli_problem * pb, const void * dims, const char * name, c
         fill_layer_input(d, name, t, rng);
 }
 
+static ssm_status run_mimo_cpu(ssm_context * ctx, const cli_problem * pb, void * args) {
+    const ssm_mamba3_mimo_params p = params_of(pb);
+    return ssm_mamba3_mimo(ctx, &p, args);
+}
+
 /* saved_y=1 / saved_states=1: pregate_y / chunk_states as a CPU forward on the generated inputs
  * writes them (F32). */
 static int saved_results(cli_problem * pb, const mdims * d, char * err, size_t errlen) {
-    const int64_t yshp[5] = {d->B, d->S, d->H, d->R, d->P}, cshp[4] = {d->NCS, d->H, d->N, d->P};
-    const int     want_y = (int)cli_param_int(pb, "saved_y"), want_s = (int)cli_param_int(pb, "saved_states");
-    if (want_y && cli_gen_arg(pb, "pregate_y", 5, yshp, err, errlen)) return -1;
-    if (want_s && cli_gen_arg(pb, "chunk_states", 4, cshp, err, errlen)) return -1;
+    const int64_t        yshp[5] = {d->B, d->S, d->H, d->R, d->P}, cshp[4] = {d->NCS, d->H, d->N, d->P};
+    const int64_t        oshp[5] = {d->B, d->S, d->R, d->H, d->P}, rshp[4] = {d->B, d->S, d->H, d->P};
     ssm_mamba3_mimo_args fa;
-    cli_forward_inputs(pb, "mamba3_mimo", &fa, sizeof fa);
-    const int64_t oshp[5] = {d->B, d->S, d->R, d->H, d->P}, rshp[4] = {d->B, d->S, d->H, d->P};
-    cli_buf       out;
-    memset(&out, 0, sizeof out);
-    if (cli_buf_alloc(&out, SSM_DTYPE_F32, d->reduce ? 4 : 5, d->reduce ? rshp : oshp) != 0) {
-        snprintf(err, errlen, "%s: out of memory for the forward's output", pb->op->name);
-        return -1;
-    }
-    fa.out = out.view;
-    if (want_y) fa.pregate_y = cli_view(pb, "pregate_y");
-    if (want_s) fa.chunk_states = cli_view(pb, "chunk_states");
-    const ssm_mamba3_mimo_params p = params_of(pb);
-    ssm_context *                ctx = NULL;
-    ssm_status                   st = cli_context_create(SSM_BACKEND_CPU, 0, &ctx);
-    if (st == SSM_STATUS_OK) st = ssm_mamba3_mimo(ctx, &p, &fa);
-    if (st != SSM_STATUS_OK)
-        snprintf(err, errlen, "%s: saved results: the CPU forward failed: %s", pb->op->name,
-                 ssm_context_last_error(ctx));
-    ssm_context_free(ctx);
-    cli_buf_free(&out);
-    return st == SSM_STATUS_OK ? 0 : -1;
+    const cli_m3_saved   s = {"mamba3_mimo", &fa, sizeof fa, &fa.out, &fa.pregate_y, &fa.chunk_states, 5,
+                              d->reduce ? 4 : 5, yshp, cshp, d->reduce ? rshp : oshp, run_mimo_cpu};
+    return cli_m3_saved_results(pb, &s, err, errlen);
 }
 
 static int mimo_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {

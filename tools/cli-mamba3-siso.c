@@ -209,36 +209,21 @@ static int widen_angles(cli_problem * pb, char * err, size_t errlen) {
     return 0;
 }
 
+static ssm_status run_siso_cpu(ssm_context * ctx, const cli_problem * pb, void * args) {
+    const ssm_mamba3_params p = params_of(pb);
+    return ssm_mamba3_siso(ctx, &p, args);
+}
+
 /* saved_y=1 / saved_states=1 (the backward): pregate_y / chunk_states as a CPU forward on the
  * generated inputs writes them (F32). */
 static int saved_results(cli_problem * pb, char * err, size_t errlen) {
-    const ssm_tensor v = cli_view(pb, "v");
-    const m3dims     d = dims_of(pb); /* NCS from the cu_seqlens just drawn */
-    const int64_t    cshp[4] = {d.NCS, d.H, d.V, d.K};
-    const int        want_y = (int)cli_param_int(pb, "saved_y"), want_s = (int)cli_param_int(pb, "saved_states");
-    if (want_y && cli_gen_arg(pb, "pregate_y", 4, v.shape, err, errlen)) return -1;
-    if (want_s && cli_gen_arg(pb, "chunk_states", 4, cshp, err, errlen)) return -1;
+    const ssm_tensor     v = cli_view(pb, "v");
+    const m3dims         d = dims_of(pb); /* NCS from the cu_seqlens just drawn */
+    const int64_t        cshp[4] = {d.NCS, d.H, d.V, d.K};
     ssm_mamba3_siso_args fa;
-    cli_forward_inputs(pb, "mamba3_siso", &fa, sizeof fa);
-    cli_buf out;
-    memset(&out, 0, sizeof out);
-    if (cli_buf_alloc(&out, SSM_DTYPE_F32, 4, v.shape) != 0) {
-        snprintf(err, errlen, "%s: out of memory for the forward's output", pb->op->name);
-        return -1;
-    }
-    fa.out = out.view;
-    if (want_y) fa.pregate_y = cli_view(pb, "pregate_y");
-    if (want_s) fa.chunk_states = cli_view(pb, "chunk_states");
-    const ssm_mamba3_params p = params_of(pb);
-    ssm_context *           ctx = NULL;
-    ssm_status              st = cli_context_create(SSM_BACKEND_CPU, 0, &ctx);
-    if (st == SSM_STATUS_OK) st = ssm_mamba3_siso(ctx, &p, &fa);
-    if (st != SSM_STATUS_OK)
-        snprintf(err, errlen, "%s: saved results: the CPU forward failed: %s", pb->op->name,
-                 ssm_context_last_error(ctx));
-    ssm_context_free(ctx);
-    cli_buf_free(&out);
-    return st == SSM_STATUS_OK ? 0 : -1;
+    const cli_m3_saved   s = {"mamba3_siso", &fa, sizeof fa, &fa.out, &fa.pregate_y, &fa.chunk_states, 4, 4,
+                              v.shape, cshp, v.shape, run_siso_cpu};
+    return cli_m3_saved_results(pb, &s, err, errlen);
 }
 
 static int m3_generate(cli_problem * pb, uint64_t seed, char * err, size_t errlen) {

@@ -410,6 +410,21 @@ int cli_m3_wanted(const cli_problem * pb, const cli_arg * arg);
  * it, then scales adt (drawn as a positive factor) by −dt. rng goes on for the caller. */
 int cli_m3_generate(cli_problem * pb, uint64_t seed, const cli_sym * syms, int per_rank, cli_fill_fn fill,
                     const void * dims, cli_rng * rng, char * err, size_t errlen);
+/* A Mamba-3 backward's saved forward results (saved_y, saved_states): pregate_y (yndim dims, yshp)
+ * and chunk_states (4 dims, cshp), each drawn where its param is 1, then written by the forward
+ * `fwd` on the CPU (run, on a CPU context) over the generated inputs: args (size bytes, its args
+ * struct) filled by cli_forward_inputs, its out (ondim dims, oshp) a scratch F32 buffer; out, y
+ * and cs point to its out, pregate_y and chunk_states fields. */
+typedef struct cli_m3_saved {
+    const char *    fwd;
+    void *          args;
+    size_t          size;
+    ssm_tensor *    out, *y, *cs;
+    int32_t         yndim, ondim;
+    const int64_t * yshp, *cshp, *oshp;
+    ssm_status (*run)(ssm_context * ctx, const cli_problem * pb, void * args);
+} cli_m3_saved;
+int cli_m3_saved_results(cli_problem * pb, const cli_m3_saved * s, char * err, size_t errlen);
 /* Allocates the outputs with their schema shapes: not a gradient whose input (the schema's
  * needs) is absent; a decode step's final pools in place of their inputs with in_place=1;
  * other final states with has_final; dangle_state without an angle_state input with
