@@ -15,20 +15,21 @@
  * second run on re-poisoned outputs must give identical bytes; with SSMOPS_TEST_HASH_LOG every
  * entry's gradients are hashed per case (two builds compared byte for byte). Prints the worst rel_rms per
  * gradient and dtype. Selection table: with 16-bit q, k, v every case runs chunked_planes forced
- * (it may refuse where its shared memory does not fit, K = 256 with V = 200), chained_planes
+ * (it may refuse where its shared memory does not fit, K = 256 with V = 200), chained_planes32
  * forced (it may run where chunked_planes ran with K % 32 == 0 and K <= 128 — it also needs 16-byte
- * rows of one 16-bit dtype and 64-token chunks — and must refuse elsewhere), chunked
- * forced and the default (chunked_planes where it ran, else chunked; chained_planes is accepted
- * there too, since its rule depends on the device's SM count); with fp32 the default is chunked
- * and both plane entries forced must answer UNSUPPORTED without writing an output; chunked_planes
- * and chained_planes must each run on some case (ssm_context_last_variant names the entry that
- * ran). A varlen case at K = V = 64 (empty sequences first and in the middle, a 2-token and a
+ * rows of one 16-bit dtype and 64-token chunks — and must refuse elsewhere), chained_planes forced
+ * (the same with K % 64 == 0; its walk blocks are twice as wide, its gradients must be
+ * chained_planes32's bytes), chunked forced and the default (chunked_planes where it ran, else
+ * chunked; either chain entry is accepted there too, since their rules depend on the device's SM
+ * count); with fp32 the default is chunked and the plane entries forced must answer UNSUPPORTED
+ * without writing an output; chunked_planes and both chain entries must each run on some case
+ * (ssm_context_last_variant names the entry that ran). A varlen case at K = V = 64 (empty sequences first and in the middle, a 2-token and a
  * 17-token tail chunk, initial states and every dfinal_*) covers the chain's walk cases; a GQA
  * case of 20 chunks, Hq = 2 groups of 6 heads, the plane gradient kernel's multi-head slices.
  * Six cases run again given the CUDA forward's saved results, chunk_states (F32 dense: used in
  * place; F64 padded where the case is strided: copied) and pregate_y (with z), within the same
- * bars against the reference and the CPU backend run without them: chained_planes reads
- * chunk_states instead of its forward walk (with them doubled on the device its gradients
+ * bars against the reference and the CPU backend run without them: the chain entries read
+ * chunk_states instead of their forward walk (with them doubled on the device the gradients
  * change); chunked_planes reads pregate_y only (every gradient but dz the bytes of its run
  * without them, and dz doubled to the bit with pregate_y doubled).
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
@@ -95,11 +96,11 @@ static void to_device(host_set * s, void * a, size_t size) {
  * default there); the other entry, chunked, applies to every problem. */
 static const char kPlanes[] = "chunked_planes";
 static int        g_planes_runs; /* 16-bit cases the plane kernels ran */
-/* The state chain entry: chunked_planes' gradient kernel after one kernel for the chunk sums and
- * both state walks; it applies where chunked_planes does and K % 32 == 0. */
-static const char kChain[] = "chained_planes";
-static int        g_chain_runs; /* 16-bit cases the state chain ran */
-static int        g_saved_runs; /* 16-bit cases the state chain ran given chunk_states */
+/* The state chain entries: chunked_planes' gradient kernel after one kernel for the chunk sums
+ * and both state walks, in blocks of 32 K columns (K % 32 == 0) or 64 (K % 64 == 0). */
+static const char kChain[] = "chained_planes", kChain32[] = "chained_planes32";
+static int        g_chain_runs[2]; /* 16-bit cases the state chain ran: [0] 64 columns, [1] 32 */
+static int        g_saved_runs;    /* 16-bit cases the state chain ran given chunk_states */
 
 /* What the device runs of one case compare: the case, its parameters, the device args (outputs
  * in the host buffers hs->h[first_out..] and their device copies), the reference and CPU results. */
@@ -158,9 +159,10 @@ static int device_runs(const dev_target * tg, const char * variant, const char *
         } else {
             TEST_CHECK(st == SSM_STATUS_OK, "%s: %s%s: %s (%s)", bc->name, tag, pass ? " (second run)" : "",
                        ssm_status_string(st), ssm_context_last_error(ctx_cuda));
-            /* the default may be the state chain where chunked_planes is expected: its rule counts SMs */
+            /* the default may be a state chain where chunked_planes is expected: their rules count SMs */
             const int same = last != NULL && (strcmp(last, label) == 0 ||
-                                              (variant == NULL && strcmp(label, kPlanes) == 0 && strcmp(last, kChain) == 0));
+                                              (variant == NULL && strcmp(label, kPlanes) == 0 &&
+                                               (strcmp(last, kChain) == 0 || strcmp(last, kChain32) == 0)));
             TEST_CHECK(st != SSM_STATUS_OK || same, "%s: %s ran variant '%s'", bc->name, tag,
                        last != NULL ? last : "(none)");
             for (int g = 0; g < SSMT_SISO_NGRADS && st == SSM_STATUS_OK; ++g) {
@@ -232,11 +234,11 @@ static void y_read_check(const dev_target * tg, ssmt_host * y, void * const * no
     ssmt_free(&dz2);
 }
 
-/* After chained_planes ran given chunk_states (tg->da, the device copy cs of the host buffer in
- * tg->hs): with chunk_states doubled on the device its gradients change (it reads them, not a
+/* After the chain entry `chain` ran given chunk_states (tg->da, the device copy cs of the host
+ * buffer in tg->hs): with chunk_states doubled on the device its gradients change (it reads them, not a
  * recompute) where any state is nonzero (where all are, a single chunk without initial states,
  * none may change). chunk_states is restored afterwards for the runs that follow. */
-static void doubled_states_check(const dev_target * tg, ssmt_host * cs) {
+static void doubled_states_check(const dev_target * tg, ssmt_host * cs, const char * chain) {
     int j = -1;
     for (int i = 0; i < tg->hs->n; ++i)
         if (tg->hs->h[i] == cs) j = i;
@@ -252,7 +254,7 @@ static void doubled_states_check(const dev_target * tg, ssmt_host * cs) {
         ssmt_set(&cs->t, i, 2.0 * ssmt_get(&cs->t, i));
     }
     TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, cd->mem, cs->buf, cs->bytes), SSM_STATUS_OK);
-    TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba3_siso_bwd", kChain), SSM_STATUS_OK);
+    TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba3_siso_bwd", chain), SSM_STATUS_OK);
     TEST_CHECK_STATUS(ssm_mamba3_siso_bwd(ctx_cuda, tg->p, tg->da), SSM_STATUS_OK);
     TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba3_siso_bwd", NULL), SSM_STATUS_OK);
     int changed = 0;
@@ -260,14 +262,34 @@ static void doubled_states_check(const dev_target * tg, ssmt_host * cs) {
     for (int g = 0; g < SSMT_SISO_NGRADS; ++g)
         if (run[g] != NULL) changed += !ssmt_unchanged(&tg->got[g], run[g]);
     if (nonzero > 0)
-        TEST_CHECK(changed > 0, "%s: %s: no gradient changed with chunk_states doubled (not read)", tg->bc->name, kChain);
+        TEST_CHECK(changed > 0, "%s: %s: no gradient changed with chunk_states doubled (not read)", tg->bc->name, chain);
     else
         TEST_CHECK(changed == 0, "%s: %s: chunk_states all zero, yet doubling them changed %d gradients", tg->bc->name,
-                   kChain, changed);
+                   chain, changed);
     memcpy(cs->buf, saved, cs->bytes);
     TEST_CHECK_STATUS(ssm_cuda_memcpy(NULL, cd->mem, cs->buf, cs->bytes), SSM_STATUS_OK);
     free(saved);
     for (int g = 0; g < SSMT_SISO_NGRADS; ++g) free(run[g]);
+}
+
+/* Both chain entries forced: chained_planes (K % 64 == 0; else it must refuse), then
+ * chained_planes32 (refuse as device_runs), whose gradients must be chained_planes' bytes where
+ * both ran (the walks' width changes which block computes a state element, not its arithmetic).
+ * Returns kChain32 when it ran (its gradients in tg->got), else NULL. */
+static const char * chain_runs(const dev_target * tg, int k, int refuse) {
+    const int ran64 = device_runs(tg, kChain, NULL, refuse == 1 && k % 64 == 0 ? 1 : 2);
+    void *    wide[SSMT_SISO_NGRADS];
+    memset(wide, 0, sizeof wide);
+    for (int g = 0; g < SSMT_SISO_NGRADS && ran64; ++g)
+        if (tg->got[g].t.data != NULL) wide[g] = ssmt_snapshot(&tg->got[g]);
+    const int ran32 = device_runs(tg, kChain32, NULL, refuse);
+    for (int g = 0; g < SSMT_SISO_NGRADS && ran32 && ran64; ++g)
+        if (wide[g] != NULL)
+            TEST_CHECK(ssmt_unchanged(&tg->got[g], wide[g]), "%s/%s: %s%s: the bytes differ from %s's", tg->bc->name,
+                       ssmt_siso_grad_names[g], kChain32, tg->suffix, kChain);
+    for (int g = 0; g < SSMT_SISO_NGRADS; ++g) free(wide[g]);
+    g_chain_runs[0] += ran64, g_chain_runs[1] += ran32;
+    return ran32 ? kChain32 : NULL;
 }
 
 static void run_case(ssmt_rng * rng, const bwd_case * bc) {
@@ -341,14 +363,15 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
         g_planes_runs += planes;
         for (int g = 0; g < SSMT_SISO_NGRADS && planes && bc->saved; ++g)
             if (got[g].t.data != NULL) noy[g] = ssmt_snapshot(&got[g]);
-        /* its rule adds 16-byte rows, 64-token chunks and K <= 128 to chunked_planes' and K % 32 == 0 */
-        g_chain_runs += device_runs(&tg, kChain, NULL, planes && cfg.dk % 32 == 0 && cfg.dk <= 128 ? 1 : 2);
+        /* their rules add 16-byte rows, 64-token chunks and K <= 128 to chunked_planes' and K % 32 == 0 */
+        chain_runs(&tg, (int)cfg.dk, planes && cfg.dk % 32 == 0 && cfg.dk <= 128 ? 1 : 2);
         device_runs(&tg, "chunked", NULL, 0);
         device_runs(&tg, NULL, planes ? kPlanes : "chunked", 0);
     } else {
         device_runs(&tg, NULL, "chunked", 0);
         device_runs(&tg, kPlanes, NULL, 2);
         device_runs(&tg, kChain, NULL, 2);
+        device_runs(&tg, kChain32, NULL, 2);
     }
     if (bc->saved && yo.t.data && cs.t.data) {
         /* the CUDA forward on the case's inputs writes the saved results; the backward given them
@@ -366,9 +389,9 @@ static void run_case(ssmt_rng * rng, const bwd_case * bc) {
         ty.da = &dy, ty.suffix = ", saved";
         if (fs == SSM_STATUS_OK && x16) {
             if (device_runs(&ty, kPlanes, NULL, 1)) y_read_check(&ty, &y, noy);
-            const int ran = device_runs(&ty, kChain, NULL, planes && cfg.dk % 32 == 0 && cfg.dk <= 128 ? 1 : 2);
-            g_saved_runs += ran;
-            if (ran) doubled_states_check(&ty, &cs);
+            const char * ran = chain_runs(&ty, (int)cfg.dk, planes && cfg.dk % 32 == 0 && cfg.dk <= 128 ? 1 : 2);
+            g_saved_runs += ran != NULL;
+            if (ran) doubled_states_check(&ty, &cs, ran);
             device_runs(&ty, NULL, planes ? kPlanes : "chunked", 0);
         } else if (fs == SSM_STATUS_OK) {
             device_runs(&ty, NULL, "chunked", 0);
@@ -495,7 +518,8 @@ int main(void) {
     for (int g = 0; g < SSMT_SISO_NGRADS; ++g)
         printf("%-14s %10.3g %10.3g %10.3g\n", ssmt_siso_grad_names[g], worst[0][g], worst[1][g], worst[2][g]);
     TEST_CHECK(g_planes_runs > 0, "%s ran on none of the 16-bit cases", kPlanes);
-    TEST_CHECK(g_chain_runs > 0, "%s ran on none of the 16-bit cases", kChain);
+    TEST_CHECK(g_chain_runs[0] > 0, "%s ran on none of the 16-bit cases", kChain);
+    TEST_CHECK(g_chain_runs[1] > 0, "%s ran on none of the 16-bit cases", kChain32);
     TEST_CHECK(g_saved_runs > 0, "%s ran on none of the 16-bit cases given chunk_states", kChain);
     ssm_context_free(ctx_ref);
     ssm_context_free(ctx_cpu);

@@ -110,9 +110,9 @@ __device__ __forceinline__ void ssmi_cu_st(void * p, int dtype, long long off, f
     }
 }
 
-/* Host-side layout tests of the fast paths. 1: rows of t (a 16-bit dtype `dt`, innermost
- * dimension `inner` long) can be read in 16-byte pieces: 16-byte aligned base, unit inner
- * stride, inner and every outer stride multiples of 8 elements. */
+/* Host-side layout tests of the fast paths. 1: rows of t (dtype `dt` of 2 or 4 bytes, innermost
+ * dimension `inner` long) can be read in 16-byte pieces, 8 elements at a time: 16-byte aligned
+ * base, unit inner stride, inner and every outer stride multiples of 8 elements. */
 static inline int ssmi_cu_vec_rows(const ssm_tensor * t, int32_t dt, int64_t inner) {
     if (t->data == NULL || t->dtype != dt || inner % 8 != 0 || ((uintptr_t)t->data & 15) != 0) return 0;
     if (t->strides[t->ndim - 1] != 1) return 0;

@@ -71,24 +71,35 @@ struct bwd_problem {
     int       K, V, sms;
     int       A, has_z;
     int       rows16; /* q, k, v, dout (and z) of v's 16-bit dtype in 16-byte rows (the chain's copies) */
+    int       saved;  /* chunk_states given at the chain's 64-token chunks: the reverse walks alone run */
 };
 bool any_applies(const bwd_problem &) { return true; }
 bool planes_applies(const bwd_problem & pb) { return pb.qkv16 != 0 && pb.planes <= pb.optin; }
-/* The state chain's blocks: (sequence, head, V tile, K slice) per walk. */
-long long chain_walks(const bwd_problem & pb) {
-    return pb.NS * pb.H * ((pb.V + ssmi_siso::kTV - 1) / ssmi_siso::kTV) * (pb.K / bwd_chain_ks(pb.K));
+/* The state chain's blocks of one walk: (sequence, head, V tile, slice of KS K columns). */
+long long chain_walks(const bwd_problem & pb, int KS) {
+    return pb.NS * pb.H * ((pb.V + ssmi_siso::kTV - 1) / ssmi_siso::kTV) * (pb.K / KS);
 }
-/* the forward chain's operands: 64-token chunks (its kC), K % 32 == 0 up to 128, 16-byte rows */
-bool chain_applies(const bwd_problem & pb) {
-    return planes_applies(pb) && pb.rows16 && pb.K % 32 == 0 && pb.K <= 128 && planes_chunk(pb.K, pb.V) == ssmi_siso::kC &&
-           2LL * ((pb.V + ssmi_siso::kTV - 1) / ssmi_siso::kTV) * (pb.K / bwd_chain_ks(pb.K)) <= 65535 &&
-           bwd_state_chain_smem(pb.A, pb.K, pb.has_z != 0) <= pb.optin;
+/* the forward chain's operands: 64-token chunks (its kC), K % KS == 0 up to 128, 16-byte rows */
+bool chain_applies(const bwd_problem & pb, int KS) {
+    return planes_applies(pb) && pb.rows16 && pb.K % KS == 0 && pb.K <= 128 && planes_chunk(pb.K, pb.V) == ssmi_siso::kC &&
+           2LL * ((pb.V + ssmi_siso::kTV - 1) / ssmi_siso::kTV) * (pb.K / KS) <= 65535 &&
+           bwd_state_chain_smem(pb.A, KS, pb.has_z != 0) <= pb.optin;
 }
+bool chain64_applies(const bwd_problem & pb) { return chain_applies(pb, 64); }
+bool chain32_applies(const bwd_problem & pb) { return chain_applies(pb, 32); }
 /* A walk's time is its chunk count times a per-chunk latency, while the sums kernel and the passes
- * take time in proportion to all the work: the chain pays once its walks about fill the SMs (the
- * forward's chain32 rule). */
+ * take time in proportion to all the work: the chain pays once the walks of its widest blocks (64
+ * columns where K % 64 == 0) give >= kBwdChainPerSm per SM. Of the two widths, the 64-column walks
+ * where the blocks that run (both walks, or the reverse alone given chunk_states) give >=
+ * kChain64PerSm per SM, else the 32-column ones (the forward chain's rule, siso.cu). */
 const double kBwdChainPerSm = 0.9;
-bool chain_pays(const bwd_problem & pb) { return (double)chain_walks(pb) >= kBwdChainPerSm * pb.sms; }
+bool chain_pays(const bwd_problem & pb) {
+    return (double)chain_walks(pb, pb.K % 64 == 0 ? 64 : 32) >= kBwdChainPerSm * pb.sms;
+}
+bool chain64_pays(const bwd_problem & pb) {
+    return chain_pays(pb) && (double)((pb.saved ? 1 : 2) * chain_walks(pb, 64)) >= ssmi_siso::kChain64PerSm * pb.sms;
+}
+bool chain32_pays(const bwd_problem & pb) { return chain_pays(pb) && !(chain64_applies(pb) && chain64_pays(pb)); }
 struct bwd_variant {
     const char * name;
     const char * why;
@@ -96,35 +107,40 @@ struct bwd_variant {
     bool (*applies)(const bwd_problem &);
     bool (*pays)(const bwd_problem &); /* the default's measured rule on top of applies; NULL: none */
     bool planes;                       /* the chunk kernels of bwd_chunk_planes.cu */
-    bool chain;                        /* the slots + bwd_walks_kernel instead of the chunk sums and the passes */
+    int  chain;                        /* K columns of the walk blocks (the slots + bwd_walks_kernel instead of
+                                          the chunk sums and the passes); 0: none */
 };
 /* The tensor-core entry serves 16-bit q, k, v only: its products keep ~2^-16 relative error
  * (fp32 operands split into two bf16 parts), inside the 16-bit bars of DESIGN §5, not the fp32 bar. */
 const bwd_variant kBwdTable[] = {
     {"chained_planes",
      "chunked_planes with its chunk sums and both state passes in one kernel: a block per (sequence, head, walk, "
-     "64 V rows, 64 K columns (32 where K % 64 != 0)) walks the chunks with the state in registers: the forward's "
-     "chain_state_kernel (cp.async operand ring, slots of the chunk scalars and angles); by default where those walks "
-     "give >= 0.9 per SM",
+     "64 V rows, 64 K columns) walks the chunks with the state in registers: the forward's chain_state_kernel "
+     "(cp.async operand ring, slots of the chunk scalars and angles); given chunk_states, the reverse walks alone; "
+     "by default where the walks give >= 0.9 per SM and those that run >= 1.5",
+     "q, k, v, dout (and z) of one 16-bit dtype in 16-byte rows, 64-token chunks, K % 64 == 0 and K <= 128",
+     chain64_applies, chain64_pays, true, 64},
+    {"chained_planes32",
+     "chained_planes with walk blocks of 32 K columns: twice the walks, each with half the K work; by default where "
+     "the chain pays and chained_planes' walks that run give < 1.5 per SM (or K % 64 != 0)",
      "q, k, v, dout (and z) of one 16-bit dtype in 16-byte rows, 64-token chunks, K % 32 == 0 and K <= 128",
-     chain_applies, chain_pays,
-     true, true},
+     chain32_applies, chain32_pays, true, 32},
     {"chunked_planes",
      "16-bit q, k, v: the chunk kernels' operands written once into shared memory as bf16 planes (fp32 values as a "
      "rounded plane and a remainder plane) and every product by ldmatrix + mma.sync m16n8k16 with fp32 accumulators, "
      "16 warps per block, 64-token chunks (32 where those do not fit)",
-     "q, k and v in fp16 or bf16, and the chunk's planes fit shared memory", planes_applies, NULL, true, false},
+     "q, k and v in fp16 or bf16, and the chunk's planes fit shared memory", planes_applies, NULL, true, 0},
     {"chunked",
      "plain fp32 chunked backward: per-(chunk, head) blocks with register-tiled products from shared memory, "
      "state and state-gradient passes over the chunks, fixed-order sums; every dtype and layout, K <= 256",
-     "any problem", any_applies, NULL, false, false},
+     "any problem", any_applies, NULL, false, 0},
 };
 
 struct bwd_plan {
     bw_chunk * chunks;
     bw_seg *   segs;
     long long  W;
-    bool       chain; /* the entry is chained_planes: the workspace has its slots and sequences */
+    int        chain; /* a chained entry's walk width (K columns; 0: none): the workspace has its slots and sequences */
     bool       saved; /* chained_planes reads the states entering the chunks from chunk_states */
     bool       st_in_place; /* ... and uses its memory as P.st (saved_states_in_place): no st workspace */
     int        qslice, qparts; /* bw_args' parts of dq̃, dk̃ (grad_slices) */
@@ -303,10 +319,8 @@ bw_args make_args(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_args * a
     P.dfk = ssmi_cu_view_or_null(&a->dfinal_k_state), P.dfv = ssmi_cu_view_or_null(&a->dfinal_v_state);
     if (planes && ssmi_present(&a->pregate_y)) { /* dz from y by bwd_dz_kernel (the plane entries) */
         P.ypre = ssmi_cu_view_of(&a->pregate_y);
-        P.dz_pairs = d->dv % 2 == 0 && a->pregate_y.dtype == SSM_DTYPE_F32 && ssmi_cu_vec_pairs(&a->pregate_y, d->dv) &&
-                     a->dout.dtype == SSM_DTYPE_BF16 && ssmi_cu_vec_pairs(&a->dout, d->dv) &&
-                     a->z.dtype == SSM_DTYPE_BF16 && ssmi_cu_vec_pairs(&a->z, d->dv) &&
-                     a->dz.dtype == SSM_DTYPE_BF16 && ssmi_present(&a->dz) && ssmi_cu_vec_pairs(&a->dz, d->dv);
+        P.dz_vec = ssmi_cu_vec_rows(&a->pregate_y, SSM_DTYPE_F32, d->dv) && ssmi_cu_vec_rows(&a->dout, SSM_DTYPE_BF16, d->dv) &&
+                   ssmi_cu_vec_rows(&a->z, SSM_DTYPE_BF16, d->dv) && ssmi_cu_vec_rows(&a->dz, SSM_DTYPE_BF16, d->dv);
     }
     P.dq = out_of(&a->dq), P.dk = out_of(&a->dk), P.dv = out_of(&a->dv);
     P.dadt = out_of(&a->dadt), P.ddt = out_of(&a->ddt), P.dtrap = out_of(&a->dtrap);
@@ -320,7 +334,7 @@ bw_args make_args(const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_args * a
 /* The kernels of the backward on the workspace ws (stream order). With pl->saved the chain's forward
  * walk is not run: P.st is chunk_states itself (pl->st_in_place) or its copy. */
 ssm_status bwd_launch(ssm_context * ctx, const ssmi_mamba3_dims * d, const ssm_mamba3_siso_bwd_args * a,
-                      const bwd_plan * pl, bw_args P, bool chain, unsigned char * ws) {
+                      const bwd_plan * pl, bw_args P, int chain, unsigned char * ws) {
     const bwd_ws       l = ws_layout(d, pl);
     const cudaStream_t s = ssmi_cuda_stream(ctx);
     const long long    T = (long long)d->batch * d->seqlen;
@@ -349,7 +363,7 @@ ssm_status bwd_launch(ssm_context * ctx, const ssmi_mamba3_dims * d, const ssm_m
         if (chain) {
             if (pl->saved && !pl->st_in_place)
                 SSM_FORWARD_IF_ERROR(ssmi_cuda_dense_copy(ctx, kOp, &a->chunk_states, P.st, 0, s));
-            SSM_FORWARD_IF_ERROR(launch_bwd_state_chain(ctx, kOp, P, !pl->saved));
+            SSM_FORWARD_IF_ERROR(launch_bwd_state_chain(ctx, kOp, P, !pl->saved, chain));
         } else {
             if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_chunk(ctx, kOp, P, false));
             SSM_FORWARD_IF_ERROR(launch_bwd_passes(ctx, kOp, P));
@@ -391,7 +405,8 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_bwd(ssm_context * ctx, const ssm_mam
                             dev.sms,
                             (int)d->nangles,
                             ssmi_present(&a->z),
-                            rows16(a, d)};
+                            rows16(a, d),
+                            ssmi_present(&a->chunk_states) && p->chunk_size == ssmi_siso::kC};
     const bwd_variant * e = NULL;
     SSM_FORWARD_IF_ERROR(ssmi_cuda_pick_variant(ctx, SSMI_OP_mamba3_siso_bwd, kBwdTable, pb, &e));
     SSM_RETURN_IF(e == NULL, ctx, SSM_STATUS_UNSUPPORTED, "%s: no CUDA kernel applies to this problem", kOp);
@@ -406,7 +421,7 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_bwd(ssm_context * ctx, const ssm_mam
     SSM_FORWARD_IF_ERROR(plan_bwd(ctx, d, &a->cu_seqlens, C, &pl));
     pl.chain = e->chain;
     /* the forward's chunk_states are the chain's forward walk where their chunks are the entry's */
-    pl.saved = e->chain && ssmi_present(&a->chunk_states) && p->chunk_size == C;
+    pl.saved = e->chain != 0 && ssmi_present(&a->chunk_states) && p->chunk_size == C;
     pl.st_in_place = pl.saved && ssmi_cu_dense_f32(&a->chunk_states, 256);
     grad_slices(&pl, d->nheads_qk, d->nheads_qk > 0 ? (int)(d->nheads / d->nheads_qk) : 0, e->planes);
     bw_args P = make_args(d, a, C, staged, e->planes, pl.W);

@@ -68,9 +68,9 @@ struct bw_args {
     ssmi_cu_view     ang_in, ssm_in, k_in, v_in;                  /* initial states            */
     ssmi_cu_view     dout, dfa, dfs, dfk, dfv;                    /* incoming gradients        */
     /* the forward's pregate_y (plane entries; p == NULL otherwise): dz by bwd_dz_kernel, not by the
-     * gradient kernel's dz tiles; dz_pairs: y f32, dout, z, dz bf16, each in aligned pairs */
+     * gradient kernel's dz tiles; dz_vec: y f32, dout, z, dz bf16, each in 16-byte rows of 8 */
     ssmi_cu_view     ypre;
-    int              dz_pairs;
+    int              dz_vec;
     m3_out           dq, dk, dv, dadt, ddt, dtrap, dqb, dkb, dang, dd, dz;
     m3_out           dang_st, dssm_st, dk_st, dv_st;
     /* workspace (fp32); T = B·S flat tokens */
@@ -426,14 +426,13 @@ ssm_status launch_bwd_sums(ssm_context * ctx, const char * op, const bw_args & P
  * the kernels of bwd_chunk_planes.cu (launch_bwd_chunk_planes) */
 ssm_status launch_bwd_chunk(ssm_context * ctx, const char * op, const bw_args & P, bool grads);
 ssm_status launch_bwd_chunk_planes(ssm_context * ctx, const char * op, const bw_args & P, bool grads);
-/* bwd_state_chain.cu: both walks with the chunk sums of the plane entry folded in (entry
- * chained_planes; replaces launch_bwd_chunk(false) and launch_bwd_passes): P.st, P.dst, P.cl,
+/* bwd_state_chain.cu: both walks with the chunk sums of the plane entry folded in (entries
+ * chained_planes*; replace launch_bwd_chunk(false) and launch_bwd_passes): P.st, P.dst, P.cl,
  * P.dhin as those two write them, by the forward's chain (state_chain.cu) on the slots P.slot and
- * the sequences P.msegs; KS = bwd_chain_ks(K) state columns per block; its shared memory. forward
- * false: the reverse walk alone (P.st holds the forward's chunk_states already). */
-ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_args & P, bool forward);
-int        bwd_chain_ks(int K);
-size_t     bwd_state_chain_smem(int A, int K, bool z);
+ * the sequences P.msegs; KS (64 or 32) state columns per block; its shared memory. forward false:
+ * the reverse walk alone (P.st holds the forward's chunk_states already). */
+ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_args & P, bool forward, int KS);
+size_t     bwd_state_chain_smem(int A, int KS, bool z);
 
 } /* namespace ssmi_siso_bwd */
 

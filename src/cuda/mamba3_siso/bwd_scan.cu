@@ -24,7 +24,7 @@
  * bwd_tok_kernel, one block per (chunk, head): G inside the chunk from its carry (in shared
  *   memory), dangles, then per token ddt and dtrap (spec §6.2).
  * bwd_dz_kernel (the plane entries given pregate_y): dz = y·dout·σ(z)(1 + z(1 − σ(z))) element by
- *   element from the forward's y, the gradient kernel's expression; a thread per pair of a row.
+ *   element from the forward's y, the gradient kernel's expression; a block per token.
  * bwd_qk_sum_kernel: dq, dk = Σ of a group's qparts parts of dq̃, dk̃ (bw_args), in part order.
  * bwd_param_sum_kernel: dq_bias, dk_bias, dd = Σ over the chunks (sequence order, then chunk
  *   order) of the per-chunk sums.
@@ -300,28 +300,44 @@ __device__ __forceinline__ float dz_of(float y, float dout, float z) {
     return y * (dout * sg * (1.0f + z * (1.0f - sg)));
 }
 
-__global__ void bwd_dz_kernel(const bw_args P, long long T) {
-    const int       V2 = (P.V + 1) / 2;
-    const long long n = T * P.H * V2, step = (long long)gridDim.x * blockDim.x;
-    for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += step) {
-        const long long rowh = e / V2, tok = rowh / P.H, b = tok / P.S, t = tok % P.S;
-        const int       h = (int)(rowh % P.H), r = 2 * (int)(e % V2);
-        if (P.dz_pairs) { /* V even */
-            const float2 y = *reinterpret_cast<const float2 *>((const float *)P.ypre.p +
-                                                               (b * P.ypre.s[0] + t * P.ypre.s[1] + h * P.ypre.s[2] + r));
-            const float2 d = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(
-                (const __nv_bfloat16 *)P.dout.p + (b * P.dout.s[0] + t * P.dout.s[1] + h * P.dout.s[2] + r)));
-            const float2 z = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(
-                (const __nv_bfloat16 *)P.z.p + (b * P.z.s[0] + t * P.z.s[1] + h * P.z.s[2] + r)));
-            *reinterpret_cast<__nv_bfloat162 *>((__nv_bfloat16 *)P.dz.p +
-                                                (b * P.dz.s[0] + t * P.dz.s[1] + h * P.dz.s[2] + r)) =
-                __floats2bfloat162_rn(dz_of(y.x, d.x, z.x), dz_of(y.y, d.y, z.y));
-        } else {
-            for (int u = 0; u < 2 && r + u < P.V; ++u)
-                st4(P.dz, b, t, h, r + u,
-                    dz_of(ld4(P.ypre, b, t, h, r + u), ld4(P.dout, b, t, h, r + u), ld4(P.z, b, t, h, r + u)));
+/* dz of token (b, t): the block's threads over its H·V elements, 8 at a time (16-byte loads and
+ * stores) where P.dz_vec allows it, else one at a time through the strides. */
+__device__ void dz_token(const bw_args & P, long long b, long long t) {
+    if (P.dz_vec) { /* V % 8 == 0 */
+        const int per = P.V / 8, n = P.H * per;
+        for (int e = threadIdx.x; e < n; e += blockDim.x) {
+            const int     h = e / per, r = (e - h * per) * 8;
+            const float * yp = (const float *)P.ypre.p + (b * P.ypre.s[0] + t * P.ypre.s[1] + h * P.ypre.s[2] + r);
+            const float4  y0 = *reinterpret_cast<const float4 *>(yp), y1 = *reinterpret_cast<const float4 *>(yp + 4);
+            const uint4   dw = *reinterpret_cast<const uint4 *>(
+                (const __nv_bfloat16 *)P.dout.p + (b * P.dout.s[0] + t * P.dout.s[1] + h * P.dout.s[2] + r));
+            const uint4   zw = *reinterpret_cast<const uint4 *>(
+                (const __nv_bfloat16 *)P.z.p + (b * P.z.s[0] + t * P.z.s[1] + h * P.z.s[2] + r));
+            const float    y[8] = {y0.x, y0.y, y0.z, y0.w, y1.x, y1.y, y1.z, y1.w};
+            const unsigned dws[4] = {dw.x, dw.y, dw.z, dw.w}, zws[4] = {zw.x, zw.y, zw.z, zw.w};
+            unsigned       o[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const float2         d = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&dws[k]));
+                const float2         z = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&zws[k]));
+                const __nv_bfloat162 v = __floats2bfloat162_rn(dz_of(y[2 * k], d.x, z.x), dz_of(y[2 * k + 1], d.y, z.y));
+                o[k] = *reinterpret_cast<const unsigned *>(&v);
+            }
+            __nv_bfloat16 * dp = (__nv_bfloat16 *)P.dz.p + (b * P.dz.s[0] + t * P.dz.s[1] + h * P.dz.s[2] + r);
+            *reinterpret_cast<uint4 *>(dp) = make_uint4(o[0], o[1], o[2], o[3]);
         }
+        return;
     }
+    const int n = P.H * P.V;
+    for (int e = threadIdx.x; e < n; e += blockDim.x) {
+        const int h = e / P.V, r = e - h * P.V;
+        st4(P.dz, b, t, h, r, dz_of(ld4(P.ypre, b, t, h, r), ld4(P.dout, b, t, h, r), ld4(P.z, b, t, h, r)));
+    }
+}
+
+/* A block per token, grid-stride over the T tokens. */
+__global__ void __launch_bounds__(256) bwd_dz_kernel(const bw_args P, long long T) {
+    for (long long tok = blockIdx.x; tok < T; tok += gridDim.x) dz_token(P, tok / P.S, tok % P.S);
 }
 
 __global__ void bwd_qk_sum_kernel(const bw_args P, long long T, int Hq) {
@@ -395,10 +411,8 @@ ssm_status launch_bwd_tok(ssm_context * ctx, const char * op, const bw_args & P)
 }
 
 ssm_status launch_bwd_dz(ssm_context * ctx, const char * op, const bw_args & P, long long T) {
-    const long long n = T * P.H * ((P.V + 1) / 2);
-    if (n == 0) return SSM_STATUS_OK;
-    const long long blocks = (n + 255) / 256;
-    bwd_dz_kernel<<<(unsigned)(blocks < 65535 ? blocks : 65535), 256, 0, ssmi_cuda_stream(ctx)>>>(P, T);
+    if (T == 0 || P.H == 0) return SSM_STATUS_OK;
+    bwd_dz_kernel<<<(unsigned)(T < (1 << 20) ? T : (1 << 20)), 256, 0, ssmi_cuda_stream(ctx)>>>(P, T);
     return ssmi_cuda_status(ctx, op, "bwd_dz_kernel launch", cudaGetLastError());
 }
 

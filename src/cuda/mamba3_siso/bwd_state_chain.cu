@@ -78,11 +78,9 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_chain_slot_kernel(const bw_ar
 
 } /* namespace */
 
-int bwd_chain_ks(int K) { return K % 64 == 0 ? 64 : 32; }
+size_t bwd_state_chain_smem(int A, int KS, bool z) { return (size_t)bwd_walks_smem(A, KS, z); }
 
-size_t bwd_state_chain_smem(int A, int K, bool z) { return (size_t)bwd_walks_smem(A, bwd_chain_ks(K), z); }
-
-ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_args & P, bool forward) {
+ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_args & P, bool forward, int KS) {
     if (P.W > 0 || P.NS > 0) {
         bwd_chain_slot_kernel<<<dim3((unsigned)P.W + 1, (unsigned)P.H), kSeqThreads, 0, ssmi_cuda_stream(ctx)>>>(P);
         SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "bwd_chain_slot_kernel launch", cudaGetLastError()));
@@ -103,7 +101,7 @@ ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_a
     R.fin_ssm.p = P.dhin, R.fin_ssm.dtype = SSM_DTYPE_F32, R.fin_ssm.present = 1;
     R.fin_ssm.s[0] = (long long)P.H * P.V * P.K, R.fin_ssm.s[1] = (long long)P.V * P.K, R.fin_ssm.s[2] = P.K;
     R.fin_ssm.s[3] = 1;
-    return launch_bwd_walks(ctx, op, F, R, P.v.dtype == SSM_DTYPE_BF16 ? M_BF16 : M_F16, bwd_chain_ks(P.K));
+    return launch_bwd_walks(ctx, op, F, R, P.v.dtype == SSM_DTYPE_BF16 ? M_BF16 : M_F16, KS);
 }
 
 } /* namespace ssmi_siso_bwd */

@@ -238,11 +238,10 @@ struct fwd_problem {
 
 /* The chained state pays once its chains about fill the SMs: a chain's time is its chunk count
  * times a per-chunk latency, which grows little from one to two chains on an SM, while the
- * mma.sync state kernel and the pass take time in proportion to all the work. The 32-column blocks
- * (twice the chains, each with half the K̂ work but the same copies) are faster until the 64-column
- * ones alone give kChain64PerSm chains per SM. Fastest form at each of the nine shapes measured in
- * docs/notes/cuda-siso-kernels.md (H200). */
-const double kChainPerSm = 0.9, kChain64PerSm = 1.5;
+ * mma.sync state kernel and the pass take time in proportion to all the work (kChain64PerSm in
+ * siso.cuh: where 32-column chains are faster). Fastest form at each of the nine shapes measured
+ * in docs/notes/cuda-siso-kernels.md (H200). */
+const double kChainPerSm = 0.9;
 
 /* fp16/bf16 v and K ≤ 128: the tensor-core kernels (state by mma.sync and the output kernels of
  * output_mma.cu / output_wgmma.cu) serve every layout and feature. */

@@ -57,6 +57,10 @@ const int kOutMmaThreads = 256;   /* the 8-warp mma.sync output kernel          
 const int kOutWgmmaThreads = 256; /* the wgmma output kernel: two warpgroups                   */
 const int kChainThreads = kStateThreads;
 const int kChainStages = 3; /* the chain's operand stages: chunk c + 2 copies while chunk c computes */
+/* The chains of 32 K columns (twice the chains of 64, each with half the K̂ work but the same
+ * copies) are faster until the 64-column ones alone give this many per SM (the forward's chain
+ * and the backward's walks). */
+const double kChain64PerSm = 1.5;
 /* The y exchange of the 8-warp output kernels (warp pairs sharing 16 rows): 8 warps × 4 tiles ×
  * 32 lanes × one float4. */
 const int kExchangeBytes = (kOutMmaThreads / 32) * 4 * 32 * 16;
