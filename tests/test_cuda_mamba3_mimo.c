@@ -335,24 +335,7 @@ static void test_nan_adt(ssmt_rng * rng) {
         *raslot[i] = ref[i].t;
     }
     TEST_CHECK_STATUS(ssm_mamba3_mimo(ctx_ref, &g_params, &ra), SSM_STATUS_OK);
-    const int32_t n = ssm_variant_count(SSM_BACKEND_CUDA, "mamba3_mimo");
-    int           ran = 0;
-    for (int32_t e = -1; e < n; ++e) { /* -1: the default choice */
-        const char * name = e < 0 ? NULL : ssm_variant_name(SSM_BACKEND_CUDA, "mamba3_mimo", e);
-        for (int i = 0; i < 5; ++i) ssmt_poison(&outs[i]->t);
-        TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba3_mimo", name), SSM_STATUS_OK);
-        const ssm_status st = ssmt_run_on_device(ctx_cuda, "mamba3_mimo", &pr.args, 0, run_fwd);
-        TEST_CHECK_STATUS(ssm_context_set_variant(ctx_cuda, "mamba3_mimo", NULL), SSM_STATUS_OK);
-        if (st == SSM_STATUS_UNSUPPORTED && name != NULL) continue; /* the entry does not apply */
-        TEST_CHECK(st == SSM_STATUS_OK, "nan adt [%s]: %s (%s)", name ? name : "default", ssm_status_string(st),
-                   ssm_context_last_error(ctx_cuda));
-        if (st != SSM_STATUS_OK) continue;
-        int64_t nans = 0, bad = 0;
-        for (int i = 0; i < 5; ++i) bad += ssmt_nan_mismatch(&outs[i]->t, &ref[i].t, &nans);
-        TEST_CHECK(nans > 0 && bad == 0, "nan adt [%s]: %lld NaN in the reference, %lld elements differ in NaN-ness",
-                   name ? name : ssm_context_last_variant(ctx_cuda), (long long)nans, (long long)bad);
-        ++ran;
-    }
+    const int ran = ssmt_nan_pattern_runs(ctx_cuda, "mamba3_mimo", &pr.args, run_fwd, outs, ref, 5, "nan adt");
     TEST_CHECK(ran >= 2, "nan adt: %d runs", ran);
     for (int i = 0; i < 5; ++i) ssmt_free(&ref[i]);
     ssmt_mimo_problem_free(&pr);
