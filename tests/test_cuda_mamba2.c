@@ -352,16 +352,9 @@ static void test_nan_dt(ssmt_rng * rng) {
         TEST_CHECK_STATUS(ssm_mamba2_scan(ctx_cuda, &p, &da, NULL, 0), SSM_STATUS_OK);
         ssmt_to_host(&pr.out, &dv[7]);
         ssmt_to_host(&pr.final_states, &dv[8]);
-        int64_t       bad = 0, nans = 0;
-        const int64_t no = ssmt_numel(&rout.t), nf = ssmt_numel(&rfin.t);
-        for (int64_t i = 0; i < no; ++i) {
-            const int rn = isnan(ssmt_get(&rout.t, i)), gn = isnan(ssmt_get(&pr.out.t, i));
-            nans += rn, bad += rn != gn;
-        }
-        for (int64_t i = 0; i < nf; ++i) {
-            const int rn = isnan(ssmt_get(&rfin.t, i)), gn = isnan(ssmt_get(&pr.final_states.t, i));
-            nans += rn, bad += rn != gn;
-        }
+        int64_t nans = 0;
+        const int64_t bad = ssmt_nan_mismatch(&pr.out.t, &rout.t, &nans) +
+                            ssmt_nan_mismatch(&pr.final_states.t, &rfin.t, &nans);
         TEST_CHECK(nans > 0 && bad == 0, "nan dt %s: %lld NaN in the reference, %lld elements differ in NaN-ness",
                    ssm_dtype_name(cfg.dtype), (long long)nans, (long long)bad);
         for (int i = 0; i < 9; ++i) ssmt_dev_free(&dv[i]);

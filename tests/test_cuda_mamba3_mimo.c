@@ -17,6 +17,8 @@
  * sequences, segment-length boundaries, C not dividing 64) and a step with more rows than the
  * slot list passed by value holds. Last, the tables themselves: their names, the entry a shape
  * picks, an unknown name (INVALID_ARGUMENT) and a forced entry that does not apply (UNSUPPORTED).
+ * A NaN in one adt value gives the reference's NaN pattern on every forward entry (the non-finite
+ * fix's recompute).
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261203).
  */
@@ -305,6 +307,40 @@ static void test_fwd(ssmt_rng * rng, const ssmt_mimo_config * cfg, int index_dev
     ssmt_mimo_problem_free(&pr);
 }
 
+/* One adt value NaN (row 0, head 1, token 100): the reference carries it into that head's outputs
+ * from token 100 on and into its final states, nowhere else. The device's output kernels mark the
+ * (chunk, head) pairs with a non-finite output and the fix kernel recomputes them
+ * (ssmi_cu_marked_walk over 257 chunks × 4 heads: about four items per fix block, 251 marked);
+ * the default and every forward entry that applies must give the reference's NaN pattern. */
+static void test_nan_adt(ssmt_rng * rng) {
+    ssmt_mimo_config cfg;
+    ssmt_mimo_config_init(&cfg);
+    cfg.batch = 1, cfg.seqlen = 4100, cfg.nheads = 4, cfg.ngroups = 1, cfg.rank = 4, cfg.dstate = 64;
+    cfg.headdim = 64, cfg.chunk = 16, cfg.dtype = cfg.out_dtype = SSM_DTYPE_BF16, cfg.has_final = 1;
+    ssmt_mimo_problem pr;
+    if (ssmt_mimo_random_args(rng, &cfg, &pr) != 0) {
+        TEST_CHECK(0, "nan adt: could not build the problem");
+        return;
+    }
+    g_params = pr.params;
+    ssmt_set(&pr.adt.t, (0 * cfg.nheads + 1) * cfg.seqlen + 100, NAN);
+    ssmt_host * const    outs[] = {&pr.out, &pr.final_angle_state, &pr.final_ssm_state, &pr.final_k_state,
+                                   &pr.final_v_state};
+    ssm_mamba3_mimo_args ra = pr.args;
+    ssm_tensor * const   raslot[] = {&ra.out, &ra.final_angle_state, &ra.final_ssm_state, &ra.final_k_state,
+                                     &ra.final_v_state};
+    ssmt_host            ref[5];
+    for (int i = 0; i < 5; ++i) {
+        ref[i] = ssmt_alloc(SSM_DTYPE_F64, outs[i]->t.ndim, outs[i]->t.shape);
+        *raslot[i] = ref[i].t;
+    }
+    TEST_CHECK_STATUS(ssm_mamba3_mimo(ctx_ref, &g_params, &ra), SSM_STATUS_OK);
+    const int ran = ssmt_nan_pattern_runs(ctx_cuda, "mamba3_mimo", &pr.args, run_fwd, outs, ref, 5, "nan adt");
+    TEST_CHECK(ran >= 2, "nan adt: %d runs", ran);
+    for (int i = 0; i < 5; ++i) ssmt_free(&ref[i]);
+    ssmt_mimo_problem_free(&pr);
+}
+
 /* ---- step ----------------------------------------------------------------------------------- */
 static void test_step(ssmt_rng * rng, const ssmt_mimo_config * cfg, int64_t slots, int with_indices, int index_dev) {
     ssmt_mimo_step_problem pr;
@@ -539,6 +575,7 @@ int main(void) {
     }
     force_variants(NULL, NULL);
     test_variants(&rng);
+    test_nan_adt(&rng);
 
     ssm_context_free(ctx_ref);
     ssm_context_free(ctx_cuda);

@@ -13,7 +13,8 @@
  * state_batch_indices (padding rows), with separate and in-place final pools, with the
  * float4 and the generic state paths; the step's general form (cu_seqlens of one token per
  * row, dst_state_batch_indices, an intermediate state) equal to the plain step within the fp32
- * bar (test_cuda_decode_slots tests the slot forms).
+ * bar (test_cuda_decode_slots tests the slot forms). A NaN in one adt value gives the reference's
+ * NaN pattern on every forward entry (the non-finite fix's recompute).
  * Every case runs under the default choice of the CUDA selection tables, then once more with
  * each table entry forced through the context (ssm_context_set_variant) wherever it applies (a
  * forced entry that does not apply must fail with UNSUPPORTED; the case is then skipped). The
@@ -24,6 +25,7 @@
  * Label cuda; exits 77 ("no CUDA device: skipped", a CTest skip) without a GPU.
  * Seed: SSMOPS_TEST_SEED (default 20261203). SHOWCMP=1 prints every comparison.
  */
+#include <math.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -320,6 +322,50 @@ static void test_step(ssmt_rng * rng, int64_t B, int64_t H, int64_t Hq, int64_t 
      * cases exercise device index tensors */
     run_dev_case(tag, "mamba3_siso_step", run_step, &a, sizeof a, b, nb, dtype);
     ssmt_mamba3_step_free(&pr);
+}
+
+/* ---- a NaN decay ------------------------------------------------------------------------------------- */
+
+/* One adt value NaN (row 0, head 1, token 100): the reference carries it into that head's outputs
+ * from token 100 on and into its final states, nowhere else. The device's output kernels mark the
+ * (chunk, head) pairs with a non-finite output and the fix kernel recomputes them
+ * (ssmi_cu_marked_walk over 65 chunks × 8 heads: two or three triples per fix block, 64 marked);
+ * every forward entry that applies must give the reference's NaN pattern, per 16-bit dtype. */
+static void test_nan_adt(ssmt_rng * rng) {
+    static const ssm_dtype dtypes[] = {SSM_DTYPE_BF16, SSM_DTYPE_F16};
+    for (int k = 0; k < 2; ++k) {
+        ssmt_mamba3_config cfg;
+        ssmt_mamba3_config_init(&cfg);
+        cfg.batch = 1, cfg.seqlen = 4100, cfg.nheads = 8, cfg.nheads_qk = 1;
+        cfg.dk = 64, cfg.dv = 64, cfg.nangles = 16, cfg.chunk = 64;
+        cfg.dtype = cfg.out_dtype = dtypes[k];
+        cfg.has_final = 1;
+        ssmt_mamba3_problem pr;
+        if (ssmt_mamba3_random_args(rng, &cfg, &pr) != 0) {
+            TEST_CHECK(0, "nan adt: could not build the problem");
+            return;
+        }
+        ssmt_mamba3_params(&cfg, &g_params);
+        ssmt_set(&pr.adt.t, (0 * cfg.nheads + 1) * cfg.seqlen + 100, NAN);
+        /* the reference into F64 copies of the outputs */
+        ssmt_host * const outs[] = {&pr.out, &pr.final_angle_state, &pr.final_ssm_state, &pr.final_k_state,
+                                    &pr.final_v_state};
+        ssmt_host ref[5];
+        ssm_mamba3_siso_args ra = pr.args;
+        ssm_tensor * const   raslot[] = {&ra.out, &ra.final_angle_state, &ra.final_ssm_state, &ra.final_k_state,
+                                         &ra.final_v_state};
+        for (int i = 0; i < 5; ++i) {
+            ref[i] = ssmt_alloc(SSM_DTYPE_F64, outs[i]->t.ndim, outs[i]->t.shape);
+            *raslot[i] = ref[i].t;
+        }
+        TEST_CHECK_STATUS(ssm_mamba3_siso(ctx_ref, &g_params, &ra), SSM_STATUS_OK);
+        char tag[64];
+        snprintf(tag, sizeof tag, "nan adt %s", ssm_dtype_name(cfg.dtype));
+        const int ran = ssmt_nan_pattern_runs(ctx_cuda, "mamba3_siso", &pr.args, run_siso, outs, ref, 5, tag);
+        TEST_CHECK(ran >= 2, "%s: %d runs", tag, ran);
+        for (int i = 0; i < 5; ++i) ssmt_free(&ref[i]);
+        ssmt_mamba3_problem_free(&pr);
+    }
 }
 
 /* ---- device rules ----------------------------------------------------------------------------------- */
@@ -790,6 +836,7 @@ int main(void) {
     g_step_tag = "";
 
     test_variant_rules(&rng);
+    test_nan_adt(&rng);
 
     /* every entry ran: the portable and mma.sync ones and the step's everywhere; the wgmma ones
      * (forced) where the default took them somewhere (an sm_90 device, a build with sm_90a code,

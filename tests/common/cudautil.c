@@ -142,3 +142,27 @@ int ssmt_variant_needs_wgmma(const char * op, const char * name) {
         if (strcmp(entries[i][0], op) == 0 && strcmp(entries[i][1], name) == 0) return 1;
     return 0;
 }
+
+int ssmt_nan_pattern_runs(ssm_context * ctx, const char * op, const void * args, ssmt_run_fn fn,
+                          ssmt_host * const * outs, const ssmt_host * ref, int n, const char * tag) {
+    const int32_t entries = ssm_variant_count(SSM_BACKEND_CUDA, op);
+    int           ran = 0;
+    for (int32_t e = -1; e < entries; ++e) { /* -1: the default choice */
+        const char * name = e < 0 ? NULL : ssm_variant_name(SSM_BACKEND_CUDA, op, e);
+        for (int i = 0; i < n; ++i) ssmt_poison(&outs[i]->t);
+        TEST_CHECK_STATUS(ssm_context_set_variant(ctx, op, name), SSM_STATUS_OK);
+        const ssm_status st = ssmt_run_on_device(ctx, op, args, 0, fn);
+        const char *     last = ssm_context_last_variant(ctx);
+        TEST_CHECK_STATUS(ssm_context_set_variant(ctx, op, NULL), SSM_STATUS_OK);
+        if (st == SSM_STATUS_UNSUPPORTED && name != NULL) continue; /* the entry does not apply */
+        TEST_CHECK(st == SSM_STATUS_OK, "%s [%s]: %s (%s)", tag, name ? name : "default", ssm_status_string(st),
+                   ssm_context_last_error(ctx));
+        if (st != SSM_STATUS_OK) continue;
+        int64_t nans = 0, bad = 0;
+        for (int i = 0; i < n; ++i) bad += ssmt_nan_mismatch(&outs[i]->t, &ref[i].t, &nans);
+        TEST_CHECK(nans > 0 && bad == 0, "%s [%s]: %lld NaN in the reference, %lld elements differ in NaN-ness", tag,
+                   last != NULL ? last : "?", (long long)nans, (long long)bad);
+        ++ran;
+    }
+    return ran;
+}

@@ -28,6 +28,14 @@ void ssmt_dev_free(ssmt_dev * d);
  * on the device. Returns fn's status. */
 ssm_status ssmt_run_on_device(ssm_context * ctx, const char * op, const void * args, int index_dev, ssmt_run_fn fn);
 
+/* The NaN pattern of a device run: op by fn through ssmt_run_on_device (args' tensors on the
+ * host), under the default choice and then with each of op's CUDA table entries forced (one that
+ * answers UNSUPPORTED is skipped), the n outputs outs[i] (views args holds) NaN-poisoned before
+ * each run. Every run must succeed with the NaN-ness of ref[i] (the reference's outputs, which
+ * must hold a NaN) in outs[i], element by element. Returns the runs that succeeded. */
+int ssmt_nan_pattern_runs(ssm_context * ctx, const char * op, const void * args, ssmt_run_fn fn,
+                          ssmt_host * const * outs, const ssmt_host * ref, int n, const char * tag);
+
 /* 1 when a CUDA device is present; otherwise prints "<test>: no CUDA device: skipped". */
 int ssmt_cuda_present(const char * test);
 

@@ -74,6 +74,15 @@ int64_t ssmt_numel(const ssm_tensor * t) {
     return n;
 }
 
+int64_t ssmt_nan_mismatch(const ssm_tensor * got, const ssm_tensor * ref, int64_t * nans) {
+    int64_t bad = 0;
+    for (int64_t i = 0, n = ssmt_numel(ref); i < n; ++i) {
+        const int rn = isnan(ssmt_get(ref, i)), gn = isnan(ssmt_get(got, i));
+        *nans += rn, bad += rn != gn;
+    }
+    return bad;
+}
+
 int64_t ssmt_offset(const ssm_tensor * t, int64_t lin) {
     int64_t off = 0;
     for (int32_t i = t->ndim - 1; i >= 0; --i) {

@@ -159,6 +159,9 @@ int64_t ssmt_numel(const ssm_tensor * t);
 int64_t ssmt_offset(const ssm_tensor * t, int64_t lin);
 double  ssmt_get(const ssm_tensor * t, int64_t lin);
 void    ssmt_set(const ssm_tensor * t, int64_t lin, double v); /* rounded to t's dtype */
+/* Elements whose NaN-ness differs between got and ref (one shape, any dtypes and layouts); ref's
+ * NaNs are added to *nans. */
+int64_t ssmt_nan_mismatch(const ssm_tensor * got, const ssm_tensor * ref, int64_t * nans);
 /* Value rounded to a float dtype, as double (f64 unchanged). */
 double ssmt_round_to(ssm_dtype dtype, double v);
 

@@ -170,4 +170,20 @@ template <int RU> __device__ __forceinline__ float ssmi_rows_sum(float (&v)[RU],
     return own;
 }
 
+/* The item walk of a non-finite fix kernel (a small grid whose blocks hold an output kernel's
+ * shared memory): block b takes the items b, b + gridDim.x, … < total and calls fix(o) for those
+ * whose mark is set (marked(o): a load of the mark; fix is uniform over the block and ends with
+ * the barrier its shared memory needs). The marks of a block's next blockDim.x items are loaded
+ * at once, a thread each, so a batch without a mark (the usual case) costs one load and one
+ * barrier, not one dependent load per item. */
+template <class M, class F> __device__ __forceinline__ void ssmi_cu_marked_walk(long long total, M marked, F fix) {
+    const long long step = gridDim.x, span = step * blockDim.x;
+    for (long long first = blockIdx.x; first < total; first += span) {
+        const long long mine = first + (long long)threadIdx.x * step;
+        if (!__syncthreads_or(mine < total && marked(mine))) continue;
+        for (long long o = first; o < total && o < first + span; o += step)
+            if (marked(o)) fix(o);
+    }
+}
+
 #endif /* SSMI_CUDA_COMMON_CUH */

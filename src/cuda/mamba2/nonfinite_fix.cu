@@ -73,13 +73,14 @@ __device__ __forceinline__ void fix_pair(const m2_fix_args & A, long long wh, fl
     }
 }
 
-/* kFixBlocks blocks walk the (work chunk, head) pairs: an unmarked pair costs one load of its mark
- * (a block per pair would take many waves of blocks that only read it). */
+/* kFixBlocks blocks walk the (work chunk, head) pairs (ssmi_cu_marked_walk; a block per pair would
+ * take many waves of blocks that only read their mark). */
 const int kFixBlocks = 1024;
 template <int MODE> __global__ void __launch_bounds__(kFixThreads) nonfinite_fix_kernel(const m2_fix_args A, long long pairs) {
     __shared__ float dts[kScanQ], cums[kScanQ], wts[kScanQ], crow[kMaxN], warp_tot[kFixThreads / 32];
-    for (long long wh = blockIdx.x; wh < pairs; wh += gridDim.x)
-        if (A.nonfinite[wh] != 0) fix_pair<MODE>(A, wh, dts, cums, wts, crow, warp_tot); /* uniform over the block */
+    ssmi_cu_marked_walk(
+        pairs, [&](long long wh) { return A.nonfinite[wh] != 0; },
+        [&](long long wh) { fix_pair<MODE>(A, wh, dts, cums, wts, crow, warp_tot); });
 }
 
 } /* namespace */

@@ -383,21 +383,20 @@ __global__ void __launch_bounds__(kThreads, kFused ? 3 : 1) output_kernel(const 
     output_tile<kFused, false>(A, sm, blockIdx.x, blockIdx.y);
 }
 
-/* The non-finite fix: kFixBlocks blocks walk the (chunk, head, P tile) triples; a marked pair's
- * tiles are recomputed (output_tile<kFix>), the others cost one load of the mark. A small grid,
- * because every block holds the tile's shared memory: a block per triple would take many waves of
- * blocks that only read their mark. */
+/* The non-finite fix: kFixBlocks blocks walk the (chunk, head, P tile) triples
+ * (ssmi_cu_marked_walk); a marked pair's tiles are recomputed (output_tile<kFix>). A small grid,
+ * because every block holds the tile's shared memory. */
 const int kFixBlocks = 256;
 template <bool kFused> __global__ void __launch_bounds__(kThreads, 1) output_fix_kernel(const mc_args A) {
     extern __shared__ float sm[];
-    const long long total = (long long)A.W * A.H * A.npt;
-    for (long long o = blockIdx.x; o < total; o += gridDim.x) {
-        const long long wh = o / A.npt; /* w·H + h */
-        if (A.nonfinite[wh] == 0) continue; /* uniform over the block */
-        const int w = (int)(wh / A.H), h = (int)(wh - (long long)w * A.H);
-        output_tile<kFused, true>(A, sm, w, h * A.npt + (int)(o - wh * A.npt));
-        __syncthreads(); /* the next triple rewrites the shared memory */
-    }
+    ssmi_cu_marked_walk(
+        (long long)A.W * A.H * A.npt, [&](long long o) { return A.nonfinite[o / A.npt] != 0; },
+        [&](long long o) {
+            const long long wh = o / A.npt; /* w·H + h */
+            const int       w = (int)(wh / A.H), h = (int)(wh - (long long)w * A.H);
+            output_tile<kFused, true>(A, sm, w, h * A.npt + (int)(o - wh * A.npt));
+            __syncthreads(); /* the next triple rewrites the shared memory */
+        });
 }
 
 /* One output kernel form over the grid (work chunk, head × P tile); in the forward with marks,

@@ -394,21 +394,20 @@ __global__ void __launch_bounds__(kThreads) portable_output_kernel(const m3_fwd_
     output_block<MODE, false>(P, smem, blockIdx.x, blockIdx.y, blockIdx.z);
 }
 
-/* The non-finite fix: kFixBlocks blocks walk the (chunk, head, V tile) triples; a marked pair's
- * tiles are recomputed (output_block<FIX>), the others cost one load of the mark. A small grid,
- * because every block holds the output kernel's shared memory: a block per triple would take many
- * waves of blocks that only read their mark. */
+/* The non-finite fix: kFixBlocks blocks walk the (chunk, head, V tile) triples
+ * (ssmi_cu_marked_walk); a marked pair's tiles are recomputed (output_block<FIX>). A small grid,
+ * because every block holds the output kernel's shared memory. */
 const int kFixBlocks = 256;
 template <int MODE>
 __global__ void __launch_bounds__(kThreads) portable_fix_kernel(const m3_fwd_args P, long long W, int VT) {
     extern __shared__ __align__(128) unsigned char smem[];
-    const long long total = W * P.H * VT;
-    for (long long o = blockIdx.x; o < total; o += gridDim.x) {
-        const long long wh = o / VT;
-        if (P.nonfinite[wh] == 0) continue; /* uniform over the block */
-        output_block<MODE, true>(P, smem, (int)(wh / P.H), (int)(wh % P.H), (int)(o - wh * VT));
-        __syncthreads(); /* the next triple rewrites the shared memory */
-    }
+    ssmi_cu_marked_walk(
+        W * P.H * VT, [&](long long o) { return P.nonfinite[o / VT] != 0; },
+        [&](long long o) {
+            const long long wh = o / VT;
+            output_block<MODE, true>(P, smem, (int)(wh / P.H), (int)(wh % P.H), (int)(o - wh * VT));
+            __syncthreads(); /* the next triple rewrites the shared memory */
+        });
 }
 
 template <int MODE>
