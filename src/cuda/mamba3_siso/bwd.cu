@@ -141,7 +141,7 @@ struct bwd_plan {
     bw_seg *   segs;
     long long  W;
     int        chain; /* a chained entry's walk width (K columns; 0: none): the workspace has its slots and sequences */
-    bool       saved; /* chained_planes reads the states entering the chunks from chunk_states */
+    bool       saved; /* a chain entry reads the states entering the chunks from chunk_states */
     bool       st_in_place; /* ... and uses its memory as P.st (saved_states_in_place): no st workspace */
     int        qslice, qparts; /* bw_args' parts of dq̃, dk̃ (grad_slices) */
 };
@@ -421,7 +421,7 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_bwd(ssm_context * ctx, const ssm_mam
     SSM_FORWARD_IF_ERROR(plan_bwd(ctx, d, &a->cu_seqlens, C, &pl));
     pl.chain = e->chain;
     /* the forward's chunk_states are the chain's forward walk where their chunks are the entry's */
-    pl.saved = e->chain != 0 && ssmi_present(&a->chunk_states) && p->chunk_size == C;
+    pl.saved = e->chain != 0 && pb.saved; /* a chain entry's chunks are kC tokens (chain_applies) */
     pl.st_in_place = pl.saved && ssmi_cu_dense_f32(&a->chunk_states, 256);
     grad_slices(&pl, d->nheads_qk, d->nheads_qk > 0 ? (int)(d->nheads / d->nheads_qk) : 0, e->planes);
     bw_args P = make_args(d, a, C, staged, e->planes, pl.W);
