@@ -348,6 +348,8 @@ def main():
         for name in only:
             leaves, g, call = cases[name][0]()
             profile_one(name + " ssmops", leaves, g, call, cases[name][1])
+            if name == "siso":
+                profile_one(name + " ssmops_keep", leaves, g, call, ours_siso_keep)
             if cases[name][2]:
                 profile_one(name + " upstream", leaves, g, call, cases[name][2], top=24)
         return
