@@ -343,13 +343,14 @@ def main():
         torch.save(saved, args.save_grads)
         return
     if args.profile:
-        cases = {"mamba2": (mamba2_case, ours_mamba2, up_m2), "siso": (siso_case, ours_siso, up_siso),
-                 "mimo": (mimo_case, ours_mimo, None)}
+        # per case: its inputs, our implementations as the timed runs name them, upstream's
+        cases = {"mamba2": (mamba2_case, [("ssmops", ours_mamba2)], up_m2),
+                 "siso": (siso_case, [("ssmops", ours_siso), ("ssmops_keep", ours_siso_keep)], up_siso),
+                 "mimo": (mimo_case, [("ssmops", ours_mimo)], None)}
         for name in only:
             leaves, g, call = cases[name][0]()
-            profile_one(name + " ssmops", leaves, g, call, cases[name][1])
-            if name == "siso":
-                profile_one(name + " ssmops_keep", leaves, g, call, ours_siso_keep)
+            for label, fn in cases[name][1]:
+                profile_one(name + " " + label, leaves, g, call, fn)
             if cases[name][2]:
                 profile_one(name + " upstream", leaves, g, call, cases[name][2], top=24)
         return
