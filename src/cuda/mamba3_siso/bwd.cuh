@@ -187,6 +187,19 @@ struct grid_walk {
         if (c >= cols) c -= cols, ++i;
     }
 };
+/* grid_walk with the element's offset i·s1 + c·s3 carried along by additions (no 64-bit product per
+ * element). */
+struct grid_walk_off : grid_walk {
+    long long o, step, wrap;
+    __device__ __forceinline__ grid_walk_off(int e0, int step_, int cols_, long long s1, long long s3)
+        : grid_walk(e0, step_, cols_) {
+        o = i * s1 + c * s3, step = di * s1 + dc * s3, wrap = s1 - cols_ * s3;
+    }
+    __device__ __forceinline__ void next() {
+        i += di, c += dc, o += step;
+        if (c >= cols) c -= cols, ++i, o += wrap;
+    }
+};
 
 /* f(i, c, base[i·s1 + c·s3]) for i < rows, c < cols; thread e mod blockDim.x takes element
  * e = i·cols + c. A thread issues kLoadBatch loads before it uses their values (a block waits on

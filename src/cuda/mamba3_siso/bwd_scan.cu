@@ -38,6 +38,7 @@ namespace ssmi_siso_bwd {
 namespace {
 
 const int kWalkBatch = 32; /* chunks whose loads a sequential walk issues together */
+static_assert(kMaxK / 2 <= kSeqThreads, "bwd_tok_kernel: a thread per angle at least (A <= K/2)");
 static_assert(kBwdMaxChunk <= 64, "the prep's cumsum: two tokens per lane of one warp");
 
 /* One (chunk, head) per block: per token dt, λ = sigmoid(trap), γ = dt·λ, σ = γ + dt_{t+1}(1 −
@@ -236,15 +237,45 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_seq_kernel(const bw_args P) {
     }
 }
 
+/* x[row, t0 + i, hh, c] = src[i·cols + c] for i < rows, c < cols (an output view of any dtype): thread e
+ * mod blockDim.x takes element e, walked (grid_walk) with its offset advanced by additions. */
+template <typename T>
+__device__ __forceinline__ void rows_store_typed(const m3_out & x, long long row, long long t0, long long hh, int rows,
+                                                 int cols, const float * src) {
+    const int n = rows * cols, nt = blockDim.x;
+    if ((int)threadIdx.x >= n) return; /* also keeps cols > 0 for the walk */
+    T * const     base = (T *)x.p + row * x.s[0] + t0 * x.s[1] + hh * x.s[2];
+    grid_walk_off at(threadIdx.x, nt, cols, x.s[1], x.s[3]);
+    for (int e = threadIdx.x; e < n; e += nt, at.next()) {
+        if constexpr (std::is_same<T, double>::value)
+            base[at.o] = (double)src[e];
+        else
+            ssmi_siso::to_t(src[e], base + at.o);
+    }
+}
+__device__ __forceinline__ void rows_store(const m3_out & x, long long row, long long t0, long long hh, int rows, int cols,
+                                           const float * src) {
+    switch (x.dtype) {
+        case SSM_DTYPE_F32: rows_store_typed<float>(x, row, t0, hh, rows, cols, src); break;
+        case SSM_DTYPE_F16: rows_store_typed<__half>(x, row, t0, hh, rows, cols, src); break;
+        case SSM_DTYPE_BF16: rows_store_typed<__nv_bfloat16>(x, row, t0, hh, rows, cols, src); break;
+        case SSM_DTYPE_F64: rows_store_typed<double>(x, row, t0, hh, rows, cols, src); break;
+        default: break;
+    }
+}
+
 /* One block per (chunk, head): the angle backward inside the chunk (spec §6.6: G_t = the chunk's
- * carry + Σ_{u≥t in the chunk} dθ_u, thread per angle, tokens last first, in shared memory only:
- * dangles into s_tn, π·tanh(raw)·G into s_g); then the dangles stored by all threads (coalesced
- * along the angles), the per-token sums of π·tanh(raw)·G (a warp each, into s_dt once dt is read)
- * and per token (a thread each) ddt and dtrap (spec §6.2). */
+ * carry + Σ_{u≥t in the chunk} dθ_u, in shared memory only: dangles into s_tn, π·tanh(raw)·G into
+ * s_g); then the dangles stored by all threads (coalesced along the angles), the per-token sums of
+ * π·tanh(raw)·G (a warp each, into s_dt once dt is read) and per token (a thread each) ddt and dtrap
+ * (spec §6.2). The suffix sums: the chunk's tokens in nseg = blockDim.x / A segments, a thread per
+ * (segment, angle); each sums its segment (last token first), then walks it last token first from
+ * the carry plus the later segments' totals (last segment first), so every thread takes part and a
+ * walk is L / nseg steps long; the order is fixed, so the bytes depend on nothing but the inputs. */
 __global__ void __launch_bounds__(kSeqThreads) bwd_tok_kernel(const bw_args P) {
     extern __shared__ float tok_sm[]; /* launch_bwd_tok: C·A dθ, then π·tanh(raw)·G; C·A tanh(raw), then
-                                         the dangles; C dt, then the angle sums */
-    float *const s_g = tok_sm, *const s_tn = s_g + P.C * P.A, *const s_dt = s_tn + P.C * P.A;
+                                         the dangles; C dt, then the angle sums; blockDim.x segment totals */
+    float *const s_g = tok_sm, *const s_tn = s_g + P.C * P.A, *const s_dt = s_tn + P.C * P.A, *const s_seg = s_dt + P.C;
     const int      w = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
     const int      lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
     const int      H = P.H, A = P.A;
@@ -254,21 +285,28 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_tok_kernel(const bw_args P) {
     rows_at(P.dth + (ch.tok * H + h) * A, (long long)H * A, 1, L, A, [&](int i, int p, float x) { s_g[i * A + p] = x; });
     for (int i = tid; i < L; i += nt) s_dt[i] = P.sc[((ch.tok + i) * H + h) * kScalWs];
     __syncthreads();
-    for (int p = tid; p < A; p += nt) {
-        float G = P.thp[((long long)w * H + h) * A + p];
-        for (int i = L - 1; i >= 0; --i) {
-            G += s_g[i * A + p];
-            const float tn = s_tn[i * A + p];
-            s_tn[i * A + p] = kPi * s_dt[i] * (1.0f - tn * tn) * G;
-            s_g[i * A + p] = kPi * tn * G;
+    if (A > 0) { /* A ≤ K/2 ≤ kMaxK/2 ≤ blockDim.x: at least one segment */
+        const int  nseg = nt / A, sl = (L + nseg - 1) / nseg, p = tid % A, sg = tid / A;
+        const int  lo = min(L, sg * sl), hi = min(L, lo + sl);
+        const bool on = sg < nseg;
+        float      tot = 0.0f;
+        if (on)
+            for (int i = hi - 1; i >= lo; --i) tot += s_g[i * A + p];
+        s_seg[tid] = tot;
+        __syncthreads();
+        if (on) {
+            float G = P.thp[((long long)w * H + h) * A + p];
+            for (int u = nseg - 1; u > sg; --u) G += s_seg[u * A + p];
+            for (int i = hi - 1; i >= lo; --i) {
+                G += s_g[i * A + p];
+                const float tn = s_tn[i * A + p];
+                s_tn[i * A + p] = kPi * s_dt[i] * (1.0f - tn * tn) * G;
+                s_g[i * A + p] = kPi * tn * G;
+            }
         }
     }
     __syncthreads();
-    if (P.dang.present)
-        for (int e = tid; e < L * A; e += nt) {
-            const int i = e / A, p = e - i * A;
-            st4(P.dang, ch.row, ch.t0 + i, h, p, s_tn[e]);
-        }
+    if (P.dang.present) rows_store(P.dang, ch.row, ch.t0, h, L, A, s_tn);
     if (!P.ddt.present && !P.dtrap.present) return;
     for (int i = warp; i < L; i += nw) {
         const float ang = warp_sum(A, [&](int p) { return s_g[i * A + p]; });
@@ -400,9 +438,9 @@ ssm_status launch_bwd_seq(ssm_context * ctx, const char * op, const bw_args & P)
 }
 
 ssm_status launch_bwd_tok(ssm_context * ctx, const char * op, const bw_args & P) {
-    /* shared memory of bwd_tok_kernel: (2·A + 1)·C floats (past the default 48 KB for long chunks
-     * with many angles: opted in) */
-    const size_t bytes = sizeof(float) * (2 * (size_t)P.A + 1) * (size_t)P.C;
+    /* shared memory of bwd_tok_kernel: (2·A + 1)·C floats and kSeqThreads segment totals (past the
+     * default 48 KB for long chunks with many angles: opted in) */
+    const size_t bytes = sizeof(float) * ((2 * (size_t)P.A + 1) * (size_t)P.C + kSeqThreads);
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
         ctx, op, "cudaFuncSetAttribute (bwd_tok_kernel)",
         cudaFuncSetAttribute(bwd_tok_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes)));
