@@ -226,17 +226,22 @@ __device__ __forceinline__ void rows_typed(const ssmi_cu_view & x, long long row
                                            int cols, F f) {
     rows_at((const T *)x.p + row * x.s[0] + t0 * x.s[1] + hh * x.s[2], x.s[1], x.s[3], rows, cols, f);
 }
+/* g(T()) for the element type T of a tensor dtype (nothing for an unknown one). */
+template <class G>
+__device__ __forceinline__ void by_dtype(int dtype, G g) {
+    switch (dtype) {
+        case SSM_DTYPE_F32: g(float()); break;
+        case SSM_DTYPE_F16: g(__half()); break;
+        case SSM_DTYPE_BF16: g(__nv_bfloat16()); break;
+        case SSM_DTYPE_F64: g(double()); break;
+        default: break;
+    }
+}
 /* rows_typed for the view's dtype. */
 template <class F>
 __device__ __forceinline__ void load_rows(const ssmi_cu_view & x, long long row, long long t0, long long hh, int rows,
                                           int cols, F f) {
-    switch (x.dtype) {
-        case SSM_DTYPE_F32: rows_typed<float>(x, row, t0, hh, rows, cols, f); break;
-        case SSM_DTYPE_F16: rows_typed<__half>(x, row, t0, hh, rows, cols, f); break;
-        case SSM_DTYPE_BF16: rows_typed<__nv_bfloat16>(x, row, t0, hh, rows, cols, f); break;
-        case SSM_DTYPE_F64: rows_typed<double>(x, row, t0, hh, rows, cols, f); break;
-        default: break;
-    }
+    by_dtype(x.dtype, [&](auto t) { rows_typed<decltype(t)>(x, row, t0, hh, rows, cols, f); });
 }
 
 /* The loads of one batch of load_rows2: a[u], b[u] = x, y at element e0 + u·blockDim.x (element 0

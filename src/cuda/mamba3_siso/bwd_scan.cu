@@ -255,13 +255,7 @@ __device__ __forceinline__ void rows_store_typed(const m3_out & x, long long row
 }
 __device__ __forceinline__ void rows_store(const m3_out & x, long long row, long long t0, long long hh, int rows, int cols,
                                            const float * src) {
-    switch (x.dtype) {
-        case SSM_DTYPE_F32: rows_store_typed<float>(x, row, t0, hh, rows, cols, src); break;
-        case SSM_DTYPE_F16: rows_store_typed<__half>(x, row, t0, hh, rows, cols, src); break;
-        case SSM_DTYPE_BF16: rows_store_typed<__nv_bfloat16>(x, row, t0, hh, rows, cols, src); break;
-        case SSM_DTYPE_F64: rows_store_typed<double>(x, row, t0, hh, rows, cols, src); break;
-        default: break;
-    }
+    by_dtype(x.dtype, [&](auto t) { rows_store_typed<decltype(t)>(x, row, t0, hh, rows, cols, src); });
 }
 
 /* One block per (chunk, head): the angle backward inside the chunk (spec §6.6: G_t = the chunk's
