@@ -246,12 +246,7 @@ __device__ __forceinline__ void rows_store_typed(const m3_out & x, long long row
     if ((int)threadIdx.x >= n) return; /* also keeps cols > 0 for the walk */
     T * const     base = (T *)x.p + row * x.s[0] + t0 * x.s[1] + hh * x.s[2];
     grid_walk_off at(threadIdx.x, nt, cols, x.s[1], x.s[3]);
-    for (int e = threadIdx.x; e < n; e += nt, at.next()) {
-        if constexpr (std::is_same<T, double>::value)
-            base[at.o] = (double)src[e];
-        else
-            ssmi_siso::to_t(src[e], base + at.o);
-    }
+    for (int e = threadIdx.x; e < n; e += nt, at.next()) ssmi_siso::to_t(src[e], base + at.o);
 }
 __device__ __forceinline__ void rows_store(const m3_out & x, long long row, long long t0, long long hh, int rows, int cols,
                                            const float * src) {

@@ -89,6 +89,7 @@ struct cfg<M_BF16> {
 __device__ __forceinline__ void  to_t(float v, float * o) { *o = v; }
 __device__ __forceinline__ void  to_t(float v, __half * o) { *o = __float2half_rn(v); }
 __device__ __forceinline__ void  to_t(float v, __nv_bfloat16 * o) { *o = __float2bfloat16_rn(v); }
+__device__ __forceinline__ void  to_t(float v, double * o) { *o = (double)v; }
 __device__ __forceinline__ float from_t(float v) { return v; }
 __device__ __forceinline__ float from_t(__half v) { return __half2float(v); }
 __device__ __forceinline__ float from_t(__nv_bfloat16 v) { return __bfloat162float(v); }
