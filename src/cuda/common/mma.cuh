@@ -90,6 +90,10 @@ __device__ __forceinline__ void ldsm4_t(uint32_t (&r)[4], const void * p) {
 __device__ __forceinline__ void cp_async16(void * dst, const void * src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
+/* A 4-byte asynchronous copy global → shared (the .cg form takes 16 bytes only). */
+__device__ __forceinline__ void cp_async4(void * dst, const void * src) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
 __device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_all;\n" ::: "memory"); }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 /* Waits until at most N of this thread's committed groups are pending (the newest ones). */

@@ -245,7 +245,7 @@ bwd_ws ws_layout(const ssmi_mamba3_dims * d, const bwd_plan * pl) {
                               sizeof(float) * W * H,
                               sizeof(float) * W * H * A,
                               sizeof(float) * NS * H,
-                              pl->chain ? sizeof(float) * W * H * (size_t)ssmi_siso::prep_floats((int)A) : 0,
+                              pl->chain ? sizeof(float) * W * H * (size_t)ssmi_siso::kPrepScal : 0,
                               pl->chain ? sizeof(ssmi_siso::m3_seg) * NS : 0};
     static_assert(sizeof fields / sizeof fields[0] == sizeof bytes / sizeof bytes[0], "one size per field");
     for (size_t i = 0; i < sizeof bytes / sizeof bytes[0]; ++i) {

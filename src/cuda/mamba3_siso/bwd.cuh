@@ -92,7 +92,7 @@ struct bw_args {
     float * thp;  /* (W, H, A) per-chunk sums of dθ, then the angle carry G entering each chunk from its end */
     float * dcw;  /* (NS, H) dc = ⟨dH_in, V_in K_inᵀ⟩ of each sequence (the t = 0 fold)               */
     /* chained_planes only (else NULL) */
-    float *              slot;  /* (W, H, prep_floats(A)) chunk_prep_kernel's slots from sc, th, thb */
+    float *              slot;  /* (W, H, kPrepScal) chunk_prep_kernel's scalar slots from sc            */
     ssmi_siso::m3_seg *  msegs; /* (NS) the sequences as the chain reads them                      */
 };
 

@@ -86,11 +86,6 @@ __device__ inline bw_smem carve(float * base, int C, int K, int V, bool grads, b
     return s;
 }
 
-/* A 4-byte asynchronous copy global → shared. */
-__device__ __forceinline__ void cp_async4(float * dst, const float * src) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_addr(dst)), "l"(src));
-}
-
 /* out(m, n, a1, a2) for every m < M, n < N, with a1 = Σ_{k<K1} fa1(m, k)·fb1(n, k) and
  * a2 = Σ_{k<K2} fa2(m, k)·fb2(n, k), each sum in k order. A thread computes TM×TN outputs at rows
  * tm + nTm·a and columns tn + nTn·b; the lanes of a warp take consecutive tiles (consecutive tn),

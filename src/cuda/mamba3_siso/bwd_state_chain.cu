@@ -3,13 +3,14 @@
  * in (entry chained_planes): what bwd_chunk_planes_sums_kernel and bwd_pass_kernel write (P.st,
  * P.dst, P.cl, P.dhin), by the forward's chained state (state_chain.cu, chain_walk) in one launch.
  *
- * The bridge: chain_walk reads chunk_prep_kernel's slots (siso.cuh: the five scalar rows, then θ of
- * every token) and m3_seg sequences. bwd_chain_slot_kernel writes those slots from what the
- * backward's prep already holds — the scalars of P.sc (σ, cm are the ones the walks read; dt, λ, γ
- * for a whole slot) and θ = theta_at (wrap(θ entering + the chunk-local sum)), so the walks rotate
- * by the same angles as the gradient kernel (sincos_wrapped_fast, P.fused = 1) — plus c_last into
- * P.cl and the sequences as m3_seg. Running chunk_prep_kernel instead would need the forward's chunk table and
- * would recompute tanh of every angle that bwd_prep_kernel already summed; the builder is a copy.
+ * The bridge: chain_walk reads chunk_prep_kernel's scalar slots (siso.cuh: the five scalar rows)
+ * and m3_seg sequences. bwd_chain_slot_kernel writes those slots from what the backward's prep
+ * already holds — the scalars of P.sc (σ, cm are the ones the walks read; dt, λ, γ for a whole slot)
+ * — plus c_last into P.cl and the sequences as m3_seg. θ the walks form themselves from the prep's
+ * chunk-local sums (F.thl = P.th) and θ entering (F.theta0 = P.thb) as theta_at does, so they rotate
+ * by the same angles as the gradient kernel (sincos_wrapped_fast, P.fused = 1). Running
+ * chunk_prep_kernel instead would need the forward's chunk table and would recompute tanh of every
+ * angle that bwd_prep_kernel already summed.
  *
  * bwd_walks_kernel (launch_bwd_walks): a block per (sequence, head, V tile of 64, KS = 64 K columns
  * (32 where K % 64 != 0), walk). Forward walk: chain_state_kernel's body with the backward's
@@ -43,8 +44,8 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_chain_slot_kernel(const bw_ar
     }
     const long long w = blockIdx.x;
     const bw_chunk  ch = P.chunks[w];
-    const int       L = ch.len, A = P.A;
-    float *         dst = P.slot + (w * P.H + h) * prep_floats(A);
+    const int       L = ch.len;
+    float *         dst = P.slot + (w * P.H + h) * kPrepScal;
     const m3_scal   sc = carve_scal(dst);
     for (int i = tid; i <= kC; i += kSeqThreads) { /* entries past the chunk: 0 (never read) */
         const bool    in = i < L;
@@ -54,24 +55,6 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_chain_slot_kernel(const bw_ar
         sc.gam[i] = in ? x[2] : 0.0f;
         sc.cm[i] = in ? x[4] : 0.0f;
         if (i < kC) sc.sig[i] = in ? x[3] : 0.0f;
-    }
-    float *       th = dst + kPrepScal;
-    const float * tb = P.thb + (w * P.H + h) * A;
-    /* θ = theta_at: kSlotBatch loads of the chunk-local sums in flight per thread before their
-     * stores (the slot and P.th may alias as far as the compiler knows, so it would not hoist them) */
-    constexpr int kSlotBatch = 8;
-    for (int e0 = tid; e0 < kC * A; e0 += kSlotBatch * kSeqThreads) {
-        float v[kSlotBatch];
-#pragma unroll
-        for (int u = 0; u < kSlotBatch; ++u) {
-            const int e = e0 + u * kSeqThreads, i = e / A, m = e - i * A;
-            v[u] = e < kC * A && i < L ? P.th[((ch.tok + i) * P.H + h) * A + m] : 0.0f;
-        }
-#pragma unroll
-        for (int u = 0; u < kSlotBatch; ++u) {
-            const int e = e0 + u * kSeqThreads, i = e / A, m = e - i * A;
-            if (e < kC * A) th[e] = i < L ? wrap2pi(tb[m] + v[u]) : 0.0f;
-        }
     }
     if (tid == 0) P.cl[w * P.H + h] = P.sc[((ch.tok + L - 1) * P.H + h) * kScalWs + 4];
 }
@@ -94,6 +77,7 @@ ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_a
     F.q = P.q, F.k = P.k, F.v = P.v, F.adt = P.adt, F.dt = P.dt, F.trap = P.trap, F.qb = P.qb, F.kb = P.kb;
     F.z = P.z, F.ssm_in = P.ssm_in, F.k_in = P.k_in, F.v_in = P.v_in;
     F.states = forward ? P.st : nullptr, F.prep = P.slot; /* no forward walk: the reverse walks alone */
+    F.thl = P.th, F.thl_row = P.S * P.H * P.A, F.theta0 = P.thb;
     m3_fwd_args R = F;
     R.k = P.q, R.kb = P.qb, R.v = P.dout;
     R.has_states = P.has_dfs, R.ssm_in = P.dfs;

@@ -191,6 +191,12 @@ struct m3_fwd_args {
     float *          lastcum; /* (W, H) c_last of each chunk                                     */
     float *          theta0;  /* (W, H, A) combined op: chunk angle sums, then θ entering        */
     float *          prep;    /* (W, H, prep_floats(A)) chunk_prep_kernel's slots, or NULL      */
+    /* The backward's walks: θ of a token = wrap(θ entering its chunk + its chunk-local sum), from
+     * thl (chunk-local sums, A floats per (token, head), thl_row floats per batch row) and theta0 (θ
+     * entering, (W, H, A)); the slots then hold the scalars alone (kPrepScal floats). NULL: the slots
+     * hold θ. */
+    const float *    thl;
+    long long        thl_row;
     int *            nonfinite; /* (W, H): set to 1 where an output kernel stores a non-finite value */
     m3_out           out, fin_ssm, fin_k, fin_v, fin_ang;
     m3_out           ypre; /* pregate_y (B, S, H, V) f32/f64: y before the gate, or absent     */
@@ -378,13 +384,15 @@ struct wgmma_smem {
  * 8) tiles); KS: the block's K columns (rows of KS + 8 elements: 16-byte aligned, no ldmatrix bank
  * conflicts). */
 struct chain_smem {
-    int                 th, kraw, vs, zs, stage, kh, kl, total; /* the scalars at 0 of a stage */
+    int                 th, tb, kraw, vs, zs, stage, kh, kl, total; /* the scalars at 0 of a stage */
     /* zt (the backward's reverse walk with z): a z tile in every stage after the v (dout) tile (dy's
-     * two planes then lie over the dout and z tiles); stages: the ring's length */
-    __host__ __device__ chain_smem(int A, int KS, bool zt = false, int stages = kChainStages) {
+     * two planes then lie over the dout and z tiles); stages: the ring's length; thl (m3_fwd_args::thl
+     * given): θ entering the chunk (A floats at tb) after θ's chunk-local sums */
+    __host__ __device__ chain_smem(int A, int KS, bool zt = false, int stages = kChainStages, bool thl = false) {
         const int LK = KS + 8;
         th = (int)sizeof(float) * kPrepScal; /* 16-byte aligned (kPrepScal % 4 == 0) */
-        int o = (int)align128(sizeof(float) * (size_t)prep_floats(A));
+        tb = (int)sizeof(float) * (int)prep_floats(A);
+        int o = (int)align128(sizeof(float) * (size_t)(prep_floats(A) + (thl ? A : 0)));
         kraw = o;
         o += (int)align128(2 * kC * LK);
         vs = o;
@@ -420,12 +428,12 @@ ssm_status launch_state_chain(ssm_context * ctx, const char * op, const m3_fwd_a
  * launch of the chain's template, a block per (sequence, head, V tile, KS columns, walk): F the
  * forward walk (entering states into F.states), R the reverse walk (R.k = q, R.kb = q_bias, R.v =
  * dout, R.z = z, R.ssm_in = dfinal_ssm_state, R.states = the carries, R.fin_ssm = dH_in); both
- * read the slots in F.prep (= R.prep), two stages; F.states == NULL: the reverse walk alone. The
+ * read the scalar slots in F.prep (= R.prep) and θ from F.thl and F.theta0, two stages; F.states == NULL: the reverse walk alone. The
  * shared memory it needs: */
 ssm_status launch_bwd_walks(ssm_context * ctx, const char * op, const m3_fwd_args & F, const m3_fwd_args & R, int mode,
                             int KS);
 inline int bwd_walks_smem(int A, int KS, bool z) {
-    const int f = chain_smem(A, KS, false, 2).total, r = chain_smem(A, KS, z, 2).total;
+    const int f = chain_smem(A, KS, false, 2, true).total, r = chain_smem(A, KS, z, 2, true).total;
     return f > r ? f : r;
 }
 /* state_pass.cu: the pass over every sequence's chunks; the final k / v states of empty sequences. */

@@ -64,6 +64,14 @@ struct chain_copies : chain_zpieces<typename cfg<MODE>::T, kC *(kTV / 8) / kChai
     static constexpr int          KP = KS / 8, NK = kC * KP / kChainThreads, NV = kC * (kTV / 8) / kChainThreads;
     const float *                 prep;
     long long                     prep_step, kstep, vstep;
+    /* P.thl given: θ's chunk-local sums, a token's A floats in pieces of thw floats (4 where A % 4 == 0,
+     * else 1), nth pieces a token; this thread copies piece tid % nth of tokens tid / nth + j·rstep
+     * (thl: the first at the sequence's chunk 0; thdst: its place in a stage), and thread tid < nth
+     * piece tid of θ entering (thb at the sequence's chunk 0, tbdst); nth == 0: no θ */
+    const float *                 thl;
+    const float *                 thb;
+    long long                     thl_tok, thb_step;
+    int                           nth, thw, r0, rstep, thdst, tbdst;
     const T *                     k[NK];
     const T *                     v[NV];
     int                           npieces, kr[NK], vr[NV], kdst[NK], vdst[NV];
@@ -72,9 +80,23 @@ struct chain_copies : chain_zpieces<typename cfg<MODE>::T, kC *(kTV / 8) / kChai
                                                int p0, int kc0) {
            const int tid = (int)threadIdx.x;
            /* a K slice without a rotated pair (kc0/2 ≥ A) never reads θ: the scalars only */
-           npieces = (int)((kc0 / 2 >= P.A ? (long long)kPrepScal : prep_floats(P.A)) / 4);
-           prep_step = (long long)P.H * prep_floats(P.A);
-           prep = P.prep + ((long long)sg.first * P.H + h) * prep_floats(P.A);
+           const bool rot = kc0 / 2 < P.A;
+           const int  slot = P.thl != nullptr ? kPrepScal : (int)prep_floats(P.A);
+           npieces = (P.thl != nullptr || !rot ? kPrepScal : slot) / 4;
+           prep_step = (long long)P.H * slot;
+           prep = P.prep + ((long long)sg.first * P.H + h) * slot;
+           thw = P.A % 4 == 0 ? 4 : 1;
+           nth = P.thl != nullptr && rot ? P.A / thw : 0;
+           thl_tok = (long long)P.H * P.A;
+           thb_step = (long long)P.H * P.A;
+           const int e = nth > 0 ? tid % nth * thw : 0;
+           r0 = nth > 0 ? tid / nth : kC;
+           rstep = nth > 0 ? kChainThreads / nth : 1; /* nth ≤ K/2 ≤ kChainThreads/2 */
+           if (r0 >= rstep) r0 = kC;                    /* the threads past the last whole row of pieces */
+           thl = nth > 0 && r0 < kC ? P.thl + (sg.row * P.thl_row + (sg.t0 + r0) * thl_tok + (long long)h * P.A + e)
+                                     : nullptr;
+           thb = nth > 0 ? P.theta0 + ((long long)sg.first * P.H + h) * P.A + e : nullptr;
+           thdst = L.th + 4 * (r0 * P.A + e), tbdst = L.tb + 4 * e;
            kstep = (long long)kC * P.k.s[1];
            vstep = (long long)kC * P.v.s[1];
            const T * kb = (const T *)P.k.p + sg.row * P.k.s[0] + sg.t0 * P.k.s[1] + (h / P.G) * P.k.s[2] + kc0;
@@ -111,6 +133,23 @@ struct chain_copies : chain_zpieces<typename cfg<MODE>::T, kC *(kTV / 8) / kChai
     __device__ __forceinline__ void issue(unsigned char * st, int c, int L) const {
         const float * ps = prep + c * prep_step;
         for (int o = (int)threadIdx.x; o < npieces; o += kChainThreads) cp_async16(st + 16 * o, ps + 4 * o);
+        if (nth > 0) { /* θ's sums of the chunk's L tokens (rows ≥ L are never read), then θ entering */
+            const float * ts = thl + (long long)c * kC * thl_tok;
+            const long long tstep = rstep * thl_tok;
+            const int       dstep = 4 * rstep * nth * thw;
+            int             d = thdst;
+            for (int r = r0; r < L; r += rstep, ts += tstep, d += dstep)
+                if (thw == 4)
+                    cp_async16(st + d, ts);
+                else
+                    cp_async4(st + d, ts);
+            if ((int)threadIdx.x < nth) {
+                if (thw == 4)
+                    cp_async16(st + tbdst, thb + c * thb_step);
+                else
+                    cp_async4(st + tbdst, thb + c * thb_step);
+            }
+        }
         const long long kt = c * kstep, vt = c * vstep;
 #pragma unroll
         for (int u = 0; u < NK; ++u)
@@ -141,7 +180,7 @@ struct chain_copies : chain_zpieces<typename cfg<MODE>::T, kC *(kTV / 8) / kChai
  * wj), so the same values bit for bit; 8 threads per token, two passes of 32 tokens. */
 template <int MODE, int KS, bool REV = false> /* REV: q̂e = rot(q + q_bias)·e^{c_i} (the backward's) */
 __device__ __forceinline__ void chain_prep_k(const m3_fwd_args & P, const m3_chunk & ch, int kc0, const m3_scal & sc,
-                                             const float * th, const typename cfg<MODE>::T * kraw,
+                                             const float * th, const float * tb, const typename cfg<MODE>::T * kraw,
                                              typename cfg<MODE>::T * kh, typename cfg<MODE>::T * kl,
                                              const float (&kbias)[8]) {
     constexpr int ipt = KS / 8, per = kChainThreads / ipt, LK = KS + 8;
@@ -159,7 +198,7 @@ __device__ __forceinline__ void chain_prep_k(const m3_fwd_args & P, const m3_chu
 #pragma unroll
             for (int e = 0; e < 8; ++e) k[e] += kbias[e]; /* K % 64 == 0: every column exists */
         }
-        rotate_qk8<true>(q, k, P, th, nullptr, i, n0 / 2, live, false, rot0);
+        rotate_qk8<true>(q, k, P, th, nullptr, i, n0 / 2, live, false, rot0, tb);
         const float s = live ? (REV ? expf(sc.cm[i]) : expf(cl - sc.cm[i]) * sc.sig[i]) : 0.0f;
         uint32_t    hi[4], lo[4];
 #pragma unroll
@@ -212,7 +251,7 @@ __device__ __forceinline__ void chain_walk(const m3_fwd_args & P, unsigned z) {
     typedef typename cfg<MODE>::T T;
     extern __shared__ __align__(128) unsigned char smem[];
     constexpr int                                  TN = KS / 16, LK = KS + 8; /* 8-column tiles per warp */
-    const chain_smem                               L(P.A, KS, REV && P.has_z, NSTG);
+    const chain_smem                               L(P.A, KS, REV && P.has_z, NSTG, P.thl != nullptr);
     const int    lane = threadIdx.x & 31, warp = threadIdx.x >> 5, rb = warp & 3, upper = warp >> 2;
     const int    nks = P.K / KS;
     const int    s = blockIdx.x, h = blockIdx.y, p0 = (int)(z / nks) * kTV, kc0 = (int)(z % nks) * KS;
@@ -275,8 +314,9 @@ __device__ __forceinline__ void chain_walk(const m3_fwd_args & P, unsigned z) {
         chain_store_state<TN>(S, d4, odd, in0, in1);
         const m3_chunk ch = chain_chunk(sg, s, REV ? sg.count - 1 - c : c);
         const m3_scal  sc = carve_scal((float *)st);
-        chain_prep_k<MODE, KS, REV>(P, ch, kc0, sc, (const float *)(st + L.th), (const T *)(st + L.kraw), kh, kl,
-                                    kbias);
+        chain_prep_k<MODE, KS, REV>(P, ch, kc0, sc, (const float *)(st + L.th),
+                                    P.thl != nullptr ? (const float *)(st + L.tb) : nullptr, (const T *)(st + L.kraw),
+                                    kh, kl, kbias);
         if constexpr (REV)
             if (P.has_z) chain_gate_dy<MODE>((T *)(st + L.vs), (T *)(st + L.zs));
         __syncthreads(); /* w∘K̂ (q̂e, dy) */

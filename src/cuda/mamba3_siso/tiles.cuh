@@ -142,10 +142,12 @@ __device__ __forceinline__ void load8(float (&x)[8], const ssmi_cu_view & v, int
  * m0 + 3 (pairs (2m, 2m + 1)), shared by fast_prep_qk, prep_qk_swz and chain_prep_k: rot4, 4
  * angles at once from the sin/cos table (th holds cos θ, snt sin θ); rot0, no angle in this
  * thread's range; else angle by angle from the table, from the wrapped θ with the fast sincos
- * (FAST_WRAP and the fused op), or with sincosf. */
+ * (FAST_WRAP and the fused op; with tb, θ = wrap(tb[m] + th[i][m]), the backward's walks), or with
+ * sincosf. */
 template <bool FAST_WRAP>
 __device__ __forceinline__ void rotate_qk8(float (&q)[8], float (&k)[8], const m3_fwd_args & P, const float * th,
-                                           const float * snt, int i, int m0, bool live, bool rot4, bool rot0) {
+                                           const float * snt, int i, int m0, bool live, bool rot4, bool rot0,
+                                           const float * tb = nullptr) {
     if (live && rot4) {
         const float4 cs4 = *reinterpret_cast<const float4 *>(&th[i * P.A + m0]);
         const float4 sn4 = *reinterpret_cast<const float4 *>(&snt[i * P.A + m0]);
@@ -166,7 +168,7 @@ __device__ __forceinline__ void rotate_qk8(float (&q)[8], float (&k)[8], const m
                 if (snt != nullptr) /* the table of sincosf(θ) (th holds cos θ) */
                     sn = snt[i * P.A + m], cs = th[i * P.A + m];
                 else if (FAST_WRAP && P.fused) /* θ is wrapped */
-                    sincos_wrapped_fast(th[i * P.A + m], &sn, &cs);
+                    sincos_wrapped_fast(tb != nullptr ? wrap2pi(tb[m] + th[i * P.A + m]) : th[i * P.A + m], &sn, &cs);
                 else
                     sincosf(th[i * P.A + m], &sn, &cs);
                 const float q0 = q[2 * e2], q1 = q[2 * e2 + 1], k0 = k[2 * e2], k1 = k[2 * e2 + 1];
