@@ -179,7 +179,7 @@ train=${SSMOPS_TREES_TRAIN_ARGS:-"--only mamba2 --rounds 3 --kernels --memory"}
 for name in ${SSMOPS_TREES_TRAIN:-}; do
     [ -e "$out/failed-$name" ] && continue
     # shellcheck disable=SC2086
-    (cd "$src" && PYTHONPATH=python:.upstream SSMOPS_LIBRARY="$src/build-tree-$name/libssmops.so" \
+    (cd "$src" && PYTHONPATH=python:.upstream SSMOPS_LIBRARY="$src/build-tree-$name/libssmops.so.0" \
         timeout 400 python3 gpu/bench_train.py $train) >"$out/train-$name.log" 2>&1
     say "bench_train $name rc=$? ($train):"
     grep -E 'median|speedup|peak|rror' "$out/train-$name.log" | tee -a "$sum"

@@ -13,11 +13,13 @@
  *      contribution of the chunk, and c_last;
  *   3. bwd_pass_kernel, one launch for both walks: forward, the state entering every chunk (from
  *      H_in); reverse, the carry dS of every chunk (from dfinal_ssm_state) and dH_in;
- *      chained_planes: bwd_chain_slot_kernel + bwd_walks_kernel do 2 and 3 (the same P.st, P.dst, P.cl, P.dhin);
+ *      chained_planes: bwd_chain_slot_kernel + bwd_walks_kernel do 2 and 3 (the same P.st, P.dst, P.cl, P.dhin),
+ *      after bwd_gate_kernel where z is given: dy = dout ⊙ silu(z) once as the walks' two planes (P.dyh,
+ *      P.dyl), with dz from pregate_y where its rows allow (P.dz_fused), so dout and z are read once;
  *   4. bwd_chunk_grads_kernel: per (chunk, head) dv, dz, dadt and the per-token chain into the
  *      workspace (dq̃, dk̃ per V-head, dθ, dσ, dγ, chunk sums of dq̃, dk̃, dQK, dθ);
  *      given pregate_y, the plane entries' gradient kernel skips its dz tiles and bwd_dz_kernel
- *      forms dz from y element by element;
+ *      forms dz from y element by element (unless bwd_gate_kernel did);
  *   5. bwd_seq_kernel: per (sequence, head) the initial-state gradients (and dc of the t = 0 fold),
  *      the angle carry over the chunks and dangle_state; empty sequences pass dfinal_* through;
  *      bwd_tok_kernel: per (chunk, head) the angle backward inside the chunk (dangles), ddt, dtrap;
@@ -143,6 +145,7 @@ struct bwd_plan {
     int        chain; /* a chained entry's walk width (K columns; 0: none): the workspace has its slots and sequences */
     bool       saved; /* a chain entry reads the states entering the chunks from chunk_states */
     bool       st_in_place; /* ... and uses its memory as P.st (saved_states_in_place): no st workspace */
+    bool       gate;        /* a chain entry with z: dy's planes by bwd_gate_kernel (P.dyh, P.dyl) */
     int        qslice, qparts; /* bw_args' parts of dq̃, dk̃ (grad_slices) */
 };
 
@@ -216,7 +219,7 @@ ssm_status plan_bwd(ssm_context * ctx, const ssmi_mamba3_dims * d, const ssm_ten
 /* Workspace offsets (bytes, 128-aligned). */
 struct bwd_ws {
     size_t chunks, segs, sc, th, thb, st, dst, cl, dhin, dqt, dkt, dth, dsg, dgm, qbp, kbp, ddp, thp, dcw, slot, msegs,
-        total;
+        dyh, dyl, total;
 };
 bwd_ws ws_layout(const ssmi_mamba3_dims * d, const bwd_plan * pl) {
     bwd_ws       l;
@@ -225,7 +228,7 @@ bwd_ws ws_layout(const ssmi_mamba3_dims * d, const bwd_plan * pl) {
     const size_t K = (size_t)d->dk, VK = (size_t)d->dv * K, A = (size_t)d->nangles, NS = (size_t)d->nseq;
     size_t * const fields[] = {&l.chunks, &l.segs, &l.sc, &l.th, &l.thb, &l.st,  &l.dst, &l.cl,  &l.dhin,
                                &l.dqt,    &l.dkt,  &l.dth, &l.dsg, &l.dgm, &l.qbp, &l.kbp, &l.ddp,
-                               &l.thp,    &l.dcw,  &l.slot, &l.msegs};
+                               &l.thp,    &l.dcw,  &l.slot, &l.msegs, &l.dyh, &l.dyl};
     const size_t   bytes[] = {sizeof(bw_chunk) * W,
                               sizeof(bw_seg) * NS,
                               sizeof(float) * T * H * kScalWs,
@@ -246,7 +249,9 @@ bwd_ws ws_layout(const ssmi_mamba3_dims * d, const bwd_plan * pl) {
                               sizeof(float) * W * H * A,
                               sizeof(float) * NS * H,
                               pl->chain ? sizeof(float) * W * H * (size_t)ssmi_siso::kPrepScal : 0,
-                              pl->chain ? sizeof(ssmi_siso::m3_seg) * NS : 0};
+                              pl->chain ? sizeof(ssmi_siso::m3_seg) * NS : 0,
+                              pl->gate ? 2 * T * H * (size_t)d->dv : 0,
+                              pl->gate ? 2 * T * H * (size_t)d->dv : 0};
     static_assert(sizeof fields / sizeof fields[0] == sizeof bytes / sizeof bytes[0], "one size per field");
     for (size_t i = 0; i < sizeof bytes / sizeof bytes[0]; ++i) {
         *fields[i] = o;
@@ -356,11 +361,14 @@ ssm_status bwd_launch(ssm_context * ctx, const ssmi_mamba3_dims * d, const ssm_m
     P.thp = (float *)(ws + l.thp), P.dcw = (float *)(ws + l.dcw);
     P.slot = chain ? (float *)(ws + l.slot) : NULL;
     P.msegs = chain ? (ssmi_siso::m3_seg *)(ws + l.msegs) : NULL;
+    P.dyh = pl->gate ? (void *)(ws + l.dyh) : NULL, P.dyl = pl->gate ? (void *)(ws + l.dyl) : NULL;
+    P.dz_fused = pl->gate && P.ypre.p != nullptr && P.dz.present && P.dz_vec;
     /* Every token belongs to a sequence (cu_seqlens ends at S), so every (token, head) row of the
      * workspace is written before it is read. */
     if (P.H > 0 && P.NS > 0) {
         if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_prep(ctx, kOp, P));
         if (chain) {
+            if (pl->gate) SSM_FORWARD_IF_ERROR(launch_bwd_gate(ctx, kOp, P, T, P.v_bf16 ? M_BF16 : M_F16));
             if (pl->saved && !pl->st_in_place)
                 SSM_FORWARD_IF_ERROR(ssmi_cuda_dense_copy(ctx, kOp, &a->chunk_states, P.st, 0, s));
             SSM_FORWARD_IF_ERROR(launch_bwd_state_chain(ctx, kOp, P, !pl->saved, chain));
@@ -369,7 +377,8 @@ ssm_status bwd_launch(ssm_context * ctx, const ssmi_mamba3_dims * d, const ssm_m
             SSM_FORWARD_IF_ERROR(launch_bwd_passes(ctx, kOp, P));
         }
         if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_chunk(ctx, kOp, P, true));
-        if (P.ypre.p != nullptr && P.dz.present && P.has_z) SSM_FORWARD_IF_ERROR(launch_bwd_dz(ctx, kOp, P, T));
+        if (P.ypre.p != nullptr && P.dz.present && P.has_z && !P.dz_fused)
+            SSM_FORWARD_IF_ERROR(launch_bwd_dz(ctx, kOp, P, T));
         SSM_FORWARD_IF_ERROR(launch_bwd_seq(ctx, kOp, P));
         if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_tok(ctx, kOp, P));
     }
@@ -423,6 +432,7 @@ extern "C" ssm_status ssmi_cuda_mamba3_siso_bwd(ssm_context * ctx, const ssm_mam
     /* the forward's chunk_states are the chain's forward walk where their chunks are the entry's */
     pl.saved = e->chain != 0 && pb.saved; /* a chain entry's chunks are kC tokens (chain_applies) */
     pl.st_in_place = pl.saved && ssmi_cu_dense_f32(&a->chunk_states, 256);
+    pl.gate = e->chain != 0 && pb.has_z; /* a chain entry's dout and z are v's dtype in 16-byte rows */
     grad_slices(&pl, d->nheads_qk, d->nheads_qk > 0 ? (int)(d->nheads / d->nheads_qk) : 0, e->planes);
     bw_args P = make_args(d, a, C, staged, e->planes, pl.W);
     P.qslice = pl.qslice, P.qparts = pl.qparts;

@@ -94,6 +94,11 @@ struct bw_args {
     /* chained_planes only (else NULL) */
     float *              slot;  /* (W, H, kPrepScal) chunk_prep_kernel's scalar slots from sc            */
     ssmi_siso::m3_seg *  msegs; /* (NS) the sequences as the chain reads them                      */
+    /* chained_planes with z (else NULL): (T, H, V) each, dy = dout ⊙ silu(z) split in v's 16-bit
+     * dtype (the rounded part, the remainder), by bwd_gate_kernel for the reverse walks */
+    void *               dyh;
+    void *               dyl;
+    int                  dz_fused; /* bwd_gate_kernel also writes dz (from P.ypre): no bwd_dz_kernel */
 };
 
 /* Leading dimensions of the chunk's shared-memory rows: odd, so that the rows a warp reads at one
@@ -439,6 +444,9 @@ ssm_status launch_bwd_seq(ssm_context * ctx, const char * op, const bw_args & P)
 ssm_status launch_bwd_tok(ssm_context * ctx, const char * op, const bw_args & P);
 /* bwd_scan.cu: dz from the forward's pregate_y (P.ypre), T = B·S tokens. */
 ssm_status launch_bwd_dz(ssm_context * ctx, const char * op, const bw_args & P, long long T);
+/* bwd_scan.cu: P.dyh, P.dyl (and dz where P.dz_fused) of the T tokens; dout and z in v's 16-bit
+ * dtype in 16-byte rows (the chain's rule), v bf16 (mode M_BF16) or f16 (M_F16). */
+ssm_status launch_bwd_gate(ssm_context * ctx, const char * op, const bw_args & P, long long T, int mode);
 ssm_status launch_bwd_sums(ssm_context * ctx, const char * op, const bw_args & P, long long T, int Hq);
 /* bwd_chunk.cu: the chunk sums (grads false) or the chunk gradients (grads true); with P.planes
  * the kernels of bwd_chunk_planes.cu (launch_bwd_chunk_planes) */

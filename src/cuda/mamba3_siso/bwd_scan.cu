@@ -25,6 +25,9 @@
  *   memory), dangles, then per token ddt and dtrap (spec §6.2).
  * bwd_dz_kernel (the plane entries given pregate_y): dz = y·dout·σ(z)(1 + z(1 − σ(z))) element by
  *   element from the forward's y, the gradient kernel's expression; a block per token.
+ * bwd_gate_kernel (the chained entries with z, before the walks): dy = dout ⊙ silu(z) as the two
+ *   planes of v's dtype that the reverse walks multiply (chain_gate_dy's values), and with it dz
+ *   where pregate_y is given and bf16 rows allow (P.dz_fused), so dout and z are read once.
  * bwd_qk_sum_kernel: dq, dk = Σ of a group's qparts parts of dq̃, dk̃ (bw_args), in part order.
  * bwd_param_sum_kernel: dq_bias, dk_bias, dd = Σ over the chunks (sequence order, then chunk
  *   order) of the per-chunk sums.
@@ -327,32 +330,52 @@ __device__ __forceinline__ float dz_of(float y, float dout, float z) {
     return y * (dout * sg * (1.0f + z * (1.0f - sg)));
 }
 
-/* dz of token (b, t): the block's threads over its H·V elements, 8 at a time (16-byte loads and
- * stores) where P.dz_vec allows it, else one at a time through the strides. */
-__device__ void dz_token(const bw_args & P, long long b, long long t) {
-    if (P.dz_vec) { /* V % 8 == 0 */
-        const int per = P.V / 8, n = P.H * per;
-        for (int e = threadIdx.x; e < n; e += blockDim.x) {
-            const int     h = e / per, r = (e - h * per) * 8;
+/* Token (b, t) in 16-byte rows, the block's threads over its H·V/8 pieces of 8 elements: dout and
+ * z of MODE's dtype; DY: dy = dout ⊙ silu(z) split into P.dyh, P.dyl (chain_gate_dy's split); DZ:
+ * dz (bf16, MODE M_BF16) from y (f32). V % 8 == 0. */
+template <int MODE, bool DY, bool DZ>
+__device__ __forceinline__ void gate_token_rows(const bw_args & P, long long b, long long t) {
+    typedef typename cfg<MODE>::T T;
+    static_assert(!DZ || MODE == M_BF16, "dz in 16-byte rows is bf16");
+    const int per = P.V / 8, n = P.H * per;
+    for (int e = threadIdx.x; e < n; e += blockDim.x) {
+        const int h = e / per, r = (e - h * per) * 8;
+        float     d[8], z[8];
+        unpack8<MODE>(d, *reinterpret_cast<const uint4 *>((const T *)P.dout.p +
+                                                           (b * P.dout.s[0] + t * P.dout.s[1] + h * P.dout.s[2] + r)));
+        unpack8<MODE>(z, *reinterpret_cast<const uint4 *>((const T *)P.z.p +
+                                                           (b * P.z.s[0] + t * P.z.s[1] + h * P.z.s[2] + r)));
+        if constexpr (DY) {
+            uint32_t hi[4], lo[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k)
+                split2<MODE>(gated_dy(d[2 * k], z[2 * k]), gated_dy(d[2 * k + 1], z[2 * k + 1]), hi[k], lo[k]);
+            const long long o = ((b * P.S + t) * P.H + h) * P.V + r;
+            *reinterpret_cast<uint4 *>((T *)P.dyh + o) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+            *reinterpret_cast<uint4 *>((T *)P.dyl + o) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+        }
+        if constexpr (DZ) {
             const float * yp = (const float *)P.ypre.p + (b * P.ypre.s[0] + t * P.ypre.s[1] + h * P.ypre.s[2] + r);
             const float4  y0 = *reinterpret_cast<const float4 *>(yp), y1 = *reinterpret_cast<const float4 *>(yp + 4);
-            const uint4   dw = *reinterpret_cast<const uint4 *>(
-                (const __nv_bfloat16 *)P.dout.p + (b * P.dout.s[0] + t * P.dout.s[1] + h * P.dout.s[2] + r));
-            const uint4   zw = *reinterpret_cast<const uint4 *>(
-                (const __nv_bfloat16 *)P.z.p + (b * P.z.s[0] + t * P.z.s[1] + h * P.z.s[2] + r));
-            const float    y[8] = {y0.x, y0.y, y0.z, y0.w, y1.x, y1.y, y1.z, y1.w};
-            const unsigned dws[4] = {dw.x, dw.y, dw.z, dw.w}, zws[4] = {zw.x, zw.y, zw.z, zw.w};
-            unsigned       o[4];
+            const float   y[8] = {y0.x, y0.y, y0.z, y0.w, y1.x, y1.y, y1.z, y1.w};
+            unsigned      o[4];
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
-                const float2         d = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&dws[k]));
-                const float2         z = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&zws[k]));
-                const __nv_bfloat162 v = __floats2bfloat162_rn(dz_of(y[2 * k], d.x, z.x), dz_of(y[2 * k + 1], d.y, z.y));
+                const __nv_bfloat162 v =
+                    __floats2bfloat162_rn(dz_of(y[2 * k], d[2 * k], z[2 * k]), dz_of(y[2 * k + 1], d[2 * k + 1], z[2 * k + 1]));
                 o[k] = *reinterpret_cast<const unsigned *>(&v);
             }
             __nv_bfloat16 * dp = (__nv_bfloat16 *)P.dz.p + (b * P.dz.s[0] + t * P.dz.s[1] + h * P.dz.s[2] + r);
             *reinterpret_cast<uint4 *>(dp) = make_uint4(o[0], o[1], o[2], o[3]);
         }
+    }
+}
+
+/* dz of token (b, t): the block's threads over its H·V elements, 8 at a time (16-byte loads and
+ * stores) where P.dz_vec allows it, else one at a time through the strides. */
+__device__ void dz_token(const bw_args & P, long long b, long long t) {
+    if (P.dz_vec) { /* V % 8 == 0 */
+        gate_token_rows<M_BF16, false, true>(P, b, t);
         return;
     }
     const int n = P.H * P.V;
@@ -365,6 +388,11 @@ __device__ void dz_token(const bw_args & P, long long b, long long t) {
 /* A block per token, grid-stride over the T tokens. */
 __global__ void __launch_bounds__(256) bwd_dz_kernel(const bw_args P, long long T) {
     for (long long tok = blockIdx.x; tok < T; tok += gridDim.x) dz_token(P, tok / P.S, tok % P.S);
+}
+
+template <int MODE, bool DZ>
+__global__ void __launch_bounds__(256) bwd_gate_kernel(const bw_args P, long long T) {
+    for (long long tok = blockIdx.x; tok < T; tok += gridDim.x) gate_token_rows<MODE, true, DZ>(P, tok / P.S, tok % P.S);
 }
 
 __global__ void bwd_qk_sum_kernel(const bw_args P, long long T, int Hq) {
@@ -441,6 +469,15 @@ ssm_status launch_bwd_dz(ssm_context * ctx, const char * op, const bw_args & P, 
     if (T == 0 || P.H == 0) return SSM_STATUS_OK;
     bwd_dz_kernel<<<(unsigned)(T < (1 << 20) ? T : (1 << 20)), 256, 0, ssmi_cuda_stream(ctx)>>>(P, T);
     return ssmi_cuda_status(ctx, op, "bwd_dz_kernel launch", cudaGetLastError());
+}
+
+ssm_status launch_bwd_gate(ssm_context * ctx, const char * op, const bw_args & P, long long T, int mode) {
+    if (T == 0 || P.H == 0) return SSM_STATUS_OK;
+    void (*kernel)(const bw_args, long long) = mode == M_F16 ? bwd_gate_kernel<M_F16, false>
+                                               : P.dz_fused  ? bwd_gate_kernel<M_BF16, true>
+                                                             : bwd_gate_kernel<M_BF16, false>;
+    kernel<<<(unsigned)(T < (1 << 20) ? T : (1 << 20)), 256, 0, ssmi_cuda_stream(ctx)>>>(P, T);
+    return ssmi_cuda_status(ctx, op, "bwd_gate_kernel launch", cudaGetLastError());
 }
 
 ssm_status launch_bwd_sums(ssm_context * ctx, const char * op, const bw_args & P, long long T, int Hq) {

@@ -80,6 +80,11 @@ ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_a
     F.thl = P.th, F.thl_row = P.S * P.H * P.A, F.theta0 = P.thb;
     m3_fwd_args R = F;
     R.k = P.q, R.kb = P.qb, R.v = P.dout;
+    if (P.dyh != nullptr) { /* dy's two planes (bwd_gate_kernel) for dout and z: no gating in the walks */
+        const long long s1 = (long long)P.H * P.V;
+        R.v.p = P.dyh, R.z.p = P.dyl, R.dysplit = 1;
+        R.v.s[0] = R.z.s[0] = P.S * s1, R.v.s[1] = R.z.s[1] = s1, R.v.s[2] = R.z.s[2] = P.V, R.v.s[3] = R.z.s[3] = 1;
+    }
     R.has_states = P.has_dfs, R.ssm_in = P.dfs;
     R.states = P.dst;
     R.fin_ssm.p = P.dhin, R.fin_ssm.dtype = SSM_DTYPE_F32, R.fin_ssm.present = 1;

@@ -197,6 +197,7 @@ struct m3_fwd_args {
      * hold θ. */
     const float *    thl;
     long long        thl_row;
+    int              dysplit; /* the backward's reverse walk: v and z hold dy's two planes (rounded, remainder) */
     int *            nonfinite; /* (W, H): set to 1 where an output kernel stores a non-finite value */
     m3_out           out, fin_ssm, fin_k, fin_v, fin_ang;
     m3_out           ypre; /* pregate_y (B, S, H, V) f32/f64: y before the gate, or absent     */

@@ -318,7 +318,7 @@ __device__ __forceinline__ void chain_walk(const m3_fwd_args & P, unsigned z) {
                                     P.thl != nullptr ? (const float *)(st + L.tb) : nullptr, (const T *)(st + L.kraw),
                                     kh, kl, kbias);
         if constexpr (REV)
-            if (P.has_z) chain_gate_dy<MODE>((T *)(st + L.vs), (T *)(st + L.zs));
+            if (P.has_z && !P.dysplit) chain_gate_dy<MODE>((T *)(st + L.vs), (T *)(st + L.zs));
         __syncthreads(); /* w∘K̂ (q̂e, dy) */
         float loc[8][4]; /* vk_product's accumulator; NB = 2 uses the first 4 */
 #pragma unroll
