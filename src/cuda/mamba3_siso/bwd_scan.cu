@@ -411,21 +411,34 @@ __global__ void bwd_qk_sum_kernel(const bw_args P, long long T, int Hq) {
     }
 }
 
+/* Σ_{w<n} p[w·step] in order, kParamBatch loads issued before their adds (the param sums: a few
+ * thousand threads walk every chunk, so the loads' latency, not their bytes, sets the time). */
+constexpr int kParamBatch = 8;
+__device__ __forceinline__ float sum_in_order(const float * p, long long step, long long n) {
+    float     a = 0.0f;
+    long long w = 0;
+    for (; w + kParamBatch <= n; w += kParamBatch) {
+        float x[kParamBatch];
+#pragma unroll
+        for (int u = 0; u < kParamBatch; ++u) x[u] = p[(w + u) * step];
+#pragma unroll
+        for (int u = 0; u < kParamBatch; ++u) a += x[u];
+    }
+    for (; w < n; ++w) a += p[w * step];
+    return a;
+}
+
 __global__ void bwd_param_sum_kernel(const bw_args P) {
     const int e = blockIdx.x * blockDim.x + threadIdx.x, HK = P.H * P.K;
     if (e < HK) {
-        const int h = e / P.K, c = e % P.K;
-        float     a = 0.0f, b = 0.0f;
-        for (long long w = 0; w < P.W; ++w) {
-            a += P.qbp[(w * P.H + h) * P.K + c];
-            b += P.kbp[(w * P.H + h) * P.K + c];
-        }
+        const int       h = e / P.K, c = e % P.K;
+        const long long step = (long long)P.H * P.K, o = (long long)h * P.K + c;
+        const float     a = sum_in_order(P.qbp + o, step, P.W), b = sum_in_order(P.kbp + o, step, P.W);
         if (P.dqb.present) ssmi_cu_st(P.dqb.p, P.dqb.dtype, h * P.dqb.s[0] + c * P.dqb.s[1], a);
         if (P.dkb.present) ssmi_cu_st(P.dkb.p, P.dkb.dtype, h * P.dkb.s[0] + c * P.dkb.s[1], b);
     } else if (e < HK + P.H) {
-        const int h = e - HK;
-        float     a = 0.0f;
-        for (long long w = 0; w < P.W; ++w) a += P.ddp[w * P.H + h];
+        const int   h = e - HK;
+        const float a = sum_in_order(P.ddp + h, P.H, P.W);
         if (P.dd.present) ssmi_cu_st(P.dd.p, P.dd.dtype, h * P.dd.s[0], a);
     }
 }
