@@ -15,10 +15,10 @@
  * bwd_walks_kernel (launch_bwd_walks): a block per (sequence, head, V tile of 64, KS = 64 K columns
  * (32 where K % 64 != 0), walk). Forward walk: chain_state_kernel's body with the backward's
  * operands (k, v, k_bias; H_in from the initial states) into P.st. Reverse walk: the same body on q
- * (q̂e = rot(q + q_bias)·e^{c}), dout (times silu(z), split in two planes, where z is given), chunks
- * last to first from dfinal_ssm_state, the carry stored before each fold into P.dst, dH_in at the
- * end (also for a sequence without chunks). Two stages of cp.async operands (16-byte pieces: q, k,
- * v, dout, z of v's 16-bit dtype in 16-byte rows, the entry's rule).
+ * (q̂e = rot(q + q_bias)·e^{c}), dout (where z is given, dy = dout ⊙ silu(z) in bwd_gate_kernel's two
+ * planes P.dyh, P.dyl), chunks last to first from dfinal_ssm_state, the carry stored before each fold
+ * into P.dst, dH_in at the end (also for a sequence without chunks). Two stages of cp.async operands
+ * (16-byte pieces: q, k, v, dout, z of v's 16-bit dtype in 16-byte rows, the entry's rule).
  */
 #include "bwd.cuh"
 
@@ -80,9 +80,9 @@ ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_a
     F.thl = P.th, F.thl_row = P.S * P.H * P.A, F.theta0 = P.thb;
     m3_fwd_args R = F;
     R.k = P.q, R.kb = P.qb, R.v = P.dout;
-    if (P.dyh != nullptr) { /* dy's two planes (bwd_gate_kernel) for dout and z: no gating in the walks */
+    if (P.dyh != nullptr) { /* z given: dy's two planes (bwd_gate_kernel) for dout and z */
         const long long s1 = (long long)P.H * P.V;
-        R.v.p = P.dyh, R.z.p = P.dyl, R.dysplit = 1;
+        R.v.p = P.dyh, R.z.p = P.dyl;
         R.v.s[0] = R.z.s[0] = P.S * s1, R.v.s[1] = R.z.s[1] = s1, R.v.s[2] = R.z.s[2] = P.V, R.v.s[3] = R.z.s[3] = 1;
     }
     R.has_states = P.has_dfs, R.ssm_in = P.dfs;

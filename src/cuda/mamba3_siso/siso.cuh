@@ -197,7 +197,6 @@ struct m3_fwd_args {
      * hold θ. */
     const float *    thl;
     long long        thl_row;
-    int              dysplit; /* the backward's reverse walk: v and z hold dy's two planes (rounded, remainder) */
     int *            nonfinite; /* (W, H): set to 1 where an output kernel stores a non-finite value */
     m3_out           out, fin_ssm, fin_k, fin_v, fin_ang;
     m3_out           ypre; /* pregate_y (B, S, H, V) f32/f64: y before the gate, or absent     */
@@ -386,8 +385,8 @@ struct wgmma_smem {
  * conflicts). */
 struct chain_smem {
     int                 th, tb, kraw, vs, zs, stage, kh, kl, total; /* the scalars at 0 of a stage */
-    /* zt (the backward's reverse walk with z): a z tile in every stage after the v (dout) tile (dy's
-     * two planes then lie over the dout and z tiles); stages: the ring's length; thl (m3_fwd_args::thl
+    /* zt (the backward's reverse walk with z): a z tile in every stage after the v tile (they hold
+     * dy's rounded and remainder planes); stages: the ring's length; thl (m3_fwd_args::thl
      * given): θ entering the chunk (A floats at tb) after θ's chunk-local sums */
     __host__ __device__ chain_smem(int A, int KS, bool zt = false, int stages = kChainStages, bool thl = false) {
         const int LK = KS + 8;

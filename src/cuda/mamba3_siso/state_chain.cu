@@ -222,30 +222,11 @@ __device__ __forceinline__ void chain_store_state(const float (&S)[TN][4], float
     }
 }
 
-/* dy = dout ⊙ silu(z) of the stage's dout tile (vs) and z tile (zs), split in place: the rounded
- * part over dout, the remainder over z (zeros where both tiles hold zeros); each thread reads and
- * writes its own 16-byte pieces. */
-template <int MODE>
-__device__ __forceinline__ void chain_gate_dy(typename cfg<MODE>::T * vs, typename cfg<MODE>::T * zs) {
-    for (int o = (int)threadIdx.x; o < kC * (kTV / 8); o += kChainThreads) {
-        const int r = o / (kTV / 8), e0 = r * kFLd + (o % (kTV / 8)) * 8;
-        float     d[8], zv[8];
-        unpack8<MODE>(d, *reinterpret_cast<const uint4 *>(&vs[e0]));
-        unpack8<MODE>(zv, *reinterpret_cast<const uint4 *>(&zs[e0]));
-        uint32_t hi[4], lo[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-            split2<MODE>(gated_dy(d[2 * e], zv[2 * e]), gated_dy(d[2 * e + 1], zv[2 * e + 1]), hi[e], lo[e]);
-        *reinterpret_cast<uint4 *>(&vs[e0]) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
-        *reinterpret_cast<uint4 *>(&zs[e0]) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
-    }
-}
-
 /* One walk of block (blockIdx.x, blockIdx.y, z) (z: the V tile and the K slice). REV (the
  * backward's reverse walk, on the arguments launch_bwd_walks builds): the chunks last to first,
- * no k_in / v_in term in the start (ssm_in holds dfinal_ssm_state), q̂e for w∘K̂, the dout tile
- * (times silu(z), split, where z is given) for v; the store before the fold is then the carry and
- * the final store dH_in. NSTG: the stages of the ring. */
+ * no k_in / v_in term in the start (ssm_in holds dfinal_ssm_state), q̂e for w∘K̂, the dout tile for
+ * v (where z is given, dy's rounded and remainder planes in the v and z tiles); the store before
+ * the fold is then the carry and the final store dH_in. NSTG: the stages of the ring. */
 template <int MODE, int KS, bool REV, int NSTG>
 __device__ __forceinline__ void chain_walk(const m3_fwd_args & P, unsigned z) {
     typedef typename cfg<MODE>::T T;
@@ -317,9 +298,7 @@ __device__ __forceinline__ void chain_walk(const m3_fwd_args & P, unsigned z) {
         chain_prep_k<MODE, KS, REV>(P, ch, kc0, sc, (const float *)(st + L.th),
                                     P.thl != nullptr ? (const float *)(st + L.tb) : nullptr, (const T *)(st + L.kraw),
                                     kh, kl, kbias);
-        if constexpr (REV)
-            if (P.has_z && !P.dysplit) chain_gate_dy<MODE>((T *)(st + L.vs), (T *)(st + L.zs));
-        __syncthreads(); /* w∘K̂ (q̂e, dy) */
+        __syncthreads(); /* w∘K̂ (q̂e) */
         float loc[8][4]; /* vk_product's accumulator; NB = 2 uses the first 4 */
 #pragma unroll
         for (int t = 0; t < 8; ++t) loc[t][0] = loc[t][1] = loc[t][2] = loc[t][3] = 0.0f;
@@ -361,8 +340,8 @@ __global__ void __launch_bounds__(kChainThreads, 2) chain_state_kernel(const m3_
 /* The backward's two walks, two stages (with the reverse walk's z tiles, two blocks per SM: ~91 KB
  * at A = 32, KS = 64). blockIdx.z < gridDim.z / 2: the reverse walk of slice blockIdx.z (V tile ·
  * K/KS + K slice), else the forward walk of slice blockIdx.z − gridDim.z / 2. The reverse walks
- * (the gated dy and a third product per chunk) take longer, so they come first in launch order and
- * start first. F.states == NULL (the forward's states given): the reverse walks alone, one per
+ * (dy's remainder plane: a third product per chunk) take longer, so they come first in launch
+ * order and start first. F.states == NULL (the forward's states given): the reverse walks alone, one per
  * blockIdx.z. */
 template <int MODE, int KS>
 __global__ void __launch_bounds__(kChainThreads, 2) bwd_walks_kernel(const m3_fwd_args F, const m3_fwd_args R) {
