@@ -14,6 +14,10 @@
  *           primary SSMI_WG_K constants), X MN-major as above, wgmma SS form, imm-trans-b 1
  *           (the scan's wgmma state kernel: (w∘x)ᵀ K-major times the B tile MN-major; its
  *           alternatives vary the MN-major pair)
+ *   ss_mn32_<t> ss_mn's product as two m64n32k16 halves, X's columns 0-31 and 32-63 (the second B
+ *           slice starts 64 bytes into the atom's rows)              (the SISO backward's K slices)
+ *   ss_tmn32_<t> D(64x64) = Xᵀ · X in two m64n32k16 halves, A = X MN-major read transposed
+ *           (imm-trans-a 1), B = X's 32-column slices             (Esᵀ·Q̂ of the SISO backward)
  * for t = bf16 and f16. One line per case: "probe <case> PASS|FAIL max_abs_err=... lbo=... sbo=...".
  * When a case fails with the primary constants, the alternatives of its operand kind are tried and
  * each prints a line "probe <case> alt lbo=.. sbo=.. PASS|FAIL ..."; then rebuild with
@@ -38,7 +42,8 @@ const int kSmemA = 0, kSmemB = 2 * ssmi_wg::kAtomBytes, kSmemX = 4 * ssmi_wg::kA
 const int kSmemR = 5 * ssmi_wg::kAtomBytes;            /* R K-major (ss_mn)                  */
 const int kSmemBytes = 6 * ssmi_wg::kAtomBytes + 1024; /* + room to align the base to 1024 */
 
-/* which: 0 = SS (A·Bᵀ), 1 = RS (R·X), 2 = SS (R·X, R K-major, X MN-major). a: A (M x KA) row-major, b: B (NN x KA) row-major,
+/* which: 0 = SS (A·Bᵀ), 1 = RS (R·X), 2 = SS (R·X, R K-major, X MN-major), 3 = 2 by m64n32 halves, 4 = Xᵀ·X by
+ * m64n32 halves (A MN-major). a: A (M x KA) row-major, b: B (NN x KA) row-major,
  * r: R (M x KR) row-major, x: X (KR x NN) row-major (p contiguous), all 16-bit bit patterns. */
 template <bool BF16>
 __global__ void __launch_bounds__(128) probe_kernel(const uint16_t * a, const uint16_t * b, const uint16_t * r,
@@ -90,6 +95,30 @@ __global__ void __launch_bounds__(128) probe_kernel(const uint16_t * a, const ui
         ssmi_wg::commit();
         ssmi_wg::wait<0>();
         ssmi_wg::keep(acc);
+    } else if (which >= 3) { /* two halves of 32 columns: acc[4h + t] holds half h's d[t] */
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            float half[4][4];
+#pragma unroll
+            for (int t = 0; t < 4; ++t) half[t][0] = half[t][1] = half[t][2] = half[t][3] = 0.0f;
+            ssmi_wg::fence();
+#pragma unroll
+            for (int ks = 0; ks < KR / 16; ++ks) {
+                const uint64_t db = ssmi_wg::desc(sbase + kSmemX + 64 * h + ks * 2048, lbo, sbo);
+                if (which == 3)
+                    ssmi_wg::mma_ss_n32<BF16, 0, 1>(
+                        half, ssmi_wg::desc(sbase + kSmemR + ks * 32, SSMI_WG_K_LBO, SSMI_WG_K_SBO), db);
+                else
+                    ssmi_wg::mma_ss_n32<BF16, 1, 1>(half, ssmi_wg::desc(sbase + kSmemX + ks * 2048, lbo, sbo), db);
+            }
+            ssmi_wg::commit();
+            ssmi_wg::wait<0>();
+            ssmi_wg::keep(half);
+#pragma unroll
+            for (int t = 0; t < 4; ++t)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) acc[4 * h + t][e] = half[t][e];
+        }
     } else {
         uint32_t af[KR / 16][4];
 #pragma unroll
@@ -142,7 +171,7 @@ static const pair_t kAltMN[] = {{8192, 1024}, {1024, 8192}, {16, 1024}, {1024, 1
 
 struct data_t {
     float    a[M * KA], b[NN * KA], r[M * KR], x[KR * NN];
-    double   ref_ss[M * NN], ref_rs[M * NN];
+    double   ref_ss[M * NN], ref_rs[M * NN], ref_xx[M * NN];
     uint16_t ha[M * KA], hb[NN * KA], hr[M * KR], hx[KR * NN];
 };
 
@@ -177,14 +206,16 @@ static int run_dtype(data_t & D, uint16_t * da, uint16_t * db, uint16_t * dr, ui
     CK(cudaMemcpy(dx, D.hx, sizeof D.hx, cudaMemcpyHostToDevice));
     static float got[M * NN];
     int          fails = 0;
-    static const char * const names[] = {"ss", "rs", "ss_mn"};
-    for (int which = 0; which < 3; ++which) {
+    static const char * const names[] = {"ss", "rs", "ss_mn", "ss_mn32", "ss_tmn32"};
+    static const char * const kinds[] = {"K-major (SSMI_WG_K_LBO/SBO)", "MN-major (SSMI_WG_MN_LBO/SBO)",
+                                         "K-major A, MN-major B (SSMI_WG_MN_LBO/SBO; SS form)",
+                                         "ss_mn by m64n32k16 halves, the second B slice 64 bytes into the atom rows",
+                                         "m64n32k16, A MN-major read transposed, B MN-major 32-column slices"};
+    for (int which = 0; which < 5; ++which) {
         const char *   nm = names[which];
-        const double * ref = which == 0 ? D.ref_ss : D.ref_rs;
+        const double * ref = which == 0 ? D.ref_ss : which == 4 ? D.ref_xx : D.ref_rs;
         const pair_t   prim = which == 0 ? pair_t{SSMI_WG_K_LBO, SSMI_WG_K_SBO} : pair_t{SSMI_WG_MN_LBO, SSMI_WG_MN_SBO};
-        const char *   kind = which == 0 ? "K-major (SSMI_WG_K_LBO/SBO)"
-                              : which == 1 ? "MN-major (SSMI_WG_MN_LBO/SBO)"
-                                           : "K-major A, MN-major B (SSMI_WG_MN_LBO/SBO; SS form)";
+        const char *   kind = kinds[which];
         double         terr = 0.0;
         const double   err = run_case<BF16>(D, which, prim, got, da, db, dr, dx, dd, ref, &terr);
         const bool     ok = err <= 1e-3;
@@ -243,10 +274,11 @@ int main() {
     for (int i = 0; i < KR * NN; ++i) D.x[i] = pick(&s);
     for (int m = 0; m < M; ++m)
         for (int n = 0; n < NN; ++n) {
-            double s1 = 0.0, s2 = 0.0;
+            double s1 = 0.0, s2 = 0.0, s3 = 0.0;
             for (int k = 0; k < KA; ++k) s1 += (double)D.a[m * KA + k] * D.b[n * KA + k];
             for (int k = 0; k < KR; ++k) s2 += (double)D.r[m * KR + k] * D.x[k * NN + n];
-            D.ref_ss[m * NN + n] = s1, D.ref_rs[m * NN + n] = s2;
+            for (int k = 0; k < KR; ++k) s3 += (double)D.x[k * NN + m] * D.x[k * NN + n];
+            D.ref_ss[m * NN + n] = s1, D.ref_rs[m * NN + n] = s2, D.ref_xx[m * NN + n] = s3;
         }
     uint16_t *da, *db, *dr, *dx;
     float *   dd;

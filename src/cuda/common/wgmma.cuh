@@ -1,7 +1,7 @@
 /* wgmma.cuh — Hopper (sm_90a) warpgroup matrix-multiply pieces: the 128-byte swizzled shared-memory
  * layout of the operands, the shared-memory matrix descriptor, wgmma.mma_async m64n64k16 with f32
  * accumulators (A from shared memory or from registers; B from shared memory, K-major or MN-major),
- * and the fences around it. Used by the wgmma kernels of the Mamba-2 and SISO families and by
+ * m64n32k16 (A and B from shared memory, either major) and the fences around them. Used by the wgmma kernels of the Mamba-2 and SISO families and by
  * the wgmma probe (wgmma_probe.cu), which checks the layout and descriptor conventions below on
  * the GPU.
  * Inline device code only; everything that emits wgmma is compiled only where the target has it
@@ -239,6 +239,46 @@ __device__ __forceinline__ void mma_rs(float (&d)[8][4], const uint32_t (&a)[4],
                      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(1), "n"(TB));
 #else
     (void)d, (void)a, (void)db;
+#endif
+}
+
+/* ---- m64n32k16 (a 32-column slice of an operand: the SISO backward's per-warpgroup K slices) ---- */
+
+__device__ __forceinline__ void keep(float (&d)[4][4]) {
+#pragma unroll
+    for (int t = 0; t < 4; ++t)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[t][e])::"memory");
+}
+
+#define SSMI_WG_D16 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define SSMI_WG_D16_OPS(d)                                                                                         \
+    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]),   \
+        "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), \
+        "+f"(d[3][2]), "+f"(d[3][3])
+
+/* d(64 x 32, f32) += A(64 x 16) · B(16 x 32), both from shared memory: A K-major (TA = 0) or MN-major
+ * (TA = 1: A read transposed, which the 16-bit types allow), B K-major (TB = 0) or MN-major (TB = 1).
+ * The D fragment is mma_ss's for N = 32: d[t][e], t < 4. An MN-major B slice of 32 columns at
+ * column 32 of an atom starts 64 bytes into the atom's rows (gpu/wgmma_probe.cu's ss_mn32 and
+ * ss_tmn32 cases check that start). */
+template <bool BF16, int TA, int TB>
+__device__ __forceinline__ void mma_ss_n32(float (&d)[4][4], uint64_t da, uint64_t db) {
+#if SSMI_WG_HAVE
+    if constexpr (BF16)
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " SSMI_WG_D16
+                     ", %16, %17, p, 1, 1, %19, %20;\n}\n"
+                     : SSMI_WG_D16_OPS(d)
+                     : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
+    else
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"
+                     "wgmma.mma_async.sync.aligned.m64n32k16.f32.f16.f16 " SSMI_WG_D16
+                     ", %16, %17, p, 1, 1, %19, %20;\n}\n"
+                     : SSMI_WG_D16_OPS(d)
+                     : "l"(da), "l"(db), "r"(1), "n"(TA), "n"(TB));
+#else
+    (void)d, (void)da, (void)db;
 #endif
 }
 
