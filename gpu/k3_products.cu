@@ -193,12 +193,7 @@ static void split(float x, float * h, float * l) {
 }
 
 int main() {
-    int major = 0, minor = 0;
-    if (probe_device(&major, &minor) != 0) return 2;
-    if (major != 9 || minor != 0) {
-        printf("k3_products needs an sm_90 device (wgmma is sm_90a only)\n");
-        return 2;
-    }
+    if (probe_sm90("k3_products") != 0) return 2;
     static planes P;
     unsigned      seed = 2026u;
     for (int i = 0; i < C * V; ++i) split(pick(&seed), &P.dyh[i], &P.dyl[i]), P.v[i] = bf16_val(bf16_bits(pick(&seed)));

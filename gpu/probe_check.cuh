@@ -28,4 +28,16 @@ static inline int probe_device(int * major, int * minor) {
     return 0;
 }
 
+/* 0 where the current device is sm_90 (wgmma and TMA are sm_90a only); else 2, with a line saying why
+ * (who: the tool's name in that line). */
+static inline int probe_sm90(const char * who) {
+    int major = 0, minor = 0;
+    if (probe_device(&major, &minor) != 0) return 2;
+    if (major != 9 || minor != 0) {
+        printf("%s needs an sm_90 device (this one is sm_%d%d)\n", who, major, minor);
+        return 2;
+    }
+    return 0;
+}
+
 #endif

@@ -115,12 +115,7 @@ static uint16_t want4(int r, int c, const void * p) {
 }
 
 int main() {
-    int major = 0, minor = 0;
-    if (probe_device(&major, &minor) != 0) return 2;
-    if (major != 9 || minor != 0) {
-        printf("probe needs an sm_90 device\n");
-        return 2;
-    }
+    if (probe_sm90("probe") != 0) return 2;
     void *                          fn = NULL;
     cudaDriverEntryPointQueryResult q;
     /* the ABI of cuTensorMapEncodeTiled as of CUDA 12.0 (the version the typedef above follows) */

@@ -256,14 +256,9 @@ static int run_dtype(data_t & D, uint16_t * da, uint16_t * db, uint16_t * dr, ui
 }
 
 int main() {
-    int major = 0, minor = 0;
-    if (probe_device(&major, &minor) != 0) return 2;
-    printf("probe device sm_%d%d; constants K lbo=%d sbo=%d, MN lbo=%d sbo=%d\n", major, minor, SSMI_WG_K_LBO,
-           SSMI_WG_K_SBO, SSMI_WG_MN_LBO, SSMI_WG_MN_SBO);
-    if (major != 9 || minor != 0) {
-        printf("probe needs an sm_90 device (wgmma is sm_90a only)\n");
-        return 2;
-    }
+    if (probe_sm90("probe") != 0) return 2;
+    printf("probe device sm_90; constants K lbo=%d sbo=%d, MN lbo=%d sbo=%d\n", SSMI_WG_K_LBO, SSMI_WG_K_SBO,
+           SSMI_WG_MN_LBO, SSMI_WG_MN_SBO);
     CK(cudaFuncSetAttribute(probe_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     CK(cudaFuncSetAttribute(probe_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
     static data_t D;
