@@ -26,8 +26,9 @@
  * bwd_dz_kernel (the plane entries given pregate_y): dz = y·dout·σ(z)(1 + z(1 − σ(z))) element by
  *   element from the forward's y, the gradient kernel's expression; a block per token.
  * bwd_gate_kernel (the chained entries with z, before the walks): dy = dout ⊙ silu(z) as the two
- *   planes of v's dtype that the reverse walks multiply (chain_gate_dy's values), and with it dz
- *   where pregate_y is given and bf16 rows allow (P.dz_fused), so dout and z are read once.
+ *   planes of v's dtype that the reverse walks multiply (split2: the rounded value, the rounded
+ *   remainder), and with it dz where pregate_y is given and bf16 rows allow (P.dz_fused), so dout
+ *   and z are read once.
  * bwd_qk_sum_kernel: dq, dk = Σ of a group's qparts parts of dq̃, dk̃ (bw_args), in part order.
  * bwd_param_sum_kernel: dq_bias, dk_bias, dd = Σ over the chunks (sequence order, then chunk
  *   order) of the per-chunk sums.
@@ -331,7 +332,7 @@ __device__ __forceinline__ float dz_of(float y, float dout, float z) {
 }
 
 /* Token (b, t) in 16-byte rows, the block's threads over its H·V/8 pieces of 8 elements: dout and
- * z of MODE's dtype; DY: dy = dout ⊙ silu(z) split into P.dyh, P.dyl (chain_gate_dy's split); DZ:
+ * z of MODE's dtype; DY: dy = dout ⊙ silu(z) split into P.dyh, P.dyl (split2); DZ:
  * dz (bf16, MODE M_BF16) from y (f32). V % 8 == 0. */
 template <int MODE, bool DY, bool DZ>
 __device__ __forceinline__ void gate_token_rows(const bw_args & P, long long b, long long t) {
