@@ -69,7 +69,7 @@ want m2parts && SSMOPS_PROFILE_KERNEL=bwd_state_parts prof m2parts 2 bench mamba
     --shape B=1,S=8192,H=80,P=64,N=128,G=1,chunk=256 --param has_d=1,has_z=1,has_dt_bias=1,dt_softplus=1,has_init=0,has_dfinal=0
 want sisosmall && SSMOPS_PROFILE_KERNEL="bwd_tok_kernel|bwd_prep_kernel" prof sisosmall 2 bench mamba3_siso_bwd --backend cuda --reps 1 \
     --dtype bf16 --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param has_d=1,has_z=1,angles_f32=1
-want sisobwd && SSMOPS_PROFILE_KERNEL="bwd_chunk_planes_(sums|grads)|bwd_walks_kernel|bwd_chain_slot_kernel" prof sisobwd 3 bench mamba3_siso_bwd --backend cuda --reps 1 --dtype bf16 \
+want sisobwd && SSMOPS_PROFILE_KERNEL="bwd_chunk_planes_(sums|grads)|bwd_walks_kernel|bwd_prep_kernel" prof sisobwd 3 bench mamba3_siso_bwd --backend cuda --reps 1 --dtype bf16 \
     --shape B=1,S=8192,H=64,Hq=1,K=128,V=64,A=32,chunk=64 --param has_d=1,has_z=1,has_states=0,has_dfinal=0
 want mimobwd && SSMOPS_PROFILE_KERNEL="tiles_kernel|grads_kernel" prof mimobwd 2 bench mamba3_mimo_bwd --backend cuda --reps 1 \
     --dtype bf16 --shape B=1,S=8192,H=16,G=1,R=4,N=64,P=64,chunk=16 --param div=4,has_d=1,has_z=1,reduce_o=1

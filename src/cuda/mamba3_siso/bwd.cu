@@ -7,13 +7,14 @@
  * its shared memory fits, chunked (fp32 FFMA; bwd_chunk.cu) for every problem. Every
  * gradient of ssm_mamba3_siso is computed from the forward's inputs, or, on the plane entries, from
  * what the forward saved (below), in stream order:
- *   1. bwd_prep_kernel: per (chunk, head) the per-token scalars and the chunk-local angle sums;
+ *   1. bwd_prep_kernel: per (chunk, head) the per-token scalars and the chunk-local angle sums (and
+ *      the chained entries' walk slots and sequences);
  *      bwd_theta_kernel: per (sequence, head, angle) θ entering every chunk;
  *   2. bwd_chunk_sums_kernel: per (chunk, head) the state contribution and the state-gradient
  *      contribution of the chunk, and c_last;
  *   3. bwd_pass_kernel, one launch for both walks: forward, the state entering every chunk (from
  *      H_in); reverse, the carry dS of every chunk (from dfinal_ssm_state) and dH_in;
- *      chained_planes: bwd_chain_slot_kernel + bwd_walks_kernel do 2 and 3 (the same P.st, P.dst, P.cl, P.dhin),
+ *      chained_planes: bwd_walks_kernel does 2 and 3 (the same P.st, P.dst, P.cl, P.dhin),
  *      after bwd_gate_kernel where z is given: dy = dout ⊙ silu(z) once as the walks' two planes (P.dyh,
  *      P.dyl), with dz from pregate_y where its rows allow (P.dz_fused), so dout and z are read once;
  *   4. bwd_chunk_grads_kernel: per (chunk, head) dv, dz, dadt and the per-token chain into the
@@ -366,7 +367,7 @@ ssm_status bwd_launch(ssm_context * ctx, const ssmi_mamba3_dims * d, const ssm_m
     /* Every token belongs to a sequence (cu_seqlens ends at S), so every (token, head) row of the
      * workspace is written before it is read. */
     if (P.H > 0 && P.NS > 0) {
-        if (P.W > 0) SSM_FORWARD_IF_ERROR(launch_bwd_prep(ctx, kOp, P));
+        if (P.W > 0 || chain) SSM_FORWARD_IF_ERROR(launch_bwd_prep(ctx, kOp, P)); /* chain: the sequences too */
         if (chain) {
             if (pl->gate) SSM_FORWARD_IF_ERROR(launch_bwd_gate(ctx, kOp, P, T, P.v_bf16 ? M_BF16 : M_F16));
             if (pl->saved && !pl->st_in_place)

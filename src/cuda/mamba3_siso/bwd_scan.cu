@@ -6,7 +6,8 @@
  * order, so a walk waits on memory once per batch instead of once per step.
  * bwd_prep_kernel, one block per (chunk, head): per token dt, λ = sigmoid(trap), γ = dt·λ, σ = γ +
  *   dt_{t+1}(1 − λ_{t+1}) (0 after the last token) and the chunk-local inclusive cumsum of adt;
- *   per angle the chunk-local running sums of π·tanh(raw)·dt (th) and their total (thb).
+ *   per angle the chunk-local running sums of π·tanh(raw)·dt (th) and their total (thb); for the
+ *   chained entries the walks' scalar slots, c_last and sequences (bwd_state_chain.cu).
  * bwd_theta_kernel, one thread per (sequence, head, angle): θ entering each chunk (thb), from
  *   angle_state (or 0), θ ← wrap(θ + the chunk's total); θ of a token is then wrap(θ entering +
  *   its running sum) (theta_at), the same θ mod 2π as the token-by-token walk.
@@ -44,16 +45,27 @@ namespace {
 const int kWalkBatch = 32; /* chunks whose loads a sequential walk issues together */
 static_assert(kMaxK / 2 <= kSeqThreads, "bwd_tok_kernel: a thread per angle at least (A <= K/2)");
 static_assert(kBwdMaxChunk <= 64, "the prep's cumsum: two tokens per lane of one warp");
+static_assert(kC == 64, "the chain's slots: warp 0's two tokens per lane are the slot's kC entries");
 
 /* One (chunk, head) per block: per token dt, λ = sigmoid(trap), γ = dt·λ, σ = γ + dt_{t+1}(1 −
  * λ_{t+1}) (0 after the sequence's last token) and the chunk-local inclusive cumsum of adt (warp 0:
  * lane l takes tokens 2l and 2l + 1, a shuffle scan over the pair sums; L ≤ kBwdMaxChunk); per
  * angle (a thread each, tokens in order) the chunk-local running sums of π·tanh(raw)·dt into th
- * and their total into thb. */
+ * and their total into thb. For the chained entries (P.slot) also the chain's scalar slot of
+ * (chunk, head) and c_last into P.cl, and block (0, 0) the sequences as m3_seg (P.msegs); the grid
+ * then has one block per head even without chunks. */
 __global__ void __launch_bounds__(kSeqThreads) bwd_prep_kernel(const bw_args P) {
     __shared__ float s_dt[kBwdMaxChunk];
     __shared__ float s_rate[kBwdMaxChunk * (kMaxK / 2)]; /* π·tanh(raw), token-major */
     const int        w = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x, H = P.H, A = P.A;
+    if (P.msegs != nullptr && w == 0 && h == 0) /* the chain's sequences (also without chunks) */
+        for (int s = tid; s < P.NS; s += nt) {
+            const bw_seg b = P.segs[s];
+            m3_seg       m;
+            m.t0 = b.t0, m.row = b.row, m.len = b.len, m.first = b.first, m.count = b.count, m.srow = 0;
+            P.msegs[s] = m;
+        }
+    if (w >= P.W) return; /* the sequences' block of a plan without chunks */
     const bw_chunk   ch = P.chunks[w];
     const int        L = ch.len;
     if (tid < 32) {
@@ -86,6 +98,18 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_prep_kernel(const bw_args P) 
             float * o = P.sc + ((ch.tok + i) * H + h) * kScalWs;
             o[0] = dtv[u], o[1] = lam[u], o[2] = gam[u], o[3] = sig[u], o[4] = cm[u];
             s_dt[i] = dtv[u];
+        }
+        if (P.slot != nullptr) { /* the chain's slot: the same values, zeros past the chunk */
+            const m3_scal sl = carve_scal(P.slot + ((long long)w * H + h) * kPrepScal);
+#pragma unroll
+            for (int u = 0; u < 2; ++u) {
+                const int i = 2 * tid + u;
+                /* past L, dt, λ, γ and σ are 0 already; cm holds the running sum */
+                sl.dtv[i] = dtv[u], sl.lam[i] = lam[u], sl.gam[i] = gam[u], sl.sig[i] = sig[u];
+                sl.cm[i] = i < L ? cm[u] : 0.0f;
+                if (i == L - 1) P.cl[(long long)w * H + h] = cm[u];
+            }
+            if (tid == 0) sl.dtv[kC] = sl.lam[kC] = sl.gam[kC] = sl.cm[kC] = 0.0f; /* never read */
         }
     }
     load_rows(P.ang, ch.row, ch.t0, h, L, A, [&](int i, int p, float x) { s_rate[i * A + p] = kPi * tanhf(x); });
@@ -448,10 +472,10 @@ __global__ void bwd_param_sum_kernel(const bw_args P) {
 
 ssm_status launch_bwd_prep(ssm_context * ctx, const char * op, const bw_args & P) {
     const cudaStream_t s = ssmi_cuda_stream(ctx);
-    bwd_prep_kernel<<<dim3((unsigned)P.W, (unsigned)P.H), kSeqThreads, 0, s>>>(P);
+    bwd_prep_kernel<<<dim3((unsigned)(P.W > 0 ? P.W : 1), (unsigned)P.H), kSeqThreads, 0, s>>>(P);
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "bwd_prep_kernel launch", cudaGetLastError()));
     const long long n = (long long)P.NS * P.H * P.A;
-    if (n == 0) return SSM_STATUS_OK;
+    if (n == 0 || P.W == 0) return SSM_STATUS_OK;
     bwd_theta_kernel<<<(unsigned)((n + kSeqThreads - 1) / kSeqThreads), kSeqThreads, 0, s>>>(P);
     return ssmi_cuda_status(ctx, op, "bwd_theta_kernel launch", cudaGetLastError());
 }

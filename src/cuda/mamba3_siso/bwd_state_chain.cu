@@ -4,13 +4,12 @@
  * P.dst, P.cl, P.dhin), by the forward's chained state (state_chain.cu, chain_walk) in one launch.
  *
  * The bridge: chain_walk reads chunk_prep_kernel's scalar slots (siso.cuh: the five scalar rows)
- * and m3_seg sequences. bwd_chain_slot_kernel writes those slots from what the backward's prep
- * already holds — the scalars of P.sc (σ, cm are the ones the walks read; dt, λ, γ for a whole slot)
- * — plus c_last into P.cl and the sequences as m3_seg. θ the walks form themselves from the prep's
- * chunk-local sums (F.thl = P.th) and θ entering (F.theta0 = P.thb) as theta_at does, so they rotate
- * by the same angles as the gradient kernel (sincos_wrapped_fast, P.fused = 1). Running
- * chunk_prep_kernel instead would need the forward's chunk table and would recompute tanh of every
- * angle that bwd_prep_kernel already summed.
+ * and m3_seg sequences. bwd_prep_kernel writes those slots as it forms the scalars of P.sc (σ, cm
+ * are the ones the walks read; dt, λ, γ for a whole slot), c_last into P.cl and the sequences as
+ * m3_seg. θ the walks form themselves from the prep's chunk-local sums (F.thl = P.th) and θ entering
+ * (F.theta0 = P.thb) as theta_at does, so they rotate by the same angles as the gradient kernel
+ * (sincos_wrapped_fast, P.fused = 1). Running chunk_prep_kernel instead would need the forward's
+ * chunk table and would recompute tanh of every angle that bwd_prep_kernel already summed.
  *
  * bwd_walks_kernel (launch_bwd_walks): a block per (sequence, head, V tile of 64, KS = 64 K columns
  * (32 where K % 64 != 0), walk). Forward walk: chain_state_kernel's body with the backward's
@@ -26,48 +25,9 @@ using namespace ssmi_siso;
 
 namespace ssmi_siso_bwd {
 
-namespace {
-
-/* blockIdx.x < W: chunk blockIdx.x, head blockIdx.y: its slot and c_last. blockIdx.x == W, head 0:
- * the sequences as m3_seg. */
-__global__ void __launch_bounds__(kSeqThreads) bwd_chain_slot_kernel(const bw_args P) {
-    const int tid = (int)threadIdx.x, h = blockIdx.y;
-    if ((int)blockIdx.x == P.W) {
-        if (h != 0) return;
-        for (int s = tid; s < P.NS; s += kSeqThreads) {
-            const bw_seg b = P.segs[s];
-            m3_seg       m;
-            m.t0 = b.t0, m.row = b.row, m.len = b.len, m.first = b.first, m.count = b.count, m.srow = 0;
-            P.msegs[s] = m;
-        }
-        return;
-    }
-    const long long w = blockIdx.x;
-    const bw_chunk  ch = P.chunks[w];
-    const int       L = ch.len;
-    float *         dst = P.slot + (w * P.H + h) * kPrepScal;
-    const m3_scal   sc = carve_scal(dst);
-    for (int i = tid; i <= kC; i += kSeqThreads) { /* entries past the chunk: 0 (never read) */
-        const bool    in = i < L;
-        const float * x = P.sc + ((ch.tok + (in ? i : 0)) * P.H + h) * kScalWs;
-        sc.dtv[i] = in ? x[0] : 0.0f;
-        sc.lam[i] = in ? x[1] : 0.0f;
-        sc.gam[i] = in ? x[2] : 0.0f;
-        sc.cm[i] = in ? x[4] : 0.0f;
-        if (i < kC) sc.sig[i] = in ? x[3] : 0.0f;
-    }
-    if (tid == 0) P.cl[w * P.H + h] = P.sc[((ch.tok + L - 1) * P.H + h) * kScalWs + 4];
-}
-
-} /* namespace */
-
 size_t bwd_state_chain_smem(int A, int KS, bool z) { return (size_t)bwd_walks_smem(A, KS, z); }
 
 ssm_status launch_bwd_state_chain(ssm_context * ctx, const char * op, const bw_args & P, bool forward, int KS) {
-    if (P.W > 0 || P.NS > 0) {
-        bwd_chain_slot_kernel<<<dim3((unsigned)P.W + 1, (unsigned)P.H), kSeqThreads, 0, ssmi_cuda_stream(ctx)>>>(P);
-        SSM_FORWARD_IF_ERROR(ssmi_cuda_status(ctx, op, "bwd_chain_slot_kernel launch", cudaGetLastError()));
-    }
     m3_fwd_args F;
     memset(&F, 0, sizeof F);
     F.segs = P.msegs;
