@@ -48,35 +48,13 @@
  * the split entering states, out in pairs and z (if any) in 16-byte rows.
  */
 #include "scan_output.cuh"
+#include "scan_tile.cuh"
 
 #if SSMI_CUDA_WGMMA
 namespace ssmi_m2 {
 namespace {
 
 #if SSMI_WG_HAVE /* device helpers, only in the passes that compile the kernel's body */
-/* The 16-byte copies of a ROWS × 8·C8 tile of T into the swizzled layout (katoms = C8/8): element
- * (r, c) from src + r·srow + c; rows ≥ nr (or, unless FULLC, columns ≥ nc) are zero-filled. Thread
- * t copies chunk t % C8 of rows t / C8 + u·STEP: STEP is a multiple of 8 that divides 64, so the
- * swizzle phase (r & 7) and the chunk are the same for all its pieces and the destination of piece
- * u is the first one's plus a constant. The caller commits and waits. */
-template <typename T, int C8, int ROWS, bool FULLC>
-__device__ __forceinline__ void wg_tile_rows(unsigned char * dst, const T * src, long long srow, int nr, int nc) {
-    constexpr int STEP = kWideThreads / C8, U = ROWS * C8 / kWideThreads, KAT = C8 / 8;
-    static_assert(STEP % 8 == 0 && 64 % STEP == 0 && U * kWideThreads == ROWS * C8, "wg_tile_rows: piece layout");
-    const int c = (int)threadIdx.x % C8, r0 = (int)threadIdx.x / C8;
-    dst += ssmi_wg::swz_off(r0, c * 8);
-    src += r0 * srow + c * 8;
-    const bool colok = FULLC || c * 8 < nc;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-        unsigned char * d = dst + ((u * STEP) >> 6) * KAT * ssmi_wg::kAtomBytes + ((u * STEP) & 63) * 128;
-        if (colok && r0 + u * STEP < nr)
-            cp_async16(d, src + (long long)(u * STEP) * srow);
-        else
-            *reinterpret_cast<uint4 *>(d) = make_uint4(0u, 0u, 0u, 0u);
-    }
-}
-
 /* The off-diagonal mask of a 16 × 64 score tile (fragment layout): sc(i, j) · r_i · w_j with
  * r_i = exp(cum_i − cum_iw) (r0, r1: this thread's two rows) and w_j = exp(cum_iw − cum_j)·dt_j
  * from the warpgroup's table (wc + 8t: this thread's column pair of column block t). */

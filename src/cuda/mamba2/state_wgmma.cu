@@ -31,26 +31,6 @@
 namespace ssmi_m2 {
 namespace {
 
-#if SSMI_WG_HAVE /* device helpers, only in the passes that compile the kernel's body */
-/* tile_vec into the swizzled layout: element (r, c) of a rows × 8·c8 tile from src + r·srow + c
- * to byte dst + swz_off_rows(r, c, katoms); rows ≥ nr or columns ≥ nc are zero-filled. */
-template <typename T>
-__device__ __forceinline__ void wg_tile(unsigned char * dst, int katoms, const T * src, long long srow, int rows,
-                                        int c8, int nr, int nc) {
-    const int total = rows * c8, step_r = kWideThreads / c8, step_c = kWideThreads - step_r * c8;
-    int       r = (int)threadIdx.x / c8, c = (int)threadIdx.x - r * c8;
-    for (int o = threadIdx.x; o < total; o += kWideThreads) {
-        unsigned char * d = dst + ssmi_wg::swz_off_rows(r, c * 8, katoms);
-        if (r < nr && c * 8 < nc)
-            cp_async16(d, src + r * srow + c * 8);
-        else
-            *reinterpret_cast<uint4 *>(d) = make_uint4(0u, 0u, 0u, 0u);
-        r += step_r, c += step_c;
-        if (c >= c8) c -= c8, ++r;
-    }
-}
-#endif
-
 /* KA: the N atoms of the block's B tile (N = 64·KA), so the wgmma chains unroll with constant
  * offsets. kStateMinBlocks blocks of 8 warps per SM (≤ 80 registers, ~69 KB of shared memory). */
 template <int MODE, int KA>
@@ -87,8 +67,8 @@ __global__ void __launch_bounds__(kWideThreads, kStateMinBlocks) state_wgmma_ker
     const int       ntiles = (ch.len + kFT - 1) / kFT;
 
     /* token tile 0's copies fly during the dt processing */
-    tile_vec<T>((T *)(sm + L.x0), kFT, xsrc, A.x.s[1], kFT, kFT >> 3, ch.len, A.P - p0);
-    wg_tile<T>(sm + L.b0, KA, bsrc, A.b.s[1], kFT, KA * 8, ch.len, A.N);
+    tile_rows<T, kFT / 8, kFT>((T *)(sm + L.x0), xsrc, A.x.s[1], ch.len, A.P - p0);
+    wg_tile_rows<T, KA * 8, kFT, true>(sm + L.b0, bsrc, A.b.s[1], ch.len, 0); /* N = 64·KA: whole rows */
     cp_async_commit();
     chunk_dt(A, ch, h, dts, cums, tot); /* ends with a barrier */
     chunk_tables(A, ch, wh, z == 0, dts, cums, wts);
@@ -109,10 +89,10 @@ __global__ void __launch_bounds__(kWideThreads, kStateMinBlocks) state_wgmma_ker
             /* buffers (jt+1)&1 were last read by tile jt-1's split and products, both behind the
              * barrier that closed step jt-1 */
             const int k = (jt + 1) & 1;
-            tile_vec<T>((T *)(sm + (k ? L.x1 : L.x0)), kFT, xsrc + (long long)(j0 + kFT) * A.x.s[1], A.x.s[1],
-                           kFT, kFT >> 3, ch.len - j0 - kFT, A.P - p0);
-            wg_tile<T>(sm + (k ? L.b1 : L.b0), KA, bsrc + (long long)(j0 + kFT) * A.b.s[1], A.b.s[1], kFT, KA * 8,
-                       ch.len - j0 - kFT, A.N);
+            tile_rows<T, kFT / 8, kFT>((T *)(sm + (k ? L.x1 : L.x0)), xsrc + (long long)(j0 + kFT) * A.x.s[1],
+                                       A.x.s[1], ch.len - j0 - kFT, A.P - p0);
+            wg_tile_rows<T, KA * 8, kFT, true>(sm + (k ? L.b1 : L.b0), bsrc + (long long)(j0 + kFT) * A.b.s[1],
+                                               A.b.s[1], ch.len - j0 - kFT, 0);
         }
         cp_async_commit();            /* possibly empty: one group per step */
         cp_async_wait_group<1>();     /* tile jt of this thread is done */
