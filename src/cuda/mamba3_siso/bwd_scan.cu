@@ -276,9 +276,61 @@ __device__ __forceinline__ void rows_store_typed(const m3_out & x, long long row
     grid_walk_off at(threadIdx.x, nt, cols, x.s[1], x.s[3]);
     for (int e = threadIdx.x; e < n; e += nt, at.next()) ssmi_siso::to_t(src[e], base + at.o);
 }
+/* Two elements of T as one store. */
+__device__ __forceinline__ float2         pack2(float a, float b, float) { return make_float2(a, b); }
+__device__ __forceinline__ __half2        pack2(float a, float b, __half) { return __floats2half2_rn(a, b); }
+__device__ __forceinline__ __nv_bfloat162 pack2(float a, float b, __nv_bfloat16) { return __floats2bfloat162_rn(a, b); }
+/* rows_store_typed by pairs of columns (2c, 2c + 1), one store each (the same values): cols even and
+ * the output's pairs aligned (rows_store checks); thread e mod blockDim.x takes pair e. src 8-byte
+ * aligned. */
+template <typename T>
+__device__ __forceinline__ void rows_store_pairs(const m3_out & x, long long row, long long t0, long long hh, int rows,
+                                                 int cols, const float * src) {
+    typedef decltype(pack2(0.0f, 0.0f, T())) T2;
+    const int w2 = cols / 2, n = rows * w2, nt = blockDim.x;
+    if ((int)threadIdx.x >= n) return; /* also keeps w2 > 0 for the walk */
+    T * const     base = (T *)x.p + row * x.s[0] + t0 * x.s[1] + hh * x.s[2];
+    grid_walk_off at(threadIdx.x, nt, w2, x.s[1], 2);
+    for (int e = threadIdx.x; e < n; e += nt, at.next()) {
+        const float2 v = *reinterpret_cast<const float2 *>(src + 2 * e); /* (i, 2c): src[i·cols + 2c] = src[2e] */
+        *reinterpret_cast<T2 *>(base + at.o) = pack2(v.x, v.y, T());
+    }
+}
+/* x[row, t0 + i, hh, c] = src[i·cols + c] (rows_store_typed), by pairs where the layout allows it
+ * (uniform over the grid). */
 __device__ __forceinline__ void rows_store(const m3_out & x, long long row, long long t0, long long hh, int rows, int cols,
                                            const float * src) {
-    by_dtype(x.dtype, [&](auto t) { rows_store_typed<decltype(t)>(x, row, t0, hh, rows, cols, src); });
+    by_dtype(x.dtype, [&](auto t) {
+        typedef decltype(t) T;
+        if constexpr (!std::is_same<T, double>::value) {
+            const bool pairs = cols % 2 == 0 && x.s[3] == 1 && ((x.s[0] | x.s[1] | x.s[2]) & 1) == 0 &&
+                               (uintptr_t)x.p % (2 * sizeof(T)) == 0;
+            if (pairs) return rows_store_pairs<T>(x, row, t0, hh, rows, cols, src);
+        }
+        rows_store_typed<T>(x, row, t0, hh, rows, cols, src);
+    });
+}
+
+/* warp_sum(n, f(c) = x[c]) of bwd.cuh computed by one thread, the same additions in the same order
+ * (so the same bits): the lane partials 0.0f + x[l] + x[l + 32] + …, then the xor butterfly's tree,
+ * whose lanes all hold the same sum. */
+__device__ __forceinline__ float lanes_sum(int n, const float * x) {
+    float b[32];
+#pragma unroll
+    for (int l = 0; l < 32; ++l) b[l] = 0.0f;
+    for (int c0 = 0; c0 < n; c0 += 32)
+#pragma unroll
+        for (int l = 0; l < 32; ++l)
+            if (c0 + l < n) b[l] += x[c0 + l];
+    /* the levels written out: loops whose bound depends on the level keep b in local memory */
+#pragma unroll
+    for (int l = 0; l < 16; ++l) b[l] += b[l + 16];
+#pragma unroll
+    for (int l = 0; l < 8; ++l) b[l] += b[l + 8];
+#pragma unroll
+    for (int l = 0; l < 4; ++l) b[l] += b[l + 4];
+    b[0] += b[2], b[1] += b[3];
+    return b[0] + b[1];
 }
 
 /* One block per (chunk, head): the angle backward inside the chunk (spec §6.6: G_t = the chunk's
@@ -290,16 +342,18 @@ __device__ __forceinline__ void rows_store(const m3_out & x, long long row, long
  * the carry plus the later segments' totals (last segment first), so every thread takes part and a
  * walk is L / nseg steps long; the order is fixed, so the bytes depend on nothing but the inputs. */
 __global__ void __launch_bounds__(kSeqThreads) bwd_tok_kernel(const bw_args P) {
-    extern __shared__ float tok_sm[]; /* launch_bwd_tok: C·A dθ, then π·tanh(raw)·G; C·A tanh(raw), then
-                                         the dangles; C dt, then the angle sums; blockDim.x segment totals */
-    float *const s_g = tok_sm, *const s_tn = s_g + P.C * P.A, *const s_dt = s_tn + P.C * P.A, *const s_seg = s_dt + P.C;
+    extern __shared__ float tok_sm[]; /* launch_bwd_tok: C·(A + 1) dθ, then π·tanh(raw)·G (rows of A + 1:
+                                         a thread per row reads them without bank conflicts); C·A
+                                         tanh(raw), then the dangles; C dt, then the angle sums;
+                                         blockDim.x segment totals */
+    const int    ga = P.A + 1;
+    float *const s_g = tok_sm, *const s_tn = s_g + P.C * ga, *const s_dt = s_tn + P.C * P.A, *const s_seg = s_dt + P.C;
     const int      w = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
-    const int      lane = tid & 31, warp = tid >> 5, nw = nt >> 5;
     const int      H = P.H, A = P.A;
     const bw_chunk ch = P.chunks[w];
     const int      L = ch.len;
     load_rows(P.ang, ch.row, ch.t0, h, L, A, [&](int i, int p, float x) { s_tn[i * A + p] = tanhf(x); });
-    rows_at(P.dth + (ch.tok * H + h) * A, (long long)H * A, 1, L, A, [&](int i, int p, float x) { s_g[i * A + p] = x; });
+    rows_at(P.dth + (ch.tok * H + h) * A, (long long)H * A, 1, L, A, [&](int i, int p, float x) { s_g[i * ga + p] = x; });
     for (int i = tid; i < L; i += nt) s_dt[i] = P.sc[((ch.tok + i) * H + h) * kScalWs];
     __syncthreads();
     if (A > 0) { /* A ≤ K/2 ≤ kMaxK/2 ≤ blockDim.x: at least one segment */
@@ -308,27 +362,26 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_tok_kernel(const bw_args P) {
         const bool on = sg < nseg;
         float      tot = 0.0f;
         if (on)
-            for (int i = hi - 1; i >= lo; --i) tot += s_g[i * A + p];
+            for (int i = hi - 1; i >= lo; --i) tot += s_g[i * ga + p];
         s_seg[tid] = tot;
         __syncthreads();
         if (on) {
             float G = P.thp[((long long)w * H + h) * A + p];
             for (int u = nseg - 1; u > sg; --u) G += s_seg[u * A + p];
             for (int i = hi - 1; i >= lo; --i) {
-                G += s_g[i * A + p];
+                G += s_g[i * ga + p];
                 const float tn = s_tn[i * A + p];
                 s_tn[i * A + p] = kPi * s_dt[i] * (1.0f - tn * tn) * G;
-                s_g[i * A + p] = kPi * tn * G;
+                s_g[i * ga + p] = kPi * tn * G;
             }
         }
     }
     __syncthreads();
     if (P.dang.present) rows_store(P.dang, ch.row, ch.t0, h, L, A, s_tn);
     if (!P.ddt.present && !P.dtrap.present) return;
-    for (int i = warp; i < L; i += nw) {
-        const float ang = warp_sum(A, [&](int p) { return s_g[i * A + p]; });
-        if (lane == 0) s_dt[i] = ang; /* dt is read again from the scalars below */
-    }
+    /* a thread per token: the angle sum as a warp's warp_sum forms it (lanes_sum); dt is read again
+     * from the scalars below */
+    for (int i = tid; i < L; i += nt) s_dt[i] = lanes_sum(A, s_g + i * ga);
     __syncthreads();
     const bw_seg sg = P.segs[ch.seq];
     const float  dc = P.has_states ? P.dcw[(long long)ch.seq * H + h] : 0.0f;
@@ -493,9 +546,9 @@ ssm_status launch_bwd_seq(ssm_context * ctx, const char * op, const bw_args & P)
 }
 
 ssm_status launch_bwd_tok(ssm_context * ctx, const char * op, const bw_args & P) {
-    /* shared memory of bwd_tok_kernel: (2·A + 1)·C floats and kSeqThreads segment totals (past the
+    /* shared memory of bwd_tok_kernel: (2·A + 2)·C floats and kSeqThreads segment totals (past the
      * default 48 KB for long chunks with many angles: opted in) */
-    const size_t bytes = sizeof(float) * ((2 * (size_t)P.A + 1) * (size_t)P.C + kSeqThreads);
+    const size_t bytes = sizeof(float) * ((2 * (size_t)P.A + 2) * (size_t)P.C + kSeqThreads);
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
         ctx, op, "cudaFuncSetAttribute (bwd_tok_kernel)",
         cudaFuncSetAttribute(bwd_tok_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes)));
