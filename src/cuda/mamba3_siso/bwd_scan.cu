@@ -343,11 +343,13 @@ __device__ __forceinline__ float lanes_sum(int n, const float * x) {
  * walk is L / nseg steps long; the order is fixed, so the bytes depend on nothing but the inputs. */
 __global__ void __launch_bounds__(kSeqThreads) bwd_tok_kernel(const bw_args P) {
     extern __shared__ float tok_sm[]; /* launch_bwd_tok: C·(A + 1) dθ, then π·tanh(raw)·G (rows of A + 1:
-                                         a thread per row reads them without bank conflicts); C·A
-                                         tanh(raw), then the dangles; C dt, then the angle sums;
-                                         blockDim.x segment totals */
+                                         a thread per row reads them without bank conflicts), rounded
+                                         up to even; C·A tanh(raw), then the dangles (8-byte aligned:
+                                         rows_store_pairs); C dt, then the angle sums; blockDim.x
+                                         segment totals */
     const int    ga = P.A + 1;
-    float *const s_g = tok_sm, *const s_tn = s_g + P.C * ga, *const s_dt = s_tn + P.C * P.A, *const s_seg = s_dt + P.C;
+    float *const s_g = tok_sm, *const s_tn = s_g + ((P.C * ga + 1) & ~1), *const s_dt = s_tn + P.C * P.A;
+    float *const s_seg = s_dt + P.C;
     const int      w = blockIdx.x, h = blockIdx.y, tid = threadIdx.x, nt = blockDim.x;
     const int      H = P.H, A = P.A;
     const bw_chunk ch = P.chunks[w];
@@ -546,9 +548,10 @@ ssm_status launch_bwd_seq(ssm_context * ctx, const char * op, const bw_args & P)
 }
 
 ssm_status launch_bwd_tok(ssm_context * ctx, const char * op, const bw_args & P) {
-    /* shared memory of bwd_tok_kernel: (2·A + 2)·C floats and kSeqThreads segment totals (past the
-     * default 48 KB for long chunks with many angles: opted in) */
-    const size_t bytes = sizeof(float) * ((2 * (size_t)P.A + 2) * (size_t)P.C + kSeqThreads);
+    /* shared memory of bwd_tok_kernel: (2·A + 2)·C floats (+ 1 to keep the dangles' rows 8-byte
+     * aligned) and kSeqThreads segment totals (past the default 48 KB for long chunks with many angles:
+     * opted in) */
+    const size_t bytes = sizeof(float) * ((2 * (size_t)P.A + 2) * (size_t)P.C + 1 + kSeqThreads);
     SSM_FORWARD_IF_ERROR(ssmi_cuda_status(
         ctx, op, "cudaFuncSetAttribute (bwd_tok_kernel)",
         cudaFuncSetAttribute(bwd_tok_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes)));
