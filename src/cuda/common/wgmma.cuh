@@ -61,6 +61,8 @@
 
 #include <stdint.h>
 
+#include "mma.cuh" /* cp_async16 */
+
 #if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define SSMI_WG_HAVE 1
 #else
@@ -93,6 +95,30 @@ __host__ __device__ __forceinline__ int swz_off(int row, int col) {
 /* The same for a tile of any number of rows: 64-row blocks of `katoms` atoms each. */
 __host__ __device__ __forceinline__ int swz_off_rows(int row, int col, int katoms) {
     return (row >> 6) * katoms * kAtomBytes + swz_off(row & 63, col);
+}
+
+/* The 16-byte cp.async copies of a ROWS × 8·C8 tile of 16-bit T into the swizzled layout (C8/8
+ * atoms per 64-row block): element (r, c) from src + r·srow + c; rows ≥ nr (or, unless FULLC,
+ * columns ≥ nc) are zero-filled where ZERO, else left unwritten. Thread t of NT copies chunk t % C8
+ * of rows t / C8 + u·STEP (STEP = NT / C8, a multiple of 8 that divides 64), so the swizzle phase and
+ * the chunk are the same for all its pieces and the destination of piece u is the first one's plus
+ * a constant: one offset per call, no per-piece walk. The caller commits and waits. */
+template <typename T, int C8, int ROWS, int NT, bool FULLC, bool ZERO>
+__device__ __forceinline__ void copy_rows(unsigned char * dst, const T * src, long long srow, int nr, int nc) {
+    constexpr int STEP = NT / C8, U = ROWS * C8 / NT, KAT = C8 / 8;
+    static_assert(STEP * C8 == NT && STEP % 8 == 0 && 64 % STEP == 0 && U * NT == ROWS * C8, "copy_rows: piece layout");
+    const int c = (int)threadIdx.x % C8, r0 = (int)threadIdx.x / C8;
+    dst += swz_off(r0, c * 8);
+    src += r0 * srow + c * 8;
+    const bool colok = FULLC || c * 8 < nc;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+        unsigned char * d = dst + ((u * STEP) >> 6) * KAT * kAtomBytes + ((u * STEP) & 63) * 128;
+        if (colok && r0 + u * STEP < nr)
+            ssmi_mma::cp_async16(d, src + (long long)(u * STEP) * srow);
+        else if (ZERO)
+            *reinterpret_cast<uint4 *>(d) = make_uint4(0u, 0u, 0u, 0u);
+    }
 }
 
 /* The descriptor of an operand starting at shared-window byte address saddr. */

@@ -74,30 +74,12 @@ __device__ __forceinline__ void tile_rows(T * dst, const T * src, long long srow
     }
 }
 
-#if SSMI_WG_HAVE
-/* The 16-byte copies of a ROWS × 8·C8 tile of T into the swizzled layout (katoms = C8/8): element
- * (r, c) from src + r·srow + c; rows ≥ nr (or, unless FULLC, columns ≥ nc) are zero-filled. Thread
- * t copies chunk t % C8 of rows t / C8 + u·STEP: STEP is a multiple of 8 that divides 64, so the
- * swizzle phase (r & 7) and the chunk are the same for all its pieces and the destination of piece
- * u is the first one's plus a constant. The caller commits and waits. */
+/* ssmi_wg::copy_rows for the kWideThreads kernels, rows past nr (and columns past nc unless FULLC)
+ * zero-filled. */
 template <typename T, int C8, int ROWS, bool FULLC>
 __device__ __forceinline__ void wg_tile_rows(unsigned char * dst, const T * src, long long srow, int nr, int nc) {
-    constexpr int STEP = kWideThreads / C8, U = ROWS * C8 / kWideThreads, KAT = C8 / 8;
-    static_assert(STEP % 8 == 0 && 64 % STEP == 0 && U * kWideThreads == ROWS * C8, "wg_tile_rows: piece layout");
-    const int c = (int)threadIdx.x % C8, r0 = (int)threadIdx.x / C8;
-    dst += ssmi_wg::swz_off(r0, c * 8);
-    src += r0 * srow + c * 8;
-    const bool colok = FULLC || c * 8 < nc;
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-        unsigned char * d = dst + ((u * STEP) >> 6) * KAT * ssmi_wg::kAtomBytes + ((u * STEP) & 63) * 128;
-        if (colok && r0 + u * STEP < nr)
-            cp_async16(d, src + (long long)(u * STEP) * srow);
-        else
-            *reinterpret_cast<uint4 *>(d) = make_uint4(0u, 0u, 0u, 0u);
-    }
+    ssmi_wg::copy_rows<T, C8, ROWS, kWideThreads, FULLC, true>(dst, src, srow, nr, nc);
 }
-#endif
 
 /* tile_to_smem with the vector path of tile_vec. */
 template <int MODE>

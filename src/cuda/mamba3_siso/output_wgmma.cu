@@ -99,31 +99,15 @@ __device__ __forceinline__ void prep_qk_swz(const m3_fwd_args & P, const m3_chun
 }
 
 /* cp.async of the chunk's rows (tokens < L) of a (B, S, Hx, X) tensor, columns [c0, c0 + 8·C8),
- * into a swizzled 64-row tile (row = token, 8·C8 columns over C8/8 atoms: swz_off). zero: rows ≥ L
- * and columns ≥ X are zero-filled (the v tile, read by wgmma); otherwise they are not written
- * (the q/k rows: prep_qk_swz writes every place of its tiles). Thread t copies chunk t % C8 of rows
- * t / C8 + u·STEP (STEP a multiple of 8: the same swizzle phase for all its pieces), so the offsets
- * are computed once and step by constants. */
-template <int MODE, int C8>
+ * into a swizzled 64-row tile (row = token, 8·C8 columns over C8/8 atoms: ssmi_wg::copy_rows). ZERO:
+ * rows ≥ L and columns ≥ X are zero-filled (the v tile, read by wgmma); otherwise they are not
+ * written (the q/k rows: prep_qk_swz writes every place of its tiles). */
+template <int MODE, int C8, bool ZERO>
 __device__ __forceinline__ void cp_tile_swz(unsigned char * dst, const ssmi_cu_view & t, const m3_chunk & ch, int hx,
-                                            int c0, int X, bool zero) {
+                                            int c0, int X) {
     typedef typename cfg<MODE>::T T;
-    constexpr int STEP = kOutWgmmaThreads / C8, U = kC * C8 / kOutWgmmaThreads;
-    static_assert(STEP * C8 == kOutWgmmaThreads && STEP % 8 == 0 && U * STEP == kC && kC <= 64,
-                  "cp_tile_swz: piece layout");
-    const int       c = (int)threadIdx.x % C8, r0 = (int)threadIdx.x / C8;
-    const long long rs = t.s[1];
-    const T *       src = (const T *)t.p + ch.row * t.s[0] + (ch.t0 + r0) * rs + hx * t.s[2] + c0 + 8 * c;
-    const bool      colok = 8 * c < X - c0;
-    dst += ssmi_wg::swz_off(r0, 8 * c);
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-        unsigned char * d = dst + u * STEP * 128; /* row r0 + u·STEP of the same atoms */
-        if (colok && r0 + u * STEP < ch.len)
-            cp_async16(d, src + (long long)(u * STEP) * rs);
-        else if (zero)
-            *reinterpret_cast<uint4 *>(d) = make_uint4(0u, 0u, 0u, 0u);
-    }
+    const T * src = (const T *)t.p + ch.row * t.s[0] + ch.t0 * t.s[1] + hx * t.s[2] + c0;
+    ssmi_wg::copy_rows<T, C8, kC, kOutWgmmaThreads, false, ZERO>(dst, src, t.s[1], ch.len, X - c0);
 }
 
 /* d = A·Bᵀ of two split operands (hi·hi + lo·hi + hi·lo: three chains of 4·KA k-steps, both
@@ -168,9 +152,9 @@ __global__ void __launch_bounds__(kOutWgmmaThreads, 2) output_wgmma_kernel(const
     /* the global inputs requested at the start: the v tile (swizzled, MN-major: token rows), q/k
      * rows into the lo tiles, the z tile, the slot of chunk_prep_kernel (the chunk scalars and θ);
      * the state tile comes after the q/k prep */
-    cp_tile_swz<MODE, kTV / 8>(sm + Ly.vs, P.v, ch, h, p0, P.V, true);
-    cp_tile_swz<MODE, 8 * KA>(sm + Ly.ql, P.q, ch, h / P.G, 0, P.K, false);
-    cp_tile_swz<MODE, 8 * KA>(sm + Ly.kl, P.k, ch, h / P.G, 0, P.K, false);
+    cp_tile_swz<MODE, kTV / 8, true>(sm + Ly.vs, P.v, ch, h, p0, P.V);
+    cp_tile_swz<MODE, 8 * KA, false>(sm + Ly.ql, P.q, ch, h / P.G, 0, P.K);
+    cp_tile_swz<MODE, 8 * KA, false>(sm + Ly.kl, P.k, ch, h / P.G, 0, P.K);
     if (P.vz16) cp_rows<MODE, kOutWgmmaThreads>(zs, kFLd, P.z, ch, h, p0, kTV, P.V);
     const float dh = P.has_d ? ssmi_cu_ld(P.d.p, P.d.dtype, h * P.d.s[0]) : 0.0f;
     cp_prep<kOutWgmmaThreads>(P, w, h, sc.dtv, th);
