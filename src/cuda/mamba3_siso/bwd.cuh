@@ -206,30 +206,32 @@ struct grid_walk_off : grid_walk {
     }
 };
 
-/* f(i, c, base[i·s1 + c·s3]) for i < rows, c < cols; thread e mod blockDim.x takes element
- * e = i·cols + c. A thread issues kLoadBatch loads before it uses their values (a block waits on
- * memory once per batch, not once per element). */
+/* f(i, c, base[i·s1 + c·s3]) for i < rows, c < cols; thread `me` of the nt taking part takes
+ * the elements e = i·cols + c with e mod nt = me. A thread issues NB loads before it uses their
+ * values (a block waits on memory once per batch, not once per element). */
 const int kLoadBatch = 8;
-template <typename T, class F>
-__device__ __forceinline__ void rows_at(const T * base, long long s1, long long s3, int rows, int cols, F f) {
-    const int n = rows * cols, nt = blockDim.x;
-    if ((int)threadIdx.x >= n) return; /* also keeps cols > 0 for the walk */
-    grid_walk at(threadIdx.x, nt, cols);
-    for (int e0 = threadIdx.x; e0 < n; e0 += kLoadBatch * nt) {
-        T         v[kLoadBatch];
+template <int NB, typename T, class F>
+__device__ __forceinline__ void rows_at_by(int me, int nt, const T * base, long long s1, long long s3, int rows,
+                                           int cols, F f) {
+    const int n = rows * cols;
+    if (me >= n) return; /* also keeps cols > 0 for the walk */
+    grid_walk at(me, nt, cols);
+    /* fp64 elements are held as the fp32 values they give (half the registers of a batch) */
+    typedef typename std::conditional<sizeof(T) == 8, float, T>::type H;
+    for (int e0 = me; e0 < n; e0 += NB * nt) {
+        H         v[NB];
         grid_walk ld = at;
 #pragma unroll
-        for (int u = 0; u < kLoadBatch; ++u, ld.next()) v[u] = base[e0 + u * nt < n ? ld.i * s1 + ld.c * s3 : 0];
+        for (int u = 0; u < NB; ++u, ld.next()) v[u] = (H)base[e0 + u * nt < n ? ld.i * s1 + ld.c * s3 : 0];
 #pragma unroll
-        for (int u = 0; u < kLoadBatch; ++u, at.next())
+        for (int u = 0; u < NB; ++u, at.next())
             if (e0 + u * nt < n) f(at.i, at.c, ssmi_siso::from_t(v[u]));
     }
 }
-/* f(i, c, x[row, t0 + i, hh, c]) for i < rows, c < cols, x a 4-D view of element type T (rows_at). */
+/* rows_at_by by the whole block, kLoadBatch loads at a time. */
 template <typename T, class F>
-__device__ __forceinline__ void rows_typed(const ssmi_cu_view & x, long long row, long long t0, long long hh, int rows,
-                                           int cols, F f) {
-    rows_at((const T *)x.p + row * x.s[0] + t0 * x.s[1] + hh * x.s[2], x.s[1], x.s[3], rows, cols, f);
+__device__ __forceinline__ void rows_at(const T * base, long long s1, long long s3, int rows, int cols, F f) {
+    rows_at_by<kLoadBatch>((int)threadIdx.x, (int)blockDim.x, base, s1, s3, rows, cols, f);
 }
 /* g(T()) for the element type T of a tensor dtype (nothing for an unknown one). */
 template <class G>
@@ -242,11 +244,22 @@ __device__ __forceinline__ void by_dtype(int dtype, G g) {
         default: break;
     }
 }
-/* rows_typed for the view's dtype. */
+/* f(i, c, x[row, t0 + i, hh, c]) for i < rows, c < cols (x of any dtype), by threads me < nt as
+ * in rows_at_by, NB loads at a time. */
+template <int NB, class F>
+__device__ __forceinline__ void load_rows_by(int me, int nt, const ssmi_cu_view & x, long long row, long long t0,
+                                             long long hh, int rows, int cols, F f) {
+    by_dtype(x.dtype, [&](auto t) {
+        typedef decltype(t) T;
+        rows_at_by<NB>(me, nt, (const T *)x.p + row * x.s[0] + t0 * x.s[1] + hh * x.s[2], x.s[1], x.s[3], rows, cols,
+                       f);
+    });
+}
+/* load_rows_by by the whole block, kLoadBatch loads at a time. */
 template <class F>
 __device__ __forceinline__ void load_rows(const ssmi_cu_view & x, long long row, long long t0, long long hh, int rows,
                                           int cols, F f) {
-    by_dtype(x.dtype, [&](auto t) { rows_typed<decltype(t)>(x, row, t0, hh, rows, cols, f); });
+    load_rows_by<kLoadBatch>((int)threadIdx.x, (int)blockDim.x, x, row, t0, hh, rows, cols, f);
 }
 
 /* The loads of one batch of load_rows2: a[u], b[u] = x, y at element e0 + u·blockDim.x (element 0

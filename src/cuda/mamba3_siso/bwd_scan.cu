@@ -43,13 +43,16 @@ namespace ssmi_siso_bwd {
 namespace {
 
 const int kWalkBatch = 32; /* chunks whose loads a sequential walk issues together */
+const int kPrepBatch = 11; /* the prep's angle loads per thread and batch (3 warps: L·A = 64·32 in two batches) */
 static_assert(kMaxK / 2 <= kSeqThreads, "bwd_tok_kernel: a thread per angle at least (A <= K/2)");
 static_assert(kBwdMaxChunk <= 64, "the prep's cumsum: two tokens per lane of one warp");
 static_assert(kC == 64, "the chain's slots: warp 0's two tokens per lane are the slot's kC entries");
+static_assert(kSeqThreads > 32, "the prep: warp 0 forms the scalars while the others load the angles");
 
 /* One (chunk, head) per block: per token dt, λ = sigmoid(trap), γ = dt·λ, σ = γ + dt_{t+1}(1 −
  * λ_{t+1}) (0 after the sequence's last token) and the chunk-local inclusive cumsum of adt (warp 0:
- * lane l takes tokens 2l and 2l + 1, a shuffle scan over the pair sums; L ≤ kBwdMaxChunk); per
+ * lane l takes tokens 2l and 2l + 1, a shuffle scan over the pair sums; L ≤ kBwdMaxChunk) while the
+ * other warps load the angles and form π·tanh(raw) (the two waits on memory overlap); then per
  * angle (a thread each, tokens in order) the chunk-local running sums of π·tanh(raw)·dt into th
  * and their total into thb. For the chained entries (P.slot) also the chain's scalar slot of
  * (chunk, head) and c_last into P.cl, and block (0, 0) the sequences as m3_seg (P.msegs); the grid
@@ -111,8 +114,10 @@ __global__ void __launch_bounds__(kSeqThreads) bwd_prep_kernel(const bw_args P) 
             }
             if (tid == 0) sl.dtv[kC] = sl.lam[kC] = sl.gam[kC] = sl.cm[kC] = 0.0f; /* never read */
         }
+    } else { /* the other warps meanwhile: π·tanh of every angle */
+        load_rows_by<kPrepBatch>(tid - 32, nt - 32, P.ang, ch.row, ch.t0, h, L, A,
+                                 [&](int i, int p, float x) { s_rate[i * A + p] = kPi * tanhf(x); });
     }
-    load_rows(P.ang, ch.row, ch.t0, h, L, A, [&](int i, int p, float x) { s_rate[i * A + p] = kPi * tanhf(x); });
     __syncthreads();
     for (int p = tid; p < A; p += nt) {
         float run = 0.0f;
