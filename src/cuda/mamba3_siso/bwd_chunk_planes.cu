@@ -201,15 +201,19 @@ __device__ __forceinline__ void rows_pairs(const ssmi_cu_view * const (&x)[NV], 
     }
 }
 
-/* The chunk into shared memory: the planes' zeros, the scalars (zeros past L), the biases, the
- * q̂ and k̂ planes (load_qk; SCALED: q̂·e^c and k̂·e^{c_last−c}·σ, as the sums kernel needs them),
- * the v plane(s) and the dy planes (dout ⊙ silu(z) with z). K, V: P.K, P.V (compile-time
+/* The chunk into shared memory: the planes' zeros (where a tail needs them), the scalars (zeros
+ * past L), the biases, the q̂ and k̂ planes (load_qk; SCALED: q̂·e^c and k̂·e^{c_last−c}·σ, as the
+ * sums kernel needs them), the v plane(s) and the dy planes (dout ⊙ silu(z) with z). K, V: P.K, P.V (compile-time
  * constants in a fixed-dims instance). Ends with a barrier; returns c_last. */
 template <bool VX, bool SCALED>
 __device__ __forceinline__ float load_planes(const bw_args & P, int K, int V, int w, const bw_chunk & ch, int h,
                                              const planes_geom & g, unsigned char * sm, const pl_smem & s) {
     const int L = ch.len, tid = threadIdx.x, nt = blockDim.x, lv = g.lv;
-    for (size_t e = tid; e < g.zero_end / 16; e += nt) ((uint4 *)sm)[e] = make_uint4(0u, 0u, 0u, 0u);
+    /* The loaders write every (token < L, column < K or V) place of the planes the products read (vl
+     * is not read where VX); the products read rows < cp and columns < kp or vp. So only a chunk
+     * shorter than cp, or K or V short of its padded width, leaves places that must read as 0. */
+    if (L != g.cp || K != g.kp || V != g.vp)
+        for (size_t e = tid; e < g.zero_end / 16; e += nt) ((uint4 *)sm)[e] = make_uint4(0u, 0u, 0u, 0u);
     const float cl = P.sc[((ch.tok + L - 1) * P.H + h) * kScalWs + 4];
     for (int i = tid; i < g.cp; i += nt) {
         float gam = 0.0f, sig = 0.0f, cm = 0.0f, ec = 0.0f, wl = 0.0f;
