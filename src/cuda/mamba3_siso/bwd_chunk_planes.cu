@@ -203,8 +203,8 @@ __device__ __forceinline__ void rows_pairs(const ssmi_cu_view * const (&x)[NV], 
 
 /* The chunk into shared memory: the planes' zeros (where a tail needs them), the scalars (zeros
  * past L), the biases, the q̂ and k̂ planes (load_qk; SCALED: q̂·e^c and k̂·e^{c_last−c}·σ, as the
- * sums kernel needs them), the v plane(s) and the dy planes (dout ⊙ silu(z) with z). K, V: P.K, P.V (compile-time
- * constants in a fixed-dims instance). Ends with a barrier; returns c_last. */
+ * sums kernel needs them), the v plane(s) and the dy planes (dout ⊙ silu(z) with z). K, V: P.K,
+ * P.V (compile-time constants in a fixed-dims instance). Ends with a barrier; returns c_last. */
 template <bool VX, bool SCALED>
 __device__ __forceinline__ float load_planes(const bw_args & P, int K, int V, int w, const bw_chunk & ch, int h,
                                              const planes_geom & g, unsigned char * sm, const pl_smem & s) {
