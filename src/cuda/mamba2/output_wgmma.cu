@@ -14,9 +14,10 @@
  *  - Overlap. The scores of token tile j+1 (C·B_{j+1}ᵀ) are issued at the end of step j and
  *    waited for at the start of step j+1, so they run through the step's barrier and copy waits;
  *    C·S_in and the scores of tile 0 run as one group. B is double-buffered two tiles ahead (B1 is
- *    a buffer of its own; the entering-state planes share their region with the two x buffers,
- *    dead after C·S_in). A second score accumulator, to run scores(j+1) under the mask of tile j,
- *    would not fit in 128 registers.
+ *    a buffer of its own; the entering-state planes share their region with x buffer 1, dead
+ *    after C·S_in; x buffer 0 is a region of its own, so x of tile 0 loads with the prologue).
+ *    A second score accumulator, to run scores(j+1) under the mask of tile j, would not fit in
+ *    128 registers.
  *  - The mask off the diagonal. For a warpgroup's rows i ≥ iw and a token j < iw,
  *    exp(cum_i − cum_j) = exp(cum_i − cum_iw) · exp(cum_iw − cum_j), both exponents ≤ 0 (cum is
  *    non-increasing), so no overflow and no new underflow: per row r_i and per column
@@ -107,7 +108,7 @@ __global__ void __launch_bounds__(kWideThreads, 2) output_wgmma_kernel(const m2_
     block_tables(A, wh, h, p0, nlen, dts, cums, ds);
 
     /* group 0: the C rows, the split entering state (hi and lo planes) and B of token tile 0;
-     * group 1: B of token tile 1 */
+     * group 1: B of token tile 1 and x of token tile 0 (waited for at step 0's barrier) */
     wg_tile_rows<T, C8, kWideRows, true>(sm + L.cs,
                                   (const T *)A.c.p + ch.b * A.c.s[0] + (ch.t0 + i0) * A.c.s[1] + g * A.c.s[2],
                                   A.c.s[1], ch.len - i0, 0);
@@ -119,6 +120,7 @@ __global__ void __launch_bounds__(kWideThreads, 2) output_wgmma_kernel(const m2_
     wg_tile_rows<T, C8, kFT, true>(sm + L.b0, bsrc, A.b.s[1], ch.len, 0);
     cp_async_commit();
     if (ntiles > 1) wg_tile_rows<T, C8, kFT, true>(sm + L.b1, bsrc + kFT * A.b.s[1], A.b.s[1], ch.len - kFT, 0);
+    wg_tile_rows<T, 8, kFT, false>(sm + L.x0, xsrc, A.x.s[1], ch.len, A.P - p0);
     cp_async_commit();
     cp_async_wait_group<1>();
     ssmi_wg::fence_proxy_async(); /* this thread's copies and zero stores, seen by the async proxy */
@@ -128,7 +130,7 @@ __global__ void __launch_bounds__(kWideThreads, 2) output_wgmma_kernel(const m2_
     float    y[8][4], sc[8][4];
     uint32_t ah[4][4], al[4][4];
     if (active) {
-        /* the column and row factors of the off-diagonal tiles (read after the barrier below; not
+        /* the column and row factors of the off-diagonal tiles (read after step 0's barrier; not
          * while the products fly: this loop diverges), both ≤ 1: exp(cum_iw − cum_j)·dt_j for
          * j < iw and exp(cum_i − cum_iw) for the warpgroup's rows */
         const float cw = cums[iw];
@@ -155,16 +157,13 @@ __global__ void __launch_bounds__(kWideThreads, 2) output_wgmma_kernel(const m2_
 #pragma unroll
         for (int t = 0; t < 8; ++t) y[t][0] *= e0, y[t][1] *= e0, y[t][2] *= e1, y[t][3] *= e1;
     }
-    __syncthreads(); /* every C · S_inᵀ is done: the state region becomes the x buffers */
-    wg_tile_rows<T, 8, kFT, false>(sm + L.x0, xsrc, A.x.s[1], ch.len, A.P - p0);
-    cp_async_commit();
 
 #pragma unroll 1
     for (int jt = 0; jt < ntiles; ++jt) {
         /* (a) */
         ssmi_wg::wait<0>();
         ssmi_wg::keep(sc);
-        /* (b) */
+        /* (b) (at step 0 also: every C · S_inᵀ is done, so the state region may take x of tile 1) */
         cp_async_wait_group<0>(); /* B of jt+1 and x of jt, of this thread */
         ssmi_wg::fence_proxy_async();
         __syncthreads();

@@ -237,8 +237,9 @@ const size_t kWideOutStatic = sizeof(float) * (2 * kScanQ + kFT);
 
 #if SSMI_CUDA_WGMMA
 /* The wgmma output kernel (output_wgmma.cu): byte offsets from the 1024-aligned base (total:
- * + room to align). C rows (two 64-row blocks), B buffers 0 and 1, then a region that holds the
- * entering-state planes in the prologue and the two x buffers afterwards. */
+ * + room to align). C rows (two 64-row blocks), B buffers 0 and 1, a region that holds the
+ * entering-state planes in the prologue and x buffer 1 afterwards, and x buffer 0 (its own, so
+ * that token tile 0's x loads with the prologue's copies). */
 struct wg_out_smem {
     int cs, b0, b1, r, ss_hi, ss_lo, x0, x1, total;
     __host__ __device__ wg_out_smem(int katoms) {
@@ -246,12 +247,12 @@ struct wg_out_smem {
         cs = 0;
         b0 = 2 * tn; /* 128 C rows: two 64-row blocks */
         b1 = b0 + tn;
-        r = b1 + tn; /* the state planes (prologue), then x buffers 0 and 1 (2·at ≤ 2·tn) */
+        r = b1 + tn; /* the state planes (prologue), then x buffer 1 (at ≤ 2·tn) */
         ss_hi = r;
         ss_lo = r + tn;
-        x0 = r;
-        x1 = r + at;
-        total = r + 2 * tn + 1024; /* + room to align the dynamic base */
+        x1 = r;
+        x0 = r + 2 * tn;
+        total = x0 + at + 1024; /* + room to align the dynamic base */
     }
 };
 /* Its static shared memory: dt, cumsum, D, the column weights of both warpgroups, the row factors. */
