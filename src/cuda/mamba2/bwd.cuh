@@ -156,12 +156,12 @@ const int kPlanesThreads = 512;
  * exactly are two planes, the rounded value (h) and the rounded remainder (l). Byte offsets:
  * x (exact), δx (h, l), B, C (exact), S (h, l), G (h, l), the [Q][Q] tables W1 = CB∘E·dt,
  * W2 = CB∘E and dCB (h, l each), then fp32: CB·dCB [qp][qp + 4], the dz factor [qp][pp + 4], the
- * per-16-column partial row sums of q, r and ddt_loc [pp/16][qp] each, 6 [qp] vectors, [pp] D
- * and the block-sum scratch. */
+ * per-16-column partial row sums of q, r and ddt_loc [pp/16][qp] each, 6 [qp] vectors, [pp] D,
+ * the block-sum scratch and the head's A (loaded at the head's start, read by warp 0's tail). */
 struct planes_geom {
     int    qp, pp, np, lq, lp, ln, lf, lz;
     size_t x, dxh, dxl, b, c, sh, sl, gh, gl, w1h, w1l, w2h, w2l, dch, dcl, prod, dzf, qpart, rpart, tpart, vec, dvec,
-        red, total;
+        red, ah, total;
 };
 
 __host__ __device__ inline planes_geom planes_geom_of(int Q, int P, int N) {
@@ -195,6 +195,7 @@ __host__ __device__ inline planes_geom planes_geom_of(int Q, int P, int N) {
     g.vec = at, at += 6 * qp * 4;
     g.dvec = at, at += pp * 4;
     g.red = at, at += (size_t)kPlanesThreads * 4;
+    g.ah = at, at += 16;
     g.total = at;
     return g;
 }
@@ -280,10 +281,9 @@ __device__ __forceinline__ float warp_sum(float v) {
  * (fixed shuffle scans over the lanes' pair sums), ddt = (ddA·A + ddt_loc)·fac into the output,
  * and the chunk's dA and ddt_bias partials into the workspace slot w. */
 __device__ __forceinline__ void dda_tail(const bw_args & a, const bw_chunk & ck, int h, long long w, int L, float total,
-                                         const float (&qv)[2], const float (&rv)[2], const float (&tv)[2],
+                                         float ah, const float (&qv)[2], const float (&rv)[2], const float (&tv)[2],
                                          const float * intra, const float * fac, const float * dtv) {
-    const int   lane = threadIdx.x & 31, k0 = 2 * lane;
-    const float ah = ssmi_cu_ld(a.a.p, a.a.dtype, (long long)h * a.a.s[0]);
+    const int lane = threadIdx.x & 31, k0 = 2 * lane;
     float       qs = qv[0] + qv[1], rs = rv[0] + rv[1]; /* inclusive suffix (q) and prefix (r) scans */
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {

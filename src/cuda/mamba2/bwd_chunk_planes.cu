@@ -397,7 +397,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
     float *qpart = (float *)(sm + gm.qpart), *rpart = (float *)(sm + gm.rpart), *tpart = (float *)(sm + gm.tpart);
     float *dtv = (float *)(sm + gm.vec), *fac = dtv + gm.qp, *cms = fac + gm.qp, *ecm = cms + gm.qp;
     float *eclm = ecm + gm.qp, *intra = eclm + gm.qp;
-    float *dvec = (float *)(sm + gm.dvec), *red = (float *)(sm + gm.red);
+    float *dvec = (float *)(sm + gm.dvec), *red = (float *)(sm + gm.red), *ahs = (float *)(sm + gm.ah);
 
     const long long ci = blockIdx.x;
     const int       sk = a.s0 + blockIdx.y; /* the slice, numbered across groups */
@@ -474,6 +474,10 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
             ecm[i] = i < L ? expf(c) : 0.0f;
             eclm[i] = i < L ? expf(cl - c) : 0.0f;
         };
+        /* A of the head for warp 0's tail, requested by thread 0 with the head's loads (the tail, after
+         * the products, then reads it from shared memory instead of waiting on a global load) */
+        float ahv = 0.0f;
+        if (threadIdx.x == 0) ahv = ssmi_cu_ld(a.a.p, a.a.dtype, (long long)h * a.a.s[0]);
         float part; /* this thread's part of <G, S> */
         if (kOnePass && one_pass) {
             /* the head's pieces: S and G loaded now, the others by issue(h); into shared memory */
@@ -500,6 +504,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
             load_split(dxh, dxl, dzf, gm.lp, gm.lz, gm.pp, gm.qp, a.dout, gated, a.z, nullptr, ck, h, P, L);
             part = load_states(sh, sl, gh, gl, gm, a, P, N, state_at(a, ci, h, PN));
         }
+        if (threadIdx.x == 0) *ahs = ahv; /* published by the block sum's barriers */
         /* the block sum publishes the planes */
         const float total = expf(cl) * block_sum(part, red);
         if (!last) prefetch_head(a, Q, P, N, ck, h + 1, w + 1, state_at(a, ci, h + 1, PN), L);
@@ -804,7 +809,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
                     sq += qpart[pt * gm.qp + k], sr += rpart[pt * gm.qp + k], st += tpart[pt * gm.qp + k];
                 qv[u] = ecm[k] * sq, rv[u] = dtv[k] * sr, tv[u] = st;
             }
-            dda_tail(a, ck, h, w, L, total, qv, rv, tv, intra, fac, dtv);
+            dda_tail(a, ck, h, w, L, total, *ahs, qv, rv, tv, intra, fac, dtv);
         }
         if (kOnePass && one_pass && h + 1 < h1) nx = issue(h + 1);
     }
