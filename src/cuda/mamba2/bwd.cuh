@@ -276,7 +276,7 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 /* The end of a chunk kernel (spec §2.7 step 6), on one warp with tokens k = 2·lane and
  * 2·lane + 1 (L ≤ kMaxQ = 64): given this lane's q_k, r_k and ddt_loc_k (zeros for k ≥ L), the
- * chunk's total = e^{cl}·<G, S>, intra, the chain factors and dt, the stable
+ * chunk's total = e^{cl}·<G, S>, A of the head, intra, the chain factors and dt, the stable
  *   ddA_k = suf_k + (pre_k + intra_k),  suf_k = total + Σ_{m≥k} q_m,  pre_k = Σ_{m<k} r_m
  * (fixed shuffle scans over the lanes' pair sums), ddt = (ddA·A + ddt_loc)·fac into the output,
  * and the chunk's dA and ddt_bias partials into the workspace slot w. */
@@ -284,7 +284,7 @@ __device__ __forceinline__ void dda_tail(const bw_args & a, const bw_chunk & ck,
                                          float ah, const float (&qv)[2], const float (&rv)[2], const float (&tv)[2],
                                          const float * intra, const float * fac, const float * dtv) {
     const int lane = threadIdx.x & 31, k0 = 2 * lane;
-    float       qs = qv[0] + qv[1], rs = rv[0] + rv[1]; /* inclusive suffix (q) and prefix (r) scans */
+    float     qs = qv[0] + qv[1], rs = rv[0] + rv[1]; /* inclusive suffix (q) and prefix (r) scans */
 #pragma unroll
     for (int o = 1; o < 32; o <<= 1) {
         const float vq = __shfl_down_sync(0xffffffffu, qs, o), vr = __shfl_up_sync(0xffffffffu, rs, o);
