@@ -274,6 +274,11 @@ __device__ __forceinline__ float warp_sum(float v) {
     return v;
 }
 
+/* A of head h (the per-head decay rate of every chunk kernel's ddA recurrence). */
+__device__ __forceinline__ float head_a(const bw_args & a, int h) {
+    return ssmi_cu_ld(a.a.p, a.a.dtype, (long long)h * a.a.s[0]);
+}
+
 /* The end of a chunk kernel (spec §2.7 step 6), on one warp with tokens k = 2·lane and
  * 2·lane + 1 (L ≤ kMaxQ = 64): given this lane's q_k, r_k and ddt_loc_k (zeros for k ≥ L), the
  * chunk's total = e^{cl}·<G, S>, A of the head, intra, the chain factors and dt, the stable

@@ -824,8 +824,7 @@ __global__ void __launch_bounds__(kThreads, 1) bwd_chunk_kernel(bw_args a) {
         const float qv[2] = {k0 < L ? q[k0] : 0.0f, k1 < L ? q[k1] : 0.0f};
         const float rv[2] = {k0 < L ? r[k0] : 0.0f, k1 < L ? r[k1] : 0.0f};
         const float tv[2] = {k0 < L ? dtl[k0] : 0.0f, k1 < L ? dtl[k1] : 0.0f};
-        dda_tail(a, ck, h, w, L, total, ssmi_cu_ld(a.a.p, a.a.dtype, (long long)h * a.a.s[0]), qv, rv, tv, intra,
-                 fac, dtv);
+        dda_tail(a, ck, h, w, L, total, head_a(a, h), qv, rv, tv, intra, fac, dtv);
     }
 }
 

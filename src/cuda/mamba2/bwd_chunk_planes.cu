@@ -477,7 +477,7 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
         /* A of the head for warp 0's tail, requested by thread 0 with the head's loads (the tail, after
          * the products, then reads it from shared memory instead of waiting on a global load) */
         float ahv = 0.0f;
-        if (threadIdx.x == 0) ahv = ssmi_cu_ld(a.a.p, a.a.dtype, (long long)h * a.a.s[0]);
+        if (threadIdx.x == 0) ahv = head_a(a, h);
         float part; /* this thread's part of <G, S> */
         if (kOnePass && one_pass) {
             /* the head's pieces: S and G loaded now, the others by issue(h); into shared memory */
