@@ -1,21 +1,22 @@
 // gpu/chain_copy_probe.cu — the L2 sectors that the Mamba-2 state chain's 16-byte cp.async row copies cost in
 // its lane patterns, each alone (bwd_state_chain.cu; mamba2-bwd-design §20: the chain reads ~1.4x the L2 sectors of
 // the bytes it copies). Developer tool, not part of the library; read the counters with Nsight Compute:
-//   nvcc -O3 -arch=sm_90 -lineinfo gpu/chain_copy_probe.cu -o chain_copy_probe
+//   nvcc -O3 -arch=sm_90 -lineinfo -I src/cuda/common gpu/chain_copy_probe.cu -o chain_copy_probe
 //   ncu -k regex:probe --metrics lts__t_sectors_srcunit_tex_op_read.sum --section SourceCounters ./chain_copy_probe
 // Each launch: 60 blocks (30 heads x 2 p tiles) walk 128 chunks of 64 rows, as one 30-head chain launch does.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdio>
-__device__ __forceinline__ unsigned sa(const void * p) { return (unsigned)__cvta_generic_to_shared(p); }
-__device__ __forceinline__ void     cp16(void * d, const void * s) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa(d)), "l"(s));
-}
+
+#include "mma.cuh"
+using namespace ssmi_mma; /* cp_async16 and its groups: the copies the chain issues */
+
 // mode 0: B pattern (16 lanes per 256-byte row, 2 rows per warp, 4 pieces at +16 rows), 256 copying threads
 // mode 1: x pattern (8 lanes of a quarter warp take 8 rows at one 16-byte column; 64-byte rows at a 10240-byte pitch)
 // mode 2: x rows with row-major lanes (4 lanes per 64-byte row)
 // mode 3: B pattern with all 512 threads copying, 2 pieces each
+// Shared rows at the chain's pitches (136 bf16 for B, 40 for x: kColLd, kRowLd).
 template <int MODE>
 __global__ void __launch_bounds__(512) probe(const __nv_bfloat16 * src, long long pitch, int chunks, float * sink) {
     extern __shared__ __align__(16) unsigned char sm[];
@@ -31,17 +32,17 @@ __global__ void __launch_bounds__(512) probe(const __nv_bfloat16 * src, long lon
             const int bi = u / 16, bj = (u % 16) * 8, per = 64 * 16 / nthr, rs = nthr / 16;
             for (int r = 0; r < per; ++r) {
                 int i = bi + rs * r;
-                cp16(&s[i * 136 + bj], src + (t0 + i) * 128 + bj);
+                cp_async16(&s[i * 136 + bj], src + (t0 + i) * 128 + bj);
             }
         } else if (MODE == 1) {
             const int xi = (u & 7) + 8 * (u >> 5), xj = ((u >> 3) & 3) * 8;
-            cp16(&s[xi * 40 + xj], base + (t0 + xi) * pitch + xj);
+            cp_async16(&s[xi * 40 + xj], base + (t0 + xi) * pitch + xj);
         } else {
             const int xi = u / 4, xj = (u % 4) * 8;
-            cp16(&s[xi * 40 + xj], base + (t0 + xi) * pitch + xj);
+            cp_async16(&s[xi * 40 + xj], base + (t0 + xi) * pitch + xj);
         }
-        asm volatile("cp.async.commit_group;\n" ::: "memory");
-        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+        cp_async_commit();
+        cp_async_wait_group<0>();
     }
     __syncthreads();
     if (tid == 300) sink[blockIdx.x] = __bfloat162float(s[5]);
@@ -65,5 +66,6 @@ int main() {
     printf("done %s\n", cudaGetErrorString(e));
     printf("ideal sectors per launch: B modes %lld, x modes %lld\n", 60LL * chunks * 64 * 256 / 32,
            60LL * chunks * 64 * 64 / 32);
-    return 0;
+    cudaFree(x), cudaFree(b), cudaFree(sink);
+    return e == cudaSuccess ? 0 : 1;
 }
