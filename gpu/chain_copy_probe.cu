@@ -21,6 +21,9 @@ using namespace ssmi_mma; /* cp_async16 and its groups: the copies the chain iss
 // mode 6: B pattern through registers (16-byte global loads, no cp.async), the control for the L2 count
 // mode 7: B rows as bulk copies (cp.async.bulk, one 256-byte row per thread, an mbarrier per chunk), padded pitch
 // mode 8: x rows as bulk copies (64 bytes each), padded pitch
+// mode 9: B pattern, shared rows in the forward's swizzled atoms (64 columns of 128-byte rows, 16-byte units xor row)
+// mode 10: B as the forward copies its tiles: 8 lanes per 128-byte half row, 4 rows per warp, swizzled atoms
+// mode 11: x rows with row-major lanes into the swizzled atoms
 // LD: the shared row pitch in bf16 (the chain's: 136 for B, 40 for x: kColLd, kRowLd).
 __device__ __forceinline__ void bulk_row(void * dst, const void * src, unsigned bytes, unsigned long long * bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
@@ -36,6 +39,11 @@ __device__ __forceinline__ void bar_wait(unsigned long long * bar, unsigned pari
             : "=r"(done)
             : "r"(smem_addr(bar)), "r"(parity)
             : "memory");
+}
+
+/* byte offset of (row, col) in the forward's swizzled layout (wgmma.cuh swz_off) */
+__device__ __forceinline__ int swz(int row, int col) {
+    return (col >> 6) * 8192 + row * 128 + ((((col >> 3) & 7) ^ (row & 7)) << 4) + ((col & 7) << 1);
 }
 
 template <int MODE, int LD>
@@ -77,7 +85,16 @@ __global__ void __launch_bounds__(512) probe(const __nv_bfloat16 * src, long lon
             bar_wait(&bar, (unsigned)c & 1u);
             continue;
         }
-        if (MODE == 0 || MODE == 3 || MODE == 4) {
+        if (MODE == 9 || MODE == 10) {
+            for (int r = 0; r < 4; ++r) {
+                const int i = MODE == 9 ? u / 16 + 16 * r : u / 8 % 32 + 32 * (r & 1);
+                const int j = MODE == 9 ? (u % 16) * 8 : (u % 8) * 8 + 64 * (r >> 1);
+                cp_async16(sm + swz(i, j), src + (t0 + i) * 128 + j);
+            }
+        } else if (MODE == 11) {
+            const int xi = u / 4, xj = (u % 4) * 8;
+            cp_async16(sm + swz(xi, xj), base + (t0 + xi) * pitch + xj);
+        } else if (MODE == 0 || MODE == 3 || MODE == 4) {
             const int bi = u / 16, bj = (u % 16) * 8, per = 64 * 16 / nthr, rs = nthr / 16;
             for (int r = 0; r < per; ++r) {
                 int i = bi + rs * r;
@@ -117,6 +134,9 @@ int main() {
     probe<6, 136><<<60, 512, smem>>>(b, 0, chunks, sink);
     probe<7, 136><<<60, 512, smem>>>(b, 0, chunks, sink);
     probe<8, 40><<<60, 512, smem>>>(x, pitch, chunks, sink);
+    probe<9, 0><<<60, 512, smem>>>(b, 0, chunks, sink);
+    probe<10, 0><<<60, 512, smem>>>(b, 0, chunks, sink);
+    probe<11, 0><<<60, 512, smem>>>(x, pitch, chunks, sink);
     cudaError_t e = cudaDeviceSynchronize();
     printf("done %s\n", cudaGetErrorString(e));
     printf("ideal sectors per launch: B modes %lld, x modes %lld\n", 60LL * chunks * 64 * 256 / 32,
