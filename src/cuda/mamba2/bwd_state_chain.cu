@@ -38,7 +38,6 @@ constexpr int kChainStep = 2;   /* chunks per barrier step */
 /* ring stages: step m's products, step m + 1's split, step m + 2's copies in flight */
 constexpr int kChainStages = 3 * kChainStep;
 constexpr int kRowLd = kChainTP + 8; /* bf16 pitch of the x / dout / z rows and the planes */
-constexpr int kColLd = kChainTN + 8; /* bf16 pitch of the B / C rows */
 constexpr int kXGroups = kChainTP / 8, kBGroups = kChainTN / 8; /* 16-byte pieces per row */
 constexpr int kXPer = kChainQ * kXGroups / kSplitThreads;       /* x pieces per split thread and chunk */
 constexpr int kBPer = kChainQ * kBGroups / kSplitThreads;       /* B pieces per split thread and chunk */
@@ -46,13 +45,15 @@ static_assert(kChainQ * kXGroups % kSplitThreads == 0 && kXPer >= 1, "whole x pi
 static_assert(kChainQ * kBGroups % kSplitThreads == 0, "whole B pieces per split thread");
 static_assert(kMmaWarps == 8 && kChainTP == 32 && kChainTN == 128, "the slabs: 2 × 4 warps of 16 × 32");
 static_assert(kXGroups == 4, "a warp's x pieces: 8 rows × 4 columns");
+static_assert(kChainQ == 64, "B of a chunk: one 64-row block of swizzled atoms");
 
 /* One ring stage: the chunk's rows of x (or dout) and z over the tile's p columns, of B (or C)
- * over its n columns, and its cm and dt rows. */
+ * over its n columns in the swizzled atoms (swz_off: 16-byte copies into padded rows read ~1.4x
+ * their bytes from L2, into the atoms their bytes), and its cm and dt rows. */
 struct chain_stage {
     bf16  x[kChainQ * kRowLd];
     bf16  z[kChainQ * kRowLd];
-    bf16  b[kChainQ * kColLd];
+    alignas(128) bf16 b[kChainQ * kChainTN];
     float cm[kChainQ], dt[kChainQ];
 };
 struct chain_smem {
@@ -128,8 +129,9 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
             for (int r = 0; r < kBPer; ++r) {
                 const int i = bi + brs * r;
                 if (!bin) break;
-                if (i < L) cp_async16(&s.b[i * kColLd + bj], bp + r * bu);
-                else *(uint4 *)&s.b[i * kColLd + bj] = make_uint4(0u, 0u, 0u, 0u); /* rows past L take no part */
+                unsigned char * d = (unsigned char *)s.b + swz_off(i, bj);
+                if (i < L) cp_async16(d, bp + r * bu);
+                else *(uint4 *)d = make_uint4(0u, 0u, 0u, 0u); /* rows past L take no part */
             }
             if (u < q4) cp_async16(&s.cm[4 * qv], vp);
             else if (!kRev && u < 2 * q4) cp_async16(&s.dt[4 * qv], vp);
@@ -243,10 +245,10 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
             for (int nt = 0; nt < 2; ++nt) {
                 zero_acc(acc[q][nt]);
                 if (L == kChainQ)
-                    tile_mma<true, true, true, false, kChainQ>(acc[q][nt], sm.ah[ps + q], sm.al[ps + q], kRowLd, s.b,
-                                                               nullptr, kColLd, p0, n0 + 16 * nt, 0, kChainQ);
-                else tile_mma<true, true, true, false>(acc[q][nt], sm.ah[ps + q], sm.al[ps + q], kRowLd, s.b, nullptr,
-                                                       kColLd, p0, n0 + 16 * nt, 0, (L + 15) / 16 * 16);
+                    tile_mma<true, true, true, false, kChainQ, true>(acc[q][nt], sm.ah[ps + q], sm.al[ps + q], kRowLd,
+                                                                     s.b, nullptr, 0, p0, n0 + 16 * nt, 0, kChainQ);
+                else tile_mma<true, true, true, false, 0, true>(acc[q][nt], sm.ah[ps + q], sm.al[ps + q], kRowLd, s.b,
+                                                                nullptr, 0, p0, n0 + 16 * nt, 0, (L + 15) / 16 * 16);
             }
         }
         /* then per chunk, in walk order: store the entering state, run = e^{cl}·run + product; the
