@@ -101,6 +101,15 @@ template <int N> __device__ __forceinline__ void cp_async_wait_group() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+/* The 128-byte swizzled layout of 16-bit operand tiles (the wgmma atoms, wgmma.cuh): byte offset of
+ * element (row, col) of a 64-row tile stored as atoms of 64 columns (col/64 = atom, each 8 KB), row
+ * < 64; the 16-byte units of a row are permuted by row mod 8, so eight rows at one unit fall on
+ * distinct banks. */
+constexpr int kAtomBytes = 8192; /* 64 rows x 128 bytes */
+__host__ __device__ __forceinline__ int swz_off(int row, int col) {
+    return (col >> 6) * kAtomBytes + row * 128 + ((((col >> 3) & 7) ^ (row & 7)) << 4) + ((col & 7) << 1);
+}
+
 /* Fragment addresses of lane l. A row-major (m, k) at (m0, k0): */
 __device__ __forceinline__ int a_row_off(int lane, int ld) { return (lane & 15) * ld + (lane >> 4) * 8; }
 /* A stored (k, m), transposed load: */
@@ -127,16 +136,22 @@ using bf16 = __nv_bfloat16;
  * (kBKN: [k][n], read transposed); kAS/kBS: the operand has a remainder plane (al/bl), so a
  * product of two split operands is three bf16 products (lo·lo, ~2^-16 relative, dropped). The
  * sum runs in k order, each step's products in a fixed order. kK > 0: k1 = k0 + kK, known at compile
- * time, the loop unrolled whole (the same products in the same order). */
-template <bool kAT, bool kBKN, bool kAS, bool kBS, int kK = 0>
+ * time, the loop unrolled whole (the same products in the same order). kBSwz (with kBKN): B in the
+ * swizzled atoms (swz_off, k1 ≤ 64; ldb unused). */
+template <bool kAT, bool kBKN, bool kAS, bool kBS, int kK = 0, bool kBSwz = false>
 __device__ __forceinline__ void tile_mma(float (&c)[2][4], const bf16 * ah, const bf16 * al, int lda, const bf16 * bh,
                                          const bf16 * bl, int ldb, int m0, int n0, int k0, int k1) {
     const int lane = threadIdx.x & 31;
     const int ao = kAT ? a_trans_off(lane, lda) : a_row_off(lane, lda);
-    const int bo = kBKN ? b_kn_off(lane, ldb) : b_nk_off(lane, ldb);
+    static_assert(!kBSwz || kBKN, "tile_mma: swizzled B is stored [k][n]");
+    /* swizzled: lane l's row (l mod 8) + 8·((l / 8) mod 2) of the k step, whose row mod 8 is l mod 8
+     * at every step (k a multiple of 16), so its offset is the first step's plus 64·k */
+    const int bo = kBSwz  ? swz_off((lane & 7) + ((lane >> 3) & 1) * 8, n0 + (lane >> 4) * 8) / 2
+                   : kBKN ? b_kn_off(lane, ldb)
+                          : b_nk_off(lane, ldb);
     auto      step = [&](int k) {
         const int aoff = (kAT ? k * lda + m0 : m0 * lda + k) + ao;
-        const int boff = (kBKN ? k * ldb + n0 : n0 * ldb + k) + bo;
+        const int boff = kBSwz ? 64 * k + bo : (kBKN ? k * ldb + n0 : n0 * ldb + k) + bo;
         uint32_t  A[4], B[4], Al[4], Bl[4];
         if (kAT) ldsm4_t(A, ah + aoff);
         else ldsm4(A, ah + aoff);

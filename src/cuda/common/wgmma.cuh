@@ -85,13 +85,8 @@
 
 namespace ssmi_wg {
 
-const int kAtomBytes = 8192; /* 64 rows x 128 bytes */
-
-/* Byte offset of element (row, col) of a 64-row operand tile of 16-bit elements stored as atoms
- * of 64 columns (col/64 = atom, each 8 KB), row < 64. */
-__host__ __device__ __forceinline__ int swz_off(int row, int col) {
-    return (col >> 6) * kAtomBytes + row * 128 + ((((col >> 3) & 7) ^ (row & 7)) << 4) + ((col & 7) << 1);
-}
+using ssmi_mma::kAtomBytes; /* the swizzled atoms: 64 rows x 128 bytes (mma.cuh) */
+using ssmi_mma::swz_off;
 /* The same for a tile of any number of rows: 64-row blocks of `katoms` atoms each. */
 __host__ __device__ __forceinline__ int swz_off_rows(int row, int col, int katoms) {
     return (row >> 6) * katoms * kAtomBytes + swz_off(row & 63, col);

@@ -37,22 +37,28 @@ constexpr int kChainQ = kMaxQ;  /* the plane entry's chunk */
 constexpr int kChainStep = 2;   /* chunks per barrier step */
 /* ring stages: step m's products, step m + 1's split, step m + 2's copies in flight */
 constexpr int kChainStages = 3 * kChainStep;
-constexpr int kRowLd = kChainTP + 8; /* bf16 pitch of the x / dout / z rows and the planes */
-constexpr int kColLd = kChainTN + 8; /* bf16 pitch of the B / C rows */
+constexpr int kRowLd = kChainTP + 8; /* bf16 pitch of the planes' rows */
 constexpr int kXGroups = kChainTP / 8, kBGroups = kChainTN / 8; /* 16-byte pieces per row */
 constexpr int kXPer = kChainQ * kXGroups / kSplitThreads;       /* x pieces per split thread and chunk */
 constexpr int kBPer = kChainQ * kBGroups / kSplitThreads;       /* B pieces per split thread and chunk */
 static_assert(kChainQ * kXGroups % kSplitThreads == 0 && kXPer >= 1, "whole x pieces per split thread");
 static_assert(kChainQ * kBGroups % kSplitThreads == 0, "whole B pieces per split thread");
 static_assert(kMmaWarps == 8 && kChainTP == 32 && kChainTN == 128, "the slabs: 2 × 4 warps of 16 × 32");
-static_assert(kXGroups == 4, "a warp's x pieces: 8 rows × 4 columns");
+static_assert(kXGroups == 4, "a warp's x pieces: 8 rows × 4 columns (x_off: 64-byte rows)");
+static_assert(kChainQ == 64, "B of a chunk: one 64-row block of swizzled atoms");
 
-/* One ring stage: the chunk's rows of x (or dout) and z over the tile's p columns, of B (or C)
- * over its n columns, and its cm and dt rows. */
+/* Byte offset of (row i, column j, a multiple of 8) in a stage's x or z rows: 64-byte rows whose
+ * 16-byte units are permuted by i / 2, so a quarter warp's eight rows at one column fall on
+ * distinct banks. */
+__device__ __forceinline__ int x_off(int i, int j) { return i * 64 + ((((j >> 3) ^ (i >> 1)) & 3) << 4); }
+
+/* One ring stage: the chunk's rows of x (or dout) and z over the tile's p columns (x_off), of B
+ * (or C) over its n columns in the swizzled atoms (swz_off), and its cm and dt rows. The 16-byte
+ * copies read their bytes from L2 into these layouts, ~1.4x their bytes into padded rows. */
 struct chain_stage {
-    bf16  x[kChainQ * kRowLd];
-    bf16  z[kChainQ * kRowLd];
-    bf16  b[kChainQ * kColLd];
+    bf16  x[kChainQ * kChainTP];
+    bf16  z[kChainQ * kChainTP];
+    alignas(128) bf16 b[kChainQ * kChainTN];
     float cm[kChainQ], dt[kChainQ];
 };
 struct chain_smem {
@@ -90,8 +96,8 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
      * one chunk of the walk per issue */
     constexpr int   xrs = kSplitThreads / kXGroups, brs = kSplitThreads / kBGroups; /* rows between pieces */
     /* x (z) pieces: the eight lanes of a quarter warp take eight rows at one column, so their 16-byte
-     * shared accesses at the kRowLd pitch fall on distinct banks (the rows of ldmatrix's pattern);
-     * a warp still covers rows 8·(u / 32).. whole, the same global sectors as row-major lanes */
+     * shared accesses fall on distinct banks, in the stage (x_off) and in the planes (the kRowLd
+     * pitch, the rows of ldmatrix's pattern); a warp still covers rows 8·(u / 32).. whole */
     const int       xi = (u & 7) + 8 * (u >> 5), xj = ((u >> 3) & 3) * 8, bi = u / kBGroups, bj = (u % kBGroups) * 8;
     const bool      xin = pt0 + xj < P, bin = nt0 + bj < N; /* P, N multiples of 8: whole pieces */
     const long long t1 = ck0.t0 + (c1 - sg.c0) * kChainQ;   /* the first issued chunk's first token */
@@ -121,15 +127,16 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
             for (int r = 0; r < kXPer; ++r) {
                 const int i = xi + xrs * r;
                 if (!xin || i >= L) continue;
-                cp_async16(&s.x[i * kRowLd + xj], xp + r * xu);
-                if (gated) cp_async16(&s.z[i * kRowLd + xj], zp + r * zu);
+                cp_async16((unsigned char *)s.x + x_off(i, xj), xp + r * xu);
+                if (gated) cp_async16((unsigned char *)s.z + x_off(i, xj), zp + r * zu);
             }
 #pragma unroll
             for (int r = 0; r < kBPer; ++r) {
                 const int i = bi + brs * r;
                 if (!bin) break;
-                if (i < L) cp_async16(&s.b[i * kColLd + bj], bp + r * bu);
-                else *(uint4 *)&s.b[i * kColLd + bj] = make_uint4(0u, 0u, 0u, 0u); /* rows past L take no part */
+                unsigned char * d = (unsigned char *)s.b + swz_off(i, bj);
+                if (i < L) cp_async16(d, bp + r * bu);
+                else *(uint4 *)d = make_uint4(0u, 0u, 0u, 0u); /* rows past L take no part */
             }
             if (u < q4) cp_async16(&s.cm[4 * qv], vp);
             else if (!kRev && u < 2 * q4) cp_async16(&s.dt[4 * qv], vp);
@@ -179,7 +186,9 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
             uint4     hv = make_uint4(0u, 0u, 0u, 0u), lv = hv;
             if (xin && i < L) {
                 const float      sc = kRev ? expf(s.cm[i]) : expf(s.cm[L - 1] - s.cm[i]) * s.dt[i];
-                const uint4      dv4 = *(const uint4 *)&s.x[o], zv4 = *(const uint4 *)&s.z[o];
+                const int        so = x_off(i, xj);
+                const uint4      dv4 = *(const uint4 *)((const unsigned char *)s.x + so);
+                const uint4      zv4 = *(const uint4 *)((const unsigned char *)s.z + so);
                 const uint32_t * dw = (const uint32_t *)&dv4;
                 const uint32_t * zw = (const uint32_t *)&zv4;
                 uint32_t *       hw = (uint32_t *)&hv;
@@ -243,10 +252,10 @@ __device__ __forceinline__ void chain_walk(const bw_args & a, chain_smem & sm, c
             for (int nt = 0; nt < 2; ++nt) {
                 zero_acc(acc[q][nt]);
                 if (L == kChainQ)
-                    tile_mma<true, true, true, false, kChainQ>(acc[q][nt], sm.ah[ps + q], sm.al[ps + q], kRowLd, s.b,
-                                                               nullptr, kColLd, p0, n0 + 16 * nt, 0, kChainQ);
-                else tile_mma<true, true, true, false>(acc[q][nt], sm.ah[ps + q], sm.al[ps + q], kRowLd, s.b, nullptr,
-                                                       kColLd, p0, n0 + 16 * nt, 0, (L + 15) / 16 * 16);
+                    tile_mma<true, true, true, false, kChainQ, true>(acc[q][nt], sm.ah[ps + q], sm.al[ps + q], kRowLd,
+                                                                     s.b, nullptr, 0, p0, n0 + 16 * nt, 0, kChainQ);
+                else tile_mma<true, true, true, false, 0, true>(acc[q][nt], sm.ah[ps + q], sm.al[ps + q], kRowLd, s.b,
+                                                                nullptr, 0, p0, n0 + 16 * nt, 0, (L + 15) / 16 * 16);
             }
         }
         /* then per chunk, in walk order: store the entering state, run = e^{cl}·run + product; the
