@@ -53,8 +53,9 @@ static_assert(kChainQ == 64, "B of a chunk: one 64-row block of swizzled atoms")
 __device__ __forceinline__ int x_off(int i, int j) { return i * 64 + ((((j >> 3) ^ (i >> 1)) & 3) << 4); }
 
 /* One ring stage: the chunk's rows of x (or dout) and z over the tile's p columns (x_off), of B
- * (or C) over its n columns in the swizzled atoms (swz_off), and its cm and dt rows. The 16-byte
- * copies read their bytes from L2 into these layouts, ~1.4x their bytes into padded rows. */
+ * (or C) over its n columns in the swizzled atoms (swz_off: ldmatrix's eight rows at one column on
+ * distinct banks), and its cm and dt rows. Permuted units instead of padded rows: no bytes between
+ * rows, and the chain walks faster with them (mamba2-bwd-design §21). */
 struct chain_stage {
     bf16  x[kChainQ * kChainTP];
     bf16  z[kChainQ * kChainTP];
