@@ -1,6 +1,7 @@
 // gpu/chain_copy_probe.cu — the L2 sectors that the Mamba-2 state chain's 16-byte cp.async row copies cost in
-// its lane patterns, each alone, against the same rows copied otherwise (bwd_state_chain.cu; mamba2-bwd-design §20:
-// the chain reads ~1.4x the L2 sectors of the bytes it copies). Developer tool, not part of the library; read the counters with Nsight Compute:
+// its lane patterns, each alone, into several shared layouts, against the same rows copied otherwise
+// (bwd_state_chain.cu; mamba2-bwd-design §20–21; the counts of record in docs/PERF.md §5, S42-R1 to R3).
+// Developer tool, not part of the library; read the counters with Nsight Compute:
 //   nvcc -O3 -arch=sm_90 -lineinfo -I src/cuda/common gpu/chain_copy_probe.cu -o chain_copy_probe
 //   ncu -k regex:probe --metrics lts__t_sectors_srcunit_tex_op_read.sum --section SourceCounters ./chain_copy_probe
 // Each launch: 60 blocks (30 heads x 2 p tiles) walk 128 chunks of 64 rows, as one 30-head chain launch does.
@@ -10,7 +11,7 @@
 #include <cstdio>
 
 #include "mma.cuh"
-using namespace ssmi_mma; /* cp_async16 and its groups: the copies the chain issues */
+using namespace ssmi_mma; /* cp_async16 and its groups: the copies the chain issues; swz_off */
 
 // mode 0: B pattern (16 lanes per 256-byte row, 2 rows per warp, 4 pieces at +16 rows), 256 copying threads
 // mode 1: x pattern (8 lanes of a quarter warp take 8 rows at one 16-byte column; 64-byte rows at a 10240-byte pitch)
@@ -24,7 +25,9 @@ using namespace ssmi_mma; /* cp_async16 and its groups: the copies the chain iss
 // mode 9: B pattern, shared rows in the forward's swizzled atoms (64 columns of 128-byte rows, 16-byte units xor row)
 // mode 10: B as the forward copies its tiles: 8 lanes per 128-byte half row, 4 rows per warp, swizzled atoms
 // mode 11: x rows with row-major lanes into the swizzled atoms
-// LD: the shared row pitch in bf16 (the chain's: 136 for B, 40 for x: kColLd, kRowLd).
+// mode 6 counts fewer sectors than the bytes: its blocks share SMs and hit in L1, so it is no control after all.
+// LD: the shared row pitch in bf16 (136 for B, 40 for x: the padded rows the chain had before its swizzled ring).
+// The chain's ring now: B as mode 9, x and z in 64-byte rows with permuted units (bwd_state_chain.cu x_off).
 __device__ __forceinline__ void bulk_row(void * dst, const void * src, unsigned bytes, unsigned long long * bar) {
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
                      smem_addr(dst)),
@@ -39,11 +42,6 @@ __device__ __forceinline__ void bar_wait(unsigned long long * bar, unsigned pari
             : "=r"(done)
             : "r"(smem_addr(bar)), "r"(parity)
             : "memory");
-}
-
-/* byte offset of (row, col) in the forward's swizzled layout (wgmma.cuh swz_off) */
-__device__ __forceinline__ int swz(int row, int col) {
-    return (col >> 6) * 8192 + row * 128 + ((((col >> 3) & 7) ^ (row & 7)) << 4) + ((col & 7) << 1);
 }
 
 template <int MODE, int LD>
@@ -89,11 +87,11 @@ __global__ void __launch_bounds__(512) probe(const __nv_bfloat16 * src, long lon
             for (int r = 0; r < 4; ++r) {
                 const int i = MODE == 9 ? u / 16 + 16 * r : u / 8 % 32 + 32 * (r & 1);
                 const int j = MODE == 9 ? (u % 16) * 8 : (u % 8) * 8 + 64 * (r >> 1);
-                cp_async16(sm + swz(i, j), src + (t0 + i) * 128 + j);
+                cp_async16(sm + swz_off(i, j), src + (t0 + i) * 128 + j);
             }
         } else if (MODE == 11) {
             const int xi = u / 4, xj = (u % 4) * 8;
-            cp_async16(sm + swz(xi, xj), base + (t0 + xi) * pitch + xj);
+            cp_async16(sm + swz_off(xi, xj), base + (t0 + xi) * pitch + xj);
         } else if (MODE == 0 || MODE == 3 || MODE == 4) {
             const int bi = u / 16, bj = (u % 16) * 8, per = 64 * 16 / nthr, rs = nthr / 16;
             for (int r = 0; r < per; ++r) {
