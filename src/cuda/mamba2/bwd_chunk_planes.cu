@@ -18,7 +18,8 @@
  * (bwd_states_planes_kernel).
  *   load  (once per block) the B and C planes; (per head) the [Q] vectors, the x plane, the δx
  *         planes and the dz factor, S and G planes and e^{cl}·<G, S>; dD partials
- *   A1    per (i, j) tile below the diagonal: CB = C·Bᵀ and δx·xᵀ → W1, W2, dCB, CB·dCB
+ *   A1    per (i, j) tile below the diagonal: CB = C·Bᵀ and δx·xᵀ → W1, W2, dCB, CB·dCB (CB is the
+ *         group's, the same for every head: the fixed instance forms it at the slice's first head only)
  *   A2    per (i, p) tile: C·Sᵀ → q partials, then (dz) e^{cm}·C·Sᵀ + W1·x + D·x → dz;
  *         e^{cl−cm}·B·Gᵀ → r partials, + W2ᵀ·δx = acc → dx, ddt_loc partials
  *   C     per (j, n) tile: e^{cl−cm_j}·dt_j·x·G + dCBᵀ·C → dB;  per (i, n): e^{cm_i}·δx·S + dCB·B → dC;
@@ -427,6 +428,11 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
      * 16 tiles, 16 warps), this lane its pairs (j, hh) of it */
     static_assert(kPlanesThreads / 32 == (64 / 16) * (64 / 16), "sparts: one A1 tile per warp at Q = 64");
     float dcb_run[2][2][2] = {};
+    /* C·Bᵀ does not depend on the head (B and C are the group's): where warp w owns A1 tile w (Q = 64),
+     * the first head's product is kept in registers for the slice's other heads */
+    constexpr bool kKeepCB = kQ == 64;
+    float          cb_keep[2][4]; /* zeros where the tile is not live */
+    zero_acc(cb_keep);
     /* The fixed instance loads a head's x, dout, z, [Q] vectors and D into registers before the barrier
      * that opens the head (issued at the end of the head before, after this thread's last work in
      * it): the warps that wait there for warp 0's tail have those loads in flight meanwhile; S and G
@@ -529,10 +535,13 @@ __global__ void __launch_bounds__(kPlanesThreads, 1) bwd_chunk_planes_kernel(bw_
         for (int t = warp; t < nT * nT; t += nwarps) {
             const int  m0 = (t / nT) * 16, n0 = (t % nT) * 16;
             const bool live = n0 <= m0 && m0 < L;
-            float      cb[2][4], dc[2][4];
-            zero_acc(cb), zero_acc(dc);
+            float      cb_own[2][4], dc[2][4];
+            float(&cb)[2][4] = kKeepCB ? cb_keep : cb_own;
+            if (!kKeepCB) zero_acc(cb_own);
+            zero_acc(dc);
             if (live) {
-                tile_mma<false, false, false, false, kNp>(cb, ch, nullptr, gm.ln, bh, nullptr, gm.ln, m0, n0, 0, gm.np);
+                if (!kKeepCB || first)
+                    tile_mma<false, false, false, false, kNp>(cb, ch, nullptr, gm.ln, bh, nullptr, gm.ln, m0, n0, 0, gm.np);
                 tile_mma<false, false, true, false, kPp>(dc, dxh, dxl, gm.lp, xh, nullptr, gm.lp, m0, n0, 0, gm.pp);
             }
             /* cm of the lane's rows m0 + g4 + 8hh, cm and dt of its columns n0 + 8j + 2t4 (+1), as pairs */
