@@ -136,6 +136,10 @@ san_cases() { # op -> lines of extra check arguments (one run each)
             echo "--shape B=1,S=60,H=4,Hq=2,K=16,V=16,A=4,chunk=16 --param nseq=4"
             echo "--shape B=1,S=200,H=2,Hq=1,K=40,V=72,A=7 --param has_d=1,has_z=1,has_states=1,has_final=1,nseq=3"
             echo "--shape B=1,S=2200,H=2,Hq=1,K=128,V=64,A=64 --param has_d=1,has_z=1,has_states=1,has_final=1,nseq=2" ;;
+        mamba3_siso_bwd) # the default shape (K = 32, 32-token chunks) is not one chained_planes serves
+            echo ""
+            echo "--shape B=1,S=200,H=2,Hq=1,K=128,V=64,A=8,chunk=64 --param has_d=1,has_z=1,has_states=1,has_dfinal=1,nseq=2"
+            echo "--shape B=1,S=200,H=2,Hq=1,K=128,V=64,A=8,chunk=64 --param has_d=1,has_z=1,has_states=1,has_dfinal=1,nseq=2,saved_y=1,saved_states=1" ;;
         mamba3_mimo)
             echo ""
             echo "--shape B=1,S=40,H=2,G=1,R=2,N=16,P=8,chunk=8 --param nseq=3" ;;
